@@ -202,9 +202,18 @@ impl Observation {
         if self.last_lines.len() == LAST_LINES {
             self.last_lines.pop_front();
         }
-        let text = String::from_utf8_lossy(&line.bytes);
-        let mut kept: String = text.chars().take(LAST_LINE_CHARS).collect();
-        let cut = text.chars().count() > LAST_LINE_CHARS || line.truncated();
+        // Only the head of a line is decoded, so a megabyte tool result costs no more than a
+        // short line. A character takes at most 4 bytes, so the first LAST_LINE_CHARS
+        // characters lie in this head, and the spare bytes keep a character cut at its end
+        // (decoded differently in the head than in the whole line) out of the kept ones.
+        let head = &line.bytes[..line.bytes.len().min(LAST_LINE_CHARS * 4 + 4)];
+        let text = String::from_utf8_lossy(head);
+        let (head_kept, more) = match text.char_indices().nth(LAST_LINE_CHARS) {
+            Some((end, _)) => (&text[..end], true),
+            None => (&text[..], false),
+        };
+        let mut kept = head_kept.to_owned();
+        let cut = more || line.truncated();
         if cut {
             kept.push_str(" …[line truncated]");
         }
@@ -307,6 +316,21 @@ mod tests {
         assert_eq!(obs.usage().input_tokens, 5);
         assert_eq!(obs.take_all_messages().len(), 3);
         assert_eq!(obs.last_lines().last().map(String::as_str), Some("warning"));
+    }
+
+    #[test]
+    fn last_lines_cut_long_lines_at_a_character() {
+        let mut obs = Observation::new(Instant::now(), false, vec![]);
+        obs.observe_line(Pipe::Stderr, &line(&"é".repeat(5000)));
+        obs.observe_line(Pipe::Stderr, &line(&"𝄞".repeat(LAST_LINE_CHARS)));
+        obs.observe_line(Pipe::Stderr, &line(&"x".repeat(LAST_LINE_CHARS)));
+        let last = obs.last_lines();
+        assert_eq!(
+            last[0],
+            format!("{} …[line truncated]", "é".repeat(LAST_LINE_CHARS))
+        );
+        assert_eq!(last[1], "𝄞".repeat(LAST_LINE_CHARS));
+        assert_eq!(last[2], "x".repeat(LAST_LINE_CHARS));
     }
 
     #[test]
