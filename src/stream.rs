@@ -208,7 +208,14 @@ pub enum DecodeError {
 
 /// Decodes one stdout line.
 pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
-    let wire: WireEvent<'_> = serde_json::from_slice(line).map_err(|e| {
+    // Fast path: content blocks are read in place, and a tool result's megabytes are skipped
+    // rather than buffered. It is stricter than the general path (where a block with a
+    // mistyped field only means "no blocks"), so on any error the line is decoded again the
+    // general way, which gives the same event or classifies the error.
+    if let Ok(wire) = serde_json::from_slice::<WireEvent<'_, StreamedBlocks>>(line) {
+        return Ok(wire.into_event());
+    }
+    let wire: WireEvent<'_, WireContent> = serde_json::from_slice(line).map_err(|e| {
         if e.is_data() {
             DecodeError::NotAnEvent
         } else {
@@ -222,7 +229,7 @@ pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
 // Wire types: the JSON shapes, with everything coder does not read skipped.
 
 #[derive(Deserialize)]
-struct WireEvent<'a> {
+struct WireEvent<'a, C> {
     #[serde(rename = "type", borrow)]
     kind: std::borrow::Cow<'a, str>,
     #[serde(default)]
@@ -246,8 +253,8 @@ struct WireEvent<'a> {
     api_error_status: Option<serde_json::Value>,
     #[serde(default)]
     api_error_type: Option<String>,
-    #[serde(default)]
-    message: Option<WireMessage>,
+    #[serde(default = "none")]
+    message: Option<WireMessage<C>>,
     // result
     #[serde(default)]
     is_error: Option<bool>,
@@ -270,23 +277,103 @@ struct WireEvent<'a> {
 }
 
 #[derive(Deserialize)]
-struct WireMessage {
+struct WireMessage<C> {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
-    content: Option<WireContent>,
+    #[serde(default = "none")]
+    content: Option<C>,
     #[serde(default)]
     usage: Option<Usage>,
 }
 
+/// A message's content: its blocks, if it has any.
+trait ContentBlocks {
+    fn into_blocks(self) -> Vec<WireBlock>;
+}
+
+/// The general reading of a message's content: an array of blocks or, failing that,
+/// anything else (a user message whose content is a plain string). Serde buffers the
+/// whole value to try the variants in turn.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum WireContent {
     Blocks(Vec<WireBlock>),
-    // A user message whose content is a plain string.
     Text(IgnoredAny),
+}
+
+impl ContentBlocks for WireContent {
+    fn into_blocks(self) -> Vec<WireBlock> {
+        match self {
+            WireContent::Blocks(blocks) => blocks,
+            WireContent::Text(_) => Vec::new(),
+        }
+    }
+}
+
+/// The fast reading of a message's content: an array is read block by block as it is
+/// parsed; any other value yields no blocks. Fails where a block does not fit
+/// [`WireBlock`], which [`WireContent`] would read as "no blocks".
+struct StreamedBlocks(Vec<WireBlock>);
+
+impl ContentBlocks for StreamedBlocks {
+    fn into_blocks(self) -> Vec<WireBlock> {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for StreamedBlocks {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StreamedBlocksVisitor)
+    }
+}
+
+struct StreamedBlocksVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StreamedBlocksVisitor {
+    type Value = StreamedBlocks;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("message content")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut blocks = Vec::new();
+        while let Some(block) = seq.next_element::<WireBlock>()? {
+            blocks.push(block);
+        }
+        Ok(StreamedBlocks(blocks))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(StreamedBlocks(Vec::new()))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(StreamedBlocks(Vec::new()))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(StreamedBlocks(Vec::new()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(StreamedBlocks(Vec::new()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(StreamedBlocks(Vec::new()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(StreamedBlocks(Vec::new()))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(StreamedBlocks(Vec::new()))
+    }
 }
 
 #[derive(Deserialize)]
@@ -311,6 +398,12 @@ struct WireBlock {
     content: Option<IgnoredAny>,
 }
 
+/// The default of an optional field of generic type (`#[serde(default)]` would require the
+/// type itself to implement `Default`).
+fn none<T>() -> Option<T> {
+    None
+}
+
 fn status_code(value: Option<serde_json::Value>) -> Option<u16> {
     match value? {
         serde_json::Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
@@ -327,7 +420,7 @@ fn string_of(value: Option<serde_json::Value>) -> Option<String> {
     }
 }
 
-impl WireEvent<'_> {
+impl<C: ContentBlocks> WireEvent<'_, C> {
     fn into_event(self) -> Event {
         match (&*self.kind, self.subtype.as_deref()) {
             ("system", Some("init")) => Event::Init {
@@ -411,12 +504,12 @@ impl WireEvent<'_> {
     }
 }
 
-impl WireMessage {
+impl<C: ContentBlocks> WireMessage<C> {
     fn blocks(self) -> impl Iterator<Item = WireBlock> {
-        match self.content {
-            Some(WireContent::Blocks(blocks)) => blocks.into_iter(),
-            _ => Vec::new().into_iter(),
-        }
+        self.content
+            .map(ContentBlocks::into_blocks)
+            .unwrap_or_default()
+            .into_iter()
     }
 }
 
@@ -537,6 +630,27 @@ mod tests {
                 tool_results: vec![]
             }
         );
+    }
+
+    #[test]
+    fn a_block_that_does_not_fit_means_no_blocks() {
+        let line = br#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":5},{"type":"tool_use","id":"t1","name":"Bash"}]}}"#;
+        let Event::Assistant(a) = decode_event(line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(a.message_id.as_deref(), Some("m1"));
+        assert!(a.texts.is_empty() && a.tool_uses.is_empty());
+        let line = br#"{"type":"user","message":{"content":{"unexpected":"object"}}}"#;
+        assert_eq!(
+            decode_event(line).unwrap(),
+            Event::User {
+                tool_results: vec![]
+            }
+        );
+        // A syntax error inside the content is still an undecodable line.
+        let line =
+            br#"{"type":"user","message":{"content":[{"type":"tool_result","content":"a\qb"}]}}"#;
+        assert_eq!(decode_event(line), Err(DecodeError::NotJson));
     }
 
     #[test]
