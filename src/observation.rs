@@ -207,7 +207,12 @@ impl Observation {
         // characters lie in this head, and the spare bytes keep a character cut at its end
         // (decoded differently in the head than in the whole line) out of the kept ones.
         let head = &line.bytes[..line.bytes.len().min(LAST_LINE_CHARS * 4 + 4)];
-        let text = String::from_utf8_lossy(head);
+        // from_utf8 checks ASCII a word at a time; the lossy decoder, needed only for lines
+        // that are not UTF-8, goes byte by byte.
+        let text = match std::str::from_utf8(head) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(head),
+        };
         let (head_kept, more) = match text.char_indices().nth(LAST_LINE_CHARS) {
             Some((end, _)) => (&text[..end], true),
             None => (&text[..], false),
