@@ -5,7 +5,7 @@
 //! state (counters, the last lines, the pending tool calls), except for the parsed events
 //! themselves when the caller asked for `--return-all-messages`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
@@ -44,7 +44,8 @@ pub struct Observation {
     pub api_retries: u64,
     /// Usage summed over assistant messages (the result's own total wins when present).
     pub streamed_usage: Usage,
-    assistant_messages: Vec<String>,
+    /// Distinct assistant message ids (one message spans several lines, one per block).
+    assistant_messages: HashSet<String>,
     pub tool_calls: BTreeMap<String, u64>,
     /// Tool calls issued and not yet answered, oldest first: (id, summary).
     pending_tools: Vec<(String, String)>,
@@ -76,7 +77,7 @@ impl Observation {
             last_retry_status: None,
             api_retries: 0,
             streamed_usage: Usage::default(),
-            assistant_messages: Vec::new(),
+            assistant_messages: HashSet::new(),
             tool_calls: BTreeMap::new(),
             pending_tools: Vec::new(),
             events: 0,
@@ -174,7 +175,7 @@ impl Observation {
                 if let Some(id) = &message.message_id
                     && !self.assistant_messages.contains(id)
                 {
-                    self.assistant_messages.push(id.clone());
+                    self.assistant_messages.insert(id.clone());
                     if let Some(usage) = message.usage {
                         add_usage(&mut self.streamed_usage, usage);
                     }
