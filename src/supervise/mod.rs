@@ -13,6 +13,7 @@ pub mod signals;
 pub mod spawn;
 pub mod tree;
 
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,10 @@ const FINAL_DRAIN: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 256 * 1024;
 /// Lines handled per wake-up before the deadlines are looked at again.
 const BATCH: usize = 256;
+/// Capacity asked for the stdout and stderr pipes (Linux's default limit for unprivileged
+/// processes). With the default 64 KiB the child blocks whenever coder is busy decoding a
+/// large line, so writing and decoding take turns instead of overlapping.
+const PIPE_CAPACITY: i32 = 1024 * 1024;
 
 /// The limits of one attempt.
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +164,10 @@ pub async fn run_attempt(
         stderr,
     } = spawned;
     let mut guard = TreeGuard { pid: Some(pid) };
+    for pipe in [stdout.as_fd(), stderr.as_fd()] {
+        // Best effort: a smaller pipe only costs throughput.
+        let _ = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY));
+    }
 
     let prompt = spec.stdin.clone();
     tokio::spawn(async move {
