@@ -6,4 +6,5 @@
 //! attempt(s) ([`supervise`], [`stream`], [`sandbox`], [`retry`]) -> outcome ([`outcome`])
 //! -> envelope ([`envelope`]).
 
+pub mod config;
 pub mod outcome;
