@@ -181,10 +181,10 @@ impl ResolvedBackend {
         let mut ports = Vec::new();
         if let Some(endpoint) = &self.endpoint {
             ports.push(endpoint.port);
-            if let Some(proxy) = self.proxy() {
-                if !ports.contains(&proxy.port) {
-                    ports.push(proxy.port);
-                }
+            if let Some(proxy) = self.proxy()
+                && !ports.contains(&proxy.port)
+            {
+                ports.push(proxy.port);
             }
         }
         ports
@@ -258,10 +258,10 @@ impl ResolvedBackend {
     /// removes the variable.
     pub(crate) fn backend_variables(&self) -> Vec<(String, OsString)> {
         let mut vars: Vec<(String, OsString)> = Vec::new();
-        if self.sets_base_url {
-            if let Some(url) = &self.base_url {
-                vars.push(("ANTHROPIC_BASE_URL".into(), url.into()));
-            }
+        if self.sets_base_url
+            && let Some(url) = &self.base_url
+        {
+            vars.push(("ANTHROPIC_BASE_URL".into(), url.into()));
         }
         if let Some(c) = &self.credential {
             vars.push((c.scheme.variable().into(), c.secret.expose().to_owned()));
@@ -546,21 +546,24 @@ pub fn resolve_backend_allowing_missing_key(
         })?),
         None => None,
     };
-    if let (Some(e), Some(c)) = (&endpoint, &credential) {
-        if e.scheme == Scheme::Http && !e.is_loopback() && c.source != KeySource::Replay {
-            warnings.push(format!(
-                "backend '{name}' sends its key over plain http to {e}; use https"
-            ));
-        }
+    if let (Some(e), Some(c)) = (&endpoint, &credential)
+        && e.scheme == Scheme::Http
+        && !e.is_loopback()
+        && c.source != KeySource::Replay
+    {
+        warnings.push(format!(
+            "backend '{name}' sends its key over plain http to {e}; use https"
+        ));
     }
-    if let Some(f) = &file {
-        if f.holds_keys() && f.readable_by_others {
-            warnings.push(format!(
-                "config file {} holds an API key and is readable by other users: chmod 600 {}",
-                f.path.display(),
-                f.path.display()
-            ));
-        }
+    if let Some(f) = &file
+        && f.holds_keys()
+        && f.readable_by_others
+    {
+        warnings.push(format!(
+            "config file {} holds an API key and is readable by other users: chmod 600 {}",
+            f.path.display(),
+            f.path.display()
+        ));
     }
 
     let mut settings: Vec<(String, String)> = [
