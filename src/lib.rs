@@ -7,4 +7,6 @@
 //! -> envelope ([`envelope`]).
 
 pub mod config;
+pub mod doctor;
 pub mod outcome;
+pub mod prompt;

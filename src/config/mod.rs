@@ -275,6 +275,39 @@ impl ResolvedBackend {
     }
 }
 
+/// Where the config file is looked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigLocation {
+    pub path: PathBuf,
+    /// Named by `--config` or `CODER_CONFIG`, so it must exist; the XDG default may not.
+    pub explicit: bool,
+}
+
+/// The config file `args` and the environment point at: `--config`, `CODER_CONFIG`, else
+/// `$XDG_CONFIG_HOME/coder/config.toml` (`~/.config/coder/config.toml`). `None` when there
+/// is no explicit file and no home directory.
+pub fn config_file_location(
+    args: &BackendArgs,
+    process_env: &[(OsString, OsString)],
+) -> Option<ConfigLocation> {
+    let env = EnvView(process_env);
+    let explicit = args
+        .config
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty())
+        .or_else(|| env.text("CODER_CONFIG").map(PathBuf::from));
+    match explicit {
+        Some(path) => Some(ConfigLocation {
+            path,
+            explicit: true,
+        }),
+        None => env::default_config_path(env).map(|path| ConfigLocation {
+            path,
+            explicit: false,
+        }),
+    }
+}
+
 /// A resolved backend whose key may be missing, for `coder doctor`, which reports that
 /// problem and still checks everything else.
 #[derive(Debug)]
@@ -306,18 +339,11 @@ pub fn resolve_backend_allowing_missing_key(
     let env = EnvView(process_env);
     let nonempty = |s: &Option<String>| s.clone().filter(|v| !v.is_empty());
 
-    // The config file: explicit (must exist) or the XDG default (may be absent).
-    let explicit = args
-        .config
-        .clone()
-        .filter(|p| !p.as_os_str().is_empty())
-        .or_else(|| env.text("CODER_CONFIG").map(PathBuf::from));
-    let file = match explicit {
-        Some(path) => Some(ConfigFile::load(&path)?),
-        None => match env::default_config_path(env) {
-            Some(path) if path.exists() => Some(ConfigFile::load(&path)?),
-            _ => None,
-        },
+    let file = match config_file_location(args, process_env) {
+        Some(ConfigLocation { path, explicit }) if explicit || path.exists() => {
+            Some(ConfigFile::load(&path)?)
+        }
+        _ => None,
     };
 
     // The backend's name.
