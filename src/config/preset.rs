@@ -166,11 +166,18 @@ fn vendor(description: &str, base_url: &str, key_env: &str) -> Profile {
     }
 }
 
+/// Appended to the CLI's system prompt on GLM. Any `--append-system-prompt` makes the CLI
+/// (2.1.330, measured) introduce itself as "Claude Code" instead of the "Claude Agent SDK"
+/// sentence it sends in `-p` mode, and Z.ai's gateway sheds requests carrying the latter
+/// under load with a misleading `529 [1305] overloaded`.
+pub const GLM_SYSTEM_PROMPT_APPENDIX: &str = "You run non-interactively: nobody can answer questions during the run, and your final message is returned to the caller as the result.";
+
 /// GLM through Z.ai's or Zhipu's Anthropic-compatible endpoint: GLM-4.7 in the main, Opus,
-/// Sonnet and subagent slots, GLM-4.5-Air in the Haiku and small/fast slots, and the
-/// 50-minute header timeout of the vendor's guide.
+/// Sonnet and subagent slots, GLM-4.5-Air in the Haiku and small/fast slots, the
+/// 50-minute header timeout of the vendor's guide, and the identity fix above.
 fn glm(description: &str, base_url: &str, key_env: &str) -> Profile {
     Profile {
+        append_system_prompt: s(GLM_SYSTEM_PROMPT_APPENDIX),
         model: s("glm-4.7"),
         small_fast_model: s("glm-4.5-air"),
         opus_model: s("glm-4.7"),
