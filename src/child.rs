@@ -102,9 +102,21 @@ pub fn child_env(
         .into_iter()
         .filter(|(k, _)| k != "CLAUDECODE")
         .collect();
-    for (name, value) in limit_env(request.idle_timeout) {
-        if !env.iter().any(|(k, _)| k == name) {
-            env.push((name.into(), value.into()));
+    for (name, cap) in limit_env(request.idle_timeout) {
+        // A value already set (by the caller or a backend preset, such as a vendor's
+        // 50-minute API_TIMEOUT_MS) is kept only when it is below the cap.
+        match env.iter_mut().find(|(k, _)| k == name) {
+            Some((_, value)) => {
+                let below_cap = value
+                    .to_str()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .zip(cap.parse::<u64>().ok())
+                    .is_some_and(|(v, c)| v <= c);
+                if !below_cap {
+                    *value = cap.into();
+                }
+            }
+            None => env.push((name.into(), cap.into())),
         }
     }
     if request.sandbox == SandboxMode::DangerFullAccess
@@ -200,8 +212,7 @@ mod tests {
             max_duration: None,
             max_retries: 0,
             claude_bin: None,
-            backend: None,
-            config: None,
+            backend: crate::config::BackendArgs::default(),
             max_line_bytes: 1024,
             kill_grace: DEFAULT_KILL_GRACE,
         }
@@ -241,6 +252,8 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "CLAUDECODE"));
         assert!(env.contains(&("BASH_MAX_TIMEOUT_MS".into(), "5".into())));
         assert!(env.contains(&("BASH_DEFAULT_TIMEOUT_MS".into(), "270000".into())));
+        let env = child_env(vec![("API_TIMEOUT_MS".into(), "3000000".into())], &req);
+        assert!(env.contains(&("API_TIMEOUT_MS".into(), "270000".into())));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::child;
 use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SessionChoice};
+use crate::config;
 use crate::envelope::{Envelope, ErrorDetail, Metrics};
 use crate::observation::Observation;
 use crate::outcome::{self, ErrorKind, Failure, LimitsForMessages, Verdict};
@@ -181,6 +182,27 @@ pub async fn run(request: RunRequest) -> Envelope {
         ));
     }
 
+    // The backend: a config_error before anything else is looked up or spawned.
+    let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let backend = match config::resolve_backend(&request.backend, &process_env) {
+        Ok(backend) => backend,
+        Err(e) => {
+            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+        }
+    };
+    if backend.replay_cassette().is_some() && backend.base_url().is_none() {
+        let message = format!(
+            "backend '{}' needs coder's replay server, which this build does not include",
+            backend.name()
+        );
+        return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
+    }
+    if let Err(e) = backend.ensure_claude_config_dir() {
+        return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+    }
+    run.warnings.extend(backend.warnings().iter().cloned());
+    let child_base_env = config::child_environment(&process_env, &backend);
+
     let path_var = std::env::var_os("PATH");
     let program = match child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()) {
         Ok(program) => program,
@@ -196,10 +218,7 @@ pub async fn run(request: RunRequest) -> Envelope {
 
     // Session safety: one driver per session, and resumes only where the session lives.
     let store = SessionStore::new(&session::state_dir());
-    let backend_name = request
-        .backend
-        .clone()
-        .unwrap_or_else(|| "default".to_owned());
+    let backend_name = backend.name().to_owned();
     if let SessionChoice::Resume(id) = request.session
         && let Err(e) = store.check_resume(id, &request.workspace, &backend_name)
     {
@@ -220,7 +239,8 @@ pub async fn run(request: RunRequest) -> Envelope {
             session,
             ..request.clone()
         };
-        let spec = child::build(&attempt_request, program.clone(), std::env::vars_os());
+        let mut spec = child::build(&attempt_request, program.clone(), child_base_env.clone());
+        spec.args.extend(backend.cli_args());
         let mut observation =
             Observation::new(Instant::now(), request.return_all_messages, spec.secrets());
         let end = supervise::run_attempt(&spec, &run.limits, &mut observation, &mut signals).await;

@@ -619,3 +619,24 @@ fn vendor_presets_carry_their_cli_workarounds() {
     assert!(anthropic.disallowed_tools().is_empty());
     assert!(anthropic.append_system_prompt().is_none());
 }
+
+#[test]
+fn the_example_config_resolves_every_profile() {
+    let config = fixture("config/example.toml");
+    let mut e = caller_env();
+    e.extend(env(&[("WORK_DEEPSEEK_KEY", "w"), ("ROUTER_KEY", "r")]));
+    let default = resolve_with_config(&config, BackendArgs::default(), &e);
+    assert_eq!(default.name(), "glm");
+    for name in ["glm", "deepseek-work", "router", "offline"] {
+        let b = resolve_with_config(&config, backend_args(name), &e);
+        assert_eq!(b.config_file(), Some(config.as_path()), "{name}");
+    }
+    let router = resolve_with_config(&config, backend_args("router"), &e);
+    assert_eq!(router.connect_ports(), [3456]);
+    assert_eq!(router.description(), "claude-code-router on this machine");
+    let offline = resolve_with_config(&config, backend_args("offline"), &e);
+    assert_eq!(
+        offline.replay_cassette(),
+        Some(fixture("config/cassette.json").as_path())
+    );
+}

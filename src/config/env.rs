@@ -54,8 +54,12 @@ pub(crate) fn default_config_path(env: EnvView<'_>) -> Option<PathBuf> {
     Some(base.join("coder").join("config.toml"))
 }
 
-/// coder's state directory: `$XDG_STATE_HOME/coder`, else `$HOME/.local/state/coder`.
+/// coder's state directory: `$CODER_STATE_DIR`, else `$XDG_STATE_HOME/coder`, else
+/// `$HOME/.local/state/coder` (where the session records live too).
 pub(crate) fn state_dir(env: EnvView<'_>) -> Option<PathBuf> {
+    if let Some(dir) = env.abs_path("CODER_STATE_DIR") {
+        return Some(dir);
+    }
     let base = env
         .abs_path("XDG_STATE_HOME")
         .or_else(|| env.abs_path("HOME").map(|h| h.join(".local").join("state")))?;
@@ -346,6 +350,12 @@ mod tests {
             Some(PathBuf::from("/home/u/.config/coder/config.toml"))
         );
         assert_eq!(state_dir(env), Some(PathBuf::from("/state/coder")));
+        let mut pairs = pairs.clone();
+        pairs.push(("CODER_STATE_DIR".into(), "/coder-state".into()));
+        assert_eq!(
+            state_dir(EnvView(&pairs)),
+            Some(PathBuf::from("/coder-state"))
+        );
         assert_eq!(default_config_path(EnvView(&[])), None);
     }
 }

@@ -249,6 +249,20 @@ impl ResolvedBackend {
         self.append_system_prompt.as_deref()
     }
 
+    /// Arguments for the claude command line that this backend needs:
+    /// `--disallowedTools=...` and `--append-system-prompt TEXT`.
+    pub fn cli_args(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        if !self.disallowed_tools.is_empty() {
+            args.push(format!("--disallowedTools={}", self.disallowed_tools.join(",")).into());
+        }
+        if let Some(text) = &self.append_system_prompt {
+            args.push("--append-system-prompt".into());
+            args.push(text.into());
+        }
+        args
+    }
+
     /// The config file that was read, if any.
     pub fn config_file(&self) -> Option<&Path> {
         self.config_file.as_deref()
