@@ -187,11 +187,8 @@ fn unknown_flag_is_a_usage_error_with_an_envelope() {
 }
 
 #[test]
-fn unknown_sandbox_mode() {
+fn unknown_sandbox_mode_is_a_usage_error() {
     let fake = fake();
     let out = run(&fake, |c| c.args(["--sandbox", "wide-open", "task"]));
-    let kind = out.envelope["error_kind"].clone();
-    assert_eq!(kind, "config_error", "{}", out.explain());
-    assert!(matches!(out.code, Some(2) | Some(78)), "{}", out.explain());
-    assert!(!fake.has_record());
+    assert_config_error(&fake, &out, 2);
 }

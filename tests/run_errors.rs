@@ -280,3 +280,20 @@ fn failure_detail_reports_the_default_limits() {
     assert_eq!(detail["idle_timeout_s"], 300.0, "{}", out.explain());
     assert_eq!(detail["max_duration_s"], 1800.0, "{}", out.explain());
 }
+
+#[test]
+fn clean_exit_with_no_session_in_the_stream_is_protocol_missing_session() {
+    let fake = Fake::new(json!([
+        {"step": "init", "session_id": null},
+        steps::exit(0)
+    ]));
+    let out = fake.coder().arg("task").run();
+    out.assert_failure("protocol_missing_session", 1);
+}
+
+#[test]
+fn a_panic_in_coder_is_unexpected_exception_with_an_envelope() {
+    let fake = Fake::new(json!(steps::answer("unused")));
+    let out = fake.coder().env("CODER_DEBUG_PANIC", "1").arg("task").run();
+    out.assert_failure("unexpected_exception", 70);
+}

@@ -46,11 +46,7 @@ fn child_command_line_is_stream_json_with_prompt_on_closed_stdin() {
             steps::result_ok("done"),
         ]
     }));
-    let out = fake
-        .coder()
-        .arg("rename the helper function")
-        .env("CODER_TEST_NOT_ALLOWED", "1")
-        .run();
+    let out = fake.coder().arg("rename the helper function").run();
     out.assert_success("done");
     let record = fake.record();
     let argv = record.argv();
@@ -82,11 +78,25 @@ fn child_command_line_is_stream_json_with_prompt_on_closed_stdin() {
         !env.contains_key("CLAUDECODE"),
         "CLAUDECODE removed: {env:?}"
     );
+}
+
+#[test]
+fn child_environment_is_an_allow_list() {
+    let fake = Fake::new(json!(steps::answer("ok")));
+    let out = fake
+        .coder()
+        .env("CODER_TEST_NOT_ALLOWED", "1")
+        .env("GITHUB_TOKEN", "ghp_fake_should_not_travel")
+        .arg("task")
+        .run();
+    out.assert_success("ok");
+    let env = fake.record().env();
     assert!(
-        !env.contains_key("CODER_TEST_NOT_ALLOWED"),
-        "the environment is an allow-list: {env:?}"
+        !env.contains_key("CODER_TEST_NOT_ALLOWED") && !env.contains_key("GITHUB_TOKEN"),
+        "only allow-listed variables reach the child: {env:?}"
     );
     assert!(env.contains_key("PATH"), "{env:?}");
+    assert!(!env.contains_key("CLAUDECODE"), "{env:?}");
 }
 
 #[test]

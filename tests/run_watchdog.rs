@@ -115,10 +115,19 @@ fn child_ignoring_sigterm_is_killed_after_the_grace_period() {
         steps::init(),
         steps::sleep(3600.0)
     ]));
-    let out = fake.coder().args(["--timeout", "0.5", "task"]).run();
+    let out = fake
+        .coder()
+        .args(["--timeout", "0.5", "--kill-grace", "1", "task"])
+        .run();
     out.assert_failure("idle_timeout", 124);
     let pid = fake.record().pid();
     assert!(!pid_alive(pid), "the child {pid} is gone");
+    assert!(
+        out.elapsed >= Duration::from_millis(1400),
+        "SIGKILL only after the grace period: {:?}",
+        out.elapsed
+    );
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
 }
 
 #[test]
@@ -129,7 +138,7 @@ fn stubborn_child_lingering_after_result_is_killed() {
         steps::result_ok("done anyway"),
         {"step": "linger", "seconds": 3600}
     ]));
-    let out = fake.coder().arg("task").run();
+    let out = fake.coder().args(["--kill-grace", "0.5", "task"]).run();
     out.assert_success("done anyway");
 }
 
@@ -174,7 +183,10 @@ fn setsid_grandchild_holding_the_pipes_is_killed() {
 #[test]
 fn setsid_grandchild_ignoring_sigterm_is_killed() {
     let fake = with_grandchild(true, true, true);
-    let out = fake.coder().args(["--timeout", "30", "task"]).run();
+    let out = fake
+        .coder()
+        .args(["--timeout", "30", "--kill-grace", "0.5", "task"])
+        .run();
     out.assert_success("done");
     assert_grandchild_gone(&fake);
 }
@@ -201,7 +213,10 @@ fn idle_timeout_kills_grandchildren_too() {
         {"step": "wait_file", "path": "grandchild.pid", "timeout": 10},
         steps::sleep(3600.0)
     ]));
-    let out = fake.coder().args(["--timeout", "0.5", "task"]).run();
+    let out = fake
+        .coder()
+        .args(["--timeout", "0.5", "--kill-grace", "0.5", "task"])
+        .run();
     out.assert_failure("idle_timeout", 124);
     assert_grandchild_gone(&fake);
 }

@@ -152,14 +152,11 @@ impl Fake {
         &self.marker
     }
 
-    /// A path for a file the child and the test share (readiness files, pid files).
+    /// A path for a file the child and the test share (readiness files, pid files). Inside a
+    /// scenario the bare `name` means the same file: the fake child resolves relative paths
+    /// against the directory of its scenario.
     pub fn file(&self, name: &str) -> PathBuf {
         self.state.join(name)
-    }
-
-    /// [`Fake::file`] as a string, for use inside a scenario.
-    pub fn file_str(&self, name: &str) -> String {
-        self.file(name).to_string_lossy().into_owned()
     }
 
     /// A `coder` invocation with `--cd <workspace> --claude-bin <wrapper>` already set.
