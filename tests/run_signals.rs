@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fake, pid_alive, steps};
+use common::{Fake, marked_processes, pid_alive, steps};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -32,6 +32,11 @@ fn cancel_with(signal: Signal, exit: i32, ignore_sigterm: bool) {
     let fake = busy_child(ignore_sigterm);
     let running = fake.coder().args(["--timeout", "60", "task"]).spawn();
     fake.wait_for_file("ready", Duration::from_secs(20));
+    // The leftover check after the run can only mean something if it sees live processes.
+    assert!(
+        marked_processes(fake.marker()).len() >= 2,
+        "the child and its grandchild are visible in /proc"
+    );
     running.signal(signal);
     let out = running.wait();
     let detail = out.assert_failure("cancelled", exit);
