@@ -34,6 +34,9 @@ pub struct Envelope {
     pub metrics: Option<Metrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub all_messages: Option<Vec<Box<RawValue>>>,
+    /// Every attempt, on failures and whenever there was more than one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<crate::run::AttemptSummary>,
     /// Non-fatal notices (e.g. an environment variable coder removed).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -66,6 +69,18 @@ pub struct ErrorDetail {
     /// The tool call that was running when the run was stopped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_tool: Option<String>,
+    /// For upstream errors: whether a retry can help.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+    /// For upstream errors: whether the session's history itself is rejected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_poisoned: Option<bool>,
+    /// Why the failure was not retried, when retries were asked for or side effects exist.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_refused: Option<String>,
+    /// How to continue the session after a failure that already changed things.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_hint: Option<String>,
     /// What the user can do about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
@@ -131,6 +146,7 @@ impl Envelope {
             error_detail: None,
             metrics: None,
             all_messages: None,
+            attempts: Vec::new(),
             warnings: Vec::new(),
             exit_code: 0,
         }
@@ -152,6 +168,7 @@ impl Envelope {
             error_detail: Some(detail),
             metrics: None,
             all_messages: None,
+            attempts: Vec::new(),
             warnings: Vec::new(),
             exit_code: kind.exit_code(),
         }

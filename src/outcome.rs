@@ -139,6 +139,11 @@ impl Failure {
         self
     }
 
+    #[cfg(test)]
+    pub(crate) fn for_tests(kind: ErrorKind) -> Self {
+        Failure::new(kind, kind.as_str(), kind.as_str())
+    }
+
     /// The process exit code for this failure.
     pub fn exit_code(&self) -> u8 {
         match (self.kind, self.cancel_signal) {

@@ -8,12 +8,19 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
 use crate::child;
-use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest};
+use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SessionChoice};
 use crate::envelope::{Envelope, ErrorDetail, Metrics};
 use crate::observation::Observation;
-use crate::outcome::{self, ErrorKind, LimitsForMessages, Verdict};
-use crate::supervise::{self, AttemptEnd, CancelSignals, Limits, signals::signal_name};
+use crate::outcome::{self, ErrorKind, Failure, LimitsForMessages, Verdict};
+use crate::retry::{self, Backoff, RetryDecision, SideEffects};
+use crate::session::{self, SessionRecord, SessionStore};
+use crate::supervise::{self, AttemptEnd, CancelSignals, Limits, StopCause, signals::signal_name};
 
 /// Exit code of clap usage errors (unknown flags, missing values).
 const USAGE_EXIT: u8 = 2;
@@ -167,110 +174,453 @@ pub async fn run(request: RunRequest) -> Envelope {
             );
         }
     };
-    let mut warnings = Vec::new();
+    let mut run = Run::new(&request, run_started);
     if let Err(e) = supervise::tree::become_subreaper() {
-        warnings.push(format!(
+        run.warnings.push(format!(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    let limits = Limits {
-        idle: request.idle_timeout,
-        deadline: request.max_duration.map(|d| run_started + d),
-        kill_grace: request.kill_grace,
-        max_line_bytes: request.max_line_bytes,
-    };
-    let message_limits = LimitsForMessages {
-        idle_timeout_s: request.idle_timeout.as_secs_f64(),
-        max_duration_s: request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
-    };
-    let session_id = request.session.id().to_string();
 
     let path_var = std::env::var_os("PATH");
     let program = match child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()) {
         Ok(program) => program,
         Err(e) => {
-            let mut envelope = Envelope::failure(
+            return run.early_envelope(
                 ErrorKind::CommandNotFound,
-                Some(session_id),
                 format!("claude CLI not found: {e}"),
-                ErrorDetail {
-                    message: format!("cannot run the claude CLI: {e}"),
-                    idle_timeout_s: message_limits.idle_timeout_s,
-                    max_duration_s: message_limits.max_duration_s,
-                    hint: Some(child::INSTALL_HINT.to_owned()),
-                    ..ErrorDetail::default()
-                },
+                format!("cannot run the claude CLI: {e}"),
+                Some(child::INSTALL_HINT.to_owned()),
             );
-            envelope.metrics = Some(Metrics {
-                wall_ms: run_started.elapsed().as_millis() as u64,
-                ..Metrics::default()
-            });
-            envelope.warnings = warnings;
-            return envelope;
         }
     };
-    let spec = child::build(&request, program, std::env::vars_os());
-    let mut observation =
-        Observation::new(Instant::now(), request.return_all_messages, spec.secrets());
-    let end = supervise::run_attempt(&spec, &limits, &mut observation, &mut signals).await;
-    let verdict = outcome::classify(&end, &observation, message_limits);
 
-    let metrics = metrics_of(&observation, &end, run_started, 1);
-    let session = observation.session_id.clone().unwrap_or(session_id);
-    let mut envelope = match verdict {
-        Verdict::Success { result } => Envelope::success(Some(session), result),
-        Verdict::Failure(failure) => {
-            let exit_code = failure.exit_code();
-            let detail = ErrorDetail {
-                message: failure.message,
-                exit_code: end.exit_code,
-                last_lines: observation.last_lines(),
-                json_decode_errors: observation.json_decode_errors,
-                idle_timeout_s: message_limits.idle_timeout_s,
-                max_duration_s: message_limits.max_duration_s,
-                retries: 0,
-                signal: end.exit_signal.map(signal_name),
-                http_status: failure.http_status,
-                upstream_error: failure.upstream_error,
-                pending_tool: observation.pending_tool().map(str::to_owned),
-                hint: failure.hint,
-            };
-            let mut envelope =
-                Envelope::failure(failure.kind, Some(session), failure.summary, detail);
-            envelope.exit_code = exit_code;
-            envelope
-        }
-    };
-    if request.return_all_messages {
-        envelope.all_messages = Some(observation.take_all_messages());
+    // Session safety: one driver per session, and resumes only where the session lives.
+    let store = SessionStore::new(&session::state_dir());
+    let backend_name = request
+        .backend
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
+    if let SessionChoice::Resume(id) = request.session
+        && let Err(e) = store.check_resume(id, &request.workspace, &backend_name)
+    {
+        return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
     }
-    envelope.metrics = Some(metrics);
-    envelope.warnings = warnings;
-    envelope
+    let mut session = request.session;
+    let mut locks = Vec::new();
+    match store.lock(session.id()) {
+        Ok(lock) => locks.push(lock),
+        Err(e) => {
+            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+        }
+    }
+
+    let mut backoff = Backoff::standard();
+    loop {
+        let attempt_request = RunRequest {
+            session,
+            ..request.clone()
+        };
+        let spec = child::build(&attempt_request, program.clone(), std::env::vars_os());
+        let mut observation =
+            Observation::new(Instant::now(), request.return_all_messages, spec.secrets());
+        let end = supervise::run_attempt(&spec, &run.limits, &mut observation, &mut signals).await;
+        let verdict = outcome::classify(&end, &observation, run.message_limits);
+        let started = !matches!(end.cause, StopCause::SpawnFailed(_));
+        if started && observation.session_id.is_some() {
+            remember_session(
+                &store,
+                session,
+                &request,
+                &backend_name,
+                &observation,
+                &mut run,
+            );
+        }
+        let effects = SideEffects::from_tool_calls(
+            started,
+            observation.tool_calls.keys().map(String::as_str),
+        );
+        let failure = match verdict {
+            Verdict::Success { result } => {
+                run.record_attempt(session, &end, &observation, &effects, "success", None);
+                return run.success_envelope(session, result, &end, observation);
+            }
+            Verdict::Failure(failure) => failure,
+        };
+        let upstream = (failure.kind == ErrorKind::UpstreamError).then(|| {
+            retry::classify_upstream(
+                failure.http_status,
+                failure.upstream_error.as_deref(),
+                &failure.message,
+            )
+        });
+        let retries_left = request.max_retries.saturating_sub(run.retries);
+        let decision = retry::decide(&failure, upstream, &effects, request.sandbox, retries_left);
+        let out_of_time = run
+            .limits
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline);
+        match decision {
+            RetryDecision::Retry if !out_of_time => {
+                let delay = backoff.next().unwrap_or(Duration::from_secs(1));
+                run.record_attempt(
+                    session,
+                    &end,
+                    &observation,
+                    &effects,
+                    failure.kind.as_str(),
+                    Some(format!("retried after {:.1} s", delay.as_secs_f64())),
+                );
+                let cancelled = tokio::select! {
+                    biased;
+                    signo = signals.recv() => Some(signo),
+                    _ = tokio::time::sleep(delay) => None,
+                };
+                if let Some(signo) = cancelled {
+                    return run.cancelled_during_backoff(session, signo, &end, observation);
+                }
+                run.retries += 1;
+                if let SessionChoice::New(_) = session {
+                    // The failed attempt may have created its session; a fresh attempt needs
+                    // a fresh id.
+                    session = SessionChoice::New(Uuid::new_v4());
+                    if let Ok(lock) = store.lock(session.id()) {
+                        locks.push(lock);
+                    }
+                }
+            }
+            decision => {
+                let refusal = match decision {
+                    RetryDecision::Refuse(why) if request.max_retries > 0 => Some(why),
+                    RetryDecision::Retry => Some("the run is out of time (--max-duration)".into()),
+                    RetryDecision::Refuse(why) if !effects.mutating_tools.is_empty() => Some(why),
+                    RetryDecision::Refuse(_) => None,
+                };
+                run.record_attempt(
+                    session,
+                    &end,
+                    &observation,
+                    &effects,
+                    failure.kind.as_str(),
+                    refusal.clone(),
+                );
+                return run.failure_envelope(
+                    session,
+                    failure,
+                    upstream,
+                    refusal,
+                    &effects,
+                    &end,
+                    observation,
+                );
+            }
+        }
+    }
 }
 
-fn metrics_of(obs: &Observation, end: &AttemptEnd, run_started: Instant, attempts: u32) -> Metrics {
-    let result = obs.result.as_ref();
-    Metrics {
-        wall_ms: run_started.elapsed().as_millis() as u64,
-        time_to_first_event_ms: obs.first_event_after.map(|d| d.as_millis() as u64),
-        turns: obs.turns(),
-        usage: obs.usage().into(),
-        tool_calls: obs.tool_calls.clone(),
-        stdout_bytes: obs.stdout_bytes,
-        stderr_bytes: obs.stderr_bytes,
-        stdout_lines: obs.stdout_lines,
-        stderr_lines: obs.stderr_lines,
-        events: obs.events,
-        json_decode_errors: obs.json_decode_errors,
-        truncated_lines: obs.truncated_lines,
-        api_retries: obs.api_retries,
-        exit_code: end.exit_code,
-        signal: end.exit_signal.map(signal_name),
-        attempts,
-        api_ms: result.and_then(|r| r.duration_api_ms),
-        cost_usd: result.and_then(|r| r.total_cost_usd),
-        model: obs.model.clone(),
-        cli_version: obs.cli_version.clone(),
+fn remember_session(
+    store: &SessionStore,
+    session: SessionChoice,
+    request: &RunRequest,
+    backend: &str,
+    observation: &Observation,
+    run: &mut Run,
+) {
+    let now = session::now_secs();
+    let existing = store.load(session.id()).ok().flatten();
+    let record = SessionRecord {
+        session_id: session.id(),
+        workspace: request.workspace.clone(),
+        backend: backend.to_owned(),
+        cli_version: observation.cli_version.clone(),
+        created_at: existing.map_or(now, |r| r.created_at),
+        updated_at: now,
+    };
+    if let Err(e) = store.save(&record) {
+        run.warnings
+            .push(format!("cannot record the session for safe resumes: {e}"));
+    }
+}
+
+/// One attempt, as listed in the envelope.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptSummary {
+    pub attempt: u32,
+    pub session_id: String,
+    /// `success` or the failure's error kind.
+    pub outcome: &'static str,
+    pub duration_ms: u64,
+    /// `none`, `read_only` or `mutating`.
+    pub side_effects: &'static str,
+    pub tools: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What happened next: retried, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
+}
+
+/// State shared by all attempts of one run, and the envelope builders.
+struct Run {
+    started: Instant,
+    limits: Limits,
+    message_limits: LimitsForMessages,
+    return_all_messages: bool,
+    workspace: std::path::PathBuf,
+    requested_session: SessionChoice,
+    retries: u32,
+    attempts: Vec<AttemptSummary>,
+    warnings: Vec<String>,
+    usage: crate::envelope::TokenUsage,
+    tool_calls: std::collections::BTreeMap<String, u64>,
+}
+
+impl Run {
+    fn new(request: &RunRequest, started: Instant) -> Self {
+        Run {
+            started,
+            limits: Limits {
+                idle: request.idle_timeout,
+                deadline: request.max_duration.map(|d| started + d),
+                kill_grace: request.kill_grace,
+                max_line_bytes: request.max_line_bytes,
+            },
+            message_limits: LimitsForMessages {
+                idle_timeout_s: request.idle_timeout.as_secs_f64(),
+                max_duration_s: request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
+            },
+            return_all_messages: request.return_all_messages,
+            workspace: request.workspace.clone(),
+            requested_session: request.session,
+            retries: 0,
+            attempts: Vec::new(),
+            warnings: Vec::new(),
+            usage: Default::default(),
+            tool_calls: Default::default(),
+        }
+    }
+
+    fn record_attempt(
+        &mut self,
+        session: SessionChoice,
+        end: &AttemptEnd,
+        observation: &Observation,
+        effects: &SideEffects,
+        outcome: &'static str,
+        retry: Option<String>,
+    ) {
+        let usage: crate::envelope::TokenUsage = observation.usage().into();
+        self.usage.input += usage.input;
+        self.usage.output += usage.output;
+        self.usage.cache_read += usage.cache_read;
+        self.usage.cache_write += usage.cache_write;
+        for (tool, count) in &observation.tool_calls {
+            *self.tool_calls.entry(tool.clone()).or_default() += count;
+        }
+        self.attempts.push(AttemptSummary {
+            attempt: self.attempts.len() as u32 + 1,
+            session_id: session.id().to_string(),
+            outcome,
+            duration_ms: end.duration.as_millis() as u64,
+            side_effects: effects.class(),
+            tools: effects
+                .mutating_tools
+                .iter()
+                .chain(&effects.read_tools)
+                .cloned()
+                .collect(),
+            exit_code: end.exit_code,
+            retry,
+        });
+    }
+
+    fn metrics(&self, observation: &Observation, end: Option<&AttemptEnd>) -> Metrics {
+        let result = observation.result.as_ref();
+        Metrics {
+            wall_ms: self.started.elapsed().as_millis() as u64,
+            time_to_first_event_ms: observation.first_event_after.map(|d| d.as_millis() as u64),
+            turns: observation.turns(),
+            usage: self.usage,
+            tool_calls: self.tool_calls.clone(),
+            stdout_bytes: observation.stdout_bytes,
+            stderr_bytes: observation.stderr_bytes,
+            stdout_lines: observation.stdout_lines,
+            stderr_lines: observation.stderr_lines,
+            events: observation.events,
+            json_decode_errors: observation.json_decode_errors,
+            truncated_lines: observation.truncated_lines,
+            api_retries: observation.api_retries,
+            exit_code: end.and_then(|e| e.exit_code),
+            signal: end.and_then(|e| e.exit_signal).map(signal_name),
+            attempts: self.attempts.len().max(1) as u32,
+            api_ms: result.and_then(|r| r.duration_api_ms),
+            cost_usd: result.and_then(|r| r.total_cost_usd),
+            model: observation.model.clone(),
+            cli_version: observation.cli_version.clone(),
+        }
+    }
+
+    fn finish(
+        &self,
+        mut envelope: Envelope,
+        observation: Option<&mut Observation>,
+        end: Option<&AttemptEnd>,
+    ) -> Envelope {
+        let empty = Observation::new(self.started, false, Vec::new());
+        let metrics = match &observation {
+            Some(obs) => self.metrics(obs, end),
+            None => self.metrics(&empty, end),
+        };
+        if self.return_all_messages {
+            envelope.all_messages = Some(
+                observation
+                    .map(|o| o.take_all_messages())
+                    .unwrap_or_default(),
+            );
+        }
+        envelope.metrics = Some(metrics);
+        envelope.warnings = self.warnings.clone();
+        if !envelope.success || self.attempts.len() > 1 {
+            envelope.attempts = self.attempts.clone();
+        }
+        envelope
+    }
+
+    fn detail(&self, message: String) -> ErrorDetail {
+        ErrorDetail {
+            message,
+            idle_timeout_s: self.message_limits.idle_timeout_s,
+            max_duration_s: self.message_limits.max_duration_s,
+            retries: self.retries,
+            ..ErrorDetail::default()
+        }
+    }
+
+    /// A failure before any attempt ran.
+    fn early_envelope(
+        &self,
+        kind: ErrorKind,
+        summary: String,
+        message: String,
+        hint: Option<String>,
+    ) -> Envelope {
+        let session = match self.requested_session {
+            SessionChoice::Resume(id) => Some(id.to_string()),
+            SessionChoice::New(_) => None,
+        };
+        let mut detail = self.detail(message);
+        detail.hint = hint;
+        self.finish(
+            Envelope::failure(kind, session, summary, detail),
+            None,
+            None,
+        )
+    }
+
+    fn session_of(
+        &self,
+        session: SessionChoice,
+        observation: &Observation,
+        end: &AttemptEnd,
+    ) -> Option<String> {
+        let started = !matches!(end.cause, StopCause::SpawnFailed(_));
+        observation.session_id.clone().or_else(|| {
+            (started || matches!(session, SessionChoice::Resume(_)))
+                .then(|| session.id().to_string())
+        })
+    }
+
+    fn success_envelope(
+        &self,
+        session: SessionChoice,
+        result: String,
+        end: &AttemptEnd,
+        mut observation: Observation,
+    ) -> Envelope {
+        let envelope = Envelope::success(self.session_of(session, &observation, end), result);
+        self.finish(envelope, Some(&mut observation), Some(end))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn failure_envelope(
+        &self,
+        session: SessionChoice,
+        failure: Failure,
+        upstream: Option<retry::UpstreamClass>,
+        refusal: Option<String>,
+        effects: &SideEffects,
+        end: &AttemptEnd,
+        mut observation: Observation,
+    ) -> Envelope {
+        let exit_code = failure.exit_code();
+        let session_id = self.session_of(session, &observation, end);
+        let mut detail = self.detail(failure.message);
+        detail.exit_code = end.exit_code;
+        detail.last_lines = observation.last_lines();
+        detail.json_decode_errors = observation.json_decode_errors;
+        detail.signal = end.exit_signal.map(signal_name);
+        detail.http_status = failure.http_status;
+        detail.upstream_error = failure.upstream_error;
+        detail.retryable = upstream.map(|u| u.retryable);
+        detail.session_poisoned = upstream.map(|u| u.session_poisoned);
+        detail.pending_tool = observation.pending_tool().map(str::to_owned);
+        detail.hint = failure.hint;
+        detail.retry_refused = refusal;
+        let resumable = observation.session_id.is_some()
+            && !upstream.is_some_and(|u| u.session_poisoned)
+            && failure.kind != ErrorKind::Cancelled;
+        if resumable
+            && !effects.mutating_tools.is_empty()
+            && let Some(id) = &session_id
+        {
+            detail.resume_hint = Some(format!(
+                "the agent already changed things ({}); to continue where it stopped: coder --cd {} --session-id {id} \"continue\"",
+                effects
+                    .mutating_tools
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                shell_quote(&self.workspace.display().to_string()),
+            ));
+        }
+        let mut envelope = Envelope::failure(failure.kind, session_id, failure.summary, detail);
+        envelope.exit_code = exit_code;
+        self.finish(envelope, Some(&mut observation), Some(end))
+    }
+
+    fn cancelled_during_backoff(
+        &self,
+        session: SessionChoice,
+        signo: i32,
+        end: &AttemptEnd,
+        mut observation: Observation,
+    ) -> Envelope {
+        let name = signal_name(signo);
+        let mut detail = self.detail(format!(
+            "coder received {name} while waiting to retry; no attempt was running"
+        ));
+        detail.last_lines = observation.last_lines();
+        detail.json_decode_errors = observation.json_decode_errors;
+        let mut envelope = Envelope::failure(
+            ErrorKind::Cancelled,
+            self.session_of(session, &observation, end),
+            format!("cancelled by {name}"),
+            detail,
+        );
+        envelope.exit_code = outcome::cancelled_exit_code(signo);
+        self.finish(envelope, Some(&mut observation), Some(end))
+    }
+}
+
+/// Quotes a path for a copy-pasteable shell command.
+fn shell_quote(text: &str) -> String {
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
