@@ -276,3 +276,40 @@ fn realistic_tool_run_succeeds() {
     let out = fake.coder().arg("create files").run();
     out.assert_success("Done: both tools ran.");
 }
+
+#[test]
+fn a_session_started_by_coder_can_be_resumed_in_its_workspace() {
+    let fake = Fake::new(json!(steps::answer("turn done")));
+    let first = fake.coder().arg("first turn").run();
+    first.assert_success("turn done");
+    let id = first.session_id().expect("SESSION_ID").to_string();
+    let second = fake
+        .coder()
+        .args(["--session-id", &id, "second turn"])
+        .run();
+    second.assert_success("turn done");
+    assert_eq!(fake.record().flag_value("--resume"), Some(id.clone()));
+    assert_eq!(second.session_id(), Some(id.as_str()));
+}
+
+#[test]
+fn resuming_a_session_from_another_workspace_is_refused() {
+    let home = Fake::new(json!(steps::answer("turn done")));
+    let first = home.coder().arg("first turn").run();
+    first.assert_success("turn done");
+    let id = first.session_id().expect("SESSION_ID").to_string();
+    let elsewhere = Fake::new(json!(steps::answer("should not run")));
+    let out = elsewhere
+        .coder()
+        .env("CODER_STATE_DIR", home.state_dir())
+        .args(["--session-id", &id, "second turn"])
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(!elsewhere.has_record(), "the child must not be started");
+    let message = out.envelope["error"].as_str().unwrap();
+    assert!(
+        message.contains(&home.workspace().to_string_lossy().into_owned()),
+        "says where the session lives: {}",
+        out.explain()
+    );
+}

@@ -171,7 +171,14 @@ impl Fake {
             deadline: DEFAULT_DEADLINE,
             marker: self.marker.clone(),
             config_home: self.dir.path().join("xdg-config"),
+            state_dir: self.state_dir(),
         }
+    }
+
+    /// coder's own state (session records, locks) for runs of this fake: shared by every run
+    /// of one fake, separate from other tests and from the developer's.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("coder-state")
     }
 
     /// Whether the child got far enough to write its record.
@@ -306,6 +313,7 @@ pub struct Coder {
     deadline: Duration,
     marker: String,
     config_home: PathBuf,
+    state_dir: PathBuf,
 }
 
 impl Coder {
@@ -396,6 +404,7 @@ impl Coder {
             cmd.env_remove(key);
         }
         cmd.env("XDG_CONFIG_HOME", &self.config_home)
+            .env("CODER_STATE_DIR", &self.state_dir)
             .env("CLAUDECODE", "1")
             .env("ANTHROPIC_AUTH_TOKEN", SECRET_TOKEN)
             .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
