@@ -7,6 +7,8 @@
 //! records them). Every finished run is checked for leftover processes: each process the fake
 //! child starts carries a unique marker on its command line, and `/proc` is scanned for it.
 //!
+//! Every envelope is also checked against the published schema.
+//!
 //! Nothing here may hang a test run: `coder` is killed and the test fails when it overruns its
 //! deadline, and a [`Running`] dropped before it was waited for kills what is left of it.
 
@@ -559,7 +561,18 @@ impl Drop for Running {
     }
 }
 
-/// Stdout must be exactly one line holding one JSON object.
+/// The published envelope schema, compiled once.
+fn envelope_schema() -> &'static jsonschema::Validator {
+    static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schema/envelope.schema.json");
+        let text = std::fs::read_to_string(path).expect("read the envelope schema");
+        let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
+        jsonschema::validator_for(&schema).expect("the schema compiles")
+    })
+}
+
+/// Stdout must be exactly one line holding one JSON object that matches the published schema.
 fn parse_envelope(stdout: &str, stderr: &str) -> Value {
     let body = stdout.strip_suffix('\n').unwrap_or(stdout);
     assert!(
@@ -573,6 +586,14 @@ fn parse_envelope(stdout: &str, stderr: &str) -> Value {
     let value: Value = serde_json::from_str(body)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert!(value.is_object(), "the envelope is not an object: {value}");
+    let violations: Vec<String> = envelope_schema()
+        .iter_errors(&value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "the envelope does not match schema/envelope.schema.json: {violations:#?}\n{value}"
+    );
     value
 }
 
