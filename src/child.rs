@@ -29,12 +29,16 @@ pub struct ChildSpec {
 impl ChildSpec {
     /// Values of variables that hold credentials, for redaction of the child's output.
     pub fn secrets(&self) -> Vec<String> {
-        self.env
-            .iter()
-            .filter(|(k, _)| is_secret_name(k))
-            .filter_map(|(_, v)| v.to_str().map(str::to_owned))
-            .collect()
+        secret_values(&self.env)
     }
+}
+
+/// Values of the variables in `env` whose names say they hold credentials.
+pub fn secret_values(env: &[(OsString, OsString)]) -> Vec<String> {
+    env.iter()
+        .filter(|(k, _)| is_secret_name(k))
+        .filter_map(|(_, v)| v.to_str().map(str::to_owned))
+        .collect()
 }
 
 fn is_secret_name(name: &OsStr) -> bool {
@@ -215,6 +219,8 @@ mod tests {
             backend: crate::config::BackendArgs::default(),
             max_line_bytes: 1024,
             kill_grace: DEFAULT_KILL_GRACE,
+            transcript: None,
+            quiet: true,
         }
     }
 

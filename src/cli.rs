@@ -111,6 +111,14 @@ pub struct RunArgs {
     #[arg(long = "max-line-bytes", value_name = "BYTES", hide = true)]
     pub max_line_bytes: Option<String>,
 
+    /// Write the run transcript (JSONL) here instead of coder's state directory.
+    #[arg(long, value_name = "PATH")]
+    pub transcript: Option<PathBuf>,
+
+    /// No progress display on stderr, even on a terminal.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
     /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3].
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
@@ -179,6 +187,8 @@ pub struct RunRequest {
     pub backend: BackendArgs,
     pub max_line_bytes: usize,
     pub kill_grace: Duration,
+    pub transcript: Option<PathBuf>,
+    pub quiet: bool,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -308,6 +318,8 @@ impl RunArgs {
             backend: self.backend,
             max_line_bytes,
             kill_grace,
+            transcript: self.transcript,
+            quiet: self.quiet,
         })
     }
 

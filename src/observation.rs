@@ -24,6 +24,14 @@ pub enum Pipe {
     Stderr,
 }
 
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    summary: String,
+    since: Instant,
+}
+
 /// Accumulated facts of one attempt.
 #[derive(Debug)]
 pub struct Observation {
@@ -35,6 +43,10 @@ pub struct Observation {
     pub model: Option<String>,
     pub cli_version: Option<String>,
     pub first_event_after: Option<Duration>,
+    /// When the first model output (text or tool call) arrived.
+    pub first_token_after: Option<Duration>,
+    /// Time spent in tool calls, by tool name (from the call to its result).
+    pub tool_time: BTreeMap<String, Duration>,
     /// The `result` event, when one arrived.
     pub result: Option<ResultEvent>,
     /// The `error` and status of the last synthetic (CLI-made) error message.
@@ -46,8 +58,8 @@ pub struct Observation {
     pub streamed_usage: Usage,
     assistant_messages: Vec<String>,
     pub tool_calls: BTreeMap<String, u64>,
-    /// Tool calls issued and not yet answered, oldest first: (id, summary).
-    pending_tools: Vec<(String, String)>,
+    /// Tool calls issued and not yet answered, oldest first.
+    pending_tools: Vec<PendingTool>,
     pub events: u64,
     pub json_decode_errors: u64,
     pub truncated_lines: u64,
@@ -71,6 +83,8 @@ impl Observation {
             model: None,
             cli_version: None,
             first_event_after: None,
+            first_token_after: None,
+            tool_time: BTreeMap::new(),
             result: None,
             synthetic_error: None,
             last_retry_status: None,
@@ -179,16 +193,31 @@ impl Observation {
                         add_usage(&mut self.streamed_usage, usage);
                     }
                 }
+                if self.first_token_after.is_none()
+                    && (!message.texts.is_empty() || !message.tool_uses.is_empty())
+                {
+                    self.first_token_after = Some(self.started.elapsed());
+                }
                 for tool in &message.tool_uses {
                     *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
-                    self.pending_tools
-                        .push((tool.id.clone(), tool.summary.clone()));
+                    self.pending_tools.push(PendingTool {
+                        id: tool.id.clone(),
+                        name: tool.name.clone(),
+                        summary: tool.summary.clone(),
+                        since: Instant::now(),
+                    });
                 }
             }
             Event::User { tool_results } => {
                 for result in tool_results {
-                    self.pending_tools
-                        .retain(|(id, _)| *id != result.tool_use_id);
+                    if let Some(index) = self
+                        .pending_tools
+                        .iter()
+                        .position(|p| p.id == result.tool_use_id)
+                    {
+                        let done = self.pending_tools.remove(index);
+                        *self.tool_time.entry(done.name).or_default() += done.since.elapsed();
+                    }
                 }
             }
             Event::Result(result) => {
@@ -228,9 +257,7 @@ impl Observation {
 
     /// The tool call issued last and not yet answered, as `Bash(npm test)`.
     pub fn pending_tool(&self) -> Option<&str> {
-        self.pending_tools
-            .last()
-            .map(|(_, summary)| summary.as_str())
+        self.pending_tools.last().map(|p| p.summary.as_str())
     }
 
     /// Model turns: the result's count when known, else distinct assistant messages.
