@@ -366,11 +366,7 @@ fn inherit_credentials(
     child_env: &[(OsString, OsString)],
 ) -> Check {
     let has = |name: &str| child_env.iter().any(|(k, v)| k == name && !v.is_empty());
-    if has("ANTHROPIC_API_KEY")
-        || has("ANTHROPIC_AUTH_TOKEN")
-        || has("CLAUDE_CODE_USE_BEDROCK")
-        || has("CLAUDE_CODE_USE_VERTEX")
-    {
+    if config::INHERITED_CREDENTIALS.iter().any(|n| has(n)) {
         return check;
     }
     let dir = &backend.claude_config_dir().path;
@@ -380,7 +376,11 @@ fn inherit_credentials(
             .push(format!("using the login stored in {}", dir.display()));
         return check;
     }
+    // The resolver's warning says exactly this; here it is the failure itself.
     check.status = Status::Fail;
+    check
+        .hints
+        .retain(|h| !h.starts_with("backend 'inherit': no "));
     check.summary = format!(
         "backend 'inherit': no ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in the environment and \
          no login in {}: the CLI would answer \"Not logged in\"",

@@ -640,3 +640,20 @@ fn the_example_config_resolves_every_profile() {
         Some(fixture("config/cassette.json").as_path())
     );
 }
+
+#[test]
+fn inherit_without_any_credentials_warns_before_the_cli_says_not_logged_in() {
+    let bare = env(&[("HOME", "/home/u"), ("PATH", "/bin")]);
+    let b = resolve_backend(&BackendArgs::default(), &bare).unwrap();
+    assert!(
+        b.warnings()
+            .iter()
+            .any(|w| w.contains("Not logged in") && w.contains("claude_config_dir")),
+        "{:?}",
+        b.warnings()
+    );
+    let mut with_token = bare.clone();
+    with_token.extend(env(&[("CLAUDE_CODE_OAUTH_TOKEN", "t")]));
+    let b = resolve_backend(&BackendArgs::default(), &with_token).unwrap();
+    assert!(b.warnings().is_empty(), "{:?}", b.warnings());
+}

@@ -241,3 +241,44 @@ fn config_problems_are_reported_in_one_line_each() {
     );
     drop(listener);
 }
+
+/// The real CLI, as installed by scripts/setup-claude and exported by scripts/test.
+fn real_claude() -> Option<String> {
+    match std::env::var("CODER_TEST_CLAUDE_BIN") {
+        Ok(path) if !path.is_empty() => Some(path),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI requires CODER_TEST_CLAUDE_BIN (scripts/test sets it)")
+        }
+        _ => {
+            eprintln!("SKIPPED: CODER_TEST_CLAUDE_BIN is not set; run scripts/test");
+            None
+        }
+    }
+}
+
+#[test]
+fn with_the_real_cli_and_a_reachable_backend_the_doctor_exits_0() {
+    let Some(claude) = real_claude() else { return };
+    let doctor = Doctor::new();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = doctor.config_for_port(listener.local_addr().unwrap().port());
+    let (report, code, stdout) = doctor.json(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--backend",
+        "local",
+        "--claude-bin",
+        &claude,
+        "--sandbox",
+        "danger-full-access",
+    ]);
+    let claude = check(&report, "claude");
+    assert_eq!(claude["status"], "ok", "{stdout}");
+    assert_eq!(
+        claude["detail"]["version"],
+        coder::doctor::TESTED_CLAUDE_VERSION
+    );
+    assert_eq!(report["ok"], true, "{stdout}");
+    assert_eq!(code, Some(0), "{stdout}");
+    drop(listener);
+}

@@ -109,6 +109,15 @@ pub struct ClaudeConfigDir {
     pub mode: &'static str,
 }
 
+/// Caller variables any of which lets the CLI authenticate without a stored login.
+pub const INHERITED_CREDENTIALS: [&str; 5] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+];
+
 /// The token given to the CLI for a replay server.
 pub const REPLAY_TOKEN: &str = "coder-replay-token";
 
@@ -559,6 +568,17 @@ pub fn resolve_backend_allowing_missing_key(
                      override ANTHROPIC_AUTH_TOKEN"
                         .to_owned(),
                 );
+            }
+            if INHERITED_CREDENTIALS.iter().all(|n| env.text(n).is_none())
+                && !claude_config.path.join(".credentials.json").is_file()
+            {
+                warnings.push(format!(
+                    "backend 'inherit': no ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in the \
+                     environment and no login in {}, so the CLI will answer \"Not logged in\": \
+                     export a key, choose a backend with --backend, or set claude_config_dir = \
+                     \"user\" to use your own claude login",
+                    claude_config.path.display()
+                ));
             }
             if explicit_base_url || profile.base_url.is_some() {
                 (profile.base_url.clone(), true, None)
