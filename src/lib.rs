@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod observation;
 pub mod outcome;
 pub mod progress;
+pub mod replay;
 pub mod retry;
 pub mod run;
 pub mod runs;
