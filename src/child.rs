@@ -75,6 +75,10 @@ pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
     }
     args.push("--permission-mode".into());
     args.push(permission_mode(request.sandbox).into());
+    if let Some(turns) = request.max_turns {
+        args.push("--max-turns".into());
+        args.push(turns.to_string().into());
+    }
     args
 }
 
@@ -221,6 +225,7 @@ mod tests {
             kill_grace: DEFAULT_KILL_GRACE,
             transcript: None,
             quiet: true,
+            max_turns: None,
         }
     }
 

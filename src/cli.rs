@@ -111,6 +111,10 @@ pub struct RunArgs {
     #[arg(long = "max-line-bytes", value_name = "BYTES", hide = true)]
     pub max_line_bytes: Option<String>,
 
+    /// Stop the agent after this many model turns (`max_turns` error) [default: no limit].
+    #[arg(long = "max-turns", visible_alias = "max_turns", value_name = "N")]
+    pub max_turns: Option<String>,
+
     /// Write the run transcript (JSONL) here instead of coder's state directory.
     #[arg(long, value_name = "PATH")]
     pub transcript: Option<PathBuf>,
@@ -189,6 +193,8 @@ pub struct RunRequest {
     pub kill_grace: Duration,
     pub transcript: Option<PathBuf>,
     pub quiet: bool,
+    /// The CLI's turn limit, if any.
+    pub max_turns: Option<u32>,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -259,6 +265,18 @@ impl RunArgs {
             None => DEFAULT_MAX_LINE_BYTES,
         };
 
+        let max_turns = match &self.max_turns {
+            Some(text) => match text.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => Some(n),
+                _ => {
+                    return Err(ArgError::Invalid(format!(
+                        "--max-turns must be a whole number of turns, at least 1 (got {text:?})"
+                    )));
+                }
+            },
+            None => None,
+        };
+
         let session = match self.session_id.as_deref().or(file.session_id.as_deref()) {
             Some(text) => SessionChoice::Resume(parse_session_id(text)?),
             None => SessionChoice::New(Uuid::new_v4()),
@@ -320,6 +338,7 @@ impl RunArgs {
             kill_grace,
             transcript: self.transcript,
             quiet: self.quiet,
+            max_turns,
         })
     }
 

@@ -15,6 +15,7 @@ pub mod observation;
 pub mod outcome;
 pub mod progress;
 pub mod prompt;
+pub mod replay;
 pub mod retry;
 pub mod run;
 pub mod runs;

@@ -21,6 +21,7 @@ use crate::observation::Observation;
 use crate::observation::Pipe;
 use crate::outcome::{self, ErrorKind, Failure, LimitsForMessages, Verdict};
 use crate::progress::{self, Progress};
+use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::session::{self, SessionRecord, SessionStore};
 use crate::stream::{Event, Line};
@@ -326,13 +327,41 @@ async fn run_attempts(
             return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
         }
     };
-    if backend.replay_cassette().is_some() && backend.base_url().is_none() {
-        let message = format!(
-            "backend '{}' needs coder's replay server, which this build does not include",
-            backend.name()
-        );
-        return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
-    }
+    // A replay backend gets its base URL from a local replay server, which lives as long
+    // as the run.
+    let mut backend = backend;
+    let replay_cassette = backend
+        .replay_cassette()
+        .filter(|_| backend.base_url().is_none())
+        .map(std::path::Path::to_path_buf);
+    let _replay_server = match replay_cassette {
+        None => None,
+        Some(path) => {
+            let options = ServeOptions {
+                port: 0,
+                workspace: Some(request.workspace.clone()),
+            };
+            let started = match Cassette::load(&path) {
+                Ok(cassette) => ReplayServer::start(cassette, options).await,
+                Err(e) => Err(e),
+            };
+            match started {
+                Ok(server) => {
+                    backend = backend.with_base_url(&server.base_url());
+                    Some(server)
+                }
+                Err(e) => {
+                    let message = format!("backend '{}': {e}", backend.name());
+                    return run.early_envelope(
+                        ErrorKind::ConfigError,
+                        message.clone(),
+                        message,
+                        None,
+                    );
+                }
+            }
+        }
+    };
     if let Err(e) = backend.ensure_claude_config_dir() {
         return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
     }

@@ -198,3 +198,73 @@ fn config_problems_are_config_error_envelopes_and_start_nothing() {
         assert!(!fake.has_record(), "{args:?} started the child");
     }
 }
+
+fn cassette(name: &str) -> String {
+    format!(
+        "replay:{}/fixtures/cassettes/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn a_replay_backend_points_the_child_at_a_local_server_with_a_dummy_token() {
+    let fake = answering();
+    let out = coder(&fake)
+        .args(["--backend", &cassette("plain.json"), "t"])
+        .run();
+    out.assert_success("recorded");
+    let env = fake.record().env();
+    let url = env.get("ANTHROPIC_BASE_URL").expect("a base URL");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert_eq!(
+        env.get("ANTHROPIC_AUTH_TOKEN").map(String::as_str),
+        Some(coder::config::REPLAY_TOKEN)
+    );
+    assert!(
+        !env.values().any(|v| v == SECRET_TOKEN),
+        "the caller's token leaked"
+    );
+
+    let broken = fake.root().join("broken.json");
+    std::fs::write(&broken, "{\"version\": 1, \"turns\": [").unwrap();
+    let fake = answering();
+    let out = coder(&fake)
+        .arg("--backend")
+        .arg(format!("replay:{}", broken.display()))
+        .arg("t")
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(!fake.has_record());
+}
+
+#[test]
+fn the_real_cli_runs_offline_through_a_replay_backend() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let fake = answering();
+    let out = coder(&fake)
+        .claude_bin(claude)
+        .args(["--backend", &cassette("plain.json"), "say hi"])
+        .run();
+    out.assert_success("Hello from the replay cassette.");
+}
+
+/// The real CLI: `CODER_TEST_CLAUDE_BIN`, else the project-local install of
+/// scripts/setup-claude. Missing, the test is skipped loudly, except under CI.
+fn real_claude() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
+        return Some(path.into());
+    }
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".tools/claude/node_modules/.bin/claude");
+    if local.exists() {
+        return Some(local);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the claude CLI is missing; run scripts/setup-claude or set CODER_TEST_CLAUDE_BIN"
+    );
+    eprintln!("\n*** SKIP: the claude CLI is not installed (run scripts/setup-claude) ***\n");
+    None
+}
