@@ -293,3 +293,17 @@ fn sigterm_to_coder_mid_run_is_cancelled() {
     assert!(out.session_id().is_some());
     assert_no_process_in(scene.workspace());
 }
+
+#[test]
+fn a_retryable_upstream_failure_is_retried_to_success() {
+    let Some(scene) = Scene::new("flaky_500.json", 0) else {
+        return;
+    };
+    let out = scene.coder().args(["--max-retries", "1", "hi"]).run();
+    out.assert_success("Answered on the second attempt.");
+    let attempts = out.envelope["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{}", out.explain());
+    assert_eq!(attempts[0]["outcome"], "upstream_error");
+    assert_eq!(attempts[0]["side_effects"], "none");
+    assert_no_process_in(scene.workspace());
+}
