@@ -7,3 +7,4 @@
 //! -> envelope ([`envelope`]).
 
 pub mod outcome;
+pub mod sandbox;
