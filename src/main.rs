@@ -1,11 +1,18 @@
-//! The `coder` binary: parse, run, print one envelope, exit with its code.
+//! The `coder` binary: pick the mode from the first argument, run it, exit with its code.
+//! Everything else lives in the library.
 
-fn main() -> std::process::ExitCode {
-    // `coder sandbox` confines this very process and execs the command: it must run
-    // before anything starts a thread.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == "sandbox") {
-        return coder::sandbox::sandbox_command(&args[2..]);
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    match args.get(1).and_then(|a| a.to_str()) {
+        // Must come first: the helper runs single-threaded and execs the child.
+        Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),
+        // Also before any thread: it confines this process and execs the command.
+        Some("sandbox") => coder::sandbox::sandbox_command(&args[2..]),
+        Some("replay") => coder::replay::serve_command(&args[1..]),
+        Some("runs") => coder::runs::runs_command(&args),
+        _ => coder::run::run_command(&args),
     }
-    std::process::ExitCode::SUCCESS
 }

@@ -6,6 +6,10 @@
 
 use serde::Serialize;
 
+use crate::observation::Observation;
+use crate::sandbox::helper::HelperStage;
+use crate::supervise::{AttemptEnd, SpawnError, StopCause, signals::signal_name};
+
 /// The `error_kind` of a failure envelope. Names and exit codes are part of the contract
 /// (DESIGN §2) and never change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -93,4 +97,283 @@ impl std::fmt::Display for ErrorKind {
 /// (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
 pub fn cancelled_exit_code(signal: i32) -> u8 {
     u8::try_from(128 + signal).unwrap_or(130)
+}
+
+/// The classified end of one attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Success { result: String },
+    Failure(Failure),
+}
+
+/// A classified failure, before it is dressed as an envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub kind: ErrorKind,
+    /// The one-line `error` of the envelope.
+    pub summary: String,
+    /// The longer `error_detail.message`.
+    pub message: String,
+    pub http_status: Option<u16>,
+    pub upstream_error: Option<String>,
+    pub hint: Option<String>,
+    /// For `cancelled`: the signal coder received.
+    pub cancel_signal: Option<i32>,
+}
+
+impl Failure {
+    fn new(kind: ErrorKind, summary: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            summary: summary.into(),
+            message: message.into(),
+            http_status: None,
+            upstream_error: None,
+            hint: None,
+            cancel_signal: None,
+        }
+    }
+
+    fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    #[cfg(test)]
+    pub(crate) fn for_tests(kind: ErrorKind) -> Self {
+        Failure::new(kind, kind.as_str(), kind.as_str())
+    }
+
+    /// The process exit code for this failure.
+    pub fn exit_code(&self) -> u8 {
+        match (self.kind, self.cancel_signal) {
+            (ErrorKind::Cancelled, Some(signal)) => cancelled_exit_code(signal),
+            (kind, _) => kind.exit_code(),
+        }
+    }
+}
+
+/// Limits the attempt ran under, for messages.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitsForMessages {
+    pub idle_timeout_s: f64,
+    pub max_duration_s: f64,
+}
+
+/// Classifies an ended attempt from how it ended and what its stream showed, following the
+/// CLI's measured signals: `is_error`, `subtype`, `terminal_reason`, `api_error_status`, the
+/// synthetic `<synthetic>` assistant message, and the exit status.
+pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) -> Verdict {
+    let pending = obs
+        .pending_tool()
+        .map(|t| format!(" while {t} was running"))
+        .unwrap_or_default();
+    match &end.cause {
+        StopCause::Cancelled(signal) => {
+            let name = signal_name(*signal);
+            let mut failure = Failure::new(
+                ErrorKind::Cancelled,
+                format!("cancelled by {name}"),
+                format!("coder received {name}{pending}; the child process tree was stopped"),
+            );
+            failure.cancel_signal = Some(*signal);
+            return Verdict::Failure(failure);
+        }
+        StopCause::IdleTimeout => {
+            let secs = limits.idle_timeout_s;
+            return Verdict::Failure(
+                Failure::new(
+                    ErrorKind::IdleTimeout,
+                    format!("no output for {secs} s{pending}"),
+                    format!(
+                        "the claude CLI printed nothing on stdout or stderr for {secs} s{pending}; the run was stopped"
+                    ),
+                )
+                .hint("raise --timeout if the task legitimately runs silent that long, or check the backend"),
+            );
+        }
+        StopCause::TotalTimeout => {
+            let secs = limits.max_duration_s;
+            return Verdict::Failure(
+                Failure::new(
+                    ErrorKind::Timeout,
+                    format!("run exceeded --max-duration of {secs} s{pending}"),
+                    format!(
+                        "the run reached its --max-duration of {secs} s{pending} and was stopped"
+                    ),
+                )
+                .hint("raise --max-duration (0 means no cap) or split the task"),
+            );
+        }
+        StopCause::SpawnFailed(error) => return Verdict::Failure(spawn_failure(error)),
+        StopCause::Finished | StopCause::LingeredAfterResult => {}
+    }
+
+    if let Some(result) = &obs.result {
+        return classify_result(result, obs);
+    }
+
+    // No result line.
+    if let Some((error, status, text)) = &obs.synthetic_error {
+        let mut failure = Failure::new(
+            ErrorKind::UpstreamError,
+            crate::stream::one_line(text, 200),
+            format!("the claude CLI reported an API failure and ended without a result: {text}"),
+        );
+        failure.http_status = *status;
+        failure.upstream_error.clone_from(error);
+        return Verdict::Failure(failure);
+    }
+    let exit = describe_exit(end);
+    let tail = obs
+        .last_line_head()
+        .map(|l| format!("; last output: {l}"))
+        .unwrap_or_default();
+    if obs.json_decode_errors > 0 && obs.events == 0 {
+        return Verdict::Failure(Failure::new(
+            ErrorKind::JsonDecode,
+            format!("stdout was not stream-json ({} undecodable lines)", obs.json_decode_errors),
+            format!(
+                "the child {exit} and printed {} lines on stdout that are not stream-json events, and no result{tail}",
+                obs.json_decode_errors
+            ),
+        ).hint("check that --claude-bin points at the claude CLI, not a wrapper that prints other text"));
+    }
+    if end.exit_code != Some(0) {
+        return Verdict::Failure(Failure::new(
+            ErrorKind::SubprocessError,
+            format!("claude {exit} without a result"),
+            format!("the claude CLI {exit} before printing a result{tail}"),
+        ));
+    }
+    if obs.session_id.is_none() {
+        return Verdict::Failure(Failure::new(
+            ErrorKind::ProtocolMissingSession,
+            "no session id in the stream",
+            format!("the claude CLI exited 0 without a system/init event or any session id{tail}"),
+        ));
+    }
+    Verdict::Failure(Failure::new(
+        ErrorKind::EmptyResult,
+        "claude ended without a result",
+        format!("the claude CLI exited 0 without printing a result event{tail}"),
+    ))
+}
+
+fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Verdict {
+    let subtype = result.subtype.as_deref().unwrap_or("");
+    let reason = result.terminal_reason.as_deref().unwrap_or("");
+    let errors = result.errors.join("; ");
+    if !result.is_error && (subtype == "success" || subtype.is_empty()) {
+        return match result.result.as_deref().map(str::trim) {
+            Some(text) if !text.is_empty() => Verdict::Success {
+                result: result.result.clone().unwrap_or_default(),
+            },
+            _ => Verdict::Failure(Failure::new(
+                ErrorKind::EmptyResult,
+                "claude finished with an empty result",
+                "the claude CLI reported success but its result text is empty",
+            )),
+        };
+    }
+    if subtype == "error_max_turns"
+        || subtype == "error_max_budget_usd"
+        || reason == "max_turns"
+        || reason == "budget_exhausted"
+    {
+        let what = if errors.is_empty() {
+            format!("stopped at its limit ({subtype})")
+        } else {
+            errors.clone()
+        };
+        return Verdict::Failure(
+            Failure::new(
+                ErrorKind::MaxTurns,
+                what.clone(),
+                format!("the claude CLI {what}"),
+            )
+            .hint("resume the session with SESSION_ID to continue, or raise the limit"),
+        );
+    }
+    let missing_session = result.errors.iter().any(|e| {
+        e.contains("No conversation found") || e.contains("--resume requires a valid session")
+    });
+    if missing_session {
+        return Verdict::Failure(
+            Failure::new(
+                ErrorKind::ProtocolMissingSession,
+                crate::stream::one_line(&errors, 200),
+                format!("the session to resume does not exist: {errors}"),
+            )
+            .hint("resume only a SESSION_ID from an earlier run with the same backend and config; omit --session-id to start a new session"),
+        );
+    }
+    let status = result
+        .api_error_status
+        .or_else(|| obs.synthetic_error.as_ref().and_then(|s| s.1))
+        .or(obs.last_retry_status);
+    let upstream = reason == "api_error"
+        || result.api_error_status.is_some()
+        || result.api_error_type.is_some()
+        || obs.synthetic_error.is_some();
+    let text = result
+        .result
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| errors.clone());
+    if upstream {
+        let mut failure = Failure::new(
+            ErrorKind::UpstreamError,
+            crate::stream::one_line(&text, 200),
+            format!("the backend API failed: {text}"),
+        );
+        failure.http_status = status;
+        failure.upstream_error = obs
+            .synthetic_error
+            .as_ref()
+            .and_then(|s| s.0.clone())
+            .or_else(|| result.api_error_type.clone());
+        if matches!(status, Some(401 | 403))
+            || failure.upstream_error.as_deref() == Some("authentication_failed")
+        {
+            failure =
+                failure.hint("check the backend's API key variable and base URL (coder doctor)");
+        }
+        return Verdict::Failure(failure);
+    }
+    Verdict::Failure(Failure::new(
+        ErrorKind::SubprocessError,
+        crate::stream::one_line(&format!("claude failed ({subtype}): {text}"), 200),
+        format!("the claude CLI ended with an error result ({subtype}, {reason}): {text}"),
+    ))
+}
+
+fn describe_exit(end: &AttemptEnd) -> String {
+    match (end.exit_code, end.exit_signal) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => format!("was killed by {}", signal_name(signal)),
+        (None, None) => "ended".to_owned(),
+    }
+}
+
+fn spawn_failure(error: &SpawnError) -> Failure {
+    match error {
+        SpawnError::Helper(failure) if failure.stage == HelperStage::Exec => Failure::new(
+            ErrorKind::CommandNotFound,
+            failure.message.clone(),
+            failure.message.clone(),
+        )
+        .hint(crate::child::INSTALL_HINT),
+        SpawnError::Helper(failure) if failure.stage == HelperStage::Sandbox => Failure::new(
+            ErrorKind::SandboxError,
+            failure.message.clone(),
+            failure.message.clone(),
+        )
+        .hint("run `coder doctor`; --sandbox danger-full-access runs without confinement"),
+        other => Failure::new(
+            ErrorKind::SubprocessError,
+            other.to_string(),
+            format!("the child process could not be started: {other}"),
+        ),
+    }
 }

@@ -9,10 +9,12 @@
 //!   agent may connect to, the files to mask, and the environment the agent must get. All
 //!   the thinking (canonicalising, scanning for secrets, refusing a home directory as
 //!   workspace) happens here, where errors are cheap to report.
-//! * In a fresh single-threaded process right before `execve`, [`confine`] applies it: a
-//!   private mount namespace whose root holds only the granted paths, empty read-only files
-//!   bind-mounted over every secret, capabilities dropped, then Landlock (filesystem rights,
-//!   TCP connect ports, signal and abstract-socket scoping). Anything short of that is an
+//! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
+//!   re-executed, so no confinement code runs inside the multi-task supervisor),
+//!   [`confine`] applies it: a private mount namespace whose root holds only the granted
+//!   paths, empty read-only files bind-mounted over every secret, capabilities dropped,
+//!   then Landlock (filesystem rights, TCP connect ports, signal and abstract-socket
+//!   scoping). Anything short of that is an
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
 //!   explicit way out.
 //!
@@ -30,6 +32,7 @@
 mod command;
 mod confine;
 mod denial;
+pub mod helper;
 mod note;
 mod policy;
 mod probe;

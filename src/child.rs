@@ -1,0 +1,279 @@
+//! The `claude` command line and environment for one attempt.
+//!
+//! This is where the CLI's measured quirks are answered (see DESIGN §3): stream-json needs
+//! `--verbose`; the session id is chosen here (`--session-id <new uuid>`) so it is known
+//! before the first byte; the prompt goes on stdin, which is then closed, because an open,
+//! silent stdin stalls the CLI; `CLAUDECODE` is removed so a run started from inside Claude
+//! Code is not mistaken for a nested session. The CLI's own timeouts are capped below
+//! coder's idle limit so a slow but healthy tool or API call produces output (a tool result,
+//! an `api_retry` line) before coder would call it idle.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::cli::{RunRequest, SandboxMode, SessionChoice};
+
+/// Everything needed to start the child: program, arguments, full environment, cwd, stdin.
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// The complete environment (the child inherits nothing else).
+    pub env: Vec<(OsString, OsString)>,
+    pub cwd: PathBuf,
+    /// Written to the child's stdin, which is then closed.
+    pub stdin: Vec<u8>,
+}
+
+impl ChildSpec {
+    /// Values of variables that hold credentials, for redaction of the child's output.
+    pub fn secrets(&self) -> Vec<String> {
+        secret_values(&self.env)
+    }
+}
+
+/// Values of the variables in `env` whose names say they hold credentials.
+pub fn secret_values(env: &[(OsString, OsString)]) -> Vec<String> {
+    env.iter()
+        .filter(|(k, _)| is_secret_name(k))
+        .filter_map(|(_, v)| v.to_str().map(str::to_owned))
+        .collect()
+}
+
+fn is_secret_name(name: &OsStr) -> bool {
+    let name = name.to_string_lossy().to_ascii_uppercase();
+    ["TOKEN", "KEY", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|s| name.contains(s))
+}
+
+/// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined.
+fn permission_mode(mode: SandboxMode) -> &'static str {
+    match mode {
+        SandboxMode::ReadOnly => "plan",
+        SandboxMode::WorkspaceWrite => "acceptEdits",
+        SandboxMode::DangerFullAccess => "bypassPermissions",
+    }
+}
+
+/// The arguments after the program name.
+pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["-p", "--output-format", "stream-json", "--verbose"]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+    match request.session {
+        SessionChoice::New(id) => {
+            args.push("--session-id".into());
+            args.push(id.to_string().into());
+        }
+        SessionChoice::Resume(id) => {
+            args.push("--resume".into());
+            args.push(id.to_string().into());
+        }
+    }
+    args.push("--permission-mode".into());
+    args.push(permission_mode(request.sandbox).into());
+    if let Some(turns) = request.max_turns {
+        args.push("--max-turns".into());
+        args.push(turns.to_string().into());
+    }
+    args
+}
+
+/// Environment variables coder sets from the run's limits unless the caller set them.
+fn limit_env(idle: Duration) -> Vec<(&'static str, String)> {
+    // A tool or an API wait must end (and so print something) before coder calls the run
+    // idle: 90 % of the idle limit, at least one second.
+    let below_idle_ms = ((idle.as_millis() as u64) * 9 / 10).max(1000);
+    vec![
+        ("BASH_DEFAULT_TIMEOUT_MS", below_idle_ms.to_string()),
+        ("BASH_MAX_TIMEOUT_MS", below_idle_ms.to_string()),
+        ("MCP_TOOL_TIMEOUT", below_idle_ms.to_string()),
+        ("API_TIMEOUT_MS", below_idle_ms.to_string()),
+        // The CLI clamps this one to at least 10 s.
+        (
+            "CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS",
+            below_idle_ms.max(10_000).to_string(),
+        ),
+    ]
+}
+
+/// Builds the child's environment from a base environment (the caller's, or one already
+/// filtered by the backend configuration).
+pub fn child_env(
+    base: impl IntoIterator<Item = (OsString, OsString)>,
+    request: &RunRequest,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = base
+        .into_iter()
+        .filter(|(k, _)| k != "CLAUDECODE")
+        .collect();
+    for (name, value) in limit_env(request.idle_timeout) {
+        if !env.iter().any(|(k, _)| k == name) {
+            env.push((name.into(), value.into()));
+        }
+    }
+    if request.sandbox == SandboxMode::DangerFullAccess
+        && !env.iter().any(|(k, _)| k == "IS_SANDBOX")
+    {
+        // bypassPermissions is refused as root unless the caller vouches for the machine;
+        // danger-full-access is exactly that statement.
+        env.push(("IS_SANDBOX".into(), "1".into()));
+    }
+    env
+}
+
+/// The whole child spec for a request, given the resolved program and base environment.
+pub fn build(
+    request: &RunRequest,
+    program: PathBuf,
+    base_env: impl IntoIterator<Item = (OsString, OsString)>,
+) -> ChildSpec {
+    ChildSpec {
+        program,
+        args: claude_args(request),
+        env: child_env(base_env, request),
+        cwd: request.workspace.clone(),
+        stdin: request.prompt.as_bytes().to_vec(),
+    }
+}
+
+/// Why the claude executable cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    #[error("cannot find `{name}` on PATH")]
+    NotOnPath { name: String },
+    #[error("{path}: no such file")]
+    Missing { path: PathBuf },
+    #[error("{path} is not an executable file")]
+    NotExecutable { path: PathBuf },
+}
+
+/// Resolves the executable: an explicit path, else `claude` on the given PATH.
+pub fn resolve_program(
+    explicit: Option<&Path>,
+    path_var: Option<&OsStr>,
+) -> Result<PathBuf, ProgramError> {
+    let name = explicit.unwrap_or(Path::new("claude"));
+    if name.components().count() > 1 || name.is_absolute() {
+        return check_executable(name);
+    }
+    let dirs = path_var.map(std::env::split_paths).into_iter().flatten();
+    for dir in dirs {
+        let candidate = dir.join(name);
+        if check_executable(&candidate).is_ok() {
+            return Ok(candidate);
+        }
+    }
+    Err(ProgramError::NotOnPath {
+        name: name.display().to_string(),
+    })
+}
+
+fn check_executable(path: &Path) -> Result<PathBuf, ProgramError> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|_| ProgramError::Missing {
+        path: path.to_owned(),
+    })?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(ProgramError::NotExecutable {
+            path: path.to_owned(),
+        });
+    }
+    // The child runs in the workspace, so a relative path must be anchored here.
+    Ok(std::path::absolute(path).unwrap_or_else(|_| path.to_owned()))
+}
+
+/// What to tell a user whose claude cannot be found.
+pub const INSTALL_HINT: &str = "install the claude CLI (npm install -g @anthropic-ai/claude-code, or scripts/setup-claude in the coder repository) or point --claude-bin / CODER_CLAUDE_BIN at it";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{DEFAULT_KILL_GRACE, RunRequest};
+    use uuid::Uuid;
+
+    fn request(session: SessionChoice) -> RunRequest {
+        RunRequest {
+            prompt: "task".into(),
+            workspace: "/ws".into(),
+            sandbox: SandboxMode::WorkspaceWrite,
+            session,
+            return_all_messages: false,
+            return_metrics: false,
+            log_metrics: false,
+            idle_timeout: Duration::from_secs(300),
+            max_duration: None,
+            max_retries: 0,
+            claude_bin: None,
+            backend: None,
+            config: None,
+            max_line_bytes: 1024,
+            kill_grace: DEFAULT_KILL_GRACE,
+            transcript: None,
+            quiet: true,
+            max_turns: None,
+        }
+    }
+
+    #[test]
+    fn new_and_resumed_sessions() {
+        let id = Uuid::new_v4();
+        let args = claude_args(&request(SessionChoice::New(id)));
+        let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into()).collect();
+        assert_eq!(
+            &args[..4],
+            ["-p", "--output-format", "stream-json", "--verbose"]
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == "--session-id" && w[1] == id.to_string())
+        );
+        let args = claude_args(&request(SessionChoice::Resume(id)));
+        let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into()).collect();
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == "--resume" && w[1] == id.to_string())
+        );
+    }
+
+    #[test]
+    fn env_drops_claudecode_and_caps_tool_timeouts() {
+        let req = request(SessionChoice::New(Uuid::new_v4()));
+        let env = child_env(
+            vec![
+                ("CLAUDECODE".into(), "1".into()),
+                ("BASH_MAX_TIMEOUT_MS".into(), "5".into()),
+            ],
+            &req,
+        );
+        assert!(!env.iter().any(|(k, _)| k == "CLAUDECODE"));
+        assert!(env.contains(&("BASH_MAX_TIMEOUT_MS".into(), "5".into())));
+        assert!(env.contains(&("BASH_DEFAULT_TIMEOUT_MS".into(), "270000".into())));
+    }
+
+    #[test]
+    fn resolves_programs_on_path() {
+        assert!(matches!(
+            resolve_program(None, Some(OsStr::new("/nonexistent"))),
+            Err(ProgramError::NotOnPath { .. })
+        ));
+        assert_eq!(
+            resolve_program(Some(Path::new("sh")), Some(OsStr::new("/nonexistent:/bin"))).unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("claude");
+        std::fs::write(&plain, "not executable").unwrap();
+        assert!(matches!(
+            resolve_program(Some(&plain), None),
+            Err(ProgramError::NotExecutable { .. })
+        ));
+        assert!(matches!(
+            resolve_program(Some(&dir.path().join("missing")), None),
+            Err(ProgramError::Missing { .. })
+        ));
+    }
+}

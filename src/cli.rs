@@ -1,0 +1,569 @@
+//! The run-mode command line and the `--request` JSON form, both turned into one validated
+//! [`RunRequest`].
+//!
+//! Validation happens here, before anything is spawned, so every mistake a caller can make
+//! with arguments becomes a `config_error` envelope with a message that says what to change.
+//! Values clap cannot type-check without producing its own usage error (durations, counts,
+//! session ids) are taken as text and checked here, which keeps those mistakes on the
+//! `config_error` exit code (78) rather than clap's usage code (2).
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::stream::DEFAULT_MAX_LINE_BYTES;
+
+/// Confinement mode of the child (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::DangerFullAccess => "danger-full-access",
+        }
+    }
+}
+
+/// `coder --cd DIR [OPTIONS] [PROMPT | -]`
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder",
+    version,
+    allow_negative_numbers = true,
+    about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
+    after_help = "Other commands: coder doctor | coder prompt | coder replay serve | coder sandbox -- CMD\n\
+                  Exit codes: 0 success, 1 task failed, 2 usage, 70 internal, 71 sandbox, 78 config, \
+                  124 timeout, 127 claude not found, 130/143 cancelled."
+)]
+pub struct RunArgs {
+    /// The task text; read from stdin when absent or `-`.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
+
+    /// The task text (alternative to the positional argument).
+    #[arg(long = "prompt", visible_alias = "PROMPT", value_name = "TEXT")]
+    pub prompt_flag: Option<String>,
+
+    /// Workspace directory the agent works in (required).
+    #[arg(long = "cd", value_name = "DIR")]
+    pub cd: Option<PathBuf>,
+
+    /// Confinement: read-only, workspace-write (default) or danger-full-access.
+    #[arg(long, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
+
+    /// Resume this session instead of starting a new one.
+    #[arg(long = "session-id", visible_alias = "SESSION_ID", value_name = "UUID")]
+    pub session_id: Option<String>,
+
+    /// Add every stream event to the envelope as `all_messages`.
+    #[arg(long = "return-all-messages", visible_alias = "return_all_messages", action = ArgAction::SetTrue)]
+    pub return_all_messages: bool,
+
+    /// Add `metrics` to the envelope.
+    #[arg(long = "return-metrics", visible_alias = "return_metrics", action = ArgAction::SetTrue)]
+    pub return_metrics: bool,
+
+    /// Idle timeout in seconds: no output for this long stops the run [default: 300].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<String>,
+
+    /// Hard cap on the whole run in seconds, 0 for none [default: 1800].
+    #[arg(
+        long = "max-duration",
+        visible_alias = "max_duration",
+        value_name = "SECS"
+    )]
+    pub max_duration: Option<String>,
+
+    /// Retries of failed, side-effect-free attempts [default: 0].
+    #[arg(long = "max-retries", visible_alias = "max_retries", value_name = "N")]
+    pub max_retries: Option<String>,
+
+    /// Print metrics as one JSON line on stderr.
+    #[arg(long = "log-metrics", visible_alias = "log_metrics", action = ArgAction::SetTrue)]
+    pub log_metrics: bool,
+
+    /// The claude executable [default: `claude` on PATH].
+    #[arg(long = "claude-bin", env = "CODER_CLAUDE_BIN", value_name = "PATH")]
+    pub claude_bin: Option<PathBuf>,
+
+    /// Named backend profile.
+    #[arg(long, env = "CODER_BACKEND", value_name = "NAME")]
+    pub backend: Option<String>,
+
+    /// Config file.
+    #[arg(long, env = "CODER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Read the parameters from a JSON object (file or `-` for stdin); flags override it.
+    #[arg(long, value_name = "FILE|-")]
+    pub request: Option<PathBuf>,
+
+    /// Longest stdout/stderr line kept, in bytes; longer lines are cut and counted.
+    #[arg(long = "max-line-bytes", value_name = "BYTES", hide = true)]
+    pub max_line_bytes: Option<String>,
+
+    /// Stop the agent after this many model turns (`max_turns` error) [default: no limit].
+    #[arg(long = "max-turns", visible_alias = "max_turns", value_name = "N")]
+    pub max_turns: Option<String>,
+
+    /// Write the run transcript (JSONL) here instead of coder's state directory.
+    #[arg(long, value_name = "PATH")]
+    pub transcript: Option<PathBuf>,
+
+    /// No progress display on stderr, even on a terminal.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3].
+    #[arg(long = "kill-grace", value_name = "SECS")]
+    pub kill_grace: Option<String>,
+}
+
+/// The `--request` JSON object, with the spec's parameter names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestFile {
+    #[serde(rename = "PROMPT", alias = "prompt")]
+    pub prompt: Option<String>,
+    pub cd: Option<PathBuf>,
+    pub sandbox: Option<SandboxMode>,
+    #[serde(rename = "SESSION_ID", alias = "session_id")]
+    pub session_id: Option<String>,
+    pub return_all_messages: Option<bool>,
+    pub return_metrics: Option<bool>,
+    pub timeout: Option<serde_json::Number>,
+    pub max_duration: Option<serde_json::Number>,
+    pub max_retries: Option<serde_json::Number>,
+    pub log_metrics: Option<bool>,
+}
+
+/// Whether the run starts a session or continues one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionChoice {
+    /// A new session with this id (passed to the CLI as `--session-id`).
+    New(Uuid),
+    /// An existing session (passed as `--resume`).
+    Resume(Uuid),
+}
+
+impl SessionChoice {
+    pub fn id(self) -> Uuid {
+        match self {
+            SessionChoice::New(id) | SessionChoice::Resume(id) => id,
+        }
+    }
+}
+
+/// A validated run: everything needed to build and supervise the child.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub prompt: String,
+    /// The workspace, canonicalised.
+    pub workspace: PathBuf,
+    pub sandbox: SandboxMode,
+    pub session: SessionChoice,
+    pub return_all_messages: bool,
+    pub return_metrics: bool,
+    pub log_metrics: bool,
+    pub idle_timeout: Duration,
+    /// `None` means no cap.
+    pub max_duration: Option<Duration>,
+    pub max_retries: u32,
+    pub claude_bin: Option<PathBuf>,
+    pub backend: Option<String>,
+    pub config: Option<PathBuf>,
+    pub max_line_bytes: usize,
+    pub kill_grace: Duration,
+    pub transcript: Option<PathBuf>,
+    pub quiet: bool,
+    /// The CLI's turn limit, if any.
+    pub max_turns: Option<u32>,
+}
+
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(1800);
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// A bad argument, request or input; becomes a `config_error` envelope.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Partial values known before validation fails, so an error envelope can still carry them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KnownLimits {
+    pub idle_timeout: Option<Duration>,
+    pub max_duration: Option<Duration>,
+}
+
+impl RunArgs {
+    /// Parses the run-mode arguments (without the program name handling: `args` includes it).
+    pub fn parse_from_args(args: &[OsString]) -> Result<RunArgs, clap::Error> {
+        RunArgs::try_parse_from(args)
+    }
+
+    /// Validates the arguments into a request, reading the prompt from `stdin` when needed.
+    pub fn into_request(self, stdin: &mut dyn Read) -> Result<RunRequest, ArgError> {
+        let mut stdin_used = false;
+        let file = match &self.request {
+            Some(path) => {
+                stdin_used = path.as_os_str() == "-";
+                read_request_file(path, stdin)?
+            }
+            None => RequestFile::default(),
+        };
+
+        let idle_timeout = match (&self.timeout, &file.timeout) {
+            (Some(text), _) => parse_seconds("--timeout", text, false)?,
+            (None, Some(n)) => parse_seconds("timeout", &n.to_string(), false)?,
+            (None, None) => DEFAULT_IDLE_TIMEOUT,
+        };
+        let max_duration = match (&self.max_duration, &file.max_duration) {
+            (Some(text), _) => parse_seconds("--max-duration", text, true)?,
+            (None, Some(n)) => parse_seconds("max_duration", &n.to_string(), true)?,
+            (None, None) => DEFAULT_MAX_DURATION,
+        };
+        let max_retries = match (&self.max_retries, &file.max_retries) {
+            (Some(text), _) => parse_count("--max-retries", text)?,
+            (None, Some(n)) => parse_count("max_retries", &n.to_string())?,
+            (None, None) => 0,
+        };
+        let kill_grace = match &self.kill_grace {
+            Some(text) => parse_seconds("--kill-grace", text, true)?,
+            None => DEFAULT_KILL_GRACE,
+        };
+        let max_line_bytes = match &self.max_line_bytes {
+            Some(text) => match text.trim().parse::<usize>() {
+                Ok(n) if n >= 1024 => n,
+                _ => {
+                    return Err(ArgError::Invalid(format!(
+                        "--max-line-bytes must be a whole number of bytes, at least 1024 (got {text:?})"
+                    )));
+                }
+            },
+            None => DEFAULT_MAX_LINE_BYTES,
+        };
+
+        let max_turns = match &self.max_turns {
+            Some(text) => match text.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => Some(n),
+                _ => {
+                    return Err(ArgError::Invalid(format!(
+                        "--max-turns must be a whole number of turns, at least 1 (got {text:?})"
+                    )));
+                }
+            },
+            None => None,
+        };
+
+        let session = match self.session_id.as_deref().or(file.session_id.as_deref()) {
+            Some(text) => SessionChoice::Resume(parse_session_id(text)?),
+            None => SessionChoice::New(Uuid::new_v4()),
+        };
+
+        let cd = self.cd.or(file.cd).ok_or_else(|| {
+            ArgError::Invalid(
+                "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
+                    .into(),
+            )
+        })?;
+        let workspace = check_workspace(&cd)?;
+
+        if self.prompt.is_some() && self.prompt_flag.is_some() {
+            return Err(ArgError::Invalid(
+                "the prompt was given twice: use either the positional PROMPT or --prompt, not both"
+                    .into(),
+            ));
+        }
+        let prompt = match self.prompt.or(self.prompt_flag).or(file.prompt) {
+            Some(text) if text != "-" => text,
+            _ => {
+                if stdin_used {
+                    return Err(ArgError::Invalid(
+                        "no prompt: stdin already carried the --request JSON, so put the task in its \"PROMPT\" field"
+                            .into(),
+                    ));
+                }
+                read_prompt_from_stdin(stdin)?
+            }
+        };
+        if prompt.trim().is_empty() {
+            return Err(ArgError::Invalid(
+                "the prompt is empty: give the task as an argument, with --prompt, or on stdin"
+                    .into(),
+            ));
+        }
+
+        Ok(RunRequest {
+            prompt,
+            workspace,
+            sandbox: self
+                .sandbox
+                .or(file.sandbox)
+                .unwrap_or(SandboxMode::WorkspaceWrite),
+            session,
+            return_all_messages: self.return_all_messages
+                || file.return_all_messages.unwrap_or(false),
+            return_metrics: self.return_metrics || file.return_metrics.unwrap_or(false),
+            log_metrics: self.log_metrics || file.log_metrics.unwrap_or(false),
+            idle_timeout,
+            max_duration: (!max_duration.is_zero()).then_some(max_duration),
+            max_retries,
+            claude_bin: self.claude_bin,
+            backend: self.backend,
+            config: self.config,
+            max_line_bytes,
+            kill_grace,
+            transcript: self.transcript,
+            quiet: self.quiet,
+            max_turns,
+        })
+    }
+
+    /// The limits as far as they parse, for error envelopes of invalid requests.
+    pub fn known_limits(&self) -> KnownLimits {
+        KnownLimits {
+            idle_timeout: self
+                .timeout
+                .as_deref()
+                .and_then(|t| parse_seconds("", t, false).ok()),
+            max_duration: self
+                .max_duration
+                .as_deref()
+                .and_then(|t| parse_seconds("", t, true).ok()),
+        }
+    }
+}
+
+fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, ArgError> {
+    let (text, name) = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        stdin.read_to_string(&mut text).map_err(|e| {
+            ArgError::Invalid(format!("cannot read the --request JSON from stdin: {e}"))
+        })?;
+        (text, "stdin".to_owned())
+    } else {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ArgError::Invalid(format!(
+                "cannot read --request file {}: {e}",
+                path.display()
+            ))
+        })?;
+        (text, path.display().to_string())
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        ArgError::Invalid(format!(
+            "malformed --request JSON in {name}: {e} (expected an object with PROMPT, cd, sandbox, SESSION_ID, return_all_messages, return_metrics, timeout, max_duration, max_retries, log_metrics)"
+        ))
+    })
+}
+
+fn read_prompt_from_stdin(stdin: &mut dyn Read) -> Result<String, ArgError> {
+    if std::io::stdin().is_terminal() {
+        return Err(ArgError::Invalid(
+            "no prompt: give the task as an argument, with --prompt, or pipe it on stdin".into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .read_to_end(&mut bytes)
+        .map_err(|e| ArgError::Invalid(format!("cannot read the prompt from stdin: {e}")))?;
+    String::from_utf8(bytes)
+        .map_err(|_| ArgError::Invalid("the prompt on stdin is not valid UTF-8".into()))
+}
+
+/// Parses seconds with decimals (`0.5`). Zero is allowed only where it means "no cap".
+pub fn parse_seconds(name: &str, text: &str, zero_ok: bool) -> Result<Duration, ArgError> {
+    let value: f64 = text.trim().parse().map_err(|_| {
+        ArgError::Invalid(format!(
+            "{name} must be a number of seconds, like 300 or 0.5 (got {text:?})"
+        ))
+    })?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(ArgError::Invalid(format!(
+            "{name} must be a non-negative number of seconds (got {text:?})"
+        )));
+    }
+    if value == 0.0 && !zero_ok {
+        return Err(ArgError::Invalid(format!(
+            "{name} must be greater than 0 seconds (got {text:?})"
+        )));
+    }
+    // Over a year is certainly a mistake, and keeps Duration arithmetic far from overflow.
+    if value > 366.0 * 86400.0 {
+        return Err(ArgError::Invalid(format!(
+            "{name} is too large: {text} seconds is more than a year"
+        )));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+fn parse_count(name: &str, text: &str) -> Result<u32, ArgError> {
+    match text.trim().parse::<u32>() {
+        Ok(n) if n <= 100 => Ok(n),
+        _ => Err(ArgError::Invalid(format!(
+            "{name} must be a whole number from 0 to 100 (got {text:?})"
+        ))),
+    }
+}
+
+fn parse_session_id(text: &str) -> Result<Uuid, ArgError> {
+    Uuid::parse_str(text.trim()).map_err(|_| {
+        ArgError::Invalid(format!(
+            "--session-id must be a session UUID like 11111111-2222-4333-8444-555555555555, as printed in SESSION_ID (got {text:?})"
+        ))
+    })
+}
+
+fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
+    let meta = std::fs::metadata(cd).map_err(|e| {
+        ArgError::Invalid(format!(
+            "--cd {}: {}; pass an existing workspace directory",
+            cd.display(),
+            io_reason(&e)
+        ))
+    })?;
+    if !meta.is_dir() {
+        return Err(ArgError::Invalid(format!(
+            "--cd {} is not a directory; pass the workspace directory",
+            cd.display()
+        )));
+    }
+    std::fs::canonicalize(cd)
+        .map_err(|e| ArgError::Invalid(format!("--cd {}: {}", cd.display(), io_reason(&e))))
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> RunArgs {
+        let list: Vec<OsString> = std::iter::once("coder")
+            .chain(list.iter().copied())
+            .map(OsString::from)
+            .collect();
+        RunArgs::parse_from_args(&list).unwrap()
+    }
+
+    fn request(list: &[&str], stdin: &str) -> Result<RunRequest, ArgError> {
+        args(list).into_request(&mut stdin.as_bytes())
+    }
+
+    #[test]
+    fn seconds_accept_decimals_and_reject_nonsense() {
+        assert_eq!(
+            parse_seconds("t", "0.5", false).unwrap(),
+            Duration::from_millis(500)
+        );
+        assert!(parse_seconds("t", "-1", true).is_err());
+        assert!(parse_seconds("t", "abc", true).is_err());
+        assert!(parse_seconds("t", "0", false).is_err());
+        assert!(parse_seconds("t", "NaN", true).is_err());
+        assert_eq!(parse_seconds("t", "0", true).unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn defaults_and_aliases() {
+        let dir = tempfile::tempdir().unwrap();
+        let cd = dir.path().to_str().unwrap();
+        let req = request(&["--cd", cd, "task"], "").unwrap();
+        assert_eq!(req.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+        assert_eq!(req.max_duration, Some(DEFAULT_MAX_DURATION));
+        assert_eq!(req.sandbox, SandboxMode::WorkspaceWrite);
+        assert!(matches!(req.session, SessionChoice::New(_)));
+        let req = request(
+            &[
+                "--cd",
+                cd,
+                "--PROMPT",
+                "x",
+                "--SESSION_ID",
+                "11111111-2222-4333-8444-555555555555",
+                "--return_all_messages",
+                "--max_duration",
+                "0",
+            ],
+            "",
+        )
+        .unwrap();
+        assert_eq!(req.prompt, "x");
+        assert!(req.return_all_messages);
+        assert_eq!(req.max_duration, None);
+        assert!(matches!(req.session, SessionChoice::Resume(_)));
+    }
+
+    #[test]
+    fn request_json_is_the_base_and_flags_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = format!(
+            r#"{{"PROMPT":"from json","cd":{:?},"timeout":2.5,"max_retries":1}}"#,
+            dir.path()
+        );
+        let req = request(&["--request", "-", "--timeout", "7"], &json).unwrap();
+        assert_eq!(req.prompt, "from json");
+        assert_eq!(req.idle_timeout, Duration::from_secs(7));
+        assert_eq!(req.max_retries, 1);
+        assert!(matches!(
+            request(&["--request", "-"], "{\"PROMPT\":"),
+            Err(ArgError::Invalid(m)) if m.contains("malformed --request JSON")
+        ));
+        assert!(matches!(
+            request(&["--request", "-"], r#"{"PROMT":"typo"}"#),
+            Err(ArgError::Invalid(m)) if m.contains("PROMT")
+        ));
+    }
+
+    #[test]
+    fn bad_inputs_are_explained() {
+        let dir = tempfile::tempdir().unwrap();
+        let cd = dir.path().to_str().unwrap();
+        let message = |r: Result<RunRequest, ArgError>| r.unwrap_err().to_string();
+        assert!(message(request(&["task"], "")).contains("--cd is required"));
+        assert!(message(request(&["--cd", "/nonexistent/x", "t"], "")).contains("no such"));
+        assert!(message(request(&["--cd", cd, "  "], "")).contains("prompt is empty"));
+        assert!(message(request(&["--cd", cd, "--session-id", "abc", "t"], "")).contains("UUID"));
+        assert!(message(request(&["--cd", cd, "--timeout", "-3", "t"], "")).contains("--timeout"));
+        assert!(
+            message(request(&["--cd", cd, "--max-retries", "x", "t"], ""))
+                .contains("--max-retries")
+        );
+    }
+
+    #[test]
+    fn prompt_from_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        let cd = dir.path().to_str().unwrap();
+        assert_eq!(
+            request(&["--cd", cd, "-"], "piped").unwrap().prompt,
+            "piped"
+        );
+        assert_eq!(request(&["--cd", cd], "piped").unwrap().prompt, "piped");
+    }
+}

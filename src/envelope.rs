@@ -1,0 +1,245 @@
+//! The one JSON object coder prints on stdout, success or failure.
+//!
+//! Field names here are the public contract (DESIGN §2) consumed by scripts and other agents:
+//! they never change name or meaning, extra fields may be added. The published JSON Schema
+//! (`schema/envelope.schema.json`) describes the same shape and is checked against real
+//! envelopes in the tests.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::outcome::ErrorKind;
+use crate::stream::Usage;
+
+/// The value of the envelope's `tool` field.
+pub const TOOL_NAME: &str = "coder";
+
+#[derive(Debug, Serialize)]
+pub struct Envelope {
+    pub success: bool,
+    pub tool: &'static str,
+    #[serde(rename = "SESSION_ID", skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_detail: Option<ErrorDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Metrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all_messages: Option<Vec<Box<RawValue>>>,
+    /// Every attempt, on failures and whenever there was more than one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<crate::run::AttemptSummary>,
+    /// The run's transcript file, when one was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+    /// Non-fatal notices (e.g. an environment variable coder removed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Not serialised: the process exit code this envelope goes with.
+    #[serde(skip)]
+    pub exit_code: u8,
+}
+
+/// `error_detail`: always carries the first seven fields; the rest appear when they apply.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ErrorDetail {
+    pub message: String,
+    /// The child's exit code; `null` when it was killed by a signal or never ran.
+    pub exit_code: Option<i32>,
+    pub last_lines: Vec<String>,
+    pub json_decode_errors: u64,
+    pub idle_timeout_s: f64,
+    /// `0` means no cap.
+    pub max_duration_s: f64,
+    pub retries: u32,
+    /// The signal that ended the child (`SIGKILL`), when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// The HTTP status of an upstream failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// The CLI's own error class (`rate_limit`, `authentication_failed`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_error: Option<String>,
+    /// The tool call that was running when the run was stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_tool: Option<String>,
+    /// For upstream errors: whether a retry can help.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+    /// For upstream errors: whether the session's history itself is rejected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_poisoned: Option<bool>,
+    /// Why the failure was not retried, when retries were asked for or side effects exist.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_refused: Option<String>,
+    /// How to continue the session after a failure that already changed things.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_hint: Option<String>,
+    /// What the user can do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// `metrics`: what the run cost and did. Present on failures too.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Metrics {
+    pub wall_ms: u64,
+    pub time_to_first_event_ms: Option<u64>,
+    pub time_to_first_token_ms: Option<u64>,
+    pub turns: u64,
+    pub usage: TokenUsage,
+    pub tool_calls: BTreeMap<String, u64>,
+    /// Milliseconds spent in each tool, from the call to its result.
+    pub tool_time_ms: BTreeMap<String, u64>,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_lines: u64,
+    pub stderr_lines: u64,
+    pub events: u64,
+    pub json_decode_errors: u64,
+    pub truncated_lines: u64,
+    pub api_retries: u64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cli_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl From<Usage> for TokenUsage {
+    fn from(u: Usage) -> Self {
+        TokenUsage {
+            input: u.input_tokens,
+            output: u.output_tokens,
+            cache_read: u.cache_read_input_tokens,
+            cache_write: u.cache_creation_input_tokens,
+        }
+    }
+}
+
+impl Envelope {
+    pub fn success(session_id: Option<String>, result: String) -> Self {
+        Envelope {
+            success: true,
+            tool: TOOL_NAME,
+            session_id,
+            result: Some(result),
+            error: None,
+            error_kind: None,
+            error_detail: None,
+            metrics: None,
+            all_messages: None,
+            attempts: Vec::new(),
+            transcript: None,
+            warnings: Vec::new(),
+            exit_code: 0,
+        }
+    }
+
+    pub fn failure(
+        kind: ErrorKind,
+        session_id: Option<String>,
+        summary: String,
+        detail: ErrorDetail,
+    ) -> Self {
+        Envelope {
+            success: false,
+            tool: TOOL_NAME,
+            session_id,
+            result: None,
+            error: Some(summary),
+            error_kind: Some(kind),
+            error_detail: Some(detail),
+            metrics: None,
+            all_messages: None,
+            attempts: Vec::new(),
+            transcript: None,
+            warnings: Vec::new(),
+            exit_code: kind.exit_code(),
+        }
+    }
+
+    /// A failure that happened before any child ran (bad input, a bug in coder).
+    pub fn early_failure(kind: ErrorKind, message: impl Into<String>) -> Self {
+        let message = message.into();
+        let detail = ErrorDetail {
+            message: message.clone(),
+            ..ErrorDetail::default()
+        };
+        Envelope::failure(kind, None, crate::stream::one_line(&message, 300), detail)
+    }
+
+    /// The envelope as one line of JSON.
+    pub fn to_json_line(&self) -> String {
+        match serde_json::to_string(self) {
+            Ok(text) => text,
+            // Serialising these types cannot fail (no maps with non-string keys, no custom
+            // serialisers); still, never print nothing.
+            Err(e) => format!(
+                r#"{{"success":false,"tool":"coder","error":"cannot serialise envelope: {}","error_kind":"unexpected_exception","error_detail":{{"message":"cannot serialise envelope","exit_code":null,"last_lines":[],"json_decode_errors":0,"idle_timeout_s":0,"max_duration_s":0,"retries":0}}}}"#,
+                e.to_string().replace(['"', '\\'], "'")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn success_envelope_has_the_contract_fields_only() {
+        let env = Envelope::success(Some("u".into()), "done".into());
+        assert_eq!(
+            env.to_json_line(),
+            r#"{"success":true,"tool":"coder","SESSION_ID":"u","result":"done"}"#
+        );
+    }
+
+    #[test]
+    fn failure_envelope_always_has_error_detail_fields() {
+        let env = Envelope::early_failure(ErrorKind::ConfigError, "bad --cd");
+        let value: serde_json::Value = serde_json::from_str(&env.to_json_line()).unwrap();
+        assert_eq!(value["error_kind"], "config_error");
+        for key in [
+            "message",
+            "exit_code",
+            "last_lines",
+            "json_decode_errors",
+            "idle_timeout_s",
+            "max_duration_s",
+            "retries",
+        ] {
+            assert!(
+                value["error_detail"].get(key).is_some(),
+                "missing error_detail.{key}"
+            );
+        }
+        assert_eq!(env.exit_code, 78);
+    }
+}

@@ -1,0 +1,349 @@
+//! What one attempt's output showed: the facts the supervisor accumulates line by line and
+//! that classification, metrics and the envelope are later built from.
+//!
+//! The observer sees every line of stdout and stderr in arrival order. It keeps only bounded
+//! state (counters, the last lines, the pending tool calls), except for the parsed events
+//! themselves when the caller asked for `--return-all-messages`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+
+use crate::stream::{DecodeError, Event, Line, ResultEvent, Usage, decode_event, one_line};
+
+/// How many lines `last_lines` keeps.
+pub const LAST_LINES: usize = 20;
+/// How many characters of one line `last_lines` keeps.
+const LAST_LINE_CHARS: usize = 1000;
+
+/// Which pipe a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    summary: String,
+    since: Instant,
+}
+
+/// Accumulated facts of one attempt.
+#[derive(Debug)]
+pub struct Observation {
+    started: Instant,
+    keep_events: bool,
+    secrets: Vec<String>,
+    /// The session id the stream reported (init, or any later event).
+    pub session_id: Option<String>,
+    pub model: Option<String>,
+    pub cli_version: Option<String>,
+    pub first_event_after: Option<Duration>,
+    /// When the first model output (text or tool call) arrived.
+    pub first_token_after: Option<Duration>,
+    /// Time spent in tool calls, by tool name (from the call to its result).
+    pub tool_time: BTreeMap<String, Duration>,
+    /// The `result` event, when one arrived.
+    pub result: Option<ResultEvent>,
+    /// The `error` and status of the last synthetic (CLI-made) error message.
+    pub synthetic_error: Option<(Option<String>, Option<u16>, String)>,
+    /// The HTTP status of the last `api_retry` event.
+    pub last_retry_status: Option<u16>,
+    pub api_retries: u64,
+    /// Usage summed over assistant messages (the result's own total wins when present).
+    pub streamed_usage: Usage,
+    assistant_messages: Vec<String>,
+    pub tool_calls: BTreeMap<String, u64>,
+    /// Tool calls issued and not yet answered, oldest first.
+    pending_tools: Vec<PendingTool>,
+    pub events: u64,
+    pub json_decode_errors: u64,
+    pub truncated_lines: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_lines: u64,
+    pub stderr_lines: u64,
+    last_lines: VecDeque<String>,
+    all_messages: Vec<Box<RawValue>>,
+}
+
+impl Observation {
+    /// `keep_events`: keep every parsed event for `all_messages`. `secrets`: strings that
+    /// must never be echoed back (credentials from the child's environment).
+    pub fn new(started: Instant, keep_events: bool, secrets: Vec<String>) -> Self {
+        Observation {
+            started,
+            keep_events,
+            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
+            session_id: None,
+            model: None,
+            cli_version: None,
+            first_event_after: None,
+            first_token_after: None,
+            tool_time: BTreeMap::new(),
+            result: None,
+            synthetic_error: None,
+            last_retry_status: None,
+            api_retries: 0,
+            streamed_usage: Usage::default(),
+            assistant_messages: Vec::new(),
+            tool_calls: BTreeMap::new(),
+            pending_tools: Vec::new(),
+            events: 0,
+            json_decode_errors: 0,
+            truncated_lines: 0,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            stdout_lines: 0,
+            stderr_lines: 0,
+            last_lines: VecDeque::with_capacity(LAST_LINES),
+            all_messages: Vec::new(),
+        }
+    }
+
+    /// Counts raw bytes as they are read (lines are counted when complete).
+    pub fn count_bytes(&mut self, pipe: Pipe, n: usize) {
+        match pipe {
+            Pipe::Stdout => self.stdout_bytes += n as u64,
+            Pipe::Stderr => self.stderr_bytes += n as u64,
+        }
+    }
+
+    /// Takes one complete line. Returns the decoded event for stdout lines that are events.
+    pub fn observe_line(&mut self, pipe: Pipe, line: &Line) -> Option<Event> {
+        self.remember_line(line);
+        match pipe {
+            Pipe::Stderr => {
+                self.stderr_lines += 1;
+                None
+            }
+            Pipe::Stdout => {
+                self.stdout_lines += 1;
+                self.observe_stdout(line)
+            }
+        }
+    }
+
+    fn observe_stdout(&mut self, line: &Line) -> Option<Event> {
+        if line.bytes.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let decoded = if line.truncated() {
+            self.truncated_lines += 1;
+            Err(DecodeError::Truncated)
+        } else {
+            decode_event(&line.bytes)
+        };
+        let event = match decoded {
+            Ok(event) => event,
+            Err(_) => {
+                self.json_decode_errors += 1;
+                return None;
+            }
+        };
+        self.events += 1;
+        if self.first_event_after.is_none() {
+            self.first_event_after = Some(self.started.elapsed());
+        }
+        if self.keep_events {
+            // The line decoded as JSON, so it is a valid raw value.
+            if let Ok(text) = std::str::from_utf8(&line.bytes)
+                && let Ok(raw) = RawValue::from_string(text.trim().to_owned())
+            {
+                self.all_messages.push(raw);
+            }
+        }
+        self.apply(&event);
+        Some(event)
+    }
+
+    fn apply(&mut self, event: &Event) {
+        if let Some(id) = event.session_id()
+            && self.session_id.is_none()
+        {
+            self.session_id = Some(id.to_owned());
+        }
+        match event {
+            Event::Init {
+                model, cli_version, ..
+            } => {
+                self.model.clone_from(model);
+                self.cli_version.clone_from(cli_version);
+            }
+            Event::ApiRetry { error_status, .. } => {
+                self.api_retries += 1;
+                self.last_retry_status = *error_status;
+            }
+            Event::Assistant(message) => {
+                if message.is_synthetic() {
+                    let text = message.texts.join(" ");
+                    self.synthetic_error =
+                        Some((message.error.clone(), message.api_error_status, text));
+                    return;
+                }
+                if let Some(id) = &message.message_id
+                    && !self.assistant_messages.contains(id)
+                {
+                    self.assistant_messages.push(id.clone());
+                    if let Some(usage) = message.usage {
+                        add_usage(&mut self.streamed_usage, usage);
+                    }
+                }
+                if self.first_token_after.is_none()
+                    && (!message.texts.is_empty() || !message.tool_uses.is_empty())
+                {
+                    self.first_token_after = Some(self.started.elapsed());
+                }
+                for tool in &message.tool_uses {
+                    *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
+                    self.pending_tools.push(PendingTool {
+                        id: tool.id.clone(),
+                        name: tool.name.clone(),
+                        summary: tool.summary.clone(),
+                        since: Instant::now(),
+                    });
+                }
+            }
+            Event::User { tool_results } => {
+                for result in tool_results {
+                    if let Some(index) = self
+                        .pending_tools
+                        .iter()
+                        .position(|p| p.id == result.tool_use_id)
+                    {
+                        let done = self.pending_tools.remove(index);
+                        *self.tool_time.entry(done.name).or_default() += done.since.elapsed();
+                    }
+                }
+            }
+            Event::Result(result) => {
+                self.result = Some(result.clone());
+            }
+            Event::Other { .. } => {}
+        }
+    }
+
+    fn remember_line(&mut self, line: &Line) {
+        if self.last_lines.len() == LAST_LINES {
+            self.last_lines.pop_front();
+        }
+        let text = String::from_utf8_lossy(&line.bytes);
+        let mut kept: String = text.chars().take(LAST_LINE_CHARS).collect();
+        let cut = text.chars().count() > LAST_LINE_CHARS || line.truncated();
+        if cut {
+            kept.push_str(" …[line truncated]");
+        }
+        for secret in &self.secrets {
+            if kept.contains(secret.as_str()) {
+                kept = kept.replace(secret.as_str(), "[REDACTED]");
+            }
+        }
+        self.last_lines.push_back(kept);
+    }
+
+    /// The last lines of output, stdout and stderr in arrival order.
+    pub fn last_lines(&self) -> Vec<String> {
+        self.last_lines.iter().cloned().collect()
+    }
+
+    /// Every parsed event, in order (empty unless asked for).
+    pub fn take_all_messages(&mut self) -> Vec<Box<RawValue>> {
+        std::mem::take(&mut self.all_messages)
+    }
+
+    /// The tool call issued last and not yet answered, as `Bash(npm test)`.
+    pub fn pending_tool(&self) -> Option<&str> {
+        self.pending_tools.last().map(|p| p.summary.as_str())
+    }
+
+    /// Model turns: the result's count when known, else distinct assistant messages.
+    pub fn turns(&self) -> u64 {
+        self.result
+            .as_ref()
+            .and_then(|r| r.num_turns)
+            .unwrap_or(self.assistant_messages.len() as u64)
+    }
+
+    /// Token usage: the result's total when known, else the sum over streamed messages.
+    pub fn usage(&self) -> Usage {
+        self.result
+            .as_ref()
+            .and_then(|r| r.usage)
+            .unwrap_or(self.streamed_usage)
+    }
+
+    /// A one-line, human-readable head of the last stderr-ish output, for messages.
+    pub fn last_line_head(&self) -> Option<String> {
+        self.last_lines
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(|l| one_line(l, 200))
+    }
+}
+
+fn add_usage(total: &mut Usage, usage: Usage) {
+    total.input_tokens += usage.input_tokens;
+    total.output_tokens += usage.output_tokens;
+    total.cache_creation_input_tokens += usage.cache_creation_input_tokens;
+    total.cache_read_input_tokens += usage.cache_read_input_tokens;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Line {
+        Line {
+            bytes: text.as_bytes().to_vec(),
+            dropped: 0,
+        }
+    }
+
+    #[test]
+    fn tracks_pending_tools_and_counts() {
+        let mut obs = Observation::new(Instant::now(), true, vec![]);
+        obs.observe_line(
+            Pipe::Stdout,
+            &line(r#"{"type":"system","subtype":"init","session_id":"abc"}"#),
+        );
+        obs.observe_line(
+            Pipe::Stdout,
+            &line(
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"make"}}],"usage":{"input_tokens":5,"output_tokens":2}}}"#,
+            ),
+        );
+        assert_eq!(obs.pending_tool(), Some("Bash(make)"));
+        obs.observe_line(
+            Pipe::Stdout,
+            &line(
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}"#,
+            ),
+        );
+        assert_eq!(obs.pending_tool(), None);
+        obs.observe_line(Pipe::Stdout, &line("not json"));
+        obs.observe_line(Pipe::Stderr, &line("warning"));
+        assert_eq!(obs.session_id.as_deref(), Some("abc"));
+        assert_eq!(obs.json_decode_errors, 1);
+        assert_eq!(obs.tool_calls.get("Bash"), Some(&1));
+        assert_eq!(obs.turns(), 1);
+        assert_eq!(obs.usage().input_tokens, 5);
+        assert_eq!(obs.take_all_messages().len(), 3);
+        assert_eq!(obs.last_lines().last().map(String::as_str), Some("warning"));
+    }
+
+    #[test]
+    fn last_lines_are_bounded_and_redacted() {
+        let mut obs = Observation::new(Instant::now(), false, vec!["sk-secret-123".into()]);
+        for i in 0..30 {
+            obs.observe_line(Pipe::Stderr, &line(&format!("line {i} sk-secret-123")));
+        }
+        let last = obs.last_lines();
+        assert_eq!(last.len(), LAST_LINES);
+        assert_eq!(last[0], "line 10 [REDACTED]");
+    }
+}

@@ -1,0 +1,160 @@
+//! The helper process: coder re-executes itself as `coder __exec-helper SPEC` to become the
+//! child. Between fork and `execve` of the real program it runs as an ordinary,
+//! single-threaded process, which is the only safe place to change process-wide state:
+//! a new session (so the whole tree shares one process group the supervisor can signal),
+//! the parent-death signal (so the child dies with coder even if coder is SIGKILLed),
+//! closing every inherited descriptor, and the sandbox.
+//!
+//! Failures before `execve` are reported to the parent as one JSON object on the status
+//! descriptor (fd 3, close-on-exec): an empty status means the program is running, so the
+//! parent can tell "claude is missing" from "claude ran and failed" without guessing from
+//! exit codes.
+
+use std::ffi::{CString, OsString};
+use std::io::Write;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+
+/// The first argument that selects the helper entry point.
+pub const HELPER_ARG: &str = "__exec-helper";
+/// The descriptor the helper reports pre-exec failures on.
+pub const STATUS_FD: RawFd = 3;
+
+/// What the helper must exec, serialised by the parent into the helper's argument.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelperSpec {
+    pub program: PathBuf,
+    /// Arguments after the program name.
+    pub args: Vec<OsString>,
+    /// The supervisor's pid: if the helper has already been orphaned, it must not run.
+    pub parent_pid: u32,
+}
+
+/// Which step of the helper failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HelperStage {
+    /// The spec could not be read.
+    Spec,
+    /// Process setup (session, parent-death signal).
+    Setup,
+    /// Confinement could not be applied.
+    Sandbox,
+    /// `execve` of the program failed.
+    Exec,
+}
+
+/// A pre-exec failure, as reported on the status descriptor.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct HelperFailure {
+    pub stage: HelperStage,
+    /// The OS error number, when the failure was a system call.
+    pub errno: Option<i32>,
+    pub message: String,
+}
+
+/// Entry point of `coder __exec-helper SPEC`. Only returns by exiting.
+pub fn helper_main(args: &[OsString]) -> ! {
+    let mut status = open_status_fd();
+    let failure = match run(args) {
+        Ok(never) => match never {},
+        Err(failure) => failure,
+    };
+    if let Some(file) = status.as_mut()
+        && let Ok(json) = serde_json::to_vec(&failure)
+    {
+        let _ = file.write_all(&json);
+    } else {
+        eprintln!("coder helper: {}", failure.message);
+    }
+    let code = match failure.stage {
+        HelperStage::Exec => 127,
+        HelperStage::Sandbox => 71,
+        HelperStage::Spec | HelperStage::Setup => 70,
+    };
+    std::process::exit(code)
+}
+
+fn open_status_fd() -> Option<std::fs::File> {
+    // Mark it close-on-exec first: the exec'd program must not inherit it, and its closing
+    // is how the parent learns the exec succeeded.
+    // SAFETY: fcntl on a plain descriptor number touches no memory; -1 means fd 3 is not
+    // open (the helper was started by hand), which is handled.
+    if unsafe { libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+        return None;
+    }
+    // SAFETY: fd 3 is open (fcntl succeeded) and, by the spawn contract, owned by nobody
+    // else in this freshly exec'd process.
+    Some(unsafe { std::fs::File::from_raw_fd(STATUS_FD) })
+}
+
+fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> HelperFailure {
+    HelperFailure {
+        stage,
+        errno,
+        message: message.into(),
+    }
+}
+
+fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
+    let spec_text = args
+        .get(2)
+        .ok_or_else(|| fail(HelperStage::Spec, None, "missing helper spec argument"))?;
+    let spec: HelperSpec = serde_json::from_slice(spec_text.as_bytes())
+        .map_err(|e| fail(HelperStage::Spec, None, format!("bad helper spec: {e}")))?;
+
+    let setup = |what: &str, e: nix::Error| {
+        fail(HelperStage::Setup, Some(e as i32), format!("{what}: {e}"))
+    };
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+    // The parent may have died before the death signal was armed.
+    if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
+        return Err(fail(
+            HelperStage::Setup,
+            None,
+            "the supervisor exited before the child started",
+        ));
+    }
+    nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
+    close_inherited_fds();
+
+    let program = CString::new(spec.program.as_os_str().as_bytes())
+        .map_err(|_| fail(HelperStage::Exec, None, "program path contains a NUL byte"))?;
+    let mut argv = vec![program.clone()];
+    for arg in &spec.args {
+        argv.push(
+            CString::new(arg.as_bytes())
+                .map_err(|_| fail(HelperStage::Exec, None, "an argument contains a NUL byte"))?,
+        );
+    }
+    let err = match nix::unistd::execv(&program, &argv) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    Err(fail(
+        HelperStage::Exec,
+        Some(err as i32),
+        format!("cannot execute {}: {}", spec.program.display(), err.desc()),
+    ))
+}
+
+/// Closes every descriptor above the status descriptor, so nothing coder had open (sockets
+/// of an in-process server, other pipes) leaks into the agent.
+fn close_inherited_fds() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<RawFd> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > STATUS_FD)
+        .collect();
+    for fd in fds {
+        // The read_dir handle's own descriptor is closed already or fails with EBADF.
+        let _ = nix::unistd::close(fd);
+    }
+}

@@ -1,0 +1,556 @@
+//! The child's output as data: a bounded line splitter over raw bytes, and the subset of the
+//! `claude` stream-json events coder understands.
+//!
+//! The child writes newline-delimited JSON on stdout and free text on stderr. Neither is
+//! trusted: lines can be megabytes long (a tool result holding a whole file), bytes need not
+//! be UTF-8, and a crashing child can print anything. So the splitter works on bytes, never
+//! allocates more than its cap for one line, and reports an over-long line as truncated
+//! instead of growing without bound. Decoding is lenient in the other direction: only the
+//! fields coder acts on are typed, everything else is skipped without being materialised, and
+//! a line that is not an event is a counted fact, not an error.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+/// Default cap on one line: 64 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// One complete line produced by [`LineSplitter`], without its `\n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// The line's bytes, at most the splitter's cap.
+    pub bytes: Vec<u8>,
+    /// How many bytes of the line were dropped because it was longer than the cap.
+    pub dropped: u64,
+}
+
+impl Line {
+    /// Whether the line was cut at the cap.
+    pub fn truncated(&self) -> bool {
+        self.dropped > 0
+    }
+}
+
+/// Splits a byte stream on `\n`, holding at most `max_line_bytes` of any line.
+///
+/// Bytes past the cap are counted and discarded until the next newline, so memory stays
+/// bounded by the cap however long a line is. A final line without a newline is returned by
+/// [`LineSplitter::finish`].
+#[derive(Debug)]
+pub struct LineSplitter {
+    max_line_bytes: usize,
+    pending: Vec<u8>,
+    dropped: u64,
+}
+
+impl LineSplitter {
+    pub fn new(max_line_bytes: usize) -> Self {
+        LineSplitter {
+            max_line_bytes: max_line_bytes.max(1),
+            pending: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Feeds a chunk, calling `emit` for every line it completes.
+    pub fn feed(&mut self, mut chunk: &[u8], mut emit: impl FnMut(Line)) {
+        while let Some(pos) = memchr::memchr(b'\n', chunk) {
+            self.append(&chunk[..pos]);
+            emit(self.take());
+            chunk = &chunk[pos + 1..];
+        }
+        self.append(chunk);
+    }
+
+    /// Ends the stream: returns the unterminated last line, if there is one.
+    pub fn finish(&mut self) -> Option<Line> {
+        if self.pending.is_empty() && self.dropped == 0 {
+            None
+        } else {
+            Some(self.take())
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        let room = self.max_line_bytes.saturating_sub(self.pending.len());
+        let kept = bytes.len().min(room);
+        self.pending.extend_from_slice(&bytes[..kept]);
+        self.dropped += (bytes.len() - kept) as u64;
+    }
+
+    fn take(&mut self) -> Line {
+        let line = Line {
+            bytes: std::mem::take(&mut self.pending),
+            dropped: self.dropped,
+        };
+        self.dropped = 0;
+        line
+    }
+}
+
+/// A stream-json event, reduced to what supervision, classification and metrics need.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// `system/init`: the first line, before any request.
+    Init {
+        session_id: Option<String>,
+        model: Option<String>,
+        cli_version: Option<String>,
+    },
+    /// `system/api_retry`: the CLI is about to retry an API request.
+    ApiRetry {
+        attempt: Option<u64>,
+        error_status: Option<u16>,
+        error: Option<String>,
+    },
+    /// An `assistant` line: one content block of a model response, or the CLI's synthetic
+    /// error message (`model: "<synthetic>"`).
+    Assistant(AssistantEvent),
+    /// A `user` line: tool results going back to the model.
+    User { tool_results: Vec<ToolResult> },
+    /// The `result` line that ends a run.
+    Result(ResultEvent),
+    /// Any other event type (`system/task_started`, `stream_event`, …).
+    Other {
+        kind: String,
+        subtype: Option<String>,
+        session_id: Option<String>,
+    },
+}
+
+impl Event {
+    /// The event's `session_id`, where it carries one.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Event::Init { session_id, .. } | Event::Other { session_id, .. } => {
+                session_id.as_deref()
+            }
+            Event::Assistant(a) => a.session_id.as_deref(),
+            Event::Result(r) => r.session_id.as_deref(),
+            Event::ApiRetry { .. } | Event::User { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AssistantEvent {
+    pub session_id: Option<String>,
+    pub message_id: Option<String>,
+    pub model: Option<String>,
+    /// `error` of a synthetic error message (`server_error`, `rate_limit`, …).
+    pub error: Option<String>,
+    pub api_error_status: Option<u16>,
+    pub texts: Vec<String>,
+    pub tool_uses: Vec<ToolUse>,
+    pub usage: Option<Usage>,
+}
+
+impl AssistantEvent {
+    /// Whether this is the CLI's own error message rather than model output.
+    pub fn is_synthetic(&self) -> bool {
+        self.model.as_deref() == Some("<synthetic>") || self.error.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolUse {
+    pub id: String,
+    pub name: String,
+    /// A short, single-line description of the call (`Bash(npm test)`), for messages.
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub tool_use_id: String,
+    pub is_error: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResultEvent {
+    pub subtype: Option<String>,
+    pub is_error: bool,
+    pub result: Option<String>,
+    pub session_id: Option<String>,
+    pub num_turns: Option<u64>,
+    pub terminal_reason: Option<String>,
+    pub api_error_status: Option<u16>,
+    pub api_error_type: Option<String>,
+    pub errors: Vec<String>,
+    pub usage: Option<Usage>,
+    pub duration_ms: Option<u64>,
+    pub duration_api_ms: Option<u64>,
+    pub total_cost_usd: Option<f64>,
+}
+
+/// Why a stdout line is not an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Not valid JSON (or not UTF-8).
+    NotJson,
+    /// Valid JSON, but not an object with a string `type`.
+    NotAnEvent,
+    /// The line was longer than the cap and was cut.
+    Truncated,
+}
+
+/// Decodes one stdout line.
+pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
+    let wire: WireEvent<'_> = serde_json::from_slice(line).map_err(|e| {
+        if e.is_data() {
+            DecodeError::NotAnEvent
+        } else {
+            DecodeError::NotJson
+        }
+    })?;
+    Ok(wire.into_event())
+}
+
+// ---------------------------------------------------------------------------------------
+// Wire types: the JSON shapes, with everything coder does not read skipped.
+
+#[derive(Deserialize)]
+struct WireEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    subtype: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    // system/init
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    claude_code_version: Option<String>,
+    // system/api_retry
+    #[serde(default)]
+    attempt: Option<u64>,
+    #[serde(default)]
+    error_status: Option<serde_json::Value>,
+    // assistant (synthetic) and api_retry
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+    #[serde(default)]
+    api_error_status: Option<serde_json::Value>,
+    #[serde(default)]
+    api_error_type: Option<String>,
+    #[serde(default)]
+    message: Option<WireMessage>,
+    // result
+    #[serde(default)]
+    is_error: Option<bool>,
+    #[serde(default)]
+    result: Option<serde_json::Value>,
+    #[serde(default)]
+    num_turns: Option<u64>,
+    #[serde(default)]
+    terminal_reason: Option<String>,
+    #[serde(default)]
+    errors: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+    #[serde(default)]
+    duration_api_ms: Option<u64>,
+    #[serde(default)]
+    total_cost_usd: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    content: Option<WireContent>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WireContent {
+    Blocks(Vec<WireBlock>),
+    // A user message whose content is a plain string.
+    Text(IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct WireBlock {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<serde_json::Value>,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    #[serde(default)]
+    is_error: Option<bool>,
+    // tool_result content can be megabytes: never materialised.
+    #[serde(default)]
+    #[allow(dead_code)]
+    content: Option<IgnoredAny>,
+}
+
+fn status_code(value: Option<serde_json::Value>) -> Option<u16> {
+    match value? {
+        serde_json::Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn string_of(value: Option<serde_json::Value>) -> Option<String> {
+    match value? {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+impl WireEvent<'_> {
+    fn into_event(self) -> Event {
+        match (&*self.kind, self.subtype.as_deref()) {
+            ("system", Some("init")) => Event::Init {
+                session_id: self.session_id,
+                model: self.model,
+                cli_version: self.claude_code_version,
+            },
+            ("system", Some("api_retry")) => Event::ApiRetry {
+                attempt: self.attempt,
+                error_status: status_code(self.error_status),
+                error: string_of(self.error),
+            },
+            ("assistant", _) => {
+                let mut event = AssistantEvent {
+                    session_id: self.session_id,
+                    error: string_of(self.error),
+                    api_error_status: status_code(self.api_error_status),
+                    ..AssistantEvent::default()
+                };
+                if let Some(message) = self.message {
+                    event.message_id = message.id.clone();
+                    event.model = message.model.clone();
+                    event.usage = message.usage;
+                    for block in message.blocks() {
+                        match block.kind.as_deref() {
+                            Some("text") => event.texts.extend(block.text),
+                            Some("tool_use") => event.tool_uses.push(ToolUse {
+                                summary: tool_summary(
+                                    block.name.as_deref().unwrap_or("?"),
+                                    block.input.as_ref(),
+                                ),
+                                id: block.id.unwrap_or_default(),
+                                name: block.name.unwrap_or_else(|| "?".to_owned()),
+                            }),
+                            _ => {}
+                        }
+                    }
+                }
+                Event::Assistant(event)
+            }
+            ("user", _) => Event::User {
+                tool_results: self
+                    .message
+                    .map(|m| {
+                        m.blocks()
+                            .filter(|b| b.kind.as_deref() == Some("tool_result"))
+                            .map(|b| ToolResult {
+                                tool_use_id: b.tool_use_id.unwrap_or_default(),
+                                is_error: b.is_error.unwrap_or(false),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            ("result", _) => Event::Result(ResultEvent {
+                subtype: self.subtype,
+                is_error: self.is_error.unwrap_or(false),
+                result: string_of(self.result),
+                session_id: self.session_id,
+                num_turns: self.num_turns,
+                terminal_reason: self.terminal_reason,
+                api_error_status: status_code(self.api_error_status),
+                api_error_type: self.api_error_type,
+                errors: self
+                    .errors
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|e| string_of(Some(e)))
+                    .collect(),
+                usage: self.usage,
+                duration_ms: self.duration_ms,
+                duration_api_ms: self.duration_api_ms,
+                total_cost_usd: self.total_cost_usd,
+            }),
+            (kind, _) => Event::Other {
+                kind: kind.to_owned(),
+                subtype: self.subtype,
+                session_id: self.session_id,
+            },
+        }
+    }
+}
+
+impl WireMessage {
+    fn blocks(self) -> impl Iterator<Item = WireBlock> {
+        match self.content {
+            Some(WireContent::Blocks(blocks)) => blocks.into_iter(),
+            _ => Vec::new().into_iter(),
+        }
+    }
+}
+
+/// `Bash(npm test)`, `Write(src/lib.rs)`, or just the tool name.
+fn tool_summary(name: &str, input: Option<&serde_json::Value>) -> String {
+    const KEYS: [&str; 5] = ["command", "file_path", "path", "pattern", "url"];
+    let detail = input.and_then(|input| {
+        KEYS.iter()
+            .find_map(|key| input.get(*key).and_then(|v| v.as_str()))
+    });
+    match detail {
+        Some(detail) => format!("{name}({})", one_line(detail, 80)),
+        None => name.to_owned(),
+    }
+}
+
+/// The first line of `text`, cut to `max_chars` characters with an ellipsis.
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let mut out: String = first.chars().take(max_chars).collect();
+    if first.chars().count() > max_chars || text.lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_all(max: usize, chunks: &[&[u8]]) -> Vec<Line> {
+        let mut splitter = LineSplitter::new(max);
+        let mut lines = Vec::new();
+        for chunk in chunks {
+            splitter.feed(chunk, |l| lines.push(l));
+        }
+        lines.extend(splitter.finish());
+        lines
+    }
+
+    #[test]
+    fn splits_lines_across_chunk_boundaries() {
+        let lines = split_all(100, &[b"ab", b"c\nde", b"f\n\ng"]);
+        let texts: Vec<&[u8]> = lines.iter().map(|l| l.bytes.as_slice()).collect();
+        assert_eq!(texts, vec![&b"abc"[..], b"def", b"", b"g"]);
+        assert!(lines.iter().all(|l| !l.truncated()));
+    }
+
+    #[test]
+    fn no_trailing_line_after_final_newline() {
+        assert_eq!(split_all(100, &[b"a\n"]).len(), 1);
+        assert!(split_all(100, &[]).is_empty());
+    }
+
+    #[test]
+    fn caps_long_lines_and_counts_dropped_bytes() {
+        let lines = split_all(4, &[b"abcdef", b"gh\nxy\n"]);
+        assert_eq!(lines[0].bytes, b"abcd");
+        assert_eq!(lines[0].dropped, 4);
+        assert_eq!(lines[1].bytes, b"xy");
+        assert_eq!(lines[1].dropped, 0);
+    }
+
+    #[test]
+    fn keeps_invalid_utf8_bytes() {
+        let lines = split_all(100, &[b"\xff\xfe\n"]);
+        assert_eq!(lines[0].bytes, b"\xff\xfe");
+    }
+
+    #[test]
+    fn decodes_init_result_and_synthetic_error() {
+        let init = br#"{"type":"system","subtype":"init","session_id":"s1","model":"glm-4.7","claude_code_version":"2.1.330"}"#;
+        assert_eq!(
+            decode_event(init).unwrap(),
+            Event::Init {
+                session_id: Some("s1".into()),
+                model: Some("glm-4.7".into()),
+                cli_version: Some("2.1.330".into())
+            }
+        );
+        let result = br#"{"duration_api_ms":0,"type":"result","subtype":"success","is_error":true,"terminal_reason":"api_error","api_error_status":500,"api_error_type":"api_error","result":"API Error: 500","session_id":"s1"}"#;
+        let Event::Result(r) = decode_event(result).unwrap() else {
+            panic!("not a result")
+        };
+        assert!(r.is_error);
+        assert_eq!(r.api_error_status, Some(500));
+        assert_eq!(r.terminal_reason.as_deref(), Some("api_error"));
+        let synthetic = br#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error"}]},"error":"rate_limit","api_error_status":429}"#;
+        let Event::Assistant(a) = decode_event(synthetic).unwrap() else {
+            panic!("not assistant")
+        };
+        assert!(a.is_synthetic());
+        assert_eq!(a.api_error_status, Some(429));
+        assert_eq!(a.error.as_deref(), Some("rate_limit"));
+    }
+
+    #[test]
+    fn decodes_tool_use_and_tool_result() {
+        let line = br#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"npm test\nmore"}}]}}"#;
+        let Event::Assistant(a) = decode_event(line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(a.tool_uses[0].summary, "Bash(npm test…)");
+        let line = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"big"}],"is_error":true}]}}"#;
+        assert_eq!(
+            decode_event(line).unwrap(),
+            Event::User {
+                tool_results: vec![ToolResult {
+                    tool_use_id: "t1".into(),
+                    is_error: true
+                }]
+            }
+        );
+        let line = br#"{"type":"user","message":{"role":"user","content":"plain"}}"#;
+        assert_eq!(
+            decode_event(line).unwrap(),
+            Event::User {
+                tool_results: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn classifies_undecodable_lines() {
+        assert_eq!(decode_event(b"hello"), Err(DecodeError::NotJson));
+        assert_eq!(decode_event(b"\xff"), Err(DecodeError::NotJson));
+        assert_eq!(decode_event(b"[1,2]"), Err(DecodeError::NotAnEvent));
+        assert_eq!(
+            decode_event(br#"{"no":"type"}"#),
+            Err(DecodeError::NotAnEvent)
+        );
+        assert!(matches!(
+            decode_event(br#"{"type":"stream_event","event":{}}"#),
+            Ok(Event::Other { .. })
+        ));
+    }
+}

@@ -1,0 +1,385 @@
+//! Supervision of one attempt: spawn the child, feed it the prompt, read stdout and stderr
+//! concurrently, enforce the idle and total watchdogs, react to coder's own signals, and
+//! make sure that when the attempt ends no process of it is left.
+//!
+//! The loop is event-driven: it wakes for a line, the child's exit, a deadline or a signal.
+//! Completion is driven by the `result` event, not by the child's exit: the CLI can stay
+//! alive after answering (MCP servers, background shells), so after a result the child gets
+//! a short grace to exit on its own and is then stopped, and the run still succeeds. The
+//! reverse also happens: the child exits while a grandchild still holds the pipes open, so
+//! after an exit the pipes get a short drain before the tree is stopped.
+
+pub mod signals;
+pub mod spawn;
+pub mod tree;
+
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::child::ChildSpec;
+use crate::observation::{Observation, Pipe};
+use crate::stream::{Event, Line, LineSplitter};
+
+pub use signals::CancelSignals;
+pub use spawn::SpawnError;
+pub use tree::KillReport;
+
+/// How long a child may stay alive after printing its `result`.
+const AFTER_RESULT_GRACE: Duration = Duration::from_secs(2);
+/// How long the pipes may stay open after the child exited (a grandchild holding them).
+const AFTER_EXIT_DRAIN: Duration = Duration::from_secs(1);
+/// How long to wait for the last bytes once the tree is stopped.
+const FINAL_DRAIN: Duration = Duration::from_secs(2);
+/// Read buffer per pipe.
+const READ_CHUNK: usize = 256 * 1024;
+/// Lines handled per wake-up before the deadlines are looked at again.
+const BATCH: usize = 256;
+
+/// The limits of one attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// No byte on stdout or stderr for this long stops the attempt.
+    pub idle: Duration,
+    /// The whole run's hard deadline (shared by all attempts), if any.
+    pub deadline: Option<Instant>,
+    /// Time between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    pub max_line_bytes: usize,
+}
+
+/// Why an attempt ended.
+#[derive(Debug)]
+pub enum StopCause {
+    /// The child exited and its output was read to the end.
+    Finished,
+    /// The child printed its result but did not exit in time; it was stopped.
+    LingeredAfterResult,
+    /// No output for the idle limit.
+    IdleTimeout,
+    /// The run's total deadline passed.
+    TotalTimeout,
+    /// coder received this signal.
+    Cancelled(i32),
+    /// The child never started.
+    SpawnFailed(SpawnError),
+}
+
+/// How an attempt ended.
+#[derive(Debug)]
+pub struct AttemptEnd {
+    pub cause: StopCause,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub duration: Duration,
+    pub kill: KillReport,
+}
+
+enum PipeMsg {
+    Line(Pipe, Line),
+    Eof,
+}
+
+/// Activity shared between the pipe readers and the supervisor loop.
+struct Activity {
+    started: Instant,
+    last_ms: AtomicU64,
+    stdout_bytes: AtomicU64,
+    stderr_bytes: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self, pipe: Pipe, n: usize) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(now, Ordering::Relaxed);
+        let counter = match pipe {
+            Pipe::Stdout => &self.stdout_bytes,
+            Pipe::Stderr => &self.stderr_bytes,
+        };
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.started + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// Kills whatever is left of the tree if the supervisor is unwound (a panic) before it
+/// could stop the attempt in order.
+struct TreeGuard {
+    pid: Option<i32>,
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if self.pid.is_some() {
+            tree::kill_all_now(self.pid);
+        }
+    }
+}
+
+/// Where the supervisor reports what happens, as it happens (the transcript, the progress
+/// display). Implementations must not block.
+pub trait Journal {
+    /// A complete line of the child's output; `event` is its decoded form, if it is one.
+    fn line(&mut self, pipe: Pipe, line: &Line, event: Option<&Event>);
+    /// Something the supervisor did (`spawn`, `watchdog`, `kill`).
+    fn note(&mut self, kind: &str, data: serde_json::Value);
+}
+
+/// A journal that records nothing.
+pub struct NoJournal;
+
+impl Journal for NoJournal {
+    fn line(&mut self, _: Pipe, _: &Line, _: Option<&Event>) {}
+    fn note(&mut self, _: &str, _: serde_json::Value) {}
+}
+
+/// Runs one attempt of `spec` to its end, feeding every line to `observation` and
+/// `journal`.
+pub async fn run_attempt(
+    spec: &ChildSpec,
+    limits: &Limits,
+    observation: &mut Observation,
+    signals: &mut CancelSignals,
+    journal: &mut dyn Journal,
+) -> AttemptEnd {
+    let started = Instant::now();
+    let spawned = tokio::select! {
+        biased;
+        signo = signals.recv() => {
+            // The helper may be mid-start; whatever it became is stopped below.
+            let kill = tree::stop_tree(None, limits.kill_grace).await;
+            return AttemptEnd { cause: StopCause::Cancelled(signo), exit_code: None, exit_signal: None, duration: started.elapsed(), kill };
+        }
+        spawned = spawn::spawn(spec) => spawned,
+    };
+    let spawned = match spawned {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            return AttemptEnd {
+                cause: StopCause::SpawnFailed(e),
+                exit_code: None,
+                exit_signal: None,
+                duration: started.elapsed(),
+                kill: KillReport::default(),
+            };
+        }
+    };
+    let spawn::Spawned {
+        mut child,
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    } = spawned;
+    let mut guard = TreeGuard { pid: Some(pid) };
+    journal.note(
+        "spawn",
+        serde_json::json!({"pid": pid, "program": spec.program}),
+    );
+
+    let prompt = spec.stdin.clone();
+    tokio::spawn(async move {
+        let mut stdin = stdin;
+        // A child that exits without reading its stdin is not an error here; its exit
+        // status tells the story.
+        let _ = stdin.write_all(&prompt).await;
+        let _ = stdin.shutdown().await;
+    });
+
+    let activity = Arc::new(Activity {
+        started,
+        last_ms: AtomicU64::new(0),
+        stdout_bytes: AtomicU64::new(0),
+        stderr_bytes: AtomicU64::new(0),
+    });
+    let (tx, mut rx) = mpsc::channel(1024);
+    tokio::spawn(read_pipe(
+        stdout,
+        Pipe::Stdout,
+        tx.clone(),
+        activity.clone(),
+        limits.max_line_bytes,
+    ));
+    tokio::spawn(read_pipe(
+        stderr,
+        Pipe::Stderr,
+        tx,
+        activity.clone(),
+        limits.max_line_bytes,
+    ));
+
+    let mut open_pipes = 2u8;
+    let mut exit_status: Option<std::process::ExitStatus> = None;
+    let mut child_gone = false;
+    let mut result_seen = false;
+    // Once set, the attempt is winding down: the child exited or answered, and this is
+    // when whatever is left gets stopped.
+    let mut wind_down: Option<Instant> = None;
+    let mut cause: Option<StopCause> = None;
+
+    while !(child_gone && open_pipes == 0) {
+        let idle_at = activity.last() + limits.idle;
+        tokio::select! {
+            biased;
+            signo = signals.recv() => {
+                cause = Some(StopCause::Cancelled(signo));
+                break;
+            }
+            msg = rx.recv(), if open_pipes > 0 => {
+                let mut next = msg;
+                for _ in 0..BATCH {
+                    match next {
+                        Some(PipeMsg::Line(pipe, line)) => {
+                            let event = observation.observe_line(pipe, &line);
+                            journal.line(pipe, &line, event.as_ref());
+                            if let Some(Event::Result(_)) = event
+                                && !result_seen
+                            {
+                                result_seen = true;
+                                let at = Instant::now() + AFTER_RESULT_GRACE;
+                                wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
+                            }
+                        }
+                        Some(PipeMsg::Eof) => open_pipes = open_pipes.saturating_sub(1),
+                        None => open_pipes = 0,
+                    }
+                    if open_pipes == 0 {
+                        break;
+                    }
+                    match rx.try_recv() {
+                        Ok(msg) => next = Some(msg),
+                        Err(_) => break,
+                    }
+                }
+            }
+            status = child.wait(), if !child_gone => {
+                child_gone = true;
+                exit_status = status.ok();
+                let at = Instant::now() + AFTER_EXIT_DRAIN;
+                wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
+            }
+            _ = tokio::time::sleep_until(idle_at.into()), if wind_down.is_none() => {
+                if activity.last() + limits.idle <= Instant::now() {
+                    cause = Some(StopCause::IdleTimeout);
+                    break;
+                }
+            }
+            _ = sleep_until_opt(limits.deadline) => {
+                cause = Some(StopCause::TotalTimeout);
+                break;
+            }
+            _ = sleep_until_opt(wind_down) => {
+                cause = Some(if result_seen && !child_gone {
+                    StopCause::LingeredAfterResult
+                } else {
+                    StopCause::Finished
+                });
+                break;
+            }
+        }
+    }
+    let cause = cause.unwrap_or(StopCause::Finished);
+    let why = match &cause {
+        StopCause::IdleTimeout => Some("idle_timeout"),
+        StopCause::TotalTimeout => Some("timeout"),
+        StopCause::Cancelled(_) => Some("cancelled"),
+        StopCause::LingeredAfterResult => Some("lingered_after_result"),
+        StopCause::Finished | StopCause::SpawnFailed(_) => None,
+    };
+    if let Some(why) = why {
+        journal.note(
+            "watchdog",
+            serde_json::json!({"reason": why, "pending_tool": observation.pending_tool()}),
+        );
+    }
+
+    // Whatever the cause, nothing of the run may outlive it.
+    let kill = tree::stop_tree(Some(pid), limits.kill_grace).await;
+    if kill.found > 0 {
+        journal.note(
+            "kill",
+            serde_json::json!({"processes": kill.found, "escalated_to_sigkill": kill.escalated}),
+        );
+    }
+    if !child_gone {
+        // The tree was just stopped with SIGKILL as a last resort, so this returns promptly.
+        if let Ok(Ok(status)) =
+            tokio::time::timeout(limits.kill_grace + FINAL_DRAIN, child.wait()).await
+        {
+            exit_status = Some(status);
+        }
+    }
+    let drain_deadline = tokio::time::Instant::now() + FINAL_DRAIN;
+    while open_pipes > 0 {
+        match tokio::time::timeout_at(drain_deadline, rx.recv()).await {
+            Ok(Some(PipeMsg::Line(pipe, line))) => {
+                let event = observation.observe_line(pipe, &line);
+                journal.line(pipe, &line, event.as_ref());
+            }
+            Ok(Some(PipeMsg::Eof)) => open_pipes -= 1,
+            Ok(None) | Err(_) => break,
+        }
+    }
+    guard.pid = None;
+
+    observation.count_bytes(
+        Pipe::Stdout,
+        activity.stdout_bytes.load(Ordering::Relaxed) as usize,
+    );
+    observation.count_bytes(
+        Pipe::Stderr,
+        activity.stderr_bytes.load(Ordering::Relaxed) as usize,
+    );
+    AttemptEnd {
+        cause,
+        exit_code: exit_status.and_then(|s| s.code()),
+        exit_signal: exit_status.and_then(|s| s.signal()),
+        duration: started.elapsed(),
+        kill,
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn read_pipe<R: AsyncRead + Unpin>(
+    mut reader: R,
+    pipe: Pipe,
+    tx: mpsc::Sender<PipeMsg>,
+    activity: Arc<Activity>,
+    max_line_bytes: usize,
+) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut splitter = LineSplitter::new(max_line_bytes);
+    let mut lines = Vec::new();
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => {
+                activity.touch(pipe, n);
+                splitter.feed(&buf[..n], |line| lines.push(line));
+                for line in lines.drain(..) {
+                    if tx.send(PipeMsg::Line(pipe, line)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        let _ = tx.send(PipeMsg::Line(pipe, line)).await;
+    }
+    let _ = tx.send(PipeMsg::Eof).await;
+}

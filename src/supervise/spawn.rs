@@ -1,0 +1,115 @@
+//! Starting the child through the helper process (see [`crate::sandbox::helper`]) and
+//! learning, before any output is read, whether the program really started.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::Stdio;
+
+use nix::fcntl::OFlag;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+use crate::child::ChildSpec;
+use crate::sandbox::helper::{HELPER_ARG, HelperFailure, HelperSpec, HelperStage, STATUS_FD};
+
+/// A started child with its pipes.
+pub struct Spawned {
+    pub child: Child,
+    pub pid: i32,
+    pub stdin: ChildStdin,
+    pub stdout: ChildStdout,
+    pub stderr: ChildStderr,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The helper reported a failure before `execve` of the program.
+    #[error("{0}")]
+    Helper(HelperFailure),
+    /// coder could not start its own helper.
+    #[error("cannot start the child process: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Spawns `spec` via `current_exe __exec-helper`. Returns once the program has been
+/// exec'd (or failed to be).
+pub async fn spawn(spec: &ChildSpec) -> Result<Spawned, SpawnError> {
+    let helper_exe = std::env::current_exe()?;
+    let helper_spec = HelperSpec {
+        program: spec.program.clone(),
+        args: spec.args.clone(),
+        parent_pid: std::process::id(),
+    };
+    let spec_json = serde_json::to_string(&helper_spec)
+        .map_err(|e| std::io::Error::other(format!("cannot encode the helper spec: {e}")))?;
+
+    let (status_read, status_write): (OwnedFd, OwnedFd) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+    let status_write_raw = status_write.as_raw_fd();
+
+    let mut command = Command::new(helper_exe);
+    command
+        .arg0("coder-helper")
+        .arg(HELPER_ARG)
+        .arg(spec_json)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2 and
+    // fcntl, which are async-signal-safe; it touches no memory shared with other threads.
+    unsafe {
+        command.pre_exec(move || {
+            if status_write_raw == STATUS_FD {
+                // dup2 onto itself would keep close-on-exec set; clear it instead.
+                if libc::fcntl(STATUS_FD, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(status_write_raw, STATUS_FD) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    drop(status_write);
+
+    let report = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut file = std::fs::File::from(status_read);
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map(|_| bytes)
+    })
+    .await
+    .map_err(|e| std::io::Error::other(format!("status reader failed: {e}")))??;
+
+    if !report.is_empty() {
+        let failure =
+            serde_json::from_slice::<HelperFailure>(&report).unwrap_or_else(|_| HelperFailure {
+                stage: HelperStage::Setup,
+                errno: None,
+                message: String::from_utf8_lossy(&report).into_owned(),
+            });
+        // The helper exits right after reporting; reap it.
+        let _ = child.wait().await;
+        return Err(SpawnError::Helper(failure));
+    }
+
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .ok_or_else(|| std::io::Error::other("the child exited before it could be tracked"))?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(SpawnError::Io(std::io::Error::other("child pipes missing")));
+    };
+    Ok(Spawned {
+        child,
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    })
+}
