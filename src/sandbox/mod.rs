@@ -47,9 +47,53 @@ pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_deni
 pub use note::system_prompt_note;
 pub use policy::{
     Access, DEFAULT_DENY_GLOBS, Mask, MaskKind, Mode, Policy, PolicyOptions, Root, ScanLimits,
-    SymlinkAlias,
+    SymlinkAlias, backend_ports,
 };
 pub use probe::{SandboxSupport, probe};
+
+/// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
+/// child's environment (for the backend's port and an explicit `CLAUDE_CONFIG_DIR`) and
+/// `program` the agent's executable, whose install directory becomes readable.
+pub fn policy_for_agent(
+    mode: Mode,
+    workspace: &std::path::Path,
+    program: &std::path::Path,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Result<Option<Policy>, SandboxError> {
+    if !mode.is_confined() {
+        return Ok(None);
+    }
+    let mut opts = PolicyOptions::new(mode, workspace);
+    opts.connect_ports = backend_ports(env);
+    opts.config_dir = env
+        .iter()
+        .find(|(k, v)| k == "CLAUDE_CONFIG_DIR" && !v.is_empty())
+        .map(|(_, v)| PathBuf::from(v));
+    let mut policy = Policy::resolve(&opts)?;
+    if let Err(e) = policy.grant_program(program) {
+        policy.cleanup();
+        return Err(e);
+    }
+    Ok(Some(policy))
+}
+
+/// Removes a run's private directory when dropped (after the run's process tree is gone).
+#[derive(Debug)]
+pub struct RunDirCleanup(Option<PathBuf>);
+
+impl RunDirCleanup {
+    pub fn new(policy: Option<&Policy>) -> Self {
+        RunDirCleanup(policy.map(|p| p.run_dir.clone()))
+    }
+}
+
+impl Drop for RunDirCleanup {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
 
 /// Why the sandbox could not be set up. Every message says what went wrong and what the
 /// user can do about it; none carries file contents.

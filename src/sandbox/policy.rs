@@ -176,10 +176,11 @@ pub struct PolicyOptions {
     /// Non-accessible globs, relative to each scanned root.
     pub deny_globs: Vec<String>,
     pub scan_limits: ScanLimits,
-    /// `CLAUDE_CONFIG_DIR` for the agent; default `$XDG_STATE_HOME/coder/claude/config`.
+    /// `CLAUDE_CONFIG_DIR` for the agent; default `claude/config` in coder's state
+    /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
-    /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs` or
-    /// `$XDG_CACHE_HOME/coder/runs`.
+    /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs`, else
+    /// `sandbox` in coder's state directory.
     pub runs_dir: Option<PathBuf>,
 }
 
@@ -313,17 +314,11 @@ impl Policy {
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
         let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
 
-        let config_dir = match &opts.config_dir {
-            Some(dir) => dir.clone(),
-            None => default_config_dir(home.as_deref())?,
-        };
+        let config_dir = opts.config_dir.clone().unwrap_or_else(default_config_dir);
         create_private_dir(&config_dir)?;
         let config_dir = canonicalize("config directory", &config_dir)?;
 
-        let runs_dir = match &opts.runs_dir {
-            Some(dir) => dir.clone(),
-            None => default_runs_dir(home.as_deref())?,
-        };
+        let runs_dir = opts.runs_dir.clone().unwrap_or_else(default_runs_dir);
         create_private_dir(&runs_dir)?;
         prune_stale_runs(&runs_dir);
         let run_dir = runs_dir.join(format!(
@@ -393,8 +388,13 @@ impl Policy {
             grants.add(common, ws_access)?;
         }
         // The parent of the config dir is writable too: Claude takes `<dir>.lock` there.
-        let config_parent = config_dir.parent().unwrap_or(&config_dir).to_path_buf();
-        grants.add(&config_parent, Access::Write)?;
+        // Not when that parent is the home directory (a config dir of `~/.claude`).
+        grants.add(&config_dir, Access::Write)?;
+        if let Some(parent) = config_dir.parent()
+            && !is_broad(parent, home.as_deref())
+        {
+            grants.add(parent, Access::Write)?;
+        }
         grants.add(&run_dir.join("tmp"), Access::Write)?;
         grants.add(&run_dir.join("run"), Access::Write)?;
         if opts.allow_tmp {
@@ -461,6 +461,31 @@ impl Policy {
         self.roots = grants.roots();
         self.aliases = grants.aliases.into_iter().collect();
         Ok(())
+    }
+
+    /// Grant reading the agent's program: its install directory (the directory of the
+    /// resolved executable, where a package keeps its other files), or the file alone when
+    /// that directory is too broad to hand out. Symlinks on the way are kept as aliases.
+    pub fn grant_program(&mut self, program: &Path) -> Result<(), SandboxError> {
+        let canonical = canonicalize("program", program)?;
+        match canonical.parent() {
+            Some(dir) if !is_broad(dir, self.home.as_deref()) => self.grant_read(dir)?,
+            _ => self.grant_read(&canonical)?,
+        }
+        self.grant_read(program)
+    }
+
+    /// Adjust a child environment in place: drop the removed variables, set the policy's.
+    pub fn apply_env(&self, env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>) {
+        env.retain(|(k, _)| {
+            let name = k.to_string_lossy();
+            !self.env_remove.iter().any(|r| *r == name) && !self.env_set.contains_key(name.as_ref())
+        });
+        env.extend(
+            self.env_set
+                .iter()
+                .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v))),
+        );
     }
 
     /// The empty read-only file bind-mounted over secrets.
@@ -667,8 +692,7 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
-    let broad = path == Path::new("/") || home.is_some_and(|h| h.starts_with(path));
-    if broad {
+    if is_broad(path, home) {
         return Err(SandboxError::Path {
             what: "--write path",
             path: path.to_path_buf(),
@@ -687,29 +711,20 @@ fn env_path(name: &str) -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
 }
 
-fn default_config_dir(home: Option<&Path>) -> Result<PathBuf, SandboxError> {
-    let state = env_path("XDG_STATE_HOME")
-        .or_else(|| home.map(|h| h.join(".local/state")))
-        .ok_or_else(|| SandboxError::Path {
-            what: "config directory",
-            path: PathBuf::new(),
-            reason: "neither XDG_STATE_HOME nor HOME is set".to_string(),
-        })?;
-    Ok(state.join("coder/claude/config"))
+fn default_config_dir() -> PathBuf {
+    crate::session::state_dir().join("claude/config")
 }
 
-fn default_runs_dir(home: Option<&Path>) -> Result<PathBuf, SandboxError> {
-    if let Some(runtime) = env_path("XDG_RUNTIME_DIR").filter(|p| p.is_dir()) {
-        return Ok(runtime.join("coder/runs"));
+fn default_runs_dir() -> PathBuf {
+    match env_path("XDG_RUNTIME_DIR").filter(|p| p.is_dir()) {
+        Some(runtime) => runtime.join("coder/runs"),
+        None => crate::session::state_dir().join("sandbox"),
     }
-    let cache = env_path("XDG_CACHE_HOME")
-        .or_else(|| home.map(|h| h.join(".cache")))
-        .ok_or_else(|| SandboxError::Path {
-            what: "run directory",
-            path: PathBuf::new(),
-            reason: "neither XDG_RUNTIME_DIR, XDG_CACHE_HOME nor HOME is set".to_string(),
-        })?;
-    Ok(cache.join("coder/runs"))
+}
+
+/// `/`, the home directory or one of its ancestors: never granted as a whole.
+fn is_broad(path: &Path, home: Option<&Path>) -> bool {
+    path == Path::new("/") || home.is_some_and(|h| h.starts_with(path))
 }
 
 fn create_private_dir(path: &Path) -> Result<(), SandboxError> {
@@ -759,6 +774,59 @@ fn dedup_sorted(mut ports: Vec<u16>) -> Vec<u16> {
     ports.sort_unstable();
     ports.dedup();
     ports
+}
+
+/// The TCP ports a child with this environment must reach: the backend's
+/// (`ANTHROPIC_BASE_URL`, default HTTPS) and those of configured proxies.
+pub fn backend_ports(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Vec<u16> {
+    let get = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.to_str())
+            .filter(|v| !v.is_empty())
+    };
+    let mut ports = vec![
+        get("ANTHROPIC_BASE_URL")
+            .map_or(Some(443), url_port)
+            .unwrap_or(443),
+    ];
+    for name in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        if let Some(port) = get(name).and_then(url_port) {
+            ports.push(port);
+        }
+    }
+    dedup_sorted(ports)
+}
+
+/// The port of a URL (`http://host:8080/x` -> 8080), or its scheme's default.
+fn url_port(url: &str) -> Option<u16> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+        None => ("http".to_string(), url),
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = if let Some(end) = host_port.strip_prefix('[').and_then(|h| h.find(']')) {
+        host_port[end + 2..].strip_prefix(':')
+    } else {
+        host_port.rsplit_once(':').map(|(_, p)| p)
+    };
+    match port {
+        Some(p) => p.parse().ok(),
+        None => match scheme.as_str() {
+            "https" => Some(443),
+            "http" => Some(80),
+            "socks5" | "socks5h" | "socks" => Some(1080),
+            _ => None,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -886,6 +954,29 @@ mod tests {
                 .aliases
                 .iter()
                 .any(|a| a.path.ends_with(".profile") && a.target == dotfiles.join("profile"))
+        );
+    }
+
+    #[test]
+    fn backend_ports_come_from_the_base_url_and_proxies() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+            pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+        };
+        assert_eq!(backend_ports(&env(&[])), vec![443]);
+        assert_eq!(
+            backend_ports(&env(&[("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")])),
+            vec![9]
+        );
+        assert_eq!(
+            backend_ports(&env(&[
+                ("ANTHROPIC_BASE_URL", "https://api.z.ai/api/anthropic"),
+                ("HTTPS_PROXY", "http://user:pw@[::1]:3128"),
+            ])),
+            vec![443, 3128]
+        );
+        assert_eq!(
+            backend_ports(&env(&[("ANTHROPIC_BASE_URL", "http://h")])),
+            vec![80]
         );
     }
 

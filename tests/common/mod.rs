@@ -116,10 +116,14 @@ impl Fake {
         let record = state.join("record.json");
         let marker = unique_marker();
         let bin = bin_dir.join("claude");
+        // The script sits beside the wrapper, in the child's install directory: the only
+        // directory outside the workspace that the sandbox lets the child read.
+        let fake_claude = bin_dir.join("fake-claude.py");
+        std::fs::copy(FAKE_CLAUDE, &fake_claude).expect("copy fake-claude.py");
         let script = format!(
             "#!/bin/sh\nexec {} {} --scenario {} --record {} --marker {} -- \"$@\"\n",
             shell_quote(&python().to_string_lossy()),
-            shell_quote(FAKE_CLAUDE),
+            shell_quote(&fake_claude.to_string_lossy()),
             shell_quote(&scenario_path.to_string_lossy()),
             shell_quote(&record.to_string_lossy()),
             shell_quote(&marker),
