@@ -114,9 +114,21 @@ pub fn child_env(
         .into_iter()
         .filter(|(k, _)| k != "CLAUDECODE")
         .collect();
-    for (name, value) in limit_env(request.idle_timeout) {
-        if !env.iter().any(|(k, _)| k == name) {
-            env.push((name.into(), value.into()));
+    for (name, cap) in limit_env(request.idle_timeout) {
+        // A value already set (by the caller or a backend preset, such as a vendor's
+        // 50-minute API_TIMEOUT_MS) is kept only when it is below the cap.
+        match env.iter_mut().find(|(k, _)| k == name) {
+            Some((_, value)) => {
+                let below_cap = value
+                    .to_str()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .zip(cap.parse::<u64>().ok())
+                    .is_some_and(|(v, c)| v <= c);
+                if !below_cap {
+                    *value = cap.into();
+                }
+            }
+            None => env.push((name.into(), cap.into())),
         }
     }
     if request.sandbox == SandboxMode::DangerFullAccess
@@ -171,9 +183,20 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
     });
     spec.args.push("--settings".into());
     spec.args.push(settings.to_string().into());
-    spec.args.push("--append-system-prompt".into());
-    spec.args
-        .push(crate::sandbox::system_prompt_note(&policy).into());
+    // One `--append-system-prompt` only (the CLI keeps the last): add to the backend's.
+    let note = crate::sandbox::system_prompt_note(&policy);
+    match spec.args.iter().position(|a| a == "--append-system-prompt") {
+        Some(i) if i + 1 < spec.args.len() => {
+            let mut text = spec.args[i + 1].clone();
+            text.push("\n\n");
+            text.push(&note);
+            spec.args[i + 1] = text;
+        }
+        _ => {
+            spec.args.push("--append-system-prompt".into());
+            spec.args.push(note.into());
+        }
+    }
     policy.apply_env(&mut spec.env);
     spec.env.retain(|(k, _)| k != "IS_SANDBOX");
     spec.env.push(("IS_SANDBOX".into(), "1".into()));
@@ -248,8 +271,7 @@ mod tests {
             max_duration: None,
             max_retries: 0,
             claude_bin: None,
-            backend: None,
-            config: None,
+            backend: crate::config::BackendArgs::default(),
             max_line_bytes: 1024,
             kill_grace: DEFAULT_KILL_GRACE,
             transcript: None,
@@ -292,6 +314,8 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "CLAUDECODE"));
         assert!(env.contains(&("BASH_MAX_TIMEOUT_MS".into(), "5".into())));
         assert!(env.contains(&("BASH_DEFAULT_TIMEOUT_MS".into(), "270000".into())));
+        let env = child_env(vec![("API_TIMEOUT_MS".into(), "3000000".into())], &req);
+        assert!(env.contains(&("API_TIMEOUT_MS".into(), "270000".into())));
     }
 
     #[test]

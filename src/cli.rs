@@ -16,6 +16,8 @@ use clap::{ArgAction, Parser, ValueEnum};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::config::BackendArgs;
+use crate::prompt::{PromptArgs, assemble_prompt};
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
 /// Confinement mode of the child (DESIGN §5).
@@ -101,14 +103,6 @@ pub struct RunArgs {
     #[arg(long = "claude-bin", env = "CODER_CLAUDE_BIN", value_name = "PATH")]
     pub claude_bin: Option<PathBuf>,
 
-    /// Named backend profile.
-    #[arg(long, env = "CODER_BACKEND", value_name = "NAME")]
-    pub backend: Option<String>,
-
-    /// Config file.
-    #[arg(long, env = "CODER_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-
     /// Read the parameters from a JSON object (file or `-` for stdin); flags override it.
     #[arg(long, value_name = "FILE|-")]
     pub request: Option<PathBuf>,
@@ -132,6 +126,14 @@ pub struct RunArgs {
     /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3].
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
+
+    /// Backend profile, config file and model overrides.
+    #[command(flatten, next_help_heading = "Backend")]
+    pub backend: BackendArgs,
+
+    /// Structure added around the task (contract, guardrails, codex, lists).
+    #[command(flatten, next_help_heading = "Prompt")]
+    pub prompt_framing: PromptArgs,
 }
 
 /// The `--request` JSON object, with the spec's parameter names.
@@ -185,8 +187,8 @@ pub struct RunRequest {
     pub max_duration: Option<Duration>,
     pub max_retries: u32,
     pub claude_bin: Option<PathBuf>,
-    pub backend: Option<String>,
-    pub config: Option<PathBuf>,
+    /// Which backend to resolve (see [`crate::config::resolve_backend`]).
+    pub backend: BackendArgs,
     pub max_line_bytes: usize,
     pub kill_grace: Duration,
     pub transcript: Option<PathBuf>,
@@ -312,6 +314,8 @@ impl RunArgs {
                     .into(),
             ));
         }
+        let prompt = assemble_prompt(&prompt, &self.prompt_framing)
+            .map_err(|e| ArgError::Invalid(e.to_string()))?;
 
         Ok(RunRequest {
             prompt,
@@ -330,7 +334,6 @@ impl RunArgs {
             max_retries,
             claude_bin: self.claude_bin,
             backend: self.backend,
-            config: self.config,
             max_line_bytes,
             kill_grace,
             transcript: self.transcript,

@@ -8,10 +8,13 @@
 
 pub mod child;
 pub mod cli;
+pub mod config;
+pub mod doctor;
 pub mod envelope;
 pub mod observation;
 pub mod outcome;
 pub mod progress;
+pub mod prompt;
 pub mod replay;
 pub mod retry;
 pub mod run;

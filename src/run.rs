@@ -15,11 +15,13 @@ use uuid::Uuid;
 
 use crate::child;
 use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SandboxMode, SessionChoice};
+use crate::config;
 use crate::envelope::{Envelope, ErrorDetail, Metrics};
 use crate::observation::Observation;
 use crate::observation::Pipe;
 use crate::outcome::{self, ErrorKind, Failure, LimitsForMessages, Verdict};
 use crate::progress::{self, Progress};
+use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::session::{self, SessionRecord, SessionStore};
 use crate::stream::{Event, Line};
@@ -181,8 +183,19 @@ pub async fn run(request: RunRequest) -> Envelope {
         .clone()
         .unwrap_or_else(|| runs_dir.join(format!("{run_id}.jsonl")));
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let backend = config::resolve_backend(&request.backend, &process_env);
+    let mut secrets = child::secret_values(&process_env);
+    if let Ok(backend) = &backend {
+        // A key written into the config file is a secret whatever its variable is called.
+        secrets.extend(
+            backend
+                .secret_values()
+                .into_iter()
+                .filter_map(|s| s.to_str().map(str::to_owned)),
+        );
+    }
     let mut journal = RunJournal {
-        transcript: Transcript::create(transcript_path.clone(), child::secret_values(&process_env)),
+        transcript: Transcript::create(transcript_path.clone(), secrets),
         progress: progress::wanted(request.quiet).then(|| Progress::start(request.idle_timeout)),
     };
     journal.transcript.coder(
@@ -191,7 +204,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "run_id": run_id,
             "coder_version": env!("CARGO_PKG_VERSION"),
             "workspace": request.workspace,
-            "backend": request.backend.as_deref().unwrap_or("default"),
+            "backend": backend.as_ref().map_or_else(|_| requested_backend(&request), |b| b.name().to_owned()),
             "sandbox": request.sandbox.as_str(),
             "session": match request.session {
                 SessionChoice::New(id) => json!({"new": id}),
@@ -204,7 +217,8 @@ pub async fn run(request: RunRequest) -> Envelope {
         }),
     );
 
-    let mut envelope = run_attempts(&request, run_started, &mut journal).await;
+    let mut envelope =
+        run_attempts(&request, backend, &process_env, run_started, &mut journal).await;
 
     if let Some(progress) = &journal.progress {
         progress.clear();
@@ -281,8 +295,19 @@ impl Journal for RunJournal {
     }
 }
 
+/// The backend name as asked for, before resolution (for records of runs that fail it).
+fn requested_backend(request: &RunRequest) -> String {
+    request
+        .backend
+        .backend
+        .clone()
+        .unwrap_or_else(|| "default".to_owned())
+}
+
 async fn run_attempts(
     request: &RunRequest,
+    backend: Result<config::ResolvedBackend, config::ConfigError>,
+    process_env: &[(OsString, OsString)],
     run_started: Instant,
     journal: &mut RunJournal,
 ) -> Envelope {
@@ -303,6 +328,55 @@ async fn run_attempts(
         ));
     }
 
+    // The backend: a config_error before anything else is looked up or spawned.
+    let backend = match backend {
+        Ok(backend) => backend,
+        Err(e) => {
+            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+        }
+    };
+    // A replay backend gets its base URL from a local replay server, which lives as long
+    // as the run.
+    let mut backend = backend;
+    let replay_cassette = backend
+        .replay_cassette()
+        .filter(|_| backend.base_url().is_none())
+        .map(std::path::Path::to_path_buf);
+    let _replay_server = match replay_cassette {
+        None => None,
+        Some(path) => {
+            let options = ServeOptions {
+                port: 0,
+                workspace: Some(request.workspace.clone()),
+            };
+            let started = match Cassette::load(&path) {
+                Ok(cassette) => ReplayServer::start(cassette, options).await,
+                Err(e) => Err(e),
+            };
+            match started {
+                Ok(server) => {
+                    backend = backend.with_base_url(&server.base_url());
+                    Some(server)
+                }
+                Err(e) => {
+                    let message = format!("backend '{}': {e}", backend.name());
+                    return run.early_envelope(
+                        ErrorKind::ConfigError,
+                        message.clone(),
+                        message,
+                        None,
+                    );
+                }
+            }
+        }
+    };
+    if let Err(e) = backend.ensure_claude_config_dir() {
+        return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+    }
+    run.warnings.extend(backend.warnings().iter().cloned());
+    run.backend = backend.name().to_owned();
+    let child_base_env = config::child_environment(process_env, &backend);
+
     let path_var = std::env::var_os("PATH");
     let program = match child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()) {
         Ok(program) => program,
@@ -318,10 +392,7 @@ async fn run_attempts(
 
     // Session safety: one driver per session, and resumes only where the session lives.
     let store = SessionStore::new(&session::state_dir());
-    let backend_name = request
-        .backend
-        .clone()
-        .unwrap_or_else(|| "default".to_owned());
+    let backend_name = backend.name().to_owned();
     if let SessionChoice::Resume(id) = request.session
         && let Err(e) = store.check_resume(id, &request.workspace, &backend_name)
     {
@@ -337,7 +408,7 @@ async fn run_attempts(
     }
 
     // The sandbox: resolved once per run here, applied by the helper to every attempt.
-    let preview = child::build(&request, program.clone(), std::env::vars_os());
+    let preview = child::build(&request, program.clone(), child_base_env.clone());
     let policy = match crate::sandbox::policy_for_agent(
         sandbox_mode(request.sandbox),
         &request.workspace,
@@ -365,7 +436,8 @@ async fn run_attempts(
             session,
             ..request.clone()
         };
-        let mut spec = child::build(&attempt_request, program.clone(), std::env::vars_os());
+        let mut spec = child::build(&attempt_request, program.clone(), child_base_env.clone());
+        spec.args.extend(backend.cli_args());
         if let Some(policy) = &policy {
             child::confine(&mut spec, policy.clone());
         }
@@ -561,10 +633,7 @@ impl Run {
             usage: Default::default(),
             tool_calls: Default::default(),
             tool_time: Default::default(),
-            backend: request
-                .backend
-                .clone()
-                .unwrap_or_else(|| "default".to_owned()),
+            backend: requested_backend(request),
         }
     }
 

@@ -65,10 +65,15 @@ pub fn policy_for_agent(
     }
     let mut opts = PolicyOptions::new(mode, workspace);
     opts.connect_ports = backend_ports(env);
-    opts.config_dir = env
-        .iter()
-        .find(|(k, v)| k == "CLAUDE_CONFIG_DIR" && !v.is_empty())
-        .map(|(_, v)| PathBuf::from(v));
+    // The CLI's state goes where the child's environment says; without the variable the
+    // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
+    // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    };
+    opts.config_dir = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude")));
     let mut policy = Policy::resolve(&opts)?;
     if let Err(e) = policy.grant_program(program) {
         policy.cleanup();

@@ -387,11 +387,13 @@ impl Policy {
         if let Some(common) = &git.common_outside {
             grants.add(common, ws_access)?;
         }
-        // The parent of the config dir is writable too: Claude takes `<dir>.lock` there.
-        // Not when that parent is the home directory (a config dir of `~/.claude`).
+        // Claude takes `<dir>.lock` beside its config dir when it refreshes an OAuth login,
+        // so the parent is writable too, but only when it holds nothing else (coder's own
+        // state, or the home directory, must stay out of reach).
         grants.add(&config_dir, Access::Write)?;
         if let Some(parent) = config_dir.parent()
             && !is_broad(parent, home.as_deref())
+            && holds_only(parent, &config_dir)
         {
             grants.add(parent, Access::Write)?;
         }
@@ -720,6 +722,19 @@ fn default_runs_dir() -> PathBuf {
         Some(runtime) => runtime.join("coder/runs"),
         None => crate::session::state_dir().join("sandbox"),
     }
+}
+
+/// Whether `dir` contains only `child` and files named after it (`child.lock`, ...).
+fn holds_only(dir: &Path, child: &Path) -> bool {
+    let Some(name) = child.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return false;
+    };
+    fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().all(|e| {
+            let entry = e.file_name().to_string_lossy().into_owned();
+            entry == name || entry.starts_with(&format!("{name}."))
+        })
+    })
 }
 
 /// `/`, the home directory or one of its ancestors: never granted as a whole.
