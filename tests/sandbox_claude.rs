@@ -76,3 +76,20 @@ fn the_real_cli_works_confined_and_cannot_read_secrets() {
     assert!(!out.stdout.contains(&secret), "{}", out.explain());
     assert!(!out.stderr.contains(&secret), "{}", out.explain());
 }
+
+#[test]
+fn a_workspace_with_thousands_of_secrets_still_starts_the_child() {
+    // Enough masks that the helper's spec no longer fits in one argument.
+    let fake = Fake::new(json!(common::steps::answer("ok")));
+    let keys = fake.workspace().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    for i in 0..1500 {
+        std::fs::write(keys.join(format!("k{i}.key")), "secret\n").unwrap();
+    }
+    let out = fake.coder().arg("task").run();
+    out.assert_success("ok");
+    assert_eq!(
+        std::fs::read_to_string(keys.join("k7.key")).unwrap(),
+        "secret\n"
+    );
+}

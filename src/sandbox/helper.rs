@@ -140,6 +140,17 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
     close_inherited_fds();
     if let Some(policy) = &spec.policy {
         super::confine(policy).map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
+        // Entering a user namespace changes the credentials, which clears the parent-death
+        // signal: arm it again, and check again that the supervisor is still there.
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+            .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+        if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
+            return Err(fail(
+                HelperStage::Setup,
+                None,
+                "the supervisor exited before the child started",
+            ));
+        }
     }
 
     let program = CString::new(spec.program.as_os_str().as_bytes())
