@@ -747,3 +747,42 @@ fn without_the_sandbox_the_same_attacks_succeed() {
         tally.attacks
     );
 }
+
+#[test]
+fn keystrokes_cannot_be_pushed_into_the_users_terminal() {
+    // TIOCSTI on an inherited terminal types into the user's shell once the agent exits
+    // (`dev.tty.legacy_tiocsti`). The sandbox gives the terminal up before the command runs.
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: script(1) is needed for a pseudo-terminal");
+        return;
+    }
+    let fx = Fixture::new(None);
+    let inject = |mode: &str| {
+        let inner = format!(
+            "{} sandbox --mode {mode} --cd {} -- /usr/bin/python3 -c \"import fcntl, termios; \
+             fcntl.ioctl(0, termios.TIOCSTI, b'#'); print('INJECTED')\"",
+            env!("CARGO_BIN_EXE_coder"),
+            fx.ws.display()
+        );
+        let out = Command::new("/usr/bin/script")
+            .args(["-qec", &inner, "/dev/null"])
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let confined = inject("workspace-write");
+    assert!(!confined.contains("INJECTED"), "{confined}");
+    assert!(confined.contains("Operation not permitted"), "{confined}");
+    println!(
+        "TIOCSTI: confined refused; unconfined {}",
+        if inject("danger-full-access").contains("INJECTED") {
+            "injected (legacy_tiocsti on)"
+        } else {
+            "refused by the kernel too"
+        }
+    );
+}

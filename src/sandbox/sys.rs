@@ -178,14 +178,27 @@ pub(crate) fn drop_capabilities() -> Result<(), Errno> {
 /// Give up the controlling terminal, if this process has one, so that the agent cannot
 /// push keystrokes into the user's shell with `TIOCSTI`. The process group is untouched
 /// (the supervisor kills by group).
+///
+/// A session leader giving up its terminal makes the kernel send SIGHUP to the terminal's
+/// foreground group, which is this process's own: SIGHUP is ignored for that moment.
 pub(crate) fn detach_controlling_tty() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    let leader = nix::unistd::getsid(None).ok() == Some(nix::unistd::getpid());
     for fd in 0..=2 {
-        // SAFETY: isatty and ioctl(TIOCNOTTY) take an integer descriptor and no pointers;
-        // an fd that is closed or not a terminal just yields an error, which is ignored.
+        // SAFETY: isatty takes an integer descriptor and no pointers.
+        if unsafe { libc::isatty(fd) } != 1 {
+            continue;
+        }
+        // SAFETY: installing SIG_IGN (no handler code runs) in a single-threaded process.
+        let previous = leader.then(|| unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) });
+        // SAFETY: ioctl(TIOCNOTTY) takes no argument pointer; a terminal that is not this
+        // process's controlling one just yields ENOTTY, which is ignored.
         unsafe {
-            if libc::isatty(fd) == 1 {
-                libc::ioctl(fd, libc::TIOCNOTTY);
-            }
+            libc::ioctl(fd, libc::TIOCNOTTY);
+        }
+        if let Some(Ok(handler)) = previous {
+            // SAFETY: restores the disposition that was in place a moment ago.
+            let _ = unsafe { signal(Signal::SIGHUP, handler) };
         }
     }
 }
