@@ -91,7 +91,7 @@ impl Fixture {
             ".env\n.env.*\nsecrets/\n*.pem\n*.key\n",
         );
         write(&home.join(".bashrc"), "# rc\n");
-        let settings = home.join(".local/state/coder/claude/config/settings.json");
+        let settings = home.join(".local/state/coder/claude/settings.json");
         write(&settings, "{}\n");
         std::os::unix::fs::symlink(".env", ws.join("link_to_env")).unwrap();
         std::os::unix::fs::symlink("../home/.ssh", ws.join("link_to_ssh")).unwrap();

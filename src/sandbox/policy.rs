@@ -176,7 +176,7 @@ pub struct PolicyOptions {
     /// Non-accessible globs, relative to each scanned root.
     pub deny_globs: Vec<String>,
     pub scan_limits: ScanLimits,
-    /// `CLAUDE_CONFIG_DIR` for the agent; default `claude/config` in coder's state
+    /// `CLAUDE_CONFIG_DIR` for the agent; default `claude` in coder's state
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
     /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs`, else
@@ -713,8 +713,9 @@ fn env_path(name: &str) -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
 }
 
+/// The same private directory a run gives the CLI (`claude` in coder's state directory).
 fn default_config_dir() -> PathBuf {
-    crate::session::state_dir().join("claude/config")
+    crate::session::state_dir().join("claude")
 }
 
 fn default_runs_dir() -> PathBuf {
