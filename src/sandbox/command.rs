@@ -15,7 +15,7 @@ use clap::Parser;
 use super::policy::{Mode, Policy, PolicyOptions};
 use super::{SandboxError, confine};
 
-/// Exit code when the sandbox cannot be set up (EX_SOFTWARE-adjacent, as `sandbox_error`).
+/// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
 const EXIT_SANDBOX_ERROR: u8 = 71;
 const EXIT_NOT_FOUND: u8 = 127;
 const EXIT_NOT_EXECUTABLE: u8 = 126;

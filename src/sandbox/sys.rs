@@ -3,7 +3,8 @@
 //! capability dropping, and a few process-state tweaks.
 //!
 //! Each wrapper does one call and returns an `Errno`; deciding what a failure means is
-//! left to the caller. This is the only file of the sandbox with `unsafe`.
+//! left to the caller. Apart from the probe's fork and the helper's status descriptor, this
+//! is the only place in the sandbox with `unsafe`.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
