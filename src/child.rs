@@ -24,6 +24,9 @@ pub struct ChildSpec {
     pub cwd: PathBuf,
     /// Written to the child's stdin, which is then closed.
     pub stdin: Vec<u8>,
+    /// The confinement the helper applies before exec'ing the program (none for
+    /// `danger-full-access`); set by [`confine`].
+    pub policy: Option<crate::sandbox::Policy>,
 }
 
 impl ChildSpec {
@@ -48,7 +51,8 @@ fn is_secret_name(name: &OsStr) -> bool {
         .any(|s| name.contains(s))
 }
 
-/// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined.
+/// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined
+/// ([`confine`] replaces it when the kernel confines the child).
 fn permission_mode(mode: SandboxMode) -> &'static str {
     match mode {
         SandboxMode::ReadOnly => "plan",
@@ -149,7 +153,54 @@ pub fn build(
         env: child_env(base_env, request),
         cwd: request.workspace.clone(),
         stdin: request.prompt.as_bytes().to_vec(),
+        policy: None,
     }
+}
+
+/// Run the child under `policy`. The kernel then keeps the agent in its sandbox, so the
+/// CLI's own permission prompts are switched off (`bypassPermissions`, with `IS_SANDBOX=1`
+/// so the CLI accepts it as root) and so is its own bubblewrap sandbox, which cannot work
+/// inside ours. The model is told what the sandbox allows, and the CLI's permission rules
+/// also deny its file tools the masked globs, which saves it pointless attempts.
+///
+/// Only call this with a policy the helper will enforce: the helper refuses to start the
+/// program when confinement fails, so `bypassPermissions` never runs unconfined.
+pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
+    if let Some(i) = spec.args.iter().position(|a| a == "--permission-mode")
+        && let Some(value) = spec.args.get_mut(i + 1)
+    {
+        *value = "bypassPermissions".into();
+    }
+    let mut deny = Vec::new();
+    for glob in &policy.deny_globs {
+        for tool in ["Read", "Edit", "Write"] {
+            deny.push(format!("{tool}({glob})"));
+        }
+    }
+    let settings = serde_json::json!({
+        "sandbox": {"enabled": false},
+        "permissions": {"deny": deny},
+    });
+    spec.args.push("--settings".into());
+    spec.args.push(settings.to_string().into());
+    // One `--append-system-prompt` only (the CLI keeps the last): add to the backend's.
+    let note = crate::sandbox::system_prompt_note(&policy);
+    match spec.args.iter().position(|a| a == "--append-system-prompt") {
+        Some(i) if i + 1 < spec.args.len() => {
+            let mut text = spec.args[i + 1].clone();
+            text.push("\n\n");
+            text.push(&note);
+            spec.args[i + 1] = text;
+        }
+        _ => {
+            spec.args.push("--append-system-prompt".into());
+            spec.args.push(note.into());
+        }
+    }
+    policy.apply_env(&mut spec.env);
+    spec.env.retain(|(k, _)| k != "IS_SANDBOX");
+    spec.env.push(("IS_SANDBOX".into(), "1".into()));
+    spec.policy = Some(policy);
 }
 
 /// Why the claude executable cannot be used.

@@ -14,7 +14,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::child;
-use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SessionChoice};
+use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SandboxMode, SessionChoice};
 use crate::config;
 use crate::envelope::{Envelope, ErrorDetail, Metrics};
 use crate::observation::Observation;
@@ -253,6 +253,14 @@ pub async fn run(request: RunRequest) -> Envelope {
     envelope
 }
 
+fn sandbox_mode(mode: SandboxMode) -> crate::sandbox::Mode {
+    match mode {
+        SandboxMode::ReadOnly => crate::sandbox::Mode::ReadOnly,
+        SandboxMode::WorkspaceWrite => crate::sandbox::Mode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess => crate::sandbox::Mode::DangerFullAccess,
+    }
+}
+
 /// A sortable run id: UTC time plus a random suffix (`20261121T133652Z-1a2b3c4d`).
 fn new_run_id() -> String {
     let stamp = transcript::timestamp(std::time::SystemTime::now());
@@ -399,6 +407,29 @@ async fn run_attempts(
         }
     }
 
+    // The sandbox: resolved once per run here, applied by the helper to every attempt.
+    let preview = child::build(&request, program.clone(), child_base_env.clone());
+    let policy = match crate::sandbox::policy_for_agent(
+        sandbox_mode(request.sandbox),
+        &request.workspace,
+        &program,
+        &preview.env,
+    ) {
+        Ok(policy) => policy,
+        Err(e) => {
+            return run.early_envelope(
+                ErrorKind::SandboxError,
+                format!("sandbox: {e}"),
+                format!("the sandbox cannot be set up: {e}"),
+                Some(
+                    "run `coder doctor`; --sandbox danger-full-access runs without confinement"
+                        .to_owned(),
+                ),
+            );
+        }
+    };
+    let _run_dir = crate::sandbox::RunDirCleanup::new(policy.as_ref());
+
     let mut backoff = Backoff::standard();
     loop {
         let attempt_request = RunRequest {
@@ -407,6 +438,9 @@ async fn run_attempts(
         };
         let mut spec = child::build(&attempt_request, program.clone(), child_base_env.clone());
         spec.args.extend(backend.cli_args());
+        if let Some(policy) = &policy {
+            child::confine(&mut spec, policy.clone());
+        }
         let mut observation =
             Observation::new(Instant::now(), request.return_all_messages, spec.secrets());
         journal.note(

@@ -47,9 +47,15 @@ const REAP_DEADLINE: Duration = Duration::from_secs(3);
 pub const SECRET_TOKEN: &str = "sk-fake-3c1d9b7e5a2f4d6c8b0a";
 
 /// The real interpreter behind `python3` (not a shim: the child gets a filtered environment).
+/// The system one comes first: the sandboxed child sees `/usr` but not a home directory's
+/// interpreters when a test gives it another HOME.
 fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
+        let system = Path::new("/usr/bin/python3");
+        if system.exists() {
+            return system.to_path_buf();
+        }
         let probe = Command::new("python3")
             .args(["-c", "import sys; print(sys.executable)"])
             .output();
@@ -116,10 +122,21 @@ impl Fake {
         let record = state.join("record.json");
         let marker = unique_marker();
         let bin = bin_dir.join("claude");
+        // The script sits beside the wrapper, in the child's install directory: the only
+        // directory outside the workspace that the sandbox lets the child read.
+        let fake_claude = bin_dir.join("fake-claude.py");
+        std::fs::copy(FAKE_CLAUDE, &fake_claude).expect("copy fake-claude.py");
+        let streams = bin_dir.join("streams");
+        std::fs::create_dir_all(&streams).expect("streams dir");
+        let shipped = Path::new(FAKE_CLAUDE).with_file_name("streams");
+        for entry in std::fs::read_dir(&shipped).expect("fixtures/streams") {
+            let entry = entry.expect("fixtures/streams entry");
+            std::fs::copy(entry.path(), streams.join(entry.file_name())).expect("copy stream");
+        }
         let script = format!(
             "#!/bin/sh\nexec {} {} --scenario {} --record {} --marker {} -- \"$@\"\n",
             shell_quote(&python().to_string_lossy()),
-            shell_quote(FAKE_CLAUDE),
+            shell_quote(&fake_claude.to_string_lossy()),
             shell_quote(&scenario_path.to_string_lossy()),
             shell_quote(&record.to_string_lossy()),
             shell_quote(&marker),
