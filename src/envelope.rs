@@ -100,6 +100,8 @@ pub struct Metrics {
     pub tool_calls: BTreeMap<String, u64>,
     /// Milliseconds spent in each tool, from the call to its result.
     pub tool_time_ms: BTreeMap<String, u64>,
+    /// Operations the sandbox refused, as `{tool, path, class}` (paths only, never contents).
+    pub sandbox_denials: Vec<crate::sandbox::Denial>,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub stdout_lines: u64,

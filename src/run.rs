@@ -429,6 +429,7 @@ async fn run_attempts(
         }
     };
     let _run_dir = crate::sandbox::RunDirCleanup::new(policy.as_ref());
+    let denial_policy = policy.clone().map(std::sync::Arc::new);
 
     let mut backoff = Backoff::standard();
     loop {
@@ -442,7 +443,8 @@ async fn run_attempts(
             child::confine(&mut spec, policy.clone());
         }
         let mut observation =
-            Observation::new(Instant::now(), request.return_all_messages, spec.secrets());
+            Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
+                .with_sandbox(denial_policy.clone());
         journal.note(
             "attempt",
             json!({"attempt": run.attempts.len() + 1, "session_id": session.id()}),
@@ -607,6 +609,7 @@ struct Run {
     usage: crate::envelope::TokenUsage,
     tool_calls: std::collections::BTreeMap<String, u64>,
     tool_time: std::collections::BTreeMap<String, Duration>,
+    denials: Vec<crate::sandbox::Denial>,
     backend: String,
 }
 
@@ -633,6 +636,7 @@ impl Run {
             usage: Default::default(),
             tool_calls: Default::default(),
             tool_time: Default::default(),
+            denials: Vec::new(),
             backend: requested_backend(request),
         }
     }
@@ -656,6 +660,11 @@ impl Run {
         }
         for (tool, time) in &observation.tool_time {
             *self.tool_time.entry(tool.clone()).or_default() += *time;
+        }
+        for denial in &observation.denials {
+            if !self.denials.contains(denial) {
+                self.denials.push(denial.clone());
+            }
         }
         self.attempts.push(AttemptSummary {
             attempt: self.attempts.len() as u32 + 1,
@@ -688,6 +697,7 @@ impl Run {
                 .iter()
                 .map(|(tool, time)| (tool.clone(), time.as_millis() as u64))
                 .collect(),
+            sandbox_denials: self.denials.clone(),
             stdout_bytes: observation.stdout_bytes,
             stderr_bytes: observation.stderr_bytes,
             stdout_lines: observation.stdout_lines,

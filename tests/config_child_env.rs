@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::real_claude;
+
 use common::{Coder, Fake, SECRET_TOKEN, steps};
 use serde_json::json;
 
@@ -248,23 +250,4 @@ fn the_real_cli_runs_offline_through_a_replay_backend() {
         .args(["--backend", &cassette("plain.json"), "say hi"])
         .run();
     out.assert_success("Hello from the replay cassette.");
-}
-
-/// The real CLI: `CODER_TEST_CLAUDE_BIN`, else the project-local install of
-/// scripts/setup-claude. Missing, the test is skipped loudly, except under CI.
-fn real_claude() -> Option<std::path::PathBuf> {
-    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
-        return Some(path.into());
-    }
-    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing; run scripts/setup-claude or set CODER_TEST_CLAUDE_BIN"
-    );
-    eprintln!("\n*** SKIP: the claude CLI is not installed (run scripts/setup-claude) ***\n");
-    None
 }

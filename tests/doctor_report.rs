@@ -1,6 +1,9 @@
 //! `coder doctor` end to end: reachability of a loopback backend, shims of the claude CLI
 //! it refuses, config problems, and the exit code.
 
+mod common;
+
+use common::real_claude;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -240,25 +243,6 @@ fn config_problems_are_reported_in_one_line_each() {
         "{config}"
     );
     drop(listener);
-}
-
-/// The real CLI: `CODER_TEST_CLAUDE_BIN`, else the project-local install of
-/// scripts/setup-claude. Missing, the test is skipped loudly, except under CI.
-fn real_claude() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
-        return Some(path.into());
-    }
-    let local =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing; run scripts/setup-claude or set CODER_TEST_CLAUDE_BIN"
-    );
-    eprintln!("\n*** SKIP: the claude CLI is not installed (run scripts/setup-claude) ***\n");
-    None
 }
 
 #[test]

@@ -8,34 +8,14 @@
 
 mod common;
 
+use common::real_claude;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Coder, Fake};
 use nix::sys::signal::Signal;
 use serde_json::json;
-
-fn real_claude() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
-        return Some(path.into());
-    }
-    let local =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing at {}; CI must run the end-to-end tests (scripts/setup-claude)",
-        local.display()
-    );
-    eprintln!(
-        "\n*** SKIP: the claude CLI is not installed at {} (run scripts/setup-claude or set \
-         CODER_TEST_CLAUDE_BIN); the end-to-end tests with the real CLI did not run ***\n",
-        local.display()
-    );
-    None
-}
 
 fn cassette(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

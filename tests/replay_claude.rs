@@ -6,6 +6,10 @@
 //! `scripts/setup-claude`. Without it the tests are skipped loudly, except under CI, where a
 //! missing CLI is a failure.
 
+mod common;
+
+use common::real_claude;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -21,34 +25,6 @@ static CLI_SLOTS: Semaphore = Semaphore::const_new(2);
 
 /// No scenario here takes more than a few seconds; this only bounds a broken one.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
-
-fn claude_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.exists(),
-            "CODER_TEST_CLAUDE_BIN={} does not exist",
-            path.display()
-        );
-        return Some(path);
-    }
-    let local =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing at {}; run scripts/setup-claude or set CODER_TEST_CLAUDE_BIN",
-        local.display()
-    );
-    eprintln!(
-        "\n*** SKIP: the claude CLI is not installed at {} (run scripts/setup-claude, or set \
-         CODER_TEST_CLAUDE_BIN); the real-CLI replay tests did not run ***\n",
-        local.display()
-    );
-    None
-}
 
 fn cassette(name: &str) -> Cassette {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -220,7 +196,7 @@ fn assert_clean(report: &ReplayReport) {
 
 #[tokio::test]
 async fn plain_cassette_answers_the_cli() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
     let server = scene.serve("plain.json").await;
     let run = scene.claude(&bin, &server, "say hi", &[], &[]).await;
@@ -238,7 +214,7 @@ async fn plain_cassette_answers_the_cli() {
 
 #[tokio::test]
 async fn demo_cassette_writes_edits_and_runs_in_the_workspace() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
     let server = scene.serve("demo.json").await;
     let run = scene
@@ -272,7 +248,7 @@ async fn demo_cassette_writes_edits_and_runs_in_the_workspace() {
 
 #[tokio::test]
 async fn tools_cassette_runs_with_allowed_tools() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
     let server = scene.serve("tools.json").await;
     let run = scene
@@ -297,7 +273,7 @@ async fn tools_cassette_runs_with_allowed_tools() {
 
 #[tokio::test]
 async fn http_500_ends_the_run_with_api_error_status_500() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
     let server = scene.serve("http_500.json").await;
     let run = scene
@@ -337,7 +313,7 @@ async fn http_500_ends_the_run_with_api_error_status_500() {
 
 #[tokio::test]
 async fn rate_limit_and_auth_failures_reach_the_result_line() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     for (cassette, status) in [("http_429.json", 429), ("http_401.json", 401)] {
         let scene = Scene::new();
         let server = scene.serve(cassette).await;
@@ -361,7 +337,7 @@ async fn rate_limit_and_auth_failures_reach_the_result_line() {
 
 #[tokio::test]
 async fn a_resumed_session_sends_the_first_runs_history() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
 
     let server = scene.serve("resume.json").await;
@@ -418,7 +394,7 @@ async fn a_resumed_session_sends_the_first_runs_history() {
 
 #[tokio::test]
 async fn max_turns_stops_the_cli_after_the_tool_turn() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
     let server = scene.serve("max_turns.json").await;
     let run = scene
@@ -445,7 +421,7 @@ async fn max_turns_stops_the_cli_after_the_tool_turn() {
 
 #[tokio::test]
 async fn a_dropped_stream_is_recovered_by_the_plain_fallback() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = real_claude() else { return };
     let scene = Scene::new();
     let server = scene.serve("drop_recovered.json").await;
     let run = scene

@@ -9,27 +9,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::real_claude;
 
 use common::Fake;
 use serde_json::json;
-
-fn real_claude() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
-        return Some(path.into());
-    }
-    let local =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing; run scripts/setup-claude or set CODER_TEST_CLAUDE_BIN"
-    );
-    eprintln!("\n*** SKIP: the claude CLI is not installed (run scripts/setup-claude) ***\n");
-    None
-}
 
 #[test]
 fn the_real_cli_works_confined_and_cannot_read_secrets() {
@@ -91,5 +74,48 @@ fn a_workspace_with_thousands_of_secrets_still_starts_the_child() {
     assert_eq!(
         std::fs::read_to_string(keys.join("k7.key")).unwrap(),
         "secret\n"
+    );
+}
+
+#[test]
+fn denials_the_agent_hits_are_reported_without_the_secret() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let fake = Fake::new(json!([]));
+    let secret = format!("SECRET-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(fake.workspace().join(".env"), format!("TOKEN={secret}\n")).unwrap();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/denials.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = fake
+        .coder()
+        .claude_bin(claude)
+        .args(["--backend", &cassette, "--return-metrics", "probe"])
+        .run();
+    out.assert_success("Both attempts were refused.");
+    let denials = out.envelope["metrics"]["sandbox_denials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", out.explain()))
+        .clone();
+    assert!(
+        denials.iter().any(|d| d["tool"] == "Read"
+            && d["class"] == "non_accessible"
+            && d["path"].as_str().is_some_and(|p| p.ends_with(".env"))),
+        "{denials:#?}"
+    );
+    assert!(
+        denials.iter().any(|d| d["tool"] == "Bash"),
+        "the write outside the workspace: {denials:#?}"
+    );
+    assert!(!out.stdout.contains(&secret), "{}", out.explain());
+    assert!(!std::path::Path::new("/etc/coder-sandbox-probe").exists());
+    // The transcript never holds the secret either.
+    let transcript = out.envelope["transcript"].as_str().unwrap();
+    assert!(
+        !std::fs::read_to_string(transcript)
+            .unwrap()
+            .contains(&secret)
     );
 }

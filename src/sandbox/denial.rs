@@ -125,7 +125,7 @@ pub fn detect_denials(tool: &str, text: &str, policy: Option<&Policy>) -> Vec<De
     found
 }
 
-fn absolute_in(workspace: &Path, path: &str) -> PathBuf {
+pub(crate) fn absolute_in(workspace: &Path, path: &str) -> PathBuf {
     let p = Path::new(path);
     let joined = if p.is_absolute() {
         p.to_path_buf()

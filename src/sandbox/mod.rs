@@ -31,7 +31,7 @@
 
 mod command;
 mod confine;
-mod denial;
+pub(crate) mod denial;
 pub mod helper;
 mod note;
 mod policy;

@@ -848,3 +848,34 @@ pub mod steps {
         vec![init(), self::text(text), result_ok(text)]
     }
 }
+
+/// The real claude CLI: `CODER_TEST_CLAUDE_BIN`, else the project-local install made by
+/// `scripts/setup-claude`. Missing, the calling test is skipped with a loud message, except
+/// under CI (`CI` set), where a missing CLI fails it: CI must run the end-to-end tests.
+pub fn real_claude() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.exists(),
+            "CODER_TEST_CLAUDE_BIN={} does not exist",
+            path.display()
+        );
+        return Some(path);
+    }
+    let local =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
+    if local.exists() {
+        return Some(local);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the claude CLI is missing at {}; CI must run the end-to-end tests (scripts/setup-claude)",
+        local.display()
+    );
+    eprintln!(
+        "\n*** SKIP: the claude CLI is not installed at {} (run scripts/setup-claude or set \
+         CODER_TEST_CLAUDE_BIN); this test with the real CLI did not run ***\n",
+        local.display()
+    );
+    None
+}
