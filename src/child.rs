@@ -272,6 +272,7 @@ mod tests {
             max_retries: 0,
             claude_bin: None,
             backend: crate::config::BackendArgs::default(),
+            sandbox_args: Default::default(),
             max_line_bytes: 1024,
             kill_grace: DEFAULT_KILL_GRACE,
             transcript: None,

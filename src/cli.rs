@@ -127,6 +127,10 @@ pub struct RunArgs {
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
 
+    /// Extra sandbox roots and options.
+    #[command(flatten, next_help_heading = "Sandbox")]
+    pub sandbox_args: crate::sandbox::AgentSandboxArgs,
+
     /// Backend profile, config file and model overrides.
     #[command(flatten, next_help_heading = "Backend")]
     pub backend: BackendArgs,
@@ -189,6 +193,8 @@ pub struct RunRequest {
     pub claude_bin: Option<PathBuf>,
     /// Which backend to resolve (see [`crate::config::resolve_backend`]).
     pub backend: BackendArgs,
+    /// Extra sandbox roots and options.
+    pub sandbox_args: crate::sandbox::AgentSandboxArgs,
     pub max_line_bytes: usize,
     pub kill_grace: Duration,
     pub transcript: Option<PathBuf>,
@@ -334,6 +340,7 @@ impl RunArgs {
             max_retries,
             claude_bin: self.claude_bin,
             backend: self.backend,
+            sandbox_args: self.sandbox_args,
             max_line_bytes,
             kill_grace,
             transcript: self.transcript,

@@ -414,6 +414,7 @@ async fn run_attempts(
         &request.workspace,
         &program,
         &preview.env,
+        &request.sandbox_args,
     ) {
         Ok(policy) => policy,
         Err(e) => {

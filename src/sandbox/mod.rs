@@ -59,12 +59,20 @@ pub fn policy_for_agent(
     workspace: &std::path::Path,
     program: &std::path::Path,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
+    extras: &AgentSandboxArgs,
 ) -> Result<Option<Policy>, SandboxError> {
     if !mode.is_confined() {
         return Ok(None);
     }
     let mut opts = PolicyOptions::new(mode, workspace);
     opts.connect_ports = backend_ports(env);
+    opts.extra_read.clone_from(&extras.read);
+    opts.extra_write.clone_from(&extras.write);
+    opts.allow_tmp = extras.allow_tmp;
+    opts.tool_caches = extras.tool_caches;
+    if !extras.deny.is_empty() {
+        opts.deny_globs.clone_from(&extras.deny);
+    }
     // The CLI's state goes where the child's environment says; without the variable the
     // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
     // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
@@ -80,6 +88,27 @@ pub fn policy_for_agent(
         return Err(e);
     }
     Ok(Some(policy))
+}
+
+/// The run mode's sandbox options beyond `--sandbox MODE`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentSandboxArgs {
+    /// Extra path the agent may read (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Extra path the agent may write (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Let the agent write the shared /tmp (by default it gets a private temp dir).
+    #[arg(long = "allow-tmp")]
+    pub allow_tmp: bool,
+    /// Let the agent write the usual tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...).
+    #[arg(long = "tool-caches")]
+    pub tool_caches: bool,
+    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
+    /// secrets/ anywhere in the workspace).
+    #[arg(long = "deny", value_name = "GLOB")]
+    pub deny: Vec<String>,
 }
 
 /// Removes a run's private directory when dropped (after the run's process tree is gone).
