@@ -342,7 +342,7 @@ async fn run_attempts(
         .replay_cassette()
         .filter(|_| backend.base_url().is_none())
         .map(std::path::Path::to_path_buf);
-    let _replay_server = match replay_cassette {
+    let replay_server = match replay_cassette {
         None => None,
         Some(path) => {
             let options = ServeOptions {
@@ -457,6 +457,15 @@ async fn run_attempts(
             supervise::run_attempt(&spec, &run.limits, &mut observation, &mut signals, journal)
                 .await;
         let verdict = outcome::classify(&end, &observation, run.message_limits);
+        if let Some(server) = &replay_server {
+            // The cassette's own view: a request it could not answer as scripted.
+            for problem in server.report().problems() {
+                let warning = format!("replay: {problem}");
+                if !run.warnings.contains(&warning) {
+                    run.warnings.push(warning);
+                }
+            }
+        }
         let started = !matches!(end.cause, StopCause::SpawnFailed(_));
         if started && observation.session_id.is_some() {
             remember_session(

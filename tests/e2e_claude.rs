@@ -287,3 +287,24 @@ fn a_retryable_upstream_failure_is_retried_to_success() {
     assert_eq!(attempts[0]["side_effects"], "none");
     assert_no_process_in(scene.workspace());
 }
+
+#[test]
+fn a_run_that_leaves_the_cassettes_script_says_so() {
+    let Some(scene) = Scene::new("resume.json", 0) else {
+        return;
+    };
+    // The second turn expects a resumed history; a new session cannot meet it.
+    let out = scene.coder().arg("second task without history").run();
+    out.assert_failure("upstream_error", 1);
+    let warnings = out.envelope["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("replay:") && w.contains("expect"))),
+        "{}",
+        out.explain()
+    );
+}
