@@ -9,6 +9,7 @@
 //! The kernel probes are done here rather than through the sandbox module on purpose: the
 //! doctor must work (and explain) precisely when the sandbox cannot.
 
+use crate::sandbox::SandboxSupport;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::Read;
@@ -211,8 +212,9 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
     checks.push(check_backend(&resolution, env));
     checks.push(check_claude(args.claude_bin.as_deref(), env));
     let confined = args.sandbox != "danger-full-access";
-    checks.push(check_landlock(confined));
-    checks.push(check_namespaces(confined));
+    let support = crate::sandbox::probe();
+    checks.push(check_landlock(confined, &support));
+    checks.push(check_namespaces(confined, &support));
     let timeout = Duration::try_from_secs_f64(args.connect_timeout)
         .unwrap_or(Duration::from_secs(3))
         .max(Duration::from_millis(10));
@@ -640,103 +642,41 @@ fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]) -> Check 
     check
 }
 
-/// `landlock_create_ruleset`'s flag asking for the ABI version.
-#[cfg(target_os = "linux")]
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-
-/// The kernel's Landlock ABI version.
-#[cfg(target_os = "linux")]
-pub fn landlock_abi() -> std::io::Result<u32> {
-    // SAFETY: with a null attribute pointer, size 0 and only the VERSION flag, the syscall
-    // reads no memory, creates no file descriptor and returns the ABI version or -1.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if ret < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(u32::try_from(ret).unwrap_or(0))
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn landlock_abi() -> std::io::Result<u32> {
-    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
-}
-
-fn check_landlock(confined: bool) -> Check {
-    let lsm = std::fs::read_to_string("/sys/kernel/security/lsm")
-        .ok()
-        .map(|s| s.trim().to_owned());
+fn check_landlock(confined: bool, support: &SandboxSupport) -> Check {
+    let lsm = read_sysctl("/sys/kernel/security/lsm");
     let missing = if confined { Status::Fail } else { Status::Skip };
-    let check = match landlock_abi() {
-        Ok(abi) if abi >= 4 => Check::new("landlock", Status::Ok, format!("ABI {abi}")),
-        Ok(abi) => Check::new(
-            "landlock",
-            Status::Warn,
-            format!("ABI {abi}: files are confined, but not network connections (needs ABI 4)"),
-        ),
-        Err(e) => {
-            let why = match e.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => {
-                    "Landlock is built into the kernel but not enabled (add landlock to the lsm= boot parameter)"
-                        .to_owned()
-                }
-                Some(libc::ENOSYS) => "this kernel has no Landlock (Linux 5.13 or later is needed)".to_owned(),
-                _ => format!("Landlock cannot be queried: {e}"),
-            };
-            let check = Check::new("landlock", missing, why);
-            if confined {
-                check.hint(
-                    "read-only and workspace-write runs need Landlock; only --sandbox \
-                     danger-full-access can run here",
-                )
-            } else {
-                check
-            }
+    let check = match (support.landlock_abi, &support.landlock_error) {
+        (Some(abi), _) if support.can_confine() => {
+            Check::new("landlock", Status::Ok, format!("ABI {abi}"))
         }
+        (Some(abi), _) => Check::new(
+            "landlock",
+            missing,
+            format!(
+                "ABI {abi}: coder's sandbox needs ABI 6 (Linux 6.12) for its network and \
+                 scoping rules"
+            ),
+        ),
+        (None, error) => Check::new(
+            "landlock",
+            missing,
+            match error {
+                Some(e) => format!("Landlock is unavailable: {e}"),
+                None => "Landlock is unavailable".to_owned(),
+            },
+        ),
+    };
+    let check = if confined && check.status == Status::Fail {
+        check.hint(
+            "read-only and workspace-write runs need Landlock ABI 6; only --sandbox \
+             danger-full-access can run here",
+        )
+    } else {
+        check
     };
     match lsm {
         Some(list) => check.detail("lsm", list),
         None => check,
-    }
-}
-
-/// Result of trying `unshare` in a throwaway child process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unshare {
-    Works,
-    Fails(i32),
-}
-
-/// Tries `unshare(flags)` in a forked child, so coder's own process is never changed.
-#[cfg(target_os = "linux")]
-fn try_unshare(flags: nix::sched::CloneFlags) -> Unshare {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    use nix::unistd::{ForkResult, fork};
-    // SAFETY: the child calls only async-signal-safe functions (the unshare syscall and
-    // _exit) before it exits, which is sound after fork even in a multi-threaded process.
-    match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            let code = match nix::sched::unshare(flags) {
-                Ok(()) => 0,
-                Err(errno) => (errno as i32).clamp(1, 255),
-            };
-            // SAFETY: _exit ends the forked child without running the parent's atexit
-            // handlers or flushing its stdio buffers.
-            unsafe { libc::_exit(code) }
-        }
-        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, 0)) => Unshare::Works,
-            Ok(WaitStatus::Exited(_, code)) => Unshare::Fails(code),
-            _ => Unshare::Fails(libc::EINVAL),
-        },
-        Err(errno) => Unshare::Fails(errno as i32),
     }
 }
 
@@ -746,9 +686,7 @@ fn read_sysctl(path: &str) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
-#[cfg(target_os = "linux")]
-fn check_namespaces(confined: bool) -> Check {
-    use nix::sched::CloneFlags;
+fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
     if !confined {
         return Check::new(
             "namespaces",
@@ -756,29 +694,26 @@ fn check_namespaces(confined: bool) -> Check {
             "not needed for danger-full-access",
         );
     }
-    let user = try_unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS);
-    if user == Unshare::Works {
+    if support.user_namespaces {
         return Check::new("namespaces", Status::Ok, "user and mount namespaces work");
     }
-    let errno = match user {
-        Unshare::Fails(e) => nix::errno::Errno::from_raw(e),
-        Unshare::Works => nix::errno::Errno::UnknownErrno,
-    };
-    let is_root = nix::unistd::geteuid().is_root();
-    let mount_only = is_root && try_unshare(CloneFlags::CLONE_NEWNS) == Unshare::Works;
-    let mut check = if mount_only {
+    let why = support
+        .user_namespaces_error
+        .clone()
+        .unwrap_or_else(|| "unknown reason".to_owned());
+    let mut check = if support.root_with_sys_admin {
         Check::new(
             "namespaces",
             Status::Ok,
-            format!("user namespaces unavailable ({errno}); as root, mount namespaces work"),
+            format!("user namespaces unavailable ({why}); as root, mount namespaces work"),
         )
     } else {
         Check::new(
             "namespaces",
             Status::Warn,
             format!(
-                "user namespaces unavailable ({errno}): files matching the non-accessible globs \
-                 cannot be masked, so runs in workspaces that contain such files are refused"
+                "user namespaces unavailable ({why}): secrets cannot be masked and no private \
+                 root can be built, so confined runs are refused"
             ),
         )
     };
@@ -794,11 +729,6 @@ fn check_namespaces(confined: bool) -> Check {
             .hint("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0)");
     }
     check
-}
-
-#[cfg(not(target_os = "linux"))]
-fn check_namespaces(_confined: bool) -> Check {
-    Check::new("namespaces", Status::Skip, "only checked on Linux")
 }
 
 /// Resolves `host:port` and opens a TCP connection, all within `timeout`.
