@@ -24,17 +24,24 @@ pub struct ChildSpec {
     pub cwd: PathBuf,
     /// Written to the child's stdin, which is then closed.
     pub stdin: Vec<u8>,
+    /// The confinement the helper applies before exec'ing the program (none for
+    /// `danger-full-access`); set by [`confine`].
+    pub policy: Option<crate::sandbox::Policy>,
 }
 
 impl ChildSpec {
     /// Values of variables that hold credentials, for redaction of the child's output.
     pub fn secrets(&self) -> Vec<String> {
-        self.env
-            .iter()
-            .filter(|(k, _)| is_secret_name(k))
-            .filter_map(|(_, v)| v.to_str().map(str::to_owned))
-            .collect()
+        secret_values(&self.env)
     }
+}
+
+/// Values of the variables in `env` whose names say they hold credentials.
+pub fn secret_values(env: &[(OsString, OsString)]) -> Vec<String> {
+    env.iter()
+        .filter(|(k, _)| is_secret_name(k))
+        .filter_map(|(_, v)| v.to_str().map(str::to_owned))
+        .collect()
 }
 
 fn is_secret_name(name: &OsStr) -> bool {
@@ -44,7 +51,8 @@ fn is_secret_name(name: &OsStr) -> bool {
         .any(|s| name.contains(s))
 }
 
-/// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined.
+/// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined
+/// ([`confine`] replaces it when the kernel confines the child).
 fn permission_mode(mode: SandboxMode) -> &'static str {
     match mode {
         SandboxMode::ReadOnly => "plan",
@@ -71,6 +79,10 @@ pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
     }
     args.push("--permission-mode".into());
     args.push(permission_mode(request.sandbox).into());
+    if let Some(turns) = request.max_turns {
+        args.push("--max-turns".into());
+        args.push(turns.to_string().into());
+    }
     args
 }
 
@@ -102,9 +114,21 @@ pub fn child_env(
         .into_iter()
         .filter(|(k, _)| k != "CLAUDECODE")
         .collect();
-    for (name, value) in limit_env(request.idle_timeout) {
-        if !env.iter().any(|(k, _)| k == name) {
-            env.push((name.into(), value.into()));
+    for (name, cap) in limit_env(request.idle_timeout) {
+        // A value already set (by the caller or a backend preset, such as a vendor's
+        // 50-minute API_TIMEOUT_MS) is kept only when it is below the cap.
+        match env.iter_mut().find(|(k, _)| k == name) {
+            Some((_, value)) => {
+                let below_cap = value
+                    .to_str()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .zip(cap.parse::<u64>().ok())
+                    .is_some_and(|(v, c)| v <= c);
+                if !below_cap {
+                    *value = cap.into();
+                }
+            }
+            None => env.push((name.into(), cap.into())),
         }
     }
     if request.sandbox == SandboxMode::DangerFullAccess
@@ -129,7 +153,54 @@ pub fn build(
         env: child_env(base_env, request),
         cwd: request.workspace.clone(),
         stdin: request.prompt.as_bytes().to_vec(),
+        policy: None,
     }
+}
+
+/// Run the child under `policy`. The kernel then keeps the agent in its sandbox, so the
+/// CLI's own permission prompts are switched off (`bypassPermissions`, with `IS_SANDBOX=1`
+/// so the CLI accepts it as root) and so is its own bubblewrap sandbox, which cannot work
+/// inside ours. The model is told what the sandbox allows, and the CLI's permission rules
+/// also deny its file tools the masked globs, which saves it pointless attempts.
+///
+/// Only call this with a policy the helper will enforce: the helper refuses to start the
+/// program when confinement fails, so `bypassPermissions` never runs unconfined.
+pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
+    if let Some(i) = spec.args.iter().position(|a| a == "--permission-mode")
+        && let Some(value) = spec.args.get_mut(i + 1)
+    {
+        *value = "bypassPermissions".into();
+    }
+    let mut deny = Vec::new();
+    for glob in &policy.deny_globs {
+        for tool in ["Read", "Edit", "Write"] {
+            deny.push(format!("{tool}({glob})"));
+        }
+    }
+    let settings = serde_json::json!({
+        "sandbox": {"enabled": false},
+        "permissions": {"deny": deny},
+    });
+    spec.args.push("--settings".into());
+    spec.args.push(settings.to_string().into());
+    // One `--append-system-prompt` only (the CLI keeps the last): add to the backend's.
+    let note = crate::sandbox::system_prompt_note(&policy);
+    match spec.args.iter().position(|a| a == "--append-system-prompt") {
+        Some(i) if i + 1 < spec.args.len() => {
+            let mut text = spec.args[i + 1].clone();
+            text.push("\n\n");
+            text.push(&note);
+            spec.args[i + 1] = text;
+        }
+        _ => {
+            spec.args.push("--append-system-prompt".into());
+            spec.args.push(note.into());
+        }
+    }
+    policy.apply_env(&mut spec.env);
+    spec.env.retain(|(k, _)| k != "IS_SANDBOX");
+    spec.env.push(("IS_SANDBOX".into(), "1".into()));
+    spec.policy = Some(policy);
 }
 
 /// Why the claude executable cannot be used.
@@ -200,10 +271,13 @@ mod tests {
             max_duration: None,
             max_retries: 0,
             claude_bin: None,
-            backend: None,
-            config: None,
+            backend: crate::config::BackendArgs::default(),
+            sandbox_args: Default::default(),
             max_line_bytes: 1024,
             kill_grace: DEFAULT_KILL_GRACE,
+            transcript: None,
+            quiet: true,
+            max_turns: None,
         }
     }
 
@@ -241,6 +315,8 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "CLAUDECODE"));
         assert!(env.contains(&("BASH_MAX_TIMEOUT_MS".into(), "5".into())));
         assert!(env.contains(&("BASH_DEFAULT_TIMEOUT_MS".into(), "270000".into())));
+        let env = child_env(vec![("API_TIMEOUT_MS".into(), "3000000".into())], &req);
+        assert!(env.contains(&("API_TIMEOUT_MS".into(), "270000".into())));
     }
 
     #[test]

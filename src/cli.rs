@@ -16,6 +16,8 @@ use clap::{ArgAction, Parser, ValueEnum};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::config::BackendArgs;
+use crate::prompt::{PromptArgs, assemble_prompt};
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
 /// Confinement mode of the child (DESIGN §5).
@@ -44,7 +46,7 @@ impl SandboxMode {
     version,
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
-    after_help = "Other commands: coder doctor | coder prompt | coder replay serve | coder sandbox -- CMD\n\
+    after_help = "Other commands: coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD\n\
                   Exit codes: 0 success, 1 task failed, 2 usage, 70 internal, 71 sandbox, 78 config, \
                   124 timeout, 127 claude not found, 130/143 cancelled."
 )]
@@ -101,14 +103,6 @@ pub struct RunArgs {
     #[arg(long = "claude-bin", env = "CODER_CLAUDE_BIN", value_name = "PATH")]
     pub claude_bin: Option<PathBuf>,
 
-    /// Named backend profile.
-    #[arg(long, env = "CODER_BACKEND", value_name = "NAME")]
-    pub backend: Option<String>,
-
-    /// Config file.
-    #[arg(long, env = "CODER_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-
     /// Read the parameters from a JSON object (file or `-` for stdin); flags override it.
     #[arg(long, value_name = "FILE|-")]
     pub request: Option<PathBuf>,
@@ -117,9 +111,33 @@ pub struct RunArgs {
     #[arg(long = "max-line-bytes", value_name = "BYTES", hide = true)]
     pub max_line_bytes: Option<String>,
 
+    /// Stop the agent after this many model turns (`max_turns` error) [default: no limit].
+    #[arg(long = "max-turns", visible_alias = "max_turns", value_name = "N")]
+    pub max_turns: Option<String>,
+
+    /// Write the run transcript (JSONL) here instead of coder's state directory.
+    #[arg(long, value_name = "PATH")]
+    pub transcript: Option<PathBuf>,
+
+    /// No progress display on stderr, even on a terminal.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
     /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3].
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
+
+    /// Extra sandbox roots and options.
+    #[command(flatten, next_help_heading = "Sandbox")]
+    pub sandbox_args: crate::sandbox::AgentSandboxArgs,
+
+    /// Backend profile, config file and model overrides.
+    #[command(flatten, next_help_heading = "Backend")]
+    pub backend: BackendArgs,
+
+    /// Structure added around the task (contract, guardrails, codex, lists).
+    #[command(flatten, next_help_heading = "Prompt")]
+    pub prompt_framing: PromptArgs,
 }
 
 /// The `--request` JSON object, with the spec's parameter names.
@@ -173,10 +191,16 @@ pub struct RunRequest {
     pub max_duration: Option<Duration>,
     pub max_retries: u32,
     pub claude_bin: Option<PathBuf>,
-    pub backend: Option<String>,
-    pub config: Option<PathBuf>,
+    /// Which backend to resolve (see [`crate::config::resolve_backend`]).
+    pub backend: BackendArgs,
+    /// Extra sandbox roots and options.
+    pub sandbox_args: crate::sandbox::AgentSandboxArgs,
     pub max_line_bytes: usize,
     pub kill_grace: Duration,
+    pub transcript: Option<PathBuf>,
+    pub quiet: bool,
+    /// The CLI's turn limit, if any.
+    pub max_turns: Option<u32>,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -247,6 +271,18 @@ impl RunArgs {
             None => DEFAULT_MAX_LINE_BYTES,
         };
 
+        let max_turns = match &self.max_turns {
+            Some(text) => match text.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => Some(n),
+                _ => {
+                    return Err(ArgError::Invalid(format!(
+                        "--max-turns must be a whole number of turns, at least 1 (got {text:?})"
+                    )));
+                }
+            },
+            None => None,
+        };
+
         let session = match self.session_id.as_deref().or(file.session_id.as_deref()) {
             Some(text) => SessionChoice::Resume(parse_session_id(text)?),
             None => SessionChoice::New(Uuid::new_v4()),
@@ -284,6 +320,8 @@ impl RunArgs {
                     .into(),
             ));
         }
+        let prompt = assemble_prompt(&prompt, &self.prompt_framing)
+            .map_err(|e| ArgError::Invalid(e.to_string()))?;
 
         Ok(RunRequest {
             prompt,
@@ -302,9 +340,12 @@ impl RunArgs {
             max_retries,
             claude_bin: self.claude_bin,
             backend: self.backend,
-            config: self.config,
+            sandbox_args: self.sandbox_args,
             max_line_bytes,
             kill_grace,
+            transcript: self.transcript,
+            quiet: self.quiet,
+            max_turns,
         })
     }
 

@@ -37,6 +37,9 @@ pub struct Envelope {
     /// Every attempt, on failures and whenever there was more than one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<crate::run::AttemptSummary>,
+    /// The run's transcript file, when one was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
     /// Non-fatal notices (e.g. an environment variable coder removed).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -91,9 +94,14 @@ pub struct ErrorDetail {
 pub struct Metrics {
     pub wall_ms: u64,
     pub time_to_first_event_ms: Option<u64>,
+    pub time_to_first_token_ms: Option<u64>,
     pub turns: u64,
     pub usage: TokenUsage,
     pub tool_calls: BTreeMap<String, u64>,
+    /// Milliseconds spent in each tool, from the call to its result.
+    pub tool_time_ms: BTreeMap<String, u64>,
+    /// Operations the sandbox refused, as `{tool, path, class}` (paths only, never contents).
+    pub sandbox_denials: Vec<crate::sandbox::Denial>,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub stdout_lines: u64,
@@ -109,6 +117,8 @@ pub struct Metrics {
     pub api_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -147,6 +157,7 @@ impl Envelope {
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),
+            transcript: None,
             warnings: Vec::new(),
             exit_code: 0,
         }
@@ -169,6 +180,7 @@ impl Envelope {
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),
+            transcript: None,
             warnings: Vec::new(),
             exit_code: kind.exit_code(),
         }

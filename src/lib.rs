@@ -8,12 +8,19 @@
 
 pub mod child;
 pub mod cli;
+pub mod config;
+pub mod doctor;
 pub mod envelope;
 pub mod observation;
 pub mod outcome;
+pub mod progress;
+pub mod prompt;
+pub mod replay;
 pub mod retry;
 pub mod run;
+pub mod runs;
 pub mod sandbox;
 pub mod session;
 pub mod stream;
 pub mod supervise;
+pub mod transcript;

@@ -9,6 +9,12 @@ fn main() -> ExitCode {
     match args.get(1).and_then(|a| a.to_str()) {
         // Must come first: the helper runs single-threaded and execs the child.
         Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),
+        // Also before any thread: it confines this process and execs the command.
+        Some("sandbox") => coder::sandbox::sandbox_command(&args[2..]),
+        Some("doctor") => coder::doctor::doctor_command(&args[2..]),
+        Some("prompt") => coder::prompt::prompt_command(&args[2..]),
+        Some("replay") => coder::replay::serve_command(&args[1..]),
+        Some("runs") => coder::runs::runs_command(&args),
         _ => coder::run::run_command(&args),
     }
 }

@@ -8,7 +8,11 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use serde_json::value::RawValue;
+
+use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{DecodeError, Event, Line, ResultEvent, Usage, decode_event, one_line};
 
@@ -24,6 +28,14 @@ pub enum Pipe {
     Stderr,
 }
 
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    summary: String,
+    since: Instant,
+}
+
 /// Accumulated facts of one attempt.
 #[derive(Debug)]
 pub struct Observation {
@@ -35,6 +47,10 @@ pub struct Observation {
     pub model: Option<String>,
     pub cli_version: Option<String>,
     pub first_event_after: Option<Duration>,
+    /// When the first model output (text or tool call) arrived.
+    pub first_token_after: Option<Duration>,
+    /// Time spent in tool calls, by tool name (from the call to its result).
+    pub tool_time: BTreeMap<String, Duration>,
     /// The `result` event, when one arrived.
     pub result: Option<ResultEvent>,
     /// The `error` and status of the last synthetic (CLI-made) error message.
@@ -47,8 +63,8 @@ pub struct Observation {
     /// Distinct assistant message ids (one message spans several lines, one per block).
     assistant_messages: HashSet<String>,
     pub tool_calls: BTreeMap<String, u64>,
-    /// Tool calls issued and not yet answered, oldest first: (id, summary).
-    pending_tools: Vec<(String, String)>,
+    /// Tool calls issued and not yet answered, oldest first.
+    pending_tools: Vec<PendingTool>,
     pub events: u64,
     pub json_decode_errors: u64,
     pub truncated_lines: u64,
@@ -58,7 +74,25 @@ pub struct Observation {
     pub stderr_lines: u64,
     last_lines: VecDeque<String>,
     all_messages: Vec<Box<RawValue>>,
+    /// The sandbox the child runs under, to recognise denials.
+    policy: Option<Arc<Policy>>,
+    /// Sandbox denials the agent ran into.
+    pub denials: Vec<Denial>,
 }
+
+/// Words that show up in the tool results of denied operations; only lines holding one are
+/// parsed in full for denial detection.
+const DENIAL_MARKERS: [&[u8]; 9] = [
+    b"ermission denied",
+    b"EACCES",
+    b"EPERM",
+    b"EROFS",
+    b"EBUSY",
+    b"EXDEV",
+    b"ead-only file system",
+    b"peration not permitted",
+    b"onnection refused",
+];
 
 impl Observation {
     /// `keep_events`: keep every parsed event for `all_messages`. `secrets`: strings that
@@ -72,6 +106,8 @@ impl Observation {
             model: None,
             cli_version: None,
             first_event_after: None,
+            first_token_after: None,
+            tool_time: BTreeMap::new(),
             result: None,
             synthetic_error: None,
             last_retry_status: None,
@@ -89,7 +125,15 @@ impl Observation {
             stderr_lines: 0,
             last_lines: VecDeque::with_capacity(LAST_LINES),
             all_messages: Vec::new(),
+            policy: None,
+            denials: Vec::new(),
         }
+    }
+
+    /// Recognise sandbox denials (in tool results, and reads of masked files) under `policy`.
+    pub fn with_sandbox(mut self, policy: Option<Arc<Policy>>) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// Counts raw bytes as they are read (lines are counted when complete).
@@ -144,6 +188,15 @@ impl Observation {
                 self.all_messages.push(raw);
             }
         }
+        if self.policy.is_some()
+            && let Event::User { tool_results } = &event
+            && !tool_results.is_empty()
+            && DENIAL_MARKERS
+                .iter()
+                .any(|m| memchr::memmem::find(&line.bytes, m).is_some())
+        {
+            self.detect_denials_in(&line.bytes);
+        }
         self.apply(&event);
         Some(event)
     }
@@ -180,16 +233,32 @@ impl Observation {
                         add_usage(&mut self.streamed_usage, usage);
                     }
                 }
+                if self.first_token_after.is_none()
+                    && (!message.texts.is_empty() || !message.tool_uses.is_empty())
+                {
+                    self.first_token_after = Some(self.started.elapsed());
+                }
                 for tool in &message.tool_uses {
+                    self.note_masked_access(&tool.name, tool.path.as_deref());
                     *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
-                    self.pending_tools
-                        .push((tool.id.clone(), tool.summary.clone()));
+                    self.pending_tools.push(PendingTool {
+                        id: tool.id.clone(),
+                        name: tool.name.clone(),
+                        summary: tool.summary.clone(),
+                        since: Instant::now(),
+                    });
                 }
             }
             Event::User { tool_results } => {
                 for result in tool_results {
-                    self.pending_tools
-                        .retain(|(id, _)| *id != result.tool_use_id);
+                    if let Some(index) = self
+                        .pending_tools
+                        .iter()
+                        .position(|p| p.id == result.tool_use_id)
+                    {
+                        let done = self.pending_tools.remove(index);
+                        *self.tool_time.entry(done.name).or_default() += done.since.elapsed();
+                    }
                 }
             }
             Event::Result(result) => {
@@ -231,6 +300,59 @@ impl Observation {
         self.last_lines.push_back(kept);
     }
 
+    /// A file tool aimed at a masked secret: the agent sees an empty file, coder records
+    /// the denial.
+    fn note_masked_access(&mut self, tool: &str, path: Option<&str>) {
+        let (Some(policy), Some(path)) = (&self.policy, path) else {
+            return;
+        };
+        let absolute = crate::sandbox::denial::absolute_in(&policy.workspace, path);
+        if policy.is_masked(&absolute) {
+            self.push_denial(Denial {
+                tool: tool.to_owned(),
+                path: Some(path.to_owned()),
+                class: DenialClass::NonAccessible,
+            });
+        }
+    }
+
+    fn detect_denials_in(&mut self, line: &[u8]) {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return;
+        };
+        let blocks = value["message"]["content"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for block in blocks.iter().filter(|b| b["type"] == "tool_result") {
+            let id = block["tool_use_id"].as_str().unwrap_or("");
+            let tool = self
+                .pending_tools
+                .iter()
+                .find(|p| p.id == id)
+                .map_or("?".to_owned(), |p| p.name.clone());
+            let text = match &block["content"] {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => continue,
+            };
+            for denial in detect_denials(&tool, &text, self.policy.as_deref()) {
+                self.push_denial(denial);
+            }
+        }
+    }
+
+    fn push_denial(&mut self, denial: Denial) {
+        // Bounded: a looping agent must not grow the envelope without limit.
+        if self.denials.len() < 100 && !self.denials.contains(&denial) {
+            self.denials.push(denial);
+        }
+    }
+
     /// The last lines of output, stdout and stderr in arrival order.
     pub fn last_lines(&self) -> Vec<String> {
         self.last_lines.iter().cloned().collect()
@@ -243,9 +365,7 @@ impl Observation {
 
     /// The tool call issued last and not yet answered, as `Bash(npm test)`.
     pub fn pending_tool(&self) -> Option<&str> {
-        self.pending_tools
-            .last()
-            .map(|(_, summary)| summary.as_str())
+        self.pending_tools.last().map(|p| p.summary.as_str())
     }
 
     /// Model turns: the result's count when known, else distinct assistant messages.

@@ -14,13 +14,22 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::child;
-use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SessionChoice};
+use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SandboxMode, SessionChoice};
+use crate::config;
 use crate::envelope::{Envelope, ErrorDetail, Metrics};
 use crate::observation::Observation;
+use crate::observation::Pipe;
 use crate::outcome::{self, ErrorKind, Failure, LimitsForMessages, Verdict};
+use crate::progress::{self, Progress};
+use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::session::{self, SessionRecord, SessionStore};
-use crate::supervise::{self, AttemptEnd, CancelSignals, Limits, StopCause, signals::signal_name};
+use crate::stream::{Event, Line};
+use crate::supervise::{
+    self, AttemptEnd, CancelSignals, Journal, Limits, StopCause, signals::signal_name,
+};
+use crate::transcript::{self, Transcript};
+use serde_json::json;
 
 /// Exit code of clap usage errors (unknown flags, missing values).
 const USAGE_EXIT: u8 = 2;
@@ -162,9 +171,147 @@ fn run_mode(args: &[OsString]) -> Output {
     }
 }
 
-/// Runs a validated request and returns its envelope (metrics always filled in).
+/// Runs a validated request and returns its envelope (metrics always filled in), writing
+/// the run's transcript and, on a terminal, its progress.
 pub async fn run(request: RunRequest) -> Envelope {
     let run_started = Instant::now();
+    let run_id = new_run_id();
+    let state_dir = session::state_dir();
+    let runs_dir = transcript::runs_dir(&state_dir);
+    let transcript_path = request
+        .transcript
+        .clone()
+        .unwrap_or_else(|| runs_dir.join(format!("{run_id}.jsonl")));
+    let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let backend = config::resolve_backend(&request.backend, &process_env);
+    let mut secrets = child::secret_values(&process_env);
+    if let Ok(backend) = &backend {
+        // A key written into the config file is a secret whatever its variable is called.
+        secrets.extend(
+            backend
+                .secret_values()
+                .into_iter()
+                .filter_map(|s| s.to_str().map(str::to_owned)),
+        );
+    }
+    let mut journal = RunJournal {
+        transcript: Transcript::create(transcript_path.clone(), secrets),
+        progress: progress::wanted(request.quiet).then(|| Progress::start(request.idle_timeout)),
+    };
+    journal.transcript.coder(
+        "start",
+        json!({
+            "run_id": run_id,
+            "coder_version": env!("CARGO_PKG_VERSION"),
+            "workspace": request.workspace,
+            "backend": backend.as_ref().map_or_else(|_| requested_backend(&request), |b| b.name().to_owned()),
+            "sandbox": request.sandbox.as_str(),
+            "session": match request.session {
+                SessionChoice::New(id) => json!({"new": id}),
+                SessionChoice::Resume(id) => json!({"resume": id}),
+            },
+            "prompt": request.prompt,
+            "idle_timeout_s": request.idle_timeout.as_secs_f64(),
+            "max_duration_s": request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
+            "max_retries": request.max_retries,
+        }),
+    );
+
+    let mut envelope =
+        run_attempts(&request, backend, &process_env, run_started, &mut journal).await;
+
+    if let Some(progress) = &journal.progress {
+        progress.clear();
+    }
+    journal.transcript.coder(
+        "outcome",
+        json!({
+            "success": envelope.success,
+            "error_kind": envelope.error_kind,
+            "error": envelope.error,
+            "exit_code": envelope.exit_code,
+            "SESSION_ID": envelope.session_id,
+            "result": envelope.result.as_deref().map(|r| crate::stream::one_line(r, 500)),
+            "duration_ms": run_started.elapsed().as_millis() as u64,
+            "metrics": envelope.metrics,
+            "attempts": envelope.attempts,
+        }),
+    );
+    match journal.transcript.error() {
+        Some(error) => envelope.warnings.push(error.to_owned()),
+        None => {
+            envelope.transcript = Some(transcript_path.display().to_string());
+            if request.transcript.is_none() {
+                let _ = transcript::enforce_retention(
+                    &runs_dir,
+                    transcript::Retention::default(),
+                    &transcript_path,
+                );
+            }
+        }
+    }
+    envelope
+}
+
+fn sandbox_mode(mode: SandboxMode) -> crate::sandbox::Mode {
+    match mode {
+        SandboxMode::ReadOnly => crate::sandbox::Mode::ReadOnly,
+        SandboxMode::WorkspaceWrite => crate::sandbox::Mode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess => crate::sandbox::Mode::DangerFullAccess,
+    }
+}
+
+/// A sortable run id: UTC time plus a random suffix (`20261121T133652Z-1a2b3c4d`).
+fn new_run_id() -> String {
+    let stamp = transcript::timestamp(std::time::SystemTime::now());
+    let compact: String = stamp
+        .chars()
+        .take(19)
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .collect();
+    let suffix = Uuid::new_v4().simple().to_string();
+    format!("{compact}Z-{}", &suffix[..8])
+}
+
+/// The run's journal: the transcript, and the progress line when one is drawn.
+struct RunJournal {
+    transcript: Transcript,
+    progress: Option<Progress>,
+}
+
+impl Journal for RunJournal {
+    fn line(&mut self, pipe: Pipe, line: &Line, event: Option<&Event>) {
+        self.transcript.child_line(pipe, line, event.is_some());
+        if let Some(progress) = self.progress.as_mut() {
+            progress.activity();
+            if let Some(event) = event {
+                progress.event(event);
+            }
+        }
+    }
+
+    fn note(&mut self, kind: &str, data: serde_json::Value) {
+        self.transcript.coder(kind, data);
+    }
+}
+
+/// The backend name as asked for, before resolution (for records of runs that fail it).
+fn requested_backend(request: &RunRequest) -> String {
+    request
+        .backend
+        .backend
+        .clone()
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+async fn run_attempts(
+    request: &RunRequest,
+    backend: Result<config::ResolvedBackend, config::ConfigError>,
+    process_env: &[(OsString, OsString)],
+    run_started: Instant,
+    journal: &mut RunJournal,
+) -> Envelope {
+    let request = request.clone();
     let mut signals = match CancelSignals::install() {
         Ok(signals) => signals,
         Err(e) => {
@@ -181,6 +328,55 @@ pub async fn run(request: RunRequest) -> Envelope {
         ));
     }
 
+    // The backend: a config_error before anything else is looked up or spawned.
+    let backend = match backend {
+        Ok(backend) => backend,
+        Err(e) => {
+            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+        }
+    };
+    // A replay backend gets its base URL from a local replay server, which lives as long
+    // as the run.
+    let mut backend = backend;
+    let replay_cassette = backend
+        .replay_cassette()
+        .filter(|_| backend.base_url().is_none())
+        .map(std::path::Path::to_path_buf);
+    let replay_server = match replay_cassette {
+        None => None,
+        Some(path) => {
+            let options = ServeOptions {
+                port: 0,
+                workspace: Some(request.workspace.clone()),
+            };
+            let started = match Cassette::load(&path) {
+                Ok(cassette) => ReplayServer::start(cassette, options).await,
+                Err(e) => Err(e),
+            };
+            match started {
+                Ok(server) => {
+                    backend = backend.with_base_url(&server.base_url());
+                    Some(server)
+                }
+                Err(e) => {
+                    let message = format!("backend '{}': {e}", backend.name());
+                    return run.early_envelope(
+                        ErrorKind::ConfigError,
+                        message.clone(),
+                        message,
+                        None,
+                    );
+                }
+            }
+        }
+    };
+    if let Err(e) = backend.ensure_claude_config_dir() {
+        return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+    }
+    run.warnings.extend(backend.warnings().iter().cloned());
+    run.backend = backend.name().to_owned();
+    let child_base_env = config::child_environment(process_env, &backend);
+
     let path_var = std::env::var_os("PATH");
     let program = match child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()) {
         Ok(program) => program,
@@ -196,10 +392,7 @@ pub async fn run(request: RunRequest) -> Envelope {
 
     // Session safety: one driver per session, and resumes only where the session lives.
     let store = SessionStore::new(&session::state_dir());
-    let backend_name = request
-        .backend
-        .clone()
-        .unwrap_or_else(|| "default".to_owned());
+    let backend_name = backend.name().to_owned();
     if let SessionChoice::Resume(id) = request.session
         && let Err(e) = store.check_resume(id, &request.workspace, &backend_name)
     {
@@ -214,17 +407,65 @@ pub async fn run(request: RunRequest) -> Envelope {
         }
     }
 
+    // The sandbox: resolved once per run here, applied by the helper to every attempt.
+    let preview = child::build(&request, program.clone(), child_base_env.clone());
+    let policy = match crate::sandbox::policy_for_agent(
+        sandbox_mode(request.sandbox),
+        &request.workspace,
+        &program,
+        &preview.env,
+        &request.sandbox_args,
+    ) {
+        Ok(policy) => policy,
+        Err(e) => {
+            return run.early_envelope(
+                ErrorKind::SandboxError,
+                format!("sandbox: {e}"),
+                format!("the sandbox cannot be set up: {e}"),
+                Some(
+                    "run `coder doctor`; --sandbox danger-full-access runs without confinement"
+                        .to_owned(),
+                ),
+            );
+        }
+    };
+    let _run_dir = crate::sandbox::RunDirCleanup::new(policy.as_ref());
+    let denial_policy = policy.clone().map(std::sync::Arc::new);
+
     let mut backoff = Backoff::standard();
     loop {
         let attempt_request = RunRequest {
             session,
             ..request.clone()
         };
-        let spec = child::build(&attempt_request, program.clone(), std::env::vars_os());
+        let mut spec = child::build(&attempt_request, program.clone(), child_base_env.clone());
+        spec.args.extend(backend.cli_args());
+        if let Some(policy) = &policy {
+            child::confine(&mut spec, policy.clone());
+        }
         let mut observation =
-            Observation::new(Instant::now(), request.return_all_messages, spec.secrets());
-        let end = supervise::run_attempt(&spec, &run.limits, &mut observation, &mut signals).await;
+            Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
+                .with_sandbox(denial_policy.clone());
+        journal.note(
+            "attempt",
+            json!({"attempt": run.attempts.len() + 1, "session_id": session.id()}),
+        );
+        if let Some(progress) = journal.progress.as_mut() {
+            progress.set_phase("starting claude");
+        }
+        let end =
+            supervise::run_attempt(&spec, &run.limits, &mut observation, &mut signals, journal)
+                .await;
         let verdict = outcome::classify(&end, &observation, run.message_limits);
+        if let Some(server) = &replay_server {
+            // The cassette's own view: a request it could not answer as scripted.
+            for problem in server.report().problems() {
+                let warning = format!("replay: {problem}");
+                if !run.warnings.contains(&warning) {
+                    run.warnings.push(warning);
+                }
+            }
+        }
         let started = !matches!(end.cause, StopCause::SpawnFailed(_));
         if started && observation.session_id.is_some() {
             remember_session(
@@ -271,6 +512,10 @@ pub async fn run(request: RunRequest) -> Envelope {
                     failure.kind.as_str(),
                     Some(format!("retried after {:.1} s", delay.as_secs_f64())),
                 );
+                journal.note("retry", json!({"delay_ms": delay.as_millis() as u64}));
+                if let Some(progress) = journal.progress.as_mut() {
+                    progress.set_phase(format!("retrying in {:.1} s", delay.as_secs_f64()));
+                }
                 let cancelled = tokio::select! {
                     biased;
                     signo = signals.recv() => Some(signo),
@@ -373,6 +618,9 @@ struct Run {
     warnings: Vec<String>,
     usage: crate::envelope::TokenUsage,
     tool_calls: std::collections::BTreeMap<String, u64>,
+    tool_time: std::collections::BTreeMap<String, Duration>,
+    denials: Vec<crate::sandbox::Denial>,
+    backend: String,
 }
 
 impl Run {
@@ -397,6 +645,9 @@ impl Run {
             warnings: Vec::new(),
             usage: Default::default(),
             tool_calls: Default::default(),
+            tool_time: Default::default(),
+            denials: Vec::new(),
+            backend: requested_backend(request),
         }
     }
 
@@ -416,6 +667,14 @@ impl Run {
         self.usage.cache_write += usage.cache_write;
         for (tool, count) in &observation.tool_calls {
             *self.tool_calls.entry(tool.clone()).or_default() += count;
+        }
+        for (tool, time) in &observation.tool_time {
+            *self.tool_time.entry(tool.clone()).or_default() += *time;
+        }
+        for denial in &observation.denials {
+            if !self.denials.contains(denial) {
+                self.denials.push(denial.clone());
+            }
         }
         self.attempts.push(AttemptSummary {
             attempt: self.attempts.len() as u32 + 1,
@@ -439,9 +698,16 @@ impl Run {
         Metrics {
             wall_ms: self.started.elapsed().as_millis() as u64,
             time_to_first_event_ms: observation.first_event_after.map(|d| d.as_millis() as u64),
+            time_to_first_token_ms: observation.first_token_after.map(|d| d.as_millis() as u64),
             turns: observation.turns(),
             usage: self.usage,
             tool_calls: self.tool_calls.clone(),
+            tool_time_ms: self
+                .tool_time
+                .iter()
+                .map(|(tool, time)| (tool.clone(), time.as_millis() as u64))
+                .collect(),
+            sandbox_denials: self.denials.clone(),
             stdout_bytes: observation.stdout_bytes,
             stderr_bytes: observation.stderr_bytes,
             stdout_lines: observation.stdout_lines,
@@ -455,6 +721,7 @@ impl Run {
             attempts: self.attempts.len().max(1) as u32,
             api_ms: result.and_then(|r| r.duration_api_ms),
             cost_usd: result.and_then(|r| r.total_cost_usd),
+            backend: Some(self.backend.clone()),
             model: observation.model.clone(),
             cli_version: observation.cli_version.clone(),
         }

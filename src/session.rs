@@ -21,16 +21,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// coder's state directory: `$CODER_STATE_DIR`, else `$XDG_STATE_HOME/coder`, else
-/// `~/.local/state/coder`.
+/// `~/.local/state/coder` (the same rule the backend configuration uses for the CLI's private
+/// config dir), falling back to a directory under `/tmp` when there is no home at all.
 pub fn state_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CODER_STATE_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir).join("coder");
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    home.join(".local/state/coder")
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    crate::config::state_dir_of(&env).unwrap_or_else(|| PathBuf::from("/tmp/coder-state"))
 }
 
 /// Where a session was created.

@@ -156,6 +156,8 @@ impl AssistantEvent {
 pub struct ToolUse {
     pub id: String,
     pub name: String,
+    /// The file the call targets (`file_path`, `notebook_path` or `path`), if any.
+    pub path: Option<String>,
     /// A short, single-line description of the call (`Bash(npm test)`), for messages.
     pub summary: String,
 }
@@ -452,6 +454,11 @@ impl<C: ContentBlocks> WireEvent<'_, C> {
                                     block.name.as_deref().unwrap_or("?"),
                                     block.input.as_ref(),
                                 ),
+                                path: block.input.as_ref().and_then(|input| {
+                                    ["file_path", "notebook_path", "path"].iter().find_map(|k| {
+                                        input.get(*k).and_then(|v| v.as_str()).map(str::to_owned)
+                                    })
+                                }),
                                 id: block.id.unwrap_or_default(),
                                 name: block.name.unwrap_or_else(|| "?".to_owned()),
                             }),

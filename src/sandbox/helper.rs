@@ -3,7 +3,8 @@
 //! single-threaded process, which is the only safe place to change process-wide state:
 //! a new session (so the whole tree shares one process group the supervisor can signal),
 //! the parent-death signal (so the child dies with coder even if coder is SIGKILLed),
-//! closing every inherited descriptor, and the sandbox.
+//! closing every inherited descriptor, and the sandbox ([`super::confine`], last, so that
+//! the steps before it still have the whole filesystem).
 //!
 //! Failures before `execve` are reported to the parent as one JSON object on the status
 //! descriptor (fd 3, close-on-exec): an empty status means the program is running, so the
@@ -32,6 +33,10 @@ pub struct HelperSpec {
     pub args: Vec<OsString>,
     /// The supervisor's pid: if the helper has already been orphaned, it must not run.
     pub parent_pid: u32,
+    /// The confinement to apply right before exec, resolved by the parent. `None` runs the
+    /// program unconfined (`danger-full-access`).
+    #[serde(default)]
+    pub policy: Option<super::Policy>,
 }
 
 /// Which step of the helper failed.
@@ -105,7 +110,18 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
     let spec_text = args
         .get(2)
         .ok_or_else(|| fail(HelperStage::Spec, None, "missing helper spec argument"))?;
-    let spec: HelperSpec = serde_json::from_slice(spec_text.as_bytes())
+    // `@PATH`: the spec was too large for an argument and waits in a file.
+    let spec_bytes = match spec_text.as_bytes().strip_prefix(b"@") {
+        Some(path) => std::fs::read(std::ffi::OsStr::from_bytes(path)).map_err(|e| {
+            fail(
+                HelperStage::Spec,
+                e.raw_os_error(),
+                format!("cannot read the helper spec: {e}"),
+            )
+        })?,
+        None => spec_text.as_bytes().to_vec(),
+    };
+    let spec: HelperSpec = serde_json::from_slice(&spec_bytes)
         .map_err(|e| fail(HelperStage::Spec, None, format!("bad helper spec: {e}")))?;
 
     let setup = |what: &str, e: nix::Error| {
@@ -122,6 +138,20 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
     }
     nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
     close_inherited_fds();
+    if let Some(policy) = &spec.policy {
+        super::confine(policy).map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
+        // Entering a user namespace changes the credentials, which clears the parent-death
+        // signal: arm it again, and check again that the supervisor is still there.
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+            .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+        if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
+            return Err(fail(
+                HelperStage::Setup,
+                None,
+                "the supervisor exited before the child started",
+            ));
+        }
+    }
 
     let program = CString::new(spec.program.as_os_str().as_bytes())
         .map_err(|_| fail(HelperStage::Exec, None, "program path contains a NUL byte"))?;

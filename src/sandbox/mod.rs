@@ -1,5 +1,225 @@
-//! Confinement of the child. The parent resolves what the child may touch; the helper
-//! process ([`helper`]), a fresh single-threaded re-execution of coder, applies it right
-//! before `execve`, so no confinement code ever runs inside the multi-task supervisor.
+//! Confinement of the coding agent: what it may read, write and connect to, enforced by
+//! the kernel.
+//!
+//! The agent runs shell commands without asking, so the only thing standing between it and
+//! the user's SSH keys, dotfiles and `.env` files is this module. It works in two halves:
+//!
+//! * In the parent, [`Policy::resolve`] turns a mode ([`Mode`]), a workspace and a few
+//!   options into a serializable [`Policy`]: the roots to read and write, the TCP ports the
+//!   agent may connect to, the files to mask, and the environment the agent must get. All
+//!   the thinking (canonicalising, scanning for secrets, refusing a home directory as
+//!   workspace) happens here, where errors are cheap to report.
+//! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
+//!   re-executed, so no confinement code runs inside the multi-task supervisor),
+//!   [`confine`] applies it: a private mount namespace whose root holds only the granted
+//!   paths, empty read-only files bind-mounted over every secret, capabilities dropped,
+//!   then Landlock (filesystem rights, TCP connect ports, signal and abstract-socket
+//!   scoping). Anything short of that is an
+//!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
+//!   explicit way out.
+//!
+//! Around those two sit the pieces the rest of coder needs: [`probe`] for `coder doctor`,
+//! [`system_prompt_note`] to tell the model what is masked and what the mode allows,
+//! [`classify_denial`] and [`detect_denials`] to recognise sandbox denials in tool results,
+//! [`redact`] to keep secret values out of what coder prints, and [`sandbox_command`] for
+//! `coder sandbox -- CMD`, which runs any command under the same policy.
+//!
+//! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
+//! inherited), which is why secrets are hidden with mounts rather than with rules; see
+//! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
+//! history).
 
+mod command;
+mod confine;
+pub(crate) mod denial;
 pub mod helper;
+mod note;
+mod policy;
+mod probe;
+mod scan;
+mod sys;
+
+use std::path::PathBuf;
+
+pub use command::sandbox_command;
+pub use confine::{Confinement, confine};
+pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials, redact};
+pub use note::system_prompt_note;
+pub use policy::{
+    Access, DEFAULT_DENY_GLOBS, Mask, MaskKind, Mode, Policy, PolicyOptions, Root, ScanLimits,
+    SymlinkAlias, backend_ports,
+};
+pub use probe::{SandboxSupport, probe};
+
+/// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
+/// child's environment (for the backend's port and an explicit `CLAUDE_CONFIG_DIR`) and
+/// `program` the agent's executable, whose install directory becomes readable.
+pub fn policy_for_agent(
+    mode: Mode,
+    workspace: &std::path::Path,
+    program: &std::path::Path,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    extras: &AgentSandboxArgs,
+) -> Result<Option<Policy>, SandboxError> {
+    if !mode.is_confined() {
+        return Ok(None);
+    }
+    let mut opts = PolicyOptions::new(mode, workspace);
+    opts.connect_ports = backend_ports(env);
+    opts.extra_read.clone_from(&extras.read);
+    opts.extra_write.clone_from(&extras.write);
+    opts.allow_tmp = extras.allow_tmp;
+    opts.tool_caches = extras.tool_caches;
+    if !extras.deny.is_empty() {
+        opts.deny_globs.clone_from(&extras.deny);
+    }
+    // The CLI's state goes where the child's environment says; without the variable the
+    // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
+    // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    };
+    opts.config_dir = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude")));
+    let mut policy = Policy::resolve(&opts)?;
+    if let Err(e) = policy.grant_program(program) {
+        policy.cleanup();
+        return Err(e);
+    }
+    Ok(Some(policy))
+}
+
+/// The run mode's sandbox options beyond `--sandbox MODE`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentSandboxArgs {
+    /// Extra path the agent may read (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Extra path the agent may write (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Let the agent write the shared /tmp (by default it gets a private temp dir).
+    #[arg(long = "allow-tmp")]
+    pub allow_tmp: bool,
+    /// Let the agent write the usual tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...).
+    #[arg(long = "tool-caches")]
+    pub tool_caches: bool,
+    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
+    /// secrets/ anywhere in the workspace).
+    #[arg(long = "deny", value_name = "GLOB")]
+    pub deny: Vec<String>,
+}
+
+/// Removes a run's private directory when dropped (after the run's process tree is gone).
+#[derive(Debug)]
+pub struct RunDirCleanup(Option<PathBuf>);
+
+impl RunDirCleanup {
+    pub fn new(policy: Option<&Policy>) -> Self {
+        RunDirCleanup(policy.map(|p| p.run_dir.clone()))
+    }
+}
+
+impl Drop for RunDirCleanup {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Why the sandbox could not be set up. Every message says what went wrong and what the
+/// user can do about it; none carries file contents.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("workspace {path}: {reason}")]
+    Workspace { path: PathBuf, reason: String },
+
+    #[error("{what} {path}: {reason}")]
+    Path {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+
+    #[error("invalid non-accessible glob {glob:?}: {reason}")]
+    Glob { glob: String, reason: String },
+
+    #[error(
+        "secret scan of {path} stopped: {what} exceeds the limit of {limit}; \
+         narrow the workspace, raise the limit, or use --sandbox danger-full-access"
+    )]
+    ScanLimit {
+        what: &'static str,
+        limit: usize,
+        path: PathBuf,
+    },
+
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(
+        "Landlock is not usable on this kernel ({reason}); coder needs Landlock ABI 6 \
+         (Linux 6.12) or newer. Use --sandbox danger-full-access to run without confinement"
+    )]
+    LandlockUnavailable { reason: String },
+
+    #[error(
+        "Landlock was only partly enforced (kernel ABI {abi}, coder needs 6); refusing to run \
+         half-confined. Use --sandbox danger-full-access to run without confinement"
+    )]
+    LandlockPartial { abi: u32 },
+
+    #[error("Landlock ruleset: {0}")]
+    Landlock(String),
+
+    #[error(
+        "{reason}; the workspace has files that must be masked ({count}), which needs a \
+         private mount namespace (unprivileged user namespaces are disabled here: check \
+         kernel.apparmor_restrict_unprivileged_userns or the container's seccomp profile). \
+         Use --sandbox danger-full-access to run without confinement"
+    )]
+    NamespaceUnavailable { reason: String, count: usize },
+
+    #[error("sandbox setup: {op} {path}: {errno}")]
+    Syscall {
+        op: &'static str,
+        path: String,
+        errno: nix::errno::Errno,
+    },
+
+    #[error(
+        "{path} changed between the secret scan and the mount (now a different file or a \
+         symlink); refusing to run with a mask that may be missing"
+    )]
+    MaskTargetChanged { path: PathBuf },
+
+    #[error("confine() must run in a single-threaded process (found {threads} threads)")]
+    NotSingleThreaded { threads: usize },
+}
+
+impl SandboxError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        SandboxError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn sys(
+        op: &'static str,
+        path: impl std::fmt::Display,
+        errno: nix::errno::Errno,
+    ) -> Self {
+        SandboxError::Syscall {
+            op,
+            path: path.to_string(),
+            errno,
+        }
+    }
+}

@@ -127,12 +127,31 @@ impl Drop for TreeGuard {
     }
 }
 
-/// Runs one attempt of `spec` to its end, feeding every line to `observation`.
+/// Where the supervisor reports what happens, as it happens (the transcript, the progress
+/// display). Implementations must not block.
+pub trait Journal {
+    /// A complete line of the child's output; `event` is its decoded form, if it is one.
+    fn line(&mut self, pipe: Pipe, line: &Line, event: Option<&Event>);
+    /// Something the supervisor did (`spawn`, `watchdog`, `kill`).
+    fn note(&mut self, kind: &str, data: serde_json::Value);
+}
+
+/// A journal that records nothing.
+pub struct NoJournal;
+
+impl Journal for NoJournal {
+    fn line(&mut self, _: Pipe, _: &Line, _: Option<&Event>) {}
+    fn note(&mut self, _: &str, _: serde_json::Value) {}
+}
+
+/// Runs one attempt of `spec` to its end, feeding every line to `observation` and
+/// `journal`.
 pub async fn run_attempt(
     spec: &ChildSpec,
     limits: &Limits,
     observation: &mut Observation,
     signals: &mut CancelSignals,
+    journal: &mut dyn Journal,
 ) -> AttemptEnd {
     let started = Instant::now();
     let spawned = tokio::select! {
@@ -168,6 +187,10 @@ pub async fn run_attempt(
         // Best effort: a smaller pipe only costs throughput.
         let _ = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY));
     }
+    journal.note(
+        "spawn",
+        serde_json::json!({"pid": pid, "program": spec.program}),
+    );
 
     let prompt = spec.stdin.clone();
     tokio::spawn(async move {
@@ -222,7 +245,9 @@ pub async fn run_attempt(
                 for _ in 0..BATCH {
                     match next {
                         Some(PipeMsg::Line(pipe, line)) => {
-                            if let Some(Event::Result(_)) = observation.observe_line(pipe, &line)
+                            let event = observation.observe_line(pipe, &line);
+                            journal.line(pipe, &line, event.as_ref());
+                            if let Some(Event::Result(_)) = event
                                 && !result_seen
                             {
                                 result_seen = true;
@@ -269,6 +294,19 @@ pub async fn run_attempt(
         }
     }
     let cause = cause.unwrap_or(StopCause::Finished);
+    let why = match &cause {
+        StopCause::IdleTimeout => Some("idle_timeout"),
+        StopCause::TotalTimeout => Some("timeout"),
+        StopCause::Cancelled(_) => Some("cancelled"),
+        StopCause::LingeredAfterResult => Some("lingered_after_result"),
+        StopCause::Finished | StopCause::SpawnFailed(_) => None,
+    };
+    if let Some(why) = why {
+        journal.note(
+            "watchdog",
+            serde_json::json!({"reason": why, "pending_tool": observation.pending_tool()}),
+        );
+    }
 
     // Whatever the cause, nothing of the run may outlive it.
     let kill = if child_gone && no_child_processes() {
@@ -276,6 +314,12 @@ pub async fn run_attempt(
     } else {
         tree::stop_tree(Some(pid), limits.kill_grace).await
     };
+    if kill.found > 0 {
+        journal.note(
+            "kill",
+            serde_json::json!({"processes": kill.found, "escalated_to_sigkill": kill.escalated}),
+        );
+    }
     if !child_gone {
         // The tree was just stopped with SIGKILL as a last resort, so this returns promptly.
         if let Ok(Ok(status)) =
@@ -288,7 +332,8 @@ pub async fn run_attempt(
     while open_pipes > 0 {
         match tokio::time::timeout_at(drain_deadline, rx.recv()).await {
             Ok(Some(PipeMsg::Line(pipe, line))) => {
-                observation.observe_line(pipe, &line);
+                let event = observation.observe_line(pipe, &line);
+                journal.line(pipe, &line, event.as_ref());
             }
             Ok(Some(PipeMsg::Eof)) => open_pipes -= 1,
             Ok(None) | Err(_) => break,

@@ -37,9 +37,22 @@ pub async fn spawn(spec: &ChildSpec) -> Result<Spawned, SpawnError> {
         program: spec.program.clone(),
         args: spec.args.clone(),
         parent_pid: std::process::id(),
+        policy: spec.policy.clone(),
     };
     let spec_json = serde_json::to_string(&helper_spec)
         .map_err(|e| std::io::Error::other(format!("cannot encode the helper spec: {e}")))?;
+    // One argument may hold at most 128 KiB; a policy with many masks goes through a file
+    // in the run's private directory instead (`@PATH`).
+    let spec_arg: std::ffi::OsString = match &spec.policy {
+        Some(policy) if spec_json.len() > 64 * 1024 => {
+            let path = policy.run_dir.join("helper-spec.json");
+            std::fs::write(&path, &spec_json)?;
+            let mut arg = std::ffi::OsString::from("@");
+            arg.push(path.as_os_str());
+            arg
+        }
+        _ => spec_json.into(),
+    };
 
     let (status_read, status_write): (OwnedFd, OwnedFd) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
@@ -49,7 +62,7 @@ pub async fn spawn(spec: &ChildSpec) -> Result<Spawned, SpawnError> {
     command
         .arg0("coder-helper")
         .arg(HELPER_ARG)
-        .arg(spec_json)
+        .arg(spec_arg)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)

@@ -1,0 +1,101 @@
+//! The one error type for everything a user can get wrong before a run starts: the config
+//! file, the backend choice, credentials, and the files handed to prompt assembly.
+//!
+//! Each variant's `Display` is a single line that names the file, variable or flag at fault
+//! and says what to change, because it ends up verbatim as the `error` of a `config_error`
+//! envelope or on one line of `coder doctor`.
+
+use std::path::PathBuf;
+
+/// A mistake in coder's configuration or arguments; reported as `config_error` (exit 78).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file exists (or was named explicitly) but cannot be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    ReadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The config file is not valid TOML, or has a key or value coder does not accept.
+    #[error("config file {}, line {line}: {message}", path.display())]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+
+    /// No built-in preset or config-file profile has this name.
+    #[error("unknown backend '{name}'; known backends: {known} (or replay:CASSETTE)")]
+    UnknownBackend { name: String, known: String },
+
+    /// The variable that should hold the backend's API key is not set.
+    #[error(
+        "backend '{backend}' reads its API key from ${var}, which is not set: export {var}=<your key>, \
+         or set key_env for [backends.{backend}] in the config file"
+    )]
+    KeyUnset { backend: String, var: String },
+
+    /// The variable that should hold the backend's API key is set but empty.
+    #[error(
+        "backend '{backend}' reads its API key from ${var}, which is empty: export {var}=<your key>"
+    )]
+    KeyEmpty { backend: String, var: String },
+
+    /// A profile of kind `api` without a base URL.
+    #[error(
+        "backend '{backend}' has no base_url: set base_url (or preset = \"NAME\") in [backends.{backend}]"
+    )]
+    MissingBaseUrl { backend: String },
+
+    /// The base URL is not an `http://` or `https://` URL with a host.
+    #[error(
+        "backend '{backend}': base URL '{url}' (from {origin}) is not an http:// or https:// URL with a host"
+    )]
+    BadBaseUrl {
+        backend: String,
+        url: String,
+        origin: String,
+    },
+
+    /// A replay backend names a cassette that does not exist.
+    #[error("backend '{backend}': replay cassette {} does not exist", path.display())]
+    CassetteMissing { backend: String, path: PathBuf },
+
+    /// A setting from the environment or a flag has a value coder cannot use.
+    #[error("{origin}: {message}")]
+    InvalidValue { origin: String, message: String },
+
+    /// No home directory, so neither the default config file nor the private
+    /// `CLAUDE_CONFIG_DIR` can be placed.
+    #[error(
+        "cannot place coder's state directory: neither XDG_STATE_HOME nor HOME is set \
+         (set HOME, or claude_config_dir in the config file)"
+    )]
+    NoHome,
+
+    /// The private `CLAUDE_CONFIG_DIR` cannot be created.
+    #[error("cannot create the claude config directory {}: {source}", path.display())]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A file given to `--contract`, `--guardrails` or `--codex` cannot be used.
+    #[error("--{flag} {}: {problem}", path.display())]
+    PromptFile {
+        flag: &'static str,
+        path: PathBuf,
+        problem: String,
+    },
+
+    /// The task text could not be read from stdin.
+    #[error("cannot read the task from stdin: {0}")]
+    Stdin(#[source] std::io::Error),
+
+    /// There is no task text at all.
+    #[error("no task given: pass the task as an argument, or on stdin")]
+    EmptyTask,
+}

@@ -1,0 +1,323 @@
+//! The TOML config file: reading it, and turning it into profile layers with the line
+//! numbers needed for error messages.
+//!
+//! ```toml
+//! default_backend = "glm"
+//! claude_config_dir = "private"      # or "user", or an absolute path
+//! pass_env = ["CARGO_HOME"]          # extra caller variables the child may see
+//!
+//! [backends.glm]                     # same name as a preset: changes that preset
+//! model = "glm-4.7"
+//!
+//! [backends.work]
+//! preset = "deepseek"                # start from a preset
+//! key_env = "WORK_DEEPSEEK_KEY"
+//! env = { CLAUDE_CODE_EFFORT_LEVEL = "high" }
+//!
+//! [backends.ci]
+//! kind = "replay"
+//! cassette = "cassettes/hello.json"  # relative to this file
+//! ```
+//!
+//! Unknown keys are errors, not silently ignored: a misspelt `bse_url` must not quietly
+//! send the key to the preset's vendor.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::ConfigError;
+use super::preset::{AuthScheme, BackendKind, Profile};
+
+/// A parsed config file.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFile {
+    pub path: PathBuf,
+    /// `default_backend`, with its line.
+    pub default_backend: Option<(String, usize)>,
+    /// `claude_config_dir`, with its line.
+    pub claude_config_dir: Option<(String, usize)>,
+    /// Top-level `pass_env`.
+    pub pass_env: Vec<String>,
+    pub backends: BTreeMap<String, FileBackend>,
+    /// Whether the file is readable by users other than its owner.
+    pub readable_by_others: bool,
+}
+
+/// One `[backends.NAME]` table.
+#[derive(Debug, Clone)]
+pub struct FileBackend {
+    /// The line of the table header (or first key), for messages about the whole profile.
+    pub line: usize,
+    /// `preset = "NAME"`, with its line.
+    pub preset: Option<(String, usize)>,
+    /// The line of `base_url`, when the file sets it.
+    pub base_url_line: Option<usize>,
+    pub profile: Profile,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    default_backend: Option<Spanned<String>>,
+    claude_config_dir: Option<Spanned<String>>,
+    #[serde(default)]
+    pass_env: Vec<String>,
+    #[serde(default)]
+    backends: BTreeMap<String, Spanned<RawProfile>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawKind {
+    Api,
+    Inherit,
+    Replay,
+}
+
+#[derive(Deserialize)]
+enum RawAuth {
+    #[serde(rename = "bearer")]
+    Bearer,
+    #[serde(rename = "x-api-key")]
+    ApiKey,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    description: Option<String>,
+    preset: Option<Spanned<String>>,
+    kind: Option<RawKind>,
+    base_url: Option<Spanned<String>>,
+    key_env: Option<Spanned<String>>,
+    api_key: Option<String>,
+    auth: Option<RawAuth>,
+    model: Option<String>,
+    small_fast_model: Option<String>,
+    opus_model: Option<String>,
+    sonnet_model: Option<String>,
+    haiku_model: Option<String>,
+    subagent_model: Option<String>,
+    api_timeout_ms: Option<u64>,
+    max_retries: Option<u32>,
+    disallowed_tools: Option<Vec<String>>,
+    append_system_prompt: Option<String>,
+    cassette: Option<String>,
+    env: Option<Spanned<BTreeMap<String, String>>>,
+    #[serde(default)]
+    pass_env: Vec<String>,
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+/// Whether `name` can be an environment variable name for the child.
+pub(crate) fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
+impl ConfigFile {
+    /// Reads and parses the file at `path`.
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut file = ConfigFile::parse(path, &text)?;
+        file.readable_by_others = readable_by_others(path);
+        Ok(file)
+    }
+
+    /// Parses `text` as the content of the file at `path` (used for messages and for
+    /// resolving relative cassette paths).
+    pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
+        let malformed = |line: usize, message: String| ConfigError::Malformed {
+            path: path.to_owned(),
+            line,
+            message,
+        };
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |span| line_of(text, span.start));
+            malformed(line, e.message().trim().replace('\n', " "))
+        })?;
+        let spanned_line = |span: std::ops::Range<usize>| line_of(text, span.start);
+        let base_dir = path.parent().unwrap_or(Path::new("."));
+
+        let mut backends = BTreeMap::new();
+        for (name, spanned) in raw.backends {
+            let line = spanned_line(spanned.span());
+            let raw = spanned.into_inner();
+            if name.is_empty() || name.starts_with("replay:") {
+                return Err(malformed(
+                    line,
+                    format!("'{name}' cannot be a backend name"),
+                ));
+            }
+            let env_line = raw.env.as_ref().map_or(line, |e| spanned_line(e.span()));
+            let env = raw.env.map(Spanned::into_inner).unwrap_or_default();
+            if let Some(bad) = env.keys().find(|k| !valid_env_name(k)) {
+                return Err(malformed(
+                    env_line,
+                    format!("backend '{name}': '{bad}' is not a valid environment variable name"),
+                ));
+            }
+            let key_env = match raw.key_env {
+                Some(k) if !valid_env_name(k.get_ref()) => {
+                    return Err(malformed(
+                        spanned_line(k.span()),
+                        format!(
+                            "backend '{name}': key_env must be the name of a variable, like \"ZAI_API_KEY\""
+                        ),
+                    ));
+                }
+                Some(k) => Some(k.into_inner()),
+                None => None,
+            };
+            let base_url_line = raw.base_url.as_ref().map(|u| spanned_line(u.span()));
+            let preset = raw
+                .preset
+                .map(|p| (spanned_line(p.span()), p.into_inner()))
+                .map(|(l, p)| (p, l));
+            let profile = Profile {
+                description: raw.description,
+                kind: raw.kind.map(|k| match k {
+                    RawKind::Api => BackendKind::Api,
+                    RawKind::Inherit => BackendKind::Inherit,
+                    RawKind::Replay => BackendKind::Replay,
+                }),
+                base_url: raw.base_url.map(Spanned::into_inner),
+                key_env,
+                api_key: raw.api_key,
+                auth: raw.auth.map(|a| match a {
+                    RawAuth::Bearer => AuthScheme::Bearer,
+                    RawAuth::ApiKey => AuthScheme::ApiKey,
+                }),
+                model: raw.model,
+                small_fast_model: raw.small_fast_model,
+                opus_model: raw.opus_model,
+                sonnet_model: raw.sonnet_model,
+                haiku_model: raw.haiku_model,
+                subagent_model: raw.subagent_model,
+                api_timeout_ms: raw.api_timeout_ms,
+                max_retries: raw.max_retries,
+                disallowed_tools: raw.disallowed_tools,
+                append_system_prompt: raw.append_system_prompt,
+                cassette: raw.cassette.map(|c| base_dir.join(c)),
+                env,
+                pass_env: raw.pass_env,
+            };
+            backends.insert(
+                name,
+                FileBackend {
+                    line,
+                    preset,
+                    base_url_line,
+                    profile,
+                },
+            );
+        }
+        Ok(ConfigFile {
+            path: path.to_owned(),
+            default_backend: raw
+                .default_backend
+                .map(|d| (spanned_line(d.span()), d.into_inner()))
+                .map(|(l, d)| (d, l)),
+            claude_config_dir: raw
+                .claude_config_dir
+                .map(|d| (spanned_line(d.span()), d.into_inner()))
+                .map(|(l, d)| (d, l)),
+            pass_env: raw.pass_env,
+            backends,
+            readable_by_others: false,
+        })
+    }
+
+    /// Whether any profile stores a key in the file itself.
+    pub fn holds_keys(&self) -> bool {
+        self.backends.values().any(|b| b.profile.api_key.is_some())
+    }
+}
+
+#[cfg(unix)]
+fn readable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o044 != 0)
+}
+
+#[cfg(not(unix))]
+fn readable_by_others(_path: &Path) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::parse(Path::new("/etc/coder/config.toml"), text)
+    }
+
+    #[test]
+    fn reads_profiles_with_lines() {
+        let f = parse(
+            "default_backend = \"work\"\n\n[backends.work]\npreset = \"deepseek\"\nbase_url = \"http://127.0.0.1:1\"\ncassette = \"c.json\"\nenv = { A = \"1\" }\n",
+        )
+        .unwrap();
+        assert_eq!(f.default_backend, Some(("work".into(), 1)));
+        let b = &f.backends["work"];
+        assert_eq!(b.preset, Some(("deepseek".into(), 4)));
+        assert_eq!(b.base_url_line, Some(5));
+        assert_eq!(b.profile.cassette, Some(PathBuf::from("/etc/coder/c.json")));
+        assert_eq!(b.profile.env["A"], "1");
+    }
+
+    #[test]
+    fn unknown_key_is_reported_with_its_line() {
+        let err = parse("[backends.x]\nmodel = \"m\"\nbse_url = \"https://h\"\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("config file /etc/coder/config.toml, line 3: "),
+            "{msg}"
+        );
+        assert!(msg.contains("bse_url"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn syntax_error_is_reported_with_its_line() {
+        let err = parse("default_backend = \"glm\"\n[backends.x\n").unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { line: 2, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_bad_names_are_errors() {
+        let err = parse("[backends.x]\n\napi_timeout_ms = \"soon\"\n").unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { line: 3, .. }),
+            "{err}"
+        );
+        let err = parse("[backends.x]\nkey_env = \"A=B\"\n").unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { line: 2, .. }),
+            "{err}"
+        );
+        let err = parse("[backends.x]\nkind = \"ftp\"\n").unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { line: 2, .. }),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! Backend profiles as layers of optional settings, and the built-in presets.
+//!
+//! A [`Profile`] is one layer: every setting is optional, and [`Profile::overlay`] lets a
+//! higher layer (config file, then environment, then flags) replace what a lower one said.
+//! The presets carry each vendor's documented Anthropic-compatible endpoint and the settings
+//! its Claude Code guide recommends, plus the cheap workarounds from measurements: every
+//! model slot mapped (an unmapped Haiku slot sends a `claude-haiku-*` id the vendor rejects),
+//! experimental betas off (tool search blocks no vendor supports), WebSearch disallowed
+//! (no vendor runs Anthropic's server-side search tool).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What a backend is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// An Anthropic-compatible HTTP API with a base URL and a key.
+    Api,
+    /// The caller's own Claude settings (`ANTHROPIC_*`, `CLAUDE_*`, login) used as they are.
+    Inherit,
+    /// A local replay server coder starts for a recorded cassette.
+    Replay,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Api => "api",
+            BackendKind::Inherit => "inherit",
+            BackendKind::Replay => "replay",
+        }
+    }
+}
+
+/// How the key reaches the API: which variable the CLI reads it from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthScheme {
+    /// `ANTHROPIC_AUTH_TOKEN`, sent as `Authorization: Bearer`. What the vendors document.
+    Bearer,
+    /// `ANTHROPIC_API_KEY`, sent as `x-api-key`. What api.anthropic.com expects.
+    ApiKey,
+}
+
+impl AuthScheme {
+    /// The variable the CLI reads the key from.
+    pub fn variable(self) -> &'static str {
+        match self {
+            AuthScheme::Bearer => "ANTHROPIC_AUTH_TOKEN",
+            AuthScheme::ApiKey => "ANTHROPIC_API_KEY",
+        }
+    }
+}
+
+/// The CLI's own API retry count unless a profile says otherwise. The CLI's default (10,
+/// with backoff up to 40 s, and up to an hour on a hung backend) would eat coder's time
+/// budget; coder owns the retry policy.
+pub const DEFAULT_CLI_MAX_RETRIES: u32 = 3;
+
+/// One layer of backend settings. `None` means "this layer says nothing"; an empty string
+/// in a model or env value means "leave the variable unset" (to clear a preset's value).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Profile {
+    pub description: Option<String>,
+    pub kind: Option<BackendKind>,
+    pub base_url: Option<String>,
+    /// Name of the variable in coder's environment that holds the key.
+    pub key_env: Option<String>,
+    /// The key itself, written into the config file by a user who insists.
+    pub api_key: Option<String>,
+    pub auth: Option<AuthScheme>,
+    /// `ANTHROPIC_MODEL`.
+    pub model: Option<String>,
+    /// `ANTHROPIC_SMALL_FAST_MODEL` (legacy name the CLI still reads).
+    pub small_fast_model: Option<String>,
+    /// `ANTHROPIC_DEFAULT_OPUS_MODEL`.
+    pub opus_model: Option<String>,
+    /// `ANTHROPIC_DEFAULT_SONNET_MODEL`.
+    pub sonnet_model: Option<String>,
+    /// `ANTHROPIC_DEFAULT_HAIKU_MODEL`.
+    pub haiku_model: Option<String>,
+    /// `CLAUDE_CODE_SUBAGENT_MODEL`.
+    pub subagent_model: Option<String>,
+    /// `API_TIMEOUT_MS`: how long the CLI waits for response headers.
+    pub api_timeout_ms: Option<u64>,
+    /// `CLAUDE_CODE_MAX_RETRIES`: the CLI's own API retries.
+    pub max_retries: Option<u32>,
+    /// Tools the CLI should not offer the model on this backend.
+    pub disallowed_tools: Option<Vec<String>>,
+    /// Text for the CLI's `--append-system-prompt`.
+    pub append_system_prompt: Option<String>,
+    /// The recorded exchange a replay backend serves.
+    pub cassette: Option<PathBuf>,
+    /// Further variables for the child; merged key by key across layers.
+    pub env: BTreeMap<String, String>,
+    /// Names (or `PREFIX*` patterns) of caller variables to pass through; added up across layers.
+    pub pass_env: Vec<String>,
+}
+
+impl Profile {
+    /// Applies `top` over `self`: every setting `top` has replaces this one's; `env` merges
+    /// key by key and `pass_env` accumulates.
+    pub fn overlay(&mut self, top: Profile) {
+        fn set<T>(slot: &mut Option<T>, value: Option<T>) {
+            if value.is_some() {
+                *slot = value;
+            }
+        }
+        set(&mut self.description, top.description);
+        set(&mut self.kind, top.kind);
+        set(&mut self.base_url, top.base_url);
+        set(&mut self.key_env, top.key_env);
+        set(&mut self.api_key, top.api_key);
+        set(&mut self.auth, top.auth);
+        set(&mut self.model, top.model);
+        set(&mut self.small_fast_model, top.small_fast_model);
+        set(&mut self.opus_model, top.opus_model);
+        set(&mut self.sonnet_model, top.sonnet_model);
+        set(&mut self.haiku_model, top.haiku_model);
+        set(&mut self.subagent_model, top.subagent_model);
+        set(&mut self.api_timeout_ms, top.api_timeout_ms);
+        set(&mut self.max_retries, top.max_retries);
+        set(&mut self.disallowed_tools, top.disallowed_tools);
+        set(&mut self.append_system_prompt, top.append_system_prompt);
+        set(&mut self.cassette, top.cassette);
+        self.env.extend(top.env);
+        self.pass_env.extend(top.pass_env);
+    }
+}
+
+/// Names of the built-in presets, sorted.
+pub const BUILTIN_NAMES: [&str; 7] = [
+    "anthropic",
+    "deepseek",
+    "glm",
+    "glm-cn",
+    "inherit",
+    "minimax",
+    "minimax-cn",
+];
+
+fn s(v: &str) -> Option<String> {
+    Some(v.to_owned())
+}
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Settings shared by the third-party vendors: Bearer auth, tool search off (the
+/// `tool_reference` blocks it sends are in no vendor's supported list), and no WebSearch
+/// (a server-side tool that GLM answers with 422, DeepSeek with 400 in thinking mode and
+/// MiniMax with empty results).
+fn vendor(description: &str, base_url: &str, key_env: &str) -> Profile {
+    Profile {
+        description: s(description),
+        kind: Some(BackendKind::Api),
+        base_url: s(base_url),
+        key_env: s(key_env),
+        auth: Some(AuthScheme::Bearer),
+        disallowed_tools: Some(vec!["WebSearch".to_owned()]),
+        env: env(&[("CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS", "1")]),
+        ..Profile::default()
+    }
+}
+
+/// Appended to the CLI's system prompt on GLM. Any `--append-system-prompt` makes the CLI
+/// (2.1.330, measured) introduce itself as "Claude Code" instead of the "Claude Agent SDK"
+/// sentence it sends in `-p` mode, and Z.ai's gateway sheds requests carrying the latter
+/// under load with a misleading `529 [1305] overloaded`.
+pub const GLM_SYSTEM_PROMPT_APPENDIX: &str = "You run non-interactively: nobody can answer questions during the run, and your final message is returned to the caller as the result.";
+
+/// GLM through Z.ai's or Zhipu's Anthropic-compatible endpoint: GLM-4.7 in the main, Opus,
+/// Sonnet and subagent slots, GLM-4.5-Air in the Haiku and small/fast slots, the
+/// 50-minute header timeout of the vendor's guide, and the identity fix above.
+fn glm(description: &str, base_url: &str, key_env: &str) -> Profile {
+    Profile {
+        append_system_prompt: s(GLM_SYSTEM_PROMPT_APPENDIX),
+        model: s("glm-4.7"),
+        small_fast_model: s("glm-4.5-air"),
+        opus_model: s("glm-4.7"),
+        sonnet_model: s("glm-4.7"),
+        haiku_model: s("glm-4.5-air"),
+        subagent_model: s("glm-4.7"),
+        api_timeout_ms: Some(3_000_000),
+        ..vendor(description, base_url, key_env)
+    }
+}
+
+/// MiniMax: one model in every slot, as the vendor's guide says; a 50-minute header timeout.
+fn minimax(description: &str, base_url: &str) -> Profile {
+    Profile {
+        model: s("MiniMax-M2.7"),
+        small_fast_model: s("MiniMax-M2.7"),
+        opus_model: s("MiniMax-M2.7"),
+        sonnet_model: s("MiniMax-M2.7"),
+        haiku_model: s("MiniMax-M2.7"),
+        subagent_model: s("MiniMax-M2.7"),
+        api_timeout_ms: Some(3_000_000),
+        ..vendor(description, base_url, "MINIMAX_API_KEY")
+    }
+}
+
+/// The built-in preset of this name.
+pub fn builtin(name: &str) -> Option<Profile> {
+    let profile = match name {
+        "glm" => glm(
+            "GLM via Z.ai (international)",
+            "https://api.z.ai/api/anthropic",
+            "ZAI_API_KEY",
+        ),
+        "glm-cn" => glm(
+            "GLM via Zhipu open.bigmodel.cn (China)",
+            "https://open.bigmodel.cn/api/anthropic",
+            "ZHIPUAI_API_KEY",
+        ),
+        "deepseek" => {
+            let mut p = Profile {
+                model: s("deepseek-v4-pro[1m]"),
+                small_fast_model: s("deepseek-v4-flash"),
+                opus_model: s("deepseek-v4-pro[1m]"),
+                sonnet_model: s("deepseek-v4-pro[1m]"),
+                haiku_model: s("deepseek-v4-flash"),
+                subagent_model: s("deepseek-v4-flash"),
+                api_timeout_ms: Some(600_000),
+                ..vendor(
+                    "DeepSeek",
+                    "https://api.deepseek.com/anthropic",
+                    "DEEPSEEK_API_KEY",
+                )
+            };
+            p.env.extend(env(&[
+                ("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "786432"),
+                ("CLAUDE_CODE_EFFORT_LEVEL", "max"),
+            ]));
+            p
+        }
+        "minimax" => minimax(
+            "MiniMax (international)",
+            "https://api.minimax.io/anthropic",
+        ),
+        "minimax-cn" => minimax("MiniMax (China)", "https://api.minimaxi.com/anthropic"),
+        "anthropic" => Profile {
+            description: s("Anthropic API"),
+            kind: Some(BackendKind::Api),
+            base_url: s("https://api.anthropic.com"),
+            key_env: s("ANTHROPIC_API_KEY"),
+            auth: Some(AuthScheme::ApiKey),
+            ..Profile::default()
+        },
+        "inherit" => Profile {
+            description: s("the caller's own Claude settings, as they are"),
+            kind: Some(BackendKind::Inherit),
+            ..Profile::default()
+        },
+        _ => return None,
+    };
+    Some(profile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_name_has_a_preset() {
+        for name in BUILTIN_NAMES {
+            assert!(builtin(name).is_some(), "{name}");
+        }
+        assert!(builtin("nope").is_none());
+        let mut sorted = BUILTIN_NAMES;
+        sorted.sort_unstable();
+        assert_eq!(sorted, BUILTIN_NAMES);
+    }
+
+    #[test]
+    fn overlay_replaces_set_values_and_merges_env() {
+        let mut base = builtin("glm").unwrap();
+        let top = Profile {
+            model: s("glm-5.2"),
+            env: env(&[("EXTRA", "1")]),
+            pass_env: vec!["CARGO_HOME".into()],
+            ..Profile::default()
+        };
+        base.overlay(top);
+        assert_eq!(base.model.as_deref(), Some("glm-5.2"));
+        assert_eq!(base.haiku_model.as_deref(), Some("glm-4.5-air"));
+        assert_eq!(base.env.get("EXTRA").map(String::as_str), Some("1"));
+        assert!(
+            base.env
+                .contains_key("CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS")
+        );
+        assert_eq!(base.pass_env, ["CARGO_HOME"]);
+    }
+}

@@ -1,0 +1,415 @@
+//! `coder runs list` and `coder runs show RUN`: reading transcripts back.
+//!
+//! Both work from the transcript files alone (see [`crate::transcript`]), so they also
+//! describe runs whose coder was killed: such a run simply has no `outcome` entry and is
+//! listed as `unfinished`.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::stream::one_line;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder runs",
+    about = "List and show recorded runs (their transcripts)"
+)]
+struct RunsArgs {
+    #[command(subcommand)]
+    command: RunsCommand,
+    /// The state directory to read [default: coder's state dir].
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// Recorded runs, newest first.
+    List {
+        #[arg(long)]
+        json: bool,
+        /// At most this many runs.
+        #[arg(long, short = 'n', default_value_t = 20)]
+        limit: usize,
+    },
+    /// A readable account of one run: prompt, tool calls and results, outcome.
+    Show {
+        /// A run id, a unique prefix of one, `last`, or a transcript path.
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// One line of `coder runs list`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub started: String,
+    pub workspace: String,
+    pub backend: String,
+    /// `success`, an error kind, or `unfinished`.
+    pub outcome: String,
+    pub duration_ms: Option<u64>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub session_id: Option<String>,
+    pub path: String,
+}
+
+/// Entry point of `coder runs ...`.
+pub fn runs_command(args: &[OsString]) -> ExitCode {
+    let parsed = match RunsArgs::try_parse_from(args.iter().skip(1)) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let dir = crate::transcript::runs_dir(
+        &parsed
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::session::state_dir),
+    );
+    match parsed.command {
+        RunsCommand::List { json, limit } => {
+            let runs = list_runs(&dir, limit);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&runs).unwrap_or_default()
+                );
+            } else if runs.is_empty() {
+                println!("no recorded runs in {}", dir.display());
+            } else {
+                println!(
+                    "{:<28} {:<20} {:<24} {:>9} {:>12}  {:<10} workspace",
+                    "run", "started", "outcome", "duration", "tokens", "backend"
+                );
+                for run in &runs {
+                    println!(
+                        "{:<28} {:<20} {:<24} {:>9} {:>12}  {:<10} {}",
+                        run.run_id,
+                        run.started.get(..19).unwrap_or(&run.started),
+                        run.outcome,
+                        run.duration_ms
+                            .map_or("-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+                        format!("{}/{}", run.tokens_in, run.tokens_out),
+                        run.backend,
+                        run.workspace
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        RunsCommand::Show { run, json } => {
+            let Some(path) = find_run(&dir, &run) else {
+                eprintln!(
+                    "coder runs show: no run matches {run:?} in {} (see coder runs list)",
+                    dir.display()
+                );
+                return ExitCode::from(1);
+            };
+            match read_entries(&path) {
+                Ok(entries) => {
+                    let account = account(&entries);
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&account).unwrap_or_default()
+                        );
+                    } else {
+                        print!("{}", render(&account));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("coder runs show: cannot read {}: {e}", path.display());
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+/// Reads a transcript's entries; a last line cut off by a kill is skipped.
+pub fn read_entries(path: &Path) -> std::io::Result<Vec<Value>> {
+    let file = std::fs::File::open(path)?;
+    let mut entries = Vec::new();
+    for line in BufReader::new(file).split(b'\n') {
+        if let Ok(value) = serde_json::from_slice::<Value>(&line?) {
+            entries.push(value);
+        }
+    }
+    Ok(entries)
+}
+
+fn transcripts(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Run ids start with their UTC start time, so names sort by age.
+    paths.sort();
+    paths.reverse();
+    paths
+}
+
+/// The newest `limit` runs, newest first.
+pub fn list_runs(dir: &Path, limit: usize) -> Vec<RunSummary> {
+    transcripts(dir)
+        .into_iter()
+        .take(limit)
+        .filter_map(|path| summarize(&path))
+        .collect()
+}
+
+fn summarize(path: &Path) -> Option<RunSummary> {
+    let entries = read_entries(path).ok()?;
+    let start = entries.iter().find(|e| e["kind"] == "start")?;
+    let outcome = entries.iter().rev().find(|e| e["kind"] == "outcome");
+    let usage = outcome.map(|o| &o["data"]["metrics"]["usage"]);
+    Some(RunSummary {
+        run_id: start["data"]["run_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        started: start["ts"].as_str().unwrap_or_default().to_owned(),
+        workspace: start["data"]["workspace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        backend: start["data"]["backend"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        outcome: match outcome {
+            Some(o) if o["data"]["success"] == true => "success".to_owned(),
+            Some(o) => o["data"]["error_kind"]
+                .as_str()
+                .unwrap_or("failed")
+                .to_owned(),
+            None => "unfinished".to_owned(),
+        },
+        duration_ms: outcome.and_then(|o| o["data"]["duration_ms"].as_u64()),
+        tokens_in: usage.and_then(|u| u["input"].as_u64()).unwrap_or(0),
+        tokens_out: usage.and_then(|u| u["output"].as_u64()).unwrap_or(0),
+        session_id: outcome
+            .and_then(|o| o["data"]["SESSION_ID"].as_str())
+            .map(str::to_owned),
+        path: path.display().to_string(),
+    })
+}
+
+fn find_run(dir: &Path, wanted: &str) -> Option<PathBuf> {
+    let as_path = Path::new(wanted);
+    if wanted.ends_with(".jsonl") && as_path.is_file() {
+        return Some(as_path.to_owned());
+    }
+    let all = transcripts(dir);
+    if wanted == "last" {
+        return all.into_iter().next();
+    }
+    let matches: Vec<PathBuf> = all
+        .into_iter()
+        .filter(|p| {
+            p.file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|s| s.starts_with(wanted))
+        })
+        .collect();
+    match matches.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
+}
+
+/// What `runs show` reports, built from the transcript entries.
+pub fn account(entries: &[Value]) -> Value {
+    let start = entries.iter().find(|e| e["kind"] == "start");
+    let outcome = entries.iter().rev().find(|e| e["kind"] == "outcome");
+    let mut tools: Vec<Value> = Vec::new();
+    let mut denials: Vec<Value> = Vec::new();
+    let mut coder_notes: Vec<Value> = Vec::new();
+    for entry in entries {
+        match (entry["source"].as_str(), entry["kind"].as_str()) {
+            (Some("coder"), Some(kind @ ("watchdog" | "kill" | "retry" | "attempt"))) => {
+                coder_notes.push(json!({"ts": entry["ts"], "kind": kind, "data": entry["data"]}));
+            }
+            (Some("child"), Some("event")) => {
+                let event = &entry["event"];
+                if event["type"] == "system" && event["subtype"] == "permission_denied" {
+                    denials.push(json!({
+                        "tool": event["tool_name"],
+                        "message": one_line(event["message"].as_str().unwrap_or(""), 200),
+                    }));
+                }
+                for block in event["message"]["content"].as_array().into_iter().flatten() {
+                    match block["type"].as_str() {
+                        Some("tool_use") if event["type"] == "assistant" => tools.push(json!({
+                            "id": block["id"],
+                            "tool": block["name"],
+                            "input": one_line(&compact(&block["input"]), 300),
+                            "ts": entry["ts"],
+                        })),
+                        Some("tool_result") => {
+                            let id = &block["tool_use_id"];
+                            if let Some(call) = tools.iter_mut().rev().find(|t| t["id"] == *id) {
+                                call["result"] =
+                                    json!(one_line(&content_text(&block["content"]), 300));
+                                call["is_error"] =
+                                    json!(block["is_error"].as_bool().unwrap_or(false));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    json!({
+        "run_id": start.map(|s| s["data"]["run_id"].clone()),
+        "started": start.map(|s| s["ts"].clone()),
+        "workspace": start.map(|s| s["data"]["workspace"].clone()),
+        "backend": start.map(|s| s["data"]["backend"].clone()),
+        "prompt_head": start.map(|s| one_line(s["data"]["prompt"].as_str().unwrap_or(""), 200)),
+        "tool_calls": tools,
+        "denials": denials,
+        "supervision": coder_notes,
+        "outcome": outcome.map_or(json!({"unfinished": true}), |o| o["data"].clone()),
+    })
+}
+
+fn compact(value: &Value) -> String {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The readable form of [`account`].
+pub fn render(account: &Value) -> String {
+    use std::fmt::Write;
+    let text = |v: &Value| {
+        v.as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "run       {}", text(&account["run_id"]));
+    let _ = writeln!(out, "started   {}", text(&account["started"]));
+    let _ = writeln!(out, "workspace {}", text(&account["workspace"]));
+    let _ = writeln!(out, "backend   {}", text(&account["backend"]));
+    let _ = writeln!(out, "prompt    {}", text(&account["prompt_head"]));
+    let tools = account["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let _ = writeln!(out, "\ntool calls ({}):", tools.len());
+    for call in &tools {
+        let mark = if call["is_error"] == true {
+            "✗"
+        } else {
+            "✓"
+        };
+        let _ = writeln!(
+            out,
+            "  {mark} {}({})",
+            text(&call["tool"]),
+            text(&call["input"])
+        );
+        if let Some(result) = call["result"].as_str() {
+            let _ = writeln!(out, "      → {result}");
+        }
+    }
+    let denials = account["denials"].as_array().cloned().unwrap_or_default();
+    if !denials.is_empty() {
+        let _ = writeln!(out, "\ndenials ({}):", denials.len());
+        for d in &denials {
+            let _ = writeln!(out, "  {}: {}", text(&d["tool"]), text(&d["message"]));
+        }
+    }
+    for note in account["supervision"].as_array().into_iter().flatten() {
+        if note["kind"] == "watchdog" || note["kind"] == "kill" || note["kind"] == "retry" {
+            let _ = writeln!(out, "\n{} {}", text(&note["kind"]), note["data"]);
+        }
+    }
+    let outcome = &account["outcome"];
+    let _ = writeln!(out);
+    if outcome["unfinished"] == true {
+        let _ = writeln!(
+            out,
+            "outcome   unfinished (coder was stopped before it ended)"
+        );
+    } else if outcome["success"] == true {
+        let _ = writeln!(out, "outcome   success in {} ms", outcome["duration_ms"]);
+        let _ = writeln!(out, "result    {}", text(&outcome["result"]));
+    } else {
+        let _ = writeln!(
+            out,
+            "outcome   {} (exit {}): {}",
+            text(&outcome["error_kind"]),
+            outcome["exit_code"],
+            text(&outcome["error"])
+        );
+    }
+    if let Some(session) = outcome["SESSION_ID"].as_str() {
+        let _ = writeln!(out, "session   {session}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_pairs_tool_calls_with_results() {
+        let entries: Vec<Value> = vec![
+            json!({"ts": "t0", "source": "coder", "kind": "start", "data": {"run_id": "r1", "prompt": "make it\nwork", "workspace": "/ws", "backend": "glm"}}),
+            json!({"ts": "t1", "source": "child", "kind": "event", "event": {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "make"}}]}}}),
+            json!({"ts": "t2", "source": "child", "kind": "event", "event": {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "built"}]}]}}}),
+        ];
+        let account = account(&entries);
+        assert_eq!(account["tool_calls"][0]["tool"], "Bash");
+        assert_eq!(account["tool_calls"][0]["result"], "built");
+        assert_eq!(account["outcome"]["unfinished"], true);
+        let text = render(&account);
+        assert!(text.contains("✓ Bash(command=make)"), "{text}");
+        assert!(text.contains("unfinished"));
+        assert!(text.contains("make it…"));
+    }
+}

@@ -1,0 +1,241 @@
+//! `coder sandbox [OPTIONS] -- CMD ARGS`: run any command under the same confinement the
+//! agent gets, to try a policy by hand or to confine a build.
+//!
+//! There is no supervisor here: the process parses its arguments, resolves the policy,
+//! confines itself and replaces itself with the command (`execvp`). That is why it must be
+//! dispatched before anything starts a thread (no tokio runtime, no logger thread).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use super::policy::{Mode, Policy, PolicyOptions};
+use super::{SandboxError, confine};
+
+/// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
+const EXIT_SANDBOX_ERROR: u8 = 71;
+const EXIT_NOT_FOUND: u8 = 127;
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder sandbox",
+    about = "Run a command confined like the agent: Landlock, masked secrets, private root",
+    after_help = "Exit status: the command's; 71 when the sandbox cannot be set up, \
+                  127 when the command is not found."
+)]
+struct SandboxArgs {
+    /// read-only, workspace-write or danger-full-access.
+    #[arg(long, default_value = "workspace-write", value_parser = parse_mode)]
+    mode: Mode,
+    /// Workspace (and working directory); default the current directory.
+    #[arg(long, value_name = "DIR")]
+    cd: Option<PathBuf>,
+    /// Extra readable path (repeatable).
+    #[arg(long, value_name = "PATH")]
+    read: Vec<PathBuf>,
+    /// Extra writable path (repeatable).
+    #[arg(long, value_name = "PATH")]
+    write: Vec<PathBuf>,
+    /// Make the shared /tmp writable.
+    #[arg(long)]
+    allow_tmp: bool,
+    /// Make tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...) writable.
+    #[arg(long)]
+    tool_caches: bool,
+    /// TCP port the command may connect to (repeatable).
+    #[arg(long, value_name = "N")]
+    connect_port: Vec<u16>,
+    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
+    /// secrets/ anywhere).
+    #[arg(long, value_name = "GLOB")]
+    deny: Vec<String>,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+/// Entry point of `coder sandbox`; `args` are the arguments after `sandbox`. Never
+/// returns on success: the process becomes the command.
+pub fn sandbox_command(args: &[OsString]) -> ExitCode {
+    let argv = std::iter::once(OsString::from("coder sandbox")).chain(args.iter().cloned());
+    let parsed = match SandboxArgs::try_parse_from(argv) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    match run(parsed) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            ExitCode::from(EXIT_SANDBOX_ERROR)
+        }
+    }
+}
+
+fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
+    let workspace = match &args.cd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().map_err(|e| SandboxError::io("current directory", e))?,
+    };
+    let mut opts = PolicyOptions::new(args.mode, &workspace);
+    opts.extra_read = args.read;
+    opts.extra_write = args.write;
+    opts.allow_tmp = args.allow_tmp;
+    opts.tool_caches = args.tool_caches;
+    opts.connect_ports = args.connect_port;
+    if !args.deny.is_empty() {
+        opts.deny_globs = args.deny;
+    }
+    let mut policy = Policy::resolve(&opts)?;
+    std::env::set_current_dir(&policy.workspace)
+        .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;
+
+    let env = command_env(&policy);
+    let program = &args.command[0];
+    let search_path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let Some(executable) = find_executable(program, &search_path, &policy.workspace) else {
+        eprintln!(
+            "coder sandbox: {}: command not found",
+            program.to_string_lossy()
+        );
+        policy.cleanup();
+        return Ok(ExitCode::from(EXIT_NOT_FOUND));
+    };
+    // The command itself must be readable in the sandbox; grant the file alone when it
+    // lives outside the granted roots, not its whole directory.
+    if policy.mode.is_confined() && !policy.is_granted(&executable) {
+        policy.grant_read(&executable)?;
+    }
+
+    if let Err(e) = confine(&policy) {
+        policy.cleanup();
+        return Err(e);
+    }
+    let err = std::process::Command::new(program)
+        .args(&args.command[1..])
+        .env_clear()
+        .envs(env)
+        .exec();
+    eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
+    Ok(ExitCode::from(match err.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        _ => EXIT_NOT_EXECUTABLE,
+    }))
+}
+
+/// This process's environment without credentials, adjusted by the policy.
+fn command_env(policy: &Policy) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let name = k.to_string_lossy();
+            !looks_secret(&name) && !policy.env_remove.iter().any(|r| *r == name)
+        })
+        .filter(|(k, _)| !policy.env_set.contains_key(k.to_string_lossy().as_ref()))
+        .collect();
+    env.extend(
+        policy
+            .env_set
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    env
+}
+
+/// Names of variables that usually hold credentials.
+fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    const PARTS: [&str; 9] = [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "APIKEY",
+        "ACCESS_KEY",
+        "PRIVATE_KEY",
+        "CREDENTIAL",
+    ];
+    PARTS.iter().any(|p| upper.contains(p)) || upper.starts_with("AWS_")
+}
+
+/// Resolve `program` like `execvp` would: a name with a `/` relative to the working
+/// directory, anything else through `PATH`.
+fn find_executable(program: &OsString, path: &OsString, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let candidate = Path::new(program);
+    if program.to_string_lossy().contains('/') {
+        let full = cwd.join(candidate);
+        return is_executable(&full)
+            .then(|| std::fs::canonicalize(&full).ok())
+            .flatten();
+    }
+    std::env::split_paths(path)
+        .map(|dir| cwd.join(dir).join(candidate))
+        .find(|p| is_executable(p))
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_looking_names() {
+        for name in [
+            "GITHUB_TOKEN",
+            "AWS_PROFILE",
+            "db_password",
+            "OPENAI_API_KEY",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "CARGO_HOME", "TERM"] {
+            assert!(!looks_secret(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn parses_options_and_command() {
+        let args = SandboxArgs::try_parse_from([
+            "coder sandbox",
+            "--mode",
+            "read-only",
+            "--connect-port",
+            "8080",
+            "--",
+            "ls",
+            "-la",
+        ])
+        .unwrap();
+        assert_eq!(args.mode, Mode::ReadOnly);
+        assert_eq!(args.connect_port, vec![8080]);
+        assert_eq!(
+            args.command,
+            vec![OsString::from("ls"), OsString::from("-la")]
+        );
+        assert!(
+            SandboxArgs::try_parse_from(["coder sandbox", "--mode", "yolo", "--", "ls"]).is_err()
+        );
+    }
+}

@@ -1,0 +1,412 @@
+//! Enforcement: turn this process into one the policy describes, right before `execve`.
+//!
+//! Order matters, and each step assumes the previous one:
+//! 1. check that Landlock is there and complete enough, before touching anything;
+//! 2. enter a private mount namespace (a user namespace too, unless this is root with
+//!    `CAP_SYS_ADMIN`), so nothing done here is seen outside;
+//! 3. mask: bind empty read-only files over secrets, read-only self-binds over secret
+//!    directories and `.git/hooks`/`.git/config`;
+//! 4. build a private root holding only the granted paths (masks included), pivot into it
+//!    and make it read-only. Paths outside the policy then do not exist at all, which also
+//!    closes what Landlock ABI 7 leaves open: `connect()` to pathname UNIX sockets and
+//!    `stat()` of files the agent may not read;
+//! 5. drop every capability (root stays uid 0 but powerless: it cannot unmount a mask);
+//! 6. Landlock: filesystem rights on the granted roots, TCP connect to the allowed ports
+//!    only, no TCP bind, and scoping of signals and abstract UNIX sockets.
+//!
+//! It must run in a single-threaded process (a fresh helper, or `coder sandbox` before it
+//! starts any thread): namespaces and Landlock apply to the calling thread only.
+
+use std::fs;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use nix::errno::Errno;
+use nix::mount::MsFlags;
+use nix::sched::CloneFlags;
+use serde::Serialize;
+
+use super::policy::{Access, MaskKind, Mode, Policy};
+use super::{SandboxError, sys};
+
+/// The Landlock ABI whose rights coder handles (tested). ABI 6 brought the scopes; 7 adds
+/// only audit flags, which coder leaves at their defaults, so a 6 kernel enforces fully.
+const TARGET_ABI: ABI = ABI::V7;
+const MIN_ABI: i32 = 6;
+
+/// What [`confine`] put in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Confinement {
+    pub mode: Mode,
+    /// The kernel's Landlock ABI, when Landlock was applied.
+    pub landlock_abi: Option<u32>,
+    /// The agent sees only the granted paths (private root in a mount namespace).
+    pub private_root: bool,
+    /// A user namespace was created for the mount work (not needed as root).
+    pub user_namespace: bool,
+    /// How many masks were mounted.
+    pub masks: usize,
+    pub capabilities_dropped: bool,
+    /// Weaker-than-usual confinement that was still acceptable, in words.
+    pub warnings: Vec<String>,
+}
+
+impl Confinement {
+    /// True when the kernel confines the process (any mode but `danger-full-access`).
+    pub fn is_enforced(&self) -> bool {
+        self.landlock_abi.is_some()
+    }
+}
+
+/// Apply `policy` to the calling process, which must be single-threaded and about to
+/// `execve` the agent (with `policy.child_env(..)` as its environment). On error the
+/// process may be half-confined and must not run the agent.
+pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
+    let mut done = Confinement {
+        mode: policy.mode,
+        landlock_abi: None,
+        private_root: false,
+        user_namespace: false,
+        masks: 0,
+        capabilities_dropped: false,
+        warnings: Vec::new(),
+    };
+    if !policy.mode.is_confined() {
+        return Ok(done);
+    }
+    let threads = thread_count();
+    if threads != 1 {
+        return Err(SandboxError::NotSingleThreaded { threads });
+    }
+    let abi = match sys::landlock_abi() {
+        Ok(abi) if abi >= MIN_ABI => abi,
+        Ok(abi) => {
+            return Err(SandboxError::LandlockUnavailable {
+                reason: format!("kernel ABI {abi} lacks signal and abstract-socket scoping"),
+            });
+        }
+        Err(Errno::ENOSYS) => {
+            return Err(SandboxError::LandlockUnavailable {
+                reason: "the kernel is built without Landlock".to_string(),
+            });
+        }
+        Err(Errno::EOPNOTSUPP) => {
+            return Err(SandboxError::LandlockUnavailable {
+                reason: "Landlock is disabled (add landlock to the lsm= boot parameter)"
+                    .to_string(),
+            });
+        }
+        Err(e) => {
+            return Err(SandboxError::LandlockUnavailable {
+                reason: e.to_string(),
+            });
+        }
+    };
+    let cwd = std::env::current_dir().ok();
+    sys::detach_controlling_tty();
+
+    match enter_mount_namespace()? {
+        Namespace::Entered { user_namespace } => {
+            done.user_namespace = user_namespace;
+            nix::mount::mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .map_err(|e| SandboxError::sys("make private", "/", e))?;
+            done.masks = apply_masks(policy)?;
+            build_private_root(policy)?;
+            done.private_root = true;
+        }
+        Namespace::Unavailable(reason) => {
+            if !policy.masks.is_empty() {
+                return Err(SandboxError::NamespaceUnavailable {
+                    reason,
+                    count: policy.masks.len(),
+                });
+            }
+            done.warnings.push(format!(
+                "no private mount namespace ({reason}): paths outside the policy are \
+                 denied by Landlock but visible, and pathname UNIX sockets stay reachable"
+            ));
+        }
+    }
+
+    let target = cwd
+        .filter(|c| c.starts_with(&policy.workspace) || policy.is_granted(c))
+        .unwrap_or_else(|| policy.workspace.clone());
+    if nix::unistd::chdir(&target).is_err() {
+        nix::unistd::chdir(&policy.workspace)
+            .map_err(|e| SandboxError::sys("chdir", policy.workspace.display(), e))?;
+    }
+    sys::cloexec_from_3().map_err(|e| SandboxError::sys("close_range", "fds >= 3", e))?;
+    sys::drop_capabilities().map_err(|e| SandboxError::sys("drop capabilities", "self", e))?;
+    done.capabilities_dropped = true;
+
+    restrict(policy, done.private_root)?;
+    done.landlock_abi = u32::try_from(abi).ok();
+    Ok(done)
+}
+
+enum Namespace {
+    Entered { user_namespace: bool },
+    Unavailable(String),
+}
+
+/// Root with `CAP_SYS_ADMIN` only needs a mount namespace; anyone else needs a user
+/// namespace too (mapping its own uid and gid to themselves).
+fn enter_mount_namespace() -> Result<Namespace, SandboxError> {
+    if nix::unistd::geteuid().is_root()
+        && has_cap_sys_admin()
+        && nix::sched::unshare(CloneFlags::CLONE_NEWNS).is_ok()
+    {
+        return Ok(Namespace::Entered {
+            user_namespace: false,
+        });
+    }
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    if let Err(e) = nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS) {
+        return Ok(Namespace::Unavailable(format!(
+            "unshare(CLONE_NEWUSER): {e}"
+        )));
+    }
+    let write = |file: &str, text: String| {
+        fs::write(file, text).map_err(|e| SandboxError::io(format!("write {file}"), e))
+    };
+    write("/proc/self/setgroups", "deny".to_string())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    Ok(Namespace::Entered {
+        user_namespace: true,
+    })
+}
+
+/// Mount every mask, refusing a target that is no longer what the scan saw.
+fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
+    if policy.masks.is_empty() {
+        return Ok(0);
+    }
+    let source_path = policy.mask_source();
+    let source = sys::open_nofollow(&source_path)
+        .map_err(|e| SandboxError::sys("open", source_path.display(), e))?;
+    let meta = nix::sys::stat::fstat(source.as_fd())
+        .map_err(|e| SandboxError::sys("stat", source_path.display(), e))?;
+    if meta.st_size != 0 || (meta.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        return Err(SandboxError::MaskTargetChanged { path: source_path });
+    }
+    for mask in &policy.masks {
+        let changed = || SandboxError::MaskTargetChanged {
+            path: mask.path.clone(),
+        };
+        let target = match sys::open_nofollow(&mask.path) {
+            Ok(fd) => fd,
+            Err(Errno::ELOOP | Errno::ENOENT | Errno::ENOTDIR | Errno::EXDEV) => {
+                return Err(changed());
+            }
+            Err(e) => return Err(SandboxError::sys("open", mask.path.display(), e)),
+        };
+        let stat = nix::sys::stat::fstat(target.as_fd())
+            .map_err(|e| SandboxError::sys("stat", mask.path.display(), e))?;
+        if stat.st_dev != mask.dev || stat.st_ino != mask.ino {
+            return Err(changed());
+        }
+        let tree = match mask.kind {
+            MaskKind::Empty => sys::clone_tree(source.as_fd()),
+            MaskKind::ReadOnly => sys::clone_tree(target.as_fd()),
+        }
+        .map_err(|e| SandboxError::sys("open_tree", mask.path.display(), e))?;
+        sys::set_read_only(tree.as_fd())
+            .map_err(|e| SandboxError::sys("mount_setattr", mask.path.display(), e))?;
+        sys::move_mount(tree.as_fd(), target.as_fd())
+            .map_err(|e| SandboxError::sys("move_mount", mask.path.display(), e))?;
+    }
+    Ok(policy.masks.len())
+}
+
+/// Build a root that holds only the granted paths, then pivot into it.
+///
+/// Every granted root is cloned (with the masks mounted inside it) before the new root's
+/// tmpfs exists, so no clone can contain the new root itself.
+fn build_private_root(policy: &Policy) -> Result<(), SandboxError> {
+    let mut clones = Vec::new();
+    let mut bound: Vec<&Path> = Vec::new();
+    for root in &policy.roots {
+        if bound.iter().any(|b| root.path.starts_with(b)) {
+            continue;
+        }
+        let source = sys::open_nofollow(&root.path)
+            .map_err(|e| SandboxError::sys("open", root.path.display(), e))?;
+        let tree = sys::clone_tree(source.as_fd())
+            .map_err(|e| SandboxError::sys("open_tree", root.path.display(), e))?;
+        clones.push((root.path.as_path(), root.is_dir, tree));
+        bound.push(&root.path);
+    }
+
+    let new_root = policy.root_mount_point();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &new_root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755,size=16m"),
+    )
+    .map_err(|e| SandboxError::sys("mount tmpfs", new_root.display(), e))?;
+    let inside = |path: &Path| -> PathBuf { new_root.join(path.strip_prefix("/").unwrap_or(path)) };
+    let mkdirs = |path: &Path| -> Result<(), SandboxError> {
+        fs::create_dir_all(path)
+            .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
+    };
+
+    for (path, is_dir, tree) in &clones {
+        let point = inside(path);
+        if let Some(parent) = point.parent() {
+            mkdirs(parent)?;
+        }
+        if *is_dir {
+            mkdirs(&point)?;
+        } else {
+            fs::File::create(&point)
+                .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+        }
+        let target = sys::open_nofollow(&point)
+            .map_err(|e| SandboxError::sys("open", point.display(), e))?;
+        sys::move_mount(tree.as_fd(), target.as_fd())
+            .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
+    }
+
+    let shm = inside(Path::new("/dev/shm"));
+    mkdirs(&shm)?;
+    nix::mount::mount(
+        Some("tmpfs"),
+        &shm,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )
+    .map_err(|e| SandboxError::sys("mount tmpfs", shm.display(), e))?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let link = inside(Path::new("/dev")).join(name);
+        if fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(target, &link)
+                .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
+        }
+    }
+    if let Some(home) = &policy.home
+        && !bound.iter().any(|b| home.starts_with(b))
+    {
+        mkdirs(&inside(home))?;
+    }
+    for alias in &policy.aliases {
+        let covered = bound.iter().any(|b| alias.path.starts_with(b));
+        let link = inside(&alias.path);
+        if covered || fs::symlink_metadata(&link).is_ok() {
+            continue;
+        }
+        if let Some(parent) = link.parent() {
+            mkdirs(parent)?;
+        }
+        std::os::unix::fs::symlink(&alias.target, &link)
+            .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
+    }
+
+    let root_fd = sys::open_nofollow(&new_root)
+        .map_err(|e| SandboxError::sys("open", new_root.display(), e))?;
+    sys::pivot_into(&root_fd)
+        .map_err(|e| SandboxError::sys("pivot_root", new_root.display(), e))?;
+    sys::remount_root_read_only().map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
+    Ok(())
+}
+
+/// Create and enforce the Landlock ruleset.
+fn restrict(policy: &Policy, private_root: bool) -> Result<(), SandboxError> {
+    let ll = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(TARGET_ABI))
+        .map_err(ll)?
+        .handle_access(AccessNet::from_all(TARGET_ABI))
+        .map_err(ll)?
+        .scope(Scope::from_all(TARGET_ABI))
+        .map_err(ll)?
+        .create()
+        .map_err(ll)?;
+
+    let device: BitFlags<AccessFs> =
+        AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>, bool)> = policy
+        .roots
+        .iter()
+        .map(|root| {
+            let access = match root.access {
+                Access::Read => AccessFs::from_read(TARGET_ABI),
+                Access::Device => device,
+                Access::Write => AccessFs::from_all(TARGET_ABI),
+            };
+            (root.path.clone(), access, root.is_dir)
+        })
+        .collect();
+    if private_root {
+        // Only granted paths exist in the private root: listing its directories reveals
+        // nothing, and programs that walk up from their cwd keep working.
+        rules.push((PathBuf::from("/"), AccessFs::ReadDir.into(), true));
+        rules.push((
+            PathBuf::from("/dev/shm"),
+            AccessFs::from_all(TARGET_ABI),
+            true,
+        ));
+    }
+    for (path, mut access, is_dir) in rules {
+        if !is_dir {
+            access &= AccessFs::from_file(TARGET_ABI);
+        }
+        let fd =
+            sys::open_nofollow(&path).map_err(|e| SandboxError::sys("open", path.display(), e))?;
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+    }
+    for port in &policy.connect_ports {
+        ruleset = ruleset
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(ll)?;
+    }
+    let status = ruleset.restrict_self().map_err(ll)?;
+    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
+        let abi = sys::landlock_abi().ok().and_then(|a| u32::try_from(a).ok());
+        return Err(SandboxError::LandlockPartial {
+            abi: abi.unwrap_or(0),
+        });
+    }
+    Ok(())
+}
+
+fn thread_count() -> usize {
+    status_field("Threads:")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+pub(crate) fn has_cap_sys_admin() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    status_field("CapEff:")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+fn status_field(name: &str) -> Option<String> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| v.trim().to_string())
+}

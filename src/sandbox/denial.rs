@@ -1,0 +1,407 @@
+//! Recognising sandbox denials in what the agent's tools report, and keeping secret values
+//! out of what coder prints.
+//!
+//! The agent sees a denial as an ordinary error string (`cat: .env: Permission denied`,
+//! `EROFS: read-only file system, open '…'`, `kill: (42) - Operation not permitted`), and
+//! Bash results carry `is_error: false` even then, so the text is all there is. The
+//! heuristics here look at error-shaped lines only, so a source file that merely mentions
+//! `EACCES` is not a denial.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::Policy;
+
+/// What kind of boundary an operation hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenialClass {
+    /// A masked secret (known only with the policy at hand).
+    NonAccessible,
+    /// A path the mode does not grant (`EACCES`).
+    OutsideSandbox,
+    /// A write to something read-only: a mask, `.git/hooks`, the workspace in read-only
+    /// mode (`EROFS`, `EBUSY`).
+    ReadOnly,
+    /// A link or rename across a sandbox boundary (`EXDEV`).
+    CrossDevice,
+    /// A TCP connection to a port that is not allowed.
+    Network,
+    /// A signal, mount or abstract socket outside the sandbox (`EPERM`).
+    NotPermitted,
+}
+
+impl DenialClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenialClass::NonAccessible => "non_accessible",
+            DenialClass::OutsideSandbox => "outside_sandbox",
+            DenialClass::ReadOnly => "read_only",
+            DenialClass::CrossDevice => "cross_device",
+            DenialClass::Network => "network",
+            DenialClass::NotPermitted => "not_permitted",
+        }
+    }
+}
+
+/// One denial found in a tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    pub tool: String,
+    pub path: Option<String>,
+    pub class: DenialClass,
+}
+
+/// Tools whose output is other files' content or search hits, where error words are
+/// data, not errors.
+const CONTENT_TOOLS: [&str; 7] = [
+    "Grep",
+    "Glob",
+    "WebFetch",
+    "WebSearch",
+    "TodoWrite",
+    "Task",
+    "Agent",
+];
+
+/// Tools whose errors are Node-style (`EACCES: permission denied, open '…'`), and whose
+/// successful output is file content that must not be scanned line by line.
+const FILE_TOOLS: [&str; 5] = ["Read", "Write", "Edit", "MultiEdit", "NotebookEdit"];
+
+/// Error messages and errno names, with the class each one means.
+const MESSAGES: [(&str, DenialClass); 10] = [
+    ("permission denied", DenialClass::OutsideSandbox),
+    ("operation not permitted", DenialClass::NotPermitted),
+    ("read-only file system", DenialClass::ReadOnly),
+    ("device or resource busy", DenialClass::ReadOnly),
+    ("invalid cross-device link", DenialClass::CrossDevice),
+    ("eacces", DenialClass::OutsideSandbox),
+    ("eperm", DenialClass::NotPermitted),
+    ("erofs", DenialClass::ReadOnly),
+    ("ebusy", DenialClass::ReadOnly),
+    ("exdev", DenialClass::CrossDevice),
+];
+
+/// The class of the first sandbox denial in a tool result, if any.
+pub fn classify_denial(tool: &str, text: &str) -> Option<DenialClass> {
+    denial_lines(tool, text).next().map(|(_, class)| class)
+}
+
+/// The paths named by denial lines in `text` (any tool), in order, without duplicates.
+pub fn denial_paths(text: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (line, _) in denial_lines("Bash", text) {
+        if let Some(path) = path_in_line(line)
+            && !paths.contains(&path)
+        {
+            paths.push(path);
+        }
+    }
+    paths
+}
+
+/// Every denial in a tool result, as `{tool, path, class}`. With the policy, denials on
+/// masked secrets are told apart (`non_accessible`).
+pub fn detect_denials(tool: &str, text: &str, policy: Option<&Policy>) -> Vec<Denial> {
+    let mut found: Vec<Denial> = Vec::new();
+    for (line, mut class) in denial_lines(tool, text) {
+        let path = path_in_line(line);
+        if let (Some(policy), Some(p)) = (policy, &path) {
+            let absolute = absolute_in(&policy.workspace, p);
+            if policy.is_masked(&absolute) {
+                class = DenialClass::NonAccessible;
+            }
+        }
+        let denial = Denial {
+            tool: tool.to_string(),
+            path,
+            class,
+        };
+        if !found.contains(&denial) {
+            found.push(denial);
+        }
+    }
+    found
+}
+
+pub(crate) fn absolute_in(workspace: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        workspace.join(p)
+    };
+    // Lexical normalisation: the path may not exist (any more).
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Lines of `text` that report a denial, with their class.
+fn denial_lines<'a>(tool: &str, text: &'a str) -> impl Iterator<Item = (&'a str, DenialClass)> {
+    let skip = CONTENT_TOOLS.contains(&tool);
+    let file_tool = FILE_TOOLS.contains(&tool);
+    text.lines()
+        .take(if skip { 0 } else { usize::MAX })
+        .filter(move |line| !file_tool || is_node_error(line) || line.contains("<tool_use_error>"))
+        .filter_map(|line| classify_line(line).map(|class| (line, class)))
+}
+
+/// `EACCES: permission denied, open '/x'` (the shape of Node's fs errors).
+fn is_node_error(line: &str) -> bool {
+    let line = line.trim_start().trim_start_matches("Error: ");
+    let code: String = line
+        .chars()
+        .take_while(|c| c.is_ascii_uppercase())
+        .collect();
+    code.len() >= 4 && code.starts_with('E') && line[code.len()..].starts_with(':')
+}
+
+fn classify_line(line: &str) -> Option<DenialClass> {
+    let lower = line.to_ascii_lowercase();
+    let (_, class) = MESSAGES.iter().find(|(needle, _)| {
+        if needle.starts_with('e') && !needle.contains(' ') {
+            contains_word(&lower, needle)
+        } else {
+            lower.contains(needle)
+        }
+    })?;
+    let shaped = lower.contains(": ")
+        || lower.contains("[errno")
+        || lower.contains(" - ")
+        || is_node_error(line);
+    if !shaped {
+        return None;
+    }
+    let network = lower.contains("connect") || lower.contains("/dev/tcp/");
+    Some(match class {
+        DenialClass::OutsideSandbox if network => DenialClass::Network,
+        other => *other,
+    })
+}
+
+fn contains_word(haystack: &str, word: &str) -> bool {
+    haystack.match_indices(word).any(|(i, _)| {
+        let before = haystack[..i].chars().next_back();
+        let after = haystack[i + word.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric())
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
+}
+
+/// The path a denial line names: a quoted path (`open '/x'`, `cannot remove '.env'`,
+/// `[Errno 13] Permission denied: '/x'`) or the field before the message
+/// (`cat: .env: Permission denied`).
+fn path_in_line(line: &str) -> Option<String> {
+    if let Some(quoted) = last_quoted(line) {
+        return Some(quoted);
+    }
+    let lower = line.to_ascii_lowercase();
+    let message_at = MESSAGES
+        .iter()
+        .filter(|(needle, _)| needle.contains(' '))
+        .find_map(|(needle, _)| lower.find(needle))?;
+    let before = line[..message_at].trim_end().strip_suffix(':')?;
+    let field = before.rsplit(": ").next()?.trim();
+    let looks_like_path =
+        !field.is_empty() && !field.contains(' ') && (field.contains('/') || field.contains('.'));
+    looks_like_path.then(|| field.trim_matches(['\'', '"', '`']).to_string())
+}
+
+fn last_quoted(line: &str) -> Option<String> {
+    for quote in ['\'', '"', '`', '‘'] {
+        let close = if quote == '‘' { '’' } else { quote };
+        if let Some(end) = line.rfind(close) {
+            let start = line[..end].rfind(quote)?;
+            let inner = &line[start + quote.len_utf8()..end];
+            if !inner.is_empty() && !inner.contains(' ') || inner.contains('/') {
+                return Some(inner.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// Prefixes of well-known credential formats; the token after them is redacted.
+const TOKEN_PREFIXES: [&str; 9] = [
+    "sk-ant-",
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "AKIA",
+];
+
+/// Replace every occurrence of the given secret values (at least 6 characters long), and
+/// of tokens in well-known credential formats, with `[REDACTED]`.
+pub fn redact(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_string();
+    for secret in secrets.iter().filter(|s| s.len() >= 6) {
+        out = out.replace(secret, "[REDACTED]");
+    }
+    for prefix in TOKEN_PREFIXES {
+        out = redact_after(&out, prefix);
+    }
+    redact_bearer(&out)
+}
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '/' | '=')
+}
+
+/// Redact `prefix` + token when the token is long enough to be a credential.
+fn redact_after(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(prefix) {
+        let boundary = rest[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_ascii_alphanumeric());
+        let tail = &rest[i + prefix.len()..];
+        let len: usize = tail
+            .chars()
+            .take_while(|c| is_token_char(*c))
+            .map(char::len_utf8)
+            .sum();
+        out.push_str(&rest[..i]);
+        if boundary && len >= 16 {
+            out.push_str("[REDACTED]");
+        } else {
+            out.push_str(&rest[i..i + prefix.len() + len]);
+        }
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn redact_bearer(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("Bearer ") {
+        let tail = &rest[i + 7..];
+        let len: usize = tail
+            .chars()
+            .take_while(|c| is_token_char(*c))
+            .map(char::len_utf8)
+            .sum();
+        out.push_str(&rest[..i + 7]);
+        out.push_str(if len >= 8 { "[REDACTED]" } else { &tail[..len] });
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_what_denied_tools_print() {
+        let cases = [
+            (
+                "Bash",
+                "cat: /home/u/.ssh/id_rsa: Permission denied",
+                DenialClass::OutsideSandbox,
+            ),
+            (
+                "Bash",
+                "bash: line 1: .env: Read-only file system",
+                DenialClass::ReadOnly,
+            ),
+            (
+                "Bash",
+                "rm: cannot remove '.env': Device or resource busy",
+                DenialClass::ReadOnly,
+            ),
+            (
+                "Bash",
+                "ln: failed to create hard link 'x' => '.env': Invalid cross-device link",
+                DenialClass::CrossDevice,
+            ),
+            (
+                "Bash",
+                "bash: line 1: kill: (4242) - Operation not permitted",
+                DenialClass::NotPermitted,
+            ),
+            (
+                "Bash",
+                "bash: connect: Permission denied\nbash: line 1: /dev/tcp/127.0.0.1/9: Permission denied",
+                DenialClass::Network,
+            ),
+            (
+                "Bash",
+                "PermissionError: [Errno 13] Permission denied: '/etc/shadow'",
+                DenialClass::OutsideSandbox,
+            ),
+            (
+                "Write",
+                "EACCES: permission denied, open '/outside/x.txt.tmp.1.ab'",
+                DenialClass::OutsideSandbox,
+            ),
+            (
+                "Edit",
+                "EROFS: read-only file system, open '/ws/.git/hooks/pre-commit'",
+                DenialClass::ReadOnly,
+            ),
+        ];
+        for (tool, text, class) in cases {
+            assert_eq!(classify_denial(tool, text), Some(class), "{text}");
+        }
+    }
+
+    #[test]
+    fn ignores_content_that_mentions_errors() {
+        assert_eq!(
+            classify_denial("Grep", "src/fs.rs:12: Permission denied"),
+            None
+        );
+        assert_eq!(
+            classify_denial(
+                "Read",
+                "     1\tif err == EACCES: return \"permission denied\""
+            ),
+            None
+        );
+        assert_eq!(classify_denial("Bash", "all 12 tests passed"), None);
+        assert_eq!(classify_denial("Bash", "the EPERMISSIVE flag"), None);
+    }
+
+    #[test]
+    fn extracts_paths() {
+        let text = "cat: .env: Permission denied\n\
+                    rm: cannot remove 'secrets/db.txt': Device or resource busy\n\
+                    EACCES: permission denied, open '/outside/x'\n\
+                    /bin/bash: line 1: /home/u/.bashrc: Permission denied\n\
+                    cat: .env: Permission denied";
+        assert_eq!(
+            denial_paths(text),
+            vec![".env", "secrets/db.txt", "/outside/x", "/home/u/.bashrc"]
+        );
+    }
+
+    #[test]
+    fn redacts_known_values_and_token_shapes() {
+        let text = "key=hunter2hunter2 auth: Bearer abcdefghijkl sk-ant-api03-AAAAAAAAAAAAAAAAAAAA ok sk-1";
+        let out = redact(text, &["hunter2hunter2", "ab"]);
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(!out.contains("abcdefghijkl"), "{out}");
+        assert!(!out.contains("AAAAAAAA"), "{out}");
+        assert!(out.contains("sk-1"), "{out}");
+        assert!(out.contains("Bearer [REDACTED]"), "{out}");
+    }
+}

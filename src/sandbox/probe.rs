@@ -1,0 +1,198 @@
+//! What this machine offers the sandbox, for `coder doctor` and for clear errors up front.
+//!
+//! The namespace check runs in a throwaway forked child, because entering a namespace is
+//! irreversible and the caller (a multi-threaded supervisor) must stay as it is. The child
+//! only makes raw system calls on buffers prepared before the fork.
+
+use std::ffi::CString;
+
+use serde::Serialize;
+
+use super::confine::has_cap_sys_admin;
+use super::sys;
+
+/// The kernel features the sandbox relies on, as found on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxSupport {
+    /// Landlock ABI version, when Landlock is enabled.
+    pub landlock_abi: Option<u32>,
+    /// Why Landlock is not usable, when it is not.
+    pub landlock_error: Option<String>,
+    /// Unprivileged user namespaces can be created (and mapped, and mounted in).
+    pub user_namespaces: bool,
+    /// Why not, when they cannot.
+    pub user_namespaces_error: Option<String>,
+    /// This process runs as root with `CAP_SYS_ADMIN` (a mount namespace needs no user
+    /// namespace then; capabilities are dropped before the agent starts).
+    pub root_with_sys_admin: bool,
+}
+
+impl SandboxSupport {
+    /// Landlock is complete enough for `read-only` and `workspace-write`.
+    pub fn can_confine(&self) -> bool {
+        self.landlock_abi.is_some_and(|abi| abi >= 6)
+    }
+
+    /// Secrets can be masked and a private root built (a mount namespace is available).
+    pub fn can_mask(&self) -> bool {
+        self.user_namespaces || self.root_with_sys_admin
+    }
+
+    /// One line per feature, for humans.
+    pub fn summary(&self) -> String {
+        let landlock = match (self.landlock_abi, &self.landlock_error) {
+            (Some(abi), _) if abi >= 6 => format!("landlock: ABI {abi} (ok)"),
+            (Some(abi), _) => format!("landlock: ABI {abi} (too old: coder needs 6, Linux 6.12)"),
+            (None, Some(e)) => format!("landlock: unavailable ({e})"),
+            (None, None) => "landlock: unavailable".to_string(),
+        };
+        let userns = match (&self.user_namespaces, &self.user_namespaces_error) {
+            (true, _) => "user namespaces: available".to_string(),
+            (false, Some(e)) => format!("user namespaces: unavailable ({e})"),
+            (false, None) => "user namespaces: unavailable".to_string(),
+        };
+        let masks = if self.can_mask() {
+            "secret masks: available"
+        } else {
+            "secret masks: unavailable (workspaces with secrets or a .git need \
+             --sandbox danger-full-access)"
+        };
+        format!("{landlock}\n{userns}\n{masks}")
+    }
+}
+
+/// Probe Landlock and user namespaces.
+pub fn probe() -> SandboxSupport {
+    let (landlock_abi, landlock_error) = match sys::landlock_abi() {
+        Ok(abi) => (u32::try_from(abi).ok(), None),
+        Err(nix::errno::Errno::ENOSYS) => (None, Some("not built into this kernel".to_string())),
+        Err(nix::errno::Errno::EOPNOTSUPP) => {
+            (None, Some("disabled at boot (lsm= parameter)".to_string()))
+        }
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let (user_namespaces, user_namespaces_error) = match probe_user_namespace() {
+        Ok(()) => (true, None),
+        Err(e) => (false, Some(e)),
+    };
+    SandboxSupport {
+        landlock_abi,
+        landlock_error,
+        user_namespaces,
+        user_namespaces_error,
+        root_with_sys_admin: nix::unistd::geteuid().is_root() && has_cap_sys_admin(),
+    }
+}
+
+/// Fork a child that creates a user and mount namespace, maps its ids and changes mount
+/// propagation: the same steps the sandbox takes.
+fn probe_user_namespace() -> Result<(), String> {
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    let prepared = (
+        CString::new("/proc/self/setgroups"),
+        CString::new("/proc/self/uid_map"),
+        CString::new("/proc/self/gid_map"),
+        CString::new("/"),
+    );
+    let (Ok(setgroups), Ok(uid_map), Ok(gid_map), Ok(root)) = prepared else {
+        return Err("internal: bad path".to_string());
+    };
+    let uid_line = format!("{uid} {uid} 1");
+    let gid_line = format!("{gid} {gid} 1");
+
+    // SAFETY: after fork the child only calls async-signal-safe functions (unshare, open,
+    // write, close, mount, _exit) on memory prepared before the fork, and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", nix::errno::Errno::last()));
+    }
+    if pid == 0 {
+        // SAFETY: see above; every pointer refers to a live, NUL-terminated buffer or a
+        // byte slice with its length.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                libc::_exit(10);
+            }
+            let write = |path: &CString, text: &[u8]| -> bool {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return false;
+                }
+                let n = libc::write(fd, text.as_ptr().cast(), text.len());
+                libc::close(fd);
+                n == text.len() as isize
+            };
+            if !write(&setgroups, b"deny")
+                || !write(&uid_map, uid_line.as_bytes())
+                || !write(&gid_map, gid_line.as_bytes())
+            {
+                libc::_exit(11);
+            }
+            if libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                libc::_exit(12);
+            }
+            libc::_exit(0);
+        }
+    }
+    let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None)
+        .map_err(|e| format!("waitpid: {e}"))?;
+    match status {
+        nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
+        nix::sys::wait::WaitStatus::Exited(_, 10) => Err(
+            "unshare(CLONE_NEWUSER) refused (kernel.unprivileged_userns_clone, \
+             kernel.apparmor_restrict_unprivileged_userns or a seccomp profile)"
+                .to_string(),
+        ),
+        nix::sys::wait::WaitStatus::Exited(_, 11) => {
+            Err("writing the uid/gid maps was refused".to_string())
+        }
+        nix::sys::wait::WaitStatus::Exited(_, 12) => {
+            Err("mount() inside the new namespace was refused".to_string())
+        }
+        other => Err(format!("probe child ended unexpectedly: {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_names_every_feature() {
+        let support = SandboxSupport {
+            landlock_abi: Some(5),
+            landlock_error: None,
+            user_namespaces: false,
+            user_namespaces_error: Some("refused".to_string()),
+            root_with_sys_admin: false,
+        };
+        assert!(!support.can_confine());
+        assert!(!support.can_mask());
+        let text = support.summary();
+        assert!(text.contains("ABI 5 (too old"), "{text}");
+        assert!(text.contains("refused"), "{text}");
+    }
+
+    #[test]
+    fn probe_reports_this_kernel() {
+        let support = probe();
+        // Every Linux with a Landlock-enabled kernel reports a version; without one the
+        // reason is given instead.
+        assert_eq!(
+            support.landlock_abi.is_none(),
+            support.landlock_error.is_some()
+        );
+        assert_eq!(
+            support.user_namespaces,
+            support.user_namespaces_error.is_none()
+        );
+    }
+}

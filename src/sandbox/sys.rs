@@ -1,0 +1,252 @@
+//! Thin wrappers over the Linux system calls the sandbox needs and that neither `nix` nor
+//! `landlock` covers: the new mount API (`open_tree`, `mount_setattr`, `move_mount`),
+//! capability dropping, and a few process-state tweaks.
+//!
+//! Each wrapper does one call and returns an `Errno`; deciding what a failure means is
+//! left to the caller. Apart from the probe's fork and the helper's status descriptor, this
+//! is the only place in the sandbox with `unsafe`.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+
+/// Open `path` as an `O_PATH` handle, refusing any symlink on the way (every path the
+/// sandbox mounts over or grants is canonical, so a symlink means it changed).
+pub(crate) fn open_nofollow(path: &Path) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    openat2(nix::fcntl::AT_FDCWD, path, how)
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE)`: a detached copy of the mount tree
+/// at `fd`, submounts included (a non-recursive copy is refused where submounts are locked).
+pub(crate) fn clone_tree(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    let empty = c"";
+    let flags = libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::AT_RECURSIVE as libc::c_uint;
+    // SAFETY: `fd` is a valid descriptor for the duration of the call, `empty` is a valid
+    // NUL-terminated string, and the kernel returns either a new descriptor or -1.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), empty.as_ptr(), flags) };
+    let raw = Errno::result(ret)?;
+    let raw = i32::try_from(raw).map_err(|_| Errno::EOVERFLOW)?;
+    // SAFETY: the kernel handed us a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Make a detached mount tree read-only, nosuid and nodev (recursively).
+pub(crate) fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let empty = c"";
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    // SAFETY: `tree` is valid, `attr` lives across the call and its size is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Attach the detached tree `tree` on top of the file or directory open as `target`.
+pub(crate) fn move_mount(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), Errno> {
+    let empty = c"";
+    let flags = libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH;
+    // SAFETY: both descriptors are valid for the call; the paths are empty C strings.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// The Landlock ABI version of the running kernel (an error when Landlock is absent or
+/// disabled).
+pub(crate) fn landlock_abi() -> Result<i32, Errno> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attribute, size 0 and the VERSION flag the call only returns a
+    // number; it reads and writes no memory.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    Errno::result(ret).and_then(|v| i32::try_from(v).map_err(|_| Errno::EOVERFLOW))
+}
+
+/// Drop every capability for good: lock the securebits so uid 0 regains nothing at
+/// `execve`, empty the bounding and ambient sets, then clear effective, permitted and
+/// inheritable. Root keeps its uid but not its power (no unmounting the masks, no reading
+/// other processes' `/proc/<pid>/environ`).
+pub(crate) fn drop_capabilities() -> Result<(), Errno> {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    let bits = SECBIT_NOROOT
+        | SECBIT_NOROOT_LOCKED
+        | SECBIT_NO_SETUID_FIXUP
+        | SECBIT_NO_SETUID_FIXUP_LOCKED
+        | SECBIT_NO_CAP_AMBIENT_RAISE
+        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: prctl with integer arguments only.
+    let ret = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) };
+    // Without CAP_SETPCAP (a non-root user outside a user namespace) this fails, and there
+    // is nothing to drop from the bounding set either; the capset below still applies.
+    let can_setpcap = Errno::result(ret).is_ok();
+    if can_setpcap {
+        for cap in 0..=63 {
+            // SAFETY: prctl with integer arguments only.
+            let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+            match Errno::result(ret) {
+                Ok(_) => {}
+                Err(Errno::EINVAL) => break, // past the last capability this kernel knows
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    Errno::result(ret)?;
+
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and data are properly laid out version-3 capability structs (two
+    // data elements) that live across the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Give up the controlling terminal, if this process has one, so that the agent cannot
+/// push keystrokes into the user's shell with `TIOCSTI`. The process group is untouched
+/// (the supervisor kills by group).
+///
+/// A session leader giving up its terminal makes the kernel send SIGHUP to the terminal's
+/// foreground group, which is this process's own: SIGHUP is ignored for that moment.
+pub(crate) fn detach_controlling_tty() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    let leader = nix::unistd::getsid(None).ok() == Some(nix::unistd::getpid());
+    for fd in 0..=2 {
+        // SAFETY: isatty takes an integer descriptor and no pointers.
+        if unsafe { libc::isatty(fd) } != 1 {
+            continue;
+        }
+        // SAFETY: installing SIG_IGN (no handler code runs) in a single-threaded process.
+        let previous = leader.then(|| unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) });
+        // SAFETY: ioctl(TIOCNOTTY) takes no argument pointer; a terminal that is not this
+        // process's controlling one just yields ENOTTY, which is ignored.
+        unsafe {
+            libc::ioctl(fd, libc::TIOCNOTTY);
+        }
+        if let Some(Ok(handler)) = previous {
+            // SAFETY: restores the disposition that was in place a moment ago.
+            let _ = unsafe { signal(Signal::SIGHUP, handler) };
+        }
+    }
+}
+
+/// Mark every descriptor from 3 up close-on-exec: the agent must not inherit handles to
+/// paths or sockets outside its sandbox.
+pub(crate) fn cloexec_from_3() -> Result<(), Errno> {
+    // SAFETY: close_range with integer arguments only; CLOEXEC only sets a flag.
+    let ret = unsafe {
+        libc::close_range(
+            3,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Make `path` (a directory created by the caller) the root of this mount namespace and
+/// detach the old root.
+pub(crate) fn pivot_into(new_root: &OwnedFd) -> Result<(), Errno> {
+    nix::unistd::fchdir(new_root.as_fd())?;
+    nix::unistd::pivot_root(".", ".")?;
+    nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH)?;
+    nix::unistd::chdir("/")
+}
+
+/// Set the mount at `/` read-only (the private root's tmpfs).
+pub(crate) fn remount_root_read_only() -> Result<(), Errno> {
+    let root = open_nofollow(Path::new("/"))?;
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let empty = c"";
+    // SAFETY: `root` is valid, `attr` lives across the call and its size is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            root.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}

@@ -1,0 +1,335 @@
+//! The run transcript: one JSON object per line, written as the run happens, so that a run
+//! killed at any point (even by SIGKILL) leaves a readable record up to its last line.
+//!
+//! Entries come from two sources: coder itself (`start`, `spawn`, `attempt`, `watchdog`,
+//! `kill`, `outcome`) and the child (`event` for each stream-json line, `stderr` and `noise`
+//! for everything else). Each has a UTC timestamp, the CLI's own `uuid` as `id` and its
+//! `parent_tool_use_id` as `parent_id` where the event has them, and token usage where the
+//! event carries it. Credentials are redacted and very long lines are cut, so a transcript
+//! is safe to attach to a bug report and cannot grow by a whole tool result per line.
+//!
+//! Transcripts live in `<state>/runs/<run-id>.jsonl`; the oldest are deleted when there are
+//! more than [`Retention::max_runs`] or they take more than [`Retention::max_bytes`].
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use crate::observation::Pipe;
+use crate::stream::Line;
+
+/// Longest child line kept whole in a transcript; longer lines keep their head only.
+const MAX_ENTRY_BYTES: usize = 256 * 1024;
+
+/// How many transcripts, and how many bytes of them, to keep.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub max_runs: usize,
+    pub max_bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_runs: 200,
+            max_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// The directory transcripts are kept in.
+pub fn runs_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("runs")
+}
+
+/// An open transcript. Writing never fails the run: the first I/O error disables the
+/// transcript and is reported once as a warning.
+pub struct Transcript {
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    secrets: Vec<String>,
+    error: Option<String>,
+}
+
+impl Transcript {
+    /// Creates `path` (and its directory).
+    pub fn create(path: PathBuf, secrets: Vec<String>) -> Transcript {
+        let opened = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| File::create(&path));
+        let (out, error) = match opened {
+            Ok(file) => (Some(BufWriter::new(file)), None),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "cannot write the transcript {}: {e}",
+                    path.display()
+                )),
+            ),
+        };
+        Transcript {
+            path,
+            out,
+            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
+            error,
+        }
+    }
+
+    /// A transcript that records nothing.
+    pub fn disabled() -> Transcript {
+        Transcript {
+            path: PathBuf::new(),
+            out: None,
+            secrets: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The write error that disabled the transcript, if any.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Records one of coder's own entries.
+    pub fn coder(&mut self, kind: &str, data: Value) {
+        self.write(json!({
+            "ts": timestamp(SystemTime::now()),
+            "source": "coder",
+            "kind": kind,
+            "data": data,
+        }));
+    }
+
+    /// Records one line of the child's output.
+    pub fn child_line(&mut self, pipe: Pipe, line: &Line, is_event: bool) {
+        if self.out.is_none() {
+            return;
+        }
+        let ts = timestamp(SystemTime::now());
+        let entry = if is_event && line.bytes.len() <= MAX_ENTRY_BYTES {
+            match serde_json::from_slice::<Value>(&line.bytes) {
+                Ok(event) => {
+                    let mut entry = json!({"ts": ts, "source": "child", "kind": "event"});
+                    if let Some(id) = event.get("uuid").filter(|v| v.is_string()) {
+                        entry["id"] = id.clone();
+                    }
+                    if let Some(parent) = event.get("parent_tool_use_id").filter(|v| v.is_string())
+                    {
+                        entry["parent_id"] = parent.clone();
+                    }
+                    if let Some(usage) = event
+                        .get("usage")
+                        .or_else(|| event.get("message").and_then(|m| m.get("usage")))
+                    {
+                        entry["usage"] = usage.clone();
+                    }
+                    entry["event"] = event;
+                    entry
+                }
+                Err(_) => text_entry(&ts, "noise", line),
+            }
+        } else {
+            let kind = match (pipe, is_event) {
+                (Pipe::Stderr, _) => "stderr",
+                (Pipe::Stdout, true) => "event_truncated",
+                (Pipe::Stdout, false) => "noise",
+            };
+            text_entry(&ts, kind, line)
+        };
+        self.write(entry);
+    }
+
+    fn write(&mut self, entry: Value) {
+        let Some(out) = self.out.as_mut() else {
+            return;
+        };
+        let mut text = entry.to_string();
+        for secret in &self.secrets {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), "[REDACTED]");
+            }
+        }
+        text.push('\n');
+        // One write and one flush per entry: a killed coder loses at most the entry being
+        // written.
+        let result = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+        if let Err(e) = result {
+            self.error = Some(format!("transcript {} stopped: {e}", self.path.display()));
+            self.out = None;
+        }
+    }
+}
+
+fn text_entry(ts: &str, kind: &str, line: &Line) -> Value {
+    let keep = line.bytes.len().min(MAX_ENTRY_BYTES);
+    let mut entry = json!({
+        "ts": ts,
+        "source": "child",
+        "kind": kind,
+        "text": String::from_utf8_lossy(&line.bytes[..keep]),
+    });
+    let cut = (line.bytes.len() - keep) as u64 + line.dropped;
+    if cut > 0 {
+        entry["truncated_bytes"] = json!(cut);
+    }
+    entry
+}
+
+/// Deletes the oldest transcripts beyond the retention limits. `keep` is never deleted.
+pub fn enforce_retention(dir: &Path, retention: Retention, keep: &Path) -> std::io::Result<usize> {
+    let mut runs: Vec<(SystemTime, u64, PathBuf)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    // Newest first.
+    runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
+    let mut total = 0u64;
+    let mut removed = 0;
+    for (index, (_, size, path)) in runs.iter().enumerate() {
+        total += size;
+        let over = index >= retention.max_runs || total > retention.max_bytes;
+        if over && path != keep && std::fs::remove_file(path).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Formats a time as RFC 3339 UTC with milliseconds (`2026-11-21T12:28:02.574Z`).
+pub fn timestamp(time: SystemTime) -> String {
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_264_082_574);
+        assert_eq!(timestamp(t), "2026-11-21T12:28:02.574Z");
+        assert_eq!(
+            timestamp(SystemTime::UNIX_EPOCH),
+            "1970-01-01T00:00:00.000Z"
+        );
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(timestamp(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn entries_are_written_line_by_line_and_redacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs/r.jsonl");
+        let mut t = Transcript::create(path.clone(), vec!["sk-very-secret".into()]);
+        t.coder("start", json!({"prompt": "use sk-very-secret"}));
+        let event = br#"{"type":"assistant","uuid":"u1","parent_tool_use_id":"p1","message":{"usage":{"input_tokens":3}}}"#;
+        t.child_line(
+            Pipe::Stdout,
+            &Line {
+                bytes: event.to_vec(),
+                dropped: 0,
+            },
+            true,
+        );
+        t.child_line(
+            Pipe::Stderr,
+            &Line {
+                bytes: b"\xffwarn".to_vec(),
+                dropped: 0,
+            },
+            false,
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["data"]["prompt"], "use [REDACTED]");
+        assert_eq!(lines[1]["id"], "u1");
+        assert_eq!(lines[1]["parent_id"], "p1");
+        assert_eq!(lines[1]["usage"]["input_tokens"], 3);
+        assert_eq!(lines[2]["kind"], "stderr");
+    }
+
+    #[test]
+    fn retention_keeps_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            std::fs::write(dir.path().join(format!("{i}.jsonl")), vec![b'x'; 100]).unwrap();
+            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i);
+            File::options()
+                .write(true)
+                .open(dir.path().join(format!("{i}.jsonl")))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        let keep = dir.path().join("0.jsonl");
+        let removed = enforce_retention(
+            dir.path(),
+            Retention {
+                max_runs: 2,
+                max_bytes: u64::MAX,
+            },
+            &keep,
+        )
+        .unwrap();
+        assert_eq!(removed, 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["0.jsonl", "3.jsonl", "4.jsonl"]);
+        let removed = enforce_retention(
+            dir.path(),
+            Retention {
+                max_runs: 10,
+                max_bytes: 150,
+            },
+            &keep,
+        )
+        .unwrap();
+        assert_eq!(removed, 1);
+    }
+}

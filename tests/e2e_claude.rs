@@ -1,0 +1,310 @@
+//! End to end: the built `coder`, the real `claude` CLI (pinned version) and coder's replay
+//! backend on 127.0.0.1. Each test asserts what a caller sees (envelope, exit code), what the
+//! agent did to the workspace, and that no process of the run is left.
+//!
+//! The CLI comes from `CODER_TEST_CLAUDE_BIN`, else the project-local install made by
+//! `scripts/setup-claude`. Without it these tests skip loudly, except under CI (`CI` set),
+//! where a missing CLI fails them.
+
+mod common;
+
+use common::real_claude;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Coder, Fake};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+fn cassette(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/cassettes")
+        .join(name)
+}
+
+/// A workspace, coder's state and a config file with one replay backend `e2e` for
+/// `cassette`, with the CLI's own API retries limited to `cli_retries`.
+struct Scene {
+    fake: Fake,
+    claude: PathBuf,
+    config: PathBuf,
+}
+
+impl Scene {
+    fn new(cassette_name: &str, cli_retries: u32) -> Option<Scene> {
+        let claude = real_claude()?;
+        // The fake child is not used: only its workspace and private directories are.
+        let fake = Fake::new(json!([]));
+        let config = fake.root().join("coder.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = {cli_retries}\n",
+                cassette(cassette_name).display().to_string()
+            ),
+        )
+        .unwrap();
+        Some(Scene {
+            fake,
+            claude,
+            config,
+        })
+    }
+
+    fn coder(&self) -> Coder {
+        self.fake
+            .coder()
+            .claude_bin(self.claude.clone())
+            .arg("--config")
+            .arg(self.config.clone())
+            .args(["--backend", "e2e"])
+            .deadline(Duration::from_secs(120))
+    }
+
+    fn workspace(&self) -> &Path {
+        self.fake.workspace()
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.workspace().join(name))
+            .unwrap_or_else(|e| panic!("{name} in the workspace: {e}"))
+    }
+}
+
+/// No process may still run inside the workspace (the CLI and its tools run there).
+fn assert_no_process_in(workspace: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .filter(|e| {
+                std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(workspace))
+            })
+            .map(|e| {
+                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                format!(
+                    "{}: {}",
+                    e.file_name().to_string_lossy(),
+                    String::from_utf8_lossy(&cmdline).replace('\0', " ")
+                )
+            })
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes left behind: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn plain_answer() {
+    let Some(scene) = Scene::new("plain.json", 0) else {
+        return;
+    };
+    let out = scene.coder().arg("say hi").run();
+    out.assert_success("Hello from the replay cassette.");
+    assert_eq!(out.envelope["SESSION_ID"].as_str().map(str::len), Some(36));
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn write_edit_and_bash_change_the_workspace() {
+    let Some(scene) = Scene::new("demo.json", 0) else {
+        return;
+    };
+    let out = scene
+        .coder()
+        .args(["--return-metrics", "write greet.sh and save its greeting"])
+        .run();
+    out.assert_success(
+        "Done: greet.sh now says \"Hello, replay\", and greeting.txt holds the greeting.",
+    );
+    assert_eq!(
+        scene.read("greet.sh"),
+        "#!/bin/sh\necho \"Hello, replay\"\n"
+    );
+    assert_eq!(scene.read("greeting.txt").trim(), "Hello, replay");
+    let tools = &out.envelope["metrics"]["tool_calls"];
+    assert_eq!(
+        (
+            tools["Write"].as_u64(),
+            tools["Edit"].as_u64(),
+            tools["Bash"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1))
+    );
+    assert_eq!(out.envelope["metrics"]["cli_version"], "2.1.330");
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn resume_continues_the_same_session_with_its_history() {
+    let Some(scene) = Scene::new("resume.json", 0) else {
+        return;
+    };
+    let first = scene.coder().arg("first task: remember the word").run();
+    assert_eq!(first.envelope["success"], true, "{}", first.explain());
+    let session = first.session_id().unwrap().to_owned();
+    // The cassette's second turn expects the first answer in the request's history; a
+    // request without it gets a 400 naming the unmet expectation.
+    let second = scene
+        .coder()
+        .args(["--session-id", &session, "second task: what was the word?"])
+        .run();
+    assert_eq!(second.envelope["success"], true, "{}", second.explain());
+    assert_eq!(second.session_id(), Some(session.as_str()));
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn an_unknown_session_is_protocol_missing_session() {
+    let Some(scene) = Scene::new("plain.json", 0) else {
+        return;
+    };
+    let unknown = "99999999-2222-4333-8444-555555555555";
+    let out = scene.coder().args(["--session-id", unknown, "hi"]).run();
+    let detail = out.assert_failure("protocol_missing_session", 1);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("No conversation found"),
+        "{}",
+        out.explain()
+    );
+    assert_eq!(out.session_id(), Some(unknown));
+    assert_no_process_in(scene.workspace());
+}
+
+fn upstream(cassette_name: &str, status: u64) {
+    let Some(scene) = Scene::new(cassette_name, 1) else {
+        return;
+    };
+    let out = scene.coder().arg("hi").run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(
+        detail["http_status"].as_u64(),
+        Some(status),
+        "{}",
+        out.explain()
+    );
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn http_500_is_an_upstream_error_with_its_status() {
+    upstream("http_500.json", 500);
+}
+
+#[test]
+fn http_429_is_an_upstream_error_with_its_status() {
+    upstream("http_429.json", 429);
+}
+
+#[test]
+fn http_401_is_an_upstream_error_with_its_status() {
+    upstream("http_401.json", 401);
+}
+
+#[test]
+fn a_stalled_stream_is_an_idle_timeout() {
+    let Some(scene) = Scene::new("stall.json", 0) else {
+        return;
+    };
+    let out = scene.coder().args(["--timeout", "3", "hi"]).run();
+    let detail = out.assert_failure("idle_timeout", 124);
+    assert_eq!(detail["idle_timeout_s"], 3.0);
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn a_slow_server_past_max_duration_is_a_timeout() {
+    let Some(scene) = Scene::new("slow.json", 0) else {
+        return;
+    };
+    let out = scene
+        .coder()
+        .args(["--max-duration", "4", "--timeout", "60", "hi"])
+        .run();
+    let detail = out.assert_failure("timeout", 124);
+    assert_eq!(detail["max_duration_s"], 4.0);
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn the_turn_limit_is_max_turns() {
+    let Some(scene) = Scene::new("max_turns.json", 0) else {
+        return;
+    };
+    let out = scene.coder().args(["--max-turns", "1", "run it"]).run();
+    out.assert_failure("max_turns", 1);
+    assert!(out.session_id().is_some());
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn sigterm_to_coder_mid_run_is_cancelled() {
+    let Some(scene) = Scene::new("slow.json", 0) else {
+        return;
+    };
+    let running = scene.coder().args(["--timeout", "60", "hi"]).spawn();
+    // Wait until the CLI is really running: its init event reaches the transcript.
+    let runs = scene.fake.state_dir().join("runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&runs).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(r#""subtype":"init""#))
+        })
+    }) {
+        assert!(Instant::now() < deadline, "the CLI never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    running.signal(Signal::SIGTERM);
+    let out = running.wait();
+    let detail = out.assert_failure("cancelled", 143);
+    assert!(detail["message"].as_str().unwrap().contains("SIGTERM"));
+    assert!(out.session_id().is_some());
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn a_retryable_upstream_failure_is_retried_to_success() {
+    let Some(scene) = Scene::new("flaky_500.json", 0) else {
+        return;
+    };
+    let out = scene.coder().args(["--max-retries", "1", "hi"]).run();
+    out.assert_success("Answered on the second attempt.");
+    let attempts = out.envelope["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{}", out.explain());
+    assert_eq!(attempts[0]["outcome"], "upstream_error");
+    assert_eq!(attempts[0]["side_effects"], "none");
+    assert_no_process_in(scene.workspace());
+}
+
+#[test]
+fn a_run_that_leaves_the_cassettes_script_says_so() {
+    let Some(scene) = Scene::new("resume.json", 0) else {
+        return;
+    };
+    // The second turn expects a resumed history; a new session cannot meet it.
+    let out = scene.coder().arg("second task without history").run();
+    out.assert_failure("upstream_error", 1);
+    let warnings = out.envelope["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("replay:") && w.contains("expect"))),
+        "{}",
+        out.explain()
+    );
+}

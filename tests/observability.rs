@@ -1,0 +1,276 @@
+//! What a person or an orchestrator sees of a run besides the envelope: the JSONL
+//! transcript (also after coder is SIGKILLed), `coder runs list/show`, retention, and the
+//! progress line that appears on a terminal and never on a pipe.
+
+mod common;
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Fake, steps};
+use serde_json::{Value, json};
+
+const CODER: &str = env!("CARGO_BIN_EXE_coder");
+
+fn read_transcript(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("transcript {}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+fn tool_run() -> Value {
+    json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Bash", "input": {"command": "make test"}, "id": "toolu_1"},
+        {"step": "tool_result", "content": "all 12 tests passed"},
+        steps::text("Tests pass."),
+        {"step": "result", "text": "Tests pass.", "num_turns": 2,
+         "usage": {"input_tokens": 100, "output_tokens": 20}},
+    ])
+}
+
+fn runs(fake: &Fake, args: &[&str]) -> String {
+    let out = Command::new(CODER)
+        .arg("runs")
+        .args(args)
+        .arg("--state-dir")
+        .arg(fake.state_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "coder runs {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn every_run_writes_a_transcript_that_runs_list_and_show_read_back() {
+    let fake = Fake::new(tool_run());
+    let out = fake.coder().arg("run the tests").run();
+    out.assert_success("Tests pass.");
+    let path = out.envelope["transcript"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no transcript: {}", out.explain()));
+    assert!(path.starts_with(&*fake.state_dir().to_string_lossy()));
+    let entries = read_transcript(Path::new(path));
+    let kinds: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["source"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds.first(), Some(&("coder", "start")));
+    assert_eq!(kinds.last(), Some(&("coder", "outcome")));
+    for expected in [("coder", "attempt"), ("coder", "spawn"), ("child", "event")] {
+        assert!(
+            kinds.contains(&expected),
+            "{expected:?} missing in {kinds:?}"
+        );
+    }
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["ts"].as_str().is_some_and(|t| t.ends_with('Z')))
+    );
+    // The child's events keep their ids and parent ids; the secret in coder's environment
+    // never appears.
+    let events: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "event").collect();
+    assert!(events.iter().all(|e| e.get("id").is_some()), "{events:?}");
+    assert!(events.iter().any(|e| e.get("parent_id").is_none()));
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(!text.contains(common::SECRET_TOKEN));
+
+    let listed: Vec<Value> = serde_json::from_str(&runs(&fake, &["list", "--json"])).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["outcome"], "success");
+    assert_eq!(listed[0]["tokens_in"], 100);
+    assert_eq!(listed[0]["tokens_out"], 20);
+    assert_eq!(listed[0]["session_id"], out.envelope["SESSION_ID"]);
+
+    let shown: Value = serde_json::from_str(&runs(&fake, &["show", "last", "--json"])).unwrap();
+    assert_eq!(shown["prompt_head"], "run the tests");
+    assert_eq!(shown["tool_calls"][0]["tool"], "Bash");
+    assert_eq!(shown["tool_calls"][0]["result"], "all 12 tests passed");
+    let readable = runs(&fake, &["show", listed[0]["run_id"].as_str().unwrap()]);
+    assert!(readable.contains("Bash(command=make test)"), "{readable}");
+    assert!(readable.contains("→ all 12 tests passed"), "{readable}");
+    assert!(readable.contains("outcome   success"), "{readable}");
+}
+
+#[test]
+fn transcript_of_a_sigkilled_coder_is_readable_up_to_the_kill() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Bash", "input": {"command": "long job"}, "id": "toolu_9"},
+        steps::touch("ready"),
+        steps::sleep(30.0),
+    ]));
+    let transcript = fake.root().join("killed.jsonl");
+    let mut coder = Command::new(CODER)
+        .args(fake.coder().argv())
+        .arg("--transcript")
+        .arg(&transcript)
+        .arg("work")
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    // The touch comes after the events; give the supervisor's loop the events it already has.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains("toolu_9")) {
+        assert!(
+            Instant::now() < deadline,
+            "events never reached the transcript"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    coder.kill().unwrap();
+    let status = coder.wait().unwrap();
+    assert!(!status.success());
+    // The child dies with coder (parent-death signal).
+    common::assert_no_process_left(fake.marker());
+
+    let entries = read_transcript(&transcript);
+    assert_eq!(entries[0]["kind"], "start");
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["kind"] == "event" && e["event"]["type"] == "assistant")
+    );
+    assert!(!entries.iter().any(|e| e["kind"] == "outcome"));
+    let shown: Value = serde_json::from_str(&runs(
+        &fake,
+        &["show", transcript.to_str().unwrap(), "--json"],
+    ))
+    .unwrap();
+    assert_eq!(shown["outcome"]["unfinished"], true);
+    assert_eq!(shown["tool_calls"][0]["tool"], "Bash");
+}
+
+#[test]
+fn old_transcripts_are_pruned_to_the_retention_limit() {
+    let fake = Fake::new(json!(steps::answer("ok")));
+    let runs_dir = fake.state_dir().join("runs");
+    std::fs::create_dir_all(&runs_dir).unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    for i in 0..205 {
+        let path = runs_dir.join(format!("20200101T0000{i:03}Z-old.jsonl"));
+        std::fs::write(&path, "{}\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let out = fake.coder().arg("hi").run();
+    out.assert_success("ok");
+    let left: Vec<String> = std::fs::read_dir(&runs_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left.len(), 200, "retention keeps 200 runs");
+    let newest = Path::new(out.envelope["transcript"].as_str().unwrap());
+    assert!(newest.exists(), "the run's own transcript is kept");
+}
+
+/// Runs coder with stderr on a pseudo-terminal; returns (stdout, what the terminal showed).
+fn run_on_pty(fake: &Fake, args: &[&str]) -> (String, String) {
+    let mut master: libc::c_int = -1;
+    let mut slave: libc::c_int = -1;
+    // SAFETY: openpty writes two descriptors into the provided integers; the name, termios
+    // and winsize arguments may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both descriptors were just opened by openpty and are owned here.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut child = Command::new(CODER)
+        .args(fake.coder().argv())
+        .args(args)
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut file = std::fs::File::from(master);
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        // EIO once the last writer (coder) has closed the terminal.
+        while let Ok(n) = file.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            shown.extend_from_slice(&buf[..n]);
+        }
+        let _ = file.as_raw_fd();
+        String::from_utf8_lossy(&shown).into_owned()
+    });
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child.wait().unwrap();
+    (stdout, reader.join().unwrap())
+}
+
+fn slow_tool_run() -> Value {
+    json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Bash", "input": {"command": "npm test"}, "id": "toolu_1"},
+        steps::sleep(1.0),
+        {"step": "tool_result", "content": "ok"},
+        steps::text("done"),
+        steps::result_ok("done"),
+    ])
+}
+
+#[test]
+fn progress_is_drawn_on_a_terminal_and_cleared_before_the_envelope() {
+    let fake = Fake::new(slow_tool_run());
+    let (stdout, terminal) = run_on_pty(&fake, &["test it"]);
+    let envelope: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(envelope["success"], true, "{stdout}");
+    assert!(
+        terminal.contains("running Bash(npm test)"),
+        "the terminal showed: {terminal:?}"
+    );
+    assert!(terminal.contains("turn"), "{terminal:?}");
+    // Cleared at the end: the last thing written is an erase, not a progress line.
+    let tail = terminal.rsplit("tokens").next().unwrap_or("");
+    assert!(
+        tail.contains("\u{1b}["),
+        "no clearing sequence after the last line: {terminal:?}"
+    );
+    // stdout holds the envelope and nothing else.
+    assert_eq!(stdout.lines().count(), 1);
+}
+
+#[test]
+fn progress_never_appears_on_a_pipe_or_with_quiet() {
+    let fake = Fake::new(slow_tool_run());
+    let out = fake.coder().arg("test it").run();
+    out.assert_success("done");
+    assert!(!out.stderr.contains("running Bash"), "{}", out.stderr);
+    let fake = Fake::new(slow_tool_run());
+    let (stdout, terminal) = run_on_pty(&fake, &["--quiet", "test it"]);
+    assert!(stdout.contains(r#""success":true"#), "{stdout}");
+    assert!(!terminal.contains("running Bash"), "{terminal:?}");
+}

@@ -1,0 +1,82 @@
+//! SIGINT, SIGTERM and SIGHUP to coder: the child tree is killed first, then coder still
+//! prints its envelope (`cancelled`, exit 128 + signal).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Fake, marked_processes, pid_alive, steps};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+/// A child busy in a tool call, with a descendant in its own session, that tells the test
+/// when both are running.
+fn busy_child(ignore_sigterm: bool) -> Fake {
+    let mut scenario = vec![];
+    if ignore_sigterm {
+        scenario.push(json!({"step": "ignore_sigterm", "signals": ["TERM", "INT", "HUP"]}));
+    }
+    scenario.extend([
+        steps::init(),
+        json!({"step": "tool_use", "name": "Bash", "input": {"command": "make test"}}),
+        json!({"step": "spawn_grandchild", "setsid": true, "hold_pipes": true,
+               "ignore_sigterm": ignore_sigterm, "sleep": 3600, "pid_file": "grandchild.pid"}),
+        json!({"step": "wait_file", "path": "grandchild.pid", "timeout": 10}),
+        steps::touch("ready"),
+        steps::sleep(3600.0),
+    ]);
+    Fake::new(json!(scenario))
+}
+
+fn cancel_with(signal: Signal, exit: i32, ignore_sigterm: bool) {
+    let fake = busy_child(ignore_sigterm);
+    let running = fake.coder().args(["--timeout", "60", "task"]).spawn();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    // The leftover check after the run can only mean something if it sees live processes.
+    assert!(
+        marked_processes(fake.marker()).len() >= 2,
+        "the child and its grandchild are visible in /proc"
+    );
+    running.signal(signal);
+    let out = running.wait();
+    let detail = out.assert_failure("cancelled", exit);
+    let session = fake.record().flag_value("--session-id");
+    assert_eq!(out.session_id(), session.as_deref(), "{}", out.explain());
+    assert!(detail["last_lines"].is_array());
+    let grandchild = fake.read_pid("grandchild.pid", Duration::from_secs(1));
+    assert!(
+        !pid_alive(grandchild),
+        "the grandchild {grandchild} is gone"
+    );
+    assert!(!pid_alive(fake.record().pid()), "the child is gone");
+}
+
+#[test]
+fn sigint_cancels_the_run() {
+    cancel_with(Signal::SIGINT, 130, false);
+}
+
+#[test]
+fn sigterm_cancels_the_run() {
+    cancel_with(Signal::SIGTERM, 143, false);
+}
+
+#[test]
+fn sighup_cancels_the_run() {
+    cancel_with(Signal::SIGHUP, 129, false);
+}
+
+#[test]
+fn cancel_kills_a_tree_that_ignores_sigterm() {
+    cancel_with(Signal::SIGTERM, 143, true);
+}
+
+#[test]
+fn cancel_before_the_child_printed_anything() {
+    let fake = Fake::new(json!([steps::touch("ready"), steps::sleep(3600.0)]));
+    let running = fake.coder().arg("task").spawn();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    running.signal(Signal::SIGINT);
+    let out = running.wait();
+    out.assert_failure("cancelled", 130);
+}

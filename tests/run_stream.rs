@@ -1,0 +1,164 @@
+//! The child's output as coder reads it: huge lines, floods, invalid UTF-8 and noise, the
+//! `last_lines` window (stdout and stderr in order) and redaction of credentials.
+
+mod common;
+
+use common::{Fake, SECRET_TOKEN, steps};
+use serde_json::json;
+
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn a_20_mib_tool_result_line_is_read_whole() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Read", "input": {"file_path": "big.log"}},
+        {"step": "long_line", "bytes": 20 * MIB, "kind": "tool_result"},
+        steps::text("the log is long"),
+        steps::result_ok("the log is long"),
+    ]));
+    let out = fake.coder().args(["--return-metrics", "task"]).run();
+    out.assert_success("the log is long");
+    let m = &out.envelope["metrics"];
+    assert!(m["stdout_bytes"].as_u64().unwrap() > 20 * MIB, "{m}");
+    assert_eq!(m["json_decode_errors"], 0, "{m}");
+    assert_eq!(m["tool_calls"], json!({"Read": 1}), "{m}");
+}
+
+#[test]
+fn megabytes_of_events_and_stderr_noise() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "flood", "bytes": 8 * MIB, "kind": "events"},
+        {"step": "flood", "bytes": 2 * MIB, "kind": "noise", "stream": "stderr"},
+        {"step": "flood", "bytes": 4 * MIB, "kind": "events", "line_bytes": 200},
+        steps::result_ok("survived the flood"),
+    ]));
+    let out = fake.coder().args(["--return-metrics", "task"]).run();
+    out.assert_success("survived the flood");
+    let m = &out.envelope["metrics"];
+    assert!(m["stdout_bytes"].as_u64().unwrap() >= 12 * MIB, "{m}");
+    assert!(m["stderr_bytes"].as_u64().unwrap() >= 2 * MIB, "{m}");
+    // 8 MiB in 4 KiB lines, 4 MiB in lines of a few hundred bytes.
+    assert!(m["stdout_lines"].as_u64().unwrap() > 8_000, "{m}");
+    assert_eq!(m["json_decode_errors"], 0, "{m}");
+}
+
+#[test]
+fn invalid_utf8_and_noise_are_counted_but_not_fatal() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "raw", "hex": "8081fffe0a"},
+        {"step": "emit", "text": "Debugger attached."},
+        {"step": "raw", "hex": "7b2274797065223a22617373697374616e74c3"},
+        {"step": "raw", "text": "\n"},
+        steps::text("fine"),
+        steps::result_ok("fine"),
+    ]));
+    let out = fake.coder().args(["--return-metrics", "task"]).run();
+    out.assert_success("fine");
+    assert_eq!(
+        out.envelope["metrics"]["json_decode_errors"],
+        3,
+        "{}",
+        out.explain()
+    );
+}
+
+#[test]
+fn noise_is_kept_in_last_lines() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "raw", "hex": "6e6f697365ff0a"},
+        {"step": "emit", "text": "plain noise line"},
+        steps::exit(5),
+    ]));
+    let out = fake.coder().arg("task").run();
+    let detail = out.assert_failure("subprocess_error", 1);
+    assert_eq!(detail["json_decode_errors"], 2, "{}", out.explain());
+    let lines = out.last_lines();
+    assert!(lines.iter().any(|l| l.contains("noise")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("plain noise line")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn final_line_without_newline_is_not_lost() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "emit", "text": "last words without newline", "newline": false},
+        steps::exit(4),
+    ]));
+    let out = fake.coder().arg("task").run();
+    out.assert_failure("subprocess_error", 1);
+    assert!(
+        out.last_lines()
+            .iter()
+            .any(|l| l.contains("last words without newline")),
+        "{}",
+        out.explain()
+    );
+}
+
+#[test]
+fn result_without_trailing_newline_still_counts() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "emit", "newline": false, "json": {
+            "type": "result", "subtype": "success", "is_error": false,
+            "result": "no newline", "num_turns": 1}},
+        steps::exit(0),
+    ]));
+    let out = fake.coder().arg("task").run();
+    out.assert_success("no newline");
+}
+
+#[test]
+fn last_lines_are_the_last_20_of_stdout_and_stderr_in_order() {
+    // Alternate the pipes with a pause, so the order of arrival is the order of writing.
+    let mut scenario = vec![steps::init()];
+    for i in 1..=26 {
+        let text = format!("line {i:02}");
+        if i % 2 == 0 {
+            scenario.push(json!({"step": "stderr", "text": text}));
+        } else {
+            scenario.push(steps::text(&text));
+        }
+        scenario.push(steps::sleep(0.03));
+    }
+    scenario.push(steps::exit(9));
+    let fake = Fake::new(json!(scenario));
+    let out = fake.coder().arg("task").run();
+    out.assert_failure("subprocess_error", 1);
+    let lines = out.last_lines();
+    assert_eq!(lines.len(), 20, "{lines:?}");
+    for (line, i) in lines.iter().zip(7..=26) {
+        assert!(line.contains(&format!("line {i:02}")), "{lines:?}");
+    }
+}
+
+#[test]
+fn credentials_are_redacted_from_last_lines() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        steps::stderr(&format!("request failed: Authorization: Bearer {SECRET_TOKEN}")),
+        {"step": "emit", "text": format!("token={SECRET_TOKEN}")},
+        steps::exit(1),
+    ]));
+    let out = fake.coder().arg("task").run();
+    out.assert_failure("subprocess_error", 1);
+    assert!(
+        !out.stdout.contains(SECRET_TOKEN),
+        "the credential leaked into the envelope: {}",
+        out.stdout
+    );
+    assert!(
+        out.last_lines()
+            .iter()
+            .any(|l| l.contains("request failed")),
+        "the line itself is kept: {}",
+        out.explain()
+    );
+}

@@ -1,0 +1,121 @@
+//! The real claude CLI inside coder's sandbox, offline against a replay cassette
+//! (fixtures/sandbox/confined.json): its Bash tool finds `.env` empty and `~/.ssh` missing,
+//! its Bash and Write tools still write in the workspace, and the model was told about the
+//! sandbox. The cassette's expectations check each tool result; the run fails when one
+//! does not hold.
+//!
+//! The CLI is found through `CODER_TEST_CLAUDE_BIN`, else the project-local install of
+//! `scripts/setup-claude`; without it the test is skipped loudly, except under CI.
+
+mod common;
+
+use common::real_claude;
+
+use common::Fake;
+use serde_json::json;
+
+#[test]
+fn the_real_cli_works_confined_and_cannot_read_secrets() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let fake = Fake::new(json!([]));
+    let ws = fake.workspace();
+    let secret = format!("SECRET-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(ws.join(".env"), format!("TOKEN={secret}\n")).unwrap();
+    let home = fake.root().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), format!("{secret}\n")).unwrap();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/confined.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+
+    let out = fake
+        .coder()
+        .env("HOME", &home)
+        .claude_bin(claude)
+        .args([
+            "--backend",
+            &cassette,
+            "--return-all-messages",
+            "probe the sandbox",
+        ])
+        .run();
+    out.assert_success("The sandbox held and the workspace took both writes.");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap(),
+        "built\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("written.txt")).unwrap(),
+        "saved by the Write tool\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".env")).unwrap(),
+        format!("TOKEN={secret}\n"),
+        "the secret itself is untouched"
+    );
+    assert!(!out.stdout.contains(&secret), "{}", out.explain());
+    assert!(!out.stderr.contains(&secret), "{}", out.explain());
+}
+
+#[test]
+fn a_workspace_with_thousands_of_secrets_still_starts_the_child() {
+    // Enough masks that the helper's spec no longer fits in one argument.
+    let fake = Fake::new(json!(common::steps::answer("ok")));
+    let keys = fake.workspace().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    for i in 0..1500 {
+        std::fs::write(keys.join(format!("k{i}.key")), "secret\n").unwrap();
+    }
+    let out = fake.coder().arg("task").run();
+    out.assert_success("ok");
+    assert_eq!(
+        std::fs::read_to_string(keys.join("k7.key")).unwrap(),
+        "secret\n"
+    );
+}
+
+#[test]
+fn denials_the_agent_hits_are_reported_without_the_secret() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let fake = Fake::new(json!([]));
+    let secret = format!("SECRET-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(fake.workspace().join(".env"), format!("TOKEN={secret}\n")).unwrap();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/denials.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = fake
+        .coder()
+        .claude_bin(claude)
+        .args(["--backend", &cassette, "--return-metrics", "probe"])
+        .run();
+    out.assert_success("Both attempts were refused.");
+    let denials = out.envelope["metrics"]["sandbox_denials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", out.explain()))
+        .clone();
+    assert!(
+        denials.iter().any(|d| d["tool"] == "Read"
+            && d["class"] == "non_accessible"
+            && d["path"].as_str().is_some_and(|p| p.ends_with(".env"))),
+        "{denials:#?}"
+    );
+    assert!(
+        denials.iter().any(|d| d["tool"] == "Bash"),
+        "the write outside the workspace: {denials:#?}"
+    );
+    assert!(!out.stdout.contains(&secret), "{}", out.explain());
+    assert!(!std::path::Path::new("/etc/coder-sandbox-probe").exists());
+    // The transcript never holds the secret either.
+    let transcript = out.envelope["transcript"].as_str().unwrap();
+    assert!(
+        !std::fs::read_to_string(transcript)
+            .unwrap()
+            .contains(&secret)
+    );
+}

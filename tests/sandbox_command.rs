@@ -1,0 +1,201 @@
+//! `coder sandbox` as a user drives it: options, exit codes and the one-line errors of a
+//! sandbox that cannot be set up.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+struct Dirs {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    home: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(dir.path()).unwrap();
+    let ws = root.join("ws");
+    let home = root.join("home");
+    fs::create_dir_all(&ws).unwrap();
+    fs::create_dir_all(&home).unwrap();
+    fs::write(ws.join("README.md"), "readme\n").unwrap();
+    Dirs {
+        _dir: dir,
+        root,
+        ws,
+        home,
+    }
+}
+
+fn sandbox(d: &Dirs, args: &[&str], cmd: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_coder"))
+        .arg("sandbox")
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", &d.home)
+        .current_dir(&d.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn bash(script: &str) -> [&str; 3] {
+    ["/bin/bash", "-c", script]
+}
+
+#[test]
+fn exit_status_is_the_commands() {
+    let d = dirs();
+    let out = sandbox(&d, &[], &bash("exit 7"));
+    assert_eq!(out.status.code(), Some(7));
+}
+
+#[test]
+fn missing_command_exits_127() {
+    let d = dirs();
+    let out = sandbox(&d, &[], &["no-such-command-xyz"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        stderr(&out).contains("no-such-command-xyz: command not found"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn home_as_workspace_is_refused_with_one_line() {
+    let d = dirs();
+    let home = d.home.display().to_string();
+    let out = sandbox(&d, &["--cd", &home], &["true"]);
+    assert_eq!(out.status.code(), Some(71));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("coder sandbox: workspace"), "{err}");
+    assert!(err.contains("home directory"), "{err}");
+}
+
+#[test]
+fn secret_scan_over_its_depth_cap_fails_closed() {
+    let d = dirs();
+    let mut deep = d.ws.clone();
+    for _ in 0..70 {
+        deep.push("d");
+    }
+    fs::create_dir_all(&deep).unwrap();
+    let out = sandbox(&d, &[], &["true"]);
+    assert_eq!(out.status.code(), Some(71), "{}", stderr(&out));
+    assert!(stderr(&out).contains("depth"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_mode_is_a_usage_error() {
+    let d = dirs();
+    let out = sandbox(&d, &["--mode", "yolo"], &["true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("yolo"), "{}", stderr(&out));
+}
+
+#[test]
+fn read_only_mode_reads_but_does_not_write() {
+    let d = dirs();
+    let out = sandbox(
+        &d,
+        &["--mode", "read-only"],
+        &bash("cat README.md && echo x > new.txt"),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "readme\n");
+    assert!(!out.status.success());
+    assert!(!d.ws.join("new.txt").exists());
+    // Its private temp directory stays writable.
+    let out = sandbox(
+        &d,
+        &["--mode", "read-only"],
+        &bash("echo t > \"$TMPDIR/t\""),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn extra_roots_are_granted_and_nothing_else() {
+    let d = dirs();
+    let readable = d.root.join("docs");
+    let writable = d.root.join("out");
+    let hidden = d.root.join("hidden");
+    for dir in [&readable, &writable, &hidden] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    fs::write(readable.join("guide.txt"), "guide\n").unwrap();
+    fs::write(hidden.join("h.txt"), "hidden\n").unwrap();
+    let script = format!(
+        "cat {r}/guide.txt && echo o > {w}/o.txt && ! echo x > {r}/x.txt && ! cat {h}/h.txt",
+        r = readable.display(),
+        w = writable.display(),
+        h = hidden.display()
+    );
+    let out = sandbox(
+        &d,
+        &[
+            "--read",
+            &readable.display().to_string(),
+            "--write",
+            &writable.display().to_string(),
+        ],
+        &bash(&script),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(writable.join("o.txt")).unwrap(), "o\n");
+    assert!(!readable.join("x.txt").exists());
+}
+
+#[test]
+fn allow_tmp_opens_the_shared_tmp() {
+    let d = dirs();
+    let name = format!("/tmp/coder-allow-tmp-{}", uuid::Uuid::new_v4().simple());
+    let script = format!("echo x > {name}");
+    let out = sandbox(&d, &[], &bash(&script));
+    assert!(!out.status.success());
+    assert!(!Path::new(&name).exists());
+    let out = sandbox(&d, &["--allow-tmp"], &bash(&script));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(Path::new(&name).exists());
+    fs::remove_file(&name).unwrap();
+}
+
+#[test]
+fn custom_globs_replace_the_defaults() {
+    let d = dirs();
+    fs::write(d.ws.join(".env"), "A=1\n").unwrap();
+    fs::write(d.ws.join("notes.private"), "private\n").unwrap();
+    let out = sandbox(
+        &d,
+        &["--deny", "**/*.private"],
+        &bash("cat .env notes.private"),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "A=1\n");
+}
+
+#[test]
+fn danger_full_access_still_gets_private_dirs() {
+    let d = dirs();
+    let out = sandbox(
+        &d,
+        &["--mode", "danger-full-access"],
+        &bash("echo \"$TMPDIR|$CLAUDE_CONFIG_DIR|$XDG_RUNTIME_DIR\""),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let parts: Vec<&str> = text.trim().split('|').collect();
+    assert_eq!(parts.len(), 3, "{text}");
+    for part in parts {
+        assert!(part.starts_with(&d.home.display().to_string()), "{text}");
+    }
+}
