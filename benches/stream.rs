@@ -5,7 +5,8 @@
 //! - `split`: [`LineSplitter`] fed in the supervisor's 256 KiB read chunks;
 //! - `decode`: [`decode_event`] on every line;
 //! - `observe`: [`Observation::observe_line`] on every line (decode plus the bookkeeping:
-//!   last lines, counters, pending tools);
+//!   last lines, counters, pending tools, and the sandbox-denial check of tool results that
+//!   a default `workspace-write` run does);
 //! - `pipeline`: split and observe together, which is the CPU cost of one stdout pipe.
 //!
 //! Streams: `mixed` is a run as the CLI prints it (init, then turns of assistant text,
@@ -18,9 +19,11 @@
 //! Throughput is reported both as bytes/s and as lines (events)/s.
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coder::observation::{Observation, Pipe};
+use coder::sandbox::{Mode, Policy, PolicyOptions};
 use coder::stream::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, decode_event};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -259,8 +262,29 @@ fn inputs() -> Vec<Input> {
     inputs
 }
 
+/// The policy of a default run (`workspace-write`) in a scratch workspace, so observing
+/// includes the denial check a real run does.
+fn default_policy(scratch: &std::path::Path) -> Option<Arc<Policy>> {
+    let workspace = scratch.join("ws");
+    std::fs::create_dir_all(&workspace).ok()?;
+    let mut options = PolicyOptions::new(Mode::WorkspaceWrite, workspace);
+    options.config_dir = Some(scratch.join("config"));
+    options.runs_dir = Some(scratch.join("runs"));
+    match Policy::resolve(&options) {
+        Ok(policy) => Some(Arc::new(policy)),
+        Err(e) => {
+            eprintln!("no sandbox policy ({e}); observing without the denial check");
+            None
+        }
+    }
+}
+
 fn stream_path(c: &mut Criterion) {
     let inputs = inputs();
+    let scratch = tempfile::tempdir().ok();
+    let policy = scratch.as_ref().and_then(|d| default_policy(d.path()));
+    let observation =
+        || Observation::new(Instant::now(), false, Vec::new()).with_sandbox(policy.clone());
     for stage in ["split", "decode", "observe", "pipeline"] {
         let mut group = c.benchmark_group(stage);
         group.sample_size(10);
@@ -298,7 +322,7 @@ fn stream_path(c: &mut Criterion) {
                 }),
                 "observe" => group.bench_with_input(id, input, |b, input| {
                     b.iter(|| {
-                        let mut observation = Observation::new(Instant::now(), false, Vec::new());
+                        let mut observation = observation();
                         for line in &input.lines {
                             black_box(observation.observe_line(Pipe::Stdout, line));
                         }
@@ -307,7 +331,7 @@ fn stream_path(c: &mut Criterion) {
                 }),
                 _ => group.bench_with_input(id, input, |b, input| {
                     b.iter(|| {
-                        let mut observation = Observation::new(Instant::now(), false, Vec::new());
+                        let mut observation = observation();
                         let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE_BYTES);
                         for chunk in input.stream.chunks(READ_CHUNK) {
                             splitter.feed(chunk, |line| {
@@ -323,6 +347,9 @@ fn stream_path(c: &mut Criterion) {
             };
         }
         group.finish();
+    }
+    if let Some(policy) = &policy {
+        policy.cleanup();
     }
 }
 
