@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::child::ChildSpec;
 use crate::observation::{Observation, Pipe};
@@ -40,6 +40,10 @@ const FINAL_DRAIN: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 256 * 1024;
 /// Lines handled per wake-up before the deadlines are looked at again.
 const BATCH: usize = 256;
+/// Bytes of complete lines that may wait between the pipe readers and the supervisor. A
+/// reader further ahead waits, so coder's memory stays flat however fast the child writes
+/// (a longer line still passes, alone).
+const QUEUED_BYTES: usize = 4 * 1024 * 1024;
 /// Capacity asked for the stdout and stderr pipes (Linux's default limit for unprivileged
 /// processes). With the default 64 KiB the child blocks whenever coder is busy decoding a
 /// large line, so writing and decoding take turns instead of overlapping.
@@ -85,7 +89,8 @@ pub struct AttemptEnd {
 }
 
 enum PipeMsg {
-    Line(Pipe, Line),
+    /// A line and its share of the queue budget, handed back when the message is dropped.
+    Line(Pipe, Line, OwnedSemaphorePermit),
     Eof,
 }
 
@@ -208,10 +213,12 @@ pub async fn run_attempt(
         stderr_bytes: AtomicU64::new(0),
     });
     let (tx, mut rx) = mpsc::channel(1024);
+    let budget = Arc::new(Semaphore::new(QUEUED_BYTES));
     tokio::spawn(read_pipe(
         stdout,
         Pipe::Stdout,
         tx.clone(),
+        budget.clone(),
         activity.clone(),
         limits.max_line_bytes,
     ));
@@ -219,6 +226,7 @@ pub async fn run_attempt(
         stderr,
         Pipe::Stderr,
         tx,
+        budget.clone(),
         activity.clone(),
         limits.max_line_bytes,
     ));
@@ -244,7 +252,7 @@ pub async fn run_attempt(
                 let mut next = msg;
                 for _ in 0..BATCH {
                     match next {
-                        Some(PipeMsg::Line(pipe, line)) => {
+                        Some(PipeMsg::Line(pipe, line, _queued)) => {
                             let event = observation.observe_line(pipe, &line);
                             journal.line(pipe, &line, event.as_ref());
                             if let Some(Event::Result(_)) = event
@@ -331,7 +339,7 @@ pub async fn run_attempt(
     let drain_deadline = tokio::time::Instant::now() + FINAL_DRAIN;
     while open_pipes > 0 {
         match tokio::time::timeout_at(drain_deadline, rx.recv()).await {
-            Ok(Some(PipeMsg::Line(pipe, line))) => {
+            Ok(Some(PipeMsg::Line(pipe, line, _queued))) => {
                 let event = observation.observe_line(pipe, &line);
                 journal.line(pipe, &line, event.as_ref());
             }
@@ -339,6 +347,8 @@ pub async fn run_attempt(
             Ok(None) | Err(_) => break,
         }
     }
+    // A reader still waiting for queue room gives up instead of waiting forever.
+    budget.close();
     guard.pid = None;
 
     observation.count_bytes(
@@ -380,6 +390,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(
     mut reader: R,
     pipe: Pipe,
     tx: mpsc::Sender<PipeMsg>,
+    budget: Arc<Semaphore>,
     activity: Arc<Activity>,
     max_line_bytes: usize,
 ) {
@@ -393,7 +404,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(
                 activity.touch(pipe, n);
                 splitter.feed(&buf[..n], |line| lines.push(line));
                 for line in lines.drain(..) {
-                    if tx.send(PipeMsg::Line(pipe, line)).await.is_err() {
+                    if !send_line(&tx, &budget, pipe, line).await {
                         return;
                     }
                 }
@@ -403,7 +414,21 @@ async fn read_pipe<R: AsyncRead + Unpin>(
         }
     }
     if let Some(line) = splitter.finish() {
-        let _ = tx.send(PipeMsg::Line(pipe, line)).await;
+        send_line(&tx, &budget, pipe, line).await;
     }
     let _ = tx.send(PipeMsg::Eof).await;
+}
+
+/// Queues a line once the budget has room for it; false when the supervisor is gone.
+async fn send_line(
+    tx: &mpsc::Sender<PipeMsg>,
+    budget: &Arc<Semaphore>,
+    pipe: Pipe,
+    line: Line,
+) -> bool {
+    let share = line.bytes.len().clamp(1, QUEUED_BYTES) as u32;
+    let Ok(queued) = budget.clone().acquire_many_owned(share).await else {
+        return false;
+    };
+    tx.send(PipeMsg::Line(pipe, line, queued)).await.is_ok()
 }
