@@ -268,7 +268,7 @@ pub fn account(entries: &[Value]) -> Value {
                             let id = &block["tool_use_id"];
                             if let Some(call) = tools.iter_mut().rev().find(|t| t["id"] == *id) {
                                 call["result"] =
-                                    json!(one_line(&content_text(&block["content"]), 300));
+                                    json!(text_head(&content_text(&block["content"]), 300));
                                 call["is_error"] =
                                     json!(block["is_error"].as_bool().unwrap_or(false));
                             }
@@ -291,6 +291,17 @@ pub fn account(entries: &[Value]) -> Value {
         "supervision": coder_notes,
         "outcome": outcome.map_or(json!({"unfinished": true}), |o| o["data"].clone()),
     })
+}
+
+/// The first `max_chars` characters of a multi-line text on one line (`⏎` between lines).
+fn text_head(text: &str, max_chars: usize) -> String {
+    let joined = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ⏎ ");
+    one_line(&joined, max_chars)
 }
 
 fn compact(value: &Value) -> String {

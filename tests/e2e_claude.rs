@@ -108,9 +108,18 @@ fn plain_answer() {
     let Some(scene) = Scene::new("plain.json", 0) else {
         return;
     };
-    let out = scene.coder().arg("say hi").run();
+    let out = scene.coder().args(["--return-metrics", "say hi"]).run();
     out.assert_success("Hello from the replay cassette.");
     assert_eq!(out.envelope["SESSION_ID"].as_str().map(str::len), Some(36));
+    // The cassette's usage, as the CLI summed it, reaches the metrics.
+    let metrics = &out.envelope["metrics"];
+    assert_eq!(metrics["usage"]["input"], 12, "{metrics}");
+    assert_eq!(metrics["usage"]["output"], 7, "{metrics}");
+    assert_eq!(metrics["turns"], 1);
+    assert_eq!(metrics["attempts"], 1);
+    assert!(metrics["time_to_first_event_ms"].as_u64().is_some());
+    assert!(metrics["time_to_first_token_ms"].as_u64().is_some());
+    assert!(metrics["model"].is_string());
     assert_no_process_in(scene.workspace());
 }
 
@@ -142,6 +151,29 @@ fn write_edit_and_bash_change_the_workspace() {
     );
     assert_eq!(out.envelope["metrics"]["cli_version"], "2.1.330");
     assert_no_process_in(scene.workspace());
+
+    // `coder runs show` gives a readable account of this real tool-use run.
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["runs", "show", "last", "--json", "--state-dir"])
+        .arg(scene.fake.state_dir())
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{shown:?}");
+    let account: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let tools: Vec<&str> = account["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["Write", "Edit", "Bash"], "{account:#}");
+    assert!(
+        account["tool_calls"][2]["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("Hello, replay")),
+        "{account:#}"
+    );
+    assert_eq!(account["outcome"]["success"], true);
 }
 
 #[test]
