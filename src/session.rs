@@ -8,7 +8,7 @@
 //! run holds an exclusive lock on its session for its whole life; a second run fails at
 //! once instead of waiting.
 //!
-//! Records are small JSON files written atomically (temporary file, fsync, rename), so a
+//! Records are small JSON files written atomically (temporary file, then rename), so a
 //! coder killed at any point leaves either the old record or the new one, never half of
 //! one. Locks are `flock`s, released by the kernel however the holder dies.
 
@@ -161,11 +161,11 @@ impl SessionStore {
             .join(format!(".{}.{}.tmp", record.session_id, std::process::id()));
         let bytes = serde_json::to_vec_pretty(record).map_err(|e| self.io(e.into()))?;
         let write = || -> std::io::Result<()> {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&bytes)?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            File::open(&self.dir)?.sync_all()
+            // Write then rename: a coder killed at any point leaves the old record or the new
+            // one. No fsync: the record guards against a second coder and a wrong
+            // workspace, not against power loss, and an fsync costs milliseconds per run.
+            File::create(&tmp)?.write_all(&bytes)?;
+            std::fs::rename(&tmp, &path)
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
