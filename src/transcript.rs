@@ -16,6 +16,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::observation::Pipe;
@@ -114,44 +115,32 @@ impl Transcript {
             return;
         }
         let ts = timestamp(SystemTime::now());
-        let entry = if is_event && line.bytes.len() <= MAX_ENTRY_BYTES {
-            match serde_json::from_slice::<Value>(&line.bytes) {
-                Ok(event) => {
-                    let mut entry = json!({"ts": ts, "source": "child", "kind": "event"});
-                    if let Some(id) = event.get("uuid").filter(|v| v.is_string()) {
-                        entry["id"] = id.clone();
-                    }
-                    if let Some(parent) = event.get("parent_tool_use_id").filter(|v| v.is_string())
-                    {
-                        entry["parent_id"] = parent.clone();
-                    }
-                    if let Some(usage) = event
-                        .get("usage")
-                        .or_else(|| event.get("message").and_then(|m| m.get("usage")))
-                    {
-                        entry["usage"] = usage.clone();
-                    }
-                    entry["event"] = event;
-                    entry
-                }
-                Err(_) => text_entry(&ts, "noise", line),
-            }
-        } else {
-            let kind = match (pipe, is_event) {
-                (Pipe::Stderr, _) => "stderr",
-                (Pipe::Stdout, true) => "event_truncated",
-                (Pipe::Stdout, false) => "noise",
-            };
-            text_entry(&ts, kind, line)
+        if is_event
+            && line.bytes.len() <= MAX_ENTRY_BYTES
+            && let Some(entry) = event_entry(&ts, &line.bytes)
+        {
+            self.write_text(entry);
+            return;
+        }
+        let kind = match (pipe, is_event) {
+            (Pipe::Stderr, _) => "stderr",
+            (Pipe::Stdout, true) => "event_truncated",
+            (Pipe::Stdout, false) => "noise",
         };
-        self.write(entry);
+        self.write(text_entry(&ts, kind, line));
     }
 
     fn write(&mut self, entry: Value) {
+        if self.out.is_some() {
+            self.write_text(entry.to_string());
+        }
+    }
+
+    /// Writes one entry (a JSON object without its newline), redacted.
+    fn write_text(&mut self, mut text: String) {
         let Some(out) = self.out.as_mut() else {
             return;
         };
-        let mut text = entry.to_string();
         for secret in &self.secrets {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), "[REDACTED]");
@@ -166,6 +155,63 @@ impl Transcript {
             self.out = None;
         }
     }
+}
+
+/// The fields of an event line the transcript lifts to the top of its entry, borrowed from
+/// the line: the event itself is copied verbatim, never re-serialised, so a megabyte tool
+/// result costs one scan and one copy.
+#[derive(serde::Deserialize)]
+struct EventHeads<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uuid: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    parent_tool_use_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct MessageHeads<'a> {
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
+
+/// `{"ts":…,"source":"child","kind":"event","id":…,"parent_id":…,"usage":…,"event":<line>}`
+fn event_entry(ts: &str, line: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(line).ok()?.trim();
+    let heads: EventHeads<'_> = serde_json::from_str(text).ok()?;
+    let is_string = |v: &&RawValue| v.get().starts_with('"');
+    let mut entry = String::with_capacity(text.len() + 160);
+    entry.push_str(r#"{"ts":"#);
+    entry.push_str(&Value::from(ts).to_string());
+    entry.push_str(r#","source":"child","kind":"event""#);
+    if let Some(id) = heads.uuid.filter(is_string) {
+        entry.push_str(r#","id":"#);
+        entry.push_str(id.get());
+    }
+    if let Some(parent) = heads.parent_tool_use_id.filter(is_string) {
+        entry.push_str(r#","parent_id":"#);
+        entry.push_str(parent.get());
+    }
+    // Only model responses carry usage inside their message; tool results (the large lines)
+    // are not scanned twice.
+    let message_usage = heads
+        .message
+        .filter(|m| heads.kind.as_deref() == Some("assistant") && m.get().starts_with('{'))
+        .and_then(|m| serde_json::from_str::<MessageHeads<'_>>(m.get()).ok())
+        .and_then(|m| m.usage);
+    if let Some(usage) = heads.usage.or(message_usage) {
+        entry.push_str(r#","usage":"#);
+        entry.push_str(usage.get());
+    }
+    entry.push_str(r#","event":"#);
+    entry.push_str(text);
+    entry.push('}');
+    Some(entry)
 }
 
 fn text_entry(ts: &str, kind: &str, line: &Line) -> Value {
