@@ -12,7 +12,7 @@ use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Parser};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -20,24 +20,8 @@ use crate::config::BackendArgs;
 use crate::prompt::{PromptArgs, assemble_prompt};
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
-/// Confinement mode of the child (DESIGN §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    ReadOnly,
-    WorkspaceWrite,
-    DangerFullAccess,
-}
-
-impl SandboxMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxMode::ReadOnly => "read-only",
-            SandboxMode::WorkspaceWrite => "workspace-write",
-            SandboxMode::DangerFullAccess => "danger-full-access",
-        }
-    }
-}
+/// Confinement mode of the child (DESIGN §5): the sandbox's own mode type.
+pub use crate::sandbox::Mode as SandboxMode;
 
 /// `coder --cd DIR [OPTIONS] [PROMPT | -]`
 #[derive(Debug, Parser)]

@@ -14,7 +14,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::child;
-use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SandboxMode, SessionChoice};
+use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SessionChoice};
 use crate::config;
 use crate::envelope::{Envelope, ErrorDetail, Metrics};
 use crate::observation::Observation;
@@ -253,14 +253,6 @@ pub async fn run(request: RunRequest) -> Envelope {
     envelope
 }
 
-fn sandbox_mode(mode: SandboxMode) -> crate::sandbox::Mode {
-    match mode {
-        SandboxMode::ReadOnly => crate::sandbox::Mode::ReadOnly,
-        SandboxMode::WorkspaceWrite => crate::sandbox::Mode::WorkspaceWrite,
-        SandboxMode::DangerFullAccess => crate::sandbox::Mode::DangerFullAccess,
-    }
-}
-
 /// A sortable run id: UTC time plus a random suffix (`20261121T133652Z-1a2b3c4d`).
 fn new_run_id() -> String {
     let stamp = transcript::timestamp(std::time::SystemTime::now());
@@ -410,7 +402,7 @@ async fn run_attempts(
     // The sandbox: resolved once per run here, applied by the helper to every attempt.
     let preview = child::build(&request, program.clone(), child_base_env.clone());
     let policy = match crate::sandbox::policy_for_agent(
-        sandbox_mode(request.sandbox),
+        request.sandbox,
         &request.workspace,
         &program,
         &preview.env,

@@ -28,8 +28,10 @@ pub const DEFAULT_DENY_GLOBS: [&str; 5] = [
     "**/secrets/**",
 ];
 
-/// How much the agent may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+/// How much the agent may do (the run mode's `--sandbox MODE` and `coder sandbox --mode`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Read the workspace and the system; write only coder's private state and temp.
