@@ -124,6 +124,19 @@ pub struct RunArgs {
     pub prompt_framing: PromptArgs,
 }
 
+/// Parses a subcommand's arguments (`args`: those after its name). On `--help` or a usage
+/// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse.
+pub fn parse_subcommand<T: Parser>(
+    name: &str,
+    args: &[OsString],
+) -> Result<T, std::process::ExitCode> {
+    let argv = std::iter::once(OsString::from(name)).chain(args.iter().cloned());
+    T::try_parse_from(argv).map_err(|e| {
+        let _ = e.print();
+        std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+    })
+}
+
 /// The `--request` JSON object, with the spec's parameter names.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

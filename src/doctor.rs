@@ -176,13 +176,9 @@ pub struct DoctorArgs {
 
 /// Entry point of `coder doctor`; `args` are the arguments after `doctor`.
 pub fn doctor_command(args: &[OsString]) -> ExitCode {
-    let argv = std::iter::once(OsString::from("coder doctor")).chain(args.iter().cloned());
-    let args = match DoctorArgs::try_parse_from(argv) {
+    let args: DoctorArgs = match crate::cli::parse_subcommand("coder doctor", args) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let report = run_checks(&args, &env);

@@ -282,13 +282,9 @@ pub fn read_task_from_stdin() -> Result<String, ConfigError> {
 /// Entry point of `coder prompt`; `args` are the arguments after `prompt`. Prints the
 /// assembled prompt on stdout; exit 0, 2 for usage errors, 78 for a `config_error`.
 pub fn prompt_command(args: &[OsString]) -> ExitCode {
-    let argv = std::iter::once(OsString::from("coder prompt")).chain(args.iter().cloned());
-    let command = match PromptCommand::try_parse_from(argv) {
+    let command: PromptCommand = match crate::cli::parse_subcommand("coder prompt", args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     let task = match command.task.as_deref() {
         Some(task) if task != "-" => Ok(task.to_owned()),

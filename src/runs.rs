@@ -65,12 +65,11 @@ pub struct RunSummary {
 
 /// Entry point of `coder runs ...`.
 pub fn runs_command(args: &[OsString]) -> ExitCode {
-    let parsed = match RunsArgs::try_parse_from(args.iter().skip(1)) {
+    // `args` is coder's whole command line: `coder runs ...`.
+    let after = args.get(2..).unwrap_or_default();
+    let parsed: RunsArgs = match crate::cli::parse_subcommand("coder runs", after) {
         Ok(parsed) => parsed,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     let dir = crate::transcript::runs_dir(
         &parsed

@@ -49,12 +49,10 @@ enum ReplayCommand {
 /// Runs `coder replay …`. `args` is the command line from `replay` on (`["replay",
 /// "serve", "c.json", …]`).
 pub fn serve_command(args: &[OsString]) -> ExitCode {
-    let parsed = match ReplayArgs::try_parse_from(args) {
+    let after = args.get(1..).unwrap_or_default();
+    let parsed: ReplayArgs = match crate::cli::parse_subcommand("coder replay", after) {
         Ok(parsed) => parsed,
-        Err(error) => {
-            let _ = error.print();
-            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
-        }
+        Err(code) => return code,
     };
     let ReplayCommand::Serve {
         cassette,

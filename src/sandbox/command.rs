@@ -65,13 +65,9 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// Entry point of `coder sandbox`; `args` are the arguments after `sandbox`. Never
 /// returns on success: the process becomes the command.
 pub fn sandbox_command(args: &[OsString]) -> ExitCode {
-    let argv = std::iter::once(OsString::from("coder sandbox")).chain(args.iter().cloned());
-    let parsed = match SandboxArgs::try_parse_from(argv) {
+    let parsed: SandboxArgs = match crate::cli::parse_subcommand("coder sandbox", args) {
         Ok(parsed) => parsed,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
-        }
+        Err(code) => return code,
     };
     match run(parsed) {
         Ok(code) => code,
