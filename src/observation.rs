@@ -14,7 +14,9 @@ use serde_json::value::RawValue;
 
 use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
-use crate::stream::{DecodeError, Event, Line, ResultEvent, Usage, decode_event, one_line};
+use crate::stream::{
+    DecodeError, Decoded, Event, Line, ResultEvent, ToolResult, Usage, decode_line, one_line,
+};
 
 /// How many lines `last_lines` keeps.
 pub const LAST_LINES: usize = 20;
@@ -80,19 +82,27 @@ pub struct Observation {
     pub denials: Vec<Denial>,
 }
 
-/// Words that show up in the tool results of denied operations; only lines holding one are
-/// parsed in full for denial detection.
-const DENIAL_MARKERS: [&[u8]; 9] = [
+/// Words that show up in the tool results of denied operations: a part of each message and
+/// errno name [`detect_denials`] recognises. Only tool results holding one are decoded for
+/// denial detection.
+const DENIAL_MARKERS: [&[u8]; 10] = [
     b"ermission denied",
+    b"peration not permitted",
+    b"ead-only file system",
+    b"esource busy",
+    b"ross-device link",
     b"EACCES",
     b"EPERM",
     b"EROFS",
     b"EBUSY",
     b"EXDEV",
-    b"ead-only file system",
-    b"peration not permitted",
-    b"onnection refused",
 ];
+
+fn has_denial_marker(bytes: &[u8]) -> bool {
+    DENIAL_MARKERS
+        .iter()
+        .any(|m| memchr::memmem::find(bytes, m).is_some())
+}
 
 impl Observation {
     /// `keep_events`: keep every parsed event for `all_messages`. `secrets`: strings that
@@ -145,7 +155,7 @@ impl Observation {
     }
 
     /// Takes one complete line. Returns the decoded event for stdout lines that are events.
-    pub fn observe_line(&mut self, pipe: Pipe, line: &Line) -> Option<Event> {
+    pub fn observe_line(&mut self, pipe: Pipe, line: &Line) -> Option<Decoded> {
         self.remember_line(line);
         match pipe {
             Pipe::Stderr => {
@@ -159,7 +169,7 @@ impl Observation {
         }
     }
 
-    fn observe_stdout(&mut self, line: &Line) -> Option<Event> {
+    fn observe_stdout(&mut self, line: &Line) -> Option<Decoded> {
         if line.bytes.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
@@ -167,10 +177,10 @@ impl Observation {
             self.truncated_lines += 1;
             Err(DecodeError::Truncated)
         } else {
-            decode_event(&line.bytes)
+            decode_line(&line.bytes)
         };
-        let event = match decoded {
-            Ok(event) => event,
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
             Err(_) => {
                 self.json_decode_errors += 1;
                 return None;
@@ -189,16 +199,12 @@ impl Observation {
             }
         }
         if self.policy.is_some()
-            && let Event::User { tool_results } = &event
-            && !tool_results.is_empty()
-            && DENIAL_MARKERS
-                .iter()
-                .any(|m| memchr::memmem::find(&line.bytes, m).is_some())
+            && let Event::User { tool_results } = &decoded.event
         {
-            self.detect_denials_in(&line.bytes);
+            self.detect_denials_in(&line.bytes, tool_results);
         }
-        self.apply(&event);
-        Some(event)
+        self.apply(&decoded.event);
+        Some(decoded)
     }
 
     fn apply(&mut self, event: &Event) {
@@ -316,30 +322,31 @@ impl Observation {
         }
     }
 
-    fn detect_denials_in(&mut self, line: &[u8]) {
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
-            return;
-        };
-        let blocks = value["message"]["content"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        for block in blocks.iter().filter(|b| b["type"] == "tool_result") {
-            let id = block["tool_use_id"].as_str().unwrap_or("");
+    /// Looks for denials in the content of `results`, decoded from `line`. Only the
+    /// results' own content is searched: the CLI repeats each result outside the message
+    /// (`tool_use_result`), and that copy says nothing more.
+    fn detect_denials_in(&mut self, line: &[u8], results: &[ToolResult]) {
+        for result in results {
+            // Without a located content, the result has none: on the general reading of a
+            // line (see `decode_line`) a user message yields no results at all.
+            let Some(span) = &result.content else {
+                continue;
+            };
+            let raw = &line[span.clone()];
+            if !has_denial_marker(raw) {
+                continue;
+            }
+            let text = serde_json::from_slice::<serde_json::Value>(raw)
+                .ok()
+                .and_then(|content| content_text(&content));
+            let Some(text) = text else {
+                continue;
+            };
             let tool = self
                 .pending_tools
                 .iter()
-                .find(|p| p.id == id)
+                .find(|p| p.id == result.tool_use_id)
                 .map_or("?".to_owned(), |p| p.name.clone());
-            let text = match &block["content"] {
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(|p| p["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                _ => continue,
-            };
             for denial in detect_denials(&tool, &text, self.policy.as_deref()) {
                 self.push_denial(denial);
             }
@@ -394,6 +401,21 @@ impl Observation {
     }
 }
 
+/// The text of a tool result's content: a string, or the text parts of an array.
+fn content_text(content: &serde_json::Value) -> Option<String> {
+    match content {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
+
 fn add_usage(total: &mut Usage, usage: Usage) {
     total.input_tokens += usage.input_tokens;
     total.output_tokens += usage.output_tokens;
@@ -442,6 +464,58 @@ mod tests {
         assert_eq!(obs.usage().input_tokens, 5);
         assert_eq!(obs.take_all_messages().len(), 3);
         assert_eq!(obs.last_lines().last().map(String::as_str), Some("warning"));
+    }
+
+    #[test]
+    fn denials_are_read_from_the_results_own_content() {
+        let workspace = tempfile::tempdir().unwrap();
+        let policy = crate::sandbox::Policy::resolve(&crate::sandbox::PolicyOptions::new(
+            crate::sandbox::Mode::WorkspaceWrite,
+            workspace.path(),
+        ))
+        .unwrap();
+        let mut obs =
+            Observation::new(Instant::now(), false, vec![]).with_sandbox(Some(Arc::new(policy)));
+        let call = |id: &str| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"m{id}","content":[{{"type":"tool_use","id":"{id}","name":"Bash","input":{{"command":"x"}}}}]}}}}"#
+            )
+        };
+        // The CLI repeats the output outside the message; only the message's copy counts.
+        obs.observe_line(Pipe::Stdout, &line(&call("t1")));
+        obs.observe_line(
+            Pipe::Stdout,
+            &line(
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"fine"}]},"tool_use_result":{"stdout":"cat: /etc/shadow: Permission denied"}}"#,
+            ),
+        );
+        assert!(obs.denials.is_empty());
+        obs.observe_line(Pipe::Stdout, &line(&call("t2")));
+        obs.observe_line(
+            Pipe::Stdout,
+            &line(
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"touch: cannot touch '/usr/x': Read-only file system"}]}]}}"#,
+            ),
+        );
+        obs.observe_line(Pipe::Stdout, &line(&call("t3")));
+        obs.observe_line(
+            Pipe::Stdout,
+            &line(
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t3","content":"rm: cannot remove '/srv/y': Device or resource busy"}]}}"#,
+            ),
+        );
+        let found: Vec<(&str, Option<&str>, DenialClass)> = obs
+            .denials
+            .iter()
+            .map(|d| (d.tool.as_str(), d.path.as_deref(), d.class))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("Bash", Some("/usr/x"), DenialClass::ReadOnly),
+                ("Bash", Some("/srv/y"), DenialClass::ReadOnly),
+            ]
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::progress::{self, Progress};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::session::{self, SessionRecord, SessionStore};
-use crate::stream::{Event, Line};
+use crate::stream::{Decoded, Line};
 use crate::supervise::{
     self, AttemptEnd, CancelSignals, Journal, Limits, StopCause, signals::signal_name,
 };
@@ -272,12 +272,12 @@ struct RunJournal {
 }
 
 impl Journal for RunJournal {
-    fn line(&mut self, pipe: Pipe, line: &Line, event: Option<&Event>) {
-        self.transcript.child_line(pipe, line, event.is_some());
+    fn line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>) {
+        self.transcript.child_line(pipe, line, decoded);
         if let Some(progress) = self.progress.as_mut() {
             progress.activity();
-            if let Some(event) = event {
-                progress.event(event);
+            if let Some(decoded) = decoded {
+                progress.event(&decoded.event);
             }
         }
     }

@@ -9,8 +9,11 @@
 //! fields coder acts on are typed, everything else is skipped without being materialised, and
 //! a line that is not an event is a counted fact, not an error.
 
+use std::ops::Range;
+
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 
 /// Default cap on one line: 64 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
@@ -166,6 +169,24 @@ pub struct ToolUse {
 pub struct ToolResult {
     pub tool_use_id: String,
     pub is_error: bool,
+    /// Where the result's `content` (its raw JSON) lies in the decoded line, so that it can
+    /// be searched without decoding the line again. `None` when the line was decoded the
+    /// general way (see [`decode_line`]), or the result has no content.
+    pub content: Option<Range<usize>>,
+}
+
+/// One decoded stdout line: the event, and where in the line the raw JSON of the fields a
+/// transcript lifts out of it lies (each a range of the line's bytes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    pub event: Event,
+    /// The CLI's `uuid` of the event, when it is a string.
+    pub uuid: Option<Range<usize>>,
+    /// `parent_tool_use_id`, when it is a string.
+    pub parent_tool_use_id: Option<Range<usize>>,
+    /// The event's token usage: the top-level `usage` (a result), else an assistant
+    /// message's `usage`.
+    pub usage: Option<Range<usize>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
@@ -208,14 +229,24 @@ pub enum DecodeError {
     Truncated,
 }
 
-/// Decodes one stdout line.
+/// Decodes one stdout line into its event.
 pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
+    decode_line(line).map(|decoded| decoded.event)
+}
+
+/// Decodes one stdout line: its event, and where the fields a transcript lifts lie in it.
+///
+/// The line is parsed once. Everything coder does not read is skipped without being
+/// materialised, and the fields it only copies or searches (ids, usage, tool results'
+/// content) are located rather than decoded, so a megabyte tool result is scanned once and
+/// never copied.
+pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
     // Fast path: content blocks are read in place, and a tool result's megabytes are skipped
     // rather than buffered. It is stricter than the general path (where a block with a
     // mistyped field only means "no blocks"), so on any error the line is decoded again the
     // general way, which gives the same event or classifies the error.
-    if let Ok(wire) = serde_json::from_slice::<WireEvent<'_, StreamedBlocks>>(line) {
-        return Ok(wire.into_event());
+    if let Ok(wire) = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(line) {
+        return Ok(wire.into_decoded(line));
     }
     let wire: WireEvent<'_, WireContent> = serde_json::from_slice(line).map_err(|e| {
         if e.is_data() {
@@ -224,7 +255,20 @@ pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
             DecodeError::NotJson
         }
     })?;
-    Ok(wire.into_event())
+    Ok(wire.into_decoded(line))
+}
+
+/// Where `raw`, borrowed from `line`, lies in it.
+fn span_in(line: &[u8], raw: &RawValue) -> Option<Range<usize>> {
+    let start = (raw.get().as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
+    let end = start + raw.get().len();
+    (end <= line.len()).then_some(start..end)
+}
+
+/// Where the string `raw`, borrowed from `line`, lies in it (`None` for other values).
+fn string_span_in(line: &[u8], raw: Option<&RawValue>) -> Option<Range<usize>> {
+    raw.filter(|raw| raw.get().starts_with('"'))
+        .and_then(|raw| span_in(line, raw))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -234,6 +278,10 @@ pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
 struct WireEvent<'a, C> {
     #[serde(rename = "type", borrow)]
     kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    uuid: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    parent_tool_use_id: Option<&'a RawValue>,
     #[serde(default)]
     subtype: Option<String>,
     #[serde(default)]
@@ -255,8 +303,8 @@ struct WireEvent<'a, C> {
     api_error_status: Option<serde_json::Value>,
     #[serde(default)]
     api_error_type: Option<String>,
-    #[serde(default = "none")]
-    message: Option<WireMessage<C>>,
+    #[serde(default = "none", borrow)]
+    message: Option<WireMessage<'a, C>>,
     // result
     #[serde(default)]
     is_error: Option<bool>,
@@ -268,8 +316,8 @@ struct WireEvent<'a, C> {
     terminal_reason: Option<String>,
     #[serde(default)]
     errors: Option<Vec<serde_json::Value>>,
-    #[serde(default)]
-    usage: Option<Usage>,
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
     #[serde(default)]
     duration_ms: Option<u64>,
     #[serde(default)]
@@ -279,20 +327,38 @@ struct WireEvent<'a, C> {
 }
 
 #[derive(Deserialize)]
-struct WireMessage<C> {
+struct WireMessage<'a, C> {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     model: Option<String>,
     #[serde(default = "none")]
     content: Option<C>,
-    #[serde(default)]
-    usage: Option<Usage>,
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
 }
 
 /// A message's content: its blocks, if it has any.
-trait ContentBlocks {
-    fn into_blocks(self) -> Vec<WireBlock>;
+trait ContentBlocks<'a> {
+    type Content: ContentSpan;
+    fn into_blocks(self) -> Vec<WireBlock<Self::Content>>;
+}
+
+/// A tool result's content as read: located in the line, or skipped.
+trait ContentSpan {
+    fn span(&self, line: &[u8]) -> Option<Range<usize>>;
+}
+
+impl ContentSpan for &RawValue {
+    fn span(&self, line: &[u8]) -> Option<Range<usize>> {
+        span_in(line, self)
+    }
+}
+
+impl ContentSpan for IgnoredAny {
+    fn span(&self, _: &[u8]) -> Option<Range<usize>> {
+        None
+    }
 }
 
 /// The general reading of a message's content: an array of blocks or, failing that,
@@ -301,12 +367,14 @@ trait ContentBlocks {
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum WireContent {
-    Blocks(Vec<WireBlock>),
+    Blocks(Vec<WireBlock<IgnoredAny>>),
     Text(IgnoredAny),
 }
 
-impl ContentBlocks for WireContent {
-    fn into_blocks(self) -> Vec<WireBlock> {
+impl ContentBlocks<'_> for WireContent {
+    type Content = IgnoredAny;
+
+    fn into_blocks(self) -> Vec<WireBlock<IgnoredAny>> {
         match self {
             WireContent::Blocks(blocks) => blocks,
             WireContent::Text(_) => Vec::new(),
@@ -316,16 +384,19 @@ impl ContentBlocks for WireContent {
 
 /// The fast reading of a message's content: an array is read block by block as it is
 /// parsed; any other value yields no blocks. Fails where a block does not fit
-/// [`WireBlock`], which [`WireContent`] would read as "no blocks".
-struct StreamedBlocks(Vec<WireBlock>);
+/// [`WireBlock`], which [`WireContent`] would read as "no blocks". A tool result's content
+/// is located in the line (borrowed), not copied.
+struct StreamedBlocks<'a>(Vec<WireBlock<&'a RawValue>>);
 
-impl ContentBlocks for StreamedBlocks {
-    fn into_blocks(self) -> Vec<WireBlock> {
+impl<'a> ContentBlocks<'a> for StreamedBlocks<'a> {
+    type Content = &'a RawValue;
+
+    fn into_blocks(self) -> Vec<WireBlock<&'a RawValue>> {
         self.0
     }
 }
 
-impl<'de> Deserialize<'de> for StreamedBlocks {
+impl<'de> Deserialize<'de> for StreamedBlocks<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(StreamedBlocksVisitor)
     }
@@ -334,7 +405,7 @@ impl<'de> Deserialize<'de> for StreamedBlocks {
 struct StreamedBlocksVisitor;
 
 impl<'de> serde::de::Visitor<'de> for StreamedBlocksVisitor {
-    type Value = StreamedBlocks;
+    type Value = StreamedBlocks<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("message content")
@@ -342,7 +413,7 @@ impl<'de> serde::de::Visitor<'de> for StreamedBlocksVisitor {
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut blocks = Vec::new();
-        while let Some(block) = seq.next_element::<WireBlock>()? {
+        while let Some(block) = seq.next_element::<WireBlock<&'de RawValue>>()? {
             blocks.push(block);
         }
         Ok(StreamedBlocks(blocks))
@@ -379,7 +450,7 @@ impl<'de> serde::de::Visitor<'de> for StreamedBlocksVisitor {
 }
 
 #[derive(Deserialize)]
-struct WireBlock {
+struct WireBlock<C> {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(default)]
@@ -395,15 +466,19 @@ struct WireBlock {
     #[serde(default)]
     is_error: Option<bool>,
     // tool_result content can be megabytes: never materialised.
-    #[serde(default)]
-    #[allow(dead_code)]
-    content: Option<IgnoredAny>,
+    #[serde(default = "none")]
+    content: Option<C>,
 }
 
 /// The default of an optional field of generic type (`#[serde(default)]` would require the
 /// type itself to implement `Default`).
 fn none<T>() -> Option<T> {
     None
+}
+
+/// Token usage, when the raw value is a usage object.
+fn usage_of(raw: Option<&RawValue>) -> Option<Usage> {
+    serde_json::from_str(raw?.get()).ok()
 }
 
 fn status_code(value: Option<serde_json::Value>) -> Option<u16> {
@@ -422,8 +497,21 @@ fn string_of(value: Option<serde_json::Value>) -> Option<String> {
     }
 }
 
-impl<C: ContentBlocks> WireEvent<'_, C> {
-    fn into_event(self) -> Event {
+impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
+    fn into_decoded(self, line: &[u8]) -> Decoded {
+        let message_usage = self.message.as_ref().and_then(|m| m.usage);
+        let usage_raw = self
+            .usage
+            .or(message_usage.filter(|_| self.kind == "assistant"));
+        Decoded {
+            uuid: string_span_in(line, self.uuid),
+            parent_tool_use_id: string_span_in(line, self.parent_tool_use_id),
+            usage: usage_raw.and_then(|raw| span_in(line, raw)),
+            event: self.into_event(line),
+        }
+    }
+
+    fn into_event(self, line: &[u8]) -> Event {
         match (&*self.kind, self.subtype.as_deref()) {
             ("system", Some("init")) => Event::Init {
                 session_id: self.session_id,
@@ -445,7 +533,7 @@ impl<C: ContentBlocks> WireEvent<'_, C> {
                 if let Some(message) = self.message {
                     event.message_id = message.id.clone();
                     event.model = message.model.clone();
-                    event.usage = message.usage;
+                    event.usage = usage_of(message.usage);
                     for block in message.blocks() {
                         match block.kind.as_deref() {
                             Some("text") => event.texts.extend(block.text),
@@ -475,6 +563,7 @@ impl<C: ContentBlocks> WireEvent<'_, C> {
                         m.blocks()
                             .filter(|b| b.kind.as_deref() == Some("tool_result"))
                             .map(|b| ToolResult {
+                                content: b.content.as_ref().and_then(|c| c.span(line)),
                                 tool_use_id: b.tool_use_id.unwrap_or_default(),
                                 is_error: b.is_error.unwrap_or(false),
                             })
@@ -497,7 +586,7 @@ impl<C: ContentBlocks> WireEvent<'_, C> {
                     .into_iter()
                     .filter_map(|e| string_of(Some(e)))
                     .collect(),
-                usage: self.usage,
+                usage: usage_of(self.usage),
                 duration_ms: self.duration_ms,
                 duration_api_ms: self.duration_api_ms,
                 total_cost_usd: self.total_cost_usd,
@@ -511,8 +600,8 @@ impl<C: ContentBlocks> WireEvent<'_, C> {
     }
 }
 
-impl<C: ContentBlocks> WireMessage<C> {
-    fn blocks(self) -> impl Iterator<Item = WireBlock> {
+impl<'a, C: ContentBlocks<'a>> WireMessage<'a, C> {
+    fn blocks(self) -> impl Iterator<Item = WireBlock<C::Content>> {
         self.content
             .map(ContentBlocks::into_blocks)
             .unwrap_or_default()
@@ -621,21 +710,63 @@ mod tests {
         };
         assert_eq!(a.tool_uses[0].summary, "Bash(npm test…)");
         let line = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"big"}],"is_error":true}]}}"#;
-        assert_eq!(
-            decode_event(line).unwrap(),
-            Event::User {
-                tool_results: vec![ToolResult {
-                    tool_use_id: "t1".into(),
-                    is_error: true
-                }]
-            }
-        );
+        let Event::User { tool_results } = decode_event(line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(tool_results.len(), 1);
+        assert_eq!(tool_results[0].tool_use_id, "t1");
+        assert!(tool_results[0].is_error);
+        let content = tool_results[0].content.clone().unwrap();
+        assert_eq!(&line[content], br#"[{"type":"text","text":"big"}]"#);
         let line = br#"{"type":"user","message":{"role":"user","content":"plain"}}"#;
         assert_eq!(
             decode_event(line).unwrap(),
             Event::User {
                 tool_results: vec![]
             }
+        );
+    }
+
+    #[test]
+    fn locates_the_fields_a_transcript_lifts() {
+        let text = |line: &[u8], span: Option<Range<usize>>| {
+            span.map(|s| String::from_utf8(line[s].to_vec()).unwrap())
+        };
+        let line = br#"{"type":"assistant","uuid":"u\"1","parent_tool_use_id":null,"message":{"id":"m1","usage":{"input_tokens":3,"output_tokens":4},"content":[]}}"#;
+        let decoded = decode_line(line).unwrap();
+        assert_eq!(text(line, decoded.uuid).as_deref(), Some(r#""u\"1""#));
+        assert_eq!(decoded.parent_tool_use_id, None);
+        assert_eq!(
+            text(line, decoded.usage).as_deref(),
+            Some(r#"{"input_tokens":3,"output_tokens":4}"#)
+        );
+        let Event::Assistant(a) = decoded.event else {
+            panic!()
+        };
+        assert_eq!(a.usage.unwrap().output_tokens, 4);
+
+        // A result's usage is its own; a tool result's message usage is not lifted.
+        let line =
+            br#"{"type":"result","usage":{"input_tokens":9},"uuid":7,"parent_tool_use_id":"t1"}"#;
+        let decoded = decode_line(line).unwrap();
+        assert_eq!(
+            text(line, decoded.usage).as_deref(),
+            Some(r#"{"input_tokens":9}"#)
+        );
+        assert_eq!(decoded.uuid, None);
+        assert_eq!(
+            text(line, decoded.parent_tool_use_id).as_deref(),
+            Some(r#""t1""#)
+        );
+        let line = br#"{"type":"user","message":{"usage":{"input_tokens":1},"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}"#;
+        let decoded = decode_line(line).unwrap();
+        assert_eq!(decoded.usage, None);
+        let Event::User { tool_results } = decoded.event else {
+            panic!()
+        };
+        assert_eq!(
+            text(line, tool_results[0].content.clone()).as_deref(),
+            Some(r#""ok""#)
         );
     }
 

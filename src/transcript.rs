@@ -16,11 +16,10 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::observation::Pipe;
-use crate::stream::Line;
+use crate::stream::{Decoded, Line};
 
 /// Longest child line kept whole in a transcript; longer lines keep their head only.
 const MAX_ENTRY_BYTES: usize = 256 * 1024;
@@ -53,6 +52,8 @@ pub struct Transcript {
     out: Option<BufWriter<File>>,
     secrets: Vec<String>,
     error: Option<String>,
+    /// The entry being assembled, reused so that an entry costs no allocation.
+    entry: Vec<u8>,
 }
 
 impl Transcript {
@@ -77,6 +78,7 @@ impl Transcript {
             out,
             secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
             error,
+            entry: Vec::new(),
         }
     }
 
@@ -87,6 +89,7 @@ impl Transcript {
             out: None,
             secrets: Vec::new(),
             error: None,
+            entry: Vec::new(),
         }
     }
 
@@ -109,20 +112,25 @@ impl Transcript {
         }));
     }
 
-    /// Records one line of the child's output.
-    pub fn child_line(&mut self, pipe: Pipe, line: &Line, is_event: bool) {
+    /// Records one line of the child's output; `decoded` is its decoded form, if it is an
+    /// event.
+    pub fn child_line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>) {
         if self.out.is_none() {
             return;
         }
         let ts = timestamp(SystemTime::now());
-        if is_event
+        if let Some(decoded) = decoded
             && line.bytes.len() <= MAX_ENTRY_BYTES
-            && let Some(entry) = event_entry(&ts, &line.bytes)
+            && let Ok(text) = std::str::from_utf8(&line.bytes)
         {
-            self.write_text(entry);
+            let mut entry = std::mem::take(&mut self.entry);
+            entry.clear();
+            event_entry(&mut entry, &ts, text, decoded);
+            self.write_bytes(&mut entry);
+            self.entry = entry;
             return;
         }
-        let kind = match (pipe, is_event) {
+        let kind = match (pipe, decoded.is_some()) {
             (Pipe::Stderr, _) => "stderr",
             (Pipe::Stdout, true) => "event_truncated",
             (Pipe::Stdout, false) => "noise",
@@ -132,24 +140,25 @@ impl Transcript {
 
     fn write(&mut self, entry: Value) {
         if self.out.is_some() {
-            self.write_text(entry.to_string());
+            let mut bytes = entry.to_string().into_bytes();
+            self.write_bytes(&mut bytes);
         }
     }
 
     /// Writes one entry (a JSON object without its newline), redacted.
-    fn write_text(&mut self, mut text: String) {
+    fn write_bytes(&mut self, entry: &mut Vec<u8>) {
         let Some(out) = self.out.as_mut() else {
             return;
         };
         for secret in &self.secrets {
-            if text.contains(secret.as_str()) {
-                text = text.replace(secret.as_str(), "[REDACTED]");
+            if memchr::memmem::find(entry, secret.as_bytes()).is_some() {
+                *entry = redact(entry, secret.as_bytes());
             }
         }
-        text.push('\n');
+        entry.push(b'\n');
         // One write and one flush per entry: a killed coder loses at most the entry being
         // written.
-        let result = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+        let result = out.write_all(entry).and_then(|()| out.flush());
         if let Err(e) = result {
             self.error = Some(format!("transcript {} stopped: {e}", self.path.display()));
             self.out = None;
@@ -157,61 +166,41 @@ impl Transcript {
     }
 }
 
-/// The fields of an event line the transcript lifts to the top of its entry, borrowed from
-/// the line: the event itself is copied verbatim, never re-serialised, so a megabyte tool
-/// result costs one scan and one copy.
-#[derive(serde::Deserialize)]
-struct EventHeads<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    uuid: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    parent_tool_use_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    usage: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    message: Option<&'a RawValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct MessageHeads<'a> {
-    #[serde(borrow, default)]
-    usage: Option<&'a RawValue>,
+/// `bytes` with every occurrence of `secret` replaced by `[REDACTED]`.
+fn redact(bytes: &[u8], secret: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while let Some(at) = memchr::memmem::find(rest, secret) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(b"[REDACTED]");
+        rest = &rest[at + secret.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 /// `{"ts":…,"source":"child","kind":"event","id":…,"parent_id":…,"usage":…,"event":<line>}`
-fn event_entry(ts: &str, line: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(line).ok()?.trim();
-    let heads: EventHeads<'_> = serde_json::from_str(text).ok()?;
-    let is_string = |v: &&RawValue| v.get().starts_with('"');
-    let mut entry = String::with_capacity(text.len() + 160);
-    entry.push_str(r#"{"ts":"#);
-    entry.push_str(&Value::from(ts).to_string());
-    entry.push_str(r#","source":"child","kind":"event""#);
-    if let Some(id) = heads.uuid.filter(is_string) {
-        entry.push_str(r#","id":"#);
-        entry.push_str(id.get());
+///
+/// The event is copied verbatim, never re-serialised, and the lifted fields are copied
+/// from where the decoder found them: a megabyte tool result costs one copy.
+fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, decoded: &Decoded) {
+    let raw = |span: &Option<std::ops::Range<usize>>| span.clone().and_then(|s| line.get(s));
+    entry.extend_from_slice(br#"{"ts":"#);
+    entry.extend_from_slice(Value::from(ts).to_string().as_bytes());
+    entry.extend_from_slice(br#","source":"child","kind":"event""#);
+    for (key, value) in [
+        (&br#","id":"#[..], raw(&decoded.uuid)),
+        (br#","parent_id":"#, raw(&decoded.parent_tool_use_id)),
+        (br#","usage":"#, raw(&decoded.usage)),
+    ] {
+        if let Some(value) = value {
+            entry.extend_from_slice(key);
+            entry.extend_from_slice(value.as_bytes());
+        }
     }
-    if let Some(parent) = heads.parent_tool_use_id.filter(is_string) {
-        entry.push_str(r#","parent_id":"#);
-        entry.push_str(parent.get());
-    }
-    // Only model responses carry usage inside their message; tool results (the large lines)
-    // are not scanned twice.
-    let message_usage = heads
-        .message
-        .filter(|m| heads.kind.as_deref() == Some("assistant") && m.get().starts_with('{'))
-        .and_then(|m| serde_json::from_str::<MessageHeads<'_>>(m.get()).ok())
-        .and_then(|m| m.usage);
-    if let Some(usage) = heads.usage.or(message_usage) {
-        entry.push_str(r#","usage":"#);
-        entry.push_str(usage.get());
-    }
-    entry.push_str(r#","event":"#);
-    entry.push_str(text);
-    entry.push('}');
-    Some(entry)
+    entry.extend_from_slice(br#","event":"#);
+    entry.extend_from_slice(line.trim().as_bytes());
+    entry.push(b'}');
 }
 
 fn text_entry(ts: &str, kind: &str, line: &Line) -> Value {
@@ -220,13 +209,27 @@ fn text_entry(ts: &str, kind: &str, line: &Line) -> Value {
         "ts": ts,
         "source": "child",
         "kind": kind,
-        "text": String::from_utf8_lossy(&line.bytes[..keep]),
+        "text": text_of(&line.bytes[..keep]),
     });
     let cut = (line.bytes.len() - keep) as u64 + line.dropped;
     if cut > 0 {
         entry["truncated_bytes"] = json!(cut);
     }
     entry
+}
+
+/// `bytes` as text: borrowed when they are UTF-8 (a character cut at the end is dropped),
+/// else decoded lossily. The check runs a word at a time; the lossy decoder goes byte by
+/// byte, so it is kept for the rare text that needs it.
+fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.into(),
+        Err(e) if e.error_len().is_none() => {
+            // Only the last character is incomplete: the head was cut inside it.
+            String::from_utf8_lossy(&bytes[..e.valid_up_to()])
+        }
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// Deletes the oldest transcripts beyond the retention limits. `keep` is never deleted.
@@ -314,7 +317,7 @@ mod tests {
                 bytes: event.to_vec(),
                 dropped: 0,
             },
-            true,
+            crate::stream::decode_line(event).ok().as_ref(),
         );
         t.child_line(
             Pipe::Stderr,
@@ -322,14 +325,34 @@ mod tests {
                 bytes: b"\xffwarn".to_vec(),
                 dropped: 0,
             },
-            false,
+            None,
+        );
+        let leaky = br#"{"type":"user","uuid":"u2","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"key=sk-very-secret"}]}}"#;
+        t.child_line(
+            Pipe::Stdout,
+            &Line {
+                bytes: leaky.to_vec(),
+                dropped: 0,
+            },
+            crate::stream::decode_line(leaky).ok().as_ref(),
         );
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
+        // The event is copied verbatim.
+        assert_eq!(
+            lines[1]["event"],
+            serde_json::from_slice::<Value>(event).unwrap()
+        );
+        assert_eq!(lines[3]["id"], "u2");
+        assert_eq!(
+            lines[3]["event"]["message"]["content"][0]["content"],
+            "key=[REDACTED]"
+        );
+        assert!(!text.contains("sk-very-secret"));
         assert_eq!(lines[0]["data"]["prompt"], "use [REDACTED]");
         assert_eq!(lines[1]["id"], "u1");
         assert_eq!(lines[1]["parent_id"], "p1");

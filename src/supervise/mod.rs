@@ -24,7 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::child::ChildSpec;
 use crate::observation::{Observation, Pipe};
-use crate::stream::{Event, Line, LineSplitter};
+use crate::stream::{Decoded, Event, Line, LineSplitter};
 
 pub use signals::CancelSignals;
 pub use spawn::SpawnError;
@@ -135,8 +135,9 @@ impl Drop for TreeGuard {
 /// Where the supervisor reports what happens, as it happens (the transcript, the progress
 /// display). Implementations must not block.
 pub trait Journal {
-    /// A complete line of the child's output; `event` is its decoded form, if it is one.
-    fn line(&mut self, pipe: Pipe, line: &Line, event: Option<&Event>);
+    /// A complete line of the child's output; `decoded` is its decoded form, if it is an
+    /// event.
+    fn line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>);
     /// Something the supervisor did (`spawn`, `watchdog`, `kill`).
     fn note(&mut self, kind: &str, data: serde_json::Value);
 }
@@ -145,7 +146,7 @@ pub trait Journal {
 pub struct NoJournal;
 
 impl Journal for NoJournal {
-    fn line(&mut self, _: Pipe, _: &Line, _: Option<&Event>) {}
+    fn line(&mut self, _: Pipe, _: &Line, _: Option<&Decoded>) {}
     fn note(&mut self, _: &str, _: serde_json::Value) {}
 }
 
@@ -253,9 +254,9 @@ pub async fn run_attempt(
                 for _ in 0..BATCH {
                     match next {
                         Some(PipeMsg::Line(pipe, line, _queued)) => {
-                            let event = observation.observe_line(pipe, &line);
-                            journal.line(pipe, &line, event.as_ref());
-                            if let Some(Event::Result(_)) = event
+                            let decoded = observation.observe_line(pipe, &line);
+                            journal.line(pipe, &line, decoded.as_ref());
+                            if let Some(Decoded { event: Event::Result(_), .. }) = decoded
                                 && !result_seen
                             {
                                 result_seen = true;
@@ -340,8 +341,8 @@ pub async fn run_attempt(
     while open_pipes > 0 {
         match tokio::time::timeout_at(drain_deadline, rx.recv()).await {
             Ok(Some(PipeMsg::Line(pipe, line, _queued))) => {
-                let event = observation.observe_line(pipe, &line);
-                journal.line(pipe, &line, event.as_ref());
+                let decoded = observation.observe_line(pipe, &line);
+                journal.line(pipe, &line, decoded.as_ref());
             }
             Ok(Some(PipeMsg::Eof)) => open_pipes -= 1,
             Ok(None) | Err(_) => break,
