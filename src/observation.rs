@@ -15,7 +15,8 @@ use serde_json::value::RawValue;
 use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{
-    DecodeError, Decoded, Event, Line, ResultEvent, ToolResult, Usage, decode_line, one_line,
+    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, ResultEvent, ToolResult, Usage,
+    decode_line, decode_long_line, one_line,
 };
 
 /// How many lines `last_lines` keeps.
@@ -176,6 +177,8 @@ impl Observation {
         let decoded = if line.truncated() {
             self.truncated_lines += 1;
             Err(DecodeError::Truncated)
+        } else if line.bytes.len() > LONG_LINE_BYTES {
+            decode_long_line(&line.bytes)
         } else {
             decode_line(&line.bytes)
         };

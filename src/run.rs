@@ -136,7 +136,8 @@ fn run_mode(args: &[OsString]) -> Output {
             return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
     {

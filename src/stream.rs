@@ -18,6 +18,10 @@ use serde_json::value::RawValue;
 /// Default cap on one line: 64 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Lines longer than this are kept by their head only wherever coder records them (the
+/// transcript), so they are decoded with [`decode_long_line`].
+pub const LONG_LINE_BYTES: usize = 256 * 1024;
+
 /// One complete line produced by [`LineSplitter`], without its `\n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
@@ -256,6 +260,29 @@ pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
         }
     })?;
     Ok(wire.into_decoded(line))
+}
+
+/// Decodes a long line (see [`LONG_LINE_BYTES`]): like [`decode_line`], except that the
+/// CLI's second copy of a tool's output, the top-level `tool_use_result` that follows the
+/// message in a `user` line, is neither read nor checked. coder reads a tool result from
+/// the message; the copy is about half of every large line, and since a long line is never
+/// recorded whole, checking its syntax protects nothing.
+pub fn decode_long_line(line: &[u8]) -> Result<Decoded, DecodeError> {
+    const COPY_KEY: &[u8] = br#","tool_use_result":"#;
+    // Outside a string only: inside one, a quote is always escaped. Parsing the head with
+    // the object closed before the key succeeds only if the key is at the top level.
+    if let Some(at) = memchr::memmem::find(line, COPY_KEY) {
+        let mut head = Vec::with_capacity(at + 1);
+        head.extend_from_slice(&line[..at]);
+        head.push(b'}');
+        if let Ok(wire) = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&head)
+            && wire.kind == "user"
+        {
+            // The head is the line's own prefix, so its spans are the line's.
+            return Ok(wire.into_decoded(&head));
+        }
+    }
+    decode_line(line)
 }
 
 /// Where `raw`, borrowed from `line`, lies in it.
@@ -768,6 +795,34 @@ mod tests {
             text(line, tool_results[0].content.clone()).as_deref(),
             Some(r#""ok""#)
         );
+    }
+
+    #[test]
+    fn long_lines_are_read_up_to_the_copy_of_the_tool_output() {
+        let line = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"a \",\"tool_use_result\":"}]},"uuid":"u1","tool_use_result":{"stdout":"a \",\"tool_use_result\":"},"tool_result_meta":[]}"#;
+        let decoded = decode_long_line(line).unwrap();
+        assert_eq!(decoded, decode_line(line).unwrap());
+        let Event::User { tool_results } = &decoded.event else {
+            panic!()
+        };
+        let content = tool_results[0].content.clone().unwrap();
+        assert_eq!(&line[content], br#""a \",\"tool_use_result\":""#);
+        assert_eq!(&line[decoded.uuid.unwrap()], br#""u1""#);
+
+        // The copy is not checked...
+        let broken =
+            br#"{"type":"user","message":{"content":[]},"tool_use_result":{"stdout":"\q"}}"#;
+        assert!(decode_long_line(broken).is_ok());
+        assert_eq!(decode_line(broken), Err(DecodeError::NotJson));
+        // ...but everything before it is, and a key of that name below the top level is
+        // not taken for it.
+        let broken = br#"{"type":"user","message":{"content":"\q"},"tool_use_result":{}}"#;
+        assert_eq!(decode_long_line(broken), Err(DecodeError::NotJson));
+        let nested = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","x":1,"tool_use_result":2}]}}"#;
+        assert_eq!(decode_long_line(nested), decode_line(nested));
+        let not_user =
+            br#"{"type":"assistant","message":{"id":"m1"},"tool_use_result":1,"session_id":"s"}"#;
+        assert_eq!(decode_long_line(not_user), decode_line(not_user));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::observation::Pipe;
 use crate::stream::{Decoded, Line};
 
 /// Longest child line kept whole in a transcript; longer lines keep their head only.
-const MAX_ENTRY_BYTES: usize = 256 * 1024;
+const MAX_ENTRY_BYTES: usize = crate::stream::LONG_LINE_BYTES;
 
 /// How many transcripts, and how many bytes of them, to keep.
 #[derive(Debug, Clone, Copy)]
