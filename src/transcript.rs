@@ -139,8 +139,9 @@ impl Transcript {
     }
 
     fn write(&mut self, entry: Value) {
-        if self.out.is_some() {
-            let mut bytes = entry.to_string().into_bytes();
+        if self.out.is_some()
+            && let Ok(mut bytes) = serde_json::to_vec(&entry)
+        {
             self.write_bytes(&mut bytes);
         }
     }
