@@ -111,7 +111,7 @@ fn has_denial_marker(bytes: &[u8]) -> bool {
     static FINDERS: LazyLock<Vec<memchr::memmem::Finder<'static>>> = LazyLock::new(|| {
         DENIAL_MARKERS
             .iter()
-            .map(|m| memchr::memmem::Finder::new(m))
+            .map(memchr::memmem::Finder::new)
             .collect()
     });
     // Blocks overlap by a marker's length less one, so no marker is split unseen.
@@ -181,7 +181,10 @@ impl Observation {
     }
 
     /// Takes one complete line. Returns the decoded event for stdout lines that are events.
-    pub fn observe_line(&mut self, pipe: Pipe, line: &Line) -> Option<Decoded> {
+    ///
+    /// The line is borrowed mutably for decoding only (see [`decode_long_line`]) and is
+    /// given back unchanged.
+    pub fn observe_line(&mut self, pipe: Pipe, line: &mut Line) -> Option<Decoded> {
         self.remember_line(line);
         match pipe {
             Pipe::Stderr => {
@@ -195,7 +198,7 @@ impl Observation {
         }
     }
 
-    fn observe_stdout(&mut self, line: &Line) -> Option<Decoded> {
+    fn observe_stdout(&mut self, line: &mut Line) -> Option<Decoded> {
         if line.bytes.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
@@ -203,7 +206,7 @@ impl Observation {
             self.truncated_lines += 1;
             Err(DecodeError::Truncated)
         } else if line.bytes.len() > LONG_LINE_BYTES {
-            decode_long_line(&line.bytes)
+            decode_long_line(&mut line.bytes)
         } else {
             decode_line(&line.bytes)
         };
@@ -467,24 +470,24 @@ mod tests {
         let mut obs = Observation::new(Instant::now(), true, vec![]);
         obs.observe_line(
             Pipe::Stdout,
-            &line(r#"{"type":"system","subtype":"init","session_id":"abc"}"#),
+            &mut line(r#"{"type":"system","subtype":"init","session_id":"abc"}"#),
         );
         obs.observe_line(
             Pipe::Stdout,
-            &line(
+            &mut line(
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"make"}}],"usage":{"input_tokens":5,"output_tokens":2}}}"#,
             ),
         );
         assert_eq!(obs.pending_tool(), Some("Bash(make)"));
         obs.observe_line(
             Pipe::Stdout,
-            &line(
+            &mut line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}"#,
             ),
         );
         assert_eq!(obs.pending_tool(), None);
-        obs.observe_line(Pipe::Stdout, &line("not json"));
-        obs.observe_line(Pipe::Stderr, &line("warning"));
+        obs.observe_line(Pipe::Stdout, &mut line("not json"));
+        obs.observe_line(Pipe::Stderr, &mut line("warning"));
         assert_eq!(obs.session_id.as_deref(), Some("abc"));
         assert_eq!(obs.json_decode_errors, 1);
         assert_eq!(obs.tool_calls.get("Bash"), Some(&1));
@@ -510,25 +513,25 @@ mod tests {
             )
         };
         // The CLI repeats the output outside the message; only the message's copy counts.
-        obs.observe_line(Pipe::Stdout, &line(&call("t1")));
+        obs.observe_line(Pipe::Stdout, &mut line(&call("t1")));
         obs.observe_line(
             Pipe::Stdout,
-            &line(
+            &mut line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"fine"}]},"tool_use_result":{"stdout":"cat: /etc/shadow: Permission denied"}}"#,
             ),
         );
         assert!(obs.denials.is_empty());
-        obs.observe_line(Pipe::Stdout, &line(&call("t2")));
+        obs.observe_line(Pipe::Stdout, &mut line(&call("t2")));
         obs.observe_line(
             Pipe::Stdout,
-            &line(
+            &mut line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"touch: cannot touch '/usr/x': Read-only file system"}]}]}}"#,
             ),
         );
-        obs.observe_line(Pipe::Stdout, &line(&call("t3")));
+        obs.observe_line(Pipe::Stdout, &mut line(&call("t3")));
         obs.observe_line(
             Pipe::Stdout,
-            &line(
+            &mut line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t3","content":"rm: cannot remove '/srv/y': Device or resource busy"}]}}"#,
             ),
         );
@@ -563,9 +566,9 @@ mod tests {
     #[test]
     fn last_lines_cut_long_lines_at_a_character() {
         let mut obs = Observation::new(Instant::now(), false, vec![]);
-        obs.observe_line(Pipe::Stderr, &line(&"é".repeat(5000)));
-        obs.observe_line(Pipe::Stderr, &line(&"𝄞".repeat(LAST_LINE_CHARS)));
-        obs.observe_line(Pipe::Stderr, &line(&"x".repeat(LAST_LINE_CHARS)));
+        obs.observe_line(Pipe::Stderr, &mut line(&"é".repeat(5000)));
+        obs.observe_line(Pipe::Stderr, &mut line(&"𝄞".repeat(LAST_LINE_CHARS)));
+        obs.observe_line(Pipe::Stderr, &mut line(&"x".repeat(LAST_LINE_CHARS)));
         let last = obs.last_lines();
         assert_eq!(
             last[0],
@@ -579,7 +582,7 @@ mod tests {
     fn last_lines_are_bounded_and_redacted() {
         let mut obs = Observation::new(Instant::now(), false, vec!["sk-secret-123".into()]);
         for i in 0..30 {
-            obs.observe_line(Pipe::Stderr, &line(&format!("line {i} sk-secret-123")));
+            obs.observe_line(Pipe::Stderr, &mut line(&format!("line {i} sk-secret-123")));
         }
         let last = obs.last_lines();
         assert_eq!(last.len(), LAST_LINES);

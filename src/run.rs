@@ -136,6 +136,10 @@ fn run_mode(args: &[OsString]) -> Output {
             return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
         }
     };
+    crate::supervise::release_large_buffers();
+    // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
+    // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and
+    // splitting the child's output overlaps with decoding it.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -238,7 +242,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "attempts": envelope.attempts,
         }),
     );
-    match journal.transcript.error() {
+    match journal.transcript.finish() {
         Some(error) => envelope.warnings.push(error.to_owned()),
         None => {
             envelope.transcript = Some(transcript_path.display().to_string());

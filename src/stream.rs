@@ -267,19 +267,23 @@ pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
 /// message in a `user` line, is neither read nor checked. coder reads a tool result from
 /// the message; the copy is about half of every large line, and since a long line is never
 /// recorded whole, checking its syntax protects nothing.
-pub fn decode_long_line(line: &[u8]) -> Result<Decoded, DecodeError> {
+///
+/// The line is borrowed mutably for the parse only: it is given back unchanged.
+pub fn decode_long_line(line: &mut [u8]) -> Result<Decoded, DecodeError> {
     const COPY_KEY: &[u8] = br#","tool_use_result":"#;
-    // Outside a string only: inside one, a quote is always escaped. Parsing the head with
-    // the object closed before the key succeeds only if the key is at the top level.
+    // Outside a string only: inside one, a quote is always escaped. The head is parsed with
+    // the object closed in place of the key's comma, which succeeds only if the key is at
+    // the top level; the comma is put back before anything else reads the line.
     if let Some(at) = memchr::memmem::find(line, COPY_KEY) {
-        let mut head = Vec::with_capacity(at + 1);
-        head.extend_from_slice(&line[..at]);
-        head.push(b'}');
-        if let Ok(wire) = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&head)
-            && wire.kind == "user"
-        {
+        line[at] = b'}';
+        let head = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&line[..=at])
+            .ok()
+            .filter(|wire| wire.kind == "user")
+            .map(|wire| wire.into_decoded(&line[..=at]));
+        line[at] = b',';
+        if let Some(decoded) = head {
             // The head is the line's own prefix, so its spans are the line's.
-            return Ok(wire.into_decoded(&head));
+            return Ok(decoded);
         }
     }
     decode_line(line)
@@ -800,7 +804,13 @@ mod tests {
     #[test]
     fn long_lines_are_read_up_to_the_copy_of_the_tool_output() {
         let line = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"a \",\"tool_use_result\":"}]},"uuid":"u1","tool_use_result":{"stdout":"a \",\"tool_use_result\":"},"tool_result_meta":[]}"#;
-        let decoded = decode_long_line(line).unwrap();
+        let long = |line: &[u8]| {
+            let mut copy = line.to_vec();
+            let decoded = decode_long_line(&mut copy);
+            assert_eq!(copy, line, "the line is given back unchanged");
+            decoded
+        };
+        let decoded = long(line).unwrap();
         assert_eq!(decoded, decode_line(line).unwrap());
         let Event::User { tool_results } = &decoded.event else {
             panic!()
@@ -812,17 +822,17 @@ mod tests {
         // The copy is not checked...
         let broken =
             br#"{"type":"user","message":{"content":[]},"tool_use_result":{"stdout":"\q"}}"#;
-        assert!(decode_long_line(broken).is_ok());
+        assert!(long(broken).is_ok());
         assert_eq!(decode_line(broken), Err(DecodeError::NotJson));
         // ...but everything before it is, and a key of that name below the top level is
         // not taken for it.
         let broken = br#"{"type":"user","message":{"content":"\q"},"tool_use_result":{}}"#;
-        assert_eq!(decode_long_line(broken), Err(DecodeError::NotJson));
+        assert_eq!(long(broken), Err(DecodeError::NotJson));
         let nested = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","x":1,"tool_use_result":2}]}}"#;
-        assert_eq!(decode_long_line(nested), decode_line(nested));
+        assert_eq!(long(nested), decode_line(nested));
         let not_user =
             br#"{"type":"assistant","message":{"id":"m1"},"tool_use_result":1,"session_id":"s"}"#;
-        assert_eq!(decode_long_line(not_user), decode_line(not_user));
+        assert_eq!(long(not_user), decode_line(not_user));
     }
 
     #[test]

@@ -13,7 +13,10 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::SyncSender;
+use std::thread::JoinHandle;
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
@@ -47,13 +50,49 @@ pub fn runs_dir(state_dir: &Path) -> PathBuf {
 
 /// An open transcript. Writing never fails the run: the first I/O error disables the
 /// transcript and is reported once as a warning.
+///
+/// Entries are written by a thread of their own, so that formatting, redacting and writing
+/// them (a fifth of the work per byte of a fast stream) overlaps with reading and decoding
+/// the child's output. The queue between the two is short, so memory stays bounded; each
+/// entry is written and flushed as soon as that thread takes it.
 pub struct Transcript {
     path: PathBuf,
-    out: Option<BufWriter<File>>,
-    secrets: Vec<String>,
+    writer: Option<Writer>,
     error: Option<String>,
-    /// The entry being assembled, reused so that an entry costs no allocation.
-    entry: Vec<u8>,
+}
+
+struct Writer {
+    queue: SyncSender<Entry>,
+    thread: JoinHandle<Option<String>>,
+}
+
+/// How many entries may wait for the writer thread (each at most [`MAX_ENTRY_BYTES`]).
+const QUEUED_ENTRIES: usize = 4;
+
+/// One entry on its way to the writer thread, formatted there.
+enum Entry {
+    Coder {
+        at: SystemTime,
+        kind: String,
+        data: Value,
+    },
+    Child {
+        at: SystemTime,
+        pipe: Pipe,
+        /// The line, or its head when it is longer than [`MAX_ENTRY_BYTES`].
+        bytes: Vec<u8>,
+        /// Bytes of the line left out (beyond the head, or dropped by the splitter).
+        cut: u64,
+        /// For event lines: where the lifted fields lie in `bytes`.
+        fields: Option<EventFields>,
+    },
+}
+
+/// Where the fields an event entry lifts lie in the line (see [`Decoded`]).
+struct EventFields {
+    uuid: Option<Range<usize>>,
+    parent_tool_use_id: Option<Range<usize>>,
+    usage: Option<Range<usize>>,
 }
 
 impl Transcript {
@@ -63,22 +102,48 @@ impl Transcript {
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| File::create(&path));
-        let (out, error) = match opened {
-            Ok(file) => (Some(BufWriter::new(file)), None),
-            Err(e) => (
-                None,
-                Some(format!(
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) => {
+                let error = format!("cannot write the transcript {}: {e}", path.display());
+                return Transcript {
+                    path,
+                    writer: None,
+                    error: Some(error),
+                };
+            }
+        };
+        let (queue, entries) = std::sync::mpsc::sync_channel(QUEUED_ENTRIES);
+        let mut sink = Sink {
+            out: BufWriter::new(file),
+            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
+            entry: Vec::new(),
+        };
+        let shown = path.display().to_string();
+        let thread = std::thread::Builder::new()
+            .name("coder-transcript".into())
+            .spawn(move || {
+                for entry in entries {
+                    if let Err(e) = sink.write(entry) {
+                        return Some(format!("transcript {shown} stopped: {e}"));
+                    }
+                }
+                None
+            });
+        match thread {
+            Ok(thread) => Transcript {
+                path,
+                writer: Some(Writer { queue, thread }),
+                error: None,
+            },
+            Err(e) => Transcript {
+                error: Some(format!(
                     "cannot write the transcript {}: {e}",
                     path.display()
                 )),
-            ),
-        };
-        Transcript {
-            path,
-            out,
-            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
-            error,
-            entry: Vec::new(),
+                path,
+                writer: None,
+            },
         }
     }
 
@@ -86,10 +151,8 @@ impl Transcript {
     pub fn disabled() -> Transcript {
         Transcript {
             path: PathBuf::new(),
-            out: None,
-            secrets: Vec::new(),
+            writer: None,
             error: None,
-            entry: Vec::new(),
         }
     }
 
@@ -97,73 +160,121 @@ impl Transcript {
         &self.path
     }
 
-    /// The write error that disabled the transcript, if any.
-    pub fn error(&self) -> Option<&str> {
+    /// Writes out every entry recorded so far and closes the transcript. Returns the
+    /// write error that disabled it, if any.
+    pub fn finish(&mut self) -> Option<&str> {
+        if let Some(writer) = self.writer.take() {
+            drop(writer.queue);
+            self.error = match writer.thread.join() {
+                Ok(error) => error,
+                Err(_) => Some(format!(
+                    "transcript {} stopped: its writer failed",
+                    self.path.display()
+                )),
+            };
+        }
         self.error.as_deref()
     }
 
     /// Records one of coder's own entries.
     pub fn coder(&mut self, kind: &str, data: Value) {
-        self.write(json!({
-            "ts": timestamp(SystemTime::now()),
-            "source": "coder",
-            "kind": kind,
-            "data": data,
-        }));
+        self.send(Entry::Coder {
+            at: SystemTime::now(),
+            kind: kind.to_owned(),
+            data,
+        });
     }
 
     /// Records one line of the child's output; `decoded` is its decoded form, if it is an
     /// event.
     pub fn child_line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>) {
-        if self.out.is_none() {
+        if self.writer.is_none() {
             return;
         }
-        let ts = timestamp(SystemTime::now());
-        if let Some(decoded) = decoded
-            && line.bytes.len() <= MAX_ENTRY_BYTES
-            && let Ok(text) = std::str::from_utf8(&line.bytes)
-        {
-            let mut entry = std::mem::take(&mut self.entry);
-            entry.clear();
-            event_entry(&mut entry, &ts, text, decoded);
-            self.write_bytes(&mut entry);
-            self.entry = entry;
-            return;
-        }
-        let kind = match (pipe, decoded.is_some()) {
-            (Pipe::Stderr, _) => "stderr",
-            (Pipe::Stdout, true) => "event_truncated",
-            (Pipe::Stdout, false) => "noise",
-        };
-        self.write(text_entry(&ts, kind, line));
+        let keep = line.bytes.len().min(MAX_ENTRY_BYTES);
+        self.send(Entry::Child {
+            at: SystemTime::now(),
+            pipe,
+            bytes: line.bytes[..keep].to_vec(),
+            cut: (line.bytes.len() - keep) as u64 + line.dropped,
+            fields: decoded.map(|d| EventFields {
+                uuid: d.uuid.clone(),
+                parent_tool_use_id: d.parent_tool_use_id.clone(),
+                usage: d.usage.clone(),
+            }),
+        });
     }
 
-    fn write(&mut self, entry: Value) {
-        if self.out.is_some()
-            && let Ok(mut bytes) = serde_json::to_vec(&entry)
+    fn send(&mut self, entry: Entry) {
+        if let Some(writer) = &self.writer
+            && writer.queue.send(entry).is_err()
         {
-            self.write_bytes(&mut bytes);
+            // The writer stopped on an error; `finish` reports it.
+            self.finish();
         }
     }
+}
 
-    /// Writes one entry (a JSON object without its newline), redacted.
-    fn write_bytes(&mut self, entry: &mut Vec<u8>) {
-        let Some(out) = self.out.as_mut() else {
-            return;
-        };
-        for secret in &self.secrets {
-            if memchr::memmem::find(entry, secret.as_bytes()).is_some() {
-                *entry = redact(entry, secret.as_bytes());
+impl Drop for Transcript {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The writer thread's end: formats, redacts and writes entries.
+struct Sink {
+    out: BufWriter<File>,
+    secrets: Vec<String>,
+    /// The entry being assembled, reused so that an entry costs no allocation.
+    entry: Vec<u8>,
+}
+
+impl Sink {
+    fn write(&mut self, entry: Entry) -> std::io::Result<()> {
+        let mut bytes = std::mem::take(&mut self.entry);
+        bytes.clear();
+        match entry {
+            Entry::Coder { at, kind, data } => {
+                let entry = json!({
+                    "ts": timestamp(at),
+                    "source": "coder",
+                    "kind": kind,
+                    "data": data,
+                });
+                serde_json::to_writer(&mut bytes, &entry)?;
+            }
+            Entry::Child {
+                at,
+                pipe,
+                bytes: line,
+                cut,
+                fields,
+            } => {
+                let ts = timestamp(at);
+                match (&fields, cut, std::str::from_utf8(&line)) {
+                    (Some(fields), 0, Ok(text)) => event_entry(&mut bytes, &ts, text, fields),
+                    _ => {
+                        let kind = match (pipe, fields.is_some()) {
+                            (Pipe::Stderr, _) => "stderr",
+                            (Pipe::Stdout, true) => "event_truncated",
+                            (Pipe::Stdout, false) => "noise",
+                        };
+                        serde_json::to_writer(&mut bytes, &text_entry(&ts, kind, &line, cut))?;
+                    }
+                }
             }
         }
-        entry.push(b'\n');
-        // One write and one flush per entry: a killed coder loses at most the entry being
-        // written.
-        let result = out.write_all(entry).and_then(|()| out.flush());
-        if let Err(e) = result {
-            self.error = Some(format!("transcript {} stopped: {e}", self.path.display()));
-            self.out = None;
+        for secret in &self.secrets {
+            if memchr::memmem::find(&bytes, secret.as_bytes()).is_some() {
+                bytes = redact(&bytes, secret.as_bytes());
+            }
         }
+        bytes.push(b'\n');
+        // One write and one flush per entry: a killed coder loses at most the entries
+        // still queued.
+        let result = self.out.write_all(&bytes).and_then(|()| self.out.flush());
+        self.entry = bytes;
+        result
     }
 }
 
@@ -184,15 +295,15 @@ fn redact(bytes: &[u8], secret: &[u8]) -> Vec<u8> {
 ///
 /// The event is copied verbatim, never re-serialised, and the lifted fields are copied
 /// from where the decoder found them: a megabyte tool result costs one copy.
-fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, decoded: &Decoded) {
-    let raw = |span: &Option<std::ops::Range<usize>>| span.clone().and_then(|s| line.get(s));
+fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, fields: &EventFields) {
+    let raw = |span: &Option<Range<usize>>| span.clone().and_then(|s| line.get(s));
     entry.extend_from_slice(br#"{"ts":"#);
     entry.extend_from_slice(Value::from(ts).to_string().as_bytes());
     entry.extend_from_slice(br#","source":"child","kind":"event""#);
     for (key, value) in [
-        (&br#","id":"#[..], raw(&decoded.uuid)),
-        (br#","parent_id":"#, raw(&decoded.parent_tool_use_id)),
-        (br#","usage":"#, raw(&decoded.usage)),
+        (&br#","id":"#[..], raw(&fields.uuid)),
+        (br#","parent_id":"#, raw(&fields.parent_tool_use_id)),
+        (br#","usage":"#, raw(&fields.usage)),
     ] {
         if let Some(value) = value {
             entry.extend_from_slice(key);
@@ -204,15 +315,13 @@ fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, decoded: &Decoded) {
     entry.push(b'}');
 }
 
-fn text_entry(ts: &str, kind: &str, line: &Line) -> Value {
-    let keep = line.bytes.len().min(MAX_ENTRY_BYTES);
+fn text_entry(ts: &str, kind: &str, head: &[u8], cut: u64) -> Value {
     let mut entry = json!({
         "ts": ts,
         "source": "child",
         "kind": kind,
-        "text": text_of(&line.bytes[..keep]),
+        "text": text_of(head),
     });
-    let cut = (line.bytes.len() - keep) as u64 + line.dropped;
     if cut > 0 {
         entry["truncated_bytes"] = json!(cut);
     }
@@ -337,6 +446,7 @@ mod tests {
             },
             crate::stream::decode_line(leaky).ok().as_ref(),
         );
+        assert_eq!(t.finish(), None);
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<Value> = text
             .lines()
@@ -359,6 +469,51 @@ mod tests {
         assert_eq!(lines[1]["parent_id"], "p1");
         assert_eq!(lines[1]["usage"]["input_tokens"], 3);
         assert_eq!(lines[2]["kind"], "stderr");
+    }
+
+    #[test]
+    fn long_and_undecodable_lines_keep_their_head_as_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let mut t = Transcript::create(path.clone(), vec![]);
+        let mut long = br#"{"type":"user","message":{"content":""#.to_vec();
+        long.extend(std::iter::repeat_n(b'a', MAX_ENTRY_BYTES));
+        long.extend_from_slice(br#""}}"#);
+        let decoded = crate::stream::decode_line(&long).unwrap();
+        let line = Line {
+            bytes: long.clone(),
+            dropped: 5,
+        };
+        t.child_line(Pipe::Stdout, &line, Some(&decoded));
+        let noise = Line {
+            bytes: "é not json".as_bytes().to_vec(),
+            dropped: 0,
+        };
+        t.child_line(Pipe::Stdout, &noise, None);
+        assert_eq!(t.finish(), None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["kind"], "event_truncated");
+        assert_eq!(lines[0]["text"].as_str().unwrap().len(), MAX_ENTRY_BYTES);
+        assert_eq!(
+            lines[0]["truncated_bytes"],
+            (long.len() - MAX_ENTRY_BYTES + 5) as u64
+        );
+        assert_eq!(lines[1]["kind"], "noise");
+        assert_eq!(lines[1]["text"], "é not json");
+    }
+
+    #[test]
+    fn an_unwritable_transcript_is_reported_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let mut t = Transcript::create(dir.path().join("file/r.jsonl"), vec![]);
+        t.coder("start", json!({}));
+        let error = t.finish().unwrap();
+        assert!(error.contains("cannot write the transcript"), "{error}");
     }
 
     #[test]
