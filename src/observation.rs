@@ -83,20 +83,21 @@ pub struct Observation {
     pub denials: Vec<Denial>,
 }
 
-/// Words that show up in the tool results of denied operations: a part of each message and
-/// errno name [`detect_denials`] recognises. Only tool results holding one are decoded for
-/// denial detection.
-const DENIAL_MARKERS: [&[u8]; 10] = [
+/// Words that show up in the tool results of denied operations: a part of each message
+/// [`detect_denials`] recognises. Only tool results holding one are decoded for denial
+/// detection.
+///
+/// The errno names the detector also knows (`EACCES`, `EPERM`, `EROFS`, `EBUSY`, `EXDEV`)
+/// are not searched for: the tools print them with their message (Node's `EACCES:
+/// permission denied, open '…'`, `EBUSY: resource busy or locked`, Python's `[Errno 13]
+/// Permission denied`), so the messages find them, and each marker costs a search of every
+/// tool result.
+const DENIAL_MARKERS: [&[u8]; 5] = [
     b"ermission denied",
     b"peration not permitted",
     b"ead-only file system",
     b"esource busy",
     b"ross-device link",
-    b"EACCES",
-    b"EPERM",
-    b"EROFS",
-    b"EBUSY",
-    b"EXDEV",
 ];
 
 /// Whether `bytes` hold one of the [`DENIAL_MARKERS`].
