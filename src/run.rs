@@ -159,6 +159,8 @@ fn run_mode(args: &[OsString]) -> Output {
     let log_metrics = request.log_metrics;
     let return_metrics = request.return_metrics;
     let mut envelope = runtime.block_on(run(request));
+    // Every task of the run has ended; the worker is told to stop, not waited for.
+    runtime.shutdown_background();
     let metrics_line = if log_metrics {
         envelope
             .metrics
