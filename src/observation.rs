@@ -102,10 +102,10 @@ const DENIAL_MARKERS: [&[u8]; 5] = [
 
 /// Whether `bytes` hold one of the [`DENIAL_MARKERS`].
 ///
-/// A tool result can be megabytes, and ten searches over all of it would each stream it
-/// from memory again: the markers are searched block by block instead, so each block is
-/// read from memory once and searched ten times from cache (2.5 times faster on a mixed
-/// stream).
+/// A tool result can be megabytes, and a search per marker over all of it would stream it
+/// from memory once per marker: the markers are searched block by block instead, so each
+/// block is read from memory once and searched for every marker from cache (2.5 times
+/// faster on a mixed stream, with ten markers).
 fn has_denial_marker(bytes: &[u8]) -> bool {
     use std::sync::LazyLock;
     const BLOCK: usize = 16 * 1024;
@@ -501,11 +501,15 @@ mod tests {
     #[test]
     fn denials_are_read_from_the_results_own_content() {
         let workspace = tempfile::tempdir().unwrap();
-        let policy = crate::sandbox::Policy::resolve(&crate::sandbox::PolicyOptions::new(
+        let state = tempfile::tempdir().unwrap();
+        // The policy's per-run directories go to a scratch state, not the user's.
+        let mut options = crate::sandbox::PolicyOptions::new(
             crate::sandbox::Mode::WorkspaceWrite,
             workspace.path(),
-        ))
-        .unwrap();
+        );
+        options.config_dir = Some(state.path().join("claude"));
+        options.runs_dir = Some(state.path().join("runs"));
+        let policy = crate::sandbox::Policy::resolve(&options).unwrap();
         let mut obs =
             Observation::new(Instant::now(), false, vec![]).with_sandbox(Some(Arc::new(policy)));
         let call = |id: &str| {

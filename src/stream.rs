@@ -179,11 +179,18 @@ pub struct ToolResult {
     pub content: Option<Range<usize>>,
 }
 
-/// One decoded stdout line: the event, and where in the line the raw JSON of the fields a
-/// transcript lifts out of it lies (each a range of the line's bytes).
+/// One decoded stdout line: the event, and where in the line the fields a transcript lifts
+/// out of it lie.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {
     pub event: Event,
+    pub spans: EventSpans,
+}
+
+/// Where in an event's line the raw JSON of the fields a transcript lifts lies (each a
+/// range of the line's bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventSpans {
     /// The CLI's `uuid` of the event, when it is a string.
     pub uuid: Option<Range<usize>>,
     /// `parent_tool_use_id`, when it is a string.
@@ -535,9 +542,11 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
             .usage
             .or(message_usage.filter(|_| self.kind == "assistant"));
         Decoded {
-            uuid: string_span_in(line, self.uuid),
-            parent_tool_use_id: string_span_in(line, self.parent_tool_use_id),
-            usage: usage_raw.and_then(|raw| span_in(line, raw)),
+            spans: EventSpans {
+                uuid: string_span_in(line, self.uuid),
+                parent_tool_use_id: string_span_in(line, self.parent_tool_use_id),
+                usage: usage_raw.and_then(|raw| span_in(line, raw)),
+            },
             event: self.into_event(line),
         }
     }
@@ -765,10 +774,10 @@ mod tests {
         };
         let line = br#"{"type":"assistant","uuid":"u\"1","parent_tool_use_id":null,"message":{"id":"m1","usage":{"input_tokens":3,"output_tokens":4},"content":[]}}"#;
         let decoded = decode_line(line).unwrap();
-        assert_eq!(text(line, decoded.uuid).as_deref(), Some(r#""u\"1""#));
-        assert_eq!(decoded.parent_tool_use_id, None);
+        assert_eq!(text(line, decoded.spans.uuid).as_deref(), Some(r#""u\"1""#));
+        assert_eq!(decoded.spans.parent_tool_use_id, None);
         assert_eq!(
-            text(line, decoded.usage).as_deref(),
+            text(line, decoded.spans.usage).as_deref(),
             Some(r#"{"input_tokens":3,"output_tokens":4}"#)
         );
         let Event::Assistant(a) = decoded.event else {
@@ -781,17 +790,17 @@ mod tests {
             br#"{"type":"result","usage":{"input_tokens":9},"uuid":7,"parent_tool_use_id":"t1"}"#;
         let decoded = decode_line(line).unwrap();
         assert_eq!(
-            text(line, decoded.usage).as_deref(),
+            text(line, decoded.spans.usage).as_deref(),
             Some(r#"{"input_tokens":9}"#)
         );
-        assert_eq!(decoded.uuid, None);
+        assert_eq!(decoded.spans.uuid, None);
         assert_eq!(
-            text(line, decoded.parent_tool_use_id).as_deref(),
+            text(line, decoded.spans.parent_tool_use_id).as_deref(),
             Some(r#""t1""#)
         );
         let line = br#"{"type":"user","message":{"usage":{"input_tokens":1},"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}"#;
         let decoded = decode_line(line).unwrap();
-        assert_eq!(decoded.usage, None);
+        assert_eq!(decoded.spans.usage, None);
         let Event::User { tool_results } = decoded.event else {
             panic!()
         };
@@ -817,7 +826,7 @@ mod tests {
         };
         let content = tool_results[0].content.clone().unwrap();
         assert_eq!(&line[content], br#""a \",\"tool_use_result\":""#);
-        assert_eq!(&line[decoded.uuid.unwrap()], br#""u1""#);
+        assert_eq!(&line[decoded.spans.uuid.unwrap()], br#""u1""#);
 
         // The copy is not checked...
         let broken =

@@ -1,5 +1,6 @@
 //! The run transcript: one JSON object per line, written as the run happens, so that a run
-//! killed at any point (even by SIGKILL) leaves a readable record up to its last line.
+//! killed at any point (even by SIGKILL) leaves a readable record up to its last written
+//! entry.
 //!
 //! Entries come from two sources: coder itself (`start`, `spawn`, `attempt`, `watchdog`,
 //! `kill`, `outcome`) and the child (`event` for each stream-json line, `stderr` and `noise`
@@ -22,7 +23,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use crate::observation::Pipe;
-use crate::stream::{Decoded, Line};
+use crate::stream::{Decoded, EventSpans, Line};
 
 /// Longest child line kept whole in a transcript; longer lines keep their head only.
 const MAX_ENTRY_BYTES: usize = crate::stream::LONG_LINE_BYTES;
@@ -84,15 +85,8 @@ enum Entry {
         /// Bytes of the line left out (beyond the head, or dropped by the splitter).
         cut: u64,
         /// For event lines: where the lifted fields lie in `bytes`.
-        fields: Option<EventFields>,
+        spans: Option<EventSpans>,
     },
-}
-
-/// Where the fields an event entry lifts lie in the line (see [`Decoded`]).
-struct EventFields {
-    uuid: Option<Range<usize>>,
-    parent_tool_use_id: Option<Range<usize>>,
-    usage: Option<Range<usize>>,
 }
 
 impl Transcript {
@@ -147,19 +141,6 @@ impl Transcript {
         }
     }
 
-    /// A transcript that records nothing.
-    pub fn disabled() -> Transcript {
-        Transcript {
-            path: PathBuf::new(),
-            writer: None,
-            error: None,
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Writes out every entry recorded so far and closes the transcript. Returns the
     /// write error that disabled it, if any.
     pub fn finish(&mut self) -> Option<&str> {
@@ -197,11 +178,7 @@ impl Transcript {
             pipe,
             bytes: line.bytes[..keep].to_vec(),
             cut: (line.bytes.len() - keep) as u64 + line.dropped,
-            fields: decoded.map(|d| EventFields {
-                uuid: d.uuid.clone(),
-                parent_tool_use_id: d.parent_tool_use_id.clone(),
-                usage: d.usage.clone(),
-            }),
+            spans: decoded.map(|d| d.spans.clone()),
         });
     }
 
@@ -248,13 +225,13 @@ impl Sink {
                 pipe,
                 bytes: line,
                 cut,
-                fields,
+                spans,
             } => {
                 let ts = timestamp(at);
-                match (&fields, cut, std::str::from_utf8(&line)) {
-                    (Some(fields), 0, Ok(text)) => event_entry(&mut bytes, &ts, text, fields),
+                match (&spans, cut, std::str::from_utf8(&line)) {
+                    (Some(spans), 0, Ok(text)) => event_entry(&mut bytes, &ts, text, spans),
                     _ => {
-                        let kind = match (pipe, fields.is_some()) {
+                        let kind = match (pipe, spans.is_some()) {
                             (Pipe::Stderr, _) => "stderr",
                             (Pipe::Stdout, true) => "event_truncated",
                             (Pipe::Stdout, false) => "noise",
@@ -295,15 +272,15 @@ fn redact(bytes: &[u8], secret: &[u8]) -> Vec<u8> {
 ///
 /// The event is copied verbatim, never re-serialised, and the lifted fields are copied
 /// from where the decoder found them: a megabyte tool result costs one copy.
-fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, fields: &EventFields) {
+fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, spans: &EventSpans) {
     let raw = |span: &Option<Range<usize>>| span.clone().and_then(|s| line.get(s));
     entry.extend_from_slice(br#"{"ts":"#);
     entry.extend_from_slice(Value::from(ts).to_string().as_bytes());
     entry.extend_from_slice(br#","source":"child","kind":"event""#);
     for (key, value) in [
-        (&br#","id":"#[..], raw(&fields.uuid)),
-        (br#","parent_id":"#, raw(&fields.parent_tool_use_id)),
-        (br#","usage":"#, raw(&fields.usage)),
+        (&br#","id":"#[..], raw(&spans.uuid)),
+        (br#","parent_id":"#, raw(&spans.parent_tool_use_id)),
+        (br#","usage":"#, raw(&spans.usage)),
     ] {
         if let Some(value) = value {
             entry.extend_from_slice(key);

@@ -376,7 +376,8 @@ pub async fn run_attempt(
 /// the supervisor once decoded. glibc's default raises its mmap threshold to the largest
 /// block freed so far, so after the first such line every later one is carved out of the
 /// heap, whose freed space stays resident: peak RSS then follows the allocation history
-/// (30 to 36 MiB on the bench's stream) instead of the lines alive at once (about 21 MiB).
+/// (29 to 38 MiB on a 259 MB bench stream) instead of the lines alive at once (20 to 22
+/// MiB).
 /// A fixed threshold costs page faults on large lines only, a few per cent of sys time.
 pub fn release_large_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
