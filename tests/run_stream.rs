@@ -162,3 +162,55 @@ fn credentials_are_redacted_from_last_lines() {
         out.explain()
     );
 }
+
+#[test]
+fn a_long_tool_result_is_read_from_its_own_content_and_kept_by_its_head() {
+    // Over the 256 KiB a transcript keeps whole: decoded up to the CLI's copy of the output.
+    let output = format!(
+        "{}cat: /etc/shadow: Permission denied",
+        "log line\n".repeat(40_000)
+    );
+    let copy = format!(
+        "{}mv: cannot move '/srv/decoy': Permission denied",
+        "log line\n".repeat(40_000)
+    );
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Bash", "input": {"command": "cat /etc/shadow"}, "id": "t1"},
+        {"step": "emit", "json": {
+            "type": "user",
+            "message": {"role": "user", "content": [
+                {"tool_use_id": "t1", "type": "tool_result", "content": output, "is_error": true}
+            ]},
+            "parent_tool_use_id": null,
+            "uuid": "u-long",
+            "tool_use_result": {"stdout": copy, "stderr": "", "interrupted": false},
+            "tool_result_meta": []
+        }},
+        steps::result_ok("done"),
+    ]));
+    let out = fake.coder().args(["--return-metrics", "task"]).run();
+    out.assert_success("done");
+    let m = &out.envelope["metrics"];
+    assert_eq!(m["json_decode_errors"], 0, "{m}");
+    assert_eq!(m["tool_calls"], json!({"Bash": 1}), "{m}");
+    // The denial in the result itself is found; the one only in the copy is not looked at.
+    assert_eq!(
+        m["sandbox_denials"],
+        json!([{"tool": "Bash", "path": "/etc/shadow", "class": "outside_sandbox"}]),
+        "{m}"
+    );
+    let transcript = std::fs::read_to_string(out.envelope["transcript"].as_str().unwrap()).unwrap();
+    let entry = transcript
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "event_truncated")
+        .expect("the long line is in the transcript");
+    assert!(
+        entry["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(r#"{"type":"user""#)
+    );
+    assert!(entry["truncated_bytes"].as_u64().unwrap() > 0, "{entry}");
+}
