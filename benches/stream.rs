@@ -321,29 +321,25 @@ fn stream_path(c: &mut Criterion) {
                     })
                 }),
                 "observe" => group.bench_with_input(id, input, |b, input| {
-                    b.iter_batched_ref(
-                        || input.lines.clone(),
-                        |lines| {
-                            let mut observation = observation();
-                            for line in lines.iter_mut() {
-                                black_box(observation.observe_line(Pipe::Stdout, line));
-                            }
-                            observation.events
-                        },
-                        criterion::BatchSize::PerIteration,
-                    )
+                    b.iter(|| {
+                        let mut observation = observation();
+                        for line in &input.lines {
+                            black_box(observation.observe_line(Pipe::Stdout, line));
+                        }
+                        observation.events
+                    })
                 }),
                 _ => group.bench_with_input(id, input, |b, input| {
                     b.iter(|| {
                         let mut observation = observation();
                         let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE_BYTES);
                         for chunk in input.stream.chunks(READ_CHUNK) {
-                            splitter.feed(chunk, |mut line| {
-                                black_box(observation.observe_line(Pipe::Stdout, &mut line));
+                            splitter.feed(chunk, |line| {
+                                black_box(observation.observe_line(Pipe::Stdout, &line));
                             });
                         }
-                        if let Some(mut line) = splitter.finish() {
-                            observation.observe_line(Pipe::Stdout, &mut line);
+                        if let Some(line) = splitter.finish() {
+                            observation.observe_line(Pipe::Stdout, &line);
                         }
                         observation.events
                     })

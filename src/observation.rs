@@ -102,32 +102,19 @@ const DENIAL_MARKERS: [&[u8]; 5] = [
 
 /// Whether `bytes` hold one of the [`DENIAL_MARKERS`].
 ///
-/// A tool result can be megabytes, and a search per marker over all of it would stream it
-/// from memory once per marker: the markers are searched block by block instead, so each
-/// block is read from memory once and searched for every marker from cache (2.5 times
-/// faster on a mixed stream, with ten markers).
+/// A tool result can be megabytes, and every one is searched: the markers are found in a
+/// single pass (a packed multi-pattern search), not one pass per marker.
 fn has_denial_marker(bytes: &[u8]) -> bool {
     use std::sync::LazyLock;
-    const BLOCK: usize = 16 * 1024;
-    static FINDERS: LazyLock<Vec<memchr::memmem::Finder<'static>>> = LazyLock::new(|| {
-        DENIAL_MARKERS
+    static MARKERS: LazyLock<Option<aho_corasick::packed::Searcher>> =
+        LazyLock::new(|| aho_corasick::packed::Searcher::new(DENIAL_MARKERS));
+    match &*MARKERS {
+        Some(markers) => markers.find(bytes).is_some(),
+        // Building the automaton of five short words cannot fail; were it to, a search
+        // per marker gives the same answer.
+        None => DENIAL_MARKERS
             .iter()
-            .map(memchr::memmem::Finder::new)
-            .collect()
-    });
-    // Blocks overlap by a marker's length less one, so no marker is split unseen.
-    let overlap = DENIAL_MARKERS.iter().map(|m| m.len()).max().unwrap_or(1) - 1;
-    let mut start = 0;
-    loop {
-        let end = (start + BLOCK + overlap).min(bytes.len());
-        let block = &bytes[start..end];
-        if FINDERS.iter().any(|f| f.find(block).is_some()) {
-            return true;
-        }
-        if end == bytes.len() {
-            return false;
-        }
-        start += BLOCK;
+            .any(|marker| memchr::memmem::find(bytes, marker).is_some()),
     }
 }
 
@@ -182,10 +169,7 @@ impl Observation {
     }
 
     /// Takes one complete line. Returns the decoded event for stdout lines that are events.
-    ///
-    /// The line is borrowed mutably for decoding only (see [`decode_long_line`]) and is
-    /// given back unchanged.
-    pub fn observe_line(&mut self, pipe: Pipe, line: &mut Line) -> Option<Decoded> {
+    pub fn observe_line(&mut self, pipe: Pipe, line: &Line) -> Option<Decoded> {
         self.remember_line(line);
         match pipe {
             Pipe::Stderr => {
@@ -199,7 +183,7 @@ impl Observation {
         }
     }
 
-    fn observe_stdout(&mut self, line: &mut Line) -> Option<Decoded> {
+    fn observe_stdout(&mut self, line: &Line) -> Option<Decoded> {
         if line.bytes.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
@@ -207,7 +191,7 @@ impl Observation {
             self.truncated_lines += 1;
             Err(DecodeError::Truncated)
         } else if line.bytes.len() > LONG_LINE_BYTES {
-            decode_long_line(&mut line.bytes)
+            decode_long_line(&line.bytes)
         } else {
             decode_line(&line.bytes)
         };
@@ -471,24 +455,24 @@ mod tests {
         let mut obs = Observation::new(Instant::now(), true, vec![]);
         obs.observe_line(
             Pipe::Stdout,
-            &mut line(r#"{"type":"system","subtype":"init","session_id":"abc"}"#),
+            &line(r#"{"type":"system","subtype":"init","session_id":"abc"}"#),
         );
         obs.observe_line(
             Pipe::Stdout,
-            &mut line(
+            &line(
                 r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"make"}}],"usage":{"input_tokens":5,"output_tokens":2}}}"#,
             ),
         );
         assert_eq!(obs.pending_tool(), Some("Bash(make)"));
         obs.observe_line(
             Pipe::Stdout,
-            &mut line(
+            &line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}"#,
             ),
         );
         assert_eq!(obs.pending_tool(), None);
-        obs.observe_line(Pipe::Stdout, &mut line("not json"));
-        obs.observe_line(Pipe::Stderr, &mut line("warning"));
+        obs.observe_line(Pipe::Stdout, &line("not json"));
+        obs.observe_line(Pipe::Stderr, &line("warning"));
         assert_eq!(obs.session_id.as_deref(), Some("abc"));
         assert_eq!(obs.json_decode_errors, 1);
         assert_eq!(obs.tool_calls.get("Bash"), Some(&1));
@@ -518,25 +502,25 @@ mod tests {
             )
         };
         // The CLI repeats the output outside the message; only the message's copy counts.
-        obs.observe_line(Pipe::Stdout, &mut line(&call("t1")));
+        obs.observe_line(Pipe::Stdout, &line(&call("t1")));
         obs.observe_line(
             Pipe::Stdout,
-            &mut line(
+            &line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"fine"}]},"tool_use_result":{"stdout":"cat: /etc/shadow: Permission denied"}}"#,
             ),
         );
         assert!(obs.denials.is_empty());
-        obs.observe_line(Pipe::Stdout, &mut line(&call("t2")));
+        obs.observe_line(Pipe::Stdout, &line(&call("t2")));
         obs.observe_line(
             Pipe::Stdout,
-            &mut line(
+            &line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"touch: cannot touch '/usr/x': Read-only file system"}]}]}}"#,
             ),
         );
-        obs.observe_line(Pipe::Stdout, &mut line(&call("t3")));
+        obs.observe_line(Pipe::Stdout, &line(&call("t3")));
         obs.observe_line(
             Pipe::Stdout,
-            &mut line(
+            &line(
                 r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t3","content":"rm: cannot remove '/srv/y': Device or resource busy"}]}}"#,
             ),
         );
@@ -555,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn denial_markers_are_found_across_blocks() {
+    fn denial_markers_are_found_anywhere() {
         for marker in DENIAL_MARKERS {
             for at in [0, 16 * 1024 - 3, 16 * 1024, 3 * 16 * 1024 - 7, 100_000] {
                 let mut text = vec![b'x'; 100_000 + marker.len()];
@@ -571,9 +555,9 @@ mod tests {
     #[test]
     fn last_lines_cut_long_lines_at_a_character() {
         let mut obs = Observation::new(Instant::now(), false, vec![]);
-        obs.observe_line(Pipe::Stderr, &mut line(&"é".repeat(5000)));
-        obs.observe_line(Pipe::Stderr, &mut line(&"𝄞".repeat(LAST_LINE_CHARS)));
-        obs.observe_line(Pipe::Stderr, &mut line(&"x".repeat(LAST_LINE_CHARS)));
+        obs.observe_line(Pipe::Stderr, &line(&"é".repeat(5000)));
+        obs.observe_line(Pipe::Stderr, &line(&"𝄞".repeat(LAST_LINE_CHARS)));
+        obs.observe_line(Pipe::Stderr, &line(&"x".repeat(LAST_LINE_CHARS)));
         let last = obs.last_lines();
         assert_eq!(
             last[0],
@@ -587,7 +571,7 @@ mod tests {
     fn last_lines_are_bounded_and_redacted() {
         let mut obs = Observation::new(Instant::now(), false, vec!["sk-secret-123".into()]);
         for i in 0..30 {
-            obs.observe_line(Pipe::Stderr, &mut line(&format!("line {i} sk-secret-123")));
+            obs.observe_line(Pipe::Stderr, &line(&format!("line {i} sk-secret-123")));
         }
         let last = obs.last_lines();
         assert_eq!(last.len(), LAST_LINES);

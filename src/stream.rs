@@ -269,31 +269,139 @@ pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
     Ok(wire.into_decoded(line))
 }
 
-/// Decodes a long line (see [`LONG_LINE_BYTES`]): like [`decode_line`], except that the
-/// CLI's second copy of a tool's output, the top-level `tool_use_result` that follows the
-/// message in a `user` line, is neither read nor checked. coder reads a tool result from
-/// the message; the copy is about half of every large line, and since a long line is never
-/// recorded whole, checking its syntax protects nothing.
+/// Decodes a long line (see [`LONG_LINE_BYTES`]): like [`decode_line`], with two
+/// shortcuts for the `user` lines that carry large tool results, which are most of the
+/// bytes of a busy run.
 ///
-/// The line is borrowed mutably for the parse only: it is given back unchanged.
-pub fn decode_long_line(line: &mut [u8]) -> Result<Decoded, DecodeError> {
+/// - The CLI's second copy of a tool's output, the top-level `tool_use_result` that follows
+///   the message, is neither read nor checked. coder reads a tool result from the message;
+///   the copy is about half of every large line.
+/// - Long strings (a tool result's text) are located by their quotes alone and left out of
+///   the parse (see [`Elided`]): their escapes are not decoded, so they cost a search for
+///   quotes rather than a JSON string scan, several times slower on text with a newline
+///   every few dozen bytes.
+///
+/// Neither shortcut checks what it skips. Since a long line is never recorded whole,
+/// checking its syntax protects nothing, and the content that is searched for denials is
+/// decoded in full when a denial marker is found in it. Any other line, or a head that does
+/// not parse, is decoded the general way.
+pub fn decode_long_line(line: &[u8]) -> Result<Decoded, DecodeError> {
     const COPY_KEY: &[u8] = br#","tool_use_result":"#;
     // Outside a string only: inside one, a quote is always escaped. The head is parsed with
     // the object closed in place of the key's comma, which succeeds only if the key is at
-    // the top level; the comma is put back before anything else reads the line.
-    if let Some(at) = memchr::memmem::find(line, COPY_KEY) {
-        line[at] = b'}';
-        let head = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&line[..=at])
-            .ok()
-            .filter(|wire| wire.kind == "user")
-            .map(|wire| wire.into_decoded(&line[..=at]));
-        line[at] = b',';
-        if let Some(decoded) = head {
-            // The head is the line's own prefix, so its spans are the line's.
+    // the top level.
+    let copy_at = memchr::memmem::find(line, COPY_KEY);
+    let head = &line[..copy_at.unwrap_or(line.len())];
+    if let Some(mut elided) = Elided::new(head, ELIDED_STRING_BYTES) {
+        if copy_at.is_some() {
+            elided.text.push(b'}');
+        }
+        let wire = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&elided.text);
+        if let Ok(wire) = wire
+            && wire.kind == "user"
+        {
+            let mut decoded = wire.into_decoded(&elided.text);
+            elided.locate_in_original(&mut decoded);
             return Ok(decoded);
         }
     }
     decode_line(line)
+}
+
+/// Strings at least this long are left out of the parse of a long line.
+const ELIDED_STRING_BYTES: usize = 1024;
+
+/// A copy of a JSON text with its long strings emptied (`""`), cheap to parse, and the map
+/// from its positions back to the original's.
+///
+/// Strings are found by their quotes: outside a string every quote opens one, and inside
+/// one a quote closes it unless an odd number of backslashes precedes it. That is exact for
+/// valid JSON, and what it does with invalid JSON does not matter here: an emptied string
+/// is never decoded from the copy, and what is left must still parse.
+#[derive(Debug)]
+struct Elided {
+    text: Vec<u8>,
+    /// For each emptied string, in order: the position in `text` just past its `""`, and
+    /// how many bytes the copy has lost up to there.
+    cuts: Vec<(usize, usize)>,
+}
+
+impl Elided {
+    /// Copies `json` with every string of at least `min_len` bytes emptied; `None` when a
+    /// string is not closed.
+    fn new(json: &[u8], min_len: usize) -> Option<Elided> {
+        let mut elided = Elided {
+            text: Vec::new(),
+            cuts: Vec::new(),
+        };
+        let mut copied = 0;
+        let mut removed = 0;
+        let mut at = 0;
+        while let Some(offset) = memchr::memchr(b'"', &json[at..]) {
+            let open = at + offset;
+            let close = string_end(json, open)?;
+            let len = close - open - 1;
+            if len >= min_len {
+                elided.text.extend_from_slice(&json[copied..=open]);
+                elided.text.push(b'"');
+                removed += len;
+                elided.cuts.push((elided.text.len(), removed));
+                copied = close + 1;
+            }
+            at = close + 1;
+        }
+        elided.text.extend_from_slice(&json[copied..]);
+        Some(elided)
+    }
+
+    /// The position in the original of position `at` of the copy. A position inside an
+    /// emptied `""` is never asked for: a located value starts at its opening quote or ends
+    /// past its closing one.
+    fn original(&self, at: usize) -> usize {
+        let before = self.cuts.partition_point(|&(end, _)| end <= at);
+        at + before.checked_sub(1).map_or(0, |i| self.cuts[i].1)
+    }
+
+    fn original_range(&self, range: &mut Range<usize>) {
+        *range = self.original(range.start)..self.original(range.end);
+    }
+
+    /// Moves the spans of `decoded`, found in the copy, to the original.
+    fn locate_in_original(&self, decoded: &mut Decoded) {
+        let spans = &mut decoded.spans;
+        for span in [
+            &mut spans.uuid,
+            &mut spans.parent_tool_use_id,
+            &mut spans.usage,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            self.original_range(span);
+        }
+        if let Event::User { tool_results } = &mut decoded.event {
+            for span in tool_results.iter_mut().filter_map(|r| r.content.as_mut()) {
+                self.original_range(span);
+            }
+        }
+    }
+}
+
+/// The position of the quote that closes the string opened at `open`.
+fn string_end(json: &[u8], open: usize) -> Option<usize> {
+    let mut from = open + 1;
+    loop {
+        let quote = from + memchr::memchr(b'"', &json[from..])?;
+        let backslashes = json[open + 1..quote]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(quote);
+        }
+        from = quote + 1;
+    }
 }
 
 /// Where `raw`, borrowed from `line`, lies in it.
@@ -813,12 +921,7 @@ mod tests {
     #[test]
     fn long_lines_are_read_up_to_the_copy_of_the_tool_output() {
         let line = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"a \",\"tool_use_result\":"}]},"uuid":"u1","tool_use_result":{"stdout":"a \",\"tool_use_result\":"},"tool_result_meta":[]}"#;
-        let long = |line: &[u8]| {
-            let mut copy = line.to_vec();
-            let decoded = decode_long_line(&mut copy);
-            assert_eq!(copy, line, "the line is given back unchanged");
-            decoded
-        };
+        let long = decode_long_line;
         let decoded = long(line).unwrap();
         assert_eq!(decoded, decode_line(line).unwrap());
         let Event::User { tool_results } = &decoded.event else {
@@ -842,6 +945,57 @@ mod tests {
         let not_user =
             br#"{"type":"assistant","message":{"id":"m1"},"tool_use_result":1,"session_id":"s"}"#;
         assert_eq!(long(not_user), decode_line(not_user));
+    }
+
+    #[test]
+    fn long_strings_are_skipped_by_their_quotes_with_the_same_result() {
+        let contents = [
+            "x".repeat(3000),
+            // Escaped quotes and backslashes, one just before the closing quote.
+            format!("a\\\"b\\\\{}\\\\", "\\n\\\"".repeat(600)),
+            format!("{}\\u00e9\\\\\\\"", "é".repeat(700)),
+            "short \\\" one".to_owned(),
+            "y".repeat(ELIDED_STRING_BYTES - 1),
+            "z".repeat(ELIDED_STRING_BYTES),
+        ];
+        for content in &contents {
+            let line = format!(
+                r#"{{"type":"user","message":{{"role":"user","content":[{{"tool_use_id":"t1","type":"tool_result","content":"{content}","is_error":true}},{{"type":"tool_result","tool_use_id":"t2","content":[{{"type":"text","text":"{content}"}}]}}]}},"parent_tool_use_id":"p1","session_id":"s","uuid":"u1","tool_use_result":{{"stdout":"{content}"}}}}"#
+            );
+            let line = line.as_bytes();
+            let long = decode_long_line(line).unwrap();
+            // The general reading, without the copy that it would check.
+            let cut = line.len() - r#","tool_use_result":{"stdout":""}}"#.len() - content.len();
+            let mut head = line[..cut].to_vec();
+            head.push(b'}');
+            assert_eq!(long, decode_line(&head).unwrap(), "{content}");
+            let Event::User { tool_results } = &long.event else {
+                panic!()
+            };
+            let text = |span: Option<Range<usize>>| &line[span.unwrap()];
+            assert_eq!(
+                text(tool_results[0].content.clone()),
+                format!(r#""{content}""#).as_bytes()
+            );
+            assert!(text(tool_results[1].content.clone()).starts_with(br#"[{"type":"text""#));
+            assert_eq!(text(long.spans.uuid.clone()), br#""u1""#);
+            assert_eq!(text(long.spans.parent_tool_use_id.clone()), br#""p1""#);
+        }
+        // What a skipped string holds is not checked; an unclosed string is.
+        let skipped = format!(
+            r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"\q{}"}}]}}}}"#,
+            "x".repeat(ELIDED_STRING_BYTES)
+        );
+        assert!(decode_long_line(skipped.as_bytes()).is_ok());
+        assert_eq!(decode_line(skipped.as_bytes()), Err(DecodeError::NotJson));
+        let unclosed = format!(
+            r#"{{"type":"user","message":{{"content":"{}"#,
+            "x".repeat(5000)
+        );
+        assert_eq!(
+            decode_long_line(unclosed.as_bytes()),
+            Err(DecodeError::NotJson)
+        );
     }
 
     #[test]

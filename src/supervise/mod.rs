@@ -253,8 +253,8 @@ pub async fn run_attempt(
                 let mut next = msg;
                 for _ in 0..BATCH {
                     match next {
-                        Some(PipeMsg::Line(pipe, mut line, _queued)) => {
-                            let decoded = observation.observe_line(pipe, &mut line);
+                        Some(PipeMsg::Line(pipe, line, _queued)) => {
+                            let decoded = observation.observe_line(pipe, &line);
                             journal.line(pipe, &line, decoded.as_ref());
                             if let Some(Decoded { event: Event::Result(_), .. }) = decoded
                                 && !result_seen
@@ -340,8 +340,8 @@ pub async fn run_attempt(
     let drain_deadline = tokio::time::Instant::now() + FINAL_DRAIN;
     while open_pipes > 0 {
         match tokio::time::timeout_at(drain_deadline, rx.recv()).await {
-            Ok(Some(PipeMsg::Line(pipe, mut line, _queued))) => {
-                let decoded = observation.observe_line(pipe, &mut line);
+            Ok(Some(PipeMsg::Line(pipe, line, _queued))) => {
+                let decoded = observation.observe_line(pipe, &line);
                 journal.line(pipe, &line, decoded.as_ref());
             }
             Ok(Some(PipeMsg::Eof)) => open_pipes -= 1,
