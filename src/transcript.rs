@@ -25,8 +25,13 @@ use serde_json::{Value, json};
 use crate::observation::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
 
-/// Longest child line kept whole in a transcript; longer lines keep their head only.
+/// Longest child line kept whole in a transcript.
 const MAX_ENTRY_BYTES: usize = crate::stream::LONG_LINE_BYTES;
+
+/// How much of a longer line is kept: enough to see what it was (the event's type, the
+/// tool result it carries and the start of its text) without a transcript growing by a
+/// tool result per line, or its writer re-escaping megabytes nobody reads.
+const LONG_LINE_HEAD_BYTES: usize = 16 * 1024;
 
 /// How many transcripts, and how many bytes of them, to keep.
 #[derive(Debug, Clone, Copy)]
@@ -80,7 +85,8 @@ enum Entry {
     Child {
         at: SystemTime,
         pipe: Pipe,
-        /// The line, or its head when it is longer than [`MAX_ENTRY_BYTES`].
+        /// The line, or its head ([`LONG_LINE_HEAD_BYTES`]) when it is longer than
+        /// [`MAX_ENTRY_BYTES`].
         bytes: Vec<u8>,
         /// Bytes of the line left out (beyond the head, or dropped by the splitter).
         cut: u64,
@@ -172,7 +178,11 @@ impl Transcript {
         if self.writer.is_none() {
             return;
         }
-        let keep = line.bytes.len().min(MAX_ENTRY_BYTES);
+        let keep = if line.bytes.len() > MAX_ENTRY_BYTES {
+            LONG_LINE_HEAD_BYTES
+        } else {
+            line.bytes.len()
+        };
         self.send(Entry::Child {
             at: SystemTime::now(),
             pipe,
@@ -474,10 +484,13 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(lines[0]["kind"], "event_truncated");
-        assert_eq!(lines[0]["text"].as_str().unwrap().len(), MAX_ENTRY_BYTES);
+        assert_eq!(
+            lines[0]["text"].as_str().unwrap().len(),
+            LONG_LINE_HEAD_BYTES
+        );
         assert_eq!(
             lines[0]["truncated_bytes"],
-            (long.len() - MAX_ENTRY_BYTES + 5) as u64
+            (long.len() - LONG_LINE_HEAD_BYTES + 5) as u64
         );
         assert_eq!(lines[1]["kind"], "noise");
         assert_eq!(lines[1]["text"], "é not json");
