@@ -10,6 +10,8 @@
 //! a line that is not an event is a counted fact, not an error.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -48,6 +50,69 @@ pub struct LineSplitter {
     max_line_bytes: usize,
     pending: Vec<u8>,
     dropped: u64,
+    spare: Option<Arc<SpareBuffer>>,
+}
+
+/// A line that outgrows this takes the [`SpareBuffer`], if one is offered.
+const SPARE_TAKEN_AT: usize = 64 * 1024;
+/// Smaller buffers are not kept for reuse: the allocator serves them from its heap, cheaply.
+const SPARE_MIN_BYTES: usize = 1024 * 1024;
+/// Larger buffers are not kept for reuse: one outsized line must not pin its memory for
+/// the rest of the run.
+const SPARE_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// Large line buffers handed back by whoever consumed the lines, for the splitter to fill
+/// again.
+///
+/// A long tool result is one line of megabytes. Built in a fresh buffer, each such line
+/// faults in every page of it, and freeing it on another thread unmaps them again, which
+/// interrupts the thread reading the pipe: together a third of that thread's time on a
+/// fast stream. Reusing buffers avoids both, at the price of keeping them resident, so
+/// their number is capped: at most [`LARGE_BUFFERS`] exist at once (a line being filled
+/// and one being decoded), a buffer offered beyond that is freed, and one of more than 16
+/// MiB is never kept.
+#[derive(Debug, Default)]
+pub struct SpareBuffer {
+    slot: Mutex<Option<Vec<u8>>>,
+    /// Buffers of at least [`SPARE_MIN_BYTES`] alive, wherever they are.
+    large: AtomicUsize,
+}
+
+/// How many large line buffers may be kept for reuse.
+const LARGE_BUFFERS: usize = 2;
+
+impl SpareBuffer {
+    /// Offers the buffer of a consumed line. It is kept if it is worth reusing and there is
+    /// room; otherwise it is freed.
+    pub fn offer(&self, mut bytes: Vec<u8>) {
+        if bytes.capacity() < SPARE_MIN_BYTES {
+            return;
+        }
+        let kept = bytes.capacity() <= SPARE_MAX_BYTES
+            && self.large.load(Ordering::Relaxed) <= LARGE_BUFFERS
+            && match self.slot.lock() {
+                Ok(mut slot) if slot.is_none() => {
+                    bytes.clear();
+                    *slot = Some(bytes);
+                    true
+                }
+                _ => false,
+            };
+        if !kept {
+            let _ = self
+                .large
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    fn take(&self) -> Option<Vec<u8>> {
+        self.slot.lock().ok()?.take()
+    }
+
+    /// Counts a line buffer that has just grown large.
+    fn grown(&self) {
+        self.large.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl LineSplitter {
@@ -56,6 +121,15 @@ impl LineSplitter {
             max_line_bytes: max_line_bytes.max(1),
             pending: Vec::new(),
             dropped: 0,
+            spare: None,
+        }
+    }
+
+    /// A splitter that builds long lines in the buffers offered to `spare`.
+    pub fn with_spare(max_line_bytes: usize, spare: Arc<SpareBuffer>) -> Self {
+        LineSplitter {
+            spare: Some(spare),
+            ..LineSplitter::new(max_line_bytes)
         }
     }
 
@@ -81,8 +155,35 @@ impl LineSplitter {
     fn append(&mut self, bytes: &[u8]) {
         let room = self.max_line_bytes.saturating_sub(self.pending.len());
         let kept = bytes.len().min(room);
+        let needed = self.pending.len() + kept;
+        if needed > self.pending.capacity() && needed > SPARE_TAKEN_AT {
+            self.reuse_spare();
+        }
+        let small = self.pending.capacity() < SPARE_MIN_BYTES;
         self.pending.extend_from_slice(&bytes[..kept]);
+        if small
+            && self.pending.capacity() >= SPARE_MIN_BYTES
+            && let Some(spare) = &self.spare
+        {
+            spare.grown();
+        }
         self.dropped += (bytes.len() - kept) as u64;
+    }
+
+    /// Moves the line being built into the spare buffer, if one is offered and larger.
+    fn reuse_spare(&mut self) {
+        let Some(spare) = &self.spare else {
+            return;
+        };
+        let Some(mut reused) = spare.take() else {
+            return;
+        };
+        if reused.capacity() > self.pending.capacity() {
+            reused.extend_from_slice(&self.pending);
+            reused = std::mem::replace(&mut self.pending, reused);
+        }
+        // The smaller of the two goes back (or is freed, if it is not worth keeping).
+        spare.offer(reused);
     }
 
     fn take(&mut self) -> Line {
@@ -800,6 +901,46 @@ mod tests {
         let texts: Vec<&[u8]> = lines.iter().map(|l| l.bytes.as_slice()).collect();
         assert_eq!(texts, vec![&b"abc"[..], b"def", b"", b"g"]);
         assert!(lines.iter().all(|l| !l.truncated()));
+    }
+
+    #[test]
+    fn long_lines_are_built_in_the_buffer_handed_back() {
+        let spare = Arc::new(SpareBuffer::default());
+        let mut splitter = LineSplitter::with_spare(usize::MAX, spare.clone());
+        let mut feed = |bytes: &[u8]| {
+            let mut lines = Vec::new();
+            for chunk in bytes.chunks(256 << 10) {
+                splitter.feed(chunk, |line| lines.push(line));
+            }
+            lines
+        };
+        let long: Vec<u8> = (0..3 << 20).map(|i| b'a' + (i % 26) as u8).collect();
+        let stream = [&long[..], b"\n"].concat();
+
+        let first = feed(&stream).pop().unwrap();
+        assert_eq!(first.bytes, long);
+        let buffer = first.bytes.as_ptr();
+        spare.offer(first.bytes);
+        // A short line leaves it alone; the next long one is built in it.
+        let lines = feed(&[b"short\n", &stream[..]].concat());
+        assert_eq!(lines[0].bytes, b"short");
+        assert_eq!(lines[1].bytes, long);
+        assert_eq!(lines[1].bytes.as_ptr(), buffer);
+    }
+
+    #[test]
+    fn spare_buffers_are_few_and_large() {
+        let spare = SpareBuffer::default();
+        spare.offer(Vec::with_capacity(SPARE_MIN_BYTES - 1));
+        assert!(spare.take().is_none(), "a small buffer is not kept");
+        spare.offer(Vec::with_capacity(SPARE_MAX_BYTES + 1));
+        assert!(spare.take().is_none(), "an outsized buffer is not kept");
+        let kept = Vec::<u8>::with_capacity(SPARE_MIN_BYTES);
+        let kept_at = kept.as_ptr();
+        spare.offer(kept);
+        spare.offer(Vec::with_capacity(SPARE_MIN_BYTES));
+        assert_eq!(spare.take().map(|b| b.as_ptr()), Some(kept_at));
+        assert!(spare.take().is_none(), "one buffer is kept at most");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::child::ChildSpec;
 use crate::observation::{Observation, Pipe};
-use crate::stream::{Decoded, Event, Line, LineSplitter};
+use crate::stream::{Decoded, Event, Line, LineSplitter, SpareBuffer};
 
 pub use signals::CancelSignals;
 pub use spawn::SpawnError;
@@ -215,13 +215,15 @@ pub async fn run_attempt(
     });
     let (tx, mut rx) = mpsc::channel(1024);
     let budget = Arc::new(Semaphore::new(QUEUED_BYTES));
+    // Large line buffers go back to the readers once handled (see `SpareBuffer`).
+    let spare = Arc::new(SpareBuffer::default());
     tokio::spawn(read_pipe(
         stdout,
         Pipe::Stdout,
         tx.clone(),
         budget.clone(),
         activity.clone(),
-        limits.max_line_bytes,
+        LineSplitter::with_spare(limits.max_line_bytes, spare.clone()),
     ));
     tokio::spawn(read_pipe(
         stderr,
@@ -229,7 +231,7 @@ pub async fn run_attempt(
         tx,
         budget.clone(),
         activity.clone(),
-        limits.max_line_bytes,
+        LineSplitter::with_spare(limits.max_line_bytes, spare.clone()),
     ));
 
     let mut open_pipes = 2u8;
@@ -256,6 +258,7 @@ pub async fn run_attempt(
                         Some(PipeMsg::Line(pipe, line, _queued)) => {
                             let decoded = observation.observe_line(pipe, &line);
                             journal.line(pipe, &line, decoded.as_ref());
+                            spare.offer(line.bytes);
                             if let Some(Decoded { event: Event::Result(_), .. }) = decoded
                                 && !result_seen
                             {
@@ -372,13 +375,12 @@ pub async fn run_attempt(
 /// Has the allocator hand every buffer of a megabyte or more back to the system as soon as
 /// it is freed. Call before any thread starts.
 ///
-/// A long tool result is one line of megabytes, assembled by the pipe reader and freed by
-/// the supervisor once decoded. glibc's default raises its mmap threshold to the largest
-/// block freed so far, so after the first such line every later one is carved out of the
-/// heap, whose freed space stays resident: peak RSS then follows the allocation history
-/// (29 to 38 MiB on a 259 MB bench stream) instead of the lines alive at once (20 to 22
-/// MiB).
-/// A fixed threshold costs page faults on large lines only, a few per cent of sys time.
+/// A long tool result is one line of megabytes, assembled by the pipe reader and handled
+/// by the supervisor. Up to two such buffers are reused (see `SpareBuffer`); the others are
+/// freed. glibc's default raises its mmap threshold to the largest block freed so far, so
+/// after the first such line every later one would be carved out of the heap, whose freed
+/// space stays resident: peak RSS would then follow the allocation history instead of the
+/// buffers alive at once.
 pub fn release_large_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter, and it is called while the process
@@ -412,10 +414,9 @@ async fn read_pipe<R: AsyncRead + Unpin>(
     tx: mpsc::Sender<PipeMsg>,
     budget: Arc<Semaphore>,
     activity: Arc<Activity>,
-    max_line_bytes: usize,
+    mut splitter: LineSplitter,
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
-    let mut splitter = LineSplitter::new(max_line_bytes);
     let mut lines = Vec::new();
     loop {
         match reader.read(&mut buf).await {
@@ -446,7 +447,9 @@ async fn send_line(
     pipe: Pipe,
     line: Line,
 ) -> bool {
-    let share = line.bytes.len().clamp(1, QUEUED_BYTES) as u32;
+    // What the line holds in memory, which for a line in a reused buffer is more than
+    // its length.
+    let share = line.bytes.capacity().clamp(1, QUEUED_BYTES) as u32;
     let Ok(queued) = budget.clone().acquire_many_owned(share).await else {
         return false;
     };
