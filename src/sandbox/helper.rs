@@ -1,4 +1,4 @@
-//! The helper process: coder re-executes itself as `coder __exec-helper SPEC` to become the
+//! The helper process: coder re-executes itself as `coder __exec-helper SPEC FD` to become the
 //! child. Between fork and `execve` of the real program it runs as an ordinary,
 //! single-threaded process, which is the only safe place to change process-wide state:
 //! a new session (so the whole tree shares one process group the supervisor can signal),
@@ -7,9 +7,14 @@
 //! the steps before it still have the whole filesystem).
 //!
 //! Failures before `execve` are reported to the parent as one JSON object on the status
-//! descriptor (fd 3, close-on-exec): an empty status means the program is running, so the
-//! parent can tell "claude is missing" from "claude ran and failed" without guessing from
-//! exit codes.
+//! descriptor `FD` (made close-on-exec here): an empty status means the program is running,
+//! so the parent can tell "claude is missing" from "claude ran and failed" without guessing
+//! from exit codes. Without `FD` (the helper started by hand) failures go to stderr.
+//!
+//! The descriptor is inherited under its own number rather than moved to a fixed one,
+//! because moving it would take code between fork and exec, and that alone makes the
+//! standard library fork the whole supervisor instead of spawning with `posix_spawn`
+//! (which is about half a millisecond faster per run).
 
 use std::ffi::{CString, OsString};
 use std::io::Write;
@@ -22,8 +27,6 @@ use serde::{Deserialize, Serialize};
 
 /// The first argument that selects the helper entry point.
 pub const HELPER_ARG: &str = "__exec-helper";
-/// The descriptor the helper reports pre-exec failures on.
-pub const STATUS_FD: RawFd = 3;
 
 /// What the helper must exec, serialised by the parent into the helper's argument.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,10 +66,14 @@ pub struct HelperFailure {
     pub message: String,
 }
 
-/// Entry point of `coder __exec-helper SPEC`. Only returns by exiting.
+/// Entry point of `coder __exec-helper SPEC [FD]`. Only returns by exiting.
 pub fn helper_main(args: &[OsString]) -> ! {
-    let mut status = open_status_fd();
-    let failure = match run(args) {
+    let status_fd = args
+        .get(3)
+        .and_then(|fd| fd.to_str()?.parse::<RawFd>().ok())
+        .filter(|fd| *fd > 2);
+    let mut status = status_fd.and_then(open_status_fd);
+    let failure = match run(args, status_fd) {
         Ok(never) => match never {},
         Err(failure) => failure,
     };
@@ -85,17 +92,17 @@ pub fn helper_main(args: &[OsString]) -> ! {
     std::process::exit(code)
 }
 
-fn open_status_fd() -> Option<std::fs::File> {
+fn open_status_fd(fd: RawFd) -> Option<std::fs::File> {
     // Mark it close-on-exec first: the exec'd program must not inherit it, and its closing
     // is how the parent learns the exec succeeded.
-    // SAFETY: fcntl on a plain descriptor number touches no memory; -1 means fd 3 is not
-    // open (the helper was started by hand), which is handled.
-    if unsafe { libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+    // SAFETY: fcntl on a plain descriptor number touches no memory; -1 means the
+    // descriptor is not open, which is handled.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
         return None;
     }
-    // SAFETY: fd 3 is open (fcntl succeeded) and, by the spawn contract, owned by nobody
-    // else in this freshly exec'd process.
-    Some(unsafe { std::fs::File::from_raw_fd(STATUS_FD) })
+    // SAFETY: the descriptor is open (fcntl succeeded) and, by the spawn contract, owned by
+    // nobody else in this freshly exec'd process.
+    Some(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> HelperFailure {
@@ -106,7 +113,10 @@ fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> H
     }
 }
 
-fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
+fn run(
+    args: &[OsString],
+    status_fd: Option<RawFd>,
+) -> Result<std::convert::Infallible, HelperFailure> {
     let spec_text = args
         .get(2)
         .ok_or_else(|| fail(HelperStage::Spec, None, "missing helper spec argument"))?;
@@ -137,7 +147,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
         ));
     }
     nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
-    close_inherited_fds();
+    close_inherited_fds(status_fd);
     if let Some(policy) = &spec.policy {
         super::confine(policy).map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
         // Entering a user namespace changes the credentials, which clears the parent-death
@@ -173,15 +183,15 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, HelperFailure> {
     ))
 }
 
-/// Closes every descriptor above the status descriptor, so nothing coder had open (sockets
-/// of an in-process server, other pipes) leaks into the agent.
-fn close_inherited_fds() {
+/// Closes every descriptor but stdio and the status descriptor, so nothing coder had open
+/// (sockets of an in-process server, other pipes) leaks into the agent.
+fn close_inherited_fds(status_fd: Option<RawFd>) {
     let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
     let fds: Vec<RawFd> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|fd| *fd > STATUS_FD)
+        .filter(|fd| *fd > 2 && Some(*fd) != status_fd)
         .collect();
     for fd in fds {
         // The read_dir handle's own descriptor is closed already or fails with EBADF.

@@ -8,7 +8,7 @@ use nix::fcntl::OFlag;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::child::ChildSpec;
-use crate::sandbox::helper::{HELPER_ARG, HelperFailure, HelperSpec, HelperStage, STATUS_FD};
+use crate::sandbox::helper::{HELPER_ARG, HelperFailure, HelperSpec, HelperStage};
 
 /// A started child with its pipes.
 pub struct Spawned {
@@ -56,13 +56,21 @@ pub async fn spawn(spec: &ChildSpec) -> Result<Spawned, SpawnError> {
 
     let (status_read, status_write): (OwnedFd, OwnedFd) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
-    let status_write_raw = status_write.as_raw_fd();
+    // The write end is inherited by the helper under its own number (see the helper's
+    // docs). It is open without close-on-exec only until the spawn below returns, and coder
+    // starts no other process meanwhile.
+    nix::fcntl::fcntl(
+        &status_write,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(std::io::Error::from)?;
 
     let mut command = Command::new(helper_exe);
     command
         .arg0("coder-helper")
         .arg(HELPER_ARG)
         .arg(spec_arg)
+        .arg(status_write.as_raw_fd().to_string())
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
@@ -70,21 +78,6 @@ pub async fn spawn(spec: &ChildSpec) -> Result<Spawned, SpawnError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
-    // SAFETY: the closure runs in the forked child before exec and only calls dup2 and
-    // fcntl, which are async-signal-safe; it touches no memory shared with other threads.
-    unsafe {
-        command.pre_exec(move || {
-            if status_write_raw == STATUS_FD {
-                // dup2 onto itself would keep close-on-exec set; clear it instead.
-                if libc::fcntl(STATUS_FD, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(status_write_raw, STATUS_FD) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = command.spawn()?;
     drop(status_write);
 
