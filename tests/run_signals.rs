@@ -80,3 +80,30 @@ fn cancel_before_the_child_printed_anything() {
     let out = running.wait();
     out.assert_failure("cancelled", 130);
 }
+
+/// Unconfined (`danger-full-access`), the program is started without the helper: it must
+/// still lead its own process group, and die with coder when coder is SIGKILLed.
+#[test]
+fn an_unconfined_child_leads_its_group_and_dies_with_a_killed_coder() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        steps::touch("ready"),
+        steps::sleep(60.0)
+    ]));
+    let mut coder = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(fake.coder().argv())
+        .args(["--sandbox", "danger-full-access", "task"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    let record = fake.record();
+    assert_eq!(record.pgid(), record.pid(), "the child leads its own group");
+    assert!(pid_alive(record.pid()));
+    coder.kill().unwrap();
+    assert!(!coder.wait().unwrap().success());
+    common::assert_no_process_left(fake.marker());
+}

@@ -1,6 +1,7 @@
-//! The helper process: coder re-executes itself as `coder __exec-helper SPEC FD` to become the
-//! child. Between fork and `execve` of the real program it runs as an ordinary,
-//! single-threaded process, which is the only safe place to change process-wide state:
+//! The helper process: to start a confined child, coder re-executes itself as
+//! `coder __exec-helper SPEC FD`, which becomes the child. Between fork and `execve` of the
+//! real program it runs as an ordinary, single-threaded process, which is the only safe
+//! place to change process-wide state:
 //! a new session (so the whole tree shares one process group the supervisor can signal),
 //! the parent-death signal (so the child dies with coder even if coder is SIGKILLed),
 //! closing every inherited descriptor, and the sandbox ([`super::confine`], last, so that
