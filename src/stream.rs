@@ -68,9 +68,10 @@ const SPARE_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// faults in every page of it, and freeing it on another thread unmaps them again, which
 /// interrupts the thread reading the pipe: together a third of that thread's time on a
 /// fast stream. Reusing buffers avoids both, at the price of keeping them resident, so
-/// their number is capped: at most [`LARGE_BUFFERS`] exist at once (a line being filled
-/// and one being decoded), a buffer offered beyond that is freed, and one of more than 16
-/// MiB is never kept.
+/// few are kept: a buffer offered while more than [`LARGE_BUFFERS`] large ones exist (a
+/// line being filled and one being decoded) is freed, and so is one of more than 16 MiB.
+/// The supervisor's queue counts a line by its buffer's capacity, not its length, so a
+/// short line in a reused buffer cannot let a third one fill up meanwhile.
 #[derive(Debug, Default)]
 pub struct SpareBuffer {
     slot: Mutex<Option<Vec<u8>>>,
