@@ -91,12 +91,12 @@ fn spawn_unconfined(spec: &ChildSpec) -> Result<Child, SpawnError> {
             if libc::getppid() != parent_pid {
                 return Err(std::io::Error::from_raw_os_error(ORPHANED));
             }
-            // Nothing coder has open leaks into the program (the standard library's own
-            // exec-error pipe is close-on-exec already).
+            // Nothing coder inherited leaks into the program (the standard library's own
+            // exec-error pipe is close-on-exec already). Best effort, as in the helper: a
+            // kernel before 5.9 has no close_range, and what coder opens itself is
+            // close-on-exec anyway.
             let cloexec = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
-            if libc::close_range(3, libc::c_uint::MAX, cloexec) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
+            libc::close_range(3, libc::c_uint::MAX, cloexec);
             Ok(())
         });
     }
