@@ -960,6 +960,25 @@ mod tests {
     }
 
     #[test]
+    fn the_cap_holds_in_a_reused_buffer() {
+        let spare = Arc::new(SpareBuffer::default());
+        spare.offer(Vec::with_capacity(4 << 20));
+        let cap = 2 << 20;
+        let mut splitter = LineSplitter::with_spare(cap, spare);
+        let mut lines = Vec::new();
+        let long = vec![b'x'; 3 << 20];
+        for chunk in [&long[..], b"\nshort\n"].concat().chunks(256 << 10) {
+            splitter.feed(chunk, |line| lines.push(line));
+        }
+        assert_eq!(lines[0].bytes.len(), cap);
+        assert!(lines[0].bytes.capacity() >= 4 << 20, "built in the spare");
+        assert_eq!(lines[0].dropped, (1 << 20) as u64);
+        assert!(lines[0].truncated());
+        assert_eq!(lines[1].bytes, b"short");
+        assert_eq!(lines[1].dropped, 0);
+    }
+
+    #[test]
     fn keeps_invalid_utf8_bytes() {
         let lines = split_all(100, &[b"\xff\xfe\n"]);
         assert_eq!(lines[0].bytes, b"\xff\xfe");
@@ -1138,6 +1157,91 @@ mod tests {
             decode_long_line(unclosed.as_bytes()),
             Err(DecodeError::NotJson)
         );
+    }
+
+    /// A small deterministic generator (xorshift), so the randomised tests need no crate.
+    struct Xorshift(u64);
+
+    impl Xorshift {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+
+        /// JSON string contents (escaped): plain text, escapes of every kind, quotes and
+        /// backslashes in runs, raw UTF-8; short or long.
+        fn json_text(&mut self) -> String {
+            const PIECES: [&str; 12] = [
+                "fn main() {",
+                r"\n",
+                r#"\""#,
+                r"\\",
+                r"\\\\",
+                r#"\\\""#,
+                r"\t",
+                r"\u00e9",
+                "é",
+                "𝄞",
+                " ",
+                r"\/",
+            ];
+            let len = [0, 3, 40, 400, 3000][self.below(5)];
+            (0..len).map(|_| PIECES[self.below(PIECES.len())]).collect()
+        }
+    }
+
+    #[test]
+    fn the_elided_reading_of_long_lines_agrees_with_the_general_one() {
+        let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+        for case in 0..300 {
+            let mut blocks = Vec::new();
+            for b in 0..1 + rng.below(3) {
+                let text = rng.json_text();
+                let content = match rng.below(3) {
+                    0 => format!(r#""{text}""#),
+                    1 => format!(r#"[{{"type":"text","text":"{text}"}},{{"type":"image"}}]"#),
+                    _ => format!(r#"{{"odd":"{text}"}}"#),
+                };
+                let error = [",\"is_error\":true", "", ",\"is_error\":false"][rng.below(3)];
+                blocks.push(format!(
+                    r#"{{"tool_use_id":"t{b}","type":"tool_result","content":{content}{error}}}"#
+                ));
+            }
+            let head = format!(
+                r#"{{"type":"user","message":{{"role":"user","content":[{}]}},"parent_tool_use_id":"p{}","session_id":"s","uuid":"u{case}"}}"#,
+                blocks.join(","),
+                rng.below(1000),
+            );
+            let copy = format!(r#","tool_use_result":{{"stdout":"{}"}}}}"#, rng.json_text());
+            let line = format!("{}{copy}", &head[..head.len() - 1]);
+            let general = decode_line(head.as_bytes());
+            let elided = decode_long_line(line.as_bytes());
+            assert_eq!(elided, general, "case {case}: {line}");
+            assert!(elided.is_ok(), "case {case}: {line}");
+            // And it was read the fast way: the copy without long strings is valid JSON
+            // (a wrong guess at a string's end would leave it broken, and the fallback to
+            // the general reading would hide that).
+            let copy = Elided::new(head.as_bytes(), ELIDED_STRING_BYTES).unwrap();
+            assert!(
+                serde_json::from_slice::<IgnoredAny>(&copy.text).is_ok(),
+                "case {case}"
+            );
+            // The spans point at the same bytes in the line as in its head.
+            if let Ok(Decoded {
+                event: Event::User { tool_results },
+                ..
+            }) = &elided
+            {
+                for result in tool_results {
+                    let span = result.content.clone().unwrap();
+                    assert!(
+                        serde_json::from_slice::<serde_json::Value>(&line.as_bytes()[span]).is_ok()
+                    );
+                }
+            }
+        }
     }
 
     #[test]
