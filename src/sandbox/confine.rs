@@ -193,14 +193,20 @@ fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
     if policy.masks.is_empty() {
         return Ok(0);
     }
-    let source_path = policy.mask_source();
-    let source = sys::open_nofollow(&source_path)
-        .map_err(|e| SandboxError::sys("open", source_path.display(), e))?;
-    let meta = nix::sys::stat::fstat(source.as_fd())
-        .map_err(|e| SandboxError::sys("stat", source_path.display(), e))?;
-    if meta.st_size != 0 || (meta.st_mode & libc::S_IFMT) != libc::S_IFREG {
-        return Err(SandboxError::MaskTargetChanged { path: source_path });
-    }
+    // The empty file is there only when a mask needs it.
+    let source = if policy.masks.iter().any(|m| m.kind == MaskKind::Empty) {
+        let source_path = policy.mask_source();
+        let source = sys::open_nofollow(&source_path)
+            .map_err(|e| SandboxError::sys("open", source_path.display(), e))?;
+        let meta = nix::sys::stat::fstat(source.as_fd())
+            .map_err(|e| SandboxError::sys("stat", source_path.display(), e))?;
+        if meta.st_size != 0 || (meta.st_mode & libc::S_IFMT) != libc::S_IFREG {
+            return Err(SandboxError::MaskTargetChanged { path: source_path });
+        }
+        Some(source)
+    } else {
+        None
+    };
     for mask in &policy.masks {
         let changed = || SandboxError::MaskTargetChanged {
             path: mask.path.clone(),
@@ -217,9 +223,10 @@ fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
         if stat.st_dev != mask.dev || stat.st_ino != mask.ino {
             return Err(changed());
         }
-        let tree = match mask.kind {
-            MaskKind::Empty => sys::clone_tree(source.as_fd()),
-            MaskKind::ReadOnly => sys::clone_tree(target.as_fd()),
+        let tree = match (&mask.kind, &source) {
+            (MaskKind::Empty, Some(source)) => sys::clone_tree(source.as_fd()),
+            (MaskKind::Empty, None) => return Err(changed()),
+            (MaskKind::ReadOnly, _) => sys::clone_tree(target.as_fd()),
         }
         .map_err(|e| SandboxError::sys("open_tree", mask.path.display(), e))?;
         sys::set_read_only(tree.as_fd())

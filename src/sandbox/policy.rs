@@ -330,10 +330,9 @@ impl Policy {
         ));
         create_private_dir(&run_dir)?;
         let run_dir = canonicalize("run directory", &run_dir)?;
-        for sub in ["tmp", "run", "root"] {
+        for sub in ["tmp", "run"] {
             create_private_dir(&run_dir.join(sub))?;
         }
-        write_mask_source(&run_dir)?;
 
         let mut env_set = BTreeMap::new();
         let text = |p: &Path| p.to_string_lossy().into_owned();
@@ -448,6 +447,11 @@ impl Policy {
         policy.roots = grants.roots();
         policy.aliases = grants.aliases.into_iter().collect();
         policy.masks = masks;
+        // Only hiding a secret file needs it; every file made here is one more for the
+        // filesystem to create and delete per run.
+        if policy.masks.iter().any(|m| m.kind == MaskKind::Empty) {
+            write_mask_source(&policy.run_dir)?;
+        }
         Ok(policy)
     }
 
@@ -497,9 +501,10 @@ impl Policy {
         self.run_dir.join("empty")
     }
 
-    /// The mount point of the private root.
+    /// The mount point of the private root: the run directory itself, hidden in the
+    /// agent's mount namespace once the granted trees in it (`tmp`, `run`) are cloned.
     pub fn root_mount_point(&self) -> PathBuf {
-        self.run_dir.join("root")
+        self.run_dir.clone()
     }
 
     /// Secret files hidden by masks, for the system prompt and denial reports.
