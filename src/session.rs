@@ -77,9 +77,23 @@ pub struct SessionStore {
 }
 
 /// An exclusive hold on one session, released on drop (or by the kernel if coder dies).
+///
+/// The lock file is removed on drop, so that locks do not pile up one per run. Removing it
+/// while another coder may be opening it is safe because [`SessionStore::lock`] checks,
+/// once it holds the lock, that the file it locked is still the one at the path.
 #[derive(Debug)]
 pub struct SessionLock {
+    /// Released after `drop` below has run: fields are dropped after their owner.
     _lock: Flock<File>,
+    path: PathBuf,
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        // Still holding the lock: whoever opened this file meanwhile will find it unlinked
+        // and try again. A coder killed before this leaves the file, which is harmless.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl SessionStore {
@@ -102,17 +116,35 @@ impl SessionStore {
 
     /// Takes the session's lock without waiting.
     pub fn lock(&self, id: Uuid) -> Result<SessionLock, SessionError> {
+        use std::os::unix::fs::MetadataExt;
         std::fs::create_dir_all(&self.dir).map_err(|e| self.io(e))?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.dir.join(format!("{id}.lock")))
-            .map_err(|e| self.io(e))?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(SessionLock { _lock: lock }),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(SessionError::Busy { id }),
-            Err((_, errno)) => Err(self.io(errno.into())),
+        let path = self.dir.join(format!("{id}.lock"));
+        // A holder that lets go removes the file; a lock taken on a removed file is worth
+        // nothing, so it is taken again on the file now at the path. Each retry means a
+        // holder finished in between, so this ends.
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| self.io(e))?;
+            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => lock,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(SessionError::Busy { id });
+                }
+                Err((_, errno)) => return Err(self.io(errno.into())),
+            };
+            let locked = lock.metadata().map_err(|e| self.io(e))?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.dev() == locked.dev() && now.ino() == locked.ino() => {
+                    return Ok(SessionLock { _lock: lock, path });
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(self.io(e)),
+            }
         }
     }
 
@@ -204,7 +236,19 @@ mod tests {
         let held = store.lock(id).unwrap();
         assert!(matches!(store.lock(id), Err(SessionError::Busy { .. })));
         drop(held);
-        assert!(store.lock(id).is_ok());
+        let lock_file = dir.path().join("sessions").join(format!("{id}.lock"));
+        assert!(!lock_file.exists(), "the lock file goes with the lock");
+        let again = store.lock(id).unwrap();
+        assert!(lock_file.exists());
+        // A lock taken on a file its holder has since removed does not count.
+        let stale = std::fs::File::open(&lock_file).unwrap();
+        drop(again);
+        let stale = Flock::lock(stale, FlockArg::LockExclusiveNonblock).unwrap();
+        assert!(
+            store.lock(id).is_ok(),
+            "the removed file's lock does not block"
+        );
+        drop(stale);
     }
 
     #[test]

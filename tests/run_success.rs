@@ -32,6 +32,13 @@ fn success_envelope_carries_result_and_session() {
     let out = fake.coder().arg("fix the bug").run();
     out.assert_success("all done");
     assert_fresh_session(&out, &fake);
+    // The session's record stays; its lock goes with the run.
+    let kept: Vec<String> = std::fs::read_dir(fake.state_dir().join("sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(kept.iter().any(|n| n.ends_with(".json")), "{kept:?}");
+    assert!(!kept.iter().any(|n| n.ends_with(".lock")), "{kept:?}");
 }
 
 #[test]
