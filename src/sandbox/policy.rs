@@ -330,16 +330,16 @@ impl Policy {
         ));
         create_private_dir(&run_dir)?;
         let run_dir = canonicalize("run directory", &run_dir)?;
-        for sub in ["tmp", "run"] {
-            create_private_dir(&run_dir.join(sub))?;
-        }
+        create_private_dir(&run_dir.join("tmp"))?;
 
         let mut env_set = BTreeMap::new();
         let text = |p: &Path| p.to_string_lossy().into_owned();
         env_set.insert("CLAUDE_CONFIG_DIR".to_string(), text(&config_dir));
         env_set.insert("TMPDIR".to_string(), text(&run_dir.join("tmp")));
         env_set.insert("CLAUDE_CODE_TMPDIR".to_string(), text(&run_dir.join("tmp")));
-        env_set.insert("XDG_RUNTIME_DIR".to_string(), text(&run_dir.join("run")));
+        // One private directory serves as both: it is created and deleted on every run,
+        // and each directory more is work for the filesystem and one more tree to mount.
+        env_set.insert("XDG_RUNTIME_DIR".to_string(), text(&run_dir.join("tmp")));
         let env_remove = ENV_REMOVE.iter().map(|s| s.to_string()).collect();
 
         let mut policy = Policy {
@@ -399,7 +399,6 @@ impl Policy {
             grants.add(parent, Access::Write)?;
         }
         grants.add(&run_dir.join("tmp"), Access::Write)?;
-        grants.add(&run_dir.join("run"), Access::Write)?;
         if opts.allow_tmp {
             grants.add(Path::new("/tmp"), Access::Write)?;
         }
@@ -502,7 +501,7 @@ impl Policy {
     }
 
     /// The mount point of the private root: the run directory itself, hidden in the
-    /// agent's mount namespace once the granted trees in it (`tmp`, `run`) are cloned.
+    /// agent's mount namespace once the granted tree in it (`tmp`) is cloned.
     pub fn root_mount_point(&self) -> PathBuf {
         self.run_dir.clone()
     }
