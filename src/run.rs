@@ -406,6 +406,14 @@ async fn run_attempts(
         }
     }
 
+    // A confined child starts through the helper. Started now, its own start overlaps with
+    // resolving the policy; it serves the first attempt (dropped unused, it just exits).
+    let mut helper = request
+        .sandbox
+        .is_confined()
+        .then(|| supervise::spawn::StartedHelper::start(&request.workspace).ok())
+        .flatten();
+
     // The sandbox: resolved once per run here, applied by the helper to every attempt.
     let preview = child::build(&request, program.clone(), child_base_env.clone());
     let policy = match crate::sandbox::policy_for_agent(
@@ -452,9 +460,15 @@ async fn run_attempts(
         if let Some(progress) = journal.progress.as_mut() {
             progress.set_phase("starting claude");
         }
-        let end =
-            supervise::run_attempt(&spec, &run.limits, &mut observation, &mut signals, journal)
-                .await;
+        let end = supervise::run_attempt(
+            &spec,
+            helper.take(),
+            &run.limits,
+            &mut observation,
+            &mut signals,
+            journal,
+        )
+        .await;
         let verdict = outcome::classify(&end, &observation, run.message_limits);
         if let Some(server) = &replay_server {
             // The cassette's own view: a request it could not answer as scripted.

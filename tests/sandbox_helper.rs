@@ -23,6 +23,8 @@ fn helper(policy: Policy, program: &str, args: &[&str]) -> Output {
         args: args.iter().map(Into::into).collect(),
         parent_pid: std::process::id(),
         policy: Some(policy),
+        env: None,
+        cwd: None,
     };
     Command::new(env!("CARGO_BIN_EXE_coder"))
         .arg(HELPER_ARG)

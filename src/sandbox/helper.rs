@@ -20,7 +20,7 @@
 use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::fd::{FromRawFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
@@ -41,6 +41,12 @@ pub struct HelperSpec {
     /// program unconfined (`danger-full-access`).
     #[serde(default)]
     pub policy: Option<super::Policy>,
+    /// The program's environment and working directory, for a helper started before they
+    /// were known (see `supervise::spawn::StartedHelper`); otherwise the helper's own.
+    #[serde(default)]
+    pub env: Option<Vec<(OsString, OsString)>>,
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
 }
 
 /// Which step of the helper failed.
@@ -121,16 +127,22 @@ fn run(
     let spec_text = args
         .get(2)
         .ok_or_else(|| fail(HelperStage::Spec, None, "missing helper spec argument"))?;
-    // `@PATH`: the spec was too large for an argument and waits in a file.
-    let spec_bytes = match spec_text.as_bytes().strip_prefix(b"@") {
-        Some(path) => std::fs::read(std::ffi::OsStr::from_bytes(path)).map_err(|e| {
-            fail(
-                HelperStage::Spec,
-                e.raw_os_error(),
-                format!("cannot read the helper spec: {e}"),
-            )
-        })?,
-        None => spec_text.as_bytes().to_vec(),
+    let unreadable = |e: std::io::Error| {
+        fail(
+            HelperStage::Spec,
+            e.raw_os_error(),
+            format!("cannot read the helper spec: {e}"),
+        )
+    };
+    let spec_bytes = match spec_text.as_bytes() {
+        // `@PATH`: the spec was too large for an argument and waits in a file.
+        [b'@', path @ ..] => {
+            std::fs::read(std::ffi::OsStr::from_bytes(path)).map_err(unreadable)?
+        }
+        // `&FD`: the helper was started before its spec was known, and reads it from a
+        // pipe until the parent closes it.
+        [b'&', fd @ ..] => read_spec_pipe(fd).map_err(unreadable)?,
+        text => text.to_vec(),
     };
     let spec: HelperSpec = serde_json::from_slice(&spec_bytes)
         .map_err(|e| fail(HelperStage::Spec, None, format!("bad helper spec: {e}")))?;
@@ -149,6 +161,9 @@ fn run(
     }
     nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
     close_inherited_fds(status_fd);
+    if let Some(cwd) = &spec.cwd {
+        nix::unistd::chdir(cwd).map_err(|e| setup("chdir", e))?;
+    }
     if let Some(policy) = &spec.policy {
         super::confine(policy).map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
         // Entering a user namespace changes the credentials, which clears the parent-death
@@ -173,7 +188,23 @@ fn run(
                 .map_err(|_| fail(HelperStage::Exec, None, "an argument contains a NUL byte"))?,
         );
     }
-    let err = match nix::unistd::execv(&program, &argv) {
+    let exec = match &spec.env {
+        Some(env) => {
+            let env = env
+                .iter()
+                .map(|(key, value)| {
+                    let mut entry = key.clone();
+                    entry.push("=");
+                    entry.push(value);
+                    CString::new(entry.into_vec())
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| fail(HelperStage::Exec, None, "the environment has a NUL byte"))?;
+            nix::unistd::execve(&program, &argv, &env)
+        }
+        None => nix::unistd::execv(&program, &argv),
+    };
+    let err = match exec {
         Ok(never) => match never {},
         Err(e) => e,
     };
@@ -182,6 +213,27 @@ fn run(
         Some(err as i32),
         format!("cannot execute {}: {}", spec.program.display(), err.desc()),
     ))
+}
+
+/// Reads the spec from the inherited pipe `fd` (its number, as text) to its end.
+fn read_spec_pipe(fd: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let fd = std::str::from_utf8(fd)
+        .ok()
+        .and_then(|fd| fd.parse::<RawFd>().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| std::io::Error::other("not a descriptor number"))?;
+    // SAFETY: fcntl on a plain descriptor number touches no memory; it only checks that the
+    // descriptor is open before it is owned below.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is open and, by the spawn contract, the spec pipe's read end,
+    // owned by nothing else in this freshly exec'd process.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut spec = Vec::new();
+    pipe.read_to_end(&mut spec)?;
+    Ok(spec)
 }
 
 /// Closes every descriptor but stdio and the status descriptor, so nothing coder had open

@@ -154,6 +154,7 @@ impl Journal for NoJournal {
 /// `journal`.
 pub async fn run_attempt(
     spec: &ChildSpec,
+    helper: Option<spawn::StartedHelper>,
     limits: &Limits,
     observation: &mut Observation,
     signals: &mut CancelSignals,
@@ -167,7 +168,7 @@ pub async fn run_attempt(
             let kill = tree::stop_tree(None, limits.kill_grace).await;
             return AttemptEnd { cause: StopCause::Cancelled(signo), exit_code: None, exit_signal: None, duration: started.elapsed(), kill };
         }
-        spawned = spawn::spawn(spec) => spawned,
+        spawned = spawn::spawn(spec, helper) => spawned,
     };
     let spawned = match spawned {
         Ok(spawned) => spawned,

@@ -8,6 +8,7 @@
 //! between fork and exec of the program itself, which spares a second start of coder's own
 //! binary (about a millisecond per run).
 
+use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 
@@ -37,11 +38,16 @@ pub enum SpawnError {
     Io(#[from] std::io::Error),
 }
 
-/// Spawns `spec`. Returns once the program has been exec'd (or failed to be).
-pub async fn spawn(spec: &ChildSpec) -> Result<Spawned, SpawnError> {
-    let mut child = match &spec.policy {
-        Some(_) => spawn_through_helper(spec).await?,
-        None => spawn_unconfined(spec)?,
+/// Spawns `spec`, through `started` if it is confined and a helper was started for it.
+/// Returns once the program has been exec'd (or failed to be).
+pub async fn spawn(
+    spec: &ChildSpec,
+    started: Option<StartedHelper>,
+) -> Result<Spawned, SpawnError> {
+    let mut child = match (&spec.policy, started) {
+        (Some(_), Some(started)) => started.finish(spec).await?,
+        (Some(_), None) => spawn_through_helper(spec).await?,
+        (None, _) => spawn_unconfined(spec)?,
     };
     let pid = child
         .id()
@@ -125,55 +131,137 @@ fn spawn_unconfined(spec: &ChildSpec) -> Result<Child, SpawnError> {
 
 /// Spawns `spec` via `current_exe __exec-helper`, which confines itself first.
 async fn spawn_through_helper(spec: &ChildSpec) -> Result<Child, SpawnError> {
-    let helper_exe = std::env::current_exe()?;
-    let helper_spec = HelperSpec {
-        program: spec.program.clone(),
-        args: spec.args.clone(),
-        parent_pid: std::process::id(),
-        policy: spec.policy.clone(),
-    };
-    let spec_json = serde_json::to_string(&helper_spec)
-        .map_err(|e| std::io::Error::other(format!("cannot encode the helper spec: {e}")))?;
+    let spec_json = helper_spec_json(spec, false)?;
     // One argument may hold at most 128 KiB; a policy with many masks goes through a file
     // in the run's private directory instead (`@PATH`).
-    let spec_arg: std::ffi::OsString = match &spec.policy {
+    let spec_arg: OsString = match &spec.policy {
         Some(policy) if spec_json.len() > 64 * 1024 => {
             let path = policy.run_dir.join("helper-spec.json");
             std::fs::write(&path, &spec_json)?;
-            let mut arg = std::ffi::OsString::from("@");
+            let mut arg = OsString::from("@");
             arg.push(path.as_os_str());
             arg
         }
         _ => spec_json.into(),
     };
+    let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
+    let mut command = helper_command(spec_arg, &status_write)?;
+    command
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd);
+    let child = command.spawn()?;
+    drop(status_write);
+    wait_for_exec(child, status_read).await
+}
 
-    let (status_read, status_write): (OwnedFd, OwnedFd) =
+/// A helper started before its spec is known, which waits for it on a pipe.
+///
+/// Starting the helper (a second process of coder's binary: `execve`, the dynamic loader,
+/// the CPU feature probes) takes most of a millisecond; started this way, that overlaps
+/// with what coder does meanwhile, chiefly resolving the sandbox policy. Dropped unused,
+/// the helper reads the end of the pipe and exits without starting anything.
+pub struct StartedHelper {
+    child: Child,
+    spec: std::fs::File,
+    status: OwnedFd,
+}
+
+impl StartedHelper {
+    /// Starts the helper in `cwd` (any existing directory: the spec says where the program
+    /// runs).
+    pub fn start(cwd: &std::path::Path) -> Result<StartedHelper, SpawnError> {
+        let (spec_read, spec_write) = inheritable_pipe(Inherited::ReadEnd)?;
+        let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
+        let mut spec_arg = OsString::from("&");
+        spec_arg.push(spec_read.as_raw_fd().to_string());
+        let mut command = helper_command(spec_arg, &status_write)?;
+        command.current_dir(cwd);
+        let child = command.spawn()?;
+        drop((spec_read, status_write));
+        Ok(StartedHelper {
+            child,
+            spec: std::fs::File::from(spec_write),
+            status: status_read,
+        })
+    }
+
+    /// Hands `spec` to the helper; returns once the program has been exec'd.
+    async fn finish(self, spec: &ChildSpec) -> Result<Child, SpawnError> {
+        use std::io::Write;
+        let StartedHelper {
+            child,
+            spec: mut pipe,
+            status,
+        } = self;
+        let json = helper_spec_json(spec, true)?;
+        // A helper that died before reading it reports why on the status pipe.
+        let _ = pipe.write_all(json.as_bytes());
+        drop(pipe);
+        wait_for_exec(child, status).await
+    }
+}
+
+/// The helper's spec, as JSON; `with_env` carries the program's environment and working
+/// directory for a helper started without them.
+fn helper_spec_json(spec: &ChildSpec, with_env: bool) -> Result<String, SpawnError> {
+    let helper_spec = HelperSpec {
+        program: spec.program.clone(),
+        args: spec.args.clone(),
+        parent_pid: std::process::id(),
+        policy: spec.policy.clone(),
+        env: with_env.then(|| spec.env.clone()),
+        cwd: with_env.then(|| spec.cwd.clone()),
+    };
+    serde_json::to_string(&helper_spec).map_err(|e| {
+        SpawnError::Io(std::io::Error::other(format!(
+            "cannot encode the helper spec: {e}"
+        )))
+    })
+}
+
+/// Which end of a pipe the helper inherits (under its own number, see the helper's docs).
+enum Inherited {
+    ReadEnd,
+    WriteEnd,
+}
+
+/// A pipe whose `inherited` end stays open across exec. It is so only until the spawn that
+/// follows returns (the caller then closes its copy), and coder starts no other process
+/// meanwhile.
+fn inheritable_pipe(inherited: Inherited) -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    let (read, write): (OwnedFd, OwnedFd) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
-    // The write end is inherited by the helper under its own number (see the helper's
-    // docs). It is open without close-on-exec only until the spawn below returns, and coder
-    // starts no other process meanwhile.
+    let end = match inherited {
+        Inherited::ReadEnd => &read,
+        Inherited::WriteEnd => &write,
+    };
     nix::fcntl::fcntl(
-        &status_write,
+        end,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
     )
     .map_err(std::io::Error::from)?;
+    Ok((read, write))
+}
 
-    let mut command = Command::new(helper_exe);
+/// `coder __exec-helper SPEC STATUS_FD`, with piped stdio and an empty environment.
+fn helper_command(spec_arg: OsString, status_write: &OwnedFd) -> Result<Command, SpawnError> {
+    let mut command = Command::new(std::env::current_exe()?);
     command
         .arg0("coder-helper")
         .arg(HELPER_ARG)
         .arg(spec_arg)
         .arg(status_write.as_raw_fd().to_string())
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
-    let mut child = command.spawn()?;
-    drop(status_write);
+    Ok(command)
+}
 
+/// Waits until the helper has exec'd the program (its status pipe closes empty) or
+/// reported why it could not.
+async fn wait_for_exec(mut child: Child, status_read: OwnedFd) -> Result<Child, SpawnError> {
     let report = tokio::task::spawn_blocking(move || {
         use std::io::Read;
         let mut file = std::fs::File::from(status_read);
