@@ -7,12 +7,18 @@
 //! closing every inherited descriptor, and the sandbox ([`super::confine`], last, so that
 //! the steps before it still have the whole filesystem).
 //!
+//! `SPEC` is the JSON [`HelperSpec`] itself, `@PATH` of a file holding it (a spec too large
+//! for an argument), or `&N`: read it from the inherited pipe `N` until it closes. The
+//! last is how the first attempt's helper is started before its spec is known, so that its
+//! own start overlaps with the parent resolving the policy; such a spec carries the
+//! program's environment and working directory too.
+//!
 //! Failures before `execve` are reported to the parent as one JSON object on the status
 //! descriptor `FD` (made close-on-exec here): an empty status means the program is running,
 //! so the parent can tell "claude is missing" from "claude ran and failed" without guessing
 //! from exit codes. Without `FD` (the helper started by hand) failures go to stderr.
 //!
-//! The descriptor is inherited under its own number rather than moved to a fixed one,
+//! The descriptors are inherited under their own numbers rather than moved to fixed ones,
 //! because moving it would take code between fork and exec, and that alone makes the
 //! standard library fork the whole supervisor instead of spawning with `posix_spawn`
 //! (which is about half a millisecond faster per run).

@@ -2,7 +2,8 @@
 //! started.
 //!
 //! A confined child starts through the helper process (see [`crate::sandbox::helper`]),
-//! which confines itself and then execs the program. An unconfined one
+//! which confines itself and then execs the program; the first attempt's helper is started
+//! early ([`StartedHelper`]) and given its spec when the attempt starts. An unconfined one
 //! (`danger-full-access`) needs only the helper's first steps (a new session, the
 //! parent-death signal, no inherited descriptors), which are single system calls: they run
 //! between fork and exec of the program itself, which spares a second start of coder's own
