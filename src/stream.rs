@@ -68,7 +68,7 @@ const SPARE_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// faults in every page of it, and freeing it on another thread unmaps them again, which
 /// interrupts the thread reading the pipe: together a third of that thread's time on a
 /// fast stream. Reusing buffers avoids both, at the price of keeping them resident, so
-/// few are kept: a buffer offered while more than [`LARGE_BUFFERS`] large ones exist (a
+/// few are kept: a buffer offered while more than two large ones exist (a
 /// line being filled and one being decoded) is freed, and so is one of more than 16 MiB.
 /// The supervisor's queue counts a line by its buffer's capacity, not its length, so a
 /// short line in a reused buffer cannot let a third one fill up meanwhile.
@@ -379,7 +379,7 @@ pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
 ///   the message, is neither read nor checked. coder reads a tool result from the message;
 ///   the copy is about half of every large line.
 /// - Long strings (a tool result's text) are located by their quotes alone and left out of
-///   the parse (see [`Elided`]): their escapes are not decoded, so they cost a search for
+///   the parse: their escapes are not decoded, so they cost a search for
 ///   quotes rather than a JSON string scan, several times slower on text with a newline
 ///   every few dozen bytes.
 ///
