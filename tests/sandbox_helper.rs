@@ -92,3 +92,58 @@ fn a_symlink_swapped_in_for_a_secret_directory_stops_the_child() {
         "{stderr}"
     );
 }
+
+/// A helper started before its spec was known (the first attempt's, in a run) reads the
+/// spec from a pipe, and runs the program with the spec's environment and directory rather
+/// than its own.
+#[test]
+fn a_helper_started_early_takes_its_spec_environment_and_directory_from_a_pipe() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let (_dir, root) = fixture();
+    fs::create_dir_all(root.join("ws/sub")).unwrap();
+    let policy = policy_for(&root);
+    let (spec_read, spec_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    nix::fcntl::fcntl(
+        &spec_read,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .arg(HELPER_ARG)
+        .arg(format!("&{}", spec_read.as_raw_fd()))
+        .env_clear()
+        .env("GREETING", "from the helper's own environment")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(spec_read);
+    let spec = HelperSpec {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), "echo \"$GREETING\"; pwd".into()],
+        parent_pid: std::process::id(),
+        policy: Some(policy),
+        env: Some(vec![
+            ("GREETING".into(), "hello".into()),
+            ("PATH".into(), "/usr/bin:/bin".into()),
+        ]),
+        cwd: Some(root.join("ws/sub")),
+    };
+    let mut pipe = fs::File::from(spec_write);
+    pipe.write_all(serde_json::to_string(&spec).unwrap().as_bytes())
+        .unwrap();
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("hello\n{}\n", root.join("ws/sub").display())
+    );
+}
