@@ -133,7 +133,9 @@ impl Drop for TreeGuard {
 }
 
 /// Where the supervisor reports what happens, as it happens (the transcript, the progress
-/// display). Implementations must not block.
+/// display). Implementations must return quickly: the supervisor's deadlines wait while
+/// they run. (The transcript hands entries to a thread of its own and waits only when four
+/// are already queued, that is when its disk is slower than the child's output.)
 pub trait Journal {
     /// A complete line of the child's output; `decoded` is its decoded form, if it is an
     /// event.
