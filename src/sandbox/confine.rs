@@ -193,8 +193,7 @@ fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
     if policy.masks.is_empty() {
         return Ok(0);
     }
-    // The empty file is there only when a mask needs it.
-    let source = if policy.masks.iter().any(|m| m.kind == MaskKind::Empty) {
+    let source = if policy.needs_mask_source() {
         let source_path = policy.mask_source();
         let source = sys::open_nofollow(&source_path)
             .map_err(|e| SandboxError::sys("open", source_path.display(), e))?;

@@ -446,9 +446,7 @@ impl Policy {
         policy.roots = grants.roots();
         policy.aliases = grants.aliases.into_iter().collect();
         policy.masks = masks;
-        // Only hiding a secret file needs it; every file made here is one more for the
-        // filesystem to create and delete per run.
-        if policy.masks.iter().any(|m| m.kind == MaskKind::Empty) {
+        if policy.needs_mask_source() {
             write_mask_source(&policy.run_dir)?;
         }
         Ok(policy)
@@ -498,6 +496,12 @@ impl Policy {
     /// The empty read-only file bind-mounted over secrets.
     pub fn mask_source(&self) -> PathBuf {
         self.run_dir.join("empty")
+    }
+
+    /// Whether a mask hides a file behind [`Policy::mask_source`], which exists only then:
+    /// every file made for a run is one more for the filesystem to create and delete.
+    pub fn needs_mask_source(&self) -> bool {
+        self.masks.iter().any(|m| m.kind == MaskKind::Empty)
     }
 
     /// The mount point of the private root: the run directory itself, hidden in the
