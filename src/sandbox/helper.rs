@@ -81,11 +81,9 @@ pub struct HelperFailure {
 
 /// Entry point of `coder __exec-helper SPEC [FD]`. Only returns by exiting.
 pub fn helper_main(args: &[OsString]) -> ! {
-    let status_fd = args
-        .get(3)
-        .and_then(|fd| fd.to_str()?.parse::<RawFd>().ok())
-        .filter(|fd| *fd > 2);
-    let mut status = status_fd.and_then(open_status_fd);
+    let status_fd = args.get(3).and_then(|fd| inherited_fd(fd.as_bytes()));
+    // Its closing at exec is how the parent learns the program started.
+    let mut status = status_fd.and_then(|fd| adopt_inherited(fd).ok());
     let failure = match run(args, status_fd) {
         Ok(never) => match never {},
         Err(failure) => failure,
@@ -105,17 +103,27 @@ pub fn helper_main(args: &[OsString]) -> ! {
     std::process::exit(code)
 }
 
-fn open_status_fd(fd: RawFd) -> Option<std::fs::File> {
-    // Mark it close-on-exec first: the exec'd program must not inherit it, and its closing
-    // is how the parent learns the exec succeeded.
+/// The descriptor number written in an argument, if it names one the helper may own
+/// (not stdio).
+fn inherited_fd(text: &[u8]) -> Option<RawFd> {
+    std::str::from_utf8(text)
+        .ok()?
+        .parse::<RawFd>()
+        .ok()
+        .filter(|fd| *fd > 2)
+}
+
+/// Takes the inherited descriptor `fd` (the status or the spec pipe), made close-on-exec
+/// first so that the program does not inherit it; an error when it is not open.
+fn adopt_inherited(fd: RawFd) -> std::io::Result<std::fs::File> {
     // SAFETY: fcntl on a plain descriptor number touches no memory; -1 means the
     // descriptor is not open, which is handled.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
-        return None;
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: the descriptor is open (fcntl succeeded) and, by the spawn contract, owned by
     // nobody else in this freshly exec'd process.
-    Some(unsafe { std::fs::File::from_raw_fd(fd) })
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> HelperFailure {
@@ -224,19 +232,8 @@ fn run(
 /// Reads the spec from the inherited pipe `fd` (its number, as text) to its end.
 fn read_spec_pipe(fd: &[u8]) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let fd = std::str::from_utf8(fd)
-        .ok()
-        .and_then(|fd| fd.parse::<RawFd>().ok())
-        .filter(|fd| *fd > 2)
-        .ok_or_else(|| std::io::Error::other("not a descriptor number"))?;
-    // SAFETY: fcntl on a plain descriptor number touches no memory; it only checks that the
-    // descriptor is open before it is owned below.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the descriptor is open and, by the spawn contract, the spec pipe's read end,
-    // owned by nothing else in this freshly exec'd process.
-    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let fd = inherited_fd(fd).ok_or_else(|| std::io::Error::other("not a descriptor number"))?;
+    let mut pipe = adopt_inherited(fd)?;
     let mut spec = Vec::new();
     pipe.read_to_end(&mut spec)?;
     Ok(spec)
