@@ -389,6 +389,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// A transcript's entries, one JSON object per line.
+    fn entries(text: &str) -> Vec<Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     #[test]
     fn timestamps_are_rfc3339_utc() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_264_082_574);
@@ -435,10 +442,7 @@ mod tests {
         );
         assert_eq!(t.finish(), None);
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = entries(&text);
         assert_eq!(lines.len(), 4);
         // The event is copied verbatim.
         assert_eq!(
@@ -479,10 +483,7 @@ mod tests {
         t.child_line(Pipe::Stdout, &noise, None);
         assert_eq!(t.finish(), None);
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = entries(&text);
         assert_eq!(lines[0]["kind"], "event_truncated");
         assert_eq!(
             lines[0]["text"].as_str().unwrap().len(),

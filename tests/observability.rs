@@ -10,18 +10,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fake, steps};
+use common::{Fake, read_transcript, steps};
 use serde_json::{Value, json};
 
 const CODER: &str = env!("CARGO_BIN_EXE_coder");
-
-fn read_transcript(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("transcript {}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
-        .collect()
-}
 
 fn tool_run() -> Value {
     json!([

@@ -200,10 +200,9 @@ fn a_long_tool_result_is_read_from_its_own_content_and_kept_by_its_head() {
         json!([{"tool": "Bash", "path": "/etc/shadow", "class": "outside_sandbox"}]),
         "{m}"
     );
-    let transcript = std::fs::read_to_string(out.envelope["transcript"].as_str().unwrap()).unwrap();
-    let entry = transcript
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let transcript = out.envelope["transcript"].as_str().unwrap();
+    let entry = common::read_transcript(std::path::Path::new(transcript))
+        .into_iter()
         .find(|e| e["kind"] == "event_truncated")
         .expect("the long line is in the transcript");
     assert!(

@@ -773,6 +773,15 @@ pub fn marked_processes(marker: &str) -> Vec<(i32, String)> {
     found
 }
 
+/// A transcript's entries, one JSON object per line.
+pub fn read_transcript(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("transcript {}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
 /// SIGKILLs every process carrying `marker` (cleanup after a failed test).
 pub fn kill_marked(marker: &str) {
     for (pid, _) in marked_processes(marker) {
