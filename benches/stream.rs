@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coder::observation::{Observation, Pipe};
+use coder::pipeline::observation::{Observation, Pipe};
 use coder::sandbox::{Mode, Policy, PolicyOptions};
 use coder::stream::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, decode_event};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

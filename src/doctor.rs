@@ -1,4 +1,4 @@
-//! `coder doctor`: says in one screen whether a run could succeed here, and if not, why.
+//! The checks behind `coder doctor`: whether a run could succeed here, and if not, why.
 //!
 //! It checks, in order: the config file, the chosen backend and its key, the claude
 //! executable (a real native binary, not an npm placeholder or a script wrapper, and its
@@ -6,8 +6,10 @@
 //! and a TCP connection to the backend (or its proxy) with a short timeout. Each check
 //! ends `ok`, `warn`, `fail` or `skip`; the exit code is 0 only when none failed.
 //!
-//! The kernel probes are done here rather than through the sandbox module on purpose: the
-//! doctor must work (and explain) precisely when the sandbox cannot.
+//! The kernel is judged by the sandbox's own probe ([`crate::sandbox::probe`]), so the
+//! doctor and a run cannot disagree about which Landlock ABI and namespaces are needed;
+//! the probe only reports, it never fails, so the doctor still explains when the sandbox
+//! cannot be had. The subcommand's entry point is in `commands`.
 
 use crate::sandbox::SandboxSupport;
 use std::ffi::{OsStr, OsString};
@@ -15,7 +17,7 @@ use std::fmt;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -172,29 +174,6 @@ pub struct DoctorArgs {
     /// Seconds to wait for the TCP connection to the backend.
     #[arg(long = "connect-timeout", value_name = "SECS", default_value = "3")]
     pub connect_timeout: f64,
-}
-
-/// Entry point of `coder doctor`; `args` are the arguments after `doctor`.
-pub fn doctor_command(args: &[OsString]) -> ExitCode {
-    let args: DoctorArgs = match crate::cli::parse_subcommand("coder doctor", args) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let report = run_checks(&args, &env);
-    if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
-            Err(_) => return ExitCode::from(70),
-        }
-    } else {
-        print!("{}", report.render());
-    }
-    if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }
 
 /// Runs every check against the environment `env`.

@@ -1,26 +1,22 @@
 //! `coder` runs one coding task through the `claude` CLI, supervises it, confines it and
 //! answers with exactly one JSON envelope.
 //!
-//! Data flows one way, and the modules follow it:
-//! request ([`cli`]) -> child spec ([`child`]) -> supervised attempt ([`supervise`], reading
-//! [`stream`] into an [`observation`], spawning through [`sandbox::helper`]) -> verdict
-//! ([`outcome`]) -> envelope ([`envelope`]). [`run`] ties the run mode together.
+//! Data flows one way, and the folders follow it (DESIGN §7):
+//! [`pipeline`] turns a request into a child spec, runs supervised attempts
+//! ([`supervise`], reading the child's output through [`stream`] and spawning it through
+//! [`sandbox`]'s helper), classifies each into an outcome, decides on retries and builds
+//! the envelope; [`journal`] records what happened. [`config`] resolves backends,
+//! [`replay`] is the built-in scripted backend, [`exit`] the error kinds and exit codes.
+//! Subcommand entry points live in [`commands`], which nothing else imports.
 
-pub mod child;
-pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod doctor;
-pub mod envelope;
-pub mod observation;
-pub mod outcome;
-pub mod progress;
-pub mod prompt;
+pub mod exit;
+pub mod journal;
+pub mod pipeline;
 pub mod replay;
-pub mod retry;
-pub mod run;
-pub mod runs;
 pub mod sandbox;
-pub mod session;
 pub mod stream;
 pub mod supervise;
-pub mod transcript;
+pub mod text;

@@ -1,8 +1,10 @@
-//! The `coder` binary: pick the mode from the first argument, run it, exit with its code.
-//! Everything else lives in the library.
+//! The `coder` binary: pick the subcommand from the first argument, run it, exit with its
+//! code. Everything else lives in the library.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
+
+use coder::commands;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -10,11 +12,11 @@ fn main() -> ExitCode {
         // Must come first: the helper runs single-threaded and execs the child.
         Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),
         // Also before any thread: it confines this process and execs the command.
-        Some("sandbox") => coder::sandbox::sandbox_command(&args[2..]),
-        Some("doctor") => coder::doctor::doctor_command(&args[2..]),
-        Some("prompt") => coder::prompt::prompt_command(&args[2..]),
-        Some("replay") => coder::replay::serve_command(&args[1..]),
-        Some("runs") => coder::runs::runs_command(&args),
-        _ => coder::run::run_command(&args),
+        Some("sandbox") => commands::sandbox::sandbox_command(&args[2..]),
+        Some("doctor") => commands::doctor::doctor_command(&args[2..]),
+        Some("prompt") => commands::prompt::prompt_command(&args[2..]),
+        Some("replay") => commands::replay::serve_command(&args[1..]),
+        Some("runs") => commands::runs::runs_command(&args),
+        _ => commands::run::run_command(&args),
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use coder::config::ConfigError;
-use coder::prompt::{PromptArgs, assemble_prompt};
+use coder::pipeline::prompt::{PromptArgs, assemble_prompt};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -739,7 +739,7 @@ fn claude_config_dir(
     }
 }
 
-/// coder's state directory for the environment `env` (see [`crate::session::state_dir`]).
+/// coder's state directory for the environment `env` (see [`crate::pipeline::session::state_dir`]).
 pub fn state_dir_of(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     env::state_dir(env::EnvView(env))
 }

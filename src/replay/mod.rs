@@ -15,7 +15,6 @@
 //! [`serve_command`]). The cassette format is documented in `docs/cassettes.md`.
 
 mod cassette;
-mod command;
 mod http;
 mod matcher;
 mod render;
@@ -31,7 +30,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use cassette::{CASSETTE_VERSION, Cassette, WORKSPACE_PLACEHOLDER};
-pub use command::serve_command;
 
 /// Why a cassette could not be loaded or a server could not start.
 #[derive(Debug, thiserror::Error)]

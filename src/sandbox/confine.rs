@@ -30,7 +30,8 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use serde::Serialize;
 
-use super::policy::{Access, MaskKind, Mode, Policy};
+use super::policy::{Access, Mode, Policy};
+use super::scan::MaskKind;
 use super::{SandboxError, sys};
 
 /// The Landlock ABI whose rights coder handles (tested). ABI 6 brought the scopes; 7 adds

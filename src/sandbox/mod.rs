@@ -29,7 +29,6 @@
 //! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
 //! history).
 
-mod command;
 mod confine;
 pub(crate) mod denial;
 pub mod helper;
@@ -41,15 +40,14 @@ mod sys;
 
 use std::path::PathBuf;
 
-pub use command::sandbox_command;
 pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials, redact};
 pub use note::system_prompt_note;
 pub use policy::{
-    Access, DEFAULT_DENY_GLOBS, Mask, MaskKind, Mode, Policy, PolicyOptions, Root, ScanLimits,
-    SymlinkAlias, backend_ports,
+    Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
 };
 pub use probe::{SandboxSupport, probe};
+pub use scan::{Mask, MaskKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
 /// child's environment (for the backend's port and an explicit `CLAUDE_CONFIG_DIR`) and

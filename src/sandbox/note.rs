@@ -8,7 +8,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::policy::{Access, MaskKind, Mode, Policy};
+use super::policy::{Access, Mode, Policy};
+use super::scan::MaskKind;
 
 /// How many masked paths the note lists before summarising the rest.
 const MAX_LISTED: usize = 40;

@@ -17,7 +17,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
-use super::scan;
+use super::scan::{self, Mask, MaskKind, ScanLimits};
 
 /// Files no mode may read or write, unless the user configures otherwise.
 pub const DEFAULT_DENY_GLOBS: [&str; 5] = [
@@ -108,52 +108,6 @@ pub struct SymlinkAlias {
     pub path: PathBuf,
     /// The link's target, verbatim.
     pub target: PathBuf,
-}
-
-/// How a masked path is covered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MaskKind {
-    /// An empty read-only file is bind-mounted over the file: it reads as empty, cannot be
-    /// written, removed, renamed or linked.
-    Empty,
-    /// The path is bind-mounted over itself read-only: visible, unchangeable. Used for
-    /// directories of secrets (whose files are masked one by one), `.git/hooks` and
-    /// `.git/config`.
-    ReadOnly,
-}
-
-/// One mount to apply over a path found by the scan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mask {
-    /// Canonical absolute path.
-    pub path: PathBuf,
-    pub kind: MaskKind,
-    pub is_dir: bool,
-    /// Device and inode seen by the scan; the mount is refused if they changed since.
-    pub dev: u64,
-    pub ino: u64,
-    /// True for files hidden because they match a non-accessible glob (as opposed to
-    /// protected read-only).
-    pub secret: bool,
-}
-
-/// Caps on the secret scan. Over a cap the scan fails closed instead of guessing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScanLimits {
-    /// Deepest directory level walked below a scanned root.
-    pub max_depth: usize,
-    /// Most masks (files and directories) one policy may carry.
-    pub max_matches: usize,
-}
-
-impl Default for ScanLimits {
-    fn default() -> Self {
-        ScanLimits {
-            max_depth: 64,
-            max_matches: 8192,
-        }
-    }
 }
 
 /// What the caller asks for. [`PolicyOptions::new`] fills the defaults from the
@@ -725,13 +679,13 @@ fn env_path(name: &str) -> Option<PathBuf> {
 
 /// The same private directory a run gives the CLI (`claude` in coder's state directory).
 fn default_config_dir() -> PathBuf {
-    crate::session::state_dir().join("claude")
+    crate::pipeline::session::state_dir().join("claude")
 }
 
 fn default_runs_dir() -> PathBuf {
     match env_path("XDG_RUNTIME_DIR").filter(|p| p.is_dir()) {
         Some(runtime) => runtime.join("coder/runs"),
-        None => crate::session::state_dir().join("sandbox"),
+        None => crate::pipeline::session::state_dir().join("sandbox"),
     }
 }
 

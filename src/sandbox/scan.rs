@@ -13,12 +13,59 @@ use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
+use serde::{Deserialize, Serialize};
+
 use super::SandboxError;
-use super::policy::{Mask, MaskKind, ScanLimits};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
 const PROBE_CHILD: &str = "\u{1}coder-probe";
+
+/// How a masked path is covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaskKind {
+    /// An empty read-only file is bind-mounted over the file: it reads as empty, cannot be
+    /// written, removed, renamed or linked.
+    Empty,
+    /// The path is bind-mounted over itself read-only: visible, unchangeable. Used for
+    /// directories of secrets (whose files are masked one by one), `.git/hooks` and
+    /// `.git/config`.
+    ReadOnly,
+}
+
+/// One mount to apply over a path found by the scan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mask {
+    /// Canonical absolute path.
+    pub path: PathBuf,
+    pub kind: MaskKind,
+    pub is_dir: bool,
+    /// Device and inode seen by the scan; the mount is refused if they changed since.
+    pub dev: u64,
+    pub ino: u64,
+    /// True for files hidden because they match a non-accessible glob (as opposed to
+    /// protected read-only).
+    pub secret: bool,
+}
+
+/// Caps on the secret scan. Over a cap the scan fails closed instead of guessing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanLimits {
+    /// Deepest directory level walked below a scanned root.
+    pub max_depth: usize,
+    /// Most masks (files and directories) one policy may carry.
+    pub max_matches: usize,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits {
+            max_depth: 64,
+            max_matches: 8192,
+        }
+    }
+}
 
 /// Where the workspace's git metadata lives.
 #[derive(Debug, Default)]

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::child::ChildSpec;
-use crate::observation::{Observation, Pipe};
+use crate::pipeline::child::ChildSpec;
+use crate::pipeline::observation::{Observation, Pipe};
 use crate::stream::{Decoded, Event, Line, LineSplitter, SpareBuffer};
 
 pub use signals::CancelSignals;

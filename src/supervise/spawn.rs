@@ -17,7 +17,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-use crate::child::ChildSpec;
+use crate::pipeline::child::ChildSpec;
 use crate::sandbox::helper::{HELPER_ARG, HelperFailure, HelperSpec, HelperStage};
 
 /// A started child with its pipes.

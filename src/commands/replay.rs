@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::{Cassette, ReplayServer, ServeOptions};
+use crate::replay::{Cassette, ReplayServer, ServeOptions};
 
 /// Exit status for a cassette or option that cannot be used (EX_CONFIG).
 const EXIT_CONFIG: u8 = 78;
@@ -50,7 +50,7 @@ enum ReplayCommand {
 /// "serve", "c.json", …]`).
 pub fn serve_command(args: &[OsString]) -> ExitCode {
     let after = args.get(1..).unwrap_or_default();
-    let parsed: ReplayArgs = match crate::cli::parse_subcommand("coder replay", after) {
+    let parsed: ReplayArgs = match super::parse_subcommand("coder replay", after) {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
@@ -94,7 +94,7 @@ async fn serve(cassette: Cassette, options: ServeOptions) -> ExitCode {
     };
     let server = match ReplayServer::start(cassette, options).await {
         Ok(server) => server,
-        Err(error @ super::ReplayError::Bind { .. }) => {
+        Err(error @ crate::replay::ReplayError::Bind { .. }) => {
             eprintln!("coder replay: {error}");
             return ExitCode::from(EXIT_FAILURE);
         }

@@ -1,103 +1,11 @@
-//! What an attempt came to: the error kinds of the envelope, their exit codes, and the
-//! classification of a finished attempt into one of them.
-//!
-//! Every failure coder can report is one [`ErrorKind`]; the mapping to process exit codes
-//! lives here and nowhere else, so a caller can rely on `error_kind` and `$?` agreeing.
+//! What an attempt came to: the classification of a finished attempt into success or one
+//! [`ErrorKind`] (defined, with its exit code, in [`crate::exit`]), with the message, hint
+//! and upstream details the envelope reports.
 
-use serde::Serialize;
-
-use crate::observation::Observation;
+use crate::exit::{ErrorKind, cancelled_exit_code};
+use crate::pipeline::observation::Observation;
 use crate::sandbox::helper::HelperStage;
 use crate::supervise::{AttemptEnd, SpawnError, StopCause, signals::signal_name};
-
-/// The `error_kind` of a failure envelope. Names and exit codes are part of the contract
-/// (DESIGN §2) and never change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    IdleTimeout,
-    Timeout,
-    CommandNotFound,
-    UpstreamError,
-    JsonDecode,
-    ProtocolMissingSession,
-    EmptyResult,
-    SubprocessError,
-    ConfigError,
-    UnexpectedException,
-    SandboxError,
-    Cancelled,
-    MaxTurns,
-}
-
-impl ErrorKind {
-    /// Every kind, in the order of the contract's table.
-    pub const ALL: [ErrorKind; 13] = [
-        ErrorKind::IdleTimeout,
-        ErrorKind::Timeout,
-        ErrorKind::CommandNotFound,
-        ErrorKind::UpstreamError,
-        ErrorKind::JsonDecode,
-        ErrorKind::ProtocolMissingSession,
-        ErrorKind::EmptyResult,
-        ErrorKind::SubprocessError,
-        ErrorKind::ConfigError,
-        ErrorKind::UnexpectedException,
-        ErrorKind::SandboxError,
-        ErrorKind::Cancelled,
-        ErrorKind::MaxTurns,
-    ];
-
-    /// The name used in the envelope's `error_kind`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::IdleTimeout => "idle_timeout",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::CommandNotFound => "command_not_found",
-            ErrorKind::UpstreamError => "upstream_error",
-            ErrorKind::JsonDecode => "json_decode",
-            ErrorKind::ProtocolMissingSession => "protocol_missing_session",
-            ErrorKind::EmptyResult => "empty_result",
-            ErrorKind::SubprocessError => "subprocess_error",
-            ErrorKind::ConfigError => "config_error",
-            ErrorKind::UnexpectedException => "unexpected_exception",
-            ErrorKind::SandboxError => "sandbox_error",
-            ErrorKind::Cancelled => "cancelled",
-            ErrorKind::MaxTurns => "max_turns",
-        }
-    }
-
-    /// The process exit code for this kind. `cancelled` depends on the signal coder
-    /// received (128 + signal number), see [`cancelled_exit_code`].
-    pub fn exit_code(self) -> u8 {
-        match self {
-            ErrorKind::IdleTimeout | ErrorKind::Timeout => 124,
-            ErrorKind::CommandNotFound => 127,
-            ErrorKind::UpstreamError
-            | ErrorKind::JsonDecode
-            | ErrorKind::ProtocolMissingSession
-            | ErrorKind::EmptyResult
-            | ErrorKind::SubprocessError
-            | ErrorKind::MaxTurns => 1,
-            ErrorKind::ConfigError => 78,
-            ErrorKind::UnexpectedException => 70,
-            ErrorKind::SandboxError => 71,
-            ErrorKind::Cancelled => 130,
-        }
-    }
-}
-
-impl std::fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Exit code of a run cancelled by `signal`: the shell convention 128 + signal number
-/// (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
-pub fn cancelled_exit_code(signal: i32) -> u8 {
-    u8::try_from(128 + signal).unwrap_or(130)
-}
 
 /// The classified end of one attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,7 +125,7 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
     if let Some((error, status, text)) = &obs.synthetic_error {
         let mut failure = Failure::new(
             ErrorKind::UpstreamError,
-            crate::stream::one_line(text, 200),
+            crate::text::one_line(text, 200),
             format!("the claude CLI reported an API failure and ended without a result: {text}"),
         );
         failure.http_status = *status;
@@ -302,7 +210,7 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
         return Verdict::Failure(
             Failure::new(
                 ErrorKind::ProtocolMissingSession,
-                crate::stream::one_line(&errors, 200),
+                crate::text::one_line(&errors, 200),
                 format!("the session to resume does not exist: {errors}"),
             )
             .hint("resume only a SESSION_ID from an earlier run with the same backend and config; omit --session-id to start a new session"),
@@ -324,7 +232,7 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
     if upstream {
         let mut failure = Failure::new(
             ErrorKind::UpstreamError,
-            crate::stream::one_line(&text, 200),
+            crate::text::one_line(&text, 200),
             format!("the backend API failed: {text}"),
         );
         failure.http_status = status;
@@ -343,7 +251,7 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
     }
     Verdict::Failure(Failure::new(
         ErrorKind::SubprocessError,
-        crate::stream::one_line(&format!("claude failed ({subtype}): {text}"), 200),
+        crate::text::one_line(&format!("claude failed ({subtype}): {text}"), 200),
         format!("the claude CLI ended with an error result ({subtype}, {reason}): {text}"),
     ))
 }
@@ -363,7 +271,7 @@ fn spawn_failure(error: &SpawnError) -> Failure {
             failure.message.clone(),
             failure.message.clone(),
         )
-        .hint(crate::child::INSTALL_HINT),
+        .hint(crate::pipeline::child::INSTALL_HINT),
         SpawnError::Helper(failure) if failure.stage == HelperStage::Sandbox => Failure::new(
             ErrorKind::SandboxError,
             failure.message.clone(),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::outcome::ErrorKind;
+use crate::exit::ErrorKind;
 use crate::stream::Usage;
 
 /// The value of the envelope's `tool` field.
@@ -36,7 +36,7 @@ pub struct Envelope {
     pub all_messages: Option<Vec<Box<RawValue>>>,
     /// Every attempt, on failures and whenever there was more than one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<crate::run::AttemptSummary>,
+    pub attempts: Vec<AttemptSummary>,
     /// The run's transcript file, when one was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript: Option<String>,
@@ -193,7 +193,7 @@ impl Envelope {
             message: message.clone(),
             ..ErrorDetail::default()
         };
-        Envelope::failure(kind, None, crate::stream::one_line(&message, 300), detail)
+        Envelope::failure(kind, None, crate::text::one_line(&message, 300), detail)
     }
 
     /// The envelope as one line of JSON.
@@ -208,6 +208,24 @@ impl Envelope {
             ),
         }
     }
+}
+
+/// One attempt, as listed in the envelope.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptSummary {
+    pub attempt: u32,
+    pub session_id: String,
+    /// `success` or the failure's error kind.
+    pub outcome: &'static str,
+    pub duration_ms: u64,
+    /// `none`, `read_only` or `mutating`.
+    pub side_effects: &'static str,
+    pub tools: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What happened next: retried, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
 }
 
 #[cfg(test)]

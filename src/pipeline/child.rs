@@ -12,7 +12,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cli::{RunRequest, SandboxMode, SessionChoice};
+use crate::pipeline::request::{RunRequest, SandboxMode, SessionChoice};
 
 /// Everything needed to start the child: program, arguments, full environment, cwd, stdin.
 #[derive(Debug, Clone)]
@@ -255,7 +255,7 @@ pub const INSTALL_HINT: &str = "install the claude CLI (npm install -g @anthropi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{DEFAULT_KILL_GRACE, RunRequest};
+    use crate::pipeline::request::{DEFAULT_KILL_GRACE, RunRequest};
     use uuid::Uuid;
 
     fn request(session: SessionChoice) -> RunRequest {

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::config::BackendArgs;
-use crate::prompt::{PromptArgs, assemble_prompt};
+use crate::pipeline::prompt::{PromptArgs, assemble_prompt};
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
 /// Confinement mode of the child (DESIGN §5): the sandbox's own mode type.
@@ -122,19 +122,6 @@ pub struct RunArgs {
     /// Structure added around the task (contract, guardrails, codex, lists).
     #[command(flatten, next_help_heading = "Prompt")]
     pub prompt_framing: PromptArgs,
-}
-
-/// Parses a subcommand's arguments (`args`: those after its name). On `--help` or a usage
-/// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse.
-pub fn parse_subcommand<T: Parser>(
-    name: &str,
-    args: &[OsString],
-) -> Result<T, std::process::ExitCode> {
-    let argv = std::iter::once(OsString::from(name)).chain(args.iter().cloned());
-    T::try_parse_from(argv).map_err(|e| {
-        let _ = e.print();
-        std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
-    })
 }
 
 /// The `--request` JSON object, with the spec's parameter names.

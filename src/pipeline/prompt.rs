@@ -10,40 +10,39 @@
 //! Substitution is a single pass over the template, so `{{...}}` inside a task or a
 //! document is kept literally and never expanded.
 
-use std::ffi::OsString;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-
-use clap::Parser;
 
 use crate::config::ConfigError;
 
-const TASK: &str = include_str!("../prompts/task.md");
-const TASK_TYPE: &str = include_str!("../prompts/task-type.md");
-const TARGETS: &str = include_str!("../prompts/targets.md");
-const REQUIREMENTS: &str = include_str!("../prompts/requirements.md");
-const CONSTRAINTS: &str = include_str!("../prompts/constraints.md");
-const ACCEPTANCE: &str = include_str!("../prompts/acceptance.md");
-const CONTRACT: &str = include_str!("../prompts/contract.md");
-const GUARDRAILS: &str = include_str!("../prompts/guardrails.md");
-const CODEX: &str = include_str!("../prompts/codex.md");
-const SCOPE: &str = include_str!("../prompts/scope.md");
+const TASK: &str = include_str!("../../prompts/task.md");
+const TASK_TYPE: &str = include_str!("../../prompts/task-type.md");
+const TARGETS: &str = include_str!("../../prompts/targets.md");
+const REQUIREMENTS: &str = include_str!("../../prompts/requirements.md");
+const CONSTRAINTS: &str = include_str!("../../prompts/constraints.md");
+const ACCEPTANCE: &str = include_str!("../../prompts/acceptance.md");
+const CONTRACT: &str = include_str!("../../prompts/contract.md");
+const GUARDRAILS: &str = include_str!("../../prompts/guardrails.md");
+const CODEX: &str = include_str!("../../prompts/codex.md");
+const SCOPE: &str = include_str!("../../prompts/scope.md");
 
 /// The task types with guidance of their own; any other type is named without guidance.
 pub const TASK_TYPES: [(&str, &str); 7] = [
-    ("feature", include_str!("../prompts/task-types/feature.md")),
-    ("bugfix", include_str!("../prompts/task-types/bugfix.md")),
+    (
+        "feature",
+        include_str!("../../prompts/task-types/feature.md"),
+    ),
+    ("bugfix", include_str!("../../prompts/task-types/bugfix.md")),
     (
         "refactor",
-        include_str!("../prompts/task-types/refactor.md"),
+        include_str!("../../prompts/task-types/refactor.md"),
     ),
-    ("test", include_str!("../prompts/task-types/test.md")),
-    ("docs", include_str!("../prompts/task-types/docs.md")),
-    ("review", include_str!("../prompts/task-types/review.md")),
+    ("test", include_str!("../../prompts/task-types/test.md")),
+    ("docs", include_str!("../../prompts/task-types/docs.md")),
+    ("review", include_str!("../../prompts/task-types/review.md")),
     (
         "investigate",
-        include_str!("../prompts/task-types/investigate.md"),
+        include_str!("../../prompts/task-types/investigate.md"),
     ),
 ];
 
@@ -252,20 +251,6 @@ pub fn assemble_prompt(task: &str, args: &PromptArgs) -> Result<String, ConfigEr
 }
 
 /// `coder prompt [FLAGS] [PROMPT | -]`
-#[derive(Debug, Parser)]
-#[command(
-    name = "coder prompt",
-    about = "Print the prompt a run would send, without running anything."
-)]
-struct PromptCommand {
-    #[command(flatten)]
-    prompt: PromptArgs,
-
-    /// The task text; read from stdin when absent or `-`.
-    #[arg(value_name = "PROMPT")]
-    task: Option<String>,
-}
-
 /// Reads the task from stdin, refusing to wait on a terminal.
 pub fn read_task_from_stdin() -> Result<String, ConfigError> {
     let mut stdin = std::io::stdin();
@@ -277,35 +262,6 @@ pub fn read_task_from_stdin() -> Result<String, ConfigError> {
         .read_to_string(&mut text)
         .map_err(ConfigError::Stdin)?;
     Ok(text)
-}
-
-/// Entry point of `coder prompt`; `args` are the arguments after `prompt`. Prints the
-/// assembled prompt on stdout; exit 0, 2 for usage errors, 78 for a `config_error`.
-pub fn prompt_command(args: &[OsString]) -> ExitCode {
-    let command: PromptCommand = match crate::cli::parse_subcommand("coder prompt", args) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let task = match command.task.as_deref() {
-        Some(task) if task != "-" => Ok(task.to_owned()),
-        _ => read_task_from_stdin(),
-    };
-    match task.and_then(|task| assemble_prompt(&task, &command.prompt)) {
-        Ok(prompt) => {
-            let mut stdout = std::io::stdout().lock();
-            match stdout
-                .write_all(prompt.as_bytes())
-                .and_then(|()| stdout.flush())
-            {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(_) => ExitCode::from(74),
-            }
-        }
-        Err(e) => {
-            eprintln!("coder prompt: {e}");
-            ExitCode::from(crate::outcome::ErrorKind::ConfigError.exit_code())
-        }
-    }
 }
 
 #[cfg(test)]

@@ -4,179 +4,30 @@
 //! `unexpected_exception` envelopes instead of a backtrace and silence.
 
 use std::ffi::OsString;
-use std::io::Write;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use std::time::Duration;
 
-use serde::Serialize;
 use uuid::Uuid;
 
-use crate::child;
-use crate::cli::{ArgError, KnownLimits, RunArgs, RunRequest, SessionChoice};
 use crate::config;
-use crate::envelope::{Envelope, ErrorDetail, Metrics};
-use crate::observation::Observation;
-use crate::observation::Pipe;
-use crate::outcome::{self, ErrorKind, Failure, LimitsForMessages, Verdict};
-use crate::progress::{self, Progress};
+use crate::exit::{ErrorKind, cancelled_exit_code};
+use crate::journal::progress::{self, Progress};
+use crate::journal::transcript::{self, Transcript};
+use crate::pipeline::child;
+use crate::pipeline::envelope::{AttemptSummary, Envelope, ErrorDetail, Metrics};
+use crate::pipeline::observation::Observation;
+use crate::pipeline::observation::Pipe;
+use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
+use crate::pipeline::request::{RunRequest, SessionChoice};
+use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
+use crate::pipeline::session::{self, SessionRecord, SessionStore};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
-use crate::retry::{self, Backoff, RetryDecision, SideEffects};
-use crate::session::{self, SessionRecord, SessionStore};
 use crate::stream::{Decoded, Line};
 use crate::supervise::{
     self, AttemptEnd, CancelSignals, Journal, Limits, StopCause, signals::signal_name,
 };
-use crate::transcript::{self, Transcript};
 use serde_json::json;
-
-/// Exit code of clap usage errors (unknown flags, missing values).
-const USAGE_EXIT: u8 = 2;
-
-/// What the run mode prints.
-enum Output {
-    /// Help or version text for stdout.
-    Text(String),
-    Envelope {
-        envelope: Box<Envelope>,
-        /// `--log-metrics`: one JSON line for stderr.
-        metrics_line: Option<String>,
-    },
-}
-
-/// `coder [run-mode args]`: prints one envelope and returns its exit code.
-pub fn run_command(args: &[OsString]) -> ExitCode {
-    let output = std::panic::catch_unwind(|| run_mode(args)).unwrap_or_else(|payload| {
-        let what = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_owned());
-        Output::Envelope {
-            envelope: Box::new(Envelope::early_failure(
-                ErrorKind::UnexpectedException,
-                format!("internal error in coder: {what} (please report this)"),
-            )),
-            metrics_line: None,
-        }
-    });
-    match output {
-        Output::Text(text) => {
-            let _ = std::io::stdout().write_all(text.as_bytes());
-            ExitCode::SUCCESS
-        }
-        Output::Envelope {
-            envelope,
-            metrics_line,
-        } => {
-            if let Some(line) = metrics_line {
-                let _ = writeln!(std::io::stderr(), "{line}");
-            }
-            let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(stdout, "{}", envelope.to_json_line());
-            let _ = stdout.flush();
-            ExitCode::from(envelope.exit_code)
-        }
-    }
-}
-
-fn config_error(message: String, exit_code: u8, limits: KnownLimits) -> Output {
-    let mut envelope = Envelope::early_failure(ErrorKind::ConfigError, message);
-    envelope.exit_code = exit_code;
-    if let Some(detail) = envelope.error_detail.as_mut() {
-        detail.idle_timeout_s = limits
-            .idle_timeout
-            .unwrap_or(crate::cli::DEFAULT_IDLE_TIMEOUT)
-            .as_secs_f64();
-        detail.max_duration_s = limits
-            .max_duration
-            .unwrap_or(crate::cli::DEFAULT_MAX_DURATION)
-            .as_secs_f64();
-    }
-    Output::Envelope {
-        envelope: Box::new(envelope),
-        metrics_line: None,
-    }
-}
-
-fn run_mode(args: &[OsString]) -> Output {
-    let parsed = match RunArgs::parse_from_args(args) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            use clap::error::ErrorKind as Clap;
-            return match e.kind() {
-                Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
-                _ => {
-                    let text = e.render().to_string();
-                    let first = text
-                        .lines()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("invalid arguments")
-                        .trim_start_matches("error: ")
-                        .to_owned();
-                    config_error(
-                        format!("{first} (see coder --help)"),
-                        USAGE_EXIT,
-                        KnownLimits::default(),
-                    )
-                }
-            };
-        }
-    };
-    if std::env::var_os("CODER_DEBUG_PANIC").is_some_and(|v| v == "1") {
-        // A deliberate crash, so the unexpected_exception path can be exercised end to end.
-        panic!("CODER_DEBUG_PANIC=1 was set");
-    }
-    let limits = parsed.known_limits();
-    let request = match parsed.into_request(&mut std::io::stdin().lock()) {
-        Ok(request) => request,
-        Err(ArgError::Usage(m)) => return config_error(m, USAGE_EXIT, limits),
-        Err(ArgError::Invalid(m)) => {
-            return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
-        }
-    };
-    crate::supervise::release_large_buffers();
-    // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
-    // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and
-    // splitting the child's output overlaps with decoding it.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            return Output::Envelope {
-                envelope: Box::new(Envelope::early_failure(
-                    ErrorKind::UnexpectedException,
-                    format!("cannot start the async runtime: {e}"),
-                )),
-                metrics_line: None,
-            };
-        }
-    };
-    let log_metrics = request.log_metrics;
-    let return_metrics = request.return_metrics;
-    let mut envelope = runtime.block_on(run(request));
-    // Every task of the run has ended; the worker is told to stop, not waited for.
-    runtime.shutdown_background();
-    let metrics_line = if log_metrics {
-        envelope
-            .metrics
-            .as_ref()
-            .and_then(|m| serde_json::to_string(m).ok())
-    } else {
-        None
-    };
-    if !return_metrics {
-        envelope.metrics = None;
-    }
-    Output::Envelope {
-        envelope: Box::new(envelope),
-        metrics_line,
-    }
-}
 
 /// Runs a validated request and returns its envelope (metrics always filled in), writing
 /// the run's transcript and, on a terminal, its progress.
@@ -238,7 +89,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "error": envelope.error,
             "exit_code": envelope.exit_code,
             "SESSION_ID": envelope.session_id,
-            "result": envelope.result.as_deref().map(|r| crate::stream::one_line(r, 500)),
+            "result": envelope.result.as_deref().map(|r| crate::text::one_line(r, 500)),
             "duration_ms": run_started.elapsed().as_millis() as u64,
             "metrics": envelope.metrics,
             "attempts": envelope.attempts,
@@ -600,24 +451,6 @@ fn remember_session(
     }
 }
 
-/// One attempt, as listed in the envelope.
-#[derive(Debug, Clone, Serialize)]
-pub struct AttemptSummary {
-    pub attempt: u32,
-    pub session_id: String,
-    /// `success` or the failure's error kind.
-    pub outcome: &'static str,
-    pub duration_ms: u64,
-    /// `none`, `read_only` or `mutating`.
-    pub side_effects: &'static str,
-    pub tools: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// What happened next: retried, or why not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry: Option<String>,
-}
-
 /// State shared by all attempts of one run, and the envelope builders.
 struct Run {
     started: Instant,
@@ -629,7 +462,7 @@ struct Run {
     retries: u32,
     attempts: Vec<AttemptSummary>,
     warnings: Vec<String>,
-    usage: crate::envelope::TokenUsage,
+    usage: crate::pipeline::envelope::TokenUsage,
     tool_calls: std::collections::BTreeMap<String, u64>,
     tool_time: std::collections::BTreeMap<String, Duration>,
     denials: Vec<crate::sandbox::Denial>,
@@ -673,7 +506,7 @@ impl Run {
         outcome: &'static str,
         retry: Option<String>,
     ) {
-        let usage: crate::envelope::TokenUsage = observation.usage().into();
+        let usage: crate::pipeline::envelope::TokenUsage = observation.usage().into();
         self.usage.input += usage.input;
         self.usage.output += usage.output;
         self.usage.cache_read += usage.cache_read;
@@ -888,7 +721,7 @@ impl Run {
             format!("cancelled by {name}"),
             detail,
         );
-        envelope.exit_code = outcome::cancelled_exit_code(signo);
+        envelope.exit_code = cancelled_exit_code(signo);
         self.finish(envelope, Some(&mut observation), Some(end))
     }
 }

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::observation::Pipe;
+use crate::pipeline::observation::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
 
 /// Longest child line kept whole in a transcript.

@@ -16,8 +16,9 @@ use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{
     DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, ResultEvent, ToolResult, Usage,
-    decode_line, decode_long_line, one_line,
+    decode_line, decode_long_line,
 };
+use crate::text::one_line;
 
 /// How many lines `last_lines` keeps.
 pub const LAST_LINES: usize = 20;

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::SandboxMode;
-use crate::outcome::{ErrorKind, Failure};
+use crate::exit::ErrorKind;
+use crate::pipeline::outcome::Failure;
+use crate::pipeline::request::SandboxMode;
 
 /// Tools that only read: calling them cannot change anything a retry would repeat.
 const READ_ONLY_TOOLS: &[&str] = &[

@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use super::policy::{Mode, Policy, PolicyOptions};
-use super::{SandboxError, confine};
+use crate::sandbox::{Mode, Policy, PolicyOptions};
+use crate::sandbox::{SandboxError, confine};
 
 /// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
 const EXIT_SANDBOX_ERROR: u8 = 71;
@@ -65,7 +65,7 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// Entry point of `coder sandbox`; `args` are the arguments after `sandbox`. Never
 /// returns on success: the process becomes the command.
 pub fn sandbox_command(args: &[OsString]) -> ExitCode {
-    let parsed: SandboxArgs = match crate::cli::parse_subcommand("coder sandbox", args) {
+    let parsed: SandboxArgs = match super::parse_subcommand("coder sandbox", args) {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };

@@ -1,0 +1,53 @@
+//! `coder prompt`: print the prompt a run would send, without running anything.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::exit::ErrorKind;
+use crate::pipeline::prompt::{PromptArgs, assemble_prompt, read_task_from_stdin};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder prompt",
+    about = "Print the prompt a run would send, without running anything."
+)]
+struct PromptCommand {
+    #[command(flatten)]
+    prompt: PromptArgs,
+
+    /// The task text; read from stdin when absent or `-`.
+    #[arg(value_name = "PROMPT")]
+    task: Option<String>,
+}
+
+/// Entry point of `coder prompt`; `args` are the arguments after `prompt`. Prints the
+/// assembled prompt on stdout; exit 0, 2 for usage errors, 78 for a `config_error`.
+pub fn prompt_command(args: &[OsString]) -> ExitCode {
+    let command: PromptCommand = match super::parse_subcommand("coder prompt", args) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let task = match command.task.as_deref() {
+        Some(task) if task != "-" => Ok(task.to_owned()),
+        _ => read_task_from_stdin(),
+    };
+    match task.and_then(|task| assemble_prompt(&task, &command.prompt)) {
+        Ok(prompt) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(prompt.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(74),
+            }
+        }
+        Err(e) => {
+            eprintln!("coder prompt: {e}");
+            ExitCode::from(ErrorKind::ConfigError.exit_code())
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The run mode, `coder [OPTIONS] [PROMPT | -]`: arguments in, exactly one envelope out.
+//!
+//! This is the outer shell of [`crate::pipeline::run`]: it parses the arguments into a
+//! request, starts the async runtime, and holds the guarantees that must survive anything
+//! in between — exactly one envelope on stdout, an exit code that agrees with it, usage
+//! errors as `config_error` envelopes, and panics turned into `unexpected_exception`
+//! envelopes instead of a backtrace and silence.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+use crate::exit::{ErrorKind, USAGE_EXIT};
+use crate::pipeline::envelope::Envelope;
+use crate::pipeline::request::{
+    ArgError, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_DURATION, KnownLimits, RunArgs,
+};
+use crate::{pipeline, supervise};
+
+/// What the run mode prints.
+enum Output {
+    /// Help or version text for stdout.
+    Text(String),
+    Envelope {
+        envelope: Box<Envelope>,
+        /// `--log-metrics`: one JSON line for stderr.
+        metrics_line: Option<String>,
+    },
+}
+
+/// `coder [run-mode args]`: prints one envelope and returns its exit code.
+pub fn run_command(args: &[OsString]) -> ExitCode {
+    let output = std::panic::catch_unwind(|| run_mode(args)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        Output::Envelope {
+            envelope: Box::new(Envelope::early_failure(
+                ErrorKind::UnexpectedException,
+                format!("internal error in coder: {what} (please report this)"),
+            )),
+            metrics_line: None,
+        }
+    });
+    match output {
+        Output::Text(text) => {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Output::Envelope {
+            envelope,
+            metrics_line,
+        } => {
+            if let Some(line) = metrics_line {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{}", envelope.to_json_line());
+            let _ = stdout.flush();
+            ExitCode::from(envelope.exit_code)
+        }
+    }
+}
+
+fn config_error(message: String, exit_code: u8, limits: KnownLimits) -> Output {
+    let mut envelope = Envelope::early_failure(ErrorKind::ConfigError, message);
+    envelope.exit_code = exit_code;
+    if let Some(detail) = envelope.error_detail.as_mut() {
+        detail.idle_timeout_s = limits
+            .idle_timeout
+            .unwrap_or(DEFAULT_IDLE_TIMEOUT)
+            .as_secs_f64();
+        detail.max_duration_s = limits
+            .max_duration
+            .unwrap_or(DEFAULT_MAX_DURATION)
+            .as_secs_f64();
+    }
+    Output::Envelope {
+        envelope: Box::new(envelope),
+        metrics_line: None,
+    }
+}
+
+fn run_mode(args: &[OsString]) -> Output {
+    let parsed = match RunArgs::parse_from_args(args) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            use clap::error::ErrorKind as Clap;
+            return match e.kind() {
+                Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
+                _ => {
+                    let text = e.render().to_string();
+                    let first = text
+                        .lines()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("invalid arguments")
+                        .trim_start_matches("error: ")
+                        .to_owned();
+                    config_error(
+                        format!("{first} (see coder --help)"),
+                        USAGE_EXIT,
+                        KnownLimits::default(),
+                    )
+                }
+            };
+        }
+    };
+    if std::env::var_os("CODER_DEBUG_PANIC").is_some_and(|v| v == "1") {
+        // A deliberate crash, so the unexpected_exception path can be exercised end to end.
+        panic!("CODER_DEBUG_PANIC=1 was set");
+    }
+    let limits = parsed.known_limits();
+    let request = match parsed.into_request(&mut std::io::stdin().lock()) {
+        Ok(request) => request,
+        Err(ArgError::Usage(m)) => return config_error(m, USAGE_EXIT, limits),
+        Err(ArgError::Invalid(m)) => {
+            return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
+        }
+    };
+    supervise::release_large_buffers();
+    // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
+    // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and
+    // splitting the child's output overlaps with decoding it.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return Output::Envelope {
+                envelope: Box::new(Envelope::early_failure(
+                    ErrorKind::UnexpectedException,
+                    format!("cannot start the async runtime: {e}"),
+                )),
+                metrics_line: None,
+            };
+        }
+    };
+    let log_metrics = request.log_metrics;
+    let return_metrics = request.return_metrics;
+    let mut envelope = runtime.block_on(pipeline::run::run(request));
+    // Every task of the run has ended; the worker is told to stop, not waited for.
+    runtime.shutdown_background();
+    let metrics_line = if log_metrics {
+        envelope
+            .metrics
+            .as_ref()
+            .and_then(|m| serde_json::to_string(m).ok())
+    } else {
+        None
+    };
+    if !return_metrics {
+        envelope.metrics = None;
+    }
+    Output::Envelope {
+        envelope: Box::new(envelope),
+        metrics_line,
+    }
+}

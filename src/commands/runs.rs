@@ -1,0 +1,117 @@
+//! `coder runs list` and `coder runs show RUN`: the recorded runs, read back from their
+//! transcripts (see [`crate::journal::runs`]).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::journal::runs::{account, find_run, list_runs, read_entries, render};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder runs",
+    about = "List and show recorded runs (their transcripts)"
+)]
+struct RunsArgs {
+    #[command(subcommand)]
+    command: RunsCommand,
+    /// The state directory to read [default: coder's state dir].
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// Recorded runs, newest first.
+    List {
+        #[arg(long)]
+        json: bool,
+        /// At most this many runs.
+        #[arg(long, short = 'n', default_value_t = 20)]
+        limit: usize,
+    },
+    /// A readable account of one run: prompt, tool calls and results, outcome.
+    Show {
+        /// A run id, a unique prefix of one, `last`, or a transcript path.
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Entry point of `coder runs ...`.
+pub fn runs_command(args: &[OsString]) -> ExitCode {
+    // `args` is coder's whole command line: `coder runs ...`.
+    let after = args.get(2..).unwrap_or_default();
+    let parsed: RunsArgs = match super::parse_subcommand("coder runs", after) {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    let dir = crate::journal::transcript::runs_dir(
+        &parsed
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::pipeline::session::state_dir),
+    );
+    match parsed.command {
+        RunsCommand::List { json, limit } => {
+            let runs = list_runs(&dir, limit);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&runs).unwrap_or_default()
+                );
+            } else if runs.is_empty() {
+                println!("no recorded runs in {}", dir.display());
+            } else {
+                println!(
+                    "{:<28} {:<20} {:<24} {:>9} {:>12}  {:<10} workspace",
+                    "run", "started", "outcome", "duration", "tokens", "backend"
+                );
+                for run in &runs {
+                    println!(
+                        "{:<28} {:<20} {:<24} {:>9} {:>12}  {:<10} {}",
+                        run.run_id,
+                        run.started.get(..19).unwrap_or(&run.started),
+                        run.outcome,
+                        run.duration_ms
+                            .map_or("-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+                        format!("{}/{}", run.tokens_in, run.tokens_out),
+                        run.backend,
+                        run.workspace
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        RunsCommand::Show { run, json } => {
+            let Some(path) = find_run(&dir, &run) else {
+                eprintln!(
+                    "coder runs show: no run matches {run:?} in {} (see coder runs list)",
+                    dir.display()
+                );
+                return ExitCode::from(1);
+            };
+            match read_entries(&path) {
+                Ok(entries) => {
+                    let account = account(&entries);
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&account).unwrap_or_default()
+                        );
+                    } else {
+                        print!("{}", render(&account));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("coder runs show: cannot read {}: {e}", path.display());
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

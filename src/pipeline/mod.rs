@@ -1,0 +1,20 @@
+//! The run, in the order its data flows: [`request`] (flags or `--request`) ->
+//! [`prompt`] (the task with its framing) -> [`child`] (argv and environment of the CLI) ->
+//! supervised attempts (in [`crate::supervise`]) whose output becomes an [`observation`] ->
+//! [`outcome`] (success or an error kind) -> [`retry`] (whether another attempt is safe) ->
+//! [`session`] (records for safe resumes) -> [`envelope`]. [`run`] drives one run through
+//! these steps.
+//!
+//! Nothing here prints or parses argv; that is the run command's job
+//! (`commands::run`). Nothing here confines or spawns processes; that is the sandbox's and
+//! the supervisor's.
+
+pub mod child;
+pub mod envelope;
+pub mod observation;
+pub mod outcome;
+pub mod prompt;
+pub mod request;
+pub mod retry;
+pub mod run;
+pub mod session;

@@ -1,0 +1,143 @@
+//! The subset of the `claude` stream-json events coder understands, as typed values: what
+//! the decoder produces and the observation, progress line and transcript consume.
+//!
+//! Only the fields coder acts on are here; everything else in an event is skipped by the
+//! decoder without being materialised.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+
+/// A stream-json event, reduced to what supervision, classification and metrics need.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// `system/init`: the first line, before any request.
+    Init {
+        session_id: Option<String>,
+        model: Option<String>,
+        cli_version: Option<String>,
+    },
+    /// `system/api_retry`: the CLI is about to retry an API request.
+    ApiRetry {
+        attempt: Option<u64>,
+        error_status: Option<u16>,
+        error: Option<String>,
+    },
+    /// An `assistant` line: one content block of a model response, or the CLI's synthetic
+    /// error message (`model: "<synthetic>"`).
+    Assistant(AssistantEvent),
+    /// A `user` line: tool results going back to the model.
+    User { tool_results: Vec<ToolResult> },
+    /// The `result` line that ends a run.
+    Result(ResultEvent),
+    /// Any other event type (`system/task_started`, `stream_event`, …).
+    Other {
+        kind: String,
+        subtype: Option<String>,
+        session_id: Option<String>,
+    },
+}
+
+impl Event {
+    /// The event's `session_id`, where it carries one.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Event::Init { session_id, .. } | Event::Other { session_id, .. } => {
+                session_id.as_deref()
+            }
+            Event::Assistant(a) => a.session_id.as_deref(),
+            Event::Result(r) => r.session_id.as_deref(),
+            Event::ApiRetry { .. } | Event::User { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AssistantEvent {
+    pub session_id: Option<String>,
+    pub message_id: Option<String>,
+    pub model: Option<String>,
+    /// `error` of a synthetic error message (`server_error`, `rate_limit`, …).
+    pub error: Option<String>,
+    pub api_error_status: Option<u16>,
+    pub texts: Vec<String>,
+    pub tool_uses: Vec<ToolUse>,
+    pub usage: Option<Usage>,
+}
+
+impl AssistantEvent {
+    /// Whether this is the CLI's own error message rather than model output.
+    pub fn is_synthetic(&self) -> bool {
+        self.model.as_deref() == Some("<synthetic>") || self.error.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolUse {
+    pub id: String,
+    pub name: String,
+    /// The file the call targets (`file_path`, `notebook_path` or `path`), if any.
+    pub path: Option<String>,
+    /// A short, single-line description of the call (`Bash(npm test)`), for messages.
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub tool_use_id: String,
+    pub is_error: bool,
+    /// Where the result's `content` (its raw JSON) lies in the decoded line, so that it can
+    /// be searched without decoding the line again. `None` when the line was decoded the
+    /// general way (see [`decode_line`]), or the result has no content.
+    pub content: Option<Range<usize>>,
+}
+
+/// One decoded stdout line: the event, and where in the line the fields a transcript lifts
+/// out of it lie.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    pub event: Event,
+    pub spans: EventSpans,
+}
+
+/// Where in an event's line the raw JSON of the fields a transcript lifts lies (each a
+/// range of the line's bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventSpans {
+    /// The CLI's `uuid` of the event, when it is a string.
+    pub uuid: Option<Range<usize>>,
+    /// `parent_tool_use_id`, when it is a string.
+    pub parent_tool_use_id: Option<Range<usize>>,
+    /// The event's token usage: the top-level `usage` (a result), else an assistant
+    /// message's `usage`.
+    pub usage: Option<Range<usize>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResultEvent {
+    pub subtype: Option<String>,
+    pub is_error: bool,
+    pub result: Option<String>,
+    pub session_id: Option<String>,
+    pub num_turns: Option<u64>,
+    pub terminal_reason: Option<String>,
+    pub api_error_status: Option<u16>,
+    pub api_error_type: Option<String>,
+    pub errors: Vec<String>,
+    pub usage: Option<Usage>,
+    pub duration_ms: Option<u64>,
+    pub duration_api_ms: Option<u64>,
+    pub total_cost_usd: Option<f64>,
+}

@@ -1,0 +1,17 @@
+//! The child's output as data: [`splitter`] cuts the raw bytes of a pipe into bounded
+//! lines, [`decode`] reads a line as one of the stream-json [`event`]s coder understands.
+//!
+//! Neither side is trusted: lines can be megabytes long, bytes need not be UTF-8, and a
+//! crashing child can print anything. The splitter never holds more than its cap for a
+//! line; the decoder types only the fields coder acts on and treats a line that is not an
+//! event as a counted fact, not an error.
+
+pub mod decode;
+pub mod event;
+pub mod splitter;
+
+pub use decode::{DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode_long_line};
+pub use event::{
+    AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ToolResult, ToolUse, Usage,
+};
+pub use splitter::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, SpareBuffer};
