@@ -22,8 +22,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coder::pipeline::observation::{Observation, Pipe};
+use coder::pipeline::observation::Observation;
 use coder::sandbox::{Mode, Policy, PolicyOptions};
+use coder::stream::Pipe;
 use coder::stream::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, decode_event};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 

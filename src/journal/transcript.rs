@@ -22,8 +22,10 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::pipeline::observation::Pipe;
+use crate::stream::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
+
+use super::Note;
 
 /// Longest child line kept whole in a transcript.
 const MAX_ENTRY_BYTES: usize = crate::stream::LONG_LINE_BYTES;
@@ -79,7 +81,7 @@ const QUEUED_ENTRIES: usize = 4;
 enum Entry {
     Coder {
         at: SystemTime,
-        kind: String,
+        kind: &'static str,
         data: Value,
     },
     Child {
@@ -164,11 +166,11 @@ impl Transcript {
     }
 
     /// Records one of coder's own entries.
-    pub fn coder(&mut self, kind: &str, data: Value) {
+    pub fn note(&mut self, note: Note<'_>) {
         self.send(Entry::Coder {
             at: SystemTime::now(),
-            kind: kind.to_owned(),
-            data,
+            kind: note.kind(),
+            data: note.into_data(),
         });
     }
 
@@ -413,7 +415,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs/r.jsonl");
         let mut t = Transcript::create(path.clone(), vec!["sk-very-secret".into()]);
-        t.coder("start", json!({"prompt": "use sk-very-secret"}));
+        t.note(Note::Start(json!({"prompt": "use sk-very-secret"})));
         let event = br#"{"type":"assistant","uuid":"u1","parent_tool_use_id":"p1","message":{"usage":{"input_tokens":3}}}"#;
         t.child_line(
             Pipe::Stdout,
@@ -502,7 +504,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("file"), "").unwrap();
         let mut t = Transcript::create(dir.path().join("file/r.jsonl"), vec![]);
-        t.coder("start", json!({}));
+        t.note(Note::Start(json!({})));
         let error = t.finish().unwrap();
         assert!(error.contains("cannot write the transcript"), "{error}");
     }

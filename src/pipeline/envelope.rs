@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::exit::ErrorKind;
+use crate::pipeline::retry::SideEffectClass;
 use crate::stream::Usage;
 
 /// The value of the envelope's `tool` field.
@@ -210,16 +211,38 @@ impl Envelope {
     }
 }
 
+/// How one attempt ended, as the envelope's `attempts[].outcome` names it: `success` or
+/// the failure's error kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Success,
+    Failed(ErrorKind),
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Success => "success",
+            AttemptOutcome::Failed(kind) => kind.as_str(),
+        }
+    }
+}
+
+impl Serialize for AttemptOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// One attempt, as listed in the envelope.
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptSummary {
     pub attempt: u32,
     pub session_id: String,
     /// `success` or the failure's error kind.
-    pub outcome: &'static str,
+    pub outcome: AttemptOutcome,
     pub duration_ms: u64,
-    /// `none`, `read_only` or `mutating`.
-    pub side_effects: &'static str,
+    pub side_effects: SideEffectClass,
     pub tools: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{
-    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, ResultEvent, ToolResult, Usage,
+    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, Pipe, ResultEvent, ToolResult, Usage,
     decode_line, decode_long_line,
 };
 use crate::text::one_line;
@@ -24,13 +24,6 @@ use crate::text::one_line;
 pub const LAST_LINES: usize = 20;
 /// How many characters of one line `last_lines` keeps.
 const LAST_LINE_CHARS: usize = 1000;
-
-/// Which pipe a line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pipe {
-    Stdout,
-    Stderr,
-}
 
 #[derive(Debug)]
 struct PendingTool {

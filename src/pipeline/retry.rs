@@ -68,16 +68,28 @@ impl SideEffects {
         ledger
     }
 
-    /// `none`, `read_only` or `mutating`.
-    pub fn class(&self) -> &'static str {
+    /// The strongest kind of effect the attempt had.
+    pub fn class(&self) -> SideEffectClass {
         if !self.mutating_tools.is_empty() {
-            "mutating"
+            SideEffectClass::Mutating
         } else if !self.read_tools.is_empty() {
-            "read_only"
+            SideEffectClass::ReadOnly
         } else {
-            "none"
+            SideEffectClass::None
         }
     }
+}
+
+/// What an attempt's tool calls could have changed, as the envelope names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffectClass {
+    /// No tool call at all.
+    None,
+    /// Only tools that read.
+    ReadOnly,
+    /// At least one tool that can change things (Write, Edit, Bash, MCP tools, …).
+    Mutating,
 }
 
 /// How a provider's failure behaves on retry.
@@ -269,7 +281,7 @@ mod tests {
     #[test]
     fn mutating_calls_block_retries_unless_read_only() {
         let effects = SideEffects::from_tool_calls(true, ["Read", "Write"]);
-        assert_eq!(effects.class(), "mutating");
+        assert_eq!(effects.class(), SideEffectClass::Mutating);
         let f = failure(ErrorKind::IdleTimeout, None);
         assert!(matches!(
             decide(&f, None, &effects, SandboxMode::WorkspaceWrite, 3),
@@ -280,7 +292,7 @@ mod tests {
             RetryDecision::Retry
         );
         let reads = SideEffects::from_tool_calls(true, ["Read", "Grep"]);
-        assert_eq!(reads.class(), "read_only");
+        assert_eq!(reads.class(), SideEffectClass::ReadOnly);
         assert_eq!(
             decide(&f, None, &reads, SandboxMode::WorkspaceWrite, 1),
             RetryDecision::Retry

@@ -4,6 +4,7 @@
 //! `unexpected_exception` envelopes instead of a backtrace and silence.
 
 use std::ffi::OsString;
+use std::sync::Arc;
 use std::time::Instant;
 
 use std::time::Duration;
@@ -14,19 +15,19 @@ use crate::config;
 use crate::exit::{ErrorKind, cancelled_exit_code};
 use crate::journal::progress::{self, Progress};
 use crate::journal::transcript::{self, Transcript};
+use crate::journal::{Journal, Note};
 use crate::pipeline::child;
-use crate::pipeline::envelope::{AttemptSummary, Envelope, ErrorDetail, Metrics};
+use crate::pipeline::envelope::{AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics};
 use crate::pipeline::observation::Observation;
-use crate::pipeline::observation::Pipe;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
 use crate::pipeline::request::{RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
-use crate::pipeline::session::{self, SessionRecord, SessionStore};
+use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
+use crate::sandbox::{Policy, RunDirCleanup};
+use crate::stream::Pipe;
 use crate::stream::{Decoded, Line};
-use crate::supervise::{
-    self, AttemptEnd, CancelSignals, Journal, Limits, StopCause, signals::signal_name,
-};
+use crate::supervise::{self, AttemptEnd, CancelSignals, Limits, StopCause, signals::signal_name};
 use serde_json::json;
 
 /// Runs a validated request and returns its envelope (metrics always filled in), writing
@@ -56,9 +57,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         transcript: Transcript::create(transcript_path.clone(), secrets),
         progress: progress::wanted(request.quiet).then(|| Progress::start(request.idle_timeout)),
     };
-    journal.transcript.coder(
-        "start",
-        json!({
+    journal.transcript.note(Note::Start(json!({
             "run_id": run_id,
             "coder_version": env!("CARGO_PKG_VERSION"),
             "workspace": request.workspace,
@@ -72,8 +71,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "idle_timeout_s": request.idle_timeout.as_secs_f64(),
             "max_duration_s": request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
             "max_retries": request.max_retries,
-        }),
-    );
+    })));
 
     let mut envelope =
         run_attempts(&request, backend, &process_env, run_started, &mut journal).await;
@@ -81,9 +79,7 @@ pub async fn run(request: RunRequest) -> Envelope {
     if let Some(progress) = &journal.progress {
         progress.clear();
     }
-    journal.transcript.coder(
-        "outcome",
-        json!({
+    journal.transcript.note(Note::Outcome(json!({
             "success": envelope.success,
             "error_kind": envelope.error_kind,
             "error": envelope.error,
@@ -93,8 +89,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "duration_ms": run_started.elapsed().as_millis() as u64,
             "metrics": envelope.metrics,
             "attempts": envelope.attempts,
-        }),
-    );
+    })));
     match journal.transcript.finish() {
         Some(error) => envelope.warnings.push(error.to_owned()),
         None => {
@@ -140,8 +135,8 @@ impl Journal for RunJournal {
         }
     }
 
-    fn note(&mut self, kind: &str, data: serde_json::Value) {
-        self.transcript.coder(kind, data);
+    fn note(&mut self, note: Note<'_>) {
+        self.transcript.note(note);
     }
 }
 
@@ -161,7 +156,6 @@ async fn run_attempts(
     run_started: Instant,
     journal: &mut RunJournal,
 ) -> Envelope {
-    let request = request.clone();
     let mut signals = match CancelSignals::install() {
         Ok(signals) => signals,
         Err(e) => {
@@ -171,212 +165,49 @@ async fn run_attempts(
             );
         }
     };
-    let mut run = Run::new(&request, run_started);
+    let mut run = Run::new(request, run_started);
     if let Err(e) = supervise::tree::become_subreaper() {
         run.warnings.push(format!(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-
-    // The backend: a config_error before anything else is looked up or spawned.
-    let backend = match backend {
-        Ok(backend) => backend,
-        Err(e) => {
-            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
-        }
-    };
-    // A replay backend gets its base URL from a local replay server, which lives as long
-    // as the run.
-    let mut backend = backend;
-    let replay_cassette = backend
-        .replay_cassette()
-        .filter(|_| backend.base_url().is_none())
-        .map(std::path::Path::to_path_buf);
-    let replay_server = match replay_cassette {
-        None => None,
-        Some(path) => {
-            let options = ServeOptions {
-                port: 0,
-                workspace: Some(request.workspace.clone()),
-            };
-            let started = match Cassette::load(&path) {
-                Ok(cassette) => ReplayServer::start(cassette, options).await,
-                Err(e) => Err(e),
-            };
-            match started {
-                Ok(server) => {
-                    backend = backend.with_base_url(&server.base_url());
-                    Some(server)
-                }
-                Err(e) => {
-                    let message = format!("backend '{}': {e}", backend.name());
-                    return run.early_envelope(
-                        ErrorKind::ConfigError,
-                        message.clone(),
-                        message,
-                        None,
-                    );
-                }
-            }
-        }
-    };
-    if let Err(e) = backend.ensure_claude_config_dir() {
-        return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
-    }
-    run.warnings.extend(backend.warnings().iter().cloned());
-    run.backend = backend.name().to_owned();
-    let child_base_env = config::child_environment(process_env, &backend);
-
-    let path_var = std::env::var_os("PATH");
-    let program = match child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()) {
-        Ok(program) => program,
-        Err(e) => {
-            return run.early_envelope(
-                ErrorKind::CommandNotFound,
-                format!("claude CLI not found: {e}"),
-                format!("cannot run the claude CLI: {e}"),
-                Some(child::INSTALL_HINT.to_owned()),
-            );
-        }
+    let mut prepared = match PreparedRun::prepare(request, backend, process_env, &mut run).await {
+        Ok(prepared) => prepared,
+        Err(envelope) => return *envelope,
     };
 
-    // Session safety: one driver per session, and resumes only where the session lives.
-    let store = SessionStore::new(&session::state_dir());
-    let backend_name = backend.name().to_owned();
-    if let SessionChoice::Resume(id) = request.session
-        && let Err(e) = store.check_resume(id, &request.workspace, &backend_name)
-    {
-        return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
-    }
     let mut session = request.session;
-    let mut locks = Vec::new();
-    match store.lock(session.id()) {
-        Ok(lock) => locks.push(lock),
-        Err(e) => {
-            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
-        }
-    }
-
-    // A confined child starts through the helper. Started now, its own start overlaps with
-    // resolving the policy; it serves the first attempt (dropped unused, it just exits).
-    let mut helper = request
-        .sandbox
-        .is_confined()
-        .then(|| supervise::spawn::StartedHelper::start(&request.workspace).ok())
-        .flatten();
-
-    // The sandbox: resolved once per run here, applied by the helper to every attempt.
-    let preview = child::build(&request, program.clone(), child_base_env.clone());
-    let policy = match crate::sandbox::policy_for_agent(
-        request.sandbox,
-        &request.workspace,
-        &program,
-        &preview.env,
-        &request.sandbox_args,
-    ) {
-        Ok(policy) => policy,
-        Err(e) => {
-            return run.early_envelope(
-                ErrorKind::SandboxError,
-                format!("sandbox: {e}"),
-                format!("the sandbox cannot be set up: {e}"),
-                Some(
-                    "run `coder doctor`; --sandbox danger-full-access runs without confinement"
-                        .to_owned(),
-                ),
-            );
-        }
-    };
-    let _run_dir = crate::sandbox::RunDirCleanup::new(policy.as_ref());
-    let denial_policy = policy.clone().map(std::sync::Arc::new);
-
     let mut backoff = Backoff::standard();
     loop {
-        let attempt_request = RunRequest {
-            session,
-            ..request.clone()
-        };
-        let mut spec = child::build(&attempt_request, program.clone(), child_base_env.clone());
-        spec.args.extend(backend.cli_args());
-        if let Some(policy) = &policy {
-            child::confine(&mut spec, policy.clone());
-        }
-        let mut observation =
-            Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
-                .with_sandbox(denial_policy.clone());
-        journal.note(
-            "attempt",
-            json!({"attempt": run.attempts.len() + 1, "session_id": session.id()}),
-        );
-        if let Some(progress) = journal.progress.as_mut() {
-            progress.set_phase("starting claude");
-        }
-        let end = supervise::run_attempt(
-            &spec,
-            helper.take(),
-            &run.limits,
-            &mut observation,
-            &mut signals,
-            journal,
-        )
-        .await;
-        let verdict = outcome::classify(&end, &observation, run.message_limits);
-        if let Some(server) = &replay_server {
-            // The cassette's own view: a request it could not answer as scripted.
-            for problem in server.report().problems() {
-                let warning = format!("replay: {problem}");
-                if !run.warnings.contains(&warning) {
-                    run.warnings.push(warning);
-                }
-            }
-        }
-        let started = !matches!(end.cause, StopCause::SpawnFailed(_));
-        if started && observation.session_id.is_some() {
-            remember_session(
-                &store,
-                session,
-                &request,
-                &backend_name,
-                &observation,
-                &mut run,
-            );
-        }
-        let effects = SideEffects::from_tool_calls(
-            started,
-            observation.tool_calls.keys().map(String::as_str),
-        );
+        let (verdict, attempt) = prepared
+            .attempt(request, session, &mut run, &mut signals, journal)
+            .await;
         let failure = match verdict {
             Verdict::Success { result } => {
-                run.record_attempt(session, &end, &observation, &effects, "success", None);
-                return run.success_envelope(session, result, &end, observation);
+                run.record_attempt(session, &attempt, AttemptOutcome::Success, None);
+                return run.success_envelope(session, result, attempt);
             }
             Verdict::Failure(failure) => failure,
         };
-        let upstream = (failure.kind == ErrorKind::UpstreamError).then(|| {
-            retry::classify_upstream(
-                failure.http_status,
-                failure.upstream_error.as_deref(),
-                &failure.message,
-            )
-        });
-        let retries_left = request.max_retries.saturating_sub(run.retries);
-        let decision = retry::decide(&failure, upstream, &effects, request.sandbox, retries_left);
-        let out_of_time = run
-            .limits
-            .deadline
-            .is_some_and(|deadline| Instant::now() >= deadline);
-        match decision {
-            RetryDecision::Retry if !out_of_time => {
+        match after_failure(request, &run, &attempt, failure) {
+            NextStep::Stop(stop) => {
+                run.record_attempt(
+                    session,
+                    &attempt,
+                    AttemptOutcome::Failed(stop.failure.kind),
+                    stop.refusal.clone(),
+                );
+                return run.failure_envelope(session, stop, attempt);
+            }
+            NextStep::Retry(kind) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(1));
                 run.record_attempt(
                     session,
-                    &end,
-                    &observation,
-                    &effects,
-                    failure.kind.as_str(),
+                    &attempt,
+                    AttemptOutcome::Failed(kind),
                     Some(format!("retried after {:.1} s", delay.as_secs_f64())),
                 );
-                journal.note("retry", json!({"delay_ms": delay.as_millis() as u64}));
+                journal.note(Note::Retry { delay });
                 if let Some(progress) = journal.progress.as_mut() {
                     progress.set_phase(format!("retrying in {:.1} s", delay.as_secs_f64()));
                 }
@@ -386,45 +217,308 @@ async fn run_attempts(
                     _ = tokio::time::sleep(delay) => None,
                 };
                 if let Some(signo) = cancelled {
-                    return run.cancelled_during_backoff(session, signo, &end, observation);
+                    return run.cancelled_during_backoff(session, signo, attempt);
                 }
                 run.retries += 1;
                 if let SessionChoice::New(_) = session {
                     // The failed attempt may have created its session; a fresh attempt needs
                     // a fresh id.
                     session = SessionChoice::New(Uuid::new_v4());
-                    if let Ok(lock) = store.lock(session.id()) {
-                        locks.push(lock);
-                    }
+                    prepared.lock_session(session);
                 }
-            }
-            decision => {
-                let refusal = match decision {
-                    RetryDecision::Refuse(why) if request.max_retries > 0 => Some(why),
-                    RetryDecision::Retry => Some("the run is out of time (--max-duration)".into()),
-                    RetryDecision::Refuse(why) if !effects.mutating_tools.is_empty() => Some(why),
-                    RetryDecision::Refuse(_) => None,
-                };
-                run.record_attempt(
-                    session,
-                    &end,
-                    &observation,
-                    &effects,
-                    failure.kind.as_str(),
-                    refusal.clone(),
-                );
-                return run.failure_envelope(
-                    session,
-                    failure,
-                    upstream,
-                    refusal,
-                    &effects,
-                    &end,
-                    observation,
-                );
             }
         }
     }
+}
+
+/// Everything a run needs before its first attempt, built once: the backend (with its
+/// replay server), the program, the session store and locks, the sandbox policy and the
+/// helper started early for the first attempt.
+struct PreparedRun {
+    backend: config::ResolvedBackend,
+    replay_server: Option<ReplayServer>,
+    child_base_env: Vec<(OsString, OsString)>,
+    program: std::path::PathBuf,
+    store: SessionStore,
+    locks: Vec<SessionLock>,
+    helper: Option<supervise::spawn::StartedHelper>,
+    policy: Option<Policy>,
+    denial_policy: Option<Arc<Policy>>,
+    /// Removes the policy's per-run directory when the run ends.
+    _run_dir: RunDirCleanup,
+}
+
+/// One finished attempt: how the process ended, what it said, and what it may have
+/// changed.
+struct AttemptRecord {
+    end: AttemptEnd,
+    observation: Observation,
+    effects: SideEffects,
+}
+
+impl PreparedRun {
+    /// Builds the run's fixed parts, or the envelope of the failure that stops it before
+    /// any attempt (config, missing CLI, session conflicts, sandbox).
+    async fn prepare(
+        request: &RunRequest,
+        backend: Result<config::ResolvedBackend, config::ConfigError>,
+        process_env: &[(OsString, OsString)],
+        run: &mut Run,
+    ) -> Result<PreparedRun, Box<Envelope>> {
+        let early = |run: &Run, kind: ErrorKind, message: String| {
+            Box::new(run.early_envelope(kind, message.clone(), message, None))
+        };
+        let mut backend = backend.map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        let replay_server = start_replay_server(request, &mut backend)
+            .await
+            .map_err(|message| early(run, ErrorKind::ConfigError, message))?;
+        backend
+            .ensure_claude_config_dir()
+            .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        run.warnings.extend(backend.warnings().iter().cloned());
+        run.backend = backend.name().to_owned();
+        let child_base_env = config::child_environment(process_env, &backend);
+
+        let path_var = std::env::var_os("PATH");
+        let program = child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref())
+            .map_err(|e| {
+                Box::new(run.early_envelope(
+                    ErrorKind::CommandNotFound,
+                    format!("claude CLI not found: {e}"),
+                    format!("cannot run the claude CLI: {e}"),
+                    Some(child::INSTALL_HINT.to_owned()),
+                ))
+            })?;
+
+        // Session safety: one driver per session, and resumes only where the session lives.
+        let store = SessionStore::new(&session::state_dir());
+        if let SessionChoice::Resume(id) = request.session {
+            store
+                .check_resume(id, &request.workspace, backend.name())
+                .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        }
+        let lock = store
+            .lock(request.session.id())
+            .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+
+        // A confined child starts through the helper. Started now, its own start overlaps
+        // with resolving the policy; it serves the first attempt (dropped unused, it just
+        // exits).
+        let helper = request
+            .sandbox
+            .is_confined()
+            .then(|| supervise::spawn::StartedHelper::start(&request.workspace).ok())
+            .flatten();
+
+        // The sandbox: resolved once per run here, applied by the helper to every attempt.
+        let preview = child::build(request, program.clone(), child_base_env.clone());
+        let policy =
+            crate::sandbox::policy_for_agent(
+                request.sandbox,
+                &request.workspace,
+                &program,
+                &preview.env,
+                &request.sandbox_args,
+            )
+            .map_err(|e| {
+                Box::new(run.early_envelope(
+                ErrorKind::SandboxError,
+                format!("sandbox: {e}"),
+                format!("the sandbox cannot be set up: {e}"),
+                Some(
+                    "run `coder doctor`; --sandbox danger-full-access runs without confinement"
+                        .to_owned(),
+                ),
+            ))
+            })?;
+        Ok(PreparedRun {
+            _run_dir: RunDirCleanup::new(policy.as_ref()),
+            denial_policy: policy.clone().map(Arc::new),
+            policy,
+            backend,
+            replay_server,
+            child_base_env,
+            program,
+            store,
+            locks: vec![lock],
+            helper,
+        })
+    }
+
+    /// Holds `session`'s lock for the rest of the run (best effort: a fresh id is unique).
+    fn lock_session(&mut self, session: SessionChoice) {
+        if let Ok(lock) = self.store.lock(session.id()) {
+            self.locks.push(lock);
+        }
+    }
+
+    /// Runs one supervised attempt on `session`; returns its verdict and record.
+    async fn attempt(
+        &mut self,
+        request: &RunRequest,
+        session: SessionChoice,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> (Verdict, AttemptRecord) {
+        let attempt_request = RunRequest {
+            session,
+            ..request.clone()
+        };
+        let mut spec = child::build(
+            &attempt_request,
+            self.program.clone(),
+            self.child_base_env.clone(),
+        );
+        spec.args.extend(self.backend.cli_args());
+        if let Some(policy) = &self.policy {
+            child::confine(&mut spec, policy.clone());
+        }
+        let mut observation =
+            Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
+                .with_sandbox(self.denial_policy.clone());
+        journal.note(Note::Attempt {
+            attempt: run.attempts.len() + 1,
+            session_id: session.id().to_string(),
+        });
+        if let Some(progress) = journal.progress.as_mut() {
+            progress.set_phase("starting claude");
+        }
+        let end = supervise::run_attempt(
+            &spec,
+            self.helper.take(),
+            &run.limits,
+            &mut observation,
+            signals,
+            journal,
+        )
+        .await;
+        let verdict = outcome::classify(&end, &observation, run.message_limits);
+        self.report_replay_problems(run);
+        let started = !matches!(end.cause, StopCause::SpawnFailed(_));
+        if started && observation.session_id.is_some() {
+            remember_session(
+                &self.store,
+                session,
+                request,
+                self.backend.name(),
+                &observation,
+                run,
+            );
+        }
+        let effects = SideEffects::from_tool_calls(
+            started,
+            observation.tool_calls.keys().map(String::as_str),
+        );
+        (
+            verdict,
+            AttemptRecord {
+                end,
+                observation,
+                effects,
+            },
+        )
+    }
+
+    /// The cassette's own view: requests it could not answer as scripted, as warnings.
+    fn report_replay_problems(&self, run: &mut Run) {
+        let Some(server) = &self.replay_server else {
+            return;
+        };
+        for problem in server.report().problems() {
+            let warning = format!("replay: {problem}");
+            if !run.warnings.contains(&warning) {
+                run.warnings.push(warning);
+            }
+        }
+    }
+}
+
+/// A replay backend gets its base URL from a local replay server, which lives as long as
+/// the run. `Ok(None)` for every other backend.
+async fn start_replay_server(
+    request: &RunRequest,
+    backend: &mut config::ResolvedBackend,
+) -> Result<Option<ReplayServer>, String> {
+    let Some(path) = backend
+        .replay_cassette()
+        .filter(|_| backend.base_url().is_none())
+        .map(std::path::Path::to_path_buf)
+    else {
+        return Ok(None);
+    };
+    let options = ServeOptions {
+        port: 0,
+        workspace: Some(request.workspace.clone()),
+    };
+    let started = match Cassette::load(&path) {
+        Ok(cassette) => ReplayServer::start(cassette, options).await,
+        Err(e) => Err(e),
+    };
+    match started {
+        Ok(server) => {
+            *backend = backend.clone().with_base_url(&server.base_url());
+            Ok(Some(server))
+        }
+        Err(e) => Err(format!("backend '{}': {e}", backend.name())),
+    }
+}
+
+/// What follows a failed attempt.
+enum NextStep {
+    /// Try again (after the backoff); the failed attempt's kind.
+    Retry(ErrorKind),
+    /// The run ends with this failure.
+    Stop(Stop),
+}
+
+/// A failure that ends the run, with how the envelope explains it.
+struct Stop {
+    failure: Failure,
+    upstream: Option<retry::UpstreamClass>,
+    /// Why a retry was not made, when the user could have expected one.
+    refusal: Option<String>,
+}
+
+/// Decides whether a failed attempt is retried (DESIGN §6): a retryable kind, no side
+/// effects a retry could repeat, retries and time left.
+fn after_failure(
+    request: &RunRequest,
+    run: &Run,
+    attempt: &AttemptRecord,
+    failure: Failure,
+) -> NextStep {
+    let upstream = (failure.kind == ErrorKind::UpstreamError).then(|| {
+        retry::classify_upstream(
+            failure.http_status,
+            failure.upstream_error.as_deref(),
+            &failure.message,
+        )
+    });
+    let retries_left = request.max_retries.saturating_sub(run.retries);
+    let decision = retry::decide(
+        &failure,
+        upstream,
+        &attempt.effects,
+        request.sandbox,
+        retries_left,
+    );
+    let out_of_time = run
+        .limits
+        .deadline
+        .is_some_and(|deadline| Instant::now() >= deadline);
+    let refusal = match decision {
+        RetryDecision::Retry if !out_of_time => return NextStep::Retry(failure.kind),
+        RetryDecision::Retry => Some("the run is out of time (--max-duration)".into()),
+        RetryDecision::Refuse(why) if request.max_retries > 0 => Some(why),
+        RetryDecision::Refuse(why) if !attempt.effects.mutating_tools.is_empty() => Some(why),
+        RetryDecision::Refuse(_) => None,
+    };
+    NextStep::Stop(Stop {
+        failure,
+        upstream,
+        refusal,
+    })
 }
 
 fn remember_session(
@@ -500,12 +594,11 @@ impl Run {
     fn record_attempt(
         &mut self,
         session: SessionChoice,
-        end: &AttemptEnd,
-        observation: &Observation,
-        effects: &SideEffects,
-        outcome: &'static str,
+        attempt: &AttemptRecord,
+        outcome: AttemptOutcome,
         retry: Option<String>,
     ) {
+        let observation = &attempt.observation;
         let usage: crate::pipeline::envelope::TokenUsage = observation.usage().into();
         self.usage.input += usage.input;
         self.usage.output += usage.output;
@@ -522,11 +615,12 @@ impl Run {
                 self.denials.push(denial.clone());
             }
         }
+        let effects = &attempt.effects;
         self.attempts.push(AttemptSummary {
             attempt: self.attempts.len() as u32 + 1,
             session_id: session.id().to_string(),
             outcome,
-            duration_ms: end.duration.as_millis() as u64,
+            duration_ms: attempt.end.duration.as_millis() as u64,
             side_effects: effects.class(),
             tools: effects
                 .mutating_tools
@@ -534,7 +628,7 @@ impl Run {
                 .chain(&effects.read_tools)
                 .cloned()
                 .collect(),
-            exit_code: end.exit_code,
+            exit_code: attempt.end.exit_code,
             retry,
         });
     }
@@ -647,24 +741,35 @@ impl Run {
         &self,
         session: SessionChoice,
         result: String,
-        end: &AttemptEnd,
-        mut observation: Observation,
+        attempt: AttemptRecord,
     ) -> Envelope {
-        let envelope = Envelope::success(self.session_of(session, &observation, end), result);
-        self.finish(envelope, Some(&mut observation), Some(end))
+        let AttemptRecord {
+            end,
+            mut observation,
+            ..
+        } = attempt;
+        let envelope = Envelope::success(self.session_of(session, &observation, &end), result);
+        self.finish(envelope, Some(&mut observation), Some(&end))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn failure_envelope(
         &self,
         session: SessionChoice,
-        failure: Failure,
-        upstream: Option<retry::UpstreamClass>,
-        refusal: Option<String>,
-        effects: &SideEffects,
-        end: &AttemptEnd,
-        mut observation: Observation,
+        stop: Stop,
+        attempt: AttemptRecord,
     ) -> Envelope {
+        let Stop {
+            failure,
+            upstream,
+            refusal,
+        } = stop;
+        let AttemptRecord {
+            end,
+            mut observation,
+            effects,
+            ..
+        } = attempt;
+        let end = &end;
         let exit_code = failure.exit_code();
         let session_id = self.session_of(session, &observation, end);
         let mut detail = self.detail(failure.message);
@@ -706,9 +811,14 @@ impl Run {
         &self,
         session: SessionChoice,
         signo: i32,
-        end: &AttemptEnd,
-        mut observation: Observation,
+        attempt: AttemptRecord,
     ) -> Envelope {
+        let AttemptRecord {
+            end,
+            mut observation,
+            ..
+        } = attempt;
+        let end = &end;
         let name = signal_name(signo);
         let mut detail = self.detail(format!(
             "coder received {name} while waiting to retry; no attempt was running"

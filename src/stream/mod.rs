@@ -14,4 +14,4 @@ pub use decode::{DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode
 pub use event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ToolResult, ToolUse, Usage,
 };
-pub use splitter::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, SpareBuffer};
+pub use splitter::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, Pipe, SpareBuffer};

@@ -14,6 +14,13 @@ use std::sync::{Arc, Mutex};
 /// Default cap on one line: 64 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Which of the child's pipes a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pipe {
+    Stdout,
+    Stderr,
+}
+
 /// One complete line produced by [`LineSplitter`], without its `\n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {

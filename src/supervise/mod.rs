@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use crate::journal::{Journal, Note, WatchdogReason};
 use crate::pipeline::child::ChildSpec;
-use crate::pipeline::observation::{Observation, Pipe};
-use crate::stream::{Decoded, Event, Line, LineSplitter, SpareBuffer};
+use crate::pipeline::observation::Observation;
+use crate::stream::{Decoded, Event, Line, LineSplitter, Pipe, SpareBuffer};
 
 pub use signals::CancelSignals;
 pub use spawn::SpawnError;
@@ -76,6 +77,19 @@ pub enum StopCause {
     Cancelled(i32),
     /// The child never started.
     SpawnFailed(SpawnError),
+}
+
+impl StopCause {
+    /// The watchdog (or signal) that stopped the attempt, if one did.
+    pub fn watchdog_reason(&self) -> Option<WatchdogReason> {
+        match self {
+            StopCause::IdleTimeout => Some(WatchdogReason::IdleTimeout),
+            StopCause::TotalTimeout => Some(WatchdogReason::Timeout),
+            StopCause::Cancelled(_) => Some(WatchdogReason::Cancelled),
+            StopCause::LingeredAfterResult => Some(WatchdogReason::LingeredAfterResult),
+            StopCause::Finished | StopCause::SpawnFailed(_) => None,
+        }
+    }
 }
 
 /// How an attempt ended.
@@ -132,26 +146,6 @@ impl Drop for TreeGuard {
     }
 }
 
-/// Where the supervisor reports what happens, as it happens (the transcript, the progress
-/// display). Implementations must return quickly: the supervisor's deadlines wait while
-/// they run. (The transcript hands entries to a thread of its own and waits only when four
-/// are already queued, that is when its disk is slower than the child's output.)
-pub trait Journal {
-    /// A complete line of the child's output; `decoded` is its decoded form, if it is an
-    /// event.
-    fn line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>);
-    /// Something the supervisor did (`spawn`, `watchdog`, `kill`).
-    fn note(&mut self, kind: &str, data: serde_json::Value);
-}
-
-/// A journal that records nothing.
-pub struct NoJournal;
-
-impl Journal for NoJournal {
-    fn line(&mut self, _: Pipe, _: &Line, _: Option<&Decoded>) {}
-    fn note(&mut self, _: &str, _: serde_json::Value) {}
-}
-
 /// Runs one attempt of `spec` to its end, feeding every line to `observation` and
 /// `journal`.
 pub async fn run_attempt(
@@ -162,44 +156,117 @@ pub async fn run_attempt(
     signals: &mut CancelSignals,
     journal: &mut dyn Journal,
 ) -> AttemptEnd {
+    let mut running = match start(spec, helper, limits, signals, journal).await {
+        Ok(running) => running,
+        Err(end) => return end,
+    };
+    let watched = watch(&mut running, limits, observation, signals, journal).await;
+    finish(running, watched, limits, observation, journal).await
+}
+
+/// A started attempt: the child, its pipes' readers and what they share.
+struct Running {
+    started: Instant,
+    child: tokio::process::Child,
+    pid: i32,
+    /// Kills the tree if the supervisor unwinds before [`finish`] ran.
+    guard: TreeGuard,
+    lines: LineQueue,
+    activity: Arc<Activity>,
+}
+
+/// The lines the pipe readers send, the budget bounding them, and the buffers coming back.
+struct LineQueue {
+    rx: mpsc::Receiver<PipeMsg>,
+    budget: Arc<Semaphore>,
+    /// Large line buffers go back to the readers once handled (see `SpareBuffer`).
+    spare: Arc<SpareBuffer>,
+    open_pipes: u8,
+}
+
+impl LineQueue {
+    /// Hands one message to the observation and the journal, exactly the same way in the
+    /// main loop and in the final drain; true when the line was the `result` event.
+    fn handle(
+        &mut self,
+        msg: Option<PipeMsg>,
+        observation: &mut Observation,
+        journal: &mut dyn Journal,
+    ) -> bool {
+        match msg {
+            Some(PipeMsg::Line(pipe, line, _queued)) => {
+                let decoded = observation.observe_line(pipe, &line);
+                journal.line(pipe, &line, decoded.as_ref());
+                self.spare.offer(line.bytes);
+                matches!(
+                    decoded,
+                    Some(Decoded {
+                        event: Event::Result(_),
+                        ..
+                    })
+                )
+            }
+            Some(PipeMsg::Eof) => {
+                self.open_pipes = self.open_pipes.saturating_sub(1);
+                false
+            }
+            None => {
+                self.open_pipes = 0;
+                false
+            }
+        }
+    }
+}
+
+/// How the watch loop left the attempt.
+struct Watched {
+    cause: StopCause,
+    child_gone: bool,
+    exit_status: Option<std::process::ExitStatus>,
+}
+
+/// Spawns the child (through the helper when confined), hands it the prompt and starts the
+/// pipe readers. A signal while spawning, or a spawn failure, ends the attempt here.
+async fn start(
+    spec: &ChildSpec,
+    helper: Option<spawn::StartedHelper>,
+    limits: &Limits,
+    signals: &mut CancelSignals,
+    journal: &mut dyn Journal,
+) -> Result<Running, AttemptEnd> {
     let started = Instant::now();
+    let ended = |cause, kill| AttemptEnd {
+        cause,
+        exit_code: None,
+        exit_signal: None,
+        duration: started.elapsed(),
+        kill,
+    };
     let spawned = tokio::select! {
         biased;
         signo = signals.recv() => {
             // The helper may be mid-start; whatever it became is stopped below.
             let kill = tree::stop_tree(None, limits.kill_grace).await;
-            return AttemptEnd { cause: StopCause::Cancelled(signo), exit_code: None, exit_signal: None, duration: started.elapsed(), kill };
+            return Err(ended(StopCause::Cancelled(signo), kill));
         }
         spawned = spawn::spawn(spec, helper) => spawned,
     };
-    let spawned = match spawned {
-        Ok(spawned) => spawned,
-        Err(e) => {
-            return AttemptEnd {
-                cause: StopCause::SpawnFailed(e),
-                exit_code: None,
-                exit_signal: None,
-                duration: started.elapsed(),
-                kill: KillReport::default(),
-            };
-        }
-    };
     let spawn::Spawned {
-        mut child,
+        child,
         pid,
         stdin,
         stdout,
         stderr,
-    } = spawned;
-    let mut guard = TreeGuard { pid: Some(pid) };
+    } = spawned.map_err(|e| ended(StopCause::SpawnFailed(e), KillReport::default()))?;
+    let guard = TreeGuard { pid: Some(pid) };
     for pipe in [stdout.as_fd(), stderr.as_fd()] {
         // Best effort: a smaller pipe only costs throughput.
         let _ = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY));
     }
-    journal.note(
-        "spawn",
-        serde_json::json!({"pid": pid, "program": spec.program}),
-    );
+    journal.note(Note::Spawn {
+        pid,
+        program: &spec.program,
+    });
 
     let prompt = spec.stdin.clone();
     tokio::spawn(async move {
@@ -216,28 +283,55 @@ pub async fn run_attempt(
         stdout_bytes: AtomicU64::new(0),
         stderr_bytes: AtomicU64::new(0),
     });
-    let (tx, mut rx) = mpsc::channel(1024);
+    let (tx, rx) = mpsc::channel(1024);
     let budget = Arc::new(Semaphore::new(QUEUED_BYTES));
-    // Large line buffers go back to the readers once handled (see `SpareBuffer`).
     let spare = Arc::new(SpareBuffer::default());
-    tokio::spawn(read_pipe(
-        stdout,
-        Pipe::Stdout,
-        tx.clone(),
-        budget.clone(),
-        activity.clone(),
-        LineSplitter::with_spare(limits.max_line_bytes, spare.clone()),
-    ));
-    tokio::spawn(read_pipe(
-        stderr,
-        Pipe::Stderr,
-        tx,
-        budget.clone(),
-        activity.clone(),
-        LineSplitter::with_spare(limits.max_line_bytes, spare.clone()),
-    ));
+    for (reader, pipe) in [
+        (
+            Box::new(stdout) as Box<dyn AsyncRead + Send + Unpin>,
+            Pipe::Stdout,
+        ),
+        (Box::new(stderr), Pipe::Stderr),
+    ] {
+        tokio::spawn(read_pipe(
+            reader,
+            pipe,
+            tx.clone(),
+            budget.clone(),
+            activity.clone(),
+            LineSplitter::with_spare(limits.max_line_bytes, spare.clone()),
+        ));
+    }
+    Ok(Running {
+        started,
+        child,
+        pid,
+        guard,
+        lines: LineQueue {
+            rx,
+            budget,
+            spare,
+            open_pipes: 2,
+        },
+        activity,
+    })
+}
 
-    let mut open_pipes = 2u8;
+/// The supervision loop: wakes for a line, the child's exit, a deadline or a signal, until
+/// the child is gone and its pipes are closed, or a watchdog or signal stops it.
+async fn watch(
+    running: &mut Running,
+    limits: &Limits,
+    observation: &mut Observation,
+    signals: &mut CancelSignals,
+    journal: &mut dyn Journal,
+) -> Watched {
+    let Running {
+        child,
+        lines,
+        activity,
+        ..
+    } = running;
     let mut exit_status: Option<std::process::ExitStatus> = None;
     let mut child_gone = false;
     let mut result_seen = false;
@@ -246,7 +340,7 @@ pub async fn run_attempt(
     let mut wind_down: Option<Instant> = None;
     let mut cause: Option<StopCause> = None;
 
-    while !(child_gone && open_pipes == 0) {
+    while !(child_gone && lines.open_pipes == 0) {
         let idle_at = activity.last() + limits.idle;
         tokio::select! {
             biased;
@@ -254,29 +348,18 @@ pub async fn run_attempt(
                 cause = Some(StopCause::Cancelled(signo));
                 break;
             }
-            msg = rx.recv(), if open_pipes > 0 => {
+            msg = lines.rx.recv(), if lines.open_pipes > 0 => {
                 let mut next = msg;
                 for _ in 0..BATCH {
-                    match next {
-                        Some(PipeMsg::Line(pipe, line, _queued)) => {
-                            let decoded = observation.observe_line(pipe, &line);
-                            journal.line(pipe, &line, decoded.as_ref());
-                            spare.offer(line.bytes);
-                            if let Some(Decoded { event: Event::Result(_), .. }) = decoded
-                                && !result_seen
-                            {
-                                result_seen = true;
-                                let at = Instant::now() + AFTER_RESULT_GRACE;
-                                wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
-                            }
-                        }
-                        Some(PipeMsg::Eof) => open_pipes = open_pipes.saturating_sub(1),
-                        None => open_pipes = 0,
+                    if lines.handle(next, observation, journal) && !result_seen {
+                        result_seen = true;
+                        let at = Instant::now() + AFTER_RESULT_GRACE;
+                        wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
                     }
-                    if open_pipes == 0 {
+                    if lines.open_pipes == 0 {
                         break;
                     }
-                    match rx.try_recv() {
+                    match lines.rx.try_recv() {
                         Ok(msg) => next = Some(msg),
                         Err(_) => break,
                     }
@@ -308,19 +391,40 @@ pub async fn run_attempt(
             }
         }
     }
-    let cause = cause.unwrap_or(StopCause::Finished);
-    let why = match &cause {
-        StopCause::IdleTimeout => Some("idle_timeout"),
-        StopCause::TotalTimeout => Some("timeout"),
-        StopCause::Cancelled(_) => Some("cancelled"),
-        StopCause::LingeredAfterResult => Some("lingered_after_result"),
-        StopCause::Finished | StopCause::SpawnFailed(_) => None,
-    };
-    if let Some(why) = why {
-        journal.note(
-            "watchdog",
-            serde_json::json!({"reason": why, "pending_tool": observation.pending_tool()}),
-        );
+    Watched {
+        cause: cause.unwrap_or(StopCause::Finished),
+        child_gone,
+        exit_status,
+    }
+}
+
+/// Ends the attempt in order: notes why it was stopped, stops whatever is left of the
+/// tree, reaps the child, drains the last lines and counts the bytes.
+async fn finish(
+    running: Running,
+    watched: Watched,
+    limits: &Limits,
+    observation: &mut Observation,
+    journal: &mut dyn Journal,
+) -> AttemptEnd {
+    let Running {
+        started,
+        mut child,
+        pid,
+        mut guard,
+        mut lines,
+        activity,
+    } = running;
+    let Watched {
+        cause,
+        child_gone,
+        mut exit_status,
+    } = watched;
+    if let Some(reason) = cause.watchdog_reason() {
+        journal.note(Note::Watchdog {
+            reason,
+            pending_tool: observation.pending_tool(),
+        });
     }
 
     // Whatever the cause, nothing of the run may outlive it.
@@ -330,10 +434,10 @@ pub async fn run_attempt(
         tree::stop_tree(Some(pid), limits.kill_grace).await
     };
     if kill.found > 0 {
-        journal.note(
-            "kill",
-            serde_json::json!({"processes": kill.found, "escalated_to_sigkill": kill.escalated}),
-        );
+        journal.note(Note::Kill {
+            processes: kill.found,
+            escalated: kill.escalated,
+        });
     }
     if !child_gone {
         // The tree was just stopped with SIGKILL as a last resort, so this returns promptly.
@@ -344,18 +448,16 @@ pub async fn run_attempt(
         }
     }
     let drain_deadline = tokio::time::Instant::now() + FINAL_DRAIN;
-    while open_pipes > 0 {
-        match tokio::time::timeout_at(drain_deadline, rx.recv()).await {
-            Ok(Some(PipeMsg::Line(pipe, line, _queued))) => {
-                let decoded = observation.observe_line(pipe, &line);
-                journal.line(pipe, &line, decoded.as_ref());
+    while lines.open_pipes > 0 {
+        match tokio::time::timeout_at(drain_deadline, lines.rx.recv()).await {
+            Ok(msg) => {
+                lines.handle(msg, observation, journal);
             }
-            Ok(Some(PipeMsg::Eof)) => open_pipes -= 1,
-            Ok(None) | Err(_) => break,
+            Err(_) => break,
         }
     }
     // A reader still waiting for queue room gives up instead of waiting forever.
-    budget.close();
+    lines.budget.close();
     guard.pid = None;
 
     observation.count_bytes(
