@@ -159,13 +159,8 @@ pub struct DoctorArgs {
     pub claude_bin: Option<PathBuf>,
 
     /// The sandbox mode to check support for.
-    #[arg(
-        long,
-        value_name = "MODE",
-        default_value = "workspace-write",
-        value_parser = ["read-only", "workspace-write", "danger-full-access"]
-    )]
-    pub sandbox: String,
+    #[arg(long, value_name = "MODE", value_enum, default_value_t)]
+    pub sandbox: crate::sandbox::Mode,
 
     /// Print the report as JSON.
     #[arg(long)]
@@ -186,7 +181,7 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
         .map(|r| r.backend.name().to_owned());
     checks.push(check_backend(&resolution, env));
     checks.push(check_claude(args.claude_bin.as_deref(), env));
-    let confined = args.sandbox != "danger-full-access";
+    let confined = args.sandbox.is_confined();
     let support = crate::sandbox::probe();
     checks.push(check_landlock(confined, &support));
     checks.push(check_namespaces(confined, &support));

@@ -114,7 +114,6 @@ fn run_mode(args: &[OsString]) -> Output {
     let limits = parsed.known_limits();
     let request = match parsed.into_request(&mut std::io::stdin().lock()) {
         Ok(request) => request,
-        Err(ArgError::Usage(m)) => return config_error(m, USAGE_EXIT, limits),
         Err(ArgError::Invalid(m)) => {
             return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
         }

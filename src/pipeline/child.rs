@@ -53,11 +53,34 @@ fn is_secret_name(name: &OsStr) -> bool {
 
 /// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined
 /// ([`confine`] replaces it when the kernel confines the child).
-fn permission_mode(mode: SandboxMode) -> &'static str {
-    match mode {
-        SandboxMode::ReadOnly => "plan",
-        SandboxMode::WorkspaceWrite => "acceptEdits",
-        SandboxMode::DangerFullAccess => "bypassPermissions",
+/// The CLI's `--permission-mode` values coder uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionMode {
+    /// Read-only: the CLI plans and edits nothing.
+    Plan,
+    /// Edits are accepted without asking; the sandbox bounds them.
+    AcceptEdits,
+    /// Everything is allowed: no sandbox, no prompts.
+    BypassPermissions,
+}
+
+impl PermissionMode {
+    /// The mode matching a sandbox mode: the CLI's own checks never ask (nobody could
+    /// answer), and the kernel enforces the boundary.
+    pub fn for_sandbox(mode: SandboxMode) -> Self {
+        match mode {
+            SandboxMode::ReadOnly => PermissionMode::Plan,
+            SandboxMode::WorkspaceWrite => PermissionMode::AcceptEdits,
+            SandboxMode::DangerFullAccess => PermissionMode::BypassPermissions,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Plan => "plan",
+            PermissionMode::AcceptEdits => "acceptEdits",
+            PermissionMode::BypassPermissions => "bypassPermissions",
+        }
     }
 }
 
@@ -78,7 +101,7 @@ pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
         }
     }
     args.push("--permission-mode".into());
-    args.push(permission_mode(request.sandbox).into());
+    args.push(PermissionMode::for_sandbox(request.sandbox).as_str().into());
     if let Some(turns) = request.max_turns {
         args.push("--max-turns".into());
         args.push(turns.to_string().into());

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::exit::ErrorKind;
 use crate::pipeline::retry::SideEffectClass;
+use crate::stream::UpstreamErrorType;
 use crate::stream::Usage;
 
 /// The value of the envelope's `tool` field.
@@ -69,7 +70,7 @@ pub struct ErrorDetail {
     pub http_status: Option<u16>,
     /// The CLI's own error class (`rate_limit`, `authentication_failed`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_error: Option<String>,
+    pub upstream_error: Option<UpstreamErrorType>,
     /// The tool call that was running when the run was stopped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_tool: Option<String>,

@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{
-    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, Pipe, ResultEvent, ToolResult, Usage,
-    decode_line, decode_long_line,
+    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, Pipe, ResultEvent, ToolResult,
+    UpstreamErrorType, Usage, decode_line, decode_long_line,
 };
 use crate::text::one_line;
 
@@ -24,6 +24,14 @@ use crate::text::one_line;
 pub const LAST_LINES: usize = 20;
 /// How many characters of one line `last_lines` keeps.
 const LAST_LINE_CHARS: usize = 1000;
+
+/// The CLI's own error message (a synthetic `assistant` line) about a failed API call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntheticError {
+    pub error: Option<UpstreamErrorType>,
+    pub http_status: Option<u16>,
+    pub text: String,
+}
 
 #[derive(Debug)]
 struct PendingTool {
@@ -51,7 +59,7 @@ pub struct Observation {
     /// The `result` event, when one arrived.
     pub result: Option<ResultEvent>,
     /// The `error` and status of the last synthetic (CLI-made) error message.
-    pub synthetic_error: Option<(Option<String>, Option<u16>, String)>,
+    pub synthetic_error: Option<SyntheticError>,
     /// The HTTP status of the last `api_retry` event.
     pub last_retry_status: Option<u16>,
     pub api_retries: u64,
@@ -237,8 +245,11 @@ impl Observation {
             Event::Assistant(message) => {
                 if message.is_synthetic() {
                     let text = message.texts.join(" ");
-                    self.synthetic_error =
-                        Some((message.error.clone(), message.api_error_status, text));
+                    self.synthetic_error = Some(SyntheticError {
+                        error: message.error.clone(),
+                        http_status: message.api_error_status,
+                        text,
+                    });
                     return;
                 }
                 if let Some(id) = &message.message_id

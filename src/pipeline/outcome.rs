@@ -5,6 +5,7 @@
 use crate::exit::{ErrorKind, cancelled_exit_code};
 use crate::pipeline::observation::Observation;
 use crate::sandbox::helper::HelperStage;
+use crate::stream::{ResultSubtype, TerminalReason, UpstreamErrorType};
 use crate::supervise::{AttemptEnd, SpawnError, StopCause, signals::signal_name};
 
 /// The classified end of one attempt.
@@ -23,7 +24,7 @@ pub struct Failure {
     /// The longer `error_detail.message`.
     pub message: String,
     pub http_status: Option<u16>,
-    pub upstream_error: Option<String>,
+    pub upstream_error: Option<UpstreamErrorType>,
     pub hint: Option<String>,
     /// For `cancelled`: the signal coder received.
     pub cancel_signal: Option<i32>,
@@ -122,14 +123,15 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
     }
 
     // No result line.
-    if let Some((error, status, text)) = &obs.synthetic_error {
+    if let Some(synthetic) = &obs.synthetic_error {
+        let text = &synthetic.text;
         let mut failure = Failure::new(
             ErrorKind::UpstreamError,
             crate::text::one_line(text, 200),
             format!("the claude CLI reported an API failure and ended without a result: {text}"),
         );
-        failure.http_status = *status;
-        failure.upstream_error.clone_from(error);
+        failure.http_status = synthetic.http_status;
+        failure.upstream_error.clone_from(&synthetic.error);
         return Verdict::Failure(failure);
     }
     let exit = describe_exit(end);
@@ -169,10 +171,13 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
 }
 
 fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Verdict {
-    let subtype = result.subtype.as_deref().unwrap_or("");
-    let reason = result.terminal_reason.as_deref().unwrap_or("");
+    let subtype = result.subtype.as_ref().map_or("", ResultSubtype::as_str);
+    let reason = result
+        .terminal_reason
+        .as_ref()
+        .map_or("", TerminalReason::as_str);
     let errors = result.errors.join("; ");
-    if !result.is_error && (subtype == "success" || subtype.is_empty()) {
+    if !result.is_error && matches!(result.subtype, None | Some(ResultSubtype::Success)) {
         return match result.result.as_deref().map(str::trim) {
             Some(text) if !text.is_empty() => Verdict::Success {
                 result: result.result.clone().unwrap_or_default(),
@@ -184,11 +189,14 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
             )),
         };
     }
-    if subtype == "error_max_turns"
-        || subtype == "error_max_budget_usd"
-        || reason == "max_turns"
-        || reason == "budget_exhausted"
-    {
+    let at_limit = matches!(
+        result.subtype,
+        Some(ResultSubtype::ErrorMaxTurns | ResultSubtype::ErrorMaxBudgetUsd)
+    ) || matches!(
+        result.terminal_reason,
+        Some(TerminalReason::MaxTurns | TerminalReason::BudgetExhausted)
+    );
+    if at_limit {
         let what = if errors.is_empty() {
             format!("stopped at its limit ({subtype})")
         } else {
@@ -218,9 +226,9 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
     }
     let status = result
         .api_error_status
-        .or_else(|| obs.synthetic_error.as_ref().and_then(|s| s.1))
+        .or_else(|| obs.synthetic_error.as_ref().and_then(|s| s.http_status))
         .or(obs.last_retry_status);
-    let upstream = reason == "api_error"
+    let upstream = result.terminal_reason == Some(TerminalReason::ApiError)
         || result.api_error_status.is_some()
         || result.api_error_type.is_some()
         || obs.synthetic_error.is_some();
@@ -239,10 +247,10 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
         failure.upstream_error = obs
             .synthetic_error
             .as_ref()
-            .and_then(|s| s.0.clone())
+            .and_then(|s| s.error.clone())
             .or_else(|| result.api_error_type.clone());
         if matches!(status, Some(401 | 403))
-            || failure.upstream_error.as_deref() == Some("authentication_failed")
+            || failure.upstream_error == Some(UpstreamErrorType::AuthenticationFailed)
         {
             failure =
                 failure.hint("check the backend's API key variable and base URL (coder doctor)");

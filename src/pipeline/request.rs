@@ -191,11 +191,10 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(1800);
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
 
-/// A bad argument, request or input; becomes a `config_error` envelope.
+/// A bad argument, request or input; becomes a `config_error` envelope (exit 78). Usage
+/// errors clap finds itself (exit 2) never get this far.
 #[derive(Debug, thiserror::Error)]
 pub enum ArgError {
-    #[error("{0}")]
-    Usage(String),
     #[error("{0}")]
     Invalid(String),
 }

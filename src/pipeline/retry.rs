@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::exit::ErrorKind;
 use crate::pipeline::outcome::Failure;
 use crate::pipeline::request::SandboxMode;
+use crate::stream::UpstreamErrorType;
 
 /// Tools that only read: calling them cannot change anything a retry would repeat.
 const READ_ONLY_TOOLS: &[&str] = &[
@@ -101,7 +102,11 @@ pub struct UpstreamClass {
 }
 
 /// Classifies an upstream failure from its HTTP status, the CLI's error class and text.
-pub fn classify_upstream(status: Option<u16>, error: Option<&str>, text: &str) -> UpstreamClass {
+pub fn classify_upstream(
+    status: Option<u16>,
+    error: Option<&UpstreamErrorType>,
+    text: &str,
+) -> UpstreamClass {
     let lower = text.to_ascii_lowercase();
     let provider_busy = ["1302", "1303", "1305", "1312", "concurrency", "overloaded"]
         .iter()
@@ -117,7 +122,14 @@ pub fn classify_upstream(status: Option<u16>, error: Option<&str>, text: &str) -
         // No HTTP status: a connection failure (`server_error`) or an overload is transient;
         // authentication and unknown errors are not.
         None => {
-            matches!(error, Some("server_error" | "rate_limit" | "overloaded")) || provider_busy
+            matches!(
+                error,
+                Some(
+                    UpstreamErrorType::ServerError
+                        | UpstreamErrorType::RateLimit
+                        | UpstreamErrorType::Overloaded
+                )
+            ) || provider_busy
         }
     };
     UpstreamClass {
@@ -264,8 +276,13 @@ mod tests {
         assert!(!classify_upstream(Some(401), None, "").retryable);
         assert!(!classify_upstream(Some(400), None, "").retryable);
         assert!(!classify_upstream(Some(413), None, "").retryable);
-        assert!(classify_upstream(None, Some("server_error"), "ECONNREFUSED").retryable);
-        assert!(!classify_upstream(None, Some("authentication_failed"), "").retryable);
+        assert!(
+            classify_upstream(None, Some(&UpstreamErrorType::ServerError), "ECONNREFUSED")
+                .retryable
+        );
+        assert!(
+            !classify_upstream(None, Some(&UpstreamErrorType::AuthenticationFailed), "").retryable
+        );
         assert!(
             classify_upstream(Some(418), None, r#"{"error":{"code":"1302"}}"#).retryable,
             "Z.ai concurrency limit"

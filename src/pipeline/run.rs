@@ -491,7 +491,7 @@ fn after_failure(
     let upstream = (failure.kind == ErrorKind::UpstreamError).then(|| {
         retry::classify_upstream(
             failure.http_status,
-            failure.upstream_error.as_deref(),
+            failure.upstream_error.as_ref(),
             &failure.message,
         )
     });

@@ -268,13 +268,15 @@ pub(crate) fn status_for_error_type(error_type: &str) -> u16 {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CassetteFile {
-    #[allow(dead_code)] // checked by `VersionProbe` before this shape is parsed
-    version: u64,
+    /// Checked by `VersionProbe` before this shape is parsed; named so that
+    /// `deny_unknown_fields` accepts it.
+    #[serde(rename = "version")]
+    _version: u64,
     #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
-    #[allow(dead_code)] // for the people reading the cassette
-    description: Option<String>,
+    /// For the people reading the cassette.
+    #[serde(default, rename = "description")]
+    _description: Option<String>,
     #[serde(default)]
     model: Option<String>,
     turns: Vec<Turn>,

@@ -56,13 +56,6 @@ pub struct Confinement {
     pub warnings: Vec<String>,
 }
 
-impl Confinement {
-    /// True when the kernel confines the process (any mode but `danger-full-access`).
-    pub fn is_enforced(&self) -> bool {
-        self.landlock_abi.is_some()
-    }
-}
-
 /// Apply `policy` to the calling process, which must be single-threaded and about to
 /// `execve` the agent (with `policy.child_env(..)` as its environment). On error the
 /// process may be half-confined and must not run the agent.

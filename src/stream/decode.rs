@@ -16,7 +16,8 @@ use serde_json::value::RawValue;
 use crate::text::one_line;
 
 use super::event::{
-    AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ToolResult, ToolUse, Usage,
+    AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
+    ToolResult, ToolUse, UpstreamErrorType, Usage,
 };
 
 /// Lines longer than this are kept by their head only wherever coder records them (the
@@ -463,12 +464,16 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
             ("system", Some("api_retry")) => Event::ApiRetry {
                 attempt: self.attempt,
                 error_status: status_code(self.error_status),
-                error: string_of(self.error),
+                error: string_of(self.error)
+                    .as_deref()
+                    .map(UpstreamErrorType::parse),
             },
             ("assistant", _) => {
                 let mut event = AssistantEvent {
                     session_id: self.session_id,
-                    error: string_of(self.error),
+                    error: string_of(self.error)
+                        .as_deref()
+                        .map(UpstreamErrorType::parse),
                     api_error_status: status_code(self.api_error_status),
                     ..AssistantEvent::default()
                 };
@@ -514,14 +519,14 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                     .unwrap_or_default(),
             },
             ("result", _) => Event::Result(ResultEvent {
-                subtype: self.subtype,
+                subtype: self.subtype.as_deref().map(ResultSubtype::parse),
                 is_error: self.is_error.unwrap_or(false),
                 result: string_of(self.result),
                 session_id: self.session_id,
                 num_turns: self.num_turns,
-                terminal_reason: self.terminal_reason,
+                terminal_reason: self.terminal_reason.as_deref().map(TerminalReason::parse),
                 api_error_status: status_code(self.api_error_status),
-                api_error_type: self.api_error_type,
+                api_error_type: self.api_error_type.as_deref().map(UpstreamErrorType::parse),
                 errors: self
                     .errors
                     .unwrap_or_default()
@@ -586,14 +591,14 @@ mod tests {
         };
         assert!(r.is_error);
         assert_eq!(r.api_error_status, Some(500));
-        assert_eq!(r.terminal_reason.as_deref(), Some("api_error"));
+        assert_eq!(r.terminal_reason, Some(TerminalReason::ApiError));
         let synthetic = br#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error"}]},"error":"rate_limit","api_error_status":429}"#;
         let Event::Assistant(a) = decode_event(synthetic).unwrap() else {
             panic!("not assistant")
         };
         assert!(a.is_synthetic());
         assert_eq!(a.api_error_status, Some(429));
-        assert_eq!(a.error.as_deref(), Some("rate_limit"));
+        assert_eq!(a.error, Some(UpstreamErrorType::RateLimit));
     }
 
     #[test]

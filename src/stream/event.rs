@@ -21,7 +21,7 @@ pub enum Event {
     ApiRetry {
         attempt: Option<u64>,
         error_status: Option<u16>,
-        error: Option<String>,
+        error: Option<UpstreamErrorType>,
     },
     /// An `assistant` line: one content block of a model response, or the CLI's synthetic
     /// error message (`model: "<synthetic>"`).
@@ -58,7 +58,7 @@ pub struct AssistantEvent {
     pub message_id: Option<String>,
     pub model: Option<String>,
     /// `error` of a synthetic error message (`server_error`, `rate_limit`, …).
-    pub error: Option<String>,
+    pub error: Option<UpstreamErrorType>,
     pub api_error_status: Option<u16>,
     pub texts: Vec<String>,
     pub tool_uses: Vec<ToolUse>,
@@ -125,16 +125,92 @@ pub struct Usage {
     pub cache_read_input_tokens: u64,
 }
 
+/// Defines an enum for one of the CLI's open string fields: the values coder acts on, and
+/// `Other` for any the CLI may add, kept verbatim.
+macro_rules! cli_values {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)+
+            /// A value coder does not act on, verbatim.
+            Other(String),
+        }
+
+        impl $name {
+            pub fn parse(text: &str) -> Self {
+                match text {
+                    $($text => $name::$variant,)+
+                    other => $name::Other(other.to_owned()),
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$variant => $text,)+
+                    $name::Other(text) => text,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+    };
+}
+
+cli_values! {
+    /// The `result` event's `subtype`. API failures also say `success` (with `is_error`).
+    ResultSubtype {
+        Success = "success",
+        ErrorMaxTurns = "error_max_turns",
+        ErrorMaxBudgetUsd = "error_max_budget_usd",
+        ErrorDuringExecution = "error_during_execution",
+    }
+}
+
+cli_values! {
+    /// The `result` event's `terminal_reason`: why the CLI's loop ended.
+    TerminalReason {
+        Completed = "completed",
+        MaxTurns = "max_turns",
+        BudgetExhausted = "budget_exhausted",
+        ApiError = "api_error",
+    }
+}
+
+cli_values! {
+    /// The error class of a failed API call: the synthetic assistant message's `error`,
+    /// an `api_retry` line's `error`, or the result's `api_error_type`.
+    UpstreamErrorType {
+        ServerError = "server_error",
+        RateLimit = "rate_limit",
+        Overloaded = "overloaded",
+        AuthenticationFailed = "authentication_failed",
+        ModelNotFound = "model_not_found",
+        Unknown = "unknown",
+        ApiError = "api_error",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ResultEvent {
-    pub subtype: Option<String>,
+    pub subtype: Option<ResultSubtype>,
     pub is_error: bool,
     pub result: Option<String>,
     pub session_id: Option<String>,
     pub num_turns: Option<u64>,
-    pub terminal_reason: Option<String>,
+    pub terminal_reason: Option<TerminalReason>,
     pub api_error_status: Option<u16>,
-    pub api_error_type: Option<String>,
+    pub api_error_type: Option<UpstreamErrorType>,
     pub errors: Vec<String>,
     pub usage: Option<Usage>,
     pub duration_ms: Option<u64>,

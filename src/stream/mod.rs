@@ -12,6 +12,7 @@ pub mod splitter;
 
 pub use decode::{DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode_long_line};
 pub use event::{
-    AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ToolResult, ToolUse, Usage,
+    AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
+    ToolResult, ToolUse, UpstreamErrorType, Usage,
 };
 pub use splitter::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, Pipe, SpareBuffer};
