@@ -14,17 +14,18 @@ pub fn doctor_command(args: &[OsString]) -> ExitCode {
     };
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let report = run_checks(&args, &env);
-    if args.json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => text + "\n",
             Err(_) => return ExitCode::from(70),
         }
     } else {
-        print!("{}", report.render());
-    }
-    if report.ok {
+        report.render()
+    };
+    let code = if report.ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
+    };
+    super::print_then(&text, code)
 }

@@ -10,8 +10,38 @@ pub mod runs;
 pub mod sandbox;
 
 use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
 
 use clap::Parser;
+
+/// Exit status when stdout cannot be written for a reason other than a closed pipe
+/// (EX_IOERR).
+const EXIT_IO_ERROR: u8 = 74;
+
+/// Writes `text` to stdout and flushes it. A reader that went away first
+/// (`coder runs list | head -1`: EPIPE) is a normal end, as it is for any Unix filter, so
+/// only other write errors are reported, as exit status 74. Every subcommand prints
+/// through here: `println!` would panic on the closed pipe.
+pub fn write_stdout(text: &str) -> Result<(), ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(_) => Err(ExitCode::from(EXIT_IO_ERROR)),
+    }
+}
+
+/// [`write_stdout`], then `code` unless the write failed.
+pub fn print_then(text: &str, code: ExitCode) -> ExitCode {
+    match write_stdout(text) {
+        Ok(()) => code,
+        Err(failed) => failed,
+    }
+}
 
 /// Parses a subcommand's arguments (`args`: those after its name). On `--help` or a usage
 /// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse.

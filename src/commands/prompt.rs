@@ -1,7 +1,6 @@
 //! `coder prompt`: print the prompt a run would send, without running anything.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -35,16 +34,7 @@ pub fn prompt_command(args: &[OsString]) -> ExitCode {
         _ => read_task_from_stdin(),
     };
     match task.and_then(|task| assemble_prompt(&task, &command.prompt)) {
-        Ok(prompt) => {
-            let mut stdout = std::io::stdout().lock();
-            match stdout
-                .write_all(prompt.as_bytes())
-                .and_then(|()| stdout.flush())
-            {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(_) => ExitCode::from(74),
-            }
-        }
+        Ok(prompt) => super::print_then(&prompt, ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("coder prompt: {e}");
             ExitCode::from(ErrorKind::ConfigError.exit_code())

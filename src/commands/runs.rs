@@ -58,21 +58,19 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
     match parsed.command {
         RunsCommand::List { json, limit } => {
             let runs = list_runs(&dir, limit);
+            let mut out = String::new();
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&runs).unwrap_or_default()
-                );
+                out = serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n";
             } else if runs.is_empty() {
-                println!("no recorded runs in {}", dir.display());
+                out = format!("no recorded runs in {}\n", dir.display());
             } else {
-                println!(
-                    "{:<28} {:<20} {:<24} {:>9} {:>12}  {:<10} workspace",
+                out += &format!(
+                    "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<10} workspace\n",
                     "run", "started", "outcome", "duration", "tokens", "backend"
                 );
                 for run in &runs {
-                    println!(
-                        "{:<28} {:<20} {:<24} {:>9} {:>12}  {:<10} {}",
+                    out += &format!(
+                        "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<10} {}\n",
                         run.run_id,
                         run.started.get(..19).unwrap_or(&run.started),
                         run.outcome,
@@ -84,7 +82,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     );
                 }
             }
-            ExitCode::SUCCESS
+            super::print_then(&out, ExitCode::SUCCESS)
         }
         RunsCommand::Show { run, json } => {
             let Some(path) = find_run(&dir, &run) else {
@@ -97,15 +95,12 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
             match read_entries(&path) {
                 Ok(entries) => {
                     let account = account(&entries);
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&account).unwrap_or_default()
-                        );
+                    let text = if json {
+                        serde_json::to_string_pretty(&account).unwrap_or_default() + "\n"
                     } else {
-                        print!("{}", render(&account));
-                    }
-                    ExitCode::SUCCESS
+                        render(&account)
+                    };
+                    super::print_then(&text, ExitCode::SUCCESS)
                 }
                 Err(e) => {
                     eprintln!("coder runs show: cannot read {}: {e}", path.display());

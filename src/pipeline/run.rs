@@ -106,16 +106,22 @@ pub async fn run(request: RunRequest) -> Envelope {
     envelope
 }
 
-/// A sortable run id: UTC time plus a random suffix (`20261121T133652Z-1a2b3c4d`).
+/// A sortable run id: UTC start time to the microsecond, plus a random suffix
+/// (`20261121T133652.123456Z-1a2b3c4d`). Names sort by start time, so `coder runs` lists
+/// newest first even for runs started in the same second.
 fn new_run_id() -> String {
-    let stamp = transcript::timestamp(std::time::SystemTime::now());
+    let now = std::time::SystemTime::now();
+    let stamp = transcript::timestamp(now);
     let compact: String = stamp
         .chars()
         .take(19)
         .filter(|c| c.is_ascii_digit() || *c == 'T')
         .collect();
+    let micros = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros());
     let suffix = Uuid::new_v4().simple().to_string();
-    format!("{compact}Z-{}", &suffix[..8])
+    format!("{compact}.{micros:06}Z-{}", &suffix[..8])
 }
 
 /// The run's journal: the transcript, and the progress line when one is drawn.

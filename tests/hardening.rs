@@ -1,0 +1,144 @@
+//! What a new user tripped over (issue: hardening), each through the binary: the order of
+//! `coder runs`, closed pipes, where state goes without `HOME`, messages for bad input.
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Fake, steps};
+use serde_json::Value;
+
+const CODER: &str = env!("CARGO_BIN_EXE_coder");
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Waits for `child` up to [`DEADLINE`]; kills it and fails the test past that.
+fn wait_bounded(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("coder did not exit within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn runs_json(state: &Path, args: &[&str]) -> Value {
+    let mut child = Command::new(CODER)
+        .arg("runs")
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(wait_bounded(&mut child).success(), "coder runs {args:?}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn runs_started_in_the_same_second_are_listed_newest_first() {
+    let fake = Fake::new(Value::Array(steps::answer("done")));
+    // Pairs of quick runs: with ids ordered only to the second, the newer run of a pair
+    // came first half of the time.
+    for round in 0..5 {
+        let older = fake.coder().arg("first").run();
+        older.assert_success("done");
+        let newer = fake.coder().arg("second").run();
+        newer.assert_success("done");
+        let last = runs_json(&fake.state_dir(), &["show", "last", "--json"]);
+        assert_eq!(
+            last["prompt_head"], "second",
+            "round {round}: `runs show last` is not the newest run: {last}"
+        );
+        let listed = runs_json(&fake.state_dir(), &["list", "--json", "-n", "2"]);
+        assert_eq!(
+            listed[0]["path"], newer.envelope["transcript"],
+            "round {round}: newest first: {listed}"
+        );
+        assert_eq!(listed[1]["path"], older.envelope["transcript"]);
+    }
+}
+
+/// Writes `count` minimal transcripts into a fresh state dir.
+fn many_runs(count: usize) -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    let runs = state.path().join("runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    for i in 0..count {
+        let id = format!("20261123T120000.{i:06}Z-abcdef{:02}", i % 100);
+        let start = serde_json::json!({
+            "ts": "2026-11-23T12:00:00.000Z", "source": "coder", "kind": "start",
+            "data": {"run_id": id, "workspace": format!("/work/{}", "w".repeat(200)),
+                     "backend": "replay"}
+        });
+        std::fs::write(runs.join(format!("{id}.jsonl")), format!("{start}\n")).unwrap();
+    }
+    state
+}
+
+#[test]
+fn a_closed_pipe_ends_every_listing_quietly() {
+    let state = many_runs(300);
+    for args in [
+        vec!["runs", "list", "--json", "-n", "300"],
+        vec!["runs", "list", "-n", "300"],
+        vec!["runs", "show", "last", "--json"],
+        vec!["doctor", "--json"],
+        vec!["prompt", "a task"],
+    ] {
+        let mut child = Command::new(CODER)
+            .args(&args)
+            .arg("--state-dir")
+            .arg(state.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if args[0] != "runs" {
+            // Subcommands without --state-dir: rebuild the command without it.
+            let _ = child.kill();
+            let _ = child.wait();
+            child = Command::new(CODER)
+                .args(&args)
+                .env("CODER_STATE_DIR", state.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+        }
+        // Read a little, then close the pipe: `| head -c 10`.
+        let mut head = [0u8; 10];
+        let mut stdout = child.stdout.take().unwrap();
+        let _ = stdout.read(&mut head);
+        drop(stdout);
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = wait_bounded(&mut child);
+        assert_ne!(status.code(), Some(101), "{args:?} panicked: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        if args[0] == "runs" {
+            assert!(status.success(), "{args:?}: {status:?} {stderr}");
+        }
+    }
+}
