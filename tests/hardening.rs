@@ -142,3 +142,24 @@ fn a_closed_pipe_ends_every_listing_quietly() {
         }
     }
 }
+
+#[test]
+fn without_home_coder_says_where_state_goes_and_never_uses_a_shared_tmp() {
+    let fake = Fake::new(Value::Array(steps::answer("done")));
+    let shared = Path::new("/tmp/coder-state");
+    let existed = shared.exists();
+    let out = fake
+        .coder()
+        .env_remove("HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("CODER_STATE_DIR")
+        .arg("task")
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap_or_default();
+    assert!(message.contains("CODER_STATE_DIR"), "{message}");
+    assert!(!fake.has_record(), "the CLI must not start without a state dir");
+    if !existed {
+        assert!(!shared.exists(), "coder created {}", shared.display());
+    }
+}

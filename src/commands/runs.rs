@@ -49,12 +49,14 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
-    let dir = crate::journal::transcript::runs_dir(
-        &parsed
-            .state_dir
-            .clone()
-            .unwrap_or_else(crate::pipeline::session::state_dir),
-    );
+    let state_dir = match parsed.state_dir.clone().map_or_else(crate::config::state_dir, Ok) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("coder runs: {e}");
+            return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
+        }
+    };
+    let dir = crate::journal::transcript::runs_dir(&state_dir);
     match parsed.command {
         RunsCommand::List { json, limit } => {
             let runs = list_runs(&dir, limit);

@@ -70,8 +70,10 @@ pub enum ConfigError {
     /// No home directory, so neither the default config file nor the private
     /// `CLAUDE_CONFIG_DIR` can be placed.
     #[error(
-        "cannot place coder's state directory: neither XDG_STATE_HOME nor HOME is set \
-         (set HOME, or claude_config_dir in the config file)"
+        "cannot place coder's state directory: none of CODER_STATE_DIR, XDG_STATE_HOME and \
+         HOME is set; set CODER_STATE_DIR to a private directory (coder keeps transcripts, \
+         session records and the CLI's config there, and never falls back to a shared place \
+         such as /tmp)"
     )]
     NoHome,
 

@@ -411,7 +411,15 @@ fn claude_config_dir(
     }
 }
 
-/// coder's state directory for the environment `env` (see [`crate::pipeline::session::state_dir`]).
+/// coder's state directory for the environment `env`: `$CODER_STATE_DIR`, else
+/// `$XDG_STATE_HOME/coder`, else `~/.local/state/coder`; `None` when none is set.
 pub fn state_dir_of(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     env::state_dir(env::EnvView(env))
+}
+
+/// coder's state directory for this process's environment; an error (never a shared
+/// fallback such as `/tmp`) when it cannot be placed.
+pub fn state_dir() -> Result<PathBuf, ConfigError> {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    state_dir_of(&env).ok_or(ConfigError::NoHome)
 }

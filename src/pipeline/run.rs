@@ -35,7 +35,10 @@ use serde_json::json;
 pub async fn run(request: RunRequest) -> Envelope {
     let run_started = Instant::now();
     let run_id = new_run_id();
-    let state_dir = session::state_dir();
+    let state_dir = match config::state_dir() {
+        Ok(dir) => dir,
+        Err(e) => return Envelope::early_failure(ErrorKind::ConfigError, e.to_string()),
+    };
     let runs_dir = transcript::runs_dir(&state_dir);
     let transcript_path = request
         .transcript
@@ -73,8 +76,15 @@ pub async fn run(request: RunRequest) -> Envelope {
             "max_retries": request.max_retries,
     })));
 
-    let mut envelope =
-        run_attempts(&request, backend, &process_env, run_started, &mut journal).await;
+    let mut envelope = run_attempts(
+        &request,
+        backend,
+        &process_env,
+        &state_dir,
+        run_started,
+        &mut journal,
+    )
+    .await;
 
     if let Some(progress) = &journal.progress {
         progress.clear();
@@ -159,6 +169,7 @@ async fn run_attempts(
     request: &RunRequest,
     backend: Result<config::ResolvedBackend, config::ConfigError>,
     process_env: &[(OsString, OsString)],
+    state_dir: &std::path::Path,
     run_started: Instant,
     journal: &mut RunJournal,
 ) -> Envelope {
@@ -177,7 +188,9 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    let mut prepared = match PreparedRun::prepare(request, backend, process_env, &mut run).await {
+    let mut prepared = match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run)
+        .await
+    {
         Ok(prepared) => prepared,
         Err(envelope) => return *envelope,
     };
@@ -269,6 +282,7 @@ impl PreparedRun {
         request: &RunRequest,
         backend: Result<config::ResolvedBackend, config::ConfigError>,
         process_env: &[(OsString, OsString)],
+        state_dir: &std::path::Path,
         run: &mut Run,
     ) -> Result<PreparedRun, Box<Envelope>> {
         let early = |run: &Run, kind: ErrorKind, message: String| {
@@ -297,7 +311,7 @@ impl PreparedRun {
             })?;
 
         // Session safety: one driver per session, and resumes only where the session lives.
-        let store = SessionStore::new(&session::state_dir());
+        let store = SessionStore::new(state_dir);
         if let SessionChoice::Resume(id) = request.session {
             store
                 .check_resume(id, &request.workspace, backend.name())

@@ -20,14 +20,6 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// coder's state directory: `$CODER_STATE_DIR`, else `$XDG_STATE_HOME/coder`, else
-/// `~/.local/state/coder` (the same rule the backend configuration uses for the CLI's private
-/// config dir), falling back to a directory under `/tmp` when there is no home at all.
-pub fn state_dir() -> PathBuf {
-    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
-    crate::config::state_dir_of(&env).unwrap_or_else(|| PathBuf::from("/tmp/coder-state"))
-}
-
 /// Where a session was created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRecord {

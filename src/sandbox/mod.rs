@@ -131,6 +131,11 @@ impl Drop for RunDirCleanup {
 /// user can do about it; none carries file contents.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// coder's state directory cannot be placed (no `CODER_STATE_DIR`, `XDG_STATE_HOME` or
+    /// `HOME`).
+    #[error("{0}")]
+    StateDir(String),
+
     #[error("workspace {path}: {reason}")]
     Workspace { path: PathBuf, reason: String },
 

@@ -270,11 +270,17 @@ impl Policy {
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
         let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
 
-        let config_dir = opts.config_dir.clone().unwrap_or_else(default_config_dir);
+        let config_dir = match opts.config_dir.clone() {
+            Some(dir) => dir,
+            None => default_config_dir()?,
+        };
         create_private_dir(&config_dir)?;
         let config_dir = canonicalize("config directory", &config_dir)?;
 
-        let runs_dir = opts.runs_dir.clone().unwrap_or_else(default_runs_dir);
+        let runs_dir = match opts.runs_dir.clone() {
+            Some(dir) => dir,
+            None => default_runs_dir()?,
+        };
         create_private_dir(&runs_dir)?;
         prune_stale_runs(&runs_dir);
         let run_dir = runs_dir.join(format!(
@@ -678,15 +684,19 @@ fn env_path(name: &str) -> Option<PathBuf> {
 }
 
 /// The same private directory a run gives the CLI (`claude` in coder's state directory).
-fn default_config_dir() -> PathBuf {
-    crate::pipeline::session::state_dir().join("claude")
+fn default_config_dir() -> Result<PathBuf, SandboxError> {
+    Ok(coder_state_dir()?.join("claude"))
 }
 
-fn default_runs_dir() -> PathBuf {
+fn default_runs_dir() -> Result<PathBuf, SandboxError> {
     match env_path("XDG_RUNTIME_DIR").filter(|p| p.is_dir()) {
-        Some(runtime) => runtime.join("coder/runs"),
-        None => crate::pipeline::session::state_dir().join("sandbox"),
+        Some(runtime) => Ok(runtime.join("coder/runs")),
+        None => Ok(coder_state_dir()?.join("sandbox")),
     }
+}
+
+fn coder_state_dir() -> Result<PathBuf, SandboxError> {
+    crate::config::state_dir().map_err(|e| SandboxError::StateDir(e.to_string()))
 }
 
 /// Whether `dir` contains only `child` and files named after it (`child.lock`, ...).
