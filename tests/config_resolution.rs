@@ -642,16 +642,19 @@ fn the_example_config_resolves_every_profile() {
 }
 
 #[test]
-fn inherit_without_any_credentials_warns_before_the_cli_says_not_logged_in() {
+fn inherit_without_any_credentials_is_a_config_error_before_the_cli_starts() {
     let bare = env(&[("HOME", "/home/u"), ("PATH", "/bin")]);
-    let b = resolve_backend(&BackendArgs::default(), &bare).unwrap();
-    assert!(
-        b.warnings()
-            .iter()
-            .any(|w| w.contains("Not logged in") && w.contains("claude_config_dir")),
-        "{:?}",
-        b.warnings()
-    );
+    let message = resolve_backend(&BackendArgs::default(), &bare)
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        "ANTHROPIC_API_KEY",
+        "--backend",
+        "replay:",
+        "claude_config_dir",
+    ] {
+        assert!(message.contains(needle), "{needle} missing: {message}");
+    }
     let mut with_token = bare.clone();
     with_token.extend(env(&[("CLAUDE_CODE_OAUTH_TOKEN", "t")]));
     let b = resolve_backend(&BackendArgs::default(), &with_token).unwrap();

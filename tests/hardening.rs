@@ -158,8 +158,33 @@ fn without_home_coder_says_where_state_goes_and_never_uses_a_shared_tmp() {
     let detail = out.assert_failure("config_error", 78);
     let message = detail["message"].as_str().unwrap_or_default();
     assert!(message.contains("CODER_STATE_DIR"), "{message}");
-    assert!(!fake.has_record(), "the CLI must not start without a state dir");
+    assert!(
+        !fake.has_record(),
+        "the CLI must not start without a state dir"
+    );
     if !existed {
         assert!(!shared.exists(), "coder created {}", shared.display());
     }
+}
+
+#[test]
+fn the_inherit_backend_without_credentials_fails_fast_with_a_config_error() {
+    let fake = Fake::new(Value::Array(steps::answer("done")));
+    let out = fake
+        .coder()
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+        .env("HOME", fake.root())
+        .arg("task")
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap_or_default();
+    assert!(message.contains("ANTHROPIC_API_KEY"), "{message}");
+    assert!(message.contains("--backend"), "{message}");
+    assert!(!fake.has_record(), "the CLI was started: {}", out.explain());
+    assert!(
+        detail["last_lines"].as_array().is_none_or(Vec::is_empty),
+        "{detail}"
+    );
 }

@@ -49,7 +49,11 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
-    let state_dir = match parsed.state_dir.clone().map_or_else(crate::config::state_dir, Ok) {
+    let state_dir = match parsed
+        .state_dir
+        .clone()
+        .map_or_else(crate::config::state_dir, Ok)
+    {
         Ok(dir) => dir,
         Err(e) => {
             eprintln!("coder runs: {e}");

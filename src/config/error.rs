@@ -43,6 +43,18 @@ pub enum ConfigError {
     )]
     KeyEmpty { backend: String, var: String },
 
+    /// The `inherit` backend found no credentials at all: the CLI would only answer "Not
+    /// logged in", and `/login` cannot work in coder's private config dir.
+    #[error(
+        "backend 'inherit' has no credentials: no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or \
+         CLAUDE_CODE_OAUTH_TOKEN in the environment and no login in {}; export one of them, \
+         pick a backend with --backend (glm, deepseek, minimax, anthropic, or \
+         replay:CASSETTE to try coder without a key), or set claude_config_dir = \"user\" \
+         in the config file to use your own claude login",
+        config_dir.display()
+    )]
+    InheritWithoutCredentials { config_dir: std::path::PathBuf },
+
     /// A profile of kind `api` without a base URL.
     #[error(
         "backend '{backend}' has no base_url: set base_url (or preset = \"NAME\") in [backends.{backend}]"

@@ -350,6 +350,7 @@ fn inherit_connection(
 ) -> Connection {
     let mut warnings = Vec::new();
     let mut drops_caller_api_key = false;
+    let mut key_problem = None;
     if env.text("ANTHROPIC_API_KEY").is_some() && env.text("ANTHROPIC_AUTH_TOKEN").is_some() {
         drops_caller_api_key = true;
         warnings.push(
@@ -361,13 +362,9 @@ fn inherit_connection(
     if INHERITED_CREDENTIALS.iter().all(|n| env.text(n).is_none())
         && !claude_config.path.join(".credentials.json").is_file()
     {
-        warnings.push(format!(
-            "backend 'inherit': no ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN in the \
-             environment and no login in {}, so the CLI will answer \"Not logged in\": \
-             export a key, choose a backend with --backend, or set claude_config_dir = \
-             \"user\" to use your own claude login",
-            claude_config.path.display()
-        ));
+        key_problem = Some(ConfigError::InheritWithoutCredentials {
+            config_dir: claude_config.path.clone(),
+        });
     }
     let (base_url, sets_base_url) =
         if layered.explicit_base_url || layered.profile.base_url.is_some() {
@@ -383,7 +380,7 @@ fn inherit_connection(
         base_url,
         sets_base_url,
         credential: None,
-        key_problem: None,
+        key_problem,
         drops_caller_api_key,
         warnings,
     }

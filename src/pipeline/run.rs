@@ -188,12 +188,11 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    let mut prepared = match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run)
-        .await
-    {
-        Ok(prepared) => prepared,
-        Err(envelope) => return *envelope,
-    };
+    let mut prepared =
+        match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run).await {
+            Ok(prepared) => prepared,
+            Err(envelope) => return *envelope,
+        };
 
     let mut session = request.session;
     let mut backoff = Backoff::standard();
