@@ -181,6 +181,7 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
         .map(|r| r.backend.name().to_owned());
     checks.push(check_backend(&resolution, env));
     checks.push(check_claude(args.claude_bin.as_deref(), env));
+    checks.push(check_state_dir(env));
     let confined = args.sandbox.is_confined();
     let support = crate::sandbox::probe();
     checks.push(check_landlock(confined, &support));
@@ -553,8 +554,18 @@ fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]) -> Check 
         },
     };
     let shown = path.display().to_string();
+    let mut script_hint = None;
     let resolved = match inspect_claude_binary(&path) {
         Ok(resolved) => resolved,
+        // A wrapper script runs (a run accepts it too); whether it works is what the
+        // version check below finds out.
+        Err(BinaryProblem::Script { interpreter }) => {
+            script_hint = Some(format!(
+                "{shown} is a script (#!{interpreter}); under the sandbox it can only start \
+                 what its own directory or the system holds"
+            ));
+            std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone())
+        }
         Err(problem) => {
             let mut check = Check::new("claude", Status::Fail, format!("{shown} {problem}"))
                 .detail("path", shown.clone());
@@ -606,10 +617,42 @@ fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]) -> Check 
         },
     };
     check = check.detail("path", shown);
+    if let Some(hint) = script_hint
+        && check.status == Status::Ok
+    {
+        check = check.hint(hint);
+    }
     if resolved != path {
         check = check.detail("resolved", resolved.display().to_string());
     }
     check
+}
+
+/// The state directory must exist or be creatable, and be writable: a run keeps its
+/// transcript, session records and the CLI's config dir there and stops without them.
+fn check_state_dir(env: &[(OsString, OsString)]) -> Check {
+    let Some(dir) = config::state_dir_of(env) else {
+        return Check::new(
+            "state",
+            Status::Fail,
+            config::ConfigError::NoHome.to_string(),
+        );
+    };
+    let shown = dir.display().to_string();
+    let probe = dir.join(format!(".doctor-{}", std::process::id()));
+    let writable = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe));
+    match writable {
+        Ok(()) => Check::new("state", Status::Ok, format!("{shown} is writable")),
+        Err(e) => Check::new(
+            "state",
+            Status::Fail,
+            format!("coder's state directory {shown} is not writable: {e}"),
+        )
+        .hint("set CODER_STATE_DIR to a private, writable directory"),
+    }
+    .detail("path", shown)
 }
 
 fn check_landlock(confined: bool, support: &SandboxSupport) -> Check {

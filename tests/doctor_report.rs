@@ -155,20 +155,76 @@ fn the_npm_placeholder_is_refused_and_the_real_binary_suggested() {
 }
 
 #[test]
-fn a_script_wrapper_is_refused() {
+fn a_script_wrapper_is_judged_by_what_it_runs_as_a_run_would() {
     let doctor = Doctor::new();
-    let wrapper = doctor.home.path().join("bin/claude");
-    write_executable(&wrapper, "#!/usr/bin/env node\nrequire('./cli.js')\n");
-    let (report, _, _) = doctor.json(&["--claude-bin", wrapper.to_str().unwrap()]);
-    let claude = check(&report, "claude");
-    assert_eq!(claude["status"], "fail");
+    // A wrapper that cannot run: the version check fails it.
+    let broken = doctor.home.path().join("bin/claude");
+    write_executable(&broken, "#!/usr/bin/env node\nrequire('./cli.js')\n");
+    let (report, _, _) = doctor.json(&["--claude-bin", broken.to_str().unwrap()]);
+    assert_eq!(check(&report, "claude")["status"], "fail", "{report}");
+
+    // A `#!/bin/sh` wrapper around the real CLI runs fine, in a run as here.
+    let Some(claude) = real_claude() else { return };
+    let wrapper = doctor.home.path().join("wrapped/claude");
+    write_executable(
+        &wrapper,
+        &format!("#!/bin/sh\nexec '{}' \"$@\"\n", claude.display()),
+    );
+    let (report, _, stdout) = doctor.json(&["--claude-bin", wrapper.to_str().unwrap()]);
+    let checked = check(&report, "claude");
+    assert_eq!(checked["status"], "ok", "{stdout}");
     assert!(
-        claude["summary"]
+        checked["hints"].to_string().contains("is a script"),
+        "{checked}"
+    );
+}
+
+#[test]
+fn an_unwritable_state_dir_fails_the_doctor_as_it_fails_a_run() {
+    let doctor = Doctor::new();
+    let file = doctor.home.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let state = file.join("state");
+    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["doctor", "--json"])
+        .env_clear()
+        .env("PATH", doctor.home.path().join("empty-bin"))
+        .env("HOME", doctor.home.path())
+        .env("CODER_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checked = check(&report, "state");
+    assert_eq!(checked["status"], "fail", "{checked}");
+    assert!(
+        checked["summary"]
             .as_str()
             .unwrap()
-            .contains("is a script run by /usr/bin/env node"),
-        "{claude}"
+            .contains("not writable"),
+        "{checked}"
     );
+    assert_eq!(report["ok"], false);
+
+    // A run in the same place fails too.
+    let ws = doctor.home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args([
+            "--cd",
+            ws.to_str().unwrap(),
+            "--claude-bin",
+            "/bin/true",
+            "task",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", doctor.home.path())
+        .env("ANTHROPIC_AUTH_TOKEN", "t")
+        .env("CODER_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let envelope: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(envelope["success"], false, "{envelope}");
 }
 
 #[test]
