@@ -24,6 +24,7 @@ fn envelope(dir: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_coder"))
         .args(args)
         .env("CODER_STATE_DIR", dir.join("state"))
+        .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
         .env_remove("CODER_CLAUDE_BIN")
         .output()
         .unwrap();

@@ -172,6 +172,7 @@ fn two_runs_of_one_session_at_once_are_refused_immediately() {
         .coder()
         .cd(fake.workspace())
         .env("CODER_STATE_DIR", fake.state_dir())
+        .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
         .args(["--session-id", &session, "continue too"])
         .run();
     assert!(!other.has_record(), "the second child must not start");

@@ -94,6 +94,7 @@ fn an_unconfined_child_leads_its_group_and_dies_with_a_killed_coder() {
         .args(fake.coder().argv())
         .args(["--sandbox", "danger-full-access", "task"])
         .env("CODER_STATE_DIR", fake.state_dir())
+        .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

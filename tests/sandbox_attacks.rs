@@ -422,6 +422,7 @@ impl Fx {
             .env("XDG_CACHE_HOME", x.join("cache"))
             .env("XDG_DATA_HOME", x.join("data"))
             .env("CODER_STATE_DIR", &self.state)
+            .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
             .env("CODER_ATTACK_TAG", self.tag())
             .stdin(Stdio::null());
     }
@@ -531,10 +532,15 @@ impl Fx {
     fn finish(&self, mut cmd: Command, during: impl FnOnce(&Fx)) -> Out {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         if let Some(fd) = self.inherit_fd.get() {
-            // SAFETY: only dup2 between fork and exec.
+            // SAFETY: only dup2/fcntl between fork and exec.
             unsafe {
                 cmd.pre_exec(move || {
-                    if libc::dup2(fd, 7) < 0 {
+                    // dup2 onto itself keeps close-on-exec: clear it explicitly.
+                    if fd == 7 {
+                        if libc::fcntl(7, libc::F_SETFD, 0) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    } else if libc::dup2(fd, 7) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())

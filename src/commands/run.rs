@@ -98,8 +98,15 @@ fn run_mode(args: &[OsString]) -> Output {
                         .unwrap_or("invalid arguments")
                         .trim_start_matches("error: ")
                         .to_owned();
+                    // clap lists the valid values on a line of its own; keep it.
+                    let values = text
+                        .lines()
+                        .map(str::trim)
+                        .find(|l| l.starts_with("[possible values:"))
+                        .map(|l| format!(" {l}"))
+                        .unwrap_or_default();
                     config_error(
-                        format!("{first} (see coder --help)"),
+                        format!("{first}{values} (see coder --help)"),
                         USAGE_EXIT,
                         KnownLimits::default(),
                     )

@@ -51,38 +51,11 @@ fn is_secret_name(name: &OsStr) -> bool {
         .any(|s| name.contains(s))
 }
 
-/// The CLI's permission mode for a sandbox mode, while coder runs the child unconfined
-/// ([`confine`] replaces it when the kernel confines the child).
-/// The CLI's `--permission-mode` values coder uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PermissionMode {
-    /// Read-only: the CLI plans and edits nothing.
-    Plan,
-    /// Edits are accepted without asking; the sandbox bounds them.
-    AcceptEdits,
-    /// Everything is allowed: no sandbox, no prompts.
-    BypassPermissions,
-}
-
-impl PermissionMode {
-    /// The mode matching a sandbox mode: the CLI's own checks never ask (nobody could
-    /// answer), and the kernel enforces the boundary.
-    pub fn for_sandbox(mode: SandboxMode) -> Self {
-        match mode {
-            SandboxMode::ReadOnly => PermissionMode::Plan,
-            SandboxMode::WorkspaceWrite => PermissionMode::AcceptEdits,
-            SandboxMode::DangerFullAccess => PermissionMode::BypassPermissions,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionMode::Plan => "plan",
-            PermissionMode::AcceptEdits => "acceptEdits",
-            PermissionMode::BypassPermissions => "bypassPermissions",
-        }
-    }
-}
+/// The CLI's `--permission-mode` in every mode: the CLI never stops to ask (in `-p` mode
+/// nobody could answer), and the boundary of the sandbox mode is enforced by the kernel,
+/// not by the CLI's own checks (read-only included: a write fails with `EACCES`/`EROFS`,
+/// which the agent sees and `metrics.sandbox_denials` reports).
+pub const PERMISSION_MODE: &str = "bypassPermissions";
 
 /// The arguments after the program name.
 pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
@@ -101,7 +74,7 @@ pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
         }
     }
     args.push("--permission-mode".into());
-    args.push(PermissionMode::for_sandbox(request.sandbox).as_str().into());
+    args.push(PERMISSION_MODE.into());
     if let Some(turns) = request.max_turns {
         args.push("--max-turns".into());
         args.push(turns.to_string().into());
@@ -189,11 +162,6 @@ pub fn build(
 /// Only call this with a policy the helper will enforce: the helper refuses to start the
 /// program when confinement fails, so `bypassPermissions` never runs unconfined.
 pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
-    if let Some(i) = spec.args.iter().position(|a| a == "--permission-mode")
-        && let Some(value) = spec.args.get_mut(i + 1)
-    {
-        *value = "bypassPermissions".into();
-    }
     let mut deny = Vec::new();
     for glob in &policy.deny_globs {
         for tool in ["Read", "Edit", "Write"] {

@@ -22,7 +22,8 @@ pub const TOOL_NAME: &str = "coder";
 pub struct Envelope {
     pub success: bool,
     pub tool: &'static str,
-    #[serde(rename = "SESSION_ID", skip_serializing_if = "Option::is_none")]
+    /// The session the CLI confirmed in its stream; `null` when none was (see README).
+    #[serde(rename = "SESSION_ID")]
     pub session_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,

@@ -266,9 +266,12 @@ impl RunArgs {
             None => None,
         };
 
-        let session = match self.session_id.as_deref().or(file.session_id.as_deref()) {
-            Some(text) => SessionChoice::Resume(parse_session_id(text)?),
-            None => SessionChoice::New(Uuid::new_v4()),
+        let session = match (self.session_id.as_deref(), file.session_id.as_deref()) {
+            (Some(text), _) => SessionChoice::Resume(parse_session_id("--session-id", text)?),
+            (None, Some(text)) => {
+                SessionChoice::Resume(parse_session_id("SESSION_ID in the --request JSON", text)?)
+            }
+            (None, None) => SessionChoice::New(Uuid::new_v4()),
         };
 
         let cd = self.cd.or(file.cd).ok_or_else(|| {
@@ -363,11 +366,36 @@ fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, A
         })?;
         (text, path.display().to_string())
     };
-    serde_json::from_str(&text).map_err(|e| {
+    const FIELDS: &str = "PROMPT, cd, sandbox, SESSION_ID, return_all_messages, \
+                          return_metrics, timeout, max_duration, max_retries, log_metrics";
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         ArgError::Invalid(format!(
-            "malformed --request JSON in {name}: {e} (expected an object with PROMPT, cd, sandbox, SESSION_ID, return_all_messages, return_metrics, timeout, max_duration, max_retries, log_metrics)"
+            "malformed --request JSON in {name}: {e} (expected an object with {FIELDS})"
+        ))
+    })?;
+    if !value.is_object() {
+        return Err(ArgError::Invalid(format!(
+            "the --request JSON in {name} is not a JSON object (it is {}); expected an object \
+             with {FIELDS}",
+            json_type_name(&value)
+        )));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        ArgError::Invalid(format!(
+            "bad --request JSON in {name}: {e} (expected an object with {FIELDS})"
         ))
     })
+}
+
+fn json_type_name(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 fn read_prompt_from_stdin(stdin: &mut dyn Read) -> Result<String, ArgError> {
@@ -391,7 +419,13 @@ pub fn parse_seconds(name: &str, text: &str, zero_ok: bool) -> Result<Duration, 
             "{name} must be a number of seconds, like 300 or 0.5 (got {text:?})"
         ))
     })?;
-    if !value.is_finite() || value < 0.0 {
+    if !value.is_finite() {
+        return Err(ArgError::Invalid(format!(
+            "{name} must be a finite number of seconds, at most a year (got {text:?}); \
+             for no total limit use --max-duration 0"
+        )));
+    }
+    if value < 0.0 {
         return Err(ArgError::Invalid(format!(
             "{name} must be a non-negative number of seconds (got {text:?})"
         )));
@@ -419,10 +453,11 @@ fn parse_count(name: &str, text: &str) -> Result<u32, ArgError> {
     }
 }
 
-fn parse_session_id(text: &str) -> Result<Uuid, ArgError> {
+/// `origin` names where the id came from, for the message.
+fn parse_session_id(origin: &str, text: &str) -> Result<Uuid, ArgError> {
     Uuid::parse_str(text.trim()).map_err(|_| {
         ArgError::Invalid(format!(
-            "--session-id must be a session UUID like 11111111-2222-4333-8444-555555555555, as printed in SESSION_ID (got {text:?})"
+            "{origin} must be a session UUID like 11111111-2222-4333-8444-555555555555, as printed in SESSION_ID (got {text:?})"
         ))
     })
 }

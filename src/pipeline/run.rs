@@ -571,7 +571,8 @@ struct Run {
     message_limits: LimitsForMessages,
     return_all_messages: bool,
     workspace: std::path::PathBuf,
-    requested_session: SessionChoice,
+    /// `--sandbox read-only`: no write of the agent can have happened.
+    read_only: bool,
     retries: u32,
     attempts: Vec<AttemptSummary>,
     warnings: Vec<String>,
@@ -598,7 +599,7 @@ impl Run {
             },
             return_all_messages: request.return_all_messages,
             workspace: request.workspace.clone(),
-            requested_session: request.session,
+            read_only: request.sandbox == crate::sandbox::Mode::ReadOnly,
             retries: 0,
             attempts: Vec::new(),
             warnings: Vec::new(),
@@ -730,30 +731,33 @@ impl Run {
         message: String,
         hint: Option<String>,
     ) -> Envelope {
-        let session = match self.requested_session {
-            SessionChoice::Resume(id) => Some(id.to_string()),
-            SessionChoice::New(_) => None,
-        };
+        // No CLI ran, so no session was confirmed (a resumed id is the caller's own).
         let mut detail = self.detail(message);
         detail.hint = hint;
-        self.finish(
-            Envelope::failure(kind, session, summary, detail),
-            None,
-            None,
-        )
+        self.finish(Envelope::failure(kind, None, summary, detail), None, None)
     }
 
-    fn session_of(
+    /// The session the envelope may report: only one the CLI confirmed in its stream,
+    /// and only if it is the one coder asked for. The child's word alone is not enough: a
+    /// different id would make the caller resume a session coder never recorded for this
+    /// workspace. The second value explains an id that was left out.
+    fn confirmed_session(
         &self,
         session: SessionChoice,
         observation: &Observation,
-        end: &AttemptEnd,
-    ) -> Option<String> {
-        let started = !matches!(end.cause, StopCause::SpawnFailed(_));
-        observation.session_id.clone().or_else(|| {
-            (started || matches!(session, SessionChoice::Resume(_)))
-                .then(|| session.id().to_string())
-        })
+    ) -> (Option<String>, Option<String>) {
+        let asked = session.id().to_string();
+        match observation.session_id.as_deref() {
+            Some(seen) if seen == asked => (Some(asked), None),
+            Some(seen) => (
+                None,
+                Some(format!(
+                    "the CLI reported session {seen}, not the session {asked} coder asked for; \
+                     SESSION_ID is left out"
+                )),
+            ),
+            None => (None, None),
+        }
     }
 
     fn success_envelope(
@@ -767,8 +771,22 @@ impl Run {
             mut observation,
             ..
         } = attempt;
-        let envelope = Envelope::success(self.session_of(session, &observation, &end), result);
-        self.finish(envelope, Some(&mut observation), Some(&end))
+        let (session_id, mismatch) = self.confirmed_session(session, &observation);
+        let unconfirmed = session_id.is_none();
+        let mut envelope = self.finish(
+            Envelope::success(session_id, result),
+            Some(&mut observation),
+            Some(&end),
+        );
+        envelope.warnings.extend(mismatch);
+        if unconfirmed {
+            envelope.warnings.push(
+                "the CLI never confirmed its session in the stream: SESSION_ID is null and this \
+                 run cannot be resumed"
+                    .to_owned(),
+            );
+        }
+        envelope
     }
 
     fn failure_envelope(
@@ -790,7 +808,7 @@ impl Run {
         } = attempt;
         let end = &end;
         let exit_code = failure.exit_code();
-        let session_id = self.session_of(session, &observation, end);
+        let (session_id, mismatch) = self.confirmed_session(session, &observation);
         let mut detail = self.detail(failure.message);
         detail.exit_code = end.exit_code;
         detail.last_lines = observation.last_lines();
@@ -810,20 +828,29 @@ impl Run {
             && !effects.mutating_tools.is_empty()
             && let Some(id) = &session_id
         {
+            let tools = effects
+                .mutating_tools
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            let what = if self.read_only {
+                format!(
+                    "the agent tried to change things ({tools}); the read-only sandbox refused every write"
+                )
+            } else {
+                format!("the agent ran tools that may have changed things ({tools})")
+            };
             detail.resume_hint = Some(format!(
-                "the agent already changed things ({}); to continue where it stopped: coder --cd {} --session-id {id} \"continue\"",
-                effects
-                    .mutating_tools
-                    .iter()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                "{what}; to continue where it stopped: coder --cd {} --session-id {id} \"continue\"",
                 shell_quote(&self.workspace.display().to_string()),
             ));
         }
         let mut envelope = Envelope::failure(failure.kind, session_id, failure.summary, detail);
         envelope.exit_code = exit_code;
-        self.finish(envelope, Some(&mut observation), Some(end))
+        let mut envelope = self.finish(envelope, Some(&mut observation), Some(end));
+        envelope.warnings.extend(mismatch);
+        envelope
     }
 
     fn cancelled_during_backoff(
@@ -846,7 +873,7 @@ impl Run {
         detail.json_decode_errors = observation.json_decode_errors;
         let mut envelope = Envelope::failure(
             ErrorKind::Cancelled,
-            self.session_of(session, &observation, end),
+            self.confirmed_session(session, &observation).0,
             format!("cancelled by {name}"),
             detail,
         );

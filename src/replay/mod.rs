@@ -156,26 +156,39 @@ impl ReplayReport {
     /// One line per way the run strayed from the cassette: unmet expectations, requests
     /// no turn could answer, and unreadable requests. Probes of other paths (the CLI's
     /// `HEAD /api/hello`) are not problems.
+    /// One line per distinct problem: the CLI retries a rejected request several times,
+    /// and each retry meets the same problem, so repeats are folded into the first line
+    /// (`requests 3-8 (6 times)`).
     pub fn problems(&self) -> Vec<String> {
-        self.requests
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r.outcome,
-                    RequestOutcome::ExpectationUnmet
-                        | RequestOutcome::NoMatchingTurn
-                        | RequestOutcome::Exhausted
-                        | RequestOutcome::BadRequest
-                )
-            })
-            .map(|r| {
-                format!(
-                    "request {} ({} {}): {}",
-                    r.request,
-                    r.method,
-                    r.target,
-                    r.detail.as_deref().unwrap_or("")
-                )
+        let mut folded: Vec<(Vec<u64>, String, String)> = Vec::new();
+        for r in self.requests.iter().filter(|r| {
+            matches!(
+                r.outcome,
+                RequestOutcome::ExpectationUnmet
+                    | RequestOutcome::NoMatchingTurn
+                    | RequestOutcome::Exhausted
+                    | RequestOutcome::BadRequest
+            )
+        }) {
+            let what = format!("{} {}", r.method, r.target);
+            let detail = r.detail.clone().unwrap_or_default();
+            match folded
+                .iter_mut()
+                .find(|(_, w, d)| *w == what && *d == detail)
+            {
+                Some((numbers, _, _)) => numbers.push(r.request as u64),
+                None => folded.push((vec![r.request as u64], what, detail)),
+            }
+        }
+        folded
+            .into_iter()
+            .map(|(numbers, what, detail)| match numbers.as_slice() {
+                [one] => format!("request {one} ({what}): {detail}"),
+                [first, .., last] => format!(
+                    "requests {first}-{last} ({what}, {} times): {detail}",
+                    numbers.len()
+                ),
+                [] => format!("request ({what}): {detail}"),
             })
             .collect()
     }
