@@ -19,6 +19,7 @@ use crate::stream::{
     decode_line, decode_long_line,
 };
 use crate::text::one_line;
+use crate::text::tool_result::{Join, content_text};
 
 /// How many lines `last_lines` keeps.
 pub const LAST_LINES: usize = 20;
@@ -355,7 +356,7 @@ impl Observation {
             }
             let text = serde_json::from_slice::<serde_json::Value>(raw)
                 .ok()
-                .and_then(|content| content_text(&content));
+                .and_then(|content| content_text(&content, Join::Lines));
             let Some(text) = text else {
                 continue;
             };
@@ -415,21 +416,6 @@ impl Observation {
             .rev()
             .find(|l| !l.trim().is_empty())
             .map(|l| one_line(l, 200))
-    }
-}
-
-/// The text of a tool result's content: a string, or the text parts of an array.
-fn content_text(content: &serde_json::Value) -> Option<String> {
-    match content {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Array(parts) => Some(
-            parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ),
-        _ => None,
     }
 }
 
