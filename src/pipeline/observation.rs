@@ -19,6 +19,7 @@ use crate::stream::{
     decode_line, decode_long_line,
 };
 use crate::text::one_line;
+use crate::text::redact::{Ending, Secrets};
 use crate::text::tool_result::{Join, content_text};
 
 /// How many lines `last_lines` keeps.
@@ -46,7 +47,7 @@ struct PendingTool {
 pub struct Observation {
     started: Instant,
     keep_events: bool,
-    secrets: Vec<String>,
+    secrets: Secrets,
     /// The session id the stream reported (init, or any later event).
     pub session_id: Option<String>,
     pub model: Option<String>,
@@ -127,7 +128,7 @@ impl Observation {
         Observation {
             started,
             keep_events,
-            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
+            secrets: Secrets::new(secrets),
             session_id: None,
             model: None,
             cli_version: None,
@@ -307,19 +308,18 @@ impl Observation {
             Ok(text) => std::borrow::Cow::Borrowed(text),
             Err(_) => String::from_utf8_lossy(head),
         };
+        // Redacted before it is cut, so a secret across the cut is still found whole; a
+        // secret across the end of the head leaves no piece of itself either.
+        let head_cut = head.len() < line.bytes.len() || line.truncated();
+        let ending = if head_cut { Ending::Cut } else { Ending::Whole };
+        let text = self.secrets.redact_ending(&text, ending);
         let (head_kept, more) = match text.char_indices().nth(LAST_LINE_CHARS) {
             Some((end, _)) => (&text[..end], true),
             None => (&text[..], false),
         };
         let mut kept = head_kept.to_owned();
-        let cut = more || line.truncated();
-        if cut {
+        if more || line.truncated() {
             kept.push_str(" …[line truncated]");
-        }
-        for secret in &self.secrets {
-            if kept.contains(secret.as_str()) {
-                kept = kept.replace(secret.as_str(), "[REDACTED]");
-            }
         }
         self.last_lines.push_back(kept);
     }

@@ -52,6 +52,7 @@ pub async fn run(request: RunRequest) -> Envelope {
                 .filter_map(|s| s.to_str().map(str::to_owned)),
         );
     }
+    let redaction = crate::text::Secrets::new(&secrets);
     let mut journal = RunJournal {
         transcript: Transcript::create(transcript_path.clone(), secrets),
         progress: progress::wanted(request.quiet).then(|| Progress::start(request.idle_timeout)),
@@ -77,6 +78,8 @@ pub async fn run(request: RunRequest) -> Envelope {
 
     let mut envelope =
         run_attempts(&request, backend, &process_env, run_started, &mut journal).await;
+    // The one place the finished envelope is redacted: before it is recorded or printed.
+    envelope.redact(&redaction);
 
     if let Some(progress) = &journal.progress {
         progress.clear();
