@@ -43,7 +43,9 @@ fn across_transcript_cut(fill: &str, text: &str) -> Value {
 fn escaped_spellings() -> Vec<String> {
     vec![
         format!("\\u007a{}", &KEY[1..]),
-        KEY.chars().map(|c| format!("\\u{:04x}", c as u32)).collect(),
+        KEY.chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect(),
     ]
 }
 
@@ -68,9 +70,8 @@ fn assert_no_key(channel: &str, text: &str) {
 
 fn around(text: &str, piece: &str) -> String {
     let at = text.find(piece).unwrap_or(0);
-    let lo = text.floor_char_boundary(at.saturating_sub(120));
-    let hi = text.ceil_char_boundary((at + 120).min(text.len()));
-    text[lo..hi].to_owned()
+    let (lo, hi) = (at.saturating_sub(120), (at + 120).min(text.len()));
+    String::from_utf8_lossy(&text.as_bytes()[lo..hi]).into_owned()
 }
 
 /// Every decoded string of a JSON value, joined, to look into what a reader sees.
@@ -111,7 +112,10 @@ fn check_records(fake: &Fake, out: &Outcome) -> String {
         assert!(shown.status.success(), "{shown:?}");
         let shown = String::from_utf8(shown.stdout).unwrap();
         assert_no_key("coder runs show", &shown);
-        assert!(shown.contains(CONTROL), "runs show lost the control: {shown}");
+        assert!(
+            shown.contains(CONTROL),
+            "runs show lost the control: {shown}"
+        );
     }
     decoded
 }
@@ -147,7 +151,10 @@ fn a_successful_run_prints_and_stores_the_key_nowhere() {
     assert_eq!(out.envelope["success"], json!(true), "{}", out.explain());
     // The child did see the key.
     assert_eq!(
-        fake.record().env().get("ANTHROPIC_AUTH_TOKEN").map(String::as_str),
+        fake.record()
+            .env()
+            .get("ANTHROPIC_AUTH_TOKEN")
+            .map(String::as_str),
         Some(KEY)
     );
     assert_eq!(
