@@ -6,8 +6,10 @@
 //! `kill`, `outcome`) and the child (`event` for each stream-json line, `stderr` and `noise`
 //! for everything else). Each has a UTC timestamp, the CLI's own `uuid` as `id` and its
 //! `parent_tool_use_id` as `parent_id` where the event has them, and token usage where the
-//! event carries it. Credentials are redacted and very long lines are cut, so a transcript
-//! is safe to attach to a bug report and cannot grow by a whole tool result per line.
+//! event carries it. Credentials are redacted (every JSON spelling, see
+//! [`crate::text::redact`]; a line cut at its head loses any piece of a key across the cut)
+//! and very long lines are cut, so a transcript is safe to attach to a bug report and cannot
+//! grow by a whole tool result per line.
 //!
 //! Transcripts live in `<state>/runs/<run-id>.jsonl`; the oldest are deleted when there are
 //! more than [`Retention::max_runs`] or they take more than [`Retention::max_bytes`].

@@ -55,7 +55,8 @@ pub async fn run(request: RunRequest) -> Envelope {
     let redaction = crate::text::Secrets::new(&secrets);
     let mut journal = RunJournal {
         transcript: Transcript::create(transcript_path.clone(), secrets),
-        progress: progress::wanted(request.quiet).then(|| Progress::start(request.idle_timeout)),
+        progress: progress::wanted(request.quiet)
+            .then(|| Progress::start(request.idle_timeout).with_secrets(redaction.clone())),
     };
     journal.transcript.coder(
         "start",
