@@ -464,22 +464,12 @@ pub fn find_on_path(program: &str, env: &[(OsString, OsString)]) -> Option<PathB
         .rev()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v)?;
-    std::env::split_paths(path)
-        .filter(|dir| dir.is_absolute())
-        .map(|dir| dir.join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate).is_ok_and(|m| {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt;
-                    m.is_file() && m.permissions().mode() & 0o111 != 0
-                }
-                #[cfg(not(unix))]
-                {
-                    m.is_file()
-                }
-            })
-        })
+    crate::text::path::find_on_path(
+        program.as_ref(),
+        path,
+        Path::new("/"),
+        crate::text::path::RelativeDirs::Skip,
+    )
 }
 
 /// Runs `claude --version` and returns its first line.

@@ -15,6 +15,7 @@ use crate::pipeline::envelope::Envelope;
 use crate::pipeline::request::{
     ArgError, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_DURATION, KnownLimits, RunArgs,
 };
+use crate::text::{Secrets, names::secret_values};
 use crate::{pipeline, supervise};
 
 /// What the run mode prints.
@@ -50,9 +51,15 @@ pub fn run_command(args: &[OsString]) -> ExitCode {
             ExitCode::SUCCESS
         }
         Output::Envelope {
-            envelope,
+            mut envelope,
             metrics_line,
         } => {
+            // Runs are redacted with the backend's key too (in the pipeline); this covers
+            // every envelope, also those of bad arguments and panics.
+            let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            let secrets = Secrets::new(secret_values(&env));
+            envelope.redact(&secrets);
+            let metrics_line = metrics_line.map(|line| secrets.redact(&line).into_owned());
             if let Some(line) = metrics_line {
                 let _ = writeln!(std::io::stderr(), "{line}");
             }

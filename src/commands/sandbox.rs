@@ -14,6 +14,8 @@ use clap::Parser;
 
 use crate::sandbox::{Mode, Policy, PolicyOptions};
 use crate::sandbox::{SandboxError, confine};
+use crate::text::is_secret_name;
+use crate::text::path::{self, RelativeDirs};
 
 /// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
 const EXIT_SANDBOX_ERROR: u8 = 71;
@@ -138,7 +140,7 @@ fn command_env(policy: &Policy) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
             let name = k.to_string_lossy();
-            !looks_secret(&name) && !policy.env_remove.iter().any(|r| *r == name)
+            !is_secret_name(k) && !policy.env_remove.iter().any(|r| *r == name)
         })
         .filter(|(k, _)| !policy.env_set.contains_key(k.to_string_lossy().as_ref()))
         .collect();
@@ -151,41 +153,16 @@ fn command_env(policy: &Policy) -> Vec<(OsString, OsString)> {
     env
 }
 
-/// Names of variables that usually hold credentials.
-fn looks_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    const PARTS: [&str; 9] = [
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "API_KEY",
-        "APIKEY",
-        "ACCESS_KEY",
-        "PRIVATE_KEY",
-        "CREDENTIAL",
-    ];
-    PARTS.iter().any(|p| upper.contains(p)) || upper.starts_with("AWS_")
-}
-
-/// Resolve `program` like `execvp` would: a name with a `/` relative to the working
-/// directory, anything else through `PATH`.
+/// Resolve `program` like `execvp` would in `cwd`: a name with a `/` relative to it,
+/// anything else through `PATH` (relative entries from `cwd` too); the canonical path.
 fn find_executable(program: &OsString, path: &OsString, cwd: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let is_executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    let found = if path::has_dir_part(program) {
+        let full = cwd.join(program);
+        path::is_executable_file(&full).then_some(full)
+    } else {
+        path::find_on_path(program, path, cwd, RelativeDirs::FromBase)
     };
-    let candidate = Path::new(program);
-    if program.to_string_lossy().contains('/') {
-        let full = cwd.join(candidate);
-        return is_executable(&full)
-            .then(|| std::fs::canonicalize(&full).ok())
-            .flatten();
-    }
-    std::env::split_paths(path)
-        .map(|dir| cwd.join(dir).join(candidate))
-        .find(|p| is_executable(p))
-        .and_then(|p| std::fs::canonicalize(p).ok())
+    found.and_then(|p| std::fs::canonicalize(p).ok())
 }
 
 fn one_line(text: &str) -> String {
@@ -195,21 +172,6 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_looking_names() {
-        for name in [
-            "GITHUB_TOKEN",
-            "AWS_PROFILE",
-            "db_password",
-            "OPENAI_API_KEY",
-        ] {
-            assert!(looks_secret(name), "{name}");
-        }
-        for name in ["PATH", "HOME", "CARGO_HOME", "TERM"] {
-            assert!(!looks_secret(name), "{name}");
-        }
-    }
 
     #[test]
     fn parses_options_and_command() {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use crate::stream::Event;
+use crate::text::Secrets;
 
 /// The spinner line.
 pub struct Progress {
@@ -25,6 +26,7 @@ pub struct Progress {
     tokens_in: u64,
     tokens_out: u64,
     messages: Vec<String>,
+    secrets: Secrets,
 }
 
 /// Whether progress should be drawn: stderr is a terminal, not `--quiet`, not `TERM=dumb`.
@@ -65,6 +67,7 @@ impl Progress {
             tokens_in: 0,
             tokens_out: 0,
             messages: Vec::new(),
+            secrets: Secrets::default(),
         };
         progress.redraw();
         progress
@@ -133,10 +136,19 @@ impl Progress {
         self.redraw();
     }
 
+    /// Credentials to keep off the terminal (a tool call's summary can quote one).
+    pub fn with_secrets(mut self, secrets: Secrets) -> Progress {
+        self.secrets = secrets;
+        self
+    }
+
     fn redraw(&self) {
         self.bar.set_message(format!(
             "{} · turn {} · tokens {} in / {} out",
-            self.phase, self.turns, self.tokens_in, self.tokens_out
+            self.secrets.redact(&self.phase),
+            self.turns,
+            self.tokens_in,
+            self.tokens_out
         ));
     }
 

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::text::one_line;
+use crate::text::tool_result::Join;
 
 /// One line of `coder runs list`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -208,17 +209,12 @@ fn compact(value: &Value) -> String {
     }
 }
 
+/// A tool result's content on one line; a content that is not text is shown as JSON.
 fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
+    crate::text::tool_result::content_text(content, Join::Spaces).unwrap_or_else(|| match content {
         Value::Null => String::new(),
         other => other.to_string(),
-    }
+    })
 }
 
 /// The readable form of [`account`].

@@ -6,12 +6,15 @@
 //! `kill`, `outcome`) and the child (`event` for each stream-json line, `stderr` and `noise`
 //! for everything else). Each has a UTC timestamp, the CLI's own `uuid` as `id` and its
 //! `parent_tool_use_id` as `parent_id` where the event has them, and token usage where the
-//! event carries it. Credentials are redacted and very long lines are cut, so a transcript
-//! is safe to attach to a bug report and cannot grow by a whole tool result per line.
+//! event carries it. Credentials are redacted (every JSON spelling, see
+//! [`crate::text::redact`]; a line cut at its head loses any piece of a key across the cut)
+//! and very long lines are cut, so a transcript is safe to attach to a bug report and cannot
+//! grow by a whole tool result per line.
 //!
 //! Transcripts live in `<state>/runs/<run-id>.jsonl`; the oldest are deleted when there are
 //! more than [`Retention::max_runs`] or they take more than [`Retention::max_bytes`].
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::Range;
@@ -24,6 +27,7 @@ use serde_json::{Value, json};
 
 use crate::stream::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
+use crate::text::redact::{Ending, Secrets, redact_tokens};
 
 use super::Note;
 
@@ -118,7 +122,7 @@ impl Transcript {
         let (queue, entries) = std::sync::mpsc::sync_channel(QUEUED_ENTRIES);
         let mut sink = Sink {
             out: BufWriter::new(file),
-            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
+            secrets: Secrets::new(secrets),
             entry: Vec::new(),
         };
         let shown = path.display().to_string();
@@ -213,7 +217,7 @@ impl Drop for Transcript {
 /// The writer thread's end: formats, redacts and writes entries.
 struct Sink {
     out: BufWriter<File>,
-    secrets: Vec<String>,
+    secrets: Secrets,
     /// The entry being assembled, reused so that an entry costs no allocation.
     entry: Vec<u8>,
 }
@@ -248,15 +252,21 @@ impl Sink {
                             (Pipe::Stdout, true) => "event_truncated",
                             (Pipe::Stdout, false) => "noise",
                         };
-                        serde_json::to_writer(&mut bytes, &text_entry(&ts, kind, &line, cut))?;
+                        let entry = text_entry(&self.secrets, &ts, kind, &line, cut);
+                        serde_json::to_writer(&mut bytes, &entry)?;
                     }
                 }
             }
         }
-        for secret in &self.secrets {
-            if memchr::memmem::find(&bytes, secret.as_bytes()).is_some() {
-                bytes = redact(&bytes, secret.as_bytes());
-            }
+        // The entry is JSON: a secret is found in every spelling JSON gives it, in coder's
+        // own data (the prompt) and in the child's events alike.
+        if let Some(redacted) = self.secrets.redact_known(&bytes, Ending::Whole) {
+            bytes = redacted;
+        }
+        if let Ok(text) = std::str::from_utf8(&bytes)
+            && let Cow::Owned(redacted) = redact_tokens(text)
+        {
+            bytes = redacted.into_bytes();
         }
         bytes.push(b'\n');
         // One write and one flush per entry: a killed coder loses at most the entries
@@ -265,19 +275,6 @@ impl Sink {
         self.entry = bytes;
         result
     }
-}
-
-/// `bytes` with every occurrence of `secret` replaced by `[REDACTED]`.
-fn redact(bytes: &[u8], secret: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut rest = bytes;
-    while let Some(at) = memchr::memmem::find(rest, secret) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(b"[REDACTED]");
-        rest = &rest[at + secret.len()..];
-    }
-    out.extend_from_slice(rest);
-    out
 }
 
 /// `{"ts":…,"source":"child","kind":"event","id":…,"parent_id":…,"usage":…,"event":<line>}`
@@ -304,12 +301,19 @@ fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, spans: &EventSpans) {
     entry.push(b'}');
 }
 
-fn text_entry(ts: &str, kind: &str, head: &[u8], cut: u64) -> Value {
+/// A line kept as text. It is redacted before it is embedded: embedding escapes its
+/// backslashes, so a secret spelled with JSON escapes in the line (the head of an event
+/// line is JSON) would no longer read as one in the entry. A line cut at the head loses a
+/// piece of a secret across the cut too.
+fn text_entry(secrets: &Secrets, ts: &str, kind: &str, head: &[u8], cut: u64) -> Value {
+    let text = text_of(head);
+    let ending = if cut > 0 { Ending::Cut } else { Ending::Whole };
+    let text = secrets.redact_ending(&text, ending);
     let mut entry = json!({
         "ts": ts,
         "source": "child",
         "kind": kind,
-        "text": text_of(head),
+        "text": text,
     });
     if cut > 0 {
         entry["truncated_bytes"] = json!(cut);

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::pipeline::request::{RunRequest, SandboxMode, SessionChoice};
+use crate::text::{self, path::RelativeDirs};
 
 /// Everything needed to start the child: program, arguments, full environment, cwd, stdin.
 #[derive(Debug, Clone)]
@@ -36,20 +37,9 @@ impl ChildSpec {
     }
 }
 
-/// Values of the variables in `env` whose names say they hold credentials.
-pub fn secret_values(env: &[(OsString, OsString)]) -> Vec<String> {
-    env.iter()
-        .filter(|(k, _)| is_secret_name(k))
-        .filter_map(|(_, v)| v.to_str().map(str::to_owned))
-        .collect()
-}
-
-fn is_secret_name(name: &OsStr) -> bool {
-    let name = name.to_string_lossy().to_ascii_uppercase();
-    ["TOKEN", "KEY", "SECRET", "PASSWORD"]
-        .iter()
-        .any(|s| name.contains(s))
-}
+/// Values of the variables in `env` whose names say they hold credentials (the one rule in
+/// [`crate::text::names`]).
+pub use crate::text::names::secret_values;
 
 /// The CLI's `--permission-mode` in every mode: the CLI never stops to ask (in `-p` mode
 /// nobody could answer), and the boundary of the sandbox mode is enforced by the kernel,
@@ -214,16 +204,21 @@ pub fn resolve_program(
     if name.components().count() > 1 || name.is_absolute() {
         return check_executable(name);
     }
-    let dirs = path_var.map(std::env::split_paths).into_iter().flatten();
-    for dir in dirs {
-        let candidate = dir.join(name);
-        if check_executable(&candidate).is_ok() {
-            return Ok(candidate);
-        }
+    // Relative PATH entries are taken from coder's own directory, as execvp would.
+    let found = path_var.and_then(|path| {
+        text::path::find_on_path(
+            name.as_os_str(),
+            path,
+            Path::new(""),
+            RelativeDirs::FromBase,
+        )
+    });
+    match found {
+        Some(candidate) => check_executable(&candidate),
+        None => Err(ProgramError::NotOnPath {
+            name: name.display().to_string(),
+        }),
     }
-    Err(ProgramError::NotOnPath {
-        name: name.display().to_string(),
-    })
 }
 
 fn check_executable(path: &Path) -> Result<PathBuf, ProgramError> {

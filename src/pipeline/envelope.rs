@@ -14,6 +14,7 @@ use crate::exit::ErrorKind;
 use crate::pipeline::retry::SideEffectClass;
 use crate::stream::UpstreamErrorType;
 use crate::stream::Usage;
+use crate::text::Secrets;
 
 /// The value of the envelope's `tool` field.
 pub const TOOL_NAME: &str = "coder";
@@ -128,6 +129,29 @@ pub struct Metrics {
     pub cli_version: Option<String>,
 }
 
+impl Metrics {
+    /// Redacts the texts metrics carry (names the model or tools reported, denied paths).
+    fn redact(&mut self, secrets: &Secrets) {
+        let maybe = |s: &mut Option<String>| s.iter_mut().for_each(|s| secrets.redact_string(s));
+        maybe(&mut self.backend);
+        maybe(&mut self.model);
+        maybe(&mut self.cli_version);
+        maybe(&mut self.signal);
+        for denial in &mut self.sandbox_denials {
+            secrets.redact_string(&mut denial.tool);
+            maybe(&mut denial.path);
+        }
+        let keys = |map: &mut BTreeMap<String, u64>| {
+            *map = std::mem::take(map)
+                .into_iter()
+                .map(|(k, v)| (secrets.redact(&k).into_owned(), v))
+                .collect();
+        };
+        keys(&mut self.tool_calls);
+        keys(&mut self.tool_time_ms);
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
 pub struct TokenUsage {
     pub input: u64,
@@ -197,6 +221,49 @@ impl Envelope {
             ..ErrorDetail::default()
         };
         Envelope::failure(kind, None, crate::text::one_line(&message, 300), detail)
+    }
+
+    /// Redacts every text the envelope carries: known secrets in every spelling and
+    /// credential-shaped tokens, in `result`, `error`, `error_detail`, `warnings`,
+    /// `attempts`, `metrics` (also printed by `--log-metrics`) and the decoded strings of
+    /// `all_messages`. Called once where the envelope is finished, before it is recorded or
+    /// printed; redacting twice changes nothing.
+    pub fn redact(&mut self, secrets: &Secrets) {
+        let text = |s: &mut String| secrets.redact_string(s);
+        let maybe = |s: &mut Option<String>| s.iter_mut().for_each(|s| secrets.redact_string(s));
+        maybe(&mut self.result);
+        maybe(&mut self.error);
+        if let Some(detail) = self.error_detail.as_mut() {
+            text(&mut detail.message);
+            detail.last_lines.iter_mut().for_each(text);
+            if let Some(UpstreamErrorType::Other(name)) = detail.upstream_error.as_mut() {
+                text(name);
+            }
+            for field in [
+                &mut detail.pending_tool,
+                &mut detail.retry_refused,
+                &mut detail.resume_hint,
+                &mut detail.hint,
+                &mut detail.signal,
+            ] {
+                maybe(field);
+            }
+        }
+        self.warnings.iter_mut().for_each(text);
+        for attempt in &mut self.attempts {
+            attempt.tools.iter_mut().for_each(text);
+            maybe(&mut attempt.retry);
+        }
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.redact(secrets);
+        }
+        for message in self.all_messages.iter_mut().flatten() {
+            if let Some(redacted) = secrets.redact_json_text(message.get())
+                && let Ok(raw) = RawValue::from_string(redacted)
+            {
+                *message = raw;
+            }
+        }
     }
 
     /// The envelope as one line of JSON.

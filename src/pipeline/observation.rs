@@ -19,6 +19,8 @@ use crate::stream::{
     UpstreamErrorType, Usage, decode_line, decode_long_line,
 };
 use crate::text::one_line;
+use crate::text::redact::{Ending, Secrets};
+use crate::text::tool_result::{Join, content_text};
 
 /// How many lines `last_lines` keeps.
 pub const LAST_LINES: usize = 20;
@@ -46,7 +48,7 @@ struct PendingTool {
 pub struct Observation {
     started: Instant,
     keep_events: bool,
-    secrets: Vec<String>,
+    secrets: Secrets,
     /// The session id the stream reported (init, or any later event).
     pub session_id: Option<String>,
     pub model: Option<String>,
@@ -127,7 +129,7 @@ impl Observation {
         Observation {
             started,
             keep_events,
-            secrets: secrets.into_iter().filter(|s| s.len() >= 6).collect(),
+            secrets: Secrets::new(secrets),
             session_id: None,
             model: None,
             cli_version: None,
@@ -310,19 +312,18 @@ impl Observation {
             Ok(text) => std::borrow::Cow::Borrowed(text),
             Err(_) => String::from_utf8_lossy(head),
         };
+        // Redacted before it is cut, so a secret across the cut is still found whole; a
+        // secret across the end of the head leaves no piece of itself either.
+        let head_cut = head.len() < line.bytes.len() || line.truncated();
+        let ending = if head_cut { Ending::Cut } else { Ending::Whole };
+        let text = self.secrets.redact_ending(&text, ending);
         let (head_kept, more) = match text.char_indices().nth(LAST_LINE_CHARS) {
             Some((end, _)) => (&text[..end], true),
             None => (&text[..], false),
         };
         let mut kept = head_kept.to_owned();
-        let cut = more || line.truncated();
-        if cut {
+        if more || line.truncated() {
             kept.push_str(" …[line truncated]");
-        }
-        for secret in &self.secrets {
-            if kept.contains(secret.as_str()) {
-                kept = kept.replace(secret.as_str(), "[REDACTED]");
-            }
         }
         self.last_lines.push_back(kept);
     }
@@ -359,7 +360,7 @@ impl Observation {
             }
             let text = serde_json::from_slice::<serde_json::Value>(raw)
                 .ok()
-                .and_then(|content| content_text(&content));
+                .and_then(|content| content_text(&content, Join::Lines));
             let Some(text) = text else {
                 continue;
             };
@@ -419,21 +420,6 @@ impl Observation {
             .rev()
             .find(|l| !l.trim().is_empty())
             .map(|l| one_line(l, 200))
-    }
-}
-
-/// The text of a tool result's content: a string, or the text parts of an array.
-fn content_text(content: &serde_json::Value) -> Option<String> {
-    match content {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Array(parts) => Some(
-            parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ),
-        _ => None,
     }
 }
 

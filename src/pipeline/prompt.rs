@@ -10,7 +10,7 @@
 //! Substitution is a single pass over the template, so `{{...}}` inside a task or a
 //! document is kept literally and never expanded.
 
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::config::ConfigError;
@@ -253,15 +253,15 @@ pub fn assemble_prompt(task: &str, args: &PromptArgs) -> Result<String, ConfigEr
 /// `coder prompt [FLAGS] [PROMPT | -]`
 /// Reads the task from stdin, refusing to wait on a terminal.
 pub fn read_task_from_stdin() -> Result<String, ConfigError> {
-    let mut stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        return Err(ConfigError::EmptyTask);
-    }
-    let mut text = String::new();
-    stdin
-        .read_to_string(&mut text)
-        .map_err(ConfigError::Stdin)?;
-    Ok(text)
+    use crate::text::stdin::{StdinError, read_task};
+    read_task(&mut std::io::stdin()).map_err(|e| match e {
+        StdinError::Terminal => ConfigError::EmptyTask,
+        StdinError::Io(e) => ConfigError::Stdin(e),
+        StdinError::NotUtf8 => ConfigError::Stdin(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )),
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! `config_error` exit code (78) rather than clap's usage code (2).
 
 use std::ffi::OsString;
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -399,17 +399,16 @@ fn json_type_name(value: &serde_json::Value) -> &'static str {
 }
 
 fn read_prompt_from_stdin(stdin: &mut dyn Read) -> Result<String, ArgError> {
-    if std::io::stdin().is_terminal() {
-        return Err(ArgError::Invalid(
-            "no prompt: give the task as an argument, with --prompt, or pipe it on stdin".into(),
-        ));
-    }
-    let mut bytes = Vec::new();
-    stdin
-        .read_to_end(&mut bytes)
-        .map_err(|e| ArgError::Invalid(format!("cannot read the prompt from stdin: {e}")))?;
-    String::from_utf8(bytes)
-        .map_err(|_| ArgError::Invalid("the prompt on stdin is not valid UTF-8".into()))
+    use crate::text::stdin::{StdinError, read_task};
+    read_task(stdin).map_err(|e| {
+        ArgError::Invalid(match e {
+            StdinError::Terminal => {
+                "no prompt: give the task as an argument, with --prompt, or pipe it on stdin".into()
+            }
+            StdinError::Io(e) => format!("cannot read the prompt from stdin: {e}"),
+            StdinError::NotUtf8 => "the prompt on stdin is not valid UTF-8".into(),
+        })
+    })
 }
 
 /// Parses seconds with decimals (`0.5`). Zero is allowed only where it means "no cap".

@@ -56,9 +56,11 @@ pub async fn run(request: RunRequest) -> Envelope {
                 .filter_map(|s| s.to_str().map(str::to_owned)),
         );
     }
+    let redaction = crate::text::Secrets::new(&secrets);
     let mut journal = RunJournal {
         transcript: Transcript::create(transcript_path.clone(), secrets),
-        progress: progress::wanted(request.quiet).then(|| Progress::start(request.idle_timeout)),
+        progress: progress::wanted(request.quiet)
+            .then(|| Progress::start(request.idle_timeout).with_secrets(redaction.clone())),
     };
     journal.transcript.note(Note::Start(json!({
             "run_id": run_id,
@@ -85,6 +87,8 @@ pub async fn run(request: RunRequest) -> Envelope {
         &mut journal,
     )
     .await;
+    // The one place the finished envelope is redacted: before it is recorded or printed.
+    envelope.redact(&redaction);
 
     if let Some(progress) = &journal.progress {
         progress.clear();

@@ -5,6 +5,7 @@
 //! shapes of `content` (a string or a list of blocks), and explains a failure in words a
 //! person can act on, quoting what the request held instead.
 
+use crate::text::tool_result::{Join, content_text};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -195,10 +196,10 @@ fn tool_results(content: Option<&Value>) -> Vec<String> {
     blocks
         .iter()
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-        .map(|b| match b.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(inner @ Value::Array(_)) => text_blocks(Some(inner)).join("\n"),
-            _ => String::new(),
+        .map(|b| {
+            b.get("content")
+                .and_then(|content| content_text(content, Join::Lines))
+                .unwrap_or_default()
         })
         .collect()
 }

@@ -21,7 +21,7 @@
 //! Around those two sit the pieces the rest of coder needs: [`probe`] for `coder doctor`,
 //! [`system_prompt_note`] to tell the model what is masked and what the mode allows,
 //! [`classify_denial`] and [`detect_denials`] to recognise sandbox denials in tool results,
-//! [`redact`] to keep secret values out of what coder prints, and [`sandbox_command`] for
+//! and [`sandbox_command`] for
 //! `coder sandbox -- CMD`, which runs any command under the same policy.
 //!
 //! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
@@ -41,7 +41,7 @@ mod sys;
 use std::path::PathBuf;
 
 pub use confine::{Confinement, confine};
-pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials, redact};
+pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials};
 pub use note::system_prompt_note;
 pub use policy::{
     Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,

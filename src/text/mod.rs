@@ -1,0 +1,35 @@
+//! One home for the text rules every part of coder applies the same way, so that two
+//! copies of a rule can never disagree (DESIGN §7):
+//!
+//! - [`redact`]: keeping credentials out of everything coder prints or stores, in every
+//!   spelling (literal or JSON-escaped), also where a text is cut;
+//! - [`names`]: which environment variables hold credentials;
+//! - [`tool_result`]: a tool result's content as text;
+//! - [`path`]: finding an executable on `PATH`;
+//! - [`stdin`]: reading the task from standard input;
+//! - [`one_line`]: shortening text to one line for messages.
+//!
+//! This module is a leaf: it depends on nothing else in the crate (only `std`, `serde_json`,
+//! `memchr` and `aho-corasick`), so any module may use it without an import cycle.
+
+pub mod names;
+pub mod path;
+pub mod redact;
+pub mod stdin;
+pub mod tool_result;
+
+pub use names::is_secret_name;
+pub use redact::{REDACTED, Secrets};
+
+/// The first line of `text`, cut to `max_chars` characters with an ellipsis.
+///
+/// The ellipsis also tells [`Secrets::redact`] where a text was cut, so that a secret cut
+/// here before redaction leaves no long prefix behind.
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let mut out: String = first.chars().take(max_chars).collect();
+    if first.chars().count() > max_chars || text.lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
+}

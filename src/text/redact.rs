@@ -1,0 +1,586 @@
+//! Keeping credentials out of everything coder prints or stores: the envelope, the
+//! transcript, `--log-metrics`, `coder runs show`.
+//!
+//! Two kinds of secrets are replaced by [`REDACTED`]:
+//!
+//! - **Known values** ([`Secrets`]): the backend key and the credentials in the child's and
+//!   coder's environment. They are matched in every spelling a JSON text can give them —
+//!   literal, or any of their characters written as a JSON escape (`\u0073k-…`, `\/`, `\"`)
+//!   — because the child's output is JSON and a decoded string is what a reader sees. The
+//!   match runs on the raw text, so it also works on a line cut in the middle (which no
+//!   longer parses) and a JSON line keeps its exact bytes where no secret is.
+//! - **Token shapes**: credentials coder does not know (one the agent read from a file) in
+//!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `Bearer …`),
+//!   only when the token is long and holds both letters and digits, so ordinary words such
+//!   as `sk-learn-compatible` or `Bearer authentication` stay.
+//!
+//! **Cuts.** Redaction runs before a text is cut. Where the source itself was cut at a byte
+//! cap before coder could see all of it ([`Ending::Cut`]), and wherever a text carries the
+//! `…` that [`crate::text::one_line`] leaves at a cut, a *partial* match is dropped too: a
+//! piece of text ending at the cut that is the first [`MIN_PARTIAL`] or more bytes of a
+//! known secret (in any spelling). So a cut never leaves more than three bytes of a key.
+//!
+//! **Cost.** The transcript redacts every line of the child's output on its hot path. A
+//! text without a backslash-escape that could spell a secret costs one `memmem` search per
+//! secret; only a text holding one (`\u…`, or an escape of a character a secret holds) is
+//! scanned escape by escape.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+use serde_json::Value;
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Shorter known values are not redacted: they would match ordinary text.
+pub const MIN_SECRET_LEN: usize = 6;
+
+/// A piece of a known secret this long (in bytes of the secret) at a cut is dropped.
+pub const MIN_PARTIAL: usize = 4;
+
+/// Whether a text is all there was, or the head of something longer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The whole text.
+    Whole,
+    /// Cut at its end (a byte cap): a secret may straddle the cut.
+    Cut,
+}
+
+/// The known secret values of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets {
+    /// Longest first, so a secret that contains another is replaced whole.
+    values: Vec<String>,
+    /// Escapes that can spell a character of some secret besides `\u`: `\/` for `/`, `\"`
+    /// for `"`, and so on. A text holding none of these (nor `\u`) can only hold a secret
+    /// literally.
+    escapes: Vec<[u8; 2]>,
+}
+
+impl Secrets {
+    /// The values worth redacting among `values`: at least [`MIN_SECRET_LEN`] bytes, and
+    /// not a plain word or number (`default`, `production`, `8080`), which a broad
+    /// secret-name rule would otherwise turn into `[REDACTED]` wherever it appears.
+    pub fn new<I, S>(values: I) -> Secrets
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut kept: Vec<String> = values
+            .into_iter()
+            .map(|v| v.as_ref().to_owned())
+            .filter(|v| worth_redacting(v))
+            .collect();
+        kept.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        kept.dedup();
+        let mut escapes = Vec::new();
+        for value in &kept {
+            for b in value.bytes() {
+                if let Some(escape) = short_escape_of(b)
+                    && !escapes.contains(&escape)
+                {
+                    escapes.push(escape);
+                }
+            }
+        }
+        Secrets {
+            values: kept,
+            escapes,
+        }
+    }
+
+    /// Whether no known value is redacted (token shapes still are).
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The known values.
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    /// `text` with known secrets (every spelling) and token shapes redacted, and a partial
+    /// secret dropped before every `…` (a cut made by [`crate::text::one_line`]).
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.redact_ending(text, Ending::Whole)
+    }
+
+    /// [`Secrets::redact`], and with [`Ending::Cut`] a partial secret at the end dropped.
+    pub fn redact_ending<'a>(&self, text: &'a str, ending: Ending) -> Cow<'a, str> {
+        let known = self.redact_known(text.as_bytes(), ending);
+        let text = match known {
+            Some(bytes) => Cow::Owned(into_string(bytes)),
+            None => Cow::Borrowed(text),
+        };
+        match redact_tokens(&text) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(out) => Cow::Owned(out),
+        }
+    }
+
+    /// Redacts `text` in place.
+    pub fn redact_string(&self, text: &mut String) {
+        if let Cow::Owned(out) = self.redact(text) {
+            *text = out;
+        }
+    }
+
+    /// Redacts every string (and object key) of a JSON value, decoded.
+    pub fn redact_value(&self, value: &mut Value) {
+        match value {
+            Value::String(s) => self.redact_string(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => {
+                let needs_keys = map.keys().any(|k| matches!(self.redact(k), Cow::Owned(_)));
+                if needs_keys {
+                    let old = std::mem::take(map);
+                    for (k, v) in old {
+                        map.insert(self.redact(&k).into_owned(), v);
+                    }
+                }
+                map.values_mut().for_each(|v| self.redact_value(v));
+            }
+            _ => {}
+        }
+    }
+
+    /// A JSON text with its decoded strings redacted: `None` when nothing needs to change
+    /// (checked on the raw text first, so a clean message is not parsed), else the
+    /// re-serialised value. A text that does not parse is redacted as text.
+    pub fn redact_json_text(&self, raw: &str) -> Option<String> {
+        if matches!(self.redact(raw), Cow::Borrowed(_)) {
+            return None;
+        }
+        match serde_json::from_str::<Value>(raw) {
+            Ok(mut value) => {
+                self.redact_value(&mut value);
+                serde_json::to_string(&value).ok()
+            }
+            Err(_) => Some(self.redact(raw).into_owned()),
+        }
+    }
+
+    /// Known secrets in raw bytes (a JSON entry, a line of output): `None` when there are
+    /// none. Token shapes are not looked for (see [`redact_tokens`]).
+    pub fn redact_known(&self, bytes: &[u8], ending: Ending) -> Option<Vec<u8>> {
+        if self.values.is_empty() {
+            return None;
+        }
+        let escaped = self.may_hold_escapes(bytes);
+        let mut out: Option<Vec<u8>> = None;
+        for secret in &self.values {
+            let current = out.as_deref().unwrap_or(bytes);
+            let replaced = if escaped {
+                replace_spelled(current, secret.as_bytes())
+            } else {
+                replace_literal(current, secret.as_bytes())
+            };
+            if replaced.is_some() {
+                out = replaced;
+            }
+        }
+        let current = out.as_deref().unwrap_or(bytes);
+        let mut cuts: Vec<usize> = memchr::memmem::find_iter(current, "…".as_bytes()).collect();
+        if ending == Ending::Cut {
+            cuts.push(current.len());
+        }
+        if cuts.is_empty() {
+            return out;
+        }
+        let stripped = self.strip_partials(current, &cuts);
+        stripped.or(out)
+    }
+
+    /// Whether `bytes` hold an escape that could spell a character of a secret.
+    fn may_hold_escapes(&self, bytes: &[u8]) -> bool {
+        memchr::memmem::find(bytes, b"\\u").is_some()
+            || self
+                .escapes
+                .iter()
+                .any(|e| memchr::memmem::find(bytes, e).is_some())
+    }
+
+    /// `bytes` with a partial secret dropped right before each cut (sorted positions).
+    fn strip_partials(&self, bytes: &[u8], cuts: &[usize]) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        let mut changed = false;
+        for &cut in cuts {
+            if cut < pos {
+                continue;
+            }
+            let start = self
+                .values
+                .iter()
+                .filter_map(|s| partial_start(&bytes[..cut], s.as_bytes(), pos))
+                .min();
+            if let Some(start) = start {
+                out.extend_from_slice(&bytes[pos..start]);
+                out.extend_from_slice(REDACTED.as_bytes());
+                pos = cut;
+                changed = true;
+            }
+        }
+        changed.then(|| {
+            out.extend_from_slice(&bytes[pos..]);
+            out
+        })
+    }
+}
+
+/// Long enough, and not a plain word or number: a credential mixes character classes.
+fn worth_redacting(value: &str) -> bool {
+    if value.len() < MIN_SECRET_LEN || value.chars().any(char::is_whitespace) {
+        return false;
+    }
+    let letters = value.chars().any(|c| c.is_alphabetic());
+    let digits = value.chars().any(|c| c.is_ascii_digit());
+    let other = value.chars().any(|c| !c.is_alphanumeric());
+    let plain_word = value.chars().all(|c| c.is_ascii_lowercase())
+        || value.chars().all(|c| c.is_ascii_uppercase());
+    let classes = [letters, digits, other].iter().filter(|x| **x).count();
+    // A 16-character run of one class is still a token (hex, base32 uppercase).
+    !plain_word && (classes >= 2 || value.len() >= 16)
+}
+
+fn into_string(bytes: Vec<u8>) -> String {
+    // Matches start and end at character boundaries (a secret is UTF-8, an escape is
+    // ASCII), so the bytes stay UTF-8; the lossy path is never taken in practice.
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The two-byte JSON escape of a byte other than `\u`, if it has one.
+fn short_escape_of(b: u8) -> Option<[u8; 2]> {
+    let c = match b {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'/' => b'/',
+        0x08 => b'b',
+        0x0c => b'f',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        _ => return None,
+    };
+    Some([b'\\', c])
+}
+
+fn replace_literal(bytes: &[u8], secret: &[u8]) -> Option<Vec<u8>> {
+    let first = memchr::memmem::find(bytes, secret)?;
+    let mut out = Vec::with_capacity(bytes.len());
+    out.extend_from_slice(&bytes[..first]);
+    out.extend_from_slice(REDACTED.as_bytes());
+    let mut rest = &bytes[first + secret.len()..];
+    while let Some(at) = memchr::memmem::find(rest, secret) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(REDACTED.as_bytes());
+        rest = &rest[at + secret.len()..];
+    }
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+fn replace_spelled(bytes: &[u8], secret: &[u8]) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut pos = 0;
+    let mut from = 0;
+    while let Some((start, end)) = find_spelled(bytes, secret, from) {
+        let buf = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+        buf.extend_from_slice(&bytes[pos..start]);
+        buf.extend_from_slice(REDACTED.as_bytes());
+        pos = end;
+        from = end;
+    }
+    out.map(|mut buf| {
+        buf.extend_from_slice(&bytes[pos..]);
+        buf
+    })
+}
+
+/// The leftmost spelling of `secret` in `bytes` at or after `from`.
+fn find_spelled(bytes: &[u8], secret: &[u8], from: usize) -> Option<(usize, usize)> {
+    let first = *secret.first()?;
+    memchr::memchr2_iter(first, b'\\', &bytes[from..])
+        .map(|i| from + i)
+        .find_map(|start| match match_at(bytes, start, secret) {
+            Step::Full(end) => Some((start, end)),
+            _ => None,
+        })
+}
+
+/// The start of the earliest spelling of at least [`MIN_PARTIAL`] bytes of `secret` that
+/// runs to the end of `bytes` (begins at or after `from`).
+fn partial_start(bytes: &[u8], secret: &[u8], from: usize) -> Option<usize> {
+    let first = *secret.first()?;
+    // A spelled byte takes at most 6 bytes of text (`\u00XX`), 12 for a surrogate pair's 4.
+    let window = secret.len() * 6;
+    let lo = from.max(bytes.len().saturating_sub(window));
+    memchr::memchr2_iter(first, b'\\', &bytes[lo..])
+        .map(|i| lo + i)
+        .find(|&start| matches!(match_at(bytes, start, secret), Step::Partial(n) if n >= MIN_PARTIAL.min(secret.len())))
+}
+
+/// How far a spelling of a secret gets from one position.
+enum Step {
+    /// All of it, ending at this position.
+    Full(usize),
+    /// The text ended after this many bytes of the secret (or inside an escape).
+    Partial(usize),
+    /// The text differs.
+    None,
+}
+
+fn match_at(bytes: &[u8], mut pos: usize, secret: &[u8]) -> Step {
+    let mut i = 0;
+    while i < secret.len() {
+        let Some(&b) = bytes.get(pos) else {
+            return Step::Partial(i);
+        };
+        if b == b'\\' {
+            match unescape(&bytes[pos..]) {
+                Unescaped::Char(buf, len, used) if secret[i..].starts_with(&buf[..len]) => {
+                    i += len;
+                    pos += used;
+                    continue;
+                }
+                Unescaped::Incomplete => return Step::Partial(i),
+                // Not a spelling of the next character: maybe a literal backslash.
+                Unescaped::Char(..) | Unescaped::Invalid => {}
+            }
+        }
+        if b != secret[i] {
+            return Step::None;
+        }
+        i += 1;
+        pos += 1;
+    }
+    Step::Full(pos)
+}
+
+enum Unescaped {
+    /// The character's UTF-8 bytes, their count, and the escape's length in the text.
+    Char([u8; 4], usize, usize),
+    /// The text ends inside the escape.
+    Incomplete,
+    /// Not a JSON escape.
+    Invalid,
+}
+
+/// Decodes the JSON escape at the start of `text` (which starts with a backslash).
+fn unescape(text: &[u8]) -> Unescaped {
+    let Some(&kind) = text.get(1) else {
+        return Unescaped::Incomplete;
+    };
+    let one = |b: u8| Unescaped::Char([b, 0, 0, 0], 1, 2);
+    match kind {
+        b'"' | b'\\' | b'/' => one(kind),
+        b'b' => one(0x08),
+        b'f' => one(0x0c),
+        b'n' => one(b'\n'),
+        b'r' => one(b'\r'),
+        b't' => one(b'\t'),
+        b'u' => unescape_unicode(text),
+        _ => Unescaped::Invalid,
+    }
+}
+
+fn unescape_unicode(text: &[u8]) -> Unescaped {
+    let Some(high) = hex4(text, 2) else {
+        return if text.len() < 6 && text[2..].iter().all(u8::is_ascii_hexdigit) {
+            Unescaped::Incomplete
+        } else {
+            Unescaped::Invalid
+        };
+    };
+    let (code, used) = if (0xD800..0xDC00).contains(&high) {
+        if text.len() < 12 {
+            return Unescaped::Incomplete;
+        }
+        match (text.get(6..8), hex4(text, 8)) {
+            (Some(b"\\u"), Some(low)) if (0xDC00..0xE000).contains(&low) => {
+                (0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00), 12)
+            }
+            _ => return Unescaped::Invalid,
+        }
+    } else {
+        (high, 6)
+    };
+    match char::from_u32(code) {
+        Some(c) => {
+            let mut buf = [0u8; 4];
+            let len = c.encode_utf8(&mut buf).len();
+            Unescaped::Char(buf, len, used)
+        }
+        None => Unescaped::Invalid,
+    }
+}
+
+fn hex4(text: &[u8], at: usize) -> Option<u32> {
+    let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
+    u32::from_str_radix(digits, 16).ok()
+}
+
+/// Prefixes of well-known credential formats; a long token after them is redacted.
+const TOKEN_PREFIXES: [&str; 8] = [
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "AKIA",
+];
+
+/// Set before a token in an `Authorization` header; the token after it is redacted.
+const BEARER: &str = "Bearer ";
+
+/// How long a token must be to be taken for a credential.
+const MIN_TOKEN_LEN: usize = 16;
+
+static TOKEN_STARTS: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| AhoCorasick::new(TOKEN_PREFIXES.iter().copied().chain([BEARER])).ok());
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '/' | '=')
+}
+
+/// `text` with tokens in well-known credential formats redacted (`sk-…` whole, `Bearer …`
+/// keeping the word). A token is redacted when it starts at a word boundary, is at least
+/// [`MIN_TOKEN_LEN`] characters long and holds both a letter and a digit.
+pub fn redact_tokens(text: &str) -> Cow<'_, str> {
+    let Some(starts) = &*TOKEN_STARTS else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::new();
+    let mut pos = 0;
+    for found in starts.find_iter(text) {
+        if found.start() < pos {
+            continue;
+        }
+        let prefix = &text[found.start()..found.end()];
+        let boundary = text[..found.start()]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_ascii_alphanumeric());
+        let token_len: usize = text[found.end()..]
+            .chars()
+            .take_while(|c| is_token_char(*c))
+            .map(char::len_utf8)
+            .sum();
+        let token = &text[found.end()..found.end() + token_len];
+        let credential = boundary
+            && token.len() >= MIN_TOKEN_LEN
+            && token.chars().any(|c| c.is_ascii_digit())
+            && token.chars().any(|c| c.is_ascii_alphabetic());
+        if !credential {
+            continue;
+        }
+        let keep = if prefix == BEARER {
+            found.end()
+        } else {
+            found.start()
+        };
+        out.push_str(&text[pos..keep]);
+        out.push_str(REDACTED);
+        pos = found.end() + token_len;
+    }
+    if pos == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[pos..]);
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "zk-Tq81Lm9Xv2Pw7Rb4Hc6N";
+
+    fn secrets() -> Secrets {
+        Secrets::new([KEY, "hunter2hunter2", "ab", "default", "production"])
+    }
+
+    #[test]
+    fn only_credential_like_values_are_kept() {
+        assert_eq!(secrets().values(), [KEY, "hunter2hunter2"]);
+        assert!(Secrets::new(["0123456789abcdef0123"]).values().len() == 1);
+    }
+
+    #[test]
+    fn known_values_in_every_json_spelling() {
+        let s = secrets();
+        let spellings = [
+            KEY.to_owned(),
+            format!("\\u007a{}", &KEY[1..]),
+            format!("\\u007A\\u006B{}", &KEY[2..]),
+            KEY.replace('-', "\\u002d"),
+            KEY.chars()
+                .map(|c| format!("\\u{:04x}", c as u32))
+                .collect(),
+        ];
+        for spelled in spellings {
+            let line = format!(r#"{{"text":"key={spelled} ok"}}"#);
+            let out = s.redact(&line);
+            assert_eq!(out, r#"{"text":"key=[REDACTED] ok"}"#, "{spelled}");
+        }
+        // Escapes of characters the secret holds besides `\u`.
+        let s = Secrets::new(["pa/ss\"wo9rd"]);
+        assert_eq!(
+            s.redact(r#"{"a":"pa\/ss\"wo9rd"}"#),
+            r#"{"a":"[REDACTED]"}"#
+        );
+    }
+
+    #[test]
+    fn other_text_is_left_alone() {
+        let s = secrets();
+        let text = r#"{"text":"zk-Tq81Lm9Xv2Pw7Rb4Hc6M \u001b[0m default production"}"#;
+        assert!(matches!(s.redact(text), Cow::Borrowed(_)));
+        assert!(matches!(
+            s.redact("Bearer authentication, sk-learn-compatible-models, task-1234567890abcdefgh"),
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn a_cut_leaves_no_long_prefix() {
+        let s = secrets();
+        let text = format!("head {}", &KEY[..10]);
+        assert_eq!(s.redact_ending(&text, Ending::Cut), "head [REDACTED]");
+        assert_eq!(s.redact_ending(&text, Ending::Whole), text);
+        let escaped = format!("head \\u007a{}\\u00", &KEY[1..8]);
+        assert_eq!(s.redact_ending(&escaped, Ending::Cut), "head [REDACTED]");
+        // Three bytes are left: a key's public prefix, and too little to mean anything.
+        let short = format!("head {}", &KEY[..3]);
+        assert_eq!(s.redact_ending(&short, Ending::Cut), short);
+        // one_line's ellipsis marks a cut inside a text.
+        let line = format!("failed: {}… (exit 1)", &KEY[..12]);
+        assert_eq!(s.redact(&line), "failed: [REDACTED]… (exit 1)");
+        assert_eq!(s.redact("plain… text"), "plain… text");
+    }
+
+    #[test]
+    fn token_shapes() {
+        let text = "auth: Bearer abc123def456ghi789 sk-ant-api03-AAAA1111BBBB2222 ok sk-1 ghp_0123456789abcdefABCDEF";
+        let out = redact_tokens(text);
+        assert_eq!(out, "auth: Bearer [REDACTED] [REDACTED] ok sk-1 [REDACTED]");
+        assert_eq!(
+            redact_tokens("risk-0123456789abcdefgh"),
+            "risk-0123456789abcdefgh"
+        );
+    }
+
+    #[test]
+    fn json_values_are_redacted_decoded() {
+        let s = secrets();
+        let raw = format!(r#"{{"a":["\u007a{}"],"{KEY}":1,"n":2}}"#, &KEY[1..]);
+        let out = s.redact_json_text(&raw).unwrap();
+        assert_eq!(out, r#"{"a":["[REDACTED]"],"[REDACTED]":1,"n":2}"#);
+        assert_eq!(s.redact_json_text(r#"{"a":"clean"}"#), None);
+    }
+}
