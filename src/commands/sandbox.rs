@@ -49,8 +49,8 @@ struct SandboxArgs {
     /// TCP port the command may connect to (repeatable).
     #[arg(long, value_name = "N")]
     connect_port: Vec<u16>,
-    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
-    /// secrets/ anywhere).
+    /// Add a non-accessible glob (repeatable; the defaults .env, .env.*, *.pem, *.key,
+    /// secrets/**, private keys, .npmrc, .netrc, kubeconfig... always apply).
     #[arg(long, value_name = "GLOB")]
     deny: Vec<String>,
     /// The command and its arguments.
@@ -89,9 +89,7 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     opts.allow_tmp = args.allow_tmp;
     opts.tool_caches = args.tool_caches;
     opts.connect_ports = args.connect_port;
-    if !args.deny.is_empty() {
-        opts.deny_globs = args.deny;
-    }
+    opts.deny_globs = crate::sandbox::deny_globs(args.deny);
     let mut policy = Policy::resolve(&opts)?;
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;

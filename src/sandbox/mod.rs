@@ -31,7 +31,9 @@
 
 mod confine;
 pub(crate) mod denial;
+mod deny;
 pub mod helper;
+mod home;
 mod note;
 mod policy;
 mod probe;
@@ -42,10 +44,12 @@ use std::path::PathBuf;
 
 pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials, redact};
-pub use note::system_prompt_note;
-pub use policy::{
-    Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
+pub use deny::{DEFAULT_DENY_GLOBS, DenyMatcher, deny_globs};
+pub use home::{
+    CACHES as HOME_CACHES, NEVER_VISIBLE as HOME_NEVER_VISIBLE, TOOLCHAINS as HOME_TOOLCHAINS,
 };
+pub use note::system_prompt_note;
+pub use policy::{Access, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports};
 pub use probe::{SandboxSupport, probe};
 pub use scan::{Mask, MaskKind, ScanLimits};
 
@@ -68,9 +72,7 @@ pub fn policy_for_agent(
     opts.extra_write.clone_from(&extras.write);
     opts.allow_tmp = extras.allow_tmp;
     opts.tool_caches = extras.tool_caches;
-    if !extras.deny.is_empty() {
-        opts.deny_globs.clone_from(&extras.deny);
-    }
+    opts.deny_globs = deny_globs(extras.deny.iter().cloned());
     // The CLI's state goes where the child's environment says; without the variable the
     // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
     // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
@@ -103,8 +105,8 @@ pub struct AgentSandboxArgs {
     /// Let the agent write the usual tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...).
     #[arg(long = "tool-caches")]
     pub tool_caches: bool,
-    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
-    /// secrets/ anywhere in the workspace).
+    /// Add a non-accessible glob (repeatable): matching files read as empty. Always on:
+    /// .env, .env.*, *.pem, *.key, secrets/**, private keys, .npmrc, .netrc, kubeconfig...
     #[arg(long = "deny", value_name = "GLOB")]
     pub deny: Vec<String>,
 }
