@@ -15,6 +15,7 @@ use crate::exit::{ErrorKind, cancelled_exit_code};
 use crate::journal::progress::{self, Progress};
 use crate::journal::transcript::{self, Transcript};
 use crate::pipeline::child;
+use crate::pipeline::cli_home::CliHome;
 use crate::pipeline::envelope::{AttemptSummary, Envelope, ErrorDetail, Metrics};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::observation::Pipe;
@@ -225,7 +226,7 @@ async fn run_attempts(
     }
     run.warnings.extend(backend.warnings().iter().cloned());
     run.backend = backend.name().to_owned();
-    let child_base_env = config::child_environment(process_env, &backend);
+    let mut child_base_env = config::child_environment(process_env, &backend);
 
     let path_var = std::env::var_os("PATH");
     let program = match child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()) {
@@ -256,6 +257,14 @@ async fn run_attempts(
             return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
         }
     }
+    // The CLI's config dir: fresh for this run, in every sandbox mode (see cli_home).
+    let cli_home = match CliHome::for_run(&request, &backend, &store) {
+        Ok(home) => home,
+        Err(e) => {
+            return run.early_envelope(ErrorKind::ConfigError, e.to_string(), e.to_string(), None);
+        }
+    };
+    cli_home.apply_env(&mut child_base_env);
 
     // A confined child starts through the helper. Started now, its own start overlaps with
     // resolving the policy; it serves the first attempt (dropped unused, it just exits).
@@ -332,6 +341,11 @@ async fn run_attempts(
         }
         let started = !matches!(end.cause, StopCause::SpawnFailed(_));
         if started && observation.session_id.is_some() {
+            if let Err(e) = cli_home.keep_history(session.id(), &store) {
+                run.warnings.push(format!(
+                    "cannot keep the session's history for resumes: {e}"
+                ));
+            }
             remember_session(
                 &store,
                 session,
