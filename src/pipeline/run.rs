@@ -41,6 +41,10 @@ pub async fn run(request: RunRequest) -> Envelope {
         .transcript
         .clone()
         .unwrap_or_else(|| runs_dir.join(format!("{run_id}.jsonl")));
+    if request.transcript.is_none() {
+        // Owner-only, and made so if an older coder left it readable to others.
+        let _ = session::private_dir(&runs_dir);
+    }
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let backend = config::resolve_backend(&request.backend, &process_env);
     let mut secrets = child::secret_values(&process_env);

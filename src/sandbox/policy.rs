@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -737,11 +737,9 @@ fn is_broad(path: &Path, home: Option<&Path>) -> bool {
     path == Path::new("/") || home.is_some_and(|h| h.starts_with(path))
 }
 
+/// Creates `path` owner-only (and makes an existing one of ours owner-only).
 fn create_private_dir(path: &Path) -> Result<(), SandboxError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
+    crate::pipeline::session::private_dir(path)
         .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
 }
 
