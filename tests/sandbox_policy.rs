@@ -218,15 +218,23 @@ fn every_default_deny_glob_and_home_secret_is_unreadable() {
             "{}",
             describe(&listed)
         );
-        // A glob from --deny adds to the defaults.
+        // Globs from --deny and the config file's `deny` add to the defaults.
         write(&fx.ws.join("notes.private"), "PRIVATE-NOTE\n");
+        write(&fx.ws.join("infra.tfstate"), "TFSTATE\n");
+        write(
+            &fx.home.join(".config/coder/config.toml"),
+            "deny = [\"**/*.tfstate\"]\n",
+        );
         if let Some(uid) = owner {
-            chown_tree(&fx.ws.join("notes.private"), uid);
+            chown_tree(fx.ws.parent().unwrap(), uid);
         }
-        let out = fx.sandbox(&["--deny", "**/*.private"], "cat notes.private .env");
+        let script = "cat notes.private infra.tfstate .env README.md";
+        let open = fx.sandbox(&["--mode", "danger-full-access"], script);
+        assert!(String::from_utf8_lossy(&open.stdout).contains("TFSTATE"));
+        let out = fx.sandbox(&["--deny", "**/*.private"], script);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "",
+            "# demo\n",
             "{}",
             describe(&out)
         );

@@ -142,6 +142,8 @@ pub struct ResolvedBackend {
     append_system_prompt: Option<String>,
     proxy_vars: BTreeMap<String, String>,
     config_file: Option<PathBuf>,
+    /// The config file's `deny` globs.
+    deny_globs: Vec<String>,
     warnings: Vec<String>,
 }
 
@@ -270,6 +272,11 @@ impl ResolvedBackend {
             args.push(text.into());
         }
         args
+    }
+
+    /// Non-accessible globs the config file adds to the sandbox's defaults (`deny`).
+    pub fn deny_globs(&self) -> &[String] {
+        &self.deny_globs
     }
 
     /// The config file that was read, if any.
@@ -674,6 +681,7 @@ pub fn resolve_backend_allowing_missing_key(
                 .clone()
                 .filter(|s| !s.is_empty()),
             proxy_vars: env::proxy_vars(env),
+            deny_globs: file.as_ref().map(|f| f.deny.clone()).unwrap_or_default(),
             config_file: file.map(|f| f.path),
             warnings,
             name,

@@ -280,12 +280,20 @@ async fn run_attempts(
 
     // The sandbox: resolved once per run here, applied by the helper to every attempt.
     let preview = child::build(&request, program.clone(), child_base_env.clone());
+    // The config file's `deny` globs come first, then `--deny`; both add to the defaults.
+    let mut sandbox_args = request.sandbox_args.clone();
+    sandbox_args.deny = backend
+        .deny_globs()
+        .iter()
+        .chain(&request.sandbox_args.deny)
+        .cloned()
+        .collect();
     let policy = match crate::sandbox::policy_for_agent(
         request.sandbox,
         &request.workspace,
         &program,
         &preview.env,
-        &request.sandbox_args,
+        &sandbox_args,
     ) {
         Ok(policy) => policy,
         Err(e) => {
