@@ -16,7 +16,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::policy::Access;
+/// What the agent may do with a granted home path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HomeAccess {
+    Read,
+    Write,
+}
 
 /// Toolchains (read only): compilers, interpreters, version managers, user-installed tools.
 pub const TOOLCHAINS: [&str; 17] = [
@@ -78,7 +83,7 @@ pub const NEVER_VISIBLE: [&str; 12] = [
 /// The home paths to grant, with their access. Missing entries are skipped; an entry that
 /// resolves (through symlinks) to the home directory or an ancestor of it, or to a path
 /// that holds or lies in a never-visible entry, is dropped.
-pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, Access)> {
+pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, HomeAccess)> {
     let never: Vec<PathBuf> = NEVER_VISIBLE
         .iter()
         .map(|rel| home.join(rel))
@@ -94,13 +99,13 @@ pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, A
                 .any(|n| n.starts_with(&canonical) || canonical.starts_with(n))
     };
     let cache_access = if writable_caches {
-        Access::Write
+        HomeAccess::Write
     } else {
-        Access::Read
+        HomeAccess::Read
     };
     TOOLCHAINS
         .iter()
-        .map(|rel| (home.join(rel), Access::Read))
+        .map(|rel| (home.join(rel), HomeAccess::Read))
         .chain(CACHES.iter().map(|rel| (home.join(rel), cache_access)))
         .filter(|(path, _)| safe(path))
         .collect()
@@ -222,11 +227,14 @@ mod tests {
         let grants = home_grants(&home, false);
         assert_eq!(
             grants,
-            vec![(home.join(".cargo/registry"), Access::Read)],
+            vec![(home.join(".cargo/registry"), HomeAccess::Read)],
             "{grants:?}"
         );
         let grants = home_grants(&home, true);
-        assert_eq!(grants, vec![(home.join(".cargo/registry"), Access::Write)]);
+        assert_eq!(
+            grants,
+            vec![(home.join(".cargo/registry"), HomeAccess::Write)]
+        );
     }
 
     #[test]

@@ -24,6 +24,10 @@
 //! [`redact`] to keep secret values out of what coder prints, and [`sandbox_command`] for
 //! `coder sandbox -- CMD`, which runs any command under the same policy.
 //!
+//! What the agent may see of the home directory is an allow-list ([`home`]); the secrets it
+//! may not read are one list of globs ([`deny_globs`], [`DenyMatcher`]), shared with any
+//! future reader of files on the agent's behalf.
+//!
 //! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
 //! inherited), which is why secrets are hidden with mounts rather than with rules; see
 //! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
@@ -54,8 +58,9 @@ pub use probe::{SandboxSupport, probe};
 pub use scan::{Mask, MaskKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
-/// child's environment (for the backend's port and an explicit `CLAUDE_CONFIG_DIR`) and
-/// `program` the agent's executable, whose install directory becomes readable.
+/// child's environment (for the backend's port and the run's own `CLAUDE_CONFIG_DIR`) and
+/// `program` the agent's executable, whose npm package directory (or the file alone)
+/// becomes readable.
 pub fn policy_for_agent(
     mode: Mode,
     workspace: &std::path::Path,

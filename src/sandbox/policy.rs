@@ -280,6 +280,10 @@ impl Policy {
         if let Some(home) = &home {
             let writable_caches = opts.tool_caches && opts.mode == Mode::WorkspaceWrite;
             for (path, access) in home::home_grants(home, writable_caches) {
+                let access = match access {
+                    home::HomeAccess::Read => Access::Read,
+                    home::HomeAccess::Write => Access::Write,
+                };
                 grants.add(&path, access)?;
             }
             let identity = write_git_identity(&run_dir, home)?;
