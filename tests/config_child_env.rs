@@ -10,6 +10,7 @@ use common::real_claude;
 
 use common::{Coder, Fake, SECRET_TOKEN, steps};
 use serde_json::json;
+use std::path::PathBuf;
 
 fn answering() -> Fake {
     Fake::new(json!(steps::answer("recorded")))
@@ -87,16 +88,11 @@ fn a_glm_run_gives_the_child_the_presets_environment_and_nothing_else() {
 }
 
 #[test]
-fn claude_state_goes_to_the_private_directory_not_the_users() {
-    // coder's state directory is chosen up front so the fake can write where the real CLI
-    // would: into CLAUDE_CONFIG_DIR.
+fn claude_state_goes_to_a_fresh_per_run_directory_not_the_users() {
+    // coder's state directory is chosen up front so that the test knows where per-run
+    // config dirs are made: `<state>/cli-runs/<pid>-<id>/claude`, removed after the run.
     let state = tempfile::tempdir().unwrap();
-    let private = state.path().join("claude");
-    let fake = Fake::new(json!([
-        steps::init(),
-        steps::touch(&private.join(".claude.json").to_string_lossy()),
-        steps::result_ok("done"),
-    ]));
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("done")]));
     let out = coder(&fake)
         .env("CODER_STATE_DIR", state.path())
         .env("MINIMAX_API_KEY", "mm")
@@ -104,15 +100,16 @@ fn claude_state_goes_to_the_private_directory_not_the_users() {
         .run();
     out.assert_success("done");
     let env = fake.record().env();
-    assert_eq!(
-        env.get("CLAUDE_CONFIG_DIR").map(String::as_str),
-        private.to_str()
+    let dir = PathBuf::from(&env["CLAUDE_CONFIG_DIR"]);
+    assert!(
+        dir.starts_with(state.path().join("cli-runs")) && dir.ends_with("claude"),
+        "{dir:?}"
     );
+    assert!(!dir.exists(), "the per-run dir outlived its run");
     assert_eq!(
         env.get("ANTHROPIC_BASE_URL").map(String::as_str),
         Some("https://api.minimax.io/anthropic")
     );
-    assert!(private.join(".claude.json").is_file());
     let home = fake.root().join("home");
     assert!(!home.join(".claude").exists() && !home.join(".claude.json").exists());
 }

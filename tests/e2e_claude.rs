@@ -192,6 +192,15 @@ fn resume_continues_the_same_session_with_its_history() {
         .run();
     assert_eq!(second.envelope["success"], true, "{}", second.explain());
     assert_eq!(second.session_id(), Some(session.as_str()));
+    // Each run had a fresh CLI config dir, removed after it; the history the resume needed
+    // came from coder's own store, owner-only.
+    let state = scene.fake.state_dir();
+    let history = state.join("sessions").join(format!("{session}.jsonl"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&history).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", history.display());
+    let left: Vec<_> = std::fs::read_dir(state.join("cli-runs")).unwrap().collect();
+    assert!(left.is_empty(), "per-run config dirs left: {left:?}");
     assert_no_process_in(scene.workspace());
 }
 

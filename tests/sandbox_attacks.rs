@@ -83,17 +83,6 @@ const KNOWN_OPEN_ROOT: &[&str] = &[
     "c2-githooks",
     "c2-husky",
     "c2-claude-local-md",
-    "c3-settings-json",
-    "c3-settings-local-json",
-    "c3-claude-md",
-    "c3-agents",
-    "c3-commands",
-    "c3-skills",
-    "c3-claude-json-mcp",
-    "c3-plugins",
-    "c3-later-full-access-run",
-    "c3-read-other-session-log",
-    "c3-append-other-session-log",
     "c4-mptcp-connect",
     "c4-tcp-fastopen",
     "c4-mptcp-fastopen",
@@ -124,39 +113,10 @@ const KNOWN_OPEN_ROOT: &[&str] = &[
     "c7-proc-scan-cli",
     "c7-pidfd-getfd",
     "c7-inherited-fd",
-    "c8-transcript-symlink-planted",
-    "c8-transcript-inside-workspace",
-    "c8-state-modes",
     "c9-swap-race",
     "c9-nonutf8-run-mode",
     "c9-nonutf8-workspace-run-mode",
-    "c10-ws-id-rsa",
-    "c10-ws-id-ed25519",
-    "c10-ws-id-ecdsa",
-    "c10-ws-p12",
-    "c10-ws-pfx",
-    "c10-ws-keystore",
-    "c10-ws-npmrc",
-    "c10-ws-pypirc",
-    "c10-ws-netrc",
-    "c10-ws-pgpass",
-    "c10-ws-git-credentials",
-    "c10-ws-credentials-json",
-    "c10-ws-service-account",
-    "c10-ws-kubeconfig",
-    "c10-home-git-credentials-xdg",
-    "c11-result-plain",
-    "c11-api-error-message",
     "o-posix-mqueue",
-    "c11-result-unicode-escape",
-    "c11-key-in-url-userinfo",
-    "c11-assistant-all-messages",
-    "c11-tool-input-all-messages",
-    "c11-transcript-unicode-escape",
-    "c11-cut-at-1000",
-    "c11-stdout-noise-last-lines",
-    "c11-cut-at-16k",
-    "c11-stderr-last-lines",
 ];
 /// Attacks measured open today as uid 65534.
 const KNOWN_OPEN_NOBODY: &[&str] = &[
@@ -188,17 +148,6 @@ const KNOWN_OPEN_NOBODY: &[&str] = &[
     "c2-githooks",
     "c2-husky",
     "c2-claude-local-md",
-    "c3-settings-json",
-    "c3-settings-local-json",
-    "c3-claude-md",
-    "c3-agents",
-    "c3-commands",
-    "c3-skills",
-    "c3-claude-json-mcp",
-    "c3-plugins",
-    "c3-later-full-access-run",
-    "c3-read-other-session-log",
-    "c3-append-other-session-log",
     "c4-mptcp-connect",
     "c4-tcp-fastopen",
     "c4-mptcp-fastopen",
@@ -225,39 +174,10 @@ const KNOWN_OPEN_NOBODY: &[&str] = &[
     "c7-proc-scan-cli",
     "c7-pidfd-getfd",
     "c7-inherited-fd",
-    "c8-transcript-symlink-planted",
-    "c8-transcript-inside-workspace",
-    "c8-state-modes",
     "c9-swap-race",
     "c9-nonutf8-run-mode",
     "c9-nonutf8-workspace-run-mode",
-    "c10-ws-id-rsa",
-    "c10-ws-id-ed25519",
-    "c10-ws-id-ecdsa",
-    "c10-ws-p12",
-    "c10-ws-pfx",
-    "c10-ws-keystore",
-    "c10-ws-npmrc",
-    "c10-ws-pypirc",
-    "c10-ws-netrc",
-    "c10-ws-pgpass",
-    "c10-ws-git-credentials",
-    "c10-ws-credentials-json",
-    "c10-ws-service-account",
-    "c10-ws-kubeconfig",
-    "c10-home-git-credentials-xdg",
-    "c11-result-plain",
-    "c11-api-error-message",
     "o-posix-mqueue",
-    "c11-result-unicode-escape",
-    "c11-key-in-url-userinfo",
-    "c11-assistant-all-messages",
-    "c11-tool-input-all-messages",
-    "c11-transcript-unicode-escape",
-    "c11-cut-at-1000",
-    "c11-stdout-noise-last-lines",
-    "c11-cut-at-16k",
-    "c11-stderr-last-lines",
 ];
 
 // ------------------------------------------------------------------------------ fixture
@@ -1047,14 +967,21 @@ fn class3() -> Vec<Spec> {
     // what its CLI finds there.
     fn plant_then_see(fx: &Fx, arm: Arm, rel: &'static str, later_arm: Option<Arm>) -> Verdict {
         let m = fx.mark("PLANT");
-        fx.run(
+        let planted = fx.run(
             arm,
             &[],
             &format!(
-                "mkdir -p \"$(dirname \"$CLAUDE_CONFIG_DIR/{rel}\")\"; echo '{m}' >> \"$CLAUDE_CONFIG_DIR/{rel}\"; result planted"
+                "mkdir -p \"$(dirname \"$CLAUDE_CONFIG_DIR/{rel}\")\"; echo '{m}' >> \"$CLAUDE_CONFIG_DIR/{rel}\"; result \"$(cat \"$CLAUDE_CONFIG_DIR/{rel}\" 2>&1)\""
             ),
             &[],
         );
+        if arm == Arm::Control {
+            // Config dirs are per run in every mode now, so no unconfined pair of runs can
+            // share one: the control shows that the plant lands where the CLI loads its
+            // config from (the run's own CLAUDE_CONFIG_DIR), which a shared dir would
+            // hand to the next run.
+            return Ok(planted.has(&m));
+        }
         let out = fx.run(
             later_arm.unwrap_or(arm),
             &[],
@@ -1084,14 +1011,18 @@ fn class3() -> Vec<Spec> {
     }));
     v.push(spec("c3-read-other-session-log", "3", |fx, arm| {
         let m = fx.mark("OTHERLOG");
-        fx.put(
+        let log = fx.put(
             "state/claude/projects/-srv-other/11111111-2222-3333-4444-555555555555.jsonl",
             &format!("{{\"type\":\"user\",\"message\":\"{m}\"}}\n"),
         );
+        // Through the run's config dir, and by the log's own path.
         let out = fx.run(
             arm,
             &[],
-            "result \"$(cat \"$CLAUDE_CONFIG_DIR\"/projects/*/*.jsonl 2>&1)\"",
+            &format!(
+                "result \"$(cat \"$CLAUDE_CONFIG_DIR\"/projects/*/*.jsonl '{}' 2>&1)\"",
+                log.display()
+            ),
             &[],
         );
         Ok(out.has(&m))
@@ -1104,7 +1035,10 @@ fn class3() -> Vec<Spec> {
         fx.run(
             arm,
             &[],
-            "for f in \"$CLAUDE_CONFIG_DIR\"/projects/-srv-other/*.jsonl; do echo '{\"type\":\"user\",\"message\":\"INJECTED\"}' >> \"$f\"; done; result ok",
+            &format!(
+                "for f in \"$CLAUDE_CONFIG_DIR\"/projects/-srv-other/*.jsonl '{}'; do echo '{{\"type\":\"user\",\"message\":\"INJECTED\"}}' >> \"$f\"; done; result ok",
+                log.display()
+            ),
             &[],
         );
         Ok(read(&log).contains("INJECTED"))
@@ -1660,6 +1594,18 @@ fn class8() -> Vec<Spec> {
                 &[],
             );
             let t = fx.ws.join("run.jsonl");
+            if arm == Arm::Control {
+                // coder refuses the path in every mode; the control shows what a writer
+                // that follows the planted link does to the user's file.
+                use std::io::Write as _;
+                let mut f = fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&t)
+                    .unwrap();
+                writeln!(f, "{{\"source\":\"coder\"}}").unwrap();
+                return Ok(read(&fx.home.join(".bashrc")) != before);
+            }
             fx.run(
                 arm,
                 &[OsStr::new("--transcript"), t.as_os_str()],
@@ -1670,7 +1616,11 @@ fn class8() -> Vec<Spec> {
         }),
         spec("c8-transcript-inside-workspace", "8", |fx, arm| {
             // A transcript in the workspace is the agent's to read and rewrite in later runs.
-            let t = fx.ws.join("t.jsonl");
+            // The control puts it beside the workspace, to show the flag writes where told.
+            let t = match arm {
+                Arm::Confined => fx.ws.join("t.jsonl"),
+                Arm::Control => fx.root.join("t.jsonl"),
+            };
             fx.run(
                 arm,
                 &[OsStr::new("--transcript"), t.as_os_str()],
@@ -1919,11 +1869,13 @@ fn class11() -> Vec<Spec> {
     // The backend key (a marker) is printed by the fake CLI in many shapes. Open when a
     // 12-character piece of its secret part survives in any channel coder writes, raw or
     // JSON-decoded. The control reads the fake's own copy of its stdout and stderr.
-    fn key(fx: &Fx) -> String {
+    fn key(_fx: &Fx) -> String {
+        // Random only: the fixture's id also names paths coder prints (the CLI's
+        // directory), and a piece of it would be a false "leak".
         format!(
             "sk-{}{}",
-            fx.id,
-            &uuid::Uuid::new_v4().simple().to_string()[..24]
+            uuid::Uuid::new_v4().simple(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
         )
     }
     fn pieces(key: &str) -> Vec<String> {

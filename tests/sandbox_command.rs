@@ -172,16 +172,17 @@ fn allow_tmp_opens_the_shared_tmp() {
 }
 
 #[test]
-fn custom_globs_replace_the_defaults() {
+fn custom_globs_add_to_the_defaults() {
     let d = dirs();
     fs::write(d.ws.join(".env"), "A=1\n").unwrap();
     fs::write(d.ws.join("notes.private"), "private\n").unwrap();
+    fs::write(d.ws.join("notes.txt"), "public\n").unwrap();
     let out = sandbox(
         &d,
         &["--deny", "**/*.private"],
-        &bash("cat .env notes.private"),
+        &bash("cat .env notes.private notes.txt"),
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "A=1\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "public\n");
 }
 
 #[test]

@@ -475,10 +475,12 @@ fn attacks(
             "git config core.hooksPath /tmp",
             Fails,
         ),
+        // The CLI config dir is the run's own, fresh and thrown away: writing hooks there
+        // works and reaches no other run (the shared file watched here stays unchanged).
         attack(
             "E15 Claude settings hooks",
             "echo '{\"hooks\":{}}' > \"$CLAUDE_CONFIG_DIR/settings.json\"",
-            Fails,
+            Nothing,
         ),
         attack("E16 shared /tmp", format!("echo x > {tmp_marker}"), Fails),
         attack(

@@ -51,8 +51,8 @@ struct SandboxArgs {
     /// TCP port the command may connect to (repeatable).
     #[arg(long, value_name = "N")]
     connect_port: Vec<u16>,
-    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
-    /// secrets/ anywhere).
+    /// Add a non-accessible glob (repeatable; the defaults .env, .env.*, *.pem, *.key,
+    /// secrets/**, private keys, .npmrc, .netrc, kubeconfig... always apply).
     #[arg(long, value_name = "GLOB")]
     deny: Vec<String>,
     /// The command and its arguments.
@@ -91,9 +91,9 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     opts.allow_tmp = args.allow_tmp;
     opts.tool_caches = args.tool_caches;
     opts.connect_ports = args.connect_port;
-    if !args.deny.is_empty() {
-        opts.deny_globs = args.deny;
-    }
+    let mut deny = config_file_deny()?;
+    deny.extend(args.deny);
+    opts.deny_globs = crate::sandbox::deny_globs(deny);
     let mut policy = Policy::resolve(&opts)?;
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;
@@ -133,6 +133,28 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
         std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
         _ => EXIT_NOT_EXECUTABLE,
     }))
+}
+
+/// The `deny` globs of the config file (`CODER_CONFIG`, else the XDG default), the same
+/// ones a run adds to the defaults. A config file that exists but cannot be read is an
+/// error: running with fewer masks than the user configured would fail open.
+fn config_file_deny() -> Result<Vec<String>, SandboxError> {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let Some(location) =
+        crate::config::config_file_location(&crate::config::BackendArgs::default(), &env)
+    else {
+        return Ok(Vec::new());
+    };
+    if !location.explicit && !location.path.exists() {
+        return Ok(Vec::new());
+    }
+    crate::config::ConfigFile::load(&location.path)
+        .map(|f| f.deny)
+        .map_err(|e| SandboxError::Path {
+            what: "config file",
+            path: location.path,
+            reason: e.to_string(),
+        })
 }
 
 /// This process's environment without credentials, adjusted by the policy.

@@ -5,6 +5,7 @@
 //! default_backend = "glm"
 //! claude_config_dir = "private"      # or "user", or an absolute path
 //! pass_env = ["CARGO_HOME"]          # extra caller variables the child may see
+//! deny = ["**/*.tfstate"]            # more non-accessible globs (added to the defaults)
 //!
 //! [backends.glm]                     # same name as a preset: changes that preset
 //! model = "glm-4.7"
@@ -41,6 +42,8 @@ pub struct ConfigFile {
     pub claude_config_dir: Option<(String, usize)>,
     /// Top-level `pass_env`.
     pub pass_env: Vec<String>,
+    /// Top-level `deny`: non-accessible globs added to the sandbox's defaults.
+    pub deny: Vec<String>,
     pub backends: BTreeMap<String, FileBackend>,
     /// Whether the file is readable by users other than its owner.
     pub readable_by_others: bool,
@@ -65,6 +68,8 @@ struct RawFile {
     claude_config_dir: Option<Spanned<String>>,
     #[serde(default)]
     pass_env: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
     #[serde(default)]
     backends: BTreeMap<String, Spanned<RawProfile>>,
 }
@@ -237,6 +242,7 @@ impl ConfigFile {
                 .map(|d| (spanned_line(d.span()), d.into_inner()))
                 .map(|(l, d)| (d, l)),
             pass_env: raw.pass_env,
+            deny: raw.deny,
             backends,
             readable_by_others: false,
         })

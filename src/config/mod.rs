@@ -143,6 +143,8 @@ pub struct ResolvedBackend {
     append_system_prompt: Option<String>,
     proxy_vars: BTreeMap<String, String>,
     config_file: Option<PathBuf>,
+    /// The config file's `deny` globs.
+    deny_globs: Vec<String>,
     warnings: Vec<String>,
 }
 
@@ -271,6 +273,11 @@ impl ResolvedBackend {
             args.push(text.into());
         }
         args
+    }
+
+    /// Non-accessible globs the config file adds to the sandbox's defaults (`deny`).
+    pub fn deny_globs(&self) -> &[String] {
+        &self.deny_globs
     }
 
     /// The config file that was read, if any.

@@ -105,6 +105,7 @@ pub fn resolve_backend_allowing_missing_key(
                 .clone()
                 .filter(|s| !s.is_empty()),
             proxy_vars: env::proxy_vars(env),
+            deny_globs: file.as_ref().map(|f| f.deny.clone()).unwrap_or_default(),
             config_file: file.map(|f| f.path),
             warnings,
             name,

@@ -13,11 +13,18 @@
 //!
 //! Transcripts live in `<state>/runs/<run-id>.jsonl`; the oldest are deleted when there are
 //! more than [`Retention::max_runs`] or they take more than [`Retention::max_bytes`].
+//!
+//! A transcript holds the whole conversation, so it is created owner-only (0600, in
+//! directories created 0700), never chmod-ed afterwards. It is opened without following a
+//! symlink in its last component, and `--transcript` may not lie inside the workspace
+//! ([`check_location`]): the agent could otherwise plant a symlink there (or on a
+//! directory on its way) and have coder overwrite any file the user can write.
 
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::Range;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::SyncSender;
 use std::thread::JoinHandle;
@@ -53,6 +60,65 @@ impl Default for Retention {
             max_bytes: 512 * 1024 * 1024,
         }
     }
+}
+
+/// Opens `path` for writing, truncated, created 0600, refusing a symlink as its last
+/// component (`O_NOFOLLOW`).
+fn open_private(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Refuses a `--transcript` path that lies inside `workspace` (canonical) lexically or once
+/// symlinks in its existing directories are resolved, or whose last component is a
+/// symlink. The message says why and what to do.
+pub fn check_location(path: &Path, workspace: &Path) -> Result<(), String> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("--transcript {}: {e}", path.display()))?
+            .join(path)
+    };
+    let inside = || {
+        format!(
+            "--transcript {} lies inside the workspace {}: the agent could replace it, or a              directory on its way, with a symlink and make coder overwrite any file; write              the transcript outside the workspace",
+            path.display(),
+            workspace.display()
+        )
+    };
+    let lexical: PathBuf = absolute.components().fold(PathBuf::new(), |mut acc, c| {
+        match c {
+            std::path::Component::ParentDir => {
+                acc.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => acc.push(other),
+        }
+        acc
+    });
+    if lexical.starts_with(workspace) {
+        return Err(inside());
+    }
+    if std::fs::symlink_metadata(&absolute).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!(
+            "--transcript {} is a symlink; coder does not follow one there (it could point              at any file): name the real file",
+            path.display()
+        ));
+    }
+    let existing = absolute
+        .ancestors()
+        .skip(1)
+        .find_map(|dir| std::fs::canonicalize(dir).ok());
+    if existing.is_some_and(|dir| dir.starts_with(workspace)) {
+        return Err(inside());
+    }
+    Ok(())
 }
 
 /// The directory transcripts are kept in.
@@ -106,8 +172,13 @@ impl Transcript {
     pub fn create(path: PathBuf, secrets: Vec<String>) -> Transcript {
         let opened = path
             .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| File::create(&path));
+            .map_or(Ok(()), |dir| {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+            })
+            .and_then(|()| open_private(&path));
         let file = match opened {
             Ok(file) => file,
             Err(e) => {

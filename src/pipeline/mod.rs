@@ -10,6 +10,7 @@
 //! the supervisor's.
 
 pub mod child;
+pub mod cli_home;
 pub mod envelope;
 pub mod observation;
 pub mod outcome;

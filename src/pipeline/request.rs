@@ -281,6 +281,10 @@ impl RunArgs {
             )
         })?;
         let workspace = check_workspace(&cd)?;
+        if let Some(path) = &self.transcript {
+            crate::journal::transcript::check_location(path, &workspace)
+                .map_err(ArgError::Invalid)?;
+        }
 
         if self.prompt.is_some() && self.prompt_flag.is_some() {
             return Err(ArgError::Invalid(

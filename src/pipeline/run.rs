@@ -17,6 +17,7 @@ use crate::journal::progress::{self, Progress};
 use crate::journal::transcript::{self, Transcript};
 use crate::journal::{Journal, Note};
 use crate::pipeline::child;
+use crate::pipeline::cli_home::CliHome;
 use crate::pipeline::envelope::{AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
@@ -44,6 +45,10 @@ pub async fn run(request: RunRequest) -> Envelope {
         .transcript
         .clone()
         .unwrap_or_else(|| runs_dir.join(format!("{run_id}.jsonl")));
+    if request.transcript.is_none() {
+        // Owner-only, and made so if an older coder left it readable to others.
+        let _ = session::private_dir(&runs_dir);
+    }
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let backend = config::resolve_backend(&request.backend, &process_env);
     let mut secrets = child::secret_values(&process_env);
@@ -259,6 +264,8 @@ async fn run_attempts(
 struct PreparedRun {
     backend: config::ResolvedBackend,
     replay_server: Option<ReplayServer>,
+    /// The CLI's config dir, fresh for this run (removed when the run ends).
+    cli_home: CliHome,
     child_base_env: Vec<(OsString, OsString)>,
     program: std::path::PathBuf,
     store: SessionStore,
@@ -300,7 +307,7 @@ impl PreparedRun {
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         run.warnings.extend(backend.warnings().iter().cloned());
         run.backend = backend.name().to_owned();
-        let child_base_env = config::child_environment(process_env, &backend);
+        let mut child_base_env = config::child_environment(process_env, &backend);
 
         let path_var = std::env::var_os("PATH");
         let program = child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref())
@@ -323,6 +330,10 @@ impl PreparedRun {
         let lock = store
             .lock(request.session.id())
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        // The CLI's config dir: fresh for this run, in every sandbox mode (see cli_home).
+        let cli_home = CliHome::for_run(request, &backend, state_dir, &store)
+            .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        cli_home.apply_env(&mut child_base_env);
 
         // A confined child starts through the helper. Started now, its own start overlaps
         // with resolving the policy; it serves the first attempt (dropped unused, it just
@@ -335,31 +346,29 @@ impl PreparedRun {
 
         // The sandbox: resolved once per run here, applied by the helper to every attempt.
         let preview = child::build(request, program.clone(), child_base_env.clone());
-        let policy =
-            crate::sandbox::policy_for_agent(
-                request.sandbox,
-                &request.workspace,
-                &program,
-                &preview.env,
-                &request.sandbox_args,
-            )
-            .map_err(|e| {
-                Box::new(run.early_envelope(
-                ErrorKind::SandboxError,
-                format!("sandbox: {e}"),
-                format!("the sandbox cannot be set up: {e}"),
-                Some(
-                    "run `coder doctor`; --sandbox danger-full-access runs without confinement"
-                        .to_owned(),
-                ),
-            ))
-            })?;
+        // The config file's `deny` globs come first, then `--deny`; both add to the defaults.
+        let mut sandbox_args = request.sandbox_args.clone();
+        sandbox_args.deny = backend
+            .deny_globs()
+            .iter()
+            .chain(&request.sandbox_args.deny)
+            .cloned()
+            .collect();
+        let policy = crate::sandbox::policy_for_agent(
+            request.sandbox,
+            &request.workspace,
+            &program,
+            &preview.env,
+            &sandbox_args,
+        )
+        .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
         Ok(PreparedRun {
             _run_dir: RunDirCleanup::new(policy.as_ref()),
             denial_policy: policy.clone().map(Arc::new),
             policy,
             backend,
             replay_server,
+            cli_home,
             child_base_env,
             program,
             store,
@@ -420,6 +429,11 @@ impl PreparedRun {
         self.report_replay_problems(run);
         let started = !matches!(end.cause, StopCause::SpawnFailed(_));
         if started && observation.session_id.is_some() {
+            if let Err(e) = self.cli_home.keep_history(session.id(), &self.store) {
+                run.warnings.push(format!(
+                    "cannot keep the session's history for resumes: {e}"
+                ));
+            }
             remember_session(
                 &self.store,
                 session,
@@ -455,6 +469,18 @@ impl PreparedRun {
             }
         }
     }
+}
+
+/// The envelope of a sandbox that cannot be set up (fail closed).
+fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
+    run.early_envelope(
+        ErrorKind::SandboxError,
+        format!("sandbox: {e}"),
+        format!("the sandbox cannot be set up: {e}"),
+        Some(
+            "run `coder doctor`; --sandbox danger-full-access runs without confinement".to_owned(),
+        ),
+    )
 }
 
 /// A replay backend gets its base URL from a local replay server, which lives as long as

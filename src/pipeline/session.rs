@@ -11,9 +11,16 @@
 //! Records are small JSON files written atomically (temporary file, then rename), so a
 //! coder killed at any point leaves either the old record or the new one, never half of
 //! one. Locks are `flock`s, released by the kernel however the holder dies.
+//!
+//! The store also keeps each session's CLI history (`<id>.jsonl`, the CLI's own transcript
+//! of the conversation): every run gets a fresh CLI config dir ([`super::cli_home`]), so
+//! the history a resume needs is copied out after each attempt and into the next run's
+//! dir, and nothing else of a run's config dir survives it. The directory is 0700 and
+//! every file in it 0600, created so.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -88,11 +95,69 @@ impl Drop for SessionLock {
     }
 }
 
+/// The largest session history coder copies (the CLI's transcript of a long session with
+/// big tool results reaches tens of MB; anything near this is a planted file).
+pub const MAX_HISTORY_BYTES: u64 = 1 << 30;
+
 impl SessionStore {
     pub fn new(state_dir: &Path) -> Self {
         SessionStore {
             dir: state_dir.join("sessions"),
         }
+    }
+
+    fn create_dir(&self) -> Result<(), SessionError> {
+        private_dir(&self.dir).map_err(|e| self.io(e))
+    }
+
+    fn history_path(&self, id: Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.jsonl"))
+    }
+
+    /// Keeps `from` (a run's copy of the CLI's history of session `id`) as the session's
+    /// history, replacing the one kept before. `from` is read without following a symlink,
+    /// must be a regular file and at most [`MAX_HISTORY_BYTES`]: the agent could have put
+    /// anything at that name.
+    pub fn save_history(&self, id: Uuid, from: &Path) -> Result<(), SessionError> {
+        self.create_dir()?;
+        let tmp = self
+            .dir
+            .join(format!(".{id}.{}.history.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let copied =
+            copy_regular(from, &tmp).and_then(|()| std::fs::rename(&tmp, self.history_path(id)));
+        copied.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            SessionError::Io {
+                path: from.to_path_buf(),
+                source: e,
+            }
+        })
+    }
+
+    /// Writes the kept history of session `id` to `to` (a new file), if there is one;
+    /// else the one in `legacy` (a CLI config dir shared by runs of older coders, searched
+    /// in `projects/*/`). Returns whether a history was found.
+    pub fn restore_history(
+        &self,
+        id: Uuid,
+        to: &Path,
+        legacy: Option<&Path>,
+    ) -> Result<bool, SessionError> {
+        let kept = self.history_path(id);
+        let source = if std::fs::symlink_metadata(&kept).is_ok() {
+            Some(kept)
+        } else {
+            legacy.and_then(|dir| find_history(dir, id, None))
+        };
+        let Some(source) = source else {
+            return Ok(false);
+        };
+        copy_regular(&source, to).map_err(|e| SessionError::Io {
+            path: source,
+            source: e,
+        })?;
+        Ok(true)
     }
 
     fn io(&self, source: std::io::Error) -> SessionError {
@@ -109,7 +174,7 @@ impl SessionStore {
     /// Takes the session's lock without waiting.
     pub fn lock(&self, id: Uuid) -> Result<SessionLock, SessionError> {
         use std::os::unix::fs::MetadataExt;
-        std::fs::create_dir_all(&self.dir).map_err(|e| self.io(e))?;
+        self.create_dir()?;
         let path = self.dir.join(format!("{id}.lock"));
         // A holder that lets go removes the file; a lock taken on a removed file is worth
         // nothing, so it is taken again on the file now at the path. Each retry means a
@@ -119,6 +184,8 @@ impl SessionStore {
                 .create(true)
                 .truncate(false)
                 .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&path)
                 .map_err(|e| self.io(e))?;
             let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -178,7 +245,7 @@ impl SessionStore {
 
     /// Writes (or refreshes) the record of a session atomically.
     pub fn save(&self, record: &SessionRecord) -> Result<(), SessionError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| self.io(e))?;
+        self.create_dir()?;
         let path = self.record_path(record.session_id);
         let tmp = self
             .dir
@@ -188,7 +255,14 @@ impl SessionStore {
             // Write then rename: a coder killed at any point leaves the old record or the new
             // one. No fsync: the record guards against a second coder and a wrong
             // workspace, not against power loss, and an fsync costs milliseconds per run.
-            File::create(&tmp)?.write_all(&bytes)?;
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?
+                .write_all(&bytes)?;
             std::fs::rename(&tmp, &path)
         };
         write().map_err(|e| {
@@ -196,6 +270,77 @@ impl SessionStore {
             self.io(e)
         })
     }
+}
+
+/// Creates `dir` (and missing parents) owner-only, and makes an existing `dir` owner-only
+/// if it is ours and was not: coder's state holds transcripts and session histories.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.is_dir() && meta.mode() & 0o077 != 0 && meta.uid() == nix::unistd::geteuid().as_raw() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The CLI's history file of session `id` under a config dir (`projects/*/<id>.jsonl`),
+/// preferring the project directory named `preferred`. Symlinked project directories are
+/// skipped.
+pub fn find_history(config_dir: &Path, id: Uuid, preferred: Option<&str>) -> Option<PathBuf> {
+    let projects = config_dir.join("projects");
+    let name = format!("{id}.jsonl");
+    if let Some(preferred) = preferred {
+        let dir = projects.join(preferred);
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(dir.join(&name)).is_ok()
+        {
+            return Some(dir.join(&name));
+        }
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&projects)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs.into_iter()
+        .map(|d| d.join(&name))
+        .find(|p| std::fs::symlink_metadata(p).is_ok())
+}
+
+/// Copies the regular file `from` (opened without following a symlink, or blocking on a
+/// FIFO) into the new owner-only file `to`, refusing anything over [`MAX_HISTORY_BYTES`].
+fn copy_regular(from: &Path, to: &Path) -> std::io::Result<()> {
+    let source = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(from)?;
+    let meta = source.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_HISTORY_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_HISTORY_BYTES} bytes"
+        )));
+    }
+    let mut target = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    let copied = std::io::copy(&mut source.take(MAX_HISTORY_BYTES), &mut target)?;
+    if copied >= MAX_HISTORY_BYTES {
+        return Err(std::io::Error::other(
+            "grew past the size limit while copied",
+        ));
+    }
+    Ok(())
 }
 
 /// Seconds since the Unix epoch.

@@ -24,6 +24,10 @@
 //! and [`sandbox_command`] for
 //! `coder sandbox -- CMD`, which runs any command under the same policy.
 //!
+//! What the agent may see of the home directory is an allow-list ([`home`]); the secrets it
+//! may not read are one list of globs ([`deny_globs`], [`DenyMatcher`]), shared with any
+//! future reader of files on the agent's behalf.
+//!
 //! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
 //! inherited), which is why secrets are hidden with mounts rather than with rules; see
 //! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
@@ -31,7 +35,9 @@
 
 mod confine;
 pub(crate) mod denial;
+mod deny;
 pub mod helper;
+mod home;
 mod note;
 mod policy;
 mod probe;
@@ -42,16 +48,19 @@ use std::path::PathBuf;
 
 pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials};
-pub use note::system_prompt_note;
-pub use policy::{
-    Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
+pub use deny::{DEFAULT_DENY_GLOBS, DenyMatcher, deny_globs};
+pub use home::{
+    CACHES as HOME_CACHES, NEVER_VISIBLE as HOME_NEVER_VISIBLE, TOOLCHAINS as HOME_TOOLCHAINS,
 };
+pub use note::system_prompt_note;
+pub use policy::{Access, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports};
 pub use probe::{SandboxSupport, probe};
 pub use scan::{Mask, MaskKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
-/// child's environment (for the backend's port and an explicit `CLAUDE_CONFIG_DIR`) and
-/// `program` the agent's executable, whose install directory becomes readable.
+/// child's environment (for the backend's port and the run's own `CLAUDE_CONFIG_DIR`) and
+/// `program` the agent's executable, whose npm package directory (or the file alone)
+/// becomes readable.
 pub fn policy_for_agent(
     mode: Mode,
     workspace: &std::path::Path,
@@ -68,9 +77,7 @@ pub fn policy_for_agent(
     opts.extra_write.clone_from(&extras.write);
     opts.allow_tmp = extras.allow_tmp;
     opts.tool_caches = extras.tool_caches;
-    if !extras.deny.is_empty() {
-        opts.deny_globs.clone_from(&extras.deny);
-    }
+    opts.deny_globs = deny_globs(extras.deny.iter().cloned());
     // The CLI's state goes where the child's environment says; without the variable the
     // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
     // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
@@ -103,8 +110,8 @@ pub struct AgentSandboxArgs {
     /// Let the agent write the usual tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...).
     #[arg(long = "tool-caches")]
     pub tool_caches: bool,
-    /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
-    /// secrets/ anywhere in the workspace).
+    /// Add a non-accessible glob (repeatable): matching files read as empty. Always on:
+    /// .env, .env.*, *.pem, *.key, secrets/**, private keys, .npmrc, .netrc, kubeconfig...
     #[arg(long = "deny", value_name = "GLOB")]
     pub deny: Vec<String>,
 }

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -18,15 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 use super::scan::{self, Mask, MaskKind, ScanLimits};
-
-/// Files no mode may read or write, unless the user configures otherwise.
-pub const DEFAULT_DENY_GLOBS: [&str; 5] = [
-    "**/.env",
-    "**/.env.*",
-    "**/*.pem",
-    "**/*.key",
-    "**/secrets/**",
-];
+use super::{deny, home};
 
 /// How much the agent may do (the run mode's `--sandbox MODE` and `coder sandbox --mode`).
 #[derive(
@@ -153,7 +145,7 @@ impl PolicyOptions {
             allow_tmp: false,
             tool_caches: false,
             connect_ports: Vec::new(),
-            deny_globs: DEFAULT_DENY_GLOBS.iter().map(|g| g.to_string()).collect(),
+            deny_globs: deny::deny_globs(Vec::<String>::new()),
             scan_limits: ScanLimits::default(),
             config_dir: None,
             runs_dir: None,
@@ -217,41 +209,6 @@ const SYSTEM_READ: [&str; 16] = [
     "/sys",
 ];
 
-/// Home-relative toolchains and shell startup files (read only).
-const HOME_READ: [&str; 20] = [
-    ".cargo/bin",
-    ".rustup",
-    ".nvm",
-    ".volta",
-    ".bun",
-    ".deno",
-    ".pyenv",
-    ".local/bin",
-    ".local/lib",
-    "go/bin",
-    ".sdkman",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".inputrc",
-    ".gitconfig",
-    ".config/git",
-];
-
-/// Home-relative tool caches, writable with `tool_caches`.
-const HOME_CACHES: [&str; 7] = [
-    ".cache",
-    ".npm",
-    ".cargo/registry",
-    ".cargo/git",
-    "go/pkg/mod",
-    ".gradle",
-    ".m2",
-];
-
 /// Files in the private Claude config dir that change what later runs do (hooks, agents,
 /// instructions): read-only for the agent.
 const CONFIG_GUARDED: [&str; 6] = [
@@ -270,13 +227,6 @@ impl Policy {
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
         let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
 
-        let config_dir = match opts.config_dir.clone() {
-            Some(dir) => dir,
-            None => default_config_dir()?,
-        };
-        create_private_dir(&config_dir)?;
-        let config_dir = canonicalize("config directory", &config_dir)?;
-
         let runs_dir = match opts.runs_dir.clone() {
             Some(dir) => dir,
             None => default_runs_dir()?,
@@ -291,6 +241,7 @@ impl Policy {
         create_private_dir(&run_dir)?;
         let run_dir = canonicalize("run directory", &run_dir)?;
         create_private_dir(&run_dir.join("tmp"))?;
+        let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
 
         let mut env_set = BTreeMap::new();
         let text = |p: &Path| p.to_string_lossy().into_owned();
@@ -330,14 +281,19 @@ impl Policy {
             grants.add_optional(Path::new(dev), Access::Read)?;
         }
         if let Some(home) = &home {
-            for rel in HOME_READ {
-                grants.add_optional(&home.join(rel), Access::Read)?;
+            let writable_caches = opts.tool_caches && opts.mode == Mode::WorkspaceWrite;
+            for (path, access) in home::home_grants(home, writable_caches) {
+                let access = match access {
+                    home::HomeAccess::Read => Access::Read,
+                    home::HomeAccess::Write => Access::Write,
+                };
+                grants.add(&path, access)?;
             }
-            if opts.tool_caches && opts.mode == Mode::WorkspaceWrite {
-                for rel in HOME_CACHES {
-                    grants.add_optional(&home.join(rel), Access::Write)?;
-                }
-            }
+            let identity = write_git_identity(&run_dir, home)?;
+            grants.add(&identity, Access::Read)?;
+            policy
+                .env_set
+                .insert("GIT_CONFIG_GLOBAL".to_string(), text(&identity));
         }
         let ws_access = match opts.mode {
             Mode::WorkspaceWrite => Access::Write,
@@ -428,13 +384,21 @@ impl Policy {
         Ok(())
     }
 
-    /// Grant reading the agent's program: its install directory (the directory of the
-    /// resolved executable, where a package keeps its other files), or the file alone when
-    /// that directory is too broad to hand out. Symlinks on the way are kept as aliases.
+    /// Grant reading the agent's program: for an npm install, its package directory
+    /// (`…/node_modules/@anthropic-ai/claude-code/`, where the package keeps its other
+    /// files) and the scope's platform packages beside it (`claude-code-linux-x64`); for
+    /// anything else the executable file alone. Never the directory a lone executable sits
+    /// in: that may be `/tmp` or a home directory, full of other users' files and sockets.
+    /// Symlinks on the way are kept as aliases.
     pub fn grant_program(&mut self, program: &Path) -> Result<(), SandboxError> {
         let canonical = canonicalize("program", program)?;
-        match canonical.parent() {
-            Some(dir) if !is_broad(dir, self.home.as_deref()) => self.grant_read(dir)?,
+        match npm_package_dir(&canonical) {
+            Some(package) if !is_broad(&package, self.home.as_deref()) => {
+                for dir in sibling_platform_packages(&package) {
+                    self.grant_read(&dir)?;
+                }
+                self.grant_read(&package)?;
+            }
             _ => self.grant_read(&canonical)?,
         }
         self.grant_read(program)
@@ -683,9 +647,29 @@ fn env_path(name: &str) -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
 }
 
-/// The same private directory a run gives the CLI (`claude` in coder's state directory).
-fn default_config_dir() -> Result<PathBuf, SandboxError> {
-    Ok(coder_state_dir()?.join("claude"))
+/// The CLI config dir of a run: the caller's (the run mode passes a fresh per-run one), or
+/// a fresh empty `claude` in this run's private directory, removed with it. Never a
+/// directory shared between runs: whatever the agent writes there (settings with hooks,
+/// `CLAUDE.md`, agents, MCP servers in `.claude.json`) must not reach another run.
+fn config_dir_for_run(given: Option<&Path>, run_dir: &Path) -> Result<PathBuf, SandboxError> {
+    let dir = given.map_or_else(|| run_dir.join("claude"), Path::to_path_buf);
+    create_private_dir(&dir)?;
+    canonicalize("config directory", &dir)
+}
+
+/// Write the run's git global config (the user's identity only, see [`home::git_identity`]).
+fn write_git_identity(run_dir: &Path, home: &Path) -> Result<PathBuf, SandboxError> {
+    use std::io::Write;
+    let path = run_dir.join("gitconfig");
+    let text = home::git_identity(home, env_path("XDG_CONFIG_HOME").as_deref());
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))?;
+    Ok(path)
 }
 
 fn default_runs_dir() -> Result<PathBuf, SandboxError> {
@@ -697,6 +681,53 @@ fn default_runs_dir() -> Result<PathBuf, SandboxError> {
 
 fn coder_state_dir() -> Result<PathBuf, SandboxError> {
     crate::config::state_dir().map_err(|e| SandboxError::StateDir(e.to_string()))
+}
+
+/// The npm package holding `file`: the directory right below `node_modules/` (or below
+/// `node_modules/@scope/`) on its path, if any.
+fn npm_package_dir(file: &Path) -> Option<PathBuf> {
+    let mut dir = file.parent()?;
+    loop {
+        let parent = dir.parent()?;
+        let parent_name = parent.file_name()?.to_string_lossy();
+        let below_modules = parent_name == "node_modules";
+        let below_scope = parent_name.starts_with('@')
+            && parent
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n == "node_modules");
+        if below_modules || below_scope {
+            return Some(dir.to_path_buf());
+        }
+        dir = parent;
+    }
+}
+
+/// Packages next to `package` in its scope whose names extend its own
+/// (`claude-code-linux-x64` beside `claude-code`): the native binaries a wrapper package
+/// starts.
+fn sibling_platform_packages(package: &Path) -> Vec<PathBuf> {
+    let (Some(scope), Some(name)) = (package.parent(), package.file_name()) else {
+        return Vec::new();
+    };
+    if !scope
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with('@'))
+    {
+        return Vec::new();
+    }
+    let prefix = format!("{}-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(scope) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
 }
 
 /// Whether `dir` contains only `child` and files named after it (`child.lock`, ...).
@@ -717,11 +748,9 @@ fn is_broad(path: &Path, home: Option<&Path>) -> bool {
     path == Path::new("/") || home.is_some_and(|h| h.starts_with(path))
 }
 
+/// Creates `path` owner-only (and makes an existing one of ours owner-only).
 fn create_private_dir(path: &Path) -> Result<(), SandboxError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
+    crate::pipeline::session::private_dir(path)
         .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
 }
 
@@ -876,8 +905,8 @@ mod tests {
         let policy = Policy::resolve(&opts).unwrap();
         let ws = fs::canonicalize(ws).unwrap();
         assert!(policy.is_writable(&ws.join("src/main.rs")));
-        assert!(!policy.is_writable(&home.join(".bashrc")));
-        assert!(policy.is_granted(&fs::canonicalize(home.join(".bashrc")).unwrap()));
+        // Shell startup files often export tokens: not granted at all.
+        assert!(!policy.is_granted(&fs::canonicalize(home.join(".bashrc")).unwrap()));
         assert_eq!(policy.connect_ports, vec![443, 8080]);
         let secrets: Vec<_> = policy.masked_secrets().collect();
         assert!(secrets.contains(&ws.join(".env").as_path()));
@@ -929,10 +958,11 @@ mod tests {
         let (dir, ws, home) = fixture();
         let dotfiles = dir.path().join("dotfiles");
         fs::create_dir_all(&dotfiles).unwrap();
-        fs::write(dotfiles.join("profile"), "# p").unwrap();
-        std::os::unix::fs::symlink(dotfiles.join("profile"), home.join(".profile")).unwrap();
+        fs::write(dotfiles.join("env"), "# p").unwrap();
+        fs::create_dir_all(home.join(".cargo")).unwrap();
+        std::os::unix::fs::symlink(dotfiles.join("env"), home.join(".cargo/env")).unwrap();
         let policy = Policy::resolve(&options(Mode::WorkspaceWrite, &ws, &home)).unwrap();
-        let target = fs::canonicalize(dotfiles.join("profile")).unwrap();
+        let target = fs::canonicalize(dotfiles.join("env")).unwrap();
         assert!(
             policy
                 .roots
@@ -943,8 +973,65 @@ mod tests {
             policy
                 .aliases
                 .iter()
-                .any(|a| a.path.ends_with(".profile") && a.target == dotfiles.join("profile"))
+                .any(|a| a.path.ends_with(".cargo/env") && a.target == dotfiles.join("env"))
         );
+    }
+
+    #[test]
+    fn home_grants_toolchains_and_caches_and_a_sanitized_git_identity() {
+        let (_dir, ws, home) = fixture();
+        for rel in [".cargo/bin", ".cargo/registry", ".ssh", ".config/git"] {
+            fs::create_dir_all(home.join(rel)).unwrap();
+        }
+        fs::write(home.join(".cargo/env"), "export PATH").unwrap();
+        fs::write(home.join(".config/git/credentials"), "https://u:tok@h").unwrap();
+        fs::write(
+            home.join(".gitconfig"),
+            "[user]\nname = A\nemail = a@b\n[credential]\nhelper = store\n",
+        )
+        .unwrap();
+        let policy = Policy::resolve(&options(Mode::WorkspaceWrite, &ws, &home)).unwrap();
+        let home = fs::canonicalize(&home).unwrap();
+        assert!(policy.is_granted(&home.join(".cargo/env")));
+        assert!(policy.is_granted(&home.join(".cargo/registry/x")));
+        assert!(!policy.is_writable(&home.join(".cargo/registry/x")));
+        for hidden in [".ssh", ".config/git/credentials", ".gitconfig", ".bashrc"] {
+            assert!(!policy.is_granted(&home.join(hidden)), "{hidden}");
+        }
+        let identity = fs::read_to_string(&policy.env_set["GIT_CONFIG_GLOBAL"]).unwrap();
+        assert_eq!(identity, "[user]\n\tname = \"A\"\n\temail = \"a@b\"\n");
+        let mut opts = options(Mode::WorkspaceWrite, &ws, &home);
+        opts.tool_caches = true;
+        let policy = Policy::resolve(&opts).unwrap();
+        assert!(policy.is_writable(&home.join(".cargo/registry/x")));
+    }
+
+    #[test]
+    fn the_program_grant_is_its_npm_package_or_the_file_alone() {
+        let (dir, ws, home) = fixture();
+        let scope = dir.path().join("tools/node_modules/@anthropic-ai");
+        fs::create_dir_all(scope.join("claude-code/bin")).unwrap();
+        fs::create_dir_all(scope.join("claude-code-linux-x64")).unwrap();
+        fs::create_dir_all(scope.join("other")).unwrap();
+        fs::write(scope.join("claude-code/bin/claude.exe"), "").unwrap();
+        let lone_dir = dir.path().join("shared-tmp");
+        fs::create_dir_all(&lone_dir).unwrap();
+        fs::write(lone_dir.join("claude"), "").unwrap();
+        fs::write(lone_dir.join("host-file"), "").unwrap();
+        let scope = fs::canonicalize(scope).unwrap();
+        let lone_dir = fs::canonicalize(lone_dir).unwrap();
+
+        let mut policy = Policy::resolve(&options(Mode::WorkspaceWrite, &ws, &home)).unwrap();
+        policy
+            .grant_program(&scope.join("claude-code/bin/claude.exe"))
+            .unwrap();
+        assert!(policy.is_granted(&scope.join("claude-code/package.json")));
+        assert!(policy.is_granted(&scope.join("claude-code-linux-x64/claude")));
+        assert!(!policy.is_granted(&scope.join("other")));
+
+        policy.grant_program(&lone_dir.join("claude")).unwrap();
+        assert!(policy.is_granted(&lone_dir.join("claude")));
+        assert!(!policy.is_granted(&lone_dir.join("host-file")));
     }
 
     #[test]

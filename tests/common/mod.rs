@@ -111,7 +111,9 @@ impl Fake {
         // to be allowed to write.
         let state = workspace.join(".fake-claude");
         std::fs::create_dir_all(&state).expect("state dir");
-        let bin_dir = dir.path().join("bin");
+        // An npm-style package: the sandbox grants a program's own package directory, and
+        // only the file for a lone executable.
+        let bin_dir = dir.path().join("bin/node_modules/@coder-test/claude-code");
         std::fs::create_dir_all(&bin_dir).expect("bin dir");
         let scenario_path = state.join("scenario.json");
         std::fs::write(
@@ -122,7 +124,7 @@ impl Fake {
         let record = state.join("record.json");
         let marker = unique_marker();
         let bin = bin_dir.join("claude");
-        // The script sits beside the wrapper, in the child's install directory: the only
+        // The script sits beside the wrapper, in the child's package directory: the only
         // directory outside the workspace that the sandbox lets the child read.
         let fake_claude = bin_dir.join("fake-claude.py");
         std::fs::copy(FAKE_CLAUDE, &fake_claude).expect("copy fake-claude.py");

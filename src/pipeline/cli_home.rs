@@ -1,0 +1,295 @@
+//! The CLI's config dir (`CLAUDE_CONFIG_DIR`) of one run: fresh, private, thrown away.
+//!
+//! The CLI loads from its config dir what shapes everything it does: `settings.json`
+//! (hooks: shell commands it runs), `CLAUDE.md`, `agents/`, `commands/`, `skills/`, MCP
+//! servers in `.claude.json`, and it keeps every workspace's session logs there. A dir
+//! shared by runs would let one run's agent plant code or instructions that every later
+//! run loads, `danger-full-access` runs included, and read other workspaces' sessions. So
+//! every run, in every sandbox mode, gets a new dir built from coder's own template:
+//!
+//! * `.claude.json` with what coder needs (onboarding done), nothing of the user's;
+//! * the login (`.credentials.json`), copied from the configured claude dir when it holds
+//!   one (`claude_config_dir`: coder's private dir, the user's own, or a path). It is
+//!   never copied back: a token the CLI refreshes during a run is not kept;
+//! * for a resume, that session's history alone (from the session store, see
+//!   [`super::session`]), where the CLI looks for it (`projects/<munged cwd>/<id>.jsonl`).
+//!
+//! After each attempt the session's history is copied back into the store (only it), and
+//! the whole dir is removed when the run ends. Dirs of runs whose coder died are removed
+//! by the next run.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use super::session::{self, SessionError, SessionStore};
+
+/// What coder's template puts in `.claude.json`.
+const TEMPLATE_CLAUDE_JSON: &str = "{\n  \"hasCompletedOnboarding\": true\n}\n";
+
+/// A run's CLI config dir, removed on drop.
+#[derive(Debug)]
+pub struct CliHome {
+    /// `<state>/cli-runs/<pid>-<uuid>`: holds only `claude` (and the CLI's `claude.lock`).
+    root: PathBuf,
+    dir: PathBuf,
+    /// The CLI's project directory name for the workspace.
+    project: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliHomeError {
+    #[error("cannot create the claude config directory for this run in {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot restore the session's history: {0}")]
+    History(#[from] SessionError),
+}
+
+impl CliHome {
+    /// A fresh dir under `state_dir` for a run in `workspace`. `login_from` is the configured
+    /// claude dir (its `.credentials.json` is copied; for a resume, the legacy place of the
+    /// session's history). `resume` names the session whose history is copied in.
+    pub fn create(
+        state_dir: &Path,
+        login_from: &Path,
+        workspace: &Path,
+        resume: Option<(Uuid, &SessionStore)>,
+    ) -> Result<CliHome, CliHomeError> {
+        let base = state_dir.join("cli-runs");
+        let create = |path: &Path, e: std::io::Error| CliHomeError::Create {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        session::private_dir(state_dir).map_err(|e| create(state_dir, e))?;
+        session::private_dir(&base).map_err(|e| create(&base, e))?;
+        prune_stale(&base);
+        let root = base.join(format!(
+            "{}-{}",
+            std::process::id(),
+            Uuid::new_v4().simple()
+        ));
+        let dir = root.join("claude");
+        session::private_dir(&dir).map_err(|e| create(&dir, e))?;
+        let home = CliHome {
+            root,
+            dir,
+            project: project_dir_name(workspace),
+        };
+        home.write_new(".claude.json", TEMPLATE_CLAUDE_JSON.as_bytes())
+            .map_err(|e| create(&home.dir, e))?;
+        home.copy_login(login_from);
+        if let Some((id, store)) = resume {
+            let project = home.dir.join("projects").join(&home.project);
+            session::private_dir(&project).map_err(|e| create(&project, e))?;
+            store.restore_history(id, &project.join(format!("{id}.jsonl")), Some(login_from))?;
+        }
+        Ok(home)
+    }
+
+    /// The dir for `request`'s run with `backend` (coder's state dir; the configured claude
+    /// dir as login source; the resumed session's history from `store`).
+    pub fn for_run(
+        request: &super::request::RunRequest,
+        backend: &crate::config::ResolvedBackend,
+        state_dir: &Path,
+        store: &SessionStore,
+    ) -> Result<CliHome, CliHomeError> {
+        let resume = match request.session {
+            super::request::SessionChoice::Resume(id) => Some((id, store)),
+            super::request::SessionChoice::New(_) => None,
+        };
+        CliHome::create(
+            state_dir,
+            &backend.claude_config_dir().path,
+            &request.workspace,
+            resume,
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Points the child's environment at this dir.
+    pub fn apply_env(&self, env: &mut Vec<(OsString, OsString)>) {
+        env.retain(|(k, _)| k != "CLAUDE_CONFIG_DIR");
+        env.push((
+            "CLAUDE_CONFIG_DIR".into(),
+            self.dir.clone().into_os_string(),
+        ));
+        env.sort();
+    }
+
+    /// Copies the CLI's history of session `id` into the store, if the run wrote one.
+    pub fn keep_history(&self, id: Uuid, store: &SessionStore) -> Result<(), SessionError> {
+        match session::find_history(&self.dir, id, Some(&self.project)) {
+            Some(file) => store.save_history(id, &file),
+            None => Ok(()),
+        }
+    }
+
+    fn write_new(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(self.dir.join(name))?
+            .write_all(bytes)
+    }
+
+    /// Copies the configured dir's login, when it is a plain file of a sane size.
+    fn copy_login(&self, from: &Path) {
+        use std::io::Read;
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(from.join(".credentials.json"))
+        else {
+            return;
+        };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return;
+        }
+        let mut bytes = Vec::new();
+        if file.take(1 << 20).read_to_end(&mut bytes).is_ok() {
+            let _ = self.write_new(".credentials.json", &bytes);
+        }
+    }
+}
+
+impl Drop for CliHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The CLI's name for a workspace's project directory: the absolute path with every
+/// character but ASCII letters and digits replaced by `-`. (For very long paths the CLI
+/// adds a hash; a resume still finds a history in any project directory.)
+pub fn project_dir_name(workspace: &Path) -> String {
+    workspace
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// Removes run dirs whose coder is gone (`<pid>-<id>`, owned by this user).
+fn prune_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        let ours = entry.metadata().is_ok_and(|m| m.uid() == me);
+        if !alive && ours && pid != std::process::id() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_fresh_dir_holds_the_template_and_the_login_only() {
+        let state = tempfile::tempdir().unwrap();
+        let legacy = state.path().join("claude");
+        std::fs::create_dir_all(legacy.join("agents")).unwrap();
+        std::fs::write(legacy.join("settings.json"), "{\"hooks\":{}}").unwrap();
+        std::fs::write(legacy.join(".credentials.json"), "{\"login\":1}").unwrap();
+        let home = CliHome::create(state.path(), &legacy, Path::new("/w/ws_1"), None).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(home.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [".claude.json", ".credentials.json"]);
+        let mode = std::fs::metadata(home.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let root = home.root.clone();
+        drop(home);
+        assert!(!root.exists());
+    }
+
+    #[test]
+    fn history_goes_to_the_store_and_back_into_the_next_run_only_for_its_session() {
+        let state = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(state.path());
+        let ws = Path::new("/w/ws");
+        let (id, other) = (Uuid::new_v4(), Uuid::new_v4());
+        let first = CliHome::create(state.path(), &state.path().join("none"), ws, None).unwrap();
+        let project = first.path().join("projects").join(project_dir_name(ws));
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join(format!("{id}.jsonl")), "turn 1\n").unwrap();
+        std::fs::write(project.join(format!("{other}.jsonl")), "planted\n").unwrap();
+        first.keep_history(id, &store).unwrap();
+        drop(first);
+
+        let second = CliHome::create(
+            state.path(),
+            &state.path().join("none"),
+            ws,
+            Some((id, &store)),
+        )
+        .unwrap();
+        let project = second.path().join("projects").join(project_dir_name(ws));
+        let names: Vec<String> = std::fs::read_dir(&project)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [format!("{id}.jsonl")]);
+        assert_eq!(
+            std::fs::read_to_string(project.join(format!("{id}.jsonl"))).unwrap(),
+            "turn 1\n"
+        );
+    }
+
+    #[test]
+    fn a_planted_symlink_or_fifo_is_not_kept() {
+        let state = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(state.path());
+        let ws = Path::new("/w/ws");
+        let id = Uuid::new_v4();
+        let home = CliHome::create(state.path(), &state.path().join("none"), ws, None).unwrap();
+        let project = home.path().join("projects").join(project_dir_name(ws));
+        std::fs::create_dir_all(&project).unwrap();
+        let secret = state.path().join("secret");
+        std::fs::write(&secret, "host secret").unwrap();
+        std::os::unix::fs::symlink(&secret, project.join(format!("{id}.jsonl"))).unwrap();
+        assert!(home.keep_history(id, &store).is_err());
+        std::fs::remove_file(project.join(format!("{id}.jsonl"))).unwrap();
+        nix::unistd::mkfifo(
+            &project.join(format!("{id}.jsonl")),
+            nix::sys::stat::Mode::S_IRWXU,
+        )
+        .unwrap();
+        assert!(home.keep_history(id, &store).is_err());
+        assert!(!state.path().join(format!("sessions/{id}.jsonl")).exists());
+    }
+
+    #[test]
+    fn project_names_follow_the_clis_rule() {
+        assert_eq!(
+            project_dir_name(Path::new("/home/u/ws_sess")),
+            "-home-u-ws-sess"
+        );
+    }
+}

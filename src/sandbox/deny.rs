@@ -1,0 +1,130 @@
+//! The non-accessible globs: the one list of files no confined agent may read, and the one
+//! matcher that decides whether a path is such a file.
+//!
+//! The mount-based masks of a run ([`super::scan`]) and any later reader of files on the
+//! agent's behalf (the planned MCP filesystem tools) must agree on what a secret is, so the
+//! defaults, the config file's `deny` key and `--deny GLOB` are combined here and nowhere
+//! else. User globs add to the defaults; they never replace them, so a typo in a config
+//! file cannot silently unmask `.env`.
+
+use std::path::Path;
+
+use globset::GlobSet;
+
+use super::SandboxError;
+use super::scan;
+
+/// Files no confined mode may read or write: private keys, package-registry and cloud
+/// credentials, dotenv files, anything under a `secrets/` directory.
+pub const DEFAULT_DENY_GLOBS: [&str; 19] = [
+    "**/.env",
+    "**/.env.*",
+    "**/*.pem",
+    "**/*.key",
+    "**/secrets/**",
+    "**/id_rsa*",
+    "**/id_ed25519*",
+    "**/id_ecdsa*",
+    "**/*.p12",
+    "**/*.pfx",
+    "**/*.keystore",
+    "**/.npmrc",
+    "**/.pypirc",
+    "**/.netrc",
+    "**/.pgpass",
+    "**/.git-credentials",
+    "**/credentials.json",
+    "**/service-account*.json",
+    "**/kubeconfig",
+];
+
+/// The effective non-accessible globs: the defaults, then `extra` (the config file's
+/// `deny`, then `--deny` flags), without duplicates and in that order.
+pub fn deny_globs<I, S>(extra: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut globs: Vec<String> = DEFAULT_DENY_GLOBS.iter().map(|g| g.to_string()).collect();
+    for glob in extra {
+        let glob = glob.into();
+        if !glob.trim().is_empty() && !globs.contains(&glob) {
+            globs.push(glob);
+        }
+    }
+    globs
+}
+
+/// Decides whether a path (relative to a scanned root: the workspace or an extra root) is
+/// non-accessible. Matching is case-insensitive, `*` stays within one name and `**`
+/// crosses directories, exactly as the mount scan matches.
+#[derive(Debug, Clone)]
+pub struct DenyMatcher {
+    set: GlobSet,
+}
+
+impl DenyMatcher {
+    pub fn new(globs: &[String]) -> Result<DenyMatcher, SandboxError> {
+        Ok(DenyMatcher {
+            set: scan::compile_globs(globs)?,
+        })
+    }
+
+    /// Whether `relative` is a secret or lies inside a directory of secrets.
+    pub fn is_denied(&self, relative: &Path) -> bool {
+        relative
+            .ancestors()
+            .filter(|p| !p.as_os_str().is_empty())
+            .any(|p| self.set.is_match(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_globs_add_to_the_defaults_once() {
+        let globs = deny_globs(["**/*.private", "**/.env", " "]);
+        assert_eq!(globs.len(), DEFAULT_DENY_GLOBS.len() + 1);
+        assert_eq!(globs.last().map(String::as_str), Some("**/*.private"));
+    }
+
+    #[test]
+    fn every_default_matches_its_example_and_not_ordinary_files() {
+        let m = DenyMatcher::new(&deny_globs(Vec::<String>::new())).unwrap();
+        for denied in [
+            ".env",
+            "app/.env.production",
+            "tls/server.PEM",
+            "a.key",
+            "secrets/x/y.txt",
+            "keys/id_rsa",
+            "keys/id_rsa.pub",
+            "id_ed25519",
+            "id_ecdsa_sk",
+            "cert.p12",
+            "cert.pfx",
+            "android/release.keystore",
+            ".npmrc",
+            "sub/.pypirc",
+            ".netrc",
+            ".pgpass",
+            ".git-credentials",
+            "gcp/credentials.json",
+            "service-account-prod.json",
+            "deploy/kubeconfig",
+        ] {
+            assert!(m.is_denied(Path::new(denied)), "{denied}");
+        }
+        for allowed in [
+            "README.md",
+            "src/key.rs",
+            "envrc",
+            "credentials.yaml",
+            "kube/config",
+        ] {
+            assert!(!m.is_denied(Path::new(allowed)), "{allowed}");
+        }
+    }
+}

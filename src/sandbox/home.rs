@@ -1,0 +1,257 @@
+//! The home directory's share of a policy: the toolchain paths the agent may read, the tool
+//! caches it may read (and write with `--tool-caches`), and the git identity it gets in
+//! place of `~/.gitconfig`.
+//!
+//! A home directory is where credentials live (`~/.ssh`, `~/.aws`, `~/.netrc`, tokens in
+//! `~/.config/gh`, exported keys in shell startup files), so it is granted by allow-list:
+//! only the entries below, each checked after resolving symlinks so that a link cannot turn
+//! `~/.local/bin` into the whole home. Everything else in it does not exist for the agent.
+//! Shell startup files are deliberately not on the list: they often export tokens, and the
+//! agent already inherits the caller's `PATH`.
+//!
+//! `~/.gitconfig` is not readable either (credential helpers, `url.*.insteadOf` with
+//! embedded tokens, `http.extraHeader`). `git commit` still works: the user's
+//! `user.name`/`user.email` are copied into a file of the run's own, named by
+//! `GIT_CONFIG_GLOBAL`, and nothing else of the file is.
+
+use std::path::{Path, PathBuf};
+
+/// What the agent may do with a granted home path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HomeAccess {
+    Read,
+    Write,
+}
+
+/// Toolchains (read only): compilers, interpreters, version managers, user-installed tools.
+pub const TOOLCHAINS: [&str; 17] = [
+    ".cargo/bin",
+    ".cargo/env",
+    ".rustup",
+    ".nvm",
+    ".volta",
+    ".bun/bin",
+    ".deno/bin",
+    ".pyenv",
+    ".rbenv",
+    ".asdf",
+    ".local/bin",
+    ".local/lib",
+    "go/bin",
+    ".sdkman/candidates",
+    ".config/git/ignore",
+    ".config/git/attributes",
+    ".elan",
+];
+
+/// Tool caches: readable by default so offline builds work, writable with `--tool-caches`.
+/// Only the cache parts: `~/.m2/settings.xml` and `~/.gradle/gradle.properties` hold
+/// repository passwords, `~/.cargo/credentials.toml` a registry token.
+pub const CACHES: [&str; 14] = [
+    ".cargo/registry",
+    ".cargo/git",
+    ".npm/_cacache",
+    ".cache/pip",
+    ".cache/uv",
+    ".cache/pypoetry",
+    ".cache/go-build",
+    ".cache/yarn",
+    ".cache/node-gyp",
+    ".cache/deno",
+    "go/pkg/mod",
+    ".m2/repository",
+    ".gradle/caches",
+    ".gradle/wrapper",
+];
+
+/// Home entries that are never visible, whatever is granted.
+pub const NEVER_VISIBLE: [&str; 12] = [
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config/gh",
+    ".config/git/credentials",
+    ".git-credentials",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".docker",
+    ".kube",
+    ".cargo/credentials.toml",
+];
+
+/// The home paths to grant, with their access. Missing entries are skipped; an entry that
+/// resolves (through symlinks) to the home directory or an ancestor of it, or to a path
+/// that holds or lies in a never-visible entry, is dropped.
+pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, HomeAccess)> {
+    let never: Vec<PathBuf> = NEVER_VISIBLE
+        .iter()
+        .map(|rel| home.join(rel))
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect();
+    let safe = |path: &Path| -> bool {
+        let Ok(canonical) = std::fs::canonicalize(path) else {
+            return false;
+        };
+        !home.starts_with(&canonical)
+            && !never
+                .iter()
+                .any(|n| n.starts_with(&canonical) || canonical.starts_with(n))
+    };
+    let cache_access = if writable_caches {
+        HomeAccess::Write
+    } else {
+        HomeAccess::Read
+    };
+    TOOLCHAINS
+        .iter()
+        .map(|rel| (home.join(rel), HomeAccess::Read))
+        .chain(CACHES.iter().map(|rel| (home.join(rel), cache_access)))
+        .filter(|(path, _)| safe(path))
+        .collect()
+}
+
+/// The user's git identity (`user.name`, `user.email`) from `~/.gitconfig` and
+/// `$XDG_CONFIG_HOME/git/config`, as the text of a config file holding only that. `include`
+/// directives are not followed.
+pub(crate) fn git_identity(home: &Path, xdg_config: Option<&Path>) -> String {
+    let xdg = xdg_config.map_or_else(|| home.join(".config"), Path::to_path_buf);
+    let mut name = None;
+    let mut email = None;
+    // git reads the XDG file first and ~/.gitconfig after it; the later value wins.
+    for file in [xdg.join("git/config"), home.join(".gitconfig")] {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for (key, value) in user_section(&text) {
+            match key.as_str() {
+                "name" => name = Some(value),
+                "email" => email = Some(value),
+                _ => {}
+            }
+        }
+    }
+    let mut out = String::new();
+    if name.is_some() || email.is_some() {
+        out.push_str("[user]\n");
+        for (key, value) in [("name", name), ("email", email)] {
+            if let Some(value) = value.filter(|v| !v.chars().any(char::is_control)) {
+                let quoted = value.replace('\\', "\\\\").replace('"', "\\\"");
+                out.push_str(&format!("\t{key} = \"{quoted}\"\n"));
+            }
+        }
+    }
+    out
+}
+
+/// `(key, value)` pairs of the `[user]` sections of a git config file, keys lowercased.
+fn user_section(text: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    let mut in_user = false;
+    for raw in text.lines() {
+        let line = raw.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let header = rest.split(']').next().unwrap_or("").trim();
+            in_user = header.eq_ignore_ascii_case("user");
+            // `[user] name = x` on one line.
+            let after = rest.split_once(']').map_or("", |(_, a)| a.trim());
+            if in_user && !after.is_empty() {
+                pairs.extend(key_value(after));
+            }
+            continue;
+        }
+        if in_user {
+            pairs.extend(key_value(line));
+        }
+    }
+    pairs
+}
+
+fn key_value(line: &str) -> Option<(String, String)> {
+    let (key, value) = line.split_once('=')?;
+    let key = key.trim().to_ascii_lowercase();
+    if key.is_empty() || key.starts_with('#') || key.starts_with(';') {
+        return None;
+    }
+    Some((key, config_value(value.trim())))
+}
+
+/// A git config value: quotes removed, `\"`, `\\`, `\t`, `\n` unescaped, a comment outside
+/// quotes cut off, surrounding space trimmed.
+fn config_value(raw: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some(other) => out.push(other),
+                None => {}
+            },
+            '#' | ';' if !quoted => break,
+            c => out.push(c),
+        }
+    }
+    out.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_grant_reaches_a_never_visible_entry() {
+        for granted in TOOLCHAINS.iter().chain(CACHES.iter()) {
+            for never in NEVER_VISIBLE {
+                let (g, n) = (Path::new(granted), Path::new(never));
+                assert!(
+                    !g.starts_with(n) && !n.starts_with(g),
+                    "{granted} / {never}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_symlink_to_the_home_or_a_secret_is_not_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo/registry")).unwrap();
+        std::fs::create_dir_all(home.join(".local")).unwrap();
+        std::os::unix::fs::symlink(&home, home.join(".local/bin")).unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), home.join(".rustup")).unwrap();
+        let grants = home_grants(&home, false);
+        assert_eq!(
+            grants,
+            vec![(home.join(".cargo/registry"), HomeAccess::Read)],
+            "{grants:?}"
+        );
+        let grants = home_grants(&home, true);
+        assert_eq!(
+            grants,
+            vec![(home.join(".cargo/registry"), HomeAccess::Write)]
+        );
+    }
+
+    #[test]
+    fn only_the_identity_of_the_gitconfig_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        std::fs::write(
+            home.join(".gitconfig"),
+            "[credential]\n\thelper = store\n[User]\n\tName = \"Ada \\\"L\\\" Lovelace\" # c\n\
+             email = ada@example.invalid\n[url \"https://tok@github.com/\"]\n\tinsteadOf = gh:\n",
+        )
+        .unwrap();
+        let text = git_identity(home, None);
+        assert_eq!(
+            text,
+            "[user]\n\tname = \"Ada \\\"L\\\" Lovelace\"\n\temail = \"ada@example.invalid\"\n"
+        );
+        assert!(git_identity(&home.join("none"), None).is_empty());
+    }
+}
