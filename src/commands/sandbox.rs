@@ -53,6 +53,14 @@ struct SandboxArgs {
     /// secrets/ anywhere).
     #[arg(long, value_name = "GLOB")]
     deny: Vec<String>,
+    /// Also protect these workspace paths (repeatable): readable, not writable, creatable,
+    /// deletable or renamable. Default .claude/**, .mcp.json, .vscode/**, .idea/**,
+    /// .envrc, .githooks/**, .husky/**.
+    #[arg(long, value_name = "GLOB")]
+    protect: Vec<String>,
+    /// Drop the default protected globs (keeping those given with --protect).
+    #[arg(long)]
+    no_protect: bool,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -92,6 +100,7 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     if !args.deny.is_empty() {
         opts.deny_globs = args.deny;
     }
+    opts.protect_globs = crate::sandbox::protect_globs(args.no_protect, &args.protect);
     let mut policy = Policy::resolve(&opts)?;
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;

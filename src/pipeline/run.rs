@@ -288,6 +288,9 @@ async fn run_attempts(
         }
     };
     let _run_dir = crate::sandbox::RunDirCleanup::new(policy.as_ref());
+    if let Some(policy) = &policy {
+        run.warnings.extend(policy.warnings.iter().cloned());
+    }
     let denial_policy = policy.clone().map(std::sync::Arc::new);
 
     let mut backoff = Backoff::standard();

@@ -29,6 +29,7 @@
 //! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
 //! history).
 
+mod bytes;
 mod confine;
 pub(crate) mod denial;
 pub mod helper;
@@ -44,10 +45,11 @@ pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials, redact};
 pub use note::system_prompt_note;
 pub use policy::{
-    Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
+    Access, DEFAULT_DENY_GLOBS, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root,
+    SymlinkAlias, backend_ports,
 };
 pub use probe::{SandboxSupport, probe};
-pub use scan::{Mask, MaskKind, ScanLimits};
+pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
 /// child's environment (for the backend's port and an explicit `CLAUDE_CONFIG_DIR`) and
@@ -71,6 +73,7 @@ pub fn policy_for_agent(
     if !extras.deny.is_empty() {
         opts.deny_globs.clone_from(&extras.deny);
     }
+    opts.protect_globs = protect_globs(extras.no_protect, &extras.protect);
     // The CLI's state goes where the child's environment says; without the variable the
     // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
     // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
@@ -107,21 +110,49 @@ pub struct AgentSandboxArgs {
     /// secrets/ anywhere in the workspace).
     #[arg(long = "deny", value_name = "GLOB")]
     pub deny: Vec<String>,
+    /// Also protect these workspace paths (repeatable): readable, but not writable,
+    /// creatable, deletable or renamable by the agent. Default .claude/**, .mcp.json,
+    /// .vscode/**, .idea/**, .envrc, .githooks/**, .husky/**.
+    #[arg(long = "protect", value_name = "GLOB")]
+    pub protect: Vec<String>,
+    /// Drop the default protected globs (keeping those given with --protect).
+    #[arg(long = "no-protect")]
+    pub no_protect: bool,
 }
 
-/// Removes a run's private directory when dropped (after the run's process tree is gone).
+/// The protected globs: the defaults unless `no_defaults`, plus `extra`.
+pub fn protect_globs(no_defaults: bool, extra: &[String]) -> Vec<String> {
+    let mut globs: Vec<String> = if no_defaults {
+        Vec::new()
+    } else {
+        DEFAULT_PROTECT_GLOBS
+            .iter()
+            .map(|g| g.to_string())
+            .collect()
+    };
+    for glob in extra {
+        if !globs.contains(glob) {
+            globs.push(glob.clone());
+        }
+    }
+    globs
+}
+
+/// Removes a run's private directory and the placeholders made for absent protected names
+/// when dropped (after the run's process tree is gone).
 #[derive(Debug)]
-pub struct RunDirCleanup(Option<PathBuf>);
+pub struct RunDirCleanup(Option<(PathBuf, Vec<Placeholder>)>);
 
 impl RunDirCleanup {
     pub fn new(policy: Option<&Policy>) -> Self {
-        RunDirCleanup(policy.map(|p| p.run_dir.clone()))
+        RunDirCleanup(policy.map(|p| (p.run_dir.clone(), p.placeholders.clone())))
     }
 }
 
 impl Drop for RunDirCleanup {
     fn drop(&mut self) {
-        if let Some(dir) = &self.0 {
+        if let Some((dir, placeholders)) = &self.0 {
+            policy::remove_placeholders(placeholders);
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -145,8 +176,9 @@ pub enum SandboxError {
     Glob { glob: String, reason: String },
 
     #[error(
-        "secret scan of {path} stopped: {what} exceeds the limit of {limit}; \
-         narrow the workspace, raise the limit, or use --sandbox danger-full-access"
+        "secret scan of {} stopped: {what} exceeds the limit of {limit}; \
+         narrow the workspace, raise the limit, or use --sandbox danger-full-access",
+        bytes::short(.path)
     )]
     ScanLimit {
         what: &'static str,
