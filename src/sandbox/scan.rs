@@ -539,6 +539,9 @@ impl Walker<'_, '_> {
     /// directory, because git ignores empty directories: the agent's `git add -A` does not
     /// pick it up.
     fn hold_absent_protected(&mut self) -> Result<(), SandboxError> {
+        if self.tree.protect.is_some() {
+            self.hold_absent_git()?;
+        }
         for rel in self.tree.protect_literal {
             let Some(parent_rel) = rel.parent() else {
                 continue;
@@ -571,6 +574,30 @@ impl Walker<'_, '_> {
             }
         }
         Ok(())
+    }
+}
+
+impl Walker<'_, '_> {
+    /// A workspace without `.git` keeps it that way: a placeholder symlink (which git
+    /// reads as absent, so a parent repository is still found) is mounted over the name,
+    /// so the agent cannot `git init` a repository whose config the user's git would run.
+    fn hold_absent_git(&mut self) -> Result<(), SandboxError> {
+        let path = self.tree.root.join(".git");
+        match fstatat(self.tree.fd, ".git", AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(()),
+            Err(Errno::ENOENT) => {
+                let st = create_placeholder(self.tree.fd, ".git", PlaceholderKind::Symlink)
+                    .map_err(|e| walk_error(&path, "create placeholder", e))?;
+                self.out.placeholders.push(Placeholder {
+                    path: path.clone(),
+                    kind: PlaceholderKind::Symlink,
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                });
+                self.push(mask(path, MaskKind::ReadOnly, &st, false))
+            }
+            Err(e) => Err(walk_error(&path, "inspect", e)),
+        }
     }
 }
 
