@@ -4,8 +4,10 @@
 //! 1. check that Landlock is there and complete enough, before touching anything;
 //! 2. enter a private mount namespace (a user namespace too, unless this is root with
 //!    `CAP_SYS_ADMIN`), so nothing done here is seen outside;
-//! 3. mask: bind empty read-only files over secrets, read-only self-binds over secret
-//!    directories and `.git/hooks`/`.git/config`;
+//! 3. mask: re-open the workspace and check it is the directory the policy was resolved
+//!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
+//!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
+//!    protected tool configs, and writable self-binds over `.git` directories (pinned);
 //! 4. build a private root holding only the granted paths (masks included), pivot into it
 //!    and make it read-only. Paths outside the policy then do not exist at all, which also
 //!    closes what Landlock ABI 7 leaves open: `connect()` to pathname UNIX sockets and

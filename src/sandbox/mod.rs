@@ -177,7 +177,8 @@ pub enum SandboxError {
 
     #[error(
         "secret scan of {} stopped: {what} exceeds the limit of {limit}; \
-         narrow the workspace, raise the limit, or use --sandbox danger-full-access",
+         narrow the workspace (or remove what was planted there), or use --sandbox \
+         danger-full-access",
         bytes::short(.path)
     )]
     ScanLimit {
