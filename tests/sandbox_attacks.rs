@@ -55,34 +55,6 @@ const WORKERS: usize = 2;
 const TIMING_DEPENDENT: &[&str] = &["c9-swap-race"];
 
 const KNOWN_OPEN_ROOT: &[&str] = &[
-    "c1-gitfile-home-write",
-    "c1-gitfile-ssh-read",
-    "c1-gitfile-creates-hooks",
-    "c1-gitfile-absolute",
-    "c1-gitfile-parent",
-    "c1-commondir-outside",
-    "c1-worktree-commondir-chain",
-    "c1-dotgit-symlink",
-    "c1-dotgit-symlink-other-repo",
-    "c2-rename-dotgit-fsmonitor",
-    "c2-dotgit-replaced-by-gitfile",
-    "c2-commondir-agent-config",
-    "c2-nested-repo-config",
-    "c2-nested-repo-hook",
-    "c2-submodule-modules-config",
-    "c2-info-exclude",
-    "c2-info-attributes",
-    "c2-config-worktree",
-    "c2-claude-settings-new",
-    "c2-claude-settings-existing",
-    "c2-claude-commands",
-    "c2-mcp-json",
-    "c2-vscode-tasks",
-    "c2-idea",
-    "c2-envrc",
-    "c2-githooks",
-    "c2-husky",
-    "c2-claude-local-md",
     "c4-mptcp-connect",
     "c4-tcp-fastopen",
     "c4-mptcp-fastopen",
@@ -114,40 +86,10 @@ const KNOWN_OPEN_ROOT: &[&str] = &[
     "c7-pidfd-getfd",
     "c7-inherited-fd",
     "c9-swap-race",
-    "c9-nonutf8-run-mode",
-    "c9-nonutf8-workspace-run-mode",
     "o-posix-mqueue",
 ];
 /// Attacks measured open today as uid 65534.
 const KNOWN_OPEN_NOBODY: &[&str] = &[
-    "c1-gitfile-home-write",
-    "c1-gitfile-ssh-read",
-    "c1-gitfile-creates-hooks",
-    "c1-gitfile-absolute",
-    "c1-gitfile-parent",
-    "c1-commondir-outside",
-    "c1-worktree-commondir-chain",
-    "c1-dotgit-symlink",
-    "c1-dotgit-symlink-other-repo",
-    "c2-rename-dotgit-fsmonitor",
-    "c2-dotgit-replaced-by-gitfile",
-    "c2-commondir-agent-config",
-    "c2-nested-repo-config",
-    "c2-nested-repo-hook",
-    "c2-submodule-modules-config",
-    "c2-info-exclude",
-    "c2-info-attributes",
-    "c2-config-worktree",
-    "c2-claude-settings-new",
-    "c2-claude-settings-existing",
-    "c2-claude-commands",
-    "c2-mcp-json",
-    "c2-vscode-tasks",
-    "c2-idea",
-    "c2-envrc",
-    "c2-githooks",
-    "c2-husky",
-    "c2-claude-local-md",
     "c4-mptcp-connect",
     "c4-tcp-fastopen",
     "c4-mptcp-fastopen",
@@ -175,8 +117,6 @@ const KNOWN_OPEN_NOBODY: &[&str] = &[
     "c7-pidfd-getfd",
     "c7-inherited-fd",
     "c9-swap-race",
-    "c9-nonutf8-run-mode",
-    "c9-nonutf8-workspace-run-mode",
     "o-posix-mqueue",
 ];
 
@@ -1757,7 +1697,8 @@ fn class9() -> Vec<Spec> {
         spec("c9-nonutf8-run-mode", "9", |fx, arm| {
             let m = fx.mark("ODD");
             fx.put_bytes(b"ws/\xff/.env", &m);
-            let out = fx.run(arm, &[], "result \"$(cat $'\\xff/.env' 2>&1)\"", &[]);
+            // A masked file reads as empty: frame it so the result is never empty.
+            let out = fx.run(arm, &[], "result \"read:[$(cat $'\\xff/.env' 2>&1)]\"", &[]);
             let env = out.envelope();
             Ok(out.has(&m) || env["success"] != Value::Bool(true) || out.panicked())
         }),
@@ -1791,6 +1732,11 @@ fn class9() -> Vec<Spec> {
             // The workspace itself is the non-UTF-8 directory.
             let bin = fx.fake_cli("result \"$(cat .env 2>&1)\"");
             let ws: OsString = OsStr::from_bytes(b"ws/\xffsub").to_os_string();
+            if arm == Arm::Control {
+                // coder refuses such a --cd in every mode now (config_error); the control
+                // shows the secret is there for any reader of that directory.
+                return Ok(read(&fx.root.join(&ws).join(".env")).contains(&m));
+            }
             fx.seal();
             let mut cmd = Command::new("/usr/bin/timeout");
             fx.env(&mut cmd);

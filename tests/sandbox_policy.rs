@@ -245,11 +245,25 @@ fn every_default_deny_glob_and_home_secret_is_unreadable() {
 fn toolchains_and_caches_work_and_git_gets_only_the_identity() {
     for owner in owners() {
         let fx = Secrets::new(owner);
+        // The repository exists before the run: the sandbox does not let the agent create
+        // `.git` at the workspace root (its config would run in the user's own git later).
+        let init = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&fx.ws)
+            .status()
+            .unwrap();
+        assert!(init.success());
+        if let Some(uid) = owner {
+            std::os::unix::fs::lchown(fx.ws.join(".git"), Some(uid), Some(uid)).unwrap();
+            for entry in walk(&fx.ws.join(".git")) {
+                std::os::unix::fs::lchown(&entry, Some(uid), Some(uid)).unwrap();
+            }
+        }
         let out = fx.sandbox(
             &[],
             ". ~/.cargo/env && echo \"env=$CARGO_ENV_SOURCED\"; cat ~/.cargo/registry/index/crate.txt; \
              touch ~/.cargo/registry/new 2>/dev/null && echo cache-writable; \
-             git init -q . && git add README.md && git commit -qm init && \
+             git add README.md && git commit -qm init && \
              git log --format='%an <%ae>'; git config --global --list",
         );
         let text = String::from_utf8_lossy(&out.stdout);
@@ -599,4 +613,17 @@ fn everything_coder_keeps_is_owner_only() {
         files += usize::from(path.is_file());
     }
     assert!(files >= 2, "{:?}", listing(state.path()));
+}
+
+/// Every path below `dir` (not `dir` itself).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
 }

@@ -55,6 +55,14 @@ struct SandboxArgs {
     /// secrets/**, private keys, .npmrc, .netrc, kubeconfig... always apply).
     #[arg(long, value_name = "GLOB")]
     deny: Vec<String>,
+    /// Also protect these workspace paths (repeatable): readable, not writable, creatable,
+    /// deletable or renamable. Default .claude/**, .mcp.json, .vscode/**, .idea/**,
+    /// .envrc, .githooks/**, .husky/**.
+    #[arg(long, value_name = "GLOB")]
+    protect: Vec<String>,
+    /// Drop the default protected globs (keeping those given with --protect).
+    #[arg(long)]
+    no_protect: bool,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -94,6 +102,7 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     let mut deny = config_file_deny()?;
     deny.extend(args.deny);
     opts.deny_globs = crate::sandbox::deny_globs(deny);
+    opts.protect_globs = crate::sandbox::protect_globs(args.no_protect, &args.protect);
     let mut policy = Policy::resolve(&opts)?;
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;
@@ -119,20 +128,115 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
         policy.grant_read(&executable)?;
     }
 
+    if !policy.placeholders.is_empty() {
+        return Ok(run_then_clean_up(&policy, program, &args.command[1..], env));
+    }
     if let Err(e) = confine(&policy) {
         policy.cleanup();
         return Err(e);
     }
+    Ok(exec(program, &args.command[1..], env))
+}
+
+/// Replace this process with the command; returns only the exit code of a failed exec.
+fn exec(program: &OsString, args: &[OsString], env: Vec<(OsString, OsString)>) -> ExitCode {
     let err = std::process::Command::new(program)
-        .args(&args.command[1..])
+        .args(args)
         .env_clear()
         .envs(env)
         .exec();
     eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
-    Ok(ExitCode::from(match err.kind() {
+    ExitCode::from(match err.kind() {
         std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
         _ => EXIT_NOT_EXECUTABLE,
-    }))
+    })
+}
+
+/// The child being waited for, for the signal forwarder.
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe and takes integers only.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// The policy made placeholders for absent protected names (DESIGN §5), which must go
+/// once the command is done: confine and run the command in a child, wait for it, remove
+/// them, and exit as the child did. Termination signals are passed on to the child, which
+/// also dies with this process (parent-death signal).
+fn run_then_clean_up(
+    policy: &Policy,
+    program: &OsString,
+    args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> ExitCode {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use nix::unistd::{ForkResult, fork};
+    let parent = nix::unistd::getpid();
+    // SAFETY: `coder sandbox` is single-threaded here (dispatched before any thread
+    // starts), so the child may run arbitrary code after fork.
+    match unsafe { fork() } {
+        Err(e) => {
+            eprintln!("coder sandbox: fork: {e}");
+            policy.cleanup();
+            ExitCode::from(EXIT_SANDBOX_ERROR)
+        }
+        Ok(ForkResult::Child) => {
+            // SAFETY: prctl with integer arguments only.
+            unsafe {
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+            }
+            if nix::unistd::getppid() != parent {
+                std::process::exit(i32::from(EXIT_SANDBOX_ERROR));
+            }
+            if let Err(e) = confine(policy) {
+                eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+                std::process::exit(i32::from(EXIT_SANDBOX_ERROR));
+            }
+            exec(program, args, env)
+        }
+        Ok(ForkResult::Parent { child }) => {
+            CHILD.store(child.as_raw(), std::sync::atomic::Ordering::SeqCst);
+            let action = SigAction::new(
+                SigHandler::Handler(forward_signal),
+                SaFlags::SA_RESTART,
+                SigSet::empty(),
+            );
+            for sig in [
+                Signal::SIGTERM,
+                Signal::SIGINT,
+                Signal::SIGHUP,
+                Signal::SIGQUIT,
+            ] {
+                // SAFETY: the handler only reads an atomic and calls kill.
+                let _ = unsafe { sigaction(sig, &action) };
+            }
+            let code = loop {
+                match waitpid(child, None) {
+                    Ok(WaitStatus::Exited(_, code)) => break u8::try_from(code).unwrap_or(1),
+                    Ok(WaitStatus::Signaled(_, sig, _)) => {
+                        break 128u8.saturating_add(sig as u8);
+                    }
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => break EXIT_SANDBOX_ERROR,
+                }
+            };
+            policy.cleanup();
+            ExitCode::from(code)
+        }
+    }
 }
 
 /// The `deny` globs of the config file (`CODER_CONFIG`, else the XDG default), the same

@@ -479,8 +479,17 @@ fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
             cd.display()
         )));
     }
-    std::fs::canonicalize(cd)
-        .map_err(|e| ArgError::Invalid(format!("--cd {}: {}", cd.display(), io_reason(&e))))
+    let canonical = std::fs::canonicalize(cd)
+        .map_err(|e| ArgError::Invalid(format!("--cd {}: {}", cd.display(), io_reason(&e))))?;
+    // The run records its workspace in JSON (transcript, session store, sandbox policy);
+    // a path that is not UTF-8 cannot be recorded faithfully, so it is refused up front.
+    if canonical.to_str().is_none() {
+        return Err(ArgError::Invalid(format!(
+            "--cd {}: the workspace path is not valid UTF-8; rename the directory",
+            canonical.display()
+        )));
+    }
+    Ok(canonical)
 }
 
 fn io_reason(e: &std::io::Error) -> String {

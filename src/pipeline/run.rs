@@ -362,6 +362,9 @@ impl PreparedRun {
             &sandbox_args,
         )
         .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
+        if let Some(policy) = &policy {
+            run.warnings.extend(policy.warnings.iter().cloned());
+        }
         Ok(PreparedRun {
             _run_dir: RunDirCleanup::new(policy.as_ref()),
             denial_policy: policy.clone().map(Arc::new),

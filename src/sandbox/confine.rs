@@ -4,8 +4,10 @@
 //! 1. check that Landlock is there and complete enough, before touching anything;
 //! 2. enter a private mount namespace (a user namespace too, unless this is root with
 //!    `CAP_SYS_ADMIN`), so nothing done here is seen outside;
-//! 3. mask: bind empty read-only files over secrets, read-only self-binds over secret
-//!    directories and `.git/hooks`/`.git/config`;
+//! 3. mask: re-open the workspace and check it is the directory the policy was resolved
+//!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
+//!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
+//!    protected tool configs, and writable self-binds over `.git` directories (pinned);
 //! 4. build a private root holding only the granted paths (masks included), pivot into it
 //!    and make it read-only. Paths outside the policy then do not exist at all, which also
 //!    closes what Landlock ABI 7 leaves open: `connect()` to pathname UNIX sockets and
@@ -18,7 +20,7 @@
 //! starts any thread): namespaces and Landlock apply to the calling thread only.
 
 use std::fs;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -26,13 +28,14 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use serde::Serialize;
 
-use super::policy::{Access, Mode, Policy};
-use super::scan::MaskKind;
-use super::{SandboxError, sys};
+use super::policy::{Access, Mode, Policy, WorkspaceDir};
+use super::scan::{Mask, MaskKind};
+use super::{SandboxError, scan, sys};
 
 /// The Landlock ABI whose rights coder handles (tested). ABI 6 brought the scopes; 7 adds
 /// only audit flags, which coder leaves at their defaults, so a 6 kernel enforces fully.
@@ -114,8 +117,9 @@ pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
                 None::<&str>,
             )
             .map_err(|e| SandboxError::sys("make private", "/", e))?;
-            done.masks = apply_masks(policy)?;
-            build_private_root(policy)?;
+            let workspace = WorkspaceDir::reopen(&policy.workspace, policy.workspace_id)?;
+            done.masks = apply_masks(policy, &workspace)?;
+            build_private_root(policy, &workspace)?;
             done.private_root = true;
         }
         Namespace::Unavailable(reason) => {
@@ -182,8 +186,9 @@ fn enter_mount_namespace() -> Result<Namespace, SandboxError> {
     })
 }
 
-/// Mount every mask, refusing a target that is no longer what the scan saw.
-fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
+/// Mount every mask, refusing a target that is no longer what the scan saw. Masks in the
+/// workspace are found from its descriptor, never by walking its path again.
+fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, SandboxError> {
     if policy.masks.is_empty() {
         return Ok(0);
     }
@@ -204,7 +209,7 @@ fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
         let changed = || SandboxError::MaskTargetChanged {
             path: mask.path.clone(),
         };
-        let target = match sys::open_nofollow(&mask.path) {
+        let target = match open_mask_target(mask, workspace) {
             Ok(fd) => fd,
             Err(Errno::ELOOP | Errno::ENOENT | Errno::ENOTDIR | Errno::EXDEV) => {
                 return Err(changed());
@@ -219,30 +224,51 @@ fn apply_masks(policy: &Policy) -> Result<usize, SandboxError> {
         let tree = match (&mask.kind, &source) {
             (MaskKind::Empty, Some(source)) => sys::clone_tree(source.as_fd()),
             (MaskKind::Empty, None) => return Err(changed()),
-            (MaskKind::ReadOnly, _) => sys::clone_tree(target.as_fd()),
+            (MaskKind::ReadOnly | MaskKind::Pin, _) => sys::clone_tree(target.as_fd()),
         }
         .map_err(|e| SandboxError::sys("open_tree", mask.path.display(), e))?;
-        sys::set_read_only(tree.as_fd())
-            .map_err(|e| SandboxError::sys("mount_setattr", mask.path.display(), e))?;
+        let attrs = if mask.kind == MaskKind::Pin {
+            sys::set_nosuid(tree.as_fd())
+        } else {
+            sys::set_read_only(tree.as_fd())
+        };
+        attrs.map_err(|e| SandboxError::sys("mount_setattr", mask.path.display(), e))?;
         sys::move_mount(tree.as_fd(), target.as_fd())
             .map_err(|e| SandboxError::sys("move_mount", mask.path.display(), e))?;
     }
     Ok(policy.masks.len())
 }
 
+/// The mask's target, opened without following symlinks (a symlink itself is opened, and
+/// mounted over): beneath the workspace descriptor when it lies in the workspace.
+fn open_mask_target(mask: &Mask, workspace: &WorkspaceDir) -> Result<OwnedFd, Errno> {
+    match mask.path.strip_prefix(&workspace.path) {
+        Ok(rel) => scan::open_beneath(workspace.fd.as_fd(), rel, OFlag::O_PATH),
+        Err(_) => sys::open_nofollow(&mask.path),
+    }
+}
+
 /// Build a root that holds only the granted paths, then pivot into it.
 ///
 /// Every granted root is cloned (with the masks mounted inside it) before the new root's
 /// tmpfs exists, so no clone can contain the new root itself.
-fn build_private_root(policy: &Policy) -> Result<(), SandboxError> {
+fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<(), SandboxError> {
     let mut clones = Vec::new();
     let mut bound: Vec<&Path> = Vec::new();
     for root in &policy.roots {
         if bound.iter().any(|b| root.path.starts_with(b)) {
             continue;
         }
-        let source = sys::open_nofollow(&root.path)
-            .map_err(|e| SandboxError::sys("open", root.path.display(), e))?;
+        // The workspace is cloned from the descriptor its masks were mounted through.
+        let source = if root.path == workspace.path {
+            workspace
+                .fd
+                .try_clone()
+                .map_err(|e| SandboxError::io("duplicate the workspace descriptor", e))?
+        } else {
+            sys::open_nofollow(&root.path)
+                .map_err(|e| SandboxError::sys("open", root.path.display(), e))?
+        };
         let tree = sys::clone_tree(source.as_fd())
             .map_err(|e| SandboxError::sys("open_tree", root.path.display(), e))?;
         clones.push((root.path.as_path(), root.is_dir, tree));

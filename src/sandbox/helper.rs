@@ -38,6 +38,7 @@ pub const HELPER_ARG: &str = "__exec-helper";
 /// What the helper must exec, serialised by the parent into the helper's argument.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HelperSpec {
+    #[serde(with = "super::bytes")]
     pub program: PathBuf,
     /// Arguments after the program name.
     pub args: Vec<OsString>,
@@ -51,7 +52,7 @@ pub struct HelperSpec {
     /// were known (see `supervise::spawn::StartedHelper`); otherwise the helper's own.
     #[serde(default)]
     pub env: Option<Vec<(OsString, OsString)>>,
-    #[serde(default)]
+    #[serde(default, with = "super::bytes::option")]
     pub cwd: Option<PathBuf>,
 }
 

@@ -33,6 +33,7 @@
 //! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
 //! history).
 
+mod bytes;
 mod confine;
 pub(crate) mod denial;
 mod deny;
@@ -53,9 +54,11 @@ pub use home::{
     CACHES as HOME_CACHES, NEVER_VISIBLE as HOME_NEVER_VISIBLE, TOOLCHAINS as HOME_TOOLCHAINS,
 };
 pub use note::system_prompt_note;
-pub use policy::{Access, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports};
+pub use policy::{
+    Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
+};
 pub use probe::{SandboxSupport, probe};
-pub use scan::{Mask, MaskKind, ScanLimits};
+pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
 /// child's environment (for the backend's port and the run's own `CLAUDE_CONFIG_DIR`) and
@@ -78,6 +81,7 @@ pub fn policy_for_agent(
     opts.allow_tmp = extras.allow_tmp;
     opts.tool_caches = extras.tool_caches;
     opts.deny_globs = deny_globs(extras.deny.iter().cloned());
+    opts.protect_globs = protect_globs(extras.no_protect, &extras.protect);
     // The CLI's state goes where the child's environment says; without the variable the
     // CLI would use `~/.claude` and `~/.claude.json` in the home directory, which stays
     // read-only, so the variable is then set to `~/.claude` (keeping the user's login).
@@ -114,21 +118,49 @@ pub struct AgentSandboxArgs {
     /// .env, .env.*, *.pem, *.key, secrets/**, private keys, .npmrc, .netrc, kubeconfig...
     #[arg(long = "deny", value_name = "GLOB")]
     pub deny: Vec<String>,
+    /// Also protect these workspace paths (repeatable): readable, but not writable,
+    /// creatable, deletable or renamable by the agent. Default .claude/**, .mcp.json,
+    /// .vscode/**, .idea/**, .envrc, .githooks/**, .husky/**.
+    #[arg(long = "protect", value_name = "GLOB")]
+    pub protect: Vec<String>,
+    /// Drop the default protected globs (keeping those given with --protect).
+    #[arg(long = "no-protect")]
+    pub no_protect: bool,
 }
 
-/// Removes a run's private directory when dropped (after the run's process tree is gone).
+/// The protected globs: the defaults unless `no_defaults`, plus `extra`.
+pub fn protect_globs(no_defaults: bool, extra: &[String]) -> Vec<String> {
+    let mut globs: Vec<String> = if no_defaults {
+        Vec::new()
+    } else {
+        DEFAULT_PROTECT_GLOBS
+            .iter()
+            .map(|g| g.to_string())
+            .collect()
+    };
+    for glob in extra {
+        if !globs.contains(glob) {
+            globs.push(glob.clone());
+        }
+    }
+    globs
+}
+
+/// Removes a run's private directory and the placeholders made for absent protected names
+/// when dropped (after the run's process tree is gone).
 #[derive(Debug)]
-pub struct RunDirCleanup(Option<PathBuf>);
+pub struct RunDirCleanup(Option<(PathBuf, Vec<Placeholder>)>);
 
 impl RunDirCleanup {
     pub fn new(policy: Option<&Policy>) -> Self {
-        RunDirCleanup(policy.map(|p| p.run_dir.clone()))
+        RunDirCleanup(policy.map(|p| (p.run_dir.clone(), p.placeholders.clone())))
     }
 }
 
 impl Drop for RunDirCleanup {
     fn drop(&mut self) {
-        if let Some(dir) = &self.0 {
+        if let Some((dir, placeholders)) = &self.0 {
+            policy::remove_placeholders(placeholders);
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -157,8 +189,10 @@ pub enum SandboxError {
     Glob { glob: String, reason: String },
 
     #[error(
-        "secret scan of {path} stopped: {what} exceeds the limit of {limit}; \
-         narrow the workspace, raise the limit, or use --sandbox danger-full-access"
+        "secret scan of {} stopped: {what} exceeds the limit of {limit}; \
+         narrow the workspace (or remove what was planted there), or use --sandbox \
+         danger-full-access",
+        bytes::short(.path)
     )]
     ScanLimit {
         what: &'static str,

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
@@ -17,8 +18,28 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
-use super::scan::{self, Mask, MaskKind, ScanLimits};
+use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
+
+/// Workspace paths the agent may read but not write, create, delete or rename, because
+/// programs the user runs later, outside the sandbox, execute what they say (editor tasks,
+/// MCP servers, Claude hooks, direnv, git hook managers). Relative to the workspace root.
+pub const DEFAULT_PROTECT_GLOBS: [&str; 8] = [
+    ".claude/**",
+    // Personal instructions every later run of the CLI loads (also unconfined ones).
+    "CLAUDE.local.md",
+    ".mcp.json",
+    ".vscode/**",
+    ".idea/**",
+    ".envrc",
+    ".githooks/**",
+    ".husky/**",
+];
+
+/// System trees that are never a workspace (nor anything under them): granting one
+/// read-write would hand the agent the machine, and none is a project.
+const REFUSED_WORKSPACE_TREES: [&str; 7] =
+    ["/proc", "/sys", "/dev", "/run", "/boot", "/etc", "/usr"];
 
 /// How much the agent may do (the run mode's `--sandbox MODE` and `coder sandbox --mode`).
 #[derive(
@@ -88,6 +109,7 @@ pub enum Access {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Root {
     /// Canonical absolute path.
+    #[serde(with = "super::bytes")]
     pub path: PathBuf,
     pub access: Access,
     pub is_dir: bool,
@@ -97,8 +119,10 @@ pub struct Root {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SymlinkAlias {
     /// Absolute path of the symlink (its parent is canonical).
+    #[serde(with = "super::bytes")]
     pub path: PathBuf,
     /// The link's target, verbatim.
+    #[serde(with = "super::bytes")]
     pub target: PathBuf,
 }
 
@@ -123,6 +147,8 @@ pub struct PolicyOptions {
     pub connect_ports: Vec<u16>,
     /// Non-accessible globs, relative to each scanned root.
     pub deny_globs: Vec<String>,
+    /// Protected globs, relative to the workspace (`--protect`, `--no-protect`).
+    pub protect_globs: Vec<String>,
     pub scan_limits: ScanLimits,
     /// `CLAUDE_CONFIG_DIR` for the agent; default `claude` in coder's state
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
@@ -146,6 +172,10 @@ impl PolicyOptions {
             tool_caches: false,
             connect_ports: Vec::new(),
             deny_globs: deny::deny_globs(Vec::<String>::new()),
+            protect_globs: DEFAULT_PROTECT_GLOBS
+                .iter()
+                .map(|g| g.to_string())
+                .collect(),
             scan_limits: ScanLimits::default(),
             config_dir: None,
             runs_dir: None,
@@ -158,7 +188,12 @@ impl PolicyOptions {
 pub struct Policy {
     pub mode: Mode,
     /// Canonical workspace; the agent's working directory.
+    #[serde(with = "super::bytes")]
     pub workspace: PathBuf,
+    /// Device and inode of the workspace as resolved (by descriptor): the helper refuses
+    /// to confine when the path now leads elsewhere.
+    pub workspace_id: (u64, u64),
+    #[serde(with = "super::bytes::option")]
     pub home: Option<PathBuf>,
     /// Granted paths, sorted, canonical.
     pub roots: Vec<Root>,
@@ -168,8 +203,14 @@ pub struct Policy {
     pub masks: Vec<Mask>,
     pub connect_ports: Vec<u16>,
     pub deny_globs: Vec<String>,
+    pub protect_globs: Vec<String>,
+    /// Names created so that absent protected names can be masked; removed after the run.
+    pub placeholders: Vec<Placeholder>,
+    /// What the user should know about this policy (git metadata left read-only, ...).
+    pub warnings: Vec<String>,
     /// This run's private directory (`tmp/`, `run/`, the empty mask file, the private
     /// root's mount point). The parent removes it after the run ([`Policy::cleanup`]).
+    #[serde(with = "super::bytes")]
     pub run_dir: PathBuf,
     /// Variables the agent's environment must have.
     pub env_set: BTreeMap<String, String>,
@@ -226,6 +267,7 @@ impl Policy {
     pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
         let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
+        let ws_dir = WorkspaceDir::open(&workspace)?;
 
         let runs_dir = match opts.runs_dir.clone() {
             Some(dir) => dir,
@@ -256,12 +298,16 @@ impl Policy {
         let mut policy = Policy {
             mode: opts.mode,
             workspace: workspace.clone(),
+            workspace_id: ws_dir.id,
             home: home.clone(),
             roots: Vec::new(),
             aliases: Vec::new(),
             masks: Vec::new(),
             connect_ports: dedup_sorted(opts.connect_ports.clone()),
             deny_globs: opts.deny_globs.clone(),
+            protect_globs: opts.protect_globs.clone(),
+            placeholders: Vec::new(),
+            warnings: Vec::new(),
             run_dir: run_dir.clone(),
             env_set,
             env_remove,
@@ -299,11 +345,9 @@ impl Policy {
             Mode::WorkspaceWrite => Access::Write,
             _ => Access::Read,
         };
+        // Only the workspace itself: nothing read from it (a `.git` file, `commondir`)
+        // widens a grant; git metadata elsewhere needs the user's own `--write`.
         grants.add(&workspace, ws_access)?;
-        let git = scan::git_dirs(&workspace);
-        if let Some(common) = &git.common_outside {
-            grants.add(common, ws_access)?;
-        }
         // Claude takes `<dir>.lock` beside its config dir when it refreshes an OAuth login,
         // so the parent is writable too, but only when it holds nothing else (coder's own
         // state, or the home directory, must stay out of reach).
@@ -319,11 +363,11 @@ impl Policy {
             grants.add(Path::new("/tmp"), Access::Write)?;
         }
 
-        let mut scanned = vec![workspace.clone()];
+        let mut scanned = Vec::new();
         for path in &opts.extra_read {
             let canonical = canonicalize("--read path", path)?;
             grants.add(path, Access::Read)?;
-            scanned.push(canonical);
+            scanned.push((canonical, false));
         }
         for path in &opts.extra_write {
             let canonical = canonicalize("--write path", path)?;
@@ -337,33 +381,25 @@ impl Policy {
                 });
             }
             grants.add(path, Access::Write)?;
-            scanned.push(canonical);
+            scanned.push((canonical, true));
         }
 
-        let mut masks = scan::secret_masks(&scanned, &opts.deny_globs, opts.scan_limits)?;
-        if opts.mode == Mode::WorkspaceWrite {
-            masks.extend(scan::git_guards(&git)?);
+        let found = scan_workspace(opts, &ws_dir, &scanned)?;
+        policy.placeholders = found.placeholders;
+        policy.warnings = found.warnings;
+        let mut masks = found.masks;
+        if let Err(e) = finish_masks(&policy, &mut masks, &config_dir, opts) {
+            policy.cleanup();
+            return Err(e);
         }
-        for name in CONFIG_GUARDED {
-            if let Some(mask) = scan::read_only_mask(&config_dir.join(name))? {
-                masks.push(mask);
-            }
-        }
-        if masks.len() > opts.scan_limits.max_matches {
-            return Err(SandboxError::ScanLimit {
-                what: "the number of masked paths",
-                limit: opts.scan_limits.max_matches,
-                path: workspace,
-            });
-        }
-        masks.sort_by(|a, b| a.path.cmp(&b.path));
-        masks.dedup_by(|a, b| a.path == b.path);
-
         policy.roots = grants.roots();
         policy.aliases = grants.aliases.into_iter().collect();
         policy.masks = masks;
-        if policy.needs_mask_source() {
-            write_mask_source(&policy.run_dir)?;
+        if policy.needs_mask_source()
+            && let Err(e) = write_mask_source(&policy.run_dir)
+        {
+            policy.cleanup();
+            return Err(e);
         }
         Ok(policy)
     }
@@ -485,7 +521,112 @@ impl Policy {
     /// Remove this run's private directory. Errors are ignored: leftovers are pruned by a
     /// later run.
     pub fn cleanup(&self) {
+        remove_placeholders(&self.placeholders);
         let _ = fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+/// Scan the workspace (from its descriptor) and the extra roots: secrets, protected names,
+/// git dirs.
+fn scan_workspace(
+    opts: &PolicyOptions,
+    ws_dir: &WorkspaceDir,
+    extra: &[(PathBuf, bool)],
+) -> Result<scan::ScanOutput, SandboxError> {
+    let writable = opts.mode == Mode::WorkspaceWrite;
+    let deny = scan::compile_globs(&opts.deny_globs)?;
+    let protect = scan::compile_globs(&opts.protect_globs)?;
+    let literal = scan::literal_protected(&opts.protect_globs);
+    let extra_fds = extra
+        .iter()
+        .filter(|(path, _)| path.is_dir())
+        .map(|(path, w)| {
+            super::sys::open_nofollow(path)
+                .map(|fd| (path, *w && writable, fd))
+                .map_err(|e| SandboxError::sys("open", path.display(), e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut trees = vec![scan::TreeScan {
+        root: &ws_dir.path,
+        fd: ws_dir.fd.as_fd(),
+        writable,
+        protect: Some(&protect),
+        protect_literal: &literal,
+    }];
+    for (path, w, fd) in &extra_fds {
+        trees.push(scan::TreeScan {
+            root: path,
+            fd: fd.as_fd(),
+            writable: *w,
+            protect: None,
+            protect_literal: &[],
+        });
+    }
+    scan::scan_trees(&trees, &deny, opts.scan_limits)
+}
+
+/// Add the config dir's guards, cap, and order the masks: parents before what they hold,
+/// and for one path the strongest (a secret's empty file over a read-only self-mount).
+fn finish_masks(
+    policy: &Policy,
+    masks: &mut Vec<Mask>,
+    config_dir: &Path,
+    opts: &PolicyOptions,
+) -> Result<(), SandboxError> {
+    for name in CONFIG_GUARDED {
+        if let Some(mask) = scan::read_only_mask(&config_dir.join(name))? {
+            masks.push(mask);
+        }
+    }
+    if masks.len() > opts.scan_limits.max_matches {
+        return Err(SandboxError::ScanLimit {
+            what: "the number of masked paths",
+            limit: opts.scan_limits.max_matches,
+            path: policy.workspace.clone(),
+        });
+    }
+    masks.sort_by(|a, b| a.path.cmp(&b.path).then(a.kind.cmp(&b.kind)));
+    masks.dedup_by(|a, b| a.path == b.path);
+    Ok(())
+}
+
+/// The workspace, opened once by descriptor (`O_PATH|O_DIRECTORY|O_NOFOLLOW` of its
+/// canonical path, no symlink anywhere): the scan works from it, and the helper checks
+/// that the path still leads to the same directory before mounting anything.
+pub(crate) struct WorkspaceDir {
+    pub path: PathBuf,
+    pub fd: OwnedFd,
+    /// (device, inode).
+    pub id: (u64, u64),
+}
+
+impl WorkspaceDir {
+    pub(crate) fn open(canonical: &Path) -> Result<WorkspaceDir, SandboxError> {
+        let refuse = |reason: String| SandboxError::Workspace {
+            path: canonical.to_path_buf(),
+            reason,
+        };
+        let fd = super::sys::open_nofollow_dir(canonical)
+            .map_err(|e| refuse(format!("cannot open it without following symlinks: {e}")))?;
+        let st = nix::sys::stat::fstat(fd.as_fd())
+            .map_err(|e| refuse(format!("cannot inspect it: {e}")))?;
+        Ok(WorkspaceDir {
+            path: canonical.to_path_buf(),
+            fd,
+            id: (st.st_dev, st.st_ino),
+        })
+    }
+
+    /// Open `path` again and check that it is still the directory `id` names.
+    pub(crate) fn reopen(path: &Path, id: (u64, u64)) -> Result<WorkspaceDir, SandboxError> {
+        let changed = || SandboxError::MaskTargetChanged {
+            path: path.to_path_buf(),
+        };
+        let dir = WorkspaceDir::open(path).map_err(|_| changed())?;
+        if dir.id != id {
+            return Err(changed());
+        }
+        Ok(dir)
     }
 }
 
@@ -616,6 +757,14 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
             "the filesystem root cannot be a workspace; use a project directory",
         ));
     }
+    if let Some(tree) = REFUSED_WORKSPACE_TREES
+        .iter()
+        .find(|t| canonical.starts_with(t))
+    {
+        return Err(refuse(&format!(
+            "lies in {tree}, a system tree that is never a workspace; use a project directory"
+        )));
+    }
     if let Some(home) = home
         && home.starts_with(&canonical)
     {
@@ -625,6 +774,16 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
         ));
     }
     Ok(canonical)
+}
+
+/// Remove what coder created for absent protected names, deepest first (a placeholder may
+/// sit inside another's directory).
+pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
+    let mut sorted: Vec<&Placeholder> = placeholders.iter().collect();
+    sorted.sort_by(|a, b| b.path.cmp(&a.path));
+    for p in sorted {
+        p.remove();
+    }
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {

@@ -1,17 +1,35 @@
-//! Finding what must be masked: files matching the non-accessible globs, directories of
-//! secrets, `.git/hooks` and `.git/config`.
+//! Finding what must be masked or protected: files matching the non-accessible globs
+//! (secrets), the protected globs (tool configs the user's own programs run), and every git
+//! dir's `config`, `config.worktree`, `commondir`, `hooks/` and `info/`.
 //!
-//! Globs match case-insensitively (`APP.PEM` is as secret as `app.pem`). The walk never follows symlinks and ignores `.gitignore` (secrets are usually ignored
+//! The walk starts from a directory *descriptor* and goes down with `openat`-style calls
+//! that refuse symlinks, so renaming or swapping a directory on the path while it runs
+//! cannot redirect it; names are bytes throughout (a non-UTF-8 name is matched and masked
+//! like any other). Globs match case-insensitively (`APP.PEM` is as secret as `app.pem`).
+//! The walk never follows symlinks and ignores `.gitignore` (secrets are usually ignored
 //! files). It is a snapshot taken right before the agent starts; files created later are
 //! the agent's own. Depth and match count are capped, and a scan over a cap is an error,
 //! because a partial list of secrets is worse than none: it looks like protection.
+//!
+//! What is read here (a `.git` file's `gitdir:`, a `commondir`) only ever *adds*
+//! protection; it never widens a grant (DESIGN §5). A protected name that does not exist
+//! yet gets a placeholder (an empty directory, or inside a git dir a symlink to a path
+//! that can never exist, which git reads as "absent") so that a mount can make it
+//! un-creatable; placeholders are removed after the run ([`Placeholder::remove`]).
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstatat};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,23 +39,47 @@ use super::SandboxError;
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
 const PROBE_CHILD: &str = "\u{1}coder-probe";
 
+/// Where a placeholder symlink points: a path below a character device, which can never
+/// exist (every lookup fails with `ENOTDIR`, which git treats as a missing file).
+pub const ABSENT_TARGET: &str = "/dev/null/coder-absent";
+
+/// Files in every git dir that a later, unconfined `git` reads as code or as a pointer to
+/// code. Absent ones get a placeholder symlink (git reads it as absent), except
+/// `commondir`, whose mere existence git checks with `lstat`: it gets [`COMMONDIR_SELF`].
+const GIT_GUARDED_FILES: [(&str, PlaceholderKind); 3] = [
+    ("config", PlaceholderKind::Symlink),
+    ("config.worktree", PlaceholderKind::Symlink),
+    ("commondir", PlaceholderKind::CommonDirSelf),
+];
+
+/// The content of a placeholder `commondir`: the common dir is the git dir itself, which
+/// is what a missing `commondir` means.
+pub const COMMONDIR_SELF: &[u8] = b".\n";
+/// Directories in every git dir with the same role; absent ones are created (git would).
+const GIT_GUARDED_DIRS: [&str; 2] = ["hooks", "info"];
+
 /// How a masked path is covered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaskKind {
     /// An empty read-only file is bind-mounted over the file: it reads as empty, cannot be
     /// written, removed, renamed or linked.
     Empty,
     /// The path is bind-mounted over itself read-only: visible, unchangeable. Used for
-    /// directories of secrets (whose files are masked one by one), `.git/hooks` and
-    /// `.git/config`.
+    /// directories of secrets (whose files are masked one by one), git dirs' hooks and
+    /// config, and protected tool configs.
     ReadOnly,
+    /// The path is bind-mounted over itself, still writable: its contents can change but
+    /// the name cannot be removed, renamed or replaced (a mount point is busy). Used for
+    /// `.git` directories, whose objects, refs and index must stay writable.
+    Pin,
 }
 
 /// One mount to apply over a path found by the scan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mask {
     /// Canonical absolute path.
+    #[serde(with = "super::bytes")]
     pub path: PathBuf,
     pub kind: MaskKind,
     pub is_dir: bool,
@@ -47,6 +89,57 @@ pub struct Mask {
     /// True for files hidden because they match a non-accessible glob (as opposed to
     /// protected read-only).
     pub secret: bool,
+}
+
+/// What coder created for a protected name that did not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlaceholderKind {
+    /// An empty directory.
+    Dir,
+    /// A symlink to [`ABSENT_TARGET`].
+    Symlink,
+    /// A `commondir` file holding [`COMMONDIR_SELF`].
+    CommonDirSelf,
+}
+
+/// A name coder created so that a mount can cover it; removed after the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placeholder {
+    #[serde(with = "super::bytes")]
+    pub path: PathBuf,
+    pub kind: PlaceholderKind,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl Placeholder {
+    /// Remove the placeholder if it is still what coder made (same inode; an empty
+    /// directory or a symlink to [`ABSENT_TARGET`]). Anything else is left alone.
+    pub fn remove(&self) {
+        let Ok(meta) = fs::symlink_metadata(&self.path) else {
+            return;
+        };
+        if meta.dev() != self.dev || meta.ino() != self.ino {
+            return;
+        }
+        match self.kind {
+            // rmdir removes only an empty directory.
+            PlaceholderKind::Dir => {
+                let _ = fs::remove_dir(&self.path);
+            }
+            PlaceholderKind::Symlink => {
+                if fs::read_link(&self.path).is_ok_and(|t| t == Path::new(ABSENT_TARGET)) {
+                    let _ = fs::remove_file(&self.path);
+                }
+            }
+            PlaceholderKind::CommonDirSelf => {
+                if meta.is_file() && fs::read(&self.path).is_ok_and(|t| t == COMMONDIR_SELF) {
+                    let _ = fs::remove_file(&self.path);
+                }
+            }
+        }
+    }
 }
 
 /// Caps on the secret scan. Over a cap the scan fails closed instead of guessing.
@@ -67,86 +160,756 @@ impl Default for ScanLimits {
     }
 }
 
-/// Where the workspace's git metadata lives.
+/// One tree to scan: a granted root, open as a directory descriptor.
+pub(crate) struct TreeScan<'a> {
+    /// Canonical absolute path of the root (for the masks' paths and messages).
+    pub root: &'a Path,
+    /// The root itself, opened once by the caller.
+    pub fd: BorrowedFd<'a>,
+    /// The agent may write here: git dirs are guarded and placeholders made.
+    pub writable: bool,
+    /// Protected globs, relative to this root (the workspace only).
+    pub protect: Option<&'a GlobSet>,
+    /// The literal protected names to hold even when absent (see [`literal_protected`]).
+    pub protect_literal: &'a [PathBuf],
+}
+
+/// What a scan found.
 #[derive(Debug, Default)]
-pub(crate) struct GitDirs {
-    /// The repository's git dir for this checkout (`.git`, or a linked worktree's dir).
-    pub gitdir: Option<PathBuf>,
-    /// The common dir holding hooks, config, objects and refs.
-    pub common: Option<PathBuf>,
-    /// The common dir when it lies outside the workspace (linked worktree): it must be
-    /// granted so that commits work.
-    pub common_outside: Option<PathBuf>,
+pub(crate) struct ScanOutput {
+    pub masks: Vec<Mask>,
+    pub placeholders: Vec<Placeholder>,
+    /// Things the user should know (a git dir outside the workspace, ...).
+    pub warnings: Vec<String>,
 }
 
-/// Locate the git dirs of `workspace` (`.git` directory, or a `.git` file naming one).
-pub(crate) fn git_dirs(workspace: &Path) -> GitDirs {
-    let dot_git = workspace.join(".git");
-    let gitdir = match fs::metadata(&dot_git) {
-        Ok(meta) if meta.is_dir() => fs::canonicalize(&dot_git).ok(),
-        Ok(meta) if meta.is_file() => fs::read_to_string(&dot_git)
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("gitdir:"))
-                    .map(|p| workspace.join(p.trim()))
-            })
-            .and_then(|p| fs::canonicalize(p).ok()),
-        _ => None,
-    };
-    let Some(gitdir) = gitdir else {
-        return GitDirs::default();
-    };
-    let common = fs::read_to_string(gitdir.join("commondir"))
-        .ok()
-        .and_then(|rel| fs::canonicalize(gitdir.join(rel.trim())).ok())
-        .unwrap_or_else(|| gitdir.clone());
-    let common_outside = (!common.starts_with(workspace)).then(|| common.clone());
-    GitDirs {
-        gitdir: Some(gitdir),
-        common: Some(common),
-        common_outside,
-    }
-}
-
-/// Read-only masks over the repository's hooks and config, so the agent cannot plant code
-/// that a later, unconfined `git` would run. A missing `hooks/` is created first (git
-/// would create it too), otherwise the agent could create it.
-pub(crate) fn git_guards(git: &GitDirs) -> Result<Vec<Mask>, SandboxError> {
-    let mut masks = Vec::new();
-    if let Some(common) = &git.common {
-        let hooks = common.join("hooks");
-        if fs::symlink_metadata(&hooks).is_err() {
-            fs::create_dir(&hooks)
-                .map_err(|e| SandboxError::io(format!("create {}", hooks.display()), e))?;
+/// Scan `trees` for secrets (`deny`), protected names and git dirs.
+pub(crate) fn scan_trees(
+    trees: &[TreeScan<'_>],
+    deny: &GlobSet,
+    limits: ScanLimits,
+) -> Result<ScanOutput, SandboxError> {
+    let mut out = ScanOutput::default();
+    let mut linked = HashMap::new();
+    let mut symlinks = Vec::new();
+    for tree in trees {
+        let mut walker = Walker {
+            tree,
+            deny,
+            limits,
+            out: &mut out,
+            linked: &mut linked,
+            symlinks: &mut symlinks,
+        };
+        let top = open_dir_beneath(tree.fd, Path::new("."))
+            .map_err(|e| walk_error(tree.root, "open", e))?;
+        walker.walk(top, Path::new(""), 0, Inside::default())?;
+        if tree.writable {
+            walker.hold_absent_protected()?;
         }
-        masks.extend(read_only_mask(&hooks)?);
-        masks.extend(read_only_mask(&common.join("config"))?);
     }
-    if let Some(gitdir) = &git.gitdir {
-        masks.extend(read_only_mask(&gitdir.join("config.worktree"))?);
-    }
-    Ok(masks)
+    let mut scan = LinkPass {
+        out: &mut out,
+        limits,
+    };
+    scan.follow_symlinks(trees, deny, symlinks)?;
+    scan.add_hard_links(&linked);
+    Ok(out)
 }
 
-/// A read-only self-mount of `path` if it exists and is not a symlink.
-pub(crate) fn read_only_mask(path: &Path) -> Result<Option<Mask>, SandboxError> {
-    match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() || meta.is_file() => Ok(Some(Mask {
-            path: path.to_path_buf(),
-            kind: MaskKind::ReadOnly,
-            is_dir: meta.is_dir(),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            secret: false,
-        })),
-        Ok(_) => Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(SandboxError::io(format!("inspect {}", path.display()), e)),
+/// What the walk is inside of.
+#[derive(Debug, Clone, Copy, Default)]
+struct Inside {
+    /// A directory of secrets: every file below is masked.
+    secret: bool,
+    /// A protected directory (mounted read-only as a whole).
+    protected: bool,
+}
+
+struct Walker<'a, 'b> {
+    tree: &'b TreeScan<'a>,
+    deny: &'b GlobSet,
+    limits: ScanLimits,
+    out: &'b mut ScanOutput,
+    /// Regular files with more than one link, by (dev, ino): other names of a secret.
+    linked: &'b mut HashMap<(u64, u64), Vec<PathBuf>>,
+    /// Symlinks whose name matched a glob; their targets are masked when in scope.
+    symlinks: &'b mut Vec<PathBuf>,
+}
+
+impl Walker<'_, '_> {
+    fn walk(
+        &mut self,
+        dir: OwnedFd,
+        rel: &Path,
+        depth: usize,
+        inside: Inside,
+    ) -> Result<(), SandboxError> {
+        let here = self.tree.root.join(rel);
+        if depth > self.limits.max_depth {
+            return Err(SandboxError::ScanLimit {
+                what: "the directory depth",
+                limit: self.limits.max_depth,
+                path: here,
+            });
+        }
+        for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+            let rel_child = rel.join(&name);
+            let path = self.tree.root.join(&rel_child);
+            let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                // Gone since the listing: nothing to mask.
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(walk_error(&path, "inspect", e)),
+            };
+            let kind = file_kind(&st);
+            if name == ".git" && self.tree.writable && !inside.secret {
+                self.git_entry(dir.as_fd(), &rel_child, &st)?;
+                continue;
+            }
+            let secret = inside.secret || self.deny.is_match(&rel_child);
+            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
+            let protected = !inside.protected && protect(&rel_child);
+            match kind {
+                Kind::Dir => {
+                    let child = || {
+                        open_dir_beneath(dir.as_fd(), Path::new(&name))
+                            .map_err(|e| walk_error(&path, "open", e))
+                    };
+                    let mut next = inside;
+                    if inside.secret {
+                    } else if secret || self.deny.is_match(rel_child.join(PROBE_CHILD)) {
+                        self.push(mask(path.clone(), MaskKind::ReadOnly, &st, true))?;
+                        next.secret = true;
+                    } else if !inside.protected
+                        && (protected || protect(&rel_child.join(PROBE_CHILD)))
+                    {
+                        self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+                        next.protected = true;
+                    }
+                    self.walk(child()?, &rel_child, depth + 1, next)?;
+                }
+                Kind::File => {
+                    if st.st_nlink > 1 {
+                        self.linked
+                            .entry((st.st_dev, st.st_ino))
+                            .or_default()
+                            .push(path.clone());
+                    }
+                    if secret {
+                        self.push(mask(path, MaskKind::Empty, &st, true))?;
+                    } else if protected {
+                        self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
+                    }
+                }
+                Kind::Symlink => {
+                    if secret {
+                        self.symlinks.push(path.clone());
+                    }
+                    if protected && !secret {
+                        self.guard_link(path, &st)?;
+                    }
+                }
+                Kind::Other => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, mask: Mask) -> Result<(), SandboxError> {
+        push_mask(self.out, self.limits, mask, self.tree.root)
+    }
+
+    /// A `.git` entry anywhere in a writable tree: the entry itself may not be removed,
+    /// renamed or replaced, and the git dir it stands for is guarded.
+    fn git_entry(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        rel: &Path,
+        st: &FileStat,
+    ) -> Result<(), SandboxError> {
+        let path = self.tree.root.join(rel);
+        let top = rel == Path::new(".git");
+        match file_kind(st) {
+            Kind::Dir => {
+                self.push(mask(path.clone(), MaskKind::Pin, st, false))?;
+                self.guard_git_dir(rel)?;
+                self.nested_git_dirs(rel)?;
+                if top {
+                    self.check_commondir(&path, rel)?;
+                }
+            }
+            Kind::File => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+                let target = read_gitfile(parent, &path)?;
+                self.git_pointer(&path, target, top)?;
+            }
+            Kind::Symlink => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+                let target = fs::canonicalize(&path).ok();
+                self.git_pointer(&path, target, top)?;
+            }
+            Kind::Other => {}
+        }
+        Ok(())
+    }
+
+    /// A `.git` file or symlink leads to `target`: guard it when it lies in this tree;
+    /// for the workspace's own `.git`, say that git metadata elsewhere stays read-only.
+    fn git_pointer(
+        &mut self,
+        entry: &Path,
+        target: Option<PathBuf>,
+        top: bool,
+    ) -> Result<(), SandboxError> {
+        let Some(target) = target else {
+            return Ok(());
+        };
+        match target.strip_prefix(self.tree.root) {
+            Ok(rel) if is_plain_relative(rel) && !rel.as_os_str().is_empty() => {
+                let rel = rel.to_path_buf();
+                if open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY).is_ok() {
+                    self.guard_git_dir(&rel)?;
+                    if top {
+                        self.check_commondir(&target, &rel)?;
+                    }
+                }
+            }
+            _ if top => self.out.warnings.push(outside_warning(entry, &target)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A git dir's `commondir` names where its config and hooks live: guard it when it
+    /// lies in this tree, warn when it lies outside.
+    fn check_commondir(&mut self, gitdir: &Path, rel: &Path) -> Result<(), SandboxError> {
+        let Ok(text) = fs::read(gitdir.join("commondir")) else {
+            return Ok(());
+        };
+        let text = trim_ascii(&text);
+        let common = gitdir.join(OsStr::from_bytes(text));
+        let Ok(common) = fs::canonicalize(&common) else {
+            return Ok(());
+        };
+        match common.strip_prefix(self.tree.root) {
+            Ok(crel) if is_plain_relative(crel) && crel != rel => {
+                let crel = crel.to_path_buf();
+                if open_beneath(self.tree.fd, &crel, OFlag::O_PATH | OFlag::O_DIRECTORY).is_ok() {
+                    self.guard_git_dir(&crel)?;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => self
+                .out
+                .warnings
+                .push(outside_warning(&gitdir.join("commondir"), &common)),
+        }
+        Ok(())
+    }
+
+    /// Submodules' git dirs (`modules/**`) and linked worktrees' own dirs (`worktrees/*`)
+    /// inside the git dir at `rel`.
+    fn nested_git_dirs(&mut self, rel: &Path) -> Result<(), SandboxError> {
+        let worktrees = rel.join("worktrees");
+        for name in self.child_dirs(&worktrees)? {
+            self.guard_git_dir(&worktrees.join(name))?;
+        }
+        let mut pending = vec![(rel.join("modules"), 0usize)];
+        while let Some((dir, depth)) = pending.pop() {
+            if depth > self.limits.max_depth {
+                return Err(SandboxError::ScanLimit {
+                    what: "the directory depth",
+                    limit: self.limits.max_depth,
+                    path: self.tree.root.join(&dir),
+                });
+            }
+            for name in self.child_dirs(&dir)? {
+                let child = dir.join(name);
+                let fd = open_beneath(self.tree.fd, &child, OFlag::O_PATH | OFlag::O_DIRECTORY)
+                    .map_err(|e| walk_error(&self.tree.root.join(&child), "open", e))?;
+                let is_git_dir = fstatat(fd.as_fd(), "HEAD", AtFlags::AT_SYMLINK_NOFOLLOW).is_ok();
+                if is_git_dir {
+                    self.guard_git_dir(&child)?;
+                    // A submodule's own submodules live in its git dir's modules/.
+                    pending.push((child.join("modules"), depth + 1));
+                } else {
+                    // Submodule names with slashes nest (`modules/a/b`).
+                    pending.push((child, depth + 1));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Names of the subdirectories of `rel` (none when it does not exist).
+    fn child_dirs(&self, rel: &Path) -> Result<Vec<OsString>, SandboxError> {
+        let path = self.tree.root.join(rel);
+        let dir = match open_beneath(self.tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(Vec::new()),
+            Err(e) => return Err(walk_error(&path, "open", e)),
+        };
+        let mut dirs = Vec::new();
+        for name in list_dir(&dir).map_err(|e| walk_error(&path, "list", e))? {
+            if let Ok(st) = fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                && file_kind(&st) == Kind::Dir
+            {
+                dirs.push(name);
+            }
+        }
+        Ok(dirs)
+    }
+
+    /// Read-only `config`, `config.worktree`, `commondir`, `hooks/`, `info/` in the git
+    /// dir at `rel`, with placeholders for the absent ones.
+    fn guard_git_dir(&mut self, rel: &Path) -> Result<(), SandboxError> {
+        let path = self.tree.root.join(rel);
+        let dir = open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
+            .map_err(|e| walk_error(&path, "open", e))?;
+        for (name, absent) in GIT_GUARDED_FILES {
+            self.guard_entry(dir.as_fd(), &path.join(name), name, absent)?;
+        }
+        for name in GIT_GUARDED_DIRS {
+            self.guard_entry(dir.as_fd(), &path.join(name), name, PlaceholderKind::Dir)?;
+        }
+        Ok(())
+    }
+
+    /// A read-only mask over `dir/name`, creating a placeholder of `absent` kind first when
+    /// the name does not exist.
+    fn guard_entry(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        path: &Path,
+        name: &str,
+        absent: PlaceholderKind,
+    ) -> Result<(), SandboxError> {
+        let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => {
+                let st = create_placeholder(dir, name, absent)
+                    .map_err(|e| walk_error(path, "create placeholder", e))?;
+                self.out.placeholders.push(Placeholder {
+                    path: path.to_path_buf(),
+                    kind: absent,
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                });
+                st
+            }
+            Err(e) => return Err(walk_error(path, "inspect", e)),
+        };
+        match file_kind(&st) {
+            Kind::Symlink => self.guard_link(path.to_path_buf(), &st),
+            Kind::Dir | Kind::File => {
+                self.push(mask(path.to_path_buf(), MaskKind::ReadOnly, &st, false))
+            }
+            Kind::Other => Ok(()),
+        }
+    }
+
+    /// A protected symlink: the link itself is pinned read-only, and its target too when
+    /// it lies in this tree (a `hooks` symlink into the workspace would be as good as a
+    /// writable `hooks/`).
+    fn guard_link(&mut self, path: PathBuf, st: &FileStat) -> Result<(), SandboxError> {
+        self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+        let Ok(target) = fs::canonicalize(&path) else {
+            return Ok(());
+        };
+        let Ok(rel) = target.strip_prefix(self.tree.root) else {
+            return Ok(());
+        };
+        if !is_plain_relative(rel) || rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let Ok(fd) = open_beneath(self.tree.fd, rel, OFlag::O_PATH) else {
+            return Ok(());
+        };
+        let st =
+            nix::sys::stat::fstat(fd.as_fd()).map_err(|e| walk_error(&target, "inspect", e))?;
+        if matches!(file_kind(&st), Kind::Dir | Kind::File) {
+            self.push(mask(target, MaskKind::ReadOnly, &st, false))?;
+        }
+        Ok(())
+    }
+
+    /// Literal protected names (`.envrc`, `.claude`) that do not exist get an empty
+    /// directory as placeholder, mounted read-only, so the agent cannot create them. A
+    /// directory, because git ignores empty directories: the agent's `git add -A` does not
+    /// pick it up.
+    fn hold_absent_protected(&mut self) -> Result<(), SandboxError> {
+        if self.tree.protect.is_some() {
+            self.hold_absent_git()?;
+        }
+        for rel in self.tree.protect_literal {
+            let Some(parent_rel) = rel.parent() else {
+                continue;
+            };
+            let Some(name) = rel.file_name() else {
+                continue;
+            };
+            let parent =
+                match open_beneath(self.tree.fd, parent_rel, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+                    Ok(fd) => fd,
+                    // A missing parent: the literal name is held at its first missing level by
+                    // the entry for that level, when the user listed it; otherwise not held.
+                    Err(_) => continue,
+                };
+            let path = self.tree.root.join(rel);
+            match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(_) => {}
+                Err(Errno::ENOENT) => {
+                    let st = create_placeholder(parent.as_fd(), name, PlaceholderKind::Dir)
+                        .map_err(|e| walk_error(&path, "create placeholder", e))?;
+                    self.out.placeholders.push(Placeholder {
+                        path: path.clone(),
+                        kind: PlaceholderKind::Dir,
+                        dev: st.st_dev,
+                        ino: st.st_ino,
+                    });
+                    self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
+                }
+                Err(e) => return Err(walk_error(&path, "inspect", e)),
+            }
+        }
+        Ok(())
     }
 }
 
-/// Compile the non-accessible globs. `*` does not cross `/`; `**` does.
+impl Walker<'_, '_> {
+    /// A workspace without `.git` keeps it that way: a placeholder symlink (which git
+    /// reads as absent, so a parent repository is still found) is mounted over the name,
+    /// so the agent cannot `git init` a repository whose config the user's git would run.
+    fn hold_absent_git(&mut self) -> Result<(), SandboxError> {
+        let path = self.tree.root.join(".git");
+        match fstatat(self.tree.fd, ".git", AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(()),
+            Err(Errno::ENOENT) => {
+                let st = create_placeholder(self.tree.fd, ".git", PlaceholderKind::Symlink)
+                    .map_err(|e| walk_error(&path, "create placeholder", e))?;
+                self.out.placeholders.push(Placeholder {
+                    path: path.clone(),
+                    kind: PlaceholderKind::Symlink,
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                });
+                self.push(mask(path, MaskKind::ReadOnly, &st, false))
+            }
+            Err(e) => Err(walk_error(&path, "inspect", e)),
+        }
+    }
+}
+
+/// Masks for symlinked secrets' targets and for other names of masked files.
+struct LinkPass<'a> {
+    out: &'a mut ScanOutput,
+    limits: ScanLimits,
+}
+
+impl LinkPass<'_> {
+    /// A symlink named like a secret shows its target's content: mask the target when it
+    /// lies in a scanned root. Targets elsewhere are either not granted at all (the kernel
+    /// denies them) or system files that are readable anyway.
+    fn follow_symlinks(
+        &mut self,
+        trees: &[TreeScan<'_>],
+        deny: &GlobSet,
+        links: Vec<PathBuf>,
+    ) -> Result<(), SandboxError> {
+        for link in links {
+            let Ok(target) = fs::canonicalize(&link) else {
+                continue;
+            };
+            let Some(tree) = trees.iter().find(|t| target.starts_with(t.root)) else {
+                continue;
+            };
+            let masks = &self.out.masks;
+            if masks
+                .iter()
+                .any(|m| m.secret && m.is_dir && target.starts_with(&m.path))
+                || masks.iter().any(|m| m.secret && m.path == target)
+            {
+                continue;
+            }
+            let Ok(rel) = target.strip_prefix(tree.root) else {
+                continue;
+            };
+            let fd = open_beneath(tree.fd, rel, OFlag::O_PATH)
+                .map_err(|e| walk_error(&target, "open", e))?;
+            let st =
+                nix::sys::stat::fstat(fd.as_fd()).map_err(|e| walk_error(&target, "inspect", e))?;
+            match file_kind(&st) {
+                Kind::Dir => {
+                    push_mask(
+                        self.out,
+                        self.limits,
+                        mask(target.clone(), MaskKind::ReadOnly, &st, true),
+                        tree.root,
+                    )?;
+                    let mut linked = HashMap::new();
+                    let mut symlinks = Vec::new();
+                    let sub = TreeScan {
+                        root: tree.root,
+                        fd: tree.fd,
+                        writable: false,
+                        protect: None,
+                        protect_literal: &[],
+                    };
+                    let mut walker = Walker {
+                        tree: &sub,
+                        deny,
+                        limits: self.limits,
+                        out: self.out,
+                        linked: &mut linked,
+                        symlinks: &mut symlinks,
+                    };
+                    let dir = open_beneath(tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+                        .map_err(|e| walk_error(&target, "open", e))?;
+                    let inside = Inside {
+                        secret: true,
+                        protected: false,
+                    };
+                    walker.walk(dir, rel, 0, inside)?;
+                }
+                Kind::File => push_mask(
+                    self.out,
+                    self.limits,
+                    mask(target, MaskKind::Empty, &st, true),
+                    tree.root,
+                )?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Other names (hard links) of a masked file carry the same content: mask them too.
+    fn add_hard_links(&mut self, linked: &HashMap<(u64, u64), Vec<PathBuf>>) {
+        let mut extra = Vec::new();
+        for mask in self.out.masks.iter().filter(|m| m.kind == MaskKind::Empty) {
+            if let Some(paths) = linked.get(&(mask.dev, mask.ino)) {
+                for path in paths {
+                    if *path != mask.path {
+                        extra.push(Mask {
+                            path: path.clone(),
+                            ..mask.clone()
+                        });
+                    }
+                }
+            }
+        }
+        for mask in extra {
+            if !self.out.masks.iter().any(|m| m.path == mask.path) {
+                self.out.masks.push(mask);
+            }
+        }
+    }
+}
+
+fn push_mask(
+    out: &mut ScanOutput,
+    limits: ScanLimits,
+    mask: Mask,
+    root: &Path,
+) -> Result<(), SandboxError> {
+    if out.masks.len() >= limits.max_matches {
+        return Err(SandboxError::ScanLimit {
+            what: "the number of matching paths",
+            limit: limits.max_matches,
+            path: root.to_path_buf(),
+        });
+    }
+    out.masks.push(mask);
+    Ok(())
+}
+
+fn outside_warning(entry: &Path, target: &Path) -> String {
+    format!(
+        "git metadata of the workspace lies outside it ({} -> {}); it stays read-only in \
+         the sandbox, so git commands that write it (commit, branch, fetch) fail. Pass \
+         --write {} to allow them",
+        super::bytes::short(entry),
+        super::bytes::short(target),
+        super::bytes::short(target),
+    )
+}
+
+/// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
+/// canonical; `None` when it names nothing.
+fn read_gitfile(parent: BorrowedFd<'_>, path: &Path) -> Result<Option<PathBuf>, SandboxError> {
+    let fd = match openat2(
+        parent,
+        ".git",
+        OpenHow::new()
+            .flags(OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS),
+    ) {
+        Ok(fd) => fd,
+        Err(_) => return Ok(None),
+    };
+    let mut text = Vec::new();
+    fs::File::from(fd)
+        .take(4096)
+        .read_to_end(&mut text)
+        .map_err(|e| SandboxError::io(format!("read {}", super::bytes::short(path)), e))?;
+    let Some(line) = text
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"gitdir:"))
+    else {
+        return Ok(None);
+    };
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    Ok(fs::canonicalize(dir.join(OsStr::from_bytes(trim_ascii(line)))).ok())
+}
+
+fn trim_ascii(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &bytes[start..end.max(start)]
+}
+
+fn create_placeholder(
+    dir: BorrowedFd<'_>,
+    name: impl AsRef<OsStr>,
+    kind: PlaceholderKind,
+) -> Result<FileStat, Errno> {
+    let name = name.as_ref();
+    match kind {
+        PlaceholderKind::Dir => {
+            nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(0o755))?
+        }
+        PlaceholderKind::Symlink => nix::unistd::symlinkat(ABSENT_TARGET, dir, name)?,
+        PlaceholderKind::CommonDirSelf => {
+            use std::io::Write;
+            let fd = openat2(
+                dir,
+                name,
+                OpenHow::new()
+                    .flags(
+                        OFlag::O_WRONLY
+                            | OFlag::O_CREAT
+                            | OFlag::O_EXCL
+                            | OFlag::O_NOFOLLOW
+                            | OFlag::O_CLOEXEC,
+                    )
+                    .mode(Mode::from_bits_truncate(0o644))
+                    .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS),
+            )?;
+            fs::File::from(fd)
+                .write_all(COMMONDIR_SELF)
+                .map_err(|e| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw))?;
+        }
+    }
+    fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+fn file_kind(st: &FileStat) -> Kind {
+    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFDIR => Kind::Dir,
+        SFlag::S_IFREG => Kind::File,
+        SFlag::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+fn mask(path: PathBuf, kind: MaskKind, st: &FileStat, secret: bool) -> Mask {
+    Mask {
+        path,
+        kind,
+        is_dir: file_kind(st) == Kind::Dir,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        secret,
+    }
+}
+
+fn walk_error(path: &Path, op: &'static str, errno: Errno) -> SandboxError {
+    SandboxError::sys(op, super::bytes::short(path), errno)
+}
+
+/// A relative path of plain names only (no `..`, no root, no `.`).
+fn is_plain_relative(rel: &Path) -> bool {
+    rel.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// The entries of the directory open as `dir` (sorted, without `.` and `..`).
+fn list_dir(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
+    let dup = dir
+        .try_clone()
+        .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
+    let mut stream = nix::dir::Dir::from_fd(dup)?;
+    let mut names = Vec::new();
+    for entry in stream.iter() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(OsStr::from_bytes(&name).to_os_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn beneath(flags: OFlag) -> OpenHow {
+    OpenHow::new()
+        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        )
+}
+
+fn open_dir_beneath(dir: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
+    openat2(dir, rel, beneath(OFlag::O_RDONLY | OFlag::O_DIRECTORY))
+}
+
+/// Open `rel` beneath the directory `dir` one component at a time, refusing symlinks
+/// (the last component itself is opened, a symlink included, with `O_PATH`) and anything
+/// that leaves `dir`. Going one name at a time also lifts `PATH_MAX` off deep trees.
+pub(crate) fn open_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlag,
+) -> Result<OwnedFd, Errno> {
+    let names: Vec<&OsStr> = rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(name) => Ok(name),
+            _ => Err(Errno::EXDEV),
+        })
+        .collect::<Result<_, _>>()?;
+    let Some((last, parents)) = names.split_last() else {
+        return openat2(dir, ".", beneath(flags));
+    };
+    let mut current: Option<OwnedFd> = None;
+    for name in parents {
+        let at = current.as_ref().map_or(dir, |fd| fd.as_fd());
+        current = Some(openat2(
+            at,
+            *name,
+            beneath(OFlag::O_PATH | OFlag::O_DIRECTORY),
+        )?);
+    }
+    let at = current.as_ref().map_or(dir, |fd| fd.as_fd());
+    openat2(at, *last, beneath(flags))
+}
+
+/// Compile globs. `*` does not cross `/`; `**` does.
 pub(crate) fn compile_globs(globs: &[String]) -> Result<GlobSet, SandboxError> {
     let mut builder = GlobSetBuilder::new();
     for glob in globs {
@@ -167,190 +930,44 @@ pub(crate) fn compile_globs(globs: &[String]) -> Result<GlobSet, SandboxError> {
     })
 }
 
-/// Masks for everything under `roots` that matches `globs` (paths relative to each root).
-pub(crate) fn secret_masks(
-    roots: &[PathBuf],
-    globs: &[String],
-    limits: ScanLimits,
-) -> Result<Vec<Mask>, SandboxError> {
-    if globs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let set = compile_globs(globs)?;
-    let mut scan = Scan {
-        set: &set,
-        limits,
-        masks: Vec::new(),
-        linked: HashMap::new(),
-        symlinks: Vec::new(),
-        root: PathBuf::new(),
-    };
-    for root in roots {
-        if !root.is_dir() {
-            continue;
+/// The names a protected glob stands for even before they exist: a glob of plain names
+/// (`.envrc`, `.mcp.json`) is that path; `NAME/**` (`.claude/**`) is the directory
+/// `NAME`. Globs with wildcards elsewhere protect only what exists at the start.
+pub(crate) fn literal_protected(globs: &[String]) -> Vec<PathBuf> {
+    let is_literal =
+        |part: &str| !part.is_empty() && !part.contains(['*', '?', '[', ']', '{', '}', '\\']);
+    let mut names = Vec::new();
+    for glob in globs {
+        let glob = glob.trim_start_matches("./");
+        let prefix = glob.strip_suffix("/**").unwrap_or(glob);
+        let parts: Vec<&str> = prefix.split('/').collect();
+        if parts
+            .iter()
+            .all(|p| is_literal(p) && *p != "." && *p != "..")
+        {
+            names.push(parts.iter().collect::<PathBuf>());
         }
-        scan.root = root.clone();
-        scan.walk(root, Path::new(""), 0, false)?;
     }
-    scan.follow_symlinks(roots)?;
-    scan.add_hard_links();
-    Ok(scan.masks)
+    names.sort();
+    names.dedup();
+    names
 }
 
-struct Scan<'a> {
-    set: &'a GlobSet,
-    limits: ScanLimits,
-    masks: Vec<Mask>,
-    /// Regular files with more than one link, by (dev, ino): other names of a secret.
-    linked: HashMap<(u64, u64), Vec<PathBuf>>,
-    /// Symlinks whose name matched a glob; their targets are masked when in scope.
-    symlinks: Vec<PathBuf>,
-    root: PathBuf,
-}
-
-impl Scan<'_> {
-    fn walk(
-        &mut self,
-        dir: &Path,
-        rel: &Path,
-        depth: usize,
-        inside_secret: bool,
-    ) -> Result<(), SandboxError> {
-        if depth > self.limits.max_depth {
-            return Err(SandboxError::ScanLimit {
-                what: "the directory depth",
-                limit: self.limits.max_depth,
-                path: dir.to_path_buf(),
-            });
-        }
-        let entries = fs::read_dir(dir)
-            .map_err(|e| SandboxError::io(format!("scan {}", dir.display()), e))?;
-        let mut names: Vec<_> = entries
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| SandboxError::io(format!("scan {}", dir.display()), e))?;
-        names.sort();
-        for name in names {
-            let path = dir.join(&name);
-            let rel_child = rel.join(&name);
-            let meta = fs::symlink_metadata(&path)
-                .map_err(|e| SandboxError::io(format!("scan {}", path.display()), e))?;
-            let matched = inside_secret || self.set.is_match(&rel_child);
-            if meta.is_dir() {
-                if inside_secret {
-                    self.walk(&path, &rel_child, depth + 1, true)?;
-                } else if matched || self.set.is_match(rel_child.join(PROBE_CHILD)) {
-                    self.push(Mask {
-                        path: path.clone(),
-                        kind: MaskKind::ReadOnly,
-                        is_dir: true,
-                        dev: meta.dev(),
-                        ino: meta.ino(),
-                        secret: true,
-                    })?;
-                    self.walk(&path, &rel_child, depth + 1, true)?;
-                } else if name != ".git" {
-                    self.walk(&path, &rel_child, depth + 1, false)?;
-                }
-            } else if meta.is_file() {
-                if meta.nlink() > 1 {
-                    self.linked
-                        .entry((meta.dev(), meta.ino()))
-                        .or_default()
-                        .push(path.clone());
-                }
-                if matched {
-                    self.push(empty_mask(path, &meta))?;
-                }
-            } else if meta.file_type().is_symlink() && matched {
-                self.symlinks.push(path);
-            }
-        }
-        Ok(())
-    }
-
-    fn push(&mut self, mask: Mask) -> Result<(), SandboxError> {
-        if self.masks.len() >= self.limits.max_matches {
-            return Err(SandboxError::ScanLimit {
-                what: "the number of matching paths",
-                limit: self.limits.max_matches,
-                path: self.root.clone(),
-            });
-        }
-        self.masks.push(mask);
-        Ok(())
-    }
-
-    /// A symlink named like a secret shows its target's content: mask the target when it
-    /// lies in a scanned root. Targets elsewhere are either not granted at all (the kernel
-    /// denies them) or system files that are readable anyway.
-    fn follow_symlinks(&mut self, roots: &[PathBuf]) -> Result<(), SandboxError> {
-        for link in std::mem::take(&mut self.symlinks) {
-            let Ok(target) = fs::canonicalize(&link) else {
-                continue;
-            };
-            let Some(root) = roots.iter().find(|r| target.starts_with(r)) else {
-                continue;
-            };
-            if self
-                .masks
-                .iter()
-                .any(|m| target.starts_with(&m.path) && m.is_dir)
-                || self.masks.iter().any(|m| m.path == target)
-            {
-                continue;
-            }
-            let meta = fs::metadata(&target)
-                .map_err(|e| SandboxError::io(format!("scan {}", target.display()), e))?;
-            self.root = root.clone();
-            if meta.is_dir() {
-                self.push(Mask {
-                    path: target.clone(),
-                    kind: MaskKind::ReadOnly,
-                    is_dir: true,
-                    dev: meta.dev(),
-                    ino: meta.ino(),
-                    secret: true,
-                })?;
-                self.walk(&target, Path::new(""), 0, true)?;
-            } else if meta.is_file() {
-                self.push(empty_mask(target, &meta))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Other names (hard links) of a masked file carry the same content: mask them too.
-    fn add_hard_links(&mut self) {
-        let mut extra = Vec::new();
-        for mask in self.masks.iter().filter(|m| m.kind == MaskKind::Empty) {
-            if let Some(paths) = self.linked.get(&(mask.dev, mask.ino)) {
-                for path in paths {
-                    if *path != mask.path {
-                        extra.push(Mask {
-                            path: path.clone(),
-                            ..mask.clone()
-                        });
-                    }
-                }
-            }
-        }
-        for mask in extra {
-            if !self.masks.iter().any(|m| m.path == mask.path) {
-                self.masks.push(mask);
-            }
-        }
-    }
-}
-
-fn empty_mask(path: PathBuf, meta: &fs::Metadata) -> Mask {
-    Mask {
-        path,
-        kind: MaskKind::Empty,
-        is_dir: false,
-        dev: meta.dev(),
-        ino: meta.ino(),
-        secret: true,
+/// A read-only self-mount of `path` if it exists and is not a symlink (outside the
+/// workspace: the CLI's config dir).
+pub(crate) fn read_only_mask(path: &Path) -> Result<Option<Mask>, SandboxError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() || meta.is_file() => Ok(Some(Mask {
+            path: path.to_path_buf(),
+            kind: MaskKind::ReadOnly,
+            is_dir: meta.is_dir(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            secret: false,
+        })),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(SandboxError::io(format!("inspect {}", path.display()), e)),
     }
 }
 
@@ -358,9 +975,40 @@ fn empty_mask(path: PathBuf, meta: &fs::Metadata) -> Mask {
 mod tests {
     use super::*;
     use crate::sandbox::DEFAULT_DENY_GLOBS;
+    use std::os::unix::ffi::OsStringExt;
 
     fn globs() -> Vec<String> {
         DEFAULT_DENY_GLOBS.iter().map(|g| g.to_string()).collect()
+    }
+
+    fn scan(
+        ws: &Path,
+        deny: &[String],
+        protect: &[String],
+        writable: bool,
+    ) -> Result<ScanOutput, SandboxError> {
+        scan_limited(ws, deny, protect, writable, ScanLimits::default())
+    }
+
+    fn scan_limited(
+        ws: &Path,
+        deny: &[String],
+        protect: &[String],
+        writable: bool,
+        limits: ScanLimits,
+    ) -> Result<ScanOutput, SandboxError> {
+        let fd = crate::sandbox::sys::open_nofollow(ws).unwrap();
+        let deny = compile_globs(deny)?;
+        let protect_set = compile_globs(protect)?;
+        let literal = literal_protected(protect);
+        let tree = TreeScan {
+            root: ws,
+            fd: fd.as_fd(),
+            writable,
+            protect: Some(&protect_set),
+            protect_literal: &literal,
+        };
+        scan_trees(&[tree], &deny, limits)
     }
 
     fn paths(masks: &[Mask], root: &Path) -> Vec<String> {
@@ -397,10 +1045,9 @@ mod tests {
             fs::create_dir_all(p.parent().unwrap()).unwrap();
             fs::write(p, "x").unwrap();
         }
-        let masks =
-            secret_masks(std::slice::from_ref(&ws), &globs(), ScanLimits::default()).unwrap();
+        let out = scan(&ws, &globs(), &[], false).unwrap();
         assert_eq!(
-            paths(&masks, &ws),
+            paths(&out.masks, &ws),
             vec![
                 ".env.local:Empty",
                 ".env:Empty",
@@ -416,6 +1063,20 @@ mod tests {
     }
 
     #[test]
+    fn non_utf8_names_are_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        let odd = OsString::from_vec(b"a\xff.pem".to_vec());
+        fs::write(ws.join(&odd), "x").unwrap();
+        let out = scan(&ws, &globs(), &[], false).unwrap();
+        assert_eq!(out.masks.len(), 1);
+        assert_eq!(out.masks[0].path, ws.join(&odd));
+        let json = serde_json::to_string(&out.masks[0]).unwrap();
+        let back: Mask = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, out.masks[0]);
+    }
+
+    #[test]
     fn caps_fail_closed() {
         let dir = tempfile::tempdir().unwrap();
         let ws = fs::canonicalize(dir.path()).unwrap();
@@ -425,8 +1086,9 @@ mod tests {
             max_depth: 2,
             max_matches: 10,
         };
-        let err = secret_masks(std::slice::from_ref(&ws), &globs(), shallow).unwrap_err();
+        let err = scan_limited(&ws, &globs(), &[], false, shallow).unwrap_err();
         assert!(matches!(err, SandboxError::ScanLimit { .. }), "{err}");
+        assert!(err.to_string().contains("a/b/c"), "{err}");
         for i in 0..3 {
             fs::write(ws.join(format!("{i}.key")), "x").unwrap();
         }
@@ -434,7 +1096,7 @@ mod tests {
             max_depth: 10,
             max_matches: 2,
         };
-        let err = secret_masks(std::slice::from_ref(&ws), &globs(), few).unwrap_err();
+        let err = scan_limited(&ws, &globs(), &[], false, few).unwrap_err();
         assert!(matches!(err, SandboxError::ScanLimit { .. }), "{err}");
     }
 
@@ -446,10 +1108,9 @@ mod tests {
         std::os::unix::fs::symlink("real.txt", ws.join(".env")).unwrap();
         fs::write(ws.join("server.key"), "k").unwrap();
         fs::hard_link(ws.join("server.key"), ws.join("copy.txt")).unwrap();
-        let masks =
-            secret_masks(std::slice::from_ref(&ws), &globs(), ScanLimits::default()).unwrap();
+        let out = scan(&ws, &globs(), &[], false).unwrap();
         assert_eq!(
-            paths(&masks, &ws),
+            paths(&out.masks, &ws),
             vec!["copy.txt:Empty", "real.txt:Empty", "server.key:Empty"]
         );
     }
@@ -461,17 +1122,79 @@ mod tests {
     }
 
     #[test]
-    fn git_guards_cover_hooks_and_config() {
+    fn every_git_dir_is_guarded_and_absent_names_are_held() {
         let dir = tempfile::tempdir().unwrap();
         let ws = fs::canonicalize(dir.path()).unwrap();
-        fs::create_dir_all(ws.join(".git")).unwrap();
+        fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         fs::write(ws.join(".git/config"), "[core]").unwrap();
-        let git = git_dirs(&ws);
-        assert!(git.common_outside.is_none());
-        let masks = git_guards(&git).unwrap();
+        fs::create_dir_all(ws.join(".git/modules/sub/objects")).unwrap();
+        fs::write(ws.join(".git/modules/sub/HEAD"), "x").unwrap();
+        fs::create_dir_all(ws.join("nested/.git")).unwrap();
+        let protect = vec![".envrc".to_string(), ".claude/**".to_string()];
+        let out = scan(&ws, &globs(), &protect, true).unwrap();
+        let got = paths(&out.masks, &ws);
+        for want in [
+            ".git:Pin",
+            ".git/config:ReadOnly",
+            ".git/config.worktree:ReadOnly",
+            ".git/commondir:ReadOnly",
+            ".git/hooks:ReadOnly",
+            ".git/info:ReadOnly",
+            ".git/modules/sub/config:ReadOnly",
+            ".git/modules/sub/hooks:ReadOnly",
+            "nested/.git:Pin",
+            "nested/.git/config:ReadOnly",
+            ".envrc:ReadOnly",
+            ".claude:ReadOnly",
+        ] {
+            assert!(
+                got.contains(&want.to_string()),
+                "{want} missing from {got:?}"
+            );
+        }
         assert_eq!(
-            paths(&masks, &ws),
-            vec![".git/config:ReadOnly", ".git/hooks:ReadOnly"]
+            fs::read_link(ws.join(".git/config.worktree")).unwrap(),
+            Path::new(ABSENT_TARGET)
+        );
+        assert_eq!(fs::read(ws.join(".git/commondir")).unwrap(), COMMONDIR_SELF);
+        assert!(ws.join(".envrc").is_dir());
+        for p in &out.placeholders {
+            p.remove();
+        }
+        assert!(fs::symlink_metadata(ws.join(".git/commondir")).is_err());
+        assert!(fs::symlink_metadata(ws.join(".git/config.worktree")).is_err());
+        assert!(fs::symlink_metadata(ws.join(".envrc")).is_err());
+        assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
+    }
+
+    #[test]
+    fn a_git_file_pointing_outside_adds_a_warning_not_a_guard() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        fs::create_dir_all(root.join("home")).unwrap();
+        fs::create_dir_all(&ws).unwrap();
+        fs::write(ws.join(".git"), "gitdir: ../home\n").unwrap();
+        let out = scan(&ws, &globs(), &[], true).unwrap();
+        assert_eq!(paths(&out.masks, &ws), vec![".git:ReadOnly"]);
+        assert!(!root.join("home/hooks").exists());
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+    }
+
+    #[test]
+    fn literal_protected_names() {
+        let globs: Vec<String> = [".claude/**", ".mcp.json", "**/*.sh", "a/b.json", "x/*/y"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            literal_protected(&globs),
+            vec![
+                PathBuf::from(".claude"),
+                PathBuf::from(".mcp.json"),
+                PathBuf::from("a/b.json")
+            ]
         );
     }
 }

@@ -21,6 +21,14 @@ pub(crate) fn open_nofollow(path: &Path) -> Result<OwnedFd, Errno> {
     openat2(nix::fcntl::AT_FDCWD, path, how)
 }
 
+/// Open the directory `path` as an `O_PATH` handle, refusing any symlink on the way.
+pub(crate) fn open_nofollow_dir(path: &Path) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    openat2(nix::fcntl::AT_FDCWD, path, how)
+}
+
 /// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE)`: a detached copy of the mount tree
 /// at `fd`, submounts included (a non-recursive copy is refused where submounts are locked).
 pub(crate) fn clone_tree(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
@@ -42,6 +50,30 @@ pub(crate) fn clone_tree(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
 pub(crate) fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let empty = c"";
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    // SAFETY: `tree` is valid, `attr` lives across the call and its size is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Make a detached mount tree nosuid and nodev (recursively), leaving it writable.
+pub(crate) fn set_nosuid(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,

