@@ -1,9 +1,26 @@
 //! `coder sandbox [OPTIONS] -- CMD ARGS`: run any command under the same confinement the
 //! agent gets, to try a policy by hand or to confine a build.
 //!
-//! There is no supervisor here: the process parses its arguments, resolves the policy,
-//! confines itself and replaces itself with the command (`execvp`). That is why it must be
-//! dispatched before anything starts a thread (no tokio runtime, no logger thread).
+//! There is no supervisor here, but there is a proxy: the process parses its arguments,
+//! resolves the policy and forks (before anything starts a thread: no tokio runtime, no
+//! logger thread, which is why it is dispatched first).
+//!
+//! * The child confines itself, which puts it in a network namespace with loopback only
+//!   and sends the egress proxy's listener up a socket pair (see `sandbox::netns`), then
+//!   replaces itself with the command.
+//! * The parent stays outside the namespace and serves that listener
+//!   (`sandbox::proxy::Egress`) on a small tokio runtime in a second thread, while its main
+//!   thread waits for the child and forwards signals.
+//!
+//! Forking here, rather than re-executing through the run mode's helper, keeps the
+//! command in the caller's process group and on its terminal's signals, and costs one
+//! `fork` instead of a second start of coder. Exit status: the command's; when it dies of
+//! a signal, the parent dies of the same signal (or exits 128+N if that signal cannot
+//! kill it). `SIGTERM`, `SIGHUP`, `SIGINT`, `SIGQUIT`, `SIGUSR1` and `SIGUSR2` sent to the
+//! parent by another process are forwarded to the command; the same signals from the
+//! terminal already reach the command's process group and are not sent twice.
+//!
+//! `danger-full-access` needs no proxy: that mode execs the command in place, as before.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -16,7 +33,7 @@ use crate::sandbox::{Mode, Policy, PolicyOptions};
 use crate::sandbox::{SandboxError, confine};
 
 /// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
-const EXIT_SANDBOX_ERROR: u8 = 71;
+pub(super) const EXIT_SANDBOX_ERROR: u8 = 71;
 const EXIT_NOT_FOUND: u8 = 127;
 const EXIT_NOT_EXECUTABLE: u8 = 126;
 
@@ -46,8 +63,13 @@ struct SandboxArgs {
     /// Make tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...) writable.
     #[arg(long)]
     tool_caches: bool,
-    /// TCP port the command may connect to (repeatable).
-    #[arg(long, value_name = "N")]
+    /// Let the command reach HOST[:PORT] (default port 443) through coder's egress proxy
+    /// (repeatable; presets @npm, @crates, @pypi, @github).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_host: Vec<String>,
+    /// Same as --allow-host 127.0.0.1:N (kept for old scripts; the command's network is
+    /// its own loopback plus the proxy).
+    #[arg(long, value_name = "N", hide = true)]
     connect_port: Vec<u16>,
     /// Replace the non-accessible globs (repeatable; default .env, .env.*, *.pem, *.key,
     /// secrets/ anywhere).
@@ -88,7 +110,9 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     opts.extra_write = args.write;
     opts.allow_tmp = args.allow_tmp;
     opts.tool_caches = args.tool_caches;
-    opts.connect_ports = args.connect_port;
+    let mut hosts = args.allow_host.clone();
+    hosts.extend(args.connect_port.iter().map(|p| format!("127.0.0.1:{p}")));
+    opts.allow_hosts = crate::sandbox::allow::expand_all(&hosts)?;
     if !args.deny.is_empty() {
         opts.deny_globs = args.deny;
     }
@@ -117,20 +141,36 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
         policy.grant_read(&executable)?;
     }
 
-    if let Err(e) = confine(&policy) {
+    if policy.mode.is_confined() {
+        return super::sandbox_fork::run_forked(policy, program, &args.command[1..], env);
+    }
+    if let Err(e) = confine(&policy, None) {
         policy.cleanup();
         return Err(e);
     }
+    Ok(ExitCode::from(exec_command(
+        program,
+        &args.command[1..],
+        env,
+    )))
+}
+
+/// Replaces this process with the command; returns the exit code to use when that fails.
+pub(super) fn exec_command(
+    program: &OsString,
+    args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> u8 {
     let err = std::process::Command::new(program)
-        .args(&args.command[1..])
+        .args(args)
         .env_clear()
         .envs(env)
         .exec();
     eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
-    Ok(ExitCode::from(match err.kind() {
+    match err.kind() {
         std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
         _ => EXIT_NOT_EXECUTABLE,
-    }))
+    }
 }
 
 /// This process's environment without credentials, adjusted by the policy.
@@ -188,7 +228,7 @@ fn find_executable(program: &OsString, path: &OsString, cwd: &Path) -> Option<Pa
         .and_then(|p| std::fs::canonicalize(p).ok())
 }
 
-fn one_line(text: &str) -> String {
+pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -217,15 +257,15 @@ mod tests {
             "coder sandbox",
             "--mode",
             "read-only",
-            "--connect-port",
-            "8080",
+            "--allow-host",
+            "@npm",
             "--",
             "ls",
             "-la",
         ])
         .unwrap();
         assert_eq!(args.mode, Mode::ReadOnly);
-        assert_eq!(args.connect_port, vec![8080]);
+        assert_eq!(args.allow_host, vec!["@npm".to_string()]);
         assert_eq!(
             args.command,
             vec![OsString::from("ls"), OsString::from("-la")]

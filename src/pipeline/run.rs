@@ -289,6 +289,7 @@ async fn run_attempts(
     };
     let _run_dir = crate::sandbox::RunDirCleanup::new(policy.as_ref());
     let denial_policy = policy.clone().map(std::sync::Arc::new);
+    let egress = egress_for(policy.as_ref());
 
     let mut backoff = Backoff::standard();
     loop {
@@ -300,6 +301,7 @@ async fn run_attempts(
         spec.args.extend(backend.cli_args());
         if let Some(policy) = &policy {
             child::confine(&mut spec, policy.clone());
+            spec.egress = egress.clone();
         }
         let mut observation =
             Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
@@ -320,6 +322,7 @@ async fn run_attempts(
             journal,
         )
         .await;
+        note_egress(egress.as_deref(), &mut observation, journal);
         let verdict = outcome::classify(&end, &observation, run.message_limits);
         if let Some(server) = &replay_server {
             // The cassette's own view: a request it could not answer as scripted.
@@ -423,6 +426,34 @@ async fn run_attempts(
                     observation,
                 );
             }
+        }
+    }
+}
+
+/// The run's egress proxy, for a confined child (see `sandbox::proxy`).
+fn egress_for(
+    policy: Option<&crate::sandbox::Policy>,
+) -> Option<std::sync::Arc<crate::sandbox::proxy::Egress>> {
+    policy.map(|p| std::sync::Arc::new(crate::sandbox::proxy::Egress::new(p.network.allow.clone())))
+}
+
+/// After an attempt: what the proxy refused becomes sandbox denials, and its counts go to
+/// the transcript (`egress` note), which shows that the backend was reached through it.
+fn note_egress(
+    egress: Option<&crate::sandbox::proxy::Egress>,
+    observation: &mut Observation,
+    journal: &mut RunJournal,
+) {
+    let Some(log) = egress.map(crate::sandbox::proxy::Egress::take_log) else {
+        return;
+    };
+    journal.note(
+        "egress",
+        json!({"allowed": log.allowed, "denied": log.denied, "denials": log.denials}),
+    );
+    for denial in log.denials {
+        if !observation.denials.contains(&denial) {
+            observation.denials.push(denial);
         }
     }
 }

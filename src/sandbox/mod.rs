@@ -29,12 +29,15 @@
 //! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
 //! history).
 
+pub mod allow;
 mod confine;
 pub(crate) mod denial;
 pub mod helper;
+mod netns;
 mod note;
 mod policy;
 mod probe;
+pub mod proxy;
 mod scan;
 mod sys;
 
@@ -42,10 +45,9 @@ use std::path::PathBuf;
 
 pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials, redact};
+pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
-pub use policy::{
-    Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
-};
+pub use policy::{Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias};
 pub use probe::{SandboxSupport, probe};
 pub use scan::{Mask, MaskKind, ScanLimits};
 
@@ -63,7 +65,7 @@ pub fn policy_for_agent(
         return Ok(None);
     }
     let mut opts = PolicyOptions::new(mode, workspace);
-    opts.connect_ports = backend_ports(env);
+    opts.allow_hosts = agent_allow_hosts(env, &extras.allow_hosts)?;
     opts.extra_read.clone_from(&extras.read);
     opts.extra_write.clone_from(&extras.write);
     opts.allow_tmp = extras.allow_tmp;
@@ -107,6 +109,23 @@ pub struct AgentSandboxArgs {
     /// secrets/ anywhere in the workspace).
     #[arg(long = "deny", value_name = "GLOB")]
     pub deny: Vec<String>,
+    /// Let the agent reach HOST[:PORT] (default port 443) through coder's egress proxy,
+    /// besides the backend (repeatable; presets @npm, @crates, @pypi, @github).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    pub allow_hosts: Vec<String>,
+}
+
+/// What the agent may reach through the proxy: the backend's endpoint (from the child's
+/// `ANTHROPIC_BASE_URL`) and the `--allow-host` values, presets expanded.
+pub fn agent_allow_hosts(
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    extra: &[String],
+) -> Result<Vec<allow::HostPort>, SandboxError> {
+    let mut hosts = allow::expand_all(extra)?;
+    hosts.extend(allow::backend_endpoint(env));
+    hosts.sort();
+    hosts.dedup();
+    Ok(hosts)
 }
 
 /// Removes a run's private directory when dropped (after the run's process tree is gone).
@@ -196,6 +215,20 @@ pub enum SandboxError {
          symlink); refusing to run with a mask that may be missing"
     )]
     MaskTargetChanged { path: PathBuf },
+
+    #[error(
+        "no private network namespace ({reason}); the agent's network is confined to coder's \
+         egress proxy, which needs one (unprivileged user namespaces may be disabled here: \
+         check kernel.apparmor_restrict_unprivileged_userns or the container's seccomp \
+         profile). Use --sandbox danger-full-access to run without confinement"
+    )]
+    NetworkUnavailable { reason: String },
+
+    #[error("sandbox network: {0}")]
+    Network(String),
+
+    #[error("{0}")]
+    AllowHost(#[from] allow::AllowHostError),
 
     #[error("confine() must run in a single-threaded process (found {threads} threads)")]
     NotSingleThreaded { threads: usize },
