@@ -169,3 +169,19 @@ fn send_fd(channel: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> Result<(), SandboxErr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staying_in_the_hosts_namespace_fails_closed() {
+        let host = current_namespace().unwrap();
+        let err = setup(&NetworkPolicy::default(), host, None).unwrap_err();
+        assert!(
+            matches!(err, SandboxError::NetworkUnavailable { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("danger-full-access"), "{err}");
+    }
+}
