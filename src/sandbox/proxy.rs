@@ -45,9 +45,10 @@ pub const PROXY_TOOL: &str = "proxy";
 /// What the proxy saw, shared by all its connections.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct EgressLog {
-    /// Requests let through (CONNECT tunnels and plain HTTP requests).
+    /// Connections let through: CONNECT tunnels, and plain-HTTP connections (with every
+    /// request they carry: the CLI keeps one open across turns).
     pub allowed: u64,
-    /// Requests refused (not on the allow-list, or malformed).
+    /// Requests refused (not on the allow-list).
     pub denied: u64,
     /// Distinct refused destinations, at most [`MAX_DENIALS`].
     pub denials: Vec<Denial>,
