@@ -48,7 +48,7 @@ pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_deni
 pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
 pub use policy::{Access, DEFAULT_DENY_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias};
-pub use probe::{SandboxSupport, probe};
+pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{Mask, MaskKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
