@@ -5,6 +5,7 @@
 //! default_backend = "glm"
 //! claude_config_dir = "private"      # or "user", or an absolute path
 //! pass_env = ["CARGO_HOME"]          # extra caller variables the child may see
+//! allow_hosts = ["@crates", "internal.example:8443"]  # more hosts the sandbox proxy allows
 //!
 //! [backends.glm]                     # same name as a preset: changes that preset
 //! model = "glm-4.7"
@@ -41,6 +42,9 @@ pub struct ConfigFile {
     pub claude_config_dir: Option<(String, usize)>,
     /// Top-level `pass_env`.
     pub pass_env: Vec<String>,
+    /// Top-level `allow_hosts`: more destinations for the sandbox's egress proxy
+    /// (`--allow-host` values, presets included).
+    pub allow_hosts: Vec<String>,
     pub backends: BTreeMap<String, FileBackend>,
     /// Whether the file is readable by users other than its owner.
     pub readable_by_others: bool,
@@ -65,6 +69,8 @@ struct RawFile {
     claude_config_dir: Option<Spanned<String>>,
     #[serde(default)]
     pass_env: Vec<String>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
     #[serde(default)]
     backends: BTreeMap<String, Spanned<RawProfile>>,
 }
@@ -237,6 +243,7 @@ impl ConfigFile {
                 .map(|d| (spanned_line(d.span()), d.into_inner()))
                 .map(|(l, d)| (d, l)),
             pass_env: raw.pass_env,
+            allow_hosts: raw.allow_hosts,
             backends,
             readable_by_others: false,
         })

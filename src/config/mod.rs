@@ -142,6 +142,8 @@ pub struct ResolvedBackend {
     append_system_prompt: Option<String>,
     proxy_vars: BTreeMap<String, String>,
     config_file: Option<PathBuf>,
+    /// The config file's `allow_hosts`, for the sandbox's egress proxy.
+    allow_hosts: Vec<String>,
     warnings: Vec<String>,
 }
 
@@ -182,6 +184,11 @@ impl ResolvedBackend {
         self.base_url = Some(url.to_owned());
         self.sets_base_url = true;
         self
+    }
+
+    /// The config file's `allow_hosts` (`--allow-host` values the sandbox adds).
+    pub fn allow_hosts(&self) -> &[String] {
+        &self.allow_hosts
     }
 
     /// TCP ports the child must be allowed to connect to: the API's, and the proxy's when
@@ -674,6 +681,10 @@ pub fn resolve_backend_allowing_missing_key(
                 .clone()
                 .filter(|s| !s.is_empty()),
             proxy_vars: env::proxy_vars(env),
+            allow_hosts: file
+                .as_ref()
+                .map(|f| f.allow_hosts.clone())
+                .unwrap_or_default(),
             config_file: file.map(|f| f.path),
             warnings,
             name,

@@ -272,7 +272,7 @@ async fn run_attempts(
         &request.workspace,
         &program,
         &preview.env,
-        &request.sandbox_args,
+        &with_config_hosts(&request.sandbox_args, backend.allow_hosts()),
     ) {
         Ok(policy) => policy,
         Err(e) => {
@@ -428,6 +428,16 @@ async fn run_attempts(
             }
         }
     }
+}
+
+/// The sandbox options with the config file's `allow_hosts` added to `--allow-host`.
+fn with_config_hosts(
+    args: &crate::sandbox::AgentSandboxArgs,
+    config_hosts: &[String],
+) -> crate::sandbox::AgentSandboxArgs {
+    let mut args = args.clone();
+    args.allow_hosts.extend(config_hosts.iter().cloned());
+    args
 }
 
 /// The run's egress proxy, for a confined child (see `sandbox::proxy`).
