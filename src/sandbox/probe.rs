@@ -161,42 +161,6 @@ fn probe_user_namespace() -> Result<(), String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_names_every_feature() {
-        let support = SandboxSupport {
-            landlock_abi: Some(5),
-            landlock_error: None,
-            user_namespaces: false,
-            user_namespaces_error: Some("refused".to_string()),
-            root_with_sys_admin: false,
-        };
-        assert!(!support.can_confine());
-        assert!(!support.can_mask());
-        let text = support.summary();
-        assert!(text.contains("ABI 5 (too old"), "{text}");
-        assert!(text.contains("refused"), "{text}");
-    }
-
-    #[test]
-    fn probe_reports_this_kernel() {
-        let support = probe();
-        // Every Linux with a Landlock-enabled kernel reports a version; without one the
-        // reason is given instead.
-        assert_eq!(
-            support.landlock_abi.is_none(),
-            support.landlock_error.is_some()
-        );
-        assert_eq!(
-            support.user_namespaces,
-            support.user_namespaces_error.is_none()
-        );
-    }
-}
-
 /// Runs `coder sandbox -- true` in a throwaway workspace: the whole confinement a run
 /// gets, including the private network namespace, its loopback, the proxy listener and
 /// its hand-over to the parent. `Ok` when that works; otherwise the one-line reason a
@@ -254,5 +218,41 @@ fn wait_briefly(child: std::process::Child) -> Result<(), String> {
             }
             Err("coder sandbox -- true did not finish within 20 s".to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_names_every_feature() {
+        let support = SandboxSupport {
+            landlock_abi: Some(5),
+            landlock_error: None,
+            user_namespaces: false,
+            user_namespaces_error: Some("refused".to_string()),
+            root_with_sys_admin: false,
+        };
+        assert!(!support.can_confine());
+        assert!(!support.can_mask());
+        let text = support.summary();
+        assert!(text.contains("ABI 5 (too old"), "{text}");
+        assert!(text.contains("refused"), "{text}");
+    }
+
+    #[test]
+    fn probe_reports_this_kernel() {
+        let support = probe();
+        // Every Linux with a Landlock-enabled kernel reports a version; without one the
+        // reason is given instead.
+        assert_eq!(
+            support.landlock_abi.is_none(),
+            support.landlock_error.is_some()
+        );
+        assert_eq!(
+            support.user_namespaces,
+            support.user_namespaces_error.is_none()
+        );
     }
 }
