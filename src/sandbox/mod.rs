@@ -5,14 +5,15 @@
 //! the user's SSH keys, dotfiles and `.env` files is this module. It works in two halves:
 //!
 //! * In the parent, [`Policy::resolve`] turns a mode ([`Mode`]), a workspace and a few
-//!   options into a serializable [`Policy`]: the roots to read and write, the TCP ports the
-//!   agent may connect to, the files to mask, and the environment the agent must get. All
+//!   options into a serializable [`Policy`]: the roots to read and write, the hosts the
+//!   agent may reach through coder's egress proxy ([`allow`]), the files to mask, and the environment the agent must get. All
 //!   the thinking (canonicalising, scanning for secrets, refusing a home directory as
 //!   workspace) happens here, where errors are cheap to report.
 //! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
 //!   re-executed, so no confinement code runs inside the multi-task supervisor),
 //!   [`confine`] applies it: a private mount namespace whose root holds only the granted
-//!   paths, empty read-only files bind-mounted over every secret, capabilities dropped,
+//!   paths, a private network namespace with loopback only whose proxy listener goes to
+//!   coder ([`proxy`] serves it from outside), empty read-only files bind-mounted over every secret, capabilities dropped,
 //!   then Landlock (filesystem rights, TCP connect ports, signal and abstract-socket
 //!   scoping). Anything short of that is an
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
@@ -26,8 +27,8 @@
 //!
 //! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
 //! inherited), which is why secrets are hidden with mounts rather than with rules; see
-//! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
-//! history).
+//! SECURITY.md for the threat model and the known limits (secrets already in git history,
+//! no upstream-proxy chaining).
 
 pub mod allow;
 mod confine;
