@@ -23,7 +23,6 @@
 //! `danger-full-access` needs no proxy: that mode execs the command in place, as before.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -32,10 +31,7 @@ use clap::Parser;
 use crate::sandbox::{Mode, Policy, PolicyOptions};
 use crate::sandbox::{SandboxError, confine};
 
-/// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
-pub(super) const EXIT_SANDBOX_ERROR: u8 = 71;
-const EXIT_NOT_FOUND: u8 = 127;
-const EXIT_NOT_EXECUTABLE: u8 = 126;
+use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, exec_command, one_line};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -155,24 +151,6 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     )))
 }
 
-/// Replaces this process with the command; returns the exit code to use when that fails.
-pub(super) fn exec_command(
-    program: &OsString,
-    args: &[OsString],
-    env: Vec<(OsString, OsString)>,
-) -> u8 {
-    let err = std::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .exec();
-    eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
-    match err.kind() {
-        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-        _ => EXIT_NOT_EXECUTABLE,
-    }
-}
-
 /// This process's environment without credentials, adjusted by the policy.
 fn command_env(policy: &Policy) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
@@ -226,10 +204,6 @@ fn find_executable(program: &OsString, path: &OsString, cwd: &Path) -> Option<Pa
         .map(|dir| cwd.join(dir).join(candidate))
         .find(|p| is_executable(p))
         .and_then(|p| std::fs::canonicalize(p).ok())
-}
-
-pub(super) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

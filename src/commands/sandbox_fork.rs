@@ -1,9 +1,10 @@
 //! `coder sandbox` for a confined mode: fork, confine and exec the command in the child,
-//! serve the egress proxy and wait in the parent (see the module docs of
+//! serve the egress proxy and wait in the parent; and the exec both modes end with (see the module docs of
 //! [`super::sandbox`] for why, and for the exit-status and signal rules).
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use nix::errno::Errno;
@@ -12,9 +13,13 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
-use super::sandbox::{EXIT_SANDBOX_ERROR, exec_command, one_line};
 use crate::sandbox::proxy::Egress;
 use crate::sandbox::{Policy, SandboxError, confine};
+
+/// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
+pub(super) const EXIT_SANDBOX_ERROR: u8 = 71;
+pub(super) const EXIT_NOT_FOUND: u8 = 127;
+const EXIT_NOT_EXECUTABLE: u8 = 126;
 
 /// Signals another process may send the parent, passed on to the command.
 const FORWARDED: [Signal; 6] = [
@@ -211,4 +216,26 @@ fn die_of(signal: Signal) {
     only.add(signal);
     let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&only), None);
     let _ = nix::sys::signal::raise(signal);
+}
+
+/// Replaces this process with the command; returns the exit code to use when that fails.
+pub(super) fn exec_command(
+    program: &OsString,
+    args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> u8 {
+    let err = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .exec();
+    eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
+    match err.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        _ => EXIT_NOT_EXECUTABLE,
+    }
+}
+
+pub(super) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
