@@ -186,6 +186,7 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
     let support = crate::sandbox::probe();
     checks.push(check_landlock(confined, &support));
     checks.push(check_namespaces(confined, &support));
+    checks.push(check_sandbox_network(confined));
     let timeout = Duration::try_from_secs_f64(args.connect_timeout)
         .unwrap_or(Duration::from_secs(3))
         .max(Duration::from_millis(10));
@@ -732,6 +733,31 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
             .hint("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0)");
     }
     check
+}
+
+/// The agent's network layer (private network namespace, loopback, egress proxy), tried
+/// for real with `coder sandbox -- true`: what fails here makes every confined run fail
+/// closed.
+fn check_sandbox_network(confined: bool) -> Check {
+    const NAME: &str = "egress";
+    if !confined {
+        return Check::new(NAME, Status::Skip, "not needed for danger-full-access");
+    }
+    match crate::sandbox::probe_network() {
+        Ok(()) => Check::new(
+            NAME,
+            Status::Ok,
+            format!(
+                "private network namespace with loopback only; egress proxy on \
+                 127.0.0.1:{} inside, served by coder",
+                crate::sandbox::DEFAULT_PROXY_PORT
+            ),
+        ),
+        Err(why) => Check::new(NAME, Status::Fail, why).hint(
+            "confined runs need a network namespace for the egress proxy and fail with \
+             sandbox_error without one; --sandbox danger-full-access runs unconfined",
+        ),
+    }
 }
 
 /// Resolves `host:port` and opens a TCP connection, all within `timeout`.

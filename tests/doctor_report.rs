@@ -327,3 +327,21 @@ fn with_the_real_cli_and_a_reachable_backend_the_doctor_exits_0() {
     assert_eq!(code, Some(0), "{stdout}");
     drop(listener);
 }
+
+#[test]
+fn the_network_sandbox_is_checked_for_real_and_skipped_when_unconfined() {
+    let doctor = Doctor::new();
+    let (report, _, _) = doctor.json(&[]);
+    let egress = check(&report, "egress");
+    // This machine runs the sandbox suites, so the layer must work here.
+    assert_eq!(egress["status"], "ok", "{egress}");
+    assert!(
+        egress["summary"]
+            .as_str()
+            .unwrap()
+            .contains("loopback only"),
+        "{egress}"
+    );
+    let (report, _, _) = doctor.json(&["--sandbox", "danger-full-access"]);
+    assert_eq!(check(&report, "egress")["status"], "skip");
+}

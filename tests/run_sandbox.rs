@@ -37,3 +37,49 @@ fn an_extra_write_root_is_writable_and_nothing_else_outside_the_workspace() {
     assert_eq!(out.envelope["success"], false, "{}", out.explain());
     assert!(!elsewhere.path().join("out.txt").exists());
 }
+
+/// `allow_hosts` in the config file and `--allow-host` both reach the agent's allow-list
+/// (the sandbox note the model gets names it), and the agent's environment points every
+/// proxy variable at coder's proxy with no `NO_PROXY` exemption.
+#[test]
+fn allowed_hosts_come_from_the_flag_and_the_config_file() {
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ok")]));
+    let config = fake.root().join("coder.toml");
+    std::fs::write(&config, "allow_hosts = [\"@pypi\"]\n").unwrap();
+    let out = fake
+        .coder()
+        .env("CODER_CONFIG", &config)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .args(["--allow-host", "internal.example:8443", "task"])
+        .run();
+    out.assert_success("ok");
+    let record = fake.record();
+    let note = record.flag_value("--append-system-prompt").unwrap();
+    for host in ["pypi.org:443", "internal.example:8443", "127.0.0.1:9"] {
+        assert!(note.contains(host), "{host} missing from {note}");
+    }
+    let env = record.env();
+    assert!(
+        !env.contains_key("NO_PROXY") && !env.contains_key("no_proxy"),
+        "{env:?}"
+    );
+    let proxy = env.get("HTTPS_PROXY").cloned().unwrap_or_default();
+    assert!(proxy.starts_with("http://127.0.0.1:"), "{env:?}");
+    for name in [
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        assert_eq!(env.get(name), Some(&proxy), "{name}");
+    }
+
+    let out = fake.coder().args(["--allow-host", "@nope", "task"]).run();
+    assert_eq!(
+        out.envelope["error_kind"],
+        "sandbox_error",
+        "{}",
+        out.explain()
+    );
+}

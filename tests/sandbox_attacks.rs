@@ -55,14 +55,6 @@ const WORKERS: usize = 2;
 const TIMING_DEPENDENT: &[&str] = &["c9-swap-race"];
 
 const KNOWN_OPEN_ROOT: &[&str] = &[
-    "c4-mptcp-connect",
-    "c4-tcp-fastopen",
-    "c4-mptcp-fastopen",
-    "c4-tcp-any-host-on-allowed-port",
-    "c4-udp-send",
-    "c4-udp-serve-host",
-    "c4-listen-autobind",
-    "c4-mptcp-listen",
     "c5-etc-shadow",
     "c5-etc-gshadow",
     "c5-etc-ssl-private",
@@ -90,14 +82,6 @@ const KNOWN_OPEN_ROOT: &[&str] = &[
 ];
 /// Attacks measured open today as uid 65534.
 const KNOWN_OPEN_NOBODY: &[&str] = &[
-    "c4-mptcp-connect",
-    "c4-tcp-fastopen",
-    "c4-mptcp-fastopen",
-    "c4-tcp-any-host-on-allowed-port",
-    "c4-udp-send",
-    "c4-udp-serve-host",
-    "c4-listen-autobind",
-    "c4-mptcp-listen",
     "c5-sysv-shm",
     "c5-proc-cmdline",
     "c6-chmod-u+s",

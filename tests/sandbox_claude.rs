@@ -119,3 +119,63 @@ fn denials_the_agent_hits_are_reported_without_the_secret() {
             .contains(&secret)
     );
 }
+
+/// The real CLI reaches its (loopback) backend only through coder's egress proxy, and what
+/// the proxy refuses is reported like a file denial.
+#[test]
+fn the_real_cli_talks_through_the_proxy_and_refusals_are_denials() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let fake = Fake::new(json!([]));
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/network.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = fake
+        .coder()
+        .claude_bin(claude)
+        .args([
+            "--backend",
+            &cassette,
+            "--return-metrics",
+            "--return-all-messages",
+            "probe",
+        ])
+        .run();
+    out.assert_success("The network is closed.");
+    let denials = out.envelope["metrics"]["sandbox_denials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", out.explain()))
+        .clone();
+    assert!(
+        denials.iter().any(|d| d["tool"] == "proxy"
+            && d["class"] == "network"
+            && d["host"] == "example.invalid:443"),
+        "{denials:#?}"
+    );
+    let messages = out.envelope["all_messages"].to_string();
+    assert!(
+        messages.contains("CONNECT tunnel failed, response 403"),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        messages.contains("proxy=http://127.0.0.1:"),
+        "{}",
+        out.explain()
+    );
+    // The model's requests went through the proxy: its own count, in the transcript (a
+    // count of connections: the CLI keeps one open for both turns).
+    let transcript = out.envelope["transcript"].as_str().unwrap();
+    let entries = common::read_transcript(std::path::Path::new(transcript));
+    let egress: Vec<&serde_json::Value> =
+        entries.iter().filter(|e| e["kind"] == "egress").collect();
+    assert_eq!(egress.len(), 1, "{egress:?}");
+    let allowed = egress[0]["data"]["allowed"]
+        .as_u64()
+        .or_else(|| egress[0]["allowed"].as_u64())
+        .unwrap_or_else(|| panic!("{:?}", egress[0]));
+    assert!(allowed >= 1, "{:?}", egress[0]);
+    assert_eq!(egress[0]["data"]["denied"], 1, "{:?}", egress[0]);
+}

@@ -545,7 +545,7 @@ fn attacks(
         if a.id.starts_with("X2") {
             a.args = vec!["--mode".to_string(), "read-only".to_string()];
         } else {
-            a.args = vec!["--connect-port".to_string(), allowed.to_string()];
+            a.args = vec!["--allow-host".to_string(), format!("127.0.0.1:{allowed}")];
         }
     }
     list
@@ -567,7 +567,7 @@ fn normal_work(allowed: u16) -> Vec<(&'static str, String)> {
         ("W11 git commit", "git add -A . && git -c user.name=a -c user.email=a@example.invalid commit -qm work && git log --oneline | wc -l | grep -qx 2".to_string()),
         ("W12 cc", format!("printf '{}' > hello.c && cc -o hello hello.c && ./hello", c_program.replace('\n', "\\n"))),
         ("W13 make", "printf 'hello2: hello.c\\n\\tcc -o $@ $<\\n' > Makefile && make -s hello2 && ./hello2".to_string()),
-        ("W14 TCP to the allowed port", format!("exec 3<>/dev/tcp/127.0.0.1/{allowed}")),
+        ("W14 CONNECT through the proxy to the allowed port", format!("p=${{HTTPS_PROXY##*:}}; exec 3<>/dev/tcp/127.0.0.1/${{p%%/*}} && printf 'CONNECT 127.0.0.1:{allowed} HTTP/1.1\\r\\n\\r\\n' >&3 && IFS= read -r -t 10 l <&3 && [[ $l == 'HTTP/1.1 200 '* ]]")),
         ("W15 /dev/null and /dev/fd", "echo x > /dev/null && cat <(echo via-dev-fd)".to_string()),
         ("W16 python os.replace at root", "/usr/bin/python3 -c \"import os; open('p.tmp','w').write('p'); os.replace('p.tmp','p.txt')\" && cat p.txt".to_string()),
     ]
@@ -657,7 +657,7 @@ fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
     }
     for (id, script) in normal_work(allowed) {
         let out = fx.run(
-            &["--connect-port".to_string(), allowed.to_string()],
+            &["--allow-host".to_string(), format!("127.0.0.1:{allowed}")],
             &script,
             &[],
         );

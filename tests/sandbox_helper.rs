@@ -17,7 +17,28 @@ fn policy_for(root: &Path) -> Policy {
     Policy::resolve(&opts).unwrap()
 }
 
+/// The network channel a confined helper needs (see `sandbox::netns`): the test keeps
+/// one end open while the helper runs, and passes the other as `NET_FD`, after a status
+/// argument that names no descriptor (failures then go to stderr).
+fn net_channel() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    nix::fcntl::fcntl(
+        &theirs,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    (ours, theirs)
+}
+
 fn helper(policy: Policy, program: &str, args: &[&str]) -> Output {
+    use std::os::fd::AsRawFd;
     let spec = HelperSpec {
         program: program.into(),
         args: args.iter().map(Into::into).collect(),
@@ -26,9 +47,12 @@ fn helper(policy: Policy, program: &str, args: &[&str]) -> Output {
         env: None,
         cwd: None,
     };
+    let (_ours, theirs) = net_channel();
     Command::new(env!("CARGO_BIN_EXE_coder"))
         .arg(HELPER_ARG)
         .arg(serde_json::to_string(&spec).unwrap())
+        .arg("-")
+        .arg(theirs.as_raw_fd().to_string())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .stdin(Stdio::null())
@@ -109,9 +133,12 @@ fn a_helper_started_early_takes_its_spec_environment_and_directory_from_a_pipe()
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
     )
     .unwrap();
+    let (_ours, theirs) = net_channel();
     let child = Command::new(env!("CARGO_BIN_EXE_coder"))
         .arg(HELPER_ARG)
         .arg(format!("&{}", spec_read.as_raw_fd()))
+        .arg("-")
+        .arg(theirs.as_raw_fd().to_string())
         .env_clear()
         .env("GREETING", "from the helper's own environment")
         .current_dir("/")
@@ -120,7 +147,7 @@ fn a_helper_started_early_takes_its_spec_environment_and_directory_from_a_pipe()
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    drop(spec_read);
+    drop((spec_read, theirs));
     let spec = HelperSpec {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), "echo \"$GREETING\"; pwd".into()],
@@ -146,4 +173,30 @@ fn a_helper_started_early_takes_its_spec_environment_and_directory_from_a_pipe()
         String::from_utf8_lossy(&out.stdout),
         format!("hello\n{}\n", root.join("ws/sub").display())
     );
+}
+
+/// Without the network channel nobody could serve the agent's proxy: the helper refuses to
+/// start the program rather than run it with no (or an open) network.
+#[test]
+fn a_confined_helper_without_a_network_channel_fails_closed() {
+    let (_dir, root) = fixture();
+    let policy = policy_for(&root);
+    let spec = HelperSpec {
+        program: "/bin/true".into(),
+        args: Vec::new(),
+        parent_pid: std::process::id(),
+        policy: Some(policy),
+        env: None,
+        cwd: None,
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .arg(HELPER_ARG)
+        .arg(serde_json::to_string(&spec).unwrap())
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(71), "{stderr}");
+    assert!(stderr.contains("egress proxy"), "{stderr}");
 }

@@ -8,6 +8,7 @@ pub mod replay;
 pub mod run;
 pub mod runs;
 pub mod sandbox;
+mod sandbox_fork;
 
 use std::ffi::OsString;
 use std::io::Write;

@@ -1,12 +1,28 @@
 //! `coder sandbox [OPTIONS] -- CMD ARGS`: run any command under the same confinement the
 //! agent gets, to try a policy by hand or to confine a build.
 //!
-//! There is no supervisor here: the process parses its arguments, resolves the policy,
-//! confines itself and replaces itself with the command (`execvp`). That is why it must be
-//! dispatched before anything starts a thread (no tokio runtime, no logger thread).
+//! There is no supervisor here, but there is a proxy: the process parses its arguments,
+//! resolves the policy and forks (before anything starts a thread: no tokio runtime, no
+//! logger thread, which is why it is dispatched first).
+//!
+//! * The child confines itself, which puts it in a network namespace with loopback only
+//!   and sends the egress proxy's listener up a socket pair (see `sandbox::netns`), then
+//!   replaces itself with the command.
+//! * The parent stays outside the namespace and serves that listener
+//!   (`sandbox::proxy::Egress`) on a small tokio runtime in a second thread, while its main
+//!   thread waits for the child and forwards signals.
+//!
+//! Forking here, rather than re-executing through the run mode's helper, keeps the
+//! command in the caller's process group and on its terminal's signals, and costs one
+//! `fork` instead of a second start of coder. Exit status: the command's; when it dies of
+//! a signal, the parent dies of the same signal (or exits 128+N if that signal cannot
+//! kill it). `SIGTERM`, `SIGHUP`, `SIGINT`, `SIGQUIT`, `SIGUSR1` and `SIGUSR2` sent to the
+//! parent by another process are forwarded to the command; the same signals from the
+//! terminal already reach the command's process group and are not sent twice.
+//!
+//! `danger-full-access` needs no proxy: that mode execs the command in place, as before.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -17,10 +33,7 @@ use crate::sandbox::{SandboxError, confine};
 use crate::text::is_secret_name;
 use crate::text::path::{self, RelativeDirs};
 
-/// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
-const EXIT_SANDBOX_ERROR: u8 = 71;
-const EXIT_NOT_FOUND: u8 = 127;
-const EXIT_NOT_EXECUTABLE: u8 = 126;
+use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, exec_command, one_line};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -48,8 +61,13 @@ struct SandboxArgs {
     /// Make tool caches (~/.cache, ~/.cargo/registry, ~/.npm, ...) writable.
     #[arg(long)]
     tool_caches: bool,
-    /// TCP port the command may connect to (repeatable).
-    #[arg(long, value_name = "N")]
+    /// Let the command reach HOST[:PORT] (default port 443) through coder's egress proxy
+    /// (repeatable; presets @npm, @crates, @pypi, @github).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_host: Vec<String>,
+    /// Same as --allow-host 127.0.0.1:N (kept for old scripts; the command's network is
+    /// its own loopback plus the proxy).
+    #[arg(long, value_name = "N", hide = true)]
     connect_port: Vec<u16>,
     /// Add a non-accessible glob (repeatable; the defaults .env, .env.*, *.pem, *.key,
     /// secrets/**, private keys, .npmrc, .netrc, kubeconfig... always apply).
@@ -98,7 +116,9 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     opts.extra_write = args.write;
     opts.allow_tmp = args.allow_tmp;
     opts.tool_caches = args.tool_caches;
-    opts.connect_ports = args.connect_port;
+    let mut hosts = args.allow_host.clone();
+    hosts.extend(args.connect_port.iter().map(|p| format!("127.0.0.1:{p}")));
+    opts.allow_hosts = crate::sandbox::allow::expand_all(&hosts)?;
     let mut deny = config_file_deny()?;
     deny.extend(args.deny);
     opts.deny_globs = crate::sandbox::deny_globs(deny);
@@ -128,115 +148,18 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
         policy.grant_read(&executable)?;
     }
 
-    if !policy.placeholders.is_empty() {
-        return Ok(run_then_clean_up(&policy, program, &args.command[1..], env));
+    if policy.mode.is_confined() {
+        return super::sandbox_fork::run_forked(policy, program, &args.command[1..], env);
     }
-    if let Err(e) = confine(&policy) {
+    if let Err(e) = confine(&policy, None) {
         policy.cleanup();
         return Err(e);
     }
-    Ok(exec(program, &args.command[1..], env))
-}
-
-/// Replace this process with the command; returns only the exit code of a failed exec.
-fn exec(program: &OsString, args: &[OsString], env: Vec<(OsString, OsString)>) -> ExitCode {
-    let err = std::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .exec();
-    eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
-    ExitCode::from(match err.kind() {
-        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-        _ => EXIT_NOT_EXECUTABLE,
-    })
-}
-
-/// The child being waited for, for the signal forwarder.
-static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-extern "C" fn forward_signal(sig: libc::c_int) {
-    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe and takes integers only.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-/// The policy made placeholders for absent protected names (DESIGN §5), which must go
-/// once the command is done: confine and run the command in a child, wait for it, remove
-/// them, and exit as the child did. Termination signals are passed on to the child, which
-/// also dies with this process (parent-death signal).
-fn run_then_clean_up(
-    policy: &Policy,
-    program: &OsString,
-    args: &[OsString],
-    env: Vec<(OsString, OsString)>,
-) -> ExitCode {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-    use nix::sys::wait::{WaitStatus, waitpid};
-    use nix::unistd::{ForkResult, fork};
-    let parent = nix::unistd::getpid();
-    // SAFETY: `coder sandbox` is single-threaded here (dispatched before any thread
-    // starts), so the child may run arbitrary code after fork.
-    match unsafe { fork() } {
-        Err(e) => {
-            eprintln!("coder sandbox: fork: {e}");
-            policy.cleanup();
-            ExitCode::from(EXIT_SANDBOX_ERROR)
-        }
-        Ok(ForkResult::Child) => {
-            // SAFETY: prctl with integer arguments only.
-            unsafe {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
-            }
-            if nix::unistd::getppid() != parent {
-                std::process::exit(i32::from(EXIT_SANDBOX_ERROR));
-            }
-            if let Err(e) = confine(policy) {
-                eprintln!("coder sandbox: {}", one_line(&e.to_string()));
-                std::process::exit(i32::from(EXIT_SANDBOX_ERROR));
-            }
-            exec(program, args, env)
-        }
-        Ok(ForkResult::Parent { child }) => {
-            CHILD.store(child.as_raw(), std::sync::atomic::Ordering::SeqCst);
-            let action = SigAction::new(
-                SigHandler::Handler(forward_signal),
-                SaFlags::SA_RESTART,
-                SigSet::empty(),
-            );
-            for sig in [
-                Signal::SIGTERM,
-                Signal::SIGINT,
-                Signal::SIGHUP,
-                Signal::SIGQUIT,
-            ] {
-                // SAFETY: the handler only reads an atomic and calls kill.
-                let _ = unsafe { sigaction(sig, &action) };
-            }
-            let code = loop {
-                match waitpid(child, None) {
-                    Ok(WaitStatus::Exited(_, code)) => break u8::try_from(code).unwrap_or(1),
-                    Ok(WaitStatus::Signaled(_, sig, _)) => {
-                        break 128u8.saturating_add(sig as u8);
-                    }
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                    Err(_) => break EXIT_SANDBOX_ERROR,
-                }
-            };
-            policy.cleanup();
-            ExitCode::from(code)
-        }
-    }
+    Ok(ExitCode::from(exec_command(
+        program,
+        &args.command[1..],
+        env,
+    )))
 }
 
 /// The `deny` globs of the config file (`CODER_CONFIG`, else the XDG default), the same
@@ -291,10 +214,6 @@ fn find_executable(program: &OsString, path: &OsString, cwd: &Path) -> Option<Pa
     found.and_then(|p| std::fs::canonicalize(p).ok())
 }
 
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,15 +224,15 @@ mod tests {
             "coder sandbox",
             "--mode",
             "read-only",
-            "--connect-port",
-            "8080",
+            "--allow-host",
+            "@npm",
             "--",
             "ls",
             "-la",
         ])
         .unwrap();
         assert_eq!(args.mode, Mode::ReadOnly);
-        assert_eq!(args.connect_port, vec![8080]);
+        assert_eq!(args.allow_host, vec!["@npm".to_string()]);
         assert_eq!(
             args.command,
             vec![OsString::from("ls"), OsString::from("-la")]

@@ -6,6 +6,7 @@
 //! claude_config_dir = "private"      # or "user", or an absolute path
 //! pass_env = ["CARGO_HOME"]          # extra caller variables the child may see
 //! deny = ["**/*.tfstate"]            # more non-accessible globs (added to the defaults)
+//! allow_hosts = ["@crates", "internal.example:8443"]  # more hosts the sandbox proxy allows
 //!
 //! [backends.glm]                     # same name as a preset: changes that preset
 //! model = "glm-4.7"
@@ -44,6 +45,9 @@ pub struct ConfigFile {
     pub pass_env: Vec<String>,
     /// Top-level `deny`: non-accessible globs added to the sandbox's defaults.
     pub deny: Vec<String>,
+    /// Top-level `allow_hosts`: more destinations for the sandbox's egress proxy
+    /// (`--allow-host` values, presets included).
+    pub allow_hosts: Vec<String>,
     pub backends: BTreeMap<String, FileBackend>,
     /// Whether the file is readable by users other than its owner.
     pub readable_by_others: bool,
@@ -70,6 +74,8 @@ struct RawFile {
     pass_env: Vec<String>,
     #[serde(default)]
     deny: Vec<String>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
     #[serde(default)]
     backends: BTreeMap<String, Spanned<RawProfile>>,
 }
@@ -243,6 +249,7 @@ impl ConfigFile {
                 .map(|(l, d)| (d, l)),
             pass_env: raw.pass_env,
             deny: raw.deny,
+            allow_hosts: raw.allow_hosts,
             backends,
             readable_by_others: false,
         })

@@ -145,6 +145,8 @@ pub struct ResolvedBackend {
     config_file: Option<PathBuf>,
     /// The config file's `deny` globs.
     deny_globs: Vec<String>,
+    /// The config file's `allow_hosts`, for the sandbox's egress proxy.
+    allow_hosts: Vec<String>,
     warnings: Vec<String>,
 }
 
@@ -185,6 +187,11 @@ impl ResolvedBackend {
         self.base_url = Some(url.to_owned());
         self.sets_base_url = true;
         self
+    }
+
+    /// The config file's `allow_hosts` (`--allow-host` values the sandbox adds).
+    pub fn allow_hosts(&self) -> &[String] {
+        &self.allow_hosts
     }
 
     /// TCP ports the child must be allowed to connect to: the API's, and the proxy's when

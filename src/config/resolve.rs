@@ -106,6 +106,10 @@ pub fn resolve_backend_allowing_missing_key(
                 .filter(|s| !s.is_empty()),
             proxy_vars: env::proxy_vars(env),
             deny_globs: file.as_ref().map(|f| f.deny.clone()).unwrap_or_default(),
+            allow_hosts: file
+                .as_ref()
+                .map(|f| f.allow_hosts.clone())
+                .unwrap_or_default(),
             config_file: file.map(|f| f.path),
             warnings,
             name,

@@ -70,6 +70,8 @@ pub enum Note<'a> {
     },
     /// Processes of the tree were still running at the end and were stopped.
     Kill { processes: usize, escalated: bool },
+    /// What the sandbox's egress proxy let through and refused during an attempt.
+    Egress(Value),
     /// The failed attempt is retried after this delay.
     Retry { delay: Duration },
     /// The run ended: the envelope's gist.
@@ -86,6 +88,7 @@ impl Note<'_> {
             Note::Watchdog { .. } => "watchdog",
             Note::Kill { .. } => "kill",
             Note::Retry { .. } => "retry",
+            Note::Egress(_) => "egress",
             Note::Outcome(_) => "outcome",
         }
     }
@@ -93,7 +96,7 @@ impl Note<'_> {
     /// The entry's `data` field.
     pub fn into_data(self) -> Value {
         match self {
-            Note::Start(data) | Note::Outcome(data) => data,
+            Note::Start(data) | Note::Outcome(data) | Note::Egress(data) => data,
             Note::Attempt {
                 attempt,
                 session_id,

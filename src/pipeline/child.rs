@@ -28,6 +28,9 @@ pub struct ChildSpec {
     /// The confinement the helper applies before exec'ing the program (none for
     /// `danger-full-access`); set by [`confine`].
     pub policy: Option<crate::sandbox::Policy>,
+    /// The run's egress proxy, which serves the confined child's network (see
+    /// `sandbox::proxy`); set with the policy.
+    pub egress: Option<std::sync::Arc<crate::sandbox::proxy::Egress>>,
 }
 
 impl ChildSpec {
@@ -140,6 +143,7 @@ pub fn build(
         cwd: request.workspace.clone(),
         stdin: request.prompt.as_bytes().to_vec(),
         policy: None,
+        egress: None,
     }
 }
 

@@ -339,6 +339,7 @@ impl Observation {
             self.push_denial(Denial {
                 tool: tool.to_owned(),
                 path: Some(path.to_owned()),
+                host: None,
                 class: DenialClass::NonAccessible,
             });
         }

@@ -25,6 +25,7 @@ use crate::pipeline::request::{RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
+use crate::sandbox::proxy::Egress;
 use crate::sandbox::{Policy, RunDirCleanup};
 use crate::stream::Pipe;
 use crate::stream::{Decoded, Line};
@@ -273,6 +274,9 @@ struct PreparedRun {
     helper: Option<supervise::spawn::StartedHelper>,
     policy: Option<Policy>,
     denial_policy: Option<Arc<Policy>>,
+    /// The egress proxy a confined child reaches the network through (see
+    /// `sandbox::proxy`), shared by every attempt.
+    egress: Option<Arc<Egress>>,
     /// Removes the policy's per-run directory when the run ends.
     _run_dir: RunDirCleanup,
 }
@@ -354,6 +358,10 @@ impl PreparedRun {
             .chain(&request.sandbox_args.deny)
             .cloned()
             .collect();
+        // The config file's `allow_hosts` join `--allow-host`.
+        sandbox_args
+            .allow_hosts
+            .extend(backend.allow_hosts().iter().cloned());
         let policy = crate::sandbox::policy_for_agent(
             request.sandbox,
             &request.workspace,
@@ -368,6 +376,9 @@ impl PreparedRun {
         Ok(PreparedRun {
             _run_dir: RunDirCleanup::new(policy.as_ref()),
             denial_policy: policy.clone().map(Arc::new),
+            egress: policy
+                .as_ref()
+                .map(|p| Arc::new(Egress::new(p.network.allow.clone()))),
             policy,
             backend,
             replay_server,
@@ -408,6 +419,7 @@ impl PreparedRun {
         spec.args.extend(self.backend.cli_args());
         if let Some(policy) = &self.policy {
             child::confine(&mut spec, policy.clone());
+            spec.egress = self.egress.clone();
         }
         let mut observation =
             Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
@@ -428,6 +440,7 @@ impl PreparedRun {
             journal,
         )
         .await;
+        note_egress(self.egress.as_deref(), &mut observation, journal);
         let verdict = outcome::classify(&end, &observation, run.message_limits);
         self.report_replay_problems(run);
         let started = !matches!(end.cause, StopCause::SpawnFailed(_));
@@ -470,6 +483,22 @@ impl PreparedRun {
             if !run.warnings.contains(&warning) {
                 run.warnings.push(warning);
             }
+        }
+    }
+}
+
+/// After an attempt: what the proxy refused becomes sandbox denials, and its counts go to
+/// the transcript (`egress` note), which shows that the backend was reached through it.
+fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: &mut RunJournal) {
+    let Some(log) = egress.map(Egress::take_log) else {
+        return;
+    };
+    journal.note(Note::Egress(
+        json!({"allowed": log.allowed, "denied": log.denied, "denials": log.denials}),
+    ));
+    for denial in log.denials {
+        if !observation.denials.contains(&denial) {
+            observation.denials.push(denial);
         }
     }
 }

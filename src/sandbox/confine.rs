@@ -2,8 +2,9 @@
 //!
 //! Order matters, and each step assumes the previous one:
 //! 1. check that Landlock is there and complete enough, before touching anything;
-//! 2. enter a private mount namespace (a user namespace too, unless this is root with
-//!    `CAP_SYS_ADMIN`), so nothing done here is seen outside;
+//! 2. enter a private mount and network namespace (a user namespace too, unless this is
+//!    root with `CAP_SYS_ADMIN`), so nothing done here is seen outside; bring up the
+//!    private loopback and hand the egress proxy's listener to coder ([`super::netns`]);
 //! 3. mask: re-open the workspace and check it is the directory the policy was resolved
 //!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
 //!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
@@ -13,14 +14,14 @@
 //!    closes what Landlock ABI 7 leaves open: `connect()` to pathname UNIX sockets and
 //!    `stat()` of files the agent may not read;
 //! 5. drop every capability (root stays uid 0 but powerless: it cannot unmount a mask);
-//! 6. Landlock: filesystem rights on the granted roots, TCP connect to the allowed ports
-//!    only, no TCP bind, and scoping of signals and abstract UNIX sockets.
+//! 6. Landlock: filesystem rights on the granted roots, TCP connect to the proxy's port
+//!    only (defence in depth: the namespace has nothing else), no TCP bind, and scoping of signals and abstract UNIX sockets.
 //!
 //! It must run in a single-threaded process (a fresh helper, or `coder sandbox` before it
 //! starts any thread): namespaces and Landlock apply to the calling thread only.
 
 use std::fs;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -55,6 +56,8 @@ pub struct Confinement {
     /// How many masks were mounted.
     pub masks: usize,
     pub capabilities_dropped: bool,
+    /// The egress proxy's port on the private loopback (network namespace in place).
+    pub proxy_port: Option<u16>,
     /// Weaker-than-usual confinement that was still acceptable, in words.
     pub warnings: Vec<String>,
 }
@@ -62,7 +65,10 @@ pub struct Confinement {
 /// Apply `policy` to the calling process, which must be single-threaded and about to
 /// `execve` the agent (with `policy.child_env(..)` as its environment). On error the
 /// process may be half-confined and must not run the agent.
-pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
+///
+/// `net` is the UNIX socket on which the proxy's listener goes to coder (see
+/// [`super::netns`]); a confined policy without it fails.
+pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confinement, SandboxError> {
     let mut done = Confinement {
         mode: policy.mode,
         landlock_abi: None,
@@ -70,6 +76,7 @@ pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
         user_namespace: false,
         masks: 0,
         capabilities_dropped: false,
+        proxy_port: None,
         warnings: Vec::new(),
     };
     if !policy.mode.is_confined() {
@@ -105,6 +112,7 @@ pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
     };
     let cwd = std::env::current_dir().ok();
     sys::detach_controlling_tty();
+    let host_net = super::netns::current_namespace()?;
 
     match enter_mount_namespace()? {
         Namespace::Entered { user_namespace } => {
@@ -135,6 +143,7 @@ pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
             ));
         }
     }
+    done.proxy_port = Some(super::netns::setup(&policy.network, host_net, net)?.proxy_port);
 
     let target = cwd
         .filter(|c| c.starts_with(&policy.workspace) || policy.is_granted(c))
@@ -162,7 +171,7 @@ enum Namespace {
 fn enter_mount_namespace() -> Result<Namespace, SandboxError> {
     if nix::unistd::geteuid().is_root()
         && has_cap_sys_admin()
-        && nix::sched::unshare(CloneFlags::CLONE_NEWNS).is_ok()
+        && nix::sched::unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET).is_ok()
     {
         return Ok(Namespace::Entered {
             user_namespace: false,
@@ -170,7 +179,8 @@ fn enter_mount_namespace() -> Result<Namespace, SandboxError> {
     }
     let uid = nix::unistd::geteuid();
     let gid = nix::unistd::getegid();
-    if let Err(e) = nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS) {
+    let flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET;
+    if let Err(e) = nix::sched::unshare(flags) {
         return Ok(Namespace::Unavailable(format!(
             "unshare(CLONE_NEWUSER): {e}"
         )));

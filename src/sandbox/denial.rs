@@ -26,7 +26,7 @@ pub enum DenialClass {
     ReadOnly,
     /// A link or rename across a sandbox boundary (`EXDEV`).
     CrossDevice,
-    /// A TCP connection to a port that is not allowed.
+    /// A connection the network sandbox refused (a host not on the allow-list).
     Network,
     /// A signal, mount or abstract socket outside the sandbox (`EPERM`).
     NotPermitted,
@@ -50,6 +50,10 @@ impl DenialClass {
 pub struct Denial {
     pub tool: String,
     pub path: Option<String>,
+    /// The refused `host:port`, for a request the egress proxy refused (`tool` is then
+    /// `proxy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub class: DenialClass,
 }
 
@@ -116,6 +120,7 @@ pub fn detect_denials(tool: &str, text: &str, policy: Option<&Policy>) -> Vec<De
         let denial = Denial {
             tool: tool.to_string(),
             path,
+            host: None,
             class,
         };
         if !found.contains(&denial) {

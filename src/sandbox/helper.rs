@@ -1,5 +1,5 @@
 //! The helper process: to start a confined child, coder re-executes itself as
-//! `coder __exec-helper SPEC FD`, which becomes the child. Between fork and `execve` of the
+//! `coder __exec-helper SPEC FD [NET_FD]`, which becomes the child. Between fork and `execve` of the
 //! real program it runs as an ordinary, single-threaded process, which is the only safe
 //! place to change process-wide state:
 //! a new session (so the whole tree shares one process group the supervisor can signal),
@@ -18,6 +18,10 @@
 //! so the parent can tell "claude is missing" from "claude ran and failed" without guessing
 //! from exit codes. Without `FD` (the helper started by hand) failures go to stderr.
 //!
+//! `NET_FD` is one end of a UNIX socket pair whose other end coder keeps: confinement sends
+//! the egress proxy's listening socket over it (see [`super::netns`]), and coder serves the
+//! proxy on it from outside the agent's network namespace. It is close-on-exec here too.
+//!
 //! The descriptors are inherited under their own numbers rather than moved to fixed ones,
 //! because moving it would take code between fork and exec, and that alone makes the
 //! standard library fork the whole supervisor instead of spawning with `posix_spawn`
@@ -25,7 +29,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io::Write;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
@@ -83,9 +87,11 @@ pub struct HelperFailure {
 /// Entry point of `coder __exec-helper SPEC [FD]`. Only returns by exiting.
 pub fn helper_main(args: &[OsString]) -> ! {
     let status_fd = args.get(3).and_then(|fd| inherited_fd(fd.as_bytes()));
+    let net_fd = args.get(4).and_then(|fd| inherited_fd(fd.as_bytes()));
     // Its closing at exec is how the parent learns the program started.
     let mut status = status_fd.and_then(|fd| adopt_inherited(fd).ok());
-    let failure = match run(args, status_fd) {
+    let net = net_fd.and_then(|fd| adopt_inherited(fd).ok());
+    let failure = match run(args, status_fd, net.as_ref()) {
         Ok(never) => match never {},
         Err(failure) => failure,
     };
@@ -138,6 +144,7 @@ fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> H
 fn run(
     args: &[OsString],
     status_fd: Option<RawFd>,
+    net: Option<&std::fs::File>,
 ) -> Result<std::convert::Infallible, HelperFailure> {
     let spec_text = args
         .get(2)
@@ -175,12 +182,14 @@ fn run(
         ));
     }
     nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
-    close_inherited_fds(status_fd);
+    let net_fd = net.map(|f| f.as_raw_fd());
+    close_inherited_fds(&[status_fd, net_fd]);
     if let Some(cwd) = &spec.cwd {
         nix::unistd::chdir(cwd).map_err(|e| setup("chdir", e))?;
     }
     if let Some(policy) = &spec.policy {
-        super::confine(policy).map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
+        super::confine(policy, net.map(|f| f.as_fd()))
+            .map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
         // Entering a user namespace changes the credentials, which clears the parent-death
         // signal: arm it again, and check again that the supervisor is still there.
         nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -240,15 +249,16 @@ fn read_spec_pipe(fd: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(spec)
 }
 
-/// Closes every descriptor but stdio and the status descriptor, so nothing coder had open
-/// (sockets of an in-process server, other pipes) leaks into the agent.
-fn close_inherited_fds(status_fd: Option<RawFd>) {
+/// Closes every descriptor but stdio and `keep` (the status and network descriptors), so
+/// nothing coder had open (sockets of an in-process server, other pipes) leaks into the
+/// agent.
+fn close_inherited_fds(keep: &[Option<RawFd>]) {
     let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
     let fds: Vec<RawFd> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|fd| *fd > 2 && Some(*fd) != status_fd)
+        .filter(|fd| *fd > 2 && !keep.contains(&Some(*fd)))
         .collect();
     for fd in fds {
         // The read_dir handle's own descriptor is closed already or fails with EBADF.

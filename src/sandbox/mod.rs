@@ -5,14 +5,15 @@
 //! the user's SSH keys, dotfiles and `.env` files is this module. It works in two halves:
 //!
 //! * In the parent, [`Policy::resolve`] turns a mode ([`Mode`]), a workspace and a few
-//!   options into a serializable [`Policy`]: the roots to read and write, the TCP ports the
-//!   agent may connect to, the files to mask, and the environment the agent must get. All
+//!   options into a serializable [`Policy`]: the roots to read and write, the hosts the
+//!   agent may reach through coder's egress proxy ([`allow`]), the files to mask, and the environment the agent must get. All
 //!   the thinking (canonicalising, scanning for secrets, refusing a home directory as
 //!   workspace) happens here, where errors are cheap to report.
 //! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
 //!   re-executed, so no confinement code runs inside the multi-task supervisor),
 //!   [`confine`] applies it: a private mount namespace whose root holds only the granted
-//!   paths, empty read-only files bind-mounted over every secret, capabilities dropped,
+//!   paths, a private network namespace with loopback only whose proxy listener goes to
+//!   coder ([`proxy`] serves it from outside), empty read-only files bind-mounted over every secret, capabilities dropped,
 //!   then Landlock (filesystem rights, TCP connect ports, signal and abstract-socket
 //!   scoping). Anything short of that is an
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
@@ -30,18 +31,21 @@
 //!
 //! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
 //! inherited), which is why secrets are hidden with mounts rather than with rules; see
-//! SECURITY.md for the threat model and the known limits (UDP, secrets already in git
-//! history).
+//! SECURITY.md for the threat model and the known limits (secrets already in git history,
+//! no upstream-proxy chaining).
 
+pub mod allow;
 mod bytes;
 mod confine;
 pub(crate) mod denial;
 mod deny;
 pub mod helper;
 mod home;
+mod netns;
 mod note;
 mod policy;
 mod probe;
+pub mod proxy;
 mod scan;
 mod sys;
 
@@ -53,11 +57,10 @@ pub use deny::{DEFAULT_DENY_GLOBS, DenyMatcher, deny_globs};
 pub use home::{
     CACHES as HOME_CACHES, NEVER_VISIBLE as HOME_NEVER_VISIBLE, TOOLCHAINS as HOME_TOOLCHAINS,
 };
+pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
-pub use policy::{
-    Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias, backend_ports,
-};
-pub use probe::{SandboxSupport, probe};
+pub use policy::{Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias};
+pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
@@ -75,7 +78,7 @@ pub fn policy_for_agent(
         return Ok(None);
     }
     let mut opts = PolicyOptions::new(mode, workspace);
-    opts.connect_ports = backend_ports(env);
+    opts.allow_hosts = agent_allow_hosts(env, &extras.allow_hosts)?;
     opts.extra_read.clone_from(&extras.read);
     opts.extra_write.clone_from(&extras.write);
     opts.allow_tmp = extras.allow_tmp;
@@ -126,6 +129,23 @@ pub struct AgentSandboxArgs {
     /// Drop the default protected globs (keeping those given with --protect).
     #[arg(long = "no-protect")]
     pub no_protect: bool,
+    /// Let the agent reach HOST[:PORT] (default port 443) through coder's egress proxy,
+    /// besides the backend (repeatable; presets @npm, @crates, @pypi, @github).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    pub allow_hosts: Vec<String>,
+}
+
+/// What the agent may reach through the proxy: the backend's endpoint (from the child's
+/// `ANTHROPIC_BASE_URL`) and the `--allow-host` values, presets expanded.
+pub fn agent_allow_hosts(
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    extra: &[String],
+) -> Result<Vec<allow::HostPort>, SandboxError> {
+    let mut hosts = allow::expand_all(extra)?;
+    hosts.extend(allow::backend_endpoint(env));
+    hosts.sort();
+    hosts.dedup();
+    Ok(hosts)
 }
 
 /// The protected globs: the defaults unless `no_defaults`, plus `extra`.
@@ -242,6 +262,20 @@ pub enum SandboxError {
          symlink); refusing to run with a mask that may be missing"
     )]
     MaskTargetChanged { path: PathBuf },
+
+    #[error(
+        "no private network namespace ({reason}); the agent's network is confined to coder's \
+         egress proxy, which needs one (unprivileged user namespaces may be disabled here: \
+         check kernel.apparmor_restrict_unprivileged_userns or the container's seccomp \
+         profile). Use --sandbox danger-full-access to run without confinement"
+    )]
+    NetworkUnavailable { reason: String },
+
+    #[error("sandbox network: {0}")]
+    Network(String),
+
+    #[error("{0}")]
+    AllowHost(#[from] allow::AllowHostError),
 
     #[error("confine() must run in a single-threaded process (found {threads} threads)")]
     NotSingleThreaded { threads: usize },

@@ -91,16 +91,18 @@ pub fn system_prompt_note(policy: &Policy) -> String {
     if !protected.is_empty() {
         let _ = writeln!(note, "- Read-only: {}.", protected.join(", "));
     }
-    let network = if policy.connect_ports.is_empty() {
-        "no outgoing TCP connections".to_string()
+    let hosts: Vec<String> = policy.network.allow.iter().map(|h| h.to_string()).collect();
+    let reachable = if hosts.is_empty() {
+        "no host".to_string()
     } else {
-        let ports: Vec<String> = policy.connect_ports.iter().map(u16::to_string).collect();
-        format!("outgoing TCP only to port(s) {}", ports.join(", "))
+        hosts.join(", ")
     };
     let _ = writeln!(
         note,
-        "- Network: {network}; listening on TCP ports is not allowed, so tests that start \
-         a server will fail."
+        "- Network: only through the HTTP(S) proxy already set in HTTPS_PROXY/HTTP_PROXY, \
+         and only to {reachable}; other hosts are refused (HTTP 403) unless the user allows \
+         them with --allow-host. UDP, direct connections and listening on TCP ports do not \
+         work, so tests that start a server will fail."
     );
     let _ = writeln!(
         note,
@@ -170,7 +172,8 @@ mod tests {
         opts.home = Some(home.clone());
         opts.config_dir = Some(home.join("cfg"));
         opts.runs_dir = Some(home.join("runs"));
-        opts.connect_ports = vec![8443];
+        opts.allow_hosts =
+            vec![crate::sandbox::allow::HostPort::parse("api.example:8443").unwrap()];
         let policy = crate::sandbox::Policy::resolve(&opts).unwrap();
         let note = system_prompt_note(&policy);
         assert!(note.contains("workspace-write"), "{note}");
@@ -178,7 +181,7 @@ mod tests {
         assert!(note.contains("secrets/ (all files inside)"), "{note}");
         assert!(!note.contains("secrets/a.txt"), "{note}");
         assert!(note.contains(".git/hooks"), "{note}");
-        assert!(note.contains("8443"), "{note}");
+        assert!(note.contains("api.example:8443"), "{note}");
         assert!(!note.contains("do-not-print"), "{note}");
         policy.cleanup();
     }

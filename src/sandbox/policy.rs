@@ -1,5 +1,5 @@
-//! The policy: which paths the agent may read and write, which TCP ports it may connect
-//! to, which files are masked, and which environment it gets, resolved once in the parent.
+//! The policy: which paths the agent may read and write, which hosts it may reach through
+//! the egress proxy, which files are masked, and which environment it gets, resolved once in the parent.
 //!
 //! Resolution is where the judgement happens, so enforcement ([`super::confine`]) can be a
 //! mechanical replay in a process that has nothing else to do. Every path in a policy is
@@ -18,6 +18,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
+use super::allow::HostPort;
+use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
 
@@ -143,8 +145,11 @@ pub struct PolicyOptions {
     pub allow_tmp: bool,
     /// Make the usual tool caches writable (`~/.cache`, `~/.cargo/registry`, `~/.npm`...).
     pub tool_caches: bool,
-    /// TCP ports the agent may connect to (the backend's).
-    pub connect_ports: Vec<u16>,
+    /// Destinations the agent may reach through the egress proxy (the backend's endpoint,
+    /// `--allow-host`).
+    pub allow_hosts: Vec<HostPort>,
+    /// The proxy's port on the agent's private loopback.
+    pub proxy_port: u16,
     /// Non-accessible globs, relative to each scanned root.
     pub deny_globs: Vec<String>,
     /// Protected globs, relative to the workspace (`--protect`, `--no-protect`).
@@ -170,7 +175,8 @@ impl PolicyOptions {
             extra_write: Vec::new(),
             allow_tmp: false,
             tool_caches: false,
-            connect_ports: Vec::new(),
+            allow_hosts: Vec::new(),
+            proxy_port: super::netns::DEFAULT_PROXY_PORT,
             deny_globs: deny::deny_globs(Vec::<String>::new()),
             protect_globs: DEFAULT_PROTECT_GLOBS
                 .iter()
@@ -201,7 +207,10 @@ pub struct Policy {
     pub aliases: Vec<SymlinkAlias>,
     /// Masks, sorted so that a directory comes before what it contains.
     pub masks: Vec<Mask>,
+    /// TCP ports Landlock lets the agent connect to: the proxy's, on its private loopback.
     pub connect_ports: Vec<u16>,
+    /// The private network and the egress proxy's allow-list.
+    pub network: NetworkPolicy,
     pub deny_globs: Vec<String>,
     pub protect_globs: Vec<String>,
     /// Names created so that absent protected names can be masked; removed after the run.
@@ -293,7 +302,22 @@ impl Policy {
         // One private directory serves as both: it is created and deleted on every run,
         // and each directory more is work for the filesystem and one more tree to mount.
         env_set.insert("XDG_RUNTIME_DIR".to_string(), text(&run_dir.join("tmp")));
-        let env_remove = ENV_REMOVE.iter().map(|s| s.to_string()).collect();
+        let mut env_remove: Vec<String> = ENV_REMOVE.iter().map(|s| s.to_string()).collect();
+        let mut allow = opts.allow_hosts.clone();
+        allow.sort();
+        allow.dedup();
+        let network = NetworkPolicy {
+            proxy_port: opts.proxy_port,
+            allow,
+        };
+        let mut connect_ports = Vec::new();
+        if opts.mode.is_confined() {
+            for name in PROXY_VARS {
+                env_set.insert(name.to_string(), network.proxy_url());
+            }
+            env_remove.extend(NO_PROXY_VARS.iter().map(|s| s.to_string()));
+            connect_ports.push(network.proxy_port);
+        }
 
         let mut policy = Policy {
             mode: opts.mode,
@@ -303,7 +327,8 @@ impl Policy {
             roots: Vec::new(),
             aliases: Vec::new(),
             masks: Vec::new(),
-            connect_ports: dedup_sorted(opts.connect_ports.clone()),
+            connect_ports,
+            network,
             deny_globs: opts.deny_globs.clone(),
             protect_globs: opts.protect_globs.clone(),
             placeholders: Vec::new(),
@@ -948,65 +973,6 @@ fn prune_stale_runs(runs_dir: &Path) {
     }
 }
 
-fn dedup_sorted(mut ports: Vec<u16>) -> Vec<u16> {
-    ports.sort_unstable();
-    ports.dedup();
-    ports
-}
-
-/// The TCP ports a child with this environment must reach: the backend's
-/// (`ANTHROPIC_BASE_URL`, default HTTPS) and those of configured proxies.
-pub fn backend_ports(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Vec<u16> {
-    let get = |name: &str| {
-        env.iter()
-            .find(|(k, _)| k == name)
-            .and_then(|(_, v)| v.to_str())
-            .filter(|v| !v.is_empty())
-    };
-    let mut ports = vec![
-        get("ANTHROPIC_BASE_URL")
-            .map_or(Some(443), url_port)
-            .unwrap_or(443),
-    ];
-    for name in [
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        if let Some(port) = get(name).and_then(url_port) {
-            ports.push(port);
-        }
-    }
-    dedup_sorted(ports)
-}
-
-/// The port of a URL (`http://host:8080/x` -> 8080), or its scheme's default.
-fn url_port(url: &str) -> Option<u16> {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
-        None => ("http".to_string(), url),
-    };
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let port = if let Some(end) = host_port.strip_prefix('[').and_then(|h| h.find(']')) {
-        host_port[end + 2..].strip_prefix(':')
-    } else {
-        host_port.rsplit_once(':').map(|(_, p)| p)
-    };
-    match port {
-        Some(p) => p.parse().ok(),
-        None => match scheme.as_str() {
-            "https" => Some(443),
-            "http" => Some(80),
-            "socks5" | "socks5h" | "socks" => Some(1080),
-            _ => None,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1060,13 +1026,17 @@ mod tests {
     fn workspace_write_grants_workspace_and_masks_secrets() {
         let (_dir, ws, home) = fixture();
         let mut opts = options(Mode::WorkspaceWrite, &ws, &home);
-        opts.connect_ports = vec![443, 8080, 443];
+        opts.allow_hosts = vec![
+            HostPort::parse("example.com").unwrap(),
+            HostPort::parse("example.com:443").unwrap(),
+        ];
         let policy = Policy::resolve(&opts).unwrap();
         let ws = fs::canonicalize(ws).unwrap();
         assert!(policy.is_writable(&ws.join("src/main.rs")));
         // Shell startup files often export tokens: not granted at all.
         assert!(!policy.is_granted(&fs::canonicalize(home.join(".bashrc")).unwrap()));
-        assert_eq!(policy.connect_ports, vec![443, 8080]);
+        assert_eq!(policy.connect_ports, vec![policy.network.proxy_port]);
+        assert_eq!(policy.network.allow.len(), 1);
         let secrets: Vec<_> = policy.masked_secrets().collect();
         assert!(secrets.contains(&ws.join(".env").as_path()));
         assert!(secrets.contains(&ws.join("src/.env.local").as_path()));
@@ -1194,29 +1164,6 @@ mod tests {
     }
 
     #[test]
-    fn backend_ports_come_from_the_base_url_and_proxies() {
-        let env = |pairs: &[(&str, &str)]| -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-            pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
-        };
-        assert_eq!(backend_ports(&env(&[])), vec![443]);
-        assert_eq!(
-            backend_ports(&env(&[("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")])),
-            vec![9]
-        );
-        assert_eq!(
-            backend_ports(&env(&[
-                ("ANTHROPIC_BASE_URL", "https://api.z.ai/api/anthropic"),
-                ("HTTPS_PROXY", "http://user:pw@[::1]:3128"),
-            ])),
-            vec![443, 3128]
-        );
-        assert_eq!(
-            backend_ports(&env(&[("ANTHROPIC_BASE_URL", "http://h")])),
-            vec![80]
-        );
-    }
-
-    #[test]
     fn child_env_drops_agent_sockets_and_sets_private_dirs() {
         let (_dir, ws, home) = fixture();
         let policy = Policy::resolve(&options(Mode::WorkspaceWrite, &ws, &home)).unwrap();
@@ -1224,11 +1171,19 @@ mod tests {
             ("PATH", "/usr/bin"),
             ("SSH_AUTH_SOCK", "/tmp/agent"),
             ("TMPDIR", "/tmp"),
+            ("NO_PROXY", "127.0.0.1"),
+            ("https_proxy", "http://corp:3128"),
         ]);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("PATH").as_deref(), Some("/usr/bin"));
         assert_eq!(get("SSH_AUTH_SOCK"), None);
         assert_ne!(get("TMPDIR").as_deref(), Some("/tmp"));
         assert!(get("CLAUDE_CONFIG_DIR").is_some());
+        // The backend is reached through coder's proxy only, even on loopback.
+        assert_eq!(get("NO_PROXY"), None);
+        let proxy = policy.network.proxy_url();
+        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "ALL_PROXY"] {
+            assert_eq!(get(name).as_deref(), Some(proxy.as_str()), "{name}");
+        }
     }
 }

@@ -161,6 +161,66 @@ fn probe_user_namespace() -> Result<(), String> {
     }
 }
 
+/// Runs `coder sandbox -- true` in a throwaway workspace: the whole confinement a run
+/// gets, including the private network namespace, its loopback, the proxy listener and
+/// its hand-over to the parent. `Ok` when that works; otherwise the one-line reason a
+/// confined run would fail closed with (`sandbox_error`).
+pub fn probe_network() -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find coder itself: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("coder-doctor-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let program = ["/bin/true", "/usr/bin/true"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("true");
+    let child = Command::new(exe)
+        .args(["sandbox", "--cd"])
+        .arg(&dir)
+        .args(["--", program])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn();
+    let result = match child {
+        Ok(child) => wait_briefly(child),
+        Err(e) => Err(format!("cannot start coder sandbox: {e}")),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Waits up to 20 s for the probe, killing it after that.
+fn wait_briefly(child: std::process::Child) -> Result<(), String> {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(Ok(out)) if out.status.success() => Ok(()),
+        Ok(Ok(out)) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let line = stderr.lines().last().unwrap_or("").trim();
+            Err(format!(
+                "coder sandbox -- true failed ({}): {}",
+                out.status,
+                line.strip_prefix("coder sandbox: ").unwrap_or(line)
+            ))
+        }
+        Ok(Err(e)) => Err(format!("coder sandbox -- true: {e}")),
+        Err(_) => {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            Err("coder sandbox -- true did not finish within 20 s".to_string())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,11 +45,15 @@ pub async fn spawn(
     spec: &ChildSpec,
     started: Option<StartedHelper>,
 ) -> Result<Spawned, SpawnError> {
-    let mut child = match (&spec.policy, started) {
+    let (mut child, net) = match (&spec.policy, started) {
         (Some(_), Some(started)) => started.finish(spec).await?,
         (Some(_), None) => spawn_through_helper(spec).await?,
-        (None, _) => spawn_unconfined(spec)?,
+        (None, _) => (spawn_unconfined(spec)?, None),
     };
+    // The helper has sent the egress proxy's listener by now (see `sandbox::netns`).
+    if let (Some(egress), Some(net)) = (&spec.egress, net) {
+        egress.attach(net);
+    }
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
@@ -130,8 +134,9 @@ fn spawn_unconfined(spec: &ChildSpec) -> Result<Child, SpawnError> {
     })
 }
 
-/// Spawns `spec` via `current_exe __exec-helper`, which confines itself first.
-async fn spawn_through_helper(spec: &ChildSpec) -> Result<Child, SpawnError> {
+/// Spawns `spec` via `current_exe __exec-helper`, which confines itself first. Returns the
+/// child and coder's end of its network channel.
+async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Child, Option<OwnedFd>), SpawnError> {
     let spec_json = helper_spec_json(spec, false)?;
     // One argument may hold at most 128 KiB; a policy with many masks goes through a file
     // in the run's private directory instead (`@PATH`).
@@ -146,13 +151,14 @@ async fn spawn_through_helper(spec: &ChildSpec) -> Result<Child, SpawnError> {
         _ => spec_json.into(),
     };
     let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
-    let mut command = helper_command(spec_arg, &status_write)?;
+    let (net, net_child) = net_channel()?;
+    let mut command = helper_command(spec_arg, &status_write, &net_child)?;
     command
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd);
     let child = command.spawn()?;
-    drop(status_write);
-    wait_for_exec(child, status_read).await
+    drop((status_write, net_child));
+    Ok((wait_for_exec(child, status_read).await?, Some(net)))
 }
 
 /// A helper started before its spec is known, which waits for it on a pipe.
@@ -165,6 +171,8 @@ pub struct StartedHelper {
     child: Child,
     spec: std::fs::File,
     status: OwnedFd,
+    /// coder's end of the network channel (see `sandbox::netns`).
+    net: OwnedFd,
 }
 
 impl StartedHelper {
@@ -173,32 +181,36 @@ impl StartedHelper {
     pub fn start(cwd: &std::path::Path) -> Result<StartedHelper, SpawnError> {
         let (spec_read, spec_write) = inheritable_pipe(Inherited::ReadEnd)?;
         let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
+        let (net, net_child) = net_channel()?;
         let mut spec_arg = OsString::from("&");
         spec_arg.push(spec_read.as_raw_fd().to_string());
-        let mut command = helper_command(spec_arg, &status_write)?;
+        let mut command = helper_command(spec_arg, &status_write, &net_child)?;
         command.current_dir(cwd);
         let child = command.spawn()?;
-        drop((spec_read, status_write));
+        drop((spec_read, status_write, net_child));
         Ok(StartedHelper {
             child,
             spec: std::fs::File::from(spec_write),
             status: status_read,
+            net,
         })
     }
 
-    /// Hands `spec` to the helper; returns once the program has been exec'd.
-    async fn finish(self, spec: &ChildSpec) -> Result<Child, SpawnError> {
+    /// Hands `spec` to the helper; returns once the program has been exec'd, with coder's
+    /// end of the network channel.
+    async fn finish(self, spec: &ChildSpec) -> Result<(Child, Option<OwnedFd>), SpawnError> {
         use std::io::Write;
         let StartedHelper {
             child,
             spec: mut pipe,
             status,
+            net,
         } = self;
         let json = helper_spec_json(spec, true)?;
         // A helper that died before reading it reports why on the status pipe.
         let _ = pipe.write_all(json.as_bytes());
         drop(pipe);
-        wait_for_exec(child, status).await
+        Ok((wait_for_exec(child, status).await?, Some(net)))
     }
 }
 
@@ -244,14 +256,38 @@ fn inheritable_pipe(inherited: Inherited) -> Result<(OwnedFd, OwnedFd), SpawnErr
     Ok((read, write))
 }
 
-/// `coder __exec-helper SPEC STATUS_FD`, with piped stdio and an empty environment.
-fn helper_command(spec_arg: OsString, status_write: &OwnedFd) -> Result<Command, SpawnError> {
+/// The network channel: a UNIX socket pair whose second end the helper inherits (like the
+/// pipes above) to send the egress proxy's listener back; coder keeps the first.
+fn net_channel() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(std::io::Error::from)?;
+    nix::fcntl::fcntl(
+        &theirs,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(std::io::Error::from)?;
+    Ok((ours, theirs))
+}
+
+/// `coder __exec-helper SPEC STATUS_FD NET_FD`, with piped stdio and an empty environment.
+fn helper_command(
+    spec_arg: OsString,
+    status_write: &OwnedFd,
+    net: &OwnedFd,
+) -> Result<Command, SpawnError> {
     let mut command = Command::new(std::env::current_exe()?);
     command
         .arg0("coder-helper")
         .arg(HELPER_ARG)
         .arg(spec_arg)
         .arg(status_write.as_raw_fd().to_string())
+        .arg(net.as_raw_fd().to_string())
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,0 +1,241 @@
+//! `coder sandbox` for a confined mode: fork, confine and exec the command in the child,
+//! serve the egress proxy and wait in the parent; and the exec both modes end with (see the module docs of
+//! [`super::sandbox`] for why, and for the exit-status and signal rules).
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid};
+
+use crate::sandbox::proxy::Egress;
+use crate::sandbox::{Policy, SandboxError, confine};
+
+/// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
+pub(super) const EXIT_SANDBOX_ERROR: u8 = 71;
+pub(super) const EXIT_NOT_FOUND: u8 = 127;
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+
+/// Signals another process may send the parent, passed on to the command.
+const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// `si_code` of a signal the kernel generated (the terminal's `^C`, `^\`, hang-up): it
+/// went to the whole foreground process group, the command included.
+const SI_KERNEL: i32 = 0x80;
+
+/// Runs `program` confined by `policy` in a forked child; returns its exit status.
+pub(super) fn run_forked(
+    policy: Policy,
+    program: &OsString,
+    args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> Result<ExitCode, SandboxError> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SandboxError::sys("socketpair", "proxy channel", e))?;
+    let mut mask = SigSet::empty();
+    for signal in FORWARDED {
+        mask.add(signal);
+    }
+    mask.add(Signal::SIGCHLD);
+    let mut old = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))
+        .map_err(|e| SandboxError::sys("sigprocmask", "block", e))?;
+    let parent = nix::unistd::getpid();
+    // SAFETY: `coder sandbox` is dispatched before anything starts a thread, so this
+    // process is single-threaded and the child may run ordinary code after the fork.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => {
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            policy.cleanup();
+            Err(SandboxError::sys("fork", "coder sandbox", e))
+        }
+        Ok(ForkResult::Child) => {
+            drop(ours);
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            std::process::exit(child_main(&policy, theirs, parent, program, args, env))
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(theirs);
+            let egress = Egress::new(policy.network.allow.clone());
+            start_proxy(egress, ours);
+            let status = wait_forwarding(child, &mask);
+            policy.cleanup();
+            Ok(status.into_exit_code())
+        }
+    }
+}
+
+/// The child: confine (which hands the proxy's listener up `channel`), then exec.
+fn child_main(
+    policy: &Policy,
+    channel: OwnedFd,
+    parent: Pid,
+    program: &OsString,
+    args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> i32 {
+    let sandbox_error = |message: String| {
+        eprintln!("coder sandbox: {}", one_line(&message));
+        i32::from(EXIT_SANDBOX_ERROR)
+    };
+    if let Err(e) = arm_death_signal(parent) {
+        return sandbox_error(e);
+    }
+    if let Err(e) = confine(policy, Some(channel.as_fd())) {
+        return sandbox_error(e.to_string());
+    }
+    drop(channel);
+    // Entering a user namespace clears the parent-death signal: arm it again.
+    if let Err(e) = arm_death_signal(parent) {
+        return sandbox_error(e);
+    }
+    i32::from(exec_command(program, args, env))
+}
+
+/// The command dies with the proxy's process: without it, it has no network anyway, and
+/// it must not outlive the `coder sandbox` that the caller waits for.
+fn arm_death_signal(parent: Pid) -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+    if nix::unistd::getppid() != parent {
+        return Err("coder sandbox exited before the command started".to_string());
+    }
+    Ok(())
+}
+
+/// Serves the proxy on a runtime of its own in a second thread (it inherits the blocked
+/// signals, so they all reach the main thread's signalfd).
+fn start_proxy(egress: Egress, channel: OwnedFd) {
+    let started = std::thread::Builder::new()
+        .name("coder-proxy".to_string())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(runtime) => runtime.block_on(egress.serve_channel(channel)),
+                Err(e) => eprintln!("coder sandbox: cannot start the egress proxy: {e}"),
+            }
+        });
+    if let Err(e) = started {
+        // The command then has no network at all: closed, not open.
+        eprintln!("coder sandbox: cannot start the egress proxy: {e}");
+    }
+}
+
+/// How the command ended.
+enum Ended {
+    Exited(i32),
+    Signaled(Signal),
+    /// coder lost track of it (cannot happen unless something else reaped it).
+    Lost,
+}
+
+impl Ended {
+    fn into_exit_code(self) -> ExitCode {
+        match self {
+            Ended::Exited(code) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
+            Ended::Signaled(signal) => {
+                die_of(signal);
+                ExitCode::from(u8::try_from(128 + signal as i32).unwrap_or(255))
+            }
+            Ended::Lost => ExitCode::from(70),
+        }
+    }
+}
+
+/// Waits for `child`, forwarding the signals other processes send to this one.
+fn wait_forwarding(child: Pid, mask: &SigSet) -> Ended {
+    let mut signals = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).ok();
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => return Ended::Exited(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return Ended::Signaled(signal),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return Ended::Lost,
+        }
+        let Some(fd) = signals.as_mut() else {
+            // No signalfd: a plain blocking wait, without forwarding.
+            return match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, code)) => Ended::Exited(code),
+                Ok(WaitStatus::Signaled(_, signal, _)) => Ended::Signaled(signal),
+                _ => Ended::Lost,
+            };
+        };
+        let Ok(Some(info)) = fd.read_signal() else {
+            continue;
+        };
+        let Ok(signal) = Signal::try_from(info.ssi_signo as i32) else {
+            continue;
+        };
+        if signal != Signal::SIGCHLD && info.ssi_code != SI_KERNEL {
+            let _ = nix::sys::signal::kill(child, signal);
+        }
+    }
+}
+
+/// Ends this process with `signal`, as the command ended, when that signal terminates
+/// without a core dump; returns otherwise (the caller then exits 128+N).
+fn die_of(signal: Signal) {
+    use nix::sys::signal::{SigHandler, signal as set_handler};
+    let terminates = matches!(
+        signal,
+        Signal::SIGTERM
+            | Signal::SIGHUP
+            | Signal::SIGINT
+            | Signal::SIGKILL
+            | Signal::SIGPIPE
+            | Signal::SIGUSR1
+            | Signal::SIGUSR2
+            | Signal::SIGALRM
+    );
+    if !terminates {
+        return;
+    }
+    // SAFETY: installs the default disposition (no handler code) right before raising.
+    let _ = unsafe { set_handler(signal, SigHandler::SigDfl) };
+    let mut only = SigSet::empty();
+    only.add(signal);
+    let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&only), None);
+    let _ = nix::sys::signal::raise(signal);
+}
+
+/// Replaces this process with the command; returns the exit code to use when that fails.
+pub(super) fn exec_command(
+    program: &OsString,
+    args: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> u8 {
+    let err = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .exec();
+    eprintln!("coder sandbox: {}: {err}", program.to_string_lossy());
+    match err.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        _ => EXIT_NOT_EXECUTABLE,
+    }
+}
+
+pub(super) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
