@@ -188,3 +188,94 @@ fn the_inherit_backend_without_credentials_fails_fast_with_a_config_error() {
         "{detail}"
     );
 }
+
+#[test]
+fn all_messages_stop_at_their_cap_with_a_marker_of_what_was_dropped() {
+    let fake = Fake::new(serde_json::json!([
+        steps::init(),
+        {"step": "flood", "bytes": 40 * 1024 * 1024, "kind": "events", "line_bytes": 65536},
+        steps::text("done"),
+        steps::result_ok("done"),
+    ]));
+    let out = fake
+        .coder()
+        .deadline(Duration::from_secs(120))
+        .args(["--return-all-messages", "task"])
+        .run();
+    out.assert_success("done");
+    let messages = out.envelope["all_messages"].as_array().unwrap();
+    let kept: usize = messages.iter().map(|m| m.to_string().len()).sum();
+    assert!(kept <= 33 * 1024 * 1024, "all_messages holds {kept} bytes");
+    let marker = messages.last().unwrap();
+    assert_eq!(marker["type"], "coder_truncated", "{marker}");
+    assert!(marker["dropped_messages"].as_u64().unwrap() > 0, "{marker}");
+    assert!(
+        marker["dropped_bytes"].as_u64().unwrap() > 7 * 1024 * 1024,
+        "{marker}"
+    );
+    assert_eq!(marker["max_bytes"], 32 * 1024 * 1024);
+}
+
+#[test]
+fn the_transcript_keeps_the_head_of_a_huge_prompt_and_its_size() {
+    let fake = Fake::new(Value::Array(steps::answer("done")));
+    let prompt = format!("{}END-OF-PROMPT", "p".repeat(1024 * 1024));
+    let out = fake.coder().stdin(prompt.clone()).arg("-").run();
+    out.assert_success("done");
+    // The child got all of it.
+    assert!(fake.record().stdin().ends_with("END-OF-PROMPT"));
+    let transcript =
+        common::read_transcript(Path::new(out.envelope["transcript"].as_str().unwrap()));
+    let start = &transcript[0]["data"];
+    let kept = start["prompt"].as_str().unwrap();
+    assert!(kept.len() < 70 * 1024, "{} bytes kept", kept.len());
+    assert!(
+        kept.ends_with(&format!("[truncated: {} bytes in all]", prompt.len())),
+        "{}",
+        &kept[kept.len() - 80..]
+    );
+    assert_eq!(start["prompt_bytes"], prompt.len());
+}
+
+#[test]
+fn session_records_age_out_with_the_transcripts_retention() {
+    let fake = Fake::new(Value::Array(steps::answer("done")));
+    let sessions = fake.state_dir().join("sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    for _ in 0..205 {
+        let id = uuid::Uuid::new_v4();
+        let record = sessions.join(format!("{id}.json"));
+        std::fs::write(
+            &record,
+            format!(r#"{{"session_id":"{id}","workspace":"/w","backend":"b","created_at":1,"updated_at":1}}"#),
+        )
+        .unwrap();
+        std::fs::write(sessions.join(format!("{id}.jsonl")), "{}\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&record)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let out = fake.coder().arg("task").run();
+    out.assert_success("done");
+    let names: Vec<String> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let records = names.iter().filter(|n| n.ends_with(".json")).count();
+    let histories = names.iter().filter(|n| n.ends_with(".jsonl")).count();
+    assert_eq!(records, 200, "{names:?}");
+    assert!(
+        histories <= 200,
+        "histories go with their records: {histories}"
+    );
+    let this_run = out.envelope["SESSION_ID"].as_str().unwrap();
+    assert!(
+        names.contains(&format!("{this_run}.json")),
+        "the new session's record stays"
+    );
+}

@@ -24,7 +24,7 @@ pub struct ChildSpec {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
     /// Written to the child's stdin, which is then closed.
-    pub stdin: Vec<u8>,
+    pub stdin: std::sync::Arc<str>,
     /// The confinement the helper applies before exec'ing the program (none for
     /// `danger-full-access`); set by [`confine`].
     pub policy: Option<crate::sandbox::Policy>,
@@ -141,7 +141,7 @@ pub fn build(
         args: claude_args(request),
         env: child_env(base_env, request),
         cwd: request.workspace.clone(),
-        stdin: request.prompt.as_bytes().to_vec(),
+        stdin: request.prompt.clone(),
         policy: None,
         egress: None,
     }

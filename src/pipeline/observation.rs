@@ -23,6 +23,10 @@ use crate::text::redact::{Ending, Secrets};
 use crate::text::tool_result::{Join, content_text};
 
 /// How many lines `last_lines` keeps.
+/// The most `--return-all-messages` keeps (32 MiB of events): a long run's stream can be
+/// hundreds of MB, and the envelope must stay printable and parseable.
+pub const ALL_MESSAGES_MAX_BYTES: usize = 32 * 1024 * 1024;
+
 pub const LAST_LINES: usize = 20;
 /// How many characters of one line `last_lines` keeps.
 const LAST_LINE_CHARS: usize = 1000;
@@ -81,6 +85,11 @@ pub struct Observation {
     pub stderr_lines: u64,
     last_lines: VecDeque<String>,
     all_messages: Vec<Box<RawValue>>,
+    /// Bytes of the events kept in `all_messages`.
+    all_messages_bytes: usize,
+    /// Events (and their bytes) not kept because `all_messages` was full.
+    dropped_messages: u64,
+    dropped_message_bytes: u64,
     /// The sandbox the child runs under, to recognise denials.
     policy: Option<Arc<Policy>>,
     /// Sandbox denials the agent ran into.
@@ -153,6 +162,9 @@ impl Observation {
             stderr_lines: 0,
             last_lines: VecDeque::with_capacity(LAST_LINES),
             all_messages: Vec::new(),
+            all_messages_bytes: 0,
+            dropped_messages: 0,
+            dropped_message_bytes: 0,
             policy: None,
             denials: Vec::new(),
         }
@@ -211,12 +223,7 @@ impl Observation {
             self.first_event_after = Some(self.started.elapsed());
         }
         if self.keep_events {
-            // The line decoded as JSON, so it is a valid raw value.
-            if let Ok(text) = std::str::from_utf8(&line.bytes)
-                && let Ok(raw) = RawValue::from_string(text.trim().to_owned())
-            {
-                self.all_messages.push(raw);
-            }
+            self.keep_message(&line.bytes);
         }
         if self.policy.is_some()
             && let Event::User { tool_results } = &decoded.event
@@ -388,9 +395,42 @@ impl Observation {
         self.last_lines.iter().cloned().collect()
     }
 
-    /// Every parsed event, in order (empty unless asked for).
+    /// Keeps one event for `all_messages`, up to [`ALL_MESSAGES_MAX_BYTES`] in all; past
+    /// that, events are only counted.
+    fn keep_message(&mut self, bytes: &[u8]) {
+        if self.all_messages_bytes + bytes.len() > ALL_MESSAGES_MAX_BYTES {
+            self.dropped_messages += 1;
+            self.dropped_message_bytes += bytes.len() as u64;
+            return;
+        }
+        // The line decoded as JSON, so it is a valid raw value.
+        if let Ok(text) = std::str::from_utf8(bytes)
+            && let Ok(raw) = RawValue::from_string(text.trim().to_owned())
+        {
+            self.all_messages_bytes += bytes.len();
+            self.all_messages.push(raw);
+        }
+    }
+
+    /// Every parsed event, in order (empty unless asked for). Past the cap, the list ends
+    /// with one marker object instead of the events that did not fit:
+    /// `{"type": "coder_truncated", "dropped_messages": N, "dropped_bytes": B,
+    /// "kept_bytes": K, "max_bytes": M}`.
     pub fn take_all_messages(&mut self) -> Vec<Box<RawValue>> {
-        std::mem::take(&mut self.all_messages)
+        let mut messages = std::mem::take(&mut self.all_messages);
+        if self.dropped_messages > 0 {
+            let marker = serde_json::json!({
+                "type": "coder_truncated",
+                "dropped_messages": self.dropped_messages,
+                "dropped_bytes": self.dropped_message_bytes,
+                "kept_bytes": self.all_messages_bytes,
+                "max_bytes": ALL_MESSAGES_MAX_BYTES,
+            });
+            if let Ok(raw) = RawValue::from_string(marker.to_string()) {
+                messages.push(raw);
+            }
+        }
+        messages
     }
 
     /// The tool call issued last and not yet answered, as `Bash(npm test)`.

@@ -162,7 +162,8 @@ impl SessionChoice {
 /// A validated run: everything needed to build and supervise the child.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
-    pub prompt: String,
+    /// The assembled prompt, shared (not copied) by every attempt: it can be megabytes.
+    pub prompt: std::sync::Arc<str>,
     /// The workspace, canonicalised.
     pub workspace: PathBuf,
     pub sandbox: SandboxMode,
@@ -314,7 +315,7 @@ impl RunArgs {
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
 
         Ok(RunRequest {
-            prompt,
+            prompt: prompt.into(),
             workspace,
             sandbox: self
                 .sandbox
@@ -553,7 +554,7 @@ mod tests {
             "",
         )
         .unwrap();
-        assert_eq!(req.prompt, "x");
+        assert_eq!(&*req.prompt, "x");
         assert!(req.return_all_messages);
         assert_eq!(req.max_duration, None);
         assert!(matches!(req.session, SessionChoice::Resume(_)));
@@ -567,7 +568,7 @@ mod tests {
             dir.path()
         );
         let req = request(&["--request", "-", "--timeout", "7"], &json).unwrap();
-        assert_eq!(req.prompt, "from json");
+        assert_eq!(&*req.prompt, "from json");
         assert_eq!(req.idle_timeout, Duration::from_secs(7));
         assert_eq!(req.max_retries, 1);
         assert!(matches!(
@@ -601,9 +602,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cd = dir.path().to_str().unwrap();
         assert_eq!(
-            request(&["--cd", cd, "-"], "piped").unwrap().prompt,
+            &*request(&["--cd", cd, "-"], "piped").unwrap().prompt,
             "piped"
         );
-        assert_eq!(request(&["--cd", cd], "piped").unwrap().prompt, "piped");
+        assert_eq!(&*request(&["--cd", cd], "piped").unwrap().prompt, "piped");
     }
 }

@@ -78,7 +78,8 @@ pub async fn run(request: RunRequest) -> Envelope {
                 SessionChoice::New(id) => json!({"new": id}),
                 SessionChoice::Resume(id) => json!({"resume": id}),
             },
-            "prompt": request.prompt,
+            "prompt": crate::text::head_with_marker(&request.prompt, TRANSCRIPT_PROMPT_BYTES),
+            "prompt_bytes": request.prompt.len(),
             "idle_timeout_s": request.idle_timeout.as_secs_f64(),
             "max_duration_s": request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
             "max_retries": request.max_retries,
@@ -121,10 +122,21 @@ pub async fn run(request: RunRequest) -> Envelope {
                     &transcript_path,
                 );
             }
+            // Session records and histories age out with the same retention.
+            let retention = transcript::Retention::default();
+            SessionStore::new(&state_dir).enforce_retention(
+                retention.max_runs,
+                retention.max_bytes,
+                request.session.id(),
+            );
         }
     }
     envelope
 }
+
+/// How much of the prompt the transcript's `start` entry keeps (64 KiB); `prompt_bytes`
+/// gives the full size. The child always gets the whole prompt.
+const TRANSCRIPT_PROMPT_BYTES: usize = 64 * 1024;
 
 /// A sortable run id: UTC start time to the microsecond, plus a random suffix
 /// (`20261121T133652.123456Z-1a2b3c4d`). Names sort by start time, so `coder runs` lists

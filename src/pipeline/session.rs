@@ -171,6 +171,43 @@ impl SessionStore {
         self.dir.join(format!("{id}.json"))
     }
 
+    /// Prunes the oldest sessions (record and kept history together) beyond `max_sessions`
+    /// or once their bytes add up to more than `max_bytes`, newest first by the record's
+    /// modification time, the same retention as transcripts. `keep` (this run's session)
+    /// and sessions locked by a running coder are never removed. Returns how many went.
+    pub fn enforce_retention(&self, max_sessions: usize, max_bytes: u64, keep: Uuid) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut sessions: Vec<(std::time::SystemTime, u64, Uuid)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let id = Uuid::parse_str(name.to_str()?.strip_suffix(".json")?).ok()?;
+                let meta = e.metadata().ok()?;
+                let history = std::fs::metadata(self.history_path(id)).map_or(0, |m| m.len());
+                Some((meta.modified().ok()?, meta.len() + history, id))
+            })
+            .collect();
+        sessions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
+        let mut total = 0u64;
+        let mut removed = 0;
+        for (index, (_, size, id)) in sessions.into_iter().enumerate() {
+            total += size;
+            let over = index >= max_sessions || total > max_bytes;
+            if !over || id == keep {
+                continue;
+            }
+            // A session a coder is driving right now keeps its files.
+            let Ok(_lock) = self.lock(id) else { continue };
+            let _ = std::fs::remove_file(self.history_path(id));
+            if std::fs::remove_file(self.record_path(id)).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Takes the session's lock without waiting.
     pub fn lock(&self, id: Uuid) -> Result<SessionLock, SessionError> {
         use std::os::unix::fs::MetadataExt;

@@ -273,7 +273,7 @@ async fn start(
         let mut stdin = stdin;
         // A child that exits without reading its stdin is not an error here; its exit
         // status tells the story.
-        let _ = stdin.write_all(&prompt).await;
+        let _ = stdin.write_all(prompt.as_bytes()).await;
         let _ = stdin.shutdown().await;
     });
 

@@ -33,3 +33,33 @@ pub fn one_line(text: &str, max_chars: usize) -> String {
     }
     out
 }
+
+/// `text` if it is at most `max_bytes` long; else its head cut at a character boundary at
+/// most `max_bytes` in, followed by an explicit marker with the full size
+/// (`… [truncated: 104857600 bytes in all]`).
+pub fn head_with_marker(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut cut = max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… [truncated: {} bytes in all]",
+        &text[..cut],
+        text.len()
+    ))
+}
+
+#[cfg(test)]
+mod head_tests {
+    use super::head_with_marker;
+
+    #[test]
+    fn heads_are_cut_at_a_character_boundary_with_the_full_size() {
+        assert_eq!(head_with_marker("short", 10), "short");
+        let cut = head_with_marker("ééé", 3);
+        assert_eq!(cut, "é… [truncated: 6 bytes in all]");
+    }
+}
