@@ -846,7 +846,7 @@ impl Run {
             ..
         } = attempt;
         let (session_id, mismatch) = self.confirmed_session(session, &observation);
-        let unconfirmed = session_id.is_none();
+        let unconfirmed = session_id.is_none() && mismatch.is_none();
         let mut envelope = self.finish(
             Envelope::success(session_id, result),
             Some(&mut observation),
