@@ -29,8 +29,7 @@ use crate::config::{
     ResolvedBackend,
 };
 
-/// The claude CLI version coder's behaviour was measured against.
-pub const TESTED_CLAUDE_VERSION: &str = "2.1.330";
+pub use crate::pipeline::child::TESTED_CLAUDE_VERSION;
 
 /// How long `claude --version` may take.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -537,10 +536,8 @@ fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]) -> Check 
         None => match find_on_path("claude", env) {
             Some(p) => p,
             None => {
-                return Check::new("claude", Status::Fail, "no `claude` on PATH").hint(
-                    "install it (npm install @anthropic-ai/claude-code) or pass --claude-bin PATH \
-                     (env CODER_CLAUDE_BIN)",
-                );
+                return Check::new("claude", Status::Fail, "no `claude` on PATH")
+                    .hint(crate::pipeline::child::INSTALL_HINT);
             }
         },
     };

@@ -279,3 +279,49 @@ fn session_records_age_out_with_the_transcripts_retention() {
         "the new session's record stays"
     );
 }
+
+#[test]
+fn doctor_and_a_run_give_the_same_pinned_install_hint() {
+    let fake = Fake::new(Value::Array(steps::answer("done")));
+    let missing = fake.root().join("nowhere/claude");
+    let run = fake.coder().claude_bin(&missing).arg("task").run();
+    let detail = run.assert_failure("command_not_found", 127);
+    let run_hint = detail["hint"].as_str().unwrap().to_owned();
+    let mut child = Command::new(CODER)
+        .args(["doctor", "--json"])
+        .env_clear()
+        .env("PATH", fake.root().join("empty-bin"))
+        .env("HOME", fake.root())
+        .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    wait_bounded(&mut child);
+    let report: Value = serde_json::from_str(&text).unwrap();
+    let claude = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "claude")
+        .unwrap();
+    assert_eq!(claude["hints"][0], run_hint, "{claude}");
+    let pinned = format!(
+        "@anthropic-ai/claude-code@{}",
+        coder::doctor::TESTED_CLAUDE_VERSION
+    );
+    assert!(run_hint.contains(&pinned), "{run_hint}");
+    assert!(
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/setup-claude"))
+            .unwrap()
+            .contains(coder::doctor::TESTED_CLAUDE_VERSION),
+        "scripts/setup-claude pins the same version"
+    );
+}

@@ -240,7 +240,11 @@ fn check_executable(path: &Path) -> Result<PathBuf, ProgramError> {
 }
 
 /// What to tell a user whose claude cannot be found.
-pub const INSTALL_HINT: &str = "install the claude CLI (npm install -g @anthropic-ai/claude-code, or scripts/setup-claude in the coder repository) or point --claude-bin / CODER_CLAUDE_BIN at it";
+pub const INSTALL_HINT: &str = "install the claude CLI coder is tested with (npm install -g @anthropic-ai/claude-code@2.1.330, or scripts/setup-claude in the coder repository) or point --claude-bin / CODER_CLAUDE_BIN at it";
+
+/// The claude CLI version coder's behaviour was measured against (the one
+/// [`INSTALL_HINT`] pins).
+pub const TESTED_CLAUDE_VERSION: &str = "2.1.330";
 
 #[cfg(test)]
 mod tests {
