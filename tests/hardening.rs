@@ -325,3 +325,26 @@ fn doctor_and_a_run_give_the_same_pinned_install_hint() {
         "scripts/setup-claude pins the same version"
     );
 }
+
+#[test]
+fn a_prompt_too_long_says_so_and_is_not_retried() {
+    let fake = Fake::new(serde_json::json!([
+        steps::init(),
+        {"step": "synthetic_error", "error": "invalid_request", "api_error_status": 400,
+         "text": "Prompt is too long"},
+        {"step": "result", "is_error": true, "api_error_status": 400,
+         "text": "Prompt is too long"},
+        steps::exit(1),
+    ]));
+    let out = fake.coder().args(["--max-retries", "2", "task"]).run();
+    let detail = out.assert_failure("upstream_error", 1);
+    let message = detail["message"].as_str().unwrap();
+    assert!(message.contains("context window"), "{message}");
+    assert!(!message.contains("the backend API failed"), "{message}");
+    assert!(
+        detail["hint"].as_str().unwrap().contains("fresh session"),
+        "{detail}"
+    );
+    assert_eq!(detail["retryable"], false, "{detail}");
+    assert_eq!(out.envelope["attempts"].as_array().unwrap().len(), 1);
+}

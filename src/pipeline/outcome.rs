@@ -237,6 +237,22 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
         .clone()
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| errors.clone());
+    if upstream && is_context_overflow(&text) {
+        let mut failure = Failure::new(
+            ErrorKind::UpstreamError,
+            crate::text::one_line(
+                &format!("the prompt is too long for the model: {text}"),
+                200,
+            ),
+            format!(
+                "the conversation (the task plus what the session already holds) is longer \
+                 than the model's context window: {text}"
+            ),
+        )
+        .hint("shorten the task or its documents, or start a fresh session instead of resuming");
+        failure.http_status = status;
+        return Verdict::Failure(failure);
+    }
     if upstream {
         let mut failure = Failure::new(
             ErrorKind::UpstreamError,
@@ -262,6 +278,22 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
         crate::text::one_line(&format!("claude failed ({subtype}): {text}"), 200),
         format!("the claude CLI ended with an error result ({subtype}, {reason}): {text}"),
     ))
+}
+
+/// The CLI's or the vendor's words for a request over the context window ("Prompt is too
+/// long", Z.ai's 1261, "maximum context length").
+pub fn is_context_overflow(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    [
+        "prompt is too long",
+        "prompt too long",
+        "maximum context length",
+        "context length",
+    ]
+    .iter()
+    .any(|marker| lower.contains(marker))
+        || lower.contains("(1261)")
+        || lower.contains("\"1261\"")
 }
 
 fn describe_exit(end: &AttemptEnd) -> String {

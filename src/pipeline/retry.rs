@@ -114,6 +114,13 @@ pub fn classify_upstream(
     let content_rejected = status == Some(400)
         && (lower.contains("image") || lower.contains("document") || lower.contains("1210"))
         && (lower.contains("not support") || lower.contains("1210"));
+    // The same request would overflow the context again.
+    if crate::pipeline::outcome::is_context_overflow(text) {
+        return UpstreamClass {
+            retryable: false,
+            session_poisoned: false,
+        };
+    }
     let retryable = match status {
         Some(429 | 529) => true,
         Some(s) if (500..600).contains(&s) => true,
