@@ -12,7 +12,7 @@
 //!
 //! The server never connects anywhere and binds only the loopback address. It runs on the
 //! caller's tokio runtime ([`ReplayServer::start`]) or standalone (`coder replay serve`,
-//! [`serve_command`]). The cassette format is documented in `docs/cassettes.md`.
+//! `commands::replay`). The cassette format is documented in `docs/cassettes.md`.
 
 mod cassette;
 mod http;

@@ -4,7 +4,7 @@
 //! 1. check that Landlock is there and complete enough, before touching anything;
 //! 2. enter a private mount and network namespace (a user namespace too, unless this is
 //!    root with `CAP_SYS_ADMIN`), so nothing done here is seen outside; bring up the
-//!    private loopback and hand the egress proxy's listener to coder ([`super::netns`]);
+//!    private loopback and hand the egress proxy's listener to coder (`netns`);
 //! 3. mask: re-open the workspace and check it is the directory the policy was resolved
 //!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
 //!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
@@ -67,7 +67,7 @@ pub struct Confinement {
 /// process may be half-confined and must not run the agent.
 ///
 /// `net` is the UNIX socket on which the proxy's listener goes to coder (see
-/// [`super::netns`]); a confined policy without it fails.
+/// `netns`); a confined policy without it fails.
 pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confinement, SandboxError> {
     let mut done = Confinement {
         mode: policy.mode,

@@ -19,7 +19,7 @@
 //! from exit codes. Without `FD` (the helper started by hand) failures go to stderr.
 //!
 //! `NET_FD` is one end of a UNIX socket pair whose other end coder keeps: confinement sends
-//! the egress proxy's listening socket over it (see [`super::netns`]), and coder serves the
+//! the egress proxy's listening socket over it (see `netns`), and coder serves the
 //! proxy on it from outside the agent's network namespace. It is close-on-exec here too.
 //!
 //! The descriptors are inherited under their own numbers rather than moved to fixed ones,

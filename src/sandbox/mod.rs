@@ -6,26 +6,30 @@
 //!
 //! * In the parent, [`Policy::resolve`] turns a mode ([`Mode`]), a workspace and a few
 //!   options into a serializable [`Policy`]: the roots to read and write, the hosts the
-//!   agent may reach through coder's egress proxy ([`allow`]), the files to mask, and the environment the agent must get. All
-//!   the thinking (canonicalising, scanning for secrets, refusing a home directory as
-//!   workspace) happens here, where errors are cheap to report.
+//!   agent may reach through coder's egress proxy ([`allow`]), the files to mask and the
+//!   names to protect (`scan`, working from one descriptor of the workspace), and the
+//!   environment the agent must get. All the thinking (canonicalising, scanning for
+//!   secrets, refusing a home directory as workspace) happens here, where errors are cheap
+//!   to report, and nothing read from the workspace widens a grant.
 //! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
 //!   re-executed, so no confinement code runs inside the multi-task supervisor),
-//!   [`confine`] applies it: a private mount namespace whose root holds only the granted
-//!   paths, a private network namespace with loopback only whose proxy listener goes to
-//!   coder ([`proxy`] serves it from outside), empty read-only files bind-mounted over every secret, capabilities dropped,
-//!   then Landlock (filesystem rights, TCP connect ports, signal and abstract-socket
-//!   scoping). Anything short of that is an
-//!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
+//!   [`confine`] applies it: private mount and network namespaces (the root holds only the
+//!   granted paths; the network has loopback only, and the listener of coder's [`proxy`]
+//!   goes back to coder, which serves it from outside), empty read-only files bind-mounted
+//!   over every secret, read-only binds over git metadata and protected tool configs,
+//!   capabilities dropped, then Landlock (filesystem rights, TCP connect to the proxy only,
+//!   signal and abstract-socket scoping). Anything short of that is an error
+//!   ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
 //!   explicit way out.
 //!
 //! Around those two sit the pieces the rest of coder needs: [`probe`] for `coder doctor`,
-//! [`system_prompt_note`] to tell the model what is masked and what the mode allows,
-//! [`classify_denial`] and [`detect_denials`] to recognise sandbox denials in tool results,
-//! and [`sandbox_command`] for
-//! `coder sandbox -- CMD`, which runs any command under the same policy.
+//! [`system_prompt_note`] to tell the model what is masked and what the mode allows, and
+//! [`classify_denial`] and [`detect_denials`] to recognise sandbox denials in tool results.
+//! `coder sandbox -- CMD` (its entry point is in `commands`) runs any command under the
+//! same policy. Redaction of secrets in what coder prints is not here but in
+//! [`crate::text`], which every channel uses.
 //!
-//! What the agent may see of the home directory is an allow-list ([`home`]); the secrets it
+//! What the agent may see of the home directory is an allow-list (`home`); the secrets it
 //! may not read are one list of globs ([`deny_globs`], [`DenyMatcher`]), shared with any
 //! future reader of files on the agent's behalf.
 //!
@@ -129,7 +133,7 @@ pub struct AgentSandboxArgs {
     /// Drop the default protected globs (keeping those given with --protect).
     #[arg(long = "no-protect")]
     pub no_protect: bool,
-    /// Let the agent reach HOST[:PORT] (default port 443) through coder's egress proxy,
+    /// Let the agent reach `HOST[:PORT]` (default port 443) through coder's egress proxy,
     /// besides the backend (repeatable; presets @npm, @crates, @pypi, @github).
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     pub allow_hosts: Vec<String>,

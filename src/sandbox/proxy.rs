@@ -1,6 +1,6 @@
 //! coder's egress proxy: the agent's only way off its private loopback.
 //!
-//! The agent runs in a network namespace with loopback only ([`super::netns`]). Its helper
+//! The agent runs in a network namespace with loopback only (`netns`). Its helper
 //! binds a listener on that loopback and sends the descriptor to coder over an inherited
 //! UNIX socket; [`Egress::attach`] receives it and serves it here, in coder's own (host)
 //! network namespace, on tokio. A socket stays in the namespace it was created in, so the
@@ -50,7 +50,7 @@ pub struct EgressLog {
     pub allowed: u64,
     /// Requests refused (not on the allow-list).
     pub denied: u64,
-    /// Distinct refused destinations, at most [`MAX_DENIALS`].
+    /// Distinct refused destinations, at most `MAX_DENIALS`.
     pub denials: Vec<Denial>,
 }
 

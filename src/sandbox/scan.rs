@@ -99,7 +99,7 @@ pub enum PlaceholderKind {
     Dir,
     /// A symlink to [`ABSENT_TARGET`].
     Symlink,
-    /// A `commondir` file holding [`COMMONDIR_SELF`].
+    /// A `commondir` file holding `COMMONDIR_SELF`.
     CommonDirSelf,
 }
 

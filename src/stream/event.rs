@@ -88,7 +88,7 @@ pub struct ToolResult {
     pub is_error: bool,
     /// Where the result's `content` (its raw JSON) lies in the decoded line, so that it can
     /// be searched without decoding the line again. `None` when the line was decoded the
-    /// general way (see [`decode_line`]), or the result has no content.
+    /// general way (see [`decode_line`](super::decode_line)), or the result has no content.
     pub content: Option<Range<usize>>,
 }
 

@@ -450,7 +450,7 @@ fn is_token_char(c: char) -> bool {
 
 /// `text` with tokens in well-known credential formats redacted (`sk-…` whole, `Bearer …`
 /// keeping the word). A token is redacted when it starts at a word boundary, is at least
-/// [`MIN_TOKEN_LEN`] characters long and holds both a letter and a digit.
+/// `MIN_TOKEN_LEN` characters long and holds both a letter and a digit.
 pub fn redact_tokens(text: &str) -> Cow<'_, str> {
     let Some(starts) = &*TOKEN_STARTS else {
         return Cow::Borrowed(text);
