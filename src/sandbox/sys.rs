@@ -48,32 +48,21 @@ pub(crate) fn clone_tree(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
 
 /// Make a detached mount tree read-only, nosuid and nodev (recursively).
 pub(crate) fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let empty = c"";
-    let flags = libc::AT_EMPTY_PATH as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
-    // SAFETY: `tree` is valid, `attr` lives across the call and its size is passed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            flags,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    Errno::result(ret).map(drop)
+    set_mount_attr(
+        tree,
+        libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+    )
 }
 
 /// Make a detached mount tree nosuid and nodev (recursively), leaving it writable.
 pub(crate) fn set_nosuid(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+    set_mount_attr(tree, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)
+}
+
+/// `mount_setattr(2)` on a whole detached tree: sets `attr_set`, clears nothing.
+fn set_mount_attr(tree: BorrowedFd<'_>, attr_set: u64) -> Result<(), Errno> {
     let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_set,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
