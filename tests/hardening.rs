@@ -348,3 +348,40 @@ fn a_prompt_too_long_says_so_and_is_not_retried() {
     assert_eq!(detail["retryable"], false, "{detail}");
     assert_eq!(out.envelope["attempts"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn coder_sandbox_leaves_no_per_call_directory_in_any_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let state = dir.path().join("state");
+    for mode in ["workspace-write", "read-only", "danger-full-access"] {
+        let mut child = Command::new(CODER)
+            .args(["sandbox", "--mode", mode, "--cd"])
+            .arg(&ws)
+            .args(["--", "sh", "-c", "echo \"$TMPDIR\"; exit 3"])
+            .env("CODER_STATE_DIR", &state)
+            .env("XDG_RUNTIME_DIR", "")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut text = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        let status = wait_bounded(&mut child);
+        assert_eq!(status.code(), Some(3), "{mode}: the command's exit status");
+        assert!(
+            !text.trim().is_empty(),
+            "{mode}: a private TMPDIR was given"
+        );
+        let left: Vec<_> = std::fs::read_dir(state.join("sandbox"))
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{mode}: left behind {left:?}");
+    }
+}

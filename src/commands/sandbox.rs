@@ -20,7 +20,8 @@
 //! parent by another process are forwarded to the command; the same signals from the
 //! terminal already reach the command's process group and are not sent twice.
 //!
-//! `danger-full-access` needs no proxy: that mode execs the command in place, as before.
+//! `danger-full-access` needs no proxy and gets none, but forks and waits all the same, so
+//! the per-call directory (private temp and config dir) goes when the command ends.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -28,12 +29,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use crate::sandbox::SandboxError;
 use crate::sandbox::{Mode, Policy, PolicyOptions};
-use crate::sandbox::{SandboxError, confine};
 use crate::text::is_secret_name;
 use crate::text::path::{self, RelativeDirs};
 
-use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, exec_command, one_line};
+use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, one_line};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -148,18 +149,9 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
         policy.grant_read(&executable)?;
     }
 
-    if policy.mode.is_confined() {
-        return super::sandbox_fork::run_forked(policy, program, &args.command[1..], env);
-    }
-    if let Err(e) = confine(&policy, None) {
-        policy.cleanup();
-        return Err(e);
-    }
-    Ok(ExitCode::from(exec_command(
-        program,
-        &args.command[1..],
-        env,
-    )))
+    // Every mode forks and waits, so the per-call directory (private temp and config dir,
+    // placeholders) is removed when the command ends, danger-full-access included.
+    super::sandbox_fork::run_forked(policy, program, &args.command[1..], env)
 }
 
 /// The `deny` globs of the config file (`CODER_CONFIG`, else the XDG default), the same

@@ -74,8 +74,10 @@ pub(super) fn run_forked(
         }
         Ok(ForkResult::Parent { child }) => {
             drop(theirs);
-            let egress = Egress::new(policy.network.allow.clone());
-            start_proxy(egress, ours);
+            // Unconfined, the command has the host's network and needs no proxy.
+            if policy.mode.is_confined() {
+                start_proxy(Egress::new(policy.network.allow.clone()), ours);
+            }
             let status = wait_forwarding(child, &mask);
             policy.cleanup();
             Ok(status.into_exit_code())
@@ -219,11 +221,7 @@ fn die_of(signal: Signal) {
 }
 
 /// Replaces this process with the command; returns the exit code to use when that fails.
-pub(super) fn exec_command(
-    program: &OsString,
-    args: &[OsString],
-    env: Vec<(OsString, OsString)>,
-) -> u8 {
+fn exec_command(program: &OsString, args: &[OsString], env: Vec<(OsString, OsString)>) -> u8 {
     let err = std::process::Command::new(program)
         .args(args)
         .env_clear()
