@@ -1448,12 +1448,13 @@ fn class7() -> Vec<Spec> {
             forged(fx, arm, "exec 9>/proc/self/../$CLI/fd/1", false)
         }),
         spec("c7-proc-scan-cli", "7", |fx, arm| {
-            forged(
-                fx,
-                arm,
-                "for p in /proc/[0-9]*; do [ $p = /proc/$$ ] && continue; if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'claude -p --output[-]format' && (exec 9>$p/fd/1) 2>/dev/null; then CLI=${p#/proc/}; exec 9>$p/fd/1; break; fi; done",
-                false,
-            )
+            // Only this fixture's CLI: unconfined, the scan sees every process on the host,
+            // and must not write into another test's (or a person's) claude.
+            let script = format!(
+                "for p in /proc/[0-9]*; do [ $p = /proc/$$ ] && continue; if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '{}/claude -p --output[-]format' && (exec 9>$p/fd/1) 2>/dev/null; then CLI=${{p#/proc/}}; exec 9>$p/fd/1; break; fi; done",
+                fx.tag()
+            );
+            forged(fx, arm, &script, false)
         }),
         spec("c7-pidfd-getfd", "7", |fx, arm| {
             forged(
