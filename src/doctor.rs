@@ -190,6 +190,7 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
     let support = crate::sandbox::probe();
     checks.push(check_landlock(confined, &support));
     checks.push(check_namespaces(confined, &support));
+    checks.push(check_seccomp(confined, &support));
     let timeout = Duration::try_from_secs_f64(args.connect_timeout)
         .unwrap_or(Duration::from_secs(3))
         .max(Duration::from_millis(10));
@@ -670,7 +671,11 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
         );
     }
     if support.user_namespaces {
-        return Check::new("namespaces", Status::Ok, "user and mount namespaces work");
+        return Check::new(
+            "namespaces",
+            Status::Ok,
+            "user, mount, PID, IPC and UTS namespaces work",
+        );
     }
     let why = support
         .user_namespaces_error
@@ -680,17 +685,21 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
         Check::new(
             "namespaces",
             Status::Ok,
-            format!("user namespaces unavailable ({why}); as root, mount namespaces work"),
+            format!(
+                "user namespaces unavailable ({why}); as root, mount, PID, IPC and UTS \
+                 namespaces work"
+            ),
         )
     } else {
         Check::new(
             "namespaces",
-            Status::Warn,
+            Status::Fail,
             format!(
-                "user namespaces unavailable ({why}): secrets cannot be masked and no private \
-                 root can be built, so confined runs are refused"
+                "user namespaces unavailable ({why}): no private root, PID namespace or \
+                 secret masks can be set up, so confined runs are refused (fail closed)"
             ),
         )
+        .hint("only --sandbox danger-full-access can run here")
     };
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
     {
@@ -704,6 +713,38 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
             .hint("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0)");
     }
     check
+}
+
+fn check_seccomp(confined: bool, support: &SandboxSupport) -> Check {
+    if !confined {
+        return Check::new("seccomp", Status::Skip, "not needed for danger-full-access");
+    }
+    if support.seccomp {
+        return Check::new(
+            "seccomp",
+            Status::Ok,
+            format!(
+                "filter of {} system calls can be installed",
+                support.seccomp_rules
+            ),
+        )
+        .detail(
+            "rules",
+            crate::sandbox::seccomp::RULES
+                .iter()
+                .map(|r| serde_json::json!({"call": r.name, "why": r.why}))
+                .collect::<Vec<_>>(),
+        );
+    }
+    Check::new(
+        "seccomp",
+        Status::Fail,
+        format!(
+            "seccomp is unavailable ({}): confined runs are refused (fail closed)",
+            support.seccomp_error.as_deref().unwrap_or("unknown reason")
+        ),
+    )
+    .hint("only --sandbox danger-full-access can run here")
 }
 
 /// Resolves `host:port` and opens a TCP connection, all within `timeout`.

@@ -32,10 +32,14 @@
 mod confine;
 pub(crate) mod denial;
 pub mod helper;
+mod hostmask;
+pub mod nest;
 mod note;
+mod pidns;
 mod policy;
 mod probe;
 mod scan;
+pub(crate) mod seccomp;
 mod sys;
 
 use std::path::PathBuf;
@@ -81,7 +85,10 @@ pub fn policy_for_agent(
     };
     opts.config_dir = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude")));
     let mut policy = Policy::resolve(&opts)?;
-    if let Err(e) = policy.grant_program(program) {
+    if let Err(e) = policy
+        .grant_program(program)
+        .and_then(|()| nest::prepare(&mut policy))
+    {
         policy.cleanup();
         return Err(e);
     }
@@ -177,12 +184,19 @@ pub enum SandboxError {
     Landlock(String),
 
     #[error(
-        "{reason}; the workspace has files that must be masked ({count}), which needs a \
-         private mount namespace (unprivileged user namespaces are disabled here: check \
-         kernel.apparmor_restrict_unprivileged_userns or the container's seccomp profile). \
-         Use --sandbox danger-full-access to run without confinement"
+        "{reason}; the sandbox needs namespaces (user, mount, PID, IPC, UTS) and refuses \
+         to run with Landlock alone (unprivileged user namespaces are disabled here: check \
+         user.max_user_namespaces, kernel.apparmor_restrict_unprivileged_userns or the \
+         container's seccomp profile). Use --sandbox danger-full-access to run without \
+         confinement"
     )]
-    NamespaceUnavailable { reason: String, count: usize },
+    NamespaceUnavailable { reason: String },
+
+    #[error("seccomp filter: {0}")]
+    Seccomp(String),
+
+    #[error("the supervisor exited before the child started")]
+    ParentGone,
 
     #[error("sandbox setup: {op} {path}: {errno}")]
     Syscall {
