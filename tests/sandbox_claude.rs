@@ -119,3 +119,49 @@ fn denials_the_agent_hits_are_reported_without_the_secret() {
             .contains(&secret)
     );
 }
+
+/// Class 7 with the real CLI: its Bash tool runs through `CLAUDE_CODE_SHELL_PREFIX`
+/// (coder-nest) and cannot write a forged `result` into the CLI's stdout; without the
+/// sandbox the same tool can (the control).
+#[test]
+fn the_real_clis_tool_commands_cannot_forge_its_result() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/forged_result.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |extra: &[&str]| {
+        let fake = Fake::new(json!([]));
+        let home = fake.root().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        fake.coder()
+            .env("HOME", &home)
+            .claude_bin(claude.clone())
+            .args(["--backend", &cassette, "--return-all-messages"])
+            .args(extra)
+            .arg("forge")
+            .run()
+    };
+    let confined = run(&[]);
+    confined.assert_success("The honest answer.");
+    assert!(
+        confined.stdout.contains("coder-nest]"),
+        "the tool was wrapped by coder-nest: {}",
+        confined.explain()
+    );
+    // The command's own text holds `INJECTED-$p`; a write that worked shows a pid.
+    let injected = |out: &str| {
+        out.match_indices("INJECTED-")
+            .any(|(i, m)| out[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    assert!(!injected(&confined.stdout), "{}", confined.explain());
+    // Unconfined the forged line reaches coder's parser: it shows among the messages.
+    let open = run(&["--sandbox", "danger-full-access"]);
+    assert!(
+        injected(&open.stdout),
+        "control: unconfined, the forged line gets in: {}",
+        open.explain()
+    );
+}
