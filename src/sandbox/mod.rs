@@ -11,10 +11,13 @@
 //!   workspace) happens here, where errors are cheap to report.
 //! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
 //!   re-executed, so no confinement code runs inside the multi-task supervisor),
-//!   [`confine`] applies it: a private mount namespace whose root holds only the granted
-//!   paths, empty read-only files bind-mounted over every secret, capabilities dropped,
-//!   then Landlock (filesystem rights, TCP connect ports, signal and abstract-socket
-//!   scoping). Anything short of that is an
+//!   [`confine`] applies it: new PID, IPC and UTS namespaces under a tiny coder init
+//!   ([`pidns`]), a private mount namespace whose root holds only the granted paths and a
+//!   fresh `/proc`, empty read-only files bind-mounted over every secret and the host's own
+//!   ([`hostmask`]), capabilities dropped, then Landlock (filesystem rights, TCP connect
+//!   ports, signal and abstract-socket scoping), then the seccomp filter ([`seccomp`]).
+//!   The agent's tool commands enter one more Landlock domain ([`nest`]). Anything short
+//!   of that is an
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
 //!   explicit way out.
 //!
