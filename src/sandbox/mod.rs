@@ -12,10 +12,10 @@
 //! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
 //!   re-executed, so no confinement code runs inside the multi-task supervisor),
 //!   [`confine`] applies it: new PID, IPC and UTS namespaces under a tiny coder init
-//!   ([`pidns`]), a private mount namespace whose root holds only the granted paths and a
+//!   (`pidns.rs`), a private mount namespace whose root holds only the granted paths and a
 //!   fresh `/proc`, empty read-only files bind-mounted over every secret and the host's own
-//!   ([`hostmask`]), capabilities dropped, then Landlock (filesystem rights, TCP connect
-//!   ports, signal and abstract-socket scoping), then the seccomp filter ([`seccomp`]).
+//!   (`hostmask.rs`), capabilities dropped, then Landlock (filesystem rights, TCP connect
+//!   ports, signal and abstract-socket scoping), then the seccomp filter (`seccomp.rs`).
 //!   The agent's tool commands enter one more Landlock domain ([`nest`]). Anything short
 //!   of that is an
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
