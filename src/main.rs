@@ -8,8 +8,8 @@ use coder::commands;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    // The nesting wrapper of the agent's tool commands, chosen by its name (the CLI passes
-    // the command string as the only argument).
+    // The nesting wrapper of the agent's tool shells, chosen by its name (`.../nest/bash`,
+    // the CLI's `CLAUDE_CODE_SHELL`).
     if args
         .first()
         .is_some_and(|a| coder::sandbox::nest::is_nest_invocation(a))

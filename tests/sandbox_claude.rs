@@ -120,8 +120,8 @@ fn denials_the_agent_hits_are_reported_without_the_secret() {
     );
 }
 
-/// Class 7 with the real CLI: its Bash tool runs through `CLAUDE_CODE_SHELL_PREFIX`
-/// (coder-nest) and cannot write a forged `result` into the CLI's stdout; without the
+/// Class 7 with the real CLI: its Bash tool runs in coder's wrapper shell
+/// (`CLAUDE_CODE_SHELL`, a nested Landlock domain) and cannot write a forged `result` into the CLI's stdout; without the
 /// sandbox the same tool can (the control).
 #[test]
 fn the_real_clis_tool_commands_cannot_forge_its_result() {
@@ -147,8 +147,8 @@ fn the_real_clis_tool_commands_cannot_forge_its_result() {
     let confined = run(&[]);
     confined.assert_success("The honest answer.");
     assert!(
-        confined.stdout.contains("coder-nest]"),
-        "the tool was wrapped by coder-nest: {}",
+        confined.stdout.contains("/nest/bash]"),
+        "the CLI was given coder's wrapper shell: {}",
         confined.explain()
     );
     // The command's own text holds `INJECTED-$p`; a write that worked shows a pid.

@@ -9,7 +9,7 @@
 //! the host instead (does any workspace file carry a setuid/setgid bit?).
 //!
 //! The forged-result attack (class 7) runs in run mode: the fake CLI runs its Bash tool the
-//! way the real CLI does (through `CLAUDE_CODE_SHELL_PREFIX`), and the tool writes a
+//! way the real CLI does (through `CLAUDE_CODE_SHELL`), and the tool writes a
 //! `result` line into the CLI's stdout through `/proc/$PPID/fd/1`.
 
 mod common;
@@ -523,8 +523,8 @@ fn a_tool_command_cannot_forge_the_clis_result() {
     );
     let env = fake.record().env();
     assert!(
-        env.get("CLAUDE_CODE_SHELL_PREFIX")
-            .is_some_and(|p| p.ends_with("/coder-nest")),
+        env.get("CLAUDE_CODE_SHELL")
+            .is_some_and(|p| p.ends_with("/nest/bash")),
         "the CLI is told to nest its tool commands: {env:?}"
     );
 }

@@ -1,5 +1,5 @@
-//! Tool commands are nested: every command the agent's CLI runs for its Bash tool (and its
-//! hooks and MCP servers) enters one more Landlock domain before it starts.
+//! Tool commands are nested: every shell the agent's CLI starts for its Bash tool (and
+//! its shell snapshot) enters one more Landlock domain before any shell code runs.
 //!
 //! Why: the CLI's stdout is the stream coder parses. Without nesting, a tool command runs
 //! in the CLI's own Landlock domain with the CLI's uid, so it can open
@@ -10,17 +10,21 @@
 //! commands (two Bash calls) are in sibling domains and cannot trace each other either;
 //! signals between them still work (the nested domain does not scope them).
 //!
-//! How: the CLI wraps each command as `'<prefix>' '<command string>'` when
-//! `CLAUDE_CODE_SHELL_PREFIX` is set (it splits the prefix at its last `" -"`, so the
-//! prefix is a single path with no such sequence; MCP servers get the prefix as their
-//! executable). [`prepare`] points the variable at a symlink named `coder-nest` to coder's
-//! own binary, in a read-only directory of the run; `main` recognises that name in
+//! How: the CLI takes its shell from `CLAUDE_CODE_SHELL` (it must be named `bash` or
+//! `zsh`). [`prepare`] points it at `<run dir>/nest/bash`, a symlink to coder's own binary
+//! in a directory the agent can read but not write; `main` recognises that name in
 //! `argv[0]` and calls [`nest_main`], which adds a ruleset granting every filesystem right
 //! beneath `/` (the effective rights stay the parent domain's: domains intersect) and
-//! execs the user's shell with `-c` and the command string, as a wrapper script would.
+//! execs the real bash with the same arguments. The shell itself is the wrapper, so no
+//! shell code (not even a login shell's startup files) runs in the CLI's domain.
+//!
+//! `CLAUDE_CODE_SHELL_PREFIX` was the first choice and was measured worse: with it the CLI
+//! starts a *login* `bash -c -l` in its own domain before the prefix (startup files run
+//! un-nested, and their output lands in every tool result), and MCP servers are spawned
+//! with the prefix string as their executable.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -30,81 +34,72 @@ use landlock::{
 
 use super::{Policy, SandboxError};
 
-/// The name under which coder's binary acts as the nesting wrapper.
-pub const NEST_NAME: &str = "coder-nest";
-/// The CLI's variable for a command prefix.
-pub const SHELL_PREFIX_VAR: &str = "CLAUDE_CODE_SHELL_PREFIX";
+/// The directory (in the run's directory) holding the wrapper, and the wrapper's name.
+pub const NEST_DIR: &str = "nest";
+pub const NEST_NAME: &str = "bash";
+/// The CLI's variable naming its shell.
+pub const SHELL_VAR: &str = "CLAUDE_CODE_SHELL";
 
-/// Whether `argv0` selects the nesting wrapper.
+/// Whether `argv0` selects the nesting wrapper (`.../nest/bash`).
 pub fn is_nest_invocation(argv0: &OsStr) -> bool {
-    Path::new(argv0).file_name() == Some(OsStr::new(NEST_NAME))
+    let path = Path::new(argv0);
+    path.file_name() == Some(OsStr::new(NEST_NAME))
+        && path.parent().and_then(Path::file_name) == Some(OsStr::new(NEST_DIR))
 }
 
-/// Make the agent's tool commands nested: a `coder-nest` link to coder's binary in the
-/// run's directory, readable (not writable) by the agent, and the CLI's prefix variable
+/// Make the agent's tool commands nested: a `nest/bash` link to coder's binary in the
+/// run's directory, readable (not writable) by the agent, and the CLI's shell variable
 /// pointing at it.
 pub fn prepare(policy: &mut Policy) -> Result<(), SandboxError> {
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
         .map_err(|e| SandboxError::io("locate coder's executable", e))?;
-    let dir = policy.run_dir.join("nest");
+    let dir = policy.run_dir.join(NEST_DIR);
     std::fs::create_dir_all(&dir)
         .map_err(|e| SandboxError::io(format!("create {}", dir.display()), e))?;
     let link = dir.join(NEST_NAME);
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&exe, &link)
         .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
-    let text = link.to_string_lossy().into_owned();
-    if text.contains(" -") || link.to_str().is_none() {
+    let Some(text) = link.to_str().map(str::to_owned) else {
         return Err(SandboxError::Path {
             what: "run directory",
             path: dir,
-            reason: "contains \" -\" or is not UTF-8, which the CLI's command prefix cannot \
-                     carry; set CODER_STATE_DIR to a plain path"
+            reason: "is not UTF-8, which the CLI's shell variable cannot carry; set \
+                     CODER_STATE_DIR to a plain path"
                 .to_string(),
         });
-    }
+    };
     policy.grant_read(&dir)?;
     policy.grant_read(&exe)?;
-    policy.env_set.insert(SHELL_PREFIX_VAR.to_string(), text);
+    policy.env_set.insert(SHELL_VAR.to_string(), text);
     Ok(())
 }
 
-/// Entry point of `coder-nest COMMAND...`: enter a nested Landlock domain, then run the
-/// command string with the shell. Only returns by exiting; refuses to run the command
+/// Entry point of `.../nest/bash ARGS...`: enter a nested Landlock domain, then exec the
+/// real bash with the same arguments. Only returns by exiting; refuses to run anything
 /// when the domain cannot be had.
 pub fn nest_main(args: &[OsString]) -> ! {
-    let command = args[1..]
-        .iter()
-        .map(|a| a.as_bytes())
-        .collect::<Vec<_>>()
-        .join(&b' ');
     if let Err(e) = enter_nested_domain() {
-        eprintln!("coder-nest: refusing to run the command: {e}");
+        eprintln!("coder: refusing to start the tool's shell: {e}");
         std::process::exit(126);
     }
-    let shell = shell();
-    let argv = [
-        CString::new(shell.as_os_str().as_bytes()),
-        CString::new("-c"),
-        CString::new(command),
-    ];
-    let argv: Vec<CString> = match argv.into_iter().collect() {
-        Ok(argv) => argv,
-        Err(_) => {
-            eprintln!("coder-nest: the command contains a NUL byte");
-            std::process::exit(126);
-        }
+    let shell = real_bash();
+    let argv: Result<Vec<CString>, _> = std::iter::once(CString::new("bash"))
+        .chain(args[1..].iter().map(|a| CString::new(a.as_bytes())))
+        .collect();
+    let Ok(argv) = argv else {
+        eprintln!("coder: an argument of the tool's shell contains a NUL byte");
+        std::process::exit(126);
     };
-    let err = match nix::unistd::execv(&argv[0], &argv) {
+    let Ok(program) = CString::new(shell.as_os_str().as_bytes()) else {
+        std::process::exit(127);
+    };
+    let err = match nix::unistd::execv(&program, &argv) {
         Ok(never) => match never {},
         Err(e) => e,
     };
-    eprintln!(
-        "coder-nest: cannot execute {}: {}",
-        shell.display(),
-        err.desc()
-    );
+    eprintln!("coder: cannot execute {}: {}", shell.display(), err.desc());
     std::process::exit(127)
 }
 
@@ -129,29 +124,13 @@ fn enter_nested_domain() -> Result<(), String> {
     Ok(())
 }
 
-/// The shell the CLI would use: `CLAUDE_CODE_SHELL`, else `SHELL` when it is bash or zsh,
-/// else bash, else sh.
-fn shell() -> PathBuf {
-    let usable = |p: &Path| p.is_absolute() && p.is_file();
-    if let Some(shell) = std::env::var_os("CLAUDE_CODE_SHELL").map(PathBuf::from)
-        && usable(&shell)
-    {
-        return shell;
-    }
-    if let Some(shell) = std::env::var_os("SHELL").map(PathBuf::from)
-        && usable(&shell)
-        && matches!(
-            shell.file_name().and_then(|n| n.to_str()),
-            Some("bash" | "zsh")
-        )
-    {
-        return shell;
-    }
-    ["/bin/bash", "/usr/bin/bash"]
+/// The system's bash (the wrapper stands in for it, so it must be bash).
+fn real_bash() -> PathBuf {
+    ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
         .iter()
         .map(PathBuf::from)
-        .find(|p| usable(p))
-        .unwrap_or_else(|| PathBuf::from(OsString::from_vec(b"/bin/sh".to_vec())))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
 }
 
 #[cfg(test)]
@@ -160,9 +139,9 @@ mod tests {
 
     #[test]
     fn recognises_its_name_only() {
-        assert!(is_nest_invocation(OsStr::new("/run/x/nest/coder-nest")));
-        assert!(is_nest_invocation(OsStr::new("coder-nest")));
+        assert!(is_nest_invocation(OsStr::new("/run/x/nest/bash")));
+        assert!(!is_nest_invocation(OsStr::new("/bin/bash")));
+        assert!(!is_nest_invocation(OsStr::new("bash")));
         assert!(!is_nest_invocation(OsStr::new("/usr/bin/coder")));
-        assert!(!is_nest_invocation(OsStr::new("coder-nest-x")));
     }
 }
