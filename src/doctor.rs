@@ -186,6 +186,7 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
     checks.push(check_landlock(confined, &support));
     checks.push(check_namespaces(confined, &support));
     checks.push(check_sandbox_network(confined));
+    checks.push(check_seccomp(confined, &support));
     let timeout = Duration::try_from_secs_f64(args.connect_timeout)
         .unwrap_or(Duration::from_secs(3))
         .max(Duration::from_millis(10));
@@ -696,7 +697,11 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
         );
     }
     if support.user_namespaces {
-        return Check::new("namespaces", Status::Ok, "user and mount namespaces work");
+        return Check::new(
+            "namespaces",
+            Status::Ok,
+            "user, mount, PID, IPC and UTS namespaces work",
+        );
     }
     let why = support
         .user_namespaces_error
@@ -706,17 +711,21 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
         Check::new(
             "namespaces",
             Status::Ok,
-            format!("user namespaces unavailable ({why}); as root, mount namespaces work"),
+            format!(
+                "user namespaces unavailable ({why}); as root, mount, PID, IPC and UTS \
+                 namespaces work"
+            ),
         )
     } else {
         Check::new(
             "namespaces",
-            Status::Warn,
+            Status::Fail,
             format!(
-                "user namespaces unavailable ({why}): secrets cannot be masked and no private \
-                 root can be built, so confined runs are refused"
+                "user namespaces unavailable ({why}): no private root, PID namespace or \
+                 secret masks can be set up, so confined runs are refused (fail closed)"
             ),
         )
+        .hint("only --sandbox danger-full-access can run here")
     };
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
     {
@@ -755,6 +764,40 @@ fn check_sandbox_network(confined: bool) -> Check {
              sandbox_error without one; --sandbox danger-full-access runs unconfined",
         ),
     }
+}
+
+/// The seccomp layer: whether the filter can be installed here (it must, or confined
+/// runs are refused), with its rules.
+fn check_seccomp(confined: bool, support: &SandboxSupport) -> Check {
+    if !confined {
+        return Check::new("seccomp", Status::Skip, "not needed for danger-full-access");
+    }
+    if support.seccomp {
+        return Check::new(
+            "seccomp",
+            Status::Ok,
+            format!(
+                "filter of {} system calls can be installed",
+                support.seccomp_rules
+            ),
+        )
+        .detail(
+            "rules",
+            crate::sandbox::seccomp::RULES
+                .iter()
+                .map(|r| serde_json::json!({"call": r.name, "why": r.why}))
+                .collect::<Vec<_>>(),
+        );
+    }
+    Check::new(
+        "seccomp",
+        Status::Fail,
+        format!(
+            "seccomp is unavailable ({}): confined runs are refused (fail closed)",
+            support.seccomp_error.as_deref().unwrap_or("unknown reason")
+        ),
+    )
+    .hint("only --sandbox danger-full-access can run here")
 }
 
 /// Resolves `host:port` and opens a TCP connection, all within `timeout`.

@@ -8,6 +8,14 @@ use coder::commands;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
+    // The nesting wrapper of the agent's tool shells, chosen by its name (`.../nest/bash`,
+    // the CLI's `CLAUDE_CODE_SHELL`).
+    if args
+        .first()
+        .is_some_and(|a| coder::sandbox::nest::is_nest_invocation(a))
+    {
+        coder::sandbox::nest::nest_main(&args);
+    }
     match args.get(1).and_then(|a| a.to_str()) {
         // Must come first: the helper runs single-threaded and execs the child.
         Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),

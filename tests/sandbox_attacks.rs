@@ -52,57 +52,17 @@ const WORKERS: usize = 2;
 /// Attacks measured open today as root. Remove an id once it is blocked.
 /// Attacks that win a race only sometimes: a "blocked" result while they are in
 /// `KNOWN_OPEN` is not taken as proof of a fix (an "open" one always counts).
-const TIMING_DEPENDENT: &[&str] = &["c9-swap-race"];
+const TIMING_DEPENDENT: &[&str] = &[
+    "c9-swap-race",
+    // A fake CLI that hands its own stdout to a tool: the forged line must land after the
+    // CLI's result and before coder's drain ends, which it does only sometimes. The real
+    // CLI hands no such descriptor to its tools (tests/sandbox_claude.rs).
+    "c7-inherited-fd",
+];
 
-const KNOWN_OPEN_ROOT: &[&str] = &[
-    "c5-etc-shadow",
-    "c5-etc-gshadow",
-    "c5-etc-ssl-private",
-    "c5-keyring-user",
-    "c5-sysv-shm",
-    "c5-proc-cmdline",
-    "c6-chmod-u+s",
-    "c6-chmod-g+s",
-    "c6-chmod-6755",
-    "c6-fchmod",
-    "c6-fchmodat",
-    "c6-open-creat-mode",
-    "c6-mknod-mode",
-    "c6-install-4755",
-    "c6-cp-p",
-    "c6-tar-extract",
-    "c6-setgid-dir",
-    "c7-proc-ppid-fd1",
-    "c7-proc-self-dotdot",
-    "c7-proc-scan-cli",
-    "c7-pidfd-getfd",
-    "c7-inherited-fd",
-    "c9-swap-race",
-    "o-posix-mqueue",
-];
+const KNOWN_OPEN_ROOT: &[&str] = &["c7-inherited-fd", "c9-swap-race"];
 /// Attacks measured open today as uid 65534.
-const KNOWN_OPEN_NOBODY: &[&str] = &[
-    "c5-sysv-shm",
-    "c5-proc-cmdline",
-    "c6-chmod-u+s",
-    "c6-chmod-g+s",
-    "c6-chmod-6755",
-    "c6-fchmod",
-    "c6-fchmodat",
-    "c6-open-creat-mode",
-    "c6-mknod-mode",
-    "c6-install-4755",
-    "c6-cp-p",
-    "c6-tar-extract",
-    "c6-setgid-dir",
-    "c7-proc-ppid-fd1",
-    "c7-proc-self-dotdot",
-    "c7-proc-scan-cli",
-    "c7-pidfd-getfd",
-    "c7-inherited-fd",
-    "c9-swap-race",
-    "o-posix-mqueue",
-];
+const KNOWN_OPEN_NOBODY: &[&str] = &["c7-inherited-fd", "c9-swap-race"];
 
 // ------------------------------------------------------------------------------ fixture
 
@@ -457,7 +417,8 @@ impl Fx {
 /// The fake CLI: reads the prompt, prints an init event, runs the body. Helpers for the body:
 /// `result TEXT`, `assistant TEXT`, `js TEXT` (JSON string), `tool CMD` (a tool command the
 /// way the real Bash tool runs one: a new session, output captured, through
-/// CLAUDE_CODE_SHELL_PREFIX when coder sets it). `$SID` is the session id, `$WS` the cwd.
+/// the shell named by CLAUDE_CODE_SHELL, as the real CLI does, or CLAUDE_CODE_SHELL_PREFIX
+/// when set). `$SID` is the session id, `$WS` the cwd.
 const FAKE_CLI: &str = r#"#!/bin/bash
 # fake-cli @TAG@
 cat > /dev/null
@@ -471,7 +432,9 @@ js() { /usr/bin/python3 -c 'import json,sys; sys.stdout.write(json.dumps(sys.arg
 result() { printf '{"type":"result","subtype":"success","is_error":false,"result":%s,"session_id":"%s","num_turns":1,"duration_ms":1,"usage":{"input_tokens":1,"output_tokens":1},"terminal_reason":"completed"}\n' "$(js "$1")" "$SID"; }
 assistant() { printf '{"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":%s}],"usage":{"input_tokens":1,"output_tokens":1}},"session_id":"%s"}\n' "$(js "$1")" "$SID"; }
 tool() {
-  if [ -n "$CLAUDE_CODE_SHELL_PREFIX" ]; then
+  if [ -n "$CLAUDE_CODE_SHELL" ]; then
+    setsid "$CLAUDE_CODE_SHELL" -c "$1" < /dev/null > "${TMPDIR:-/tmp}/tool.out" 2>&1
+  elif [ -n "$CLAUDE_CODE_SHELL_PREFIX" ]; then
     setsid $CLAUDE_CODE_SHELL_PREFIX "$1" < /dev/null > "${TMPDIR:-/tmp}/tool.out" 2>&1
   else
     setsid /bin/bash -c "$1" < /dev/null > "${TMPDIR:-/tmp}/tool.out" 2>&1
@@ -2218,7 +2181,10 @@ fn suite(who: Who, known_open: &[&str]) {
             }
             Status::BrokenControl(why) => {
                 t[2] += 1;
-                problems.push(format!("{}: broken control: {why}", s.id));
+                // A race the control lost this time is not a broken attack.
+                if !TIMING_DEPENDENT.contains(&s.id) {
+                    problems.push(format!("{}: broken control: {why}", s.id));
+                }
                 format!("BROKEN-CONTROL ({why})")
             }
             Status::NotApplicable => "n/a".to_string(),

@@ -179,3 +179,49 @@ fn the_real_cli_talks_through_the_proxy_and_refusals_are_denials() {
     assert!(allowed >= 1, "{:?}", egress[0]);
     assert_eq!(egress[0]["data"]["denied"], 1, "{:?}", egress[0]);
 }
+
+/// Class 7 with the real CLI: its Bash tool runs in coder's wrapper shell
+/// (`CLAUDE_CODE_SHELL`, a nested Landlock domain) and cannot write a forged `result` into the CLI's stdout; without the
+/// sandbox the same tool can (the control).
+#[test]
+fn the_real_clis_tool_commands_cannot_forge_its_result() {
+    let Some(claude) = real_claude() else {
+        return;
+    };
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/forged_result.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |extra: &[&str]| {
+        let fake = Fake::new(json!([]));
+        let home = fake.root().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        fake.coder()
+            .env("HOME", &home)
+            .claude_bin(claude.clone())
+            .args(["--backend", &cassette, "--return-all-messages"])
+            .args(extra)
+            .arg("forge")
+            .run()
+    };
+    let confined = run(&[]);
+    confined.assert_success("The honest answer.");
+    assert!(
+        confined.stdout.contains("/nest/bash]"),
+        "the CLI was given coder's wrapper shell: {}",
+        confined.explain()
+    );
+    // The command's own text holds `INJECTED-$p`; a write that worked shows a pid.
+    let injected = |out: &str| {
+        out.match_indices("INJECTED-")
+            .any(|(i, m)| out[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    assert!(!injected(&confined.stdout), "{}", confined.explain());
+    // Unconfined the forged line reaches coder's parser: it shows among the messages.
+    let open = run(&["--sandbox", "danger-full-access"]);
+    assert!(
+        injected(&open.stdout),
+        "control: unconfined, the forged line gets in: {}",
+        open.explain()
+    );
+}

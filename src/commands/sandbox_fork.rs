@@ -105,10 +105,8 @@ fn child_main(
         return sandbox_error(e.to_string());
     }
     drop(channel);
-    // Entering a user namespace clears the parent-death signal: arm it again.
-    if let Err(e) = arm_death_signal(parent) {
-        return sandbox_error(e);
-    }
+    // Confined, this is now the agent (PID 2 of its own PID namespace), whose parent is the
+    // namespace's init: `confine` re-armed the death signals along that chain.
     i32::from(exec_command(program, args, env))
 }
 
@@ -140,6 +138,16 @@ fn start_proxy(egress: Egress, channel: OwnedFd) {
     if let Err(e) = started {
         // The command then has no network at all: closed, not open.
         eprintln!("coder sandbox: cannot start the egress proxy: {e}");
+    }
+}
+
+/// Passes `signal` to every process below this one. The direct child is the sandbox's
+/// outer waiter, which ignores termination signals (it ends as the command does), and the
+/// namespace's init takes none from outside: the command, and whatever it started, must
+/// get the signal themselves.
+fn forward(signal: Signal) {
+    for pid in crate::supervise::tree::live_descendants() {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
     }
 }
 
@@ -189,7 +197,7 @@ fn wait_forwarding(child: Pid, mask: &SigSet) -> Ended {
             continue;
         };
         if signal != Signal::SIGCHLD && info.ssi_code != SI_KERNEL {
-            let _ = nix::sys::signal::kill(child, signal);
+            forward(signal);
         }
     }
 }

@@ -2,23 +2,33 @@
 //!
 //! Order matters, and each step assumes the previous one:
 //! 1. check that Landlock is there and complete enough, before touching anything;
-//! 2. enter a private mount and network namespace (a user namespace too, unless this is
-//!    root with `CAP_SYS_ADMIN`), so nothing done here is seen outside; bring up the
-//!    private loopback and hand the egress proxy's listener to coder (`netns`);
-//! 3. mask: re-open the workspace and check it is the directory the policy was resolved
+//! 2. enter new mount, network, PID, IPC and UTS namespaces (a user namespace too, unless
+//!    this is root with `CAP_SYS_ADMIN`), so nothing done here is seen outside; without
+//!    them the sandbox refuses to run (fail closed); bring up the private loopback and
+//!    hand the egress proxy's listener to coder (`netns`);
+//! 3. fork the namespace's init ([`super::pidns`]): the caller stays outside and waits,
+//!    the rest runs as PID 1 of the new namespace;
+//! 4. mask: re-open the workspace and check it is the directory the policy was resolved
 //!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
 //!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
 //!    protected tool configs, and writable self-binds over `.git` directories (pinned);
-//! 4. build a private root holding only the granted paths (masks included), pivot into it
-//!    and make it read-only. Paths outside the policy then do not exist at all, which also
-//!    closes what Landlock ABI 7 leaves open: `connect()` to pathname UNIX sockets and
-//!    `stat()` of files the agent may not read;
-//! 5. drop every capability (root stays uid 0 but powerless: it cannot unmount a mask);
-//! 6. Landlock: filesystem rights on the granted roots, TCP connect to the proxy's port
-//!    only (defence in depth: the namespace has nothing else), no TCP bind, and scoping of signals and abstract UNIX sockets.
+//! 5. build a private root holding only the granted paths (masks included), a fresh
+//!    `/proc` for the new PID namespace and the host masks ([`super::hostmask`]), pivot
+//!    into it and make it read-only. Paths outside the policy then do not exist at all,
+//!    which also closes what Landlock ABI 7 leaves open: `connect()` to pathname UNIX
+//!    sockets and `stat()` of files the agent may not read;
+//! 6. fork the agent (PID 2) from init, which stays behind to reap;
+//! 7. drop every capability (root stays uid 0 but powerless: it cannot unmount a mask);
+//! 8. Landlock: filesystem rights on the granted roots, TCP connect to the proxy's port
+//!    only (defence in depth: the namespace has nothing else), no TCP bind, and scoping of
+//!    signals and abstract UNIX sockets;
+//! 9. the seccomp filter ([`super::seccomp`]), last.
 //!
 //! It must run in a single-threaded process (a fresh helper, or `coder sandbox` before it
-//! starts any thread): namespaces and Landlock apply to the calling thread only.
+//! starts any thread): namespaces and Landlock apply to the calling thread only, and the
+//! forks copy only the calling thread. [`confine`] returns only in the agent's process;
+//! the caller's own process becomes the outer waiter of [`super::pidns`] and exits with
+//! the agent's status.
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -36,7 +46,14 @@ use serde::Serialize;
 
 use super::policy::{Access, Mode, Policy, WorkspaceDir};
 use super::scan::{Mask, MaskKind};
-use super::{SandboxError, scan, sys};
+use super::{SandboxError, hostmask, pidns, scan, seccomp, sys};
+
+/// The namespaces every confined child gets besides the user namespace.
+const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWNS
+    .union(CloneFlags::CLONE_NEWNET)
+    .union(CloneFlags::CLONE_NEWPID)
+    .union(CloneFlags::CLONE_NEWIPC)
+    .union(CloneFlags::CLONE_NEWUTS);
 
 /// The Landlock ABI whose rights coder handles (tested). ABI 6 brought the scopes; 7 adds
 /// only audit flags, which coder leaves at their defaults, so a 6 kernel enforces fully.
@@ -58,6 +75,12 @@ pub struct Confinement {
     pub capabilities_dropped: bool,
     /// The egress proxy's port on the private loopback (network namespace in place).
     pub proxy_port: Option<u16>,
+    /// The agent runs in its own PID, IPC and UTS namespaces (fresh `/proc`).
+    pub pid_namespace: bool,
+    /// How many host secrets (`/etc/shadow`, ...) were masked.
+    pub host_masks: usize,
+    /// The seccomp filter is installed.
+    pub seccomp: bool,
     /// Weaker-than-usual confinement that was still acceptable, in words.
     pub warnings: Vec<String>,
 }
@@ -77,6 +100,9 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
         masks: 0,
         capabilities_dropped: false,
         proxy_port: None,
+        pid_namespace: false,
+        host_masks: 0,
+        seccomp: false,
         warnings: Vec::new(),
     };
     if !policy.mode.is_confined() {
@@ -114,36 +140,31 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
     sys::detach_controlling_tty();
     let host_net = super::netns::current_namespace()?;
 
-    match enter_mount_namespace()? {
-        Namespace::Entered { user_namespace } => {
-            done.user_namespace = user_namespace;
-            nix::mount::mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )
-            .map_err(|e| SandboxError::sys("make private", "/", e))?;
-            let workspace = WorkspaceDir::reopen(&policy.workspace, policy.workspace_id)?;
-            done.masks = apply_masks(policy, &workspace)?;
-            build_private_root(policy, &workspace)?;
-            done.private_root = true;
-        }
-        Namespace::Unavailable(reason) => {
-            if !policy.masks.is_empty() {
-                return Err(SandboxError::NamespaceUnavailable {
-                    reason,
-                    count: policy.masks.len(),
-                });
-            }
-            done.warnings.push(format!(
-                "no private mount namespace ({reason}): paths outside the policy are \
-                 denied by Landlock but visible, and pathname UNIX sockets stay reachable"
-            ));
-        }
-    }
+    let parent_death = pidns::ParentDeath::record();
+    done.user_namespace = enter_namespaces()?;
+    // Entering a user namespace changes the credentials, which clears the parent-death
+    // signal: arm it again, and check that the parent is still there.
+    parent_death.restore()?;
+    // The network namespace is this process's already (unlike the PID namespace, which
+    // only its children enter): the loopback and the proxy's listener are set up here,
+    // with the capabilities the new user namespace gives.
     done.proxy_port = Some(super::netns::setup(&policy.network, host_net, net)?.proxy_port);
+    let init = pidns::fork_init()?;
+    done.pid_namespace = true;
+    let _ = nix::unistd::sethostname("coder-sandbox");
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| SandboxError::sys("make private", "/", e))?;
+    let workspace = WorkspaceDir::reopen(&policy.workspace, policy.workspace_id)?;
+    done.masks = apply_masks(policy, &workspace)?;
+    done.host_masks = build_private_root(policy, &workspace)?;
+    done.private_root = true;
+    pidns::fork_agent(init)?;
 
     let target = cwd
         .filter(|c| c.starts_with(&policy.workspace) || policy.is_granted(c))
@@ -158,32 +179,29 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
 
     restrict(policy, done.private_root)?;
     done.landlock_abi = u32::try_from(abi).ok();
+    seccomp::install()?;
+    done.seccomp = true;
     Ok(done)
 }
 
-enum Namespace {
-    Entered { user_namespace: bool },
-    Unavailable(String),
-}
-
-/// Root with `CAP_SYS_ADMIN` only needs a mount namespace; anyone else needs a user
-/// namespace too (mapping its own uid and gid to themselves).
-fn enter_mount_namespace() -> Result<Namespace, SandboxError> {
+/// Enter [`NAMESPACES`]. Root with `CAP_SYS_ADMIN` needs nothing more; anyone else needs a
+/// user namespace too (mapping its own uid and gid to themselves). Returns whether a user
+/// namespace was created. Without namespaces there is no sandbox: the PID namespace, the
+/// private root and the masks all need one, and Landlock alone would leave the host's
+/// processes, `/proc` and every path's existence open.
+fn enter_namespaces() -> Result<bool, SandboxError> {
     if nix::unistd::geteuid().is_root()
         && has_cap_sys_admin()
-        && nix::sched::unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET).is_ok()
+        && nix::sched::unshare(NAMESPACES).is_ok()
     {
-        return Ok(Namespace::Entered {
-            user_namespace: false,
-        });
+        return Ok(false);
     }
     let uid = nix::unistd::geteuid();
     let gid = nix::unistd::getegid();
-    let flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET;
-    if let Err(e) = nix::sched::unshare(flags) {
-        return Ok(Namespace::Unavailable(format!(
-            "unshare(CLONE_NEWUSER): {e}"
-        )));
+    if let Err(e) = nix::sched::unshare(CloneFlags::CLONE_NEWUSER | NAMESPACES) {
+        return Err(SandboxError::NamespaceUnavailable {
+            reason: format!("unshare(CLONE_NEWUSER): {e}"),
+        });
     }
     let write = |file: &str, text: String| {
         fs::write(file, text).map_err(|e| SandboxError::io(format!("write {file}"), e))
@@ -191,9 +209,7 @@ fn enter_mount_namespace() -> Result<Namespace, SandboxError> {
     write("/proc/self/setgroups", "deny".to_string())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
     write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
-    Ok(Namespace::Entered {
-        user_namespace: true,
-    })
+    Ok(true)
 }
 
 /// Mount every mask, refusing a target that is no longer what the scan saw. Masks in the
@@ -262,11 +278,15 @@ fn open_mask_target(mask: &Mask, workspace: &WorkspaceDir) -> Result<OwnedFd, Er
 ///
 /// Every granted root is cloned (with the masks mounted inside it) before the new root's
 /// tmpfs exists, so no clone can contain the new root itself.
-fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<(), SandboxError> {
+fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, SandboxError> {
     let mut clones = Vec::new();
     let mut bound: Vec<&Path> = Vec::new();
     for root in &policy.roots {
         if bound.iter().any(|b| root.path.starts_with(b)) {
+            continue;
+        }
+        // The host's /proc shows the host's processes: a fresh one is mounted instead.
+        if root.path == Path::new("/proc") {
             continue;
         }
         // The workspace is cloned from the descriptor its masks were mounted through.
@@ -357,12 +377,29 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<(), S
             .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
     }
 
+    mount_fresh_proc(&inside(Path::new("/proc")))?;
+    let host_masks = hostmask::hide_host_secrets(&new_root)?;
+
     let root_fd = sys::open_nofollow(&new_root)
         .map_err(|e| SandboxError::sys("open", new_root.display(), e))?;
     sys::pivot_into(&root_fd)
         .map_err(|e| SandboxError::sys("pivot_root", new_root.display(), e))?;
     sys::remount_root_read_only().map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
-    Ok(())
+    Ok(host_masks)
+}
+
+/// Mount a `/proc` of this PID namespace at `point` (this process must be inside it).
+fn mount_fresh_proc(point: &Path) -> Result<(), SandboxError> {
+    fs::create_dir_all(point)
+        .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+    nix::mount::mount(
+        Some("proc"),
+        point,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| SandboxError::sys("mount proc", point.display(), e))
 }
 
 /// Create and enforce the Landlock ruleset.

@@ -188,19 +188,13 @@ fn run(
         nix::unistd::chdir(cwd).map_err(|e| setup("chdir", e))?;
     }
     if let Some(policy) = &spec.policy {
-        super::confine(policy, net.map(|f| f.as_fd()))
-            .map_err(|e| fail(HelperStage::Sandbox, None, e.to_string()))?;
-        // Entering a user namespace changes the credentials, which clears the parent-death
-        // signal: arm it again, and check again that the supervisor is still there.
-        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-            .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
-        if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
-            return Err(fail(
-                HelperStage::Setup,
-                None,
-                "the supervisor exited before the child started",
-            ));
-        }
+        // Returns in the agent's process only (PID 2 of a new PID namespace); this process
+        // stays outside as its waiter. `confine` re-arms the parent-death signal the user
+        // namespace clears and checks the supervisor is still there.
+        super::confine(policy, net.map(|f| f.as_fd())).map_err(|e| match e {
+            super::SandboxError::ParentGone => fail(HelperStage::Setup, None, e.to_string()),
+            e => fail(HelperStage::Sandbox, None, e.to_string()),
+        })?;
     }
 
     let program = CString::new(spec.program.as_os_str().as_bytes())

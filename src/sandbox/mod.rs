@@ -13,13 +13,16 @@
 //!   to report, and nothing read from the workspace widens a grant.
 //! * In a fresh single-threaded process right before `execve` (the [`helper`], coder
 //!   re-executed, so no confinement code runs inside the multi-task supervisor),
-//!   [`confine`] applies it: private mount and network namespaces (the root holds only the
-//!   granted paths; the network has loopback only, and the listener of coder's [`proxy`]
-//!   goes back to coder, which serves it from outside), empty read-only files bind-mounted
-//!   over every secret, read-only binds over git metadata and protected tool configs,
-//!   capabilities dropped, then Landlock (filesystem rights, TCP connect to the proxy only,
-//!   signal and abstract-socket scoping). Anything short of that is an error
-//!   ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
+//!   [`confine`] applies it: new PID, IPC and UTS namespaces under a tiny coder init
+//!   (`pidns.rs`), private mount and network namespaces (the root holds only the granted
+//!   paths and a fresh `/proc`; the network has loopback only, and the listener of
+//!   coder's [`proxy`] goes back to coder, which serves it from outside), empty read-only
+//!   files bind-mounted over every secret and the host's own (`hostmask.rs`), read-only
+//!   binds over git metadata and protected tool configs, capabilities dropped, then
+//!   Landlock (filesystem rights, TCP connect to the proxy only, signal and
+//!   abstract-socket scoping), then the seccomp filter (`seccomp.rs`). The agent's tool
+//!   commands enter one more Landlock domain ([`nest`]). Anything short of that is an
+//!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
 //!   explicit way out.
 //!
 //! Around those two sit the pieces the rest of coder needs: [`probe`] for `coder doctor`,
@@ -45,12 +48,16 @@ pub(crate) mod denial;
 mod deny;
 pub mod helper;
 mod home;
+mod hostmask;
+pub mod nest;
 mod netns;
 mod note;
+mod pidns;
 mod policy;
 mod probe;
 pub mod proxy;
 mod scan;
+pub(crate) mod seccomp;
 mod sys;
 
 use std::path::PathBuf;
@@ -99,7 +106,10 @@ pub fn policy_for_agent(
     };
     opts.config_dir = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude")));
     let mut policy = Policy::resolve(&opts)?;
-    if let Err(e) = policy.grant_program(program) {
+    if let Err(e) = policy
+        .grant_program(program)
+        .and_then(|()| nest::prepare(&mut policy))
+    {
         policy.cleanup();
         return Err(e);
     }
@@ -247,12 +257,19 @@ pub enum SandboxError {
     Landlock(String),
 
     #[error(
-        "{reason}; the workspace has files that must be masked ({count}), which needs a \
-         private mount namespace (unprivileged user namespaces are disabled here: check \
-         kernel.apparmor_restrict_unprivileged_userns or the container's seccomp profile). \
-         Use --sandbox danger-full-access to run without confinement"
+        "{reason}; the sandbox needs namespaces (user, mount, PID, IPC, UTS) and refuses \
+         to run with Landlock alone (unprivileged user namespaces are disabled here: check \
+         user.max_user_namespaces, kernel.apparmor_restrict_unprivileged_userns or the \
+         container's seccomp profile). Use --sandbox danger-full-access to run without \
+         confinement"
     )]
-    NamespaceUnavailable { reason: String, count: usize },
+    NamespaceUnavailable { reason: String },
+
+    #[error("seccomp filter: {0}")]
+    Seccomp(String),
+
+    #[error("the supervisor exited before the child started")]
+    ParentGone,
 
     #[error("sandbox setup: {op} {path}: {errno}")]
     Syscall {

@@ -25,6 +25,12 @@ pub struct SandboxSupport {
     /// This process runs as root with `CAP_SYS_ADMIN` (a mount namespace needs no user
     /// namespace then; capabilities are dropped before the agent starts).
     pub root_with_sys_admin: bool,
+    /// The seccomp filter can be built and the kernel offers filter mode with `ERRNO`.
+    pub seccomp: bool,
+    /// Why not, when it cannot.
+    pub seccomp_error: Option<String>,
+    /// How many system calls the filter lists.
+    pub seccomp_rules: usize,
 }
 
 impl SandboxSupport {
@@ -36,6 +42,12 @@ impl SandboxSupport {
     /// Secrets can be masked and a private root built (a mount namespace is available).
     pub fn can_mask(&self) -> bool {
         self.user_namespaces || self.root_with_sys_admin
+    }
+
+    /// Every layer a confined run needs is there: Landlock, the namespaces (user or root,
+    /// mount, PID, IPC, UTS) and seccomp. Without one, confined runs fail closed.
+    pub fn can_run_confined(&self) -> bool {
+        self.can_confine() && self.can_mask() && self.seccomp
     }
 
     /// One line per feature, for humans.
@@ -52,12 +64,17 @@ impl SandboxSupport {
             (false, None) => "user namespaces: unavailable".to_string(),
         };
         let masks = if self.can_mask() {
-            "secret masks: available"
+            "namespaces (mount, PID, IPC, UTS), secret masks: available"
         } else {
-            "secret masks: unavailable (workspaces with secrets or a .git need \
-             --sandbox danger-full-access)"
+            "namespaces: unavailable (confined runs are refused; only --sandbox \
+             danger-full-access can run)"
         };
-        format!("{landlock}\n{userns}\n{masks}")
+        let seccomp = match (&self.seccomp, &self.seccomp_error) {
+            (true, _) => format!("seccomp: available ({} rules)", self.seccomp_rules),
+            (false, Some(e)) => format!("seccomp: unavailable ({e})"),
+            (false, None) => "seccomp: unavailable".to_string(),
+        };
+        format!("{landlock}\n{userns}\n{masks}\n{seccomp}")
     }
 }
 
@@ -75,17 +92,41 @@ pub fn probe() -> SandboxSupport {
         Ok(()) => (true, None),
         Err(e) => (false, Some(e)),
     };
+    let (seccomp, seccomp_error) = match probe_seccomp() {
+        Ok(()) => (true, None),
+        Err(e) => (false, Some(e)),
+    };
     SandboxSupport {
         landlock_abi,
         landlock_error,
         user_namespaces,
         user_namespaces_error,
         root_with_sys_admin: nix::unistd::geteuid().is_root() && has_cap_sys_admin(),
+        seccomp,
+        seccomp_error,
+        seccomp_rules: super::seccomp::RULES.len(),
     }
 }
 
-/// Fork a child that creates a user and mount namespace, maps its ids and changes mount
-/// propagation: the same steps the sandbox takes.
+/// The filter builds, and the kernel has seccomp filters that can return an errno.
+fn probe_seccomp() -> Result<(), String> {
+    super::seccomp::programs().map_err(|e| e.to_string())?;
+    // SAFETY: prctl with integer arguments only; it reports this process's seccomp mode.
+    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    if mode < 0 {
+        return Err("the kernel is built without seccomp".to_string());
+    }
+    match std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail") {
+        Ok(actions) if !actions.split_whitespace().any(|a| a == "errno") => Err(format!(
+            "the kernel's seccomp lacks the errno action ({})",
+            actions.trim()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Fork a child that creates user, mount, PID, IPC and UTS namespaces, maps its ids and
+/// changes mount propagation: the same steps the sandbox takes.
 fn probe_user_namespace() -> Result<(), String> {
     let uid = nix::unistd::geteuid();
     let gid = nix::unistd::getegid();
@@ -111,7 +152,12 @@ fn probe_user_namespace() -> Result<(), String> {
         // SAFETY: see above; every pointer refers to a live, NUL-terminated buffer or a
         // byte slice with its length.
         unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+            let namespaces = libc::CLONE_NEWUSER
+                | libc::CLONE_NEWNS
+                | libc::CLONE_NEWPID
+                | libc::CLONE_NEWIPC
+                | libc::CLONE_NEWUTS;
+            if libc::unshare(namespaces) != 0 {
                 libc::_exit(10);
             }
             let write = |path: &CString, text: &[u8]| -> bool {
@@ -147,7 +193,8 @@ fn probe_user_namespace() -> Result<(), String> {
     match status {
         nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
         nix::sys::wait::WaitStatus::Exited(_, 10) => Err(
-            "unshare(CLONE_NEWUSER) refused (kernel.unprivileged_userns_clone, \
+            "unshare of user, mount, PID, IPC and UTS namespaces refused \
+             (user.max_user_namespaces, kernel.unprivileged_userns_clone, \
              kernel.apparmor_restrict_unprivileged_userns or a seccomp profile)"
                 .to_string(),
         ),
@@ -233,10 +280,15 @@ mod tests {
             user_namespaces: false,
             user_namespaces_error: Some("refused".to_string()),
             root_with_sys_admin: false,
+            seccomp: false,
+            seccomp_error: Some("no seccomp".to_string()),
+            seccomp_rules: 0,
         };
         assert!(!support.can_confine());
         assert!(!support.can_mask());
+        assert!(!support.can_run_confined());
         let text = support.summary();
+        assert!(text.contains("no seccomp"), "{text}");
         assert!(text.contains("ABI 5 (too old"), "{text}");
         assert!(text.contains("refused"), "{text}");
     }

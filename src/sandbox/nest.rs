@@ -1,0 +1,147 @@
+//! Tool commands are nested: every shell the agent's CLI starts for its Bash tool (and
+//! its shell snapshot) enters one more Landlock domain before any shell code runs.
+//!
+//! Why: the CLI's stdout is the stream coder parses. Without nesting, a tool command runs
+//! in the CLI's own Landlock domain with the CLI's uid, so it can open
+//! `/proc/<CLI pid>/fd/1` and write a forged `{"type":"result",...}` line into that pipe.
+//! Landlock refuses ptrace-class access (which `/proc/PID/fd`, `/proc/PID/mem`,
+//! `pidfd_getfd` need) from a domain to any process outside it or its own descendants, so
+//! a tool in a child domain can no longer reach the CLI's descriptors. Sibling tool
+//! commands (two Bash calls) are in sibling domains and cannot trace each other either;
+//! signals between them still work (the nested domain does not scope them).
+//!
+//! How: the CLI takes its shell from `CLAUDE_CODE_SHELL` (it must be named `bash` or
+//! `zsh`). [`prepare`] points it at `<run dir>/nest/bash`, a symlink to coder's own binary
+//! in a directory the agent can read but not write; `main` recognises that name in
+//! `argv[0]` and calls [`nest_main`], which adds a ruleset granting every filesystem right
+//! beneath `/` (the effective rights stay the parent domain's: domains intersect) and
+//! execs the real bash with the same arguments. The shell itself is the wrapper, so no
+//! shell code (not even a login shell's startup files) runs in the CLI's domain.
+//!
+//! `CLAUDE_CODE_SHELL_PREFIX` was the first choice and was measured worse: with it the CLI
+//! starts a *login* `bash -c -l` in its own domain before the prefix (startup files run
+//! un-nested, and their output lands in every tool result), and MCP servers are spawned
+//! with the prefix string as their executable.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access as _, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus,
+};
+
+use super::{Policy, SandboxError};
+
+/// The directory (in the run's directory) holding the wrapper, and the wrapper's name.
+pub const NEST_DIR: &str = "nest";
+pub const NEST_NAME: &str = "bash";
+/// The CLI's variable naming its shell.
+pub const SHELL_VAR: &str = "CLAUDE_CODE_SHELL";
+
+/// Whether `argv0` selects the nesting wrapper (`.../nest/bash`).
+pub fn is_nest_invocation(argv0: &OsStr) -> bool {
+    let path = Path::new(argv0);
+    path.file_name() == Some(OsStr::new(NEST_NAME))
+        && path.parent().and_then(Path::file_name) == Some(OsStr::new(NEST_DIR))
+}
+
+/// Make the agent's tool commands nested: a `nest/bash` link to coder's binary in the
+/// run's directory, readable (not writable) by the agent, and the CLI's shell variable
+/// pointing at it.
+pub fn prepare(policy: &mut Policy) -> Result<(), SandboxError> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| SandboxError::io("locate coder's executable", e))?;
+    let dir = policy.run_dir.join(NEST_DIR);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| SandboxError::io(format!("create {}", dir.display()), e))?;
+    let link = dir.join(NEST_NAME);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&exe, &link)
+        .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
+    let Some(text) = link.to_str().map(str::to_owned) else {
+        return Err(SandboxError::Path {
+            what: "run directory",
+            path: dir,
+            reason: "is not UTF-8, which the CLI's shell variable cannot carry; set \
+                     CODER_STATE_DIR to a plain path"
+                .to_string(),
+        });
+    };
+    policy.grant_read(&dir)?;
+    policy.grant_read(&exe)?;
+    policy.env_set.insert(SHELL_VAR.to_string(), text);
+    Ok(())
+}
+
+/// Entry point of `.../nest/bash ARGS...`: enter a nested Landlock domain, then exec the
+/// real bash with the same arguments. Only returns by exiting; refuses to run anything
+/// when the domain cannot be had.
+pub fn nest_main(args: &[OsString]) -> ! {
+    if let Err(e) = enter_nested_domain() {
+        eprintln!("coder: refusing to start the tool's shell: {e}");
+        std::process::exit(126);
+    }
+    let shell = real_bash();
+    let argv: Result<Vec<CString>, _> = std::iter::once(CString::new("bash"))
+        .chain(args[1..].iter().map(|a| CString::new(a.as_bytes())))
+        .collect();
+    let Ok(argv) = argv else {
+        eprintln!("coder: an argument of the tool's shell contains a NUL byte");
+        std::process::exit(126);
+    };
+    let Ok(program) = CString::new(shell.as_os_str().as_bytes()) else {
+        std::process::exit(127);
+    };
+    let err = match nix::unistd::execv(&program, &argv) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    eprintln!("coder: cannot execute {}: {}", shell.display(), err.desc());
+    std::process::exit(127)
+}
+
+/// A Landlock domain nested in the current one, with every filesystem right beneath `/`.
+fn enter_nested_domain() -> Result<(), String> {
+    let abi = ABI::V7;
+    let all = AccessFs::from_all(abi);
+    let root = PathFd::new("/").map_err(|e| e.to_string())?;
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?
+        .add_rule(PathBeneath::new(root, all))
+        .map_err(|e| e.to_string())?
+        .restrict_self()
+        .map_err(|e| e.to_string())?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err("Landlock is not enforced on this kernel".to_string());
+    }
+    Ok(())
+}
+
+/// The system's bash (the wrapper stands in for it, so it must be bash).
+fn real_bash() -> PathBuf {
+    ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_its_name_only() {
+        assert!(is_nest_invocation(OsStr::new("/run/x/nest/bash")));
+        assert!(!is_nest_invocation(OsStr::new("/bin/bash")));
+        assert!(!is_nest_invocation(OsStr::new("bash")));
+        assert!(!is_nest_invocation(OsStr::new("/usr/bin/coder")));
+    }
+}
