@@ -155,6 +155,7 @@ fn the_npm_placeholder_is_refused_and_the_real_binary_suggested() {
 }
 
 #[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_script_wrapper_is_judged_by_what_it_runs_as_a_run_would() {
     let doctor = Doctor::new();
     // A wrapper that cannot run: the version check fails it.
@@ -164,7 +165,7 @@ fn a_script_wrapper_is_judged_by_what_it_runs_as_a_run_would() {
     assert_eq!(check(&report, "claude")["status"], "fail", "{report}");
 
     // A `#!/bin/sh` wrapper around the real CLI runs fine, in a run as here.
-    let Some(claude) = real_claude() else { return };
+    let claude = real_claude();
     let wrapper = doctor.home.path().join("wrapped/claude");
     write_executable(
         &wrapper,
@@ -302,8 +303,9 @@ fn config_problems_are_reported_in_one_line_each() {
 }
 
 #[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn with_the_real_cli_and_a_reachable_backend_the_doctor_exits_0() {
-    let Some(claude) = real_claude() else { return };
+    let claude = real_claude();
     let doctor = Doctor::new();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let config = doctor.config_for_port(listener.local_addr().unwrap().port());

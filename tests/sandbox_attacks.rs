@@ -21,6 +21,8 @@
 //!
 //! Run: `cargo test --test sandbox_attacks -- --nocapture`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -2142,15 +2144,6 @@ fn judge(s: &Spec, who: Who) -> Status {
     }
 }
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn skip(why: &str) {
-    assert!(!ci(), "sandbox attack suite cannot run under CI: {why}");
-    eprintln!("SKIPPED sandbox attack suite: {why}");
-}
-
 fn userns_for(who: Who) -> bool {
     host_cmd("/usr/bin/unshare", who)
         .args(["-U", "-m", "/bin/true"])
@@ -2256,24 +2249,20 @@ fn suite(who: Who, known_open: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_as_root() {
-    if !nix::unistd::geteuid().is_root() {
-        skip("needs root (capability dropping, setuid, /etc/shadow)");
-        return;
-    }
+    common::require_root_and_user_namespaces();
     suite(Who::Root, KNOWN_OPEN_ROOT);
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_as_nobody() {
-    if !nix::unistd::geteuid().is_root() {
-        skip("needs root to become uid 65534");
-        return;
-    }
-    if !userns_for(Who::Nobody) {
-        skip("unprivileged user namespaces are unavailable");
-        return;
-    }
+    common::require_root_and_user_namespaces();
+    assert!(
+        userns_for(Who::Nobody),
+        "unprivileged user namespaces are unavailable to uid 65534"
+    );
     suite(Who::Nobody, KNOWN_OPEN_NOBODY);
 }
 

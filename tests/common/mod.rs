@@ -860,10 +860,16 @@ pub mod steps {
     }
 }
 
+/// Tests that need something of the machine (the real claude CLI, root, user namespaces)
+/// are `#[ignore = "needs …: scripts/test runs it"]`: a plain `cargo test` lists them as
+/// ignored in its summary line instead of passing them having done nothing. `scripts/test`
+/// probes the machine and adds `--include-ignored` when everything is there (under `CI=true`
+/// it refuses to run without it). A test that runs without what it needs FAILS through the
+/// guards below: it never returns early.
+///
 /// The real claude CLI: `CODER_TEST_CLAUDE_BIN`, else the project-local install made by
-/// `scripts/setup-claude`. Missing, the calling test is skipped with a loud message, except
-/// under CI (`CI` set), where a missing CLI fails it: CI must run the end-to-end tests.
-pub fn real_claude() -> Option<PathBuf> {
+/// `scripts/setup-claude`. Panics when it is missing.
+pub fn real_claude() -> PathBuf {
     if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         assert!(
@@ -871,22 +877,176 @@ pub fn real_claude() -> Option<PathBuf> {
             "CODER_TEST_CLAUDE_BIN={} does not exist",
             path.display()
         );
-        return Some(path);
+        return path;
     }
     let local =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
     assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing at {}; CI must run the end-to-end tests (scripts/setup-claude)",
+        local.exists(),
+        "this test needs the claude CLI, missing at {} (run scripts/setup-claude or set \
+         CODER_TEST_CLAUDE_BIN; scripts/test does both)",
         local.display()
     );
-    eprintln!(
-        "\n*** SKIP: the claude CLI is not installed at {} (run scripts/setup-claude or set \
-         CODER_TEST_CLAUDE_BIN); this test with the real CLI did not run ***\n",
-        local.display()
+    local
+}
+
+/// Whether unprivileged user namespaces work for uid 65534 (what the adversarial suites
+/// attack as) — or, when not root, for this user.
+pub fn user_namespaces_for_nobody() -> bool {
+    let mut cmd = if nix::unistd::geteuid().is_root() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg("/usr/bin/unshare");
+        c
+    } else {
+        Command::new("/usr/bin/unshare")
+    };
+    cmd.args(["-U", "-m", "/bin/true"]).stdin(Stdio::null());
+    match run_bounded(&mut cmd, Duration::from_secs(10)) {
+        Ok(out) => out.status.success(),
+        Err(_) => false,
+    }
+}
+
+/// The guard of the adversarial suites (`#[ignore = "needs root and user namespaces: …"]`):
+/// they attack as root and as uid 65534 through a user namespace. Panics when either is
+/// missing: a suite that cannot attack must not pass.
+pub fn require_root_and_user_namespaces() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this adversarial test needs root (it attacks as root and as uid 65534); \
+         scripts/test runs it only where it can"
     );
-    None
+    assert!(
+        user_namespaces_for_nobody(),
+        "this adversarial test needs unprivileged user namespaces (unshare -U as uid 65534 \
+         failed; see user.max_user_namespaces)"
+    );
+}
+
+/// A finished command run by [`run_bounded`].
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Finished {
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// How long a helper command may take by default in [`output_within`].
+pub const COMMAND_DEADLINE: Duration = Duration::from_secs(60);
+
+/// `cmd.output()` with a deadline: spawns in its own process group, collects stdout and
+/// stderr, and on expiry kills the group and returns an error naming the command. stdin is
+/// `/dev/null` unless the caller set it.
+pub fn run_bounded(cmd: &mut Command, deadline: Duration) -> Result<Finished, String> {
+    use std::os::unix::process::CommandExt;
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let described = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot spawn {described}: {e}"))?;
+    let pid = child.id() as i32;
+    let mut out = child.stdout.take().expect("stdout pipe");
+    let mut err = child.stderr.take().expect("stderr pipe");
+    let out_reader = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err.read_to_end(&mut buf);
+        buf
+    });
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(deadline) {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Err(format!("waiting for {described}: {e}")),
+        Err(_) => {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            return Err(format!("{described} did not finish within {deadline:?}"));
+        }
+    };
+    // Survivors of the group would hold the pipes open: kill them, then read.
+    let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(Finished {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// [`run_bounded`] that fails the test on expiry (the usual replacement for `.output()`).
+pub fn output_within(cmd: &mut Command, deadline: Duration) -> Finished {
+    run_bounded(cmd, deadline).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`output_within`] with [`COMMAND_DEADLINE`].
+pub fn output(cmd: &mut Command) -> Finished {
+    output_within(cmd, COMMAND_DEADLINE)
+}
+
+/// A spawned process killed (with its process group) when dropped: servers a test starts
+/// must not outlive a failed assertion.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Spawns `cmd` in its own process group.
+    pub fn spawn(cmd: &mut Command) -> KillOnDrop {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        KillOnDrop(cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")))
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let pid = self.0.id() as i32;
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Refuses to rewrite fixtures under `CI=true`: `CODER_UPDATE_FIXTURES` there would turn every
+/// snapshot comparison into a pass. Returns whether the caller should rewrite.
+pub fn update_fixtures() -> bool {
+    let asked = std::env::var_os("CODER_UPDATE_FIXTURES").is_some();
+    assert!(
+        !(asked && std::env::var("CI").as_deref() == Ok("true")),
+        "CODER_UPDATE_FIXTURES is set under CI=true: snapshots are compared in CI, never \
+         rewritten"
+    );
+    asked
 }
