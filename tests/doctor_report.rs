@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use common::real_claude;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -40,8 +42,7 @@ impl Doctor {
             .env("PATH", self.home.path().join("empty-bin"))
             .env("HOME", self.home.path())
             .env("LOCAL_KEY", "sk-very-secret-value")
-            .output()
-            .unwrap()
+            .output_bounded()
     }
 
     fn json(&self, args: &[&str]) -> (Value, Option<i32>, String) {
@@ -192,8 +193,7 @@ fn an_unwritable_state_dir_fails_the_doctor_as_it_fails_a_run() {
         .env("PATH", doctor.home.path().join("empty-bin"))
         .env("HOME", doctor.home.path())
         .env("CODER_STATE_DIR", &state)
-        .output()
-        .unwrap();
+        .output_bounded();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let checked = check(&report, "state");
     assert_eq!(checked["status"], "fail", "{checked}");
@@ -222,8 +222,7 @@ fn an_unwritable_state_dir_fails_the_doctor_as_it_fails_a_run() {
         .env("HOME", doctor.home.path())
         .env("ANTHROPIC_AUTH_TOKEN", "t")
         .env("CODER_STATE_DIR", &state)
-        .output()
-        .unwrap();
+        .output_bounded();
     let envelope: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(envelope["success"], false, "{envelope}");
 }
@@ -275,8 +274,7 @@ fn config_problems_are_reported_in_one_line_each() {
         .arg(&config)
         .env_clear()
         .env("HOME", doctor.home.path())
-        .output()
-        .unwrap();
+        .output_bounded();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let backend = check(&report, "backend");
     assert_eq!(backend["status"], "fail");

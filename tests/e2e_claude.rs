@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use common::real_claude;
 
 use std::path::{Path, PathBuf};
@@ -155,8 +157,7 @@ fn write_edit_and_bash_change_the_workspace() {
     let shown = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
         .args(["runs", "show", "last", "--json", "--state-dir"])
         .arg(scene.fake.state_dir())
-        .output()
-        .unwrap();
+        .output_bounded();
     assert!(shown.status.success(), "{shown:?}");
     let account: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     let tools: Vec<&str> = account["tool_calls"]

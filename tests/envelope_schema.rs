@@ -1,6 +1,10 @@
 //! Every envelope coder prints conforms to the published schema (schema/envelope.schema.json):
 //! success, failures before and after the child ran, retries, metrics and all_messages.
 
+mod common;
+
+use common::Bounded;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -26,8 +30,7 @@ fn envelope(dir: &Path, args: &[&str]) -> serde_json::Value {
         .env("CODER_STATE_DIR", dir.join("state"))
         .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
         .env_remove("CODER_CLAUDE_BIN")
-        .output()
-        .unwrap();
+        .output_bounded();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1, "exactly one line: {stdout}");
     serde_json::from_str(&stdout).unwrap()

@@ -162,6 +162,7 @@ fn coder_prompt(args: &[&str], stdin: &str) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let _deadline = common::Deadline::kill_after(&child, common::COMMAND_DEADLINE);
     child
         .stdin
         .take()

@@ -23,6 +23,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -244,8 +246,7 @@ impl Fx {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
-            .unwrap()
+            .status_bounded()
             .success();
         assert!(ok, "fixture git {args:?} in {}", dir.display());
     }
@@ -394,6 +395,7 @@ impl Fx {
             }
         }
         let mut child = cmd.spawn().expect("spawn coder");
+        let _deadline = common::Deadline::kill_after(&child, Duration::from_secs(120));
         let mut so = child.stdout.take().unwrap();
         let mut se = child.stderr.take().unwrap();
         let t1 = thread::spawn(move || {
@@ -429,7 +431,7 @@ impl Fx {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let _ = cmd.status();
+        let _ = cmd.status_bounded();
     }
 
     /// Every transcript, record and log coder left in its state dir (not the CLI's dir).
@@ -1161,8 +1163,7 @@ fn class5() -> Vec<Spec> {
         );
         let ok = host_cmd(PY, fx.who)
             .args(["-c", &add])
-            .output()
-            .unwrap()
+            .output_bounded()
             .status
             .success();
         if !ok {
@@ -1180,7 +1181,7 @@ fn class5() -> Vec<Spec> {
         let unlink = format!(
             "import ctypes\nl=ctypes.CDLL(None)\nk=l.syscall(250,10,-4,b'user',b'{desc}',0)\nl.syscall(250,9,k,-4)"
         );
-        let _ = host_cmd(PY, fx.who).args(["-c", &unlink]).status();
+        let _ = host_cmd(PY, fx.who).args(["-c", &unlink]).status_bounded();
         Ok(out.has(&m))
     }
     fn signal(fx: &Fx, arm: Arm, script: &dyn Fn(u32) -> String) -> Verdict {
@@ -1401,8 +1402,7 @@ fn class6() -> Vec<Spec> {
             let ok = Command::new("tar")
                 .args(["cf", "evil.tar", "-C", "tools", "suid-src"])
                 .current_dir(&fx.ws)
-                .status()
-                .unwrap()
+                .status_bounded()
                 .success();
             if !ok {
                 return Err("tar".into());
@@ -2148,8 +2148,8 @@ fn userns_for(who: Who) -> bool {
     host_cmd("/usr/bin/unshare", who)
         .args(["-U", "-m", "/bin/true"])
         .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .status_bounded()
+        .success()
 }
 
 fn suite(who: Who, known_open: &[&str]) {

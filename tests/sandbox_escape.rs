@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpListener;
@@ -47,8 +49,7 @@ fn git(ws: &Path, args: &[&str]) {
         .current_dir(ws)
         .env("PATH", PATH)
         .stdout(Stdio::null())
-        .status()
-        .unwrap();
+        .status_bounded();
     assert!(status.success(), "git {args:?}");
 }
 
@@ -137,7 +138,7 @@ impl Fixture {
         if let Some(uid) = self.owner {
             cmd.uid(uid).gid(uid);
         }
-        cmd.output().unwrap()
+        cmd.output_bounded()
     }
 
     /// Content, mode and mtime of everything an attack could want to change.
@@ -768,8 +769,7 @@ fn keystrokes_cannot_be_pushed_into_the_users_terminal() {
             .env("PATH", PATH)
             .env("HOME", &fx.home)
             .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .output_bounded();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let confined = inject("workspace-write");

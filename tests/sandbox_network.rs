@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -71,7 +73,7 @@ impl Fixture {
     }
 
     fn run(&self, args: &[String], script: &str) -> Output {
-        self.command(args, script).output().unwrap()
+        self.command(args, script).output_bounded()
     }
 }
 

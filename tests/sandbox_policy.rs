@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
@@ -146,7 +148,7 @@ impl Secrets {
         if let Some(uid) = self.owner {
             cmd.uid(uid).gid(uid);
         }
-        cmd.output().unwrap()
+        cmd.output_bounded()
     }
 
     fn read_all_script(&self) -> String {
@@ -242,8 +244,7 @@ fn toolchains_and_caches_work_and_git_gets_only_the_identity() {
         let init = std::process::Command::new("git")
             .args(["init", "-q"])
             .current_dir(&fx.ws)
-            .status()
-            .unwrap();
+            .status_bounded();
         assert!(init.success());
         if let Some(uid) = owner {
             std::os::unix::fs::lchown(fx.ws.join(".git"), Some(uid), Some(uid)).unwrap();
@@ -308,8 +309,7 @@ fn cargo_builds_a_tiny_crate_offline_in_the_default_sandbox() {
         .env_clear()
         .env("PATH", format!("{}:{PATH}", toolchain.display()))
         .env("HOME", &home)
-        .output()
-        .unwrap();
+        .output_bounded();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "tiny ok\n",

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
@@ -41,8 +43,7 @@ fn git_in(dir: &Path, args: &[&str]) -> Output {
         .env("HOME", "/nonexistent")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .output_bounded()
 }
 
 fn git_ok(dir: &Path, args: &[&str]) {
@@ -105,7 +106,7 @@ impl Fx {
         if let Some(uid) = self.owner {
             cmd.uid(uid).gid(uid);
         }
-        cmd.output().unwrap()
+        cmd.output_bounded()
     }
 
     fn confined(&self, script: &str) -> Output {
@@ -134,7 +135,7 @@ impl Fx {
         if let Some(uid) = self.owner {
             cmd.uid(uid).gid(uid);
         }
-        cmd.output().unwrap()
+        cmd.output_bounded()
     }
 }
 
@@ -674,8 +675,7 @@ fn swapping_the_workspace_during_setup_never_exposes_a_secret() {
             .env("HOME", &fx.home)
             .current_dir(&fx.root)
             .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .output_bounded();
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -709,8 +709,7 @@ fn swapping_the_workspace_during_setup_never_exposes_a_secret() {
         .env_clear()
         .env("PATH", PATH)
         .env("HOME", &fx.home)
-        .output()
-        .unwrap();
+        .output_bounded();
     assert!(String::from_utf8_lossy(&out.stdout).contains(&marker));
     assert!(swaps > 0);
 }
@@ -848,8 +847,7 @@ fn system_trees_and_the_home_are_refused_as_workspaces() {
             .env_clear()
             .env("PATH", PATH)
             .env("HOME", &fx.home)
-            .output()
-            .unwrap();
+            .output_bounded();
         assert_eq!(out.status.code(), Some(71), "{dir}: {}", describe(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("workspace"),
@@ -864,8 +862,7 @@ fn system_trees_and_the_home_are_refused_as_workspaces() {
             .env_clear()
             .env("PATH", PATH)
             .env("HOME", &fx.home)
-            .output()
-            .unwrap();
+            .output_bounded();
         assert_eq!(out.status.code(), Some(71), "{dir:?}: {}", describe(&out));
     }
 }

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::Bounded;
+
 #[test]
 fn ci_runs_the_ignored_tests_too() {
     if std::env::var("CI").as_deref() != Ok("true") {
@@ -22,10 +24,9 @@ fn ci_runs_the_ignored_tests_too() {
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn the_claude_cli_is_there_when_ignored_tests_run() {
     let claude = common::real_claude();
-    let out = common::output_within(
-        std::process::Command::new(&claude).arg("--version"),
-        std::time::Duration::from_secs(60),
-    );
+    let out = std::process::Command::new(&claude)
+        .arg("--version")
+        .output_within(std::time::Duration::from_secs(60));
     assert!(
         out.status.success(),
         "{} --version: {out:?}",

@@ -902,10 +902,7 @@ pub fn user_namespaces_for_nobody() -> bool {
         Command::new("/usr/bin/unshare")
     };
     cmd.args(["-U", "-m", "/bin/true"]).stdin(Stdio::null());
-    match run_bounded(&mut cmd, Duration::from_secs(10)) {
-        Ok(out) => out.status.success(),
-        Err(_) => false,
-    }
+    run_bounded(&mut cmd, Duration::from_secs(10)).is_ok_and(|out| out.status.success())
 }
 
 /// The guard of the adversarial suites (`#[ignore = "needs root and user namespaces: …"]`):
@@ -924,88 +921,134 @@ pub fn require_root_and_user_namespaces() {
     );
 }
 
-/// A finished command run by [`run_bounded`].
-#[derive(Debug)]
-pub struct Finished {
-    pub status: ExitStatus,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-}
+/// How long a helper command may take by default ([`Bounded::output_bounded`]).
+pub const COMMAND_DEADLINE: Duration = Duration::from_secs(120);
 
-impl Finished {
-    pub fn stdout_text(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-
-    pub fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&self.stderr).into_owned()
-    }
-}
-
-/// How long a helper command may take by default in [`output_within`].
-pub const COMMAND_DEADLINE: Duration = Duration::from_secs(60);
-
-/// `cmd.output()` with a deadline: spawns in its own process group, collects stdout and
-/// stderr, and on expiry kills the group and returns an error naming the command. stdin is
-/// `/dev/null` unless the caller set it.
-pub fn run_bounded(cmd: &mut Command, deadline: Duration) -> Result<Finished, String> {
-    use std::os::unix::process::CommandExt;
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+/// `Command::output()` with a deadline: collects stdout and stderr (stdin is `/dev/null`
+/// unless the caller set it), and on expiry SIGKILLs the process and returns an error naming
+/// the command. Pipes a survivor keeps open after the process exited count against the
+/// deadline too. The command is not moved to another process group: some under test call
+/// `setsid` themselves.
+pub fn run_bounded(cmd: &mut Command, deadline: Duration) -> Result<std::process::Output, String> {
+    let started = Instant::now();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let described = format!("{cmd:?}");
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot spawn {described}: {e}"))?;
-    let pid = child.id() as i32;
+    let pid = Pid::from_raw(child.id() as i32);
     let mut out = child.stdout.take().expect("stdout pipe");
     let mut err = child.stderr.take().expect("stderr pipe");
-    let out_reader = thread::spawn(move || {
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
+    thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = out.read_to_end(&mut buf);
-        buf
+        let _ = out_tx.send(buf);
     });
-    let err_reader = thread::spawn(move || {
+    thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = err.read_to_end(&mut buf);
-        buf
+        let _ = err_tx.send(buf);
     });
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
-    let status = match rx.recv_timeout(deadline) {
+    let left = || deadline.saturating_sub(started.elapsed());
+    let status = match rx.recv_timeout(left()) {
         Ok(Ok(status)) => status,
         Ok(Err(e)) => return Err(format!("waiting for {described}: {e}")),
         Err(_) => {
-            let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = kill(pid, Signal::SIGKILL);
             return Err(format!("{described} did not finish within {deadline:?}"));
         }
     };
-    // Survivors of the group would hold the pipes open: kill them, then read.
-    let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    Ok(Finished {
+    let grace = left().max(Duration::from_secs(2));
+    let (Ok(stdout), Ok(stderr)) = (out_rx.recv_timeout(grace), err_rx.recv_timeout(grace)) else {
+        return Err(format!(
+            "{described} exited but a survivor kept its stdout or stderr open"
+        ));
+    };
+    Ok(std::process::Output {
         status,
         stdout,
         stderr,
     })
 }
 
-/// [`run_bounded`] that fails the test on expiry (the usual replacement for `.output()`).
-pub fn output_within(cmd: &mut Command, deadline: Duration) -> Finished {
-    run_bounded(cmd, deadline).unwrap_or_else(|e| panic!("{e}"))
+/// Deadlines for `Command`s a test runs directly (the usual replacement for `.output()` and
+/// `.status()`, which wait forever).
+pub trait Bounded {
+    /// `.output()` that fails the test after `deadline`.
+    fn output_within(&mut self, deadline: Duration) -> std::process::Output;
+    /// `.output()` that fails the test after [`COMMAND_DEADLINE`].
+    fn output_bounded(&mut self) -> std::process::Output {
+        self.output_within(COMMAND_DEADLINE)
+    }
+    /// `.status()` (output captured and dropped) that fails the test after
+    /// [`COMMAND_DEADLINE`].
+    fn status_bounded(&mut self) -> ExitStatus {
+        self.output_bounded().status
+    }
 }
 
-/// [`output_within`] with [`COMMAND_DEADLINE`].
-pub fn output(cmd: &mut Command) -> Finished {
-    output_within(cmd, COMMAND_DEADLINE)
+impl Bounded for Command {
+    fn output_within(&mut self, deadline: Duration) -> std::process::Output {
+        run_bounded(self, deadline).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Waits for a spawned child with a deadline; SIGKILLs it and fails the test on expiry.
+pub fn wait_within(child: &mut std::process::Child, deadline: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status,
+            Ok(None) if started.elapsed() < deadline => thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("process {} did not exit within {deadline:?}", child.id());
+            }
+            Err(e) => panic!("waiting for process {}: {e}", child.id()),
+        }
+    }
+}
+
+/// A deadline for a process a test drives by hand (reads its pipes, signals it): after
+/// `deadline` a watchdog thread SIGKILLs it, which ends any read of its pipes and any wait, so
+/// the test fails instead of hanging. Dropping the guard disarms it.
+pub struct Deadline {
+    disarm: Option<mpsc::Sender<()>>,
+}
+
+impl Deadline {
+    pub fn kill_after(child: &std::process::Child, deadline: Duration) -> Deadline {
+        let pid = Pid::from_raw(child.id() as i32);
+        let (tx, rx) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(deadline) {
+                eprintln!(
+                    "test deadline: process {pid} still running after {deadline:?}; killing it"
+                );
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        });
+        Deadline { disarm: Some(tx) }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        if let Some(tx) = self.disarm.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// A spawned process killed (with its process group) when dropped: servers a test starts
-/// must not outlive a failed assertion.
+/// must not outlive a failed assertion. It gets a process group of its own for that.
 pub struct KillOnDrop(pub std::process::Child);
 
 impl KillOnDrop {
