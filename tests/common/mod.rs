@@ -96,20 +96,39 @@ pub struct Fake {
     bin: PathBuf,
     record: PathBuf,
     marker: String,
+    /// Set when the fake's files live outside the workspace: coder gets `--write` for them.
+    outside_state: bool,
 }
 
 impl Fake {
     /// A fake child that runs `scenario`: a JSON list of steps, or an object
     /// `{"stdin": "eof"|"none", "steps": [...]}`.
     pub fn new(scenario: Value) -> Fake {
+        Fake::build(scenario, false)
+    }
+
+    /// A fake whose own files (record, scenario, readiness files) live beside the workspace
+    /// in `<root>/state`, writable through `--write` (added by [`Fake::coder`]): for runs
+    /// that must not write the workspace (`--sandbox read-only`). Relative paths in its
+    /// scenario resolve against `<root>/state`, so `../ws/NAME` is a workspace file.
+    pub fn with_state_outside_workspace(scenario: Value) -> Fake {
+        Fake::build(scenario, true)
+    }
+
+    fn build(scenario: Value, outside_state: bool) -> Fake {
         let dir = tempfile::Builder::new()
             .prefix("coder-test-")
             .tempdir()
             .expect("temp dir");
         let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).expect("workspace");
         // The fake child's own files live inside the workspace: the only place a run is sure
-        // to be allowed to write.
-        let state = workspace.join(".fake-claude");
+        // to be allowed to write (or beside it, granted with --write).
+        let state = if outside_state {
+            dir.path().join("state")
+        } else {
+            workspace.join(".fake-claude")
+        };
         std::fs::create_dir_all(&state).expect("state dir");
         // An npm-style package: the sandbox grants a program's own package directory, and
         // only the file for a lone executable.
@@ -152,6 +171,7 @@ impl Fake {
             bin,
             record,
             marker,
+            outside_state,
         }
     }
 
@@ -182,8 +202,13 @@ impl Fake {
 
     /// A `coder` invocation with `--cd <workspace> --claude-bin <wrapper>` already set.
     pub fn coder(&self) -> Coder {
+        let args = if self.outside_state {
+            vec!["--write".into(), self.state.clone().into_os_string()]
+        } else {
+            Vec::new()
+        };
         Coder {
-            args: Vec::new(),
+            args,
             cd: Some(self.workspace.clone().into_os_string()),
             claude_bin: Some(self.bin.clone().into_os_string()),
             stdin: None,
