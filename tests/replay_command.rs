@@ -69,7 +69,7 @@ fn serve_prints_the_url_serves_and_reports_on_sigterm() {
     );
 
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    let status = child.wait().unwrap();
+    let status = common::wait_within(&mut child, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).unwrap();
@@ -126,4 +126,31 @@ fn usage_errors_exit_2() {
     let output = coder().args(["replay", "--help"]).output_bounded();
     assert_eq!(output.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&output.stdout).contains("serve"));
+}
+
+#[test]
+fn serve_listens_on_the_given_port() {
+    // A port that was free a moment ago (bind 0, read it, release it).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = common::KillOnDrop::spawn(
+        coder()
+            .args(["replay", "serve", &fixture("plain.json"), "--port"])
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let _deadline = common::Deadline::kill_after(&child, common::DEFAULT_DEADLINE);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).unwrap();
+    assert_eq!(url.trim_end(), format!("http://127.0.0.1:{port}"));
+    let response = post(&format!("127.0.0.1:{port}"));
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = common::wait_within(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
 }
