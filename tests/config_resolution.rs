@@ -2,6 +2,8 @@
 //! every preset's environment (snapshots in fixtures/config/), the layering order
 //! (preset < file < environment < flags), replay backends, and every config error.
 
+mod common;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -66,9 +68,10 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Compares with a fixture; `CODER_UPDATE_FIXTURES=1` rewrites it instead.
+/// Compares with a fixture; `CODER_UPDATE_FIXTURES=1` rewrites it instead
+/// (refused under `CI=true`).
 fn assert_snapshot(path: &Path, actual: &str) {
-    if std::env::var_os("CODER_UPDATE_FIXTURES").is_some() {
+    if common::update_fixtures() {
         std::fs::write(path, actual).unwrap();
         return;
     }

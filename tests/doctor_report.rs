@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use common::real_claude;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -40,8 +42,7 @@ impl Doctor {
             .env("PATH", self.home.path().join("empty-bin"))
             .env("HOME", self.home.path())
             .env("LOCAL_KEY", "sk-very-secret-value")
-            .output()
-            .unwrap()
+            .output_bounded()
     }
 
     fn json(&self, args: &[&str]) -> (Value, Option<i32>, String) {
@@ -155,6 +156,7 @@ fn the_npm_placeholder_is_refused_and_the_real_binary_suggested() {
 }
 
 #[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_script_wrapper_is_judged_by_what_it_runs_as_a_run_would() {
     let doctor = Doctor::new();
     // A wrapper that cannot run: the version check fails it.
@@ -164,7 +166,7 @@ fn a_script_wrapper_is_judged_by_what_it_runs_as_a_run_would() {
     assert_eq!(check(&report, "claude")["status"], "fail", "{report}");
 
     // A `#!/bin/sh` wrapper around the real CLI runs fine, in a run as here.
-    let Some(claude) = real_claude() else { return };
+    let claude = real_claude();
     let wrapper = doctor.home.path().join("wrapped/claude");
     write_executable(
         &wrapper,
@@ -191,8 +193,7 @@ fn an_unwritable_state_dir_fails_the_doctor_as_it_fails_a_run() {
         .env("PATH", doctor.home.path().join("empty-bin"))
         .env("HOME", doctor.home.path())
         .env("CODER_STATE_DIR", &state)
-        .output()
-        .unwrap();
+        .output_bounded();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let checked = check(&report, "state");
     assert_eq!(checked["status"], "fail", "{checked}");
@@ -221,8 +222,7 @@ fn an_unwritable_state_dir_fails_the_doctor_as_it_fails_a_run() {
         .env("HOME", doctor.home.path())
         .env("ANTHROPIC_AUTH_TOKEN", "t")
         .env("CODER_STATE_DIR", &state)
-        .output()
-        .unwrap();
+        .output_bounded();
     let envelope: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(envelope["success"], false, "{envelope}");
 }
@@ -274,8 +274,7 @@ fn config_problems_are_reported_in_one_line_each() {
         .arg(&config)
         .env_clear()
         .env("HOME", doctor.home.path())
-        .output()
-        .unwrap();
+        .output_bounded();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let backend = check(&report, "backend");
     assert_eq!(backend["status"], "fail");
@@ -302,8 +301,9 @@ fn config_problems_are_reported_in_one_line_each() {
 }
 
 #[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn with_the_real_cli_and_a_reachable_backend_the_doctor_exits_0() {
-    let Some(claude) = real_claude() else { return };
+    let claude = real_claude();
     let doctor = Doctor::new();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let config = doctor.config_for_port(listener.local_addr().unwrap().port());

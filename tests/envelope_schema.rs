@@ -1,6 +1,10 @@
 //! Every envelope coder prints conforms to the published schema (schema/envelope.schema.json):
 //! success, failures before and after the child ran, retries, metrics and all_messages.
 
+mod common;
+
+use common::Bounded;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -26,8 +30,7 @@ fn envelope(dir: &Path, args: &[&str]) -> serde_json::Value {
         .env("CODER_STATE_DIR", dir.join("state"))
         .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
         .env_remove("CODER_CLAUDE_BIN")
-        .output()
-        .unwrap();
+        .output_bounded();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1, "exactly one line: {stdout}");
     serde_json::from_str(&stdout).unwrap()
@@ -86,4 +89,173 @@ exit 1"#,
             .collect();
         assert!(errors.is_empty(), "{args:?} -> {value}\n{errors:#?}");
     }
+}
+
+/// The schema object at `pointer` (a JSON pointer into the schema).
+fn schema_object(pointer: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json"),
+    )
+    .unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    schema
+        .pointer(pointer)
+        .unwrap_or_else(|| panic!("no {pointer} in the schema"))
+        .clone()
+}
+
+fn keys(value: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn names(value: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    value
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Checks one envelope object of the schema against its serde type: `full` is the type with
+/// every optional field set, `minimal` with every optional field unset. The schema's
+/// properties must be exactly the fields `full` serialises, its `required` exactly those
+/// `minimal` still serialises, and a closed object must say `additionalProperties: false`.
+fn assert_schema_matches(
+    pointer: &str,
+    full: serde_json::Value,
+    minimal: serde_json::Value,
+    closed: bool,
+) {
+    let object = schema_object(pointer);
+    assert_eq!(
+        keys(&object["properties"]),
+        keys(&full),
+        "{pointer}: schema properties vs the serde type's fields"
+    );
+    assert_eq!(
+        names(&object["required"]),
+        keys(&minimal),
+        "{pointer}: schema required vs the fields always serialised"
+    );
+    if closed {
+        assert_eq!(
+            object["additionalProperties"],
+            serde_json::json!(false),
+            "{pointer} is closed"
+        );
+    }
+}
+
+#[test]
+fn the_schema_names_exactly_the_fields_of_the_serde_types() {
+    use coder::exit::ErrorKind;
+    use coder::pipeline::envelope::{
+        AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics, TokenUsage,
+    };
+    use coder::pipeline::retry::SideEffectClass;
+    use coder::sandbox::{Denial, DenialClass};
+    use serde_json::to_value;
+
+    let detail = ErrorDetail {
+        signal: Some("SIGKILL".into()),
+        http_status: Some(503),
+        upstream_error: Some(coder::stream::UpstreamErrorType::Overloaded),
+        pending_tool: Some("Bash(x)".into()),
+        retryable: Some(true),
+        session_poisoned: Some(false),
+        retry_refused: Some("why".into()),
+        resume_hint: Some("how".into()),
+        hint: Some("hint".into()),
+        ..ErrorDetail::default()
+    };
+    assert_schema_matches(
+        "/properties/error_detail",
+        to_value(&detail).unwrap(),
+        to_value(ErrorDetail::default()).unwrap(),
+        true,
+    );
+
+    let denial = Denial {
+        tool: "Bash".into(),
+        path: Some("/x".into()),
+        host: Some("h:443".into()),
+        class: DenialClass::OutsideSandbox,
+    };
+    let denial_minimal = Denial {
+        host: None,
+        ..denial.clone()
+    };
+    assert_schema_matches(
+        "/properties/metrics/properties/sandbox_denials/items",
+        to_value(&denial).unwrap(),
+        to_value(&denial_minimal).unwrap(),
+        true,
+    );
+
+    let metrics = Metrics {
+        api_ms: Some(1),
+        cost_usd: Some(0.5),
+        backend: Some("b".into()),
+        model: Some("m".into()),
+        cli_version: Some("v".into()),
+        ..Metrics::default()
+    };
+    assert_schema_matches(
+        "/properties/metrics",
+        to_value(&metrics).unwrap(),
+        to_value(Metrics::default()).unwrap(),
+        true,
+    );
+    assert_schema_matches(
+        "/properties/metrics/properties/usage",
+        to_value(TokenUsage::default()).unwrap(),
+        to_value(TokenUsage::default()).unwrap(),
+        true,
+    );
+
+    let attempt = AttemptSummary {
+        attempt: 1,
+        session_id: "s".into(),
+        outcome: AttemptOutcome::Failed(ErrorKind::Timeout),
+        duration_ms: 1,
+        side_effects: SideEffectClass::None,
+        tools: Vec::new(),
+        exit_code: Some(1),
+        retry: Some("retried".into()),
+    };
+    let attempt_minimal = AttemptSummary {
+        exit_code: None,
+        retry: None,
+        ..attempt.clone()
+    };
+    assert_schema_matches(
+        "/properties/attempts/items",
+        to_value(&attempt).unwrap(),
+        to_value(&attempt_minimal).unwrap(),
+        true,
+    );
+
+    // The envelope itself is open (DESIGN §2: extra fields are allowed), but every field
+    // coder prints is named.
+    let mut full = Envelope::failure(ErrorKind::Timeout, Some("s".into()), "e".into(), detail);
+    full.result = Some("r".into());
+    full.metrics = Some(metrics);
+    full.all_messages = Some(vec![
+        serde_json::value::RawValue::from_string("{}".into()).unwrap(),
+    ]);
+    full.attempts = vec![attempt];
+    full.transcript = Some("t".into());
+    full.warnings = vec!["w".into()];
+    let mut minimal = Envelope::success(None, "r".into());
+    minimal.result = None;
+    assert_schema_matches(
+        "",
+        serde_json::from_str(&full.to_json_line()).unwrap(),
+        serde_json::from_str(&minimal.to_json_line()).unwrap(),
+        false,
+    );
 }

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -20,6 +22,13 @@ fn tool_run() -> Value {
         steps::init(),
         {"step": "tool_use", "name": "Bash", "input": {"command": "make test"}, "id": "toolu_1"},
         {"step": "tool_result", "content": "all 12 tests passed"},
+        // A subagent's events, under the Task call that started it.
+        {"step": "tool_use", "name": "Task", "input": {"prompt": "look"}, "id": "toolu_task"},
+        {"step": "tool_use", "name": "Grep", "input": {"pattern": "x"}, "id": "toolu_sub",
+         "parent_tool_use_id": "toolu_task"},
+        {"step": "tool_result", "content": "no match", "tool_use_id": "toolu_sub",
+         "parent_tool_use_id": "toolu_task"},
+        {"step": "tool_result", "content": "nothing found", "tool_use_id": "toolu_task"},
         steps::text("Tests pass."),
         {"step": "result", "text": "Tests pass.", "num_turns": 2,
          "usage": {"input_tokens": 100, "output_tokens": 20}},
@@ -32,8 +41,7 @@ fn runs(fake: &Fake, args: &[&str]) -> String {
         .args(args)
         .arg("--state-dir")
         .arg(fake.state_dir())
-        .output()
-        .unwrap();
+        .output_bounded();
     assert!(out.status.success(), "coder runs {args:?}: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -69,7 +77,35 @@ fn every_run_writes_a_transcript_that_runs_list_and_show_read_back() {
     // never appears.
     let events: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "event").collect();
     assert!(events.iter().all(|e| e.get("id").is_some()), "{events:?}");
-    assert!(events.iter().any(|e| e.get("parent_id").is_none()));
+    for e in &events {
+        // Each entry's id is the CLI's own uuid of that event.
+        assert_eq!(e["id"], e["event"]["uuid"], "{e}");
+    }
+    let under_task: Vec<&Value> = events
+        .iter()
+        .copied()
+        .filter(|e| e["parent_id"] == "toolu_task")
+        .collect();
+    assert_eq!(
+        under_task.len(),
+        2,
+        "the subagent's two events: {events:#?}"
+    );
+    assert_eq!(
+        under_task[0]["event"]["message"]["content"][0]["id"],
+        "toolu_sub"
+    );
+    assert_eq!(
+        under_task[1]["event"]["message"]["content"][0]["tool_use_id"],
+        "toolu_sub"
+    );
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["parent_id"] != "toolu_task")
+            .all(|e| e["parent_id"].is_null()),
+        "{events:#?}"
+    );
     let text = std::fs::read_to_string(path).unwrap();
     assert!(!text.contains(common::SECRET_TOKEN));
 
@@ -111,6 +147,7 @@ fn transcript_of_a_sigkilled_coder_is_readable_up_to_the_kill() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let _deadline = common::Deadline::kill_after(&coder, common::DEFAULT_DEADLINE);
     fake.wait_for_file("ready", Duration::from_secs(20));
     // The touch comes after the events; give the supervisor's loop the events it already has.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -200,6 +237,7 @@ fn run_on_pty(fake: &Fake, args: &[&str]) -> (String, String) {
         .stderr(Stdio::from(slave))
         .spawn()
         .unwrap();
+    let _deadline = common::Deadline::kill_after(&child, common::DEFAULT_DEADLINE);
     let reader = std::thread::spawn(move || {
         let mut file = std::fs::File::from(master);
         let mut shown = Vec::new();

@@ -1,6 +1,8 @@
 //! Prompt assembly: snapshots of assembled prompts (fixtures/prompt/*.expected.md), the
 //! task sent untouched when nothing frames it, and `coder prompt` end to end.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,10 +16,11 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Compares with a fixture; `CODER_UPDATE_FIXTURES=1` rewrites it instead.
+/// Compares with a fixture; `CODER_UPDATE_FIXTURES=1` rewrites it instead
+/// (refused under `CI=true`).
 fn assert_snapshot(name: &str, actual: &str) {
     let path = fixture(name);
-    if std::env::var_os("CODER_UPDATE_FIXTURES").is_some() {
+    if common::update_fixtures() {
         std::fs::write(&path, actual).unwrap();
         return;
     }
@@ -159,6 +162,7 @@ fn coder_prompt(args: &[&str], stdin: &str) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let _deadline = common::Deadline::kill_after(&child, common::COMMAND_DEADLINE);
     child
         .stdin
         .take()

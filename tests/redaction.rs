@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::Bounded;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -107,8 +109,7 @@ fn check_records(fake: &Fake, out: &Outcome) -> String {
             .args(args)
             .arg("--state-dir")
             .arg(fake.state_dir())
-            .output()
-            .unwrap();
+            .output_bounded();
         assert!(shown.status.success(), "{shown:?}");
         let shown = String::from_utf8(shown.stdout).unwrap();
         assert_no_key("coder runs show", &shown);

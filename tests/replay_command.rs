@@ -1,6 +1,10 @@
 //! `coder replay serve` as a user runs it: the base URL on stdout, serving until a signal,
 //! the report on stderr; clear failures for bad cassettes and arguments.
 
+mod common;
+
+use common::Bounded;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -39,13 +43,15 @@ fn post(addr: &str) -> String {
 #[test]
 fn serve_prints_the_url_serves_and_reports_on_sigterm() {
     let workspace = tempfile::tempdir().unwrap();
-    let mut child = coder()
-        .args(["replay", "serve", &fixture("plain.json"), "--workspace"])
-        .arg(workspace.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Killed when the test ends, passed or failed: a server must not outlive its test.
+    let mut child = common::KillOnDrop::spawn(
+        coder()
+            .args(["replay", "serve", &fixture("plain.json"), "--workspace"])
+            .arg(workspace.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let _deadline = common::Deadline::kill_after(&child, common::DEFAULT_DEADLINE);
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut url = String::new();
     stdout.read_line(&mut url).unwrap();
@@ -63,7 +69,7 @@ fn serve_prints_the_url_serves_and_reports_on_sigterm() {
     );
 
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    let status = child.wait().unwrap();
+    let status = common::wait_within(&mut child, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).unwrap();
@@ -94,8 +100,7 @@ fn a_bad_cassette_is_a_configuration_error_naming_the_file() {
     let output = coder()
         .args(["replay", "serve"])
         .arg(&path)
-        .output()
-        .unwrap();
+        .output_bounded();
     assert_eq!(output.status.code(), Some(78));
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -107,8 +112,7 @@ fn a_bad_cassette_is_a_configuration_error_naming_the_file() {
 fn a_cassette_needing_a_workspace_says_so() {
     let output = coder()
         .args(["replay", "serve", &fixture("demo.json")])
-        .output()
-        .unwrap();
+        .output_bounded();
     assert_eq!(output.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no workspace was given"), "{stderr}");
@@ -116,10 +120,37 @@ fn a_cassette_needing_a_workspace_says_so() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let output = coder().args(["replay", "serve"]).output().unwrap();
+    let output = coder().args(["replay", "serve"]).output_bounded();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("CASSETTE"));
-    let output = coder().args(["replay", "--help"]).output().unwrap();
+    let output = coder().args(["replay", "--help"]).output_bounded();
     assert_eq!(output.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&output.stdout).contains("serve"));
+}
+
+#[test]
+fn serve_listens_on_the_given_port() {
+    // A port that was free a moment ago (bind 0, read it, release it).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = common::KillOnDrop::spawn(
+        coder()
+            .args(["replay", "serve", &fixture("plain.json"), "--port"])
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let _deadline = common::Deadline::kill_after(&child, common::DEFAULT_DEADLINE);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).unwrap();
+    assert_eq!(url.trim_end(), format!("http://127.0.0.1:{port}"));
+    let response = post(&format!("127.0.0.1:{port}"));
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = common::wait_within(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
 }

@@ -21,10 +21,16 @@ fn silence_is_idle_timeout_naming_the_pending_tool() {
     let out = fake.coder().args(["--timeout", "0.5", "build it"]).run();
     let detail = out.assert_failure("idle_timeout", 124);
     assert_eq!(detail["idle_timeout_s"], 0.5, "{}", out.explain());
-    let text = format!("{} {}", out.envelope["error"], detail);
-    assert!(
-        text.contains("Bash"),
+    assert_eq!(
+        detail["pending_tool"],
+        json!("Bash(cargo build --release)"),
         "names the pending tool: {}",
+        out.explain()
+    );
+    assert_eq!(
+        out.envelope["error"],
+        json!("no output for 0.5 s while Bash(cargo build --release) was running"),
+        "{}",
         out.explain()
     );
     assert!(

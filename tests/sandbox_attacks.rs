@@ -21,6 +21,10 @@
 //!
 //! Run: `cargo test --test sandbox_attacks -- --nocapture`.
 
+mod common;
+
+use common::Bounded;
+
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -202,8 +206,7 @@ impl Fx {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
-            .unwrap()
+            .status_bounded()
             .success();
         assert!(ok, "fixture git {args:?} in {}", dir.display());
     }
@@ -352,6 +355,7 @@ impl Fx {
             }
         }
         let mut child = cmd.spawn().expect("spawn coder");
+        let _deadline = common::Deadline::kill_after(&child, Duration::from_secs(120));
         let mut so = child.stdout.take().unwrap();
         let mut se = child.stderr.take().unwrap();
         let t1 = thread::spawn(move || {
@@ -387,7 +391,7 @@ impl Fx {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let _ = cmd.status();
+        let _ = cmd.status_bounded();
     }
 
     /// Every transcript, record and log coder left in its state dir (not the CLI's dir).
@@ -1122,8 +1126,7 @@ fn class5() -> Vec<Spec> {
         );
         let ok = host_cmd(PY, fx.who)
             .args(["-c", &add])
-            .output()
-            .unwrap()
+            .output_bounded()
             .status
             .success();
         if !ok {
@@ -1141,7 +1144,7 @@ fn class5() -> Vec<Spec> {
         let unlink = format!(
             "import ctypes\nl=ctypes.CDLL(None)\nk=l.syscall(250,10,-4,b'user',b'{desc}',0)\nl.syscall(250,9,k,-4)"
         );
-        let _ = host_cmd(PY, fx.who).args(["-c", &unlink]).status();
+        let _ = host_cmd(PY, fx.who).args(["-c", &unlink]).status_bounded();
         Ok(out.has(&m))
     }
     fn signal(fx: &Fx, arm: Arm, script: &dyn Fn(u32) -> String) -> Verdict {
@@ -1362,8 +1365,7 @@ fn class6() -> Vec<Spec> {
             let ok = Command::new("tar")
                 .args(["cf", "evil.tar", "-C", "tools", "suid-src"])
                 .current_dir(&fx.ws)
-                .status()
-                .unwrap()
+                .status_bounded()
                 .success();
             if !ok {
                 return Err("tar".into());
@@ -2106,21 +2108,12 @@ fn judge(s: &Spec, who: Who) -> Status {
     }
 }
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn skip(why: &str) {
-    assert!(!ci(), "sandbox attack suite cannot run under CI: {why}");
-    eprintln!("SKIPPED sandbox attack suite: {why}");
-}
-
 fn userns_for(who: Who) -> bool {
     host_cmd("/usr/bin/unshare", who)
         .args(["-U", "-m", "/bin/true"])
         .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .status_bounded()
+        .success()
 }
 
 fn suite(who: Who, known_open: &[&str]) {
@@ -2223,24 +2216,20 @@ fn suite(who: Who, known_open: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_as_root() {
-    if !nix::unistd::geteuid().is_root() {
-        skip("needs root (capability dropping, setuid, /etc/shadow)");
-        return;
-    }
+    common::require_root_and_user_namespaces();
     suite(Who::Root, KNOWN_OPEN_ROOT);
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_as_nobody() {
-    if !nix::unistd::geteuid().is_root() {
-        skip("needs root to become uid 65534");
-        return;
-    }
-    if !userns_for(Who::Nobody) {
-        skip("unprivileged user namespaces are unavailable");
-        return;
-    }
+    common::require_root_and_user_namespaces();
+    assert!(
+        userns_for(Who::Nobody),
+        "unprivileged user namespaces are unavailable to uid 65534"
+    );
     suite(Who::Nobody, KNOWN_OPEN_NOBODY);
 }
 

@@ -1,6 +1,10 @@
 //! `coder sandbox` as a user drives it: options, exit codes and the one-line errors of a
 //! sandbox that cannot be set up.
 
+mod common;
+
+use common::Bounded;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -41,8 +45,7 @@ fn sandbox(d: &Dirs, args: &[&str], cmd: &[&str]) -> Output {
         .env("HOME", &d.home)
         .current_dir(&d.ws)
         .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .output_bounded()
 }
 
 fn stderr(out: &Output) -> String {

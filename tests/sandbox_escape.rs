@@ -7,6 +7,10 @@
 //! marker may appear in the output, and no watched file on the host (secrets, dotfiles,
 //! git hooks and config, Claude settings, files outside the workspace) may change.
 
+mod common;
+
+use common::Bounded;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpListener;
@@ -45,8 +49,7 @@ fn git(ws: &Path, args: &[&str]) {
         .current_dir(ws)
         .env("PATH", PATH)
         .stdout(Stdio::null())
-        .status()
-        .unwrap();
+        .status_bounded();
     assert!(status.success(), "git {args:?}");
 }
 
@@ -135,7 +138,7 @@ impl Fixture {
         if let Some(uid) = self.owner {
             cmd.uid(uid).gid(uid);
         }
-        cmd.output().unwrap()
+        cmd.output_bounded()
     }
 
     /// Content, mode and mtime of everything an attack could want to change.
@@ -696,11 +699,9 @@ fn userns_available() -> bool {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_fail_and_work_succeeds_as_root() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root to exercise capability dropping");
-        return;
-    }
+    common::require_root_and_user_namespaces();
     let tally = run_suite("root", None, false);
     report("root", &tally);
     assert!(
@@ -712,16 +713,11 @@ fn attacks_fail_and_work_succeeds_as_root() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_fail_and_work_succeeds_as_unprivileged_user() {
-    let owner = if nix::unistd::geteuid().is_root() {
-        Some(NOBODY)
-    } else {
-        None
-    };
-    if !userns_available() {
-        eprintln!("skipped: unprivileged user namespaces are unavailable here");
-        return;
-    }
+    common::require_root_and_user_namespaces();
+    assert!(userns_available(), "coder's probe finds no user namespaces");
+    let owner = Some(NOBODY);
     let tally = run_suite("unprivileged", owner, false);
     report("unprivileged", &tally);
     assert!(
@@ -754,10 +750,11 @@ fn without_the_sandbox_the_same_attacks_succeed() {
 fn keystrokes_cannot_be_pushed_into_the_users_terminal() {
     // TIOCSTI on an inherited terminal types into the user's shell once the agent exits
     // (`dev.tty.legacy_tiocsti`). The sandbox gives the terminal up before the command runs.
-    if !Path::new("/usr/bin/script").exists() {
-        eprintln!("skipped: script(1) is needed for a pseudo-terminal");
-        return;
-    }
+    // script(1) (util-linux, an essential package) provides the pseudo-terminal.
+    assert!(
+        Path::new("/usr/bin/script").exists(),
+        "script(1) is needed for a pseudo-terminal"
+    );
     let fx = Fixture::new(None);
     let inject = |mode: &str| {
         let inner = format!(
@@ -772,8 +769,7 @@ fn keystrokes_cannot_be_pushed_into_the_users_terminal() {
             .env("PATH", PATH)
             .env("HOME", &fx.home)
             .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .output_bounded();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let confined = inject("workspace-write");

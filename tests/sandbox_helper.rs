@@ -2,6 +2,10 @@
 //! scan and the mount (another file, or a symlink put in place of a directory) must stop
 //! the child from starting, with a sandbox error, instead of leaving the secret unmasked.
 
+mod common;
+
+use common::Bounded;
+
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -56,8 +60,7 @@ fn helper(policy: Policy, program: &str, args: &[&str]) -> Output {
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .output_bounded()
 }
 
 fn fixture() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -159,6 +162,7 @@ fn a_helper_started_early_takes_its_spec_environment_and_directory_from_a_pipe()
         ]),
         cwd: Some(root.join("ws/sub")),
     };
+    let _deadline = common::Deadline::kill_after(&child, common::COMMAND_DEADLINE);
     let mut pipe = fs::File::from(spec_write);
     pipe.write_all(serde_json::to_string(&spec).unwrap().as_bytes())
         .unwrap();
@@ -194,8 +198,7 @@ fn a_confined_helper_without_a_network_channel_fails_closed() {
         .arg(serde_json::to_string(&spec).unwrap())
         .env_clear()
         .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .output_bounded();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(71), "{stderr}");
     assert!(stderr.contains("egress proxy"), "{stderr}");

@@ -7,6 +7,10 @@
 //! in the scripts has a timeout, and the host-side servers accept at most a few
 //! connections.
 
+mod common;
+
+use common::Bounded;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -69,7 +73,7 @@ impl Fixture {
     }
 
     fn run(&self, args: &[String], script: &str) -> Output {
-        self.command(args, script).output().unwrap()
+        self.command(args, script).output_bounded()
     }
 }
 
@@ -336,31 +340,17 @@ fn report(label: &str, failures: &[String]) {
     assert!(failures.is_empty(), "{} failures", failures.len());
 }
 
-fn require_root(what: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{what} needs root, and CI=true forbids skipping"
-    );
-    eprintln!("skipped: {what} needs root");
-    false
-}
-
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn network_attacks_fail_as_root() {
-    if !require_root("the root network suite") {
-        return;
-    }
+    common::require_root_and_user_namespaces();
     report("root", &confined_suite(None));
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn network_attacks_fail_as_nobody() {
-    if !require_root("switching to uid 65534") {
-        return;
-    }
+    common::require_root_and_user_namespaces();
     report("nobody", &confined_suite(Some(NOBODY)));
 }
 

@@ -273,7 +273,7 @@ impl Envelope {
             // Serialising these types cannot fail (no maps with non-string keys, no custom
             // serialisers); still, never print nothing.
             Err(e) => format!(
-                r#"{{"success":false,"tool":"coder","error":"cannot serialise envelope: {}","error_kind":"unexpected_exception","error_detail":{{"message":"cannot serialise envelope","exit_code":null,"last_lines":[],"json_decode_errors":0,"idle_timeout_s":0,"max_duration_s":0,"retries":0}}}}"#,
+                r#"{{"success":false,"tool":"coder","SESSION_ID":null,"error":"cannot serialise envelope: {}","error_kind":"unexpected_exception","error_detail":{{"message":"cannot serialise envelope","exit_code":null,"last_lines":[],"json_decode_errors":0,"idle_timeout_s":0,"max_duration_s":0,"retries":0}}}}"#,
                 e.to_string().replace(['"', '\\'], "'")
             ),
         }

@@ -325,3 +325,256 @@ fn spawn_failure(error: &SpawnError) -> Failure {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::sandbox::helper::HelperFailure;
+    use crate::stream::{Line, Pipe};
+    use crate::supervise::KillReport;
+
+    const SESSION: &str = "0b8f3a52-6f0e-4d3c-9d62-1f2a3b4c5d6e";
+
+    fn observed(lines: &[&str]) -> Observation {
+        let mut obs = Observation::new(Instant::now(), false, Vec::new());
+        for text in lines {
+            let line = Line {
+                bytes: text.as_bytes().to_vec(),
+                dropped: 0,
+            };
+            obs.observe_line(Pipe::Stdout, &line);
+        }
+        obs
+    }
+
+    fn init() -> String {
+        serde_json::json!({"type": "system", "subtype": "init", "session_id": SESSION}).to_string()
+    }
+
+    fn result(fields: serde_json::Value) -> String {
+        let mut ev = serde_json::json!({"type": "result", "subtype": "success",
+            "is_error": false, "session_id": SESSION, "result": "done"});
+        for (k, v) in fields.as_object().into_iter().flatten() {
+            ev[k] = v.clone();
+        }
+        ev.to_string()
+    }
+
+    fn end(cause: StopCause, exit_code: Option<i32>, exit_signal: Option<i32>) -> AttemptEnd {
+        AttemptEnd {
+            cause,
+            exit_code,
+            exit_signal,
+            duration: Duration::from_millis(10),
+            kill: KillReport::default(),
+        }
+    }
+
+    fn helper(stage: HelperStage) -> StopCause {
+        StopCause::SpawnFailed(SpawnError::Helper(HelperFailure {
+            stage,
+            errno: Some(2),
+            message: "helper failed".to_string(),
+        }))
+    }
+
+    const LIMITS: LimitsForMessages = LimitsForMessages {
+        idle_timeout_s: 300.0,
+        max_duration_s: 1800.0,
+    };
+
+    /// One row per outcome the classifier can produce; each `ErrorKind` appears at least once
+    /// unless it is decided outside `classify` (bad arguments, coder's own panics).
+    #[test]
+    fn every_error_kind_is_classified_from_its_end_and_stream() {
+        let ok = result(serde_json::json!({}));
+        let rows: Vec<(&str, AttemptEnd, Vec<String>, Option<ErrorKind>)> = vec![
+            (
+                "success",
+                end(StopCause::Finished, Some(0), None),
+                vec![init(), ok.clone()],
+                None,
+            ),
+            (
+                "success, child lingered",
+                end(StopCause::LingeredAfterResult, None, Some(15)),
+                vec![init(), ok.clone()],
+                None,
+            ),
+            (
+                "idle",
+                end(StopCause::IdleTimeout, None, Some(9)),
+                vec![init()],
+                Some(ErrorKind::IdleTimeout),
+            ),
+            (
+                "total",
+                end(StopCause::TotalTimeout, None, Some(9)),
+                vec![init()],
+                Some(ErrorKind::Timeout),
+            ),
+            (
+                "not found",
+                end(helper(HelperStage::Exec), None, None),
+                vec![],
+                Some(ErrorKind::CommandNotFound),
+            ),
+            (
+                "sandbox",
+                end(helper(HelperStage::Sandbox), None, None),
+                vec![],
+                Some(ErrorKind::SandboxError),
+            ),
+            (
+                "setup",
+                end(helper(HelperStage::Setup), None, None),
+                vec![],
+                Some(ErrorKind::SubprocessError),
+            ),
+            (
+                "cancelled",
+                end(StopCause::Cancelled(libc::SIGTERM), None, Some(15)),
+                vec![init()],
+                Some(ErrorKind::Cancelled),
+            ),
+            (
+                "api error",
+                end(StopCause::Finished, Some(1), None),
+                vec![
+                    init(),
+                    result(
+                        serde_json::json!({"is_error": true, "result": "API Error: 503",
+                    "terminal_reason": "api_error", "api_error_status": 503}),
+                    ),
+                ],
+                Some(ErrorKind::UpstreamError),
+            ),
+            (
+                "synthetic error, no result",
+                end(StopCause::Finished, Some(1), None),
+                vec![
+                    init(),
+                    serde_json::json!({"type": "assistant", "session_id": SESSION,
+                    "message": {"model": "<synthetic>", "role": "assistant",
+                        "content": [{"type": "text", "text": "API Error: 500 boom"}]},
+                    "is_api_error_message": true, "api_error_status": 500,
+                    "error": "server_error"})
+                    .to_string(),
+                ],
+                Some(ErrorKind::UpstreamError),
+            ),
+            (
+                "garbage",
+                end(StopCause::Finished, Some(0), None),
+                vec!["not json".to_string(), "still not".to_string()],
+                Some(ErrorKind::JsonDecode),
+            ),
+            (
+                "crash",
+                end(StopCause::Finished, Some(2), None),
+                vec![init()],
+                Some(ErrorKind::SubprocessError),
+            ),
+            (
+                "killed",
+                end(StopCause::Finished, None, Some(9)),
+                vec![init()],
+                Some(ErrorKind::SubprocessError),
+            ),
+            (
+                "no session",
+                end(StopCause::Finished, Some(0), None),
+                vec![],
+                Some(ErrorKind::ProtocolMissingSession),
+            ),
+            (
+                "unknown session",
+                end(StopCause::Finished, Some(1), None),
+                vec![result(
+                    serde_json::json!({"is_error": true, "subtype": "error_during_execution",
+                    "errors": ["No conversation found with session ID: x"]}),
+                )],
+                Some(ErrorKind::ProtocolMissingSession),
+            ),
+            (
+                "no result",
+                end(StopCause::Finished, Some(0), None),
+                vec![init()],
+                Some(ErrorKind::EmptyResult),
+            ),
+            (
+                "empty result",
+                end(StopCause::Finished, Some(0), None),
+                vec![init(), result(serde_json::json!({"result": "  "}))],
+                Some(ErrorKind::EmptyResult),
+            ),
+            (
+                "max turns",
+                end(StopCause::Finished, Some(1), None),
+                vec![
+                    init(),
+                    result(serde_json::json!({"is_error": true, "subtype": "error_max_turns"})),
+                ],
+                Some(ErrorKind::MaxTurns),
+            ),
+            (
+                "error result",
+                end(StopCause::Finished, Some(1), None),
+                vec![
+                    init(),
+                    result(serde_json::json!({"is_error": true,
+                    "subtype": "error_during_execution", "result": "tool crashed"})),
+                ],
+                Some(ErrorKind::SubprocessError),
+            ),
+        ];
+        let mut seen = Vec::new();
+        for (name, end, lines, expected) in rows {
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let verdict = classify(&end, &observed(&lines), LIMITS);
+            let got = match &verdict {
+                Verdict::Success { .. } => None,
+                Verdict::Failure(f) => Some(f.kind),
+            };
+            assert_eq!(got, expected, "{name}: {verdict:?}");
+            if let Verdict::Failure(f) = &verdict {
+                assert!(!f.summary.is_empty() && !f.summary.contains('\n'), "{name}");
+                assert!(!f.message.is_empty(), "{name}");
+            }
+            seen.extend(got);
+        }
+        // Decided before or outside an attempt: argument/config checks, coder's own panics.
+        let elsewhere = [ErrorKind::ConfigError, ErrorKind::UnexpectedException];
+        for kind in ErrorKind::ALL {
+            assert_eq!(
+                seen.contains(&kind),
+                !elsewhere.contains(&kind),
+                "{kind}: classify's table must cover every kind it can produce"
+            );
+        }
+    }
+
+    #[test]
+    fn cancelled_exit_codes_follow_the_signal() {
+        let verdict = classify(
+            &end(StopCause::Cancelled(libc::SIGINT), None, None),
+            &observed(&[]),
+            LIMITS,
+        );
+        let Verdict::Failure(f) = verdict else {
+            panic!("cancelled is a failure")
+        };
+        assert_eq!(f.exit_code(), 130);
+        let verdict = classify(
+            &end(StopCause::Cancelled(libc::SIGTERM), None, None),
+            &observed(&[]),
+            LIMITS,
+        );
+        let Verdict::Failure(f) = verdict else {
+            panic!("cancelled is a failure")
+        };
+        assert_eq!(f.exit_code(), 143);
+    }
+}

@@ -331,6 +331,15 @@ mod tests {
 
     #[test]
     fn only_transient_kinds_are_retried() {
+        // The literal list of DESIGN §6, not `kind_is_retryable` (which is under test).
+        const RETRYABLE: [ErrorKind; 6] = [
+            ErrorKind::IdleTimeout,
+            ErrorKind::Timeout,
+            ErrorKind::UpstreamError,
+            ErrorKind::EmptyResult,
+            ErrorKind::JsonDecode,
+            ErrorKind::SubprocessError,
+        ];
         let none = SideEffects::default();
         for kind in ErrorKind::ALL {
             let decision = decide(
@@ -342,8 +351,32 @@ mod tests {
             );
             assert_eq!(
                 decision == RetryDecision::Retry,
-                kind_is_retryable(kind),
+                RETRYABLE.contains(&kind),
                 "{kind}"
+            );
+            assert_eq!(kind_is_retryable(kind), RETRYABLE.contains(&kind), "{kind}");
+        }
+        // A retryable upstream error (429, 5xx, 529) is retried; the names are the ones the
+        // envelope and DESIGN §6 use.
+        let names: Vec<&str> = RETRYABLE.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "idle_timeout",
+                "timeout",
+                "upstream_error",
+                "empty_result",
+                "json_decode",
+                "subprocess_error"
+            ]
+        );
+        for status in [429, 500, 503, 529] {
+            let f = failure(ErrorKind::UpstreamError, Some(status));
+            let class = classify_upstream(Some(status), None, "");
+            assert_eq!(
+                decide(&f, Some(class), &none, SandboxMode::WorkspaceWrite, 1),
+                RetryDecision::Retry,
+                "{status}"
             );
         }
         let f = failure(ErrorKind::UpstreamError, Some(401));

@@ -293,11 +293,62 @@ mod tests {
         assert!(text.contains("refused"), "{text}");
     }
 
+    /// The highest Landlock ABI this kernel supports, measured independently of
+    /// `sys::landlock_abi` (the VERSION query): which filesystem access bits a ruleset may
+    /// handle (ABI 1: up to MAKE_SYM, 2: REFER, 3: TRUNCATE, 5: IOCTL_DEV). `None` without
+    /// Landlock.
+    fn landlock_abi_from_access_bits() -> Option<u32> {
+        let accepts = |bit: u32| {
+            let attr: u64 = 1 << bit;
+            // SAFETY: the kernel reads 8 bytes of `attr` (the size given) and returns a new
+            // descriptor or an error; the descriptor is closed at once.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_create_ruleset,
+                    std::ptr::from_ref(&attr),
+                    std::mem::size_of::<u64>(),
+                    0u32,
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: closing the descriptor the call above returned.
+                unsafe { libc::close(fd as i32) };
+            }
+            fd >= 0
+        };
+        if !accepts(0) {
+            return None;
+        }
+        Some(match (accepts(13), accepts(14), accepts(15)) {
+            (_, _, true) => 5,
+            (_, true, false) => 3,
+            (true, false, false) => 2,
+            _ => 1,
+        })
+    }
+
+    /// The Landlock ABI each kernel release introduced (Documentation/userspace-api/landlock).
+    fn minimum_abi_for_kernel(release: &str) -> u32 {
+        let mut parts = release
+            .split(['.', '-'])
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        [
+            ((6, 12), 6),
+            ((6, 10), 5),
+            ((6, 7), 4),
+            ((6, 2), 3),
+            ((5, 19), 2),
+            ((5, 13), 1),
+        ]
+        .into_iter()
+        .find(|(since, _)| version >= *since)
+        .map_or(0, |(_, abi)| abi)
+    }
+
     #[test]
-    fn probe_reports_this_kernel() {
+    fn probe_agrees_with_independent_measurements_of_this_kernel() {
         let support = probe();
-        // Every Linux with a Landlock-enabled kernel reports a version; without one the
-        // reason is given instead.
         assert_eq!(
             support.landlock_abi.is_none(),
             support.landlock_error.is_some()
@@ -306,5 +357,83 @@ mod tests {
             support.user_namespaces,
             support.user_namespaces_error.is_none()
         );
+
+        // Landlock: the access bits the kernel accepts bound the ABI from below and above.
+        match (support.landlock_abi, landlock_abi_from_access_bits()) {
+            (None, None) => {}
+            (Some(abi), Some(measured)) => {
+                assert!(
+                    abi >= measured,
+                    "probe says ABI {abi}, bits say ≥ {measured}"
+                );
+                let too_high = match measured {
+                    1 => abi > 1,
+                    2 => abi > 2,
+                    3 => abi > 4,
+                    _ => false,
+                };
+                assert!(!too_high, "probe says ABI {abi}, bits say {measured}");
+                let release = nix::sys::utsname::uname()
+                    .map(|u| u.release().to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let minimum = minimum_abi_for_kernel(&release);
+                assert!(
+                    abi >= minimum,
+                    "kernel {release} ships Landlock ABI {minimum}, probe says {abi}"
+                );
+            }
+            (probed, measured) => {
+                panic!("probe says Landlock {probed:?}, the ruleset call says {measured:?}")
+            }
+        }
+
+        // User namespaces: disabled by sysctl means unavailable; otherwise util-linux's
+        // unshare(1), as this same user, must agree with the probe.
+        let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default();
+        if max == "0" {
+            assert!(!support.user_namespaces);
+        }
+        let unshare = std::process::Command::new("/usr/bin/unshare")
+            .args([
+                "--user",
+                "--map-root-user",
+                "--mount",
+                "--propagation",
+                "private",
+            ])
+            .arg("/bin/true")
+            .stderr(std::process::Stdio::null())
+            .status();
+        if let Ok(status) = unshare {
+            assert_eq!(
+                support.user_namespaces,
+                status.success(),
+                "probe: {:?}",
+                support.user_namespaces_error
+            );
+        }
+
+        // Root with CAP_SYS_ADMIN: the effective capability set in /proc/self/status.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let cap_eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0);
+        let sys_admin = cap_eff & (1 << 21) != 0; // CAP_SYS_ADMIN
+        assert_eq!(
+            support.root_with_sys_admin,
+            nix::unistd::geteuid().is_root() && sys_admin
+        );
+    }
+
+    #[test]
+    fn kernel_releases_map_to_their_landlock_abi() {
+        assert_eq!(minimum_abi_for_kernel("6.18.44-fc-v769"), 6);
+        assert_eq!(minimum_abi_for_kernel("6.8.0-45-generic"), 4);
+        assert_eq!(minimum_abi_for_kernel("5.15.0"), 1);
+        assert_eq!(minimum_abi_for_kernel("5.10.0"), 0);
     }
 }

@@ -96,20 +96,39 @@ pub struct Fake {
     bin: PathBuf,
     record: PathBuf,
     marker: String,
+    /// Set when the fake's files live outside the workspace: coder gets `--write` for them.
+    outside_state: bool,
 }
 
 impl Fake {
     /// A fake child that runs `scenario`: a JSON list of steps, or an object
     /// `{"stdin": "eof"|"none", "steps": [...]}`.
     pub fn new(scenario: Value) -> Fake {
+        Fake::build(scenario, false)
+    }
+
+    /// A fake whose own files (record, scenario, readiness files) live beside the workspace
+    /// in `<root>/state`, writable through `--write` (added by [`Fake::coder`]): for runs
+    /// that must not write the workspace (`--sandbox read-only`). Relative paths in its
+    /// scenario resolve against `<root>/state`, so `../ws/NAME` is a workspace file.
+    pub fn with_state_outside_workspace(scenario: Value) -> Fake {
+        Fake::build(scenario, true)
+    }
+
+    fn build(scenario: Value, outside_state: bool) -> Fake {
         let dir = tempfile::Builder::new()
             .prefix("coder-test-")
             .tempdir()
             .expect("temp dir");
         let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).expect("workspace");
         // The fake child's own files live inside the workspace: the only place a run is sure
-        // to be allowed to write.
-        let state = workspace.join(".fake-claude");
+        // to be allowed to write (or beside it, granted with --write).
+        let state = if outside_state {
+            dir.path().join("state")
+        } else {
+            workspace.join(".fake-claude")
+        };
         std::fs::create_dir_all(&state).expect("state dir");
         // An npm-style package: the sandbox grants a program's own package directory, and
         // only the file for a lone executable.
@@ -152,6 +171,7 @@ impl Fake {
             bin,
             record,
             marker,
+            outside_state,
         }
     }
 
@@ -182,8 +202,13 @@ impl Fake {
 
     /// A `coder` invocation with `--cd <workspace> --claude-bin <wrapper>` already set.
     pub fn coder(&self) -> Coder {
+        let args = if self.outside_state {
+            vec!["--write".into(), self.state.clone().into_os_string()]
+        } else {
+            Vec::new()
+        };
         Coder {
-            args: Vec::new(),
+            args,
             cd: Some(self.workspace.clone().into_os_string()),
             claude_bin: Some(self.bin.clone().into_os_string()),
             stdin: None,
@@ -860,10 +885,16 @@ pub mod steps {
     }
 }
 
+/// Tests that need something of the machine (the real claude CLI, root, user namespaces)
+/// are `#[ignore = "needs …: scripts/test runs it"]`: a plain `cargo test` lists them as
+/// ignored in its summary line instead of passing them having done nothing. `scripts/test`
+/// probes the machine and adds `--include-ignored` when everything is there (under `CI=true`
+/// it refuses to run without it). A test that runs without what it needs FAILS through the
+/// guards below: it never returns early.
+///
 /// The real claude CLI: `CODER_TEST_CLAUDE_BIN`, else the project-local install made by
-/// `scripts/setup-claude`. Missing, the calling test is skipped with a loud message, except
-/// under CI (`CI` set), where a missing CLI fails it: CI must run the end-to-end tests.
-pub fn real_claude() -> Option<PathBuf> {
+/// `scripts/setup-claude`. Panics when it is missing.
+pub fn real_claude() -> PathBuf {
     if let Some(path) = std::env::var_os("CODER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         assert!(
@@ -871,22 +902,219 @@ pub fn real_claude() -> Option<PathBuf> {
             "CODER_TEST_CLAUDE_BIN={} does not exist",
             path.display()
         );
-        return Some(path);
+        return path;
     }
     let local =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/claude/node_modules/.bin/claude");
-    if local.exists() {
-        return Some(local);
-    }
     assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing at {}; CI must run the end-to-end tests (scripts/setup-claude)",
+        local.exists(),
+        "this test needs the claude CLI, missing at {} (run scripts/setup-claude or set \
+         CODER_TEST_CLAUDE_BIN; scripts/test does both)",
         local.display()
     );
-    eprintln!(
-        "\n*** SKIP: the claude CLI is not installed at {} (run scripts/setup-claude or set \
-         CODER_TEST_CLAUDE_BIN); this test with the real CLI did not run ***\n",
-        local.display()
+    local
+}
+
+/// Whether unprivileged user namespaces work for uid 65534 (what the adversarial suites
+/// attack as) — or, when not root, for this user.
+pub fn user_namespaces_for_nobody() -> bool {
+    let mut cmd = if nix::unistd::geteuid().is_root() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg("/usr/bin/unshare");
+        c
+    } else {
+        Command::new("/usr/bin/unshare")
+    };
+    cmd.args(["-U", "-m", "/bin/true"]).stdin(Stdio::null());
+    run_bounded(&mut cmd, Duration::from_secs(10)).is_ok_and(|out| out.status.success())
+}
+
+/// The guard of the adversarial suites (`#[ignore = "needs root and user namespaces: …"]`):
+/// they attack as root and as uid 65534 through a user namespace. Panics when either is
+/// missing: a suite that cannot attack must not pass.
+pub fn require_root_and_user_namespaces() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this adversarial test needs root (it attacks as root and as uid 65534); \
+         scripts/test runs it only where it can"
     );
-    None
+    assert!(
+        user_namespaces_for_nobody(),
+        "this adversarial test needs unprivileged user namespaces (unshare -U as uid 65534 \
+         failed; see user.max_user_namespaces)"
+    );
+}
+
+/// How long a helper command may take by default ([`Bounded::output_bounded`]).
+pub const COMMAND_DEADLINE: Duration = Duration::from_secs(120);
+
+/// `Command::output()` with a deadline: collects stdout and stderr (stdin is `/dev/null`
+/// unless the caller set it), and on expiry SIGKILLs the process and returns an error naming
+/// the command. Pipes a survivor keeps open after the process exited count against the
+/// deadline too. The command is not moved to another process group: some under test call
+/// `setsid` themselves.
+pub fn run_bounded(cmd: &mut Command, deadline: Duration) -> Result<std::process::Output, String> {
+    let started = Instant::now();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let described = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot spawn {described}: {e}"))?;
+    let pid = Pid::from_raw(child.id() as i32);
+    let mut out = child.stdout.take().expect("stdout pipe");
+    let mut err = child.stderr.take().expect("stderr pipe");
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.read_to_end(&mut buf);
+        let _ = out_tx.send(buf);
+    });
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err.read_to_end(&mut buf);
+        let _ = err_tx.send(buf);
+    });
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let left = || deadline.saturating_sub(started.elapsed());
+    let status = match rx.recv_timeout(left()) {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Err(format!("waiting for {described}: {e}")),
+        Err(_) => {
+            let _ = kill(pid, Signal::SIGKILL);
+            return Err(format!("{described} did not finish within {deadline:?}"));
+        }
+    };
+    let grace = left().max(Duration::from_secs(2));
+    let (Ok(stdout), Ok(stderr)) = (out_rx.recv_timeout(grace), err_rx.recv_timeout(grace)) else {
+        return Err(format!(
+            "{described} exited but a survivor kept its stdout or stderr open"
+        ));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// Deadlines for `Command`s a test runs directly (the usual replacement for `.output()` and
+/// `.status()`, which wait forever).
+pub trait Bounded {
+    /// `.output()` that fails the test after `deadline`.
+    fn output_within(&mut self, deadline: Duration) -> std::process::Output;
+    /// `.output()` that fails the test after [`COMMAND_DEADLINE`].
+    fn output_bounded(&mut self) -> std::process::Output {
+        self.output_within(COMMAND_DEADLINE)
+    }
+    /// `.status()` (output captured and dropped) that fails the test after
+    /// [`COMMAND_DEADLINE`].
+    fn status_bounded(&mut self) -> ExitStatus {
+        self.output_bounded().status
+    }
+}
+
+impl Bounded for Command {
+    fn output_within(&mut self, deadline: Duration) -> std::process::Output {
+        run_bounded(self, deadline).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Waits for a spawned child with a deadline; SIGKILLs it and fails the test on expiry.
+pub fn wait_within(child: &mut std::process::Child, deadline: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status,
+            Ok(None) if started.elapsed() < deadline => thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("process {} did not exit within {deadline:?}", child.id());
+            }
+            Err(e) => panic!("waiting for process {}: {e}", child.id()),
+        }
+    }
+}
+
+/// A deadline for a process a test drives by hand (reads its pipes, signals it): after
+/// `deadline` a watchdog thread SIGKILLs it, which ends any read of its pipes and any wait, so
+/// the test fails instead of hanging. Dropping the guard disarms it.
+pub struct Deadline {
+    disarm: Option<mpsc::Sender<()>>,
+}
+
+impl Deadline {
+    pub fn kill_after(child: &std::process::Child, deadline: Duration) -> Deadline {
+        let pid = Pid::from_raw(child.id() as i32);
+        let (tx, rx) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(deadline) {
+                eprintln!(
+                    "test deadline: process {pid} still running after {deadline:?}; killing it"
+                );
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        });
+        Deadline { disarm: Some(tx) }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        if let Some(tx) = self.disarm.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A spawned process killed (with its process group) when dropped: servers a test starts
+/// must not outlive a failed assertion. It gets a process group of its own for that.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Spawns `cmd` in its own process group.
+    pub fn spawn(cmd: &mut Command) -> KillOnDrop {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        KillOnDrop(cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")))
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let pid = self.0.id() as i32;
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Refuses to rewrite fixtures under `CI=true`: `CODER_UPDATE_FIXTURES` there would turn every
+/// snapshot comparison into a pass. Returns whether the caller should rewrite.
+pub fn update_fixtures() -> bool {
+    let asked = std::env::var_os("CODER_UPDATE_FIXTURES").is_some();
+    assert!(
+        !(asked && std::env::var("CI").as_deref() == Ok("true")),
+        "CODER_UPDATE_FIXTURES is set under CI=true: snapshots are compared in CI, never \
+         rewritten"
+    );
+    asked
 }
