@@ -182,10 +182,9 @@ fn the_real_cli_talks_through_the_proxy_and_refusals_are_denials() {
 /// (`CLAUDE_CODE_SHELL`, a nested Landlock domain) and cannot write a forged `result` into the CLI's stdout; without the
 /// sandbox the same tool can (the control).
 #[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn the_real_clis_tool_commands_cannot_forge_its_result() {
-    let Some(claude) = real_claude() else {
-        return;
-    };
+    let claude = real_claude();
     let cassette = format!(
         "replay:{}/fixtures/sandbox/forged_result.json",
         env!("CARGO_MANIFEST_DIR")

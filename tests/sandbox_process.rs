@@ -303,10 +303,6 @@ fn setid_attacks() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn userns_available() -> bool {
-    coder::sandbox::probe().user_namespaces
-}
-
 /// Runs every attack confined (must fail) and unconfined (must succeed).
 fn suite(owner: Option<u32>) {
     let mut failures = Vec::new();
@@ -380,25 +376,16 @@ fn suite(owner: Option<u32>) {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn process_attacks_fail_confined_and_succeed_unconfined_as_root() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(std::env::var_os("CI").is_none(), "CI must run this as root");
-        eprintln!("SKIPPED: needs root");
-        return;
-    }
+    common::require_root_and_user_namespaces();
     suite(None);
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn process_attacks_fail_confined_and_succeed_unconfined_as_nobody() {
-    if !nix::unistd::geteuid().is_root() || !userns_available() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run this as root with user namespaces"
-        );
-        eprintln!("SKIPPED: needs root (to become nobody) and user namespaces");
-        return;
-    }
+    common::require_root_and_user_namespaces();
     suite(Some(NOBODY));
 }
 
@@ -448,14 +435,11 @@ fn the_sandbox_sees_only_its_own_processes_and_dies_as_a_tree() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn without_user_namespaces_the_sandbox_refuses_to_run() {
     // A child user namespace with user.max_user_namespaces=0 inside cannot create the
     // sandbox's own: coder must refuse (71) rather than run with Landlock alone.
-    if !userns_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI needs user namespaces");
-        eprintln!("SKIPPED: needs user namespaces");
-        return;
-    }
+    common::require_root_and_user_namespaces();
     let fx = Fixture::new(None);
     let run = |limit: &str| -> Output {
         // uid 0 of a child user namespace without capabilities: coder needs a user
