@@ -268,6 +268,7 @@ mod tests {
             transcript: None,
             quiet: true,
             max_turns: None,
+            checks: Default::default(),
         }
     }
 
