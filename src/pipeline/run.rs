@@ -208,7 +208,7 @@ async fn run_attempts(
             Ok(prepared) => prepared,
             Err(envelope) => {
                 let mut envelope = *envelope;
-                attach_changes(&mut envelope, ledger.as_ref(), request, journal).await;
+                attach_changes(&mut envelope, ledger.as_ref(), request, &[], journal).await;
                 return envelope;
             }
         };
@@ -221,7 +221,9 @@ async fn run_attempts(
                 Ok(check) => Some(check),
                 Err(signo) => {
                     let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
-                    attach_changes(&mut envelope, ledger.as_ref(), request, journal).await;
+                    let exclude = prepared.placeholders(request);
+                    attach_changes(&mut envelope, ledger.as_ref(), request, &exclude, journal)
+                        .await;
                     return envelope;
                 }
             }
@@ -1032,6 +1034,7 @@ async fn take_snapshot(workspace: &std::path::Path) -> Option<Ledger> {
 async fn measure(
     ledger: Option<&Ledger>,
     diff: bool,
+    exclude: &[String],
 ) -> Result<
     (
         crate::workspace::Changes,
@@ -1043,7 +1046,7 @@ async fn measure(
         return Err("cannot measure the workspace's changes: the snapshot failed".to_owned());
     };
     // The ledger is borrowed: a blocking section on this thread (the runtime has others).
-    tokio::task::block_in_place(|| ledger.changes(diff)).map_err(|e| e.to_string())
+    tokio::task::block_in_place(|| ledger.changes(diff, exclude)).map_err(|e| e.to_string())
 }
 
 /// Puts the run's `changes` (and `diff`) into `envelope`, and notes them.
@@ -1051,9 +1054,10 @@ async fn attach_changes(
     envelope: &mut Envelope,
     ledger: Option<&Ledger>,
     request: &RunRequest,
+    exclude: &[String],
     journal: &mut RunJournal,
 ) {
-    match measure(ledger, request.checks.return_diff).await {
+    match measure(ledger, request.checks.return_diff, exclude).await {
         Ok((changes, diff)) => {
             journal.note(Note::Changes(json!({
                 "method": ledger.map(Ledger::method),
@@ -1067,6 +1071,17 @@ async fn attach_changes(
 }
 
 impl PreparedRun {
+    /// The sandbox's placeholders for absent protected names, relative to the workspace:
+    /// coder made them, not the agent, and they go when the run ends.
+    fn placeholders(&self, request: &RunRequest) -> Vec<String> {
+        self.policy
+            .iter()
+            .flat_map(|p| &p.placeholders)
+            .filter_map(|p| p.path.strip_prefix(&request.workspace).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    }
+
     /// Runs the `--verify` command once under the run's sandbox and notes it; `Err` with
     /// the signal when coder was cancelled meanwhile.
     async fn check(
@@ -1086,6 +1101,9 @@ impl PreparedRun {
             base.egress = self.egress.clone();
         }
         let spec = verify::check_spec(&config.command, &base);
+        // The check's end stops every process coder started, an idle pre-started helper
+        // too: give it up now (the next attempt starts its own).
+        drop(self.helper.take());
         if let Some(progress) = journal.progress.as_mut() {
             progress.set_phase(format!("verify ({phase})"));
         }
@@ -1126,6 +1144,7 @@ impl PreparedRun {
         journal: &mut RunJournal,
     ) -> Envelope {
         let ledger = ledger.as_ref();
+        let exclude = self.placeholders(request);
         let fallback = self
             .fallback(&mut envelope, request, ledger, run, signals, journal)
             .await;
@@ -1143,7 +1162,7 @@ impl PreparedRun {
                     Err(signo) => {
                         let mut cancelled =
                             run.cancelled_outside_attempt(signo, "the check after the agent");
-                        attach_changes(&mut cancelled, ledger, request, journal).await;
+                        attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                         return cancelled;
                     }
                 }
@@ -1175,7 +1194,7 @@ impl PreparedRun {
                     Err(signo) => {
                         let mut cancelled =
                             run.cancelled_outside_attempt(signo, "the check after a repair turn");
-                        attach_changes(&mut cancelled, ledger, request, journal).await;
+                        attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                         return cancelled;
                     }
                 }
@@ -1189,7 +1208,7 @@ impl PreparedRun {
                 repair_turns: repairs,
             });
         }
-        attach_changes(&mut envelope, ledger, request, journal).await;
+        attach_changes(&mut envelope, ledger, request, &exclude, journal).await;
         envelope.fallback = fallback;
         let out_of_scope = match (&request.checks.scope, &envelope.changes) {
             (Some(scope), Some(changes)) => scope.outside(changes.paths()),
@@ -1241,7 +1260,8 @@ impl PreparedRun {
         if !envelope.success {
             return None;
         }
-        let (changes, _) = measure(ledger, false).await.ok()?;
+        let exclude = self.placeholders(request);
+        let (changes, _) = measure(ledger, false, &exclude).await.ok()?;
         let (trigger, files) = fallback::trigger(
             &request.workspace,
             &changes,
@@ -1270,7 +1290,7 @@ impl PreparedRun {
             ..request.clone()
         };
         *envelope = self.attempt_loop(turn, run, signals, journal).await;
-        let applied = measure(ledger, false)
+        let applied = measure(ledger, false, &exclude)
             .await
             .is_ok_and(|(c, _)| c.files_changed > changes.files_changed);
         Some(Fallback {

@@ -170,11 +170,19 @@ impl GitRepo {
 
     /// The workspace's content now, as a tree id (`.gitignore` applies).
     pub fn snapshot(&self) -> Result<String, GitError> {
-        let added = self.run("add", &["add", "-A", "--", "."]);
+        self.snapshot_excluding(&[])
+    }
+
+    /// The same, leaving out `exclude` (paths relative to the workspace).
+    pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<String, GitError> {
+        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
+        args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let added = self.run("add", &args);
         if added.is_err() {
             // A copied index git cannot use (a split index, a newer format): start afresh.
             let _ = std::fs::remove_file(self.index());
-            self.run("add", &["add", "-A", "--", "."])?;
+            self.run("add", &args)?;
         }
         let tree = self.run("write-tree", &["write-tree"])?;
         Ok(String::from_utf8_lossy(&tree).trim().to_owned())

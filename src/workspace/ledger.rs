@@ -162,11 +162,20 @@ impl Ledger {
     }
 
     /// Compares the workspace now with the snapshot; with `diff`, also the unified diff.
-    pub fn changes(&self, diff: bool) -> Result<(Changes, Option<DiffText>), LedgerError> {
+    /// `exclude`: paths (relative to the workspace) that are not the agent's doing, such
+    /// as the sandbox's placeholders for absent protected names.
+    pub fn changes(
+        &self,
+        diff: bool,
+        exclude: &[String],
+    ) -> Result<(Changes, Option<DiffText>), LedgerError> {
         match &self.before {
-            Before::Git { repo, tree } => git_changes(repo, tree, diff),
+            Before::Git { repo, tree } => git_changes(repo, tree, diff, exclude),
             Before::Plain { scan, key, caps } => {
-                let after = scan::scan(&self.workspace, caps, key);
+                let mut after = scan::scan(&self.workspace, caps, key);
+                after
+                    .entries
+                    .retain(|path, _| !exclude.iter().any(|x| x.as_bytes() == path.as_slice()));
                 Ok(plain_changes(scan, &after, diff))
             }
             Before::Failed(reason) => Err(LedgerError(reason.clone())),
@@ -178,9 +187,10 @@ fn git_changes(
     repo: &GitRepo,
     before: &str,
     want_diff: bool,
+    exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
-    let after = repo.snapshot().map_err(err)?;
+    let after = repo.snapshot_excluding(exclude).map_err(err)?;
     if after == before {
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
@@ -352,7 +362,7 @@ mod tests {
         std::fs::remove_file(root.join("gone.txt")).unwrap();
         std::fs::create_dir(root.join("sub")).unwrap();
         std::fs::write(root.join("sub/new.bin"), b"\0\x01").unwrap();
-        let (changes, diff) = ledger.changes(true).unwrap();
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
         let summary: Vec<_> = changes
             .files
             .iter()
