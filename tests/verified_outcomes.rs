@@ -410,7 +410,13 @@ fn a_flooding_check_is_capped() {
         .run();
     out.assert_failure("verify_failed", 3);
     let final_check = &out.envelope["verification"]["final"];
-    assert_eq!(final_check["output_bytes"], 20_000_000, "{}", out.explain());
+    // 20 MB from `yes`, and perhaps its "Broken pipe" on stderr.
+    let bytes = final_check["output_bytes"].as_u64().unwrap();
+    assert!(
+        (20_000_000..20_001_000).contains(&bytes),
+        "{}",
+        out.explain()
+    );
     assert!(final_check["tail"].as_array().unwrap().len() <= 40);
     assert!(
         out.stdout.len() < 200_000,
@@ -472,10 +478,84 @@ fn a_plain_workspace_of_100k_files_is_bounded() {
         "{}",
         out.explain()
     );
-    assert_eq!(out.envelope["changes"]["files_changed"], 0);
+    // The fake child's own record is its only change.
+    let listed = files(&out.envelope);
+    assert!(
+        listed
+            .iter()
+            .all(|(p, _, _, _)| p.starts_with(".fake-claude/")),
+        "{}",
+        out.explain()
+    );
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// A repository whose config runs programs (fsmonitor, a clean filter named by an in-tree
+/// `.gitattributes`, an include of a file in the work tree): plain git runs them; coder's
+/// ledger must not.
+#[test]
+fn the_ledger_runs_nothing_from_a_hostile_repo() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let ws = std::fs::canonicalize(&ws).unwrap();
+    git(&ws, &["init", "-q"]);
+    let marker = dir.path().join("ran");
+    let script = dir.path().join("evil.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$0 $*\" >> {}\ncat\n", marker.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = script.display().to_string();
+    git(&ws, &["config", "core.fsmonitor", &s]);
+    git(&ws, &["config", "filter.evil.clean", &s]);
+    git(&ws, &["config", "filter.evil.required", "true"]);
+    // A config include from the work tree: the agent could write it.
+    std::fs::write(
+        ws.join("inc.cfg"),
+        format!("[filter \"other\"]\n\tprocess = {s}\n"),
+    )
+    .unwrap();
+    git(&ws, &["config", "include.path", "../inc.cfg"]);
+    std::fs::write(
+        ws.join(".gitattributes"),
+        "*.txt filter=evil\n*.md filter=other\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    std::fs::write(ws.join("b.md"), "two\n").unwrap();
+
+    let ledger = coder::workspace::Ledger::before(&ws);
+    assert_eq!(ledger.method(), "git");
+    std::fs::write(ws.join("a.txt"), "one\nmore\n").unwrap();
+    std::fs::write(ws.join("c.md"), "three\n").unwrap();
+    let (changes, _) = ledger.changes(true, &[]).unwrap();
+    assert!(
+        !marker.exists(),
+        "the ledger ran a program of the repo's config"
+    );
+    let listed: Vec<(&str, u64)> = changes
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.lines_added))
+        .collect();
+    assert_eq!(listed, vec![("a.txt", 1), ("c.md", 1)]);
+
+    // The attack is real: the same repository run by plain git runs the programs.
+    Command::new("git")
+        .args(["add", "-A"])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert!(
+        marker.exists(),
+        "plain git did not run the planted programs"
     );
 }

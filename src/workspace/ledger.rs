@@ -231,9 +231,19 @@ fn git_changes(
 fn plain_changes(before: &Scan, after: &Scan, want_diff: bool) -> (Changes, Option<DiffText>) {
     let mut list = Vec::new();
     let mut patch = Patch::default();
+    // A cut scan covers the paths up to its last one: beyond the earlier cut, presence
+    // says nothing.
+    let limit = [before, after]
+        .into_iter()
+        .filter(|s| s.truncated)
+        .filter_map(|s| s.last.as_deref())
+        .min_by(|a, b| scan::walk_order(a, b));
     let paths: std::collections::BTreeSet<&Vec<u8>> =
         before.entries.keys().chain(after.entries.keys()).collect();
     for path in paths {
+        if limit.is_some_and(|l| scan::walk_order(path, l).is_gt()) {
+            continue;
+        }
         let name = String::from_utf8_lossy(path).into_owned();
         let change = match (before.entries.get(path), after.entries.get(path)) {
             (None, Some(new)) => FileChange {

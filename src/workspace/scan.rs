@@ -75,6 +75,8 @@ pub struct Scan {
     pub entries: BTreeMap<Vec<u8>, Entry>,
     /// More files existed than the cap allows.
     pub truncated: bool,
+    /// The last path scanned (in [`walk_order`]).
+    pub last: Option<Vec<u8>>,
 }
 
 /// The hash key of a run: both scans of one ledger must use the same one.
@@ -87,47 +89,70 @@ impl Key {
     }
 }
 
-/// Walks `root` within `caps`.
+/// Walks `root` within `caps`, depth first in name order, so that a cut scan holds every
+/// path up to its last one in [`walk_order`] and none after it.
 pub fn scan(root: &Path, caps: &Caps, key: &Key) -> Scan {
     let mut out = Scan::default();
     let mut budget = Budget {
         hash_left: caps.hash_bytes,
         keep_left: caps.keep_bytes,
     };
-    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = root.join(std::ffi::OsStr::from_bytes(&rel));
-        let Ok(read) = std::fs::read_dir(&dir) else {
+    walk(root, &[], caps, key, &mut budget, &mut out, 0);
+    out
+}
+
+/// Directories nested deeper than this are not entered (no real tree is that deep).
+const MAX_DEPTH: usize = 256;
+
+/// Scans `rel` below `root`; `false` once the cap is reached.
+fn walk(
+    root: &Path,
+    rel: &[u8],
+    caps: &Caps,
+    key: &Key,
+    budget: &mut Budget,
+    out: &mut Scan,
+    depth: usize,
+) -> bool {
+    let dir = root.join(std::ffi::OsStr::from_bytes(rel));
+    let Ok(read) = std::fs::read_dir(&dir) else {
+        return true;
+    };
+    let mut names: Vec<_> = read.flatten().collect();
+    names.sort_by_key(|e| e.file_name());
+    for item in names {
+        let mut path = rel.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(item.file_name().as_bytes());
+        let Ok(meta) = std::fs::symlink_metadata(item.path()) else {
             continue;
         };
-        let mut names: Vec<_> = read.flatten().collect();
-        names.sort_by_key(|e| e.file_name());
-        for item in names {
-            let mut path = rel.clone();
-            if !path.is_empty() {
-                path.push(b'/');
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            if depth < MAX_DEPTH && !walk(root, &path, caps, key, budget, out, depth + 1) {
+                return false;
             }
-            path.extend_from_slice(item.file_name().as_bytes());
-            let Ok(meta) = std::fs::symlink_metadata(item.path()) else {
-                continue;
-            };
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if !kind.is_file() && !kind.is_symlink() {
-                continue;
-            }
-            if out.entries.len() >= caps.files {
-                out.truncated = true;
-                return out;
-            }
-            let entry = look(&item.path(), &meta, caps, key, &mut budget);
-            out.entries.insert(path, entry);
+            continue;
         }
+        if !kind.is_file() && !kind.is_symlink() {
+            continue;
+        }
+        if out.entries.len() >= caps.files {
+            out.truncated = true;
+            return false;
+        }
+        let entry = look(&item.path(), &meta, caps, key, budget);
+        out.last = Some(path.clone());
+        out.entries.insert(path, entry);
     }
-    out
+    true
+}
+
+/// The order of the walk: path components compared one by one.
+pub fn walk_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
 }
 
 struct Budget {
