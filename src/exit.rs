@@ -28,11 +28,13 @@ pub enum ErrorKind {
     SandboxError,
     Cancelled,
     MaxTurns,
+    VerifyFailed,
+    ScopeViolation,
 }
 
 impl ErrorKind {
     /// Every kind, in the order of the contract's table.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 15] = [
         ErrorKind::IdleTimeout,
         ErrorKind::Timeout,
         ErrorKind::CommandNotFound,
@@ -46,6 +48,8 @@ impl ErrorKind {
         ErrorKind::SandboxError,
         ErrorKind::Cancelled,
         ErrorKind::MaxTurns,
+        ErrorKind::VerifyFailed,
+        ErrorKind::ScopeViolation,
     ];
 
     /// The name used in the envelope's `error_kind`.
@@ -64,6 +68,8 @@ impl ErrorKind {
             ErrorKind::SandboxError => "sandbox_error",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::MaxTurns => "max_turns",
+            ErrorKind::VerifyFailed => "verify_failed",
+            ErrorKind::ScopeViolation => "scope_violation",
         }
     }
 
@@ -83,6 +89,8 @@ impl ErrorKind {
             ErrorKind::UnexpectedException => 70,
             ErrorKind::SandboxError => 71,
             ErrorKind::Cancelled => 130,
+            ErrorKind::VerifyFailed => 3,
+            ErrorKind::ScopeViolation => 4,
         }
     }
 }

@@ -74,6 +74,15 @@ pub enum Note<'a> {
     Egress(Value),
     /// The failed attempt is retried after this delay.
     Retry { delay: Duration },
+    /// A `--verify` check ran: its phase (`baseline`, `after_agent`, `after_repair`), exit
+    /// code, duration and the kept tail of its output.
+    Verify(Value),
+    /// The change ledger of the run (coder's own measure of what changed).
+    Changes(Value),
+    /// The weak-model fallback turn was started: its trigger and files.
+    Fallback(Value),
+    /// A repair turn was started after a failing check.
+    Repair(Value),
     /// The run ended: the envelope's gist.
     Outcome(Value),
 }
@@ -89,6 +98,10 @@ impl Note<'_> {
             Note::Kill { .. } => "kill",
             Note::Retry { .. } => "retry",
             Note::Egress(_) => "egress",
+            Note::Verify(_) => "verify",
+            Note::Changes(_) => "changes",
+            Note::Fallback(_) => "fallback",
+            Note::Repair(_) => "repair",
             Note::Outcome(_) => "outcome",
         }
     }
@@ -96,7 +109,13 @@ impl Note<'_> {
     /// The entry's `data` field.
     pub fn into_data(self) -> Value {
         match self {
-            Note::Start(data) | Note::Outcome(data) | Note::Egress(data) => data,
+            Note::Start(data)
+            | Note::Outcome(data)
+            | Note::Egress(data)
+            | Note::Verify(data)
+            | Note::Changes(data)
+            | Note::Fallback(data)
+            | Note::Repair(data) => data,
             Note::Attempt {
                 attempt,
                 session_id,

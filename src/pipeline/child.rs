@@ -272,6 +272,7 @@ mod tests {
             transcript: None,
             quiet: true,
             max_turns: None,
+            checks: Default::default(),
         }
     }
 

@@ -34,6 +34,18 @@ pub struct Envelope {
     pub error_kind: Option<ErrorKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_detail: Option<ErrorDetail>,
+    /// What the run changed in the workspace, measured by coder (DESIGN §8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::workspace::Changes>,
+    /// The unified diff of those changes (`--return-diff`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<crate::workspace::DiffText>,
+    /// The `--verify` checks and their verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification: Option<crate::workspace::verify::Verification>,
+    /// The weak-model fallback, when it was triggered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<crate::pipeline::fallback::Fallback>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +103,9 @@ pub struct ErrorDetail {
     /// What the user can do about it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// `scope_violation`: the changed paths outside every `--scope` glob.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_scope: Option<Vec<String>>,
 }
 
 /// `metrics`: what the run cost and did. Present on failures too.
@@ -181,6 +196,10 @@ impl Envelope {
             error: None,
             error_kind: None,
             error_detail: None,
+            changes: None,
+            diff: None,
+            verification: None,
+            fallback: None,
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),
@@ -204,6 +223,10 @@ impl Envelope {
             error: Some(summary),
             error_kind: Some(kind),
             error_detail: Some(detail),
+            changes: None,
+            diff: None,
+            verification: None,
+            fallback: None,
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),
@@ -250,6 +273,18 @@ impl Envelope {
             }
         }
         self.warnings.iter_mut().for_each(text);
+        if let Some(changes) = self.changes.as_mut() {
+            changes.files.iter_mut().for_each(|f| text(&mut f.path));
+        }
+        if let Some(diff) = self.diff.as_mut() {
+            text(&mut diff.unified);
+        }
+        if let Some(verification) = self.verification.as_mut() {
+            verification.redact(secrets);
+        }
+        if let Some(detail) = self.error_detail.as_mut() {
+            detail.out_of_scope.iter_mut().flatten().for_each(text);
+        }
         for attempt in &mut self.attempts {
             attempt.tools.iter_mut().for_each(text);
             maybe(&mut attempt.retry);

@@ -12,6 +12,7 @@
 pub mod child;
 pub mod cli_home;
 pub mod envelope;
+pub mod fallback;
 pub mod observation;
 pub mod outcome;
 pub mod prompt;

@@ -44,6 +44,8 @@ struct PendingTool {
     id: String,
     name: String,
     summary: String,
+    /// The file the call targets, if any.
+    path: Option<String>,
     since: Instant,
 }
 
@@ -94,6 +96,9 @@ pub struct Observation {
     policy: Option<Arc<Policy>>,
     /// Sandbox denials the agent ran into.
     pub denials: Vec<Denial>,
+    /// Files of Edit/MultiEdit calls whose result was an error (the weak-model fallback's
+    /// first trigger, DESIGN §8).
+    pub failed_edits: Vec<String>,
 }
 
 /// Words that show up in the tool results of denied operations: a part of each message
@@ -167,6 +172,7 @@ impl Observation {
             dropped_message_bytes: 0,
             policy: None,
             denials: Vec::new(),
+            failed_edits: Vec::new(),
         }
     }
 
@@ -281,6 +287,7 @@ impl Observation {
                         id: tool.id.clone(),
                         name: tool.name.clone(),
                         summary: tool.summary.clone(),
+                        path: tool.path.clone(),
                         since: Instant::now(),
                     });
                 }
@@ -293,6 +300,13 @@ impl Observation {
                         .position(|p| p.id == result.tool_use_id)
                     {
                         let done = self.pending_tools.remove(index);
+                        if result.is_error
+                            && matches!(done.name.as_str(), "Edit" | "MultiEdit")
+                            && let Some(path) = &done.path
+                            && !self.failed_edits.contains(path)
+                        {
+                            self.failed_edits.push(path.clone());
+                        }
                         *self.tool_time.entry(done.name).or_default() += done.since.elapsed();
                     }
                 }

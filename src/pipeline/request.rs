@@ -31,7 +31,7 @@ pub use crate::sandbox::Mode as SandboxMode;
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
     after_help = "Other commands: coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD\n\
-                  Exit codes: 0 success, 1 task failed, 2 usage, 70 internal, 71 sandbox, 78 config, \
+                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 70 internal, 71 sandbox, 78 config, \
                   124 timeout, 127 claude not found, 130/143 cancelled."
 )]
 pub struct RunArgs {
@@ -115,6 +115,10 @@ pub struct RunArgs {
     #[command(flatten, next_help_heading = "Sandbox")]
     pub sandbox_args: crate::sandbox::AgentSandboxArgs,
 
+    /// Checked outcomes: changes, verify, repair, scope.
+    #[command(flatten, next_help_heading = "Verified outcomes")]
+    pub outcome_args: OutcomeArgs,
+
     /// Backend profile, config file and model overrides.
     #[command(flatten, next_help_heading = "Backend")]
     pub backend: BackendArgs,
@@ -122,6 +126,119 @@ pub struct RunArgs {
     /// Structure added around the task (contract, guardrails, codex, lists).
     #[command(flatten, next_help_heading = "Prompt")]
     pub prompt_framing: PromptArgs,
+}
+
+/// The flags of DESIGN §8 (verified outcomes), as given.
+#[derive(Debug, Default, clap::Args)]
+pub struct OutcomeArgs {
+    /// Add the unified diff of the run's changes to the envelope (`diff`, capped).
+    #[arg(long = "return-diff", visible_alias = "return_diff", action = ArgAction::SetTrue)]
+    pub return_diff: bool,
+
+    /// Check the work with `sh -c CMD` in the workspace, under the run's sandbox, before
+    /// the agent (baseline) and after it; a final failure is `verify_failed`.
+    #[arg(long, value_name = "CMD")]
+    pub verify: Option<String>,
+
+    /// Skip the baseline check before the agent.
+    #[arg(long = "no-verify-baseline", action = ArgAction::SetTrue)]
+    pub no_verify_baseline: bool,
+
+    /// Limit of each check in seconds; the check's process tree is stopped then [default: 600].
+    #[arg(long = "verify-timeout", value_name = "SECS")]
+    pub verify_timeout: Option<String>,
+
+    /// Turns the agent gets to fix a failing check, 0 for none [default: 1].
+    #[arg(
+        long = "repair-turns",
+        visible_alias = "repair_turns",
+        value_name = "N"
+    )]
+    pub repair_turns: Option<String>,
+
+    /// Paths the run may change (repeatable glob, relative to the workspace); a change
+    /// outside them is `scope_violation` (nothing is reverted).
+    #[arg(long, value_name = "GLOB")]
+    pub scope: Vec<String>,
+}
+
+/// The `--verify` settings, validated.
+#[derive(Debug, Clone)]
+pub struct VerifyConfig {
+    pub command: String,
+    pub baseline: bool,
+    pub timeout: Duration,
+    pub repair_turns: u32,
+}
+
+/// What a run checks about its outcome (DESIGN §8), validated.
+#[derive(Debug, Clone, Default)]
+pub struct OutcomeChecks {
+    pub return_diff: bool,
+    pub verify: Option<VerifyConfig>,
+    pub scope: Option<crate::workspace::scope::Scope>,
+}
+
+pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl OutcomeArgs {
+    fn validate(&self) -> Result<OutcomeChecks, ArgError> {
+        let verify = match &self.verify {
+            Some(command) if command.trim().is_empty() => {
+                return Err(ArgError::Invalid(
+                    "--verify is empty: give the check command, e.g. --verify 'cargo test'".into(),
+                ));
+            }
+            Some(command) => {
+                let timeout = match &self.verify_timeout {
+                    Some(text) => parse_seconds("--verify-timeout", text, false)?,
+                    None => DEFAULT_VERIFY_TIMEOUT,
+                };
+                let repair_turns = match &self.repair_turns {
+                    Some(text) => parse_repair_turns(text)?,
+                    None => 1,
+                };
+                Some(VerifyConfig {
+                    command: command.clone(),
+                    baseline: !self.no_verify_baseline,
+                    timeout,
+                    repair_turns,
+                })
+            }
+            None => {
+                // Still validated: a typo must not pass silently.
+                if let Some(text) = &self.verify_timeout {
+                    parse_seconds("--verify-timeout", text, false)?;
+                }
+                if let Some(text) = &self.repair_turns {
+                    parse_repair_turns(text)?;
+                }
+                None
+            }
+        };
+        let scope = if self.scope.is_empty() {
+            None
+        } else {
+            Some(
+                crate::workspace::scope::Scope::new(&self.scope)
+                    .map_err(|e| ArgError::Invalid(e.to_string()))?,
+            )
+        };
+        Ok(OutcomeChecks {
+            return_diff: self.return_diff,
+            verify,
+            scope,
+        })
+    }
+}
+
+fn parse_repair_turns(text: &str) -> Result<u32, ArgError> {
+    match text.trim().parse::<u32>() {
+        Ok(n) if n <= 10 => Ok(n),
+        _ => Err(ArgError::Invalid(format!(
+            "--repair-turns must be a whole number from 0 to 10 (got {text:?})"
+        ))),
+    }
 }
 
 /// The `--request` JSON object, with the spec's parameter names.
@@ -186,6 +303,8 @@ pub struct RunRequest {
     pub quiet: bool,
     /// The CLI's turn limit, if any.
     pub max_turns: Option<u32>,
+    /// Changes, verify, repair and scope (DESIGN §8).
+    pub checks: OutcomeChecks,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -313,6 +432,7 @@ impl RunArgs {
         }
         let prompt = assemble_prompt(&prompt, &self.prompt_framing)
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
+        let checks = self.outcome_args.validate()?;
 
         Ok(RunRequest {
             prompt: prompt.into(),
@@ -337,6 +457,7 @@ impl RunArgs {
             transcript: self.transcript,
             quiet: self.quiet,
             max_turns,
+            checks,
         })
     }
 

@@ -19,6 +19,7 @@ use crate::journal::{Journal, Note};
 use crate::pipeline::child;
 use crate::pipeline::cli_home::CliHome;
 use crate::pipeline::envelope::{AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics};
+use crate::pipeline::fallback::{self, Fallback};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
 use crate::pipeline::request::{RunRequest, SessionChoice};
@@ -30,6 +31,8 @@ use crate::sandbox::{Policy, RunDirCleanup};
 use crate::stream::Pipe;
 use crate::stream::{Decoded, Line};
 use crate::supervise::{self, AttemptEnd, CancelSignals, Limits, StopCause, signals::signal_name};
+use crate::workspace::Ledger;
+use crate::workspace::verify::{self, Check, CheckEnd, VerdictKind, Verification};
 use serde_json::json;
 
 /// Runs a validated request and returns its envelope (metrics always filled in), writing
@@ -210,61 +213,113 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
+    // The change ledger's "before" (DESIGN §8), taken before anything can change.
+    let ledger = take_snapshot(&request.workspace).await;
     let mut prepared =
         match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run).await {
             Ok(prepared) => prepared,
-            Err(envelope) => return *envelope,
+            Err(envelope) => {
+                let mut envelope = *envelope;
+                attach_changes(&mut envelope, ledger.as_ref(), request, &[], journal).await;
+                return envelope;
+            }
         };
+    let baseline = match &request.checks.verify {
+        Some(verify) if verify.baseline => {
+            match prepared
+                .check(request, "baseline", &run, &mut signals, journal)
+                .await
+            {
+                Ok(check) => Some(check),
+                Err(signo) => {
+                    let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+                    let exclude = prepared.placeholders(request);
+                    attach_changes(&mut envelope, ledger.as_ref(), request, &exclude, journal)
+                        .await;
+                    return envelope;
+                }
+            }
+        }
+        _ => None,
+    };
+    let envelope = prepared
+        .attempt_loop(request.clone(), &mut run, &mut signals, journal)
+        .await;
+    prepared
+        .verified(
+            envelope,
+            request,
+            ledger,
+            baseline,
+            &mut run,
+            &mut signals,
+            journal,
+        )
+        .await
+}
 
-    let mut session = request.session;
-    let mut backoff = Backoff::standard();
-    loop {
-        let (verdict, attempt) = prepared
-            .attempt(request, session, &mut run, &mut signals, journal)
-            .await;
-        let failure = match verdict {
-            Verdict::Success { result } => {
-                run.record_attempt(session, &attempt, AttemptOutcome::Success, None);
-                return run.success_envelope(session, result, attempt);
-            }
-            Verdict::Failure(failure) => failure,
-        };
-        match after_failure(request, &run, &attempt, failure) {
-            NextStep::Stop(stop) => {
-                run.record_attempt(
-                    session,
-                    &attempt,
-                    AttemptOutcome::Failed(stop.failure.kind),
-                    stop.refusal.clone(),
-                );
-                return run.failure_envelope(session, stop, attempt);
-            }
-            NextStep::Retry(kind) => {
-                let delay = backoff.next().unwrap_or(Duration::from_secs(1));
-                run.record_attempt(
-                    session,
-                    &attempt,
-                    AttemptOutcome::Failed(kind),
-                    Some(format!("retried after {:.1} s", delay.as_secs_f64())),
-                );
-                journal.note(Note::Retry { delay });
-                if let Some(progress) = journal.progress.as_mut() {
-                    progress.set_phase(format!("retrying in {:.1} s", delay.as_secs_f64()));
+impl PreparedRun {
+    /// Runs attempts of `request` until one succeeds or a failure ends the run (retrying
+    /// what DESIGN §6 allows); its envelope.
+    async fn attempt_loop(
+        &mut self,
+        request: RunRequest,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Envelope {
+        let request = &request;
+        let prepared = self;
+        let mut session = request.session;
+        let mut backoff = Backoff::standard();
+        loop {
+            let (verdict, attempt) = prepared
+                .attempt(request, session, run, signals, journal)
+                .await;
+            let failure = match verdict {
+                Verdict::Success { result } => {
+                    run.record_attempt(session, &attempt, AttemptOutcome::Success, None);
+                    return run.success_envelope(session, result, attempt);
                 }
-                let cancelled = tokio::select! {
-                    biased;
-                    signo = signals.recv() => Some(signo),
-                    _ = tokio::time::sleep(delay) => None,
-                };
-                if let Some(signo) = cancelled {
-                    return run.cancelled_during_backoff(session, signo, attempt);
+                Verdict::Failure(failure) => failure,
+            };
+            match after_failure(request, run, &attempt, failure) {
+                NextStep::Stop(stop) => {
+                    run.record_attempt(
+                        session,
+                        &attempt,
+                        AttemptOutcome::Failed(stop.failure.kind),
+                        stop.refusal.clone(),
+                    );
+                    return run.failure_envelope(session, stop, attempt);
                 }
-                run.retries += 1;
-                if let SessionChoice::New(_) = session {
-                    // The failed attempt may have created its session; a fresh attempt needs
-                    // a fresh id.
-                    session = SessionChoice::New(Uuid::new_v4());
-                    prepared.lock_session(session);
+                NextStep::Retry(kind) => {
+                    let delay = backoff.next().unwrap_or(Duration::from_secs(1));
+                    run.record_attempt(
+                        session,
+                        &attempt,
+                        AttemptOutcome::Failed(kind),
+                        Some(format!("retried after {:.1} s", delay.as_secs_f64())),
+                    );
+                    journal.note(Note::Retry { delay });
+                    if let Some(progress) = journal.progress.as_mut() {
+                        progress.set_phase(format!("retrying in {:.1} s", delay.as_secs_f64()));
+                    }
+                    let cancelled = tokio::select! {
+                        biased;
+                        signo = signals.recv() => Some(signo),
+                        _ = tokio::time::sleep(delay) => None,
+                    };
+                    if let Some(signo) = cancelled {
+                        return run.cancelled_during_backoff(session, signo, attempt);
+                    }
+                    run.retries += 1;
+                    if let SessionChoice::New(_) = session {
+                        // The failed attempt may have created its session; a fresh attempt
+                        // needs a fresh id.
+                        session = SessionChoice::New(Uuid::new_v4());
+                        prepared.lock_session(session);
+                    }
                 }
             }
         }
@@ -655,6 +710,8 @@ struct Run {
     tool_time: std::collections::BTreeMap<String, Duration>,
     denials: Vec<crate::sandbox::Denial>,
     backend: String,
+    /// Files of failed Edit/MultiEdit calls (the fallback's trigger).
+    failed_edits: Vec<String>,
 }
 
 impl Run {
@@ -682,6 +739,7 @@ impl Run {
             tool_time: Default::default(),
             denials: Vec::new(),
             backend: requested_backend(request),
+            failed_edits: Vec::new(),
         }
     }
 
@@ -703,6 +761,11 @@ impl Run {
         }
         for (tool, time) in &observation.tool_time {
             *self.tool_time.entry(tool.clone()).or_default() += *time;
+        }
+        for path in &observation.failed_edits {
+            if !self.failed_edits.contains(path) {
+                self.failed_edits.push(path.clone());
+            }
         }
         for denial in &observation.denials {
             if !self.denials.contains(denial) {
@@ -965,5 +1028,365 @@ fn shell_quote(text: &str) -> String {
         text.to_owned()
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+// ---- Verified outcomes (DESIGN §8): the change ledger, --verify and repair turns, the
+// weak-model fallback and --scope, applied around the attempts above. ----
+
+/// The ledger's "before" snapshot, off the async threads (a big tree takes a while).
+async fn take_snapshot(workspace: &std::path::Path) -> Option<Ledger> {
+    let workspace = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || Ledger::before(&workspace))
+        .await
+        .ok()
+}
+
+/// The workspace's changes since `ledger` (with the diff when asked), or a warning.
+async fn measure(
+    ledger: Option<&Ledger>,
+    diff: bool,
+    exclude: &[String],
+) -> Result<
+    (
+        crate::workspace::Changes,
+        Option<crate::workspace::DiffText>,
+    ),
+    String,
+> {
+    let Some(ledger) = ledger else {
+        return Err("cannot measure the workspace's changes: the snapshot failed".to_owned());
+    };
+    // The ledger is borrowed: a blocking section on this thread (the runtime has others).
+    tokio::task::block_in_place(|| ledger.changes(diff, exclude)).map_err(|e| e.to_string())
+}
+
+/// Puts the run's `changes` (and `diff`) into `envelope`, and notes them.
+async fn attach_changes(
+    envelope: &mut Envelope,
+    ledger: Option<&Ledger>,
+    request: &RunRequest,
+    exclude: &[String],
+    journal: &mut RunJournal,
+) {
+    match measure(ledger, request.checks.return_diff, exclude).await {
+        Ok((changes, diff)) => {
+            journal.note(Note::Changes(json!({
+                "method": ledger.map(Ledger::method),
+                "changes": changes,
+            })));
+            envelope.changes = Some(changes);
+            envelope.diff = diff;
+        }
+        Err(warning) => envelope.warnings.push(warning),
+    }
+}
+
+impl PreparedRun {
+    /// The sandbox's placeholders for absent protected names, relative to the workspace:
+    /// coder made them, not the agent, and they go when the run ends.
+    fn placeholders(&self, request: &RunRequest) -> Vec<String> {
+        self.policy
+            .iter()
+            .flat_map(|p| &p.placeholders)
+            .filter_map(|p| p.path.strip_prefix(&request.workspace).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Runs the `--verify` command once under the run's sandbox and notes it; `Err` with
+    /// the signal when coder was cancelled meanwhile.
+    async fn check(
+        &mut self,
+        request: &RunRequest,
+        phase: &str,
+        run: &Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Result<Check, i32> {
+        let Some(config) = &request.checks.verify else {
+            return Err(0);
+        };
+        let mut base = child::build(request, self.program.clone(), self.child_base_env.clone());
+        if let Some(policy) = &self.policy {
+            child::confine(&mut base, policy.clone());
+            base.egress = self.egress.clone();
+        }
+        let spec = verify::check_spec(&config.command, &base);
+        // The check's end stops every process coder started, an idle pre-started helper
+        // too: give it up now (the next attempt starts its own).
+        drop(self.helper.take());
+        if let Some(progress) = journal.progress.as_mut() {
+            progress.set_phase(format!("verify ({phase})"));
+        }
+        let end = verify::run_check(&spec, config.timeout, run.limits.kill_grace, signals).await;
+        let (check, cancelled) = match end {
+            CheckEnd::Done(check) => (check, None),
+            CheckEnd::Cancelled(check, signo) => (check, Some(signo)),
+        };
+        journal.note(Note::Verify(json!({
+            "phase": phase,
+            "command": config.command,
+            "exit_code": check.exit_code,
+            "passed": check.passed,
+            "duration_ms": check.duration_ms,
+            "timed_out": check.timed_out,
+            "signal": check.signal,
+            "output_bytes": check.output_bytes,
+            "error": check.error,
+            "tail": check.tail_text,
+        })));
+        match cancelled {
+            Some(signo) => Err(signo),
+            None => Ok(check),
+        }
+    }
+
+    /// After the agent: the fallback turn, the checks and repair turns, the ledger and
+    /// the scope, each folded into `envelope`.
+    #[allow(clippy::too_many_arguments)]
+    async fn verified(
+        &mut self,
+        mut envelope: Envelope,
+        request: &RunRequest,
+        ledger: Option<Ledger>,
+        baseline: Option<Check>,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Envelope {
+        let ledger = ledger.as_ref();
+        let exclude = self.placeholders(request);
+        let fallback = self
+            .fallback(&mut envelope, request, ledger, run, signals, journal)
+            .await;
+        let mut verification = None;
+        if let Some(config) = &request.checks.verify {
+            let mut after_agent = None;
+            let mut final_check = None;
+            let mut repairs = 0;
+            if envelope.success {
+                match self
+                    .check(request, "after_agent", run, signals, journal)
+                    .await
+                {
+                    Ok(check) => final_check = Some(check),
+                    Err(signo) => {
+                        let mut cancelled =
+                            run.cancelled_outside_attempt(signo, "the check after the agent");
+                        attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
+                        return cancelled;
+                    }
+                }
+            }
+            while let Some(check) = final_check.as_ref().filter(|c| !c.passed)
+                && repairs < config.repair_turns
+                && envelope.success
+                && let Some(session) = resumable(&envelope)
+            {
+                repairs += 1;
+                let prompt = repair_prompt(&config.command, check);
+                journal.note(Note::Repair(
+                    json!({"turn": repairs, "exit_code": check.exit_code}),
+                ));
+                let repair = RunRequest {
+                    prompt,
+                    session,
+                    ..request.clone()
+                };
+                envelope = self.attempt_loop(repair, run, signals, journal).await;
+                if after_agent.is_none() {
+                    after_agent = final_check.take();
+                }
+                match self
+                    .check(request, "after_repair", run, signals, journal)
+                    .await
+                {
+                    Ok(check) => final_check = Some(check),
+                    Err(signo) => {
+                        let mut cancelled =
+                            run.cancelled_outside_attempt(signo, "the check after a repair turn");
+                        attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
+                        return cancelled;
+                    }
+                }
+            }
+            verification = Some(Verification {
+                command: config.command.clone(),
+                verdict: VerdictKind::of(baseline.as_ref(), final_check.as_ref()),
+                baseline,
+                after_agent,
+                final_check,
+                repair_turns: repairs,
+            });
+        }
+        attach_changes(&mut envelope, ledger, request, &exclude, journal).await;
+        envelope.fallback = fallback;
+        let out_of_scope = match (&request.checks.scope, &envelope.changes) {
+            (Some(scope), Some(changes)) => scope.outside(changes.paths()),
+            _ => Vec::new(),
+        };
+        let failed_check = verification
+            .as_ref()
+            .and_then(|v| v.final_check.as_ref())
+            .filter(|c| !c.passed)
+            .cloned();
+        envelope.verification = verification;
+        if !out_of_scope.is_empty() {
+            let summary = format!(
+                "the run changed {} path(s) outside --scope: {}",
+                out_of_scope.len(),
+                crate::text::one_line(&out_of_scope.join(", "), 200)
+            );
+            envelope = run.fail(envelope, ErrorKind::ScopeViolation, summary, |detail| {
+                detail.out_of_scope = Some(out_of_scope);
+            });
+        } else if let Some(check) = failed_check {
+            let summary = match check.exit_code {
+                Some(code) => format!("the --verify check failed with exit code {code}"),
+                None => format!(
+                    "the --verify check failed: {}",
+                    check.error.clone().unwrap_or_else(|| "killed".to_owned())
+                ),
+            };
+            envelope = run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
+                detail.exit_code = check.exit_code;
+                let from = check.tail.len().saturating_sub(outcome_tail_len());
+                detail.last_lines = check.tail[from..].to_vec();
+                detail.signal = check.signal.clone();
+            });
+        }
+        envelope
+    }
+
+    /// The weak-model fallback (see `pipeline::fallback`): at most one extra turn.
+    async fn fallback(
+        &mut self,
+        envelope: &mut Envelope,
+        request: &RunRequest,
+        ledger: Option<&Ledger>,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Option<Fallback> {
+        if !envelope.success {
+            return None;
+        }
+        let exclude = self.placeholders(request);
+        let (changes, _) = measure(ledger, false, &exclude).await.ok()?;
+        let (trigger, files) = fallback::trigger(
+            &request.workspace,
+            &changes,
+            &run.failed_edits,
+            envelope.result.as_deref(),
+            run.read_only,
+        )?;
+        let session = resumable(envelope)?;
+        let used = envelope.metrics.as_ref().map_or(0, |m| m.turns);
+        let turns_left = match request.max_turns {
+            Some(max) if u64::from(max) <= used => {
+                envelope.warnings.push(format!(
+                    "the weak-model fallback ({}) was not tried: --max-turns {max} is used up",
+                    serde_json::to_value(trigger).map_or_else(|_| String::new(), |v| v.to_string())
+                ));
+                return None;
+            }
+            Some(max) => Some(max - used as u32),
+            None => None,
+        };
+        journal.note(Note::Fallback(json!({"trigger": trigger, "files": files})));
+        let turn = RunRequest {
+            prompt: fallback::prompt(trigger, &files),
+            session,
+            max_turns: turns_left,
+            ..request.clone()
+        };
+        *envelope = self.attempt_loop(turn, run, signals, journal).await;
+        let applied = measure(ledger, false, &exclude)
+            .await
+            .is_ok_and(|(c, _)| c.files_changed > changes.files_changed);
+        Some(Fallback {
+            trigger,
+            files,
+            applied,
+        })
+    }
+}
+
+/// The session a follow-up turn resumes: the one the envelope confirmed.
+fn resumable(envelope: &Envelope) -> Option<SessionChoice> {
+    envelope
+        .session_id
+        .as_deref()
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .map(SessionChoice::Resume)
+}
+
+/// `error_detail.last_lines` holds at most this many lines of a failing check.
+fn outcome_tail_len() -> usize {
+    crate::pipeline::observation::LAST_LINES
+}
+
+/// Bytes of a failing check's output the repair prompt quotes at most (its end).
+const REPAIR_TAIL_BYTES: usize = 8 * 1024;
+
+/// The repair turn's prompt: the command, its exit code and the end of its output.
+fn repair_prompt(command: &str, check: &Check) -> String {
+    let tail = &check.tail_text;
+    let mut from = tail.len().saturating_sub(REPAIR_TAIL_BYTES);
+    while !tail.is_char_boundary(from) {
+        from += 1;
+    }
+    let status = match (check.exit_code, &check.error) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(error)) => error.clone(),
+        (None, None) => "no exit code (killed)".to_owned(),
+    };
+    format!(
+        "The check `{command}` fails after your changes ({status}). The end of its output:\n\
+         ```\n{}\n```\nFix the cause so that the check passes; do not change or skip the \
+         check itself. Answer in one line when done.",
+        tail[from..].trim_end()
+    )
+}
+
+impl Run {
+    /// `envelope` turned into a failure of `kind` (a success's result and metrics kept);
+    /// an envelope that already failed keeps its kind and only gets `edit`'s details.
+    fn fail(
+        &self,
+        mut envelope: Envelope,
+        kind: ErrorKind,
+        summary: String,
+        edit: impl FnOnce(&mut ErrorDetail),
+    ) -> Envelope {
+        if !envelope.success {
+            if let Some(detail) = envelope.error_detail.as_mut() {
+                edit(detail);
+            }
+            return envelope;
+        }
+        let mut detail = self.detail(summary.clone());
+        edit(&mut detail);
+        envelope.success = false;
+        envelope.error = Some(summary);
+        envelope.error_kind = Some(kind);
+        envelope.error_detail = Some(detail);
+        envelope.exit_code = kind.exit_code();
+        envelope.attempts = self.attempts.clone();
+        envelope
+    }
+
+    /// coder was cancelled by `signo` while `what` ran (no attempt was running).
+    fn cancelled_outside_attempt(&self, signo: i32, what: &str) -> Envelope {
+        let name = signal_name(signo);
+        let mut envelope = self.early_envelope(
+            ErrorKind::Cancelled,
+            format!("cancelled by {name}"),
+            format!("coder received {name} while {what} ran; its process tree was stopped"),
+            None,
+        );
+        envelope.exit_code = cancelled_exit_code(signo);
+        envelope
     }
 }

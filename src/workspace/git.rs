@@ -1,0 +1,324 @@
+//! Snapshots of a git workspace as tree objects, through a private index, with git run
+//! so that nothing from the workspace can execute.
+//!
+//! coder runs these git commands itself, outside the sandbox, over a tree the agent could
+//! write (DESIGN §5: nothing the agent writes may run outside the sandbox). What git would
+//! otherwise read and act on is pinned down here:
+//! * the environment is cleared (no `GIT_DIR`, `GIT_CONFIG_*`, `GIT_INDEX_FILE` of the
+//!   caller), the system and global config are off (`GIT_CONFIG_NOSYSTEM`,
+//!   `GIT_CONFIG_GLOBAL=/dev/null`), and the repository's git dir and work tree are passed
+//!   explicitly, fixed when the run starts (a `.git` the agent plants later is not used);
+//! * every setting that runs a program is overridden on the command line, which wins over
+//!   the repository's config: `core.fsmonitor`, `core.hooksPath`, `core.attributesFile`,
+//!   and for every `filter.<driver>` the config defines (an in-tree `.gitattributes` can
+//!   name any of them) its `clean`, `smudge` and `process` commands, emptied, and its
+//!   `required` flag, cleared; diffs are made with `--no-ext-diff --no-textconv`;
+//! * the user's index is never written: `git add -A` runs on a copy of it (or a fresh one)
+//!   in a private temporary directory, and new objects go to a private object directory
+//!   with the repository's own as an alternate, so the repository is not changed at all.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A changed path and its (added, removed) line counts; `None` for a binary file.
+pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
+
+/// Why a git snapshot could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run git: {0}")]
+    Spawn(#[from] std::io::Error),
+    #[error("git {what} failed: {stderr}")]
+    Failed { what: &'static str, stderr: String },
+}
+
+/// A private temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    pub fn new(prefix: &str) -> std::io::Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(PrivateDir(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A workspace inside a git work tree, with what every command needs to stay safe.
+#[derive(Debug)]
+pub struct GitRepo {
+    program: PathBuf,
+    git_dir: PathBuf,
+    work_tree: PathBuf,
+    /// The workspace itself (the commands' working directory: `add -A .` covers it).
+    workspace: PathBuf,
+    /// The workspace relative to the work tree (`""` or `sub/dir/`).
+    prefix: String,
+    /// `-c` overrides for the filter drivers the config defines.
+    filter_overrides: Vec<String>,
+    /// The private index and object directory.
+    scratch: PrivateDir,
+}
+
+impl GitRepo {
+    /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
+    /// is installed; `None` otherwise (the caller falls back to a plain scan).
+    pub fn discover(workspace: &Path) -> Option<GitRepo> {
+        let path_var = std::env::var_os("PATH")?;
+        let program = crate::text::path::find_on_path(
+            std::ffi::OsStr::new("git"),
+            &path_var,
+            workspace,
+            crate::text::path::RelativeDirs::Skip,
+        )?;
+        let mut probe = base_command(&program, workspace);
+        probe.args([
+            "rev-parse",
+            "--absolute-git-dir",
+            "--show-toplevel",
+            "--show-prefix",
+        ]);
+        let out = probe.stderr(Stdio::null()).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8(out.stdout).ok()?;
+        let mut lines = text.lines();
+        let git_dir = PathBuf::from(lines.next()?);
+        let work_tree = PathBuf::from(lines.next()?);
+        let prefix = lines.next().unwrap_or("").to_owned();
+        let scratch = PrivateDir::new("coder-ledger").ok()?;
+        std::fs::create_dir(scratch.path().join("objects")).ok()?;
+        let mut repo = GitRepo {
+            program,
+            git_dir,
+            work_tree,
+            workspace: workspace.to_path_buf(),
+            prefix,
+            filter_overrides: Vec::new(),
+            scratch,
+        };
+        repo.filter_overrides = repo.filter_drivers().ok()?;
+        // Start from a copy of the user's index: its stat data spares hashing every file.
+        let _ = std::fs::copy(repo.git_dir.join("index"), repo.index());
+        Some(repo)
+    }
+
+    fn index(&self) -> PathBuf {
+        self.scratch.path().join("index")
+    }
+
+    /// The `-c` settings that neutralise every filter driver the config defines.
+    fn filter_drivers(&self) -> Result<Vec<String>, GitError> {
+        let mut cmd = self.command();
+        cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
+        // Exit 1 means "no such key": no driver.
+        let out = cmd.stderr(Stdio::null()).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut drivers: Vec<&str> = text
+            .lines()
+            .filter_map(|key| key.strip_prefix("filter."))
+            .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name))
+            .collect();
+        drivers.sort_unstable();
+        drivers.dedup();
+        Ok(drivers
+            .iter()
+            .flat_map(|name| {
+                [
+                    format!("filter.{name}.clean="),
+                    format!("filter.{name}.smudge="),
+                    format!("filter.{name}.process="),
+                    format!("filter.{name}.required=false"),
+                ]
+            })
+            .collect())
+    }
+
+    /// A git command on this repository with every safety setting applied.
+    fn command(&self) -> Command {
+        let mut cmd = base_command(&self.program, &self.workspace);
+        for setting in &self.filter_overrides {
+            cmd.arg("-c").arg(setting);
+        }
+        let mut git_dir = OsString::from("--git-dir=");
+        git_dir.push(&self.git_dir);
+        let mut work_tree = OsString::from("--work-tree=");
+        work_tree.push(&self.work_tree);
+        cmd.arg(git_dir).arg(work_tree);
+        cmd.env("GIT_INDEX_FILE", self.index())
+            .env("GIT_OBJECT_DIRECTORY", self.scratch.path().join("objects"))
+            .env(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                self.git_dir.join("objects"),
+            );
+        cmd
+    }
+
+    /// The workspace's content now, as a tree id (`.gitignore` applies).
+    pub fn snapshot(&self) -> Result<String, GitError> {
+        self.snapshot_excluding(&[])
+    }
+
+    /// The same, leaving out `exclude` (paths relative to the workspace).
+    pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<String, GitError> {
+        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
+        args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let added = self.run("add", &args);
+        if added.is_err() {
+            // A copied index git cannot use (a split index, a newer format): start afresh.
+            let _ = std::fs::remove_file(self.index());
+            self.run("add", &args)?;
+        }
+        let tree = self.run("write-tree", &["write-tree"])?;
+        Ok(String::from_utf8_lossy(&tree).trim().to_owned())
+    }
+
+    /// `git diff-tree` between two trees, limited to (and relative to) the workspace.
+    fn diff_tree(&self, format: &[&str], before: &str, after: &str) -> Command {
+        let mut cmd = self.command();
+        cmd.args([
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-color",
+        ]);
+        if !self.prefix.is_empty() {
+            cmd.arg(format!("--relative={}", self.prefix));
+        }
+        cmd.args(format).args([before, after]);
+        cmd
+    }
+
+    /// `(status letter, path)` of every changed file.
+    pub fn name_status(&self, before: &str, after: &str) -> Result<Vec<(u8, Vec<u8>)>, GitError> {
+        let out = output(
+            "diff-tree",
+            self.diff_tree(&["--name-status"], before, after),
+        )?;
+        let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
+        let mut list = Vec::new();
+        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+            list.push((status.first().copied().unwrap_or(b'M'), path.to_vec()));
+        }
+        Ok(list)
+    }
+
+    /// `path -> (added, removed)` line counts; `None` for binary files.
+    pub fn numstat(&self, before: &str, after: &str) -> Result<Vec<NumStat>, GitError> {
+        let out = output("diff-tree", self.diff_tree(&["--numstat"], before, after))?;
+        let mut list = Vec::new();
+        for record in out.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+            let mut parts = record.splitn(3, |b| *b == b'\t');
+            let (Some(added), Some(removed), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let number = |n: &[u8]| std::str::from_utf8(n).ok()?.parse::<u64>().ok();
+            let counts = number(added).zip(number(removed));
+            list.push((path.to_vec(), counts));
+        }
+        Ok(list)
+    }
+
+    /// The unified diff between two trees: at most `cap` bytes kept, and the full size.
+    pub fn patch(&self, before: &str, after: &str, cap: usize) -> Result<(Vec<u8>, u64), GitError> {
+        let mut cmd = self.diff_tree(&["-p"], before, after);
+        // `-z` only changes the raw formats; patches keep their usual quoting.
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let mut kept = Vec::new();
+        let mut total: u64 = 0;
+        if let Some(mut stdout) = child.stdout.take() {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match stdout.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                total += n as u64;
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+        let status = child.wait()?;
+        if !status.success() {
+            return Err(GitError::Failed {
+                what: "diff-tree -p",
+                stderr: format!("exit status {status}"),
+            });
+        }
+        Ok((kept, total))
+    }
+
+    fn run(&self, what: &'static str, args: &[&str]) -> Result<Vec<u8>, GitError> {
+        let mut cmd = self.command();
+        cmd.args(args);
+        output(what, cmd)
+    }
+}
+
+/// `git` with a cleared environment, no system or global config, and the settings that
+/// run programs overridden; the repository is found from `cwd` only when the caller
+/// passes no `--git-dir`.
+fn base_command(program: &Path, cwd: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(cwd)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .env("HOME", "/nonexistent")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_PAGER", "cat")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env("GIT_NO_LAZY_FETCH", "1")
+        .stdin(Stdio::null());
+    for setting in [
+        "core.fsmonitor=false",
+        "core.hooksPath=/dev/null",
+        "core.attributesFile=/dev/null",
+        "core.untrackedCache=false",
+        "core.splitIndex=false",
+        "core.sparseCheckout=false",
+        "diff.external=",
+        "protocol.allow=never",
+    ] {
+        cmd.arg("-c").arg(setting);
+    }
+    cmd
+}
+
+fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
+    let out = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output()?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(GitError::Failed {
+            what,
+            stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! `--verify CMD`: a deterministic check of the agent's work, run by coder (DESIGN §8).
+//!
+//! The command runs as `sh -c CMD` in the workspace under the run's own sandbox: the same
+//! policy, helper and egress proxy as the agent (it is the agent's code being run), with
+//! the credentials of the child's environment removed. Each check is bounded: after
+//! `--verify-timeout` the whole process tree is stopped (SIGTERM, a grace, SIGKILL) and
+//! the check counts as failed; its output is read concurrently and only the last
+//! [`TAIL_BYTES`] are kept (the envelope shows the last [`TAIL_LINES`] lines of them).
+//! Anything the command leaves running after it exits is stopped too.
+//!
+//! The checks are compared into a [`VerdictKind`]: the baseline (before the agent, unless
+//! skipped) against the final check (after the agent and any repair turns).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::AsyncReadExt;
+
+use crate::pipeline::child::ChildSpec;
+use crate::supervise::CancelSignals;
+use crate::supervise::signals::signal_name;
+use crate::supervise::tree::stop_tree;
+use crate::text::Secrets;
+
+/// Bytes of a check's output kept (the end of it).
+pub const TAIL_BYTES: usize = 64 * 1024;
+/// Lines of that tail shown in the envelope.
+pub const TAIL_LINES: usize = 40;
+/// Characters of one tail line shown in the envelope.
+const LINE_CHARS: usize = 500;
+/// How long the pipes may stay open after the command exited (a background process
+/// holding them) before the rest of its tree is stopped.
+const DRAIN: Duration = Duration::from_millis(300);
+
+/// One run of the check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// `null` when it was killed (timeout, signal) or could not start.
+    pub exit_code: Option<i32>,
+    pub passed: bool,
+    pub duration_ms: u64,
+    /// The last lines of its output (stdout and stderr, as they came).
+    pub tail: Vec<String>,
+    /// Stopped at `--verify-timeout`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// Bytes of output in all (only the tail is kept).
+    pub output_bytes: u64,
+    /// Could not be started: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Not serialised: the kept tail, for the repair prompt and the transcript.
+    #[serde(skip)]
+    pub tail_text: String,
+}
+
+/// `passed | fixed | still_failing | regressed | not_run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// The final check passed, and so did the baseline (or there was none).
+    Passed,
+    /// The final check passed where the baseline failed.
+    Fixed,
+    /// The final check failed, as did the baseline (or there was none).
+    StillFailing,
+    /// The final check failed where the baseline passed.
+    Regressed,
+    /// No final check: the agent's run itself failed.
+    NotRun,
+}
+
+impl VerdictKind {
+    pub fn of(baseline: Option<&Check>, final_check: Option<&Check>) -> VerdictKind {
+        let Some(final_check) = final_check else {
+            return VerdictKind::NotRun;
+        };
+        match (baseline.map(|b| b.passed), final_check.passed) {
+            (Some(false), true) => VerdictKind::Fixed,
+            (_, true) => VerdictKind::Passed,
+            (Some(true), false) => VerdictKind::Regressed,
+            (_, false) => VerdictKind::StillFailing,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::Passed => "passed",
+            VerdictKind::Fixed => "fixed",
+            VerdictKind::StillFailing => "still_failing",
+            VerdictKind::Regressed => "regressed",
+            VerdictKind::NotRun => "not_run",
+        }
+    }
+}
+
+/// The envelope's `verification`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verification {
+    pub command: String,
+    /// `null` with `--no-verify-baseline`.
+    pub baseline: Option<Check>,
+    /// The check right after the agent, when repair turns followed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_agent: Option<Check>,
+    #[serde(rename = "final")]
+    pub final_check: Option<Check>,
+    pub verdict: VerdictKind,
+    /// Repair turns used.
+    pub repair_turns: u32,
+}
+
+impl Verification {
+    pub fn redact(&mut self, secrets: &Secrets) {
+        secrets.redact_string(&mut self.command);
+        for check in [
+            &mut self.baseline,
+            &mut self.after_agent,
+            &mut self.final_check,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            check.tail.iter_mut().for_each(|l| secrets.redact_string(l));
+            secrets.redact_string(&mut check.tail_text);
+            if let Some(error) = check.error.as_mut() {
+                secrets.redact_string(error);
+            }
+        }
+    }
+}
+
+/// How a check ended, besides its result.
+pub enum CheckEnd {
+    Done(Check),
+    /// coder got this signal while the check ran (its tree is stopped).
+    Cancelled(Check, i32),
+}
+
+/// The child spec of `sh -c command` in `base`'s workspace, with `base`'s confinement
+/// and environment minus credentials.
+pub fn check_spec(command: &str, base: &ChildSpec) -> ChildSpec {
+    let mut env: Vec<_> = base
+        .env
+        .iter()
+        .filter(|(k, _)| !crate::text::is_secret_name(k))
+        .cloned()
+        .collect();
+    env.retain(|(k, _)| k != "IS_SANDBOX");
+    ChildSpec {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), command.into()],
+        env,
+        cwd: base.cwd.clone(),
+        stdin: Vec::new(),
+        policy: base.policy.clone(),
+        egress: base.egress.clone(),
+    }
+}
+
+/// The kept end of a stream of output.
+#[derive(Default)]
+struct Tail {
+    bytes: std::collections::VecDeque<u8>,
+    total: u64,
+}
+
+impl Tail {
+    fn push(&mut self, chunk: &[u8]) {
+        self.total += chunk.len() as u64;
+        self.bytes.extend(chunk);
+        let excess = self.bytes.len().saturating_sub(TAIL_BYTES);
+        self.bytes.drain(..excess);
+    }
+}
+
+/// Runs one check of `spec`, stopped after `limit`; `grace` between SIGTERM and SIGKILL.
+pub async fn run_check(
+    spec: &ChildSpec,
+    limit: Duration,
+    grace: Duration,
+    signals: &mut CancelSignals,
+) -> CheckEnd {
+    let started = Instant::now();
+    let tail = Arc::new(Mutex::new(Tail::default()));
+    let spawned = match crate::supervise::spawn::spawn(spec, None).await {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            return CheckEnd::Done(Check {
+                exit_code: None,
+                passed: false,
+                duration_ms: started.elapsed().as_millis() as u64,
+                tail: Vec::new(),
+                timed_out: false,
+                signal: None,
+                output_bytes: 0,
+                error: Some(format!("the check could not be started: {e}")),
+                tail_text: String::new(),
+            });
+        }
+    };
+    let crate::supervise::spawn::Spawned {
+        mut child,
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    } = spawned;
+    drop(stdin);
+    let readers = [
+        tokio::spawn(read_into(stdout, tail.clone())),
+        tokio::spawn(read_into(stderr, tail.clone())),
+    ];
+    enum Stop {
+        Exited(std::io::Result<std::process::ExitStatus>),
+        TimedOut,
+        Signal(i32),
+    }
+    let stop = tokio::select! {
+        status = child.wait() => Stop::Exited(status),
+        _ = tokio::time::sleep(limit) => Stop::TimedOut,
+        signo = signals.recv() => Stop::Signal(signo),
+    };
+    if matches!(stop, Stop::Exited(_)) {
+        // Give the pipes a moment to deliver what the command wrote before it exited.
+        let _ = tokio::time::timeout(DRAIN, async {
+            for reader in &readers {
+                while !reader.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+        .await;
+    }
+    // Whatever is left of the tree (a timed-out command, a background process) goes.
+    stop_tree(Some(pid), grace).await;
+    let status = match stop {
+        Stop::Exited(ref status) => status.as_ref().ok().copied(),
+        _ => child.wait().await.ok(),
+    };
+    for reader in readers {
+        let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+    }
+    let (text, total) = {
+        let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
+        (String::from_utf8_lossy(&bytes).into_owned(), tail.total)
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let timed_out = matches!(stop, Stop::TimedOut);
+    let exit_code = if timed_out {
+        None
+    } else {
+        status.and_then(|s| s.code())
+    };
+    let check = Check {
+        exit_code,
+        passed: exit_code == Some(0),
+        duration_ms: started.elapsed().as_millis() as u64,
+        tail: tail_lines(&text),
+        timed_out,
+        signal: status.and_then(|s| s.signal()).map(signal_name),
+        output_bytes: total,
+        error: timed_out.then(|| {
+            format!(
+                "stopped after {:.1} s (--verify-timeout)",
+                limit.as_secs_f64()
+            )
+        }),
+        tail_text: text,
+    };
+    match stop {
+        Stop::Signal(signo) => CheckEnd::Cancelled(check, signo),
+        _ => CheckEnd::Done(check),
+    }
+}
+
+async fn read_into<R: tokio::io::AsyncRead + Unpin>(mut pipe: R, tail: Arc<Mutex<Tail>>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => tail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(&buf[..n]),
+        }
+    }
+}
+
+/// The last [`TAIL_LINES`] lines of `text`, each cut to a readable length.
+pub fn tail_lines(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(TAIL_LINES);
+    lines[from..]
+        .iter()
+        .map(|l| crate::text::one_line(l, LINE_CHARS))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(passed: bool) -> Check {
+        Check {
+            exit_code: Some(if passed { 0 } else { 1 }),
+            passed,
+            duration_ms: 1,
+            tail: Vec::new(),
+            timed_out: false,
+            signal: None,
+            output_bytes: 0,
+            error: None,
+            tail_text: String::new(),
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let (ok, bad) = (check(true), check(false));
+        assert_eq!(VerdictKind::of(Some(&ok), Some(&ok)), VerdictKind::Passed);
+        assert_eq!(VerdictKind::of(Some(&bad), Some(&ok)), VerdictKind::Fixed);
+        assert_eq!(
+            VerdictKind::of(Some(&bad), Some(&bad)),
+            VerdictKind::StillFailing
+        );
+        assert_eq!(
+            VerdictKind::of(Some(&ok), Some(&bad)),
+            VerdictKind::Regressed
+        );
+        assert_eq!(VerdictKind::of(None, Some(&bad)), VerdictKind::StillFailing);
+        assert_eq!(VerdictKind::of(None, Some(&ok)), VerdictKind::Passed);
+        assert_eq!(VerdictKind::of(Some(&ok), None), VerdictKind::NotRun);
+    }
+
+    #[test]
+    fn the_tail_keeps_the_end() {
+        let mut tail = Tail::default();
+        for _ in 0..100 {
+            tail.push(&[b'x'; 1024]);
+        }
+        tail.push(b"end");
+        assert_eq!(tail.bytes.len(), TAIL_BYTES);
+        assert_eq!(tail.total, 100 * 1024 + 3);
+        let text = (0..100).map(|i| format!("l{i}\n")).collect::<String>();
+        let lines = tail_lines(&text);
+        assert_eq!(lines.len(), TAIL_LINES);
+        assert_eq!(lines.last().unwrap(), "l99");
+    }
+}

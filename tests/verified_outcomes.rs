@@ -1,0 +1,561 @@
+//! Verified outcomes (DESIGN §8) end to end: the built `coder`, the real `claude` CLI and
+//! coder's replay backend. The change ledger (git and plain workspaces, the user's index
+//! untouched), each `--verify` verdict with repair turns, both fallback triggers and
+//! `--scope`. Faults of the check itself (a hang, a flood) and bad input run against the
+//! fake child, which needs no CLI.
+//!
+//! The CLI comes from `CODER_TEST_CLAUDE_BIN`, else the project-local install; without it
+//! the CLI tests skip loudly, except under CI, where they fail.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Coder, Fake, real_claude};
+use serde_json::{Value, json};
+
+struct Scene {
+    fake: Fake,
+    claude: PathBuf,
+    config: PathBuf,
+}
+
+impl Scene {
+    fn new(cassette: &str) -> Option<Scene> {
+        let claude = real_claude()?;
+        let fake = Fake::new(json!([]));
+        let config = fake.root().join("coder.toml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/cassettes")
+            .join(cassette);
+        std::fs::write(
+            &config,
+            format!(
+                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = 0\n",
+                path.display().to_string()
+            ),
+        )
+        .unwrap();
+        Some(Scene {
+            fake,
+            claude,
+            config,
+        })
+    }
+
+    fn coder(&self) -> Coder {
+        self.fake
+            .coder()
+            .claude_bin(self.claude.clone())
+            .arg("--config")
+            .arg(self.config.clone())
+            .args(["--backend", "e2e"])
+            .deadline(Duration::from_secs(120))
+    }
+
+    fn ws(&self) -> &Path {
+        self.fake.workspace()
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.ws().join(name), text).unwrap();
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    out.stdout
+}
+
+/// `(path, status, added, removed)` of every listed change.
+fn files(envelope: &Value) -> Vec<(String, String, u64, u64)> {
+    envelope["changes"]["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no changes.files: {envelope}"))
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["status"].as_str().unwrap().to_owned(),
+                f["lines_added"].as_u64().unwrap(),
+                f["lines_removed"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn expected_ledger() -> Vec<(String, String, u64, u64)> {
+    [
+        ("gone.txt", "deleted", 0, 2),
+        ("keep.txt", "modified", 1, 1),
+        ("new.txt", "added", 2, 0),
+    ]
+    .into_iter()
+    .map(|(p, s, a, r)| (p.to_owned(), s.to_owned(), a, r))
+    .collect()
+}
+
+#[test]
+fn the_ledger_of_a_plain_directory() {
+    let Some(scene) = Scene::new("ledger.json") else {
+        return;
+    };
+    scene.write("keep.txt", "first\nold\n");
+    scene.write("gone.txt", "a\nb\n");
+    let out = scene.coder().args(["--return-diff", "change things"]).run();
+    out.assert_success("Added, edited and deleted.");
+    assert_eq!(files(&out.envelope), expected_ledger(), "{}", out.explain());
+    let changes = &out.envelope["changes"];
+    assert_eq!(changes["files_changed"], 3);
+    assert_eq!(changes["lines_added"], 3);
+    assert_eq!(changes["lines_removed"], 3);
+    assert_eq!(changes["truncated"], false);
+    let diff = out.envelope["diff"]["unified"].as_str().unwrap();
+    assert!(diff.contains("+new\n") && diff.contains("-old\n"), "{diff}");
+}
+
+#[test]
+fn the_ledger_of_a_git_repo_leaves_the_users_index_alone() {
+    let Some(scene) = Scene::new("ledger.json") else {
+        return;
+    };
+    let ws = scene.ws();
+    scene.write("keep.txt", "first\nold\n");
+    scene.write("gone.txt", "a\nb\n");
+    scene.write(".gitignore", "ignored.log\n");
+    git(ws, &["init", "-q"]);
+    git(ws, &["add", "keep.txt", "gone.txt", ".gitignore"]);
+    git(ws, &["commit", "-qm", "base"]);
+    // Something staged, and an ignored file: both must stay as they are.
+    scene.write("staged.txt", "s\n");
+    git(ws, &["add", "staged.txt"]);
+    scene.write("ignored.log", "noise\n");
+    let index_before = std::fs::read(ws.join(".git/index")).unwrap();
+    let cached_before = git(ws, &["diff", "--cached", "--name-status"]);
+
+    let out = scene.coder().args(["--return-diff", "change things"]).run();
+    out.assert_success("Added, edited and deleted.");
+    assert_eq!(files(&out.envelope), expected_ledger(), "{}", out.explain());
+    let diff = out.envelope["diff"]["unified"].as_str().unwrap();
+    assert!(diff.contains("diff --git a/keep.txt b/keep.txt"), "{diff}");
+    assert_eq!(std::fs::read(ws.join(".git/index")).unwrap(), index_before);
+    assert_eq!(
+        git(ws, &["diff", "--cached", "--name-status"]),
+        cached_before
+    );
+    // No object was added to the user's repository either.
+    let count = String::from_utf8(git(ws, &["count-objects"])).unwrap();
+    assert!(count.starts_with("0 objects") || !count.is_empty());
+}
+
+#[test]
+fn the_ledger_is_in_failures_too() {
+    let Some(scene) = Scene::new("ledger.json") else {
+        return;
+    };
+    scene.write("keep.txt", "first\nold\n");
+    scene.write("gone.txt", "a\nb\n");
+    // The CLI stops at its turn limit after the first tool call: new.txt exists.
+    let out = scene
+        .coder()
+        .args(["--max-turns", "1", "change things"])
+        .run();
+    out.assert_failure("max_turns", 1);
+    let listed = files(&out.envelope);
+    assert!(
+        listed
+            .iter()
+            .any(|(p, s, _, _)| p == "new.txt" && s == "added"),
+        "{}",
+        out.explain()
+    );
+}
+
+fn verification(out: &common::Outcome) -> &Value {
+    &out.envelope["verification"]
+}
+
+#[test]
+fn verify_fixed_by_a_repair_turn() {
+    let Some(scene) = Scene::new("verify_repair.json") else {
+        return;
+    };
+    let out = scene
+        .coder()
+        .args(["--verify", "grep -q fixed ok.txt", "write ok.txt"])
+        .run();
+    out.assert_success("Fixed ok.txt.");
+    let v = verification(&out);
+    assert_eq!(v["verdict"], "fixed", "{}", out.explain());
+    assert_eq!(v["repair_turns"], 1);
+    assert_eq!(v["baseline"]["passed"], false);
+    assert_eq!(v["after_agent"]["passed"], false);
+    assert_eq!(v["final"]["exit_code"], 0);
+    assert_eq!(
+        std::fs::read_to_string(scene.ws().join("ok.txt")).unwrap(),
+        "fixed\n"
+    );
+}
+
+#[test]
+fn verify_still_failing_without_repair_is_verify_failed() {
+    let Some(scene) = Scene::new("verify_repair.json") else {
+        return;
+    };
+    let out = scene
+        .coder()
+        .args([
+            "--verify",
+            "echo checking; grep -q fixed ok.txt",
+            "--repair-turns",
+            "0",
+            "write ok.txt",
+        ])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    assert_eq!(detail["exit_code"], 1);
+    let v = verification(&out);
+    assert_eq!(v["verdict"], "still_failing", "{}", out.explain());
+    assert_eq!(v["repair_turns"], 0);
+    assert_eq!(v["final"]["tail"], json!(["checking"]));
+    // The result of the agent is kept, and so are the changes.
+    assert_eq!(out.envelope["result"], "Wrote ok.txt.");
+    assert_eq!(out.envelope["changes"]["files_changed"], 1);
+}
+
+#[test]
+fn verify_regressed_and_passed() {
+    let Some(scene) = Scene::new("verify_repair.json") else {
+        return;
+    };
+    let out = scene
+        .coder()
+        .args([
+            "--verify",
+            "! grep -q broken ok.txt 2>/dev/null",
+            "--repair-turns",
+            "0",
+            "write ok.txt",
+        ])
+        .run();
+    out.assert_failure("verify_failed", 3);
+    assert_eq!(
+        verification(&out)["verdict"],
+        "regressed",
+        "{}",
+        out.explain()
+    );
+
+    let Some(scene) = Scene::new("verify_repair.json") else {
+        return;
+    };
+    let out = scene
+        .coder()
+        .args(["--verify", "test -d .", "write ok.txt"])
+        .run();
+    out.assert_success("Wrote ok.txt.");
+    let v = verification(&out);
+    assert_eq!(v["verdict"], "passed", "{}", out.explain());
+    assert_eq!(v["repair_turns"], 0);
+    assert_eq!(v["baseline"]["passed"], true);
+}
+
+#[test]
+fn verify_runs_inside_the_sandbox() {
+    let Some(scene) = Scene::new("verify_repair.json") else {
+        return;
+    };
+    // A check that writes outside the workspace is refused by the run's sandbox.
+    let outside = scene.fake.root().join("outside-verify.txt");
+    let command = format!("echo x > {} && echo wrote", outside.display());
+    let out = scene
+        .coder()
+        .args([
+            "--verify",
+            &command,
+            "--no-verify-baseline",
+            "--repair-turns",
+            "0",
+            "write ok.txt",
+        ])
+        .run();
+    out.assert_failure("verify_failed", 3);
+    assert!(!outside.exists(), "the check wrote outside the workspace");
+    assert!(verification(&out)["baseline"].is_null());
+}
+
+#[test]
+fn fallback_after_a_failed_edit() {
+    let Some(scene) = Scene::new("edit_fails.json") else {
+        return;
+    };
+    scene.write("a.txt", "alpha\n");
+    let out = scene.coder().args(["update a.txt"]).run();
+    out.assert_success("Wrote a.txt.");
+    let fallback = &out.envelope["fallback"];
+    assert_eq!(fallback["trigger"], "edit_failed", "{}", out.explain());
+    assert_eq!(fallback["files"], json!(["a.txt"]));
+    assert_eq!(fallback["applied"], true);
+    assert_eq!(
+        files(&out.envelope),
+        vec![("a.txt".into(), "modified".into(), 1, 0)]
+    );
+}
+
+#[test]
+fn fallback_after_a_diff_in_the_answer() {
+    let Some(scene) = Scene::new("diff_answer.json") else {
+        return;
+    };
+    scene.write("b.txt", "old\n");
+    let out = scene.coder().args(["update b.txt"]).run();
+    out.assert_success("Wrote b.txt.");
+    let fallback = &out.envelope["fallback"];
+    assert_eq!(fallback["trigger"], "diff_in_answer", "{}", out.explain());
+    assert_eq!(fallback["files"], json!(["b.txt"]));
+    assert_eq!(fallback["applied"], true);
+    assert_eq!(
+        std::fs::read_to_string(scene.ws().join("b.txt")).unwrap(),
+        "new\n"
+    );
+}
+
+#[test]
+fn no_fallback_in_a_read_only_sandbox() {
+    let Some(scene) = Scene::new("diff_answer.json") else {
+        return;
+    };
+    scene.write("b.txt", "old\n");
+    let out = scene
+        .coder()
+        .args(["--sandbox", "read-only", "update b.txt"])
+        .run();
+    assert!(out.envelope.get("fallback").is_none(), "{}", out.explain());
+}
+
+#[test]
+fn a_change_outside_the_scope_is_a_scope_violation() {
+    let Some(scene) = Scene::new("ledger.json") else {
+        return;
+    };
+    scene.write("keep.txt", "first\nold\n");
+    scene.write("gone.txt", "a\nb\n");
+    let out = scene
+        .coder()
+        .args(["--scope", "keep.txt", "--scope", "new.*", "change things"])
+        .run();
+    let detail = out.assert_failure("scope_violation", 4);
+    assert_eq!(
+        detail["out_of_scope"],
+        json!(["gone.txt"]),
+        "{}",
+        out.explain()
+    );
+    // Nothing is reverted.
+    assert!(!scene.ws().join("gone.txt").exists());
+}
+
+// ---- Faults and bad input: the fake child, no CLI needed. ----
+
+fn fake_success() -> Fake {
+    Fake::new(json!(common::steps::answer("done")))
+}
+
+#[test]
+fn a_hanging_check_is_stopped_at_its_limit() {
+    let fake = fake_success();
+    let started = Instant::now();
+    let out = fake
+        .coder()
+        .args([
+            "--verify",
+            "sleep 300 & sleep 300",
+            "--verify-timeout",
+            "1",
+            "--no-verify-baseline",
+            "--kill-grace",
+            "0.2",
+            "task",
+        ])
+        .run();
+    out.assert_failure("verify_failed", 3);
+    let final_check = &out.envelope["verification"]["final"];
+    assert_eq!(final_check["timed_out"], true, "{}", out.explain());
+    assert!(final_check["exit_code"].is_null());
+    assert!(started.elapsed() < Duration::from_secs(30));
+    common::assert_no_process_left(fake.marker());
+}
+
+#[test]
+fn a_flooding_check_is_capped() {
+    let fake = fake_success();
+    let out = fake
+        .coder()
+        .args([
+            "--verify",
+            "yes line | head -c 20000000; exit 1",
+            "--no-verify-baseline",
+            "--repair-turns",
+            "0",
+            "task",
+        ])
+        .run();
+    out.assert_failure("verify_failed", 3);
+    let final_check = &out.envelope["verification"]["final"];
+    // 20 MB from `yes`, and perhaps its "Broken pipe" on stderr.
+    let bytes = final_check["output_bytes"].as_u64().unwrap();
+    assert!(
+        (20_000_000..20_001_000).contains(&bytes),
+        "{}",
+        out.explain()
+    );
+    assert!(final_check["tail"].as_array().unwrap().len() <= 40);
+    assert!(
+        out.stdout.len() < 200_000,
+        "envelope of {} bytes",
+        out.stdout.len()
+    );
+}
+
+#[test]
+fn bad_outcome_flags_are_config_errors() {
+    let fake = fake_success();
+    for (args, needle) in [
+        (vec!["--verify", ""], "--verify is empty"),
+        (
+            vec!["--verify", "true", "--repair-turns", "-1"],
+            "--repair-turns",
+        ),
+        (
+            vec!["--verify", "true", "--repair-turns", "abc"],
+            "--repair-turns",
+        ),
+        (vec!["--scope", "src/[a"], "--scope"),
+        (
+            vec!["--verify", "true", "--verify-timeout", "0"],
+            "--verify-timeout",
+        ),
+    ] {
+        let out = fake.coder().args(args.clone()).arg("task").run();
+        let detail = out.assert_failure("config_error", 78);
+        assert!(
+            detail["message"].as_str().unwrap().contains(needle),
+            "{args:?}: {}",
+            out.explain()
+        );
+    }
+}
+
+#[test]
+fn a_plain_workspace_of_100k_files_is_bounded() {
+    let fake = fake_success();
+    let ws = fake.workspace();
+    for d in 0..101 {
+        let dir = ws.join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..1000 {
+            std::fs::write(dir.join(format!("f{f}")), "x\n").unwrap();
+        }
+    }
+    let started = Instant::now();
+    let out = fake
+        .coder()
+        .deadline(Duration::from_secs(120))
+        .arg("task")
+        .run();
+    out.assert_success("done");
+    assert_eq!(
+        out.envelope["changes"]["truncated"],
+        true,
+        "{}",
+        out.explain()
+    );
+    // The fake child's own record is its only change.
+    let listed = files(&out.envelope);
+    assert!(
+        listed
+            .iter()
+            .all(|(p, _, _, _)| p.starts_with(".fake-claude/")),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A repository whose config runs programs (fsmonitor, a clean filter named by an in-tree
+/// `.gitattributes`, an include of a file in the work tree): plain git runs them; coder's
+/// ledger must not.
+#[test]
+fn the_ledger_runs_nothing_from_a_hostile_repo() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let ws = std::fs::canonicalize(&ws).unwrap();
+    git(&ws, &["init", "-q"]);
+    let marker = dir.path().join("ran");
+    let script = dir.path().join("evil.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$0 $*\" >> {}\ncat\n", marker.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = script.display().to_string();
+    git(&ws, &["config", "core.fsmonitor", &s]);
+    git(&ws, &["config", "filter.evil.clean", &s]);
+    git(&ws, &["config", "filter.evil.required", "true"]);
+    // A config include from the work tree: the agent could write it.
+    std::fs::write(
+        ws.join("inc.cfg"),
+        format!("[filter \"other\"]\n\tprocess = {s}\n"),
+    )
+    .unwrap();
+    git(&ws, &["config", "include.path", "../inc.cfg"]);
+    std::fs::write(
+        ws.join(".gitattributes"),
+        "*.txt filter=evil\n*.md filter=other\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    std::fs::write(ws.join("b.md"), "two\n").unwrap();
+
+    let ledger = coder::workspace::Ledger::before(&ws);
+    assert_eq!(ledger.method(), "git");
+    std::fs::write(ws.join("a.txt"), "one\nmore\n").unwrap();
+    std::fs::write(ws.join("c.md"), "three\n").unwrap();
+    let (changes, _) = ledger.changes(true, &[]).unwrap();
+    assert!(
+        !marker.exists(),
+        "the ledger ran a program of the repo's config"
+    );
+    let listed: Vec<(&str, u64)> = changes
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.lines_added))
+        .collect();
+    assert_eq!(listed, vec![("a.txt", 1), ("c.md", 1)]);
+
+    // The attack is real: the same repository run by plain git runs the programs.
+    Command::new("git")
+        .args(["add", "-A"])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert!(
+        marker.exists(),
+        "plain git did not run the planted programs"
+    );
+}
