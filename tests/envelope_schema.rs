@@ -169,6 +169,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         session_poisoned: Some(false),
         retry_refused: Some("why".into()),
         resume_hint: Some("how".into()),
+        out_of_scope: Some(vec!["src/elsewhere.rs".into()]),
         hint: Some("hint".into()),
         ..ErrorDetail::default()
     };
@@ -250,6 +251,25 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
     full.attempts = vec![attempt];
     full.transcript = Some("t".into());
     full.warnings = vec!["w".into()];
+    full.changes = Some(coder::workspace::Changes::default());
+    full.diff = Some(coder::workspace::DiffText {
+        unified: String::new(),
+        bytes: 0,
+        truncated: false,
+    });
+    full.verification = Some(coder::workspace::verify::Verification {
+        command: "make test".into(),
+        baseline: None,
+        after_agent: None,
+        final_check: None,
+        verdict: coder::workspace::verify::VerdictKind::Passed,
+        repair_turns: 0,
+    });
+    full.fallback = Some(coder::pipeline::fallback::Fallback {
+        trigger: coder::pipeline::fallback::Trigger::EditFailed,
+        files: Vec::new(),
+        applied: false,
+    });
     let mut minimal = Envelope::success(None, "r".into());
     minimal.result = None;
     assert_schema_matches(

@@ -545,8 +545,14 @@ mod tests {
             }
             seen.extend(got);
         }
-        // Decided before or outside an attempt: argument/config checks, coder's own panics.
-        let elsewhere = [ErrorKind::ConfigError, ErrorKind::UnexpectedException];
+        // Decided before or outside an attempt: argument/config checks, coder's own panics,
+        // and the verdicts on what the finished run changed (workspace checks after it).
+        let elsewhere = [
+            ErrorKind::ConfigError,
+            ErrorKind::UnexpectedException,
+            ErrorKind::VerifyFailed,
+            ErrorKind::ScopeViolation,
+        ];
         for kind in ErrorKind::ALL {
             assert_eq!(
                 seen.contains(&kind),

@@ -1190,7 +1190,7 @@ impl PreparedRun {
                     json!({"turn": repairs, "exit_code": check.exit_code}),
                 ));
                 let repair = RunRequest {
-                    prompt,
+                    prompt: prompt.into(),
                     session,
                     ..request.clone()
                 };
@@ -1296,7 +1296,7 @@ impl PreparedRun {
         };
         journal.note(Note::Fallback(json!({"trigger": trigger, "files": files})));
         let turn = RunRequest {
-            prompt: fallback::prompt(trigger, &files),
+            prompt: fallback::prompt(trigger, &files).into(),
             session,
             max_turns: turns_left,
             ..request.clone()

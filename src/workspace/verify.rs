@@ -155,7 +155,7 @@ pub fn check_spec(command: &str, base: &ChildSpec) -> ChildSpec {
         args: vec!["-c".into(), command.into()],
         env,
         cwd: base.cwd.clone(),
-        stdin: Vec::new(),
+        stdin: "".into(),
         policy: base.policy.clone(),
         egress: base.egress.clone(),
     }
