@@ -20,3 +20,4 @@ pub mod sandbox;
 pub mod stream;
 pub mod supervise;
 pub mod text;
+pub mod workspace;
