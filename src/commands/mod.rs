@@ -4,6 +4,7 @@
 
 pub mod doctor;
 pub mod fs;
+pub mod mcp;
 pub mod prompt;
 pub mod replay;
 pub mod run;
