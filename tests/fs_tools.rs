@@ -475,3 +475,169 @@ fn tree_is_bounded() {
     assert_eq!(c["name"], "c");
     assert!(c.get("children").is_none(), "depth 2 stops below b: {v}");
 }
+
+/// Runs `coder fs` as `nobody` (uid/gid 65534) when the tests run as root.
+fn fs_as_nobody(base: &Path, verb: &str, payload: Value) -> (i32, Value) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_coder"));
+    cmd.args(["fs", verb, "--base"])
+        .arg(base)
+        .arg(payload.to_string())
+        .env_remove("CODER_CONFIG")
+        .env("XDG_CONFIG_HOME", base.join(".no-xdg"));
+    // SAFETY: setgid/setuid are async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setgroups(&[]).map_err(std::io::Error::from)?;
+            nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).map_err(std::io::Error::from)?;
+            nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {text:?} {:?}", out.stderr));
+    (out.status.code().unwrap_or(-1), value)
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    if std::fs::symlink_metadata(path).unwrap().is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
+#[test]
+fn the_jail_holds_for_an_unprivileged_user() {
+    if !nix_is_root() {
+        eprintln!("*** this test already runs unprivileged: see the other tests ***");
+        return;
+    }
+    let (tmp, base) = workspace();
+    symlink(tmp.path().join("outside.txt"), base.join("out.txt")).unwrap();
+    std::fs::write(base.join("src/locked.txt"), "x").unwrap();
+    std::fs::set_permissions(
+        base.join("src/locked.txt"),
+        std::fs::Permissions::from_mode(0o000),
+    )
+    .unwrap();
+    chown_tree(tmp.path(), 65534);
+    let code = |verb: &str, payload: Value| {
+        let (exit, v) = fs_as_nobody(&base, verb, payload);
+        assert_eq!(exit, 1, "{v}");
+        v["code"].as_str().unwrap().to_string()
+    };
+    // The work itself succeeds as nobody.
+    let (exit, v) = fs_as_nobody(&base, "read-file", json!({"path": "src/a.txt"}));
+    assert_eq!(
+        (exit, v["content"].as_str()),
+        (0, Some("one\ntwo\nthree\n")),
+        "{v}"
+    );
+    let (exit, v) = fs_as_nobody(
+        &base,
+        "create-file",
+        json!({"path": "src/n.txt", "content": "n"}),
+    );
+    assert_eq!(exit, 0, "{v}");
+    // The attacks fail.
+    assert_eq!(code("read-file", json!({"path": ".env"})), "C211");
+    assert_eq!(code("read-file", json!({"path": "secrets/k"})), "C211");
+    assert_eq!(code("read-file", json!({"path": "../outside.txt"})), "C215");
+    assert_eq!(code("read-file", json!({"path": "out.txt"})), "C215");
+    assert_eq!(
+        code(
+            "create-file",
+            json!({"path": "out.txt", "content": "x", "overwrite": true})
+        ),
+        "C215"
+    );
+    // The OS refusing is C211 too (as root the mode would not stop the read).
+    assert_eq!(code("read-file", json!({"path": "src/locked.txt"})), "C211");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("outside.txt")).unwrap(),
+        "outside hunter2\n"
+    );
+}
+
+/// An agent running in the same tree swaps a folder for a symlink to the outside, again
+/// and again, while the tools read and write through it: the descriptor checks must keep
+/// every read and write inside the base.
+#[test]
+fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside() {
+    let (tmp, base) = workspace();
+    let outside = tmp.path().join("outdir");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("f.txt"), "outside hunter2\n").unwrap();
+    std::fs::create_dir(base.join("d")).unwrap();
+    std::fs::write(base.join("d/f.txt"), "inside\n").unwrap();
+    symlink(&outside, base.join("e")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let (d, e) = (
+            std::ffi::CString::new(base.join("d").into_os_string().into_encoded_bytes()).unwrap(),
+            std::ffi::CString::new(base.join("e").into_os_string().into_encoded_bytes()).unwrap(),
+        );
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: renameat2 with two valid NUL-terminated paths.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        d.as_ptr(),
+                        libc::AT_FDCWD,
+                        e.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(rc, 0);
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut inside_reads = 0;
+    for i in 0..150 {
+        let (code, v) = fs(&base, "read-file", json!({"path": "d/f.txt"}));
+        if code == 0 {
+            assert_eq!(v["content"], "inside\n", "read outside the base: {v}");
+            inside_reads += 1;
+        } else {
+            assert!(
+                ["C211", "C215", "C216"].contains(&v["code"].as_str().unwrap()),
+                "{v}"
+            );
+        }
+        let _ = fs(
+            &base,
+            "create-file",
+            json!({"path": format!("d/w{i}.txt"), "content": "x", "overwrite": true}),
+        );
+        if start.elapsed() > DEADLINE {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 100, "the race did not run: {swaps} swaps");
+    let planted: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "f.txt")
+        .collect();
+    assert!(
+        planted.is_empty(),
+        "files written outside the base: {planted:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("f.txt")).unwrap(),
+        "outside hunter2\n"
+    );
+    eprintln!("race: {inside_reads} reads inside, {swaps} swaps");
+}
