@@ -572,6 +572,10 @@ fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside(
     let outside = tmp.path().join("outdir");
     std::fs::create_dir(&outside).unwrap();
     std::fs::write(outside.join("f.txt"), "outside hunter2\n").unwrap();
+    const ROUNDS: usize = 150;
+    for i in 0..ROUNDS {
+        std::fs::write(outside.join(format!("w{i}.txt")), "victim\n").unwrap();
+    }
     std::fs::create_dir(base.join("d")).unwrap();
     std::fs::write(base.join("d/f.txt"), "inside\n").unwrap();
     symlink(&outside, base.join("e")).unwrap();
@@ -603,7 +607,7 @@ fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside(
     };
     let start = std::time::Instant::now();
     let mut inside_reads = 0;
-    for i in 0..150 {
+    for i in 0..ROUNDS {
         let (code, v) = fs(&base, "read-file", json!({"path": "d/f.txt"}));
         if code == 0 {
             assert_eq!(v["content"], "inside\n", "read outside the base: {v}");
@@ -614,11 +618,14 @@ fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside(
                 "{v}"
             );
         }
+        let name = format!("d/w{i}.txt");
         let _ = fs(
             &base,
             "create-file",
-            json!({"path": format!("d/w{i}.txt"), "content": "x", "overwrite": true}),
+            json!({"path": name, "content": "x", "overwrite": true}),
         );
+        let _ = fs(&base, "delete-file", json!({"path": name}));
+        let _ = fs(&base, "list-folder", json!({"path": "d"}));
         if start.elapsed() > DEADLINE {
             break;
         }
@@ -626,15 +633,17 @@ fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside(
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let swaps = swapper.join().unwrap();
     assert!(swaps > 100, "the race did not run: {swaps} swaps");
-    let planted: Vec<_> = std::fs::read_dir(&outside)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n != "f.txt")
-        .collect();
-    assert!(
-        planted.is_empty(),
-        "files written outside the base: {planted:?}"
-    );
+    // Nothing was written, overwritten or deleted outside.
+    let names = std::fs::read_dir(&outside).unwrap().count();
+    assert_eq!(names, ROUNDS + 1, "files planted or deleted outside");
+    for i in 0..ROUNDS {
+        let victim = std::fs::read_to_string(outside.join(format!("w{i}.txt")));
+        assert_eq!(
+            victim.ok().as_deref(),
+            Some("victim\n"),
+            "w{i}.txt outside was changed"
+        );
+    }
     assert_eq!(
         std::fs::read_to_string(outside.join("f.txt")).unwrap(),
         "outside hunter2\n"

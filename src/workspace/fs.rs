@@ -329,6 +329,32 @@ impl Jail {
         Ok(real)
     }
 
+    /// Opens a folder without following a final symlink and checks the descriptor is in
+    /// the base; the returned path (`/proc/self/fd/N`) reaches that very folder.
+    fn open_dir(&self, input: &str, real: &Path) -> Result<(File, PathBuf), FsError> {
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(real)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOTDIR) => FsError::new(FsCode::C210, format!("{input}: not a folder")),
+                Some(libc::ELOOP) => FsError::new(FsCode::C215, format!("{input}: a symlink")),
+                _ => FsError::io("cannot open", input, &e),
+            })?;
+        self.verify_fd(input, &dir)?;
+        let via = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        Ok((dir, via))
+    }
+
+    /// A folder's entries, read through a verified descriptor; empty when the folder
+    /// cannot be opened or is not (any longer) inside the base.
+    fn entries(&self, real: &Path) -> Vec<(String, Kind)> {
+        match self.open_dir("", real) {
+            Ok((_dir, via)) => sorted_entries(&via),
+            Err(_) => Vec::new(),
+        }
+    }
+
     fn is_denied_rel(&self, rel: &Path) -> bool {
         self.deny.is_denied(rel)
     }
@@ -505,7 +531,7 @@ impl Jail {
         glob: Option<&globset::GlobMatcher>,
         found: &mut Search,
     ) {
-        for (name, kind) in sorted_entries(real) {
+        for (name, kind) in self.entries(real) {
             if found.truncated {
                 return;
             }
@@ -634,15 +660,18 @@ impl Jail {
                 ));
             }
             let count = count_entries(&real);
-            fs::remove_dir_all(&real).map_err(|e| FsError::io("cannot delete", &a.path, &e))?;
+            let (_dir, via) = self.open_dir(&a.path, &p.real)?;
+            fs::remove_dir_all(via.join(name))
+                .map_err(|e| FsError::io("cannot delete", &a.path, &e))?;
             return Ok(json!({"path": a.path, "deleted": count, "kind": "folder"}));
         }
-        fs::remove_file(&real).map_err(|e| FsError::io("cannot delete", &a.path, &e))?;
+        let (_dir, via) = self.open_dir(&a.path, &p.real)?;
+        fs::remove_file(via.join(name)).map_err(|e| FsError::io("cannot delete", &a.path, &e))?;
         Ok(json!({"path": a.path, "deleted": 1, "kind": kind_of(&meta).name()}))
     }
 
     fn first_denied(&self, real: &Path, rel: &Path) -> Option<PathBuf> {
-        for (name, kind) in sorted_entries(real) {
+        for (name, kind) in self.entries(real) {
             let child = rel.join(&name);
             if self.is_denied_rel(&child) {
                 return Some(child);
@@ -660,7 +689,8 @@ impl Jail {
         let input = a.path.as_deref().unwrap_or(".");
         let r = self.resolve(input)?;
         self.require_dir(input, &r.real)?;
-        let entries = sorted_entries(&r.real);
+        let (_dir, via) = self.open_dir(input, &r.real)?;
+        let entries = sorted_entries(&via);
         let total = entries.len();
         let limit = a.limit.unwrap_or(200).clamp(1, 1000);
         let offset = a.offset.unwrap_or(0);
@@ -728,7 +758,7 @@ impl Jail {
         depth: usize,
         limit: usize,
     ) -> (Vec<Value>, usize) {
-        let entries = sorted_entries(real);
+        let entries = self.entries(real);
         let omitted = entries.len().saturating_sub(limit);
         let nodes = entries
             .iter()
