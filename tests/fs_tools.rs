@@ -626,6 +626,8 @@ fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside(
         );
         let _ = fs(&base, "delete-file", json!({"path": name}));
         let _ = fs(&base, "list-folder", json!({"path": "d"}));
+        let deep = format!("d/n{i}/m/x.txt");
+        let _ = fs(&base, "create-file", json!({"path": deep, "content": "x"}));
         if start.elapsed() > DEADLINE {
             break;
         }

@@ -302,7 +302,11 @@ impl Server {
             "coder_wait" => {
                 let a: WaitArgs = parse(args)?;
                 let run = self.find(&a.run_id)?;
-                wait_for(&a.run_id, &run, wait_s(a.wait_s), progress, context).await
+                let wait = Wait {
+                    limit: wait_s(a.wait_s),
+                    cancel_on_abort: false,
+                };
+                wait_for(&a.run_id, &run, wait, progress, context).await
             }
             "coder_status" => {
                 let a: RunIdArgs = parse(args)?;
@@ -429,7 +433,11 @@ impl Server {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(run_id.clone(), run.clone());
-        Ok(wait_for(&run_id, &run, wait_s(a.wait_s), progress, context).await)
+        let wait = Wait {
+            limit: wait_s(a.wait_s),
+            cancel_on_abort: true,
+        };
+        Ok(wait_for(&run_id, &run, wait, progress, context).await)
     }
 
     fn spawn_run(&self, run_id: &str, a: &CoderArgs, cd: &Path) -> std::io::Result<Arc<Run>> {
@@ -539,16 +547,25 @@ fn running(run_id: &str, run: &Run) -> Value {
            "elapsed_s": run.started.elapsed().as_secs_f64().round()})
 }
 
-/// Waits up to `limit` for the run, with progress; a cancelled request cancels the run.
+/// How a call waits for its run.
+struct Wait {
+    limit: Duration,
+    /// Whether the caller cancelling the request stops the run (the `coder` call that
+    /// started it), or only the waiting (`coder_wait`: a client that gives up waiting has
+    /// `coder_cancel` to stop the run).
+    cancel_on_abort: bool,
+}
+
+/// Waits for the run, with progress, up to `wait.limit`.
 async fn wait_for(
     run_id: &str,
     run: &Run,
-    limit: Duration,
+    wait: Wait,
     progress: Option<Progress>,
     context: &RequestContext<RoleServer>,
 ) -> CallToolResult {
     let mut done = run.done.clone();
-    let deadline = tokio::time::Instant::now() + limit;
+    let deadline = tokio::time::Instant::now() + wait.limit;
     let mut ticks = 0u32;
     let every = progress_every();
     loop {
@@ -582,7 +599,10 @@ async fn wait_for(
                 }
             }
             () = context.ct.cancelled() => {
-                return cancel(run_id, run).await;
+                if wait.cancel_on_abort {
+                    return cancel(run_id, run).await;
+                }
+                return CallToolResult::structured(running(run_id, run));
             }
         }
     }

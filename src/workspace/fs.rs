@@ -617,15 +617,42 @@ impl Jail {
             ));
         }
         let r = match r.real.parent() {
-            Some(parent) if !parent.exists() => {
-                fs::create_dir_all(parent)
-                    .map_err(|e| FsError::io("cannot create the folders of", &a.path, &e))?;
+            Some(parent) if fs::symlink_metadata(parent).is_err() => {
+                self.make_dirs(&a.path, parent)?;
                 self.resolve(&a.path)?
             }
             _ => r,
         };
         self.write_atomic(&a.path, &r.real, a.content.as_bytes(), a.overwrite, 0o644)?;
         Ok(json!({"path": a.path, "size": a.content.len(), "created": !existed}))
+    }
+
+    /// Creates the missing folders of `real` one by one, each through a verified
+    /// descriptor of its parent, so a swapped component cannot place them outside.
+    fn make_dirs(&self, input: &str, real: &Path) -> Result<(), FsError> {
+        let mut missing = Vec::new();
+        let mut existing = real;
+        while fs::symlink_metadata(existing).is_err() {
+            let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+                return Err(FsError::new(
+                    FsCode::C216,
+                    format!("{input}: no folder to create in"),
+                ));
+            };
+            missing.push(name.to_os_string());
+            existing = parent;
+        }
+        let mut current = existing.to_path_buf();
+        for name in missing.into_iter().rev() {
+            let (_dir, via) = self.open_dir(input, &current)?;
+            match fs::create_dir(via.join(&name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(FsError::io("cannot create the folders of", input, &e)),
+            }
+            current.push(name);
+        }
+        Ok(())
     }
 
     fn delete_file(&self, a: DeleteArgs) -> Result<Value, FsError> {

@@ -165,6 +165,12 @@ async def long(session):
     r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
     assert r["status"] == "running" and r["elapsed_s"] >= 3, r
     assert procs_in(BASE), "the run should be working in the base"
+    # Giving up on a coder_wait stops the waiting, not the run.
+    with anyio.move_on_after(1.5):
+        await session.call_tool("coder_wait", {"run_id": run_id, "wait_s": 20}, read_timeout_seconds=30)
+        raise AssertionError("the wait should have been cancelled")
+    r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
+    assert r["status"] == "running", r
     result = await session.call_tool("coder_cancel", {"run_id": run_id}, read_timeout_seconds=60)
     env = structured(result)
     assert result.is_error and env["error_kind"] == "cancelled", env
