@@ -3,6 +3,8 @@
 //! `main.rs` only picks the file from the first argument.
 
 pub mod doctor;
+pub mod fs;
+pub mod mcp;
 pub mod prompt;
 pub mod replay;
 pub mod run;

@@ -30,7 +30,7 @@ pub use crate::sandbox::Mode as SandboxMode;
     version,
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
-    after_help = "Other commands: coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD\n\
+    after_help = "Other commands: coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
                   Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 70 internal, 71 sandbox, 78 config, \
                   124 timeout, 127 claude not found, 130/143 cancelled."
 )]

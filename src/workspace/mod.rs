@@ -1,6 +1,9 @@
-//! What the agent did to the workspace, measured by coder itself (DESIGN §8): the change
-//! [`ledger`] (a snapshot before and after a run, compared), the [`verify`] command run
-//! under the run's sandbox, and the [`scope`] globs that bound what may change.
+//! What the agent did to the workspace, and what may be done to it on a caller's behalf.
+//!
+//! The change [`ledger`] (a snapshot before and after a run, compared), the [`verify`]
+//! command run under the run's sandbox, and the [`scope`] globs that bound what may change
+//! (DESIGN §8); and the path-jailed file operations of `coder mcp` and `coder fs` ([`fs`],
+//! DESIGN §11).
 //!
 //! Nothing here trusts the model: a run's `changes` come from the files, never from what
 //! the agent says it did. The snapshots run as coder, outside the sandbox, over a tree the
@@ -10,6 +13,7 @@
 //! Nothing here knows about the envelope or the supervisor; the pipeline attaches the
 //! results.
 
+pub mod fs;
 pub mod git;
 pub mod ledger;
 pub mod scan;

@@ -1,0 +1,95 @@
+//! `coder fs VERB --base DIR JSON`: one jailed workspace operation from a shell (DESIGN
+//! §11). The operations themselves live in [`crate::workspace::fs`]; this file reads the
+//! arguments, finds the config file's extra `deny` globs, and prints the result JSON or
+//! the error object `{"code", "message"}` (exit status 1).
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde_json::Value;
+
+use crate::config::{BackendArgs, ConfigFile, config_file_location};
+use crate::workspace::fs::{FsCode, FsError, Jail, Verb};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder fs",
+    about = "Run one jailed workspace operation: read-file, search, update-file, create-file, \
+             delete-file, list-folder, tree"
+)]
+struct FsArgs {
+    /// The operation.
+    verb: String,
+    /// The payload: a JSON object, or `-` to read it from stdin.
+    json: String,
+    /// The folder every path is relative to and confined in.
+    #[arg(long, value_name = "DIR")]
+    base: PathBuf,
+    /// Config file whose `deny` globs are added [default: $XDG_CONFIG_HOME/coder/config.toml].
+    #[arg(long, env = "CODER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// Entry point of `coder fs ...` (`args`: those after `fs`).
+pub fn fs_command(args: &[OsString]) -> ExitCode {
+    let parsed: FsArgs = match super::parse_subcommand("coder fs", args) {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    match run(&parsed) {
+        Ok(value) => super::print_then(&format!("{value}\n"), ExitCode::SUCCESS),
+        Err(e) => super::print_then(&format!("{}\n", e.to_json()), ExitCode::from(1)),
+    }
+}
+
+fn run(args: &FsArgs) -> Result<Value, FsError> {
+    let Some(verb) = Verb::parse(&args.verb) else {
+        let names: Vec<&str> = Verb::ALL.iter().map(|v| v.name()).collect();
+        return Err(bad(format!(
+            "unknown operation {:?}; one of {}",
+            args.verb,
+            names.join(", ")
+        )));
+    };
+    let text = if args.json == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| bad(format!("cannot read stdin: {e}")))?;
+        s
+    } else {
+        args.json.clone()
+    };
+    let payload: Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("payload is not JSON: {e}")))?;
+    let jail = open_jail(&args.base, args.config.as_deref())?;
+    jail.run(verb, payload)
+}
+
+/// The jail at `base` with the config file's `deny` globs (`config`, else `CODER_CONFIG`,
+/// else the XDG default when it exists). Shared with `coder mcp`.
+pub fn open_jail(base: &Path, config: Option<&Path>) -> Result<Jail, FsError> {
+    let args = BackendArgs {
+        config: config.map(Path::to_path_buf),
+        ..BackendArgs::default()
+    };
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut deny = Vec::new();
+    if let Some(loc) = config_file_location(&args, &env)
+        && (loc.explicit || loc.path.exists())
+    {
+        let file = ConfigFile::load(&loc.path).map_err(|e| bad(format!("config: {e}")))?;
+        deny = file.deny;
+    }
+    Jail::new(base, &deny)
+}
+
+fn bad(message: String) -> FsError {
+    FsError {
+        code: FsCode::C210,
+        message,
+    }
+}

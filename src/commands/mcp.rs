@@ -1,0 +1,679 @@
+//! `coder mcp [--base DIR]`: an MCP server over stdio (the official Rust SDK, `rmcp`;
+//! DESIGN §11).
+//!
+//! Tools: the seven jailed workspace operations of [`crate::workspace::fs`] (same names,
+//! payloads and `{"code", "message"}` errors as `coder fs`), and `coder`, which runs one
+//! task. A run is this same binary started as a child (`coder --request -`), so it goes
+//! through exactly the run mode's pipeline, is recorded in `coder runs`, and cannot take
+//! the server down with it. A call blocks at most `wait_s` (default 50 s, under the 60 s
+//! request timeout of most hosts); a longer run answers `{"status": "running", "run_id"}`
+//! and is followed with `coder_wait`, `coder_status` and `coder_cancel`. While a call
+//! waits it sends a progress notification every [`PROGRESS_EVERY`] when the caller gave a
+//! progress token, which keeps hosts that reset their timeout on progress alive.
+//!
+//! Stopping: a cancelled request (`notifications/cancelled`) cancels its run; when the
+//! client goes away (stdin EOF) every run is stopped before the server exits. A run is
+//! stopped with SIGTERM to its `coder` process, which kills its own child tree (it is a
+//! subreaper) and still prints its `cancelled` envelope; SIGKILL to the run's process group
+//! follows if it does not end within [`STOP_GRACE`]. Each run also gets
+//! `PR_SET_PDEATHSIG`, so even a server killed by SIGKILL leaves no run behind.
+//!
+//! The server runs on a current-thread runtime: the death signal is tied to the thread
+//! that spawned the child, and this makes that thread the main one.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, Peer, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::workspace::fs::{Jail, Verb};
+
+/// Longest gap between two progress notifications while a call waits (tests shorten it
+/// with `CODER_MCP_PROGRESS_MS`).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+fn progress_every() -> Duration {
+    std::env::var("CODER_MCP_PROGRESS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(PROGRESS_EVERY, |ms| {
+            Duration::from_millis(ms).min(PROGRESS_EVERY)
+        })
+}
+/// How long a stopped run may take to print its envelope before its group is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Default and largest `wait_s`.
+const DEFAULT_WAIT_S: f64 = 50.0;
+const MAX_WAIT_S: f64 = 3600.0;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder mcp",
+    about = "Serve coder's tools over MCP (stdio): coder, coder_wait, coder_status, \
+             coder_cancel and the jailed workspace tools"
+)]
+struct McpArgs {
+    /// The folder the workspace tools are jailed to and every run's `cd` must lie in
+    /// [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    base: Option<PathBuf>,
+    /// Config file whose `deny` globs the workspace tools add [default: XDG config].
+    #[arg(long, env = "CODER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// Entry point of `coder mcp ...` (`args`: those after `mcp`).
+pub fn mcp_command(args: &[OsString]) -> ExitCode {
+    let parsed: McpArgs = match super::parse_subcommand("coder mcp", args) {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    let base = parsed.base.clone().unwrap_or_else(|| PathBuf::from("."));
+    let jail = match super::fs::open_jail(&base, parsed.config.as_deref()) {
+        Ok(jail) => jail,
+        Err(e) => {
+            eprintln!("coder mcp: {}", e.message);
+            return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("coder mcp: cannot start the runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    runtime.block_on(serve(jail, parsed.config))
+}
+
+async fn serve(jail: Jail, config: Option<PathBuf>) -> ExitCode {
+    let server = Server {
+        jail: Arc::new(jail),
+        config,
+        runs: Arc::new(Mutex::new(HashMap::new())),
+    };
+    let runs = server.runs.clone();
+    let code = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => match running.waiting().await {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("coder mcp: {e}");
+                ExitCode::from(70)
+            }
+        },
+        Err(e) => {
+            eprintln!("coder mcp: {e}");
+            ExitCode::from(1)
+        }
+    };
+    stop_all(&runs).await;
+    code
+}
+
+/// One run started by the `coder` tool.
+struct Run {
+    pid: i32,
+    started: Instant,
+    /// `None` while running; the envelope (with `run_id`) once it ended.
+    done: watch::Receiver<Option<Value>>,
+}
+
+type Runs = Arc<Mutex<HashMap<String, Arc<Run>>>>;
+
+#[derive(Clone)]
+struct Server {
+    jail: Arc<Jail>,
+    config: Option<PathBuf>,
+    runs: Runs,
+}
+
+/// The `coder` tool's arguments: the spec's parameters plus coder's own.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CoderArgs {
+    #[serde(rename = "PROMPT", alias = "prompt")]
+    prompt: String,
+    cd: Option<String>,
+    sandbox: Option<String>,
+    #[serde(rename = "SESSION_ID", alias = "session_id")]
+    session_id: Option<String>,
+    return_all_messages: Option<bool>,
+    return_metrics: Option<bool>,
+    timeout: Option<f64>,
+    max_duration: Option<f64>,
+    max_retries: Option<u32>,
+    backend: Option<String>,
+    wait_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitArgs {
+    run_id: String,
+    wait_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunIdArgs {
+    run_id: String,
+}
+
+fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
+    let schema: JsonObject = match schema {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    };
+    Tool::new(name, description, Arc::new(schema))
+}
+
+fn tools() -> Vec<Tool> {
+    let seconds = json!({"type": "number", "minimum": 0});
+    let run_id = json!({"type": "string", "description": "the run_id a coder call returned"});
+    let mut tools = vec![
+        tool(
+            "coder",
+            "Run one coding task through the claude CLI, supervised and sandboxed; returns \
+             coder's JSON envelope. Waits at most wait_s (default 50); a longer run returns \
+             {status: running, run_id}: follow it with coder_wait.",
+            json!({"type": "object", "additionalProperties": false, "required": ["PROMPT"],
+                "properties": {
+                    "PROMPT": {"type": "string", "description": "the task"},
+                    "cd": {"type": "string", "description": "workspace, relative to the server's base (default: the base)"},
+                    "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"]},
+                    "SESSION_ID": {"type": "string", "description": "resume this session"},
+                    "return_all_messages": {"type": "boolean"},
+                    "return_metrics": {"type": "boolean"},
+                    "timeout": seconds, "max_duration": seconds,
+                    "max_retries": {"type": "integer", "minimum": 0},
+                    "backend": {"type": "string", "description": "a backend profile name"},
+                    "wait_s": seconds}}),
+        ),
+        tool(
+            "coder_wait",
+            "Wait up to wait_s (default 50) for a run; returns its envelope, or {status: running}.",
+            json!({"type": "object", "additionalProperties": false, "required": ["run_id"],
+                   "properties": {"run_id": run_id, "wait_s": seconds}}),
+        ),
+        tool(
+            "coder_status",
+            "A run's state without waiting: running (with elapsed_s) or done (with the envelope).",
+            json!({"type": "object", "additionalProperties": false, "required": ["run_id"],
+                   "properties": {"run_id": run_id}}),
+        ),
+        tool(
+            "coder_cancel",
+            "Stop a run (its whole process tree) and return its cancelled envelope.",
+            json!({"type": "object", "additionalProperties": false, "required": ["run_id"],
+                   "properties": {"run_id": run_id}}),
+        ),
+    ];
+    for verb in Verb::ALL {
+        tools.push(tool(verb.name(), verb.description(), verb.input_schema()));
+    }
+    tools
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("coder", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "coder runs coding tasks through the claude CLI (tool `coder`) and offers \
+                 file tools jailed to one base folder.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult {
+            tools: tools(),
+            ..Default::default()
+        })
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let progress = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token())
+            .map(|token| Progress {
+                peer: context.peer.clone(),
+                token,
+            });
+        let name = request.name.as_ref();
+        if !tools().iter().any(|t| t.name == name) {
+            return Err(McpError::invalid_params(
+                format!("unknown tool {name:?}; see tools/list"),
+                None,
+            ));
+        }
+        let result = self
+            .dispatch(name, args, progress, &context)
+            .await
+            .unwrap_or_else(text_error);
+        Ok(result.into())
+    }
+}
+
+impl Server {
+    /// Runs tool `name`; `Err` is a message for a tool error the caller reads.
+    async fn dispatch(
+        &self,
+        name: &str,
+        args: Value,
+        progress: Option<Progress>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        Ok(match name {
+            "coder" => self.coder(parse(args)?, progress, context).await?,
+            "coder_wait" => {
+                let a: WaitArgs = parse(args)?;
+                let run = self.find(&a.run_id)?;
+                let wait = Wait {
+                    limit: wait_s(a.wait_s),
+                    cancel_on_abort: false,
+                };
+                wait_for(&a.run_id, &run, wait, progress, context).await
+            }
+            "coder_status" => {
+                let a: RunIdArgs = parse(args)?;
+                status(&a.run_id, &*self.find(&a.run_id)?)
+            }
+            "coder_cancel" => {
+                let a: RunIdArgs = parse(args)?;
+                cancel(&a.run_id, &*self.find(&a.run_id)?).await
+            }
+            name => match Verb::parse(name) {
+                Some(verb) => self.fs(verb, args).await,
+                None => return Err(format!("unknown tool {name:?}")),
+            },
+        })
+    }
+}
+
+/// Where and how to report progress for one request.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
+    let named = field_type_error(&args);
+    serde_json::from_value(args).map_err(|e| match named {
+        Some(named) => format!("bad arguments: {named}"),
+        None => format!("bad arguments: {e}"),
+    })
+}
+
+/// Names the first argument of a known name whose JSON type is wrong (serde's own message
+/// does not say which field it was).
+fn field_type_error(args: &Value) -> Option<String> {
+    const STRINGS: [&str; 6] = ["PROMPT", "cd", "sandbox", "SESSION_ID", "backend", "run_id"];
+    const NUMBERS: [&str; 3] = ["timeout", "max_duration", "wait_s"];
+    const BOOLS: [&str; 2] = ["return_all_messages", "return_metrics"];
+    let map = args.as_object()?;
+    map.iter().find_map(|(key, value)| {
+        let expected = if STRINGS.contains(&key.as_str()) && !value.is_string() {
+            "a string"
+        } else if NUMBERS.contains(&key.as_str()) && !value.is_number() {
+            "a number of seconds"
+        } else if BOOLS.contains(&key.as_str()) && !value.is_boolean() {
+            "true or false"
+        } else if key == "max_retries" && !value.is_u64() {
+            "a non-negative integer"
+        } else {
+            return None;
+        };
+        Some(format!("{key} must be {expected} (got {value})"))
+    })
+}
+
+fn text_error(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+fn wait_s(requested: Option<f64>) -> Duration {
+    let s = requested.unwrap_or(DEFAULT_WAIT_S);
+    let s = if s.is_finite() {
+        s.clamp(0.0, MAX_WAIT_S)
+    } else {
+        DEFAULT_WAIT_S
+    };
+    Duration::from_secs_f64(s)
+}
+
+impl Server {
+    fn find(&self, run_id: &str) -> Result<Arc<Run>, String> {
+        let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        runs.get(run_id)
+            .cloned()
+            .ok_or_else(|| format!("unknown run_id {run_id:?}: no run of this server has that id"))
+    }
+
+    async fn fs(&self, verb: Verb, args: Value) -> CallToolResult {
+        let jail = self.jail.clone();
+        let outcome = tokio::task::spawn_blocking(move || jail.run(verb, args)).await;
+        match outcome {
+            Ok(Ok(value)) => CallToolResult::structured(value),
+            Ok(Err(e)) => CallToolResult::structured_error(e.to_json()),
+            Err(e) => text_error(format!("the operation failed: {e}")),
+        }
+    }
+
+    /// The workspace of a run: `cd` relative to the base (or absolute inside it).
+    fn workspace(&self, cd: Option<&str>) -> Result<PathBuf, String> {
+        let base = self.jail.base();
+        let joined = match cd {
+            None | Some("") => base.to_path_buf(),
+            Some(cd) => base.join(cd),
+        };
+        let real =
+            std::fs::canonicalize(&joined).map_err(|e| format!("cd {}: {e}", joined.display()))?;
+        if !real.starts_with(base) {
+            return Err(format!(
+                "cd {} is outside the server's base {}",
+                real.display(),
+                base.display()
+            ));
+        }
+        if !real.is_dir() {
+            return Err(format!("cd {} is not a directory", real.display()));
+        }
+        Ok(real)
+    }
+
+    async fn coder(
+        &self,
+        a: CoderArgs,
+        progress: Option<Progress>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        if a.prompt.trim().is_empty() {
+            return Err("bad arguments: PROMPT is empty".to_string());
+        }
+        let cd = self.workspace(a.cd.as_deref())?;
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let run = self
+            .spawn_run(&run_id, &a, &cd)
+            .map_err(|e| format!("cannot start the run: {e}"))?;
+        self.runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.clone(), run.clone());
+        let wait = Wait {
+            limit: wait_s(a.wait_s),
+            cancel_on_abort: true,
+        };
+        Ok(wait_for(&run_id, &run, wait, progress, context).await)
+    }
+
+    fn spawn_run(&self, run_id: &str, a: &CoderArgs, cd: &Path) -> std::io::Result<Arc<Run>> {
+        let mut request = json!({"PROMPT": a.prompt, "cd": cd});
+        let fields = [
+            ("sandbox", a.sandbox.as_ref().map(|v| json!(v))),
+            ("SESSION_ID", a.session_id.as_ref().map(|v| json!(v))),
+            (
+                "return_all_messages",
+                a.return_all_messages.map(|v| json!(v)),
+            ),
+            ("return_metrics", a.return_metrics.map(|v| json!(v))),
+            ("timeout", a.timeout.map(|v| json!(v))),
+            ("max_duration", a.max_duration.map(|v| json!(v))),
+            ("max_retries", a.max_retries.map(|v| json!(v))),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value {
+                request[key] = value;
+            }
+        }
+        let exe = std::env::current_exe()?;
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg("--request").arg("-");
+        if let Some(backend) = &a.backend {
+            cmd.arg("--backend").arg(backend);
+        }
+        if let Some(config) = &self.config {
+            cmd.arg("--config").arg(config);
+        }
+        cmd.current_dir(cd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of
+        // the parent; it only asks the kernel to signal the child when we die.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| std::io::Error::other("the run has no pid"))?;
+        let (tx, rx) = watch::channel(None);
+        let mut stdin = child.stdin.take();
+        let mut stdout = child.stdout.take();
+        let id = run_id.to_string();
+        let text = request.to_string();
+        tokio::spawn(async move {
+            if let Some(mut stdin) = stdin.take() {
+                let _ = stdin.write_all(text.as_bytes()).await;
+                drop(stdin);
+            }
+            let mut out = Vec::new();
+            if let Some(stdout) = stdout.as_mut() {
+                let _ = stdout.read_to_end(&mut out).await;
+            }
+            let status = child.wait().await;
+            let envelope = envelope_of(&id, &out, status.ok().and_then(|s| s.code()));
+            let _ = tx.send(Some(envelope));
+        });
+        Ok(Arc::new(Run {
+            pid,
+            started: Instant::now(),
+            done: rx,
+        }))
+    }
+}
+
+/// The run's envelope with its `run_id`; a synthesized `unexpected_exception` envelope
+/// when the child printed none.
+fn envelope_of(run_id: &str, stdout: &[u8], code: Option<i32>) -> Value {
+    let text = String::from_utf8_lossy(stdout);
+    let mut envelope = text
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| {
+            json!({"success": false, "tool": "coder",
+                   "error": format!("the run printed no envelope (exit {code:?})"),
+                   "error_kind": "unexpected_exception"})
+        });
+    envelope["run_id"] = json!(run_id);
+    envelope
+}
+
+fn done_result(envelope: Value) -> CallToolResult {
+    let success = envelope["success"] == json!(true);
+    if success {
+        CallToolResult::structured(envelope)
+    } else {
+        CallToolResult::structured_error(envelope)
+    }
+}
+
+fn running(run_id: &str, run: &Run) -> Value {
+    json!({"status": "running", "run_id": run_id,
+           "elapsed_s": run.started.elapsed().as_secs_f64().round()})
+}
+
+/// How a call waits for its run.
+struct Wait {
+    limit: Duration,
+    /// Whether the caller cancelling the request stops the run (the `coder` call that
+    /// started it), or only the waiting (`coder_wait`: a client that gives up waiting has
+    /// `coder_cancel` to stop the run).
+    cancel_on_abort: bool,
+}
+
+/// Waits for the run, with progress, up to `wait.limit`.
+async fn wait_for(
+    run_id: &str,
+    run: &Run,
+    wait: Wait,
+    progress: Option<Progress>,
+    context: &RequestContext<RoleServer>,
+) -> CallToolResult {
+    let mut done = run.done.clone();
+    let deadline = tokio::time::Instant::now() + wait.limit;
+    let mut ticks = 0u32;
+    let every = progress_every();
+    loop {
+        if let Some(envelope) = done.borrow().clone() {
+            return done_result(envelope);
+        }
+        let next_tick = tokio::time::Instant::now() + every;
+        tokio::select! {
+            changed = done.changed() => {
+                if changed.is_err() {
+                    return text_error(format!("run {run_id} vanished"));
+                }
+            }
+            () = tokio::time::sleep_until(deadline.min(next_tick)) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return CallToolResult::structured(running(run_id, run));
+                }
+                ticks += 1;
+                if let Some(p) = &progress {
+                    let message = format!(
+                        "coder run {run_id}: running for {:.0} s",
+                        run.started.elapsed().as_secs_f64()
+                    );
+                    let _ = p
+                        .peer
+                        .notify_progress(
+                            ProgressNotificationParam::new(p.token.clone(), f64::from(ticks))
+                                .with_message(message),
+                        )
+                        .await;
+                }
+            }
+            () = context.ct.cancelled() => {
+                if wait.cancel_on_abort {
+                    return cancel(run_id, run).await;
+                }
+                return CallToolResult::structured(running(run_id, run));
+            }
+        }
+    }
+}
+
+fn status(run_id: &str, run: &Run) -> CallToolResult {
+    match run.done.borrow().clone() {
+        Some(envelope) => CallToolResult::structured(
+            json!({"status": "done", "run_id": run_id, "envelope": envelope}),
+        ),
+        None => CallToolResult::structured(running(run_id, run)),
+    }
+}
+
+/// Stops a run: SIGTERM (coder kills its tree and prints `cancelled`), then SIGKILL to its
+/// group after [`STOP_GRACE`].
+async fn cancel(run_id: &str, run: &Run) -> CallToolResult {
+    stop(run).await;
+    match run.done.borrow().clone() {
+        Some(envelope) => done_result(envelope),
+        None => text_error(format!("run {run_id} did not stop")),
+    }
+}
+
+async fn stop(run: &Run) {
+    if run.done.borrow().is_some() {
+        return;
+    }
+    terminate(run);
+    await_end(run).await;
+}
+
+/// Sends SIGTERM to a run still going.
+fn terminate(run: &Run) {
+    if run.done.borrow().is_none() {
+        // SAFETY: kill(2) on the run's own pid; the run is our child and its watcher task
+        // reaps it only after it exits, so until `done` is set the pid is still ours.
+        unsafe {
+            libc::kill(run.pid, libc::SIGTERM);
+        }
+    }
+}
+
+/// Waits [`STOP_GRACE`] for a terminated run, then kills its process group.
+async fn await_end(run: &Run) {
+    let mut done = run.done.clone();
+    let ended = tokio::time::timeout(STOP_GRACE, done.wait_for(Option::is_some))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if !ended {
+        // SAFETY: as in `terminate`; the group was created for the run (process_group(0)).
+        unsafe {
+            libc::killpg(run.pid, libc::SIGKILL);
+        }
+        let _ = tokio::time::timeout(STOP_GRACE, done.wait_for(Option::is_some)).await;
+    }
+}
+
+/// Stops every run still going (the client went away): all are signalled first, then
+/// each is awaited, so stopping takes one grace period, not one per run.
+async fn stop_all(runs: &Runs) {
+    let all: Vec<Arc<Run>> = runs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    for run in &all {
+        terminate(run);
+    }
+    for run in &all {
+        await_end(run).await;
+    }
+}

@@ -1,0 +1,218 @@
+"""A real MCP client (the official Python SDK) driving `coder mcp` over stdio.
+
+Run by tests/mcp_server.rs: `python3 client.py SCENARIO`. The server command, its base
+folder and the cassettes come from the environment (MCP_TEST_*). Exits 0 when every
+check passed; any failed check raises, printing what was seen.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+CODER = os.environ["MCP_TEST_CODER"]
+BASE = os.environ["MCP_TEST_BASE"]
+CASSETTES = os.environ.get("MCP_TEST_CASSETTES", "")
+
+
+def server():
+    return StdioServerParameters(
+        command=CODER, args=["mcp", "--base", BASE], env=dict(os.environ)
+    )
+
+
+def procs_in(folder):
+    """Processes whose working directory lies in `folder`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == folder or cwd.startswith(folder + "/"):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")
+            except OSError:
+                cmd = b"?"
+            found.append(f"{pid}: {cmd.decode(errors='replace')}")
+    return found
+
+
+async def wait_no_procs(folder, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        left = procs_in(folder)
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"processes left behind: {left}"
+        await anyio.sleep(0.1)
+
+
+def structured(result):
+    assert result.structured_content is not None, result
+    # The text content carries the same JSON.
+    text = result.content[0].text
+    assert json.loads(text) == result.structured_content, (text, result.structured_content)
+    return result.structured_content
+
+
+def fs_error(result, code):
+    assert result.is_error, result
+    s = structured(result)
+    assert s["code"] == code, s
+    assert s["message"], s
+
+
+def tool_error(result, needle):
+    assert result.is_error, result
+    text = " ".join(c.text for c in result.content)
+    assert needle in text, text
+
+
+async def basic(session):
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    expected = {"coder", "coder_wait", "coder_status", "coder_cancel", "read-file", "search",
+                "update-file", "create-file", "delete-file", "list-folder", "tree"}
+    assert set(tools) == expected, set(tools)
+    coder = tools["coder"].input_schema
+    assert coder["required"] == ["PROMPT"], coder
+    for p in ["PROMPT", "cd", "sandbox", "SESSION_ID", "return_all_messages", "return_metrics",
+              "timeout", "max_duration", "max_retries", "wait_s", "backend"]:
+        assert p in coder["properties"], p
+    assert tools["update-file"].input_schema["required"] == ["path"]
+
+    # The file tools.
+    r = structured(await session.call_tool("create-file", {"path": "src/m.txt", "content": "a\nb\n"}))
+    assert r["created"] is True, r
+    r = structured(await session.call_tool("update-file", {
+        "path": "src/m.txt", "ops": [{"op": "insert", "line": 3, "content": "c"}],
+        "replace": [{"pattern": "^a$", "replacement": "A"}]}))
+    assert r["lines_after"] == 3, r
+    r = structured(await session.call_tool("read-file", {"path": "src/m.txt"}))
+    assert r["content"] == "A\nb\nc\n", r
+    r = structured(await session.call_tool("search", {"pattern": "^c$"}))
+    assert r["matches"] == [{"path": "src/m.txt", "line": 3, "text": "c"}], r
+    r = structured(await session.call_tool("list-folder", {}))
+    names = {e["name"]: e for e in r["entries"]}
+    assert names[".env"]["non_accessible"] is True, r
+    r = structured(await session.call_tool("tree", {"depth": 2}))
+    assert any(n["name"] == "src" and n["children"] for n in r["children"]), r
+    fs_error(await session.call_tool("read-file", {"path": "/etc/passwd"}), "C210")
+    fs_error(await session.call_tool("read-file", {"path": "../outside"}), "C215")
+    fs_error(await session.call_tool("read-file", {"path": ".env"}), "C211")
+    fs_error(await session.call_tool("read-file", {"path": "missing"}), "C211")
+    fs_error(await session.call_tool("create-file", {"path": "src/m.txt", "content": ""}), "C217")
+    fs_error(await session.call_tool("read-file", {"path": 3}), "C210")
+    r = structured(await session.call_tool("delete-file", {"path": "src/m.txt"}))
+    assert r["deleted"] == 1, r
+
+    # Bad input never kills the server.
+    try:
+        await session.call_tool("no_such_tool", {})
+        raise AssertionError("an unknown tool was accepted")
+    except Exception as e:  # MCPError
+        assert "no_such_tool" in str(e), e
+    tool_error(await session.call_tool("coder", {}), "PROMPT")
+    tool_error(await session.call_tool("coder", {"PROMPT": "x", "timeout": "soon"}), "timeout")
+    tool_error(await session.call_tool("coder", {"PROMPT": "x", "cd": "../.."}), "outside")
+    tool_error(await session.call_tool("coder", {"PROMPT": "x", "bogus": 1}), "bogus")
+    tool_error(await session.call_tool("coder_status", {"run_id": "nope"}), "unknown run_id")
+    tool_error(await session.call_tool("coder_wait", {"run_id": "nope"}), "unknown run_id")
+    tool_error(await session.call_tool("coder_cancel", {}), "run_id")
+    assert len((await session.list_tools()).tools) == len(expected)
+
+
+async def run(session):
+    backend = f"replay:{CASSETTES}/plain.json"
+    result = await session.call_tool("coder", {"PROMPT": "say hi", "backend": backend,
+                                               "return_metrics": True, "wait_s": 50},
+                                     read_timeout_seconds=90)
+    env = structured(result)
+    assert not result.is_error, env
+    assert env["success"] is True, env
+    assert env["result"] == "Hello from the replay cassette.", env
+    assert len(env["SESSION_ID"]) == 36, env
+    assert "metrics" in env, env
+    run_id = env["run_id"]
+    status = structured(await session.call_tool("coder_status", {"run_id": run_id}))
+    assert status["status"] == "done" and status["envelope"]["success"] is True, status
+    await wait_no_procs(BASE, 10)
+    print("RUN_ID", run_id)
+
+
+async def long(session):
+    backend = f"replay:{CASSETTES}/slow.json"
+    args = {"PROMPT": "wait for me", "backend": backend, "wait_s": 1}
+    r = structured(await session.call_tool("coder", args, read_timeout_seconds=30))
+    assert r["status"] == "running", r
+    run_id = r["run_id"]
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, message))
+
+    r = structured(await session.call_tool("coder_wait", {"run_id": run_id, "wait_s": 3},
+                                           read_timeout_seconds=30, progress_callback=on_progress))
+    assert r["status"] == "running", r
+    assert seen and run_id in seen[0][1], seen
+    r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
+    assert r["status"] == "running" and r["elapsed_s"] >= 3, r
+    assert procs_in(BASE), "the run should be working in the base"
+    # Giving up on a coder_wait stops the waiting, not the run.
+    with anyio.move_on_after(1.5):
+        await session.call_tool("coder_wait", {"run_id": run_id, "wait_s": 20}, read_timeout_seconds=30)
+        raise AssertionError("the wait should have been cancelled")
+    r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
+    assert r["status"] == "running", r
+    result = await session.call_tool("coder_cancel", {"run_id": run_id}, read_timeout_seconds=60)
+    env = structured(result)
+    assert result.is_error and env["error_kind"] == "cancelled", env
+    await wait_no_procs(BASE, 10)
+
+    # A request the caller cancels cancels its run.
+    with anyio.move_on_after(3):
+        await session.call_tool("coder", dict(args, wait_s=40), read_timeout_seconds=60)
+        raise AssertionError("the call should have been cancelled")
+    await wait_no_procs(BASE, 20)
+    # The server is still fine.
+    assert len((await session.list_tools()).tools) == 11
+
+
+async def disconnect_start(session):
+    backend = f"replay:{CASSETTES}/slow.json"
+    r = structured(await session.call_tool(
+        "coder", {"PROMPT": "wait for me", "backend": backend, "wait_s": 2},
+        read_timeout_seconds=30))
+    assert r["status"] == "running", r
+    assert procs_in(BASE), "the run should be working in the base"
+
+
+async def main(scenario):
+    async with stdio_client(server()) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            if scenario == "basic":
+                await basic(session)
+            elif scenario == "run":
+                await run(session)
+            elif scenario == "long":
+                await long(session)
+            elif scenario == "disconnect":
+                await disconnect_start(session)
+            else:
+                raise SystemExit(f"unknown scenario {scenario}")
+    if scenario == "disconnect":
+        # The client is gone: the server must have stopped the run, tree and all.
+        await wait_no_procs(BASE, 25)
+    print("OK", scenario)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1])
