@@ -30,12 +30,9 @@ fn wait_bounded(child: &mut Child) -> ExitStatus {
     }
 }
 
-fn runs_json(state: &Path, args: &[&str]) -> Value {
-    let mut child = Command::new(CODER)
-        .arg("runs")
-        .args(args)
-        .arg("--state-dir")
-        .arg(state)
+/// Runs `cmd` to its end within [`DEADLINE`]: its stdout, and how it ended.
+fn stdout_of(cmd: &mut Command) -> (String, ExitStatus) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -47,7 +44,18 @@ fn runs_json(state: &Path, args: &[&str]) -> Value {
         .unwrap()
         .read_to_string(&mut text)
         .unwrap();
-    assert!(wait_bounded(&mut child).success(), "coder runs {args:?}");
+    (text, wait_bounded(&mut child))
+}
+
+fn runs_json(state: &Path, args: &[&str]) -> Value {
+    let (text, status) = stdout_of(
+        Command::new(CODER)
+            .arg("runs")
+            .args(args)
+            .arg("--state-dir")
+            .arg(state),
+    );
+    assert!(status.success(), "coder runs {args:?}");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
@@ -287,24 +295,14 @@ fn doctor_and_a_run_give_the_same_pinned_install_hint() {
     let run = fake.coder().claude_bin(&missing).arg("task").run();
     let detail = run.assert_failure("command_not_found", 127);
     let run_hint = detail["hint"].as_str().unwrap().to_owned();
-    let mut child = Command::new(CODER)
-        .args(["doctor", "--json"])
-        .env_clear()
-        .env("PATH", fake.root().join("empty-bin"))
-        .env("HOME", fake.root())
-        .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut text = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    wait_bounded(&mut child);
+    let (text, _) = stdout_of(
+        Command::new(CODER)
+            .args(["doctor", "--json"])
+            .env_clear()
+            .env("PATH", fake.root().join("empty-bin"))
+            .env("HOME", fake.root())
+            .env("ANTHROPIC_AUTH_TOKEN", "coder-test-token"),
+    );
     let report: Value = serde_json::from_str(&text).unwrap();
     let claude = report["checks"]
         .as_array()
@@ -356,24 +354,14 @@ fn coder_sandbox_leaves_no_per_call_directory_in_any_mode() {
     std::fs::create_dir_all(&ws).unwrap();
     let state = dir.path().join("state");
     for mode in ["workspace-write", "read-only", "danger-full-access"] {
-        let mut child = Command::new(CODER)
-            .args(["sandbox", "--mode", mode, "--cd"])
-            .arg(&ws)
-            .args(["--", "sh", "-c", "echo \"$TMPDIR\"; exit 3"])
-            .env("CODER_STATE_DIR", &state)
-            .env("XDG_RUNTIME_DIR", "")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut text = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut text)
-            .unwrap();
-        let status = wait_bounded(&mut child);
+        let (text, status) = stdout_of(
+            Command::new(CODER)
+                .args(["sandbox", "--mode", mode, "--cd"])
+                .arg(&ws)
+                .args(["--", "sh", "-c", "echo \"$TMPDIR\"; exit 3"])
+                .env("CODER_STATE_DIR", &state)
+                .env("XDG_RUNTIME_DIR", ""),
+        );
         assert_eq!(status.code(), Some(3), "{mode}: the command's exit status");
         assert!(
             !text.trim().is_empty(),

@@ -19,7 +19,7 @@
 //! by the next run.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
@@ -67,7 +67,7 @@ impl CliHome {
         };
         session::private_dir(state_dir).map_err(|e| create(state_dir, e))?;
         session::private_dir(&base).map_err(|e| create(&base, e))?;
-        prune_stale(&base);
+        crate::config::prune_dead_run_dirs(&base);
         let root = base.join(format!(
             "{}-{}",
             std::process::id(),
@@ -178,29 +178,6 @@ pub fn project_dir_name(workspace: &Path) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect()
-}
-
-/// Removes run dirs whose coder is gone (`<pid>-<id>`, owned by this user).
-fn prune_stale(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    let me = nix::unistd::geteuid().as_raw();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let alive = Path::new("/proc").join(pid.to_string()).exists();
-        let ours = entry.metadata().is_ok_and(|m| m.uid() == me);
-        if !alive && ours && pid != std::process::id() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 #[cfg(test)]

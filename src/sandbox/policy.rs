@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -283,7 +283,7 @@ impl Policy {
             None => default_runs_dir()?,
         };
         create_private_dir(&runs_dir)?;
-        prune_stale_runs(&runs_dir);
+        crate::config::prune_dead_run_dirs(&runs_dir);
         let run_dir = runs_dir.join(format!(
             "{}-{}",
             std::process::id(),
@@ -947,30 +947,6 @@ fn write_mask_source(run_dir: &Path) -> Result<(), SandboxError> {
         .open(&path)
         .map(drop)
         .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
-}
-
-/// Remove run directories whose owning process is gone (`<pid>-<id>`).
-fn prune_stale_runs(runs_dir: &Path) {
-    let Ok(entries) = fs::read_dir(runs_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let alive = Path::new("/proc").join(pid.to_string()).exists();
-        let ours = entry
-            .metadata()
-            .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw());
-        if !alive && ours {
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 #[cfg(test)]
