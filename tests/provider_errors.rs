@@ -23,6 +23,10 @@ struct Scene {
 
 impl Scene {
     fn new(cassette: &str) -> Option<Scene> {
+        Scene::with_cli_retries(cassette, 0)
+    }
+
+    fn with_cli_retries(cassette: &str, cli_retries: u32) -> Option<Scene> {
         let claude = real_claude()?;
         let fake = Fake::new(json!([]));
         let config = fake.root().join("coder.toml");
@@ -32,7 +36,7 @@ impl Scene {
         std::fs::write(
             &config,
             format!(
-                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = 0\n",
+                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = {cli_retries}\n",
                 path.display().to_string()
             ),
         )
@@ -318,4 +322,43 @@ fn cost_is_null_and_workarounds_are_listed_off_anthropic() {
         "{}",
         out.explain()
     );
+}
+
+/// A 401 with the CLI's own retries left (10 here, about 3 min of backoff in the CLI):
+/// coder stops the CLI at its first `api_retry` and fails at once, not retried.
+#[test]
+fn a_401_stops_the_cli_at_its_first_retry() {
+    let Some(scene) = Scene::with_cli_retries("http_401.json", 10) else {
+        return;
+    };
+    let started = Instant::now();
+    let out = scene
+        .coder()
+        .args(["--max-retries", "3", "--return-metrics", "hi"])
+        .run();
+    let elapsed = started.elapsed();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(
+        detail["provider_error"]["class"],
+        "auth_error",
+        "{}",
+        out.explain()
+    );
+    assert_eq!(detail["provider_error"]["retryable"], false);
+    assert_eq!(detail["http_status"], 401);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("first retry")),
+        "{detail}"
+    );
+    assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        out.envelope["metrics"]["api_retries"],
+        1,
+        "{}",
+        out.explain()
+    );
+    // The CLI's ten retries would take minutes; one retry announcement and a stop, seconds.
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
 }
