@@ -362,3 +362,38 @@ fn a_401_stops_the_cli_at_its_first_retry() {
     // The CLI's ten retries would take minutes; one retry announcement and a stop, seconds.
     assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
 }
+
+/// An image the vendor cannot read poisons the session: the failure says so, gives no resume
+/// hint, and a later run that tries to resume the session is refused before the CLI starts.
+#[test]
+fn a_poisoned_session_is_never_resumed() {
+    let Some(scene) = Scene::new("reject_images.json") else {
+        return;
+    };
+    let first = scene
+        .coder()
+        .args(["--max-retries", "2", "look at the screenshot"])
+        .run();
+    let detail = first.assert_failure("upstream_error", 1);
+    assert_eq!(detail["provider_error"]["session_poisoned"], true);
+    assert!(detail.get("resume_hint").is_none(), "{detail}");
+    assert_eq!(first.envelope["attempts"].as_array().map(Vec::len), Some(1));
+    let id = first
+        .session_id()
+        .expect("the CLI confirmed a session")
+        .to_owned();
+    let second = scene.coder().args(["--session-id", &id, "continue"]).run();
+    let detail = second.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be resumed") && m.contains("unsupported_content")),
+        "{}",
+        second.explain()
+    );
+    assert!(
+        second.envelope["attempts"]
+            .as_array()
+            .is_none_or(|a| a.is_empty())
+    );
+}

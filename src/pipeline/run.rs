@@ -232,6 +232,14 @@ async fn run_attempts(
         };
         match after_failure(request, &run, &attempt, failure) {
             NextStep::Stop(stop) => {
+                if let Some(error) = stop.provider_error.as_ref().filter(|e| e.session_poisoned)
+                    && let Err(e) = prepared
+                        .store
+                        .mark_poisoned(session.id(), &provider::class_name(error.class))
+                {
+                    run.warnings
+                        .push(format!("cannot mark the session as not resumable: {e}"));
+                }
                 run.record_attempt(
                     session,
                     &attempt,
@@ -656,6 +664,7 @@ fn remember_session(
         workspace: request.workspace.clone(),
         backend: backend.to_owned(),
         cli_version: observation.cli_version.clone(),
+        poisoned: existing.as_ref().and_then(|r| r.poisoned.clone()),
         created_at: existing.map_or(now, |r| r.created_at),
         updated_at: now,
     };
