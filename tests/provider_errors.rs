@@ -397,3 +397,22 @@ fn a_poisoned_session_is_never_resumed() {
             .is_none_or(|a| a.is_empty())
     );
 }
+
+/// Measured, not coder's doing: CLI 2.1.330 re-sends a request rejected with a 4xx without
+/// its mid-conversation `role:"system"` message, so a vendor that rejects only that message
+/// (Z.ai's 422, DeepSeek's `unknown variant`) is answered on the re-send and the run
+/// succeeds in one attempt. If a CLI update stops doing so, this test says so, and
+/// `system_role` failures then need the compat shape (not automated in coder yet).
+#[test]
+fn the_cli_recovers_from_a_system_role_rejection_by_itself() {
+    let Some(scene) = Scene::new("system_role_then_ok.json") else {
+        return;
+    };
+    let out = scene.coder().arg("hi").run();
+    out.assert_success("Answered without the system message.");
+    assert!(
+        out.envelope["attempts"]
+            .as_array()
+            .is_none_or(|a| a.len() <= 1)
+    );
+}
