@@ -59,6 +59,20 @@ impl Scene {
     }
 }
 
+/// Checks an envelope against the published schema (which describes `provider_error`).
+fn assert_schema(envelope: &Value) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json"),
+    )
+    .unwrap();
+    let schema = jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap();
+    let errors: Vec<String> = schema
+        .iter_errors(envelope)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{envelope:#}");
+}
+
 /// One cassette fault and what coder must make of it.
 struct Case {
     cassette: &'static str,
@@ -208,6 +222,7 @@ fn non_retryable_provider_errors_are_classified_and_never_retried() {
         let out = scene.coder().args(["--max-retries", "3", "hi"]).run();
         let detail = out.assert_failure("upstream_error", 1);
         let error = &detail["provider_error"];
+        assert_schema(&out.envelope);
         let expected = json!({
             "class": case.class,
             "provider": case.provider,
@@ -250,6 +265,7 @@ fn an_exhausted_quota_is_not_retried_and_says_when_it_resets() {
     assert_eq!(error["retryable"], false);
     assert_eq!(error["http_status"], 429);
     assert_eq!(error["retry_at"], "2026-11-23T19:00:00Z");
+    assert_schema(&out.envelope);
     assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(1));
     assert!(
         detail["retry_refused"]
@@ -293,6 +309,7 @@ fn rate_limits_are_retried_at_most_three_times() {
     assert!(error["code"].is_null());
     assert_eq!(error["retry_after_s"], 1.0);
     assert_eq!(error["action"], "retry_with_backoff");
+    assert_schema(&out.envelope);
     assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(4));
     assert!(
         detail["retry_refused"]
@@ -312,6 +329,7 @@ fn cost_is_null_and_workarounds_are_listed_off_anthropic() {
     out.assert_success("Hello from the replay cassette.");
     let metrics = &out.envelope["metrics"];
     assert!(metrics["cost_usd"].is_null(), "{metrics}");
+    assert_schema(&out.envelope);
     assert!(metrics.get("cost_usd").is_some(), "{metrics}");
     let workarounds = out.envelope["applied_workarounds"]
         .as_array()
