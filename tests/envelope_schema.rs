@@ -170,6 +170,13 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         retry_refused: Some("why".into()),
         resume_hint: Some("how".into()),
         out_of_scope: Some(vec!["src/elsewhere.rs".into()]),
+        provider_error: Some(coder::pipeline::provider::classify(
+            &coder::pipeline::provider::Signals {
+                status: Some(429),
+                text: "API Error: Request rejected (429) · Usage limit reached, will reset at 2026-11-24 03:00:00",
+                ..Default::default()
+            },
+        )),
         hint: Some("hint".into()),
         ..ErrorDetail::default()
     };
@@ -265,6 +272,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         verdict: coder::workspace::verify::VerdictKind::Passed,
         repair_turns: 0,
     });
+    full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
     full.fallback = Some(coder::pipeline::fallback::Fallback {
         trigger: coder::pipeline::fallback::Trigger::EditFailed,
         files: Vec::new(),

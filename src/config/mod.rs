@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use env::child_environment;
 pub use error::ConfigError;
 pub use file::ConfigFile;
-pub use preset::{AuthScheme, BUILTIN_NAMES, BackendKind, DEFAULT_CLI_MAX_RETRIES};
+pub use preset::{AuthScheme, BUILTIN_NAMES, BackendKind, DEFAULT_CLI_MAX_RETRIES, Workaround};
 pub use resolve::resolve_backend_allowing_missing_key;
 pub use url::{Endpoint, Scheme};
 
@@ -264,6 +264,16 @@ impl ResolvedBackend {
     }
 
     /// Text for the CLI's `--append-system-prompt`, when the backend needs one.
+    /// What coder changed in the CLI's defaults for this backend (DESIGN §12).
+    pub fn applied_workarounds(&self) -> Vec<Workaround> {
+        preset::workarounds_in(
+            &self.settings,
+            &self.disallowed_tools,
+            self.append_system_prompt.is_some(),
+            self.drops_caller_api_key,
+        )
+    }
+
     pub fn append_system_prompt(&self) -> Option<&str> {
         self.append_system_prompt.as_deref()
     }

@@ -260,6 +260,59 @@ pub fn builtin(name: &str) -> Option<Profile> {
     Some(profile)
 }
 
+/// A change coder made to the CLI's defaults for a backend, as `applied_workarounds` in the
+/// envelope names it (DESIGN §12): each one answers a known provider failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workaround {
+    /// Every model slot set, so no `claude-haiku-*` id reaches a vendor that rejects it.
+    ModelSlotsMapped,
+    /// `CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`: tools inline, no tool search blocks.
+    ExperimentalBetasOff,
+    /// WebSearch disallowed (no vendor runs Anthropic's server-side search tool).
+    WebSearchDisallowed,
+    /// `--append-system-prompt`, which makes the CLI send the "Claude Code" identity
+    /// sentence that Z.ai does not shed under load.
+    IdentitySentence,
+    /// `CLAUDE_CODE_MAX_RETRIES` lowered: coder owns the retry policy.
+    CliRetriesCapped,
+    /// The caller's `ANTHROPIC_API_KEY` removed, so it cannot win over the backend's key.
+    CallerApiKeyDropped,
+}
+
+/// The workarounds a resolved backend's settings amount to.
+pub fn workarounds_in(
+    settings: &[(String, String)],
+    disallowed_tools: &[String],
+    appends_system_prompt: bool,
+    drops_caller_api_key: bool,
+) -> Vec<Workaround> {
+    let set = |name: &str| settings.iter().any(|(k, v)| k == name && !v.is_empty());
+    let mut found = Vec::new();
+    if set("ANTHROPIC_DEFAULT_HAIKU_MODEL") {
+        found.push(Workaround::ModelSlotsMapped);
+    }
+    if settings
+        .iter()
+        .any(|(k, v)| k == "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS" && v == "1")
+    {
+        found.push(Workaround::ExperimentalBetasOff);
+    }
+    if disallowed_tools.iter().any(|t| t == "WebSearch") {
+        found.push(Workaround::WebSearchDisallowed);
+    }
+    if appends_system_prompt {
+        found.push(Workaround::IdentitySentence);
+    }
+    if set("CLAUDE_CODE_MAX_RETRIES") {
+        found.push(Workaround::CliRetriesCapped);
+    }
+    if drops_caller_api_key {
+        found.push(Workaround::CallerApiKeyDropped);
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

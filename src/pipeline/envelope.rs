@@ -56,6 +56,9 @@ pub struct Envelope {
     /// The run's transcript file, when one was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript: Option<String>,
+    /// What coder changed in the CLI's defaults for the backend (DESIGN §12).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub applied_workarounds: Vec<crate::config::Workaround>,
     /// Non-fatal notices (e.g. an environment variable coder removed).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -94,6 +97,9 @@ pub struct ErrorDetail {
     /// For upstream errors: whether the session's history itself is rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_poisoned: Option<bool>,
+    /// For upstream errors: the provider's error, classified (DESIGN §12).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_error: Option<crate::pipeline::provider::ProviderError>,
     /// Why the failure was not retried, when retries were asked for or side effects exist.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_refused: Option<String>,
@@ -134,7 +140,8 @@ pub struct Metrics {
     pub attempts: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The CLI's `total_cost_usd`; `null` for non-Anthropic backends, whose prices the
+    /// CLI does not know.
     pub cost_usd: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
@@ -204,6 +211,7 @@ impl Envelope {
             all_messages: None,
             attempts: Vec::new(),
             transcript: None,
+            applied_workarounds: Vec::new(),
             warnings: Vec::new(),
             exit_code: 0,
         }
@@ -231,6 +239,7 @@ impl Envelope {
             all_messages: None,
             attempts: Vec::new(),
             transcript: None,
+            applied_workarounds: Vec::new(),
             warnings: Vec::new(),
             exit_code: kind.exit_code(),
         }

@@ -1,7 +1,7 @@
 //! The run, in the order its data flows: [`request`] (flags or `--request`) ->
 //! [`prompt`] (the task with its framing) -> [`child`] (argv and environment of the CLI) ->
 //! supervised attempts (in [`crate::supervise`]) whose output becomes an [`observation`] ->
-//! [`outcome`] (success or an error kind) -> [`retry`] (whether another attempt is safe) ->
+//! [`outcome`] (success or an error kind; [`provider`] says what an upstream failure is) -> [`retry`] (whether another attempt is safe) ->
 //! [`session`] (records for safe resumes) -> [`envelope`]. [`run`] drives one run through
 //! these steps.
 //!
@@ -16,6 +16,7 @@ pub mod fallback;
 pub mod observation;
 pub mod outcome;
 pub mod prompt;
+pub mod provider;
 pub mod request;
 pub mod retry;
 pub mod run;

@@ -115,6 +115,19 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             );
         }
         StopCause::SpawnFailed(error) => return Verdict::Failure(spawn_failure(error)),
+        StopCause::AuthRejected => {
+            let mut failure = Failure::new(
+                ErrorKind::UpstreamError,
+                "API Error: 401 the backend rejected the key",
+                "the backend API failed: API Error: 401 the backend rejected the key; coder \
+                 stopped the claude CLI at its first retry (a retry with the same key fails \
+                 the same way)",
+            )
+            .hint("check the backend's API key variable and base URL (coder doctor)");
+            failure.http_status = Some(401);
+            failure.upstream_error = Some(UpstreamErrorType::AuthenticationFailed);
+            return Verdict::Failure(failure);
+        }
         StopCause::Finished | StopCause::LingeredAfterResult => {}
     }
 

@@ -18,7 +18,6 @@ use serde::Serialize;
 use crate::exit::ErrorKind;
 use crate::pipeline::outcome::Failure;
 use crate::pipeline::request::SandboxMode;
-use crate::stream::UpstreamErrorType;
 
 /// Tools that only read: calling them cannot change anything a retry would repeat.
 const READ_ONLY_TOOLS: &[&str] = &[
@@ -93,56 +92,12 @@ pub enum SideEffectClass {
     Mutating,
 }
 
-/// How a provider's failure behaves on retry.
+/// How a provider's failure behaves on retry (from `provider::classify`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct UpstreamClass {
     pub retryable: bool,
     /// The session's history itself is rejected: resuming it will fail the same way.
     pub session_poisoned: bool,
-}
-
-/// Classifies an upstream failure from its HTTP status, the CLI's error class and text.
-pub fn classify_upstream(
-    status: Option<u16>,
-    error: Option<&UpstreamErrorType>,
-    text: &str,
-) -> UpstreamClass {
-    let lower = text.to_ascii_lowercase();
-    let provider_busy = ["1302", "1303", "1305", "1312", "concurrency", "overloaded"]
-        .iter()
-        .any(|marker| lower.contains(marker));
-    let content_rejected = status == Some(400)
-        && (lower.contains("image") || lower.contains("document") || lower.contains("1210"))
-        && (lower.contains("not support") || lower.contains("1210"));
-    // The same request would overflow the context again.
-    if crate::pipeline::outcome::is_context_overflow(text) {
-        return UpstreamClass {
-            retryable: false,
-            session_poisoned: false,
-        };
-    }
-    let retryable = match status {
-        Some(429 | 529) => true,
-        Some(s) if (500..600).contains(&s) => true,
-        Some(400 | 401 | 403 | 404 | 413 | 422) => false,
-        Some(_) => provider_busy,
-        // No HTTP status: a connection failure (`server_error`) or an overload is transient;
-        // authentication and unknown errors are not.
-        None => {
-            matches!(
-                error,
-                Some(
-                    UpstreamErrorType::ServerError
-                        | UpstreamErrorType::RateLimit
-                        | UpstreamErrorType::Overloaded
-                )
-            ) || provider_busy
-        }
-    };
-    UpstreamClass {
-        retryable,
-        session_poisoned: content_rejected,
-    }
 }
 
 /// Whether a failure of this kind may be retried at all (DESIGN §6).
@@ -276,33 +231,6 @@ mod tests {
     }
 
     #[test]
-    fn upstream_statuses() {
-        assert!(classify_upstream(Some(429), None, "").retryable);
-        assert!(classify_upstream(Some(503), None, "").retryable);
-        assert!(classify_upstream(Some(529), None, "").retryable);
-        assert!(!classify_upstream(Some(401), None, "").retryable);
-        assert!(!classify_upstream(Some(400), None, "").retryable);
-        assert!(!classify_upstream(Some(413), None, "").retryable);
-        assert!(
-            classify_upstream(None, Some(&UpstreamErrorType::ServerError), "ECONNREFUSED")
-                .retryable
-        );
-        assert!(
-            !classify_upstream(None, Some(&UpstreamErrorType::AuthenticationFailed), "").retryable
-        );
-        assert!(
-            classify_upstream(Some(418), None, r#"{"error":{"code":"1302"}}"#).retryable,
-            "Z.ai concurrency limit"
-        );
-        let poisoned = classify_upstream(
-            Some(400),
-            None,
-            "unknown variant `image`: image blocks are not supported",
-        );
-        assert!(!poisoned.retryable && poisoned.session_poisoned);
-    }
-
-    #[test]
     fn mutating_calls_block_retries_unless_read_only() {
         let effects = SideEffects::from_tool_calls(true, ["Read", "Write"]);
         assert_eq!(effects.class(), SideEffectClass::Mutating);
@@ -372,7 +300,17 @@ mod tests {
         );
         for status in [429, 500, 503, 529] {
             let f = failure(ErrorKind::UpstreamError, Some(status));
-            let class = classify_upstream(Some(status), None, "");
+            let error = crate::pipeline::provider::classify(&crate::pipeline::provider::Signals {
+                status: Some(status),
+                cli_error: None,
+                text: "",
+                last_tool: None,
+                base_url: None,
+            });
+            let class = UpstreamClass {
+                retryable: error.retryable,
+                session_poisoned: error.session_poisoned,
+            };
             assert_eq!(
                 decide(&f, Some(class), &none, SandboxMode::WorkspaceWrite, 1),
                 RetryDecision::Retry,
@@ -380,7 +318,10 @@ mod tests {
             );
         }
         let f = failure(ErrorKind::UpstreamError, Some(401));
-        let class = classify_upstream(Some(401), None, "");
+        let class = UpstreamClass {
+            retryable: false,
+            session_poisoned: false,
+        };
         assert!(matches!(
             decide(&f, Some(class), &none, SandboxMode::WorkspaceWrite, 3),
             RetryDecision::Refuse(m) if m.contains("401")

@@ -22,6 +22,7 @@ use crate::pipeline::envelope::{AttemptOutcome, AttemptSummary, Envelope, ErrorD
 use crate::pipeline::fallback::{self, Fallback};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
+use crate::pipeline::provider;
 use crate::pipeline::request::{RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
@@ -285,16 +286,25 @@ impl PreparedRun {
             };
             match after_failure(request, run, &attempt, failure) {
                 NextStep::Stop(stop) => {
+                    if let Some(error) = stop.provider_error.as_ref().filter(|e| e.session_poisoned)
+                        && let Err(e) = prepared
+                            .store
+                            .mark_poisoned(session.id(), &provider::class_name(error.class))
+                    {
+                        run.warnings
+                            .push(format!("cannot mark the session as not resumable: {e}"));
+                    }
                     run.record_attempt(
                         session,
                         &attempt,
                         AttemptOutcome::Failed(stop.failure.kind),
                         stop.refusal.clone(),
                     );
-                    return run.failure_envelope(session, stop, attempt);
+                    return run.failure_envelope(session, *stop, attempt);
                 }
-                NextStep::Retry(kind) => {
-                    let delay = backoff.next().unwrap_or(Duration::from_secs(1));
+                NextStep::Retry { kind, delay } => {
+                    let standard = backoff.next().unwrap_or(Duration::from_secs(1));
+                    let delay = delay.unwrap_or(standard);
                     run.record_attempt(
                         session,
                         &attempt,
@@ -378,6 +388,8 @@ impl PreparedRun {
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         run.warnings.extend(backend.warnings().iter().cloned());
         run.backend = backend.name().to_owned();
+        run.base_url = backend.base_url().map(str::to_owned);
+        run.workarounds = backend.applied_workarounds();
         let mut child_base_env = config::child_environment(process_env, &backend);
 
         let path_var = std::env::var_os("PATH");
@@ -614,59 +626,82 @@ async fn start_replay_server(
 
 /// What follows a failed attempt.
 enum NextStep {
-    /// Try again (after the backoff); the failed attempt's kind.
-    Retry(ErrorKind),
+    /// Try again after `delay` (the provider's backoff) or the standard backoff.
+    Retry {
+        kind: ErrorKind,
+        delay: Option<Duration>,
+    },
     /// The run ends with this failure.
-    Stop(Stop),
+    Stop(Box<Stop>),
 }
 
 /// A failure that ends the run, with how the envelope explains it.
 struct Stop {
     failure: Failure,
     upstream: Option<retry::UpstreamClass>,
+    /// `error_detail.provider_error` (DESIGN §12).
+    provider_error: Option<provider::ProviderError>,
     /// Why a retry was not made, when the user could have expected one.
     refusal: Option<String>,
 }
 
 /// Decides whether a failed attempt is retried (DESIGN §6): a retryable kind, no side
-/// effects a retry could repeat, retries and time left.
+/// effects a retry could repeat, retries and time left. Upstream failures are classified
+/// per provider first ([`provider::classify`], DESIGN §12): that decides whether they are
+/// transient at all, and how long to wait.
 fn after_failure(
     request: &RunRequest,
     run: &Run,
     attempt: &AttemptRecord,
-    failure: Failure,
+    mut failure: Failure,
 ) -> NextStep {
-    let upstream = (failure.kind == ErrorKind::UpstreamError).then(|| {
-        retry::classify_upstream(
-            failure.http_status,
-            failure.upstream_error.as_ref(),
-            &failure.message,
-        )
+    let provider_error = (failure.kind == ErrorKind::UpstreamError)
+        .then(|| provider::classify_failure(&failure, run.base_url.as_deref()));
+    let upstream = provider_error.as_ref().map(|e| retry::UpstreamClass {
+        retryable: e.retryable,
+        session_poisoned: e.session_poisoned,
     });
+    if failure.hint.is_none() {
+        failure.hint = provider_error.as_ref().and_then(provider::hint);
+    }
     let retries_left = request.max_retries.saturating_sub(run.retries);
-    let decision = retry::decide(
+    let mut decision = retry::decide(
         &failure,
         upstream,
         &attempt.effects,
         request.sandbox,
         retries_left,
     );
+    if let Some(refusal) = provider_error
+        .as_ref()
+        .and_then(|e| provider::refuse_retry(e, run.retries))
+    {
+        decision = RetryDecision::Refuse(refusal);
+    }
     let out_of_time = run
         .limits
         .deadline
         .is_some_and(|deadline| Instant::now() >= deadline);
     let refusal = match decision {
-        RetryDecision::Retry if !out_of_time => return NextStep::Retry(failure.kind),
+        RetryDecision::Retry if !out_of_time => {
+            return NextStep::Retry {
+                kind: failure.kind,
+                delay: provider_error
+                    .as_ref()
+                    .and_then(|e| provider::retry_delay(e, run.retries)),
+            };
+        }
         RetryDecision::Retry => Some("the run is out of time (--max-duration)".into()),
         RetryDecision::Refuse(why) if request.max_retries > 0 => Some(why),
         RetryDecision::Refuse(why) if !attempt.effects.mutating_tools.is_empty() => Some(why),
         RetryDecision::Refuse(_) => None,
     };
-    NextStep::Stop(Stop {
+    NextStep::Stop(Box::new(Stop {
         failure,
         upstream,
+        provider_error,
         refusal,
-    })
+    }))
 }
 
 fn remember_session(
@@ -684,6 +719,7 @@ fn remember_session(
         workspace: request.workspace.clone(),
         backend: backend.to_owned(),
         cli_version: observation.cli_version.clone(),
+        poisoned: existing.as_ref().and_then(|r| r.poisoned.clone()),
         created_at: existing.map_or(now, |r| r.created_at),
         updated_at: now,
     };
@@ -712,6 +748,10 @@ struct Run {
     backend: String,
     /// Files of failed Edit/MultiEdit calls (the fallback's trigger).
     failed_edits: Vec<String>,
+    /// Where the backend points, for telling providers apart (`None`: the CLI's default).
+    base_url: Option<String>,
+    /// `applied_workarounds` of every envelope.
+    workarounds: Vec<config::Workaround>,
 }
 
 impl Run {
@@ -740,6 +780,8 @@ impl Run {
             denials: Vec::new(),
             backend: requested_backend(request),
             failed_edits: Vec::new(),
+            base_url: None,
+            workarounds: Vec::new(),
         }
     }
 
@@ -817,7 +859,9 @@ impl Run {
             signal: end.and_then(|e| e.exit_signal).map(signal_name),
             attempts: self.attempts.len().max(1) as u32,
             api_ms: result.and_then(|r| r.duration_api_ms),
-            cost_usd: result.and_then(|r| r.total_cost_usd),
+            cost_usd: result.and_then(|r| r.total_cost_usd).filter(|_| {
+                provider::Provider::from_base_url(self.base_url.as_deref()).reports_real_cost()
+            }),
             backend: Some(self.backend.clone()),
             model: observation.model.clone(),
             cli_version: observation.cli_version.clone(),
@@ -844,6 +888,7 @@ impl Run {
         }
         envelope.metrics = Some(metrics);
         envelope.warnings = self.warnings.clone();
+        envelope.applied_workarounds = self.workarounds.clone();
         if !envelope.success || self.attempts.len() > 1 {
             envelope.attempts = self.attempts.clone();
         }
@@ -935,6 +980,7 @@ impl Run {
         let Stop {
             failure,
             upstream,
+            provider_error,
             refusal,
         } = stop;
         let AttemptRecord {
@@ -955,6 +1001,7 @@ impl Run {
         detail.upstream_error = failure.upstream_error;
         detail.retryable = upstream.map(|u| u.retryable);
         detail.session_poisoned = upstream.map(|u| u.session_poisoned);
+        detail.provider_error = provider_error;
         detail.pending_tool = observation.pending_tool().map(str::to_owned);
         detail.hint = failure.hint;
         detail.retry_refused = refusal;

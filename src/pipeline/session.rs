@@ -38,6 +38,10 @@ pub struct SessionRecord {
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     pub updated_at: u64,
+    /// Why the provider rejects this session's history for good (an image block on a vendor
+    /// without vision, DESIGN §12); such a session is never resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poisoned: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +66,10 @@ pub enum SessionError {
         recorded: String,
         requested: String,
     },
+    #[error(
+        "session {id} cannot be resumed: the provider rejects its history ({reason}); omit --session-id to start a new session"
+    )]
+    Poisoned { id: Uuid, reason: String },
     #[error("session state in {path}: {source}")]
     Io {
         path: PathBuf,
@@ -277,7 +285,19 @@ impl SessionStore {
                 requested: backend.to_owned(),
             });
         }
+        if let Some(reason) = record.poisoned {
+            return Err(SessionError::Poisoned { id, reason });
+        }
         Ok(Some(record))
+    }
+
+    /// Marks a recorded session as poisoned, so that no later run resumes it.
+    pub fn mark_poisoned(&self, id: Uuid, reason: &str) -> Result<(), SessionError> {
+        let Some(mut record) = self.load(id)? else {
+            return Ok(());
+        };
+        record.poisoned = Some(reason.to_owned());
+        self.save(&record)
     }
 
     /// Writes (or refreshes) the record of a session atomically.
@@ -399,6 +419,7 @@ mod tests {
             cli_version: None,
             created_at: 1,
             updated_at: 1,
+            poisoned: None,
         }
     }
 

@@ -25,7 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use crate::journal::{Journal, Note, WatchdogReason};
 use crate::pipeline::child::ChildSpec;
 use crate::pipeline::observation::Observation;
-use crate::stream::{Decoded, Event, Line, LineSplitter, Pipe, SpareBuffer};
+use crate::stream::{Decoded, Event, Line, LineSplitter, Pipe, SpareBuffer, UpstreamErrorType};
 
 pub use signals::CancelSignals;
 pub use spawn::SpawnError;
@@ -77,6 +77,10 @@ pub enum StopCause {
     Cancelled(i32),
     /// The child never started.
     SpawnFailed(SpawnError),
+    /// The CLI announced a retry of a request the backend refused for good (HTTP 401): coder
+    /// stopped it at that first retry instead of letting it retry the same key again
+    /// (`provider-quirks.md` §5b row 11).
+    AuthRejected,
 }
 
 impl StopCause {
@@ -87,7 +91,7 @@ impl StopCause {
             StopCause::TotalTimeout => Some(WatchdogReason::Timeout),
             StopCause::Cancelled(_) => Some(WatchdogReason::Cancelled),
             StopCause::LingeredAfterResult => Some(WatchdogReason::LingeredAfterResult),
-            StopCause::Finished | StopCause::SpawnFailed(_) => None,
+            StopCause::Finished | StopCause::SpawnFailed(_) | StopCause::AuthRejected => None,
         }
     }
 }
@@ -182,6 +186,8 @@ struct LineQueue {
     /// Large line buffers go back to the readers once handled (see `SpareBuffer`).
     spare: Arc<SpareBuffer>,
     open_pipes: u8,
+    /// An `api_retry` after a 401 was seen: retrying cannot help.
+    auth_rejected: bool,
 }
 
 impl LineQueue {
@@ -197,6 +203,19 @@ impl LineQueue {
             Some(PipeMsg::Line(pipe, line, _queued)) => {
                 let decoded = observation.observe_line(pipe, &line);
                 journal.line(pipe, &line, decoded.as_ref());
+                if let Some(Decoded {
+                    event:
+                        Event::ApiRetry {
+                            error_status,
+                            error,
+                            ..
+                        },
+                    ..
+                }) = &decoded
+                {
+                    self.auth_rejected |= *error_status == Some(401)
+                        || *error == Some(UpstreamErrorType::AuthenticationFailed);
+                }
                 self.spare.offer(line.bytes);
                 matches!(
                     decoded,
@@ -312,6 +331,7 @@ async fn start(
             budget,
             spare,
             open_pipes: 2,
+            auth_rejected: false,
         },
         activity,
     })
@@ -351,7 +371,12 @@ async fn watch(
             msg = lines.rx.recv(), if lines.open_pipes > 0 => {
                 let mut next = msg;
                 for _ in 0..BATCH {
-                    if lines.handle(next, observation, journal) && !result_seen {
+                    let is_result = lines.handle(next, observation, journal);
+                    if lines.auth_rejected && !result_seen {
+                        cause = Some(StopCause::AuthRejected);
+                        break;
+                    }
+                    if is_result && !result_seen {
                         result_seen = true;
                         let at = Instant::now() + AFTER_RESULT_GRACE;
                         wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
@@ -363,6 +388,9 @@ async fn watch(
                         Ok(msg) => next = Some(msg),
                         Err(_) => break,
                     }
+                }
+                if cause.is_some() {
+                    break;
                 }
             }
             status = child.wait(), if !child_gone => {

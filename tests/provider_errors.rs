@@ -1,0 +1,428 @@
+//! Provider errors end to end (DESIGN §12): the real `claude` CLI against replay cassettes
+//! that answer the way Z.ai, DeepSeek and MiniMax fail (`fixtures/cassettes/zai_*`, `ds_*`,
+//! `minimax_*`, …). Each test checks the fault, what coder did about it (retried or not, how
+//! many attempts) and the envelope's `error_detail.provider_error`.
+//!
+//! The CLI's own API retries are set to 0 through the backend (`max_retries`), so one
+//! request fails an attempt at once and every retry seen here is coder's. Without the CLI
+//! the tests skip loudly, except under CI.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Coder, Fake, real_claude};
+use serde_json::{Value, json};
+
+struct Scene {
+    fake: Fake,
+    claude: PathBuf,
+    config: PathBuf,
+}
+
+impl Scene {
+    fn new(cassette: &str) -> Scene {
+        Scene::with_cli_retries(cassette, 0)
+    }
+
+    fn with_cli_retries(cassette: &str, cli_retries: u32) -> Scene {
+        let claude = real_claude();
+        let fake = Fake::new(json!([]));
+        let config = fake.root().join("coder.toml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/cassettes")
+            .join(cassette);
+        std::fs::write(
+            &config,
+            format!(
+                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = {cli_retries}\n",
+                path.display().to_string()
+            ),
+        )
+        .unwrap();
+        Scene {
+            fake,
+            claude,
+            config,
+        }
+    }
+
+    fn coder(&self) -> Coder {
+        self.fake
+            .coder()
+            .claude_bin(self.claude.clone())
+            .arg("--config")
+            .arg(self.config.clone())
+            .args(["--backend", "e2e"])
+            .deadline(Duration::from_secs(90))
+    }
+}
+
+/// Checks an envelope against the published schema (which describes `provider_error`).
+fn assert_schema(envelope: &Value) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json"),
+    )
+    .unwrap();
+    let schema = jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap();
+    let errors: Vec<String> = schema
+        .iter_errors(envelope)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{envelope:#}");
+}
+
+/// One cassette fault and what coder must make of it.
+struct Case {
+    cassette: &'static str,
+    class: &'static str,
+    provider: &'static str,
+    code: Option<&'static str>,
+    status: u64,
+    retryable: bool,
+    poisoned: bool,
+    action: &'static str,
+}
+
+const fn case(
+    cassette: &'static str,
+    class: &'static str,
+    provider: &'static str,
+    code: Option<&'static str>,
+    status: u64,
+    action: &'static str,
+) -> Case {
+    Case {
+        cassette,
+        class,
+        provider,
+        code,
+        status,
+        retryable: false,
+        poisoned: false,
+        action,
+    }
+}
+
+/// Every non-retryable row: with `--max-retries 3`, exactly one attempt, and the class,
+/// vendor code and action in the envelope. CLI 2.1.330 shows a Zhipu body
+/// (`{"error":{"code":"1313","message":…}}`) as its `message` only, so for those the code
+/// and the vendor are unknown and the words decide; MiniMax writes its code into the message.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn non_retryable_provider_errors_are_classified_and_never_retried() {
+    let cases = [
+        case(
+            "zai_1313.json",
+            "provider_throttled",
+            "other",
+            None,
+            429,
+            "fail",
+        ),
+        case(
+            "zai_1211.json",
+            "model_not_found",
+            "other",
+            None,
+            400,
+            "fail",
+        ),
+        case(
+            "ds_402.json",
+            "billing_error",
+            "deepseek",
+            None,
+            402,
+            "fail",
+        ),
+        case("http_401.json", "auth_error", "other", None, 401, "fail"),
+        case(
+            "reject_system_role_422.json",
+            "system_role",
+            "other",
+            None,
+            422,
+            "fail",
+        ),
+        case(
+            "ds_system_role_400.json",
+            "system_role",
+            "other",
+            None,
+            400,
+            "fail",
+        ),
+        case(
+            "minimax_system_role_2013.json",
+            "system_role",
+            "minimax",
+            Some("2013"),
+            400,
+            "fail",
+        ),
+        case(
+            "thinking_schema_400.json",
+            "thinking_schema",
+            "other",
+            None,
+            400,
+            "fail",
+        ),
+        case(
+            "ds_roundtrip_400.json",
+            "thinking_roundtrip",
+            "other",
+            None,
+            400,
+            "fail",
+        ),
+        case(
+            "effort_conflict_400.json",
+            "effort_conflict",
+            "other",
+            None,
+            400,
+            "fail",
+        ),
+        case(
+            "websearch_422.json",
+            "unsupported_tool",
+            "other",
+            None,
+            422,
+            "fail",
+        ),
+        case(
+            "minimax_2013_toolpair.json",
+            "invalid_history",
+            "minimax",
+            Some("2013"),
+            400,
+            "fail",
+        ),
+        Case {
+            poisoned: true,
+            ..case(
+                "reject_images.json",
+                "unsupported_content",
+                "other",
+                None,
+                400,
+                "never_resume",
+            )
+        },
+    ];
+    let mut failures = Vec::new();
+    for case in &cases {
+        let scene = Scene::new(case.cassette);
+        let started = Instant::now();
+        let out = scene.coder().args(["--max-retries", "3", "hi"]).run();
+        let detail = out.assert_failure("upstream_error", 1);
+        let error = &detail["provider_error"];
+        assert_schema(&out.envelope);
+        let expected = json!({
+            "class": case.class,
+            "provider": case.provider,
+            "code": case.code,
+            "http_status": case.status,
+            "retryable": case.retryable,
+            "session_poisoned": case.poisoned,
+            "action": case.action,
+        });
+        let attempts = out.envelope["attempts"].as_array().map_or(0, Vec::len);
+        if *error != expected || attempts != 1 || detail["retry_refused"].as_str().is_none() {
+            failures.push(format!(
+                "{}: {attempts} attempts, provider_error {error}, expected {expected}; {}",
+                case.cassette,
+                out.explain()
+            ));
+        }
+        eprintln!(
+            "{}: {:.1} s",
+            case.cassette,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The text-only Z.ai quota message: the CLI passes only `Request rejected (429) · Usage
+/// limit reached … reset at 2026-11-24 03:00:00` (Beijing time). coder reads the reset time
+/// from it and does not retry, even when retries are allowed.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_exhausted_quota_is_not_retried_and_says_when_it_resets() {
+    let scene = Scene::new("zai_1308_quota.json");
+    let out = scene.coder().args(["--max-retries", "5", "hi"]).run();
+    let detail = out.assert_failure("upstream_error", 1);
+    let error = &detail["provider_error"];
+    assert_eq!(error["class"], "quota_exhausted", "{}", out.explain());
+    assert_eq!(error["action"], "wait_for_reset");
+    assert_eq!(error["retryable"], false);
+    assert_eq!(error["http_status"], 429);
+    assert_eq!(error["retry_at"], "2026-11-23T19:00:00Z");
+    assert_schema(&out.envelope);
+    assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(1));
+    assert!(
+        detail["retry_refused"]
+            .as_str()
+            .is_some_and(|r| r.contains("quota") && r.contains("2026-11-23T19:00:00Z")),
+        "{detail}"
+    );
+    let text = out.envelope["error"].as_str().unwrap_or_default();
+    assert!(text.contains("Usage limit reached"), "{text}");
+}
+
+/// A rate limit with the vendor's delay in the text: coder waits that long (1 s, not its
+/// standard backoff nor the 30 s it uses without a figure) and the retry succeeds.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_rate_limit_is_retried_after_the_vendors_delay() {
+    let scene = Scene::new("zai_1302.json");
+    let out = scene.coder().args(["--max-retries", "2", "hi"]).run();
+    out.assert_success("Answered after the rate limit.");
+    let attempts = out.envelope["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{}", out.explain());
+    assert_eq!(attempts[0]["outcome"], "upstream_error");
+    let note = attempts[0]["retry"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains("retried after 1.0 s"), "{}", attempts[0]);
+}
+
+/// A rate limit that never lifts: coder stops after 3 retries although 10 were allowed.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn rate_limits_are_retried_at_most_three_times() {
+    let scene = Scene::new("zai_1302_always.json");
+    let out = scene.coder().args(["--max-retries", "10", "hi"]).run();
+    let detail = out.assert_failure("upstream_error", 1);
+    let error: &Value = &detail["provider_error"];
+    assert_eq!(error["class"], "rate_limited", "{}", out.explain());
+    // CLI 2.1.330 shows only `error.message` of a Zhipu body: the code does not reach the
+    // stream, so the class comes from the words ("concurrency").
+    assert_eq!(error["provider"], "other");
+    assert!(error["code"].is_null());
+    assert_eq!(error["retry_after_s"], 1.0);
+    assert_eq!(error["action"], "retry_with_backoff");
+    assert_schema(&out.envelope);
+    assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(4));
+    assert!(
+        detail["retry_refused"]
+            .as_str()
+            .is_some_and(|r| r.contains("at 3 for rate limits")),
+        "{detail}"
+    );
+}
+
+/// A replay backend is not Anthropic: no cost, and the workarounds coder applied are listed.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn cost_is_null_and_workarounds_are_listed_off_anthropic() {
+    let scene = Scene::new("plain.json");
+    let out = scene.coder().args(["--return-metrics", "hi"]).run();
+    out.assert_success("Hello from the replay cassette.");
+    let metrics = &out.envelope["metrics"];
+    assert!(metrics["cost_usd"].is_null(), "{metrics}");
+    assert_schema(&out.envelope);
+    assert!(metrics.get("cost_usd").is_some(), "{metrics}");
+    let workarounds = out.envelope["applied_workarounds"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        workarounds.contains(&json!("cli_retries_capped")),
+        "{}",
+        out.explain()
+    );
+}
+
+/// A 401 with the CLI's own retries left (10 here, about 3 min of backoff in the CLI):
+/// coder stops the CLI at its first `api_retry` and fails at once, not retried.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_401_stops_the_cli_at_its_first_retry() {
+    let scene = Scene::with_cli_retries("http_401.json", 10);
+    let started = Instant::now();
+    let out = scene
+        .coder()
+        .args(["--max-retries", "3", "--return-metrics", "hi"])
+        .run();
+    let elapsed = started.elapsed();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(
+        detail["provider_error"]["class"],
+        "auth_error",
+        "{}",
+        out.explain()
+    );
+    assert_eq!(detail["provider_error"]["retryable"], false);
+    assert_eq!(detail["http_status"], 401);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("first retry")),
+        "{detail}"
+    );
+    assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        out.envelope["metrics"]["api_retries"],
+        1,
+        "{}",
+        out.explain()
+    );
+    // The CLI's ten retries would take minutes; one retry announcement and a stop, seconds.
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+}
+
+/// An image the vendor cannot read poisons the session: the failure says so, gives no resume
+/// hint, and a later run that tries to resume the session is refused before the CLI starts.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_poisoned_session_is_never_resumed() {
+    let scene = Scene::new("reject_images.json");
+    let first = scene
+        .coder()
+        .args(["--max-retries", "2", "look at the screenshot"])
+        .run();
+    let detail = first.assert_failure("upstream_error", 1);
+    assert_eq!(detail["provider_error"]["session_poisoned"], true);
+    assert!(detail.get("resume_hint").is_none(), "{detail}");
+    assert_eq!(first.envelope["attempts"].as_array().map(Vec::len), Some(1));
+    let id = first
+        .session_id()
+        .expect("the CLI confirmed a session")
+        .to_owned();
+    let second = scene.coder().args(["--session-id", &id, "continue"]).run();
+    let detail = second.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be resumed") && m.contains("unsupported_content")),
+        "{}",
+        second.explain()
+    );
+    assert!(
+        second.envelope["attempts"]
+            .as_array()
+            .is_none_or(|a| a.is_empty())
+    );
+}
+
+/// Measured, not coder's doing: CLI 2.1.330 re-sends a request rejected with a 4xx without
+/// its mid-conversation `role:"system"` message, so a vendor that rejects only that message
+/// (Z.ai's 422, DeepSeek's `unknown variant`) is answered on the re-send and the run
+/// succeeds in one attempt. If a CLI update stops doing so, this test says so, and
+/// `system_role` failures then need the compat shape (not automated in coder yet).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_cli_recovers_from_a_system_role_rejection_by_itself() {
+    let scene = Scene::new("system_role_then_ok.json");
+    let out = scene.coder().arg("hi").run();
+    out.assert_success("Answered without the system message.");
+    assert!(
+        out.envelope["attempts"]
+            .as_array()
+            .is_none_or(|a| a.len() <= 1)
+    );
+}
