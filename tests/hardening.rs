@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fake, steps};
+use common::{Bounded, Fake, steps};
 use serde_json::Value;
 
 const CODER: &str = env!("CARGO_BIN_EXE_coder");
@@ -372,4 +372,32 @@ fn coder_sandbox_leaves_no_per_call_directory_in_any_mode() {
             .unwrap_or_default();
         assert!(left.is_empty(), "{mode}: left behind {left:?}");
     }
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_demo_ends_by_saying_where_the_claude_cli_is_and_how_to_use_it() {
+    let claude = common::real_claude();
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo"))
+        .env("CODER_DEMO_BIN", CODER)
+        .env("CODER_STATE_DIR", tempfile::tempdir().unwrap().keep())
+        .output_within(Duration::from_secs(300));
+    assert!(out.status.success(), "{out:?}");
+    let envelope: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["success"], true, "{envelope}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("export CODER_CLAUDE_BIN="), "{last}");
+    // The path it names is a claude that runs.
+    let named = last
+        .split("export CODER_CLAUDE_BIN=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap();
+    let version = Command::new(named).arg("--version").output_bounded();
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains("Claude Code"),
+        "{named} (the suite's is {})",
+        claude.display()
+    );
 }
