@@ -2,7 +2,7 @@
 //! matcher that decides whether a path is such a file.
 //!
 //! The mount-based masks of a run ([`super::scan`]) and any later reader of files on the
-//! agent's behalf (the planned MCP filesystem tools) must agree on what a secret is, so the
+//! agent's behalf (the jailed file tools of `coder fs` and `coder mcp`) must agree on what a secret is, so the
 //! defaults, the config file's `deny` key and `--deny GLOB` are combined here and nowhere
 //! else. User globs add to the defaults; they never replace them, so a typo in a config
 //! file cannot silently unmask `.env`.

@@ -34,7 +34,7 @@
 //!
 //! What the agent may see of the home directory is an allow-list (`home`); the secrets it
 //! may not read are one list of globs ([`deny_globs`], [`DenyMatcher`]), shared with any
-//! future reader of files on the agent's behalf.
+//! reader of files on a caller's behalf (`coder fs`, `coder mcp`).
 //!
 //! Landlock cannot express "the workspace, except `.env`" (its rules are allow-only and
 //! inherited), which is why secrets are hidden with mounts rather than with rules; see
