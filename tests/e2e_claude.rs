@@ -11,62 +11,32 @@ mod common;
 
 use common::Bounded;
 
-use common::real_claude;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Coder, Fake};
+use common::{Coder, ReplayScene};
 use nix::sys::signal::Signal;
-use serde_json::json;
-
-fn cassette(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/cassettes")
-        .join(name)
-}
 
 /// A workspace, coder's state and a config file with one replay backend `e2e` for
 /// `cassette`, with the CLI's own API retries limited to `cli_retries`.
-struct Scene {
-    fake: Fake,
-    claude: PathBuf,
-    config: PathBuf,
+/// The shared replay scene, with this file's helpers.
+struct Scene(ReplayScene);
+
+impl std::ops::Deref for Scene {
+    type Target = ReplayScene;
+
+    fn deref(&self) -> &ReplayScene {
+        &self.0
+    }
 }
 
 impl Scene {
-    fn new(cassette_name: &str, cli_retries: u32) -> Scene {
-        let claude = real_claude();
-        // The fake child is not used: only its workspace and private directories are.
-        let fake = Fake::new(json!([]));
-        let config = fake.root().join("coder.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = {cli_retries}\n",
-                cassette(cassette_name).display().to_string()
-            ),
-        )
-        .unwrap();
-        Scene {
-            fake,
-            claude,
-            config,
-        }
+    fn new(cassette: &str, cli_retries: u32) -> Scene {
+        Scene(ReplayScene::new(cassette, cli_retries))
     }
 
     fn coder(&self) -> Coder {
-        self.fake
-            .coder()
-            .claude_bin(self.claude.clone())
-            .arg("--config")
-            .arg(self.config.clone())
-            .args(["--backend", "e2e"])
-            .deadline(Duration::from_secs(120))
-    }
-
-    fn workspace(&self) -> &Path {
-        self.fake.workspace()
+        self.coder_within(Duration::from_secs(120))
     }
 
     fn read(&self, name: &str) -> String {

@@ -9,16 +9,21 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Coder, Fake, real_claude};
+use common::{Coder, ReplayScene};
 use serde_json::{Value, json};
 
-struct Scene {
-    fake: Fake,
-    claude: PathBuf,
-    config: PathBuf,
+/// The shared replay scene, with this file's helpers.
+struct Scene(ReplayScene);
+
+impl std::ops::Deref for Scene {
+    type Target = ReplayScene;
+
+    fn deref(&self) -> &ReplayScene {
+        &self.0
+    }
 }
 
 impl Scene {
@@ -27,35 +32,11 @@ impl Scene {
     }
 
     fn with_cli_retries(cassette: &str, cli_retries: u32) -> Scene {
-        let claude = real_claude();
-        let fake = Fake::new(json!([]));
-        let config = fake.root().join("coder.toml");
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/cassettes")
-            .join(cassette);
-        std::fs::write(
-            &config,
-            format!(
-                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = {cli_retries}\n",
-                path.display().to_string()
-            ),
-        )
-        .unwrap();
-        Scene {
-            fake,
-            claude,
-            config,
-        }
+        Scene(ReplayScene::new(cassette, cli_retries))
     }
 
     fn coder(&self) -> Coder {
-        self.fake
-            .coder()
-            .claude_bin(self.claude.clone())
-            .arg("--config")
-            .arg(self.config.clone())
-            .args(["--backend", "e2e"])
-            .deadline(Duration::from_secs(90))
+        self.coder_within(Duration::from_secs(90))
     }
 }
 

@@ -9,54 +9,35 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Coder, Fake, real_claude};
+use common::{Coder, Fake, ReplayScene};
 use serde_json::{Value, json};
 
-struct Scene {
-    fake: Fake,
-    claude: PathBuf,
-    config: PathBuf,
+/// The shared replay scene, with this file's helpers.
+struct Scene(ReplayScene);
+
+impl std::ops::Deref for Scene {
+    type Target = ReplayScene;
+
+    fn deref(&self) -> &ReplayScene {
+        &self.0
+    }
 }
 
 impl Scene {
     fn new(cassette: &str) -> Scene {
-        let claude = real_claude();
-        let fake = Fake::new(json!([]));
-        let config = fake.root().join("coder.toml");
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/cassettes")
-            .join(cassette);
-        std::fs::write(
-            &config,
-            format!(
-                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = 0\n",
-                path.display().to_string()
-            ),
-        )
-        .unwrap();
-        Scene {
-            fake,
-            claude,
-            config,
-        }
+        Scene(ReplayScene::new(cassette, 0))
     }
 
     fn coder(&self) -> Coder {
-        self.fake
-            .coder()
-            .claude_bin(self.claude.clone())
-            .arg("--config")
-            .arg(self.config.clone())
-            .args(["--backend", "e2e"])
-            .deadline(Duration::from_secs(120))
+        self.coder_within(Duration::from_secs(120))
     }
 
     fn ws(&self) -> &Path {
-        self.fake.workspace()
+        self.workspace()
     }
 
     fn write(&self, name: &str, text: &str) {

@@ -1118,3 +1118,52 @@ pub fn update_fixtures() -> bool {
     );
     asked
 }
+
+/// The real claude CLI against a replay cassette from `fixtures/cassettes`, through coder:
+/// a fake's private directories (workspace, state, config) and a config file naming the
+/// cassette as backend `e2e`, with the CLI's own retries set to `cli_retries`.
+pub struct ReplayScene {
+    pub fake: Fake,
+    pub claude: PathBuf,
+    pub config: PathBuf,
+}
+
+impl ReplayScene {
+    pub fn new(cassette: &str, cli_retries: u32) -> ReplayScene {
+        let claude = real_claude();
+        // The fake child is not used: only its workspace and private directories are.
+        let fake = Fake::new(serde_json::json!([]));
+        let config = fake.root().join("coder.toml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/cassettes")
+            .join(cassette);
+        std::fs::write(
+            &config,
+            format!(
+                "[backends.e2e]\nkind = \"replay\"\ncassette = {:?}\nmax_retries = {cli_retries}\n",
+                path.display().to_string()
+            ),
+        )
+        .unwrap();
+        ReplayScene {
+            fake,
+            claude,
+            config,
+        }
+    }
+
+    /// `coder` with the real CLI and the `e2e` backend, stopped after `deadline`.
+    pub fn coder_within(&self, deadline: Duration) -> Coder {
+        self.fake
+            .coder()
+            .claude_bin(self.claude.clone())
+            .arg("--config")
+            .arg(self.config.clone())
+            .args(["--backend", "e2e"])
+            .deadline(deadline)
+    }
+
+    pub fn workspace(&self) -> &Path {
+        self.fake.workspace()
+    }
+}
