@@ -194,12 +194,13 @@ impl From<Usage> for TokenUsage {
 }
 
 impl Envelope {
-    pub fn success(session_id: Option<String>, result: String) -> Self {
+    /// An envelope with nothing but its outcome, session and exit code set.
+    fn bare(success: bool, session_id: Option<String>, exit_code: u8) -> Self {
         Envelope {
-            success: true,
+            success,
             tool: TOOL_NAME,
             session_id,
-            result: Some(result),
+            result: None,
             error: None,
             error_kind: None,
             error_detail: None,
@@ -213,7 +214,14 @@ impl Envelope {
             transcript: None,
             applied_workarounds: Vec::new(),
             warnings: Vec::new(),
-            exit_code: 0,
+            exit_code,
+        }
+    }
+
+    pub fn success(session_id: Option<String>, result: String) -> Self {
+        Envelope {
+            result: Some(result),
+            ..Envelope::bare(true, session_id, 0)
         }
     }
 
@@ -224,24 +232,10 @@ impl Envelope {
         detail: ErrorDetail,
     ) -> Self {
         Envelope {
-            success: false,
-            tool: TOOL_NAME,
-            session_id,
-            result: None,
             error: Some(summary),
             error_kind: Some(kind),
             error_detail: Some(detail),
-            changes: None,
-            diff: None,
-            verification: None,
-            fallback: None,
-            metrics: None,
-            all_messages: None,
-            attempts: Vec::new(),
-            transcript: None,
-            applied_workarounds: Vec::new(),
-            warnings: Vec::new(),
-            exit_code: kind.exit_code(),
+            ..Envelope::bare(false, session_id, kind.exit_code())
         }
     }
 
