@@ -39,6 +39,16 @@ pub struct SyntheticError {
     pub text: String,
 }
 
+/// The head of one line kept for `last_lines`, not yet decoded or redacted.
+#[derive(Debug, Default)]
+struct KeptLine {
+    head: Vec<u8>,
+    /// The head is not the whole line (a secret may go on past it).
+    head_cut: bool,
+    /// The line itself was cut at the splitter's cap.
+    truncated: bool,
+}
+
 #[derive(Debug)]
 struct PendingTool {
     id: String,
@@ -85,7 +95,7 @@ pub struct Observation {
     pub stderr_bytes: u64,
     pub stdout_lines: u64,
     pub stderr_lines: u64,
-    last_lines: VecDeque<String>,
+    last_lines: VecDeque<KeptLine>,
     all_messages: Vec<Box<RawValue>>,
     /// Bytes of the events kept in `all_messages`.
     all_messages_bytes: usize,
@@ -318,35 +328,51 @@ impl Observation {
         }
     }
 
+    /// Keeps the head of `line` for `last_lines`, as raw bytes: decoding, redaction and the
+    /// cut happen when the lines are read ([`Observation::last_lines`]), for the 20 that are
+    /// kept, not for every line of the stream.
     fn remember_line(&mut self, line: &Line) {
-        if self.last_lines.len() == LAST_LINES {
-            self.last_lines.pop_front();
-        }
-        // Only the head of a line is decoded, so a megabyte tool result costs no more than a
-        // short line. A character takes at most 4 bytes, so the first LAST_LINE_CHARS
-        // characters lie in this head, and the spare bytes keep a character cut at its end
-        // (decoded differently in the head than in the whole line) out of the kept ones.
+        // A character takes at most 4 bytes, so the first LAST_LINE_CHARS characters lie in
+        // this head, and the spare bytes keep a character cut at its end (decoded
+        // differently in the head than in the whole line) out of the kept ones.
         let head = &line.bytes[..line.bytes.len().min(LAST_LINE_CHARS * 4 + 4)];
+        let mut kept = if self.last_lines.len() == LAST_LINES {
+            self.last_lines.pop_front().unwrap_or_default()
+        } else {
+            KeptLine::default()
+        };
+        kept.head.clear();
+        kept.head.extend_from_slice(head);
+        kept.head_cut = head.len() < line.bytes.len() || line.truncated();
+        kept.truncated = line.truncated();
+        self.last_lines.push_back(kept);
+    }
+
+    /// One kept line as `last_lines` shows it: decoded (lossily where it is not UTF-8),
+    /// redacted before it is cut (so a secret across the cut is still found whole, and one
+    /// across the end of the head leaves no piece of itself), cut at LAST_LINE_CHARS.
+    fn render(&self, line: &KeptLine) -> String {
         // from_utf8 checks ASCII a word at a time; the lossy decoder, needed only for lines
         // that are not UTF-8, goes byte by byte.
-        let text = match std::str::from_utf8(head) {
+        let text = match std::str::from_utf8(&line.head) {
             Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(head),
+            Err(_) => String::from_utf8_lossy(&line.head),
         };
-        // Redacted before it is cut, so a secret across the cut is still found whole; a
-        // secret across the end of the head leaves no piece of itself either.
-        let head_cut = head.len() < line.bytes.len() || line.truncated();
-        let ending = if head_cut { Ending::Cut } else { Ending::Whole };
+        let ending = if line.head_cut {
+            Ending::Cut
+        } else {
+            Ending::Whole
+        };
         let text = self.secrets.redact_ending(&text, ending);
         let (head_kept, more) = match text.char_indices().nth(LAST_LINE_CHARS) {
             Some((end, _)) => (&text[..end], true),
             None => (&text[..], false),
         };
         let mut kept = head_kept.to_owned();
-        if more || line.truncated() {
+        if more || line.truncated {
             kept.push_str(" …[line truncated]");
         }
-        self.last_lines.push_back(kept);
+        kept
     }
 
     /// A file tool aimed at a masked secret: the agent sees an empty file, coder records
@@ -406,7 +432,7 @@ impl Observation {
 
     /// The last lines of output, stdout and stderr in arrival order.
     pub fn last_lines(&self) -> Vec<String> {
-        self.last_lines.iter().cloned().collect()
+        self.last_lines.iter().map(|l| self.render(l)).collect()
     }
 
     /// Keeps one event for `all_messages`, up to [`ALL_MESSAGES_MAX_BYTES`] in all; past
@@ -473,8 +499,9 @@ impl Observation {
         self.last_lines
             .iter()
             .rev()
+            .map(|l| self.render(l))
             .find(|l| !l.trim().is_empty())
-            .map(|l| one_line(l, 200))
+            .map(|l| one_line(&l, 200))
     }
 }
 
