@@ -16,6 +16,7 @@ pub mod exit;
 pub mod journal;
 pub mod pipeline;
 pub mod replay;
+pub mod routing;
 pub mod sandbox;
 pub mod stream;
 pub mod supervise;
