@@ -53,10 +53,12 @@ const DEADLINE_SECS: &str = "60";
 /// Parallel attack workers per identity (two identities run at once on 2 cores).
 const WORKERS: usize = 2;
 
-/// Attacks measured open today as root. Remove an id once it is blocked.
 /// Attacks that win a race only sometimes: a "blocked" result while they are in
-/// `KNOWN_OPEN` is not taken as proof of a fix (an "open" one always counts).
+/// `KNOWN_OPEN` is not taken as proof of a fix (an "open" one always counts), and a control
+/// that lost its race is not a broken control.
 const TIMING_DEPENDENT: &[&str] = &[
+    // Not in KNOWN_OPEN: the workspace is resolved once, by descriptor, so a swap between
+    // the scan and the mounts reaches nothing; a single leak fails the suite.
     "c9-swap-race",
     // A fake CLI that hands its own stdout to a tool: the forged line must land after the
     // CLI's result and before coder's drain ends, which it does only sometimes. The real
@@ -64,9 +66,10 @@ const TIMING_DEPENDENT: &[&str] = &[
     "c7-inherited-fd",
 ];
 
-const KNOWN_OPEN_ROOT: &[&str] = &["c7-inherited-fd", "c9-swap-race"];
+/// Attacks measured open today as root. Remove an id once it is blocked.
+const KNOWN_OPEN_ROOT: &[&str] = &["c7-inherited-fd"];
 /// Attacks measured open today as uid 65534.
-const KNOWN_OPEN_NOBODY: &[&str] = &["c7-inherited-fd", "c9-swap-race"];
+const KNOWN_OPEN_NOBODY: &[&str] = &["c7-inherited-fd"];
 
 // ------------------------------------------------------------------------------ fixture
 
