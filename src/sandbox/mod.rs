@@ -46,6 +46,8 @@ mod bytes;
 mod confine;
 pub(crate) mod denial;
 mod deny;
+mod gitconfig;
+pub mod gitguard;
 pub mod helper;
 mod home;
 mod hostmask;
@@ -178,6 +180,21 @@ pub fn protect_globs(no_defaults: bool, extra: &[String]) -> Vec<String> {
         }
     }
     globs
+}
+
+/// The end-of-run git guard for `policy` ([`gitguard`]): call it once the run's last
+/// sandboxed process is gone. Nothing to do for `danger-full-access` or a policy with no
+/// writable tree.
+pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
+    if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
+        return gitguard::GuardReport::default();
+    }
+    let known = policy.git_known.iter().copied().collect();
+    gitguard::guard_trees(
+        &policy.guard_roots,
+        &known,
+        gitguard::GuardLimits::default(),
+    )
 }
 
 /// Removes a run's private directory and the placeholders made for absent protected names

@@ -225,6 +225,14 @@ pub struct Policy {
     pub env_set: BTreeMap<String, String>,
     /// Variables the agent's environment must not have (agent sockets, session buses).
     pub env_remove: Vec<String>,
+    /// The writable trees the end-of-run git guard walks (the workspace in
+    /// `workspace-write`, `--write` directories); parent-side only.
+    #[serde(skip)]
+    pub guard_roots: Vec<PathBuf>,
+    /// Device and inode of every git dir (and `.git` file or symlink) the scan guarded:
+    /// the git guard leaves these alone; parent-side only.
+    #[serde(skip)]
+    pub git_known: Vec<(u64, u64)>,
 }
 
 /// Variables that hand the agent a door out of the sandbox (an agent or bus socket).
@@ -336,6 +344,8 @@ impl Policy {
             run_dir: run_dir.clone(),
             env_set,
             env_remove,
+            guard_roots: Vec::new(),
+            git_known: Vec::new(),
         };
         if !opts.mode.is_confined() {
             return Ok(policy);
@@ -406,10 +416,17 @@ impl Policy {
                 });
             }
             grants.add(path, Access::Write)?;
+            if canonical.is_dir() {
+                policy.guard_roots.push(canonical.clone());
+            }
             scanned.push((canonical, true));
         }
 
+        if opts.mode == Mode::WorkspaceWrite {
+            policy.guard_roots.insert(0, workspace.clone());
+        }
         let found = scan_workspace(opts, &ws_dir, &scanned)?;
+        policy.git_known = found.git_known;
         policy.placeholders = found.placeholders;
         policy.warnings = found.warnings;
         let mut masks = found.masks;

@@ -181,6 +181,9 @@ pub(crate) struct ScanOutput {
     pub placeholders: Vec<Placeholder>,
     /// Things the user should know (a git dir outside the workspace, ...).
     pub warnings: Vec<String>,
+    /// Device and inode of every git dir guarded, and of every `.git` file or symlink
+    /// held read-only: what the end-of-run git guard knows to be the user's.
+    pub git_known: Vec<(u64, u64)>,
 }
 
 /// Scan `trees` for secrets (`deny`), protected names and git dirs.
@@ -341,11 +344,13 @@ impl Walker<'_, '_> {
             }
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+                self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = read_gitfile(parent, &path)?;
                 self.git_pointer(&path, target, top)?;
             }
             Kind::Symlink => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+                self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = fs::canonicalize(&path).ok();
                 self.git_pointer(&path, target, top)?;
             }
@@ -467,6 +472,8 @@ impl Walker<'_, '_> {
         let path = self.tree.root.join(rel);
         let dir = open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
             .map_err(|e| walk_error(&path, "open", e))?;
+        let st = nix::sys::stat::fstat(dir.as_fd()).map_err(|e| walk_error(&path, "inspect", e))?;
+        self.out.git_known.push((st.st_dev, st.st_ino));
         for (name, absent) in GIT_GUARDED_FILES {
             self.guard_entry(dir.as_fd(), &path.join(name), name, absent)?;
         }
