@@ -3,8 +3,8 @@
 //! *user's* own git runs in it after coder has exited, outside any sandbox. The payload
 //! must not run. Each attack has a control: the same command under
 //! `--sandbox danger-full-access` (no guard), where the user's git does run the payload,
-//! so no check passes by construction. Every attack runs as root and, when the tests run
-//! as root, as uid 65534 (coder and the user's git both as `nobody`).
+//! so no check passes by construction. Every attack runs as root and as uid 65534 (coder
+//! and the user's git both as `nobody`).
 
 mod common;
 
@@ -17,16 +17,11 @@ use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_coder");
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
+/// Root, then uid 65534; a machine without either fails (`scripts/test` runs these only
+/// where it can, and CI must).
 fn arms() -> Vec<bool> {
-    if is_root() {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
+    common::require_root_and_user_namespaces();
+    vec![false, true]
 }
 
 struct Fx {
@@ -180,6 +175,7 @@ fn none(_: &Fx) {}
 const COMMIT: &str = "git -c user.name=a -c user.email=a@b commit -qm x --no-verify";
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn gitlink_to_an_agent_repo_with_fsmonitor() {
     attack(
         "gitlink+fsmonitor",
@@ -194,6 +190,7 @@ fn gitlink_to_an_agent_repo_with_fsmonitor() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn nested_repo_without_gitlink_runs_fsmonitor_on_status() {
     attack(
         "nested fsmonitor",
@@ -205,6 +202,7 @@ fn nested_repo_without_gitlink_runs_fsmonitor_on_status() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn filter_clean_selected_by_gitattributes() {
     attack(
         "filter clean",
@@ -216,6 +214,7 @@ fn filter_clean_selected_by_gitattributes() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn include_path_to_an_agent_file() {
     attack(
         "include.path",
@@ -227,6 +226,7 @@ fn include_path_to_an_agent_file() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn gitfile_to_an_agent_made_gitdir() {
     attack(
         "gitfile",
@@ -239,6 +239,7 @@ fn gitfile_to_an_agent_made_gitdir() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn commondir_to_an_agent_made_common_dir() {
     attack(
         "commondir",
@@ -253,6 +254,7 @@ fn commondir_to_an_agent_made_common_dir() {
 /// The user's repository enables per-worktree config (their choice, read-only to the
 /// agent); the agent adds a worktree and sets `core.fsmonitor` in its `config.worktree`.
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn worktree_config_of_an_agent_made_worktree() {
     fn setup(fx: &Fx) {
         fx.git(&fx.ws(), &["config", "extensions.worktreeConfig", "true"]);
@@ -267,6 +269,7 @@ fn worktree_config_of_an_agent_made_worktree() {
 }
 
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn hooks_of_an_agent_repo_on_commit() {
     attack(
         "hooks",
@@ -279,6 +282,7 @@ fn hooks_of_an_agent_repo_on_commit() {
 
 /// A new submodule git dir inside the user's own (guarded) `.git`: `.git/modules/x`.
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn new_submodule_gitdir_inside_the_guarded_git_dir() {
     attack(
         "modules",
@@ -292,6 +296,7 @@ fn new_submodule_gitdir_inside_the_guarded_git_dir() {
 /// `.git` pointing outside the tree (here at the user's home, where the agent cannot
 /// write, but the guard cannot know that): the entry is renamed, never followed.
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn gitfile_pointing_outside_is_renamed_not_followed() {
     for nobody in arms() {
         let fx = Fx::new(nobody);
@@ -318,6 +323,7 @@ fn gitfile_pointing_outside_is_renamed_not_followed() {
 /// A plain `git init` (and a clone-like remote) keeps its config untouched: only
 /// command-running keys make the guard act.
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_inert_agent_repo_is_left_alone() {
     for nobody in arms() {
         let fx = Fx::new(nobody);
@@ -338,7 +344,9 @@ fn an_inert_agent_repo_is_left_alone() {
 
 /// A tree deeper than the guard walks fails closed: `coder sandbox` exits 71 and says so.
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_walk_over_its_cap_fails_closed() {
+    common::require_root_and_user_namespaces();
     let fx = Fx::new(false);
     let (rc, out) = fx.sandbox(
         "workspace-write",
@@ -352,7 +360,9 @@ fn a_walk_over_its_cap_fails_closed() {
 /// The run mode: the `--verify` command runs under the run's sandbox after the agent, so
 /// a repository it makes is guarded too; the envelope reports the move.
 #[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_repo_made_by_the_verify_command() {
+    common::require_root_and_user_namespaces();
     for mode in ["workspace-write", "danger-full-access"] {
         let fake = Fake::new(json!([steps::init(), steps::result_ok("ok")]));
         let marker = fake.root().join("PWNED");
@@ -399,4 +409,21 @@ fn a_repo_made_by_the_verify_command() {
             );
         }
     }
+}
+
+/// `commondir` read as git reads it: git cuts trailing CR/LF/space/tab only, so
+/// `evil<FF>` (form feed kept) is the common dir git uses, while a decoy `evil` sits
+/// beside it. A guard that trimmed like Rust's `trim_ascii_end` would clean the decoy.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn commondir_is_read_exactly_like_git() {
+    attack(
+        "commondir parse",
+        none,
+        "git init -q n && e=\"$(printf 'evil\\f')\" && mkdir -p \"$e\" evil && \
+         cp -r n/.git/objects n/.git/refs \"$e\"/ && cp -r n/.git/objects n/.git/refs evil/ && \
+         printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\" > \"$e/config\" && \
+         printf '../../evil\\f\\n' > n/.git/commondir && echo PLANTED",
+        ("n", &["status", "--short"]),
+    );
 }

@@ -226,10 +226,11 @@ impl Guard<'_> {
                 self.root.display()
             ));
         }
+        // Without case: in a case-folding directory (`chattr +F`) git's `HEAD` finds `head`.
         let has = |n: &str| {
             entries
                 .iter()
-                .any(|(name, _)| name.as_bytes() == n.as_bytes())
+                .any(|(name, _)| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
         };
         let is_git_dir = has("HEAD") && (has("commondir") || (has("objects") && has("refs")));
         let fd = Rc::new(fd);
@@ -245,8 +246,10 @@ impl Guard<'_> {
                     Err(e) => return Err(self.stop(&rel.join(&name), "inspect", e)),
                 },
             };
-            if name == ".git" && matches!(kind, Kind::File | Kind::Symlink) {
-                self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel)?;
+            if name.as_bytes().eq_ignore_ascii_case(b".git")
+                && matches!(kind, Kind::File | Kind::Symlink)
+            {
+                self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, &name)?;
             }
             if kind == Kind::Dir {
                 if depth + 1 > self.limits.max_depth {
@@ -303,9 +306,9 @@ impl Guard<'_> {
             filter_config(dir, name, q).map_err(|e| fail(name, e))?;
         }
         hooks(dir, q).map_err(|e| fail("hooks", e))?;
-        if let Some(common) = commondir(self.root, dir, rel).map_err(|e| fail("commondir", e))? {
-            match self.inside(root, &common) {
-                Some(fd) => self.git_dir(root, fd.as_fd(), &common)?,
+        if let Some(common) = commondir(dir).map_err(|e| fail("commondir", e))? {
+            match common.and_then(|t| self.resolve(root, rel, &t)) {
+                Some((fd, common)) => self.git_dir(root, fd.as_fd(), &common)?,
                 None => q.move_out("commondir").map_err(|e| fail("commondir", e))?,
             }
         }
@@ -319,44 +322,64 @@ impl Guard<'_> {
         root: BorrowedFd<'_>,
         parent: BorrowedFd<'_>,
         rel: &Path,
+        name: &OsStr,
     ) -> Result<(), Stop> {
-        let path = rel.join(".git");
+        let path = rel.join(name);
         let fail = |e: Errno| self.stop(&path, "check", e);
-        let st = fstatat(parent, ".git", AtFlags::AT_SYMLINK_NOFOLLOW).map_err(fail)?;
+        let st = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(fail)?;
         if self.known.contains(&(st.st_dev, st.st_ino)) {
             return Ok(());
         }
         let target = match kind_of(&st) {
             Kind::Symlink => {
-                let t = nix::fcntl::readlinkat(parent, ".git").map_err(fail)?;
+                let t = nix::fcntl::readlinkat(parent, name).map_err(fail)?;
                 if t == OsStr::new(ABSENT_TARGET) {
                     return Ok(());
                 }
                 Some(PathBuf::from(t))
             }
-            _ => read_small(parent, ".git")
+            _ => read_small(parent, name)
                 .map_err(fail)?
                 .and_then(|text| gitfile_target(&text)),
         };
-        let inside = target
-            .map(|t| lexical(self.root, rel, &t))
-            .and_then(|t| self.inside(root, &t?).map(drop));
-        if inside.is_some() {
+        if target.is_some_and(|t| self.resolve(root, rel, &t).is_some()) {
             return Ok(());
         }
-        let to = rename_aside(parent, ".git").map_err(fail)?;
+        let to = rename_aside(parent, name).map_err(fail)?;
         let dir = self.root.join(rel);
+        let label = name.to_string_lossy().into_owned();
         self.report.quarantined.push(Quarantined {
-            path: dir.join(".git").display().to_string(),
-            moved: vec![".git".to_string()],
+            path: dir.join(name).display().to_string(),
+            moved: vec![label],
             to: dir.join(to).display().to_string(),
         });
         Ok(())
     }
 
-    /// `rel` opened as a directory beneath the root without crossing a symlink, or `None`.
-    fn inside(&self, root: BorrowedFd<'_>, rel: &Path) -> Option<OwnedFd> {
-        open_beneath(root, rel, dir_flags()).ok()
+    /// The directory git reaches by `target` (read from a file in the directory `base`),
+    /// opened the way the kernel resolves it (`..` after the names before it) but refusing
+    /// every symlink and anything outside the root; with its path relative to the root.
+    /// `None` when git would go elsewhere (or nowhere).
+    fn resolve(
+        &self,
+        root: BorrowedFd<'_>,
+        base: &Path,
+        target: &Path,
+    ) -> Option<(OwnedFd, PathBuf)> {
+        let path = if target.is_absolute() {
+            target.strip_prefix(self.root).ok()?.to_path_buf()
+        } else {
+            base.join(target)
+        };
+        let open = if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &path
+        };
+        let fd = openat2(root, open, beneath(dir_flags())).ok()?;
+        // No symlink was crossed, so the lexical form names the same directory.
+        let label = lexical(self.root, base, target).unwrap_or(path);
+        Some((fd, label))
     }
 }
 
@@ -460,7 +483,7 @@ fn filter_config(dir: BorrowedFd<'_>, name: &str, q: &mut Quarantine) -> Result<
         Err(Errno::ENOENT) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let kept = match read_small(dir, name)? {
+    let kept = match read_small(dir, OsStr::new(name))? {
         Some(text) if kind_of(&st) == Kind::File => {
             let filtered = gitconfig::filter(&text);
             if !filtered.dropped {
@@ -506,35 +529,46 @@ fn hooks(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
     Ok(())
 }
 
-/// The common dir a git dir names, as a path relative to the root (lexically resolved);
-/// `Some` of an unusable path (outside, unreadable) is turned into a move by the caller.
-fn commondir(root: &Path, dir: BorrowedFd<'_>, rel: &Path) -> Result<Option<PathBuf>, Errno> {
+/// A git dir's `commondir`: `None` when absent, `Some(None)` when git could not use it as
+/// coder reads it (not a plain file), else the path git uses: the content with trailing
+/// blanks cut exactly as git's `strbuf_rtrim` does (space, tab, CR, LF; not VT or FF),
+/// up to the first NUL (git then uses it as a C string).
+fn commondir(dir: BorrowedFd<'_>) -> Result<Option<Option<PathBuf>>, Errno> {
     let st = match fstatat(dir, "commondir", AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::ENOENT) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let text = if kind_of(&st) == Kind::File {
-        read_small(dir, "commondir")?
-    } else {
-        None
+    if kind_of(&st) != Kind::File {
+        return Ok(Some(None));
+    }
+    let Some(text) = read_small(dir, OsStr::new("commondir"))? else {
+        return Ok(Some(None));
     };
-    let target = text.map(|t| PathBuf::from(OsStr::from_bytes(t.trim_ascii_end())));
-    // An unusable commondir resolves to an impossible relative path, which the caller
-    // cannot open and so moves aside.
+    let text = trim_end(&text, b" \t\r\n");
+    let text = text.split(|&b| b == 0).next().unwrap_or_default();
     Ok(Some(
-        target
-            .and_then(|t| lexical(root, rel, &t))
-            .unwrap_or_else(|| PathBuf::from("..").join("coder-unusable")),
+        (!text.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(text))),
     ))
 }
 
-/// `gitdir: PATH` of a `.git` file (git's format: the prefix, then the path to the line's
-/// end).
+/// `gitdir: PATH` of a `.git` file, read as git's `read_gitfile_gently` does: the prefix,
+/// then everything to the end with trailing CR and LF cut (embedded newlines stay part of
+/// the path), up to the first NUL.
 fn gitfile_target(text: &[u8]) -> Option<PathBuf> {
+    let text = trim_end(text, b"\r\n");
     let rest = text.strip_prefix(b"gitdir: ")?;
-    let line = rest.split(|&b| b == b'\n').next()?.trim_ascii_end();
-    (!line.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(line)))
+    let path = rest.split(|&b| b == 0).next().unwrap_or_default();
+    (!path.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(path)))
+}
+
+fn trim_end<'t>(mut text: &'t [u8], blanks: &[u8]) -> &'t [u8] {
+    while let Some((last, rest)) = text.split_last()
+        && blanks.contains(last)
+    {
+        text = rest;
+    }
+    text
 }
 
 /// `target` seen from the directory `base` (relative to `root`; an absolute `target`
@@ -561,9 +595,9 @@ fn lexical(root: &Path, base: &Path, target: &Path) -> Option<PathBuf> {
 }
 
 /// Rename `dir/name` to `name.coder-quarantine-N` beside it, never over an existing name.
-fn rename_aside(dir: BorrowedFd<'_>, name: &str) -> Result<String, Errno> {
+fn rename_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
     for n in 1..1000 {
-        let to = format!("{name}.coder-quarantine-{n}");
+        let to = format!("{}.coder-quarantine-{n}", name.to_string_lossy());
         match nix::fcntl::renameat2(
             dir,
             name,
@@ -599,12 +633,12 @@ fn write_new(dir: BorrowedFd<'_>, name: &str, text: &[u8], like: &FileStat) -> R
 
 /// The content of a plain file `dir/name` (never following a symlink, never blocking on
 /// a FIFO); `None` when it is not a plain file or larger than [`MAX_FILE`].
-fn read_small(dir: BorrowedFd<'_>, name: &str) -> Result<Option<Vec<u8>>, Errno> {
+fn read_small(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Vec<u8>>, Errno> {
     let fd = match openat2(dir, name, beneath(OFlag::O_RDONLY | OFlag::O_NONBLOCK)) {
         Ok(fd) => fd,
         Err(Errno::ELOOP | Errno::ENXIO) => return Ok(None),
         Err(Errno::EACCES) => {
-            restore_owner_access(dir, OsStr::new(name), 0o600)?;
+            restore_owner_access(dir, name, 0o600)?;
             openat2(dir, name, beneath(OFlag::O_RDONLY | OFlag::O_NONBLOCK))?
         }
         Err(e) => return Err(e),
@@ -718,6 +752,17 @@ mod tests {
             Some(PathBuf::from("../x"))
         );
         assert_eq!(gitfile_target(b"gitdir:../x\n"), None);
+        // Like git: an embedded newline is part of the path, a NUL ends it.
+        assert_eq!(
+            gitfile_target(b"gitdir: x\n/../../y\r\n"),
+            Some(PathBuf::from("x\n/../../y"))
+        );
+        assert_eq!(
+            gitfile_target(b"gitdir: x\0/../y"),
+            Some(PathBuf::from("x"))
+        );
+        assert_eq!(trim_end(b"x\x0b \t\r\n", b" \t\r\n"), b"x\x0b");
+        assert_eq!(trim_end(b"x\x0c\n", b" \t\r\n"), b"x\x0c");
         assert_eq!(gitfile_target(b"gitdir: \n"), None);
     }
 }
