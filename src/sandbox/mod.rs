@@ -72,7 +72,10 @@ pub use home::{
 };
 pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
-pub use policy::{Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias};
+pub use policy::{
+    Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias,
+    check_write_root,
+};
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 

@@ -829,16 +829,55 @@ pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
-    if is_broad(path, home) {
-        return Err(SandboxError::Path {
+    match write_root_refusal(path, home) {
+        Some(reason) => Err(SandboxError::Path {
             what: "--write path",
             path: path.to_path_buf(),
-            reason: "is the filesystem root, the home directory or an ancestor of it; \
-                     use --sandbox danger-full-access instead"
-                .to_string(),
-        });
+            reason,
+        }),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// System trees never granted writable (nor anything under them): writing one hands the
+/// agent the machine (`/etc/cron.d`, `/usr/bin`, a device, a daemon's socket in `/run`).
+const REFUSED_WRITE_TREES: [&str; 13] = [
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",
+    "/sys", "/dev", "/run",
+];
+
+/// Why the canonical `path` may not be a `--write` root, if it may not: the filesystem
+/// root, the home directory or an ancestor of it, or a system tree.
+fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
+    if is_broad(path, home) {
+        return Some(
+            "is the filesystem root, the home directory or an ancestor of it; \
+             use --sandbox danger-full-access instead"
+                .to_string(),
+        );
+    }
+    REFUSED_WRITE_TREES
+        .iter()
+        .find(|t| path.starts_with(t))
+        .map(|t| {
+            format!(
+                "lies in {t}, a system tree the agent may never write; \
+                 use --sandbox danger-full-access instead"
+            )
+        })
+}
+
+/// Checks a `--write` path before a run (a `config_error` in the run mode): the message
+/// names the path. A path that does not exist is left to the policy, which reports it.
+pub fn check_write_root(path: &Path) -> Result<(), String> {
+    let Ok(canonical) = fs::canonicalize(path) else {
+        return Ok(());
+    };
+    let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
+    match write_root_refusal(&canonical, home.as_deref()) {
+        Some(reason) => Err(format!("--write {}: {reason}", path.display())),
+        None => Ok(()),
+    }
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
