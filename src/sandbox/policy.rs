@@ -226,12 +226,12 @@ pub struct Policy {
     /// Variables the agent's environment must not have (agent sockets, session buses).
     pub env_remove: Vec<String>,
     /// The writable trees the end-of-run git guard walks (the workspace in
-    /// `workspace-write`, `--write` directories); parent-side only.
-    #[serde(skip)]
+    /// `workspace-write`, `--write` directories).
+    #[serde(default, with = "super::bytes::vec")]
     pub guard_roots: Vec<PathBuf>,
     /// Device and inode of every git dir (and `.git` file or symlink) the scan guarded:
-    /// the git guard leaves these alone; parent-side only.
-    #[serde(skip)]
+    /// the git guard leaves these alone.
+    #[serde(default)]
     pub git_known: Vec<(u64, u64)>,
 }
 
