@@ -427,3 +427,36 @@ fn commondir_is_read_exactly_like_git() {
         ("n", &["status", "--short"]),
     );
 }
+
+/// A bare repository the user already had in the workspace (not named `.git`) is guarded
+/// for the whole run like any git dir: its config and hooks cannot be changed, and the
+/// end-of-run guard leaves the user's own hooks where they are. Control: unconfined, the
+/// config changes.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(nobody);
+            fx.git(&fx.ws(), &["init", "-q", "--bare", "srv.git"]);
+            let hook = fx.ws().join("srv.git/hooks/post-update");
+            std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+            let before = std::fs::read(fx.ws().join("srv.git/config")).unwrap();
+            let (rc, out) = fx.sandbox(
+                mode,
+                "git -C srv.git config core.hooksPath /x; echo x > srv.git/hooks/pre-receive; \
+                 echo PLANTED",
+            );
+            assert_eq!(rc, 0, "{out}");
+            let after = std::fs::read(fx.ws().join("srv.git/config")).unwrap();
+            if mode == "danger-full-access" {
+                assert_ne!(after, before, "control: {out}");
+            } else {
+                assert_eq!(after, before, "nobody={nobody}: config changed: {out}");
+                assert!(!fx.ws().join("srv.git/hooks/pre-receive").exists(), "{out}");
+                assert!(hook.exists(), "the user's hook was moved: {out}");
+                assert!(!out.contains("git guard"), "{out}");
+            }
+        }
+    }
+}

@@ -256,7 +256,13 @@ impl Walker<'_, '_> {
                 path: here,
             });
         }
-        for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+        let names = list_dir(&dir).map_err(|e| walk_error(&here, "list", e))?;
+        // A git dir not named `.git` (a bare repository, a separate git dir): git finds
+        // it by discovery or through a `.git` file, so it is guarded like one.
+        if self.tree.writable && !inside.secret && is_git_dir_listing(&names) {
+            self.guard_git_dir(rel)?;
+        }
+        for name in names {
             let rel_child = rel.join(&name);
             let path = self.tree.root.join(&rel_child);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -847,6 +853,17 @@ fn mask(path: PathBuf, kind: MaskKind, st: &FileStat, secret: bool) -> Mask {
 
 fn walk_error(path: &Path, op: &'static str, errno: Errno) -> SandboxError {
     SandboxError::sys(op, super::bytes::short(path), errno)
+}
+
+/// Whether a directory with these entries is one git would take for a git dir: `HEAD`,
+/// and `commondir` or both `objects` and `refs` (git's `is_git_directory`, loosened).
+fn is_git_dir_listing(names: &[OsString]) -> bool {
+    let has = |n: &str| {
+        names
+            .iter()
+            .any(|name| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
+    };
+    has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
 }
 
 /// A relative path of plain names only (no `..`, no root, no `.`).
