@@ -25,6 +25,11 @@
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
 //!   explicit way out.
 //!
+//! After the run's last sandboxed process is gone, [`guard_git_after_run`] ([`gitguard`])
+//! cleans the git dirs the run made, which the start-of-run guards could not hold: their
+//! command-running config and hooks move aside, so the user's own git runs nothing the
+//! agent chose.
+//!
 //! Around those two sit the pieces the rest of coder needs: [`probe`] for `coder doctor`,
 //! [`system_prompt_note`] to tell the model what is masked and what the mode allows, and
 //! [`classify_denial`] and [`detect_denials`] to recognise sandbox denials in tool results.
