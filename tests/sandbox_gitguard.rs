@@ -460,3 +460,72 @@ fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
         }
     }
 }
+
+/// coder killed with SIGKILL runs no guard of its own; the next coder that sets up a
+/// sandbox (same state dir, any workspace) runs the dead run's guard from the record left in
+/// its run directory. Shown with the hole first: between the two, the user's git does run
+/// the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
+    use std::io::BufRead;
+    for nobody in arms() {
+        let fx = Fx::new(nobody);
+        let mut child = fx
+            .command(BIN)
+            .args(["sandbox", "--cd"])
+            .arg(fx.ws())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+                 echo READY && exec sleep 60",
+            ])
+            .env("M", fx.marker())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let _ = tx.send(line.unwrap_or_default());
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(line, "READY");
+        // `timeout` wraps coder: kill the coder process itself (timeout's child).
+        let coder =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<i32>()
+                .unwrap();
+        // (As `nobody`, setpriv execs coder in place: timeout's child is coder either way.)
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(coder),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = child.wait();
+        // The hole a killed run leaves, until the next coder runs.
+        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+        assert!(
+            fx.marker().exists(),
+            "the killed run's repo must still be armed"
+        );
+        std::fs::remove_file(fx.marker()).unwrap();
+        let (rc, out) = fx.sandbox("workspace-write", "echo PLANTED");
+        assert_eq!(rc, 0, "{out}");
+        assert!(
+            out.contains("after an earlier run whose coder was killed"),
+            "nobody={nobody}: {out}"
+        );
+        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+        assert!(!fx.marker().exists(), "nobody={nobody}: payload ran: {out}");
+    }
+}

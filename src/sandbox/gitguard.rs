@@ -149,6 +149,83 @@ pub fn guard_trees(
     report
 }
 
+/// The name, in a run's private directory, of what the git guard of that run needs: the
+/// next run finds it there when coder was killed before its own guard ran.
+const PENDING: &str = "git-guard.json";
+
+/// How the lines of a dead run's guard start (in the next run's warnings).
+pub const LATE_PREFIX: &str = "after an earlier run whose coder was killed: ";
+
+#[derive(Serialize, serde::Deserialize)]
+struct PendingGuard {
+    #[serde(with = "super::bytes::vec")]
+    roots: Vec<PathBuf>,
+    known: Vec<(u64, u64)>,
+}
+
+/// Writes `policy`'s guard record into its run directory (coder's own, 0700, never granted
+/// to the agent; removed with it after a normal end).
+pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::SandboxError> {
+    if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
+        return Ok(());
+    }
+    let record = PendingGuard {
+        roots: policy.guard_roots.clone(),
+        known: policy.git_known.clone(),
+    };
+    let path = policy.run_dir.join(PENDING);
+    let text = serde_json::to_vec(&record)
+        .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e.into()))?;
+    std::fs::write(&path, text)
+        .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e))
+}
+
+/// Runs the git guard of every run under `runs_dir` whose coder is gone without having
+/// run it (its directory is still there, with a record); the lines to report.
+pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let Ok(dir) = super::sys::open_nofollow_dir(&entry.path()) else {
+            continue;
+        };
+        let Ok(Some(text)) = read_small(dir.as_fd(), OsStr::new(PENDING)) else {
+            continue;
+        };
+        let Ok(record) = serde_json::from_slice::<PendingGuard>(&text) else {
+            continue;
+        };
+        let known = record.known.into_iter().collect();
+        let report = guard_trees(&record.roots, &known, GuardLimits::default());
+        lines.extend(
+            report
+                .lines()
+                .into_iter()
+                .map(|l| format!("{LATE_PREFIX}{l}")),
+        );
+        // Done: the directory itself goes with the dead run's other leftovers.
+        let _ = nix::unistd::unlinkat(
+            dir.as_fd(),
+            PENDING,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    lines
+}
+
 type Stop = String;
 
 struct Guard<'a> {

@@ -291,6 +291,9 @@ impl Policy {
             None => default_runs_dir()?,
         };
         create_private_dir(&runs_dir)?;
+        // A run whose coder was killed never ran its end-of-run git guard: run it now,
+        // before its directory (and the record of what it knew) goes.
+        let late_guard = super::gitguard::finish_dead_runs(&runs_dir);
         crate::config::prune_dead_run_dirs(&runs_dir);
         let run_dir = runs_dir.join(format!(
             "{}-{}",
@@ -348,6 +351,7 @@ impl Policy {
             git_known: Vec::new(),
         };
         if !opts.mode.is_confined() {
+            policy.warnings = late_guard;
             return Ok(policy);
         }
 
@@ -429,6 +433,7 @@ impl Policy {
         policy.git_known = found.git_known;
         policy.placeholders = found.placeholders;
         policy.warnings = found.warnings;
+        policy.warnings.extend(late_guard);
         let mut masks = found.masks;
         if let Err(e) = finish_masks(&policy, &mut masks, &config_dir, opts) {
             policy.cleanup();
@@ -437,6 +442,10 @@ impl Policy {
         policy.roots = grants.roots();
         policy.aliases = grants.aliases.into_iter().collect();
         policy.masks = masks;
+        if let Err(e) = super::gitguard::record_pending(&policy) {
+            policy.cleanup();
+            return Err(e);
+        }
         if policy.needs_mask_source()
             && let Err(e) = write_mask_source(&policy.run_dir)
         {
