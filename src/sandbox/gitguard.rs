@@ -35,6 +35,11 @@
 //! The walk is bounded (depth, entries). When it cannot finish (a cap, an unreadable
 //! directory coder cannot fix, a failed move) the report says where, and the run fails
 //! closed: the caller must treat the workspace as unchecked.
+//!
+//! A coder that is killed cannot run its guard; the policy leaves a record of what the guard
+//! needs (the trees, the known git dirs) in the run's private directory, and the next
+//! policy resolution runs the guard of every dead run it finds before pruning its directory
+//! ([`finish_dead_runs`]).
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
