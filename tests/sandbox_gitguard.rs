@@ -529,3 +529,32 @@ fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
         assert!(!fx.marker().exists(), "nobody={nobody}: payload ran: {out}");
     }
 }
+
+/// The run mode fails closed too: a tree the guard cannot finish (here made by the
+/// `--verify` command, deeper than the walk goes) turns a success into `sandbox_error` with
+/// `sandbox.incomplete` naming the place; the agent's result stays in the envelope.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_incomplete_guard_fails_the_run_closed() {
+    common::require_root_and_user_namespaces();
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ok")]));
+    let check = "d=.; i=0; while [ $i -lt 300 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d";
+    let out = fake
+        .coder()
+        .deadline(Duration::from_secs(120))
+        .args([
+            "--verify",
+            check,
+            "--no-verify-baseline",
+            "--repair-turns",
+            "0",
+            "do it",
+        ])
+        .run();
+    out.assert_failure("sandbox_error", 71);
+    let why = out.envelope["sandbox"]["incomplete"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(why.contains("deeper than 256 levels"), "{}", out.explain());
+    assert_eq!(out.envelope["result"], "ok", "{}", out.explain());
+}
