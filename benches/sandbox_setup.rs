@@ -1,6 +1,7 @@
 //! Sandbox setup time against workspace size (1k, 10k and 100k files, one in a hundred of
-//! them a secret to mask): the parent's policy resolution (the secret scan), and the whole
-//! `coder sandbox -- /bin/true` (scan, namespaces, masks, private root, Landlock, exec).
+//! them a secret to mask): the parent's policy resolution (the secret scan), the end-of-run
+//! git guard's walk, and the whole `coder sandbox -- /bin/true` (scan, namespaces, masks,
+//! private root, Landlock, exec, guard).
 
 use std::path::Path;
 use std::process::Command;
@@ -42,6 +43,17 @@ fn sandbox_setup(c: &mut Criterion) {
                 let policy = Policy::resolve(&opts).unwrap();
                 policy.cleanup();
             })
+        });
+        group.bench_with_input(BenchmarkId::new("git_guard", files), &ws, |b, ws| {
+            let mut opts = PolicyOptions::new(Mode::WorkspaceWrite, ws);
+            opts.config_dir = Some(state.path().join("claude"));
+            opts.runs_dir = Some(state.path().join("runs"));
+            let policy = Policy::resolve(&opts).unwrap();
+            b.iter(|| {
+                let report = coder::sandbox::guard_git_after_run(&policy);
+                assert!(report.is_empty());
+            });
+            policy.cleanup();
         });
         group.bench_with_input(
             BenchmarkId::new("coder_sandbox_true", files),

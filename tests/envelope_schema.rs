@@ -278,6 +278,27 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         files: Vec::new(),
         applied: false,
     });
+    let guard = coder::sandbox::gitguard::GuardReport {
+        quarantined: vec![coder::sandbox::gitguard::Quarantined {
+            path: "/w/n/.git".into(),
+            moved: vec!["config".into()],
+            to: "/w/n/.git/coder-quarantine-1".into(),
+        }],
+        incomplete: Some("why".into()),
+    };
+    assert_schema_matches(
+        "/properties/sandbox",
+        to_value(&guard).unwrap(),
+        to_value(coder::sandbox::gitguard::GuardReport::default()).unwrap(),
+        true,
+    );
+    assert_schema_matches(
+        "/properties/sandbox/properties/quarantined/items",
+        to_value(&guard.quarantined[0]).unwrap(),
+        to_value(&guard.quarantined[0]).unwrap(),
+        true,
+    );
+    full.sandbox = Some(guard);
     let mut minimal = Envelope::success(None, "r".into());
     minimal.result = None;
     assert_schema_matches(

@@ -206,8 +206,9 @@ fn read_only_bypasses_the_clis_prompts_and_the_kernel_refuses_writes() {
 }
 
 #[test]
-fn a_broad_write_root_is_a_sandbox_error_and_nothing_starts() {
-    // The filesystem root, and an ancestor of the home directory.
+fn a_broad_write_root_is_a_config_error_and_nothing_starts() {
+    // The filesystem root, and an ancestor of the home directory: refused before anything
+    // starts, as a config_error naming the path (it used to be a sandbox_error).
     let fake = Fake::new(json!(steps::answer("should not run")));
     let home = fake.root().join("home");
     std::fs::create_dir_all(&home).unwrap();
@@ -219,9 +220,12 @@ fn a_broad_write_root_is_a_sandbox_error_and_nothing_starts() {
             .arg(root)
             .arg("task")
             .run();
-        let detail = out.assert_failure("sandbox_error", 71);
+        let detail = out.assert_failure("config_error", 78);
         assert!(
-            detail["message"].as_str().unwrap().contains("--write path"),
+            detail["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("--write {}", root.display())),
             "{}",
             out.explain()
         );

@@ -83,3 +83,66 @@ fn allowed_hosts_come_from_the_flag_and_the_config_file() {
         out.explain()
     );
 }
+
+/// `--write` of a system tree, of anything under one, or of the home directory (or an
+/// ancestor) is refused before anything runs, with a `config_error` naming the path;
+/// `coder sandbox` refuses the same (exit 71). An ordinary directory is accepted (above).
+#[test]
+fn write_roots_in_system_trees_or_the_home_are_refused() {
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ran")]));
+    let home = fake.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut refused: Vec<std::path::PathBuf> = [
+        "/usr", "/etc", "/usr/bin", "/boot", "/proc", "/sys", "/dev", "/",
+    ]
+    .iter()
+    .map(std::path::PathBuf::from)
+    .filter(|p| p.exists())
+    .collect();
+    for lib in ["/bin", "/lib", "/lib64"] {
+        if std::path::Path::new(lib).exists() {
+            refused.push(lib.into());
+        }
+    }
+    refused.push(home.clone());
+    refused.push(fake.root().to_path_buf());
+    for path in &refused {
+        let out = fake
+            .coder()
+            .env("HOME", &home)
+            .arg("--write")
+            .arg(path)
+            .arg("go")
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        let error = out.envelope["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&path.display().to_string()),
+            "{}: {}",
+            path.display(),
+            out.explain()
+        );
+        let _ = detail;
+        assert!(
+            !fake.has_record(),
+            "the CLI ran with --write {}",
+            path.display()
+        );
+        let sandbox = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd"])
+            .arg(fake.workspace())
+            .arg("--write")
+            .arg(path)
+            .args(["--", "true"])
+            .env("HOME", &home)
+            .env("CODER_STATE_DIR", fake.state_dir())
+            .output()
+            .unwrap();
+        assert_eq!(
+            sandbox.status.code(),
+            Some(71),
+            "{}: {sandbox:?}",
+            path.display()
+        );
+    }
+}

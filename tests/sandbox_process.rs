@@ -440,20 +440,23 @@ fn without_user_namespaces_the_sandbox_refuses_to_run() {
     // A child user namespace with user.max_user_namespaces=0 inside cannot create the
     // sandbox's own: coder must refuse (71) rather than run with Landlock alone.
     common::require_root_and_user_namespaces();
-    let fx = Fixture::new(None);
-    let run = |limit: &str| -> Output {
-        // uid 0 of a child user namespace without capabilities: coder needs a user
-        // namespace of its own, which `user.max_user_namespaces` then governs.
+    let (root_fx, nobody_fx) = (Fixture::new(None), Fixture::new(Some(65534)));
+    // `who`: the setpriv options coder runs with inside the child namespace, after the
+    // limit is written there.
+    let run = |limit: &str, who: &str| -> Output {
+        let fx = if who.is_empty() { &root_fx } else { &nobody_fx };
         let script = format!(
-            "echo {limit} > /proc/sys/user/max_user_namespaces && exec setpriv \
-             --bounding-set -all --inh-caps -all {} sandbox --cd {} -- /bin/true",
+            // Re-executed once the maps exist: an exec by an unmapped uid drops every
+            // capability, and writing the limit needs them.
+            "read go && exec /bin/sh -c 'echo {limit} > /proc/sys/user/max_user_namespaces && \
+             exec setpriv {who} --bounding-set -all --inh-caps -all {} sandbox --cd {} -- \
+             /bin/true'",
             env!("CARGO_BIN_EXE_coder"),
             fx.ws.display()
         );
         let mut cmd = Command::new("unshare");
         cmd.args([
             "-U",
-            "-r",
             "-m",
             "-p",
             "-f",
@@ -465,19 +468,47 @@ fn without_user_namespaces_the_sandbox_refuses_to_run() {
         .env("HOME", &fx.home)
         .env("CODER_STATE_DIR", &fx.state)
         .env("XDG_STATE_HOME", &fx.state)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-        wait_bounded(cmd.spawn().unwrap())
+        let mut child = cmd.spawn().unwrap();
+        // Once unshare is in its new user namespace, map uids and gids 0..65535 onto the
+        // same host ids (the test is root; util-linux's --map-users needs newuidmap), so
+        // that uid 0 and 65534 both exist inside; then let the script go on.
+        let own = std::fs::read_link("/proc/self/ns/user").unwrap();
+        let ns = format!("/proc/{}/ns/user", child.id());
+        let start = Instant::now();
+        while std::fs::read_link(&ns).is_ok_and(|n| n == own) {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "unshare never entered a user namespace"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for map in ["uid_map", "gid_map"] {
+            std::fs::write(format!("/proc/{}/{map}", child.id()), "0 0 65536\n").unwrap();
+        }
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        wait_bounded(child)
     };
-    // Before this rule the same setup ran the command with Landlock alone (exit 0).
-    let out = run("0");
-    assert_eq!(out.status.code(), Some(71), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("refuses to run with Landlock alone"),
-        "{}",
-        text(&out)
-    );
+    let nobody = "--reuid=65534 --regid=65534 --clear-groups";
+    // Before this rule the same setup ran the command with Landlock alone (exit 0): as
+    // uid 0 of the child namespace without capabilities, and as an unprivileged user.
+    for who in ["", nobody] {
+        let out = run("0", who);
+        assert_eq!(out.status.code(), Some(71), "{who:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("refuses to run with Landlock alone"),
+            "{who:?}: {}",
+            text(&out)
+        );
+    }
+    // Control: the very same setup with user namespaces allowed runs the command as the
+    // unprivileged user, so the refusal above comes from the missing namespace alone.
+    let out = run("1000", nobody);
+    assert_eq!(out.status.code(), Some(0), "control: {}", text(&out));
 }
 
 /// The tool command of the fake CLI writes a forged result into the CLI's stdout.

@@ -1,7 +1,7 @@
 //! Independent review attacks on `coder sandbox`, its proxy and the `coder fs` jail.
-//! Each test is a blocked attack (asserted blocked) with a control proving the probe works,
-//! except one known hole, kept as a ratchet (`known_open_…`): it asserts the hole is still
-//! there, so closing it fails the test and the assertion is flipped with the fix.
+//! Each test is a blocked attack (asserted blocked) with a control proving the probe works.
+//! The one hole this review found open (a gitlink to an agent-made repository) was kept as
+//! a ratchet until the end-of-run git guard closed it; it is now a blocked attack too.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -290,53 +290,65 @@ fn review_fs_jail_refuses_secret_spellings() {
 }
 
 /// A repository the agent creates in a subdirectory, staged as a gitlink in the top-level
-/// index: the user's later plain `git status` *at the workspace root* spawns git in it, which
-/// runs the agent's `core.fsmonitor` unconfined. SECURITY.md only names running git inside
-/// such a repository as a limit.
-/// OPEN (SECURITY.md, Known limits): the agent creates a repository in a subdirectory,
-/// sets `core.fsmonitor` there and `git add`s it as a gitlink in the (writable) top-level
-/// index; the user's own `git status` at the root then runs the command unconfined.
+/// index: the user's later plain `git status` *at the workspace root* spawns git in it,
+/// which would run the agent's `core.fsmonitor` unconfined. Found open by this review;
+/// closed by the end-of-run git guard (`src/sandbox/gitguard.rs`, more variants in
+/// `tests/sandbox_gitguard.rs`). Control: under `danger-full-access` (no guard) the user's
+/// `git status` does run it.
 #[test]
-fn known_open_gitlink_to_an_agent_made_repo_runs_its_fsmonitor_on_status() {
+fn gitlink_to_an_agent_made_repo_does_not_run_its_fsmonitor_on_status() {
     for nobody in arms() {
-        let fx = Fx::new(if nobody { "gitlink-n" } else { "gitlink-r" });
-        let marker = fx.root.join("home/PWNED");
-        if nobody {
-            fx.chown_nobody();
+        for danger in [false, true] {
+            let tag = format!("gitlink-{}-{}", u8::from(nobody), u8::from(danger));
+            let fx = Fx::new(&tag);
+            let marker = fx.root.join("home/PWNED");
+            if nobody {
+                fx.chown_nobody();
+            }
+            let script = format!(
+                "git init -q n && cd n && git config core.fsmonitor 'touch {m}; false' && \
+                 echo a > f && git add f && git -c user.name=a -c user.email=a@b commit -qm x && \
+                 cd .. && git add n 2>/dev/null; touch {m} 2>/dev/null || echo CONFINED; \
+                 echo PLANTED",
+                m = marker.display()
+            );
+            let extra: &[&str] = if danger {
+                &["--mode", "danger-full-access"]
+            } else {
+                &[]
+            };
+            let (_, out) = fx.sandbox(nobody, extra, &script);
+            assert!(out.contains("PLANTED"), "{out}");
+            if !danger {
+                assert!(
+                    out.contains("CONFINED"),
+                    "control: the marker must be unreachable: {out}"
+                );
+            }
+            // Only what the user's own git does after coder exited counts.
+            let _ = std::fs::remove_file(&marker);
+            let mut git = Command::new("timeout");
+            git.arg("30");
+            if nobody {
+                git.args([
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                ]);
+            }
+            let _ = git
+                .args(["git", "status", "--short"])
+                .current_dir(fx.ws())
+                .env("HOME", fx.root.join("home"))
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .unwrap();
+            assert_eq!(
+                marker.exists(),
+                danger,
+                "nobody={nobody} danger={danger}: {out}"
+            );
         }
-        let script = format!(
-            "git init -q n && cd n && git config core.fsmonitor 'touch {m}; false' && \
-             echo a > f && git add f && git -c user.name=a -c user.email=a@b commit -qm x && \
-             cd .. && git add n 2>/dev/null; touch {m} 2>/dev/null || echo CONFINED",
-            m = marker.display()
-        );
-        let (_, out) = fx.sandbox(nobody, &[], &script);
-        assert!(
-            out.contains("CONFINED"),
-            "control: the marker must be unreachable: {out}"
-        );
-        assert!(!marker.exists(), "control: nothing ran yet");
-        let mut git = Command::new("timeout");
-        git.arg("30");
-        if nobody {
-            git.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        let _ = git
-            .args(["git", "status", "--short"])
-            .current_dir(fx.ws())
-            .env("HOME", fx.root.join("home"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(
-            marker.exists(),
-            "nobody={nobody}: the gitlink hole looks closed: flip this assertion and move \
-             the attack to the blocked ones (and update SECURITY.md's Known limits)"
-        );
     }
 }

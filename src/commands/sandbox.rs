@@ -125,6 +125,11 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
     opts.deny_globs = crate::sandbox::deny_globs(deny);
     opts.protect_globs = crate::sandbox::protect_globs(args.no_protect, &args.protect);
     let mut policy = Policy::resolve(&opts)?;
+    for line in &policy.warnings {
+        if line.starts_with(crate::sandbox::gitguard::LATE_PREFIX) {
+            eprintln!("coder sandbox: {line}");
+        }
+    }
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;
 

@@ -79,7 +79,15 @@ pub(super) fn run_forked(
                 start_proxy(Egress::new(policy.network.allow.clone()), ours);
             }
             let status = wait_forwarding(child, &mask);
+            // The command's PID namespace is gone: no process of it can still write.
+            let guard = crate::sandbox::guard_git_after_run(&policy);
+            for line in guard.lines() {
+                eprintln!("coder sandbox: {line}");
+            }
             policy.cleanup();
+            if guard.incomplete.is_some() {
+                return Ok(ExitCode::from(EXIT_SANDBOX_ERROR));
+            }
             Ok(status.into_exit_code())
         }
     }

@@ -83,6 +83,8 @@ pub enum Note<'a> {
     Fallback(Value),
     /// A repair turn was started after a failing check.
     Repair(Value),
+    /// The end-of-run git guard moved something aside or could not finish.
+    GitGuard(Value),
     /// The run ended: the envelope's gist.
     Outcome(Value),
 }
@@ -102,6 +104,7 @@ impl Note<'_> {
             Note::Changes(_) => "changes",
             Note::Fallback(_) => "fallback",
             Note::Repair(_) => "repair",
+            Note::GitGuard(_) => "git_guard",
             Note::Outcome(_) => "outcome",
         }
     }
@@ -115,7 +118,8 @@ impl Note<'_> {
             | Note::Verify(data)
             | Note::Changes(data)
             | Note::Fallback(data)
-            | Note::Repair(data) => data,
+            | Note::Repair(data)
+            | Note::GitGuard(data) => data,
             Note::Attempt {
                 attempt,
                 session_id,

@@ -46,6 +46,10 @@ pub struct Envelope {
     /// The weak-model fallback, when it was triggered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<crate::pipeline::fallback::Fallback>,
+    /// What the end-of-run git guard moved aside (`quarantined`), or why it could not
+    /// check everything (`incomplete`); absent when it found nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::gitguard::GuardReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,6 +212,7 @@ impl Envelope {
             diff: None,
             verification: None,
             fallback: None,
+            sandbox: None,
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),

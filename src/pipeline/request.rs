@@ -433,6 +433,9 @@ impl RunArgs {
         let prompt = assemble_prompt(&prompt, &self.prompt_framing)
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
         let checks = self.outcome_args.validate()?;
+        for path in &self.sandbox_args.write {
+            crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
+        }
 
         Ok(RunRequest {
             prompt: prompt.into(),

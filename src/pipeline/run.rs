@@ -237,7 +237,7 @@ async fn run_attempts(
                     let exclude = prepared.placeholders(request);
                     attach_changes(&mut envelope, ledger.as_ref(), request, &exclude, journal)
                         .await;
-                    return envelope;
+                    return prepared.guard_git(envelope, &run, journal);
                 }
             }
         }
@@ -246,7 +246,7 @@ async fn run_attempts(
     let envelope = prepared
         .attempt_loop(request.clone(), &mut run, &mut signals, journal)
         .await;
-    prepared
+    let envelope = prepared
         .verified(
             envelope,
             request,
@@ -256,7 +256,9 @@ async fn run_attempts(
             &mut signals,
             journal,
         )
-        .await
+        .await;
+    // Last: every sandboxed process of the run (agent, checks, repairs) is gone.
+    prepared.guard_git(envelope, &run, journal)
 }
 
 impl PreparedRun {
@@ -1130,6 +1132,32 @@ async fn attach_changes(
 }
 
 impl PreparedRun {
+    /// The end-of-run git guard (`sandbox::gitguard`): git dirs the run made lose their
+    /// command-running config and hooks; when the guard cannot check everything, the run
+    /// fails closed (`sandbox_error`).
+    fn guard_git(&self, mut envelope: Envelope, run: &Run, journal: &mut RunJournal) -> Envelope {
+        let Some(policy) = &self.policy else {
+            return envelope;
+        };
+        let report = tokio::task::block_in_place(|| crate::sandbox::guard_git_after_run(policy));
+        if report.is_empty() {
+            return envelope;
+        }
+        journal.note(Note::GitGuard(json!(report)));
+        envelope.warnings.extend(report.lines());
+        let incomplete = report.incomplete.clone();
+        envelope.sandbox = Some(report);
+        match incomplete {
+            Some(why) => run.fail(
+                envelope,
+                ErrorKind::SandboxError,
+                format!("the end-of-run git guard could not check the workspace: {why}"),
+                |_| {},
+            ),
+            None => envelope,
+        }
+    }
+
     /// The sandbox's placeholders for absent protected names, relative to the workspace:
     /// coder made them, not the agent, and they go when the run ends.
     fn placeholders(&self, request: &RunRequest) -> Vec<String> {

@@ -64,6 +64,23 @@ pub(crate) mod option {
     }
 }
 
+/// The same for `Vec<PathBuf>`.
+pub(crate) mod vec {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+        paths
+            .iter()
+            .map(|p| Repr::of(p))
+            .collect::<Vec<_>>()
+            .serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+        Vec::<Repr>::deserialize(d).map(|v| v.into_iter().map(Repr::into_path).collect())
+    }
+}
+
 /// `path` for a message: lossy, and cut in the middle when very long (a planted tree can
 /// make a path of many kilobytes), so the start and the end both stay visible.
 pub(crate) fn short(path: &Path) -> String {

@@ -25,6 +25,11 @@
 //!   error ([`SandboxError`]): the sandbox fails closed, and `danger-full-access` is the
 //!   explicit way out.
 //!
+//! After the run's last sandboxed process is gone, [`guard_git_after_run`] ([`gitguard`])
+//! cleans the git dirs the run made, which the start-of-run guards could not hold: their
+//! command-running config and hooks move aside, so the user's own git runs nothing the
+//! agent chose.
+//!
 //! Around those two sit the pieces the rest of coder needs: [`probe`] for `coder doctor`,
 //! [`system_prompt_note`] to tell the model what is masked and what the mode allows, and
 //! [`classify_denial`] and [`detect_denials`] to recognise sandbox denials in tool results.
@@ -46,6 +51,8 @@ mod bytes;
 mod confine;
 pub(crate) mod denial;
 mod deny;
+mod gitconfig;
+pub mod gitguard;
 pub mod helper;
 mod home;
 mod hostmask;
@@ -70,7 +77,10 @@ pub use home::{
 };
 pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
-pub use policy::{Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias};
+pub use policy::{
+    Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias,
+    check_write_root,
+};
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 
@@ -178,6 +188,21 @@ pub fn protect_globs(no_defaults: bool, extra: &[String]) -> Vec<String> {
         }
     }
     globs
+}
+
+/// The end-of-run git guard for `policy` ([`gitguard`]): call it once the run's last
+/// sandboxed process is gone. Nothing to do for `danger-full-access` or a policy with no
+/// writable tree.
+pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
+    if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
+        return gitguard::GuardReport::default();
+    }
+    let known = policy.git_known.iter().copied().collect();
+    gitguard::guard_trees(
+        &policy.guard_roots,
+        &known,
+        gitguard::GuardLimits::default(),
+    )
 }
 
 /// Removes a run's private directory and the placeholders made for absent protected names

@@ -225,6 +225,14 @@ pub struct Policy {
     pub env_set: BTreeMap<String, String>,
     /// Variables the agent's environment must not have (agent sockets, session buses).
     pub env_remove: Vec<String>,
+    /// The writable trees the end-of-run git guard walks (the workspace in
+    /// `workspace-write`, `--write` directories).
+    #[serde(default, with = "super::bytes::vec")]
+    pub guard_roots: Vec<PathBuf>,
+    /// Device and inode of every git dir (and `.git` file or symlink) the scan guarded:
+    /// the git guard leaves these alone.
+    #[serde(default)]
+    pub git_known: Vec<(u64, u64)>,
 }
 
 /// Variables that hand the agent a door out of the sandbox (an agent or bus socket).
@@ -283,6 +291,9 @@ impl Policy {
             None => default_runs_dir()?,
         };
         create_private_dir(&runs_dir)?;
+        // A run whose coder was killed never ran its end-of-run git guard: run it now,
+        // before its directory (and the record of what it knew) goes.
+        let late_guard = super::gitguard::finish_dead_runs(&runs_dir);
         crate::config::prune_dead_run_dirs(&runs_dir);
         let run_dir = runs_dir.join(format!(
             "{}-{}",
@@ -336,8 +347,11 @@ impl Policy {
             run_dir: run_dir.clone(),
             env_set,
             env_remove,
+            guard_roots: Vec::new(),
+            git_known: Vec::new(),
         };
         if !opts.mode.is_confined() {
+            policy.warnings = late_guard;
             return Ok(policy);
         }
 
@@ -406,12 +420,20 @@ impl Policy {
                 });
             }
             grants.add(path, Access::Write)?;
+            if canonical.is_dir() {
+                policy.guard_roots.push(canonical.clone());
+            }
             scanned.push((canonical, true));
         }
 
+        if opts.mode == Mode::WorkspaceWrite {
+            policy.guard_roots.insert(0, workspace.clone());
+        }
         let found = scan_workspace(opts, &ws_dir, &scanned)?;
+        policy.git_known = found.git_known;
         policy.placeholders = found.placeholders;
         policy.warnings = found.warnings;
+        policy.warnings.extend(late_guard);
         let mut masks = found.masks;
         if let Err(e) = finish_masks(&policy, &mut masks, &config_dir, opts) {
             policy.cleanup();
@@ -420,6 +442,10 @@ impl Policy {
         policy.roots = grants.roots();
         policy.aliases = grants.aliases.into_iter().collect();
         policy.masks = masks;
+        if let Err(e) = super::gitguard::record_pending(&policy) {
+            policy.cleanup();
+            return Err(e);
+        }
         if policy.needs_mask_source()
             && let Err(e) = write_mask_source(&policy.run_dir)
         {
@@ -812,16 +838,55 @@ pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
-    if is_broad(path, home) {
-        return Err(SandboxError::Path {
+    match write_root_refusal(path, home) {
+        Some(reason) => Err(SandboxError::Path {
             what: "--write path",
             path: path.to_path_buf(),
-            reason: "is the filesystem root, the home directory or an ancestor of it; \
-                     use --sandbox danger-full-access instead"
-                .to_string(),
-        });
+            reason,
+        }),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// System trees never granted writable (nor anything under them): writing one hands the
+/// agent the machine (`/etc/cron.d`, `/usr/bin`, a device, a daemon's socket in `/run`).
+const REFUSED_WRITE_TREES: [&str; 13] = [
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",
+    "/sys", "/dev", "/run",
+];
+
+/// Why the canonical `path` may not be a `--write` root, if it may not: the filesystem
+/// root, the home directory or an ancestor of it, or a system tree.
+fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
+    if is_broad(path, home) {
+        return Some(
+            "is the filesystem root, the home directory or an ancestor of it; \
+             use --sandbox danger-full-access instead"
+                .to_string(),
+        );
+    }
+    REFUSED_WRITE_TREES
+        .iter()
+        .find(|t| path.starts_with(t))
+        .map(|t| {
+            format!(
+                "lies in {t}, a system tree the agent may never write; \
+                 use --sandbox danger-full-access instead"
+            )
+        })
+}
+
+/// Checks a `--write` path before a run (a `config_error` in the run mode): the message
+/// names the path. A path that does not exist is left to the policy, which reports it.
+pub fn check_write_root(path: &Path) -> Result<(), String> {
+    let Ok(canonical) = fs::canonicalize(path) else {
+        return Ok(());
+    };
+    let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
+    match write_root_refusal(&canonical, home.as_deref()) {
+        Some(reason) => Err(format!("--write {}: {reason}", path.display())),
+        None => Ok(()),
+    }
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {

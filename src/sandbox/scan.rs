@@ -181,6 +181,9 @@ pub(crate) struct ScanOutput {
     pub placeholders: Vec<Placeholder>,
     /// Things the user should know (a git dir outside the workspace, ...).
     pub warnings: Vec<String>,
+    /// Device and inode of every git dir guarded, and of every `.git` file or symlink
+    /// held read-only: what the end-of-run git guard knows to be the user's.
+    pub git_known: Vec<(u64, u64)>,
 }
 
 /// Scan `trees` for secrets (`deny`), protected names and git dirs.
@@ -253,7 +256,13 @@ impl Walker<'_, '_> {
                 path: here,
             });
         }
-        for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+        let names = list_dir(&dir).map_err(|e| walk_error(&here, "list", e))?;
+        // A git dir not named `.git` (a bare repository, a separate git dir): git finds
+        // it by discovery or through a `.git` file, so it is guarded like one.
+        if self.tree.writable && !inside.secret && is_git_dir_listing(&names) {
+            self.guard_git_dir(rel)?;
+        }
+        for name in names {
             let rel_child = rel.join(&name);
             let path = self.tree.root.join(&rel_child);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -341,11 +350,13 @@ impl Walker<'_, '_> {
             }
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+                self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = read_gitfile(parent, &path)?;
                 self.git_pointer(&path, target, top)?;
             }
             Kind::Symlink => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
+                self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = fs::canonicalize(&path).ok();
                 self.git_pointer(&path, target, top)?;
             }
@@ -467,6 +478,8 @@ impl Walker<'_, '_> {
         let path = self.tree.root.join(rel);
         let dir = open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
             .map_err(|e| walk_error(&path, "open", e))?;
+        let st = nix::sys::stat::fstat(dir.as_fd()).map_err(|e| walk_error(&path, "inspect", e))?;
+        self.out.git_known.push((st.st_dev, st.st_ino));
         for (name, absent) in GIT_GUARDED_FILES {
             self.guard_entry(dir.as_fd(), &path.join(name), name, absent)?;
         }
@@ -840,6 +853,17 @@ fn mask(path: PathBuf, kind: MaskKind, st: &FileStat, secret: bool) -> Mask {
 
 fn walk_error(path: &Path, op: &'static str, errno: Errno) -> SandboxError {
     SandboxError::sys(op, super::bytes::short(path), errno)
+}
+
+/// Whether a directory with these entries is one git would take for a git dir: `HEAD`,
+/// and `commondir` or both `objects` and `refs` (git's `is_git_directory`, loosened).
+fn is_git_dir_listing(names: &[OsString]) -> bool {
+    let has = |n: &str| {
+        names
+            .iter()
+            .any(|name| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
+    };
+    has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
 }
 
 /// A relative path of plain names only (no `..`, no root, no `.`).

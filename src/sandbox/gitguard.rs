@@ -1,0 +1,850 @@
+//! The end-of-run git guard: after the last sandboxed process of a run is gone, every git
+//! dir in the writable trees that was not held read-only for the whole run is made inert,
+//! so the user's own `git` (a shell prompt, an IDE that opens nested repositories, a plain
+//! `git status` that recurses into a new gitlink) runs nothing the agent chose.
+//!
+//! Why at the end, not during the run: the start-of-run scan ([`super::scan`]) can only
+//! guard the repositories that exist; a repository the agent makes (`git init sub`, a new
+//! submodule in `.git/modules/`, a `git worktree add`, a bare repo anywhere) has the
+//! agent's config and hooks, and git reaches them from outside in many ways (gitlinks,
+//! nested-repo discovery, `.git` files, `commondir`, bare-repo discovery). The run's PID
+//! namespace is dead when this runs (the agent's tree, and the `--verify` and repair runs
+//! after it), so nothing races it.
+//!
+//! What counts as a git dir is git's own test, over-approximated: a directory holding
+//! `HEAD` and either `commondir` or both `objects` and `refs` (any file type). Every
+//! directory of the tree is looked at, inside `.git` dirs too, without following a
+//! symlink. A git dir whose device and inode the start-of-run scan guarded is the user's
+//! and left alone; any other one is *neutralised*:
+//!
+//! * `config` and `config.worktree` keep only an allow-list of inert keys
+//!   ([`super::gitconfig`]): when anything was dropped (or the file is not a plain file)
+//!   the original moves to `coder-quarantine-N/` inside the git dir, a name git never
+//!   reads, and coder writes the filtered file in its place;
+//! * `hooks/` entries that are not `*.sample` move there too (a `hooks` that is not a
+//!   plain directory moves whole);
+//! * `commondir` is followed *lexically* inside the same tree (no symlink, nothing outside)
+//!   and the common dir it names is neutralised too; one that leads anywhere else is moved
+//!   aside (git then finds no repository there).
+//!
+//! A `.git` file or symlink the start scan did not know is resolved the same way: a target
+//! inside the tree is a directory this walk visits anyway; any other target (outside the
+//! tree, through a symlink) gets the `.git` entry renamed to `.git.coder-quarantine-N`.
+//! Nothing is ever read or written outside the tree, and no grant is widened.
+//!
+//! The walk is bounded (depth, entries). When it cannot finish (a cap, an unreadable
+//! directory coder cannot fix, a failed move) the report says where, and the run fails
+//! closed: the caller must treat the workspace as unchecked.
+//!
+//! A coder that is killed cannot run its guard; the policy leaves a record of what the guard
+//! needs (the trees, the known git dirs) in the run's private directory, and the next
+//! policy resolution runs the guard of every dead run it finds before pruning its directory
+//! ([`finish_dead_runs`]).
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::{FileStat, Mode as FileMode, SFlag, fstat, fstatat};
+use serde::Serialize;
+
+use super::gitconfig;
+use super::scan::{ABSENT_TARGET, open_beneath};
+
+/// Caps on the walk. Past one, the guard reports itself incomplete.
+#[derive(Debug, Clone, Copy)]
+pub struct GuardLimits {
+    pub max_depth: usize,
+    pub max_entries: usize,
+}
+
+impl Default for GuardLimits {
+    fn default() -> Self {
+        GuardLimits {
+            max_depth: 256,
+            max_entries: 4_000_000,
+        }
+    }
+}
+
+/// The largest config, `commondir` or `.git` file read; a bigger one is untrusted whole.
+const MAX_FILE: u64 = 1 << 20;
+
+/// One git dir (or `.git` entry) the guard changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quarantined {
+    /// The git dir, or the `.git` file or symlink.
+    pub path: String,
+    /// What was moved, relative to `path` (`config`, `hooks/pre-commit`, `.git`).
+    pub moved: Vec<String>,
+    /// Where it went.
+    pub to: String,
+}
+
+/// What the guard did: `sandbox` in the envelope.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GuardReport {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<Quarantined>,
+    /// Set when the guard could not check every git dir: where and why. The workspace
+    /// may then hold agent-made git config that runs commands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+}
+
+impl GuardReport {
+    pub fn is_empty(&self) -> bool {
+        self.quarantined.is_empty() && self.incomplete.is_none()
+    }
+
+    /// One line per finding, for `coder sandbox`'s stderr and warnings.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .quarantined
+            .iter()
+            .map(|q| {
+                format!(
+                    "git guard: {} was made by the sandboxed command; moved {} to {} so that \
+                     git run outside the sandbox cannot execute it",
+                    q.path,
+                    q.moved.join(", "),
+                    q.to
+                )
+            })
+            .collect();
+        if let Some(why) = &self.incomplete {
+            lines.push(format!(
+                "git guard incomplete ({why}): repositories in the workspace may hold \
+                 commands the sandboxed agent planted; do not run git there before checking"
+            ));
+        }
+        lines
+    }
+}
+
+/// Neutralise every git dir under `roots` whose (device, inode) is not in `known`.
+pub fn guard_trees(
+    roots: &[PathBuf],
+    known: &HashSet<(u64, u64)>,
+    limits: GuardLimits,
+) -> GuardReport {
+    let mut report = GuardReport::default();
+    for root in roots {
+        if roots.iter().any(|r| r != root && root.starts_with(r)) {
+            continue;
+        }
+        let mut guard = Guard {
+            root,
+            known,
+            limits,
+            entries: 0,
+            seen: HashSet::new(),
+            report: &mut report,
+        };
+        if let Err(why) = guard.run() {
+            report.incomplete.get_or_insert(why);
+        }
+    }
+    report
+}
+
+/// The name, in a run's private directory, of what the git guard of that run needs: the
+/// next run finds it there when coder was killed before its own guard ran.
+const PENDING: &str = "git-guard.json";
+
+/// How the lines of a dead run's guard start (in the next run's warnings).
+pub const LATE_PREFIX: &str = "after an earlier run whose coder was killed: ";
+
+#[derive(Serialize, serde::Deserialize)]
+struct PendingGuard {
+    #[serde(with = "super::bytes::vec")]
+    roots: Vec<PathBuf>,
+    known: Vec<(u64, u64)>,
+}
+
+/// Writes `policy`'s guard record into its run directory (coder's own, 0700, never granted
+/// to the agent; removed with it after a normal end).
+pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::SandboxError> {
+    if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
+        return Ok(());
+    }
+    let record = PendingGuard {
+        roots: policy.guard_roots.clone(),
+        known: policy.git_known.clone(),
+    };
+    let path = policy.run_dir.join(PENDING);
+    let text = serde_json::to_vec(&record)
+        .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e.into()))?;
+    std::fs::write(&path, text)
+        .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e))
+}
+
+/// Runs the git guard of every run under `runs_dir` whose coder is gone without having
+/// run it (its directory is still there, with a record); the lines to report.
+pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let Ok(dir) = super::sys::open_nofollow_dir(&entry.path()) else {
+            continue;
+        };
+        let Ok(Some(text)) = read_small(dir.as_fd(), OsStr::new(PENDING)) else {
+            continue;
+        };
+        let Ok(record) = serde_json::from_slice::<PendingGuard>(&text) else {
+            continue;
+        };
+        let known = record.known.into_iter().collect();
+        let report = guard_trees(&record.roots, &known, GuardLimits::default());
+        lines.extend(
+            report
+                .lines()
+                .into_iter()
+                .map(|l| format!("{LATE_PREFIX}{l}")),
+        );
+        // Done: the directory itself goes with the dead run's other leftovers.
+        let _ = nix::unistd::unlinkat(
+            dir.as_fd(),
+            PENDING,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    lines
+}
+
+type Stop = String;
+
+struct Guard<'a> {
+    root: &'a Path,
+    known: &'a HashSet<(u64, u64)>,
+    limits: GuardLimits,
+    entries: usize,
+    /// Git dirs already neutralised (or checked) in this pass.
+    seen: HashSet<(u64, u64)>,
+    report: &'a mut GuardReport,
+}
+
+/// A directory waiting to be walked: its parent's descriptor and its name there.
+struct Pending {
+    parent: Rc<OwnedFd>,
+    name: OsString,
+    rel: PathBuf,
+    depth: usize,
+}
+
+impl Guard<'_> {
+    fn run(&mut self) -> Result<(), Stop> {
+        let root_fd = super::sys::open_nofollow_dir(self.root)
+            .map_err(|e| self.stop(Path::new(""), "open", e))?;
+        let top = open_beneath(root_fd.as_fd(), Path::new(""), dir_flags())
+            .map_err(|e| self.stop(Path::new(""), "open", e))?;
+        let root_fd = Rc::new(root_fd);
+        let mut stack = Vec::new();
+        self.dir(&root_fd, top, PathBuf::new(), 0, &mut stack)?;
+        while let Some(p) = stack.pop() {
+            let fd = self.open_child(p.parent.as_fd(), &p.name, &p.rel)?;
+            self.dir(&root_fd, fd, p.rel, p.depth, &mut stack)?;
+        }
+        Ok(())
+    }
+
+    fn stop(&self, rel: &Path, op: &str, e: Errno) -> Stop {
+        format!("{} {}: {e}", op, self.root.join(rel).display())
+    }
+
+    /// Open a subdirectory to list it; one the agent made unreadable (mode 000) is made
+    /// readable again when coder owns it.
+    fn open_child(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &OsStr,
+        rel: &Path,
+    ) -> Result<OwnedFd, Stop> {
+        let how = beneath(dir_flags());
+        match openat2(parent, name, how) {
+            Err(Errno::EACCES) => {
+                restore_owner_access(parent, name, 0o700).map_err(|e| self.stop(rel, "open", e))?;
+                openat2(parent, name, beneath(dir_flags())).map_err(|e| self.stop(rel, "open", e))
+            }
+            other => other.map_err(|e| self.stop(rel, "open", e)),
+        }
+    }
+
+    /// Look at one directory: is it a git dir, is there a `.git` file or symlink, which
+    /// subdirectories to walk.
+    fn dir(
+        &mut self,
+        root_fd: &Rc<OwnedFd>,
+        fd: OwnedFd,
+        rel: PathBuf,
+        depth: usize,
+        stack: &mut Vec<Pending>,
+    ) -> Result<(), Stop> {
+        let entries = list(&fd).map_err(|e| self.stop(&rel, "list", e))?;
+        self.entries += entries.len();
+        if self.entries > self.limits.max_entries {
+            return Err(format!(
+                "more than {} entries under {}",
+                self.limits.max_entries,
+                self.root.display()
+            ));
+        }
+        // Without case: in a case-folding directory (`chattr +F`) git's `HEAD` finds `head`.
+        let has = |n: &str| {
+            entries
+                .iter()
+                .any(|(name, _)| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
+        };
+        let is_git_dir = has("HEAD") && (has("commondir") || (has("objects") && has("refs")));
+        let fd = Rc::new(fd);
+        if is_git_dir {
+            self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel)?;
+        }
+        for (name, kind) in entries {
+            let kind = match kind {
+                Some(k) => k,
+                None => match fstatat(fd.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) => kind_of(&st),
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(self.stop(&rel.join(&name), "inspect", e)),
+                },
+            };
+            if name.as_bytes().eq_ignore_ascii_case(b".git")
+                && matches!(kind, Kind::File | Kind::Symlink)
+            {
+                self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, &name)?;
+            }
+            if kind == Kind::Dir {
+                if depth + 1 > self.limits.max_depth {
+                    return Err(format!(
+                        "{} is deeper than {} levels",
+                        self.root.join(&rel).join(&name).display(),
+                        self.limits.max_depth
+                    ));
+                }
+                stack.push(Pending {
+                    parent: fd.clone(),
+                    rel: rel.join(&name),
+                    name,
+                    depth: depth + 1,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A git dir: left alone when the start scan guarded it, neutralised otherwise.
+    fn git_dir(
+        &mut self,
+        root: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        rel: &Path,
+    ) -> Result<(), Stop> {
+        let st = fstat(dir).map_err(|e| self.stop(rel, "inspect", e))?;
+        let id = (st.st_dev, st.st_ino);
+        if self.known.contains(&id) || !self.seen.insert(id) {
+            return Ok(());
+        }
+        // A git dir the agent made read-only for its owner would refuse the moves.
+        if st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o700 != 0o700 {
+            let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | 0o700);
+            nix::sys::stat::fchmod(dir, mode).map_err(|e| self.stop(rel, "chmod", e))?;
+        }
+        let mut q = Quarantine::new(dir, self.root.join(rel));
+        let result = self.neutralise(root, dir, rel, &mut q);
+        q.finish(self.report);
+        result
+    }
+
+    fn neutralise(
+        &mut self,
+        root: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        rel: &Path,
+        q: &mut Quarantine,
+    ) -> Result<(), Stop> {
+        let fail =
+            |what: &str, e: Errno| format!("{what} in {}: {e}", self.root.join(rel).display());
+        for name in ["config", "config.worktree"] {
+            filter_config(dir, name, q).map_err(|e| fail(name, e))?;
+        }
+        hooks(dir, q).map_err(|e| fail("hooks", e))?;
+        if let Some(common) = commondir(dir).map_err(|e| fail("commondir", e))? {
+            match common.and_then(|t| self.resolve(root, rel, &t)) {
+                Some((fd, common)) => self.git_dir(root, fd.as_fd(), &common)?,
+                None => q.move_out("commondir").map_err(|e| fail("commondir", e))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A `.git` file or symlink in the directory at `rel`: its target must be a directory
+    /// of this tree (which the walk checks); otherwise the entry is renamed.
+    fn git_entry(
+        &mut self,
+        root: BorrowedFd<'_>,
+        parent: BorrowedFd<'_>,
+        rel: &Path,
+        name: &OsStr,
+    ) -> Result<(), Stop> {
+        let path = rel.join(name);
+        let fail = |e: Errno| self.stop(&path, "check", e);
+        let st = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(fail)?;
+        if self.known.contains(&(st.st_dev, st.st_ino)) {
+            return Ok(());
+        }
+        let target = match kind_of(&st) {
+            Kind::Symlink => {
+                let t = nix::fcntl::readlinkat(parent, name).map_err(fail)?;
+                if t == OsStr::new(ABSENT_TARGET) {
+                    return Ok(());
+                }
+                Some(PathBuf::from(t))
+            }
+            _ => read_small(parent, name)
+                .map_err(fail)?
+                .and_then(|text| gitfile_target(&text)),
+        };
+        if target.is_some_and(|t| self.resolve(root, rel, &t).is_some()) {
+            return Ok(());
+        }
+        let to = rename_aside(parent, name).map_err(fail)?;
+        let dir = self.root.join(rel);
+        let label = name.to_string_lossy().into_owned();
+        self.report.quarantined.push(Quarantined {
+            path: dir.join(name).display().to_string(),
+            moved: vec![label],
+            to: dir.join(to).display().to_string(),
+        });
+        Ok(())
+    }
+
+    /// The directory git reaches by `target` (read from a file in the directory `base`),
+    /// opened the way the kernel resolves it (`..` after the names before it) but refusing
+    /// every symlink and anything outside the root; with its path relative to the root.
+    /// `None` when git would go elsewhere (or nowhere).
+    fn resolve(
+        &self,
+        root: BorrowedFd<'_>,
+        base: &Path,
+        target: &Path,
+    ) -> Option<(OwnedFd, PathBuf)> {
+        let path = if target.is_absolute() {
+            target.strip_prefix(self.root).ok()?.to_path_buf()
+        } else {
+            base.join(target)
+        };
+        let open = if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &path
+        };
+        let fd = openat2(root, open, beneath(dir_flags())).ok()?;
+        // No symlink was crossed, so the lexical form names the same directory.
+        let label = lexical(self.root, base, target).unwrap_or(path);
+        Some((fd, label))
+    }
+}
+
+/// The git dir's moves, made lazily into `coder-quarantine-N/`.
+struct Quarantine<'f> {
+    dir: BorrowedFd<'f>,
+    path: PathBuf,
+    made: Option<(OwnedFd, OsString)>,
+    moved: Vec<String>,
+}
+
+impl<'f> Quarantine<'f> {
+    fn new(dir: BorrowedFd<'f>, path: PathBuf) -> Self {
+        Quarantine {
+            dir,
+            path,
+            made: None,
+            moved: Vec::new(),
+        }
+    }
+
+    /// Creates `coder-quarantine-N/` (a fresh name, never an existing one) once.
+    fn make(&mut self) -> Result<(), Errno> {
+        if self.made.is_some() {
+            return Ok(());
+        }
+        for n in 1..1000 {
+            let name = OsString::from(format!("coder-quarantine-{n}"));
+            match nix::sys::stat::mkdirat(
+                self.dir,
+                name.as_os_str(),
+                FileMode::from_bits_truncate(0o700),
+            ) {
+                Ok(()) => {
+                    let fd = openat2(self.dir, name.as_os_str(), beneath(dir_flags()))?;
+                    self.made = Some((fd, name));
+                    return Ok(());
+                }
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Errno::EEXIST)
+    }
+
+    /// Move `from/name` into the quarantine (under `sub/` when given).
+    fn move_from(
+        &mut self,
+        from: BorrowedFd<'_>,
+        name: &OsStr,
+        sub: Option<&str>,
+    ) -> Result<(), Errno> {
+        self.make()?;
+        let (target, _) = self.made.as_ref().ok_or(Errno::EEXIST)?;
+        let label = match sub {
+            Some(sub) => {
+                match nix::sys::stat::mkdirat(
+                    target.as_fd(),
+                    sub,
+                    FileMode::from_bits_truncate(0o700),
+                ) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(e),
+                }
+                let to = openat2(target.as_fd(), sub, beneath(dir_flags()))?;
+                nix::fcntl::renameat(from, name, to.as_fd(), name)?;
+                format!("{sub}/{}", name.to_string_lossy())
+            }
+            None => {
+                nix::fcntl::renameat(from, name, target.as_fd(), name)?;
+                name.to_string_lossy().into_owned()
+            }
+        };
+        self.moved.push(label);
+        Ok(())
+    }
+
+    fn move_out(&mut self, name: &str) -> Result<(), Errno> {
+        let dir = self.dir;
+        self.move_from(dir, OsStr::new(name), None)
+    }
+
+    fn finish(self, report: &mut GuardReport) {
+        if let Some((_, name)) = &self.made
+            && !self.moved.is_empty()
+        {
+            report.quarantined.push(Quarantined {
+                path: self.path.display().to_string(),
+                moved: self.moved.clone(),
+                to: self.path.join(name).display().to_string(),
+            });
+        }
+    }
+}
+
+/// Keep only the allow-listed keys of `dir/name`; the original goes to quarantine when
+/// anything was dropped or it is not a plain file.
+fn filter_config(dir: BorrowedFd<'_>, name: &str, q: &mut Quarantine) -> Result<(), Errno> {
+    let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let kept = match read_small(dir, OsStr::new(name))? {
+        Some(text) if kind_of(&st) == Kind::File => {
+            let filtered = gitconfig::filter(&text);
+            if !filtered.dropped {
+                return Ok(());
+            }
+            filtered.kept
+        }
+        _ => Vec::new(),
+    };
+    q.move_out(name)?;
+    write_new(dir, name, gitconfig::render(&kept).as_bytes(), &st)
+}
+
+/// Move every hook that is not a `*.sample` (or a `hooks` that is not a directory).
+fn hooks(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
+    let st = match fstatat(dir, "hooks", AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if kind_of(&st) != Kind::Dir {
+        return q.move_out("hooks");
+    }
+    let hooks = match openat2(dir, "hooks", beneath(dir_flags())) {
+        Err(Errno::EACCES) => {
+            restore_owner_access(dir, OsStr::new("hooks"), 0o700)?;
+            openat2(dir, "hooks", beneath(dir_flags()))?
+        }
+        other => other?,
+    };
+    for (name, _) in list(&hooks)? {
+        if name.as_bytes().ends_with(b".sample") {
+            continue;
+        }
+        match q.move_from(hooks.as_fd(), &name, Some("hooks")) {
+            Err(Errno::EACCES) => {
+                restore_owner_access(dir, OsStr::new("hooks"), 0o700)?;
+                q.move_from(hooks.as_fd(), &name, Some("hooks"))?;
+            }
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// A git dir's `commondir`: `None` when absent, `Some(None)` when git could not use it as
+/// coder reads it (not a plain file), else the path git uses: the content with trailing
+/// blanks cut exactly as git's `strbuf_rtrim` does (space, tab, CR, LF; not VT or FF),
+/// up to the first NUL (git then uses it as a C string).
+fn commondir(dir: BorrowedFd<'_>) -> Result<Option<Option<PathBuf>>, Errno> {
+    let st = match fstatat(dir, "commondir", AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if kind_of(&st) != Kind::File {
+        return Ok(Some(None));
+    }
+    let Some(text) = read_small(dir, OsStr::new("commondir"))? else {
+        return Ok(Some(None));
+    };
+    let text = trim_end(&text, b" \t\r\n");
+    let text = text.split(|&b| b == 0).next().unwrap_or_default();
+    Ok(Some(
+        (!text.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(text))),
+    ))
+}
+
+/// `gitdir: PATH` of a `.git` file, read as git's `read_gitfile_gently` does: the prefix,
+/// then everything to the end with trailing CR and LF cut (embedded newlines stay part of
+/// the path), up to the first NUL.
+fn gitfile_target(text: &[u8]) -> Option<PathBuf> {
+    let text = trim_end(text, b"\r\n");
+    let rest = text.strip_prefix(b"gitdir: ")?;
+    let path = rest.split(|&b| b == 0).next().unwrap_or_default();
+    (!path.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(path)))
+}
+
+fn trim_end<'t>(mut text: &'t [u8], blanks: &[u8]) -> &'t [u8] {
+    while let Some((last, rest)) = text.split_last()
+        && blanks.contains(last)
+    {
+        text = rest;
+    }
+    text
+}
+
+/// `target` seen from the directory `base` (relative to `root`; an absolute `target`
+/// must start with `root`), resolved without touching the disk: the path relative to the
+/// root, or `None` when it leaves the root.
+fn lexical(root: &Path, base: &Path, target: &Path) -> Option<PathBuf> {
+    let (base, target) = match target.strip_prefix(root) {
+        Ok(rest) if target.is_absolute() => (Path::new(""), rest),
+        _ if target.is_absolute() => return None,
+        _ => (base, target),
+    };
+    let mut out: Vec<&OsStr> = Vec::new();
+    for c in base.components().chain(target.components()) {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out.iter().collect())
+}
+
+/// Rename `dir/name` to `name.coder-quarantine-N` beside it, never over an existing name.
+fn rename_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
+    for n in 1..1000 {
+        let to = format!("{}.coder-quarantine-{n}", name.to_string_lossy());
+        match nix::fcntl::renameat2(
+            dir,
+            name,
+            dir,
+            to.as_str(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => return Ok(to),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
+/// Create `dir/name` fresh with `text`, owned like `like` when coder is root.
+fn write_new(dir: BorrowedFd<'_>, name: &str, text: &[u8], like: &FileStat) -> Result<(), Errno> {
+    let how = beneath(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL)
+        .mode(FileMode::from_bits_truncate(0o644));
+    let fd = openat2(dir, name, how)?;
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, text)
+        .map_err(|e| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw))?;
+    if nix::unistd::geteuid().is_root() {
+        let _ = nix::unistd::fchown(
+            file.as_fd(),
+            Some(nix::unistd::Uid::from_raw(like.st_uid)),
+            Some(nix::unistd::Gid::from_raw(like.st_gid)),
+        );
+    }
+    Ok(())
+}
+
+/// The content of a plain file `dir/name` (never following a symlink, never blocking on
+/// a FIFO); `None` when it is not a plain file or larger than [`MAX_FILE`].
+fn read_small(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Vec<u8>>, Errno> {
+    let fd = match openat2(dir, name, beneath(OFlag::O_RDONLY | OFlag::O_NONBLOCK)) {
+        Ok(fd) => fd,
+        Err(Errno::ELOOP | Errno::ENXIO) => return Ok(None),
+        Err(Errno::EACCES) => {
+            restore_owner_access(dir, name, 0o600)?;
+            openat2(dir, name, beneath(OFlag::O_RDONLY | OFlag::O_NONBLOCK))?
+        }
+        Err(e) => return Err(e),
+    };
+    let st = fstat(fd.as_fd())?;
+    if kind_of(&st) != Kind::File || st.st_size as u64 > MAX_FILE {
+        return Ok(None);
+    }
+    let mut text = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_FILE)
+        .read_to_end(&mut text)
+        .map_err(|e| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw))?;
+    Ok(Some(text))
+}
+
+/// Give the owner back `bits` on `dir/name` when coder owns it (the agent may have taken
+/// them away to hide a repository); anything else keeps the original error.
+fn restore_owner_access(dir: BorrowedFd<'_>, name: &OsStr, bits: u32) -> Result<(), Errno> {
+    let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    if st.st_uid != nix::unistd::geteuid().as_raw() || kind_of(&st) == Kind::Symlink {
+        return Err(Errno::EACCES);
+    }
+    let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | bits);
+    nix::sys::stat::fchmodat(
+        dir,
+        name,
+        mode,
+        nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+    )
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY
+}
+
+fn beneath(flags: OFlag) -> OpenHow {
+    OpenHow::new()
+        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+fn kind_of(st: &FileStat) -> Kind {
+    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFDIR => Kind::Dir,
+        SFlag::S_IFREG => Kind::File,
+        SFlag::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+/// The entries of a directory with their types when the file system gives them.
+fn list(dir: &OwnedFd) -> Result<Vec<(OsString, Option<Kind>)>, Errno> {
+    let dup = dir
+        .try_clone()
+        .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
+    let mut stream = nix::dir::Dir::from_fd(dup)?;
+    let mut out = Vec::new();
+    for entry in stream.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        use nix::dir::Type;
+        let kind = entry.file_type().map(|t| match t {
+            Type::Directory => Kind::Dir,
+            Type::File => Kind::File,
+            Type::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        });
+        out.push((OsStr::from_bytes(name).to_os_string(), kind));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_resolution_stays_inside() {
+        let p = |s: &str| PathBuf::from(s);
+        let r = p("/w/s");
+        assert_eq!(lexical(&r, &p("a/b/.git"), &p("../../x")), Some(p("a/x")));
+        assert_eq!(lexical(&r, &p("a"), &p("./b/../c")), Some(p("a/c")));
+        assert_eq!(lexical(&r, &p("a"), &p("../..")), None);
+        assert_eq!(lexical(&r, &p("a"), &p("/etc")), None);
+        assert_eq!(lexical(&r, &p(""), &p("..")), None);
+        assert_eq!(lexical(&r, &p("a"), &p("/w/s/.git/x")), Some(p(".git/x")));
+        assert_eq!(lexical(&r, &p("a"), &p("/w/s/../t")), None);
+        assert_eq!(lexical(&r, &p("a"), &p("/w/st")), None);
+    }
+
+    #[test]
+    fn gitfile_format() {
+        assert_eq!(
+            gitfile_target(b"gitdir: ../x\n"),
+            Some(PathBuf::from("../x"))
+        );
+        assert_eq!(gitfile_target(b"gitdir:../x\n"), None);
+        // Like git: an embedded newline is part of the path, a NUL ends it.
+        assert_eq!(
+            gitfile_target(b"gitdir: x\n/../../y\r\n"),
+            Some(PathBuf::from("x\n/../../y"))
+        );
+        assert_eq!(
+            gitfile_target(b"gitdir: x\0/../y"),
+            Some(PathBuf::from("x"))
+        );
+        assert_eq!(trim_end(b"x\x0b \t\r\n", b" \t\r\n"), b"x\x0b");
+        assert_eq!(trim_end(b"x\x0c\n", b" \t\r\n"), b"x\x0c");
+        assert_eq!(gitfile_target(b"gitdir: \n"), None);
+    }
+}

@@ -1,0 +1,560 @@
+//! The end-of-run git guard (`src/sandbox/gitguard.rs`), attacked: a sandboxed command
+//! makes a git repository (or git metadata) whose config or hooks run a command, and the
+//! *user's* own git runs in it after coder has exited, outside any sandbox. The payload
+//! must not run. Each attack has a control: the same command under
+//! `--sandbox danger-full-access` (no guard), where the user's git does run the payload,
+//! so no check passes by construction. Every attack runs as root and as uid 65534 (coder
+//! and the user's git both as `nobody`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Fake, steps};
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_coder");
+
+/// Root, then uid 65534; a machine without either fails (`scripts/test` runs these only
+/// where it can, and CI must).
+fn arms() -> Vec<bool> {
+    common::require_root_and_user_namespaces();
+    vec![false, true]
+}
+
+struct Fx {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    nobody: bool,
+}
+
+impl Fx {
+    fn new(nobody: bool) -> Fx {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-gitguard-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_path_buf();
+        for d in ["ws", "home", "state"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if nobody {
+            let ok = Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(&root)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+        let fx = Fx {
+            _dir: dir,
+            root,
+            nobody,
+        };
+        fx.git(&fx.ws(), &["init", "-q"]);
+        std::fs::write(fx.ws().join("README"), "hello\n").unwrap();
+        fx.git(&fx.ws(), &["add", "README"]);
+        fx.git(&fx.ws(), &["commit", "-qm", "init"]);
+        fx
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    /// Where a payload leaves its mark: outside the workspace, invisible to the sandbox.
+    fn marker(&self) -> PathBuf {
+        self.root.join("home/PWNED")
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("timeout");
+        cmd.arg("60");
+        if self.nobody {
+            cmd.args([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]);
+        }
+        cmd.arg(program)
+            .env("HOME", self.root.join("home"))
+            .env("CODER_STATE_DIR", self.root.join("state"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "u")
+            .env("GIT_AUTHOR_EMAIL", "u@example.invalid")
+            .env("GIT_COMMITTER_NAME", "u")
+            .env("GIT_COMMITTER_EMAIL", "u@example.invalid")
+            .env_remove("XDG_CONFIG_HOME");
+        cmd
+    }
+
+    /// The user's own git, unconfined (as the arm's user), in `dir`.
+    fn git(&self, dir: &Path, args: &[&str]) -> String {
+        let o = self
+            .command("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    }
+
+    /// `sh -c script` through `coder sandbox` in `mode`, in the workspace.
+    fn sandbox(&self, mode: &str, script: &str) -> (i32, String) {
+        let o = self
+            .command(BIN)
+            .args(["sandbox", "--mode", mode, "--cd"])
+            .arg(self.ws())
+            .args(["--", "sh", "-c", script])
+            .env("M", self.marker())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.code().unwrap_or(-1), text)
+    }
+}
+
+/// One attack: `script` plants it (the payload is `touch "$M"`; `$M` is set for the
+/// sandboxed command), `user` is what the user runs afterwards (git args and the
+/// directory, relative to the workspace). Confined: the payload never runs and the guard
+/// reports the move; unconfined (the control): the user's git runs it.
+fn attack(name: &str, setup: fn(&Fx), script: &str, user: (&str, &[&str])) {
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(nobody);
+            setup(&fx);
+            let (rc, out) = fx.sandbox(mode, script);
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            // The sandboxed command's own git may have fired the payload unconfined;
+            // only what the user's git does afterwards counts.
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&fx.ws().join(user.0), user.1);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" {
+                assert!(
+                    ran,
+                    "{name} nobody={nobody}: control: the user's git must run the payload \
+                     without the guard: {out}\n{git_out}"
+                );
+            } else {
+                assert!(
+                    !ran,
+                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
+                );
+                assert!(
+                    out.contains("git guard:"),
+                    "{name}: no quarantine reported: {out}"
+                );
+            }
+        }
+    }
+}
+
+fn none(_: &Fx) {}
+
+const COMMIT: &str = "git -c user.name=a -c user.email=a@b commit -qm x --no-verify";
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn gitlink_to_an_agent_repo_with_fsmonitor() {
+    attack(
+        "gitlink+fsmonitor",
+        none,
+        &format!(
+            "git init -q n && cd n && git config core.fsmonitor \"touch '$M'; false\" && \
+             echo a > f && git add f && {COMMIT} && cd .. && git add n 2>/dev/null; \
+             echo PLANTED"
+        ),
+        ("", &["status", "--short"]),
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn nested_repo_without_gitlink_runs_fsmonitor_on_status() {
+    attack(
+        "nested fsmonitor",
+        none,
+        "git init -q sub/n && git -C sub/n config core.fsmonitor \"touch '$M'; false\" && \
+         echo a > sub/n/f && echo PLANTED",
+        ("sub/n", &["status", "--short"]),
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn filter_clean_selected_by_gitattributes() {
+    attack(
+        "filter clean",
+        none,
+        "git init -q n && git -C n config filter.x.clean \"touch '$M'; cat\" && \
+         echo '* filter=x' > n/.gitattributes && echo a > n/f && echo PLANTED",
+        ("n", &["add", "-A"]),
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn include_path_to_an_agent_file() {
+    attack(
+        "include.path",
+        none,
+        "printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\" > inc.cfg && \
+         git init -q n && git -C n config include.path ../../inc.cfg && echo PLANTED",
+        ("n", &["status", "--short"]),
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn gitfile_to_an_agent_made_gitdir() {
+    attack(
+        "gitfile",
+        none,
+        "mkdir -p hidden w && git init -q --separate-git-dir=\"$PWD/hidden/gd\" w && \
+         git -C w config core.fsmonitor \"touch '$M'; false\" && test -f w/.git && \
+         echo PLANTED",
+        ("w", &["status", "--short"]),
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn commondir_to_an_agent_made_common_dir() {
+    attack(
+        "commondir",
+        none,
+        "git init -q n && mkdir -p evil && cp -r n/.git/objects n/.git/refs evil/ && \
+         printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\" > evil/config && \
+         echo ../../evil > n/.git/commondir && echo PLANTED",
+        ("n", &["status", "--short"]),
+    );
+}
+
+/// The user's repository enables per-worktree config (their choice, read-only to the
+/// agent); the agent adds a worktree and sets `core.fsmonitor` in its `config.worktree`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn worktree_config_of_an_agent_made_worktree() {
+    fn setup(fx: &Fx) {
+        fx.git(&fx.ws(), &["config", "extensions.worktreeConfig", "true"]);
+    }
+    attack(
+        "worktree config",
+        setup,
+        "git worktree add -q wt 2>&1 && \
+         git -C wt config --worktree core.fsmonitor \"touch '$M'; false\" && echo PLANTED",
+        ("wt", &["status", "--short"]),
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn hooks_of_an_agent_repo_on_commit() {
+    attack(
+        "hooks",
+        none,
+        "git init -q n && printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > n/.git/hooks/pre-commit && \
+         chmod +x n/.git/hooks/pre-commit && echo a > n/f && git -C n add f && echo PLANTED",
+        ("n", &["commit", "-qm", "x"]),
+    );
+}
+
+/// A new submodule git dir inside the user's own (guarded) `.git`: `.git/modules/x`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn new_submodule_gitdir_inside_the_guarded_git_dir() {
+    attack(
+        "modules",
+        none,
+        "mkdir -p .git/modules && git init -q --separate-git-dir=\"$PWD/.git/modules/x\" x && \
+         git -C x config core.fsmonitor \"touch '$M'; false\" && echo PLANTED",
+        ("x", &["status", "--short"]),
+    );
+}
+
+/// `.git` pointing outside the tree (here at the user's home, where the agent cannot
+/// write, but the guard cannot know that): the entry is renamed, never followed.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn gitfile_pointing_outside_is_renamed_not_followed() {
+    for nobody in arms() {
+        let fx = Fx::new(nobody);
+        let outside = fx.root.join("home/repo");
+        fx.git(&fx.root.join("home"), &["init", "-q", "repo"]);
+        let before = std::fs::read(outside.join(".git/config")).unwrap();
+        let script = format!(
+            "mkdir w && printf 'gitdir: {}\\n' > w/.git && echo PLANTED",
+            outside.join(".git").display()
+        );
+        let (rc, out) = fx.sandbox("workspace-write", &script);
+        assert_eq!(rc, 0, "{out}");
+        assert!(out.contains("PLANTED"), "{out}");
+        assert!(!fx.ws().join("w/.git").exists(), "not renamed: {out}");
+        assert!(fx.ws().join("w/.git.coder-quarantine-1").is_file(), "{out}");
+        assert_eq!(std::fs::read(outside.join(".git/config")).unwrap(), before);
+        assert!(
+            !outside.join(".git/coder-quarantine-1").exists(),
+            "the guard wrote outside the tree"
+        );
+    }
+}
+
+/// A plain `git init` (and a clone-like remote) keeps its config untouched: only
+/// command-running keys make the guard act.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_inert_agent_repo_is_left_alone() {
+    for nobody in arms() {
+        let fx = Fx::new(nobody);
+        let (rc, out) = fx.sandbox(
+            "workspace-write",
+            "git init -q n && git -C n remote add origin https://example.invalid/x.git && \
+             echo a > n/f && git -C n add f && git -C n -c user.name=a -c user.email=a@b \
+             commit -qm x && echo DONE",
+        );
+        assert_eq!(rc, 0, "{out}");
+        assert!(out.contains("DONE"), "{out}");
+        assert!(!out.contains("git guard"), "{out}");
+        assert!(!fx.ws().join("n/.git/coder-quarantine-1").exists());
+        let log = fx.git(&fx.ws().join("n"), &["log", "--oneline"]);
+        assert!(log.contains(" x"), "{log}");
+    }
+}
+
+/// A tree deeper than the guard walks fails closed: `coder sandbox` exits 71 and says so.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_walk_over_its_cap_fails_closed() {
+    common::require_root_and_user_namespaces();
+    let fx = Fx::new(false);
+    let (rc, out) = fx.sandbox(
+        "workspace-write",
+        "d=.; i=0; while [ $i -lt 300 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d && echo DEEP",
+    );
+    assert!(out.contains("DEEP"), "{out}");
+    assert_eq!(rc, 71, "{out}");
+    assert!(out.contains("git guard incomplete"), "{out}");
+}
+
+/// The run mode: the `--verify` command runs under the run's sandbox after the agent, so
+/// a repository it makes is guarded too; the envelope reports the move.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_repo_made_by_the_verify_command() {
+    common::require_root_and_user_namespaces();
+    for mode in ["workspace-write", "danger-full-access"] {
+        let fake = Fake::new(json!([steps::init(), steps::result_ok("ok")]));
+        let marker = fake.root().join("PWNED");
+        let check = format!(
+            "git init -q n && git -C n config core.fsmonitor \"touch '{}'; false\" && \
+             echo a > n/f",
+            marker.display()
+        );
+        let out = fake
+            .coder()
+            .deadline(Duration::from_secs(120))
+            .args([
+                "--sandbox",
+                mode,
+                "--verify",
+                &check,
+                "--no-verify-baseline",
+                "--repair-turns",
+                "0",
+                "do it",
+            ])
+            .run();
+        let _ = std::fs::remove_file(&marker);
+        let _ = Command::new("timeout")
+            .args(["30", "git", "status", "--short"])
+            .current_dir(fake.workspace().join("n"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        if mode == "danger-full-access" {
+            assert!(marker.exists(), "control: {}", out.explain());
+            assert!(out.envelope.get("sandbox").is_none(), "{}", out.explain());
+        } else {
+            out.assert_success("ok");
+            assert!(!marker.exists(), "payload ran: {}", out.explain());
+            let q = &out.envelope["sandbox"]["quarantined"];
+            assert!(
+                q.as_array().is_some_and(|a| a.iter().any(|e| e["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("n/.git"))
+                    && e["moved"] == json!(["config"]))),
+                "{}",
+                out.explain()
+            );
+        }
+    }
+}
+
+/// `commondir` read as git reads it: git cuts trailing CR/LF/space/tab only, so
+/// `evil<FF>` (form feed kept) is the common dir git uses, while a decoy `evil` sits
+/// beside it. A guard that trimmed like Rust's `trim_ascii_end` would clean the decoy.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn commondir_is_read_exactly_like_git() {
+    attack(
+        "commondir parse",
+        none,
+        "git init -q n && e=\"$(printf 'evil\\f')\" && mkdir -p \"$e\" evil && \
+         cp -r n/.git/objects n/.git/refs \"$e\"/ && cp -r n/.git/objects n/.git/refs evil/ && \
+         printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\" > \"$e/config\" && \
+         printf '../../evil\\f\\n' > n/.git/commondir && echo PLANTED",
+        ("n", &["status", "--short"]),
+    );
+}
+
+/// A bare repository the user already had in the workspace (not named `.git`) is guarded
+/// for the whole run like any git dir: its config and hooks cannot be changed, and the
+/// end-of-run guard leaves the user's own hooks where they are. Control: unconfined, the
+/// config changes.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(nobody);
+            fx.git(&fx.ws(), &["init", "-q", "--bare", "srv.git"]);
+            let hook = fx.ws().join("srv.git/hooks/post-update");
+            std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+            let before = std::fs::read(fx.ws().join("srv.git/config")).unwrap();
+            let (rc, out) = fx.sandbox(
+                mode,
+                "git -C srv.git config core.hooksPath /x; echo x > srv.git/hooks/pre-receive; \
+                 echo PLANTED",
+            );
+            assert_eq!(rc, 0, "{out}");
+            let after = std::fs::read(fx.ws().join("srv.git/config")).unwrap();
+            if mode == "danger-full-access" {
+                assert_ne!(after, before, "control: {out}");
+            } else {
+                assert_eq!(after, before, "nobody={nobody}: config changed: {out}");
+                assert!(!fx.ws().join("srv.git/hooks/pre-receive").exists(), "{out}");
+                assert!(hook.exists(), "the user's hook was moved: {out}");
+                assert!(!out.contains("git guard"), "{out}");
+            }
+        }
+    }
+}
+
+/// coder killed with SIGKILL runs no guard of its own; the next coder that sets up a
+/// sandbox (same state dir, any workspace) runs the dead run's guard from the record left in
+/// its run directory. Shown with the hole first: between the two, the user's git does run
+/// the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
+    use std::io::BufRead;
+    for nobody in arms() {
+        let fx = Fx::new(nobody);
+        let mut child = fx
+            .command(BIN)
+            .args(["sandbox", "--cd"])
+            .arg(fx.ws())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+                 echo READY && exec sleep 60",
+            ])
+            .env("M", fx.marker())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let _ = tx.send(line.unwrap_or_default());
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(line, "READY");
+        // `timeout` wraps coder: kill the coder process itself (timeout's child).
+        let coder =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<i32>()
+                .unwrap();
+        // (As `nobody`, setpriv execs coder in place: timeout's child is coder either way.)
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(coder),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = child.wait();
+        // The hole a killed run leaves, until the next coder runs.
+        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+        assert!(
+            fx.marker().exists(),
+            "the killed run's repo must still be armed"
+        );
+        std::fs::remove_file(fx.marker()).unwrap();
+        let (rc, out) = fx.sandbox("workspace-write", "echo PLANTED");
+        assert_eq!(rc, 0, "{out}");
+        assert!(
+            out.contains("after an earlier run whose coder was killed"),
+            "nobody={nobody}: {out}"
+        );
+        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+        assert!(!fx.marker().exists(), "nobody={nobody}: payload ran: {out}");
+    }
+}
+
+/// The run mode fails closed too: a tree the guard cannot finish (here made by the
+/// `--verify` command, deeper than the walk goes) turns a success into `sandbox_error` with
+/// `sandbox.incomplete` naming the place; the agent's result stays in the envelope.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_incomplete_guard_fails_the_run_closed() {
+    common::require_root_and_user_namespaces();
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ok")]));
+    let check = "d=.; i=0; while [ $i -lt 300 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d";
+    let out = fake
+        .coder()
+        .deadline(Duration::from_secs(120))
+        .args([
+            "--verify",
+            check,
+            "--no-verify-baseline",
+            "--repair-turns",
+            "0",
+            "do it",
+        ])
+        .run();
+    out.assert_failure("sandbox_error", 71);
+    let why = out.envelope["sandbox"]["incomplete"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(why.contains("deeper than 256 levels"), "{}", out.explain());
+    assert_eq!(out.envelope["result"], "ok", "{}", out.explain());
+}
