@@ -46,6 +46,12 @@ pub struct Envelope {
     /// The weak-model fallback, when it was triggered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<crate::pipeline::fallback::Fallback>,
+    /// `--worktree`: the branch the run's work was committed on (DESIGN §10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::workspace::worktree::WorktreeReport>,
+    /// `--backend auto`: which backend was chosen and how (DESIGN §10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing: Option<crate::routing::RoutingReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,6 +214,8 @@ impl Envelope {
             diff: None,
             verification: None,
             fallback: None,
+            worktree: None,
+            routing: None,
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),
