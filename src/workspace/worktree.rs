@@ -19,11 +19,13 @@
 //!
 //! **Finishing** runs as coder, outside the sandbox, over a directory the agent wrote, so
 //! it trusts nothing in it: git runs through [`super::git::base_command`] (no hooks, no
-//! fsmonitor, no global or system config, `protocol.allow=never` but for `file`), with the
-//! git dir and work tree given explicitly, and the private repository's `config` is
-//! rewritten with coder's own text first. The branch reaches the repository by
-//! `git fetch` of exactly `refs/heads/coder/<run-id>` (objects are re-hashed by
-//! `index-pack` on the way in). The directory is removed on every path that returns;
+//! fsmonitor, no global or system config, `protocol.allow=never` but for `file`), and it
+//! only *reads* the checkout's git dir (the branch's value, objects): the commit is made
+//! in a fresh bare repository of coder's own beside it (alternates onto the checkout's
+//! objects and the repository's), so a `.git/objects` or `.git/refs` the agent replaced
+//! by a symlink into the user's repository is never written through. The branch reaches
+//! the repository by `git fetch` of exactly `refs/heads/coder/<run-id>` from that bare
+//! repository (objects are re-hashed by `index-pack` on the way in). The directory is removed on every path that returns;
 //! leftovers of a SIGKILLed coder (its `<run-id>.pid` names a dead process) are removed
 //! by the next `--worktree` run ([`prune_stale`]).
 //!
@@ -258,45 +260,77 @@ impl Worktree {
     }
 
     fn commit_all(&self, message: &str) -> Result<Option<String>, WorktreeError> {
-        self.write_config()?;
         let full = format!("refs/heads/{}", self.branch);
         // The agent may have committed, moved or deleted its branch; HEAD may point
-        // anywhere. The branch ref (else the base) is the parent.
+        // anywhere. The branch's value (else the base) is the parent: only *read* from
+        // the checkout's git dir.
         let parent = self
             .private(&["rev-parse", "--verify", "-q", &format!("{full}^{{commit}}")])
             .map(|t| t.trim().to_owned())
             .unwrap_or_else(|_| self.base.clone());
-        let index = self.git_dir.join("coder-index");
-        let _ = fs::remove_file(&index);
-        let mut add = self.private_command();
-        add.env("GIT_INDEX_FILE", &index)
-            .args(["add", "-A", "--", "."]);
-        output("add", add)?;
-        let mut write = self.private_command();
-        write.env("GIT_INDEX_FILE", &index).arg("write-tree");
-        let tree = String::from_utf8_lossy(&output("write-tree", write)?)
-            .trim()
-            .to_owned();
-        let _ = fs::remove_file(&index);
-        let parent_tree = self.private(&["rev-parse", &format!("{parent}^{{tree}}")])?;
-        let commit = if parent_tree.trim() == tree {
-            parent
+        // Everything coder writes goes to a fresh bare repository of its own, never into
+        // the checkout's git dir, whose objects/ or refs/ the agent may have replaced by
+        // symlinks into the user's repository. It reads the agent's objects and the
+        // repository's through alternates.
+        let scratch = pid_file(&self.path).with_extension("finish");
+        force_remove(&scratch);
+        let mut init = base_command(&self.program, &self.repo_top);
+        init.args(["init", "-q", "--bare", "--template="])
+            .arg(&scratch);
+        output("init", init)?;
+        let alternates = scratch.join("objects/info/alternates");
+        let mut text = self.git_dir.join("objects").into_os_string();
+        text.push("\n");
+        text.push(self.repo_git_dir.join("objects"));
+        text.push("\n");
+        let _ = fs::create_dir_all(scratch.join("objects/info"));
+        fs::write(&alternates, text.as_encoded_bytes()).map_err(io("cannot write", &alternates))?;
+        let result = self.commit_in(&scratch, &full, &parent, message);
+        force_remove(&scratch);
+        result
+    }
+
+    fn commit_in(
+        &self,
+        scratch: &Path,
+        full: &str,
+        parent: &str,
+        message: &str,
+    ) -> Result<Option<String>, WorktreeError> {
+        let git = |args: &[&str], env: &[(&str, &str)]| -> Result<String, WorktreeError> {
+            let mut cmd = base_command(&self.program, &self.path);
+            cmd.arg(dir_arg("--git-dir=", scratch))
+                .arg(dir_arg("--work-tree=", &self.path))
+                .env("GIT_INDEX_FILE", scratch.join("index"))
+                .args(args);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            Ok(String::from_utf8_lossy(&output("git", cmd)?)
+                .trim()
+                .to_owned())
+        };
+        git(&["add", "-A", "--", "."], &[])?;
+        let tree = git(&["write-tree"], &[])?;
+        let parent_tree = git(&["rev-parse", &format!("{parent}^{{tree}}")], &[])?;
+        let commit = if parent_tree == tree {
+            parent.to_owned()
         } else {
             let (name, email) = self.identity();
-            let mut cmd = self.private_command();
-            cmd.args(["commit-tree", &tree, "-p", &parent, "-m", message])
-                .env("GIT_AUTHOR_NAME", &name)
-                .env("GIT_AUTHOR_EMAIL", &email)
-                .env("GIT_COMMITTER_NAME", &name)
-                .env("GIT_COMMITTER_EMAIL", &email);
-            String::from_utf8_lossy(&output("commit-tree", cmd)?)
-                .trim()
-                .to_owned()
+            git(
+                &["commit-tree", &tree, "-p", parent, "-m", message],
+                &[
+                    ("GIT_AUTHOR_NAME", &name),
+                    ("GIT_AUTHOR_EMAIL", &email),
+                    ("GIT_COMMITTER_NAME", &name),
+                    ("GIT_COMMITTER_EMAIL", &email),
+                ],
+            )?
         };
         if commit == self.base {
             return Ok(None);
         }
-        self.private(&["update-ref", &full, &commit])?;
+        git(&["update-ref", full, &commit], &[])?;
         let mut fetch = base_command(&self.program, &self.repo_top);
         fetch
             .args(["-c", "protocol.file.allow=always"])
@@ -308,7 +342,7 @@ impl Worktree {
                 "--no-write-fetch-head",
                 "--no-recurse-submodules",
             ])
-            .arg(&self.git_dir)
+            .arg(scratch)
             .arg(format!("+{full}:{full}"));
         output("fetch", fetch)?;
         Ok(Some(commit))
