@@ -220,6 +220,14 @@ impl FileLedger {
     fn append(&self, record: &Record) -> Result<(), LedgerError> {
         let mut line = serde_json::to_vec(record).map_err(|e| LedgerError(e.to_string()))?;
         line.push(b'\n');
+        if let Some(parent) = self.path.parent() {
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| io_error(parent, e))?;
+        }
         let mut file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -252,6 +260,9 @@ impl Ledger for FileLedger {
     }
 
     fn forget(&self, backend: Option<&str>) -> Result<u64, LedgerError> {
+        if !self.path.exists() {
+            return Ok(0);
+        }
         let (kept, removed) = forget_records(self.read()?, backend);
         let mut text = Vec::new();
         for r in &kept {

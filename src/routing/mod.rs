@@ -140,7 +140,7 @@ pub fn candidates(
             if out.is_empty() {
                 return Err(RouteError::bad(
                     spec,
-                    "no backend is usable: set a key (GLM_API_KEY, DEEPSEEK_API_KEY, MINIMAX_API_KEY) \
+                    "no backend is usable: set the key of glm, deepseek or minimax (see coder doctor) \
                      or name backends with auto:NAME,NAME",
                 ));
             }
