@@ -114,6 +114,7 @@ fn lines(path: &Path) -> Vec<Value> {
 fn a_routed_run_reports_its_choice_and_records_it_with_its_outcome() {
     let fx = Fx::new("deepseek");
     let (env, out) = fx.run("auto:glm,deepseek", 1, &[]);
+    check_schema(&env);
     let routing = &env["routing"];
     assert_eq!(routing["policy"], "thompson", "{out:?}");
     assert_eq!(
@@ -211,4 +212,16 @@ fn routing_off_pins_the_default_and_unknown_backends_are_config_errors() {
     assert_eq!(env["error_kind"], "config_error", "{env}");
     let (env, _) = fx.run("auto:glm", 1, &[("ZAI_API_KEY", "")]);
     assert_eq!(env["error_kind"], "config_error", "{env}");
+}
+
+/// The envelope conforms to the published schema (schema/envelope.schema.json).
+fn check_schema(envelope: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json");
+    let schema: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(envelope)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?} in {envelope}");
 }

@@ -177,6 +177,7 @@ fn a_run_commits_on_its_branch_and_leaves_the_checkout_alone() {
         &["--worktree"],
         "Add new.txt\nand more detail",
     );
+    check_schema(&env);
     assert_eq!(env["success"], true, "{out:?}");
     // The checkout started from HEAD: the uncommitted edit is not in it, and the note says so.
     assert!(
@@ -478,4 +479,16 @@ fn the_agent_cannot_touch_the_repository_through_its_worktree() {
         );
         fx.assert_clean();
     }
+}
+
+/// The envelope conforms to the published schema (schema/envelope.schema.json).
+fn check_schema(envelope: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json");
+    let schema: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(envelope)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?} in {envelope}");
 }
