@@ -204,6 +204,21 @@ fn routing_off_pins_the_default_and_unknown_backends_are_config_errors() {
         assert_eq!(env["success"], true);
     }
 
+    // The outcome learnt is the verify verdict: a run whose check fails is a failure of
+    // the backend that did it, although the model's own result was fine.
+    let mut cmd = fx.command(&["--cd"]);
+    cmd.arg(&fx.ws)
+        .arg("--claude-bin")
+        .arg(&fx.bin)
+        .args(["--backend", "auto:glm,deepseek", "--verify", "exit 1"])
+        .args(["--no-verify-baseline", "--repair-turns", "0", "a task"])
+        .env("CODER_ROUTING", "off");
+    let out = cmd.output_bounded();
+    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env["error_kind"], "verify_failed", "{env}");
+    let recorded = lines(&fx.ledger());
+    assert_eq!(recorded.last().unwrap()["outcome"]["verdict"], "failure");
+
     let (env, out) = fx.run("auto:glm,nosuch", 1, &[]);
     assert_eq!(env["error_kind"], "config_error", "{env}");
     assert!(env["error"].as_str().unwrap().contains("nosuch"));

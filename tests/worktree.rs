@@ -311,6 +311,54 @@ fn failure_and_timeout_still_commit_and_clean_up() {
     fx.assert_clean();
 }
 
+/// SIGTERM to coder mid-run: the envelope says `cancelled`, and the checkout is still
+/// committed and removed.
+#[test]
+fn a_cancelled_run_commits_and_cleans_up() {
+    let fx = Fx::new(None);
+    let slow = fx.root.join("slow");
+    fs::write(
+        &slow,
+        "#!/bin/bash\ncat >/dev/null\necho started > s.txt\nexec sleep 60\n",
+    )
+    .unwrap();
+    fs::set_permissions(&slow, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = fx.coder(&slow, &["--worktree"], "slow");
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    // `timeout` forwards the signal to coder.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let started = loop {
+        let found = fs::read_dir(fx.state.join("worktrees")).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path().join("s.txt"))
+                .find(|p| p.exists())
+        });
+        if let Some(path) = found {
+            break path;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(started.exists());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env["error_kind"], "cancelled", "{env}");
+    assert_eq!(
+        git(&fx.repo, &["show", &format!("{}:s.txt", branch_of(&env))]),
+        "started\n"
+    );
+    fx.assert_clean();
+}
+
 /// Three runs at once on one repository, each writing the same file name: none sees
 /// another's file, each branch holds only its own.
 #[test]

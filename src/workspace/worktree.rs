@@ -509,3 +509,29 @@ fn pid_file(path: &Path) -> PathBuf {
     name.push(".pid");
     PathBuf::from(name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_checkouts_of_dead_coders_are_pruned_and_live_ones_kept() {
+        let root = std::env::temp_dir().join(format!("coder-wt-{}", uuid::Uuid::new_v4()));
+        let dead = root.join("20260101T000000.000001Z-dead");
+        let live = root.join("20260101T000000.000002Z-live");
+        let unknown = root.join("20260101T000000.000003Z-none");
+        for dir in [&dead, &live, &unknown] {
+            fs::create_dir_all(dir.join("sub")).unwrap();
+        }
+        // A directory the agent made unremovable as it stood.
+        fs::set_permissions(dead.join("sub"), fs::Permissions::from_mode(0o000)).unwrap();
+        // Far above any pid_max: never a live process.
+        fs::write(pid_file(&dead), "2147483000").unwrap();
+        fs::write(pid_file(&live), std::process::id().to_string()).unwrap();
+        prune_stale(&root);
+        assert!(!dead.exists() && !pid_file(&dead).exists());
+        assert!(live.exists() && unknown.exists());
+        force_remove(&root);
+        assert!(!root.exists());
+    }
+}
