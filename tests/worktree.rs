@@ -408,8 +408,13 @@ fn parallel_runs_never_see_each_other() {
 /// and a config in the checkout's own git dir that coder's commit would run.
 fn attack_payload(fx: &Fx) -> String {
     let main = fx.repo.display();
+    let (secret, secret_commit) = fx.secret();
+    let secret = secret.display();
     format!(
-        "echo pwned > {main}/a.txt; \
+        "b=$(git symbolic-ref HEAD); \
+         echo {secret}/.git/objects >> .git/objects/info/alternates; \
+         printf '{secret_commit} %s\\n' $b > .git/packed-refs; \
+         echo pwned > {main}/a.txt; \
          echo 0000000000000000000000000000000000000000 > {main}/.git/refs/heads/other; \
          git --git-dir={main}/.git update-ref refs/heads/other HEAD; \
          mkdir -p {main}/.git/hooks; printf '#!/bin/sh\\ntouch {root}/hook-ran\\n' > {main}/.git/hooks/post-checkout; \
@@ -423,6 +428,35 @@ fn attack_payload(fx: &Fx) -> String {
          echo work > work.txt",
         root = fx.root.display()
     )
+}
+
+impl Fx {
+    /// Another repository on the machine that coder can read: its history must never be
+    /// pulled into the user's repository, whatever the checkout's refs and alternates say.
+    fn secret(&self) -> (PathBuf, String) {
+        let dir = self.root.join("secret");
+        if !dir.exists() {
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("s.txt"), "secret\n").unwrap();
+            git(&dir, &["init", "-q"]);
+            git(&dir, &["add", "s.txt"]);
+            git(&dir, &["commit", "-q", "-m", "secret"]);
+        }
+        (
+            dir.clone(),
+            git(&dir, &["rev-parse", "HEAD"]).trim().to_owned(),
+        )
+    }
+
+    fn has_object(&self, id: &str) -> bool {
+        Command::new("git")
+            .args(["-c", "safe.directory=*", "cat-file", "-e", id])
+            .current_dir(&self.repo)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stderr(Stdio::null())
+            .status_bounded()
+            .success()
+    }
 }
 
 struct Seen {
@@ -481,6 +515,10 @@ fn the_agent_cannot_touch_the_repository_through_its_worktree() {
         assert!(!seen.planted_object, "[{who}] object store written");
         assert!(seen.ran.is_empty(), "[{who}] ran: {:?}", seen.ran);
         assert!(seen.stray_refs.is_empty(), "[{who}] {:?}", seen.stray_refs);
+        assert!(
+            !fx.has_object(&fx.secret().1),
+            "[{who}] another repository's history pulled in"
+        );
         // The agent's legitimate work is committed.
         let branch = branch_of(&env);
         assert_eq!(

@@ -19,13 +19,15 @@
 //!
 //! **Finishing** runs as coder, outside the sandbox, over a directory the agent wrote, so
 //! it trusts nothing in it: git runs through [`super::git::base_command`] (no hooks, no
-//! fsmonitor, no global or system config, `protocol.allow=never` but for `file`), and it
-//! only *reads* the checkout's git dir (the branch's value, objects): the commit is made
-//! in a fresh bare repository of coder's own beside it (alternates onto the checkout's
-//! objects and the repository's), so a `.git/objects` or `.git/refs` the agent replaced
-//! by a symlink into the user's repository is never written through. The branch reaches
-//! the repository by `git fetch` of exactly `refs/heads/coder/<run-id>` from that bare
-//! repository (objects are re-hashed by `index-pack` on the way in). The directory is removed on every path that returns;
+//! fsmonitor, no global or system config, `protocol.allow=never` but for `file`), and the
+//! checkout's git dir is not used at all: the commit is made from the checkout's *files*,
+//! on top of the base, in a fresh bare repository of coder's own beside it (its one
+//! alternate the repository's object directory). So a `.git/objects` or `.git/refs` the
+//! agent replaced by a symlink is never written through, and a ref or alternates file it
+//! pointed into another repository cannot pull that repository's history into the user's.
+//! The price: commits the agent made itself are squashed into coder's one commit. The
+//! branch reaches the repository by `git fetch` of exactly `refs/heads/coder/<run-id>` from
+//! that bare repository (objects are re-hashed by `index-pack` on the way in). The directory is removed on every path that returns;
 //! leftovers of a SIGKILLed coder (its `<run-id>.pid` names a dead process) are removed
 //! by the next `--worktree` run ([`prune_stale`]).
 //!
@@ -261,17 +263,13 @@ impl Worktree {
 
     fn commit_all(&self, message: &str) -> Result<Option<String>, WorktreeError> {
         let full = format!("refs/heads/{}", self.branch);
-        // The agent may have committed, moved or deleted its branch; HEAD may point
-        // anywhere. The branch's value (else the base) is the parent: only *read* from
-        // the checkout's git dir.
-        let parent = self
-            .private(&["rev-parse", "--verify", "-q", &format!("{full}^{{commit}}")])
-            .map(|t| t.trim().to_owned())
-            .unwrap_or_else(|_| self.base.clone());
-        // Everything coder writes goes to a fresh bare repository of its own, never into
-        // the checkout's git dir, whose objects/ or refs/ the agent may have replaced by
-        // symlinks into the user's repository. It reads the agent's objects and the
-        // repository's through alternates.
+        // Nothing of the checkout's git dir is read: its refs and object directories are
+        // the agent's, and a ref or `objects/info/alternates` there may lead into another
+        // repository coder can read and the agent cannot (a symlinked ref naming that
+        // repository's commit would pull its history into the user's). The commit is made
+        // from the checkout's *files* only, on top of the base, in a fresh bare repository
+        // of coder's own whose one alternate is the repository's object directory. The
+        // agent's own commits are thereby squashed into this one.
         let scratch = pid_file(&self.path).with_extension("finish");
         force_remove(&scratch);
         let mut init = base_command(&self.program, &self.repo_top);
@@ -279,13 +277,11 @@ impl Worktree {
             .arg(&scratch);
         output("init", init)?;
         let alternates = scratch.join("objects/info/alternates");
-        let mut text = self.git_dir.join("objects").into_os_string();
-        text.push("\n");
-        text.push(self.repo_git_dir.join("objects"));
+        let mut text = self.repo_git_dir.join("objects").into_os_string();
         text.push("\n");
         let _ = fs::create_dir_all(scratch.join("objects/info"));
         fs::write(&alternates, text.as_encoded_bytes()).map_err(io("cannot write", &alternates))?;
-        let result = self.commit_in(&scratch, &full, &parent, message);
+        let result = self.commit_in(&scratch, &full, &self.base, message);
         force_remove(&scratch);
         result
     }
