@@ -424,7 +424,6 @@ fn attack_payload(fx: &Fx) -> String {
          printf '#!/bin/sh\\ntouch {root}/private-hook-ran\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
          printf '[core]\\n\\tfsmonitor = \"touch {root}/fsmonitor-ran\"\\n' >> .git/config; \
          rm -rf .git/refs/heads/coder; ln -s {main}/.git/refs/heads .git/refs/heads/coder; \
-         rm -rf .git/objects/info; ln -s {main}/.git/objects/info .git/objects/info; \
          echo work > work.txt",
         root = fx.root.display()
     )
