@@ -225,6 +225,44 @@ fn a_run_commits_on_its_branch_and_leaves_the_checkout_alone() {
     fx.assert_clean();
 }
 
+/// `--verify` runs in the worktree, and a `--cd` below the repository's top level works
+/// in the same place inside the checkout.
+#[test]
+fn verify_and_a_subdirectory_work_in_the_checkout() {
+    let fx = Fx::new(None);
+    fs::create_dir_all(fx.repo.join("sub")).unwrap();
+    fs::write(fx.repo.join("sub/keep.txt"), "k\n").unwrap();
+    git(&fx.repo, &["add", "sub"]);
+    git(&fx.repo, &["commit", "-q", "-m", "sub"]);
+    let bin = fx.bin("fake-claude", "echo made > made.txt; pwd");
+    let out = fx
+        .coder_at(
+            &fx.repo.join("sub"),
+            &bin,
+            &[
+                "--worktree",
+                "--verify",
+                "test -f made.txt && test -f keep.txt",
+            ],
+            "make it",
+        )
+        .output_bounded();
+    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env["success"], true, "{env}");
+    assert_eq!(env["verification"]["verdict"], "fixed", "{env}");
+    assert!(
+        env["result"].as_str().unwrap().contains("/worktrees/"),
+        "{env}"
+    );
+    let branch = branch_of(&env);
+    assert_eq!(
+        git(&fx.repo, &["show", &format!("{branch}:sub/made.txt")]),
+        "made\n"
+    );
+    assert!(!fx.repo.join("sub/made.txt").exists());
+    fx.assert_clean();
+}
+
 #[test]
 fn worktree_base_and_bad_input() {
     let fx = Fx::new(None);
