@@ -113,3 +113,30 @@ pub fn verdict(envelope: &Envelope) -> Option<Verdict> {
         _ => Some(Verdict::Failure),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_learnt_is_verify_first_then_success_and_not_the_backends_fault_is_none() {
+        let ok = Envelope::success(None, "r".into());
+        assert_eq!(verdict(&ok), Some(Verdict::Success));
+        let failed = |kind| Envelope::early_failure(kind, "x");
+        assert_eq!(
+            verdict(&failed(ErrorKind::EmptyResult)),
+            Some(Verdict::Failure)
+        );
+        assert_eq!(
+            verdict(&failed(ErrorKind::VerifyFailed)),
+            Some(Verdict::Failure)
+        );
+        for kind in [
+            ErrorKind::Cancelled,
+            ErrorKind::ConfigError,
+            ErrorKind::SandboxError,
+        ] {
+            assert_eq!(verdict(&failed(kind)), None);
+        }
+    }
+}

@@ -289,3 +289,22 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_specs_parse_and_routing_off_is_read() {
+        assert_eq!(parse_auto("auto"), Some(None));
+        assert_eq!(
+            parse_auto("auto:glm, deepseek"),
+            Some(Some(vec!["glm".to_string(), "deepseek".to_string()]))
+        );
+        assert_eq!(parse_auto("glm"), None);
+        assert_eq!(parse_auto("autox"), None);
+        let env = |v: &str| vec![(OsString::from("CODER_ROUTING"), OsString::from(v))];
+        assert!(routing_off(&env("off")) && routing_off(&env("0")) && routing_off(&env("OFF")));
+        assert!(!routing_off(&env("on")) && !routing_off(&[]));
+    }
+}
