@@ -147,6 +147,38 @@ fn a_routed_run_reports_its_choice_and_records_it_with_its_outcome() {
     assert!(lines(&fx.ledger()).is_empty());
 }
 
+/// A resumed session goes back to the backend it was made on, whatever the policy would
+/// draw (another backend could not continue it).
+#[test]
+fn a_resume_goes_back_to_its_sessions_backend() {
+    let fx = Fx::new("i");
+    for seed in 0..6 {
+        let (first, out) = fx.run("auto:glm,deepseek,minimax", seed, &[]);
+        let sid = first["SESSION_ID"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{out:?}"));
+        let chosen = first["routing"]["chosen"].clone();
+        let mut cmd = fx.command(&["--cd"]);
+        cmd.arg(&fx.ws)
+            .arg("--claude-bin")
+            .arg(&fx.bin)
+            .args([
+                "--backend",
+                "auto:glm,deepseek,minimax",
+                "--session-id",
+                sid,
+                "more",
+            ])
+            .env("CODER_ROUTING_SEED", (seed + 100).to_string());
+        let out = cmd.output_bounded();
+        let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+        check_schema(&env);
+        assert_eq!(env["routing"]["policy"], "session", "{env}");
+        assert_eq!(env["routing"]["chosen"], chosen, "{env}");
+        assert_eq!(env["success"], true, "{env}");
+    }
+}
+
 #[test]
 fn routing_converges_on_the_backend_that_works() {
     let fx = Fx::new("deepseek");

@@ -150,6 +150,7 @@ fn explain(mut run_args: Vec<OsString>, state_dir: &std::path::Path) -> ExitCode
         state_dir,
         input: crate::pipeline::many::bucket_input(&request),
         run_id: "explain",
+        session_backend: None,
     };
     let routed = match routing::decide(&ctx) {
         Ok(r) => r,

@@ -54,6 +54,14 @@ pub fn begin(
             state_dir,
             input: bucket_input(request),
             run_id,
+            session_backend: match request.session {
+                SessionChoice::Resume(id) => crate::pipeline::session::SessionStore::new(state_dir)
+                    .load(id)
+                    .ok()
+                    .flatten()
+                    .map(|r| r.backend),
+                SessionChoice::New(_) => None,
+            },
         };
         let mut routed = routing::decide(&ctx).map_err(|e| fail(e.to_string()))?;
         routed.record_choice();

@@ -182,6 +182,9 @@ pub struct RouteContext<'a> {
     pub state_dir: &'a Path,
     pub input: BucketInput,
     pub run_id: &'a str,
+    /// The backend of the session being resumed, when coder has its record: a resume goes
+    /// back to it when it is a candidate (another backend could not continue the session).
+    pub session_backend: Option<String>,
 }
 
 /// The seed `CODER_ROUTING_SEED` names (reproducible choices in tests), else entropy.
@@ -212,10 +215,16 @@ pub fn decide(ctx: &RouteContext<'_>) -> Result<Routed, RouteError> {
         }
         None => Vec::new(),
     };
-    let decision = if routing_off(ctx.env) {
+    let session = ctx
+        .session_backend
+        .as_ref()
+        .filter(|b| candidates.contains(b));
+    let decision = if let Some(backend) = session {
+        policy::pinned(backend, &candidates, bucket, &tallies, PolicyKind::Session)
+    } else if routing_off(ctx.env) {
         let (default, _) = config::routing_names(ctx.args, ctx.env)
             .map_err(|e| RouteError::bad(ctx.spec, e.to_string()))?;
-        policy::pinned(&default, &candidates, bucket, &tallies)
+        policy::pinned(&default, &candidates, bucket, &tallies, PolicyKind::Pinned)
     } else {
         let cooling = cooling_check(ctx.state_dir);
         policy::decide(

@@ -38,6 +38,8 @@ pub enum PolicyKind {
     Thompson,
     /// Routing is off (`CODER_ROUTING=off`): the config's default backend, always.
     Pinned,
+    /// A resumed session goes back to the backend it was made on.
+    Session,
 }
 
 impl PolicyKind {
@@ -45,6 +47,7 @@ impl PolicyKind {
         match self {
             PolicyKind::Thompson => "thompson",
             PolicyKind::Pinned => "pinned",
+            PolicyKind::Session => "session",
         }
     }
 }
@@ -154,8 +157,15 @@ pub fn decide(
     }
 }
 
-/// The decision when routing is off: `backend`, with certainty.
-pub fn pinned(backend: &str, candidates: &[String], bucket: Bucket, tallies: &[Tally]) -> Decision {
+/// The decision when routing is off (or a resumed session names its backend): `backend`,
+/// with certainty.
+pub fn pinned(
+    backend: &str,
+    candidates: &[String],
+    bucket: Bucket,
+    tallies: &[Tally],
+    kind: PolicyKind,
+) -> Decision {
     let key = bucket.key();
     let arms = candidates
         .iter()
@@ -169,7 +179,7 @@ pub fn pinned(backend: &str, candidates: &[String], bucket: Bucket, tallies: &[T
     Decision {
         chosen: backend.to_owned(),
         propensity: 1.0,
-        policy: PolicyKind::Pinned,
+        policy: kind,
         arms,
     }
 }
