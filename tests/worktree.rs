@@ -444,12 +444,13 @@ fn parallel_runs_never_see_each_other() {
 /// The payload every attack runs: from inside its checkout, write the user's checkout,
 /// another branch's ref, the repository's hooks and config and objects, and plant a hook
 /// and a config in the checkout's own git dir that coder's commit would run.
-fn attack_payload(fx: &Fx) -> String {
+fn attack_payload(fx: &Fx, victim: &str) -> String {
     let main = fx.repo.display();
     let (secret, secret_commit) = fx.secret();
     let secret = secret.display();
     format!(
-        "b=$(git symbolic-ref HEAD); \
+        "ln {main}/.git/objects/{victim} hardlink && chmod u+w hardlink; echo corrupt >> hardlink; \
+         b=$(git symbolic-ref HEAD); \
          echo {secret}/.git/objects >> .git/objects/info/alternates; \
          printf '{secret_commit} %s\\n' $b > .git/packed-refs; \
          echo pwned > {main}/a.txt; \
@@ -485,6 +486,19 @@ impl Fx {
         )
     }
 
+    /// A loose object of the repository no commit needs (so the control may corrupt it):
+    /// its path under `objects/` and its content.
+    fn victim(&self) -> (String, Vec<u8>) {
+        let path = self.repo.join("victim.txt");
+        if !path.exists() {
+            fs::write(&path, "victim\n").unwrap();
+        }
+        let id = git(&self.repo, &["hash-object", "-w", "victim.txt"]);
+        let rel = format!("{}/{}", &id[..2], id[2..].trim());
+        let bytes = fs::read(self.repo.join(".git/objects").join(&rel)).unwrap();
+        (rel, bytes)
+    }
+
     fn has_object(&self, id: &str) -> bool {
         Command::new("git")
             .args(["-c", "safe.directory=*", "cat-file", "-e", id])
@@ -497,6 +511,8 @@ impl Fx {
 }
 
 struct Seen {
+    /// Whether the victim object's bytes changed (through a hard link).
+    victim_changed: bool,
     /// Branches of the repository other than main, other and coder/*.
     stray_refs: Vec<String>,
     a_txt: String,
@@ -507,7 +523,7 @@ struct Seen {
     ran: Vec<&'static str>,
 }
 
-fn observe(fx: &Fx, config_before: &str) -> Seen {
+fn observe(fx: &Fx, config_before: &str, victim: &(String, Vec<u8>)) -> Seen {
     let ran = ["hook-ran", "private-hook-ran", "fsmonitor-ran"]
         .into_iter()
         .filter(|m| fx.root.join(m).exists())
@@ -516,7 +532,9 @@ fn observe(fx: &Fx, config_before: &str) -> Seen {
         &fx.repo,
         &["for-each-ref", "--format=%(refname)", "refs/heads"],
     );
+    let (rel, before) = victim;
     Seen {
+        victim_changed: fs::read(fx.repo.join(".git/objects").join(rel)).unwrap() != *before,
         stray_refs: refs
             .lines()
             .filter(|r| !["refs/heads/main", "refs/heads/other"].contains(r))
@@ -541,15 +559,20 @@ fn the_agent_cannot_touch_the_repository_through_its_worktree() {
         let fx = Fx::new(owner);
         let other_before = fs::read_to_string(fx.repo.join(".git/refs/heads/other")).unwrap();
         let config_before = fs::read_to_string(fx.repo.join(".git/config")).unwrap();
+        let victim = fx.victim();
         fx.own();
-        let (env, out) = fx.run(&attack_payload(&fx), &["--worktree"], "attack");
+        let (env, out) = fx.run(&attack_payload(&fx, &victim.0), &["--worktree"], "attack");
         assert_eq!(env["success"], true, "[{who}] {out:?}");
-        let seen = observe(&fx, &config_before);
+        let seen = observe(&fx, &config_before, &victim);
         assert_eq!(seen.a_txt, "a\n", "[{who}] main checkout written");
         assert_eq!(seen.other, other_before, "[{who}] other branch moved");
         assert!(!seen.hook, "[{who}] hook planted");
         assert!(!seen.config_changed, "[{who}] config changed");
         assert!(!seen.planted_object, "[{who}] object store written");
+        assert!(
+            !seen.victim_changed,
+            "[{who}] an object rewritten through a hard link"
+        );
         assert!(seen.ran.is_empty(), "[{who}] ran: {:?}", seen.ran);
         assert!(seen.stray_refs.is_empty(), "[{who}] {:?}", seen.stray_refs);
         assert!(
@@ -568,20 +591,22 @@ fn the_agent_cannot_touch_the_repository_through_its_worktree() {
         // coder's own commit runs none of what was planted in the checkout's git dir.
         let fx = Fx::new(owner);
         let config_before = fs::read_to_string(fx.repo.join(".git/config")).unwrap();
+        let victim = fx.victim();
         fx.own();
         let (env, out) = fx.run(
-            &attack_payload(&fx),
+            &attack_payload(&fx, &victim.0),
             &["--worktree", "--sandbox", "danger-full-access"],
             "attack",
         );
         assert_eq!(env["success"], true, "[{who}] control {out:?}");
-        let seen = observe(&fx, &config_before);
+        let seen = observe(&fx, &config_before, &victim);
         assert_eq!(seen.a_txt, "pwned\n", "[{who}] control");
         assert!(
             seen.other.len() > 10 && seen.hook && seen.config_changed,
             "[{who}] control"
         );
         assert!(seen.planted_object, "[{who}] control");
+        assert!(seen.victim_changed, "[{who}] control: hard link");
         assert!(
             !seen.ran.contains(&"private-hook-ran") && !seen.ran.contains(&"fsmonitor-ran"),
             "[{who}] coder's commit ran a planted program: {:?}",
