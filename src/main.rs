@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Some("prompt") => commands::prompt::prompt_command(&args[2..]),
         Some("replay") => commands::replay::serve_command(&args[1..]),
         Some("runs") => commands::runs::runs_command(&args),
+        Some("route") => commands::route::route_command(&args),
         Some("fs") => commands::fs::fs_command(&args[2..]),
         Some("mcp") => commands::mcp::mcp_command(&args[2..]),
         _ => commands::run::run_command(&args),

@@ -312,3 +312,85 @@ fn a_run_that_leaves_the_cassettes_script_says_so() {
         out.explain()
     );
 }
+
+/// The real CLI in a `--worktree` run (DESIGN §10): its tools work in the private checkout
+/// (git reads the repository's objects through the read-only alternate), the work lands
+/// on the branch, and the user's checkout is untouched.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_real_cli_works_in_a_worktree_and_the_work_lands_on_its_branch() {
+    let scene = Scene::new("demo.json", 0);
+    let ws = scene.workspace();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output_bounded();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    std::fs::write(ws.join("README.md"), "# demo\n").unwrap();
+    git(&["init", "-q"]);
+    git(&["add", "README.md"]);
+    git(&["commit", "-q", "-m", "init"]);
+    let out = scene
+        .coder()
+        .args(["--worktree", "write greet.sh and save its greeting"])
+        .run();
+    out.assert_success(
+        "Done: greet.sh now says \"Hello, replay\", and greeting.txt holds the greeting.",
+    );
+    let branch = out.envelope["worktree"]["branch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        git(&["show", &format!("{branch}:greet.sh")]),
+        "#!/bin/sh\necho \"Hello, replay\"\n"
+    );
+    assert_eq!(
+        git(&["log", "-1", "--format=%s", &branch]).trim(),
+        "write greet.sh and save its greeting"
+    );
+    assert!(!ws.join("greet.sh").exists());
+    let left = std::fs::read_dir(scene.fake.state_dir().join("worktrees"))
+        .unwrap()
+        .count();
+    assert_eq!(left, 0, "the checkout was removed");
+}
+
+/// `--backend auto` with the real CLI: two replay backends, one chosen, the run succeeds on
+/// it and the envelope and ledger say which.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_real_cli_runs_on_the_backend_routing_chose() {
+    let scene = Scene::new("plain.json", 0);
+    let cassette = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cassettes/plain.json");
+    let mut config = std::fs::read_to_string(&scene.config).unwrap();
+    config.push_str(&format!(
+        "[backends.e2e2]\nkind = \"replay\"\ncassette = {:?}\n",
+        cassette.display().to_string()
+    ));
+    std::fs::write(&scene.config, config).unwrap();
+    let out = scene
+        .fake
+        .coder()
+        .claude_bin(scene.claude.clone())
+        .arg("--config")
+        .arg(scene.config.clone())
+        .args(["--backend", "auto:e2e,e2e2", "say hello"])
+        .deadline(Duration::from_secs(120))
+        .run();
+    assert_eq!(out.envelope["success"], true, "{}", out.explain());
+    let chosen = out.envelope["routing"]["chosen"].as_str().unwrap();
+    assert!(["e2e", "e2e2"].contains(&chosen));
+    let ledger =
+        std::fs::read_to_string(scene.fake.state_dir().join("routing-ledger.jsonl")).unwrap();
+    assert!(
+        ledger.contains(&format!("\"chosen\":\"{chosen}\"")),
+        "{ledger}"
+    );
+    assert!(ledger.contains("\"verdict\":\"success\""), "{ledger}");
+}

@@ -299,6 +299,43 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         true,
     );
     full.sandbox = Some(guard);
+    let worktree = coder::workspace::worktree::WorktreeReport {
+        branch: "coder/x".into(),
+        base: "b".into(),
+        base_ref: "HEAD".into(),
+        commit: None,
+        note: Some("n".into()),
+    };
+    let worktree_minimal = coder::workspace::worktree::WorktreeReport {
+        note: None,
+        ..worktree.clone()
+    };
+    assert_schema_matches(
+        "/properties/worktree",
+        to_value(&worktree).unwrap(),
+        to_value(&worktree_minimal).unwrap(),
+        true,
+    );
+    full.worktree = Some(worktree);
+    let routing = coder::routing::RoutingReport {
+        chosen: "glm".into(),
+        candidates: vec!["glm".into()],
+        bucket: serde_json::json!({}),
+        propensity: 1.0,
+        policy: coder::routing::policy::PolicyKind::Thompson,
+        cooling: vec!["deepseek".into()],
+    };
+    let routing_minimal = coder::routing::RoutingReport {
+        cooling: Vec::new(),
+        ..routing.clone()
+    };
+    assert_schema_matches(
+        "/properties/routing",
+        to_value(&routing).unwrap(),
+        to_value(&routing_minimal).unwrap(),
+        true,
+    );
+    full.routing = Some(routing);
     let mut minimal = Envelope::success(None, "r".into());
     minimal.result = None;
     assert_schema_matches(

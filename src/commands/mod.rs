@@ -7,6 +7,7 @@ pub mod fs;
 pub mod mcp;
 pub mod prompt;
 pub mod replay;
+pub mod route;
 pub mod run;
 pub mod runs;
 pub mod sandbox;

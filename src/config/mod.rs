@@ -27,7 +27,7 @@ pub use env::child_environment;
 pub use error::ConfigError;
 pub use file::ConfigFile;
 pub use preset::{AuthScheme, BUILTIN_NAMES, BackendKind, DEFAULT_CLI_MAX_RETRIES, Workaround};
-pub use resolve::resolve_backend_allowing_missing_key;
+pub use resolve::{resolve_backend_allowing_missing_key, routing_names};
 pub use url::{Endpoint, Scheme};
 
 use env::EnvView;

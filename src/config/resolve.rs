@@ -119,6 +119,23 @@ pub fn resolve_backend_allowing_missing_key(
 }
 
 /// The config file, when one is named (it must exist) or the default one exists.
+/// For routing (`--backend auto`, DESIGN §10): the config file's default backend (else
+/// `inherit`), which `CODER_ROUTING=off` pins, and the names of its `[backends.NAME]` tables.
+pub fn routing_names(
+    args: &BackendArgs,
+    process_env: &[(OsString, OsString)],
+) -> Result<(String, Vec<String>), ConfigError> {
+    let file = load_config_file(args, process_env)?;
+    let default = file
+        .as_ref()
+        .and_then(|f| f.default_backend.clone())
+        .map_or_else(|| "inherit".to_owned(), |(n, _)| n);
+    let tables = file
+        .map(|f| f.backends.into_keys().collect())
+        .unwrap_or_default();
+    Ok((default, tables))
+}
+
 fn load_config_file(
     args: &BackendArgs,
     process_env: &[(OsString, OsString)],

@@ -273,6 +273,9 @@ mod tests {
             quiet: true,
             max_turns: None,
             checks: Default::default(),
+            worktree: None,
+            task_title: "task".into(),
+            targets: 0,
         }
     }
 

@@ -50,6 +50,12 @@ pub struct Envelope {
     /// check everything (`incomplete`); absent when it found nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::gitguard::GuardReport>,
+    /// `--worktree`: the branch the run's work was committed on (DESIGN §10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::workspace::worktree::WorktreeReport>,
+    /// `--backend auto`: which backend was chosen and how (DESIGN §10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing: Option<crate::routing::RoutingReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -213,6 +219,8 @@ impl Envelope {
             verification: None,
             fallback: None,
             sandbox: None,
+            worktree: None,
+            routing: None,
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),

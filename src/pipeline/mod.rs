@@ -3,7 +3,7 @@
 //! supervised attempts (in [`crate::supervise`]) whose output becomes an [`observation`] ->
 //! [`outcome`] (success or an error kind; [`provider`] says what an upstream failure is) -> [`retry`] (whether another attempt is safe) ->
 //! [`session`] (records for safe resumes) -> [`envelope`]. [`run`] drives one run through
-//! these steps.
+//! these steps; [`many`] wraps it in a `--worktree` checkout and a `--backend auto` choice.
 //!
 //! Nothing here prints or parses argv; that is the run command's job
 //! (`commands::run`). Nothing here confines or spawns processes; that is the sandbox's and
@@ -13,6 +13,7 @@ pub mod child;
 pub mod cli_home;
 pub mod envelope;
 pub mod fallback;
+pub mod many;
 pub mod observation;
 pub mod outcome;
 pub mod prompt;

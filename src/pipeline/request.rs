@@ -126,6 +126,23 @@ pub struct RunArgs {
     /// Structure added around the task (contract, guardrails, codex, lists).
     #[command(flatten, next_help_heading = "Prompt")]
     pub prompt_framing: PromptArgs,
+
+    /// Many runs at once: worktrees (DESIGN §10).
+    #[command(flatten, next_help_heading = "Many runs at once")]
+    pub many: ManyRunsArgs,
+}
+
+/// `--worktree` and `--worktree-base` (DESIGN §10).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ManyRunsArgs {
+    /// Run (and --verify) in a new checkout of HEAD on branch coder/<run-id>, committed at
+    /// the end; the checkout is removed, the branch kept. Uncommitted changes are not in it.
+    #[arg(long, action = ArgAction::SetTrue)]
+    pub worktree: bool,
+
+    /// The commit the --worktree branch starts from [default: HEAD].
+    #[arg(long = "worktree-base", value_name = "REF", requires = "worktree")]
+    pub worktree_base: Option<String>,
 }
 
 /// The flags of DESIGN §8 (verified outcomes), as given.
@@ -305,6 +322,12 @@ pub struct RunRequest {
     pub max_turns: Option<u32>,
     /// Changes, verify, repair and scope (DESIGN §8).
     pub checks: OutcomeChecks,
+    /// `--worktree`: `Some(base ref)` (`None` inside for HEAD).
+    pub worktree: Option<Option<String>>,
+    /// The task's first line (a worktree commit's message).
+    pub task_title: String,
+    /// How many targets the task names (`--target` items and `--scope` globs): routing.
+    pub targets: usize,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -430,12 +453,18 @@ impl RunArgs {
                     .into(),
             ));
         }
+        let task_title = prompt
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map_or_else(String::new, |l| crate::text::one_line(l, 200));
         let prompt = assemble_prompt(&prompt, &self.prompt_framing)
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
         let checks = self.outcome_args.validate()?;
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
+        let targets = self.prompt_framing.targets.len() + self.outcome_args.scope.len();
 
         Ok(RunRequest {
             prompt: prompt.into(),
@@ -461,6 +490,9 @@ impl RunArgs {
             quiet: self.quiet,
             max_turns,
             checks,
+            worktree: self.many.worktree.then_some(self.many.worktree_base),
+            task_title,
+            targets,
         })
     }
 

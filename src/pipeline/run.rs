@@ -45,6 +45,12 @@ pub async fn run(request: RunRequest) -> Envelope {
         Ok(dir) => dir,
         Err(e) => return Envelope::early_failure(ErrorKind::ConfigError, e.to_string()),
     };
+    // `--backend auto` and `--worktree` rewrite the request before anything reads it.
+    let mut request = request;
+    let many = match crate::pipeline::many::begin(&mut request, &run_id, &state_dir) {
+        Ok(many) => many,
+        Err(envelope) => return *envelope,
+    };
     let runs_dir = transcript::runs_dir(&state_dir);
     let transcript_path = request
         .transcript
@@ -98,6 +104,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         &mut journal,
     )
     .await;
+    many.finish(&mut envelope, &request);
     // The one place the finished envelope is redacted: before it is recorded or printed.
     envelope.redact(&redaction);
 

@@ -281,7 +281,7 @@ impl GitRepo {
 /// `git` with a cleared environment, no system or global config, and the settings that
 /// run programs overridden; the repository is found from `cwd` only when the caller
 /// passes no `--git-dir`.
-fn base_command(program: &Path, cwd: &Path) -> Command {
+pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.current_dir(cwd)
         .env_clear()
@@ -311,7 +311,7 @@ fn base_command(program: &Path, cwd: &Path) -> Command {
     cmd
 }
 
-fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
+pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
     let out = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output()?;
     if out.status.success() {
         Ok(out.stdout)

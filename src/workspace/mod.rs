@@ -2,7 +2,7 @@
 //!
 //! The change [`ledger`] (a snapshot before and after a run, compared), the [`verify`]
 //! command run under the run's sandbox, and the [`scope`] globs that bound what may change
-//! (DESIGN §8); and the path-jailed file operations of `coder mcp` and `coder fs` ([`fs`],
+//! (DESIGN §8); the private checkouts of `--worktree` ([`worktree`], DESIGN §10); and the path-jailed file operations of `coder mcp` and `coder fs` ([`fs`],
 //! DESIGN §11).
 //!
 //! Nothing here trusts the model: a run's `changes` come from the files, never from what
@@ -19,5 +19,6 @@ pub mod ledger;
 pub mod scan;
 pub mod scope;
 pub mod verify;
+pub mod worktree;
 
 pub use ledger::{ChangeStatus, Changes, DiffText, FileChange, Ledger};

@@ -1,0 +1,200 @@
+//! `coder route stats|explain|forget`: what `--backend auto` has learnt (DESIGN §10), why
+//! it would route a task where it would, and forgetting it.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::exit::ErrorKind;
+use crate::pipeline::request::RunArgs;
+use crate::routing::{self, RouteContext, policy};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder route",
+    about = "What --backend auto has learnt, and why it routes where it does"
+)]
+struct RouteArgs {
+    #[command(subcommand)]
+    command: RouteCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum RouteCommand {
+    /// Successes and failures per (backend, bucket), with the posterior means.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The bucket a task falls in, every candidate's posterior, and the probability each
+    /// would be chosen: `coder route explain [--json] [run flags] TASK`.
+    #[command(disable_help_flag = true)]
+    Explain {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        run_args: Vec<OsString>,
+    },
+    /// Forget what was learnt about BACKEND (or about every backend).
+    Forget { backend: Option<String> },
+}
+
+/// Entry point of `coder route ...`.
+pub fn route_command(args: &[OsString]) -> ExitCode {
+    let after = args.get(2..).unwrap_or_default();
+    let parsed: RouteArgs = match super::parse_subcommand("coder route", after) {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    let state_dir = match crate::config::state_dir() {
+        Ok(dir) => dir,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let ledger = match routing::open_ledger(&state_dir) {
+        Ok(l) => l,
+        Err(e) => return fail(&e.to_string()),
+    };
+    match parsed.command {
+        RouteCommand::Stats { json } => match ledger.tallies(&[]) {
+            Ok(tallies) => super::print_then(&stats_text(&tallies, json), ExitCode::SUCCESS),
+            Err(e) => fail(&e.to_string()),
+        },
+        RouteCommand::Forget { backend } => match ledger.forget(backend.as_deref()) {
+            Ok(n) => super::print_then(
+                &format!(
+                    "forgot {n} routed run(s) of {}\n",
+                    backend.as_deref().unwrap_or("every backend")
+                ),
+                ExitCode::SUCCESS,
+            ),
+            Err(e) => fail(&e.to_string()),
+        },
+        RouteCommand::Explain { run_args } => explain(run_args, &state_dir),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("coder route: {message}");
+    ExitCode::from(ErrorKind::ConfigError.exit_code())
+}
+
+fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
+    let rows: Vec<_> = tallies
+        .iter()
+        .map(|t| {
+            let p = policy::posterior(&t.backend, &t.bucket, tallies);
+            (t, p)
+        })
+        .collect();
+    if json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|(t, p)| {
+                json!({"backend": t.backend, "bucket": t.bucket, "successes": t.successes,
+                       "failures": t.failures, "alpha": p.alpha, "beta": p.beta, "mean": p.mean()})
+            })
+            .collect();
+        return format!("{}\n", json!({ "tallies": list }));
+    }
+    if rows.is_empty() {
+        return "no routed run has an outcome yet\n".to_owned();
+    }
+    let mut out = format!(
+        "{:<16} {:<18} {:>9} {:>9} {:>6}\n",
+        "backend", "bucket", "successes", "failures", "mean"
+    );
+    for (t, p) in rows {
+        out.push_str(&format!(
+            "{:<16} {:<18} {:>9} {:>9} {:>6.3}\n",
+            t.backend,
+            t.bucket,
+            t.successes,
+            t.failures,
+            p.mean()
+        ));
+    }
+    out
+}
+
+fn explain(mut run_args: Vec<OsString>, state_dir: &std::path::Path) -> ExitCode {
+    let json = run_args.iter().any(|a| a == "--json");
+    run_args.retain(|a| a != "--json");
+    let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
+        .chain(run_args)
+        .collect();
+    let mut parsed = match RunArgs::parse_from_args(&argv) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    if parsed.cd.is_none() {
+        parsed.cd = Some(std::path::PathBuf::from("."));
+    }
+    let request = match parsed.into_request(&mut std::io::stdin()) {
+        Ok(r) => r,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let spec = request.backend.backend.clone().unwrap_or_default();
+    let (spec, list) = match routing::parse_auto(&spec) {
+        Some(list) => (spec, list),
+        None => ("auto".to_owned(), None),
+    };
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let ctx = RouteContext {
+        spec: &spec,
+        list,
+        args: &request.backend,
+        env: &env,
+        state_dir,
+        input: crate::pipeline::many::bucket_input(&request),
+        run_id: "explain",
+        session_backend: None,
+    };
+    let routed = match routing::decide(&ctx) {
+        Ok(r) => r,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let d = &routed.decision;
+    if json {
+        let value = json!({
+            "bucket": routed.report.bucket,
+            "policy": d.policy,
+            "arms": d.arms,
+            "warnings": routed.warnings,
+        });
+        return super::print_then(&format!("{value}\n"), ExitCode::SUCCESS);
+    }
+    let mut out = format!(
+        "bucket {} (policy {}, would choose {} now)\n{:<16} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
+        routed.bucket.key(),
+        d.policy.as_str(),
+        d.chosen,
+        "backend",
+        "alpha",
+        "beta",
+        "wins",
+        "losses",
+        "mean",
+        "P(chosen)"
+    );
+    for arm in &d.arms {
+        let p = &arm.posterior;
+        out.push_str(&format!(
+            "{:<16} {:>8.3} {:>8.3} {:>6} {:>6} {:>6.3}  {:.3}{}\n",
+            arm.backend,
+            p.alpha,
+            p.beta,
+            p.successes,
+            p.failures,
+            p.mean(),
+            arm.probability,
+            if arm.cooling { " (cooling)" } else { "" }
+        ));
+    }
+    for w in &routed.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    super::print_then(&out, ExitCode::SUCCESS)
+}

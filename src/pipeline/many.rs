@@ -1,0 +1,150 @@
+//! Many runs at once (DESIGN §10), around one run: the `--backend auto` choice made before
+//! the backend is resolved, the `--worktree` checkout made before anything looks at the
+//! workspace, and both finished after the envelope is built (the branch committed and the
+//! checkout removed; the outcome fed back to the routing ledger).
+//!
+//! It only rewrites the request (`backend`, `workspace`, an extra read grant) and adds two
+//! envelope fields, so the run itself knows nothing of either.
+
+use std::path::Path;
+
+use crate::exit::ErrorKind;
+use crate::pipeline::envelope::Envelope;
+use crate::pipeline::request::{RunRequest, SandboxMode, SessionChoice};
+use crate::routing::bucket::BucketInput;
+use crate::routing::ledger::Verdict;
+use crate::routing::{self, RouteContext, Routed};
+use crate::workspace::verify::VerdictKind;
+use crate::workspace::worktree::Worktree;
+
+/// What was set up for a run, to be finished with its envelope.
+#[derive(Default)]
+pub struct Many {
+    routed: Option<Routed>,
+    worktree: Option<Worktree>,
+}
+
+/// The routing bucket's inputs for `request`.
+pub fn bucket_input(request: &RunRequest) -> BucketInput {
+    BucketInput {
+        prompt_bytes: request.prompt.len(),
+        targets: request.targets,
+        resumed: matches!(request.session, SessionChoice::Resume(_)),
+        writes: request.sandbox != SandboxMode::ReadOnly,
+    }
+}
+
+/// Routes and checks out as `request` asks, rewriting it; a `config_error` envelope when
+/// either cannot be done.
+pub fn begin(
+    request: &mut RunRequest,
+    run_id: &str,
+    state_dir: &Path,
+) -> Result<Many, Box<Envelope>> {
+    let mut many = Many::default();
+    let fail = |message: String| Box::new(Envelope::early_failure(ErrorKind::ConfigError, message));
+    let spec = request.backend.backend.clone().unwrap_or_default();
+    if let Some(list) = routing::parse_auto(&spec) {
+        let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+        let ctx = RouteContext {
+            spec: &spec,
+            list,
+            args: &request.backend,
+            env: &env,
+            state_dir,
+            input: bucket_input(request),
+            run_id,
+            session_backend: match request.session {
+                SessionChoice::Resume(id) => crate::pipeline::session::SessionStore::new(state_dir)
+                    .load(id)
+                    .ok()
+                    .flatten()
+                    .map(|r| r.backend),
+                SessionChoice::New(_) => None,
+            },
+        };
+        let mut routed = routing::decide(&ctx).map_err(|e| fail(e.to_string()))?;
+        routed.record_choice();
+        request.backend.backend = Some(routed.report.chosen.clone());
+        many.routed = Some(routed);
+    }
+    if let Some(base) = &request.worktree {
+        let tree = Worktree::create(&request.workspace, state_dir, run_id, base.as_deref())
+            .map_err(|e| fail(e.to_string()))?;
+        request.workspace = tree.workspace();
+        request.sandbox_args.read.extend(tree.read_grants());
+        many.worktree = Some(tree);
+    }
+    Ok(many)
+}
+
+impl Many {
+    /// Commits and removes the checkout, records the routing outcome, and adds both to
+    /// `envelope`.
+    pub fn finish(mut self, envelope: &mut Envelope, request: &RunRequest) {
+        if let Some(tree) = self.worktree.take() {
+            let message = if request.task_title.is_empty() {
+                format!("coder: {}", tree.branch())
+            } else {
+                request.task_title.clone()
+            };
+            envelope.worktree = Some(tree.finish(&message));
+        }
+        if let Some(mut routed) = self.routed.take() {
+            routed.record_outcome(verdict(envelope));
+            envelope.warnings.append(&mut routed.warnings);
+            envelope.routing = Some(routed.report);
+        }
+    }
+}
+
+/// What a run says about its backend: the verify verdict when there was a final check,
+/// else the run's success. Runs that end for reasons that are not the backend's (a
+/// cancellation, bad input, the sandbox, a bug in coder, a missing program) say nothing.
+pub fn verdict(envelope: &Envelope) -> Option<Verdict> {
+    if let Some(v) = &envelope.verification {
+        match v.verdict {
+            VerdictKind::Passed | VerdictKind::Fixed => return Some(Verdict::Success),
+            VerdictKind::StillFailing | VerdictKind::Regressed => return Some(Verdict::Failure),
+            VerdictKind::NotRun => {}
+        }
+    }
+    match envelope.error_kind {
+        None if envelope.success => Some(Verdict::Success),
+        Some(
+            ErrorKind::Cancelled
+            | ErrorKind::ConfigError
+            | ErrorKind::SandboxError
+            | ErrorKind::UnexpectedException
+            | ErrorKind::CommandNotFound,
+        ) => None,
+        _ => Some(Verdict::Failure),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_learnt_is_verify_first_then_success_and_not_the_backends_fault_is_none() {
+        let ok = Envelope::success(None, "r".into());
+        assert_eq!(verdict(&ok), Some(Verdict::Success));
+        let failed = |kind| Envelope::early_failure(kind, "x");
+        assert_eq!(
+            verdict(&failed(ErrorKind::EmptyResult)),
+            Some(Verdict::Failure)
+        );
+        assert_eq!(
+            verdict(&failed(ErrorKind::VerifyFailed)),
+            Some(Verdict::Failure)
+        );
+        for kind in [
+            ErrorKind::Cancelled,
+            ErrorKind::ConfigError,
+            ErrorKind::SandboxError,
+        ] {
+            assert_eq!(verdict(&failed(kind)), None);
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! `--worktree` (DESIGN §10): the run happens in a fresh checkout of the repository's HEAD
+//! (or `--worktree-base REF`) under `<state>/worktrees/<run-id>`, on a branch
+//! `coder/<run-id>`; at the end coder commits everything on that branch, brings the branch
+//! into the repository, and removes the directory. Parallel runs on one repository never
+//! see each other's edits, and the user's checkout is never touched.
+//!
+//! **Why not `git worktree add`.** A linked worktree's git dir lives in the repository
+//! (`.git/worktrees/<id>`) and shares its object store, refs and config. For the agent to
+//! commit there it would need write access to `.git/objects` (where it could replace any
+//! existing loose object of the user's history: Landlock cannot allow "create" without
+//! "remove" in a directory git renames into), to `.git/refs/heads/coder/` (every other
+//! coder branch lives in the same directory) and to `packed-refs`. So the checkout is
+//! instead a *private repository*: `git init` in the run's directory, its object store
+//! borrowing the repository's through `objects/info/alternates` (read-only), its only
+//! branch `coder/<run-id>`. The agent's sandbox grants that directory (the workspace, whose
+//! `.git/config`, `hooks/`, `info/` the sandbox keeps read-only as in any workspace) and
+//! *reads* the repository's object directory; nothing of the repository is writable. The
+//! paths come from coder's own `git rev-parse` before the run, never from a `.git` file.
+//!
+//! **Finishing** runs as coder, outside the sandbox, over a directory the agent wrote, so
+//! it trusts nothing in it: git runs through [`super::git::base_command`] (no hooks, no
+//! fsmonitor, no global or system config, `protocol.allow=never` but for `file`), and the
+//! checkout's git dir is not used at all: the commit is made from the checkout's *files*,
+//! on top of the base, in a fresh bare repository of coder's own beside it (its one
+//! alternate the repository's object directory). So a `.git/objects` or `.git/refs` the
+//! agent replaced by a symlink is never written through, and a ref or alternates file it
+//! pointed into another repository cannot pull that repository's history into the user's.
+//! The price: commits the agent made itself are squashed into coder's one commit. The
+//! branch reaches the repository by `git fetch` of exactly `refs/heads/coder/<run-id>` from
+//! that bare repository (objects are re-hashed by `index-pack` on the way in). The directory is removed on every path that returns;
+//! leftovers of a SIGKILLed coder (its `<run-id>.pid` names a dead process) are removed
+//! by the next `--worktree` run ([`prune_stale`]).
+//!
+//! **Uncommitted changes** in the user's checkout are *not* in the worktree (it starts
+//! from a commit); the report's `note` says so and names how many paths differ.
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+use super::git::{GitError, base_command, output};
+
+/// Commits coder makes carry this identity unless the repository's config has one.
+pub const CODER_NAME: &str = "coder";
+pub const CODER_EMAIL: &str = "coder@localhost";
+
+/// Where the worktrees live, under coder's state directory.
+pub const WORKTREES_DIR: &str = "worktrees";
+
+/// The envelope's `worktree` object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorktreeReport {
+    pub branch: String,
+    /// The commit the branch started from, and the name it was given by.
+    pub base: String,
+    pub base_ref: String,
+    /// The branch's final commit; `null` when the run changed nothing.
+    pub commit: Option<String>,
+    /// What the user should know (uncommitted changes left out, a failed finish).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    #[error("--worktree: {0} is not inside a git work tree")]
+    NotARepo(PathBuf),
+    #[error("--worktree: the repository at {0} has no commit yet (unborn HEAD); commit once first")]
+    Unborn(PathBuf),
+    #[error("--worktree-base {0:?} names no commit in the repository")]
+    MissingRef(String),
+    #[error("--worktree: git is not installed (not found on PATH)")]
+    NoGit,
+    #[error("--worktree: {0}")]
+    Git(#[from] GitError),
+    #[error("--worktree: {what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> WorktreeError + use<> {
+    let path = path.to_path_buf();
+    move |source| WorktreeError::Io { what, path, source }
+}
+
+/// A run's private checkout. Dropping it removes the directory.
+#[derive(Debug)]
+pub struct Worktree {
+    program: PathBuf,
+    /// The repository's top level and common git dir (absolute, from `rev-parse`).
+    repo_top: PathBuf,
+    repo_git_dir: PathBuf,
+    /// `<state>/worktrees/<run-id>` and its `.git`.
+    path: PathBuf,
+    git_dir: PathBuf,
+    /// The workspace relative to the repository's top level.
+    prefix: PathBuf,
+    branch: String,
+    base: String,
+    base_ref: String,
+    note: Option<String>,
+    removed: bool,
+}
+
+impl Worktree {
+    /// Makes the checkout for the run `run_id` of `workspace` (a directory in a git work
+    /// tree) from `base_ref` (default `HEAD`).
+    pub fn create(
+        workspace: &Path,
+        state_dir: &Path,
+        run_id: &str,
+        base_ref: Option<&str>,
+    ) -> Result<Worktree, WorktreeError> {
+        let program = find_git(workspace).ok_or(WorktreeError::NoGit)?;
+        let mut probe = base_command(&program, workspace);
+        probe.args([
+            "rev-parse",
+            "--path-format=absolute",
+            "--show-toplevel",
+            "--git-common-dir",
+            "--show-prefix",
+        ]);
+        let text = output("rev-parse", probe)
+            .map_err(|_| WorktreeError::NotARepo(workspace.to_path_buf()))?;
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let mut lines = text.lines();
+        let (Some(top), Some(common)) = (lines.next(), lines.next()) else {
+            return Err(WorktreeError::NotARepo(workspace.to_path_buf()));
+        };
+        let prefix = PathBuf::from(lines.next().unwrap_or(""));
+        let repo_top = PathBuf::from(top);
+        let repo_git_dir = PathBuf::from(common);
+
+        let base_ref = base_ref.unwrap_or("HEAD").to_owned();
+        let base = resolve_commit(&program, &repo_top, &repo_git_dir, &base_ref)?;
+        let dirty = dirty_paths(&program, &repo_top, &repo_git_dir);
+
+        let root = state_dir.join(WORKTREES_DIR);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .map_err(io("cannot create", &root))?;
+        prune_stale(&root);
+        let path = root.join(run_id);
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(io("cannot create", &path))?;
+        let _ = fs::write(pid_file(&path), std::process::id().to_string());
+        let branch = format!("coder/{run_id}");
+        let mut tree = Worktree {
+            program,
+            repo_top,
+            repo_git_dir,
+            git_dir: path.join(".git"),
+            path,
+            prefix,
+            branch,
+            base,
+            base_ref,
+            note: None,
+            removed: false,
+        };
+        tree.note = match dirty {
+            Some(0) => None,
+            Some(n) => Some(format!(
+                "the worktree starts from {} ({}); {n} uncommitted path(s) in {} are not in it",
+                tree.base_ref,
+                &tree.base[..tree.base.len().min(12)],
+                tree.repo_top.display()
+            )),
+            None => Some("could not tell whether the checkout has uncommitted changes".into()),
+        };
+        tree.populate()?;
+        Ok(tree)
+    }
+
+    /// The private repository, checked out at the base, and the branch created in the
+    /// user's repository (so a failed run still leaves it).
+    fn populate(&self) -> Result<(), WorktreeError> {
+        let mut init = base_command(&self.program, &self.path);
+        init.args(["init", "-q", "--template=", "--initial-branch"])
+            .arg(&self.branch)
+            .arg(&self.path);
+        output("init", init)?;
+        self.write_config()?;
+        let alternates = self.git_dir.join("objects/info/alternates");
+        fs::create_dir_all(self.git_dir.join("objects/info"))
+            .map_err(io("cannot create", &alternates))?;
+        let mut line = self.repo_git_dir.join("objects").into_os_string();
+        line.push("\n");
+        fs::write(&alternates, line.as_encoded_bytes()).map_err(io("cannot write", &alternates))?;
+        let full = format!("refs/heads/{}", self.branch);
+        self.private(&["update-ref", &full, &self.base])?;
+        self.private(&["reset", "-q", "--hard", &full])?;
+        // In the user's repository: must not exist yet (`""` as the old value).
+        self.in_repo(&["update-ref", &full, &self.base, ""])?;
+        Ok(())
+    }
+
+    /// The private repository's config, always coder's own text.
+    fn write_config(&self) -> Result<(), WorktreeError> {
+        let path = self.git_dir.join("config");
+        let _ = fs::remove_file(&path);
+        fs::write(
+            &path,
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n",
+        )
+        .map_err(io("cannot write", &path))
+    }
+
+    /// The directory the agent works in (the workspace's place in the checkout).
+    pub fn workspace(&self) -> PathBuf {
+        self.path.join(&self.prefix)
+    }
+
+    /// The checkout's root.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the agent must be able to read besides the checkout: the repository's object
+    /// directory (the checkout's alternate).
+    pub fn read_grants(&self) -> Vec<PathBuf> {
+        vec![self.repo_git_dir.join("objects")]
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    /// Commits every change on the branch (`message`, the repository's identity or
+    /// coder's), brings the branch into the repository, removes the directory.
+    pub fn finish(mut self, message: &str) -> WorktreeReport {
+        let mut report = WorktreeReport {
+            branch: self.branch.clone(),
+            base: self.base.clone(),
+            base_ref: self.base_ref.clone(),
+            commit: None,
+            note: self.note.clone(),
+        };
+        match self.commit_all(message) {
+            Ok(commit) => report.commit = commit,
+            Err(e) => {
+                let text = format!("the run's changes could not be committed: {e}");
+                report.note = Some(match report.note.take() {
+                    Some(n) => format!("{n}; {text}"),
+                    None => text,
+                });
+            }
+        }
+        self.remove();
+        report
+    }
+
+    fn commit_all(&self, message: &str) -> Result<Option<String>, WorktreeError> {
+        let full = format!("refs/heads/{}", self.branch);
+        // Nothing of the checkout's git dir is read: its refs and object directories are
+        // the agent's, and a ref or `objects/info/alternates` there may lead into another
+        // repository coder can read and the agent cannot (a symlinked ref naming that
+        // repository's commit would pull its history into the user's). The commit is made
+        // from the checkout's *files* only, on top of the base, in a fresh bare repository
+        // of coder's own whose one alternate is the repository's object directory. The
+        // agent's own commits are thereby squashed into this one.
+        let scratch = pid_file(&self.path).with_extension("finish");
+        force_remove(&scratch);
+        let mut init = base_command(&self.program, &self.repo_top);
+        init.args(["init", "-q", "--bare", "--template="])
+            .arg(&scratch);
+        output("init", init)?;
+        let alternates = scratch.join("objects/info/alternates");
+        let mut text = self.repo_git_dir.join("objects").into_os_string();
+        text.push("\n");
+        let _ = fs::create_dir_all(scratch.join("objects/info"));
+        fs::write(&alternates, text.as_encoded_bytes()).map_err(io("cannot write", &alternates))?;
+        let result = self.commit_in(&scratch, &full, &self.base, message);
+        force_remove(&scratch);
+        result
+    }
+
+    fn commit_in(
+        &self,
+        scratch: &Path,
+        full: &str,
+        parent: &str,
+        message: &str,
+    ) -> Result<Option<String>, WorktreeError> {
+        let git = |args: &[&str], env: &[(&str, &str)]| -> Result<String, WorktreeError> {
+            let mut cmd = base_command(&self.program, &self.path);
+            cmd.arg(dir_arg("--git-dir=", scratch))
+                .arg(dir_arg("--work-tree=", &self.path))
+                .env("GIT_INDEX_FILE", scratch.join("index"))
+                .args(args);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            Ok(String::from_utf8_lossy(&output("git", cmd)?)
+                .trim()
+                .to_owned())
+        };
+        git(&["add", "-A", "--", "."], &[])?;
+        let tree = git(&["write-tree"], &[])?;
+        let parent_tree = git(&["rev-parse", &format!("{parent}^{{tree}}")], &[])?;
+        let commit = if parent_tree == tree {
+            parent.to_owned()
+        } else {
+            let (name, email) = self.identity();
+            git(
+                &["commit-tree", &tree, "-p", parent, "-m", message],
+                &[
+                    ("GIT_AUTHOR_NAME", &name),
+                    ("GIT_AUTHOR_EMAIL", &email),
+                    ("GIT_COMMITTER_NAME", &name),
+                    ("GIT_COMMITTER_EMAIL", &email),
+                ],
+            )?
+        };
+        if commit == self.base {
+            return Ok(None);
+        }
+        git(&["update-ref", full, &commit], &[])?;
+        let mut fetch = base_command(&self.program, &self.repo_top);
+        fetch
+            .args(["-c", "protocol.file.allow=always"])
+            .arg(dir_arg("--git-dir=", &self.repo_git_dir))
+            .args([
+                "fetch",
+                "-q",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-recurse-submodules",
+            ])
+            .arg(scratch)
+            .arg(format!("+{full}:{full}"));
+        output("fetch", fetch)?;
+        Ok(Some(commit))
+    }
+
+    /// `user.name`/`user.email` as the repository (with the user's global config) has
+    /// them, else coder's. Reading config runs nothing.
+    fn identity(&self) -> (String, String) {
+        let get = |key: &str| {
+            let out = Command::new(&self.program)
+                .arg(dir_arg("--git-dir=", &self.repo_git_dir))
+                .args(["config", "--get", key])
+                .env_remove("GIT_DIR")
+                .env_remove("GIT_CONFIG")
+                .env_remove("GIT_CONFIG_PARAMETERS")
+                .env_remove("GIT_CONFIG_COUNT")
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            let v = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+            (out.status.success() && !v.is_empty()).then_some(v)
+        };
+        match (get("user.name"), get("user.email")) {
+            (Some(n), Some(e)) => (n, e),
+            _ => (CODER_NAME.to_owned(), CODER_EMAIL.to_owned()),
+        }
+    }
+
+    fn private_command(&self) -> Command {
+        let mut cmd = base_command(&self.program, &self.path);
+        cmd.arg(dir_arg("--git-dir=", &self.git_dir))
+            .arg(dir_arg("--work-tree=", &self.path));
+        cmd
+    }
+
+    fn private(&self, args: &[&str]) -> Result<String, WorktreeError> {
+        let mut cmd = self.private_command();
+        cmd.args(args);
+        Ok(String::from_utf8_lossy(&output("git", cmd)?).into_owned())
+    }
+
+    fn in_repo(&self, args: &[&str]) -> Result<String, WorktreeError> {
+        let mut cmd = base_command(&self.program, &self.repo_top);
+        cmd.arg(dir_arg("--git-dir=", &self.repo_git_dir))
+            .args(args);
+        Ok(String::from_utf8_lossy(&output("git", cmd)?).into_owned())
+    }
+
+    fn remove(&mut self) {
+        if !self.removed {
+            force_remove(&self.path);
+            let _ = fs::remove_file(pid_file(&self.path));
+            self.removed = true;
+        }
+    }
+}
+
+impl Drop for Worktree {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn dir_arg(flag: &str, path: &Path) -> OsString {
+    let mut arg = OsString::from(flag);
+    arg.push(path);
+    arg
+}
+
+fn find_git(cwd: &Path) -> Option<PathBuf> {
+    let path_var = std::env::var_os("PATH")?;
+    crate::text::path::find_on_path(
+        std::ffi::OsStr::new("git"),
+        &path_var,
+        cwd,
+        crate::text::path::RelativeDirs::Skip,
+    )
+}
+
+fn resolve_commit(
+    program: &Path,
+    top: &Path,
+    git_dir: &Path,
+    name: &str,
+) -> Result<String, WorktreeError> {
+    if name.starts_with('-') || name.is_empty() {
+        return Err(WorktreeError::MissingRef(name.to_owned()));
+    }
+    let mut cmd = base_command(program, top);
+    cmd.arg(dir_arg("--git-dir=", git_dir)).args([
+        "rev-parse",
+        "--verify",
+        "-q",
+        "--end-of-options",
+        &format!("{name}^{{commit}}"),
+    ]);
+    match output("rev-parse", cmd) {
+        Ok(text) => Ok(String::from_utf8_lossy(&text).trim().to_owned()),
+        Err(_) if name == "HEAD" => Err(WorktreeError::Unborn(top.to_path_buf())),
+        Err(_) => Err(WorktreeError::MissingRef(name.to_owned())),
+    }
+}
+
+/// How many paths `git status` lists in the user's checkout; `None` when it fails.
+fn dirty_paths(program: &Path, top: &Path, git_dir: &Path) -> Option<usize> {
+    let mut cmd = base_command(program, top);
+    cmd.arg(dir_arg("--git-dir=", git_dir))
+        .arg(dir_arg("--work-tree=", top))
+        .args(["status", "--porcelain", "-z", "--untracked-files=normal"]);
+    let out = output("status", cmd).ok()?;
+    Some(out.split(|b| *b == 0).filter(|p| !p.is_empty()).count())
+}
+
+/// Removes a tree the agent may have made hard to remove (directories without write or
+/// search permission): permissions are restored on the way down. Never follows symlinks.
+pub fn force_remove(path: &Path) {
+    if fs::remove_dir_all(path).is_ok() || fs::symlink_metadata(path).is_err() {
+        return;
+    }
+    fn open_up(dir: &Path) {
+        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&entry.path());
+                }
+            }
+        }
+    }
+    open_up(path);
+    let _ = fs::remove_dir_all(path);
+}
+
+/// Removes worktrees left by coders that died (SIGKILL): a directory whose `<name>.pid`
+/// beside it names no live process. Directories without that file are left alone.
+pub fn prune_stale(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let mut name = entry.file_name();
+        name.push(".pid");
+        let pid_file = root.join(name);
+        let Ok(text) = fs::read_to_string(&pid_file) else {
+            continue;
+        };
+        let Ok(pid) = text.trim().parse::<i32>() else {
+            continue;
+        };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        if !alive && pid != std::process::id() as i32 {
+            force_remove(&entry.path());
+            let _ = fs::remove_file(&pid_file);
+        }
+    }
+}
+
+fn pid_file(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".pid");
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_checkouts_of_dead_coders_are_pruned_and_live_ones_kept() {
+        let root = std::env::temp_dir().join(format!("coder-wt-{}", uuid::Uuid::new_v4()));
+        let dead = root.join("20260101T000000.000001Z-dead");
+        let live = root.join("20260101T000000.000002Z-live");
+        let unknown = root.join("20260101T000000.000003Z-none");
+        for dir in [&dead, &live, &unknown] {
+            fs::create_dir_all(dir.join("sub")).unwrap();
+        }
+        // A directory the agent made unremovable as it stood.
+        fs::set_permissions(dead.join("sub"), fs::Permissions::from_mode(0o000)).unwrap();
+        // Far above any pid_max: never a live process.
+        fs::write(pid_file(&dead), "2147483000").unwrap();
+        fs::write(pid_file(&live), std::process::id().to_string()).unwrap();
+        prune_stale(&root);
+        assert!(!dead.exists() && !pid_file(&dead).exists());
+        assert!(live.exists() && unknown.exists());
+        force_remove(&root);
+        assert!(!root.exists());
+    }
+}

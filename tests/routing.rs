@@ -1,0 +1,274 @@
+//! `--backend auto` end to end (DESIGN §10): the envelope's `routing`, the ledger it
+//! writes, `coder route stats|explain|forget`, `CODER_ROUTING=off`, an unknown backend in
+//! `auto:`, and convergence: when only one backend's runs succeed, routing learns to pick
+//! it. The fake child tells the backends apart by the base URL coder gives it; choices are
+//! reproducible through `CODER_ROUTING_SEED`.
+
+mod common;
+
+use common::Bounded;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+struct Fx {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    bin: PathBuf,
+}
+
+/// Succeeds only on the backend whose base URL contains `good`.
+fn fake(good: &str) -> String {
+    format!(
+        r#"#!/bin/bash
+sid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift
+done
+cat >/dev/null
+echo '{{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}}'
+case "$ANTHROPIC_BASE_URL" in
+  *{good}*) echo '{{"type":"result","subtype":"success","is_error":false,"result":"fine","session_id":"'"$sid"'","num_turns":1}}';;
+  *) echo '{{"type":"result","subtype":"success","is_error":false,"result":"","session_id":"'"$sid"'","num_turns":1}}';;
+esac
+"#
+    )
+}
+
+impl Fx {
+    fn new(good: &str) -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        fs::create_dir_all(&ws).unwrap();
+        let bin = root.join("claude");
+        fs::write(&bin, fake(good)).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        Fx {
+            _dir: dir,
+            root,
+            ws,
+            bin,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_coder"));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", &self.root)
+            .env("CODER_STATE_DIR", self.root.join("state"))
+            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
+            .env("ZAI_API_KEY", "k1")
+            .env("DEEPSEEK_API_KEY", "k2")
+            .env("MINIMAX_API_KEY", "k3")
+            .current_dir(&self.root)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, backend: &str, seed: u64, extra_env: &[(&str, &str)]) -> (Value, Output) {
+        let mut cmd = self.command(&["--cd"]);
+        cmd.arg(&self.ws)
+            .arg("--claude-bin")
+            .arg(&self.bin)
+            .args(["--backend", backend, "a task"])
+            .env("CODER_ROUTING_SEED", seed.to_string());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output_bounded();
+        let env = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+        (env, out)
+    }
+
+    fn route(&self, args: &[&str]) -> Output {
+        let mut all = vec!["route"];
+        all.extend_from_slice(args);
+        self.command(&all).output_bounded()
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.root.join("state/routing-ledger.jsonl")
+    }
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_routed_run_reports_its_choice_and_records_it_with_its_outcome() {
+    let fx = Fx::new("deepseek");
+    let (env, out) = fx.run("auto:glm,deepseek", 1, &[]);
+    check_schema(&env);
+    let routing = &env["routing"];
+    assert_eq!(routing["policy"], "thompson", "{out:?}");
+    assert_eq!(
+        routing["candidates"],
+        serde_json::json!(["glm", "deepseek"])
+    );
+    assert_eq!(routing["bucket"]["key"], "d0/new/write");
+    let p = routing["propensity"].as_f64().unwrap();
+    assert!(p > 0.0 && p <= 1.0);
+    let chosen = routing["chosen"].as_str().unwrap();
+    assert_eq!(env["success"], chosen == "deepseek", "{env}");
+    let recorded = lines(&fx.ledger());
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    assert_eq!(recorded[0]["choice"]["chosen"], chosen);
+    assert_eq!(recorded[0]["choice"]["propensity"].as_f64().unwrap(), p);
+    let verdict = if chosen == "deepseek" {
+        "success"
+    } else {
+        "failure"
+    };
+    assert_eq!(recorded[1]["outcome"]["verdict"], verdict);
+
+    let stats = fx.route(&["stats", "--json"]);
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["tallies"][0]["backend"], chosen);
+
+    let out = fx.route(&["forget"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("forgot 1"));
+    assert!(lines(&fx.ledger()).is_empty());
+}
+
+/// A resumed session goes back to the backend it was made on, whatever the policy would
+/// draw (another backend could not continue it).
+#[test]
+fn a_resume_goes_back_to_its_sessions_backend() {
+    let fx = Fx::new("i");
+    for seed in 0..6 {
+        let (first, out) = fx.run("auto:glm,deepseek,minimax", seed, &[]);
+        let sid = first["SESSION_ID"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{out:?}"));
+        let chosen = first["routing"]["chosen"].clone();
+        let mut cmd = fx.command(&["--cd"]);
+        cmd.arg(&fx.ws)
+            .arg("--claude-bin")
+            .arg(&fx.bin)
+            .args([
+                "--backend",
+                "auto:glm,deepseek,minimax",
+                "--session-id",
+                sid,
+                "more",
+            ])
+            .env("CODER_ROUTING_SEED", (seed + 100).to_string());
+        let out = cmd.output_bounded();
+        let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+        check_schema(&env);
+        assert_eq!(env["routing"]["policy"], "session", "{env}");
+        assert_eq!(env["routing"]["chosen"], chosen, "{env}");
+        assert_eq!(env["success"], true, "{env}");
+    }
+}
+
+#[test]
+fn routing_converges_on_the_backend_that_works() {
+    let fx = Fx::new("deepseek");
+    let mut chosen = Vec::new();
+    for seed in 0..16 {
+        let (env, _) = fx.run("auto:glm,deepseek,minimax", seed, &[]);
+        chosen.push(env["routing"]["chosen"].as_str().unwrap().to_owned());
+    }
+    let late = chosen[10..].iter().filter(|c| *c == "deepseek").count();
+    assert!(late >= 5, "{chosen:?}");
+    let explain = fx.route(&[
+        "explain",
+        "--json",
+        "--backend",
+        "auto:glm,deepseek,minimax",
+        "a task",
+    ]);
+    let explain: Value =
+        serde_json::from_slice(&explain.stdout).unwrap_or_else(|e| panic!("{e}: {explain:?}"));
+    let arms = explain["arms"].as_array().unwrap();
+    let deepseek = arms.iter().find(|a| a["backend"] == "deepseek").unwrap();
+    assert!(deepseek["probability"].as_f64().unwrap() > 0.8, "{explain}");
+    let text = fx.route(&[
+        "explain",
+        "--backend",
+        "auto:glm,deepseek,minimax",
+        "a task",
+    ]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("bucket d0/new/write"));
+
+    let out = fx.route(&["forget", "deepseek"]);
+    assert!(out.status.success(), "{out:?}");
+    let stats = fx.route(&["stats", "--json"]);
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert!(
+        stats["tallies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["backend"] != "deepseek")
+    );
+}
+
+#[test]
+fn routing_off_pins_the_default_and_unknown_backends_are_config_errors() {
+    let fx = Fx::new("deepseek");
+    let config = fx.root.join("xdg/coder/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, "default_backend = \"deepseek\"\n").unwrap();
+    for seed in 0..4 {
+        let (env, out) = fx.run("auto:glm,deepseek", seed, &[("CODER_ROUTING", "off")]);
+        assert_eq!(env["routing"]["policy"], "pinned", "{out:?}");
+        assert_eq!(env["routing"]["chosen"], "deepseek");
+        assert_eq!(env["routing"]["propensity"], 1.0);
+        assert_eq!(env["success"], true);
+    }
+
+    // The outcome learnt is the verify verdict: a run whose check fails is a failure of
+    // the backend that did it, although the model's own result was fine.
+    let mut cmd = fx.command(&["--cd"]);
+    cmd.arg(&fx.ws)
+        .arg("--claude-bin")
+        .arg(&fx.bin)
+        .args(["--backend", "auto:glm,deepseek", "--verify", "exit 1"])
+        .args(["--no-verify-baseline", "--repair-turns", "0", "a task"])
+        .env("CODER_ROUTING", "off");
+    let out = cmd.output_bounded();
+    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env["error_kind"], "verify_failed", "{env}");
+    let recorded = lines(&fx.ledger());
+    assert_eq!(recorded.last().unwrap()["outcome"]["verdict"], "failure");
+
+    let (env, out) = fx.run("auto:glm,nosuch", 1, &[]);
+    assert_eq!(env["error_kind"], "config_error", "{env}");
+    assert!(env["error"].as_str().unwrap().contains("nosuch"));
+    assert_eq!(out.status.code(), Some(78));
+    let (env, _) = fx.run("auto:glm,,deepseek", 1, &[]);
+    assert_eq!(env["error_kind"], "config_error", "{env}");
+    let (env, _) = fx.run("auto:glm", 1, &[("ZAI_API_KEY", "")]);
+    assert_eq!(env["error_kind"], "config_error", "{env}");
+}
+
+/// The envelope conforms to the published schema (schema/envelope.schema.json).
+fn check_schema(envelope: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json");
+    let schema: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(envelope)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?} in {envelope}");
+}
