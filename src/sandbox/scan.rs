@@ -17,7 +17,7 @@
 //! that can never exist, which git reads as "absent") so that a mount can make it
 //! un-creatable; placeholders are removed after the run ([`Placeholder::remove`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
@@ -181,6 +181,10 @@ pub(crate) struct ScanOutput {
     pub placeholders: Vec<Placeholder>,
     /// Things the user should know (a git dir outside the workspace, ...).
     pub warnings: Vec<String>,
+    /// (dev, ino) of secret files masked whole that have other names (hard links): the
+    /// walk skips `stat` for plain files, so their other names are found by
+    /// [`other_names`] afterwards.
+    linked_secrets: HashSet<(u64, u64)>,
 }
 
 /// Scan `trees` for secrets (`deny`), protected names and git dirs.
@@ -213,6 +217,9 @@ pub(crate) fn scan_trees(
         limits,
     };
     scan.follow_symlinks(trees, deny, symlinks)?;
+    if !scan.out.linked_secrets.is_empty() {
+        linked = other_names(trees, &scan.out.linked_secrets, limits)?;
+    }
     scan.add_hard_links(&linked);
     Ok(out)
 }
@@ -253,8 +260,15 @@ impl Walker<'_, '_> {
                 path: here,
             });
         }
-        for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+        for (name, hint) in list_dir_typed(&dir).map_err(|e| walk_error(&here, "list", e))? {
             let rel_child = rel.join(&name);
+            let git_entry = name == ".git" && self.tree.writable && !inside.secret;
+            let secret = inside.secret || self.deny.is_match(&rel_child);
+            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
+            let protected = !inside.protected && protect(&rel_child);
+            if skips_stat(hint, git_entry, secret, protected) {
+                continue;
+            }
             let path = self.tree.root.join(&rel_child);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
@@ -263,13 +277,10 @@ impl Walker<'_, '_> {
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
             let kind = file_kind(&st);
-            if name == ".git" && self.tree.writable && !inside.secret {
+            if git_entry {
                 self.git_entry(dir.as_fd(), &rel_child, &st)?;
                 continue;
             }
-            let secret = inside.secret || self.deny.is_match(&rel_child);
-            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
-            let protected = !inside.protected && protect(&rel_child);
             match kind {
                 Kind::Dir => {
                     let child = || {
@@ -297,6 +308,9 @@ impl Walker<'_, '_> {
                             .push(path.clone());
                     }
                     if secret {
+                        if st.st_nlink > 1 {
+                            self.out.linked_secrets.insert((st.st_dev, st.st_ino));
+                        }
                         self.push(mask(path, MaskKind::Empty, &st, true))?;
                     } else if protected {
                         self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
@@ -672,12 +686,17 @@ impl LinkPass<'_> {
                     };
                     walker.walk(dir, rel, 0, inside)?;
                 }
-                Kind::File => push_mask(
-                    self.out,
-                    self.limits,
-                    mask(target, MaskKind::Empty, &st, true),
-                    tree.root,
-                )?,
+                Kind::File => {
+                    if st.st_nlink > 1 {
+                        self.out.linked_secrets.insert((st.st_dev, st.st_ino));
+                    }
+                    push_mask(
+                        self.out,
+                        self.limits,
+                        mask(target, MaskKind::Empty, &st, true),
+                        tree.root,
+                    )?
+                }
                 _ => {}
             }
         }
@@ -862,6 +881,103 @@ fn list_dir(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
     }
     names.sort();
     Ok(names)
+}
+
+/// What a directory listing says an entry is (`d_type`), before any `stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hint {
+    /// A regular file (`DT_REG`).
+    File,
+    /// Anything else, or a file system that does not say (`DT_UNKNOWN`).
+    Other,
+}
+
+/// The entries of the directory open as `dir` with their listed type (sorted, without
+/// `.` and `..`).
+fn list_dir_typed(dir: &OwnedFd) -> Result<Vec<(OsString, Hint)>, Errno> {
+    let dup = dir
+        .try_clone()
+        .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
+    let mut stream = nix::dir::Dir::from_fd(dup)?;
+    let mut names = Vec::new();
+    for entry in stream.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            let hint = match entry.file_type() {
+                Some(nix::dir::Type::File) => Hint::File,
+                _ => Hint::Other,
+            };
+            names.push((OsStr::from_bytes(name).to_os_string(), hint));
+        }
+    }
+    names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(names)
+}
+
+/// Whether the walk may skip `stat` for an entry: a plain file the listing calls regular,
+/// whose name matches nothing, needs no mask. Its only other use was its link count (other
+/// names of a secret), which [`other_names`] finds when a masked secret has more than one.
+/// Directories, symlinks, `.git` entries, matches and untyped entries are all `stat`ed.
+/// A mount point lists as the type of what it covers, and a file can only be mounted
+/// over a file, so the type is right for mount points too.
+fn skips_stat(hint: Hint, git_entry: bool, secret: bool, protected: bool) -> bool {
+    hint == Hint::File && !git_entry && !secret && !protected
+}
+
+/// Other names, anywhere in `trees`, of the secret files in `wanted` (by dev and ino):
+/// the walk skipped `stat` for plain files, so this second walk runs only when a masked
+/// secret has more than one link, which is rare. It visits what the walk visits (no
+/// symlink is followed; `.git` entries of writable trees are the git dir's own guards'
+/// business) and `stat`s every entry.
+fn other_names(
+    trees: &[TreeScan<'_>],
+    wanted: &HashSet<(u64, u64)>,
+    limits: ScanLimits,
+) -> Result<HashMap<(u64, u64), Vec<PathBuf>>, SandboxError> {
+    let mut found: HashMap<(u64, u64), Vec<PathBuf>> = HashMap::new();
+    for tree in trees {
+        let top = open_dir_beneath(tree.fd, Path::new("."))
+            .map_err(|e| walk_error(tree.root, "open", e))?;
+        let mut pending = vec![(top, PathBuf::new(), 0usize)];
+        while let Some((dir, rel, depth)) = pending.pop() {
+            let here = tree.root.join(&rel);
+            if depth > limits.max_depth {
+                return Err(SandboxError::ScanLimit {
+                    what: "the directory depth",
+                    limit: limits.max_depth,
+                    path: here,
+                });
+            }
+            for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+                if name == ".git" && tree.writable {
+                    continue;
+                }
+                let rel_child = rel.join(&name);
+                let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                {
+                    Ok(st) => st,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(walk_error(&tree.root.join(&rel_child), "inspect", e)),
+                };
+                match file_kind(&st) {
+                    Kind::Dir => {
+                        let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                            .map_err(|e| walk_error(&tree.root.join(&rel_child), "open", e))?;
+                        pending.push((child, rel_child, depth + 1));
+                    }
+                    Kind::File if wanted.contains(&(st.st_dev, st.st_ino)) => {
+                        found
+                            .entry((st.st_dev, st.st_ino))
+                            .or_default()
+                            .push(tree.root.join(&rel_child));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 fn beneath(flags: OFlag) -> OpenHow {
@@ -1112,6 +1228,37 @@ mod tests {
         assert_eq!(
             paths(&out.masks, &ws),
             vec!["copy.txt:Empty", "real.txt:Empty", "server.key:Empty"]
+        );
+    }
+
+    /// The walk skips `stat` for unmatched plain files; other names of a secret are still
+    /// found wherever they sit (before or after the secret in walk order, deeper, inside
+    /// a secret dir's sibling, behind a symlinked secret), and a plain file with several
+    /// names but no secret among them stays unmasked.
+    #[test]
+    fn other_names_of_secrets_are_found_without_stat_of_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        fs::create_dir_all(ws.join("a/b/c")).unwrap();
+        fs::create_dir_all(ws.join("z")).unwrap();
+        fs::write(ws.join("a/b/c/notes.txt"), "secret").unwrap();
+        fs::hard_link(ws.join("a/b/c/notes.txt"), ws.join("z/id_rsa")).unwrap();
+        fs::hard_link(ws.join("a/b/c/notes.txt"), ws.join("0first.txt")).unwrap();
+        fs::write(ws.join("target.txt"), "t").unwrap();
+        fs::hard_link(ws.join("target.txt"), ws.join("a/other.txt")).unwrap();
+        std::os::unix::fs::symlink("target.txt", ws.join(".env")).unwrap();
+        fs::write(ws.join("plain.txt"), "p").unwrap();
+        fs::hard_link(ws.join("plain.txt"), ws.join("a/plain2.txt")).unwrap();
+        let out = scan(&ws, &globs(), &[], false).unwrap();
+        assert_eq!(
+            paths(&out.masks, &ws),
+            vec![
+                "0first.txt:Empty",
+                "a/b/c/notes.txt:Empty",
+                "a/other.txt:Empty",
+                "target.txt:Empty",
+                "z/id_rsa:Empty",
+            ]
         );
     }
 
