@@ -11,6 +11,11 @@
 //! the agent's own. Depth and match count are capped, and a scan over a cap is an error,
 //! because a partial list of secrets is worse than none: it looks like protection.
 //!
+//! Cost: a plain file whose name matches nothing is known from the directory listing's
+//! `d_type` alone (no `stat`), which is most of a big tree; other names (hard links) of a
+//! masked secret are then found by a second walk that runs only when a secret has more
+//! than one link ([`skips_stat`], [`other_names`]).
+//!
 //! What is read here (a `.git` file's `gitdir:`, a `commondir`) only ever *adds*
 //! protection; it never widens a grant (DESIGN §5). A protected name that does not exist
 //! yet gets a placeholder (an empty directory, or inside a git dir a symlink to a path
