@@ -463,7 +463,7 @@ enum PrefixSearcher {
 
 impl PrefixSearcher {
     /// (start, end) of each prefix found in `text`, left to right, not overlapping.
-    fn find_all(&self, text: &str) -> Vec<(usize, usize)> {
+    fn find_all(&self, text: &[u8]) -> Vec<(usize, usize)> {
         match self {
             PrefixSearcher::Packed(s) => s.find_iter(text).map(|m| (m.start(), m.end())).collect(),
             PrefixSearcher::General(s) => s.find_iter(text).map(|m| (m.start(), m.end())).collect(),
@@ -471,50 +471,67 @@ impl PrefixSearcher {
     }
 }
 
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '/' | '=')
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'+' | b'/' | b'=')
 }
 
 /// `text` with tokens in well-known credential formats redacted (`sk-…` whole, `Bearer …`
 /// keeping the word). A token is redacted when it starts at a word boundary, is at least
 /// `MIN_TOKEN_LEN` characters long and holds both a letter and a digit.
 pub fn redact_tokens(text: &str) -> Cow<'_, str> {
+    match redact_tokens_bytes(text.as_bytes()) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        // Only ASCII runs are replaced by ASCII, so the text stays UTF-8.
+        Cow::Owned(out) => Cow::Owned(
+            String::from_utf8(out)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        ),
+    }
+}
+
+/// [`redact_tokens`] on bytes, for a text not known to be UTF-8 (the transcript's entries,
+/// which need no validation for it). Prefixes and token characters are all ASCII, and a
+/// byte of a multi-byte character is never ASCII, so this finds exactly what the `str`
+/// version finds, and a UTF-8 text stays UTF-8.
+pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     let Some(starts) = &*TOKEN_STARTS else {
         return Cow::Borrowed(text);
     };
-    let mut out = String::new();
+    let mut out = Vec::new();
     let mut pos = 0;
     for (start, end) in starts.find_all(text) {
         if start < pos {
             continue;
         }
         let prefix = &text[start..end];
-        let boundary = text[..start]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !c.is_ascii_alphanumeric());
-        let token_len: usize = text[end..]
-            .chars()
-            .take_while(|c| is_token_char(*c))
-            .map(char::len_utf8)
-            .sum();
+        let boundary = start
+            .checked_sub(1)
+            .is_none_or(|before| !text[before].is_ascii_alphanumeric());
+        let token_len = text[end..]
+            .iter()
+            .take_while(|b| is_token_byte(**b))
+            .count();
         let token = &text[end..end + token_len];
         let credential = boundary
             && token.len() >= MIN_TOKEN_LEN
-            && token.chars().any(|c| c.is_ascii_digit())
-            && token.chars().any(|c| c.is_ascii_alphabetic());
+            && token.iter().any(u8::is_ascii_digit)
+            && token.iter().any(u8::is_ascii_alphabetic);
         if !credential {
             continue;
         }
-        let keep = if prefix == BEARER { end } else { start };
-        out.push_str(&text[pos..keep]);
-        out.push_str(REDACTED);
+        let keep = if prefix == BEARER.as_bytes() {
+            end
+        } else {
+            start
+        };
+        out.extend_from_slice(&text[pos..keep]);
+        out.extend_from_slice(REDACTED.as_bytes());
         pos = end + token_len;
     }
     if pos == 0 {
         return Cow::Borrowed(text);
     }
-    out.push_str(&text[pos..]);
+    out.extend_from_slice(&text[pos..]);
     Cow::Owned(out)
 }
 
@@ -526,6 +543,30 @@ mod tests {
 
     fn secrets() -> Secrets {
         Secrets::new([KEY, "hunter2hunter2", "ab", "default", "production"])
+    }
+
+    #[test]
+    fn token_redaction_on_bytes_matches_the_str_version() {
+        let texts = [
+            "key é sk-ant0123456789abcdefXYZ end",
+            "Bearer abcdef0123456789abcdef, ésk-ant0123456789abcdefXYZ",
+            "xsk-ant0123456789abcdefXYZ and sk-learn-compatible-models",
+        ];
+        for text in texts {
+            assert_eq!(
+                redact_tokens_bytes(text.as_bytes()).as_ref(),
+                redact_tokens(text).as_bytes()
+            );
+        }
+        // Not UTF-8: still redacted (the transcript's entries are not validated first).
+        let raw = b"\xff\xfe ghp_0123456789abcdefABCDEF \xff".to_vec();
+        let mut raw = raw;
+        raw[0] = 0xff;
+        let out = redact_tokens_bytes(&raw);
+        assert!(
+            out.windows(REDACTED.len())
+                .any(|w| w == REDACTED.as_bytes())
+        );
     }
 
     #[test]
