@@ -866,3 +866,60 @@ fn system_trees_and_the_home_are_refused_as_workspaces() {
         assert_eq!(out.status.code(), Some(71), "{dir:?}: {}", describe(&out));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The scan skips `stat` for plain files whose name matches nothing (a big tree's cost):
+// other names of a secret must still be masked, wherever they sit.
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn other_names_of_a_secret_are_masked_among_many_plain_files() {
+    for owner in owners() {
+        let fx = Fx::new(owner, false);
+        for i in 0..300 {
+            write(&fx.ws.join(format!("src/m{i:03}.rs")), "fn main() {}\n");
+        }
+        write(&fx.ws.join("mid/.env"), "TOKEN=topsecret-env\n");
+        // Before the secret in walk order, beside it, and deeper after it.
+        fs::hard_link(fx.ws.join("mid/.env"), fx.ws.join("a-notes.txt")).unwrap();
+        fs::hard_link(fx.ws.join("mid/.env"), fx.ws.join("mid/copy.txt")).unwrap();
+        write(&fx.ws.join("z/deep/er/keep.md"), "# keep\n");
+        fs::hard_link(fx.ws.join("mid/.env"), fx.ws.join("z/deep/er/x.rs")).unwrap();
+        // A secret name that is a symlink: its target and the target's other name.
+        write(&fx.ws.join("plain/target.txt"), "topsecret-key\n");
+        fs::hard_link(
+            fx.ws.join("plain/target.txt"),
+            fx.ws.join("src/zz-other.txt"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("plain/target.txt", fx.ws.join("id_rsa")).unwrap();
+        fx.own();
+        let names = [
+            "a-notes.txt",
+            "mid/copy.txt",
+            "z/deep/er/x.rs",
+            "plain/target.txt",
+            "src/zz-other.txt",
+        ];
+        let script: String = names
+            .iter()
+            .map(|n| format!("cat {n} 2>/dev/null; "))
+            .collect();
+        let who = label(owner);
+        let out = fx.confined(&script);
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert!(!seen.contains("topsecret"), "[{who}] {}", describe(&out));
+        assert!(
+            fs::read_to_string(fx.ws.join("src/m000.rs")).unwrap() == "fn main() {}\n",
+            "[{who}] plain files untouched"
+        );
+        let control = fx.unconfined(&script);
+        let seen = String::from_utf8_lossy(&control.stdout);
+        assert!(
+            seen.matches("topsecret-env").count() == 3
+                && seen.matches("topsecret-key").count() == 2,
+            "[{who}] control: {}",
+            describe(&control)
+        );
+    }
+}

@@ -31,6 +31,7 @@ enum Output {
 
 /// `coder [run-mode args]`: prints one envelope and returns its exit code.
 pub fn run_command(args: &[OsString]) -> ExitCode {
+    crate::phases::mark("coder.main");
     let output = std::panic::catch_unwind(|| run_mode(args)).unwrap_or_else(|payload| {
         let what = payload
             .downcast_ref::<&str>()
@@ -66,6 +67,7 @@ pub fn run_command(args: &[OsString]) -> ExitCode {
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "{}", envelope.to_json_line());
             let _ = stdout.flush();
+            crate::phases::mark("coder.exit");
             ExitCode::from(envelope.exit_code)
         }
     }

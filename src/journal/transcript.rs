@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::stream::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
-use crate::text::redact::{Ending, Secrets, redact_tokens};
+use crate::text::redact::{Ending, Secrets, redact_tokens_bytes};
 
 use super::Note;
 
@@ -334,10 +334,8 @@ impl Sink {
         if let Some(redacted) = self.secrets.redact_known(&bytes, Ending::Whole) {
             bytes = redacted;
         }
-        if let Ok(text) = std::str::from_utf8(&bytes)
-            && let Cow::Owned(redacted) = redact_tokens(text)
-        {
-            bytes = redacted.into_bytes();
+        if let Cow::Owned(redacted) = redact_tokens_bytes(&bytes) {
+            bytes = redacted;
         }
         bytes.push(b'\n');
         // One write and one flush per entry: a killed coder loses at most the entries

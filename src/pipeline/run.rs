@@ -222,7 +222,9 @@ async fn run_attempts(
         ));
     }
     // The change ledger's "before" (DESIGN §8), taken before anything can change.
+    crate::phases::mark("ledger.start");
     let ledger = take_snapshot(&request.workspace).await;
+    crate::phases::mark("ledger.done");
     let mut prepared =
         match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run).await {
             Ok(prepared) => prepared,
@@ -426,6 +428,7 @@ impl PreparedRun {
         let cli_home = CliHome::for_run(request, &backend, state_dir, &store)
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         cli_home.apply_env(&mut child_base_env);
+        crate::phases::mark("cli_home.done");
 
         // A confined child starts through the helper. Started now, its own start overlaps
         // with resolving the policy; it serves the first attempt (dropped unused, it just
@@ -435,6 +438,7 @@ impl PreparedRun {
             .is_confined()
             .then(|| supervise::spawn::StartedHelper::start(&request.workspace).ok())
             .flatten();
+        crate::phases::mark("helper.spawned");
 
         // The sandbox: resolved once per run here, applied by the helper to every attempt.
         let preview = child::build(request, program.clone(), child_base_env.clone());
@@ -458,6 +462,7 @@ impl PreparedRun {
             &sandbox_args,
         )
         .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
+        crate::phases::mark("policy.done");
         if let Some(policy) = &policy {
             run.warnings.extend(policy.warnings.iter().cloned());
         }

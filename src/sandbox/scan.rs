@@ -11,13 +11,18 @@
 //! the agent's own. Depth and match count are capped, and a scan over a cap is an error,
 //! because a partial list of secrets is worse than none: it looks like protection.
 //!
+//! Cost: a plain file whose name matches nothing is known from the directory listing's
+//! `d_type` alone (no `stat`), which is most of a big tree; other names (hard links) of a
+//! masked secret are then found by a second walk that runs only when a secret has more
+//! than one link ([`skips_stat`], [`other_names`]).
+//!
 //! What is read here (a `.git` file's `gitdir:`, a `commondir`) only ever *adds*
 //! protection; it never widens a grant (DESIGN §5). A protected name that does not exist
 //! yet gets a placeholder (an empty directory, or inside a git dir a symlink to a path
 //! that can never exist, which git reads as "absent") so that a mount can make it
 //! un-creatable; placeholders are removed after the run ([`Placeholder::remove`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
@@ -184,6 +189,10 @@ pub(crate) struct ScanOutput {
     /// Device and inode of every git dir guarded, and of every `.git` file or symlink
     /// held read-only: what the end-of-run git guard knows to be the user's.
     pub git_known: Vec<(u64, u64)>,
+    /// (dev, ino) of secret files masked whole that have other names (hard links): the
+    /// walk skips `stat` for plain files, so their other names are found by
+    /// [`other_names`] afterwards.
+    linked_secrets: HashSet<(u64, u64)>,
 }
 
 /// Scan `trees` for secrets (`deny`), protected names and git dirs.
@@ -216,6 +225,9 @@ pub(crate) fn scan_trees(
         limits,
     };
     scan.follow_symlinks(trees, deny, symlinks)?;
+    if !scan.out.linked_secrets.is_empty() {
+        linked = other_names(trees, &scan.out.linked_secrets, limits)?;
+    }
     scan.add_hard_links(&linked);
     Ok(out)
 }
@@ -256,14 +268,24 @@ impl Walker<'_, '_> {
                 path: here,
             });
         }
-        let names = list_dir(&dir).map_err(|e| walk_error(&here, "list", e))?;
+        let entries = list_dir_typed(&dir).map_err(|e| walk_error(&here, "list", e))?;
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
-        if self.tree.writable && !inside.secret && is_git_dir_listing(&names) {
+        if self.tree.writable
+            && !inside.secret
+            && is_git_dir_listing(entries.iter().map(|(n, _)| n))
+        {
             self.guard_git_dir(rel)?;
         }
-        for name in names {
+        for (name, hint) in entries {
             let rel_child = rel.join(&name);
+            let git_entry = name == ".git" && self.tree.writable && !inside.secret;
+            let secret = inside.secret || self.deny.is_match(&rel_child);
+            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
+            let protected = !inside.protected && protect(&rel_child);
+            if skips_stat(hint, git_entry, secret, protected) {
+                continue;
+            }
             let path = self.tree.root.join(&rel_child);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
@@ -272,13 +294,10 @@ impl Walker<'_, '_> {
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
             let kind = file_kind(&st);
-            if name == ".git" && self.tree.writable && !inside.secret {
+            if git_entry {
                 self.git_entry(dir.as_fd(), &rel_child, &st)?;
                 continue;
             }
-            let secret = inside.secret || self.deny.is_match(&rel_child);
-            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
-            let protected = !inside.protected && protect(&rel_child);
             match kind {
                 Kind::Dir => {
                     let child = || {
@@ -306,6 +325,9 @@ impl Walker<'_, '_> {
                             .push(path.clone());
                     }
                     if secret {
+                        if st.st_nlink > 1 {
+                            self.out.linked_secrets.insert((st.st_dev, st.st_ino));
+                        }
                         self.push(mask(path, MaskKind::Empty, &st, true))?;
                     } else if protected {
                         self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
@@ -685,12 +707,17 @@ impl LinkPass<'_> {
                     };
                     walker.walk(dir, rel, 0, inside)?;
                 }
-                Kind::File => push_mask(
-                    self.out,
-                    self.limits,
-                    mask(target, MaskKind::Empty, &st, true),
-                    tree.root,
-                )?,
+                Kind::File => {
+                    if st.st_nlink > 1 {
+                        self.out.linked_secrets.insert((st.st_dev, st.st_ino));
+                    }
+                    push_mask(
+                        self.out,
+                        self.limits,
+                        mask(target, MaskKind::Empty, &st, true),
+                        tree.root,
+                    )?
+                }
                 _ => {}
             }
         }
@@ -857,10 +884,10 @@ fn walk_error(path: &Path, op: &'static str, errno: Errno) -> SandboxError {
 
 /// Whether a directory with these entries is one git would take for a git dir: `HEAD`,
 /// and `commondir` or both `objects` and `refs` (git's `is_git_directory`, loosened).
-fn is_git_dir_listing(names: &[OsString]) -> bool {
+fn is_git_dir_listing<'a>(names: impl Iterator<Item = &'a OsString> + Clone) -> bool {
     let has = |n: &str| {
         names
-            .iter()
+            .clone()
             .any(|name| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
     };
     has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
@@ -886,6 +913,103 @@ fn list_dir(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
     }
     names.sort();
     Ok(names)
+}
+
+/// What a directory listing says an entry is (`d_type`), before any `stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hint {
+    /// A regular file (`DT_REG`).
+    File,
+    /// Anything else, or a file system that does not say (`DT_UNKNOWN`).
+    Other,
+}
+
+/// The entries of the directory open as `dir` with their listed type (sorted, without
+/// `.` and `..`).
+fn list_dir_typed(dir: &OwnedFd) -> Result<Vec<(OsString, Hint)>, Errno> {
+    let dup = dir
+        .try_clone()
+        .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
+    let mut stream = nix::dir::Dir::from_fd(dup)?;
+    let mut names = Vec::new();
+    for entry in stream.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            let hint = match entry.file_type() {
+                Some(nix::dir::Type::File) => Hint::File,
+                _ => Hint::Other,
+            };
+            names.push((OsStr::from_bytes(name).to_os_string(), hint));
+        }
+    }
+    names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(names)
+}
+
+/// Whether the walk may skip `stat` for an entry: a plain file the listing calls regular,
+/// whose name matches nothing, needs no mask. Its only other use was its link count (other
+/// names of a secret), which [`other_names`] finds when a masked secret has more than one.
+/// Directories, symlinks, `.git` entries, matches and untyped entries are all `stat`ed.
+/// A mount point lists as the type of what it covers, and a file can only be mounted
+/// over a file, so the type is right for mount points too.
+fn skips_stat(hint: Hint, git_entry: bool, secret: bool, protected: bool) -> bool {
+    hint == Hint::File && !git_entry && !secret && !protected
+}
+
+/// Other names, anywhere in `trees`, of the secret files in `wanted` (by dev and ino):
+/// the walk skipped `stat` for plain files, so this second walk runs only when a masked
+/// secret has more than one link, which is rare. It visits what the walk visits (no
+/// symlink is followed; `.git` entries of writable trees are the git dir's own guards'
+/// business) and `stat`s every entry.
+fn other_names(
+    trees: &[TreeScan<'_>],
+    wanted: &HashSet<(u64, u64)>,
+    limits: ScanLimits,
+) -> Result<HashMap<(u64, u64), Vec<PathBuf>>, SandboxError> {
+    let mut found: HashMap<(u64, u64), Vec<PathBuf>> = HashMap::new();
+    for tree in trees {
+        let top = open_dir_beneath(tree.fd, Path::new("."))
+            .map_err(|e| walk_error(tree.root, "open", e))?;
+        let mut pending = vec![(top, PathBuf::new(), 0usize)];
+        while let Some((dir, rel, depth)) = pending.pop() {
+            let here = tree.root.join(&rel);
+            if depth > limits.max_depth {
+                return Err(SandboxError::ScanLimit {
+                    what: "the directory depth",
+                    limit: limits.max_depth,
+                    path: here,
+                });
+            }
+            for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+                if name == ".git" && tree.writable {
+                    continue;
+                }
+                let rel_child = rel.join(&name);
+                let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                {
+                    Ok(st) => st,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(walk_error(&tree.root.join(&rel_child), "inspect", e)),
+                };
+                match file_kind(&st) {
+                    Kind::Dir => {
+                        let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                            .map_err(|e| walk_error(&tree.root.join(&rel_child), "open", e))?;
+                        pending.push((child, rel_child, depth + 1));
+                    }
+                    Kind::File if wanted.contains(&(st.st_dev, st.st_ino)) => {
+                        found
+                            .entry((st.st_dev, st.st_ino))
+                            .or_default()
+                            .push(tree.root.join(&rel_child));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 fn beneath(flags: OFlag) -> OpenHow {
@@ -1136,6 +1260,37 @@ mod tests {
         assert_eq!(
             paths(&out.masks, &ws),
             vec!["copy.txt:Empty", "real.txt:Empty", "server.key:Empty"]
+        );
+    }
+
+    /// The walk skips `stat` for unmatched plain files; other names of a secret are still
+    /// found wherever they sit (before or after the secret in walk order, deeper, inside
+    /// a secret dir's sibling, behind a symlinked secret), and a plain file with several
+    /// names but no secret among them stays unmasked.
+    #[test]
+    fn other_names_of_secrets_are_found_without_stat_of_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        fs::create_dir_all(ws.join("a/b/c")).unwrap();
+        fs::create_dir_all(ws.join("z")).unwrap();
+        fs::write(ws.join("a/b/c/notes.txt"), "secret").unwrap();
+        fs::hard_link(ws.join("a/b/c/notes.txt"), ws.join("z/id_rsa")).unwrap();
+        fs::hard_link(ws.join("a/b/c/notes.txt"), ws.join("0first.txt")).unwrap();
+        fs::write(ws.join("target.txt"), "t").unwrap();
+        fs::hard_link(ws.join("target.txt"), ws.join("a/other.txt")).unwrap();
+        std::os::unix::fs::symlink("target.txt", ws.join(".env")).unwrap();
+        fs::write(ws.join("plain.txt"), "p").unwrap();
+        fs::hard_link(ws.join("plain.txt"), ws.join("a/plain2.txt")).unwrap();
+        let out = scan(&ws, &globs(), &[], false).unwrap();
+        assert_eq!(
+            paths(&out.masks, &ws),
+            vec![
+                "0first.txt:Empty",
+                "a/b/c/notes.txt:Empty",
+                "a/other.txt:Empty",
+                "target.txt:Empty",
+                "z/id_rsa:Empty",
+            ]
         );
     }
 

@@ -165,6 +165,7 @@ pub async fn run_attempt(
         Err(end) => return end,
     };
     let watched = watch(&mut running, limits, observation, signals, journal).await;
+    crate::phases::mark("child.drained");
     finish(running, watched, limits, observation, journal).await
 }
 
@@ -201,6 +202,7 @@ impl LineQueue {
     ) -> bool {
         match msg {
             Some(PipeMsg::Line(pipe, line, _queued)) => {
+                crate::phases::mark_first_line();
                 let decoded = observation.observe_line(pipe, &line);
                 journal.line(pipe, &line, decoded.as_ref());
                 if let Some(Decoded {
@@ -277,6 +279,7 @@ async fn start(
         stdout,
         stderr,
     } = spawned.map_err(|e| ended(StopCause::SpawnFailed(e), KillReport::default()))?;
+    crate::phases::mark("child.spawned");
     let guard = TreeGuard { pid: Some(pid) };
     for pipe in [stdout.as_fd(), stderr.as_fd()] {
         // Best effort: a smaller pipe only costs throughput.
@@ -394,6 +397,7 @@ async fn watch(
                 }
             }
             status = child.wait(), if !child_gone => {
+                crate::phases::mark("child.exited");
                 child_gone = true;
                 exit_status = status.ok();
                 let at = Instant::now() + AFTER_EXIT_DRAIN;
