@@ -110,6 +110,8 @@ pub fn resolve_backend_allowing_missing_key(
                 .as_ref()
                 .map(|f| f.allow_hosts.clone())
                 .unwrap_or_default(),
+            store: file.as_ref().and_then(|f| f.store.clone()),
+            max_concurrent: profile.max_concurrent,
             config_file: file.map(|f| f.path),
             warnings,
             name,

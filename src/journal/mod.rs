@@ -85,6 +85,9 @@ pub enum Note<'a> {
     Repair(Value),
     /// The run ended: the envelope's gist.
     Outcome(Value),
+    /// The run waits for a slot on its backend (`state: waiting`), or got one after waiting
+    /// (`state: admitted`, with `queue_ms`).
+    Queued(Value),
 }
 
 impl Note<'_> {
@@ -103,6 +106,7 @@ impl Note<'_> {
             Note::Fallback(_) => "fallback",
             Note::Repair(_) => "repair",
             Note::Outcome(_) => "outcome",
+            Note::Queued(_) => "queued",
         }
     }
 
@@ -115,7 +119,8 @@ impl Note<'_> {
             | Note::Verify(data)
             | Note::Changes(data)
             | Note::Fallback(data)
-            | Note::Repair(data) => data,
+            | Note::Repair(data)
+            | Note::Queued(data) => data,
             Note::Attempt {
                 attempt,
                 session_id,

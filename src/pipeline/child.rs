@@ -273,6 +273,7 @@ mod tests {
             quiet: true,
             max_turns: None,
             checks: Default::default(),
+            store: Default::default(),
         }
     }
 

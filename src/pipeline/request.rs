@@ -123,6 +123,10 @@ pub struct RunArgs {
     #[command(flatten, next_help_heading = "Backend")]
     pub backend: BackendArgs,
 
+    /// The store shared by many runs: slots, cooldowns, routing.
+    #[command(flatten, next_help_heading = "Store")]
+    pub store: crate::store::StoreArgs,
+
     /// Structure added around the task (contract, guardrails, codex, lists).
     #[command(flatten, next_help_heading = "Prompt")]
     pub prompt_framing: PromptArgs,
@@ -305,6 +309,8 @@ pub struct RunRequest {
     pub max_turns: Option<u32>,
     /// Changes, verify, repair and scope (DESIGN §8).
     pub checks: OutcomeChecks,
+    /// Where slots, cooldowns and the routing ledger live (DESIGN §10).
+    pub store: crate::store::StoreArgs,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -458,6 +464,7 @@ impl RunArgs {
             quiet: self.quiet,
             max_turns,
             checks,
+            store: self.store,
         })
     }
 
