@@ -186,6 +186,62 @@ fn a_killed_coders_slot_comes_back_when_its_lease_expires() {
     );
 }
 
+/// The heartbeat renews a live run's lease: with a 1 s lease, a run holding its slot for
+/// several leases keeps it, and the queued run waits the whole time.
+#[test]
+fn a_live_run_keeps_its_slot_past_the_lease_and_a_queued_run_can_be_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("shared.db");
+    let config = config_with_limit(dir.path(), 1);
+    let holder = Fake::new(json!([
+        {"step": "init"},
+        {"step": "touch", "path": "running"},
+        {"step": "wait_file", "path": "release", "timeout": 60},
+        {"step": "result", "text": "held"},
+    ]));
+    let waiter = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "waited"}]));
+    let a = on_store(&holder, &store, &config)
+        .env("CODER_SLOT_LEASE_S", "1")
+        .deadline(Duration::from_secs(90))
+        .arg("hold")
+        .spawn();
+    holder.wait_for_file("running", Duration::from_secs(30));
+    let b = on_store(&waiter, &store, &config)
+        .env("CODER_SLOT_LEASE_S", "1")
+        .deadline(Duration::from_secs(90))
+        .arg("wait")
+        .spawn();
+    wait_for_note(&waiter.state_dir(), "queued", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(
+        !waiter.has_record(),
+        "the queued run started while the holder was alive: its lease was not renewed"
+    );
+    // SIGTERM while queued: cancelled, and the CLI never started.
+    b.signal(Signal::SIGTERM);
+    let out = b.wait();
+    out.assert_failure("cancelled", 143);
+    assert!(
+        out.envelope["error_detail"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("slot")),
+        "{}",
+        out.explain()
+    );
+    assert!(!waiter.has_record());
+    std::fs::write(holder.file("release"), "go").unwrap();
+    a.wait().assert_success("held");
+    // The holder released its slot at the end: the next run does not wait.
+    let out = on_store(&waiter, &store, &config).arg("again").run();
+    out.assert_success("waited");
+    assert!(
+        out.envelope["metrics"]["queue_ms"]
+            .as_u64()
+            .unwrap_or(u64::MAX)
+            < 2_000
+    );
+}
+
 #[test]
 fn a_quota_failure_cools_the_backend_and_the_next_run_fails_fast() {
     let dir = tempfile::tempdir().unwrap();

@@ -304,6 +304,21 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_store_and_slot_limits() {
+        let f =
+            parse("store = \"postgres://coder@db/coder\"\n[backends.glm]\nmax_concurrent = 3\n")
+                .unwrap();
+        assert_eq!(f.store.as_deref(), Some("postgres://coder@db/coder"));
+        assert_eq!(f.backends["glm"].profile.max_concurrent, Some(3));
+        assert_eq!(
+            crate::config::preset::builtin("glm").and_then(|p| p.max_concurrent),
+            Some(1),
+            "GLM presets allow one run at a time"
+        );
+        assert!(parse("[backends.x]\nmax_concurrent = -1\n").is_err());
+    }
+
+    #[test]
     fn unknown_key_is_reported_with_its_line() {
         let err = parse("[backends.x]\nmodel = \"m\"\nbse_url = \"https://h\"\n").unwrap_err();
         let msg = err.to_string();
