@@ -567,6 +567,25 @@ fn a_store_from_a_newer_coder_is_refused() {
 }
 
 #[test]
+fn a_store_inside_the_workspace_is_refused() {
+    let fake = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "ran"}]));
+    for store in [
+        fake.workspace().join("coder.db"),
+        fake.workspace().join("new/dir/coder.db"),
+    ] {
+        let out = fake.coder().arg("--store").arg(&store).arg("x").run();
+        let detail = out.assert_failure("config_error", 78);
+        assert!(
+            detail["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("inside the workspace")),
+            "{detail}"
+        );
+    }
+    assert!(!fake.has_record());
+}
+
+#[test]
 fn an_unknown_store_scheme_is_a_config_error() {
     let fake = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "ran"}]));
     let out = fake

@@ -68,6 +68,7 @@ const QUEUE_POLL: Duration = Duration::from_millis(400);
 pub async fn admit(
     args: &StoreArgs,
     backend: &ResolvedBackend,
+    workspace: &std::path::Path,
     state_dir: &std::path::Path,
     deadline: Option<Instant>,
     signals: &mut CancelSignals,
@@ -76,6 +77,7 @@ pub async fn admit(
 ) -> Result<Admission, Refusal> {
     let location = Location::resolve(args, backend.store(), backend.config_file(), state_dir)
         .map_err(|e| refuse(ErrorKind::ConfigError, e.to_string(), None))?;
+    refuse_inside_workspace(&location, workspace)?;
     let limit = backend.max_concurrent().filter(|n| *n > 0);
     let mut admission = Admission {
         backend: backend.name().to_owned(),
@@ -165,6 +167,38 @@ impl Admission {
                 .push(format!("cannot record the backend's cooldown: {e}"));
         }
     }
+}
+
+/// A SQLite store inside the workspace would let the agent rewrite what every later run
+/// trusts (slots, cooldowns, the routing ledger): refused, like `--transcript` there.
+fn refuse_inside_workspace(
+    location: &Location,
+    workspace: &std::path::Path,
+) -> Result<(), Refusal> {
+    let Location::Sqlite(path) = location else {
+        return Ok(());
+    };
+    // The nearest existing ancestor, resolved (the file itself may not exist yet).
+    let resolved = path
+        .ancestors()
+        .find_map(|a| a.canonicalize().ok().map(|c| (a, c)))
+        .map(|(a, c)| c.join(path.strip_prefix(a).unwrap_or(std::path::Path::new(""))));
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_owned());
+    if resolved.is_some_and(|p| p.starts_with(&workspace)) {
+        return Err(refuse(
+            ErrorKind::ConfigError,
+            format!(
+                "the store {} lies inside the workspace, where the agent could rewrite it",
+                path.display()
+            ),
+            Some(
+                "put the store outside the workspace (the default is <state>/coder.db)".to_owned(),
+            ),
+        ));
+    }
+    Ok(())
 }
 
 async fn open(location: Location) -> Result<Arc<Store>, StoreError> {

@@ -236,6 +236,7 @@ async fn run_attempts(
     let admission = match admission::admit(
         &request.store,
         &prepared.backend,
+        &request.workspace,
         state_dir,
         run.limits.deadline,
         &mut signals,
