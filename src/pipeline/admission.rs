@@ -21,7 +21,8 @@ use crate::exit::ErrorKind;
 use crate::journal::{Journal, Note};
 use crate::pipeline::envelope::Envelope;
 use crate::pipeline::provider::{self, Provider, ProviderAction, ProviderClass, ProviderError};
-use crate::store::{self, Cooldown, Location, SlotGuard, Store, StoreArgs, StoreError};
+use crate::pipeline::request::RunRequest;
+use crate::store::{self, Cooldown, Location, SlotGuard, Store, StoreError};
 use crate::supervise::CancelSignals;
 
 /// Why a run does not start.
@@ -66,15 +67,15 @@ const QUEUE_POLL: Duration = Duration::from_millis(400);
 
 /// Admits the run on `backend`: cooldown check, then a slot when the backend has a limit.
 pub async fn admit(
-    args: &StoreArgs,
+    request: &RunRequest,
     backend: &ResolvedBackend,
-    workspace: &std::path::Path,
     state_dir: &std::path::Path,
     deadline: Option<Instant>,
     signals: &mut CancelSignals,
     journal: &mut dyn Journal,
     warnings: &mut Vec<String>,
 ) -> Result<Admission, Refusal> {
+    let (args, workspace) = (&request.store, &request.workspace);
     let location = Location::resolve(args, backend.store(), backend.config_file(), state_dir)
         .map_err(|e| refuse(ErrorKind::ConfigError, e.to_string(), None))?;
     refuse_inside_workspace(&location, workspace)?;

@@ -234,9 +234,8 @@ async fn run_attempts(
         };
     // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
     let admission = match admission::admit(
-        &request.store,
+        request,
         &prepared.backend,
-        &request.workspace,
         state_dir,
         run.limits.deadline,
         &mut signals,
