@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod replay;
 pub mod routing;
 pub mod sandbox;
+pub mod store;
 pub mod stream;
 pub mod supervise;
 pub mod text;

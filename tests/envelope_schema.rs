@@ -210,6 +210,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         backend: Some("b".into()),
         model: Some("m".into()),
         cli_version: Some("v".into()),
+        queue_ms: Some(1),
         ..Metrics::default()
     };
     assert_schema_matches(

@@ -97,17 +97,28 @@ impl Fx {
         self.command(&all).output_bounded()
     }
 
-    fn ledger(&self) -> PathBuf {
-        self.root.join("state/routing-ledger.jsonl")
-    }
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    /// The routing rows of the run's store (the default SQLite file), oldest first:
+    /// `{chosen, propensity, outcome}`.
+    fn choices(&self) -> Vec<Value> {
+        let db = self.root.join("state/coder.db");
+        if !db.exists() {
+            return Vec::new();
+        }
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT chosen, propensity, outcome FROM routing_choices ORDER BY at_ms")
+            .unwrap();
+        stmt.query_map([], |row| {
+            Ok(serde_json::json!({
+                "chosen": row.get::<_, String>(0)?,
+                "propensity": row.get::<_, f64>(1)?,
+                "outcome": row.get::<_, Option<String>>(2)?,
+            }))
+        })
+        .unwrap()
+        .map(Result::unwrap)
         .collect()
+    }
 }
 
 #[test]
@@ -126,16 +137,16 @@ fn a_routed_run_reports_its_choice_and_records_it_with_its_outcome() {
     assert!(p > 0.0 && p <= 1.0);
     let chosen = routing["chosen"].as_str().unwrap();
     assert_eq!(env["success"], chosen == "deepseek", "{env}");
-    let recorded = lines(&fx.ledger());
-    assert_eq!(recorded.len(), 2, "{recorded:?}");
-    assert_eq!(recorded[0]["choice"]["chosen"], chosen);
-    assert_eq!(recorded[0]["choice"]["propensity"].as_f64().unwrap(), p);
+    let recorded = fx.choices();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["chosen"], chosen);
+    assert_eq!(recorded[0]["propensity"].as_f64().unwrap(), p);
     let verdict = if chosen == "deepseek" {
         "success"
     } else {
         "failure"
     };
-    assert_eq!(recorded[1]["outcome"]["verdict"], verdict);
+    assert_eq!(recorded[0]["outcome"], verdict);
 
     let stats = fx.route(&["stats", "--json"]);
     let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
@@ -144,7 +155,7 @@ fn a_routed_run_reports_its_choice_and_records_it_with_its_outcome() {
     let out = fx.route(&["forget"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("forgot 1"));
-    assert!(lines(&fx.ledger()).is_empty());
+    assert!(fx.choices().is_empty());
 }
 
 /// A resumed session goes back to the backend it was made on, whatever the policy would
@@ -248,8 +259,8 @@ fn routing_off_pins_the_default_and_unknown_backends_are_config_errors() {
     let out = cmd.output_bounded();
     let env: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(env["error_kind"], "verify_failed", "{env}");
-    let recorded = lines(&fx.ledger());
-    assert_eq!(recorded.last().unwrap()["outcome"]["verdict"], "failure");
+    let recorded = fx.choices();
+    assert_eq!(recorded.last().unwrap()["outcome"], "failure");
 
     let (env, out) = fx.run("auto:glm,nosuch", 1, &[]);
     assert_eq!(env["error_kind"], "config_error", "{env}");
@@ -271,4 +282,40 @@ fn check_schema(envelope: &Value) {
         .map(|e| e.to_string())
         .collect();
     assert!(errors.is_empty(), "{errors:?} in {envelope}");
+}
+
+/// A backend in a cooldown in the shared store is skipped by `auto` and reported as
+/// cooling; the run goes to the other candidate whatever the seed.
+#[test]
+fn auto_skips_a_backend_cooling_in_the_store() {
+    let fx = Fx::new("deepseek");
+    let store = coder::store::Store::open(&coder::store::Location::Sqlite(
+        fx.root.join("state/coder.db"),
+    ))
+    .unwrap();
+    let until = coder::store::now_ms() + 3_600_000;
+    store
+        .set_cooldown(&coder::store::Cooldown {
+            backend: "glm".into(),
+            until_ms: until,
+            retry_at: coder::store::format_utc(until),
+            class: "quota_exhausted".into(),
+            provider: "zai".into(),
+            code: Some("1308".into()),
+            http_status: Some(429),
+            message: "quota used up".into(),
+            set_by: "test".into(),
+        })
+        .unwrap();
+    drop(store);
+    for seed in 1..=4 {
+        let (env, out) = fx.run("auto:glm,deepseek", seed, &[]);
+        assert_eq!(env["routing"]["chosen"], "deepseek", "seed {seed}: {out:?}");
+        assert_eq!(
+            env["routing"]["cooling"],
+            serde_json::json!(["glm"]),
+            "{env}"
+        );
+        assert_eq!(env["success"], true, "{env}");
+    }
 }

@@ -9,7 +9,9 @@ use serde_json::json;
 
 use crate::exit::ErrorKind;
 use crate::pipeline::request::RunArgs;
+use crate::routing::ledger::Ledger as _;
 use crate::routing::{self, RouteContext, policy};
+use crate::store::StoreArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,6 +21,8 @@ use crate::routing::{self, RouteContext, policy};
 struct RouteArgs {
     #[command(subcommand)]
     command: RouteCommand,
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,7 +54,13 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
         Ok(dir) => dir,
         Err(e) => return fail(&e.to_string()),
     };
-    let ledger = match routing::open_ledger(&state_dir) {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let ledger = match routing::open_store(
+        &state_dir,
+        &parsed.store,
+        &crate::config::BackendArgs::default(),
+        &env,
+    ) {
         Ok(l) => l,
         Err(e) => return fail(&e.to_string()),
     };
@@ -148,6 +158,7 @@ fn explain(mut run_args: Vec<OsString>, state_dir: &std::path::Path) -> ExitCode
         args: &request.backend,
         env: &env,
         state_dir,
+        store: &request.store,
         input: crate::pipeline::many::bucket_input(&request),
         run_id: "explain",
         session_backend: None,

@@ -7,9 +7,11 @@
 //! pass_env = ["CARGO_HOME"]          # extra caller variables the child may see
 //! deny = ["**/*.tfstate"]            # more non-accessible globs (added to the defaults)
 //! allow_hosts = ["@crates", "internal.example:8443"]  # more hosts the sandbox proxy allows
+//! store = "postgres://coder@db.internal/coder"  # slots, cooldowns, routing (default: SQLite)
 //!
 //! [backends.glm]                     # same name as a preset: changes that preset
 //! model = "glm-4.7"
+//! max_concurrent = 2                 # runs at once on this backend (presets: GLM 1)
 //!
 //! [backends.work]
 //! preset = "deepseek"                # start from a preset
@@ -48,6 +50,9 @@ pub struct ConfigFile {
     /// Top-level `allow_hosts`: more destinations for the sandbox's egress proxy
     /// (`--allow-host` values, presets included).
     pub allow_hosts: Vec<String>,
+    /// Top-level `store`: where slots, cooldowns and the routing ledger live (a path or
+    /// `postgres://…` URL; see `crate::store`).
+    pub store: Option<String>,
     pub backends: BTreeMap<String, FileBackend>,
     /// Whether the file is readable by users other than its owner.
     pub readable_by_others: bool,
@@ -76,6 +81,7 @@ struct RawFile {
     deny: Vec<String>,
     #[serde(default)]
     allow_hosts: Vec<String>,
+    store: Option<String>,
     #[serde(default)]
     backends: BTreeMap<String, Spanned<RawProfile>>,
 }
@@ -120,6 +126,7 @@ struct RawProfile {
     env: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
     pass_env: Vec<String>,
+    max_concurrent: Option<u32>,
 }
 
 /// 1-based line of a byte offset.
@@ -226,6 +233,7 @@ impl ConfigFile {
                 cassette: raw.cassette.map(|c| base_dir.join(c)),
                 env,
                 pass_env: raw.pass_env,
+                max_concurrent: raw.max_concurrent,
             };
             backends.insert(
                 name,
@@ -250,6 +258,7 @@ impl ConfigFile {
             pass_env: raw.pass_env,
             deny: raw.deny,
             allow_hosts: raw.allow_hosts,
+            store: raw.store,
             backends,
             readable_by_others: false,
         })
@@ -292,6 +301,21 @@ mod tests {
         assert_eq!(b.base_url_line, Some(5));
         assert_eq!(b.profile.cassette, Some(PathBuf::from("/etc/coder/c.json")));
         assert_eq!(b.profile.env["A"], "1");
+    }
+
+    #[test]
+    fn reads_the_store_and_slot_limits() {
+        let f =
+            parse("store = \"postgres://coder@db/coder\"\n[backends.glm]\nmax_concurrent = 3\n")
+                .unwrap();
+        assert_eq!(f.store.as_deref(), Some("postgres://coder@db/coder"));
+        assert_eq!(f.backends["glm"].profile.max_concurrent, Some(3));
+        assert_eq!(
+            crate::config::preset::builtin("glm").and_then(|p| p.max_concurrent),
+            Some(1),
+            "GLM presets allow one run at a time"
+        );
+        assert!(parse("[backends.x]\nmax_concurrent = -1\n").is_err());
     }
 
     #[test]

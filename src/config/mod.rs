@@ -27,7 +27,7 @@ pub use env::child_environment;
 pub use error::ConfigError;
 pub use file::ConfigFile;
 pub use preset::{AuthScheme, BUILTIN_NAMES, BackendKind, DEFAULT_CLI_MAX_RETRIES, Workaround};
-pub use resolve::{resolve_backend_allowing_missing_key, routing_names};
+pub use resolve::{resolve_backend_allowing_missing_key, routing_names, store_setting};
 pub use url::{Endpoint, Scheme};
 
 use env::EnvView;
@@ -147,6 +147,10 @@ pub struct ResolvedBackend {
     deny_globs: Vec<String>,
     /// The config file's `allow_hosts`, for the sandbox's egress proxy.
     allow_hosts: Vec<String>,
+    /// The config file's `store`.
+    store: Option<String>,
+    /// The profile's `max_concurrent`.
+    max_concurrent: Option<u32>,
     warnings: Vec<String>,
 }
 
@@ -290,6 +294,16 @@ impl ResolvedBackend {
             args.push(text.into());
         }
         args
+    }
+
+    /// The config file's `store` (see `crate::store`).
+    pub fn store(&self) -> Option<&str> {
+        self.store.as_deref()
+    }
+
+    /// How many runs may use this backend at once (slots, DESIGN §10); `None`: no limit.
+    pub fn max_concurrent(&self) -> Option<u32> {
+        self.max_concurrent
     }
 
     /// Non-accessible globs the config file adds to the sandbox's defaults (`deny`).

@@ -94,6 +94,9 @@ pub struct Profile {
     pub env: BTreeMap<String, String>,
     /// Names (or `PREFIX*` patterns) of caller variables to pass through; added up across layers.
     pub pass_env: Vec<String>,
+    /// How many runs may use this backend at once, across every coder sharing the store
+    /// (DESIGN §10 slots); `None`: no limit.
+    pub max_concurrent: Option<u32>,
 }
 
 impl Profile {
@@ -122,6 +125,7 @@ impl Profile {
         set(&mut self.disallowed_tools, top.disallowed_tools);
         set(&mut self.append_system_prompt, top.append_system_prompt);
         set(&mut self.cassette, top.cassette);
+        set(&mut self.max_concurrent, top.max_concurrent);
         self.env.extend(top.env);
         self.pass_env.extend(top.pass_env);
     }
@@ -185,6 +189,8 @@ fn glm(description: &str, base_url: &str, key_env: &str) -> Profile {
         haiku_model: s("glm-4.5-air"),
         subagent_model: s("glm-4.7"),
         api_timeout_ms: Some(3_000_000),
+        // GLM Coding Plan concurrency is reported as 1 request in flight per key.
+        max_concurrent: Some(1),
         ..vendor(description, base_url, key_env)
     }
 }

@@ -110,6 +110,8 @@ pub fn resolve_backend_allowing_missing_key(
                 .as_ref()
                 .map(|f| f.allow_hosts.clone())
                 .unwrap_or_default(),
+            store: file.as_ref().and_then(|f| f.store.clone()),
+            max_concurrent: profile.max_concurrent,
             config_file: file.map(|f| f.path),
             warnings,
             name,
@@ -134,6 +136,20 @@ pub fn routing_names(
         .map(|f| f.backends.into_keys().collect())
         .unwrap_or_default();
     Ok((default, tables))
+}
+
+/// The config file's top-level `store` and the file's path (relative store paths are taken
+/// from its folder), for the callers that need the store before a backend is resolved.
+pub fn store_setting(
+    args: &BackendArgs,
+    process_env: &[(OsString, OsString)],
+) -> Result<(Option<String>, Option<PathBuf>), ConfigError> {
+    let location = config_file_location(args, process_env);
+    let file = load_config_file(args, process_env)?;
+    Ok(match file {
+        Some(f) => (f.store, location.map(|l| l.path)),
+        None => (None, None),
+    })
 }
 
 fn load_config_file(

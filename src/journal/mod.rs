@@ -87,6 +87,9 @@ pub enum Note<'a> {
     GitGuard(Value),
     /// The run ended: the envelope's gist.
     Outcome(Value),
+    /// The run waits for a slot on its backend (`state: waiting`), or got one after waiting
+    /// (`state: admitted`, with `queue_ms`).
+    Queued(Value),
 }
 
 impl Note<'_> {
@@ -106,6 +109,7 @@ impl Note<'_> {
             Note::Repair(_) => "repair",
             Note::GitGuard(_) => "git_guard",
             Note::Outcome(_) => "outcome",
+            Note::Queued(_) => "queued",
         }
     }
 
@@ -119,7 +123,8 @@ impl Note<'_> {
             | Note::Changes(data)
             | Note::Fallback(data)
             | Note::Repair(data)
-            | Note::GitGuard(data) => data,
+            | Note::GitGuard(data)
+            | Note::Queued(data) => data,
             Note::Attempt {
                 attempt,
                 session_id,

@@ -276,6 +276,7 @@ mod tests {
             worktree: None,
             task_title: "task".into(),
             targets: 0,
+            store: Default::default(),
         }
     }
 

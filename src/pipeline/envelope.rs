@@ -159,6 +159,9 @@ pub struct Metrics {
     pub model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cli_version: Option<String>,
+    /// Milliseconds the run waited for a slot on its backend (`max_concurrent`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<u64>,
 }
 
 impl Metrics {

@@ -52,6 +52,7 @@ pub fn begin(
             args: &request.backend,
             env: &env,
             state_dir,
+            store: &request.store,
             input: bucket_input(request),
             run_id,
             session_backend: match request.session {

@@ -9,6 +9,7 @@
 //! (`commands::run`). Nothing here confines or spawns processes; that is the sandbox's and
 //! the supervisor's.
 
+pub mod admission;
 pub mod child;
 pub mod cli_home;
 pub mod envelope;

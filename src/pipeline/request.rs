@@ -123,6 +123,10 @@ pub struct RunArgs {
     #[command(flatten, next_help_heading = "Backend")]
     pub backend: BackendArgs,
 
+    /// The store shared by many runs: slots, cooldowns, routing.
+    #[command(flatten, next_help_heading = "Store")]
+    pub store: crate::store::StoreArgs,
+
     /// Structure added around the task (contract, guardrails, codex, lists).
     #[command(flatten, next_help_heading = "Prompt")]
     pub prompt_framing: PromptArgs,
@@ -328,6 +332,8 @@ pub struct RunRequest {
     pub task_title: String,
     /// How many targets the task names (`--target` items and `--scope` globs): routing.
     pub targets: usize,
+    /// Where slots, cooldowns and the routing ledger live (DESIGN §10).
+    pub store: crate::store::StoreArgs,
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -493,6 +499,7 @@ impl RunArgs {
             worktree: self.many.worktree.then_some(self.many.worktree_base),
             task_title,
             targets,
+            store: self.store,
         })
     }
 

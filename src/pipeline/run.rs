@@ -16,6 +16,7 @@ use crate::exit::{ErrorKind, cancelled_exit_code};
 use crate::journal::progress::{self, Progress};
 use crate::journal::transcript::{self, Transcript};
 use crate::journal::{Journal, Note};
+use crate::pipeline::admission;
 use crate::pipeline::child;
 use crate::pipeline::cli_home::CliHome;
 use crate::pipeline::envelope::{AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics};
@@ -185,6 +186,12 @@ impl Journal for RunJournal {
     }
 
     fn note(&mut self, note: Note<'_>) {
+        if let (Note::Queued(data), Some(progress)) = (&note, self.progress.as_mut()) {
+            progress.set_phase(match data["state"].as_str() {
+                Some("waiting") => "queued: waiting for a slot",
+                _ => "starting claude",
+            });
+        }
         self.transcript.note(note);
     }
 }
@@ -234,6 +241,26 @@ async fn run_attempts(
                 return envelope;
             }
         };
+    // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
+    let admission = match admission::admit(
+        request,
+        &prepared.backend,
+        state_dir,
+        run.limits.deadline,
+        &mut signals,
+        journal,
+        &mut run.warnings,
+    )
+    .await
+    {
+        Ok(admission) => admission,
+        Err(refusal) => {
+            let mut envelope = run.refused(refusal);
+            let exclude = prepared.placeholders(request);
+            attach_changes(&mut envelope, ledger.as_ref(), request, &exclude, journal).await;
+            return envelope;
+        }
+    };
     let baseline = match &request.checks.verify {
         Some(verify) if verify.baseline => {
             match prepared
@@ -266,8 +293,11 @@ async fn run_attempts(
             journal,
         )
         .await;
-    // Last: every sandboxed process of the run (agent, checks, repairs) is gone.
-    prepared.guard_git(envelope, &run, journal)
+    // Every sandboxed process of the run (agent, checks, repairs) is gone.
+    let mut envelope = prepared.guard_git(envelope, &run, journal);
+    // Last: the slot is released and a quota failure starts the backend's cooldown.
+    admission.finish(&mut envelope).await;
+    envelope
 }
 
 impl PreparedRun {
@@ -879,6 +909,7 @@ impl Run {
             backend: Some(self.backend.clone()),
             model: observation.model.clone(),
             cli_version: observation.cli_version.clone(),
+            queue_ms: None,
         }
     }
 
@@ -1475,5 +1506,30 @@ impl Run {
         );
         envelope.exit_code = cancelled_exit_code(signo);
         envelope
+    }
+}
+
+impl Run {
+    /// The envelope of a run admission refused (a cooling backend, no store, no slot in
+    /// time, or a signal while queued).
+    fn refused(&self, refusal: admission::Refusal) -> Envelope {
+        match refusal {
+            admission::Refusal::Cancelled(signo) => {
+                self.cancelled_outside_attempt(signo, "the wait for a backend slot")
+            }
+            admission::Refusal::Fail(refused) => {
+                let refused = *refused;
+                let mut envelope = self.early_envelope(
+                    refused.kind,
+                    refused.summary,
+                    refused.message,
+                    refused.hint,
+                );
+                if let Some(detail) = envelope.error_detail.as_mut() {
+                    detail.provider_error = refused.provider_error;
+                }
+                envelope
+            }
+        }
     }
 }

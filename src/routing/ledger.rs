@@ -52,3 +52,19 @@ pub trait Ledger: Send + Sync {
     /// Forgets what was learned about one backend, or about all; returns rows removed.
     fn forget(&self, backend: Option<&str>) -> Result<u64, LedgerError>;
 }
+
+/// A shared store is a ledger too (the run keeps one handle for routing and admission).
+impl<T: Ledger + ?Sized> Ledger for std::sync::Arc<T> {
+    fn record_choice(&self, choice: &Choice) -> Result<(), LedgerError> {
+        (**self).record_choice(choice)
+    }
+    fn record_outcome(&self, run_id: &str, verdict: Verdict) -> Result<(), LedgerError> {
+        (**self).record_outcome(run_id, verdict)
+    }
+    fn tallies(&self, backends: &[String]) -> Result<Vec<Tally>, LedgerError> {
+        (**self).tallies(backends)
+    }
+    fn forget(&self, backend: Option<&str>) -> Result<u64, LedgerError> {
+        (**self).forget(backend)
+    }
+}

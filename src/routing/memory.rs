@@ -1,7 +1,7 @@
 //! Ledgers that are not the store: [`MemoryLedger`] (unit tests, the simulation) and
-//! [`FileLedger`], an append-only JSON-lines file in coder's state directory that serves as
-//! the persistent ledger until the store (SQLite/PostgreSQL, DESIGN §10) replaces it
-//! through [`super::open_ledger`].
+//! [`FileLedger`], an append-only JSON-lines file: the recorded ledger format in which the
+//! simulation writes and re-reads its runs. Real runs record to the store
+//! ([`super::open_store`]).
 //!
 //! The file format is also the "recorded ledger format" the simulation writes and reads
 //! (`scripts/route-sim`), one JSON object a line:

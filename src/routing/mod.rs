@@ -4,8 +4,8 @@
 //! is pure logic over tallies; the request's class is its [`bucket`]; what it learns from
 //! is a [`ledger::Ledger`]. This module's glue turns a run's `--backend auto[:a,b]` into a
 //! concrete backend name before the backend is resolved, and feeds the run's outcome back
-//! afterwards. It never opens a database itself: the ledger and the cooldown check come
-//! from [`open_ledger`] and [`cooling_check`], the two points where the store plugs in.
+//! afterwards. The policy only sees the [`ledger::Ledger`] trait and a cooling predicate;
+//! both come from the store ([`open_store`]).
 
 pub mod bucket;
 pub mod ledger;
@@ -16,38 +16,33 @@ pub mod sim;
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::config::{self, BackendArgs};
+use crate::store::{Location, Store, StoreArgs};
 use bucket::{Bucket, BucketInput};
 use ledger::{Choice, Ledger, LedgerError, Verdict};
 use policy::{Decision, PolicyKind};
 use rng::Rng;
 
-/// The ledger file until the store replaces it (see [`open_ledger`]).
-pub const LEDGER_FILE: &str = "routing-ledger.jsonl";
-
 /// The backends plain `auto` considers, besides the config file's own `[backends.NAME]`
 /// tables; only those whose key is set take part.
 pub const AUTO_PRESETS: [&str; 3] = ["glm", "deepseek", "minimax"];
 
-/// The persistent routing ledger of the state directory `state_dir`.
-///
-/// MERGE POINT: the store (src/store/) replaces this body with its own ledger (opened
-/// from `--store`/`CODER_STORE`/`<state>/coder.db`); everything else in coder only sees
-/// the returned `dyn Ledger`.
-pub fn open_ledger(state_dir: &Path) -> Result<Box<dyn Ledger>, LedgerError> {
-    Ok(Box::new(memory::FileLedger::new(
-        state_dir.join(LEDGER_FILE),
-    )))
-}
-
-/// Whether a backend is in a quota/rate-limit cooldown (it is skipped by `auto`).
-///
-/// MERGE POINT: the store's `is_cooling` goes here; until then nothing is cooling.
-pub fn cooling_check(_state_dir: &Path) -> Box<dyn Fn(&str) -> bool + Send + Sync> {
-    Box::new(|_| false)
+/// The store routing learns from and records to: `--store`/`CODER_STORE`, else the
+/// config file's `store`, else `<state>/coder.db` — the same store that holds the slots
+/// and cooldowns, so every coder sharing a store learns from every routed run.
+pub fn open_store(
+    state_dir: &Path,
+    store: &StoreArgs,
+    args: &BackendArgs,
+    env: &[(OsString, OsString)],
+) -> Result<Arc<Store>, LedgerError> {
+    let (url, file) = config::store_setting(args, env).map_err(|e| LedgerError(e.to_string()))?;
+    let location = Location::resolve(store, url.as_deref(), file.as_deref(), state_dir)?;
+    Ok(Arc::new(Store::open(&location)?))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +175,8 @@ pub struct RouteContext<'a> {
     pub args: &'a BackendArgs,
     pub env: &'a [(OsString, OsString)],
     pub state_dir: &'a Path,
+    /// `--store` / `CODER_STORE`: where the ledger and cooldowns live.
+    pub store: &'a StoreArgs,
     pub input: BucketInput,
     pub run_id: &'a str,
     /// The backend of the session being resumed, when coder has its record: a resume goes
@@ -200,13 +197,14 @@ pub fn decide(ctx: &RouteContext<'_>) -> Result<Routed, RouteError> {
     let candidates = candidates(ctx.spec, ctx.list.clone(), ctx.args, ctx.env)?;
     let bucket = Bucket::of(ctx.input);
     let mut warnings = Vec::new();
-    let ledger = match open_ledger(ctx.state_dir) {
-        Ok(l) => Some(l),
+    let store = match open_store(ctx.state_dir, ctx.store, ctx.args, ctx.env) {
+        Ok(store) => Some(store),
         Err(e) => {
             warnings.push(format!("routing learns nothing from this run: {e}"));
             None
         }
     };
+    let ledger = store.clone().map(|s| Box::new(s) as Box<dyn Ledger>);
     let tallies = match ledger.as_ref().map(|l| l.tallies(&candidates)) {
         Some(Ok(t)) => t,
         Some(Err(e)) => {
@@ -226,12 +224,18 @@ pub fn decide(ctx: &RouteContext<'_>) -> Result<Routed, RouteError> {
             .map_err(|e| RouteError::bad(ctx.spec, e.to_string()))?;
         policy::pinned(&default, &candidates, bucket, &tallies, PolicyKind::Pinned)
     } else {
-        let cooling = cooling_check(ctx.state_dir);
+        // A store that cannot answer is not a cooldown: the run itself then fails fast
+        // through admission if the backend really is cooling.
+        let cooling = |backend: &str| {
+            store
+                .as_ref()
+                .is_some_and(|s| s.is_cooling(backend).unwrap_or(false))
+        };
         policy::decide(
             &candidates,
             bucket,
             &tallies,
-            &*cooling,
+            &cooling,
             &mut rng_from(ctx.env),
             policy::DRAWS,
         )

@@ -1,0 +1,392 @@
+//! Admission: whether a run may start on its backend now, and what it leaves behind for the
+//! runs after it (DESIGN §10). Before the first attempt: a backend in cooldown fails fast
+//! (`upstream_error` with `provider_error.retry_at`, the CLI never started); a backend with
+//! `max_concurrent` needs a slot in the store, and the run waits for one in phase `queued`
+//! (bounded by `--max-duration`, cancellable, never by the idle clock, which only runs
+//! while a child does). After the run: a quota or rate-limit failure with a reset time puts
+//! the backend in cooldown for every coder sharing the store; the slot is released.
+//!
+//! The store is opened only when needed: a run with no slot limit on a SQLite store that
+//! does not exist yet has nothing to check, and pays nothing. An unreachable or unusable
+//! store is a `config_error`, unless `--store-optional` lets the run go on without slots
+//! and cooldowns (with a warning saying so).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::config::ResolvedBackend;
+use crate::exit::ErrorKind;
+use crate::journal::{Journal, Note};
+use crate::pipeline::envelope::Envelope;
+use crate::pipeline::provider::{self, Provider, ProviderAction, ProviderClass, ProviderError};
+use crate::pipeline::request::RunRequest;
+use crate::store::{self, Cooldown, Location, SlotGuard, Store, StoreError};
+use crate::supervise::CancelSignals;
+
+/// Why a run does not start.
+pub enum Refusal {
+    /// It fails before any attempt: the envelope's kind, summary, message and details.
+    Fail(Box<Refused>),
+    /// coder was cancelled (by this signal) while queued.
+    Cancelled(i32),
+}
+
+pub struct Refused {
+    pub kind: ErrorKind,
+    pub summary: String,
+    pub message: String,
+    pub hint: Option<String>,
+    pub provider_error: Option<ProviderError>,
+}
+
+fn refuse(kind: ErrorKind, message: String, hint: Option<String>) -> Refusal {
+    Refusal::Fail(Box::new(Refused {
+        kind,
+        summary: message.clone(),
+        message,
+        hint,
+        provider_error: None,
+    }))
+}
+
+/// A run admitted to its backend: the store (when open), the slot it holds, its queue time.
+pub struct Admission {
+    backend: String,
+    /// This run in the store's records (slot holder, cooldown author).
+    holder: String,
+    location: Option<Location>,
+    store: Option<Arc<Store>>,
+    slot: Option<SlotGuard>,
+    queue_ms: Option<u64>,
+}
+
+/// How often a queued run looks for a free slot.
+const QUEUE_POLL: Duration = Duration::from_millis(400);
+
+/// Admits the run on `backend`: cooldown check, then a slot when the backend has a limit.
+pub async fn admit(
+    request: &RunRequest,
+    backend: &ResolvedBackend,
+    state_dir: &std::path::Path,
+    deadline: Option<Instant>,
+    signals: &mut CancelSignals,
+    journal: &mut dyn Journal,
+    warnings: &mut Vec<String>,
+) -> Result<Admission, Refusal> {
+    let (args, workspace) = (&request.store, &request.workspace);
+    let location = Location::resolve(args, backend.store(), backend.config_file(), state_dir)
+        .map_err(|e| refuse(ErrorKind::ConfigError, e.to_string(), None))?;
+    refuse_inside_workspace(&location, workspace)?;
+    let limit = backend.max_concurrent().filter(|n| *n > 0);
+    let mut admission = Admission {
+        backend: backend.name().to_owned(),
+        holder: holder_id(),
+        location: Some(location.clone()),
+        store: None,
+        slot: None,
+        queue_ms: None,
+    };
+    if limit.is_none() && !location.may_hold_state() {
+        return Ok(admission);
+    }
+    let store = match open(location.clone()).await {
+        Ok(store) => store,
+        Err(e) if args.optional => {
+            warnings.push(format!(
+                "{e}; running without slots, cooldowns or routing (--store-optional)"
+            ));
+            admission.location = None;
+            return Ok(admission);
+        }
+        Err(e) => {
+            return Err(refuse(
+                ErrorKind::ConfigError,
+                e.to_string(),
+                Some(
+                    "fix --store / CODER_STORE / the config file's `store`, or pass \
+                     --store-optional to run without slots, cooldowns and routing"
+                        .to_owned(),
+                ),
+            ));
+        }
+    };
+    admission.store = Some(store.clone());
+    check_cooldown(&store, &admission.backend).await?;
+    if let Some(max) = limit {
+        let (slot, queue_ms) = take_slot(
+            &store,
+            (&admission.backend, &admission.holder),
+            max,
+            deadline,
+            signals,
+            journal,
+        )
+        .await?;
+        admission.slot = Some(slot);
+        admission.queue_ms = Some(queue_ms);
+        // Another coder may have hit the quota while this one waited.
+        check_cooldown(&store, &admission.backend).await?;
+    }
+    Ok(admission)
+}
+
+impl Admission {
+    /// The open store, for the routing ledger (`None` when no store feature needed one).
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// Records what the finished run means for later runs and completes its envelope:
+    /// `metrics.queue_ms`, and a cooldown when it ended on a quota or rate limit with a
+    /// reset time. Releases the slot.
+    pub async fn finish(mut self, envelope: &mut Envelope) {
+        if let (Some(ms), Some(metrics)) = (self.queue_ms, envelope.metrics.as_mut()) {
+            metrics.queue_ms = Some(ms);
+        }
+        drop(self.slot.take());
+        let Some(cooldown) = cooldown_from(envelope, &self.backend, &self.holder) else {
+            return;
+        };
+        let store = match (&self.store, &self.location) {
+            (Some(store), _) => store.clone(),
+            (None, Some(location)) => match open(location.clone()).await {
+                Ok(store) => store,
+                Err(e) => {
+                    envelope
+                        .warnings
+                        .push(format!("cannot record the backend's cooldown: {e}"));
+                    return;
+                }
+            },
+            (None, None) => return,
+        };
+        if let Err(e) = blocking(move || store.set_cooldown(&cooldown)).await {
+            envelope
+                .warnings
+                .push(format!("cannot record the backend's cooldown: {e}"));
+        }
+    }
+}
+
+/// A SQLite store inside the workspace would let the agent rewrite what every later run
+/// trusts (slots, cooldowns, the routing ledger): refused, like `--transcript` there.
+fn refuse_inside_workspace(
+    location: &Location,
+    workspace: &std::path::Path,
+) -> Result<(), Refusal> {
+    let Location::Sqlite(path) = location else {
+        return Ok(());
+    };
+    // The nearest existing ancestor, resolved (the file itself may not exist yet).
+    let resolved = path
+        .ancestors()
+        .find_map(|a| a.canonicalize().ok().map(|c| (a, c)))
+        .map(|(a, c)| c.join(path.strip_prefix(a).unwrap_or(std::path::Path::new(""))));
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_owned());
+    if resolved.is_some_and(|p| p.starts_with(&workspace)) {
+        return Err(refuse(
+            ErrorKind::ConfigError,
+            format!(
+                "the store {} lies inside the workspace, where the agent could rewrite it",
+                path.display()
+            ),
+            Some(
+                "put the store outside the workspace (the default is <state>/coder.db)".to_owned(),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn open(location: Location) -> Result<Arc<Store>, StoreError> {
+    blocking(move || Store::open(&location).map(Arc::new)).await
+}
+
+/// Runs a store call off the async threads (it blocks for a round trip).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or(Err(StoreError::Closed))
+}
+
+async fn check_cooldown(store: &Arc<Store>, backend: &str) -> Result<(), Refusal> {
+    let (s, b) = (store.clone(), backend.to_owned());
+    // A store that fails now (it did open) must not stop the run: no cooldown is known.
+    let Ok(Some(cooldown)) = blocking(move || s.cooldown(&b)).await else {
+        return Ok(());
+    };
+    Err(cooling_refusal(&cooldown))
+}
+
+fn cooling_refusal(c: &Cooldown) -> Refusal {
+    let class = match c.class.as_str() {
+        "rate_limited" => ProviderClass::RateLimited,
+        _ => ProviderClass::QuotaExhausted,
+    };
+    let provider = match c.provider.as_str() {
+        "anthropic" => Provider::Anthropic,
+        "zai" => Provider::Zai,
+        "deepseek" => Provider::Deepseek,
+        "minimax" => Provider::Minimax,
+        _ => Provider::Other,
+    };
+    let why = if class == ProviderClass::RateLimited {
+        "it is rate limited"
+    } else {
+        "its usage quota is used up"
+    };
+    let message = format!(
+        "backend '{}' is cooling down until {}: {why} ({}; recorded by {}); \
+         coder did not start the CLI",
+        c.backend,
+        c.retry_at,
+        crate::text::one_line(&c.message, 200),
+        c.set_by,
+    );
+    Refusal::Fail(Box::new(Refused {
+        kind: ErrorKind::UpstreamError,
+        summary: message.clone(),
+        message,
+        hint: Some(format!(
+            "wait until {}, or run on another backend (--backend NAME or --backend auto)",
+            c.retry_at
+        )),
+        provider_error: Some(ProviderError {
+            class,
+            provider,
+            code: c.code.clone(),
+            http_status: c.http_status,
+            retryable: false,
+            session_poisoned: false,
+            retry_after_s: None,
+            retry_at: Some(c.retry_at.clone()),
+            action: ProviderAction::WaitForReset,
+        }),
+    }))
+}
+
+/// Waits for a slot; the wait shows as phase `queued` and ends at the deadline.
+async fn take_slot(
+    store: &Arc<Store>,
+    (backend, holder): (&str, &str),
+    max: u32,
+    deadline: Option<Instant>,
+    signals: &mut CancelSignals,
+    journal: &mut dyn Journal,
+) -> Result<(SlotGuard, u64), Refusal> {
+    let started = Instant::now();
+    let mut announced = false;
+    loop {
+        let (s, b, h) = (store.clone(), backend.to_owned(), holder.to_owned());
+        match blocking(move || SlotGuard::try_acquire(&s, &b, max, &h)).await {
+            Ok(Some(guard)) => {
+                let queue_ms = started.elapsed().as_millis() as u64;
+                if announced {
+                    journal.note(Note::Queued(json!({
+                        "backend": backend,
+                        "state": "admitted",
+                        "slot": guard.slot(),
+                        "queue_ms": queue_ms,
+                    })));
+                }
+                return Ok((guard, queue_ms));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(refuse(
+                    ErrorKind::ConfigError,
+                    format!("cannot take a slot on backend '{}': {e}", backend),
+                    None,
+                ));
+            }
+        }
+        if !announced {
+            announced = true;
+            let (s, b) = (store.clone(), backend.to_owned());
+            let holders = blocking(move || s.slot_holders(&b))
+                .await
+                .unwrap_or_default();
+            journal.note(Note::Queued(json!({
+                "backend": backend,
+                "state": "waiting",
+                "max_concurrent": max,
+                "held_by": holders.iter().map(|h| json!({
+                    "host": h.host, "pid": h.pid, "slot": h.slot,
+                })).collect::<Vec<_>>(),
+            })));
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(refuse(
+                ErrorKind::Timeout,
+                format!(
+                    "--max-duration reached after {:.1} s queued for a slot on backend '{}' \
+                     (max_concurrent {max}, all taken); the CLI never started",
+                    started.elapsed().as_secs_f64(),
+                    backend
+                ),
+                Some("raise max_concurrent for this backend, or --max-duration".to_owned()),
+            ));
+        }
+        let nap = deadline.map_or(QUEUE_POLL, |d| QUEUE_POLL.min(d - now)) + jitter();
+        tokio::select! {
+            biased;
+            signo = signals.recv() => return Err(Refusal::Cancelled(signo)),
+            _ = tokio::time::sleep(nap) => {}
+        }
+    }
+}
+
+/// Up to 100 ms, so queued coders do not poll in lockstep.
+fn jitter() -> Duration {
+    Duration::from_millis(u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 100 / 255)
+}
+
+/// `host:pid:random`: unique per run, and says where a slot's holder runs.
+fn holder_id() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &tag[..8])
+}
+
+/// The cooldown a failed run calls for: a used-up quota with its reset time, or a rate
+/// limit with the vendor's delay. `None` for anything else, or a time already past.
+fn cooldown_from(envelope: &Envelope, backend: &str, holder: &str) -> Option<Cooldown> {
+    if envelope.success {
+        return None;
+    }
+    let detail = envelope.error_detail.as_ref()?;
+    let error = detail.provider_error.as_ref()?;
+    let now = store::now_ms();
+    let until_ms = match error.class {
+        ProviderClass::QuotaExhausted => store::parse_utc(error.retry_at.as_deref()?)?,
+        ProviderClass::RateLimited => now + (error.retry_after_s? * 1000.0) as i64,
+        _ => return None,
+    };
+    if until_ms <= now {
+        return None;
+    }
+    Some(Cooldown {
+        backend: backend.to_owned(),
+        until_ms,
+        retry_at: store::format_utc(until_ms),
+        class: provider::class_name(error.class),
+        provider: serde_json::to_value(error.provider)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        code: error.code.clone(),
+        http_status: error.http_status,
+        message: envelope.error.clone().unwrap_or_default(),
+        set_by: holder.to_owned(),
+    })
+}
