@@ -558,3 +558,22 @@ fn an_incomplete_guard_fails_the_run_closed() {
     assert!(why.contains("deeper than 256 levels"), "{}", out.explain());
     assert_eq!(out.envelope["result"], "ok", "{}", out.explain());
 }
+
+/// An interactive rebase the agent leaves in progress in the user's own repository, with an
+/// `exec` line in its to-do list: `git status` tells the user to `git rebase --continue`,
+/// which runs the remaining to-do outside the sandbox.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_rebase_left_in_progress_with_an_exec_line() {
+    attack(
+        "rebase exec",
+        none,
+        &format!(
+            "echo a > f && git add f && {COMMIT} && \
+             GIT_SEQUENCE_EDITOR=\"sed -i '1i break'\" git -c user.name=a -c user.email=a@b \
+             rebase -i HEAD~1 >/dev/null 2>&1; \
+             printf 'exec touch %s\\n' \"$M\" >> .git/rebase-merge/git-rebase-todo && echo PLANTED"
+        ),
+        ("", &["rebase", "--continue"]),
+    );
+}

@@ -361,8 +361,17 @@ impl Guard<'_> {
     ) -> Result<(), Stop> {
         let st = fstat(dir).map_err(|e| self.stop(rel, "inspect", e))?;
         let id = (st.st_dev, st.st_ino);
-        if self.known.contains(&id) || !self.seen.insert(id) {
+        if !self.seen.insert(id) {
             return Ok(());
+        }
+        if self.known.contains(&id) {
+            // The user's own repository: its config and hooks were read-only all run, but
+            // an operation left in progress is not.
+            let mut q = Quarantine::new(dir, self.root.join(rel));
+            let result = pending_commands(dir, &mut q)
+                .map_err(|e| format!("operation state in {}: {e}", self.root.join(rel).display()));
+            q.finish(self.report);
+            return result;
         }
         // A git dir the agent made read-only for its owner would refuse the moves.
         if st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o700 != 0o700 {
@@ -388,6 +397,7 @@ impl Guard<'_> {
             filter_config(dir, name, q).map_err(|e| fail(name, e))?;
         }
         hooks(dir, q).map_err(|e| fail("hooks", e))?;
+        pending_commands(dir, q).map_err(|e| fail("operation state", e))?;
         if let Some(common) = commondir(dir).map_err(|e| fail("commondir", e))? {
             match common.and_then(|t| self.resolve(root, rel, &t)) {
                 Some((fd, common)) => self.git_dir(root, fd.as_fd(), &common)?,
@@ -611,6 +621,67 @@ fn hooks(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
     Ok(())
 }
 
+/// The to-do lists of an operation in progress, which git carries on with when the user
+/// types `git rebase --continue`: an `exec` line there runs a shell command outside the
+/// sandbox. (`cherry-pick`/`revert --continue` refuse an `exec` in `sequencer/todo` today,
+/// "cannot cherry-pick during a revert"; it is defused all the same, so a later git that
+/// accepted it would find none.)
+const TODO_LISTS: [(&str, &str); 2] = [("rebase-merge", "git-rebase-todo"), ("sequencer", "todo")];
+
+/// Comment out every `exec`/`x` line of the to-do lists of an operation in progress (the
+/// original goes to quarantine); a state directory or list that is not plain (a symlink,
+/// a FIFO, too big to read) moves to quarantine whole, which leaves nothing to continue.
+fn pending_commands(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
+    for (state, list) in TODO_LISTS {
+        let state_dir = match openat2(dir, state, beneath(dir_flags())) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => continue,
+            Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => {
+                q.move_out(state)?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let st = match fstatat(state_dir.as_fd(), list, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        let Some(text) = read_small(state_dir.as_fd(), OsStr::new(list))? else {
+            q.move_out(state)?;
+            continue;
+        };
+        if let Some(defused) = without_exec_lines(&text) {
+            q.move_from(state_dir.as_fd(), OsStr::new(list), Some(state))?;
+            write_new(state_dir.as_fd(), list, &defused, &st)?;
+        }
+    }
+    Ok(())
+}
+
+/// A to-do list with its `exec`/`x` commands commented out, or `None` when it has none.
+/// Git reads a command as the first word of a line after blanks, so does this.
+fn without_exec_lines(text: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut changed = false;
+    for line in text.split_inclusive(|b| *b == b'\n') {
+        let start = line
+            .iter()
+            .position(|b| !b" \t".contains(b))
+            .unwrap_or(line.len());
+        let word_end = line[start..]
+            .iter()
+            .position(|b| b" \t\r\n".contains(b))
+            .map_or(line.len(), |n| start + n);
+        if matches!(&line[start..word_end], b"exec" | b"x") {
+            out.extend_from_slice(b"# coder removed: ");
+            changed = true;
+        }
+        out.extend_from_slice(line);
+    }
+    changed.then_some(out)
+}
+
 /// A git dir's `commondir`: `None` when absent, `Some(None)` when git could not use it as
 /// coder reads it (not a plain file), else the path git uses: the content with trailing
 /// blanks cut exactly as git's `strbuf_rtrim` does (space, tab, CR, LF; not VT or FF),
@@ -825,6 +896,19 @@ mod tests {
         assert_eq!(lexical(&r, &p("a"), &p("/w/s/.git/x")), Some(p(".git/x")));
         assert_eq!(lexical(&r, &p("a"), &p("/w/s/../t")), None);
         assert_eq!(lexical(&r, &p("a"), &p("/w/st")), None);
+    }
+
+    #[test]
+    fn exec_lines_are_commented_out_and_nothing_else() {
+        let todo = b"pick 1 a\nexec touch /x\n  x  touch /y\nexecute 2\n# exec c\nbreak";
+        let out = without_exec_lines(todo).unwrap();
+        assert_eq!(
+            out,
+            b"pick 1 a\n# coder removed: exec touch /x\n# coder removed:   x  touch /y\n\
+              execute 2\n# exec c\nbreak"
+                .to_vec()
+        );
+        assert_eq!(without_exec_lines(b"pick 1 a\nbreak\n"), None);
     }
 
     #[test]
