@@ -386,11 +386,13 @@ fn the_real_cli_runs_on_the_backend_routing_chose() {
     assert_eq!(out.envelope["success"], true, "{}", out.explain());
     let chosen = out.envelope["routing"]["chosen"].as_str().unwrap();
     assert!(["e2e", "e2e2"].contains(&chosen));
-    let ledger =
-        std::fs::read_to_string(scene.fake.state_dir().join("routing-ledger.jsonl")).unwrap();
-    assert!(
-        ledger.contains(&format!("\"chosen\":\"{chosen}\"")),
-        "{ledger}"
-    );
-    assert!(ledger.contains("\"verdict\":\"success\""), "{ledger}");
+    // The choice and its outcome are in the run's store (the default SQLite file).
+    let db = rusqlite::Connection::open(scene.fake.state_dir().join("coder.db")).unwrap();
+    let (recorded, outcome): (String, Option<String>) = db
+        .query_row("SELECT chosen, outcome FROM routing_choices", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(recorded, chosen);
+    assert_eq!(outcome.as_deref(), Some("success"));
 }
