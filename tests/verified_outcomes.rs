@@ -182,6 +182,44 @@ fn verify_fixed_by_a_repair_turn() {
     );
 }
 
+/// `coder runs show` tells what the run changed and how its check went, read back from
+/// the run's journal (human text and `--json`).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn runs_show_tells_the_changes_and_the_verification() {
+    let scene = Scene::new("verify_repair.json");
+    let out = scene
+        .coder()
+        .args(["--verify", "grep -q fixed ok.txt", "write ok.txt"])
+        .run();
+    out.assert_success("Fixed ok.txt.");
+    let show = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_coder"));
+        cmd.args(["runs", "show", "last", "--state-dir"])
+            .arg(scene.fake.state_dir());
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let text = show(false);
+    assert!(
+        text.contains("verification `grep -q fixed ok.txt`: fixed (1 repair turn(s))"),
+        "{text}"
+    );
+    assert!(text.contains("baseline    failed, exit 2"), "{text}");
+    assert!(text.contains("final       passed, exit 0"), "{text}");
+    assert!(text.contains("added    ok.txt (+1 -0)"), "{text}");
+    let account: Value = serde_json::from_str(&show(true)).unwrap();
+    assert_eq!(account["outcome"]["verification"]["verdict"], "fixed");
+    assert_eq!(
+        account["outcome"]["changes"], out.envelope["changes"],
+        "{account}"
+    );
+}
+
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn verify_still_failing_without_repair_is_verify_failed() {

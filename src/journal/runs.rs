@@ -286,7 +286,125 @@ pub fn render(account: &Value) -> String {
     if let Some(session) = outcome["SESSION_ID"].as_str() {
         let _ = writeln!(out, "session   {session}");
     }
+    render_outcome_checks(&mut out, outcome);
     out
+}
+
+/// The verified outcome of a run (DESIGN §8): what changed, the checks and their verdict,
+/// the fallback turn; then where its work went (worktree, routing, git guard).
+fn render_outcome_checks(out: &mut String, outcome: &Value) {
+    use std::fmt::Write;
+    let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    let changes = &outcome["changes"];
+    if let Some(files) = changes["files"].as_array() {
+        let _ = writeln!(
+            out,
+            "
+changes ({} files, +{} -{}{}):",
+            changes["files_changed"],
+            changes["lines_added"],
+            changes["lines_removed"],
+            if changes["truncated"] == true {
+                ", list truncated"
+            } else {
+                ""
+            }
+        );
+        for f in files {
+            let _ = writeln!(
+                out,
+                "  {:<8} {} (+{} -{})",
+                text(&f["status"]),
+                text(&f["path"]),
+                f["lines_added"],
+                f["lines_removed"]
+            );
+        }
+    }
+    let v = &outcome["verification"];
+    if v.is_object() {
+        let _ = writeln!(
+            out,
+            "
+verification `{}`: {} ({} repair turn(s))",
+            text(&v["command"]),
+            text(&v["verdict"]),
+            v["repair_turns"]
+        );
+        for phase in ["baseline", "after_agent", "final"] {
+            let check = &v[phase];
+            if !check.is_object() {
+                continue;
+            }
+            let verdict = if check["passed"] == true {
+                "passed"
+            } else {
+                "failed"
+            };
+            let _ = writeln!(
+                out,
+                "  {phase:<11} {verdict}, exit {} in {} ms",
+                check["exit_code"], check["duration_ms"]
+            );
+            let tail = check["tail"].as_array().cloned().unwrap_or_default();
+            for line in tail.iter().skip(tail.len().saturating_sub(5)) {
+                let _ = writeln!(out, "      | {}", text(line));
+            }
+        }
+    }
+    let fallback = &outcome["fallback"];
+    if fallback.is_object() {
+        let files: Vec<String> = fallback["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        let _ = writeln!(
+            out,
+            "
+fallback  {} on {} ({})",
+            text(&fallback["trigger"]),
+            files.join(", "),
+            if fallback["applied"] == true {
+                "applied"
+            } else {
+                "not applied"
+            }
+        );
+    }
+    if outcome["worktree"].is_object() {
+        let w = &outcome["worktree"];
+        let _ = writeln!(
+            out,
+            "worktree  branch {} commit {}",
+            text(&w["branch"]),
+            text(&w["commit"])
+        );
+    }
+    if outcome["routing"].is_object() {
+        let r = &outcome["routing"];
+        let _ = writeln!(
+            out,
+            "routing   {} chose {} (propensity {})",
+            text(&r["policy"]),
+            text(&r["chosen"]),
+            r["propensity"]
+        );
+    }
+    for q in outcome["sandbox"]["quarantined"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let _ = writeln!(
+            out,
+            "git guard moved {} of {} to {}",
+            q["moved"],
+            text(&q["path"]),
+            text(&q["to"])
+        );
+    }
 }
 
 #[cfg(test)]

@@ -122,6 +122,13 @@ pub async fn run(request: RunRequest) -> Envelope {
             "duration_ms": run_started.elapsed().as_millis() as u64,
             "metrics": envelope.metrics,
             "attempts": envelope.attempts,
+            // What `coder runs show` renders of the verified outcome (DESIGN §8, §10).
+            "changes": envelope.changes,
+            "verification": envelope.verification,
+            "fallback": envelope.fallback,
+            "worktree": envelope.worktree,
+            "routing": envelope.routing,
+            "sandbox": envelope.sandbox,
     })));
     match journal.transcript.finish() {
         Some(error) => envelope.warnings.push(error.to_owned()),
