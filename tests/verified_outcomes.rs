@@ -369,6 +369,57 @@ fn a_change_outside_the_scope_is_a_scope_violation() {
     assert!(!scene.ws().join("gone.txt").exists());
 }
 
+/// The same scope check asked through a `--request` JSON file, and its bad values.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_outcome_flags_work_through_a_request_file() {
+    let scene = Scene::new("ledger.json");
+    scene.write("keep.txt", "first\nold\n");
+    scene.write("gone.txt", "a\nb\n");
+    let request = json!({
+        "PROMPT": "change things",
+        "scope": ["keep.txt", "new.*"],
+        "return_diff": true,
+        "verify": "test -f keep.txt",
+        "repair_turns": 0,
+        "verify_timeout": 30,
+    });
+    let out = scene
+        .coder()
+        .args(["--request", "-"])
+        .stdin(request.to_string())
+        .run();
+    let detail = out.assert_failure("scope_violation", 4);
+    assert_eq!(
+        detail["out_of_scope"],
+        json!(["gone.txt"]),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        out.envelope["diff"]["unified"]
+            .as_str()
+            .is_some_and(|d| d.contains("keep.txt")),
+        "{}",
+        out.explain()
+    );
+    assert_eq!(out.envelope["verification"]["command"], "test -f keep.txt");
+
+    let bad = scene
+        .coder()
+        .args(["--request", "-"])
+        .stdin(json!({"PROMPT": "x", "repair_turns": 99}).to_string())
+        .run();
+    let detail = bad.assert_failure("config_error", 78);
+    assert!(
+        bad.envelope["error"]
+            .as_str()
+            .unwrap()
+            .contains("repair-turns"),
+        "{detail}"
+    );
+}
+
 // ---- Faults and bad input: the fake child, no CLI needed. ----
 
 fn fake_success() -> Fake {

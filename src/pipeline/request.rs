@@ -150,7 +150,7 @@ pub struct ManyRunsArgs {
 }
 
 /// The flags of DESIGN §8 (verified outcomes), as given.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, Default, Clone, clap::Args)]
 pub struct OutcomeArgs {
     /// Add the unified diff of the run's changes to the envelope (`diff`, capped).
     #[arg(long = "return-diff", visible_alias = "return_diff", action = ArgAction::SetTrue)]
@@ -278,6 +278,36 @@ pub struct RequestFile {
     pub max_duration: Option<serde_json::Number>,
     pub max_retries: Option<serde_json::Number>,
     pub log_metrics: Option<bool>,
+    // Verified outcomes (DESIGN §8): a flag given on the command line wins.
+    pub return_diff: Option<bool>,
+    pub verify: Option<String>,
+    pub no_verify_baseline: Option<bool>,
+    pub verify_timeout: Option<serde_json::Number>,
+    pub repair_turns: Option<serde_json::Number>,
+    pub scope: Option<Vec<String>>,
+    /// `--worktree` (DESIGN §10).
+    pub worktree: Option<bool>,
+}
+
+impl RequestFile {
+    /// The outcome flags, with the file's values where the command line gave none.
+    fn fill_outcome_args(&self, mut args: OutcomeArgs) -> OutcomeArgs {
+        args.return_diff |= self.return_diff.unwrap_or(false);
+        args.no_verify_baseline |= self.no_verify_baseline.unwrap_or(false);
+        if args.verify.is_none() {
+            args.verify.clone_from(&self.verify);
+        }
+        if args.verify_timeout.is_none() {
+            args.verify_timeout = self.verify_timeout.as_ref().map(ToString::to_string);
+        }
+        if args.repair_turns.is_none() {
+            args.repair_turns = self.repair_turns.as_ref().map(ToString::to_string);
+        }
+        if args.scope.is_empty() {
+            args.scope = self.scope.clone().unwrap_or_default();
+        }
+        args
+    }
 }
 
 /// Whether the run starts a session or continues one.
@@ -371,6 +401,7 @@ impl RunArgs {
             }
             None => RequestFile::default(),
         };
+        let outcome_args = file.fill_outcome_args(self.outcome_args.clone());
 
         let idle_timeout = match (&self.timeout, &file.timeout) {
             (Some(text), _) => parse_seconds("--timeout", text, false)?,
@@ -466,11 +497,11 @@ impl RunArgs {
             .map_or_else(String::new, |l| crate::text::one_line(l, 200));
         let prompt = assemble_prompt(&prompt, &self.prompt_framing)
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
-        let checks = self.outcome_args.validate()?;
+        let checks = outcome_args.validate()?;
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
-        let targets = self.prompt_framing.targets.len() + self.outcome_args.scope.len();
+        let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
 
         Ok(RunRequest {
             prompt: prompt.into(),
@@ -496,7 +527,8 @@ impl RunArgs {
             quiet: self.quiet,
             max_turns,
             checks,
-            worktree: self.many.worktree.then_some(self.many.worktree_base),
+            worktree: (self.many.worktree || file.worktree == Some(true))
+                .then_some(self.many.worktree_base),
             task_title,
             targets,
             store: self.store,
