@@ -124,14 +124,34 @@ fn a_run_completes_within_wait_s_and_is_recorded() {
     require_python_mcp();
     let claude = common::real_claude();
     let scene = Scene::new();
-    scene.client("run", Some(&claude), Duration::from_secs(120));
-    // The run went through the run mode: `coder runs` knows it.
+    let stdout = scene.client("run", Some(&claude), Duration::from_secs(120));
+    let run_id = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RUN_ID "))
+        .unwrap_or_else(|| panic!("no RUN_ID: {stdout}"))
+        .trim()
+        .to_owned();
+    // The runs went through the run mode (the first, the checked one and the refused
+    // one): `coder runs` knows them, by the run_id the server answered with.
     let out = Command::new(env!("CARGO_BIN_EXE_coder"))
         .args(["runs", "list", "--json", "--state-dir"])
         .arg(scene.root.path().join("state"))
         .output_bounded();
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
+    assert!(
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["run_id"] == run_id.as_str()),
+        "{run_id} not in {runs}"
+    );
+    let show = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["runs", "show", &run_id, "--json", "--state-dir"])
+        .arg(scene.root.path().join("state"))
+        .output_bounded();
+    let account: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(account["run_id"], run_id.as_str(), "{account}");
+    assert_eq!(account["outcome"]["success"], true, "{account}");
 }
 
 #[test]

@@ -161,6 +161,14 @@ struct CoderArgs {
     timeout: Option<f64>,
     max_duration: Option<f64>,
     max_retries: Option<u32>,
+    // Verified outcomes (DESIGN §8) and worktrees (§10), passed through as in `--request`.
+    verify: Option<String>,
+    verify_timeout: Option<f64>,
+    repair_turns: Option<u32>,
+    no_verify_baseline: Option<bool>,
+    scope: Option<Vec<String>>,
+    return_diff: Option<bool>,
+    worktree: Option<bool>,
     backend: Option<String>,
     wait_s: Option<f64>,
 }
@@ -205,7 +213,14 @@ fn tools() -> Vec<Tool> {
                     "return_metrics": {"type": "boolean"},
                     "timeout": seconds, "max_duration": seconds,
                     "max_retries": {"type": "integer", "minimum": 0},
-                    "backend": {"type": "string", "description": "a backend profile name"},
+                    "verify": {"type": "string", "description": "a check (sh -c) run before and after the agent, under its sandbox"},
+                    "verify_timeout": seconds,
+                    "repair_turns": {"type": "integer", "minimum": 0, "maximum": 10},
+                    "no_verify_baseline": {"type": "boolean"},
+                    "scope": {"type": "array", "items": {"type": "string"}, "description": "globs the run may change"},
+                    "return_diff": {"type": "boolean"},
+                    "worktree": {"type": "boolean", "description": "run on a new branch coder/<run-id> in a private checkout"},
+                    "backend": {"type": "string", "description": "a backend profile name, or auto[:a,b]"},
                     "wait_s": seconds}}),
         ),
         tool(
@@ -425,7 +440,8 @@ impl Server {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
         let cd = self.workspace(a.cd.as_deref())?;
-        let run_id = uuid::Uuid::new_v4().to_string();
+        // The id the run's journal takes too: `coder runs show RUN_ID` finds it.
+        let run_id = crate::pipeline::run::new_run_id();
         let run = self
             .spawn_run(&run_id, &a, &cd)
             .map_err(|e| format!("cannot start the run: {e}"))?;
@@ -453,6 +469,13 @@ impl Server {
             ("timeout", a.timeout.map(|v| json!(v))),
             ("max_duration", a.max_duration.map(|v| json!(v))),
             ("max_retries", a.max_retries.map(|v| json!(v))),
+            ("verify", a.verify.as_ref().map(|v| json!(v))),
+            ("verify_timeout", a.verify_timeout.map(|v| json!(v))),
+            ("repair_turns", a.repair_turns.map(|v| json!(v))),
+            ("no_verify_baseline", a.no_verify_baseline.map(|v| json!(v))),
+            ("scope", a.scope.as_ref().map(|v| json!(v))),
+            ("return_diff", a.return_diff.map(|v| json!(v))),
+            ("worktree", a.worktree.map(|v| json!(v))),
         ];
         for (key, value) in fields {
             if let Some(value) = value {
@@ -461,7 +484,7 @@ impl Server {
         }
         let exe = std::env::current_exe()?;
         let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("--request").arg("-");
+        cmd.arg("--request").arg("-").arg("--run-id").arg(run_id);
         if let Some(backend) = &a.backend {
             cmd.arg("--backend").arg(backend);
         }

@@ -271,6 +271,7 @@ mod tests {
             kill_grace: DEFAULT_KILL_GRACE,
             transcript: None,
             quiet: true,
+            run_id: None,
             max_turns: None,
             checks: Default::default(),
             worktree: None,

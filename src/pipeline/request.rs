@@ -111,6 +111,11 @@ pub struct RunArgs {
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
 
+    /// The run's id, chosen by the caller (`coder mcp` gives its runs the id it answers
+    /// with, so `coder runs show` takes the same one). Letters, digits, `.`, `-`, `_`.
+    #[arg(long = "run-id", value_name = "ID", hide = true)]
+    pub run_id: Option<String>,
+
     /// Extra sandbox roots and options.
     #[command(flatten, next_help_heading = "Sandbox")]
     pub sandbox_args: crate::sandbox::AgentSandboxArgs,
@@ -253,6 +258,18 @@ impl OutcomeArgs {
     }
 }
 
+/// A caller's run id names a transcript file: plain characters only, bounded.
+fn parse_run_id(text: &str) -> Result<String, ArgError> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    if !text.is_empty() && text.len() <= 64 && text.chars().all(plain) && !text.starts_with('.') {
+        Ok(text.to_owned())
+    } else {
+        Err(ArgError::Invalid(format!(
+            "--run-id must be 1 to 64 letters, digits, '.', '-' or '_', not starting with '.' (got {text:?})"
+        )))
+    }
+}
+
 fn parse_repair_turns(text: &str) -> Result<u32, ArgError> {
     match text.trim().parse::<u32>() {
         Ok(n) if n <= 10 => Ok(n),
@@ -352,6 +369,8 @@ pub struct RunRequest {
     pub kill_grace: Duration,
     pub transcript: Option<PathBuf>,
     pub quiet: bool,
+    /// `--run-id`: the caller's id for this run, else coder makes one.
+    pub run_id: Option<String>,
     /// The CLI's turn limit, if any.
     pub max_turns: Option<u32>,
     /// Changes, verify, repair and scope (DESIGN §8).
@@ -525,6 +544,7 @@ impl RunArgs {
             kill_grace,
             transcript: self.transcript,
             quiet: self.quiet,
+            run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
             max_turns,
             checks,
             worktree: (self.many.worktree || file.worktree == Some(true))

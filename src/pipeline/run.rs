@@ -41,7 +41,7 @@ use serde_json::json;
 /// the run's transcript and, on a terminal, its progress.
 pub async fn run(request: RunRequest) -> Envelope {
     let run_started = Instant::now();
-    let run_id = new_run_id();
+    let run_id = request.run_id.clone().unwrap_or_else(new_run_id);
     let state_dir = match config::state_dir() {
         Ok(dir) => dir,
         Err(e) => return Envelope::early_failure(ErrorKind::ConfigError, e.to_string()),
@@ -160,7 +160,7 @@ const TRANSCRIPT_PROMPT_BYTES: usize = 64 * 1024;
 /// A sortable run id: UTC start time to the microsecond, plus a random suffix
 /// (`20261121T133652.123456Z-1a2b3c4d`). Names sort by start time, so `coder runs` lists
 /// newest first even for runs started in the same second.
-fn new_run_id() -> String {
+pub fn new_run_id() -> String {
     let now = std::time::SystemTime::now();
     let stamp = transcript::timestamp(now);
     let compact: String = stamp

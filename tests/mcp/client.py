@@ -141,6 +141,22 @@ async def run(session):
     assert len(env["SESSION_ID"]) == 36, env
     assert "metrics" in env, env
     run_id = env["run_id"]
+    # coder's own parameters pass through: a check before and after, the diff.
+    checked = await session.call_tool("coder", {"PROMPT": "say hi", "backend": backend,
+                                                "verify": "true", "repair_turns": 0,
+                                                "verify_timeout": 30, "return_diff": True,
+                                                "scope": ["src/*"], "wait_s": 50},
+                                      read_timeout_seconds=90)
+    checked_env = structured(checked)
+    assert not checked.is_error, checked_env
+    assert checked_env["verification"]["verdict"] == "passed", checked_env
+    assert checked_env["verification"]["command"] == "true", checked_env
+    bad = await session.call_tool("coder", {"PROMPT": "say hi", "backend": backend,
+                                            "repair_turns": 99, "wait_s": 50},
+                                  read_timeout_seconds=90)
+    bad_env = structured(bad)
+    assert bad.is_error and bad_env["error_kind"] == "config_error", bad_env
+    assert "repair-turns" in bad_env["error"], bad_env
     status = structured(await session.call_tool("coder_status", {"run_id": run_id}))
     assert status["status"] == "done" and status["envelope"]["success"] is True, status
     await wait_no_procs(BASE, 10)
