@@ -194,6 +194,32 @@ fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
     Tool::new(name, description, Arc::new(schema))
 }
 
+/// The published envelope schema (schema/envelope.schema.json), built in.
+const ENVELOPE_SCHEMA: &str = include_str!("../../schema/envelope.schema.json");
+
+/// What `coder` and `coder_wait` return: the run's envelope (with its `run_id`), or
+/// `{status: running, run_id}` when it is still going. Hosts that validate structured
+/// content check it against this; it has no `$ref`, so it embeds as it is.
+fn run_output_schema() -> Option<Arc<JsonObject>> {
+    let mut envelope: Value = serde_json::from_str(ENVELOPE_SCHEMA).ok()?;
+    let map = envelope.as_object_mut()?;
+    map.remove("$schema");
+    map.remove("$id");
+    let schema = json!({
+        "type": "object",
+        "anyOf": [
+            envelope,
+            {"type": "object", "required": ["status", "run_id"],
+             "properties": {"status": {"const": "running"}, "run_id": {"type": "string"},
+                            "elapsed_s": {"type": "number", "minimum": 0}}},
+        ],
+    });
+    match schema {
+        Value::Object(map) => Some(Arc::new(map)),
+        _ => None,
+    }
+}
+
 fn tools() -> Vec<Tool> {
     let seconds = json!({"type": "number", "minimum": 0});
     let run_id = json!({"type": "string", "description": "the run_id a coder call returned"});
@@ -242,6 +268,12 @@ fn tools() -> Vec<Tool> {
                    "properties": {"run_id": run_id}}),
         ),
     ];
+    for run_tool in tools
+        .iter_mut()
+        .filter(|t| t.name == "coder" || t.name == "coder_wait")
+    {
+        run_tool.output_schema = run_output_schema();
+    }
     for verb in Verb::ALL {
         tools.push(tool(verb.name(), verb.description(), verb.input_schema()));
     }
@@ -698,5 +730,27 @@ async fn stop_all(runs: &Runs) {
     }
     for run in &all {
         await_end(run).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_tools_publish_the_envelope_or_running_schema() {
+        let tools = tools();
+        for name in ["coder", "coder_wait"] {
+            let tool = tools.iter().find(|t| t.name == name).unwrap();
+            let schema = tool.output_schema.as_ref().expect("an output schema");
+            assert_eq!(schema["type"], "object");
+            let arms = schema["anyOf"].as_array().unwrap();
+            assert_eq!(
+                arms[0]["required"],
+                json!(["success", "tool", "SESSION_ID"])
+            );
+            assert_eq!(arms[1]["properties"]["status"]["const"], "running");
+            assert!(!serde_json::to_string(&**schema).unwrap().contains("$ref"));
+        }
     }
 }

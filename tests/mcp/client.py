@@ -87,6 +87,14 @@ async def basic(session):
               "timeout", "max_duration", "max_retries", "wait_s", "backend"]:
         assert p in coder["properties"], p
     assert tools["update-file"].input_schema["required"] == ["path"]
+    for p in ["verify", "verify_timeout", "repair_turns", "no_verify_baseline", "scope",
+              "return_diff", "worktree"]:
+        assert p in coder["properties"], p
+    # The run tools say what they return; the SDK validates every result against it.
+    for name in ["coder", "coder_wait"]:
+        out = tools[name].output_schema
+        assert out is not None and out["type"] == "object", (name, out)
+        assert out["anyOf"][1]["properties"]["status"]["const"] == "running", out
 
     # The file tools.
     r = structured(await session.call_tool("create-file", {"path": "src/m.txt", "content": "a\nb\n"}))
