@@ -611,6 +611,32 @@ struct Wait {
     cancel_on_abort: bool,
 }
 
+/// One progress line: the run's phase, its last tool, turns and tokens so far (read from
+/// the run's journal, which has the same id), and how long it has been going.
+fn progress_message(run_id: &str, run: &Run) -> String {
+    let elapsed = run.started.elapsed().as_secs_f64();
+    let activity = crate::config::state_dir().ok().and_then(|state| {
+        let dir = crate::journal::transcript::runs_dir(&state);
+        let path = crate::journal::runs::find_run(&dir, run_id)?;
+        let entries = crate::journal::runs::read_entries(&path).ok()?;
+        Some(crate::journal::runs::activity(&entries))
+    });
+    let Some(a) = activity else {
+        return format!("coder run {run_id}: starting, {elapsed:.0} s");
+    };
+    let tool = a["tool"]
+        .as_str()
+        .map(|t| format!(", last tool {t}"))
+        .unwrap_or_default();
+    format!(
+        "coder run {run_id}: {}{tool}, {} turn(s), {}/{} tokens in/out, {elapsed:.0} s",
+        a["phase"].as_str().unwrap_or("running"),
+        a["turns"],
+        a["tokens_in"],
+        a["tokens_out"],
+    )
+}
+
 /// Waits for the run, with progress, up to `wait.limit`.
 async fn wait_for(
     run_id: &str,
@@ -640,10 +666,7 @@ async fn wait_for(
                 }
                 ticks += 1;
                 if let Some(p) = &progress {
-                    let message = format!(
-                        "coder run {run_id}: running for {:.0} s",
-                        run.started.elapsed().as_secs_f64()
-                    );
+                    let message = progress_message(run_id, run);
                     let _ = p
                         .peer
                         .notify_progress(

@@ -184,6 +184,57 @@ pub fn account(entries: &[Value]) -> Value {
     })
 }
 
+/// What a run is doing, from its journal so far: `{phase, tool, turns, tokens_in,
+/// tokens_out}` (`coder mcp` sends it with its progress notifications). The phase is
+/// `queued`, `starting`, `running`, `verifying` or `repairing`; `tool` the last tool the
+/// model called; `turns` the model's messages; tokens are summed per message (the stream
+/// repeats a message's usage on each of its events, so the last one of each counts).
+pub fn activity(entries: &[Value]) -> Value {
+    let mut phase = "starting";
+    let mut tool = Value::Null;
+    let mut per_message: Vec<(String, u64, u64)> = Vec::new();
+    for entry in entries {
+        match (entry["source"].as_str(), entry["kind"].as_str()) {
+            (Some("coder"), Some("queued")) if entry["data"]["state"] == "waiting" => {
+                phase = "queued";
+            }
+            (Some("coder"), Some("queued")) => phase = "starting",
+            (Some("coder"), Some("spawn" | "attempt" | "fallback")) => phase = "running",
+            (Some("coder"), Some("verify")) => phase = "verifying",
+            (Some("coder"), Some("repair")) => phase = "repairing",
+            (Some("child"), Some("event")) if entry["event"]["type"] == "assistant" => {
+                let message = &entry["event"]["message"];
+                for block in message["content"].as_array().into_iter().flatten() {
+                    if block["type"] == "tool_use" {
+                        tool = block["name"].clone();
+                    }
+                }
+                let id = message["id"].as_str().unwrap_or_default().to_owned();
+                let usage = &entry["usage"];
+                let tokens = (
+                    usage["input_tokens"].as_u64().unwrap_or(0),
+                    usage["output_tokens"].as_u64().unwrap_or(0),
+                );
+                match per_message
+                    .iter_mut()
+                    .find(|(m, ..)| *m == id && !id.is_empty())
+                {
+                    Some(seen) => (seen.1, seen.2) = tokens,
+                    None => per_message.push((id, tokens.0, tokens.1)),
+                }
+            }
+            _ => {}
+        }
+    }
+    json!({
+        "phase": phase,
+        "tool": tool,
+        "turns": per_message.len(),
+        "tokens_in": per_message.iter().map(|m| m.1).sum::<u64>(),
+        "tokens_out": per_message.iter().map(|m| m.2).sum::<u64>(),
+    })
+}
+
 /// The first `max_chars` characters of a multi-line text on one line (`⏎` between lines).
 fn text_head(text: &str, max_chars: usize) -> String {
     let joined = text
@@ -410,6 +461,38 @@ fallback  {} on {} ({})",
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activity_follows_the_phases_tools_and_tokens() {
+        let assistant = |id: &str, tool: Option<&str>, out: u64| {
+            let content = match tool {
+                Some(name) => json!([{"type": "tool_use", "id": "t", "name": name, "input": {}}]),
+                None => json!([{"type": "text", "text": "hi"}]),
+            };
+            json!({"source": "child", "kind": "event",
+                   "usage": {"input_tokens": 10, "output_tokens": out},
+                   "event": {"type": "assistant", "message": {"id": id, "content": content}}})
+        };
+        let mut entries =
+            vec![json!({"source": "coder", "kind": "queued", "data": {"state": "waiting"}})];
+        assert_eq!(activity(&entries)["phase"], "queued");
+        entries.push(json!({"source": "coder", "kind": "spawn", "data": {}}));
+        entries.push(assistant("m1", None, 1));
+        entries.push(assistant("m1", Some("Bash"), 5));
+        entries.push(assistant("m2", Some("Edit"), 7));
+        let now = activity(&entries);
+        assert_eq!(now["phase"], "running");
+        assert_eq!(now["tool"], "Edit");
+        assert_eq!(now["turns"], 2);
+        assert_eq!(
+            (now["tokens_in"].clone(), now["tokens_out"].clone()),
+            (json!(20), json!(12))
+        );
+        entries.push(json!({"source": "coder", "kind": "verify", "data": {"phase": "final"}}));
+        assert_eq!(activity(&entries)["phase"], "verifying");
+        entries.push(json!({"source": "coder", "kind": "repair", "data": {"turn": 1}}));
+        assert_eq!(activity(&entries)["phase"], "repairing");
+    }
 
     #[test]
     fn account_pairs_tool_calls_with_results() {

@@ -186,6 +186,8 @@ async def long(session):
                                            read_timeout_seconds=30, progress_callback=on_progress))
     assert r["status"] == "running", r
     assert seen and run_id in seen[0][1], seen
+    # Progress says what the run is doing (phase, turns, tokens), read from its journal.
+    assert any(": running" in m and "turn(s)" in m and "tokens in/out" in m for _, m in seen), seen
     r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
     assert r["status"] == "running" and r["elapsed_s"] >= 3, r
     assert procs_in(BASE), "the run should be working in the base"
