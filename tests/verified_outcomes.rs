@@ -319,6 +319,45 @@ fn fallback_after_a_failed_edit() {
     );
 }
 
+/// The fallback turn counts against `--max-turns`: with the budget spent by the first
+/// attempt, no fallback turn is taken and the envelope says why.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn no_fallback_when_max_turns_is_used_up() {
+    let scene = Scene::new("edit_fails.json");
+    scene.write("a.txt", "alpha\n");
+    let out = scene
+        .coder()
+        .args(["--max-turns", "2", "update a.txt"])
+        .run();
+    out.assert_success("Updated a.txt.");
+    assert!(out.envelope.get("fallback").is_none(), "{}", out.explain());
+    let warnings = out.envelope["warnings"].to_string();
+    assert!(
+        warnings.contains("was not tried: --max-turns 2 is used up"),
+        "{}",
+        out.explain()
+    );
+    // The file is as the failed edit left it: nobody wrote it.
+    assert_eq!(
+        std::fs::read_to_string(scene.ws().join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    // With one more turn of budget, the fallback runs and fits in it.
+    let scene = Scene::new("edit_fails.json");
+    scene.write("a.txt", "alpha\n");
+    let out = scene
+        .coder()
+        .args(["--max-turns", "3", "update a.txt"])
+        .run();
+    assert_eq!(
+        out.envelope["fallback"]["applied"],
+        true,
+        "{}",
+        out.explain()
+    );
+}
+
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn fallback_after_a_diff_in_the_answer() {
