@@ -211,8 +211,23 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         model: Some("m".into()),
         cli_version: Some("v".into()),
         queue_ms: Some(1),
+        outcome_ms: Some(coder::pipeline::envelope::OutcomeTimes {
+            ledger_before_ms: Some(1),
+            ledger_after_ms: Some(1),
+            verify_baseline_ms: Some(1),
+            verify_after_agent_ms: Some(1),
+            verify_final_ms: Some(1),
+            repair_turns_ms: vec![1],
+            fallback_ms: Some(1),
+        }),
         ..Metrics::default()
     };
+    assert_schema_matches(
+        "/properties/metrics/properties/outcome_ms",
+        to_value(metrics.outcome_ms.as_ref().unwrap()).unwrap(),
+        to_value(coder::pipeline::envelope::OutcomeTimes::default()).unwrap(),
+        true,
+    );
     assert_schema_matches(
         "/properties/metrics",
         to_value(&metrics).unwrap(),

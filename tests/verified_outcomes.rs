@@ -167,12 +167,35 @@ fn verify_fixed_by_a_repair_turn() {
     let scene = Scene::new("verify_repair.json");
     let out = scene
         .coder()
-        .args(["--verify", "grep -q fixed ok.txt", "write ok.txt"])
+        .args([
+            "--return-metrics",
+            "--verify",
+            "grep -q fixed ok.txt",
+            "write ok.txt",
+        ])
         .run();
     out.assert_success("Fixed ok.txt.");
     let v = verification(&out);
     assert_eq!(v["verdict"], "fixed", "{}", out.explain());
     assert_eq!(v["repair_turns"], 1);
+    // --return-metrics: what each part of the check cost.
+    let times = &out.envelope["metrics"]["outcome_ms"];
+    for key in [
+        "ledger_before_ms",
+        "ledger_after_ms",
+        "verify_baseline_ms",
+        "verify_after_agent_ms",
+        "verify_final_ms",
+    ] {
+        assert!(times[key].is_u64(), "{key}: {times}");
+    }
+    assert_eq!(times["verify_final_ms"], v["final"]["duration_ms"]);
+    assert_eq!(
+        times["repair_turns_ms"].as_array().map(Vec::len),
+        Some(1),
+        "{times}"
+    );
+    assert!(times.get("fallback_ms").is_none(), "{times}");
     assert_eq!(v["baseline"]["passed"], false);
     assert_eq!(v["after_agent"]["passed"], false);
     assert_eq!(v["final"]["exit_code"], 0);

@@ -162,6 +162,33 @@ pub struct Metrics {
     /// Milliseconds the run waited for a slot on its backend (`max_concurrent`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_ms: Option<u64>,
+    /// What checking the outcome cost (DESIGN §8): the ledger, the checks, the extra turns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome_ms: Option<OutcomeTimes>,
+}
+
+/// Milliseconds spent on the verified outcome, beside the agent's own work.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OutcomeTimes {
+    /// The change ledger's snapshot before the agent, and its comparison after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_before_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_after_ms: Option<u64>,
+    /// `--verify`: the baseline, the check after the agent and the final one (after the
+    /// last repair turn), as far as they ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_baseline_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_after_agent_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_final_ms: Option<u64>,
+    /// Each repair turn (the agent's attempt, not the check after it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repair_turns_ms: Vec<u64>,
+    /// The weak-model fallback turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_ms: Option<u64>,
 }
 
 impl Metrics {

@@ -237,7 +237,9 @@ async fn run_attempts(
     }
     // The change ledger's "before" (DESIGN §8), taken before anything can change.
     crate::phases::mark("ledger.start");
+    let snapshot_started = Instant::now();
     let ledger = take_snapshot(&request.workspace).await;
+    run.outcome_times.ledger_before_ms = Some(snapshot_started.elapsed().as_millis() as u64);
     crate::phases::mark("ledger.done");
     let mut prepared =
         match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run).await {
@@ -300,6 +302,7 @@ async fn run_attempts(
             journal,
         )
         .await;
+    let envelope = with_outcome_times(envelope, run.outcome_times.clone());
     // Every sandboxed process of the run (agent, checks, repairs) is gone.
     let mut envelope = prepared.guard_git(envelope, &run, journal);
     // Last: the slot is released and a quota failure starts the backend's cooldown.
@@ -803,6 +806,8 @@ struct Run {
     base_url: Option<String>,
     /// `applied_workarounds` of every envelope.
     workarounds: Vec<config::Workaround>,
+    /// What the verified outcome cost, for `metrics.outcome_ms`.
+    outcome_times: crate::pipeline::envelope::OutcomeTimes,
 }
 
 impl Run {
@@ -833,6 +838,7 @@ impl Run {
             failed_edits: Vec::new(),
             base_url: None,
             workarounds: Vec::new(),
+            outcome_times: Default::default(),
         }
     }
 
@@ -917,6 +923,7 @@ impl Run {
             model: observation.model.clone(),
             cli_version: observation.cli_version.clone(),
             queue_ms: None,
+            outcome_ms: None,
         }
     }
 
@@ -1141,6 +1148,25 @@ async fn take_snapshot(workspace: &std::path::Path) -> Option<Ledger> {
         .ok()
 }
 
+/// `metrics.outcome_ms`: the times the run kept, the ledger's comparison measured when the
+/// changes were attached, and each check's own duration from `verification`.
+fn with_outcome_times(
+    mut envelope: Envelope,
+    mut times: crate::pipeline::envelope::OutcomeTimes,
+) -> Envelope {
+    let check_ms = |c: &Option<Check>| c.as_ref().map(|c| c.duration_ms);
+    if let Some(v) = &envelope.verification {
+        times.verify_baseline_ms = check_ms(&v.baseline);
+        times.verify_after_agent_ms = check_ms(&v.after_agent);
+        times.verify_final_ms = check_ms(&v.final_check);
+    }
+    if let Some(metrics) = envelope.metrics.as_mut() {
+        times.ledger_after_ms = metrics.outcome_ms.as_ref().and_then(|t| t.ledger_after_ms);
+        metrics.outcome_ms = Some(times);
+    }
+    envelope
+}
+
 /// The workspace's changes since `ledger` (with the diff when asked), or a warning.
 async fn measure(
     ledger: Option<&Ledger>,
@@ -1168,7 +1194,13 @@ async fn attach_changes(
     exclude: &[String],
     journal: &mut RunJournal,
 ) {
-    match measure(ledger, request.checks.return_diff, exclude).await {
+    let started = Instant::now();
+    let measured = measure(ledger, request.checks.return_diff, exclude).await;
+    if let Some(metrics) = envelope.metrics.as_mut() {
+        metrics.outcome_ms.get_or_insert_default().ledger_after_ms =
+            Some(started.elapsed().as_millis() as u64);
+    }
+    match measured {
         Ok((changes, diff)) => {
             journal.note(Note::Changes(json!({
                 "method": ledger.map(Ledger::method),
@@ -1319,7 +1351,11 @@ impl PreparedRun {
                     session,
                     ..request.clone()
                 };
+                let turn_started = Instant::now();
                 envelope = self.attempt_loop(repair, run, signals, journal).await;
+                run.outcome_times
+                    .repair_turns_ms
+                    .push(turn_started.elapsed().as_millis() as u64);
                 if after_agent.is_none() {
                     after_agent = final_check.take();
                 }
@@ -1426,7 +1462,9 @@ impl PreparedRun {
             max_turns: turns_left,
             ..request.clone()
         };
+        let turn_started = Instant::now();
         *envelope = self.attempt_loop(turn, run, signals, journal).await;
+        run.outcome_times.fallback_ms = Some(turn_started.elapsed().as_millis() as u64);
         let applied = measure(ledger, false, &exclude)
             .await
             .is_ok_and(|(c, _)| c.files_changed > changes.files_changed);
