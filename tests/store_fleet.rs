@@ -390,3 +390,105 @@ fn the_routing_ledger_and_schema_are_shared_on_postgres() {
     );
     assert!(!fake.has_record());
 }
+
+/// Routing learns across machines: what machine A's routed runs taught the shared store is
+/// what machine B's `coder route stats` reads, and B's own routed run is recorded beside A's.
+/// The child succeeds only on the backend whose base URL names `deepseek`.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test installs and runs it"]
+fn routed_runs_on_one_machine_teach_the_other() {
+    let cluster = Cluster::start();
+    let url = cluster.database("routing");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let bin = root.join("claude");
+    std::fs::write(
+        &bin,
+        r#"#!/bin/bash
+sid=""
+while [ $# -gt 0 ]; do case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift; done
+cat >/dev/null
+echo '{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}'
+case "$ANTHROPIC_BASE_URL" in *deepseek*) text=fine;; *) text="";; esac
+echo '{"type":"result","subtype":"success","is_error":false,"result":"'"$text"'","session_id":"'"$sid"'","num_turns":1}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let machine = |name: &str| {
+        let state = root.join(name);
+        let url = url.clone();
+        std::fs::create_dir_all(state.join("ws")).unwrap();
+        move |args: &[&str]| {
+            let out = Command::new("timeout")
+                .arg("60")
+                .arg(env!("CARGO_BIN_EXE_coder"))
+                .args(args)
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("HOME", &state)
+                .env("CODER_STATE_DIR", state.join("state"))
+                .env("XDG_CONFIG_HOME", state.join("xdg"))
+                .env("CODER_STORE", &url)
+                .env("ZAI_API_KEY", "k1")
+                .env("DEEPSEEK_API_KEY", "k2")
+                .current_dir(state.join("ws"))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        }
+    };
+    let a = machine("a");
+    let b = machine("b");
+    let claude = bin.to_str().unwrap();
+    for seed in 1..=6 {
+        let seed = seed.to_string();
+        let (_, out) = a(&[
+            "--cd",
+            ".",
+            "--claude-bin",
+            claude,
+            "--backend",
+            "auto:glm,deepseek",
+            "task",
+        ]);
+        let envelope: Value = serde_json::from_str(out.trim()).unwrap();
+        assert!(
+            envelope["routing"]["chosen"].is_string(),
+            "seed {seed}: {envelope}"
+        );
+    }
+    let tallies = |run: &dyn Fn(&[&str]) -> (Option<i32>, String)| {
+        let (code, out) = run(&["route", "stats", "--json"]);
+        assert_eq!(code, Some(0), "{out}");
+        let stats: Value = serde_json::from_str(&out).unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for t in stats["tallies"].as_array().unwrap() {
+            let n = t["successes"].as_u64().unwrap() + t["failures"].as_u64().unwrap();
+            *seen
+                .entry(t["backend"].as_str().unwrap().to_owned())
+                .or_insert(0) += n;
+            if t["backend"] == "glm" {
+                assert_eq!(t["successes"], 0, "{stats}");
+            }
+        }
+        seen
+    };
+    let taught = tallies(&b);
+    assert_eq!(taught.values().sum::<u64>(), 6, "{taught:?}");
+    let (_, out) = b(&[
+        "--cd",
+        ".",
+        "--claude-bin",
+        claude,
+        "--backend",
+        "auto:glm,deepseek",
+        "task",
+    ]);
+    assert!(out.contains("\"routing\""), "{out}");
+    assert_eq!(tallies(&a).values().sum::<u64>(), 7);
+}
