@@ -391,6 +391,9 @@ fn the_routing_ledger_and_schema_are_shared_on_postgres() {
     assert!(!fake.has_record());
 }
 
+/// A coder command on one "machine": its exit code and stdout.
+type MachineRun = dyn Fn(&[&str]) -> (Option<i32>, String);
+
 /// Routing learns across machines: what machine A's routed runs taught the shared store is
 /// what machine B's `coder route stats` reads, and B's own routed run is recorded beside A's.
 /// The child succeeds only on the backend whose base URL names `deepseek`.
@@ -462,7 +465,7 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"'"$text"'"
             "seed {seed}: {envelope}"
         );
     }
-    let tallies = |run: &dyn Fn(&[&str]) -> (Option<i32>, String)| {
+    let tallies = |run: &MachineRun| {
         let (code, out) = run(&["route", "stats", "--json"]);
         assert_eq!(code, Some(0), "{out}");
         let stats: Value = serde_json::from_str(&out).unwrap();
