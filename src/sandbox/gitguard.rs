@@ -51,11 +51,11 @@ use std::rc::Rc;
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
-use nix::sys::stat::{FileStat, Mode as FileMode, SFlag, fstat, fstatat};
+use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat};
 use serde::Serialize;
 
 use super::gitconfig;
-use super::scan::{ABSENT_TARGET, open_beneath};
+use super::scan::{ABSENT_TARGET, Kind, file_kind as kind_of, open_beneath};
 
 /// Caps on the walk. Past one, the guard reports itself incomplete.
 #[derive(Debug, Clone, Copy)]
@@ -836,23 +836,6 @@ fn beneath(flags: OFlag) -> OpenHow {
                 | ResolveFlag::RESOLVE_NO_SYMLINKS
                 | ResolveFlag::RESOLVE_NO_MAGICLINKS,
         )
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Dir,
-    File,
-    Symlink,
-    Other,
-}
-
-fn kind_of(st: &FileStat) -> Kind {
-    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
-        SFlag::S_IFDIR => Kind::Dir,
-        SFlag::S_IFREG => Kind::File,
-        SFlag::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
-    }
 }
 
 /// The entries of a directory with their types when the file system gives them.

@@ -850,15 +850,16 @@ fn create_placeholder(
     fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
 }
 
+/// What a `stat` says an entry is, as far as the scan and the git guard care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Dir,
     File,
     Symlink,
     Other,
 }
 
-fn file_kind(st: &FileStat) -> Kind {
+pub(crate) fn file_kind(st: &FileStat) -> Kind {
     match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFDIR => Kind::Dir,
         SFlag::S_IFREG => Kind::File,
