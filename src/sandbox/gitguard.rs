@@ -50,12 +50,14 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
+use nix::fcntl::{AtFlags, OFlag, openat2};
 use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat};
 use serde::Serialize;
 
 use super::gitconfig;
-use super::scan::{ABSENT_TARGET, Kind, file_kind as kind_of, open_beneath};
+use super::scan::{
+    ABSENT_TARGET, Kind, beneath, file_kind as kind_of, list_dir_kinds as list, open_beneath,
+};
 
 /// Caps on the walk. Past one, the guard reports itself incomplete.
 #[derive(Debug, Clone, Copy)]
@@ -826,41 +828,6 @@ fn restore_owner_access(dir: BorrowedFd<'_>, name: &OsStr, bits: u32) -> Result<
 
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY
-}
-
-fn beneath(flags: OFlag) -> OpenHow {
-    OpenHow::new()
-        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
-        .resolve(
-            ResolveFlag::RESOLVE_BENEATH
-                | ResolveFlag::RESOLVE_NO_SYMLINKS
-                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-        )
-}
-
-/// The entries of a directory with their types when the file system gives them.
-fn list(dir: &OwnedFd) -> Result<Vec<(OsString, Option<Kind>)>, Errno> {
-    let dup = dir
-        .try_clone()
-        .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
-    let mut stream = nix::dir::Dir::from_fd(dup)?;
-    let mut out = Vec::new();
-    for entry in stream.iter() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        use nix::dir::Type;
-        let kind = entry.file_type().map(|t| match t {
-            Type::Directory => Kind::Dir,
-            Type::File => Kind::File,
-            Type::Symlink => Kind::Symlink,
-            _ => Kind::Other,
-        });
-        out.push((OsStr::from_bytes(name).to_os_string(), kind));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -268,7 +268,7 @@ impl Walker<'_, '_> {
                 path: here,
             });
         }
-        let entries = list_dir_typed(&dir).map_err(|e| walk_error(&here, "list", e))?;
+        let entries = list_dir_kinds(&dir).map_err(|e| walk_error(&here, "list", e))?;
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
         if self.tree.writable
@@ -277,13 +277,13 @@ impl Walker<'_, '_> {
         {
             self.guard_git_dir(rel)?;
         }
-        for (name, hint) in entries {
+        for (name, listed) in entries {
             let rel_child = rel.join(&name);
             let git_entry = name == ".git" && self.tree.writable && !inside.secret;
             let secret = inside.secret || self.deny.is_match(&rel_child);
             let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
             let protected = !inside.protected && protect(&rel_child);
-            if skips_stat(hint, git_entry, secret, protected) {
+            if skips_stat(listed, git_entry, secret, protected) {
                 continue;
             }
             let path = self.tree.root.join(&rel_child);
@@ -901,33 +901,16 @@ fn is_plain_relative(rel: &Path) -> bool {
 
 /// The entries of the directory open as `dir` (sorted, without `.` and `..`).
 fn list_dir(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
-    let dup = dir
-        .try_clone()
-        .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
-    let mut stream = nix::dir::Dir::from_fd(dup)?;
-    let mut names = Vec::new();
-    for entry in stream.iter() {
-        let name = entry?.file_name().to_bytes().to_vec();
-        if name != b"." && name != b".." {
-            names.push(OsStr::from_bytes(&name).to_os_string());
-        }
-    }
-    names.sort();
-    Ok(names)
+    Ok(list_dir_kinds(dir)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect())
 }
 
-/// What a directory listing says an entry is (`d_type`), before any `stat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hint {
-    /// A regular file (`DT_REG`).
-    File,
-    /// Anything else, or a file system that does not say (`DT_UNKNOWN`).
-    Other,
-}
-
-/// The entries of the directory open as `dir` with their listed type (sorted, without
-/// `.` and `..`).
-fn list_dir_typed(dir: &OwnedFd) -> Result<Vec<(OsString, Hint)>, Errno> {
+/// The entries of the directory open as `dir` with the type the listing gives (`d_type`;
+/// `None` where the file system does not say), sorted, without `.` and `..`. The walk and
+/// the git guard read this before any `stat`.
+pub(crate) fn list_dir_kinds(dir: &OwnedFd) -> Result<Vec<(OsString, Option<Kind>)>, Errno> {
     let dup = dir
         .try_clone()
         .map_err(|e| e.raw_os_error().map_or(Errno::EBADF, Errno::from_raw))?;
@@ -936,13 +919,16 @@ fn list_dir_typed(dir: &OwnedFd) -> Result<Vec<(OsString, Hint)>, Errno> {
     for entry in stream.iter() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            let hint = match entry.file_type() {
-                Some(nix::dir::Type::File) => Hint::File,
-                _ => Hint::Other,
-            };
-            names.push((OsStr::from_bytes(name).to_os_string(), hint));
+        if name == b"." || name == b".." {
+            continue;
         }
+        let kind = entry.file_type().map(|t| match t {
+            nix::dir::Type::Directory => Kind::Dir,
+            nix::dir::Type::File => Kind::File,
+            nix::dir::Type::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        });
+        names.push((OsStr::from_bytes(name).to_os_string(), kind));
     }
     names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(names)
@@ -954,8 +940,8 @@ fn list_dir_typed(dir: &OwnedFd) -> Result<Vec<(OsString, Hint)>, Errno> {
 /// Directories, symlinks, `.git` entries, matches and untyped entries are all `stat`ed.
 /// A mount point lists as the type of what it covers, and a file can only be mounted
 /// over a file, so the type is right for mount points too.
-fn skips_stat(hint: Hint, git_entry: bool, secret: bool, protected: bool) -> bool {
-    hint == Hint::File && !git_entry && !secret && !protected
+fn skips_stat(listed: Option<Kind>, git_entry: bool, secret: bool, protected: bool) -> bool {
+    listed == Some(Kind::File) && !git_entry && !secret && !protected
 }
 
 /// Other names, anywhere in `trees`, of the secret files in `wanted` (by dev and ino):
@@ -1013,7 +999,7 @@ fn other_names(
     Ok(found)
 }
 
-fn beneath(flags: OFlag) -> OpenHow {
+pub(crate) fn beneath(flags: OFlag) -> OpenHow {
     OpenHow::new()
         .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
         .resolve(
