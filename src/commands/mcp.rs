@@ -135,6 +135,36 @@ struct Run {
     started: Instant,
     /// `None` while running; the envelope (with `run_id`) once it ended.
     done: watch::Receiver<Option<Value>>,
+    /// How far progress has read the run's journal, and what it found there.
+    journal: Mutex<JournalFollower>,
+}
+
+/// Follows a run's growing transcript: each look reads only what was appended since.
+#[derive(Default)]
+struct JournalFollower {
+    offset: u64,
+    activity: crate::journal::runs::Activity,
+}
+
+impl JournalFollower {
+    /// Reads the complete lines appended to `path` since the last look; `None` when the
+    /// transcript is not there (yet).
+    fn look(&mut self, path: &Path) -> Option<Value> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(path).ok()?;
+        file.seek(SeekFrom::Start(self.offset)).ok()?;
+        let mut fresh = Vec::new();
+        file.read_to_end(&mut fresh).ok()?;
+        // A line still being written waits for the next look.
+        let complete = fresh.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        for line in fresh[..complete].split(|b| *b == b'\n') {
+            if let Ok(entry) = serde_json::from_slice::<Value>(line) {
+                self.activity.absorb(&entry);
+            }
+        }
+        self.offset += complete as u64;
+        Some(self.activity.to_json())
+    }
 }
 
 type Runs = Arc<Mutex<HashMap<String, Arc<Run>>>>;
@@ -566,6 +596,7 @@ impl Server {
             pid,
             started: Instant::now(),
             done: rx,
+            journal: Mutex::new(JournalFollower::default()),
         }))
     }
 }
@@ -618,8 +649,10 @@ fn progress_message(run_id: &str, run: &Run) -> String {
     let activity = crate::config::state_dir().ok().and_then(|state| {
         let dir = crate::journal::transcript::runs_dir(&state);
         let path = crate::journal::runs::find_run(&dir, run_id)?;
-        let entries = crate::journal::runs::read_entries(&path).ok()?;
-        Some(crate::journal::runs::activity(&entries))
+        run.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .look(&path)
     });
     let Some(a) = activity else {
         return format!("coder run {run_id}: starting, {elapsed:.0} s");

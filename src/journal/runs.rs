@@ -185,28 +185,44 @@ pub fn account(entries: &[Value]) -> Value {
 }
 
 /// What a run is doing, from its journal so far: `{phase, tool, turns, tokens_in,
-/// tokens_out}` (`coder mcp` sends it with its progress notifications). The phase is
+/// tokens_out}` (`coder mcp` sends it with its progress notifications). A running fold
+/// over the journal's entries, so a reader that follows a growing
+/// transcript feeds it only the entries appended since its last look. The phase is
 /// `queued`, `starting`, `running`, `verifying` or `repairing`; `tool` the last tool the
 /// model called; `turns` the model's messages; tokens are summed per message (the stream
 /// repeats a message's usage on each of its events, so the last one of each counts).
-pub fn activity(entries: &[Value]) -> Value {
-    let mut phase = "starting";
-    let mut tool = Value::Null;
-    let mut per_message: Vec<(String, u64, u64)> = Vec::new();
-    for entry in entries {
+#[derive(Debug, Clone)]
+pub struct Activity {
+    phase: &'static str,
+    tool: Value,
+    per_message: Vec<(String, u64, u64)>,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            phase: "starting",
+            tool: Value::Null,
+            per_message: Vec::new(),
+        }
+    }
+}
+
+impl Activity {
+    pub fn absorb(&mut self, entry: &Value) {
         match (entry["source"].as_str(), entry["kind"].as_str()) {
             (Some("coder"), Some("queued")) if entry["data"]["state"] == "waiting" => {
-                phase = "queued";
+                self.phase = "queued";
             }
-            (Some("coder"), Some("queued")) => phase = "starting",
-            (Some("coder"), Some("spawn" | "attempt" | "fallback")) => phase = "running",
-            (Some("coder"), Some("verify")) => phase = "verifying",
-            (Some("coder"), Some("repair")) => phase = "repairing",
+            (Some("coder"), Some("queued")) => self.phase = "starting",
+            (Some("coder"), Some("spawn" | "attempt" | "fallback")) => self.phase = "running",
+            (Some("coder"), Some("verify")) => self.phase = "verifying",
+            (Some("coder"), Some("repair")) => self.phase = "repairing",
             (Some("child"), Some("event")) if entry["event"]["type"] == "assistant" => {
                 let message = &entry["event"]["message"];
                 for block in message["content"].as_array().into_iter().flatten() {
                     if block["type"] == "tool_use" {
-                        tool = block["name"].clone();
+                        self.tool = block["name"].clone();
                     }
                 }
                 let id = message["id"].as_str().unwrap_or_default().to_owned();
@@ -215,24 +231,28 @@ pub fn activity(entries: &[Value]) -> Value {
                     usage["input_tokens"].as_u64().unwrap_or(0),
                     usage["output_tokens"].as_u64().unwrap_or(0),
                 );
-                match per_message
+                match self
+                    .per_message
                     .iter_mut()
                     .find(|(m, ..)| *m == id && !id.is_empty())
                 {
                     Some(seen) => (seen.1, seen.2) = tokens,
-                    None => per_message.push((id, tokens.0, tokens.1)),
+                    None => self.per_message.push((id, tokens.0, tokens.1)),
                 }
             }
             _ => {}
         }
     }
-    json!({
-        "phase": phase,
-        "tool": tool,
-        "turns": per_message.len(),
-        "tokens_in": per_message.iter().map(|m| m.1).sum::<u64>(),
-        "tokens_out": per_message.iter().map(|m| m.2).sum::<u64>(),
-    })
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "phase": self.phase,
+            "tool": self.tool,
+            "turns": self.per_message.len(),
+            "tokens_in": self.per_message.iter().map(|m| m.1).sum::<u64>(),
+            "tokens_out": self.per_message.iter().map(|m| m.2).sum::<u64>(),
+        })
+    }
 }
 
 /// The first `max_chars` characters of a multi-line text on one line (`⏎` between lines).
@@ -461,6 +481,12 @@ fallback  {} on {} ({})",
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn activity(entries: &[Value]) -> Value {
+        let mut activity = Activity::default();
+        entries.iter().for_each(|e| activity.absorb(e));
+        activity.to_json()
+    }
 
     #[test]
     fn activity_follows_the_phases_tools_and_tokens() {
