@@ -112,8 +112,8 @@ impl GuardReport {
             .iter()
             .map(|q| {
                 format!(
-                    "git guard: {} was made by the sandboxed command; moved {} to {} so that \
-                     git run outside the sandbox cannot execute it",
+                    "git guard: in {}, moved {} (left by the sandboxed command) to {} so \
+                     that git run outside the sandbox cannot execute it",
                     q.path,
                     q.moved.join(", "),
                     q.to
