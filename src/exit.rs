@@ -30,11 +30,15 @@ pub enum ErrorKind {
     MaxTurns,
     VerifyFailed,
     ScopeViolation,
+    /// The model called `ask_user` (DESIGN §9): the run stopped to ask the caller.
+    NeedsInput,
+    /// `--json-schema` was given and the answer did not match it, even after a repair turn.
+    SchemaMismatch,
 }
 
 impl ErrorKind {
     /// Every kind, in the order of the contract's table.
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::IdleTimeout,
         ErrorKind::Timeout,
         ErrorKind::CommandNotFound,
@@ -50,6 +54,8 @@ impl ErrorKind {
         ErrorKind::MaxTurns,
         ErrorKind::VerifyFailed,
         ErrorKind::ScopeViolation,
+        ErrorKind::NeedsInput,
+        ErrorKind::SchemaMismatch,
     ];
 
     /// The name used in the envelope's `error_kind`.
@@ -70,6 +76,8 @@ impl ErrorKind {
             ErrorKind::MaxTurns => "max_turns",
             ErrorKind::VerifyFailed => "verify_failed",
             ErrorKind::ScopeViolation => "scope_violation",
+            ErrorKind::NeedsInput => "needs_input",
+            ErrorKind::SchemaMismatch => "schema_mismatch",
         }
     }
 
@@ -91,6 +99,8 @@ impl ErrorKind {
             ErrorKind::Cancelled => 130,
             ErrorKind::VerifyFailed => 3,
             ErrorKind::ScopeViolation => 4,
+            ErrorKind::NeedsInput => 5,
+            ErrorKind::SchemaMismatch => 6,
         }
     }
 }

@@ -565,6 +565,8 @@ mod tests {
             ErrorKind::UnexpectedException,
             ErrorKind::VerifyFailed,
             ErrorKind::ScopeViolation,
+            ErrorKind::NeedsInput,
+            ErrorKind::SchemaMismatch,
         ];
         for kind in ErrorKind::ALL {
             assert_eq!(
