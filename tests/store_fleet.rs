@@ -319,7 +319,7 @@ fn a_quota_failure_on_one_machine_cools_the_backend_for_the_other() {
 #[ignore = "needs PostgreSQL: scripts/test installs and runs it"]
 fn the_routing_ledger_and_schema_are_shared_on_postgres() {
     use coder::routing::ledger::{Choice, Ledger, Tally, Verdict};
-    use coder::store::{Location, Store};
+    use coder::store::{Location, RequestShape, Store};
     let cluster = Cluster::start();
     let url = cluster.database("ledger");
     // Two machines, two connections (each migrates; the second finds the schema current).
@@ -362,11 +362,11 @@ fn the_routing_ledger_and_schema_are_shared_on_postgres() {
     assert_eq!(b.forget(Some("glm")).unwrap(), 2);
     assert_eq!(a.tallies(&[]).unwrap().len(), 1);
     // Compat shapes and cooldowns are shared the same way.
-    a.set_compat_shape("deepseek", "compat", Some("400 system role"))
+    a.set_compat_shape("deepseek", RequestShape::Compat, Some("400 system role"))
         .unwrap();
     assert_eq!(
-        b.compat_shape("deepseek").unwrap().as_deref(),
-        Some("compat")
+        b.compat_shape("deepseek").unwrap(),
+        Some(RequestShape::Compat)
     );
     drop((a, b));
 

@@ -284,6 +284,16 @@ pub enum Workaround {
     CliRetriesCapped,
     /// The caller's `ANTHROPIC_API_KEY` removed, so it cannot win over the backend's key.
     CallerApiKeyDropped,
+    /// The compat request shape (`--bare`, experimental betas off): the backend rejected the
+    /// full shape's `role:"system"` message, in this run or an earlier one (the store
+    /// remembers it).
+    CompatShape,
+    /// Extended thinking turned off after a thinking-schema or reasoning round-trip error.
+    ThinkingOff,
+    /// Subagents disallowed after DeepSeek's effort conflict.
+    SubagentsDisallowed,
+    /// WebSearch and WebFetch disallowed after the vendor rejected a web tool.
+    WebToolsDisallowed,
 }
 
 /// The workarounds a resolved backend's settings amount to.

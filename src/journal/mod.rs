@@ -83,6 +83,8 @@ pub enum Note<'a> {
     Fallback(Value),
     /// A repair turn was started after a failing check.
     Repair(Value),
+    /// A provider error was met with a changed setting (DESIGN §12): its class and remedy.
+    Remedy(Value),
     /// The end-of-run git guard moved something aside or could not finish.
     GitGuard(Value),
     /// The run ended: the envelope's gist.
@@ -107,6 +109,7 @@ impl Note<'_> {
             Note::Changes(_) => "changes",
             Note::Fallback(_) => "fallback",
             Note::Repair(_) => "repair",
+            Note::Remedy(_) => "provider_remedy",
             Note::GitGuard(_) => "git_guard",
             Note::Outcome(_) => "outcome",
             Note::Queued(_) => "queued",
@@ -123,6 +126,7 @@ impl Note<'_> {
             | Note::Changes(data)
             | Note::Fallback(data)
             | Note::Repair(data)
+            | Note::Remedy(data)
             | Note::GitGuard(data)
             | Note::Queued(data) => data,
             Note::Attempt {

@@ -22,7 +22,7 @@ use crate::journal::{Journal, Note};
 use crate::pipeline::envelope::Envelope;
 use crate::pipeline::provider::{self, Provider, ProviderAction, ProviderClass, ProviderError};
 use crate::pipeline::request::RunRequest;
-use crate::store::{self, Cooldown, Location, SlotGuard, Store, StoreError};
+use crate::store::{self, Cooldown, Location, RequestShape, SlotGuard, Store, StoreError};
 use crate::supervise::CancelSignals;
 
 /// Why a run does not start.
@@ -166,6 +166,46 @@ impl Admission {
             envelope
                 .warnings
                 .push(format!("cannot record the backend's cooldown: {e}"));
+        }
+    }
+}
+
+impl Admission {
+    /// The request shape the store remembers for this backend (DESIGN §12). A store that is
+    /// not open, or fails, remembers nothing: the run starts in the full shape.
+    pub async fn remembered_shape(&self) -> Option<RequestShape> {
+        let store = self.store.clone()?;
+        let backend = self.backend.clone();
+        blocking(move || store.compat_shape(&backend))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Remembers that this backend needs the compat request shape, so that later runs start
+    /// in it; a store that cannot be written is a warning.
+    pub async fn remember_compat_shape(&self, reason: &str, envelope: &mut Envelope) {
+        let store = match (&self.store, &self.location) {
+            (Some(store), _) => store.clone(),
+            (None, Some(location)) => match open(location.clone()).await {
+                Ok(store) => store,
+                Err(e) => {
+                    envelope
+                        .warnings
+                        .push(format!("cannot remember the backend's request shape: {e}"));
+                    return;
+                }
+            },
+            (None, None) => return,
+        };
+        let (backend, reason) = (self.backend.clone(), reason.to_owned());
+        if let Err(e) =
+            blocking(move || store.set_compat_shape(&backend, RequestShape::Compat, Some(&reason)))
+                .await
+        {
+            envelope
+                .warnings
+                .push(format!("cannot remember the backend's request shape: {e}"));
         }
     }
 }

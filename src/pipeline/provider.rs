@@ -17,6 +17,7 @@
 
 use serde::Serialize;
 
+use crate::config::Workaround;
 use crate::stream::UpstreamErrorType;
 
 /// Who serves the API, as far as coder can tell (base URL first, then the error's shape).
@@ -115,9 +116,7 @@ pub enum ProviderClass {
     Unknown,
 }
 
-/// What coder does about a provider error. Only actions coder really takes are listed; the
-/// rows whose remedy coder does not automate yet (compat shape, step mode, resuming with a
-/// changed setting) end in [`ProviderAction::Fail`] with a hint naming the remedy.
+/// What coder does about a provider error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderAction {
@@ -130,6 +129,142 @@ pub enum ProviderAction {
     WaitForReset,
     /// Not retried and never resumed: the session's history itself is rejected.
     NeverResume,
+    /// Row 1: the backend switched to the compat request shape (remembered for later runs),
+    /// then a fresh start (nothing ran yet) or a resume.
+    SwitchToCompatShape,
+    /// Rows 2–3: the session resumed with extended thinking off.
+    ResumeWithThinkingOff,
+    /// Row 4: the session resumed with subagents disallowed.
+    ResumeWithoutSubagents,
+    /// Row 5: the session resumed with WebSearch and WebFetch disallowed.
+    ResumeWithoutWebTools,
+    /// Row 7: the session resumed once as it was (the broken tool pair may have been a
+    /// transient interruption).
+    ResumeOnce,
+}
+
+/// A changed setting (or a plain resume) coder applies to the next attempt after a provider
+/// error, instead of giving up (§5b's "retry with a changed setting"). Each is applied at
+/// most once per run; none is a blind retry of the same request, so none counts against
+/// `--max-retries` or waits for `--max-retries` to allow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Remedy {
+    /// `--bare` and `CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`: no `role:"system"` message,
+    /// no reminder blocks, tools inline (the CLI then offers Bash, Edit and Read only).
+    CompatShape,
+    /// `CLAUDE_CODE_DISABLE_THINKING=1`: the measured fix for the thinking-schema 400 (a
+    /// resume with thinking on fails the same way).
+    ThinkingOff,
+    /// `--disallowedTools Task,Agent`: no subagent sends thinking disabled with an effort.
+    NoSubagents,
+    /// `--disallowedTools WebSearch,WebFetch`.
+    NoWebTools,
+    /// The session resumed as it was.
+    ResumeOnce,
+}
+
+impl Remedy {
+    /// The remedy for a class, if it has one.
+    pub fn for_class(class: ProviderClass) -> Option<Remedy> {
+        Some(match class {
+            ProviderClass::SystemRole => Remedy::CompatShape,
+            ProviderClass::ThinkingSchema | ProviderClass::ThinkingRoundtrip => Remedy::ThinkingOff,
+            ProviderClass::EffortConflict => Remedy::NoSubagents,
+            ProviderClass::UnsupportedTool => Remedy::NoWebTools,
+            ProviderClass::InvalidHistory => Remedy::ResumeOnce,
+            _ => return None,
+        })
+    }
+
+    /// The action the envelope reports when coder applies this remedy.
+    pub fn action(self) -> ProviderAction {
+        match self {
+            Remedy::CompatShape => ProviderAction::SwitchToCompatShape,
+            Remedy::ThinkingOff => ProviderAction::ResumeWithThinkingOff,
+            Remedy::NoSubagents => ProviderAction::ResumeWithoutSubagents,
+            Remedy::NoWebTools => ProviderAction::ResumeWithoutWebTools,
+            Remedy::ResumeOnce => ProviderAction::ResumeOnce,
+        }
+    }
+
+    /// What the remedy changes in the CLI's arguments and environment.
+    pub fn cli_changes(
+        self,
+    ) -> (
+        &'static [&'static str],
+        &'static [(&'static str, &'static str)],
+    ) {
+        match self {
+            Remedy::CompatShape => (
+                &["--bare"],
+                &[("CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS", "1")],
+            ),
+            Remedy::ThinkingOff => (&[], &[("CLAUDE_CODE_DISABLE_THINKING", "1")]),
+            Remedy::NoSubagents => (&["--disallowedTools", "Task,Agent"], &[]),
+            Remedy::NoWebTools => (&["--disallowedTools", "WebSearch,WebFetch"], &[]),
+            Remedy::ResumeOnce => (&[], &[]),
+        }
+    }
+
+    /// The `applied_workarounds` entry this remedy amounts to (a plain resume changes no
+    /// setting).
+    pub fn workaround(self) -> Option<Workaround> {
+        Some(match self {
+            Remedy::CompatShape => Workaround::CompatShape,
+            Remedy::ThinkingOff => Workaround::ThinkingOff,
+            Remedy::NoSubagents => Workaround::SubagentsDisallowed,
+            Remedy::NoWebTools => Workaround::WebToolsDisallowed,
+            Remedy::ResumeOnce => return None,
+        })
+    }
+
+    /// What coder does, in words (attempt notes, the transcript).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Remedy::CompatShape => {
+                "switched the backend to the compat request shape (--bare, experimental betas off)"
+            }
+            Remedy::ThinkingOff => "resumed with extended thinking off",
+            Remedy::NoSubagents => "resumed with subagents disallowed",
+            Remedy::NoWebTools => "resumed with WebSearch and WebFetch disallowed",
+            Remedy::ResumeOnce => "resumed the session once",
+        }
+    }
+
+    /// The prompt of a resumed attempt: the model learns why its turn was cut short.
+    pub fn nudge(self, class: ProviderClass) -> String {
+        format!(
+            "The provider rejected the last request ({}); coder changed the request and \
+             resumed the session. Continue the task from where it stopped.",
+            class_name(class)
+        )
+    }
+
+    /// The failure when the same class comes back after the remedy: what coder tried.
+    pub fn exhausted(self) -> &'static str {
+        match self {
+            Remedy::CompatShape => {
+                "the vendor rejects Claude Code's request shape even in compat mode (--bare, experimental betas off); use a proxy that hoists system messages, or pin an older CLI"
+            }
+            Remedy::ThinkingOff => "it failed again with extended thinking off",
+            Remedy::NoSubagents => "it failed again with subagents disallowed",
+            Remedy::NoWebTools => "it failed again with WebSearch and WebFetch disallowed",
+            Remedy::ResumeOnce => {
+                "it failed again after one resume: the session's history is broken for this vendor (session poisoned)"
+            }
+        }
+    }
+}
+
+/// Marks `error` as what it is after `remedy` was applied and the same class came back:
+/// not retried, and for a broken tool pair the session poisoned.
+pub fn after_remedy_failed(error: &mut ProviderError, remedy: Remedy) {
+    error.retryable = false;
+    error.action = ProviderAction::Fail;
+    if remedy == Remedy::ResumeOnce {
+        error.session_poisoned = true;
+        error.action = ProviderAction::NeverResume;
+    }
 }
 
 /// `error_detail.provider_error`.

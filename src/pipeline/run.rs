@@ -270,6 +270,10 @@ async fn run_attempts(
             return envelope;
         }
     };
+    // A backend that needed the compat request shape before starts in it (DESIGN §12).
+    if admission.remembered_shape().await == Some(crate::store::RequestShape::Compat) {
+        run.apply_remedy(provider::Remedy::CompatShape);
+    }
     let baseline = match &request.checks.verify {
         Some(verify) if verify.baseline => {
             match prepared
@@ -305,6 +309,11 @@ async fn run_attempts(
     let envelope = with_outcome_times(envelope, run.outcome_times.clone());
     // Every sandboxed process of the run (agent, checks, repairs) is gone.
     let mut envelope = prepared.guard_git(envelope, &run, journal);
+    if let Some(reason) = run.compat_learned.take() {
+        admission
+            .remember_compat_shape(&reason, &mut envelope)
+            .await;
+    }
     // Last: the slot is released and a quota failure starts the backend's cooldown.
     admission.finish(&mut envelope).await;
     envelope
@@ -320,13 +329,13 @@ impl PreparedRun {
         signals: &mut CancelSignals,
         journal: &mut RunJournal,
     ) -> Envelope {
-        let request = &request;
+        let mut request = request;
         let prepared = self;
         let mut session = request.session;
         let mut backoff = Backoff::standard();
         loop {
             let (verdict, attempt) = prepared
-                .attempt(request, session, run, signals, journal)
+                .attempt(&request, session, run, signals, journal)
                 .await;
             let failure = match verdict {
                 Verdict::Success { result } => {
@@ -335,7 +344,38 @@ impl PreparedRun {
                 }
                 Verdict::Failure(failure) => failure,
             };
-            match after_failure(request, run, &attempt, failure) {
+            match after_failure(&request, run, &attempt, failure) {
+                NextStep::Remedy {
+                    kind,
+                    remedy,
+                    class,
+                } => {
+                    let action = provider::class_name(class);
+                    run.record_attempt(
+                        session,
+                        &attempt,
+                        AttemptOutcome::Failed(kind),
+                        Some(format!("{action}: {}", remedy.describe())),
+                    );
+                    run.apply_remedy(remedy);
+                    if remedy == provider::Remedy::CompatShape {
+                        run.compat_learned = Some(action.clone());
+                    }
+                    journal.note(Note::Remedy(
+                        json!({"class": action, "remedy": remedy.describe()}),
+                    ));
+                    // Work done so far lives in the session: resume it. A session that holds
+                    // only the prompt gains nothing over a fresh one with the same prompt.
+                    let ran_tools = !attempt.effects.mutating_tools.is_empty()
+                        || !attempt.effects.read_tools.is_empty();
+                    if ran_tools && attempt.observation.session_id.is_some() {
+                        session = SessionChoice::Resume(session.id());
+                        request.prompt = remedy.nudge(class).into();
+                    } else {
+                        session = SessionChoice::New(Uuid::new_v4());
+                        prepared.lock_session(session);
+                    }
+                }
                 NextStep::Stop(stop) => {
                     if let Some(error) = stop.provider_error.as_ref().filter(|e| e.session_poisoned)
                         && let Err(e) = prepared
@@ -550,6 +590,7 @@ impl PreparedRun {
             self.child_base_env.clone(),
         );
         spec.args.extend(self.backend.cli_args());
+        apply_remedies(&mut spec, &run.remedies);
         if let Some(policy) = &self.policy {
             child::confine(&mut spec, policy.clone());
             spec.egress = self.egress.clone();
@@ -620,6 +661,19 @@ impl PreparedRun {
     }
 }
 
+/// Puts the provider remedies' flags and variables into the child's spec (a variable the
+/// backend already set is overridden).
+fn apply_remedies(spec: &mut child::ChildSpec, remedies: &[provider::Remedy]) {
+    for remedy in remedies {
+        let (args, vars) = remedy.cli_changes();
+        spec.args.extend(args.iter().map(OsString::from));
+        for (name, value) in vars {
+            spec.env.retain(|(k, _)| k != name);
+            spec.env.push((OsString::from(name), OsString::from(value)));
+        }
+    }
+}
+
 /// After an attempt: what the proxy refused becomes sandbox denials, and its counts go to
 /// the transcript (`egress` note), which shows that the backend was reached through it.
 fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: &mut RunJournal) {
@@ -685,6 +739,12 @@ enum NextStep {
         kind: ErrorKind,
         delay: Option<Duration>,
     },
+    /// Change a setting and go on (a provider remedy, DESIGN §12): not a blind retry.
+    Remedy {
+        kind: ErrorKind,
+        remedy: provider::Remedy,
+        class: provider::ProviderClass,
+    },
     /// The run ends with this failure.
     Stop(Box<Stop>),
 }
@@ -709,8 +769,30 @@ fn after_failure(
     attempt: &AttemptRecord,
     mut failure: Failure,
 ) -> NextStep {
-    let provider_error = (failure.kind == ErrorKind::UpstreamError)
+    let mut provider_error = (failure.kind == ErrorKind::UpstreamError)
         .then(|| provider::classify_failure(&failure, run.base_url.as_deref()));
+    let out_of_time = run
+        .limits
+        .deadline
+        .is_some_and(|deadline| Instant::now() >= deadline);
+    // A provider remedy changes the request, so it is not a retry: it goes first, once.
+    let mut remedy_refusal = None;
+    if let Some(error) = provider_error.as_mut()
+        && let Some(remedy) = provider::Remedy::for_class(error.class)
+    {
+        if run.remedies.contains(&remedy) {
+            provider::after_remedy_failed(error, remedy);
+            let why = format!("coder already tried: {}", remedy.exhausted());
+            failure.hint = Some(why.clone());
+            remedy_refusal = Some(why);
+        } else if !out_of_time {
+            return NextStep::Remedy {
+                kind: failure.kind,
+                remedy,
+                class: error.class,
+            };
+        }
+    }
     let upstream = provider_error.as_ref().map(|e| retry::UpstreamClass {
         retryable: e.retryable,
         session_poisoned: e.session_poisoned,
@@ -732,10 +814,6 @@ fn after_failure(
     {
         decision = RetryDecision::Refuse(refusal);
     }
-    let out_of_time = run
-        .limits
-        .deadline
-        .is_some_and(|deadline| Instant::now() >= deadline);
     let refusal = match decision {
         RetryDecision::Retry if !out_of_time => {
             return NextStep::Retry {
@@ -754,7 +832,7 @@ fn after_failure(
         failure,
         upstream,
         provider_error,
-        refusal,
+        refusal: remedy_refusal.or(refusal),
     }))
 }
 
@@ -808,6 +886,11 @@ struct Run {
     workarounds: Vec<config::Workaround>,
     /// What the verified outcome cost, for `metrics.outcome_ms`.
     outcome_times: crate::pipeline::envelope::OutcomeTimes,
+    /// Provider remedies applied to every attempt from now on (DESIGN §12), in order.
+    remedies: Vec<provider::Remedy>,
+    /// Why this run switched its backend to the compat request shape, for the store, so
+    /// that later runs start there.
+    compat_learned: Option<String>,
 }
 
 impl Run {
@@ -839,6 +922,21 @@ impl Run {
             base_url: None,
             workarounds: Vec::new(),
             outcome_times: Default::default(),
+            remedies: Vec::new(),
+            compat_learned: None,
+        }
+    }
+
+    /// Applies `remedy` to every later attempt, and lists what it changed in
+    /// `applied_workarounds`.
+    fn apply_remedy(&mut self, remedy: provider::Remedy) {
+        if !self.remedies.contains(&remedy) {
+            self.remedies.push(remedy);
+        }
+        if let Some(workaround) = remedy.workaround()
+            && !self.workarounds.contains(&workaround)
+        {
+            self.workarounds.push(workaround);
         }
     }
 

@@ -37,6 +37,18 @@ pub(crate) struct RequestMatch {
     /// The request's `model` equals this.
     #[serde(default)]
     pub model: Option<String>,
+    /// The request turns extended thinking on (`true`: a `thinking` field whose type is not
+    /// `disabled`) or off (`false`).
+    #[serde(default)]
+    pub thinking: Option<bool>,
+}
+
+/// Whether the request turns extended thinking on: a `thinking` object whose `type` is not
+/// `disabled` (the CLI sends `adaptive` or `enabled`; `CLAUDE_CODE_DISABLE_THINKING=1` sends
+/// none).
+fn thinking_enabled(body: &Value) -> bool {
+    body.get("thinking")
+        .is_some_and(|t| t.get("type").and_then(Value::as_str) != Some("disabled"))
 }
 
 /// How much of the request's own text a failure message quotes.
@@ -145,6 +157,15 @@ impl RequestMatch {
                 unmet.push(format!("model {model:?}: the request asks for {actual:?}"));
             }
         }
+        if let Some(wanted) = self.thinking {
+            let actual = thinking_enabled(body);
+            if actual != wanted {
+                unmet.push(format!(
+                    "thinking {wanted}: the request has thinking {}",
+                    if actual { "on" } else { "off" }
+                ));
+            }
+        }
         unmet
     }
 
@@ -165,6 +186,9 @@ impl RequestMatch {
         push("model", &self.model);
         if let Some(stream) = self.stream {
             parts.push(format!("stream {stream}"));
+        }
+        if let Some(thinking) = self.thinking {
+            parts.push(format!("thinking {thinking}"));
         }
         if parts.is_empty() {
             "any request".to_string()
@@ -294,6 +318,24 @@ mod tests {
         assert!(unmet[0].contains("reads \"File created"), "{unmet:?}");
         let unmet = m.unmet(&first_request());
         assert!(unmet[0].contains("has no tool_result"), "{unmet:?}");
+    }
+
+    #[test]
+    fn thinking_is_on_unless_absent_or_disabled() {
+        let on = matcher(json!({"thinking": true}));
+        let off = matcher(json!({"thinking": false}));
+        let mut body = first_request();
+        body["thinking"] = json!({"type": "adaptive"});
+        assert!(on.unmet(&body).is_empty() && off.unmet(&body).len() == 1);
+        body["thinking"] = json!({"type": "disabled"});
+        assert!(off.unmet(&body).is_empty());
+        body.as_object_mut().unwrap().remove("thinking");
+        assert!(off.unmet(&body).is_empty());
+        assert!(
+            on.unmet(&body)[0].contains("has thinking off"),
+            "{:?}",
+            on.unmet(&body)
+        );
     }
 
     #[test]

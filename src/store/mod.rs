@@ -271,8 +271,9 @@ impl Store {
         answer.recv().map_err(|_| StoreError::Closed)?
     }
 
-    /// The request shape remembered for a backend (`"full"` or `"compat"`, DESIGN §12).
-    pub fn compat_shape(&self, backend: &str) -> Result<Option<String>, StoreError> {
+    /// The request shape remembered for a backend (DESIGN §12); `None` when nothing is
+    /// remembered (the full shape is the default).
+    pub fn compat_shape(&self, backend: &str) -> Result<Option<RequestShape>, StoreError> {
         let backend = backend.to_owned();
         self.call(move |conn| {
             let rows = conn.query(
@@ -280,7 +281,9 @@ impl Store {
                 &[backend.into()],
                 &[sql::Col::Text],
             )?;
-            Ok(rows.first().and_then(|r| r[0].text().map(str::to_owned)))
+            Ok(rows
+                .first()
+                .and_then(|r| r[0].text().and_then(RequestShape::parse)))
         })
     }
 
@@ -288,12 +291,12 @@ impl Store {
     pub fn set_compat_shape(
         &self,
         backend: &str,
-        shape: &str,
+        shape: RequestShape,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let params = vec![
             backend.into(),
-            shape.into(),
+            shape.as_str().into(),
             reason.map(str::to_owned).into(),
             now_ms().into(),
         ];
@@ -306,6 +309,32 @@ impl Store {
             )
             .map(|_| ())
         })
+    }
+}
+
+/// The request shape a backend takes (DESIGN §12, `provider-quirks.md` §0.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestShape {
+    /// The CLI's defaults.
+    Full,
+    /// `--bare` with experimental betas off: no `role:"system"` message in `messages`.
+    Compat,
+}
+
+impl RequestShape {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestShape::Full => "full",
+            RequestShape::Compat => "compat",
+        }
+    }
+
+    fn parse(text: &str) -> Option<RequestShape> {
+        match text {
+            "full" => Some(RequestShape::Full),
+            "compat" => Some(RequestShape::Compat),
+            _ => None,
+        }
     }
 }
 
@@ -433,11 +462,11 @@ mod tests {
         let store = Store::open(&Location::Sqlite(dir.path().join("s.db"))).unwrap();
         assert_eq!(store.compat_shape("glm").unwrap(), None);
         store
-            .set_compat_shape("glm", "compat", Some("422 system role"))
+            .set_compat_shape("glm", RequestShape::Compat, Some("422 system role"))
             .unwrap();
         assert_eq!(
-            store.compat_shape("glm").unwrap().as_deref(),
-            Some("compat")
+            store.compat_shape("glm").unwrap(),
+            Some(RequestShape::Compat)
         );
     }
 
