@@ -540,3 +540,43 @@ fn a_minimax_tool_pair_error_gets_one_resume() {
         "a plain resume changes no setting"
     );
 }
+
+/// Row 17: a provider that queues the request holds it open with keep-alive comments, and
+/// the CLI prints nothing meanwhile. With the backend's `provider_wait_s` (the DeepSeek
+/// preset's 600 s) the silence while a request is in flight is not idleness; without it
+/// the same cassette trips `--timeout`; `--max-duration` still stops the run.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_queued_request_extends_the_idle_clock_but_not_the_total_one() {
+    let with_wait = |wait: Option<u64>| {
+        let scene = Scene::new("ds_keepalive_queue.json");
+        if let Some(wait) = wait {
+            let mut config = std::fs::read_to_string(&scene.config).unwrap();
+            config.push_str(&format!("provider_wait_s = {wait}\n"));
+            std::fs::write(&scene.config, config).unwrap();
+        }
+        scene
+    };
+    // The queue lasts 10 s; the CLI takes a few seconds to start (its init line, before
+    // any request, is under the plain idle limit), hence 6 s.
+    let queued = with_wait(Some(30));
+    let out = queued.coder().args(["--timeout", "6", "hi"]).run();
+    out.assert_success("Answered after the queue.");
+
+    let plain = with_wait(None);
+    let out = plain.coder().args(["--timeout", "6", "hi"]).run();
+    let detail = out.assert_failure("idle_timeout", 124);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("for 6 s")),
+        "{detail}"
+    );
+
+    let capped = with_wait(Some(30));
+    let out = capped
+        .coder()
+        .args(["--timeout", "6", "--max-duration", "9", "hi"])
+        .run();
+    out.assert_failure("timeout", 124);
+}

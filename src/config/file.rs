@@ -12,6 +12,7 @@
 //! [backends.glm]                     # same name as a preset: changes that preset
 //! model = "glm-4.7"
 //! max_concurrent = 2                 # runs at once on this backend (presets: GLM 1)
+//! provider_wait_s = 600              # silence allowed while a request is in flight (DeepSeek: 600)
 //!
 //! [backends.work]
 //! preset = "deepseek"                # start from a preset
@@ -127,6 +128,7 @@ struct RawProfile {
     #[serde(default)]
     pass_env: Vec<String>,
     max_concurrent: Option<u32>,
+    provider_wait_s: Option<u64>,
 }
 
 /// 1-based line of a byte offset.
@@ -234,6 +236,7 @@ impl ConfigFile {
                 env,
                 pass_env: raw.pass_env,
                 max_concurrent: raw.max_concurrent,
+                provider_wait_s: raw.provider_wait_s,
             };
             backends.insert(
                 name,

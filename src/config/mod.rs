@@ -151,6 +151,8 @@ pub struct ResolvedBackend {
     store: Option<String>,
     /// The profile's `max_concurrent`.
     max_concurrent: Option<u32>,
+    /// The profile's `provider_wait_s`.
+    provider_wait_s: Option<u64>,
     warnings: Vec<String>,
 }
 
@@ -304,6 +306,17 @@ impl ResolvedBackend {
     /// How many runs may use this backend at once (slots, DESIGN §10); `None`: no limit.
     pub fn max_concurrent(&self) -> Option<u32> {
         self.max_concurrent
+    }
+
+    /// How long a request in flight may stay silent (the profile's `provider_wait_s`; for a
+    /// DeepSeek base URL without one, DeepSeek's queueing time).
+    pub fn provider_wait(&self) -> Option<std::time::Duration> {
+        let deepseek = self
+            .base_url()
+            .is_some_and(|url| url.contains("deepseek.com"));
+        self.provider_wait_s
+            .or(deepseek.then_some(preset::DEEPSEEK_PROVIDER_WAIT_S))
+            .map(std::time::Duration::from_secs)
     }
 
     /// Non-accessible globs the config file adds to the sandbox's defaults (`deny`).

@@ -97,6 +97,11 @@ pub struct Profile {
     /// How many runs may use this backend at once, across every coder sharing the store
     /// (DESIGN §10 slots); `None`: no limit.
     pub max_concurrent: Option<u32>,
+    /// How long the CLI may stay silent while one of its requests is in flight, when that is
+    /// longer than `--timeout` (DeepSeek queues requests and holds them open with keep-alive
+    /// comments the CLI does not print; `provider-quirks.md` §5b row 17). `--max-duration`
+    /// still applies.
+    pub provider_wait_s: Option<u64>,
 }
 
 impl Profile {
@@ -126,10 +131,14 @@ impl Profile {
         set(&mut self.append_system_prompt, top.append_system_prompt);
         set(&mut self.cassette, top.cassette);
         set(&mut self.max_concurrent, top.max_concurrent);
+        set(&mut self.provider_wait_s, top.provider_wait_s);
         self.env.extend(top.env);
         self.pass_env.extend(top.pass_env);
     }
 }
+
+/// DeepSeek's queue holds a request open for up to 10 minutes before it answers or gives up.
+pub const DEEPSEEK_PROVIDER_WAIT_S: u64 = 600;
 
 /// Names of the built-in presets, sorted.
 pub const BUILTIN_NAMES: [&str; 7] = [
@@ -231,6 +240,7 @@ pub fn builtin(name: &str) -> Option<Profile> {
                 haiku_model: s("deepseek-v4-flash"),
                 subagent_model: s("deepseek-v4-flash"),
                 api_timeout_ms: Some(600_000),
+                provider_wait_s: Some(DEEPSEEK_PROVIDER_WAIT_S),
                 ..vendor(
                     "DeepSeek",
                     "https://api.deepseek.com/anthropic",

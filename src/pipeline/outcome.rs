@@ -88,7 +88,26 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             failure.cancel_signal = Some(*signal);
             return Verdict::Failure(failure);
         }
-        StopCause::IdleTimeout => {
+        StopCause::IdleTimeout {
+            provider_wait: Some(wait),
+        } => {
+            let secs = wait.as_secs_f64();
+            return Verdict::Failure(
+                Failure::new(
+                    ErrorKind::IdleTimeout,
+                    format!("no answer from the provider for {secs} s"),
+                    format!(
+                        "a request to the provider stayed unanswered for {secs} s (the backend's \
+                         provider_wait_s, which extends --timeout while a request is in flight); \
+                         the run was stopped"
+                    ),
+                )
+                .hint("the provider is queueing requests: try later, or raise provider_wait_s in the backend's config"),
+            );
+        }
+        StopCause::IdleTimeout {
+            provider_wait: None,
+        } => {
             let secs = limits.idle_timeout_s;
             return Verdict::Failure(
                 Failure::new(
@@ -418,7 +437,13 @@ mod tests {
             ),
             (
                 "idle",
-                end(StopCause::IdleTimeout, None, Some(9)),
+                end(
+                    StopCause::IdleTimeout {
+                        provider_wait: None,
+                    },
+                    None,
+                    Some(9),
+                ),
                 vec![init()],
                 Some(ErrorKind::IdleTimeout),
             ),

@@ -481,6 +481,7 @@ impl PreparedRun {
         run.backend = backend.name().to_owned();
         run.base_url = backend.base_url().map(str::to_owned);
         run.workarounds = backend.applied_workarounds();
+        run.limits.provider_wait = backend.provider_wait();
         let mut child_base_env = config::child_environment(process_env, &backend);
 
         let path_var = std::env::var_os("PATH");
@@ -902,6 +903,7 @@ impl Run {
                 deadline: request.max_duration.map(|d| started + d),
                 kill_grace: request.kill_grace,
                 max_line_bytes: request.max_line_bytes,
+                provider_wait: None,
             },
             message_limits: LimitsForMessages {
                 idle_timeout_s: request.idle_timeout.as_secs_f64(),

@@ -122,6 +122,20 @@ pub(crate) struct Turn {
     /// Send this many SSE events, then an `error` event, then end the stream.
     #[serde(default)]
     pub stream_error: Option<StreamErrorSpec>,
+    /// Before the events of a stream, send SSE comments (`: keep-alive`) for a while, the
+    /// way DeepSeek holds a queued request open.
+    #[serde(default)]
+    pub keepalive: Option<KeepAliveSpec>,
+}
+
+/// SSE keep-alive comments sent after the headers and before the first event.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KeepAliveSpec {
+    /// Time between two comments.
+    pub every_ms: u64,
+    /// How long the comments go on before the events start.
+    pub for_ms: u64,
 }
 
 fn one() -> u32 {
@@ -359,6 +373,16 @@ fn validate_turn(turn: &Turn, index: usize) -> Result<(), String> {
         return Err(format!(
             "{label}: `stall_after_events`, `drop_after_events` and `stream_error` exclude each other"
         ));
+    }
+    if let Some(keepalive) = turn.keepalive {
+        if turn.error.is_some() {
+            return Err(format!(
+                "{label}: `keepalive` holds a stream open before its events; it needs a `response`, not an `error`"
+            ));
+        }
+        if keepalive.every_ms == 0 {
+            return Err(format!("{label}: `keepalive.every_ms` must be at least 1"));
+        }
     }
     if let Some(error) = &turn.error {
         if stream_faults > 0 {

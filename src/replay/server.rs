@@ -49,6 +49,8 @@ enum Body {
     Events {
         events: Vec<Vec<u8>>,
         interval: Duration,
+        /// SSE comments before the first event: this many, this far apart.
+        keepalive: Option<(u64, Duration)>,
     },
 }
 
@@ -428,6 +430,10 @@ impl Shared {
             body: Body::Events {
                 events,
                 interval: Duration::from_millis(turn.event_delay_ms),
+                keepalive: turn.keepalive.map(|k| {
+                    let every = k.every_ms.max(1);
+                    (k.for_ms / every, Duration::from_millis(every))
+                }),
             },
             ending,
         };
@@ -662,7 +668,26 @@ async fn send(
                     return Flow::Close;
                 }
             }
-            Body::Events { events, interval } => {
+            Body::Events {
+                events,
+                interval,
+                keepalive,
+            } => {
+                if let Some((count, every)) = keepalive {
+                    for _ in 0..*count {
+                        tokio::select! {
+                            () = tokio::time::sleep(*every) => {}
+                            () = shutdown_signalled(shutdown) => return Flow::Close,
+                        }
+                        if stream
+                            .write_all(&http::chunk(b": keep-alive\n\n"))
+                            .await
+                            .is_err()
+                        {
+                            return Flow::Close;
+                        }
+                    }
+                }
                 for (position, event) in events.iter().enumerate() {
                     if position > 0 && !interval.is_zero() {
                         tokio::select! {

@@ -60,6 +60,20 @@ pub struct Limits {
     /// Time between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
     pub max_line_bytes: usize,
+    /// The idle limit while the CLI waits for the provider (its last line started a
+    /// request: `system/init`, tool results, an `api_retry`), when longer than `idle`: a
+    /// provider that queues requests holds them open without the CLI printing anything.
+    pub provider_wait: Option<Duration>,
+}
+
+impl Limits {
+    /// The idle limit in force: `provider_wait` while a request is in flight.
+    fn idle_limit(&self, awaiting_provider: bool) -> Duration {
+        match self.provider_wait {
+            Some(wait) if awaiting_provider => wait.max(self.idle),
+            _ => self.idle,
+        }
+    }
 }
 
 /// Why an attempt ended.
@@ -69,8 +83,9 @@ pub enum StopCause {
     Finished,
     /// The child printed its result but did not exit in time; it was stopped.
     LingeredAfterResult,
-    /// No output for the idle limit.
-    IdleTimeout,
+    /// No output for the idle limit; `provider_wait` when the longer limit for a request in
+    /// flight was the one in force.
+    IdleTimeout { provider_wait: Option<Duration> },
     /// The run's total deadline passed.
     TotalTimeout,
     /// coder received this signal.
@@ -87,7 +102,7 @@ impl StopCause {
     /// The watchdog (or signal) that stopped the attempt, if one did.
     pub fn watchdog_reason(&self) -> Option<WatchdogReason> {
         match self {
-            StopCause::IdleTimeout => Some(WatchdogReason::IdleTimeout),
+            StopCause::IdleTimeout { .. } => Some(WatchdogReason::IdleTimeout),
             StopCause::TotalTimeout => Some(WatchdogReason::Timeout),
             StopCause::Cancelled(_) => Some(WatchdogReason::Cancelled),
             StopCause::LingeredAfterResult => Some(WatchdogReason::LingeredAfterResult),
@@ -189,6 +204,8 @@ struct LineQueue {
     open_pipes: u8,
     /// An `api_retry` after a 401 was seen: retrying cannot help.
     auth_rejected: bool,
+    /// The last stdout event started a request to the provider (see `Limits::provider_wait`).
+    awaiting_provider: bool,
 }
 
 impl LineQueue {
@@ -217,6 +234,13 @@ impl LineQueue {
                 {
                     self.auth_rejected |= *error_status == Some(401)
                         || *error == Some(UpstreamErrorType::AuthenticationFailed);
+                }
+                if let Some(decoded) = &decoded {
+                    self.awaiting_provider = match &decoded.event {
+                        Event::Init { .. } | Event::User { .. } | Event::ApiRetry { .. } => true,
+                        Event::Assistant(_) | Event::Result(_) => false,
+                        Event::Other { .. } => self.awaiting_provider,
+                    };
                 }
                 self.spare.offer(line.bytes);
                 matches!(
@@ -335,6 +359,7 @@ async fn start(
             spare,
             open_pipes: 2,
             auth_rejected: false,
+            awaiting_provider: false,
         },
         activity,
     })
@@ -364,7 +389,8 @@ async fn watch(
     let mut cause: Option<StopCause> = None;
 
     while !(child_gone && lines.open_pipes == 0) {
-        let idle_at = activity.last() + limits.idle;
+        let idle_limit = limits.idle_limit(lines.awaiting_provider);
+        let idle_at = activity.last() + idle_limit;
         tokio::select! {
             biased;
             signo = signals.recv() => {
@@ -404,8 +430,10 @@ async fn watch(
                 wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
             }
             _ = tokio::time::sleep_until(idle_at.into()), if wind_down.is_none() => {
-                if activity.last() + limits.idle <= Instant::now() {
-                    cause = Some(StopCause::IdleTimeout);
+                if activity.last() + idle_limit <= Instant::now() {
+                    cause = Some(StopCause::IdleTimeout {
+                        provider_wait: (idle_limit > limits.idle).then_some(idle_limit),
+                    });
                     break;
                 }
             }
