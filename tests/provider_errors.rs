@@ -580,3 +580,71 @@ fn a_queued_request_extends_the_idle_clock_but_not_the_total_one() {
         .run();
     out.assert_failure("timeout", 124);
 }
+
+/// Row 19: on Z.ai (`provider = "zai"`, as a proxy in front of it would declare) the CLI's
+/// own fast retries of a 429 feed the vendor's risk control. With ten CLI retries allowed,
+/// coder stops the CLI at its second retry announcement and reports a rate limit with
+/// Z.ai's 30 s backoff, seconds into the run instead of minutes.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn on_zai_the_clis_fast_rate_limit_retries_are_cut_short() {
+    let scene = Scene::with_cli_retries("zai_1302_always.json", 10);
+    let mut config = std::fs::read_to_string(&scene.config).unwrap();
+    config.push_str("provider = \"zai\"\n");
+    std::fs::write(&scene.config, config).unwrap();
+    let started = Instant::now();
+    let out = scene.coder().args(["--return-metrics", "hi"]).run();
+    let elapsed = started.elapsed();
+    let detail = out.assert_failure("upstream_error", 1);
+    let error = &detail["provider_error"];
+    assert_eq!(error["class"], "rate_limited", "{}", out.explain());
+    assert_eq!(error["provider"], "zai");
+    assert_eq!(error["retry_after_s"], 30.0);
+    assert_eq!(error["action"], "retry_with_backoff");
+    assert_eq!(
+        out.envelope["metrics"]["api_retries"],
+        2,
+        "{}",
+        out.explain()
+    );
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("retried 2 times and coder stopped it")),
+        "{detail}"
+    );
+    assert_schema(&out.envelope);
+    // The CLI's ten retries back off for minutes; two take seconds.
+    assert!(elapsed < Duration::from_secs(45), "{elapsed:?}");
+}
+
+/// Row 16: no error, but the answer shows a feature failed quietly on the vendor (here an
+/// image that never reached the model): the run succeeds with a `degraded` warning.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_quietly_failed_image_is_a_degraded_warning() {
+    let scene = Scene::new("degraded_image.json");
+    let out = scene.coder().arg("what does the screenshot show?").run();
+    out.assert_success(
+        "I can't see the image you mentioned; no image came through in this conversation.",
+    );
+    let warnings = out.envelope["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("degraded: the answer says"))),
+        "{}",
+        out.explain()
+    );
+    let plain = Scene::new("plain.json").coder().arg("hi").run();
+    assert!(
+        plain.envelope["warnings"].as_array().is_none_or(|w| !w
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.starts_with("degraded")))),
+        "{}",
+        plain.explain()
+    );
+}

@@ -13,6 +13,7 @@
 //! model = "glm-4.7"
 //! max_concurrent = 2                 # runs at once on this backend (presets: GLM 1)
 //! provider_wait_s = 600              # silence allowed while a request is in flight (DeepSeek: 600)
+//! provider = "zai"                   # who is behind a proxy's URL: anthropic, zai, deepseek, minimax
 //!
 //! [backends.work]
 //! preset = "deepseek"                # start from a preset
@@ -129,6 +130,7 @@ struct RawProfile {
     pass_env: Vec<String>,
     max_concurrent: Option<u32>,
     provider_wait_s: Option<u64>,
+    provider: Option<crate::config::Provider>,
 }
 
 /// 1-based line of a byte offset.
@@ -237,6 +239,7 @@ impl ConfigFile {
                 pass_env: raw.pass_env,
                 max_concurrent: raw.max_concurrent,
                 provider_wait_s: raw.provider_wait_s,
+                provider: raw.provider,
             };
             backends.insert(
                 name,

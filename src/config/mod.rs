@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 pub use env::child_environment;
 pub use error::ConfigError;
 pub use file::ConfigFile;
-pub use preset::{AuthScheme, BUILTIN_NAMES, BackendKind, DEFAULT_CLI_MAX_RETRIES, Workaround};
+pub use preset::{
+    AuthScheme, BUILTIN_NAMES, BackendKind, DEFAULT_CLI_MAX_RETRIES, Provider, Workaround,
+};
 pub use resolve::{resolve_backend_allowing_missing_key, routing_names, store_setting};
 pub use url::{Endpoint, Scheme};
 
@@ -153,6 +155,8 @@ pub struct ResolvedBackend {
     max_concurrent: Option<u32>,
     /// The profile's `provider_wait_s`.
     provider_wait_s: Option<u64>,
+    /// The profile's `provider`: who serves the API when the base URL does not say.
+    provider: Option<Provider>,
     warnings: Vec<String>,
 }
 
@@ -308,15 +312,27 @@ impl ResolvedBackend {
         self.max_concurrent
     }
 
-    /// How long a request in flight may stay silent (the profile's `provider_wait_s`; for a
-    /// DeepSeek base URL without one, DeepSeek's queueing time).
+    /// Who serves the API: the profile's `provider`, else what the base URL says (a proxy
+    /// or a replay server is `Other`).
+    pub fn provider(&self) -> Provider {
+        self.provider
+            .unwrap_or_else(|| Provider::from_base_url(self.base_url()))
+    }
+
+    /// How long a request in flight may stay silent (the profile's `provider_wait_s`; for
+    /// DeepSeek without one, DeepSeek's queueing time).
     pub fn provider_wait(&self) -> Option<std::time::Duration> {
-        let deepseek = self
-            .base_url()
-            .is_some_and(|url| url.contains("deepseek.com"));
+        let deepseek = self.provider() == Provider::Deepseek;
         self.provider_wait_s
             .or(deepseek.then_some(preset::DEEPSEEK_PROVIDER_WAIT_S))
             .map(std::time::Duration::from_secs)
+    }
+
+    /// After how many CLI retries of a rate-limited request coder stops the CLI and applies
+    /// its own vendor backoff (`provider-quirks.md` §5b row 19): Z.ai counts fast retries
+    /// toward its risk control, and the CLI's schedule is fast.
+    pub fn rate_limit_retries_allowed(&self) -> Option<u32> {
+        (self.provider() == Provider::Zai).then_some(2)
     }
 
     /// Non-accessible globs the config file adds to the sandbox's defaults (`deny`).

@@ -102,6 +102,9 @@ pub struct Profile {
     /// comments the CLI does not print; `provider-quirks.md` §5b row 17). `--max-duration`
     /// still applies.
     pub provider_wait_s: Option<u64>,
+    /// Who serves the API, for a base URL that does not say (a proxy, a gateway): decides
+    /// how its errors are read and which of its quirks coder works around.
+    pub provider: Option<Provider>,
 }
 
 impl Profile {
@@ -132,8 +135,63 @@ impl Profile {
         set(&mut self.cassette, top.cassette);
         set(&mut self.max_concurrent, top.max_concurrent);
         set(&mut self.provider_wait_s, top.provider_wait_s);
+        set(&mut self.provider, top.provider);
         self.env.extend(top.env);
         self.pass_env.extend(top.pass_env);
+    }
+}
+
+/// Who serves the API, as far as coder can tell (base URL first, then the error's shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    Anthropic,
+    Zai,
+    Deepseek,
+    Minimax,
+    /// A proxy, a replay server, or a vendor coder does not know.
+    Other,
+}
+
+impl Provider {
+    /// The provider behind a base URL; `None` (the CLI's default) is Anthropic.
+    pub fn from_base_url(base_url: Option<&str>) -> Provider {
+        let Some(url) = base_url else {
+            return Provider::Anthropic;
+        };
+        let host = url
+            .split("://")
+            .nth(1)
+            .unwrap_or(url)
+            .split(['/', ':', '?'])
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let under = |domain: &str| host == domain || host.ends_with(&format!(".{domain}"));
+        if under("anthropic.com") {
+            Provider::Anthropic
+        } else if under("z.ai") || under("bigmodel.cn") {
+            Provider::Zai
+        } else if under("deepseek.com") {
+            Provider::Deepseek
+        } else if under("minimax.io") || under("minimaxi.com") {
+            Provider::Minimax
+        } else {
+            Provider::Other
+        }
+    }
+
+    /// Whether the CLI's `total_cost_usd` means anything (it prices Anthropic's models).
+    pub fn reports_real_cost(self) -> bool {
+        self == Provider::Anthropic
+    }
+
+    /// The hours east of UTC a vendor writes its reset times in (Beijing/Shanghai time).
+    pub fn local_offset_hours(self) -> i64 {
+        match self {
+            Provider::Anthropic => 0,
+            _ => 8,
+        }
     }
 }
 

@@ -113,6 +113,7 @@ pub fn resolve_backend_allowing_missing_key(
             store: file.as_ref().and_then(|f| f.store.clone()),
             max_concurrent: profile.max_concurrent,
             provider_wait_s: profile.provider_wait_s,
+            provider: profile.provider,
             config_file: file.map(|f| f.path),
             warnings,
             name,

@@ -147,6 +147,20 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             failure.upstream_error = Some(UpstreamErrorType::AuthenticationFailed);
             return Verdict::Failure(failure);
         }
+        StopCause::RateLimited { cli_retries } => {
+            let mut failure = Failure::new(
+                ErrorKind::UpstreamError,
+                "API Error: 429 rate limit reached",
+                format!(
+                    "the backend API failed: API Error: 429 rate limit reached; the claude CLI \
+                     retried {cli_retries} times and coder stopped it: this vendor counts fast \
+                     retries toward its risk control, so coder backs off itself"
+                ),
+            );
+            failure.http_status = Some(429);
+            failure.upstream_error = Some(UpstreamErrorType::RateLimit);
+            return Verdict::Failure(failure);
+        }
         StopCause::Finished | StopCause::LingeredAfterResult => {}
     }
 

@@ -17,62 +17,9 @@
 
 use serde::Serialize;
 
+pub use crate::config::Provider;
 use crate::config::Workaround;
 use crate::stream::UpstreamErrorType;
-
-/// Who serves the API, as far as coder can tell (base URL first, then the error's shape).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Provider {
-    Anthropic,
-    Zai,
-    Deepseek,
-    Minimax,
-    /// A proxy, a replay server, or a vendor coder does not know.
-    Other,
-}
-
-impl Provider {
-    /// The provider behind a base URL; `None` (the CLI's default) is Anthropic.
-    pub fn from_base_url(base_url: Option<&str>) -> Provider {
-        let Some(url) = base_url else {
-            return Provider::Anthropic;
-        };
-        let host = url
-            .split("://")
-            .nth(1)
-            .unwrap_or(url)
-            .split(['/', ':', '?'])
-            .next()
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let under = |domain: &str| host == domain || host.ends_with(&format!(".{domain}"));
-        if under("anthropic.com") {
-            Provider::Anthropic
-        } else if under("z.ai") || under("bigmodel.cn") {
-            Provider::Zai
-        } else if under("deepseek.com") {
-            Provider::Deepseek
-        } else if under("minimax.io") || under("minimaxi.com") {
-            Provider::Minimax
-        } else {
-            Provider::Other
-        }
-    }
-
-    /// Whether the CLI's `total_cost_usd` means anything (it prices Anthropic's models).
-    pub fn reports_real_cost(self) -> bool {
-        self == Provider::Anthropic
-    }
-
-    /// The hours east of UTC a vendor writes its reset times in (Beijing/Shanghai time).
-    fn local_offset_hours(self) -> i64 {
-        match self {
-            Provider::Anthropic => 0,
-            _ => 8,
-        }
-    }
-}
 
 /// What went wrong upstream: one row (or a sub-row) of §5b.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -256,6 +203,37 @@ impl Remedy {
     }
 }
 
+/// Row 16: a run that succeeded although a feature quietly failed on the vendor (an image
+/// the model never saw, a web search that found nothing): a warning naming the likely
+/// cause, from the result text.
+pub fn degraded(result: &str) -> Option<String> {
+    const IMAGE: [&str; 6] = [
+        "can't see the image",
+        "cannot see the image",
+        "unable to see the image",
+        "can't view the image",
+        "cannot view the image",
+        "unable to view the image",
+    ];
+    let lower = result.to_ascii_lowercase().replace('’', "'");
+    if IMAGE.iter().any(|p| lower.contains(p)) {
+        return Some(
+            "degraded: the answer says the model could not see an image; this backend's \
+             model may not take images (they reach it as nothing): describe the image in \
+             text or use a vision model"
+                .to_owned(),
+        );
+    }
+    if lower.contains("did 0 searches") {
+        return Some(
+            "degraded: the web search found nothing (\"Did 0 searches\"): this backend does \
+             not run Anthropic's server-side search; configure the vendor's MCP search server"
+                .to_owned(),
+        );
+    }
+    None
+}
+
 /// Marks `error` as what it is after `remedy` was applied and the same class came back:
 /// not retried, and for a broken tool pair the session poisoned.
 pub fn after_remedy_failed(error: &mut ProviderError, remedy: Remedy) {
@@ -297,8 +275,9 @@ pub struct Signals<'a> {
     pub text: &'a str,
     /// The last tool the model called before the failure.
     pub last_tool: Option<&'a str>,
-    /// Where the backend points.
-    pub base_url: Option<&'a str>,
+    /// Who serves the API, as the backend says (its `provider`, else its base URL);
+    /// `None` or `Other`: read from the error's text.
+    pub provider: Option<Provider>,
 }
 
 /// Classifies an upstream failure (§5b, evaluated in the reference's order:
@@ -307,9 +286,9 @@ pub fn classify(signals: &Signals<'_>) -> ProviderError {
     let text = signals.text;
     let lower = text.to_ascii_lowercase();
     let status = signals.status.or_else(|| status_in_text(&lower));
-    let provider = match Provider::from_base_url(signals.base_url) {
-        Provider::Other => provider_from_text(&lower),
-        known => known,
+    let provider = match signals.provider {
+        None | Some(Provider::Other) => provider_from_text(&lower),
+        Some(known) => known,
     };
     let class = class_of(status, signals.cli_error, &lower, signals.last_tool);
     let mut error = ProviderError {
@@ -366,14 +345,14 @@ pub fn classify(signals: &Signals<'_>) -> ProviderError {
 /// Classifies a failure the outcome step marked `upstream_error`.
 pub fn classify_failure(
     failure: &crate::pipeline::outcome::Failure,
-    base_url: Option<&str>,
+    provider: Provider,
 ) -> ProviderError {
     classify(&Signals {
         status: failure.http_status,
         cli_error: failure.upstream_error.as_ref(),
         text: &failure.message,
         last_tool: None,
-        base_url,
+        provider: Some(provider),
     })
 }
 
@@ -838,7 +817,7 @@ mod tests {
         classify(&Signals {
             status,
             text,
-            base_url: Some("http://127.0.0.1:3456"),
+            provider: Some(Provider::from_base_url(Some("http://127.0.0.1:3456"))),
             ..Signals::default()
         })
     }
@@ -1218,7 +1197,7 @@ mod tests {
         let anthropic = classify(&Signals {
             status: Some(429),
             text: "API Error: 429 rate limited",
-            base_url: Some("https://api.anthropic.com"),
+            provider: Some(Provider::from_base_url(Some("https://api.anthropic.com"))),
             ..Signals::default()
         });
         assert_eq!(

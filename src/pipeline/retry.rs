@@ -305,7 +305,7 @@ mod tests {
                 cli_error: None,
                 text: "",
                 last_tool: None,
-                base_url: None,
+                provider: None,
             });
             let class = UpstreamClass {
                 retryable: error.retryable,

@@ -479,7 +479,8 @@ impl PreparedRun {
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         run.warnings.extend(backend.warnings().iter().cloned());
         run.backend = backend.name().to_owned();
-        run.base_url = backend.base_url().map(str::to_owned);
+        run.provider = backend.provider();
+        run.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();
         run.workarounds = backend.applied_workarounds();
         run.limits.provider_wait = backend.provider_wait();
         let mut child_base_env = config::child_environment(process_env, &backend);
@@ -771,7 +772,7 @@ fn after_failure(
     mut failure: Failure,
 ) -> NextStep {
     let mut provider_error = (failure.kind == ErrorKind::UpstreamError)
-        .then(|| provider::classify_failure(&failure, run.base_url.as_deref()));
+        .then(|| provider::classify_failure(&failure, run.provider));
     let out_of_time = run
         .limits
         .deadline
@@ -881,8 +882,8 @@ struct Run {
     backend: String,
     /// Files of failed Edit/MultiEdit calls (the fallback's trigger).
     failed_edits: Vec<String>,
-    /// Where the backend points, for telling providers apart (`None`: the CLI's default).
-    base_url: Option<String>,
+    /// Who serves the backend's API (how its errors are read, whether its cost is real).
+    provider: provider::Provider,
     /// `applied_workarounds` of every envelope.
     workarounds: Vec<config::Workaround>,
     /// What the verified outcome cost, for `metrics.outcome_ms`.
@@ -904,6 +905,7 @@ impl Run {
                 kill_grace: request.kill_grace,
                 max_line_bytes: request.max_line_bytes,
                 provider_wait: None,
+                rate_limit_retries_allowed: None,
             },
             message_limits: LimitsForMessages {
                 idle_timeout_s: request.idle_timeout.as_secs_f64(),
@@ -921,7 +923,7 @@ impl Run {
             denials: Vec::new(),
             backend: requested_backend(request),
             failed_edits: Vec::new(),
-            base_url: None,
+            provider: provider::Provider::Other,
             workarounds: Vec::new(),
             outcome_times: Default::default(),
             remedies: Vec::new(),
@@ -1016,9 +1018,9 @@ impl Run {
             signal: end.and_then(|e| e.exit_signal).map(signal_name),
             attempts: self.attempts.len().max(1) as u32,
             api_ms: result.and_then(|r| r.duration_api_ms),
-            cost_usd: result.and_then(|r| r.total_cost_usd).filter(|_| {
-                provider::Provider::from_base_url(self.base_url.as_deref()).reports_real_cost()
-            }),
+            cost_usd: result
+                .and_then(|r| r.total_cost_usd)
+                .filter(|_| self.provider.reports_real_cost()),
             backend: Some(self.backend.clone()),
             model: observation.model.clone(),
             cli_version: observation.cli_version.clone(),
@@ -1114,12 +1116,14 @@ impl Run {
         } = attempt;
         let (session_id, mismatch) = self.confirmed_session(session, &observation);
         let unconfirmed = session_id.is_none() && mismatch.is_none();
+        let degraded = provider::degraded(&result);
         let mut envelope = self.finish(
             Envelope::success(session_id, result),
             Some(&mut observation),
             Some(&end),
         );
         envelope.warnings.extend(mismatch);
+        envelope.warnings.extend(degraded);
         if unconfirmed {
             envelope.warnings.push(
                 "the CLI never confirmed its session in the stream: SESSION_ID is null and this \

@@ -64,6 +64,9 @@ pub struct Limits {
     /// request: `system/init`, tool results, an `api_retry`), when longer than `idle`: a
     /// provider that queues requests holds them open without the CLI printing anything.
     pub provider_wait: Option<Duration>,
+    /// Stop the CLI at this many `api_retry` announcements of a 429: coder then applies the
+    /// vendor's backoff itself instead of the CLI's fast schedule (`None`: let it retry).
+    pub rate_limit_retries_allowed: Option<u32>,
 }
 
 impl Limits {
@@ -96,6 +99,9 @@ pub enum StopCause {
     /// stopped it at that first retry instead of letting it retry the same key again
     /// (`provider-quirks.md` §5b row 11).
     AuthRejected,
+    /// The CLI announced this many retries of a rate-limited request (429), the backend's
+    /// `Limits::rate_limit_retries_allowed`: coder stopped it (§5b row 19).
+    RateLimited { cli_retries: u32 },
 }
 
 impl StopCause {
@@ -106,7 +112,10 @@ impl StopCause {
             StopCause::TotalTimeout => Some(WatchdogReason::Timeout),
             StopCause::Cancelled(_) => Some(WatchdogReason::Cancelled),
             StopCause::LingeredAfterResult => Some(WatchdogReason::LingeredAfterResult),
-            StopCause::Finished | StopCause::SpawnFailed(_) | StopCause::AuthRejected => None,
+            StopCause::Finished
+            | StopCause::SpawnFailed(_)
+            | StopCause::AuthRejected
+            | StopCause::RateLimited { .. } => None,
         }
     }
 }
@@ -206,6 +215,8 @@ struct LineQueue {
     auth_rejected: bool,
     /// The last stdout event started a request to the provider (see `Limits::provider_wait`).
     awaiting_provider: bool,
+    /// `api_retry` announcements of a 429 so far.
+    rate_limit_retries: u32,
 }
 
 impl LineQueue {
@@ -234,6 +245,9 @@ impl LineQueue {
                 {
                     self.auth_rejected |= *error_status == Some(401)
                         || *error == Some(UpstreamErrorType::AuthenticationFailed);
+                    if *error_status == Some(429) || *error == Some(UpstreamErrorType::RateLimit) {
+                        self.rate_limit_retries += 1;
+                    }
                 }
                 if let Some(decoded) = &decoded {
                     self.awaiting_provider = match &decoded.event {
@@ -360,6 +374,7 @@ async fn start(
             open_pipes: 2,
             auth_rejected: false,
             awaiting_provider: false,
+            rate_limit_retries: 0,
         },
         activity,
     })
@@ -403,6 +418,16 @@ async fn watch(
                     let is_result = lines.handle(next, observation, journal);
                     if lines.auth_rejected && !result_seen {
                         cause = Some(StopCause::AuthRejected);
+                        break;
+                    }
+                    if limits
+                        .rate_limit_retries_allowed
+                        .is_some_and(|allowed| lines.rate_limit_retries >= allowed)
+                        && !result_seen
+                    {
+                        cause = Some(StopCause::RateLimited {
+                            cli_retries: lines.rate_limit_retries,
+                        });
                         break;
                     }
                     if is_result && !result_seen {
