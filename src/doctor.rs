@@ -25,9 +25,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::{
-    self, BackendArgs, BackendKind, ConfigError, ConfigFile, Endpoint, KeySource, Resolution,
-    ResolvedBackend,
+    self, BackendArgs, BackendKind, ConfigError, ConfigFile, Endpoint, KeySource, Provider,
+    Resolution, ResolvedBackend,
 };
+use crate::store::RequestShape;
 
 pub use crate::pipeline::child::TESTED_CLAUDE_VERSION;
 
@@ -179,6 +180,10 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
         .ok()
         .map(|r| r.backend.name().to_owned());
     checks.push(check_backend(&resolution, env));
+    if let Ok(r) = &resolution {
+        checks.push(check_model_slots(&r.backend, env));
+        checks.push(check_compat(&r.backend, &args.backend, env));
+    }
     checks.push(check_claude(args.claude_bin.as_deref(), env));
     checks.push(check_state_dir(env));
     let confined = args.sandbox.is_confined();
@@ -314,23 +319,161 @@ fn check_backend(
         check.status = Status::Warn;
         check = check.hint(warning.clone());
     }
-    let third_party = backend
-        .endpoint()
-        .is_some_and(|e| e.host != "api.anthropic.com" && !e.is_loopback());
-    if backend.kind() == BackendKind::Api
-        && third_party
-        && var("ANTHROPIC_DEFAULT_HAIKU_MODEL").is_none()
-    {
-        check.status = Status::Warn;
-        check = check.hint(
-            "no haiku_model: the CLI's side requests would ask this vendor for a claude-haiku \
-             model, which it will likely reject; set haiku_model in the backend's profile",
-        );
-    }
     if backend.kind() == BackendKind::Inherit {
         check = inherit_credentials(check, backend, &child_env);
     }
     check
+}
+
+/// The slots the CLI picks a model from on its own; each one a vendor cannot serve is a
+/// `400 [1211] Unknown Model` (or the vendor's equivalent) the first time the CLI uses it.
+const SLOTS_THAT_MUST_BE_MAPPED: [(&str, &str, &str); 4] = [
+    ("ANTHROPIC_MODEL", "main", "model"),
+    ("ANTHROPIC_DEFAULT_OPUS_MODEL", "opus", "opus_model"),
+    ("ANTHROPIC_DEFAULT_SONNET_MODEL", "sonnet", "sonnet_model"),
+    ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "haiku", "haiku_model"),
+];
+
+/// Every model slot of a third-party API backend must name one of its models: an unset
+/// slot makes the CLI ask for a `claude-*` id (the Haiku slot, used for side requests, is
+/// the classic `1211 Unknown Model` on Z.ai). A known vendor fails the check; a proxy of
+/// unknown make gets a warning (it may map the ids itself).
+fn check_model_slots(backend: &ResolvedBackend, env: &[(OsString, OsString)]) -> Check {
+    let provider = backend.provider();
+    let third_party = backend.kind() == BackendKind::Api
+        && provider != Provider::Anthropic
+        && !backend.endpoint().is_some_and(|e| e.is_loopback());
+    if !third_party {
+        return Check::new(
+            "models",
+            Status::Ok,
+            "the backend serves Claude model ids (or maps them itself)",
+        );
+    }
+    let child_env = config::child_environment(env, backend);
+    let var = |name: &str| {
+        child_env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let mut problems = Vec::new();
+    let mut keys = Vec::new();
+    for (variable, slot, key) in SLOTS_THAT_MUST_BE_MAPPED {
+        match var(variable) {
+            None => {
+                problems.push(format!(
+                    "{slot} is unset (the CLI would send a claude-* id)"
+                ));
+                keys.push(key);
+            }
+            Some(model) if model.starts_with("claude-") => {
+                problems.push(format!("{slot} is {model}"));
+                keys.push(key);
+            }
+            Some(_) => {}
+        }
+    }
+    if problems.is_empty() {
+        return Check::new(
+            "models",
+            Status::Ok,
+            "every model slot (main, opus, sonnet, haiku) names one of the vendor's models",
+        );
+    }
+    let status = if provider == Provider::Other {
+        Status::Warn
+    } else {
+        Status::Fail
+    };
+    Check::new(
+        "models",
+        status,
+        format!(
+            "model slots this vendor cannot serve: {}; its first use fails with an unknown \
+             model error (Z.ai: 1211)",
+            problems.join(", ")
+        ),
+    )
+    .hint(format!("set {} in the backend's profile", keys.join(", ")))
+    .detail("unmapped", keys)
+}
+
+/// What coder changes for this backend's vendor: the workarounds every run gets, the
+/// request shape the store remembers (after a vendor rejected the full one), and the
+/// vendor-specific clocks.
+fn check_compat(
+    backend: &ResolvedBackend,
+    args: &BackendArgs,
+    env: &[(OsString, OsString)],
+) -> Check {
+    let provider = backend.provider();
+    let mut parts = vec![format!("provider {}", provider.as_str())];
+    let workarounds: Vec<String> = backend
+        .applied_workarounds()
+        .iter()
+        .map(|w| w.as_str().to_owned())
+        .collect();
+    if !workarounds.is_empty() {
+        parts.push(format!("workarounds {}", workarounds.join(", ")));
+    }
+    let shape = remembered_shape(backend, args, env);
+    parts.push(match &shape {
+        Ok(RequestShape::Compat) => {
+            "request shape compat (remembered: the vendor rejected the full shape)".to_owned()
+        }
+        Ok(RequestShape::Full) => "request shape full".to_owned(),
+        Err(why) => format!("request shape full ({why})"),
+    });
+    if let Some(wait) = backend.provider_wait() {
+        parts.push(format!(
+            "a request in flight may stay silent {} s",
+            wait.as_secs()
+        ));
+    }
+    if let Some(n) = backend.rate_limit_retries_allowed() {
+        parts.push(format!("the CLI's 429 retries are cut at {n}"));
+    }
+    Check::new("compat", Status::Ok, parts.join("; "))
+        .detail("provider", provider.as_str())
+        .detail("applied_workarounds", workarounds)
+        .detail(
+            "request_shape",
+            match shape {
+                Ok(RequestShape::Compat) => "compat",
+                _ => "full",
+            },
+        )
+}
+
+/// The request shape the run's store remembers for `backend`; a store that does not exist
+/// yet remembers nothing.
+fn remembered_shape(
+    backend: &ResolvedBackend,
+    args: &BackendArgs,
+    env: &[(OsString, OsString)],
+) -> Result<RequestShape, String> {
+    let state_dir = config::state_dir_of(env).ok_or("no state directory")?;
+    let store_args = crate::store::StoreArgs {
+        store: env
+            .iter()
+            .find(|(k, _)| k == "CODER_STORE")
+            .map(|(_, v)| v.to_string_lossy().into_owned()),
+        optional: false,
+    };
+    let (url, file) = config::store_setting(args, env).map_err(|e| e.to_string())?;
+    let location =
+        crate::store::Location::resolve(&store_args, url.as_deref(), file.as_deref(), &state_dir)
+            .map_err(|e| e.to_string())?;
+    if !location.may_hold_state() {
+        return Ok(RequestShape::Full);
+    }
+    let store = crate::store::Store::open(&location).map_err(|e| e.to_string())?;
+    Ok(store
+        .compat_shape(backend.name())
+        .map_err(|e| e.to_string())?
+        .unwrap_or(RequestShape::Full))
 }
 
 /// For `inherit`: whether the child will have any way to authenticate.

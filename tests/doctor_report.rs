@@ -345,3 +345,81 @@ fn the_network_sandbox_is_checked_for_real_and_skipped_when_unconfined() {
     let (report, _, _) = doctor.json(&["--sandbox", "danger-full-access"]);
     assert_eq!(check(&report, "egress")["status"], "skip");
 }
+
+/// `coder doctor` on a vendor backend (DESIGN §12): every model slot the CLI picks from
+/// must be mapped (an unmapped Haiku slot is Z.ai's classic 1211), and the compat check says
+/// what coder changes for the vendor, including a request shape the store remembers.
+#[test]
+fn model_slots_and_the_remembered_request_shape_are_checked() {
+    let doctor = Doctor::new();
+    let home = doctor.home.path();
+    let config = home.join("coder.toml");
+    std::fs::write(
+        &config,
+        "[backends.ds]\nbase_url = \"https://api.deepseek.com/anthropic\"\nkey_env = \"LOCAL_KEY\"\nmodel = \"deepseek-v4-pro\"\nopus_model = \"deepseek-v4-pro\"\nsonnet_model = \"deepseek-v4-pro\"\n\n[backends.mapped]\npreset = \"deepseek\"\nkey_env = \"LOCAL_KEY\"\n",
+    )
+    .unwrap();
+    let state = home.join("state");
+    let report = |backend: &str| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["doctor", "--json", "--connect-timeout", "0.05", "--config"])
+            .arg(&config)
+            .args(["--backend", backend])
+            .env_clear()
+            .env("PATH", home.join("empty-bin"))
+            .env("HOME", home)
+            .env("CODER_STATE_DIR", &state)
+            .env("LOCAL_KEY", "sk-very-secret-value")
+            .output_bounded();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    let unmapped = report("ds");
+    let models = check(&unmapped, "models");
+    assert_eq!(models["status"], "fail", "{models}");
+    assert!(
+        models["summary"]
+            .as_str()
+            .unwrap()
+            .contains("haiku is unset"),
+        "{models}"
+    );
+    assert_eq!(
+        models["detail"]["unmapped"],
+        serde_json::json!(["haiku_model"])
+    );
+    let compat = check(&unmapped, "compat");
+    assert_eq!(compat["detail"]["provider"], "deepseek");
+    assert_eq!(compat["detail"]["request_shape"], "full");
+    assert!(
+        compat["summary"]
+            .as_str()
+            .unwrap()
+            .contains("may stay silent 600 s"),
+        "{compat}"
+    );
+
+    // The preset maps every slot; a run that met a system-role rejection left "compat".
+    std::fs::create_dir_all(&state).unwrap();
+    let store =
+        coder::store::Store::open(&coder::store::Location::Sqlite(state.join("coder.db"))).unwrap();
+    store
+        .set_compat_shape(
+            "mapped",
+            coder::store::RequestShape::Compat,
+            Some("system_role"),
+        )
+        .unwrap();
+    drop(store);
+    let mapped = report("mapped");
+    assert_eq!(status(&mapped, "models"), "ok", "{mapped}");
+    let compat = check(&mapped, "compat");
+    assert_eq!(compat["detail"]["request_shape"], "compat", "{compat}");
+    assert!(
+        compat["summary"]
+            .as_str()
+            .unwrap()
+            .contains("request shape compat (remembered"),
+        "{compat}"
+    );
+}

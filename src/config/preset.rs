@@ -181,6 +181,17 @@ impl Provider {
         }
     }
 
+    /// The name the envelope and the config file use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::Zai => "zai",
+            Provider::Deepseek => "deepseek",
+            Provider::Minimax => "minimax",
+            Provider::Other => "other",
+        }
+    }
+
     /// Whether the CLI's `total_cost_usd` means anything (it prices Anthropic's models).
     pub fn reports_real_cost(self) -> bool {
         self == Provider::Anthropic
@@ -364,6 +375,24 @@ pub enum Workaround {
     WebToolsDisallowed,
 }
 
+impl Workaround {
+    /// The name `applied_workarounds` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Workaround::ModelSlotsMapped => "model_slots_mapped",
+            Workaround::ExperimentalBetasOff => "experimental_betas_off",
+            Workaround::WebSearchDisallowed => "web_search_disallowed",
+            Workaround::IdentitySentence => "identity_sentence",
+            Workaround::CliRetriesCapped => "cli_retries_capped",
+            Workaround::CallerApiKeyDropped => "caller_api_key_dropped",
+            Workaround::CompatShape => "compat_shape",
+            Workaround::ThinkingOff => "thinking_off",
+            Workaround::SubagentsDisallowed => "subagents_disallowed",
+            Workaround::WebToolsDisallowed => "web_tools_disallowed",
+        }
+    }
+}
+
 /// The workarounds a resolved backend's settings amount to.
 pub fn workarounds_in(
     settings: &[(String, String)],
@@ -400,6 +429,34 @@ pub fn workarounds_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_the_serialized_names() {
+        let workarounds = [
+            Workaround::ModelSlotsMapped,
+            Workaround::ExperimentalBetasOff,
+            Workaround::WebSearchDisallowed,
+            Workaround::IdentitySentence,
+            Workaround::CliRetriesCapped,
+            Workaround::CallerApiKeyDropped,
+            Workaround::CompatShape,
+            Workaround::ThinkingOff,
+            Workaround::SubagentsDisallowed,
+            Workaround::WebToolsDisallowed,
+        ];
+        for w in workarounds {
+            assert_eq!(serde_json::to_value(w).unwrap(), w.as_str());
+        }
+        for p in [
+            Provider::Anthropic,
+            Provider::Zai,
+            Provider::Deepseek,
+            Provider::Minimax,
+            Provider::Other,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
+    }
 
     #[test]
     fn every_listed_name_has_a_preset() {
