@@ -200,6 +200,16 @@ fn non_retryable_provider_errors_are_classified_and_never_retried() {
                 "never_resume",
             )
         },
+        // CLI 2.1.330 recognises "prompt is too long" itself and replaces the vendor's text
+        // with its own (`terminal_reason: prompt_too_long`): the 1261 never reaches coder.
+        case(
+            "zai_1261_context.json",
+            "context_overflow",
+            "other",
+            None,
+            400,
+            "fail",
+        ),
         Case {
             poisoned: true,
             ..case(
