@@ -106,6 +106,9 @@ pub async fn run(request: RunRequest) -> Envelope {
     )
     .await;
     many.finish(&mut envelope, &request);
+    if let Some(role) = &request.plan {
+        crate::pipeline::plan::attach(&mut envelope, role);
+    }
     // The one place the finished envelope is redacted: before it is recorded or printed.
     envelope.redact(&redaction);
 
@@ -129,6 +132,9 @@ pub async fn run(request: RunRequest) -> Envelope {
             "worktree": envelope.worktree,
             "routing": envelope.routing,
             "sandbox": envelope.sandbox,
+            // `coder runs show` shows the plan's path and first lines (DESIGN §9).
+            "plan_file": envelope.plan_file,
+            "plan_head": envelope.plan.as_deref().map(crate::pipeline::plan::head_lines),
     })));
     match journal.transcript.finish() {
         Some(error) => envelope.warnings.push(error.to_owned()),
@@ -500,6 +506,7 @@ impl PreparedRun {
             &program,
             &preview.env,
             &sandbox_args,
+            request.plan.as_ref().and_then(|p| p.writable_file()),
         )
         .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
         crate::phases::mark("policy.done");
