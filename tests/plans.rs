@@ -99,6 +99,20 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
     out
 }
 
+/// Asserts that `envelope` matches the published schema.
+fn assert_schema(envelope: &Value) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/envelope.schema.json"),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(envelope)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{envelope}\n{errors:#?}");
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
@@ -129,6 +143,7 @@ fn a_plan_written_with_the_write_tool_is_in_the_envelope_and_nothing_else_change
     assert_eq!(env["plan"], json!(text), "{env}");
     assert_eq!(env["changes"]["files_changed"], json!(0), "{env}");
     assert_eq!(snapshot(scene.ws()), before, "the workspace changed");
+    assert_schema(env);
     // Not on a terminal: --edit opens nothing and says so.
     assert!(
         env["warnings"].as_array().is_some_and(|w| w
@@ -197,6 +212,7 @@ fn a_model_that_writes_elsewhere_is_refused_and_the_workspace_is_unchanged() {
     let env = &out.envelope;
     assert_eq!(snapshot(scene.ws()), before, "the workspace changed: {env}");
     assert_eq!(env["changes"]["files_changed"], json!(0), "{env}");
+    assert_schema(env);
     // The plan was neither moved, removed nor joined by a sibling.
     let beside: Vec<String> = std::fs::read_dir(scene.0.fake.root())
         .unwrap()
