@@ -243,6 +243,41 @@ fn a_model_that_writes_elsewhere_is_refused_and_the_workspace_is_unchanged() {
 
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_plan_file_inside_the_workspace_is_the_only_file_that_changes() {
+    let scene = Scene::new("plan_in_workspace.json");
+    git(scene.ws(), &["init", "-q"]);
+    git(scene.ws(), &["add", "."]);
+    git(scene.ws(), &["commit", "-qm", "base"]);
+    let mut before = snapshot(scene.ws());
+    let plan = scene.ws().join("PLAN.md");
+    let out = scene
+        .plan()
+        .arg("--plan-file")
+        .arg(&plan)
+        .arg("plan it")
+        .run();
+    out.assert_success("Plan written in the workspace.");
+    let env = &out.envelope;
+    let text = "# Plan\n\nKept in the workspace.\n";
+    assert_eq!(env["plan"], json!(text), "{env}");
+    assert_eq!(env["plan_file"], json!(plan.to_str().unwrap()));
+    let mut after = snapshot(scene.ws());
+    let written = after.remove(Path::new("PLAN.md")).expect("PLAN.md");
+    assert_eq!(written.1, text.as_bytes());
+    // Everything but the plan is as it was (git metadata included).
+    before.remove(Path::new("PLAN.md"));
+    assert_eq!(after, before, "{env}");
+    let changed: Vec<&str> = env["changes"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["PLAN.md"], "{env}");
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_plan_is_carried_out_in_a_fresh_session_with_the_plan_in_its_prompt() {
     let scene = Scene::new("plan_execute.json");
     let plan = scene.plan_beside();

@@ -18,7 +18,9 @@ use clap::Parser;
 
 use crate::commands::run::{Output, config_error, execute, finish, guarded, usage_error};
 use crate::exit::ErrorKind;
-use crate::pipeline::request::{ArgError, PlanRole, RunArgs, SandboxMode, parse_run_id};
+use crate::pipeline::request::{
+    ArgError, PlanRole, RunArgs, SandboxMode, SessionChoice, parse_run_id,
+};
 
 /// `coder plan --cd DIR [--plan-file PATH] [--edit] [OPTIONS] [PROMPT | -]`
 #[derive(Debug, Parser)]
@@ -29,7 +31,8 @@ use crate::pipeline::request::{ArgError, PlanRole, RunArgs, SandboxMode, parse_r
 )]
 struct PlanArgs {
     /// Where the plan is written [default: <state>/plans/<run-id>.md]. An existing file is
-    /// emptied first. Inside the workspace only a new or untracked file (never in .git).
+    /// emptied first (kept when --session-id resumes). Inside the workspace only a new or
+    /// untracked file (never in .git).
     #[arg(long = "plan-file", value_name = "PATH")]
     plan_file: Option<PathBuf>,
 
@@ -114,7 +117,8 @@ fn plan_mode(args: &[OsString]) -> Output {
     if request.worktree.is_some() {
         return fail("coder plan changes nothing to commit; drop worktree".to_owned());
     }
-    if let Err(m) = crate::pipeline::plan::prepare(&file, &request.workspace) {
+    let fresh = matches!(request.session, SessionChoice::New(_));
+    if let Err(m) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
         return fail(m);
     }
     request.sandbox = SandboxMode::ReadOnly;

@@ -32,10 +32,11 @@ pub fn default_path(state_dir: &Path, run_id: &str) -> Result<PathBuf, String> {
 }
 
 /// Makes the (canonical) plan file ready for a plan run in `workspace`: created empty, or
-/// emptied when it exists (the run writes a new plan). Inside the workspace only a file
+/// emptied when it exists and `fresh` (a new session writes a new plan; a resumed one
+/// continues the plan it was writing). Inside the workspace only a file
 /// git does not track may be the plan (nor anything in git metadata): the run would
 /// otherwise change a project file the read-only workspace is meant to keep.
-pub fn prepare(file: &Path, workspace: &Path) -> Result<(), String> {
+pub fn prepare(file: &Path, workspace: &Path, fresh: bool) -> Result<(), String> {
     let shown = file.display();
     if let Ok(rel) = file.strip_prefix(workspace) {
         if rel.components().any(|c| c.as_os_str() == ".git") {
@@ -53,7 +54,7 @@ pub fn prepare(file: &Path, workspace: &Path) -> Result<(), String> {
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(fresh)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(file)
@@ -182,7 +183,7 @@ mod tests {
         let link = dir.path().join("p.md");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(read(&link).is_err());
-        assert!(prepare(&link, Path::new("/nonexistent-ws")).is_err());
+        assert!(prepare(&link, Path::new("/nonexistent-ws"), true).is_err());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "secret");
     }
 }
