@@ -169,6 +169,62 @@ fn a_plan_written_with_the_write_tool_is_in_the_envelope_and_nothing_else_change
     assert!(shown.contains("1. Add greet() to src/lib.rs."), "{shown}");
 }
 
+/// Single-quoted for `sh`.
+fn sh_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn edit_opens_the_editor_on_the_plan_when_on_a_terminal() {
+    let scene = Scene::new("plan_write.json");
+    let plan = scene.plan_beside();
+    let editor = scene.0.fake.root().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'Edited by the user.\\n' >> \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let argv: Vec<String> = scene
+        .plan()
+        .arg("--plan-file")
+        .arg(&plan)
+        .args(["--edit", "-q", "plan a greeting"])
+        .argv()
+        .iter()
+        .map(|a| sh_quote(a.to_str().unwrap()))
+        .collect();
+    // `script` gives coder a terminal for stdin and stdout.
+    let out = common::run_bounded(
+        Command::new("script")
+            .args(["-qec", &format!("{} {}", sh_quote(BIN), argv.join(" "))])
+            .arg("/dev/null")
+            .stdin(std::process::Stdio::null())
+            .env("CODER_STATE_DIR", scene.state_dir())
+            .env("XDG_CONFIG_HOME", scene.0.fake.root().join("xdg-config"))
+            .env("EDITOR", &editor)
+            .env_remove("VISUAL")
+            .env_remove("CODER_CONFIG")
+            .env_remove("CODER_BACKEND"),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or_else(|| panic!("no envelope: {stdout}"));
+    let env: Value = serde_json::from_str(line.trim()).unwrap();
+    let text = "# Plan\n\n1. Add greet() to src/lib.rs.\n2. Test it in tests/greet.rs.\n\
+                Edited by the user.\n";
+    assert_eq!(env["success"], json!(true), "{env}");
+    assert_eq!(std::fs::read_to_string(&plan).unwrap(), text);
+    assert_eq!(env["plan"], json!(text), "{env}");
+    assert!(env.get("warnings").is_none(), "{env}");
+}
+
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_plan_written_from_the_shell_goes_to_the_default_file_of_the_run() {
