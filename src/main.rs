@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Some("doctor") => commands::doctor::doctor_command(&args[2..]),
         Some("prompt") => commands::prompt::prompt_command(&args[2..]),
         Some("replay") => commands::replay::serve_command(&args[1..]),
+        Some("plan") => commands::plan::plan_command(&args[2..]),
         Some("runs") => commands::runs::runs_command(&args),
         Some("route") => commands::route::route_command(&args),
         Some("fs") => commands::fs::fs_command(&args[2..]),

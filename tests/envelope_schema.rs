@@ -352,6 +352,8 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         true,
     );
     full.routing = Some(routing);
+    full.plan_file = Some("/state/plans/r.md".into());
+    full.plan = Some("# Plan".into());
     let mut minimal = Envelope::success(None, "r".into());
     minimal.result = None;
     assert_schema_matches(

@@ -68,6 +68,7 @@ fn everything_given() {
             "cargo test passes".into(),
             "a burst of 101 requests gets one Deny".into(),
         ],
+        ..PromptArgs::default()
     };
     let prompt = assemble_prompt(TASK, &args).unwrap();
     assert_snapshot("full.expected.md", &prompt);

@@ -5,6 +5,7 @@
 pub mod doctor;
 pub mod fs;
 pub mod mcp;
+pub mod plan;
 pub mod prompt;
 pub mod replay;
 pub mod route;

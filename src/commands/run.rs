@@ -19,7 +19,7 @@ use crate::text::{Secrets, names::secret_values};
 use crate::{pipeline, supervise};
 
 /// What the run mode prints.
-enum Output {
+pub(crate) enum Output {
     /// Help or version text for stdout.
     Text(String),
     Envelope {
@@ -32,7 +32,12 @@ enum Output {
 /// `coder [run-mode args]`: prints one envelope and returns its exit code.
 pub fn run_command(args: &[OsString]) -> ExitCode {
     crate::phases::mark("coder.main");
-    let output = std::panic::catch_unwind(|| run_mode(args)).unwrap_or_else(|payload| {
+    finish(guarded(|| run_mode(args)))
+}
+
+/// `make`'s output, or an `unexpected_exception` envelope when it panics.
+pub(crate) fn guarded(make: impl FnOnce() -> Output + std::panic::UnwindSafe) -> Output {
+    std::panic::catch_unwind(make).unwrap_or_else(|payload| {
         let what = payload
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -45,7 +50,12 @@ pub fn run_command(args: &[OsString]) -> ExitCode {
             )),
             metrics_line: None,
         }
-    });
+    })
+}
+
+/// Prints `output` (an envelope redacted with every secret of this process's environment)
+/// and returns the exit code that goes with it.
+pub(crate) fn finish(output: Output) -> ExitCode {
     match output {
         Output::Text(text) => {
             let _ = std::io::stdout().write_all(text.as_bytes());
@@ -73,7 +83,7 @@ pub fn run_command(args: &[OsString]) -> ExitCode {
     }
 }
 
-fn config_error(message: String, exit_code: u8, limits: KnownLimits) -> Output {
+pub(crate) fn config_error(message: String, exit_code: u8, limits: KnownLimits) -> Output {
     let mut envelope = Envelope::early_failure(ErrorKind::ConfigError, message);
     envelope.exit_code = exit_code;
     if let Some(detail) = envelope.error_detail.as_mut() {
@@ -92,36 +102,40 @@ fn config_error(message: String, exit_code: u8, limits: KnownLimits) -> Output {
     }
 }
 
+/// The output for a clap error: help or version text, else a usage `config_error` (exit
+/// 2) with clap's first line and the valid values.
+pub(crate) fn usage_error(e: &clap::Error, help_hint: &str) -> Output {
+    use clap::error::ErrorKind as Clap;
+    match e.kind() {
+        Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
+        _ => {
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ")
+                .to_owned();
+            // clap lists the valid values on a line of its own; keep it.
+            let values = text
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("[possible values:"))
+                .map(|l| format!(" {l}"))
+                .unwrap_or_default();
+            config_error(
+                format!("{first}{values} (see {help_hint})"),
+                USAGE_EXIT,
+                KnownLimits::default(),
+            )
+        }
+    }
+}
+
 fn run_mode(args: &[OsString]) -> Output {
     let parsed = match RunArgs::parse_from_args(args) {
         Ok(parsed) => parsed,
-        Err(e) => {
-            use clap::error::ErrorKind as Clap;
-            return match e.kind() {
-                Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
-                _ => {
-                    let text = e.render().to_string();
-                    let first = text
-                        .lines()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("invalid arguments")
-                        .trim_start_matches("error: ")
-                        .to_owned();
-                    // clap lists the valid values on a line of its own; keep it.
-                    let values = text
-                        .lines()
-                        .map(str::trim)
-                        .find(|l| l.starts_with("[possible values:"))
-                        .map(|l| format!(" {l}"))
-                        .unwrap_or_default();
-                    config_error(
-                        format!("{first}{values} (see coder --help)"),
-                        USAGE_EXIT,
-                        KnownLimits::default(),
-                    )
-                }
-            };
-        }
+        Err(e) => return usage_error(&e, "coder --help"),
     };
     if std::env::var_os("CODER_DEBUG_PANIC").is_some_and(|v| v == "1") {
         // A deliberate crash, so the unexpected_exception path can be exercised end to end.
@@ -134,6 +148,11 @@ fn run_mode(args: &[OsString]) -> Output {
             return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
         }
     };
+    execute(request)
+}
+
+/// Runs a validated request: the async runtime, the pipeline, the metrics line.
+pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     supervise::release_large_buffers();
     // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
     // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and

@@ -97,7 +97,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
 
-    /// A file given to `--contract`, `--guardrails` or `--codex` cannot be used.
+    /// A file given to `--contract`, `--guardrails`, `--codex` or `--plan` cannot be used.
     #[error("--{flag} {}: {problem}", path.display())]
     PromptFile {
         flag: &'static str,

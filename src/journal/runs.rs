@@ -362,7 +362,8 @@ pub fn render(account: &Value) -> String {
 }
 
 /// The verified outcome of a run (DESIGN §8): what changed, the checks and their verdict,
-/// the fallback turn; then where its work went (worktree, routing, git guard).
+/// the fallback turn; then where its work went (worktree, routing, the plan of a plan
+/// run or the plan carried out, git guard).
 fn render_outcome_checks(out: &mut String, outcome: &Value) {
     use std::fmt::Write;
     let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
@@ -462,6 +463,12 @@ fallback  {} on {} ({})",
             text(&r["chosen"]),
             r["propensity"]
         );
+    }
+    if let Some(plan_file) = outcome["plan_file"].as_str() {
+        let _ = writeln!(out, "\nplan      {plan_file}");
+        for line in outcome["plan_head"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  | {}", text(line));
+        }
     }
     for q in outcome["sandbox"]["quarantined"]
         .as_array()

@@ -275,6 +275,7 @@ mod tests {
             max_turns: None,
             checks: Default::default(),
             worktree: None,
+            plan: None,
             task_title: "task".into(),
             targets: 0,
             store: Default::default(),

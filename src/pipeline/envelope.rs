@@ -34,6 +34,13 @@ pub struct Envelope {
     pub error_kind: Option<ErrorKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_detail: Option<ErrorDetail>,
+    /// The plan file: written by `coder plan`, carried out by `--plan` (DESIGN §9);
+    /// an absolute path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_file: Option<String>,
+    /// `coder plan`: the plan's text as the run left it (capped, with a marker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     /// What the run changed in the workspace, measured by coder (DESIGN §8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<crate::workspace::Changes>,
@@ -244,6 +251,8 @@ impl Envelope {
             error: None,
             error_kind: None,
             error_detail: None,
+            plan_file: None,
+            plan: None,
             changes: None,
             diff: None,
             verification: None,
@@ -302,6 +311,7 @@ impl Envelope {
         let maybe = |s: &mut Option<String>| s.iter_mut().for_each(|s| secrets.redact_string(s));
         maybe(&mut self.result);
         maybe(&mut self.error);
+        maybe(&mut self.plan);
         if let Some(detail) = self.error_detail.as_mut() {
             text(&mut detail.message);
             detail.last_lines.iter_mut().for_each(text);

@@ -3,7 +3,8 @@
 //! supervised attempts (in [`crate::supervise`]) whose output becomes an [`observation`] ->
 //! [`outcome`] (success or an error kind; [`provider`] says what an upstream failure is) -> [`retry`] (whether another attempt is safe) ->
 //! [`session`] (records for safe resumes) -> [`envelope`]. [`run`] drives one run through
-//! these steps; [`many`] wraps it in a `--worktree` checkout and a `--backend auto` choice.
+//! these steps; [`many`] wraps it in a `--worktree` checkout and a `--backend auto` choice;
+//! [`plan`] places and reads the plan file of `coder plan` and `--plan` (DESIGN §9).
 //!
 //! Nothing here prints or parses argv; that is the run command's job
 //! (`commands::run`). Nothing here confines or spawns processes; that is the sandbox's and
@@ -17,6 +18,7 @@ pub mod fallback;
 pub mod many;
 pub mod observation;
 pub mod outcome;
+pub mod plan;
 pub mod prompt;
 pub mod provider;
 pub mod request;

@@ -25,6 +25,8 @@ const CONTRACT: &str = include_str!("../../prompts/contract.md");
 const GUARDRAILS: &str = include_str!("../../prompts/guardrails.md");
 const CODEX: &str = include_str!("../../prompts/codex.md");
 const SCOPE: &str = include_str!("../../prompts/scope.md");
+const PLAN: &str = include_str!("../../prompts/plan.md");
+const PLAN_WRITE: &str = include_str!("../../prompts/plan-write.md");
 
 /// The task types with guidance of their own; any other type is named without guidance.
 pub const TASK_TYPES: [(&str, &str); 7] = [
@@ -89,6 +91,16 @@ pub struct PromptArgs {
         value_name = "TEXT"
     )]
     pub acceptance: Vec<String>,
+
+    /// Carry out this plan (a file written by `coder plan`), included as its own section;
+    /// the run starts a fresh session.
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+
+    /// `coder plan`: the file the agent is told to write its plan to (set by that
+    /// command, not a flag).
+    #[arg(skip)]
+    pub plan_output: Option<PathBuf>,
 }
 
 impl PromptArgs {
@@ -105,6 +117,8 @@ impl PromptArgs {
             && items(&self.requirements).next().is_none()
             && items(&self.constraints).next().is_none()
             && items(&self.acceptance).next().is_none()
+            && self.plan.is_none()
+            && self.plan_output.is_none()
     }
 }
 
@@ -242,8 +256,15 @@ pub fn assemble_prompt(task: &str, args: &PromptArgs) -> Result<String, ConfigEr
     if let Some(path) = &args.codex {
         sections.push(document(CODEX, "codex", path)?);
     }
+    if let Some(path) = &args.plan {
+        sections.push(document(PLAN, "plan", path)?);
+    }
     if args.contract.is_some() || args.guardrails.is_some() {
         sections.push(render(SCOPE, &[]));
+    }
+    if let Some(path) = &args.plan_output {
+        let path = path.display().to_string();
+        sections.push(render(PLAN_WRITE, &[("path", path.as_str())]));
     }
     let mut prompt = sections.join("\n\n");
     prompt.push('\n');
@@ -289,6 +310,8 @@ mod tests {
             render(GUARDRAILS, &[("source", "s"), ("content", "c")]),
             render(CODEX, &[("source", "s"), ("content", "c")]),
             render(SCOPE, &[]),
+            render(PLAN, &[("source", "s"), ("content", "c")]),
+            render(PLAN_WRITE, &[("path", "p")]),
         ];
         for text in filled {
             assert!(!text.contains("{{"), "{text}");

@@ -30,7 +30,7 @@ pub use crate::sandbox::Mode as SandboxMode;
     version,
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
-    after_help = "Other commands: coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
+    after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
                   Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 70 internal, 71 sandbox, 78 config, \
                   124 timeout, 127 claude not found, 130/143 cancelled."
 )]
@@ -259,7 +259,7 @@ impl OutcomeArgs {
 }
 
 /// A caller's run id names a transcript file: plain characters only, bounded.
-fn parse_run_id(text: &str) -> Result<String, ArgError> {
+pub fn parse_run_id(text: &str) -> Result<String, ArgError> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
     if !text.is_empty() && text.len() <= 64 && text.chars().all(plain) && !text.starts_with('.') {
         Ok(text.to_owned())
@@ -383,6 +383,34 @@ pub struct RunRequest {
     pub targets: usize,
     /// Where slots, cooldowns and the routing ledger live (DESIGN §10).
     pub store: crate::store::StoreArgs,
+    /// `coder plan` (the plan file to write) or `--plan` (the plan carried out).
+    pub plan: Option<PlanRole>,
+}
+
+/// How a run relates to a plan (DESIGN §9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanRole {
+    /// `coder plan`: the agent writes its plan to this file (canonical, existing), the only
+    /// file it may write; the workspace is read-only.
+    Write { file: PathBuf },
+    /// `coder --plan FILE`: the plan in this file (canonical) is a section of the prompt.
+    Execute { file: PathBuf },
+}
+
+impl PlanRole {
+    pub fn file(&self) -> &Path {
+        match self {
+            PlanRole::Write { file } | PlanRole::Execute { file } => file,
+        }
+    }
+
+    /// The file the sandbox lets the agent write, for a plan-writing run.
+    pub fn writable_file(&self) -> Option<&Path> {
+        match self {
+            PlanRole::Write { file } => Some(file),
+            PlanRole::Execute { .. } => None,
+        }
+    }
 }
 
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -516,6 +544,26 @@ impl RunArgs {
             .map_or_else(String::new, |l| crate::text::one_line(l, 200));
         let prompt = assemble_prompt(&prompt, &self.prompt_framing)
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
+        let plan = match (&self.prompt_framing.plan_output, &self.prompt_framing.plan) {
+            (Some(_), Some(_)) => {
+                return Err(ArgError::Invalid(
+                    "--plan executes a plan, coder plan writes one: drop --plan".into(),
+                ));
+            }
+            (Some(file), None) => Some(PlanRole::Write { file: file.clone() }),
+            (None, Some(file)) => {
+                if matches!(session, SessionChoice::Resume(_)) {
+                    return Err(ArgError::Invalid(
+                        "--plan starts a fresh session with the plan in its prompt: drop --session-id"
+                            .into(),
+                    ));
+                }
+                let file = std::fs::canonicalize(file)
+                    .map_err(|e| ArgError::Invalid(format!("--plan {}: {e}", file.display())))?;
+                Some(PlanRole::Execute { file })
+            }
+            (None, None) => None,
+        };
         let checks = outcome_args.validate()?;
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
@@ -552,6 +600,7 @@ impl RunArgs {
             task_title,
             targets,
             store: self.store,
+            plan,
         })
     }
 

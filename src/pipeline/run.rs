@@ -106,6 +106,9 @@ pub async fn run(request: RunRequest) -> Envelope {
     )
     .await;
     many.finish(&mut envelope, &request);
+    if let Some(role) = &request.plan {
+        crate::pipeline::plan::attach(&mut envelope, role);
+    }
     // The one place the finished envelope is redacted: before it is recorded or printed.
     envelope.redact(&redaction);
 
@@ -129,6 +132,9 @@ pub async fn run(request: RunRequest) -> Envelope {
             "worktree": envelope.worktree,
             "routing": envelope.routing,
             "sandbox": envelope.sandbox,
+            // `coder runs show` shows the plan's path and first lines (DESIGN §9).
+            "plan_file": envelope.plan_file,
+            "plan_head": envelope.plan.as_deref().map(crate::pipeline::plan::head_lines),
     })));
     match journal.transcript.finish() {
         Some(error) => envelope.warnings.push(error.to_owned()),
@@ -542,6 +548,7 @@ impl PreparedRun {
             &program,
             &preview.env,
             &sandbox_args,
+            request.plan.as_ref().and_then(|p| p.writable_file()),
         )
         .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
         crate::phases::mark("policy.done");
@@ -870,8 +877,11 @@ struct Run {
     message_limits: LimitsForMessages,
     return_all_messages: bool,
     workspace: std::path::PathBuf,
-    /// `--sandbox read-only`: no write of the agent can have happened.
+    /// `--sandbox read-only`: no write of the agent can have happened (but to the plan
+    /// file of a plan run).
     read_only: bool,
+    /// `coder plan`: the plan file, the one file the agent may have written.
+    plan_file: Option<std::path::PathBuf>,
     retries: u32,
     attempts: Vec<AttemptSummary>,
     warnings: Vec<String>,
@@ -914,6 +924,11 @@ impl Run {
             return_all_messages: request.return_all_messages,
             workspace: request.workspace.clone(),
             read_only: request.sandbox == crate::sandbox::Mode::ReadOnly,
+            plan_file: request
+                .plan
+                .as_ref()
+                .and_then(|p| p.writable_file())
+                .map(std::path::Path::to_path_buf),
             retries: 0,
             attempts: Vec::new(),
             warnings: Vec::new(),
@@ -1181,17 +1196,27 @@ impl Run {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ");
-            let what = if self.read_only {
-                format!(
-                    "the agent tried to change things ({tools}); the read-only sandbox refused every write"
-                )
-            } else {
-                format!("the agent ran tools that may have changed things ({tools})")
-            };
-            detail.resume_hint = Some(format!(
-                "{what}; to continue where it stopped: coder --cd {} --session-id {id} \"continue\"",
-                shell_quote(&self.workspace.display().to_string()),
-            ));
+            let ws = shell_quote(&self.workspace.display().to_string());
+            detail.resume_hint = Some(match &self.plan_file {
+                // A plan run continues as one, with the same plan file.
+                Some(plan) => format!(
+                    "the agent may have written part of the plan ({tools}); to continue where it \
+                     stopped: coder plan --cd {ws} --plan-file {} --session-id {id} \"continue\"",
+                    shell_quote(&plan.display().to_string()),
+                ),
+                None => {
+                    let what = if self.read_only {
+                        format!(
+                            "the agent tried to change things ({tools}); the read-only sandbox refused every write"
+                        )
+                    } else {
+                        format!("the agent ran tools that may have changed things ({tools})")
+                    };
+                    format!(
+                        "{what}; to continue where it stopped: coder --cd {ws} --session-id {id} \"continue\""
+                    )
+                }
+            });
         }
         let mut envelope = Envelope::failure(failure.kind, session_id, failure.summary, detail);
         envelope.exit_code = exit_code;

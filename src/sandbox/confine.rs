@@ -301,9 +301,21 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
         };
         let tree = sys::clone_tree(source.as_fd())
             .map_err(|e| SandboxError::sys("open_tree", root.path.display(), e))?;
+        // A plan run (`coder plan`): the workspace is read-only in the mount view too,
+        // unless the plan file lies inside it (the CLI's Write tool falls back to writing
+        // in place only after `EACCES`, which Landlock gives and a read-only mount does not).
+        if root.path == workspace.path && policy.plan_file.as_ref().is_some_and(|p| !p.in_workspace)
+        {
+            sys::set_read_only(tree.as_fd())
+                .map_err(|e| SandboxError::sys("mount_setattr", root.path.display(), e))?;
+        }
         clones.push((root.path.as_path(), root.is_dir, tree));
         bound.push(&root.path);
     }
+    let plan_tree = match &policy.plan_file {
+        Some(plan) => Some(clone_plan_file(plan)?),
+        None => None,
+    };
 
     let new_root = policy.root_mount_point();
     nix::mount::mount(
@@ -335,6 +347,31 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
             .map_err(|e| SandboxError::sys("open", point.display(), e))?;
         sys::move_mount(tree.as_fd(), target.as_fd())
             .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
+    }
+
+    if let (Some(plan), Some(tree)) = (&policy.plan_file, plan_tree) {
+        // Over the file itself where a granted tree (the workspace) holds it, else on a
+        // name of its own in the private root.
+        let point = inside(&plan.path);
+        match fs::symlink_metadata(&point) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => {
+                return Err(SandboxError::PlanFileChanged {
+                    path: plan.path.clone(),
+                });
+            }
+            Err(_) => {
+                if let Some(parent) = point.parent() {
+                    mkdirs(parent)?;
+                }
+                fs::File::create(&point)
+                    .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+            }
+        }
+        let target = sys::open_nofollow(&point)
+            .map_err(|e| SandboxError::sys("open", point.display(), e))?;
+        sys::move_mount(tree.as_fd(), target.as_fd())
+            .map_err(|e| SandboxError::sys("move_mount", plan.path.display(), e))?;
     }
 
     let shm = inside(Path::new("/dev/shm"));
@@ -384,8 +421,37 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
         .map_err(|e| SandboxError::sys("open", new_root.display(), e))?;
     sys::pivot_into(&root_fd)
         .map_err(|e| SandboxError::sys("pivot_root", new_root.display(), e))?;
-    sys::remount_root_read_only().map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
+    // A plan run keeps the private root writable at the mount level: it is a tmpfs of
+    // this run alone, Landlock lets nothing be created in it, and the CLI's Write tool
+    // writes the plan in place only after its temporary sibling is refused with `EACCES`
+    // (Landlock) rather than `EROFS` (a read-only mount).
+    if policy.plan_file.is_none() {
+        sys::remount_root_read_only()
+            .map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
+    }
     Ok(host_masks)
+}
+
+/// A detached mount of the plan file, refusing a path that no longer leads to the file
+/// the policy was resolved with (a symlink anywhere, another inode, not a regular file).
+fn clone_plan_file(plan: &super::policy::PlanFile) -> Result<OwnedFd, SandboxError> {
+    let changed = || SandboxError::PlanFileChanged {
+        path: plan.path.clone(),
+    };
+    let fd = sys::open_nofollow(&plan.path).map_err(|_| changed())?;
+    let stat = nix::sys::stat::fstat(fd.as_fd())
+        .map_err(|e| SandboxError::sys("stat", plan.path.display(), e))?;
+    if (stat.st_mode & libc::S_IFMT) != libc::S_IFREG
+        || (stat.st_dev, stat.st_ino) != plan.id
+        || stat.st_nlink != 1
+    {
+        return Err(changed());
+    }
+    let tree = sys::clone_tree(fd.as_fd())
+        .map_err(|e| SandboxError::sys("open_tree", plan.path.display(), e))?;
+    sys::set_nosuid(tree.as_fd())
+        .map_err(|e| SandboxError::sys("mount_setattr", plan.path.display(), e))?;
+    Ok(tree)
 }
 
 /// Mount a `/proc` of this PID namespace at `point` (this process must be inside it).
@@ -438,6 +504,15 @@ fn restrict(policy: &Policy, private_root: bool) -> Result<(), SandboxError> {
             PathBuf::from("/dev/shm"),
             AccessFs::from_all(TARGET_ABI),
             true,
+        ));
+    }
+    if let Some(plan) = &policy.plan_file {
+        // Read, write and truncate the plan file: no execute, and (a file has no
+        // directory rights) no rename, unlink or link of it.
+        rules.push((
+            plan.path.clone(),
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
+            false,
         ));
     }
     for (path, mut access, is_dir) in rules {

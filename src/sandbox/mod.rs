@@ -67,7 +67,7 @@ mod scan;
 pub(crate) mod seccomp;
 mod sys;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials};
@@ -78,8 +78,8 @@ pub use home::{
 pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
 pub use policy::{
-    Access, DEFAULT_PROTECT_GLOBS, Mode, Policy, PolicyOptions, Root, SymlinkAlias,
-    check_write_root,
+    Access, DEFAULT_PROTECT_GLOBS, Mode, PlanFile, Policy, PolicyOptions, Root, SymlinkAlias,
+    check_plan_file, check_write_root,
 };
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
@@ -87,13 +87,15 @@ pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, Scan
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
 /// child's environment (for the backend's port and the run's own `CLAUDE_CONFIG_DIR`) and
 /// `program` the agent's executable, whose npm package directory (or the file alone)
-/// becomes readable.
+/// becomes readable. `plan_file` (`coder plan`, read-only mode) is the one file the agent
+/// may write ([`Policy::grant_plan_file`]).
 pub fn policy_for_agent(
     mode: Mode,
-    workspace: &std::path::Path,
-    program: &std::path::Path,
+    workspace: &Path,
+    program: &Path,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
     extras: &AgentSandboxArgs,
+    plan_file: Option<&Path>,
 ) -> Result<Option<Policy>, SandboxError> {
     if !mode.is_confined() {
         return Ok(None);
@@ -115,10 +117,22 @@ pub fn policy_for_agent(
             .map(|(_, v)| PathBuf::from(v))
     };
     opts.config_dir = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude")));
+    if plan_file.is_some() && (!extras.write.is_empty() || extras.allow_tmp) {
+        return Err(SandboxError::Path {
+            what: "plan file",
+            path: plan_file.map(Path::to_path_buf).unwrap_or_default(),
+            reason: "is the only path a plan run may write: drop --write and --allow-tmp"
+                .to_string(),
+        });
+    }
     let mut policy = Policy::resolve(&opts)?;
     if let Err(e) = policy
         .grant_program(program)
         .and_then(|()| nest::prepare(&mut policy))
+        .and_then(|()| match plan_file {
+            Some(path) => policy.grant_plan_file(path),
+            None => Ok(()),
+        })
     {
         policy.cleanup();
         return Err(e);
@@ -316,6 +330,12 @@ pub enum SandboxError {
          profile). Use --sandbox danger-full-access to run without confinement"
     )]
     NetworkUnavailable { reason: String },
+
+    #[error(
+        "the plan file {path} changed after it was checked (now a different file, a \
+         symlink or a hard link); refusing to run"
+    )]
+    PlanFileChanged { path: PathBuf },
 
     #[error("sandbox network: {0}")]
     Network(String),

@@ -28,6 +28,20 @@ pub fn system_prompt_note(policy: &Policy) -> String {
             );
             return note;
         }
+        Mode::ReadOnly if policy.plan_file.is_some() => {
+            let plan = policy
+                .plan_file
+                .as_ref()
+                .map(|p| p.path.display().to_string())
+                .unwrap_or_default();
+            let _ = writeln!(
+                note,
+                "Commands run in a kernel sandbox. You may read the workspace {ws} but not \
+                 change it. The only file you may write is the plan file {plan}: write it in \
+                 place (it cannot be renamed, deleted or replaced, and nothing can be \
+                 created beside it)."
+            );
+        }
         Mode::ReadOnly => {
             let _ = writeln!(
                 note,

@@ -233,6 +233,26 @@ pub struct Policy {
     /// the git guard leaves these alone.
     #[serde(default)]
     pub git_known: Vec<(u64, u64)>,
+    /// `coder plan`: the one file the agent may write besides its private directories
+    /// ([`Policy::grant_plan_file`]).
+    #[serde(default)]
+    pub plan_file: Option<PlanFile>,
+}
+
+/// The plan file of `coder plan` (DESIGN §9): the only file of the user's the agent may
+/// write. The helper mounts exactly this inode (by device and inode, so a path swapped
+/// after resolution is refused) and Landlock grants it read, write and truncate, nothing
+/// else: no rename, unlink, link or sibling, and the workspace stays read-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanFile {
+    /// Canonical absolute path (no symlink anywhere in it).
+    #[serde(with = "super::bytes")]
+    pub path: PathBuf,
+    /// Device and inode as resolved.
+    pub id: (u64, u64),
+    /// Whether it lies inside the workspace (whose mount then stays writable for the
+    /// CLI's in-place write fallback; Landlock alone holds the rest of the workspace).
+    pub in_workspace: bool,
 }
 
 /// Variables that hand the agent a door out of the sandbox (an agent or bus socket).
@@ -349,6 +369,7 @@ impl Policy {
             env_remove,
             guard_roots: Vec::new(),
             git_known: Vec::new(),
+            plan_file: None,
         };
         if !opts.mode.is_confined() {
             policy.warnings = late_guard;
@@ -489,6 +510,69 @@ impl Policy {
             _ => self.grant_read(&canonical)?,
         }
         self.grant_read(program)
+    }
+
+    /// Make `path` (an existing regular file, canonical) the run's plan file, the one file
+    /// of the user's the agent may write (`coder plan`). Only a read-only policy takes one
+    /// (the caller refuses `--write` and `--allow-tmp`); the file must have one link, lie
+    /// outside every granted root except the workspace, and inside the workspace be
+    /// neither masked, protected, nor git metadata.
+    pub fn grant_plan_file(&mut self, path: &Path) -> Result<(), SandboxError> {
+        let refuse = |reason: String| SandboxError::Path {
+            what: "plan file",
+            path: path.to_path_buf(),
+            reason,
+        };
+        if self.mode != Mode::ReadOnly {
+            return Err(refuse("a plan run keeps the workspace read-only".into()));
+        }
+        let fd = super::sys::open_nofollow(path).map_err(|e| {
+            refuse(format!(
+                "cannot be opened without following symlinks ({e}); pass its real path"
+            ))
+        })?;
+        let meta = nix::sys::stat::fstat(fd.as_fd())
+            .map_err(|e| SandboxError::sys("stat", path.display(), e))?;
+        if (meta.st_mode & libc::S_IFMT) != libc::S_IFREG {
+            return Err(refuse("is not a regular file".into()));
+        }
+        if meta.st_nlink != 1 {
+            return Err(refuse(format!(
+                "has {} hard links; writing it would change another file too",
+                meta.st_nlink
+            )));
+        }
+        let in_workspace = path.starts_with(&self.workspace);
+        for root in &self.roots {
+            if root.path != self.workspace && path.starts_with(&root.path) {
+                return Err(refuse(format!(
+                    "lies inside {}, which the sandbox grants as a whole; put the plan in \
+                     the workspace or outside every granted directory",
+                    root.path.display()
+                )));
+            }
+        }
+        if in_workspace {
+            let rel = path.strip_prefix(&self.workspace).unwrap_or(path);
+            if rel.components().any(|c| c.as_os_str() == ".git") {
+                return Err(refuse("lies in git metadata".into()));
+            }
+            if self
+                .masks
+                .iter()
+                .any(|m| path == m.path || (m.is_dir && path.starts_with(&m.path)))
+            {
+                return Err(refuse(
+                    "is masked or protected by the sandbox (a secret or tool-config glob)".into(),
+                ));
+            }
+        }
+        self.plan_file = Some(PlanFile {
+            path: path.to_path_buf(),
+            id: (meta.st_dev, meta.st_ino),
+            in_workspace,
+        });
+        Ok(())
     }
 
     /// Adjust a child environment in place: drop the removed variables, set the policy's.
@@ -886,6 +970,64 @@ pub fn check_write_root(path: &Path) -> Result<(), String> {
     match write_root_refusal(&canonical, home.as_deref()) {
         Some(reason) => Err(format!("--write {}: {reason}", path.display())),
         None => Ok(()),
+    }
+}
+
+/// Checks a plan file path before a run (`coder plan --plan-file`, a `config_error`):
+/// its directory must exist, be writable by this user and lie outside the system trees;
+/// the file itself, when it exists, must be a regular file with one link, not a symlink.
+/// Returns the path with its directory canonical.
+pub fn check_plan_file(path: &Path) -> Result<PathBuf, String> {
+    let shown = path.display();
+    let Some(name) = path.file_name() else {
+        return Err(format!(
+            "--plan-file {shown}: not a file name; pass the path of the plan file"
+        ));
+    };
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = fs::canonicalize(parent).map_err(|e| {
+        format!(
+            "--plan-file {shown}: its directory {} does not exist or cannot be reached ({e})",
+            parent.display()
+        )
+    })?;
+    if !dir.is_dir() {
+        return Err(format!(
+            "--plan-file {shown}: {} is not a directory",
+            parent.display()
+        ));
+    }
+    if let Some(tree) = REFUSED_WRITE_TREES.iter().find(|t| dir.starts_with(t)) {
+        return Err(format!(
+            "--plan-file {shown}: lies in {tree}, a system tree; put the plan elsewhere"
+        ));
+    }
+    if nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK).is_err() {
+        return Err(format!(
+            "--plan-file {shown}: the directory {} is not writable by you",
+            dir.display()
+        ));
+    }
+    let canonical = dir.join(name);
+    if canonical.to_str().is_none() {
+        return Err(format!("--plan-file {shown}: the path is not valid UTF-8"));
+    }
+    match fs::symlink_metadata(&canonical) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(format!(
+            "--plan-file {shown}: is a symlink; pass the real path of the plan file"
+        )),
+        Ok(meta) if meta.is_dir() => Err(format!(
+            "--plan-file {shown}: is a directory; pass the path of a file"
+        )),
+        Ok(meta) if !meta.is_file() => Err(format!("--plan-file {shown}: not a regular file")),
+        Ok(meta) if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 => Err(format!(
+            "--plan-file {shown}: has more than one hard link; writing it would change \
+             another file too"
+        )),
+        _ => Ok(canonical),
     }
 }
 

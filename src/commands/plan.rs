@@ -1,0 +1,168 @@
+//! `coder plan --cd DIR [--plan-file PATH] [--edit] [run flags] TASK`: one run whose agent
+//! writes a plan instead of changing the workspace (DESIGN §9).
+//!
+//! The run is the run mode's, with three things fixed here: the sandbox is `read-only`
+//! with exactly one writable file, the plan (default `<state>/plans/<run-id>.md`); the
+//! prompt gets the planning section naming that file; and the envelope gets `plan_file`
+//! and `plan`. `--edit` then opens `$VISUAL`/`$EDITOR` on the plan, only when stdin and
+//! stdout are terminals. Flags that would widen what the agent may write (`--sandbox`
+//! other than read-only, `--write`, `--allow-tmp`, `--worktree`) and `--plan` are refused
+//! as `config_error`s before anything runs.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::commands::run::{Output, config_error, execute, finish, guarded, usage_error};
+use crate::exit::ErrorKind;
+use crate::pipeline::request::{
+    ArgError, PlanRole, RunArgs, SandboxMode, SessionChoice, parse_run_id,
+};
+
+/// `coder plan --cd DIR [--plan-file PATH] [--edit] [OPTIONS] [PROMPT | -]`
+#[derive(Debug, Parser)]
+#[command(
+    name = "coder plan",
+    about = "Make a plan for a task: the agent studies the read-only workspace and writes its plan to one file, the only one it may write. Prints one JSON envelope with plan_file and plan; carry the plan out with coder --plan FILE.",
+    after_help = "Run flags (backend, limits, prompt framing, sandbox reads) work as in the run mode; --sandbox other than read-only, --write, --allow-tmp, --worktree and --plan are refused."
+)]
+struct PlanArgs {
+    /// Where the plan is written [default: <state>/plans/<run-id>.md]. An existing file is
+    /// emptied first (kept when --session-id resumes). Inside the workspace only a new or
+    /// untracked file (never in .git).
+    #[arg(long = "plan-file", value_name = "PATH")]
+    plan_file: Option<PathBuf>,
+
+    /// Open $VISUAL or $EDITOR on the plan after the run (only when stdin and stdout are
+    /// terminals; otherwise ignored with a warning).
+    #[arg(long)]
+    edit: bool,
+
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// `coder plan …` (`args`: those after `plan`): prints one envelope, returns its exit code.
+pub fn plan_command(args: &[OsString]) -> ExitCode {
+    finish(guarded(|| plan_mode(args)))
+}
+
+fn plan_mode(args: &[OsString]) -> Output {
+    let argv = std::iter::once(OsString::from("coder plan")).chain(args.iter().cloned());
+    let parsed = match PlanArgs::try_parse_from(argv) {
+        Ok(parsed) => parsed,
+        Err(e) => return usage_error(&e, "coder plan --help"),
+    };
+    let limits = parsed.run.known_limits();
+    let fail = |message: String| {
+        config_error(
+            message.lines().next().unwrap_or_default().to_owned(),
+            ErrorKind::ConfigError.exit_code(),
+            limits,
+        )
+    };
+    let PlanArgs {
+        plan_file,
+        edit,
+        mut run,
+    } = parsed;
+    if let Some(mode) = run.sandbox.filter(|m| *m != SandboxMode::ReadOnly) {
+        return fail(format!(
+            "coder plan runs with the workspace read-only; drop --sandbox {mode}"
+        ));
+    }
+    if !run.sandbox_args.write.is_empty() || run.sandbox_args.allow_tmp {
+        return fail(
+            "coder plan lets the agent write only the plan file; drop --write and --allow-tmp"
+                .to_owned(),
+        );
+    }
+    if run.many.worktree {
+        return fail("coder plan changes nothing to commit; drop --worktree".to_owned());
+    }
+    if run.prompt_framing.plan.is_some() {
+        return fail("--plan executes a plan, coder plan writes one: drop --plan".to_owned());
+    }
+    let run_id = match run.run_id.as_deref().map(parse_run_id).transpose() {
+        Ok(Some(id)) => id,
+        Ok(None) => crate::pipeline::run::new_run_id(),
+        Err(ArgError::Invalid(m)) => return fail(m),
+    };
+    let file = match &plan_file {
+        Some(path) => match crate::sandbox::check_plan_file(path) {
+            Ok(file) => file,
+            Err(m) => return fail(m),
+        },
+        None => {
+            let state = match crate::config::state_dir() {
+                Ok(state) => state,
+                Err(e) => return fail(e.to_string()),
+            };
+            match crate::pipeline::plan::default_path(&state, &run_id) {
+                Ok(file) => file,
+                Err(m) => return fail(m),
+            }
+        }
+    };
+    run.sandbox = Some(SandboxMode::ReadOnly);
+    run.run_id = Some(run_id);
+    run.prompt_framing.plan_output = Some(file.clone());
+    let mut request = match run.into_request(&mut std::io::stdin().lock()) {
+        Ok(request) => request,
+        Err(ArgError::Invalid(m)) => return fail(m),
+    };
+    if request.worktree.is_some() {
+        return fail("coder plan changes nothing to commit; drop worktree".to_owned());
+    }
+    let fresh = matches!(request.session, SessionChoice::New(_));
+    if let Err(m) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
+        return fail(m);
+    }
+    request.sandbox = SandboxMode::ReadOnly;
+    request.plan = Some(PlanRole::Write { file: file.clone() });
+    let mut output = execute(request);
+    if edit && let Output::Envelope { envelope, .. } = &mut output {
+        let warning = open_editor(&file);
+        if let Some(warning) = warning {
+            envelope.warnings.push(warning);
+        }
+        match crate::pipeline::plan::read(&file) {
+            Ok(text) => envelope.plan = Some(text),
+            Err(e) => envelope.warnings.push(format!(
+                "cannot read the plan file {} after editing: {e}",
+                file.display()
+            )),
+        }
+    }
+    output
+}
+
+/// Opens `$VISUAL` (else `$EDITOR`, else `vi`) on `file` when stdin and stdout are
+/// terminals; a warning when it did not or could not.
+fn open_editor(file: &std::path::Path) -> Option<String> {
+    if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+        return Some(
+            "--edit ignored: stdin and stdout are not both terminals, so no editor was opened"
+                .to_owned(),
+        );
+    }
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|e| !e.trim().is_empty()))
+        .unwrap_or_else(|| "vi".to_owned());
+    // Through the shell, as editors are configured (`EDITOR="code --wait"`).
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(file)
+        .status();
+    match status {
+        Ok(s) if s.success() => None,
+        Ok(s) => Some(format!("--edit: the editor ({editor}) exited with {s}")),
+        Err(e) => Some(format!("--edit: cannot start the editor ({editor}): {e}")),
+    }
+}
