@@ -658,3 +658,29 @@ fn a_quietly_failed_image_is_a_degraded_warning() {
         plain.explain()
     );
 }
+
+/// Rows 14 and 15: a 5xx without a vendor code and a connection that keeps breaking are
+/// transient: retried (within `--max-retries`) with the standard backoff.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn server_errors_and_broken_connections_are_retried() {
+    for (cassette, class) in [
+        ("http_500.json", "provider_unavailable"),
+        ("drop_always.json", "network"),
+    ] {
+        let scene = Scene::new(cassette);
+        let out = scene.coder().args(["--max-retries", "1", "hi"]).run();
+        let detail = out.assert_failure("upstream_error", 1);
+        let error = &detail["provider_error"];
+        assert_eq!(error["class"], class, "{cassette}: {}", out.explain());
+        assert_eq!(error["retryable"], true, "{cassette}");
+        assert_eq!(error["action"], "retry_with_backoff", "{cassette}");
+        assert_eq!(
+            out.envelope["attempts"].as_array().map(Vec::len),
+            Some(2),
+            "{cassette}: {}",
+            out.explain()
+        );
+        assert_schema(&out.envelope);
+    }
+}
