@@ -170,6 +170,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         retry_refused: Some("why".into()),
         resume_hint: Some("how".into()),
         out_of_scope: Some(vec!["src/elsewhere.rs".into()]),
+        schema_errors: Some(vec!["/count: \"3\" is not of type \"integer\"".into()]),
         provider_error: Some(coder::pipeline::provider::classify(
             &coder::pipeline::provider::Signals {
                 status: Some(429),
@@ -219,6 +220,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
             verify_final_ms: Some(1),
             repair_turns_ms: vec![1],
             fallback_ms: Some(1),
+            schema_repair_ms: Some(1),
         }),
         ..Metrics::default()
     };
@@ -354,6 +356,18 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
     full.routing = Some(routing);
     full.plan_file = Some("/state/plans/r.md".into());
     full.plan = Some("# Plan".into());
+    let repair = coder::pipeline::envelope::SchemaRepair {
+        errors: vec!["(root): \"verdict\" is a required property".into()],
+        fixed: true,
+    };
+    assert_schema_matches(
+        "/properties/schema_repair",
+        to_value(&repair).unwrap(),
+        to_value(&repair).unwrap(),
+        true,
+    );
+    full.schema_repair = Some(repair);
+    full.structured = Some(serde_json::json!({"verdict": "pass"}));
     let mut minimal = Envelope::success(None, "r".into());
     minimal.result = None;
     assert_schema_matches(

@@ -199,6 +199,9 @@ struct CoderArgs {
     scope: Option<Vec<String>>,
     return_diff: Option<bool>,
     worktree: Option<bool>,
+    /// Structured results (DESIGN §9): the schema itself (never a file name: the server
+    /// reads no files for its callers outside the jail).
+    json_schema: Option<serde_json::Map<String, Value>>,
     backend: Option<String>,
     wait_s: Option<f64>,
 }
@@ -276,6 +279,7 @@ fn tools() -> Vec<Tool> {
                     "scope": {"type": "array", "items": {"type": "string"}, "description": "globs the run may change"},
                     "return_diff": {"type": "boolean"},
                     "worktree": {"type": "boolean", "description": "run on a new branch coder/<run-id> in a private checkout"},
+                    "json_schema": {"type": "object", "description": "a JSON Schema (type object) the final answer must match; the envelope returns it as structured, or fails with schema_mismatch"},
                     "backend": {"type": "string", "description": "a backend profile name, or auto[:a,b]"},
                     "wait_s": seconds}}),
         ),
@@ -538,6 +542,7 @@ impl Server {
             ("scope", a.scope.as_ref().map(|v| json!(v))),
             ("return_diff", a.return_diff.map(|v| json!(v))),
             ("worktree", a.worktree.map(|v| json!(v))),
+            ("json_schema", a.json_schema.as_ref().map(|v| json!(v))),
         ];
         for (key, value) in fields {
             if let Some(value) = value {

@@ -445,6 +445,7 @@ fallback  {} on {} ({})",
             }
         );
     }
+    render_structured(out, outcome);
     if outcome["worktree"].is_object() {
         let w = &outcome["worktree"];
         let _ = writeln!(
@@ -482,6 +483,43 @@ fallback  {} on {} ({})",
             text(&q["path"]),
             text(&q["to"])
         );
+    }
+}
+
+/// `--json-schema` (DESIGN §9): the structured answer, or why it did not match, and the
+/// repair turn when there was one.
+fn render_structured(out: &mut String, outcome: &Value) {
+    use std::fmt::Write;
+    /// The answer is shown up to this many characters.
+    const SHOWN: usize = 2000;
+    let repair = &outcome["schema_repair"];
+    if repair.is_object() {
+        let verdict = if repair["fixed"] == true {
+            "fixed the answer"
+        } else {
+            "did not fix the answer"
+        };
+        let _ = writeln!(out, "\nschema repair turn {verdict}; before it:");
+        for error in repair["errors"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  - {}", error.as_str().unwrap_or_default());
+        }
+    }
+    if !outcome["structured"].is_null() {
+        let pretty = serde_json::to_string_pretty(&outcome["structured"]).unwrap_or_default();
+        let shown = crate::text::head_with_marker(&pretty, SHOWN);
+        let _ = writeln!(out, "\nstructured (matches --json-schema):");
+        for line in shown.lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    if let Some(errors) = outcome["schema_errors"].as_array() {
+        let _ = writeln!(
+            out,
+            "\nstructured: the answer does not match --json-schema:"
+        );
+        for error in errors {
+            let _ = writeln!(out, "  - {}", error.as_str().unwrap_or_default());
+        }
     }
 }
 

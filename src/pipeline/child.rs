@@ -72,6 +72,12 @@ pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
         args.push("--max-turns".into());
         args.push(turns.to_string().into());
     }
+    // Structured results (DESIGN §9): the CLI offers the model its StructuredOutput tool
+    // with this schema, on every turn of the run (repair turns included).
+    if let Some(schema) = &request.checks.json_schema {
+        args.push("--json-schema".into());
+        args.push(schema.cli_arg().into());
+    }
     args
 }
 

@@ -28,6 +28,12 @@ pub struct Envelope {
     pub session_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// `--json-schema` (DESIGN §9): the final answer, validated against the schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured: Option<serde_json::Value>,
+    /// `--json-schema`: the repair turn an invalid answer got, when it got one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_repair: Option<SchemaRepair>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -129,6 +135,19 @@ pub struct ErrorDetail {
     /// `scope_violation`: the changed paths outside every `--scope` glob.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_scope: Option<Vec<String>>,
+    /// `schema_mismatch`: why the final answer does not match `--json-schema`, as short
+    /// messages starting with a JSON pointer (`/items/0/name: …`, `(root): …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_errors: Option<Vec<String>>,
+}
+
+/// `schema_repair`: the one repair turn of an answer that did not match `--json-schema`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SchemaRepair {
+    /// The validation errors of the answer before the repair (what the repair prompt said).
+    pub errors: Vec<String>,
+    /// Whether the answer after the repair turn matches the schema.
+    pub fixed: bool,
 }
 
 /// `metrics`: what the run cost and did. Present on failures too.
@@ -196,6 +215,9 @@ pub struct OutcomeTimes {
     /// The weak-model fallback turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_ms: Option<u64>,
+    /// The `--json-schema` repair turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_repair_ms: Option<u64>,
 }
 
 impl Metrics {
@@ -257,6 +279,8 @@ impl Envelope {
             diff: None,
             verification: None,
             fallback: None,
+            structured: None,
+            schema_repair: None,
             sandbox: None,
             worktree: None,
             routing: None,
@@ -340,6 +364,13 @@ impl Envelope {
         }
         if let Some(detail) = self.error_detail.as_mut() {
             detail.out_of_scope.iter_mut().flatten().for_each(text);
+            detail.schema_errors.iter_mut().flatten().for_each(text);
+        }
+        if let Some(repair) = self.schema_repair.as_mut() {
+            repair.errors.iter_mut().for_each(text);
+        }
+        if let Some(value) = self.structured.as_mut() {
+            secrets.redact_value(value);
         }
         for attempt in &mut self.attempts {
             attempt.tools.iter_mut().for_each(text);

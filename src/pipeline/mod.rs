@@ -2,9 +2,10 @@
 //! [`prompt`] (the task with its framing) -> [`child`] (argv and environment of the CLI) ->
 //! supervised attempts (in [`crate::supervise`]) whose output becomes an [`observation`] ->
 //! [`outcome`] (success or an error kind; [`provider`] says what an upstream failure is) -> [`retry`] (whether another attempt is safe) ->
-//! [`session`] (records for safe resumes) -> [`envelope`]. [`run`] drives one run through
-//! these steps; [`many`] wraps it in a `--worktree` checkout and a `--backend auto` choice;
-//! [`plan`] places and reads the plan file of `coder plan` and `--plan` (DESIGN §9).
+//! [`session`] (records for safe resumes) -> [`envelope`]; [`structured`] judges a
+//! `--json-schema` answer. [`run`] drives one run through these steps; [`many`] wraps it in
+//! a `--worktree` checkout and a `--backend auto` choice; [`plan`] places and reads the plan
+//! file of `coder plan` and `--plan` (DESIGN §9).
 //!
 //! Nothing here prints or parses argv; that is the run command's job
 //! (`commands::run`). Nothing here confines or spawns processes; that is the sandbox's and
@@ -25,3 +26,4 @@ pub mod request;
 pub mod retry;
 pub mod run;
 pub mod session;
+pub mod structured;

@@ -109,6 +109,9 @@ pub struct Observation {
     /// Files of Edit/MultiEdit calls whose result was an error (the weak-model fallback's
     /// first trigger, DESIGN §8).
     pub failed_edits: Vec<String>,
+    /// The input of the last `StructuredOutput` call (`--json-schema`, DESIGN §9), valid
+    /// or not: what the model last offered as its structured answer.
+    pub last_structured_call: Option<serde_json::Value>,
 }
 
 /// Words that show up in the tool results of denied operations: a part of each message
@@ -183,6 +186,7 @@ impl Observation {
             policy: None,
             denials: Vec::new(),
             failed_edits: Vec::new(),
+            last_structured_call: None,
         }
     }
 
@@ -291,6 +295,9 @@ impl Observation {
                     self.first_token_after = Some(self.started.elapsed());
                 }
                 for tool in &message.tool_uses {
+                    if let Some(input) = &tool.structured_input {
+                        self.last_structured_call = Some(input.clone());
+                    }
                     self.note_masked_access(&tool.name, tool.path.as_deref());
                     *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
                     self.pending_tools.push(PendingTool {

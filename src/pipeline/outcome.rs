@@ -235,6 +235,21 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
             )),
         };
     }
+    if result.subtype == Some(ResultSubtype::ErrorMaxStructuredOutputRetries)
+        || result.terminal_reason == Some(TerminalReason::StructuredOutputRetryExhausted)
+    {
+        // `--json-schema` (DESIGN §9): the run decides on a repair turn from here.
+        let what = if errors.is_empty() {
+            "the model gave no answer matching --json-schema".to_owned()
+        } else {
+            errors.clone()
+        };
+        return Verdict::Failure(Failure::new(
+            ErrorKind::SchemaMismatch,
+            crate::text::one_line(&what, 200),
+            format!("the claude CLI gave up on a structured answer: {what}"),
+        ));
+    }
     let at_limit = matches!(
         result.subtype,
         Some(ResultSubtype::ErrorMaxTurns | ResultSubtype::ErrorMaxBudgetUsd)
@@ -572,6 +587,18 @@ mod tests {
                 Some(ErrorKind::MaxTurns),
             ),
             (
+                "structured output retries exhausted (--json-schema)",
+                end(StopCause::Finished, Some(1), None),
+                vec![
+                    init(),
+                    result(serde_json::json!({"is_error": true,
+                    "subtype": "error_max_structured_output_retries",
+                    "terminal_reason": "structured_output_retry_exhausted",
+                    "errors": ["Failed to provide valid structured output after 5 attempts"]})),
+                ],
+                Some(ErrorKind::SchemaMismatch),
+            ),
+            (
                 "error result",
                 end(StopCause::Finished, Some(1), None),
                 vec![
@@ -599,13 +626,13 @@ mod tests {
         }
         // Decided before or outside an attempt: argument/config checks, coder's own panics,
         // and the verdicts on what the finished run changed (workspace checks after it).
+        // (schema_mismatch is both: the CLI's own give-up, and coder's check after it.)
         let elsewhere = [
             ErrorKind::ConfigError,
             ErrorKind::UnexpectedException,
             ErrorKind::VerifyFailed,
             ErrorKind::ScopeViolation,
             ErrorKind::NeedsInput,
-            ErrorKind::SchemaMismatch,
         ];
         for kind in ErrorKind::ALL {
             assert_eq!(

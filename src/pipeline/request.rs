@@ -186,6 +186,16 @@ pub struct OutcomeArgs {
     /// outside them is `scope_violation` (nothing is reverted).
     #[arg(long, value_name = "GLOB")]
     pub scope: Vec<String>,
+
+    /// The final answer must be JSON valid against this JSON Schema (a file, or the
+    /// schema itself when it starts with `{`); it is returned as `structured`. An invalid
+    /// answer gets one repair turn, then the run fails with `schema_mismatch`.
+    #[arg(
+        long = "json-schema",
+        visible_alias = "json_schema",
+        value_name = "FILE|JSON"
+    )]
+    pub json_schema: Option<String>,
 }
 
 /// The `--verify` settings, validated.
@@ -203,6 +213,8 @@ pub struct OutcomeChecks {
     pub return_diff: bool,
     pub verify: Option<VerifyConfig>,
     pub scope: Option<crate::workspace::scope::Scope>,
+    /// `--json-schema` (DESIGN §9): the schema the final answer must match.
+    pub json_schema: Option<crate::pipeline::structured::JsonSchema>,
 }
 
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -250,10 +262,17 @@ impl OutcomeArgs {
                     .map_err(|e| ArgError::Invalid(e.to_string()))?,
             )
         };
+        let json_schema = self
+            .json_schema
+            .as_deref()
+            .map(|arg| crate::pipeline::structured::JsonSchema::from_arg(arg, "--json-schema"))
+            .transpose()
+            .map_err(|e| ArgError::Invalid(e.to_string()))?;
         Ok(OutcomeChecks {
             return_diff: self.return_diff,
             verify,
             scope,
+            json_schema,
         })
     }
 }
@@ -304,6 +323,9 @@ pub struct RequestFile {
     pub scope: Option<Vec<String>>,
     /// `--worktree` (DESIGN §10).
     pub worktree: Option<bool>,
+    /// `--json-schema` (DESIGN §9): the schema as an object, or a string read like the
+    /// flag's argument (a file, or the schema's JSON text).
+    pub json_schema: Option<serde_json::Value>,
 }
 
 impl RequestFile {
@@ -564,7 +586,18 @@ impl RunArgs {
             }
             (None, None) => None,
         };
-        let checks = outcome_args.validate()?;
+        let mut checks = outcome_args.validate()?;
+        if checks.json_schema.is_none()
+            && let Some(value) = &file.json_schema
+        {
+            checks.json_schema = Some(
+                crate::pipeline::structured::JsonSchema::from_request_value(
+                    value,
+                    "json_schema in the --request JSON",
+                )
+                .map_err(|e| ArgError::Invalid(e.to_string()))?,
+            );
+        }
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }

@@ -33,6 +33,8 @@ const READ_ONLY_TOOLS: &[&str] = &[
     "ListAgents",
     "BashOutput",
     "TaskOutput",
+    // The CLI's `--json-schema` tool: its input is the answer, it touches nothing.
+    "StructuredOutput",
 ];
 
 /// Whether a tool call can change the world. Unknown tools count as mutating: the safe

@@ -19,7 +19,9 @@ use crate::journal::{Journal, Note};
 use crate::pipeline::admission;
 use crate::pipeline::child;
 use crate::pipeline::cli_home::CliHome;
-use crate::pipeline::envelope::{AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics};
+use crate::pipeline::envelope::{
+    AttemptOutcome, AttemptSummary, Envelope, ErrorDetail, Metrics, SchemaRepair,
+};
 use crate::pipeline::fallback::{self, Fallback};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
@@ -27,6 +29,7 @@ use crate::pipeline::provider;
 use crate::pipeline::request::{RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
+use crate::pipeline::structured::{self, Answer, Judgement};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::sandbox::proxy::Egress;
 use crate::sandbox::{Policy, RunDirCleanup};
@@ -129,6 +132,10 @@ pub async fn run(request: RunRequest) -> Envelope {
             "changes": envelope.changes,
             "verification": envelope.verification,
             "fallback": envelope.fallback,
+            // `--json-schema` (DESIGN §9): the answer, or why it did not match.
+            "structured": envelope.structured,
+            "schema_repair": envelope.schema_repair,
+            "schema_errors": envelope.error_detail.as_ref().and_then(|d| d.schema_errors.as_ref()),
             "worktree": envelope.worktree,
             "routing": envelope.routing,
             "sandbox": envelope.sandbox,
@@ -625,6 +632,12 @@ impl PreparedRun {
         .await;
         note_egress(self.egress.as_deref(), &mut observation, journal);
         let verdict = outcome::classify(&end, &observation, run.message_limits);
+        if request.checks.json_schema.is_some() {
+            run.answer = Answer::of(
+                observation.result.as_ref(),
+                observation.last_structured_call.as_ref(),
+            );
+        }
         self.report_replay_problems(run);
         let started = !matches!(end.cause, StopCause::SpawnFailed(_));
         if started && observation.session_id.is_some() {
@@ -903,6 +916,8 @@ struct Run {
     /// Why this run switched its backend to the compat request shape, for the store, so
     /// that later runs start there.
     compat_learned: Option<String>,
+    /// `--json-schema`: what the last attempt offered as its answer.
+    answer: Option<Answer>,
 }
 
 impl Run {
@@ -943,6 +958,7 @@ impl Run {
             outcome_times: Default::default(),
             remedies: Vec::new(),
             compat_learned: None,
+            answer: None,
         }
     }
 
@@ -1510,6 +1526,14 @@ impl PreparedRun {
                 repair_turns: repairs,
             });
         }
+        // The structured answer is judged last: a fallback or repair turn gives a new one.
+        let check_failed = verification
+            .as_ref()
+            .and_then(|v| v.final_check.as_ref())
+            .is_some_and(|c| !c.passed);
+        envelope = self
+            .structured(envelope, request, run, signals, journal, !check_failed)
+            .await;
         attach_changes(&mut envelope, ledger, request, &exclude, journal).await;
         envelope.fallback = fallback;
         let out_of_scope = match (&request.checks.scope, &envelope.changes) {
@@ -1547,6 +1571,78 @@ impl PreparedRun {
             });
         }
         envelope
+    }
+
+    /// Structured results (DESIGN §9): the final answer validated against `--json-schema`
+    /// and returned as `structured`; an invalid one gets one repair turn (when `may_repair`:
+    /// not when the run fails its check anyway), then the run fails with `schema_mismatch`.
+    /// A run that failed for another reason keeps its failure.
+    async fn structured(
+        &mut self,
+        envelope: Envelope,
+        request: &RunRequest,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+        may_repair: bool,
+    ) -> Envelope {
+        let Some(schema) = request.checks.json_schema.clone() else {
+            return envelope;
+        };
+        let answered = |e: &Envelope| e.success || e.error_kind == Some(ErrorKind::SchemaMismatch);
+        if !answered(&envelope) {
+            return envelope;
+        }
+        let mut envelope = envelope;
+        let mut errors = match judge(run.answer.as_ref(), &schema) {
+            Judgement::Valid { value, .. } => {
+                envelope.structured = Some(value);
+                return envelope;
+            }
+            Judgement::Invalid { errors } => errors,
+        };
+        if may_repair && let Some(session) = resumable(&envelope) {
+            journal.note(Note::Repair(json!({"turn": 1, "schema_errors": errors})));
+            let repair = RunRequest {
+                prompt: structured::repair_prompt(&schema, &errors).into(),
+                session,
+                ..request.clone()
+            };
+            run.answer = None;
+            let turn_started = Instant::now();
+            envelope = self.attempt_loop(repair, run, signals, journal).await;
+            run.outcome_times.schema_repair_ms = Some(turn_started.elapsed().as_millis() as u64);
+            let before = std::mem::take(&mut errors);
+            let judged = answered(&envelope).then(|| judge(run.answer.as_ref(), &schema));
+            envelope.schema_repair = Some(SchemaRepair {
+                errors: before,
+                fixed: matches!(judged, Some(Judgement::Valid { .. })),
+            });
+            match judged {
+                Some(Judgement::Valid { value, .. }) => {
+                    envelope.structured = Some(value);
+                    return envelope;
+                }
+                Some(Judgement::Invalid { errors: after }) => errors = after,
+                // The repair turn failed otherwise: that failure stands.
+                None => return envelope,
+            }
+        }
+        let summary = format!(
+            "the answer does not match --json-schema ({} error{}): {}",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" },
+            errors.first().map_or("", String::as_str)
+        );
+        let summary = crate::text::one_line(&summary, 300);
+        if envelope.error_kind == Some(ErrorKind::SchemaMismatch) {
+            // The CLI gave up on its own: coder's verdict is the envelope's summary, the
+            // CLI's words stay in error_detail.message.
+            envelope.error = Some(summary.clone());
+        }
+        run.fail(envelope, ErrorKind::SchemaMismatch, summary, |detail| {
+            detail.schema_errors = Some(errors)
+        })
     }
 
     /// The weak-model fallback (see `pipeline::fallback`): at most one extra turn.
@@ -1602,6 +1698,16 @@ impl PreparedRun {
             files,
             applied,
         })
+    }
+}
+
+/// The verdict on what the last attempt answered (no answer at all is invalid too).
+fn judge(answer: Option<&Answer>, schema: &structured::JsonSchema) -> Judgement {
+    match answer {
+        Some(answer) => answer.judge(schema),
+        None => Judgement::Invalid {
+            errors: vec!["(root): the run ended without an answer".to_owned()],
+        },
     }
 }
 

@@ -31,6 +31,10 @@ pub(crate) struct RequestMatch {
     /// `tools` offers a tool of this name.
     #[serde(default)]
     pub tools_include: Option<String>,
+    /// Some tool's `input_schema`, as compact JSON, contains this (e.g. the schema a
+    /// `--json-schema` run gives the CLI's `StructuredOutput` tool).
+    #[serde(default)]
+    pub tool_schema_contains: Option<String>,
     /// The request asks for a stream (`true`) or a plain JSON answer (`false`).
     #[serde(default)]
     pub stream: Option<bool>,
@@ -145,6 +149,22 @@ impl RequestMatch {
                 ));
             }
         }
+        if let Some(needle) = &self.tool_schema_contains {
+            let found = body
+                .get("tools")
+                .and_then(Value::as_array)
+                .is_some_and(|tools| {
+                    tools.iter().any(|t| {
+                        t.get("input_schema")
+                            .is_some_and(|s| s.to_string().contains(needle.as_str()))
+                    })
+                });
+            if !found {
+                unmet.push(format!(
+                    "tool_schema_contains {needle:?}: no tool's input_schema contains it"
+                ));
+            }
+        }
         if let Some(stream) = self.stream {
             let actual = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
             if actual != stream {
@@ -183,6 +203,7 @@ impl RequestMatch {
         push("system_contains", &self.system_contains);
         push("has_message_role", &self.has_message_role);
         push("tools_include", &self.tools_include);
+        push("tool_schema_contains", &self.tool_schema_contains);
         push("model", &self.model);
         if let Some(stream) = self.stream {
             parts.push(format!("stream {stream}"));

@@ -24,6 +24,9 @@ use super::event::{
 /// transcript), so they are decoded with [`decode_long_line`].
 pub const LONG_LINE_BYTES: usize = 256 * 1024;
 
+/// The tool the CLI offers the model for `--json-schema` (2.1.330): its input is the answer.
+pub const STRUCTURED_TOOL: &str = "StructuredOutput";
+
 /// Why a stdout line is not an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
@@ -257,6 +260,8 @@ struct WireEvent<'a, C> {
     terminal_reason: Option<String>,
     #[serde(default)]
     errors: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    structured_output: Option<serde_json::Value>,
     #[serde(default, borrow)]
     usage: Option<&'a RawValue>,
     #[serde(default)]
@@ -494,6 +499,9 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                                         input.get(*k).and_then(|v| v.as_str()).map(str::to_owned)
                                     })
                                 }),
+                                structured_input: (block.name.as_deref() == Some(STRUCTURED_TOOL))
+                                    .then(|| block.input.clone())
+                                    .flatten(),
                                 id: block.id.unwrap_or_default(),
                                 name: block.name.unwrap_or_else(|| "?".to_owned()),
                             }),
@@ -533,6 +541,7 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                     .into_iter()
                     .filter_map(|e| string_of(Some(e)))
                     .collect(),
+                structured_output: self.structured_output.filter(|v| !v.is_null()),
                 usage: usage_of(self.usage),
                 duration_ms: self.duration_ms,
                 duration_api_ms: self.duration_api_ms,

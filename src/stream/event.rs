@@ -80,6 +80,9 @@ pub struct ToolUse {
     pub path: Option<String>,
     /// A short, single-line description of the call (`Bash(npm test)`), for messages.
     pub summary: String,
+    /// The whole input of a `StructuredOutput` call (the tool the CLI offers for
+    /// `--json-schema`); other tools' inputs are only summarised.
+    pub structured_input: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -174,6 +177,9 @@ cli_values! {
         ErrorMaxTurns = "error_max_turns",
         ErrorMaxBudgetUsd = "error_max_budget_usd",
         ErrorDuringExecution = "error_during_execution",
+        /// `--json-schema`: the model's `StructuredOutput` calls failed the CLI's own
+        /// validation 5 times (2.1.330).
+        ErrorMaxStructuredOutputRetries = "error_max_structured_output_retries",
     }
 }
 
@@ -184,6 +190,7 @@ cli_values! {
         MaxTurns = "max_turns",
         BudgetExhausted = "budget_exhausted",
         ApiError = "api_error",
+        StructuredOutputRetryExhausted = "structured_output_retry_exhausted",
     }
 }
 
@@ -212,6 +219,8 @@ pub struct ResultEvent {
     pub api_error_status: Option<u16>,
     pub api_error_type: Option<UpstreamErrorType>,
     pub errors: Vec<String>,
+    /// `--json-schema`: the input of the model's valid `StructuredOutput` call.
+    pub structured_output: Option<serde_json::Value>,
     pub usage: Option<Usage>,
     pub duration_ms: Option<u64>,
     pub duration_api_ms: Option<u64>,

@@ -10,7 +10,9 @@ pub mod decode;
 pub mod event;
 pub mod splitter;
 
-pub use decode::{DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode_long_line};
+pub use decode::{
+    DecodeError, LONG_LINE_BYTES, STRUCTURED_TOOL, decode_event, decode_line, decode_long_line,
+};
 pub use event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
     ToolResult, ToolUse, UpstreamErrorType, Usage,

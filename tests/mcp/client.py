@@ -88,7 +88,7 @@ async def basic(session):
         assert p in coder["properties"], p
     assert tools["update-file"].input_schema["required"] == ["path"]
     for p in ["verify", "verify_timeout", "repair_turns", "no_verify_baseline", "scope",
-              "return_diff", "worktree"]:
+              "return_diff", "worktree", "json_schema"]:
         assert p in coder["properties"], p
     # The run tools say what they return; the SDK validates every result against it.
     for name in ["coder", "coder_wait"]:
