@@ -199,6 +199,9 @@ struct CoderArgs {
     scope: Option<Vec<String>>,
     return_diff: Option<bool>,
     worktree: Option<bool>,
+    // Questions (DESIGN §9), as in `--request`.
+    allow_questions: Option<bool>,
+    answers: Option<Value>,
     backend: Option<String>,
     wait_s: Option<f64>,
 }
@@ -276,6 +279,8 @@ fn tools() -> Vec<Tool> {
                     "scope": {"type": "array", "items": {"type": "string"}, "description": "globs the run may change"},
                     "return_diff": {"type": "boolean"},
                     "worktree": {"type": "boolean", "description": "run on a new branch coder/<run-id> in a private checkout"},
+                    "allow_questions": {"type": "boolean", "description": "offer the model ask_user: it may stop the run (needs_input) with questions; default on with a contract"},
+                    "answers": {"type": "array", "items": {"type": "string"}, "description": "answers to the questions of the needs_input run of SESSION_ID, in order (PROMPT may then be empty)"},
                     "backend": {"type": "string", "description": "a backend profile name, or auto[:a,b]"},
                     "wait_s": seconds}}),
         ),
@@ -538,6 +543,8 @@ impl Server {
             ("scope", a.scope.as_ref().map(|v| json!(v))),
             ("return_diff", a.return_diff.map(|v| json!(v))),
             ("worktree", a.worktree.map(|v| json!(v))),
+            ("allow_questions", a.allow_questions.map(|v| json!(v))),
+            ("answers", a.answers.clone()),
         ];
         for (key, value) in fields {
             if let Some(value) = value {

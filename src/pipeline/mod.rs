@@ -19,6 +19,7 @@ pub mod observation;
 pub mod outcome;
 pub mod prompt;
 pub mod provider;
+pub mod questions;
 pub mod request;
 pub mod retry;
 pub mod run;

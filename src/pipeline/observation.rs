@@ -109,6 +109,10 @@ pub struct Observation {
     /// Files of Edit/MultiEdit calls whose result was an error (the weak-model fallback's
     /// first trigger, DESIGN §8).
     pub failed_edits: Vec<String>,
+    /// Whether the run offered the `ask_user` tool (DESIGN §9).
+    questions_enabled: bool,
+    /// The questions of the first valid `ask_user` call: the attempt ends here.
+    pub questions: Option<Vec<crate::pipeline::questions::Question>>,
 }
 
 /// Words that show up in the tool results of denied operations: a part of each message
@@ -183,7 +187,15 @@ impl Observation {
             policy: None,
             denials: Vec::new(),
             failed_edits: Vec::new(),
+            questions_enabled: false,
+            questions: None,
         }
+    }
+
+    /// Recognise calls of the `ask_user` tool (offered when questions are on).
+    pub fn with_questions(mut self, enabled: bool) -> Self {
+        self.questions_enabled = enabled;
+        self
     }
 
     /// Recognise sandbox denials (in tool results, and reads of masked files) under `policy`.
@@ -291,6 +303,15 @@ impl Observation {
                     self.first_token_after = Some(self.started.elapsed());
                 }
                 for tool in &message.tool_uses {
+                    if self.questions_enabled
+                        && self.questions.is_none()
+                        && tool.name == crate::pipeline::questions::CLI_TOOL_NAME
+                        && let Some(input) = &tool.input
+                    {
+                        // An invalid call is answered with an error by the server (the
+                        // same check), and the model may call again.
+                        self.questions = crate::pipeline::questions::parse_questions(input).ok();
+                    }
                     self.note_masked_access(&tool.name, tool.path.as_deref());
                     *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
                     self.pending_tools.push(PendingTool {

@@ -33,6 +33,8 @@ const READ_ONLY_TOOLS: &[&str] = &[
     "ListAgents",
     "BashOutput",
     "TaskOutput",
+    // coder's own question tool (DESIGN §9) changes nothing.
+    crate::pipeline::questions::CLI_TOOL_NAME,
 ];
 
 /// Whether a tool call can change the world. Unknown tools count as mutating: the safe

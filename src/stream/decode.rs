@@ -494,6 +494,12 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                                         input.get(*k).and_then(|v| v.as_str()).map(str::to_owned)
                                     })
                                 }),
+                                input: block.input.filter(|_| {
+                                    block
+                                        .name
+                                        .as_deref()
+                                        .is_some_and(|n| n.starts_with(CODER_TOOL_PREFIX))
+                                }),
                                 id: block.id.unwrap_or_default(),
                                 name: block.name.unwrap_or_else(|| "?".to_owned()),
                             }),
@@ -555,6 +561,9 @@ impl<'a, C: ContentBlocks<'a>> WireMessage<'a, C> {
             .into_iter()
     }
 }
+
+/// The CLI's prefix of the tools of coder's own MCP server (`--mcp-config` server `coder`).
+const CODER_TOOL_PREFIX: &str = "mcp__coder__";
 
 /// `Bash(npm test)`, `Write(src/lib.rs)`, or just the tool name.
 fn tool_summary(name: &str, input: Option<&serde_json::Value>) -> String {

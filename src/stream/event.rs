@@ -80,6 +80,8 @@ pub struct ToolUse {
     pub path: Option<String>,
     /// A short, single-line description of the call (`Bash(npm test)`), for messages.
     pub summary: String,
+    /// The call's input, kept only for coder's own tools (`mcp__coder__*`, DESIGN §9).
+    pub input: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -81,6 +81,9 @@ pub enum StopCause {
     /// stopped it at that first retry instead of letting it retry the same key again
     /// (`provider-quirks.md` §5b row 11).
     AuthRejected,
+    /// The model called `ask_user` (DESIGN §9): coder stopped the CLI so that the caller
+    /// can answer; the call itself is never answered.
+    QuestionsAsked,
 }
 
 impl StopCause {
@@ -91,7 +94,10 @@ impl StopCause {
             StopCause::TotalTimeout => Some(WatchdogReason::Timeout),
             StopCause::Cancelled(_) => Some(WatchdogReason::Cancelled),
             StopCause::LingeredAfterResult => Some(WatchdogReason::LingeredAfterResult),
-            StopCause::Finished | StopCause::SpawnFailed(_) | StopCause::AuthRejected => None,
+            StopCause::Finished
+            | StopCause::SpawnFailed(_)
+            | StopCause::AuthRejected
+            | StopCause::QuestionsAsked => None,
         }
     }
 }
@@ -377,6 +383,10 @@ async fn watch(
                     let is_result = lines.handle(next, observation, journal);
                     if lines.auth_rejected && !result_seen {
                         cause = Some(StopCause::AuthRejected);
+                        break;
+                    }
+                    if observation.questions.is_some() && !result_seen {
+                        cause = Some(StopCause::QuestionsAsked);
                         break;
                     }
                     if is_result && !result_seen {
