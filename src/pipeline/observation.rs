@@ -111,6 +111,9 @@ pub struct Observation {
     pub failed_edits: Vec<String>,
     /// Whether the run offered the `ask_user` tool (DESIGN §9).
     questions_enabled: bool,
+    /// The run offered `ask_user`, but the CLI reported coder's MCP server as not
+    /// connected: the model could not ask.
+    pub questions_unavailable: bool,
     /// The questions of the first valid `ask_user` call: the attempt ends here.
     pub questions: Option<Vec<crate::pipeline::questions::Question>>,
 }
@@ -188,6 +191,7 @@ impl Observation {
             denials: Vec::new(),
             failed_edits: Vec::new(),
             questions_enabled: false,
+            questions_unavailable: false,
             questions: None,
         }
     }
@@ -270,10 +274,17 @@ impl Observation {
         }
         match event {
             Event::Init {
-                model, cli_version, ..
+                model,
+                cli_version,
+                mcp_failed,
+                ..
             } => {
                 self.model.clone_from(model);
                 self.cli_version.clone_from(cli_version);
+                self.questions_unavailable |= self.questions_enabled
+                    && mcp_failed
+                        .iter()
+                        .any(|name| name == crate::pipeline::questions::SERVER_NAME);
             }
             Event::ApiRetry { error_status, .. } => {
                 self.api_retries += 1;

@@ -871,6 +871,14 @@ impl Run {
         for (tool, time) in &observation.tool_time {
             *self.tool_time.entry(tool.clone()).or_default() += *time;
         }
+        if observation.questions_unavailable {
+            let warning = "questions were on, but the CLI reported coder's MCP server (coder \
+                           ask-server) as not connected: the model could not call ask_user"
+                .to_owned();
+            if !self.warnings.contains(&warning) {
+                self.warnings.push(warning);
+            }
+        }
         for path in &observation.failed_edits {
             if !self.failed_edits.contains(path) {
                 self.failed_edits.push(path.clone());

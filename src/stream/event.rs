@@ -16,6 +16,9 @@ pub enum Event {
         session_id: Option<String>,
         model: Option<String>,
         cli_version: Option<String>,
+        /// MCP servers that did not connect (`mcp_servers[].status` other than
+        /// `connected`), by name.
+        mcp_failed: Vec<String>,
     },
     /// `system/api_retry`: the CLI is about to retry an API request.
     ApiRetry {
