@@ -503,7 +503,8 @@ impl Server {
         progress: Option<Progress>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, String> {
-        if a.prompt.trim().is_empty() {
+        // Answers are a turn's prompt of their own (DESIGN §9).
+        if a.prompt.trim().is_empty() && a.answers.is_none() {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
         let cd = self.workspace(a.cd.as_deref())?;
