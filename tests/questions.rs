@@ -290,6 +290,16 @@ fn the_ask_server_lists_its_tool_refuses_bad_calls_and_holds_a_good_one() {
                    "clientInfo": {"name": "t", "version": "1"}}}));
     let init = server.reply();
     assert_eq!(init["id"], 1);
+    // It gave up its rights before reading (a Landlock domain of its own, which sets
+    // no_new_privs; this test process has not).
+    let no_new_privs = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("NoNewPrivs:").map(|v| v.trim().to_owned()))
+    };
+    assert_eq!(no_new_privs(std::process::id()).as_deref(), Some("0"));
+    assert_eq!(no_new_privs(server.child.id()).as_deref(), Some("1"));
     assert_eq!(init["result"]["serverInfo"]["name"], "coder");
     server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
