@@ -556,6 +556,36 @@ mod tests {
     }
 
     #[test]
+    fn ask_user_calls_are_questions_only_when_offered_and_valid() {
+        let call = |input: &str| {
+            line(&format!(
+                r#"{{"type":"assistant","message":{{"id":"m1","content":[{{"type":"tool_use","id":"t1","name":"mcp__coder__ask_user","input":{input}}}]}}}}"#
+            ))
+        };
+        let valid = r#"{"questions":[{"question":"Which?"}]}"#;
+        let mut off = Observation::new(Instant::now(), false, vec![]);
+        off.observe_line(Pipe::Stdout, &call(valid));
+        assert_eq!(off.questions, None);
+        let mut on = Observation::new(Instant::now(), false, vec![]).with_questions(true);
+        on.observe_line(Pipe::Stdout, &call(r#"{"questions":[]}"#));
+        assert_eq!(
+            on.questions, None,
+            "an invalid call is the server's to refuse"
+        );
+        on.observe_line(Pipe::Stdout, &call(valid));
+        assert_eq!(
+            on.questions.as_ref().map(|q| q[0].question.as_str()),
+            Some("Which?")
+        );
+        let mut failed = Observation::new(Instant::now(), false, vec![]).with_questions(true);
+        failed.observe_line(
+            Pipe::Stdout,
+            &line(r#"{"type":"system","subtype":"init","mcp_servers":[{"name":"coder","status":"failed"}]}"#),
+        );
+        assert!(failed.questions_unavailable);
+    }
+
+    #[test]
     fn tracks_pending_tools_and_counts() {
         let mut obs = Observation::new(Instant::now(), true, vec![]);
         obs.observe_line(
