@@ -21,6 +21,8 @@ fn main() -> ExitCode {
         Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),
         // Also before any thread: it confines this process and execs the command.
         Some("sandbox") => commands::sandbox::sandbox_command(&args[2..]),
+        // The ask_user tool's MCP server, started by the CLI inside the sandbox (DESIGN §9).
+        Some(coder::pipeline::questions::SERVER_ARG) => commands::ask_server::ask_server_command(),
         Some("doctor") => commands::doctor::doctor_command(&args[2..]),
         Some("prompt") => commands::prompt::prompt_command(&args[2..]),
         Some("replay") => commands::replay::serve_command(&args[1..]),

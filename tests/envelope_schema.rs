@@ -368,6 +368,23 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
     );
     full.schema_repair = Some(repair);
     full.structured = Some(serde_json::json!({"verdict": "pass"}));
+    let question = coder::pipeline::questions::Question {
+        question: "Which colour?".into(),
+        options: vec!["red".into()],
+        why: Some("unclear".into()),
+    };
+    let question_minimal = coder::pipeline::questions::Question {
+        options: Vec::new(),
+        why: None,
+        ..question.clone()
+    };
+    assert_schema_matches(
+        "/properties/questions/items",
+        to_value(&question).unwrap(),
+        to_value(&question_minimal).unwrap(),
+        true,
+    );
+    full.questions = Some(vec![question]);
     let mut minimal = Envelope::success(None, "r".into());
     minimal.result = None;
     assert_schema_matches(

@@ -1,9 +1,10 @@
 //! `coder mcp` driven by a real MCP client: the official Python SDK (`pip install mcp`)
 //! over stdio, with the scenarios in `tests/mcp/client.py`: tool listing and schemas, the
 //! jailed file tools and their error codes, bad input that must not kill the server, a
-//! `coder` run against the replay backend with the real claude CLI, a run that outlives
-//! `wait_s` (progress, `coder_wait`, `coder_status`, `coder_cancel`), a request the client
-//! cancels, and a client that disconnects: no process may be left in the workspace.
+//! `coder` run against the replay backend with the real claude CLI (and a question answered
+//! through it), a run that outlives `wait_s` (progress, `coder_wait`, `coder_status`,
+//! `coder_cancel`), a request the client cancels, and a client that disconnects: no process
+//! may be left in the workspace.
 //!
 //! They need the `mcp` package and the claude CLI, so they are `#[ignore]`d (a plain
 //! `cargo test` counts them as ignored); `scripts/test` installs both and runs them.

@@ -202,6 +202,9 @@ struct CoderArgs {
     /// Structured results (DESIGN §9): the schema itself (never a file name: the server
     /// reads no files for its callers outside the jail).
     json_schema: Option<serde_json::Map<String, Value>>,
+    // Questions (DESIGN §9), as in `--request`.
+    allow_questions: Option<bool>,
+    answers: Option<Value>,
     backend: Option<String>,
     wait_s: Option<f64>,
 }
@@ -280,6 +283,8 @@ fn tools() -> Vec<Tool> {
                     "return_diff": {"type": "boolean"},
                     "worktree": {"type": "boolean", "description": "run on a new branch coder/<run-id> in a private checkout"},
                     "json_schema": {"type": "object", "description": "a JSON Schema (type object) the final answer must match; the envelope returns it as structured, or fails with schema_mismatch"},
+                    "allow_questions": {"type": "boolean", "description": "offer the model ask_user: it may stop the run (needs_input) with questions; default on with a contract"},
+                    "answers": {"type": "array", "items": {"type": "string"}, "description": "answers to the questions of the needs_input run of SESSION_ID, in order (PROMPT may then be empty)"},
                     "backend": {"type": "string", "description": "a backend profile name, or auto[:a,b]"},
                     "wait_s": seconds}}),
         ),
@@ -502,7 +507,8 @@ impl Server {
         progress: Option<Progress>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, String> {
-        if a.prompt.trim().is_empty() {
+        // Answers are a turn's prompt of their own (DESIGN §9).
+        if a.prompt.trim().is_empty() && a.answers.is_none() {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
         let cd = self.workspace(a.cd.as_deref())?;
@@ -543,6 +549,8 @@ impl Server {
             ("return_diff", a.return_diff.map(|v| json!(v))),
             ("worktree", a.worktree.map(|v| json!(v))),
             ("json_schema", a.json_schema.as_ref().map(|v| json!(v))),
+            ("allow_questions", a.allow_questions.map(|v| json!(v))),
+            ("answers", a.answers.clone()),
         ];
         for (key, value) in fields {
             if let Some(value) = value {

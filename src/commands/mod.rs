@@ -2,6 +2,7 @@
 //! and the result into output and an exit code. Nothing in the library imports from here;
 //! `main.rs` only picks the file from the first argument.
 
+pub mod ask_server;
 pub mod doctor;
 pub mod fs;
 pub mod mcp;

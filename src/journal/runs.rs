@@ -357,8 +357,38 @@ pub fn render(account: &Value) -> String {
     if let Some(session) = outcome["SESSION_ID"].as_str() {
         let _ = writeln!(out, "session   {session}");
     }
+    render_questions(&mut out, outcome);
     render_outcome_checks(&mut out, outcome);
     out
+}
+
+/// What the model asked before the run stopped `needs_input` (DESIGN §9).
+fn render_questions(out: &mut String, outcome: &Value) {
+    use std::fmt::Write;
+    let Some(questions) = outcome["questions"].as_array() else {
+        return;
+    };
+    let _ = writeln!(out, "\nquestions ({}):", questions.len());
+    for (i, q) in questions.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {}. {}",
+            i + 1,
+            q["question"].as_str().unwrap_or("?")
+        );
+        let options: Vec<&str> = q["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !options.is_empty() {
+            let _ = writeln!(out, "     options: {}", options.join(" | "));
+        }
+        if let Some(why) = q["why"].as_str() {
+            let _ = writeln!(out, "     why: {why}");
+        }
+    }
 }
 
 /// The verified outcome of a run (DESIGN §8): what changed, the checks and their verdict,

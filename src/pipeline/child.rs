@@ -78,7 +78,25 @@ pub fn claude_args(request: &RunRequest) -> Vec<OsString> {
         args.push("--json-schema".into());
         args.push(schema.cli_arg().into());
     }
+    if request.allow_questions {
+        args.extend(questions_args());
+    }
     args
+}
+
+/// The `ask_user` tool (DESIGN §9): coder's own binary as the CLI's MCP server `coder`, and
+/// the tool allowed without a prompt in every permission mode. The sandbox already lets
+/// the CLI run coder's binary (the nesting wrapper is the same file).
+fn questions_args() -> Vec<OsString> {
+    use crate::pipeline::questions;
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .unwrap_or_else(|_| PathBuf::from("coder"));
+    vec![
+        "--mcp-config".into(),
+        questions::mcp_config(&exe).into(),
+        format!("--allowedTools={}", questions::CLI_TOOL_NAME).into(),
+    ]
 }
 
 /// Environment variables coder sets from the run's limits unless the caller set them.
@@ -285,6 +303,7 @@ mod tests {
             task_title: "task".into(),
             targets: 0,
             store: Default::default(),
+            allow_questions: false,
         }
     }
 
@@ -307,6 +326,24 @@ mod tests {
             args.windows(2)
                 .any(|w| w[0] == "--resume" && w[1] == id.to_string())
         );
+        assert!(!args.iter().any(|a| a.starts_with("--mcp-config")));
+    }
+
+    #[test]
+    fn questions_add_coders_own_mcp_server_and_allow_its_tool() {
+        let mut req = request(SessionChoice::New(Uuid::new_v4()));
+        req.allow_questions = true;
+        let args: Vec<String> = claude_args(&req)
+            .iter()
+            .map(|a| a.to_string_lossy().into())
+            .collect();
+        let at = args.iter().position(|a| a == "--mcp-config").unwrap();
+        let config: serde_json::Value = serde_json::from_str(&args[at + 1]).unwrap();
+        let server = &config["mcpServers"]["coder"];
+        assert_eq!(server["args"], serde_json::json!(["ask-server"]));
+        assert_eq!(server["alwaysLoad"], true);
+        assert!(Path::new(server["command"].as_str().unwrap()).is_absolute());
+        assert!(args.contains(&"--allowedTools=mcp__coder__ask_user".to_owned()));
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct Envelope {
     /// `--backend auto`: which backend was chosen and how (DESIGN §10).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<crate::routing::RoutingReport>,
+    /// `needs_input`: what the model asked with `ask_user` (DESIGN §9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub questions: Option<Vec<crate::pipeline::questions::Question>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -284,6 +287,7 @@ impl Envelope {
             sandbox: None,
             worktree: None,
             routing: None,
+            questions: None,
             metrics: None,
             all_messages: None,
             attempts: Vec::new(),
@@ -353,6 +357,11 @@ impl Envelope {
             }
         }
         self.warnings.iter_mut().for_each(text);
+        for question in self.questions.iter_mut().flatten() {
+            text(&mut question.question);
+            question.options.iter_mut().for_each(text);
+            maybe(&mut question.why);
+        }
         if let Some(changes) = self.changes.as_mut() {
             changes.files.iter_mut().for_each(|f| text(&mut f.path));
         }

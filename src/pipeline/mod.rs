@@ -22,6 +22,7 @@ pub mod outcome;
 pub mod plan;
 pub mod prompt;
 pub mod provider;
+pub mod questions;
 pub mod request;
 pub mod retry;
 pub mod run;

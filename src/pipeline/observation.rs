@@ -112,6 +112,13 @@ pub struct Observation {
     /// The input of the last `StructuredOutput` call (`--json-schema`, DESIGN §9), valid
     /// or not: what the model last offered as its structured answer.
     pub last_structured_call: Option<serde_json::Value>,
+    /// Whether the run offered the `ask_user` tool (DESIGN §9).
+    questions_enabled: bool,
+    /// The run offered `ask_user`, but the CLI reported coder's MCP server as not
+    /// connected: the model could not ask.
+    pub questions_unavailable: bool,
+    /// The questions of the first valid `ask_user` call: the attempt ends here.
+    pub questions: Option<Vec<crate::pipeline::questions::Question>>,
 }
 
 /// Words that show up in the tool results of denied operations: a part of each message
@@ -187,7 +194,16 @@ impl Observation {
             denials: Vec::new(),
             failed_edits: Vec::new(),
             last_structured_call: None,
+            questions_enabled: false,
+            questions_unavailable: false,
+            questions: None,
         }
+    }
+
+    /// Recognise calls of the `ask_user` tool (offered when questions are on).
+    pub fn with_questions(mut self, enabled: bool) -> Self {
+        self.questions_enabled = enabled;
+        self
     }
 
     /// Recognise sandbox denials (in tool results, and reads of masked files) under `policy`.
@@ -262,10 +278,17 @@ impl Observation {
         }
         match event {
             Event::Init {
-                model, cli_version, ..
+                model,
+                cli_version,
+                mcp_failed,
+                ..
             } => {
                 self.model.clone_from(model);
                 self.cli_version.clone_from(cli_version);
+                self.questions_unavailable |= self.questions_enabled
+                    && mcp_failed
+                        .iter()
+                        .any(|name| name == crate::pipeline::questions::SERVER_NAME);
             }
             Event::ApiRetry { error_status, .. } => {
                 self.api_retries += 1;
@@ -297,6 +320,15 @@ impl Observation {
                 for tool in &message.tool_uses {
                     if let Some(input) = &tool.structured_input {
                         self.last_structured_call = Some(input.clone());
+                    }
+                    if self.questions_enabled
+                        && self.questions.is_none()
+                        && tool.name == crate::pipeline::questions::CLI_TOOL_NAME
+                        && let Some(input) = &tool.input
+                    {
+                        // An invalid call is answered with an error by the server (the
+                        // same check), and the model may call again.
+                        self.questions = crate::pipeline::questions::parse_questions(input).ok();
                     }
                     self.note_masked_access(&tool.name, tool.path.as_deref());
                     *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
@@ -528,6 +560,36 @@ mod tests {
             bytes: text.as_bytes().to_vec(),
             dropped: 0,
         }
+    }
+
+    #[test]
+    fn ask_user_calls_are_questions_only_when_offered_and_valid() {
+        let call = |input: &str| {
+            line(&format!(
+                r#"{{"type":"assistant","message":{{"id":"m1","content":[{{"type":"tool_use","id":"t1","name":"mcp__coder__ask_user","input":{input}}}]}}}}"#
+            ))
+        };
+        let valid = r#"{"questions":[{"question":"Which?"}]}"#;
+        let mut off = Observation::new(Instant::now(), false, vec![]);
+        off.observe_line(Pipe::Stdout, &call(valid));
+        assert_eq!(off.questions, None);
+        let mut on = Observation::new(Instant::now(), false, vec![]).with_questions(true);
+        on.observe_line(Pipe::Stdout, &call(r#"{"questions":[]}"#));
+        assert_eq!(
+            on.questions, None,
+            "an invalid call is the server's to refuse"
+        );
+        on.observe_line(Pipe::Stdout, &call(valid));
+        assert_eq!(
+            on.questions.as_ref().map(|q| q[0].question.as_str()),
+            Some("Which?")
+        );
+        let mut failed = Observation::new(Instant::now(), false, vec![]).with_questions(true);
+        failed.observe_line(
+            Pipe::Stdout,
+            &line(r#"{"type":"system","subtype":"init","mcp_servers":[{"name":"coder","status":"failed"}]}"#),
+        );
+        assert!(failed.questions_unavailable);
     }
 
     #[test]

@@ -161,6 +161,32 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             failure.upstream_error = Some(UpstreamErrorType::RateLimit);
             return Verdict::Failure(failure);
         }
+        StopCause::QuestionsAsked => {
+            let asked = obs.questions.as_ref().map_or(0, Vec::len);
+            let heads: Vec<String> = obs
+                .questions
+                .iter()
+                .flatten()
+                .map(|q| crate::text::one_line(&q.question, 80))
+                .collect();
+            return Verdict::Failure(
+                Failure::new(
+                    ErrorKind::NeedsInput,
+                    format!(
+                        "the model asked {asked} question(s) and waits for answers: {}",
+                        crate::text::one_line(&heads.join(" | "), 200)
+                    ),
+                    format!(
+                        "the model called ask_user with {asked} question(s) (in `questions`); \
+                         coder stopped the run there"
+                    ),
+                )
+                .hint(
+                    "resume this session with --session-id SESSION_ID --answers '[\"answer 1\", …]' \
+                     (one answer per question, in order)",
+                ),
+            );
+        }
         StopCause::Finished | StopCause::LingeredAfterResult => {}
     }
 

@@ -31,7 +31,7 @@ pub use crate::sandbox::Mode as SandboxMode;
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
     after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
-                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 70 internal, 71 sandbox, 78 config, \
+                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 78 config, \
                   124 timeout, 127 claude not found, 130/143 cancelled."
 )]
 pub struct RunArgs {
@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// Many runs at once: worktrees (DESIGN §10).
     #[command(flatten, next_help_heading = "Many runs at once")]
     pub many: ManyRunsArgs,
+
+    /// Questions: the ask_user tool and answers (DESIGN §9).
+    #[command(flatten, next_help_heading = "Questions")]
+    pub questions: crate::pipeline::questions::QuestionArgs,
 }
 
 /// `--worktree` and `--worktree-base` (DESIGN §10).
@@ -326,6 +330,10 @@ pub struct RequestFile {
     /// `--json-schema` (DESIGN §9): the schema as an object, or a string read like the
     /// flag's argument (a file, or the schema's JSON text).
     pub json_schema: Option<serde_json::Value>,
+    /// `--allow-questions` (true) or `--no-questions` (false) (DESIGN §9).
+    pub allow_questions: Option<bool>,
+    /// `--answers`: the list itself, or a string holding JSON or naming a file.
+    pub answers: Option<serde_json::Value>,
 }
 
 impl RequestFile {
@@ -407,6 +415,9 @@ pub struct RunRequest {
     pub store: crate::store::StoreArgs,
     /// `coder plan` (the plan file to write) or `--plan` (the plan carried out).
     pub plan: Option<PlanRole>,
+    /// Offer the model the `ask_user` tool (DESIGN §9): a call ends the run `needs_input`.
+    /// Set by `--allow-questions` and its defaults; other run modes (plans) may set it.
+    pub allow_questions: bool,
 }
 
 /// How a run relates to a plan (DESIGN §9).
@@ -522,6 +533,18 @@ impl RunArgs {
             }
             (None, None) => SessionChoice::New(Uuid::new_v4()),
         };
+        let answers = given_answers(self.questions.answers.as_deref(), file.answers.as_ref())?;
+        let asked = match (&answers, session) {
+            (Some(_), SessionChoice::New(_)) => {
+                return Err(ArgError::Invalid(
+                    "--answers answers the questions a session asked: give that session's \
+                     --session-id (its SESSION_ID from the needs_input envelope)"
+                        .into(),
+                ));
+            }
+            (Some(answers), SessionChoice::Resume(id)) => Some(asked_questions(id, answers.len())?),
+            (None, _) => None,
+        };
 
         let cd = self.cd.or(file.cd).ok_or_else(|| {
             ArgError::Invalid(
@@ -541,8 +564,11 @@ impl RunArgs {
                     .into(),
             ));
         }
-        let prompt = match self.prompt.or(self.prompt_flag).or(file.prompt) {
+        let given = self.prompt.or(self.prompt_flag).or(file.prompt);
+        let prompt = match given {
             Some(text) if text != "-" => text,
+            // Answers are the turn's prompt; a further prompt is optional.
+            None if answers.is_some() => String::new(),
             _ => {
                 if stdin_used {
                     return Err(ArgError::Invalid(
@@ -552,6 +578,12 @@ impl RunArgs {
                 }
                 read_prompt_from_stdin(stdin)?
             }
+        };
+        let prompt = match (&asked, &answers) {
+            (Some(questions), Some(answers)) => {
+                crate::pipeline::questions::answers_prompt(questions, answers, Some(&prompt))
+            }
+            _ => prompt,
         };
         if prompt.trim().is_empty() {
             return Err(ArgError::Invalid(
@@ -602,6 +634,11 @@ impl RunArgs {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
         let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
+        let allow_questions = self.questions.enabled(
+            file.allow_questions,
+            self.prompt_framing.contract.is_some() || self.prompt_framing.guardrails.is_some(),
+            answers.is_some(),
+        );
 
         Ok(RunRequest {
             prompt: prompt.into(),
@@ -634,6 +671,7 @@ impl RunArgs {
             targets,
             store: self.store,
             plan,
+            allow_questions,
         })
     }
 
@@ -650,6 +688,47 @@ impl RunArgs {
                 .and_then(|t| parse_seconds("", t, true).ok()),
         }
     }
+}
+
+/// The answers of `--answers` (else of the request file's `answers`), checked.
+fn given_answers(
+    flag: Option<&str>,
+    file: Option<&serde_json::Value>,
+) -> Result<Option<Vec<String>>, ArgError> {
+    use crate::pipeline::questions::{answers_of, read_answers};
+    let answers = match (flag, file) {
+        (Some(arg), _) => read_answers(arg),
+        (None, Some(serde_json::Value::String(arg))) => read_answers(arg),
+        (None, Some(value)) => answers_of(value),
+        (None, None) => return Ok(None),
+    };
+    answers.map(Some).map_err(ArgError::Invalid)
+}
+
+/// The questions session `id` asked (kept in its record), when `count` answers fit them.
+fn asked_questions(
+    id: Uuid,
+    count: usize,
+) -> Result<Vec<crate::pipeline::questions::Question>, ArgError> {
+    let state = crate::config::state_dir().map_err(|e| ArgError::Invalid(e.to_string()))?;
+    let record = crate::pipeline::session::SessionStore::new(&state)
+        .load(id)
+        .map_err(|e| ArgError::Invalid(e.to_string()))?;
+    let questions = record.and_then(|r| r.questions).unwrap_or_default();
+    if questions.is_empty() {
+        return Err(ArgError::Invalid(format!(
+            "--answers: session {id} has no open questions (no run of it ended with \
+             needs_input, or they were answered already); resume it without --answers"
+        )));
+    }
+    if questions.len() != count {
+        return Err(ArgError::Invalid(format!(
+            "--answers has {count} answer(s), but session {id} asked {} question(s): give one \
+             answer per question, in order",
+            questions.len()
+        )));
+    }
+    Ok(questions)
 }
 
 fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, ArgError> {

@@ -35,6 +35,8 @@ const READ_ONLY_TOOLS: &[&str] = &[
     "TaskOutput",
     // The CLI's `--json-schema` tool: its input is the answer, it touches nothing.
     "StructuredOutput",
+    // coder's own question tool (DESIGN §9) changes nothing.
+    crate::pipeline::questions::CLI_TOOL_NAME,
 ];
 
 /// Whether a tool call can change the world. Unknown tools count as mutating: the safe

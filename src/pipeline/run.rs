@@ -138,6 +138,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "schema_errors": envelope.error_detail.as_ref().and_then(|d| d.schema_errors.as_ref()),
             "worktree": envelope.worktree,
             "routing": envelope.routing,
+            "questions": envelope.questions,
             "sandbox": envelope.sandbox,
             // `coder runs show` shows the plan's path and first lines (DESIGN §9).
             "plan_file": envelope.plan_file,
@@ -613,7 +614,8 @@ impl PreparedRun {
         }
         let mut observation =
             Observation::new(Instant::now(), request.return_all_messages, spec.secrets())
-                .with_sandbox(self.denial_policy.clone());
+                .with_sandbox(self.denial_policy.clone())
+                .with_questions(request.allow_questions);
         journal.note(Note::Attempt {
             attempt: run.attempts.len() + 1,
             session_id: session.id().to_string(),
@@ -868,6 +870,13 @@ fn remember_session(
 ) {
     let now = session::now_secs();
     let existing = store.load(session.id()).ok().flatten();
+    // Open questions (DESIGN §9): the ones just asked; else kept until a run succeeds.
+    let answered = observation.result.as_ref().is_some_and(|r| !r.is_error);
+    let questions = match &observation.questions {
+        Some(asked) => Some(asked.clone()),
+        None if answered => None,
+        None => existing.as_ref().and_then(|r| r.questions.clone()),
+    };
     let record = SessionRecord {
         session_id: session.id(),
         workspace: request.workspace.clone(),
@@ -876,6 +885,7 @@ fn remember_session(
         poisoned: existing.as_ref().and_then(|r| r.poisoned.clone()),
         created_at: existing.map_or(now, |r| r.created_at),
         updated_at: now,
+        questions,
     };
     if let Err(e) = store.save(&record) {
         run.warnings
@@ -993,6 +1003,14 @@ impl Run {
         }
         for (tool, time) in &observation.tool_time {
             *self.tool_time.entry(tool.clone()).or_default() += *time;
+        }
+        if observation.questions_unavailable {
+            let warning = "questions were on, but the CLI reported coder's MCP server (coder \
+                           ask-server) as not connected: the model could not call ask_user"
+                .to_owned();
+            if !self.warnings.contains(&warning) {
+                self.warnings.push(warning);
+            }
         }
         for path in &observation.failed_edits {
             if !self.failed_edits.contains(path) {
@@ -1234,7 +1252,20 @@ impl Run {
                 }
             });
         }
+        if failure.kind == ErrorKind::NeedsInput
+            && let Some(id) = &session_id
+        {
+            detail.resume_hint = Some(format!(
+                "answer with: coder --cd {} --session-id {id} --answers '[\"…\"]' (one answer \
+                 per question, in order)",
+                shell_quote(&self.workspace.display().to_string()),
+            ));
+        }
+        let asked = (failure.kind == ErrorKind::NeedsInput)
+            .then(|| observation.questions.take())
+            .flatten();
         let mut envelope = Envelope::failure(failure.kind, session_id, failure.summary, detail);
+        envelope.questions = asked;
         envelope.exit_code = exit_code;
         let mut envelope = self.finish(envelope, Some(&mut observation), Some(end));
         envelope.warnings.extend(mismatch);

@@ -42,6 +42,10 @@ pub struct SessionRecord {
     /// without vision, DESIGN §12); such a session is never resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poisoned: Option<String>,
+    /// The questions the session's last run asked (`needs_input`, DESIGN §9), open until a
+    /// run of the session succeeds or asks again; `--answers` answers them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<Vec<super::questions::Question>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -420,6 +424,7 @@ mod tests {
             created_at: 1,
             updated_at: 1,
             poisoned: None,
+            questions: None,
         }
     }
 

@@ -133,6 +133,32 @@ fn real_bash() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/bin/sh"))
 }
 
+/// Drops every filesystem and network right and scopes signals and abstract sockets to
+/// the calling process's own domain: what is already open (stdin, stdout) keeps working,
+/// nothing new can be opened, connected or signalled. For coder's own helpers that run in
+/// the CLI's domain and need nothing but their pipes (the `ask_user` server, DESIGN §9).
+/// Best effort on kernels without Landlock: `Err` says why it could not be had.
+pub fn drop_all_rights() -> Result<(), String> {
+    use landlock::{AccessNet, Scope};
+    let abi = ABI::V7;
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(|e| e.to_string())?
+        .handle_access(AccessNet::from_all(abi))
+        .map_err(|e| e.to_string())?
+        .scope(Scope::from_all(abi))
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?
+        .restrict_self()
+        .map_err(|e| e.to_string())?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err("Landlock is not enforced on this kernel".to_string());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

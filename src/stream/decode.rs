@@ -235,6 +235,8 @@ struct WireEvent<'a, C> {
     model: Option<String>,
     #[serde(default)]
     claude_code_version: Option<String>,
+    #[serde(default)]
+    mcp_servers: Option<Vec<WireMcpServer>>,
     // system/api_retry
     #[serde(default)]
     attempt: Option<u64>,
@@ -395,6 +397,15 @@ impl<'de> serde::de::Visitor<'de> for StreamedBlocksVisitor {
     }
 }
 
+/// One entry of `system/init`'s `mcp_servers`.
+#[derive(Deserialize)]
+struct WireMcpServer {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    status: String,
+}
+
 #[derive(Deserialize)]
 struct WireBlock<C> {
     #[serde(rename = "type", default)]
@@ -465,6 +476,13 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                 session_id: self.session_id,
                 model: self.model,
                 cli_version: self.claude_code_version,
+                mcp_failed: self
+                    .mcp_servers
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|s| s.status != "connected")
+                    .map(|s| s.name)
+                    .collect(),
             },
             ("system", Some("api_retry")) => Event::ApiRetry {
                 attempt: self.attempt,
@@ -502,6 +520,12 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                                 structured_input: (block.name.as_deref() == Some(STRUCTURED_TOOL))
                                     .then(|| block.input.clone())
                                     .flatten(),
+                                input: block.input.filter(|_| {
+                                    block
+                                        .name
+                                        .as_deref()
+                                        .is_some_and(|n| n.starts_with(CODER_TOOL_PREFIX))
+                                }),
                                 id: block.id.unwrap_or_default(),
                                 name: block.name.unwrap_or_else(|| "?".to_owned()),
                             }),
@@ -565,6 +589,9 @@ impl<'a, C: ContentBlocks<'a>> WireMessage<'a, C> {
     }
 }
 
+/// The CLI's prefix of the tools of coder's own MCP server (`--mcp-config` server `coder`).
+const CODER_TOOL_PREFIX: &str = "mcp__coder__";
+
 /// `Bash(npm test)`, `Write(src/lib.rs)`, or just the tool name.
 fn tool_summary(name: &str, input: Option<&serde_json::Value>) -> String {
     const KEYS: [&str; 5] = ["command", "file_path", "path", "pattern", "url"];
@@ -585,13 +612,14 @@ mod tests {
 
     #[test]
     fn decodes_init_result_and_synthetic_error() {
-        let init = br#"{"type":"system","subtype":"init","session_id":"s1","model":"glm-4.7","claude_code_version":"2.1.330"}"#;
+        let init = br#"{"type":"system","subtype":"init","session_id":"s1","model":"glm-4.7","claude_code_version":"2.1.330","mcp_servers":[{"name":"coder","status":"failed"},{"name":"ok","status":"connected"}]}"#;
         assert_eq!(
             decode_event(init).unwrap(),
             Event::Init {
                 session_id: Some("s1".into()),
                 model: Some("glm-4.7".into()),
-                cli_version: Some("2.1.330".into())
+                cli_version: Some("2.1.330".into()),
+                mcp_failed: vec!["coder".into()],
             }
         );
         let result = br#"{"duration_api_ms":0,"type":"result","subtype":"success","is_error":true,"terminal_reason":"api_error","api_error_status":500,"api_error_type":"api_error","result":"API Error: 500","session_id":"s1"}"#;

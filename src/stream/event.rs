@@ -16,6 +16,9 @@ pub enum Event {
         session_id: Option<String>,
         model: Option<String>,
         cli_version: Option<String>,
+        /// MCP servers that did not connect (`mcp_servers[].status` other than
+        /// `connected`), by name.
+        mcp_failed: Vec<String>,
     },
     /// `system/api_retry`: the CLI is about to retry an API request.
     ApiRetry {
@@ -83,6 +86,8 @@ pub struct ToolUse {
     /// The whole input of a `StructuredOutput` call (the tool the CLI offers for
     /// `--json-schema`); other tools' inputs are only summarised.
     pub structured_input: Option<serde_json::Value>,
+    /// The call's input, kept only for coder's own tools (`mcp__coder__*`, DESIGN §9).
+    pub input: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

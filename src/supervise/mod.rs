@@ -102,6 +102,9 @@ pub enum StopCause {
     /// The CLI announced this many retries of a rate-limited request (429), the backend's
     /// `Limits::rate_limit_retries_allowed`: coder stopped it (§5b row 19).
     RateLimited { cli_retries: u32 },
+    /// The model called `ask_user` (DESIGN §9): coder stopped the CLI so that the caller
+    /// can answer; the call itself is never answered.
+    QuestionsAsked,
 }
 
 impl StopCause {
@@ -116,6 +119,7 @@ impl StopCause {
             | StopCause::SpawnFailed(_)
             | StopCause::AuthRejected
             | StopCause::RateLimited { .. } => None,
+            | StopCause::QuestionsAsked => None,
         }
     }
 }
@@ -428,6 +432,10 @@ async fn watch(
                         cause = Some(StopCause::RateLimited {
                             cli_retries: lines.rate_limit_retries,
                         });
+                        break;
+                    }
+                    if observation.questions.is_some() && !result_seen {
+                        cause = Some(StopCause::QuestionsAsked);
                         break;
                     }
                     if is_result && !result_seen {

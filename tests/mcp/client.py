@@ -88,7 +88,7 @@ async def basic(session):
         assert p in coder["properties"], p
     assert tools["update-file"].input_schema["required"] == ["path"]
     for p in ["verify", "verify_timeout", "repair_turns", "no_verify_baseline", "scope",
-              "return_diff", "worktree", "json_schema"]:
+              "return_diff", "worktree", "json_schema", "allow_questions", "answers"]:
         assert p in coder["properties"], p
     # The run tools say what they return; the SDK validates every result against it.
     for name in ["coder", "coder_wait"]:
@@ -165,6 +165,24 @@ async def run(session):
     bad_env = structured(bad)
     assert bad.is_error and bad_env["error_kind"] == "config_error", bad_env
     assert "repair-turns" in bad_env["error"], bad_env
+    # Questions (issue 19): the model asks, the run ends needs_input; the answers, passed
+    # as a list, resume the session.
+    ask_backend = f"replay:{CASSETTES}/ask_user.json"
+    asked = await session.call_tool("coder", {"PROMPT": "paint the fence", "backend": ask_backend,
+                                              "allow_questions": True, "wait_s": 50},
+                                    read_timeout_seconds=90)
+    asked_env = structured(asked)
+    assert asked.is_error and asked_env["error_kind"] == "needs_input", asked_env
+    assert [q["question"] for q in asked_env["questions"]] == [
+        "Which colour should the fence be?", "Should the gate be painted too?"], asked_env
+    answered = await session.call_tool("coder", {"PROMPT": "", "backend": ask_backend,
+                                                 "SESSION_ID": asked_env["SESSION_ID"],
+                                                 "answers": ["blue", "no, leave the gate"],
+                                                 "wait_s": 50},
+                                       read_timeout_seconds=90)
+    answered_env = structured(answered)
+    assert not answered.is_error, answered_env
+    assert answered_env["result"] == "Painted the fence blue and left the gate alone.", answered_env
     status = structured(await session.call_tool("coder_status", {"run_id": run_id}))
     assert status["status"] == "done" and status["envelope"]["success"] is True, status
     await wait_no_procs(BASE, 10)

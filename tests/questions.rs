@@ -1,0 +1,334 @@
+//! Questions (DESIGN §9) end to end: the built `coder`, the real `claude` CLI and the replay
+//! cassette `ask_user.json`, under the default sandbox. The model's `mcp__coder__ask_user`
+//! call ends the run `needs_input` (exit 5) with the questions and the session; a resume with
+//! `--answers` sends them back (the cassette's expectations check what the CLI sent); the
+//! tool is offered only when questions are on. Bad `--answers` input, and the ask server's
+//! own protocol, run through the binary without the CLI.
+//!
+//! The CLI comes from `CODER_TEST_CLAUDE_BIN`, else the project-local install.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{CODER, Coder, Fake, ReplayScene, run_bounded};
+use serde_json::{Value, json};
+
+fn scene() -> ReplayScene {
+    ReplayScene::new("ask_user.json", 0)
+}
+
+fn coder(scene: &ReplayScene) -> Coder {
+    scene.coder_within(Duration::from_secs(120))
+}
+
+/// The replay server answered every request as scripted: each `expect` held (the ask turn's
+/// includes that the very first request offered the tool).
+fn assert_no_replay_problems(out: &common::Outcome) {
+    let problems: Vec<&Value> = out.envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w.as_str().is_some_and(|w| w.starts_with("replay:")))
+        .collect();
+    assert!(problems.is_empty(), "{problems:?}: {}", out.explain());
+}
+
+/// `coder runs show RUN` for the run whose envelope is `envelope`, in `state_dir`.
+fn runs_show(state_dir: &Path, envelope: &Value) -> String {
+    let transcript = envelope["transcript"].as_str().expect("a transcript path");
+    let run_id = Path::new(transcript).file_stem().unwrap().to_str().unwrap();
+    let out = run_bounded(
+        Command::new(CODER)
+            .args(["runs", "show", run_id])
+            .env("CODER_STATE_DIR", state_dir),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_question_ends_the_run_and_the_answers_resume_it() {
+    let scene = scene();
+    let asked = coder(&scene)
+        .args(["--allow-questions", "paint the fence"])
+        .run();
+    let detail = asked.assert_failure("needs_input", 5);
+    assert_no_replay_problems(&asked);
+    assert_eq!(
+        asked.envelope["questions"],
+        json!([
+            {"question": "Which colour should the fence be?", "options": ["red", "blue"],
+             "why": "the task names no colour"},
+            {"question": "Should the gate be painted too?"}
+        ]),
+        "{}",
+        asked.explain()
+    );
+    let session = asked.session_id().expect("SESSION_ID").to_owned();
+    assert!(
+        detail["resume_hint"]
+            .as_str()
+            .is_some_and(|h| h.contains(&session) && h.contains("--answers")),
+        "{}",
+        asked.explain()
+    );
+    // Stopped at the call, not by a watchdog, and the call changed nothing.
+    assert!(
+        asked.elapsed < Duration::from_secs(60),
+        "{}",
+        asked.explain()
+    );
+    assert_eq!(asked.envelope["attempts"][0]["side_effects"], "read_only");
+    let shown = runs_show(&scene.fake.state_dir(), &asked.envelope);
+    assert!(
+        shown.contains("questions (2):")
+            && shown.contains("1. Which colour should the fence be?")
+            && shown.contains("options: red | blue"),
+        "{shown}"
+    );
+
+    // One answer for two questions: refused before anything runs.
+    let short = coder(&scene)
+        .args(["--session-id", &session, "--answers", r#"["blue"]"#])
+        .run();
+    short.assert_failure("config_error", 78);
+    assert!(
+        short.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("asked 2 question(s)")),
+        "{}",
+        short.explain()
+    );
+
+    // The answers, from a file: the resumed request carries the first run's call in its
+    // history and each answer under its question (the cassette's `expect`).
+    let answers = scene.fake.root().join("answers.json");
+    std::fs::write(&answers, r#"["blue", "no, leave the gate"]"#).unwrap();
+    let resumed = coder(&scene)
+        .args(["--session-id", &session, "--answers"])
+        .arg(answers.clone())
+        .run();
+    resumed.assert_success("Painted the fence blue and left the gate alone.");
+    assert_eq!(resumed.session_id(), Some(session.as_str()));
+    assert_no_replay_problems(&resumed);
+
+    // Answered: a second --answers has nothing to answer.
+    let again = coder(&scene)
+        .args(["--session-id", &session, "--answers"])
+        .arg(answers)
+        .run();
+    again.assert_failure("config_error", 78);
+    assert!(
+        again.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no open questions")),
+        "{}",
+        again.explain()
+    );
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_tool_is_offered_only_when_questions_are_on() {
+    let scene = scene();
+    let contract = scene.fake.root().join("contract.md");
+    std::fs::write(&contract, "# Contract\nPaint only what is asked.\n").unwrap();
+    let contract = contract.to_str().unwrap().to_owned();
+    let request = scene.fake.root().join("request.json");
+    std::fs::write(
+        &request,
+        json!({"PROMPT": "plain task", "allow_questions": true}).to_string(),
+    )
+    .unwrap();
+    let request = request.to_str().unwrap().to_owned();
+    let cases: [(&[&str], &str); 4] = [
+        (&["plain task"], "ask_user was not offered."),
+        (
+            &["--contract", &contract, "plain task"],
+            "ask_user was offered.",
+        ),
+        (
+            &["--contract", &contract, "--no-questions", "plain task"],
+            "ask_user was not offered.",
+        ),
+        (&["--request", &request], "ask_user was offered."),
+    ];
+    for (args, expected) in cases {
+        let out = coder(&scene).args(args.iter().copied()).run();
+        assert_eq!(
+            out.envelope["result"],
+            json!(expected),
+            "{args:?}: {}",
+            out.explain()
+        );
+        out.assert_success(expected);
+        assert_no_replay_problems(&out);
+    }
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_invalid_call_gets_the_servers_error_and_the_run_goes_on() {
+    let scene = scene();
+    let out = coder(&scene).args(["--allow-questions", "ask badly"]).run();
+    // The server's message reached the model as the tool result (the cassette's `when`).
+    out.assert_success("The server refused the empty call; going on without asking.");
+    assert_no_replay_problems(&out);
+    assert!(out.envelope.get("questions").is_none(), "{}", out.explain());
+}
+
+#[test]
+fn bad_answers_are_config_errors_before_anything_runs() {
+    let fake = Fake::new(json!([]));
+    let unknown = "11111111-2222-4333-8444-555555555555";
+    let cases: [(&[&str], &str); 7] = [
+        (&["--answers", r#"["blue"]"#, "go"], "--session-id"),
+        (
+            &["--session-id", unknown, "--answers", r#"["blue""#],
+            "malformed --answers JSON",
+        ),
+        (&["--session-id", unknown, "--answers", "[]"], "empty list"),
+        (
+            &["--session-id", unknown, "--answers", "[1]"],
+            "not a string",
+        ),
+        (
+            &["--session-id", unknown, "--answers", r#"[" "]"#],
+            "is empty",
+        ),
+        (
+            &[
+                "--session-id",
+                unknown,
+                "--answers",
+                "/nonexistent/answers.json",
+            ],
+            "not a readable file",
+        ),
+        (
+            &["--session-id", unknown, "--answers", r#"["blue"]"#],
+            "no open questions",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = fake.coder().args(args.iter().copied()).run();
+        out.assert_failure("config_error", 78);
+        assert!(
+            out.envelope["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(says)),
+            "{args:?} should say {says:?}: {}",
+            out.explain()
+        );
+    }
+    let both = fake
+        .coder()
+        .args(["--allow-questions", "--no-questions", "go"])
+        .run();
+    both.assert_failure("config_error", 2);
+    let request = fake.root().join("request.json");
+    std::fs::write(
+        &request,
+        json!({"PROMPT": "", "SESSION_ID": unknown, "answers": {"answers": "blue"}}).to_string(),
+    )
+    .unwrap();
+    let out = fake.coder().arg("--request").arg(request).run();
+    out.assert_failure("config_error", 78);
+    assert!(!fake.has_record(), "no bad input may start the child");
+}
+
+/// A JSON-RPC exchange with `coder ask-server`.
+struct Server {
+    child: std::process::Child,
+    stdout: BufReader<std::process::ChildStdout>,
+    _deadline: common::Deadline,
+}
+
+impl Server {
+    fn start() -> Server {
+        let mut child = Command::new(CODER)
+            .arg("ask-server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let deadline = common::Deadline::kill_after(&child, Duration::from_secs(20));
+        Server {
+            child,
+            stdout,
+            _deadline: deadline,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn reply(&mut self) -> Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+}
+
+#[test]
+fn the_ask_server_lists_its_tool_refuses_bad_calls_and_holds_a_good_one() {
+    let mut server = Server::start();
+    server.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}}));
+    let init = server.reply();
+    assert_eq!(init["id"], 1);
+    // It gave up its rights before reading (a Landlock domain of its own, which sets
+    // no_new_privs; this test process has not).
+    let no_new_privs = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("NoNewPrivs:").map(|v| v.trim().to_owned()))
+    };
+    assert_eq!(no_new_privs(std::process::id()).as_deref(), Some("0"));
+    assert_eq!(no_new_privs(server.child.id()).as_deref(), Some("1"));
+    assert_eq!(init["result"]["serverInfo"]["name"], "coder");
+    server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let list = server.reply();
+    assert_eq!(list["id"], 2, "the notification got no reply: {list}");
+    assert_eq!(list["result"]["tools"][0]["name"], "ask_user");
+    assert_eq!(
+        list["result"]["tools"][0]["inputSchema"]["required"],
+        json!(["questions"])
+    );
+    server.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "ask_user", "arguments": {"questions": [{"question": 7}]}}}));
+    let bad = server.reply();
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert!(
+        bad["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("question 1")
+    );
+    // A valid call is held; the next request is still served, and its reply comes first.
+    server.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "ask_user", "arguments": {"questions": [{"question": "Why?"}]}}}));
+    server.send(json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}));
+    assert_eq!(server.reply()["id"], 5);
+    server.send(json!({"jsonrpc": "2.0", "id": 6, "method": "resources/list"}));
+    assert_eq!(server.reply()["error"]["code"], -32601);
+    // End of input ends the server at once.
+    drop(server.child.stdin.take());
+    let status = common::wait_within(&mut server.child, Duration::from_secs(5));
+    assert!(status.success(), "{status:?}");
+}
