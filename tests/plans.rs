@@ -615,3 +615,27 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
         assert_eq!(std::fs::metadata(&plan_file).unwrap().nlink(), 1);
     }
 }
+
+/// Plans can hold questions (DESIGN §9): `coder plan` offers `ask_user` by default, and a
+/// model that asks ends the plan run `needs_input` with its questions and session, and the
+/// workspace untouched.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_plan_run_may_ask_instead_of_planning() {
+    let scene = Scene::new("plan_question.json");
+    let before = snapshot(scene.ws());
+    let out = scene.plan().arg("plan the migration").run();
+    out.assert_failure("needs_input", 5);
+    let questions = out.envelope["questions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(questions.len(), 1, "{}", out.explain());
+    assert_eq!(
+        questions[0]["question"],
+        "Which database should the migration target?"
+    );
+    assert!(out.session_id().is_some(), "{}", out.explain());
+    assert_eq!(snapshot(scene.ws()), before, "the workspace changed");
+    assert_schema(&out.envelope);
+}

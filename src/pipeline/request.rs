@@ -634,9 +634,13 @@ impl RunArgs {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
         let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
+        // Questions are on by default where the model is asked to respect something it may
+        // find unclear (a contract, guardrails) and when it plans (DESIGN §9).
         let allow_questions = self.questions.enabled(
             file.allow_questions,
-            self.prompt_framing.contract.is_some() || self.prompt_framing.guardrails.is_some(),
+            self.prompt_framing.contract.is_some()
+                || self.prompt_framing.guardrails.is_some()
+                || matches!(plan, Some(PlanRole::Write { .. })),
             answers.is_some(),
         );
 

@@ -119,7 +119,7 @@ impl StopCause {
             | StopCause::SpawnFailed(_)
             | StopCause::AuthRejected
             | StopCause::RateLimited { .. } => None,
-            | StopCause::QuestionsAsked => None,
+            StopCause::QuestionsAsked => None,
         }
     }
 }
