@@ -77,13 +77,14 @@ fn allowed(e: &Entry) -> bool {
 }
 
 /// `<transport>::<address>`: git runs `git-remote-<transport>` for it (`ext::` runs any
-/// command when allowed).
+/// command when allowed). The transport is read as git's `is_urlschemechar` reads it: a
+/// letter *or digit*, then letters, digits, `+`, `.`, `-` (`1x::y` runs `git-remote-1x`).
 fn is_helper_url(url: &str) -> bool {
     let Some((scheme, _)) = url.split_once("::") else {
         return false;
     };
     let mut chars = scheme.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
         && chars.all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
 }
 
@@ -398,6 +399,8 @@ mod tests {
             "[extensions]\n\tworktreeConfig = true\n",
             "[core]\n\tworktree = /home\n",
             "[remote \"o\"]\n\turl = ext::sh -c evil\n\tuploadpack = evil\n",
+            "[remote \"o\"]\n\turl = 1x::evil\n",
+            "[submodule \"s\"]\n\turl = 0::evil\n",
             "[submodule \"s\"]\n\tupdate = !evil\n",
             "[core.x]\n\tfsmonitor = evil\n",
         ] {

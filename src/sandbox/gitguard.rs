@@ -658,6 +658,89 @@ fn pending_commands(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno
             write_new(state_dir.as_fd(), list, &defused, &st)?;
         }
     }
+    pending_strategies(dir, q)
+}
+
+/// The merge strategies git carries out itself (or from its own exec path). Any other name
+/// makes a continued operation run `git merge-<name>`: a program looked up on `PATH`, and,
+/// when the name holds a `/`, a path git runs as it stands, relative to the work tree
+/// (`/x` runs `./git-merge-/x`, a file the agent can write).
+const BUILTIN_STRATEGIES: [&[u8]; 6] = [
+    b"ort",
+    b"recursive",
+    b"resolve",
+    b"octopus",
+    b"ours",
+    b"subtree",
+];
+
+/// The merge strategy an operation in progress goes on with: `rebase-merge/strategy` (and
+/// `rebase-apply/strategy`, which `git rebase` reads for both back ends) as one line, read
+/// like git's `read_oneliner` (one trailing LF or CRLF cut), and `options.strategy` in
+/// `sequencer/opts` (config syntax; `cherry-pick`/`revert --continue`). A strategy that is
+/// not one of git's own moves to quarantine (a `strategy` file whole, the `opts` file
+/// rewritten without it), so the operation goes on with git's default; a state file coder
+/// cannot read or parse moves whole.
+fn pending_strategies(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
+    for (state, file) in [
+        ("rebase-merge", "strategy"),
+        ("rebase-apply", "strategy"),
+        ("sequencer", "opts"),
+    ] {
+        let state_dir = match openat2(dir, state, beneath(dir_flags())) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => continue,
+            Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => {
+                q.move_out(state)?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let st = match fstatat(state_dir.as_fd(), file, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        let text = read_small(state_dir.as_fd(), OsStr::new(file))?;
+        let keep = match (&text, file) {
+            (None, _) => None,
+            (Some(text), "opts") => match gitconfig::parse(text) {
+                Err(_) => None,
+                Ok(entries) => {
+                    let foreign = |e: &gitconfig::Entry| {
+                        e.section == "options"
+                            && e.subsection.is_none()
+                            && e.key == "strategy"
+                            && !e
+                                .value
+                                .as_deref()
+                                .is_some_and(|v| BUILTIN_STRATEGIES.contains(&v.as_bytes()))
+                    };
+                    if !entries.iter().any(foreign) {
+                        continue;
+                    }
+                    let kept: Vec<_> = entries.into_iter().filter(|e| !foreign(e)).collect();
+                    Some(gitconfig::render(&kept).into_bytes())
+                }
+            },
+            (Some(text), _) => {
+                let line = text.strip_suffix(b"\n").unwrap_or(text);
+                let line = if line.len() < text.len() {
+                    line.strip_suffix(b"\r").unwrap_or(line)
+                } else {
+                    line
+                };
+                if BUILTIN_STRATEGIES.contains(&line) {
+                    continue;
+                }
+                None
+            }
+        };
+        q.move_from(state_dir.as_fd(), OsStr::new(file), Some(state))?;
+        if let Some(kept) = keep {
+            write_new(state_dir.as_fd(), file, &kept, &st)?;
+        }
+    }
     Ok(())
 }
 

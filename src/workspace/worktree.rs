@@ -75,6 +75,12 @@ pub enum WorktreeError {
     MissingRef(String),
     #[error("--worktree: git is not installed (not found on PATH)")]
     NoGit,
+    #[error(
+        "--worktree: {0} is not a directory in the checkout of {1} (the commit has a symlink, \
+         a file or nothing there); run from a directory the commit has, or the repository's \
+         top level"
+    )]
+    NotADirectory(PathBuf, String),
     #[error("--worktree: {0}")]
     Git(#[from] GitError),
     #[error("--worktree: {what} {path}: {source}")]
@@ -183,6 +189,27 @@ impl Worktree {
         Ok(tree)
     }
 
+    /// The workspace's place in the checkout must be a directory reached through no
+    /// symlink. The base commit's tree decides what is there, and whoever wrote that commit
+    /// (an earlier agent committing in the user's repository, the author of a branch under
+    /// review) could put a symlink at the prefix (`sub -> /elsewhere`): the run's workspace,
+    /// and with it the sandbox's write grant, would be wherever it points.
+    fn check_prefix(&self) -> Result<(), WorktreeError> {
+        let refuse = || WorktreeError::NotADirectory(self.prefix.clone(), self.base_ref.clone());
+        let mut at = self.path.clone();
+        for part in self.prefix.components() {
+            match part {
+                std::path::Component::Normal(name) => at.push(name),
+                std::path::Component::CurDir => continue,
+                _ => return Err(refuse()),
+            }
+            if !fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_dir()) {
+                return Err(refuse());
+            }
+        }
+        Ok(())
+    }
+
     /// The private repository, checked out at the base, and the branch created in the
     /// user's repository (so a failed run still leaves it).
     fn populate(&self) -> Result<(), WorktreeError> {
@@ -201,6 +228,7 @@ impl Worktree {
         let full = format!("refs/heads/{}", self.branch);
         self.private(&["update-ref", &full, &self.base])?;
         self.private(&["reset", "-q", "--hard", &full])?;
+        self.check_prefix()?;
         // In the user's repository: must not exist yet (`""` as the old value).
         self.in_repo(&["update-ref", &full, &self.base, ""])?;
         Ok(())
