@@ -444,6 +444,36 @@ fn bad_plan_input_is_a_config_error_before_any_run() {
         plan(&["--plan-file", &s(&ws.join(".git/PLAN.md"))]),
         "git metadata",
     );
+    // Where the sandbox would mask it, or grant it as part of a wider tree.
+    std::fs::create_dir(ws.join("secrets")).unwrap();
+    run(
+        plan(&["--plan-file", &s(&ws.join("secrets/plan.md"))]),
+        "masked or protected",
+    );
+    assert!(
+        !ws.join("secrets/plan.md").exists(),
+        "the refused plan file stayed"
+    );
+    run(
+        plan(&[
+            "--plan-file",
+            &s(&ws.join(".vscode.plan.md")),
+            "--protect",
+            ".vscode.plan.md",
+        ]),
+        "masked or protected",
+    );
+    let shared = root.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    run(
+        plan(&[
+            "--read",
+            &s(&shared),
+            "--plan-file",
+            &s(&shared.join("plan.md")),
+        ]),
+        "grants as a whole",
+    );
     // What would widen the one writable file.
     run(plan(&["--sandbox", "workspace-write"]), "read-only");
     run(plan(&["--write", &s(&root)]), "--write");

@@ -117,6 +117,7 @@ fn plan_mode(args: &[OsString]) -> Output {
     if request.worktree.is_some() {
         return fail("coder plan changes nothing to commit; drop worktree".to_owned());
     }
+    let existed = std::fs::symlink_metadata(&file).is_ok();
     let fresh = matches!(request.session, SessionChoice::New(_));
     if let Err(m) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
         return fail(m);
@@ -124,6 +125,14 @@ fn plan_mode(args: &[OsString]) -> Output {
     request.sandbox = SandboxMode::ReadOnly;
     request.plan = Some(PlanRole::Write { file: file.clone() });
     let mut output = execute(request);
+    if let Output::Envelope { envelope, .. } = &output
+        && envelope.error_kind == Some(ErrorKind::ConfigError)
+        && !existed
+        && std::fs::metadata(&file).is_ok_and(|m| m.len() == 0)
+    {
+        // Refused before the agent started: the empty file coder made goes again.
+        let _ = std::fs::remove_file(&file);
+    }
     if edit && let Output::Envelope { envelope, .. } = &mut output {
         let warning = open_editor(&file);
         if let Some(warning) = warning {
