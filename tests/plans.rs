@@ -510,21 +510,24 @@ try mv_ws mv "$ws/a.txt" "$ws/b.txt"
 try hardlink_ws ln "$ws/a.txt" "$ws/hard.txt"
 try symlink_ws ln -s /etc/passwd "$ws/sym"
 try mkdir_ws mkdir "$ws/d"
-try chmod_ws chmod 777 "$ws/a.txt"
-try touch_ws touch -d 2001-01-01 "$ws/a.txt"
+case "$prompt" in *"with metadata"*)
+  try chmod_ws chmod 777 "$ws/a.txt"
+  try touch_ws touch -d 2001-01-01 "$ws/a.txt"
+  try exec_plan sh -c "printf '#!/bin/sh\ntrue\n' > '$plan' && chmod 700 '$plan' && '$plan'; rc=\$?; chmod 600 '$plan'; exit \$rc"
+esac
 try git_ws git -C "$ws" tag planted
 try mv_plan mv "$plan" "$plan.moved"
 try rm_plan rm "$plan"
 try sibling sh -c "echo x > '$dir/sibling.md'"
 try symlink_sibling ln -s /etc/passwd "$dir/evil"
 try hardlink_plan_into_ws ln "$plan" "$ws/planlink"
-try exec_plan sh -c "printf '#!/bin/sh\ntrue\n' > '$plan' && chmod 700 '$plan' && '$plan'; rc=\$?; chmod 600 '$plan'; exit \$rc"
 try write_plan sh -c "printf '# Plan by the fake agent\n' > '$plan'"
 printf '%s\n' "$report" >> "$plan"
 printf '{"type":"result","subtype":"success","is_error":false,"result":"attacks done","session_id":"%s","num_turns":1,"usage":{"input_tokens":1,"output_tokens":1}}\n' "$sid"
 "#;
 
-/// Each attack the fake agent makes and what the kernel must answer.
+/// Each attack the fake agent makes and what the kernel must answer; the metadata ones
+/// (`chmod`, `utimes`, executing the plan) only where the workspace mount is read-only.
 const EXPECTED: [(&str, bool); 17] = [
     ("write_ws", false),
     ("create_ws", false),
@@ -546,102 +549,134 @@ const EXPECTED: [(&str, bool); 17] = [
     ("write_plan", true),
 ];
 
+const METADATA: [&str; 3] = ["chmod_ws", "touch_ws", "exec_plan"];
+
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
     common::require_root_and_user_namespaces();
     for nobody in [false, true] {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-plan-")
-            .tempdir()
-            .unwrap();
-        let root = dir.path();
-        for d in ["ws", "home", "state", "bin", "xdg"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let ws = root.join("ws");
-        std::fs::write(ws.join("a.txt"), "original\n").unwrap();
-        git(&ws, &["init", "-q"]);
-        git(&ws, &["add", "a.txt"]);
-        git(&ws, &["commit", "-qm", "base"]);
-        let agent = root.join("bin/claude");
-        std::fs::write(&agent, ATTACKER).unwrap();
-        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-        if nobody {
-            let ok = Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(root)
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-        }
-        let before = snapshot(&ws);
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        let out = cmd
-            .arg(BIN)
-            .args(["plan", "--cd"])
-            .arg(&ws)
-            .arg("--claude-bin")
-            .arg(&agent)
-            .arg("attack the plan mode")
-            .env("HOME", root.join("home"))
-            .env("CODER_STATE_DIR", root.join("state"))
-            .env("XDG_CONFIG_HOME", root.join("xdg"))
-            .env("ANTHROPIC_AUTH_TOKEN", "dummy")
-            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-            .env_remove("CODER_CONFIG")
-            .env_remove("CODER_BACKEND")
-            .env_remove("CLAUDE_CONFIG_DIR")
-            .env_remove("XDG_RUNTIME_DIR")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let env: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "nobody={nobody}: no envelope ({e}): {stdout} {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        assert_eq!(env["success"], json!(true), "nobody={nobody}: {env}");
-        let plan_file = PathBuf::from(env["plan_file"].as_str().unwrap());
-        let plan = std::fs::read_to_string(&plan_file).unwrap();
-        assert!(
-            plan.starts_with("# Plan by the fake agent\n"),
-            "nobody={nobody}: {plan}"
-        );
-        for (name, allowed) in EXPECTED {
-            let verdict = if allowed { "ALLOWED" } else { "DENIED" };
-            assert!(
-                plan.split_whitespace()
-                    .any(|w| w == format!("{verdict}:{name}")),
-                "nobody={nobody}: {name} must be {verdict}: {plan}"
-            );
-        }
-        assert_eq!(
-            snapshot(&ws),
-            before,
-            "nobody={nobody}: the workspace changed"
-        );
-        let siblings: Vec<_> = std::fs::read_dir(plan_file.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(
-            siblings,
-            [plan_file.file_name().unwrap()],
-            "nobody={nobody}"
-        );
-        assert_eq!(std::fs::metadata(&plan_file).unwrap().nlink(), 1);
+        attack_plan_mode(nobody, false);
     }
+}
+
+/// The plan file inside the workspace: the workspace mount stays writable there (the
+/// Write tool's in-place fallback), so Landlock alone refuses every write, rename, link
+/// and removal but the plan's contents.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fake_agent_cannot_break_out_of_plan_mode_with_the_plan_in_the_workspace() {
+    common::require_root_and_user_namespaces();
+    for nobody in [false, true] {
+        attack_plan_mode(nobody, true);
+    }
+}
+
+fn attack_plan_mode(nobody: bool, in_workspace: bool) {
+    let dir = tempfile::Builder::new()
+        .prefix("coder-plan-")
+        .tempdir()
+        .unwrap();
+    let root = dir.path();
+    for d in ["ws", "home", "state", "bin", "xdg"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = root.join("ws");
+    std::fs::write(ws.join("a.txt"), "original\n").unwrap();
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["add", "a.txt"]);
+    git(&ws, &["commit", "-qm", "base"]);
+    let agent = root.join("bin/claude");
+    std::fs::write(&agent, ATTACKER).unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if nobody {
+        let ok = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(root)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let before = snapshot(&ws);
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60");
+    if nobody {
+        cmd.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]);
+    }
+    if in_workspace {
+        cmd.arg(BIN)
+            .args(["plan", "--plan-file"])
+            .arg(ws.join("PLAN.md"))
+            .arg("attack the plan mode");
+    } else {
+        cmd.arg(BIN)
+            .arg("plan")
+            .arg("attack the plan mode with metadata");
+    }
+    let out = cmd
+        .arg("--cd")
+        .arg(&ws)
+        .arg("--claude-bin")
+        .arg(&agent)
+        .env("HOME", root.join("home"))
+        .env("CODER_STATE_DIR", root.join("state"))
+        .env("XDG_CONFIG_HOME", root.join("xdg"))
+        .env("ANTHROPIC_AUTH_TOKEN", "dummy")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let env: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "nobody={nobody}: no envelope ({e}): {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(env["success"], json!(true), "nobody={nobody}: {env}");
+    let plan_file = PathBuf::from(env["plan_file"].as_str().unwrap());
+    let plan = std::fs::read_to_string(&plan_file).unwrap();
+    assert!(
+        plan.starts_with("# Plan by the fake agent\n"),
+        "nobody={nobody}: {plan}"
+    );
+    for (name, allowed) in EXPECTED {
+        if in_workspace && METADATA.contains(&name) {
+            continue;
+        }
+        let verdict = if allowed { "ALLOWED" } else { "DENIED" };
+        assert!(
+            plan.split_whitespace()
+                .any(|w| w == format!("{verdict}:{name}")),
+            "nobody={nobody}: {name} must be {verdict}: {plan}"
+        );
+    }
+    let mut after = snapshot(&ws);
+    if in_workspace {
+        after.remove(Path::new("PLAN.md")).expect("PLAN.md");
+    }
+    assert_eq!(after, before, "nobody={nobody}: the workspace changed");
+    if in_workspace {
+        return;
+    }
+    let siblings: Vec<_> = std::fs::read_dir(plan_file.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        siblings,
+        [plan_file.file_name().unwrap()],
+        "nobody={nobody}"
+    );
+    assert_eq!(std::fs::metadata(&plan_file).unwrap().nlink(), 1);
 }
