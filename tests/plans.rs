@@ -227,6 +227,30 @@ fn edit_opens_the_editor_on_the_plan_when_on_a_terminal() {
 
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
+    let scene = Scene::new("plan_answer_only.json");
+    let plan = scene.plan_beside();
+    let out = scene
+        .plan()
+        .arg("--plan-file")
+        .arg(&plan)
+        .arg("plan it")
+        .run();
+    let text = "# Plan\n\n1. Answer instead of writing the file.";
+    out.assert_success(text);
+    let env = &out.envelope;
+    assert_eq!(std::fs::read_to_string(&plan).unwrap(), text);
+    assert_eq!(env["plan"], json!(text), "{env}");
+    assert!(
+        env["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("did not write the plan file"))),
+        "{env}"
+    );
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_plan_written_from_the_shell_goes_to_the_default_file_of_the_run() {
     let scene = Scene::new("plan_bash.json");
     let before = snapshot(scene.ws());
@@ -421,6 +445,13 @@ fn bad_plan_input_is_a_config_error_before_any_run() {
         "does not exist",
     );
     run(plan(&["--plan-file", &s(&ws)]), "is a directory");
+    // A symlinked directory is followed to where it leads, and judged there.
+    let to_system = root.join("to-system");
+    std::os::unix::fs::symlink("/usr/share", &to_system).unwrap();
+    run(
+        plan(&["--plan-file", &s(&to_system.join("plan.md"))]),
+        "system tree",
+    );
     let link = root.join("link.md");
     std::os::unix::fs::symlink(&good, &link).unwrap();
     run(plan(&["--plan-file", &s(&link)]), "symlink");
