@@ -103,7 +103,7 @@ fn plan_mode(args: &[OsString]) -> Output {
             };
             match crate::pipeline::plan::default_path(&state, &run_id) {
                 Ok(file) => file,
-                Err(m) => return fail(m),
+                Err(e) => return fail(e.to_string()),
             }
         }
     };
@@ -119,8 +119,8 @@ fn plan_mode(args: &[OsString]) -> Output {
     }
     let existed = std::fs::symlink_metadata(&file).is_ok();
     let fresh = matches!(request.session, SessionChoice::New(_));
-    if let Err(m) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
-        return fail(m);
+    if let Err(e) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
+        return fail(e.to_string());
     }
     request.sandbox = SandboxMode::ReadOnly;
     request.plan = Some(PlanRole::Write { file: file.clone() });
