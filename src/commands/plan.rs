@@ -133,7 +133,11 @@ fn plan_mode(args: &[OsString]) -> Output {
         // Refused before the agent started: the empty file coder made goes again.
         let _ = std::fs::remove_file(&file);
     }
-    if edit && let Output::Envelope { envelope, .. } = &mut output {
+    // Not after a run refused before it started (its plan file is gone again).
+    if edit
+        && std::fs::symlink_metadata(&file).is_ok()
+        && let Output::Envelope { envelope, .. } = &mut output
+    {
         let warning = open_editor(&file);
         if let Some(warning) = warning {
             envelope.warnings.push(warning);
