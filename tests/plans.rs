@@ -711,3 +711,133 @@ fn attack_plan_mode(nobody: bool, in_workspace: bool) {
     );
     assert_eq!(std::fs::metadata(&plan_file).unwrap().nlink(), 1);
 }
+
+/// A fake agent that marks the plan, then stays silent until coder's idle timeout stops it
+/// (the test swaps the plan path meanwhile); no tool call, so coder retries with the same
+/// policy.
+const MARK_THEN_FAIL: &str = r#"#!/bin/sh
+sid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) sid="$2"; shift;; esac
+  shift
+done
+prompt=$(cat)
+plan=$(printf '%s\n' "$prompt" | grep -m1 '^/.*\.md$')
+printf '{"type":"system","subtype":"init","session_id":"%s","tools":[],"model":"fake"}\n' "$sid"
+printf 'ATTEMPT\n' >> "$plan"
+exec timeout 5 tail -f /dev/null
+"#;
+
+/// The plan path swapped for a symbolic or a hard link to another file of the user's (the
+/// plan moved aside) between two attempts:
+/// the helper re-checks the file by device and inode before every attempt and refuses to
+/// mount what the path now leads to.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_plan_path_swapped_for_a_link_between_attempts_is_refused() {
+    common::require_root_and_user_namespaces();
+    for (nobody, hard) in [(false, false), (false, true), (true, false), (true, true)] {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-plan-swap-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path();
+        for d in ["ws", "home", "state", "bin", "xdg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let victim = root.join("victim.txt");
+        std::fs::write(&victim, "the user's file\n").unwrap();
+        let agent = root.join("bin/claude");
+        std::fs::write(&agent, MARK_THEN_FAIL).unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if nobody {
+            let ok = Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(root)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+        let plan = root.join("plan.md");
+        let mut cmd = Command::new("timeout");
+        cmd.arg("60");
+        if nobody {
+            cmd.args([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]);
+        }
+        cmd.arg(BIN)
+            .args([
+                "plan",
+                "--max-retries",
+                "1",
+                "--timeout",
+                "2",
+                "--plan-file",
+            ])
+            .arg(&plan)
+            .arg("--cd")
+            .arg(root.join("ws"))
+            .arg("--claude-bin")
+            .arg(&agent)
+            .arg("plan it")
+            .env("HOME", root.join("home"))
+            .env("CODER_STATE_DIR", root.join("state"))
+            .env("XDG_CONFIG_HOME", root.join("xdg"))
+            .env("ANTHROPIC_AUTH_TOKEN", "dummy")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .env_remove("CODER_CONFIG")
+            .env_remove("CODER_BACKEND")
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = common::KillOnDrop::spawn(&mut cmd);
+        // The first attempt marked the plan: swap the path while it still runs.
+        common::wait_for_path(&plan, Duration::from_secs(30));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(&plan).is_ok_and(|t| t.contains("ATTEMPT")) {
+            assert!(std::time::Instant::now() < deadline, "no first attempt");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::rename(&plan, root.join("plan.orig")).unwrap();
+        if hard {
+            std::fs::hard_link(&victim, &plan).unwrap();
+        } else {
+            std::os::unix::fs::symlink(&victim, &plan).unwrap();
+        }
+        let mut child = child;
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let _ = child.wait();
+        let env: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("nobody={nobody}: no envelope ({e}): {stdout}"));
+        assert_eq!(
+            env["error_kind"],
+            json!("sandbox_error"),
+            "nobody={nobody} hard={hard}: {env}"
+        );
+        assert!(
+            env["error"]
+                .as_str()
+                .unwrap()
+                .contains("changed after it was checked"),
+            "nobody={nobody} hard={hard}: {env}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the user's file\n",
+            "nobody={nobody}"
+        );
+        // Nor is the other file read into the envelope.
+        assert!(
+            !env.to_string().contains("the user's file"),
+            "nobody={nobody} hard={hard}: {env}"
+        );
+    }
+}

@@ -105,14 +105,23 @@ fn tracked_by_git(workspace: &Path, rel: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The plan's text as a capped string (lossy UTF-8), read without following a symlink.
+/// The plan's text as a capped string (lossy UTF-8), read without following a symlink and
+/// only from a regular file with one link.
 pub fn read(file: &Path) -> std::io::Result<String> {
     let mut bytes = Vec::new();
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(file)?;
-    let size = opened.metadata()?.len();
+    let meta = opened.metadata()?;
+    // The plan coder made has one name; another link means the path was swapped for a
+    // link to some other file, which is not read into the envelope.
+    if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) != 1 {
+        return Err(std::io::Error::other(
+            "not the plan file coder made (not a regular file with one link)",
+        ));
+    }
+    let size = meta.len();
     opened
         .take(MAX_PLAN_BYTES as u64 + 4)
         .read_to_end(&mut bytes)?;
