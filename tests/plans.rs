@@ -227,6 +227,30 @@ fn edit_opens_the_editor_on_the_plan_when_on_a_terminal() {
 
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
+    let scene = Scene::new("plan_answer_only.json");
+    let plan = scene.plan_beside();
+    let out = scene
+        .plan()
+        .arg("--plan-file")
+        .arg(&plan)
+        .arg("plan it")
+        .run();
+    let text = "# Plan\n\n1. Answer instead of writing the file.";
+    out.assert_success(text);
+    let env = &out.envelope;
+    assert_eq!(std::fs::read_to_string(&plan).unwrap(), text);
+    assert_eq!(env["plan"], json!(text), "{env}");
+    assert!(
+        env["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("did not write the plan file"))),
+        "{env}"
+    );
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_plan_written_from_the_shell_goes_to_the_default_file_of_the_run() {
     let scene = Scene::new("plan_bash.json");
     let before = snapshot(scene.ws());
@@ -421,6 +445,13 @@ fn bad_plan_input_is_a_config_error_before_any_run() {
         "does not exist",
     );
     run(plan(&["--plan-file", &s(&ws)]), "is a directory");
+    // A symlinked directory is followed to where it leads, and judged there.
+    let to_system = root.join("to-system");
+    std::os::unix::fs::symlink("/usr/share", &to_system).unwrap();
+    run(
+        plan(&["--plan-file", &s(&to_system.join("plan.md"))]),
+        "system tree",
+    );
     let link = root.join("link.md");
     std::os::unix::fs::symlink(&good, &link).unwrap();
     run(plan(&["--plan-file", &s(&link)]), "symlink");
@@ -443,6 +474,36 @@ fn bad_plan_input_is_a_config_error_before_any_run() {
     run(
         plan(&["--plan-file", &s(&ws.join(".git/PLAN.md"))]),
         "git metadata",
+    );
+    // Where the sandbox would mask it, or grant it as part of a wider tree.
+    std::fs::create_dir(ws.join("secrets")).unwrap();
+    run(
+        plan(&["--plan-file", &s(&ws.join("secrets/plan.md"))]),
+        "masked or protected",
+    );
+    assert!(
+        !ws.join("secrets/plan.md").exists(),
+        "the refused plan file stayed"
+    );
+    run(
+        plan(&[
+            "--plan-file",
+            &s(&ws.join(".vscode.plan.md")),
+            "--protect",
+            ".vscode.plan.md",
+        ]),
+        "masked or protected",
+    );
+    let shared = root.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    run(
+        plan(&[
+            "--read",
+            &s(&shared),
+            "--plan-file",
+            &s(&shared.join("plan.md")),
+        ]),
+        "grants as a whole",
     );
     // What would widen the one writable file.
     run(plan(&["--sandbox", "workspace-write"]), "read-only");
@@ -480,21 +541,24 @@ try mv_ws mv "$ws/a.txt" "$ws/b.txt"
 try hardlink_ws ln "$ws/a.txt" "$ws/hard.txt"
 try symlink_ws ln -s /etc/passwd "$ws/sym"
 try mkdir_ws mkdir "$ws/d"
-try chmod_ws chmod 777 "$ws/a.txt"
-try touch_ws touch -d 2001-01-01 "$ws/a.txt"
+case "$prompt" in *"with metadata"*)
+  try chmod_ws chmod 777 "$ws/a.txt"
+  try touch_ws touch -d 2001-01-01 "$ws/a.txt"
+  try exec_plan sh -c "printf '#!/bin/sh\ntrue\n' > '$plan' && chmod 700 '$plan' && '$plan'; rc=\$?; chmod 600 '$plan'; exit \$rc"
+esac
 try git_ws git -C "$ws" tag planted
 try mv_plan mv "$plan" "$plan.moved"
 try rm_plan rm "$plan"
 try sibling sh -c "echo x > '$dir/sibling.md'"
 try symlink_sibling ln -s /etc/passwd "$dir/evil"
 try hardlink_plan_into_ws ln "$plan" "$ws/planlink"
-try exec_plan sh -c "printf '#!/bin/sh\ntrue\n' > '$plan' && chmod 700 '$plan' && '$plan'; rc=\$?; chmod 600 '$plan'; exit \$rc"
 try write_plan sh -c "printf '# Plan by the fake agent\n' > '$plan'"
 printf '%s\n' "$report" >> "$plan"
 printf '{"type":"result","subtype":"success","is_error":false,"result":"attacks done","session_id":"%s","num_turns":1,"usage":{"input_tokens":1,"output_tokens":1}}\n' "$sid"
 "#;
 
-/// Each attack the fake agent makes and what the kernel must answer.
+/// Each attack the fake agent makes and what the kernel must answer; the metadata ones
+/// (`chmod`, `utimes`, executing the plan) only where the workspace mount is read-only.
 const EXPECTED: [(&str, bool); 17] = [
     ("write_ws", false),
     ("create_ws", false),
@@ -516,13 +580,165 @@ const EXPECTED: [(&str, bool); 17] = [
     ("write_plan", true),
 ];
 
+const METADATA: [&str; 3] = ["chmod_ws", "touch_ws", "exec_plan"];
+
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
     common::require_root_and_user_namespaces();
     for nobody in [false, true] {
+        attack_plan_mode(nobody, false);
+    }
+}
+
+/// The plan file inside the workspace: the workspace mount stays writable there (the
+/// Write tool's in-place fallback), so Landlock alone refuses every write, rename, link
+/// and removal but the plan's contents.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fake_agent_cannot_break_out_of_plan_mode_with_the_plan_in_the_workspace() {
+    common::require_root_and_user_namespaces();
+    for nobody in [false, true] {
+        attack_plan_mode(nobody, true);
+    }
+}
+
+fn attack_plan_mode(nobody: bool, in_workspace: bool) {
+    let dir = tempfile::Builder::new()
+        .prefix("coder-plan-")
+        .tempdir()
+        .unwrap();
+    let root = dir.path();
+    for d in ["ws", "home", "state", "bin", "xdg"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = root.join("ws");
+    std::fs::write(ws.join("a.txt"), "original\n").unwrap();
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["add", "a.txt"]);
+    git(&ws, &["commit", "-qm", "base"]);
+    let agent = root.join("bin/claude");
+    std::fs::write(&agent, ATTACKER).unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if nobody {
+        let ok = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(root)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let before = snapshot(&ws);
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60");
+    if nobody {
+        cmd.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]);
+    }
+    if in_workspace {
+        cmd.arg(BIN)
+            .args(["plan", "--plan-file"])
+            .arg(ws.join("PLAN.md"))
+            .arg("attack the plan mode");
+    } else {
+        cmd.arg(BIN)
+            .arg("plan")
+            .arg("attack the plan mode with metadata");
+    }
+    let out = cmd
+        .arg("--cd")
+        .arg(&ws)
+        .arg("--claude-bin")
+        .arg(&agent)
+        .env("HOME", root.join("home"))
+        .env("CODER_STATE_DIR", root.join("state"))
+        .env("XDG_CONFIG_HOME", root.join("xdg"))
+        .env("ANTHROPIC_AUTH_TOKEN", "dummy")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let env: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "nobody={nobody}: no envelope ({e}): {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(env["success"], json!(true), "nobody={nobody}: {env}");
+    let plan_file = PathBuf::from(env["plan_file"].as_str().unwrap());
+    let plan = std::fs::read_to_string(&plan_file).unwrap();
+    assert!(
+        plan.starts_with("# Plan by the fake agent\n"),
+        "nobody={nobody}: {plan}"
+    );
+    for (name, allowed) in EXPECTED {
+        if in_workspace && METADATA.contains(&name) {
+            continue;
+        }
+        let verdict = if allowed { "ALLOWED" } else { "DENIED" };
+        assert!(
+            plan.split_whitespace()
+                .any(|w| w == format!("{verdict}:{name}")),
+            "nobody={nobody}: {name} must be {verdict}: {plan}"
+        );
+    }
+    let mut after = snapshot(&ws);
+    if in_workspace {
+        after.remove(Path::new("PLAN.md")).expect("PLAN.md");
+    }
+    assert_eq!(after, before, "nobody={nobody}: the workspace changed");
+    if in_workspace {
+        return;
+    }
+    let siblings: Vec<_> = std::fs::read_dir(plan_file.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        siblings,
+        [plan_file.file_name().unwrap()],
+        "nobody={nobody}"
+    );
+    assert_eq!(std::fs::metadata(&plan_file).unwrap().nlink(), 1);
+}
+
+/// A fake agent that marks the plan, then stays silent until coder's idle timeout stops it
+/// (the test swaps the plan path meanwhile); no tool call, so coder retries with the same
+/// policy.
+const MARK_THEN_FAIL: &str = r#"#!/bin/sh
+sid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) sid="$2"; shift;; esac
+  shift
+done
+prompt=$(cat)
+plan=$(printf '%s\n' "$prompt" | grep -m1 '^/.*\.md$')
+printf '{"type":"system","subtype":"init","session_id":"%s","tools":[],"model":"fake"}\n' "$sid"
+printf 'ATTEMPT\n' >> "$plan"
+exec timeout 5 tail -f /dev/null
+"#;
+
+/// The plan path swapped for a symbolic or a hard link to another file of the user's (the
+/// plan moved aside) between two attempts:
+/// the helper re-checks the file by device and inode before every attempt and refuses to
+/// mount what the path now leads to.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_plan_path_swapped_for_a_link_between_attempts_is_refused() {
+    common::require_root_and_user_namespaces();
+    for (nobody, hard) in [(false, false), (false, true), (true, false), (true, true)] {
         let dir = tempfile::Builder::new()
-            .prefix("coder-plan-")
+            .prefix("coder-plan-swap-")
             .tempdir()
             .unwrap();
         let root = dir.path();
@@ -530,13 +746,10 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let ws = root.join("ws");
-        std::fs::write(ws.join("a.txt"), "original\n").unwrap();
-        git(&ws, &["init", "-q"]);
-        git(&ws, &["add", "a.txt"]);
-        git(&ws, &["commit", "-qm", "base"]);
+        let victim = root.join("victim.txt");
+        std::fs::write(&victim, "the user's file\n").unwrap();
         let agent = root.join("bin/claude");
-        std::fs::write(&agent, ATTACKER).unwrap();
+        std::fs::write(&agent, MARK_THEN_FAIL).unwrap();
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
         if nobody {
             let ok = Command::new("chown")
@@ -547,7 +760,7 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
                 .success();
             assert!(ok);
         }
-        let before = snapshot(&ws);
+        let plan = root.join("plan.md");
         let mut cmd = Command::new("timeout");
         cmd.arg("60");
         if nobody {
@@ -558,13 +771,21 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
                 "--clear-groups",
             ]);
         }
-        let out = cmd
-            .arg(BIN)
-            .args(["plan", "--cd"])
-            .arg(&ws)
+        cmd.arg(BIN)
+            .args([
+                "plan",
+                "--max-retries",
+                "1",
+                "--timeout",
+                "2",
+                "--plan-file",
+            ])
+            .arg(&plan)
+            .arg("--cd")
+            .arg(root.join("ws"))
             .arg("--claude-bin")
             .arg(&agent)
-            .arg("attack the plan mode")
+            .arg("plan it")
             .env("HOME", root.join("home"))
             .env("CODER_STATE_DIR", root.join("state"))
             .env("XDG_CONFIG_HOME", root.join("xdg"))
@@ -574,45 +795,50 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_as_root_or_as_nobody() {
             .env_remove("CODER_BACKEND")
             .env_remove("CLAUDE_CONFIG_DIR")
             .env_remove("XDG_RUNTIME_DIR")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let env: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "nobody={nobody}: no envelope ({e}): {stdout} {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        assert_eq!(env["success"], json!(true), "nobody={nobody}: {env}");
-        let plan_file = PathBuf::from(env["plan_file"].as_str().unwrap());
-        let plan = std::fs::read_to_string(&plan_file).unwrap();
-        assert!(
-            plan.starts_with("# Plan by the fake agent\n"),
-            "nobody={nobody}: {plan}"
-        );
-        for (name, allowed) in EXPECTED {
-            let verdict = if allowed { "ALLOWED" } else { "DENIED" };
-            assert!(
-                plan.split_whitespace()
-                    .any(|w| w == format!("{verdict}:{name}")),
-                "nobody={nobody}: {name} must be {verdict}: {plan}"
-            );
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = common::KillOnDrop::spawn(&mut cmd);
+        // The first attempt marked the plan: swap the path while it still runs.
+        common::wait_for_path(&plan, Duration::from_secs(30));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(&plan).is_ok_and(|t| t.contains("ATTEMPT")) {
+            assert!(std::time::Instant::now() < deadline, "no first attempt");
+            std::thread::sleep(Duration::from_millis(5));
         }
+        std::fs::rename(&plan, root.join("plan.orig")).unwrap();
+        if hard {
+            std::fs::hard_link(&victim, &plan).unwrap();
+        } else {
+            std::os::unix::fs::symlink(&victim, &plan).unwrap();
+        }
+        let mut child = child;
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let _ = child.wait();
+        let env: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("nobody={nobody}: no envelope ({e}): {stdout}"));
         assert_eq!(
-            snapshot(&ws),
-            before,
-            "nobody={nobody}: the workspace changed"
+            env["error_kind"],
+            json!("sandbox_error"),
+            "nobody={nobody} hard={hard}: {env}"
         );
-        let siblings: Vec<_> = std::fs::read_dir(plan_file.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        assert!(
+            env["error"]
+                .as_str()
+                .unwrap()
+                .contains("changed after it was checked"),
+            "nobody={nobody} hard={hard}: {env}"
+        );
         assert_eq!(
-            siblings,
-            [plan_file.file_name().unwrap()],
+            std::fs::read_to_string(&victim).unwrap(),
+            "the user's file\n",
             "nobody={nobody}"
         );
-        assert_eq!(std::fs::metadata(&plan_file).unwrap().nlink(), 1);
+        // Nor is the other file read into the envelope.
+        assert!(
+            !env.to_string().contains("the user's file"),
+            "nobody={nobody} hard={hard}: {env}"
+        );
     }
 }
 

@@ -103,7 +103,7 @@ fn plan_mode(args: &[OsString]) -> Output {
             };
             match crate::pipeline::plan::default_path(&state, &run_id) {
                 Ok(file) => file,
-                Err(m) => return fail(m),
+                Err(e) => return fail(e.to_string()),
             }
         }
     };
@@ -117,14 +117,27 @@ fn plan_mode(args: &[OsString]) -> Output {
     if request.worktree.is_some() {
         return fail("coder plan changes nothing to commit; drop worktree".to_owned());
     }
+    let existed = std::fs::symlink_metadata(&file).is_ok();
     let fresh = matches!(request.session, SessionChoice::New(_));
-    if let Err(m) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
-        return fail(m);
+    if let Err(e) = crate::pipeline::plan::prepare(&file, &request.workspace, fresh) {
+        return fail(e.to_string());
     }
     request.sandbox = SandboxMode::ReadOnly;
     request.plan = Some(PlanRole::Write { file: file.clone() });
     let mut output = execute(request);
-    if edit && let Output::Envelope { envelope, .. } = &mut output {
+    if let Output::Envelope { envelope, .. } = &output
+        && envelope.error_kind == Some(ErrorKind::ConfigError)
+        && !existed
+        && std::fs::metadata(&file).is_ok_and(|m| m.len() == 0)
+    {
+        // Refused before the agent started: the empty file coder made goes again.
+        let _ = std::fs::remove_file(&file);
+    }
+    // Not after a run refused before it started (its plan file is gone again).
+    if edit
+        && std::fs::symlink_metadata(&file).is_ok()
+        && let Output::Envelope { envelope, .. } = &mut output
+    {
         let warning = open_editor(&file);
         if let Some(warning) = warning {
             envelope.warnings.push(warning);

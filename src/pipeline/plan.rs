@@ -20,15 +20,42 @@ pub const MAX_PLAN_BYTES: usize = 64 * 1024;
 /// How many lines of the plan the run's record keeps for `coder runs show`.
 pub const RECORD_LINES: usize = 20;
 
+/// Why a plan file cannot be used for a plan run (a `config_error`).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanFileError {
+    #[error("cannot create the plans directory {}: {source}", dir.display())]
+    PlansDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--plan-file {}: lies in git metadata; put the plan elsewhere", file.display())]
+    InGitMetadata { file: PathBuf },
+    #[error(
+        "--plan-file {}: is a file git tracks in the workspace; a plan run changes nothing \
+         of the project, so name a new or untracked file",
+        file.display()
+    )]
+    Tracked { file: PathBuf },
+    #[error("--plan-file {}: cannot create it: {source}", file.display())]
+    Create {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The default plan file of run `run_id`: `<state>/plans/<run-id>.md`, its directory
 /// created (owner-only) and canonical.
-pub fn default_path(state_dir: &Path, run_id: &str) -> Result<PathBuf, String> {
+pub fn default_path(state_dir: &Path, run_id: &str) -> Result<PathBuf, PlanFileError> {
     let dir = state_dir.join("plans");
-    crate::pipeline::session::private_dir(&dir)
-        .map_err(|e| format!("cannot create the plans directory {}: {e}", dir.display()))?;
-    let dir = std::fs::canonicalize(&dir)
-        .map_err(|e| format!("cannot resolve the plans directory {}: {e}", dir.display()))?;
-    Ok(dir.join(format!("{run_id}.md")))
+    let failed = |source| PlanFileError::PlansDir {
+        dir: dir.clone(),
+        source,
+    };
+    crate::pipeline::session::private_dir(&dir).map_err(failed)?;
+    let canonical = std::fs::canonicalize(&dir).map_err(failed)?;
+    Ok(canonical.join(format!("{run_id}.md")))
 }
 
 /// Makes the (canonical) plan file ready for a plan run in `workspace`: created empty, or
@@ -36,19 +63,17 @@ pub fn default_path(state_dir: &Path, run_id: &str) -> Result<PathBuf, String> {
 /// continues the plan it was writing). Inside the workspace only a file
 /// git does not track may be the plan (nor anything in git metadata): the run would
 /// otherwise change a project file the read-only workspace is meant to keep.
-pub fn prepare(file: &Path, workspace: &Path, fresh: bool) -> Result<(), String> {
-    let shown = file.display();
+pub fn prepare(file: &Path, workspace: &Path, fresh: bool) -> Result<(), PlanFileError> {
     if let Ok(rel) = file.strip_prefix(workspace) {
         if rel.components().any(|c| c.as_os_str() == ".git") {
-            return Err(format!(
-                "--plan-file {shown}: lies in git metadata; put the plan elsewhere"
-            ));
+            return Err(PlanFileError::InGitMetadata {
+                file: file.to_owned(),
+            });
         }
         if file.exists() && tracked_by_git(workspace, rel) {
-            return Err(format!(
-                "--plan-file {shown}: is a file git tracks in the workspace; a plan run \
-                 changes nothing of the project, so name a new or untracked file"
-            ));
+            return Err(PlanFileError::Tracked {
+                file: file.to_owned(),
+            });
         }
     }
     std::fs::OpenOptions::new()
@@ -59,7 +84,10 @@ pub fn prepare(file: &Path, workspace: &Path, fresh: bool) -> Result<(), String>
         .custom_flags(libc::O_NOFOLLOW)
         .open(file)
         .map(drop)
-        .map_err(|e| format!("--plan-file {shown}: cannot create it: {e}"))
+        .map_err(|source| PlanFileError::Create {
+            file: file.to_owned(),
+            source,
+        })
 }
 
 /// Whether git tracks `rel` in the repository of `workspace` (false outside a repository
@@ -77,14 +105,23 @@ fn tracked_by_git(workspace: &Path, rel: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The plan's text as a capped string (lossy UTF-8), read without following a symlink.
+/// The plan's text as a capped string (lossy UTF-8), read without following a symlink and
+/// only from a regular file with one link.
 pub fn read(file: &Path) -> std::io::Result<String> {
     let mut bytes = Vec::new();
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(file)?;
-    let size = opened.metadata()?.len();
+    let meta = opened.metadata()?;
+    // The plan coder made has one name; another link means the path was swapped for a
+    // link to some other file, which is not read into the envelope.
+    if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) != 1 {
+        return Err(std::io::Error::other(
+            "not the plan file coder made (not a regular file with one link)",
+        ));
+    }
+    let size = meta.len();
     opened
         .take(MAX_PLAN_BYTES as u64 + 4)
         .read_to_end(&mut bytes)?;

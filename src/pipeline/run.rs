@@ -716,6 +716,15 @@ fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: 
 
 /// The envelope of a sandbox that cannot be set up (fail closed).
 fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
+    // A plan file the policy cannot take (masked, inside a granted tree, hard-linked) is
+    // the caller's choice of path, not a sandbox that cannot be had.
+    if let crate::sandbox::SandboxError::Path {
+        what: "plan file", ..
+    } = e
+    {
+        let message = format!("--plan-file: {e}");
+        return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
+    }
     run.early_envelope(
         ErrorKind::SandboxError,
         format!("sandbox: {e}"),

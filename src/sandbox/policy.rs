@@ -544,7 +544,10 @@ impl Policy {
         }
         let in_workspace = path.starts_with(&self.workspace);
         for root in &self.roots {
-            if root.path != self.workspace && path.starts_with(&root.path) {
+            // A root holding the whole workspace (a project under `/opt`) is no wider grant
+            // for a plan inside the workspace.
+            let holds_workspace = in_workspace && self.workspace.starts_with(&root.path);
+            if !holds_workspace && path.starts_with(&root.path) {
                 return Err(refuse(format!(
                     "lies inside {}, which the sandbox grants as a whole; put the plan in \
                      the workspace or outside every granted directory",
