@@ -378,3 +378,28 @@ fn bad_schemas_are_config_errors_before_the_run() {
     );
     assert!(!fake.has_record());
 }
+
+#[test]
+fn a_run_that_fails_its_check_spends_no_turn_on_the_answer() {
+    // --verify fails and has no repair turns left: that is the run's verdict; the answer
+    // out of schema only adds a warning, and no schema repair turn runs.
+    let fake = Fake::new(json!(steps::answer("not json")));
+    let out = fake
+        .coder()
+        .args(["--sandbox", "danger-full-access", "--verify", "false"])
+        .args(["--no-verify-baseline", "--repair-turns", "0"])
+        .args(["--json-schema", &schema().to_string(), "task"])
+        .run();
+    out.assert_failure("verify_failed", 3);
+    assert!(
+        out.envelope.get("schema_repair").is_none(),
+        "{}",
+        out.explain()
+    );
+    let warnings = out.envelope["warnings"].to_string();
+    assert!(
+        warnings.contains("the answer does not match --json-schema either"),
+        "{}",
+        out.explain()
+    );
+}

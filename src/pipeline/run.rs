@@ -1614,9 +1614,9 @@ impl PreparedRun {
     }
 
     /// Structured results (DESIGN §9): the final answer validated against `--json-schema`
-    /// and returned as `structured`; an invalid one gets one repair turn (when `may_repair`:
-    /// not when the run fails its check anyway), then the run fails with `schema_mismatch`.
-    /// A run that failed for another reason keeps its failure.
+    /// and returned as `structured`; an invalid one gets one repair turn, then the run fails
+    /// with `schema_mismatch`. A run that failed for another reason keeps its failure, and
+    /// one that fails its `--verify` check anyway (`!may_repair`) only gets a warning.
     async fn structured(
         &mut self,
         envelope: Envelope,
@@ -1641,6 +1641,18 @@ impl PreparedRun {
             }
             Judgement::Invalid { errors } => errors,
         };
+        if !may_repair && envelope.success {
+            // The run fails its --verify check anyway: that is its verdict; no turn is
+            // spent on the answer's form.
+            envelope.warnings.push(crate::text::one_line(
+                &format!(
+                    "the answer does not match --json-schema either ({})",
+                    errors.join("; ")
+                ),
+                300,
+            ));
+            return envelope;
+        }
         if may_repair && let Some(session) = resumable(&envelope) {
             journal.note(Note::Repair(json!({"turn": 1, "schema_errors": errors})));
             let repair = RunRequest {

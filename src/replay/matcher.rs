@@ -312,6 +312,21 @@ mod tests {
     }
 
     #[test]
+    fn tool_schema_contains_reads_the_input_schemas() {
+        let request = json!({"tools": [
+            {"name": "Bash", "input_schema": {"type": "object"}},
+            {"name": "StructuredOutput", "input_schema":
+                {"type": "object", "properties": {"answer": {"type": "integer"}}}}
+        ]});
+        let m = matcher(json!({"tool_schema_contains": "\"answer\":{\"type\":\"integer\"}"}));
+        assert!(m.unmet(&request).is_empty());
+        let m = matcher(json!({"tool_schema_contains": "\"verdict\""}));
+        let unmet = m.unmet(&request);
+        assert!(unmet[0].starts_with("tool_schema_contains"), "{unmet:?}");
+        assert!(!m.unmet(&first_request()).is_empty());
+    }
+
+    #[test]
     fn an_empty_matcher_matches_anything() {
         assert!(RequestMatch::default().unmet(&json!({})).is_empty());
         assert_eq!(RequestMatch::default().describe(), "any request");

@@ -183,6 +183,19 @@ async def run(session):
     answered_env = structured(answered)
     assert not answered.is_error, answered_env
     assert answered_env["result"] == "Painted the fence blue and left the gate alone.", answered_env
+    # Structured results: the schema object passes through to the CLI (the cassette
+    # expects it in the StructuredOutput tool) and the answer comes back as `structured`.
+    schema = {"type": "object",
+              "properties": {"verdict": {"enum": ["pass", "fail"]},
+                             "count": {"type": "integer", "minimum": 0}},
+              "required": ["verdict", "count"]}
+    shaped = await session.call_tool("coder", {"PROMPT": "check", "wait_s": 50,
+                                               "backend": f"replay:{CASSETTES}/structured_ok.json",
+                                               "json_schema": schema},
+                                     read_timeout_seconds=90)
+    shaped_env = structured(shaped)
+    assert not shaped.is_error, shaped_env
+    assert shaped_env["structured"] == {"verdict": "pass", "count": 3}, shaped_env
     status = structured(await session.call_tool("coder_status", {"run_id": run_id}))
     assert status["status"] == "done" and status["envelope"]["success"] is True, status
     await wait_no_procs(BASE, 10)
