@@ -39,7 +39,8 @@ enum RouteCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         run_args: Vec<OsString>,
     },
-    /// Forget what was learnt about BACKEND (or about every backend).
+    /// Forget what was learnt about BACKEND (or about every backend): its routed runs and
+    /// the request shape remembered after a vendor rejected the full one.
     Forget { backend: Option<String> },
 }
 
@@ -69,16 +70,22 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
             Ok(tallies) => super::print_then(&stats_text(&tallies, json), ExitCode::SUCCESS),
             Err(e) => fail(&e.to_string()),
         },
-        RouteCommand::Forget { backend } => match ledger.forget(backend.as_deref()) {
-            Ok(n) => super::print_then(
-                &format!(
-                    "forgot {n} routed run(s) of {}\n",
-                    backend.as_deref().unwrap_or("every backend")
+        RouteCommand::Forget { backend } => {
+            let forgotten = ledger.forget(backend.as_deref()).and_then(|runs| {
+                let shapes = ledger.forget_compat_shape(backend.as_deref())?;
+                Ok((runs, shapes))
+            });
+            match forgotten {
+                Ok((runs, shapes)) => super::print_then(
+                    &format!(
+                        "forgot {runs} routed run(s) and {shapes} remembered request shape(s) of {}\n",
+                        backend.as_deref().unwrap_or("every backend")
+                    ),
+                    ExitCode::SUCCESS,
                 ),
-                ExitCode::SUCCESS,
-            ),
-            Err(e) => fail(&e.to_string()),
-        },
+                Err(e) => fail(&e.to_string()),
+            }
+        }
         RouteCommand::Explain { run_args } => explain(run_args, &state_dir),
     }
 }

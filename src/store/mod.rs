@@ -312,6 +312,18 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Forgets the request shape remembered for `backend` (or for every backend): the next
+    /// run starts in the full shape again. Returns how many were forgotten.
+    pub fn forget_compat_shape(&self, backend: Option<&str>) -> Result<u64, StoreError> {
+        let backend = backend.map(str::to_owned);
+        self.call(move |conn| match backend {
+            Some(b) => conn.exec("DELETE FROM compat WHERE backend = $1", &[b.into()]),
+            None => conn.exec("DELETE FROM compat", &[]),
+        })
+    }
+}
+
 /// The request shape a backend takes (DESIGN §12, `provider-quirks.md` §0.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestShape {
@@ -468,6 +480,9 @@ mod tests {
             store.compat_shape("glm").unwrap(),
             Some(RequestShape::Compat)
         );
+        assert_eq!(store.forget_compat_shape(Some("other")).unwrap(), 0);
+        assert_eq!(store.forget_compat_shape(Some("glm")).unwrap(), 1);
+        assert_eq!(store.compat_shape("glm").unwrap(), None);
     }
 
     #[test]
