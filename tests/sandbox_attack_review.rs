@@ -9,13 +9,15 @@
 //! after coder exited counts: their own git, outside any sandbox, must not run the
 //! agent's command; a run's writes must stay in its grant.
 //!
-//! Two attacks were open when this review started, both closed with it:
+//! Three attacks were open when this review started, all closed with it:
 //! * a merge strategy left in an operation in progress (`rebase-merge/strategy`,
 //!   `options.strategy` in `sequencer/opts`) that names a path: `git rebase --continue` /
 //!   `git cherry-pick --continue` run `git merge-<strategy>`, and `git-merge-/x` is a file
 //!   in the work tree;
 //! * a `--worktree` run from a subdirectory whose path is a symlink in the base commit: the
-//!   run's workspace, and its write grant, became the symlink's target.
+//!   run's workspace, and its write grant, became the symlink's target;
+//! * a long chain of `commondir`s: the guard followed it by recursion and coder died of a
+//!   stack overflow before its report, and so did every later coder running its guard.
 //!
 //! `KNOWN_OPEN` is the ratchet of attacks still open (none today): an attack on it must
 //! stay open (its test asserts the payload *does* run), one off it must be blocked, so the
@@ -348,6 +350,30 @@ fn config_spelled_in_odd_syntax() {
  false"
 EOF
 "#,
+        ("n", &["status", "--short"]),
+    );
+}
+
+/// A chain of 15 000 git dirs, each `commondir` naming the next (`c0 -> c1 -> …`), beside a
+/// repository with `core.fsmonitor`. A guard that followed `commondir` by recursion went as
+/// deep as the chain: coder died of a stack overflow before its report (no
+/// `sandbox_error`, the repository left armed), and so did every later coder sharing its
+/// state dir, which runs a killed run's guard first. Git reads one level of `commondir`;
+/// so does the guard now.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_long_chain_of_commondirs() {
+    attack(
+        "commondir chain",
+        none,
+        "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+         echo a > n/f && /usr/bin/python3 -c \"
+import os
+for i in range(15000):
+    os.mkdir('c%d' % i)
+    open('c%d/HEAD' % i, 'w').write('ref: refs/heads/main\\n')
+    open('c%d/commondir' % i, 'w').write('../c%d\\n' % (i + 1))
+\" && echo PLANTED",
         ("n", &["status", "--short"]),
     );
 }

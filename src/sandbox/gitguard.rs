@@ -23,9 +23,12 @@
 //!   reads, and coder writes the filtered file in its place;
 //! * `hooks/` entries that are not `*.sample` move there too (a `hooks` that is not a
 //!   plain directory moves whole);
-//! * `commondir` is followed *lexically* inside the same tree (no symlink, nothing outside)
-//!   and the common dir it names is neutralised too; one that leads anywhere else is moved
-//!   aside (git then finds no repository there).
+//! * `commondir` is followed inside the same tree (no symlink, nothing outside), one level
+//!   as git reads it, and the common dir it names is neutralised too; one that leads
+//!   anywhere else is moved aside (git then finds no repository there);
+//! * in every git dir, the user's too, an operation left in progress is defused: `exec`
+//!   lines of its to-do list commented out, a merge strategy that is not git's own (a
+//!   `git merge-<name>` git would look up, or run by path) moved aside.
 //!
 //! A `.git` file or symlink the start scan did not know is resolved the same way: a target
 //! inside the tree is a directory this walk visits anyway; any other target (outside the
@@ -147,6 +150,7 @@ pub fn guard_trees(
             limits,
             entries: 0,
             seen: HashSet::new(),
+            followed: HashSet::new(),
             report: &mut report,
         };
         if let Err(why) = guard.run() {
@@ -242,6 +246,9 @@ struct Guard<'a> {
     entries: usize,
     /// Git dirs already neutralised (or checked) in this pass.
     seen: HashSet<(u64, u64)>,
+    /// Git dirs whose `commondir` was followed (a subset: a common dir reached through
+    /// another's `commondir` is neutralised without following its own).
+    followed: HashSet<(u64, u64)>,
     report: &'a mut GuardReport,
 }
 
@@ -319,7 +326,7 @@ impl Guard<'_> {
         let is_git_dir = has("HEAD") && (has("commondir") || (has("objects") && has("refs")));
         let fd = Rc::new(fd);
         if is_git_dir {
-            self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel)?;
+            self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel, true)?;
         }
         for (name, kind) in entries {
             let kind = match kind {
@@ -354,19 +361,30 @@ impl Guard<'_> {
         Ok(())
     }
 
-    /// A git dir: left alone when the start scan guarded it, neutralised otherwise.
+    /// A git dir: left alone when the start scan guarded it, neutralised otherwise. Its
+    /// `commondir` is followed when `follow_common`: git reads one level of it (a common
+    /// dir's own `commondir` means nothing to git), and so does the guard, so that a chain
+    /// of `commondir`s the agent made costs one frame, never a recursion as deep as the
+    /// chain (a stack overflow would kill coder before its report, and every later coder
+    /// that runs this guard for it).
     fn git_dir(
         &mut self,
         root: BorrowedFd<'_>,
         dir: BorrowedFd<'_>,
         rel: &Path,
+        follow_common: bool,
     ) -> Result<(), Stop> {
         let st = fstat(dir).map_err(|e| self.stop(rel, "inspect", e))?;
         let id = (st.st_dev, st.st_ino);
-        if !self.seen.insert(id) {
+        let first = self.seen.insert(id);
+        let follow = follow_common && self.followed.insert(id);
+        if !first && !follow {
             return Ok(());
         }
         if self.known.contains(&id) {
+            if !first {
+                return Ok(());
+            }
             // The user's own repository: its config and hooks were read-only all run, but
             // an operation left in progress is not.
             let mut q = Quarantine::new(dir, self.root.join(rel));
@@ -381,28 +399,35 @@ impl Guard<'_> {
             nix::sys::stat::fchmod(dir, mode).map_err(|e| self.stop(rel, "chmod", e))?;
         }
         let mut q = Quarantine::new(dir, self.root.join(rel));
-        let result = self.neutralise(root, dir, rel, &mut q);
+        let result = self.neutralise(root, dir, rel, (first, follow), &mut q);
         q.finish(self.report);
         result
     }
 
+    /// `contents`: the config, hooks and operation state; `follow`: the `commondir`.
     fn neutralise(
         &mut self,
         root: BorrowedFd<'_>,
         dir: BorrowedFd<'_>,
         rel: &Path,
+        (contents, follow): (bool, bool),
         q: &mut Quarantine,
     ) -> Result<(), Stop> {
         let fail =
             |what: &str, e: Errno| format!("{what} in {}: {e}", self.root.join(rel).display());
-        for name in ["config", "config.worktree"] {
-            filter_config(dir, name, q).map_err(|e| fail(name, e))?;
+        if contents {
+            for name in ["config", "config.worktree"] {
+                filter_config(dir, name, q).map_err(|e| fail(name, e))?;
+            }
+            hooks(dir, q).map_err(|e| fail("hooks", e))?;
+            pending_commands(dir, q).map_err(|e| fail("operation state", e))?;
         }
-        hooks(dir, q).map_err(|e| fail("hooks", e))?;
-        pending_commands(dir, q).map_err(|e| fail("operation state", e))?;
+        if !follow {
+            return Ok(());
+        }
         if let Some(common) = commondir(dir).map_err(|e| fail("commondir", e))? {
             match common.and_then(|t| self.resolve(root, rel, &t)) {
-                Some((fd, common)) => self.git_dir(root, fd.as_fd(), &common)?,
+                Some((fd, common)) => self.git_dir(root, fd.as_fd(), &common, false)?,
                 None => q.move_out("commondir").map_err(|e| fail("commondir", e))?,
             }
         }
