@@ -149,18 +149,9 @@ impl Admission {
         let Some(cooldown) = cooldown_from(envelope, &self.backend, &self.holder) else {
             return;
         };
-        let store = match (&self.store, &self.location) {
-            (Some(store), _) => store.clone(),
-            (None, Some(location)) => match open(location.clone()).await {
-                Ok(store) => store,
-                Err(e) => {
-                    envelope
-                        .warnings
-                        .push(format!("cannot record the backend's cooldown: {e}"));
-                    return;
-                }
-            },
-            (None, None) => return,
+        let what = "cannot record the backend's cooldown";
+        let Some(store) = self.store_for_writing(what, envelope).await else {
+            return;
         };
         if let Err(e) = blocking(move || store.set_cooldown(&cooldown)).await {
             envelope
@@ -171,6 +162,23 @@ impl Admission {
 }
 
 impl Admission {
+    /// The store, opened now if admission did not need it (a SQLite store that did not exist
+    /// yet); `None` without a store, or when it cannot be opened (then a warning saying
+    /// `what` could not be done).
+    async fn store_for_writing(&self, what: &str, envelope: &mut Envelope) -> Option<Arc<Store>> {
+        match (&self.store, &self.location) {
+            (Some(store), _) => Some(store.clone()),
+            (None, Some(location)) => match open(location.clone()).await {
+                Ok(store) => Some(store),
+                Err(e) => {
+                    envelope.warnings.push(format!("{what}: {e}"));
+                    None
+                }
+            },
+            (None, None) => None,
+        }
+    }
+
     /// The request shape the store remembers for this backend (DESIGN §12). A store that is
     /// not open, or fails, remembers nothing: the run starts in the full shape.
     pub async fn remembered_shape(&self) -> Option<RequestShape> {
@@ -185,18 +193,9 @@ impl Admission {
     /// Remembers that this backend needs the compat request shape, so that later runs start
     /// in it; a store that cannot be written is a warning.
     pub async fn remember_compat_shape(&self, reason: &str, envelope: &mut Envelope) {
-        let store = match (&self.store, &self.location) {
-            (Some(store), _) => store.clone(),
-            (None, Some(location)) => match open(location.clone()).await {
-                Ok(store) => store,
-                Err(e) => {
-                    envelope
-                        .warnings
-                        .push(format!("cannot remember the backend's request shape: {e}"));
-                    return;
-                }
-            },
-            (None, None) => return,
+        let what = "cannot remember the backend's request shape";
+        let Some(store) = self.store_for_writing(what, envelope).await else {
+            return;
         };
         let (backend, reason) = (self.backend.clone(), reason.to_owned());
         if let Err(e) =
