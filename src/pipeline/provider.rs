@@ -76,18 +76,6 @@ pub enum ProviderAction {
     WaitForReset,
     /// Not retried and never resumed: the session's history itself is rejected.
     NeverResume,
-    /// Row 1: the backend switched to the compat request shape (remembered for later runs),
-    /// then a fresh start (nothing ran yet) or a resume.
-    SwitchToCompatShape,
-    /// Rows 2–3: the session resumed with extended thinking off.
-    ResumeWithThinkingOff,
-    /// Row 4: the session resumed with subagents disallowed.
-    ResumeWithoutSubagents,
-    /// Row 5: the session resumed with WebSearch and WebFetch disallowed.
-    ResumeWithoutWebTools,
-    /// Row 7: the session resumed once as it was (the broken tool pair may have been a
-    /// transient interruption).
-    ResumeOnce,
 }
 
 /// A changed setting (or a plain resume) coder applies to the next attempt after a provider
@@ -121,17 +109,6 @@ impl Remedy {
             ProviderClass::InvalidHistory => Remedy::ResumeOnce,
             _ => return None,
         })
-    }
-
-    /// The action the envelope reports when coder applies this remedy.
-    pub fn action(self) -> ProviderAction {
-        match self {
-            Remedy::CompatShape => ProviderAction::SwitchToCompatShape,
-            Remedy::ThinkingOff => ProviderAction::ResumeWithThinkingOff,
-            Remedy::NoSubagents => ProviderAction::ResumeWithoutSubagents,
-            Remedy::NoWebTools => ProviderAction::ResumeWithoutWebTools,
-            Remedy::ResumeOnce => ProviderAction::ResumeOnce,
-        }
     }
 
     /// What the remedy changes in the CLI's arguments and environment.
