@@ -219,15 +219,7 @@ fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, Sandb
         return Ok(0);
     }
     let source = if policy.needs_mask_source() {
-        let source_path = policy.mask_source();
-        let source = sys::open_nofollow(&source_path)
-            .map_err(|e| SandboxError::sys("open", source_path.display(), e))?;
-        let meta = nix::sys::stat::fstat(source.as_fd())
-            .map_err(|e| SandboxError::sys("stat", source_path.display(), e))?;
-        if meta.st_size != 0 || (meta.st_mode & libc::S_IFMT) != libc::S_IFREG {
-            return Err(SandboxError::MaskTargetChanged { path: source_path });
-        }
-        Some(source)
+        Some(mask_source_mount(&policy.mask_source())?)
     } else {
         None
     };
@@ -263,6 +255,42 @@ fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, Sandb
             .map_err(|e| SandboxError::sys("move_mount", mask.path.display(), e))?;
     }
     Ok(policy.masks.len())
+}
+
+/// The empty file masks are cloned from, on a mount of its own.
+///
+/// Every mask is a recursive clone of its source (a plain one is refused where submounts
+/// are locked), and a recursive clone visits every mount below the source's mount. Cloned
+/// straight from the run directory, each mask would visit all the masks mounted before it
+/// on the same file system, so a workspace with many secrets would cost the square of
+/// their number; bound once over itself, the file is the root of a mount with no children.
+fn mask_source_mount(path: &Path) -> Result<OwnedFd, SandboxError> {
+    let open = || {
+        let fd =
+            sys::open_nofollow(path).map_err(|e| SandboxError::sys("open", path.display(), e))?;
+        let meta = nix::sys::stat::fstat(fd.as_fd())
+            .map_err(|e| SandboxError::sys("stat", path.display(), e))?;
+        if meta.st_size != 0 || (meta.st_mode & libc::S_IFMT) != libc::S_IFREG {
+            return Err(SandboxError::MaskTargetChanged {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok((fd, (meta.st_dev, meta.st_ino)))
+    };
+    let (file, identity) = open()?;
+    let tree = sys::clone_tree(file.as_fd())
+        .map_err(|e| SandboxError::sys("open_tree", path.display(), e))?;
+    sys::set_read_only(tree.as_fd())
+        .map_err(|e| SandboxError::sys("mount_setattr", path.display(), e))?;
+    sys::move_mount(tree.as_fd(), file.as_fd())
+        .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
+    let (own, own_identity) = open()?;
+    if own_identity != identity {
+        return Err(SandboxError::MaskTargetChanged {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(own)
 }
 
 /// The mask's target, opened without following symlinks (a symlink itself is opened, and
