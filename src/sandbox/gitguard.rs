@@ -44,6 +44,7 @@
 //! policy resolution runs the guard of every dead run it finds before pruning its directory
 //! ([`finish_dead_runs`]).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -58,6 +59,7 @@ use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat};
 use serde::Serialize;
 
 use super::gitconfig;
+use super::listing::{DirSummary, ScanListings, is_git_entry_name};
 use super::scan::{
     ABSENT_TARGET, Kind, beneath, file_kind as kind_of, list_dir_kinds as list, open_beneath,
 };
@@ -137,6 +139,7 @@ impl GuardReport {
 pub fn guard_trees(
     roots: &[PathBuf],
     known: &HashSet<(u64, u64)>,
+    listings: &ScanListings,
     limits: GuardLimits,
 ) -> GuardReport {
     let mut report = GuardReport::default();
@@ -147,6 +150,7 @@ pub fn guard_trees(
         let mut guard = Guard {
             root,
             known,
+            listings,
             limits,
             entries: 0,
             seen: HashSet::new(),
@@ -220,7 +224,13 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
             continue;
         };
         let known = record.known.into_iter().collect();
-        let report = guard_trees(&record.roots, &known, GuardLimits::default());
+        // The dead run's scan listings died with it: every directory is listed.
+        let report = guard_trees(
+            &record.roots,
+            &known,
+            &ScanListings::default(),
+            GuardLimits::default(),
+        );
         lines.extend(
             report
                 .lines()
@@ -242,6 +252,8 @@ type Stop = String;
 struct Guard<'a> {
     root: &'a Path,
     known: &'a HashSet<(u64, u64)>,
+    /// The start scan's listings (empty for a dead run's guard).
+    listings: &'a ScanListings,
     limits: GuardLimits,
     entries: usize,
     /// Git dirs already neutralised (or checked) in this pass.
@@ -260,7 +272,7 @@ struct Pending {
     depth: usize,
 }
 
-impl Guard<'_> {
+impl<'a> Guard<'a> {
     fn run(&mut self) -> Result<(), Stop> {
         let root_fd = super::sys::open_nofollow_dir(self.root)
             .map_err(|e| self.stop(Path::new(""), "open", e))?;
@@ -308,8 +320,8 @@ impl Guard<'_> {
         depth: usize,
         stack: &mut Vec<Pending>,
     ) -> Result<(), Stop> {
-        let entries = list(&fd).map_err(|e| self.stop(&rel, "list", e))?;
-        self.entries += entries.len();
+        let summary = self.summary(&fd, &rel)?;
+        self.entries += summary.entries;
         if self.entries > self.limits.max_entries {
             return Err(format!(
                 "more than {} entries under {}",
@@ -317,48 +329,59 @@ impl Guard<'_> {
                 self.root.display()
             ));
         }
-        // Without case: in a case-folding directory (`chattr +F`) git's `HEAD` finds `head`.
-        let has = |n: &str| {
-            entries
-                .iter()
-                .any(|(name, _)| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
-        };
-        let is_git_dir = has("HEAD") && (has("commondir") || (has("objects") && has("refs")));
         let fd = Rc::new(fd);
-        if is_git_dir {
+        if summary.git_dir {
             self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel, true)?;
         }
-        for (name, kind) in entries {
-            let kind = match kind {
-                Some(k) => k,
-                None => match fstatat(fd.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-                    Ok(st) => kind_of(&st),
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(self.stop(&rel.join(&name), "inspect", e)),
-                },
-            };
-            if name.as_bytes().eq_ignore_ascii_case(b".git")
-                && matches!(kind, Kind::File | Kind::Symlink)
-            {
-                self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, &name)?;
+        for (name, kind) in summary.children.iter() {
+            if is_git_entry_name(name) && matches!(kind, Kind::File | Kind::Symlink) {
+                self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, name)?;
             }
-            if kind == Kind::Dir {
+            if *kind == Kind::Dir {
                 if depth + 1 > self.limits.max_depth {
                     return Err(format!(
                         "{} is deeper than {} levels",
-                        self.root.join(&rel).join(&name).display(),
+                        self.root.join(&rel).join(name).display(),
                         self.limits.max_depth
                     ));
                 }
                 stack.push(Pending {
                     parent: fd.clone(),
-                    rel: rel.join(&name),
-                    name,
+                    rel: rel.join(name),
+                    name: name.clone(),
                     depth: depth + 1,
                 });
             }
         }
         Ok(())
+    }
+
+    /// What the directory open as `fd` holds, as far as the guard cares: the start scan's
+    /// record when the directory is unchanged since ([`ScanListings`]), else a listing.
+    fn summary(&self, fd: &OwnedFd, rel: &Path) -> Result<Cow<'a, DirSummary>, Stop> {
+        let listings: &'a ScanListings = self.listings;
+        if !listings.is_empty() {
+            let st = fstat(fd.as_fd()).map_err(|e| self.stop(rel, "inspect", e))?;
+            if let Some(summary) = listings.unchanged(&st) {
+                return Ok(Cow::Borrowed(summary));
+            }
+        }
+        let entries = list(fd).map_err(|e| self.stop(rel, "list", e))?;
+        let mut typed = Vec::with_capacity(entries.len());
+        for (name, kind) in &entries {
+            let kind = match kind {
+                Some(k) => *k,
+                None => match fstatat(fd.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) => kind_of(&st),
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(self.stop(&rel.join(name), "inspect", e)),
+                },
+            };
+            typed.push((name, kind));
+        }
+        let mut summary = DirSummary::of(typed.into_iter());
+        summary.entries = entries.len();
+        Ok(Cow::Owned(summary))
     }
 
     /// A git dir: left alone when the start scan guarded it, neutralised otherwise. Its

@@ -56,6 +56,7 @@ pub mod gitguard;
 pub mod helper;
 mod home;
 mod hostmask;
+mod listing;
 pub mod nest;
 mod netns;
 mod note;
@@ -215,6 +216,7 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
     gitguard::guard_trees(
         &policy.guard_roots,
         &known,
+        &policy.dir_listings,
         gitguard::GuardLimits::default(),
     )
 }

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 use super::allow::HostPort;
+use super::listing::ScanListings;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
@@ -233,6 +234,10 @@ pub struct Policy {
     /// the git guard leaves these alone.
     #[serde(default)]
     pub git_known: Vec<(u64, u64)>,
+    /// The scan's listings of the writable trees, so the git guard can skip directories
+    /// that did not change (coder's own; the helper does not need them).
+    #[serde(skip)]
+    pub dir_listings: ScanListings,
     /// `coder plan`: the one file the agent may write besides its private directories
     /// ([`Policy::grant_plan_file`]).
     #[serde(default)]
@@ -369,6 +374,7 @@ impl Policy {
             env_remove,
             guard_roots: Vec::new(),
             git_known: Vec::new(),
+            dir_listings: ScanListings::default(),
             plan_file: None,
         };
         if !opts.mode.is_confined() {
@@ -452,6 +458,7 @@ impl Policy {
         }
         let found = scan_workspace(opts, &ws_dir, &scanned)?;
         policy.git_known = found.git_known;
+        policy.dir_listings = found.listings;
         policy.placeholders = found.placeholders;
         policy.warnings = found.warnings;
         policy.warnings.extend(late_guard);
@@ -1265,7 +1272,10 @@ mod tests {
         let policy = Policy::resolve(&options(Mode::WorkspaceWrite, &ws, &home)).unwrap();
         let json = serde_json::to_string(&policy).unwrap();
         let back: Policy = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, policy);
+        // The scan's listings stay with coder (the git guard's); the helper needs none.
+        let mut expected = policy.clone();
+        expected.dir_listings = ScanListings::default();
+        assert_eq!(back, expected);
     }
 
     #[test]

@@ -34,11 +34,13 @@ use std::path::{Component, Path, PathBuf};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstatat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
 use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
+pub(crate) use super::listing::Kind;
+use super::listing::{DirSummary, ScanListings};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
@@ -189,6 +191,8 @@ pub(crate) struct ScanOutput {
     /// Device and inode of every git dir guarded, and of every `.git` file or symlink
     /// held read-only: what the end-of-run git guard knows to be the user's.
     pub git_known: Vec<(u64, u64)>,
+    /// The listings of the writable trees' directories, for the end-of-run git guard.
+    pub listings: ScanListings,
     /// (dev, ino) of secret files masked whole that have other names (hard links): the
     /// walk skips `stat` for plain files, so their other names are found by
     /// [`other_names`] afterwards.
@@ -201,7 +205,10 @@ pub(crate) fn scan_trees(
     deny: &GlobSet,
     limits: ScanLimits,
 ) -> Result<ScanOutput, SandboxError> {
-    let mut out = ScanOutput::default();
+    let mut out = ScanOutput {
+        listings: ScanListings::starting_now(),
+        ..ScanOutput::default()
+    };
     let mut linked = HashMap::new();
     let mut symlinks = Vec::new();
     for tree in trees {
@@ -215,7 +222,8 @@ pub(crate) fn scan_trees(
         };
         let top = open_dir_beneath(tree.fd, Path::new("."))
             .map_err(|e| walk_error(tree.root, "open", e))?;
-        walker.walk(top, Path::new(""), 0, Inside::default())?;
+        let st = fstat(top.as_fd()).map_err(|e| walk_error(tree.root, "inspect", e))?;
+        walker.walk(top, &st, Path::new(""), 0, Inside::default())?;
         if tree.writable {
             walker.hold_absent_protected()?;
         }
@@ -253,9 +261,11 @@ struct Walker<'a, 'b> {
 }
 
 impl Walker<'_, '_> {
+    /// Walk the directory open as `dir`, which `st` describes (its parent's `stat` of it).
     fn walk(
         &mut self,
         dir: OwnedFd,
+        st: &FileStat,
         rel: &Path,
         depth: usize,
         inside: Inside,
@@ -269,6 +279,9 @@ impl Walker<'_, '_> {
             });
         }
         let entries = list_dir_kinds(&dir).map_err(|e| walk_error(&here, "list", e))?;
+        if self.tree.writable {
+            self.record_listing(dir.as_fd(), st, &entries);
+        }
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
         if self.tree.writable
@@ -315,7 +328,7 @@ impl Walker<'_, '_> {
                         self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
                         next.protected = true;
                     }
-                    self.walk(child()?, &rel_child, depth + 1, next)?;
+                    self.walk(child()?, &st, &rel_child, depth + 1, next)?;
                 }
                 Kind::File => {
                     if st.st_nlink > 1 {
@@ -345,6 +358,22 @@ impl Walker<'_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// Keep what the git guard needs of this listing, so that it need not list the
+    /// directory again when it is unchanged after the run ([`ScanListings`]).
+    fn record_listing(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        st: &FileStat,
+        entries: &[(OsString, Option<Kind>)],
+    ) {
+        if entries.iter().all(|(_, kind)| kind.is_some()) {
+            let typed = entries
+                .iter()
+                .filter_map(|(name, kind)| kind.map(|k| (name, k)));
+            self.out.listings.record(dir, st, DirSummary::of(typed));
+        }
     }
 
     fn push(&mut self, mask: Mask) -> Result<(), SandboxError> {
@@ -705,7 +734,7 @@ impl LinkPass<'_> {
                         secret: true,
                         protected: false,
                     };
-                    walker.walk(dir, rel, 0, inside)?;
+                    walker.walk(dir, &st, rel, 0, inside)?;
                 }
                 Kind::File => {
                     if st.st_nlink > 1 {
@@ -848,15 +877,6 @@ fn create_placeholder(
         }
     }
     fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
-}
-
-/// What a `stat` says an entry is, as far as the scan and the git guard care.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Dir,
-    File,
-    Symlink,
-    Other,
 }
 
 pub(crate) fn file_kind(st: &FileStat) -> Kind {
