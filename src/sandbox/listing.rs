@@ -141,6 +141,20 @@ impl ScanListings {
         (*ctime == ctime_of(st) && self.usable(st)).then_some(summary)
     }
 
+    /// No records yet, trusting what `self` trusts (for another thread of the same scan).
+    pub(crate) fn empty_like(&self) -> ScanListings {
+        ScanListings {
+            trusted_before: self.trusted_before,
+            ..ScanListings::default()
+        }
+    }
+
+    /// Take in the records of another thread of the same scan.
+    pub(crate) fn absorb(&mut self, other: ScanListings) {
+        self.dirs.extend(other.dirs);
+        self.devices.extend(other.devices);
+    }
+
     pub fn len(&self) -> usize {
         self.dirs.len()
     }

@@ -30,6 +30,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::errno::Errno;
@@ -212,21 +213,32 @@ pub(crate) fn scan_trees(
     let mut linked = HashMap::new();
     let mut symlinks = Vec::new();
     for tree in trees {
-        let mut walker = Walker {
-            tree,
-            deny,
-            limits,
-            out: &mut out,
-            linked: &mut linked,
-            symlinks: &mut symlinks,
-        };
-        let top = open_dir_beneath(tree.fd, Path::new("."))
-            .map_err(|e| walk_error(tree.root, "open", e))?;
-        let st = fstat(top.as_fd()).map_err(|e| walk_error(tree.root, "inspect", e))?;
-        walker.walk(top, &st, Path::new(""), 0, Inside::default())?;
+        for part in walk_in_parallel(tree, deny, limits, &out.listings)? {
+            out.absorb(part.out, limits, tree.root)?;
+            for (id, names) in part.linked {
+                linked.entry(id).or_insert_with(Vec::new).extend(names);
+            }
+            symlinks.extend(part.symlinks);
+        }
         if tree.writable {
+            let mut walker = Walker {
+                tree,
+                deny,
+                limits,
+                out: &mut out,
+                linked: &mut linked,
+                symlinks: &mut symlinks,
+                queue: None,
+            };
             walker.hold_absent_protected()?;
         }
+    }
+    // The threads finish in any order: sort what reaches the user or the masks' order.
+    out.warnings.sort();
+    out.warnings.dedup();
+    symlinks.sort();
+    for names in linked.values_mut() {
+        names.sort();
     }
     let mut scan = LinkPass {
         out: &mut out,
@@ -238,6 +250,187 @@ pub(crate) fn scan_trees(
     }
     scan.add_hard_links(&linked);
     Ok(out)
+}
+
+impl ScanOutput {
+    /// Take in what one of the walk's threads found; the cap on matches holds for the sum.
+    fn absorb(
+        &mut self,
+        part: ScanOutput,
+        limits: ScanLimits,
+        root: &Path,
+    ) -> Result<(), SandboxError> {
+        self.masks.extend(part.masks);
+        if self.masks.len() > limits.max_matches {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of matching paths",
+                limit: limits.max_matches,
+                path: root.to_path_buf(),
+            });
+        }
+        self.placeholders.extend(part.placeholders);
+        self.warnings.extend(part.warnings);
+        self.git_known.extend(part.git_known);
+        self.listings.absorb(part.listings);
+        self.linked_secrets.extend(part.linked_secrets);
+        Ok(())
+    }
+}
+
+/// What one thread of the walk found.
+struct WalkPart {
+    out: ScanOutput,
+    linked: HashMap<(u64, u64), Vec<PathBuf>>,
+    symlinks: Vec<PathBuf>,
+}
+
+/// Threads that walk one tree. Listing directories is nearly all of a big tree's scan,
+/// and it is the kernel's work (`getdents`, ext4's hashed directories), which runs in
+/// parallel on separate directories; each thread takes the next directory from a shared
+/// queue and keeps what it finds to itself until the end.
+fn walk_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+fn walk_in_parallel(
+    tree: &TreeScan<'_>,
+    deny: &GlobSet,
+    limits: ScanLimits,
+    listings: &ScanListings,
+) -> Result<Vec<WalkPart>, SandboxError> {
+    let top =
+        open_dir_beneath(tree.fd, Path::new(".")).map_err(|e| walk_error(tree.root, "open", e))?;
+    let st = fstat(top.as_fd()).map_err(|e| walk_error(tree.root, "inspect", e))?;
+    let queue = Queue::new(Task {
+        dir: TaskDir::Open(top),
+        st,
+        rel: PathBuf::new(),
+        depth: 0,
+        inside: Inside::default(),
+    });
+    let worker = || {
+        let mut part = WalkPart {
+            out: ScanOutput {
+                listings: listings.empty_like(),
+                ..ScanOutput::default()
+            },
+            linked: HashMap::new(),
+            symlinks: Vec::new(),
+        };
+        let mut walker = Walker {
+            tree,
+            deny,
+            limits,
+            out: &mut part.out,
+            linked: &mut part.linked,
+            symlinks: &mut part.symlinks,
+            queue: Some(&queue),
+        };
+        while let Some(task) = queue.next() {
+            let result = walker.task(task);
+            queue.done(result.is_err());
+            result?;
+        }
+        Ok(part)
+    };
+    let results: Vec<Result<WalkPart, SandboxError>> = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..walk_threads()).map(|_| scope.spawn(worker)).collect();
+        let mut results = vec![worker()];
+        for handle in others {
+            results.push(handle.join().unwrap_or_else(|_| {
+                Err(SandboxError::io(
+                    format!("scan {}", tree.root.display()),
+                    std::io::Error::other("a walk thread panicked"),
+                ))
+            }));
+        }
+        results
+    });
+    results.into_iter().collect()
+}
+
+/// A directory waiting to be walked.
+struct Task {
+    dir: TaskDir,
+    /// The directory's `stat`, as its parent saw it.
+    st: FileStat,
+    rel: PathBuf,
+    depth: usize,
+    inside: Inside,
+}
+
+enum TaskDir {
+    /// A tree's top, already open.
+    Open(OwnedFd),
+    /// A name in a directory already listed (opened when the task is taken, so that
+    /// waiting directories hold no descriptor of their own).
+    Child(Arc<OwnedFd>, OsString),
+}
+
+/// The walk's shared queue: tasks, how many are being worked on, and whether one failed.
+/// A thread that finds the queue empty waits while another may still add to it.
+struct Queue {
+    state: Mutex<QueueState>,
+    changed: Condvar,
+}
+
+struct QueueState {
+    tasks: Vec<Task>,
+    busy: usize,
+    failed: bool,
+}
+
+impl Queue {
+    fn new(first: Task) -> Queue {
+        Queue {
+            state: Mutex::new(QueueState {
+                tasks: vec![first],
+                busy: 0,
+                failed: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, task: Task) {
+        self.lock().tasks.push(task);
+        self.changed.notify_one();
+    }
+
+    /// The next directory to walk; `None` when the walk is over (or failed).
+    fn next(&self) -> Option<Task> {
+        let mut state = self.lock();
+        loop {
+            if state.failed {
+                return None;
+            }
+            if let Some(task) = state.tasks.pop() {
+                state.busy += 1;
+                return Some(task);
+            }
+            if state.busy == 0 {
+                return None;
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// A task taken with [`Queue::next`] is finished (its subdirectories queued).
+    fn done(&self, failed: bool) {
+        let mut state = self.lock();
+        state.busy -= 1;
+        state.failed |= failed;
+        if state.busy == 0 || failed {
+            self.changed.notify_all();
+        }
+    }
 }
 
 /// What the walk is inside of.
@@ -258,9 +451,22 @@ struct Walker<'a, 'b> {
     linked: &'b mut HashMap<(u64, u64), Vec<PathBuf>>,
     /// Symlinks whose name matched a glob; their targets are masked when in scope.
     symlinks: &'b mut Vec<PathBuf>,
+    /// Where subdirectories go when several threads walk the tree; `None` walks them
+    /// here, depth first.
+    queue: Option<&'b Queue>,
 }
 
 impl Walker<'_, '_> {
+    /// Walk a directory taken from the queue.
+    fn task(&mut self, task: Task) -> Result<(), SandboxError> {
+        let dir = match task.dir {
+            TaskDir::Open(fd) => fd,
+            TaskDir::Child(parent, name) => open_dir_beneath(parent.as_fd(), Path::new(&name))
+                .map_err(|e| walk_error(&self.tree.root.join(&task.rel), "open", e))?,
+        };
+        self.walk(dir, &task.st, &task.rel, task.depth, task.inside)
+    }
+
     /// Walk the directory open as `dir`, which `st` describes (its parent's `stat` of it).
     fn walk(
         &mut self,
@@ -282,6 +488,7 @@ impl Walker<'_, '_> {
         if self.tree.writable {
             self.record_listing(dir.as_fd(), st, &entries);
         }
+        let dir = Arc::new(dir);
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
         if self.tree.writable
@@ -328,7 +535,16 @@ impl Walker<'_, '_> {
                         self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
                         next.protected = true;
                     }
-                    self.walk(child()?, &st, &rel_child, depth + 1, next)?;
+                    match self.queue {
+                        Some(queue) => queue.push(Task {
+                            dir: TaskDir::Child(dir.clone(), name),
+                            st,
+                            rel: rel_child,
+                            depth: depth + 1,
+                            inside: next,
+                        }),
+                        None => self.walk(child()?, &st, &rel_child, depth + 1, next)?,
+                    }
                 }
                 Kind::File => {
                     if st.st_nlink > 1 {
@@ -727,6 +943,7 @@ impl LinkPass<'_> {
                         out: self.out,
                         linked: &mut linked,
                         symlinks: &mut symlinks,
+                        queue: None,
                     };
                     let dir = open_beneath(tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
                         .map_err(|e| walk_error(&target, "open", e))?;
