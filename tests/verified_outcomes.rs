@@ -678,3 +678,100 @@ fn the_ledger_runs_nothing_from_a_hostile_repo() {
         "plain git did not run the planted programs"
     );
 }
+
+/// The plain ledger's scan cache (issue 21): the run's "before" reuses the last run's
+/// entries of unchanged files, from coder's state directory. An edit between two runs
+/// that keeps the size and puts the modification time back (`touch -d`) is still seen
+/// (the change time moves); a damaged cache is ignored; a run whose agent could reach the
+/// cache (no sandbox) leaves none behind.
+#[test]
+fn the_plain_ledger_cache_never_hides_a_change() {
+    let mut steps = vec![
+        json!({"step": "first_time", "flag": "ran", "then": [], "else": [
+            {"step": "try_write", "path": "../a.txt", "text": "one\n"},
+            {"step": "try_write", "path": "../b.txt", "text": "kept\nme\nnow\n"},
+        ]}),
+    ];
+    steps.extend(common::steps::answer("done"));
+    let fake = Fake::new(json!(steps));
+    let ws = fake.workspace().to_path_buf();
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(ws.join("b.txt"), "keep\nme\n").unwrap();
+    // Older than the cache's racy margin (2 s), so the next run may trust them.
+    let newest = ["a.txt", "b.txt"]
+        .iter()
+        .map(|n| std::fs::metadata(ws.join(n)).unwrap().modified().unwrap())
+        .max()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::time::SystemTime::now() < newest + Duration::from_millis(2100) {
+        assert!(Instant::now() < deadline, "the clock did not move");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ours = |out: &common::Outcome| -> Vec<(String, String, u64, u64)> {
+        files(&out.envelope)
+            .into_iter()
+            .filter(|(p, _, _, _)| !p.starts_with(".fake-claude/"))
+            .collect()
+    };
+    let first = fake.coder().arg("task").run();
+    first.assert_success("done");
+    assert_eq!(ours(&first), vec![], "{}", first.explain());
+    let caches: Vec<_> = std::fs::read_dir(fake.state_dir().join("ledger"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(caches.len(), 1, "{caches:?}");
+    let cache = &caches[0];
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(cache).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // Same size, modification time put back: only the change time tells.
+    let edit_keeping_times = |text: &str| {
+        let b = ws.join("b.txt");
+        let mtime = std::fs::metadata(&b).unwrap().modified().unwrap();
+        let file = std::fs::File::options().write(true).open(&b).unwrap();
+        use std::io::Write;
+        (&file).write_all(text.as_bytes()).unwrap();
+        file.set_modified(mtime).unwrap();
+    };
+    edit_keeping_times("kept\nme\n");
+    let second = fake.coder().arg("task").run();
+    second.assert_success("done");
+    let expected = |rows: &[(&str, u64, u64)]| -> Vec<(String, String, u64, u64)> {
+        rows.iter()
+            .map(|(p, a, r)| (p.to_string(), "modified".to_string(), *a, *r))
+            .collect()
+    };
+    assert_eq!(
+        ours(&second),
+        expected(&[("a.txt", 0, 1), ("b.txt", 1, 0)]),
+        "{}",
+        second.explain()
+    );
+
+    // A truncated cache: ignored, every file read.
+    let bytes = std::fs::read(cache).unwrap();
+    std::fs::write(cache, &bytes[..bytes.len() / 2]).unwrap();
+    edit_keeping_times("kept\nyo\n");
+    let third = fake.coder().arg("task").run();
+    third.assert_success("done");
+    assert_eq!(
+        ours(&third),
+        expected(&[("b.txt", 1, 1)]),
+        "{}",
+        third.explain()
+    );
+
+    // Without a sandbox the agent could read the key: the cache is gone after the run.
+    assert!(cache.exists());
+    let open = fake
+        .coder()
+        .args(["--sandbox", "danger-full-access", "task"])
+        .run();
+    open.assert_success("done");
+    assert!(!cache.exists(), "{}", open.explain());
+}

@@ -252,7 +252,7 @@ async fn run_attempts(
     // The change ledger's "before" (DESIGN §8), taken before anything can change.
     crate::phases::mark("ledger.start");
     let snapshot_started = Instant::now();
-    let ledger = take_snapshot(&request.workspace).await;
+    let mut ledger = take_snapshot(&request.workspace, state_dir).await;
     run.outcome_times.ledger_before_ms = Some(snapshot_started.elapsed().as_millis() as u64);
     crate::phases::mark("ledger.done");
     let mut prepared =
@@ -264,6 +264,13 @@ async fn run_attempts(
                 return envelope;
             }
         };
+    // The plain scan's cache holds its hash key: kept only where the agent cannot reach it.
+    if let Some(ledger) = ledger.as_mut() {
+        let exposed = ledger
+            .cache_path()
+            .is_some_and(|path| prepared.lets_agent_reach(path));
+        ledger.keep_cache(exposed);
+    }
     // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
     let admission = match admission::admit(
         request,
@@ -1325,10 +1332,12 @@ fn shell_quote(text: &str) -> String {
 // ---- Verified outcomes (DESIGN §8): the change ledger, --verify and repair turns, the
 // weak-model fallback and --scope, applied around the attempts above. ----
 
-/// The ledger's "before" snapshot, off the async threads (a big tree takes a while).
-async fn take_snapshot(workspace: &std::path::Path) -> Option<Ledger> {
+/// The ledger's "before" snapshot, off the async threads (a big tree takes a while), with
+/// the scan cache of a plain workspace in coder's state directory.
+async fn take_snapshot(workspace: &std::path::Path, state_dir: &std::path::Path) -> Option<Ledger> {
     let workspace = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || Ledger::before(&workspace))
+    let state_dir = state_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || Ledger::before_cached(&workspace, &state_dir))
         .await
         .ok()
 }
@@ -1399,6 +1408,31 @@ async fn attach_changes(
 }
 
 impl PreparedRun {
+    /// Whether the agent could read or write `path` (always, unconfined). The path is
+    /// resolved as far as it exists, as the sandbox's grants are.
+    fn lets_agent_reach(&self, path: &std::path::Path) -> bool {
+        let Some(policy) = &self.policy else {
+            return true;
+        };
+        let mut existing = path;
+        let mut rest = Vec::new();
+        let resolved = loop {
+            if let Ok(canonical) = std::fs::canonicalize(existing) {
+                break canonical;
+            }
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_owned());
+                    existing = parent;
+                }
+                // Nothing of it exists: assume the worst.
+                _ => return true,
+            }
+        };
+        let full = rest.iter().rev().fold(resolved.clone(), |p, n| p.join(n));
+        policy.is_granted(&resolved) || policy.is_granted(&full)
+    }
+
     /// The end-of-run git guard (`sandbox::gitguard`): git dirs the run made lose their
     /// command-running config and hooks; when the guard cannot check everything, the run
     /// fails closed (`sandbox_error`).

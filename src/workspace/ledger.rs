@@ -6,14 +6,19 @@
 //! git's own (`diff-tree --numstat`). Elsewhere they are bounded stat+hash scans (see
 //! [`super::scan`]), whose line counts are exact for added and deleted files and count
 //! changed lines as a multiset for modified ones (lines that only moved are not counted).
+//! The "after" scan reuses the "before" entries of files whose stat data is unchanged, and
+//! with a state directory the "before" reuses the last run's (the persistent cache of
+//! [`super::scan_cache`]), so only changed files are read.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::git::GitRepo;
-use super::scan::{self, Caps, Key, Scan};
+use super::scan::{self, Caps, Key, Prior, Scan};
+use super::scan_cache::CacheFile;
 
 /// Files listed in `changes.files` at most (the totals count them all).
 pub const MAX_LISTED: usize = 1000;
@@ -113,12 +118,41 @@ enum Before {
         tree: String,
     },
     Plain {
-        scan: Scan,
+        scan: Arc<Scan>,
         key: Key,
         caps: Caps,
+        /// Whether the "after" may reuse the "before" entries (the file system's times
+        /// come from this kernel's clock).
+        reuse: bool,
+        cache: Option<Cache>,
     },
     /// The snapshot failed; the reason goes into a warning.
     Failed(String),
+}
+
+/// The persistent cache of a plain workspace: written (in the background) once the caller
+/// says the agent cannot reach it, removed when it could.
+struct Cache {
+    file: CacheFile,
+    writer: Option<std::thread::JoinHandle<()>>,
+    exposed: bool,
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        if let Before::Plain {
+            cache: Some(cache), ..
+        } = &mut self.before
+        {
+            if let Some(writer) = cache.writer.take() {
+                let _ = writer.join();
+            }
+            if cache.exposed {
+                // Whatever the agent may have left there is not used by a later run.
+                cache.file.remove();
+            }
+        }
+    }
 }
 
 /// Why no ledger could be made.
@@ -133,23 +167,105 @@ impl Ledger {
     }
 
     pub fn before_with(workspace: &Path, caps: Caps) -> Ledger {
+        Ledger::before_in(workspace, caps, None)
+    }
+
+    /// The same, with the persistent scan cache of a plain workspace kept under
+    /// `state_dir` (see [`Ledger::keep_cache`]).
+    pub fn before_cached(workspace: &Path, state_dir: &Path) -> Ledger {
+        Ledger::before_in(workspace, Caps::default(), Some(state_dir))
+    }
+
+    pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
         let before = match GitRepo::discover(workspace) {
             Some(repo) => match repo.snapshot() {
                 Ok(tree) => Before::Git { repo, tree },
                 Err(e) => Before::Failed(e.to_string()),
             },
             None => {
-                let key = Key::random();
+                let canonical = std::fs::canonicalize(workspace).ok();
+                let file = state_dir
+                    .zip(canonical.as_deref())
+                    .and_then(|(state, ws)| CacheFile::for_workspace(state, ws));
+                let loaded = file.as_ref().and_then(CacheFile::load);
+                let (key, scan) = match loaded {
+                    Some(loaded) => {
+                        let prior = Prior { scan: &loaded.scan };
+                        let scan = scan::scan(workspace, &caps, &loaded.key, Some(&prior));
+                        (loaded.key, scan)
+                    }
+                    None => {
+                        let key = Key::random();
+                        let scan = scan::scan(workspace, &caps, &key, None);
+                        (key, scan)
+                    }
+                };
                 Before::Plain {
-                    scan: scan::scan(workspace, &caps, &key),
+                    scan: Arc::new(scan),
                     key,
                     caps,
+                    reuse: canonical.is_some_and(|ws| super::scan_cache::local_clock(&ws)),
+                    cache: file.map(|file| Cache {
+                        file,
+                        writer: None,
+                        exposed: false,
+                    }),
                 }
             }
         };
         Ledger {
             workspace: workspace.to_path_buf(),
             before,
+        }
+    }
+
+    /// Where the persistent scan cache is (a plain workspace with a state directory).
+    pub fn cache_path(&self) -> Option<&Path> {
+        match &self.before {
+            Before::Plain {
+                cache: Some(cache), ..
+            } => Some(cache.file.path()),
+            _ => None,
+        }
+    }
+
+    /// Once the run's sandbox is known: when the agent cannot reach the cache, write this
+    /// run's "before" as the next run's cache (in the background); when it could
+    /// (`exposed`), remove the cache now and again when the ledger is dropped, so that a
+    /// key the agent may have read, or a cache it may have written, is never used.
+    pub fn keep_cache(&mut self, exposed: bool) {
+        let Before::Plain {
+            scan,
+            key,
+            cache: Some(cache),
+            ..
+        } = &mut self.before
+        else {
+            return;
+        };
+        if exposed {
+            cache.exposed = true;
+            cache.file.remove();
+            return;
+        }
+        if cache.writer.is_some() || (scan.read == 0 && !scan.truncated && scan.reused > 0) {
+            // Nothing read means nothing the cache does not already say.
+            return;
+        }
+        let (file, scan, key) = (cache.file.clone(), scan.clone(), key.clone());
+        cache.writer = std::thread::Builder::new()
+            .name("ledger-cache".into())
+            .spawn(move || {
+                let _ = file.store(&scan, &key);
+            })
+            .ok();
+    }
+
+    /// For measurements: files of the "before" scan reused from the cache, and read.
+    pub fn scan_counts(&self) -> Option<(u64, u64)> {
+        match &self.before {
+            Before::Plain { scan, .. } => Some((scan.reused, scan.read)),
+            _ => None,
         }
     }
 
@@ -171,12 +287,20 @@ impl Ledger {
     ) -> Result<(Changes, Option<DiffText>), LedgerError> {
         match &self.before {
             Before::Git { repo, tree } => git_changes(repo, tree, diff, exclude),
-            Before::Plain { scan, key, caps } => {
-                let mut after = scan::scan(&self.workspace, caps, key);
+            Before::Plain {
+                scan,
+                key,
+                caps,
+                reuse,
+                ..
+            } => {
+                let prior = Prior { scan };
+                let prior = reuse.then_some(&prior);
+                let mut after = scan::scan(&self.workspace, caps, key, prior);
                 after
                     .entries
                     .retain(|path, _| !exclude.iter().any(|x| x.as_bytes() == path.as_slice()));
-                Ok(plain_changes(scan, &after, diff))
+                Ok(plain_changes(scan, &after, key, diff))
             }
             Before::Failed(reason) => Err(LedgerError(reason.clone())),
         }
@@ -228,7 +352,12 @@ fn git_changes(
     Ok((Changes::from_list(list, false), diff))
 }
 
-fn plain_changes(before: &Scan, after: &Scan, want_diff: bool) -> (Changes, Option<DiffText>) {
+fn plain_changes(
+    before: &Scan,
+    after: &Scan,
+    key: &Key,
+    want_diff: bool,
+) -> (Changes, Option<DiffText>) {
     let mut list = Vec::new();
     let mut patch = Patch::default();
     // A cut scan covers the paths up to its last one: beyond the earlier cut, presence
@@ -261,8 +390,8 @@ fn plain_changes(before: &Scan, after: &Scan, want_diff: bool) -> (Changes, Opti
                 binary: old.binary,
             },
             (Some(old), Some(new)) if old.differs(new) => {
-                let (added, removed) = match (&old.content, &new.content) {
-                    (Some(a), Some(b)) => scan::line_delta(a, b),
+                let (added, removed) = match (old.content_bytes(key), new.content_bytes(key)) {
+                    (Some(a), Some(b)) => scan::line_delta(&a, &b),
                     // Too large to keep: the whole files' line counts.
                     _ => (new.lines.unwrap_or(0), old.lines.unwrap_or(0)),
                 };
@@ -277,11 +406,9 @@ fn plain_changes(before: &Scan, after: &Scan, want_diff: bool) -> (Changes, Opti
             _ => continue,
         };
         if want_diff {
-            patch.add(
-                &change,
-                before.entries.get(path).and_then(|e| e.content.as_deref()),
-                after.entries.get(path).and_then(|e| e.content.as_deref()),
-            );
+            let old = before.entries.get(path).and_then(|e| e.content_bytes(key));
+            let new = after.entries.get(path).and_then(|e| e.content_bytes(key));
+            patch.add(&change, old.as_deref(), new.as_deref());
         }
         list.push(change);
     }
@@ -409,6 +536,101 @@ mod tests {
                 .contains("Binary files /dev/null and b/sub/new.bin differ")
         );
         assert!(!diff.truncated);
+    }
+
+    /// Waits (bounded) until every file under `root` is older than a scan starting now by
+    /// more than the racy margin, so the cache may trust them.
+    fn wait_until_settled(root: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let newest = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| {
+                let m = e.unwrap().metadata().unwrap();
+                i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec())
+            })
+            .max()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while scan::now_ns() <= newest + scan::RACY_MARGIN_NS + 50_000_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the clock did not move"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn summary(changes: &Changes) -> Vec<(&str, ChangeStatus, u64, u64)> {
+        changes
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status, f.lines_added, f.lines_removed))
+            .collect()
+    }
+
+    #[test]
+    fn the_cache_reuses_unchanged_files_and_sees_a_change_behind_restored_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+        std::fs::write(ws.join("b.txt"), "keep\nme\n").unwrap();
+        std::fs::write(ws.join("c.bin"), b"\0\x01").unwrap();
+        wait_until_settled(&ws);
+        let mut first = Ledger::before_cached(&ws, &state);
+        assert_eq!(first.scan_counts(), Some((0, 3)));
+        first.keep_cache(false);
+        drop(first);
+
+        // Edited at once, same size, the modification time put back (`touch -d`).
+        let b = ws.join("b.txt");
+        let mtime = std::fs::metadata(&b).unwrap().modified().unwrap();
+        std::fs::write(&b, "kept\nme\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&b)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(std::fs::metadata(&b).unwrap().modified().unwrap(), mtime);
+
+        let second = Ledger::before_cached(&ws, &state);
+        assert_eq!(second.scan_counts(), Some((2, 1)));
+        std::fs::write(&b, "kept\nme\nnow\n").unwrap();
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        let (changes, diff) = second.changes(true, &[]).unwrap();
+        assert_eq!(
+            summary(&changes),
+            vec![
+                ("a.txt", ChangeStatus::Modified, 0, 1),
+                ("b.txt", ChangeStatus::Modified, 1, 0),
+            ]
+        );
+        let diff = diff.unwrap().unified;
+        assert!(diff.contains("-kept\n-me\n+kept\n+me\n+now\n"), "{diff}");
+        assert!(diff.contains("-two\n"), "{diff}");
+    }
+
+    #[test]
+    fn a_cache_the_agent_could_reach_is_removed_and_never_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        let mut first = Ledger::before_cached(&ws, &state);
+        first.keep_cache(false);
+        let path = first.cache_path().unwrap().to_path_buf();
+        drop(first);
+        assert!(path.exists());
+        let mut second = Ledger::before_cached(&ws, &state);
+        second.keep_cache(true);
+        assert!(!path.exists());
+        // What the agent writes there meanwhile is gone when the run ends.
+        std::fs::copy(dir.path().join("ws/a.txt"), &path).unwrap();
+        drop(second);
+        assert!(!path.exists());
     }
 
     #[test]

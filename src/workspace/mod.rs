@@ -17,6 +17,7 @@ pub mod fs;
 pub mod git;
 pub mod ledger;
 pub mod scan;
+pub mod scan_cache;
 pub mod scope;
 pub mod verify;
 pub mod worktree;

@@ -6,15 +6,30 @@
 //! caps, so a huge or hostile tree costs bounded time and memory: past [`Caps::files`]
 //! files the rest is not tracked and the ledger says `truncated`; past [`Caps::hash_bytes`]
 //! bytes, files are compared by size and modification time only. The hash is keyed with a
-//! key chosen at random per run, so the agent cannot craft a change that hashes the same.
+//! secret key (random per run, or kept with the scan cache where the agent cannot read
+//! it), so the agent cannot craft a change that hashes the same.
+//!
+//! A [`Prior`] scan (the persistent cache of [`super::scan_cache`], or the run's "before"
+//! for its "after") spares reading files whose stat data is unchanged, as git's index
+//! does: an entry is reused only when the file's device, inode, size, modification and
+//! change times and mode are all the same, and its times are older than the prior scan's
+//! start by more than [`RACY_MARGIN_NS`] (git's "racily clean" rule: a change within the
+//! same timestamp tick as the prior look would otherwise go unseen). The change time
+//! cannot be set by a program, so restoring a file's size and modification time (`touch
+//! -d`) does not hide a change.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::Arc;
+
+/// How much older than a prior scan's start a file's times must be for its entry to be
+/// reused: more than the coarsest timestamp of the file systems the cache is used on
+/// (one second) plus the lag of the kernel's coarse clock.
+pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
 
 /// Limits of one scan.
 #[derive(Debug, Clone, Copy)]
@@ -46,16 +61,66 @@ pub struct Entry {
     pub size: u64,
     pub mtime_ns: i128,
     pub mode: u32,
+    /// Identity and change time, for reusing the entry in a later scan ([`Prior`]).
+    pub dev: u64,
+    pub ino: u64,
+    pub ctime_ns: i128,
     /// Keyed hash of the content; `None` past the hashing budget.
     pub hash: Option<u64>,
     pub binary: bool,
     /// Number of lines, when the whole file was read.
     pub lines: Option<u64>,
     /// The content, for small text files within the budget.
-    pub content: Option<Arc<[u8]>>,
+    pub content: Option<Content>,
+}
+
+/// Kept content: in memory, or in a scan cache file read when needed.
+#[derive(Debug, Clone)]
+pub enum Content {
+    Bytes(Arc<[u8]>),
+    Stored {
+        file: Arc<std::fs::File>,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Entry {
+    /// The kept content, read from the cache file if it is there; `None` when it was not
+    /// kept, or the cache file no longer holds what was hashed (then it is as if the
+    /// content had not been kept).
+    pub fn content_bytes(&self, key: &Key) -> Option<Arc<[u8]>> {
+        match self.content.as_ref()? {
+            Content::Bytes(bytes) => Some(bytes.clone()),
+            Content::Stored { file, offset, len } => {
+                let mut bytes = vec![0u8; usize::try_from(*len).ok()?];
+                file.read_exact_at(&mut bytes, *offset).ok()?;
+                (Some(hash(key, &bytes)) == self.hash).then(|| bytes.into())
+            }
+        }
+    }
+
+    /// The kept content's length, without reading it.
+    fn kept_len(&self) -> Option<u64> {
+        match self.content.as_ref()? {
+            Content::Bytes(bytes) => Some(bytes.len() as u64),
+            Content::Stored { len, .. } => Some(*len),
+        }
+    }
+
+    /// Whether `meta` (a fresh look at the same path) shows the file unchanged since this
+    /// entry was taken, by a scan that started after `trusted_before_ns` + the margin.
+    fn still_valid(&self, meta: &std::fs::Metadata, trusted_before_ns: i128) -> bool {
+        self.dev == meta.dev()
+            && self.ino == meta.ino()
+            && self.size == meta.len()
+            && self.mtime_ns == mtime_ns(meta)
+            && self.ctime_ns == ctime_ns(meta)
+            && self.mode == meta.mode() & 0o170111
+            && self.mtime_ns < trusted_before_ns
+            && self.ctime_ns < trusted_before_ns
+    }
+
     /// Whether `other` (a later look at the same path) holds different content.
     pub fn differs(&self, other: &Entry) -> bool {
         match (self.hash, other.hash) {
@@ -77,77 +142,176 @@ pub struct Scan {
     pub truncated: bool,
     /// The last path scanned (in [`walk_order`]).
     pub last: Option<Vec<u8>>,
+    /// When the walk started (ns since the epoch, the system clock).
+    pub started_ns: i128,
+    /// Files whose entry came from the prior scan / files read.
+    pub reused: u64,
+    pub read: u64,
 }
 
-/// The hash key of a run: both scans of one ledger must use the same one.
-#[derive(Debug, Clone)]
-pub struct Key(std::hash::RandomState);
+/// A scan whose entries may be reused (see the module doc).
+pub struct Prior<'a> {
+    pub scan: &'a Scan,
+}
 
-impl Key {
-    pub fn random() -> Key {
-        Key(std::hash::RandomState::new())
+impl Prior<'_> {
+    fn trusted_before_ns(&self) -> i128 {
+        self.scan.started_ns - RACY_MARGIN_NS
     }
 }
 
+/// The hash key: both scans of one ledger (and a cache with its scans) use the same one.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key(pub [u64; 2]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+impl Key {
+    pub fn random() -> Key {
+        // The system's random source; should it fail, the standard library's own seed.
+        let word =
+            |n: u64| getrandom::u64().unwrap_or_else(|_| std::hash::RandomState::new().hash_one(n));
+        Key([word(0), word(1)])
+    }
+}
+
+/// The system clock in ns since the epoch (0 if it is before it).
+pub fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
 /// Walks `root` within `caps`, depth first in name order, so that a cut scan holds every
-/// path up to its last one in [`walk_order`] and none after it.
-pub fn scan(root: &Path, caps: &Caps, key: &Key) -> Scan {
-    let mut out = Scan::default();
-    let mut budget = Budget {
-        hash_left: caps.hash_bytes,
-        keep_left: caps.keep_bytes,
+/// path up to its last one in [`walk_order`] and none after it. Entries of `prior` whose
+/// file is unchanged are reused instead of reading the file.
+pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&Prior<'_>>) -> Scan {
+    let mut out = Scan {
+        started_ns: now_ns(),
+        ..Scan::default()
     };
-    walk(root, &[], caps, key, &mut budget, &mut out, 0);
+    let mut walker = Walker {
+        caps,
+        key,
+        prior,
+        // Only files on the root's own file system are reused: another one mounted inside
+        // may keep time by a clock of its own.
+        root_dev: std::fs::symlink_metadata(root).map_or(u64::MAX, |m| m.dev()),
+        budget: Budget {
+            hash_left: caps.hash_bytes,
+            keep_left: caps.keep_bytes,
+        },
+    };
+    walker.walk(root, &[], &mut out, 0);
     out
 }
 
 /// Directories nested deeper than this are not entered (no real tree is that deep).
 const MAX_DEPTH: usize = 256;
 
-/// Scans `rel` below `root`; `false` once the cap is reached.
-fn walk(
-    root: &Path,
-    rel: &[u8],
-    caps: &Caps,
-    key: &Key,
-    budget: &mut Budget,
-    out: &mut Scan,
-    depth: usize,
-) -> bool {
-    let dir = root.join(std::ffi::OsStr::from_bytes(rel));
-    let Ok(read) = std::fs::read_dir(&dir) else {
-        return true;
-    };
-    let mut names: Vec<_> = read.flatten().collect();
-    names.sort_by_key(|e| e.file_name());
-    for item in names {
-        let mut path = rel.to_vec();
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(item.file_name().as_bytes());
-        let Ok(meta) = std::fs::symlink_metadata(item.path()) else {
-            continue;
+struct Walker<'a> {
+    caps: &'a Caps,
+    key: &'a Key,
+    prior: Option<&'a Prior<'a>>,
+    root_dev: u64,
+    budget: Budget,
+}
+
+impl Walker<'_> {
+    /// Scans `rel` below `root`; `false` once the cap is reached.
+    fn walk(&mut self, root: &Path, rel: &[u8], out: &mut Scan, depth: usize) -> bool {
+        let dir = root.join(std::ffi::OsStr::from_bytes(rel));
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            return true;
         };
-        let kind = meta.file_type();
-        if kind.is_dir() {
-            if depth < MAX_DEPTH && !walk(root, &path, caps, key, budget, out, depth + 1) {
+        let mut names: Vec<_> = read.flatten().collect();
+        names.sort_by_key(|e| e.file_name());
+        for item in names {
+            let mut path = rel.to_vec();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(item.file_name().as_bytes());
+            // Relative to the open directory (`fstatat`), never following a symlink.
+            let Ok(meta) = item.metadata() else {
+                continue;
+            };
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                if depth < MAX_DEPTH && !self.walk(root, &path, out, depth + 1) {
+                    return false;
+                }
+                continue;
+            }
+            if !kind.is_file() && !kind.is_symlink() {
+                continue;
+            }
+            if out.entries.len() >= self.caps.files {
+                out.truncated = true;
                 return false;
             }
-            continue;
+            let reused = self.reuse(&path, &meta);
+            let entry = match reused {
+                Some(entry) => {
+                    out.reused += 1;
+                    entry
+                }
+                None => {
+                    out.read += 1;
+                    look(&item.path(), &meta, self.caps, self.key, &mut self.budget)
+                }
+            };
+            out.last = Some(path.clone());
+            out.entries.insert(path, entry);
         }
-        if !kind.is_file() && !kind.is_symlink() {
-            continue;
-        }
-        if out.entries.len() >= caps.files {
-            out.truncated = true;
-            return false;
-        }
-        let entry = look(&item.path(), &meta, caps, key, budget);
-        out.last = Some(path.clone());
-        out.entries.insert(path, entry);
+        true
     }
-    true
+
+    /// The prior scan's entry for `path`, when the file is unchanged since and the entry
+    /// holds what reading the file now would give within the budgets (which are charged
+    /// as if it had been read).
+    fn reuse(&mut self, path: &[u8], meta: &std::fs::Metadata) -> Option<Entry> {
+        let prior = self.prior?;
+        if meta.dev() != self.root_dev {
+            return None;
+        }
+        let old = prior.scan.entries.get(path)?;
+        if !old.still_valid(meta, prior.trusted_before_ns()) {
+            return None;
+        }
+        if meta.file_type().is_symlink() {
+            return Some(old.clone());
+        }
+        let size = old.size;
+        if size > self.budget.hash_left {
+            // Past the hashing budget: compared by stat data only, as a fresh look would.
+            return Some(Entry {
+                hash: None,
+                binary: false,
+                lines: None,
+                content: None,
+                ..old.clone()
+            });
+        }
+        old.hash?;
+        let keep =
+            !old.binary && size <= self.caps.keep_file_bytes && size <= self.budget.keep_left;
+        if keep && old.kept_len() != Some(size) {
+            return None;
+        }
+        self.budget.hash_left -= size;
+        let mut entry = old.clone();
+        if keep {
+            self.budget.keep_left -= size;
+        } else {
+            entry.content = None;
+        }
+        Some(entry)
+    }
 }
 
 /// The order of the walk: path components compared one by one.
@@ -169,8 +333,11 @@ fn look(
 ) -> Entry {
     let mut entry = Entry {
         size: meta.len(),
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        mtime_ns: mtime_ns(meta),
         mode: meta.mode() & 0o170111,
+        dev: meta.dev(),
+        ino: meta.ino(),
+        ctime_ns: ctime_ns(meta),
         hash: None,
         binary: false,
         lines: None,
@@ -186,7 +353,15 @@ fn look(
     if entry.size > budget.hash_left {
         return entry;
     }
-    let Ok(file) = std::fs::File::open(path) else {
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Not through a symlink, and not blocking on a FIFO swapped in since the stat.
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+    };
+    let Ok(file) = file else {
         return entry;
     };
     let mut bytes = Vec::new();
@@ -202,14 +377,23 @@ fn look(
         let len = bytes.len() as u64;
         if len <= caps.keep_file_bytes && len <= budget.keep_left {
             budget.keep_left -= len;
-            entry.content = Some(bytes.into());
+            entry.content = Some(Content::Bytes(bytes.into()));
         }
     }
     entry
 }
 
-fn hash(key: &Key, bytes: &[u8]) -> u64 {
-    let mut hasher = key.0.build_hasher();
+fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
+fn ctime_ns(meta: &std::fs::Metadata) -> i128 {
+    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
+}
+
+/// The keyed hash of `bytes` (SipHash-1-3).
+pub fn hash(key: &Key, bytes: &[u8]) -> u64 {
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(key.0[0], key.0[1]);
     hasher.write(bytes);
     hasher.finish()
 }
@@ -267,6 +451,50 @@ mod tests {
         assert!(!is_binary(b"plain"));
     }
 
+    /// A prior entry whose stat data matches the file but whose hash is of older content
+    /// (a change within the timestamp tick of the prior look): reused only when the prior
+    /// scan started well after the file's times.
+    #[test]
+    fn a_racily_clean_entry_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::random();
+        std::fs::write(dir.path().join("f"), "aaaa\n").unwrap();
+        let first = scan(dir.path(), &Caps::default(), &key, None);
+        std::fs::write(dir.path().join("f"), "bbbb\n").unwrap();
+        let now = scan(dir.path(), &Caps::default(), &key, None);
+        let stale = Entry {
+            hash: first.entries[b"f".as_slice()].hash,
+            content: first.entries[b"f".as_slice()].content.clone(),
+            ..now.entries[b"f".as_slice()].clone()
+        };
+        let forged = |started_ns| Scan {
+            entries: BTreeMap::from([(b"f".to_vec(), stale.clone())]),
+            started_ns,
+            ..Scan::default()
+        };
+        let racy = forged(now.started_ns);
+        let again = scan(
+            dir.path(),
+            &Caps::default(),
+            &key,
+            Some(&Prior { scan: &racy }),
+        );
+        assert_eq!((again.reused, again.read), (0, 1));
+        assert_eq!(
+            again.entries[b"f".as_slice()].hash,
+            now.entries[b"f".as_slice()].hash
+        );
+        // The control: had the prior look been long after the change, it would be trusted.
+        let old = forged(now.started_ns + 10 * RACY_MARGIN_NS);
+        let trusted = scan(
+            dir.path(),
+            &Caps::default(),
+            &key,
+            Some(&Prior { scan: &old }),
+        );
+        assert_eq!((trusted.reused, trusted.read), (1, 0));
+    }
+
     #[test]
     fn caps_bound_the_walk() {
         let dir = tempfile::tempdir().unwrap();
@@ -277,7 +505,7 @@ mod tests {
             files: 5,
             ..Caps::default()
         };
-        let scan = scan(dir.path(), &caps, &Key::random());
+        let scan = scan(dir.path(), &caps, &Key::random(), None);
         assert!(scan.truncated);
         assert_eq!(scan.entries.len(), 5);
     }

@@ -1,0 +1,538 @@
+//! The persistent cache of a plain workspace's scan, so that a run's "before" snapshot
+//! reads only the files that changed since the last run (see [`super::scan::Prior`]).
+//!
+//! One file per workspace, `<state>/ledger/<id>.cache` (the id a hash of the workspace's
+//! canonical path), owner-only, in coder's state directory: outside the workspace and
+//! never granted to the agent, since it holds the hash key (the caller removes it when a
+//! run's sandbox could reach it, so a key the agent may have read is never used again).
+//! It holds, per file, the stat data git's index keeps (device, inode, size, modification
+//! and change times, mode), the keyed hash, line count and binary flag, and the kept
+//! content of small text files, read back only for files that turn out changed.
+//!
+//! The file is written whole to a temporary name and renamed, so a reader sees one
+//! complete version. A file that is not exactly what was written (wrong magic or
+//! version, another workspace's path, a bad checksum of the header and entries, a wrong
+//! length) is ignored and the scan reads everything. Each stored content is checked
+//! against its entry's keyed hash when it is read. The cache is used only on file
+//! systems whose timestamps come from this kernel's clock (the racy rule compares them
+//! with it); elsewhere every file is read, as before.
+
+use std::collections::BTreeMap;
+use std::hash::Hasher;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::scan::{Content, Entry, Key, Scan};
+
+const MAGIC: &[u8; 16] = b"coder-ledger\0v1\n";
+
+/// Entries held at most (a larger file is not a cache this coder wrote).
+const MAX_ENTRIES: u64 = 10_000_000;
+
+/// Where a workspace's cache lives, and which workspace it is for.
+#[derive(Debug, Clone)]
+pub struct CacheFile {
+    path: PathBuf,
+    /// The workspace's canonical path, as recorded in the file.
+    workspace: Vec<u8>,
+}
+
+/// A loaded cache: its entries (contents left in the file) and its key.
+pub struct Loaded {
+    pub scan: Scan,
+    pub key: Key,
+}
+
+impl CacheFile {
+    /// The cache of `workspace` (canonical) under `state_dir`; `None` when the workspace's
+    /// file system keeps time by a clock of its own (network and FUSE file systems).
+    pub fn for_workspace(state_dir: &Path, workspace: &Path) -> Option<CacheFile> {
+        if !local_clock(workspace) {
+            return None;
+        }
+        let bytes = workspace.as_os_str().as_bytes().to_vec();
+        let mut id = siphasher::sip::SipHasher13::new_with_keys(0, 0);
+        id.write(&bytes);
+        Some(CacheFile {
+            path: state_dir
+                .join("ledger")
+                .join(format!("{:016x}.cache", id.finish())),
+            workspace: bytes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The cache's entries and key, or `None` when there is no usable cache.
+    pub fn load(&self) -> Option<Loaded> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        // coder's own file, as it writes it.
+        if !meta.is_file() || meta.mode() & 0o077 != 0 || meta.uid() != current_uid() {
+            return None;
+        }
+        // The header and entries only; the contents stay in the file until needed.
+        let mut prefix = [0u8; MAGIC.len() + 8];
+        file.read_exact(&mut prefix).ok()?;
+        if prefix[..MAGIC.len()] != MAGIC[..] {
+            return None;
+        }
+        let head_len = u64::from_le_bytes(prefix[MAGIC.len()..].try_into().ok()?);
+        if head_len > meta.len() || head_len < prefix.len() as u64 {
+            return None;
+        }
+        let mut head = prefix.to_vec();
+        (&mut file)
+            .take(head_len - prefix.len() as u64)
+            .read_to_end(&mut head)
+            .ok()?;
+        let file = Arc::new(file);
+        parse(&head, meta.len(), &self.workspace, &file)
+    }
+
+    /// Writes `scan` (taken with `key`) as the cache, replacing the old one whole.
+    pub fn store(&self, scan: &Scan, key: &Key) -> std::io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let (head, blobs) = encode(scan, key, &self.workspace);
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let written = (|| {
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            out.write_all(&head)?;
+            for blob in blobs {
+                out.write_all(&blob)?;
+            }
+            drop(out);
+            std::fs::rename(&tmp, &self.path)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
+    }
+
+    /// Removes the cache (its key may have been seen).
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn current_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// Whether the file system of `path` stamps times with this kernel's clock.
+pub fn local_clock(path: &Path) -> bool {
+    const LOCAL: [i64; 8] = [
+        0xEF53,      // ext2, ext3, ext4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0xF2F5_2010, // f2fs
+        0x794C_7630, // overlayfs
+        0x2FC1_2FC1, // zfs
+        0xCA45_1A4E, // bcachefs
+    ];
+    nix::sys::statfs::statfs(path).is_ok_and(|fs| {
+        #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
+        let kind = fs.filesystem_type().0 as i64;
+        LOCAL.contains(&kind)
+    })
+}
+
+// ---- The format: all integers little-endian.
+// MAGIC, u64 length of this head (up to and including the checksum), u32 workspace
+// length, workspace, key (2 x u64), i64 scan start (ns), u64 entry
+// count, the entries, u64 blob bytes, u64 checksum (of everything before it), the blobs.
+// An entry: u32 path length, path, u64 size, i64 mtime, i64 ctime (ns), u32 mode, u64 dev,
+// u64 ino, u8 flags (1 hash, 2 binary, 4 lines, 8 content), u64 hash, u64 lines, u64
+// content length (its bytes follow the previous entry's in the blob area).
+
+const HAS_HASH: u8 = 1;
+const BINARY: u8 = 2;
+const HAS_LINES: u8 = 4;
+const HAS_CONTENT: u8 = 8;
+
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = siphasher::sip::SipHasher13::new_with_keys(0x0063_6f64_6572, 0x6c65_6467_6572);
+    h.write(bytes);
+    h.finish()
+}
+
+fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
+    let mut out = Vec::with_capacity(64 + scan.entries.len() * 96);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&(workspace.len() as u32).to_le_bytes());
+    out.extend_from_slice(workspace);
+    out.extend_from_slice(&key.0[0].to_le_bytes());
+    out.extend_from_slice(&key.0[1].to_le_bytes());
+    out.extend_from_slice(&(scan.started_ns as i64).to_le_bytes());
+    let mut blobs = Vec::new();
+    let mut blob_bytes: u64 = 0;
+    let mut count: u64 = 0;
+    let count_at = out.len();
+    out.extend_from_slice(&0u64.to_le_bytes());
+    // Stored contents of one old cache file, read once when first needed.
+    let mut old: Option<(Arc<std::fs::File>, Vec<u8>)> = None;
+    for (path, entry) in &scan.entries {
+        let (Ok(mtime), Ok(ctime), Ok(path_len)) = (
+            i64::try_from(entry.mtime_ns),
+            i64::try_from(entry.ctime_ns),
+            u32::try_from(path.len()),
+        ) else {
+            continue;
+        };
+        let content = match &entry.content {
+            None => None,
+            Some(Content::Bytes(bytes)) => Some(bytes.clone()),
+            Some(Content::Stored { file, offset, len }) => {
+                match stored(&mut old, file, *offset, *len) {
+                    Some(bytes) if Some(super::scan::hash(key, &bytes)) == entry.hash => {
+                        Some(bytes)
+                    }
+                    // Not what was hashed: leave the file out, the next scan reads it.
+                    _ => continue,
+                }
+            }
+        };
+        let mut flags = 0;
+        if entry.hash.is_some() {
+            flags |= HAS_HASH;
+        }
+        if entry.binary {
+            flags |= BINARY;
+        }
+        if entry.lines.is_some() {
+            flags |= HAS_LINES;
+        }
+        if content.is_some() {
+            flags |= HAS_CONTENT;
+        }
+        out.extend_from_slice(&path_len.to_le_bytes());
+        out.extend_from_slice(path);
+        out.extend_from_slice(&entry.size.to_le_bytes());
+        out.extend_from_slice(&mtime.to_le_bytes());
+        out.extend_from_slice(&ctime.to_le_bytes());
+        out.extend_from_slice(&entry.mode.to_le_bytes());
+        out.extend_from_slice(&entry.dev.to_le_bytes());
+        out.extend_from_slice(&entry.ino.to_le_bytes());
+        out.push(flags);
+        out.extend_from_slice(&entry.hash.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&entry.lines.unwrap_or(0).to_le_bytes());
+        let len = content.as_ref().map_or(0, |c| c.len() as u64);
+        out.extend_from_slice(&len.to_le_bytes());
+        if let Some(content) = content {
+            blob_bytes += len;
+            blobs.push(content);
+        }
+        count += 1;
+    }
+    out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&blob_bytes.to_le_bytes());
+    let head_len = out.len() as u64 + 8;
+    out[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&head_len.to_le_bytes());
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    (out, blobs)
+}
+
+/// A stored content of an old cache file, from its blob area read whole once.
+fn stored(
+    old: &mut Option<(Arc<std::fs::File>, Vec<u8>)>,
+    file: &Arc<std::fs::File>,
+    offset: u64,
+    len: u64,
+) -> Option<Arc<[u8]>> {
+    let fresh = !old.as_ref().is_some_and(|(f, _)| Arc::ptr_eq(f, file));
+    if fresh {
+        let size = file.metadata().ok()?.len();
+        let mut all = vec![0u8; usize::try_from(size).ok()?];
+        file.read_exact_at(&mut all, 0).ok()?;
+        *old = Some((file.clone(), all));
+    }
+    let (_, all) = old.as_ref()?;
+    let start = usize::try_from(offset).ok()?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    all.get(start..end).map(Arc::from)
+}
+
+/// A reader of the format that fails (`None`) on anything short or out of range.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n)?;
+        let slice = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(slice)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+fn parse(
+    bytes: &[u8],
+    file_len: u64,
+    workspace: &[u8],
+    file: &Arc<std::fs::File>,
+) -> Option<Loaded> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(MAGIC.len())? != MAGIC {
+        return None;
+    }
+    r.u64()?;
+    let ws_len = r.u32()? as usize;
+    if r.take(ws_len)? != workspace {
+        return None;
+    }
+    let key = Key([r.u64()?, r.u64()?]);
+    let started_ns = i128::from(r.i64()?);
+    let count = r.u64()?;
+    if count > MAX_ENTRIES {
+        return None;
+    }
+    struct Raw<'a> {
+        path: &'a [u8],
+        entry: Entry,
+        content_len: Option<u64>,
+    }
+    let mut raws = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let path_len = r.u32()? as usize;
+        let path = r.take(path_len)?;
+        let size = r.u64()?;
+        let mtime_ns = i128::from(r.i64()?);
+        let ctime_ns = i128::from(r.i64()?);
+        let mode = r.u32()?;
+        let dev = r.u64()?;
+        let ino = r.u64()?;
+        let flags = r.u8()?;
+        let hash = r.u64()?;
+        let lines = r.u64()?;
+        let content_len = r.u64()?;
+        raws.push(Raw {
+            path,
+            entry: Entry {
+                size,
+                mtime_ns,
+                mode,
+                dev,
+                ino,
+                ctime_ns,
+                hash: (flags & HAS_HASH != 0).then_some(hash),
+                binary: flags & BINARY != 0,
+                lines: (flags & HAS_LINES != 0).then_some(lines),
+                content: None,
+            },
+            content_len: (flags & HAS_CONTENT != 0).then_some(content_len),
+        });
+    }
+    let blob_bytes = r.u64()?;
+    let body_end = r.at;
+    let sum = r.u64()?;
+    if checksum(&bytes[..body_end]) != sum {
+        return None;
+    }
+    let blobs_start = r.at as u64;
+    if r.at != bytes.len() || blobs_start.checked_add(blob_bytes)? != file_len {
+        return None;
+    }
+    let mut offset = blobs_start;
+    let mut entries = Vec::with_capacity(raws.len());
+    for raw in raws {
+        let mut entry = raw.entry;
+        if let Some(len) = raw.content_len {
+            let end = offset.checked_add(len)?;
+            if end > file_len {
+                return None;
+            }
+            entry.content = Some(Content::Stored {
+                file: file.clone(),
+                offset,
+                len,
+            });
+            offset = end;
+        }
+        entries.push((raw.path.to_vec(), entry));
+    }
+    Some(Loaded {
+        scan: Scan {
+            entries: entries.into_iter().collect::<BTreeMap<_, _>>(),
+            started_ns,
+            ..Scan::default()
+        },
+        key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::scan::{Caps, Prior, scan};
+
+    fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+        std::fs::write(ws.join("b.bin"), b"\0\x01\x02").unwrap();
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        std::fs::write(ws.join("sub/c.txt"), "three\n").unwrap();
+        let ws = std::fs::canonicalize(&ws).unwrap();
+        (dir, ws, state)
+    }
+
+    /// A scan whose start is well past every file's times, as if taken later.
+    fn aged(mut scan: Scan) -> Scan {
+        scan.started_ns += 10 * super::super::scan::RACY_MARGIN_NS;
+        scan
+    }
+
+    #[test]
+    fn a_stored_scan_loads_back_with_its_key_and_contents() {
+        let (_dir, ws, state) = setup();
+        let key = Key::random();
+        let first = aged(scan(&ws, &Caps::default(), &key, None));
+        let cache = CacheFile::for_workspace(&state, &ws).unwrap();
+        cache.store(&first, &key).unwrap();
+        let mode = std::fs::metadata(cache.path()).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let loaded = cache.load().unwrap();
+        assert_eq!(loaded.key, key);
+        assert_eq!(loaded.scan.entries.len(), 3);
+        let a = &loaded.scan.entries[b"a.txt".as_slice()];
+        assert_eq!(
+            a.content_bytes(&key).as_deref(),
+            Some(b"one\ntwo\n".as_slice())
+        );
+        assert_eq!(a.lines, Some(2));
+        assert!(loaded.scan.entries[b"b.bin".as_slice()].binary);
+
+        let prior = Prior { scan: &loaded.scan };
+        let second = scan(&ws, &Caps::default(), &key, Some(&prior));
+        assert_eq!((second.reused, second.read), (3, 0));
+        // Stored again from stored contents: still the same.
+        cache.store(&aged(second), &key).unwrap();
+        let again = cache.load().unwrap();
+        let c = &again.scan.entries[b"sub/c.txt".as_slice()];
+        assert_eq!(
+            c.content_bytes(&key).as_deref(),
+            Some(b"three\n".as_slice())
+        );
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_cache_is_not_used() {
+        let (_dir, ws, state) = setup();
+        let key = Key::random();
+        let first = aged(scan(&ws, &Caps::default(), &key, None));
+        let cache = CacheFile::for_workspace(&state, &ws).unwrap();
+        cache.store(&first, &key).unwrap();
+        let good = std::fs::read(cache.path()).unwrap();
+        let put = |bytes: &[u8]| {
+            std::fs::remove_file(cache.path()).unwrap();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(cache.path())
+                .unwrap()
+                .write_all(bytes)
+                .unwrap();
+        };
+        // Truncated anywhere, or one bit flipped in the header or an entry.
+        for cut in [0, 10, good.len() / 2, good.len() - 1] {
+            put(&good[..cut]);
+            assert!(cache.load().is_none(), "cut at {cut}");
+        }
+        for at in [20, good.len() / 2] {
+            let mut bad = good.clone();
+            bad[at] ^= 1;
+            put(&bad);
+            assert!(cache.load().is_none(), "bit flipped at {at}");
+        }
+        // Longer than written.
+        let mut long = good.clone();
+        long.push(0);
+        put(&long);
+        assert!(cache.load().is_none());
+        // A copy of another workspace's cache.
+        let other = ws.parent().unwrap().join("other");
+        std::fs::create_dir(&other).unwrap();
+        let other = CacheFile::for_workspace(&state, &other).unwrap();
+        std::fs::copy(cache.path(), other.path()).unwrap();
+        put(&good);
+        assert!(other.load().is_none());
+        assert!(cache.load().is_some());
+        // Readable by others: not coder's own.
+        std::fs::set_permissions(
+            cache.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        assert!(cache.load().is_none());
+    }
+
+    #[test]
+    fn a_stored_content_that_does_not_match_its_hash_is_not_used() {
+        let (_dir, ws, state) = setup();
+        let key = Key::random();
+        let first = aged(scan(&ws, &Caps::default(), &key, None));
+        let cache = CacheFile::for_workspace(&state, &ws).unwrap();
+        cache.store(&first, &key).unwrap();
+        let mut bytes = std::fs::read(cache.path()).unwrap();
+        // The blob area is the file's tail: "one\ntwo\n" then "three\n".
+        let n = bytes.len();
+        bytes[n - 1] = b'X';
+        std::fs::write(cache.path(), &bytes).unwrap();
+        let loaded = cache.load().unwrap();
+        let c = &loaded.scan.entries[b"sub/c.txt".as_slice()];
+        assert_eq!(c.content_bytes(&key), None);
+        // Stored again, the damaged file is left out (the next scan reads it).
+        cache.store(&loaded.scan, &key).unwrap();
+        let again = cache.load().unwrap();
+        assert!(!again.scan.entries.contains_key(b"sub/c.txt".as_slice()));
+        assert!(again.scan.entries.contains_key(b"a.txt".as_slice()));
+    }
+}
