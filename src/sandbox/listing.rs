@@ -23,7 +23,11 @@
 //! * file systems whose ctime coder does not trust to move (network and FUSE file systems
 //!   can report cached or synthetic times): only ext4, XFS, Btrfs and tmpfs are trusted,
 //!   decided per device;
-//! * a listing with an entry of unknown type (no `d_type`).
+//! * a listing with an entry of unknown type (no `d_type`);
+//! * an encrypted directory (ext4 fscrypt): without its key it lists encoded names, and
+//!   any process, unprivileged, can add the key to the file system's keyring during the
+//!   run, after which it lists the real ones (a `.git`, a git dir's `HEAD`) with its
+//!   ctime untouched.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -121,7 +125,10 @@ impl ScanListings {
     /// Record the listing of the directory `st` describes (`dir`, its open descriptor,
     /// decides the file system); one that could not be trusted later is not kept.
     pub(crate) fn record(&mut self, dir: BorrowedFd<'_>, st: &FileStat, summary: DirSummary) {
-        if self.usable(st) && self.trusted_device(dir, st.st_dev) {
+        if self.usable(st)
+            && self.trusted_device(dir, st.st_dev)
+            && super::sys::is_encrypted(dir) == Ok(false)
+        {
             self.insert(st, summary);
         }
     }

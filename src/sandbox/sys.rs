@@ -101,6 +101,28 @@ pub(crate) fn move_mount(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result
     Errno::result(ret).map(drop)
 }
 
+/// Whether the file open as `fd` is encrypted (ext4/f2fs fscrypt): `statx`'s
+/// `STATX_ATTR_ENCRYPTED`. An encrypted directory lists different names once any process
+/// adds its key to the file system's keyring, and its ctime does not move.
+pub(crate) fn is_encrypted(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `statx` writes at most one `struct statx` into `stx`, which is that size; the
+    // path is an empty NUL-terminated string, read under AT_EMPTY_PATH.
+    let ret = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            0,
+            stx.as_mut_ptr(),
+        )
+    };
+    Errno::result(ret)?;
+    // SAFETY: the buffer started zeroed (a valid `statx`) and the call succeeded.
+    let stx = unsafe { stx.assume_init() };
+    Ok(stx.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0)
+}
+
 /// The Landlock ABI version of the running kernel (an error when Landlock is absent or
 /// disabled).
 pub(crate) fn landlock_abi() -> Result<i32, Errno> {
