@@ -451,6 +451,7 @@ async fn watch(
                         Err(_) => break,
                     }
                 }
+                journal.flush();
                 if cause.is_some() {
                     break;
                 }
@@ -549,6 +550,7 @@ async fn finish(
             Err(_) => break,
         }
     }
+    journal.flush();
     // A reader still waiting for queue room gives up instead of waiting forever.
     lines.budget.close();
     guard.pid = None;
