@@ -136,8 +136,8 @@ pub struct AttemptEnd {
 }
 
 enum PipeMsg {
-    /// The complete lines of one read, and their share of the queue budget, handed back
-    /// when the last of them has been handled.
+    /// Complete lines of one read, and their share of the queue budget, handed back when
+    /// the last of them has been handled.
     Lines(Pipe, Vec<Line>, OwnedSemaphorePermit),
     Eof,
 }
@@ -220,8 +220,9 @@ struct Running {
 
 /// The lines the pipe readers send, the budget bounding them, and the buffers coming back.
 ///
-/// A reader sends every complete line of one read as one message, so that a fast stream of
-/// short lines costs one hand-off and one wake-up per read, not per line.
+/// A reader sends the complete lines of one read as one message (all that the budget
+/// admits without waiting, see `send_lines`), so that a fast stream of short lines costs
+/// one hand-off and one wake-up per read, not per line.
 struct LineQueue {
     rx: mpsc::Receiver<PipeMsg>,
     /// The message whose lines are being handled.
@@ -694,20 +695,51 @@ async fn read_pipe<R: AsyncRead + Unpin>(
     let _ = tx.send(PipeMsg::Eof).await;
 }
 
-/// Queues the lines of one read once the budget has room for them; false when the
+/// Queues the lines of one read as the budget admits them, each in turn as if it were
+/// sent alone, and sends the lines admitted without waiting together; false when the
 /// supervisor is gone.
+///
+/// Admitting line by line keeps the memory bound of one line per message: a long line
+/// that takes the whole budget leaves the lines after it waiting, and the reader with
+/// them, until the supervisor has handled it, so no second large buffer fills meanwhile.
 async fn send_lines(
     tx: &mpsc::Sender<PipeMsg>,
     budget: &Arc<Semaphore>,
     pipe: Pipe,
     lines: Vec<Line>,
 ) -> bool {
-    // What the lines hold in memory, which for a line in a reused buffer is more than
-    // its length. More than the whole budget still passes, alone.
-    let held: usize = lines.iter().map(|line| line.bytes.capacity()).sum();
-    let share = held.clamp(1, QUEUED_BYTES) as u32;
-    let Ok(queued) = budget.clone().acquire_many_owned(share).await else {
-        return false;
-    };
-    tx.send(PipeMsg::Lines(pipe, lines, queued)).await.is_ok()
+    let mut batch = Vec::new();
+    let mut admitted: Option<OwnedSemaphorePermit> = None;
+    for line in lines {
+        // What the line holds in memory, which for a line in a reused buffer is more
+        // than its length. More than the whole budget still passes, alone.
+        let share = line.bytes.capacity().clamp(1, QUEUED_BYTES) as u32;
+        let permit = match budget.clone().try_acquire_many_owned(share) {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => return false,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                if let Some(queued) = admitted.take()
+                    && tx
+                        .send(PipeMsg::Lines(pipe, std::mem::take(&mut batch), queued))
+                        .await
+                        .is_err()
+                {
+                    return false;
+                }
+                let Ok(permit) = budget.clone().acquire_many_owned(share).await else {
+                    return false;
+                };
+                permit
+            }
+        };
+        match &mut admitted {
+            Some(queued) => queued.merge(permit),
+            None => admitted = Some(permit),
+        }
+        batch.push(line);
+    }
+    match admitted {
+        Some(queued) => tx.send(PipeMsg::Lines(pipe, batch, queued)).await.is_ok(),
+        None => true,
+    }
 }
