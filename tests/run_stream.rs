@@ -45,6 +45,39 @@ fn megabytes_of_events_and_stderr_noise() {
 }
 
 #[test]
+fn every_line_of_a_burst_is_seen_and_recorded_in_order() {
+    // Short lines (about 540 bytes, the event's smallest) written 64 KiB at a time:
+    // hundreds arrive at once, more than the supervisor handles per wake-up (a line taken
+    // at the end of one was once lost).
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "flood", "bytes": 2 * MIB, "kind": "events", "line_bytes": 200},
+        steps::result_ok("all there"),
+    ]));
+    let out = fake.coder().args(["--return-metrics", "task"]).run();
+    out.assert_success("all there");
+    let transcript = common::read_transcript(std::path::Path::new(
+        out.envelope["transcript"].as_str().unwrap(),
+    ));
+    let floods: Vec<u64> = transcript
+        .iter()
+        .filter_map(|entry| {
+            let text = entry["event"]["message"]["content"][0]["text"].as_str()?;
+            text.strip_prefix("flood ")?.split(' ').next()?.parse().ok()
+        })
+        .collect();
+    assert!(floods.len() > 3_000, "{} flood lines", floods.len());
+    let expected: Vec<u64> = (1..=floods.len() as u64).collect();
+    assert!(
+        floods == expected,
+        "a flood line is missing or out of order"
+    );
+    let m = &out.envelope["metrics"];
+    assert_eq!(m["stdout_lines"], floods.len() as u64 + 2, "{m}");
+    assert_eq!(m["events"], floods.len() as u64 + 2, "{m}");
+}
+
+#[test]
 fn invalid_utf8_and_noise_are_counted_but_not_fatal() {
     let fake = Fake::new(json!([
         steps::init(),

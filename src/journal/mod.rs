@@ -20,12 +20,17 @@ use crate::stream::{Decoded, Line, Pipe};
 
 /// Where the supervisor reports what happens, as it happens (the transcript, the progress
 /// display). Implementations must return quickly: the supervisor's deadlines wait while
-/// they run. (The transcript hands entries to a thread of its own and waits only when four
-/// are already queued, that is when its disk is slower than the child's output.)
+/// they run. (The transcript hands batches of entries to a thread of its own and waits
+/// only when four are already queued, that is when its disk is slower than the child's
+/// output.)
 pub trait Journal {
     /// A complete line of the child's output; `decoded` is its decoded form, if it is an
     /// event.
     fn line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>);
+    /// The lines at hand have been handled: whatever was recorded goes out now. Lines may
+    /// be held back until this is called, so that a fast stream is recorded in batches;
+    /// the supervisor calls it before it waits for more output.
+    fn flush(&mut self) {}
     /// Something coder did.
     fn note(&mut self, note: Note<'_>);
 }

@@ -206,6 +206,10 @@ impl Journal for RunJournal {
         }
     }
 
+    fn flush(&mut self) {
+        self.transcript.flush();
+    }
+
     fn note(&mut self, note: Note<'_>) {
         if let (Note::Queued(data), Some(progress)) = (&note, self.progress.as_mut()) {
             progress.set_phase(match data["state"].as_str() {

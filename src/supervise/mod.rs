@@ -2,7 +2,8 @@
 //! concurrently, enforce the idle and total watchdogs, react to coder's own signals, and
 //! make sure that when the attempt ends no process of it is left.
 //!
-//! The loop is event-driven: it wakes for a line, the child's exit, a deadline or a signal.
+//! The loop is event-driven: it wakes for output (the complete lines of one read of a pipe,
+//! handed over together), the child's exit, a deadline or a signal.
 //! Completion is driven by the `result` event, not by the child's exit: the CLI can stay
 //! alive after answering (MCP servers, background shells), so after a result the child gets
 //! a short grace to exit on its own and is then stopped, and the run still succeeds. The
@@ -135,9 +136,18 @@ pub struct AttemptEnd {
 }
 
 enum PipeMsg {
-    /// A line and its share of the queue budget, handed back when the message is dropped.
-    Line(Pipe, Line, OwnedSemaphorePermit),
+    /// Complete lines of one read, and their share of the queue budget, handed back when
+    /// the last of them has been handled.
+    Lines(Pipe, Vec<Line>, OwnedSemaphorePermit),
     Eof,
+}
+
+/// The lines of one message being handled.
+struct Batch {
+    pipe: Pipe,
+    lines: std::vec::IntoIter<Line>,
+    /// Released when the batch is done.
+    _queued: OwnedSemaphorePermit,
 }
 
 /// Activity shared between the pipe readers and the supervisor loop.
@@ -209,8 +219,14 @@ struct Running {
 }
 
 /// The lines the pipe readers send, the budget bounding them, and the buffers coming back.
+///
+/// A reader sends the complete lines of one read as one message (all that the budget
+/// admits without waiting, see `send_lines`), so that a fast stream of short lines costs
+/// one hand-off and one wake-up per read, not per line.
 struct LineQueue {
     rx: mpsc::Receiver<PipeMsg>,
+    /// The message whose lines are being handled.
+    current: Option<Batch>,
     budget: Arc<Semaphore>,
     /// Large line buffers go back to the readers once handled (see `SpareBuffer`).
     spare: Arc<SpareBuffer>,
@@ -224,60 +240,102 @@ struct LineQueue {
 }
 
 impl LineQueue {
-    /// Hands one message to the observation and the journal, exactly the same way in the
-    /// main loop and in the final drain; true when the line was the `result` event.
-    fn handle(
-        &mut self,
-        msg: Option<PipeMsg>,
-        observation: &mut Observation,
-        journal: &mut dyn Journal,
-    ) -> bool {
+    /// Waits for the next message (cancel-safe); its lines are then taken by
+    /// [`LineQueue::handle_next`].
+    async fn ready(&mut self) {
+        if self.current.is_none() {
+            let msg = self.rx.recv().await;
+            self.accept(msg);
+        }
+    }
+
+    fn accept(&mut self, msg: Option<PipeMsg>) {
         match msg {
-            Some(PipeMsg::Line(pipe, line, _queued)) => {
-                crate::phases::mark_first_line();
-                let decoded = observation.observe_line(pipe, &line);
-                journal.line(pipe, &line, decoded.as_ref());
-                if let Some(Decoded {
-                    event:
-                        Event::ApiRetry {
-                            error_status,
-                            error,
-                            ..
-                        },
-                    ..
-                }) = &decoded
-                {
-                    self.auth_rejected |= *error_status == Some(401)
-                        || *error == Some(UpstreamErrorType::AuthenticationFailed);
-                    if *error_status == Some(429) || *error == Some(UpstreamErrorType::RateLimit) {
-                        self.rate_limit_retries += 1;
-                    }
-                }
-                if let Some(decoded) = &decoded {
-                    self.awaiting_provider = match &decoded.event {
-                        Event::Init { .. } | Event::User { .. } | Event::ApiRetry { .. } => true,
-                        Event::Assistant(_) | Event::Result(_) => false,
-                        Event::Other { .. } => self.awaiting_provider,
-                    };
-                }
-                self.spare.offer(line.bytes);
-                matches!(
-                    decoded,
-                    Some(Decoded {
-                        event: Event::Result(_),
-                        ..
-                    })
-                )
+            Some(PipeMsg::Lines(pipe, lines, queued)) => {
+                self.current = Some(Batch {
+                    pipe,
+                    lines: lines.into_iter(),
+                    _queued: queued,
+                });
             }
             Some(PipeMsg::Eof) => {
                 self.open_pipes = self.open_pipes.saturating_sub(1);
-                false
             }
             None => {
                 self.open_pipes = 0;
-                false
             }
         }
+    }
+
+    /// Handles the next line at hand, without waiting: `None` when there is none, else
+    /// whether it was the `result` event.
+    fn handle_next(
+        &mut self,
+        observation: &mut Observation,
+        journal: &mut dyn Journal,
+    ) -> Option<bool> {
+        loop {
+            match self.current.as_mut().map(|b| (b.pipe, b.lines.next())) {
+                Some((pipe, Some(line))) => {
+                    return Some(self.handle(pipe, line, observation, journal));
+                }
+                Some((_, None)) => self.current = None,
+                None => {}
+            }
+            match self.rx.try_recv() {
+                Ok(msg) => self.accept(Some(msg)),
+                Err(mpsc::error::TryRecvError::Empty) => return None,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.accept(None);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Hands one line to the observation and the journal, exactly the same way in the
+    /// main loop and in the final drain; true when the line was the `result` event.
+    fn handle(
+        &mut self,
+        pipe: Pipe,
+        line: Line,
+        observation: &mut Observation,
+        journal: &mut dyn Journal,
+    ) -> bool {
+        crate::phases::mark_first_line();
+        let decoded = observation.observe_line(pipe, &line);
+        journal.line(pipe, &line, decoded.as_ref());
+        if let Some(Decoded {
+            event:
+                Event::ApiRetry {
+                    error_status,
+                    error,
+                    ..
+                },
+            ..
+        }) = &decoded
+        {
+            self.auth_rejected |= *error_status == Some(401)
+                || *error == Some(UpstreamErrorType::AuthenticationFailed);
+            if *error_status == Some(429) || *error == Some(UpstreamErrorType::RateLimit) {
+                self.rate_limit_retries += 1;
+            }
+        }
+        if let Some(decoded) = &decoded {
+            self.awaiting_provider = match &decoded.event {
+                Event::Init { .. } | Event::User { .. } | Event::ApiRetry { .. } => true,
+                Event::Assistant(_) | Event::Result(_) => false,
+                Event::Other { .. } => self.awaiting_provider,
+            };
+        }
+        self.spare.offer(line.bytes);
+        matches!(
+            decoded,
+            Some(Decoded {
+                event: Event::Result(_),
+                ..
+            })
+        )
     }
 }
 
@@ -373,6 +431,7 @@ async fn start(
         guard,
         lines: LineQueue {
             rx,
+            current: None,
             budget,
             spare,
             open_pipes: 2,
@@ -416,10 +475,11 @@ async fn watch(
                 cause = Some(StopCause::Cancelled(signo));
                 break;
             }
-            msg = lines.rx.recv(), if lines.open_pipes > 0 => {
-                let mut next = msg;
+            () = lines.ready(), if lines.open_pipes > 0 => {
                 for _ in 0..BATCH {
-                    let is_result = lines.handle(next, observation, journal);
+                    let Some(is_result) = lines.handle_next(observation, journal) else {
+                        break;
+                    };
                     if lines.auth_rejected && !result_seen {
                         cause = Some(StopCause::AuthRejected);
                         break;
@@ -443,14 +503,8 @@ async fn watch(
                         let at = Instant::now() + AFTER_RESULT_GRACE;
                         wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
                     }
-                    if lines.open_pipes == 0 {
-                        break;
-                    }
-                    match lines.rx.try_recv() {
-                        Ok(msg) => next = Some(msg),
-                        Err(_) => break,
-                    }
                 }
+                journal.flush();
                 if cause.is_some() {
                     break;
                 }
@@ -541,14 +595,17 @@ async fn finish(
         }
     }
     let drain_deadline = tokio::time::Instant::now() + FINAL_DRAIN;
-    while lines.open_pipes > 0 {
-        match tokio::time::timeout_at(drain_deadline, lines.rx.recv()).await {
-            Ok(msg) => {
-                lines.handle(msg, observation, journal);
-            }
-            Err(_) => break,
+    loop {
+        while lines.handle_next(observation, journal).is_some() {}
+        if lines.open_pipes == 0
+            || tokio::time::timeout_at(drain_deadline, lines.ready())
+                .await
+                .is_err()
+        {
+            break;
         }
     }
+    journal.flush();
     // A reader still waiting for queue room gives up instead of waiting forever.
     lines.budget.close();
     guard.pid = None;
@@ -622,10 +679,10 @@ async fn read_pipe<R: AsyncRead + Unpin>(
             Ok(n) => {
                 activity.touch(pipe, n);
                 splitter.feed(&buf[..n], |line| lines.push(line));
-                for line in lines.drain(..) {
-                    if !send_line(&tx, &budget, pipe, line).await {
-                        return;
-                    }
+                if !lines.is_empty()
+                    && !send_lines(&tx, &budget, pipe, std::mem::take(&mut lines)).await
+                {
+                    return;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -633,23 +690,56 @@ async fn read_pipe<R: AsyncRead + Unpin>(
         }
     }
     if let Some(line) = splitter.finish() {
-        send_line(&tx, &budget, pipe, line).await;
+        send_lines(&tx, &budget, pipe, vec![line]).await;
     }
     let _ = tx.send(PipeMsg::Eof).await;
 }
 
-/// Queues a line once the budget has room for it; false when the supervisor is gone.
-async fn send_line(
+/// Queues the lines of one read as the budget admits them, each in turn as if it were
+/// sent alone, and sends the lines admitted without waiting together; false when the
+/// supervisor is gone.
+///
+/// Admitting line by line keeps the memory bound of one line per message: a long line
+/// that takes the whole budget leaves the lines after it waiting, and the reader with
+/// them, until the supervisor has handled it, so no second large buffer fills meanwhile.
+async fn send_lines(
     tx: &mpsc::Sender<PipeMsg>,
     budget: &Arc<Semaphore>,
     pipe: Pipe,
-    line: Line,
+    lines: Vec<Line>,
 ) -> bool {
-    // What the line holds in memory, which for a line in a reused buffer is more than
-    // its length.
-    let share = line.bytes.capacity().clamp(1, QUEUED_BYTES) as u32;
-    let Ok(queued) = budget.clone().acquire_many_owned(share).await else {
-        return false;
-    };
-    tx.send(PipeMsg::Line(pipe, line, queued)).await.is_ok()
+    let mut batch = Vec::new();
+    let mut admitted: Option<OwnedSemaphorePermit> = None;
+    for line in lines {
+        // What the line holds in memory, which for a line in a reused buffer is more
+        // than its length. More than the whole budget still passes, alone.
+        let share = line.bytes.capacity().clamp(1, QUEUED_BYTES) as u32;
+        let permit = match budget.clone().try_acquire_many_owned(share) {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => return false,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                if let Some(queued) = admitted.take()
+                    && tx
+                        .send(PipeMsg::Lines(pipe, std::mem::take(&mut batch), queued))
+                        .await
+                        .is_err()
+                {
+                    return false;
+                }
+                let Ok(permit) = budget.clone().acquire_many_owned(share).await else {
+                    return false;
+                };
+                permit
+            }
+        };
+        match &mut admitted {
+            Some(queued) => queued.merge(permit),
+            None => admitted = Some(permit),
+        }
+        batch.push(line);
+    }
+    match admitted {
+        Some(queued) => tx.send(PipeMsg::Lines(pipe, batch, queued)).await.is_ok(),
+        None => true,
+    }
 }
