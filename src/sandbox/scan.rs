@@ -30,6 +30,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -262,11 +263,7 @@ impl ScanOutput {
     ) -> Result<(), SandboxError> {
         self.masks.extend(part.masks);
         if self.masks.len() > limits.max_matches {
-            return Err(SandboxError::ScanLimit {
-                what: "the number of matching paths",
-                limit: limits.max_matches,
-                path: root.to_path_buf(),
-            });
+            return Err(over_the_match_cap(limits, root));
         }
         self.placeholders.extend(part.placeholders);
         self.warnings.extend(part.warnings);
@@ -372,6 +369,8 @@ enum TaskDir {
 struct Queue {
     state: Mutex<QueueState>,
     changed: Condvar,
+    /// Masks pushed by all threads (the cap on matches is for the whole tree).
+    matches: AtomicUsize,
 }
 
 struct QueueState {
@@ -389,6 +388,7 @@ impl Queue {
                 failed: false,
             }),
             changed: Condvar::new(),
+            matches: AtomicUsize::new(0),
         }
     }
 
@@ -593,6 +593,13 @@ impl Walker<'_, '_> {
     }
 
     fn push(&mut self, mask: Mask) -> Result<(), SandboxError> {
+        // The cap holds for all threads together, so the walk stops at the first match
+        // over it, whichever thread finds it.
+        if let Some(queue) = self.queue
+            && queue.matches.fetch_add(1, Ordering::Relaxed) >= self.limits.max_matches
+        {
+            return Err(over_the_match_cap(self.limits, self.tree.root));
+        }
         push_mask(self.out, self.limits, mask, self.tree.root)
     }
 
@@ -1000,14 +1007,18 @@ fn push_mask(
     root: &Path,
 ) -> Result<(), SandboxError> {
     if out.masks.len() >= limits.max_matches {
-        return Err(SandboxError::ScanLimit {
-            what: "the number of matching paths",
-            limit: limits.max_matches,
-            path: root.to_path_buf(),
-        });
+        return Err(over_the_match_cap(limits, root));
     }
     out.masks.push(mask);
     Ok(())
+}
+
+fn over_the_match_cap(limits: ScanLimits, root: &Path) -> SandboxError {
+    SandboxError::ScanLimit {
+        what: "the number of matching paths",
+        limit: limits.max_matches,
+        path: root.to_path_buf(),
+    }
 }
 
 fn outside_warning(entry: &Path, target: &Path) -> String {
