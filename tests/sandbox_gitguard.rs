@@ -578,39 +578,6 @@ fn a_rebase_left_in_progress_with_an_exec_line() {
     );
 }
 
-/// Wait until every directory under `dir` changed more than the listing cache's racy
-/// margin ago (2 s; `src/sandbox/listing.rs`): only then does the guard trust the start
-/// scan's listings, so only then is the shortcut under attack. There is no event to await:
-/// the margin is measured against the clock, so the test waits for the clock.
-fn age_past_the_racy_margin(dir: &Path) {
-    let newest = walk_dirs(dir)
-        .iter()
-        .map(|d| {
-            let st = std::fs::symlink_metadata(d).unwrap();
-            std::os::unix::fs::MetadataExt::ctime(&st) as f64
-                + std::os::unix::fs::MetadataExt::ctime_nsec(&st) as f64 / 1e9
-        })
-        .fold(0.0, f64::max);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let wait = newest + 2.5 - now;
-    if wait > 0.0 {
-        std::thread::sleep(Duration::from_secs_f64(wait));
-    }
-}
-
-fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
-    let mut out = vec![dir.to_path_buf()];
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            out.extend(walk_dirs(&e.path()));
-        }
-    }
-    out
-}
-
 /// The guard skips listing a directory whose change time is what the start scan saw. So
 /// every attack here lands in directories that existed, old, before the run: a new repo
 /// deep in an old tree, a `.git` file and a bare-repo shape in old directories, a repo
@@ -633,7 +600,7 @@ fn attacks_in_directories_older_than_the_run_are_found() {
                 .success();
             assert!(ok);
         }
-        age_past_the_racy_margin(&fx.ws());
+        common::age_past_the_racy_margin(&fx.ws());
         let fsmonitor = "core.fsmonitor \"touch '$M'; false\"";
         let (rc, out) = fx.sandbox(
             "workspace-write",

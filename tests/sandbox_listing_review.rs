@@ -10,7 +10,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_coder");
 
@@ -187,38 +186,6 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// Wait until every directory under `dir` changed more than the listing cache's racy
-/// margin ago (2 s), so that the guard trusts the start scan's listings: only then is the
-/// shortcut under attack. The margin is measured against the clock; there is no event.
-fn age_past_the_racy_margin(dir: &Path) {
-    let newest = walk_dirs(dir)
-        .iter()
-        .map(|d| {
-            let st = std::fs::symlink_metadata(d).unwrap();
-            std::os::unix::fs::MetadataExt::ctime(&st) as f64
-                + std::os::unix::fs::MetadataExt::ctime_nsec(&st) as f64 / 1e9
-        })
-        .fold(0.0, f64::max);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let wait = newest + 2.5 - now;
-    if wait > 0.0 {
-        std::thread::sleep(Duration::from_secs_f64(wait));
-    }
-}
-
-fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
-    let mut out = vec![dir.to_path_buf()];
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() && e.file_name() != "lost+found" {
-            out.extend(walk_dirs(&e.path()));
-        }
-    }
-    out
-}
-
 /// Checks what the user's git does in `dir` (relative to the workspace) with `args`:
 /// the control (`danger-full-access`) must run the payload, the confined run must not.
 fn user_git_runs_payload(fx: &Fx, dir: &str, args: &[&str]) -> (bool, String) {
@@ -253,7 +220,7 @@ fn a_repo_in_an_encrypted_directory_unlocked_during_the_run_is_found() {
             );
             assert_eq!(rc, 0, "nobody={nobody} {mode}: run 1: {out}");
             assert!(out.contains("PLANTED"), "run 1 did not plant: {out}");
-            age_past_the_racy_margin(&fx.ws());
+            common::age_past_the_racy_margin(&fx.ws());
             let (rc, out) = fx.sandbox(
                 mode,
                 "set -e; perl fscrypt.pl add .; test -e tools/HEAD; echo PLANTED",
@@ -303,7 +270,7 @@ fn repos_planted_in_old_directories_are_found() {
                 std::fs::create_dir_all(fx.ws().join(d)).unwrap();
             }
             fx.own(&fx.ws());
-            age_past_the_racy_margin(&fx.ws());
+            common::age_past_the_racy_margin(&fx.ws());
             let fsmonitor = "core.fsmonitor \"touch '$M'; false\"";
             let (rc, out) = fx.sandbox(
                 mode,

@@ -1167,3 +1167,37 @@ impl ReplayScene {
         self.fake.workspace()
     }
 }
+
+/// Wait until every directory under `dir` changed more than the sandbox's listing cache's
+/// racy margin ago (2 s; `src/sandbox/listing.rs`): only then does the git guard trust the
+/// start scan's listings, so only then is that shortcut under attack. The margin is
+/// measured against the clock, so the test waits for the clock: there is no event.
+pub fn age_past_the_racy_margin(dir: &Path) {
+    let newest = dirs_below(dir)
+        .iter()
+        .map(|d| {
+            let st = std::fs::symlink_metadata(d).unwrap();
+            std::os::unix::fs::MetadataExt::ctime(&st) as f64
+                + std::os::unix::fs::MetadataExt::ctime_nsec(&st) as f64 / 1e9
+        })
+        .fold(0.0, f64::max);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let wait = newest + 2.5 - now;
+    if wait > 0.0 {
+        thread::sleep(Duration::from_secs_f64(wait));
+    }
+}
+
+/// `dir` and every directory below it (not a file system's `lost+found`).
+fn dirs_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() && e.file_name() != "lost+found" {
+            out.extend(dirs_below(&e.path()));
+        }
+    }
+    out
+}
