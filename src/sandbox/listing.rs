@@ -72,12 +72,7 @@ impl DirSummary {
     pub(crate) fn of<'a>(
         entries: impl Iterator<Item = (&'a OsString, Kind)> + Clone,
     ) -> DirSummary {
-        let has = |wanted: &str| {
-            entries
-                .clone()
-                .any(|(name, _)| name.as_bytes().eq_ignore_ascii_case(wanted.as_bytes()))
-        };
-        let git_dir = has("HEAD") && (has("commondir") || (has("objects") && has("refs")));
+        let git_dir = is_git_dir_listing(entries.clone().map(|(name, _)| name));
         let children = entries
             .clone()
             .filter(|(name, kind)| {
@@ -92,6 +87,18 @@ impl DirSummary {
             children,
         }
     }
+}
+
+/// Whether a directory with these entries is one git would take for a git dir: `HEAD`,
+/// and `commondir` or both `objects` and `refs`, of any type, without case (git's
+/// `is_git_directory`, loosened). The start scan and the git guard both ask this.
+pub(crate) fn is_git_dir_listing<'a>(names: impl Iterator<Item = &'a OsString> + Clone) -> bool {
+    let has = |wanted: &str| {
+        names
+            .clone()
+            .any(|name| name.as_bytes().eq_ignore_ascii_case(wanted.as_bytes()))
+    };
+    has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
 }
 
 /// `.git` in any case: what git looks for in a case-insensitive directory too.

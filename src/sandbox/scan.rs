@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 pub(crate) use super::listing::Kind;
-use super::listing::{DirSummary, ScanListings};
+use super::listing::{DirSummary, ScanListings, is_git_dir_listing};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
@@ -1129,17 +1129,6 @@ fn mask(path: PathBuf, kind: MaskKind, st: &FileStat, secret: bool) -> Mask {
 
 fn walk_error(path: &Path, op: &'static str, errno: Errno) -> SandboxError {
     SandboxError::sys(op, super::bytes::short(path), errno)
-}
-
-/// Whether a directory with these entries is one git would take for a git dir: `HEAD`,
-/// and `commondir` or both `objects` and `refs` (git's `is_git_directory`, loosened).
-fn is_git_dir_listing<'a>(names: impl Iterator<Item = &'a OsString> + Clone) -> bool {
-    let has = |n: &str| {
-        names
-            .clone()
-            .any(|name| name.as_bytes().eq_ignore_ascii_case(n.as_bytes()))
-    };
-    has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
 }
 
 /// A relative path of plain names only (no `..`, no root, no `.`).
