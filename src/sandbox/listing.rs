@@ -15,6 +15,8 @@
 //! summary ([`ScanListings`]); the guard `fstat`s a directory before listing it and uses
 //! the record when the identity and ctime are the same. What the guard reads *inside* a
 //! git dir or a `.git` file does not depend on the listing and is always read afresh.
+//! The same argument lets the scan itself skip directories an earlier run listed
+//! ([`super::listing_cache`]).
 //!
 //! Where a record could lie, none is kept or used:
 //! * a ctime not older than the scan's start by [`RACY_MARGIN`]: a change in the same
@@ -51,7 +53,7 @@ pub(crate) enum Kind {
 }
 
 /// A ctime, in nanoseconds since the epoch.
-type Ctime = i128;
+pub(crate) type Ctime = i128;
 
 /// The parts of a directory's listing the git guard acts on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -140,6 +142,17 @@ impl ScanListings {
         }
     }
 
+    /// This scan's racy limit: records of ctimes from then on are neither kept nor used.
+    pub(crate) fn trusted_before(&self) -> Ctime {
+        self.trusted_before
+    }
+
+    /// Record a listing kept from an earlier run ([`super::listing_cache`]), whose file
+    /// system passed a stricter check than [`ScanListings::record`]'s when it was kept.
+    pub(crate) fn record_kept(&mut self, st: &FileStat, summary: DirSummary) {
+        self.insert(st, summary);
+    }
+
     /// Record without the file system check (which [`ScanListings::record`] adds).
     fn insert(&mut self, st: &FileStat, summary: DirSummary) {
         if self.usable(st) {
@@ -189,7 +202,7 @@ impl ScanListings {
     }
 }
 
-fn ctime_of(st: &FileStat) -> Ctime {
+pub(crate) fn ctime_of(st: &FileStat) -> Ctime {
     i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec)
 }
 

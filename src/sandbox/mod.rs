@@ -57,6 +57,7 @@ pub mod helper;
 mod home;
 mod hostmask;
 mod listing;
+pub mod listing_cache;
 pub mod nest;
 mod netns;
 mod note;

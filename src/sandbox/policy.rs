@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::SandboxError;
 use super::allow::HostPort;
 use super::listing::ScanListings;
+use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
@@ -238,6 +239,10 @@ pub struct Policy {
     /// that did not change (coder's own; the helper does not need them).
     #[serde(skip)]
     pub dir_listings: ScanListings,
+    /// The scan's listings cache ([`super::listing_cache`]) when this run's agent can
+    /// write it: removed again at the end, so that no later run trusts what it wrote.
+    #[serde(skip)]
+    pub reachable_listings: Option<PathBuf>,
     /// `coder plan`: the one file the agent may write besides its private directories
     /// ([`Policy::grant_plan_file`]).
     #[serde(default)]
@@ -375,9 +380,13 @@ impl Policy {
             guard_roots: Vec::new(),
             git_known: Vec::new(),
             dir_listings: ScanListings::default(),
+            reachable_listings: None,
             plan_file: None,
         };
         if !opts.mode.is_confined() {
+            // The agent can write anything this user can, the listings cache included.
+            policy.reachable_listings = listings_cache_file(&workspace);
+            policy.forget_reachable_listings();
             policy.warnings = late_guard;
             return Ok(policy);
         }
@@ -456,7 +465,16 @@ impl Policy {
         if opts.mode == Mode::WorkspaceWrite {
             policy.guard_roots.insert(0, workspace.clone());
         }
-        let found = scan_workspace(opts, &ws_dir, &scanned)?;
+        let listings = listings_cache_file(&workspace);
+        let listings = match listings {
+            Some(path) if grants.writes(&path) => {
+                policy.reachable_listings = Some(path);
+                policy.forget_reachable_listings();
+                None
+            }
+            other => other,
+        };
+        let found = scan_workspace(opts, &ws_dir, &scanned, listings.as_deref())?;
         policy.git_known = found.git_known;
         policy.dir_listings = found.listings;
         policy.placeholders = found.placeholders;
@@ -663,9 +681,17 @@ impl Policy {
         env.into_iter().collect()
     }
 
+    /// Remove the listings cache this run's agent can write (see `reachable_listings`).
+    fn forget_reachable_listings(&self) {
+        if let Some(path) = &self.reachable_listings {
+            listing_cache::remove(path);
+        }
+    }
+
     /// Remove this run's private directory. Errors are ignored: leftovers are pruned by a
     /// later run.
     pub fn cleanup(&self) {
+        self.forget_reachable_listings();
         remove_placeholders(&self.placeholders);
         let _ = fs::remove_dir_all(&self.run_dir);
     }
@@ -677,6 +703,7 @@ fn scan_workspace(
     opts: &PolicyOptions,
     ws_dir: &WorkspaceDir,
     extra: &[(PathBuf, bool)],
+    listings: Option<&Path>,
 ) -> Result<scan::ScanOutput, SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
     let deny = scan::compile_globs(&opts.deny_globs)?;
@@ -691,23 +718,63 @@ fn scan_workspace(
                 .map_err(|e| SandboxError::sys("open", path.display(), e))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let mut shapes = vec![listing_cache::TreeShape {
+        root: &ws_dir.path,
+        writable,
+        protected: true,
+    }];
+    for (path, w, _) in &extra_fds {
+        shapes.push(listing_cache::TreeShape {
+            root: path,
+            writable: *w,
+            protected: false,
+        });
+    }
+    let cache = listings.and_then(|path| {
+        let fingerprint =
+            listing_cache::fingerprint(&shapes, &opts.deny_globs, &opts.protect_globs)?;
+        let kept = listing_cache::load(path, fingerprint, shapes.len());
+        Some((path, fingerprint, kept))
+    });
+    let kept_of = |i: usize| cache.as_ref().and_then(|(_, _, kept)| kept.trees.get(i));
     let mut trees = vec![scan::TreeScan {
         root: &ws_dir.path,
         fd: ws_dir.fd.as_fd(),
         writable,
         protect: Some(&protect),
         protect_literal: &literal,
+        kept: kept_of(0),
     }];
-    for (path, w, fd) in &extra_fds {
+    for (i, (path, w, fd)) in extra_fds.iter().enumerate() {
         trees.push(scan::TreeScan {
             root: path,
             fd: fd.as_fd(),
             writable: *w,
             protect: None,
             protect_literal: &[],
+            kept: kept_of(i + 1),
         });
     }
-    scan::scan_trees(&trees, &deny, opts.scan_limits)
+    let found = scan::scan_trees(&trees, &deny, opts.scan_limits)?;
+    if let Some((path, fingerprint, _)) = &cache {
+        // A cache that cannot be written only costs the next run its listings.
+        let _ = listing_cache::store(path, *fingerprint, &found.kept);
+    }
+    Ok(found)
+}
+
+/// Where the scan's listings of `workspace` are kept between runs: in coder's state
+/// directory, canonical (so that it can be compared with the grants). `None` when there is
+/// no state directory.
+fn listings_cache_file(workspace: &Path) -> Option<PathBuf> {
+    let dir = coder_state_dir().ok()?.join("listings");
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    let dir = fs::canonicalize(&dir).ok()?;
+    Some(listing_cache::cache_path_in(&dir, workspace))
 }
 
 /// Add the config dir's guards, cap, and order the masks: parents before what they hold,
@@ -800,6 +867,13 @@ impl Grants {
             .or_insert((access, meta.is_dir()));
         entry.0 = entry.0.max(access);
         Ok(())
+    }
+
+    /// Whether a write grant covers `path` (canonical).
+    fn writes(&self, path: &Path) -> bool {
+        self.roots
+            .iter()
+            .any(|(root, (access, _))| *access == Access::Write && path.starts_with(root))
     }
 
     fn roots(&self) -> Vec<Root> {

@@ -15,6 +15,9 @@
 //! `d_type` alone (no `stat`), which is most of a big tree; other names (hard links) of a
 //! masked secret are then found by a second walk that runs only when a secret has more
 //! than one link ([`skips_stat`], [`other_names`]).
+//! A directory an earlier run listed and that has not changed since is not listed again:
+//! its entries that need a look come from [`super::listing_cache`], and one with none is
+//! not even opened.
 //!
 //! What is read here (a `.git` file's `gitdir:`, a `commondir`) only ever *adds*
 //! protection; it never widens a grant (DESIGN §5). A protected name that does not exist
@@ -42,7 +45,8 @@ use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 pub(crate) use super::listing::Kind;
-use super::listing::{DirSummary, ScanListings, is_git_dir_listing};
+use super::listing::{DirSummary, ScanListings, ctime_of, is_git_dir_listing};
+use super::listing_cache::{Kept, KeptDir, Recorder, TreeKept};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
@@ -181,6 +185,8 @@ pub(crate) struct TreeScan<'a> {
     pub protect: Option<&'a GlobSet>,
     /// The literal protected names to hold even when absent (see [`literal_protected`]).
     pub protect_literal: &'a [PathBuf],
+    /// This tree's listings kept from the last run ([`super::listing_cache`]).
+    pub kept: Option<&'a TreeKept>,
 }
 
 /// What a scan found.
@@ -195,6 +201,8 @@ pub(crate) struct ScanOutput {
     pub git_known: Vec<(u64, u64)>,
     /// The listings of the writable trees' directories, for the end-of-run git guard.
     pub listings: ScanListings,
+    /// The listings the next run may reuse, per tree ([`super::listing_cache`]).
+    pub kept: Kept,
     /// (dev, ino) of secret files masked whole that have other names (hard links): the
     /// walk skips `stat` for plain files, so their other names are found by
     /// [`other_names`] afterwards.
@@ -214,13 +222,16 @@ pub(crate) fn scan_trees(
     let mut linked = HashMap::new();
     let mut symlinks = Vec::new();
     for tree in trees {
+        let mut kept = Recorder::new(out.listings.trusted_before());
         for part in walk_in_parallel(tree, deny, limits, &out.listings)? {
             out.absorb(part.out, limits, tree.root)?;
+            kept.absorb(part.recorder);
             for (id, names) in part.linked {
                 linked.entry(id).or_insert_with(Vec::new).extend(names);
             }
             symlinks.extend(part.symlinks);
         }
+        out.kept.trees.push(kept.into_tree());
         if tree.writable {
             let mut walker = Walker {
                 tree,
@@ -230,6 +241,7 @@ pub(crate) fn scan_trees(
                 linked: &mut linked,
                 symlinks: &mut symlinks,
                 queue: None,
+                recorder: None,
             };
             walker.hold_absent_protected()?;
         }
@@ -277,6 +289,7 @@ impl ScanOutput {
 /// What one thread of the walk found.
 struct WalkPart {
     out: ScanOutput,
+    recorder: Recorder,
     linked: HashMap<(u64, u64), Vec<PathBuf>>,
     symlinks: Vec<PathBuf>,
 }
@@ -311,6 +324,7 @@ fn walk_in_parallel(
                 listings: listings.empty_like(),
                 ..ScanOutput::default()
             },
+            recorder: Recorder::new(listings.trusted_before()),
             linked: HashMap::new(),
             symlinks: Vec::new(),
         };
@@ -322,6 +336,7 @@ fn walk_in_parallel(
             linked: &mut part.linked,
             symlinks: &mut part.symlinks,
             queue: Some(&queue),
+            recorder: Some(&mut part.recorder),
         };
         while let Some(task) = queue.next() {
             let result = walker.task(task);
@@ -434,7 +449,7 @@ impl Queue {
 }
 
 /// What the walk is inside of.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Inside {
     /// A directory of secrets: every file below is masked.
     secret: bool,
@@ -454,24 +469,57 @@ struct Walker<'a, 'b> {
     /// Where subdirectories go when several threads walk the tree; `None` walks them
     /// here, depth first.
     queue: Option<&'b Queue>,
+    /// Where listings the next run may reuse go (`None`: walks of another shape than the
+    /// tree's own, which are not kept).
+    recorder: Option<&'b mut Recorder>,
 }
 
-impl Walker<'_, '_> {
+impl<'a> Walker<'a, '_> {
     /// Walk a directory taken from the queue.
     fn task(&mut self, task: Task) -> Result<(), SandboxError> {
         let dir = match task.dir {
             TaskDir::Open(fd) => fd,
-            TaskDir::Child(parent, name) => open_dir_beneath(parent.as_fd(), Path::new(&name))
-                .map_err(|e| walk_error(&self.tree.root.join(&task.rel), "open", e))?,
+            TaskDir::Child(parent, name) => {
+                // Kept from the last run, unchanged, and nothing in it needs a look: the
+                // directory is not even opened.
+                if task.depth <= self.limits.max_depth
+                    && let Some(kept) = self.kept(&task.st, &task.rel, task.inside)
+                    && kept.is_quiet()
+                {
+                    self.reuse(&task.st, kept);
+                    return Ok(());
+                }
+                open_dir_beneath(parent.as_fd(), Path::new(&name))
+                    .map_err(|e| walk_error(&self.tree.root.join(&task.rel), "open", e))?
+            }
         };
-        self.walk(dir, &task.st, &task.rel, task.depth, task.inside)
+        self.walk(dir, &task.rel, task.depth, task.inside)
     }
 
-    /// Walk the directory open as `dir`, which `st` describes (its parent's `stat` of it).
+    /// The last run's listing of the directory `st` describes at `rel`, when it is still
+    /// what the directory holds and this walk may use it.
+    fn kept(&self, st: &FileStat, rel: &Path, inside: Inside) -> Option<&'a KeptDir> {
+        let tree: Option<&'a TreeKept> = self.tree.kept;
+        if inside != Inside::default() || self.recorder.is_none() {
+            return None;
+        }
+        tree?.get(st, rel, self.out.listings.trusted_before())
+    }
+
+    /// Use a kept listing: for the git guard, and to keep for the next run.
+    fn reuse(&mut self, st: &FileStat, kept: &KeptDir) {
+        if self.tree.writable {
+            self.out.listings.record_kept(st, kept.summary.clone());
+        }
+        if let Some(recorder) = self.recorder.as_deref_mut() {
+            recorder.carry(st, kept);
+        }
+    }
+
+    /// Walk the directory open as `dir`.
     fn walk(
         &mut self,
         dir: OwnedFd,
-        st: &FileStat,
         rel: &Path,
         depth: usize,
         inside: Inside,
@@ -484,17 +532,20 @@ impl Walker<'_, '_> {
                 path: here,
             });
         }
-        let entries = list_dir_kinds(&dir).map_err(|e| walk_error(&here, "list", e))?;
-        if self.tree.writable {
-            self.record_listing(dir.as_fd(), st, &entries);
-        }
+        // Taken before the listing: a change while it is read moves the ctime past this.
+        let st = fstat(dir.as_fd()).map_err(|e| walk_error(&here, "inspect", e))?;
+        let (entries, git_dir, mut fresh) = match self.kept(&st, rel, inside) {
+            Some(kept) => {
+                self.reuse(&st, kept);
+                let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
+                (entries.collect(), kept.summary.git_dir, None)
+            }
+            None => self.list(&dir, &st, rel, &here)?,
+        };
         let dir = Arc::new(dir);
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
-        if self.tree.writable
-            && !inside.secret
-            && is_git_dir_listing(entries.iter().map(|(n, _)| n))
-        {
+        if self.tree.writable && !inside.secret && git_dir {
             self.guard_git_dir(rel)?;
         }
         for (name, listed) in entries {
@@ -505,6 +556,9 @@ impl Walker<'_, '_> {
             let protected = !inside.protected && protect(&rel_child);
             if skips_stat(listed, git_entry, secret, protected) {
                 continue;
+            }
+            if let (Some(fresh), Some(kind)) = (fresh.as_mut(), listed) {
+                fresh.attention.push((name.clone(), kind));
             }
             let path = self.tree.root.join(&rel_child);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -543,7 +597,7 @@ impl Walker<'_, '_> {
                             depth: depth + 1,
                             inside: next,
                         }),
-                        None => self.walk(child()?, &st, &rel_child, depth + 1, next)?,
+                        None => self.walk(child()?, &rel_child, depth + 1, next)?,
                     }
                 }
                 Kind::File => {
@@ -573,23 +627,46 @@ impl Walker<'_, '_> {
                 Kind::Other => {}
             }
         }
+        if let (Some(fresh), Some(recorder)) = (fresh, self.recorder.as_deref_mut())
+            && inside == Inside::default()
+        {
+            recorder.record(dir.as_fd(), &st, fresh);
+        }
         Ok(())
     }
 
-    /// Keep what the git guard needs of this listing, so that it need not list the
-    /// directory again when it is unchanged after the run ([`ScanListings`]).
-    fn record_listing(
+    /// List `dir` (described by `st`, its `fstat` before the listing): its entries, whether
+    /// git would take it for a git dir, and when every entry's type is known, the start of
+    /// what the next run may reuse (the walk adds the entries it looks at). The git guard
+    /// gets what it needs of the listing, so that it need not list the directory again
+    /// when it is unchanged after the run ([`ScanListings`]).
+    #[allow(clippy::type_complexity)]
+    fn list(
         &mut self,
-        dir: BorrowedFd<'_>,
+        dir: &OwnedFd,
         st: &FileStat,
-        entries: &[(OsString, Option<Kind>)],
-    ) {
-        if entries.iter().all(|(_, kind)| kind.is_some()) {
-            let typed = entries
-                .iter()
-                .filter_map(|(name, kind)| kind.map(|k| (name, k)));
-            self.out.listings.record(dir, st, DirSummary::of(typed));
+        rel: &Path,
+        here: &Path,
+    ) -> Result<(Vec<(OsString, Option<Kind>)>, bool, Option<KeptDir>), SandboxError> {
+        let entries = list_dir_kinds(dir).map_err(|e| walk_error(here, "list", e))?;
+        let git_dir = is_git_dir_listing(entries.iter().map(|(n, _)| n));
+        if !entries.iter().all(|(_, kind)| kind.is_some()) {
+            return Ok((entries, git_dir, None));
         }
+        let typed = entries
+            .iter()
+            .filter_map(|(name, kind)| kind.map(|k| (name, k)));
+        let summary = DirSummary::of(typed);
+        if self.tree.writable {
+            self.out.listings.record(dir.as_fd(), st, summary.clone());
+        }
+        let fresh = KeptDir {
+            rel: rel.to_path_buf(),
+            ctime: ctime_of(st),
+            summary,
+            attention: Vec::new(),
+        };
+        Ok((entries, git_dir, Some(fresh)))
     }
 
     fn push(&mut self, mask: Mask) -> Result<(), SandboxError> {
@@ -942,6 +1019,7 @@ impl LinkPass<'_> {
                         writable: false,
                         protect: None,
                         protect_literal: &[],
+                        kept: None,
                     };
                     let mut walker = Walker {
                         tree: &sub,
@@ -951,6 +1029,7 @@ impl LinkPass<'_> {
                         linked: &mut linked,
                         symlinks: &mut symlinks,
                         queue: None,
+                        recorder: None,
                     };
                     let dir = open_beneath(tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
                         .map_err(|e| walk_error(&target, "open", e))?;
@@ -958,7 +1037,7 @@ impl LinkPass<'_> {
                         secret: true,
                         protected: false,
                     };
-                    walker.walk(dir, &st, rel, 0, inside)?;
+                    walker.walk(dir, rel, 0, inside)?;
                 }
                 Kind::File => {
                     if st.st_nlink > 1 {
@@ -1379,6 +1458,7 @@ mod tests {
             writable,
             protect: Some(&protect_set),
             protect_literal: &literal,
+            kept: None,
         };
         scan_trees(&[tree], &deny, limits)
     }
