@@ -440,6 +440,26 @@ fn bad_plan_input_is_a_config_error_before_any_run() {
         assert!(!fake.has_record(), "{args:?}: a child was started");
     };
     run(plan(&["--plan-file", "/usr/share/plan.md"]), "system tree");
+    // A --request JSON asking for another sandbox is refused, as the flag is, not overridden.
+    for mode in ["danger-full-access", "workspace-write"] {
+        let request = root.join(format!("request-{mode}.json"));
+        std::fs::write(
+            &request,
+            json!({"PROMPT": "task", "sandbox": mode}).to_string(),
+        )
+        .unwrap();
+        let args = [
+            "plan",
+            "--cd",
+            &s(&ws),
+            "--claude-bin",
+            &s(fake.bin()),
+            "--request",
+        ];
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        args.push(s(&request));
+        run(args, "read-only");
+    }
     run(
         plan(&["--plan-file", &s(&root.join("no/such/dir/plan.md"))]),
         "does not exist",

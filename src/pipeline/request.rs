@@ -604,7 +604,16 @@ impl RunArgs {
                     "--plan executes a plan, coder plan writes one: drop --plan".into(),
                 ));
             }
-            (Some(file), None) => Some(PlanRole::Write { file: file.clone() }),
+            (Some(_), None) if file.sandbox.is_some_and(|m| m != SandboxMode::ReadOnly) => {
+                return Err(ArgError::Invalid(format!(
+                    "coder plan runs with the workspace read-only; drop \"sandbox\": \"{}\" \
+                     from the --request JSON",
+                    file.sandbox.unwrap_or(SandboxMode::ReadOnly)
+                )));
+            }
+            (Some(plan_file), None) => Some(PlanRole::Write {
+                file: plan_file.clone(),
+            }),
             (None, Some(file)) => {
                 if matches!(session, SessionChoice::Resume(_)) {
                     return Err(ArgError::Invalid(
