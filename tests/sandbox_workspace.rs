@@ -409,6 +409,16 @@ fn hooks_config_and_pointers_are_read_only_in_every_git_dir() {
                 ".git/info/attributes",
             ),
             (
+                "legacy remotes file (where `git push NAME` sends)",
+                "mkdir -p .git/remotes; echo 'URL: /tmp/evil.git' > .git/remotes/up".to_string(),
+                ".git/remotes/up",
+            ),
+            (
+                "legacy branches file",
+                "mkdir -p .git/branches; echo /tmp/evil.git > .git/branches/up".to_string(),
+                ".git/branches/up",
+            ),
+            (
                 "nested .git renamed",
                 "mv vendor/lib/.git vendor/lib/.git-old".to_string(),
                 "vendor/lib/.git-old",

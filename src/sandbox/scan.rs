@@ -1,6 +1,7 @@
 //! Finding what must be masked or protected: files matching the non-accessible globs
 //! (secrets), the protected globs (tool configs the user's own programs run), and every git
-//! dir's `config`, `config.worktree`, `commondir`, `hooks/` and `info/`.
+//! dir's `config`, `config.worktree`, `commondir`, `hooks/`, `info/`, `remotes/` and
+//! `branches/`.
 //!
 //! The walk starts from a directory *descriptor* and goes down with `openat`-style calls
 //! that refuse symlinks, so renaming or swapping a directory on the path while it runs
@@ -69,7 +70,9 @@ const GIT_GUARDED_FILES: [(&str, PlaceholderKind); 3] = [
 /// is what a missing `commondir` means.
 pub const COMMONDIR_SELF: &[u8] = b".\n";
 /// Directories in every git dir with the same role; absent ones are created (git would).
-const GIT_GUARDED_DIRS: [&str; 2] = ["hooks", "info"];
+/// `remotes/` and `branches/` are git's legacy remote definitions: a file there names where
+/// `git fetch NAME` and `git push NAME` go for a remote the config does not define.
+const GIT_GUARDED_DIRS: [&str; 4] = ["hooks", "info", "remotes", "branches"];
 
 /// How a masked path is covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -823,8 +826,8 @@ impl<'a> Walker<'a, '_> {
         Ok(dirs)
     }
 
-    /// Read-only `config`, `config.worktree`, `commondir`, `hooks/`, `info/` in the git
-    /// dir at `rel`, with placeholders for the absent ones.
+    /// Read-only `config`, `config.worktree`, `commondir`, `hooks/`, `info/`, `remotes/`,
+    /// `branches/` in the git dir at `rel`, with placeholders for the absent ones.
     fn guard_git_dir(&mut self, rel: &Path) -> Result<(), SandboxError> {
         let path = self.tree.root.join(rel);
         let dir = open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
