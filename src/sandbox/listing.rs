@@ -95,12 +95,29 @@ impl DirSummary {
 /// and `commondir` or both `objects` and `refs`, of any type, without case (git's
 /// `is_git_directory`, loosened). The start scan and the git guard both ask this.
 pub(crate) fn is_git_dir_listing<'a>(names: impl Iterator<Item = &'a OsString> + Clone) -> bool {
-    let has = |wanted: &str| {
-        names
-            .clone()
-            .any(|name| name.as_bytes().eq_ignore_ascii_case(wanted.as_bytes()))
-    };
+    let has = |wanted: &str| names.clone().any(|name| folds_to(name, wanted));
     has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
+}
+
+/// Whether a lookup of `wanted` (ASCII) could find `name` in a case-folding directory
+/// (ext4 and f2fs `+F`, which compare names after Unicode NFD and case folding): ASCII
+/// letters in any case, and the two other characters that fold to an ASCII letter, the long
+/// s (U+017F, `objectſ`) and the Kelvin sign (U+212A). Applied to every directory: a
+/// directory's flag is not worth a call, and elsewhere such names are merely unusual.
+fn folds_to(name: &OsString, wanted: &str) -> bool {
+    let name = name.as_bytes();
+    if name.is_ascii() {
+        return name.eq_ignore_ascii_case(wanted.as_bytes());
+    }
+    let Ok(name) = std::str::from_utf8(name) else {
+        return false;
+    };
+    let folded = name.chars().map(|c| match c {
+        '\u{17F}' => 's',
+        '\u{212A}' => 'k',
+        c => c.to_ascii_lowercase(),
+    });
+    folded.eq(wanted.chars().map(|c| c.to_ascii_lowercase()))
 }
 
 /// `.git` in any case: what git looks for in a case-insensitive directory too.
@@ -246,6 +263,19 @@ mod tests {
         assert!(worktree.git_dir);
         let half = summary(&[("HEAD", Kind::File), ("objects", Kind::Dir)]);
         assert!(!half.git_dir);
+        // What a case-folding directory finds for `objects` and `refs`.
+        let folded = summary(&[
+            ("head", Kind::File),
+            ("object\u{17F}", Kind::Dir),
+            ("REF\u{17F}", Kind::Dir),
+        ]);
+        assert!(folded.git_dir);
+        let other = summary(&[
+            ("HEAD", Kind::File),
+            ("objécts", Kind::Dir),
+            ("refs", Kind::Dir),
+        ]);
+        assert!(!other.git_dir);
     }
 
     #[test]
