@@ -99,6 +99,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             "max_retries": request.max_retries,
     })));
 
+    let mut teardown = Teardown::default();
     let mut envelope = run_attempts(
         &request,
         backend,
@@ -106,6 +107,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         &state_dir,
         run_started,
         &mut journal,
+        &mut teardown,
     )
     .await;
     many.finish(&mut envelope, &request);
@@ -164,7 +166,62 @@ pub async fn run(request: RunRequest) -> Envelope {
             );
         }
     }
+    // The run's directories are gone before coder exits, as before; their removal only
+    // overlapped with the transcript's end and the retention above.
+    teardown.join();
     envelope
+}
+
+/// Removes what a run made for itself (the CLI's config dir, the policy's run dir, the
+/// placeholders in the workspace) on a thread of its own, once the run's last sandboxed
+/// process is gone, and releases the session locks after it.
+///
+/// On ext4 under write load every `rmdir` and `unlink` can wait milliseconds for the
+/// journal (measured 2 to 14 ms each on the development machine), and a sandboxed run
+/// removes about twenty names: one after another on the run's path, those waits added
+/// up to tens of milliseconds. Here they overlap with each other (the run dir, the CLI's
+/// dir and each level of placeholders on their own threads) and with the transcript's
+/// end; [`Teardown::join`] (or dropping it) waits for them, so nothing is left behind
+/// when coder exits.
+#[derive(Default)]
+struct Teardown(Option<std::thread::JoinHandle<()>>);
+
+impl Teardown {
+    /// Starts removing `prepared`'s directories; the rest of it is dropped here.
+    fn start(&mut self, prepared: PreparedRun) {
+        let PreparedRun {
+            cli_home,
+            _run_dir: run_dir,
+            locks,
+            ..
+        } = prepared;
+        let work = move || {
+            std::thread::scope(|s| {
+                // A thread that cannot be started drops its closure, and with it the
+                // CliHome, here: the removal then just does not overlap.
+                let _ = std::thread::Builder::new().spawn_scoped(s, move || drop(cli_home));
+                drop(run_dir);
+            });
+            drop(locks);
+        };
+        // Likewise: with no thread to spare, the work is done before going on.
+        self.0 = std::thread::Builder::new()
+            .name("coder-teardown".into())
+            .spawn(work)
+            .ok();
+    }
+
+    fn join(&mut self) {
+        if let Some(handle) = self.0.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.join();
+    }
 }
 
 /// How much of the prompt the transcript's `start` entry keeps (64 KiB); `prompt_bytes`
@@ -237,6 +294,7 @@ async fn run_attempts(
     state_dir: &std::path::Path,
     run_started: Instant,
     journal: &mut RunJournal,
+    teardown: &mut Teardown,
 ) -> Envelope {
     let mut signals = match CancelSignals::install() {
         Ok(signals) => signals,
@@ -341,6 +399,7 @@ async fn run_attempts(
     }
     // Last: the slot is released and a quota failure starts the backend's cooldown.
     admission.finish(&mut envelope).await;
+    teardown.start(prepared);
     envelope
 }
 

@@ -236,8 +236,20 @@ impl RunDirCleanup {
 impl Drop for RunDirCleanup {
     fn drop(&mut self) {
         if let Some((dir, placeholders)) = &self.0 {
-            policy::remove_placeholders(placeholders);
-            let _ = std::fs::remove_dir_all(dir);
+            // Two disjoint sets of names (coder's state dir, the granted trees): removed
+            // side by side, so that their waits for the filesystem overlap.
+            std::thread::scope(|s| {
+                let remove_dir = move || {
+                    let _ = std::fs::remove_dir_all(dir);
+                };
+                if std::thread::Builder::new()
+                    .spawn_scoped(s, remove_dir)
+                    .is_err()
+                {
+                    remove_dir();
+                }
+                policy::remove_placeholders(placeholders);
+            });
         }
     }
 }

@@ -996,12 +996,29 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 }
 
 /// Remove what coder created for absent protected names, deepest first (a placeholder may
-/// sit inside another's directory).
+/// sit inside another's directory). The placeholders of one depth are removed at once, each
+/// on a thread of its own: on a journalling filesystem under load each `rmdir` can wait
+/// milliseconds for the journal, and these waits then overlap instead of adding up.
 pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
     let mut sorted: Vec<&Placeholder> = placeholders.iter().collect();
-    sorted.sort_by(|a, b| b.path.cmp(&a.path));
-    for p in sorted {
-        p.remove();
+    let depth = |p: &Placeholder| p.path.components().count();
+    sorted.sort_by_key(|p| std::cmp::Reverse(depth(p)));
+    for level in sorted.chunk_by(|a, b| depth(a) == depth(b)) {
+        let Some((last, others)) = level.split_last() else {
+            continue;
+        };
+        std::thread::scope(|s| {
+            for &p in others {
+                // A thread that cannot be started: removed here, one after another.
+                if std::thread::Builder::new()
+                    .spawn_scoped(s, move || p.remove())
+                    .is_err()
+                {
+                    p.remove();
+                }
+            }
+            last.remove();
+        });
     }
 }
 
