@@ -996,31 +996,35 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 }
 
 /// Remove what coder created for absent protected names, deepest first (a placeholder may
-/// sit inside another's directory). The placeholders of one depth are removed at once, each
-/// on a thread of its own: on a journalling filesystem under load each `rmdir` can wait
-/// milliseconds for the journal, and these waits then overlap instead of adding up.
+/// sit inside another's directory). The placeholders of one depth are removed side by side,
+/// on up to [`PLACEHOLDER_REMOVERS`] threads: on a journalling filesystem under load each
+/// `rmdir` can wait milliseconds for the journal, and these waits then overlap instead of
+/// adding up.
 pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
     let mut sorted: Vec<&Placeholder> = placeholders.iter().collect();
     let depth = |p: &Placeholder| p.path.components().count();
     sorted.sort_by_key(|p| std::cmp::Reverse(depth(p)));
     for level in sorted.chunk_by(|a, b| depth(a) == depth(b)) {
-        let Some((last, others)) = level.split_last() else {
-            continue;
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let remove = || {
+            while let Some(p) = level.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                p.remove();
+            }
         };
         std::thread::scope(|s| {
-            for &p in others {
-                // A thread that cannot be started: removed here, one after another.
-                if std::thread::Builder::new()
-                    .spawn_scoped(s, move || p.remove())
-                    .is_err()
-                {
-                    p.remove();
+            for _ in 1..level.len().min(PLACEHOLDER_REMOVERS) {
+                // A thread that cannot be started: the others (and this one) take its share.
+                if std::thread::Builder::new().spawn_scoped(s, remove).is_err() {
+                    break;
                 }
             }
-            last.remove();
+            remove();
         });
     }
 }
+
+/// Threads that remove one depth's placeholders at most.
+const PLACEHOLDER_REMOVERS: usize = 8;
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {
