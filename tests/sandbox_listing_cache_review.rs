@@ -255,7 +255,8 @@ fn an_agent_that_can_write_the_state_directory_cannot_forge_a_later_runs_listing
             common::age_past_the_racy_margin(&fx.root());
             let forged = with_ctime(&genuine, "d0", ctime(&fx.ws("ws2").join("d0")));
             std::fs::write(fx.ws(agent_ws).join("forged"), &forged).unwrap();
-            fx.own(&fx.ws(agent_ws));
+            // Not `own` of the workspace: a chown moves every ctime below it.
+            fx.own(&fx.ws(agent_ws).join("forged"));
 
             let grant = ["--write", state.to_str().unwrap()];
             let script = match plant {
