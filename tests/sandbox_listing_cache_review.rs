@@ -438,3 +438,58 @@ fn a_bare_repository_in_a_kept_directory_stays_guarded() {
         );
     }
 }
+
+/// Unmounts a path on drop.
+struct Umount(PathBuf);
+
+impl Drop for Umount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A workspace on a tmpfs that is unmounted and replaced by a fresh tmpfs holding the same
+/// tree plus a secret: the new file system usually gets the old one's anonymous device
+/// number, and its directories, made in the same order, the old inode numbers and paths.
+/// Only the ctime tells them apart, and the next run masks the secret.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fresh_tmpfs_reusing_device_and_inode_numbers_is_listed_again() {
+    for nobody in arms() {
+        let fx = Fx::new(nobody, 0);
+        let ws = fx.ws("tws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let make = |secret: bool| {
+            run(Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "mode=755", "tmpfs"])
+                .arg(&ws));
+            for i in 0..3 {
+                let d = ws.join(format!("d{i}"));
+                std::fs::create_dir_all(d.join("sub")).unwrap();
+                std::fs::write(d.join("a.txt"), "a\n").unwrap();
+            }
+            if secret {
+                std::fs::write(ws.join("d0/.env"), "TOKEN=tmpfs\n").unwrap();
+            }
+            fx.own(&ws);
+            let m = std::fs::metadata(ws.join("d0")).unwrap();
+            (Umount(ws.clone()), (m.dev(), m.ino()))
+        };
+        let (first, old_id) = make(false);
+        common::age_past_the_racy_margin(&ws);
+        let (rc, out) = fx.sandbox("tws", &[], "true");
+        assert_eq!(rc, 0, "{out}");
+        assert_eq!(fx.caches().len(), 1, "no listings kept: {out}");
+        drop(first);
+        let (_second, new_id) = make(true);
+        common::age_past_the_racy_margin(&ws);
+        let seen = fx.view("tws", &[], "d0/.env");
+        assert!(
+            !seen.contains("TOKEN=tmpfs") && seen.trim_end().ends_with("fixed"),
+            "nobody={nobody} (dev and inode reused: {}): {seen}",
+            old_id == new_id
+        );
+        let control = fx.view("tws", &["--mode", "danger-full-access"], "d0/.env");
+        assert!(control.contains("TOKEN=tmpfs"), "control: {control}");
+    }
+}
