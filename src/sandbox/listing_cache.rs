@@ -28,10 +28,12 @@
 //!
 //! The file lives in coder's state directory (`<state>/listings/<id>.cache`, owner-only,
 //! written whole and renamed, checksummed). It holds no secret, but it decides what is
-//! masked, so it must not be writable by an agent: a run whose policy grants write access
-//! to it neither reads nor writes it, and removes it (the caller, `policy.rs`). What
-//! remains trusted is that nothing but coder writes to coder's state directory, and that
-//! the clock is not stepped back by more than the racy margin onto a recorded ctime.
+//! masked, so it must not be writable by an agent: a run whose policy grants write
+//! access into `<state>/listings` (by any path to it, a bind mount too) neither reads nor
+//! writes a cache, and removes them all, every workspace's, before the agent starts and at
+//! the end (the caller, `policy.rs`). What remains trusted is that nothing but coder
+//! writes to coder's state directory, and that the clock is not stepped back by more than
+//! the racy margin onto a recorded ctime.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -264,9 +266,26 @@ pub fn store(path: &Path, fingerprint: u64, kept: &Kept) -> std::io::Result<()> 
     written
 }
 
-/// Remove the cache at `path` (one an agent could have written).
-pub fn remove(path: &Path) {
-    let _ = std::fs::remove_file(path);
+/// Remove every cache in `dir` (coder's `<state>/listings`): an agent could write there,
+/// and then any workspace's file. A symlink the agent left in the directory's place goes,
+/// not what it points to; only names coder gives its files are removed (this runs outside
+/// the sandbox, on a path the agent could have redirected).
+pub fn remove_all(dir: &Path) {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let name = entry.file_name();
+                let name = name.as_bytes();
+                if name.ends_with(b".cache") || name.ends_with(b".tmp") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(dir);
+        }
+        Err(_) => {}
+    }
 }
 
 // ---- The format, integers little-endian: MAGIC, u64 fingerprint, u32 trees, then per

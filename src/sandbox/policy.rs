@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -239,8 +239,9 @@ pub struct Policy {
     /// that did not change (coder's own; the helper does not need them).
     #[serde(skip)]
     pub dir_listings: ScanListings,
-    /// The scan's listings cache ([`super::listing_cache`]) when this run's agent can
-    /// write it: removed again at the end, so that no later run trusts what it wrote.
+    /// The directory of the scan's listings caches ([`super::listing_cache`]), every
+    /// workspace's, when this run's agent can write into it: removed before the agent
+    /// starts and again at the end, so that no later run trusts what it wrote.
     #[serde(skip)]
     pub reachable_listings: Option<PathBuf>,
     /// `coder plan`: the one file the agent may write besides its private directories
@@ -384,8 +385,8 @@ impl Policy {
             plan_file: None,
         };
         if !opts.mode.is_confined() {
-            // The agent can write anything this user can, the listings cache included.
-            policy.reachable_listings = listings_cache_file(&workspace);
+            // The agent can write anything this user can, the listings caches included.
+            policy.reachable_listings = listings_dir();
             policy.forget_reachable_listings();
             policy.warnings = late_guard;
             return Ok(policy);
@@ -465,14 +466,16 @@ impl Policy {
         if opts.mode == Mode::WorkspaceWrite {
             policy.guard_roots.insert(0, workspace.clone());
         }
-        let listings = listings_cache_file(&workspace);
-        let listings = match listings {
-            Some(path) if grants.writes(&path) => {
-                policy.reachable_listings = Some(path);
+        // Any workspace's cache, not only this one's: the agent could write the file a
+        // later run of another workspace reads.
+        let listings = match listings_dir() {
+            Some(dir) if grants.writes_into(&dir) => {
+                policy.reachable_listings = Some(dir);
                 policy.forget_reachable_listings();
                 None
             }
-            other => other,
+            Some(dir) => Some(listing_cache::cache_path_in(&dir, &workspace)),
+            None => None,
         };
         let found = scan_workspace(opts, &ws_dir, &scanned, listings.as_deref())?;
         policy.git_known = found.git_known;
@@ -681,10 +684,10 @@ impl Policy {
         env.into_iter().collect()
     }
 
-    /// Remove the listings cache this run's agent can write (see `reachable_listings`).
+    /// Remove the listings caches this run's agent can write (see `reachable_listings`).
     fn forget_reachable_listings(&self) {
-        if let Some(path) = &self.reachable_listings {
-            listing_cache::remove(path);
+        if let Some(dir) = &self.reachable_listings {
+            listing_cache::remove_all(dir);
         }
     }
 
@@ -763,18 +766,17 @@ fn scan_workspace(
     Ok(found)
 }
 
-/// Where the scan's listings of `workspace` are kept between runs: in coder's state
-/// directory, canonical (so that it can be compared with the grants). `None` when there is
-/// no state directory.
-fn listings_cache_file(workspace: &Path) -> Option<PathBuf> {
+/// Where the scan's listings are kept between runs: `listings` in coder's state directory,
+/// canonical (so that it can be compared with the grants). `None` when there is no state
+/// directory.
+fn listings_dir() -> Option<PathBuf> {
     let dir = coder_state_dir().ok()?.join("listings");
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)
         .ok()?;
-    let dir = fs::canonicalize(&dir).ok()?;
-    Some(listing_cache::cache_path_in(&dir, workspace))
+    fs::canonicalize(&dir).ok()
 }
 
 /// Add the config dir's guards, cap, and order the masks: parents before what they hold,
@@ -869,11 +871,19 @@ impl Grants {
         Ok(())
     }
 
-    /// Whether a write grant covers `path` (canonical).
-    fn writes(&self, path: &Path) -> bool {
-        self.roots
-            .iter()
-            .any(|(root, (access, _))| *access == Access::Write && path.starts_with(root))
+    /// Whether a write grant reaches into the directory `dir` (canonical): a grant of it,
+    /// of an ancestor, or of something inside it. Ancestors are also compared by (dev, ino):
+    /// a bind mount is another path to the same directory, and a grant holds whichever
+    /// path named it.
+    fn writes_into(&self, dir: &Path) -> bool {
+        let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
+        self.roots.iter().any(|(root, (access, _))| {
+            *access == Access::Write
+                && (dir.starts_with(root)
+                    || root.starts_with(dir)
+                    || id(root).is_some_and(|root| ancestors.contains(&root)))
+        })
     }
 
     fn roots(&self) -> Vec<Root> {
