@@ -150,13 +150,42 @@ pub struct Scan {
 }
 
 /// A scan whose entries may be reused (see the module doc).
-pub struct Prior<'a> {
-    pub scan: &'a Scan,
+pub enum Prior<'a> {
+    /// A scan used up by the new one (the loaded cache): reused entries are moved out of
+    /// it, not copied, so the two are never both whole in memory.
+    Owned(Scan),
+    /// A scan kept for later (the run's "before", compared with its "after"): reused
+    /// entries are copied.
+    Borrowed(&'a Scan),
 }
 
 impl Prior<'_> {
+    fn scan(&self) -> &Scan {
+        match self {
+            Prior::Owned(scan) => scan,
+            Prior::Borrowed(scan) => scan,
+        }
+    }
+
     fn trusted_before_ns(&self) -> i128 {
-        self.scan.started_ns - RACY_MARGIN_NS
+        self.scan().started_ns - RACY_MARGIN_NS
+    }
+
+    /// The entry for `path` when `meta` shows its file unchanged since (taken out of an
+    /// owned scan whether or not it is still valid: no later look wants it).
+    fn take_valid(&mut self, path: &[u8], meta: &std::fs::Metadata) -> Option<Entry> {
+        let trusted = self.trusted_before_ns();
+        match self {
+            Prior::Owned(scan) => scan
+                .entries
+                .remove(path)
+                .filter(|old| old.still_valid(meta, trusted)),
+            Prior::Borrowed(scan) => scan
+                .entries
+                .get(path)
+                .filter(|old| old.still_valid(meta, trusted))
+                .cloned(),
+        }
     }
 }
 
@@ -189,7 +218,7 @@ pub fn now_ns() -> i128 {
 /// Walks `root` within `caps`, depth first in name order, so that a cut scan holds every
 /// path up to its last one in [`walk_order`] and none after it. Entries of `prior` whose
 /// file is unchanged are reused instead of reading the file.
-pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&Prior<'_>>) -> Scan {
+pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) -> Scan {
     let mut out = Scan {
         started_ns: now_ns(),
         ..Scan::default()
@@ -213,15 +242,15 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&Prior<'_>>) -> S
 /// Directories nested deeper than this are not entered (no real tree is that deep).
 const MAX_DEPTH: usize = 256;
 
-struct Walker<'a> {
+struct Walker<'a, 'p> {
     caps: &'a Caps,
     key: &'a Key,
-    prior: Option<&'a Prior<'a>>,
+    prior: Option<&'a mut Prior<'p>>,
     root_dev: u64,
     budget: Budget,
 }
 
-impl Walker<'_> {
+impl Walker<'_, '_> {
     /// Scans `rel` below `root`; `false` once the cap is reached.
     fn walk(&mut self, root: &Path, rel: &[u8], out: &mut Scan, depth: usize) -> bool {
         let dir = root.join(std::ffi::OsStr::from_bytes(rel));
@@ -275,36 +304,30 @@ impl Walker<'_> {
     /// holds what reading the file now would give within the budgets (which are charged
     /// as if it had been read).
     fn reuse(&mut self, path: &[u8], meta: &std::fs::Metadata) -> Option<Entry> {
-        let prior = self.prior?;
+        let prior = self.prior.as_deref_mut()?;
         if meta.dev() != self.root_dev {
             return None;
         }
-        let old = prior.scan.entries.get(path)?;
-        if !old.still_valid(meta, prior.trusted_before_ns()) {
-            return None;
-        }
+        let mut entry = prior.take_valid(path, meta)?;
         if meta.file_type().is_symlink() {
-            return Some(old.clone());
+            return Some(entry);
         }
-        let size = old.size;
+        let size = entry.size;
         if size > self.budget.hash_left {
             // Past the hashing budget: compared by stat data only, as a fresh look would.
-            return Some(Entry {
-                hash: None,
-                binary: false,
-                lines: None,
-                content: None,
-                ..old.clone()
-            });
+            entry.hash = None;
+            entry.binary = false;
+            entry.lines = None;
+            entry.content = None;
+            return Some(entry);
         }
-        old.hash?;
+        entry.hash?;
         let keep =
-            !old.binary && size <= self.caps.keep_file_bytes && size <= self.budget.keep_left;
-        if keep && old.kept_len() != Some(size) {
+            !entry.binary && size <= self.caps.keep_file_bytes && size <= self.budget.keep_left;
+        if keep && entry.kept_len() != Some(size) {
             return None;
         }
         self.budget.hash_left -= size;
-        let mut entry = old.clone();
         if keep {
             self.budget.keep_left -= size;
         } else {
@@ -477,7 +500,7 @@ mod tests {
             dir.path(),
             &Caps::default(),
             &key,
-            Some(&Prior { scan: &racy }),
+            Some(&mut Prior::Borrowed(&racy)),
         );
         assert_eq!((again.reused, again.read), (0, 1));
         assert_eq!(
@@ -490,7 +513,7 @@ mod tests {
             dir.path(),
             &Caps::default(),
             &key,
-            Some(&Prior { scan: &old }),
+            Some(&mut Prior::Owned(old)),
         );
         assert_eq!((trusted.reused, trusted.read), (1, 0));
     }
