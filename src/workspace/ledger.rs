@@ -190,8 +190,8 @@ impl Ledger {
                 let loaded = file.as_ref().and_then(CacheFile::load);
                 let (key, scan) = match loaded {
                     Some(loaded) => {
-                        let prior = Prior { scan: &loaded.scan };
-                        let scan = scan::scan(workspace, &caps, &loaded.key, Some(&prior));
+                        let mut prior = Prior::Owned(loaded.scan);
+                        let scan = scan::scan(workspace, &caps, &loaded.key, Some(&mut prior));
                         (loaded.key, scan)
                     }
                     None => {
@@ -294,8 +294,8 @@ impl Ledger {
                 reuse,
                 ..
             } => {
-                let prior = Prior { scan };
-                let prior = reuse.then_some(&prior);
+                let mut prior = Prior::Borrowed(scan);
+                let prior = reuse.then_some(&mut prior);
                 let mut after = scan::scan(&self.workspace, caps, key, prior);
                 after
                     .entries

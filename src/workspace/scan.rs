@@ -110,13 +110,13 @@ impl Entry {
 
     /// Whether `meta` (a fresh look at the same path) shows the file unchanged since this
     /// entry was taken, by a scan that started after `trusted_before_ns` + the margin.
-    fn still_valid(&self, meta: &std::fs::Metadata, trusted_before_ns: i128) -> bool {
-        self.dev == meta.dev()
-            && self.ino == meta.ino()
-            && self.size == meta.len()
-            && self.mtime_ns == mtime_ns(meta)
-            && self.ctime_ns == ctime_ns(meta)
-            && self.mode == meta.mode() & 0o170111
+    fn still_valid(&self, meta: &Stat, trusted_before_ns: i128) -> bool {
+        self.dev == meta.dev
+            && self.ino == meta.ino
+            && self.size == meta.size
+            && self.mtime_ns == meta.mtime_ns
+            && self.ctime_ns == meta.ctime_ns
+            && self.mode == meta.kept_mode()
             && self.mtime_ns < trusted_before_ns
             && self.ctime_ns < trusted_before_ns
     }
@@ -150,13 +150,42 @@ pub struct Scan {
 }
 
 /// A scan whose entries may be reused (see the module doc).
-pub struct Prior<'a> {
-    pub scan: &'a Scan,
+pub enum Prior<'a> {
+    /// A scan used up by the new one (the loaded cache): reused entries are moved out of
+    /// it, not copied, so the two are never both whole in memory.
+    Owned(Scan),
+    /// A scan kept for later (the run's "before", compared with its "after"): reused
+    /// entries are copied.
+    Borrowed(&'a Scan),
 }
 
 impl Prior<'_> {
+    fn scan(&self) -> &Scan {
+        match self {
+            Prior::Owned(scan) => scan,
+            Prior::Borrowed(scan) => scan,
+        }
+    }
+
     fn trusted_before_ns(&self) -> i128 {
-        self.scan.started_ns - RACY_MARGIN_NS
+        self.scan().started_ns - RACY_MARGIN_NS
+    }
+
+    /// The entry for `path` when `meta` shows its file unchanged since (taken out of an
+    /// owned scan whether or not it is still valid: no later look wants it).
+    fn take_valid(&mut self, path: &[u8], meta: &Stat) -> Option<Entry> {
+        let trusted = self.trusted_before_ns();
+        match self {
+            Prior::Owned(scan) => scan
+                .entries
+                .remove(path)
+                .filter(|old| old.still_valid(meta, trusted)),
+            Prior::Borrowed(scan) => scan
+                .entries
+                .get(path)
+                .filter(|old| old.still_valid(meta, trusted))
+                .cloned(),
+        }
     }
 }
 
@@ -189,14 +218,23 @@ pub fn now_ns() -> i128 {
 /// Walks `root` within `caps`, depth first in name order, so that a cut scan holds every
 /// path up to its last one in [`walk_order`] and none after it. Entries of `prior` whose
 /// file is unchanged are reused instead of reading the file.
-pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&Prior<'_>>) -> Scan {
+pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) -> Scan {
     let mut out = Scan {
         started_ns: now_ns(),
         ..Scan::default()
     };
+    // The names, in walk order, up to the cap; then their stat data, on two threads (the
+    // scan's time is mostly `fstatat`); then, in walk order again (the budgets are spent
+    // in that order), each entry reused from `prior` or read.
+    let mut listing = Listing {
+        cap: caps.files,
+        ..Listing::default()
+    };
+    listing.list(root, &[], 0);
+    out.truncated = listing.truncated;
+    let stats = listing.stat_all(root);
     let mut walker = Walker {
         caps,
-        key,
         prior,
         // Only files on the root's own file system are reused: another one mounted inside
         // may keep time by a clock of its own.
@@ -206,43 +244,134 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&Prior<'_>>) -> S
             keep_left: caps.keep_bytes,
         },
     };
-    walker.walk(root, &[], &mut out, 0);
+    let mut entries = Vec::with_capacity(listing.found.len());
+    for (found, stat) in listing.found.iter().zip(stats) {
+        let dir = &listing.dirs[found.dir];
+        let name = &listing.names[found.name.clone()];
+        let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
+        path.extend_from_slice(dir);
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        // What the listing said is a file may be gone, or something else, by now.
+        out.last = Some(path.clone());
+        let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
+            continue;
+        };
+        let entry = match walker.reuse(&path, &stat) {
+            Some(entry) => {
+                out.reused += 1;
+                entry
+            }
+            None => {
+                out.read += 1;
+                let full = root.join(std::ffi::OsStr::from_bytes(&path));
+                look(&full, &stat, caps, key, &mut walker.budget)
+            }
+        };
+        entries.push((path, entry));
+    }
+    out.entries = entries.into_iter().collect();
     out
 }
 
 /// Directories nested deeper than this are not entered (no real tree is that deep).
 const MAX_DEPTH: usize = 256;
 
-struct Walker<'a> {
-    caps: &'a Caps,
-    key: &'a Key,
-    prior: Option<&'a Prior<'a>>,
-    root_dev: u64,
-    budget: Budget,
+/// Files listed per unit of the stat threads' work.
+const STAT_CHUNK: usize = 256;
+
+/// Below this many files, one thread stats them all.
+const STAT_THREADED: usize = 4 * STAT_CHUNK;
+
+/// The stat data a scan uses.
+#[derive(Debug, Clone, Copy)]
+pub struct Stat {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    mode: u32,
 }
 
-impl Walker<'_> {
-    /// Scans `rel` below `root`; `false` once the cap is reached.
-    fn walk(&mut self, root: &Path, rel: &[u8], out: &mut Scan, depth: usize) -> bool {
+impl Stat {
+    fn of(st: &libc::stat) -> Stat {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Stat {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+            mode: st.st_mode,
+        }
+    }
+
+    fn kind(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+
+    fn is_file(&self) -> bool {
+        self.kind() == libc::S_IFREG
+    }
+
+    fn is_symlink(&self) -> bool {
+        self.kind() == libc::S_IFLNK
+    }
+
+    /// The mode bits an entry keeps: the type and the execute bits.
+    fn kept_mode(&self) -> u32 {
+        self.mode & 0o170111
+    }
+}
+
+/// A file (or symlink) the listing found: its directory and name.
+struct Found {
+    /// Index in [`Listing::dirs`].
+    dir: usize,
+    /// Range in [`Listing::names`].
+    name: std::ops::Range<usize>,
+}
+
+/// The files of a tree in walk order (depth first, names sorted), up to a cap, as the
+/// directories' listings give them (their types from `d_type`: no `stat` yet).
+#[derive(Default)]
+struct Listing {
+    cap: usize,
+    /// Directories holding found files, relative to the root.
+    dirs: Vec<Vec<u8>>,
+    /// The found files' names, one after the other.
+    names: Vec<u8>,
+    found: Vec<Found>,
+    /// More files existed than the cap allows.
+    truncated: bool,
+}
+
+impl Listing {
+    /// Lists `rel` below `root`; `false` once the cap is reached.
+    fn list(&mut self, root: &Path, rel: &[u8], depth: usize) -> bool {
         let dir = root.join(std::ffi::OsStr::from_bytes(rel));
         let Ok(read) = std::fs::read_dir(&dir) else {
             return true;
         };
-        let mut names: Vec<_> = read.flatten().collect();
-        names.sort_by_key(|e| e.file_name());
-        for item in names {
-            let mut path = rel.to_vec();
-            if !path.is_empty() {
-                path.push(b'/');
-            }
-            path.extend_from_slice(item.file_name().as_bytes());
-            // Relative to the open directory (`fstatat`), never following a symlink.
-            let Ok(meta) = item.metadata() else {
-                continue;
-            };
-            let kind = meta.file_type();
+        // The type from the listing, or (where the file system gives none) an `lstat`.
+        let mut items: Vec<_> = read
+            .flatten()
+            .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+            .collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut here = None;
+        for (name, kind) in items {
+            let name = name.as_bytes();
             if kind.is_dir() {
-                if depth < MAX_DEPTH && !self.walk(root, &path, out, depth + 1) {
+                let mut path = rel.to_vec();
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(name);
+                if depth < MAX_DEPTH && !self.list(root, &path, depth + 1) {
                     return false;
                 }
                 continue;
@@ -250,61 +379,136 @@ impl Walker<'_> {
             if !kind.is_file() && !kind.is_symlink() {
                 continue;
             }
-            if out.entries.len() >= self.caps.files {
-                out.truncated = true;
+            if self.found.len() >= self.cap {
+                self.truncated = true;
                 return false;
             }
-            let reused = self.reuse(&path, &meta);
-            let entry = match reused {
-                Some(entry) => {
-                    out.reused += 1;
-                    entry
-                }
-                None => {
-                    out.read += 1;
-                    look(&item.path(), &meta, self.caps, self.key, &mut self.budget)
-                }
-            };
-            out.last = Some(path.clone());
-            out.entries.insert(path, entry);
+            let dir = *here.get_or_insert_with(|| {
+                self.dirs.push(rel.to_vec());
+                self.dirs.len() - 1
+            });
+            let start = self.names.len();
+            self.names.extend_from_slice(name);
+            self.found.push(Found {
+                dir,
+                name: start..self.names.len(),
+            });
         }
         true
     }
 
+    /// Every found file's stat data (`None`: gone), on two threads for a big listing.
+    fn stat_all(&self, root: &Path) -> Vec<Option<Stat>> {
+        let mut stats = vec![None; self.found.len()];
+        // Units of work: runs of files of one directory, at most STAT_CHUNK long.
+        let mut units = Vec::new();
+        let mut rest: &mut [Option<Stat>] = &mut stats;
+        let mut at = 0;
+        while at < self.found.len() {
+            let dir = self.found[at].dir;
+            let mut end = at + 1;
+            while end < self.found.len() && end - at < STAT_CHUNK && self.found[end].dir == dir {
+                end += 1;
+            }
+            let (unit, tail) = rest.split_at_mut(end - at);
+            units.push((&self.found[at..end], unit));
+            rest = tail;
+            at = end;
+        }
+        let threaded = self.found.len() >= STAT_THREADED;
+        let queue = std::sync::Mutex::new(units.into_iter());
+        let work = || {
+            let mut open: Option<(usize, std::os::fd::OwnedFd)> = None;
+            loop {
+                let next = match queue.lock() {
+                    Ok(mut q) => q.next(),
+                    Err(_) => None,
+                };
+                let Some((found, out)) = next else {
+                    break;
+                };
+                let dir = found[0].dir;
+                if open.as_ref().is_none_or(|(d, _)| *d != dir) {
+                    open = open_dir(&root.join(std::ffi::OsStr::from_bytes(&self.dirs[dir])))
+                        .map(|fd| (dir, fd));
+                }
+                let Some((_, fd)) = &open else {
+                    continue;
+                };
+                for (f, slot) in found.iter().zip(out.iter_mut()) {
+                    let name = std::ffi::OsStr::from_bytes(&self.names[f.name.clone()]);
+                    // Relative to the open directory, never following a symlink.
+                    *slot =
+                        nix::sys::stat::fstatat(fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                            .ok()
+                            .map(|st| Stat::of(&st));
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let helper = threaded
+                .then(|| {
+                    std::thread::Builder::new()
+                        .name("ledger-stat".into())
+                        .spawn_scoped(s, work)
+                        .ok()
+                })
+                .flatten();
+            work();
+            if let Some(helper) = helper {
+                let _ = helper.join();
+            }
+        });
+        stats
+    }
+}
+
+fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::OFlag;
+    nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()
+}
+
+struct Walker<'a, 'p> {
+    caps: &'a Caps,
+    prior: Option<&'a mut Prior<'p>>,
+    root_dev: u64,
+    budget: Budget,
+}
+
+impl Walker<'_, '_> {
     /// The prior scan's entry for `path`, when the file is unchanged since and the entry
     /// holds what reading the file now would give within the budgets (which are charged
     /// as if it had been read).
-    fn reuse(&mut self, path: &[u8], meta: &std::fs::Metadata) -> Option<Entry> {
-        let prior = self.prior?;
-        if meta.dev() != self.root_dev {
+    fn reuse(&mut self, path: &[u8], meta: &Stat) -> Option<Entry> {
+        let prior = self.prior.as_deref_mut()?;
+        if meta.dev != self.root_dev {
             return None;
         }
-        let old = prior.scan.entries.get(path)?;
-        if !old.still_valid(meta, prior.trusted_before_ns()) {
-            return None;
+        let mut entry = prior.take_valid(path, meta)?;
+        if meta.is_symlink() {
+            return Some(entry);
         }
-        if meta.file_type().is_symlink() {
-            return Some(old.clone());
-        }
-        let size = old.size;
+        let size = entry.size;
         if size > self.budget.hash_left {
             // Past the hashing budget: compared by stat data only, as a fresh look would.
-            return Some(Entry {
-                hash: None,
-                binary: false,
-                lines: None,
-                content: None,
-                ..old.clone()
-            });
+            entry.hash = None;
+            entry.binary = false;
+            entry.lines = None;
+            entry.content = None;
+            return Some(entry);
         }
-        old.hash?;
+        entry.hash?;
         let keep =
-            !old.binary && size <= self.caps.keep_file_bytes && size <= self.budget.keep_left;
-        if keep && old.kept_len() != Some(size) {
+            !entry.binary && size <= self.caps.keep_file_bytes && size <= self.budget.keep_left;
+        if keep && entry.kept_len() != Some(size) {
             return None;
         }
         self.budget.hash_left -= size;
-        let mut entry = old.clone();
         if keep {
             self.budget.keep_left -= size;
         } else {
@@ -324,26 +528,20 @@ struct Budget {
     keep_left: u64,
 }
 
-fn look(
-    path: &Path,
-    meta: &std::fs::Metadata,
-    caps: &Caps,
-    key: &Key,
-    budget: &mut Budget,
-) -> Entry {
+fn look(path: &Path, meta: &Stat, caps: &Caps, key: &Key, budget: &mut Budget) -> Entry {
     let mut entry = Entry {
-        size: meta.len(),
-        mtime_ns: mtime_ns(meta),
-        mode: meta.mode() & 0o170111,
-        dev: meta.dev(),
-        ino: meta.ino(),
-        ctime_ns: ctime_ns(meta),
+        size: meta.size,
+        mtime_ns: meta.mtime_ns,
+        mode: meta.kept_mode(),
+        dev: meta.dev,
+        ino: meta.ino,
+        ctime_ns: meta.ctime_ns,
         hash: None,
         binary: false,
         lines: None,
         content: None,
     };
-    if meta.file_type().is_symlink() {
+    if meta.is_symlink() {
         if let Ok(target) = std::fs::read_link(path) {
             let bytes = target.as_os_str().as_bytes();
             entry.hash = Some(hash(key, bytes));
@@ -381,14 +579,6 @@ fn look(
         }
     }
     entry
-}
-
-fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
-    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
-}
-
-fn ctime_ns(meta: &std::fs::Metadata) -> i128 {
-    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
 }
 
 /// The keyed hash of `bytes` (SipHash-1-3).
@@ -477,7 +667,7 @@ mod tests {
             dir.path(),
             &Caps::default(),
             &key,
-            Some(&Prior { scan: &racy }),
+            Some(&mut Prior::Borrowed(&racy)),
         );
         assert_eq!((again.reused, again.read), (0, 1));
         assert_eq!(
@@ -490,9 +680,50 @@ mod tests {
             dir.path(),
             &Caps::default(),
             &key,
-            Some(&Prior { scan: &old }),
+            Some(&mut Prior::Owned(old)),
         );
         assert_eq!((trusted.reused, trusted.read), (1, 0));
+    }
+
+    /// Enough files for the two stat threads, in names whose walk order is not their byte
+    /// order (`d/x` before `d.txt`): the cut keeps exactly the first files of the walk,
+    /// and a second scan reuses every one of them.
+    #[test]
+    fn a_threaded_walk_keeps_the_walk_order_and_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut all = Vec::new();
+        for d in 0..12 {
+            let sub = dir.path().join(format!("d{d:02}"));
+            std::fs::create_dir(&sub).unwrap();
+            for f in 0..150 {
+                std::fs::write(sub.join(format!("f{f:03}")), format!("{d} {f}\n")).unwrap();
+                all.push(format!("d{d:02}/f{f:03}").into_bytes());
+            }
+            std::fs::write(dir.path().join(format!("d{d:02}.txt")), "x\n").unwrap();
+            all.push(format!("d{d:02}.txt").into_bytes());
+        }
+        all.sort_by(|a, b| walk_order(a, b));
+        let cap = 1500;
+        assert!(cap >= STAT_THREADED && all.len() > cap);
+        let caps = Caps {
+            files: cap,
+            ..Caps::default()
+        };
+        let key = Key::random();
+        let first = scan(dir.path(), &caps, &key, None);
+        assert!(first.truncated);
+        assert_eq!(first.read, cap as u64);
+        let got: Vec<_> = first.entries.keys().cloned().collect();
+        let mut want = all[..cap].to_vec();
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!(first.last.as_deref(), Some(all[cap - 1].as_slice()));
+        let e = &first.entries[b"d03/f007".as_slice()];
+        assert_eq!(e.content_bytes(&key).as_deref(), Some(b"3 7\n".as_slice()));
+        let mut aged = first;
+        aged.started_ns += 10 * RACY_MARGIN_NS;
+        let again = scan(dir.path(), &caps, &key, Some(&mut Prior::Owned(aged)));
+        assert_eq!((again.reused, again.read), (cap as u64, 0));
     }
 
     #[test]

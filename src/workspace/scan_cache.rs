@@ -90,7 +90,8 @@ impl CacheFile {
         if head_len > meta.len() || head_len < prefix.len() as u64 {
             return None;
         }
-        let mut head = prefix.to_vec();
+        let mut head = Vec::with_capacity(usize::try_from(head_len).ok()?);
+        head.extend_from_slice(&prefix);
         (&mut file)
             .take(head_len - prefix.len() as u64)
             .read_to_end(&mut head)
@@ -170,6 +171,9 @@ pub fn local_clock(path: &Path) -> bool {
 // u64 ino, u8 flags (1 hash, 2 binary, 4 lines, 8 content), u64 hash, u64 lines, u64
 // content length (its bytes follow the previous entry's in the blob area).
 
+/// An entry's bytes besides its path.
+const ENTRY_FIXED: usize = 4 + 8 * 3 + 4 + 8 * 2 + 1 + 8 * 3;
+
 const HAS_HASH: u8 = 1;
 const BINARY: u8 = 2;
 const HAS_LINES: u8 = 4;
@@ -182,7 +186,11 @@ fn checksum(bytes: &[u8]) -> u64 {
 }
 
 fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
-    let mut out = Vec::with_capacity(64 + scan.entries.len() * 96);
+    // Exactly the head's size (entries that are left out make it smaller).
+    let path_bytes: usize = scan.entries.keys().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(
+        MAGIC.len() + 60 + workspace.len() + path_bytes + scan.entries.len() * ENTRY_FIXED,
+    );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&0u64.to_le_bytes());
     out.extend_from_slice(&(workspace.len() as u32).to_le_bytes());
@@ -331,12 +339,22 @@ fn parse(
     if count > MAX_ENTRIES {
         return None;
     }
-    struct Raw<'a> {
-        path: &'a [u8],
-        entry: Entry,
-        content_len: Option<u64>,
+    // The head ends with the blob area's size and the checksum of everything before it:
+    // checked first, so the entries are parsed once, straight into the map.
+    let entries_end = bytes.len().checked_sub(16)?;
+    let sum_at = entries_end + 8;
+    let blob_bytes = u64::from_le_bytes(bytes.get(entries_end..sum_at)?.try_into().ok()?);
+    let sum = u64::from_le_bytes(bytes.get(sum_at..)?.try_into().ok()?);
+    if entries_end < r.at || checksum(&bytes[..sum_at]) != sum {
+        return None;
     }
-    let mut raws = Vec::with_capacity(count as usize);
+    // The blobs follow the head, in entry order.
+    let blobs_start = bytes.len() as u64;
+    if blobs_start.checked_add(blob_bytes)? != file_len {
+        return None;
+    }
+    let mut offset = blobs_start;
+    let mut entries = BTreeMap::new();
     for _ in 0..count {
         let path_len = r.u32()? as usize;
         let path = r.take(path_len)?;
@@ -350,54 +368,41 @@ fn parse(
         let hash = r.u64()?;
         let lines = r.u64()?;
         let content_len = r.u64()?;
-        raws.push(Raw {
-            path,
-            entry: Entry {
-                size,
-                mtime_ns,
-                mode,
-                dev,
-                ino,
-                ctime_ns,
-                hash: (flags & HAS_HASH != 0).then_some(hash),
-                binary: flags & BINARY != 0,
-                lines: (flags & HAS_LINES != 0).then_some(lines),
-                content: None,
-            },
-            content_len: (flags & HAS_CONTENT != 0).then_some(content_len),
-        });
-    }
-    let blob_bytes = r.u64()?;
-    let body_end = r.at;
-    let sum = r.u64()?;
-    if checksum(&bytes[..body_end]) != sum {
-        return None;
-    }
-    let blobs_start = r.at as u64;
-    if r.at != bytes.len() || blobs_start.checked_add(blob_bytes)? != file_len {
-        return None;
-    }
-    let mut offset = blobs_start;
-    let mut entries = Vec::with_capacity(raws.len());
-    for raw in raws {
-        let mut entry = raw.entry;
-        if let Some(len) = raw.content_len {
-            let end = offset.checked_add(len)?;
+        let content = if flags & HAS_CONTENT != 0 {
+            let end = offset.checked_add(content_len)?;
             if end > file_len {
                 return None;
             }
-            entry.content = Some(Content::Stored {
+            let stored = Content::Stored {
                 file: file.clone(),
                 offset,
-                len,
-            });
+                len: content_len,
+            };
             offset = end;
-        }
-        entries.push((raw.path.to_vec(), entry));
+            Some(stored)
+        } else {
+            None
+        };
+        let entry = Entry {
+            size,
+            mtime_ns,
+            mode,
+            dev,
+            ino,
+            ctime_ns,
+            hash: (flags & HAS_HASH != 0).then_some(hash),
+            binary: flags & BINARY != 0,
+            lines: (flags & HAS_LINES != 0).then_some(lines),
+            content,
+        };
+        entries.insert(path.to_vec(), entry);
+    }
+    if r.at != entries_end {
+        return None;
     }
     Some(Loaded {
         scan: Scan {
-            entries: entries.into_iter().collect::<BTreeMap<_, _>>(),
+            entries,
             started_ns,
             ..Scan::default()
         },
@@ -449,8 +454,8 @@ mod tests {
         assert_eq!(a.lines, Some(2));
         assert!(loaded.scan.entries[b"b.bin".as_slice()].binary);
 
-        let prior = Prior { scan: &loaded.scan };
-        let second = scan(&ws, &Caps::default(), &key, Some(&prior));
+        let mut prior = Prior::Owned(loaded.scan);
+        let second = scan(&ws, &Caps::default(), &key, Some(&mut prior));
         assert_eq!((second.reused, second.read), (3, 0));
         // Stored again from stored contents: still the same.
         cache.store(&aged(second), &key).unwrap();
