@@ -25,8 +25,10 @@ use crate::stream::{Decoded, Line, Pipe};
 /// output.)
 pub trait Journal {
     /// A complete line of the child's output; `decoded` is its decoded form, if it is an
-    /// event.
-    fn line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>);
+    /// event. The journal may keep the line's buffer (the transcript records most lines
+    /// whole, so it takes them rather than copying them); it hands the buffer back when it
+    /// did not keep it, for the pipe reader to reuse.
+    fn line(&mut self, pipe: Pipe, line: Line, decoded: Option<&Decoded>) -> Option<Vec<u8>>;
     /// The lines at hand have been handled: whatever was recorded goes out now. Lines may
     /// be held back until this is called, so that a fast stream is recorded in batches;
     /// the supervisor calls it before it waits for more output.
@@ -39,7 +41,9 @@ pub trait Journal {
 pub struct NoJournal;
 
 impl Journal for NoJournal {
-    fn line(&mut self, _: Pipe, _: &Line, _: Option<&Decoded>) {}
+    fn line(&mut self, _: Pipe, line: Line, _: Option<&Decoded>) -> Option<Vec<u8>> {
+        Some(line.bytes)
+    }
     fn note(&mut self, _: Note<'_>) {}
 }
 

@@ -214,7 +214,6 @@ impl Transcript {
         let mut sink = Sink {
             out: file,
             secrets: Secrets::new(secrets),
-            entry: Vec::new(),
             pending: Vec::new(),
         };
         let shown = path.display().to_string();
@@ -290,26 +289,43 @@ impl Transcript {
     }
 
     /// Records one line of the child's output; `decoded` is its decoded form, if it is an
-    /// event.
-    pub fn child_line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>) {
+    /// event. A line recorded whole is taken as it is, without a copy; otherwise its
+    /// buffer is handed back, for reuse.
+    ///
+    /// A line in a buffer much larger than itself (a reused one, see
+    /// [`crate::stream::SpareBuffer`]) is copied instead, so that the entries waiting for
+    /// the writer hold no more memory than their bytes.
+    pub fn child_line(
+        &mut self,
+        pipe: Pipe,
+        line: Line,
+        decoded: Option<&Decoded>,
+    ) -> Option<Vec<u8>> {
         if self.writer.is_none() {
-            return;
+            return Some(line.bytes);
         }
-        let keep = if line.bytes.len() > MAX_ENTRY_BYTES {
-            LONG_LINE_HEAD_BYTES
+        let Line { bytes, dropped } = line;
+        let len = bytes.len();
+        let (kept, returned) = if len > MAX_ENTRY_BYTES {
+            (bytes[..LONG_LINE_HEAD_BYTES].to_vec(), Some(bytes))
+        } else if bytes.capacity() > 2 * MAX_ENTRY_BYTES {
+            (bytes.clone(), Some(bytes))
         } else {
-            line.bytes.len()
+            (bytes, None)
         };
+        let held = kept.capacity();
+        let cut = (len - kept.len()) as u64 + dropped;
         self.push(
             Entry::Child {
                 at: SystemTime::now(),
                 pipe,
-                bytes: line.bytes[..keep].to_vec(),
-                cut: (line.bytes.len() - keep) as u64 + line.dropped,
+                bytes: kept,
+                cut,
                 spans: decoded.map(|d| d.spans.clone()),
             },
-            keep,
+            held,
         );
+        returned
     }
 
     /// Hands the entries recorded so far to the writer thread.
@@ -351,8 +367,6 @@ impl Drop for Transcript {
 struct Sink {
     out: File,
     secrets: Secrets,
-    /// The entry being assembled, reused so that an entry costs no allocation.
-    entry: Vec<u8>,
     /// Formatted entries not yet written, one per line.
     pending: Vec<u8>,
 }
@@ -373,9 +387,34 @@ impl Sink {
         result
     }
 
+    /// Formats one entry onto the pending bytes, in place: an entry is copied once, from
+    /// the line into the pending bytes (twice when it must be redacted).
     fn format_entry(&mut self, entry: Entry) -> std::io::Result<()> {
-        let mut bytes = std::mem::take(&mut self.entry);
-        bytes.clear();
+        let start = self.pending.len();
+        let formatted = self.format_in_place(entry);
+        if formatted.is_err() {
+            self.pending.truncate(start);
+        }
+        formatted?;
+        // The entry is JSON: a secret is found in every spelling JSON gives it, in coder's
+        // own data (the prompt) and in the child's events alike.
+        if let Some(redacted) = self
+            .secrets
+            .redact_known(&self.pending[start..], Ending::Whole)
+        {
+            self.pending.truncate(start);
+            self.pending.extend_from_slice(&redacted);
+        }
+        if let Cow::Owned(redacted) = redact_tokens_bytes(&self.pending[start..]) {
+            self.pending.truncate(start);
+            self.pending.extend_from_slice(&redacted);
+        }
+        self.pending.push(b'\n');
+        Ok(())
+    }
+
+    fn format_in_place(&mut self, entry: Entry) -> std::io::Result<()> {
+        let bytes = &mut self.pending;
         match entry {
             Entry::Coder { at, kind, data } => {
                 let entry = json!({
@@ -384,7 +423,7 @@ impl Sink {
                     "kind": kind,
                     "data": data,
                 });
-                serde_json::to_writer(&mut bytes, &entry)?;
+                serde_json::to_writer(&mut *bytes, &entry)?;
             }
             Entry::Child {
                 at,
@@ -394,8 +433,13 @@ impl Sink {
                 spans,
             } => {
                 let ts = timestamp(at);
-                match (&spans, cut, std::str::from_utf8(&line)) {
-                    (Some(spans), 0, Ok(text)) => event_entry(&mut bytes, &ts, text, spans),
+                // The decoder may have checked the line's UTF-8 already.
+                let utf8 = || {
+                    spans.as_ref().is_some_and(|s| s.utf8)
+                        || simdutf8::basic::from_utf8(&line).is_ok()
+                };
+                match &spans {
+                    Some(spans) if cut == 0 && utf8() => event_entry(bytes, &ts, &line, spans),
                     _ => {
                         let kind = match (pipe, spans.is_some()) {
                             (Pipe::Stderr, _) => "stderr",
@@ -403,22 +447,11 @@ impl Sink {
                             (Pipe::Stdout, false) => "noise",
                         };
                         let entry = text_entry(&self.secrets, &ts, kind, &line, cut);
-                        serde_json::to_writer(&mut bytes, &entry)?;
+                        serde_json::to_writer(&mut *bytes, &entry)?;
                     }
                 }
             }
         }
-        // The entry is JSON: a secret is found in every spelling JSON gives it, in coder's
-        // own data (the prompt) and in the child's events alike.
-        if let Some(redacted) = self.secrets.redact_known(&bytes, Ending::Whole) {
-            bytes = redacted;
-        }
-        if let Cow::Owned(redacted) = redact_tokens_bytes(&bytes) {
-            bytes = redacted;
-        }
-        bytes.push(b'\n');
-        self.pending.extend_from_slice(&bytes);
-        self.entry = bytes;
         Ok(())
     }
 }
@@ -427,7 +460,7 @@ impl Sink {
 ///
 /// The event is copied verbatim, never re-serialised, and the lifted fields are copied
 /// from where the decoder found them: a megabyte tool result costs one copy.
-fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, spans: &EventSpans) {
+fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &[u8], spans: &EventSpans) {
     let raw = |span: &Option<Range<usize>>| span.clone().and_then(|s| line.get(s));
     entry.extend_from_slice(br#"{"ts":"#);
     entry.extend_from_slice(Value::from(ts).to_string().as_bytes());
@@ -439,11 +472,11 @@ fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &str, spans: &EventSpans) {
     ] {
         if let Some(value) = value {
             entry.extend_from_slice(key);
-            entry.extend_from_slice(value.as_bytes());
+            entry.extend_from_slice(value);
         }
     }
     entry.extend_from_slice(br#","event":"#);
-    entry.extend_from_slice(line.trim().as_bytes());
+    entry.extend_from_slice(line.trim_ascii());
     entry.push(b'}');
 }
 
@@ -569,7 +602,7 @@ mod tests {
         let event = br#"{"type":"assistant","uuid":"u1","parent_tool_use_id":"p1","message":{"usage":{"input_tokens":3}}}"#;
         t.child_line(
             Pipe::Stdout,
-            &Line {
+            Line {
                 bytes: event.to_vec(),
                 dropped: 0,
             },
@@ -577,7 +610,7 @@ mod tests {
         );
         t.child_line(
             Pipe::Stderr,
-            &Line {
+            Line {
                 bytes: b"\xffwarn".to_vec(),
                 dropped: 0,
             },
@@ -586,7 +619,7 @@ mod tests {
         let leaky = br#"{"type":"user","uuid":"u2","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"key=sk-very-secret"}]}}"#;
         t.child_line(
             Pipe::Stdout,
-            &Line {
+            Line {
                 bytes: leaky.to_vec(),
                 dropped: 0,
             },
@@ -633,7 +666,7 @@ mod tests {
             if i % 3 == 0 {
                 bytes[len - 1] = 0xff;
             }
-            t.child_line(Pipe::Stderr, &Line { bytes, dropped: 0 }, None);
+            t.child_line(Pipe::Stderr, Line { bytes, dropped: 0 }, None);
             expected.push(format!("line {i}"));
             if i % 50 == 0 {
                 t.note(Note::Start(json!({ "i": i })));
@@ -662,6 +695,69 @@ mod tests {
     }
 
     #[test]
+    fn event_lines_are_embedded_only_when_they_are_utf8() {
+        // The decoder vouches for the UTF-8 of the `user` lines it reads the fast way; a
+        // line it does not vouch for is checked here, and kept as text when it is not.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let mut t = Transcript::create(path.clone(), vec![]);
+        // The CLI's copy of a tool's output is not read, so a line with bytes that are not
+        // UTF-8 there is still an event.
+        let good = format!(
+            r#"{{"type":"user","uuid":"u1","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"ok"}}]}},"tool_use_result":{{"stdout":"{}"}}}}"#,
+            "é".repeat(100)
+        );
+        let mut bad = good.clone().into_bytes();
+        let at = memchr::memchr(0xc3, &bad).unwrap();
+        bad[at] = 0xff;
+        for bytes in [good.as_bytes().to_vec(), bad] {
+            let decoded = crate::stream::decode_line(&bytes).unwrap();
+            assert_eq!(decoded.spans.utf8, bytes == good.as_bytes());
+            let line = Line { bytes, dropped: 0 };
+            t.child_line(Pipe::Stdout, line, Some(&decoded));
+        }
+        assert_eq!(t.finish(), None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines = entries(&text);
+        assert_eq!(lines[0]["kind"], "event");
+        assert_eq!(lines[0]["id"], "u1");
+        assert_eq!(
+            lines[0]["event"],
+            serde_json::from_str::<Value>(&good).unwrap()
+        );
+        assert_eq!(lines[1]["kind"], "event_truncated");
+        assert!(lines[1]["text"].as_str().unwrap().contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn lines_recorded_whole_are_taken_and_other_buffers_handed_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let mut t = Transcript::create(path.clone(), vec![]);
+        let line = |bytes: Vec<u8>| Line { bytes, dropped: 0 };
+        assert_eq!(
+            t.child_line(Pipe::Stderr, line(b"short".to_vec()), None),
+            None
+        );
+        // A short line in a large (reused) buffer is copied: the buffer comes back whole.
+        let mut reused = Vec::with_capacity(4 * MAX_ENTRY_BYTES);
+        reused.extend_from_slice(b"in a reused buffer");
+        let back = t.child_line(Pipe::Stderr, line(reused), None).unwrap();
+        assert_eq!(back, b"in a reused buffer");
+        assert!(back.capacity() >= 4 * MAX_ENTRY_BYTES);
+        // A line longer than an entry keeps its head; the line comes back.
+        let back = t.child_line(Pipe::Stderr, line(vec![b'a'; MAX_ENTRY_BYTES + 1]), None);
+        assert_eq!(back.map(|b| b.len()), Some(MAX_ENTRY_BYTES + 1));
+        assert_eq!(t.finish(), None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let texts: Vec<usize> = entries(&text)
+            .iter()
+            .map(|e| e["text"].as_str().unwrap().len())
+            .collect();
+        assert_eq!(texts, [5, 18, LONG_LINE_HEAD_BYTES]);
+    }
+
+    #[test]
     fn long_and_undecodable_lines_keep_their_head_as_text() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.jsonl");
@@ -674,12 +770,12 @@ mod tests {
             bytes: long.clone(),
             dropped: 5,
         };
-        t.child_line(Pipe::Stdout, &line, Some(&decoded));
+        t.child_line(Pipe::Stdout, line, Some(&decoded));
         let noise = Line {
             bytes: "é not json".as_bytes().to_vec(),
             dropped: 0,
         };
-        t.child_line(Pipe::Stdout, &noise, None);
+        t.child_line(Pipe::Stdout, noise, None);
         assert_eq!(t.finish(), None);
         let text = std::fs::read_to_string(&path).unwrap();
         let lines = entries(&text);

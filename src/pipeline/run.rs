@@ -253,14 +253,14 @@ struct RunJournal {
 }
 
 impl Journal for RunJournal {
-    fn line(&mut self, pipe: Pipe, line: &Line, decoded: Option<&Decoded>) {
-        self.transcript.child_line(pipe, line, decoded);
+    fn line(&mut self, pipe: Pipe, line: Line, decoded: Option<&Decoded>) -> Option<Vec<u8>> {
         if let Some(progress) = self.progress.as_mut() {
             progress.activity();
             if let Some(decoded) = decoded {
                 progress.event(&decoded.event);
             }
         }
+        self.transcript.child_line(pipe, line, decoded)
     }
 
     fn flush(&mut self) {

@@ -5,7 +5,10 @@
 //! coder acts on; the rest is skipped (`IgnoredAny`), and the byte ranges the transcript
 //! lifts are located in the same pass ([`EventSpans`]). Lines over [`LONG_LINE_BYTES`] are
 //! read from a copy whose long strings are elided, so a megabyte tool result costs a scan
-//! of its quotes rather than a full decode.
+//! of its quotes rather than a full decode. Shorter `user` lines, which are recorded whole
+//! and so must be valid, are read from such a copy too, with every string left out checked
+//! and the line's UTF-8 checked once for the decoder and the transcript ([`crate::stream`]'s
+//! `elide` module).
 
 use std::ops::Range;
 
@@ -15,6 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::text::one_line;
 
+use super::elide::{Elided, free_of_control_bytes};
 use super::event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
     ToolResult, ToolUse, UpstreamErrorType, Usage,
@@ -48,8 +52,45 @@ pub fn decode_event(line: &[u8]) -> Result<Event, DecodeError> {
 /// The line is parsed once. Everything coder does not read is skipped without being
 /// materialised, and the fields it only copies or searches (ids, usage, tool results'
 /// content) are located rather than decoded, so a megabyte tool result is scanned once and
-/// never copied.
+/// never copied. A `user` line, most of a busy run's bytes, is read the cheaper way of
+/// [`decode_user_line`] when it can be.
 pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
+    if line.starts_with(USER_LINE_START)
+        && let Some(decoded) = decode_user_line(line)
+    {
+        return Ok(decoded);
+    }
+    decode_general(line)
+}
+
+/// Decodes a `user` line with its long strings (a tool result's text, and the CLI's copy
+/// of it) left out of the parse, but checked: the line is checked for UTF-8 and for raw
+/// control bytes as a whole, once, and each string left out for what serde would refuse
+/// in it (see [`Elided::checked`]). What is left is parsed in full, so the line is exactly
+/// as valid as a full parse would find it, and reads as the same event. The line's UTF-8
+/// check is handed on ([`EventSpans::utf8`]), so that the transcript need not repeat it.
+///
+/// `None` where the general reading must decide: the line is not UTF-8 or holds a control
+/// byte or a string serde would refuse, or is not a `user` event after all.
+fn decode_user_line(line: &[u8]) -> Option<Decoded> {
+    // A SIMD check: std's stops at every non-ASCII character of ordinary text, and took
+    // as long as the rest of the reading of a `user` line.
+    if simdutf8::basic::from_utf8(line).is_err() || !free_of_control_bytes(line) {
+        return None;
+    }
+    let elided = Elided::checked(line, CHECKED_ELIDED_STRING_BYTES)?;
+    let wire = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&elided.text).ok()?;
+    if wire.kind != "user" {
+        return None;
+    }
+    let mut decoded = wire.into_decoded(&elided.text);
+    locate_in_original(&elided, &mut decoded);
+    decoded.spans.utf8 = true;
+    Some(decoded)
+}
+
+/// The general reading of a line (see [`decode_line`]).
+fn decode_general(line: &[u8]) -> Result<Decoded, DecodeError> {
     // Fast path: content blocks are read in place, and a tool result's megabytes are skipped
     // rather than buffered. It is stricter than the general path (where a block with a
     // mistyped field only means "no blocks"), so on any error the line is decoded again the
@@ -90,7 +131,7 @@ pub fn decode_long_line(line: &[u8]) -> Result<Decoded, DecodeError> {
     // the top level.
     let copy_at = memchr::memmem::find(line, COPY_KEY);
     let head = &line[..copy_at.unwrap_or(line.len())];
-    if let Some(mut elided) = Elided::new(head, ELIDED_STRING_BYTES) {
+    if let Some(mut elided) = Elided::unchecked(head, ELIDED_STRING_BYTES) {
         if copy_at.is_some() {
             elided.text.push(b'}');
         }
@@ -99,106 +140,40 @@ pub fn decode_long_line(line: &[u8]) -> Result<Decoded, DecodeError> {
             && wire.kind == "user"
         {
             let mut decoded = wire.into_decoded(&elided.text);
-            elided.locate_in_original(&mut decoded);
+            locate_in_original(&elided, &mut decoded);
             return Ok(decoded);
         }
     }
-    decode_line(line)
+    decode_general(line)
 }
 
 /// Strings at least this long are left out of the parse of a long line.
 const ELIDED_STRING_BYTES: usize = 1024;
 
-/// A copy of a JSON text with its long strings emptied (`""`), cheap to parse, and the map
-/// from its positions back to the original's.
-///
-/// Strings are found by their quotes: outside a string every quote opens one, and inside
-/// one a quote closes it unless an odd number of backslashes precedes it. That is exact for
-/// valid JSON, and what it does with invalid JSON does not matter here: an emptied string
-/// is never decoded from the copy, and what is left must still parse.
-#[derive(Debug)]
-struct Elided {
-    text: Vec<u8>,
-    /// For each emptied string, in order: the position in `text` just past its `""`, and
-    /// how many bytes the copy has lost up to there.
-    cuts: Vec<(usize, usize)>,
-}
+/// Strings at least this long are left out of the parse of a `user` line recorded whole
+/// (see [`decode_user_line`]).
+const CHECKED_ELIDED_STRING_BYTES: usize = 64;
 
-impl Elided {
-    /// Copies `json` with every string of at least `min_len` bytes emptied; `None` when a
-    /// string is not closed.
-    fn new(json: &[u8], min_len: usize) -> Option<Elided> {
-        let mut elided = Elided {
-            text: Vec::new(),
-            cuts: Vec::new(),
-        };
-        let mut copied = 0;
-        let mut removed = 0;
-        let mut at = 0;
-        while let Some(offset) = memchr::memchr(b'"', &json[at..]) {
-            let open = at + offset;
-            let close = string_end(json, open)?;
-            let len = close - open - 1;
-            if len >= min_len {
-                elided.text.extend_from_slice(&json[copied..=open]);
-                elided.text.push(b'"');
-                removed += len;
-                elided.cuts.push((elided.text.len(), removed));
-                copied = close + 1;
-            }
-            at = close + 1;
-        }
-        elided.text.extend_from_slice(&json[copied..]);
-        Some(elided)
+/// How every `user` line the CLI prints begins.
+const USER_LINE_START: &[u8] = br#"{"type":"user","#;
+
+/// Moves the spans of `decoded`, found in the copy, to the original.
+fn locate_in_original(elided: &Elided, decoded: &mut Decoded) {
+    let spans = &mut decoded.spans;
+    for span in [
+        &mut spans.uuid,
+        &mut spans.parent_tool_use_id,
+        &mut spans.usage,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        elided.original_range(span);
     }
-
-    /// The position in the original of position `at` of the copy. A position inside an
-    /// emptied `""` is never asked for: a located value starts at its opening quote or ends
-    /// past its closing one.
-    fn original(&self, at: usize) -> usize {
-        let before = self.cuts.partition_point(|&(end, _)| end <= at);
-        at + before.checked_sub(1).map_or(0, |i| self.cuts[i].1)
-    }
-
-    fn original_range(&self, range: &mut Range<usize>) {
-        *range = self.original(range.start)..self.original(range.end);
-    }
-
-    /// Moves the spans of `decoded`, found in the copy, to the original.
-    fn locate_in_original(&self, decoded: &mut Decoded) {
-        let spans = &mut decoded.spans;
-        for span in [
-            &mut spans.uuid,
-            &mut spans.parent_tool_use_id,
-            &mut spans.usage,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            self.original_range(span);
+    if let Event::User { tool_results } = &mut decoded.event {
+        for span in tool_results.iter_mut().filter_map(|r| r.content.as_mut()) {
+            elided.original_range(span);
         }
-        if let Event::User { tool_results } = &mut decoded.event {
-            for span in tool_results.iter_mut().filter_map(|r| r.content.as_mut()) {
-                self.original_range(span);
-            }
-        }
-    }
-}
-
-/// The position of the quote that closes the string opened at `open`.
-fn string_end(json: &[u8], open: usize) -> Option<usize> {
-    let mut from = open + 1;
-    loop {
-        let quote = from + memchr::memchr(b'"', &json[from..])?;
-        let backslashes = json[open + 1..quote]
-            .iter()
-            .rev()
-            .take_while(|&&b| b == b'\\')
-            .count();
-        if backslashes % 2 == 0 {
-            return Some(quote);
-        }
-        from = quote + 1;
     }
 }
 
@@ -465,6 +440,7 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                 uuid: string_span_in(line, self.uuid),
                 parent_tool_use_id: string_span_in(line, self.parent_tool_use_id),
                 usage: usage_raw.and_then(|raw| span_in(line, raw)),
+                utf8: false,
             },
             event: self.into_event(line),
         }
@@ -711,7 +687,7 @@ mod tests {
         let line = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"a \",\"tool_use_result\":"}]},"uuid":"u1","tool_use_result":{"stdout":"a \",\"tool_use_result\":"},"tool_result_meta":[]}"#;
         let long = decode_long_line;
         let decoded = long(line).unwrap();
-        assert_eq!(decoded, decode_line(line).unwrap());
+        assert_eq!(decoded, decode_general(line).unwrap());
         let Event::User { tool_results } = &decoded.event else {
             panic!()
         };
@@ -723,16 +699,16 @@ mod tests {
         let broken =
             br#"{"type":"user","message":{"content":[]},"tool_use_result":{"stdout":"\q"}}"#;
         assert!(long(broken).is_ok());
-        assert_eq!(decode_line(broken), Err(DecodeError::NotJson));
+        assert_eq!(decode_general(broken), Err(DecodeError::NotJson));
         // ...but everything before it is, and a key of that name below the top level is
         // not taken for it.
         let broken = br#"{"type":"user","message":{"content":"\q"},"tool_use_result":{}}"#;
         assert_eq!(long(broken), Err(DecodeError::NotJson));
         let nested = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","x":1,"tool_use_result":2}]}}"#;
-        assert_eq!(long(nested), decode_line(nested));
+        assert_eq!(long(nested), decode_general(nested));
         let not_user =
             br#"{"type":"assistant","message":{"id":"m1"},"tool_use_result":1,"session_id":"s"}"#;
-        assert_eq!(long(not_user), decode_line(not_user));
+        assert_eq!(long(not_user), decode_general(not_user));
     }
 
     #[test]
@@ -756,7 +732,7 @@ mod tests {
             let cut = line.len() - r#","tool_use_result":{"stdout":""}}"#.len() - content.len();
             let mut head = line[..cut].to_vec();
             head.push(b'}');
-            assert_eq!(long, decode_line(&head).unwrap(), "{content}");
+            assert_eq!(long, decode_general(&head).unwrap(), "{content}");
             let Event::User { tool_results } = &long.event else {
                 panic!()
             };
@@ -775,7 +751,10 @@ mod tests {
             "x".repeat(ELIDED_STRING_BYTES)
         );
         assert!(decode_long_line(skipped.as_bytes()).is_ok());
-        assert_eq!(decode_line(skipped.as_bytes()), Err(DecodeError::NotJson));
+        assert_eq!(
+            decode_general(skipped.as_bytes()),
+            Err(DecodeError::NotJson)
+        );
         let unclosed = format!(
             r#"{{"type":"user","message":{{"content":"{}"#,
             "x".repeat(5000)
@@ -843,14 +822,14 @@ mod tests {
             );
             let copy = format!(r#","tool_use_result":{{"stdout":"{}"}}}}"#, rng.json_text());
             let line = format!("{}{copy}", &head[..head.len() - 1]);
-            let general = decode_line(head.as_bytes());
+            let general = decode_general(head.as_bytes());
             let elided = decode_long_line(line.as_bytes());
             assert_eq!(elided, general, "case {case}: {line}");
             assert!(elided.is_ok(), "case {case}: {line}");
             // And it was read the fast way: the copy without long strings is valid JSON
             // (a wrong guess at a string's end would leave it broken, and the fallback to
             // the general reading would hide that).
-            let copy = Elided::new(head.as_bytes(), ELIDED_STRING_BYTES).unwrap();
+            let copy = Elided::unchecked(head.as_bytes(), ELIDED_STRING_BYTES).unwrap();
             assert!(
                 serde_json::from_slice::<IgnoredAny>(&copy.text).is_ok(),
                 "case {case}"
@@ -869,6 +848,132 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The general reading, with the UTF-8 check the `user` path hands on.
+    fn general_checked(line: &[u8]) -> Result<Decoded, DecodeError> {
+        decode_general(line).map(|mut decoded| {
+            decoded.spans.utf8 = true;
+            decoded
+        })
+    }
+
+    #[test]
+    fn user_lines_read_with_their_long_strings_left_out_agree_with_the_general_reading() {
+        let mut rng = Xorshift(0x5851_f42d_4c95_7f2d);
+        for case in 0..400 {
+            let mut blocks = Vec::new();
+            for b in 0..1 + rng.below(3) {
+                let text = rng.json_text();
+                let content = match rng.below(4) {
+                    0 => format!(r#""{text}""#),
+                    1 => format!(r#"[{{"type":"text","text":"{text}"}},{{"type":"image"}}]"#),
+                    2 => format!(r#"{{"odd":"{text}"}}"#),
+                    _ => "7".to_owned(),
+                };
+                let error = [",\"is_error\":true", "", ",\"is_error\":false"][rng.below(3)];
+                // An id long enough to be left out, were it not read.
+                let id = format!("t{b}{}", "i".repeat(rng.below(3) * 40));
+                blocks.push(format!(
+                    r#"{{"tool_use_id":"{id}","type":"tool_result","content":{content}{error}}}"#
+                ));
+            }
+            let line = format!(
+                r#"{{"type":"user","message":{{"role":"user","content":[{}]}},"parent_tool_use_id":"p{}","session_id":"s","uuid":"u{case}","tool_use_result":{{"stdout":"{}","stderr":"","interrupted":false}}}}"#,
+                blocks.join(","),
+                rng.below(1000),
+                rng.json_text(),
+            );
+            let line = line.as_bytes();
+            let fast = decode_user_line(line);
+            assert!(fast.is_some(), "case {case}: not read the fast way");
+            assert_eq!(fast.map(Ok), Some(general_checked(line)), "case {case}");
+            assert_eq!(decode_line(line), general_checked(line), "case {case}");
+            let Ok(Decoded {
+                event: Event::User { tool_results },
+                spans,
+            }) = decode_line(line)
+            else {
+                panic!("case {case}: not a user event")
+            };
+            assert!(!tool_results.is_empty() && spans.uuid.is_some());
+        }
+    }
+
+    #[test]
+    fn user_lines_the_fast_reading_cannot_vouch_for_are_read_the_general_way() {
+        let long = "x".repeat(CHECKED_ELIDED_STRING_BYTES * 2);
+        let line = |content: &[u8]| {
+            let mut line = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":""#.to_vec();
+            line.extend_from_slice(content);
+            line.extend_from_slice(br#""}]},"uuid":"u1"}"#);
+            line
+        };
+        for (content, general) in [
+            // Invalid in any string: the general reading refuses the line too.
+            (format!(r"{long}\q"), Err(DecodeError::NotJson)),
+            (format!(r"{long}\u12"), Err(DecodeError::NotJson)),
+            (
+                format!("{long}\tafter a raw tab"),
+                Err(DecodeError::NotJson),
+            ),
+            (format!("{long}\u{1}"), Err(DecodeError::NotJson)),
+            (format!(r"{long}\"), Err(DecodeError::NotJson)),
+            // A lone surrogate, refused in a `String` but not in a skipped value.
+            (format!(r"{long}\uD800"), Ok(())),
+            (format!(r"\uDC00{long}"), Ok(())),
+            (format!(r"{long}\uD800\n"), Ok(())),
+        ] {
+            let line = line(content.as_bytes());
+            assert_eq!(decode_user_line(&line), None, "{content}");
+            assert_eq!(decode_line(&line), decode_general(&line), "{content}");
+            assert_eq!(decode_line(&line).map(|_| ()), general, "{content}");
+        }
+        // Bytes that are not UTF-8: in a tool result's content, the line is not JSON (as
+        // it always was); in a string nothing reads (the CLI's copy of the output), the
+        // line still decodes, as it always has, but is not vouched for as UTF-8.
+        let mut content = long.as_bytes().to_vec();
+        content.extend_from_slice(&[0xff, 0xfe, b' ', 0xc3]);
+        let invalid = line(&content);
+        assert_eq!(decode_user_line(&invalid), None);
+        assert_eq!(decode_line(&invalid), Err(DecodeError::NotJson));
+        let mut invalid = line(b"ok");
+        invalid.truncate(invalid.len() - 1);
+        invalid.extend_from_slice(br#","tool_use_result":{"stdout":""#);
+        invalid.extend_from_slice(&content);
+        invalid.extend_from_slice(br#""}}"#);
+        assert_eq!(decode_user_line(&invalid), None);
+        let decoded = decode_line(&invalid).unwrap();
+        assert!(!decoded.spans.utf8);
+        assert_eq!(Ok(decoded), decode_general(&invalid));
+        // Not a user event after all, or its keys in another order: the general reading.
+        let other = br#"{"type":"user","type":"assistant","message":{"id":"m1","content":[]}}"#;
+        assert_eq!(decode_user_line(other), None);
+        assert_eq!(decode_line(other), decode_general(other));
+        let reordered = br#"{"uuid":"u1","type":"user","message":{"content":[]}}"#;
+        assert_eq!(decode_line(reordered), decode_general(reordered));
+        // A key spelled with escapes is still read.
+        let escaped = format!(
+            r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool\u005fuse_id":"{long}","content":"{long}"}}]}}}}"#
+        );
+        let decoded = decode_user_line(escaped.as_bytes()).unwrap();
+        let Event::User { tool_results } = &decoded.event else {
+            panic!()
+        };
+        assert_eq!(tool_results[0].tool_use_id, long);
+        assert_eq!(Ok(decoded), general_checked(escaped.as_bytes()));
+    }
+
+    #[test]
+    fn a_huge_user_line_is_read_the_fast_way() {
+        let text = r#"fn main() {\n    println!(\"é\");\n}\n"#.repeat(30_000);
+        let line = format!(
+            r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"{text}"}}]}},"uuid":"u1","tool_use_result":{{"stdout":"{text}"}}}}"#
+        );
+        assert!(line.len() > 1_000_000);
+        let decoded = decode_user_line(line.as_bytes()).unwrap();
+        assert!(decoded.spans.utf8);
+        assert_eq!(Ok(decoded), general_checked(line.as_bytes()));
     }
 
     #[test]

@@ -119,6 +119,9 @@ pub struct EventSpans {
     /// The event's token usage: the top-level `usage` (a result), else an assistant
     /// message's `usage`.
     pub usage: Option<Range<usize>>,
+    /// The decoder checked the whole line and found it UTF-8 (false: not checked, which
+    /// says nothing either way), so whoever records the line need not check it again.
+    pub utf8: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]

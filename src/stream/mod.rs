@@ -7,6 +7,7 @@
 //! event as a counted fact, not an error.
 
 pub mod decode;
+mod elide;
 pub mod event;
 pub mod splitter;
 

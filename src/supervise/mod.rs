@@ -304,7 +304,9 @@ impl LineQueue {
     ) -> bool {
         crate::phases::mark_first_line();
         let decoded = observation.observe_line(pipe, &line);
-        journal.line(pipe, &line, decoded.as_ref());
+        if let Some(bytes) = journal.line(pipe, line, decoded.as_ref()) {
+            self.spare.offer(bytes);
+        }
         if let Some(Decoded {
             event:
                 Event::ApiRetry {
@@ -328,7 +330,6 @@ impl LineQueue {
                 Event::Other { .. } => self.awaiting_provider,
             };
         }
-        self.spare.offer(line.bytes);
         matches!(
             decoded,
             Some(Decoded {

@@ -29,6 +29,7 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use aho_corasick::AhoCorasick;
+use memchr::memmem;
 use serde_json::Value;
 
 /// What a secret is replaced with.
@@ -54,6 +55,10 @@ pub enum Ending {
 pub struct Secrets {
     /// Longest first, so a secret that contains another is replaced whole.
     values: Vec<String>,
+    /// A searcher for each of `values`, in the same order, built once: building one
+    /// costs more than searching a few kilobytes with it, and every transcript entry is
+    /// searched.
+    finders: Vec<memmem::Finder<'static>>,
     /// Escapes that can spell a character of some secret besides `\u`: `\/` for `/`, `\"`
     /// for `"`, and so on. A text holding none of these (nor `\u`) can only hold a secret
     /// literally.
@@ -87,6 +92,10 @@ impl Secrets {
             }
         }
         Secrets {
+            finders: kept
+                .iter()
+                .map(|v| memmem::Finder::new(v.as_bytes()).into_owned())
+                .collect(),
             values: kept,
             escapes,
         }
@@ -171,19 +180,21 @@ impl Secrets {
         }
         let escaped = self.may_hold_escapes(bytes);
         let mut out: Option<Vec<u8>> = None;
-        for secret in &self.values {
+        for (secret, finder) in self.values.iter().zip(&self.finders) {
             let current = out.as_deref().unwrap_or(bytes);
             let replaced = if escaped {
                 replace_spelled(current, secret.as_bytes())
             } else {
-                replace_literal(current, secret.as_bytes())
+                replace_literal(current, finder)
             };
             if replaced.is_some() {
                 out = replaced;
             }
         }
         let current = out.as_deref().unwrap_or(bytes);
-        let mut cuts: Vec<usize> = memchr::memmem::find_iter(current, "…".as_bytes()).collect();
+        static ELLIPSIS: LazyLock<memmem::Finder<'static>> =
+            LazyLock::new(|| memmem::Finder::new("…".as_bytes()));
+        let mut cuts: Vec<usize> = ELLIPSIS.find_iter(current).collect();
         if ending == Ending::Cut {
             cuts.push(current.len());
         }
@@ -196,7 +207,9 @@ impl Secrets {
 
     /// Whether `bytes` hold an escape that could spell a character of a secret.
     fn may_hold_escapes(&self, bytes: &[u8]) -> bool {
-        memchr::memmem::find(bytes, b"\\u").is_some()
+        static UNICODE_ESCAPE: LazyLock<memmem::Finder<'static>> =
+            LazyLock::new(|| memmem::Finder::new(b"\\u"));
+        UNICODE_ESCAPE.find(bytes).is_some()
             || self
                 .escapes
                 .iter()
@@ -268,13 +281,14 @@ fn short_escape_of(b: u8) -> Option<[u8; 2]> {
     Some([b'\\', c])
 }
 
-fn replace_literal(bytes: &[u8], secret: &[u8]) -> Option<Vec<u8>> {
-    let first = memchr::memmem::find(bytes, secret)?;
+fn replace_literal(bytes: &[u8], finder: &memmem::Finder<'_>) -> Option<Vec<u8>> {
+    let secret = finder.needle();
+    let first = finder.find(bytes)?;
     let mut out = Vec::with_capacity(bytes.len());
     out.extend_from_slice(&bytes[..first]);
     out.extend_from_slice(REDACTED.as_bytes());
     let mut rest = &bytes[first + secret.len()..];
-    while let Some(at) = memchr::memmem::find(rest, secret) {
+    while let Some(at) = finder.find(rest) {
         out.extend_from_slice(&rest[..at]);
         out.extend_from_slice(REDACTED.as_bytes());
         rest = &rest[at + secret.len()..];
