@@ -282,8 +282,49 @@ impl<'a> Guard<'a> {
         let mut stack = Vec::new();
         self.dir(&root_fd, top, PathBuf::new(), 0, &mut stack)?;
         while let Some(p) = stack.pop() {
+            if self.unchanged_leaf(&p)? {
+                continue;
+            }
             let fd = self.open_child(p.parent.as_fd(), &p.name, &p.rel)?;
             self.dir(&root_fd, fd, p.rel, p.depth, &mut stack)?;
+        }
+        Ok(())
+    }
+
+    /// A subdirectory the start scan listed, unchanged since, that holds nothing the guard
+    /// acts on (no git-dir shape, no subdirectory, no `.git` file or symlink): its entries
+    /// are counted and it is not opened. Its `stat` through the parent names the same
+    /// directory an open would (the run's processes are gone, nothing races the guard).
+    fn unchanged_leaf(&mut self, p: &Pending) -> Result<bool, Stop> {
+        if self.listings.is_empty() {
+            return Ok(false);
+        }
+        let Ok(st) = fstatat(
+            p.parent.as_fd(),
+            p.name.as_os_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
+            return Ok(false);
+        };
+        let listings: &'a ScanListings = self.listings;
+        match listings.unchanged(&st) {
+            Some(summary) if !summary.git_dir && summary.children.is_empty() => {
+                self.count(summary.entries)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Count `entries` more against the guard's cap.
+    fn count(&mut self, entries: usize) -> Result<(), Stop> {
+        self.entries += entries;
+        if self.entries > self.limits.max_entries {
+            return Err(format!(
+                "more than {} entries under {}",
+                self.limits.max_entries,
+                self.root.display()
+            ));
         }
         Ok(())
     }
@@ -321,14 +362,7 @@ impl<'a> Guard<'a> {
         stack: &mut Vec<Pending>,
     ) -> Result<(), Stop> {
         let summary = self.summary(&fd, &rel)?;
-        self.entries += summary.entries;
-        if self.entries > self.limits.max_entries {
-            return Err(format!(
-                "more than {} entries under {}",
-                self.limits.max_entries,
-                self.root.display()
-            ));
-        }
+        self.count(summary.entries)?;
         let fd = Rc::new(fd);
         if summary.git_dir {
             self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel, true)?;
