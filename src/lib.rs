@@ -14,6 +14,7 @@ pub mod config;
 pub mod doctor;
 pub mod exit;
 pub mod journal;
+pub mod le_reader;
 pub mod phases;
 pub mod pipeline;
 pub mod replay;

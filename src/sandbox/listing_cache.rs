@@ -47,6 +47,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::FileStat;
 
 use super::listing::{Ctime, DirSummary, Kind, ctime_of};
+use crate::le_reader::LeReader;
 
 const MAGIC: &[u8; 16] = b"coder-listings1\n";
 
@@ -360,29 +361,13 @@ fn kind_of(byte: u8) -> Option<Kind> {
     })
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
+/// The format's own parts, on top of [`LeReader`].
+trait ReadListing {
+    fn name(&mut self) -> Option<OsString>;
+    fn pairs(&mut self) -> Option<Vec<(OsString, Kind)>>;
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.bytes.split_at_checked(n)?;
-        self.bytes = rest;
-        Some(head)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
+impl ReadListing for LeReader<'_> {
     fn name(&mut self) -> Option<OsString> {
         let len = self.u32()? as usize;
         Some(OsStr::from_bytes(self.take(len)?).to_os_string())
@@ -391,7 +376,7 @@ impl<'a> Reader<'a> {
     fn pairs(&mut self) -> Option<Vec<(OsString, Kind)>> {
         let count = self.u32()? as usize;
         // Each pair takes at least five bytes: a count beyond the rest is not ours.
-        if count > self.bytes.len() / 5 {
+        if count > self.remaining() / 5 {
             return None;
         }
         (0..count)
@@ -408,7 +393,7 @@ fn parse(bytes: &[u8], fingerprint: u64, trees: usize) -> Option<Kept> {
     if checksum(body) != u64::from_le_bytes(sum.try_into().ok()?) {
         return None;
     }
-    let mut r = Reader { bytes: body };
+    let mut r = LeReader::new(body);
     if r.take(MAGIC.len())? != MAGIC || r.u64()? != fingerprint || r.u32()? as usize != trees {
         return None;
     }
@@ -425,13 +410,13 @@ fn parse(bytes: &[u8], fingerprint: u64, trees: usize) -> Option<Kept> {
         }
         kept.trees.push(tree);
     }
-    r.bytes.is_empty().then_some(kept)
+    (r.remaining() == 0).then_some(kept)
 }
 
-fn parse_dir(r: &mut Reader<'_>) -> Option<((u64, u64), KeptDir)> {
+fn parse_dir(r: &mut LeReader<'_>) -> Option<((u64, u64), KeptDir)> {
     let dev = r.u64()?;
     let ino = r.u64()?;
-    let secs = i64::from_le_bytes(r.take(8)?.try_into().ok()?);
+    let secs = r.i64()?;
     let nanos = r.u32()?;
     let entries = usize::try_from(r.u64()?).ok()?;
     let git_dir = match r.u8()? {

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::scan::{Content, Entry, Key, Scan};
+use crate::le_reader::LeReader;
 
 const MAGIC: &[u8; 16] = b"coder-ledger\0v1\n";
 
@@ -287,44 +288,13 @@ fn stored(
     all.get(start..end).map(Arc::from)
 }
 
-/// A reader of the format that fails (`None`) on anything short or out of range.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let end = self.at.checked_add(n)?;
-        let slice = self.bytes.get(self.at..end)?;
-        self.at = end;
-        Some(slice)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-}
-
 fn parse(
     bytes: &[u8],
     file_len: u64,
     workspace: &[u8],
     file: &Arc<std::fs::File>,
 ) -> Option<Loaded> {
-    let mut r = Reader { bytes, at: 0 };
+    let mut r = LeReader::new(bytes);
     if r.take(MAGIC.len())? != MAGIC {
         return None;
     }
@@ -345,7 +315,7 @@ fn parse(
     let sum_at = entries_end + 8;
     let blob_bytes = u64::from_le_bytes(bytes.get(entries_end..sum_at)?.try_into().ok()?);
     let sum = u64::from_le_bytes(bytes.get(sum_at..)?.try_into().ok()?);
-    if entries_end < r.at || checksum(&bytes[..sum_at]) != sum {
+    if entries_end < r.position() || checksum(&bytes[..sum_at]) != sum {
         return None;
     }
     // The blobs follow the head, in entry order.
@@ -397,7 +367,7 @@ fn parse(
         };
         entries.insert(path.to_vec(), entry);
     }
-    if r.at != entries_end {
+    if r.position() != entries_end {
         return None;
     }
     Some(Loaded {
