@@ -1,7 +1,9 @@
 //! Phase timestamps for attributing a run's cost (`CODER_TRACE_PHASES=FILE`).
 //!
 //! When the variable names a file, the supervisor appends one line per phase to it:
-//! `<CLOCK_MONOTONIC µs> <pid> <phase>`. (The sandbox helper starts with an empty
+//! `<CLOCK_MONOTONIC µs> <pid> <phase>`. `coder sandbox` marks its own phases too
+//! (`sandbox.main`, `scan.start`, `scan.done`, `policy.done`, `sandbox.confined` in the
+//! forked child, then `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). (The sandbox helper starts with an empty
 //! environment and marks nothing: its work shows as `policy.done -> child.spawned`.)
 //! The clock is the one a harness reads with `time.monotonic_ns()`, so its own
 //! timestamps (before the spawn, at the exit) line up with coder's. The file is opened

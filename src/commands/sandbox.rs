@@ -108,6 +108,7 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
 }
 
 fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
+    crate::phases::mark("sandbox.main");
     let workspace = match &args.cd {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| SandboxError::io("current directory", e))?,
@@ -156,6 +157,7 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
 
     // Every mode forks and waits, so the per-call directory (private temp and config dir,
     // placeholders) is removed when the command ends, danger-full-access included.
+    crate::phases::mark("policy.done");
     super::sandbox_fork::run_forked(policy, program, &args.command[1..], env)
 }
 

@@ -79,12 +79,15 @@ pub(super) fn run_forked(
                 start_proxy(Egress::new(policy.network.allow.clone()), ours);
             }
             let status = wait_forwarding(child, &mask);
+            crate::phases::mark("sandbox.exited");
             // The command's PID namespace is gone: no process of it can still write.
             let guard = crate::sandbox::guard_git_after_run(&policy);
             for line in guard.lines() {
                 eprintln!("coder sandbox: {line}");
             }
+            crate::phases::mark("sandbox.guarded");
             policy.cleanup();
+            crate::phases::mark("sandbox.cleaned");
             if guard.incomplete.is_some() {
                 return Ok(ExitCode::from(EXIT_SANDBOX_ERROR));
             }
@@ -113,6 +116,7 @@ fn child_main(
         return sandbox_error(e.to_string());
     }
     drop(channel);
+    crate::phases::mark("sandbox.confined");
     // Confined, this is now the agent (PID 2 of its own PID namespace), whose parent is the
     // namespace's init: `confine` re-armed the death signals along that chain.
     i32::from(exec_command(program, args, env))

@@ -477,7 +477,9 @@ impl Policy {
             Some(dir) => Some(listing_cache::cache_path_in(&dir, &workspace)),
             None => None,
         };
+        crate::phases::mark("scan.start");
         let found = scan_workspace(opts, &ws_dir, &scanned, listings.as_deref())?;
+        crate::phases::mark("scan.done");
         policy.git_known = found.git_known;
         policy.dir_listings = found.listings;
         policy.placeholders = found.placeholders;
