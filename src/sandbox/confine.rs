@@ -245,10 +245,12 @@ fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, Sandb
             (MaskKind::ReadOnly | MaskKind::Pin, _) => sys::clone_tree(target.as_fd()),
         }
         .map_err(|e| SandboxError::sys("open_tree", mask.path.display(), e))?;
-        let attrs = if mask.kind == MaskKind::Pin {
-            sys::set_nosuid(tree.as_fd())
-        } else {
-            sys::set_read_only(tree.as_fd())
+        let attrs = match mask.kind {
+            MaskKind::Pin => sys::set_nosuid(tree.as_fd()),
+            MaskKind::ReadOnly => sys::set_read_only(tree.as_fd()),
+            // A clone keeps its source's mount flags, and the mask source was made
+            // read-only, nosuid and nodev once (`mask_source_mount`).
+            MaskKind::Empty => Ok(()),
         };
         attrs.map_err(|e| SandboxError::sys("mount_setattr", mask.path.display(), e))?;
         sys::move_mount(tree.as_fd(), target.as_fd())

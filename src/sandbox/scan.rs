@@ -39,7 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
+use nix::fcntl::{AtFlags, FcntlArg, OFlag, OpenHow, ResolveFlag, fcntl, openat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
 use serde::{Deserialize, Serialize};
@@ -483,16 +483,25 @@ impl<'a> Walker<'a, '_> {
         let dir = match task.dir {
             TaskDir::Open(fd) => fd,
             TaskDir::Child(parent, name) => {
+                let kept = (task.depth <= self.limits.max_depth)
+                    .then(|| self.kept(&task.st, &task.rel, task.inside))
+                    .flatten();
                 // Kept from the last run, unchanged, and nothing in it needs a look: the
                 // directory is not even opened.
-                if task.depth <= self.limits.max_depth
-                    && let Some(kept) = self.kept(&task.st, &task.rel, task.inside)
+                if let Some(kept) = kept
                     && kept.is_quiet()
                 {
                     self.reuse(&task.st, kept);
                     return Ok(());
                 }
-                open_dir_beneath(parent.as_fd(), Path::new(&name))
+                // Kept but with entries to look at: those are looked up by name, so an
+                // `O_PATH` descriptor will do (`walk` reopens it to list if the directory
+                // changed after all).
+                let flags = match kept {
+                    Some(_) => OFlag::O_PATH | OFlag::O_DIRECTORY,
+                    None => OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                };
+                openat2(parent.as_fd(), Path::new(&name), beneath(flags))
                     .map_err(|e| walk_error(&self.tree.root.join(&task.rel), "open", e))?
             }
         };
@@ -543,7 +552,19 @@ impl<'a> Walker<'a, '_> {
                 let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
                 (entries.collect(), kept.summary.git_dir, None)
             }
-            None => self.list(&dir, &st, rel, &here)?,
+            None => {
+                // Opened `O_PATH` on the strength of a record that no longer holds:
+                // reopen the same directory (its `fstat` above stays the one before the
+                // listing) to read it.
+                let readable = match fcntl(dir.as_fd(), FcntlArg::F_GETFL) {
+                    Ok(fl) if OFlag::from_bits_truncate(fl).contains(OFlag::O_PATH) => Some(
+                        open_dir_beneath(dir.as_fd(), Path::new("."))
+                            .map_err(|e| walk_error(&here, "open", e))?,
+                    ),
+                    _ => None,
+                };
+                self.list(readable.as_ref().unwrap_or(&dir), &st, rel, &here)?
+            }
         };
         let dir = Arc::new(dir);
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
@@ -1332,9 +1353,13 @@ fn open_dir_beneath(dir: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
     openat2(dir, rel, beneath(OFlag::O_RDONLY | OFlag::O_DIRECTORY))
 }
 
-/// Open `rel` beneath the directory `dir` one component at a time, refusing symlinks
-/// (the last component itself is opened, a symlink included, with `O_PATH`) and anything
-/// that leaves `dir`. Going one name at a time also lifts `PATH_MAX` off deep trees.
+/// Open `rel` beneath the directory `dir`, refusing symlinks (the last component itself
+/// is opened, a symlink included, with `O_PATH`) and anything that leaves `dir`.
+///
+/// A path that fits in `PATH_MAX` is resolved by one `openat2`, whose `RESOLVE_BENEATH`
+/// and `RESOLVE_NO_SYMLINKS` hold for every component; a longer one goes one name at a
+/// time, which lifts `PATH_MAX` off deep trees. (One call instead of one per component
+/// matters where this runs a thousand times: the helper opens every mask target.)
 pub(crate) fn open_beneath(
     dir: BorrowedFd<'_>,
     rel: &Path,
@@ -1350,6 +1375,9 @@ pub(crate) fn open_beneath(
     let Some((last, parents)) = names.split_last() else {
         return openat2(dir, ".", beneath(flags));
     };
+    if rel.as_os_str().len() < libc::PATH_MAX as usize {
+        return openat2(dir, rel, beneath(flags));
+    }
     let mut current: Option<OwnedFd> = None;
     for name in parents {
         let at = current.as_ref().map_or(dir, |fd| fd.as_fd());
