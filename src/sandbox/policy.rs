@@ -693,12 +693,22 @@ impl Policy {
         }
     }
 
-    /// Remove this run's private directory. Errors are ignored: leftovers are pruned by a
-    /// later run.
+    /// Remove this run's private directory and its placeholders in the workspace, side by
+    /// side (on ext4 under load each removal can wait milliseconds for the journal).
+    /// Errors are ignored: leftovers are pruned by a later run.
     pub fn cleanup(&self) {
         self.forget_reachable_listings();
-        remove_placeholders(&self.placeholders);
-        let _ = fs::remove_dir_all(&self.run_dir);
+        std::thread::scope(|s| {
+            let run_dir = || {
+                let _ = fs::remove_dir_all(&self.run_dir);
+            };
+            // No thread to spare: the run dir goes after the placeholders.
+            let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
+            remove_placeholders(&self.placeholders);
+            if spawned.is_err() {
+                let _ = fs::remove_dir_all(&self.run_dir);
+            }
+        });
     }
 }
 
