@@ -95,6 +95,51 @@ fn plain_answer() {
     assert_no_process_in(scene.workspace());
 }
 
+/// coder gives the CLI a fresh config dir every run, seeded with what the CLI (2.1.330)
+/// writes there on its first start. The real CLI then finds nothing to do at startup: it
+/// leaves `.claude.json` exactly as coder wrote it (an incomplete seed costs a rewrite of
+/// the file behind a lock, a `backups/` copy and an `fsync` on every run). A newer CLI
+/// that writes more on a first start fails this test: the seed (`src/pipeline/cli_home.rs`)
+/// needs its new keys.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_cli_finds_its_config_dir_warm_and_leaves_it_as_seeded() {
+    let scene = Scene::new("plain.json", 0);
+    // A wrapper around the real CLI keeps what its config dir held before and after.
+    let kept = scene.fake.root().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    let wrapper = scene.fake.root().join("claude-wrapper");
+    let cfg = "\"$CLAUDE_CONFIG_DIR\"";
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncp {cfg}/.claude.json '{k}/before'\n'{cli}' \"$@\"\nrc=$?\n\
+             cp {cfg}/.claude.json '{k}/after'\nls -A {cfg} > '{k}/names'\nexit $rc\n",
+            k = kept.display(),
+            cli = scene.claude.display(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = scene
+        .coder()
+        .claude_bin(&wrapper)
+        .args(["--sandbox", "danger-full-access", "say hi"])
+        .run();
+    out.assert_success("Hello from the replay cassette.");
+    let read = |name: &str| std::fs::read_to_string(kept.join(name)).unwrap();
+    let seeded: serde_json::Value = serde_json::from_str(&read("before")).unwrap();
+    assert_eq!(seeded["hasCompletedOnboarding"], true, "{seeded}");
+    assert_eq!(
+        read("after"),
+        read("before"),
+        "the CLI rewrote .claude.json"
+    );
+    let names = read("names");
+    assert!(!names.lines().any(|n| n == "backups"), "{names}");
+}
+
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn write_edit_and_bash_change_the_workspace() {

@@ -775,3 +775,113 @@ fn the_plain_ledger_cache_never_hides_a_change() {
     open.assert_success("done");
     assert!(!cache.exists(), "{}", open.explain());
 }
+
+/// A `git` first on the caller's PATH that logs every call, then runs the real one.
+fn logging_git(fake: &Fake) -> (std::ffi::OsString, std::path::PathBuf) {
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let bin = fake.root().join("logging-git");
+    std::fs::create_dir(&bin).unwrap();
+    let log = fake.root().join("git-calls.log");
+    let script = bin.join("git");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            real.trim()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = bin.into_os_string();
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap());
+    (path, log)
+}
+
+/// The child adds `made.txt` and `ignored.log` (the workspace's `.gitignore`, when there is
+/// one, names the latter).
+fn fake_adding_two_files() -> Fake {
+    Fake::new(json!([
+        common::steps::init(),
+        common::steps::touch("../made.txt"),
+        common::steps::touch("../ignored.log"),
+        common::steps::result_ok("done"),
+    ]))
+}
+
+fn ours(out: &common::Outcome) -> Vec<String> {
+    let mut listed: Vec<String> = files(&out.envelope)
+        .into_iter()
+        .map(|(p, _, _, _)| p)
+        .filter(|p| !p.starts_with(".fake-claude/"))
+        .collect();
+    listed.sort();
+    listed
+}
+
+/// No directory from the workspace up holds `.git` or `HEAD`: git could only answer "not a
+/// repository", so coder does not start it, and the plain scan sees every new file.
+#[test]
+fn no_git_runs_for_a_workspace_outside_any_repository() {
+    let fake = fake_adding_two_files();
+    let (path, log) = logging_git(&fake);
+    let out = fake.coder().env("PATH", path).arg("task").run();
+    out.assert_success("done");
+    assert_eq!(ours(&out), ["ignored.log", "made.txt"], "{}", out.explain());
+    assert!(
+        !log.exists(),
+        "git ran: {:?}",
+        std::fs::read_to_string(&log)
+    );
+}
+
+/// The workspace's parent holds a `.git` file (a separate git dir): git finds the repository
+/// from the workspace, so the ledger is git's (`.gitignore` applies).
+#[test]
+fn a_workspace_below_a_git_file_gets_the_git_ledger() {
+    let fake = fake_adding_two_files();
+    let root = fake.root();
+    let sep = tempfile::tempdir().unwrap();
+    git(
+        root,
+        &[
+            "init",
+            "-q",
+            "--separate-git-dir",
+            &sep.path().join("repo.git").to_string_lossy(),
+        ],
+    );
+    assert!(root.join(".git").is_file());
+    std::fs::write(fake.workspace().join(".gitignore"), "ignored.log\n").unwrap();
+    let (path, log) = logging_git(&fake);
+    let out = fake.coder().env("PATH", path).arg("task").run();
+    out.assert_success("done");
+    assert_eq!(ours(&out), ["made.txt"], "{}", out.explain());
+    assert!(log.exists(), "git did not run");
+}
+
+/// The workspace is named through a symlink from outside the repository: git starts from
+/// the physical directory (`getcwd`), which is inside it, so the ledger is git's.
+#[test]
+fn a_workspace_named_through_a_symlink_into_a_repository_gets_the_git_ledger() {
+    let fake = fake_adding_two_files();
+    git(fake.root(), &["init", "-q"]);
+    std::fs::write(fake.workspace().join(".gitignore"), "ignored.log\n").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let link = elsewhere.path().join("ws-link");
+    std::os::unix::fs::symlink(fake.workspace(), &link).unwrap();
+    let (path, log) = logging_git(&fake);
+    let out = fake.coder().cd(&link).env("PATH", path).arg("task").run();
+    out.assert_success("done");
+    assert_eq!(ours(&out), ["made.txt"], "{}", out.explain());
+    assert!(log.exists(), "git did not run");
+}

@@ -77,6 +77,9 @@ impl GitRepo {
     /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
     /// is installed; `None` otherwise (the caller falls back to a plain scan).
     pub fn discover(workspace: &Path) -> Option<GitRepo> {
+        if !git_could_find_a_repository(workspace) {
+            return None;
+        }
         let path_var = std::env::var_os("PATH")?;
         let program = crate::text::path::find_on_path(
             std::ffi::OsStr::new("git"),
@@ -278,6 +281,29 @@ impl GitRepo {
     }
 }
 
+/// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
+/// repository: false only when no directory from the workspace up to `/` holds a `.git`
+/// entry or a `HEAD` entry (of any file type, or one that cannot be looked at). That is
+/// git's own discovery, over-approximated: with the environment cleared there is no
+/// `GIT_DIR`, `GIT_WORK_TREE` or `GIT_CEILING_DIRECTORIES`, so git walks up from its
+/// working directory (the physical path, as `getcwd` gives it: hence the canonical path
+/// here) and at each level takes `.git` (a directory or a `.git` file) or the directory
+/// itself when it is a git directory, which needs `HEAD`; it stops at a file-system
+/// boundary, which this walk does not (so it only says "could" more often). When false,
+/// spawning git (a few milliseconds, more under load) would only end in "not a git
+/// repository"; when the path cannot be resolved git is asked.
+fn git_could_find_a_repository(workspace: &Path) -> bool {
+    let Ok(canonical) = std::fs::canonicalize(workspace) else {
+        return true;
+    };
+    canonical.ancestors().any(|dir| {
+        [".git", "HEAD"].iter().any(|name| {
+            !matches!(std::fs::symlink_metadata(dir.join(name)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        })
+    })
+}
+
 /// `git` with a cleared environment, no system or global config, and the settings that
 /// run programs overridden; the repository is found from `cwd` only when the caller
 /// passes no `--git-dir`.
@@ -320,5 +346,27 @@ pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, Gi
             what,
             stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_is_asked_when_any_directory_up_the_tree_has_a_git_entry_or_head() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("a/b/c");
+        std::fs::create_dir_all(&deep).unwrap();
+        assert!(!git_could_find_a_repository(&deep));
+        // A `.git` of any type, two levels up.
+        std::fs::write(root.path().join("a/.git"), "gitdir: elsewhere\n").unwrap();
+        assert!(git_could_find_a_repository(&deep));
+        std::fs::remove_file(root.path().join("a/.git")).unwrap();
+        // A directory git could take as a (bare) git dir: it holds `HEAD`.
+        std::os::unix::fs::symlink("nowhere", root.path().join("a/b/HEAD")).unwrap();
+        assert!(git_could_find_a_repository(&deep));
+        // A path that does not resolve: git decides.
+        assert!(git_could_find_a_repository(&root.path().join("missing")));
     }
 }
