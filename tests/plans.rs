@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Coder, Fake, ReplayScene};
+use common::sandbox_fixture::Fixture;
+use common::{Bounded, Coder, Fake, ReplayScene};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_coder");
@@ -623,16 +624,25 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_with_the_plan_in_the_workspace() {
     }
 }
 
+/// The tree of a fake agent's attack on the plan mode, and how coder runs in it: as the
+/// arm's user, with a dummy token and an unreachable API, no user config.
+fn plan_fixture(prefix: &str, nobody: bool) -> Fixture {
+    let fx = Fixture::new(prefix, nobody, &["ws", "home", "state", "bin", "xdg"]);
+    let xdg = fx.root().join("xdg");
+    fx.with_var("XDG_CONFIG_HOME", xdg)
+        .with_env(&[
+            ("ANTHROPIC_AUTH_TOKEN", "dummy"),
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
+        ])
+        .without_env("CODER_CONFIG")
+        .without_env("CODER_BACKEND")
+        .without_env("CLAUDE_CONFIG_DIR")
+        .without_env("XDG_RUNTIME_DIR")
+}
+
 fn attack_plan_mode(nobody: bool, in_workspace: bool) {
-    let dir = tempfile::Builder::new()
-        .prefix("coder-plan-")
-        .tempdir()
-        .unwrap();
-    let root = dir.path();
-    for d in ["ws", "home", "state", "bin", "xdg"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fx = plan_fixture("coder-plan-", nobody);
+    let root = fx.root();
     let ws = root.join("ws");
     std::fs::write(ws.join("a.txt"), "original\n").unwrap();
     git(&ws, &["init", "-q"]);
@@ -641,52 +651,22 @@ fn attack_plan_mode(nobody: bool, in_workspace: bool) {
     let agent = root.join("bin/claude");
     std::fs::write(&agent, ATTACKER).unwrap();
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-    if nobody {
-        let ok = Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(root)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
+    fx.own(root);
     let before = snapshot(&ws);
-    let mut cmd = Command::new("timeout");
-    cmd.arg("60");
-    if nobody {
-        cmd.args([
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]);
-    }
+    let mut cmd = fx.command(BIN);
     if in_workspace {
-        cmd.arg(BIN)
-            .args(["plan", "--plan-file"])
+        cmd.args(["plan", "--plan-file"])
             .arg(ws.join("PLAN.md"))
             .arg("attack the plan mode");
     } else {
-        cmd.arg(BIN)
-            .arg("plan")
-            .arg("attack the plan mode with metadata");
+        cmd.arg("plan").arg("attack the plan mode with metadata");
     }
     let out = cmd
         .arg("--cd")
         .arg(&ws)
         .arg("--claude-bin")
         .arg(&agent)
-        .env("HOME", root.join("home"))
-        .env("CODER_STATE_DIR", root.join("state"))
-        .env("XDG_CONFIG_HOME", root.join("xdg"))
-        .env("ANTHROPIC_AUTH_TOKEN", "dummy")
-        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-        .env_remove("CODER_CONFIG")
-        .env_remove("CODER_BACKEND")
-        .env_remove("CLAUDE_CONFIG_DIR")
-        .env_remove("XDG_RUNTIME_DIR")
-        .output()
-        .unwrap();
+        .output_bounded();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let env: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
@@ -757,66 +737,32 @@ exec timeout 5 tail -f /dev/null
 fn a_plan_path_swapped_for_a_link_between_attempts_is_refused() {
     common::require_root_and_user_namespaces();
     for (nobody, hard) in [(false, false), (false, true), (true, false), (true, true)] {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-plan-swap-")
-            .tempdir()
-            .unwrap();
-        let root = dir.path();
-        for d in ["ws", "home", "state", "bin", "xdg"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let fx = plan_fixture("coder-plan-swap-", nobody);
+        let root = fx.root();
         let victim = root.join("victim.txt");
         std::fs::write(&victim, "the user's file\n").unwrap();
         let agent = root.join("bin/claude");
         std::fs::write(&agent, MARK_THEN_FAIL).unwrap();
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-        if nobody {
-            let ok = Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(root)
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-        }
+        fx.own(root);
         let plan = root.join("plan.md");
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        cmd.arg(BIN)
-            .args([
-                "plan",
-                "--max-retries",
-                "1",
-                "--timeout",
-                "2",
-                "--plan-file",
-            ])
-            .arg(&plan)
-            .arg("--cd")
-            .arg(root.join("ws"))
-            .arg("--claude-bin")
-            .arg(&agent)
-            .arg("plan it")
-            .env("HOME", root.join("home"))
-            .env("CODER_STATE_DIR", root.join("state"))
-            .env("XDG_CONFIG_HOME", root.join("xdg"))
-            .env("ANTHROPIC_AUTH_TOKEN", "dummy")
-            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-            .env_remove("CODER_CONFIG")
-            .env_remove("CODER_BACKEND")
-            .env_remove("CLAUDE_CONFIG_DIR")
-            .env_remove("XDG_RUNTIME_DIR")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+        let mut cmd = fx.command(BIN);
+        cmd.args([
+            "plan",
+            "--max-retries",
+            "1",
+            "--timeout",
+            "2",
+            "--plan-file",
+        ])
+        .arg(&plan)
+        .arg("--cd")
+        .arg(root.join("ws"))
+        .arg("--claude-bin")
+        .arg(&agent)
+        .arg("plan it")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
         let child = common::KillOnDrop::spawn(&mut cmd);
         // The first attempt marked the plan: swap the path while it still runs.
         common::wait_for_path(&plan, Duration::from_secs(30));

@@ -25,176 +25,32 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::Bounded;
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, arms};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_coder");
 
 /// Attacks of this file measured open today (names of the `attack` calls).
 const KNOWN_OPEN: &[&str] = &[];
 
-fn arms() -> Vec<bool> {
-    common::require_root_and_user_namespaces();
-    vec![false, true]
-}
+/// Every fixture here: the user's repository on `main`, its README the arm's user's (an
+/// agent running as uid 65534 rewrites it), and `GIT_EDITOR=true` for the user's
+/// `--continue`s.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-attack-review-",
+    init: &["init", "-q", "-b", "main"],
+    readme_owned: true,
+    env: &[("GIT_EDITOR", "true")],
+};
 
-struct Fx {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    nobody: bool,
-}
-
-impl Fx {
-    fn new(nobody: bool) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-attack-review-")
-            .tempdir()
-            .unwrap();
-        let root = dir.path().to_path_buf();
-        for d in ["ws", "home", "state"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if nobody {
-            let ok = Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(&root)
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-        }
-        let fx = Fx {
-            _dir: dir,
-            root,
-            nobody,
-        };
-        fx.git(&fx.ws(), &["init", "-q", "-b", "main"]);
-        std::fs::write(fx.ws().join("README"), "hello\n").unwrap();
-        fx.chown(&fx.ws().join("README"));
-        fx.git(&fx.ws(), &["add", "README"]);
-        fx.git(&fx.ws(), &["commit", "-qm", "init"]);
-        fx
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root.join("ws")
-    }
-
-    fn marker(&self) -> PathBuf {
-        self.root.join("home/PWNED")
-    }
-
-    fn chown(&self, path: &Path) {
-        if self.nobody {
-            std::os::unix::fs::lchown(path, Some(65534), Some(65534)).unwrap();
-        }
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if self.nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        cmd.arg(program)
-            .env("HOME", self.root.join("home"))
-            .env("CODER_STATE_DIR", self.root.join("state"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "u")
-            .env("GIT_AUTHOR_EMAIL", "u@example.invalid")
-            .env("GIT_COMMITTER_NAME", "u")
-            .env("GIT_COMMITTER_EMAIL", "u@example.invalid")
-            .env("GIT_EDITOR", "true")
-            .env_remove("XDG_CONFIG_HOME");
-        cmd
-    }
-
-    /// The user's own git, unconfined (as the arm's user), in `dir`.
-    fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let o = self
-            .command("git")
-            .args(args)
-            .current_dir(dir)
-            .output_bounded();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    }
-
-    /// `sh -c script` through `coder sandbox` in `mode`, in the workspace.
-    fn sandbox(&self, mode: &str, script: &str) -> (i32, String) {
-        let o = self
-            .command(BIN)
-            .args(["sandbox", "--mode", mode, "--cd"])
-            .arg(self.ws())
-            .args(["--", "sh", "-c", script])
-            .env("M", self.marker())
-            .output_bounded();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.code().unwrap_or(-1), text)
-    }
-}
-
-/// One attack, as in `tests/sandbox_gitguard.rs`: `script` plants it (the payload is
-/// `touch "$M"`), then the user runs `user.1` in `user.0` (relative to the workspace).
-/// Confined: the payload never runs and the guard reports what it moved (unless the
-/// attack is on `KNOWN_OPEN`, where it must still run); unconfined: it runs.
+/// One attack, as in `tests/sandbox_gitguard.rs` ([`sandbox_fixture::attack`]): `script`
+/// plants it (the payload is `touch "$M"`), then the user runs `user.1` in `user.0`
+/// (relative to the workspace). Confined: the payload never runs and the guard reports what
+/// it moved (unless the attack is on `KNOWN_OPEN`, where it must still run); unconfined: it
+/// runs.
 fn attack(name: &str, setup: fn(&Fx), script: &str, user: (&str, &[&str])) {
-    let open = KNOWN_OPEN.contains(&name);
-    for nobody in arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(nobody);
-            setup(&fx);
-            let (rc, out) = fx.sandbox(mode, script);
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&fx.ws().join(user.0), user.1);
-            let ran = fx.marker().exists();
-            if mode == "danger-full-access" {
-                assert!(
-                    ran,
-                    "{name} nobody={nobody}: control: the user's git must run the payload \
-                     without the guard: {out}\n{git_out}"
-                );
-            } else if open {
-                assert!(
-                    ran,
-                    "{name} nobody={nobody}: blocked now, remove it from KNOWN_OPEN: \
-                     {out}\n{git_out}"
-                );
-            } else {
-                assert!(
-                    !ran,
-                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
-                     {out}\n{git_out}"
-                );
-                assert!(
-                    out.contains("git guard:"),
-                    "{name}: no quarantine reported: {out}"
-                );
-            }
-        }
-    }
+    sandbox_fixture::attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
 fn none(_: &Fx) {}
@@ -257,7 +113,7 @@ fn a_cherry_pick_left_in_progress_with_a_path_as_merge_strategy() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_builtin_strategy_of_a_rebase_in_progress_is_left_alone() {
     for nobody in arms() {
-        let fx = Fx::new(nobody);
+        let fx = Fx::new(&REPO, nobody);
         let (rc, out) = fx.sandbox(
             "workspace-write",
             &format!(
@@ -380,23 +236,6 @@ for i in range(15000):
 
 // ------------------------------------------------------------------------- --worktree
 
-/// A fake `claude` that runs `payload` with bash in its working directory.
-fn fake_script(payload: &str) -> String {
-    format!(
-        r#"#!/bin/bash
-sid=""
-while [ $# -gt 0 ]; do
-  case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift
-done
-cat >/dev/null
-echo '{{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}}'
-out=$( ( {payload}
-) 2>&1 | tr -d '"\\' | tr '\n' ' ')
-echo '{{"type":"result","subtype":"success","is_error":false,"result":"done: '"$out"'","session_id":"'"$sid"'","num_turns":1}}'
-"#
-    )
-}
-
 /// `--worktree --worktree-base pr` from `repo/sub`, where `sub` is a real directory in the
 /// user's checkout but a symlink to another project in the commit `pr` (an earlier agent
 /// committed it, or it is a branch under review). The checkout has the symlink at the
@@ -407,7 +246,7 @@ echo '{{"type":"result","subtype":"success","is_error":false,"result":"done: '"$
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_worktree_prefix_that_is_a_symlink_in_the_base_commit() {
     common::require_root_and_user_namespaces();
-    for owner in [None, Some(65534u32)] {
+    for owner in [None, Some(sandbox_fixture::NOBODY)] {
         for symlink in [true, false] {
             let dir = tempfile::tempdir().unwrap();
             let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -448,40 +287,22 @@ fn a_worktree_prefix_that_is_a_symlink_in_the_base_commit() {
             let bin = root.join("fake-claude");
             std::fs::write(
                 &bin,
-                fake_script("pwd -P; echo planted > planted.txt && echo WROTE"),
+                sandbox_fixture::payload_claude("pwd -P; echo planted > planted.txt && echo WROTE"),
             )
             .unwrap();
             std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
                 .unwrap();
-            if let Some(uid) = owner {
-                let ok = Command::new("chown")
-                    .args(["-R", &format!("{uid}:{uid}")])
-                    .arg(&root)
-                    .status()
-                    .unwrap()
-                    .success();
-                assert!(ok);
+            if owner.is_some() {
+                sandbox_fixture::give_to_nobody(&root);
             }
-            let mut cmd = Command::new("/usr/bin/timeout");
-            cmd.args(["120", BIN, "--cd"])
-                .arg(repo.join("sub"))
-                .arg("--claude-bin")
-                .arg(&bin)
-                .args(["--worktree", "--worktree-base", "pr", "do it"])
-                .env_clear()
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .env("HOME", root.join("home"))
-                .env("CODER_STATE_DIR", root.join("state"))
-                .env("XDG_CONFIG_HOME", root.join("xdg"))
-                .env("ANTHROPIC_AUTH_TOKEN", "test-token")
-                .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .current_dir(&root)
-                .stdin(std::process::Stdio::null());
-            if let Some(uid) = owner {
-                std::os::unix::process::CommandExt::uid(&mut cmd, uid);
-                std::os::unix::process::CommandExt::gid(&mut cmd, uid);
-            }
+            let mut cmd = sandbox_fixture::coder_as(
+                &root,
+                owner,
+                &repo.join("sub"),
+                &bin,
+                &["--worktree", "--worktree-base", "pr"],
+                "do it",
+            );
             let out = cmd.output_bounded();
             let env: Value = serde_json::from_slice(&out.stdout)
                 .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));

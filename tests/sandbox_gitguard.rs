@@ -8,166 +8,30 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, arms};
 use common::{Fake, steps};
 use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_coder");
 
-/// Root, then uid 65534; a machine without either fails (`scripts/test` runs these only
-/// where it can, and CI must).
-fn arms() -> Vec<bool> {
-    common::require_root_and_user_namespaces();
-    vec![false, true]
-}
+/// Every fixture here: the user's repository on git's default branch, its README root's.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-gitguard-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
 
-struct Fx {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    nobody: bool,
-}
-
-impl Fx {
-    fn new(nobody: bool) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-gitguard-")
-            .tempdir()
-            .unwrap();
-        let root = dir.path().to_path_buf();
-        for d in ["ws", "home", "state"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if nobody {
-            let ok = Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(&root)
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-        }
-        let fx = Fx {
-            _dir: dir,
-            root,
-            nobody,
-        };
-        fx.git(&fx.ws(), &["init", "-q"]);
-        std::fs::write(fx.ws().join("README"), "hello\n").unwrap();
-        fx.git(&fx.ws(), &["add", "README"]);
-        fx.git(&fx.ws(), &["commit", "-qm", "init"]);
-        fx
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root.join("ws")
-    }
-
-    /// Where a payload leaves its mark: outside the workspace, invisible to the sandbox.
-    fn marker(&self) -> PathBuf {
-        self.root.join("home/PWNED")
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if self.nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        cmd.arg(program)
-            .env("HOME", self.root.join("home"))
-            .env("CODER_STATE_DIR", self.root.join("state"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "u")
-            .env("GIT_AUTHOR_EMAIL", "u@example.invalid")
-            .env("GIT_COMMITTER_NAME", "u")
-            .env("GIT_COMMITTER_EMAIL", "u@example.invalid")
-            .env_remove("XDG_CONFIG_HOME");
-        cmd
-    }
-
-    /// The user's own git, unconfined (as the arm's user), in `dir`.
-    fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let o = self
-            .command("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    }
-
-    /// `sh -c script` through `coder sandbox` in `mode`, in the workspace.
-    fn sandbox(&self, mode: &str, script: &str) -> (i32, String) {
-        let o = self
-            .command(BIN)
-            .args(["sandbox", "--mode", mode, "--cd"])
-            .arg(self.ws())
-            .args(["--", "sh", "-c", script])
-            .env("M", self.marker())
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.code().unwrap_or(-1), text)
-    }
-}
-
-/// One attack: `script` plants it (the payload is `touch "$M"`; `$M` is set for the
-/// sandboxed command), `user` is what the user runs afterwards (git args and the
-/// directory, relative to the workspace). Confined: the payload never runs and the guard
-/// reports the move; unconfined (the control): the user's git runs it.
+/// One attack ([`sandbox_fixture::attack`], none known open): `script` plants it (the
+/// payload is `touch "$M"`; `$M` is set for the sandboxed command), `user` is what the user
+/// runs afterwards (git args and the directory, relative to the workspace). Confined: the
+/// payload never runs and the guard reports the move; unconfined (the control): the user's
+/// git runs it.
 fn attack(name: &str, setup: fn(&Fx), script: &str, user: (&str, &[&str])) {
-    for nobody in arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(nobody);
-            setup(&fx);
-            let (rc, out) = fx.sandbox(mode, script);
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            // The sandboxed command's own git may have fired the payload unconfined;
-            // only what the user's git does afterwards counts.
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&fx.ws().join(user.0), user.1);
-            let ran = fx.marker().exists();
-            if mode == "danger-full-access" {
-                assert!(
-                    ran,
-                    "{name} nobody={nobody}: control: the user's git must run the payload \
-                     without the guard: {out}\n{git_out}"
-                );
-            } else {
-                assert!(
-                    !ran,
-                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
-                     {out}\n{git_out}"
-                );
-                assert!(
-                    out.contains("git guard:"),
-                    "{name}: no quarantine reported: {out}"
-                );
-            }
-        }
-    }
+    sandbox_fixture::attack(&REPO, &[], name, setup, script, user);
 }
 
 fn none(_: &Fx) {}
@@ -299,9 +163,9 @@ fn new_submodule_gitdir_inside_the_guarded_git_dir() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn gitfile_pointing_outside_is_renamed_not_followed() {
     for nobody in arms() {
-        let fx = Fx::new(nobody);
-        let outside = fx.root.join("home/repo");
-        fx.git(&fx.root.join("home"), &["init", "-q", "repo"]);
+        let fx = Fx::new(&REPO, nobody);
+        let outside = fx.root().join("home/repo");
+        fx.git(&fx.root().join("home"), &["init", "-q", "repo"]);
         let before = std::fs::read(outside.join(".git/config")).unwrap();
         let script = format!(
             "mkdir w && printf 'gitdir: {}\\n' > w/.git && echo PLANTED",
@@ -326,7 +190,7 @@ fn gitfile_pointing_outside_is_renamed_not_followed() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_inert_agent_repo_is_left_alone() {
     for nobody in arms() {
-        let fx = Fx::new(nobody);
+        let fx = Fx::new(&REPO, nobody);
         let (rc, out) = fx.sandbox(
             "workspace-write",
             "git init -q n && git -C n remote add origin https://example.invalid/x.git && \
@@ -347,7 +211,7 @@ fn an_inert_agent_repo_is_left_alone() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_walk_over_its_cap_fails_closed() {
     common::require_root_and_user_namespaces();
-    let fx = Fx::new(false);
+    let fx = Fx::new(&REPO, false);
     let (rc, out) = fx.sandbox(
         "workspace-write",
         "d=.; i=0; while [ $i -lt 300 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d && echo DEEP",
@@ -437,7 +301,7 @@ fn commondir_is_read_exactly_like_git() {
 fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
     for nobody in arms() {
         for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(nobody);
+            let fx = Fx::new(&REPO, nobody);
             fx.git(&fx.ws(), &["init", "-q", "--bare", "srv.git"]);
             let hook = fx.ws().join("srv.git/hooks/post-update");
             std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
@@ -470,7 +334,7 @@ fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
 fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
     use std::io::BufRead;
     for nobody in arms() {
-        let fx = Fx::new(nobody);
+        let fx = Fx::new(&REPO, nobody);
         let mut child = fx
             .command(BIN)
             .args(["sandbox", "--cd"])
@@ -587,19 +451,11 @@ fn a_rebase_left_in_progress_with_an_exec_line() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn attacks_in_directories_older_than_the_run_are_found() {
     for nobody in arms() {
-        let fx = Fx::new(nobody);
+        let fx = Fx::new(&REPO, nobody);
         for d in ["a/b/c", "w", "bare", "moved/x", "spare"] {
             std::fs::create_dir_all(fx.ws().join(d)).unwrap();
         }
-        if nobody {
-            let ok = Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(fx.ws())
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-        }
+        fx.own(&fx.ws());
         common::age_past_the_racy_margin(&fx.ws());
         let fsmonitor = "core.fsmonitor \"touch '$M'; false\"";
         let (rc, out) = fx.sandbox(

@@ -9,124 +9,29 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_coder");
+use common::sandbox_fixture::{Fixture, arms, must_run, run_text};
 
-fn arms() -> Vec<bool> {
-    common::require_root_and_user_namespaces();
-    vec![false, true]
-}
-
-struct Fx {
-    dir: tempfile::TempDir,
-    nobody: bool,
-}
-
-impl Fx {
-    /// A workspace of `dirs` old directories, each with a few plain files.
-    fn new(nobody: bool, dirs: usize) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-listing-cache-")
-            .tempdir()
-            .unwrap();
-        let fx = Fx { dir, nobody };
-        for d in ["ws", "home", "state", "outside"] {
-            std::fs::create_dir_all(fx.root().join(d)).unwrap();
+/// A workspace of `dirs` old directories, each with a few plain files, given to the arm's
+/// user; `outside` beside it.
+fn workspace(nobody: bool, dirs: usize) -> Fixture {
+    let fx = Fixture::new(
+        "coder-listing-cache-",
+        nobody,
+        &["ws", "home", "state", "outside"],
+    )
+    .without_env("XDG_RUNTIME_DIR");
+    for i in 0..dirs {
+        let d = fx.ws().join(format!("d{i}"));
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for f in ["a.txt", "b.rs", "notes"] {
+            std::fs::write(d.join(f), format!("{i} {f}\n")).unwrap();
         }
-        for i in 0..dirs {
-            let d = fx.ws().join(format!("d{i}"));
-            std::fs::create_dir_all(d.join("sub")).unwrap();
-            for f in ["a.txt", "b.rs", "notes"] {
-                std::fs::write(d.join(f), format!("{i} {f}\n")).unwrap();
-            }
-            std::fs::write(d.join("sub/c.txt"), "c\n").unwrap();
-        }
-        std::fs::set_permissions(
-            fx.root(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-        fx.own(&fx.root());
-        fx
+        std::fs::write(d.join("sub/c.txt"), "c\n").unwrap();
     }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root().join("ws")
-    }
-
-    fn caches(&self) -> Vec<PathBuf> {
-        let dir = self.root().join("state/listings");
-        std::fs::read_dir(dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default()
-    }
-
-    fn own(&self, path: &Path) {
-        if self.nobody {
-            let o = Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(path)
-                .output()
-                .unwrap();
-            assert!(o.status.success());
-        }
-    }
-
-    /// `sh -c script` through `coder sandbox` with `args`, in the workspace.
-    fn sandbox(&self, args: &[&str], script: &str) -> (i32, String) {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if self.nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        let o = cmd
-            .arg(BIN)
-            .arg("sandbox")
-            .args(args)
-            .arg("--cd")
-            .arg(self.ws())
-            .args(["--", "sh", "-c", script])
-            .env("HOME", self.root().join("home"))
-            .env("CODER_STATE_DIR", self.root().join("state"))
-            .env_remove("XDG_RUNTIME_DIR")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.code().unwrap_or(-1), text)
-    }
-
-    /// What the sandbox shows of each of `paths` (relative to the workspace): its content,
-    /// or `DENIED`, and whether it can be written.
-    fn view(&self, args: &[&str], paths: &[&str]) -> String {
-        let script = paths
-            .iter()
-            .map(|p| {
-                format!(
-                    "printf '%s: ' '{p}'; (cat '{p}' 2>/dev/null || echo DENIED) | tr '\\n' ' '; \
-                     if (printf x >> '{p}') 2>/dev/null; then echo writable; else echo fixed; fi"
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let (rc, out) = self.sandbox(args, &script);
-        assert_eq!(rc, 0, "nobody={}: {out}", self.nobody);
-        out
-    }
+    fx.own(fx.root());
+    fx
 }
 
 /// Secrets that reach an old directory between runs, by every way a name can arrive (a new
@@ -136,7 +41,7 @@ impl Fx {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn secrets_added_between_runs_to_old_directories_are_masked() {
     for nobody in arms() {
-        let fx = Fx::new(nobody, 6);
+        let fx = workspace(nobody, 6);
         common::age_past_the_racy_margin(&fx.ws());
         let (rc, out) = fx.sandbox(&[], "true");
         assert_eq!(rc, 0, "run 1: {out}");
@@ -150,7 +55,7 @@ fn secrets_added_between_runs_to_old_directories_are_masked() {
         std::fs::rename(&moved, fx.ws().join("d2/sub/secrets")).unwrap();
         std::fs::write(fx.root().join("outside/id_rsa"), "hard-linked\n").unwrap();
         std::fs::hard_link(fx.root().join("outside/id_rsa"), fx.ws().join("d3/id_rsa")).unwrap();
-        fx.own(&fx.root());
+        fx.own(fx.root());
         let secrets = [
             "d0/.env",
             "d1/server.pem",
@@ -188,7 +93,7 @@ fn secrets_added_between_runs_to_old_directories_are_masked() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_directory_moved_under_a_path_a_glob_names_is_masked() {
     for nobody in arms() {
-        let fx = Fx::new(nobody, 2);
+        let fx = workspace(nobody, 2);
         let deny = ["--deny", "private/sub/*.txt"];
         common::age_past_the_racy_margin(&fx.ws());
         let before = fx.view(&deny, &["d1/sub/c.txt"]);
@@ -214,12 +119,12 @@ fn a_directory_moved_under_a_path_a_glob_names_is_masked() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn other_globs_or_trees_do_not_reuse_the_listings() {
     for nobody in arms() {
-        let fx = Fx::new(nobody, 3);
+        let fx = workspace(nobody, 3);
         let other = fx.root().join("outside/tree");
         std::fs::create_dir_all(other.join("old")).unwrap();
         std::fs::write(other.join("old/app.key"), "other-tree-key\n").unwrap();
-        fx.own(&fx.root());
-        common::age_past_the_racy_margin(&fx.root());
+        fx.own(fx.root());
+        common::age_past_the_racy_margin(fx.root());
         let (rc, out) = fx.sandbox(&[], "true");
         assert_eq!(rc, 0, "run 1: {out}");
 
@@ -256,7 +161,7 @@ fn other_globs_or_trees_do_not_reuse_the_listings() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_cache_the_agent_can_write_is_neither_used_nor_left() {
     for nobody in arms() {
-        let fx = Fx::new(nobody, 2);
+        let fx = workspace(nobody, 2);
         common::age_past_the_racy_margin(&fx.ws());
         let (rc, out) = fx.sandbox(&[], "true");
         assert_eq!(rc, 0, "{out}");
@@ -273,36 +178,15 @@ fn a_cache_the_agent_can_write_is_neither_used_nor_left() {
         std::fs::copy(&genuine[0], inside.join(&name)).unwrap();
         fx.own(&fx.ws());
 
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
         let script = format!(
             "set -e; test ! -e state/listings/{name} && echo GONE; \
              printf forged > state/listings/{name}; echo PLANTED"
         );
-        let o = cmd
-            .arg(BIN)
-            .args(["sandbox", "--cd"])
-            .arg(fx.ws())
-            .args(["--", "sh", "-c", &script])
-            .env("HOME", fx.root().join("home"))
-            .env("CODER_STATE_DIR", fx.ws().join("state"))
-            .env_remove("XDG_RUNTIME_DIR")
-            .output()
-            .unwrap();
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+        let (rc, out) = run_text(
+            fx.sandbox_in(&fx.ws(), &[], &script)
+                .env("CODER_STATE_DIR", fx.ws().join("state")),
         );
-        assert_eq!(o.status.code(), Some(0), "nobody={nobody}: {out}");
+        assert_eq!(rc, 0, "nobody={nobody}: {out}");
         assert!(
             out.contains("GONE"),
             "nobody={nobody}: the agent saw the cache: {out}"
@@ -322,7 +206,7 @@ fn a_cache_the_agent_can_write_is_neither_used_nor_left() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_run_with_kept_listings_mounts_what_a_fresh_run_does() {
     for nobody in arms() {
-        let fx = Fx::new(nobody, 4);
+        let fx = workspace(nobody, 4);
         let ws = fx.ws();
         std::fs::write(ws.join(".env"), "top\n").unwrap();
         std::fs::write(ws.join("d0/sub/deep.pem"), "deep\n").unwrap();
@@ -331,14 +215,13 @@ fn a_run_with_kept_listings_mounts_what_a_fresh_run_does() {
         std::fs::create_dir_all(ws.join(".vscode")).unwrap();
         std::fs::write(ws.join(".vscode/tasks.json"), "{}\n").unwrap();
         std::os::unix::fs::symlink("../.env", ws.join("d2/.env")).unwrap();
-        let o = Command::new("git")
-            .args(["init", "-q"])
-            .arg(ws.join("d3/repo"))
-            .output()
-            .unwrap();
-        assert!(o.status.success());
-        fx.own(&fx.root());
-        common::age_past_the_racy_margin(&fx.root());
+        must_run(
+            Command::new("git")
+                .args(["init", "-q"])
+                .arg(ws.join("d3/repo")),
+        );
+        fx.own(fx.root());
+        common::age_past_the_racy_margin(fx.root());
         let mounts = "sed 's/ - .*//' /proc/self/mountinfo | awk '{print $5, $6}' \
                       | grep -v '/sandbox/' | sort";
         let (rc, fresh) = fx.sandbox(&[], mounts);

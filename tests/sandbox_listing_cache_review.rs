@@ -10,29 +10,22 @@
 mod common;
 
 use std::hash::Hasher;
+use std::ops::Deref;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_coder");
-
-fn arms() -> Vec<bool> {
-    common::require_root_and_user_namespaces();
-    vec![false, true]
-}
+use common::sandbox_fixture::{Fixture, Umount, arms, must_run, run_text, view_one_script};
 
 struct Fx {
-    dir: tempfile::TempDir,
-    nobody: bool,
-    /// A bind mount of the fixture's root, unmounted on drop.
-    alias: Option<PathBuf>,
+    fx: Fixture,
 }
 
-impl Drop for Fx {
-    fn drop(&mut self) {
-        if let Some(alias) = &self.alias {
-            let _ = Command::new("umount").arg(alias).status();
-        }
+impl Deref for Fx {
+    type Target = Fixture;
+
+    fn deref(&self) -> &Fixture {
+        &self.fx
     }
 }
 
@@ -40,18 +33,12 @@ impl Fx {
     /// Two workspaces (`ws1`, `ws2`) of `dirs` old directories, each with a few plain files
     /// and a subdirectory; coder's state directory is `state`.
     fn new(nobody: bool, dirs: usize) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-listing-cache-review-")
-            .tempdir()
-            .unwrap();
-        let fx = Fx {
-            dir,
+        let fx = Fixture::new(
+            "coder-listing-cache-review-",
             nobody,
-            alias: None,
-        };
-        for d in ["ws1", "ws2", "home", "state"] {
-            std::fs::create_dir_all(fx.root().join(d)).unwrap();
-        }
+            &["ws1", "ws2", "home", "state"],
+        )
+        .without_env("XDG_RUNTIME_DIR");
         for ws in ["ws1", "ws2"] {
             for i in 0..dirs {
                 let d = fx.root().join(ws).join(format!("d{i}"));
@@ -62,102 +49,40 @@ impl Fx {
                 std::fs::write(d.join("sub/c.txt"), "c\n").unwrap();
             }
         }
-        std::fs::set_permissions(
-            fx.root(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-        fx.own(&fx.root());
-        fx
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
+        fx.own(fx.root());
+        Fx { fx }
     }
 
     fn ws(&self, name: &str) -> PathBuf {
         self.root().join(name)
     }
 
-    fn caches(&self) -> Vec<PathBuf> {
-        let dir = self.root().join("state/listings");
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        found.sort();
-        found
-    }
-
-    fn own(&self, path: &Path) {
-        if self.nobody {
-            run(Command::new("chown").args(["-R", "65534:65534"]).arg(path));
-        }
-    }
-
     /// Bind-mount the fixture's root at a second path; returns that path.
     fn bind_alias(&mut self) -> PathBuf {
         let alias = PathBuf::from(format!("{}-alias", self.root().display()));
         std::fs::create_dir_all(&alias).unwrap();
-        run(Command::new("mount")
-            .arg("--bind")
-            .arg(self.root())
-            .arg(&alias));
-        self.alias = Some(alias.clone());
+        let root = self.root().to_path_buf();
+        self.fx.mount(&["--bind"], &root, &alias);
         alias
     }
 
     /// `sh -c script` through `coder sandbox` in the workspace `ws` with `args`.
     fn sandbox(&self, ws: &str, args: &[&str], script: &str) -> (i32, String) {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if self.nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        let o = cmd
-            .arg(BIN)
-            .arg("sandbox")
-            .args(args)
-            .arg("--cd")
-            .arg(self.ws(ws))
-            .args(["--", "sh", "-c", script])
-            .env("HOME", self.root().join("home"))
-            .env("CODER_STATE_DIR", self.root().join("state"))
-            .env_remove("XDG_RUNTIME_DIR")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.code().unwrap_or(-1), text)
+        run_text(&mut self.sandbox_in(&self.ws(ws), args, script))
     }
 
     /// What the sandbox in `ws` shows of `path`: its content or `DENIED`, then whether it
     /// can be written.
     fn view(&self, ws: &str, args: &[&str], path: &str) -> String {
-        let script = format!(
-            "(cat '{path}' 2>/dev/null || echo DENIED) | tr '\\n' ' '; \
-             if (printf x >> '{path}') 2>/dev/null; then echo writable; else echo fixed; fi"
-        );
-        let (rc, out) = self.sandbox(ws, args, &script);
+        let (rc, out) = self.sandbox(ws, args, &view_one_script(path));
         assert_eq!(rc, 0, "nobody={}: {out}", self.nobody);
         out
     }
-}
 
-fn run(cmd: &mut Command) {
-    let o = cmd.output().unwrap();
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    /// [`Fx::view`] of several paths in one run, a line each: `path: content state`.
+    fn view_all(&self, ws: &str, args: &[&str], paths: &[&str]) -> String {
+        self.view_in(&self.ws(ws), args, paths)
+    }
 }
 
 /// The kept listings file with the record of `rel` given the ctime `ctime` (seconds,
@@ -241,7 +166,7 @@ fn an_agent_that_can_write_the_state_directory_cannot_forge_a_later_runs_listing
                 Plant::ThroughBindMount => ("ws2", fx.bind_alias().join("state")),
                 _ => ("ws1", fx.root().join("state")),
             };
-            common::age_past_the_racy_margin(&fx.root());
+            common::age_past_the_racy_margin(fx.root());
             let (rc, out) = fx.sandbox("ws2", &[], "true");
             assert_eq!(rc, 0, "run 0: {out}");
             let caches = fx.caches();
@@ -251,8 +176,8 @@ fn an_agent_that_can_write_the_state_directory_cannot_forge_a_later_runs_listing
 
             // The user adds a secret to an old directory; it is old by the next run.
             std::fs::write(fx.ws("ws2").join("d0/.env"), "TOKEN=victim\n").unwrap();
-            fx.own(&fx.root());
-            common::age_past_the_racy_margin(&fx.root());
+            fx.own(fx.root());
+            common::age_past_the_racy_margin(fx.root());
             let forged = with_ctime(&genuine, "d0", ctime(&fx.ws("ws2").join("d0")));
             std::fs::write(fx.ws(agent_ws).join("forged"), &forged).unwrap();
             // Not `own` of the workspace: a chown moves every ctime below it.
@@ -306,25 +231,6 @@ fn an_agent_that_can_write_the_state_directory_cannot_forge_a_later_runs_listing
     }
 }
 
-impl Fx {
-    /// [`Fx::view`] of several paths in one run, a line each: `path: content state`.
-    fn view_all(&self, ws: &str, args: &[&str], paths: &[&str]) -> String {
-        let script = paths
-            .iter()
-            .map(|p| {
-                format!(
-                    "printf '%s: ' '{p}'; (cat '{p}' 2>/dev/null || echo DENIED) | tr '\\n' ' '; \
-                     if (printf x >> '{p}') 2>/dev/null; then echo writable; else echo fixed; fi"
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let (rc, out) = self.sandbox(ws, args, &script);
-        assert_eq!(rc, 0, "nobody={}: {out}", self.nobody);
-        out
-    }
-}
-
 fn line_of<'a>(out: &'a str, path: &str) -> &'a str {
     out.lines()
         .find(|l| l.starts_with(&format!("{path}: ")))
@@ -344,9 +250,9 @@ fn swapped_remade_and_backdated_directories_are_listed_again() {
         let fx = Fx::new(nobody, 4);
         let ws = fx.ws("ws2");
         std::fs::write(ws.join("d1/sub/c.txt"), "swapped-in\n").unwrap();
-        fx.own(&fx.root());
+        fx.own(fx.root());
         let deny = ["--deny", "d0/sub/*.txt"];
-        common::age_past_the_racy_margin(&fx.root());
+        common::age_past_the_racy_margin(fx.root());
         let before = fx.view_all("ws2", &deny, &["d1/sub/c.txt"]);
         assert!(
             before.contains("swapped-in writable"),
@@ -373,11 +279,13 @@ fn swapped_remade_and_backdated_directories_are_listed_again() {
         std::fs::write(ws.join("d2/sub/.env"), "remade\n").unwrap();
         let new_ino = std::fs::metadata(ws.join("d2/sub")).unwrap().ino();
         std::fs::write(ws.join("d3/.env"), "backdated\n").unwrap();
-        run(Command::new("touch")
-            .args(["-d", "2001-01-01"])
-            .arg(ws.join("d3")));
-        fx.own(&fx.root());
-        common::age_past_the_racy_margin(&fx.root());
+        must_run(
+            Command::new("touch")
+                .args(["-d", "2001-01-01"])
+                .arg(ws.join("d3")),
+        );
+        fx.own(fx.root());
+        common::age_past_the_racy_margin(fx.root());
 
         let paths = ["d0/sub/c.txt", "d2/sub/.env", "d3/.env"];
         let after = fx.view_all("ws2", &deny, &paths);
@@ -405,11 +313,13 @@ fn a_bare_repository_in_a_kept_directory_stays_guarded() {
     for nobody in arms() {
         let fx = Fx::new(nobody, 2);
         let ws = fx.ws("ws2");
-        run(Command::new("git")
-            .args(["init", "-q", "--bare"])
-            .arg(ws.join("d0/sub/proj.git")));
-        fx.own(&fx.root());
-        common::age_past_the_racy_margin(&fx.root());
+        must_run(
+            Command::new("git")
+                .args(["init", "-q", "--bare"])
+                .arg(ws.join("d0/sub/proj.git")),
+        );
+        fx.own(fx.root());
+        common::age_past_the_racy_margin(fx.root());
         let paths = ["d0/sub/proj.git/config", "d0/sub/proj.git/description"];
         let first = fx.view_all("ws2", &[], &paths);
         assert_eq!(fx.caches().len(), 1, "no listings kept: {first}");
@@ -439,15 +349,6 @@ fn a_bare_repository_in_a_kept_directory_stays_guarded() {
     }
 }
 
-/// Unmounts a path on drop.
-struct Umount(PathBuf);
-
-impl Drop for Umount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// A workspace on a tmpfs that is unmounted and replaced by a fresh tmpfs holding the same
 /// tree plus a secret: the new file system usually gets the old one's anonymous device
 /// number, and its directories, made in the same order, the old inode numbers and paths.
@@ -460,9 +361,11 @@ fn a_fresh_tmpfs_reusing_device_and_inode_numbers_is_listed_again() {
         let ws = fx.ws("tws");
         std::fs::create_dir_all(&ws).unwrap();
         let make = |secret: bool| {
-            run(Command::new("mount")
-                .args(["-t", "tmpfs", "-o", "mode=755", "tmpfs"])
-                .arg(&ws));
+            must_run(
+                Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", "mode=755", "tmpfs"])
+                    .arg(&ws),
+            );
             for i in 0..3 {
                 let d = ws.join(format!("d{i}"));
                 std::fs::create_dir_all(d.join("sub")).unwrap();

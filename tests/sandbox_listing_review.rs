@@ -8,15 +8,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_coder");
+use common::sandbox_fixture::{Fixture, GitFx as Fx, RepoStyle, arms, must_run};
 
-fn arms() -> Vec<bool> {
-    common::require_root_and_user_namespaces();
-    vec![false, true]
-}
+/// Every fixture here: the user's repository on git's default branch, its README root's.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-listing-review-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
 
 /// The agent's tool for ext4 encryption (fscrypt v2 ioctls, which need no privilege):
 /// `encrypt DIR` sets a policy on an empty directory, `add`/`remove PATH` adds or removes
@@ -36,154 +38,25 @@ elsif ($op eq "remove") { my $id = add(); my $b = pack("LLa32La20", 2, 0, $id, 0
 else { die "unknown op $op"; }
 "#;
 
-struct Fx {
-    dir: tempfile::TempDir,
-    nobody: bool,
-    /// The workspace is a file system of its own (a loop-mounted ext4 image) when set.
-    mounted: bool,
-}
-
-impl Drop for Fx {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(self.ws()).status();
-        }
-    }
-}
-
-impl Fx {
-    /// A workspace with a committed repository; on an ext4 file system with encryption
-    /// enabled when `ext4_encrypt`.
-    fn new(nobody: bool, ext4_encrypt: bool) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-listing-review-")
-            .tempdir()
+/// A workspace with a committed repository; on an ext4 file system with encryption
+/// enabled when `ext4_encrypt`.
+fn workspace(nobody: bool, ext4_encrypt: bool) -> Fx {
+    let mut fx = Fixture::new(REPO.prefix, nobody, &["ws", "home", "state"]);
+    if ext4_encrypt {
+        let img = fx.root().join("ext4.img");
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(32 << 20)
             .unwrap();
-        let mut fx = Fx {
-            dir,
-            nobody,
-            mounted: false,
-        };
-        for d in ["ws", "home", "state"] {
-            std::fs::create_dir_all(fx.root().join(d)).unwrap();
-        }
-        if ext4_encrypt {
-            let img = fx.root().join("ext4.img");
-            std::fs::File::create(&img)
-                .unwrap()
-                .set_len(32 << 20)
-                .unwrap();
-            run(Command::new("mkfs.ext4")
+        must_run(
+            Command::new("mkfs.ext4")
                 .args(["-q", "-O", "encrypt"])
-                .arg(&img));
-            run(Command::new("mount")
-                .args(["-o", "loop"])
-                .arg(&img)
-                .arg(fx.ws()));
-            fx.mounted = true;
-        }
-        std::fs::set_permissions(
-            fx.root(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-        if nobody {
-            run(Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(fx.root()));
-        }
-        fx.git(&fx.ws(), &["init", "-q"]);
-        std::fs::write(fx.ws().join("README"), "hello\n").unwrap();
-        fx.git(&fx.ws(), &["add", "README"]);
-        fx.git(&fx.ws(), &["commit", "-qm", "init"]);
-        fx
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root().join("ws")
-    }
-
-    /// Where a payload leaves its mark: outside the workspace, invisible to the sandbox.
-    fn marker(&self) -> PathBuf {
-        self.root().join("home/PWNED")
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if self.nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        cmd.arg(program)
-            .env("HOME", self.root().join("home"))
-            .env("CODER_STATE_DIR", self.root().join("state"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "u")
-            .env("GIT_AUTHOR_EMAIL", "u@example.invalid")
-            .env("GIT_COMMITTER_NAME", "u")
-            .env("GIT_COMMITTER_EMAIL", "u@example.invalid")
-            .env_remove("XDG_CONFIG_HOME");
-        cmd
-    }
-
-    /// The user's own git, unconfined (as the arm's user), in `dir`.
-    fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let o = self
-            .command("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    }
-
-    /// `sh -c script` through `coder sandbox` in `mode`, in the workspace.
-    fn sandbox(&self, mode: &str, script: &str) -> (i32, String) {
-        let o = self
-            .command(BIN)
-            .args(["sandbox", "--mode", mode, "--cd"])
-            .arg(self.ws())
-            .args(["--", "sh", "-c", script])
-            .env("M", self.marker())
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+                .arg(&img),
         );
-        (o.status.code().unwrap_or(-1), text)
+        let ws = fx.ws();
+        fx.mount(&["-o", "loop"], &img, &ws);
     }
-
-    /// Give the tree under `dir` to the arm's user (fixtures are written as root).
-    fn own(&self, dir: &Path) {
-        if self.nobody {
-            run(Command::new("chown").args(["-R", "65534:65534"]).arg(dir));
-        }
-    }
-}
-
-fn run(cmd: &mut Command) {
-    let o = cmd.output().unwrap();
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    Fx::on(fx, &REPO)
 }
 
 /// Checks what the user's git does in `dir` (relative to the workspace) with `args`:
@@ -207,7 +80,7 @@ fn user_git_runs_payload(fx: &Fx, dir: &str, args: &[&str]) -> (bool, String) {
 fn a_repo_in_an_encrypted_directory_unlocked_during_the_run_is_found() {
     for nobody in arms() {
         for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(nobody, true);
+            let fx = workspace(nobody, true);
             std::fs::write(fx.ws().join("fscrypt.pl"), FSCRYPT_PL).unwrap();
             fx.own(&fx.ws());
             let (rc, out) = fx.sandbox(
@@ -265,7 +138,7 @@ fn a_repo_in_an_encrypted_directory_unlocked_during_the_run_is_found() {
 fn repos_planted_in_old_directories_are_found() {
     for nobody in arms() {
         for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(nobody, false);
+            let fx = workspace(nobody, false);
             for d in [".git/modules", "x", "away/d", "reused"] {
                 std::fs::create_dir_all(fx.ws().join(d)).unwrap();
             }

@@ -3,6 +3,8 @@
 //! The one hole this review found open (a gitlink to an agent-made repository) was kept as
 //! a ratchet until the end-of-run git guard closed it; it is now a blocked attack too.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -10,6 +12,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use common::Bounded;
+use common::sandbox_fixture::{as_arm, give_to_nobody, run_text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_coder");
 
@@ -56,41 +61,20 @@ impl Fx {
         self.root.join("ws")
     }
     fn chown_nobody(&self) {
-        assert!(
-            Command::new("chown")
-                .args(["-R", "65534:65534", self.root.to_str().unwrap()])
-                .status()
-                .unwrap()
-                .success()
-        );
+        give_to_nobody(&self.root);
     }
     /// Runs `sh -c script` confined, bounded by `timeout`; as uid 65534 when `nobody`.
     fn sandbox(&self, nobody: bool, extra: &[&str], script: &str) -> (i32, String) {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("60");
-        if nobody {
-            cmd.args([
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-            ]);
-        }
-        cmd.arg(BIN)
-            .args(["sandbox", "--cd"])
-            .arg(self.ws())
-            .args(extra)
-            .args(["--", "sh", "-c", script])
-            .env("HOME", self.root.join("home"))
-            .env("CODER_STATE_DIR", self.root.join("state"))
-            .env_remove("XDG_CONFIG_HOME");
-        let o = cmd.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.code().unwrap_or(-1), text)
+        run_text(
+            as_arm(nobody, 60, BIN)
+                .args(["sandbox", "--cd"])
+                .arg(self.ws())
+                .args(extra)
+                .args(["--", "sh", "-c", script])
+                .env("HOME", self.root.join("home"))
+                .env("CODER_STATE_DIR", self.root.join("state"))
+                .env_remove("XDG_CONFIG_HOME"),
+        )
     }
 }
 
@@ -327,23 +311,12 @@ fn gitlink_to_an_agent_made_repo_does_not_run_its_fsmonitor_on_status() {
             }
             // Only what the user's own git does after coder exited counts.
             let _ = std::fs::remove_file(&marker);
-            let mut git = Command::new("timeout");
-            git.arg("30");
-            if nobody {
-                git.args([
-                    "setpriv",
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                ]);
-            }
-            let _ = git
-                .args(["git", "status", "--short"])
+            let _ = as_arm(nobody, 30, "git")
+                .args(["status", "--short"])
                 .current_dir(fx.ws())
                 .env("HOME", fx.root.join("home"))
                 .env("GIT_CONFIG_NOSYSTEM", "1")
-                .output()
-                .unwrap();
+                .output_bounded();
             assert_eq!(
                 marker.exists(),
                 danger,

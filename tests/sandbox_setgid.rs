@@ -9,60 +9,17 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_coder");
-
-fn run(root: &std::path::Path, nobody: bool, mode: &str, script: &str) -> String {
-    let mut cmd = Command::new("timeout");
-    cmd.arg("60");
-    if nobody {
-        cmd.args([
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]);
-    }
-    let o = cmd
-        .arg(BIN)
-        .args(["sandbox", "--mode", mode, "--cd"])
-        .arg(root.join("ws"))
-        .args(["--", "sh", "-c", script])
-        .env("HOME", root.join("home"))
-        .env("CODER_STATE_DIR", root.join("state"))
-        .output()
-        .unwrap();
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::sandbox_fixture::{Fixture, arms};
 
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_agent_cannot_make_a_setgid_directory() {
-    common::require_root_and_user_namespaces();
-    for nobody in [false, true] {
+    for nobody in arms() {
         for mode in ["workspace-write", "danger-full-access"] {
-            let dir = tempfile::tempdir().unwrap();
-            let root = dir.path();
-            for d in ["ws", "home", "state"] {
-                std::fs::create_dir_all(root.join(d)).unwrap();
-            }
-            std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                .unwrap();
-            if nobody {
-                assert!(
-                    Command::new("chown")
-                        .args(["-R", "65534:65534"])
-                        .arg(root)
-                        .status()
-                        .unwrap()
-                        .success()
-                );
-            }
+            let fx = Fixture::new("coder-setgid-", nobody, &["ws", "home", "state"]);
+            fx.own(fx.root());
+            let root = fx.root();
             // Group 4 (adm) for root; nobody can only use its own group.
             let group = if nobody { "65534" } else { "4" };
             let script = format!(
@@ -70,7 +27,7 @@ fn the_agent_cannot_make_a_setgid_directory() {
                  python3 -c \"import os; os.mkdir('c', 0o2777); os.chmod('c', 0o2777)\"; \
                  echo DONE"
             );
-            let out = run(root, nobody, mode, &script);
+            let (_, out) = fx.sandbox(&["--mode", mode], &script);
             assert!(out.contains("DONE"), "{out}");
             let setgid: Vec<String> = ["a", "b", "c"]
                 .iter()

@@ -8,16 +8,15 @@
 mod common;
 
 use common::Bounded;
+use common::sandbox_fixture::{NOBODY, coder_as, payload_claude};
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-const NOBODY: u32 = 65534;
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 struct Fx {
@@ -53,24 +52,6 @@ fn chown_tree(path: &Path, uid: u32) {
     }
 }
 
-/// A fake `claude`: takes its session id from argv, runs `payload` with bash in its working
-/// directory, and reports the payload's output as the result.
-fn fake_script(payload: &str) -> String {
-    format!(
-        r#"#!/bin/bash
-sid=""
-while [ $# -gt 0 ]; do
-  case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift
-done
-cat >/dev/null
-echo '{{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}}'
-out=$( ( {payload}
-) 2>&1 | tr -d '"\\' | tr '\n' ' ')
-echo '{{"type":"result","subtype":"success","is_error":false,"result":"done: '"$out"'","session_id":"'"$sid"'","num_turns":1}}'
-"#
-    )
-}
-
 impl Fx {
     fn new(owner: Option<u32>) -> Fx {
         let dir = tempfile::tempdir().unwrap();
@@ -101,7 +82,7 @@ impl Fx {
 
     fn bin(&self, name: &str, payload: &str) -> PathBuf {
         let bin = self.root.join(name);
-        fs::write(&bin, fake_script(payload)).unwrap();
+        fs::write(&bin, payload_claude(payload)).unwrap();
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         if let Some(uid) = self.owner {
             chown_tree(&bin, uid);
@@ -114,27 +95,7 @@ impl Fx {
     }
 
     fn coder_at(&self, cd: &Path, bin: &Path, extra: &[&str], task: &str) -> Command {
-        let mut cmd = Command::new("/usr/bin/timeout");
-        cmd.args(["120", env!("CARGO_BIN_EXE_coder"), "--cd"])
-            .arg(cd)
-            .arg("--claude-bin")
-            .arg(bin)
-            .args(extra)
-            .arg(task)
-            .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", self.root.join("home"))
-            .env("CODER_STATE_DIR", &self.state)
-            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
-            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
-            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .current_dir(&self.root)
-            .stdin(Stdio::null());
-        if let Some(uid) = self.owner {
-            cmd.uid(uid).gid(uid);
-        }
-        cmd
+        coder_as(&self.root, self.owner, cd, bin, extra, task)
     }
 
     fn run(&self, payload: &str, extra: &[&str], task: &str) -> (Value, Output) {

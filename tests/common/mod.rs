@@ -31,6 +31,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+pub mod sandbox_fixture;
+
 /// The built binary under test.
 pub const CODER: &str = env!("CARGO_BIN_EXE_coder");
 

@@ -1,0 +1,445 @@
+//! Fixtures of the sandbox attack suites, which run the same attack twice: as root, whom
+//! nothing but the sandbox stops, and as uid 65534 (`nobody`, started through `setpriv`),
+//! whose runs take the unprivileged user-namespace path. An attack counts only when it is
+//! blocked for both, and its control (the same commands unconfined) works for both.
+//!
+//! What is here: the two arms ([`arms`]); the runner that starts a program as an arm's
+//! user under `timeout` ([`as_arm`]); a temporary tree (workspace, home, coder's state
+//! directory) that is given to that user ([`Fixture`]), with `coder sandbox -- sh -c SCRIPT`
+//! run in it; the user's own repository in the workspace, and the git the user runs in it,
+//! unconfined, after coder exited ([`GitFx`], [`attack`]); a fake `claude` that runs a
+//! shell payload ([`payload_claude`]) and coder started on it as a user would
+//! ([`coder_as`]).
+//!
+//! Each suite used to carry its own copy of all this. Where suites differ (the environment
+//! of their runs, their repository's branch, who owns its README), the difference is an
+//! argument here ([`Fixture::with_env`], [`RepoStyle`]), so a suite's fixture says how it
+//! differs instead of copying the rest.
+
+use std::ffi::{OsStr, OsString};
+use std::ops::Deref;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use super::{Bounded, CODER, require_root_and_user_namespaces};
+
+/// The unprivileged arm's uid and gid.
+pub const NOBODY: u32 = 65534;
+
+/// The arms of an attack: root (`false`), then uid 65534 (`true`). Panics on a machine
+/// without root or user namespaces (`scripts/test` runs these suites only where it can,
+/// and CI must).
+pub fn arms() -> Vec<bool> {
+    require_root_and_user_namespaces();
+    vec![false, true]
+}
+
+/// `timeout SECONDS PROGRAM`, as uid/gid 65534 without supplementary groups when `nobody`,
+/// stdin `/dev/null`. (`setpriv` execs the program in place: `timeout`'s child is the
+/// program either way.)
+pub fn as_arm(nobody: bool, seconds: u32, program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.arg(seconds.to_string());
+    if nobody {
+        cmd.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]);
+    }
+    cmd.arg(program).stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` (under the default deadline) and fails the test unless it succeeds.
+pub fn must_run(cmd: &mut Command) {
+    let o = cmd.output_bounded();
+    assert!(o.status.success(), "{cmd:?}: {}", printed(&o));
+}
+
+/// `chown -R 65534:65534 path` (not following symlinks).
+pub fn give_to_nobody(path: &Path) {
+    must_run(Command::new("chown").args(["-R", "65534:65534"]).arg(path));
+}
+
+/// What a finished command printed: its stdout, then its stderr.
+pub fn printed(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `cmd` to its end (under the default deadline): its exit code (-1 when a signal
+/// ended it) and what it printed.
+pub fn run_text(cmd: &mut Command) -> (i32, String) {
+    let o = cmd.output_bounded();
+    (o.status.code().unwrap_or(-1), printed(&o))
+}
+
+/// A shell script that prints, a line each, what a sandbox shows of each of `paths`:
+/// `path: CONTENT STATE`, the content (its lines joined) or `DENIED`, then `writable` or
+/// `fixed`.
+pub fn view_script(paths: &[&str]) -> String {
+    paths
+        .iter()
+        .map(|p| format!("printf '%s: ' '{p}'; {}", view_one_script(p)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// [`view_script`] of one path, without its `path: ` prefix.
+pub fn view_one_script(path: &str) -> String {
+    format!(
+        "(cat '{path}' 2>/dev/null || echo DENIED) | tr '\\n' ' '; \
+         if (printf x >> '{path}') 2>/dev/null; then echo writable; else echo fixed; fi"
+    )
+}
+
+/// Unmounts a path when dropped.
+pub struct Umount(pub PathBuf);
+
+impl Drop for Umount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A temporary tree for one arm: its root is mode 0755 (uid 65534 must reach it) and
+/// holds the directories the suite named; `home` and `state` are the `HOME` and
+/// `CODER_STATE_DIR` of every program it runs. Nothing is given to uid 65534 until the
+/// suite calls [`Fixture::own`], once it has written what it needs as root.
+pub struct Fixture {
+    /// Mounts made for the fixture ([`Fixture::mount`]), undone before the tree is removed.
+    mounts: Vec<Umount>,
+    dir: tempfile::TempDir,
+    /// Whether this is the uid 65534 arm.
+    pub nobody: bool,
+    /// Set (`Some`) or removed (`None`) in the environment of every program it runs.
+    env: Vec<(&'static str, Option<OsString>)>,
+}
+
+impl Fixture {
+    /// A fresh directory named `prefix…` holding `dirs` (paths relative to it).
+    pub fn new(prefix: &str, nobody: bool, dirs: &[&str]) -> Fixture {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+        for d in dirs {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Fixture {
+            mounts: Vec::new(),
+            dir,
+            nobody,
+            env: Vec::new(),
+        }
+    }
+
+    /// The same, with `vars` set in the environment of every program it runs.
+    pub fn with_env(mut self, vars: &[(&'static str, &'static str)]) -> Fixture {
+        self.env
+            .extend(vars.iter().map(|&(k, v)| (k, Some(OsString::from(v)))));
+        self
+    }
+
+    /// The same, with `var` set to `value` in the environment of every program it runs.
+    pub fn with_var(mut self, var: &'static str, value: impl AsRef<OsStr>) -> Fixture {
+        self.env.push((var, Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// The same, with `var` removed from the environment of every program it runs.
+    pub fn without_env(mut self, var: &'static str) -> Fixture {
+        self.env.push((var, None));
+        self
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Gives the tree at `path` to the arm's user (a no-op for root).
+    pub fn own(&self, path: &Path) {
+        if self.nobody {
+            give_to_nobody(path);
+        }
+    }
+
+    /// Gives `path` itself (not what is below it, not a symlink's target) to the arm's user.
+    pub fn own_entry(&self, path: &Path) {
+        if self.nobody {
+            std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
+
+    /// `mount OPTIONS SOURCE TARGET`, unmounted when the fixture goes.
+    pub fn mount(&mut self, options: &[&str], source: &Path, target: &Path) {
+        must_run(Command::new("mount").args(options).arg(source).arg(target));
+        self.mounts.push(Umount(target.to_path_buf()));
+    }
+
+    /// `program` as the arm's user under `timeout 60`, with the fixture's environment.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = as_arm(self.nobody, 60, program);
+        cmd.env("HOME", self.root().join("home"))
+            .env("CODER_STATE_DIR", self.root().join("state"));
+        for (k, v) in &self.env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd
+    }
+
+    /// `root/ws`, the workspace of most suites.
+    pub fn ws(&self) -> PathBuf {
+        self.root().join("ws")
+    }
+
+    /// `coder sandbox ARGS --cd WS -- sh -c SCRIPT`, as [`Fixture::command`] runs it.
+    pub fn sandbox_in(&self, ws: &Path, args: &[&str], script: &str) -> Command {
+        let mut cmd = self.command(CODER);
+        cmd.arg("sandbox")
+            .args(args)
+            .arg("--cd")
+            .arg(ws)
+            .args(["--", "sh", "-c", script]);
+        cmd
+    }
+
+    /// `sh -c script` through `coder sandbox` with `args`, in [`Fixture::ws`]: its exit
+    /// code and what it printed.
+    pub fn sandbox(&self, args: &[&str], script: &str) -> (i32, String) {
+        run_text(&mut self.sandbox_in(&self.ws(), args, script))
+    }
+
+    /// What a sandbox with `args` in `ws` shows of each of `paths` ([`view_script`]); the
+    /// run must succeed.
+    pub fn view_in(&self, ws: &Path, args: &[&str], paths: &[&str]) -> String {
+        let (rc, out) = run_text(&mut self.sandbox_in(ws, args, &view_script(paths)));
+        assert_eq!(rc, 0, "nobody={}: {out}", self.nobody);
+        out
+    }
+
+    /// [`Fixture::view_in`] the workspace.
+    pub fn view(&self, args: &[&str], paths: &[&str]) -> String {
+        self.view_in(&self.ws(), args, paths)
+    }
+
+    /// The start scan's kept listings in the state directory, sorted.
+    pub fn caches(&self) -> Vec<PathBuf> {
+        let dir = self.root().join("state/listings");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+}
+
+/// The environment of the user's git (and of coder, so that the agent's git sees the
+/// same): no system config, a fixed identity, no `XDG_CONFIG_HOME`.
+const USER_GIT_ENV: &[(&str, &str)] = &[
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("GIT_AUTHOR_NAME", "u"),
+    ("GIT_AUTHOR_EMAIL", "u@example.invalid"),
+    ("GIT_COMMITTER_NAME", "u"),
+    ("GIT_COMMITTER_EMAIL", "u@example.invalid"),
+];
+
+/// How a suite's [`GitFx`] is made.
+pub struct RepoStyle {
+    /// The prefix of its temporary directory's name.
+    pub prefix: &'static str,
+    /// `git init` arguments (a branch, say).
+    pub init: &'static [&'static str],
+    /// Whether the committed `README` is given to the arm's user, so that an agent running
+    /// as uid 65534 can rewrite it.
+    pub readme_owned: bool,
+    /// More environment for every program the fixture runs.
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+/// A [`Fixture`] of `ws`, `home` and `state` whose workspace is the user's repository, one
+/// commit of a `README`; payloads leave their mark at [`GitFx::marker`].
+pub struct GitFx {
+    fx: Fixture,
+}
+
+impl Deref for GitFx {
+    type Target = Fixture;
+
+    fn deref(&self) -> &Fixture {
+        &self.fx
+    }
+}
+
+impl GitFx {
+    pub fn new(style: &RepoStyle, nobody: bool) -> GitFx {
+        GitFx::on(
+            Fixture::new(style.prefix, nobody, &["ws", "home", "state"]),
+            style,
+        )
+    }
+
+    /// Gives `fx` (made with `ws`, `home` and `state`) to the arm's user and makes its
+    /// repository.
+    pub fn on(fx: Fixture, style: &RepoStyle) -> GitFx {
+        let fx = fx
+            .with_env(USER_GIT_ENV)
+            .with_env(style.env)
+            .without_env("XDG_CONFIG_HOME");
+        fx.own(fx.root());
+        let fx = GitFx { fx };
+        fx.git(&fx.ws(), style.init);
+        std::fs::write(fx.ws().join("README"), "hello\n").unwrap();
+        if style.readme_owned {
+            fx.own_entry(&fx.ws().join("README"));
+        }
+        fx.git(&fx.ws(), &["add", "README"]);
+        fx.git(&fx.ws(), &["commit", "-qm", "init"]);
+        fx
+    }
+
+    /// Where a payload leaves its mark: outside the workspace, invisible to the sandbox.
+    pub fn marker(&self) -> PathBuf {
+        self.root().join("home/PWNED")
+    }
+
+    /// The user's own git, unconfined (as the arm's user), in `dir`: what it printed.
+    pub fn git(&self, dir: &Path, args: &[&str]) -> String {
+        printed(
+            &self
+                .command("git")
+                .args(args)
+                .current_dir(dir)
+                .output_bounded(),
+        )
+    }
+
+    /// `sh -c script` through `coder sandbox --mode MODE`, in the workspace, with `M` naming
+    /// the marker (this, not [`Fixture::sandbox`], is what `fx.sandbox` calls on a `GitFx`).
+    pub fn sandbox(&self, mode: &str, script: &str) -> (i32, String) {
+        run_text(
+            self.sandbox_in(&self.ws(), &["--mode", mode], script)
+                .env("M", self.marker()),
+        )
+    }
+}
+
+/// One attack on the end-of-run git guard, for each arm: `setup` prepares the fixture,
+/// `script` plants the attack (the payload is `touch "$M"`) and prints `PLANTED`, then the
+/// user runs git with `user.1` in `user.0` (relative to the workspace). Confined: the
+/// payload never runs and the guard reports what it moved, unless `name` is in
+/// `known_open`, where it must still run (a ratchet that can only shrink). The control,
+/// unconfined (`danger-full-access`): the user's git runs it.
+pub fn attack(
+    style: &RepoStyle,
+    known_open: &[&str],
+    name: &str,
+    setup: fn(&GitFx),
+    script: &str,
+    user: (&str, &[&str]),
+) {
+    let open = known_open.contains(&name);
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = GitFx::new(style, nobody);
+            setup(&fx);
+            let (rc, out) = fx.sandbox(mode, script);
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            // The sandboxed command's own git may have fired the payload unconfined;
+            // only what the user's git does afterwards counts.
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&fx.ws().join(user.0), user.1);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" {
+                assert!(
+                    ran,
+                    "{name} nobody={nobody}: control: the user's git must run the payload \
+                     without the guard: {out}\n{git_out}"
+                );
+            } else if open {
+                assert!(
+                    ran,
+                    "{name} nobody={nobody}: blocked now, remove it from KNOWN_OPEN: \
+                     {out}\n{git_out}"
+                );
+            } else {
+                assert!(
+                    !ran,
+                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
+                );
+                assert!(
+                    out.contains("git guard:"),
+                    "{name}: no quarantine reported: {out}"
+                );
+            }
+        }
+    }
+}
+
+/// A fake `claude`: takes its session id from argv, runs `payload` with bash in its
+/// working directory, and reports the payload's output (quotes and backslashes dropped,
+/// lines joined) as the result.
+pub fn payload_claude(payload: &str) -> String {
+    format!(
+        r#"#!/bin/bash
+sid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift
+done
+cat >/dev/null
+echo '{{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}}'
+out=$( ( {payload}
+) 2>&1 | tr -d '"\\' | tr '\n' ' ')
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"done: '"$out"'","session_id":"'"$sid"'","num_turns":1}}'
+"#
+    )
+}
+
+/// `coder --cd CD --claude-bin BIN EXTRA… TASK` as a user would start it, under `timeout
+/// 120`, from `root` and as `owner` (uid and gid) when set: the environment cleared but
+/// for `PATH`, `HOME` (`root/home`), coder's state (`root/state`), `XDG_CONFIG_HOME`
+/// (`root/xdg`), a test token and an API nothing listens on, and git without its system
+/// config.
+pub fn coder_as(
+    root: &Path,
+    owner: Option<u32>,
+    cd: &Path,
+    bin: &Path,
+    extra: &[&str],
+    task: &str,
+) -> Command {
+    let mut cmd = Command::new("/usr/bin/timeout");
+    cmd.args(["120", CODER, "--cd"])
+        .arg(cd)
+        .arg("--claude-bin")
+        .arg(bin)
+        .args(extra)
+        .arg(task)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", root.join("home"))
+        .env("CODER_STATE_DIR", root.join("state"))
+        .env("XDG_CONFIG_HOME", root.join("xdg"))
+        .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .current_dir(root)
+        .stdin(Stdio::null());
+    if let Some(uid) = owner {
+        cmd.uid(uid).gid(uid);
+    }
+    cmd
+}
