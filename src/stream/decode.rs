@@ -95,17 +95,39 @@ fn decode_general(line: &[u8]) -> Result<Decoded, DecodeError> {
     // rather than buffered. It is stricter than the general path (where a block with a
     // mistyped field only means "no blocks"), so on any error the line is decoded again the
     // general way, which gives the same event or classifies the error.
-    if let Ok(wire) = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(line) {
-        return Ok(wire.into_decoded(line));
-    }
-    let wire: WireEvent<'_, WireContent> = serde_json::from_slice(line).map_err(|e| {
-        if e.is_data() {
-            DecodeError::NotAnEvent
-        } else {
-            DecodeError::NotJson
+    //
+    // A line that is UTF-8 (checked at SIMD speed) is parsed as text: serde then does not
+    // check again each string it decodes (std's check, which stops at every non-ASCII
+    // character of an assistant's prose), and the verdict is handed to the transcript.
+    let text = simdutf8::basic::from_utf8(line).ok();
+    let streamed = match text {
+        Some(text) => serde_json::from_str::<WireEvent<'_, StreamedBlocks<'_>>>(text),
+        None => serde_json::from_slice(line),
+    };
+    let decoded = match streamed {
+        Ok(wire) => wire.into_decoded(line),
+        Err(_) => {
+            let wire = match text {
+                Some(text) => serde_json::from_str::<WireEvent<'_, WireContent>>(text),
+                None => serde_json::from_slice(line),
+            };
+            let wire = wire.map_err(|e| {
+                if e.is_data() {
+                    DecodeError::NotAnEvent
+                } else {
+                    DecodeError::NotJson
+                }
+            })?;
+            wire.into_decoded(line)
         }
-    })?;
-    Ok(wire.into_decoded(line))
+    };
+    Ok(Decoded {
+        spans: EventSpans {
+            utf8: text.is_some(),
+            ..decoded.spans
+        },
+        ..decoded
+    })
 }
 
 /// Decodes a long line (see [`LONG_LINE_BYTES`]): like [`decode_line`], with two
@@ -687,7 +709,7 @@ mod tests {
         let line = br#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"a \",\"tool_use_result\":"}]},"uuid":"u1","tool_use_result":{"stdout":"a \",\"tool_use_result\":"},"tool_result_meta":[]}"#;
         let long = decode_long_line;
         let decoded = long(line).unwrap();
-        assert_eq!(decoded, decode_general(line).unwrap());
+        assert_eq!(decoded, unchecked(decode_general(line).unwrap()));
         let Event::User { tool_results } = &decoded.event else {
             panic!()
         };
@@ -732,7 +754,7 @@ mod tests {
             let cut = line.len() - r#","tool_use_result":{"stdout":""}}"#.len() - content.len();
             let mut head = line[..cut].to_vec();
             head.push(b'}');
-            assert_eq!(long, decode_general(&head).unwrap(), "{content}");
+            assert_eq!(long, unchecked(decode_general(&head).unwrap()), "{content}");
             let Event::User { tool_results } = &long.event else {
                 panic!()
             };
@@ -822,7 +844,7 @@ mod tests {
             );
             let copy = format!(r#","tool_use_result":{{"stdout":"{}"}}}}"#, rng.json_text());
             let line = format!("{}{copy}", &head[..head.len() - 1]);
-            let general = decode_general(head.as_bytes());
+            let general = decode_general(head.as_bytes()).map(unchecked);
             let elided = decode_long_line(line.as_bytes());
             assert_eq!(elided, general, "case {case}: {line}");
             assert!(elided.is_ok(), "case {case}: {line}");
@@ -848,6 +870,13 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A decoded line without its UTF-8 verdict: the reading of a long line, which is never
+    /// recorded whole, does not check it.
+    fn unchecked(mut decoded: Decoded) -> Decoded {
+        decoded.spans.utf8 = false;
+        decoded
     }
 
     /// The general reading, with the UTF-8 check the `user` path hands on.

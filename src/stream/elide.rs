@@ -118,38 +118,126 @@ impl Elided {
     }
 }
 
-/// The position of the quote that closes the string opened at `open`, found by counting
-/// the backslashes before each quote.
-fn string_end_unchecked(json: &[u8], open: usize) -> Option<usize> {
-    let mut from = open + 1;
-    loop {
-        let quote = from + memchr::memchr(b'"', &json[from..])?;
-        let backslashes = json[open + 1..quote]
-            .iter()
-            .rev()
-            .take_while(|&&b| b == b'\\')
-            .count();
-        if backslashes % 2 == 0 {
-            return Some(quote);
-        }
-        from = quote + 1;
+/// How many bytes of a string the scanner looks at together.
+const BLOCK: usize = 64;
+
+/// The bytes of `block` equal to `byte`, as a bit mask (bit `i` for byte `i`).
+///
+/// Written so that the compiler turns it into vector compares (one 0-or-1 byte per byte),
+/// and gathers each eight of those into eight bits with one multiplication: safe Rust,
+/// and about the speed of a movemask instruction per 16 bytes.
+#[inline(always)]
+fn mask_of(block: &[u8; BLOCK], byte: u8) -> u64 {
+    let mut ones = [0u8; BLOCK];
+    for (one, &b) in ones.iter_mut().zip(block) {
+        *one = u8::from(b == byte);
     }
+    let mut mask = 0;
+    for (k, eight) in ones.chunks_exact(8).enumerate() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(eight);
+        // Byte j of the word (0 or 1) lands on bit 56 + j: no two products overlap, so
+        // nothing carries.
+        let bits = u64::from_le_bytes(word).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+        mask |= bits << (8 * k);
+    }
+    mask
+}
+
+/// Which bytes of a string are escaped, block after block, by the odd-run arithmetic of
+/// simdjson: a byte is escaped when an odd run of backslashes precedes it.
+#[derive(Default)]
+struct Escapes {
+    /// 1 when the previous block ended with a backslash that escapes this block's first byte.
+    next_is_escaped: u64,
+}
+
+const ODD_BITS: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+
+impl Escapes {
+    /// For the mask of a block's backslashes: the bytes escaped, and the backslashes that
+    /// escape them.
+    #[inline(always)]
+    fn next(&mut self, backslash: u64) -> (u64, u64) {
+        if backslash == 0 {
+            return (std::mem::take(&mut self.next_is_escaped), 0);
+        }
+        // Backslashes that may start an escape: not one escaped by the previous block.
+        let potential = backslash & !self.next_is_escaped;
+        // Adding a run's start bit to the odd bits carries through the run, and leaves the
+        // carry on the byte after it exactly when the run starts on an even position and
+        // has odd length, or the reverse: escapes and the bytes they escape alternate.
+        let codes = ((potential << 1) | ODD_BITS).wrapping_sub(potential) ^ ODD_BITS;
+        let escaped = codes ^ (backslash | self.next_is_escaped);
+        let escaping = codes & backslash;
+        self.next_is_escaped = escaping >> 63;
+        (escaped, escaping)
+    }
+}
+
+/// The position of the quote that closes the string opened at `open`, read a block at a
+/// time: `escape` is called with the position of each escaping backslash before it, in
+/// order, and refuses the string by returning `None`. `None` too for an unclosed string.
+#[inline(always)]
+fn string_end(
+    json: &[u8],
+    open: usize,
+    mut escape: impl FnMut(usize) -> Option<()>,
+) -> Option<usize> {
+    let mut at = open + 1;
+    let mut escapes = Escapes::default();
+    let mut padded = [0u8; BLOCK];
+    loop {
+        let rest = json.get(at..).filter(|rest| !rest.is_empty())?;
+        let (block, valid) = match rest.first_chunk::<BLOCK>() {
+            Some(block) => (block, u64::MAX),
+            None => {
+                // The last bytes, padded with bytes that are neither quote nor backslash
+                // (this is the last block: `padded` is filled once).
+                padded[..rest.len()].copy_from_slice(rest);
+                (&padded, (1 << rest.len()) - 1)
+            }
+        };
+        let quotes = mask_of(block, b'"') & valid;
+        let (escaped, mut escaping) = escapes.next(mask_of(block, b'\\') & valid);
+        let closing = quotes & !escaped;
+        if closing != 0 {
+            // Only the escapes before the closing quote belong to the string.
+            escaping &= (closing & closing.wrapping_neg()) - 1;
+        }
+        while escaping != 0 {
+            escape(at + escaping.trailing_zeros() as usize)?;
+            escaping &= escaping - 1;
+        }
+        if closing != 0 {
+            return Some(at + closing.trailing_zeros() as usize);
+        }
+        at += BLOCK;
+    }
+}
+
+/// The position of the quote that closes the string opened at `open`, its escapes not
+/// looked at.
+fn string_end_unchecked(json: &[u8], open: usize) -> Option<usize> {
+    string_end(json, open, |_| Some(()))
 }
 
 /// The position of the quote that closes the string opened at `open`, every escape on the
 /// way checked; `None` for an unclosed string, an invalid escape or an unpaired surrogate.
 ///
-/// (Reading the string a word at a time, searching each word for quotes and backslashes
-/// without a call per stop, measured no faster: 13.8 % of a run's samples against 11.3 %.)
+/// A block at a time: one `memchr2` call per escape (the text of a tool result has one
+/// every few dozen bytes) cost more than the search. (Reading the string eight bytes at a
+/// time with a search of each word was slower still.)
 fn string_end_checked(json: &[u8], open: usize) -> Option<usize> {
-    let mut at = open + 1;
-    loop {
-        let stop = at + memchr::memchr2(b'"', b'\\', &json[at..])?;
-        if json[stop] == b'"' {
-            return Some(stop);
+    // Where the escapes checked so far end: a surrogate pair's second half is checked
+    // with its first.
+    let mut checked_to = 0;
+    string_end(json, open, |at| {
+        if at >= checked_to {
+            checked_to = escape_end(json, at)?;
         }
-        at = escape_end(json, stop)?;
-    }
+        Some(())
+    })
 }
 
 /// The position just past the escape whose backslash is at `at`; `None` when it is not one
@@ -381,6 +469,88 @@ mod tests {
             match Elided::checked(json.as_bytes(), 2) {
                 Some(copy) => assert_eq!(parses(&copy.text), strict, "case {case}: {json}"),
                 None => assert!(!strict, "case {case}: {json} parses but was refused"),
+            }
+        }
+    }
+
+    /// The string scan as it was before blocks, one search per stop: the reference.
+    fn string_end_by_stops(json: &[u8], open: usize, check: bool) -> Option<usize> {
+        let mut at = open + 1;
+        loop {
+            let stop = at + memchr::memchr2(b'"', b'\\', &json[at..])?;
+            if json[stop] == b'"' {
+                return Some(stop);
+            }
+            at = if check {
+                escape_end(json, stop)?
+            } else {
+                json.get(stop + 1)?;
+                stop + 2
+            };
+        }
+    }
+
+    #[test]
+    fn blocks_find_the_same_ends_as_a_search_stop_by_stop() {
+        // Runs of backslashes and quotes across block boundaries, escapes cut at a
+        // boundary, strings ending in the padded last block and not at all.
+        const PIECES: [&str; 12] = [
+            "x",
+            "ab c",
+            r"\",
+            r#"\""#,
+            r"\\",
+            r#"""#,
+            r"\n",
+            r"\u00e9",
+            r"\uD834\uDD1E",
+            r"\uD834",
+            r"\q",
+            "é",
+        ];
+        let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+        for case in 0..20_000 {
+            let mut json = String::from(r#"""#);
+            let pieces = rng.below(80);
+            for _ in 0..pieces {
+                let piece = PIECES[rng.below(PIECES.len())];
+                // Long plain runs move the pieces across block boundaries.
+                json.push_str(&"y".repeat(rng.below(3) * rng.below(70)));
+                json.push_str(piece);
+            }
+            let json = json.as_bytes();
+            assert_eq!(
+                string_end_checked(json, 0),
+                string_end_by_stops(json, 0, true),
+                "case {case}: {}",
+                String::from_utf8_lossy(json)
+            );
+            assert_eq!(
+                string_end_unchecked(json, 0),
+                string_end_by_stops(json, 0, false),
+                "case {case}: {}",
+                String::from_utf8_lossy(json)
+            );
+        }
+    }
+
+    #[test]
+    fn masks_mark_every_byte_equal_to_the_one_asked() {
+        let mut rng = Xorshift(0x2545_f491_4f6c_dd1d);
+        for _ in 0..2000 {
+            let mut block = [0u8; BLOCK];
+            for b in &mut block {
+                *b = match rng.below(4) {
+                    0 => b'"',
+                    1 => b'\\',
+                    _ => rng.below(256) as u8,
+                };
+            }
+            for byte in [b'"', b'\\', 0, 0xff] {
+                let mask = mask_of(&block, byte);
+                for (i, &b) in block.iter().enumerate() {
+                    assert_eq!(mask >> i & 1 == 1, b == byte, "byte {i}");
+                }
             }
         }
     }

@@ -150,22 +150,61 @@ impl LineSplitter {
         }
     }
 
+    /// The buffer of the line being built, with room for `chunk` more bytes, to read
+    /// the pipe straight into: only once the line is long (a megabyte tool result), and
+    /// while `chunk` more bytes stay under the cap. Copying every read of such a line from
+    /// the read buffer cost the reader as much as the read itself. After the read, call
+    /// [`LineSplitter::feed_read_into`].
+    pub fn read_into(&mut self, chunk: usize) -> Option<&mut Vec<u8>> {
+        let room = self.max_line_bytes.saturating_sub(self.pending.len());
+        if self.pending.len() < SPARE_TAKEN_AT || room < chunk || self.dropped > 0 {
+            return None;
+        }
+        self.reserve(chunk);
+        Some(&mut self.pending)
+    }
+
+    /// Takes the bytes read into the line's buffer (see [`LineSplitter::read_into`]) from
+    /// `from` on, calling `emit` for every line they complete. What follows the first
+    /// newline among them is moved to `scratch` (at least as long as the read) and fed
+    /// from there.
+    pub fn feed_read_into(&mut self, from: usize, scratch: &mut [u8], mut emit: impl FnMut(Line)) {
+        let Some(newline) = memchr::memchr(b'\n', &self.pending[from..]) else {
+            return;
+        };
+        let end = from + newline;
+        let rest = self.pending.len() - end - 1;
+        scratch[..rest].copy_from_slice(&self.pending[end + 1..]);
+        self.pending.truncate(end);
+        emit(self.take());
+        self.feed(&scratch[..rest], emit);
+    }
+
     fn append(&mut self, bytes: &[u8]) {
         let room = self.max_line_bytes.saturating_sub(self.pending.len());
         let kept = bytes.len().min(room);
-        let needed = self.pending.len() + kept;
-        if needed > self.pending.capacity() && needed > SPARE_TAKEN_AT {
+        self.reserve(kept);
+        self.pending.extend_from_slice(&bytes[..kept]);
+        self.dropped += (bytes.len() - kept) as u64;
+    }
+
+    /// Makes room for `more` bytes of the line, in the spare buffer once it is long.
+    fn reserve(&mut self, more: usize) {
+        let needed = self.pending.len() + more;
+        if needed <= self.pending.capacity() {
+            return;
+        }
+        if needed > SPARE_TAKEN_AT {
             self.reuse_spare();
         }
         let small = self.pending.capacity() < SPARE_MIN_BYTES;
-        self.pending.extend_from_slice(&bytes[..kept]);
+        self.pending.reserve(more);
         if small
             && self.pending.capacity() >= SPARE_MIN_BYTES
             && let Some(spare) = &self.spare
         {
             spare.grown();
         }
-        self.dropped += (bytes.len() - kept) as u64;
     }
 
     /// Moves the line being built into the spare buffer, if one is offered and larger.
@@ -239,6 +278,44 @@ mod tests {
         assert_eq!(lines[0].bytes, b"short");
         assert_eq!(lines[1].bytes, long);
         assert_eq!(lines[1].bytes.as_ptr(), buffer);
+    }
+
+    #[test]
+    fn lines_read_straight_into_their_buffer_are_the_same_lines() {
+        let mut stream = Vec::new();
+        for (i, len) in [10, 200_000, 5, 70_000, 1_000_000, 3, 0, 300_000, 65_536]
+            .iter()
+            .enumerate()
+        {
+            stream.extend((0..*len).map(|j| b'a' + ((i + j) % 26) as u8));
+            stream.push(b'\n');
+        }
+        stream.extend_from_slice(b"unterminated");
+        for cap in [usize::MAX, 250_000] {
+            for chunk in [1000, 4096, 65_536, 100_003] {
+                let chunks: Vec<&[u8]> = stream.chunks(chunk).collect();
+                let expected = split_all(cap, &chunks);
+                let spare = Arc::new(SpareBuffer::default());
+                let mut splitter = LineSplitter::with_spare(cap, spare);
+                let mut lines = Vec::new();
+                let mut scratch = vec![0; chunk];
+                let mut straight = 0;
+                for read in chunks {
+                    match splitter.read_into(chunk) {
+                        Some(line) => {
+                            straight += 1;
+                            let from = line.len();
+                            line.extend_from_slice(read);
+                            splitter.feed_read_into(from, &mut scratch, |l| lines.push(l));
+                        }
+                        None => splitter.feed(read, |l| lines.push(l)),
+                    }
+                }
+                lines.extend(splitter.finish());
+                assert_eq!(lines, expected, "cap {cap}, reads of {chunk}");
+                assert!(straight > 0, "cap {cap}, reads of {chunk}");
+            }
+        }
     }
 
     #[test]

@@ -675,11 +675,23 @@ async fn read_pipe<R: AsyncRead + Unpin>(
     let mut buf = vec![0u8; READ_CHUNK];
     let mut lines = Vec::new();
     loop {
-        match reader.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => {
+        // A long line is read straight into its own buffer; other reads go to `buf`.
+        let read = match splitter.read_into(READ_CHUNK) {
+            Some(line) => {
+                let from = line.len();
+                let limited = &mut (&mut reader).take(READ_CHUNK as u64);
+                limited.read_buf(line).await.map(|n| (n, Some(from)))
+            }
+            None => reader.read(&mut buf).await.map(|n| (n, None)),
+        };
+        match read {
+            Ok((0, _)) => break,
+            Ok((n, into_line)) => {
                 activity.touch(pipe, n);
-                splitter.feed(&buf[..n], |line| lines.push(line));
+                match into_line {
+                    Some(from) => splitter.feed_read_into(from, &mut buf, |line| lines.push(line)),
+                    None => splitter.feed(&buf[..n], |line| lines.push(line)),
+                }
                 if !lines.is_empty()
                     && !send_lines(&tx, &budget, pipe, std::mem::take(&mut lines)).await
                 {
