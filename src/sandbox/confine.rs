@@ -45,7 +45,7 @@ use nix::sched::CloneFlags;
 use serde::Serialize;
 
 use super::policy::{Access, Mode, Policy, WorkspaceDir};
-use super::scan::{Mask, MaskKind};
+use super::scan::MaskKind;
 use super::{SandboxError, hostmask, pidns, scan, seccomp, sys};
 
 /// The namespaces every confined child gets besides the user namespace.
@@ -161,8 +161,7 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
     )
     .map_err(|e| SandboxError::sys("make private", "/", e))?;
     let workspace = WorkspaceDir::reopen(&policy.workspace, policy.workspace_id)?;
-    done.masks = apply_masks(policy, &workspace)?;
-    done.host_masks = build_private_root(policy, &workspace)?;
+    (done.masks, done.host_masks) = build_private_root(policy, &workspace)?;
     done.private_root = true;
     pidns::fork_agent(init)?;
 
@@ -212,22 +211,47 @@ fn enter_namespaces() -> Result<bool, SandboxError> {
     Ok(true)
 }
 
-/// Mount every mask, refusing a target that is no longer what the scan saw. Masks in the
-/// workspace are found from its descriptor, never by walking its path again.
-fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, SandboxError> {
+/// Mount every mask over the granted trees already mounted in the private root (at
+/// `new_root`), refusing a target that is no longer what the scan saw. Masks in the
+/// workspace are found beneath its mounted clone, whose identity is checked first, never
+/// by walking a path through it; a mask outside every granted tree (`bound`) would not be
+/// visible and is not mounted.
+///
+/// Mounted here rather than on the host's paths before the trees are cloned, each mask is
+/// one mount: cloned along with its tree, it was two, plus a third detached with the
+/// old root (at 1,000 masks, most of the helper's time).
+fn apply_masks(
+    policy: &Policy,
+    source: Option<&OwnedFd>,
+    new_root: &Path,
+    bound: &[&Path],
+) -> Result<usize, SandboxError> {
     if policy.masks.is_empty() {
         return Ok(0);
     }
-    let source = if policy.needs_mask_source() {
-        Some(mask_source_mount(&policy.mask_source())?)
-    } else {
-        None
-    };
+    let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
+    let workspace = sys::open_nofollow_dir(&inside(&policy.workspace))
+        .ok()
+        .filter(|fd| {
+            nix::sys::stat::fstat(fd.as_fd())
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == policy.workspace_id)
+        })
+        .ok_or_else(|| SandboxError::MaskTargetChanged {
+            path: policy.workspace.clone(),
+        })?;
+    let mut mounted = 0;
     for mask in &policy.masks {
         let changed = || SandboxError::MaskTargetChanged {
             path: mask.path.clone(),
         };
-        let target = match open_mask_target(mask, workspace) {
+        let opened = match mask.path.strip_prefix(&policy.workspace) {
+            Ok(rel) => scan::open_beneath(workspace.as_fd(), rel, OFlag::O_PATH),
+            Err(_) if bound.iter().any(|b| mask.path.starts_with(b)) => {
+                sys::open_nofollow(&inside(&mask.path))
+            }
+            Err(_) => continue,
+        };
+        let target = match opened {
             Ok(fd) => fd,
             Err(Errno::ELOOP | Errno::ENOENT | Errno::ENOTDIR | Errno::EXDEV) => {
                 return Err(changed());
@@ -239,7 +263,7 @@ fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, Sandb
         if stat.st_dev != mask.dev || stat.st_ino != mask.ino {
             return Err(changed());
         }
-        let tree = match (&mask.kind, &source) {
+        let tree = match (&mask.kind, source) {
             (MaskKind::Empty, Some(source)) => sys::clone_tree(source.as_fd()),
             (MaskKind::Empty, None) => return Err(changed()),
             (MaskKind::ReadOnly | MaskKind::Pin, _) => sys::clone_tree(target.as_fd()),
@@ -255,8 +279,9 @@ fn apply_masks(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, Sandb
         attrs.map_err(|e| SandboxError::sys("mount_setattr", mask.path.display(), e))?;
         sys::move_mount(tree.as_fd(), target.as_fd())
             .map_err(|e| SandboxError::sys("move_mount", mask.path.display(), e))?;
+        mounted += 1;
     }
-    Ok(policy.masks.len())
+    Ok(mounted)
 }
 
 /// The empty file masks are cloned from, on a mount of its own.
@@ -295,20 +320,15 @@ fn mask_source_mount(path: &Path) -> Result<OwnedFd, SandboxError> {
     Ok(own)
 }
 
-/// The mask's target, opened without following symlinks (a symlink itself is opened, and
-/// mounted over): beneath the workspace descriptor when it lies in the workspace.
-fn open_mask_target(mask: &Mask, workspace: &WorkspaceDir) -> Result<OwnedFd, Errno> {
-    match mask.path.strip_prefix(&workspace.path) {
-        Ok(rel) => scan::open_beneath(workspace.fd.as_fd(), rel, OFlag::O_PATH),
-        Err(_) => sys::open_nofollow(&mask.path),
-    }
-}
-
-/// Build a root that holds only the granted paths, then pivot into it.
+/// Build a root that holds only the granted paths, mount the masks in it, then pivot into
+/// it. Returns the number of masks and of host masks mounted.
 ///
-/// Every granted root is cloned (with the masks mounted inside it) before the new root's
-/// tmpfs exists, so no clone can contain the new root itself.
-fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize, SandboxError> {
+/// Every granted root is cloned before the new root's tmpfs exists, so no clone can
+/// contain the new root itself.
+fn build_private_root(
+    policy: &Policy,
+    workspace: &WorkspaceDir,
+) -> Result<(usize, usize), SandboxError> {
     let mut clones = Vec::new();
     let mut bound: Vec<&Path> = Vec::new();
     for root in &policy.roots {
@@ -319,7 +339,7 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
         if root.path == Path::new("/proc") {
             continue;
         }
-        // The workspace is cloned from the descriptor its masks were mounted through.
+        // The workspace is cloned from the descriptor the policy was resolved with.
         let source = if root.path == workspace.path {
             workspace
                 .fd
@@ -345,6 +365,13 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
     let plan_tree = match &policy.plan_file {
         Some(plan) => Some(clone_plan_file(plan)?),
         None => None,
+    };
+    // The empty file secrets are masked with lives in the run dir, which the new root's
+    // tmpfs is about to cover.
+    let mask_source = if policy.needs_mask_source() && !policy.masks.is_empty() {
+        Some(mask_source_mount(&policy.mask_source())?)
+    } else {
+        None
     };
 
     let new_root = policy.root_mount_point();
@@ -445,6 +472,7 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
     }
 
     mount_fresh_proc(&inside(Path::new("/proc")))?;
+    let masks = apply_masks(policy, mask_source.as_ref(), &new_root, &bound)?;
     let host_masks = hostmask::hide_host_secrets(&new_root)?;
 
     let root_fd = sys::open_nofollow(&new_root)
@@ -459,7 +487,7 @@ fn build_private_root(policy: &Policy, workspace: &WorkspaceDir) -> Result<usize
         sys::remount_root_read_only()
             .map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
     }
-    Ok(host_masks)
+    Ok((masks, host_masks))
 }
 
 /// A detached mount of the plan file, refusing a path that no longer leads to the file
