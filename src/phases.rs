@@ -3,8 +3,9 @@
 //! When the variable names a file, the supervisor appends one line per phase to it:
 //! `<CLOCK_MONOTONIC µs> <pid> <phase>`. `coder sandbox` marks its own phases too
 //! (`sandbox.main`, `scan.start`, `scan.done`, `policy.done`, `sandbox.confined` in the
-//! forked child, then `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). (The sandbox helper starts with an empty
-//! environment and marks nothing: its work shows as `policy.done -> child.spawned`.)
+//! forked child, then `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). (The
+//! sandbox helper starts with an empty environment and marks nothing: its work shows as
+//! `policy.done -> child.spawned`.)
 //! The clock is the one a harness reads with `time.monotonic_ns()`, so its own
 //! timestamps (before the spawn, at the exit) line up with coder's. The file is opened
 //! once and kept open (close-on-exec). Unset, a mark costs one check of a `OnceLock`.

@@ -230,14 +230,11 @@ fn apply_masks(
         return Ok(0);
     }
     let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
-    let workspace = sys::open_nofollow_dir(&inside(&policy.workspace))
-        .ok()
-        .filter(|fd| {
-            nix::sys::stat::fstat(fd.as_fd())
-                .is_ok_and(|st| (st.st_dev, st.st_ino) == policy.workspace_id)
-        })
-        .ok_or_else(|| SandboxError::MaskTargetChanged {
-            path: policy.workspace.clone(),
+    let workspace =
+        WorkspaceDir::reopen(&inside(&policy.workspace), policy.workspace_id).map_err(|_| {
+            SandboxError::MaskTargetChanged {
+                path: policy.workspace.clone(),
+            }
         })?;
     let mut mounted = 0;
     for mask in &policy.masks {
@@ -245,7 +242,7 @@ fn apply_masks(
             path: mask.path.clone(),
         };
         let opened = match mask.path.strip_prefix(&policy.workspace) {
-            Ok(rel) => scan::open_beneath(workspace.as_fd(), rel, OFlag::O_PATH),
+            Ok(rel) => scan::open_beneath(workspace.fd.as_fd(), rel, OFlag::O_PATH),
             Err(_) if bound.iter().any(|b| mask.path.starts_with(b)) => {
                 sys::open_nofollow(&inside(&mask.path))
             }

@@ -39,7 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, FcntlArg, OFlag, OpenHow, ResolveFlag, fcntl, openat2};
+use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
 use serde::{Deserialize, Serialize};
@@ -480,8 +480,8 @@ struct Walker<'a, 'b> {
 impl<'a> Walker<'a, '_> {
     /// Walk a directory taken from the queue.
     fn task(&mut self, task: Task) -> Result<(), SandboxError> {
-        let dir = match task.dir {
-            TaskDir::Open(fd) => fd,
+        let (dir, path_only) = match task.dir {
+            TaskDir::Open(fd) => (fd, false),
             TaskDir::Child(parent, name) => {
                 let kept = (task.depth <= self.limits.max_depth)
                     .then(|| self.kept(&task.st, &task.rel, task.inside))
@@ -501,11 +501,12 @@ impl<'a> Walker<'a, '_> {
                     Some(_) => OFlag::O_PATH | OFlag::O_DIRECTORY,
                     None => OFlag::O_RDONLY | OFlag::O_DIRECTORY,
                 };
-                openat2(parent.as_fd(), Path::new(&name), beneath(flags))
-                    .map_err(|e| walk_error(&self.tree.root.join(&task.rel), "open", e))?
+                let fd = openat2(parent.as_fd(), Path::new(&name), beneath(flags))
+                    .map_err(|e| walk_error(&self.tree.root.join(&task.rel), "open", e))?;
+                (fd, kept.is_some())
             }
         };
-        self.walk(dir, &task.rel, task.depth, task.inside)
+        self.walk(dir, path_only, &task.rel, task.depth, task.inside)
     }
 
     /// The last run's listing of the directory `st` describes at `rel`, when it is still
@@ -528,10 +529,11 @@ impl<'a> Walker<'a, '_> {
         }
     }
 
-    /// Walk the directory open as `dir`.
+    /// Walk the directory open as `dir` (with `O_PATH` when `path_only`).
     fn walk(
         &mut self,
         dir: OwnedFd,
+        path_only: bool,
         rel: &Path,
         depth: usize,
         inside: Inside,
@@ -556,12 +558,12 @@ impl<'a> Walker<'a, '_> {
                 // Opened `O_PATH` on the strength of a record that no longer holds:
                 // reopen the same directory (its `fstat` above stays the one before the
                 // listing) to read it.
-                let readable = match fcntl(dir.as_fd(), FcntlArg::F_GETFL) {
-                    Ok(fl) if OFlag::from_bits_truncate(fl).contains(OFlag::O_PATH) => Some(
-                        open_dir_beneath(dir.as_fd(), Path::new("."))
-                            .map_err(|e| walk_error(&here, "open", e))?,
-                    ),
-                    _ => None,
+                let readable = if path_only {
+                    let fd = open_dir_beneath(dir.as_fd(), Path::new("."))
+                        .map_err(|e| walk_error(&here, "open", e))?;
+                    Some(fd)
+                } else {
+                    None
                 };
                 self.list(readable.as_ref().unwrap_or(&dir), &st, rel, &here)?
             }
@@ -621,7 +623,7 @@ impl<'a> Walker<'a, '_> {
                             depth: depth + 1,
                             inside: next,
                         }),
-                        None => self.walk(child()?, &rel_child, depth + 1, next)?,
+                        None => self.walk(child()?, false, &rel_child, depth + 1, next)?,
                     }
                 }
                 Kind::File => {
@@ -1061,7 +1063,7 @@ impl LinkPass<'_> {
                         secret: true,
                         protected: false,
                     };
-                    walker.walk(dir, rel, 0, inside)?;
+                    walker.walk(dir, false, rel, 0, inside)?;
                 }
                 Kind::File => {
                     if st.st_nlink > 1 {
