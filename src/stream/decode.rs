@@ -787,17 +787,9 @@ mod tests {
         );
     }
 
-    /// A small deterministic generator (xorshift), so the randomised tests need no crate.
-    struct Xorshift(u64);
+    use crate::stream::Xorshift;
 
     impl Xorshift {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-
         /// JSON string contents (escaped): plain text, escapes of every kind, quotes and
         /// backslashes in runs, raw UTF-8; short or long.
         fn json_text(&mut self) -> String {

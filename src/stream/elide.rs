@@ -283,6 +283,7 @@ pub(super) fn free_of_control_bytes(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::Xorshift;
 
     /// What serde makes of a JSON text: `None` when it does not parse.
     fn parses(json: &[u8]) -> bool {
@@ -420,18 +421,6 @@ mod tests {
             }
         }
         assert!(free_of_control_bytes(&[0x20, 0x7f, 0x80, 0xff]));
-    }
-
-    /// A small deterministic generator (xorshift), so the randomised test needs no crate.
-    struct Xorshift(u64);
-
-    impl Xorshift {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
     }
 
     #[test]

@@ -19,3 +19,18 @@ pub use event::{
     ToolResult, ToolUse, UpstreamErrorType, Usage,
 };
 pub use splitter::{DEFAULT_MAX_LINE_BYTES, Line, LineSplitter, Pipe, SpareBuffer};
+
+/// A small deterministic generator (xorshift) for the stream's randomised unit tests, so
+/// they need no crate.
+#[cfg(test)]
+pub(crate) struct Xorshift(pub(crate) u64);
+
+#[cfg(test)]
+impl Xorshift {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
