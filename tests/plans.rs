@@ -629,15 +629,7 @@ fn a_fake_agent_cannot_break_out_of_plan_mode_with_the_plan_in_the_workspace() {
 fn plan_fixture(prefix: &str, nobody: bool) -> Fixture {
     let fx = Fixture::new(prefix, nobody, &["ws", "home", "state", "bin", "xdg"]);
     let xdg = fx.root().join("xdg");
-    fx.with_var("XDG_CONFIG_HOME", xdg)
-        .with_env(&[
-            ("ANTHROPIC_AUTH_TOKEN", "dummy"),
-            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
-        ])
-        .without_env("CODER_CONFIG")
-        .without_env("CODER_BACKEND")
-        .without_env("CLAUDE_CONFIG_DIR")
-        .without_env("XDG_RUNTIME_DIR")
+    fx.with_var("XDG_CONFIG_HOME", xdg).with_dummy_backend()
 }
 
 fn attack_plan_mode(nobody: bool, in_workspace: bool) {

@@ -341,14 +341,7 @@ fn plan_mode_masks_hold_with_the_plan_beside_or_inside_the_workspace() {
         for inside in [false, true] {
             let fx = layout(nobody)
                 .with_var("XDG_CONFIG_HOME", "/nonexistent-xdg")
-                .with_env(&[
-                    ("ANTHROPIC_AUTH_TOKEN", "dummy"),
-                    ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
-                ])
-                .without_env("CODER_CONFIG")
-                .without_env("CODER_BACKEND")
-                .without_env("CLAUDE_CONFIG_DIR")
-                .without_env("XDG_RUNTIME_DIR");
+                .with_dummy_backend();
             let root = fx.root().to_path_buf();
             let ws = root.join("outer/ws");
             let paths = targets(&fx);

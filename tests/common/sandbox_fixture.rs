@@ -158,6 +158,19 @@ impl Fixture {
         self
     }
 
+    /// For `coder run`/`coder plan`: a dummy backend on a closed loopback port (the fake
+    /// agent never calls it), and none of the caller's coder or CLI configuration.
+    pub fn with_dummy_backend(self) -> Fixture {
+        self.with_env(&[
+            ("ANTHROPIC_AUTH_TOKEN", "dummy"),
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
+        ])
+        .without_env("CODER_CONFIG")
+        .without_env("CODER_BACKEND")
+        .without_env("CLAUDE_CONFIG_DIR")
+        .without_env("XDG_RUNTIME_DIR")
+    }
+
     pub fn root(&self) -> &Path {
         self.dir.path()
     }
