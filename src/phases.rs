@@ -2,7 +2,8 @@
 //!
 //! When the variable names a file, the supervisor appends one line per phase to it:
 //! `<CLOCK_MONOTONIC µs> <pid> <phase>`. `coder sandbox` marks its own phases too
-//! (`sandbox.main`, `scan.start`, `scan.done`, `policy.done`, `sandbox.confined` in the
+//! (`sandbox.main`, `scan.start`, `scan.walked` (before the check that the tree held
+//! still), `scan.done`, `policy.done`, `sandbox.confined` in the
 //! forked child, then `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). (The
 //! sandbox helper starts with an empty environment and marks nothing: its work shows as
 //! `policy.done -> child.spawned`.)

@@ -120,6 +120,15 @@ fn folds_to(name: &OsString, wanted: &str) -> bool {
     folded.eq(wanted.chars().map(|c| c.to_ascii_lowercase()))
 }
 
+/// Whether a name is one git acts on by name: `.git`, or a part of a git dir's shape
+/// (`HEAD`, `commondir`, `objects`, `refs`), in any case.
+pub(crate) fn is_git_name(name: &OsString) -> bool {
+    is_git_entry_name(name)
+        || ["HEAD", "commondir", "objects", "refs"]
+            .iter()
+            .any(|wanted| folds_to(name, wanted))
+}
+
 /// `.git` in any case: what git looks for in a case-insensitive directory too.
 pub(crate) fn is_git_entry_name(name: &OsString) -> bool {
     name.as_bytes().eq_ignore_ascii_case(b".git")
@@ -225,7 +234,7 @@ pub(crate) fn ctime_of(st: &FileStat) -> Ctime {
 
 /// Whether the file system holding `dir` keeps a directory's ctime honestly (local disk
 /// file systems and tmpfs).
-fn trusted_file_system(dir: BorrowedFd<'_>) -> bool {
+pub(crate) fn trusted_file_system(dir: BorrowedFd<'_>) -> bool {
     use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC};
     nix::sys::statfs::fstatfs(dir).is_ok_and(|fs| {
         [

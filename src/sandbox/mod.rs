@@ -66,6 +66,7 @@ mod policy;
 mod probe;
 pub mod proxy;
 mod scan;
+mod scan_watch;
 pub(crate) mod seccomp;
 mod sys;
 
@@ -345,6 +346,25 @@ pub enum SandboxError {
          profile). Use --sandbox danger-full-access to run without confinement"
     )]
     NetworkUnavailable { reason: String },
+
+    #[error(
+        "{} {what} while coder scanned the workspace for secrets, in each of {attempts} \
+         scans: another process is moving files there, and a directory moved during a scan \
+         could escape its masks. Run again when nothing else is changing the workspace",
+        bytes::short(.path)
+    )]
+    TreeMoving {
+        path: PathBuf,
+        what: &'static str,
+        attempts: usize,
+    },
+
+    #[error(
+        "cannot watch {} while scanning it for secrets ({reason}); raise the limit or run \
+         again when fewer directories are being written",
+        bytes::short(.path)
+    )]
+    ScanUnwatchable { path: PathBuf, reason: String },
 
     #[error(
         "the plan file {path} changed after it was checked (now a different file, a \

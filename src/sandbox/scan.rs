@@ -9,7 +9,9 @@
 //! like any other). Globs match case-insensitively (`APP.PEM` is as secret as `app.pem`).
 //! The walk never follows symlinks and ignores `.gitignore` (secrets are usually ignored
 //! files). It is a snapshot taken right before the agent starts; files created later are
-//! the agent's own. Depth and match count are capped, and a scan over a cap is an error,
+//! the agent's own. A snapshot of a tree that held still: every directory the walk relied
+//! on is checked to be unchanged at its end, or the scan is taken again
+//! ([`super::scan_watch`]), because a directory moved across the walk would escape it. Depth and match count are capped, and a scan over a cap is an error,
 //! because a partial list of secrets is worse than none: it looks like protection.
 //!
 //! Cost: a plain file whose name matches nothing is known from the directory listing's
@@ -46,8 +48,9 @@ use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 pub(crate) use super::listing::Kind;
-use super::listing::{DirSummary, ScanListings, ctime_of, is_git_dir_listing};
+use super::listing::{DirSummary, ScanListings, ctime_of, is_git_dir_listing, is_git_name};
 use super::listing_cache::{Kept, KeptDir, Recorder, TreeKept};
+use super::scan_watch::{CheckedTree, ScanWatch, TreeMoved};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
@@ -212,21 +215,112 @@ pub(crate) struct ScanOutput {
     linked_secrets: HashSet<(u64, u64)>,
 }
 
-/// Scan `trees` for secrets (`deny`), protected names and git dirs.
+/// Scans of trees that kept changing under them before coder gives up.
+const SCAN_ATTEMPTS: usize = 3;
+
+/// Scan `trees` for secrets (`deny`), protected names and git dirs, again when a
+/// directory moved while they were read ([`super::scan_watch`]): what is returned was
+/// read from trees that held still.
 pub(crate) fn scan_trees(
     trees: &[TreeScan<'_>],
     deny: &GlobSet,
     limits: ScanLimits,
 ) -> Result<ScanOutput, SandboxError> {
-    let mut out = ScanOutput {
-        listings: ScanListings::starting_now(),
-        ..ScanOutput::default()
-    };
+    let checked: Vec<CheckedTree<'_>> = trees
+        .iter()
+        .map(|t| CheckedTree {
+            root: t.root,
+            fd: t.fd,
+        })
+        .collect();
+    let mut attempt = 1;
+    loop {
+        let mut out = ScanOutput {
+            listings: ScanListings::starting_now(),
+            ..ScanOutput::default()
+        };
+        let watch = ScanWatch::new(out.listings.trusted_before())?;
+        let moved = match scan_once(trees, deny, limits, &watch, &mut out) {
+            Ok(()) => {
+                crate::phases::mark("scan.walked");
+                let matters = |tree: usize, rel: &Path, is_dir: bool| {
+                    new_entry_matters(&trees[tree], deny, rel, is_dir)
+                };
+                let checked = watch.check(&checked, matters);
+                watch.release();
+                match checked {
+                    Ok(()) => return Ok(out),
+                    Err(moved) => moved,
+                }
+            }
+            Err(e) => match raced(&e) {
+                Some(moved) => moved,
+                None => {
+                    remove_placeholders(&out);
+                    return Err(e);
+                }
+            },
+        };
+        remove_placeholders(&out);
+        if attempt == SCAN_ATTEMPTS {
+            return Err(SandboxError::TreeMoving {
+                path: moved.path,
+                what: moved.what,
+                attempts: attempt,
+            });
+        }
+        attempt += 1;
+    }
+}
+
+fn remove_placeholders(out: &ScanOutput) {
+    for placeholder in &out.placeholders {
+        placeholder.remove();
+    }
+}
+
+/// A walk that failed because what it had listed was no longer there (gone, or now a
+/// symlink or a file): the tree changed under it.
+fn raced(e: &SandboxError) -> Option<TreeMoved> {
+    match e {
+        SandboxError::Syscall {
+            errno: Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP,
+            path,
+            ..
+        } => Some(TreeMoved {
+            path: PathBuf::from(path),
+            what: "moved",
+        }),
+        _ => None,
+    }
+}
+
+/// Whether an entry that appeared at `rel` during the scan could change what it finds
+/// (outside secret and protected directories, where every entry does): a directory,
+/// a name git or a glob acts on. A plain file named like nothing is just a file.
+fn new_entry_matters(tree: &TreeScan<'_>, deny: &GlobSet, rel: &Path, is_dir: bool) -> bool {
+    is_dir
+        || rel
+            .file_name()
+            .is_some_and(|name| is_git_name(&name.to_os_string()))
+        || deny.is_match(rel)
+        || tree.protect.is_some_and(|set| set.is_match(rel))
+}
+
+/// One scan of `trees`, every directory it relies on witnessed by `watch`.
+fn scan_once(
+    trees: &[TreeScan<'_>],
+    deny: &GlobSet,
+    limits: ScanLimits,
+    watch: &ScanWatch,
+    out: &mut ScanOutput,
+) -> Result<(), SandboxError> {
     let mut linked = HashMap::new();
     let mut symlinks = Vec::new();
-    for tree in trees {
+    for (index, tree) in trees.iter().enumerate() {
+        let watch = TreeWatch { watch, tree: index };
         let mut kept = Recorder::new(out.listings.trusted_before());
-        for part in walk_in_parallel(tree, deny, limits, &out.listings)? {
+        for part in walk_in_parallel(tree, deny, limits, &out.listings, watch)? {
             out.absorb(part.out, limits, tree.root)?;
             kept.absorb(part.recorder);
             for (id, names) in part.linked {
@@ -240,11 +334,12 @@ pub(crate) fn scan_trees(
                 tree,
                 deny,
                 limits,
-                out: &mut out,
+                out,
                 linked: &mut linked,
                 symlinks: &mut symlinks,
                 queue: None,
                 recorder: None,
+                watch: Some(watch),
             };
             walker.hold_absent_protected()?;
         }
@@ -256,16 +351,13 @@ pub(crate) fn scan_trees(
     for names in linked.values_mut() {
         names.sort();
     }
-    let mut scan = LinkPass {
-        out: &mut out,
-        limits,
-    };
+    let mut scan = LinkPass { out, limits };
     scan.follow_symlinks(trees, deny, symlinks)?;
     if !scan.out.linked_secrets.is_empty() {
         linked = other_names(trees, &scan.out.linked_secrets, limits)?;
     }
     scan.add_hard_links(&linked);
-    Ok(out)
+    Ok(())
 }
 
 impl ScanOutput {
@@ -310,6 +402,7 @@ fn walk_in_parallel(
     deny: &GlobSet,
     limits: ScanLimits,
     listings: &ScanListings,
+    watch: TreeWatch<'_>,
 ) -> Result<Vec<WalkPart>, SandboxError> {
     let top =
         open_dir_beneath(tree.fd, Path::new(".")).map_err(|e| walk_error(tree.root, "open", e))?;
@@ -340,6 +433,7 @@ fn walk_in_parallel(
             symlinks: &mut part.symlinks,
             queue: Some(&queue),
             recorder: Some(&mut part.recorder),
+            watch: Some(watch),
         };
         while let Some(task) = queue.next() {
             let result = walker.task(task);
@@ -475,6 +569,16 @@ struct Walker<'a, 'b> {
     /// Where listings the next run may reuse go (`None`: walks of another shape than the
     /// tree's own, which are not kept).
     recorder: Option<&'b mut Recorder>,
+    /// What shows the directories walked held still ([`super::scan_watch`]); `None` for
+    /// walks that only add to what the tree's own walk found.
+    watch: Option<TreeWatch<'b>>,
+}
+
+/// The scan's watch, and which of its trees a walker is in.
+#[derive(Clone, Copy)]
+struct TreeWatch<'b> {
+    watch: &'b ScanWatch,
+    tree: usize,
 }
 
 impl<'a> Walker<'a, '_> {
@@ -491,6 +595,9 @@ impl<'a> Walker<'a, '_> {
                 if let Some(kept) = kept
                     && kept.is_quiet()
                 {
+                    if let Some(w) = self.watch {
+                        w.watch.kept(w.tree, &task.st, &task.rel);
+                    }
                     self.reuse(&task.st, kept);
                     return Ok(());
                 }
@@ -550,6 +657,9 @@ impl<'a> Walker<'a, '_> {
         let st = fstat(dir.as_fd()).map_err(|e| walk_error(&here, "inspect", e))?;
         let (entries, git_dir, mut fresh) = match self.kept(&st, rel, inside) {
             Some(kept) => {
+                if let Some(w) = self.watch {
+                    w.watch.kept(w.tree, &st, rel);
+                }
                 self.reuse(&st, kept);
                 let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
                 (entries.collect(), kept.summary.git_dir, None)
@@ -565,6 +675,11 @@ impl<'a> Walker<'a, '_> {
                 } else {
                     None
                 };
+                if let Some(w) = self.watch {
+                    let special = inside != Inside::default();
+                    w.watch
+                        .before_listing(w.tree, dir.as_fd(), &st, rel, special, &here)?;
+                }
                 self.list(readable.as_ref().unwrap_or(&dir), &st, rel, &here)?
             }
         };
@@ -589,7 +704,8 @@ impl<'a> Walker<'a, '_> {
             let path = self.tree.root.join(&rel_child);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
-                // Gone since the listing: nothing to mask.
+                // Gone since the listing: wherever it went in the trees, the directory it
+                // entered reports it ([`super::scan_watch`]).
                 Err(Errno::ENOENT) => continue,
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
@@ -878,6 +994,7 @@ impl<'a> Walker<'a, '_> {
         let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::ENOENT) => {
+                self.before_placeholder(dir, name, path)?;
                 let st = create_placeholder(dir, name, absent)
                     .map_err(|e| walk_error(path, "create placeholder", e))?;
                 self.out.placeholders.push(Placeholder {
@@ -950,6 +1067,7 @@ impl<'a> Walker<'a, '_> {
             match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(_) => {}
                 Err(Errno::ENOENT) => {
+                    self.before_placeholder(parent.as_fd(), name, &path)?;
                     let st = create_placeholder(parent.as_fd(), name, PlaceholderKind::Dir)
                         .map_err(|e| walk_error(&path, "create placeholder", e))?;
                     self.out.placeholders.push(Placeholder {
@@ -968,6 +1086,20 @@ impl<'a> Walker<'a, '_> {
 }
 
 impl Walker<'_, '_> {
+    /// coder is about to create `name` in `dir` (at `path`): the scan's watch takes over
+    /// from the directory's ctime.
+    fn before_placeholder(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: impl AsRef<OsStr>,
+        path: &Path,
+    ) -> Result<(), SandboxError> {
+        match self.watch {
+            Some(w) => w.watch.before_placeholder(dir, name.as_ref(), path),
+            None => Ok(()),
+        }
+    }
+
     /// A workspace without `.git` keeps it that way: a placeholder symlink (which git
     /// reads as absent, so a parent repository is still found) is mounted over the name,
     /// so the agent cannot `git init` a repository whose config the user's git would run.
@@ -976,6 +1108,7 @@ impl Walker<'_, '_> {
         match fstatat(self.tree.fd, ".git", AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(_) => Ok(()),
             Err(Errno::ENOENT) => {
+                self.before_placeholder(self.tree.fd, ".git", &path)?;
                 let st = create_placeholder(self.tree.fd, ".git", PlaceholderKind::Symlink)
                     .map_err(|e| walk_error(&path, "create placeholder", e))?;
                 self.out.placeholders.push(Placeholder {
@@ -1056,6 +1189,7 @@ impl LinkPass<'_> {
                         symlinks: &mut symlinks,
                         queue: None,
                         recorder: None,
+                        watch: None,
                     };
                     let dir = open_beneath(tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
                         .map_err(|e| walk_error(&target, "open", e))?;
