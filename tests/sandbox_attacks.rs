@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const CODER: &str = env!("CARGO_BIN_EXE_coder");
-const NOBODY: u32 = 65534;
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+use common::CODER;
+use common::sandbox_fixture::{NOBODY, PATH, as_owner, chown_tree, temp_root};
+
 const PY: &str = "/usr/bin/python3";
 /// Hard limit of one coder invocation (enforced with timeout(1), which also SIGKILLs).
 const DEADLINE_SECS: &str = "60";
@@ -116,40 +116,16 @@ struct Fx {
     inherit_fd: std::cell::Cell<Option<i32>>,
 }
 
-/// Give a tree to `uid`. Entries it already owns are left alone: chown clears setuid bits.
-fn chown_tree(path: &Path, uid: u32) {
-    let Ok(meta) = fs::symlink_metadata(path) else {
-        return;
-    };
-    if meta.uid() != uid || meta.gid() != uid {
-        let _ = std::os::unix::fs::lchown(path, Some(uid), Some(uid));
-    }
-    if meta.is_dir()
-        && let Ok(entries) = fs::read_dir(path)
-    {
-        for entry in entries.flatten() {
-            chown_tree(&entry.path(), uid);
-        }
-    }
-}
-
 fn host_cmd(program: &str, who: Who) -> Command {
     let mut cmd = Command::new(program);
     cmd.env_clear().env("PATH", PATH).stdin(Stdio::null());
-    if let Some(uid) = who.uid() {
-        cmd.uid(uid).gid(uid);
-    }
+    as_owner(&mut cmd, who.uid());
     cmd
 }
 
 impl Fx {
     fn new(who: Who) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-attack-")
-            .tempdir()
-            .unwrap();
-        let root = fs::canonicalize(dir.path()).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, root) = temp_root("coder-attack-");
         let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
         let fx = Fx {
             ws: root.join("ws"),
@@ -263,9 +239,7 @@ impl Fx {
         cmd.args(["--", "/bin/bash", "-c", script])
             .envs(env.iter().copied())
             .current_dir(&self.root);
-        if let Some(uid) = self.who.uid() {
-            cmd.uid(uid).gid(uid);
-        }
+        as_owner(&mut cmd, self.who.uid());
         self.finish(cmd, during)
     }
 
@@ -333,9 +307,7 @@ impl Fx {
         cmd.arg("do the task")
             .envs(env.iter().copied())
             .current_dir(&self.root);
-        if let Some(uid) = self.who.uid() {
-            cmd.uid(uid).gid(uid);
-        }
+        as_owner(&mut cmd, self.who.uid());
         self.finish(cmd, during)
     }
 
@@ -1701,9 +1673,7 @@ fn class9() -> Vec<Spec> {
                 cmd.args(["--sandbox", "danger-full-access"]);
             }
             cmd.arg("task").current_dir(&fx.root);
-            if let Some(uid) = fx.who.uid() {
-                cmd.uid(uid).gid(uid);
-            }
+            as_owner(&mut cmd, fx.who.uid());
             let out = fx.finish(cmd, |_| {});
             Ok(out.has(&m) || out.panicked() || out.envelope().is_null())
         }),

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::sandbox_fixture::{NOBODY, as_owner, chown_tree};
 use common::{Fake, ReplayScene};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -55,16 +56,11 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// `program args…`, as uid/gid 65534 when we are root.
+/// `program`, as uid/gid 65534 when we are root.
 fn as_postgres_user(program: &Path) -> Command {
-    if is_root() {
-        let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(program);
-        cmd
-    } else {
-        Command::new(program)
-    }
+    let mut cmd = Command::new(program);
+    as_owner(&mut cmd, is_root().then_some(NOBODY));
+    cmd
 }
 
 fn free_port() -> u16 {
@@ -86,12 +82,7 @@ impl Cluster {
             std::fs::create_dir(d).unwrap();
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
             if is_root() {
-                nix::unistd::chown(
-                    d.as_path(),
-                    Some(nix::unistd::Uid::from_raw(65534)),
-                    Some(nix::unistd::Gid::from_raw(65534)),
-                )
-                .unwrap();
+                chown_tree(d, NOBODY);
             }
         }
         let out = common::Bounded::output_within(
