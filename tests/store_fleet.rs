@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::sandbox_fixture::{NOBODY, as_owner, chown_tree};
-use common::{Fake, ReplayScene};
+use common::{Fake, ReplayScene, wait_for_note};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -172,29 +172,6 @@ impl Drop for Cluster {
         }
         let _ = self.server.kill();
         let _ = self.server.wait();
-    }
-}
-
-fn wait_for_note(state_dir: &Path, kind: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(entries) = std::fs::read_dir(state_dir.join("runs")) {
-            for entry in entries.flatten() {
-                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                for line in text.lines() {
-                    if let Ok(v) = serde_json::from_str::<Value>(line)
-                        && v["kind"] == kind
-                    {
-                        return v;
-                    }
-                }
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no '{kind}' note within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
