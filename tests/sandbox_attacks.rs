@@ -36,7 +36,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::CODER;
-use common::sandbox_fixture::{NOBODY, PATH, as_owner, chown_tree, temp_root};
+use common::sandbox_fixture::{NOBODY, PATH, Victim, as_owner, chown_tree, temp_root};
 
 const PY: &str = "/usr/bin/python3";
 /// Hard limit of one coder invocation (enforced with timeout(1), which also SIGKILLs).
@@ -477,34 +477,17 @@ fn reap(tag: &str) {
     }
 }
 
-/// A host process the attacks aim at; killed on drop.
-struct Victim(Child);
-
-impl Victim {
-    fn start(who: Who, args: &[&str], env: &[(&str, &str)]) -> Victim {
-        let mut cmd = host_cmd(args[0], who);
-        cmd.args(&args[1..])
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Victim(cmd.spawn().unwrap())
-    }
-    fn sleeper(who: Who) -> Victim {
-        Victim::start(who, &["/bin/sleep", "300"], &[])
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-    fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
+/// A host process the attacks aim at, `args` as `who` with `env` besides `PATH`.
+fn start_victim(who: Who, args: &[&str], env: &[(&str, &str)]) -> Victim {
+    Victim::spawn(
+        host_cmd(args[0], who)
+            .args(&args[1..])
+            .envs(env.iter().copied()),
+    )
 }
 
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn sleeper(who: Who) -> Victim {
+    start_victim(who, &["/bin/sleep", "300"], &[])
 }
 
 /// Wait (bounded) for a file the attack writes; `None` if it never came.
@@ -1123,7 +1106,7 @@ fn class5() -> Vec<Spec> {
         Ok(out.has(&m))
     }
     fn signal(fx: &Fx, arm: Arm, script: &dyn Fn(u32) -> String) -> Verdict {
-        let mut victim = Victim::sleeper(fx.who);
+        let mut victim = sleeper(fx.who);
         let pid = victim.pid();
         fx.sandbox(arm, &[], &script(pid));
         let end = Instant::now() + Duration::from_secs(2);
@@ -1179,19 +1162,19 @@ fn class5() -> Vec<Spec> {
         spec("c5-sysv-shm", "5", shm_read),
         spec("c5-proc-cmdline", "5", |fx, arm| {
             let m = fx.mark("ARGV");
-            let _v = Victim::start(fx.who, &[PY, "-c", "import time; time.sleep(300)", &m], &[]);
+            let _v = start_victim(fx.who, &[PY, "-c", "import time; time.sleep(300)", &m], &[]);
             leak_script(fx, arm, &m, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
         }),
         spec("c5-proc-environ", "5", |fx, arm| {
             let m = fx.mark("ENVIRON");
-            let v = Victim::start(fx.who, &["/bin/sleep", "300"], &[("VICTIM_SECRET", &m)]);
+            let v = start_victim(fx.who, &["/bin/sleep", "300"], &[("VICTIM_SECRET", &m)]);
             leak_script(fx, arm, &m, &format!("cat /proc/{}/environ", v.pid()))
         }),
         spec("c5-proc-fd-of-host-process", "5", |fx, arm| {
             let m = fx.mark("OUTSIDE");
             let path = fx.outside.join("secret.txt");
             fx.seal();
-            let v = Victim::start(
+            let v = start_victim(
                 fx.who,
                 &[
                     PY,
@@ -1577,7 +1560,7 @@ fn class9() -> Vec<Spec> {
             fs::write(race.join("decoy/readme"), "decoy").unwrap();
             fx.seal();
             let stop = race.join("stop");
-            let swapper = Victim::start(
+            let swapper = start_victim(
                 fx.who,
                 &[
                     PY,
@@ -1960,7 +1943,7 @@ fn other() -> Vec<Spec> {
         }),
         spec("o-ptrace-host-process", "other", |fx, arm| {
             let m = fx.mark("PTRACE");
-            let v = Victim::start(
+            let v = start_victim(
                 fx.who,
                 &[PY, "-c", &format!("import time\ns='{m}'\ntime.sleep(300)")],
                 &[],

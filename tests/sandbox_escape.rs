@@ -18,10 +18,10 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use common::sandbox_fixture::{
-    NOBODY, PATH, as_owner, bash_sandbox, chown_tree, describe, temp_root, write,
+    NOBODY, PATH, Victim, as_owner, bash_sandbox, chown_tree, describe, temp_root, write,
 };
 
 struct Fixture {
@@ -232,29 +232,11 @@ struct Tally {
     blocked_ids: Vec<&'static str>,
 }
 
-/// Processes started for the signal and /proc attacks, killed on drop.
-struct Victim(Child);
-
-impl Victim {
-    fn start(owner: Option<u32>, env_marker: &str) -> Victim {
-        let mut cmd = Command::new("/bin/sleep");
-        cmd.arg("300")
-            .env_clear()
-            .env("VICTIM_SECRET", env_marker)
-            .stdout(Stdio::null());
-        Victim(as_owner(&mut cmd, owner).spawn().unwrap())
-    }
-
-    fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
-}
-
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The process the signal and /proc attacks aim at, with `env_marker` in its environment.
+fn start_victim(owner: Option<u32>, env_marker: &str) -> Victim {
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("300").env_clear().env("VICTIM_SECRET", env_marker);
+    Victim::spawn(as_owner(&mut cmd, owner))
 }
 
 fn attacks(
@@ -541,7 +523,7 @@ fn normal_work(allowed: u16) -> Vec<(&'static str, String)> {
 /// `danger-full-access` instead, to show that the checks can fail.
 fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
     let fx = Fixture::new(owner);
-    let mut victim = Victim::start(owner, &fx.markers[1]);
+    let mut victim = start_victim(owner, &fx.markers[1]);
     let allowed_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let denied_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let allowed = allowed_listener.local_addr().unwrap().port();
@@ -554,7 +536,7 @@ fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
 
     let mut tally = Tally::default();
     let before = fx.snapshot();
-    let count = attacks(&fx, victim.0.id(), allowed, denied, &abstract_name).len();
+    let count = attacks(&fx, victim.pid(), allowed, denied, &abstract_name).len();
     for i in 0..count {
         // Unconfined, attacks do damage (move the secret away, kill the victim): each one
         // then gets a fresh fixture and a live victim, so that each is judged on its own.
@@ -564,13 +546,13 @@ fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
             fresh = Fixture::new(owner);
             _fresh_socket = Some(fresh.agent_socket());
             if !victim.alive() {
-                victim = Victim::start(owner, &fresh.markers[1]);
+                victim = start_victim(owner, &fresh.markers[1]);
             }
             &fresh
         } else {
             &fx
         };
-        let mut a = attacks(fx, victim.0.id(), allowed, denied, &abstract_name).swap_remove(i);
+        let mut a = attacks(fx, victim.pid(), allowed, denied, &abstract_name).swap_remove(i);
         if unconfined {
             a.args = vec!["--mode".to_string(), "danger-full-access".to_string()];
         }

@@ -21,7 +21,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Fake;
-use common::sandbox_fixture::{NOBODY, PATH, as_owner, chown_tree, describe, temp_root};
+use common::sandbox_fixture::{NOBODY, PATH, Victim, as_owner, chown_tree, describe, temp_root};
 use serde_json::json;
 
 const PY: &str = "/usr/bin/python3";
@@ -109,44 +109,16 @@ fn wait_bounded(mut child: Child) -> Output {
     }
 }
 
-/// A process outside the sandbox with a secret on its command line and in its
-/// environment, owned by the attacker's uid.
-struct Victim {
-    child: Child,
-    marker: String,
-}
-
-impl Victim {
-    fn start(owner: Option<u32>) -> Victim {
-        let marker = format!("VICTIM-{}", uuid::Uuid::new_v4().simple());
-        let mut cmd = Command::new("/bin/sleep");
-        cmd.arg("600")
-            .arg0(format!("sleep-{marker}"))
-            .env("VICTIM_SECRET", &marker)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        as_owner(&mut cmd, owner);
-        Victim {
-            child: cmd.spawn().unwrap(),
-            marker,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-}
-
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A process outside the sandbox with a secret (the marker returned) on its command line
+/// and in its environment, owned by the attacker's uid.
+fn start_victim(owner: Option<u32>) -> (Victim, String) {
+    let marker = format!("VICTIM-{}", uuid::Uuid::new_v4().simple());
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("600")
+        .arg0(format!("sleep-{marker}"))
+        .env("VICTIM_SECRET", &marker)
+        .stdin(Stdio::null());
+    (Victim::spawn(as_owner(&mut cmd, owner)), marker)
 }
 
 /// A SysV shared-memory segment of the host, removed on drop.
@@ -180,10 +152,10 @@ fn py(code: &str) -> String {
 /// The attacks whose success shows as `PWNED` on stdout.
 fn printing_attacks(
     owner: Option<u32>,
-    victim: &Victim,
+    victim_marker: &str,
     shm: &HostShm,
 ) -> Vec<(&'static str, String)> {
-    let reversed: String = victim.marker.chars().rev().collect();
+    let reversed: String = victim_marker.chars().rev().collect();
     let syscall = |nr: i64, args: &str| {
         py(&format!(
             "import ctypes; l=ctypes.CDLL(None, use_errno=True); l.syscall.restype=ctypes.c_long; \
@@ -278,10 +250,10 @@ fn setid_attacks() -> Vec<(&'static str, String)> {
 fn suite(owner: Option<u32>) {
     let mut failures = Vec::new();
     let shm = HostShm::create();
-    let mut victim = Victim::start(owner);
+    let (mut victim, victim_marker) = start_victim(owner);
     let fx = Fixture::new(owner);
     let mut tried = 0;
-    for (id, script) in printing_attacks(owner, &victim, &shm) {
+    for (id, script) in printing_attacks(owner, &victim_marker, &shm) {
         tried += 1;
         let confined = fx.run("workspace-write", &script);
         if String::from_utf8_lossy(&confined.stdout).contains("PWNED") {

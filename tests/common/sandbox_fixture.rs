@@ -20,14 +20,14 @@
 //! them as the arm's user directly instead, with nothing between: [`owners`] names the arms
 //! by uid, [`as_owner`] sets it on a `Command`, [`chown_tree`] gives a tree to it,
 //! [`temp_root`] makes their tree, and [`bash_sandbox`] is their `coder sandbox` run, with
-//! an environment of `PATH` and `HOME` alone.
+//! an environment of `PATH` and `HOME` alone; [`Victim`] is a host process they aim at.
 
 use std::ffi::{OsStr, OsString};
 use std::ops::Deref;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use super::{Bounded, CODER, require_root_and_user_namespaces};
 
@@ -144,6 +144,37 @@ pub fn bash_sandbox(
         .stdin(Stdio::null());
     as_owner(&mut cmd, owner);
     cmd
+}
+
+/// A host process an attack aims at (signals, `/proc`), killed and reaped on drop.
+pub struct Victim(Child);
+
+impl Victim {
+    /// Starts `cmd` with its stdout and stderr to `/dev/null`.
+    pub fn spawn(cmd: &mut Command) -> Victim {
+        Victim(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Whether it has not exited (nor died of a signal) yet.
+    pub fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A finished command for a failure message: its exit code, stdout and stderr.
