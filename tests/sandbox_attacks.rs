@@ -36,7 +36,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const CODER: &str = env!("CARGO_BIN_EXE_coder");
-const NOBODY: u32 = 65534;
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+use common::CODER;
+use common::sandbox_fixture::{NOBODY, PATH, Victim, as_owner, chown_tree, temp_root};
+
 const PY: &str = "/usr/bin/python3";
 /// Hard limit of one coder invocation (enforced with timeout(1), which also SIGKILLs).
 const DEADLINE_SECS: &str = "60";
@@ -116,40 +116,16 @@ struct Fx {
     inherit_fd: std::cell::Cell<Option<i32>>,
 }
 
-/// Give a tree to `uid`. Entries it already owns are left alone: chown clears setuid bits.
-fn chown_tree(path: &Path, uid: u32) {
-    let Ok(meta) = fs::symlink_metadata(path) else {
-        return;
-    };
-    if meta.uid() != uid || meta.gid() != uid {
-        let _ = std::os::unix::fs::lchown(path, Some(uid), Some(uid));
-    }
-    if meta.is_dir()
-        && let Ok(entries) = fs::read_dir(path)
-    {
-        for entry in entries.flatten() {
-            chown_tree(&entry.path(), uid);
-        }
-    }
-}
-
 fn host_cmd(program: &str, who: Who) -> Command {
     let mut cmd = Command::new(program);
     cmd.env_clear().env("PATH", PATH).stdin(Stdio::null());
-    if let Some(uid) = who.uid() {
-        cmd.uid(uid).gid(uid);
-    }
+    as_owner(&mut cmd, who.uid());
     cmd
 }
 
 impl Fx {
     fn new(who: Who) -> Fx {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-attack-")
-            .tempdir()
-            .unwrap();
-        let root = fs::canonicalize(dir.path()).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, root) = temp_root("coder-attack-");
         let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
         let fx = Fx {
             ws: root.join("ws"),
@@ -263,9 +239,7 @@ impl Fx {
         cmd.args(["--", "/bin/bash", "-c", script])
             .envs(env.iter().copied())
             .current_dir(&self.root);
-        if let Some(uid) = self.who.uid() {
-            cmd.uid(uid).gid(uid);
-        }
+        as_owner(&mut cmd, self.who.uid());
         self.finish(cmd, during)
     }
 
@@ -333,9 +307,7 @@ impl Fx {
         cmd.arg("do the task")
             .envs(env.iter().copied())
             .current_dir(&self.root);
-        if let Some(uid) = self.who.uid() {
-            cmd.uid(uid).gid(uid);
-        }
+        as_owner(&mut cmd, self.who.uid());
         self.finish(cmd, during)
     }
 
@@ -505,34 +477,17 @@ fn reap(tag: &str) {
     }
 }
 
-/// A host process the attacks aim at; killed on drop.
-struct Victim(Child);
-
-impl Victim {
-    fn start(who: Who, args: &[&str], env: &[(&str, &str)]) -> Victim {
-        let mut cmd = host_cmd(args[0], who);
-        cmd.args(&args[1..])
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Victim(cmd.spawn().unwrap())
-    }
-    fn sleeper(who: Who) -> Victim {
-        Victim::start(who, &["/bin/sleep", "300"], &[])
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-    fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
+/// A host process the attacks aim at, `args` as `who` with `env` besides `PATH`.
+fn start_victim(who: Who, args: &[&str], env: &[(&str, &str)]) -> Victim {
+    Victim::spawn(
+        host_cmd(args[0], who)
+            .args(&args[1..])
+            .envs(env.iter().copied()),
+    )
 }
 
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn sleeper(who: Who) -> Victim {
+    start_victim(who, &["/bin/sleep", "300"], &[])
 }
 
 /// Wait (bounded) for a file the attack writes; `None` if it never came.
@@ -1151,7 +1106,7 @@ fn class5() -> Vec<Spec> {
         Ok(out.has(&m))
     }
     fn signal(fx: &Fx, arm: Arm, script: &dyn Fn(u32) -> String) -> Verdict {
-        let mut victim = Victim::sleeper(fx.who);
+        let mut victim = sleeper(fx.who);
         let pid = victim.pid();
         fx.sandbox(arm, &[], &script(pid));
         let end = Instant::now() + Duration::from_secs(2);
@@ -1207,19 +1162,19 @@ fn class5() -> Vec<Spec> {
         spec("c5-sysv-shm", "5", shm_read),
         spec("c5-proc-cmdline", "5", |fx, arm| {
             let m = fx.mark("ARGV");
-            let _v = Victim::start(fx.who, &[PY, "-c", "import time; time.sleep(300)", &m], &[]);
+            let _v = start_victim(fx.who, &[PY, "-c", "import time; time.sleep(300)", &m], &[]);
             leak_script(fx, arm, &m, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
         }),
         spec("c5-proc-environ", "5", |fx, arm| {
             let m = fx.mark("ENVIRON");
-            let v = Victim::start(fx.who, &["/bin/sleep", "300"], &[("VICTIM_SECRET", &m)]);
+            let v = start_victim(fx.who, &["/bin/sleep", "300"], &[("VICTIM_SECRET", &m)]);
             leak_script(fx, arm, &m, &format!("cat /proc/{}/environ", v.pid()))
         }),
         spec("c5-proc-fd-of-host-process", "5", |fx, arm| {
             let m = fx.mark("OUTSIDE");
             let path = fx.outside.join("secret.txt");
             fx.seal();
-            let v = Victim::start(
+            let v = start_victim(
                 fx.who,
                 &[
                     PY,
@@ -1605,7 +1560,7 @@ fn class9() -> Vec<Spec> {
             fs::write(race.join("decoy/readme"), "decoy").unwrap();
             fx.seal();
             let stop = race.join("stop");
-            let swapper = Victim::start(
+            let swapper = start_victim(
                 fx.who,
                 &[
                     PY,
@@ -1701,9 +1656,7 @@ fn class9() -> Vec<Spec> {
                 cmd.args(["--sandbox", "danger-full-access"]);
             }
             cmd.arg("task").current_dir(&fx.root);
-            if let Some(uid) = fx.who.uid() {
-                cmd.uid(uid).gid(uid);
-            }
+            as_owner(&mut cmd, fx.who.uid());
             let out = fx.finish(cmd, |_| {});
             Ok(out.has(&m) || out.panicked() || out.envelope().is_null())
         }),
@@ -1990,7 +1943,7 @@ fn other() -> Vec<Spec> {
         }),
         spec("o-ptrace-host-process", "other", |fx, arm| {
             let m = fx.mark("PTRACE");
-            let v = Victim::start(
+            let v = start_victim(
                 fx.who,
                 &[PY, "-c", &format!("import time\ns='{m}'\ntime.sleep(300)")],
                 &[],

@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpListener;
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
-const NOBODY: u32 = 65534;
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+use common::sandbox_fixture::{
+    NOBODY, PATH, Victim, as_owner, bash_sandbox, chown_tree, describe, temp_root, write,
+};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -37,11 +37,6 @@ struct Fixture {
     owner: Option<u32>,
 }
 
-fn write(path: &Path, text: &str) {
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, text).unwrap();
-}
-
 fn git(ws: &Path, args: &[&str]) {
     let status = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
@@ -53,20 +48,9 @@ fn git(ws: &Path, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
-fn chown_tree(path: &Path, uid: u32) {
-    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
-    if fs::symlink_metadata(path).unwrap().is_dir() {
-        for entry in fs::read_dir(path).unwrap() {
-            chown_tree(&entry.unwrap().path(), uid);
-        }
-    }
-}
-
 impl Fixture {
     fn new(owner: Option<u32>) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let root = fs::canonicalize(dir.path()).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, root) = temp_root(".tmp");
         let ws = root.join("ws");
         let home = root.join("home");
         let outside = root.join("outside");
@@ -124,21 +108,10 @@ impl Fixture {
     fn run(&self, args: &[String], script: &str, env: &[(String, String)]) -> Output {
         // `timeout` keeps a misbehaving case from hanging the suite; it stays outside the
         // sandbox, as the parent the attacks try to signal.
-        let mut cmd = Command::new("/usr/bin/timeout");
-        cmd.args(["60", env!("CARGO_BIN_EXE_coder"), "sandbox"])
-            .args(["--cd".to_string(), self.ws.display().to_string()])
-            .args(args)
-            .args(["--", "/bin/bash", "-c", script])
-            .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", &self.home)
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        bash_sandbox(self.owner, &self.ws, &self.home, &args, script)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.ws)
-            .stdin(Stdio::null());
-        if let Some(uid) = self.owner {
-            cmd.uid(uid).gid(uid);
-        }
-        cmd.output_bounded()
+            .output_bounded()
     }
 
     /// Content, mode and mtime of everything an attack could want to change.
@@ -259,41 +232,11 @@ struct Tally {
     blocked_ids: Vec<&'static str>,
 }
 
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}, stdout {:?}, stderr {:?}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Processes started for the signal and /proc attacks, killed on drop.
-struct Victim(Child);
-
-impl Victim {
-    fn start(owner: Option<u32>, env_marker: &str) -> Victim {
-        let mut cmd = Command::new("/bin/sleep");
-        cmd.arg("300")
-            .env_clear()
-            .env("VICTIM_SECRET", env_marker)
-            .stdout(Stdio::null());
-        if let Some(uid) = owner {
-            cmd.uid(uid).gid(uid);
-        }
-        Victim(cmd.spawn().unwrap())
-    }
-
-    fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
-}
-
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The process the signal and /proc attacks aim at, with `env_marker` in its environment.
+fn start_victim(owner: Option<u32>, env_marker: &str) -> Victim {
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("300").env_clear().env("VICTIM_SECRET", env_marker);
+    Victim::spawn(as_owner(&mut cmd, owner))
 }
 
 fn attacks(
@@ -580,7 +523,7 @@ fn normal_work(allowed: u16) -> Vec<(&'static str, String)> {
 /// `danger-full-access` instead, to show that the checks can fail.
 fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
     let fx = Fixture::new(owner);
-    let mut victim = Victim::start(owner, &fx.markers[1]);
+    let mut victim = start_victim(owner, &fx.markers[1]);
     let allowed_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let denied_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let allowed = allowed_listener.local_addr().unwrap().port();
@@ -593,7 +536,7 @@ fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
 
     let mut tally = Tally::default();
     let before = fx.snapshot();
-    let count = attacks(&fx, victim.0.id(), allowed, denied, &abstract_name).len();
+    let count = attacks(&fx, victim.pid(), allowed, denied, &abstract_name).len();
     for i in 0..count {
         // Unconfined, attacks do damage (move the secret away, kill the victim): each one
         // then gets a fresh fixture and a live victim, so that each is judged on its own.
@@ -603,13 +546,13 @@ fn run_suite(label: &str, owner: Option<u32>, unconfined: bool) -> Tally {
             fresh = Fixture::new(owner);
             _fresh_socket = Some(fresh.agent_socket());
             if !victim.alive() {
-                victim = Victim::start(owner, &fresh.markers[1]);
+                victim = start_victim(owner, &fresh.markers[1]);
             }
             &fresh
         } else {
             &fx
         };
-        let mut a = attacks(fx, victim.0.id(), allowed, denied, &abstract_name).swap_remove(i);
+        let mut a = attacks(fx, victim.pid(), allowed, denied, &abstract_name).swap_remove(i);
         if unconfined {
             a.args = vec!["--mode".to_string(), "danger-full-access".to_string()];
         }

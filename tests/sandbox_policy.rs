@@ -11,38 +11,13 @@ use common::Bounded;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::sandbox_fixture::{PATH, bash_sandbox, chown_tree, describe, owners, temp_root, write};
 use common::{Fake, steps};
 use serde_json::json;
-
-const NOBODY: u32 = 65534;
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-fn write(path: &Path, text: &str) {
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, text).unwrap();
-}
-
-fn chown_tree(path: &Path, uid: u32) {
-    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
-    if fs::symlink_metadata(path).unwrap().is_dir() {
-        for entry in fs::read_dir(path).unwrap() {
-            chown_tree(&entry.unwrap().path(), uid);
-        }
-    }
-}
-
-/// The users to attack as: root and an unprivileged one (uid 65534 through a user
-/// namespace). Fails when either is missing: the tests calling this are `#[ignore]`d
-/// ("needs root and user namespaces") and `scripts/test` runs them where both exist.
-fn owners() -> Vec<Option<u32>> {
-    common::require_root_and_user_namespaces();
-    vec![None, Some(NOBODY)]
-}
 
 /// A home full of secrets and a workspace with one file per default non-accessible glob,
 /// each holding a unique marker.
@@ -95,9 +70,7 @@ const HOME_SECRETS: [&str; 13] = [
 
 impl Secrets {
     fn new(owner: Option<u32>) -> Secrets {
-        let dir = tempfile::tempdir().unwrap();
-        let root = fs::canonicalize(dir.path()).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, root) = temp_root(".tmp");
         let home = root.join("home");
         let ws = root.join("ws");
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -135,20 +108,7 @@ impl Secrets {
     }
 
     fn sandbox(&self, args: &[&str], script: &str) -> Output {
-        let mut cmd = Command::new("/usr/bin/timeout");
-        cmd.args(["60", env!("CARGO_BIN_EXE_coder"), "sandbox", "--cd"])
-            .arg(&self.ws)
-            .args(args)
-            .args(["--", "/bin/bash", "-c", script])
-            .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", &self.home)
-            .current_dir(&self.ws)
-            .stdin(Stdio::null());
-        if let Some(uid) = self.owner {
-            cmd.uid(uid).gid(uid);
-        }
-        cmd.output_bounded()
+        bash_sandbox(self.owner, &self.ws, &self.home, args, script).output_bounded()
     }
 
     fn read_all_script(&self) -> String {
@@ -167,15 +127,6 @@ impl Secrets {
             .map(|(p, _)| p.clone())
             .collect()
     }
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]
@@ -247,10 +198,7 @@ fn toolchains_and_caches_work_and_git_gets_only_the_identity() {
             .status_bounded();
         assert!(init.success());
         if let Some(uid) = owner {
-            std::os::unix::fs::lchown(fx.ws.join(".git"), Some(uid), Some(uid)).unwrap();
-            for entry in walk(&fx.ws.join(".git")) {
-                std::os::unix::fs::lchown(&entry, Some(uid), Some(uid)).unwrap();
-            }
+            chown_tree(&fx.ws.join(".git"), uid);
         }
         let out = fx.sandbox(
             &[],
@@ -605,17 +553,4 @@ fn everything_coder_keeps_is_owner_only() {
         files += usize::from(path.is_file());
     }
     assert!(files >= 2, "{:?}", listing(state.path()));
-}
-
-/// Every path below `dir` (not `dir` itself).
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if entry.file_type().unwrap().is_dir() {
-            out.extend(walk(&path));
-        }
-        out.push(path);
-    }
-    out
 }

@@ -1,6 +1,6 @@
 //! Process confinement under attack: PID/IPC/UTS namespaces, the seccomp filter, the host
 //! masks and nested tool commands. Every attack runs through `coder sandbox` on the real
-//! kernel, as root and as `nobody` (uid 65534, set in `pre_exec`), and must fail; the same
+//! kernel, as root and as `nobody` (uid 65534, set on the command), and must fail; the same
 //! attack under `--mode danger-full-access` must succeed, which proves it real. An attack
 //! that cannot succeed for that user even unconfined (root's files as `nobody`) is left out
 //! for that user rather than counted as blocked.
@@ -14,17 +14,16 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Fake;
+use common::sandbox_fixture::{NOBODY, PATH, Victim, as_owner, chown_tree, describe, temp_root};
 use serde_json::json;
 
-const NOBODY: u32 = 65534;
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const PY: &str = "/usr/bin/python3";
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -38,14 +37,12 @@ struct Fixture {
 
 impl Fixture {
     fn new(owner: Option<u32>) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, root) = temp_root(".tmp");
         let (ws, home, state) = (root.join("ws"), root.join("home"), root.join("state"));
         for d in [&ws, &home, &state] {
             std::fs::create_dir_all(d).unwrap();
             if let Some(uid) = owner {
-                std::os::unix::fs::chown(d, Some(uid), Some(uid)).unwrap();
+                chown_tree(d, uid);
             }
         }
         Fixture {
@@ -93,23 +90,6 @@ impl Fixture {
     }
 }
 
-fn as_owner(cmd: &mut Command, owner: Option<u32>) {
-    if let Some(uid) = owner {
-        // SAFETY: setgroups/setgid/setuid only, between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(uid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-}
-
 fn wait_bounded(mut child: Child) -> Output {
     let start = Instant::now();
     loop {
@@ -129,53 +109,16 @@ fn wait_bounded(mut child: Child) -> Output {
     }
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// A process outside the sandbox with a secret on its command line and in its
-/// environment, owned by the attacker's uid.
-struct Victim {
-    child: Child,
-    marker: String,
-}
-
-impl Victim {
-    fn start(owner: Option<u32>) -> Victim {
-        let marker = format!("VICTIM-{}", uuid::Uuid::new_v4().simple());
-        let mut cmd = Command::new("/bin/sleep");
-        cmd.arg("600")
-            .arg0(format!("sleep-{marker}"))
-            .env("VICTIM_SECRET", &marker)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        as_owner(&mut cmd, owner);
-        Victim {
-            child: cmd.spawn().unwrap(),
-            marker,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-}
-
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A process outside the sandbox with a secret (the marker returned) on its command line
+/// and in its environment, owned by the attacker's uid.
+fn start_victim(owner: Option<u32>) -> (Victim, String) {
+    let marker = format!("VICTIM-{}", uuid::Uuid::new_v4().simple());
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("600")
+        .arg0(format!("sleep-{marker}"))
+        .env("VICTIM_SECRET", &marker)
+        .stdin(Stdio::null());
+    (Victim::spawn(as_owner(&mut cmd, owner)), marker)
 }
 
 /// A SysV shared-memory segment of the host, removed on drop.
@@ -209,10 +152,10 @@ fn py(code: &str) -> String {
 /// The attacks whose success shows as `PWNED` on stdout.
 fn printing_attacks(
     owner: Option<u32>,
-    victim: &Victim,
+    victim_marker: &str,
     shm: &HostShm,
 ) -> Vec<(&'static str, String)> {
-    let reversed: String = victim.marker.chars().rev().collect();
+    let reversed: String = victim_marker.chars().rev().collect();
     let syscall = |nr: i64, args: &str| {
         py(&format!(
             "import ctypes; l=ctypes.CDLL(None, use_errno=True); l.syscall.restype=ctypes.c_long; \
@@ -307,26 +250,29 @@ fn setid_attacks() -> Vec<(&'static str, String)> {
 fn suite(owner: Option<u32>) {
     let mut failures = Vec::new();
     let shm = HostShm::create();
-    let mut victim = Victim::start(owner);
+    let (mut victim, victim_marker) = start_victim(owner);
     let fx = Fixture::new(owner);
     let mut tried = 0;
-    for (id, script) in printing_attacks(owner, &victim, &shm) {
+    for (id, script) in printing_attacks(owner, &victim_marker, &shm) {
         tried += 1;
         let confined = fx.run("workspace-write", &script);
         if String::from_utf8_lossy(&confined.stdout).contains("PWNED") {
             failures.push(format!(
                 "{id}: got through the sandbox: {}",
-                text(&confined)
+                describe(&confined)
             ));
         }
         if confined.status.code() == Some(71) {
-            failures.push(format!("{id}: sandbox setup failed: {}", text(&confined)));
+            failures.push(format!(
+                "{id}: sandbox setup failed: {}",
+                describe(&confined)
+            ));
         }
         let open = fx.run("danger-full-access", &script);
         if !String::from_utf8_lossy(&open.stdout).contains("PWNED") {
             failures.push(format!(
                 "{id}: the control did not get through: {}",
-                text(&open)
+                describe(&open)
             ));
         }
     }
@@ -336,7 +282,7 @@ fn suite(owner: Option<u32>) {
     if !victim.alive() || String::from_utf8_lossy(&confined.stdout).contains("PWNED") {
         failures.push(format!(
             "kill a host process: got through: {}",
-            text(&confined)
+            describe(&confined)
         ));
     }
     let open = fx.run("danger-full-access", &kill);
@@ -347,7 +293,7 @@ fn suite(owner: Option<u32>) {
     if victim.alive() {
         failures.push(format!(
             "kill a host process: control failed: {}",
-            text(&open)
+            describe(&open)
         ));
     }
     for (id, script) in setid_attacks() {
@@ -356,14 +302,14 @@ fn suite(owner: Option<u32>) {
         let confined = fx.run("workspace-write", &script);
         let left = fx.setid_files();
         if !left.is_empty() {
-            failures.push(format!("{id}: left {left:?}: {}", text(&confined)));
+            failures.push(format!("{id}: left {left:?}: {}", describe(&confined)));
         }
         let _ = fx.run("danger-full-access", "rm -f a b");
         let open = fx.run("danger-full-access", &script);
         if fx.setid_files().is_empty() {
             failures.push(format!(
                 "{id}: the control left no setuid file: {}",
-                text(&open)
+                describe(&open)
             ));
         }
         let _ = fx.run("danger-full-access", "rm -f a b");
@@ -397,22 +343,22 @@ fn the_sandbox_sees_only_its_own_processes_and_dies_as_a_tree() {
         "echo pid=$$; ls -d /proc/[0-9]* | wc -l; hostname",
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", describe(&out));
     assert!(
         stdout.contains("pid=2\n"),
         "the command is PID 2: {}",
-        text(&out)
+        describe(&out)
     );
     let count: usize = stdout.lines().nth(1).unwrap().trim().parse().unwrap();
     assert!(
         count <= 5,
         "only the sandbox's processes in /proc: {}",
-        text(&out)
+        describe(&out)
     );
     assert!(
         stdout.contains("coder-sandbox"),
         "own UTS namespace: {}",
-        text(&out)
+        describe(&out)
     );
     // Exit codes and deaths by signal come through the init and the outer process.
     assert_eq!(fx.run("workspace-write", "exit 7").status.code(), Some(7));
@@ -422,7 +368,7 @@ fn the_sandbox_sees_only_its_own_processes_and_dies_as_a_tree() {
         killed.status.signal(),
         Some(libc::SIGKILL),
         "{}",
-        text(&killed)
+        describe(&killed)
     );
     // A detached background process dies with the command.
     let marker = format!("tree-{}", uuid::Uuid::new_v4().simple());
@@ -430,7 +376,7 @@ fn the_sandbox_sees_only_its_own_processes_and_dies_as_a_tree() {
         "workspace-write",
         &format!("setsid /bin/sh -c 'exec -a {marker} sleep 600' </dev/null >/dev/null 2>&1 & echo started"),
     );
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", describe(&out));
     common::assert_no_process_left(&marker);
 }
 
@@ -440,7 +386,7 @@ fn without_user_namespaces_the_sandbox_refuses_to_run() {
     // A child user namespace with user.max_user_namespaces=0 inside cannot create the
     // sandbox's own: coder must refuse (71) rather than run with Landlock alone.
     common::require_root_and_user_namespaces();
-    let (root_fx, nobody_fx) = (Fixture::new(None), Fixture::new(Some(65534)));
+    let (root_fx, nobody_fx) = (Fixture::new(None), Fixture::new(Some(NOBODY)));
     // `who`: the setpriv options coder runs with inside the child namespace, after the
     // limit is written there.
     let run = |limit: &str, who: &str| -> Output {
@@ -497,18 +443,18 @@ fn without_user_namespaces_the_sandbox_refuses_to_run() {
     // uid 0 of the child namespace without capabilities, and as an unprivileged user.
     for who in ["", nobody] {
         let out = run("0", who);
-        assert_eq!(out.status.code(), Some(71), "{who:?}: {}", text(&out));
+        assert_eq!(out.status.code(), Some(71), "{who:?}: {}", describe(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stderr.contains("refuses to run with Landlock alone"),
             "{who:?}: {}",
-            text(&out)
+            describe(&out)
         );
     }
     // Control: the very same setup with user namespaces allowed runs the command as the
     // unprivileged user, so the refusal above comes from the missing namespace alone.
     let out = run("1000", nobody);
-    assert_eq!(out.status.code(), Some(0), "control: {}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "control: {}", describe(&out));
 }
 
 /// The tool command of the fake CLI writes a forged result into the CLI's stdout.

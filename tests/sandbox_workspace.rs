@@ -11,14 +11,13 @@ use common::Bounded;
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const NOBODY: u32 = 65534;
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+use common::sandbox_fixture::{
+    PATH, as_owner, bash_sandbox, chown_tree, describe, owners, temp_root, write,
+};
 
 struct Fx {
     _dir: tempfile::TempDir,
@@ -26,11 +25,6 @@ struct Fx {
     ws: PathBuf,
     home: PathBuf,
     owner: Option<u32>,
-}
-
-fn write(path: &Path, text: &str) {
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, text).unwrap();
 }
 
 fn git_in(dir: &Path, args: &[&str]) -> Output {
@@ -51,21 +45,10 @@ fn git_ok(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
-fn chown_tree(path: &Path, uid: u32) {
-    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
-    if fs::symlink_metadata(path).unwrap().is_dir() {
-        for entry in fs::read_dir(path).unwrap() {
-            chown_tree(&entry.unwrap().path(), uid);
-        }
-    }
-}
-
 impl Fx {
     /// A root with `ws` (a git repository with one commit unless `git` is false) and `home`.
     fn new(owner: Option<u32>, git: bool) -> Fx {
-        let dir = tempfile::tempdir().unwrap();
-        let root = fs::canonicalize(dir.path()).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, root) = temp_root(".tmp");
         let ws = root.join("ws");
         let home = root.join("home");
         write(&ws.join("README.md"), "# demo\n");
@@ -92,21 +75,8 @@ impl Fx {
     }
 
     fn sandbox(&self, mode: &str, extra: &[&str], script: &str) -> Output {
-        let mut cmd = Command::new("/usr/bin/timeout");
-        cmd.args(["60", env!("CARGO_BIN_EXE_coder"), "sandbox", "--mode", mode])
-            .arg("--cd")
-            .arg(&self.ws)
-            .args(extra)
-            .args(["--", "/bin/bash", "-c", script])
-            .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", &self.home)
-            .current_dir(&self.ws)
-            .stdin(Stdio::null());
-        if let Some(uid) = self.owner {
-            cmd.uid(uid).gid(uid);
-        }
-        cmd.output_bounded()
+        let args = [&["--mode", mode][..], extra].concat();
+        bash_sandbox(self.owner, &self.ws, &self.home, &args, script).output_bounded()
     }
 
     fn confined(&self, script: &str) -> Output {
@@ -132,28 +102,8 @@ impl Fx {
             .env("HOME", &self.home)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .stdin(Stdio::null());
-        if let Some(uid) = self.owner {
-            cmd.uid(uid).gid(uid);
-        }
-        cmd.output_bounded()
+        as_owner(&mut cmd, self.owner).output_bounded()
     }
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}, stdout {:?}, stderr {:?}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The owners to attack as: root and an unprivileged user (uid 65534 through a user
-/// namespace). Fails when either is missing: the tests calling this are `#[ignore]`d
-/// ("needs root and user namespaces") and `scripts/test` runs them where both exist.
-fn owners() -> Vec<Option<u32>> {
-    common::require_root_and_user_namespaces();
-    vec![None, Some(NOBODY)]
 }
 
 fn label(owner: Option<u32>) -> &'static str {

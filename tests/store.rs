@@ -13,9 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Coder, Fake, ReplayScene, read_transcript};
+use common::{Coder, Fake, ReplayScene, read_transcript, wait_for_note};
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// A config with one backend `solo` (the caller's own settings) allowing `max` runs at once.
 fn config_with_limit(dir: &Path, max: u32) -> PathBuf {
@@ -35,32 +35,6 @@ fn on_store(fake: &Fake, store: &Path, config: &Path) -> Coder {
         .arg("--config")
         .arg(config)
         .args(["--backend", "solo", "--return-metrics"])
-}
-
-/// Waits until a transcript in `state_dir` has an entry of `kind`.
-fn wait_for_note(state_dir: &Path, kind: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let runs = state_dir.join("runs");
-        if let Ok(entries) = std::fs::read_dir(&runs) {
-            for entry in entries.flatten() {
-                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                for line in text.lines() {
-                    if let Ok(v) = serde_json::from_str::<Value>(line)
-                        && v["kind"] == kind
-                    {
-                        return v;
-                    }
-                }
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no '{kind}' entry in a transcript under {} within {timeout:?}",
-            runs.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn quota_text() -> &'static str {

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fake, ReplayScene};
+use common::sandbox_fixture::{NOBODY, as_owner, chown_tree};
+use common::{Fake, ReplayScene, wait_for_note};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -55,16 +56,11 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// `program args…`, as uid/gid 65534 when we are root.
+/// `program`, as uid/gid 65534 when we are root.
 fn as_postgres_user(program: &Path) -> Command {
-    if is_root() {
-        let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(program);
-        cmd
-    } else {
-        Command::new(program)
-    }
+    let mut cmd = Command::new(program);
+    as_owner(&mut cmd, is_root().then_some(NOBODY));
+    cmd
 }
 
 fn free_port() -> u16 {
@@ -86,12 +82,7 @@ impl Cluster {
             std::fs::create_dir(d).unwrap();
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
             if is_root() {
-                nix::unistd::chown(
-                    d.as_path(),
-                    Some(nix::unistd::Uid::from_raw(65534)),
-                    Some(nix::unistd::Gid::from_raw(65534)),
-                )
-                .unwrap();
+                chown_tree(d, NOBODY);
             }
         }
         let out = common::Bounded::output_within(
@@ -181,29 +172,6 @@ impl Drop for Cluster {
         }
         let _ = self.server.kill();
         let _ = self.server.wait();
-    }
-}
-
-fn wait_for_note(state_dir: &Path, kind: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(entries) = std::fs::read_dir(state_dir.join("runs")) {
-            for entry in entries.flatten() {
-                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                for line in text.lines() {
-                    if let Ok(v) = serde_json::from_str::<Value>(line)
-                        && v["kind"] == kind
-                    {
-                        return v;
-                    }
-                }
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no '{kind}' note within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

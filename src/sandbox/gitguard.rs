@@ -654,10 +654,8 @@ impl<'f> Quarantine<'f> {
 /// Keep only the allow-listed keys of `dir/name`; the original goes to quarantine when
 /// anything was dropped or it is not a plain file.
 fn filter_config(dir: BorrowedFd<'_>, name: &str, q: &mut Quarantine) -> Result<(), Errno> {
-    let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(e),
+    let Some(st) = entry_stat(dir, name)? else {
+        return Ok(());
     };
     let kept = match read_small(dir, OsStr::new(name))? {
         Some(text) if kind_of(&st) == Kind::File => {
@@ -675,10 +673,8 @@ fn filter_config(dir: BorrowedFd<'_>, name: &str, q: &mut Quarantine) -> Result<
 
 /// Move every hook that is not a `*.sample` (or a `hooks` that is not a directory).
 fn hooks(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
-    let st = match fstatat(dir, "hooks", AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(e),
+    let Some(st) = entry_stat(dir, "hooks")? else {
+        return Ok(());
     };
     if kind_of(&st) != Kind::Dir {
         return q.move_out("hooks");
@@ -717,30 +713,72 @@ const TODO_LISTS: [(&str, &str); 2] = [("rebase-merge", "git-rebase-todo"), ("se
 /// a FIFO, too big to read) moves to quarantine whole, which leaves nothing to continue.
 fn pending_commands(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
     for (state, list) in TODO_LISTS {
-        let state_dir = match openat2(dir, state, beneath(dir_flags())) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => continue,
-            Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => {
-                q.move_out(state)?;
-                continue;
-            }
-            Err(e) => return Err(e),
+        let Some(file) = StateFile::open(dir, state, list, q)? else {
+            continue;
         };
-        let st = match fstatat(state_dir.as_fd(), list, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(Errno::ENOENT) => continue,
-            Err(e) => return Err(e),
-        };
-        let Some(text) = read_small(state_dir.as_fd(), OsStr::new(list))? else {
+        let Some(text) = file.read()? else {
             q.move_out(state)?;
             continue;
         };
         if let Some(defused) = without_exec_lines(&text) {
-            q.move_from(state_dir.as_fd(), OsStr::new(list), Some(state))?;
-            write_new(state_dir.as_fd(), list, &defused, &st)?;
+            file.replace(q, Some(&defused))?;
         }
     }
     pending_strategies(dir, q)
+}
+
+/// A file of an operation in progress, `state/name` in a git dir.
+struct StateFile {
+    state_dir: OwnedFd,
+    state: &'static str,
+    name: &'static str,
+    st: FileStat,
+}
+
+impl StateFile {
+    /// `None` when there is no such file; a `state` that is not a directory of the tree (a
+    /// symlink, a file) moves to quarantine whole, and is `None` too.
+    fn open(
+        dir: BorrowedFd<'_>,
+        state: &'static str,
+        name: &'static str,
+        q: &mut Quarantine,
+    ) -> Result<Option<StateFile>, Errno> {
+        let state_dir = match openat2(dir, state, beneath(dir_flags())) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => {
+                q.move_out(state)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(st) = entry_stat(state_dir.as_fd(), name)? else {
+            return Ok(None);
+        };
+        Ok(Some(StateFile {
+            state_dir,
+            state,
+            name,
+            st,
+        }))
+    }
+
+    /// Its content, `None` when it is not a plain file small enough to read.
+    fn read(&self) -> Result<Option<Vec<u8>>, Errno> {
+        read_small(self.state_dir.as_fd(), OsStr::new(self.name))
+    }
+
+    /// Moves the file to quarantine (under `state/`) and writes `text`, when given, in its
+    /// place.
+    fn replace(&self, q: &mut Quarantine, text: Option<&[u8]>) -> Result<(), Errno> {
+        let name = OsStr::new(self.name);
+        q.move_from(self.state_dir.as_fd(), name, Some(self.state))?;
+        match text {
+            Some(text) => write_new(self.state_dir.as_fd(), self.name, text, &self.st),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The merge strategies git carries out itself (or from its own exec path). Any other name
@@ -769,21 +807,10 @@ fn pending_strategies(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Err
         ("rebase-apply", "strategy"),
         ("sequencer", "opts"),
     ] {
-        let state_dir = match openat2(dir, state, beneath(dir_flags())) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => continue,
-            Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => {
-                q.move_out(state)?;
-                continue;
-            }
-            Err(e) => return Err(e),
+        let Some(state_file) = StateFile::open(dir, state, file, q)? else {
+            continue;
         };
-        let st = match fstatat(state_dir.as_fd(), file, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(Errno::ENOENT) => continue,
-            Err(e) => return Err(e),
-        };
-        let text = read_small(state_dir.as_fd(), OsStr::new(file))?;
+        let text = state_file.read()?;
         let keep = match (&text, file) {
             (None, _) => None,
             (Some(text), "opts") => match gitconfig::parse(text) {
@@ -818,10 +845,7 @@ fn pending_strategies(dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Err
                 None
             }
         };
-        q.move_from(state_dir.as_fd(), OsStr::new(file), Some(state))?;
-        if let Some(kept) = keep {
-            write_new(state_dir.as_fd(), file, &kept, &st)?;
-        }
+        state_file.replace(q, keep.as_deref())?;
     }
     Ok(())
 }
@@ -854,10 +878,8 @@ fn without_exec_lines(text: &[u8]) -> Option<Vec<u8>> {
 /// blanks cut exactly as git's `strbuf_rtrim` does (space, tab, CR, LF; not VT or FF),
 /// up to the first NUL (git then uses it as a C string).
 fn commondir(dir: BorrowedFd<'_>) -> Result<Option<Option<PathBuf>>, Errno> {
-    let st = match fstatat(dir, "commondir", AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::ENOENT) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(st) = entry_stat(dir, "commondir")? else {
+        return Ok(None);
     };
     if kind_of(&st) != Kind::File {
         return Ok(Some(None));
@@ -949,6 +971,15 @@ fn write_new(dir: BorrowedFd<'_>, name: &str, text: &[u8], like: &FileStat) -> R
         );
     }
     Ok(())
+}
+
+/// `dir/name`'s status, the entry itself (not a symlink's target); `None` when absent.
+fn entry_stat(dir: BorrowedFd<'_>, name: &str) -> Result<Option<FileStat>, Errno> {
+    match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The content of a plain file `dir/name` (never following a symlink, never blocking on

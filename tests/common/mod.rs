@@ -260,6 +260,33 @@ impl Fake {
     }
 }
 
+/// Waits until a transcript in `state_dir` (its `runs/`) has an entry of `kind`, and
+/// returns it; panics after `timeout`.
+pub fn wait_for_note(state_dir: &Path, kind: &str, timeout: Duration) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let runs = state_dir.join("runs");
+        if let Ok(entries) = std::fs::read_dir(&runs) {
+            for entry in entries.flatten() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                for line in text.lines() {
+                    if let Ok(v) = serde_json::from_str::<Value>(line)
+                        && v["kind"] == kind
+                    {
+                        return v;
+                    }
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no '{kind}' entry in a transcript under {} within {timeout:?}",
+            runs.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Polls for `path` until it exists; panics after `timeout`.
 pub fn wait_for_path(path: &Path, timeout: Duration) {
     let deadline = Instant::now() + timeout;

@@ -15,13 +15,19 @@
 //! of their runs, their repository's branch, who owns its README), the difference is an
 //! argument here ([`Fixture::with_env`], [`RepoStyle`]), so a suite's fixture says how it
 //! differs instead of copying the rest.
+//!
+//! The suites that watch their processes (pids, signals, a victim of the same user) start
+//! them as the arm's user directly instead, with nothing between: [`owners`] names the arms
+//! by uid, [`as_owner`] sets it on a `Command`, [`chown_tree`] gives a tree to it,
+//! [`temp_root`] makes their tree, and [`bash_sandbox`] is their `coder sandbox` run, with
+//! an environment of `PATH` and `HOME` alone; [`Victim`] is a host process they aim at.
 
 use std::ffi::{OsStr, OsString};
 use std::ops::Deref;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use super::{Bounded, CODER, require_root_and_user_namespaces};
 
@@ -52,6 +58,133 @@ pub fn as_arm(nobody: bool, seconds: u32, program: impl AsRef<OsStr>) -> Command
     }
     cmd.arg(program).stdin(Stdio::null());
     cmd
+}
+
+/// The `PATH` of the runs [`bash_sandbox`] makes (their environment is cleared).
+pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The arms of an attack by the uid their programs run as: root (`None`), then 65534.
+/// Panics where [`arms`] does.
+pub fn owners() -> Vec<Option<u32>> {
+    arms()
+        .into_iter()
+        .map(|nobody| nobody.then_some(NOBODY))
+        .collect()
+}
+
+/// Starts `cmd` as `owner` (uid and gid) when set. The standard library drops the
+/// supplementary groups when it changes the uid, so this is `setpriv --reuid --regid
+/// --clear-groups` without a program of its own between the test and the process.
+pub fn as_owner(cmd: &mut Command, owner: Option<u32>) -> &mut Command {
+    if let Some(uid) = owner {
+        cmd.uid(uid).gid(uid);
+    }
+    cmd
+}
+
+/// Gives the tree at `path` to `uid` (uid and gid), not following symlinks. Entries it
+/// already owns are left alone (chown clears setuid bits) and so are entries gone by the
+/// time they are reached (what a killed attack left behind).
+pub fn chown_tree(path: &Path, uid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    if meta.uid() != uid || meta.gid() != uid {
+        match std::os::unix::fs::lchown(path, Some(uid), Some(uid)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                panic!("chown {}: {e}", path.display())
+            }
+            _ => {}
+        }
+    }
+    if meta.is_dir()
+        && let Ok(entries) = std::fs::read_dir(path)
+    {
+        for entry in entries.flatten() {
+            chown_tree(&entry.path(), uid);
+        }
+    }
+}
+
+/// Writes `text` to `path`, creating its parent directories.
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A fresh temporary directory named `prefix…`, mode 0755 (uid 65534 must reach it), and
+/// its canonical path.
+pub fn temp_root(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, root)
+}
+
+/// `coder sandbox --cd WS ARGS -- /bin/bash -c SCRIPT` under `timeout 60`, as `owner`
+/// ([`as_owner`]), from `ws`, stdin `/dev/null`, and an environment of [`PATH`] and `HOME`
+/// (`home`) alone.
+pub fn bash_sandbox(
+    owner: Option<u32>,
+    ws: &Path,
+    home: &Path,
+    args: &[&str],
+    script: &str,
+) -> Command {
+    let mut cmd = Command::new("/usr/bin/timeout");
+    cmd.args(["60", CODER, "sandbox", "--cd"])
+        .arg(ws)
+        .args(args)
+        .args(["--", "/bin/bash", "-c", script])
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", home)
+        .current_dir(ws)
+        .stdin(Stdio::null());
+    as_owner(&mut cmd, owner);
+    cmd
+}
+
+/// A host process an attack aims at (signals, `/proc`), killed and reaped on drop.
+pub struct Victim(Child);
+
+impl Victim {
+    /// Starts `cmd` with its stdout and stderr to `/dev/null`.
+    pub fn spawn(cmd: &mut Command) -> Victim {
+        Victim(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Whether it has not exited (nor died of a signal) yet.
+    pub fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A finished command for a failure message: its exit code, stdout and stderr.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}, stdout {:?}, stderr {:?}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Runs `cmd` (under the default deadline) and fails the test unless it succeeds.
@@ -451,8 +584,6 @@ pub fn coder_as(
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .current_dir(root)
         .stdin(Stdio::null());
-    if let Some(uid) = owner {
-        cmd.uid(uid).gid(uid);
-    }
+    as_owner(&mut cmd, owner);
     cmd
 }
