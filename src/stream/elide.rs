@@ -35,12 +35,34 @@ const READ_KEYS: [&[u8]; 2] = [b"type", b"tool_use_id"];
 impl Elided {
     /// Copies `json` with every string of at least `min_len` bytes emptied, without
     /// checking what they hold; `None` when a string is not closed.
+    #[cfg(test)]
     pub(super) fn unchecked(json: &[u8], min_len: usize) -> Option<Elided> {
+        Elided::unchecked_head(json, min_len, None).map(|(elided, _)| elided)
+    }
+
+    /// [`Elided::unchecked`] of the head of `json` before the first key `stop` (its
+    /// quotes and colon included) preceded by a comma, and whether there was one: found by
+    /// the same scan of quotes, not by a search of its own through the strings. (In valid
+    /// JSON the bytes `,"key":` cannot lie inside a string, whose quotes are escaped, so
+    /// this is the first place a search for them would find.)
+    pub(super) fn unchecked_head(
+        json: &[u8],
+        min_len: usize,
+        stop: Option<&[u8]>,
+    ) -> Option<(Elided, bool)> {
         let mut elided = Elided::empty();
         let mut copied = 0;
         let mut at = 0;
         while let Some(offset) = memchr::memchr(b'"', &json[at..]) {
             let open = at + offset;
+            if let Some(stop) = stop
+                && open > 0
+                && json[open - 1] == b','
+                && json[open..].starts_with(stop)
+            {
+                elided.text.extend_from_slice(&json[copied..open - 1]);
+                return Some((elided, true));
+            }
             let close = string_end_unchecked(json, open)?;
             if close - open > min_len {
                 elided.cut(json, &mut copied, open, close);
@@ -48,7 +70,7 @@ impl Elided {
             at = close + 1;
         }
         elided.text.extend_from_slice(&json[copied..]);
-        Some(elided)
+        Some((elided, false))
     }
 
     /// Copies `json` with every string value of at least `min_len` bytes emptied, except
