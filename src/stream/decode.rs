@@ -147,14 +147,15 @@ fn decode_general(line: &[u8]) -> Result<Decoded, DecodeError> {
 /// decoded in full when a denial marker is found in it. Any other line, or a head that does
 /// not parse, is decoded the general way.
 pub fn decode_long_line(line: &[u8]) -> Result<Decoded, DecodeError> {
-    const COPY_KEY: &[u8] = br#","tool_use_result":"#;
-    // Outside a string only: inside one, a quote is always escaped. The head is parsed with
-    // the object closed in place of the key's comma, which succeeds only if the key is at
-    // the top level.
-    let copy_at = memchr::memmem::find(line, COPY_KEY);
-    let head = &line[..copy_at.unwrap_or(line.len())];
-    if let Some(mut elided) = Elided::unchecked(head, ELIDED_STRING_BYTES) {
-        if copy_at.is_some() {
+    const COPY_KEY: &[u8] = br#""tool_use_result":"#;
+    // The first `,"tool_use_result":` outside a string, found by the scan of the strings
+    // themselves (a search of its own read the megabytes of the message once more). The
+    // head is parsed with the object closed in place of the key's comma, which succeeds
+    // only if the key is at the top level.
+    if let Some((mut elided, copy_found)) =
+        Elided::unchecked_head(line, ELIDED_STRING_BYTES, Some(COPY_KEY))
+    {
+        if copy_found {
             elided.text.push(b'}');
         }
         let wire = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&elided.text);

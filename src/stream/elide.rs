@@ -35,12 +35,34 @@ const READ_KEYS: [&[u8]; 2] = [b"type", b"tool_use_id"];
 impl Elided {
     /// Copies `json` with every string of at least `min_len` bytes emptied, without
     /// checking what they hold; `None` when a string is not closed.
+    #[cfg(test)]
     pub(super) fn unchecked(json: &[u8], min_len: usize) -> Option<Elided> {
+        Elided::unchecked_head(json, min_len, None).map(|(elided, _)| elided)
+    }
+
+    /// [`Elided::unchecked`] of the head of `json` before the first key `stop` (its
+    /// quotes and colon included) preceded by a comma, and whether there was one: found by
+    /// the same scan of quotes, not by a search of its own through the strings. (In valid
+    /// JSON the bytes `,"key":` cannot lie inside a string, whose quotes are escaped, so
+    /// this is the first place a search for them would find.)
+    pub(super) fn unchecked_head(
+        json: &[u8],
+        min_len: usize,
+        stop: Option<&[u8]>,
+    ) -> Option<(Elided, bool)> {
         let mut elided = Elided::empty();
         let mut copied = 0;
         let mut at = 0;
         while let Some(offset) = memchr::memchr(b'"', &json[at..]) {
             let open = at + offset;
+            if let Some(stop) = stop
+                && open > 0
+                && json[open - 1] == b','
+                && json[open..].starts_with(stop)
+            {
+                elided.text.extend_from_slice(&json[copied..open - 1]);
+                return Some((elided, true));
+            }
             let close = string_end_unchecked(json, open)?;
             if close - open > min_len {
                 elided.cut(json, &mut copied, open, close);
@@ -48,7 +70,7 @@ impl Elided {
             at = close + 1;
         }
         elided.text.extend_from_slice(&json[copied..]);
-        Some(elided)
+        Some((elided, false))
     }
 
     /// Copies `json` with every string value of at least `min_len` bytes emptied, except
@@ -121,11 +143,38 @@ impl Elided {
 /// How many bytes of a string the scanner looks at together.
 const BLOCK: usize = 64;
 
+/// The quotes and the backslashes of `block`, as bit masks (bit `i` for byte `i`).
+#[inline(always)]
+fn quotes_and_backslashes(block: &[u8; BLOCK]) -> (u64, u64) {
+    (mask_of(block, b'"'), mask_of(block, b'\\'))
+}
+
+/// The bytes of `block` equal to `byte`, as a bit mask (bit `i` for byte `i`).
+///
+/// On x86-64, SSE2 (part of the base instruction set, so no run-time detection) compares
+/// 16 bytes at once and gathers their 16 results into 16 bits (`pmovmskb`), through
+/// `safe_arch`'s safe wrappers of the intrinsics: four loads, compares and gathers per
+/// block.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn mask_of(block: &[u8; BLOCK], byte: u8) -> u64 {
+    use safe_arch::{
+        cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
+    };
+    let wanted = set_splat_i8_m128i(byte as i8);
+    let (sixteens, _) = block.as_chunks::<16>();
+    sixteens.iter().enumerate().fold(0, |mask, (k, sixteen)| {
+        let equal = cmp_eq_mask_i8_m128i(load_unaligned_m128i(sixteen), wanted);
+        mask | u64::from(move_mask_i8_m128i(equal) as u16) << (16 * k)
+    })
+}
+
 /// The bytes of `block` equal to `byte`, as a bit mask (bit `i` for byte `i`).
 ///
 /// Written so that the compiler turns it into vector compares (one 0-or-1 byte per byte),
-/// and gathers each eight of those into eight bits with one multiplication: safe Rust,
-/// and about the speed of a movemask instruction per 16 bytes.
+/// and gathers each eight of those into eight bits with one multiplication: safe Rust
+/// for targets without SSE2.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
 fn mask_of(block: &[u8; BLOCK], byte: u8) -> u64 {
     let mut ones = [0u8; BLOCK];
@@ -198,8 +247,9 @@ fn string_end(
                 (&padded, (1 << rest.len()) - 1)
             }
         };
-        let quotes = mask_of(block, b'"') & valid;
-        let (escaped, mut escaping) = escapes.next(mask_of(block, b'\\') & valid);
+        let (quotes, backslashes) = quotes_and_backslashes(block);
+        let quotes = quotes & valid;
+        let (escaped, mut escaping) = escapes.next(backslashes & valid);
         let closing = quotes & !escaped;
         if closing != 0 {
             // Only the escapes before the closing quote belong to the string.
