@@ -28,12 +28,7 @@ use common::{Bounded, CODER};
 const SECRET: &str = "TOPSECRET";
 
 /// Attacks that still leak (holes found by this review, not yet closed).
-const KNOWN_OPEN: &[&str] = &[
-    // The walk never lists a `.git` directory of a writable tree (it only guards its
-    // config and hooks), so a directory of secrets moved into one, or renamed to `.git`,
-    // is never masked: one confined run moves it, the next reads it.
-    "a_secret_directory_moved_into_a_git_dir",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// What a run refused because the tree kept changing says.
 const REFUSALS: [&str; 4] = [

@@ -686,7 +686,9 @@ impl<'a> Walker<'a, '_> {
         let dir = Arc::new(dir);
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
-        if self.tree.writable && !inside.secret && git_dir {
+        // (A `.git` directory was guarded when its parent met it.)
+        let named_git = rel.file_name().is_some_and(|n| n == ".git");
+        if self.tree.writable && !inside.secret && git_dir && !named_git {
             self.guard_git_dir(rel)?;
         }
         for (name, listed) in entries {
@@ -712,7 +714,12 @@ impl<'a> Walker<'a, '_> {
             let kind = file_kind(&st);
             if git_entry {
                 self.git_entry(dir.as_fd(), &rel_child, &st)?;
-                continue;
+                // A `.git` directory is walked for secrets too: a directory holding one,
+                // moved into it (another agent may make a `.git` of its own, or rename a
+                // directory to `.git`), would otherwise never be masked.
+                if kind != Kind::Dir {
+                    continue;
+                }
             }
             match kind {
                 Kind::Dir => {
@@ -1445,9 +1452,6 @@ fn other_names(
                 });
             }
             for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
-                if name == ".git" && tree.writable {
-                    continue;
-                }
                 let rel_child = rel.join(&name);
                 let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
                 {
