@@ -334,8 +334,8 @@ pub enum SandboxError {
     },
 
     #[error(
-        "{path} changed between the secret scan and the mount (now a different file or a \
-         symlink); refusing to run with a mask that may be missing"
+        "{path} changed between the secret scan and the mount (gone, or now a different \
+         file or a symlink); refusing to run with a mask that may be missing"
     )]
     MaskTargetChanged { path: PathBuf },
 

@@ -280,11 +280,13 @@ fn remove_placeholders(out: &ScanOutput) {
 }
 
 /// A walk that failed because what it had listed was no longer there (gone, or now a
-/// symlink or a file): the tree changed under it.
+/// symlink or a file), or because `openat2` met a rename on its way (`EAGAIN`, and
+/// `EXDEV` for a path that a rename took out from beneath its directory): the tree
+/// changed under it.
 fn raced(e: &SandboxError) -> Option<TreeMoved> {
     match e {
         SandboxError::Syscall {
-            errno: Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP,
+            errno: Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EAGAIN | Errno::EXDEV,
             path,
             ..
         } => Some(TreeMoved {
