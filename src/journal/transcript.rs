@@ -397,7 +397,12 @@ impl Sink {
         }
         formatted?;
         // The entry is JSON: a secret is found in every spelling JSON gives it, in coder's
-        // own data (the prompt) and in the child's events alike.
+        // own data (the prompt) and in the child's events alike. Most entries hold nothing
+        // that could need it, which one pass tells.
+        if self.secrets.surely_clean(&self.pending[start..]) {
+            self.pending.push(b'\n');
+            return Ok(());
+        }
         if let Some(redacted) = self
             .secrets
             .redact_known(&self.pending[start..], Ending::Whole)

@@ -20,10 +20,11 @@
 //! piece of text ending at the cut that is the first [`MIN_PARTIAL`] or more bytes of a
 //! known secret (in any spelling). So a cut never leaves more than three bytes of a key.
 //!
-//! **Cost.** The transcript redacts every line of the child's output on its hot path. A
-//! text without a backslash-escape that could spell a secret costs one `memmem` search per
-//! secret; only a text holding one (`\u…`, or an escape of a character a secret holds) is
-//! scanned escape by escape.
+//! **Cost.** The transcript redacts every line of the child's output on its hot path. One
+//! packed search for everything a redaction starts at ([`Secrets::surely_clean`]) clears
+//! most entries in one pass. Otherwise a text without a backslash-escape that could spell
+//! a secret costs one `memmem` search per secret; only a text holding one (`\u…`, or an
+//! escape of a character a secret holds) is scanned escape by escape.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -63,6 +64,10 @@ pub struct Secrets {
     /// for `"`, and so on. A text holding none of these (nor `\u`) can only hold a secret
     /// literally.
     escapes: Vec<[u8; 2]>,
+    /// One packed searcher for everything that can make a whole text need redacting (see
+    /// [`Secrets::surely_clean`]); `None` where the CPU has no packed searcher, where
+    /// there are too many secrets for one, and in `Secrets::default()`.
+    anything: Option<aho_corasick::packed::Searcher>,
 }
 
 impl Secrets {
@@ -92,6 +97,7 @@ impl Secrets {
             }
         }
         Secrets {
+            anything: anything_searcher(&kept, &escapes),
             finders: kept
                 .iter()
                 .map(|v| memmem::Finder::new(v.as_bytes()).into_owned())
@@ -99,6 +105,21 @@ impl Secrets {
             values: kept,
             escapes,
         }
+    }
+
+    /// True when a whole text ([`Ending::Whole`]) certainly holds nothing that
+    /// [`Secrets::redact_known`] or [`redact_tokens_bytes`] would change: no secret
+    /// literally, no escape that could spell one of its characters (`\u` or a short
+    /// escape a secret needs), no `…`, no token prefix. One pass of one packed searcher,
+    /// where those are four passes; false (not known) where there is no such searcher.
+    ///
+    /// Every change those make starts at one of these: a secret spelled with an escape
+    /// holds the escape, a partial secret is dropped only before a `…` (or a cut, which a
+    /// whole text has not), and a token shape is redacted only after its prefix.
+    pub fn surely_clean(&self, bytes: &[u8]) -> bool {
+        self.anything
+            .as_ref()
+            .is_some_and(|searcher| searcher.find(bytes).is_none())
     }
 
     /// Whether no known value is redacted (token shapes still are).
@@ -242,6 +263,29 @@ impl Secrets {
             out
         })
     }
+}
+
+/// The searcher behind [`Secrets::surely_clean`]: the secrets, the escapes that can spell
+/// one, `…`, and the token prefixes. Which pattern matches first does not matter, only
+/// whether any does.
+fn anything_searcher(
+    secrets: &[String],
+    escapes: &[[u8; 2]],
+) -> Option<aho_corasick::packed::Searcher> {
+    // `\u` with its first hex digit, so that every pattern but a short escape (only
+    // for a secret holding such a character) has three bytes for the searcher to check
+    // at once: `\u` alone made it stop at every `\n`. An escape spells a character only
+    // with its four hex digits.
+    let unicode = b"0123456789abcdefABCDEF".map(|digit| [b'\\', b'u', digit]);
+    let mut builder = aho_corasick::packed::Config::new().builder();
+    builder
+        .extend(unicode)
+        .extend(escapes)
+        .extend(secrets)
+        .add("…")
+        .extend(TOKEN_PREFIXES)
+        .add(BEARER);
+    builder.build()
 }
 
 /// Long enough, and not a plain word or number: a credential mixes character classes.
@@ -581,6 +625,42 @@ mod tests {
             out.windows(REDACTED.len())
                 .any(|w| w == REDACTED.as_bytes())
         );
+    }
+
+    #[test]
+    fn a_text_is_called_clean_only_when_redaction_leaves_it_alone() {
+        let slashed = Secrets::new([KEY, "pa/ss\"wo9rd"]);
+        let needing = [
+            format!("key={KEY} ok"),
+            format!("key=\\u007a{} ok", &KEY[1..]),
+            KEY.replace('-', "\\u002d"),
+            r#"{"a":"pa\/ss\"wo9rd"}"#.to_owned(),
+            format!("failed: {}… (exit 1)", &KEY[..12]),
+            "auth: Bearer abc123def456ghi789".to_owned(),
+            "sk-ant-api03-AAAA1111BBBB2222".to_owned(),
+            "x ghp_0123456789abcdefABCDEF".to_owned(),
+            "AKIA0123456789ABCDEF".to_owned(),
+        ];
+        for text in &needing {
+            let changed = slashed
+                .redact_known(text.as_bytes(), Ending::Whole)
+                .is_some()
+                || matches!(redact_tokens_bytes(text.as_bytes()), Cow::Owned(_));
+            assert!(changed, "{text}");
+            assert!(!slashed.surely_clean(text.as_bytes()), "{text}");
+        }
+        // Plain text, and lines of JSON with ordinary escapes, take the one pass only.
+        // (Where the CPU has a packed searcher; elsewhere nothing is called clean.)
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let clean = r#"{"type":"assistant","text":"line\none \"quoted\" café — ✓"}"#;
+        assert!(secrets().surely_clean(clean.as_bytes()));
+        assert!(Secrets::new(Vec::<String>::new()).surely_clean(b"no secrets known"));
+        assert!(secrets().surely_clean(b""));
+        // `\"` can spell a character of the second set's secret: not known to be clean.
+        assert!(!slashed.surely_clean(clean.as_bytes()));
+        assert_eq!(slashed.redact_known(clean.as_bytes(), Ending::Whole), None);
     }
 
     #[test]
