@@ -408,7 +408,8 @@ printf '{{"type":"result","subtype":"success","is_error":false,"result":"done","
 /// sandbox` starts: it swaps two directories that each hold a secret, and replaces one
 /// with a symlink to the other, in the workspace and in an extra write grant. Each run
 /// either refuses to start (the target changed) or shows no secret, while it reads the
-/// secrets again and again as the swaps go on.
+/// secrets again and again as the swaps go on. (The end-of-run git guard, walking the
+/// same moving tree, may say it could not finish: a refusal too.)
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn moving_the_pieces_of_masked_paths_during_setup_never_unmasks_a_secret() {
@@ -460,7 +461,9 @@ fn moving_the_pieces_of_masked_paths_during_setup_never_unmasks_a_secret() {
             } else {
                 refused += 1;
                 assert!(
-                    REFUSALS.iter().any(|r| out.contains(r)) || out.contains("sandbox setup"),
+                    REFUSALS.iter().any(|r| out.contains(r))
+                        || out.contains("sandbox setup")
+                        || (rc == 71 && out.contains("git guard incomplete")),
                     "nobody={nobody}: rc {rc}: {out}"
                 );
             }
