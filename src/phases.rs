@@ -2,11 +2,15 @@
 //!
 //! When the variable names a file, the supervisor appends one line per phase to it:
 //! `<CLOCK_MONOTONIC µs> <pid> <phase>`. `coder sandbox` marks its own phases too
-//! (`sandbox.main`, `scan.start`, `scan.walked` (before the check that the tree held
-//! still), `scan.done`, `policy.done`, `sandbox.confined` in the forked child, then
-//! `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). (The sandbox helper starts
-//! with an empty environment and marks nothing: its work shows as
-//! `policy.done -> child.spawned`.)
+//! (`sandbox.main`, `scan.start`, `scan.walked` (before the check that the tree
+//! held still), `scan.done`, `policy.done`, `sandbox.confined` in the
+//! forked child, then `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). The
+//! sandbox helper started before its spec (the first attempt's) gets the variable alone in
+//! its environment (the program gets the spec's) and marks `helper.spec` (spec read,
+//! process set up), `sandbox.mounted` (private root built), `sandbox.pivoted` and
+//! `sandbox.confined`; the rest of `policy.done -> child.spawned` is the program's
+//! `execve`. After the child: `child.drained`, `attempts.done`, `verified`,
+//! `teardown.started`, `journal.done`, `teardown.joined`, `coder.exit`.
 //! The clock is the one a harness reads with `time.monotonic_ns()`, so its own
 //! timestamps (before the spawn, at the exit) line up with coder's. The file is opened
 //! once and kept open (close-on-exec). Unset, a mark costs one check of a `OnceLock`.

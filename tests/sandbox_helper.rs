@@ -203,3 +203,118 @@ fn a_confined_helper_without_a_network_channel_fails_closed() {
     assert_eq!(out.status.code(), Some(71), "{stderr}");
     assert!(stderr.contains("egress proxy"), "{stderr}");
 }
+
+/// Starts the helper as coder does for a run's first attempt (`&FD`: the spec comes later
+/// on a pipe); returns it and the pipe's write end.
+fn early_helper(cwd: &Path) -> (std::process::Child, fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let (spec_read, spec_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    nix::fcntl::fcntl(
+        &spec_read,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let (ours, theirs) = net_channel();
+    let child = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .arg(HELPER_ARG)
+        .arg(format!("&{}", spec_read.as_raw_fd()))
+        .arg("-")
+        .arg(theirs.as_raw_fd().to_string())
+        .env_clear()
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop((spec_read, theirs));
+    (child, fs::File::from(spec_write), ours)
+}
+
+/// The pid namespace of `pid`, as `/proc` names it.
+fn pid_namespace(pid: u32) -> Option<std::path::PathBuf> {
+    fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// The helper started before its spec enters the sandbox's namespaces while it waits
+/// (coder resolves the policy meanwhile): before any spec is written, its child is the
+/// init of a new PID namespace. Given the spec, it confines and runs the program as ever.
+#[test]
+fn a_helper_started_early_enters_the_namespaces_before_its_spec_comes() {
+    use std::io::Write;
+    let (_dir, root) = fixture();
+    let (child, spec_write, _net) = early_helper(&root.join("ws"));
+    let _deadline = common::Deadline::kill_after(&child, common::COMMAND_DEADLINE);
+    let ours = pid_namespace(std::process::id()).unwrap();
+    let children = format!("/proc/{}/task/{}/children", child.id(), child.id());
+    let started = std::time::Instant::now();
+    let init = loop {
+        let found = fs::read_to_string(&children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .find(|p| pid_namespace(*p).is_some_and(|ns| ns != ours));
+        if let Some(init) = found {
+            break init;
+        }
+        assert!(
+            started.elapsed() < common::COMMAND_DEADLINE,
+            "no child in a new PID namespace before the spec was written"
+        );
+        std::thread::yield_now();
+    };
+    assert_ne!(pid_namespace(init), Some(ours));
+    let spec = HelperSpec {
+        program: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            "echo confined; ls /proc | grep -c '^[0-9]'".into(),
+        ],
+        parent_pid: std::process::id(),
+        policy: Some(policy_for(&root)),
+        env: Some(vec![("PATH".into(), "/usr/bin:/bin".into())]),
+        cwd: Some(root.join("ws")),
+    };
+    let mut pipe = spec_write;
+    pipe.write_all(serde_json::to_string(&spec).unwrap().as_bytes())
+        .unwrap();
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The program ran in the namespace: its /proc shows init, the agent and its own
+    // `ls` and `grep` at most, not the host's processes.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("confined"), "{stdout}");
+    let seen: usize = lines.next().unwrap().trim().parse().unwrap();
+    assert!(seen <= 5, "{stdout}");
+}
+
+/// A helper that entered the namespaces for a confined child refuses a spec that confines
+/// nothing, instead of running the program with half a sandbox.
+#[test]
+fn a_helper_started_early_refuses_a_spec_without_a_policy() {
+    use std::io::Write;
+    let (_dir, root) = fixture();
+    let marker = root.join("ws/ran");
+    let (child, spec_write, _net) = early_helper(&root.join("ws"));
+    let _deadline = common::Deadline::kill_after(&child, common::COMMAND_DEADLINE);
+    let spec = HelperSpec {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), format!("touch {}", marker.display()).into()],
+        parent_pid: std::process::id(),
+        policy: None,
+        env: Some(vec![("PATH".into(), "/usr/bin:/bin".into())]),
+        cwd: Some(root.join("ws")),
+    };
+    let mut pipe = spec_write;
+    pipe.write_all(serde_json::to_string(&spec).unwrap().as_bytes())
+        .unwrap();
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(71), "{stderr}");
+    assert!(stderr.contains("confines nothing"), "{stderr}");
+    assert!(!marker.exists());
+}

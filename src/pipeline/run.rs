@@ -166,9 +166,11 @@ pub async fn run(request: RunRequest) -> Envelope {
             );
         }
     }
+    crate::phases::mark("journal.done");
     // The run's directories are gone before coder exits, as before; their removal only
     // overlapped with the transcript's end and the retention above.
     teardown.join();
+    crate::phases::mark("teardown.joined");
     envelope
 }
 
@@ -378,6 +380,7 @@ async fn run_attempts(
     let envelope = prepared
         .attempt_loop(request.clone(), &mut run, &mut signals, journal)
         .await;
+    crate::phases::mark("attempts.done");
     let envelope = prepared
         .verified(
             envelope,
@@ -389,6 +392,7 @@ async fn run_attempts(
             journal,
         )
         .await;
+    crate::phases::mark("verified");
     let envelope = with_outcome_times(envelope, run.outcome_times.clone());
     // Every sandboxed process of the run (agent, checks, repairs) is gone.
     let mut envelope = prepared.guard_git(envelope, &run, journal);
@@ -400,6 +404,7 @@ async fn run_attempts(
     // Last: the slot is released and a quota failure starts the backend's cooldown.
     admission.finish(&mut envelope).await;
     teardown.start(prepared);
+    crate::phases::mark("teardown.started");
     envelope
 }
 

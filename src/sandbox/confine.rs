@@ -4,10 +4,10 @@
 //! 1. check that Landlock is there and complete enough, before touching anything;
 //! 2. enter new mount, network, PID, IPC and UTS namespaces (a user namespace too, unless
 //!    this is root with `CAP_SYS_ADMIN`), so nothing done here is seen outside; without
-//!    them the sandbox refuses to run (fail closed); bring up the private loopback and
-//!    hand the egress proxy's listener to coder (`netns`);
+//!    them the sandbox refuses to run (fail closed);
 //! 3. fork the namespace's init ([`super::pidns`]): the caller stays outside and waits,
-//!    the rest runs as PID 1 of the new namespace;
+//!    the rest runs as PID 1 of the new namespace; bring up the private loopback and hand
+//!    the egress proxy's listener to coder (`netns`);
 //! 4. mask: re-open the workspace and check it is the directory the policy was resolved
 //!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
 //!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
@@ -28,7 +28,9 @@
 //! starts any thread): namespaces and Landlock apply to the calling thread only, and the
 //! forks copy only the calling thread. [`confine`] returns only in the agent's process;
 //! the caller's own process becomes the outer waiter of [`super::pidns`] and exits with
-//! the agent's status.
+//! the agent's status. Steps 1 to 3 but the network need nothing of the policy:
+//! [`prepare`] does them alone (the helper started before its spec is known does them
+//! while coder still resolves the policy), [`confine_prepared`] the rest.
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -85,6 +87,25 @@ pub struct Confinement {
     pub warnings: Vec<String>,
 }
 
+impl Confinement {
+    /// Nothing put in place yet.
+    fn none(mode: Mode) -> Confinement {
+        Confinement {
+            mode,
+            landlock_abi: None,
+            private_root: false,
+            user_namespace: false,
+            masks: 0,
+            capabilities_dropped: false,
+            proxy_port: None,
+            pid_namespace: false,
+            host_masks: 0,
+            seccomp: false,
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// Apply `policy` to the calling process, which must be single-threaded and about to
 /// `execve` the agent (with `policy.child_env(..)` as its environment). On error the
 /// process may be half-confined and must not run the agent.
@@ -92,22 +113,30 @@ pub struct Confinement {
 /// `net` is the UNIX socket on which the proxy's listener goes to coder (see
 /// `netns`); a confined policy without it fails.
 pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confinement, SandboxError> {
-    let mut done = Confinement {
-        mode: policy.mode,
-        landlock_abi: None,
-        private_root: false,
-        user_namespace: false,
-        masks: 0,
-        capabilities_dropped: false,
-        proxy_port: None,
-        pid_namespace: false,
-        host_masks: 0,
-        seccomp: false,
-        warnings: Vec::new(),
-    };
     if !policy.mode.is_confined() {
-        return Ok(done);
+        return Ok(Confinement::none(policy.mode));
     }
+    let prepared = prepare()?;
+    confine_prepared(prepared, policy, net)
+}
+
+/// What [`prepare`] did: the steps of confinement that need nothing of the policy.
+pub struct Prepared {
+    abi: i32,
+    host_net: u64,
+    user_namespace: bool,
+    init: pidns::InitLink,
+}
+
+/// Steps 1 to 3 of the module's list, which need nothing of the policy: Landlock is
+/// there, the namespaces are entered, the namespace's init is forked (this returns in
+/// init; the calling process becomes the outer waiter) and its mounts are made private.
+///
+/// The helper started before its spec is known does them while coder is still resolving
+/// the policy (see `sandbox::helper`); nothing runs of the agent before
+/// [`confine_prepared`] has applied the whole policy. Same conditions and same failure
+/// rule as [`confine`].
+pub fn prepare() -> Result<Prepared, SandboxError> {
     let threads = thread_count();
     if threads != 1 {
         return Err(SandboxError::NotSingleThreaded { threads });
@@ -136,21 +165,15 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
             });
         }
     };
-    let cwd = std::env::current_dir().ok();
     sys::detach_controlling_tty();
     let host_net = super::netns::current_namespace()?;
 
     let parent_death = pidns::ParentDeath::record();
-    done.user_namespace = enter_namespaces()?;
+    let user_namespace = enter_namespaces()?;
     // Entering a user namespace changes the credentials, which clears the parent-death
     // signal: arm it again, and check that the parent is still there.
     parent_death.restore()?;
-    // The network namespace is this process's already (unlike the PID namespace, which
-    // only its children enter): the loopback and the proxy's listener are set up here,
-    // with the capabilities the new user namespace gives.
-    done.proxy_port = Some(super::netns::setup(&policy.network, host_net, net)?.proxy_port);
     let init = pidns::fork_init()?;
-    done.pid_namespace = true;
     let _ = nix::unistd::sethostname("coder-sandbox");
     nix::mount::mount(
         None::<&str>,
@@ -160,6 +183,40 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
         None::<&str>,
     )
     .map_err(|e| SandboxError::sys("make private", "/", e))?;
+    Ok(Prepared {
+        abi,
+        host_net,
+        user_namespace,
+        init,
+    })
+}
+
+/// The rest of [`confine`] in init after [`prepare`]: the network, the private root built
+/// from `policy`, the agent forked, capabilities, Landlock and seccomp. Returns in the
+/// agent only.
+pub fn confine_prepared(
+    prepared: Prepared,
+    policy: &Policy,
+    net: Option<BorrowedFd<'_>>,
+) -> Result<Confinement, SandboxError> {
+    let Prepared {
+        abi,
+        host_net,
+        user_namespace,
+        init,
+    } = prepared;
+    if !policy.mode.is_confined() {
+        // A process already in namespaces must not run an unconfined program.
+        return Err(SandboxError::PreparedUnconfined);
+    }
+    let mut done = Confinement::none(policy.mode);
+    done.user_namespace = user_namespace;
+    done.pid_namespace = true;
+    let cwd = std::env::current_dir().ok();
+    // The network namespace was entered by `prepare` (init is in it, as its children
+    // will be): the loopback and the proxy's listener are set up here, with the
+    // capabilities the new namespaces give.
+    done.proxy_port = Some(super::netns::setup(&policy.network, host_net, net)?.proxy_port);
     let workspace = WorkspaceDir::reopen(&policy.workspace, policy.workspace_id)?;
     (done.masks, done.host_masks) = build_private_root(policy, &workspace)?;
     done.private_root = true;
@@ -474,8 +531,10 @@ fn build_private_root(
 
     let root_fd = sys::open_nofollow(&new_root)
         .map_err(|e| SandboxError::sys("open", new_root.display(), e))?;
+    crate::phases::mark("sandbox.mounted");
     sys::pivot_into(&root_fd)
         .map_err(|e| SandboxError::sys("pivot_root", new_root.display(), e))?;
+    crate::phases::mark("sandbox.pivoted");
     // A plan run keeps the private root writable at the mount level: it is a tmpfs of
     // this run alone, Landlock lets nothing be created in it, and the CLI's Write tool
     // writes the plan in place only after its temporary sibling is refused with `EACCES`

@@ -9,9 +9,13 @@
 //!
 //! `SPEC` is the JSON [`HelperSpec`] itself, `@PATH` of a file holding it (a spec too large
 //! for an argument), or `&N`: read it from the inherited pipe `N` until it closes. The
-//! last is how the first attempt's helper is started before its spec is known, so that its
-//! own start overlaps with the parent resolving the policy; such a spec carries the
-//! program's environment and working directory too.
+//! last is how the first attempt's helper is started before its spec is known, for a
+//! confined child, so that its own start overlaps with the parent resolving the policy;
+//! such a spec carries the program's environment and working directory too. Such a
+//! helper also does, while it waits, what confinement needs nothing of the policy for:
+//! its process setup and the sandbox's namespaces with their init
+//! ([`super::confine::prepare`]); the spec is then read in init, and its policy applied
+//! whole before anything is exec'd.
 //!
 //! Failures before `execve` are reported to the parent as one JSON object on the status
 //! descriptor `FD` (made close-on-exec here): an empty status means the program is running,
@@ -156,45 +160,91 @@ fn run(
             format!("cannot read the helper spec: {e}"),
         )
     };
-    let spec_bytes = match spec_text.as_bytes() {
-        // `@PATH`: the spec was too large for an argument and waits in a file.
-        [b'@', path @ ..] => {
-            std::fs::read(std::ffi::OsStr::from_bytes(path)).map_err(unreadable)?
+    let setup = |what: &str, e: nix::Error| {
+        fail(HelperStage::Setup, Some(e as i32), format!("{what}: {e}"))
+    };
+    let sandbox_failure = |e: super::SandboxError| match e {
+        super::SandboxError::ParentGone => fail(HelperStage::Setup, None, e.to_string()),
+        e => fail(HelperStage::Sandbox, None, e.to_string()),
+    };
+    let net_fd = net.map(|f| f.as_raw_fd());
+    // `&FD`: the helper was started before its spec was known, for a confined child. While
+    // coder resolves the policy it does what needs none: its process setup, and the
+    // sandbox's namespaces with their init (`confine::prepare`; this then goes on in
+    // init). The spec pipe is read to its end after that, and the policy it brings is
+    // applied whole before anything is exec'd.
+    let mut prepared = None;
+    let early = match spec_text.as_bytes() {
+        [b'&', fd @ ..] => {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+            // Checked against the spec's pid once it is read: a parent that died before
+            // the signal was armed never sends one.
+            let parent = nix::unistd::getppid().as_raw();
+            nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
+            let spec_fd = inherited_fd(fd);
+            close_inherited_fds(&[status_fd, net_fd, spec_fd]);
+            prepared = Some(super::confine::prepare().map_err(sandbox_failure)?);
+            Some((read_spec_pipe(fd).map_err(unreadable)?, parent))
         }
-        // `&FD`: the helper was started before its spec was known, and reads it from a
-        // pipe until the parent closes it.
-        [b'&', fd @ ..] => read_spec_pipe(fd).map_err(unreadable)?,
-        text => text.to_vec(),
+        _ => None,
+    };
+    let (spec_bytes, early_parent) = match (early, spec_text.as_bytes()) {
+        (Some((bytes, parent)), _) => (bytes, Some(parent)),
+        // `@PATH`: the spec was too large for an argument and waits in a file.
+        (None, [b'@', path @ ..]) => (
+            std::fs::read(std::ffi::OsStr::from_bytes(path)).map_err(unreadable)?,
+            None,
+        ),
+        (None, text) => (text.to_vec(), None),
     };
     let spec: HelperSpec = serde_json::from_slice(&spec_bytes)
         .map_err(|e| fail(HelperStage::Spec, None, format!("bad helper spec: {e}")))?;
 
-    let setup = |what: &str, e: nix::Error| {
-        fail(HelperStage::Setup, Some(e as i32), format!("{what}: {e}"))
-    };
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
-    // The parent may have died before the death signal was armed.
-    if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
-        return Err(fail(
+    let gone = || {
+        fail(
             HelperStage::Setup,
             None,
             "the supervisor exited before the child started",
-        ));
+        )
+    };
+    match early_parent {
+        Some(parent) if u32::try_from(parent).ok() != Some(spec.parent_pid) => {
+            return Err(gone());
+        }
+        Some(_) => {}
+        None => {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+            // The parent may have died before the death signal was armed.
+            if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
+                return Err(gone());
+            }
+            nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
+            close_inherited_fds(&[status_fd, net_fd]);
+        }
     }
-    nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
-    let net_fd = net.map(|f| f.as_raw_fd());
-    close_inherited_fds(&[status_fd, net_fd]);
+    // First mark after the descriptors are closed: its file stays open (close-on-exec).
+    crate::phases::mark("helper.spec");
     if let Some(cwd) = &spec.cwd {
         nix::unistd::chdir(cwd).map_err(|e| setup("chdir", e))?;
     }
-    if let Some(policy) = &spec.policy {
-        // Returns in the agent's process only (PID 2 of a new PID namespace); this process
-        // stays outside as its waiter. `confine` re-arms the parent-death signal the user
-        // namespace clears and checks the supervisor is still there.
-        super::confine(policy, net.map(|f| f.as_fd())).map_err(|e| match e {
-            super::SandboxError::ParentGone => fail(HelperStage::Setup, None, e.to_string()),
-            e => fail(HelperStage::Sandbox, None, e.to_string()),
-        })?;
+    // Returns in the agent's process only (PID 2 of a new PID namespace); this process
+    // (or, prepared, the helper's first one) stays outside as its waiter. Entering the
+    // namespaces re-arms the parent-death signal the user namespace clears and checks
+    // the supervisor is still there.
+    let net = net.map(|f| f.as_fd());
+    match (&spec.policy, prepared) {
+        (Some(policy), Some(prepared)) => {
+            super::confine::confine_prepared(prepared, policy, net).map_err(sandbox_failure)?;
+            crate::phases::mark("sandbox.confined");
+        }
+        (Some(policy), None) => {
+            super::confine(policy, net).map_err(sandbox_failure)?;
+            crate::phases::mark("sandbox.confined");
+        }
+        (None, Some(_)) => return Err(sandbox_failure(super::SandboxError::PreparedUnconfined)),
+        (None, None) => {}
     }
 
     let program = CString::new(spec.program.as_os_str().as_bytes())

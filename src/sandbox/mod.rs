@@ -326,6 +326,11 @@ pub enum SandboxError {
     #[error("the supervisor exited before the child started")]
     ParentGone,
 
+    /// A helper that entered the namespaces before its spec came got no confined policy:
+    /// it refuses to run the program at all.
+    #[error("the sandbox was prepared for a confined run, but the policy confines nothing")]
+    PreparedUnconfined,
+
     #[error("sandbox setup: {op} {path}: {errno}")]
     Syscall {
         op: &'static str,

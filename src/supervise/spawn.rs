@@ -161,12 +161,15 @@ async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Child, Option<OwnedFd
     Ok((wait_for_exec(child, status_read).await?, Some(net)))
 }
 
-/// A helper started before its spec is known, which waits for it on a pipe.
+/// A helper started before its spec is known, for a confined child, which waits for it on
+/// a pipe.
 ///
 /// Starting the helper (a second process of coder's binary: `execve`, the dynamic loader,
-/// the CPU feature probes) takes most of a millisecond; started this way, that overlaps
-/// with what coder does meanwhile, chiefly resolving the sandbox policy. Dropped unused,
-/// the helper reads the end of the pipe and exits without starting anything.
+/// the CPU feature probes) takes most of a millisecond, and entering the sandbox's
+/// namespaces and forking their init, which it does while it waits
+/// (`sandbox::helper`), a millisecond or more; started this way, both overlap with what
+/// coder does meanwhile, chiefly resolving the sandbox policy. Dropped unused, the helper
+/// reads the end of the pipe and exits without starting anything.
 pub struct StartedHelper {
     child: Child,
     spec: std::fs::File,
@@ -186,6 +189,11 @@ impl StartedHelper {
         spec_arg.push(spec_read.as_raw_fd().to_string());
         let mut command = helper_command(spec_arg, &status_write, &net_child)?;
         command.current_dir(cwd);
+        // The phase trace reaches this helper alone: it execs the program with the
+        // spec's environment, never its own.
+        if let Some(trace) = std::env::var_os(crate::phases::TRACE_VAR) {
+            command.env(crate::phases::TRACE_VAR, trace);
+        }
         let child = command.spawn()?;
         drop((spec_read, status_write, net_child));
         Ok(StartedHelper {
