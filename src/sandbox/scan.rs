@@ -11,8 +11,9 @@
 //! files). It is a snapshot taken right before the agent starts; files created later are
 //! the agent's own. A snapshot of a tree that held still: every directory the walk relied
 //! on is checked to be unchanged at its end, or the scan is taken again
-//! ([`super::scan_watch`]), because a directory moved across the walk would escape it. Depth and match count are capped, and a scan over a cap is an error,
-//! because a partial list of secrets is worse than none: it looks like protection.
+//! ([`super::scan_watch`]), because a directory moved across the walk would escape it.
+//! Depth and match count are capped, and a scan over a cap is an error, because a
+//! partial list of secrets is worse than none: it looks like protection.
 //!
 //! Cost: a plain file whose name matches nothing is known from the directory listing's
 //! `d_type` alone (no `stat`), which is most of a big tree; other names (hard links) of a
