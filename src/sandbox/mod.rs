@@ -56,6 +56,7 @@ pub mod gitguard;
 pub mod helper;
 mod home;
 mod hostmask;
+mod lease;
 mod listing;
 pub mod listing_cache;
 pub mod nest;
@@ -226,11 +227,11 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
 /// Removes a run's private directory and the placeholders made for absent protected names
 /// when dropped (after the run's process tree is gone).
 #[derive(Debug)]
-pub struct RunDirCleanup(Option<(PathBuf, Vec<Placeholder>)>);
+pub struct RunDirCleanup(Option<(PathBuf, policy::PlaceholderRelease)>);
 
 impl RunDirCleanup {
     pub fn new(policy: Option<&Policy>) -> Self {
-        RunDirCleanup(policy.map(|p| (p.run_dir.clone(), p.placeholders.clone())))
+        RunDirCleanup(policy.map(|p| (p.run_dir.clone(), p.placeholder_release())))
     }
 }
 
@@ -249,7 +250,7 @@ impl Drop for RunDirCleanup {
                 {
                     remove_dir();
                 }
-                policy::remove_placeholders(placeholders);
+                placeholders.run();
             });
         }
     }
@@ -370,6 +371,13 @@ pub enum SandboxError {
         bytes::short(.path)
     )]
     ScanUnwatchable { path: PathBuf, reason: String },
+
+    #[error(
+        "another coder run is removing its placeholders in {} and did not finish within \
+         10 s; run again once it has ended",
+        bytes::short(.path)
+    )]
+    PlaceholdersBusy { path: PathBuf },
 
     #[error(
         "the plan file {path} changed after it was checked (now a different file, a \

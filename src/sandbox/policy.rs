@@ -14,11 +14,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 use super::allow::HostPort;
+use super::lease::{PlaceholderLease, remove_placeholders};
 use super::listing::ScanListings;
 use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
@@ -248,6 +250,40 @@ pub struct Policy {
     /// ([`Policy::grant_plan_file`]).
     #[serde(default)]
     pub plan_file: Option<PlanFile>,
+    /// This run's hold on the placeholders of its writable trees, shared with other runs
+    /// in them ([`super::lease`]); none without a writable tree.
+    #[serde(skip)]
+    pub(crate) lease: LeaseSlot,
+}
+
+/// A policy's [`PlaceholderLease`], if it has one. Two policies are equal by what they
+/// enforce; which lease object a run holds is not part of that.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeaseSlot(Option<Arc<PlaceholderLease>>);
+
+impl PartialEq for LeaseSlot {
+    fn eq(&self, _: &LeaseSlot) -> bool {
+        true
+    }
+}
+
+impl Eq for LeaseSlot {}
+
+/// How a run's placeholders go once its processes are gone: through the lease shared with
+/// the other runs in its trees or, for a policy that has none, directly.
+#[derive(Debug, Clone)]
+pub struct PlaceholderRelease {
+    lease: Option<Arc<PlaceholderLease>>,
+    own: Vec<Placeholder>,
+}
+
+impl PlaceholderRelease {
+    pub fn run(&self) {
+        match &self.lease {
+            Some(lease) => lease.release(),
+            None => remove_placeholders(&self.own),
+        }
+    }
 }
 
 /// The plan file of `coder plan` (DESIGN §9): the only file of the user's the agent may
@@ -383,6 +419,7 @@ impl Policy {
             dir_listings: ScanListings::default(),
             reachable_listings: None,
             plan_file: None,
+            lease: LeaseSlot::default(),
         };
         if !opts.mode.is_confined() {
             // The agent can write anything this user can, the listings caches included.
@@ -477,12 +514,30 @@ impl Policy {
             Some(dir) => Some(listing_cache::cache_path_in(&dir, &workspace)),
             None => None,
         };
+        // Held from before the scan looks at any placeholder until the run is over.
+        // The writable trees are the ones the scan makes placeholders in.
+        if !policy.guard_roots.is_empty() {
+            let lease = PlaceholderLease::take(&coder_state_dir()?, &policy.guard_roots)?;
+            policy.lease = LeaseSlot(Some(Arc::new(lease)));
+        }
         crate::phases::mark("scan.start");
-        let found = scan_workspace(opts, &ws_dir, &scanned, listings.as_deref())?;
+        let mut created = Vec::new();
+        let found = scan_workspace(opts, &ws_dir, &scanned, listings.as_deref(), &mut created);
         crate::phases::mark("scan.done");
+        policy.placeholders = created;
+        let registered = match &policy.lease.0 {
+            Some(lease) => lease.register(&policy.placeholders),
+            None => Ok(()),
+        };
+        let found = match registered.and(found) {
+            Ok(found) => found,
+            Err(e) => {
+                policy.cleanup();
+                return Err(e);
+            }
+        };
         policy.git_known = found.git_known;
         policy.dir_listings = found.listings;
-        policy.placeholders = found.placeholders;
         policy.warnings = found.warnings;
         policy.warnings.extend(late_guard);
         let mut masks = found.masks;
@@ -693,6 +748,14 @@ impl Policy {
         }
     }
 
+    /// What removes this run's placeholders once its processes are gone.
+    pub fn placeholder_release(&self) -> PlaceholderRelease {
+        PlaceholderRelease {
+            lease: self.lease.0.clone(),
+            own: self.placeholders.clone(),
+        }
+    }
+
     /// Remove this run's private directory and its placeholders in the workspace, side by
     /// side (on ext4 under load each removal can wait milliseconds for the journal).
     /// Errors are ignored: leftovers are pruned by a later run.
@@ -704,7 +767,7 @@ impl Policy {
             };
             // No thread to spare: the run dir goes after the placeholders.
             let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
-            remove_placeholders(&self.placeholders);
+            self.placeholder_release().run();
             if spawned.is_err() {
                 let _ = fs::remove_dir_all(&self.run_dir);
             }
@@ -719,6 +782,7 @@ fn scan_workspace(
     ws_dir: &WorkspaceDir,
     extra: &[(PathBuf, bool)],
     listings: Option<&Path>,
+    created: &mut Vec<Placeholder>,
 ) -> Result<scan::ScanOutput, SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
     let deny = scan::compile_globs(&opts.deny_globs)?;
@@ -770,7 +834,7 @@ fn scan_workspace(
             kept: kept_of(i + 1),
         });
     }
-    let found = scan::scan_trees(&trees, &deny, opts.scan_limits)?;
+    let found = scan::scan_trees(&trees, &deny, opts.scan_limits, created)?;
     if let Some((path, fingerprint, _)) = &cache {
         // A cache that cannot be written only costs the next run its listings.
         let _ = listing_cache::store(path, *fingerprint, &found.kept);
@@ -1016,37 +1080,6 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
     }
     Ok(canonical)
 }
-
-/// Remove what coder created for absent protected names, deepest first (a placeholder may
-/// sit inside another's directory). The placeholders of one depth are removed side by side,
-/// on up to [`PLACEHOLDER_REMOVERS`] threads: on a journalling filesystem under load each
-/// `rmdir` can wait milliseconds for the journal, and these waits then overlap instead of
-/// adding up.
-pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
-    let mut sorted: Vec<&Placeholder> = placeholders.iter().collect();
-    let depth = |p: &Placeholder| p.path.components().count();
-    sorted.sort_by_key(|p| std::cmp::Reverse(depth(p)));
-    for level in sorted.chunk_by(|a, b| depth(a) == depth(b)) {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let remove = || {
-            while let Some(p) = level.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                p.remove();
-            }
-        };
-        std::thread::scope(|s| {
-            for _ in 1..level.len().min(PLACEHOLDER_REMOVERS) {
-                // A thread that cannot be started: the others (and this one) take its share.
-                if std::thread::Builder::new().spawn_scoped(s, remove).is_err() {
-                    break;
-                }
-            }
-            remove();
-        });
-    }
-}
-
-/// Threads that remove one depth's placeholders at most.
-const PLACEHOLDER_REMOVERS: usize = 8;
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {

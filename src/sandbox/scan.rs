@@ -222,10 +222,16 @@ const SCAN_ATTEMPTS: usize = 3;
 /// Scan `trees` for secrets (`deny`), protected names and git dirs, again when a
 /// directory moved while they were read ([`super::scan_watch`]): what is returned was
 /// read from trees that held still.
+///
+/// Every placeholder made, by any attempt and whatever the outcome, is moved to `created`:
+/// only the caller may remove them, once no other run can be relying on them
+/// ([`super::lease`]). A later attempt finds an earlier one's placeholders as ordinary
+/// names and masks them as such.
 pub(crate) fn scan_trees(
     trees: &[TreeScan<'_>],
     deny: &GlobSet,
     limits: ScanLimits,
+    created: &mut Vec<Placeholder>,
 ) -> Result<ScanOutput, SandboxError> {
     let checked: Vec<CheckedTree<'_>> = trees
         .iter()
@@ -241,7 +247,9 @@ pub(crate) fn scan_trees(
             ..ScanOutput::default()
         };
         let watch = ScanWatch::new(out.listings.trusted_before())?;
-        let moved = match scan_once(trees, deny, limits, &watch, &mut out) {
+        let scanned = scan_once(trees, deny, limits, &watch, &mut out);
+        created.append(&mut out.placeholders);
+        let moved = match scanned {
             Ok(()) => {
                 crate::phases::mark("scan.walked");
                 let matters = |tree: usize, rel: &Path, is_dir: bool| {
@@ -256,13 +264,9 @@ pub(crate) fn scan_trees(
             }
             Err(e) => match raced(&e) {
                 Some(moved) => moved,
-                None => {
-                    remove_placeholders(&out);
-                    return Err(e);
-                }
+                None => return Err(e),
             },
         };
-        remove_placeholders(&out);
         if attempt == SCAN_ATTEMPTS {
             return Err(SandboxError::TreeMoving {
                 path: moved.path,
@@ -271,12 +275,6 @@ pub(crate) fn scan_trees(
             });
         }
         attempt += 1;
-    }
-}
-
-fn remove_placeholders(out: &ScanOutput) {
-    for placeholder in &out.placeholders {
-        placeholder.remove();
     }
 }
 
@@ -1634,7 +1632,18 @@ mod tests {
             protect_literal: &literal,
             kept: None,
         };
-        scan_trees(&[tree], &deny, limits)
+        let mut created = Vec::new();
+        let scanned = scan_trees(&[tree], &deny, limits, &mut created);
+        match scanned {
+            Ok(mut out) => {
+                out.placeholders = created;
+                Ok(out)
+            }
+            Err(e) => {
+                created.iter().for_each(Placeholder::remove);
+                Err(e)
+            }
+        }
     }
 
     fn paths(masks: &[Mask], root: &Path) -> Vec<String> {

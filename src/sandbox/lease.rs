@@ -1,0 +1,402 @@
+//! Placeholders are shared by every run in a tree: who may remove them, and when.
+//!
+//! A protected name that does not exist gets a placeholder ([`super::scan`]) so that a
+//! mount can make it un-creatable. A second run started in the same tree meanwhile finds
+//! that placeholder, takes it for an ordinary name and mounts its own mask over it. If the
+//! first run then removed its placeholder, the kernel would detach the second run's mask
+//! with it (a mount point unlinked in one mount namespace is unmounted in all of them), and
+//! the second run's agent could create `.claude/settings.json` or a `.git` that the user's
+//! own tools later obey. So no run removes a placeholder while another live run's tree
+//! holds it:
+//!
+//! * every run holds a shared `flock` on a lock file for each of its writable roots, from
+//!   before its scan until its processes are gone ([`PlaceholderLease::take`]);
+//! * every placeholder a run creates is written to a registry the moment the scan ends
+//!   ([`PlaceholderLease::register`]), so a run whose coder dies leaves a record, not
+//!   an orphan;
+//! * at the end a run drops its holds, and removes each registered placeholder for which
+//!   it gets an exclusive lock on every directory from `/` to the placeholder's parent:
+//!   a live run whose root contains the placeholder holds one of those shared
+//!   ([`PlaceholderLease::release`]). What cannot be removed now stays registered: the run
+//!   that ends last removes it.
+//!
+//! The lock files and the registry live in coder's state directory (`placeholders/`),
+//! never granted to an agent: an agent that could take these locks could block other
+//! runs. Lock files are named by a hash of the directory's path; two paths sharing one
+//! only ever make a run more careful. Runs of different state directories (other users)
+//! do not see each other's registries; they still exclude each other only if they share
+//! the state directory, a limit stated in SECURITY.md.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Seek, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use super::SandboxError;
+use super::scan::Placeholder;
+
+/// How long a run waits for another run to finish removing placeholders in its tree, or
+/// for the registry, before it gives up.
+const WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// The registry's name in the lease directory.
+const REGISTRY: &str = "registry.json";
+
+/// A run's hold on its writable trees' placeholders. Dropping it without
+/// [`PlaceholderLease::release`] (a coder that dies) only drops the holds: the registry
+/// keeps what the run created for a later run to remove.
+#[derive(Debug)]
+pub struct PlaceholderLease {
+    dir: PathBuf,
+    /// The shared locks on the writable roots' lock files; emptied by `release`.
+    held: Mutex<Vec<Flock<fs::File>>>,
+}
+
+impl PlaceholderLease {
+    /// Hold `roots` (canonical writable trees) shared, waiting while another run holds one
+    /// exclusively (it is removing placeholders there). The lease directory is created in
+    /// `state_dir` when absent.
+    pub fn take(state_dir: &Path, roots: &[PathBuf]) -> Result<PlaceholderLease, SandboxError> {
+        let dir = state_dir.join("placeholders");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| SandboxError::io(format!("create {}", dir.display()), e))?;
+        let deadline = Instant::now() + WAIT_LIMIT;
+        let mut held = Vec::with_capacity(roots.len());
+        for root in roots {
+            let file = open_lock_file(&dir, root)?;
+            let lock = lock_until(file, FlockArg::LockSharedNonblock, deadline)
+                .map_err(|_| SandboxError::PlaceholdersBusy { path: root.clone() })?;
+            held.push(lock);
+        }
+        Ok(PlaceholderLease {
+            dir,
+            held: Mutex::new(held),
+        })
+    }
+
+    /// Add `placeholders` (just created by this run) to the registry.
+    pub fn register(&self, placeholders: &[Placeholder]) -> Result<(), SandboxError> {
+        if placeholders.is_empty() {
+            return Ok(());
+        }
+        let mut registry = Registry::open(&self.dir)?;
+        registry.entries.extend(placeholders.iter().cloned());
+        registry.save()
+    }
+
+    /// Drop this run's holds, then remove every registered placeholder that no live run's
+    /// tree holds. Call it once the run's last process is gone; calling it again only
+    /// retries what is still registered. Errors leave entries for a later run.
+    pub fn release(&self) {
+        match self.held.lock() {
+            Ok(mut held) => held.clear(),
+            Err(poisoned) => poisoned.into_inner().clear(),
+        }
+        let Ok(mut registry) = Registry::open(&self.dir) else {
+            return;
+        };
+        if registry.entries.is_empty() {
+            return;
+        }
+        let mut exclusive = ExclusiveDirs::new(&self.dir);
+        let (free, kept): (Vec<Placeholder>, Vec<Placeholder>) =
+            std::mem::take(&mut registry.entries)
+                .into_iter()
+                .partition(|p| exclusive.holds_every_dir_above(&p.path));
+        remove_placeholders(&free);
+        registry.entries = kept;
+        let _ = registry.save();
+        // The exclusive locks go only now: no run scans these trees until the
+        // placeholders are gone.
+        drop(exclusive);
+    }
+}
+
+/// The registry of placeholders not yet removed, locked for as long as it is open.
+struct Registry {
+    file: Flock<fs::File>,
+    entries: Vec<Placeholder>,
+}
+
+impl Registry {
+    fn open(dir: &Path) -> Result<Registry, SandboxError> {
+        let path = dir.join(REGISTRY);
+        let io = |e: std::io::Error| SandboxError::io(format!("open {}", path.display()), e);
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(io)?;
+        let deadline = Instant::now() + WAIT_LIMIT;
+        let mut file = lock_until(file, FlockArg::LockExclusiveNonblock, deadline)
+            .map_err(|e| io(std::io::Error::from(e)))?;
+        let mut text = Vec::new();
+        file.read_to_end(&mut text).map_err(io)?;
+        // A registry that does not parse (a coder killed while writing it) is started
+        // afresh: what it named stays in the tree as ordinary empty names.
+        let entries = serde_json::from_slice(&text).unwrap_or_default();
+        Ok(Registry { file, entries })
+    }
+
+    fn save(&mut self) -> Result<(), SandboxError> {
+        let text = serde_json::to_vec(&self.entries)
+            .map_err(|e| SandboxError::io("write the placeholder registry", e.into()))?;
+        let file: &mut fs::File = &mut self.file;
+        file.rewind()
+            .and_then(|()| file.set_len(0))
+            .and_then(|()| file.write_all(&text))
+            .map_err(|e| SandboxError::io("write the placeholder registry", e))
+    }
+}
+
+/// Exclusive locks on directories' lock files, taken without waiting and remembered (held
+/// or refused) for the rest of one release.
+struct ExclusiveDirs<'a> {
+    dir: &'a Path,
+    taken: HashMap<PathBuf, Option<Flock<fs::File>>>,
+}
+
+impl<'a> ExclusiveDirs<'a> {
+    fn new(dir: &'a Path) -> Self {
+        ExclusiveDirs {
+            dir,
+            taken: HashMap::new(),
+        }
+    }
+
+    /// Whether every directory from `/` to `path`'s parent is locked exclusively (taking
+    /// the locks not yet tried): then no live run's tree contains `path`.
+    fn holds_every_dir_above(&mut self, path: &Path) -> bool {
+        let Some(parent) = path.parent() else {
+            return false;
+        };
+        parent.ancestors().all(|dir| self.holds(dir))
+    }
+
+    fn holds(&mut self, dir: &Path) -> bool {
+        if let Some(taken) = self.taken.get(dir) {
+            return taken.is_some();
+        }
+        let lock = open_lock_file(self.dir, dir)
+            .ok()
+            .and_then(|file| Flock::lock(file, FlockArg::LockExclusiveNonblock).ok());
+        let held = lock.is_some();
+        self.taken.insert(dir.to_path_buf(), lock);
+        held
+    }
+}
+
+/// The lock file standing for directory `path` (created empty when absent).
+fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
+    let lock_path = dir.join(format!("{:016x}.lock", fnv1a(path.as_os_str().as_bytes())));
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&lock_path)
+        .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
+}
+
+/// Take `how` (a non-blocking `flock`) on `file`, trying again until `deadline` while
+/// another process holds a conflicting lock. Polled rather than blocking: a blocking
+/// `flock` cannot be given a deadline, and a holder that is stopped must not hang coder.
+fn lock_until(
+    mut file: fs::File,
+    how: FlockArg,
+    deadline: Instant,
+) -> Result<Flock<fs::File>, Errno> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match Flock::lock(file, how) {
+            Ok(lock) => return Ok(lock),
+            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = back;
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err((_, errno)) => return Err(errno),
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a stable name for a path's lock file across coder versions.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Remove what coder created for absent protected names, deepest first (a placeholder may
+/// sit inside another's directory). The placeholders of one depth are removed side by side,
+/// on up to [`PLACEHOLDER_REMOVERS`] threads: on a journalling filesystem under load each
+/// `rmdir` can wait milliseconds for the journal, and these waits then overlap instead of
+/// adding up.
+pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
+    let mut sorted: Vec<&Placeholder> = placeholders.iter().collect();
+    let depth = |p: &Placeholder| p.path.components().count();
+    sorted.sort_by_key(|p| std::cmp::Reverse(depth(p)));
+    for level in sorted.chunk_by(|a, b| depth(a) == depth(b)) {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let remove = || {
+            while let Some(p) = level.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                p.remove();
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..level.len().min(PLACEHOLDER_REMOVERS) {
+                // A thread that cannot be started: the others (and this one) take its share.
+                if std::thread::Builder::new().spawn_scoped(s, remove).is_err() {
+                    break;
+                }
+            }
+            remove();
+        });
+    }
+}
+
+/// Threads that remove one depth's placeholders at most.
+const PLACEHOLDER_REMOVERS: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::PlaceholderKind;
+    use std::os::unix::fs::MetadataExt;
+
+    fn placeholder_dir(path: &Path) -> Placeholder {
+        fs::create_dir(path).unwrap();
+        let meta = fs::symlink_metadata(path).unwrap();
+        Placeholder {
+            path: path.to_path_buf(),
+            kind: PlaceholderKind::Dir,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+
+    struct Fx {
+        _dir: tempfile::TempDir,
+        state: PathBuf,
+        ws: PathBuf,
+    }
+
+    fn fx() -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        fs::create_dir_all(ws.join("sub")).unwrap();
+        Fx {
+            _dir: dir,
+            state: root.join("state"),
+            ws,
+        }
+    }
+
+    #[test]
+    fn the_run_that_ends_last_removes_what_the_first_made() {
+        let fx = fx();
+        let first = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        first
+            .register(&[placeholder_dir(&fx.ws.join(".claude"))])
+            .unwrap();
+        let second = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        first.release();
+        assert!(fx.ws.join(".claude").is_dir(), "a live run still holds it");
+        second.release();
+        assert!(!fx.ws.join(".claude").exists());
+    }
+
+    #[test]
+    fn a_run_in_an_enclosing_or_a_nested_tree_holds_the_placeholders_too() {
+        let fx = fx();
+        let sub = fx.ws.join("sub");
+        // A run of the whole workspace keeps a placeholder inside `sub` that a run of
+        // `sub` made, and a run of `sub` keeps those inside `sub` only.
+        let outer = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        let inner = PlaceholderLease::take(&fx.state, std::slice::from_ref(&sub)).unwrap();
+        inner
+            .register(&[placeholder_dir(&sub.join(".vscode"))])
+            .unwrap();
+        outer
+            .register(&[placeholder_dir(&fx.ws.join(".envrc"))])
+            .unwrap();
+        inner.release();
+        assert!(
+            sub.join(".vscode").is_dir(),
+            "the outer run's tree holds it"
+        );
+        let again = PlaceholderLease::take(&fx.state, std::slice::from_ref(&sub)).unwrap();
+        outer.release();
+        assert!(
+            !fx.ws.join(".envrc").exists(),
+            "outside the nested run's tree"
+        );
+        assert!(sub.join(".vscode").is_dir(), "inside the nested run's tree");
+        again.release();
+        assert!(!sub.join(".vscode").exists());
+    }
+
+    #[test]
+    fn a_sibling_tree_does_not_hold_them() {
+        let fx = fx();
+        let other = fx.ws.with_file_name("other");
+        fs::create_dir(&other).unwrap();
+        let run = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        let sibling = PlaceholderLease::take(&fx.state, std::slice::from_ref(&other)).unwrap();
+        run.register(&[placeholder_dir(&fx.ws.join(".idea"))])
+            .unwrap();
+        run.release();
+        assert!(!fx.ws.join(".idea").exists());
+        sibling.release();
+    }
+
+    #[test]
+    fn a_run_waits_while_placeholders_are_being_removed_and_then_gives_up() {
+        let fx = fx();
+        let first = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        drop(first);
+        let held = Flock::lock(
+            open_lock_file(&fx.state.join("placeholders"), &fx.ws).unwrap(),
+            FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap();
+        let file = open_lock_file(&fx.state.join("placeholders"), &fx.ws).unwrap();
+        let soon = Instant::now() + Duration::from_millis(30);
+        assert_eq!(
+            lock_until(file, FlockArg::LockSharedNonblock, soon).err(),
+            Some(Errno::EWOULDBLOCK)
+        );
+        drop(held);
+        assert!(PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).is_ok());
+    }
+
+    #[test]
+    fn a_registered_name_that_is_no_longer_the_placeholder_is_left_alone() {
+        let fx = fx();
+        let run = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        run.register(&[placeholder_dir(&fx.ws.join(".claude"))])
+            .unwrap();
+        fs::write(fx.ws.join(".claude/settings.json"), "{}").unwrap();
+        run.release();
+        assert!(fx.ws.join(".claude/settings.json").exists());
+        let registry = fs::read(fx.state.join("placeholders").join(REGISTRY)).unwrap();
+        assert_eq!(registry, b"[]", "tried once, then forgotten");
+    }
+}
