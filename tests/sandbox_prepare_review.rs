@@ -19,8 +19,9 @@
 //! * the phase trace (`CODER_TRACE_PHASES`), which since that commit reaches the early
 //!   helper: the helper must not reopen its path itself, unconfined, where an earlier
 //!   agent can redirect it (a relative path resolved in the workspace, a symlink planted
-//!   there). That one is open (the helper appends its marks to `~/.bashrc`, outside any
-//!   grant, in both arms): it is on `KNOWN_OPEN`.
+//!   there). That one was open when this review started (the helper appended its marks to
+//!   `~/.bashrc`, outside any grant, in both arms) and is closed with it: the helper now
+//!   writes to coder's own open trace file, inherited.
 //!
 //! `KNOWN_OPEN` is the ratchet of attacks still open: an attack on it must stay open (its
 //! test asserts the write does land), one off it must be blocked.
@@ -37,8 +38,7 @@ use common::sandbox_fixture::{NOBODY, arms, chown_tree, coder_as, temp_root};
 use common::{Bounded, Deadline, pid_alive};
 
 /// Attacks of this file measured open today (the test names).
-const KNOWN_OPEN: &[&str] =
-    &["the_phase_trace_is_not_reopened_by_the_helper_where_an_agent_redirects_it"];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// The other local user when coder runs as 65534.
 const ANOTHER_USER: u32 = 65533;
