@@ -15,7 +15,11 @@
 //!   succeed; same-user access is the documented trust boundary, SECURITY.md);
 //! * the first run's *confined agent*, told the helper's host pids, tries the same;
 //! * then the queued run goes on and its agent still sees its secret masked;
-//! * coder SIGKILLed while its helper waits: nothing of the helper's namespaces survives;
+//! * coder SIGKILLed while its helper waits, or at any moment of the helper's start:
+//!   nothing of the helper or its namespaces survives. Two guards hold this each alone
+//!   (the parent-death signals, and end-of-file on the spec pipe, whose only writer is
+//!   coder): against a build with both removed (init without its death signal, an empty
+//!   spec waited on) both kill tests fail, in both arms;
 //! * the phase trace (`CODER_TRACE_PHASES`), which since that commit reaches the early
 //!   helper: the helper must not reopen its path itself, unconfined, where an earlier
 //!   agent can redirect it (a relative path resolved in the workspace, a symlink planted
@@ -403,6 +407,12 @@ fn a_coder_killed_while_its_helper_waits_leaves_nothing_in_the_namespaces() {
             .filter(|ns| Some(ns) != namespace(std::process::id(), "user").as_ref())
             .collect();
         assert!(namespaces.len() >= 3, "nobody={nobody}: {namespaces:?}");
+        // Held open, the namespaces keep their inode numbers, which the kernel would
+        // otherwise give to the next ones made (a concurrent test's).
+        let _held: Vec<std::fs::File> = ["pid", "mnt", "net", "user"]
+            .iter()
+            .filter_map(|ns| std::fs::File::open(format!("/proc/{}/ns/{ns}", prepared.init)).ok())
+            .collect();
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(prepared.coder as i32),
             nix::sys::signal::Signal::SIGKILL,
@@ -498,6 +508,77 @@ fn the_phase_trace_is_not_reopened_by_the_helper_where_an_agent_redirects_it() {
         assert!(
             trace.contains("helper.spawned"),
             "nobody={nobody}: coder's own marks are missing: {trace}"
+        );
+    }
+}
+
+/// The processes whose working directory is `dir` or below it.
+fn working_in(dir: &std::path::Path) -> Vec<(u32, Vec<String>)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| pid_alive(*pid as i32))
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+        })
+        .map(|pid| (pid, cmdline(pid)))
+        .collect()
+}
+
+/// coder SIGKILLed at any moment of its helper's start (before the death signal is armed,
+/// while it enters the namespaces, forks init, waits for the spec): whatever the helper
+/// had done, it and its init end (the spec pipe's only writer is gone), and nothing is
+/// left working in the workspace.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_coder_killed_at_any_moment_of_its_helpers_start_leaves_nothing_running() {
+    for nobody in arms() {
+        let scene = Scene::new(nobody);
+        let ws = scene.root.join("b");
+        let mut prepared_at_kill = 0;
+        for step in 0..30u64 {
+            let run = scene.coder("b", "state-b").spawn().unwrap();
+            let _guard = Deadline::kill_after(&run, DEADLINE);
+            let started = Instant::now();
+            // The kill lands `step` × 0.3 ms after the helper is seen spawned.
+            let mut found = None;
+            while found.is_none() && started.elapsed() < DEADLINE {
+                found = children(run.id()).into_iter().find_map(|coder| {
+                    children(coder)
+                        .into_iter()
+                        .find(|p| cmdline(*p).iter().any(|a| a == "__exec-helper"))
+                        .map(|helper| (coder, helper))
+                });
+            }
+            let (coder, helper) = found.expect("the helper spawned");
+            let seen = Instant::now();
+            while seen.elapsed() < Duration::from_micros(step * 300) {
+                std::hint::spin_loop();
+            }
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(coder as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            if !children(helper).is_empty() {
+                prepared_at_kill += 1;
+            }
+            let _ = finish(run);
+            let waited = Instant::now();
+            while !working_in(&ws).is_empty() && waited.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let left = working_in(&ws);
+            assert!(
+                left.is_empty(),
+                "nobody={nobody} step {step}: left running after coder died: {left:?}"
+            );
+        }
+        eprintln!("nobody={nobody}: {prepared_at_kill} of 30 kills met a prepared helper");
+        // Some kills must have met a helper with its init forked, some one without.
+        assert!(
+            (1..30).contains(&prepared_at_kill),
+            "nobody={nobody}: {prepared_at_kill} of 30 kills met a prepared helper"
         );
     }
 }
