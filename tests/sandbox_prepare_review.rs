@@ -53,7 +53,8 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// The fake `claude` of every run. In a workspace holding `hold` it says it runs, waits
 /// for `target` (the prepared helper's host pids, written by the test), runs `probe.sh` on
 /// them as the confined agent and reports what opened. In one holding `plant` it makes
-/// `trace.log` a symlink to the path `plant` names. It then reports what `.env` shows.
+/// `trace.log` a symlink to the path `plant` names. It then reports what `.env` shows, and
+/// with `fds` what its descriptors are.
 const CLAUDE: &str = r#"#!/bin/bash
 sid=""
 while [ $# -gt 0 ]; do
@@ -70,6 +71,7 @@ if [ -e hold ]; then
 fi
 if [ -e plant ]; then ln -s "$(cat plant)" trace.log && out="$out PLANTED"; fi
 if [ -e .env ]; then out="$out env: $(cat .env 2>&1 | tr -d '"\\' | tr '\n' ' ')"; fi
+if [ -e fds ]; then out="$out fds: $(for f in /proc/$$/fd/*; do readlink $f; done | tr -d '"\\' | tr '\n' ' ')"; fi
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done: '"$out"'","session_id":"'"$sid"'","num_turns":1}'
 "#;
 
@@ -480,6 +482,7 @@ fn the_phase_trace_is_not_reopened_by_the_helper_where_an_agent_redirects_it() {
             "nobody={nobody}: the agent could not plant the symlink: {earlier}"
         );
         std::fs::remove_file(&plant).unwrap();
+        std::fs::write(scene.root.join("b/fds"), "").unwrap();
         // The user's next run, traced to a path relative to where they run coder.
         let run = scene
             .coder("b", "state-b")
@@ -508,6 +511,14 @@ fn the_phase_trace_is_not_reopened_by_the_helper_where_an_agent_redirects_it() {
         assert!(
             trace.contains("helper.spawned"),
             "nobody={nobody}: coder's own marks are missing: {trace}"
+        );
+        // The trace descriptor the helper inherits stops there: the agent has stdio (and
+        // its shell's script) only.
+        let said = out["result"].as_str().unwrap_or_default();
+        let fds = said.split_once("fds:").map(|(_, f)| f).unwrap_or_default();
+        assert!(
+            fds.contains("pipe:") && !fds.contains("trace"),
+            "nobody={nobody}: the agent's descriptors: {said}"
         );
     }
 }
