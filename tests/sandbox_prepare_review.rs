@@ -387,13 +387,18 @@ fn a_prepared_helper_is_out_of_reach_of_other_users_and_of_confined_agents() {
     }
 }
 
-/// coder SIGKILLed while its helper waits prepared for the spec: the helper's processes
-/// die with it (parent-death signals), and no process is left in the namespaces they
-/// made (an unconfined process in them could be handed anything later).
+/// coder SIGKILLed (or cancelled with SIGTERM, while queued) while its helper waits
+/// prepared for the spec: the helper's processes end with it (parent-death signals, the
+/// spec pipe's end), and no process is left in the namespaces they made (an unconfined
+/// process in them could be handed anything later).
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_coder_killed_while_its_helper_waits_leaves_nothing_in_the_namespaces() {
-    for nobody in arms() {
+    use nix::sys::signal::Signal;
+    for (nobody, signal) in arms()
+        .into_iter()
+        .flat_map(|n| [(n, Signal::SIGKILL), (n, Signal::SIGTERM)])
+    {
         let scene = Scene::new(nobody);
         let first = scene.hold_slot();
         let queued = scene.coder("b", "state-b").spawn().unwrap();
@@ -415,11 +420,7 @@ fn a_coder_killed_while_its_helper_waits_leaves_nothing_in_the_namespaces() {
             .iter()
             .filter_map(|ns| std::fs::File::open(format!("/proc/{}/ns/{ns}", prepared.init)).ok())
             .collect();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(prepared.coder as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(prepared.coder as i32), signal).unwrap();
         let in_them = || {
             std::fs::read_dir("/proc")
                 .unwrap()
@@ -441,14 +442,19 @@ fn a_coder_killed_while_its_helper_waits_leaves_nothing_in_the_namespaces() {
         let left = in_them();
         assert!(
             left.is_empty(),
-            "nobody={nobody}: processes left in the dead run's namespaces: {:?}",
+            "nobody={nobody} {signal}: processes left in the dead run's namespaces: {:?}",
             left.iter().map(|p| (p, cmdline(*p))).collect::<Vec<_>>()
         );
         assert!(!pid_alive(prepared.outer as i32) && !pid_alive(prepared.init as i32));
         scene.release("");
         let first = finish(first);
         assert!(first.status.success(), "nobody={nobody}: {first:?}");
-        let _ = finish(queued);
+        let queued = finish(queued);
+        if signal == Signal::SIGTERM {
+            // Cancelled while queued: coder reports it and the CLI never started.
+            let envelope = envelope(&queued);
+            assert_eq!(envelope["success"], false, "nobody={nobody}: {envelope}");
+        }
     }
 }
 
