@@ -5,8 +5,10 @@
 //! (`sandbox.main`, `scan.start`, `scan.walked` (before the check that the tree
 //! held still), `scan.done`, `policy.done`, `sandbox.confined` in the
 //! forked child, then `sandbox.exited`, `sandbox.guarded`, `sandbox.cleaned`). The
-//! sandbox helper started before its spec (the first attempt's) gets the variable alone in
-//! its environment (the program gets the spec's) and marks `helper.spec` (spec read,
+//! sandbox helper started before its spec (the first attempt's) gets coder's own open
+//! trace file, inherited ([`TRACE_FD_VAR`]; it never opens the path itself: relative, the
+//! path would resolve in the workspace, and either way an agent could redirect it between
+//! coder's open and the helper's, which runs unconfined), and marks `helper.spec` (spec read,
 //! process set up), `sandbox.mounted` (private root built), `sandbox.pivoted` and
 //! `sandbox.confined`; the rest of `policy.done -> child.spawned` is the program's
 //! `execve`. After the child: `child.drained`, `attempts.done`, `verified`,
@@ -24,6 +26,10 @@ use std::sync::OnceLock;
 /// The environment variable that names the trace file.
 pub const TRACE_VAR: &str = "CODER_TRACE_PHASES";
 
+/// The variable that gives the sandbox helper started early coder's trace file: the number
+/// of the descriptor it inherits (see `supervise::spawn::StartedHelper`).
+pub const TRACE_FD_VAR: &str = "CODER_TRACE_PHASES_FD";
+
 static SINK: OnceLock<Option<File>> = OnceLock::new();
 
 fn sink() -> Option<&'static File> {
@@ -32,6 +38,17 @@ fn sink() -> Option<&'static File> {
         OpenOptions::new().create(true).append(true).open(path).ok()
     })
     .as_ref()
+}
+
+/// coder's trace file, when it traces (opened now if not yet).
+pub fn file() -> Option<&'static File> {
+    sink()
+}
+
+/// For the sandbox helper, before its first mark: its trace goes to `file` (coder's own,
+/// inherited) or nowhere. The path in [`TRACE_VAR`] is never opened there.
+pub fn inherit(file: Option<File>) {
+    let _ = SINK.set(file);
 }
 
 /// Records that `phase` starts (or ended) now.

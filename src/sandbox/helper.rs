@@ -95,7 +95,14 @@ pub fn helper_main(args: &[OsString]) -> ! {
     // Its closing at exec is how the parent learns the program started.
     let mut status = status_fd.and_then(|fd| adopt_inherited(fd).ok());
     let net = net_fd.and_then(|fd| adopt_inherited(fd).ok());
-    let failure = match run(args, status_fd, net.as_ref()) {
+    // The phase trace: coder's own file, inherited by the helper started early (`&FD`);
+    // no helper opens a trace path itself (see `phases`).
+    let early = args.get(2).is_some_and(|a| a.as_bytes().starts_with(b"&"));
+    let trace_fd = std::env::var_os(crate::phases::TRACE_FD_VAR)
+        .and_then(|fd| inherited_fd(fd.as_bytes()))
+        .filter(|fd| early && Some(*fd) != status_fd && Some(*fd) != net_fd);
+    crate::phases::inherit(trace_fd.and_then(|fd| adopt_inherited(fd).ok()));
+    let failure = match run(args, status_fd, net.as_ref(), trace_fd) {
         Ok(never) => match never {},
         Err(failure) => failure,
     };
@@ -149,6 +156,7 @@ fn run(
     args: &[OsString],
     status_fd: Option<RawFd>,
     net: Option<&std::fs::File>,
+    trace_fd: Option<RawFd>,
 ) -> Result<std::convert::Infallible, HelperFailure> {
     let spec_text = args
         .get(2)
@@ -183,7 +191,7 @@ fn run(
             let parent = nix::unistd::getppid().as_raw();
             nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
             let spec_fd = inherited_fd(fd);
-            close_inherited_fds(&[status_fd, net_fd, spec_fd]);
+            close_inherited_fds(&[status_fd, net_fd, spec_fd, trace_fd]);
             prepared = Some(super::confine::prepare().map_err(sandbox_failure)?);
             Some((read_spec_pipe(fd).map_err(unreadable)?, parent))
         }
@@ -293,7 +301,8 @@ fn read_spec_pipe(fd: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(spec)
 }
 
-/// Closes every descriptor but stdio and `keep` (the status and network descriptors), so
+/// Closes every descriptor but stdio and `keep` (the status, network, spec and trace
+/// descriptors), so
 /// nothing coder had open (sockets of an in-process server, other pipes) leaks into the
 /// agent.
 fn close_inherited_fds(keep: &[Option<RawFd>]) {

@@ -189,13 +189,16 @@ impl StartedHelper {
         spec_arg.push(spec_read.as_raw_fd().to_string());
         let mut command = helper_command(spec_arg, &status_write, &net_child)?;
         command.current_dir(cwd);
-        // The phase trace reaches this helper alone: it execs the program with the
-        // spec's environment, never its own.
-        if let Some(trace) = std::env::var_os(crate::phases::TRACE_VAR) {
-            command.env(crate::phases::TRACE_VAR, trace);
+        // The phase trace reaches this helper alone (it execs the program with the spec's
+        // environment, never its own), as coder's open file: the helper, unconfined, must
+        // not resolve the path again (relative, in the workspace; absolute, after an agent
+        // could have swapped what it names).
+        let trace = crate::phases::file().map(inheritable_copy).transpose()?;
+        if let Some(trace) = &trace {
+            command.env(crate::phases::TRACE_FD_VAR, trace.as_raw_fd().to_string());
         }
         let child = command.spawn()?;
-        drop((spec_read, status_write, net_child));
+        drop((spec_read, status_write, net_child, trace));
         Ok(StartedHelper {
             child,
             spec: std::fs::File::from(spec_write),
@@ -262,6 +265,18 @@ fn inheritable_pipe(inherited: Inherited) -> Result<(OwnedFd, OwnedFd), SpawnErr
     )
     .map_err(std::io::Error::from)?;
     Ok((read, write))
+}
+
+/// A copy of `file`'s descriptor that stays open across exec, like the pipes above.
+fn inheritable_copy(file: &std::fs::File) -> Result<OwnedFd, SpawnError> {
+    use std::os::fd::AsFd;
+    let copy = file.as_fd().try_clone_to_owned()?;
+    nix::fcntl::fcntl(
+        &copy,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(std::io::Error::from)?;
+    Ok(copy)
 }
 
 /// The network channel: a UNIX socket pair whose second end the helper inherits (like the
