@@ -267,9 +267,42 @@ fn string_end(
 }
 
 /// The position of the quote that closes the string opened at `open`, its escapes not
-/// looked at.
+/// looked at; `None` when it is not closed.
+///
+/// Only quotes are looked for, a block at a time: a quote closes the string when the run
+/// of backslashes just before it is even (escapes pair the backslashes of a run from its
+/// start, which follows a byte that is not one, at the latest the opening quote). Inside a
+/// string every other quote is escaped, so each quote costs a look at the byte or two
+/// before it, and the backslashes, which the text of a tool result holds every few
+/// bytes, are not gathered at all. The runs looked back over lie between two quotes, so
+/// no byte is looked at twice.
 fn string_end_unchecked(json: &[u8], open: usize) -> Option<usize> {
-    string_end(json, open, |_| Some(()))
+    let mut at = open + 1;
+    let mut padded = [0u8; BLOCK];
+    loop {
+        let rest = json.get(at..).filter(|rest| !rest.is_empty())?;
+        let mut quotes = match rest.first_chunk::<BLOCK>() {
+            Some(block) => mask_of(block, b'"'),
+            None => {
+                // The last bytes, padded with bytes that are not quotes.
+                padded[..rest.len()].copy_from_slice(rest);
+                mask_of(&padded, b'"') & ((1 << rest.len()) - 1)
+            }
+        };
+        while quotes != 0 {
+            let quote = at + quotes.trailing_zeros() as usize;
+            let backslashes = json[open + 1..quote]
+                .iter()
+                .rev()
+                .take_while(|&&b| b == b'\\')
+                .count();
+            if backslashes % 2 == 0 {
+                return Some(quote);
+            }
+            quotes &= quotes - 1;
+        }
+        at += BLOCK;
+    }
 }
 
 /// The position of the quote that closes the string opened at `open`, every escape on the
