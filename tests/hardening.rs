@@ -348,6 +348,34 @@ fn a_prompt_too_long_says_so_and_is_not_retried() {
 }
 
 #[test]
+fn a_runtime_dir_beneath_dev_shm_does_not_break_the_sandbox() {
+    // The agent gets a /dev/shm of its own: run dirs made beneath the host's were hidden
+    // by it, and every confined run failed.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let runtime = tempfile::Builder::new()
+        .prefix("coder-test-xdg-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let (text, status) = stdout_of(
+        Command::new(CODER)
+            .args(["sandbox", "--mode", "workspace-write", "--cd"])
+            .arg(&ws)
+            .args(["--", "sh", "-c", "echo \"$TMPDIR\" > tmpdir; echo ran"])
+            .env("CODER_STATE_DIR", dir.path().join("state"))
+            .env("XDG_RUNTIME_DIR", runtime.path()),
+    );
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert_eq!(text.trim(), "ran");
+    let tmpdir = std::fs::read_to_string(ws.join("tmpdir")).unwrap();
+    assert!(
+        !tmpdir.starts_with("/dev/shm"),
+        "the run dir went beneath /dev/shm: {tmpdir}"
+    );
+}
+
+#[test]
 fn coder_sandbox_leaves_no_per_call_directory_in_any_mode() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");

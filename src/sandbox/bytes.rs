@@ -5,9 +5,12 @@
 //! a process boundary as JSON, and serde's own `PathBuf` form refuses such names; this
 //! module writes a UTF-8 path as a plain string (readable in logs) and any other as
 //! `{"bytes": [...]}`, so a strange name is masked like any other instead of failing the
-//! run.
+//! run. The helper spec's arguments and environment use the same form ([`os_vec`],
+//! [`os_pairs`]): serde's own form for an `OsString` is an array of numbers (four to five
+//! bytes of JSON per byte), which made the spec of a plain run 22 KB instead of 6, all of
+//! it written, read and parsed on the run's serial path.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -18,6 +21,25 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 enum Repr {
     Text(String),
     Bytes { bytes: Vec<u8> },
+}
+
+/// The serialising side of [`Repr`], borrowing.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ReprRef<'a> {
+    Text(&'a str),
+    Bytes { bytes: &'a [u8] },
+}
+
+impl<'a> ReprRef<'a> {
+    fn of_os(text: &'a OsStr) -> ReprRef<'a> {
+        match text.to_str() {
+            Some(text) => ReprRef::Text(text),
+            None => ReprRef::Bytes {
+                bytes: text.as_bytes(),
+            },
+        }
+    }
 }
 
 impl Repr {
@@ -31,9 +53,13 @@ impl Repr {
     }
 
     fn into_path(self) -> PathBuf {
+        PathBuf::from(self.into_os_string())
+    }
+
+    fn into_os_string(self) -> OsString {
         match self {
-            Repr::Text(text) => PathBuf::from(text),
-            Repr::Bytes { bytes } => PathBuf::from(OsString::from_vec(bytes)),
+            Repr::Text(text) => OsString::from(text),
+            Repr::Bytes { bytes } => OsString::from_vec(bytes),
         }
     }
 }
@@ -81,6 +107,59 @@ pub(crate) mod vec {
     }
 }
 
+/// The same for `Vec<OsString>` (the helper spec's arguments).
+pub(crate) mod os_vec {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(items: &[OsString], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(items.iter().map(|item| ReprRef::of_os(item)))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<OsString>, D::Error> {
+        Vec::<Repr>::deserialize(d).map(|v| v.into_iter().map(Repr::into_os_string).collect())
+    }
+}
+
+/// The same for `Option<Vec<(OsString, OsString)>>` (the helper spec's environment).
+pub(crate) mod os_pairs {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(
+        pairs: &Option<Vec<(OsString, OsString)>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match pairs {
+            Some(pairs) => s.serialize_some(&Pairs(pairs)),
+            None => s.serialize_none(),
+        }
+    }
+
+    struct Pairs<'a>(&'a [(OsString, OsString)]);
+
+    impl Serialize for Pairs<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(
+                self.0
+                    .iter()
+                    .map(|(k, v)| (ReprRef::of_os(k), ReprRef::of_os(v))),
+            )
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<(OsString, OsString)>>, D::Error> {
+        Option::<Vec<(Repr, Repr)>>::deserialize(d).map(|v| {
+            v.map(|pairs| {
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.into_os_string(), v.into_os_string()))
+                    .collect()
+            })
+        })
+    }
+}
+
 /// `path` for a message: lossy, and cut in the middle when very long (a planted tree can
 /// make a path of many kilobytes), so the start and the end both stay visible.
 pub(crate) fn short(path: &Path) -> String {
@@ -118,6 +197,43 @@ mod tests {
         assert!(json.contains("\"/ws/x\""), "{json}");
         assert!(json.contains("\"bytes\""), "{json}");
         assert_eq!(serde_json::from_str::<Holder>(&json).unwrap(), h);
+    }
+
+    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    struct Spec {
+        #[serde(with = "super::os_vec")]
+        args: Vec<OsString>,
+        #[serde(default, with = "super::os_pairs")]
+        env: Option<Vec<(OsString, OsString)>>,
+    }
+
+    #[test]
+    fn arguments_and_environment_are_text_unless_not_utf8() {
+        let odd = OsString::from_vec(b"a\xffb".to_vec());
+        let spec = Spec {
+            args: vec![OsString::from("-p"), odd.clone()],
+            env: Some(vec![
+                (OsString::from("HOME"), OsString::from("/home/u")),
+                (OsString::from("X"), odd),
+            ]),
+        };
+        let json = serde_json::to_string(&spec).unwrap();
+        assert!(
+            json.starts_with(r#"{"args":["-p",{"bytes":[97,255,98]}]"#),
+            "{json}"
+        );
+        assert!(json.contains(r#"["HOME","/home/u"]"#), "{json}");
+        assert_eq!(serde_json::from_str::<Spec>(&json).unwrap(), spec);
+        let none = Spec {
+            args: Vec::new(),
+            env: None,
+        };
+        let json = serde_json::to_string(&none).unwrap();
+        assert_eq!(serde_json::from_str::<Spec>(&json).unwrap(), none);
+        assert_eq!(
+            serde_json::from_str::<Spec>(r#"{"args":[]}"#).unwrap(),
+            none
+        );
     }
 
     #[test]

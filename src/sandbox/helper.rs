@@ -49,6 +49,7 @@ pub struct HelperSpec {
     #[serde(with = "super::bytes")]
     pub program: PathBuf,
     /// Arguments after the program name.
+    #[serde(with = "super::bytes::os_vec")]
     pub args: Vec<OsString>,
     /// The supervisor's pid: if the helper has already been orphaned, it must not run.
     pub parent_pid: u32,
@@ -58,7 +59,7 @@ pub struct HelperSpec {
     pub policy: Option<super::Policy>,
     /// The program's environment and working directory, for a helper started before they
     /// were known (see `supervise::spawn::StartedHelper`); otherwise the helper's own.
-    #[serde(default)]
+    #[serde(default, with = "super::bytes::os_pairs")]
     pub env: Option<Vec<(OsString, OsString)>>,
     #[serde(default, with = "super::bytes::option")]
     pub cwd: Option<PathBuf>,

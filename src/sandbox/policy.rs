@@ -162,8 +162,8 @@ pub struct PolicyOptions {
     /// `CLAUDE_CONFIG_DIR` for the agent; default `claude` in coder's state
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
-    /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs`, else
-    /// `sandbox` in coder's state directory.
+    /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs` (unless
+    /// that lies beneath `/dev/shm`), else `sandbox` in coder's state directory.
     pub runs_dir: Option<PathBuf>,
 }
 
@@ -1223,8 +1223,14 @@ fn write_git_identity(run_dir: &Path, home: &Path) -> Result<PathBuf, SandboxErr
     Ok(path)
 }
 
+/// Never beneath `/dev/shm`: the agent gets a tmpfs of its own there (`confine`), which
+/// would hide the run's granted directories (every confined run failed with `ENOENT`),
+/// and directories the helper made in it would be the agent's to rename.
 fn default_runs_dir() -> Result<PathBuf, SandboxError> {
-    match env_path("XDG_RUNTIME_DIR").filter(|p| p.is_dir()) {
+    let usable = |p: &PathBuf| {
+        fs::canonicalize(p).is_ok_and(|real| real.is_dir() && !real.starts_with("/dev/shm"))
+    };
+    match env_path("XDG_RUNTIME_DIR").filter(usable) {
         Some(runtime) => Ok(runtime.join("coder/runs")),
         None => Ok(coder_state_dir()?.join("sandbox")),
     }
