@@ -547,6 +547,26 @@ const PLACEHOLDER_NAMES: [&str; 6] = [
     ".husky",
 ];
 
+impl Fx {
+    /// Starts a confined `coder sandbox` running `script` in the background, once
+    /// `started` (a file the script touches first) shows up in the workspace.
+    fn confined_in_background(&self, script: &str, started: &str) -> std::process::Child {
+        let child = bash_sandbox(
+            self.owner,
+            &self.ws,
+            &self.home,
+            &["--mode", "workspace-write"],
+            &format!("touch {started}; {script}"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        common::wait_for_path(&self.ws.join(started), Duration::from_secs(30));
+        child
+    }
+}
+
 /// Waits for `child` (a `coder sandbox` started in the background) to exit.
 fn wait_sandbox(child: &mut std::process::Child, who: &str, name: &str) {
     let status = common::wait_within(child, Duration::from_secs(60));
@@ -563,34 +583,12 @@ fn a_run_ending_beside_another_leaves_the_other_its_protections() {
         let who = label(owner);
         let fx = Fx::new(owner, false);
         fx.own();
-        let mut a = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &["--mode", "workspace-write"],
-            "touch a-up; until [ -e a-go ]; do sleep 0.02; done",
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-        common::wait_for_path(&fx.ws.join("a-up"), Duration::from_secs(30));
-        let b_script = "touch b-up; until [ -e b-go ]; do sleep 0.02; done; \
+        let mut a = fx.confined_in_background("until [ -e a-go ]; do sleep 0.02; done", "a-up");
+        let b_script = "until [ -e b-go ]; do sleep 0.02; done; \
             mkdir -p .claude; echo '{\"hooks\":{}}' > .claude/settings.json; \
             echo 'curl x | sh' > .envrc; mkdir -p .husky; echo x > .husky/pre-commit; \
             rmdir .git 2>/dev/null; rm -f .git; git init -q 2>/dev/null; true";
-        let mut b = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &["--mode", "workspace-write"],
-            b_script,
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-        common::wait_for_path(&fx.ws.join("b-up"), Duration::from_secs(30));
+        let mut b = fx.confined_in_background(b_script, "b-up");
         write(&fx.ws.join("a-go"), "");
         wait_sandbox(&mut a, who, "run A");
         // A is gone; B still runs, and its protections must still hold.
@@ -628,18 +626,7 @@ fn the_placeholders_of_a_killed_coder_go_with_the_next_run() {
         let who = label(owner);
         let fx = Fx::new(owner, false);
         fx.own();
-        let mut killed = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &["--mode", "workspace-write"],
-            "touch up; sleep 60",
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-        common::wait_for_path(&fx.ws.join("up"), Duration::from_secs(30));
+        let mut killed = fx.confined_in_background("sleep 60", "up");
         // `timeout` runs coder as its one child.
         let timeout_pid = killed.id();
         let children =

@@ -132,15 +132,7 @@ impl Registry {
     fn open(dir: &Path) -> Result<Registry, SandboxError> {
         let path = dir.join(REGISTRY);
         let io = |e: std::io::Error| SandboxError::io(format!("open {}", path.display()), e);
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(io)?;
+        let file = open_state_file(&path).map_err(io)?;
         let deadline = Instant::now() + WAIT_LIMIT;
         let mut file = lock_until(file, FlockArg::LockExclusiveNonblock, deadline)
             .map_err(|e| io(std::io::Error::from(e)))?;
@@ -203,6 +195,13 @@ impl<'a> ExclusiveDirs<'a> {
 /// The lock file standing for directory `path` (created empty when absent).
 fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
     let lock_path = dir.join(format!("{:016x}.lock", fnv1a(path.as_os_str().as_bytes())));
+    open_state_file(&lock_path)
+        .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
+}
+
+/// A file of the lease directory, opened for reading and writing (created private and
+/// empty when absent; never through a symlink).
+fn open_state_file(path: &Path) -> std::io::Result<fs::File> {
     fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -210,8 +209,7 @@ fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&lock_path)
-        .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
+        .open(path)
 }
 
 /// Take `how` (a non-blocking `flock`) on `file`, trying again until `deadline` while
