@@ -22,10 +22,12 @@
 //!
 //! The lock files and the registry live in coder's state directory (`placeholders/`),
 //! never granted to an agent: an agent that could take these locks could block other
-//! runs. Lock files are named by a hash of the directory's path; two paths sharing one
-//! only ever make a run more careful. Runs of different state directories (other users)
-//! do not see each other's registries; they still exclude each other only if they share
-//! the state directory, a limit stated in SECURITY.md.
+//! runs. A lock file stands for every directory whose path hashes to its name, one of
+//! [`LOCK_FILES`]: two directories sharing one only ever make a run more careful (a
+//! removal waits for the last run), and the directory never holds more files than that
+//! however many workspaces come and go. Runs with different state directories (other
+//! users, or a `CODER_STATE_DIR` of their own) share neither locks nor registry, so they
+//! do not exclude each other: a limit stated in SECURITY.md.
 
 use std::collections::HashMap;
 use std::fs;
@@ -48,6 +50,9 @@ const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
 /// The registry's name in the lease directory.
 const REGISTRY: &str = "registry.json";
+
+/// Lock files at most: directories' paths are hashed onto these.
+const LOCK_FILES: u64 = 4096;
 
 /// A run's hold on its writable trees' placeholders. Dropping it without
 /// [`PlaceholderLease::release`] (a coder that dies) only drops the holds: the registry
@@ -194,7 +199,8 @@ impl<'a> ExclusiveDirs<'a> {
 
 /// The lock file standing for directory `path` (created empty when absent).
 fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
-    let lock_path = dir.join(format!("{:016x}.lock", fnv1a(path.as_os_str().as_bytes())));
+    let slot = fnv1a(path.as_os_str().as_bytes()) % LOCK_FILES;
+    let lock_path = dir.join(format!("{slot:03x}.lock"));
     open_state_file(&lock_path)
         .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
 }
@@ -234,7 +240,7 @@ fn lock_until(
     }
 }
 
-/// FNV-1a, 64 bits: a stable name for a path's lock file across coder versions.
+/// FNV-1a, 64 bits: a path's lock file, the same for every coder version.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -295,11 +301,28 @@ mod tests {
         ws: PathBuf,
     }
 
+    fn slot(path: &Path) -> u64 {
+        fnv1a(path.as_os_str().as_bytes()) % LOCK_FILES
+    }
+
+    /// A new directory in `parent` whose lock file is none of those of `avoid` and its
+    /// ancestors: two directories sharing a lock file make a removal wait on purpose,
+    /// which the tests of independent trees must not meet by chance.
+    fn dir_apart(parent: &Path, prefix: &str, avoid: &Path) -> PathBuf {
+        let taken: Vec<u64> = avoid.ancestors().map(slot).collect();
+        let dir = (0..)
+            .map(|n| parent.join(format!("{prefix}{n}")))
+            .find(|d| !taken.contains(&slot(d)))
+            .unwrap();
+        fs::create_dir(&dir).unwrap();
+        dir
+    }
+
     fn fx() -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let root = fs::canonicalize(dir.path()).unwrap();
         let ws = root.join("ws");
-        fs::create_dir_all(ws.join("sub")).unwrap();
+        fs::create_dir_all(&ws).unwrap();
         Fx {
             _dir: dir,
             state: root.join("state"),
@@ -324,7 +347,7 @@ mod tests {
     #[test]
     fn a_run_in_an_enclosing_or_a_nested_tree_holds_the_placeholders_too() {
         let fx = fx();
-        let sub = fx.ws.join("sub");
+        let sub = dir_apart(&fx.ws, "sub", &fx.ws);
         // A run of the whole workspace keeps a placeholder inside `sub` that a run of
         // `sub` made, and a run of `sub` keeps those inside `sub` only.
         let outer = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
@@ -354,8 +377,7 @@ mod tests {
     #[test]
     fn a_sibling_tree_does_not_hold_them() {
         let fx = fx();
-        let other = fx.ws.with_file_name("other");
-        fs::create_dir(&other).unwrap();
+        let other = dir_apart(fx.ws.parent().unwrap(), "other", &fx.ws);
         let run = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
         let sibling = PlaceholderLease::take(&fx.state, std::slice::from_ref(&other)).unwrap();
         run.register(&[placeholder_dir(&fx.ws.join(".idea"))])
