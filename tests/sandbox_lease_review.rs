@@ -39,6 +39,12 @@ pub const KNOWN_OPEN: &[&str] = &[
      not refused (the shared /tmp is the user's explicit grant, and refusing it would \
      break /tmp-homed setups). Reproduce: HOME=/tmp/h coder sandbox --allow-tmp -- rm \
      /tmp/h/.local/state/coder/placeholders/*.lock while another run works in the tree.",
+    "A run that cannot lock the registry within 10 s when its scan ends (another run's \
+     release of many placeholders holds it; before the refusal of writable lease dirs, an \
+     agent granted registry.json holding it) fails, and its placeholders are neither \
+     registered nor removed: PlaceholderRelease::run goes through the registry only, so \
+     .claude, .envrc, .git (symlink) ... stay in that workspace for good. Reproduced with \
+     e8bb266: the blocked run waited 20 s, exited 71 and left all ten placeholders.",
     "Runs of different state directories (root and a user in one tree, a shell with \
      XDG_STATE_HOME set and one without, CODER_STATE_DIR) do not see each other's locks: \
      the first to end removes placeholders the other masks, and the other's agent can then \
@@ -168,8 +174,11 @@ fn wait_ok(child: &mut Child, who: &str, name: &str) {
 
 fn assert_nothing_planted(ws: &Path, who: &str, how: &str) {
     for planted in PLANTED {
+        // A directory there is a placeholder (left or not is asserted apart); a file or a
+        // symlink is the agent's.
+        let meta = std::fs::symlink_metadata(ws.join(planted));
         assert!(
-            !exists(&ws.join(planted)),
+            !meta.is_ok_and(|m| !m.is_dir()),
             "[{who}] {how}: the agent planted {planted}"
         );
     }
@@ -574,5 +583,75 @@ fn an_agent_cannot_point_a_registered_placeholder_path_at_a_live_runs_mask() {
             !exists(&sub.join(".git/hooks/pre-commit")),
             "[{who}] run A's agent wrote a hook once run B's release followed the symlink"
         );
+    }
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_agent_granted_the_registry_file_cannot_block_other_runs() {
+    // `--write` of one file in the lease directory (the registry, which every run locks
+    // when its scan ends): an agent that holds its lock makes every other run of this
+    // state directory wait 10 s and fail. Either the run is refused or the other runs
+    // are not held up.
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        let other = fx.root.join("other");
+        write(&other.join("README.md"), "x\n");
+        fx.own();
+        let first = fx.quick(&fx.ws);
+        assert!(first.status.success(), "[{who}] first run: {first:?}");
+        let registry = fx
+            .home
+            .join(".local/state/coder/placeholders/registry.json");
+        assert!(registry.is_file(), "[{who}] no registry after a run");
+        let script = format!(
+            "flock -x {} -c 'touch b-up; until [ -e b-go ]; do sleep 0.02; done'",
+            registry.display()
+        );
+        let mut b = bash_sandbox(
+            owner,
+            &fx.ws,
+            &fx.home,
+            &[
+                "--mode",
+                "workspace-write",
+                "--write",
+                registry.to_str().unwrap(),
+            ],
+            &script,
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let refused = loop {
+            if fx.ws.join("b-up").exists() {
+                break false;
+            }
+            if let Some(status) = b.try_wait().unwrap() {
+                assert!(!status.success(), "[{who}] run B ended without its command");
+                break true;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{who}] run B neither started nor ended"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let started = Instant::now();
+        let c = fx.quick(&other);
+        let waited = started.elapsed();
+        write(&fx.ws.join("b-go"), "");
+        if !refused {
+            let _ = common::wait_within(&mut b, Duration::from_secs(60));
+        }
+        assert!(
+            c.status.success() && waited < Duration::from_secs(8),
+            "[{who}] a run of another workspace, while B's agent held the registry: \
+             waited {waited:?}, {c:?}"
+        );
+        assert_no_placeholders(&other, who);
     }
 }

@@ -20,18 +20,21 @@
 //!   ([`PlaceholderLease::release`]). What cannot be removed now stays registered: the run
 //!   that ends last removes it.
 //!
-//! The lock files and the registry live in coder's state directory (`placeholders/`),
-//! never granted to an agent: an agent that could take these locks could block other
-//! runs. Lock files are named by a hash of the directory's path; two paths sharing one
-//! only ever make a run more careful. Runs of different state directories (other users)
-//! do not see each other's registries; they still exclude each other only if they share
-//! the state directory, a limit stated in SECURITY.md.
+//! The lock files and the registry live in coder's state directory (`placeholders/`). A
+//! run whose writable trees reach it is refused ([`super::policy`]): an agent that could
+//! remove these locks could make another run's ending unmask its own run, and one that
+//! held them could block every later run. Lock files are named by the directory's device
+//! and inode, so every path to one directory (a bind mount, a tree an agent renamed) names
+//! one lock; a registered placeholder whose path now passes through a symlink is forgotten,
+//! not removed (the symlink could lead to another run's placeholder). Runs of different
+//! state directories (other users) do not see each other's registries; they still exclude
+//! each other only if they share the state directory, a limit stated in SECURITY.md.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -109,12 +112,17 @@ impl PlaceholderLease {
             return;
         }
         let mut exclusive = ExclusiveDirs::new(&self.dir);
-        let (free, kept): (Vec<Placeholder>, Vec<Placeholder>) =
-            std::mem::take(&mut registry.entries)
-                .into_iter()
-                .partition(|p| exclusive.holds_every_dir_above(&p.path));
+        let mut free = Vec::new();
+        for placeholder in std::mem::take(&mut registry.entries) {
+            if !exclusive.holds_every_dir_above(&placeholder.path) {
+                registry.entries.push(placeholder);
+            } else if reached_without_symlinks(&placeholder.path) {
+                free.push(placeholder);
+            }
+            // Else forgotten, not removed: its path now leads elsewhere (an agent turned a
+            // directory on it into a symlink), perhaps to another run's placeholder.
+        }
         remove_placeholders(&free);
-        registry.entries = kept;
         let _ = registry.save();
         // The exclusive locks go only now: no run scans these trees until the
         // placeholders are gone.
@@ -200,9 +208,16 @@ impl<'a> ExclusiveDirs<'a> {
     }
 }
 
-/// The lock file standing for directory `path` (created empty when absent).
+/// The lock file standing for directory `path` (created empty when absent), named by the
+/// directory's device and inode: every path to one directory names the same lock (a bind
+/// mount of the tree elsewhere; a tree an agent renamed while a run works in it). A path
+/// that cannot be inspected is named by a hash of its text.
 fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
-    let lock_path = dir.join(format!("{:016x}.lock", fnv1a(path.as_os_str().as_bytes())));
+    let name = match fs::metadata(path) {
+        Ok(meta) => format!("{:x}-{:x}.lock", meta.dev(), meta.ino()),
+        Err(_) => format!("{:016x}.lock", fnv1a(path.as_os_str().as_bytes())),
+    };
+    let lock_path = dir.join(name);
     fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -236,7 +251,19 @@ fn lock_until(
     }
 }
 
-/// FNV-1a, 64 bits: a stable name for a path's lock file across coder versions.
+/// Whether every directory from `/` down to `path`'s parent is a directory, not a
+/// symlink: the registered path then leads to the name the scan made, not through a
+/// symlink an agent left to another run's placeholder. Called under the exclusive locks
+/// of all these directories: no live run's agent can change them meanwhile.
+fn reached_without_symlinks(path: &Path) -> bool {
+    path.parent().is_some_and(|parent| {
+        parent
+            .ancestors()
+            .all(|dir| fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()))
+    })
+}
+
+/// FNV-1a, 64 bits: a stable name for the lock file of a path that cannot be inspected.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
