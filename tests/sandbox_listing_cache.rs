@@ -153,8 +153,9 @@ fn other_globs_or_trees_do_not_reuse_the_listings() {
     }
 }
 
-/// When the run's agent may write coder's state directory (here it is inside the
-/// workspace), the listings cache is not used and nothing the agent leaves in its place
+/// When the run's agent may write coder's state directory (here it is under `/tmp` and the
+/// run has `--allow-tmp`; a workspace or `--write` path holding it is refused, since the
+/// placeholder locks live there too), the listings cache is not used and nothing the agent leaves in its place
 /// survives the run. A genuine cache of this workspace, planted where the run will look, is
 /// gone before the agent starts; one the agent writes is gone after the run.
 #[test]
@@ -173,18 +174,22 @@ fn a_cache_the_agent_can_write_is_neither_used_nor_left() {
             .to_str()
             .unwrap()
             .to_string();
-        let inside = fx.ws().join("state/listings");
+        let state = fx.ws().parent().unwrap().join("tmp-state");
+        assert!(state.starts_with("/tmp"), "{}", state.display());
+        let inside = state.join("listings");
         std::fs::create_dir_all(&inside).unwrap();
         std::fs::copy(&genuine[0], inside.join(&name)).unwrap();
-        fx.own(&fx.ws());
+        fx.own(&state);
+        let cache = inside.join(&name);
+        let cache = cache.display();
 
         let script = format!(
-            "set -e; test ! -e state/listings/{name} && echo GONE; \
-             printf forged > state/listings/{name}; echo PLANTED"
+            "set -e; test ! -e {cache} && echo GONE; \
+             printf forged > {cache}; echo PLANTED"
         );
         let (rc, out) = run_text(
-            fx.sandbox_in(&fx.ws(), &[], &script)
-                .env("CODER_STATE_DIR", fx.ws().join("state")),
+            fx.sandbox_in(&fx.ws(), &["--allow-tmp"], &script)
+                .env("CODER_STATE_DIR", &state),
         );
         assert_eq!(rc, 0, "nobody={nobody}: {out}");
         assert!(

@@ -136,16 +136,18 @@ fn ctime(path: &Path) -> (i64, u32) {
 /// How the agent of a run with a grant over coder's state directory plants its listings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Plant {
-    /// Another workspace's cache file, the grant naming the state directory by its path.
+    /// Another workspace's cache file, the grant naming `<state>/listings` by its path.
     OtherWorkspace,
-    /// Its own workspace's cache file, the grant naming the state directory through a bind
+    /// Its own workspace's cache file, the grant naming `<state>/listings` through a bind
     /// mount (another path to the same directory).
     ThroughBindMount,
-    /// `<state>/listings` replaced by a symlink to a directory of the agent's.
+    /// `<state>/listings` replaced by a symlink to a directory of the agent's (through
+    /// `--allow-tmp`: the state directory is under `/tmp`).
     SymlinkedDirectory,
 }
 
-/// An agent that may write coder's state directory (the user granted `--write` over it)
+/// An agent that may write coder's state directory (the user granted `--write` over its
+/// listings, or `--allow-tmp` with the state directory under `/tmp`)
 /// plants kept listings that make a later run skip a directory: the run removes the
 /// listings its agent could write before the agent starts and after the run, and the
 /// attacks are on what it does not remove ([`Plant`]). The secret the user put in `d0`
@@ -183,7 +185,17 @@ fn an_agent_that_can_write_the_state_directory_cannot_forge_a_later_runs_listing
             // Not `own` of the workspace: a chown moves every ctime below it.
             fx.own(&fx.ws(agent_ws).join("forged"));
 
-            let grant = ["--write", state.to_str().unwrap()];
+            // A grant holding the whole state directory is refused (the placeholder locks
+            // live there): the listings directory, or the shared /tmp the fixture is in
+            // for the plant that must replace that directory.
+            let listings_grant = state.join("listings");
+            let grant: Vec<&str> = match plant {
+                Plant::SymlinkedDirectory => {
+                    assert!(state.starts_with("/tmp"), "{}", state.display());
+                    vec!["--allow-tmp"]
+                }
+                _ => vec!["--write", listings_grant.to_str().unwrap()],
+            };
             let script = match plant {
                 Plant::SymlinkedDirectory => format!(
                     "umask 077; mkdir fake && cp forged fake/{name} && rm -rf '{0}/listings' \

@@ -20,20 +20,24 @@
 //!   ([`PlaceholderLease::release`]). What cannot be removed now stays registered: the run
 //!   that ends last removes it.
 //!
-//! The lock files and the registry live in coder's state directory (`placeholders/`),
-//! never granted to an agent: an agent that could take these locks could block other
-//! runs. A lock file stands for every directory whose path hashes to its name, one of
-//! [`LOCK_FILES`]: two directories sharing one only ever make a run more careful (a
-//! removal waits for the last run), and the directory never holds more files than that
-//! however many workspaces come and go. Runs with different state directories (other
-//! users, or a `CODER_STATE_DIR` of their own) share neither locks nor registry, so they
-//! do not exclude each other: a limit stated in SECURITY.md.
+//! The lock files and the registry live in coder's state directory (`placeholders/`). A
+//! run whose writable trees reach it is refused ([`super::policy`]): an agent that could
+//! remove these locks could make another run's ending unmask its own run, and one that
+//! held them could block every later run. A lock file stands for a directory by its
+//! device and inode, so every path to one directory (a bind mount, a tree an agent
+//! renamed) names one lock; they are hashed onto at most [`LOCK_FILES`] files, so the
+//! directory does not grow with every workspace ever used, and two directories sharing
+//! one only ever make a run more careful (a removal waits for the last run). A registered
+//! placeholder whose path now passes through a symlink is forgotten, not removed (the
+//! symlink could lead to another run's placeholder). Runs with different state
+//! directories (other users, or a `CODER_STATE_DIR` of their own) share neither locks nor
+//! registry, so they do not exclude each other: a limit stated in SECURITY.md.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -114,12 +118,17 @@ impl PlaceholderLease {
             return;
         }
         let mut exclusive = ExclusiveDirs::new(&self.dir);
-        let (free, kept): (Vec<Placeholder>, Vec<Placeholder>) =
-            std::mem::take(&mut registry.entries)
-                .into_iter()
-                .partition(|p| exclusive.holds_every_dir_above(&p.path));
+        let mut free = Vec::new();
+        for placeholder in std::mem::take(&mut registry.entries) {
+            if !exclusive.holds_every_dir_above(&placeholder.path) {
+                registry.entries.push(placeholder);
+            } else if reached_without_symlinks(&placeholder.path) {
+                free.push(placeholder);
+            }
+            // Else forgotten, not removed: its path now leads elsewhere (an agent turned a
+            // directory on it into a symlink), perhaps to another run's placeholder.
+        }
         remove_placeholders(&free);
-        registry.entries = kept;
         let _ = registry.save();
         // The exclusive locks go only now: no run scans these trees until the
         // placeholders are gone.
@@ -197,12 +206,24 @@ impl<'a> ExclusiveDirs<'a> {
     }
 }
 
-/// The lock file standing for directory `path` (created empty when absent).
+/// The lock file standing for directory `path` (created empty when absent), named by the
+/// directory's device and inode: every path to one directory names the same lock (a bind
+/// mount of the tree elsewhere; a tree an agent renamed while a run works in it). A path
+/// that cannot be inspected is named by a hash of its text.
 fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
-    let slot = fnv1a(path.as_os_str().as_bytes()) % LOCK_FILES;
-    let lock_path = dir.join(format!("{slot:03x}.lock"));
+    let lock_path = dir.join(format!("{:03x}.lock", lock_slot(path)));
     open_state_file(&lock_path)
         .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
+}
+
+/// Which of the [`LOCK_FILES`] stands for directory `path`: a hash of its device and
+/// inode, or of its path's text when it cannot be inspected.
+fn lock_slot(path: &Path) -> u64 {
+    let hash = match fs::metadata(path) {
+        Ok(meta) => fnv1a(&[meta.dev().to_le_bytes(), meta.ino().to_le_bytes()].concat()),
+        Err(_) => fnv1a(path.as_os_str().as_bytes()),
+    };
+    hash % LOCK_FILES
 }
 
 /// A file of the lease directory, opened for reading and writing (created private and
@@ -240,7 +261,19 @@ fn lock_until(
     }
 }
 
-/// FNV-1a, 64 bits: a path's lock file, the same for every coder version.
+/// Whether every directory from `/` down to `path`'s parent is a directory, not a
+/// symlink: the registered path then leads to the name the scan made, not through a
+/// symlink an agent left to another run's placeholder. Called under the exclusive locks
+/// of all these directories: no live run's agent can change them meanwhile.
+fn reached_without_symlinks(path: &Path) -> bool {
+    path.parent().is_some_and(|parent| {
+        parent
+            .ancestors()
+            .all(|dir| fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()))
+    })
+}
+
+/// FNV-1a, 64 bits: the same lock file for every coder version.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -301,21 +334,20 @@ mod tests {
         ws: PathBuf,
     }
 
-    fn slot(path: &Path) -> u64 {
-        fnv1a(path.as_os_str().as_bytes()) % LOCK_FILES
-    }
-
     /// A new directory in `parent` whose lock file is none of those of `avoid` and its
     /// ancestors: two directories sharing a lock file make a removal wait on purpose,
     /// which the tests of independent trees must not meet by chance.
     fn dir_apart(parent: &Path, prefix: &str, avoid: &Path) -> PathBuf {
-        let taken: Vec<u64> = avoid.ancestors().map(slot).collect();
-        let dir = (0..)
+        let taken: Vec<u64> = avoid.ancestors().map(lock_slot).collect();
+        // A lock file follows the inode: make directories until one lands apart (those
+        // that did not stay, so that their inodes are not handed out again).
+        (0..)
             .map(|n| parent.join(format!("{prefix}{n}")))
-            .find(|d| !taken.contains(&slot(d)))
-            .unwrap();
-        fs::create_dir(&dir).unwrap();
-        dir
+            .find(|d| {
+                fs::create_dir(d).unwrap();
+                !taken.contains(&lock_slot(d))
+            })
+            .unwrap()
     }
 
     fn fx() -> Fx {

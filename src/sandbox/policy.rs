@@ -517,7 +517,10 @@ impl Policy {
         // Held from before the scan looks at any placeholder until the run is over.
         // The writable trees are the ones the scan makes placeholders in.
         if !policy.guard_roots.is_empty() {
-            let lease = PlaceholderLease::take(&coder_state_dir()?, &policy.guard_roots)?;
+            let state = coder_state_dir()?;
+            let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
+            let writable = policy.guard_roots.iter().chain(&opts.extra_write);
+            refuse_writable_lease_dir(writable, &state.join("placeholders"))?;
             policy.lease = LeaseSlot(Some(Arc::new(lease)));
         }
         crate::phases::mark("scan.start");
@@ -1079,6 +1082,34 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
         ));
     }
     Ok(canonical)
+}
+
+/// The placeholder locks ([`super::lease`]) live in coder's state directory. A writable
+/// tree or `--write` file that reaches them (the workspace or a `--write` path holding
+/// them or inside them, or another path to the same directory) would let the agent remove
+/// them, so that another run's ending takes this run's masks with it, hold them and block
+/// every later run, or rewrite the registry: refused.
+fn refuse_writable_lease_dir<'a>(
+    trees: impl Iterator<Item = &'a PathBuf>,
+    lease_dir: &Path,
+) -> Result<(), SandboxError> {
+    let canonical = fs::canonicalize(lease_dir)
+        .map_err(|e| SandboxError::io(format!("resolve {}", lease_dir.display()), e))?;
+    let mut writable = Grants::default();
+    for tree in trees {
+        writable.add(tree, Access::Write)?;
+    }
+    if writable.writes_into(&canonical) {
+        return Err(SandboxError::Path {
+            what: "coder's state directory",
+            path: canonical,
+            reason: "lies in a tree the agent may write (the workspace or a --write path): \
+                     its agent could unlock the placeholders other runs rely on; set \
+                     CODER_STATE_DIR elsewhere or narrow --write"
+                .to_string(),
+        });
+    }
+    Ok(())
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
