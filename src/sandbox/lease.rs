@@ -55,7 +55,7 @@ const WAIT_LIMIT: Duration = Duration::from_secs(10);
 /// The registry's name in the lease directory.
 const REGISTRY: &str = "registry.json";
 
-/// Lock files at most: directories' paths are hashed onto these.
+/// Lock files at most: directories (by device and inode) are hashed onto these.
 const LOCK_FILES: u64 = 4096;
 
 /// A run's hold on its writable trees' placeholders. Dropping it without
