@@ -476,6 +476,40 @@ fn an_agent_granted_the_state_dir_cannot_unlock_the_placeholders_of_other_runs()
     }
 }
 
+/// Run B in `ws`, whose agent (`b_script`) signals `b-up`, waits for `b-go`, moves `x`
+/// away and signals `b-moved`; then run A, held in `ws/sub` (where `x` went) until
+/// `a-go`. Returns B, A and `ws/sub` once A's agent is up.
+fn b_moves_x_then_a_starts_in_sub(
+    fx: &Fx,
+    owner: Option<u32>,
+    x: &Path,
+    b_script: &str,
+) -> (Child, Child, PathBuf) {
+    let who = label(owner);
+    let b = bash_sandbox(
+        owner,
+        &fx.ws,
+        &fx.home,
+        &["--mode", "workspace-write"],
+        b_script,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    common::wait_for_path(&fx.ws.join("b-up"), Duration::from_secs(30));
+    assert!(
+        x.join(".git/hooks").is_dir(),
+        "[{who}] no hooks placeholder"
+    );
+    write(&fx.ws.join("b-go"), "");
+    common::wait_for_path(&fx.ws.join("b-moved"), Duration::from_secs(30));
+    let sub = fx.ws.join("sub");
+    let a = fx.hold(&sub, &[], "a", A_HOOK);
+    common::wait_for_path(&sub.join("a-up"), Duration::from_secs(30));
+    (b, a, sub)
+}
+
 /// A workspace whose `x` is a repository without `hooks/` (every run of the workspace
 /// makes a `hooks` placeholder there).
 fn with_repo_x(fx: &Fx) -> PathBuf {
@@ -502,27 +536,7 @@ fn an_agent_that_moves_a_live_runs_tree_cannot_make_its_own_run_unmask_it() {
         fx.own();
         let b_script = "touch b-up; until [ -e b-go ]; do sleep 0.02; done; mv x sub; \
             touch b-moved; until [ -e b-back ]; do sleep 0.02; done; mv sub x";
-        let mut b = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &["--mode", "workspace-write"],
-            b_script,
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        common::wait_for_path(&fx.ws.join("b-up"), Duration::from_secs(30));
-        assert!(
-            x.join(".git/hooks").is_dir(),
-            "[{who}] no hooks placeholder"
-        );
-        write(&fx.ws.join("b-go"), "");
-        common::wait_for_path(&fx.ws.join("b-moved"), Duration::from_secs(30));
-        let sub = fx.ws.join("sub");
-        let mut a = fx.hold(&sub, &[], "a", A_HOOK);
-        common::wait_for_path(&sub.join("a-up"), Duration::from_secs(30));
+        let (mut b, mut a, _) = b_moves_x_then_a_starts_in_sub(&fx, owner, &x, b_script);
         write(&fx.ws.join("b-back"), "");
         wait_ok(&mut b, who, "run B");
         write(&x.join("a-go"), "");
@@ -554,27 +568,7 @@ fn an_agent_cannot_point_a_registered_placeholder_path_at_a_live_runs_mask() {
         let b_script = "touch b-up; until [ -e b-go ]; do sleep 0.02; done; mv x sub; \
             mkdir x; ln -s ../sub/.git x/.git; touch b-moved; \
             until [ -e b-end ]; do sleep 0.02; done";
-        let mut b = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &["--mode", "workspace-write"],
-            b_script,
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        common::wait_for_path(&fx.ws.join("b-up"), Duration::from_secs(30));
-        assert!(
-            x.join(".git/hooks").is_dir(),
-            "[{who}] no hooks placeholder"
-        );
-        write(&fx.ws.join("b-go"), "");
-        common::wait_for_path(&fx.ws.join("b-moved"), Duration::from_secs(30));
-        let sub = fx.ws.join("sub");
-        let mut a = fx.hold(&sub, &[], "a", A_HOOK);
-        common::wait_for_path(&sub.join("a-up"), Duration::from_secs(30));
+        let (mut b, mut a, sub) = b_moves_x_then_a_starts_in_sub(&fx, owner, &x, b_script);
         write(&fx.ws.join("b-end"), "");
         wait_ok(&mut b, who, "run B");
         write(&sub.join("a-go"), "");

@@ -52,6 +52,9 @@ use super::scan::Placeholder;
 /// for the registry, before it gives up.
 const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
+/// The lease directory's name in coder's state directory.
+const LEASE_DIR: &str = "placeholders";
+
 /// The registry's name in the lease directory.
 const REGISTRY: &str = "registry.json";
 
@@ -73,12 +76,7 @@ impl PlaceholderLease {
     /// exclusively (it is removing placeholders there). The lease directory is created in
     /// `state_dir` when absent.
     pub fn take(state_dir: &Path, roots: &[PathBuf]) -> Result<PlaceholderLease, SandboxError> {
-        let dir = state_dir.join("placeholders");
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| SandboxError::io(format!("create {}", dir.display()), e))?;
+        let dir = Self::dir_in(state_dir)?;
         let deadline = Instant::now() + WAIT_LIMIT;
         let mut held = Vec::with_capacity(roots.len());
         for root in roots {
@@ -91,6 +89,18 @@ impl PlaceholderLease {
             dir,
             held: Mutex::new(held),
         })
+    }
+
+    /// The directory of the lock files and the registry in `state_dir`, created (mode
+    /// 0700) when absent: it exists once this returns, so callers can resolve it.
+    pub fn dir_in(state_dir: &Path) -> Result<PathBuf, SandboxError> {
+        let dir = state_dir.join(LEASE_DIR);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| SandboxError::io(format!("create {}", dir.display()), e))?;
+        Ok(dir)
     }
 
     /// Add `placeholders` (just created by this run) to the registry.
@@ -425,11 +435,11 @@ mod tests {
         let first = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
         drop(first);
         let held = Flock::lock(
-            open_lock_file(&fx.state.join("placeholders"), &fx.ws).unwrap(),
+            open_lock_file(&fx.state.join(LEASE_DIR), &fx.ws).unwrap(),
             FlockArg::LockExclusiveNonblock,
         )
         .unwrap();
-        let file = open_lock_file(&fx.state.join("placeholders"), &fx.ws).unwrap();
+        let file = open_lock_file(&fx.state.join(LEASE_DIR), &fx.ws).unwrap();
         let soon = Instant::now() + Duration::from_millis(30);
         assert_eq!(
             lock_until(file, FlockArg::LockSharedNonblock, soon).err(),
@@ -448,7 +458,7 @@ mod tests {
         fs::write(fx.ws.join(".claude/settings.json"), "{}").unwrap();
         run.release();
         assert!(fx.ws.join(".claude/settings.json").exists());
-        let registry = fs::read(fx.state.join("placeholders").join(REGISTRY)).unwrap();
+        let registry = fs::read(fx.state.join(LEASE_DIR).join(REGISTRY)).unwrap();
         assert_eq!(registry, b"[]", "tried once, then forgotten");
     }
 }

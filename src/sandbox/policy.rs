@@ -517,10 +517,12 @@ impl Policy {
         // Held from before the scan looks at any placeholder until the run is over.
         // The writable trees are the ones the scan makes placeholders in.
         if !policy.guard_roots.is_empty() {
+            // Refused before any lock is taken: an agent that can reach the lock files
+            // must not get a run that relies on them.
             let state = coder_state_dir()?;
-            let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
             let writable = policy.guard_roots.iter().chain(&opts.extra_write);
-            refuse_writable_lease_dir(writable, &state.join("placeholders"))?;
+            refuse_writable_lease_dir(writable, &PlaceholderLease::dir_in(&state)?)?;
+            let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
             policy.lease = LeaseSlot(Some(Arc::new(lease)));
         }
         crate::phases::mark("scan.start");
