@@ -461,6 +461,12 @@ fn an_agent_granted_the_state_dir_cannot_unlock_the_placeholders_of_other_runs()
         if refused.is_none() {
             write(&fx.ws.join("b-go"), "");
             wait_ok(&mut b, who, "run B");
+        } else {
+            // The refused run took its run directory back with it (A removed its own).
+            let runs: Vec<_> = std::fs::read_dir(state.join("coder/sandbox"))
+                .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+                .unwrap_or_default();
+            assert!(runs.is_empty(), "[{who}] run directories left: {runs:?}");
         }
         assert_nothing_planted(&fx.ws, who, "after the agent reached the lock files");
         // Nothing blocks the next run either, and it leaves nothing behind.

@@ -368,6 +368,7 @@ impl Policy {
             uuid::Uuid::new_v4().simple()
         ));
         create_private_dir(&run_dir)?;
+        let made = MadeRunDir(Some(run_dir.clone()));
         let run_dir = canonicalize("run directory", &run_dir)?;
         create_private_dir(&run_dir.join("tmp"))?;
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
@@ -426,6 +427,7 @@ impl Policy {
             policy.reachable_listings = listings_dir();
             policy.forget_reachable_listings();
             policy.warnings = late_guard;
+            made.keep();
             return Ok(policy);
         }
 
@@ -563,6 +565,7 @@ impl Policy {
             policy.cleanup();
             return Err(e);
         }
+        made.keep();
         Ok(policy)
     }
 
@@ -777,6 +780,26 @@ impl Policy {
                 let _ = fs::remove_dir_all(&self.run_dir);
             }
         });
+    }
+}
+
+/// The run directory `Policy::resolve` made, removed again when it fails before the
+/// policy that would clean it up exists (a refused `--write`, a lease it cannot take), so
+/// a refused run leaves nothing behind for a later run to prune.
+struct MadeRunDir(Option<PathBuf>);
+
+impl MadeRunDir {
+    /// The policy owns the directory now.
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for MadeRunDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 }
 
