@@ -131,11 +131,34 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
             eprintln!("coder sandbox: {line}");
         }
     }
+    // From here on the policy's run directory and placeholders exist: every way out
+    // removes them (run_forked does once the command ends).
+    let env = match command_setup(&mut policy, &args.command[0]) {
+        Ok(Some(env)) => env,
+        Ok(None) => {
+            policy.cleanup();
+            return Ok(ExitCode::from(EXIT_NOT_FOUND));
+        }
+        Err(e) => {
+            policy.cleanup();
+            return Err(e);
+        }
+    };
+    // Every mode forks and waits, so the per-call directory (private temp and config dir,
+    // placeholders) is removed when the command ends, danger-full-access included.
+    crate::phases::mark("policy.done");
+    super::sandbox_fork::run_forked(policy, &args.command[0], &args.command[1..], env)
+}
+
+/// Enter the workspace, find `program` and grant reading it: the command's environment,
+/// or `None` (said on stderr) when the program is not found.
+fn command_setup(
+    policy: &mut Policy,
+    program: &OsString,
+) -> Result<Option<Vec<(OsString, OsString)>>, SandboxError> {
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;
-
-    let env = command_env(&policy);
-    let program = &args.command[0];
+    let env = command_env(policy);
     let search_path = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -146,19 +169,14 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
             "coder sandbox: {}: command not found",
             program.to_string_lossy()
         );
-        policy.cleanup();
-        return Ok(ExitCode::from(EXIT_NOT_FOUND));
+        return Ok(None);
     };
     // The command itself must be readable in the sandbox; grant the file alone when it
     // lives outside the granted roots, not its whole directory.
     if policy.mode.is_confined() && !policy.is_granted(&executable) {
         policy.grant_read(&executable)?;
     }
-
-    // Every mode forks and waits, so the per-call directory (private temp and config dir,
-    // placeholders) is removed when the command ends, danger-full-access included.
-    crate::phases::mark("policy.done");
-    super::sandbox_fork::run_forked(policy, program, &args.command[1..], env)
+    Ok(Some(env))
 }
 
 /// The `deny` globs of the config file (`CODER_CONFIG`, else the XDG default), the same

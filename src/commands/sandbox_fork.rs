@@ -43,21 +43,31 @@ pub(super) fn run_forked(
     env: Vec<(OsString, OsString)>,
 ) -> Result<ExitCode, SandboxError> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(|e| SandboxError::sys("socketpair", "proxy channel", e))?;
     let mut mask = SigSet::empty();
     for signal in FORWARDED {
         mask.add(signal);
     }
     mask.add(Signal::SIGCHLD);
     let mut old = SigSet::empty();
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))
-        .map_err(|e| SandboxError::sys("sigprocmask", "block", e))?;
+    let channel = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SandboxError::sys("socketpair", "proxy channel", e))
+    .and_then(|pair| {
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))
+            .map(|()| pair)
+            .map_err(|e| SandboxError::sys("sigprocmask", "block", e))
+    });
+    let (ours, theirs) = match channel {
+        Ok(pair) => pair,
+        Err(e) => {
+            policy.cleanup();
+            return Err(e);
+        }
+    };
     let parent = nix::unistd::getpid();
     // SAFETY: `coder sandbox` is dispatched before anything starts a thread, so this
     // process is single-threaded and the child may run ordinary code after the fork.
