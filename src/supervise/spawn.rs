@@ -3,11 +3,12 @@
 //!
 //! A confined child starts through the helper process (see [`crate::sandbox::helper`]),
 //! which confines itself and then execs the program; the first attempt's helper is started
-//! early ([`StartedHelper`]) and given its spec when the attempt starts. An unconfined one
-//! (`danger-full-access`) needs only the helper's first steps (a new session, the
-//! parent-death signal, no inherited descriptors), which are single system calls: they run
-//! between fork and exec of the program itself, which spares a second start of coder's own
-//! binary (about a millisecond per run).
+//! early ([`StartedHelper`], on a thread of its own: [`PendingHelper`]) and given its spec
+//! when the attempt starts. An unconfined one (`danger-full-access`) needs only the
+//! helper's first steps (a new session, the parent-death signal, no inherited
+//! descriptors), which are single system calls: they run between fork and exec of the
+//! program itself, which spares a second start of coder's own binary (about a millisecond
+//! per run).
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -159,6 +160,74 @@ async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Child, Option<OwnedFd
     let child = command.spawn()?;
     drop((status_write, net_child));
     Ok((wait_for_exec(child, status_read).await?, Some(net)))
+}
+
+/// The first attempt's sandbox helper, being started on the spawner thread.
+///
+/// Starting a process with `posix_spawn` holds the calling thread until the new process
+/// has called `execve` (the child shares its memory until then): for the helper, coder's
+/// own binary, 1.4 to 4.7 ms of the run's serial path under load (`cli_home.done ->
+/// helper.spawned`), most of it waiting to be scheduled again. Started on another thread,
+/// that wait overlaps with resolving the policy, which comes next.
+///
+/// That thread is one for the whole process and never ends: the parent-death signal the
+/// helper arms (so that it dies with coder) fires when the *thread* that started it ends,
+/// not the process, so a thread started for this spawn and then ended would kill the
+/// helper at once.
+pub struct PendingHelper(std::sync::mpsc::Receiver<Option<StartedHelper>>);
+
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+impl PendingHelper {
+    /// Starts the helper in `workspace` on the spawner thread (here, when that thread
+    /// cannot be had).
+    pub fn start(workspace: &std::path::Path) -> PendingHelper {
+        let (done, pending) = std::sync::mpsc::sync_channel(1);
+        let workspace = workspace.to_path_buf();
+        // The helper's pipes belong to this thread's runtime (tokio's process and I/O
+        // drivers), wherever it is spawned.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let job: SpawnJob = Box::new(move || {
+            let _entered = runtime.as_ref().map(|r| r.enter());
+            let helper = StartedHelper::start(&workspace).ok();
+            // Nobody waits any more (the run stopped before its attempt): dropped unused,
+            // the helper exits.
+            let _ = done.send(helper);
+        });
+        // Without the spawner thread, started here, as before there was one.
+        match Self::spawner() {
+            Some(spawner) => {
+                if let Err(std::sync::mpsc::SendError(job)) = spawner.send(job) {
+                    job();
+                }
+            }
+            None => job(),
+        }
+        PendingHelper(pending)
+    }
+
+    /// Waits for the helper to be started; `None` when it could not be.
+    pub fn join(self) -> Option<StartedHelper> {
+        self.0.recv().ok().flatten()
+    }
+
+    /// The spawner thread's queue, the thread started on first use; `None` when no thread
+    /// can be started.
+    fn spawner() -> Option<&'static std::sync::mpsc::Sender<SpawnJob>> {
+        static SPAWNER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<SpawnJob>>> =
+            std::sync::OnceLock::new();
+        SPAWNER
+            .get_or_init(|| {
+                let (queue, jobs) = std::sync::mpsc::channel::<SpawnJob>();
+                std::thread::Builder::new()
+                    .name("coder-spawner".into())
+                    // The sender lives in this static, so the loop never ends.
+                    .spawn(move || jobs.into_iter().for_each(|job| job()))
+                    .ok()?;
+                Some(queue)
+            })
+            .as_ref()
+    }
 }
 
 /// A helper started before its spec is known, for a confined child, which waits for it on
