@@ -22,7 +22,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::ops::Range;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -134,8 +134,10 @@ pub fn runs_dir(state_dir: &Path) -> PathBuf {
 /// the child's output. They travel in batches: the child's lines are gathered until
 /// [`Transcript::flush`] (the supervisor calls it whenever it has handled the lines at
 /// hand) or until [`BATCH_BYTES`] of them are waiting, and coder's own entries go out at
-/// once. The writer thread writes everything it has taken with one `write`, as soon as
-/// nothing more is queued. The queue between the two is short, so memory stays bounded.
+/// once. The writer thread writes everything it has taken with one `write` (a `writev`:
+/// a long event line that needs no redaction goes from its own buffer, not copied), as
+/// soon as nothing more is queued. The queue between the two is short, so memory stays
+/// bounded.
 ///
 /// Batches matter on a fast stream: one hand-off (and wake-up) per line cost as much as
 /// the writing, and a `write` of each 4 KB entry costs the kernel about twice the time of
@@ -215,6 +217,9 @@ impl Transcript {
             out: file,
             secrets: Secrets::new(secrets),
             pending: Vec::new(),
+            lines: Vec::new(),
+            lines_held: 0,
+            scratch: Vec::new(),
         };
         let shown = path.display().to_string();
         let thread = std::thread::Builder::new()
@@ -223,7 +228,7 @@ impl Transcript {
                 while let Ok(batch) = batches.recv() {
                     let mut written = sink.format(batch);
                     // Whatever else is queued already goes out with it, in one write.
-                    while written.is_ok() && sink.pending.len() < WRITE_BYTES {
+                    while written.is_ok() && sink.held() < WRITE_BYTES {
                         match batches.try_recv() {
                             Ok(batch) => written = sink.format(batch),
                             Err(_) => break,
@@ -367,9 +372,24 @@ impl Drop for Transcript {
 struct Sink {
     out: File,
     secrets: Secrets,
-    /// Formatted entries not yet written, one per line.
+    /// Formatted entries not yet written, one per line, but for the lines in `lines`.
     pending: Vec<u8>,
+    /// Event lines written as they are, each where it goes in `pending` (its entry's head
+    /// before, its closing brace after), with the part of it written.
+    lines: Vec<(usize, Vec<u8>, Range<usize>)>,
+    /// The memory `lines` hold.
+    lines_held: usize,
+    /// Room for the joins of an entry's pieces, searched for what redaction acts on.
+    scratch: Vec<u8>,
 }
+
+/// An event line at least this long is written from its own buffer, not copied into the
+/// pending bytes (see [`Sink::written_as_is`]); a shorter one costs less to copy than to
+/// search in pieces and hand to the kernel apart.
+const WRITTEN_AS_IS_BYTES: usize = 2048;
+
+/// The most buffers one `writev` is given (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
 
 impl Sink {
     /// Formats a batch of entries onto the pending bytes.
@@ -379,17 +399,57 @@ impl Sink {
             .try_for_each(|entry| self.format_entry(entry))
     }
 
-    /// Writes the pending entries with one write: a killed coder loses at most the
-    /// entries not yet written, which are the ones still queued or being formatted.
+    /// The memory the entries not yet written hold.
+    fn held(&self) -> usize {
+        self.pending.len() + self.lines_held
+    }
+
+    /// Writes the pending entries with one write (a `writev` of the pending bytes and the
+    /// lines written as they are, in order): a killed coder loses at most the entries not
+    /// yet written, which are the ones still queued or being formatted.
     fn write_pending(&mut self) -> std::io::Result<()> {
-        let result = self.out.write_all(&self.pending);
+        let result = if self.lines.is_empty() {
+            self.out.write_all(&self.pending)
+        } else {
+            let mut slices = Vec::with_capacity(2 * self.lines.len() + 1);
+            let mut from = 0;
+            for (at, line, part) in &self.lines {
+                slices.push(IoSlice::new(&self.pending[from..*at]));
+                slices.push(IoSlice::new(&line[part.clone()]));
+                from = *at;
+            }
+            slices.push(IoSlice::new(&self.pending[from..]));
+            write_all_slices(&mut self.out, &mut slices)
+        };
         self.pending.clear();
+        self.lines.clear();
+        self.lines_held = 0;
         result
     }
 
     /// Formats one entry onto the pending bytes, in place: an entry is copied once, from
-    /// the line into the pending bytes (twice when it must be redacted).
+    /// the line into the pending bytes (twice when it must be redacted), except a long
+    /// event line that needs no redaction, which is written from its own buffer.
     fn format_entry(&mut self, entry: Entry) -> std::io::Result<()> {
+        let as_is = match &entry {
+            Entry::Child {
+                at,
+                bytes: line,
+                cut: 0,
+                spans: Some(spans),
+                ..
+            } => self.written_as_is(*at, line, spans),
+            _ => None,
+        };
+        let entry = match (as_is, entry) {
+            (Some(part), Entry::Child { bytes, .. }) => {
+                self.lines_held += bytes.capacity();
+                self.lines.push((self.pending.len(), bytes, part));
+                self.pending.extend_from_slice(b"}\n");
+                return Ok(());
+            }
+            (_, entry) => entry,
+        };
         let start = self.pending.len();
         let formatted = self.format_in_place(entry);
         if formatted.is_err() {
@@ -461,14 +521,86 @@ impl Sink {
     }
 }
 
+impl Sink {
+    /// For a long event line that is UTF-8 and needs no redaction: writes its entry's head
+    /// onto the pending bytes and returns the part of the line the entry holds, to be
+    /// written from the line's own buffer, followed by `}`. `None` (nothing written)
+    /// otherwise.
+    ///
+    /// The entry is searched in pieces (its head with the line's first bytes, the line,
+    /// the line's last bytes with the `}`), the pieces overlapping by the longest pattern
+    /// less one byte, so that a match across a join is found as it would be in the whole.
+    fn written_as_is(
+        &mut self,
+        at: SystemTime,
+        line: &[u8],
+        spans: &EventSpans,
+    ) -> Option<Range<usize>> {
+        let start = line.len() - line.trim_ascii_start().len();
+        let part = start..start + line[start..].trim_ascii_end().len();
+        let overlap = self.secrets.surely_clean_span().saturating_sub(1);
+        if part.len() < WRITTEN_AS_IS_BYTES || part.len() <= 2 * overlap {
+            return None;
+        }
+        if !(spans.utf8 || simdutf8::basic::from_utf8(line).is_ok()) {
+            return None;
+        }
+        let head_at = self.pending.len();
+        event_head(&mut self.pending, &timestamp(at), line, spans);
+        let body = &line[part.clone()];
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.pending[head_at..]);
+        self.scratch.extend_from_slice(&body[..overlap]);
+        let mut clean = self.secrets.surely_clean(&self.scratch) && self.secrets.surely_clean(body);
+        if clean {
+            self.scratch.clear();
+            self.scratch
+                .extend_from_slice(&body[body.len() - overlap..]);
+            self.scratch.push(b'}');
+            clean = self.secrets.surely_clean(&self.scratch);
+        }
+        if clean {
+            Some(part)
+        } else {
+            self.pending.truncate(head_at);
+            None
+        }
+    }
+}
+
+/// Writes all of `slices`, at most [`IOV_MAX`] at a time.
+fn write_all_slices(out: &mut File, mut slices: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        let at_once = slices.len().min(IOV_MAX);
+        match out.write_vectored(&slices[..at_once]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(written) => IoSlice::advance_slices(&mut slices, written),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// `{"ts":…,"source":"child","kind":"event","id":…,"parent_id":…,"usage":…,"event":<line>}`
 ///
 /// The event is copied verbatim, never re-serialised, and the lifted fields are copied
 /// from where the decoder found them: a megabyte tool result costs one copy.
 fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &[u8], spans: &EventSpans) {
+    event_head(entry, ts, line, spans);
+    entry.extend_from_slice(line.trim_ascii());
+    entry.push(b'}');
+}
+
+/// What comes before the event in its entry ([`event_entry`]), `"event":` included.
+fn event_head(entry: &mut Vec<u8>, ts: &str, line: &[u8], spans: &EventSpans) {
     let raw = |span: &Option<Range<usize>>| span.clone().and_then(|s| line.get(s));
     entry.extend_from_slice(br#"{"ts":"#);
-    entry.extend_from_slice(Value::from(ts).to_string().as_bytes());
+    // A timestamp holds nothing JSON escapes.
+    entry.push(b'"');
+    entry.extend_from_slice(ts.as_bytes());
+    entry.push(b'"');
     entry.extend_from_slice(br#","source":"child","kind":"event""#);
     for (key, value) in [
         (&br#","id":"#[..], raw(&spans.uuid)),
@@ -481,8 +613,6 @@ fn event_entry(entry: &mut Vec<u8>, ts: &str, line: &[u8], spans: &EventSpans) {
         }
     }
     entry.extend_from_slice(br#","event":"#);
-    entry.extend_from_slice(line.trim_ascii());
-    entry.push(b'}');
 }
 
 /// A line kept as text. It is redacted before it is embedded: embedding escapes its
@@ -551,13 +681,33 @@ pub fn timestamp(time: SystemTime) -> String {
     let secs = since.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days as i64);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
+    let Ok(year @ 0..=9999) = u64::try_from(year) else {
+        return format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            since.subsec_millis()
+        );
+    };
+    // Digit by digit: `format!` took 3,000 instructions a time, once per transcript entry.
+    let mut text = String::with_capacity(24);
+    for (value, width, after) in [
+        (year, 4, '-'),
+        (u64::from(month), 2, '-'),
+        (u64::from(day), 2, 'T'),
+        (rem / 3600, 2, ':'),
+        (rem % 3600 / 60, 2, ':'),
+        (rem % 60, 2, '.'),
+        (u64::from(since.subsec_millis()), 3, 'Z'),
+    ] {
+        for place in (0..width).rev() {
+            let digit = value / 10u64.pow(place) % 10;
+            text.push(char::from(b'0' + digit as u8));
+        }
+        text.push(after);
+    }
+    text
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
@@ -596,6 +746,90 @@ mod tests {
         );
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(timestamp(leap), "2000-02-29T00:00:00.000Z");
+        // As `format!` writes them, over every month of four centuries and every field,
+        // and past the year 9999.
+        let times = (0..20_000u64)
+            .map(|step| step * 631_152_007 + step % 1000)
+            .chain((30..40).map(|step| step * 10_000_000_000_000));
+        for millis in times {
+            let at = Duration::from_millis(millis);
+            let since = SystemTime::UNIX_EPOCH + at;
+            let (secs, rem) = (at.as_secs() / 86_400, at.as_secs() % 86_400);
+            let (year, month, day) = civil_from_days(secs as i64);
+            let expected = format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+                rem / 3600,
+                rem % 3600 / 60,
+                rem % 60,
+                at.subsec_millis()
+            );
+            assert_eq!(timestamp(since), expected);
+            let mut head = Vec::new();
+            event_head(&mut head, &expected, b"{}", &EventSpans::default());
+            assert!(head.starts_with(format!("{{\"ts\":{}", Value::from(expected)).as_bytes()));
+        }
+    }
+
+    /// An entry as the copying path formats and redacts it.
+    fn copied_entry(secrets: &Secrets, ts: &str, line: &[u8]) -> Vec<u8> {
+        let spans = crate::stream::decode_line(line).unwrap().spans;
+        let mut entry = Vec::new();
+        event_entry(&mut entry, ts, line, &spans);
+        let entry = secrets.redact_known(&entry, Ending::Whole).unwrap_or(entry);
+        redact_tokens_bytes(&entry).into_owned()
+    }
+
+    #[test]
+    fn long_events_written_as_they_are_read_as_if_copied() {
+        // Secrets that a search of the line alone would miss: across the entry's head and
+        // the line, and across the line and the entry's closing brace.
+        let secrets = vec![r#"vent":{"uuid"#.to_owned(), r#"9zq7"}}"#.to_owned()];
+        let filler = r#"café — line\n \"quoted\" "#.repeat(200);
+        let event = |text: &str, end: &str| {
+            format!(
+                r#"{{"type":"user","uuid":"u1","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"{text}"}}]}},"z":"{end}"}}"#
+            )
+        };
+        let lines = [
+            event(&filler, "plain"),
+            event(&format!("{filler} ghp_0123456789abcdefABCDEF"), "x"),
+            event(&format!("sk-ant-api03-AAAA1111BBBB2222 {filler}"), "x"),
+            event(&filler, "9zq7"),
+            event(&filler, "x").replace(
+                r#"{"type":"user","uuid":"u1","#,
+                r#"{"uuid":"u1","type":"user","#,
+            ),
+            format!("  {}  ", event(&filler, "spaces around")),
+            event("a short result", "short"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let mut t = Transcript::create(path.clone(), secrets.clone());
+        for line in &lines {
+            let bytes = line.as_bytes().to_vec();
+            let decoded = crate::stream::decode_line(&bytes).ok();
+            assert!(decoded.is_some(), "{line}");
+            t.child_line(Pipe::Stdout, Line { bytes, dropped: 0 }, decoded.as_ref());
+        }
+        assert_eq!(t.finish(), None);
+        let written = std::fs::read(&path).unwrap();
+        let written: Vec<&[u8]> = written.split(|&b| b == b'\n').collect();
+        assert_eq!(written.len(), lines.len() + 1);
+        let redaction = Secrets::new(secrets);
+        for (entry, line) in written.iter().zip(&lines) {
+            // `{"ts":"` and the 24 characters of the time, which no secret here is near.
+            let ts = String::from_utf8_lossy(&entry[7..31]).into_owned();
+            let expected = copied_entry(&redaction, &ts, line.as_bytes());
+            assert_eq!(
+                String::from_utf8_lossy(entry),
+                String::from_utf8_lossy(&expected)
+            );
+        }
+        let redacted: Vec<bool> = written[..lines.len()]
+            .iter()
+            .map(|entry| entry.windows(10).any(|w| w == b"[REDACTED]"))
+            .collect();
+        assert_eq!(redacted, [false, true, true, true, true, false, false]);
     }
 
     #[test]

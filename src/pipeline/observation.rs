@@ -222,7 +222,23 @@ impl Observation {
 
     /// Takes one complete line. Returns the decoded event for stdout lines that are events.
     pub fn observe_line(&mut self, pipe: Pipe, line: &Line) -> Option<Decoded> {
-        self.remember_line(line);
+        self.observe_line_before(pipe, line, 0)
+    }
+
+    /// [`Observation::observe_line`] of a line that at least `lines_after` more lines will
+    /// surely follow (the rest of the lines read with it, which are all handled, whatever
+    /// happens, before `last_lines` is read). A line followed by [`LAST_LINES`] or more
+    /// cannot be among the last ones, so its head is not copied: on a fast stream that
+    /// copy cost as much as the splitter's copy of the whole stream.
+    pub fn observe_line_before(
+        &mut self,
+        pipe: Pipe,
+        line: &Line,
+        lines_after: usize,
+    ) -> Option<Decoded> {
+        if lines_after < LAST_LINES {
+            self.remember_line(line);
+        }
         match pipe {
             Pipe::Stderr => {
                 self.stderr_lines += 1;
@@ -707,6 +723,22 @@ mod tests {
         );
         assert_eq!(last[1], "𝄞".repeat(LAST_LINE_CHARS));
         assert_eq!(last[2], "x".repeat(LAST_LINE_CHARS));
+    }
+
+    #[test]
+    fn last_lines_are_the_same_when_lines_known_to_be_followed_are_not_kept() {
+        let lines: Vec<Line> = (0..57).map(|i| line(&format!("line {i}"))).collect();
+        let mut every = Observation::new(Instant::now(), false, vec![]);
+        let mut batched = Observation::new(Instant::now(), false, vec![]);
+        for (i, l) in lines.iter().enumerate() {
+            every.observe_line(Pipe::Stderr, l);
+            // Batches of 25, as the pipe reader hands them over.
+            let after = 24 - i % 25;
+            batched.observe_line_before(Pipe::Stderr, l, after.min(lines.len() - 1 - i));
+        }
+        assert_eq!(batched.last_lines(), every.last_lines());
+        assert_eq!(batched.last_lines()[0], "line 37");
+        assert_eq!(batched.stderr_lines, 57);
     }
 
     #[test]

@@ -227,6 +227,11 @@ impl Escapes {
 /// The position of the quote that closes the string opened at `open`, read a block at a
 /// time: `escape` is called with the position of each escaping backslash before it, in
 /// order, and refuses the string by returning `None`. `None` too for an unclosed string.
+///
+/// The commonest escapes, `\n`, `\"` and `\\`, which are always valid, are not handed to
+/// `escape`: they are told apart by the mask of the bytes escaped, a block at a time (the
+/// text of a tool result has one every few dozen bytes, and a call for each cost more than
+/// the search).
 #[inline(always)]
 fn string_end(
     json: &[u8],
@@ -248,16 +253,20 @@ fn string_end(
             }
         };
         let (quotes, backslashes) = quotes_and_backslashes(block);
-        let quotes = quotes & valid;
-        let (escaped, mut escaping) = escapes.next(backslashes & valid);
-        let closing = quotes & !escaped;
+        let (escaped, _) = escapes.next(backslashes & valid);
+        let closing = quotes & valid & !escaped;
+        // The bytes escaped by something else than `\n`, `\"` or `\\`: a backslash escapes
+        // the byte after it, which can lie in the next block (and is looked at there).
+        let mut other = escaped & valid & !(quotes | backslashes | mask_of(block, b'n'));
         if closing != 0 {
             // Only the escapes before the closing quote belong to the string.
-            escaping &= (closing & closing.wrapping_neg()) - 1;
+            other &= (closing & closing.wrapping_neg()) - 1;
         }
-        while escaping != 0 {
-            escape(at + escaping.trailing_zeros() as usize)?;
-            escaping &= escaping - 1;
+        while other != 0 {
+            // Its backslash is the byte before (the last of the block before, for the
+            // first byte of a block; never the opening quote, which escapes nothing).
+            escape(at + other.trailing_zeros() as usize - 1)?;
+            other &= other - 1;
         }
         if closing != 0 {
             return Some(at + closing.trailing_zeros() as usize);
@@ -566,7 +575,7 @@ mod tests {
     fn blocks_find_the_same_ends_as_a_search_stop_by_stop() {
         // Runs of backslashes and quotes across block boundaries, escapes cut at a
         // boundary, strings ending in the padded last block and not at all.
-        const PIECES: [&str; 12] = [
+        const PIECES: [&str; 14] = [
             "x",
             "ab c",
             r"\",
@@ -574,6 +583,8 @@ mod tests {
             r"\\",
             r#"""#,
             r"\n",
+            r"\t",
+            r"\/",
             r"\u00e9",
             r"\uD834\uDD1E",
             r"\uD834",

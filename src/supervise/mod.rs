@@ -275,11 +275,15 @@ impl LineQueue {
         journal: &mut dyn Journal,
     ) -> Option<bool> {
         loop {
-            match self.current.as_mut().map(|b| (b.pipe, b.lines.next())) {
-                Some((pipe, Some(line))) => {
-                    return Some(self.handle(pipe, line, observation, journal));
+            match self
+                .current
+                .as_mut()
+                .map(|b| (b.pipe, b.lines.next(), b.lines.len()))
+            {
+                Some((pipe, Some(line), after)) => {
+                    return Some(self.handle(pipe, line, after, observation, journal));
                 }
-                Some((_, None)) => self.current = None,
+                Some((_, None, _)) => self.current = None,
                 None => {}
             }
             match self.rx.try_recv() {
@@ -295,15 +299,18 @@ impl LineQueue {
 
     /// Hands one line to the observation and the journal, exactly the same way in the
     /// main loop and in the final drain; true when the line was the `result` event.
+    /// `lines_after`: the lines of its batch still to come, which are handled whatever
+    /// happens (the final drain takes what the main loop left).
     fn handle(
         &mut self,
         pipe: Pipe,
         line: Line,
+        lines_after: usize,
         observation: &mut Observation,
         journal: &mut dyn Journal,
     ) -> bool {
         crate::phases::mark_first_line();
-        let decoded = observation.observe_line(pipe, &line);
+        let decoded = observation.observe_line_before(pipe, &line, lines_after);
         if let Some(bytes) = journal.line(pipe, line, decoded.as_ref()) {
             self.spare.offer(bytes);
         }

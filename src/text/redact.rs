@@ -68,6 +68,8 @@ pub struct Secrets {
     /// [`Secrets::surely_clean`]); `None` where the CPU has no packed searcher, where
     /// there are too many secrets for one, and in `Secrets::default()`.
     anything: Option<aho_corasick::packed::Searcher>,
+    /// The longest pattern of `anything`, in bytes.
+    anything_longest: usize,
 }
 
 impl Secrets {
@@ -98,6 +100,11 @@ impl Secrets {
         }
         Secrets {
             anything: anything_searcher(&kept, &escapes),
+            anything_longest: anything_patterns(&kept, &escapes)
+                .iter()
+                .map(Vec::len)
+                .max()
+                .unwrap_or(0),
             finders: kept
                 .iter()
                 .map(|v| memmem::Finder::new(v.as_bytes()).into_owned())
@@ -120,6 +127,13 @@ impl Secrets {
         self.anything
             .as_ref()
             .is_some_and(|searcher| searcher.find(bytes).is_none())
+    }
+
+    /// The longest of what [`Secrets::surely_clean`] searches for, in bytes: a text known
+    /// clean in pieces is clean whole when every join of two pieces was searched with
+    /// this many bytes less one on each side.
+    pub fn surely_clean_span(&self) -> usize {
+        self.anything_longest
     }
 
     /// Whether no known value is redacted (token shapes still are).
@@ -272,20 +286,63 @@ fn anything_searcher(
     secrets: &[String],
     escapes: &[[u8; 2]],
 ) -> Option<aho_corasick::packed::Searcher> {
-    // `\u` with its first hex digit, so that every pattern but a short escape (only
-    // for a secret holding such a character) has three bytes for the searcher to check
-    // at once: `\u` alone made it stop at every `\n`. An escape spells a character only
-    // with its four hex digits.
-    let unicode = b"0123456789abcdefABCDEF".map(|digit| [b'\\', b'u', digit]);
     let mut builder = aho_corasick::packed::Config::new().builder();
-    builder
-        .extend(unicode)
-        .extend(escapes)
-        .extend(secrets)
-        .add("…")
-        .extend(TOKEN_PREFIXES)
-        .add(BEARER);
+    builder.extend(anything_patterns(secrets, escapes));
     builder.build()
+}
+
+/// What [`anything_searcher`] searches for.
+fn anything_patterns(secrets: &[String], escapes: &[[u8; 2]]) -> Vec<Vec<u8>> {
+    let unicode = unicode_escapes_of(secrets);
+    let literal = secrets
+        .iter()
+        .map(String::as_str)
+        .chain(["…"])
+        .chain(TOKEN_PREFIXES)
+        .chain([BEARER]);
+    unicode
+        .iter()
+        .map(|u| u.to_vec())
+        .chain(escapes.iter().map(|e| e.to_vec()))
+        .chain(literal.map(|p| p.as_bytes().to_vec()))
+        .collect()
+}
+
+/// The starts of the `\u` escapes that can spell a character of one of `secrets`: `\u`
+/// and the first two hex digits of each of its UTF-16 units, in every case (`\u00` for
+/// every ASCII character). Only a known secret is matched through escapes (token shapes
+/// are matched literally), and an escape spells a character only with its four digits,
+/// so a text whose `\u` escapes start otherwise spells no secret with them.
+///
+/// Two digits, not `\u` alone or with one: `\u` stopped the searcher at every `\n`,
+/// and `\u` with any first digit took 22 patterns, which pushed the searcher into its
+/// slower form for more than 32 (half the bytes per step).
+fn unicode_escapes_of(secrets: &[String]) -> Vec<[u8; 4]> {
+    let cases = |digit: u8| {
+        if digit.is_ascii_alphabetic() {
+            vec![digit.to_ascii_lowercase(), digit.to_ascii_uppercase()]
+        } else {
+            vec![digit]
+        }
+    };
+    let mut starts = Vec::new();
+    for c in secrets.iter().flat_map(|secret| secret.chars()) {
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let top = unit.to_be_bytes()[0];
+            let (high, low) = (HEX[usize::from(top >> 4)], HEX[usize::from(top & 15)]);
+            for first in cases(high) {
+                for second in cases(low) {
+                    let start = [b'\\', b'u', first, second];
+                    if !starts.contains(&start) {
+                        starts.push(start);
+                    }
+                }
+            }
+        }
+    }
+    starts
 }
 
 /// Long enough, and not a plain word or number: a credential mixes character classes.
@@ -661,6 +718,27 @@ mod tests {
         // `\"` can spell a character of the second set's secret: not known to be clean.
         assert!(!slashed.surely_clean(clean.as_bytes()));
         assert_eq!(slashed.redact_known(clean.as_bytes(), Ending::Whole), None);
+        // A `\u` escape of a character no secret holds spells none: clean. One of a
+        // character a secret holds, in any case of its hex digits, is not.
+        let checked = Secrets::new([KEY, "pass✓wörd𝄞42"]);
+        let escaped = r#"{"text":"done \u2714 \u4e2d\n"}"#;
+        assert!(secrets().surely_clean(escaped.as_bytes()));
+        assert!(Secrets::new(Vec::<String>::new()).surely_clean(br#"\u0073k-"#));
+        for spelled in [
+            "pass\\u2713wörd𝄞42",
+            "pass✓w\\u00F6rd𝄞42",
+            "pass✓wörd\\uD834\\uDD1E42",
+            "pass✓wörd\\ud834\\udd1e42",
+            "pass✓wörd\\uD834\\udD1e42",
+        ] {
+            assert!(
+                checked
+                    .redact_known(spelled.as_bytes(), Ending::Whole)
+                    .is_some(),
+                "{spelled}"
+            );
+            assert!(!checked.surely_clean(spelled.as_bytes()), "{spelled}");
+        }
     }
 
     #[test]
