@@ -6,6 +6,7 @@
 //! typed [`Note`]s of what coder did; it knows nothing of files or terminals, and this
 //! module knows nothing of processes.
 
+pub mod dirstats;
 pub mod progress;
 pub mod runs;
 pub mod transcript;

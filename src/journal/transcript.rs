@@ -650,13 +650,30 @@ fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 }
 
 /// Deletes the oldest transcripts beyond the retention limits. `keep` is never deleted.
-pub fn enforce_retention(dir: &Path, retention: Retention, keep: &Path) -> std::io::Result<usize> {
+/// The transcripts are those in `dir` now; `earlier` holds the times and sizes of those
+/// an earlier pass saw (all but `keep` are taken from it), the others are stat-ed here.
+pub fn enforce_retention(
+    dir: &Path,
+    retention: Retention,
+    keep: &Path,
+    earlier: &super::dirstats::DirStats,
+) -> std::io::Result<usize> {
     let mut runs: Vec<(SystemTime, u64, PathBuf)> = std::fs::read_dir(dir)?
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
         .filter_map(|e| {
-            let meta = e.metadata().ok()?;
-            Some((meta.modified().ok()?, meta.len(), e.path()))
+            let path = e.path();
+            let seen = (path != keep)
+                .then(|| earlier.get(&e.file_name()))
+                .flatten();
+            let (modified, len) = match seen {
+                Some(seen) => seen,
+                None => {
+                    let meta = e.metadata().ok()?;
+                    (meta.modified().ok()?, meta.len())
+                }
+            };
+            Some((modified, len, path))
         })
         .collect();
     // Newest first.
@@ -1042,6 +1059,51 @@ mod tests {
     }
 
     #[test]
+    fn retention_decides_on_the_directory_as_it_is_at_the_end() {
+        use crate::journal::dirstats::DirStats;
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, secs: u64| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![b'x'; 100]).unwrap();
+            File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+                .unwrap();
+        };
+        for (name, secs) in [("a.jsonl", 1000), ("b.jsonl", 2000), ("gone.jsonl", 3000)] {
+            write(name, secs);
+        }
+        let earlier = DirStats::of(dir.path());
+        // After the earlier pass: one transcript is removed, one comes, and this run's
+        // own (`keep`) is written again.
+        std::fs::remove_file(dir.path().join("gone.jsonl")).unwrap();
+        write("new.jsonl", 500);
+        write("keep.jsonl", 100);
+        std::fs::write(dir.path().join("keep.jsonl"), vec![b'x'; 300]).unwrap();
+        let removed = enforce_retention(
+            dir.path(),
+            Retention {
+                max_runs: 3,
+                max_bytes: 450,
+            },
+            &dir.path().join("keep.jsonl"),
+            &earlier,
+        )
+        .unwrap();
+        // Newest first: keep (now, 300 bytes), b, a (over 450 bytes), new (4th, and the
+        // oldest by its time, which the earlier pass never saw).
+        assert_eq!(removed, 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["b.jsonl", "keep.jsonl"]);
+    }
+
+    #[test]
     fn retention_keeps_the_newest() {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..5 {
@@ -1062,6 +1124,7 @@ mod tests {
                 max_bytes: u64::MAX,
             },
             &keep,
+            &crate::journal::dirstats::DirStats::default(),
         )
         .unwrap();
         assert_eq!(removed, 2);
@@ -1078,6 +1141,7 @@ mod tests {
                 max_bytes: 150,
             },
             &keep,
+            &crate::journal::dirstats::DirStats::default(),
         )
         .unwrap();
         assert_eq!(removed, 1);

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::config;
 use crate::exit::{ErrorKind, cancelled_exit_code};
+use crate::journal::dirstats::DirStats;
 use crate::journal::progress::{self, Progress};
 use crate::journal::transcript::{self, Transcript};
 use crate::journal::{Journal, Note};
@@ -81,6 +82,10 @@ pub async fn run(request: RunRequest) -> Envelope {
         transcript: Transcript::create(transcript_path.clone(), secrets),
         progress: progress::wanted(request.quiet)
             .then(|| Progress::start(request.idle_timeout).with_secrets(redaction.clone())),
+        history: HistoryStats::Pending {
+            runs: request.transcript.is_none().then(|| runs_dir.clone()),
+            sessions: SessionStore::new(&state_dir).dir().to_path_buf(),
+        },
     };
     journal.transcript.note(Note::Start(json!({
             "run_id": run_id,
@@ -150,11 +155,13 @@ pub async fn run(request: RunRequest) -> Envelope {
         Some(error) => envelope.warnings.push(error.to_owned()),
         None => {
             envelope.transcript = Some(transcript_path.display().to_string());
+            let (runs_seen, sessions_seen) = journal.history.take();
             if request.transcript.is_none() {
                 let _ = transcript::enforce_retention(
                     &runs_dir,
                     transcript::Retention::default(),
                     &transcript_path,
+                    &runs_seen,
                 );
             }
             // Session records and histories age out with the same retention.
@@ -163,6 +170,7 @@ pub async fn run(request: RunRequest) -> Envelope {
                 retention.max_runs,
                 retention.max_bytes,
                 request.session.id(),
+                &sessions_seen,
             );
         }
     }
@@ -252,10 +260,59 @@ pub fn new_run_id() -> String {
 struct RunJournal {
     transcript: Transcript,
     progress: Option<Progress>,
+    history: HistoryStats,
+}
+
+/// The times and sizes of the transcripts and sessions kept from earlier runs, for the
+/// retention at the run's end. With hundreds kept, stat-ing each one took milliseconds
+/// after the child had exited; they are stat-ed on a thread of their own from the child's
+/// first line on, while coder waits for the child, and the retention stats only what came
+/// since and the run's own files (see [`DirStats`]).
+enum HistoryStats {
+    /// Not started yet: the transcripts' directory (`None` for a `--transcript` of the
+    /// caller's, which has no retention) and the sessions'.
+    Pending {
+        runs: Option<std::path::PathBuf>,
+        sessions: std::path::PathBuf,
+    },
+    Taking(std::thread::JoinHandle<(DirStats, DirStats)>),
+    Taken,
+}
+
+impl HistoryStats {
+    /// Starts the stat-ing thread, once.
+    fn start(&mut self) {
+        if !matches!(self, HistoryStats::Pending { .. }) {
+            return;
+        }
+        let HistoryStats::Pending { runs, sessions } = std::mem::replace(self, HistoryStats::Taken)
+        else {
+            return;
+        };
+        let work = move || {
+            let runs = runs.as_deref().map(DirStats::of).unwrap_or_default();
+            (runs, DirStats::of(&sessions))
+        };
+        if let Ok(handle) = std::thread::Builder::new()
+            .name("history-stats".into())
+            .spawn(work)
+        {
+            *self = HistoryStats::Taking(handle);
+        }
+    }
+
+    /// What the thread found; nothing (the retention stats every file) if it never ran.
+    fn take(&mut self) -> (DirStats, DirStats) {
+        match std::mem::replace(self, HistoryStats::Taken) {
+            HistoryStats::Taking(handle) => handle.join().unwrap_or_default(),
+            _ => Default::default(),
+        }
+    }
 }
 
 impl Journal for RunJournal {
     fn line(&mut self, pipe: Pipe, line: Line, decoded: Option<&Decoded>) -> Option<Vec<u8>> {
+        self.history.start();
         if let Some(progress) = self.progress.as_mut() {
             progress.activity();
             if let Some(decoded) = decoded {

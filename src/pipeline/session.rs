@@ -18,6 +18,8 @@
 //! dir, and nothing else of a run's config dir survives it. The directory is 0700 and
 //! every file in it 0600, created so.
 
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -26,6 +28,8 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+use crate::journal::dirstats::DirStats;
 
 /// Where a session was created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +122,11 @@ impl SessionStore {
         }
     }
 
+    /// The directory of the records and kept histories.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn create_dir(&self) -> Result<(), SessionError> {
         private_dir(&self.dir).map_err(|e| self.io(e))
     }
@@ -187,18 +196,38 @@ impl SessionStore {
     /// or once their bytes add up to more than `max_bytes`, newest first by the record's
     /// modification time, the same retention as transcripts. `keep` (this run's session)
     /// and sessions locked by a running coder are never removed. Returns how many went.
-    pub fn enforce_retention(&self, max_sessions: usize, max_bytes: u64, keep: Uuid) -> usize {
+    /// The sessions are those in the directory now; `earlier` holds the times and sizes
+    /// of the files an earlier pass saw (all but `keep`'s are taken from it).
+    pub fn enforce_retention(
+        &self,
+        max_sessions: usize,
+        max_bytes: u64,
+        keep: Uuid,
+        earlier: &DirStats,
+    ) -> usize {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
-        let mut sessions: Vec<(std::time::SystemTime, u64, Uuid)> = entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name();
+        let names: HashSet<OsString> = entries.flatten().map(|e| e.file_name()).collect();
+        let stat = |id: Uuid, name: &OsStr| {
+            let seen = (id != keep).then(|| earlier.get(name)).flatten();
+            seen.or_else(|| {
+                let meta = std::fs::symlink_metadata(self.dir.join(name)).ok()?;
+                Some((meta.modified().ok()?, meta.len()))
+            })
+        };
+        let mut sessions: Vec<(std::time::SystemTime, u64, Uuid)> = names
+            .iter()
+            .filter_map(|name| {
                 let id = Uuid::parse_str(name.to_str()?.strip_suffix(".json")?).ok()?;
-                let meta = e.metadata().ok()?;
-                let history = std::fs::metadata(self.history_path(id)).map_or(0, |m| m.len());
-                Some((meta.modified().ok()?, meta.len() + history, id))
+                let (modified, len) = stat(id, name)?;
+                let history = OsString::from(format!("{id}.jsonl"));
+                let history = if names.contains(&history) {
+                    stat(id, &history).map_or(0, |(_, len)| len)
+                } else {
+                    0
+                };
+                Some((modified, len + history, id))
             })
             .collect();
         sessions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
