@@ -421,3 +421,18 @@ fn a_cut_or_broken_long_event_line_loses_the_secret() {
         3,
     );
 }
+
+#[test]
+fn a_secret_value_ending_in_a_newline_is_still_redacted() {
+    // A value read from a file keeps its final newline (an env file, `export K="$(cat f;
+    // echo)"`); the child prints the value without it (or its JSON spelling `\n`).
+    let marks: Vec<String> = (0..3).map(|i| format!("mark{i:04}")).collect();
+    let lines = vec![
+        notice(&marks[0], LONG, 2, 2100),
+        notice(&marks[1], LONG, 0, 100),
+        notice(&marks[2], &format!(r"{LONG}\n"), 0, 100),
+    ];
+    let value = format!("{LONG}\n");
+    let raw = transcript_of(&lines, &[("AWS_SECRET_ACCESS_KEY", &value)]);
+    assert_clean(&raw, &[LONG], &spellings(LONG), &marks, lines.len());
+}

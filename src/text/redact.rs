@@ -75,7 +75,9 @@ pub struct Secrets {
 impl Secrets {
     /// The values worth redacting among `values`: at least [`MIN_SECRET_LEN`] bytes, and
     /// not a plain word or number (`default`, `production`, `8080`), which a broad
-    /// secret-name rule would otherwise turn into `[REDACTED]` wherever it appears.
+    /// secret-name rule would otherwise turn into `[REDACTED]` wherever it appears. The
+    /// whitespace around a value (the newline of one read from a file) is no part of it:
+    /// a value with it was dropped as a whole, and printed without it, unredacted.
     pub fn new<I, S>(values: I) -> Secrets
     where
         I: IntoIterator<Item = S>,
@@ -83,7 +85,7 @@ impl Secrets {
     {
         let mut kept: Vec<String> = values
             .into_iter()
-            .map(|v| v.as_ref().to_owned())
+            .map(|v| v.as_ref().trim().to_owned())
             .filter(|v| worth_redacting(v))
             .collect();
         kept.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -745,6 +747,10 @@ mod tests {
     fn only_credential_like_values_are_kept() {
         assert_eq!(secrets().values(), [KEY, "hunter2hunter2"]);
         assert!(Secrets::new(["0123456789abcdef0123"]).values().len() == 1);
+        assert_eq!(
+            Secrets::new(["hunter2hunter2\n"]).values(),
+            ["hunter2hunter2"]
+        );
     }
 
     #[test]
