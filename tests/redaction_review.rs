@@ -185,20 +185,17 @@ fn env_all() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-#[test]
-fn secrets_at_every_offset_before_the_line_end_in_every_spelling() {
-    // The end piece is the line's last 39 bytes (the longest secret, 40, less one) and
-    // `}`: the secret ends 0 to 45 bytes before the string's quote, so it lies in that
-    // piece, across its start, and before it. Line lengths go round 2048.
+/// One line per secret, spelling and offset (0 to 45), made by `line(mark, spelling,
+/// offset)`; the transcript of them all must hold none of the secrets.
+fn assert_clean_at_every_offset(line: impl Fn(&str, &str, usize) -> String) {
     let mut lines = Vec::new();
     let mut spelled = Vec::new();
     let mut marks = Vec::new();
     for secret in [SHORT, KEY, LONG, WIDE] {
         for form in spellings(secret) {
-            for tail in 0..=45 {
+            for offset in 0..=45 {
                 let mark = format!("mark{:04}", lines.len());
-                let len = 2046 + (tail % 5);
-                lines.push(notice(&mark, &form, tail, len));
+                lines.push(line(&mark, &form, offset));
                 marks.push(mark);
             }
             spelled.push(form);
@@ -216,31 +213,21 @@ fn secrets_at_every_offset_before_the_line_end_in_every_spelling() {
 }
 
 #[test]
+fn secrets_at_every_offset_before_the_line_end_in_every_spelling() {
+    // The end piece is the line's last 39 bytes (the longest secret, 40, less one) and
+    // `}`: the secret ends 0 to 45 bytes before the string's quote, so it lies in that
+    // piece, across its start, and before it. Line lengths go round 2048.
+    assert_clean_at_every_offset(|mark, form, tail| notice(mark, form, tail, 2046 + (tail % 5)));
+}
+
+#[test]
 fn secrets_at_every_offset_after_the_line_start() {
     // The first piece is the entry's head and the line's first 39 bytes: the secret as
     // the event's first key, after 0 to 45 bytes of padding.
-    let mut lines = Vec::new();
-    let mut spelled = Vec::new();
-    let mut marks = Vec::new();
-    for secret in [SHORT, KEY, LONG, WIDE] {
-        for form in spellings(secret) {
-            for pad in 0..=45 {
-                let mark = format!("mark{:04}", lines.len());
-                let body = notice(&mark, "", 0, 2048 + pad % 3);
-                lines.push(format!(r#"{{"{}{form}":1,{}"#, "p".repeat(pad), &body[1..]));
-                marks.push(mark);
-            }
-            spelled.push(form);
-        }
-    }
-    let raw = transcript_of(&lines, &env_all());
-    assert_clean(
-        &raw,
-        &[SHORT, KEY, LONG, WIDE],
-        &spelled,
-        &marks,
-        lines.len(),
-    );
+    assert_clean_at_every_offset(|mark, form, pad| {
+        let body = notice(mark, "", 0, 2048 + pad % 3);
+        format!(r#"{{"{}{form}":1,{}"#, "p".repeat(pad), &body[1..])
+    });
 }
 
 #[test]
