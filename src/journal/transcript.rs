@@ -1095,12 +1095,18 @@ mod tests {
         // Newest first: keep (now, 300 bytes), b, a (over 450 bytes), new (4th, and the
         // oldest by its time, which the earlier pass never saw).
         assert_eq!(removed, 2);
-        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        let left = sorted_names(dir.path());
+        assert_eq!(left, vec!["b.jsonl", "keep.jsonl"]);
+    }
+
+    /// The names in `dir`, sorted.
+    fn sorted_names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        left.sort();
-        assert_eq!(left, vec!["b.jsonl", "keep.jsonl"]);
+        names.sort();
+        names
     }
 
     #[test]
@@ -1128,11 +1134,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(removed, 2);
-        let mut left: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
+        let left = sorted_names(dir.path());
         assert_eq!(left, vec!["0.jsonl", "3.jsonl", "4.jsonl"]);
         let removed = enforce_retention(
             dir.path(),
