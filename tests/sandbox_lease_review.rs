@@ -417,36 +417,7 @@ fn an_agent_granted_the_state_dir_cannot_unlock_the_placeholders_of_other_runs()
         );
         let script =
             format!("{unlock}; touch b-up; until [ -e b-go ]; do sleep 0.02; done; {PLANT}; true");
-        let mut b = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &[
-                "--mode",
-                "workspace-write",
-                "--write",
-                state.to_str().unwrap(),
-            ],
-            &script,
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let refused = loop {
-            if fx.ws.join("b-up").exists() {
-                break None;
-            }
-            if let Some(status) = b.try_wait().unwrap() {
-                break Some(status);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "[{who}] run B neither started nor ended"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let (mut b, refused) = b_with_write_grant(&fx, owner, &state, &script);
         if let Some(status) = refused {
             let mut err = String::new();
             use std::io::Read;
@@ -479,6 +450,47 @@ fn an_agent_granted_the_state_dir_cannot_unlock_the_placeholders_of_other_runs()
             started.elapsed()
         );
         assert_no_placeholders(&fx.ws, who);
+    }
+}
+
+/// Run B in `ws` with `--write grant`, its agent running `script` (which touches `b-up`
+/// first); waits until B's agent is up (`None`) or B has ended, refused (its status).
+fn b_with_write_grant(
+    fx: &Fx,
+    owner: Option<u32>,
+    grant: &Path,
+    script: &str,
+) -> (Child, Option<std::process::ExitStatus>) {
+    let who = label(owner);
+    let mut b = bash_sandbox(
+        owner,
+        &fx.ws,
+        &fx.home,
+        &[
+            "--mode",
+            "workspace-write",
+            "--write",
+            grant.to_str().unwrap(),
+        ],
+        script,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if fx.ws.join("b-up").exists() {
+            return (b, None);
+        }
+        if let Some(status) = b.try_wait().unwrap() {
+            return (b, Some(status));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "[{who}] run B neither started nor ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -609,37 +621,11 @@ fn an_agent_granted_the_registry_file_cannot_block_other_runs() {
             "flock -x {} -c 'touch b-up; until [ -e b-go ]; do sleep 0.02; done'",
             registry.display()
         );
-        let mut b = bash_sandbox(
-            owner,
-            &fx.ws,
-            &fx.home,
-            &[
-                "--mode",
-                "workspace-write",
-                "--write",
-                registry.to_str().unwrap(),
-            ],
-            &script,
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let refused = loop {
-            if fx.ws.join("b-up").exists() {
-                break false;
-            }
-            if let Some(status) = b.try_wait().unwrap() {
-                assert!(!status.success(), "[{who}] run B ended without its command");
-                break true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "[{who}] run B neither started nor ended"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let (mut b, ended) = b_with_write_grant(&fx, owner, &registry, &script);
+        if let Some(status) = ended {
+            assert!(!status.success(), "[{who}] run B ended without its command");
+        }
+        let refused = ended.is_some();
         let started = Instant::now();
         let c = fx.quick(&other);
         let waited = started.elapsed();
