@@ -17,7 +17,7 @@ use common::Bounded;
 use std::path::Path;
 use std::process::Command;
 
-use common::{CODER, Fake, Outcome, read_transcript, steps};
+use common::{CODER, Fake, Outcome, json_strings as strings, read_transcript, steps};
 use serde_json::{Value, json};
 
 /// The backend key: shaped like no well-known token, so only its value can redact it.
@@ -74,20 +74,6 @@ fn around(text: &str, piece: &str) -> String {
     let at = text.find(piece).unwrap_or(0);
     let (lo, hi) = (at.saturating_sub(120), (at + 120).min(text.len()));
     String::from_utf8_lossy(&text.as_bytes()[lo..hi]).into_owned()
-}
-
-/// Every decoded string of a JSON value, joined, to look into what a reader sees.
-fn strings(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items.iter().map(strings).collect::<Vec<_>>().join("\n"),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| format!("{k}\n{}", strings(v)))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => other.to_string(),
-    }
 }
 
 /// Checks the transcript and `coder runs show` of a finished run; returns the transcript.

@@ -14,7 +14,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{Fake, Outcome, steps};
+use common::{Fake, Outcome, json_strings as strings, steps};
 use serde_json::{Value, json};
 
 /// ANTHROPIC_AUTH_TOKEN: 24 bytes.
@@ -25,20 +25,6 @@ const SHORT: &str = "h7Qz-2";
 const LONG: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY+EXAMPLEK";
 /// MY_API_KEY: non-ASCII characters, one astral (a surrogate pair when escaped).
 const WIDE: &str = "pässwörd✓𝄞42x";
-
-/// Every decoded string (and key) of a JSON value, joined.
-fn strings(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items.iter().map(strings).collect::<Vec<_>>().join("\n"),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| format!("{k}\n{}", strings(v)))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => other.to_string(),
-    }
-}
 
 /// The JSON `\u` escape of `c` (a surrogate pair for an astral character).
 fn escape(c: char, upper: bool) -> String {

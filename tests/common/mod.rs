@@ -829,6 +829,24 @@ pub fn marked_processes(marker: &str) -> Vec<(i32, String)> {
     found
 }
 
+/// Every decoded string (and key) of a JSON value, joined: what a reader of it sees.
+pub fn json_strings(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(json_strings)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}\n{}", json_strings(v)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
+    }
+}
+
 /// A transcript's entries, one JSON object per line.
 pub fn read_transcript(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
