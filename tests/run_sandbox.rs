@@ -146,3 +146,56 @@ fn write_roots_in_system_trees_or_the_home_are_refused() {
         );
     }
 }
+
+/// The agent gets a private tmpfs on `/dev/shm`, so nothing granted may lie there: a state
+/// directory in `/dev/shm` (coder's run directories go in it) and a `--read` path there are
+/// refused before the CLI starts, with a `sandbox_error` naming the path and what to set,
+/// and the refused run leaves no run directory behind. `coder sandbox` refuses the same.
+#[test]
+fn granted_paths_in_dev_shm_are_refused_up_front() {
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ran")]));
+    let shm = tempfile::Builder::new()
+        .prefix("coder-test-")
+        .tempdir_in("/dev/shm")
+        .expect("a tmpfs on /dev/shm (every Linux this project supports has one)");
+    let state = shm.path().join("state");
+    let out = fake.coder().env("CODER_STATE_DIR", &state).arg("go").run();
+    out.assert_failure("sandbox_error", 71);
+    let error = out.envelope["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("/dev/shm") && error.contains("CODER_STATE_DIR"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the CLI ran: {}", out.explain());
+    for dir in ["cli-runs", "sandbox"] {
+        let left: Vec<_> = std::fs::read_dir(state.join(dir))
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{dir}/ keeps {left:?}");
+    }
+
+    let data = shm.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let out = fake.coder().arg("--read").arg(&data).arg("go").run();
+    out.assert_failure("sandbox_error", 71);
+    let error = out.envelope["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&data.display().to_string()),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the CLI ran: {}", out.explain());
+
+    let sandbox = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["sandbox", "--cd"])
+        .arg(fake.workspace())
+        .args(["--", "true"])
+        .env("CODER_STATE_DIR", &state)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(sandbox.status.code(), Some(71), "{sandbox:?}");
+    let stderr = String::from_utf8_lossy(&sandbox.stderr);
+    assert!(stderr.contains("/dev/shm"), "{stderr}");
+}

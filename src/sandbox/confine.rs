@@ -46,7 +46,7 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use serde::Serialize;
 
-use super::policy::{Access, Mode, Policy, WorkspaceDir};
+use super::policy::{Access, Mode, PRIVATE_SHM, Policy, WorkspaceDir};
 use super::scan::MaskKind;
 use super::{SandboxError, hostmask, pidns, scan, seccomp, sys};
 
@@ -485,7 +485,7 @@ fn build_private_root(
             .map_err(|e| SandboxError::sys("move_mount", plan.path.display(), e))?;
     }
 
-    let shm = inside(Path::new("/dev/shm"));
+    let shm = inside(Path::new(PRIVATE_SHM));
     mkdirs(&shm)?;
     nix::mount::mount(
         Some("tmpfs"),
@@ -615,7 +615,7 @@ fn restrict(policy: &Policy, private_root: bool) -> Result<(), SandboxError> {
         // nothing, and programs that walk up from their cwd keep working.
         rules.push((PathBuf::from("/"), AccessFs::ReadDir.into(), true));
         rules.push((
-            PathBuf::from("/dev/shm"),
+            PathBuf::from(PRIVATE_SHM),
             AccessFs::from_all(TARGET_ABI),
             true,
         ));

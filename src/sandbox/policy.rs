@@ -965,6 +965,7 @@ impl Grants {
 
     fn add(&mut self, path: &Path, access: Access) -> Result<(), SandboxError> {
         let canonical = resolve_with_aliases(path, &mut self.aliases)?;
+        refuse_private_shm(&canonical)?;
         let meta = fs::metadata(&canonical)
             .map_err(|e| SandboxError::io(format!("grant {}", canonical.display()), e))?;
         let entry = self
@@ -1137,6 +1138,29 @@ fn refuse_writable_lease_dir<'a>(
     Ok(())
 }
 
+/// Where the agent gets a tmpfs of its own (`confine`).
+pub(super) const PRIVATE_SHM: &str = "/dev/shm";
+
+/// The agent gets a tmpfs of its own on `/dev/shm` (`confine`), mounted over whatever the
+/// private root holds there: a granted path beneath it (coder's own run directories when
+/// `CODER_STATE_DIR` lies there, or a `--read` path) would be hidden, and every confined
+/// run would fail inside the helper with `ENOENT`. Refused up front, naming the path.
+/// Mounting such grants over the private tmpfs instead would not confine them: Landlock's
+/// rule for that tmpfs reaches every mount beneath it.
+fn refuse_private_shm(canonical: &Path) -> Result<(), SandboxError> {
+    if !canonical.starts_with(PRIVATE_SHM) {
+        return Ok(());
+    }
+    Err(SandboxError::Path {
+        what: "granted path",
+        path: canonical.to_path_buf(),
+        reason: "lies in /dev/shm, which the agent gets a private tmpfs of, so the sandbox \
+                 cannot show it there; set CODER_STATE_DIR (or --read) to a path outside \
+                 /dev/shm, or run with --sandbox danger-full-access"
+            .to_string(),
+    })
+}
+
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {
         Some(reason) => Err(SandboxError::Path {
@@ -1284,7 +1308,7 @@ fn write_git_identity(run_dir: &Path, home: &Path) -> Result<PathBuf, SandboxErr
 /// and directories the helper made in it would be the agent's to rename.
 fn default_runs_dir() -> Result<PathBuf, SandboxError> {
     let usable = |p: &PathBuf| {
-        fs::canonicalize(p).is_ok_and(|real| real.is_dir() && !real.starts_with("/dev/shm"))
+        fs::canonicalize(p).is_ok_and(|real| real.is_dir() && !real.starts_with(PRIVATE_SHM))
     };
     match env_path("XDG_RUNTIME_DIR").filter(usable) {
         Some(runtime) => Ok(runtime.join("coder/runs")),
