@@ -71,6 +71,21 @@ impl Scene {
         .unwrap()
     }
 
+    /// Serves cassette `name`, runs the CLI against it (as [`Scene::claude`]) and shuts the
+    /// server down: the run and what the server saw.
+    async fn play(
+        &self,
+        bin: &Path,
+        name: &str,
+        prompt: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Run, ReplayReport) {
+        let server = self.serve(name).await;
+        let run = self.claude(bin, &server, prompt, args, env).await;
+        (run, server.shutdown().await)
+    }
+
     /// Runs `claude -p --output-format stream-json --verbose ARGS` in the workspace with the
     /// prompt on stdin.
     async fn claude(
@@ -200,9 +215,7 @@ fn assert_clean(report: &ReplayReport) {
 async fn plain_cassette_answers_the_cli() {
     let bin = real_claude();
     let scene = Scene::new();
-    let server = scene.serve("plain.json").await;
-    let run = scene.claude(&bin, &server, "say hi", &[], &[]).await;
-    let report = server.shutdown().await;
+    let (run, report) = scene.play(&bin, "plain.json", "say hi", &[], &[]).await;
 
     assert_eq!(run.code, Some(0), "{}", run.describe());
     let result = run.result();
@@ -219,17 +232,15 @@ async fn plain_cassette_answers_the_cli() {
 async fn demo_cassette_writes_edits_and_runs_in_the_workspace() {
     let bin = real_claude();
     let scene = Scene::new();
-    let server = scene.serve("demo.json").await;
-    let run = scene
-        .claude(
+    let (run, report) = scene
+        .play(
             &bin,
-            &server,
+            "demo.json",
             "make a greeting script",
             &["--permission-mode", "acceptEdits"],
             &[],
         )
         .await;
-    let report = server.shutdown().await;
 
     assert_eq!(run.code, Some(0), "{}", run.describe());
     assert_eq!(run.result()["is_error"], false, "{}", run.describe());
@@ -254,17 +265,15 @@ async fn demo_cassette_writes_edits_and_runs_in_the_workspace() {
 async fn tools_cassette_runs_with_allowed_tools() {
     let bin = real_claude();
     let scene = Scene::new();
-    let server = scene.serve("tools.json").await;
-    let run = scene
-        .claude(
+    let (run, report) = scene
+        .play(
             &bin,
-            &server,
+            "tools.json",
             "finalise the notes",
             &["--allowedTools", "Write Edit Bash"],
             &[],
         )
         .await;
-    let report = server.shutdown().await;
 
     assert_eq!(run.result()["is_error"], false, "{}", run.describe());
     assert_eq!(run.tools_that_ran(), ["Write", "Edit", "Bash"]);
@@ -280,17 +289,15 @@ async fn tools_cassette_runs_with_allowed_tools() {
 async fn http_500_ends_the_run_with_api_error_status_500() {
     let bin = real_claude();
     let scene = Scene::new();
-    let server = scene.serve("http_500.json").await;
-    let run = scene
-        .claude(
+    let (run, report) = scene
+        .play(
             &bin,
-            &server,
+            "http_500.json",
             "say hi",
             &[],
             &[("CLAUDE_CODE_MAX_RETRIES", "1")],
         )
         .await;
-    let report = server.shutdown().await;
 
     assert_eq!(run.code, Some(1), "{}", run.describe());
     let result = run.result();
@@ -322,9 +329,7 @@ async fn rate_limit_and_auth_failures_reach_the_result_line() {
     let bin = real_claude();
     for (cassette, status) in [("http_429.json", 429), ("http_401.json", 401)] {
         let scene = Scene::new();
-        let server = scene.serve(cassette).await;
-        let run = scene.claude(&bin, &server, "say hi", &[], &[]).await;
-        let report = server.shutdown().await;
+        let (run, report) = scene.play(&bin, cassette, "say hi", &[], &[]).await;
         assert_eq!(run.code, Some(1), "{cassette}: {}", run.describe());
         assert_eq!(run.result()["is_error"], true, "{cassette}");
         assert_eq!(
@@ -347,11 +352,9 @@ async fn a_resumed_session_sends_the_first_runs_history() {
     let bin = real_claude();
     let scene = Scene::new();
 
-    let server = scene.serve("resume.json").await;
-    let first = scene
-        .claude(&bin, &server, "here is the first task", &[], &[])
+    let (first, report) = scene
+        .play(&bin, "resume.json", "here is the first task", &[], &[])
         .await;
-    let report = server.shutdown().await;
     assert_eq!(
         first.result()["result"],
         "Noted. The code word is PAPAYA-7.",
@@ -363,17 +366,15 @@ async fn a_resumed_session_sends_the_first_runs_history() {
 
     // A fresh server, as a later coder run would start: only a real resume meets the
     // second turn's expectation.
-    let server = scene.serve("resume.json").await;
-    let resumed = scene
-        .claude(
+    let (resumed, report) = scene
+        .play(
             &bin,
-            &server,
+            "resume.json",
             "now the second task",
             &["--resume", &session],
             &[],
         )
         .await;
-    let report = server.shutdown().await;
     assert_eq!(resumed.code, Some(0), "{}", resumed.describe());
     assert_eq!(
         resumed.result()["result"],
@@ -384,11 +385,9 @@ async fn a_resumed_session_sends_the_first_runs_history() {
     assert_eq!(report.requests[0].turn, Some(2));
 
     // Without the resume the history is missing, and both the CLI and the report say so.
-    let server = scene.serve("resume.json").await;
-    let fresh = scene
-        .claude(&bin, &server, "now the second task", &[], &[])
+    let (fresh, report) = scene
+        .play(&bin, "resume.json", "now the second task", &[], &[])
         .await;
-    let report = server.shutdown().await;
     assert_eq!(fresh.result()["is_error"], true, "{}", fresh.describe());
     let text = fresh.result()["result"].as_str().unwrap();
     assert!(
@@ -404,17 +403,15 @@ async fn a_resumed_session_sends_the_first_runs_history() {
 async fn max_turns_stops_the_cli_after_the_tool_turn() {
     let bin = real_claude();
     let scene = Scene::new();
-    let server = scene.serve("max_turns.json").await;
-    let run = scene
-        .claude(
+    let (run, report) = scene
+        .play(
             &bin,
-            &server,
+            "max_turns.json",
             "look around",
             &["--max-turns", "1", "--allowedTools", "Bash"],
             &[],
         )
         .await;
-    let report = server.shutdown().await;
     assert_eq!(run.code, Some(1), "{}", run.describe());
     assert_eq!(
         run.result()["subtype"],
@@ -432,17 +429,15 @@ async fn max_turns_stops_the_cli_after_the_tool_turn() {
 async fn a_dropped_stream_is_recovered_by_the_plain_fallback() {
     let bin = real_claude();
     let scene = Scene::new();
-    let server = scene.serve("drop_recovered.json").await;
-    let run = scene
-        .claude(
+    let (run, report) = scene
+        .play(
             &bin,
-            &server,
+            "drop_recovered.json",
             "say hi",
             &[],
             &[("CLAUDE_CODE_MAX_RETRIES", "1")],
         )
         .await;
-    let report = server.shutdown().await;
     assert_eq!(run.code, Some(0), "{}", run.describe());
     assert_eq!(
         run.result()["result"],
