@@ -6,6 +6,7 @@
 //! (`--quiet`, `TERM=dumb`), so pipes, CI logs and orchestrators never see it, and it is
 //! cleared before the envelope is printed. stdout is never touched.
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +26,8 @@ pub struct Progress {
     turns: u64,
     tokens_in: u64,
     tokens_out: u64,
-    messages: Vec<String>,
+    /// Message ids already counted (the CLI writes one line per content block).
+    messages: HashSet<String>,
     secrets: Secrets,
 }
 
@@ -66,7 +68,7 @@ impl Progress {
             turns: 0,
             tokens_in: 0,
             tokens_out: 0,
-            messages: Vec::new(),
+            messages: HashSet::new(),
             secrets: Secrets::default(),
         };
         progress.redraw();
@@ -97,7 +99,7 @@ impl Progress {
                 if let Some(id) = &message.message_id
                     && !self.messages.contains(id)
                 {
-                    self.messages.push(id.clone());
+                    self.messages.insert(id.clone());
                     self.turns += 1;
                     if let Some(usage) = message.usage {
                         self.tokens_in += usage.input_tokens
