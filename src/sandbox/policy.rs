@@ -163,7 +163,7 @@ pub struct PolicyOptions {
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
     /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs` (unless
-    /// that lies beneath `/dev/shm`), else `sandbox` in coder's state directory.
+    /// that lies beneath `/dev/shm` or `/tmp`), else `sandbox` in coder's state directory.
     pub runs_dir: Option<PathBuf>,
 }
 
@@ -1282,9 +1282,18 @@ fn write_git_identity(run_dir: &Path, home: &Path) -> Result<PathBuf, SandboxErr
 /// Never beneath `/dev/shm`: the agent gets a tmpfs of its own there (`confine`), which
 /// would hide the run's granted directories (every confined run failed with `ENOENT`),
 /// and directories the helper made in it would be the agent's to rename.
+///
+/// Nor beneath `/tmp` (an `XDG_RUNTIME_DIR` of `/tmp/runtime-USER`, as containers set it):
+/// `--allow-tmp` gives an agent all of `/tmp`, and with it every run's directory. There it
+/// could read and rewrite a concurrent run's, and plant a dead run's git guard record that
+/// the next run of any workspace acts on (moving the hooks of a repository that was never
+/// granted into quarantine). Such runs' directories go in coder's state directory instead
+/// (out of the agent's reach unless that too is under `/tmp`: SECURITY.md).
 fn default_runs_dir() -> Result<PathBuf, SandboxError> {
     let usable = |p: &PathBuf| {
-        fs::canonicalize(p).is_ok_and(|real| real.is_dir() && !real.starts_with("/dev/shm"))
+        fs::canonicalize(p).is_ok_and(|real| {
+            real.is_dir() && !real.starts_with("/dev/shm") && !real.starts_with("/tmp")
+        })
     };
     match env_path("XDG_RUNTIME_DIR").filter(usable) {
         Some(runtime) => Ok(runtime.join("coder/runs")),

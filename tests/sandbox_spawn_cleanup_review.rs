@@ -1,0 +1,458 @@
+//! Review of three ways out of a run's setup: the sandbox helper started early on the
+//! spawner thread (`supervise::spawn::PendingHelper`), the run directory a failed policy
+//! removes (`sandbox::policy`, `MadeRunDir`), and `coder sandbox` removing its run
+//! directory and placeholders however it ends (`commands::sandbox`). Each attack runs
+//! through the built binary, as root and as uid 65534, and asserts what the user sees
+//! afterwards: no process of the run left, nothing of the run left in the workspace or
+//! the state directory, no repository outside the grant touched.
+//!
+//! A run is held in the middle of its setup by holding the placeholder registry's lock:
+//! a run waits for it (up to 10 s) right after its scan made the placeholders, while the
+//! run mode's helper is already up. That is the window an impatient user's `^C`, or a
+//! `kill` from a job runner, lands in on a large tree.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::sandbox_fixture::{PATH, as_owner, chown_tree, owners, temp_root, write};
+use common::{Bounded, CODER};
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The placeholders a workspace without any protected name gets.
+const PLACEHOLDERS: [&str; 5] = [".git", ".envrc", ".mcp.json", ".vscode", ".claude"];
+
+fn label(owner: Option<u32>) -> &'static str {
+    if owner.is_some() {
+        "unprivileged"
+    } else {
+        "root"
+    }
+}
+
+/// A tree given to `owner`: `ws` (no repository), `home`, coder's state directory
+/// `state` with its placeholder registry made, and `xdg` for config.
+struct Fx {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    owner: Option<u32>,
+}
+
+impl Fx {
+    fn new(owner: Option<u32>) -> Fx {
+        let (dir, root) = temp_root(".tmp-spawn-cleanup");
+        let fx = Fx {
+            _dir: dir,
+            root,
+            owner,
+        };
+        write(&fx.ws().join("README.md"), "# demo\n");
+        write(&fx.home().join(".bashrc"), "# rc\n");
+        std::fs::create_dir_all(fx.root.join("xdg")).unwrap();
+        let lease = fx.state().join("placeholders");
+        std::fs::create_dir_all(&lease).unwrap();
+        for dir in [fx.state(), lease.clone()] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        write(&lease.join("registry.json"), "");
+        if let Some(uid) = owner {
+            chown_tree(&fx.root, uid);
+        }
+        fx
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.root.join("state")
+    }
+
+    /// Holds the placeholder registry: every run's setup stops after its scan until the
+    /// lock goes (or its 10 s are up).
+    fn hold_registry(&self) -> Flock<std::fs::File> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.state().join("placeholders/registry.json"))
+            .unwrap();
+        Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap()
+    }
+
+    /// The environment every run here gets: `PATH`, `HOME`, the state dir, no runtime dir.
+    fn env<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env_clear()
+            .env("PATH", PATH)
+            .env("HOME", self.home())
+            .env("CODER_STATE_DIR", self.state())
+            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .current_dir(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        as_owner(cmd, self.owner)
+    }
+
+    /// `coder sandbox --cd ws -- true`, started directly (signals reach coder itself).
+    fn sandbox(&self) -> Child {
+        let mut cmd = Command::new(CODER);
+        cmd.args(["sandbox", "--cd"])
+            .arg(self.ws())
+            .args(["--", "/bin/true"]);
+        self.env(&mut cmd).spawn().unwrap()
+    }
+
+    /// The run mode on a program that is never reached (`/bin/true`), with `extra`.
+    fn run(&self, extra: &[&str]) -> Child {
+        let mut cmd = Command::new(CODER);
+        cmd.arg("--cd")
+            .arg(self.ws())
+            .args(["--claude-bin", "/bin/true"])
+            .args(extra)
+            .arg("say hi");
+        self.env(&mut cmd)
+            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .spawn()
+            .unwrap()
+    }
+
+    /// What a run left in the workspace and in the state directory's run dirs.
+    fn leftovers(&self) -> Vec<String> {
+        let mut left: Vec<String> = PLACEHOLDERS
+            .iter()
+            .filter(|name| std::fs::symlink_metadata(self.ws().join(name)).is_ok())
+            .map(|name| format!("ws/{name}"))
+            .collect();
+        if let Ok(entries) = std::fs::read_dir(self.state().join("sandbox")) {
+            left.extend(
+                entries
+                    .flatten()
+                    .map(|e| format!("run dir {}", e.file_name().to_string_lossy())),
+            );
+        }
+        left
+    }
+
+    /// `git init` in the workspace as the owner: what a placeholder `.git` left behind
+    /// breaks for good.
+    fn git_init_works(&self) -> Result<(), String> {
+        let mut cmd = Command::new("git");
+        cmd.args(["init", "-q"])
+            .current_dir(self.ws())
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", self.home())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(Stdio::null());
+        let out = as_owner(&mut cmd, self.owner).output_bounded();
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
+
+/// Waits until `cond` holds; panics with `what` after `limit`.
+fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for `child` to end (within 30 s) and returns its status and stdout+stderr.
+fn finish(mut child: Child) -> (std::process::ExitStatus, String) {
+    let status = common::wait_within(&mut child, Duration::from_secs(30));
+    let mut text = String::new();
+    for pipe in [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut pipe = pipe;
+        let _ = pipe.read_to_string(&mut text);
+    }
+    (status, text)
+}
+
+/// Live (not zombie) processes whose working directory is `dir` or below it: a run's
+/// helper, and the sandbox's init it forks, start in the workspace.
+fn live_processes_in(dir: &Path) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let in_dir = std::fs::read_link(entry.path().join("cwd")).is_ok_and(|c| c.starts_with(dir));
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+            .unwrap_or(true);
+        if in_dir && !zombie {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+/// `coder sandbox` stopped by `SIGTERM` (what a job runner sends, or a terminal's `^C` as
+/// `SIGINT`) while its setup waits: it has made its run directory and placeholders. It
+/// must still end as the signal says, and leave neither: placeholders it never got to
+/// register are removed by no later run, and a `.git` one fails `git init` there for good.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn coder_sandbox_stopped_by_a_signal_during_setup_leaves_nothing_behind() {
+    for owner in owners() {
+        let who = label(owner);
+        for signal in [Signal::SIGTERM, Signal::SIGINT] {
+            let fx = Fx::new(owner);
+            let lock = fx.hold_registry();
+            let child = fx.sandbox();
+            let pid = Pid::from_raw(child.id() as i32);
+            wait_until(
+                Duration::from_secs(20),
+                &format!("[{who}] coder sandbox made its placeholders"),
+                || {
+                    PLACEHOLDERS
+                        .iter()
+                        .all(|n| std::fs::symlink_metadata(fx.ws().join(n)).is_ok())
+                },
+            );
+            kill(pid, signal).unwrap();
+            // Not dead yet (the test holds what it waits for): then it may go on.
+            drop(lock);
+            let (status, out) = finish(child);
+            assert_eq!(
+                status.signal(),
+                Some(signal as i32),
+                "[{who}] {signal}: coder sandbox should die of the signal: {status:?} {out}"
+            );
+            assert_eq!(
+                fx.leftovers(),
+                Vec::<String>::new(),
+                "[{who}] {signal}: left behind by coder sandbox stopped during setup"
+            );
+            if let Err(e) = fx.git_init_works() {
+                panic!("[{who}] {signal}: git init in the workspace fails afterwards: {e}");
+            }
+        }
+    }
+}
+
+/// The run mode stopped by `SIGTERM` at the same point, its helper already started on the
+/// spawner thread: a `cancelled` envelope, the helper gone, nothing left.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_stopped_while_its_helper_waits_for_the_policy_leaves_nothing_behind() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        let lock = fx.hold_registry();
+        let child = fx.run(&[]);
+        let pid = Pid::from_raw(child.id() as i32);
+        wait_until(
+            Duration::from_secs(20),
+            &format!("[{who}] the run's helper started and its placeholders were made"),
+            || {
+                std::fs::symlink_metadata(fx.ws().join(".claude")).is_ok()
+                    && !live_processes_in(&fx.ws()).is_empty()
+            },
+        );
+        kill(pid, Signal::SIGTERM).unwrap();
+        drop(lock);
+        let (status, out) = finish(child);
+        assert!(
+            out.contains("\"error_kind\":\"cancelled\""),
+            "[{who}] expected a cancelled envelope: {status:?} {out}"
+        );
+        wait_until(
+            Duration::from_secs(5),
+            &format!("[{who}] no process of the run left"),
+            || live_processes_in(&fx.ws()).is_empty(),
+        );
+        assert_eq!(fx.leftovers(), Vec::<String>::new(), "[{who}] {out}");
+    }
+}
+
+/// coder killed outright while its early helper (started on the spawner thread, whose
+/// parent-death signal follows that thread) waits for the spec: the helper and the
+/// sandbox's init it forked die with coder. (The placeholders made so far are not
+/// registered yet and stay: `KNOWN_OPEN` of `tests/sandbox_lease_review.rs`.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_helper_waiting_for_its_spec_dies_with_a_killed_coder() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        let lock = fx.hold_registry();
+        let child = fx.run(&[]);
+        let pid = Pid::from_raw(child.id() as i32);
+        let mut helpers = Vec::new();
+        wait_until(
+            Duration::from_secs(20),
+            &format!("[{who}] the run's helper started"),
+            || {
+                helpers = live_processes_in(&fx.ws());
+                helpers.iter().any(|(_, cmd)| cmd.contains("__exec-helper"))
+            },
+        );
+        kill(pid, Signal::SIGKILL).unwrap();
+        let (status, _) = finish(child);
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "[{who}]");
+        wait_until(
+            Duration::from_secs(5),
+            &format!("[{who}] the helpers {helpers:?} died with coder"),
+            || live_processes_in(&fx.ws()).is_empty(),
+        );
+        drop(lock);
+    }
+}
+
+/// A policy that fails after the run's helper was started (a `--write` path that does not
+/// exist is found only while the policy resolves, after its run directory was made): a
+/// `sandbox_error` envelope that names the path, the helper gone, the run directory too.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_policy_failing_after_the_helper_started_leaves_no_process_and_no_run_dir() {
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        let missing = fx.root.join("missing");
+        let child = fx.run(&["--write", missing.to_str().unwrap()]);
+        let (status, out) = finish(child);
+        assert!(
+            out.contains("\"error_kind\":\"sandbox_error\"") && out.contains("missing"),
+            "[{who}] expected a sandbox_error naming the path: {status:?} {out}"
+        );
+        assert_eq!(status.code(), Some(71), "[{who}] {out}");
+        wait_until(
+            Duration::from_secs(5),
+            &format!("[{who}] no process of the run left"),
+            || live_processes_in(&fx.ws()).is_empty(),
+        );
+        assert_eq!(fx.leftovers(), Vec::<String>::new(), "[{who}] {out}");
+    }
+}
+
+/// An `XDG_RUNTIME_DIR` under `/tmp` (`/tmp/runtime-USER`, as many containers set it)
+/// held every run's directory, and `--allow-tmp` gives the agent all of `/tmp`. The agent
+/// plants a dead run's git-guard record there naming a repository it was never granted;
+/// the user's next run, in another workspace and without `--allow-tmp`, must not act on
+/// it (it moved that repository's hooks into quarantine). coder's state directory here is
+/// outside `/tmp` (under `/var/tmp`), where `--allow-tmp` does not reach.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_guard_record_planted_through_allow_tmp_touches_no_ungranted_repository() {
+    for owner in owners() {
+        let who = label(owner);
+        let dir = tempfile::Builder::new()
+            .prefix(".tmp-spawn-cleanup")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (_tmp, tmp_root) = temp_root(".tmp-spawn-cleanup-xdg");
+        let runtime = tmp_root.join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (ws, ws2, home, state, victim) = (
+            root.join("ws"),
+            root.join("ws2"),
+            root.join("home"),
+            root.join("state"),
+            root.join("victim"),
+        );
+        for d in [&ws, &ws2, &home, &state] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let init = Command::new("git")
+            .args(["init", "-q"])
+            .arg(&victim)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", "/nonexistent")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output_bounded();
+        assert!(init.status.success(), "{init:?}");
+        let hook = victim.join(".git/hooks/pre-commit");
+        write(&hook, "#!/bin/sh\necho the user's own hook\n");
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if let Some(uid) = owner {
+            chown_tree(&root, uid);
+            chown_tree(&tmp_root, uid);
+        }
+        let sandbox = |cd: &Path, args: &[&str], script: &str| {
+            let mut cmd = Command::new(CODER);
+            cmd.args(["sandbox", "--cd"])
+                .arg(cd)
+                .args(args)
+                .args(["--", "/bin/sh", "-c", script])
+                .env_clear()
+                .env("PATH", PATH)
+                .env("HOME", &home)
+                .env("CODER_STATE_DIR", &state)
+                .env("XDG_RUNTIME_DIR", &runtime)
+                .current_dir(&root)
+                .stdin(Stdio::null());
+            as_owner(&mut cmd, owner).output_bounded()
+        };
+        let record = format!("{{\"roots\":[\"{}\"],\"known\":[]}}", victim.display());
+        let fake = runtime.join("coder/runs/3999999-planted");
+        let plant = format!(
+            "mkdir -p {fake} && printf '%s' '{record}' > {fake}/git-guard.json && echo PLANTED",
+            fake = fake.display()
+        );
+        let out = sandbox(&ws, &["--allow-tmp"], &plant);
+        let text = common::sandbox_fixture::printed(&out);
+        assert!(
+            out.status.success() && text.contains("PLANTED"),
+            "[{who}] {text}"
+        );
+        let out = sandbox(&ws2, &[], "true");
+        let text = common::sandbox_fixture::printed(&out);
+        assert!(out.status.success(), "[{who}] the next run: {text}");
+        assert!(
+            hook.exists(),
+            "[{who}] the user's hook in {} (never granted) was moved: {text}",
+            victim.display()
+        );
+        let quarantined: Vec<_> = std::fs::read_dir(victim.join(".git"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("coder-quarantine"))
+            .collect();
+        assert!(quarantined.is_empty(), "[{who}] {quarantined:?}: {text}");
+    }
+}
