@@ -105,12 +105,16 @@ impl Fx {
         as_owner(cmd, self.owner)
     }
 
-    /// `coder sandbox --cd ws -- true`, started directly (signals reach coder itself).
-    fn sandbox(&self) -> Child {
-        let mut cmd = Command::new(CODER);
+    /// `coder sandbox --cd ws -- echo ran`, started directly (signals reach coder itself),
+    /// or through `nohup` (which execs it in place with `SIGHUP` ignored).
+    fn sandbox(&self, nohup: bool) -> Child {
+        let mut cmd = Command::new(if nohup { "nohup" } else { CODER });
+        if nohup {
+            cmd.arg(CODER);
+        }
         cmd.args(["sandbox", "--cd"])
             .arg(self.ws())
-            .args(["--", "/bin/true"]);
+            .args(["--", "/bin/echo", "ran"]);
         self.env(&mut cmd).spawn().unwrap()
     }
 
@@ -230,15 +234,20 @@ fn live_processes_in(dir: &Path) -> Vec<(i32, String)> {
 /// `SIGINT`) while its setup waits: it has made its run directory and placeholders. It
 /// must still end as the signal says, and leave neither: placeholders it never got to
 /// register are removed by no later run, and a `.git` one fails `git init` there for good.
+/// A signal its caller ignores (`nohup`'s `SIGHUP`) stays ignored: the command runs.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn coder_sandbox_stopped_by_a_signal_during_setup_leaves_nothing_behind() {
     for owner in owners() {
         let who = label(owner);
-        for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        for (signal, nohup) in [
+            (Signal::SIGTERM, false),
+            (Signal::SIGINT, false),
+            (Signal::SIGHUP, true),
+        ] {
             let fx = Fx::new(owner);
             let lock = fx.hold_registry();
-            let child = fx.sandbox();
+            let child = fx.sandbox(nohup);
             let pid = Pid::from_raw(child.id() as i32);
             wait_until(
                 Duration::from_secs(20),
@@ -253,11 +262,22 @@ fn coder_sandbox_stopped_by_a_signal_during_setup_leaves_nothing_behind() {
             // Not dead yet (the test holds what it waits for): then it may go on.
             drop(lock);
             let (status, out) = finish(child);
-            assert_eq!(
-                status.signal(),
-                Some(signal as i32),
-                "[{who}] {signal}: coder sandbox should die of the signal: {status:?} {out}"
-            );
+            if nohup {
+                assert!(
+                    status.success() && out.contains("ran"),
+                    "[{who}] {signal} ignored by the caller stopped the command: {status:?} {out}"
+                );
+            } else {
+                assert_eq!(
+                    status.signal(),
+                    Some(signal as i32),
+                    "[{who}] {signal}: coder sandbox should die of the signal: {status:?} {out}"
+                );
+                assert!(
+                    !out.contains("ran"),
+                    "[{who}] {signal}: the command ran: {out}"
+                );
+            }
             assert_eq!(
                 fx.leftovers(),
                 Vec::<String>::new(),

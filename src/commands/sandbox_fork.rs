@@ -86,8 +86,25 @@ impl HeldSignals {
         }
         let fd = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .ok()?;
-        let info = fd.read_signal().ok()??;
-        Signal::try_from(info.ssi_signo as i32).ok()
+        // Held, a signal the caller ignores (`nohup`'s SIGHUP) is kept pending too.
+        while let Ok(Some(info)) = fd.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(signal) if !ignored(signal) => return Some(signal),
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// Whether `signal`'s disposition is to be ignored (inherited so from the caller).
+fn ignored(signal: Signal) -> bool {
+    // SAFETY: `sigaction` with a null new action only writes the current one into
+    // `current`, a plain C struct for which all zeroes is a valid value.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 
