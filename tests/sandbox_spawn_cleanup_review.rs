@@ -10,6 +10,12 @@
 //! a run waits for it (up to 10 s) right after its scan made the placeholders, while the
 //! run mode's helper is already up. That is the window an impatient user's `^C`, or a
 //! `kill` from a job runner, lands in on a large tree.
+//!
+//! Holes this review found, both closed with it (each test failed before): `coder
+//! sandbox` died of a `SIGTERM`/`SIGINT` that arrived during its setup without removing
+//! its run directory or its placeholders, which were not registered yet and so stayed for
+//! good; and a run directory under an `XDG_RUNTIME_DIR` in `/tmp` was an `--allow-tmp`
+//! agent's to fill with a dead run's git-guard record, which the next run acted on.
 
 mod common;
 
