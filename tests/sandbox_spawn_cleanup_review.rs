@@ -482,3 +482,42 @@ fn a_git_guard_record_planted_through_allow_tmp_touches_no_ungranted_repository(
         assert!(quarantined.is_empty(), "[{who}] {quarantined:?}: {text}");
     }
 }
+
+/// A run whose scan ends while the placeholder registry stays locked past its wait (a
+/// coder stopped with `^Z` in its own release holds it) fails with a clear error; the
+/// placeholders it made were never registered, so unless its own cleanup removes them no
+/// run ever does (`.git`, `.claude`, `.envrc` ... stayed, and `git init` there failed).
+/// The arms run side by side: each run waits out 10 s twice (its registration, then its
+/// cleanup's).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_that_cannot_register_its_placeholders_still_removes_them() {
+    let arms: Vec<_> = owners()
+        .into_iter()
+        .map(|owner| {
+            std::thread::spawn(move || {
+                let who = label(owner);
+                let fx = Fx::new(owner);
+                let lock = fx.hold_registry();
+                let (status, out) = finish(fx.sandbox(false));
+                drop(lock);
+                assert_eq!(status.code(), Some(71), "[{who}] {out}");
+                assert!(
+                    out.contains("coder sandbox:") && !out.contains("ran"),
+                    "[{who}] expected a one-line sandbox error: {out}"
+                );
+                assert_eq!(
+                    fx.leftovers(),
+                    Vec::<String>::new(),
+                    "[{who}] left behind by a run that could not register: {out}"
+                );
+                if let Err(e) = fx.git_init_works() {
+                    panic!("[{who}] git init in the workspace fails afterwards: {e}");
+                }
+            })
+        })
+        .collect();
+    for arm in arms {
+        arm.join().unwrap();
+    }
+}
