@@ -16,6 +16,11 @@
 //! its run directory or its placeholders, which were not registered yet and so stayed for
 //! good; and a run directory under an `XDG_RUNTIME_DIR` in `/tmp` was an `--allow-tmp`
 //! agent's to fill with a dead run's git-guard record, which the next run acted on.
+//! Found after, and closed in part: where the runs directory is still the agent's (the
+//! state directory under `/tmp` with `--allow-tmp`), a run directory swapped for a symlink
+//! as it was made became the symlink's target, removed whole at the run's end (now
+//! refused); a swap after that check still has coder create its few files (`tmp/`,
+//! `gitconfig`, `git-guard.json`) in the symlink's target, and the run then fails.
 
 mod common;
 
@@ -519,5 +524,71 @@ fn a_run_that_cannot_register_its_placeholders_still_removes_them() {
         .collect();
     for arm in arms {
         arm.join().unwrap();
+    }
+}
+
+/// What an agent that can write coder's runs directory does (one with `--allow-tmp` while
+/// coder's state directory is under `/tmp`, which is not refused): the moment another run
+/// makes its directory there, it renames it away and puts a symlink to a directory of the
+/// user's in its place. When that won the race with the run's resolving the path, the
+/// run's end removed the whole tree the symlink named (here with coder's own privileges).
+/// Played from the host by the test, with inotify, against a dozen runs: the user's
+/// directory must survive every one, and a run that notices fails with a clear error.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_dir_swapped_for_a_symlink_never_removes_what_the_symlink_names() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        let victim = fx.root.join("victim");
+        write(&victim.join("precious"), "the user's\n");
+        if let Some(uid) = owner {
+            chown_tree(&fx.root, uid);
+        }
+        let runs = fx.state().join("sandbox");
+        std::fs::create_dir_all(&runs).unwrap();
+        if let Some(uid) = owner {
+            chown_tree(&runs, uid);
+        }
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
+        inotify.add_watch(&runs, AddWatchFlags::IN_CREATE).unwrap();
+        let (watched, target) = (runs.clone(), victim.clone());
+        let swapper = std::thread::spawn(move || {
+            let mut swapped = 0;
+            loop {
+                for event in inotify.read_events().unwrap() {
+                    let Some(name) = event.name else { continue };
+                    let name = name.to_string_lossy().into_owned();
+                    if name == "stop" {
+                        return swapped;
+                    }
+                    if name.ends_with(".away") {
+                        continue;
+                    }
+                    let made = watched.join(&name);
+                    if std::fs::rename(&made, watched.join(format!("{name}.away"))).is_ok()
+                        && std::os::unix::fs::symlink(&target, &made).is_ok()
+                    {
+                        swapped += 1;
+                    }
+                }
+            }
+        });
+        for round in 0..12 {
+            let (status, out) = finish(fx.sandbox(false));
+            assert!(
+                victim.join("precious").exists(),
+                "[{who}] round {round}: the run removed the directory its run dir was \
+                 swapped for: {status:?} {out}"
+            );
+            assert!(
+                status.success() || (status.code() == Some(71) && out.contains("coder sandbox:")),
+                "[{who}] round {round}: {status:?} {out}"
+            );
+        }
+        std::fs::create_dir(runs.join("stop")).unwrap();
+        let swapped = swapper.join().unwrap();
+        assert!(swapped > 0, "[{who}] the attack never swapped a run dir");
     }
 }

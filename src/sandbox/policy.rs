@@ -369,7 +369,7 @@ impl Policy {
         ));
         create_private_dir(&run_dir)?;
         let made = MadeRunDir(Some(run_dir.clone()));
-        let run_dir = canonicalize("run directory", &run_dir)?;
+        let run_dir = canonical_run_dir(&run_dir)?;
         create_private_dir(&run_dir.join("tmp"))?;
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
 
@@ -781,6 +781,30 @@ impl Policy {
             }
         });
     }
+}
+
+/// The canonical path of the run directory just made at `path`; refused when `path` no
+/// longer names that directory itself. An agent that can write the runs directory
+/// (`--allow-tmp` with coder's state directory under `/tmp`) can swap a symlink in for it
+/// between the two steps: the run's directory would then be whatever the symlink names,
+/// and the run's end would remove that whole tree.
+fn canonical_run_dir(path: &Path) -> Result<PathBuf, SandboxError> {
+    let canonical = canonicalize("run directory", path)?;
+    let inspect = |p: &Path, meta: std::io::Result<fs::Metadata>| {
+        meta.map_err(|e| SandboxError::io(format!("inspect {}", p.display()), e))
+    };
+    let made = inspect(path, fs::symlink_metadata(path))?;
+    let named = inspect(&canonical, fs::metadata(&canonical))?;
+    if !made.is_dir() || (made.dev(), made.ino()) != (named.dev(), named.ino()) {
+        return Err(SandboxError::Path {
+            what: "run directory",
+            path: path.to_path_buf(),
+            reason: "was replaced while coder made it: another process can write the \
+                     directory it is in"
+                .to_string(),
+        });
+    }
+    Ok(canonical)
 }
 
 /// The run directory `Policy::resolve` made, removed again when it fails before the
