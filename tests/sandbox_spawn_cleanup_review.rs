@@ -19,8 +19,11 @@
 //! Found after, and closed in part: where the runs directory is still the agent's (the
 //! state directory under `/tmp` with `--allow-tmp`), a run directory swapped for a symlink
 //! as it was made became the symlink's target, removed whole at the run's end (now
-//! refused); a swap after that check still has coder create its few files (`tmp/`,
-//! `gitconfig`, `git-guard.json`) in the symlink's target, and the run then fails.
+//! refused); a swap after that check had coder write its git-guard record through a
+//! symlink the agent left in its stand-in directory, over any file of the user's (now
+//! made with `O_EXCL|O_NOFOLLOW`). Coder still creates `tmp/`, `claude/` and `gitconfig`
+//! in such a stand-in before the run fails: what is left open is working on the run
+//! directory by path rather than by descriptor.
 
 mod common;
 
@@ -591,4 +594,79 @@ fn a_run_dir_swapped_for_a_symlink_never_removes_what_the_symlink_names() {
         let swapped = swapper.join().unwrap();
         assert!(swapped > 0, "[{who}] the attack never swapped a run dir");
     }
+}
+
+/// The same agent, patient: it lets the run check its directory, then (once the run made
+/// `gitconfig` in it) swaps it for a directory of its own whose `git-guard.json` is a symlink
+/// to a file of the user's. The run writes its git-guard record after its scan: it must
+/// not write it through that symlink (it overwrote the file, with coder's privileges).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_dir_swapped_after_its_check_overwrites_no_file_through_a_symlink() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        let victim = fx.root.join("victim.txt");
+        write(&victim, "the user's\n");
+        // The agent's stand-in for the run directory: what the run goes on to use in it
+        // (`tmp/`, `claude/`, `gitconfig`) is there.
+        let decoy = fx.root.join("decoy");
+        std::fs::create_dir_all(decoy.join("tmp")).unwrap();
+        std::fs::create_dir_all(decoy.join("claude")).unwrap();
+        write(&decoy.join("gitconfig"), "");
+        std::os::unix::fs::symlink(&victim, decoy.join("git-guard.json")).unwrap();
+        let runs = fx.state().join("sandbox");
+        std::fs::create_dir_all(&runs).unwrap();
+        if let Some(uid) = owner {
+            chown_tree(&fx.root, uid);
+        }
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
+        inotify.add_watch(&runs, AddWatchFlags::IN_CREATE).unwrap();
+        let child = fx.sandbox(false);
+        // The run's directory, then its `gitconfig` (made after the check): then swap.
+        let (mut run_dir, mut swapped) = (None::<PathBuf>, false);
+        let start = Instant::now();
+        while !swapped {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "[{who}] no run dir"
+            );
+            for event in inotify.read_events().unwrap() {
+                let Some(name) = event.name else { continue };
+                match &run_dir {
+                    None => {
+                        let dir = runs.join(&name);
+                        inotify.add_watch(&dir, AddWatchFlags::IN_CREATE).unwrap();
+                        // It may be made before the watch is in place.
+                        if dir.join("gitconfig").exists() {
+                            swapped = swap(&dir, &decoy);
+                        }
+                        run_dir = Some(dir);
+                    }
+                    Some(dir) if name == "gitconfig" => swapped = swap(dir, &decoy),
+                    Some(_) => {}
+                }
+            }
+        }
+        let (status, out) = finish(child);
+        eprintln!("[{who}] the swapped run: {status:?} {out}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the user's\n",
+            "[{who}] the run wrote through the symlink: {status:?} {out}"
+        );
+        assert!(
+            status.success() || (status.code() == Some(71) && out.contains("coder sandbox:")),
+            "[{who}] {status:?} {out}"
+        );
+    }
+}
+
+/// Renames `dir` aside and puts a symlink to `to` in its place.
+fn swap(dir: &Path, to: &Path) -> bool {
+    let aside = dir.with_extension("away");
+    std::fs::rename(dir, &aside).unwrap();
+    std::os::unix::fs::symlink(to, dir).unwrap();
+    true
 }
