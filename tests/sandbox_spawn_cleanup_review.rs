@@ -23,7 +23,9 @@
 //! symlink the agent left in its stand-in directory, over any file of the user's (now
 //! made with `O_EXCL|O_NOFOLLOW`). Coder still creates `tmp/`, `claude/` and `gitconfig`
 //! in such a stand-in before the run fails: what is left open is working on the run
-//! directory by path rather than by descriptor.
+//! directory by path rather than by descriptor. The same reach let the agent replace
+//! the spec file a later helper (a retry's, `--verify`'s) read when the spec was over
+//! 64 KiB, and so run its own program unconfined: such a spec now goes through a pipe.
 
 mod common;
 
@@ -669,4 +671,93 @@ fn swap(dir: &Path, to: &Path) -> bool {
     std::fs::rename(dir, &aside).unwrap();
     std::os::unix::fs::symlink(to, dir).unwrap();
     true
+}
+
+/// A spec too large for an argument (a workspace with many masked files) went to a later
+/// helper (a retry's, the `--verify` command's) as a file in the run directory. An agent
+/// that can write the runs directory replaces it between coder's writing and the
+/// helper's reading: the helper, unconfined until it applies the spec, then ran the
+/// agent's program without a sandbox. Played from the host with inotify against a run
+/// with `--verify`: nothing may run outside the sandbox.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_large_helper_spec_cannot_be_replaced_on_its_way_to_the_helper() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    for owner in owners() {
+        let who = label(owner);
+        let fx = Fx::new(owner);
+        // About 700 masks of long names: a spec of well over 64 KiB.
+        let long = "k".repeat(120);
+        for i in 0..700 {
+            write(&fx.ws().join(format!("keys/{long}-{i:03}.pem")), "x\n");
+        }
+        let claude = fx.root.join("claude");
+        write(&claude, &common::sandbox_fixture::payload_claude("true"));
+        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let escaped = fx.root.join("escaped");
+        let runs = fx.state().join("sandbox");
+        std::fs::create_dir_all(&runs).unwrap();
+        if let Some(uid) = owner {
+            chown_tree(&fx.root, uid);
+        }
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
+        let runs_watch = inotify.add_watch(&runs, AddWatchFlags::IN_CREATE).unwrap();
+        let mut cmd = Command::new(CODER);
+        cmd.arg("--cd")
+            .arg(fx.ws())
+            .arg("--claude-bin")
+            .arg(&claude)
+            .args(["--verify", "true", "say hi"]);
+        let child = fx
+            .env(&mut cmd)
+            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .spawn()
+            .unwrap();
+        // The agent's spec, ready before coder writes its own: its program, unconfined.
+        let forged = serde_json::json!({
+            "program": "/bin/sh",
+            "args": ["-c", format!("echo outside > {}", escaped.display())],
+            "parent_pid": child.id(),
+            "policy": null,
+        })
+        .to_string();
+        let (watched, stand_in) = (runs.clone(), fx.root.join("forged"));
+        // Every spec file written in the run's directory is replaced the moment it is
+        // made (coder's write then goes to the file it opened, no longer in the directory).
+        let replacer = std::thread::spawn(move || {
+            let mut replaced = 0;
+            loop {
+                for event in inotify.read_events().unwrap() {
+                    let Some(name) = event.name else { continue };
+                    if event.wd == runs_watch {
+                        if name == "stop" {
+                            return replaced;
+                        }
+                        let _ = inotify.add_watch(&watched.join(&name), AddWatchFlags::IN_CREATE);
+                    } else if name == "helper-spec.json" {
+                        let dir = watched.read_dir().unwrap().flatten().map(|e| e.path());
+                        for dir in dir.filter(|d| d.join("helper-spec.json").exists()) {
+                            std::fs::write(&stand_in, &forged).unwrap();
+                            if std::fs::rename(&stand_in, dir.join("helper-spec.json")).is_ok() {
+                                replaced += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let (status, out) = finish(child);
+        std::fs::create_dir(runs.join("stop")).unwrap();
+        let replaced = replacer.join().unwrap();
+        eprintln!("[{who}] replaced {replaced} spec files: {status:?}");
+        assert!(
+            !escaped.exists(),
+            "[{who}] a replaced helper spec ran a program outside the sandbox: {out}"
+        );
+        assert!(
+            out.contains("\"verification\""),
+            "[{who}] the run did not get to its --verify: {out}"
+        );
+    }
 }
