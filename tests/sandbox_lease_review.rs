@@ -39,12 +39,6 @@ pub const KNOWN_OPEN: &[&str] = &[
      not refused (the shared /tmp is the user's explicit grant, and refusing it would \
      break /tmp-homed setups). Reproduce: HOME=/tmp/h coder sandbox --allow-tmp -- rm \
      /tmp/h/.local/state/coder/placeholders/*.lock while another run works in the tree.",
-    "A run that cannot lock the registry within 10 s when its scan ends (another run's \
-     release of many placeholders holds it; before the refusal of writable lease dirs, an \
-     agent granted registry.json holding it) fails, and its placeholders are neither \
-     registered nor removed: PlaceholderRelease::run goes through the registry only, so \
-     .claude, .envrc, .git (symlink) ... stay in that workspace for good. Reproduced with \
-     e8bb266: the blocked run waited 20 s, exited 71 and left all ten placeholders.",
     "Runs of different state directories (root and a user in one tree, a shell with \
      XDG_STATE_HOME set and one without, CODER_STATE_DIR) do not see each other's locks: \
      the first to end removes placeholders the other masks, and the other's agent can then \

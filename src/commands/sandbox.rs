@@ -19,6 +19,9 @@
 //! kill it). `SIGTERM`, `SIGHUP`, `SIGINT`, `SIGQUIT`, `SIGUSR1` and `SIGUSR2` sent to the
 //! parent by another process are forwarded to the command; the same signals from the
 //! terminal already reach the command's process group and are not sent twice.
+//! Those signals are held from before the policy makes anything: one that arrives before
+//! the command starts ends `coder sandbox` (as that signal would) once its run directory
+//! and placeholders are removed.
 //!
 //! `danger-full-access` needs no proxy and gets none, but forks and waits all the same, so
 //! the per-call directory (private temp and config dir) goes when the command ends.
@@ -34,7 +37,7 @@ use crate::sandbox::{Mode, Policy, PolicyOptions};
 use crate::text::is_secret_name;
 use crate::text::path::{self, RelativeDirs};
 
-use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, one_line};
+use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, HeldSignals, one_line};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -98,7 +101,16 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
-    match run(parsed) {
+    // Held until the command is forked (see `HeldSignals`): from here on, what the policy
+    // makes is removed however the process ends, a signal included.
+    let held = match HeldSignals::hold() {
+        Ok(held) => held,
+        Err(e) => {
+            eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            return ExitCode::from(EXIT_SANDBOX_ERROR);
+        }
+    };
+    match run(parsed, held) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("coder sandbox: {}", one_line(&e.to_string()));
@@ -107,7 +119,7 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     }
 }
 
-fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
+fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
     crate::phases::mark("sandbox.main");
     let workspace = match &args.cd {
         Some(dir) => dir.clone(),
@@ -137,17 +149,19 @@ fn run(args: SandboxArgs) -> Result<ExitCode, SandboxError> {
         Ok(Some(env)) => env,
         Ok(None) => {
             policy.cleanup();
+            held.release();
             return Ok(ExitCode::from(EXIT_NOT_FOUND));
         }
         Err(e) => {
             policy.cleanup();
+            held.release();
             return Err(e);
         }
     };
     // Every mode forks and waits, so the per-call directory (private temp and config dir,
     // placeholders) is removed when the command ends, danger-full-access included.
     crate::phases::mark("policy.done");
-    super::sandbox_fork::run_forked(policy, &args.command[0], &args.command[1..], env)
+    super::sandbox_fork::run_forked(policy, &args.command[0], &args.command[1..], env, held)
 }
 
 /// Enter the workspace, find `program` and grant reading it: the command's environment,

@@ -35,51 +35,125 @@ const FORWARDED: [Signal; 6] = [
 /// went to the whole foreground process group, the command included.
 const SI_KERNEL: i32 = 0x80;
 
+/// The signals `coder sandbox` holds from before its policy makes anything until the
+/// command is forked: those it forwards, and `SIGCHLD`. Arriving while the policy is
+/// resolved (its run directory and placeholders made, the placeholder registry awaited),
+/// such a signal would end the process before it removed them, and placeholders not yet
+/// registered would stay in the workspace for good (a `.git` symlink that fails `git
+/// init`); held, it ends the process once they are gone.
+pub(super) struct HeldSignals {
+    mask: SigSet,
+    old: SigSet,
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old), None);
+    }
+}
+
+impl HeldSignals {
+    pub(super) fn hold() -> Result<HeldSignals, SandboxError> {
+        let mut mask = SigSet::empty();
+        for signal in FORWARDED {
+            mask.add(signal);
+        }
+        mask.add(Signal::SIGCHLD);
+        let mut old = SigSet::empty();
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))
+            .map_err(|e| SandboxError::sys("sigprocmask", "block", e))?;
+        Ok(HeldSignals { mask, old })
+    }
+
+    /// Lets the held signals in again: one that arrived meanwhile ends the process now,
+    /// as it would have then (the caller has cleaned up). Dropping them does the same
+    /// (a policy that fails has removed what it made before it returns).
+    pub(super) fn release(self) {
+        drop(self);
+    }
+
+    /// Keeps them held for the rest of the process (the parent, once the command ran:
+    /// its exit status is the command's, whatever arrives after).
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+
+    /// A forwarded signal that arrived while held (taken), if any.
+    fn arrived(&self) -> Option<Signal> {
+        let mut forwarded = SigSet::empty();
+        for signal in FORWARDED {
+            forwarded.add(signal);
+        }
+        let fd = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .ok()?;
+        // Held, a signal the caller ignores (`nohup`'s SIGHUP) is kept pending too.
+        while let Ok(Some(info)) = fd.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(signal) if !ignored(signal) => return Some(signal),
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// Whether `signal`'s disposition is to be ignored (inherited so from the caller).
+fn ignored(signal: Signal) -> bool {
+    // SAFETY: `sigaction` with a null new action only writes the current one into
+    // `current`, a plain C struct for which all zeroes is a valid value.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// Runs `program` confined by `policy` in a forked child; returns its exit status.
+/// `held` are the signals held since before the policy was resolved.
 pub(super) fn run_forked(
     policy: Policy,
     program: &OsString,
     args: &[OsString],
     env: Vec<(OsString, OsString)>,
+    held: HeldSignals,
 ) -> Result<ExitCode, SandboxError> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
-    let mut mask = SigSet::empty();
-    for signal in FORWARDED {
-        mask.add(signal);
-    }
-    mask.add(Signal::SIGCHLD);
-    let mut old = SigSet::empty();
     let channel = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
         None,
         SockFlag::SOCK_CLOEXEC,
     )
-    .map_err(|e| SandboxError::sys("socketpair", "proxy channel", e))
-    .and_then(|pair| {
-        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))
-            .map(|()| pair)
-            .map_err(|e| SandboxError::sys("sigprocmask", "block", e))
-    });
+    .map_err(|e| SandboxError::sys("socketpair", "proxy channel", e));
     let (ours, theirs) = match channel {
         Ok(pair) => pair,
         Err(e) => {
             policy.cleanup();
+            held.release();
             return Err(e);
         }
     };
+    // Stopped before the command starts: it ends as the command would have.
+    if let Some(signal) = held.arrived() {
+        policy.cleanup();
+        die_of(signal);
+        held.release();
+        return Ok(ExitCode::from(
+            u8::try_from(128 + signal as i32).unwrap_or(255),
+        ));
+    }
     let parent = nix::unistd::getpid();
     // SAFETY: `coder sandbox` is dispatched before anything starts a thread, so this
     // process is single-threaded and the child may run ordinary code after the fork.
     match unsafe { nix::unistd::fork() } {
         Err(e) => {
-            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
             policy.cleanup();
+            held.release();
             Err(SandboxError::sys("fork", "coder sandbox", e))
         }
         Ok(ForkResult::Child) => {
             drop(ours);
-            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&held.old), None);
             std::process::exit(child_main(&policy, theirs, parent, program, args, env))
         }
         Ok(ForkResult::Parent { child }) => {
@@ -88,7 +162,8 @@ pub(super) fn run_forked(
             if policy.mode.is_confined() {
                 start_proxy(Egress::new(policy.network.allow.clone()), ours);
             }
-            let status = wait_forwarding(child, &mask);
+            let status = wait_forwarding(child, &held.mask);
+            held.keep();
             crate::phases::mark("sandbox.exited");
             // The command's PID namespace is gone: no process of it can still write.
             let guard = crate::sandbox::guard_git_after_run(&policy);

@@ -191,7 +191,19 @@ pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::Sandbo
     let path = policy.run_dir.join(PENDING);
     let text = serde_json::to_vec(&record)
         .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e.into()))?;
-    std::fs::write(&path, text)
+    // Made new and private, never through a symlink: where the agent can write the runs
+    // directory (`--allow-tmp` with the state directory under `/tmp`) it can swap the run
+    // directory for one of its own holding a symlink of this name, and coder would
+    // overwrite whatever file that names.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut file| file.write_all(&text))
         .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e))
 }
 

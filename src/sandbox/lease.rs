@@ -13,7 +13,8 @@
 //!   before its scan until its processes are gone ([`PlaceholderLease::take`]);
 //! * every placeholder a run creates is written to a registry the moment the scan ends
 //!   ([`PlaceholderLease::register`]), so a run whose coder dies leaves a record, not
-//!   an orphan;
+//!   an orphan; a run that cannot record them (the registry stays locked past its wait)
+//!   keeps them itself and removes them at its end like registered ones;
 //! * at the end a run drops its holds, and removes each registered placeholder for which
 //!   it gets an exclusive lock on every directory from `/` to the placeholder's parent:
 //!   a live run whose root contains the placeholder holds one of those shared
@@ -69,6 +70,10 @@ pub struct PlaceholderLease {
     dir: PathBuf,
     /// The shared locks on the writable roots' lock files; emptied by `release`.
     held: Mutex<Vec<Flock<fs::File>>>,
+    /// Placeholders this run made that `register` could not record (the registry stayed
+    /// locked, or could not be written): `release` removes them like registered ones,
+    /// else no run ever would.
+    unregistered: Mutex<Vec<Placeholder>>,
 }
 
 impl PlaceholderLease {
@@ -88,6 +93,7 @@ impl PlaceholderLease {
         Ok(PlaceholderLease {
             dir,
             held: Mutex::new(held),
+            unregistered: Mutex::new(Vec::new()),
         })
     }
 
@@ -108,30 +114,38 @@ impl PlaceholderLease {
         if placeholders.is_empty() {
             return Ok(());
         }
-        let mut registry = Registry::open(&self.dir)?;
-        registry.entries.extend(placeholders.iter().cloned());
-        registry.save()
+        let registered = Registry::open(&self.dir).and_then(|mut registry| {
+            registry.entries.extend(placeholders.iter().cloned());
+            registry.save()
+        });
+        if registered.is_err() {
+            lock_ignoring_poison(&self.unregistered).extend(placeholders.iter().cloned());
+        }
+        registered
     }
 
     /// Drop this run's holds, then remove every registered placeholder that no live run's
     /// tree holds. Call it once the run's last process is gone; calling it again only
     /// retries what is still registered. Errors leave entries for a later run.
     pub fn release(&self) {
-        match self.held.lock() {
-            Ok(mut held) => held.clear(),
-            Err(poisoned) => poisoned.into_inner().clear(),
+        lock_ignoring_poison(&self.held).clear();
+        let own = std::mem::take(&mut *lock_ignoring_poison(&self.unregistered));
+        // Without the registry, this run's own unregistered placeholders are still removed
+        // (under the same exclusive locks); what must stay of them cannot be recorded.
+        let mut registry = Registry::open(&self.dir).ok();
+        let mut entries = own;
+        if let Some(registry) = registry.as_mut() {
+            entries.append(&mut registry.entries);
         }
-        let Ok(mut registry) = Registry::open(&self.dir) else {
-            return;
-        };
-        if registry.entries.is_empty() {
+        if entries.is_empty() {
             return;
         }
         let mut exclusive = ExclusiveDirs::new(&self.dir);
         let mut free = Vec::new();
-        for placeholder in std::mem::take(&mut registry.entries) {
+        let mut kept = Vec::new();
+        for placeholder in entries {
             if !exclusive.holds_every_dir_above(&placeholder.path) {
-                registry.entries.push(placeholder);
+                kept.push(placeholder);
             } else if reached_without_symlinks(&placeholder.path) {
                 free.push(placeholder);
             }
@@ -139,11 +153,24 @@ impl PlaceholderLease {
             // directory on it into a symlink), perhaps to another run's placeholder.
         }
         remove_placeholders(&free);
-        let _ = registry.save();
+        match registry.as_mut() {
+            Some(registry) => {
+                registry.entries = kept;
+                let _ = registry.save();
+            }
+            None => lock_ignoring_poison(&self.unregistered).extend(kept),
+        }
         // The exclusive locks go only now: no run scans these trees until the
         // placeholders are gone.
         drop(exclusive);
     }
+}
+
+/// `mutex`'s guard, also when a thread panicked holding it (the lists stay usable).
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The registry of placeholders not yet removed, locked for as long as it is open.

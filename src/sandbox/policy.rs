@@ -163,7 +163,7 @@ pub struct PolicyOptions {
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
     /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs` (unless
-    /// that lies beneath `/dev/shm`), else `sandbox` in coder's state directory.
+    /// that lies beneath `/dev/shm` or `/tmp`), else `sandbox` in coder's state directory.
     pub runs_dir: Option<PathBuf>,
 }
 
@@ -369,7 +369,7 @@ impl Policy {
         ));
         create_private_dir(&run_dir)?;
         let made = MadeRunDir(Some(run_dir.clone()));
-        let run_dir = canonicalize("run directory", &run_dir)?;
+        let run_dir = canonical_run_dir(&run_dir)?;
         create_private_dir(&run_dir.join("tmp"))?;
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
 
@@ -781,6 +781,30 @@ impl Policy {
             }
         });
     }
+}
+
+/// The canonical path of the run directory just made at `path`; refused when `path` no
+/// longer names that directory itself. An agent that can write the runs directory
+/// (`--allow-tmp` with coder's state directory under `/tmp`) can swap a symlink in for it
+/// between the two steps: the run's directory would then be whatever the symlink names,
+/// and the run's end would remove that whole tree.
+fn canonical_run_dir(path: &Path) -> Result<PathBuf, SandboxError> {
+    let canonical = canonicalize("run directory", path)?;
+    let inspect = |p: &Path, meta: std::io::Result<fs::Metadata>| {
+        meta.map_err(|e| SandboxError::io(format!("inspect {}", p.display()), e))
+    };
+    let made = inspect(path, fs::symlink_metadata(path))?;
+    let named = inspect(&canonical, fs::metadata(&canonical))?;
+    if !made.is_dir() || (made.dev(), made.ino()) != (named.dev(), named.ino()) {
+        return Err(SandboxError::Path {
+            what: "run directory",
+            path: path.to_path_buf(),
+            reason: "was replaced while coder made it: another process can write the \
+                     directory it is in"
+                .to_string(),
+        });
+    }
+    Ok(canonical)
 }
 
 /// The run directory `Policy::resolve` made, removed again when it fails before the
@@ -1306,9 +1330,18 @@ fn write_git_identity(run_dir: &Path, home: &Path) -> Result<PathBuf, SandboxErr
 /// Never beneath `/dev/shm`: the agent gets a tmpfs of its own there (`confine`), which
 /// would hide the run's granted directories (every confined run failed with `ENOENT`),
 /// and directories the helper made in it would be the agent's to rename.
+///
+/// Nor beneath `/tmp` (an `XDG_RUNTIME_DIR` of `/tmp/runtime-USER`, as containers set it):
+/// `--allow-tmp` gives an agent all of `/tmp`, and with it every run's directory. There it
+/// could read and rewrite a concurrent run's, and plant a dead run's git guard record that
+/// the next run of any workspace acts on (moving the hooks of a repository that was never
+/// granted into quarantine). Such runs' directories go in coder's state directory instead
+/// (out of the agent's reach unless that too is under `/tmp`: SECURITY.md).
 fn default_runs_dir() -> Result<PathBuf, SandboxError> {
     let usable = |p: &PathBuf| {
-        fs::canonicalize(p).is_ok_and(|real| real.is_dir() && !real.starts_with(PRIVATE_SHM))
+        fs::canonicalize(p).is_ok_and(|real| {
+            real.is_dir() && !real.starts_with(PRIVATE_SHM) && !real.starts_with("/tmp")
+        })
     };
     match env_path("XDG_RUNTIME_DIR").filter(usable) {
         Some(runtime) => Ok(runtime.join("coder/runs")),

@@ -139,18 +139,16 @@ fn spawn_unconfined(spec: &ChildSpec) -> Result<Child, SpawnError> {
 /// child and coder's end of its network channel.
 async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Child, Option<OwnedFd>), SpawnError> {
     let spec_json = helper_spec_json(spec, false)?;
-    // One argument may hold at most 128 KiB; a policy with many masks goes through a file
-    // in the run's private directory instead (`@PATH`).
-    let spec_arg: OsString = match &spec.policy {
-        Some(policy) if spec_json.len() > 64 * 1024 => {
-            let path = policy.run_dir.join("helper-spec.json");
-            std::fs::write(&path, &spec_json)?;
-            let mut arg = OsString::from("@");
-            arg.push(path.as_os_str());
-            arg
-        }
-        _ => spec_json.into(),
-    };
+    // One argument may hold at most 128 KiB. A policy with many masks goes to a helper
+    // started as the first attempt's is, through a pipe: never through a file in the run
+    // directory, which an agent that can write the runs directory (`--allow-tmp` with
+    // coder's state directory under `/tmp`) could replace between coder's writing it and
+    // the helper's reading it, and the helper (unconfined until it applies the spec) would
+    // run the agent's program under the agent's policy.
+    if spec.policy.is_some() && spec_json.len() > 64 * 1024 {
+        return StartedHelper::start(&spec.cwd)?.finish(spec).await;
+    }
+    let spec_arg: OsString = spec_json.into();
     let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
     let (net, net_child) = net_channel()?;
     let mut command = helper_command(spec_arg, &status_write, &net_child)?;
