@@ -8,7 +8,8 @@
 //! of its quotes rather than a full decode. Shorter `user` lines, which are recorded whole
 //! and so must be valid, are read from such a copy too, with every string left out checked
 //! and the line's UTF-8 checked once for the decoder and the transcript ([`crate::stream`]'s
-//! `elide` module).
+//! `elide` module). `assistant` lines are read by borrowing, with the wire types of their
+//! own event only, wherever that gives the same event (the `assistant` module).
 
 use std::ops::Range;
 
@@ -16,20 +17,19 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use crate::text::one_line;
-
+use super::assistant::{
+    ASSISTANT_LINE_START, CODER_TOOL_PREFIX, STRUCTURED_TOOL, decode_assistant_line, span_in,
+    status_code, string_of, string_span_in, summary_detail_and_path, tool_summary, usage_of,
+};
 use super::elide::{Elided, free_of_control_bytes};
 use super::event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
-    ToolResult, ToolUse, UpstreamErrorType, Usage,
+    ToolResult, ToolUse, UpstreamErrorType,
 };
 
 /// Lines longer than this are kept by their head only wherever coder records them (the
 /// transcript), so they are decoded with [`decode_long_line`].
 pub const LONG_LINE_BYTES: usize = 256 * 1024;
-
-/// The tool the CLI offers the model for `--json-schema` (2.1.330): its input is the answer.
-pub const STRUCTURED_TOOL: &str = "StructuredOutput";
 
 /// Why a stdout line is not an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,15 +91,35 @@ fn decode_user_line(line: &[u8]) -> Option<Decoded> {
 
 /// The general reading of a line (see [`decode_line`]).
 fn decode_general(line: &[u8]) -> Result<Decoded, DecodeError> {
-    // Fast path: content blocks are read in place, and a tool result's megabytes are skipped
-    // rather than buffered. It is stricter than the general path (where a block with a
-    // mistyped field only means "no blocks"), so on any error the line is decoded again the
-    // general way, which gives the same event or classifies the error.
-    //
     // A line that is UTF-8 (checked at SIMD speed) is parsed as text: serde then does not
     // check again each string it decodes (std's check, which stops at every non-ASCII
     // character of an assistant's prose), and the verdict is handed to the transcript.
     let text = simdutf8::basic::from_utf8(line).ok();
+    // An `assistant` line, two thirds of a busy run's lines, is read by borrowing where it
+    // can be (see the `assistant` module).
+    if line.starts_with(ASSISTANT_LINE_START)
+        && let Some(text) = text
+        && let Some(mut decoded) = decode_assistant_line(line, text)
+    {
+        decoded.spans.utf8 = true;
+        return Ok(decoded);
+    }
+    read_wire(line, text)
+}
+
+/// The general reading of a line without the fast reading of `assistant` lines, for the
+/// tests that compare the two.
+#[cfg(test)]
+pub(super) fn general_reading(line: &[u8]) -> Result<Decoded, DecodeError> {
+    read_wire(line, simdutf8::basic::from_utf8(line).ok())
+}
+
+/// Reads `line` through the wire types of every event; `text` is the line when it is UTF-8.
+fn read_wire(line: &[u8], text: Option<&str>) -> Result<Decoded, DecodeError> {
+    // Fast path: content blocks are read in place, and a tool result's megabytes are skipped
+    // rather than buffered. It is stricter than the general path (where a block with a
+    // mistyped field only means "no blocks"), so on any error the line is decoded again the
+    // general way, which gives the same event or classifies the error.
     let streamed = match text {
         Some(text) => serde_json::from_str::<WireEvent<'_, StreamedBlocks<'_>>>(text),
         None => serde_json::from_slice(line),
@@ -198,19 +218,6 @@ fn locate_in_original(elided: &Elided, decoded: &mut Decoded) {
             elided.original_range(span);
         }
     }
-}
-
-/// Where `raw`, borrowed from `line`, lies in it.
-fn span_in(line: &[u8], raw: &RawValue) -> Option<Range<usize>> {
-    let start = (raw.get().as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
-    let end = start + raw.get().len();
-    (end <= line.len()).then_some(start..end)
-}
-
-/// Where the string `raw`, borrowed from `line`, lies in it (`None` for other values).
-fn string_span_in(line: &[u8], raw: Option<&RawValue>) -> Option<Range<usize>> {
-    raw.filter(|raw| raw.get().starts_with('"'))
-        .and_then(|raw| span_in(line, raw))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -431,27 +438,6 @@ fn none<T>() -> Option<T> {
     None
 }
 
-/// Token usage, when the raw value is a usage object.
-fn usage_of(raw: Option<&RawValue>) -> Option<Usage> {
-    serde_json::from_str(raw?.get()).ok()
-}
-
-fn status_code(value: Option<serde_json::Value>) -> Option<u16> {
-    match value? {
-        serde_json::Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
-        serde_json::Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-fn string_of(value: Option<serde_json::Value>) -> Option<String> {
-    match value? {
-        serde_json::Value::String(s) => Some(s),
-        serde_json::Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
 impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
     fn into_decoded(self, line: &[u8]) -> Decoded {
         let message_usage = self.message.as_ref().and_then(|m| m.usage);
@@ -509,13 +495,11 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                             Some("tool_use") => event.tool_uses.push(ToolUse {
                                 summary: tool_summary(
                                     block.name.as_deref().unwrap_or("?"),
-                                    block.input.as_ref(),
+                                    summary_detail_and_path(block.input.as_ref()).0,
                                 ),
-                                path: block.input.as_ref().and_then(|input| {
-                                    ["file_path", "notebook_path", "path"].iter().find_map(|k| {
-                                        input.get(*k).and_then(|v| v.as_str()).map(str::to_owned)
-                                    })
-                                }),
+                                path: summary_detail_and_path(block.input.as_ref())
+                                    .1
+                                    .map(str::to_owned),
                                 structured_input: (block.name.as_deref() == Some(STRUCTURED_TOOL))
                                     .then(|| block.input.clone())
                                     .flatten(),
@@ -585,22 +569,6 @@ impl<'a, C: ContentBlocks<'a>> WireMessage<'a, C> {
             .map(ContentBlocks::into_blocks)
             .unwrap_or_default()
             .into_iter()
-    }
-}
-
-/// The CLI's prefix of the tools of coder's own MCP server (`--mcp-config` server `coder`).
-const CODER_TOOL_PREFIX: &str = "mcp__coder__";
-
-/// `Bash(npm test)`, `Write(src/lib.rs)`, or just the tool name.
-fn tool_summary(name: &str, input: Option<&serde_json::Value>) -> String {
-    const KEYS: [&str; 5] = ["command", "file_path", "path", "pattern", "url"];
-    let detail = input.and_then(|input| {
-        KEYS.iter()
-            .find_map(|key| input.get(*key).and_then(|v| v.as_str()))
-    });
-    match detail {
-        Some(detail) => format!("{name}({})", one_line(detail, 80)),
-        None => name.to_owned(),
     }
 }
 

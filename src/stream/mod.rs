@@ -6,14 +6,14 @@
 //! line; the decoder types only the fields coder acts on and treats a line that is not an
 //! event as a counted fact, not an error.
 
+mod assistant;
 pub mod decode;
 mod elide;
 pub mod event;
 pub mod splitter;
 
-pub use decode::{
-    DecodeError, LONG_LINE_BYTES, STRUCTURED_TOOL, decode_event, decode_line, decode_long_line,
-};
+pub use assistant::STRUCTURED_TOOL;
+pub use decode::{DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode_long_line};
 pub use event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
     ToolResult, ToolUse, UpstreamErrorType, Usage,

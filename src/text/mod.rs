@@ -26,6 +26,11 @@ pub use redact::{REDACTED, Secrets};
 /// The ellipsis also tells [`Secrets::redact`] where a text was cut, so that a secret cut
 /// here before redaction leaves no long prefix behind.
 pub fn one_line(text: &str, max_chars: usize) -> String {
+    // A short text without line breaks is its own first line, whole (the common case: a
+    // tool call's path or command; the general way collects it char by char).
+    if text.len() <= max_chars && !text.contains(['\n', '\r']) {
+        return text.to_owned();
+    }
     let first = text.lines().next().unwrap_or("");
     let mut out: String = first.chars().take(max_chars).collect();
     if first.chars().count() > max_chars || text.lines().nth(1).is_some() {
@@ -61,5 +66,33 @@ mod head_tests {
         assert_eq!(head_with_marker("short", 10), "short");
         let cut = head_with_marker("ééé", 3);
         assert_eq!(cut, "é… [truncated: 6 bytes in all]");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn one_line_keeps_the_first_line_cut_with_an_ellipsis() {
+        // The short texts taken whole, and the texts around them taken the general way.
+        let cases = [
+            ("", ""),
+            ("npm test", "npm test"),
+            ("a\r", "a\r"),
+            ("a\rb", "a\rb"),
+            ("a\r\nb", "a…"),
+            ("a\n", "a"),
+            ("\nb", "…"),
+        ];
+        for (text, shown) in cases {
+            assert_eq!(one_line(text, 80), shown, "{text:?}");
+        }
+        let exact = "é".repeat(40);
+        assert_eq!(one_line(&exact, 40), exact);
+        assert_eq!(one_line(&exact, 39), format!("{}…", "é".repeat(39)));
+        let long = "x".repeat(81);
+        assert_eq!(one_line(&long, 80), format!("{}…", "x".repeat(80)));
+        assert_eq!(one_line(&long[..80], 80), long[..80]);
     }
 }
