@@ -13,8 +13,8 @@
 //!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `Bearer …`),
 //!   only when the token is long and holds both letters and digits, so ordinary words such
 //!   as `sk-learn-compatible` or `Bearer authentication` stay. They too are matched in
-//!   every JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token), in
-//!   the text as JSON decodes it, with the same escape reader as the known values.
+//!   every JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token, a
+//!   token right after `\n`), read as JSON decodes it with the known values' escape reader.
 //!
 //! **Cuts.** Redaction runs before a text is cut. Where the source itself was cut at a byte
 //! cap before coder could see all of it ([`Ending::Cut`]), and wherever a text carries the
@@ -27,8 +27,10 @@
 //! most entries in one pass. Otherwise a text without a backslash-escape that could spell
 //! a secret costs one `memmem` search per secret; only a text holding one (`\u…`, or an
 //! escape of a character a secret holds) is scanned escape by escape. Token shapes cost one
-//! packed search for their prefixes and one `memmem` for `\u00`; only a text with a
-//! backslash and a prefix (or a `\u` escape of printable ASCII) is decoded.
+//! packed search for their prefixes and one `memmem` for `\u00`; a text is read as JSON
+//! decodes it only around each prefix found, or position by position where it holds a
+//! `\u` escape of printable ASCII (which could spell a prefix; JSON writers do not make
+//! them).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -636,26 +638,26 @@ pub fn redact_tokens(text: &str) -> Cow<'_, str> {
 /// A token is found in every spelling JSON gives it, as a known value is: any of its
 /// characters (the prefix's, the blanks after `Bearer`, the token's) written as an escape
 /// (`\u0073k-…`, `\u0042earer\u0020…`, `\/`, `\t`), and an escape before it counts as the
-/// character it spells (`\n` ends a word). Where the text holds a backslash and a prefix
-/// (or a `\u` escape of printable ASCII, which can spell one), it is decoded into a
-/// [`JsonView`] and tokens are looked for there; what is replaced is the token's spelling
-/// in the text. A text with neither is left alone after one packed search and one
-/// `memmem`; one without a backslash is searched as it is.
+/// character it spells (`\n` ends a word). The text is read as JSON decodes it only around
+/// each candidate, with the escape reader of the known values ([`unescape`]); what is
+/// replaced is the token's spelling. Candidates are the prefixes written literally (one
+/// packed search) unless the text holds a `\u` escape of printable ASCII (one `memmem`),
+/// which could spell one: then every position that could start a prefix is tried.
 pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     let Some(starts) = &*TOKEN_STARTS else {
         return Cow::Borrowed(text);
     };
-    let literal = starts.find_all(text);
-    if literal.is_empty() && !spells_printable_ascii(text) {
-        return Cow::Borrowed(text);
-    }
-    if memchr::memchr(b'\\', text).is_none() {
-        let found = token_matches(text, &literal);
-        return replace_tokens(text, &found, |at| at);
-    }
-    let view = JsonView::decode(text);
-    let found = token_matches(&view.bytes, &starts.find_all(&view.bytes));
-    replace_tokens(text, &found, |at| view.raw_at(at))
+    let found = if spells_printable_ascii(text) {
+        spelled_token_matches(text)
+    } else {
+        let literal = starts.find_all(text);
+        if literal.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let bearer = |start: usize, end: usize| &text[start..end] == BEARER.as_bytes();
+        token_matches(text, literal.into_iter().map(|(s, e)| (s, e, bearer(s, e))))
+    };
+    replace_tokens(text, &found)
 }
 
 /// Whether `text` holds a `\u` escape of printable ASCII ([`TOKEN_CHAR_ESCAPES`]).
@@ -664,122 +666,150 @@ fn spells_printable_ascii(text: &[u8]) -> bool {
         LazyLock::new(|| memmem::Finder::new(b"\\u00"));
     ASCII_ESCAPE
         .find_iter(text)
-        .any(|at| matches!(text.get(at + 4), Some(b'2'..=b'7')))
+        .any(|at| matches!(text.get(at + 4), Some(b'2'..=b'7')) && escape_starts_at(text, at))
 }
 
-/// The tokens among `prefixes` (found in `text`): for each, where the redaction starts
-/// (the prefix, or the token after `Bearer` and its blanks) and where the token ends.
-fn token_matches(text: &[u8], prefixes: &[(usize, usize)]) -> Vec<(usize, usize)> {
+/// Whether the backslash at `at` starts an escape: it follows an even run of backslashes
+/// (`\\` is an escaped backslash, so the one after it starts nothing of its own).
+fn escape_starts_at(text: &[u8], at: usize) -> bool {
+    let before = text[..at].iter().rev().take_while(|b| **b == b'\\').count();
+    before % 2 == 0
+}
+
+/// The character at `at` as JSON decodes it (a literal byte, or the escape starting
+/// there) and the bytes it takes; a character outside ASCII is [`NOT_ASCII`]. A
+/// backslash that starts no escape stands for itself.
+fn char_at(text: &[u8], at: usize) -> Option<(u8, usize)> {
+    let b = *text.get(at)?;
+    if b != b'\\' {
+        return Some((b, 1));
+    }
+    Some(match unescape(&text[at..]) {
+        Unescaped::Char(buf, 1, used) => (buf[0], used),
+        Unescaped::Char(_, _, used) => (NOT_ASCII, used),
+        Unescaped::Incomplete | Unescaped::Invalid => (b'\\', 1),
+    })
+}
+
+/// The character before `at` as JSON decodes it: the escape that ends there (`\n`,
+/// `\u00e9`) where one does, else the byte.
+fn char_before(text: &[u8], at: usize) -> Option<u8> {
+    let before = *text.get(at.checked_sub(1)?)?;
+    if let Some(start) = at.checked_sub(6)
+        && text[start..start + 2] == *b"\\u"
+        && escape_starts_at(text, start)
+        && let Some(code) = hex4(text, start + 2)
+    {
+        // A surrogate pair's second half reads as what the pair spells: not ASCII.
+        return Some(
+            u8::try_from(code)
+                .ok()
+                .filter(u8::is_ascii)
+                .unwrap_or(NOT_ASCII),
+        );
+    }
+    if let Some(start) = at.checked_sub(2)
+        && text[start] == b'\\'
+        && escape_starts_at(text, start)
+        && let Some((c, 2)) = char_at(text, start)
+    {
+        return Some(c);
+    }
+    Some(before)
+}
+
+/// What a character spelled outside ASCII reads as: not a letter, a digit or a token
+/// character, as a literal one's bytes are not.
+const NOT_ASCII: u8 = 0x80;
+
+/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and whether it
+/// is `Bearer`.
+fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
+    TOKEN_PREFIXES.iter().chain([&BEARER]).find_map(|prefix| {
+        let mut pos = at;
+        for &want in prefix.as_bytes() {
+            let (c, used) = char_at(text, pos)?;
+            if c != want {
+                return None;
+            }
+            pos += used;
+        }
+        Some((pos, *prefix == BEARER))
+    })
+}
+
+/// The tokens of a text that may spell a prefix with escapes: every position that could
+/// start one (a prefix's first letter, or a backslash that starts an escape) is tried.
+fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
+    let candidates = text.iter().enumerate().filter_map(|(at, &b)| {
+        let could = matches!(b, b's' | b'g' | b'x' | b'A' | b'B')
+            || (b == b'\\' && escape_starts_at(text, at));
+        could.then(|| prefix_at(text, at).map(|(end, bearer)| (at, end, bearer)))?
+    });
+    token_matches(text, candidates)
+}
+
+/// The tokens among `prefixes` (spelled at these ranges of `text`, and whether the prefix
+/// is `Bearer`): for each, where the
+/// redaction starts (the prefix, or the token after `Bearer` and its blanks) and where the
+/// token ends. The text is read as JSON decodes it ([`char_at`], [`char_before`]).
+fn token_matches(
+    text: &[u8],
+    prefixes: impl Iterator<Item = (usize, usize, bool)>,
+) -> Vec<(usize, usize)> {
     let mut found = Vec::new();
     let mut pos = 0;
-    for &(start, end) in prefixes {
+    for (start, end, bearer) in prefixes {
         if start < pos {
             continue;
         }
-        let boundary = start
-            .checked_sub(1)
-            .is_none_or(|before| !text[before].is_ascii_alphanumeric());
+        let boundary = char_before(text, start).is_none_or(|c| !c.is_ascii_alphanumeric());
         if !boundary {
             continue;
         }
-        let bearer = &text[start..end] == BEARER.as_bytes();
-        let token_at = if bearer {
-            let blanks = text[end..]
-                .iter()
-                .take_while(|b| matches!(b, b' ' | b'\t'))
-                .count();
-            if blanks == 0 {
+        let mut at = end;
+        if bearer {
+            let from = at;
+            while let Some((b' ' | b'\t', used)) = char_at(text, at) {
+                at += used;
+            }
+            if at == from {
                 continue;
             }
-            end + blanks
-        } else {
-            end
-        };
-        let token_len = text[token_at..]
-            .iter()
-            .take_while(|b| is_token_byte(**b))
-            .count();
-        let token = &text[token_at..token_at + token_len];
-        let credential = token.len() >= MIN_TOKEN_LEN
-            && token.iter().any(u8::is_ascii_digit)
-            && token.iter().any(u8::is_ascii_alphabetic);
-        if !credential {
+        }
+        let token_at = at;
+        let (mut len, mut digit, mut letter) = (0, false, false);
+        while let Some((c, used)) = char_at(text, at)
+            && is_token_byte(c)
+        {
+            len += 1;
+            digit |= c.is_ascii_digit();
+            letter |= c.is_ascii_alphabetic();
+            at += used;
+        }
+        if len < MIN_TOKEN_LEN || !digit || !letter {
             continue;
         }
-        let keep = if bearer { token_at } else { start };
-        pos = token_at + token_len;
-        found.push((keep, pos));
+        found.push((if bearer { token_at } else { start }, at));
+        pos = at;
     }
     found
 }
 
-/// `text` with each of `found` (positions that `raw_at` turns into positions of `text`)
-/// replaced by [`REDACTED`].
-fn replace_tokens<'a>(
-    text: &'a [u8],
-    found: &[(usize, usize)],
-    raw_at: impl Fn(usize) -> usize,
-) -> Cow<'a, [u8]> {
+/// `text` with each of `found` replaced by [`REDACTED`].
+fn replace_tokens<'a>(text: &'a [u8], found: &[(usize, usize)]) -> Cow<'a, [u8]> {
     if found.is_empty() {
         return Cow::Borrowed(text);
     }
     let mut out = Vec::with_capacity(text.len());
     let mut pos = 0;
     for &(start, end) in found {
-        out.extend_from_slice(&text[pos..raw_at(start)]);
+        out.extend_from_slice(&text[pos..start]);
         out.extend_from_slice(REDACTED.as_bytes());
-        pos = raw_at(end);
+        pos = end;
     }
     out.extend_from_slice(&text[pos..]);
     Cow::Owned(out)
-}
-
-/// A text as JSON decodes it, as far as token shapes need (every escape [`unescape`]
-/// reads; a character it spells outside ASCII is one byte that is none), with the way
-/// back to the text's own positions.
-struct JsonView {
-    bytes: Vec<u8>,
-    /// (position in `bytes`, position in the text) where an escape starts or ends; between
-    /// two, both advance together.
-    breaks: Vec<(usize, usize)>,
-}
-
-/// What [`JsonView`] holds for a character spelled outside ASCII: not a letter, a digit or
-/// a token character, as a literal one's bytes are not.
-const NOT_ASCII: u8 = 0x80;
-
-impl JsonView {
-    fn decode(text: &[u8]) -> JsonView {
-        let mut bytes = Vec::with_capacity(text.len());
-        let mut breaks = vec![(0, 0)];
-        let mut pos = 0;
-        while let Some(found) = memchr::memchr(b'\\', &text[pos..]) {
-            let at = pos + found;
-            bytes.extend_from_slice(&text[pos..at]);
-            match unescape(&text[at..]) {
-                Unescaped::Char(buf, len, used) => {
-                    breaks.push((bytes.len(), at));
-                    bytes.push(if len == 1 { buf[0] } else { NOT_ASCII });
-                    breaks.push((bytes.len(), at + used));
-                    pos = at + used;
-                }
-                // A backslash that starts no escape stands for itself.
-                Unescaped::Incomplete | Unescaped::Invalid => {
-                    bytes.push(b'\\');
-                    pos = at + 1;
-                }
-            }
-        }
-        bytes.extend_from_slice(&text[pos..]);
-        JsonView { bytes, breaks }
-    }
-
-    /// The text's position of the view's position `at` (`bytes.len()` included).
-    fn raw_at(&self, at: usize) -> usize {
-        let i = self.breaks.partition_point(|&(view, _)| view <= at);
-        let (view, raw) = self.breaks[i.saturating_sub(1)];
-        raw + (at - view)
-    }
 }
 
 #[cfg(test)]
