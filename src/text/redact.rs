@@ -12,7 +12,9 @@
 //! - **Token shapes**: credentials coder does not know (one the agent read from a file) in
 //!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `Bearer …`),
 //!   only when the token is long and holds both letters and digits, so ordinary words such
-//!   as `sk-learn-compatible` or `Bearer authentication` stay.
+//!   as `sk-learn-compatible` or `Bearer authentication` stay. They too are matched in
+//!   every JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token, a
+//!   token right after `\n`), read as JSON decodes it with the known values' escape reader.
 //!
 //! **Cuts.** Redaction runs before a text is cut. Where the source itself was cut at a byte
 //! cap before coder could see all of it ([`Ending::Cut`]), and wherever a text carries the
@@ -24,7 +26,11 @@
 //! packed search for everything a redaction starts at ([`Secrets::surely_clean`]) clears
 //! most entries in one pass. Otherwise a text without a backslash-escape that could spell
 //! a secret costs one `memmem` search per secret; only a text holding one (`\u…`, or an
-//! escape of a character a secret holds) is scanned escape by escape.
+//! escape of a character a secret holds) is scanned escape by escape. Token shapes cost one
+//! packed search for their prefixes and one `memmem` for `\u00`; a text is read as JSON
+//! decodes it only around each prefix found, or position by position where it holds a
+//! `\u` escape of printable ASCII (which could spell a prefix; JSON writers do not make
+//! them).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -119,12 +125,14 @@ impl Secrets {
     /// True when a whole text ([`Ending::Whole`]) certainly holds nothing that
     /// [`Secrets::redact_known`] or [`redact_tokens_bytes`] would change: no secret
     /// literally, no escape that could spell one of its characters (`\u` or a short
-    /// escape a secret needs), no `…`, no token prefix. One pass of one packed searcher,
+    /// escape a secret needs), no `…`, no token prefix written literally, no `\u` escape
+    /// of printable ASCII (which could spell a prefix). One pass of one packed searcher,
     /// where those are four passes; false (not known) where there is no such searcher.
     ///
     /// Every change those make starts at one of these: a secret spelled with an escape
     /// holds the escape, a partial secret is dropped only before a `…` (or a cut, which a
-    /// whole text has not), and a token shape is redacted only after its prefix.
+    /// whole text has not), and a token shape is redacted only after its prefix, which is
+    /// written literally or with a `\u00` escape of one of its characters.
     pub fn surely_clean(&self, bytes: &[u8]) -> bool {
         self.anything
             .as_ref()
@@ -296,12 +304,20 @@ fn anything_searcher(
 /// What [`anything_searcher`] searches for.
 fn anything_patterns(secrets: &[String], escapes: &[[u8; 2]]) -> Vec<Vec<u8>> {
     let unicode = unicode_escapes_of(secrets);
+    // `\u00` (the start of an escape of any ASCII character, which a secret's ASCII
+    // character adds) covers the escapes a token shape can be spelled with.
+    let token_escapes = if unicode.contains(b"\\u00") {
+        &[][..]
+    } else {
+        &TOKEN_CHAR_ESCAPES[..]
+    };
     let literal = secrets
         .iter()
         .map(String::as_str)
         .chain(["…"])
         .chain(TOKEN_PREFIXES)
-        .chain([BEARER]);
+        .chain([BEARER])
+        .chain(token_escapes.iter().copied());
     unicode
         .iter()
         .map(|u| u.to_vec())
@@ -312,9 +328,9 @@ fn anything_patterns(secrets: &[String], escapes: &[[u8; 2]]) -> Vec<Vec<u8>> {
 
 /// The starts of the `\u` escapes that can spell a character of one of `secrets`: `\u`
 /// and the first two hex digits of each of its UTF-16 units, in every case (`\u00` for
-/// every ASCII character). Only a known secret is matched through escapes (token shapes
-/// are matched literally), and an escape spells a character only with its four digits,
-/// so a text whose `\u` escapes start otherwise spells no secret with them.
+/// every ASCII character). An escape spells a character only with its four digits, so a
+/// text whose `\u` escapes start otherwise spells no secret with them. (Token shapes add
+/// their own, [`TOKEN_CHAR_ESCAPES`], where this has no `\u00`.)
 ///
 /// Two digits, not `\u` alone or with one: `\u` stopped the searcher at every `\n`,
 /// and `\u` with any first digit took 22 patterns, which pushed the searcher into its
@@ -552,8 +568,15 @@ const TOKEN_PREFIXES: [&str; 8] = [
     "AKIA",
 ];
 
-/// Set before a token in an `Authorization` header; the token after it is redacted.
-const BEARER: &str = "Bearer ";
+/// Set before a token in an `Authorization` header; the token after it (past one or more
+/// spaces or tabs) is redacted.
+const BEARER: &str = "Bearer";
+
+/// The starts of the `\u` escapes of printable ASCII (U+0020 to U+007F), the only
+/// characters a token shape is made of (its prefix, the space after `Bearer`, the token):
+/// a text holding none of these spells every token shape it holds with its prefix written
+/// literally (only `\/` and `\t` spell a token's character otherwise, never a prefix's).
+const TOKEN_CHAR_ESCAPES: [&str; 6] = ["\\u002", "\\u003", "\\u004", "\\u005", "\\u006", "\\u007"];
 
 /// How long a token must be to be taken for a credential.
 const MIN_TOKEN_LEN: usize = 16;
@@ -593,8 +616,9 @@ fn is_token_byte(b: u8) -> bool {
 }
 
 /// `text` with tokens in well-known credential formats redacted (`sk-…` whole, `Bearer …`
-/// keeping the word). A token is redacted when it starts at a word boundary, is at least
-/// `MIN_TOKEN_LEN` characters long and holds both a letter and a digit.
+/// keeping the word and the blanks after it). A token is redacted when it starts at a word
+/// boundary, is at least `MIN_TOKEN_LEN` characters long and holds both a letter and a
+/// digit. The text is read as JSON would decode it (see [`redact_tokens_bytes`]).
 pub fn redact_tokens(text: &str) -> Cow<'_, str> {
     match redact_tokens_bytes(text.as_bytes()) {
         Cow::Borrowed(_) => Cow::Borrowed(text),
@@ -610,43 +634,179 @@ pub fn redact_tokens(text: &str) -> Cow<'_, str> {
 /// which need no validation for it). Prefixes and token characters are all ASCII, and a
 /// byte of a multi-byte character is never ASCII, so this finds exactly what the `str`
 /// version finds, and a UTF-8 text stays UTF-8.
+///
+/// A token is found in every spelling JSON gives it, as a known value is: any of its
+/// characters (the prefix's, the blanks after `Bearer`, the token's) written as an escape
+/// (`\u0073k-…`, `\u0042earer\u0020…`, `\/`, `\t`), and an escape before it counts as the
+/// character it spells (`\n` ends a word). The text is read as JSON decodes it only around
+/// each candidate, with the escape reader of the known values ([`unescape`]); what is
+/// replaced is the token's spelling. Candidates are the prefixes written literally (one
+/// packed search) unless the text holds a `\u` escape of printable ASCII (one `memmem`),
+/// which could spell one: then every position that could start a prefix is tried.
 pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     let Some(starts) = &*TOKEN_STARTS else {
         return Cow::Borrowed(text);
     };
-    let mut out = Vec::new();
+    let found = if spells_printable_ascii(text) {
+        spelled_token_matches(text)
+    } else {
+        let literal = starts.find_all(text);
+        if literal.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let bearer = |start: usize, end: usize| &text[start..end] == BEARER.as_bytes();
+        token_matches(text, literal.into_iter().map(|(s, e)| (s, e, bearer(s, e))))
+    };
+    replace_tokens(text, &found)
+}
+
+/// Whether `text` holds a `\u` escape of printable ASCII ([`TOKEN_CHAR_ESCAPES`]).
+fn spells_printable_ascii(text: &[u8]) -> bool {
+    static ASCII_ESCAPE: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\\u00"));
+    ASCII_ESCAPE
+        .find_iter(text)
+        .any(|at| matches!(text.get(at + 4), Some(b'2'..=b'7')) && escape_starts_at(text, at))
+}
+
+/// Whether the backslash at `at` starts an escape: it follows an even run of backslashes
+/// (`\\` is an escaped backslash, so the one after it starts nothing of its own).
+fn escape_starts_at(text: &[u8], at: usize) -> bool {
+    let before = text[..at].iter().rev().take_while(|b| **b == b'\\').count();
+    before % 2 == 0
+}
+
+/// The character at `at` as JSON decodes it (a literal byte, or the escape starting
+/// there) and the bytes it takes; a character outside ASCII is [`NOT_ASCII`]. A
+/// backslash that starts no escape stands for itself.
+fn char_at(text: &[u8], at: usize) -> Option<(u8, usize)> {
+    let b = *text.get(at)?;
+    if b != b'\\' {
+        return Some((b, 1));
+    }
+    Some(match unescape(&text[at..]) {
+        Unescaped::Char(buf, 1, used) => (buf[0], used),
+        Unescaped::Char(_, _, used) => (NOT_ASCII, used),
+        Unescaped::Incomplete | Unescaped::Invalid => (b'\\', 1),
+    })
+}
+
+/// The character before `at` as JSON decodes it: the escape that ends there (`\n`,
+/// `\u00e9`) where one does, else the byte.
+fn char_before(text: &[u8], at: usize) -> Option<u8> {
+    let before = *text.get(at.checked_sub(1)?)?;
+    if let Some(start) = at.checked_sub(6)
+        && text[start..start + 2] == *b"\\u"
+        && escape_starts_at(text, start)
+        && let Some(code) = hex4(text, start + 2)
+    {
+        // A surrogate pair's second half reads as what the pair spells: not ASCII.
+        return Some(
+            u8::try_from(code)
+                .ok()
+                .filter(u8::is_ascii)
+                .unwrap_or(NOT_ASCII),
+        );
+    }
+    if let Some(start) = at.checked_sub(2)
+        && text[start] == b'\\'
+        && escape_starts_at(text, start)
+        && let Some((c, 2)) = char_at(text, start)
+    {
+        return Some(c);
+    }
+    Some(before)
+}
+
+/// What a character spelled outside ASCII reads as: not a letter, a digit or a token
+/// character, as a literal one's bytes are not.
+const NOT_ASCII: u8 = 0x80;
+
+/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and whether it
+/// is `Bearer`.
+fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
+    TOKEN_PREFIXES.iter().chain([&BEARER]).find_map(|prefix| {
+        let mut pos = at;
+        for &want in prefix.as_bytes() {
+            let (c, used) = char_at(text, pos)?;
+            if c != want {
+                return None;
+            }
+            pos += used;
+        }
+        Some((pos, *prefix == BEARER))
+    })
+}
+
+/// The tokens of a text that may spell a prefix with escapes: every position that could
+/// start one (a prefix's first letter, or a backslash that starts an escape) is tried.
+fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
+    let candidates = text.iter().enumerate().filter_map(|(at, &b)| {
+        let could = matches!(b, b's' | b'g' | b'x' | b'A' | b'B')
+            || (b == b'\\' && escape_starts_at(text, at));
+        could.then(|| prefix_at(text, at).map(|(end, bearer)| (at, end, bearer)))?
+    });
+    token_matches(text, candidates)
+}
+
+/// The tokens among `prefixes` (spelled at these ranges of `text`, and whether the prefix
+/// is `Bearer`): for each, where the
+/// redaction starts (the prefix, or the token after `Bearer` and its blanks) and where the
+/// token ends. The text is read as JSON decodes it ([`char_at`], [`char_before`]).
+fn token_matches(
+    text: &[u8],
+    prefixes: impl Iterator<Item = (usize, usize, bool)>,
+) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
     let mut pos = 0;
-    for (start, end) in starts.find_all(text) {
+    for (start, end, bearer) in prefixes {
         if start < pos {
             continue;
         }
-        let prefix = &text[start..end];
-        let boundary = start
-            .checked_sub(1)
-            .is_none_or(|before| !text[before].is_ascii_alphanumeric());
-        let token_len = text[end..]
-            .iter()
-            .take_while(|b| is_token_byte(**b))
-            .count();
-        let token = &text[end..end + token_len];
-        let credential = boundary
-            && token.len() >= MIN_TOKEN_LEN
-            && token.iter().any(u8::is_ascii_digit)
-            && token.iter().any(u8::is_ascii_alphabetic);
-        if !credential {
+        let boundary = char_before(text, start).is_none_or(|c| !c.is_ascii_alphanumeric());
+        if !boundary {
             continue;
         }
-        let keep = if prefix == BEARER.as_bytes() {
-            end
-        } else {
-            start
-        };
-        out.extend_from_slice(&text[pos..keep]);
-        out.extend_from_slice(REDACTED.as_bytes());
-        pos = end + token_len;
+        let mut at = end;
+        if bearer {
+            let from = at;
+            while let Some((b' ' | b'\t', used)) = char_at(text, at) {
+                at += used;
+            }
+            if at == from {
+                continue;
+            }
+        }
+        let token_at = at;
+        let (mut len, mut digit, mut letter) = (0, false, false);
+        while let Some((c, used)) = char_at(text, at)
+            && is_token_byte(c)
+        {
+            len += 1;
+            digit |= c.is_ascii_digit();
+            letter |= c.is_ascii_alphabetic();
+            at += used;
+        }
+        if len < MIN_TOKEN_LEN || !digit || !letter {
+            continue;
+        }
+        found.push((if bearer { token_at } else { start }, at));
+        pos = at;
     }
-    if pos == 0 {
+    found
+}
+
+/// `text` with each of `found` replaced by [`REDACTED`].
+fn replace_tokens<'a>(text: &'a [u8], found: &[(usize, usize)]) -> Cow<'a, [u8]> {
+    if found.is_empty() {
         return Cow::Borrowed(text);
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut pos = 0;
+    for &(start, end) in found {
+        out.extend_from_slice(&text[pos..start]);
+        out.extend_from_slice(REDACTED.as_bytes());
+        pos = end;
     }
     out.extend_from_slice(&text[pos..]);
     Cow::Owned(out)
@@ -700,6 +860,12 @@ mod tests {
             "x ghp_0123456789abcdefABCDEF".to_owned(),
             "AKIA0123456789ABCDEF".to_owned(),
         ];
+        let tokens = [
+            r"\u0073k-ant-api03-AAAA1111BBBB2222",
+            r"auth: Bearer\tabc123def456ghi789",
+            r"auth: \u0042earer abc123def456ghi789",
+            r"x\nghp_0123456789abcdefABCDEF",
+        ];
         for text in &needing {
             let changed = slashed
                 .redact_known(text.as_bytes(), Ending::Whole)
@@ -707,6 +873,15 @@ mod tests {
                 || matches!(redact_tokens_bytes(text.as_bytes()), Cow::Owned(_));
             assert!(changed, "{text}");
             assert!(!slashed.surely_clean(text.as_bytes()), "{text}");
+        }
+        for text in tokens {
+            assert!(matches!(
+                redact_tokens_bytes(text.as_bytes()),
+                Cow::Owned(_)
+            ));
+            for secrets in [&slashed, &Secrets::new(Vec::<String>::new())] {
+                assert!(!secrets.surely_clean(text.as_bytes()), "{text}");
+            }
         }
         // Plain text, and lines of JSON with ordinary escapes, take the one pass only.
         // (Where the CPU has a packed searcher; elsewhere nothing is called clean.)
@@ -725,7 +900,13 @@ mod tests {
         let checked = Secrets::new([KEY, "pass✓wörd𝄞42"]);
         let escaped = r#"{"text":"done \u2714 \u4e2d\n"}"#;
         assert!(secrets().surely_clean(escaped.as_bytes()));
-        assert!(Secrets::new(Vec::<String>::new()).surely_clean(br#"\u0073k-"#));
+        // Without known values, only `\u` escapes of printable ASCII (which can spell a
+        // token shape) are not.
+        let none = Secrets::new(Vec::<String>::new());
+        assert!(none.surely_clean(br#"\u001b[0m \u4e2d\u00e9 \/ \t Bear"#.as_slice()));
+        for spelled in [r"\u0073k-", r"B\u0065arer", r"\u007E", r"\u002D"] {
+            assert!(!none.surely_clean(spelled.as_bytes()), "{spelled}");
+        }
         for spelled in [
             "pass\\u2713wörd𝄞42",
             "pass✓w\\u00F6rd𝄞42",
@@ -815,6 +996,57 @@ mod tests {
             redact_tokens("risk-0123456789abcdefgh"),
             "risk-0123456789abcdefgh"
         );
+    }
+
+    #[test]
+    fn token_shapes_in_every_json_spelling() {
+        let cases = [
+            (r"a \u0073k-ant-api03-AAAA1111BBBB2222 b", "a [REDACTED] b"),
+            (
+                r"a s\u006B\u002Dant-api03-AAAA1111BBBB2222 b",
+                "a [REDACTED] b",
+            ),
+            (r"a sk-ant-api03-AAAA1111\/BBBB2222\/ b", "a [REDACTED] b"),
+            (r"x\nsk-ant-api03-AAAA1111BBBB2222", r"x\n[REDACTED]"),
+            (r"Bearer\u0020abc123def456ghi789", r"Bearer\u0020[REDACTED]"),
+            ("Bearer  abc123def456ghi789", "Bearer  [REDACTED]"),
+            ("Bearer\tabc123def456ghi789.", "Bearer\t[REDACTED]"),
+            (r"Bearer\tabc123def456ghi789\n", r"Bearer\t[REDACTED]\n"),
+            (
+                r"\u0042earer abc123\/def456ghi789=,",
+                r"\u0042earer [REDACTED],",
+            ),
+            (
+                r#"{"k":"\"ghp_0123456789abcdefABCDEF\""}"#,
+                r#"{"k":"\"[REDACTED]\""}"#,
+            ),
+            (
+                r"\u0041\u004b\u0049\u0041\u0030123456789ABCDEF",
+                "[REDACTED]",
+            ),
+            (
+                r"sk-ant-api03-AAAA1111BBBB2222\u00e9x",
+                r"[REDACTED]\u00e9x",
+            ),
+            (
+                r"\u00e9 \u0073k-ant-api03-AAAA1111BBBB2222",
+                r"\u00e9 [REDACTED]",
+            ),
+            (r"\\\u0073k-ant-api03-AAAA1111BBBB2222", r"\\[REDACTED]"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(redact_tokens(text), expected, "{text}");
+        }
+        // Prose in any spelling, and what only looks like an escape (an escaped backslash
+        // before `u0073k-`: a reader sees `\u0073k-…`), stay.
+        for text in [
+            r"Bearer\u0020authentication \u0073k-learn-compatible-models",
+            r"ta\u0073k-0123456789abcdefgh \\u0073k-ant-api03-AAAA1111BBBB2222",
+            r"Bearer\u0009\u0009authentication, Bearer:abc123def456ghi789",
+            "a\\ \\u00 sk-ant-api03-\\u00",
+        ] {
+            assert!(matches!(redact_tokens(text), Cow::Borrowed(_)), "{text}");
+        }
     }
 
     #[test]

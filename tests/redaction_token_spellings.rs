@@ -1,0 +1,405 @@
+//! Attacks on the redaction of token shapes (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`,
+//! `AKIA…`, `Bearer …`) coder does not know as values, spelled the ways a JSON text can
+//! spell them: any character as a `\u` escape (either case of its hex digits), `/` as `\/`,
+//! the space after `Bearer` as `\u0020`, two spaces, a tab (`\t`, `\u0009`), `Bearer` itself
+//! escaped, and a token right after an escape (`\n`, `\t`, `\"`) that a reader sees as a
+//! line break or a quote. Each decodes to a token a reader of the transcript or the
+//! envelope would see, so each must be redacted: in short event lines, in long ones (written
+//! from their own buffer after a search in overlapping pieces) at every offset near the
+//! pieces' joins, in the envelope's `all_messages`, `result`, `error_detail`.
+//!
+//! Every attack line carries a marker, and the transcript must hold every marker and a
+//! `[REDACTED]` per attack line, so a test cannot pass because the lines went missing.
+//! Prose with the same prefixes (`Bearer authentication`, `sk-learn-compatible-models`), in
+//! the same spellings, must come through unchanged.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Fake, Outcome, json_strings as strings, steps};
+use serde_json::{Value, json};
+
+/// A token and the part of it a reader must not see (after the prefix).
+struct Token {
+    whole: &'static str,
+    secret: &'static str,
+}
+
+const TOKENS: [Token; 5] = [
+    Token {
+        whole: "sk-ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
+        secret: "ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
+    },
+    Token {
+        whole: "ghp_H5jD8sF2kL0qW9eR4tY7uI1o",
+        secret: "H5jD8sF2kL0qW9eR4tY7uI1o",
+    },
+    Token {
+        whole: "github_pat_11AB3cD5eF7gH9iJ0kL2mN4",
+        secret: "11AB3cD5eF7gH9iJ0kL2mN4",
+    },
+    Token {
+        whole: "xoxb-2468013579-Zx8Cv6Bn4Mq2",
+        secret: "2468013579-Zx8Cv6Bn4Mq2",
+    },
+    Token {
+        whole: "AKIAJ7Q2W9E4R6T1Y3U5",
+        secret: "J7Q2W9E4R6T1Y3U5",
+    },
+];
+
+/// A bearer token with the base64 characters `/`, `+` and `=`.
+const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
+
+/// A known value in coder's environment: with one, the pre-filter searches `\u00` (the
+/// escapes of its ASCII characters); without, only what a token shape needs.
+const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
+
+/// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
+const PROSE: [&str; 8] = [
+    "Bearer authentication",
+    r"Bearer\tauthentication",
+    r"\u0042earer\u0020authentication",
+    "Bearer  authentication",
+    "sk-learn-compatible-models",
+    r"\u0073k-learn\u002Dcompatible-models",
+    r"task-1234567890abcdefgh\nrisk-0123456789abcdefgh",
+    r"ghp_short1 \u0041KIA-is-not-a-key",
+];
+
+/// The JSON escape of an ASCII character, its hex digits in upper or lower case.
+fn escape(c: char, upper: bool) -> String {
+    if upper {
+        format!("\\u{:04X}", c as u32)
+    } else {
+        format!("\\u{:04x}", c as u32)
+    }
+}
+
+/// `text` with every character escaped.
+fn all_escaped(text: &str, upper: bool) -> String {
+    text.chars().map(|c| escape(c, upper)).collect()
+}
+
+/// `text` with its character `at` escaped (upper-case hex when `at` is odd).
+fn one_escaped(text: &str, at: usize) -> String {
+    text.chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == at {
+                escape(c, i % 2 == 1)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// The separators a JSON text can put between `Bearer` and its token.
+const SEPARATORS: [&str; 7] = [
+    r"\u0020",
+    "  ",
+    r"\t",
+    r"\u0009",
+    r" \t ",
+    r"\u0020\u0020",
+    r"\u0009 ",
+];
+
+/// Every spelling attacked, each with the secret it decodes to: every character of every
+/// token escaped alone, all escaped (both cases), `/` as `\/`, the bearer separators, the
+/// word `Bearer` escaped, and tokens right after an escape.
+fn spellings() -> Vec<(String, &'static str)> {
+    let mut out = Vec::new();
+    for token in &TOKENS {
+        let len = token.whole.chars().count();
+        for at in 0..len {
+            out.push((one_escaped(token.whole, at), token.secret));
+        }
+        out.push((all_escaped(token.whole, false), token.secret));
+        out.push((all_escaped(token.whole, true), token.secret));
+        for before in [r"\n", r"\t", r#"\""#, r"\r\n", r"\u000a"] {
+            out.push((format!("{before}{}", token.whole), token.secret));
+        }
+    }
+    let slashed = BEARER_TOKEN.replace('/', r"\/");
+    for sep in SEPARATORS {
+        out.push((format!("Bearer{sep}{BEARER_TOKEN}"), BEARER_TOKEN));
+        out.push((format!("Bearer{sep}{slashed}"), BEARER_TOKEN));
+    }
+    for at in 0.."Bearer ".len() {
+        out.push((
+            format!("{}{slashed}", one_escaped("Bearer ", at)),
+            BEARER_TOKEN,
+        ));
+    }
+    out.push((
+        format!(
+            "{}{}",
+            all_escaped("Bearer ", true),
+            all_escaped(BEARER_TOKEN, false)
+        ),
+        BEARER_TOKEN,
+    ));
+    for at in 0..BEARER_TOKEN.len() {
+        out.push((
+            format!("Bearer {}", one_escaped(BEARER_TOKEN, at)),
+            BEARER_TOKEN,
+        ));
+    }
+    out.push((format!(r"\nBearer {BEARER_TOKEN}"), BEARER_TOKEN));
+    out
+}
+
+/// A short event line: `text` in a notice.
+fn short(mark: &str, text: &str) -> String {
+    format!(r#"{{"type":"system","subtype":"notice","text":"{mark} {text} end"}}"#)
+}
+
+/// An event line of `len` bytes (when `len` allows): `text` in a notice, `tail` bytes of
+/// `x` between it and the string's closing quote.
+fn notice(mark: &str, text: &str, tail: usize, len: usize) -> String {
+    let skeleton = format!(
+        r#"{{"type":"system","subtype":"notice","text":"{mark}  {text}{}"}}"#,
+        "x".repeat(tail)
+    );
+    let fill = r"lorem café — ipsum\n ".repeat(200);
+    let need = len.saturating_sub(skeleton.len());
+    let mut cut = need.min(fill.len());
+    while !fill.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let pad = format!("{}{}", &fill[..cut], "y".repeat(need - cut));
+    format!(
+        r#"{{"type":"system","subtype":"notice","text":"{mark} {pad} {text}{}"}}"#,
+        "x".repeat(tail)
+    )
+}
+
+/// A run of the fake child printing `lines` on stdout, with `env` in coder's environment;
+/// returns the transcript's raw bytes.
+fn transcript_of(lines: &[String], env: &[(&str, &str)]) -> Vec<u8> {
+    let mut scenario = vec![steps::init()];
+    scenario.extend(lines.iter().map(|l| json!({"step": "emit", "text": l})));
+    scenario.push(steps::result_ok("done"));
+    let fake = Fake::new(Value::Array(scenario));
+    let mut coder = fake.coder();
+    for (k, v) in env {
+        coder = coder.env(*k, *v);
+    }
+    let out: Outcome = coder.arg("task").run();
+    assert_eq!(out.envelope["success"], json!(true), "{}", out.explain());
+    let path = out.envelope["transcript"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no transcript: {}", out.explain()));
+    std::fs::read(Path::new(path)).unwrap()
+}
+
+/// Fails when `text` (a channel, raw or decoded) holds 8 consecutive bytes of a secret.
+fn assert_no_piece(channel: &str, text: &str, secrets: &[&str]) {
+    for secret in secrets {
+        for piece in secret.as_bytes().windows(8) {
+            let piece = std::str::from_utf8(piece).unwrap();
+            if let Some(at) = text.find(piece) {
+                let bytes = text.as_bytes();
+                let around = &bytes[at.saturating_sub(120)..(at + 120).min(bytes.len())];
+                panic!(
+                    "{channel} holds {piece:?} of {secret:?}: …{}…",
+                    String::from_utf8_lossy(around)
+                );
+            }
+        }
+    }
+}
+
+/// Fails when the transcript holds a secret (raw, spelled, or in a decoded string), lacks a
+/// marker of `marks`, or has fewer than `redactions` redactions.
+fn assert_clean(raw: &[u8], attacks: &[(String, &str)], marks: &[String], redactions: usize) {
+    let text = String::from_utf8_lossy(raw);
+    let secrets: Vec<&str> = attacks.iter().map(|(_, s)| *s).collect();
+    assert_no_piece("the transcript", &text, &secrets);
+    for (spelled, _) in attacks {
+        assert!(
+            !text.contains(spelled.as_str()),
+            "the transcript holds {spelled:?}"
+        );
+    }
+    let mut decoded = String::new();
+    for line in text.lines() {
+        let entry: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("a transcript line is not JSON ({e}): {line:.300}"));
+        decoded.push_str(&strings(&entry));
+        decoded.push('\n');
+    }
+    assert_no_piece("the transcript's decoded strings", &decoded, &secrets);
+    for mark in marks {
+        assert!(
+            text.contains(mark.as_str()),
+            "{mark} missing: the line did not arrive"
+        );
+    }
+    let found = text.matches("[REDACTED]").count();
+    assert!(
+        found >= redactions,
+        "{found} redactions, {redactions} expected at least"
+    );
+}
+
+/// The prose lines, marked; the transcript must hold each exactly as it was printed.
+fn prose_lines() -> Vec<String> {
+    PROSE
+        .iter()
+        .enumerate()
+        .map(|(i, p)| short(&format!("prose{i:02}"), p))
+        .collect()
+}
+
+fn assert_prose_kept(raw: &[u8]) {
+    let text = String::from_utf8_lossy(raw);
+    for line in prose_lines() {
+        assert!(text.contains(&line), "prose was changed: {line}");
+    }
+}
+
+#[test]
+fn token_shapes_in_every_json_spelling_leave_no_trace_in_the_transcript() {
+    let attacks = spellings();
+    let mut lines = Vec::new();
+    let mut marks = Vec::new();
+    for (spelled, _) in &attacks {
+        let mark = format!("mark{:04}", lines.len());
+        lines.push(short(&mark, spelled));
+        marks.push(mark);
+    }
+    lines.extend(prose_lines());
+    // With no known value (the pre-filter searches only what a token needs) and with one.
+    for env in [&[][..], &[KNOWN]] {
+        let raw = transcript_of(&lines, env);
+        assert_clean(&raw, &attacks, &marks, attacks.len());
+        assert_prose_kept(&raw);
+    }
+}
+
+#[test]
+fn spelled_token_shapes_at_every_offset_near_the_long_line_joins() {
+    // Lines of 2 KiB and more are searched in pieces overlapping by the longest pattern
+    // less one byte: the spelled token ends 0 to 20 bytes before the string's end, or
+    // starts the event 0 to 20 bytes after the line's start.
+    let forms: Vec<(String, &str)> = vec![
+        (all_escaped(TOKENS[0].whole, true), TOKENS[0].secret),
+        (one_escaped(TOKENS[2].whole, 6), TOKENS[2].secret),
+        (one_escaped(TOKENS[1].whole, 0), TOKENS[1].secret),
+        (one_escaped(TOKENS[4].whole, 3), TOKENS[4].secret),
+        (format!(r"\n{}", TOKENS[3].whole), TOKENS[3].secret),
+        (format!(r"Bearer\u0020{BEARER_TOKEN}"), BEARER_TOKEN),
+        (format!(r"Bearer\t{BEARER_TOKEN}"), BEARER_TOKEN),
+        (
+            format!(r"\u0042earer {}", BEARER_TOKEN.replace('/', r"\/")),
+            BEARER_TOKEN,
+        ),
+    ];
+    let mut lines = Vec::new();
+    let mut marks = Vec::new();
+    for (form, _) in &forms {
+        for offset in 0..=20 {
+            let mark = format!("mark{:04}", lines.len());
+            lines.push(notice(
+                &mark,
+                &format!("{form} "),
+                offset,
+                2048 + offset % 3,
+            ));
+            marks.push(mark);
+            let mark = format!("mark{:04}", lines.len());
+            let body = notice(&mark, "", 0, 2048 + offset % 2);
+            lines.push(format!(
+                r#"{{"{}{form}":1,{}"#,
+                "-".repeat(offset),
+                &body[1..]
+            ));
+            marks.push(mark);
+        }
+    }
+    for env in [&[][..], &[KNOWN]] {
+        let raw = transcript_of(&lines, env);
+        assert_clean(&raw, &forms, &marks, lines.len());
+    }
+}
+
+#[test]
+fn spelled_token_shapes_leave_no_trace_in_the_envelope() {
+    // `all_messages` (the events, decoded), `result` and `error_detail.message` (decoded
+    // strings: a tab or two spaces after `Bearer`), `last_lines` (the raw lines).
+    let attacks = spellings();
+    let tabbed = format!("Bearer\t{BEARER_TOKEN}");
+    let spaced = format!("Bearer  {}", TOKENS[0].whole);
+    let run = |failing: bool| {
+        let mut scenario = vec![steps::init()];
+        for (i, (spelled, _)) in attacks.iter().enumerate() {
+            scenario.push(json!({"step": "emit", "text": short(&format!("mark{i:04}"), spelled)}));
+        }
+        for line in prose_lines() {
+            scenario.push(json!({"step": "emit", "text": line}));
+        }
+        scenario.push(steps::text(&format!("told: {tabbed} and {spaced}")));
+        let text = format!("done: {tabbed} and {spaced}, Bearer authentication");
+        if failing {
+            scenario.push(
+                json!({"step": "result", "is_error": true, "api_error_status": 401,
+                "text": text}),
+            );
+        } else {
+            scenario.push(steps::result_ok(&text));
+        }
+        let fake = Fake::new(Value::Array(scenario));
+        let out = fake
+            .coder()
+            .args(["--return-all-messages", "--log-metrics"])
+            .arg("task")
+            .run();
+        assert_eq!(
+            out.envelope["success"],
+            json!(!failing),
+            "{}",
+            out.explain()
+        );
+        out
+    };
+    let secrets: Vec<&str> = attacks
+        .iter()
+        .map(|(_, s)| *s)
+        .chain([TOKENS[0].secret])
+        .collect();
+    for failing in [false, true] {
+        let out = run(failing);
+        assert_no_piece("stdout", &out.stdout, &secrets);
+        assert_no_piece("stderr", &out.stderr, &secrets);
+        let decoded = strings(&out.envelope);
+        assert_no_piece("the envelope's strings", &decoded, &secrets);
+        let messages = strings(&out.envelope["all_messages"]);
+        for i in 0..attacks.len() {
+            assert!(
+                messages.contains(&format!("mark{i:04}")),
+                "mark{i:04} missing from all_messages"
+            );
+        }
+        for prose in ["Bearer authentication", "sk-learn-compatible-models"] {
+            assert!(messages.contains(prose), "{prose:?} lost from all_messages");
+        }
+        let result = if failing {
+            out.envelope["error_detail"]["message"].to_string()
+        } else {
+            out.envelope["result"].to_string()
+        };
+        assert!(
+            result.contains("Bearer authentication") && result.contains("[REDACTED]"),
+            "{result}"
+        );
+        if failing {
+            let last = out.last_lines().join("\n");
+            assert!(last.contains("[REDACTED]"), "{last}");
+            assert_no_piece("last_lines", &last, &secrets);
+        }
+    }
+}
