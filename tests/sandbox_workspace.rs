@@ -1004,3 +1004,42 @@ fn other_names_of_a_secret_are_masked_among_many_plain_files() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The walk starts its helper threads only once enough directories wait (a small tree is
+// walked on one thread): a tree wide enough for them is still walked whole.
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn secrets_are_masked_in_a_tree_wide_enough_for_the_walks_threads() {
+    const DIRS: usize = 64;
+    for owner in owners() {
+        let fx = Fx::new(owner, false);
+        // The top dir alone queues enough directories for the helpers to start; the
+        // secrets sit in the first, a middle and the last of them, and one level deeper.
+        for i in 0..DIRS {
+            write(&fx.ws.join(format!("d{i:02}/lib.rs")), "fn main() {}\n");
+        }
+        let secrets = ["d00/.env", "d31/.env", "d63/.env", "d17/deep/id_rsa"];
+        for (i, name) in secrets.iter().enumerate() {
+            write(&fx.ws.join(name), &format!("TOKEN=topsecret-wide-{i}\n"));
+        }
+        fx.own();
+        let script: String = secrets
+            .iter()
+            .map(|n| format!("cat {n} 2>/dev/null; "))
+            .collect();
+        let who = label(owner);
+        let out = fx.confined(&script);
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert!(!seen.contains("topsecret"), "[{who}] {}", describe(&out));
+        let control = fx.unconfined(&script);
+        let seen = String::from_utf8_lossy(&control.stdout);
+        assert_eq!(
+            seen.matches("topsecret-wide-").count(),
+            secrets.len(),
+            "[{who}] control: {}",
+            describe(&control)
+        );
+    }
+}

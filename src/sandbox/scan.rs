@@ -394,9 +394,20 @@ struct WalkPart {
 /// and it is the kernel's work (`getdents`, ext4's hashed directories), which runs in
 /// parallel on separate directories; each thread takes the next directory from a shared
 /// queue and keeps what it finds to itself until the end.
-fn walk_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+///
+/// Asked once per process: `available_parallelism` reads the cgroup's CPU quota (a dozen
+/// system calls), and every tree's walk and the scan's check asked again.
+pub(crate) fn walk_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
+
+/// Directories waiting in the queue before the calling thread, which walks alone until
+/// then, starts the others. A small tree (an empty workspace, a `--read` dir of a few
+/// files) is walked without starting a thread: on a loaded machine a new thread can wait
+/// milliseconds to be scheduled, and the walk's end waited for it even when it found
+/// nothing left to do. A big tree reaches this within its first few listings.
+const WALK_HELP_AFTER: usize = 16;
 
 fn walk_in_parallel(
     tree: &TreeScan<'_>,
@@ -415,7 +426,7 @@ fn walk_in_parallel(
         depth: 0,
         inside: Inside::default(),
     });
-    let worker = || {
+    let worker = |help: &dyn Fn(&Queue)| {
         let mut part = WalkPart {
             out: ScanOutput {
                 listings: listings.empty_like(),
@@ -440,13 +451,29 @@ fn walk_in_parallel(
             let result = walker.task(task);
             queue.done(result.is_err());
             result?;
+            help(&queue);
         }
         Ok(part)
     };
     let results: Vec<Result<WalkPart, SandboxError>> = std::thread::scope(|scope| {
-        let others: Vec<_> = (1..walk_threads()).map(|_| scope.spawn(worker)).collect();
-        let mut results = vec![worker()];
-        for handle in others {
+        let others = std::cell::RefCell::new(Vec::new());
+        let started = std::cell::Cell::new(false);
+        let help = |queue: &Queue| {
+            if started.get() || queue.waiting() < WALK_HELP_AFTER {
+                return;
+            }
+            started.set(true);
+            let mut others = others.borrow_mut();
+            for _ in 1..walk_threads() {
+                // A thread that cannot be started: the ones running take its share.
+                match std::thread::Builder::new().spawn_scoped(scope, || worker(&|_| {})) {
+                    Ok(handle) => others.push(handle),
+                    Err(_) => break,
+                }
+            }
+        };
+        let mut results = vec![worker(&help)];
+        for handle in others.take() {
             results.push(handle.join().unwrap_or_else(|_| {
                 Err(SandboxError::io(
                     format!("scan {}", tree.root.display()),
@@ -533,6 +560,11 @@ impl Queue {
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// How many directories wait to be walked.
+    fn waiting(&self) -> usize {
+        self.lock().tasks.len()
     }
 
     /// A task taken with [`Queue::next`] is finished (its subdirectories queued).
