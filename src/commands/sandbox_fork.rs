@@ -143,8 +143,11 @@ pub(super) fn run_forked(
         ));
     }
     let parent = nix::unistd::getpid();
-    // SAFETY: `coder sandbox` is dispatched before anything starts a thread, so this
-    // process is single-threaded and the child may run ordinary code after the fork.
+    // SAFETY: `coder sandbox` is dispatched before anything starts a thread of its own; the
+    // only threads resolving the policy may leave running are the scan's watch closers,
+    // which close one descriptor and end. The child takes none of the locks they take
+    // (it starts no thread and leaves by `exit_forked`, not the runtime's exit path), so
+    // it may run ordinary code after the fork.
     match unsafe { nix::unistd::fork() } {
         Err(e) => {
             policy.cleanup();
@@ -154,7 +157,7 @@ pub(super) fn run_forked(
         Ok(ForkResult::Child) => {
             drop(ours);
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&held.old), None);
-            std::process::exit(child_main(&policy, theirs, parent, program, args, env))
+            crate::sandbox::exit_forked(child_main(&policy, theirs, parent, program, args, env))
         }
         Ok(ForkResult::Parent { child }) => {
             drop(theirs);

@@ -191,7 +191,7 @@ fn raw_status(ws: WaitStatus) -> Option<i32> {
 /// signal (without a core dump).
 fn mirror(raw: i32) -> ! {
     if libc::WIFEXITED(raw) {
-        std::process::exit(libc::WEXITSTATUS(raw));
+        super::sys::exit_forked(libc::WEXITSTATUS(raw));
     }
     let sig = libc::WTERMSIG(raw);
     if let Ok(sig) = Signal::try_from(sig) {
@@ -209,7 +209,7 @@ fn mirror(raw: i32) -> ! {
         let _ = set.thread_unblock();
         let _ = nix::sys::signal::raise(sig);
     }
-    std::process::exit(128 + sig)
+    super::sys::exit_forked(128 + sig)
 }
 
 /// Point stdio at `/dev/null` and close every other descriptor but `keep`.

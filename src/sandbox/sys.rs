@@ -293,3 +293,18 @@ pub(crate) fn remount_root_read_only() -> Result<(), Errno> {
     };
     Errno::result(ret).map(drop)
 }
+
+/// Ends a process made by `fork` from one that may have had other threads (`coder
+/// sandbox`'s command, and the waiters it forks): stdout and stderr flushed, then
+/// `_exit`, without the runtime's exit path. That path locks the runtime's thread
+/// registry, which a thread starting or ending at the fork (the scan's watch closer) may
+/// have held: the copy in the child stays locked for good, and a forked waiter hung at
+/// exit on it.
+pub fn exit_forked(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` ends the process at once; nothing in this process needs its
+    // destructors or atexit handlers (the parent owns every file and directory).
+    unsafe { libc::_exit(code) }
+}
