@@ -390,18 +390,6 @@ struct WalkPart {
     symlinks: Vec<PathBuf>,
 }
 
-/// Threads that walk one tree. Listing directories is nearly all of a big tree's scan,
-/// and it is the kernel's work (`getdents`, ext4's hashed directories), which runs in
-/// parallel on separate directories; each thread takes the next directory from a shared
-/// queue and keeps what it finds to itself until the end.
-///
-/// Asked once per process: `available_parallelism` reads the cgroup's CPU quota (a dozen
-/// system calls), and every tree's walk and the scan's check asked again.
-pub(crate) fn walk_threads() -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
-}
-
 /// Directories waiting in the queue before the calling thread, which walks alone until
 /// then, starts the others. A small tree (an empty workspace, a `--read` dir of a few
 /// files) is walked without starting a thread: on a loaded machine a new thread can wait
@@ -464,7 +452,7 @@ fn walk_in_parallel(
             }
             started.set(true);
             let mut others = others.borrow_mut();
-            for _ in 1..walk_threads() {
+            for _ in 1..super::sys::walk_threads() {
                 // A thread that cannot be started: the ones running take its share.
                 match std::thread::Builder::new().spawn_scoped(scope, || worker(&|_| {})) {
                     Ok(handle) => others.push(handle),

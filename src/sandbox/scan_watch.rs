@@ -287,7 +287,7 @@ fn check_ctimes(
     seen: &[SeenDir],
     changing: &HashMap<(u64, u64), Ctime>,
 ) -> Result<(), TreeMoved> {
-    let threads = super::scan::walk_threads();
+    let threads = super::sys::walk_threads();
     let chunk = seen.len().div_ceil(threads).max(1);
     let check = |dirs: &[SeenDir]| {
         dirs.iter().try_for_each(|dir| match dir.witness {

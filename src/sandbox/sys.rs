@@ -308,3 +308,15 @@ pub fn exit_forked(code: i32) -> ! {
     // destructors or atexit handlers (the parent owns every file and directory).
     unsafe { libc::_exit(code) }
 }
+
+/// Threads that walk one tree. Listing directories is nearly all of a big tree's scan,
+/// and it is the kernel's work (`getdents`, ext4's hashed directories), which runs in
+/// parallel on separate directories; each thread takes the next directory from a shared
+/// queue and keeps what it finds to itself until the end.
+///
+/// Asked once per process: `available_parallelism` reads the cgroup's CPU quota (a dozen
+/// system calls), and every tree's walk and the scan's check asked again.
+pub(crate) fn walk_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
+}
