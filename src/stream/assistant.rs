@@ -28,6 +28,29 @@ use crate::text::one_line;
 
 use super::event::{AssistantEvent, Decoded, Event, EventSpans, ToolUse, UpstreamErrorType};
 
+/// The `Visitor` methods for a JSON boolean, number or null, each answering `$value`:
+/// the readings below keep strings, objects and arrays (or check them), and take every
+/// other value as nothing.
+macro_rules! other_scalars_are {
+    ($value:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
 /// The tool the CLI offers the model for `--json-schema` (2.1.330): its input is the answer.
 pub const STRUCTURED_TOOL: &str = "StructuredOutput";
 
@@ -380,25 +403,7 @@ impl<'de> Visitor<'de> for BlocksVisitor {
         Ok(Blocks::default())
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Blocks::default())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Blocks::default())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Blocks::default())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Blocks::default())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Blocks::default())
-    }
+    other_scalars_are!(Blocks::default());
 }
 
 /// One content block.
@@ -522,25 +527,7 @@ impl<'de> Visitor<'de> for InputVisitor {
         Ok(InputKeys::default())
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(InputKeys::default())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(InputKeys::default())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(InputKeys::default())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(InputKeys::default())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(InputKeys::default())
-    }
+    other_scalars_are!(InputKeys::default());
 }
 
 /// A key of an object in a tool input, decoded as a `Value` decodes it. The one key a
@@ -584,21 +571,7 @@ impl<'de> Deserialize<'de> for StringOrNot<'de> {
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
                 CheckedVisitor.visit_seq(seq).map(|()| StringOrNot(None))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(StringOrNot(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(StringOrNot(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(StringOrNot(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(StringOrNot(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(StringOrNot(None))
-            }
+            other_scalars_are!(StringOrNot(None));
         }
         deserializer.deserialize_any(StringOrNotVisitor)
     }
@@ -639,25 +612,7 @@ impl<'de> Visitor<'de> for CheckedVisitor {
         Ok(())
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
+    other_scalars_are!(());
 }
 
 #[cfg(test)]
