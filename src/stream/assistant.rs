@@ -27,29 +27,7 @@ use serde_json::value::RawValue;
 use crate::text::one_line;
 
 use super::event::{AssistantEvent, Decoded, Event, EventSpans, ToolUse, UpstreamErrorType};
-
-/// The `Visitor` methods for a JSON boolean, number or null, each answering `$value`:
-/// the readings below keep strings, objects and arrays (or check them), and take every
-/// other value as nothing.
-macro_rules! other_scalars_are {
-    ($value:expr) => {
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-    };
-}
+use super::lenient::{ArrayOrNothing, other_scalars_are};
 
 /// The tool the CLI offers the model for `--json-schema` (2.1.330): its input is the answer.
 pub const STRUCTURED_TOOL: &str = "StructuredOutput";
@@ -368,43 +346,7 @@ impl<'de> Visitor<'de> for WireMessageVisitor {
 
 /// A message's content: an array is read block by block; any other value means no blocks
 /// (as the general reading's `StreamedBlocks`).
-#[derive(Default)]
-struct Blocks<'a>(Vec<WireBlock<'a>>);
-
-impl<'de> Deserialize<'de> for Blocks<'de> {
-    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(BlocksVisitor)
-    }
-}
-
-struct BlocksVisitor;
-
-impl<'de> Visitor<'de> for BlocksVisitor {
-    type Value = Blocks<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("message content")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut blocks = Vec::new();
-        while let Some(block) = seq.next_element::<WireBlock<'de>>()? {
-            blocks.push(block);
-        }
-        Ok(Blocks(blocks))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Blocks::default())
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Blocks::default())
-    }
-
-    other_scalars_are!(Blocks::default());
-}
+type Blocks<'a> = ArrayOrNothing<WireBlock<'a>>;
 
 /// One content block.
 #[derive(Default)]

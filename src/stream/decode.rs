@@ -26,6 +26,7 @@ use super::event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
     ToolResult, ToolUse, UpstreamErrorType,
 };
+use super::lenient::ArrayOrNothing;
 
 /// Lines longer than this are kept by their head only wherever coder records them (the
 /// transcript), so they are decoded with [`decode_long_line`].
@@ -339,66 +340,13 @@ impl ContentBlocks<'_> for WireContent {
 /// parsed; any other value yields no blocks. Fails where a block does not fit
 /// [`WireBlock`], which [`WireContent`] would read as "no blocks". A tool result's content
 /// is located in the line (borrowed), not copied.
-struct StreamedBlocks<'a>(Vec<WireBlock<&'a RawValue>>);
+type StreamedBlocks<'a> = ArrayOrNothing<WireBlock<&'a RawValue>>;
 
 impl<'a> ContentBlocks<'a> for StreamedBlocks<'a> {
     type Content = &'a RawValue;
 
     fn into_blocks(self) -> Vec<WireBlock<&'a RawValue>> {
         self.0
-    }
-}
-
-impl<'de> Deserialize<'de> for StreamedBlocks<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StreamedBlocksVisitor)
-    }
-}
-
-struct StreamedBlocksVisitor;
-
-impl<'de> serde::de::Visitor<'de> for StreamedBlocksVisitor {
-    type Value = StreamedBlocks<'de>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("message content")
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut blocks = Vec::new();
-        while let Some(block) = seq.next_element::<WireBlock<&'de RawValue>>()? {
-            blocks.push(block);
-        }
-        Ok(StreamedBlocks(blocks))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(StreamedBlocks(Vec::new()))
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(StreamedBlocks(Vec::new()))
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(StreamedBlocks(Vec::new()))
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(StreamedBlocks(Vec::new()))
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(StreamedBlocks(Vec::new()))
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(StreamedBlocks(Vec::new()))
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(StreamedBlocks(Vec::new()))
     }
 }
 

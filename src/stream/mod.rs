@@ -10,6 +10,7 @@ mod assistant;
 pub mod decode;
 mod elide;
 pub mod event;
+mod lenient;
 pub mod splitter;
 
 pub use assistant::STRUCTURED_TOOL;
