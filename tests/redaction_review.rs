@@ -12,9 +12,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{Fake, Outcome, json_strings as strings, steps};
+use common::{Fake, json_strings as strings, notice, steps, transcript_of};
 use serde_json::{Value, json};
 
 /// ANTHROPIC_AUTH_TOKEN: 24 bytes.
@@ -67,46 +65,6 @@ fn spellings(secret: &str) -> Vec<String> {
         out.push(secret.replace('/', "\\/"));
     }
     out
-}
-
-/// An event line of exactly `len` bytes (when `len` allows): `text` in a notice, `tail`
-/// bytes of `x` between it and the string's closing quote.
-fn notice(mark: &str, text: &str, tail: usize, len: usize) -> String {
-    let skeleton = format!(
-        r#"{{"type":"system","subtype":"notice","text":"{mark}  {text}{}"}}"#,
-        "x".repeat(tail)
-    );
-    let fill = r"lorem café — ipsum\n ".repeat(200);
-    let need = len.saturating_sub(skeleton.len());
-    // The fill is cut at a character boundary; a byte short is filled with `y`.
-    let mut cut = need.min(fill.len());
-    while !fill.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let pad = format!("{}{}", &fill[..cut], "y".repeat(need - cut));
-    format!(
-        r#"{{"type":"system","subtype":"notice","text":"{mark} {pad} {text}{}"}}"#,
-        "x".repeat(tail)
-    )
-}
-
-/// A run of the fake child printing `lines` on stdout, with the secrets in coder's
-/// environment; returns the transcript's raw bytes.
-fn transcript_of(lines: &[String], env: &[(&str, &str)]) -> Vec<u8> {
-    let mut scenario = vec![steps::init()];
-    scenario.extend(lines.iter().map(|l| json!({"step": "emit", "text": l})));
-    scenario.push(steps::result_ok("done"));
-    let fake = Fake::new(Value::Array(scenario));
-    let mut coder = fake.coder();
-    for (k, v) in env {
-        coder = coder.env(*k, *v);
-    }
-    let out: Outcome = coder.arg("task").run();
-    assert_eq!(out.envelope["success"], json!(true), "{}", out.explain());
-    let path = out.envelope["transcript"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no transcript: {}", out.explain()));
-    std::fs::read(Path::new(path)).unwrap()
 }
 
 /// Fails when the transcript holds a secret literally, in one of the `spelled` forms, or

@@ -829,6 +829,47 @@ pub fn marked_processes(marker: &str) -> Vec<(i32, String)> {
     found
 }
 
+/// An event line of exactly `len` bytes (when `len` allows): `text` in a notice, `tail`
+/// bytes of `x` between it and the string's closing quote. For the redaction suites, whose
+/// secrets must be found wherever a long line's pieces are joined.
+pub fn notice(mark: &str, text: &str, tail: usize, len: usize) -> String {
+    let skeleton = format!(
+        r#"{{"type":"system","subtype":"notice","text":"{mark}  {text}{}"}}"#,
+        "x".repeat(tail)
+    );
+    let fill = r"lorem café — ipsum\n ".repeat(200);
+    let need = len.saturating_sub(skeleton.len());
+    // The fill is cut at a character boundary; a byte short is filled with `y`.
+    let mut cut = need.min(fill.len());
+    while !fill.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let pad = format!("{}{}", &fill[..cut], "y".repeat(need - cut));
+    format!(
+        r#"{{"type":"system","subtype":"notice","text":"{mark} {pad} {text}{}"}}"#,
+        "x".repeat(tail)
+    )
+}
+
+/// A run of the fake child printing `lines` on stdout, with `env` in coder's environment;
+/// returns the transcript's raw bytes.
+pub fn transcript_of(lines: &[String], env: &[(&str, &str)]) -> Vec<u8> {
+    let mut scenario = vec![steps::init()];
+    scenario.extend(lines.iter().map(|l| json!({"step": "emit", "text": l})));
+    scenario.push(steps::result_ok("done"));
+    let fake = Fake::new(Value::Array(scenario));
+    let mut coder = fake.coder();
+    for (k, v) in env {
+        coder = coder.env(*k, *v);
+    }
+    let out = coder.arg("task").run();
+    assert_eq!(out.envelope["success"], json!(true), "{}", out.explain());
+    let path = out.envelope["transcript"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no transcript: {}", out.explain()));
+    std::fs::read(Path::new(path)).unwrap()
+}
+
 /// Every decoded string (and key) of a JSON value, joined: what a reader of it sees.
 pub fn json_strings(value: &Value) -> String {
     match value {
