@@ -222,24 +222,14 @@ fn finish(mut child: Child) -> (std::process::ExitStatus, String) {
 /// helper, and the sandbox's init it forks, start in the workspace.
 fn live_processes_in(dir: &Path) -> Vec<(i32, String)> {
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let in_dir = std::fs::read_link(entry.path().join("cwd")).is_ok_and(|c| c.starts_with(dir));
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+    for (pid, proc_dir) in common::processes() {
+        let in_dir = std::fs::read_link(proc_dir.join("cwd")).is_ok_and(|c| c.starts_with(dir));
+        let zombie = std::fs::read_to_string(proc_dir.join("stat"))
             .ok()
             .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
             .unwrap_or(true);
         if in_dir && !zombie {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
             found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
         }
     }

@@ -803,21 +803,25 @@ impl Outcome {
     }
 }
 
+/// Every process's id and `/proc` directory, as `/proc` lists them now.
+pub fn processes() -> Vec<(i32, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, entry.path()))
+        })
+        .collect()
+}
+
 /// Processes whose command line contains `marker`, with their command lines.
 pub fn marked_processes(marker: &str) -> Vec<(i32, String)> {
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+    for (pid, dir) in processes() {
+        let Ok(raw) = std::fs::read(dir.join("cmdline")) else {
             continue;
         };
         // A zombie's cmdline is empty: it is gone for our purposes (only its parent can reap).
