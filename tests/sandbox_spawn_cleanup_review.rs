@@ -334,7 +334,7 @@ fn a_run_stopped_while_its_helper_waits_for_the_policy_leaves_nothing_behind() {
 /// coder killed outright while its early helper (started on the spawner thread, whose
 /// parent-death signal follows that thread) waits for the spec: the helper and the
 /// sandbox's init it forked die with coder. (The placeholders made so far are not
-/// registered yet and stay: `KNOWN_OPEN` of `tests/sandbox_lease_review.rs`.)
+/// registered yet and stay: a known limit, in SECURITY.md's list.)
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_helper_waiting_for_its_spec_dies_with_a_killed_coder() {
