@@ -207,10 +207,13 @@ impl Registry {
 }
 
 /// Exclusive locks on directories' lock files, taken without waiting and remembered (held
-/// or refused) for the rest of one release.
+/// or refused) for the rest of one release. Remembered by lock file, not by directory: two
+/// directories of one release that hash onto the same file (a few in a thousand releases)
+/// must find it held by this release, since a second `flock` on a new descriptor of that
+/// file would be refused by the first and leave the placeholder for a run that never comes.
 struct ExclusiveDirs<'a> {
     dir: &'a Path,
-    taken: HashMap<PathBuf, Option<Flock<fs::File>>>,
+    taken: HashMap<u64, Option<Flock<fs::File>>>,
 }
 
 impl<'a> ExclusiveDirs<'a> {
@@ -231,14 +234,15 @@ impl<'a> ExclusiveDirs<'a> {
     }
 
     fn holds(&mut self, dir: &Path) -> bool {
-        if let Some(taken) = self.taken.get(dir) {
+        let slot = lock_slot(dir);
+        if let Some(taken) = self.taken.get(&slot) {
             return taken.is_some();
         }
-        let lock = open_lock_file(self.dir, dir)
+        let lock = open_slot(self.dir, slot)
             .ok()
             .and_then(|file| Flock::lock(file, FlockArg::LockExclusiveNonblock).ok());
         let held = lock.is_some();
-        self.taken.insert(dir.to_path_buf(), lock);
+        self.taken.insert(slot, lock);
         held
     }
 }
@@ -248,7 +252,12 @@ impl<'a> ExclusiveDirs<'a> {
 /// mount of the tree elsewhere; a tree an agent renamed while a run works in it). A path
 /// that cannot be inspected is named by a hash of its text.
 fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
-    let lock_path = dir.join(format!("{:03x}.lock", lock_slot(path)));
+    open_slot(dir, lock_slot(path))
+}
+
+/// Lock file number `slot` of the lease directory `dir` (created empty when absent).
+fn open_slot(dir: &Path, slot: u64) -> Result<fs::File, SandboxError> {
+    let lock_path = dir.join(format!("{slot:03x}.lock"));
     open_state_file(&lock_path)
         .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
 }
@@ -454,6 +463,36 @@ mod tests {
         run.release();
         assert!(!fx.ws.join(".idea").exists());
         sibling.release();
+    }
+
+    /// A new directory in `parent` whose lock file is that of `twin` (a directory made
+    /// for each try, kept, so that inodes are not handed out again).
+    fn dir_sharing_lock_file(parent: &Path, twin: &Path) -> PathBuf {
+        let slot = lock_slot(twin);
+        (0..)
+            .map(|n| parent.join(format!("twin{n}")))
+            .find(|d| {
+                fs::create_dir(d).unwrap();
+                lock_slot(d) == slot
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn two_trees_on_one_lock_file_both_lose_their_placeholders_when_no_run_holds_them() {
+        // The fresh CI machine's flake: one release met two directories hashed onto the
+        // same lock file and refused itself the second lock.
+        let fx = fx();
+        let twin = dir_sharing_lock_file(fx.ws.parent().unwrap(), &fx.ws);
+        let run = PlaceholderLease::take(&fx.state, &[fx.ws.clone(), twin.clone()]).unwrap();
+        run.register(&[
+            placeholder_dir(&fx.ws.join(".claude")),
+            placeholder_dir(&twin.join(".claude")),
+        ])
+        .unwrap();
+        run.release();
+        assert!(!fx.ws.join(".claude").exists());
+        assert!(!twin.join(".claude").exists());
     }
 
     #[test]
