@@ -1,0 +1,110 @@
+//! Attack review of redaction in what coder keeps for later runs (the store, DESIGN §10):
+//! a quota failure's message is recorded with the backend's cooldown and shown by every
+//! later run refused by it — on this machine, or on another one sharing the store, whose
+//! environment does not hold the key and so cannot redact it. A vendor that echoes the
+//! caller's key in its error (a key named in an auth or quota message) must leave the key
+//! neither in the store's file nor in a later run's envelope.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Fake, json_strings as strings};
+use serde_json::json;
+
+/// The first machine's key: shaped like no well-known token, so only its value redacts it.
+const KEY: &str = "zq7-Ky3pW9vXm2Lr8Tn4Bc6H";
+/// The second machine's key.
+const OTHER_KEY: &str = "Pm5-Hd2qX8wRk4Nv7Js3Ya1G";
+
+/// A Z.ai quota failure (1308, with its reset time) whose message names the key the child
+/// was given, as the child sees it.
+fn quota_text_naming_the_key() -> String {
+    "API Error: 429 {\"error\":{\"code\":\"1308\",\"message\":\"Usage limit reached for key \
+     {{env:ANTHROPIC_AUTH_TOKEN}}. Your limit will reset at 2099-01-01 08:00:00\"}}"
+        .to_owned()
+}
+
+fn config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("coder.toml");
+    std::fs::write(
+        &path,
+        "[backends.solo]\npreset = \"inherit\"\nmax_concurrent = 4\n",
+    )
+    .unwrap();
+    path
+}
+
+/// Every byte of the SQLite store (its main file and write-ahead log), as text.
+fn store_bytes(store: &Path) -> String {
+    let mut all = Vec::new();
+    for suffix in ["", "-wal", "-journal"] {
+        let mut name = store.as_os_str().to_owned();
+        name.push(suffix);
+        if let Ok(bytes) = std::fs::read(&name) {
+            all.extend(bytes);
+        }
+    }
+    String::from_utf8_lossy(&all).into_owned()
+}
+
+#[test]
+fn a_cooldown_recorded_from_an_error_naming_the_key_keeps_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("shared.db");
+    let config = config(dir.path());
+    let on_store = |fake: &Fake, key: &str| {
+        fake.coder()
+            .env("ANTHROPIC_AUTH_TOKEN", key)
+            .arg("--store")
+            .arg(&store)
+            .arg("--config")
+            .arg(&config)
+            .args(["--backend", "solo"])
+    };
+    let hit = Fake::new(json!([
+        {"step": "init"},
+        {"step": "result", "is_error": true, "api_error_status": 429,
+         "text": quota_text_naming_the_key()},
+    ]));
+    let out = on_store(&hit, KEY).arg("one").run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(detail["provider_error"]["class"], "quota_exhausted");
+    // The run itself shows the message, redacted (the child did name the key).
+    let shown = strings(&out.envelope);
+    assert!(!shown.contains(KEY), "{shown}");
+    assert!(
+        shown.contains("Usage limit reached for key [REDACTED]"),
+        "{}",
+        out.explain()
+    );
+    let kept = store_bytes(&store);
+    assert!(
+        kept.contains("Usage limit reached for key"),
+        "the store kept no cooldown message: the test would pass for the wrong reason"
+    );
+    assert!(
+        !kept.contains(KEY),
+        "the store's file holds the key in the cooldown's message"
+    );
+
+    // Another machine on the same store, with its own key: refused by the cooldown, it
+    // shows the recorded message, and cannot know the first key to redact it.
+    let next = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "never"}]));
+    let out = on_store(&next, OTHER_KEY).arg("two").run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert!(
+        !next.has_record(),
+        "a cooling backend must not start the CLI"
+    );
+    let message = detail["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cooling down") && message.contains("Usage limit reached for key"),
+        "{message}"
+    );
+    let shown = strings(&out.envelope);
+    assert!(
+        !shown.contains(KEY),
+        "a later run prints the first run's key: {message}"
+    );
+}
