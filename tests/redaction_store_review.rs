@@ -1,15 +1,22 @@
-//! Attack review of redaction in what coder keeps for later runs (the store, DESIGN §10):
+//! Attack review of redaction in what coder keeps for later runs.
+//!
+//! The store (DESIGN §10):
 //! a quota failure's message is recorded with the backend's cooldown and shown by every
 //! later run refused by it — on this machine, or on another one sharing the store, whose
 //! environment does not hold the key and so cannot redact it. A vendor that echoes the
 //! caller's key in its error (a key named in an auth or quota message) must leave the key
 //! neither in the store's file nor in a later run's envelope.
+//!
+//! The repository (`--worktree`, DESIGN §10): the branch's commit takes its message from
+//! the task, which can name the key.
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{Fake, json_strings as strings};
+use common::sandbox_fixture::{coder_as, payload_claude};
+use common::{Bounded, Fake, json_strings as strings};
 use serde_json::json;
 
 /// The first machine's key: shaped like no well-known token, so only its value redacts it.
@@ -106,5 +113,61 @@ fn a_cooldown_recorded_from_an_error_naming_the_key_keeps_no_key() {
     assert!(
         !shown.contains(KEY),
         "a later run prints the first run's key: {message}"
+    );
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(["-c", "safe.directory=*"])
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `--worktree` commits the run's changes with the task's first line as the message: a
+/// task that names the key (the caller pasted it into the prompt) must not put it into
+/// the repository's history, where a push would publish it.
+#[test]
+fn a_worktree_commit_message_taken_from_a_task_naming_the_key_holds_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    std::fs::write(repo.join("a.txt"), "a\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "a.txt"]);
+    git(&repo, &["commit", "-q", "-m", "init"]);
+    let bin = root.join("fake-claude");
+    std::fs::write(&bin, payload_claude("echo hello > new.txt")).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let task = format!("Call the API with key {KEY} and save the answer");
+    let out = coder_as(&root, None, &repo, &bin, &["--worktree"], &task)
+        .env("ANTHROPIC_AUTH_TOKEN", KEY)
+        .output_bounded();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+    assert_eq!(envelope["success"], true, "{out:?}");
+    assert!(!strings(&envelope).contains(KEY), "{envelope}");
+    let branch = envelope["worktree"]["branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no worktree in {envelope}"));
+    assert!(envelope["worktree"]["commit"].is_string(), "{envelope}");
+    let subject = git(&repo, &["log", "-1", "--format=%B", branch]);
+    assert!(
+        subject.starts_with("Call the API with key"),
+        "the commit took no message from the task: {subject}"
+    );
+    assert!(
+        !subject.contains(KEY),
+        "the branch's commit message holds the key: {subject}"
     );
 }

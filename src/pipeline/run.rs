@@ -116,7 +116,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         &mut teardown,
     )
     .await;
-    many.finish(&mut envelope, &request);
+    many.finish(&mut envelope, &request, &redaction);
     if let Some(role) = &request.plan {
         crate::pipeline::plan::attach(&mut envelope, role);
     }
