@@ -1,8 +1,9 @@
-//! Attacks on the redaction of token shapes (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`,
-//! `AKIA…`, `Bearer …`) coder does not know as values, spelled the ways a JSON text can
-//! spell them: any character as a `\u` escape (either case of its hex digits), `/` as `\/`,
-//! the space after `Bearer` as `\u0020`, two spaces, a tab (`\t`, `\u0009`), `Bearer` itself
-//! escaped, and a token right after an escape (`\n`, `\t`, `\"`) that a reader sees as a
+//! Attacks on the redaction of token shapes (`sk-…`, `ghp_…`, `ghu_…`, `github_pat_…`,
+//! `xoxb-…`, `AKIA…`, a JSON Web Token's `eyJ…`, `Bearer …` and `bearer …`) coder does
+//! not know as values, spelled the ways a JSON text can spell them: any character as a
+//! `\u` escape (either case of its hex digits), `/` as `\/`, the space after `Bearer` as
+//! `\u0020`, two spaces, a tab (`\t`, `\u0009`), a line break, `Bearer` itself escaped,
+//! and a token right after an escape (`\n`, `\t`, `\"`) that a reader sees as a
 //! line break or a quote. Each decodes to a token a reader of the transcript or the
 //! envelope would see, so each must be redacted: in short event lines, in long ones (written
 //! from their own buffer after a search in overlapping pieces) at every offset near the
@@ -24,7 +25,7 @@ struct Token {
     secret: &'static str,
 }
 
-const TOKENS: [Token; 5] = [
+const TOKENS: [Token; 7] = [
     Token {
         whole: "sk-ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
         secret: "ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
@@ -45,6 +46,15 @@ const TOKENS: [Token; 5] = [
         whole: "AKIAJ7Q2W9E4R6T1Y3U5",
         secret: "J7Q2W9E4R6T1Y3U5",
     },
+    Token {
+        whole: "ghu_K3mP8sQ2vX7zL4nR9tW1yB6d",
+        secret: "K3mP8sQ2vX7zL4nR9tW1yB6d",
+    },
+    // A JSON Web Token (a MiniMax key is one).
+    Token {
+        whole: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI3In0.Hd2qX8wRk4N",
+        secret: "hbGciOiJIUzI1NiJ9.eyJzdWIiOiI3In0.Hd2qX8wRk4N",
+    },
 ];
 
 /// A bearer token with the base64 characters `/`, `+` and `=`.
@@ -55,7 +65,7 @@ const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
 const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
 
 /// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
-const PROSE: [&str; 8] = [
+const PROSE: [&str; 10] = [
     "Bearer authentication",
     r"Bearer\tauthentication",
     r"\u0042earer\u0020authentication",
@@ -64,6 +74,8 @@ const PROSE: [&str; 8] = [
     r"\u0073k-learn\u002Dcompatible-models",
     r"task-1234567890abcdefgh\nrisk-0123456789abcdefgh",
     r"ghp_short1 \u0041KIA-is-not-a-key",
+    "bearer authentication, BEARER TOKENS",
+    r"bearer\nauthentication \u0065yJust-a-word-here",
 ];
 
 /// The JSON escape of an ASCII character, its hex digits in upper or lower case.
@@ -94,8 +106,9 @@ fn one_escaped(text: &str, at: usize) -> String {
         .collect()
 }
 
-/// The separators a JSON text can put between `Bearer` and its token.
-const SEPARATORS: [&str; 7] = [
+/// The separators a JSON text can put between `Bearer` and its token (a line break too:
+/// the token then starts the next line a reader sees).
+const SEPARATORS: [&str; 10] = [
     r"\u0020",
     "  ",
     r"\t",
@@ -103,6 +116,9 @@ const SEPARATORS: [&str; 7] = [
     r" \t ",
     r"\u0020\u0020",
     r"\u0009 ",
+    r"\n",
+    r"\r\n",
+    r"\u000a",
 ];
 
 /// Every spelling attacked, each with the secret it decodes to: every character of every
@@ -126,6 +142,10 @@ fn spellings() -> Vec<(String, &'static str)> {
         out.push((format!("Bearer{sep}{BEARER_TOKEN}"), BEARER_TOKEN));
         out.push((format!("Bearer{sep}{slashed}"), BEARER_TOKEN));
     }
+    // HTTP's scheme is case-insensitive: HTTP/2 tools and code print it in lower case.
+    out.push((format!("bearer {BEARER_TOKEN}"), BEARER_TOKEN));
+    out.push((format!(r"\u0062earer\t{slashed}"), BEARER_TOKEN));
+    out.push((format!(r"bearer\n{BEARER_TOKEN}"), BEARER_TOKEN));
     for at in 0.."Bearer ".len() {
         out.push((
             format!("{}{slashed}", one_escaped("Bearer ", at)),
