@@ -382,3 +382,62 @@ fn spelled_token_shapes_leave_no_trace_in_the_envelope() {
         }
     }
 }
+
+/// A token cut short where coder cuts a text: the transcript keeps the 16 KiB head of a
+/// line longer than 256 KiB, the error summary the first 200 characters of the CLI's
+/// error. What is left of the token there (fewer than 16 characters, too few to be taken
+/// for a token whole) is dropped from its fourth character on; the same cut through prose
+/// keeps it.
+#[test]
+fn token_shapes_cut_short_leave_no_piece() {
+    const HEAD: usize = 16 * 1024;
+    // `text` starts a word 10 bytes before the head's end.
+    let across_cut = |fill: &str, text: &str| {
+        let line = format!(
+            "{} {text}{}",
+            fill.repeat(HEAD - 11),
+            fill.repeat(270 * 1024)
+        );
+        steps::stderr(&line)
+    };
+    // The error summary (the envelope's `error`) is the CLI's error cut at 200
+    // characters: 12 of the token's 30 are before the cut.
+    let error = format!("{} Bearer {BEARER_TOKEN} tail", "e".repeat(180));
+    let fake = Fake::new(json!([
+        steps::init(),
+        across_cut("y", TOKENS[1].whole),
+        across_cut("z", "Bearer authentication"),
+        {"step": "result", "is_error": true, "api_error_status": 401, "text": error},
+    ]));
+    let out = fake.coder().arg("task").run();
+    assert_eq!(out.envelope["success"], json!(false), "{}", out.explain());
+    let message = out.envelope["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("e Bearer "),
+        "the cut is not where the test wants it: {message}"
+    );
+    let secrets = [BEARER_TOKEN, TOKENS[1].secret];
+    assert_no_piece("the error summary", &message, &secrets);
+    for piece in [&BEARER_TOKEN[..4], &TOKENS[1].secret[..4]] {
+        assert!(
+            !out.stdout.contains(piece),
+            "stdout holds {piece:?}: {}",
+            out.stdout
+        );
+    }
+    let path = out.envelope["transcript"].as_str().unwrap();
+    let raw = std::fs::read_to_string(path).unwrap();
+    assert!(
+        raw.contains(&format!("{} [REDACTED]", "y".repeat(64))),
+        "the token across the transcript's cut is not redacted"
+    );
+    assert!(
+        !raw.contains(&TOKENS[1].whole[..8]),
+        "the transcript holds a piece of the token"
+    );
+    // Three characters left of a word after `Bearer` are kept.
+    assert!(raw.contains(&format!("{} Bearer aut", "z".repeat(64))));
+}

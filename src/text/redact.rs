@@ -21,7 +21,9 @@
 //! cap before coder could see all of it ([`Ending::Cut`]), and wherever a text carries the
 //! `…` that [`crate::text::one_line`] leaves at a cut, a *partial* match is dropped too: a
 //! piece of text ending at the cut that is the first [`MIN_PARTIAL`] or more bytes of a
-//! known secret (in any spelling). So a cut never leaves more than three bytes of a key.
+//! known secret (in any spelling), or a token shape's prefix followed by [`MIN_PARTIAL`] or
+//! more of its characters up to the cut ([`Secrets::redact_ending`]; the transcript's event
+//! lines, whole, read a `…` as text). So a cut never leaves more than three bytes of a key.
 //!
 //! **Cost.** The transcript redacts every line of the child's output on its hot path. One
 //! packed search for everything a redaction starts at ([`Secrets::surely_clean`]) clears
@@ -164,15 +166,22 @@ impl Secrets {
     }
 
     /// [`Secrets::redact`], and with [`Ending::Cut`] a partial secret at the end dropped.
+    /// A token shape cut short at the end (or before a `…`) is dropped too, from its
+    /// [`MIN_PARTIAL`]th character on: fewer than [`MIN_TOKEN_LEN`] characters are left of
+    /// it, too few to be taken for a token whole.
     pub fn redact_ending<'a>(&self, text: &'a str, ending: Ending) -> Cow<'a, str> {
         let known = self.redact_known(text.as_bytes(), ending);
         let text = match known {
             Some(bytes) => Cow::Owned(into_string(bytes)),
             None => Cow::Borrowed(text),
         };
-        match redact_tokens(&text) {
+        let text = match redact_tokens(&text) {
             Cow::Borrowed(_) => text,
             Cow::Owned(out) => Cow::Owned(out),
+        };
+        match drop_cut_tokens(text.as_bytes(), ending) {
+            Some(out) => Cow::Owned(into_string(out)),
+            None => text,
         }
     }
 
@@ -812,6 +821,85 @@ fn token_matches(
     found
 }
 
+/// How far before a cut a token cut short may start: fewer than [`MIN_TOKEN_LEN`]
+/// characters of at most 6 bytes each (`\u00XX`), its prefix (as long, escaped), and the
+/// blanks after `Bearer`.
+const CUT_TOKEN_WINDOW: usize = 256;
+
+/// `text` with every token shape cut short at a cut (its end, with [`Ending::Cut`], and
+/// each `…`) replaced by [`REDACTED`]; `None` when there is none. A token whole is
+/// redacted before ([`redact_tokens_bytes`]); what is left at a cut is the head of a token
+/// too short to be taken for one, which this drops when it holds [`MIN_PARTIAL`] or more
+/// characters (of the token proper: after `Bearer` and its blanks, after a prefix).
+fn drop_cut_tokens(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
+    static ELLIPSIS: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new("…".as_bytes()));
+    let mut cuts: Vec<usize> = ELLIPSIS.find_iter(text).collect();
+    if ending == Ending::Cut {
+        cuts.push(text.len());
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut pos = 0;
+    for cut in cuts {
+        let Some(start) = cut_token_start(text, pos, cut) else {
+            continue;
+        };
+        let buf = out.get_or_insert_with(|| Vec::with_capacity(text.len()));
+        buf.extend_from_slice(&text[pos..start]);
+        buf.extend_from_slice(REDACTED.as_bytes());
+        pos = cut;
+    }
+    out.map(|mut buf| {
+        buf.extend_from_slice(&text[pos..]);
+        buf
+    })
+}
+
+/// Where the redaction of a token cut short at `cut` starts (not before `from`): the
+/// earliest token prefix (or `Bearer` and its blanks) in the [`CUT_TOKEN_WINDOW`] before
+/// the cut whose token runs up to the cut (or into an escape the cut breaks off) with at
+/// least [`MIN_PARTIAL`] characters. The text before the cut is read as JSON decodes it.
+fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
+    let head = &text[..cut];
+    let lo = from.max(cut.saturating_sub(CUT_TOKEN_WINDOW));
+    (lo..cut).find_map(|at| {
+        let b = head[at];
+        let could = TOKEN_PREFIXES
+            .iter()
+            .chain(&BEARERS)
+            .any(|prefix| prefix.as_bytes()[0] == b)
+            || (b == b'\\' && escape_starts_at(head, at));
+        if !could {
+            return None;
+        }
+        let (end, bearer) = prefix_at(head, at)?;
+        if char_before(head, at).is_some_and(|c| c.is_ascii_alphanumeric()) {
+            return None;
+        }
+        let mut pos = end;
+        if bearer {
+            while let Some((b' ' | b'\t' | b'\n' | b'\r', used)) = char_at(head, pos) {
+                pos += used;
+            }
+            if pos == end {
+                return None;
+            }
+        }
+        let token_at = pos;
+        let mut len = 0;
+        while let Some((c, used)) = char_at(head, pos)
+            && is_token_byte(c)
+        {
+            len += 1;
+            pos += used;
+        }
+        let broken_escape = head.get(pos) == Some(&b'\\')
+            && matches!(unescape(&head[pos..]), Unescaped::Incomplete);
+        let reaches = pos == cut || broken_escape;
+        (reaches && len >= MIN_PARTIAL).then_some(if bearer { token_at } else { at })
+    })
+}
+
 /// `text` with each of `found` replaced by [`REDACTED`].
 fn replace_tokens<'a>(text: &'a [u8], found: &[(usize, usize)]) -> Cow<'a, [u8]> {
     if found.is_empty() {
@@ -1001,6 +1089,43 @@ mod tests {
         let line = format!("failed: {}… (exit 1)", &KEY[..12]);
         assert_eq!(s.redact(&line), "failed: [REDACTED]… (exit 1)");
         assert_eq!(s.redact("plain… text"), "plain… text");
+    }
+
+    #[test]
+    fn a_token_cut_short_leaves_at_most_three_characters() {
+        let none = Secrets::new(Vec::<String>::new());
+        for (text, ending, expected) in [
+            ("head sk-ant-api03-Q7", Ending::Cut, "head [REDACTED]"),
+            ("x ghp_H5jD8s", Ending::Cut, "x [REDACTED]"),
+            ("x ghp_H5j", Ending::Cut, "x ghp_H5j"),
+            ("x ghp_H5jD8s", Ending::Whole, "x ghp_H5jD8s"),
+            ("a Bearer\tTk9Lm3Np", Ending::Cut, "a Bearer\t[REDACTED]"),
+            (
+                r"a \u0042earer Tk9L\u006d3Np",
+                Ending::Cut,
+                r"a \u0042earer [REDACTED]",
+            ),
+            // A cut inside the escape of the token's next character.
+            (r"a eyJhbGci\u004", Ending::Cut, "a [REDACTED]"),
+            // one_line's ellipsis is a cut, wherever it is.
+            (
+                "failed: Bearer abc123def4… (401)",
+                Ending::Whole,
+                "failed: Bearer [REDACTED]… (401)",
+            ),
+            (
+                "run Bash(curl -H 'authorization: bearer eyJhbGciOiJ…",
+                Ending::Whole,
+                "run Bash(curl -H 'authorization: bearer [REDACTED]…",
+            ),
+            // Not a token cut: prose, a prefix alone, too short, not at the cut.
+            ("plain… text", Ending::Whole, "plain… text"),
+            ("Bearer… and sk-…", Ending::Whole, "Bearer… and sk-…"),
+            ("a risk-0123456789…", Ending::Whole, "a risk-0123456789…"),
+            ("ghp_H5jD8s more…", Ending::Whole, "ghp_H5jD8s more…"),
+        ] {
+            assert_eq!(none.redact_ending(text, ending), expected, "{text}");
+        }
     }
 
     #[test]
