@@ -9,6 +9,9 @@
 //!
 //! The repository (`--worktree`, DESIGN §10): the branch's commit takes its message from
 //! the task, which can name the key.
+//!
+//! And one value coder did not count among the run's secrets at all: a credential the
+//! config file's `env` table gives the child, which coder's own environment does not hold.
 
 mod common;
 
@@ -169,5 +172,54 @@ fn a_worktree_commit_message_taken_from_a_task_naming_the_key_holds_no_key() {
     assert!(
         !subject.contains(KEY),
         "the branch's commit message holds the key: {subject}"
+    );
+}
+
+/// A credential-named variable the config file gives the child (`env = { … }`), which
+/// coder's own environment does not hold: the child can print it like its key.
+#[test]
+fn a_credential_the_config_gives_the_child_is_redacted_everywhere() {
+    const TOKEN: &str = "Wd4-Qs8Lx2Vn6Kj1Hb9Tm3Pz";
+    let fake = Fake::new(json!([
+        {"step": "init"},
+        {"step": "stderr", "text": "stderr: {{env:SERVICE_TOKEN}}"},
+        {"step": "assistant_text", "text": "told: {{env:SERVICE_TOKEN}}"},
+        {"step": "result", "text": "done with {{env:SERVICE_TOKEN}}"},
+    ]));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("coder.toml");
+    std::fs::write(
+        &config,
+        format!("[backends.solo]\npreset = \"inherit\"\nenv = {{ SERVICE_TOKEN = \"{TOKEN}\" }}\n"),
+    )
+    .unwrap();
+    let out = fake
+        .coder()
+        .arg("--config")
+        .arg(&config)
+        .args(["--backend", "solo", "--return-all-messages", "task"])
+        .run();
+    assert_eq!(
+        fake.record().env().get("SERVICE_TOKEN").map(String::as_str),
+        Some(TOKEN),
+        "the child did not get the variable: the test would pass for the wrong reason"
+    );
+    assert_eq!(
+        out.envelope["result"],
+        json!("done with [REDACTED]"),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        !out.stdout.contains(TOKEN),
+        "the envelope holds the token: {}",
+        out.stdout
+    );
+    let path = out.envelope["transcript"].as_str().unwrap();
+    let raw = std::fs::read_to_string(path).unwrap();
+    assert!(!raw.contains(TOKEN), "the transcript holds the token");
+    assert!(
+        raw.contains("stderr: [REDACTED]"),
+        "the stderr line went missing"
     );
 }
