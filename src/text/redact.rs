@@ -744,10 +744,9 @@ fn char_before(text: &[u8], at: usize) -> Option<u8> {
 /// character, as a literal one's bytes are not.
 const NOT_ASCII: u8 = 0x80;
 
-/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and whether it
-/// is `Bearer`.
-fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
-    TOKEN_PREFIXES.iter().chain(&BEARERS).find_map(|prefix| {
+/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and which.
+fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str)> {
+    TOKEN_PREFIXES.iter().chain(&BEARERS).find_map(|&prefix| {
         let mut pos = at;
         for &want in prefix.as_bytes() {
             let (c, used) = char_at(text, pos)?;
@@ -756,7 +755,7 @@ fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
             }
             pos += used;
         }
-        Some((pos, BEARERS.contains(prefix)))
+        Some((pos, prefix))
     })
 }
 
@@ -769,7 +768,9 @@ fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
             .chain(&BEARERS)
             .any(|prefix| prefix.as_bytes()[0] == b)
             || (b == b'\\' && escape_starts_at(text, at));
-        could.then(|| prefix_at(text, at).map(|(end, bearer)| (at, end, bearer)))?
+        could.then(|| {
+            prefix_at(text, at).map(|(end, prefix)| (at, end, BEARERS.contains(&prefix)))
+        })?
     });
     token_matches(text, candidates)
 }
@@ -858,7 +859,8 @@ fn drop_cut_tokens(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
 /// Where the redaction of a token cut short at `cut` starts (not before `from`): the
 /// earliest token prefix (or `Bearer` and its blanks) in the [`CUT_TOKEN_WINDOW`] before
 /// the cut whose token runs up to the cut (or into an escape the cut breaks off) with at
-/// least [`MIN_PARTIAL`] characters. The text before the cut is read as JSON decodes it.
+/// least [`MIN_PARTIAL`] characters, and a digit among them after `Bearer` or `sk-`. The
+/// text before the cut is read as JSON decodes it.
 fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
     let head = &text[..cut];
     let lo = from.max(cut.saturating_sub(CUT_TOKEN_WINDOW));
@@ -872,7 +874,8 @@ fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
         if !could {
             return None;
         }
-        let (end, bearer) = prefix_at(head, at)?;
+        let (end, prefix) = prefix_at(head, at)?;
+        let bearer = BEARERS.contains(&prefix);
         if char_before(head, at).is_some_and(|c| c.is_ascii_alphanumeric()) {
             return None;
         }
@@ -886,17 +889,25 @@ fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
             }
         }
         let token_at = pos;
-        let mut len = 0;
+        let (mut len, mut digit) = (0, false);
         while let Some((c, used)) = char_at(head, pos)
             && is_token_byte(c)
         {
             len += 1;
+            digit |= c.is_ascii_digit();
             pos += used;
         }
         let broken_escape = head.get(pos) == Some(&b'\\')
             && matches!(unescape(&head[pos..]), Unescaped::Incomplete);
         let reaches = pos == cut || broken_escape;
-        (reaches && len >= MIN_PARTIAL).then_some(if bearer { token_at } else { at })
+        // After the prefixes prose also uses (`Bearer header…`, `sk-learn…`), only what
+        // holds a digit, as a token's head mostly does.
+        let weak = bearer || prefix == "sk-";
+        (reaches && len >= MIN_PARTIAL && (digit || !weak)).then_some(if bearer {
+            token_at
+        } else {
+            at
+        })
     })
 }
 
@@ -1122,6 +1133,18 @@ mod tests {
             ("plain… text", Ending::Whole, "plain… text"),
             ("Bearer… and sk-…", Ending::Whole, "Bearer… and sk-…"),
             ("a risk-0123456789…", Ending::Whole, "a risk-0123456789…"),
+            // After `Bearer` and `sk-`, prose without a digit.
+            (
+                "set the Bearer header…",
+                Ending::Whole,
+                "set the Bearer header…",
+            ),
+            (
+                "uses sk-learn-compatible…",
+                Ending::Whole,
+                "uses sk-learn-compatible…",
+            ),
+            ("x eyJhbGci", Ending::Cut, "x [REDACTED]"),
             ("ghp_H5jD8s more…", Ending::Whole, "ghp_H5jD8s more…"),
         ] {
             assert_eq!(none.redact_ending(text, ending), expected, "{text}");
