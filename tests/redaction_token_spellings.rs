@@ -441,3 +441,34 @@ fn token_shapes_cut_short_leave_no_piece() {
     // Three characters left of a word after `Bearer` are kept.
     assert!(raw.contains(&format!("{} Bearer aut", "z".repeat(64))));
 }
+
+/// A `…` in what the transcript records as JSON is a cut too: the head it keeps of a long
+/// task (`… [truncated: N bytes in all]`), and a text the child cut itself.
+#[test]
+fn token_shapes_cut_short_before_an_ellipsis_in_the_transcript_leave_no_piece() {
+    const PROMPT_HEAD: usize = 64 * 1024;
+    let task = format!(
+        "{} {} and more",
+        "x".repeat(PROMPT_HEAD - 11),
+        TOKENS[1].whole
+    );
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "emit", "text": short("mark0", &format!("{}…", &TOKENS[0].whole[..18]))},
+        steps::result_ok("done"),
+    ]));
+    let out = fake.coder().stdin(task).arg("-").run();
+    assert_eq!(out.envelope["success"], json!(true), "{}", out.explain());
+    let path = out.envelope["transcript"].as_str().unwrap();
+    let raw = std::fs::read_to_string(path).unwrap();
+    assert!(
+        raw.contains(&format!("{} [REDACTED]… [truncated:", "x".repeat(64))),
+        "the task's head does not end as the test wants"
+    );
+    assert!(
+        raw.contains("mark0 [REDACTED]… end"),
+        "the notice is not redacted"
+    );
+    assert!(!raw.contains(&TOKENS[1].whole[..8]));
+    assert!(!raw.contains(&TOKENS[0].whole[..10]));
+}

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::stream::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
-use crate::text::redact::{Ending, Secrets, redact_tokens_bytes};
+use crate::text::redact::{Ending, Secrets, redact_cut_tokens_bytes, redact_tokens_bytes};
 
 use super::Note;
 
@@ -474,6 +474,11 @@ impl Sink {
             self.pending.truncate(start);
             self.pending.extend_from_slice(&redacted);
         }
+        // A `…` (the prompt's head, a text the child cut) may cut a token short.
+        if let Some(redacted) = redact_cut_tokens_bytes(&self.pending[start..], Ending::Whole) {
+            self.pending.truncate(start);
+            self.pending.extend_from_slice(&redacted);
+        }
         self.pending.push(b'\n');
         Ok(())
     }
@@ -793,7 +798,8 @@ mod tests {
         let mut entry = Vec::new();
         event_entry(&mut entry, ts, line, &spans);
         let entry = secrets.redact_known(&entry, Ending::Whole).unwrap_or(entry);
-        redact_tokens_bytes(&entry).into_owned()
+        let entry = redact_tokens_bytes(&entry).into_owned();
+        redact_cut_tokens_bytes(&entry, Ending::Whole).unwrap_or(entry)
     }
 
     #[test]

@@ -22,8 +22,8 @@
 //! `…` that [`crate::text::one_line`] leaves at a cut, a *partial* match is dropped too: a
 //! piece of text ending at the cut that is the first [`MIN_PARTIAL`] or more bytes of a
 //! known secret (in any spelling), or a token shape's prefix followed by [`MIN_PARTIAL`] or
-//! more of its characters up to the cut ([`Secrets::redact_ending`]; the transcript's event
-//! lines, whole, read a `…` as text). So a cut never leaves more than three bytes of a key.
+//! more of its characters up to the cut ([`Secrets::redact_ending`],
+//! [`redact_cut_tokens_bytes`]). So a cut never leaves more than three bytes of a key.
 //!
 //! **Cost.** The transcript redacts every line of the child's output on its hot path. One
 //! packed search for everything a redaction starts at ([`Secrets::surely_clean`]) clears
@@ -179,7 +179,7 @@ impl Secrets {
             Cow::Borrowed(_) => text,
             Cow::Owned(out) => Cow::Owned(out),
         };
-        match drop_cut_tokens(text.as_bytes(), ending) {
+        match redact_cut_tokens_bytes(text.as_bytes(), ending) {
             Some(out) => Cow::Owned(into_string(out)),
             None => text,
         }
@@ -831,8 +831,10 @@ const CUT_TOKEN_WINDOW: usize = 256;
 /// each `…`) replaced by [`REDACTED`]; `None` when there is none. A token whole is
 /// redacted before ([`redact_tokens_bytes`]); what is left at a cut is the head of a token
 /// too short to be taken for one, which this drops when it holds [`MIN_PARTIAL`] or more
-/// characters (of the token proper: after `Bearer` and its blanks, after a prefix).
-fn drop_cut_tokens(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
+/// characters (of the token proper: after `Bearer` and its blanks, after a prefix). The
+/// text may be JSON (a transcript entry): a token's run never leaves its string, so what
+/// is replaced lies inside one.
+pub fn redact_cut_tokens_bytes(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
     static ELLIPSIS: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new("…".as_bytes()));
     let mut cuts: Vec<usize> = ELLIPSIS.find_iter(text).collect();
