@@ -590,6 +590,23 @@ const TOKEN_PREFIXES: [&str; 11] = [
 /// speed on a stream without known values, measured).
 const BEARERS: [&str; 2] = ["Bearer", "bearer"];
 
+/// Whether a byte is the first of a token prefix or of `Bearer` (a table: the spelled
+/// readings ask it of every byte).
+const PREFIX_STARTS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < TOKEN_PREFIXES.len() {
+        table[TOKEN_PREFIXES[i].as_bytes()[0] as usize] = true;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < BEARERS.len() {
+        table[BEARERS[i].as_bytes()[0] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 /// The starts of the `\u` escapes of printable ASCII (U+0020 to U+007F), the only
 /// characters a token shape is made of (its prefix, the space after `Bearer`, the token):
 /// a text holding none of these spells every token shape it holds with its prefix written
@@ -763,11 +780,7 @@ fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str)> {
 /// start one (a prefix's first letter, or a backslash that starts an escape) is tried.
 fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
     let candidates = text.iter().enumerate().filter_map(|(at, &b)| {
-        let could = TOKEN_PREFIXES
-            .iter()
-            .chain(&BEARERS)
-            .any(|prefix| prefix.as_bytes()[0] == b)
-            || (b == b'\\' && escape_starts_at(text, at));
+        let could = PREFIX_STARTS[usize::from(b)] || (b == b'\\' && escape_starts_at(text, at));
         could.then(|| {
             prefix_at(text, at).map(|(end, prefix)| (at, end, BEARERS.contains(&prefix)))
         })?
@@ -868,11 +881,7 @@ fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
     let lo = from.max(cut.saturating_sub(CUT_TOKEN_WINDOW));
     (lo..cut).find_map(|at| {
         let b = head[at];
-        let could = TOKEN_PREFIXES
-            .iter()
-            .chain(&BEARERS)
-            .any(|prefix| prefix.as_bytes()[0] == b)
-            || (b == b'\\' && escape_starts_at(head, at));
+        let could = PREFIX_STARTS[usize::from(b)] || (b == b'\\' && escape_starts_at(head, at));
         if !could {
             return None;
         }
