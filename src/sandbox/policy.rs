@@ -26,6 +26,7 @@ use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
+use crate::config::run_dirs::{self, RunLock};
 
 /// Workspace paths the agent may read but not write, create, delete or rename, because
 /// programs the user runs later, outside the sandbox, execute what they say (editor tasks,
@@ -253,21 +254,38 @@ pub struct Policy {
     /// This run's hold on the placeholders of its writable trees, shared with other runs
     /// in them ([`super::lease`]); none without a writable tree.
     #[serde(skip)]
-    pub(crate) lease: LeaseSlot,
+    pub(crate) lease: Held<PlaceholderLease>,
+    /// This run's lock beside its run directory ([`crate::config::run_dirs`]): no other
+    /// coder prunes the directory while it is held.
+    #[serde(skip)]
+    pub(crate) run_lock: Held<RunLock>,
 }
 
-/// A policy's [`PlaceholderLease`], if it has one. Two policies are equal by what they
-/// enforce; which lease object a run holds is not part of that.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LeaseSlot(Option<Arc<PlaceholderLease>>);
+/// A hold a policy keeps for its run (its [`PlaceholderLease`], its [`RunLock`]), if it
+/// has one; shared by the policy's clones. Two policies are equal by what they enforce;
+/// which hold objects a run keeps is not part of that.
+#[derive(Debug)]
+pub(crate) struct Held<T>(Option<Arc<T>>);
 
-impl PartialEq for LeaseSlot {
-    fn eq(&self, _: &LeaseSlot) -> bool {
+impl<T> Default for Held<T> {
+    fn default() -> Self {
+        Held(None)
+    }
+}
+
+impl<T> Clone for Held<T> {
+    fn clone(&self) -> Self {
+        Held(self.0.clone())
+    }
+}
+
+impl<T> PartialEq for Held<T> {
+    fn eq(&self, _: &Held<T>) -> bool {
         true
     }
 }
 
-impl Eq for LeaseSlot {}
+impl<T> Eq for Held<T> {}
 
 /// How a run's placeholders go once its processes are gone: through the lease shared with
 /// the other runs in its trees or, for a policy that has none, directly.
@@ -361,12 +379,18 @@ impl Policy {
         // A run whose coder was killed never ran its end-of-run git guard: run it now,
         // before its directory (and the record of what it knew) goes.
         let late_guard = super::gitguard::finish_dead_runs(&runs_dir);
-        crate::config::prune_dead_run_dirs(&runs_dir);
+        run_dirs::prune_dead_run_dirs(&runs_dir);
         let run_dir = runs_dir.join(format!(
             "{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
+        let run_lock = RunLock::take(&run_dir).map_err(|e| {
+            SandboxError::io(
+                format!("lock {}", run_dirs::lock_path(&run_dir).display()),
+                e,
+            )
+        })?;
         create_private_dir(&run_dir)?;
         let made = MadeRunDir(Some(run_dir.clone()));
         let run_dir = canonical_run_dir(&run_dir)?;
@@ -420,7 +444,8 @@ impl Policy {
             dir_listings: ScanListings::default(),
             reachable_listings: None,
             plan_file: None,
-            lease: LeaseSlot::default(),
+            lease: Held::default(),
+            run_lock: Held(Some(Arc::new(run_lock))),
         };
         if !opts.mode.is_confined() {
             // The agent can write anything this user can, the listings caches included.
@@ -525,7 +550,7 @@ impl Policy {
             let writable = policy.guard_roots.iter().chain(&opts.extra_write);
             refuse_writable_lease_dir(writable, &PlaceholderLease::dir_in(&state)?)?;
             let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
-            policy.lease = LeaseSlot(Some(Arc::new(lease)));
+            policy.lease = Held(Some(Arc::new(lease)));
         }
         crate::phases::mark("scan.start");
         let mut created = Vec::new();
