@@ -58,10 +58,18 @@ impl RunLock {
     }
 }
 
+impl RunLock {
+    /// Remove the lock file, still holding the lock: for a run whose directory is gone,
+    /// and which may end by a signal's default action rather than by dropping this.
+    pub fn unlink(&self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 impl Drop for RunLock {
     fn drop(&mut self) {
         // Unlinked while still locked: a coder that opens it meanwhile finds it held.
-        let _ = fs::remove_file(&self.path);
+        self.unlink();
     }
 }
 

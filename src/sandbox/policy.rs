@@ -265,7 +265,7 @@ pub struct Policy {
 /// has one; shared by the policy's clones. Two policies are equal by what they enforce;
 /// which hold objects a run keeps is not part of that.
 #[derive(Debug)]
-pub(crate) struct Held<T>(Option<Arc<T>>);
+pub(crate) struct Held<T>(pub(crate) Option<Arc<T>>);
 
 impl<T> Default for Held<T> {
     fn default() -> Self {
@@ -530,6 +530,17 @@ impl Policy {
         if opts.mode == Mode::WorkspaceWrite {
             policy.guard_roots.insert(0, workspace.clone());
         }
+        // Refused before any lock is taken or cache touched: an agent that can reach the
+        // lock files must not get a run that relies on them.
+        let state = coder_state_dir()?;
+        PlaceholderLease::dir_in(&state)?;
+        let writable: Vec<&Path> = policy
+            .guard_roots
+            .iter()
+            .chain(&opts.extra_write)
+            .map(PathBuf::as_path)
+            .collect();
+        refuse_writable_coder_dirs(&writable, opts.allow_tmp, &[&state, &runs_dir])?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
         let listings = match listings_dir() {
@@ -544,11 +555,6 @@ impl Policy {
         // Held from before the scan looks at any placeholder until the run is over.
         // The writable trees are the ones the scan makes placeholders in.
         if !policy.guard_roots.is_empty() {
-            // Refused before any lock is taken: an agent that can reach the lock files
-            // must not get a run that relies on them.
-            let state = coder_state_dir()?;
-            let writable = policy.guard_roots.iter().chain(&opts.extra_write);
-            refuse_writable_lease_dir(writable, &PlaceholderLease::dir_in(&state)?)?;
             let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
             policy.lease = Held(Some(Arc::new(lease)));
         }
@@ -805,6 +811,15 @@ impl Policy {
                 let _ = fs::remove_dir_all(&self.run_dir);
             }
         });
+        self.unlink_run_lock();
+    }
+
+    /// Remove the run directory's lock file (the directory is gone): `coder sandbox` may
+    /// end by a signal right after, without dropping the policy.
+    pub fn unlink_run_lock(&self) {
+        if let Some(lock) = &self.run_lock.0 {
+            lock.unlink();
+        }
     }
 }
 
@@ -1026,17 +1041,20 @@ impl Grants {
     }
 
     /// Whether a write grant reaches into the directory `dir` (canonical): a grant of it,
-    /// of an ancestor, or of something inside it. Ancestors are also compared by (dev, ino):
-    /// a bind mount is another path to the same directory, and a grant holds whichever
-    /// path named it.
+    /// of an ancestor, or of something inside it. Both directions are also compared by
+    /// (dev, ino): a bind mount is another path to the same directory, and a grant holds
+    /// whichever path named it.
     fn writes_into(&self, dir: &Path) -> bool {
         let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
+        let dir_id = id(dir);
         self.roots.iter().any(|(root, (access, _))| {
             *access == Access::Write
                 && (dir.starts_with(root)
                     || root.starts_with(dir)
-                    || id(root).is_some_and(|root| ancestors.contains(&root)))
+                    || id(root).is_some_and(|root| ancestors.contains(&root))
+                    // Inside `dir` by another path (a bind mount of it or of a parent).
+                    || dir_id.is_some() && root.ancestors().any(|a| id(a) == dir_id))
         })
     }
 
@@ -1159,29 +1177,47 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
     Ok(canonical)
 }
 
-/// The placeholder locks ([`super::lease`]) live in coder's state directory. A writable
-/// tree or `--write` file that reaches them (the workspace or a `--write` path holding
-/// them or inside them, or another path to the same directory) would let the agent remove
-/// them, so that another run's ending takes this run's masks with it, hold them and block
-/// every later run, or rewrite the registry: refused.
-fn refuse_writable_lease_dir<'a>(
-    trees: impl Iterator<Item = &'a PathBuf>,
-    lease_dir: &Path,
+/// coder's own directories: the state directory (the placeholder locks and registry of
+/// [`super::lease`], transcripts, sessions, the store, the listings caches) and the runs
+/// directory (every run's private directory and its git-guard record). A grant the agent
+/// may write that reaches one of them (holding it, inside it, or another path to the same
+/// directory) is refused: the agent could remove the locks, so that another run's ending
+/// takes this run's masks with it, or hold them and block every later run; read other
+/// runs' transcripts; or plant a dead run's git-guard record that the next run acts on.
+/// `--allow-tmp` is one such grant when the state directory lies under `/tmp` (a home
+/// there): no narrower form of it would keep the agent out.
+fn refuse_writable_coder_dirs(
+    trees: &[&Path],
+    allow_tmp: bool,
+    coder_dirs: &[&Path],
 ) -> Result<(), SandboxError> {
-    let canonical = fs::canonicalize(lease_dir)
-        .map_err(|e| SandboxError::io(format!("resolve {}", lease_dir.display()), e))?;
-    let mut writable = Grants::default();
-    for tree in trees {
-        writable.add(tree, Access::Write)?;
-    }
-    if writable.writes_into(&canonical) {
-        return Err(SandboxError::Path {
-            what: "coder's state directory",
+    let grants = |paths: &[&Path]| -> Result<Grants, SandboxError> {
+        let mut writable = Grants::default();
+        for path in paths {
+            writable.add(path, Access::Write)?;
+        }
+        Ok(writable)
+    };
+    let trees = grants(trees)?;
+    let shared_tmp = [Path::new("/tmp")];
+    let tmp = grants(if allow_tmp { &shared_tmp } else { &[] })?;
+    for dir in coder_dirs {
+        let canonical = fs::canonicalize(dir)
+            .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
+        let reason = if trees.writes_into(&canonical) {
+            "it lies in a tree the agent may write (the workspace or a --write path): its agent \
+             could unlock the placeholders other runs rely on and read their transcripts; \
+             set CODER_STATE_DIR elsewhere or narrow --write"
+        } else if tmp.writes_into(&canonical) {
+            "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
+             placeholders other runs rely on and read their transcripts; set \
+             CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
+        } else {
+            continue;
+        };
+        return Err(SandboxError::StateDirReachable {
             path: canonical,
-            reason: "lies in a tree the agent may write (the workspace or a --write path): \
-                     its agent could unlock the placeholders other runs rely on; set \
-                     CODER_STATE_DIR elsewhere or narrow --write"
-                .to_string(),
+            reason: reason.to_string(),
         });
     }
     Ok(())
