@@ -27,6 +27,7 @@ use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
 use crate::config::run_dirs::{self, RunLock};
+use crate::workspace::worktree::WORKTREES_DIR;
 
 /// Workspace paths the agent may read but not write, create, delete or rename, because
 /// programs the user runs later, outside the sandbox, execute what they say (editor tasks,
@@ -534,13 +535,13 @@ impl Policy {
         // lock files must not get a run that relies on them.
         let state = coder_state_dir()?;
         PlaceholderLease::dir_in(&state)?;
-        let writable: Vec<&Path> = policy
-            .guard_roots
-            .iter()
-            .chain(&opts.extra_write)
-            .map(PathBuf::as_path)
-            .collect();
-        refuse_writable_coder_dirs(&writable, opts.allow_tmp, &[&state, &runs_dir])?;
+        let own = OwnDirs {
+            state: &state,
+            run_dir: &run_dir,
+            config_dir: &config_dir,
+            workspace: &workspace,
+        };
+        refuse_writable_coder_dirs(&grants, own, &[&state, &runs_dir])?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
         let listings = match listings_dir() {
@@ -1045,17 +1046,26 @@ impl Grants {
     /// (dev, ino): a bind mount is another path to the same directory, and a grant holds
     /// whichever path named it.
     fn writes_into(&self, dir: &Path) -> bool {
+        self.write_root_into(dir, |_| false).is_some()
+    }
+
+    /// The first write grant that reaches into `dir` (as [`Grants::writes_into`]), leaving
+    /// out those for which `except` holds.
+    fn write_root_into(&self, dir: &Path, except: impl Fn(&Path) -> bool) -> Option<&Path> {
         let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
         let dir_id = id(dir);
-        self.roots.iter().any(|(root, (access, _))| {
-            *access == Access::Write
-                && (dir.starts_with(root)
+        self.roots
+            .iter()
+            .filter(|(root, (access, _))| *access == Access::Write && !except(root))
+            .map(|(root, _)| root.as_path())
+            .find(|root| {
+                dir.starts_with(root)
                     || root.starts_with(dir)
                     || id(root).is_some_and(|root| ancestors.contains(&root))
                     // Inside `dir` by another path (a bind mount of it or of a parent).
-                    || dir_id.is_some() && root.ancestors().any(|a| id(a) == dir_id))
-        })
+                    || dir_id.is_some() && root.ancestors().any(|a| id(a) == dir_id)
+            })
     }
 
     fn roots(&self) -> Vec<Root> {
@@ -1181,46 +1191,66 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 /// [`super::lease`], transcripts, sessions, the store, the listings caches) and the runs
 /// directory (every run's private directory and its git-guard record). A grant the agent
 /// may write that reaches one of them (holding it, inside it, or another path to the same
-/// directory) is refused: the agent could remove the locks, so that another run's ending
-/// takes this run's masks with it, or hold them and block every later run; read other
-/// runs' transcripts; or plant a dead run's git-guard record that the next run acts on.
-/// `--allow-tmp` is one such grant when the state directory lies under `/tmp` (a home
-/// there): no narrower form of it would keep the agent out.
+/// directory), other than this run's own directory, is refused: the agent could remove
+/// the locks, so that another run's ending takes this run's masks with it, or hold them
+/// and block every later run; read other runs' transcripts; or plant a dead run's
+/// git-guard record that the next run acts on. `--allow-tmp` is one such grant when the
+/// state directory lies under `/tmp` (a home there): no narrower form of it would keep
+/// the agent out.
 fn refuse_writable_coder_dirs(
-    trees: &[&Path],
-    allow_tmp: bool,
+    grants: &Grants,
+    own: OwnDirs<'_>,
     coder_dirs: &[&Path],
 ) -> Result<(), SandboxError> {
-    let grants = |paths: &[&Path]| -> Result<Grants, SandboxError> {
-        let mut writable = Grants::default();
-        for path in paths {
-            writable.add(path, Access::Write)?;
-        }
-        Ok(writable)
+    let config_dir = fs::canonicalize(own.config_dir).unwrap_or_else(|_| own.config_dir.into());
+    let checkouts = fs::canonicalize(own.state.join(WORKTREES_DIR)).ok();
+    let is_own = |root: &Path| {
+        root.starts_with(own.run_dir)
+            || root.starts_with(&config_dir)
+            || config_dir.parent() == Some(root)
+            || (root == own.workspace
+                && checkouts
+                    .as_deref()
+                    .is_some_and(|c| root.starts_with(c) && root != c))
     };
-    let trees = grants(trees)?;
-    let shared_tmp = [Path::new("/tmp")];
-    let tmp = grants(if allow_tmp { &shared_tmp } else { &[] })?;
     for dir in coder_dirs {
         let canonical = fs::canonicalize(dir)
             .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
-        let reason = if trees.writes_into(&canonical) {
-            "it lies in a tree the agent may write (the workspace or a --write path): its agent \
-             could unlock the placeholders other runs rely on and read their transcripts; \
-             set CODER_STATE_DIR elsewhere or narrow --write"
-        } else if tmp.writes_into(&canonical) {
+        let Some(grant) = grants.write_root_into(&canonical, is_own) else {
+            continue;
+        };
+        let reason = if grant == Path::new("/tmp") {
             "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
              placeholders other runs rely on and read their transcripts; set \
              CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
+                .to_string()
         } else {
-            continue;
+            format!(
+                "the agent may write {} (the workspace, a --write path or a writable cache), \
+                 which reaches it: it could unlock the placeholders other runs rely on and \
+                 read their transcripts; set CODER_STATE_DIR elsewhere or narrow the grant",
+                grant.display()
+            )
         };
         return Err(SandboxError::StateDirReachable {
             path: canonical,
-            reason: reason.to_string(),
+            reason,
         });
     }
     Ok(())
+}
+
+/// What of coder's state a run's grants may reach: its own.
+#[derive(Clone, Copy)]
+struct OwnDirs<'a> {
+    state: &'a Path,
+    /// The run's private directory.
+    run_dir: &'a Path,
+    /// The CLI's config dir (and its parent, granted only when it holds nothing else).
+    config_dir: &'a Path,
+    /// The workspace, which is the run's own checkout (or a directory in it) when it lies
+    /// in the state directory's `worktrees/` (`--worktree`).
+    workspace: &'a Path,
 }
 
 /// Where the agent gets a tmpfs of its own (`confine`).
