@@ -1,8 +1,9 @@
-//! Attacks on the redaction of token shapes (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`,
-//! `AKIA…`, `Bearer …`) coder does not know as values, spelled the ways a JSON text can
-//! spell them: any character as a `\u` escape (either case of its hex digits), `/` as `\/`,
-//! the space after `Bearer` as `\u0020`, two spaces, a tab (`\t`, `\u0009`), `Bearer` itself
-//! escaped, and a token right after an escape (`\n`, `\t`, `\"`) that a reader sees as a
+//! Attacks on the redaction of token shapes (`sk-…`, `ghp_…`, `ghu_…`, `github_pat_…`,
+//! `xoxb-…`, `AKIA…`, a JSON Web Token's `eyJ…`, `Bearer …` and `bearer …`) coder does
+//! not know as values, spelled the ways a JSON text can spell them: any character as a
+//! `\u` escape (either case of its hex digits), `/` as `\/`, the space after `Bearer` as
+//! `\u0020`, two spaces, a tab (`\t`, `\u0009`), a line break, `Bearer` itself escaped,
+//! and a token right after an escape (`\n`, `\t`, `\"`) that a reader sees as a
 //! line break or a quote. Each decodes to a token a reader of the transcript or the
 //! envelope would see, so each must be redacted: in short event lines, in long ones (written
 //! from their own buffer after a search in overlapping pieces) at every offset near the
@@ -24,7 +25,7 @@ struct Token {
     secret: &'static str,
 }
 
-const TOKENS: [Token; 5] = [
+const TOKENS: [Token; 7] = [
     Token {
         whole: "sk-ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
         secret: "ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
@@ -45,6 +46,15 @@ const TOKENS: [Token; 5] = [
         whole: "AKIAJ7Q2W9E4R6T1Y3U5",
         secret: "J7Q2W9E4R6T1Y3U5",
     },
+    Token {
+        whole: "ghu_K3mP8sQ2vX7zL4nR9tW1yB6d",
+        secret: "K3mP8sQ2vX7zL4nR9tW1yB6d",
+    },
+    // A JSON Web Token (a MiniMax key is one).
+    Token {
+        whole: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI3In0.Hd2qX8wRk4N",
+        secret: "hbGciOiJIUzI1NiJ9.eyJzdWIiOiI3In0.Hd2qX8wRk4N",
+    },
 ];
 
 /// A bearer token with the base64 characters `/`, `+` and `=`.
@@ -55,7 +65,7 @@ const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
 const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
 
 /// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
-const PROSE: [&str; 8] = [
+const PROSE: [&str; 10] = [
     "Bearer authentication",
     r"Bearer\tauthentication",
     r"\u0042earer\u0020authentication",
@@ -64,6 +74,8 @@ const PROSE: [&str; 8] = [
     r"\u0073k-learn\u002Dcompatible-models",
     r"task-1234567890abcdefgh\nrisk-0123456789abcdefgh",
     r"ghp_short1 \u0041KIA-is-not-a-key",
+    "bearer authentication, BEARER TOKENS",
+    r"bearer\nauthentication \u0065yJust-a-word-here",
 ];
 
 /// The JSON escape of an ASCII character, its hex digits in upper or lower case.
@@ -94,8 +106,9 @@ fn one_escaped(text: &str, at: usize) -> String {
         .collect()
 }
 
-/// The separators a JSON text can put between `Bearer` and its token.
-const SEPARATORS: [&str; 7] = [
+/// The separators a JSON text can put between `Bearer` and its token (a line break too:
+/// the token then starts the next line a reader sees).
+const SEPARATORS: [&str; 10] = [
     r"\u0020",
     "  ",
     r"\t",
@@ -103,6 +116,9 @@ const SEPARATORS: [&str; 7] = [
     r" \t ",
     r"\u0020\u0020",
     r"\u0009 ",
+    r"\n",
+    r"\r\n",
+    r"\u000a",
 ];
 
 /// Every spelling attacked, each with the secret it decodes to: every character of every
@@ -126,6 +142,10 @@ fn spellings() -> Vec<(String, &'static str)> {
         out.push((format!("Bearer{sep}{BEARER_TOKEN}"), BEARER_TOKEN));
         out.push((format!("Bearer{sep}{slashed}"), BEARER_TOKEN));
     }
+    // HTTP's scheme is case-insensitive: HTTP/2 tools and code print it in lower case.
+    out.push((format!("bearer {BEARER_TOKEN}"), BEARER_TOKEN));
+    out.push((format!(r"\u0062earer\t{slashed}"), BEARER_TOKEN));
+    out.push((format!(r"bearer\n{BEARER_TOKEN}"), BEARER_TOKEN));
     for at in 0.."Bearer ".len() {
         out.push((
             format!("{}{slashed}", one_escaped("Bearer ", at)),
@@ -361,4 +381,63 @@ fn spelled_token_shapes_leave_no_trace_in_the_envelope() {
             assert_no_piece("last_lines", &last, &secrets);
         }
     }
+}
+
+/// A token cut short where coder cuts a text: the transcript keeps the 16 KiB head of a
+/// line longer than 256 KiB, the error summary the first 200 characters of the CLI's
+/// error. What is left of the token there (fewer than 16 characters, too few to be taken
+/// for a token whole) is dropped from its fourth character on; the same cut through prose
+/// keeps it.
+#[test]
+fn token_shapes_cut_short_leave_no_piece() {
+    const HEAD: usize = 16 * 1024;
+    // `text` starts a word 10 bytes before the head's end.
+    let across_cut = |fill: &str, text: &str| {
+        let line = format!(
+            "{} {text}{}",
+            fill.repeat(HEAD - 11),
+            fill.repeat(270 * 1024)
+        );
+        steps::stderr(&line)
+    };
+    // The error summary (the envelope's `error`) is the CLI's error cut at 200
+    // characters: 12 of the token's 30 are before the cut.
+    let error = format!("{} Bearer {BEARER_TOKEN} tail", "e".repeat(180));
+    let fake = Fake::new(json!([
+        steps::init(),
+        across_cut("y", TOKENS[1].whole),
+        across_cut("z", "Bearer authentication"),
+        {"step": "result", "is_error": true, "api_error_status": 401, "text": error},
+    ]));
+    let out = fake.coder().arg("task").run();
+    assert_eq!(out.envelope["success"], json!(false), "{}", out.explain());
+    let message = out.envelope["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("e Bearer "),
+        "the cut is not where the test wants it: {message}"
+    );
+    let secrets = [BEARER_TOKEN, TOKENS[1].secret];
+    assert_no_piece("the error summary", &message, &secrets);
+    for piece in [&BEARER_TOKEN[..4], &TOKENS[1].secret[..4]] {
+        assert!(
+            !out.stdout.contains(piece),
+            "stdout holds {piece:?}: {}",
+            out.stdout
+        );
+    }
+    let path = out.envelope["transcript"].as_str().unwrap();
+    let raw = std::fs::read_to_string(path).unwrap();
+    assert!(
+        raw.contains(&format!("{} [REDACTED]", "y".repeat(64))),
+        "the token across the transcript's cut is not redacted"
+    );
+    assert!(
+        !raw.contains(&TOKENS[1].whole[..8]),
+        "the transcript holds a piece of the token"
+    );
+    // Three characters left of a word after `Bearer` are kept.
+    assert!(raw.contains(&format!("{} Bearer aut", "z".repeat(64))));
 }

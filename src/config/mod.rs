@@ -238,12 +238,20 @@ impl ResolvedBackend {
         self.credential.as_ref()
     }
 
-    /// Values that must be redacted from anything coder prints.
+    /// Values that must be redacted from anything coder prints: the key, and the values
+    /// of credential-named variables the profile's `env` table gives the child (which
+    /// coder's own environment need not hold).
     pub fn secret_values(&self) -> Vec<&OsStr> {
+        let settings = self
+            .settings
+            .iter()
+            .filter(|(name, _)| crate::text::is_secret_name(OsStr::new(name)))
+            .map(|(_, value)| OsStr::new(value));
         self.credential
             .iter()
             .filter(|c| c.source != KeySource::Replay)
             .map(|c| c.secret.expose())
+            .chain(settings)
             .collect()
     }
 

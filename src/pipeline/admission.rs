@@ -24,6 +24,7 @@ use crate::pipeline::provider::{self, Provider, ProviderAction, ProviderClass, P
 use crate::pipeline::request::RunRequest;
 use crate::store::{self, Cooldown, Location, RequestShape, SlotGuard, Store, StoreError};
 use crate::supervise::CancelSignals;
+use crate::text::Secrets;
 
 /// Why a run does not start.
 pub enum Refusal {
@@ -141,14 +142,23 @@ impl Admission {
     /// Records what the finished run means for later runs and completes its envelope:
     /// `metrics.queue_ms`, and a cooldown when it ended on a quota or rate limit with a
     /// reset time. Releases the slot.
-    pub async fn finish(mut self, envelope: &mut Envelope) {
+    ///
+    /// The cooldown's message (the vendor's error, which can quote the caller's key) is
+    /// redacted with `secrets` before it is recorded: every later run refused by the
+    /// cooldown shows it, also on machines sharing the store whose environment does not
+    /// hold this run's key, and the store keeps it at rest.
+    pub async fn finish(mut self, envelope: &mut Envelope, secrets: &Secrets) {
         if let (Some(ms), Some(metrics)) = (self.queue_ms, envelope.metrics.as_mut()) {
             metrics.queue_ms = Some(ms);
         }
         drop(self.slot.take());
-        let Some(cooldown) = cooldown_from(envelope, &self.backend, &self.holder) else {
+        let Some(mut cooldown) = cooldown_from(envelope, &self.backend, &self.holder) else {
             return;
         };
+        secrets.redact_string(&mut cooldown.message);
+        if let Some(code) = cooldown.code.as_mut() {
+            secrets.redact_string(code);
+        }
         let what = "cannot record the backend's cooldown";
         let Some(store) = self.store_for_writing(what, envelope).await else {
             return;

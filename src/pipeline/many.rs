@@ -14,6 +14,7 @@ use crate::pipeline::request::{RunRequest, SandboxMode, SessionChoice};
 use crate::routing::bucket::BucketInput;
 use crate::routing::ledger::Verdict;
 use crate::routing::{self, RouteContext, Routed};
+use crate::text::Secrets;
 use crate::workspace::verify::VerdictKind;
 use crate::workspace::worktree::Worktree;
 
@@ -81,13 +82,15 @@ pub fn begin(
 
 impl Many {
     /// Commits and removes the checkout, records the routing outcome, and adds both to
-    /// `envelope`.
-    pub fn finish(mut self, envelope: &mut Envelope, request: &RunRequest) {
+    /// `envelope`. The commit's message, the task's first line, is redacted with
+    /// `secrets`: a key the caller pasted into the task must not enter the repository's
+    /// history.
+    pub fn finish(mut self, envelope: &mut Envelope, request: &RunRequest, secrets: &Secrets) {
         if let Some(tree) = self.worktree.take() {
             let message = if request.task_title.is_empty() {
                 format!("coder: {}", tree.branch())
             } else {
-                request.task_title.clone()
+                secrets.redact(&request.task_title).into_owned()
             };
             envelope.worktree = Some(tree.finish(&message));
         }

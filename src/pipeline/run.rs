@@ -86,6 +86,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             runs: request.transcript.is_none().then(|| runs_dir.clone()),
             sessions: SessionStore::new(&state_dir).dir().to_path_buf(),
         },
+        redaction: redaction.clone(),
     };
     journal.transcript.note(Note::Start(json!({
             "run_id": run_id,
@@ -115,7 +116,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         &mut teardown,
     )
     .await;
-    many.finish(&mut envelope, &request);
+    many.finish(&mut envelope, &request, &redaction);
     if let Some(role) = &request.plan {
         crate::pipeline::plan::attach(&mut envelope, role);
     }
@@ -261,6 +262,9 @@ struct RunJournal {
     transcript: Transcript,
     progress: Option<Progress>,
     history: HistoryStats,
+    /// The run's credentials, for what it records outside the journal too (the store's
+    /// cooldown message).
+    redaction: crate::text::Secrets,
 }
 
 /// The times and sizes of the transcripts and sessions kept from earlier runs, for the
@@ -459,7 +463,7 @@ async fn run_attempts(
             .await;
     }
     // Last: the slot is released and a quota failure starts the backend's cooldown.
-    admission.finish(&mut envelope).await;
+    admission.finish(&mut envelope, &journal.redaction).await;
     teardown.start(prepared);
     crate::phases::mark("teardown.started");
     envelope

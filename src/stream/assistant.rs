@@ -669,8 +669,15 @@ mod tests {
             const PIECES: [&str; 9] = [
                 "npm test", r"\n", r#"\""#, r"\\", "é", r"\u00e9", "𝄞", r"\/", " ",
             ];
+            // Now and then what serde refuses in a string: a lone surrogate (either half),
+            // a truncated or unknown escape.
+            const REFUSED: [&str; 4] = [r"\uD800", r"\uDC00x", r"\u12", r"\x"];
             let len = [0, 1, 5, 40][self.below(4)];
-            (0..len).map(|_| self.pick(&PIECES)).collect()
+            let mut text: String = (0..len).map(|_| self.pick(&PIECES)).collect();
+            if self.below(40) == 0 {
+                text.push_str(self.pick(&REFUSED));
+            }
+            text
         }
 
         /// A JSON value of any kind, small.
@@ -704,6 +711,8 @@ mod tests {
                 "notebook_path",
                 "description",
                 r"file\u005fpath",
+                r"\u0063ommand",
+                r"p\u0061th",
                 "content",
                 "x",
             ])
@@ -732,11 +741,15 @@ mod tests {
             let mut fields = Vec::new();
             match self.below(7) {
                 0 | 1 => {
-                    fields.push(r#""type":"text""#.to_owned());
-                    fields.push(format!(r#""text":"{}""#, self.string()));
+                    // Keys spelled with escapes read as the keys.
+                    let kind = self.pick(&[r#""type""#, r#""t\u0079pe""#]);
+                    fields.push(format!(r#"{kind}:"text""#));
+                    let key = self.pick(&[r#""text""#, r#""te\u0078t""#]);
+                    fields.push(format!(r#"{key}:"{}""#, self.string()));
                 }
                 2 | 3 => {
-                    fields.push(r#""type":"tool_use""#.to_owned());
+                    let kind = self.pick(&[r#""type""#, r#""\u0074ype""#]);
+                    fields.push(format!(r#"{kind}:"tool_use""#));
                     fields.push(format!(r#""id":"toolu_{}""#, self.below(100)));
                     let name = self.pick(&["Bash", "Read", "Grep", "WebFetch", "Write"]);
                     fields.push(format!(r#""name":"{name}""#));

@@ -10,8 +10,9 @@
 //!   match runs on the raw text, so it also works on a line cut in the middle (which no
 //!   longer parses) and a JSON line keeps its exact bytes where no secret is.
 //! - **Token shapes**: credentials coder does not know (one the agent read from a file) in
-//!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `Bearer …`),
-//!   only when the token is long and holds both letters and digits, so ordinary words such
+//!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, a JSON Web
+//!   Token's `eyJ…`, and `Bearer …` or `bearer …`, the token also on the next line), only
+//!   when the token is long and holds both letters and digits, so ordinary words such
 //!   as `sk-learn-compatible` or `Bearer authentication` stay. They too are matched in
 //!   every JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token, a
 //!   token right after `\n`), read as JSON decodes it with the known values' escape reader.
@@ -20,7 +21,9 @@
 //! cap before coder could see all of it ([`Ending::Cut`]), and wherever a text carries the
 //! `…` that [`crate::text::one_line`] leaves at a cut, a *partial* match is dropped too: a
 //! piece of text ending at the cut that is the first [`MIN_PARTIAL`] or more bytes of a
-//! known secret (in any spelling). So a cut never leaves more than three bytes of a key.
+//! known secret (in any spelling), or a token shape's prefix followed by [`MIN_PARTIAL`] or
+//! more of its characters up to the cut ([`Secrets::redact_ending`]; the transcript's event
+//! lines, whole, read a `…` as text). So a cut never leaves more than three bytes of a key.
 //!
 //! **Cost.** The transcript redacts every line of the child's output on its hot path. One
 //! packed search for everything a redaction starts at ([`Secrets::surely_clean`]) clears
@@ -163,15 +166,22 @@ impl Secrets {
     }
 
     /// [`Secrets::redact`], and with [`Ending::Cut`] a partial secret at the end dropped.
+    /// A token shape cut short at the end (or before a `…`) is dropped too, from its
+    /// [`MIN_PARTIAL`]th character on: fewer than [`MIN_TOKEN_LEN`] characters are left of
+    /// it, too few to be taken for a token whole.
     pub fn redact_ending<'a>(&self, text: &'a str, ending: Ending) -> Cow<'a, str> {
         let known = self.redact_known(text.as_bytes(), ending);
         let text = match known {
             Some(bytes) => Cow::Owned(into_string(bytes)),
             None => Cow::Borrowed(text),
         };
-        match redact_tokens(&text) {
+        let text = match redact_tokens(&text) {
             Cow::Borrowed(_) => text,
             Cow::Owned(out) => Cow::Owned(out),
+        };
+        match drop_cut_tokens(text.as_bytes(), ending) {
+            Some(out) => Cow::Owned(into_string(out)),
+            None => text,
         }
     }
 
@@ -316,7 +326,7 @@ fn anything_patterns(secrets: &[String], escapes: &[[u8; 2]]) -> Vec<Vec<u8>> {
         .map(String::as_str)
         .chain(["…"])
         .chain(TOKEN_PREFIXES)
-        .chain([BEARER])
+        .chain(BEARERS)
         .chain(token_escapes.iter().copied());
     unicode
         .iter()
@@ -557,20 +567,28 @@ fn hex4(text: &[u8], at: usize) -> Option<u32> {
 }
 
 /// Prefixes of well-known credential formats; a long token after them is redacted.
-const TOKEN_PREFIXES: [&str; 8] = [
+/// `eyJ` starts every JSON Web Token (`{"` in base64): the keys of some vendors (MiniMax)
+/// and most bearer tokens are one.
+const TOKEN_PREFIXES: [&str; 11] = [
     "sk-",
     "ghp_",
     "gho_",
     "ghs_",
+    "ghu_",
+    "ghr_",
     "github_pat_",
     "xoxb-",
     "xoxp-",
     "AKIA",
+    "eyJ",
 ];
 
-/// Set before a token in an `Authorization` header; the token after it (past one or more
-/// spaces or tabs) is redacted.
-const BEARER: &str = "Bearer";
+/// Set before a token in an `Authorization` header, as HTTP's case-insensitive scheme is
+/// written (HTTP/2 tools and code print it in lower case); the token after it (past one or
+/// more spaces, tabs or line breaks) is redacted. Not `BEARER`: rare, and a third pattern
+/// here pushed the packed searchers into a slower grouping (a fifth of `surely_clean`'s
+/// speed on a stream without known values, measured).
+const BEARERS: [&str; 2] = ["Bearer", "bearer"];
 
 /// The starts of the `\u` escapes of printable ASCII (U+0020 to U+007F), the only
 /// characters a token shape is made of (its prefix, the space after `Bearer`, the token):
@@ -586,7 +604,7 @@ const MIN_TOKEN_LEN: usize = 16;
 /// (a fifth of a fast stream's transcript time). None of the prefixes is a prefix of
 /// another, so its leftmost-first matches are the standard ones.
 static TOKEN_STARTS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
-    let patterns = || TOKEN_PREFIXES.iter().copied().chain([BEARER]);
+    let patterns = || TOKEN_PREFIXES.iter().copied().chain(BEARERS);
     match aho_corasick::packed::Searcher::new(patterns()) {
         Some(packed) => Some(PrefixSearcher::Packed(packed)),
         None => AhoCorasick::new(patterns())
@@ -654,7 +672,11 @@ pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
         if literal.is_empty() {
             return Cow::Borrowed(text);
         }
-        let bearer = |start: usize, end: usize| &text[start..end] == BEARER.as_bytes();
+        let bearer = |start: usize, end: usize| {
+            BEARERS
+                .iter()
+                .any(|word| &text[start..end] == word.as_bytes())
+        };
         token_matches(text, literal.into_iter().map(|(s, e)| (s, e, bearer(s, e))))
     };
     replace_tokens(text, &found)
@@ -722,10 +744,9 @@ fn char_before(text: &[u8], at: usize) -> Option<u8> {
 /// character, as a literal one's bytes are not.
 const NOT_ASCII: u8 = 0x80;
 
-/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and whether it
-/// is `Bearer`.
-fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
-    TOKEN_PREFIXES.iter().chain([&BEARER]).find_map(|prefix| {
+/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and which.
+fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str)> {
+    TOKEN_PREFIXES.iter().chain(&BEARERS).find_map(|&prefix| {
         let mut pos = at;
         for &want in prefix.as_bytes() {
             let (c, used) = char_at(text, pos)?;
@@ -734,7 +755,7 @@ fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
             }
             pos += used;
         }
-        Some((pos, *prefix == BEARER))
+        Some((pos, prefix))
     })
 }
 
@@ -742,9 +763,14 @@ fn prefix_at(text: &[u8], at: usize) -> Option<(usize, bool)> {
 /// start one (a prefix's first letter, or a backslash that starts an escape) is tried.
 fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
     let candidates = text.iter().enumerate().filter_map(|(at, &b)| {
-        let could = matches!(b, b's' | b'g' | b'x' | b'A' | b'B')
+        let could = TOKEN_PREFIXES
+            .iter()
+            .chain(&BEARERS)
+            .any(|prefix| prefix.as_bytes()[0] == b)
             || (b == b'\\' && escape_starts_at(text, at));
-        could.then(|| prefix_at(text, at).map(|(end, bearer)| (at, end, bearer)))?
+        could.then(|| {
+            prefix_at(text, at).map(|(end, prefix)| (at, end, BEARERS.contains(&prefix)))
+        })?
     });
     token_matches(text, candidates)
 }
@@ -770,7 +796,7 @@ fn token_matches(
         let mut at = end;
         if bearer {
             let from = at;
-            while let Some((b' ' | b'\t', used)) = char_at(text, at) {
+            while let Some((b' ' | b'\t' | b'\n' | b'\r', used)) = char_at(text, at) {
                 at += used;
             }
             if at == from {
@@ -794,6 +820,95 @@ fn token_matches(
         pos = at;
     }
     found
+}
+
+/// How far before a cut a token cut short may start: fewer than [`MIN_TOKEN_LEN`]
+/// characters of at most 6 bytes each (`\u00XX`), its prefix (as long, escaped), and the
+/// blanks after `Bearer`.
+const CUT_TOKEN_WINDOW: usize = 256;
+
+/// `text` with every token shape cut short at a cut (its end, with [`Ending::Cut`], and
+/// each `…`) replaced by [`REDACTED`]; `None` when there is none. A token whole is
+/// redacted before ([`redact_tokens_bytes`]); what is left at a cut is the head of a token
+/// too short to be taken for one, which this drops when it holds [`MIN_PARTIAL`] or more
+/// characters (of the token proper: after `Bearer` and its blanks, after a prefix).
+fn drop_cut_tokens(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
+    static ELLIPSIS: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new("…".as_bytes()));
+    let mut cuts: Vec<usize> = ELLIPSIS.find_iter(text).collect();
+    if ending == Ending::Cut {
+        cuts.push(text.len());
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut pos = 0;
+    for cut in cuts {
+        let Some(start) = cut_token_start(text, pos, cut) else {
+            continue;
+        };
+        let buf = out.get_or_insert_with(|| Vec::with_capacity(text.len()));
+        buf.extend_from_slice(&text[pos..start]);
+        buf.extend_from_slice(REDACTED.as_bytes());
+        pos = cut;
+    }
+    out.map(|mut buf| {
+        buf.extend_from_slice(&text[pos..]);
+        buf
+    })
+}
+
+/// Where the redaction of a token cut short at `cut` starts (not before `from`): the
+/// earliest token prefix (or `Bearer` and its blanks) in the [`CUT_TOKEN_WINDOW`] before
+/// the cut whose token runs up to the cut (or into an escape the cut breaks off) with at
+/// least [`MIN_PARTIAL`] characters, and a digit among them after `Bearer` or `sk-`. The
+/// text before the cut is read as JSON decodes it.
+fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
+    let head = &text[..cut];
+    let lo = from.max(cut.saturating_sub(CUT_TOKEN_WINDOW));
+    (lo..cut).find_map(|at| {
+        let b = head[at];
+        let could = TOKEN_PREFIXES
+            .iter()
+            .chain(&BEARERS)
+            .any(|prefix| prefix.as_bytes()[0] == b)
+            || (b == b'\\' && escape_starts_at(head, at));
+        if !could {
+            return None;
+        }
+        let (end, prefix) = prefix_at(head, at)?;
+        let bearer = BEARERS.contains(&prefix);
+        if char_before(head, at).is_some_and(|c| c.is_ascii_alphanumeric()) {
+            return None;
+        }
+        let mut pos = end;
+        if bearer {
+            while let Some((b' ' | b'\t' | b'\n' | b'\r', used)) = char_at(head, pos) {
+                pos += used;
+            }
+            if pos == end {
+                return None;
+            }
+        }
+        let token_at = pos;
+        let (mut len, mut digit) = (0, false);
+        while let Some((c, used)) = char_at(head, pos)
+            && is_token_byte(c)
+        {
+            len += 1;
+            digit |= c.is_ascii_digit();
+            pos += used;
+        }
+        let broken_escape = head.get(pos) == Some(&b'\\')
+            && matches!(unescape(&head[pos..]), Unescaped::Incomplete);
+        let reaches = pos == cut || broken_escape;
+        // After the prefixes prose also uses (`Bearer header…`, `sk-learn…`), only what
+        // holds a digit, as a token's head mostly does.
+        let weak = bearer || prefix == "sk-";
+        (reaches && len >= MIN_PARTIAL && (digit || !weak)).then_some(if bearer {
+            token_at
+        } else {
+            at
+        })
+    })
 }
 
 /// `text` with each of `found` replaced by [`REDACTED`].
@@ -988,6 +1103,55 @@ mod tests {
     }
 
     #[test]
+    fn a_token_cut_short_leaves_at_most_three_characters() {
+        let none = Secrets::new(Vec::<String>::new());
+        for (text, ending, expected) in [
+            ("head sk-ant-api03-Q7", Ending::Cut, "head [REDACTED]"),
+            ("x ghp_H5jD8s", Ending::Cut, "x [REDACTED]"),
+            ("x ghp_H5j", Ending::Cut, "x ghp_H5j"),
+            ("x ghp_H5jD8s", Ending::Whole, "x ghp_H5jD8s"),
+            ("a Bearer\tTk9Lm3Np", Ending::Cut, "a Bearer\t[REDACTED]"),
+            (
+                r"a \u0042earer Tk9L\u006d3Np",
+                Ending::Cut,
+                r"a \u0042earer [REDACTED]",
+            ),
+            // A cut inside the escape of the token's next character.
+            (r"a eyJhbGci\u004", Ending::Cut, "a [REDACTED]"),
+            // one_line's ellipsis is a cut, wherever it is.
+            (
+                "failed: Bearer abc123def4… (401)",
+                Ending::Whole,
+                "failed: Bearer [REDACTED]… (401)",
+            ),
+            (
+                "run Bash(curl -H 'authorization: bearer eyJhbGciOiJ…",
+                Ending::Whole,
+                "run Bash(curl -H 'authorization: bearer [REDACTED]…",
+            ),
+            // Not a token cut: prose, a prefix alone, too short, not at the cut.
+            ("plain… text", Ending::Whole, "plain… text"),
+            ("Bearer… and sk-…", Ending::Whole, "Bearer… and sk-…"),
+            ("a risk-0123456789…", Ending::Whole, "a risk-0123456789…"),
+            // After `Bearer` and `sk-`, prose without a digit.
+            (
+                "set the Bearer header…",
+                Ending::Whole,
+                "set the Bearer header…",
+            ),
+            (
+                "uses sk-learn-compatible…",
+                Ending::Whole,
+                "uses sk-learn-compatible…",
+            ),
+            ("x eyJhbGci", Ending::Cut, "x [REDACTED]"),
+            ("ghp_H5jD8s more…", Ending::Whole, "ghp_H5jD8s more…"),
+        ] {
+            assert_eq!(none.redact_ending(text, ending), expected, "{text}");
+        }
+    }
+
+    #[test]
     fn token_shapes() {
         let text = "auth: Bearer abc123def456ghi789 sk-ant-api03-AAAA1111BBBB2222 ok sk-1 ghp_0123456789abcdefABCDEF";
         let out = redact_tokens(text);
@@ -1033,6 +1197,20 @@ mod tests {
                 r"\u00e9 [REDACTED]",
             ),
             (r"\\\u0073k-ant-api03-AAAA1111BBBB2222", r"\\[REDACTED]"),
+            // HTTP's scheme is case-insensitive; a token can follow on the next line.
+            ("bearer abc123def456ghi789", "bearer [REDACTED]"),
+            (r"\u0062earer abc123def456ghi789", r"\u0062earer [REDACTED]"),
+            (r"Bearer\nabc123def456ghi789", r"Bearer\n[REDACTED]"),
+            (r"bearer\r\n  abc123def456ghi789", r"bearer\r\n  [REDACTED]"),
+            ("Bearer\nabc123def456ghi789", "Bearer\n[REDACTED]"),
+            // GitHub's user and refresh tokens; a JSON Web Token (a MiniMax key) whole.
+            ("x ghu_0123456789abcdefABCDEF", "x [REDACTED]"),
+            ("x ghr_0123456789abcdefABCDEF", "x [REDACTED]"),
+            (
+                "key=eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl ok",
+                "key=[REDACTED] ok",
+            ),
+            (r"\u0065yJhbGciOiJIUzI1NiJ9.e30.abc", "[REDACTED]"),
         ];
         for (text, expected) in cases {
             assert_eq!(redact_tokens(text), expected, "{text}");
@@ -1044,6 +1222,7 @@ mod tests {
             r"ta\u0073k-0123456789abcdefgh \\u0073k-ant-api03-AAAA1111BBBB2222",
             r"Bearer\u0009\u0009authentication, Bearer:abc123def456ghi789",
             "a\\ \\u00 sk-ant-api03-\\u00",
+            "bearer authentication, BEARER TOKENS, eyJust-a-word-here",
         ] {
             assert!(matches!(redact_tokens(text), Cow::Borrowed(_)), "{text}");
         }
