@@ -1055,6 +1055,8 @@ impl Grants {
         let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
         let dir_id = id(dir);
+        let mounts = MountTable::read();
+        let dir_place = mounts.place(dir);
         self.roots
             .iter()
             .filter(|(root, (access, _))| *access == Access::Write && !except(root))
@@ -1065,6 +1067,12 @@ impl Grants {
                     || id(root).is_some_and(|root| ancestors.contains(&root))
                     // Inside `dir` by another path (a bind mount of it or of a parent).
                     || dir_id.is_some() && root.ancestors().any(|a| id(a) == dir_id)
+                    // A bind mount of a directory inside `dir`, or of one holding it: the
+                    // same place in the same file system under another path.
+                    || dir_place
+                        .as_ref()
+                        .zip(mounts.place(root))
+                        .is_some_and(|(dir, root)| root.overlaps(dir))
             })
     }
 
@@ -1078,6 +1086,84 @@ impl Grants {
             })
             .collect()
     }
+}
+
+/// Where a path lies in its file system whatever mount shows it: the file system's device
+/// (`major:minor` in `/proc/self/mountinfo`) and the path from that file system's root. A
+/// bind mount shows the directory it was made of, so a path through it has the same place
+/// as the directory's own path.
+#[derive(Debug, PartialEq, Eq)]
+struct FsPlace {
+    device: String,
+    path: PathBuf,
+}
+
+impl FsPlace {
+    /// Whether one of the two holds the other (or both are the same).
+    fn overlaps(&self, other: &FsPlace) -> bool {
+        self.device == other.device
+            && (self.path.starts_with(&other.path) || other.path.starts_with(&self.path))
+    }
+}
+
+/// This process's mounts by id (`/proc/self/mountinfo`): each one's device, the path in
+/// its file system it shows (its root) and where it is mounted. Empty when unreadable.
+struct MountTable(std::collections::HashMap<u64, (String, PathBuf, PathBuf)>);
+
+impl MountTable {
+    fn read() -> MountTable {
+        let text = fs::read("/proc/self/mountinfo").unwrap_or_default();
+        let mounts = text
+            .split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let mut fields = line.split(|&b| b == b' ');
+                let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+                let _parent = fields.next()?;
+                let device = String::from_utf8_lossy(fields.next()?).into_owned();
+                let root = unescape_mountinfo(fields.next()?);
+                let point = unescape_mountinfo(fields.next()?);
+                Some((id, (device, root, point)))
+            })
+            .collect();
+        MountTable(mounts)
+    }
+
+    /// The place of `path` (canonical): its mount's root joined with the rest of the path
+    /// below that mount's mount point.
+    fn place(&self, path: &Path) -> Option<FsPlace> {
+        let id = super::sys::mount_id(path).ok()?;
+        let (device, root, point) = self.0.get(&id)?;
+        let rest = path.strip_prefix(point).ok()?;
+        Some(FsPlace {
+            device: device.clone(),
+            path: root.join(rest),
+        })
+    }
+}
+
+/// A path field of `/proc/self/mountinfo`: space, tab, newline and backslash are written
+/// as `\ooo` octal escapes.
+fn unescape_mountinfo(field: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Canonicalise `path` one component at a time, recording every symlink met as an alias
