@@ -325,6 +325,16 @@ fn the_ask_server_lists_its_tool_refuses_bad_calls_and_holds_a_good_one() {
         "params": {"name": "ask_user", "arguments": {"questions": [{"question": "Why?"}]}}}));
     server.send(json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}));
     assert_eq!(server.reply()["id"], 5);
+    // coder's stop sends SIGTERM to the CLI and this server at once: the server must not
+    // end first (the CLI would answer the held call "Connection closed" and ask the model
+    // again), so it still serves after SIGTERM, until its input ends.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    server.send(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}));
+    assert_eq!(server.reply()["id"], 7, "the server ended on SIGTERM");
     server.send(json!({"jsonrpc": "2.0", "id": 6, "method": "resources/list"}));
     assert_eq!(server.reply()["error"]["code"], -32601);
     // End of input ends the server at once.

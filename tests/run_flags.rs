@@ -310,8 +310,27 @@ fn allow_tmp_lets_the_agent_write_the_shared_tmp() {
     fake.coder().arg("write").run().assert_success("tried");
     assert!(!target.exists(), "the private temp leaked to /tmp");
 
+    // The fake's state directory is under /tmp, which --allow-tmp would give the agent:
+    // refused before anything runs, naming the way out.
+    let fake = Fake::new(scenario.clone());
+    let refused = fake.coder().args(["--allow-tmp", "write"]).run();
+    refused.assert_failure("config_error", 78);
+    assert!(
+        refused.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--allow-tmp") && e.contains("CODER_STATE_DIR")),
+        "{}",
+        refused.explain()
+    );
+    assert!(!fake.has_record(), "the refused run started the child");
+
     let fake = Fake::new(scenario);
+    let state = tempfile::Builder::new()
+        .prefix("coder-state-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
     fake.coder()
+        .env("CODER_STATE_DIR", state.path())
         .args(["--allow-tmp", "write"])
         .run()
         .assert_success("tried");

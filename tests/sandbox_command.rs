@@ -35,7 +35,12 @@ fn dirs() -> Dirs {
 }
 
 fn sandbox(d: &Dirs, args: &[&str], cmd: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_coder"))
+    sandbox_command(d, args, cmd).output_bounded()
+}
+
+fn sandbox_command(d: &Dirs, args: &[&str], cmd: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_coder"));
+    command
         .arg("sandbox")
         .args(args)
         .arg("--")
@@ -44,8 +49,8 @@ fn sandbox(d: &Dirs, args: &[&str], cmd: &[&str]) -> Output {
         .env("PATH", PATH)
         .env("HOME", &d.home)
         .current_dir(&d.ws)
-        .stdin(Stdio::null())
-        .output_bounded()
+        .stdin(Stdio::null());
+    command
 }
 
 fn stderr(out: &Output) -> String {
@@ -168,10 +173,54 @@ fn allow_tmp_opens_the_shared_tmp() {
     let out = sandbox(&d, &[], &bash(&script));
     assert!(!out.status.success());
     assert!(!Path::new(&name).exists());
+    // The fixture's home, and with it coder's state directory, is under /tmp: the agent
+    // would get the placeholder locks and other runs' transcripts, so the run is refused.
     let out = sandbox(&d, &["--allow-tmp"], &bash(&script));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("lies under /tmp, which --allow-tmp gives the agent")
+            && stderr(&out).contains("CODER_STATE_DIR"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!Path::new(&name).exists(), "the refused command ran");
+    // With the state directory elsewhere, /tmp is the agent's.
+    let state = tempfile::Builder::new()
+        .prefix("coder-state-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let out = sandbox_command(&d, &["--allow-tmp"], &bash(&script))
+        .env("CODER_STATE_DIR", state.path())
+        .output_bounded();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(Path::new(&name).exists());
     fs::remove_file(&name).unwrap();
+}
+
+/// coder's state directory holds the placeholder locks, every run's directory and
+/// git-guard record, transcripts and sessions: a grant reaching any part of it is refused,
+/// whichever part it names (the runs directory was not covered before), and the command
+/// never runs.
+#[test]
+fn a_write_grant_inside_coders_state_directory_is_refused() {
+    let d = dirs();
+    let state = d.home.join(".local/state/coder");
+    let out = sandbox(&d, &[], &["true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for part in ["sandbox", "placeholders", "listings", "."] {
+        let grant = state.join(part);
+        fs::create_dir_all(&grant).unwrap();
+        let marker = d.root.join("ran");
+        let script = format!("touch {}", marker.display());
+        let out = sandbox(&d, &["--write", grant.to_str().unwrap()], &bash(&script));
+        assert!(!out.status.success(), "--write {part}: not refused");
+        assert!(
+            stderr(&out).contains("coder's state directory"),
+            "--write {part}: {}",
+            stderr(&out)
+        );
+        assert!(!marker.exists(), "--write {part}: the command ran");
+    }
 }
 
 #[test]

@@ -34,11 +34,6 @@ pub const KNOWN_OPEN: &[&str] = &[
      .claude, .envrc, a .git symlink stay in the workspace, and `git init` there fails \
      (\"Invalid path '/dev/null/coder-absent': Not a directory\") until they are removed \
      by hand. Not a mask loss.",
-    "--allow-tmp with coder's state directory under /tmp (HOME or CODER_STATE_DIR there): \
-     the agent reaches the lock files, as with --write over the state dir, but the run is \
-     not refused (the shared /tmp is the user's explicit grant, and refusing it would \
-     break /tmp-homed setups). Reproduce: HOME=/tmp/h coder sandbox --allow-tmp -- rm \
-     /tmp/h/.local/state/coder/placeholders/*.lock while another run works in the tree.",
     "Runs of different state directories (root and a user in one tree, a shell with \
      XDG_STATE_HOME set and one without, CODER_STATE_DIR) do not see each other's locks: \
      the first to end removes placeholders the other masks, and the other's agent can then \

@@ -147,10 +147,10 @@ enum Plant {
 }
 
 /// An agent that may write coder's state directory (the user granted `--write` over its
-/// listings, or `--allow-tmp` with the state directory under `/tmp`)
-/// plants kept listings that make a later run skip a directory: the run removes the
-/// listings its agent could write before the agent starts and after the run, and the
-/// attacks are on what it does not remove ([`Plant`]). The secret the user put in `d0`
+/// listings, or `--allow-tmp` with the state directory under `/tmp`) would plant kept
+/// listings that make a later run skip a directory ([`Plant`]). Such runs are refused now
+/// (when this review was written they ran, and the run removed the listings its agent
+/// could write before the agent started and after the run). The secret the user put in `d0`
 /// after the genuine listing was kept must still be masked by the next run of that
 /// workspace. Controls: the forged file, written outside any sandbox (a documented limit),
 /// does hide the secret; `danger-full-access` reads it.
@@ -208,11 +208,14 @@ fn an_agent_that_can_write_the_state_directory_cannot_forge_a_later_runs_listing
                     state.display()
                 ),
             };
+            // Every such grant is refused now, before the agent runs (a grant reaching any
+            // part of coder's state directory): what follows checks the next run all the
+            // same.
             let (rc, out) = fx.sandbox(agent_ws, &grant, &script);
-            assert_eq!(rc, 0, "nobody={nobody} {plant:?}: the agent's run: {out}");
+            assert_ne!(rc, 0, "nobody={nobody} {plant:?}: the agent's run: {out}");
             assert!(
-                out.contains("PLANTED"),
-                "nobody={nobody} {plant:?}: the agent could not write the state directory: {out}"
+                out.contains("coder's state directory") && !out.contains("PLANTED"),
+                "nobody={nobody} {plant:?}: the agent's run was not refused: {out}"
             );
 
             let seen = fx.view("ws2", &[], "d0/.env");

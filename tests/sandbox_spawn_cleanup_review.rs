@@ -26,6 +26,9 @@
 //! directory by path rather than by descriptor. The same reach let the agent replace
 //! the spec file a later helper (a retry's, `--verify`'s) read when the spec was over
 //! 64 KiB, and so run its own program unconfined: such a spec now goes through a pipe.
+//! Since then no agent gets that reach: a run whose grants (`--allow-tmp` among them)
+//! reach coder's state or runs directory is refused. The tests of that reach stay, played
+//! from the host, as a second line.
 
 mod common;
 
@@ -522,8 +525,9 @@ fn a_run_that_cannot_register_its_placeholders_still_removes_them() {
     }
 }
 
-/// What an agent that can write coder's runs directory does (one with `--allow-tmp` while
-/// coder's state directory is under `/tmp`, which is not refused): the moment another run
+/// What an agent that could write coder's runs directory would do (one with `--allow-tmp`
+/// while coder's state directory was under `/tmp`; such a run is now refused, and this is
+/// played from the host as a second line): the moment another run
 /// makes its directory there, it renames it away and puts a symlink to a directory of the
 /// user's in its place. When that won the race with the run's resolving the path, the
 /// run's end removed the whole tree the symlink named (here with coder's own privileges).
@@ -558,7 +562,8 @@ fn a_run_dir_swapped_for_a_symlink_never_removes_what_the_symlink_names() {
                     if name == "stop" {
                         return swapped;
                     }
-                    if name.ends_with(".away") {
+                    // Not the run's directory: its lock file beside it, or a swapped one.
+                    if name.ends_with(".away") || name.ends_with(".lock") {
                         continue;
                     }
                     let made = watched.join(&name);
@@ -626,6 +631,10 @@ fn a_run_dir_swapped_after_its_check_overwrites_no_file_through_a_symlink() {
             );
             for event in inotify.read_events().unwrap() {
                 let Some(name) = event.name else { continue };
+                // The run directory's lock file, made just before it.
+                if run_dir.is_none() && name.to_string_lossy().ends_with(".lock") {
+                    continue;
+                }
                 match &run_dir {
                     None => {
                         let dir = runs.join(&name);

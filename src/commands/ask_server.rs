@@ -13,7 +13,8 @@
 //! error result the model can act on; a valid one is never answered — coder sees the call in
 //! the CLI's stream (the source of truth, which the agent's commands cannot forge), takes the
 //! questions from there with the same check, and stops the CLI tree, so the model cannot go
-//! on working after asking. The server records nothing. Should coder not stop the run (it
+//! on working after asking (the server outlives the CLI's SIGTERM for this, see
+//! [`hold_through_termination`]). The server records nothing. Should coder not stop the run (it
 //! always does), the call is answered after [`SAFETY_NET`] with a text telling the model to
 //! end its turn.
 
@@ -41,6 +42,7 @@ pub fn ask_server_command() -> ExitCode {
     // Best effort: without Landlock (danger-full-access on an old kernel) the server is
     // still only this loop.
     let _ = crate::sandbox::nest::drop_all_rights();
+    hold_through_termination();
     let stdin = std::io::stdin();
     let mut reader = BufReader::new(stdin.lock());
     let mut stdout = std::io::stdout().lock();
@@ -146,6 +148,22 @@ fn send(out: &mut impl Write, message: &Value) -> std::io::Result<()> {
     bytes.push(b'\n');
     out.write_all(&bytes)?;
     out.flush()
+}
+
+/// Block the signals that ask a process to end (SIGTERM, SIGINT, SIGHUP). coder stops a
+/// run that asked by sending SIGTERM to the whole tree at once; had this server died of it
+/// first, the CLI, still running, would have turned the held call into a "Connection
+/// closed" tool result and sent the model one more request before its own SIGTERM ended it
+/// (seen in CI). The server ends when its stdin closes, which is when the CLI is gone, or
+/// by the SIGKILL the tree stop sends to whatever outlives its grace.
+fn hold_through_termination() {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut ending = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        ending.add(signal);
+    }
+    // Best effort: a server that can still be ended by SIGTERM is the old behaviour.
+    let _ = ending.thread_block();
 }
 
 /// Whether `fd` becomes readable (data or end of file) within `timeout`.

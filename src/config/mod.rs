@@ -16,6 +16,7 @@ mod error;
 mod file;
 mod preset;
 mod resolve;
+pub mod run_dirs;
 mod url;
 
 use std::collections::BTreeMap;
@@ -497,30 +498,4 @@ pub fn state_dir_of(env: &[(OsString, OsString)]) -> Option<PathBuf> {
 pub fn state_dir() -> Result<PathBuf, ConfigError> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     state_dir_of(&env).ok_or(ConfigError::NoHome)
-}
-
-/// Removes the per-run directories under `base` whose coder is gone: entries named
-/// `<pid>-<anything>`, owned by this user, whose pid is not running (and is not this
-/// process). Best effort: what cannot be removed stays for the next run to try.
-pub fn prune_dead_run_dirs(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    let me = nix::unistd::geteuid().as_raw();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let alive = Path::new("/proc").join(pid.to_string()).exists();
-        let ours = entry.metadata().is_ok_and(|m| m.uid() == me);
-        if !alive && ours && pid != std::process::id() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }

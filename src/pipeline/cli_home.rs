@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 use super::session::{self, SessionError, SessionStore};
+use crate::config::run_dirs::{self, RunLock};
 
 /// The built-in plugins whose usage counters the CLI (2.1.330) adds to a new `.claude.json`.
 const BUILTIN_PLUGINS: [&str; 3] = [
@@ -82,6 +83,9 @@ pub struct CliHome {
     dir: PathBuf,
     /// The CLI's project directory name for the workspace.
     project: String,
+    /// Held while the run lives, so that no coder prunes `root` meanwhile; dropped after
+    /// `root` is removed (fields drop after `Drop::drop`).
+    _lock: RunLock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,18 +116,20 @@ impl CliHome {
         };
         session::private_dir(state_dir).map_err(|e| create(state_dir, e))?;
         session::private_dir(&base).map_err(|e| create(&base, e))?;
-        crate::config::prune_dead_run_dirs(&base);
+        run_dirs::prune_dead_run_dirs(&base);
         let root = base.join(format!(
             "{}-{}",
             std::process::id(),
             Uuid::new_v4().simple()
         ));
+        let lock = RunLock::take(&root).map_err(|e| create(&run_dirs::lock_path(&root), e))?;
         let dir = root.join("claude");
         session::private_dir(&dir).map_err(|e| create(&dir, e))?;
         let home = CliHome {
             root,
             dir,
             project: project_dir_name(workspace),
+            _lock: lock,
         };
         let template = template_claude_json(std::time::SystemTime::now());
         home.write_new(".claude.json", template.as_bytes())

@@ -862,6 +862,11 @@ fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
         let message = format!("--plan-file: {e}");
         return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
     }
+    // So is a state directory the run's grants would hand the agent.
+    if let crate::sandbox::SandboxError::StateDirReachable { .. } = e {
+        let message = e.to_string();
+        return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
+    }
     run.early_envelope(
         ErrorKind::SandboxError,
         format!("sandbox: {e}"),

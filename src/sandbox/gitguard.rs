@@ -53,6 +53,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
+use crate::config::run_dirs;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat2};
 use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat};
@@ -215,15 +216,10 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
     };
     let mut lines = Vec::new();
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        let Some(pid) = run_dirs::pid_of_run_dir(&entry.file_name()) else {
             continue;
         };
-        if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+        if run_dirs::is_live(&run_dirs::lock_path(&entry.path()), pid) {
             continue;
         }
         let Ok(dir) = super::sys::open_nofollow_dir(&entry.path()) else {

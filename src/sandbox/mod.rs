@@ -228,17 +228,29 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
 /// Removes a run's private directory and the placeholders made for absent protected names
 /// when dropped (after the run's process tree is gone).
 #[derive(Debug)]
-pub struct RunDirCleanup(Option<(PathBuf, policy::PlaceholderRelease)>);
+pub struct RunDirCleanup(
+    Option<(
+        PathBuf,
+        policy::PlaceholderRelease,
+        policy::Held<crate::config::run_dirs::RunLock>,
+    )>,
+);
 
 impl RunDirCleanup {
     pub fn new(policy: Option<&Policy>) -> Self {
-        RunDirCleanup(policy.map(|p| (p.run_dir.clone(), p.placeholder_release())))
+        RunDirCleanup(policy.map(|p| {
+            (
+                p.run_dir.clone(),
+                p.placeholder_release(),
+                p.run_lock.clone(),
+            )
+        }))
     }
 }
 
 impl Drop for RunDirCleanup {
     fn drop(&mut self) {
-        if let Some((dir, placeholders)) = &self.0 {
+        if let Some((dir, placeholders, run_lock)) = &self.0 {
             // Two disjoint sets of names (coder's state dir, the granted trees): removed
             // side by side, so that their waits for the filesystem overlap.
             std::thread::scope(|s| {
@@ -253,6 +265,10 @@ impl Drop for RunDirCleanup {
                 }
                 placeholders.run();
             });
+            // Held until here, whatever dropped the policy first.
+            if let Some(lock) = &run_lock.0 {
+                lock.unlink();
+            }
         }
     }
 }
@@ -265,6 +281,11 @@ pub enum SandboxError {
     /// `HOME`).
     #[error("{0}")]
     StateDir(String),
+
+    /// coder's state or runs directory lies where the agent may write (the caller's
+    /// grants or `--allow-tmp` reach it): refused, a configuration to change.
+    #[error("coder's state directory {path}: {reason}")]
+    StateDirReachable { path: PathBuf, reason: String },
 
     #[error("workspace {path}: {reason}")]
     Workspace { path: PathBuf, reason: String },

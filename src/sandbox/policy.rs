@@ -26,6 +26,8 @@ use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
+use crate::config::run_dirs::{self, RunLock};
+use crate::workspace::worktree::WORKTREES_DIR;
 
 /// Workspace paths the agent may read but not write, create, delete or rename, because
 /// programs the user runs later, outside the sandbox, execute what they say (editor tasks,
@@ -253,21 +255,38 @@ pub struct Policy {
     /// This run's hold on the placeholders of its writable trees, shared with other runs
     /// in them ([`super::lease`]); none without a writable tree.
     #[serde(skip)]
-    pub(crate) lease: LeaseSlot,
+    pub(crate) lease: Held<PlaceholderLease>,
+    /// This run's lock beside its run directory ([`crate::config::run_dirs`]): no other
+    /// coder prunes the directory while it is held.
+    #[serde(skip)]
+    pub(crate) run_lock: Held<RunLock>,
 }
 
-/// A policy's [`PlaceholderLease`], if it has one. Two policies are equal by what they
-/// enforce; which lease object a run holds is not part of that.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LeaseSlot(Option<Arc<PlaceholderLease>>);
+/// A hold a policy keeps for its run (its [`PlaceholderLease`], its [`RunLock`]), if it
+/// has one; shared by the policy's clones. Two policies are equal by what they enforce;
+/// which hold objects a run keeps is not part of that.
+#[derive(Debug)]
+pub(crate) struct Held<T>(pub(crate) Option<Arc<T>>);
 
-impl PartialEq for LeaseSlot {
-    fn eq(&self, _: &LeaseSlot) -> bool {
+impl<T> Default for Held<T> {
+    fn default() -> Self {
+        Held(None)
+    }
+}
+
+impl<T> Clone for Held<T> {
+    fn clone(&self) -> Self {
+        Held(self.0.clone())
+    }
+}
+
+impl<T> PartialEq for Held<T> {
+    fn eq(&self, _: &Held<T>) -> bool {
         true
     }
 }
 
-impl Eq for LeaseSlot {}
+impl<T> Eq for Held<T> {}
 
 /// How a run's placeholders go once its processes are gone: through the lease shared with
 /// the other runs in its trees or, for a policy that has none, directly.
@@ -361,12 +380,18 @@ impl Policy {
         // A run whose coder was killed never ran its end-of-run git guard: run it now,
         // before its directory (and the record of what it knew) goes.
         let late_guard = super::gitguard::finish_dead_runs(&runs_dir);
-        crate::config::prune_dead_run_dirs(&runs_dir);
+        run_dirs::prune_dead_run_dirs(&runs_dir);
         let run_dir = runs_dir.join(format!(
             "{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
+        let run_lock = RunLock::take(&run_dir).map_err(|e| {
+            SandboxError::io(
+                format!("lock {}", run_dirs::lock_path(&run_dir).display()),
+                e,
+            )
+        })?;
         create_private_dir(&run_dir)?;
         let made = MadeRunDir(Some(run_dir.clone()));
         let run_dir = canonical_run_dir(&run_dir)?;
@@ -420,7 +445,8 @@ impl Policy {
             dir_listings: ScanListings::default(),
             reachable_listings: None,
             plan_file: None,
-            lease: LeaseSlot::default(),
+            lease: Held::default(),
+            run_lock: Held(Some(Arc::new(run_lock))),
         };
         if !opts.mode.is_confined() {
             // The agent can write anything this user can, the listings caches included.
@@ -505,6 +531,17 @@ impl Policy {
         if opts.mode == Mode::WorkspaceWrite {
             policy.guard_roots.insert(0, workspace.clone());
         }
+        // Refused before any lock is taken or cache touched: an agent that can reach the
+        // lock files must not get a run that relies on them.
+        let state = coder_state_dir()?;
+        PlaceholderLease::dir_in(&state)?;
+        let own = OwnDirs {
+            state: &state,
+            run_dir: &run_dir,
+            config_dir: &config_dir,
+            workspace: &workspace,
+        };
+        refuse_writable_coder_dirs(&grants, own, &[&state, &runs_dir])?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
         let listings = match listings_dir() {
@@ -519,13 +556,8 @@ impl Policy {
         // Held from before the scan looks at any placeholder until the run is over.
         // The writable trees are the ones the scan makes placeholders in.
         if !policy.guard_roots.is_empty() {
-            // Refused before any lock is taken: an agent that can reach the lock files
-            // must not get a run that relies on them.
-            let state = coder_state_dir()?;
-            let writable = policy.guard_roots.iter().chain(&opts.extra_write);
-            refuse_writable_lease_dir(writable, &PlaceholderLease::dir_in(&state)?)?;
             let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
-            policy.lease = LeaseSlot(Some(Arc::new(lease)));
+            policy.lease = Held(Some(Arc::new(lease)));
         }
         crate::phases::mark("scan.start");
         let mut created = Vec::new();
@@ -780,6 +812,15 @@ impl Policy {
                 let _ = fs::remove_dir_all(&self.run_dir);
             }
         });
+        self.unlink_run_lock();
+    }
+
+    /// Remove the run directory's lock file (the directory is gone): `coder sandbox` may
+    /// end by a signal right after, without dropping the policy.
+    pub fn unlink_run_lock(&self) {
+        if let Some(lock) = &self.run_lock.0 {
+            lock.unlink();
+        }
     }
 }
 
@@ -1001,18 +1042,38 @@ impl Grants {
     }
 
     /// Whether a write grant reaches into the directory `dir` (canonical): a grant of it,
-    /// of an ancestor, or of something inside it. Ancestors are also compared by (dev, ino):
-    /// a bind mount is another path to the same directory, and a grant holds whichever
-    /// path named it.
+    /// of an ancestor, or of something inside it. Both directions are also compared by
+    /// (dev, ino): a bind mount is another path to the same directory, and a grant holds
+    /// whichever path named it.
     fn writes_into(&self, dir: &Path) -> bool {
+        self.write_root_into(dir, |_| false).is_some()
+    }
+
+    /// The first write grant that reaches into `dir` (as [`Grants::writes_into`]), leaving
+    /// out those for which `except` holds.
+    fn write_root_into(&self, dir: &Path, except: impl Fn(&Path) -> bool) -> Option<&Path> {
         let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
-        self.roots.iter().any(|(root, (access, _))| {
-            *access == Access::Write
-                && (dir.starts_with(root)
+        let dir_id = id(dir);
+        let mounts = MountTable::read();
+        let dir_place = mounts.place(dir);
+        self.roots
+            .iter()
+            .filter(|(root, (access, _))| *access == Access::Write && !except(root))
+            .map(|(root, _)| root.as_path())
+            .find(|root| {
+                dir.starts_with(root)
                     || root.starts_with(dir)
-                    || id(root).is_some_and(|root| ancestors.contains(&root)))
-        })
+                    || id(root).is_some_and(|root| ancestors.contains(&root))
+                    // Inside `dir` by another path (a bind mount of it or of a parent).
+                    || dir_id.is_some() && root.ancestors().any(|a| id(a) == dir_id)
+                    // A bind mount of a directory inside `dir`, or of one holding it: the
+                    // same place in the same file system under another path.
+                    || dir_place
+                        .as_ref()
+                        .zip(mounts.place(root))
+                        .is_some_and(|(dir, root)| root.overlaps(dir))
+            })
     }
 
     fn roots(&self) -> Vec<Root> {
@@ -1025,6 +1086,84 @@ impl Grants {
             })
             .collect()
     }
+}
+
+/// Where a path lies in its file system whatever mount shows it: the file system's device
+/// (`major:minor` in `/proc/self/mountinfo`) and the path from that file system's root. A
+/// bind mount shows the directory it was made of, so a path through it has the same place
+/// as the directory's own path.
+#[derive(Debug, PartialEq, Eq)]
+struct FsPlace {
+    device: String,
+    path: PathBuf,
+}
+
+impl FsPlace {
+    /// Whether one of the two holds the other (or both are the same).
+    fn overlaps(&self, other: &FsPlace) -> bool {
+        self.device == other.device
+            && (self.path.starts_with(&other.path) || other.path.starts_with(&self.path))
+    }
+}
+
+/// This process's mounts by id (`/proc/self/mountinfo`): each one's device, the path in
+/// its file system it shows (its root) and where it is mounted. Empty when unreadable.
+struct MountTable(std::collections::HashMap<u64, (String, PathBuf, PathBuf)>);
+
+impl MountTable {
+    fn read() -> MountTable {
+        let text = fs::read("/proc/self/mountinfo").unwrap_or_default();
+        let mounts = text
+            .split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let mut fields = line.split(|&b| b == b' ');
+                let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+                let _parent = fields.next()?;
+                let device = String::from_utf8_lossy(fields.next()?).into_owned();
+                let root = unescape_mountinfo(fields.next()?);
+                let point = unescape_mountinfo(fields.next()?);
+                Some((id, (device, root, point)))
+            })
+            .collect();
+        MountTable(mounts)
+    }
+
+    /// The place of `path` (canonical): its mount's root joined with the rest of the path
+    /// below that mount's mount point.
+    fn place(&self, path: &Path) -> Option<FsPlace> {
+        let id = super::sys::mount_id(path).ok()?;
+        let (device, root, point) = self.0.get(&id)?;
+        let rest = path.strip_prefix(point).ok()?;
+        Some(FsPlace {
+            device: device.clone(),
+            path: root.join(rest),
+        })
+    }
+}
+
+/// A path field of `/proc/self/mountinfo`: space, tab, newline and backslash are written
+/// as `\ooo` octal escapes.
+fn unescape_mountinfo(field: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Canonicalise `path` one component at a time, recording every symlink met as an alias
@@ -1134,32 +1273,70 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
     Ok(canonical)
 }
 
-/// The placeholder locks ([`super::lease`]) live in coder's state directory. A writable
-/// tree or `--write` file that reaches them (the workspace or a `--write` path holding
-/// them or inside them, or another path to the same directory) would let the agent remove
-/// them, so that another run's ending takes this run's masks with it, hold them and block
-/// every later run, or rewrite the registry: refused.
-fn refuse_writable_lease_dir<'a>(
-    trees: impl Iterator<Item = &'a PathBuf>,
-    lease_dir: &Path,
+/// coder's own directories: the state directory (the placeholder locks and registry of
+/// [`super::lease`], transcripts, sessions, the store, the listings caches) and the runs
+/// directory (every run's private directory and its git-guard record). A grant the agent
+/// may write that reaches one of them (holding it, inside it, or another path to the same
+/// directory), other than this run's own directory, is refused: the agent could remove
+/// the locks, so that another run's ending takes this run's masks with it, or hold them
+/// and block every later run; read other runs' transcripts; or plant a dead run's
+/// git-guard record that the next run acts on. `--allow-tmp` is one such grant when the
+/// state directory lies under `/tmp` (a home there): no narrower form of it would keep
+/// the agent out.
+fn refuse_writable_coder_dirs(
+    grants: &Grants,
+    own: OwnDirs<'_>,
+    coder_dirs: &[&Path],
 ) -> Result<(), SandboxError> {
-    let canonical = fs::canonicalize(lease_dir)
-        .map_err(|e| SandboxError::io(format!("resolve {}", lease_dir.display()), e))?;
-    let mut writable = Grants::default();
-    for tree in trees {
-        writable.add(tree, Access::Write)?;
-    }
-    if writable.writes_into(&canonical) {
-        return Err(SandboxError::Path {
-            what: "coder's state directory",
+    let config_dir = fs::canonicalize(own.config_dir).unwrap_or_else(|_| own.config_dir.into());
+    let checkouts = fs::canonicalize(own.state.join(WORKTREES_DIR)).ok();
+    let is_own = |root: &Path| {
+        root.starts_with(own.run_dir)
+            || root.starts_with(&config_dir)
+            || config_dir.parent() == Some(root)
+            || (root == own.workspace
+                && checkouts
+                    .as_deref()
+                    .is_some_and(|c| root.starts_with(c) && root != c))
+    };
+    for dir in coder_dirs {
+        let canonical = fs::canonicalize(dir)
+            .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
+        let Some(grant) = grants.write_root_into(&canonical, is_own) else {
+            continue;
+        };
+        let reason = if grant == Path::new("/tmp") {
+            "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
+             placeholders other runs rely on and read their transcripts; set \
+             CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
+                .to_string()
+        } else {
+            format!(
+                "the agent may write {} (the workspace, a --write path or a writable cache), \
+                 which reaches it: it could unlock the placeholders other runs rely on and \
+                 read their transcripts; set CODER_STATE_DIR elsewhere or narrow the grant",
+                grant.display()
+            )
+        };
+        return Err(SandboxError::StateDirReachable {
             path: canonical,
-            reason: "lies in a tree the agent may write (the workspace or a --write path): \
-                     its agent could unlock the placeholders other runs rely on; set \
-                     CODER_STATE_DIR elsewhere or narrow --write"
-                .to_string(),
+            reason,
         });
     }
     Ok(())
+}
+
+/// What of coder's state a run's grants may reach: its own.
+#[derive(Clone, Copy)]
+struct OwnDirs<'a> {
+    state: &'a Path,
+    /// The run's private directory.
+    run_dir: &'a Path,
+    /// The CLI's config dir (and its parent, granted only when it holds nothing else).
+    config_dir: &'a Path,
+    /// The workspace, which is the run's own checkout (or a directory in it) when it lies
+    /// in the state directory's `worktrees/` (`--worktree`).
+    workspace: &'a Path,
 }
 
 /// Where the agent gets a tmpfs of its own (`confine`).

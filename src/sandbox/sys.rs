@@ -123,6 +123,32 @@ pub(crate) fn is_encrypted(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
     Ok(stx.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0)
 }
 
+/// The id of the mount `path` lies on (`statx`'s `STATX_MNT_ID`, the first field of its
+/// line in `/proc/self/mountinfo`); a symlink at `path` itself is not followed.
+pub(crate) fn mount_id(path: &Path) -> Result<u64, Errno> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `statx` writes at most one `struct statx` into `stx`, which is that size; the
+    // path is a NUL-terminated string that outlives the call.
+    let ret = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            stx.as_mut_ptr(),
+        )
+    };
+    Errno::result(ret)?;
+    // SAFETY: the buffer started zeroed (a valid `statx`) and the call succeeded.
+    let stx = unsafe { stx.assume_init() };
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(Errno::ENOSYS);
+    }
+    Ok(stx.stx_mnt_id)
+}
+
 /// The Landlock ABI version of the running kernel (an error when Landlock is absent or
 /// disabled).
 pub(crate) fn landlock_abi() -> Result<i32, Errno> {

@@ -38,6 +38,8 @@ use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::config::run_dirs::{self, RunLock};
 use std::process::{Command, Stdio};
 
 use serde::Serialize;
@@ -113,6 +115,8 @@ pub struct Worktree {
     base_ref: String,
     note: Option<String>,
     removed: bool,
+    /// The lock on `<path>.pid`, held while the run lives ([`prune_stale`]).
+    _lock: RunLock,
 }
 
 impl Worktree {
@@ -156,11 +160,14 @@ impl Worktree {
             .map_err(io("cannot create", &root))?;
         prune_stale(&root);
         let path = root.join(run_id);
+        // Locked before the checkout exists: a coder in another PID namespace, for which
+        // the PID in the file names nothing, finds the lock held ([`prune_stale`]).
+        let lock = RunLock::take_at(pid_file(&path)).map_err(io("cannot lock", &path))?;
+        let _ = fs::write(pid_file(&path), std::process::id().to_string());
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&path)
             .map_err(io("cannot create", &path))?;
-        let _ = fs::write(pid_file(&path), std::process::id().to_string());
         let branch = format!("coder/{run_id}");
         let mut tree = Worktree {
             program,
@@ -174,6 +181,7 @@ impl Worktree {
             base_ref,
             note: None,
             removed: false,
+            _lock: lock,
         };
         tree.note = match dirty {
             Some(0) => None,
@@ -502,7 +510,8 @@ pub fn force_remove(path: &Path) {
 }
 
 /// Removes worktrees left by coders that died (SIGKILL): a directory whose `<name>.pid`
-/// beside it names no live process. Directories without that file are left alone.
+/// beside it is locked by no process and names no live one ([`run_dirs::is_live`]).
+/// Directories without that file are left alone.
 pub fn prune_stale(root: &Path) {
     let Ok(entries) = fs::read_dir(root) else {
         return;
@@ -517,11 +526,10 @@ pub fn prune_stale(root: &Path) {
         let Ok(text) = fs::read_to_string(&pid_file) else {
             continue;
         };
-        let Ok(pid) = text.trim().parse::<i32>() else {
+        let Ok(pid) = text.trim().parse::<u32>() else {
             continue;
         };
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-        if !alive && pid != std::process::id() as i32 {
+        if !run_dirs::is_live(&pid_file, pid) {
             force_remove(&entry.path());
             let _ = fs::remove_file(&pid_file);
         }
