@@ -210,7 +210,7 @@ fn a_write_grant_inside_coders_state_directory_is_refused() {
     for part in ["sandbox", "placeholders", "listings", "."] {
         let grant = state.join(part);
         fs::create_dir_all(&grant).unwrap();
-        let marker = d.root.join("ran");
+        let marker = d.ws.join("ran");
         let script = format!("touch {}", marker.display());
         let out = sandbox(&d, &["--write", grant.to_str().unwrap()], &bash(&script));
         assert!(!out.status.success(), "--write {part}: not refused");
@@ -221,6 +221,40 @@ fn a_write_grant_inside_coders_state_directory_is_refused() {
         );
         assert!(!marker.exists(), "--write {part}: the command ran");
     }
+}
+
+/// `flock` locks through a descriptor opened for reading: a `--read` grant reaching the
+/// placeholder locks (or the runs' locks) would let the agent hold them and make every
+/// other run sharing the state directory fail. Refused; a `--read` of another part of the
+/// state directory (a transcript to study) still runs.
+#[test]
+fn a_read_grant_reaching_coders_lock_files_is_refused() {
+    let d = dirs();
+    let state = d.home.join(".local/state/coder");
+    let out = sandbox(&d, &[], &["true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let marker = d.ws.join("ran");
+    let script = format!("touch {}", marker.display());
+    for part in [".", "placeholders", "sandbox"] {
+        let grant = state.join(part);
+        let out = sandbox(&d, &["--read", grant.to_str().unwrap()], &bash(&script));
+        assert!(!out.status.success(), "--read {part}: not refused");
+        assert!(
+            stderr(&out).contains("reaches its lock files"),
+            "--read {part}: {}",
+            stderr(&out)
+        );
+        assert!(!marker.exists(), "--read {part}: the command ran");
+    }
+    let transcripts = state.join("runs");
+    fs::create_dir_all(&transcripts).unwrap();
+    let out = sandbox(
+        &d,
+        &["--read", transcripts.to_str().unwrap()],
+        &bash(&script),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(marker.exists());
 }
 
 #[test]

@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+/// The directory of the CLI's per-run config homes in coder's state directory.
+pub const CLI_RUNS_DIR: &str = "cli-runs";
+
 /// The suffix of a run directory's lock file: `<runs>/<pid>-<id>.lock` beside
 /// `<runs>/<pid>-<id>/`.
 const LOCK_SUFFIX: &str = ".lock";

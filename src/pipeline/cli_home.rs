@@ -109,7 +109,7 @@ impl CliHome {
         workspace: &Path,
         resume: Option<(Uuid, &SessionStore)>,
     ) -> Result<CliHome, CliHomeError> {
-        let base = state_dir.join("cli-runs");
+        let base = state_dir.join(run_dirs::CLI_RUNS_DIR);
         let create = |path: &Path, e: std::io::Error| CliHomeError::Create {
             path: path.to_path_buf(),
             source: e,

@@ -26,7 +26,7 @@ use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{deny, home};
-use crate::config::run_dirs::{self, RunLock};
+use crate::config::run_dirs::{self, CLI_RUNS_DIR, RunLock};
 use crate::workspace::worktree::WORKTREES_DIR;
 
 /// Workspace paths the agent may read but not write, create, delete or rename, because
@@ -542,6 +542,18 @@ impl Policy {
             workspace: &workspace,
         };
         refuse_writable_coder_dirs(&grants, own, &[&state, &runs_dir])?;
+        let mut user_reads = Grants::default();
+        for path in &opts.extra_read {
+            user_reads.add(path, Access::Read)?;
+        }
+        let lease_dir = PlaceholderLease::dir_in(&state)?;
+        let cli_runs = state.join(CLI_RUNS_DIR);
+        let worktrees = state.join(WORKTREES_DIR);
+        let lock_dirs: Vec<&Path> = [lease_dir.as_path(), &runs_dir, &cli_runs, &worktrees]
+            .into_iter()
+            .filter(|d| d.exists())
+            .collect();
+        refuse_readable_coder_locks(&user_reads, own, &lock_dirs)?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
         let listings = match listings_dir() {
@@ -1046,12 +1058,17 @@ impl Grants {
     /// (dev, ino): a bind mount is another path to the same directory, and a grant holds
     /// whichever path named it.
     fn writes_into(&self, dir: &Path) -> bool {
-        self.write_root_into(dir, |_| false).is_some()
+        self.root_into(dir, Access::Write, |_| false).is_some()
     }
 
     /// The first write grant that reaches into `dir` (as [`Grants::writes_into`]), leaving
     /// out those for which `except` holds.
-    fn write_root_into(&self, dir: &Path, except: impl Fn(&Path) -> bool) -> Option<&Path> {
+    fn root_into(
+        &self,
+        dir: &Path,
+        at_least: Access,
+        except: impl Fn(&Path) -> bool,
+    ) -> Option<&Path> {
         let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
         let dir_id = id(dir);
@@ -1059,7 +1076,7 @@ impl Grants {
         let dir_place = mounts.place(dir);
         self.roots
             .iter()
-            .filter(|(root, (access, _))| *access == Access::Write && !except(root))
+            .filter(|(root, (access, _))| *access >= at_least && !except(root))
             .map(|(root, _)| root.as_path())
             .find(|root| {
                 dir.starts_with(root)
@@ -1288,6 +1305,30 @@ fn refuse_writable_coder_dirs(
     own: OwnDirs<'_>,
     coder_dirs: &[&Path],
 ) -> Result<(), SandboxError> {
+    refuse_coder_dirs_reached(grants, Access::Write, own, coder_dirs)
+}
+
+/// The lock files of coder's state: the placeholder locks and registry, and the runs'
+/// locks beside their directories. `flock` takes a lock on a descriptor opened only for
+/// reading, so an agent that may read them can hold one: every other run then waits for
+/// the registry and fails, or a dead run's directory is never pruned. A `--read` grant
+/// reaching them is refused like a write grant (default read grants of system trees are
+/// not checked: a state directory there is the administrator's choice). A `--read` of
+/// other parts of the state directory (a transcript to study) is not refused.
+fn refuse_readable_coder_locks(
+    user_reads: &Grants,
+    own: OwnDirs<'_>,
+    lock_dirs: &[&Path],
+) -> Result<(), SandboxError> {
+    refuse_coder_dirs_reached(user_reads, Access::Read, own, lock_dirs)
+}
+
+fn refuse_coder_dirs_reached(
+    grants: &Grants,
+    at_least: Access,
+    own: OwnDirs<'_>,
+    coder_dirs: &[&Path],
+) -> Result<(), SandboxError> {
     let config_dir = fs::canonicalize(own.config_dir).unwrap_or_else(|_| own.config_dir.into());
     let checkouts = fs::canonicalize(own.state.join(WORKTREES_DIR)).ok();
     let is_own = |root: &Path| {
@@ -1302,10 +1343,17 @@ fn refuse_writable_coder_dirs(
     for dir in coder_dirs {
         let canonical = fs::canonicalize(dir)
             .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
-        let Some(grant) = grants.write_root_into(&canonical, is_own) else {
+        let Some(grant) = grants.root_into(&canonical, at_least, is_own) else {
             continue;
         };
-        let reason = if grant == Path::new("/tmp") {
+        let reason = if at_least == Access::Read {
+            format!(
+                "the agent may read {} (a --read path), which reaches its lock files: it \
+                 could hold the locks other runs wait for; narrow --read or set \
+                 CODER_STATE_DIR elsewhere",
+                grant.display()
+            )
+        } else if grant == Path::new("/tmp") {
             "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
              placeholders other runs rely on and read their transcripts; set \
              CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
