@@ -546,6 +546,18 @@ impl RunArgs {
             (None, _) => None,
         };
 
+        // A session resumes only in the directory it was made in (the CLI keeps sessions
+        // per directory), and --worktree always runs in a new checkout: refused before a
+        // branch and checkout are made for nothing.
+        if (self.many.worktree || file.worktree == Some(true))
+            && let SessionChoice::Resume(id) = session
+        {
+            return Err(ArgError::Invalid(format!(
+                "--worktree cannot resume a session: it runs in a new checkout, and session \
+                 {id} can only be resumed in the directory it was created in; drop --worktree \
+                 to resume in place, or drop --session-id to start a new session in a worktree"
+            )));
+        }
         let cd = self.cd.or(file.cd).ok_or_else(|| {
             ArgError::Invalid(
                 "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
