@@ -757,19 +757,35 @@ fn asked_questions(
 }
 
 fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, ArgError> {
-    let (text, name) = if path.as_os_str() == "-" {
+    // Room for the longest prompt the CLI takes, escaped, and the other fields; an endless
+    // source (`--request /dev/zero`, a pipe that never ends) is refused at this size.
+    const MAX_REQUEST_BYTES: u64 = 64 * 1024 * 1024;
+    let read = |input: &mut dyn Read| -> std::io::Result<String> {
         let mut text = String::new();
-        stdin.read_to_string(&mut text).map_err(|e| {
+        input
+            .take(MAX_REQUEST_BYTES + 1)
+            .read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_REQUEST_BYTES {
+            return Err(std::io::Error::other(
+                "larger than 64 MiB (a --request JSON holds a prompt of at most 10 MiB)",
+            ));
+        }
+        Ok(text)
+    };
+    let (text, name) = if path.as_os_str() == "-" {
+        let text = read(stdin).map_err(|e| {
             ArgError::Invalid(format!("cannot read the --request JSON from stdin: {e}"))
         })?;
         (text, "stdin".to_owned())
     } else {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ArgError::Invalid(format!(
-                "cannot read --request file {}: {e}",
-                path.display()
-            ))
-        })?;
+        let text = std::fs::File::open(path)
+            .and_then(|mut file| read(&mut file))
+            .map_err(|e| {
+                ArgError::Invalid(format!(
+                    "cannot read --request file {}: {e}",
+                    path.display()
+                ))
+            })?;
         (text, path.display().to_string())
     };
     const FIELDS: &str = "PROMPT, cd, sandbox, SESSION_ID, return_all_messages, \
@@ -805,12 +821,14 @@ fn json_type_name(value: &serde_json::Value) -> &'static str {
 }
 
 fn read_prompt_from_stdin(stdin: &mut dyn Read) -> Result<String, ArgError> {
+    use crate::pipeline::prompt::{MAX_TASK_STDIN_BYTES, stdin_too_large};
     use crate::text::stdin::{StdinError, read_task};
-    read_task(stdin).map_err(|e| {
+    read_task(stdin, MAX_TASK_STDIN_BYTES).map_err(|e| {
         ArgError::Invalid(match e {
             StdinError::Terminal => {
                 "no prompt: give the task as an argument, with --prompt, or pipe it on stdin".into()
             }
+            StdinError::TooLarge { .. } => stdin_too_large().to_string(),
             StdinError::Io(e) => format!("cannot read the prompt from stdin: {e}"),
             StdinError::NotUtf8 => "the prompt on stdin is not valid UTF-8".into(),
         })
