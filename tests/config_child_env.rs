@@ -247,3 +247,47 @@ fn the_real_cli_runs_offline_through_a_replay_backend() {
         .run();
     out.assert_success("Hello from the replay cassette.");
 }
+
+/// `applied_workarounds` says what coder changed: the caller's `ANTHROPIC_API_KEY` is
+/// listed as dropped only when the caller had one to drop.
+#[test]
+fn caller_api_key_dropped_is_reported_only_when_there_was_a_key() {
+    let workarounds = |out: &common::Outcome| -> Vec<String> {
+        out.envelope["applied_workarounds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str().map(str::to_owned))
+            .collect()
+    };
+    let without = answering();
+    let out = coder(&without)
+        .env("ZAI_API_KEY", "zai-test-key")
+        .env_remove("ANTHROPIC_API_KEY")
+        .args(["--backend", "glm", "say hi"])
+        .run();
+    out.assert_success("recorded");
+    assert!(
+        !workarounds(&out)
+            .iter()
+            .any(|w| w == "caller_api_key_dropped"),
+        "no caller key, yet reported as dropped: {}",
+        out.explain()
+    );
+
+    let with = answering();
+    let out = coder(&with)
+        .env("ZAI_API_KEY", "zai-test-key")
+        .env("ANTHROPIC_API_KEY", "sk-stray")
+        .args(["--backend", "glm", "say hi"])
+        .run();
+    out.assert_success("recorded");
+    assert!(
+        workarounds(&out)
+            .iter()
+            .any(|w| w == "caller_api_key_dropped"),
+        "{}",
+        out.explain()
+    );
+    assert_eq!(with.record().env().get("ANTHROPIC_API_KEY"), None);
+}

@@ -429,3 +429,31 @@ fn the_demo_ends_by_saying_where_the_claude_cli_is_and_how_to_use_it() {
         claude.display()
     );
 }
+
+/// `coder --help` names every subcommand there is (each of which answers `--help`), and its
+/// `--sandbox` values are described in words a user knows, not by Rust variant names.
+#[test]
+fn the_run_modes_help_names_every_subcommand_in_user_words() {
+    let (help, status) = stdout_of(Command::new(CODER).arg("--help"));
+    assert!(status.success(), "{help}");
+    let others = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Other commands:"))
+        .take_while(|l| !l.starts_with("Exit codes:"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for sub in [
+        "plan", "doctor", "prompt", "runs", "route", "replay", "sandbox", "mcp", "fs",
+    ] {
+        assert!(
+            others.contains(&format!("coder {sub}")),
+            "`coder {sub}` is missing from: {others}"
+        );
+        let (text, status) = stdout_of(Command::new(CODER).args([sub, "--help"]));
+        assert!(status.success(), "coder {sub} --help: {text}");
+    }
+    for internal in ["ReadOnly", "WorkspaceWrite", "DangerFullAccess"] {
+        assert!(!help.contains(internal), "{internal} in the help:\n{help}");
+    }
+    assert!(help.contains("129/130/143 cancelled"), "{help}");
+}

@@ -93,6 +93,68 @@ fn a_failure_after_a_write_is_not_retried_and_says_how_to_resume() {
     assert_eq!(attempts[0]["tools"], json!(["Write"]));
 }
 
+/// The words of a shell command as the resume hints write it (plain words, '…' and "…").
+fn shell_words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in command.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, ' ') => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// A run on a named backend tells the user to resume on that backend: the hint, followed
+/// word for word, resumes the session instead of being refused for the wrong backend.
+#[test]
+fn the_resume_hint_of_a_named_backend_resumes_on_it() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "first_time", "flag": "wrote-once",
+         "then": [
+            {"step": "tool_use", "name": "Write", "input": {"file_path": "a.txt", "content": "x"}},
+            {"step": "tool_result", "content": "File created"},
+            http_503(),
+            steps::exit(1)],
+         "else": [steps::text("carried on"), steps::result_ok("carried on")]},
+    ]));
+    let out = fake
+        .coder()
+        .env("ZAI_API_KEY", "zai-test-key")
+        .args(["--backend", "glm", "task"])
+        .run();
+    let detail = out.assert_failure("upstream_error", 1);
+    let hint = detail["resume_hint"].as_str().expect("a resume hint");
+    assert!(hint.contains("--backend glm"), "{hint}");
+    let command = hint
+        .split_once("to continue where it stopped: coder ")
+        .map(|(_, command)| command)
+        .unwrap_or_else(|| panic!("no command in the hint: {hint}"));
+
+    let resumed = fake
+        .coder()
+        .no_cd()
+        .env("ZAI_API_KEY", "zai-test-key")
+        .args(shell_words(command))
+        .run();
+    resumed.assert_success("carried on");
+    assert_eq!(resumed.session_id(), out.session_id());
+    assert_eq!(
+        fake.record().flag_value("--resume").as_deref(),
+        out.session_id()
+    );
+}
+
 #[test]
 fn an_authentication_failure_is_not_retried() {
     let fake = Fake::new(json!([

@@ -192,3 +192,58 @@ fn unknown_sandbox_mode_is_a_usage_error() {
     let out = run(&fake, |c| c.args(["--sandbox", "wide-open", "task"]));
     assert_config_error(&fake, &out, 2);
 }
+
+/// The claude CLI takes at most 10 MiB (10485760 UTF-16 code units) of prompt on its stdin
+/// and exits with a vendor-looking error past that: coder refuses such a prompt itself,
+/// naming the limit, and an endless stdin is not buffered until memory runs out.
+#[test]
+fn a_prompt_over_the_clis_limit_is_refused_naming_it() {
+    const LIMIT: usize = 10 * 1024 * 1024;
+    let fake = fake();
+    let out = run(&fake, |c| c.stdin(vec![b'x'; LIMIT + 1]).arg("-"));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("too large") && error.contains("10 MiB") && error.contains("10485760"),
+        "{error}"
+    );
+
+    // Multi-byte text counts as the CLI counts it: 4 Mi CJK characters are 12 MiB of UTF-8
+    // but only 4 Mi code units, and reach the child.
+    let big = Fake::new(json!(steps::answer("read it")));
+    let out = big
+        .coder()
+        .stdin("写".repeat(4 * 1024 * 1024).into_bytes())
+        .arg("-")
+        .deadline(std::time::Duration::from_secs(60))
+        .run();
+    out.assert_success("read it");
+
+    // More than 3 bytes per code unit's worth is refused without reading it all.
+    let endless = fake_with_endless_stdin();
+    assert_eq!(endless.status.code(), Some(78), "{endless:?}");
+    let envelope: serde_json::Value = serde_json::from_slice(&endless.stdout).unwrap();
+    assert!(
+        envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("10 MiB")),
+        "{envelope}"
+    );
+}
+
+/// `coder --cd DIR -` with /dev/zero as its stdin.
+fn fake_with_endless_stdin() -> std::process::Output {
+    use common::Bounded;
+    let fake = fake();
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    std::process::Command::new(common::CODER)
+        .arg("--cd")
+        .arg(fake.workspace())
+        .arg("--claude-bin")
+        .arg(fake.bin())
+        .arg("-")
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .env("ANTHROPIC_AUTH_TOKEN", common::SECRET_TOKEN)
+        .stdin(zero)
+        .output_within(std::time::Duration::from_secs(60))
+}

@@ -106,3 +106,70 @@ fn an_unconfined_child_leads_its_group_and_dies_with_a_killed_coder() {
     assert!(!coder.wait().unwrap().success());
     common::assert_no_process_left(fake.marker());
 }
+
+/// Whether `pid`'s main thread sleeps in a read of its stdin or a poll (`read(0, …)`,
+/// `poll`, `ppoll`), from `/proc/PID/syscall`.
+fn waits_on_stdin(pid: u32) -> bool {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    let mut fields = text.split_whitespace();
+    matches!(
+        (fields.next(), fields.next()),
+        (Some("0"), Some("0x0")) | (Some("7" | "271"), _)
+    )
+}
+
+/// `echo task | coder` whose pipe never ends (`sleep | coder`, a forgotten heredoc): a
+/// Ctrl-C while coder waits for the prompt still ends in a `cancelled` envelope.
+#[test]
+fn sigint_while_waiting_for_the_prompt_on_stdin_is_cancelled() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let mut child = Command::new(common::CODER)
+        .arg("--cd")
+        .arg(fake.workspace())
+        .arg("--claude-bin")
+        .arg(fake.bin())
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .env("ANTHROPIC_AUTH_TOKEN", common::SECRET_TOKEN)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kept open and silent for the whole test.
+    let _stdin = child.stdin.take();
+    let watchdog = common::Deadline::kill_after(&child, Duration::from_secs(30));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !waits_on_stdin(child.id()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "coder never waited on its stdin"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let status = common::wait_within(&mut child, Duration::from_secs(20));
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    drop(watchdog);
+    assert_eq!(status.code(), Some(130), "{status:?}, stdout: {stdout}");
+    let envelope: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(envelope["error_kind"], "cancelled", "{envelope}");
+    assert!(
+        envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("SIGINT") && e.contains("stdin")),
+        "{envelope}"
+    );
+    assert!(!fake.has_record(), "the child must not be started");
+}

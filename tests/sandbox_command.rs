@@ -114,6 +114,24 @@ fn bad_mode_is_a_usage_error() {
 }
 
 #[test]
+fn a_missing_or_wrong_workspace_is_a_config_error() {
+    let d = dirs();
+    let missing = d.root.join("no-such-dir").display().to_string();
+    let out = sandbox(&d, &["--cd", &missing], &["true"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("--cd {missing}")) && err.contains("no such directory"),
+        "{err}"
+    );
+    let file = d.ws.join("README.md").display().to_string();
+    let out = sandbox(&d, &["--cd", &file], &["true"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a directory"), "{}", stderr(&out));
+}
+
+#[test]
 fn read_only_mode_reads_but_does_not_write() {
     let d = dirs();
     let out = sandbox(

@@ -269,6 +269,28 @@ fn worktree_base_and_bad_input() {
     fx.assert_clean();
 }
 
+/// A session resumes only where it was made, and --worktree always makes a new checkout:
+/// the pair is refused before any branch or checkout is made.
+#[test]
+fn worktree_with_a_session_to_resume_is_refused_up_front() {
+    let fx = Fx::new(None);
+    let (first, out) = fx.run("true", &[], "t");
+    assert_eq!(first["success"], true, "{out:?}");
+    let session = first["SESSION_ID"].as_str().expect("SESSION_ID").to_owned();
+    let branches_before = git(&fx.repo, &["branch", "--list"]);
+
+    let (env, out) = fx.run("true", &["--worktree", "--session-id", &session], "t");
+    assert_eq!(env["error_kind"], "config_error", "{out:?}");
+    assert_eq!(out.status.code(), Some(78));
+    let error = env["error"].as_str().unwrap();
+    assert!(
+        error.contains("--worktree cannot resume a session") && error.contains("drop --worktree"),
+        "{error}"
+    );
+    assert_eq!(git(&fx.repo, &["branch", "--list"]), branches_before);
+    fx.assert_clean();
+}
+
 /// A failing run, and one stopped by --max-duration: the checkout is removed, the branch
 /// kept with what the agent did.
 #[test]

@@ -16,7 +16,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::commands::run::{Output, config_error, execute, finish, guarded, usage_error};
+use crate::commands::run::{
+    Output, config_error, execute, finish, guarded, request_from, usage_error,
+};
 use crate::exit::ErrorKind;
 use crate::pipeline::request::{
     ArgError, PlanRole, RunArgs, SandboxMode, SessionChoice, parse_run_id,
@@ -110,9 +112,9 @@ fn plan_mode(args: &[OsString]) -> Output {
     run.sandbox = Some(SandboxMode::ReadOnly);
     run.run_id = Some(run_id);
     run.prompt_framing.plan_output = Some(file.clone());
-    let mut request = match run.into_request(&mut std::io::stdin().lock()) {
+    let mut request = match request_from(run, fail) {
         Ok(request) => request,
-        Err(ArgError::Invalid(m)) => return fail(m),
+        Err(output) => return output,
     };
     if request.worktree.is_some() {
         return fail("coder plan changes nothing to commit; drop worktree".to_owned());

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use crate::exit::{ErrorKind, USAGE_EXIT};
 use crate::pipeline::envelope::Envelope;
 use crate::pipeline::request::{
-    ArgError, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_DURATION, KnownLimits, RunArgs,
+    ArgError, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_DURATION, KnownLimits, RunArgs, RunRequest,
 };
 use crate::text::{Secrets, names::secret_values};
 use crate::{pipeline, supervise};
@@ -84,7 +84,12 @@ pub(crate) fn finish(output: Output) -> ExitCode {
 }
 
 pub(crate) fn config_error(message: String, exit_code: u8, limits: KnownLimits) -> Output {
-    let mut envelope = Envelope::early_failure(ErrorKind::ConfigError, message);
+    early_error(ErrorKind::ConfigError, message, exit_code, limits)
+}
+
+/// The envelope of a run that ends before it starts.
+fn early_error(kind: ErrorKind, message: String, exit_code: u8, limits: KnownLimits) -> Output {
+    let mut envelope = Envelope::early_failure(kind, message);
     envelope.exit_code = exit_code;
     if let Some(detail) = envelope.error_detail.as_mut() {
         detail.idle_timeout_s = limits
@@ -142,13 +147,39 @@ fn run_mode(args: &[OsString]) -> Output {
         panic!("CODER_DEBUG_PANIC=1 was set");
     }
     let limits = parsed.known_limits();
-    let request = match parsed.into_request(&mut std::io::stdin().lock()) {
-        Ok(request) => request,
-        Err(ArgError::Invalid(m)) => {
-            return config_error(m, ErrorKind::ConfigError.exit_code(), limits);
-        }
+    match request_from(parsed, |m| {
+        config_error(m, ErrorKind::ConfigError.exit_code(), limits)
+    }) {
+        Ok(request) => execute(request),
+        Err(output) => output,
+    }
+}
+
+/// Validates `parsed` into a request, reading the prompt from stdin when it is there: an
+/// invalid request becomes `invalid`'s output, and SIGINT, SIGTERM or SIGHUP meanwhile (a
+/// prompt piped from something that never ends) a `cancelled` envelope.
+pub(crate) fn request_from(
+    parsed: RunArgs,
+    invalid: impl FnOnce(String) -> Output,
+) -> Result<RunRequest, Output> {
+    let limits = parsed.known_limits();
+    let Ok(mut stdin) = supervise::signals::CancellableStdin::hold() else {
+        // No signalfd: read as any program does (a signal then ends coder unannounced).
+        return parsed
+            .into_request(&mut std::io::stdin().lock())
+            .map_err(|ArgError::Invalid(m)| invalid(m));
     };
-    execute(request)
+    let request = parsed.into_request(&mut stdin);
+    if let Some(signo) = stdin.received() {
+        let name = supervise::signals::signal_name(signo);
+        return Err(early_error(
+            ErrorKind::Cancelled,
+            format!("cancelled by {name} while coder waited for the prompt on stdin"),
+            crate::exit::cancelled_exit_code(signo),
+            limits,
+        ));
+    }
+    request.map_err(|ArgError::Invalid(m)| invalid(m))
 }
 
 /// Runs a validated request: the async runtime, the pipeline, the metrics line.

@@ -43,8 +43,8 @@ use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, HeldSignals, one_l
 #[command(
     name = "coder sandbox",
     about = "Run a command confined like the agent: Landlock, masked secrets, private root",
-    after_help = "Exit status: the command's; 71 when the sandbox cannot be set up, \
-                  127 when the command is not found."
+    after_help = "Exit status: the command's; 78 when --cd is not an existing directory, \
+                  71 when the sandbox cannot be set up, 127 when the command is not found."
 )]
 struct SandboxArgs {
     /// read-only, workspace-write or danger-full-access.
@@ -101,6 +101,14 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
+    // A missing or wrong --cd is the caller's mistake (config, 78), not a sandbox that
+    // could not be had (71).
+    if let Some(dir) = &parsed.cd
+        && let Err(reason) = check_cd(dir)
+    {
+        eprintln!("coder sandbox: --cd {}: {reason}", dir.display());
+        return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
+    }
     // Held until the command is forked (see `HeldSignals`): from here on, what the policy
     // makes is removed however the process ends, a signal included.
     let held = match HeldSignals::hold() {
@@ -116,6 +124,18 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
             eprintln!("coder sandbox: {}", one_line(&e.to_string()));
             ExitCode::from(EXIT_SANDBOX_ERROR)
         }
+    }
+}
+
+/// Why `dir` cannot be the workspace, if it cannot.
+fn check_cd(dir: &Path) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err("not a directory; pass the workspace directory".to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err("no such directory; pass an existing workspace directory".to_owned())
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -15,6 +15,7 @@ use nix::unistd::{ForkResult, Pid};
 
 use crate::sandbox::proxy::Egress;
 use crate::sandbox::{Policy, SandboxError, confine};
+use crate::supervise::signals::is_ignored;
 
 /// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
 pub(super) const EXIT_SANDBOX_ERROR: u8 = 71;
@@ -89,22 +90,11 @@ impl HeldSignals {
         // Held, a signal the caller ignores (`nohup`'s SIGHUP) is kept pending too.
         while let Ok(Some(info)) = fd.read_signal() {
             match Signal::try_from(info.ssi_signo as i32) {
-                Ok(signal) if !ignored(signal) => return Some(signal),
+                Ok(signal) if !is_ignored(signal) => return Some(signal),
                 _ => {}
             }
         }
         None
-    }
-}
-
-/// Whether `signal`'s disposition is to be ignored (inherited so from the caller).
-fn ignored(signal: Signal) -> bool {
-    // SAFETY: `sigaction` with a null new action only writes the current one into
-    // `current`, a plain C struct for which all zeroes is a valid value.
-    unsafe {
-        let mut current: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut current) == 0
-            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -112,4 +112,13 @@ pub enum ConfigError {
     /// There is no task text at all.
     #[error("no task given: pass the task as an argument, or on stdin")]
     EmptyTask,
+
+    /// The prompt is over what the claude CLI accepts on its stdin (it would exit with
+    /// "piped stdin input exceeds 10MB").
+    #[error(
+        "the prompt is too large: {what}, over the claude CLI's limit of 10 MiB ({limit} \
+         characters as the CLI counts them, UTF-16 code units); put large content in a file \
+         in the workspace and name that file in the prompt"
+    )]
+    PromptTooLarge { what: String, limit: usize },
 }

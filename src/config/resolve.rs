@@ -58,10 +58,12 @@ pub fn resolve_backend_allowing_missing_key(
         BackendKind::Replay => replay_connection(&name, &layered.profile)?,
         BackendKind::Inherit => inherit_connection(&mut layered, env, &claude_config),
     };
-    if connection
-        .credential
-        .as_ref()
-        .is_some_and(|c| c.scheme == AuthScheme::Bearer)
+    // Only a key the caller actually has is dropped (and reported in `applied_workarounds`).
+    if env.get("ANTHROPIC_API_KEY").is_some()
+        && connection
+            .credential
+            .as_ref()
+            .is_some_and(|c| c.scheme == AuthScheme::Bearer)
     {
         connection.drops_caller_api_key = true;
     }

@@ -28,6 +28,38 @@ const SCOPE: &str = include_str!("../../prompts/scope.md");
 const PLAN: &str = include_str!("../../prompts/plan.md");
 const PLAN_WRITE: &str = include_str!("../../prompts/plan-write.md");
 
+/// The longest prompt the claude CLI takes on its stdin: 10 MiB, counted as it counts, in
+/// UTF-16 code units (measured on 2.1.330: longer, it exits with "piped stdin input exceeds
+/// 10MB" before any request).
+pub const MAX_PROMPT_UNITS: usize = 10 * 1024 * 1024;
+
+/// The most stdin bytes read for a task: a UTF-8 text takes at most 3 bytes per UTF-16 code
+/// unit, so more than this is certainly over [`MAX_PROMPT_UNITS`].
+pub const MAX_TASK_STDIN_BYTES: usize = 3 * MAX_PROMPT_UNITS;
+
+/// Refuses a prompt the claude CLI would refuse.
+pub fn check_prompt_size(prompt: &str) -> Result<(), ConfigError> {
+    if prompt.len() <= MAX_PROMPT_UNITS {
+        return Ok(());
+    }
+    let units = prompt.encode_utf16().count();
+    if units <= MAX_PROMPT_UNITS {
+        return Ok(());
+    }
+    Err(ConfigError::PromptTooLarge {
+        what: format!("{units} characters"),
+        limit: MAX_PROMPT_UNITS,
+    })
+}
+
+/// The error for a task on stdin over [`MAX_TASK_STDIN_BYTES`].
+pub fn stdin_too_large() -> ConfigError {
+    ConfigError::PromptTooLarge {
+        what: format!("stdin holds more than {MAX_TASK_STDIN_BYTES} bytes"),
+        limit: MAX_PROMPT_UNITS,
+    }
+}
+
 /// The task types with guidance of their own; any other type is named without guidance.
 pub const TASK_TYPES: [(&str, &str); 7] = [
     (
@@ -221,6 +253,7 @@ pub fn assemble_prompt(task: &str, args: &PromptArgs) -> Result<String, ConfigEr
         return Err(ConfigError::EmptyTask);
     }
     if args.is_empty() {
+        check_prompt_size(task)?;
         return Ok(task.to_owned());
     }
     let mut sections = vec![render(TASK, &[("task", task.trim())])];
@@ -268,6 +301,7 @@ pub fn assemble_prompt(task: &str, args: &PromptArgs) -> Result<String, ConfigEr
     }
     let mut prompt = sections.join("\n\n");
     prompt.push('\n');
+    check_prompt_size(&prompt)?;
     Ok(prompt)
 }
 
@@ -275,8 +309,9 @@ pub fn assemble_prompt(task: &str, args: &PromptArgs) -> Result<String, ConfigEr
 /// Reads the task from stdin, refusing to wait on a terminal.
 pub fn read_task_from_stdin() -> Result<String, ConfigError> {
     use crate::text::stdin::{StdinError, read_task};
-    read_task(&mut std::io::stdin()).map_err(|e| match e {
+    read_task(&mut std::io::stdin(), MAX_TASK_STDIN_BYTES).map_err(|e| match e {
         StdinError::Terminal => ConfigError::EmptyTask,
+        StdinError::TooLarge { .. } => stdin_too_large(),
         StdinError::Io(e) => ConfigError::Stdin(e),
         StdinError::NotUtf8 => ConfigError::Stdin(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -30,9 +30,9 @@ pub use crate::sandbox::Mode as SandboxMode;
     version,
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
-    after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
+    after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder route stats|explain|forget | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
                   Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 78 config, \
-                  124 timeout, 127 claude not found, 130/143 cancelled."
+                  124 timeout, 127 claude not found, 129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM)."
 )]
 pub struct RunArgs {
     /// The task text; read from stdin when absent or `-`.
@@ -546,6 +546,18 @@ impl RunArgs {
             (None, _) => None,
         };
 
+        // A session resumes only in the directory it was made in (the CLI keeps sessions
+        // per directory), and --worktree always runs in a new checkout: refused before a
+        // branch and checkout are made for nothing.
+        if (self.many.worktree || file.worktree == Some(true))
+            && let SessionChoice::Resume(id) = session
+        {
+            return Err(ArgError::Invalid(format!(
+                "--worktree cannot resume a session: it runs in a new checkout, and session \
+                 {id} can only be resumed in the directory it was created in; drop --worktree \
+                 to resume in place, or drop --session-id to start a new session in a worktree"
+            )));
+        }
         let cd = self.cd.or(file.cd).ok_or_else(|| {
             ArgError::Invalid(
                 "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
@@ -745,19 +757,35 @@ fn asked_questions(
 }
 
 fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, ArgError> {
-    let (text, name) = if path.as_os_str() == "-" {
+    // Room for the longest prompt the CLI takes, escaped, and the other fields; an endless
+    // source (`--request /dev/zero`, a pipe that never ends) is refused at this size.
+    const MAX_REQUEST_BYTES: u64 = 64 * 1024 * 1024;
+    let read = |input: &mut dyn Read| -> std::io::Result<String> {
         let mut text = String::new();
-        stdin.read_to_string(&mut text).map_err(|e| {
+        input
+            .take(MAX_REQUEST_BYTES + 1)
+            .read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_REQUEST_BYTES {
+            return Err(std::io::Error::other(
+                "larger than 64 MiB (a --request JSON holds a prompt of at most 10 MiB)",
+            ));
+        }
+        Ok(text)
+    };
+    let (text, name) = if path.as_os_str() == "-" {
+        let text = read(stdin).map_err(|e| {
             ArgError::Invalid(format!("cannot read the --request JSON from stdin: {e}"))
         })?;
         (text, "stdin".to_owned())
     } else {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ArgError::Invalid(format!(
-                "cannot read --request file {}: {e}",
-                path.display()
-            ))
-        })?;
+        let text = std::fs::File::open(path)
+            .and_then(|mut file| read(&mut file))
+            .map_err(|e| {
+                ArgError::Invalid(format!(
+                    "cannot read --request file {}: {e}",
+                    path.display()
+                ))
+            })?;
         (text, path.display().to_string())
     };
     const FIELDS: &str = "PROMPT, cd, sandbox, SESSION_ID, return_all_messages, \
@@ -793,12 +821,14 @@ fn json_type_name(value: &serde_json::Value) -> &'static str {
 }
 
 fn read_prompt_from_stdin(stdin: &mut dyn Read) -> Result<String, ArgError> {
+    use crate::pipeline::prompt::{MAX_TASK_STDIN_BYTES, stdin_too_large};
     use crate::text::stdin::{StdinError, read_task};
-    read_task(stdin).map_err(|e| {
+    read_task(stdin, MAX_TASK_STDIN_BYTES).map_err(|e| {
         ArgError::Invalid(match e {
             StdinError::Terminal => {
                 "no prompt: give the task as an argument, with --prompt, or pipe it on stdin".into()
             }
+            StdinError::TooLarge { .. } => stdin_too_large().to_string(),
             StdinError::Io(e) => format!("cannot read the prompt from stdin: {e}"),
             StdinError::NotUtf8 => "the prompt on stdin is not valid UTF-8".into(),
         })

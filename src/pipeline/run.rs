@@ -1064,6 +1064,9 @@ struct Run {
     tool_time: std::collections::BTreeMap<String, Duration>,
     denials: Vec<crate::sandbox::Denial>,
     backend: String,
+    /// The backend was named (`--backend`, `CODER_BACKEND`), not the config's default: a
+    /// resume hint must name it too, or the resume would run on the default one.
+    backend_named: bool,
     /// Files of failed Edit/MultiEdit calls (the fallback's trigger).
     failed_edits: Vec<String>,
     /// Who serves the backend's API (how its errors are read, whether its cost is real).
@@ -1113,6 +1116,7 @@ impl Run {
             tool_time: Default::default(),
             denials: Vec::new(),
             backend: requested_backend(request),
+            backend_named: request.backend.backend.is_some(),
             failed_edits: Vec::new(),
             provider: provider::Provider::Other,
             workarounds: Vec::new(),
@@ -1120,6 +1124,16 @@ impl Run {
             remedies: Vec::new(),
             compat_learned: None,
             answer: None,
+        }
+    }
+
+    /// ` --backend NAME` for a command that must run on this run's backend (a resume: the
+    /// session record refuses another backend), when the run named it; else nothing.
+    fn backend_flag(&self) -> String {
+        if self.backend_named {
+            format!(" --backend {}", shell_quote(&self.backend))
+        } else {
+            String::new()
         }
     }
 
@@ -1386,7 +1400,8 @@ impl Run {
                 // A plan run continues as one, with the same plan file.
                 Some(plan) => format!(
                     "the agent may have written part of the plan ({tools}); to continue where it \
-                     stopped: coder plan --cd {ws} --plan-file {} --session-id {id} \"continue\"",
+                     stopped: coder plan --cd {ws}{} --plan-file {} --session-id {id} \"continue\"",
+                    self.backend_flag(),
                     shell_quote(&plan.display().to_string()),
                 ),
                 None => {
@@ -1398,7 +1413,8 @@ impl Run {
                         format!("the agent ran tools that may have changed things ({tools})")
                     };
                     format!(
-                        "{what}; to continue where it stopped: coder --cd {ws} --session-id {id} \"continue\""
+                        "{what}; to continue where it stopped: coder --cd {ws}{} --session-id {id} \"continue\"",
+                        self.backend_flag(),
                     )
                 }
             });
@@ -1407,9 +1423,10 @@ impl Run {
             && let Some(id) = &session_id
         {
             detail.resume_hint = Some(format!(
-                "answer with: coder --cd {} --session-id {id} --answers '[\"…\"]' (one answer \
+                "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
                  per question, in order)",
                 shell_quote(&self.workspace.display().to_string()),
+                self.backend_flag(),
             ));
         }
         let asked = (failure.kind == ErrorKind::NeedsInput)

@@ -55,12 +55,15 @@ const REFUSED_WORKSPACE_TREES: [&str; 7] =
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// Read the workspace and the system; write only coder's private state and temp.
+    // The doc comments are the help text of `--sandbox` and `--mode`.
+    /// The agent reads the workspace and the system, and writes only its private temp and
+    /// config directories.
     ReadOnly,
-    /// `ReadOnly` plus writing the workspace (and extra roots the user names).
+    /// As read-only, plus writing the workspace (and the --write paths).
     #[default]
     WorkspaceWrite,
-    /// No confinement at all; only the private temp and config directories.
+    /// No confinement at all: the agent reads and writes whatever you can (it still gets a
+    /// private temp and config directory).
     DangerFullAccess,
 }
 

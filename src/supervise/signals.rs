@@ -1,8 +1,24 @@
 //! Signals sent to coder itself. Once listening, SIGINT, SIGTERM and SIGHUP no longer kill
 //! coder outright: they become a request to cancel the run, which stops the child tree and
-//! still prints the `cancelled` envelope.
+//! still prints the `cancelled` envelope. Before the run, while coder reads its prompt
+//! from stdin, [`CancellableStdin`] holds them, so a Ctrl-C at a pipe that never ends also
+//! gets its envelope.
 
+use std::io::Read;
+use std::os::fd::AsFd;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// The signals that cancel a run.
+const CANCELLING: [nix::sys::signal::Signal; 3] = [
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGHUP,
+];
 
 /// Listens for SIGINT, SIGTERM and SIGHUP.
 pub struct CancelSignals {
@@ -37,6 +53,103 @@ impl CancelSignals {
     /// The first signal received so far, if any.
     pub fn received(&self) -> Option<i32> {
         self.received
+    }
+}
+
+/// coder's stdin, read with SIGINT, SIGTERM and SIGHUP held (blocked in this thread and
+/// taken from a signalfd): a read waits for stdin or one of them, and one that arrives
+/// makes the read fail, so that the caller can answer with a `cancelled` envelope instead
+/// of dying silently. Made before any other thread exists (the signals are blocked only in
+/// the calling thread); dropping it lets them in again.
+pub struct CancellableStdin {
+    fd: SignalFd,
+    old: SigSet,
+    received: Option<i32>,
+}
+
+impl CancellableStdin {
+    pub fn hold() -> std::io::Result<Self> {
+        let mut mask = SigSet::empty();
+        for signal in CANCELLING {
+            mask.add(signal);
+        }
+        let mut old = SigSet::empty();
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))?;
+        match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+            Ok(fd) => Ok(CancellableStdin {
+                fd,
+                old,
+                received: None,
+            }),
+            Err(e) => {
+                let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The first cancelling signal that arrived so far (taken from the signalfd), if any.
+    pub fn received(&mut self) -> Option<i32> {
+        while self.received.is_none() {
+            match self.fd.read_signal() {
+                Ok(Some(info)) => {
+                    let signo = info.ssi_signo as i32;
+                    // Held, a signal the caller ignores (`nohup`'s SIGHUP) is pending too.
+                    if nix::sys::signal::Signal::try_from(signo).is_ok_and(|s| !is_ignored(s)) {
+                        self.received = Some(signo);
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.received
+    }
+}
+
+impl Read for CancellableStdin {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let stdin = std::io::stdin();
+        loop {
+            if let Some(signo) = self.received() {
+                return Err(std::io::Error::other(format!(
+                    "cancelled by {}",
+                    signal_name(signo)
+                )));
+            }
+            let mut fds = [
+                PollFd::new(stdin.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.fd.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            // Readable, at its end, or in error: the read itself says which.
+            if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                match nix::unistd::read(stdin.as_fd(), buf) {
+                    Err(Errno::EINTR) => continue,
+                    result => return result.map_err(Into::into),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for CancellableStdin {
+    fn drop(&mut self) {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old), None);
+    }
+}
+
+/// Whether `signal`'s disposition is to be ignored (inherited so from the caller).
+pub fn is_ignored(signal: nix::sys::signal::Signal) -> bool {
+    // SAFETY: `sigaction` with a null new action only writes the current one into
+    // `current`, a plain C struct for which all zeroes is a valid value.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -1,6 +1,7 @@
 //! Reading the task from standard input, for the run mode (`coder … -`, or no prompt) and
 //! `coder prompt`. One rule for both: a terminal on stdin is not a task (nobody is going to
-//! type one, and waiting would look like a hang), and the task must be UTF-8.
+//! type one, and waiting would look like a hang), the task must be UTF-8, and no more than
+//! a caller's bound is read (an endless pipe is refused, not buffered until memory runs out).
 
 use std::io::{IsTerminal, Read};
 
@@ -13,19 +14,35 @@ pub enum StdinError {
     Io(#[source] std::io::Error),
     #[error("stdin is not valid UTF-8")]
     NotUtf8,
+    #[error("stdin holds more than {max_bytes} bytes")]
+    TooLarge { max_bytes: usize },
 }
 
-/// The whole of `input` as text; refused when coder's own stdin is a terminal.
-pub fn read_task(input: &mut dyn Read) -> Result<String, StdinError> {
-    read_task_unless(std::io::stdin().is_terminal(), input)
+/// The whole of `input` as text, at most `max_bytes` of it; refused when coder's own stdin
+/// is a terminal.
+pub fn read_task(input: &mut dyn Read, max_bytes: usize) -> Result<String, StdinError> {
+    read_task_unless(std::io::stdin().is_terminal(), input, max_bytes)
 }
 
-fn read_task_unless(terminal: bool, input: &mut dyn Read) -> Result<String, StdinError> {
+fn read_task_unless(
+    terminal: bool,
+    input: &mut dyn Read,
+    max_bytes: usize,
+) -> Result<String, StdinError> {
     if terminal {
         return Err(StdinError::Terminal);
     }
     let mut bytes = Vec::new();
-    input.read_to_end(&mut bytes).map_err(StdinError::Io)?;
+    let limit = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    input
+        .take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(StdinError::Io)?;
+    if bytes.len() > max_bytes {
+        return Err(StdinError::TooLarge { max_bytes });
+    }
     String::from_utf8(bytes).map_err(|_| StdinError::NotUtf8)
 }
 
@@ -36,15 +53,19 @@ mod tests {
     #[test]
     fn reads_utf8_and_refuses_terminals_and_bytes() {
         assert_eq!(
-            read_task_unless(false, &mut &b"fix it"[..]).unwrap(),
+            read_task_unless(false, &mut &b"fix it"[..], 6).unwrap(),
             "fix it"
         );
         assert!(matches!(
-            read_task_unless(true, &mut &b"x"[..]),
+            read_task_unless(false, &mut &b"fix it"[..], 5),
+            Err(StdinError::TooLarge { max_bytes: 5 })
+        ));
+        assert!(matches!(
+            read_task_unless(true, &mut &b"x"[..], 10),
             Err(StdinError::Terminal)
         ));
         assert!(matches!(
-            read_task_unless(false, &mut &b"\xff"[..]),
+            read_task_unless(false, &mut &b"\xff"[..], 10),
             Err(StdinError::NotUtf8)
         ));
     }
