@@ -231,7 +231,11 @@ fn a_write_grant_inside_coders_state_directory_is_refused() {
         let marker = d.ws.join("ran");
         let script = format!("touch {}", marker.display());
         let out = sandbox(&d, &["--write", grant.to_str().unwrap()], &bash(&script));
-        assert!(!out.status.success(), "--write {part}: not refused");
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "--write {part}: not refused as config"
+        );
         assert!(
             stderr(&out).contains("coder's state directory"),
             "--write {part}: {}",
@@ -256,7 +260,11 @@ fn a_read_grant_reaching_coders_lock_files_is_refused() {
     for part in [".", "placeholders", "sandbox"] {
         let grant = state.join(part);
         let out = sandbox(&d, &["--read", grant.to_str().unwrap()], &bash(&script));
-        assert!(!out.status.success(), "--read {part}: not refused");
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "--read {part}: not refused as config"
+        );
         assert!(
             stderr(&out).contains("reaches its lock files"),
             "--read {part}: {}",

@@ -43,8 +43,9 @@ use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, HeldSignals, one_l
 #[command(
     name = "coder sandbox",
     about = "Run a command confined like the agent: Landlock, masked secrets, private root",
-    after_help = "Exit status: the command's; 78 when --cd is not an existing directory, \
-                  71 when the sandbox cannot be set up, 127 when the command is not found."
+    after_help = "Exit status: the command's; 78 when --cd is not an existing directory or \
+                  the grants would reach coder's state directory, 71 when the sandbox cannot \
+                  be set up, 127 when the command is not found."
 )]
 struct SandboxArgs {
     /// read-only, workspace-write or danger-full-access.
@@ -122,6 +123,10 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            // Grants that would hand the agent coder's own state: the caller's to change.
+            if let SandboxError::StateDirReachable { .. } = e {
+                return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
+            }
             ExitCode::from(EXIT_SANDBOX_ERROR)
         }
     }
