@@ -250,6 +250,28 @@ fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
     );
 }
 
+/// The answer saved as the plan is redacted like the envelope: a token the model quoted
+/// must not land in a file of the user's (often committed with the work).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_answer_saved_as_the_plan_is_redacted() {
+    let scene = Scene::new("plan_answer_secret.json");
+    let plan = scene.plan_beside();
+    let out = scene
+        .plan()
+        .arg("--plan-file")
+        .arg(&plan)
+        .arg("plan it")
+        .run();
+    let token = "ghp_Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LmNbVc";
+    let saved = std::fs::read_to_string(&plan).unwrap();
+    assert!(
+        !saved.contains(token) && saved.contains("[REDACTED]") && saved.contains("# Plan"),
+        "{saved}"
+    );
+    assert!(!out.stdout.contains(token), "{}", out.explain());
+}
+
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_plan_written_from_the_shell_goes_to_the_default_file_of_the_run() {

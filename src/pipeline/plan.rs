@@ -142,7 +142,7 @@ pub fn read(file: &Path) -> std::io::Result<String> {
 /// the plan's text. A plan run whose agent answered but left the file empty gets its final
 /// answer saved as the plan (weak models often answer with the plan instead of writing
 /// it), with a warning saying so.
-pub fn attach(envelope: &mut Envelope, role: &PlanRole) {
+pub fn attach(envelope: &mut Envelope, role: &PlanRole, secrets: &crate::text::Secrets) {
     envelope.plan_file = Some(role.file().display().to_string());
     let PlanRole::Write { file } = role else {
         return;
@@ -159,6 +159,8 @@ pub fn attach(envelope: &mut Envelope, role: &PlanRole) {
     if text.trim().is_empty() {
         match envelope.result.as_deref().filter(|r| !r.trim().is_empty()) {
             Some(answer) if envelope.success => {
+                // Redacted like the envelope: the file is the user's, often committed.
+                let answer = secrets.redact(answer).into_owned();
                 let saved = std::fs::OpenOptions::new()
                     .write(true)
                     .truncate(true)
@@ -172,7 +174,7 @@ pub fn attach(envelope: &mut Envelope, role: &PlanRole) {
                              there as the plan"
                                 .to_owned(),
                         );
-                        text = crate::text::head_with_marker(answer, MAX_PLAN_BYTES).into_owned();
+                        text = crate::text::head_with_marker(&answer, MAX_PLAN_BYTES).into_owned();
                     }
                     Err(e) => envelope.warnings.push(format!(
                         "the plan file is empty and the answer could not be saved there: {e}"

@@ -118,7 +118,7 @@ pub async fn run(request: RunRequest) -> Envelope {
     .await;
     many.finish(&mut envelope, &request, &redaction);
     if let Some(role) = &request.plan {
-        crate::pipeline::plan::attach(&mut envelope, role);
+        crate::pipeline::plan::attach(&mut envelope, role, &redaction);
     }
     // The one place the finished envelope is redacted: before it is recorded or printed.
     envelope.redact(&redaction);
