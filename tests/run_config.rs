@@ -186,6 +186,19 @@ fn unknown_flag_is_a_usage_error_with_an_envelope() {
     );
 }
 
+/// A flag that needs another names the missing one (clap lists it on a line of its own).
+#[test]
+fn a_flag_missing_the_flag_it_needs_is_named() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["--worktree-base", "main", "task"]));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("required arguments were not provided: --worktree"),
+        "{error}"
+    );
+}
+
 #[test]
 fn unknown_sandbox_mode_is_a_usage_error() {
     let fake = fake();

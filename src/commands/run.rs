@@ -115,12 +115,21 @@ pub(crate) fn usage_error(e: &clap::Error, help_hint: &str) -> Output {
         Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
         _ => {
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
+            let mut lines = text.lines().skip_while(|l| l.trim().is_empty());
+            let mut first = lines
+                .next()
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ")
                 .to_owned();
+            // clap lists what the line is about on indented lines below it ("the following
+            // required arguments were not provided:\n  --worktree"): keep them.
+            if first.ends_with(':') {
+                let listed: Vec<&str> = lines
+                    .take_while(|l| l.starts_with("  "))
+                    .map(str::trim)
+                    .collect();
+                first = format!("{first} {}", listed.join(", "));
+            }
             // clap lists the valid values on a line of its own; keep it.
             let values = text
                 .lines()
