@@ -199,6 +199,36 @@ fn a_flag_missing_the_flag_it_needs_is_named() {
     );
 }
 
+/// clap says only that "one or more arguments" are not UTF-8: coder names which, and a
+/// non-UTF-8 path before it (paths may be any bytes) is not blamed.
+#[test]
+fn a_non_utf8_argument_is_named() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = |b: &[u8]| OsString::from_vec(b.to_vec());
+    let fake = fake();
+    let contract = fake.root().join(bytes(b"contract-\xff.md"));
+    std::fs::write(&contract, "be careful").unwrap();
+    let out = run(&fake, |c| {
+        c.arg("--contract")
+            .arg(&contract)
+            .arg("--timeout")
+            .arg(bytes(b"3\xff"))
+            .arg("task")
+    });
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("of --timeout is not valid UTF-8"), "{error}");
+
+    let out = run(&fake, |c| c.arg(bytes(b"fix \xfe it")));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("the argument \"fix \u{fffd} it\" is not valid UTF-8"),
+        "{error}"
+    );
+}
+
 #[test]
 fn unknown_sandbox_mode_is_a_usage_error() {
     let fake = fake();
