@@ -229,6 +229,27 @@ fn a_non_utf8_argument_is_named() {
     );
 }
 
+/// The commonest slips get clap's tips and coder's own: a task of several words without
+/// quotes, a misspelt flag.
+#[test]
+fn usage_errors_carry_their_tips() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["fix", "the", "bug"]));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("unexpected argument 'the'") && error.contains("put it in quotes"),
+        "{error}"
+    );
+    let out = run(&fake, |c| c.args(["--timeot", "5", "task"]));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("a similar argument exists: '--timeout'"),
+        "{error}"
+    );
+}
+
 #[test]
 fn unknown_sandbox_mode_is_a_usage_error() {
     let fake = fake();

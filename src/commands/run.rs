@@ -146,8 +146,27 @@ pub(crate) fn usage_error<P: clap::Parser>(
                 .find(|l| l.starts_with("[possible values:"))
                 .map(|l| format!(" {l}"))
                 .unwrap_or_default();
+            // clap's tips ("to pass '-f' as a value, use '-- -f'"), and one of coder's own
+            // for the commonest slip: a task of several words without quotes.
+            let mut tips: Vec<String> = text
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("tip: "))
+                .map(str::to_owned)
+                .collect();
+            let stray_word = matches!(
+                e.get(clap::error::ContextKind::InvalidArg),
+                Some(clap::error::ContextValue::String(arg)) if !arg.starts_with('-')
+            );
+            if e.kind() == Clap::UnknownArgument && stray_word {
+                tips.push(
+                    "the task is one argument: put it in quotes, as in --cd DIR \"fix the \
+                     failing test\""
+                        .to_owned(),
+                );
+            }
+            let tips: String = tips.iter().map(|t| format!("; {t}")).collect();
             config_error(
-                format!("{first}{values} (see {help_hint})"),
+                format!("{first}{values}{tips} (see {help_hint})"),
                 USAGE_EXIT,
                 KnownLimits::default(),
             )
