@@ -121,6 +121,16 @@ fn non_numeric_durations() {
     }
 }
 
+/// A timeout below a nanosecond is zero: refused like 0, not a run stopped at once.
+#[test]
+fn a_timeout_that_rounds_to_zero() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["--timeout", "0.0000000001", "task"]));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("greater than 0 seconds"), "{error}");
+}
+
 #[test]
 fn malformed_request_json() {
     for body in [
