@@ -158,6 +158,72 @@ fn a_routed_run_reports_its_choice_and_records_it_with_its_outcome() {
     assert!(fx.choices().is_empty());
 }
 
+/// `coder route … --store URL` reads that store wherever `--store` stands: after the
+/// subcommand (as the README writes it) as well as before it, and among explain's flags.
+#[test]
+fn route_takes_store_after_the_subcommand_too() {
+    let fx = Fx::new("deepseek");
+    let other = fx.root.join("other.db");
+    let other = other.to_str().unwrap();
+    let mut cmd = fx.command(&["--cd"]);
+    cmd.arg(&fx.ws).arg("--claude-bin").arg(&fx.bin).args([
+        "--store",
+        other,
+        "--backend",
+        "auto:deepseek",
+        "a task",
+    ]);
+    let out = cmd.output_bounded();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        fx.choices().is_empty(),
+        "the run used --store, not the default"
+    );
+
+    for args in [
+        ["stats", "--json", "--store", other],
+        ["--store", other, "stats", "--json"],
+    ] {
+        let out = fx.route(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            stats["tallies"][0]["backend"], "deepseek",
+            "{args:?}: {stats}"
+        );
+    }
+    for args in [
+        [
+            "explain",
+            "--store",
+            other,
+            "--json",
+            "--backend",
+            "auto:deepseek,glm",
+            "t",
+        ],
+        [
+            "explain",
+            "--json",
+            "--backend",
+            "auto:deepseek,glm",
+            "--store",
+            other,
+            "t",
+        ],
+    ] {
+        let out = fx.route(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let explain: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let arms = explain["arms"].as_array().unwrap();
+        let deepseek = arms.iter().find(|a| a["backend"] == "deepseek").unwrap();
+        assert_eq!(
+            deepseek["posterior"]["successes"], 1,
+            "{args:?}: the explanation did not read {other}: {explain}"
+        );
+    }
+}
+
 /// A resumed session goes back to the backend it was made on, whatever the policy would
 /// draw (another backend could not continue it).
 #[test]

@@ -121,6 +121,16 @@ fn non_numeric_durations() {
     }
 }
 
+/// A timeout below a nanosecond is zero: refused like 0, not a run stopped at once.
+#[test]
+fn a_timeout_that_rounds_to_zero() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["--timeout", "0.0000000001", "task"]));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("greater than 0 seconds"), "{error}");
+}
+
 #[test]
 fn malformed_request_json() {
     for body in [
@@ -183,6 +193,70 @@ fn unknown_flag_is_a_usage_error_with_an_envelope() {
                 .contains("--frobnicate"),
         "names the flag: {}",
         out.explain()
+    );
+}
+
+/// A flag that needs another names the missing one (clap lists it on a line of its own).
+#[test]
+fn a_flag_missing_the_flag_it_needs_is_named() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["--worktree-base", "main", "task"]));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("required arguments were not provided: --worktree"),
+        "{error}"
+    );
+}
+
+/// clap says only that "one or more arguments" are not UTF-8: coder names which, and a
+/// non-UTF-8 path before it (paths may be any bytes) is not blamed.
+#[test]
+fn a_non_utf8_argument_is_named() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = |b: &[u8]| OsString::from_vec(b.to_vec());
+    let fake = fake();
+    let contract = fake.root().join(bytes(b"contract-\xff.md"));
+    std::fs::write(&contract, "be careful").unwrap();
+    let out = run(&fake, |c| {
+        c.arg("--contract")
+            .arg(&contract)
+            .arg("--timeout")
+            .arg(bytes(b"3\xff"))
+            .arg("task")
+    });
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("of --timeout is not valid UTF-8"), "{error}");
+
+    let out = run(&fake, |c| c.arg(bytes(b"fix \xfe it")));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("the argument \"fix \u{fffd} it\" is not valid UTF-8"),
+        "{error}"
+    );
+}
+
+/// The commonest slips get clap's tips and coder's own: a task of several words without
+/// quotes, a misspelt flag.
+#[test]
+fn usage_errors_carry_their_tips() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["fix", "the", "bug"]));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("unexpected argument 'the'") && error.contains("put it in quotes"),
+        "{error}"
+    );
+    let out = run(&fake, |c| c.args(["--timeot", "5", "task"]));
+    assert_config_error(&fake, &out, 2);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("a similar argument exists: '--timeout'"),
+        "{error}"
     );
 }
 

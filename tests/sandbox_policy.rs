@@ -506,11 +506,10 @@ fn a_transcript_path_in_the_workspace_or_through_a_symlink_is_refused() {
     ] {
         let out = fake.coder().arg("--transcript").arg(&path).arg("go").run();
         let detail = out.assert_failure("config_error", 78);
-        assert!(
-            detail["message"].as_str().unwrap().contains("--transcript"),
-            "{}",
-            out.explain()
-        );
+        let message = detail["message"].as_str().unwrap();
+        assert!(message.contains("--transcript"), "{}", out.explain());
+        // One sentence, not the source's indentation.
+        assert!(!message.contains("  "), "{message}");
     }
     assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
 }

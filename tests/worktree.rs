@@ -380,6 +380,85 @@ fn a_cancelled_run_commits_and_cleans_up() {
     fx.assert_clean();
 }
 
+/// A signal while coder is still making the checkout (a big repository takes seconds):
+/// the run ends `cancelled` with its envelope and the checkout is removed, instead of coder
+/// dying with no envelope and the checkout left behind. Sent to coder alone (the checkout
+/// goes on, the run stops at its start) and to the whole group, as a terminal's Ctrl-C is
+/// (git dies with it).
+#[test]
+fn a_signal_while_the_checkout_is_made_is_cancelled_and_cleans_up() {
+    for whole_group in [false, true] {
+        let fx = Fx::new(None);
+        let ready = fx.root.join("checkout-started");
+        let go = fx.root.join("checkout-go");
+        let wrapper_dir = fx.root.join("slow-git");
+        fs::create_dir_all(&wrapper_dir).unwrap();
+        let wrapper = wrapper_dir.join("git");
+        fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\ncase \" $* \" in *\" reset \"*\"--hard\"*)\n  touch '{}'\n  \
+                 while [ ! -e '{}' ]; do sleep 0.05; done;;\nesac\nexec /usr/bin/git \"$@\"\n",
+                ready.display(),
+                go.display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+        let slow = fx.root.join("slow");
+        fs::write(&slow, "#!/bin/bash\ncat >/dev/null\nexec sleep 60\n").unwrap();
+        fs::set_permissions(&slow, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = fx.coder(&slow, &["--worktree"], "slow");
+        cmd.env(
+            "PATH",
+            format!("{}:/usr/local/bin:/usr/bin:/bin", wrapper_dir.display()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !ready.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the checkout never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if whole_group {
+            // `timeout` (coder's parent here) sends the signal to its whole group.
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+        } else {
+            let children = format!("/proc/{0}/task/{0}/children", child.id());
+            let coder: i32 = fs::read_to_string(&children)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("coder under timeout");
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(coder),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+            // Pending at once: without its handler, coder would die of it now, while
+            // the checkout still waits (the wrapper holds it).
+        }
+        fs::write(&go, "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let env: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no envelope ({e}, whole group: {whole_group}): {out:?}"));
+        assert_eq!(
+            env["error_kind"], "cancelled",
+            "whole group: {whole_group}: {env}"
+        );
+        fx.assert_clean();
+    }
+}
+
 /// Three runs at once on one repository, each writing the same file name: none sees
 /// another's file, each branch holds only its own.
 #[test]

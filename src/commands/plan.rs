@@ -53,10 +53,12 @@ pub fn plan_command(args: &[OsString]) -> ExitCode {
 }
 
 fn plan_mode(args: &[OsString]) -> Output {
-    let argv = std::iter::once(OsString::from("coder plan")).chain(args.iter().cloned());
-    let parsed = match PlanArgs::try_parse_from(argv) {
+    let argv: Vec<OsString> = std::iter::once(OsString::from("coder plan"))
+        .chain(args.iter().cloned())
+        .collect();
+    let parsed = match PlanArgs::try_parse_from(&argv) {
         Ok(parsed) => parsed,
-        Err(e) => return usage_error(&e, "coder plan --help"),
+        Err(e) => return usage_error::<PlanArgs>(&e, &argv, "coder plan --help"),
     };
     let limits = parsed.run.known_limits();
     let fail = |message: String| {

@@ -86,7 +86,7 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
                 Err(e) => fail(&e.to_string()),
             }
         }
-        RouteCommand::Explain { run_args } => explain(run_args, &state_dir),
+        RouteCommand::Explain { run_args } => explain(run_args, &parsed.store, &state_dir),
     }
 }
 
@@ -133,7 +133,13 @@ fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
     out
 }
 
-fn explain(mut run_args: Vec<OsString>, state_dir: &std::path::Path) -> ExitCode {
+/// `store`: the route-level `--store` (global, so clap takes it also when it comes first
+/// among explain's run flags).
+fn explain(
+    mut run_args: Vec<OsString>,
+    store: &StoreArgs,
+    state_dir: &std::path::Path,
+) -> ExitCode {
     let json = run_args.iter().any(|a| a == "--json");
     run_args.retain(|a| a != "--json");
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
@@ -149,6 +155,10 @@ fn explain(mut run_args: Vec<OsString>, state_dir: &std::path::Path) -> ExitCode
     if parsed.cd.is_none() {
         parsed.cd = Some(std::path::PathBuf::from("."));
     }
+    if parsed.store.store.is_none() {
+        parsed.store.store.clone_from(&store.store);
+    }
+    parsed.store.optional |= store.optional;
     let request = match parsed.into_request(&mut std::io::stdin()) {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),

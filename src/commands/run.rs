@@ -107,20 +107,38 @@ fn early_error(kind: ErrorKind, message: String, exit_code: u8, limits: KnownLim
     }
 }
 
-/// The output for a clap error: help or version text, else a usage `config_error` (exit
-/// 2) with clap's first line and the valid values.
-pub(crate) fn usage_error(e: &clap::Error, help_hint: &str) -> Output {
+/// The output for a clap error of parsing `args` as a `P`: help or version text, else a
+/// usage `config_error` (exit 2) with clap's first line and the valid values.
+pub(crate) fn usage_error<P: clap::Parser>(
+    e: &clap::Error,
+    args: &[OsString],
+    help_hint: &str,
+) -> Output {
     use clap::error::ErrorKind as Clap;
     match e.kind() {
         Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
+        Clap::InvalidUtf8 if let Some(which) = non_utf8_argument::<P>(args) => config_error(
+            format!("{which} is not valid UTF-8; give it as UTF-8 text (see {help_hint})"),
+            USAGE_EXIT,
+            KnownLimits::default(),
+        ),
         _ => {
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
+            let mut lines = text.lines().skip_while(|l| l.trim().is_empty());
+            let mut first = lines
+                .next()
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ")
                 .to_owned();
+            // clap lists what the line is about on indented lines below it ("the following
+            // required arguments were not provided:\n  --worktree"): keep them.
+            if first.ends_with(':') {
+                let listed: Vec<&str> = lines
+                    .take_while(|l| l.starts_with("  "))
+                    .map(str::trim)
+                    .collect();
+                first = format!("{first} {}", listed.join(", "));
+            }
             // clap lists the valid values on a line of its own; keep it.
             let values = text
                 .lines()
@@ -128,8 +146,27 @@ pub(crate) fn usage_error(e: &clap::Error, help_hint: &str) -> Output {
                 .find(|l| l.starts_with("[possible values:"))
                 .map(|l| format!(" {l}"))
                 .unwrap_or_default();
+            // clap's tips ("to pass '-f' as a value, use '-- -f'"), and one of coder's own
+            // for the commonest slip: a task of several words without quotes.
+            let mut tips: Vec<String> = text
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("tip: "))
+                .map(str::to_owned)
+                .collect();
+            let stray_word = matches!(
+                e.get(clap::error::ContextKind::InvalidArg),
+                Some(clap::error::ContextValue::String(arg)) if !arg.starts_with('-')
+            );
+            if e.kind() == Clap::UnknownArgument && stray_word {
+                tips.push(
+                    "the task is one argument: put it in quotes, as in --cd DIR \"fix the \
+                     failing test\""
+                        .to_owned(),
+                );
+            }
+            let tips: String = tips.iter().map(|t| format!("; {t}")).collect();
             config_error(
-                format!("{first}{values} (see {help_hint})"),
+                format!("{first}{values}{tips} (see {help_hint})"),
                 USAGE_EXIT,
                 KnownLimits::default(),
             )
@@ -137,10 +174,51 @@ pub(crate) fn usage_error(e: &clap::Error, help_hint: &str) -> Output {
     }
 }
 
+/// clap says only that "one or more arguments" are not UTF-8: the first of `args` that
+/// clap refuses for it (paths may be any bytes), with the flag before it.
+fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
+    let bad: Vec<usize> = (0..args.len())
+        .filter(|&i| args[i].to_str().is_none())
+        .collect();
+    let culprit = bad.iter().copied().find(|&i| {
+        // Every other non-UTF-8 argument made text: does clap still refuse?
+        let probe: Vec<OsString> = args
+            .iter()
+            .enumerate()
+            .map(|(j, a)| match j != i && bad.contains(&j) {
+                true => OsString::from(a.to_string_lossy().into_owned()),
+                false => a.clone(),
+            })
+            .collect();
+        P::try_parse_from(&probe).is_err_and(|e| e.kind() == clap::error::ErrorKind::InvalidUtf8)
+    })?;
+    let shown = format!("{:?}", args[culprit].to_string_lossy());
+    // `--flag VALUE`: name the flag when it takes a value.
+    let command = P::command();
+    let flag = culprit
+        .checked_sub(1)
+        .filter(|&p| p > 0)
+        .and_then(|p| args[p].to_str())
+        .and_then(|a| a.strip_prefix("--"))
+        .filter(|name| {
+            command.get_arguments().any(|arg| {
+                arg.get_action().takes_values()
+                    && (arg.get_long() == Some(name)
+                        || arg
+                            .get_all_aliases()
+                            .is_some_and(|aliases| aliases.contains(name)))
+            })
+        });
+    Some(match flag {
+        Some(name) => format!("the value {shown} of --{name}"),
+        None => format!("the argument {shown}"),
+    })
+}
+
 fn run_mode(args: &[OsString]) -> Output {
     let parsed = match RunArgs::parse_from_args(args) {
         Ok(parsed) => parsed,
-        Err(e) => return usage_error(&e, "coder --help"),
+        Err(e) => return usage_error::<RunArgs>(&e, args, "coder --help"),
     };
     if std::env::var_os("CODER_DEBUG_PANIC").is_some_and(|v| v == "1") {
         // A deliberate crash, so the unexpected_exception path can be exercised end to end.

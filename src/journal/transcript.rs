@@ -87,7 +87,9 @@ pub fn check_location(path: &Path, workspace: &Path) -> Result<(), String> {
     };
     let inside = || {
         format!(
-            "--transcript {} lies inside the workspace {}: the agent could replace it, or a              directory on its way, with a symlink and make coder overwrite any file; write              the transcript outside the workspace",
+            "--transcript {} lies inside the workspace {}: the agent could replace it, or a \
+             directory on its way, with a symlink and make coder overwrite any file; write \
+             the transcript outside the workspace",
             path.display(),
             workspace.display()
         )
@@ -107,7 +109,8 @@ pub fn check_location(path: &Path, workspace: &Path) -> Result<(), String> {
     }
     if std::fs::symlink_metadata(&absolute).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(format!(
-            "--transcript {} is a symlink; coder does not follow one there (it could point              at any file): name the real file",
+            "--transcript {} is a symlink; coder does not follow one there (it could point \
+             at any file): name the real file",
             path.display()
         ));
     }

@@ -864,7 +864,14 @@ pub fn parse_seconds(name: &str, text: &str, zero_ok: bool) -> Result<Duration, 
             "{name} is too large: {text} seconds is more than a year"
         )));
     }
-    Ok(Duration::from_secs_f64(value))
+    let duration = Duration::from_secs_f64(value);
+    // Below a nanosecond it is 0, which stopped the run at once ("no output for 0 s").
+    if duration.is_zero() && !zero_ok {
+        return Err(ArgError::Invalid(format!(
+            "{name} must be greater than 0 seconds (got {text:?}, less than a nanosecond)"
+        )));
+    }
+    Ok(duration)
 }
 
 fn parse_count(name: &str, text: &str) -> Result<u32, ArgError> {

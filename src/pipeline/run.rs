@@ -50,11 +50,44 @@ pub async fn run(request: RunRequest) -> Envelope {
         Ok(dir) => dir,
         Err(e) => return Envelope::early_failure(ErrorKind::ConfigError, e.to_string()),
     };
+    // From here on SIGINT, SIGTERM and SIGHUP only cancel: one that arrives while the
+    // worktree is made or the store is reached (seconds, on a big repository or a far
+    // server) is acted on at the run's first wait, and the worktree is cleaned up, instead
+    // of killing coder with a checkout and branch left behind and no envelope.
+    let mut signals = match CancelSignals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            return Envelope::early_failure(
+                ErrorKind::UnexpectedException,
+                format!("cannot install signal handlers: {e}"),
+            );
+        }
+    };
     // `--backend auto` and `--worktree` rewrite the request before anything reads it.
     let mut request = request;
     let many = match crate::pipeline::many::begin(&mut request, &run_id, &state_dir) {
         Ok(many) => many,
-        Err(envelope) => return *envelope,
+        Err(envelope) => {
+            // A Ctrl-C at a terminal reaches the git that makes the checkout too: its
+            // failure is then the signal's doing, and the run was cancelled.
+            let pending = tokio::select! {
+                biased;
+                signo = signals.recv() => Some(signo),
+                () = std::future::ready(()) => None,
+            };
+            return match pending {
+                Some(signo) => {
+                    let name = signal_name(signo);
+                    let mut cancelled = Envelope::early_failure(
+                        ErrorKind::Cancelled,
+                        format!("cancelled by {name} before the run started"),
+                    );
+                    cancelled.exit_code = crate::exit::cancelled_exit_code(signo);
+                    cancelled
+                }
+                None => *envelope,
+            };
+        }
     };
     let runs_dir = transcript::runs_dir(&state_dir);
     let transcript_path = request
@@ -112,6 +145,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         &process_env,
         &state_dir,
         run_started,
+        &mut signals,
         &mut journal,
         &mut teardown,
     )
@@ -350,24 +384,18 @@ fn requested_backend(request: &RunRequest) -> String {
         .unwrap_or_else(|| "default".to_owned())
 }
 
+// The signals come from `run`, which listens from before the worktree is made.
+#[allow(clippy::too_many_arguments)]
 async fn run_attempts(
     request: &RunRequest,
     backend: Result<config::ResolvedBackend, config::ConfigError>,
     process_env: &[(OsString, OsString)],
     state_dir: &std::path::Path,
     run_started: Instant,
+    signals: &mut CancelSignals,
     journal: &mut RunJournal,
     teardown: &mut Teardown,
 ) -> Envelope {
-    let mut signals = match CancelSignals::install() {
-        Ok(signals) => signals,
-        Err(e) => {
-            return Envelope::early_failure(
-                ErrorKind::UnexpectedException,
-                format!("cannot install signal handlers: {e}"),
-            );
-        }
-    };
     let mut run = Run::new(request, run_started);
     if let Err(e) = supervise::tree::become_subreaper() {
         run.warnings.push(format!(
@@ -402,7 +430,7 @@ async fn run_attempts(
         &prepared.backend,
         state_dir,
         run.limits.deadline,
-        &mut signals,
+        signals,
         journal,
         &mut run.warnings,
     )
@@ -423,7 +451,7 @@ async fn run_attempts(
     let baseline = match &request.checks.verify {
         Some(verify) if verify.baseline => {
             match prepared
-                .check(request, "baseline", &run, &mut signals, journal)
+                .check(request, "baseline", &run, signals, journal)
                 .await
             {
                 Ok(check) => Some(check),
@@ -439,18 +467,12 @@ async fn run_attempts(
         _ => None,
     };
     let envelope = prepared
-        .attempt_loop(request.clone(), &mut run, &mut signals, journal)
+        .attempt_loop(request.clone(), &mut run, signals, journal)
         .await;
     crate::phases::mark("attempts.done");
     let envelope = prepared
         .verified(
-            envelope,
-            request,
-            ledger,
-            baseline,
-            &mut run,
-            &mut signals,
-            journal,
+            envelope, request, ledger, baseline, &mut run, signals, journal,
         )
         .await;
     crate::phases::mark("verified");

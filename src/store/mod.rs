@@ -32,12 +32,13 @@ use sql::Conn;
 pub struct StoreArgs {
     /// Where slots, cooldowns and the routing ledger live: a SQLite file (path or
     /// sqlite:PATH) or postgres://… shared by many machines [default: <state>/coder.db].
-    #[arg(long = "store", value_name = "URL", env = "CODER_STORE")]
+    // `global`: `coder route stats --store URL` as well as `coder route --store URL stats`.
+    #[arg(long = "store", value_name = "URL", env = "CODER_STORE", global = true)]
     pub store: Option<String>,
 
     /// When the store cannot be opened, run anyway without slots, cooldowns or routing
     /// (and say so in the envelope's warnings) instead of failing with config_error.
-    #[arg(long = "store-optional", env = "CODER_STORE_OPTIONAL")]
+    #[arg(long = "store-optional", env = "CODER_STORE_OPTIONAL", global = true)]
     pub optional: bool,
 }
 
