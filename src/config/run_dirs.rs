@@ -18,6 +18,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -44,24 +45,15 @@ impl RunLock {
         Self::take_at(lock_path(dir))
     }
 
-    /// Create and lock `path` as a run's lock file. The lock is taken blocking: another
-    /// coder may hold it shared for the moment its liveness check takes.
+    /// Create and lock `path` as a run's lock file. Another coder may hold it shared for
+    /// the moment its liveness check takes: waited for, up to [`TAKE_WAIT`].
     pub fn take_at(path: PathBuf) -> std::io::Result<RunLock> {
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        let lock = Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, errno)| std::io::Error::from(errno))?;
+        let file = super::state_file::open(&path)?;
+        let deadline = Instant::now() + TAKE_WAIT;
+        let lock = super::state_file::lock_until(file, FlockArg::LockExclusiveNonblock, deadline)?;
         Ok(RunLock { path, _lock: lock })
     }
-}
 
-impl RunLock {
     /// Remove the lock file, still holding the lock: for a run whose directory is gone,
     /// and which may end by a signal's default action rather than by dropping this.
     pub fn unlink(&self) {
@@ -75,6 +67,9 @@ impl Drop for RunLock {
         self.unlink();
     }
 }
+
+/// How long a run waits for its new lock file, held shared by another coder's check.
+const TAKE_WAIT: Duration = Duration::from_secs(10);
 
 /// The lock file of run directory `dir`.
 pub fn lock_path(dir: &Path) -> PathBuf {

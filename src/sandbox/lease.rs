@@ -38,16 +38,16 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use super::SandboxError;
 use super::scan::Placeholder;
+use crate::config::state_file::{self, lock_until};
 
 /// How long a run waits for another run to finish removing placeholders in its tree, or
 /// for the registry, before it gives up.
@@ -183,7 +183,7 @@ impl Registry {
     fn open(dir: &Path) -> Result<Registry, SandboxError> {
         let path = dir.join(REGISTRY);
         let io = |e: std::io::Error| SandboxError::io(format!("open {}", path.display()), e);
-        let file = open_state_file(&path).map_err(io)?;
+        let file = state_file::open(&path).map_err(io)?;
         let deadline = Instant::now() + WAIT_LIMIT;
         let mut file = lock_until(file, FlockArg::LockExclusiveNonblock, deadline)
             .map_err(|e| io(std::io::Error::from(e)))?;
@@ -258,7 +258,7 @@ fn open_lock_file(dir: &Path, path: &Path) -> Result<fs::File, SandboxError> {
 /// Lock file number `slot` of the lease directory `dir` (created empty when absent).
 fn open_slot(dir: &Path, slot: u64) -> Result<fs::File, SandboxError> {
     let lock_path = dir.join(format!("{slot:03x}.lock"));
-    open_state_file(&lock_path)
+    state_file::open(&lock_path)
         .map_err(|e| SandboxError::io(format!("open {}", lock_path.display()), e))
 }
 
@@ -270,41 +270,6 @@ fn lock_slot(path: &Path) -> u64 {
         Err(_) => fnv1a(path.as_os_str().as_bytes()),
     };
     hash % LOCK_FILES
-}
-
-/// A file of the lease directory, opened for reading and writing (created private and
-/// empty when absent; never through a symlink).
-fn open_state_file(path: &Path) -> std::io::Result<fs::File> {
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-/// Take `how` (a non-blocking `flock`) on `file`, trying again until `deadline` while
-/// another process holds a conflicting lock. Polled rather than blocking: a blocking
-/// `flock` cannot be given a deadline, and a holder that is stopped must not hang coder.
-fn lock_until(
-    mut file: fs::File,
-    how: FlockArg,
-    deadline: Instant,
-) -> Result<Flock<fs::File>, Errno> {
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match Flock::lock(file, how) {
-            Ok(lock) => return Ok(lock),
-            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
-                file = back;
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            Err((_, errno)) => return Err(errno),
-        }
-    }
 }
 
 /// Whether every directory from `/` down to `path`'s parent is a directory, not a
@@ -509,7 +474,7 @@ mod tests {
         let soon = Instant::now() + Duration::from_millis(30);
         assert_eq!(
             lock_until(file, FlockArg::LockSharedNonblock, soon).err(),
-            Some(Errno::EWOULDBLOCK)
+            Some(nix::errno::Errno::EWOULDBLOCK)
         );
         drop(held);
         assert!(PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).is_ok());
