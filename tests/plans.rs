@@ -226,10 +226,10 @@ fn edit_opens_the_editor_on_the_plan_when_on_a_terminal() {
     assert!(env.get("warnings").is_none(), "{env}");
 }
 
-#[test]
-#[ignore = "needs the claude CLI: scripts/test runs it"]
-fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
-    let scene = Scene::new("plan_answer_only.json");
+/// `coder plan --plan-file FILE "plan it"` on `cassette`, whose model answers with its plan
+/// instead of writing the file: the outcome and the file (the scene keeps it).
+fn plan_by_answer(cassette: &str) -> (Scene, common::Outcome, PathBuf) {
+    let scene = Scene::new(cassette);
     let plan = scene.plan_beside();
     let out = scene
         .plan()
@@ -237,6 +237,13 @@ fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
         .arg(&plan)
         .arg("plan it")
         .run();
+    (scene, out, plan)
+}
+
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
+    let (_scene, out, plan) = plan_by_answer("plan_answer_only.json");
     let text = "# Plan\n\n1. Answer instead of writing the file.";
     out.assert_success(text);
     let env = &out.envelope;
@@ -255,14 +262,7 @@ fn an_answer_instead_of_a_written_plan_is_saved_as_the_plan() {
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn an_answer_saved_as_the_plan_is_redacted() {
-    let scene = Scene::new("plan_answer_secret.json");
-    let plan = scene.plan_beside();
-    let out = scene
-        .plan()
-        .arg("--plan-file")
-        .arg(&plan)
-        .arg("plan it")
-        .run();
+    let (_scene, out, plan) = plan_by_answer("plan_answer_secret.json");
     let token = "ghp_Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LmNbVc";
     let saved = std::fs::read_to_string(&plan).unwrap();
     assert!(

@@ -228,21 +228,19 @@ fn a_write_grant_inside_coders_state_directory_is_refused() {
     for part in ["sandbox", "placeholders", "listings", "."] {
         let grant = state.join(part);
         fs::create_dir_all(&grant).unwrap();
-        let marker = d.ws.join("ran");
-        let script = format!("touch {}", marker.display());
-        let out = sandbox(&d, &["--write", grant.to_str().unwrap()], &bash(&script));
-        assert_eq!(
-            out.status.code(),
-            Some(78),
-            "--write {part}: not refused as config"
-        );
-        assert!(
-            stderr(&out).contains("coder's state directory"),
-            "--write {part}: {}",
-            stderr(&out)
-        );
-        assert!(!marker.exists(), "--write {part}: the command ran");
+        assert_state_grant_refused(&d, "--write", &grant, "coder's state directory");
     }
+}
+
+/// `coder sandbox FLAG GRANT -- touch ran` exits 78 naming `why`, and the command never ran.
+fn assert_state_grant_refused(d: &Dirs, flag: &str, grant: &Path, why: &str) {
+    let marker = d.ws.join("ran");
+    let script = format!("touch {}", marker.display());
+    let out = sandbox(d, &[flag, grant.to_str().unwrap()], &bash(&script));
+    let what = format!("{flag} {}", grant.display());
+    assert_eq!(out.status.code(), Some(78), "{what}: not refused as config");
+    assert!(stderr(&out).contains(why), "{what}: {}", stderr(&out));
+    assert!(!marker.exists(), "{what}: the command ran");
 }
 
 /// `flock` locks through a descriptor opened for reading: a `--read` grant reaching the
@@ -255,23 +253,11 @@ fn a_read_grant_reaching_coders_lock_files_is_refused() {
     let state = d.home.join(".local/state/coder");
     let out = sandbox(&d, &[], &["true"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    for part in [".", "placeholders", "sandbox"] {
+        assert_state_grant_refused(&d, "--read", &state.join(part), "reaches its lock files");
+    }
     let marker = d.ws.join("ran");
     let script = format!("touch {}", marker.display());
-    for part in [".", "placeholders", "sandbox"] {
-        let grant = state.join(part);
-        let out = sandbox(&d, &["--read", grant.to_str().unwrap()], &bash(&script));
-        assert_eq!(
-            out.status.code(),
-            Some(78),
-            "--read {part}: not refused as config"
-        );
-        assert!(
-            stderr(&out).contains("reaches its lock files"),
-            "--read {part}: {}",
-            stderr(&out)
-        );
-        assert!(!marker.exists(), "--read {part}: the command ran");
-    }
     let transcripts = state.join("runs");
     fs::create_dir_all(&transcripts).unwrap();
     let out = sandbox(

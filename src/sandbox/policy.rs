@@ -537,26 +537,13 @@ impl Policy {
         // Refused before any lock is taken or cache touched: an agent that can reach the
         // lock files must not get a run that relies on them.
         let state = coder_state_dir()?;
-        PlaceholderLease::dir_in(&state)?;
         let own = OwnDirs {
             state: &state,
             run_dir: &run_dir,
             config_dir: &config_dir,
             workspace: &workspace,
         };
-        refuse_writable_coder_dirs(&grants, own, &[&state, &runs_dir])?;
-        let mut user_reads = Grants::default();
-        for path in &opts.extra_read {
-            user_reads.add(path, Access::Read)?;
-        }
-        let lease_dir = PlaceholderLease::dir_in(&state)?;
-        let cli_runs = state.join(CLI_RUNS_DIR);
-        let worktrees = state.join(WORKTREES_DIR);
-        let lock_dirs: Vec<&Path> = [lease_dir.as_path(), &runs_dir, &cli_runs, &worktrees]
-            .into_iter()
-            .filter(|d| d.exists())
-            .collect();
-        refuse_readable_coder_locks(&user_reads, own, &lock_dirs)?;
+        refuse_reachable_coder_state(&grants, &opts.extra_read, own, &runs_dir)?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
         let listings = match listings_dir() {
@@ -1297,35 +1284,41 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 /// [`super::lease`], transcripts, sessions, the store, the listings caches) and the runs
 /// directory (every run's private directory and its git-guard record). A grant the agent
 /// may write that reaches one of them (holding it, inside it, or another path to the same
-/// directory), other than this run's own directory, is refused: the agent could remove
+/// directory), other than this run's own directories, is refused: the agent could remove
 /// the locks, so that another run's ending takes this run's masks with it, or hold them
 /// and block every later run; read other runs' transcripts; or plant a dead run's
 /// git-guard record that the next run acts on. `--allow-tmp` is one such grant when the
 /// state directory lies under `/tmp` (a home there): no narrower form of it would keep
 /// the agent out.
-fn refuse_writable_coder_dirs(
+///
+/// A `--read` path reaching the lock files (the lease's, the runs' beside their
+/// directories) is refused too: `flock` takes a lock on a descriptor opened only for
+/// reading, so such an agent could hold the registry and fail every other run, or keep a
+/// dead run's directory from being pruned. Default read grants of system trees are not
+/// checked (a state directory there is the administrator's choice), nor is a `--read` of
+/// other parts of the state directory (a transcript to study).
+fn refuse_reachable_coder_state(
     grants: &Grants,
+    extra_read: &[PathBuf],
     own: OwnDirs<'_>,
-    coder_dirs: &[&Path],
+    runs_dir: &Path,
 ) -> Result<(), SandboxError> {
-    refuse_coder_dirs_reached(grants, Access::Write, own, coder_dirs)
+    let lease_dir = PlaceholderLease::dir_in(own.state)?;
+    refuse_coder_dirs_reached(grants, Access::Write, own, &[own.state, runs_dir])?;
+    let mut user_reads = Grants::default();
+    for path in extra_read {
+        user_reads.add(path, Access::Read)?;
+    }
+    let (cli_runs, worktrees) = (own.state.join(CLI_RUNS_DIR), own.state.join(WORKTREES_DIR));
+    let lock_dirs: Vec<&Path> = [lease_dir.as_path(), runs_dir, &cli_runs, &worktrees]
+        .into_iter()
+        .filter(|d| d.exists())
+        .collect();
+    refuse_coder_dirs_reached(&user_reads, Access::Read, own, &lock_dirs)
 }
 
-/// The lock files of coder's state: the placeholder locks and registry, and the runs'
-/// locks beside their directories. `flock` takes a lock on a descriptor opened only for
-/// reading, so an agent that may read them can hold one: every other run then waits for
-/// the registry and fails, or a dead run's directory is never pruned. A `--read` grant
-/// reaching them is refused like a write grant (default read grants of system trees are
-/// not checked: a state directory there is the administrator's choice). A `--read` of
-/// other parts of the state directory (a transcript to study) is not refused.
-fn refuse_readable_coder_locks(
-    user_reads: &Grants,
-    own: OwnDirs<'_>,
-    lock_dirs: &[&Path],
-) -> Result<(), SandboxError> {
-    refuse_coder_dirs_reached(user_reads, Access::Read, own, lock_dirs)
-}
-
+/// The first of `coder_dirs` that a grant of at least `at_least` reaches, other than
+/// this run's own directories, as the refusal naming the grant.
 fn refuse_coder_dirs_reached(
     grants: &Grants,
     at_least: Access,
