@@ -225,50 +225,21 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
     )
 }
 
-/// Removes a run's private directory and the placeholders made for absent protected names
-/// when dropped (after the run's process tree is gone).
+/// Removes a run's private directory, the placeholders made for absent protected names and
+/// its lock file when dropped (after the run's process tree is gone).
 #[derive(Debug)]
-pub struct RunDirCleanup(
-    Option<(
-        PathBuf,
-        policy::PlaceholderRelease,
-        policy::Held<crate::config::run_dirs::RunLock>,
-    )>,
-);
+pub struct RunDirCleanup(Option<policy::RunCleanup>);
 
 impl RunDirCleanup {
     pub fn new(policy: Option<&Policy>) -> Self {
-        RunDirCleanup(policy.map(|p| {
-            (
-                p.run_dir.clone(),
-                p.placeholder_release(),
-                p.run_lock.clone(),
-            )
-        }))
+        RunDirCleanup(policy.map(Policy::run_cleanup))
     }
 }
 
 impl Drop for RunDirCleanup {
     fn drop(&mut self) {
-        if let Some((dir, placeholders, run_lock)) = &self.0 {
-            // Two disjoint sets of names (coder's state dir, the granted trees): removed
-            // side by side, so that their waits for the filesystem overlap.
-            std::thread::scope(|s| {
-                let remove_dir = move || {
-                    let _ = std::fs::remove_dir_all(dir);
-                };
-                if std::thread::Builder::new()
-                    .spawn_scoped(s, remove_dir)
-                    .is_err()
-                {
-                    remove_dir();
-                }
-                placeholders.run();
-            });
-            // Held until here, whatever dropped the policy first.
-            if let Some(lock) = &run_lock.0 {
-                lock.unlink();
-            }
+        if let Some(cleanup) = &self.0 {
+            cleanup.run();
         }
     }
 }

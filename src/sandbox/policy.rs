@@ -291,19 +291,41 @@ impl<T> PartialEq for Held<T> {
 
 impl<T> Eq for Held<T> {}
 
-/// How a run's placeholders go once its processes are gone: through the lease shared with
-/// the other runs in its trees or, for a policy that has none, directly.
+/// What removes a run's own traces once its processes are gone: its private directory,
+/// its placeholders (through the lease shared with the other runs in its trees or, for a
+/// policy that has none, directly) and its run lock file. Kept apart from the policy so
+/// that the run mode can hold it in a guard ([`super::RunDirCleanup`]).
 #[derive(Debug, Clone)]
-pub struct PlaceholderRelease {
+pub struct RunCleanup {
+    run_dir: PathBuf,
     lease: Option<Arc<PlaceholderLease>>,
     own: Vec<Placeholder>,
+    run_lock: Held<RunLock>,
 }
 
-impl PlaceholderRelease {
+impl RunCleanup {
+    /// The run directory and the placeholders are removed side by side (on ext4 under load
+    /// each removal can wait milliseconds for the journal); the lock file goes last, so
+    /// that no other coder prunes the directory meanwhile. Errors are ignored: leftovers
+    /// are pruned by a later run.
     pub fn run(&self) {
-        match &self.lease {
-            Some(lease) => lease.release(),
-            None => remove_placeholders(&self.own),
+        std::thread::scope(|s| {
+            let run_dir = || {
+                let _ = fs::remove_dir_all(&self.run_dir);
+            };
+            // No thread to spare: the run dir goes after the placeholders.
+            let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
+            match &self.lease {
+                Some(lease) => lease.release(),
+                None => remove_placeholders(&self.own),
+            }
+            if spawned.is_err() {
+                let _ = fs::remove_dir_all(&self.run_dir);
+            }
+        });
+        // `coder sandbox` may end by a signal right after, without dropping the policy.
+        if let Some(lock) = &self.run_lock.0 {
+            lock.unlink();
         }
     }
 }
@@ -790,39 +812,21 @@ impl Policy {
         }
     }
 
-    /// What removes this run's placeholders once its processes are gone.
-    pub fn placeholder_release(&self) -> PlaceholderRelease {
-        PlaceholderRelease {
+    /// What removes this run's directory, placeholders and lock once its processes are
+    /// gone.
+    pub fn run_cleanup(&self) -> RunCleanup {
+        RunCleanup {
+            run_dir: self.run_dir.clone(),
             lease: self.lease.0.clone(),
             own: self.placeholders.clone(),
+            run_lock: self.run_lock.clone(),
         }
     }
 
-    /// Remove this run's private directory and its placeholders in the workspace, side by
-    /// side (on ext4 under load each removal can wait milliseconds for the journal).
-    /// Errors are ignored: leftovers are pruned by a later run.
+    /// Forget the listings the agent could write, then [`RunCleanup::run`].
     pub fn cleanup(&self) {
         self.forget_reachable_listings();
-        std::thread::scope(|s| {
-            let run_dir = || {
-                let _ = fs::remove_dir_all(&self.run_dir);
-            };
-            // No thread to spare: the run dir goes after the placeholders.
-            let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
-            self.placeholder_release().run();
-            if spawned.is_err() {
-                let _ = fs::remove_dir_all(&self.run_dir);
-            }
-        });
-        self.unlink_run_lock();
-    }
-
-    /// Remove the run directory's lock file (the directory is gone): `coder sandbox` may
-    /// end by a signal right after, without dropping the policy.
-    pub fn unlink_run_lock(&self) {
-        if let Some(lock) = &self.run_lock.0 {
-            lock.unlink();
-        }
+        self.run_cleanup().run();
     }
 }
 
