@@ -1052,21 +1052,23 @@ impl Grants {
     /// (dev, ino): a bind mount is another path to the same directory, and a grant holds
     /// whichever path named it.
     fn writes_into(&self, dir: &Path) -> bool {
-        self.root_into(dir, Access::Write, |_| false).is_some()
+        self.root_into(dir, Access::Write, &MountTable::read(), |_| false)
+            .is_some()
     }
 
-    /// The first write grant that reaches into `dir` (as [`Grants::writes_into`]), leaving
-    /// out those for which `except` holds.
+    /// The first grant of at least `at_least` that reaches into `dir` (as
+    /// [`Grants::writes_into`]), leaving out those for which `except` holds; `mounts` places
+    /// paths in their file systems.
     fn root_into(
         &self,
         dir: &Path,
         at_least: Access,
+        mounts: &MountTable,
         except: impl Fn(&Path) -> bool,
     ) -> Option<&Path> {
         let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
         let dir_id = id(dir);
-        let mounts = MountTable::read();
         let dir_place = mounts.place(dir);
         self.roots
             .iter()
@@ -1308,7 +1310,9 @@ fn refuse_reachable_coder_state(
     runs_dir: &Path,
 ) -> Result<(), SandboxError> {
     let lease_dir = PlaceholderLease::dir_in(own.state)?;
-    refuse_coder_dirs_reached(grants, Access::Write, own, &[own.state, runs_dir])?;
+    let mounts = MountTable::read();
+    let coder_dirs = [own.state, runs_dir];
+    refuse_coder_dirs_reached(grants, Access::Write, &mounts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
         user_reads.add(path, Access::Read)?;
@@ -1318,7 +1322,7 @@ fn refuse_reachable_coder_state(
         .into_iter()
         .filter(|d| d.exists())
         .collect();
-    refuse_coder_dirs_reached(&user_reads, Access::Read, own, &lock_dirs)
+    refuse_coder_dirs_reached(&user_reads, Access::Read, &mounts, own, &lock_dirs)
 }
 
 /// The first of `coder_dirs` that a grant of at least `at_least` reaches, other than
@@ -1326,6 +1330,7 @@ fn refuse_reachable_coder_state(
 fn refuse_coder_dirs_reached(
     grants: &Grants,
     at_least: Access,
+    mounts: &MountTable,
     own: OwnDirs<'_>,
     coder_dirs: &[&Path],
 ) -> Result<(), SandboxError> {
@@ -1343,7 +1348,7 @@ fn refuse_coder_dirs_reached(
     for dir in coder_dirs {
         let canonical = fs::canonicalize(dir)
             .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
-        let Some(grant) = grants.root_into(&canonical, at_least, is_own) else {
+        let Some(grant) = grants.root_into(&canonical, at_least, mounts, is_own) else {
             continue;
         };
         let reason = if at_least == Access::Read {
