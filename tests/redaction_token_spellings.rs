@@ -1,5 +1,7 @@
 //! Attacks on the redaction of token shapes (`sk-…`, `ghp_…`, `ghu_…`, `github_pat_…`,
-//! `xoxb-…`, `AKIA…`, a JSON Web Token's `eyJ…`, `Bearer …` and `bearer …`) coder does
+//! `xoxb-…`, `xoxa-…`, `xoxr-…`, `glpat-…`, `AIza…`, `AKIA…`, a JSON Web Token's `eyJ…`, a
+//! Z.ai key's `<32 hex>.<16 letters and digits>`, `Bearer …`, `bearer …`, `BEARER …` and an
+//! `Authorization` header's value, with or without a scheme such as `Basic`) coder does
 //! not know as values, spelled the ways a JSON text can spell them: any character as a
 //! `\u` escape (either case of its hex digits), `/` as `\/`, the space after `Bearer` as
 //! `\u0020`, two spaces, a tab (`\t`, `\u0009`), a line break, `Bearer` itself escaped,
@@ -25,7 +27,7 @@ struct Token {
     secret: &'static str,
 }
 
-const TOKENS: [Token; 7] = [
+const TOKENS: [Token; 13] = [
     Token {
         whole: "sk-ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
         secret: "ant-api03-Q7vX2mL9pR4tK8wZ3nB6",
@@ -55,6 +57,59 @@ const TOKENS: [Token; 7] = [
         whole: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI3In0.Hd2qX8wRk4N",
         secret: "hbGciOiJIUzI1NiJ9.eyJzdWIiOiI3In0.Hd2qX8wRk4N",
     },
+    // A Z.ai (GLM) key: no prefix, and its secret part has no digit.
+    Token {
+        whole: "5371d5ed2fa84618852eee0459455c57.dgquQksHDfyLekKX",
+        secret: "5371d5ed2fa84618852eee0459455c57.dgquQksHDfyLekKX",
+    },
+    Token {
+        whole: "glpat-Xy7Zk2Qm9Wv4Rt8Np3Ls",
+        secret: "Xy7Zk2Qm9Wv4Rt8Np3Ls",
+    },
+    Token {
+        whole: "AIzaSyB4kQ9xM2vN7pL3rT8wZ5cY1hJ6fD0gK",
+        secret: "SyB4kQ9xM2vN7pL3rT8wZ5cY1hJ6fD0gK",
+    },
+    Token {
+        whole: "xoxa-1357924680-Qw8Er6Ty4Ui2",
+        secret: "1357924680-Qw8Er6Ty4Ui2",
+    },
+    Token {
+        whole: "xoxr-9753108642-Az1Sx3Dc5Fv7",
+        secret: "9753108642-Az1Sx3Dc5Fv7",
+    },
+    // A vendor's prefix needs no digit after it: no word starts with `ghp_`.
+    Token {
+        whole: "ghp_QwErTyUiOpAsDfGhJkLzXcVb",
+        secret: "QwErTyUiOpAsDfGhJkLzXcVb",
+    },
+];
+
+/// `Authorization` headers as code and tools print them, each with the value a reader
+/// must not see: a `Basic` user and password (base64 without a digit), GitHub's `token`
+/// scheme, upper-case `BEARER`, a raw key, JSON's quoted header.
+const HEADERS: [(&str, &str); 6] = [
+    (
+        "Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l",
+        "YWxhZGRpbjpvcGVuc2VzYW1l",
+    ),
+    (
+        "authorization: token 4f9a2c7e1b8d3f6a0c5e9b2d7a4f1c8e6b3d0a5f",
+        "4f9a2c7e1b8d3f6a0c5e9b2d7a4f1c8e6b3d0a5f",
+    ),
+    (
+        "AUTHORIZATION: BEARER Qz7Wx3Ec9Rv5Tb1Yn",
+        "Qz7Wx3Ec9Rv5Tb1Yn",
+    ),
+    ("BEARER Hk4Jm8Ln2Pq6Rs0Tu", "Hk4Jm8Ln2Pq6Rs0Tu"),
+    (
+        r#"\"Authorization\": \"Zq3Xw7Cv1Bn5Mk9Lp\""#,
+        "Zq3Xw7Cv1Bn5Mk9Lp",
+    ),
+    (
+        "Authorization=Digest VGhpc0lzTm90QVJlYWxQYXNzd29yZA",
+        "VGhpc0lzTm90QVJlYWxQYXNzd29yZA",
+    ),
 ];
 
 /// A bearer token with the base64 characters `/`, `+` and `=`.
@@ -65,7 +120,7 @@ const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
 const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
 
 /// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
-const PROSE: [&str; 10] = [
+const PROSE: [&str; 16] = [
     "Bearer authentication",
     r"Bearer\tauthentication",
     r"\u0042earer\u0020authentication",
@@ -76,6 +131,12 @@ const PROSE: [&str; 10] = [
     r"ghp_short1 \u0041KIA-is-not-a-key",
     "bearer authentication, BEARER TOKENS",
     r"bearer\nauthentication \u0065yJust-a-word-here",
+    "Bearer accessTokenFromEnvironment, sk-XMLHttpRequestFactory",
+    "the Authorization header: Basic authentication-is-deprecated",
+    "authorization: token-based-authentication-scheme",
+    "commit 0f1e2d3c4b5a69788796a5b4c3d2e1f0a1b2c3d4 and blob 0f1e2d3c4b5a69788796a5b4c3d2e1f0.json",
+    "AUTHORIZATION FAILED, BEARER ONLY",
+    r"Authorization\u003a Basic\u0020authentication-is-deprecated",
 ];
 
 /// The JSON escape of an ASCII character, its hex digits in upper or lower case.
@@ -167,6 +228,12 @@ fn spellings() -> Vec<(String, &'static str)> {
         ));
     }
     out.push((format!(r"\nBearer {BEARER_TOKEN}"), BEARER_TOKEN));
+    for (header, secret) in HEADERS {
+        out.push((header.to_owned(), secret));
+        let first_letter = header.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(0);
+        out.push((one_escaped(header, first_letter), secret));
+        out.push((header.replace(' ', r"\u0020"), secret));
+    }
     out
 }
 
@@ -271,6 +338,10 @@ fn spelled_token_shapes_at_every_offset_near_the_long_line_joins() {
         (one_escaped(TOKENS[1].whole, 0), TOKENS[1].secret),
         (one_escaped(TOKENS[4].whole, 3), TOKENS[4].secret),
         (format!(r"\n{}", TOKENS[3].whole), TOKENS[3].secret),
+        // A Z.ai key has no prefix: the pieces must overlap by the whole key.
+        (TOKENS[7].whole.to_owned(), TOKENS[7].secret),
+        (format!(r"\u000a{}", TOKENS[7].whole), TOKENS[7].secret),
+        (HEADERS[0].0.to_owned(), HEADERS[0].1),
         (format!(r"Bearer\u0020{BEARER_TOKEN}"), BEARER_TOKEN),
         (format!(r"Bearer\t{BEARER_TOKEN}"), BEARER_TOKEN),
         (

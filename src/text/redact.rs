@@ -129,24 +129,28 @@ impl Secrets {
     /// [`Secrets::redact_known`] or [`redact_tokens_bytes`] would change: no secret
     /// literally, no escape that could spell one of its characters (`\u` or a short
     /// escape a secret needs), no `…`, no token prefix written literally, no `\u` escape
-    /// of printable ASCII (which could spell a prefix). One pass of one packed searcher,
-    /// where those are four passes; false (not known) where there is no such searcher.
+    /// of printable ASCII (which could spell a prefix), no Z.ai key written literally. One
+    /// pass of one packed searcher, where those are four passes, and the key's sampled
+    /// pass ([`glm_keys`]); false (not known) where there is no such searcher.
     ///
     /// Every change those make starts at one of these: a secret spelled with an escape
     /// holds the escape, a partial secret is dropped only before a `…` (or a cut, which a
-    /// whole text has not), and a token shape is redacted only after its prefix, which is
-    /// written literally or with a `\u00` escape of one of its characters.
+    /// whole text has not), a token shape is redacted only after its prefix, which is
+    /// written literally or with a `\u00` escape of one of its characters, and a Z.ai key
+    /// (which has no prefix) is written literally or with such an escape.
     pub fn surely_clean(&self, bytes: &[u8]) -> bool {
         self.anything
             .as_ref()
             .is_some_and(|searcher| searcher.find(bytes).is_none())
+            && glm_keys(bytes).is_empty()
     }
 
-    /// The longest of what [`Secrets::surely_clean`] searches for, in bytes: a text known
+    /// The longest of what [`Secrets::surely_clean`] searches for, in bytes (a Z.ai key
+    /// and the character before it, at least): a text known
     /// clean in pieces is clean whole when every join of two pieces was searched with
     /// this many bytes less one on each side.
     pub fn surely_clean_span(&self) -> usize {
-        self.anything_longest
+        self.anything_longest.max(GLM_SPAN)
     }
 
     /// Whether no known value is redacted (token shapes still are).
@@ -325,9 +329,9 @@ fn anything_patterns(secrets: &[String], escapes: &[[u8; 2]]) -> Vec<Vec<u8>> {
         .iter()
         .map(String::as_str)
         .chain(["…"])
-        .chain(TOKEN_PREFIXES)
-        .chain(BEARERS)
-        .chain(token_escapes.iter().copied());
+        .chain(TOKEN_PREFIXES.iter().map(|(word, _)| *word))
+        .chain(token_escapes.iter().copied())
+        .chain(LATER_PREFIXES.iter().map(|(word, _)| *word));
     unicode
         .iter()
         .map(|u| u.to_vec())
@@ -566,42 +570,85 @@ fn hex4(text: &[u8], at: usize) -> Option<u32> {
     u32::from_str_radix(digits, 16).ok()
 }
 
+/// What a token prefix says of the token after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A vendor's own prefix, which no word starts with (`ghp_`, `glpat-`, `AKIA`, `eyJ`):
+    /// the prefix and a long token after it are redacted whole, digit or not.
+    Vendor,
+    /// A prefix prose uses too (`sk-learn-compatible`): redacted whole when the token
+    /// looks random ([`Run::looks_random`]).
+    Weak,
+    /// `Bearer`: the token after one or more blanks (spaces, tabs, line breaks), when it
+    /// looks random.
+    Bearer,
+    /// The `Authorization` header's name: past a `:` or `=` (with quotes and blanks), an
+    /// optional scheme word (`Basic`, `token`, `Digest`, `Bearer`) and blanks, the token,
+    /// when it looks random.
+    Header,
+}
+
 /// Prefixes of well-known credential formats; a long token after them is redacted.
 /// `eyJ` starts every JSON Web Token (`{"` in base64): the keys of some vendors (MiniMax)
-/// and most bearer tokens are one.
-const TOKEN_PREFIXES: [&str; 11] = [
-    "sk-",
-    "ghp_",
-    "gho_",
-    "ghs_",
-    "ghu_",
-    "ghr_",
-    "github_pat_",
-    "xoxb-",
-    "xoxp-",
-    "AKIA",
-    "eyJ",
+/// and most bearer tokens are one. `Bearer` is set before a token in an `Authorization`
+/// header, written as HTTP's case-insensitive scheme is (HTTP/2 tools and code print it
+/// in lower case).
+///
+/// The order is the packed searchers' ([`anything_patterns`], [`TOKEN_STARTS`]), and it
+/// matters: Teddy puts the first pattern of each three-byte nybble group in bucket
+/// `7 - id % 8`, where its masks mix with the other patterns of that bucket. Appending
+/// `BEARER` to these once moved the `\u002`… group into `github_pat_`'s bucket, which
+/// then accepted `get` (a fifth of the pre-filter's speed). These come first, in their
+/// old order; [`LATER_PREFIXES`] come after every other pattern.
+const TOKEN_PREFIXES: [(&str, Kind); 13] = [
+    ("sk-", Kind::Weak),
+    ("ghp_", Kind::Vendor),
+    ("gho_", Kind::Vendor),
+    ("ghs_", Kind::Vendor),
+    ("ghu_", Kind::Vendor),
+    ("ghr_", Kind::Vendor),
+    ("github_pat_", Kind::Vendor),
+    ("xoxb-", Kind::Vendor),
+    ("xoxp-", Kind::Vendor),
+    ("AKIA", Kind::Vendor),
+    ("eyJ", Kind::Vendor),
+    ("Bearer", Kind::Bearer),
+    ("bearer", Kind::Bearer),
 ];
 
-/// Set before a token in an `Authorization` header, as HTTP's case-insensitive scheme is
-/// written (HTTP/2 tools and code print it in lower case); the token after it (past one or
-/// more spaces, tabs or line breaks) is redacted. Not `BEARER`: rare, and a third pattern
-/// here pushed the packed searchers into a slower grouping (a fifth of `surely_clean`'s
-/// speed on a stream without known values, measured).
-const BEARERS: [&str; 2] = ["Bearer", "bearer"];
+/// Prefixes added since [`TOKEN_PREFIXES`], after every other pattern of the packed
+/// searchers. `BEARER` and Slack's `xoxa-` and `xoxr-` share the first three bytes' nybbles
+/// of `Bearer` and `xoxb-`, so they join those buckets (which then accept `[Bb][Ee][Aa]`
+/// and nothing new); GitLab's `glpat-`, Google's `AIza` and the `Authorization` header
+/// start groups of their own.
+const LATER_PREFIXES: [(&str, Kind); 8] = [
+    ("BEARER", Kind::Bearer),
+    ("xoxa-", Kind::Vendor),
+    ("xoxr-", Kind::Vendor),
+    ("glpat-", Kind::Vendor),
+    ("AIza", Kind::Vendor),
+    ("Authorization", Kind::Header),
+    ("authorization", Kind::Header),
+    ("AUTHORIZATION", Kind::Header),
+];
 
-/// Whether a byte is the first of a token prefix or of `Bearer` (a table: the spelled
-/// readings ask it of every byte).
+/// Every token prefix, in the packed searchers' order.
+fn all_prefixes() -> impl Iterator<Item = &'static (&'static str, Kind)> {
+    TOKEN_PREFIXES.iter().chain(&LATER_PREFIXES)
+}
+
+/// Whether a byte is the first of a token prefix (a table: the spelled readings ask it
+/// of every byte).
 const PREFIX_STARTS: [bool; 256] = {
     let mut table = [false; 256];
     let mut i = 0;
     while i < TOKEN_PREFIXES.len() {
-        table[TOKEN_PREFIXES[i].as_bytes()[0] as usize] = true;
+        table[TOKEN_PREFIXES[i].0.as_bytes()[0] as usize] = true;
         i += 1;
     }
     let mut i = 0;
-    while i < BEARERS.len() {
-        table[BEARERS[i].as_bytes()[0] as usize] = true;
+    while i < LATER_PREFIXES.len() {
+        table[LATER_PREFIXES[i].0.as_bytes()[0] as usize] = true;
         i += 1;
     }
     table
@@ -610,7 +657,8 @@ const PREFIX_STARTS: [bool; 256] = {
 /// The starts of the `\u` escapes of printable ASCII (U+0020 to U+007F), the only
 /// characters a token shape is made of (its prefix, the space after `Bearer`, the token):
 /// a text holding none of these spells every token shape it holds with its prefix written
-/// literally (only `\/` and `\t` spell a token's character otherwise, never a prefix's).
+/// literally (only `\/`, `\"` and `\t` spell a token's character otherwise, never a
+/// prefix's).
 const TOKEN_CHAR_ESCAPES: [&str; 6] = ["\\u002", "\\u003", "\\u004", "\\u005", "\\u006", "\\u007"];
 
 /// How long a token must be to be taken for a credential.
@@ -621,7 +669,7 @@ const MIN_TOKEN_LEN: usize = 16;
 /// (a fifth of a fast stream's transcript time). None of the prefixes is a prefix of
 /// another, so its leftmost-first matches are the standard ones.
 static TOKEN_STARTS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
-    let patterns = || TOKEN_PREFIXES.iter().copied().chain(BEARERS);
+    let patterns = || all_prefixes().map(|(word, _)| *word);
     match aho_corasick::packed::Searcher::new(patterns()) {
         Some(packed) => Some(PrefixSearcher::Packed(packed)),
         None => AhoCorasick::new(patterns())
@@ -651,9 +699,10 @@ fn is_token_byte(b: u8) -> bool {
 }
 
 /// `text` with tokens in well-known credential formats redacted (`sk-…` whole, `Bearer …`
-/// keeping the word and the blanks after it). A token is redacted when it starts at a word
-/// boundary, is at least `MIN_TOKEN_LEN` characters long and holds both a letter and a
-/// digit. The text is read as JSON would decode it (see [`redact_tokens_bytes`]).
+/// keeping the word and the blanks after it, a Z.ai key whole). A token is redacted when
+/// it starts at a word boundary, is at least `MIN_TOKEN_LEN` characters long and, after a
+/// prefix prose uses too, looks random ([`Run::looks_random`]). The text is read as JSON
+/// would decode it (see [`redact_tokens_bytes`]).
 pub fn redact_tokens(text: &str) -> Cow<'_, str> {
     match redact_tokens_bytes(text.as_bytes()) {
         Cow::Borrowed(_) => Cow::Borrowed(text),
@@ -676,8 +725,9 @@ pub fn redact_tokens(text: &str) -> Cow<'_, str> {
 /// character it spells (`\n` ends a word). The text is read as JSON decodes it only around
 /// each candidate, with the escape reader of the known values ([`unescape`]); what is
 /// replaced is the token's spelling. Candidates are the prefixes written literally (one
-/// packed search) unless the text holds a `\u` escape of printable ASCII (one `memmem`),
-/// which could spell one: then every position that could start a prefix is tried.
+/// packed search) and the Z.ai keys ([`glm_keys`]) unless the text holds a `\u` escape of
+/// printable ASCII (one `memmem`), which could spell one: then every position that could
+/// start a prefix or a key is tried.
 pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     let Some(starts) = &*TOKEN_STARTS else {
         return Cow::Borrowed(text);
@@ -686,17 +736,38 @@ pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
         spelled_token_matches(text)
     } else {
         let literal = starts.find_all(text);
-        if literal.is_empty() {
+        let keys = glm_keys(text);
+        if literal.is_empty() && keys.is_empty() {
             return Cow::Borrowed(text);
         }
-        let bearer = |start: usize, end: usize| {
-            BEARERS
-                .iter()
-                .any(|word| &text[start..end] == word.as_bytes())
+        let kind = |start: usize, end: usize| {
+            all_prefixes()
+                .find(|(word, _)| &text[start..end] == word.as_bytes())
+                .map_or(Kind::Vendor, |(_, kind)| *kind)
         };
-        token_matches(text, literal.into_iter().map(|(s, e)| (s, e, bearer(s, e))))
+        let prefixed = token_matches(text, literal.into_iter().map(|(s, e)| (s, e, kind(s, e))));
+        merge_matches(prefixed, keys)
     };
     replace_tokens(text, &found)
+}
+
+/// `a` and `b` (each sorted, not overlapping) in one sorted list; of two that overlap,
+/// the earlier stays.
+fn merge_matches(mut a: Vec<(usize, usize)>, b: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    if b.is_empty() {
+        return a;
+    }
+    a.extend(b);
+    a.sort_unstable();
+    let mut end = 0;
+    a.retain(|&(start, stop)| {
+        let keep = start >= end;
+        if keep {
+            end = stop;
+        }
+        keep
+    });
+    a
 }
 
 /// Whether `text` holds a `\u` escape of printable ASCII ([`TOKEN_CHAR_ESCAPES`]).
@@ -757,13 +828,18 @@ fn char_before(text: &[u8], at: usize) -> Option<u8> {
     Some(before)
 }
 
+/// Whether a word starts at `at`: no letter or digit (as JSON decodes it) before it.
+fn at_word_start(text: &[u8], at: usize) -> bool {
+    char_before(text, at).is_none_or(|c| !c.is_ascii_alphanumeric())
+}
+
 /// What a character spelled outside ASCII reads as: not a letter, a digit or a token
 /// character, as a literal one's bytes are not.
 const NOT_ASCII: u8 = 0x80;
 
-/// The token prefix (or `Bearer`) spelled at `at`, if any: where it ends, and which.
-fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str)> {
-    TOKEN_PREFIXES.iter().chain(&BEARERS).find_map(|&prefix| {
+/// The token prefix spelled at `at`, if any: where it ends, the prefix, and its kind.
+fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str, Kind)> {
+    all_prefixes().find_map(|&(prefix, kind)| {
         let mut pos = at;
         for &want in prefix.as_bytes() {
             let (c, used) = char_at(text, pos)?;
@@ -772,72 +848,256 @@ fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str)> {
             }
             pos += used;
         }
-        Some((pos, prefix))
+        Some((pos, prefix, kind))
     })
 }
 
 /// The tokens of a text that may spell a prefix with escapes: every position that could
-/// start one (a prefix's first letter, or a backslash that starts an escape) is tried.
+/// start one (a prefix's first letter, or a backslash that starts an escape) is tried,
+/// and every word start that could start a Z.ai key.
 fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
     let candidates = text.iter().enumerate().filter_map(|(at, &b)| {
         let could = PREFIX_STARTS[usize::from(b)] || (b == b'\\' && escape_starts_at(text, at));
-        could.then(|| {
-            prefix_at(text, at).map(|(end, prefix)| (at, end, BEARERS.contains(&prefix)))
-        })?
+        could.then(|| prefix_at(text, at).map(|(end, _, kind)| (at, end, kind)))?
     });
-    token_matches(text, candidates)
+    let prefixed = token_matches(text, candidates);
+    let keys = (0..text.len())
+        .filter(|&at| (is_lower_hex(text[at]) || text[at] == b'\\') && at_word_start(text, at))
+        .filter_map(|at| glm_key_at(text, at).map(|end| (at, end)));
+    merge_matches(
+        prefixed,
+        keys.fold(Vec::new(), |mut found: Vec<(usize, usize)>, m| {
+            if found.last().is_none_or(|last| m.0 >= last.1) {
+                found.push(m);
+            }
+            found
+        }),
+    )
 }
 
-/// The tokens among `prefixes` (spelled at these ranges of `text`, and whether the prefix
-/// is `Bearer`): for each, where the
-/// redaction starts (the prefix, or the token after `Bearer` and its blanks) and where the
-/// token ends. The text is read as JSON decodes it ([`char_at`], [`char_before`]).
+/// The tokens among `prefixes` (spelled at these ranges of `text`, of this kind): for
+/// each, the range redacted ([`token_after`]). The text is read as JSON decodes it
+/// ([`char_at`], [`char_before`]).
 fn token_matches(
     text: &[u8],
-    prefixes: impl Iterator<Item = (usize, usize, bool)>,
+    prefixes: impl Iterator<Item = (usize, usize, Kind)>,
 ) -> Vec<(usize, usize)> {
     let mut found = Vec::new();
     let mut pos = 0;
-    for (start, end, bearer) in prefixes {
-        if start < pos {
+    for (start, end, kind) in prefixes {
+        if start < pos || !at_word_start(text, start) {
             continue;
         }
-        let boundary = char_before(text, start).is_none_or(|c| !c.is_ascii_alphanumeric());
-        if !boundary {
-            continue;
+        if let Some(range) = token_after(text, start, end, kind) {
+            pos = range.1;
+            found.push(range);
         }
-        let mut at = end;
-        if bearer {
-            let from = at;
-            while let Some((b' ' | b'\t' | b'\n' | b'\r', used)) = char_at(text, at) {
-                at += used;
-            }
-            if at == from {
-                continue;
-            }
-        }
-        let token_at = at;
-        let (mut len, mut digit, mut letter) = (0, false, false);
-        while let Some((c, used)) = char_at(text, at)
-            && is_token_byte(c)
-        {
-            len += 1;
-            digit |= c.is_ascii_digit();
-            letter |= c.is_ascii_alphabetic();
-            at += used;
-        }
-        if len < MIN_TOKEN_LEN || !digit || !letter {
-            continue;
-        }
-        found.push((if bearer { token_at } else { start }, at));
-        pos = at;
     }
     found
 }
 
+/// The range redacted for the prefix spelled at `start..end`: the prefix and its token
+/// (a vendor's prefix), or the token alone (after `Bearer` or a header), when the token
+/// is at least [`MIN_TOKEN_LEN`] characters long and, unless the prefix is a vendor's,
+/// looks random.
+fn token_after(text: &[u8], start: usize, end: usize, kind: Kind) -> Option<(usize, usize)> {
+    let token_at = token_start(text, end, kind)?;
+    let (stop, run) = read_run(text, token_at);
+    let random = kind == Kind::Vendor || run.looks_random();
+    (run.len >= MIN_TOKEN_LEN && random).then_some(match kind {
+        Kind::Vendor | Kind::Weak => (start, stop),
+        Kind::Bearer | Kind::Header => (token_at, stop),
+    })
+}
+
+/// Where the token after a prefix of `kind` ending at `end` starts: right there for a
+/// vendor's prefix, past one or more blanks after `Bearer`, past the separator (and a
+/// scheme word and its blanks) after `Authorization`.
+fn token_start(text: &[u8], end: usize, kind: Kind) -> Option<usize> {
+    match kind {
+        Kind::Vendor | Kind::Weak => Some(end),
+        Kind::Bearer => {
+            let at = skip_blanks(text, end);
+            (at > end).then_some(at)
+        }
+        Kind::Header => {
+            let at = skip_header_separator(text, end)?;
+            let (word_end, letters) = skip_while(text, at, |c| c.is_ascii_alphabetic());
+            let after = skip_blanks(text, word_end);
+            let scheme = (1..=20).contains(&letters) && after > word_end;
+            Some(if scheme { after } else { at })
+        }
+    }
+}
+
+/// Past the spaces, tabs and line breaks at `at`.
+fn skip_blanks(text: &[u8], at: usize) -> usize {
+    skip_while(text, at, |c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')).0
+}
+
+/// Past the characters at `at` that `keep` accepts (read as JSON decodes them), and how
+/// many there were.
+fn skip_while(text: &[u8], mut at: usize, keep: impl Fn(u8) -> bool) -> (usize, usize) {
+    let mut count = 0;
+    while let Some((c, used)) = char_at(text, at)
+        && keep(c)
+    {
+        at += used;
+        count += 1;
+    }
+    (at, count)
+}
+
+/// Past what separates a header's name from its value (`: `, `": "`, `=`, `' : '`): at
+/// most eight quotes, blanks, `:` and `=`, of which one `:` or `=`.
+fn skip_header_separator(text: &[u8], mut at: usize) -> Option<usize> {
+    let mut assigned = false;
+    for _ in 0..8 {
+        match char_at(text, at) {
+            Some((b':' | b'=', used)) => {
+                assigned = true;
+                at += used;
+            }
+            Some((b'"' | b'\'' | b' ' | b'\t', used)) => at += used,
+            _ => break,
+        }
+    }
+    assigned.then_some(at)
+}
+
+/// A run of token characters, as far as redaction cares.
+#[derive(Debug, Default)]
+struct Run {
+    len: usize,
+    digit: bool,
+    letter: bool,
+    /// Pairs of letters side by side, and how many of them change case (`aB`, `Ab`).
+    pairs: usize,
+    changes: usize,
+}
+
+impl Run {
+    /// Whether the run looks like a credential rather than a word after a prefix prose
+    /// uses too (`Bearer authentication`, `sk-learn-compatible-models`): it holds a
+    /// letter and a digit, or its letters change case between at least a third of eight
+    /// or more neighbouring pairs, as random base64 does about every second pair
+    /// (`YWxhZGRpbjpvcGVuc2VzYW1l`, a `Basic` header's `user:password`) and identifiers
+    /// do only at word starts (`accessTokenFromEnvironment`: 6 of 25,
+    /// `XMLHttpRequestFactory`: 5 of 20).
+    fn looks_random(&self) -> bool {
+        (self.digit && self.letter) || (self.pairs >= 8 && self.changes * 3 >= self.pairs)
+    }
+}
+
+/// The run of token characters at `at` (read as JSON decodes it): where it ends, and
+/// what it holds.
+fn read_run(text: &[u8], mut at: usize) -> (usize, Run) {
+    let mut run = Run::default();
+    let mut last_upper: Option<bool> = None;
+    while let Some((c, used)) = char_at(text, at)
+        && is_token_byte(c)
+    {
+        run.len += 1;
+        run.digit |= c.is_ascii_digit();
+        if c.is_ascii_alphabetic() {
+            run.letter = true;
+            let upper = c.is_ascii_uppercase();
+            if let Some(last) = last_upper {
+                run.pairs += 1;
+                run.changes += usize::from(last != upper);
+            }
+            last_upper = Some(upper);
+        } else {
+            last_upper = None;
+        }
+        at += used;
+    }
+    (at, run)
+}
+
+/// A Z.ai (Zhipu GLM) key's two parts: `<32 lower-case hex digits>.<16 letters and
+/// digits>` (the id and the secret a client signs its tokens with); it has no prefix.
+const GLM_ID_LEN: usize = 32;
+const GLM_SECRET_LEN: usize = 16;
+
+/// The bytes a text known clean in pieces must have on each side of a join for a Z.ai key
+/// across it to be seen whole: the key and the character before it.
+const GLM_SPAN: usize = GLM_ID_LEN + 1 + GLM_SECRET_LEN + 1;
+
+fn is_lower_hex(b: u8) -> bool {
+    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+}
+
+/// Whether all eight bytes of `word` may be lower-case hex digits: a quick test that most
+/// text fails (every byte 0x30-0x3F or 0x60-0x6F: 0x20 set, 0x80 clear, 0x10 unlike 0x40),
+/// in a few operations on the whole word.
+fn may_be_hex(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const SIXTEENS: u64 = ONES * 0x10;
+    const SPACES: u64 = ONES * 0x20;
+    const TOPS: u64 = ONES * 0x80;
+    ((word & (TOPS | SPACES)) ^ SPACES) | (!(word ^ (word >> 2)) & SIXTEENS) == 0
+}
+
+/// How far apart the 8-byte blocks [`glm_keys`] tests are: a key's 32 hex digits hold
+/// the block starting at every position from its first to its 25th, one of which is a
+/// multiple of 24.
+const GLM_STRIDE: usize = 24;
+
+/// The first block at or after `at` (a multiple of [`GLM_STRIDE`]) that may be made of
+/// hex digits ([`may_be_hex`]), testing blocks [`GLM_STRIDE`] bytes apart.
+fn next_hex_block(text: &[u8], mut at: usize) -> Option<usize> {
+    while let Some(bytes) = text.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(bytes);
+        if may_be_hex(u64::from_le_bytes(word)) {
+            return Some(at);
+        }
+        at += GLM_STRIDE;
+    }
+    None
+}
+
+/// The Z.ai keys written literally in `text` (a text without `\u` escapes of printable
+/// ASCII, which could spell one otherwise), as ranges. Cheap on ordinary text: only the
+/// 8-byte block at every [`GLM_STRIDE`]th byte is tested ([`next_hex_block`]), and only
+/// around one that may be made of hex digits is a key looked for.
+fn glm_keys(text: &[u8]) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(block) = next_hex_block(text, at) {
+        let dot = block
+            + text[block..]
+                .iter()
+                .take_while(|b| is_lower_hex(**b))
+                .count();
+        at = (block + GLM_STRIDE).max(dot.next_multiple_of(GLM_STRIDE));
+        // The key's id ends at the dot; hex digits before it may be an escape's (`\u000a`).
+        if let Some(start) = dot.checked_sub(GLM_ID_LEN)
+            && at_word_start(text, start)
+            && let Some(end) = glm_key_at(text, start)
+        {
+            found.push((start, end));
+            at = at.max(end.next_multiple_of(GLM_STRIDE));
+        }
+    }
+    found
+}
+
+/// The end of a Z.ai key spelled at `at` (read as JSON decodes it), if one is: 32
+/// lower-case hex digits, a dot, then 16 or more letters and digits.
+fn glm_key_at(text: &[u8], at: usize) -> Option<usize> {
+    let (dot, id) = skip_while(text, at, is_lower_hex);
+    if id != GLM_ID_LEN || char_at(text, dot)?.0 != b'.' {
+        return None;
+    }
+    let (end, secret) = skip_while(text, dot + 1, |c| c.is_ascii_alphanumeric());
+    (secret >= GLM_SECRET_LEN).then_some(end)
+}
+
 /// How far before a cut a token cut short may start: fewer than [`MIN_TOKEN_LEN`]
 /// characters of at most 6 bytes each (`\u00XX`), its prefix (as long, escaped), and the
-/// blanks after `Bearer`.
+/// blanks after `Bearer` (or a header's separator and scheme).
 const CUT_TOKEN_WINDOW: usize = 256;
 
 /// `text` with every token shape cut short at a cut (its end, with [`Ending::Cut`], and
@@ -872,52 +1132,31 @@ pub fn redact_cut_tokens_bytes(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
 }
 
 /// Where the redaction of a token cut short at `cut` starts (not before `from`): the
-/// earliest token prefix (or `Bearer` and its blanks) in the [`CUT_TOKEN_WINDOW`] before
-/// the cut whose token runs up to the cut (or into an escape the cut breaks off) with at
-/// least [`MIN_PARTIAL`] characters, and a digit among them after `Bearer` or `sk-`. The
-/// text before the cut is read as JSON decodes it.
+/// earliest token prefix in the [`CUT_TOKEN_WINDOW`] before the cut whose token runs up to
+/// the cut (or into an escape the cut breaks off) with at least [`MIN_PARTIAL`]
+/// characters, and a digit among them unless the prefix is a vendor's. The text before
+/// the cut is read as JSON decodes it.
 fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
     let head = &text[..cut];
     let lo = from.max(cut.saturating_sub(CUT_TOKEN_WINDOW));
     (lo..cut).find_map(|at| {
         let b = head[at];
         let could = PREFIX_STARTS[usize::from(b)] || (b == b'\\' && escape_starts_at(head, at));
-        if !could {
+        if !could || !at_word_start(head, at) {
             return None;
         }
-        let (end, prefix) = prefix_at(head, at)?;
-        let bearer = BEARERS.contains(&prefix);
-        if char_before(head, at).is_some_and(|c| c.is_ascii_alphanumeric()) {
-            return None;
-        }
-        let mut pos = end;
-        if bearer {
-            while let Some((b' ' | b'\t' | b'\n' | b'\r', used)) = char_at(head, pos) {
-                pos += used;
-            }
-            if pos == end {
-                return None;
-            }
-        }
-        let token_at = pos;
-        let (mut len, mut digit) = (0, false);
-        while let Some((c, used)) = char_at(head, pos)
-            && is_token_byte(c)
-        {
-            len += 1;
-            digit |= c.is_ascii_digit();
-            pos += used;
-        }
+        let (end, _, kind) = prefix_at(head, at)?;
+        let token_at = token_start(head, end, kind)?;
+        let (pos, run) = read_run(head, token_at);
         let broken_escape = head.get(pos) == Some(&b'\\')
             && matches!(unescape(&head[pos..]), Unescaped::Incomplete);
         let reaches = pos == cut || broken_escape;
         // After the prefixes prose also uses (`Bearer header…`, `sk-learn…`), only what
         // holds a digit, as a token's head mostly does.
-        let weak = bearer || prefix == "sk-";
-        (reaches && len >= MIN_PARTIAL && (digit || !weak)).then_some(if bearer {
-            token_at
-        } else {
-            at
+        let enough = run.len >= MIN_PARTIAL && (run.digit || kind == Kind::Vendor);
+        (reaches && enough).then_some(match kind {
+            Kind::Vendor | Kind::Weak => at,
+            Kind::Bearer | Kind::Header => token_at,
         })
     })
 }
@@ -1237,6 +1476,50 @@ mod tests {
         ] {
             assert!(matches!(redact_tokens(text), Cow::Borrowed(_)), "{text}");
         }
+    }
+
+    #[test]
+    fn round_twelve_shapes_and_the_prose_beside_them() {
+        let glm = "5371d5ed2fa84618852eee0459455c57.dgquQksHDfyLekKX";
+        for (text, expected) in [
+            (format!("key={glm} ok"), "key=[REDACTED] ok"),
+            (format!(r"\n{glm}"), r"\n[REDACTED]"),
+            (format!(r"\u0035{}", &glm[1..]), "[REDACTED]"),
+            (
+                "Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l".to_owned(),
+                "Authorization: Basic [REDACTED]",
+            ),
+            (
+                "authorization: token 4f9a2c7e1b8d3f6a0c5e".to_owned(),
+                "authorization: token [REDACTED]",
+            ),
+            ("BEARER Hk4Jm8Ln2Pq6Rs0Tu".to_owned(), "BEARER [REDACTED]"),
+            ("x glpat-Xy7Zk2Qm9Wv4Rt8Np3Ls".to_owned(), "x [REDACTED]"),
+            (
+                "AIzaSyB4kQ9xM2vN7pL3rT8wZ5cY1hJ6fD0gK".to_owned(),
+                "[REDACTED]",
+            ),
+            ("xoxa-1357924680-Qw8Er6Ty4Ui2".to_owned(), "[REDACTED]"),
+            ("ghp_QwErTyUiOpAsDfGhJkLzXcVb".to_owned(), "[REDACTED]"),
+        ] {
+            assert_eq!(redact_tokens(&text), expected, "{text}");
+            assert!(
+                !Secrets::new(Vec::<String>::new()).surely_clean(text.as_bytes())
+                    || cfg!(not(target_arch = "x86_64"))
+            );
+        }
+        for text in [
+            "Bearer accessTokenFromEnvironment, sk-XMLHttpRequestFactory",
+            "authorization: token-based-authentication-scheme",
+            "the Authorization header: Basic authentication-is-deprecated",
+            "commit 0f1e2d3c4b5a69788796a5b4c3d2e1f0a1b2c3d4",
+            "x0f1e2d3c4b5a69788796a5b4c3d2e1f0.abcdefghijklmnop",
+            "0f1e2d3c4b5a69788796a5b4c3d2e1f0.json",
+        ] {
+            assert!(matches!(redact_tokens(text), Cow::Borrowed(_)), "{text}");
+        }
+        // A key across a join of pieces known clean is found: the span covers it.
+        assert!(Secrets::default().surely_clean_span() > glm.len());
     }
 
     #[test]
