@@ -34,7 +34,9 @@ use serde_json::{Value, json};
 
 use crate::stream::Pipe;
 use crate::stream::{Decoded, EventSpans, Line};
-use crate::text::redact::{Ending, Secrets, redact_cut_tokens_bytes, redact_tokens_bytes};
+use crate::text::redact::{
+    Ending, Secrets, awaits_token, redact_continued, redact_cut_tokens_bytes, redact_tokens_bytes,
+};
 
 use super::Note;
 
@@ -223,6 +225,7 @@ impl Transcript {
             lines: Vec::new(),
             lines_held: 0,
             scratch: Vec::new(),
+            stderr_awaits: false,
         };
         let shown = path.display().to_string();
         let thread = std::thread::Builder::new()
@@ -384,6 +387,9 @@ struct Sink {
     lines_held: usize,
     /// Room for the joins of an entry's pieces, searched for what redaction acts on.
     scratch: Vec<u8>,
+    /// Whether the last stderr line ended in `Bearer` (or an `Authorization` header), so
+    /// that a token starting the next one is redacted (`redact::awaits_token`).
+    stderr_awaits: bool,
 }
 
 /// An event line at least this long is written from its own buffer, not copied into the
@@ -519,7 +525,11 @@ impl Sink {
                             (Pipe::Stdout, true) => "event_truncated",
                             (Pipe::Stdout, false) => "noise",
                         };
-                        let entry = text_entry(&self.secrets, &ts, kind, &line, cut);
+                        let stderr = matches!(pipe, Pipe::Stderr);
+                        let after_bearer = stderr && std::mem::take(&mut self.stderr_awaits);
+                        let entry = text_entry(&self.secrets, &ts, kind, &line, cut, after_bearer);
+                        self.stderr_awaits =
+                            stderr && cut == 0 && entry["text"].as_str().is_some_and(awaits_token);
                         serde_json::to_writer(&mut *bytes, &entry)?;
                     }
                 }
@@ -627,10 +637,20 @@ fn event_head(entry: &mut Vec<u8>, ts: &str, line: &[u8], spans: &EventSpans) {
 /// backslashes, so a secret spelled with JSON escapes in the line (the head of an event
 /// line is JSON) would no longer read as one in the entry. A line cut at the head loses a
 /// piece of a secret across the cut too.
-fn text_entry(secrets: &Secrets, ts: &str, kind: &str, head: &[u8], cut: u64) -> Value {
+fn text_entry(
+    secrets: &Secrets,
+    ts: &str,
+    kind: &str,
+    head: &[u8],
+    cut: u64,
+    after_bearer: bool,
+) -> Value {
     let text = text_of(head);
     let ending = if cut > 0 { Ending::Cut } else { Ending::Whole };
-    let text = secrets.redact_ending(&text, ending);
+    let mut text = secrets.redact_ending(&text, ending);
+    if after_bearer && let Cow::Owned(out) = redact_continued(&text) {
+        text = Cow::Owned(out);
+    }
     let mut entry = json!({
         "ts": ts,
         "source": "child",
@@ -910,6 +930,28 @@ mod tests {
         assert_eq!(lines[1]["parent_id"], "p1");
         assert_eq!(lines[1]["usage"]["input_tokens"], 3);
         assert_eq!(lines[2]["kind"], "stderr");
+    }
+
+    #[test]
+    fn a_bearer_token_on_the_next_stderr_line_is_redacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let mut t = Transcript::create(path.clone(), vec![]);
+        for text in [
+            "> Authorization: Bearer",
+            "Tk9Lm3Np7Qr1St5UvWxYz2Gh8",
+            "Tk9Lm3Np7Qr1St5UvWxYz2Gh9 is not after a bearer",
+        ] {
+            let bytes = text.as_bytes().to_vec();
+            t.child_line(Pipe::Stderr, Line { bytes, dropped: 0 }, None);
+        }
+        assert_eq!(t.finish(), None);
+        let lines = entries(&std::fs::read_to_string(&path).unwrap());
+        assert_eq!(lines[1]["text"], "[REDACTED]");
+        assert_eq!(
+            lines[2]["text"],
+            "Tk9Lm3Np7Qr1St5UvWxYz2Gh9 is not after a bearer"
+        );
     }
 
     #[test]

@@ -405,8 +405,10 @@ impl Observation {
 
     /// One kept line as `last_lines` shows it: decoded (lossily where it is not UTF-8),
     /// redacted before it is cut (so a secret across the cut is still found whole, and one
-    /// across the end of the head leaves no piece of itself), cut at LAST_LINE_CHARS.
-    fn render(&self, line: &KeptLine) -> String {
+    /// across the end of the head leaves no piece of itself), cut at LAST_LINE_CHARS. A
+    /// line `after_bearer` (the one before ended in `Bearer` or an `Authorization` header)
+    /// has a token at its start redacted too.
+    fn render(&self, line: &KeptLine, after_bearer: bool) -> String {
         // from_utf8 checks ASCII a word at a time; the lossy decoder, needed only for lines
         // that are not UTF-8, goes byte by byte.
         let text = match std::str::from_utf8(&line.head) {
@@ -418,7 +420,12 @@ impl Observation {
         } else {
             Ending::Whole
         };
-        let text = self.secrets.redact_ending(&text, ending);
+        let mut text = self.secrets.redact_ending(&text, ending);
+        if after_bearer
+            && let std::borrow::Cow::Owned(out) = crate::text::redact::redact_continued(&text)
+        {
+            text = std::borrow::Cow::Owned(out);
+        }
         let (head_kept, more) = match text.char_indices().nth(LAST_LINE_CHARS) {
             Some((end, _)) => (&text[..end], true),
             None => (&text[..], false),
@@ -487,7 +494,15 @@ impl Observation {
 
     /// The last lines of output, stdout and stderr in arrival order.
     pub fn last_lines(&self) -> Vec<String> {
-        self.last_lines.iter().map(|l| self.render(l)).collect()
+        let mut awaiting = false;
+        self.last_lines
+            .iter()
+            .map(|l| {
+                let text = self.render(l, awaiting);
+                awaiting = !l.head_cut && crate::text::redact::awaits_token(&text);
+                text
+            })
+            .collect()
     }
 
     /// Keeps one event for `all_messages`, up to [`ALL_MESSAGES_MAX_BYTES`] in all; past
@@ -551,10 +566,9 @@ impl Observation {
 
     /// A one-line, human-readable head of the last stderr-ish output, for messages.
     pub fn last_line_head(&self) -> Option<String> {
-        self.last_lines
-            .iter()
+        self.last_lines()
+            .into_iter()
             .rev()
-            .map(|l| self.render(l))
             .find(|l| !l.trim().is_empty())
             .map(|l| one_line(&l, 200))
     }
@@ -739,6 +753,23 @@ mod tests {
         assert_eq!(batched.last_lines(), every.last_lines());
         assert_eq!(batched.last_lines()[0], "line 37");
         assert_eq!(batched.stderr_lines, 57);
+    }
+
+    #[test]
+    fn a_bearer_token_on_the_next_stderr_line_is_redacted() {
+        let mut obs = Observation::new(Instant::now(), false, vec![]);
+        for text in [
+            "> GET /v1/models HTTP/1.1",
+            "> Authorization: Bearer",
+            "  Tk9Lm3Np7Qr1St5UvWxYz2Gh8 rejected",
+            "< HTTP/1.1 401",
+        ] {
+            obs.observe_line(Pipe::Stderr, &line(text));
+        }
+        let last = obs.last_lines();
+        assert_eq!(last[2], "  [REDACTED] rejected");
+        assert_eq!(last[3], "< HTTP/1.1 401");
+        assert!(!obs.last_line_head().unwrap_or_default().contains("Tk9Lm3"));
     }
 
     #[test]

@@ -751,6 +751,31 @@ pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     replace_tokens(text, &found)
 }
 
+/// A token [`awaits_token`] puts after a line to see whether it would be redacted there.
+const PROBE: &str = "Pr0be7Tk9Lm3Np5Qr";
+
+/// Whether a line ends where a token would follow on the next line a reader sees: after
+/// `Bearer`, or an `Authorization` header (and its scheme), with only blanks after it.
+/// Lines kept one by one (stderr's, `last_lines`) then redact the next line's leading
+/// token ([`redact_continued`]), as a text holding both lines would.
+pub fn awaits_token(line: &str) -> bool {
+    let from = (line.len().saturating_sub(CUT_TOKEN_WINDOW)..=line.len())
+        .find(|&at| line.is_char_boundary(at))
+        .unwrap_or(0);
+    let probed = format!("{}\n{PROBE}", &line[from..]);
+    redact_tokens(&probed).ends_with(REDACTED)
+}
+
+/// `line`, the line after one that [`awaits_token`], with a token at its start (after
+/// blanks) redacted as it would be after `Bearer` and a line break; other tokens too.
+pub fn redact_continued(line: &str) -> Cow<'_, str> {
+    const BEFORE: &str = "Bearer\n";
+    match redact_tokens(&format!("{BEFORE}{line}")) {
+        Cow::Owned(out) if out.starts_with(BEFORE) => Cow::Owned(out[BEFORE.len()..].to_owned()),
+        _ => redact_tokens(line),
+    }
+}
+
 /// `a` and `b` (each sorted, not overlapping) in one sorted list; of two that overlap,
 /// the earlier stays.
 fn merge_matches(mut a: Vec<(usize, usize)>, b: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
@@ -1520,6 +1545,29 @@ mod tests {
         }
         // A key across a join of pieces known clean is found: the span covers it.
         assert!(Secrets::default().surely_clean_span() > glm.len());
+    }
+
+    #[test]
+    fn a_token_on_the_line_after_bearer_is_redacted() {
+        for line in [
+            "curl: Authorization: Bearer",
+            "> authorization: Basic  ",
+            "Bearer\t",
+            "AUTHORIZATION: BEARER",
+        ] {
+            assert!(awaits_token(line), "{line}");
+        }
+        for line in ["Bearer authentication", "sk-", "the Bearer scheme.", "ok"] {
+            assert!(!awaits_token(line), "{line}");
+        }
+        assert_eq!(
+            redact_continued("  Tk9Lm3Np7Qr1St5Uv/Wx+Yz2 (expired)"),
+            "  [REDACTED] (expired)"
+        );
+        assert_eq!(
+            redact_continued("authentication failed"),
+            "authentication failed"
+        );
     }
 
     #[test]
