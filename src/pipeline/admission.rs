@@ -143,24 +143,21 @@ impl Admission {
     /// `metrics.queue_ms`, and a cooldown when it ended on a quota or rate limit with a
     /// reset time. Releases the slot.
     ///
-    /// The cooldown's message (the vendor's error, which can quote the caller's key) is
-    /// redacted with `secrets` before it is recorded: every later run refused by the
-    /// cooldown shows it, also on machines sharing the store whose environment does not
-    /// hold this run's key, and the store keeps it at rest.
+    /// The cooldown's message (the vendor's error, which can quote the caller's key) and
+    /// every other text of it are redacted with `secrets` where the store writes them
+    /// ([`Admission::store_for_writing`]): every later run refused by the cooldown shows
+    /// them, also on machines sharing the store whose environment does not hold this run's
+    /// key, and the store keeps them at rest.
     pub async fn finish(mut self, envelope: &mut Envelope, secrets: &Secrets) {
         if let (Some(ms), Some(metrics)) = (self.queue_ms, envelope.metrics.as_mut()) {
             metrics.queue_ms = Some(ms);
         }
         drop(self.slot.take());
-        let Some(mut cooldown) = cooldown_from(envelope, &self.backend, &self.holder) else {
+        let Some(cooldown) = cooldown_from(envelope, &self.backend, &self.holder) else {
             return;
         };
-        secrets.redact_string(&mut cooldown.message);
-        if let Some(code) = cooldown.code.as_mut() {
-            secrets.redact_string(code);
-        }
         let what = "cannot record the backend's cooldown";
-        let Some(store) = self.store_for_writing(what, envelope).await else {
+        let Some(store) = self.store_for_writing(what, envelope, secrets).await else {
             return;
         };
         if let Err(e) = blocking(move || store.set_cooldown(&cooldown)).await {
@@ -173,20 +170,27 @@ impl Admission {
 
 impl Admission {
     /// The store, opened now if admission did not need it (a SQLite store that did not exist
-    /// yet); `None` without a store, or when it cannot be opened (then a warning saying
-    /// `what` could not be done).
-    async fn store_for_writing(&self, what: &str, envelope: &mut Envelope) -> Option<Arc<Store>> {
-        match (&self.store, &self.location) {
-            (Some(store), _) => Some(store.clone()),
-            (None, Some(location)) => match open(location.clone()).await {
-                Ok(store) => Some(store),
-                Err(e) => {
-                    envelope.warnings.push(format!("{what}: {e}"));
-                    None
-                }
-            },
-            (None, None) => None,
-        }
+    /// yet), redacting the known values of `secrets` from all it writes; `None` without a
+    /// store, or when it cannot be opened (then a warning saying `what` could not be done).
+    async fn store_for_writing(
+        &self,
+        what: &str,
+        envelope: &mut Envelope,
+        secrets: &Secrets,
+    ) -> Option<Arc<Store>> {
+        let store = match (&self.store, &self.location) {
+            (Some(store), _) => Ok(store.clone()),
+            (None, Some(location)) => open(location.clone()).await,
+            (None, None) => return None,
+        };
+        let values = secrets.clone();
+        let redacting = match store {
+            Ok(store) => blocking(move || store.redact_with(&values).map(|()| store)).await,
+            Err(e) => Err(e),
+        };
+        redacting
+            .map_err(|e| envelope.warnings.push(format!("{what}: {e}")))
+            .ok()
     }
 
     /// The request shape the store remembers for this backend (DESIGN §12). A store that is
@@ -202,9 +206,14 @@ impl Admission {
 
     /// Remembers that this backend needs the compat request shape, so that later runs start
     /// in it; a store that cannot be written is a warning.
-    pub async fn remember_compat_shape(&self, reason: &str, envelope: &mut Envelope) {
+    pub async fn remember_compat_shape(
+        &self,
+        reason: &str,
+        envelope: &mut Envelope,
+        secrets: &Secrets,
+    ) {
         let what = "cannot remember the backend's request shape";
-        let Some(store) = self.store_for_writing(what, envelope).await else {
+        let Some(store) = self.store_for_writing(what, envelope, secrets).await else {
             return;
         };
         let (backend, reason) = (self.backend.clone(), reason.to_owned());

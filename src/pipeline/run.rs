@@ -481,7 +481,7 @@ async fn run_attempts(
     let mut envelope = prepared.guard_git(envelope, &run, journal);
     if let Some(reason) = run.compat_learned.take() {
         admission
-            .remember_compat_shape(&reason, &mut envelope)
+            .remember_compat_shape(&reason, &mut envelope, &journal.redaction)
             .await;
     }
     // Last: the slot is released and a quota failure starts the backend's cooldown.

@@ -25,7 +25,9 @@ use std::time::Duration;
 pub use cooldown::{Cooldown, format_utc, now_ms, parse_utc};
 pub use slots::{SlotGuard, SlotHolder};
 
-use sql::Conn;
+use sql::{Conn, Db};
+
+use crate::text::redact::Secrets;
 
 /// The run-mode flags that choose the store.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -258,6 +260,17 @@ impl Store {
         &self.location
     }
 
+    /// Redacts the known values of `secrets` (a run's keys) from every text written from
+    /// now on, besides the token shapes always redacted: all writes go through
+    /// [`sql::Conn`], which redacts every text parameter.
+    pub fn redact_with(&self, secrets: &Secrets) -> Result<(), StoreError> {
+        let values = secrets.values().to_vec();
+        self.call(move |conn| {
+            conn.add_secrets(&values);
+            Ok(())
+        })
+    }
+
     /// Runs `job` on the store's connection and waits for its answer.
     fn call<T: Send + 'static>(
         &self,
@@ -383,7 +396,7 @@ fn connect(location: &Location) -> Result<Conn, StoreError> {
                     store: hide_password(url),
                     reason: e.to_string(),
                 })?;
-            Ok(Conn::Postgres(Box::new(client)))
+            Ok(Conn::new(Db::Postgres(Box::new(client))))
         }
     }
 }
@@ -403,16 +416,12 @@ fn open_sqlite(path: &Path) -> Result<Conn, StoreError> {
     }
     conn.busy_timeout(SQLITE_BUSY_TIMEOUT)
         .map_err(StoreError::sqlite)?;
-    let mut conn = Conn::Sqlite(conn);
     // Switching to WAL needs a moment alone with the file: retry while others do the same.
     let mut tries = 0;
     loop {
-        let result = match &conn {
-            Conn::Sqlite(c) => c
-                .pragma_update(None, "journal_mode", "WAL")
-                .map_err(StoreError::sqlite),
-            Conn::Postgres(_) => Ok(()),
-        };
+        let result = conn
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(StoreError::sqlite);
         match result {
             Ok(()) => break,
             Err(StoreError::Database(_)) if tries < 50 => {
@@ -422,6 +431,7 @@ fn open_sqlite(path: &Path) -> Result<Conn, StoreError> {
             Err(e) => return Err(e),
         }
     }
+    let mut conn = Conn::new(Db::Sqlite(conn));
     conn.batch("PRAGMA synchronous = NORMAL")?;
     Ok(conn)
 }
@@ -484,6 +494,91 @@ mod tests {
         assert_eq!(store.forget_compat_shape(Some("other")).unwrap(), 0);
         assert_eq!(store.forget_compat_shape(Some("glm")).unwrap(), 1);
         assert_eq!(store.compat_shape("glm").unwrap(), None);
+    }
+
+    /// Writes a row through every writer of the store with a known key and an unknown
+    /// token planted in each text, then reads every text cell of every table straight from
+    /// the file: none may hold either (a column added later is read too).
+    #[test]
+    fn every_text_the_store_keeps_is_redacted() {
+        use crate::routing::ledger::{Choice, Ledger};
+        const KEY: &str = "zk-Tq81Lm9Xv2Pw7Rb4Hc6N";
+        const TOKEN: &str = "ghp_H5jD8sF2kL0qW9eR4tY7uI1o";
+        let planted = |field: &str| format!("{field}: {KEY} {TOKEN}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("coder.db");
+        let store = Store::open(&Location::Sqlite(path.clone())).unwrap();
+        store.redact_with(&Secrets::new([KEY])).unwrap();
+        store
+            .set_cooldown(&Cooldown {
+                backend: planted("backend"),
+                until_ms: now_ms() + 60_000,
+                retry_at: planted("retry_at"),
+                class: planted("class"),
+                provider: planted("provider"),
+                code: Some(planted("code")),
+                http_status: Some(429),
+                message: planted("message"),
+                set_by: planted("set_by"),
+            })
+            .unwrap();
+        store
+            .set_compat_shape(
+                &planted("b"),
+                RequestShape::Compat,
+                Some(&planted("reason")),
+            )
+            .unwrap();
+        store
+            .try_acquire_slot(
+                &planted("b"),
+                2,
+                &planted("holder"),
+                Duration::from_secs(60),
+            )
+            .unwrap();
+        let choice = Choice {
+            run_id: planted("run"),
+            bucket: planted("bucket"),
+            chosen: planted("chosen"),
+            candidates: vec![planted("candidate")],
+            propensity: 0.5,
+            policy: planted("policy"),
+            at_unix_ms: now_ms(),
+        };
+        store.record_choice(&choice).unwrap();
+        assert!(store.is_cooling(&planted("backend")).unwrap());
+        drop(store);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let mut redacted = 0;
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(tables.len() >= 5, "{tables:?}");
+        for table in tables {
+            let mut stmt = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
+            let columns = stmt.column_count();
+            let mut rows = stmt.query([]).unwrap();
+            while let Some(row) = rows.next().unwrap() {
+                for i in 0..columns {
+                    let rusqlite::types::ValueRef::Text(text) = row.get_ref(i).unwrap() else {
+                        continue;
+                    };
+                    let text = String::from_utf8_lossy(text);
+                    assert!(!text.contains(&KEY[3..]), "{table}: {text}");
+                    assert!(!text.contains(&TOKEN[4..]), "{table}: {text}");
+                    redacted += text.matches(crate::text::REDACTED).count();
+                }
+            }
+        }
+        assert!(
+            redacted >= 2 * 14,
+            "{redacted} redactions: a row is missing"
+        );
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! drivers are synchronous; the store calls them from its own worker thread (see
 //! `super::worker`), never from inside the tokio runtime.
 
+use std::borrow::Cow;
+
 use super::StoreError;
+use crate::text::redact::Secrets;
 
 /// One parameter or column value.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,24 +118,66 @@ impl postgres::types::ToSql for Val {
     postgres::types::to_sql_checked!();
 }
 
-/// An open connection of either dialect.
-pub enum Conn {
+/// A connection of either dialect.
+pub enum Db {
     Sqlite(rusqlite::Connection),
     Postgres(Box<postgres::Client>),
 }
 
+/// An open connection, and what is redacted from every text it is given.
+///
+/// Every statement's text parameters pass through [`Conn::exec`] or [`Conn::query`], so
+/// this is the one place where what coder stores is redacted: token shapes always, and the
+/// known values added with [`Conn::add_secrets`] (a run's keys). A column written later
+/// from the vendor's or the model's text is redacted without anyone remembering to.
+pub struct Conn {
+    db: Db,
+    secrets: Secrets,
+}
+
 impl Conn {
+    pub fn new(db: Db) -> Conn {
+        Conn {
+            db,
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// Redacts `values` too from every text given from now on.
+    pub fn add_secrets(&mut self, values: &[String]) {
+        let known = self.secrets.values().iter().chain(values);
+        self.secrets = Secrets::new(known);
+    }
+
+    /// `params` with their texts redacted (borrowed when none changes).
+    fn redacted<'a>(&self, params: &'a [Val]) -> Cow<'a, [Val]> {
+        let changed = |v: &Val| {
+            v.text()
+                .is_some_and(|t| matches!(self.secrets.redact(t), Cow::Owned(_)))
+        };
+        if !params.iter().any(changed) {
+            return Cow::Borrowed(params);
+        }
+        let redact = |v: &Val| match v {
+            Val::Text(t) => Val::Text(self.secrets.redact(t).into_owned()),
+            other => other.clone(),
+        };
+        Cow::Owned(params.iter().map(redact).collect())
+    }
+
     /// Runs a statement; returns the number of rows it changed.
     pub fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, StoreError> {
-        match self {
-            Conn::Sqlite(c) => {
+        let params = self.redacted(params);
+        let params = params.as_ref();
+        match &mut self.db {
+            Db::Sqlite(c) => {
                 let sql = sqlite_text(sql);
                 let n = c
                     .execute(&sql, rusqlite::params_from_iter(params.iter()))
                     .map_err(StoreError::sqlite)?;
                 Ok(n as u64)
             }
-            Conn::Postgres(c) => {
+            Db::Postgres(c) => {
                 let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params
                     .iter()
                     .map(|p| p as &(dyn postgres::types::ToSql + Sync))
@@ -149,8 +194,11 @@ impl Conn {
         params: &[Val],
         cols: &[Col],
     ) -> Result<Vec<Vec<Val>>, StoreError> {
-        match self {
-            Conn::Sqlite(c) => {
+        // Keys are looked up as they were written: redacted alike.
+        let params = self.redacted(params);
+        let params = params.as_ref();
+        match &mut self.db {
+            Db::Sqlite(c) => {
                 let sql = sqlite_text(sql);
                 let mut stmt = c.prepare(&sql).map_err(StoreError::sqlite)?;
                 let rows = stmt
@@ -164,7 +212,7 @@ impl Conn {
                 rows.collect::<rusqlite::Result<Vec<_>>>()
                     .map_err(StoreError::sqlite)
             }
-            Conn::Postgres(c) => {
+            Db::Postgres(c) => {
                 let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params
                     .iter()
                     .map(|p| p as &(dyn postgres::types::ToSql + Sync))
@@ -184,14 +232,14 @@ impl Conn {
 
     /// Runs statements with no parameters and no results (DDL, transaction control).
     pub fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
-        match self {
-            Conn::Sqlite(c) => c.execute_batch(sql).map_err(StoreError::sqlite),
-            Conn::Postgres(c) => c.batch_execute(sql).map_err(StoreError::postgres),
+        match &mut self.db {
+            Db::Sqlite(c) => c.execute_batch(sql).map_err(StoreError::sqlite),
+            Db::Postgres(c) => c.batch_execute(sql).map_err(StoreError::postgres),
         }
     }
 
     pub fn is_postgres(&self) -> bool {
-        matches!(self, Conn::Postgres(_))
+        matches!(self.db, Db::Postgres(_))
     }
 
     /// Runs `body` in a write transaction that serialises with every other writer of the
@@ -200,9 +248,9 @@ impl Conn {
         &mut self,
         body: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        match self {
-            Conn::Sqlite(_) => self.batch("BEGIN IMMEDIATE")?,
-            Conn::Postgres(_) => {
+        match self.db {
+            Db::Sqlite(_) => self.batch("BEGIN IMMEDIATE")?,
+            Db::Postgres(_) => {
                 self.batch("BEGIN")?;
                 if let Err(e) = self.batch(&format!("SELECT pg_advisory_xact_lock({LOCK_KEY})")) {
                     let _ = self.batch("ROLLBACK");
@@ -334,13 +382,13 @@ fn check_version(found: i64) -> Result<bool, StoreError> {
 
 /// The recorded schema version; `None` when the store has no `meta` table yet.
 fn version(conn: &mut Conn) -> Result<Option<i64>, StoreError> {
-    let exists = match conn {
-        Conn::Sqlite(_) => conn.query(
+    let exists = match conn.db {
+        Db::Sqlite(_) => conn.query(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
             &[],
             &[Col::Text],
         )?,
-        Conn::Postgres(_) => conn.query(
+        Db::Postgres(_) => conn.query(
             "SELECT table_name::text FROM information_schema.tables
              WHERE table_schema = current_schema() AND table_name = 'meta'",
             &[],
@@ -378,7 +426,7 @@ mod tests {
 
     #[test]
     fn migrates_once_and_refuses_a_newer_schema() {
-        let mut conn = Conn::Sqlite(rusqlite::Connection::open_in_memory().unwrap());
+        let mut conn = Conn::new(Db::Sqlite(rusqlite::Connection::open_in_memory().unwrap()));
         migrate(&mut conn).unwrap();
         migrate(&mut conn).unwrap();
         assert_eq!(version(&mut conn).unwrap(), Some(SCHEMA_VERSION));
