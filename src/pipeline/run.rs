@@ -408,15 +408,23 @@ async fn run_attempts(
     let mut ledger = take_snapshot(&request.workspace, state_dir).await;
     run.outcome_times.ledger_before_ms = Some(snapshot_started.elapsed().as_millis() as u64);
     crate::phases::mark("ledger.done");
-    let mut prepared =
-        match PreparedRun::prepare(request, backend, process_env, state_dir, &mut run).await {
-            Ok(prepared) => prepared,
-            Err(envelope) => {
-                let mut envelope = *envelope;
-                attach_changes(&mut envelope, ledger.as_ref(), request, &[], journal).await;
-                return envelope;
-            }
-        };
+    let mut prepared = match PreparedRun::prepare(
+        request,
+        backend,
+        process_env,
+        state_dir,
+        &journal.redaction,
+        &mut run,
+    )
+    .await
+    {
+        Ok(prepared) => prepared,
+        Err(envelope) => {
+            let mut envelope = *envelope;
+            attach_changes(&mut envelope, ledger.as_ref(), request, &[], journal).await;
+            return envelope;
+        }
+    };
     // The plain scan's cache holds its hash key: kept only where the agent cannot reach it.
     if let Some(ledger) = ledger.as_mut() {
         let exposed = ledger
@@ -637,6 +645,7 @@ impl PreparedRun {
         backend: Result<config::ResolvedBackend, config::ConfigError>,
         process_env: &[(OsString, OsString)],
         state_dir: &std::path::Path,
+        secrets: &crate::text::Secrets,
         run: &mut Run,
     ) -> Result<PreparedRun, Box<Envelope>> {
         let early = |run: &Run, kind: ErrorKind, message: String| {
@@ -669,7 +678,7 @@ impl PreparedRun {
             })?;
 
         // Session safety: one driver per session, and resumes only where the session lives.
-        let store = SessionStore::new(state_dir);
+        let store = SessionStore::new(state_dir).redacting(secrets.clone());
         if let SessionChoice::Resume(id) = request.session {
             store
                 .check_resume(id, &request.workspace, backend.name())

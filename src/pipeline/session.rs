@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::journal::dirstats::DirStats;
+use crate::text::redact::Secrets;
 
 /// Where a session was created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +90,9 @@ pub enum SessionError {
 #[derive(Debug, Clone)]
 pub struct SessionStore {
     dir: PathBuf,
+    /// Redacted from every record written ([`SessionStore::save`]): token shapes always,
+    /// known values once [`SessionStore::redacting`] gives them.
+    secrets: Secrets,
 }
 
 /// An exclusive hold on one session, released on drop (or by the kernel if coder dies).
@@ -119,7 +123,14 @@ impl SessionStore {
     pub fn new(state_dir: &Path) -> Self {
         SessionStore {
             dir: state_dir.join("sessions"),
+            secrets: Secrets::default(),
         }
+    }
+
+    /// The store that redacts `secrets`' known values (a run's keys) from the records it
+    /// writes, besides token shapes.
+    pub fn redacting(self, secrets: Secrets) -> Self {
+        SessionStore { secrets, ..self }
     }
 
     /// The directory of the records and kept histories.
@@ -340,7 +351,12 @@ impl SessionStore {
         let tmp = self
             .dir
             .join(format!(".{}.{}.tmp", record.session_id, std::process::id()));
-        let bytes = serde_json::to_vec_pretty(record).map_err(|e| self.io(e.into()))?;
+        // The one place records are written: every text in them (the questions the model
+        // asked, the vendor's reason a session is poisoned, the CLI's version) is redacted
+        // here, whichever field it is in.
+        let mut value = serde_json::to_value(record).map_err(|e| self.io(e.into()))?;
+        self.secrets.redact_value(&mut value);
+        let bytes = serde_json::to_vec_pretty(&value).map_err(|e| self.io(e.into()))?;
         let write = || -> std::io::Result<()> {
             // Write then rename: a coder killed at any point leaves the old record or the new
             // one. No fsync: the record guards against a second coder and a wrong
@@ -454,6 +470,50 @@ mod tests {
             updated_at: 1,
             poisoned: None,
             questions: None,
+        }
+    }
+
+    /// A record with a known key and an unknown token planted in every text it holds
+    /// (every string of its JSON form but the id) is written without either.
+    #[test]
+    fn every_text_of_a_record_is_redacted() {
+        const KEY: &str = "zk-Tq81Lm9Xv2Pw7Rb4Hc6N";
+        const TOKEN: &str = "ghp_H5jD8sF2kL0qW9eR4tY7uI1o";
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path()).redacting(Secrets::new([KEY]));
+        let id = Uuid::new_v4();
+        let mut full = record(id, "/ws");
+        full.cli_version = Some("2.1.330".into());
+        full.poisoned = Some("image block".into());
+        full.questions = Some(vec![crate::pipeline::questions::Question {
+            question: "Which?".into(),
+            options: vec!["a".into(), "b".into()],
+            why: Some("blocked".into()),
+        }]);
+        let mut value = serde_json::to_value(&full).unwrap();
+        let planted = plant(&mut value, &format!(" {KEY} {TOKEN}"));
+        let full: SessionRecord = serde_json::from_value(value).unwrap();
+        store.save(&full).unwrap();
+        let written = std::fs::read_to_string(store.record_path(id)).unwrap();
+        assert!(!written.contains(&KEY[3..]), "{written}");
+        assert!(!written.contains(&TOKEN[4..]), "{written}");
+        assert_eq!(
+            written.matches("[REDACTED]").count(),
+            2 * planted,
+            "{written}"
+        );
+    }
+
+    /// Appends `secret` to every string of `value` but the session's id; how many.
+    fn plant(value: &mut serde_json::Value, secret: &str) -> usize {
+        match value {
+            serde_json::Value::String(s) if Uuid::parse_str(s).is_err() => {
+                s.push_str(secret);
+                1
+            }
+            serde_json::Value::Array(items) => items.iter_mut().map(|v| plant(v, secret)).sum(),
+            serde_json::Value::Object(map) => map.values_mut().map(|v| plant(v, secret)).sum(),
+            _ => 0,
         }
     }
 
