@@ -374,7 +374,12 @@ impl Envelope {
         if let Some(detail) = self.error_detail.as_mut() {
             detail.out_of_scope.iter_mut().flatten().for_each(text);
             detail.schema_errors.iter_mut().flatten().for_each(text);
+            if let Some(provider) = detail.provider_error.as_mut() {
+                maybe(&mut provider.code);
+                maybe(&mut provider.retry_at);
+            }
         }
+        self.redact_reports(secrets);
         if let Some(repair) = self.schema_repair.as_mut() {
             repair.errors.iter_mut().for_each(text);
         }
@@ -395,6 +400,29 @@ impl Envelope {
                 *message = raw;
             }
         }
+    }
+
+    /// The reports of what coder did around the run, whose texts come from the model (the
+    /// fallback's files, named in its answer), the agent (the paths of git dirs it made)
+    /// or git (a worktree's note).
+    fn redact_reports(&mut self, secrets: &Secrets) {
+        let text = |s: &mut String| secrets.redact_string(s);
+        if let Some(fallback) = self.fallback.as_mut() {
+            fallback.files.iter_mut().for_each(text);
+        }
+        if let Some(guard) = self.sandbox.as_mut() {
+            for moved in &mut guard.quarantined {
+                text(&mut moved.path);
+                text(&mut moved.to);
+                moved.moved.iter_mut().for_each(text);
+            }
+            guard.incomplete.iter_mut().for_each(text);
+        }
+        if let Some(worktree) = self.worktree.as_mut() {
+            text(&mut worktree.base_ref);
+            worktree.note.iter_mut().for_each(text);
+        }
+        self.plan_file.iter_mut().for_each(text);
     }
 
     /// The envelope as one line of JSON.
@@ -462,6 +490,44 @@ mod tests {
             env.to_json_line(),
             r#"{"success":true,"tool":"coder","SESSION_ID":"u","result":"done"}"#
         );
+    }
+
+    #[test]
+    fn vendor_model_and_agent_texts_in_reports_are_redacted() {
+        const KEY: &str = "zk-Tq81Lm9Xv2Pw7Rb4Hc6N";
+        let planted = format!("x {KEY} ghp_H5jD8sF2kL0qW9eR4tY7uI1o");
+        let mut env = Envelope::early_failure(ErrorKind::ConfigError, "bad");
+        if let Some(detail) = env.error_detail.as_mut() {
+            detail.provider_error = Some(crate::pipeline::provider::ProviderError {
+                class: crate::pipeline::provider::ProviderClass::AuthError,
+                provider: crate::pipeline::provider::Provider::Zai,
+                code: Some(planted.clone()),
+                http_status: Some(401),
+                retryable: false,
+                session_poisoned: false,
+                retry_after_s: None,
+                retry_at: Some(planted.clone()),
+                action: crate::pipeline::provider::ProviderAction::Fail,
+            });
+        }
+        env.fallback = Some(crate::pipeline::fallback::Fallback {
+            trigger: crate::pipeline::fallback::Trigger::DiffInAnswer,
+            files: vec![planted.clone()],
+            applied: false,
+        });
+        env.sandbox = Some(crate::sandbox::gitguard::GuardReport {
+            quarantined: vec![crate::sandbox::gitguard::Quarantined {
+                path: planted.clone(),
+                moved: vec![planted.clone()],
+                to: planted.clone(),
+            }],
+            incomplete: Some(planted.clone()),
+        });
+        env.redact(&Secrets::new([KEY]));
+        let line = env.to_json_line();
+        assert!(!line.contains(&KEY[3..]), "{line}");
+        assert!(!line.contains("H5jD8sF2"), "{line}");
+        assert_eq!(line.matches("[REDACTED]").count(), 14, "{line}");
     }
 
     #[test]
