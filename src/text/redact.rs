@@ -10,12 +10,16 @@
 //!   match runs on the raw text, so it also works on a line cut in the middle (which no
 //!   longer parses) and a JSON line keeps its exact bytes where no secret is.
 //! - **Token shapes**: credentials coder does not know (one the agent read from a file) in
-//!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, a JSON Web
-//!   Token's `eyJ…`, and `Bearer …` or `bearer …`, the token also on the next line), only
-//!   when the token is long and holds both letters and digits, so ordinary words such
-//!   as `sk-learn-compatible` or `Bearer authentication` stay. They too are matched in
-//!   every JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token, a
-//!   token right after `\n`), read as JSON decodes it with the known values' escape reader.
+//!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `glpat-…`, `AIza…`,
+//!   `AKIA…`, a JSON Web Token's `eyJ…`, a Z.ai key's `<32 hex>.<16 letters and digits>`,
+//!   `Bearer …` in three cases and an `Authorization` header's value, the token also on the
+//!   next line), only when the token is long and, after a prefix prose uses too, looks
+//!   random (a digit, or base64's case changes), so ordinary words such as
+//!   `sk-learn-compatible` or `Bearer authentication` stay. They too are matched in every
+//!   JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token, a token
+//!   right after `\n`), read as JSON decodes it with the known values' escape reader.
+//!   Lines kept one by one carry a `Bearer` at a line's end over to the next
+//!   ([`awaits_token`], [`redact_continued`]).
 //!
 //! **Cuts.** Redaction runs before a text is cut. Where the source itself was cut at a byte
 //! cap before coder could see all of it ([`Ending::Cut`]), and wherever a text carries the
@@ -30,7 +34,8 @@
 //! most entries in one pass. Otherwise a text without a backslash-escape that could spell
 //! a secret costs one `memmem` search per secret; only a text holding one (`\u…`, or an
 //! escape of a character a secret holds) is scanned escape by escape. Token shapes cost one
-//! packed search for their prefixes and one `memmem` for `\u00`; a text is read as JSON
+//! packed search for their prefixes, one `memmem` for `\u00` and a sampled pass for Z.ai
+//! keys (one 8-byte block every 24 bytes, [`glm_keys`]); a text is read as JSON
 //! decodes it only around each prefix found, or position by position where it holds a
 //! `\u` escape of printable ASCII (which could spell a prefix; JSON writers do not make
 //! them).
