@@ -16,6 +16,8 @@ fn main() -> ExitCode {
     {
         coder::sandbox::nest::nest_main(&args);
     }
+    // A panic's message on stderr is redacted like everything else coder prints.
+    commands::run::redact_panics();
     match args.get(1).and_then(|a| a.to_str()) {
         // Must come first: the helper runs single-threaded and execs the child.
         Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),

@@ -35,6 +35,27 @@ pub fn run_command(args: &[OsString]) -> ExitCode {
     finish(guarded(|| run_mode(args)))
 }
 
+/// Makes every panic's message on stderr redacted like the envelope: Rust's own hook prints
+/// the message as it is (a panic over a vendor's text or a path would print what it held)
+/// before [`guarded`] turns the panic into an envelope, which is redacted.
+pub fn redact_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let _ = write_panic(&mut std::io::stderr(), &info.to_string(), &env);
+    }));
+}
+
+/// Writes a panic's message (`panicked at file:line:col:` and the payload) redacted with
+/// the secrets of `env` and token shapes.
+fn write_panic(
+    out: &mut dyn Write,
+    message: &str,
+    env: &[(OsString, OsString)],
+) -> std::io::Result<()> {
+    let secrets = Secrets::new(secret_values(env));
+    writeln!(out, "coder {}", secrets.redact(message))
+}
+
 /// `make`'s output, or an `unexpected_exception` envelope when it panics.
 pub(crate) fn guarded(make: impl FnOnce() -> Output + std::panic::UnwindSafe) -> Output {
     std::panic::catch_unwind(make).unwrap_or_else(|payload| {
@@ -301,5 +322,27 @@ pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     Output::Envelope {
         envelope: Box::new(envelope),
         metrics_line,
+    }
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_message_is_redacted() {
+        let env = [(
+            OsString::from("ANTHROPIC_AUTH_TOKEN"),
+            OsString::from("zk-Tq81Lm9Xv2Pw7Rb4Hc6N"),
+        )];
+        let mut out = Vec::new();
+        let message = "panicked at src/x.rs:1:2:\nbad reply zk-Tq81Lm9Xv2Pw7Rb4Hc6N \
+                       Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l";
+        write_panic(&mut out, message, &env).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "coder panicked at src/x.rs:1:2:\nbad reply [REDACTED] Authorization: Basic [REDACTED]\n"
+        );
     }
 }

@@ -35,7 +35,7 @@
 //! a secret costs one `memmem` search per secret; only a text holding one (`\u…`, or an
 //! escape of a character a secret holds) is scanned escape by escape. Token shapes cost one
 //! packed search for their prefixes, one `memmem` for `\u00` and a sampled pass for Z.ai
-//! keys (one 8-byte block every 24 bytes, [`glm_keys`]); a text is read as JSON
+//! keys (one 8-byte block every 24 bytes, `glm_keys`); a text is read as JSON
 //! decodes it only around each prefix found, or position by position where it holds a
 //! `\u` escape of printable ASCII (which could spell a prefix; JSON writers do not make
 //! them).
@@ -136,7 +136,7 @@ impl Secrets {
     /// escape a secret needs), no `…`, no token prefix written literally, no `\u` escape
     /// of printable ASCII (which could spell a prefix), no Z.ai key written literally. One
     /// pass of one packed searcher, where those are four passes, and the key's sampled
-    /// pass ([`glm_keys`]); false (not known) where there is no such searcher.
+    /// pass (`glm_keys`); false (not known) where there is no such searcher.
     ///
     /// Every change those make starts at one of these: a secret spelled with an escape
     /// holds the escape, a partial secret is dropped only before a `…` (or a cut, which a
