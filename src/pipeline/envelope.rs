@@ -342,7 +342,7 @@ impl Envelope {
         maybe(&mut self.plan);
         if let Some(detail) = self.error_detail.as_mut() {
             text(&mut detail.message);
-            detail.last_lines.iter_mut().for_each(text);
+            secrets.redact_lines(&mut detail.last_lines);
             if let Some(UpstreamErrorType::Other(name)) = detail.upstream_error.as_mut() {
                 text(name);
             }

@@ -201,6 +201,19 @@ impl Secrets {
         }
     }
 
+    /// Redacts lines kept one by one (an output's tail): each line, and a token starting a
+    /// line after one that ends in `Bearer` or an `Authorization` header ([`awaits_token`]).
+    pub fn redact_lines(&self, lines: &mut [String]) {
+        let mut awaiting = false;
+        for line in lines {
+            self.redact_string(line);
+            if awaiting && let Cow::Owned(out) = redact_continued(line) {
+                *line = out;
+            }
+            awaiting = awaits_token(line);
+        }
+    }
+
     /// Redacts every string (and object key) of a JSON value, decoded.
     pub fn redact_value(&self, value: &mut Value) {
         match value {

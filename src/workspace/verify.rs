@@ -124,7 +124,7 @@ impl Verification {
         .into_iter()
         .flatten()
         {
-            check.tail.iter_mut().for_each(|l| secrets.redact_string(l));
+            secrets.redact_lines(&mut check.tail);
             secrets.redact_string(&mut check.tail_text);
             if let Some(error) = check.error.as_mut() {
                 secrets.redact_string(error);
@@ -335,6 +335,29 @@ mod tests {
         assert_eq!(VerdictKind::of(None, Some(&bad)), VerdictKind::StillFailing);
         assert_eq!(VerdictKind::of(None, Some(&ok)), VerdictKind::Passed);
         assert_eq!(VerdictKind::of(Some(&ok), None), VerdictKind::NotRun);
+    }
+
+    #[test]
+    fn a_token_on_the_tail_line_after_bearer_is_redacted() {
+        let mut failed = check(false);
+        failed.tail = vec![
+            "> Authorization: Bearer".to_owned(),
+            "Tk9Lm3Np7Qr1St5UvWxYz2Gh8".to_owned(),
+            "FAILED".to_owned(),
+        ];
+        failed.tail_text = failed.tail.join("\n");
+        let mut verification = Verification {
+            command: "make test".to_owned(),
+            baseline: None,
+            after_agent: None,
+            final_check: Some(failed),
+            verdict: VerdictKind::StillFailing,
+            repair_turns: 0,
+        };
+        verification.redact(&Secrets::default());
+        let tail = &verification.final_check.as_ref().unwrap().tail;
+        assert_eq!(tail[1], "[REDACTED]");
+        assert_eq!(tail[2], "FAILED");
     }
 
     #[test]
