@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::journal::runs::{account, find_run, list_runs, read_entries, render};
+use crate::text::{Secrets, names::secret_values};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -100,7 +101,8 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
             };
             match read_entries(&path) {
                 Ok(entries) => {
-                    let account = account(&entries);
+                    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+                    let account = redacted_account(&entries, &env);
                     let text = if json {
                         serde_json::to_string_pretty(&account).unwrap_or_default() + "\n"
                     } else {
@@ -114,5 +116,38 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// A run's account as `coder runs show` prints it, redacted once more with this process's
+/// secrets and today's token shapes: a transcript an older coder wrote (which knew fewer
+/// shapes, and kept a Z.ai key or a `Basic` header whole) is shown without them too.
+fn redacted_account(
+    entries: &[serde_json::Value],
+    env: &[(OsString, OsString)],
+) -> serde_json::Value {
+    let mut account = account(entries);
+    Secrets::new(secret_values(env)).redact_value(&mut account);
+    account
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_transcripts_tokens_are_not_shown() {
+        let glm = "5371d5ed2fa84618852eee0459455c57.dgquQksHDfyLekKX";
+        let entries: Vec<serde_json::Value> = [
+            format!(r#"{{"ts":"t","source":"coder","kind":"start","data":{{"prompt":"use {glm}"}}}}"#),
+            format!(r#"{{"ts":"t","source":"coder","kind":"outcome","data":{{"success":false,"error":"401 for {glm}","result":"Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l"}}}}"#),
+        ]
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+        let shown = render(&redacted_account(&entries, &[]));
+        assert!(!shown.contains("dgquQksHDfyLekKX"), "{shown}");
+        assert!(!shown.contains("YWxhZGRp"), "{shown}");
+        assert!(shown.contains("[REDACTED]"), "{shown}");
     }
 }
