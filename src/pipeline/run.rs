@@ -30,9 +30,9 @@ use crate::pipeline::provider;
 use crate::pipeline::request::{RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
+use crate::pipeline::snapshot::{self, Snapshot};
 use crate::pipeline::structured::{self, Answer, Judgement};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
-use crate::pipeline::snapshot::{self, Snapshot};
 use crate::sandbox::proxy::{Egress, Hold};
 use crate::sandbox::{Policy, RunDirCleanup};
 use crate::stream::Pipe;
@@ -409,7 +409,11 @@ async fn run_attempts(
     let alongside = request.sandbox.is_confined()
         && !snapshot::cli_may_run_commands_at_start(&request.workspace);
     let mut snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
-    crate::phases::mark(if alongside { "ledger.started" } else { "ledger.done" });
+    crate::phases::mark(if alongside {
+        "ledger.started"
+    } else {
+        "ledger.done"
+    });
     let hold = snapshot.hold();
     let prepared = PreparedRun::prepare(request, backend, process_env, state_dir, &mut run, hold);
     let mut prepared = match prepared.await {
@@ -417,7 +421,15 @@ async fn run_attempts(
         Err(envelope) => {
             let mut envelope = *envelope;
             let _ = snapshot.finish_or_cancel(signals).await;
-            attach_snapshot(&mut envelope, &mut snapshot, &mut run, request, &[], journal).await;
+            attach_snapshot(
+                &mut envelope,
+                &mut snapshot,
+                &mut run,
+                request,
+                &[],
+                journal,
+            )
+            .await;
             return envelope;
         }
     };
@@ -451,8 +463,15 @@ async fn run_attempts(
             let mut envelope = run.refused(refusal);
             let exclude = prepared.placeholders(request);
             let _ = snapshot.finish_or_cancel(signals).await;
-            attach_snapshot(&mut envelope, &mut snapshot, &mut run, request, &exclude, journal)
-                .await;
+            attach_snapshot(
+                &mut envelope,
+                &mut snapshot,
+                &mut run,
+                request,
+                &exclude,
+                journal,
+            )
+            .await;
             return envelope;
         }
     };

@@ -114,12 +114,9 @@ impl Snapshot {
     /// from now on, what the walk sees changing is not the workspace as it was before.
     pub fn mark_started(&self) {
         let now = i64::try_from(scan::now_ns()).unwrap_or(NOT_STARTED - 1);
-        let _ = self.started_ns.compare_exchange(
-            NOT_STARTED,
-            now,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        let _ =
+            self.started_ns
+                .compare_exchange(NOT_STARTED, now, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Waits for the snapshot (counted as the run's wait when it was not done).
@@ -267,7 +264,10 @@ fn warning(changed: &Changed) -> String {
         let mut shown: Vec<String> = paths
             .iter()
             .take(5)
-            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .map(|p| match p.as_slice() {
+                b"" => ".".to_owned(),
+                p => String::from_utf8_lossy(p).into_owned(),
+            })
             .collect();
         if paths.len() > shown.len() {
             shown.push(format!("and {} more", paths.len() - shown.len()));
@@ -343,7 +343,11 @@ pub fn cli_may_run_commands_at_start(workspace: &Path) -> bool {
     workspace
         .ancestors()
         .take_while(|dir| home.as_deref() != Some(*dir) && dir.parent().is_some())
-        .any(|dir| PROJECT.iter().any(|f| dir.join(f).symlink_metadata().is_ok()))
+        .any(|dir| {
+            PROJECT
+                .iter()
+                .any(|f| dir.join(f).symlink_metadata().is_ok())
+        })
 }
 
 #[cfg(test)]
@@ -370,10 +374,13 @@ mod tests {
     fn the_warning_names_files_and_directories() {
         let changed = Changed {
             files: (0..7).map(|i| format!("f{i}").into_bytes()).collect(),
-            dirs: vec![b"sub".to_vec()],
+            dirs: vec![b"".to_vec(), b"sub".to_vec()],
         };
         let text = warning(&changed);
         assert!(text.contains("f0, f1, f2, f3, f4, and 2 more"), "{text}");
-        assert!(text.contains("directories may be missing from the changes: sub"));
+        assert!(
+            text.contains("may be missing from the changes: ., sub"),
+            "{text}"
+        );
     }
 }

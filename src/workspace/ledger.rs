@@ -377,9 +377,7 @@ fn git_changes(
         })
         .collect();
     let diff = if want_diff {
-        let (kept, total) = repo
-            .patch(before, &after, exclude, DIFF_CAP)
-            .map_err(err)?;
+        let (kept, total) = repo.patch(before, &after, exclude, DIFF_CAP).map_err(err)?;
         Some(DiffText::new(kept, total))
     } else {
         None
@@ -416,7 +414,10 @@ fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Opt
         .collect();
     for path in paths {
         if limit.is_some_and(|l| scan::walk_order(path, l).is_gt())
-            || sides.exclude.iter().any(|x| x.as_bytes() == path.as_slice())
+            || sides
+                .exclude
+                .iter()
+                .any(|x| x.as_bytes() == path.as_slice())
         {
             continue;
         }
