@@ -53,7 +53,7 @@ pub struct Snapshot {
 
 enum State {
     Pending(tokio::task::JoinHandle<Finished>),
-    Ready(Finished),
+    Ready(Box<Finished>),
 }
 
 /// What a finished snapshot gives the run.
@@ -134,7 +134,7 @@ impl Snapshot {
             ..Finished::default()
         });
         self.awaited += waited.elapsed();
-        self.state = State::Ready(finished);
+        self.state = State::Ready(Box::new(finished));
     }
 
     /// Waits for the snapshot unless a cancelling signal comes first; `Err(signal)` then
@@ -157,14 +157,14 @@ impl Snapshot {
 
     fn give_up(&mut self, signo: i32) -> Result<(), i32> {
         if matches!(self.state, State::Pending(_)) {
-            self.state = State::Ready(Finished {
+            self.state = State::Ready(Box::new(Finished {
                 warnings: vec![format!(
                     "the run was cancelled ({}) before the change ledger's snapshot was \
                      done; the run's changes are not measured",
                     crate::supervise::signals::signal_name(signo)
                 )],
                 ..Finished::default()
-            });
+            }));
         }
         Err(signo)
     }

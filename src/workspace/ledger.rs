@@ -543,6 +543,50 @@ pub fn display(path: &Path) -> String {
 mod tests {
     use super::*;
 
+    /// The sandbox's placeholders may be made while the "before" is taken (it runs beside
+    /// the sandbox's setup): left out of both sides, they never show as changes.
+    #[test]
+    fn excluded_paths_are_left_out_of_both_sides() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("keep.txt"), "same\n").unwrap();
+        std::os::unix::fs::symlink("/dev/null/coder-absent", root.join(".envrc")).unwrap();
+        let ledger = Ledger::before(root);
+        assert_eq!(ledger.method(), "scan");
+        std::fs::remove_file(root.join(".envrc")).unwrap();
+        std::fs::write(root.join("keep.txt"), "other\n").unwrap();
+        let (changes, _) = ledger.changes(false, &[".envrc".to_owned()]).unwrap();
+        let paths: Vec<_> = changes.paths().collect();
+        assert_eq!(paths, ["keep.txt"]);
+    }
+
+    /// What the walk saw changing after the run's first process started is reported as
+    /// changed (its "before" is not known), and named.
+    #[test]
+    fn a_file_changed_after_the_start_is_reported_whatever_its_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("old.txt"), "old\n").unwrap();
+        let since = scan::now_ns() + 1_000_000_000;
+        let mut ledger = Ledger::before(root);
+        assert_eq!(
+            ledger.changed_since(since),
+            None,
+            "nothing changed since then"
+        );
+        let since = scan::now_ns() - 1_000_000_000;
+        let changed = ledger.changed_since(since).unwrap();
+        assert_eq!(changed.files, [b"old.txt".to_vec()]);
+        assert_eq!(changed.dirs, [b"".to_vec()]);
+        let (changes, _) = ledger.changes(false, &[]).unwrap();
+        let listed: Vec<_> = changes
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status))
+            .collect();
+        assert_eq!(listed, [("old.txt", ChangeStatus::Modified)]);
+    }
+
     #[test]
     fn a_plain_ledger_sees_added_modified_deleted() {
         let dir = tempfile::tempdir().unwrap();
