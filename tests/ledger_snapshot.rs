@@ -199,3 +199,45 @@ fn an_unconfined_run_takes_the_snapshot_first() {
         "wait {waited}, before {took}"
     );
 }
+
+/// The same in a git work tree: git's snapshot (a private index) runs while the sandbox
+/// makes its placeholders (in the work tree and the git dir), and the result is git's
+/// view of exactly the agent's edits.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
+    let scene = ReplayScene::new("ledger.json", 0);
+    let ws = scene.workspace();
+    write(ws, "keep.txt", "first\nold\n");
+    write(ws, "gone.txt", "a\nb\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let out = scene
+        .coder_within(Duration::from_secs(120))
+        .env(DELAY_VAR, "2500")
+        .args(["--return-metrics", "change things"])
+        .run();
+    out.assert_success("Added, edited and deleted.");
+    assert_eq!(
+        files(&out.envelope),
+        [
+            change("gone.txt", "deleted", 0, 2),
+            change("keep.txt", "modified", 1, 1),
+            change("new.txt", "added", 2, 0),
+        ],
+        "{}",
+        out.explain()
+    );
+    assert!(outcome_ms(&out.envelope, "ledger_wait_ms") >= 500);
+}
