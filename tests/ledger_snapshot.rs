@@ -241,3 +241,52 @@ fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
     );
     assert!(outcome_ms(&out.envelope, "ledger_wait_ms") >= 500);
 }
+
+/// A snapshot that takes long holds the CLI's request, not the user: SIGTERM while the
+/// proxy holds it ends the run at once, cancelled, saying the changes were not measured.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_run_cancelled_while_the_proxy_holds_it_ends_promptly() {
+    let scene = ReplayScene::new("ledger.json", 0);
+    let running = scene
+        .coder_within(Duration::from_secs(120))
+        .env(DELAY_VAR, "60000")
+        .args(["--timeout", "100", "change things"])
+        .spawn();
+    // The CLI is running once its init event reaches the transcript; its first request
+    // is held from then on.
+    let runs = scene.fake.state_dir().join("runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&runs).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(r#""subtype":"init""#))
+        })
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CLI never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let signalled = std::time::Instant::now();
+    running.signal(nix::sys::signal::Signal::SIGTERM);
+    let out = running.wait();
+    out.assert_failure("cancelled", 143);
+    assert!(
+        signalled.elapsed() < Duration::from_secs(20),
+        "took {:?} after SIGTERM",
+        signalled.elapsed()
+    );
+    assert!(
+        out.envelope["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|w| w
+                .as_str()
+                .is_some_and(|w| w.contains("changes are not measured"))),
+        "{}",
+        out.explain()
+    );
+    assert!(!scene.workspace().join("new.txt").exists(), "the agent ran");
+}

@@ -246,6 +246,10 @@ impl Job {
             }
             let since = self.started_ns.load(Ordering::SeqCst);
             if since != NOT_STARTED {
+                // File times come from the kernel's coarse clock, a tick behind this one:
+                // what the run made before (placeholders) is always older than `since`,
+                // and what a started process changes comes later than a tick (it must be
+                // confined and exec first).
                 warnings.extend(ledger.changed_since(i128::from(since)).map(|c| warning(&c)));
             }
         }
