@@ -489,6 +489,46 @@ async fn respond(client: &mut TcpStream, refused: &Refusal) -> std::io::Result<(
 mod tests {
     use super::*;
 
+    /// A held proxy connects nowhere until released: the upstream sees no connection, and
+    /// the client no answer; once released, the tunnel opens.
+    #[tokio::test]
+    async fn a_held_request_goes_upstream_only_once_released() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        let (hold, release) = Hold::new();
+        let allow = Arc::new(vec![hp("127.0.0.1", port)]);
+        let log = Arc::new(Mutex::new(EgressLog::default()));
+        let served = tokio::spawn(serve_held(proxy, allow, log, Some(hold.clone())));
+        let mut client = TcpStream::connect(proxy_addr).await.unwrap();
+        let head = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n");
+        client.write_all(head.as_bytes()).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(300), upstream.accept()).await;
+        assert!(early.is_err(), "went upstream while held");
+        release.release();
+        let accepted = tokio::time::timeout(Duration::from_secs(10), upstream.accept()).await;
+        assert!(accepted.is_ok(), "never went upstream once released");
+        let mut answer = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200");
+        assert!(hold.longest() >= Duration::from_millis(300));
+        served.abort();
+    }
+
+    /// A dropped release (its holder panicked or returned early) releases too.
+    #[tokio::test]
+    async fn a_dropped_release_releases() {
+        let (hold, release) = Hold::new();
+        drop(release);
+        tokio::time::timeout(Duration::from_secs(5), hold.wait())
+            .await
+            .unwrap();
+    }
+
     fn hp(host: &str, port: u16) -> HostPort {
         HostPort {
             host: host.to_string(),
