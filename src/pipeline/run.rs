@@ -1589,6 +1589,15 @@ async fn attach_snapshot(
     note_snapshot_times(run, snapshot);
     envelope.warnings.extend(snapshot.take_warnings());
     attach_changes(envelope, snapshot.ledger(), request, exclude, journal).await;
+    // These envelopes get no other outcome times: the snapshot's are still worth showing.
+    if let Some(times) = envelope
+        .metrics
+        .as_mut()
+        .and_then(|m| m.outcome_ms.as_mut())
+    {
+        times.ledger_before_ms = run.outcome_times.ledger_before_ms;
+        times.ledger_wait_ms = run.outcome_times.ledger_wait_ms;
+    }
 }
 
 /// `metrics.outcome_ms`: the times the run kept, the ledger's comparison measured when the
