@@ -214,6 +214,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         queue_ms: Some(1),
         outcome_ms: Some(coder::pipeline::envelope::OutcomeTimes {
             ledger_before_ms: Some(1),
+            ledger_wait_ms: Some(0),
             ledger_after_ms: Some(1),
             verify_baseline_ms: Some(1),
             verify_after_agent_ms: Some(1),

@@ -199,9 +199,15 @@ pub struct Metrics {
 /// Milliseconds spent on the verified outcome, beside the agent's own work.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct OutcomeTimes {
-    /// The change ledger's snapshot before the agent, and its comparison after.
+    /// The change ledger's snapshot before the agent (its own duration), and its
+    /// comparison after.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ledger_before_ms: Option<u64>,
+    /// How long the run waited on that snapshot: all of it when it is taken first, else
+    /// the longest time the egress proxy held a request for it plus the time the run
+    /// awaited it (before the `--verify` baseline, at the end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_wait_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ledger_after_ms: Option<u64>,
     /// `--verify`: the baseline, the check after the agent and the final one (after the

@@ -27,4 +27,5 @@ pub mod request;
 pub mod retry;
 pub mod run;
 pub mod session;
+pub mod snapshot;
 pub mod structured;

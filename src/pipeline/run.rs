@@ -30,9 +30,10 @@ use crate::pipeline::provider;
 use crate::pipeline::request::{RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
+use crate::pipeline::snapshot::{self, Snapshot};
 use crate::pipeline::structured::{self, Answer, Judgement};
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
-use crate::sandbox::proxy::Egress;
+use crate::sandbox::proxy::{Egress, Hold};
 use crate::sandbox::{Policy, RunDirCleanup};
 use crate::stream::Pipe;
 use crate::stream::{Decoded, Line};
@@ -402,35 +403,56 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    // The change ledger's "before" (DESIGN §8), taken before anything can change.
+    // The change ledger's "before" (DESIGN §8): beside the sandbox's setup and the CLI's
+    // start where the proxy holds the agent until it is done, else first (see `snapshot`).
     crate::phases::mark("ledger.start");
-    let snapshot_started = Instant::now();
-    let mut ledger = take_snapshot(&request.workspace, state_dir).await;
-    run.outcome_times.ledger_before_ms = Some(snapshot_started.elapsed().as_millis() as u64);
-    crate::phases::mark("ledger.done");
-    let mut prepared = match PreparedRun::prepare(
+    let alongside = request.sandbox.is_confined()
+        && !snapshot::cli_may_run_commands_at_start(&request.workspace);
+    let mut snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
+    crate::phases::mark(if alongside {
+        "ledger.started"
+    } else {
+        "ledger.done"
+    });
+    let hold = snapshot.hold();
+    let prepared = PreparedRun::prepare(
         request,
         backend,
         process_env,
         state_dir,
         &journal.redaction,
         &mut run,
-    )
-    .await
-    {
+        hold,
+    );
+    let mut prepared = match prepared.await {
         Ok(prepared) => prepared,
         Err(envelope) => {
             let mut envelope = *envelope;
-            attach_changes(&mut envelope, ledger.as_ref(), request, &[], journal).await;
+            let _ = snapshot.finish_or_cancel(signals).await;
+            attach_snapshot(
+                &mut envelope,
+                &mut snapshot,
+                &mut run,
+                request,
+                &[],
+                journal,
+            )
+            .await;
             return envelope;
         }
     };
-    // The plain scan's cache holds its hash key: kept only where the agent cannot reach it.
-    if let Some(ledger) = ledger.as_mut() {
-        let exposed = ledger
-            .cache_path()
-            .is_some_and(|path| prepared.lets_agent_reach(path));
-        ledger.keep_cache(exposed);
+    snapshot.set_up(prepared.denial_policy.clone());
+    if !alongside || prepared.egress.is_none() {
+        // No proxy holds the agent: the snapshot is done before it starts.
+        snapshot.finish().await;
+        // The plain scan's cache holds its hash key: kept only where the agent cannot reach it.
+        let policy = prepared.policy.as_ref();
+        if let Some(ledger) = snapshot.ledger_mut() {
+            let exposed = ledger
+                .cache_path()
+                .is_some_and(|path| snapshot::agent_reaches(policy, path));
+            ledger.keep_cache(exposed);
+        }
     }
     // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
     let admission = match admission::admit(
@@ -448,7 +470,16 @@ async fn run_attempts(
         Err(refusal) => {
             let mut envelope = run.refused(refusal);
             let exclude = prepared.placeholders(request);
-            attach_changes(&mut envelope, ledger.as_ref(), request, &exclude, journal).await;
+            let _ = snapshot.finish_or_cancel(signals).await;
+            attach_snapshot(
+                &mut envelope,
+                &mut snapshot,
+                &mut run,
+                request,
+                &exclude,
+                journal,
+            )
+            .await;
             return envelope;
         }
     };
@@ -458,26 +489,43 @@ async fn run_attempts(
     }
     let baseline = match &request.checks.verify {
         Some(verify) if verify.baseline => {
-            match prepared
-                .check(request, "baseline", &run, signals, journal)
-                .await
-            {
+            // The check runs in the workspace, and no proxy stands in its way: it waits.
+            let check = match snapshot.finish_or_cancel(signals).await {
+                Ok(()) => {
+                    snapshot.mark_started();
+                    prepared
+                        .check(request, "baseline", &run, signals, journal)
+                        .await
+                }
+                Err(signo) => Err(signo),
+            };
+            match check {
                 Ok(check) => Some(check),
                 Err(signo) => {
                     let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
                     let exclude = prepared.placeholders(request);
-                    attach_changes(&mut envelope, ledger.as_ref(), request, &exclude, journal)
-                        .await;
+                    let _ = snapshot.finish_or_cancel(signals).await;
+                    attach_snapshot(
+                        &mut envelope,
+                        &mut snapshot,
+                        &mut run,
+                        request,
+                        &exclude,
+                        journal,
+                    )
+                    .await;
                     return prepared.guard_git(envelope, &run, journal);
                 }
             }
         }
         _ => None,
     };
+    snapshot.mark_started();
     let envelope = prepared
         .attempt_loop(request.clone(), &mut run, signals, journal)
         .await;
     crate::phases::mark("attempts.done");
+    let (ledger, envelope) = finished_ledger(envelope, &mut snapshot, &mut run, signals).await;
     let envelope = prepared
         .verified(
             envelope, request, ledger, baseline, &mut run, signals, journal,
@@ -647,6 +695,7 @@ impl PreparedRun {
         state_dir: &std::path::Path,
         secrets: &crate::text::Secrets,
         run: &mut Run,
+        hold: Option<Hold>,
     ) -> Result<PreparedRun, Box<Envelope>> {
         let early = |run: &Run, kind: ErrorKind, message: String| {
             Box::new(run.early_envelope(kind, message.clone(), message, None))
@@ -736,7 +785,7 @@ impl PreparedRun {
             denial_policy: policy.clone().map(Arc::new),
             egress: policy
                 .as_ref()
-                .map(|p| Arc::new(Egress::new(p.network.allow.clone()))),
+                .map(|p| Arc::new(Egress::held(p.network.allow.clone(), hold))),
             policy,
             backend,
             replay_server,
@@ -1515,14 +1564,49 @@ fn shell_quote(text: &str) -> String {
 // ---- Verified outcomes (DESIGN §8): the change ledger, --verify and repair turns, the
 // weak-model fallback and --scope, applied around the attempts above. ----
 
-/// The ledger's "before" snapshot, off the async threads (a big tree takes a while), with
-/// the scan cache of a plain workspace in coder's state directory.
-async fn take_snapshot(workspace: &std::path::Path, state_dir: &std::path::Path) -> Option<Ledger> {
-    let workspace = workspace.to_path_buf();
-    let state_dir = state_dir.to_path_buf();
-    tokio::task::spawn_blocking(move || Ledger::before_cached(&workspace, &state_dir))
-        .await
-        .ok()
+/// The snapshot's times into the run's `outcome_ms` (once it is finished or given up).
+fn note_snapshot_times(run: &mut Run, snapshot: &Snapshot) {
+    let (before, wait) = snapshot.times_ms();
+    run.outcome_times.ledger_before_ms = before;
+    run.outcome_times.ledger_wait_ms = Some(wait);
+}
+
+/// After the attempts: the finished ledger (awaited unless a signal comes first), its
+/// warnings in `envelope`.
+async fn finished_ledger(
+    mut envelope: Envelope,
+    snapshot: &mut Snapshot,
+    run: &mut Run,
+    signals: &mut CancelSignals,
+) -> (Option<Ledger>, Envelope) {
+    let _ = snapshot.finish_or_cancel(signals).await;
+    note_snapshot_times(run, snapshot);
+    let (ledger, warnings) = snapshot.take();
+    envelope.warnings.extend(warnings);
+    (ledger, envelope)
+}
+
+/// [`attach_changes`] with a run's snapshot, on the ways out before the attempts.
+async fn attach_snapshot(
+    envelope: &mut Envelope,
+    snapshot: &mut Snapshot,
+    run: &mut Run,
+    request: &RunRequest,
+    exclude: &[String],
+    journal: &mut RunJournal,
+) {
+    note_snapshot_times(run, snapshot);
+    envelope.warnings.extend(snapshot.take_warnings());
+    attach_changes(envelope, snapshot.ledger(), request, exclude, journal).await;
+    // These envelopes get no other outcome times: the snapshot's are still worth showing.
+    if let Some(times) = envelope
+        .metrics
+        .as_mut()
+        .and_then(|m| m.outcome_ms.as_mut())
+    {
+        times.ledger_before_ms = run.outcome_times.ledger_before_ms;
+        times.ledger_wait_ms = run.outcome_times.ledger_wait_ms;
+    }
 }
 
 /// `metrics.outcome_ms`: the times the run kept, the ledger's comparison measured when the
@@ -1591,31 +1675,6 @@ async fn attach_changes(
 }
 
 impl PreparedRun {
-    /// Whether the agent could read or write `path` (always, unconfined). The path is
-    /// resolved as far as it exists, as the sandbox's grants are.
-    fn lets_agent_reach(&self, path: &std::path::Path) -> bool {
-        let Some(policy) = &self.policy else {
-            return true;
-        };
-        let mut existing = path;
-        let mut rest = Vec::new();
-        let resolved = loop {
-            if let Ok(canonical) = std::fs::canonicalize(existing) {
-                break canonical;
-            }
-            match (existing.parent(), existing.file_name()) {
-                (Some(parent), Some(name)) => {
-                    rest.push(name.to_owned());
-                    existing = parent;
-                }
-                // Nothing of it exists: assume the worst.
-                _ => return true,
-            }
-        };
-        let full = rest.iter().rev().fold(resolved.clone(), |p, n| p.join(n));
-        policy.is_granted(&resolved) || policy.is_granted(&full)
-    }
-
     /// The end-of-run git guard (`sandbox::gitguard`): git dirs the run made lose their
     /// command-running config and hooks; when the guard cannot check everything, the run
     /// fails closed (`sandbox_error`).

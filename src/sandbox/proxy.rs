@@ -23,6 +23,12 @@
 //!
 //! Everything is bounded: the request head (16 KiB), the time to send it (30 s), the
 //! upstream connect (30 s), and the number of recorded denials (100).
+//!
+//! A proxy may be made with a [`Hold`]: every allowed request then waits, before anything
+//! is sent upstream, until the hold is released. The run uses it to take the change
+//! ledger's "before" snapshot while the CLI starts (`pipeline::snapshot`): the agent can
+//! change the workspace only through a tool call, a tool call needs a model response, and
+//! every model request passes here, so nothing the agent does can land in the snapshot.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -60,6 +66,54 @@ pub struct Egress {
     allow: Arc<Vec<HostPort>>,
     log: Arc<Mutex<EgressLog>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    hold: Option<Hold>,
+}
+
+/// What holds a proxy's upstream requests until its [`Release`] is used or dropped (so a
+/// holder that panics or returns early never leaves the requests held).
+#[derive(Debug, Clone)]
+pub struct Hold {
+    released: tokio::sync::watch::Receiver<bool>,
+    /// The longest time one request was held.
+    longest: Arc<Mutex<std::time::Duration>>,
+}
+
+/// The releasing end of a [`Hold`].
+#[derive(Debug)]
+pub struct Release(tokio::sync::watch::Sender<bool>);
+
+impl Release {
+    pub fn release(self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Hold {
+    pub fn new() -> (Hold, Release) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let hold = Hold {
+            released: rx,
+            longest: Arc::new(Mutex::new(Duration::ZERO)),
+        };
+        (hold, Release(tx))
+    }
+
+    /// Waits until released (at once when it is); notes how long.
+    pub async fn wait(&self) {
+        let started = std::time::Instant::now();
+        let mut released = self.released.clone();
+        // An error means the `Release` was dropped: released too.
+        let _ = released.wait_for(|done| *done).await;
+        let held = started.elapsed();
+        if let Ok(mut longest) = self.longest.lock() {
+            *longest = (*longest).max(held);
+        }
+    }
+
+    /// The longest time a request waited so far.
+    pub fn longest(&self) -> Duration {
+        self.longest.lock().map(|l| *l).unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for Egress {
@@ -82,10 +136,16 @@ impl Drop for Egress {
 
 impl Egress {
     pub fn new(allow: Vec<HostPort>) -> Egress {
+        Egress::held(allow, None)
+    }
+
+    /// A proxy whose allowed requests wait for `hold` (see the module doc).
+    pub fn held(allow: Vec<HostPort>, hold: Option<Hold>) -> Egress {
         Egress {
             allow: Arc::new(allow),
             log: Arc::new(Mutex::new(EgressLog::default())),
             tasks: Mutex::new(Vec::new()),
+            hold,
         }
     }
 
@@ -119,11 +179,12 @@ impl Egress {
     fn serve_channel_owned(&self, channel: OwnedFd) -> impl Future<Output = ()> + use<> {
         let allow = self.allow.clone();
         let log = self.log.clone();
+        let hold = self.hold.clone();
         async move {
             let Ok(listener) = receive_listener(channel).await else {
                 return;
             };
-            serve(listener, allow, log).await;
+            serve_held(listener, allow, log, hold).await;
         }
     }
 }
@@ -178,6 +239,16 @@ pub fn receive_fd(channel: &OwnedFd) -> std::io::Result<OwnedFd> {
 
 /// Accepts and serves connections until the task is aborted.
 pub async fn serve(listener: TcpListener, allow: Arc<Vec<HostPort>>, log: Arc<Mutex<EgressLog>>) {
+    serve_held(listener, allow, log, None).await;
+}
+
+/// The same, each allowed request waiting for `hold` before it goes upstream.
+async fn serve_held(
+    listener: TcpListener,
+    allow: Arc<Vec<HostPort>>,
+    log: Arc<Mutex<EgressLog>>,
+    hold: Option<Hold>,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             // EMFILE and the like: back off instead of spinning.
@@ -186,8 +257,9 @@ pub async fn serve(listener: TcpListener, allow: Arc<Vec<HostPort>>, log: Arc<Mu
         };
         let allow = allow.clone();
         let log = log.clone();
+        let hold = hold.clone();
         tokio::spawn(async move {
-            let _ = handle(client, &allow, &log).await;
+            let _ = handle(client, &allow, &log, hold.as_ref()).await;
         });
     }
 }
@@ -219,6 +291,7 @@ async fn handle(
     mut client: TcpStream,
     allow: &[HostPort],
     log: &Mutex<EgressLog>,
+    hold: Option<&Hold>,
 ) -> std::io::Result<()> {
     let Ok(read) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await else {
         return Ok(());
@@ -242,6 +315,10 @@ async fn handle(
              with --allow-host {dest}"
         );
         return respond(&mut client, &refusal(403, message)).await;
+    }
+    // Nothing has left the machine yet: the request waits here while the run holds it.
+    if let Some(hold) = hold {
+        hold.wait().await;
     }
     let upstream = match connect(&dest).await {
         Ok(upstream) => upstream,
@@ -411,6 +488,46 @@ async fn respond(client: &mut TcpStream, refused: &Refusal) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A held proxy connects nowhere until released: the upstream sees no connection, and
+    /// the client no answer; once released, the tunnel opens.
+    #[tokio::test]
+    async fn a_held_request_goes_upstream_only_once_released() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        let (hold, release) = Hold::new();
+        let allow = Arc::new(vec![hp("127.0.0.1", port)]);
+        let log = Arc::new(Mutex::new(EgressLog::default()));
+        let served = tokio::spawn(serve_held(proxy, allow, log, Some(hold.clone())));
+        let mut client = TcpStream::connect(proxy_addr).await.unwrap();
+        let head = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n");
+        client.write_all(head.as_bytes()).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(300), upstream.accept()).await;
+        assert!(early.is_err(), "went upstream while held");
+        release.release();
+        let accepted = tokio::time::timeout(Duration::from_secs(10), upstream.accept()).await;
+        assert!(accepted.is_ok(), "never went upstream once released");
+        let mut answer = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200");
+        assert!(hold.longest() >= Duration::from_millis(300));
+        served.abort();
+    }
+
+    /// A dropped release (its holder panicked or returned early) releases too.
+    #[tokio::test]
+    async fn a_dropped_release_releases() {
+        let (hold, release) = Hold::new();
+        drop(release);
+        tokio::time::timeout(Duration::from_secs(5), hold.wait())
+            .await
+            .unwrap();
+    }
 
     fn hp(host: &str, port: u16) -> HostPort {
         HostPort {

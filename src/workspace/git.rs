@@ -191,8 +191,9 @@ impl GitRepo {
         Ok(String::from_utf8_lossy(&tree).trim().to_owned())
     }
 
-    /// `git diff-tree` between two trees, limited to (and relative to) the workspace.
-    fn diff_tree(&self, format: &[&str], before: &str, after: &str) -> Command {
+    /// `git diff-tree` between two trees, limited to (and relative to) the workspace,
+    /// leaving out `exclude` (paths relative to the workspace).
+    fn diff_tree(&self, format: &[&str], trees: [&str; 2], exclude: &[String]) -> Command {
         let mut cmd = self.command();
         cmd.args([
             "diff-tree",
@@ -206,15 +207,24 @@ impl GitRepo {
         if !self.prefix.is_empty() {
             cmd.arg(format!("--relative={}", self.prefix));
         }
-        cmd.args(format).args([before, after]);
+        cmd.args(format).args(trees);
+        if !exclude.is_empty() {
+            cmd.args(["--", "."]);
+            cmd.args(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
+        }
         cmd
     }
 
     /// `(status letter, path)` of every changed file.
-    pub fn name_status(&self, before: &str, after: &str) -> Result<Vec<(u8, Vec<u8>)>, GitError> {
+    pub fn name_status(
+        &self,
+        before: &str,
+        after: &str,
+        exclude: &[String],
+    ) -> Result<Vec<(u8, Vec<u8>)>, GitError> {
         let out = output(
             "diff-tree",
-            self.diff_tree(&["--name-status"], before, after),
+            self.diff_tree(&["--name-status"], [before, after], exclude),
         )?;
         let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
         let mut list = Vec::new();
@@ -225,8 +235,14 @@ impl GitRepo {
     }
 
     /// `path -> (added, removed)` line counts; `None` for binary files.
-    pub fn numstat(&self, before: &str, after: &str) -> Result<Vec<NumStat>, GitError> {
-        let out = output("diff-tree", self.diff_tree(&["--numstat"], before, after))?;
+    pub fn numstat(
+        &self,
+        before: &str,
+        after: &str,
+        exclude: &[String],
+    ) -> Result<Vec<NumStat>, GitError> {
+        let cmd = self.diff_tree(&["--numstat"], [before, after], exclude);
+        let out = output("diff-tree", cmd)?;
         let mut list = Vec::new();
         for record in out.split(|b| *b == 0).filter(|f| !f.is_empty()) {
             let mut parts = record.splitn(3, |b| *b == b'\t');
@@ -243,8 +259,14 @@ impl GitRepo {
     }
 
     /// The unified diff between two trees: at most `cap` bytes kept, and the full size.
-    pub fn patch(&self, before: &str, after: &str, cap: usize) -> Result<(Vec<u8>, u64), GitError> {
-        let mut cmd = self.diff_tree(&["-p"], before, after);
+    pub fn patch(
+        &self,
+        before: &str,
+        after: &str,
+        exclude: &[String],
+        cap: usize,
+    ) -> Result<(Vec<u8>, u64), GitError> {
+        let mut cmd = self.diff_tree(&["-p"], [before, after], exclude);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = cmd.spawn()?;

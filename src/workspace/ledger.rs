@@ -9,6 +9,13 @@
 //! The "after" scan reuses the "before" entries of files whose stat data is unchanged, and
 //! with a state directory the "before" reuses the last run's (the persistent cache of
 //! [`super::scan_cache`]), so only changed files are read.
+//!
+//! The "before" may be taken while the run sets up its sandbox and starts the CLI
+//! (`pipeline::snapshot`). So that the order of the two does not change the result, the
+//! paths the sandbox made (`exclude`: placeholders for absent protected names) are left
+//! out of both sides of the comparison, and [`Ledger::changed_since`] finds what changed
+//! in a plain workspace while the walk was under way after something of the run started:
+//! those files are reported as modified (or deleted) whatever their content says.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -125,6 +132,9 @@ enum Before {
         /// come from this kernel's clock).
         reuse: bool,
         cache: Option<Cache>,
+        /// Files the walk saw changing after the run's first process started (see
+        /// [`Ledger::changed_since`]): their "before" is not known.
+        unknown: std::collections::BTreeSet<Vec<u8>>,
     },
     /// The snapshot failed; the reason goes into a warning.
     Failed(String),
@@ -210,6 +220,7 @@ impl Ledger {
                         writer: None,
                         exposed: false,
                     }),
+                    unknown: Default::default(),
                 }
             }
         };
@@ -261,6 +272,23 @@ impl Ledger {
             .ok();
     }
 
+    /// What the "before" walk of a plain workspace saw changing at or after `since_ns`
+    /// (ns since the epoch, the system clock: when the run's first process in the
+    /// workspace started): such files are reported as changed from now on, whatever their
+    /// content; directories that changed may hide deletions. `None` when nothing did (and
+    /// always in a git workspace, whose snapshot is git's).
+    pub fn changed_since(&mut self, since_ns: i128) -> Option<scan::Changed> {
+        let Before::Plain { scan, unknown, .. } = &mut self.before else {
+            return None;
+        };
+        let changed = scan.changed_since(since_ns);
+        if changed == scan::Changed::default() {
+            return None;
+        }
+        unknown.extend(changed.files.iter().cloned());
+        Some(changed)
+    }
+
     /// For measurements: files of the "before" scan reused from the cache, and read.
     pub fn scan_counts(&self) -> Option<(u64, u64)> {
         match &self.before {
@@ -292,15 +320,19 @@ impl Ledger {
                 key,
                 caps,
                 reuse,
+                unknown,
                 ..
             } => {
                 let mut prior = Prior::Borrowed(scan);
                 let prior = reuse.then_some(&mut prior);
-                let mut after = scan::scan(&self.workspace, caps, key, prior);
-                after
-                    .entries
-                    .retain(|path, _| !exclude.iter().any(|x| x.as_bytes() == path.as_slice()));
-                Ok(plain_changes(scan, &after, key, diff))
+                let after = scan::scan(&self.workspace, caps, key, prior);
+                let sides = Sides {
+                    before: scan,
+                    after: &after,
+                    unknown,
+                    exclude,
+                };
+                Ok(plain_changes(&sides, key, diff))
             }
             Before::Failed(reason) => Err(LedgerError(reason.clone())),
         }
@@ -319,9 +351,10 @@ fn git_changes(
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
     }
-    let statuses = repo.name_status(before, &after).map_err(err)?;
+    // The "before" may hold what the sandbox made while it was taken: out of both sides.
+    let statuses = repo.name_status(before, &after, exclude).map_err(err)?;
     let counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> = repo
-        .numstat(before, &after)
+        .numstat(before, &after, exclude)
         .map_err(err)?
         .into_iter()
         .collect();
@@ -344,7 +377,7 @@ fn git_changes(
         })
         .collect();
     let diff = if want_diff {
-        let (kept, total) = repo.patch(before, &after, DIFF_CAP).map_err(err)?;
+        let (kept, total) = repo.patch(before, &after, exclude, DIFF_CAP).map_err(err)?;
         Some(DiffText::new(kept, total))
     } else {
         None
@@ -352,12 +385,18 @@ fn git_changes(
     Ok((Changes::from_list(list, false), diff))
 }
 
-fn plain_changes(
-    before: &Scan,
-    after: &Scan,
-    key: &Key,
-    want_diff: bool,
-) -> (Changes, Option<DiffText>) {
+/// The two scans of a plain ledger, and the paths to judge apart.
+struct Sides<'a> {
+    before: &'a Scan,
+    after: &'a Scan,
+    /// Changed whatever their content says ([`Ledger::changed_since`]).
+    unknown: &'a std::collections::BTreeSet<Vec<u8>>,
+    /// Not the agent's: left out on both sides.
+    exclude: &'a [String],
+}
+
+fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Option<DiffText>) {
+    let (before, after) = (sides.before, sides.after);
     let mut list = Vec::new();
     let mut patch = Patch::default();
     // A cut scan covers the paths up to its last one: beyond the earlier cut, presence
@@ -367,29 +406,47 @@ fn plain_changes(
         .filter(|s| s.truncated)
         .filter_map(|s| s.last.as_deref())
         .min_by(|a, b| scan::walk_order(a, b));
-    let paths: std::collections::BTreeSet<&Vec<u8>> =
-        before.entries.keys().chain(after.entries.keys()).collect();
+    let paths: std::collections::BTreeSet<&Vec<u8>> = before
+        .entries
+        .keys()
+        .chain(after.entries.keys())
+        .chain(sides.unknown)
+        .collect();
     for path in paths {
-        if limit.is_some_and(|l| scan::walk_order(path, l).is_gt()) {
+        if limit.is_some_and(|l| scan::walk_order(path, l).is_gt())
+            || sides
+                .exclude
+                .iter()
+                .any(|x| x.as_bytes() == path.as_slice())
+        {
             continue;
         }
+        let unknown = sides.unknown.contains(path);
         let name = String::from_utf8_lossy(path).into_owned();
         let change = match (before.entries.get(path), after.entries.get(path)) {
-            (None, Some(new)) => FileChange {
+            (None, Some(new)) if !unknown => FileChange {
                 path: name,
                 status: ChangeStatus::Added,
                 lines_added: new.lines.unwrap_or(0),
                 lines_removed: 0,
                 binary: new.binary,
             },
-            (Some(old), None) => FileChange {
+            (old, None) => FileChange {
                 path: name,
                 status: ChangeStatus::Deleted,
                 lines_added: 0,
-                lines_removed: old.lines.unwrap_or(0),
-                binary: old.binary,
+                lines_removed: old.and_then(|o| o.lines).unwrap_or(0),
+                binary: old.is_some_and(|o| o.binary),
             },
-            (Some(old), Some(new)) if old.differs(new) => {
+            (None, Some(new)) => FileChange {
+                // Gone while the "before" walk looked: its content then is not known.
+                path: name,
+                status: ChangeStatus::Modified,
+                lines_added: new.lines.unwrap_or(0),
+                lines_removed: 0,
+                binary: new.binary,
+            },
+            (Some(old), Some(new)) if unknown || old.differs(new) => {
                 let (added, removed) = match (old.content_bytes(key), new.content_bytes(key)) {
                     (Some(a), Some(b)) => scan::line_delta(&a, &b),
                     // Too large to keep: the whole files' line counts.
@@ -485,6 +542,50 @@ pub fn display(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sandbox's placeholders may be made while the "before" is taken (it runs beside
+    /// the sandbox's setup): left out of both sides, they never show as changes.
+    #[test]
+    fn excluded_paths_are_left_out_of_both_sides() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("keep.txt"), "same\n").unwrap();
+        std::os::unix::fs::symlink("/dev/null/coder-absent", root.join(".envrc")).unwrap();
+        let ledger = Ledger::before(root);
+        assert_eq!(ledger.method(), "scan");
+        std::fs::remove_file(root.join(".envrc")).unwrap();
+        std::fs::write(root.join("keep.txt"), "other\n").unwrap();
+        let (changes, _) = ledger.changes(false, &[".envrc".to_owned()]).unwrap();
+        let paths: Vec<_> = changes.paths().collect();
+        assert_eq!(paths, ["keep.txt"]);
+    }
+
+    /// What the walk saw changing after the run's first process started is reported as
+    /// changed (its "before" is not known), and named.
+    #[test]
+    fn a_file_changed_after_the_start_is_reported_whatever_its_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("old.txt"), "old\n").unwrap();
+        let since = scan::now_ns() + 1_000_000_000;
+        let mut ledger = Ledger::before(root);
+        assert_eq!(
+            ledger.changed_since(since),
+            None,
+            "nothing changed since then"
+        );
+        let since = scan::now_ns() - 1_000_000_000;
+        let changed = ledger.changed_since(since).unwrap();
+        assert_eq!(changed.files, [b"old.txt".to_vec()]);
+        assert_eq!(changed.dirs, [b"".to_vec()]);
+        let (changes, _) = ledger.changes(false, &[]).unwrap();
+        let listed: Vec<_> = changes
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status))
+            .collect();
+        assert_eq!(listed, [("old.txt", ChangeStatus::Modified)]);
+    }
 
     #[test]
     fn a_plain_ledger_sees_added_modified_deleted() {

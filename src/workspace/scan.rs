@@ -147,6 +147,41 @@ pub struct Scan {
     /// Files whose entry came from the prior scan / files read.
     pub reused: u64,
     pub read: u64,
+    /// Each listed directory's change time, taken after its listing: a directory that
+    /// changed after some moment may have lost files the listing no longer saw.
+    pub dir_ctimes: Vec<(Vec<u8>, i128)>,
+    /// Files the listing found that were gone when their stat data was taken.
+    pub vanished: Vec<Vec<u8>>,
+}
+
+impl Scan {
+    /// What changed at or after `since_ns` (ns since the epoch, the system clock) while
+    /// this scan walked: files by change time, files gone between listing and stat, and
+    /// directories by change time (which may hide deletions).
+    pub fn changed_since(&self, since_ns: i128) -> Changed {
+        Changed {
+            files: self
+                .entries
+                .iter()
+                .filter(|(_, e)| e.ctime_ns >= since_ns)
+                .map(|(path, _)| path.clone())
+                .chain(self.vanished.iter().cloned())
+                .collect(),
+            dirs: self
+                .dir_ctimes
+                .iter()
+                .filter(|(_, ctime)| *ctime >= since_ns)
+                .map(|(path, _)| path.clone())
+                .collect(),
+        }
+    }
+}
+
+/// Paths a scan saw changing after a moment (see [`Scan::changed_since`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub files: Vec<Vec<u8>>,
+    pub dirs: Vec<Vec<u8>>,
 }
 
 /// A scan whose entries may be reused (see the module doc).
@@ -257,6 +292,7 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) 
         // What the listing said is a file may be gone, or something else, by now.
         out.last = Some(path.clone());
         let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
+            out.vanished.push(path);
             continue;
         };
         let entry = match walker.reuse(&path, &stat) {
@@ -273,6 +309,7 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) 
         entries.push((path, entry));
     }
     out.entries = entries.into_iter().collect();
+    out.dir_ctimes = listing.dir_ctimes;
     out
 }
 
@@ -347,6 +384,8 @@ struct Listing {
     found: Vec<Found>,
     /// More files existed than the cap allows.
     truncated: bool,
+    /// Every listed directory's change time, taken after its listing.
+    dir_ctimes: Vec<(Vec<u8>, i128)>,
 }
 
 impl Listing {
@@ -362,6 +401,11 @@ impl Listing {
             .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
             .collect();
         items.sort_by(|a, b| a.0.cmp(&b.0));
+        // After the listing: a removal it missed moves the change time past this look.
+        if let Ok(meta) = std::fs::symlink_metadata(&dir) {
+            let ctime = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
+            self.dir_ctimes.push((rel.to_vec(), ctime));
+        }
         let mut here = None;
         for (name, kind) in items {
             let name = name.as_bytes();
