@@ -321,3 +321,34 @@ fn fake_with_endless_stdin() -> std::process::Output {
         .stdin(zero)
         .output_within(std::time::Duration::from_secs(60))
 }
+
+/// `--backend ""` would silently mean the default backend: it is refused with a
+/// `config_error` that says the flag is empty (also through `coder doctor`). An empty
+/// variable is unset, as every `CODER_*` variable is: `CODER_BACKEND=` and `CODER_CONFIG=`
+/// run with the defaults.
+#[test]
+fn an_empty_backend_flag_is_refused_and_empty_variables_are_unset() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["--backend", "", "task"]));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("--backend is empty"), "{error}");
+
+    let ok = Fake::new(json!(steps::answer("ran")));
+    let out = ok
+        .coder()
+        .env("CODER_BACKEND", "")
+        .env("CODER_CONFIG", "")
+        .arg("task")
+        .run();
+    out.assert_success("ran");
+
+    use common::Bounded;
+    let doctor = std::process::Command::new(common::CODER)
+        .args(["doctor", "--backend", ""])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .output_bounded();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(1), "{report}");
+    assert!(report.contains("--backend is empty"), "{report}");
+}

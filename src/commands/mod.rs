@@ -56,7 +56,7 @@ pub fn parse_subcommand<T: Parser>(
     args: &[OsString],
 ) -> Result<T, std::process::ExitCode> {
     let argv = std::iter::once(OsString::from(name)).chain(args.iter().cloned());
-    T::try_parse_from(argv).map_err(|e| {
+    crate::config::parse_args::<T>(argv).map_err(|e| {
         let _ = e.print();
         std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
     })

@@ -56,7 +56,7 @@ fn plan_mode(args: &[OsString]) -> Output {
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder plan"))
         .chain(args.iter().cloned())
         .collect();
-    let parsed = match PlanArgs::try_parse_from(&argv) {
+    let parsed = match crate::config::parse_args::<PlanArgs>(&argv) {
         Ok(parsed) => parsed,
         Err(e) => return usage_error::<PlanArgs>(&e, &argv, "coder plan --help"),
     };

@@ -468,11 +468,15 @@ pub struct KnownLimits {
 impl RunArgs {
     /// Parses the run-mode arguments (without the program name handling: `args` includes it).
     pub fn parse_from_args(args: &[OsString]) -> Result<RunArgs, clap::Error> {
-        RunArgs::try_parse_from(args)
+        crate::config::parse_args(args)
     }
 
     /// Validates the arguments into a request, reading the prompt from `stdin` when needed.
     pub fn into_request(self, stdin: &mut dyn Read) -> Result<RunRequest, ArgError> {
+        if let Some(flag) = self.backend.empty_flag() {
+            let e = crate::config::ConfigError::EmptyFlag { flag };
+            return Err(ArgError::Invalid(e.to_string()));
+        }
         let mut stdin_used = false;
         let file = match &self.request {
             Some(path) => {
