@@ -352,3 +352,41 @@ fn an_empty_backend_flag_is_refused_and_empty_variables_are_unset() {
     assert_eq!(doctor.status.code(), Some(1), "{report}");
     assert!(report.contains("--backend is empty"), "{report}");
 }
+
+/// The options of a check (`--verify-timeout`, `--repair-turns`, `--no-verify-baseline`,
+/// or their `--request` keys) without `--verify` would be silently ignored: each is a
+/// `config_error` naming the option and the `--verify` it needs. With `verify` in the
+/// request JSON the flag is accepted.
+#[test]
+fn verify_options_without_verify_are_refused() {
+    let fake = fake();
+    let flags: [&[&str]; 3] = [
+        &["--verify-timeout", "30"],
+        &["--repair-turns", "2"],
+        &["--no-verify-baseline"],
+    ];
+    for flag in flags {
+        let out = run(&fake, |c| c.args(flag).arg("task"));
+        assert_config_error(&fake, &out, 78);
+        let error = out.envelope["error"].as_str().unwrap();
+        assert!(
+            error.contains(flag[0]) && error.contains("needs --verify"),
+            "{error}"
+        );
+    }
+    let out = run(&fake, |c| {
+        c.args(["--request", "-"])
+            .stdin(json!({"PROMPT": "task", "verify_timeout": 30}).to_string())
+    });
+    assert_config_error(&fake, &out, 78);
+
+    let ok = Fake::new(json!(steps::answer("checked")));
+    let out = ok
+        .coder()
+        .args(["--sandbox", "danger-full-access", "--request", "-"])
+        .args(["--verify-timeout", "30", "--no-verify-baseline"])
+        .stdin(json!({"PROMPT": "task", "verify": "true"}).to_string())
+        .run();
+    out.assert_success("checked");
+    assert_eq!(out.envelope["verification"]["verdict"], "passed");
+}

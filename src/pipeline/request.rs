@@ -255,6 +255,7 @@ impl OutcomeArgs {
                 if let Some(text) = &self.repair_turns {
                     parse_repair_turns(text)?;
                 }
+                self.refuse_verify_options_without_verify()?;
                 None
             }
         };
@@ -278,6 +279,25 @@ impl OutcomeArgs {
             scope,
             json_schema,
         })
+    }
+}
+
+impl OutcomeArgs {
+    /// The options of a check given without the check (`--verify`, or `verify` in the
+    /// `--request` JSON): they would be silently ignored, so they are refused.
+    fn refuse_verify_options_without_verify(&self) -> Result<(), ArgError> {
+        let given = [
+            ("--verify-timeout", self.verify_timeout.is_some()),
+            ("--repair-turns", self.repair_turns.is_some()),
+            ("--no-verify-baseline", self.no_verify_baseline),
+        ];
+        match given.into_iter().find(|(_, set)| *set) {
+            Some((flag, _)) => Err(ArgError::Invalid(format!(
+                "{flag} needs --verify CMD (or \"verify\" in the --request JSON): it only \
+                 applies to a check, and without one it would be ignored"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
