@@ -6,6 +6,7 @@ pub mod ask_server;
 pub mod doctor;
 pub mod fs;
 pub mod mcp;
+mod mcp_stdio;
 pub mod plan;
 pub mod prompt;
 pub mod replay;
