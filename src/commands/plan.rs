@@ -49,6 +49,8 @@ struct PlanArgs {
 
 /// `coder plan …` (`args`: those after `plan`): prints one envelope, returns its exit code.
 pub fn plan_command(args: &[OsString]) -> ExitCode {
+    // As the run mode: a cancelling signal before the run listens waits for it.
+    let _ = crate::supervise::signals::hold_cancelling();
     finish(guarded(|| plan_mode(args)))
 }
 
