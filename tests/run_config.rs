@@ -390,3 +390,26 @@ fn verify_options_without_verify_are_refused() {
     out.assert_success("checked");
     assert_eq!(out.envelope["verification"]["verdict"], "passed");
 }
+
+/// An infinite duration is refused naming the flag; only `--max-duration`, for which 0
+/// means "none", is told how to ask for no limit (an idle timeout or a kill grace has no
+/// such value, and was sent to `--max-duration` before).
+#[test]
+fn an_infinite_duration_gets_a_hint_only_where_one_exists() {
+    let fake = fake();
+    for (flag, hint) in [
+        ("--max-duration", Some("use --max-duration 0")),
+        ("--timeout", None),
+        ("--kill-grace", None),
+        ("--verify-timeout", None),
+    ] {
+        let out = run(&fake, |c| c.args([flag, "inf", "--verify", "true", "task"]));
+        assert_config_error(&fake, &out, 78);
+        let error = out.envelope["error"].as_str().unwrap();
+        assert!(error.contains(flag) && error.contains("finite"), "{error}");
+        match hint {
+            Some(hint) => assert!(error.contains(hint), "{error}"),
+            None => assert!(!error.contains("--max-duration"), "{error}"),
+        }
+    }
+}

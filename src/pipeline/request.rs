@@ -867,9 +867,14 @@ pub fn parse_seconds(name: &str, text: &str, zero_ok: bool) -> Result<Duration, 
         ))
     })?;
     if !value.is_finite() {
+        // Only a limit that takes 0 for "none" has a way to say "no limit".
+        let none = if zero_ok {
+            format!("; for no limit use {name} 0")
+        } else {
+            String::new()
+        };
         return Err(ArgError::Invalid(format!(
-            "{name} must be a finite number of seconds, at most a year (got {text:?}); \
-             for no total limit use --max-duration 0"
+            "{name} must be a finite number of seconds, at most a year (got {text:?}){none}"
         )));
     }
     if value < 0.0 {
