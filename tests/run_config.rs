@@ -413,3 +413,19 @@ fn an_infinite_duration_gets_a_hint_only_where_one_exists() {
         }
     }
 }
+
+/// `--transcript` naming a directory is refused before the run, which would otherwise go
+/// ahead and lose its record with only a warning.
+#[test]
+fn a_transcript_that_is_a_directory_is_refused() {
+    let fake = fake();
+    let dir = fake.root().join("records");
+    std::fs::create_dir(&dir).unwrap();
+    let out = run(&fake, |c| c.arg("--transcript").arg(&dir).arg("task"));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("--transcript") && error.contains("is a directory"),
+        "{error}"
+    );
+}
