@@ -429,3 +429,20 @@ fn a_transcript_that_is_a_directory_is_refused() {
         "{error}"
     );
 }
+
+/// A `--scope` glob that can never match a changed path (absolute, or leaving the
+/// workspace with `..`) would make every change a violation: refused, saying scope globs
+/// are relative to the workspace.
+#[test]
+fn a_scope_outside_the_workspace_is_refused() {
+    let fake = fake();
+    for glob in ["/etc/**", "../sibling/**", "src/../../x"] {
+        let out = run(&fake, |c| c.args(["--scope", glob, "task"]));
+        assert_config_error(&fake, &out, 78);
+        let error = out.envelope["error"].as_str().unwrap();
+        assert!(
+            error.contains(glob) && error.contains("relative to the workspace"),
+            "{error}"
+        );
+    }
+}
