@@ -446,3 +446,18 @@ fn a_scope_outside_the_workspace_is_refused() {
         );
     }
 }
+
+/// An empty `cd` in the `--request` JSON says the value is empty, instead of "--cd : no
+/// such directory".
+#[test]
+fn an_empty_cd_in_the_request_is_named_empty() {
+    let fake = fake();
+    let out = run(&fake, |c| {
+        c.no_cd()
+            .args(["--request", "-"])
+            .stdin(json!({"PROMPT": "task", "cd": ""}).to_string())
+    });
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("--cd is empty"), "{error}");
+}

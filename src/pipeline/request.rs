@@ -922,6 +922,12 @@ fn parse_session_id(origin: &str, text: &str) -> Result<Uuid, ArgError> {
 }
 
 fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
+    if cd.as_os_str().is_empty() {
+        return Err(ArgError::Invalid(
+            "--cd is empty (\"cd\": \"\" in the --request JSON?): pass the workspace directory"
+                .into(),
+        ));
+    }
     let meta = std::fs::metadata(cd).map_err(|e| {
         ArgError::Invalid(format!(
             "--cd {}: {}; pass an existing workspace directory",
