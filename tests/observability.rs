@@ -342,3 +342,22 @@ fn runs_refuses_a_state_dir_that_is_not_a_directory() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }
+
+/// `coder runs list -n 0` is a usage error naming the value: it printed "no recorded
+/// runs", which was not true.
+#[test]
+fn runs_list_of_zero_runs_is_a_usage_error() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    fake.coder().arg("task").run().assert_success("done");
+    let out = Command::new(CODER)
+        .args(["runs", "list", "-n", "0", "--state-dir"])
+        .arg(fake.state_dir())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("'0'") && stderr.contains("--limit"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+}

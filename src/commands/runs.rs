@@ -28,9 +28,9 @@ enum RunsCommand {
     List {
         #[arg(long)]
         json: bool,
-        /// At most this many runs.
-        #[arg(long, short = 'n', default_value_t = 20)]
-        limit: usize,
+        /// At most this many runs (at least 1).
+        #[arg(long, short = 'n', default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
     },
     /// A readable account of one run: prompt, tool calls and results, outcome.
     Show {
@@ -59,6 +59,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
     let dir = crate::journal::transcript::runs_dir(&state_dir);
     match parsed.command {
         RunsCommand::List { json, limit } => {
+            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
             let runs = match list_runs(&dir, limit) {
                 Ok(runs) => runs,
                 Err(e) => {
