@@ -167,8 +167,25 @@ pub struct DoctorArgs {
     pub json: bool,
 
     /// Seconds to wait for the TCP connection to the backend.
-    #[arg(long = "connect-timeout", value_name = "SECS", default_value = "3")]
+    #[arg(
+        long = "connect-timeout",
+        value_name = "SECS",
+        default_value = "3",
+        allow_negative_numbers = true,
+        value_parser = parse_connect_timeout
+    )]
     pub connect_timeout: f64,
+}
+
+/// `--connect-timeout`: a finite number of seconds above 0, at most an hour (NaN, a
+/// negative or an infinite value fell back to 3 s without a word).
+fn parse_connect_timeout(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 3600.0 => Ok(secs),
+        _ => Err(format!(
+            "must be a number of seconds above 0 and at most 3600, like 3 or 0.5 (got {text:?})"
+        )),
+    }
 }
 
 /// Runs every check against the environment `env`.

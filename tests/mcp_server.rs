@@ -172,3 +172,62 @@ fn a_client_that_goes_away_leaves_nothing_behind() {
     let scene = Scene::new();
     scene.client("disconnect", Some(&claude), Duration::from_secs(120));
 }
+
+/// JSON-RPC 2.0 §5.1 over stdio without a client library: a line that is not JSON gets a
+/// parse error (-32700, `id` null), JSON that is no message an invalid request (-32600,
+/// with its id when it has one); notifications, known or not, and blank lines get no
+/// answer; and the server goes on answering real requests in between. Every answer is
+/// written before the server exits at the end of its input.
+#[test]
+fn input_that_is_not_a_message_gets_a_json_rpc_error() {
+    let scene = Scene::new();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}});
+    let lines = [
+        init.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        "hello, server".to_owned(),
+        String::new(),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list""#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":3}"#.to_owned(),
+        "[1, 2]".to_owned(),
+        r#"{"jsonrpc":"2.0","method":"$/lsp/chatter"}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#.to_owned(),
+    ];
+    let input = scene.root.path().join("input.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["mcp", "--base"])
+        .arg(&scene.base)
+        .env("CODER_STATE_DIR", scene.root.path().join("state"))
+        .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
+        .env_remove("CODER_CONFIG")
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output_bounded();
+    assert!(out.status.success(), "{out:?}");
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let by_id = |id: serde_json::Value| answers.iter().filter(move |a| a["id"] == id);
+    let codes = |id: serde_json::Value| -> Vec<i64> {
+        by_id(id)
+            .filter_map(|a| a["error"]["code"].as_i64())
+            .collect()
+    };
+    let mut null_codes = codes(serde_json::Value::Null);
+    null_codes.sort_unstable();
+    assert_eq!(null_codes, [-32700, -32700, -32600], "{answers:#?}");
+    assert_eq!(codes(serde_json::json!(3)), [-32600], "{answers:#?}");
+    assert!(by_id(serde_json::json!(1)).any(|a| a["result"].is_object()));
+    assert!(
+        by_id(serde_json::json!(4)).any(|a| a["result"]["tools"].is_array()),
+        "{answers:#?}"
+    );
+    assert!(
+        answers.iter().all(|a| a["jsonrpc"] == "2.0"),
+        "{answers:#?}"
+    );
+    assert_eq!(answers.len(), 6, "{answers:#?}");
+}

@@ -306,3 +306,58 @@ fn progress_never_appears_on_a_pipe_or_with_quiet() {
     assert!(stdout.contains(r#""success":true"#), "{stdout}");
     assert!(!terminal.contains("running Bash"), "{terminal:?}");
 }
+
+/// `--state-dir` that is a regular file or does not exist is a mistake, not "no recorded
+/// runs": `coder runs list` and `coder runs show` say so and exit 78. A state directory
+/// without any run yet still lists nothing, successfully.
+#[test]
+fn runs_refuses_a_state_dir_that_is_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.txt");
+    std::fs::write(&file, "not a directory").unwrap();
+    let missing = dir.path().join("no-such-state");
+    for (state, why) in [(&file, "not a directory"), (&missing, "No such file")] {
+        for args in [&["list"][..], &["list", "--json"], &["show", "last"]] {
+            let out = Command::new(CODER)
+                .arg("runs")
+                .args(args)
+                .arg("--state-dir")
+                .arg(state)
+                .output_bounded();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("--state-dir") && stderr.contains(why),
+                "{args:?}: {stderr}"
+            );
+            assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        }
+    }
+    let empty = dir.path().join("empty-state");
+    std::fs::create_dir(&empty).unwrap();
+    let out = Command::new(CODER)
+        .args(["runs", "list", "--json", "--state-dir"])
+        .arg(&empty)
+        .output_bounded();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+/// `coder runs list -n 0` is a usage error naming the value: it printed "no recorded
+/// runs", which was not true.
+#[test]
+fn runs_list_of_zero_runs_is_a_usage_error() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    fake.coder().arg("task").run().assert_success("done");
+    let out = Command::new(CODER)
+        .args(["runs", "list", "-n", "0", "--state-dir"])
+        .arg(fake.state_dir())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("'0'") && stderr.contains("--limit"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+}

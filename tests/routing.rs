@@ -385,3 +385,29 @@ fn auto_skips_a_backend_cooling_in_the_store() {
         assert_eq!(env["success"], true, "{env}");
     }
 }
+
+/// `coder route forget NAME` of a name that is no preset, no config table and nothing
+/// learnt (a typo) says so, listing the known backends, and exits 78: forgetting nothing
+/// must not look like success. A known backend with nothing learnt forgets nothing, fine.
+#[test]
+fn forgetting_an_unknown_backend_is_refused() {
+    let fx = Fx::new("deepseek");
+    let out = fx.route(&["forget", "deepseak"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(
+        stderr.contains("\"deepseak\"") && stderr.contains("deepseek"),
+        "{stderr}"
+    );
+    let config = fx.root.join("xdg/coder/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(
+        &config,
+        "[backends.mine]\nbase_url = \"https://example.invalid\"\nkey_env = \"ZAI_API_KEY\"\n",
+    )
+    .unwrap();
+    for known in ["glm", "mine"] {
+        let out = fx.route(&["forget", known]);
+        assert!(out.status.success(), "{known}: {out:?}");
+    }
+}

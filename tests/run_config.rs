@@ -321,3 +321,143 @@ fn fake_with_endless_stdin() -> std::process::Output {
         .stdin(zero)
         .output_within(std::time::Duration::from_secs(60))
 }
+
+/// `--backend ""` would silently mean the default backend: it is refused with a
+/// `config_error` that says the flag is empty (also through `coder doctor`). An empty
+/// variable is unset, as every `CODER_*` variable is: `CODER_BACKEND=` and `CODER_CONFIG=`
+/// run with the defaults.
+#[test]
+fn an_empty_backend_flag_is_refused_and_empty_variables_are_unset() {
+    let fake = fake();
+    let out = run(&fake, |c| c.args(["--backend", "", "task"]));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("--backend is empty"), "{error}");
+
+    let ok = Fake::new(json!(steps::answer("ran")));
+    let out = ok
+        .coder()
+        .env("CODER_BACKEND", "")
+        .env("CODER_CONFIG", "")
+        .arg("task")
+        .run();
+    out.assert_success("ran");
+
+    use common::Bounded;
+    let doctor = std::process::Command::new(common::CODER)
+        .args(["doctor", "--backend", ""])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .output_bounded();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(1), "{report}");
+    assert!(report.contains("--backend is empty"), "{report}");
+}
+
+/// The options of a check (`--verify-timeout`, `--repair-turns`, `--no-verify-baseline`,
+/// or their `--request` keys) without `--verify` would be silently ignored: each is a
+/// `config_error` naming the option and the `--verify` it needs. With `verify` in the
+/// request JSON the flag is accepted.
+#[test]
+fn verify_options_without_verify_are_refused() {
+    let fake = fake();
+    let flags: [&[&str]; 3] = [
+        &["--verify-timeout", "30"],
+        &["--repair-turns", "2"],
+        &["--no-verify-baseline"],
+    ];
+    for flag in flags {
+        let out = run(&fake, |c| c.args(flag).arg("task"));
+        assert_config_error(&fake, &out, 78);
+        let error = out.envelope["error"].as_str().unwrap();
+        assert!(
+            error.contains(flag[0]) && error.contains("needs --verify"),
+            "{error}"
+        );
+    }
+    let out = run(&fake, |c| {
+        c.args(["--request", "-"])
+            .stdin(json!({"PROMPT": "task", "verify_timeout": 30}).to_string())
+    });
+    assert_config_error(&fake, &out, 78);
+
+    let ok = Fake::new(json!(steps::answer("checked")));
+    let out = ok
+        .coder()
+        .args(["--sandbox", "danger-full-access", "--request", "-"])
+        .args(["--verify-timeout", "30", "--no-verify-baseline"])
+        .stdin(json!({"PROMPT": "task", "verify": "true"}).to_string())
+        .run();
+    out.assert_success("checked");
+    assert_eq!(out.envelope["verification"]["verdict"], "passed");
+}
+
+/// An infinite duration is refused naming the flag; only `--max-duration`, for which 0
+/// means "none", is told how to ask for no limit (an idle timeout or a kill grace has no
+/// such value, and was sent to `--max-duration` before).
+#[test]
+fn an_infinite_duration_gets_a_hint_only_where_one_exists() {
+    let fake = fake();
+    for (flag, hint) in [
+        ("--max-duration", Some("use --max-duration 0")),
+        ("--timeout", None),
+        ("--kill-grace", None),
+        ("--verify-timeout", None),
+    ] {
+        let out = run(&fake, |c| c.args([flag, "inf", "--verify", "true", "task"]));
+        assert_config_error(&fake, &out, 78);
+        let error = out.envelope["error"].as_str().unwrap();
+        assert!(error.contains(flag) && error.contains("finite"), "{error}");
+        match hint {
+            Some(hint) => assert!(error.contains(hint), "{error}"),
+            None => assert!(!error.contains("--max-duration"), "{error}"),
+        }
+    }
+}
+
+/// `--transcript` naming a directory is refused before the run, which would otherwise go
+/// ahead and lose its record with only a warning.
+#[test]
+fn a_transcript_that_is_a_directory_is_refused() {
+    let fake = fake();
+    let dir = fake.root().join("records");
+    std::fs::create_dir(&dir).unwrap();
+    let out = run(&fake, |c| c.arg("--transcript").arg(&dir).arg("task"));
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains("--transcript") && error.contains("is a directory"),
+        "{error}"
+    );
+}
+
+/// A `--scope` glob that can never match a changed path (absolute, or leaving the
+/// workspace with `..`) would make every change a violation: refused, saying scope globs
+/// are relative to the workspace.
+#[test]
+fn a_scope_outside_the_workspace_is_refused() {
+    let fake = fake();
+    for glob in ["/etc/**", "../sibling/**", "src/../../x"] {
+        let out = run(&fake, |c| c.args(["--scope", glob, "task"]));
+        assert_config_error(&fake, &out, 78);
+        let error = out.envelope["error"].as_str().unwrap();
+        assert!(
+            error.contains(glob) && error.contains("relative to the workspace"),
+            "{error}"
+        );
+    }
+}
+
+/// An empty `cd` in the `--request` JSON says the value is empty, instead of "--cd : no
+/// such directory".
+#[test]
+fn an_empty_cd_in_the_request_is_named_empty() {
+    let fake = fake();
+    let out = run(&fake, |c| {
+        c.no_cd()
+            .args(["--request", "-"])
+            .stdin(json!({"PROMPT": "task", "cd": ""}).to_string())
+    });
+    assert_config_error(&fake, &out, 78);
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("--cd is empty"), "{error}");
+}

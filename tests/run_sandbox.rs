@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Fake, steps};
+use common::{Bounded, Fake, steps};
 use serde_json::json;
 
 fn writes_outside(target: &std::path::Path) -> Fake {
@@ -74,19 +74,54 @@ fn allowed_hosts_come_from_the_flag_and_the_config_file() {
     ] {
         assert_eq!(env.get(name), Some(&proxy), "{name}");
     }
+}
 
-    let out = fake.coder().args(["--allow-host", "@nope", "task"]).run();
-    assert_eq!(
-        out.envelope["error_kind"],
-        "sandbox_error",
-        "{}",
-        out.explain()
-    );
+/// Sandbox arguments the caller got wrong (an `--allow-host` value, a `--deny` or
+/// `--protect` glob, a `--read` or `--write` path that does not exist) are bad arguments:
+/// `config_error` (78) naming the flag and the value, before the CLI starts; `coder
+/// sandbox` exits 78 for the same, saying so on stderr.
+#[test]
+fn bad_sandbox_arguments_are_config_errors_naming_flag_and_value() {
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ran")]));
+    let missing = fake.root().join("no-such-dir");
+    let missing = missing.to_str().unwrap();
+    let cases: [(&str, &str); 7] = [
+        ("--allow-host", "@nope"),
+        ("--allow-host", "https://x.org"),
+        ("--allow-host", "x.org:0"),
+        ("--deny", "secrets/[x"),
+        ("--protect", "conf/[x"),
+        ("--read", missing),
+        ("--write", missing),
+    ];
+    for (flag, value) in cases {
+        let out = fake.coder().args([flag, value, "go"]).run();
+        out.assert_failure("config_error", 78);
+        let error = out.envelope["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(flag) && error.contains(value),
+            "{flag} {value}: {}",
+            out.explain()
+        );
+        assert!(!fake.has_record(), "the CLI ran: {}", out.explain());
+        let sandbox = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd"])
+            .arg(fake.workspace())
+            .args([flag, value, "--", "true"])
+            .env("CODER_STATE_DIR", fake.state_dir())
+            .output_bounded();
+        let stderr = String::from_utf8_lossy(&sandbox.stderr);
+        assert_eq!(sandbox.status.code(), Some(78), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(value),
+            "{flag} {value}: {stderr}"
+        );
+    }
 }
 
 /// `--write` of a system tree, of anything under one, or of the home directory (or an
 /// ancestor) is refused before anything runs, with a `config_error` naming the path;
-/// `coder sandbox` refuses the same (exit 71). An ordinary directory is accepted (above).
+/// `coder sandbox` refuses the same (exit 78). An ordinary directory is accepted (above).
 #[test]
 fn write_roots_in_system_trees_or_the_home_are_refused() {
     let fake = Fake::new(json!([steps::init(), steps::result_ok("ran")]));
@@ -140,7 +175,7 @@ fn write_roots_in_system_trees_or_the_home_are_refused() {
             .unwrap();
         assert_eq!(
             sandbox.status.code(),
-            Some(71),
+            Some(78),
             "{}: {sandbox:?}",
             path.display()
         );

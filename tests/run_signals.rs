@@ -173,3 +173,26 @@ fn sigint_while_waiting_for_the_prompt_on_stdin_is_cancelled() {
     );
     assert!(!fake.has_record(), "the child must not be started");
 }
+
+/// A signal in the gap between reading the prompt from stdin and the run listening for
+/// signals (held open by coder's debug-only test hook) still ends in the `cancelled`
+/// envelope, with no child started: the signal waits, held, for the run to take it.
+#[test]
+fn a_signal_right_after_the_prompt_was_read_is_cancelled() {
+    for (signal, exit) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130)] {
+        let fake = Fake::new(json!(steps::answer("should not run")));
+        let gap = fake.root().join("in-the-gap");
+        let running = fake
+            .coder()
+            .env("CODER_TEST_HOOK_PAUSE_AFTER_PROMPT", &gap)
+            .stdin("the task")
+            .arg("-")
+            .spawn();
+        common::wait_for_path(&gap, Duration::from_secs(20));
+        running.signal(signal);
+        std::fs::remove_file(&gap).unwrap();
+        let out = running.wait();
+        out.assert_failure("cancelled", exit);
+        assert!(!fake.has_record(), "the child ran: {}", out.explain());
+    }
+}

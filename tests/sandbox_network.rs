@@ -380,11 +380,11 @@ fn without_the_sandbox_the_same_attacks_succeed() {
 }
 
 #[test]
-fn unknown_presets_and_bad_hosts_are_sandbox_errors() {
+fn unknown_presets_and_bad_hosts_are_config_errors() {
     let fx = Fixture::new(None);
     for bad in ["@nope", "https://x.org", "x.org:0"] {
         let out = fx.run(&["--allow-host".to_string(), bad.to_string()], "true");
-        assert_eq!(out.status.code(), Some(71), "{bad}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(78), "{bad}: {}", describe(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("--allow-host"),
             "{bad}: {}",

@@ -18,6 +18,9 @@
 //! follows if it does not end within [`STOP_GRACE`]. Each run also gets
 //! `PR_SET_PDEATHSIG`, so even a server killed by SIGKILL leaves no run behind.
 //!
+//! Input that is not a JSON-RPC message is answered with a JSON-RPC error (a parse error
+//! for a line that is not JSON), not dropped in silence (`mcp_stdio`).
+//!
 //! The server runs on a current-thread runtime: the death signal is tied to the thread
 //! that spawned the child, and this makes that thread the main one.
 
@@ -112,7 +115,8 @@ async fn serve(jail: Jail, config: Option<PathBuf>) -> ExitCode {
         runs: Arc::new(Mutex::new(HashMap::new())),
     };
     let runs = server.runs.clone();
-    let code = match server.serve(rmcp::transport::stdio()).await {
+    let transport = super::mcp_stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let code = match server.serve(transport).await {
         Ok(running) => match running.waiting().await {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {

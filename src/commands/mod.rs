@@ -6,6 +6,7 @@ pub mod ask_server;
 pub mod doctor;
 pub mod fs;
 pub mod mcp;
+mod mcp_stdio;
 pub mod plan;
 pub mod prompt;
 pub mod replay;
@@ -56,7 +57,7 @@ pub fn parse_subcommand<T: Parser>(
     args: &[OsString],
 ) -> Result<T, std::process::ExitCode> {
     let argv = std::iter::once(OsString::from(name)).chain(args.iter().cloned());
-    T::try_parse_from(argv).map_err(|e| {
+    crate::config::parse_args::<T>(argv).map_err(|e| {
         let _ = e.print();
         std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
     })

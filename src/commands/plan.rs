@@ -49,6 +49,8 @@ struct PlanArgs {
 
 /// `coder plan …` (`args`: those after `plan`): prints one envelope, returns its exit code.
 pub fn plan_command(args: &[OsString]) -> ExitCode {
+    // As the run mode: a cancelling signal before the run listens waits for it.
+    let _ = crate::supervise::signals::hold_cancelling();
     finish(guarded(|| plan_mode(args)))
 }
 
@@ -56,7 +58,7 @@ fn plan_mode(args: &[OsString]) -> Output {
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder plan"))
         .chain(args.iter().cloned())
         .collect();
-    let parsed = match PlanArgs::try_parse_from(&argv) {
+    let parsed = match crate::config::parse_args::<PlanArgs>(&argv) {
         Ok(parsed) => parsed,
         Err(e) => return usage_error::<PlanArgs>(&e, &argv, "coder plan --help"),
     };

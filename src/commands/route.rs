@@ -71,6 +71,11 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
             Err(e) => fail(&e.to_string()),
         },
         RouteCommand::Forget { backend } => {
+            if let Some(name) = &backend
+                && let Err(message) = check_known(name, &ledger, &env)
+            {
+                return fail(&message);
+            }
             let forgotten = ledger.forget(backend.as_deref()).and_then(|runs| {
                 let shapes = ledger.forget_compat_shape(backend.as_deref())?;
                 Ok((runs, shapes))
@@ -88,6 +93,34 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
         }
         RouteCommand::Explain { run_args } => explain(run_args, &parsed.store, &state_dir),
     }
+}
+
+/// `forget NAME` of a name that is no preset, no `[backends.NAME]` table of the config file
+/// and nothing the ledger holds is a typo: forgetting nothing must not look like success.
+fn check_known(
+    name: &str,
+    ledger: &impl routing::ledger::Ledger,
+    env: &[(OsString, OsString)],
+) -> Result<(), String> {
+    let args = crate::config::BackendArgs::default();
+    let (_, tables) = crate::config::routing_names(&args, env).map_err(|e| e.to_string())?;
+    let learnt = ledger.tallies(&[]).map_err(|e| e.to_string())?;
+    let mut known: Vec<String> = crate::config::BUILTIN_NAMES
+        .iter()
+        .map(|n| (*n).to_owned())
+        .chain(tables)
+        .chain(learnt.into_iter().map(|t| t.backend))
+        .collect();
+    if known.iter().any(|k| k == name) {
+        return Ok(());
+    }
+    known.sort_unstable();
+    known.dedup();
+    Err(format!(
+        "forget {name:?}: no such backend (not a preset, not a [backends.NAME] table of the \
+         config file, nothing learnt about it); known backends: {}",
+        known.join(", ")
+    ))
 }
 
 fn fail(message: &str) -> ExitCode {

@@ -32,6 +32,9 @@ pub(crate) enum Output {
 /// `coder [run-mode args]`: prints one envelope and returns its exit code.
 pub fn run_command(args: &[OsString]) -> ExitCode {
     crate::phases::mark("coder.main");
+    // From here until the run listens for them, a cancelling signal waits (pending)
+    // instead of killing coder without an envelope. Without it, the signals act as before.
+    let _ = supervise::signals::hold_cancelling();
     finish(guarded(|| run_mode(args)))
 }
 
@@ -263,13 +266,18 @@ pub(crate) fn request_from(
 ) -> Result<RunRequest, Output> {
     let limits = parsed.known_limits();
     let Ok(mut stdin) = supervise::signals::CancellableStdin::hold() else {
-        // No signalfd: read as any program does (a signal then ends coder unannounced).
+        // No signalfd: read as any program does (a signal then ends coder unannounced,
+        // rather than waiting, held, for a stdin that may never end).
+        let _ = supervise::signals::release_cancelling();
         return parsed
             .into_request(&mut std::io::stdin().lock())
             .map_err(|ArgError::Invalid(m)| invalid(m));
     };
     let request = parsed.into_request(&mut stdin);
-    if let Some(signo) = stdin.received() {
+    let received = stdin.received();
+    drop(stdin);
+    test_hook_pause_after_prompt();
+    if let Some(signo) = received {
         let name = supervise::signals::signal_name(signo);
         return Err(early_error(
             ErrorKind::Cancelled,
@@ -280,6 +288,28 @@ pub(crate) fn request_from(
     }
     request.map_err(|ArgError::Invalid(m)| invalid(m))
 }
+
+/// TEST HOOK, compiled into debug builds only: with `CODER_TEST_HOOK_PAUSE_AFTER_PROMPT`
+/// naming a file, coder creates it once the prompt is read and waits (10 s at most) until
+/// the test removes it, so that a test can send a signal in the gap between reading the
+/// prompt and listening for signals. Inert without the variable, absent from release
+/// builds.
+#[cfg(debug_assertions)]
+fn test_hook_pause_after_prompt() {
+    let Some(path) = std::env::var_os("CODER_TEST_HOOK_PAUSE_AFTER_PROMPT") else {
+        return;
+    };
+    if std::fs::write(&path, std::process::id().to_string()).is_err() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&path).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn test_hook_pause_after_prompt() {}
 
 /// Runs a validated request: the async runtime, the pipeline, the metrics line.
 pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {

@@ -29,9 +29,9 @@ enum RunsCommand {
     List {
         #[arg(long)]
         json: bool,
-        /// At most this many runs.
-        #[arg(long, short = 'n', default_value_t = 20)]
-        limit: usize,
+        /// At most this many runs (at least 1).
+        #[arg(long, short = 'n', default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
     },
     /// A readable account of one run: prompt, tool calls and results, outcome.
     Show {
@@ -50,21 +50,24 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
-    let state_dir = match parsed
-        .state_dir
-        .clone()
-        .map_or_else(crate::config::state_dir, Ok)
-    {
+    let state_dir = match state_dir(parsed.state_dir.clone()) {
         Ok(dir) => dir,
-        Err(e) => {
-            eprintln!("coder runs: {e}");
+        Err(message) => {
+            eprintln!("coder runs: {message}");
             return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
         }
     };
     let dir = crate::journal::transcript::runs_dir(&state_dir);
     match parsed.command {
         RunsCommand::List { json, limit } => {
-            let runs = list_runs(&dir, limit);
+            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+            let runs = match list_runs(&dir, limit) {
+                Ok(runs) => runs,
+                Err(e) => {
+                    eprintln!("coder runs list: cannot read {}: {e}", dir.display());
+                    return ExitCode::from(1);
+                }
+            };
             let mut out = String::new();
             if json {
                 out = serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n";
@@ -116,6 +119,22 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The state directory to read: `--state-dir`, which must be an existing directory (a
+/// typo must not read as "no recorded runs"), else coder's own.
+fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    let Some(dir) = given else {
+        return crate::config::state_dir().map_err(|e| e.to_string());
+    };
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(format!(
+            "--state-dir {}: not a directory; pass coder's state directory",
+            dir.display()
+        )),
+        Err(e) => Err(format!("--state-dir {}: {e}", dir.display())),
     }
 }
 

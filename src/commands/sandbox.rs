@@ -123,8 +123,9 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("coder sandbox: {}", one_line(&e.to_string()));
-            // Grants that would hand the agent coder's own state: the caller's to change.
-            if let SandboxError::StateDirReachable { .. } = e {
+            // A bad argument (a path, glob or host the caller gave, grants that would
+            // hand the agent coder's own state): the caller's to change.
+            if e.is_bad_argument() {
                 return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
             }
             ExitCode::from(EXIT_SANDBOX_ERROR)
@@ -234,7 +235,7 @@ fn config_file_deny() -> Result<Vec<String>, SandboxError> {
     crate::config::ConfigFile::load(&location.path)
         .map(|f| f.deny)
         .map_err(|e| SandboxError::Path {
-            what: "config file",
+            what: crate::sandbox::PathRole::ConfigFile,
             path: location.path,
             reason: e.to_string(),
         })

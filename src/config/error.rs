@@ -26,6 +26,14 @@ pub enum ConfigError {
         message: String,
     },
 
+    /// A backend flag was given an empty value (`--backend ""`), which would otherwise
+    /// silently mean the default.
+    #[error(
+        "{flag} is empty: give it a value, or leave {flag} out for the default (an empty \
+         CODER_* variable counts as unset)"
+    )]
+    EmptyFlag { flag: &'static str },
+
     /// No built-in preset or config-file profile has this name.
     #[error("unknown backend '{name}'; known backends: {known} (or replay:CASSETTE)")]
     UnknownBackend { name: String, known: String },

@@ -58,6 +58,50 @@ pub struct BackendArgs {
     pub base_url: Option<String>,
 }
 
+impl BackendArgs {
+    /// The first of these flags given explicitly as an empty value (`--backend ""`), which
+    /// would otherwise silently mean the default. Empty variables (`CODER_BACKEND=`) are
+    /// unset instead, as every `CODER_*` variable is ([`parse_args`]), so an empty value
+    /// here came from the command line (or an MCP call's argument).
+    pub fn empty_flag(&self) -> Option<&'static str> {
+        let empty = |v: Option<&str>| v.is_some_and(|v| v.trim().is_empty());
+        [
+            ("--backend", empty(self.backend.as_deref())),
+            (
+                "--config",
+                self.config
+                    .as_ref()
+                    .is_some_and(|p| p.as_os_str().is_empty()),
+            ),
+            ("--model", empty(self.model.as_deref())),
+            ("--base-url", empty(self.base_url.as_deref())),
+        ]
+        .into_iter()
+        .find_map(|(flag, empty)| empty.then_some(flag))
+    }
+}
+
+/// Parses `args` (the program name first) as a `P`, treating every environment variable
+/// an argument reads (`env = "CODER_…"`) that is set but empty as unset, the rule the rest
+/// of coder's variables follow; clap alone would take the empty value as given.
+pub fn parse_args<P: clap::Parser>(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> Result<P, clap::Error> {
+    let command = P::command().mut_args(|arg| {
+        let empty = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| v.is_empty());
+        if empty {
+            arg.env(None::<&'static str>)
+        } else {
+            arg
+        }
+    });
+    let matches = command.try_get_matches_from(args)?;
+    P::from_arg_matches(&matches)
+}
+
 /// A key kept out of `Debug` and `Display`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(OsString);

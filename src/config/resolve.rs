@@ -45,6 +45,9 @@ pub fn resolve_backend_allowing_missing_key(
     args: &BackendArgs,
     process_env: &[(OsString, OsString)],
 ) -> Result<Resolution, ConfigError> {
+    if let Some(flag) = args.empty_flag() {
+        return Err(ConfigError::EmptyFlag { flag });
+    }
     let env = EnvView(process_env);
     let file = load_config_file(args, process_env)?;
     let name = backend_name(args, env, file.as_ref());

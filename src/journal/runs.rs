@@ -42,29 +42,32 @@ pub fn read_entries(path: &Path) -> std::io::Result<Vec<Value>> {
     Ok(entries)
 }
 
-fn transcripts(dir: &Path) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect()
-        })
-        .unwrap_or_default();
+/// The transcripts in `dir`, newest first; none when `dir` does not exist yet (no run has
+/// been recorded), an error when it cannot be read (not a directory, no permission).
+fn transcripts(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
     // Run ids start with their UTC start time, so names sort by age.
     paths.sort();
     paths.reverse();
-    paths
+    Ok(paths)
 }
 
-/// The newest `limit` runs, newest first.
-pub fn list_runs(dir: &Path, limit: usize) -> Vec<RunSummary> {
-    transcripts(dir)
+/// The newest `limit` runs, newest first; an error when `dir` exists but cannot be read.
+pub fn list_runs(dir: &Path, limit: usize) -> std::io::Result<Vec<RunSummary>> {
+    Ok(transcripts(dir)?
         .into_iter()
         .take(limit)
         .filter_map(|path| summarize(&path))
-        .collect()
+        .collect())
 }
 
 fn summarize(path: &Path) -> Option<RunSummary> {
@@ -109,7 +112,7 @@ pub fn find_run(dir: &Path, wanted: &str) -> Option<PathBuf> {
     if wanted.ends_with(".jsonl") && as_path.is_file() {
         return Some(as_path.to_owned());
     }
-    let all = transcripts(dir);
+    let all = transcripts(dir).unwrap_or_default();
     if wanted == "last" {
         return all.into_iter().next();
     }

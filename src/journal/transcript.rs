@@ -116,6 +116,14 @@ pub fn check_location(path: &Path, workspace: &Path) -> Result<(), String> {
             path.display()
         ));
     }
+    // Caught here, not when the run writes it: the run would go on without its record.
+    if absolute.is_dir() {
+        return Err(format!(
+            "--transcript {} is a directory: name the file to write, e.g. {}",
+            path.display(),
+            path.join("run.jsonl").display()
+        ));
+    }
     let existing = absolute
         .ancestors()
         .skip(1)

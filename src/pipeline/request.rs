@@ -255,6 +255,7 @@ impl OutcomeArgs {
                 if let Some(text) = &self.repair_turns {
                     parse_repair_turns(text)?;
                 }
+                self.refuse_verify_options_without_verify()?;
                 None
             }
         };
@@ -278,6 +279,25 @@ impl OutcomeArgs {
             scope,
             json_schema,
         })
+    }
+}
+
+impl OutcomeArgs {
+    /// The options of a check given without the check (`--verify`, or `verify` in the
+    /// `--request` JSON): they would be silently ignored, so they are refused.
+    fn refuse_verify_options_without_verify(&self) -> Result<(), ArgError> {
+        let given = [
+            ("--verify-timeout", self.verify_timeout.is_some()),
+            ("--repair-turns", self.repair_turns.is_some()),
+            ("--no-verify-baseline", self.no_verify_baseline),
+        ];
+        match given.into_iter().find(|(_, set)| *set) {
+            Some((flag, _)) => Err(ArgError::Invalid(format!(
+                "{flag} needs --verify CMD (or \"verify\" in the --request JSON): it only \
+                 applies to a check, and without one it would be ignored"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -468,11 +488,15 @@ pub struct KnownLimits {
 impl RunArgs {
     /// Parses the run-mode arguments (without the program name handling: `args` includes it).
     pub fn parse_from_args(args: &[OsString]) -> Result<RunArgs, clap::Error> {
-        RunArgs::try_parse_from(args)
+        crate::config::parse_args(args)
     }
 
     /// Validates the arguments into a request, reading the prompt from `stdin` when needed.
     pub fn into_request(self, stdin: &mut dyn Read) -> Result<RunRequest, ArgError> {
+        if let Some(flag) = self.backend.empty_flag() {
+            let e = crate::config::ConfigError::EmptyFlag { flag };
+            return Err(ArgError::Invalid(e.to_string()));
+        }
         let mut stdin_used = false;
         let file = match &self.request {
             Some(path) => {
@@ -843,9 +867,14 @@ pub fn parse_seconds(name: &str, text: &str, zero_ok: bool) -> Result<Duration, 
         ))
     })?;
     if !value.is_finite() {
+        // Only a limit that takes 0 for "none" has a way to say "no limit".
+        let none = if zero_ok {
+            format!("; for no limit use {name} 0")
+        } else {
+            String::new()
+        };
         return Err(ArgError::Invalid(format!(
-            "{name} must be a finite number of seconds, at most a year (got {text:?}); \
-             for no total limit use --max-duration 0"
+            "{name} must be a finite number of seconds, at most a year (got {text:?}){none}"
         )));
     }
     if value < 0.0 {
@@ -893,6 +922,12 @@ fn parse_session_id(origin: &str, text: &str) -> Result<Uuid, ArgError> {
 }
 
 fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
+    if cd.as_os_str().is_empty() {
+        return Err(ArgError::Invalid(
+            "--cd is empty (\"cd\": \"\" in the --request JSON?): pass the workspace directory"
+                .into(),
+        ));
+    }
     let meta = std::fs::metadata(cd).map_err(|e| {
         ArgError::Invalid(format!(
             "--cd {}: {}; pass an existing workspace directory",

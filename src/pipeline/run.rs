@@ -933,18 +933,17 @@ fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: 
 
 /// The envelope of a sandbox that cannot be set up (fail closed).
 fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
-    // A plan file the policy cannot take (masked, inside a granted tree, hard-linked) is
-    // the caller's choice of path, not a sandbox that cannot be had.
-    if let crate::sandbox::SandboxError::Path {
-        what: "plan file", ..
-    } = e
-    {
-        let message = format!("--plan-file: {e}");
-        return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
-    }
-    // So is a state directory the run's grants would hand the agent.
-    if let crate::sandbox::SandboxError::StateDirReachable { .. } = e {
-        let message = e.to_string();
+    // A bad argument (a --read/--write path, a glob, an --allow-host value, a plan file
+    // the policy cannot take, a grant reaching coder's state) is the caller's to change,
+    // not a sandbox that cannot be had.
+    if e.is_bad_argument() {
+        let message = match e {
+            crate::sandbox::SandboxError::Path {
+                what: crate::sandbox::PathRole::PlanFile,
+                ..
+            } => format!("--plan-file: {e}"),
+            _ => e.to_string(),
+        };
         return run.early_envelope(ErrorKind::ConfigError, message.clone(), message, None);
     }
     run.early_envelope(

@@ -66,7 +66,7 @@ pub struct DenyMatcher {
 impl DenyMatcher {
     pub fn new(globs: &[String]) -> Result<DenyMatcher, SandboxError> {
         Ok(DenyMatcher {
-            set: scan::compile_globs(globs)?,
+            set: scan::compile_globs(super::GlobList::Deny, globs)?,
         })
     }
 

@@ -124,7 +124,7 @@ pub fn policy_for_agent(
     opts.config_dir = var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|h| h.join(".claude")));
     if plan_file.is_some() && (!extras.write.is_empty() || extras.allow_tmp) {
         return Err(SandboxError::Path {
-            what: "plan file",
+            what: PathRole::PlanFile,
             path: plan_file.map(Path::to_path_buf).unwrap_or_default(),
             reason: "is the only path a plan run may write: drop --write and --allow-tmp"
                 .to_string(),
@@ -263,13 +263,20 @@ pub enum SandboxError {
 
     #[error("{what} {path}: {reason}")]
     Path {
-        what: &'static str,
+        what: PathRole,
         path: PathBuf,
         reason: String,
     },
 
-    #[error("invalid non-accessible glob {glob:?}: {reason}")]
-    Glob { glob: String, reason: String },
+    #[error(
+        "invalid {list} glob {glob:?} (from {list} or the config key `{key}`): {reason}",
+        key = .list.config_key()
+    )]
+    Glob {
+        list: GlobList,
+        glob: String,
+        reason: String,
+    },
 
     #[error(
         "secret scan of {} stopped: {what} exceeds the limit of {limit}; \
@@ -388,7 +395,99 @@ pub enum SandboxError {
     NotSingleThreaded { threads: usize },
 }
 
+/// What a path named in a [`SandboxError::Path`] is to the run: one of the caller's own
+/// arguments, or something coder made or looked up itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathRole {
+    /// A `--read` path.
+    ReadFlag,
+    /// A `--write` path.
+    WriteFlag,
+    /// The plan file of `coder plan` (`--plan-file`).
+    PlanFile,
+    /// The config file (`--config`, `CODER_CONFIG` or the XDG default).
+    ConfigFile,
+    /// The agent's executable (`--claude-bin` or `claude` on PATH).
+    Program,
+    /// A run's private directory under coder's state directory.
+    RunDirectory,
+    /// The CLI's per-run config directory.
+    ConfigDirectory,
+    /// A path the policy grants (the state directory, a `--read` path) that the sandbox
+    /// cannot show.
+    Granted,
+    /// A path whose symlinks did not resolve.
+    Symlinks,
+}
+
+impl PathRole {
+    /// Whether the path is one the caller named, so a refusal is a bad argument
+    /// (`config_error`) rather than a sandbox that cannot be had.
+    pub fn is_argument(self) -> bool {
+        matches!(
+            self,
+            PathRole::ReadFlag | PathRole::WriteFlag | PathRole::PlanFile | PathRole::ConfigFile
+        )
+    }
+}
+
+impl std::fmt::Display for PathRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PathRole::ReadFlag => "--read",
+            PathRole::WriteFlag => "--write",
+            PathRole::PlanFile => "plan file",
+            PathRole::ConfigFile => "config file",
+            PathRole::Program => "program",
+            PathRole::RunDirectory => "run directory",
+            PathRole::ConfigDirectory => "config directory",
+            PathRole::Granted => "granted path",
+            PathRole::Symlinks => "path",
+        })
+    }
+}
+
+/// Which list of globs a [`SandboxError::Glob`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobList {
+    /// The non-accessible globs (`--deny`, config `deny`).
+    Deny,
+    /// The protected globs (`--protect`, config `protect`).
+    Protect,
+}
+
+impl GlobList {
+    fn config_key(self) -> &'static str {
+        match self {
+            GlobList::Deny => "deny",
+            GlobList::Protect => "protect",
+        }
+    }
+}
+
+impl std::fmt::Display for GlobList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GlobList::Deny => "--deny",
+            GlobList::Protect => "--protect",
+        })
+    }
+}
+
 impl SandboxError {
+    /// Whether this is the caller's bad argument (a `--read`/`--write` path, a glob, an
+    /// `--allow-host` value, a plan file, a grant reaching coder's state): a
+    /// `config_error` (exit 78), not a sandbox that cannot be set up (71).
+    pub fn is_bad_argument(&self) -> bool {
+        match self {
+            SandboxError::Path { what, .. } => what.is_argument(),
+            SandboxError::Glob { .. }
+            | SandboxError::AllowHost(_)
+            | SandboxError::StateDirReachable { .. } => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         SandboxError::Io {
             context: context.into(),

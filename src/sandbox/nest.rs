@@ -63,7 +63,7 @@ pub fn prepare(policy: &mut Policy) -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
     let Some(text) = link.to_str().map(str::to_owned) else {
         return Err(SandboxError::Path {
-            what: "run directory",
+            what: super::PathRole::RunDirectory,
             path: dir,
             reason: "is not UTF-8, which the CLI's shell variable cannot carry; set \
                      CODER_STATE_DIR to a plain path"

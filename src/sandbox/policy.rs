@@ -18,13 +18,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::SandboxError;
 use super::allow::HostPort;
 use super::lease::{PlaceholderLease, remove_placeholders};
 use super::listing::ScanListings;
 use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
+use super::{PathRole, SandboxError};
 use super::{deny, home};
 use crate::config::run_dirs::{self, CLI_RUNS_DIR, RunLock};
 use crate::workspace::worktree::WORKTREES_DIR;
@@ -531,16 +531,16 @@ impl Policy {
 
         let mut scanned = Vec::new();
         for path in &opts.extra_read {
-            let canonical = canonicalize("--read path", path)?;
+            let canonical = canonicalize(PathRole::ReadFlag, path)?;
             grants.add(path, Access::Read)?;
             scanned.push((canonical, false));
         }
         for path in &opts.extra_write {
-            let canonical = canonicalize("--write path", path)?;
+            let canonical = canonicalize(PathRole::WriteFlag, path)?;
             refuse_broad_write(&canonical, home.as_deref())?;
             if opts.mode == Mode::ReadOnly && workspace.starts_with(&canonical) {
                 return Err(SandboxError::Path {
-                    what: "--write path",
+                    what: PathRole::WriteFlag,
                     path: canonical,
                     reason: "contains the workspace, which read-only mode keeps read-only"
                         .to_string(),
@@ -648,7 +648,7 @@ impl Policy {
     /// in: that may be `/tmp` or a home directory, full of other users' files and sockets.
     /// Symlinks on the way are kept as aliases.
     pub fn grant_program(&mut self, program: &Path) -> Result<(), SandboxError> {
-        let canonical = canonicalize("program", program)?;
+        let canonical = canonicalize(PathRole::Program, program)?;
         match npm_package_dir(&canonical) {
             Some(package) if !is_broad(&package, self.home.as_deref()) => {
                 for dir in sibling_platform_packages(&package) {
@@ -668,7 +668,7 @@ impl Policy {
     /// neither masked, protected, nor git metadata.
     pub fn grant_plan_file(&mut self, path: &Path) -> Result<(), SandboxError> {
         let refuse = |reason: String| SandboxError::Path {
-            what: "plan file",
+            what: PathRole::PlanFile,
             path: path.to_path_buf(),
             reason,
         };
@@ -836,7 +836,7 @@ impl Policy {
 /// between the two steps: the run's directory would then be whatever the symlink names,
 /// and the run's end would remove that whole tree.
 fn canonical_run_dir(path: &Path) -> Result<PathBuf, SandboxError> {
-    let canonical = canonicalize("run directory", path)?;
+    let canonical = canonicalize(PathRole::RunDirectory, path)?;
     let inspect = |p: &Path, meta: std::io::Result<fs::Metadata>| {
         meta.map_err(|e| SandboxError::io(format!("inspect {}", p.display()), e))
     };
@@ -844,7 +844,7 @@ fn canonical_run_dir(path: &Path) -> Result<PathBuf, SandboxError> {
     let named = inspect(&canonical, fs::metadata(&canonical))?;
     if !made.is_dir() || (made.dev(), made.ino()) != (named.dev(), named.ino()) {
         return Err(SandboxError::Path {
-            what: "run directory",
+            what: PathRole::RunDirectory,
             path: path.to_path_buf(),
             reason: "was replaced while coder made it: another process can write the \
                      directory it is in"
@@ -884,8 +884,8 @@ fn scan_workspace(
     created: &mut Vec<Placeholder>,
 ) -> Result<scan::ScanOutput, SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
-    let deny = scan::compile_globs(&opts.deny_globs)?;
-    let protect = scan::compile_globs(&opts.protect_globs)?;
+    let deny = scan::compile_globs(super::GlobList::Deny, &opts.deny_globs)?;
+    let protect = scan::compile_globs(super::GlobList::Protect, &opts.protect_globs)?;
     let literal = scan::literal_protected(&opts.protect_globs);
     let extra_fds = extra
         .iter()
@@ -1215,7 +1215,7 @@ fn resolve_with_aliases(
             hops += 1;
             if hops > 40 {
                 return Err(SandboxError::Path {
-                    what: "path",
+                    what: PathRole::Symlinks,
                     path: absolute,
                     reason: "too many levels of symbolic links".to_string(),
                 });
@@ -1243,7 +1243,7 @@ fn resolve_with_aliases(
     Ok(resolved)
 }
 
-fn canonicalize(what: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
+fn canonicalize(what: PathRole, path: &Path) -> Result<PathBuf, SandboxError> {
     fs::canonicalize(path).map_err(|e| SandboxError::Path {
         what,
         path: path.to_path_buf(),
@@ -1406,7 +1406,7 @@ fn refuse_private_shm(canonical: &Path) -> Result<(), SandboxError> {
         return Ok(());
     }
     Err(SandboxError::Path {
-        what: "granted path",
+        what: PathRole::Granted,
         path: canonical.to_path_buf(),
         reason: "lies in /dev/shm, which the agent gets a private tmpfs of, so the sandbox \
                  cannot show it there; set CODER_STATE_DIR (or --read) to a path outside \
@@ -1418,7 +1418,7 @@ fn refuse_private_shm(canonical: &Path) -> Result<(), SandboxError> {
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {
         Some(reason) => Err(SandboxError::Path {
-            what: "--write path",
+            what: PathRole::WriteFlag,
             path: path.to_path_buf(),
             reason,
         }),
@@ -1539,7 +1539,7 @@ fn env_path(name: &str) -> Option<PathBuf> {
 fn config_dir_for_run(given: Option<&Path>, run_dir: &Path) -> Result<PathBuf, SandboxError> {
     let dir = given.map_or_else(|| run_dir.join("claude"), Path::to_path_buf);
     create_private_dir(&dir)?;
-    canonicalize("config directory", &dir)
+    canonicalize(PathRole::ConfigDirectory, &dir)
 }
 
 /// Write the run's git global config (the user's identity only, see [`home::git_identity`]).

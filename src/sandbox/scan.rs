@@ -47,11 +47,11 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
 use serde::{Deserialize, Serialize};
 
-use super::SandboxError;
 pub(crate) use super::listing::Kind;
 use super::listing::{DirSummary, ScanListings, ctime_of, is_git_dir_listing, is_git_name};
 use super::listing_cache::{Kept, KeptDir, Recorder, TreeKept};
 use super::scan_watch::{CheckedTree, ScanWatch, TreeMoved};
+use super::{GlobList, SandboxError};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
@@ -1553,7 +1553,7 @@ pub(crate) fn open_beneath(
 }
 
 /// Compile globs. `*` does not cross `/`; `**` does.
-pub(crate) fn compile_globs(globs: &[String]) -> Result<GlobSet, SandboxError> {
+pub(crate) fn compile_globs(list: GlobList, globs: &[String]) -> Result<GlobSet, SandboxError> {
     let mut builder = GlobSetBuilder::new();
     for glob in globs {
         let compiled = GlobBuilder::new(glob)
@@ -1562,12 +1562,14 @@ pub(crate) fn compile_globs(globs: &[String]) -> Result<GlobSet, SandboxError> {
             .backslash_escape(true)
             .build()
             .map_err(|e| SandboxError::Glob {
+                list,
                 glob: glob.clone(),
                 reason: e.kind().to_string(),
             })?;
         builder.add(compiled);
     }
     builder.build().map_err(|e| SandboxError::Glob {
+        list,
         glob: globs.join(", "),
         reason: e.kind().to_string(),
     })
@@ -1641,8 +1643,8 @@ mod tests {
         limits: ScanLimits,
     ) -> Result<ScanOutput, SandboxError> {
         let fd = crate::sandbox::sys::open_nofollow(ws).unwrap();
-        let deny = compile_globs(deny)?;
-        let protect_set = compile_globs(protect)?;
+        let deny = compile_globs(GlobList::Deny, deny)?;
+        let protect_set = compile_globs(GlobList::Protect, protect)?;
         let literal = literal_protected(protect);
         let tree = TreeScan {
             root: ws,
@@ -1803,8 +1805,8 @@ mod tests {
 
     #[test]
     fn bad_glob_is_reported() {
-        let err = compile_globs(&["a[".to_string()]).unwrap_err();
-        assert!(err.to_string().contains("a["), "{err}");
+        let err = compile_globs(GlobList::Protect, &["a[".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("--protect glob \"a[\""), "{err}");
     }
 
     #[test]

@@ -3,13 +3,21 @@
 //! still prints the `cancelled` envelope. Before the run, while coder reads its prompt
 //! from stdin, [`CancellableStdin`] holds them, so a Ctrl-C at a pipe that never ends also
 //! gets its envelope.
+//!
+//! The run mode holds them (blocked in the main thread, before any other thread exists:
+//! [`hold_cancelling`]) from its first instruction until [`CancelSignals::install`] lets
+//! them in, so one that arrives in between (while the arguments are checked, after the
+//! prompt was read, while the runtime starts) stays pending and cancels the run at its
+//! first wait instead of killing coder without an envelope. Threads started meanwhile
+//! inherit the block and keep it, so the signal goes to the main thread; children get an
+//! empty mask from the standard library's spawn.
 
 use std::io::Read;
 use std::os::fd::AsFd;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigSet, SigmaskHow, sigprocmask};
+use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -29,14 +37,18 @@ pub struct CancelSignals {
 }
 
 impl CancelSignals {
-    /// Installs the handlers; from here on these signals only cancel.
+    /// Installs the handlers; from here on these signals only cancel. Then lets in, in
+    /// this thread, those [`hold_cancelling`] held: one already pending is delivered now
+    /// and seen by [`CancelSignals::recv`].
     pub fn install() -> std::io::Result<Self> {
-        Ok(CancelSignals {
+        let signals = CancelSignals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
             received: None,
-        })
+        };
+        release_cancelling()?;
+        Ok(signals)
     }
 
     /// Waits for the next cancelling signal and returns its number.
@@ -56,6 +68,26 @@ impl CancelSignals {
     }
 }
 
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until [`CancelSignals::install`]
+/// (or [`release_cancelling`]): call it first thing, before any other thread exists, so
+/// that every thread started later holds them too.
+pub fn hold_cancelling() -> std::io::Result<()> {
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&cancelling()), None).map_err(Into::into)
+}
+
+/// Unblocks SIGINT, SIGTERM and SIGHUP in the calling thread: a pending one is delivered.
+pub fn release_cancelling() -> std::io::Result<()> {
+    pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&cancelling()), None).map_err(Into::into)
+}
+
+fn cancelling() -> SigSet {
+    let mut mask = SigSet::empty();
+    for signal in CANCELLING {
+        mask.add(signal);
+    }
+    mask
+}
+
 /// coder's stdin, read with SIGINT, SIGTERM and SIGHUP held (blocked in this thread and
 /// taken from a signalfd): a read waits for stdin or one of them, and one that arrives
 /// makes the read fail, so that the caller can answer with a `cancelled` envelope instead
@@ -69,10 +101,7 @@ pub struct CancellableStdin {
 
 impl CancellableStdin {
     pub fn hold() -> std::io::Result<Self> {
-        let mut mask = SigSet::empty();
-        for signal in CANCELLING {
-            mask.add(signal);
-        }
+        let mask = cancelling();
         let mut old = SigSet::empty();
         sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))?;
         match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {

@@ -28,10 +28,10 @@ impl Scope {
         let mut builder = GlobSetBuilder::new();
         for glob in globs {
             let trimmed = glob.trim().trim_start_matches("./");
-            if trimmed.is_empty() {
+            if let Some(reason) = unreachable_reason(trimmed) {
                 return Err(ScopeError {
                     glob: glob.clone(),
-                    reason: "it is empty".into(),
+                    reason: reason.into(),
                 });
             }
             let base = trimmed.trim_end_matches('/');
@@ -71,6 +71,20 @@ impl Scope {
             .filter(|p| !self.allows(p))
             .map(str::to_owned)
             .collect()
+    }
+}
+
+/// Why `glob` (trimmed) could never match a changed path, which are relative to the
+/// workspace: a scope of it alone would make every change a violation.
+fn unreachable_reason(glob: &str) -> Option<&'static str> {
+    if glob.is_empty() {
+        Some("it is empty")
+    } else if glob.starts_with('/') {
+        Some("it is absolute; scope globs are relative to the workspace, like src/** or docs")
+    } else if glob.split('/').any(|part| part == "..") {
+        Some("it leaves the workspace (..); scope globs are relative to the workspace")
+    } else {
+        None
     }
 }
 
