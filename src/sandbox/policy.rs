@@ -378,16 +378,29 @@ const SYSTEM_READ: [&str; 16] = [
     "/sys",
 ];
 
-/// Files in the private Claude config dir that change what later runs do (hooks, agents,
-/// instructions): read-only for the agent.
-const CONFIG_GUARDED: [&str; 6] = [
-    "settings.json",
-    "settings.local.json",
-    "CLAUDE.md",
-    "agents",
-    "commands",
-    "skills",
+/// Names in the private Claude config dir the CLI loads code or instructions from
+/// (hooks, agents, commands, skills): read-only for the agent, and made first when absent
+/// (see [`hold_config_names`]).
+const CONFIG_GUARDED: [(&str, ConfigName); 6] = [
+    ("settings.json", ConfigName::Settings),
+    ("settings.local.json", ConfigName::Settings),
+    ("CLAUDE.md", ConfigName::Text),
+    ("agents", ConfigName::Dir),
+    ("commands", ConfigName::Dir),
+    ("skills", ConfigName::Dir),
 ];
+
+/// What an absent guarded name of the config dir is made as: what the CLI reads as
+/// nothing configured.
+#[derive(Clone, Copy)]
+enum ConfigName {
+    /// A settings file: `{}`.
+    Settings,
+    /// An empty file.
+    Text,
+    /// An empty directory.
+    Dir,
+}
 
 impl Policy {
     /// Resolve `opts` into a policy. Creates this run's private directory and the Claude
@@ -518,11 +531,13 @@ impl Policy {
         // so the parent is writable too, but only when it holds nothing else (coder's own
         // state, or the home directory, must stay out of reach).
         grants.add(&config_dir, Access::Write)?;
+        let mut config_in_writable_parent = false;
         if let Some(parent) = config_dir.parent()
             && !is_broad(parent, home.as_deref())
             && holds_only(parent, &config_dir)
         {
             grants.add(parent, Access::Write)?;
+            config_in_writable_parent = true;
         }
         grants.add(&run_dir.join("tmp"), Access::Write)?;
         if opts.allow_tmp {
@@ -604,7 +619,11 @@ impl Policy {
         policy.warnings = found.warnings;
         policy.warnings.extend(late_guard);
         let mut masks = found.masks;
-        if let Err(e) = finish_masks(&policy, &mut masks, &config_dir, opts) {
+        let config = ConfigDir {
+            path: &config_dir,
+            pin: config_in_writable_parent,
+        };
+        if let Err(e) = finish_masks(&policy, &mut masks, config, opts) {
             policy.cleanup();
             return Err(e);
         }
@@ -954,18 +973,37 @@ fn listings_dir() -> Option<PathBuf> {
     fs::canonicalize(&dir).ok()
 }
 
+/// The CLI's config dir of a run, and whether it must be pinned: it lies in a parent the
+/// agent may write, where it is no mount point of its own and could be renamed away and
+/// replaced by a dir of the agent's making.
+#[derive(Clone, Copy)]
+struct ConfigDir<'a> {
+    path: &'a Path,
+    pin: bool,
+}
+
 /// Add the config dir's guards, cap, and order the masks: parents before what they hold,
 /// and for one path the strongest (a secret's empty file over a read-only self-mount).
 fn finish_masks(
     policy: &Policy,
     masks: &mut Vec<Mask>,
-    config_dir: &Path,
+    config: ConfigDir<'_>,
     opts: &PolicyOptions,
 ) -> Result<(), SandboxError> {
-    for name in CONFIG_GUARDED {
-        if let Some(mask) = scan::read_only_mask(&config_dir.join(name))? {
-            masks.push(mask);
-        }
+    hold_config_names(config.path)?;
+    for (name, _) in CONFIG_GUARDED {
+        let path = config.path.join(name);
+        let mask = scan::self_mask(&path, MaskKind::ReadOnly)?.ok_or(SandboxError::Path {
+            what: "config directory entry",
+            path,
+            reason: "is neither a file nor a directory, so it cannot be held read-only".to_string(),
+        })?;
+        masks.push(mask);
+    }
+    if config.pin
+        && let Some(mask) = scan::self_mask(config.path, MaskKind::Pin)?
+    {
+        masks.push(mask);
     }
     if masks.len() > opts.scan_limits.max_matches {
         return Err(SandboxError::ScanLimit {
@@ -976,6 +1014,38 @@ fn finish_masks(
     }
     masks.sort_by(|a, b| a.path.cmp(&b.path).then(a.kind.cmp(&b.kind)));
     masks.dedup_by(|a, b| a.path == b.path);
+    Ok(())
+}
+
+/// Make each absent guarded name of the config dir (see [`CONFIG_GUARDED`]), so that it
+/// can be held read-only. The dir is fresh for every run, so none exists, and an absent
+/// name is not held: the CLI (2.1.330) reloads a `settings.json` a tool command writes
+/// during the run and runs its hooks with `/bin/sh` in its own Landlock domain, outside
+/// the nested one of tool commands, where they can write forged events into its stdout.
+fn hold_config_names(config_dir: &Path) -> Result<(), SandboxError> {
+    use std::io::Write;
+    for (name, kind) in CONFIG_GUARDED {
+        let path = config_dir.join(name);
+        let file = |text: &[u8]| {
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(text))
+        };
+        let made = match kind {
+            ConfigName::Settings => file(b"{}\n"),
+            ConfigName::Text => file(b""),
+            ConfigName::Dir => fs::DirBuilder::new().mode(0o700).create(&path),
+        };
+        match made {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(SandboxError::io(format!("create {}", path.display()), e));
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 

@@ -1,0 +1,170 @@
+//! An adversarial review of what surrounds the sandbox rather than its mounts: the CLI's
+//! per-run config dir, coder's state directory and the files coder reads back after a run.
+//! Written as an attacker who has read the code; every attack runs as root and as uid
+//! 65534 where the attack applies, each with a control (`danger-full-access`, or the same
+//! layout without the trick) showing that the payload does land without the protection.
+//!
+//! Found open when this review started, closed with it:
+//! * the run's `CLAUDE_CONFIG_DIR` is fresh, so none of the names the sandbox keeps
+//!   read-only there (`settings.json`, `agents/`, …) existed and none was held: a tool
+//!   command wrote `settings.json` with a hook, the CLI (2.1.330) reloaded it mid-run and
+//!   ran the hook with `/bin/sh` in its own Landlock domain, outside the nested one of tool
+//!   commands, where it could write a forged event into the CLI's stdout; and the config
+//!   dir itself, in a parent the agent may write, could be renamed away and replaced.
+//!
+//! `KNOWN_OPEN` lists attacks still open (none today): an attack on it asserts that its
+//! payload still lands, so the list can only shrink.
+
+mod common;
+
+use common::Bounded;
+use common::sandbox_fixture::{self, NOBODY};
+use serde_json::Value;
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &[];
+
+/// Runs a fake CLI whose payload is `payload` (in the CLI's own domain, as `coder` would
+/// start it) as `owner`, with `extra` flags; returns the envelope.
+fn run_payload(owner: Option<u32>, extra: &[&str], payload: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for d in ["ws", "home", "state", "xdg"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let bin = root.join("fake-claude");
+    std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    if owner.is_some() {
+        sandbox_fixture::give_to_nobody(&root);
+    }
+    let out = sandbox_fixture::coder_as(&root, owner, &root.join("ws"), &bin, extra, "go")
+        .output_bounded();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+}
+
+fn who(owner: Option<u32>) -> &'static str {
+    if owner.is_some() { "nobody" } else { "root" }
+}
+
+/// What the config-dir payload managed: `WROTE-<name>` for each name it created or
+/// replaced in `$CLAUDE_CONFIG_DIR`, `WROTE-moved` when it renamed the dir itself away and
+/// put a new one with a `settings.json` in its place.
+const CONFIG_DIR_PAYLOAD: &str = r#"c="$CLAUDE_CONFIG_DIR"
+for n in settings.json settings.local.json CLAUDE.md; do
+  rm -f "$c/$n" 2>/dev/null; echo '{"hooks":{}}' > "$c/$n" 2>/dev/null && echo "WROTE-$n"
+done
+for n in agents commands skills; do mkdir -p "$c/$n/x" 2>/dev/null && echo "WROTE-$n"; done
+mv "$c" "$c.moved" 2>/dev/null && mkdir "$c" && echo '{"hooks":{}}' > "$c/settings.json" \
+  && echo WROTE-moved"#;
+
+const CONFIG_NAMES: [&str; 7] = [
+    "settings.json",
+    "settings.local.json",
+    "CLAUDE.md",
+    "agents",
+    "commands",
+    "skills",
+    "moved",
+];
+
+/// The CLI reloads `$CLAUDE_CONFIG_DIR/settings.json` during a run and runs its hooks
+/// with `/bin/sh` in its own Landlock domain, outside the nested one of tool commands
+/// (measured with 2.1.330: a `PreToolUse` hook written by one Bash call ran before the
+/// next and wrote into `/proc/<CLI>/fd/1`). So no name the CLI loads code or instructions
+/// from may be created, replaced or removed there, and the dir may not be renamed away
+/// and replaced, by the agent (here the fake CLI's own payload, which is no more
+/// privileged than a tool command in this respect). Control: unconfined, every one of
+/// them lands.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_config_dir_names_the_cli_loads_code_from_cannot_be_planted() {
+    common::require_root_and_user_namespaces();
+    let name = "config dir names";
+    for owner in [None, Some(NOBODY)] {
+        let env = run_payload(owner, &[], CONFIG_DIR_PAYLOAD);
+        let result = env["result"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(env["success"], true, "{}: {env}", who(owner));
+        let landed: Vec<&str> = CONFIG_NAMES
+            .iter()
+            .copied()
+            .filter(|n| result.contains(&format!("WROTE-{n}")))
+            .collect();
+        if KNOWN_OPEN.contains(&name) {
+            assert!(
+                !landed.is_empty(),
+                "{}: now blocked, take it off KNOWN_OPEN",
+                who(owner)
+            );
+        } else {
+            assert!(
+                landed.is_empty(),
+                "{}: the agent planted {landed:?}: {env}",
+                who(owner)
+            );
+        }
+
+        let env = run_payload(
+            owner,
+            &["--sandbox", "danger-full-access"],
+            CONFIG_DIR_PAYLOAD,
+        );
+        let result = env["result"].as_str().unwrap_or_default();
+        for n in CONFIG_NAMES {
+            assert!(
+                result.contains(&format!("WROTE-{n}")),
+                "{}: control: {n} did not land unconfined: {env}",
+                who(owner)
+            );
+        }
+    }
+}
+
+/// The whole attack with the real CLI, offline against a cassette
+/// (`fixtures/sandbox/hook_forged_result.json`): a Bash call writes a `PreToolUse` hook
+/// into `$CLAUDE_CONFIG_DIR/settings.json`, a second waits for the CLI to reload it, and
+/// the hook, run before the third, writes a forged `result` line (`INJECTED-<CLI pid>`)
+/// into the CLI's stdout through `/proc/$PPID/fd/1`. Confined, the settings file is held
+/// read-only and the run's answer is the model's. Control: unconfined, the forged line
+/// reaches coder. Runs as the test's user (root) only: the real CLI is installed for it.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_hook_planted_in_the_clis_config_dir_cannot_forge_its_result() {
+    let claude = common::real_claude();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/hook_forged_result.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |extra: &[&str]| {
+        let fake = common::Fake::new(serde_json::json!([]));
+        let home = fake.root().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        fake.coder()
+            .env("HOME", &home)
+            .claude_bin(claude.clone())
+            .args(["--backend", &cassette, "--return-all-messages"])
+            .args(extra)
+            .arg("plant a hook")
+            .run()
+    };
+    // The forged line's text: `INJECTED-` and a pid (the cassette itself holds the bare word).
+    let injected = |out: &str| {
+        out.match_indices("INJECTED-")
+            .any(|(i, m)| out[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    let confined = run(&[]);
+    confined.assert_success("The honest answer.");
+    assert!(!injected(&confined.stdout), "{}", confined.explain());
+    assert!(
+        confined.stdout.contains("Read-only file system"),
+        "the plant was refused by the mount: {}",
+        confined.explain()
+    );
+    let open = run(&["--sandbox", "danger-full-access"]);
+    assert!(
+        injected(&open.stdout),
+        "control: unconfined, the hook runs and its forged line gets in: {}",
+        open.explain()
+    );
+}
