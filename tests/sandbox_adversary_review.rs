@@ -25,9 +25,14 @@ use serde_json::Value;
 const KNOWN_OPEN: &[&str] = &[];
 
 /// Runs a fake CLI whose payload is `payload` (in the CLI's own domain, as `coder` would
-/// start it) as `owner`, with `extra` flags; returns the envelope.
+/// start it) as `owner`, with `extra` flags; returns the envelope. Its tree (workspace,
+/// home, coder's state) lies in `/var/tmp`, out of the host's `/tmp` that `--allow-tmp`
+/// grants.
 fn run_payload(owner: Option<u32>, extra: &[&str], payload: &str) -> Value {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("coder-adversary-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     for d in ["ws", "home", "state", "xdg"] {
@@ -167,4 +172,88 @@ fn a_hook_planted_in_the_clis_config_dir_cannot_forge_its_result() {
         "control: unconfined, the hook runs and its forged line gets in: {}",
         open.explain()
     );
+}
+
+/// A directory in the host's `/tmp` that the arm's user owns, removed on drop.
+fn shared_tmp(owner: Option<u32>) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("coder-adversary-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    if owner.is_some() {
+        sandbox_fixture::give_to_nobody(dir.path());
+    }
+    dir
+}
+
+/// `--transcript` and a SQLite `--store` are refused inside the workspace, where the agent
+/// could rewrite them: the transcript a user reads afterwards, the store whose slots,
+/// cooldowns and routing ledger every later run trusts. Every other grant the agent may
+/// write reaches them just as well: here `/tmp` through `--allow-tmp` (a `--write` of their
+/// directory is the same). Both are refused there too, before anything runs, and the
+/// payload never lands. Controls: the same paths without `--allow-tmp` run (the agent does
+/// not see them); unconfined, the payload lands.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_transcript_or_store_in_a_writable_grant_is_refused() {
+    common::require_root_and_user_namespaces();
+    for owner in [None, Some(NOBODY)] {
+        for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
+            let tmp = shared_tmp(owner);
+            let path = tmp.path().join(file);
+            let target = path.to_str().unwrap();
+            let payload = format!("echo FORGED > '{target}' && echo WROTE");
+            let name = format!("{flag} in a writable grant");
+            let landed = || {
+                std::fs::read(&path)
+                    .unwrap_or_default()
+                    .starts_with(b"FORGED\n")
+            };
+
+            let env = run_payload(owner, &["--allow-tmp", flag, target], &payload);
+            if KNOWN_OPEN.contains(&name.as_str()) {
+                assert!(landed(), "{}: {name}: now blocked: {env}", who(owner));
+            } else {
+                assert_eq!(
+                    env["error_kind"],
+                    "config_error",
+                    "{}: {name}: {env}",
+                    who(owner)
+                );
+                let error = env["error"].as_str().unwrap_or_default();
+                assert!(error.contains(target), "{}: {name}: {env}", who(owner));
+                assert!(
+                    !landed(),
+                    "{}: {name}: the payload landed: {env}",
+                    who(owner)
+                );
+            }
+
+            let _ = std::fs::remove_file(&path);
+            let env = run_payload(owner, &[flag, target], &payload);
+            assert_eq!(
+                env["success"],
+                true,
+                "{}: {name}: control: {env}",
+                who(owner)
+            );
+            assert!(
+                !landed(),
+                "{}: {name}: control: landed confined: {env}",
+                who(owner)
+            );
+
+            let _ = std::fs::remove_file(&path);
+            let env = run_payload(
+                owner,
+                &["--sandbox", "danger-full-access", flag, target],
+                &payload,
+            );
+            assert!(
+                landed(),
+                "{}: {name}: control: unconfined: {env}",
+                who(owner)
+            );
+        }
+    }
 }

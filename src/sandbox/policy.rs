@@ -1485,6 +1485,45 @@ fn refuse_private_shm(canonical: &Path) -> Result<(), SandboxError> {
     })
 }
 
+/// What a confined agent may write besides the workspace, from the run mode's `--write`
+/// paths and `--allow-tmp` (canonical where they exist; nothing when unconfined, where the
+/// agent may write whatever the user can). coder's own files that the user places (a
+/// `--transcript`, a SQLite `--store`) must not lie in them: the agent could rewrite them.
+pub fn agent_write_roots(mode: Mode, write: &[PathBuf], allow_tmp: bool) -> Vec<PathBuf> {
+    if !mode.is_confined() {
+        return Vec::new();
+    }
+    let canonical = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut roots: Vec<PathBuf> = write.iter().map(|p| canonical(p)).collect();
+    if allow_tmp {
+        roots.push(canonical(Path::new("/tmp")));
+    }
+    roots
+}
+
+/// The first of `roots` (canonical) that holds `path`, lexically or once the symlinks of
+/// its nearest existing ancestor are resolved (the file itself may not exist yet).
+pub fn root_holding<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a Path> {
+    let absolute = std::env::current_dir().ok()?.join(path);
+    let lexical: PathBuf = absolute.components().fold(PathBuf::new(), |mut acc, c| {
+        match c {
+            Component::ParentDir => {
+                acc.pop();
+            }
+            Component::CurDir => {}
+            other => acc.push(other),
+        }
+        acc
+    });
+    let resolved = lexical.ancestors().find_map(|dir| {
+        let rest = lexical.strip_prefix(dir).ok()?;
+        fs::canonicalize(dir).ok().map(|c| c.join(rest))
+    });
+    roots.iter().map(PathBuf::as_path).find(|root| {
+        lexical.starts_with(root) || resolved.as_ref().is_some_and(|r| r.starts_with(root))
+    })
+}
+
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {
         Some(reason) => Err(SandboxError::Path {
