@@ -24,29 +24,53 @@ use serde_json::Value;
 /// Attacks of this file measured open today.
 const KNOWN_OPEN: &[&str] = &[];
 
-/// Runs a fake CLI whose payload is `payload` (in the CLI's own domain, as `coder` would
-/// start it) as `owner`, with `extra` flags; returns the envelope. Its tree (workspace,
-/// home, coder's state) lies in `/var/tmp`, out of the host's `/tmp` that `--allow-tmp`
-/// grants.
+/// A tree for runs of a fake CLI as one arm's user: workspace `ws`, `home`, coder's
+/// `state`, in `/var/tmp` (out of the host's `/tmp` that `--allow-tmp` grants).
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    owner: Option<u32>,
+}
+
+impl Tree {
+    fn new(owner: Option<u32>) -> Tree {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-adversary-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for d in ["ws", "home", "state", "xdg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        Tree {
+            _dir: dir,
+            root,
+            owner,
+        }
+    }
+
+    /// Runs a fake CLI whose payload is `payload` (in the CLI's own domain, as `coder`
+    /// would start it) with `extra` flags; returns the envelope.
+    fn run(&self, extra: &[&str], payload: &str) -> Value {
+        let bin = self.root.join("fake-claude");
+        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if self.owner.is_some() {
+            sandbox_fixture::give_to_nobody(&self.root);
+        }
+        let ws = self.root.join("ws");
+        let out = sandbox_fixture::coder_as(&self.root, self.owner, &ws, &bin, extra, "go")
+            .output_bounded();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+    }
+}
+
+/// [`Tree::run`] in a tree of its own.
 fn run_payload(owner: Option<u32>, extra: &[&str], payload: &str) -> Value {
-    let dir = tempfile::Builder::new()
-        .prefix("coder-adversary-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    for d in ["ws", "home", "state", "xdg"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    let bin = root.join("fake-claude");
-    std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
-    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    if owner.is_some() {
-        sandbox_fixture::give_to_nobody(&root);
-    }
-    let out = sandbox_fixture::coder_as(&root, owner, &root.join("ws"), &bin, extra, "go")
-        .output_bounded();
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+    Tree::new(owner).run(extra, payload)
 }
 
 fn who(owner: Option<u32>) -> &'static str {
@@ -254,6 +278,65 @@ fn a_transcript_or_store_in_a_writable_grant_is_refused() {
                 "{}: {name}: control: unconfined: {env}",
                 who(owner)
             );
+        }
+    }
+}
+
+/// After each attempt coder copies the session's history out of the run's config dir into
+/// its session store, from which a resume copies it back into the next run's config dir.
+/// The agent may write that config dir: a `projects` it replaced by a symlink made coder
+/// (outside the sandbox) look for the history wherever the symlink pointed, and copy a file
+/// of that name from there into the store, where the next resume handed it to the agent.
+/// Here the file is a session log of the user's own CLI (`~/.claude/projects/*/`) with the
+/// same id. The copy now refuses a symlinked `projects`. Control: the same run whose
+/// `projects` is a real directory holding the history keeps it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_symlinked_projects_dir_does_not_make_coder_copy_a_file_from_elsewhere() {
+    common::require_root_and_user_namespaces();
+    let name = "symlinked projects";
+    for owner in [None, Some(NOBODY)] {
+        for symlink in [true, false] {
+            let tree = Tree::new(owner);
+            let first = tree.run(&[], "true");
+            let id = first["SESSION_ID"].as_str().unwrap().to_owned();
+            let outside = tree.root.join("home/.claude/projects/-elsewhere");
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(outside.join(format!("{id}.jsonl")), "USER-SECRET\n").unwrap();
+            let payload = if symlink {
+                format!(
+                    "rm -rf \"$CLAUDE_CONFIG_DIR/projects\" && \
+                     ln -s '{}' \"$CLAUDE_CONFIG_DIR/projects\" && echo LINKED",
+                    outside.parent().unwrap().display()
+                )
+            } else {
+                format!(
+                    "mkdir -p \"$CLAUDE_CONFIG_DIR/projects/-x\" && \
+                     echo OWN-HISTORY > \"$CLAUDE_CONFIG_DIR/projects/-x/{id}.jsonl\" && echo LINKED"
+                )
+            };
+            let env = tree.run(&["--session-id", &id], &payload);
+            assert!(
+                env["result"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("LINKED"),
+                "{}: {env}",
+                who(owner)
+            );
+            let kept = tree.root.join(format!("state/sessions/{id}.jsonl"));
+            let kept = std::fs::read_to_string(&kept).unwrap_or_default();
+            if !symlink {
+                assert_eq!(kept, "OWN-HISTORY\n", "{}: control: {env}", who(owner));
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(kept.contains("USER-SECRET"), "{}: now blocked", who(owner));
+            } else {
+                assert!(
+                    !kept.contains("USER-SECRET"),
+                    "{}: coder copied the file the symlink led to: {env}",
+                    who(owner)
+                );
+            }
         }
     }
 }
