@@ -17,6 +17,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::Bounded;
 use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
@@ -338,5 +340,62 @@ fn a_symlinked_projects_dir_does_not_make_coder_copy_a_file_from_elsewhere() {
                 );
             }
         }
+    }
+}
+
+/// coder's state directory (`CODER_STATE_DIR`) inside a tree every run may read (`/opt`,
+/// `/etc`, `/usr`, a home toolchain): every agent read every run's transcripts and
+/// sessions there, and could hold the locks other runs wait for. Such a run is refused,
+/// naming the grant, before anything runs. Controls: the same transcript in a state
+/// directory elsewhere is out of the agent's sight and the run works; unconfined, the
+/// agent reads it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_state_directory_in_a_default_read_grant_is_refused() {
+    let name = "state dir in /opt";
+    for nobody in sandbox_fixture::arms() {
+        let who = if nobody { "nobody" } else { "root" };
+        let opt = tempfile::Builder::new()
+            .prefix("coder-adversary-state-")
+            .tempdir_in("/opt")
+            .unwrap();
+        let script = "cat \"$S/runs/old.jsonl\" 2>/dev/null; echo RAN";
+        let plant = |state: &Path| {
+            sandbox_fixture::write(&state.join("runs/old.jsonl"), "OTHER-RUN-TRANSCRIPT\n");
+        };
+        plant(opt.path());
+        let fx = sandbox_fixture::Fixture::new("coder-adversary-", nobody, &["ws", "home"])
+            .with_var("CODER_STATE_DIR", opt.path())
+            .with_var("S", opt.path());
+        fx.own(fx.root());
+        fx.own(opt.path());
+        let (rc, out) = fx.sandbox(&[], script);
+        if KNOWN_OPEN.contains(&name) {
+            assert!(
+                out.contains("OTHER-RUN-TRANSCRIPT"),
+                "{who}: now blocked: {out}"
+            );
+        } else {
+            assert_ne!(rc, 0, "{who}: not refused: {out}");
+            assert!(
+                out.contains("every agent may read") && !out.contains("RAN"),
+                "{who}: the agent ran: {out}"
+            );
+        }
+        let (_, out) = fx.sandbox(&["--mode", "danger-full-access"], script);
+        assert!(
+            out.contains("OTHER-RUN-TRANSCRIPT"),
+            "{who}: control: unconfined: {out}"
+        );
+
+        let state = fx.root().join("state");
+        plant(&state);
+        fx.own(&state);
+        let fx = fx.with_var("CODER_STATE_DIR", &state).with_var("S", &state);
+        let (rc, out) = fx.sandbox(&[], script);
+        assert!(
+            rc == 0 && out.contains("RAN") && !out.contains("OTHER-RUN-TRANSCRIPT"),
+            "{who}: control: a state directory elsewhere: {out}"
+        );
     }
 }

@@ -1370,9 +1370,11 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 /// A `--read` path reaching the lock files (the lease's, the runs' beside their
 /// directories) is refused too: `flock` takes a lock on a descriptor opened only for
 /// reading, so such an agent could hold the registry and fail every other run, or keep a
-/// dead run's directory from being pruned. Default read grants of system trees are not
-/// checked (a state directory there is the administrator's choice), nor is a `--read` of
-/// other parts of the state directory (a transcript to study).
+/// dead run's directory from being pruned. A `--read` of other parts of the state
+/// directory (a transcript to study) is the user's to give. A default read grant (a
+/// system tree such as `/opt`, a toolchain in the home directory) reaching any of it is
+/// refused: every agent would read every run's transcripts and sessions, and hold the
+/// locks.
 fn refuse_reachable_coder_state(
     grants: &Grants,
     extra_read: &[PathBuf],
@@ -1382,24 +1384,49 @@ fn refuse_reachable_coder_state(
     let lease_dir = PlaceholderLease::dir_in(own.state)?;
     let mounts = MountTable::read();
     let coder_dirs = [own.state, runs_dir];
-    refuse_coder_dirs_reached(grants, Access::Write, &mounts, own, &coder_dirs)?;
+    refuse_coder_dirs_reached(grants, Reach::Write, &mounts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
         user_reads.add(path, Access::Read)?;
     }
+    let mut default_reads = Grants::default();
+    for (path, grant) in &grants.roots {
+        if grant.0 < Access::Write && !user_reads.roots.contains_key(path) {
+            default_reads.roots.insert(path.clone(), *grant);
+        }
+    }
+    refuse_coder_dirs_reached(
+        &default_reads,
+        Reach::DefaultRead,
+        &mounts,
+        own,
+        &coder_dirs,
+    )?;
     let (cli_runs, worktrees) = (own.state.join(CLI_RUNS_DIR), own.state.join(WORKTREES_DIR));
     let lock_dirs: Vec<&Path> = [lease_dir.as_path(), runs_dir, &cli_runs, &worktrees]
         .into_iter()
         .filter(|d| d.exists())
         .collect();
-    refuse_coder_dirs_reached(&user_reads, Access::Read, &mounts, own, &lock_dirs)
+    refuse_coder_dirs_reached(&user_reads, Reach::UserRead, &mounts, own, &lock_dirs)
 }
 
-/// The first of `coder_dirs` that a grant of at least `at_least` reaches, other than
-/// this run's own directories, as the refusal naming the grant.
+/// Which grants [`refuse_coder_dirs_reached`] checks, which says why they may not reach
+/// coder's directories.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Every grant the agent may write.
+    Write,
+    /// The user's `--read` paths.
+    UserRead,
+    /// The grants every run gets to read (system trees, home toolchains).
+    DefaultRead,
+}
+
+/// The first of `coder_dirs` that a grant of `reach` reaches, other than this run's own
+/// directories, as the refusal naming the grant.
 fn refuse_coder_dirs_reached(
     grants: &Grants,
-    at_least: Access,
+    reach: Reach,
     mounts: &MountTable,
     own: OwnDirs<'_>,
     coder_dirs: &[&Path],
@@ -1418,10 +1445,22 @@ fn refuse_coder_dirs_reached(
     for dir in coder_dirs {
         let canonical = fs::canonicalize(dir)
             .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
+        let at_least = match reach {
+            Reach::Write => Access::Write,
+            Reach::UserRead | Reach::DefaultRead => Access::Read,
+        };
         let Some(grant) = grants.root_into(&canonical, at_least, mounts, is_own) else {
             continue;
         };
-        let reason = if at_least == Access::Read {
+        let reason = if reach == Reach::DefaultRead {
+            format!(
+                "every agent may read {} (a system directory or a toolchain in the home \
+                 directory), which reaches it: it could read other runs' transcripts and \
+                 sessions and hold the locks other runs wait for; set CODER_STATE_DIR (and \
+                 XDG_RUNTIME_DIR) to a directory outside it",
+                grant.display()
+            )
+        } else if reach == Reach::UserRead {
             format!(
                 "the agent may read {} (a --read path), which reaches its lock files: it \
                  could hold the locks other runs wait for; narrow --read or set \
