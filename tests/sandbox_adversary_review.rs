@@ -399,3 +399,43 @@ fn a_state_directory_in_a_default_read_grant_is_refused() {
         );
     }
 }
+
+/// The directories coder removes after a run, and the next run prunes when a coder died
+/// (the sandbox's run directory with the agent's `$TMPDIR`, the CLI's config dir in
+/// `cli-runs/`): an agent running as a non-root user made a directory in them unreadable
+/// (`chmod 000`), `remove_dir_all` stopped there, and the run's directory, with whatever
+/// the agent wrote in it, stayed in coder's state for good (every later run failed to
+/// prune it too). Both are now removed whole. The payload really ran (`LOCKED`); as root
+/// the permissions never stopped the removal, so that arm is a regression guard.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_directory_the_agent_made_unreadable_is_still_removed() {
+    common::require_root_and_user_namespaces();
+    let name = "unreadable run dir";
+    let payload = "mkdir -p \"$TMPDIR/x/y\" \"$CLAUDE_CONFIG_DIR/q/r\" && \
+                   chmod 000 \"$TMPDIR/x\" \"$CLAUDE_CONFIG_DIR/q\" && echo LOCKED";
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner);
+        let env = tree.run(&[], payload);
+        assert!(
+            env["result"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("LOCKED"),
+            "{}: the payload did not run: {env}",
+            who(owner)
+        );
+        let left: Vec<String> = ["state/sandbox", "state/cli-runs"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(tree.root.join(d)).into_iter().flatten())
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path().display().to_string())
+            .collect();
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!left.is_empty(), "{}: now blocked", who(owner));
+        } else {
+            assert!(left.is_empty(), "{}: left behind: {left:?}", who(owner));
+        }
+    }
+}

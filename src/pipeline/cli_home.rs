@@ -225,7 +225,7 @@ impl CliHome {
 
 impl Drop for CliHome {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        run_dirs::remove_tree(&self.root);
     }
 }
 

@@ -310,9 +310,7 @@ impl RunCleanup {
     /// are pruned by a later run.
     pub fn run(&self) {
         std::thread::scope(|s| {
-            let run_dir = || {
-                let _ = fs::remove_dir_all(&self.run_dir);
-            };
+            let run_dir = || run_dirs::remove_tree(&self.run_dir);
             // No thread to spare: the run dir goes after the placeholders.
             let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
             match &self.lease {
@@ -320,7 +318,7 @@ impl RunCleanup {
                 None => remove_placeholders(&self.own),
             }
             if spawned.is_err() {
-                let _ = fs::remove_dir_all(&self.run_dir);
+                run_dirs::remove_tree(&self.run_dir);
             }
         });
         // `coder sandbox` may end by a signal right after, without dropping the policy.
