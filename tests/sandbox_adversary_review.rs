@@ -10,7 +10,19 @@
 //!   command wrote `settings.json` with a hook, the CLI (2.1.330) reloaded it mid-run and
 //!   ran the hook with `/bin/sh` in its own Landlock domain, outside the nested one of tool
 //!   commands, where it could write a forged event into the CLI's stdout; and the config
-//!   dir itself, in a parent the agent may write, could be renamed away and replaced.
+//!   dir itself, in a parent the agent may write, could be renamed away and replaced;
+//! * `--transcript` and a SQLite `--store` were refused inside the workspace only: in
+//!   `/tmp` with `--allow-tmp` (or a `--write` dir) the agent rewrote them;
+//! * a `projects` in the config dir replaced by a symlink made coder copy a file of the
+//!   session's name from wherever it pointed into its session store, which the next
+//!   resume handed to the agent;
+//! * a state directory inside a default read grant (`/opt`, `/etc`, a home toolchain)
+//!   showed every run's transcripts and sessions to every agent;
+//! * a directory the agent made unreadable in its run's temp or config dir kept the run's
+//!   directory in coder's state for good.
+//!
+//! One held and is kept as a regression guard: an ask server the agent starts with a
+//! stdin that never closes does not outlive a confined run.
 //!
 //! `KNOWN_OPEN` lists attacks still open (none today): an attack on it asserts that its
 //! payload still lands, so the list can only shrink.
@@ -436,6 +448,133 @@ fn a_run_directory_the_agent_made_unreadable_is_still_removed() {
             assert!(!left.is_empty(), "{}: now blocked", who(owner));
         } else {
             assert!(left.is_empty(), "{}: left behind: {left:?}", who(owner));
+        }
+    }
+}
+
+/// The processes, anywhere on the host, whose environment holds `token`.
+fn processes_with(token: &str) -> Vec<u32> {
+    let needle = token.as_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}
+
+/// Polls `check` every 20 ms until it holds or `within` passes; whether it held.
+fn eventually(within: std::time::Duration, check: impl Fn() -> bool) -> bool {
+    let end = std::time::Instant::now() + within;
+    while std::time::Instant::now() < end {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    check()
+}
+
+/// `coder ask-server` blocks SIGTERM, SIGINT and SIGHUP by design (it must outlive the
+/// CLI's stop) and ends when its stdin closes. An agent can start one itself whose stdin
+/// never closes (`sleep | coder ask-server`): it must still not outlive a confined run,
+/// however the run ends — here by its coder being SIGKILLed mid-run (the PID namespace
+/// ends with its init, which dies with coder), and by the run simply finishing. A
+/// regression guard: both held when this review started. Control: unconfined, the same
+/// server does outlive its killed coder (no PID namespace holds it; a documented limit of
+/// `danger-full-access`), so the check can see a leftover.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ask_server_the_agent_starts_does_not_outlive_the_run() {
+    common::require_root_and_user_namespaces();
+    for owner in [None, Some(NOBODY)] {
+        for (killed, confined) in [(true, true), (false, true), (true, false)] {
+            let tree = Tree::new(owner);
+            let token = format!("CODER_ADVERSARY_{}", uuid::Uuid::new_v4().simple());
+            let payload = format!(
+                "(env {token}=1 sleep 1000 | env {token}=1 '{}' ask-server) >/dev/null 2>&1 & \
+                 touch '{}'; {}",
+                common::CODER,
+                tree.root.join("ws/started").display(),
+                if killed {
+                    "sleep 1000".to_owned()
+                } else {
+                    format!(
+                        "while [ ! -e '{}' ]; do sleep 0.05; done; echo FINISHED",
+                        tree.root.join("ws/go").display()
+                    )
+                }
+            );
+            let bin = tree.root.join("fake-claude");
+            std::fs::write(&bin, sandbox_fixture::payload_claude(&payload)).unwrap();
+            std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            if owner.is_some() {
+                sandbox_fixture::give_to_nobody(&tree.root);
+            }
+            let mut cmd = sandbox_fixture::coder_as(
+                &tree.root,
+                owner,
+                &tree.root.join("ws"),
+                &bin,
+                if confined {
+                    &[]
+                } else {
+                    &["--sandbox", "danger-full-access"]
+                },
+                "go",
+            );
+            let mut coder = cmd
+                .stdout(std::fs::File::create(tree.root.join("envelope")).unwrap())
+                .spawn()
+                .unwrap();
+            let started = || tree.root.join("ws/started").exists();
+            let servers = || processes_with(&token);
+            assert!(
+                eventually(std::time::Duration::from_secs(30), || started()
+                    && servers().len() >= 2),
+                "{}: the payload never started its server: {:?}",
+                who(owner),
+                std::fs::read_to_string(tree.root.join("envelope"))
+            );
+            if !killed {
+                std::fs::write(tree.root.join("ws/go"), "").unwrap();
+            } else {
+                // `timeout` runs coder as its child: kill coder itself.
+                let children =
+                    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", coder.id()))
+                        .unwrap();
+                for pid in children.split_whitespace() {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid.parse().unwrap()),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+            let _ = coder.wait();
+            if !confined {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let left = servers();
+                for pid in &left {
+                    let pid = nix::unistd::Pid::from_raw(*pid as i32);
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+                assert!(
+                    !left.is_empty(),
+                    "{}: control: nothing outlived coder",
+                    who(owner)
+                );
+                continue;
+            }
+            assert!(
+                eventually(std::time::Duration::from_secs(10), || servers().is_empty()),
+                "{} (killed={killed}): left running: {:?}",
+                who(owner),
+                servers()
+            );
         }
     }
 }
