@@ -21,6 +21,10 @@
 //! * a directory the agent made unreadable in its run's temp or config dir kept the run's
 //!   directory in coder's state for good.
 //!
+//! * a host process's UNIX socket in the shared `/tmp` (tmux, X11, ssh-agent, an
+//!   editor's IPC) was reachable with `--allow-tmp`: those present at the start are now
+//!   covered (one made during the run still is reachable).
+//!
 //! One held and is kept as a regression guard: an ask server the agent starts with a
 //! stdin that never closes does not outlive a confined run.
 //!
@@ -576,5 +580,102 @@ fn an_ask_server_the_agent_starts_does_not_outlive_the_run() {
                 servers()
             );
         }
+    }
+}
+
+impl Tree {
+    /// `coder sandbox ARGS --cd ws -- sh -c SCRIPT` as the tree's user: its exit code and
+    /// what it printed.
+    fn sandbox(&self, args: &[&str], script: &str) -> (i32, String) {
+        if self.owner.is_some() {
+            sandbox_fixture::give_to_nobody(&self.root);
+        }
+        let mut cmd = sandbox_fixture::as_arm(self.owner.is_some(), 60, common::CODER);
+        cmd.env_clear()
+            .env("PATH", sandbox_fixture::PATH)
+            .env("HOME", self.root.join("home"))
+            .env("CODER_STATE_DIR", self.root.join("state"))
+            .arg("sandbox")
+            .args(args)
+            .arg("--cd")
+            .arg(self.root.join("ws"))
+            .args(["--", "sh", "-c", script]);
+        sandbox_fixture::run_text(&mut cmd)
+    }
+}
+
+/// A pathname UNIX socket a host process listens on in the shared `/tmp` (a tmux
+/// server's, X11's, an ssh-agent's, an editor's IPC socket) was reachable from the sandbox
+/// with `--allow-tmp`: Landlock ABI 7 does not mediate `connect()` on it, and the network
+/// namespace does not separate pathname sockets. Through tmux or an editor's IPC that is
+/// a command run outside the sandbox. The sockets in `/tmp` when the run starts (two
+/// levels deep, where tmux, X11 and ssh-agent keep theirs) are now covered with an empty
+/// file; one made later stays reachable (SECURITY.md). Controls: unconfined the message
+/// arrives; without `--allow-tmp` the socket does not exist for the agent.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_host_socket_in_the_shared_tmp_is_reachable_with_allow_tmp() {
+    use std::io::Read;
+    common::require_root_and_user_namespaces();
+    let name = "host socket in /tmp";
+    for owner in [None, Some(NOBODY)] {
+        let tmp = shared_tmp(owner);
+        let path = tmp.path().join("sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let heard = || {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while std::time::Instant::now() < end {
+                if let Ok((mut conn, _)) = listener.accept() {
+                    conn.set_nonblocking(false).unwrap();
+                    conn.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                        .unwrap();
+                    let mut got = String::new();
+                    let _ = conn.read_to_string(&mut got);
+                    return got;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            String::new()
+        };
+        let script = format!(
+            "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
+             s.connect('{}'); s.sendall(b'ESCAPED')\" && echo SENT",
+            path.display()
+        );
+        let tree = Tree::new(owner);
+        let (_, out) = tree.sandbox(&["--allow-tmp"], &script);
+        let got = heard();
+        if KNOWN_OPEN.contains(&name) {
+            assert_eq!(
+                got,
+                "ESCAPED",
+                "{}: now blocked, take it off KNOWN_OPEN: {out}",
+                who(owner)
+            );
+        } else {
+            assert_eq!(
+                got,
+                "",
+                "{}: the host listener heard the agent: {out}",
+                who(owner)
+            );
+        }
+        let (_, out) = tree.sandbox(&[], &script);
+        assert_eq!(
+            heard(),
+            "",
+            "{}: control: reached without --allow-tmp: {out}",
+            who(owner)
+        );
+        let (_, out) = tree.sandbox(&["--mode", "danger-full-access"], &script);
+        assert_eq!(
+            heard(),
+            "ESCAPED",
+            "{}: control: unconfined: {out}",
+            who(owner)
+        );
     }
 }
