@@ -271,23 +271,35 @@ fn cargo_builds_a_tiny_crate_offline_in_the_default_sandbox() {
 fn a_sandbox_config_dir_is_fresh_for_every_run() {
     for owner in owners() {
         let fx = Secrets::new(owner);
-        let plant = "cd \"$CLAUDE_CONFIG_DIR\" && echo '{\"hooks\":{\"Stop\":[]}}' > settings.json \
-                     && echo EVIL > CLAUDE.md && mkdir -p agents commands skills \
-                     && echo x > agents/a.md && echo '{\"mcpServers\":{\"x\":{}}}' > .claude.json \
-                     && ls -A";
+        // Confined, the names the CLI loads code from are held read-only (empty), so only
+        // `.claude.json` and `EVIL.md` land there; unconfined, everything does.
+        let plant = "cd \"$CLAUDE_CONFIG_DIR\" && { echo '{\"hooks\":{\"Stop\":[]}}' > settings.json; \
+                     echo EVIL > CLAUDE.md; mkdir -p agents commands skills; \
+                     echo x > agents/a.md; echo x > EVIL.md; \
+                     echo '{\"mcpServers\":{\"x\":{}}}' > .claude.json; } 2>/dev/null; ls -A";
+        let fresh = |mode: &str| match mode {
+            "workspace-write" => {
+                "CLAUDE.md\nagents\ncommands\nsettings.json\nsettings.local.json\nskills\n{}\n"
+            }
+            _ => "",
+        };
         for mode in ["workspace-write", "danger-full-access"] {
             let first = fx.sandbox(&["--mode", mode], plant);
             // Control: the writes are real.
+            let listed = String::from_utf8_lossy(&first.stdout);
             assert!(
-                String::from_utf8_lossy(&first.stdout).contains("settings.json"),
+                listed.contains(".claude.json") && listed.contains("EVIL.md"),
                 "{}",
                 describe(&first)
             );
             for later in ["workspace-write", "danger-full-access"] {
-                let second = fx.sandbox(&["--mode", later], "ls -A \"$CLAUDE_CONFIG_DIR\"");
+                let second = fx.sandbox(
+                    &["--mode", later],
+                    "ls -A \"$CLAUDE_CONFIG_DIR\"; cat \"$CLAUDE_CONFIG_DIR/settings.json\" 2>/dev/null",
+                );
                 assert_eq!(
                     String::from_utf8_lossy(&second.stdout),
-                    "",
+                    fresh(later),
                     "{mode} -> {later}: {}",
                     describe(&second)
                 );
@@ -343,24 +355,40 @@ fn run_and_list(fake: &Fake, state: &Path, sandbox: &str) -> (Vec<String>, PathB
 #[test]
 fn nothing_a_run_writes_in_its_cli_config_dir_reaches_a_later_run() {
     let state = tempfile::tempdir().unwrap();
-    let planted = [
-        "$CLAUDE_CONFIG_DIR/settings.json",
-        "$CLAUDE_CONFIG_DIR/CLAUDE.md",
-        "$CLAUDE_CONFIG_DIR/agents/evil.md",
-        "$CLAUDE_CONFIG_DIR/commands/evil.md",
-        "$CLAUDE_CONFIG_DIR/skills/evil/SKILL.md",
-        "$CLAUDE_CONFIG_DIR/projects/-other-ws/11111111-2222-4333-8444-555555555555.jsonl",
-    ];
+    // Confined, the names the CLI loads code from are held read-only (see
+    // `tests/sandbox_adversary_review.rs`): only the unconfined run can plant those.
+    let planted = |mode: &str| match mode {
+        "workspace-write" => vec![
+            "$CLAUDE_CONFIG_DIR/EVIL.md",
+            "$CLAUDE_CONFIG_DIR/projects/-other-ws/11111111-2222-4333-8444-555555555555.jsonl",
+        ],
+        _ => vec![
+            "$CLAUDE_CONFIG_DIR/settings.json",
+            "$CLAUDE_CONFIG_DIR/CLAUDE.md",
+            "$CLAUDE_CONFIG_DIR/agents/evil.md",
+            "$CLAUDE_CONFIG_DIR/commands/evil.md",
+            "$CLAUDE_CONFIG_DIR/skills/evil/SKILL.md",
+            "$CLAUDE_CONFIG_DIR/projects/-other-ws/11111111-2222-4333-8444-555555555555.jsonl",
+        ],
+    };
+    let fresh = |mode: &str| match mode {
+        "workspace-write" => vec![
+            ".claude.json",
+            "CLAUDE.md",
+            "agents",
+            "commands",
+            "settings.json",
+            "settings.local.json",
+            "skills",
+        ],
+        _ => vec![".claude.json"],
+    };
     for first_mode in ["workspace-write", "danger-full-access"] {
-        let first = waiting_fake(&planted);
+        let first = waiting_fake(&planted(first_mode));
         let (names, first_dir) = run_and_list(&first, state.path(), first_mode);
         // Control: the agent really wrote them where the CLI would load them.
-        for want in [
-            "settings.json",
-            "CLAUDE.md",
-            "agents/evil.md",
-            "skills/evil/SKILL.md",
-        ] {
+        for want in planted(first_mode) {
+            let want = want.trim_start_matches("$CLAUDE_CONFIG_DIR/");
             assert!(names.iter().any(|n| n == want), "{first_mode}: {names:?}");
         }
         assert!(!first_dir.exists(), "the per-run dir outlived its run");
@@ -368,7 +396,7 @@ fn nothing_a_run_writes_in_its_cli_config_dir_reaches_a_later_run() {
             let second = waiting_fake(&[]);
             let (names, second_dir) = run_and_list(&second, state.path(), later_mode);
             assert_ne!(first_dir, second_dir);
-            assert_eq!(names, [".claude.json"], "{first_mode} -> {later_mode}");
+            assert_eq!(names, fresh(later_mode), "{first_mode} -> {later_mode}");
         }
     }
     // Nothing of it was kept anywhere in coder's state either.
@@ -376,7 +404,7 @@ fn nothing_a_run_writes_in_its_cli_config_dir_reaches_a_later_run() {
     assert!(
         !kept
             .iter()
-            .any(|n| n.contains("evil") || n.ends_with("settings.json")),
+            .any(|n| n.contains("evil") || n.contains("EVIL") || n.ends_with("settings.json")),
         "{kept:?}"
     );
 }

@@ -130,7 +130,7 @@ pub fn prune_dead_run_dirs(base: &Path) {
         if meta.is_dir() {
             let lock = lock_path(&path);
             if !is_live(&lock, pid) {
-                let _ = fs::remove_dir_all(&path);
+                remove_tree(&path);
                 let _ = fs::remove_file(&lock);
             }
         } else if path.extension().is_some_and(|e| e == "lock")
@@ -140,6 +140,35 @@ pub fn prune_dead_run_dirs(base: &Path) {
             let _ = fs::remove_file(&path);
         }
     }
+}
+
+/// Removes the tree at `path` (never following a symlink), also where its last user took
+/// permissions away: an agent that makes a directory of its run's temp or config dir
+/// unreadable (`chmod 000`, as a non-root user) stopped `remove_dir_all` there, and the
+/// run's directory, with whatever the agent wrote in it, stayed for good, every later
+/// run failing to prune it. Permissions are given back on the way down (directories
+/// only, as `lstat` sees them), then the tree is removed. Only for trees whose writers
+/// are gone: a directory swapped for a symlink in between would have its target's mode
+/// changed.
+pub fn remove_tree(path: &Path) {
+    if fs::remove_dir_all(path).is_ok() || fs::symlink_metadata(path).is_err() {
+        return;
+    }
+    fn open_up(dir: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&entry.path());
+                }
+            }
+        }
+    }
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        open_up(path);
+    }
+    let _ = fs::remove_dir_all(path);
 }
 
 #[cfg(test)]

@@ -80,6 +80,7 @@ pub async fn admit(
     let location = Location::resolve(args, backend.store(), backend.config_file(), state_dir)
         .map_err(|e| refuse(ErrorKind::ConfigError, e.to_string(), None))?;
     refuse_inside_workspace(&location, workspace)?;
+    refuse_in_agent_grant(&location, request)?;
     let limit = backend.max_concurrent().filter(|n| *n > 0);
     let mut admission = Admission {
         backend: backend.name().to_owned(),
@@ -258,6 +259,29 @@ fn refuse_inside_workspace(
         ));
     }
     Ok(())
+}
+
+/// A SQLite store in a grant the agent may write besides the workspace (a `--write` path,
+/// `/tmp` with `--allow-tmp`) is refused as inside the workspace.
+fn refuse_in_agent_grant(location: &Location, request: &RunRequest) -> Result<(), Refusal> {
+    let Location::Sqlite(path) = location else {
+        return Ok(());
+    };
+    let args = &request.sandbox_args;
+    let roots = crate::sandbox::agent_write_roots(request.sandbox, &args.write, args.allow_tmp);
+    match crate::sandbox::root_holding(path, &roots) {
+        Some(root) => Err(refuse(
+            ErrorKind::ConfigError,
+            format!(
+                "the store {} lies in {}, which the agent may write (--write or --allow-tmp): \
+                 it could rewrite the slots, cooldowns and routing ledger later runs trust",
+                path.display(),
+                root.display()
+            ),
+            Some("put the store elsewhere (the default is <state>/coder.db)".to_owned()),
+        )),
+        None => Ok(()),
+    }
 }
 
 async fn open(location: Location) -> Result<Arc<Store>, StoreError> {

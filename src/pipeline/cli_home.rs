@@ -177,8 +177,16 @@ impl CliHome {
         env.sort();
     }
 
-    /// Copies the CLI's history of session `id` into the store, if the run wrote one.
+    /// Copies the CLI's history of session `id` into the store, if the run wrote one. The
+    /// agent may write this dir: a `projects` that is not a directory of its own (a
+    /// symlink to a place the agent names) holds no history, else coder would copy a file
+    /// of that name from wherever it points into the store, and the next resume would hand
+    /// it to the agent.
     pub fn keep_history(&self, id: Uuid, store: &SessionStore) -> Result<(), SessionError> {
+        let projects = std::fs::symlink_metadata(self.dir.join("projects"));
+        if !projects.is_ok_and(|m| m.is_dir()) {
+            return Ok(());
+        }
         match session::find_history(&self.dir, id, Some(&self.project)) {
             Some(file) => store.save_history(id, &file),
             None => Ok(()),
@@ -217,7 +225,7 @@ impl CliHome {
 
 impl Drop for CliHome {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        run_dirs::remove_tree(&self.root);
     }
 }
 

@@ -689,13 +689,18 @@ impl RunArgs {
             answers.is_some(),
         );
 
+        let sandbox = self
+            .sandbox
+            .or(file.sandbox)
+            .unwrap_or(SandboxMode::WorkspaceWrite);
+        if let Some(path) = &self.transcript {
+            refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
+        }
+
         Ok(RunRequest {
             prompt: prompt.into(),
             workspace,
-            sandbox: self
-                .sandbox
-                .or(file.sandbox)
-                .unwrap_or(SandboxMode::WorkspaceWrite),
+            sandbox,
             session,
             return_all_messages: self.return_all_messages
                 || file.return_all_messages.unwrap_or(false),
@@ -959,6 +964,26 @@ fn io_reason(e: &std::io::Error) -> String {
         std::io::ErrorKind::NotFound => "no such directory".into(),
         std::io::ErrorKind::PermissionDenied => "permission denied".into(),
         _ => e.to_string(),
+    }
+}
+
+/// Refuses a `--transcript` in a grant the agent may write besides the workspace (a
+/// `--write` path, `/tmp` with `--allow-tmp`): it could rewrite the transcript the user
+/// reads afterwards, as it could inside the workspace.
+fn refuse_in_agent_grant(
+    path: &Path,
+    sandbox: SandboxMode,
+    args: &crate::sandbox::AgentSandboxArgs,
+) -> Result<(), ArgError> {
+    let roots = crate::sandbox::agent_write_roots(sandbox, &args.write, args.allow_tmp);
+    match crate::sandbox::root_holding(path, &roots) {
+        Some(root) => Err(ArgError::Invalid(format!(
+            "--transcript {} lies in {}, which the agent may write (--write or --allow-tmp): \
+             it could rewrite the transcript; write it elsewhere or narrow the grant",
+            path.display(),
+            root.display()
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -14,6 +14,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::mount::MsFlags;
 
 use super::{SandboxError, sys};
@@ -54,18 +55,7 @@ pub(crate) fn hide_host_secrets(new_root: &Path) -> Result<usize, SandboxError> 
         .filter(|f| fs::symlink_metadata(f).is_ok_and(|m| m.is_file()))
         .collect();
 
-    let mut count = 0;
-    if !files.is_empty() {
-        let empty = new_root.join(".coder-empty");
-        fs::write(&empty, b"").map_err(|e| SandboxError::io("create the empty mask", e))?;
-        fs::set_permissions(&empty, fs::Permissions::from_mode(0o444))
-            .map_err(|e| SandboxError::io("chmod the empty mask", e))?;
-        for target in &files {
-            bind_empty(&empty, target)?;
-            count += 1;
-        }
-        fs::remove_file(&empty).map_err(|e| SandboxError::io("remove the empty mask", e))?;
-    }
+    let mut count = bind_empties(new_root, &files, false)?;
     for dir in HOST_SECRET_DIRS {
         let target = inside(Path::new(dir));
         if !fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
@@ -84,6 +74,89 @@ pub(crate) fn hide_host_secrets(new_root: &Path) -> Result<usize, SandboxError> 
     Ok(count)
 }
 
+/// How deep below the shared `/tmp` sockets are looked for: tmux's (`tmux-UID/default`),
+/// X11's (`.X11-unix/X0`), ssh-agent's (`ssh-XXXX/agent.N`) and editors' IPC sockets
+/// (`vscode-ipc-*.sock`) lie within two levels.
+const TMP_SOCKET_DEPTH: usize = 2;
+/// At most this many entries of `/tmp` are looked at.
+const TMP_SOCKET_ENTRIES: usize = 16_384;
+
+/// With the shared `/tmp` granted (`--allow-tmp`), cover each pathname UNIX socket in it
+/// (within [`TMP_SOCKET_DEPTH`] levels) with an empty read-only file inside the private
+/// root being built at `new_root`, so that `connect()` finds no socket there. Landlock ABI
+/// 7 does not mediate `connect()`, and the network namespace does not separate pathname
+/// sockets: through a tmux server's or an editor's socket the agent could run commands
+/// outside the sandbox. Sockets made after this point stay reachable. A socket gone
+/// before its mask is skipped. Returns how many were covered.
+pub(crate) fn hide_tmp_sockets(new_root: &Path) -> Result<usize, SandboxError> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut sockets = Vec::new();
+    let mut pending = vec![(new_root.join("tmp"), 0)];
+    let mut seen = 0;
+    while let Some((dir, depth)) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > TMP_SOCKET_ENTRIES {
+                break;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_socket() {
+                sockets.push(entry.path());
+            } else if kind.is_dir() && depth + 1 < TMP_SOCKET_DEPTH {
+                pending.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    bind_empties(new_root, &sockets, true)
+}
+
+/// Bind an empty read-only file over each of `targets` (paths in the private root at
+/// `new_root`); a target that is gone (or became a symlink) is skipped when `gone_ok`.
+/// Returns how many were covered.
+fn bind_empties(
+    new_root: &Path,
+    targets: &[PathBuf],
+    gone_ok: bool,
+) -> Result<usize, SandboxError> {
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    let empty = new_root.join(".coder-empty");
+    fs::write(&empty, b"").map_err(|e| SandboxError::io("create the empty mask", e))?;
+    fs::set_permissions(&empty, fs::Permissions::from_mode(0o444))
+        .map_err(|e| SandboxError::io("chmod the empty mask", e))?;
+    let mut count = 0;
+    for target in targets {
+        match bind_empty(&empty, target) {
+            Ok(()) => count += 1,
+            Err(Bind::Target(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR)) if gone_ok => {}
+            Err(e) => return Err(e.into_error(target)),
+        }
+    }
+    fs::remove_file(&empty).map_err(|e| SandboxError::io("remove the empty mask", e))?;
+    Ok(count)
+}
+
+/// Why [`bind_empty`] failed: opening its target, or a mount step.
+enum Bind {
+    Target(Errno),
+    Step(&'static str, Errno),
+}
+
+impl Bind {
+    fn into_error(self, target: &Path) -> SandboxError {
+        match self {
+            Bind::Target(e) => SandboxError::sys("open", target.display(), e),
+            Bind::Step(what, e) => SandboxError::sys(what, target.display(), e),
+        }
+    }
+}
+
 /// `ssh_host_*_key` files (the private halves) in `dir`.
 fn ssh_host_keys(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -100,15 +173,10 @@ fn ssh_host_keys(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn bind_empty(empty: &Path, target: &Path) -> Result<(), SandboxError> {
-    let source =
-        sys::open_nofollow(empty).map_err(|e| SandboxError::sys("open", empty.display(), e))?;
-    let tree = sys::clone_tree(source.as_fd())
-        .map_err(|e| SandboxError::sys("open_tree", target.display(), e))?;
-    sys::set_read_only(tree.as_fd())
-        .map_err(|e| SandboxError::sys("mount_setattr", target.display(), e))?;
-    let target_fd =
-        sys::open_nofollow(target).map_err(|e| SandboxError::sys("open", target.display(), e))?;
-    sys::move_mount(tree.as_fd(), target_fd.as_fd())
-        .map_err(|e| SandboxError::sys("move_mount", target.display(), e))
+fn bind_empty(empty: &Path, target: &Path) -> Result<(), Bind> {
+    let source = sys::open_nofollow(empty).map_err(|e| Bind::Step("open", e))?;
+    let tree = sys::clone_tree(source.as_fd()).map_err(|e| Bind::Step("open_tree", e))?;
+    sys::set_read_only(tree.as_fd()).map_err(|e| Bind::Step("mount_setattr", e))?;
+    let target_fd = sys::open_nofollow(target).map_err(Bind::Target)?;
+    sys::move_mount(tree.as_fd(), target_fd.as_fd()).map_err(|e| Bind::Step("move_mount", e))
 }

@@ -310,9 +310,7 @@ impl RunCleanup {
     /// are pruned by a later run.
     pub fn run(&self) {
         std::thread::scope(|s| {
-            let run_dir = || {
-                let _ = fs::remove_dir_all(&self.run_dir);
-            };
+            let run_dir = || run_dirs::remove_tree(&self.run_dir);
             // No thread to spare: the run dir goes after the placeholders.
             let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
             match &self.lease {
@@ -320,7 +318,7 @@ impl RunCleanup {
                 None => remove_placeholders(&self.own),
             }
             if spawned.is_err() {
-                let _ = fs::remove_dir_all(&self.run_dir);
+                run_dirs::remove_tree(&self.run_dir);
             }
         });
         // `coder sandbox` may end by a signal right after, without dropping the policy.
@@ -378,16 +376,29 @@ const SYSTEM_READ: [&str; 16] = [
     "/sys",
 ];
 
-/// Files in the private Claude config dir that change what later runs do (hooks, agents,
-/// instructions): read-only for the agent.
-const CONFIG_GUARDED: [&str; 6] = [
-    "settings.json",
-    "settings.local.json",
-    "CLAUDE.md",
-    "agents",
-    "commands",
-    "skills",
+/// Names in the private Claude config dir the CLI loads code or instructions from
+/// (hooks, agents, commands, skills): read-only for the agent, and made first when absent
+/// (see [`hold_config_names`]).
+const CONFIG_GUARDED: [(&str, ConfigName); 6] = [
+    ("settings.json", ConfigName::Settings),
+    ("settings.local.json", ConfigName::Settings),
+    ("CLAUDE.md", ConfigName::Text),
+    ("agents", ConfigName::Dir),
+    ("commands", ConfigName::Dir),
+    ("skills", ConfigName::Dir),
 ];
+
+/// What an absent guarded name of the config dir is made as: what the CLI reads as
+/// nothing configured.
+#[derive(Clone, Copy)]
+enum ConfigName {
+    /// A settings file: `{}`.
+    Settings,
+    /// An empty file.
+    Text,
+    /// An empty directory.
+    Dir,
+}
 
 impl Policy {
     /// Resolve `opts` into a policy. Creates this run's private directory and the Claude
@@ -518,11 +529,13 @@ impl Policy {
         // so the parent is writable too, but only when it holds nothing else (coder's own
         // state, or the home directory, must stay out of reach).
         grants.add(&config_dir, Access::Write)?;
+        let mut config_in_writable_parent = false;
         if let Some(parent) = config_dir.parent()
             && !is_broad(parent, home.as_deref())
             && holds_only(parent, &config_dir)
         {
             grants.add(parent, Access::Write)?;
+            config_in_writable_parent = true;
         }
         grants.add(&run_dir.join("tmp"), Access::Write)?;
         if opts.allow_tmp {
@@ -604,7 +617,11 @@ impl Policy {
         policy.warnings = found.warnings;
         policy.warnings.extend(late_guard);
         let mut masks = found.masks;
-        if let Err(e) = finish_masks(&policy, &mut masks, &config_dir, opts) {
+        let config = ConfigDir {
+            path: &config_dir,
+            pin: config_in_writable_parent,
+        };
+        if let Err(e) = finish_masks(&policy, &mut masks, config, opts) {
             policy.cleanup();
             return Err(e);
         }
@@ -954,18 +971,37 @@ fn listings_dir() -> Option<PathBuf> {
     fs::canonicalize(&dir).ok()
 }
 
+/// The CLI's config dir of a run, and whether it must be pinned: it lies in a parent the
+/// agent may write, where it is no mount point of its own and could be renamed away and
+/// replaced by a dir of the agent's making.
+#[derive(Clone, Copy)]
+struct ConfigDir<'a> {
+    path: &'a Path,
+    pin: bool,
+}
+
 /// Add the config dir's guards, cap, and order the masks: parents before what they hold,
 /// and for one path the strongest (a secret's empty file over a read-only self-mount).
 fn finish_masks(
     policy: &Policy,
     masks: &mut Vec<Mask>,
-    config_dir: &Path,
+    config: ConfigDir<'_>,
     opts: &PolicyOptions,
 ) -> Result<(), SandboxError> {
-    for name in CONFIG_GUARDED {
-        if let Some(mask) = scan::read_only_mask(&config_dir.join(name))? {
-            masks.push(mask);
-        }
+    hold_config_names(config.path)?;
+    for (name, _) in CONFIG_GUARDED {
+        let path = config.path.join(name);
+        let mask = scan::self_mask(&path, MaskKind::ReadOnly)?.ok_or(SandboxError::Path {
+            what: "config directory entry",
+            path,
+            reason: "is neither a file nor a directory, so it cannot be held read-only".to_string(),
+        })?;
+        masks.push(mask);
+    }
+    if config.pin
+        && let Some(mask) = scan::self_mask(config.path, MaskKind::Pin)?
+    {
+        masks.push(mask);
     }
     if masks.len() > opts.scan_limits.max_matches {
         return Err(SandboxError::ScanLimit {
@@ -976,6 +1012,38 @@ fn finish_masks(
     }
     masks.sort_by(|a, b| a.path.cmp(&b.path).then(a.kind.cmp(&b.kind)));
     masks.dedup_by(|a, b| a.path == b.path);
+    Ok(())
+}
+
+/// Make each absent guarded name of the config dir (see [`CONFIG_GUARDED`]), so that it
+/// can be held read-only. The dir is fresh for every run, so none exists, and an absent
+/// name is not held: the CLI (2.1.330) reloads a `settings.json` a tool command writes
+/// during the run and runs its hooks with `/bin/sh` in its own Landlock domain, outside
+/// the nested one of tool commands, where they can write forged events into its stdout.
+fn hold_config_names(config_dir: &Path) -> Result<(), SandboxError> {
+    use std::io::Write;
+    for (name, kind) in CONFIG_GUARDED {
+        let path = config_dir.join(name);
+        let file = |text: &[u8]| {
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(text))
+        };
+        let made = match kind {
+            ConfigName::Settings => file(b"{}\n"),
+            ConfigName::Text => file(b""),
+            ConfigName::Dir => fs::DirBuilder::new().mode(0o700).create(&path),
+        };
+        match made {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(SandboxError::io(format!("create {}", path.display()), e));
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 
@@ -1300,9 +1368,11 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 /// A `--read` path reaching the lock files (the lease's, the runs' beside their
 /// directories) is refused too: `flock` takes a lock on a descriptor opened only for
 /// reading, so such an agent could hold the registry and fail every other run, or keep a
-/// dead run's directory from being pruned. Default read grants of system trees are not
-/// checked (a state directory there is the administrator's choice), nor is a `--read` of
-/// other parts of the state directory (a transcript to study).
+/// dead run's directory from being pruned. A `--read` of other parts of the state
+/// directory (a transcript to study) is the user's to give. A default read grant (a
+/// system tree such as `/opt`, a toolchain in the home directory) reaching any of it is
+/// refused: every agent would read every run's transcripts and sessions, and hold the
+/// locks.
 fn refuse_reachable_coder_state(
     grants: &Grants,
     extra_read: &[PathBuf],
@@ -1312,24 +1382,49 @@ fn refuse_reachable_coder_state(
     let lease_dir = PlaceholderLease::dir_in(own.state)?;
     let mounts = MountTable::read();
     let coder_dirs = [own.state, runs_dir];
-    refuse_coder_dirs_reached(grants, Access::Write, &mounts, own, &coder_dirs)?;
+    refuse_coder_dirs_reached(grants, Reach::Write, &mounts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
         user_reads.add(path, Access::Read)?;
     }
+    let mut default_reads = Grants::default();
+    for (path, grant) in &grants.roots {
+        if grant.0 < Access::Write && !user_reads.roots.contains_key(path) {
+            default_reads.roots.insert(path.clone(), *grant);
+        }
+    }
+    refuse_coder_dirs_reached(
+        &default_reads,
+        Reach::DefaultRead,
+        &mounts,
+        own,
+        &coder_dirs,
+    )?;
     let (cli_runs, worktrees) = (own.state.join(CLI_RUNS_DIR), own.state.join(WORKTREES_DIR));
     let lock_dirs: Vec<&Path> = [lease_dir.as_path(), runs_dir, &cli_runs, &worktrees]
         .into_iter()
         .filter(|d| d.exists())
         .collect();
-    refuse_coder_dirs_reached(&user_reads, Access::Read, &mounts, own, &lock_dirs)
+    refuse_coder_dirs_reached(&user_reads, Reach::UserRead, &mounts, own, &lock_dirs)
 }
 
-/// The first of `coder_dirs` that a grant of at least `at_least` reaches, other than
-/// this run's own directories, as the refusal naming the grant.
+/// Which grants [`refuse_coder_dirs_reached`] checks, which says why they may not reach
+/// coder's directories.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Every grant the agent may write.
+    Write,
+    /// The user's `--read` paths.
+    UserRead,
+    /// The grants every run gets to read (system trees, home toolchains).
+    DefaultRead,
+}
+
+/// The first of `coder_dirs` that a grant of `reach` reaches, other than this run's own
+/// directories, as the refusal naming the grant.
 fn refuse_coder_dirs_reached(
     grants: &Grants,
-    at_least: Access,
+    reach: Reach,
     mounts: &MountTable,
     own: OwnDirs<'_>,
     coder_dirs: &[&Path],
@@ -1348,10 +1443,22 @@ fn refuse_coder_dirs_reached(
     for dir in coder_dirs {
         let canonical = fs::canonicalize(dir)
             .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
+        let at_least = match reach {
+            Reach::Write => Access::Write,
+            Reach::UserRead | Reach::DefaultRead => Access::Read,
+        };
         let Some(grant) = grants.root_into(&canonical, at_least, mounts, is_own) else {
             continue;
         };
-        let reason = if at_least == Access::Read {
+        let reason = if reach == Reach::DefaultRead {
+            format!(
+                "every agent may read {} (a system directory or a toolchain in the home \
+                 directory), which reaches it: it could read other runs' transcripts and \
+                 sessions and hold the locks other runs wait for; set CODER_STATE_DIR (and \
+                 XDG_RUNTIME_DIR) to a directory outside it",
+                grant.display()
+            )
+        } else if reach == Reach::UserRead {
             format!(
                 "the agent may read {} (a --read path), which reaches its lock files: it \
                  could hold the locks other runs wait for; narrow --read or set \
@@ -1412,6 +1519,45 @@ fn refuse_private_shm(canonical: &Path) -> Result<(), SandboxError> {
                  cannot show it there; set CODER_STATE_DIR (or --read) to a path outside \
                  /dev/shm, or run with --sandbox danger-full-access"
             .to_string(),
+    })
+}
+
+/// What a confined agent may write besides the workspace, from the run mode's `--write`
+/// paths and `--allow-tmp` (canonical where they exist; nothing when unconfined, where the
+/// agent may write whatever the user can). coder's own files that the user places (a
+/// `--transcript`, a SQLite `--store`) must not lie in them: the agent could rewrite them.
+pub fn agent_write_roots(mode: Mode, write: &[PathBuf], allow_tmp: bool) -> Vec<PathBuf> {
+    if !mode.is_confined() {
+        return Vec::new();
+    }
+    let canonical = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut roots: Vec<PathBuf> = write.iter().map(|p| canonical(p)).collect();
+    if allow_tmp {
+        roots.push(canonical(Path::new("/tmp")));
+    }
+    roots
+}
+
+/// The first of `roots` (canonical) that holds `path`, lexically or once the symlinks of
+/// its nearest existing ancestor are resolved (the file itself may not exist yet).
+pub fn root_holding<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a Path> {
+    let absolute = std::env::current_dir().ok()?.join(path);
+    let lexical: PathBuf = absolute.components().fold(PathBuf::new(), |mut acc, c| {
+        match c {
+            Component::ParentDir => {
+                acc.pop();
+            }
+            Component::CurDir => {}
+            other => acc.push(other),
+        }
+        acc
+    });
+    let resolved = lexical.ancestors().find_map(|dir| {
+        let rest = lexical.strip_prefix(dir).ok()?;
+        fs::canonicalize(dir).ok().map(|c| c.join(rest))
+    });
+    roots.iter().map(PathBuf::as_path).find(|root| {
+        lexical.starts_with(root) || resolved.as_ref().is_some_and(|r| r.starts_with(root))
     })
 }
 

@@ -1598,13 +1598,13 @@ pub(crate) fn literal_protected(globs: &[String]) -> Vec<PathBuf> {
     names
 }
 
-/// A read-only self-mount of `path` if it exists and is not a symlink (outside the
-/// workspace: the CLI's config dir).
-pub(crate) fn read_only_mask(path: &Path) -> Result<Option<Mask>, SandboxError> {
+/// A self-mount of `kind` (read-only, or a pin) of `path` if it exists and is not a
+/// symlink (outside the workspace: the CLI's config dir and the names in it).
+pub(crate) fn self_mask(path: &Path, kind: MaskKind) -> Result<Option<Mask>, SandboxError> {
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() || meta.is_file() => Ok(Some(Mask {
             path: path.to_path_buf(),
-            kind: MaskKind::ReadOnly,
+            kind,
             is_dir: meta.is_dir(),
             dev: meta.dev(),
             ino: meta.ino(),

@@ -36,7 +36,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::run_dirs::{self, RunLock};
@@ -489,24 +489,9 @@ fn dirty_paths(program: &Path, top: &Path, git_dir: &Path) -> Option<usize> {
     Some(out.split(|b| *b == 0).filter(|p| !p.is_empty()).count())
 }
 
-/// Removes a tree the agent may have made hard to remove (directories without write or
-/// search permission): permissions are restored on the way down. Never follows symlinks.
+/// Removes a tree the agent may have made hard to remove (see [`run_dirs::remove_tree`]).
 pub fn force_remove(path: &Path) {
-    if fs::remove_dir_all(path).is_ok() || fs::symlink_metadata(path).is_err() {
-        return;
-    }
-    fn open_up(dir: &Path) {
-        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(dir) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    open_up(&entry.path());
-                }
-            }
-        }
-    }
-    open_up(path);
-    let _ = fs::remove_dir_all(path);
+    run_dirs::remove_tree(path);
 }
 
 /// Removes worktrees left by coders that died (SIGKILL): a directory whose `<name>.pid`
@@ -545,6 +530,7 @@ fn pid_file(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn stale_checkouts_of_dead_coders_are_pruned_and_live_ones_kept() {
