@@ -413,6 +413,8 @@ pub enum PathRole {
     RunDirectory,
     /// The CLI's per-run config directory.
     ConfigDirectory,
+    /// A name in the CLI's config directory that the CLI loads code or settings from.
+    ConfigDirectoryEntry,
     /// A path the policy grants (the state directory, a `--read` path) that the sandbox
     /// cannot show.
     Granted,
@@ -441,6 +443,7 @@ impl std::fmt::Display for PathRole {
             PathRole::Program => "program",
             PathRole::RunDirectory => "run directory",
             PathRole::ConfigDirectory => "config directory",
+            PathRole::ConfigDirectoryEntry => "config directory entry",
             PathRole::Granted => "granted path",
             PathRole::Symlinks => "path",
         })

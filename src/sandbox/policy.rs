@@ -992,7 +992,7 @@ fn finish_masks(
     for (name, _) in CONFIG_GUARDED {
         let path = config.path.join(name);
         let mask = scan::self_mask(&path, MaskKind::ReadOnly)?.ok_or(SandboxError::Path {
-            what: "config directory entry",
+            what: PathRole::ConfigDirectoryEntry,
             path,
             reason: "is neither a file nor a directory, so it cannot be held read-only".to_string(),
         })?;
