@@ -77,8 +77,8 @@ pub struct Secrets {
     /// [`Secrets::surely_clean`]); `None` where the CPU has no packed searcher, where
     /// there are too many secrets for one, and in `Secrets::default()`.
     anything: Option<aho_corasick::packed::Searcher>,
-    /// The short escapes of `escapes`, searched beside `anything` rather than in it (see
-    /// [`anything_patterns`]).
+    /// The short escapes of `escapes` that end a secret, searched beside `anything`
+    /// rather than in it (see [`short_escapes_of`]).
     escape_finders: Vec<memmem::Finder<'static>>,
     /// The longest of what `anything` and `escape_finders` search for, in bytes.
     anything_longest: usize,
@@ -114,14 +114,15 @@ impl Secrets {
         }
         Secrets {
             anything: anything_searcher(&kept),
-            escape_finders: escapes
+            escape_finders: short_escapes_of(&kept)
+                .1
                 .iter()
                 .map(|e| memmem::Finder::new(e).into_owned())
                 .collect(),
             anything_longest: anything_patterns(&kept)
                 .iter()
                 .map(Vec::len)
-                .chain(escapes.iter().map(|e| e.len()))
+                .chain(short_escapes_of(&kept).1.iter().map(|e| e.len()))
                 .max()
                 .unwrap_or(0),
             finders: kept
@@ -325,10 +326,10 @@ fn anything_searcher(secrets: &[String]) -> Option<aho_corasick::packed::Searche
 /// its shortest pattern has (at most four), and checks each candidate in full. A two-byte
 /// pattern (the short escape `\/` of a secret holding a `/`) made it stop at every `be`
 /// (of `Bearer`) and at the first two bytes of `…` (which `—` and `“` share): about
-/// 130,000 candidates in 30 MB of tool results, two thirds of its instructions. So the
-/// short escapes are searched apart (one exact `memmem` each), and `Bearer`/`bearer` as
-/// `earer`, which both hold: any text holding a pattern holds every part of it, so
-/// searching a part still never calls a text clean that is not.
+/// 130,000 candidates in 30 MB of tool results, two thirds of its instructions. So a
+/// short escape is searched with what follows it ([`short_escapes_of`]), and
+/// `Bearer`/`bearer` as `earer`, which both hold: any text holding a pattern holds every
+/// part of it, so searching a part still never calls a text clean that is not.
 fn anything_patterns(secrets: &[String]) -> Vec<Vec<u8>> {
     let unicode = unicode_escapes_of(secrets);
     // `\u00` (the start of an escape of any ASCII character, which a secret's ASCII
@@ -348,8 +349,46 @@ fn anything_patterns(secrets: &[String]) -> Vec<Vec<u8>> {
     unicode
         .iter()
         .map(|u| u.to_vec())
+        .chain(short_escapes_of(secrets).0)
         .chain(literal.map(|p| p.as_bytes().to_vec()))
         .collect()
+}
+
+/// The short escapes (`\/`, `\"`, …) that can spell a character of one of `secrets`, as
+/// [`Secrets::surely_clean`] searches for them: with the byte that follows them, where a
+/// character follows the escaped one in the secret, and apart (two bytes, one `memmem`
+/// each) where the secret ends with it.
+///
+/// A secret spelled with `\/` for its `/` holds, right after the escape, the spelling of
+/// its next character: that character's first byte written literally, or a backslash (a
+/// `\u` escape or a short one). So `\/x` and `\/\` (for a `/` followed by `x`) are in
+/// every such spelling, and three bytes tell the packed searcher's candidates apart where
+/// two (`\/`) dropped it to two-byte fingerprints. A `/` that ends a secret has no next
+/// character, and its escape is searched alone.
+fn short_escapes_of(secrets: &[String]) -> (Vec<Vec<u8>>, Vec<[u8; 2]>) {
+    let mut followed = Vec::new();
+    let mut alone = Vec::new();
+    for secret in secrets {
+        let bytes = secret.as_bytes();
+        for (at, &b) in bytes.iter().enumerate() {
+            let Some(escape) = short_escape_of(b) else {
+                continue;
+            };
+            let Some(&next) = bytes.get(at + 1) else {
+                if !alone.contains(&escape) {
+                    alone.push(escape);
+                }
+                continue;
+            };
+            for third in [next, b'\\'] {
+                let pattern = vec![escape[0], escape[1], third];
+                if !followed.contains(&pattern) {
+                    followed.push(pattern);
+                }
+            }
+        }
+    }
+    (followed, alone)
 }
 
 /// The starts of the `\u` escapes that can spell a character of one of `secrets`: `\u`
@@ -1038,9 +1077,13 @@ mod tests {
         assert!(secrets().surely_clean(clean.as_bytes()));
         assert!(Secrets::new(Vec::<String>::new()).surely_clean(b"no secrets known"));
         assert!(secrets().surely_clean(b""));
-        // `\"` can spell a character of the second set's secret: not known to be clean.
-        assert!(!slashed.surely_clean(clean.as_bytes()));
+        // `\"` can spell a character of the second set's secret, but only followed by the
+        // spelling of its next character (`w`, or an escape): `\"q` spells none of it.
+        assert!(slashed.surely_clean(clean.as_bytes()));
         assert_eq!(slashed.redact_known(clean.as_bytes(), Ending::Whole), None);
+        for spelled in [r#"x \"wo"#, r#"x \"\u0077o"#, r#"x \"\n"#] {
+            assert!(!slashed.surely_clean(spelled.as_bytes()), "{spelled}");
+        }
         // A `\u` escape of a character no secret holds spells none: clean. One of a
         // character a secret holds, in any case of its hex digits, is not.
         let checked = Secrets::new([KEY, "pass✓wörd𝄞42"]);
@@ -1101,9 +1144,18 @@ mod tests {
             "/etc/x",
             " ",
             "word ",
+            r#"pa\/ss\"wo9rd"#,
+            r#"pa\/\u0073s\"wo9rd"#,
+            r#"pa/ss\"\u0077o9rd"#,
+            r"\/etc\/ssl\/certs\/x.crt",
+            "tok3n-abc/",
+            r"tok3n-abc\/",
+            r"\/\",
+            r"\/s",
         ];
         let sets = [
             Secrets::new([KEY, "pa/ss\"wo9rd"]),
+            Secrets::new(["tok3n-abc/", "/etc/ssl/certs/x.crt"]),
             Secrets::new(["/etc/ssl/certs/x.crt"]),
             secrets(),
             Secrets::new(Vec::<String>::new()),
