@@ -29,6 +29,9 @@ pub(super) struct Elided {
     cuts: Vec<(usize, usize)>,
 }
 
+/// The room a copy starts with, in bytes (see [`Elided::for_text`]).
+const ELIDED_ROOM: usize = 1024;
+
 /// Keys whose string values a `user` line is read by: never left out of a checked copy.
 const READ_KEYS: [&[u8]; 2] = [b"type", b"tool_use_id"];
 
@@ -50,7 +53,7 @@ impl Elided {
         min_len: usize,
         stop: Option<&[u8]>,
     ) -> Option<(Elided, bool)> {
-        let mut elided = Elided::empty();
+        let mut elided = Elided::for_text(json);
         let mut copied = 0;
         let mut at = 0;
         while let Some(offset) = memchr::memchr(b'"', &json[at..]) {
@@ -80,7 +83,7 @@ impl Elided {
     /// The caller has checked that `json` is UTF-8 and holds no byte below 0x20 (which no
     /// string may hold raw): those are not checked again here.
     pub(super) fn checked(json: &[u8], min_len: usize) -> Option<Elided> {
-        let mut elided = Elided::empty();
+        let mut elided = Elided::for_text(json);
         let mut copied = 0;
         let mut at = 0;
         // The last key, and whether the text since it is only `:` (its value is next).
@@ -111,10 +114,13 @@ impl Elided {
         READ_KEYS.contains(&key) || key.contains(&b'\\')
     }
 
-    fn empty() -> Elided {
+    /// An empty copy with room for what a copy of `json` usually holds: grown from
+    /// nothing, a `user` line's copy (a few hundred bytes, in a dozen pieces) was moved by
+    /// four or five reallocations.
+    fn for_text(json: &[u8]) -> Elided {
         Elided {
-            text: Vec::new(),
-            cuts: Vec::new(),
+            text: Vec::with_capacity(json.len().min(ELIDED_ROOM)),
+            cuts: Vec::with_capacity(8),
         }
     }
 
