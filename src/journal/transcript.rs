@@ -234,6 +234,7 @@ impl Transcript {
             lines_held: 0,
             scratch: Vec::new(),
             stderr_awaits: false,
+            stamp: Stamp::default(),
         };
         let shown = path.display().to_string();
         let thread = std::thread::Builder::new()
@@ -398,6 +399,32 @@ struct Sink {
     /// Whether the last stderr line ended in `Bearer` (or an `Authorization` header), so
     /// that a token starting the next one is redacted (`redact::awaits_token`).
     stderr_awaits: bool,
+    /// The last entry's timestamp.
+    stamp: Stamp,
+}
+
+/// The last timestamp formatted, and its millisecond: a busy stream's entries come a few
+/// dozen to the millisecond, and formatting one took about a thousand instructions (an
+/// allocation and the calendar arithmetic).
+#[derive(Debug, Default)]
+struct Stamp {
+    millis: Option<u128>,
+    text: String,
+}
+
+impl Stamp {
+    /// [`timestamp`] of `at`, formatted again only when its millisecond changed.
+    fn of(&mut self, at: SystemTime) -> &str {
+        let millis = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .ok()
+            .map(|since| since.as_millis());
+        if millis.is_none() || millis != self.millis {
+            self.text = timestamp(at);
+            self.millis = millis;
+        }
+        &self.text
+    }
 }
 
 /// An event line at least this long is written from its own buffer, not copied into the
@@ -505,7 +532,7 @@ impl Sink {
         match entry {
             Entry::Coder { at, kind, data } => {
                 let entry = json!({
-                    "ts": timestamp(at),
+                    "ts": self.stamp.of(at),
                     "source": "coder",
                     "kind": kind,
                     "data": data,
@@ -519,14 +546,14 @@ impl Sink {
                 cut,
                 spans,
             } => {
-                let ts = timestamp(at);
+                let ts = self.stamp.of(at);
                 // The decoder may have checked the line's UTF-8 already.
                 let utf8 = || {
                     spans.as_ref().is_some_and(|s| s.utf8)
                         || simdutf8::basic::from_utf8(&line).is_ok()
                 };
                 match &spans {
-                    Some(spans) if cut == 0 && utf8() => event_entry(bytes, &ts, &line, spans),
+                    Some(spans) if cut == 0 && utf8() => event_entry(bytes, ts, &line, spans),
                     _ => {
                         let kind = match (pipe, spans.is_some()) {
                             (Pipe::Stderr, _) => "stderr",
@@ -535,7 +562,7 @@ impl Sink {
                         };
                         let stderr = matches!(pipe, Pipe::Stderr);
                         let after_bearer = stderr && std::mem::take(&mut self.stderr_awaits);
-                        let entry = text_entry(&self.secrets, &ts, kind, &line, cut, after_bearer);
+                        let entry = text_entry(&self.secrets, ts, kind, &line, cut, after_bearer);
                         self.stderr_awaits =
                             stderr && cut == 0 && entry["text"].as_str().is_some_and(awaits_token);
                         serde_json::to_writer(&mut *bytes, &entry)?;
@@ -572,7 +599,7 @@ impl Sink {
             return None;
         }
         let head_at = self.pending.len();
-        event_head(&mut self.pending, &timestamp(at), line, spans);
+        event_head(&mut self.pending, self.stamp.of(at), line, spans);
         let body = &line[part.clone()];
         self.scratch.clear();
         self.scratch.extend_from_slice(&self.pending[head_at..]);
@@ -821,6 +848,26 @@ mod tests {
             event_head(&mut head, &expected, b"{}", &EventSpans::default());
             assert!(head.starts_with(format!("{{\"ts\":{}", Value::from(expected)).as_bytes()));
         }
+    }
+
+    #[test]
+    fn stamps_reused_within_a_millisecond_are_the_timestamps() {
+        let mut stamp = Stamp::default();
+        let base = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_264_082_574);
+        let mut rng = crate::stream::Xorshift(77);
+        let mut at = base;
+        for _ in 0..5_000 {
+            // Steps of microseconds, within and across milliseconds and seconds, and
+            // sometimes back in time (a clock set back).
+            at = match rng.below(10) {
+                0 => at - Duration::from_micros(rng.below(5_000) as u64),
+                _ => at + Duration::from_micros(rng.below(1_500) as u64),
+            };
+            assert_eq!(stamp.of(at), timestamp(at));
+        }
+        let before = SystemTime::UNIX_EPOCH - Duration::from_millis(5);
+        assert_eq!(stamp.of(before), timestamp(before));
+        assert_eq!(stamp.of(base), timestamp(base));
     }
 
     /// An entry as the copying path formats and redacts it.

@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 
 use crate::text::one_line;
 
-use super::event::{AssistantEvent, Decoded, Event, EventSpans, ToolUse, UpstreamErrorType};
+use super::event::{AssistantEvent, Decoded, Event, EventSpans, ToolUse, UpstreamErrorType, Usage};
 use super::lenient::{ArrayOrNothing, other_scalars_are};
 
 /// The tool the CLI offers the model for `--json-schema` (2.1.330): its input is the answer.
@@ -88,8 +88,54 @@ pub(super) fn string_span_in(line: &[u8], raw: Option<&RawValue>) -> Option<Rang
 }
 
 /// Token usage, when the raw value is a usage object.
-pub(super) fn usage_of(raw: Option<&RawValue>) -> Option<super::event::Usage> {
-    serde_json::from_str(raw?.get()).ok()
+///
+/// The CLI writes usage as one flat object of integers (`{"input_tokens":16981,…}`), which
+/// is read by hand ([`flat_usage`]): serde's reading of the raw value, a second pass over
+/// it, took about 3,400 instructions a line for four numbers. Anything else (whitespace,
+/// another key, a duplicate, a value that is not an unsigned integer of at most 19 digits)
+/// is read by serde, as before.
+pub(super) fn usage_of(raw: Option<&RawValue>) -> Option<Usage> {
+    let raw = raw?.get();
+    flat_usage(raw.as_bytes()).or_else(|| serde_json::from_str(raw).ok())
+}
+
+/// [`Usage`] from a flat object of its own keys (each at most once) and unsigned integers,
+/// written without whitespace; `None` for any other text, which serde must then read. The
+/// text is valid JSON already (a raw value), so a number has no leading zero.
+fn flat_usage(raw: &[u8]) -> Option<Usage> {
+    let mut usage = Usage::default();
+    let mut seen = [false; 4];
+    let mut rest = raw.strip_prefix(b"{")?;
+    if rest == b"}" {
+        return Some(usage);
+    }
+    loop {
+        let key = rest.strip_prefix(b"\"")?;
+        let end = memchr::memchr(b'"', key)?;
+        let (slot, field) = match &key[..end] {
+            b"input_tokens" => (0, &mut usage.input_tokens),
+            b"output_tokens" => (1, &mut usage.output_tokens),
+            b"cache_creation_input_tokens" => (2, &mut usage.cache_creation_input_tokens),
+            b"cache_read_input_tokens" => (3, &mut usage.cache_read_input_tokens),
+            _ => return None,
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            return None;
+        }
+        let value = key[end + 1..].strip_prefix(b":")?;
+        let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
+        if !(1..=19).contains(&digits) {
+            return None;
+        }
+        *field = value[..digits]
+            .iter()
+            .fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+        match value[digits..].split_first()? {
+            (b',', after) => rest = after,
+            (b'}', []) => return Some(usage),
+            _ => return None,
+        }
+    }
 }
 
 pub(super) fn status_code(value: Option<serde_json::Value>) -> Option<u16> {
@@ -562,6 +608,61 @@ mod tests {
     use super::*;
     use crate::stream::Xorshift;
     use crate::stream::decode::{decode_line, general_reading};
+
+    /// The hand reading of usage objects gives what serde gives, on random objects of
+    /// its keys and others, duplicates, whitespace and numbers of every shape.
+    #[test]
+    fn usage_read_by_hand_as_serde_reads_it() {
+        let keys = [
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "service_tier",
+            "input_tokenz",
+            "input\\u005ftokens",
+        ];
+        let values = [
+            "0",
+            "7",
+            "16981",
+            "9999999999999999999",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-1",
+            "1.5",
+            "1e3",
+            "null",
+            "\"x\"",
+            "{\"a\":1}",
+            "[]",
+        ];
+        let mut rng = Xorshift(0x5eed_cafe);
+        let mut by_hand = 0;
+        for _ in 0..20_000 {
+            let fields: Vec<String> = (0..rng.below(6))
+                .map(|_| {
+                    let gap = if rng.below(20) == 0 { " " } else { "" };
+                    let key = keys[rng.below(keys.len())];
+                    let value = values[rng.below(values.len())];
+                    format!("\"{key}\":{gap}{value}")
+                })
+                .collect();
+            let text = format!("{{{}}}", fields.join(","));
+            let Ok(raw) = serde_json::from_str::<&RawValue>(&text) else {
+                continue;
+            };
+            by_hand += usize::from(flat_usage(text.as_bytes()).is_some());
+            let serde = serde_json::from_str::<Usage>(&text).ok();
+            assert_eq!(usage_of(Some(raw)), serde, "{text}");
+        }
+        assert!(by_hand > 1_000, "{by_hand}");
+        let raw = serde_json::from_str::<&RawValue>(r#"{"input_tokens":12,"output_tokens":7}"#);
+        assert_eq!(
+            flat_usage(raw.unwrap().get().as_bytes()).map(|u| u.output_tokens),
+            Some(7)
+        );
+    }
 
     fn general(line: &str) -> Option<Decoded> {
         general_reading(line.as_bytes()).ok()

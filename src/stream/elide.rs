@@ -29,6 +29,9 @@ pub(super) struct Elided {
     cuts: Vec<(usize, usize)>,
 }
 
+/// The room a copy starts with, in bytes (see [`Elided::for_text`]).
+const ELIDED_ROOM: usize = 1024;
+
 /// Keys whose string values a `user` line is read by: never left out of a checked copy.
 const READ_KEYS: [&[u8]; 2] = [b"type", b"tool_use_id"];
 
@@ -50,7 +53,7 @@ impl Elided {
         min_len: usize,
         stop: Option<&[u8]>,
     ) -> Option<(Elided, bool)> {
-        let mut elided = Elided::empty();
+        let mut elided = Elided::for_text(json);
         let mut copied = 0;
         let mut at = 0;
         while let Some(offset) = memchr::memchr(b'"', &json[at..]) {
@@ -80,7 +83,7 @@ impl Elided {
     /// The caller has checked that `json` is UTF-8 and holds no byte below 0x20 (which no
     /// string may hold raw): those are not checked again here.
     pub(super) fn checked(json: &[u8], min_len: usize) -> Option<Elided> {
-        let mut elided = Elided::empty();
+        let mut elided = Elided::for_text(json);
         let mut copied = 0;
         let mut at = 0;
         // The last key, and whether the text since it is only `:` (its value is next).
@@ -111,10 +114,13 @@ impl Elided {
         READ_KEYS.contains(&key) || key.contains(&b'\\')
     }
 
-    fn empty() -> Elided {
+    /// An empty copy with room for what a copy of `json` usually holds: grown from
+    /// nothing, a `user` line's copy (a few hundred bytes, in a dozen pieces) was moved by
+    /// four or five reallocations.
+    fn for_text(json: &[u8]) -> Elided {
         Elided {
-            text: Vec::new(),
-            cuts: Vec::new(),
+            text: Vec::with_capacity(json.len().min(ELIDED_ROOM)),
+            cuts: Vec::with_capacity(8),
         }
     }
 
@@ -362,14 +368,18 @@ fn hex_unit(json: &[u8], at: usize) -> Option<u16> {
 
 /// Whether `bytes` hold no byte below 0x20: no raw control character, which JSON allows
 /// in no string, and no whitespace but spaces between tokens. Branch-free, so it runs at
-/// memory speed.
+/// memory speed: the least byte of each of 64 lanes is kept across the blocks (vector
+/// minimums) and the lanes are compared once at the end. (Folding each block down to one
+/// byte, as before, cost a horizontal reduction per block: 0.38 instructions a byte.)
 pub(super) fn free_of_control_bytes(bytes: &[u8]) -> bool {
-    let chunks = bytes.chunks_exact(64);
-    let tail = chunks.remainder();
-    let low = chunks.fold(u8::MAX, |low, chunk| {
-        chunk.iter().fold(low, |low, &b| low.min(b))
+    let (blocks, tail) = bytes.as_chunks::<64>();
+    let lanes = blocks.iter().fold([u8::MAX; 64], |mut lanes, block| {
+        for (lane, &b) in lanes.iter_mut().zip(block) {
+            *lane = (*lane).min(b);
+        }
+        lanes
     });
-    tail.iter().fold(low, |low, &b| low.min(b)) >= 0x20
+    lanes.iter().chain(tail).all(|&b| b >= 0x20)
 }
 
 #[cfg(test)]
@@ -513,6 +523,18 @@ mod tests {
             }
         }
         assert!(free_of_control_bytes(&[0x20, 0x7f, 0x80, 0xff]));
+        // Random lengths and bytes (few of them control bytes), against a byte-by-byte look.
+        let mut rng = Xorshift(0xc0ff_ee11);
+        for _ in 0..3_000 {
+            let text: Vec<u8> = (0..rng.below(400))
+                .map(|_| match rng.below(500) {
+                    0 => rng.below(0x20) as u8,
+                    _ => 0x20 + rng.below(0xe0) as u8,
+                })
+                .collect();
+            let expected = text.iter().all(|&b| b >= 0x20);
+            assert_eq!(free_of_control_bytes(&text), expected, "{text:?}");
+        }
     }
 
     #[test]
