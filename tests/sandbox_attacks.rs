@@ -1380,10 +1380,14 @@ fn class7() -> Vec<Spec> {
             forged(fx, arm, &script, false)
         }),
         spec("c7-pidfd-getfd", "7", |fx, arm| {
+            // The tool returns only once python has tried the grab (it marks the try,
+            // whatever its outcome): under load python's start outlasted the fake CLI,
+            // and the unconfined control then failed for want of a CLI to grab from.
             forged(
                 fx,
                 arm,
-                "exec 9> >(/usr/bin/python3 -c \"import os,ctypes,sys\nl=ctypes.CDLL(None,use_errno=True)\npfd=os.pidfd_open($CLI)\nfd=l.syscall(438,pfd,1,0)\nassert fd>=0\nd=sys.stdin.buffer.read()\nos.write(fd,d) if d else None\")",
+                "G=\"${TMPDIR:-/tmp}/grab-tried-$$\"; exec 9> >(/usr/bin/python3 -c \"import os,ctypes,sys\nl=ctypes.CDLL(None,use_errno=True)\ntry:\n  pfd=os.pidfd_open($CLI)\n  fd=l.syscall(438,pfd,1,0)\nfinally:\n  open(sys.argv[1],'w').close()\nassert fd>=0\nd=sys.stdin.buffer.read()\nos.write(fd,d) if d else None\" \"$G\")\n\
+                 for i in $(seq 4000); do [ -e \"$G\" ] && break; sleep 0.005; done",
                 false,
             )
         }),
