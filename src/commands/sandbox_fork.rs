@@ -155,7 +155,12 @@ pub(super) fn run_forked(
             if policy.mode.is_confined() {
                 start_proxy(Egress::new(policy.network.allow.clone()), ours);
             }
+            // Earlier runs' placeholder trash goes while the command runs.
+            let pruner = crate::config::state_dir()
+                .ok()
+                .map(|dir| crate::sandbox::TrashPruner::start(&dir));
             let status = wait_forwarding(child, &held.mask);
+            drop(pruner);
             held.keep();
             crate::phases::mark("sandbox.exited");
             // The command's PID namespace is gone: no process of it can still write.

@@ -121,6 +121,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             sessions: SessionStore::new(&state_dir).dir().to_path_buf(),
         },
         redaction: redaction.clone(),
+        trash: TrashPruning::Pending(state_dir.clone()),
     };
     journal.transcript.note(Note::Start(json!({
             "run_id": run_id,
@@ -297,6 +298,9 @@ struct RunJournal {
     transcript: Transcript,
     progress: Option<Progress>,
     history: HistoryStats,
+    /// Empties the placeholder trash of earlier runs while the child runs (see
+    /// `sandbox::trash`): started at its first line, stopped when the attempts end.
+    trash: TrashPruning,
     /// The run's credentials, for what it records outside the journal too (the store's
     /// cooldown message).
     redaction: crate::text::Secrets,
@@ -352,6 +356,7 @@ impl HistoryStats {
 impl Journal for RunJournal {
     fn line(&mut self, pipe: Pipe, line: Line, decoded: Option<&Decoded>) -> Option<Vec<u8>> {
         self.history.start();
+        self.trash.start();
         if let Some(progress) = self.progress.as_mut() {
             progress.activity();
             if let Some(decoded) = decoded {
@@ -373,6 +378,32 @@ impl Journal for RunJournal {
             });
         }
         self.transcript.note(note);
+    }
+}
+
+/// The pruning of the placeholder trash: once per run, while its child runs.
+enum TrashPruning {
+    /// Not started: coder's state directory.
+    Pending(std::path::PathBuf),
+    /// Held only to be dropped, which stops it.
+    Running {
+        _pruner: crate::sandbox::TrashPruner,
+    },
+    Stopped,
+}
+
+impl TrashPruning {
+    fn start(&mut self) {
+        if let TrashPruning::Pending(state_dir) = self {
+            *self = TrashPruning::Running {
+                _pruner: crate::sandbox::TrashPruner::start(state_dir),
+            };
+        }
+    }
+
+    /// Stops it before its next removal, for good (it is not waited for).
+    fn stop(&mut self) {
+        *self = TrashPruning::Stopped;
     }
 }
 
@@ -525,6 +556,7 @@ async fn run_attempts(
         .attempt_loop(request.clone(), &mut run, signals, journal)
         .await;
     crate::phases::mark("attempts.done");
+    journal.trash.stop();
     let (ledger, envelope) = finished_ledger(envelope, &mut snapshot, &mut run, signals).await;
     let envelope = prepared
         .verified(

@@ -46,15 +46,13 @@ use std::time::{Duration, Instant};
 use nix::fcntl::{Flock, FlockArg};
 
 use super::SandboxError;
-use super::scan::Placeholder;
+use super::scan::{Placeholder, PlaceholderKind};
+use super::trash::{LEASE_DIR, Taken, Trash};
 use crate::config::state_file::{self, lock_until};
 
 /// How long a run waits for another run to finish removing placeholders in its tree, or
 /// for the registry, before it gives up.
 const WAIT_LIMIT: Duration = Duration::from_secs(10);
-
-/// The lease directory's name in coder's state directory.
-const LEASE_DIR: &str = "placeholders";
 
 /// The registry's name in the lease directory.
 const REGISTRY: &str = "registry.json";
@@ -152,7 +150,7 @@ impl PlaceholderLease {
             // Else forgotten, not removed: its path now leads elsewhere (an agent turned a
             // directory on it into a symlink), perhaps to another run's placeholder.
         }
-        remove_placeholders(&free);
+        remove_placeholders(&free, Trash::open(&self.dir).as_ref());
         match registry.as_mut() {
             Some(registry) => {
                 registry.entries = kept;
@@ -292,15 +290,22 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Remove what coder created for absent protected names, deepest first (a placeholder may
-/// sit inside another's directory). The placeholders of one depth are removed side by side,
-/// on up to [`PLACEHOLDER_REMOVERS`] threads: on a journalling filesystem under load each
-/// `rmdir` can wait milliseconds for the journal, and these waits then overlap instead of
-/// adding up.
-pub(crate) fn remove_placeholders(placeholders: &[Placeholder]) {
+/// sit inside another's directory). Directories go into `trash` when it takes them (a
+/// rename, see `sandbox::trash`); the rest of one depth is removed side by side, on up to
+/// [`PLACEHOLDER_REMOVERS`] threads: on a journalling filesystem under load each `rmdir`
+/// can wait milliseconds for the journal, and these waits then overlap instead of adding
+/// up.
+pub(crate) fn remove_placeholders(placeholders: &[Placeholder], trash: Option<&Trash>) {
     let mut sorted: Vec<&Placeholder> = placeholders.iter().collect();
     let depth = |p: &Placeholder| p.path.components().count();
     sorted.sort_by_key(|p| std::cmp::Reverse(depth(p)));
     for level in sorted.chunk_by(|a, b| depth(a) == depth(b)) {
+        // Directories go to the trash one after the other (a rename each); what it does
+        // not take is removed side by side.
+        let moved = |p: &&Placeholder| {
+            p.kind == PlaceholderKind::Dir && trash.is_some_and(|t| t.take(p) == Taken::Done)
+        };
+        let level: Vec<&Placeholder> = level.iter().copied().filter(|p| !moved(p)).collect();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let remove = || {
             while let Some(p) = level.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
@@ -371,6 +376,18 @@ mod tests {
             state: root.join("state"),
             ws,
         }
+    }
+
+    #[test]
+    fn released_placeholder_directories_go_to_the_trash() {
+        let fx = fx();
+        let lease = PlaceholderLease::take(&fx.state, std::slice::from_ref(&fx.ws)).unwrap();
+        let p = placeholder_dir(&fx.ws.join(".claude"));
+        lease.register(std::slice::from_ref(&p)).unwrap();
+        lease.release();
+        assert!(!fx.ws.join(".claude").exists());
+        let trash = fx.state.join(LEASE_DIR).join("trash");
+        assert!(trash.join(format!("{:x}-{:x}", p.dev, p.ino)).is_dir());
     }
 
     #[test]

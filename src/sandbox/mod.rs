@@ -70,6 +70,7 @@ mod scan;
 mod scan_watch;
 pub(crate) mod seccomp;
 mod sys;
+mod trash;
 
 use std::path::{Path, PathBuf};
 
@@ -88,6 +89,7 @@ pub use policy::{
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 pub use sys::exit_forked;
+pub use trash::{Pruner as TrashPruner, discard_own};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
 /// child's environment (for the backend's port and the run's own `CLAUDE_CONFIG_DIR`) and

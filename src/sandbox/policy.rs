@@ -315,7 +315,7 @@ impl RunCleanup {
             let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
             match &self.lease {
                 Some(lease) => lease.release(),
-                None => remove_placeholders(&self.own),
+                None => remove_placeholders(&self.own, None),
             }
             if spawned.is_err() {
                 run_dirs::remove_tree(&self.run_dir);

@@ -388,15 +388,15 @@ fn helper_command(
 
 /// Waits until the helper has exec'd the program (its status pipe closes empty) or
 /// reported why it could not.
+///
+/// The pipe is read by the runtime, as the child's own pipes are: read on a blocking
+/// thread, its end took one more wake-up (another thread's) on the path to the child's
+/// start.
 async fn wait_for_exec(mut child: Child, status_read: OwnedFd) -> Result<Child, SpawnError> {
-    let report = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut file = std::fs::File::from(status_read);
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map(|_| bytes)
-    })
-    .await
-    .map_err(|e| std::io::Error::other(format!("status reader failed: {e}")))??;
+    use tokio::io::AsyncReadExt;
+    let mut status = tokio::net::unix::pipe::Receiver::from_owned_fd(status_read)?;
+    let mut report = Vec::new();
+    status.read_to_end(&mut report).await?;
 
     if !report.is_empty() {
         let failure =
