@@ -370,7 +370,8 @@ fn a_helper_waiting_for_its_spec_dies_with_a_killed_coder() {
 
 /// A policy that fails after the run's helper was started (a `--write` path that does not
 /// exist is found only while the policy resolves, after its run directory was made): a
-/// `sandbox_error` envelope that names the path, the helper gone, the run directory too.
+/// `config_error` envelope (a bad argument) that names the path, the helper gone, the run
+/// directory too.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_policy_failing_after_the_helper_started_leaves_no_process_and_no_run_dir() {
@@ -381,10 +382,10 @@ fn a_policy_failing_after_the_helper_started_leaves_no_process_and_no_run_dir() 
         let child = fx.run(&["--write", missing.to_str().unwrap()]);
         let (status, out) = finish(child);
         assert!(
-            out.contains("\"error_kind\":\"sandbox_error\"") && out.contains("missing"),
-            "[{who}] expected a sandbox_error naming the path: {status:?} {out}"
+            out.contains("\"error_kind\":\"config_error\"") && out.contains("missing"),
+            "[{who}] expected a config_error naming the path: {status:?} {out}"
         );
-        assert_eq!(status.code(), Some(71), "[{who}] {out}");
+        assert_eq!(status.code(), Some(78), "[{who}] {out}");
         wait_until(
             Duration::from_secs(5),
             &format!("[{who}] no process of the run left"),
