@@ -459,7 +459,6 @@ async fn run_attempts(
         Ok(prepared) => prepared,
         Err(envelope) => {
             let mut envelope = *envelope;
-            let _ = snapshot.finish_or_cancel(signals).await;
             attach_snapshot(
                 &mut envelope,
                 &mut snapshot,
@@ -467,6 +466,7 @@ async fn run_attempts(
                 request,
                 &[],
                 journal,
+                signals,
             )
             .await;
             return envelope;
@@ -501,7 +501,6 @@ async fn run_attempts(
         Err(refusal) => {
             let mut envelope = run.refused(refusal);
             let exclude = prepared.placeholders(request);
-            let _ = snapshot.finish_or_cancel(signals).await;
             attach_snapshot(
                 &mut envelope,
                 &mut snapshot,
@@ -509,6 +508,7 @@ async fn run_attempts(
                 request,
                 &exclude,
                 journal,
+                signals,
             )
             .await;
             return envelope;
@@ -535,7 +535,6 @@ async fn run_attempts(
                 Err(signo) => {
                     let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
                     let exclude = prepared.placeholders(request);
-                    let _ = snapshot.finish_or_cancel(signals).await;
                     attach_snapshot(
                         &mut envelope,
                         &mut snapshot,
@@ -543,6 +542,7 @@ async fn run_attempts(
                         request,
                         &exclude,
                         journal,
+                        signals,
                     )
                     .await;
                     return prepared.guard_git(envelope, &run, journal);
@@ -1617,7 +1617,8 @@ async fn finished_ledger(
     (ledger, envelope)
 }
 
-/// [`attach_changes`] with a run's snapshot, on the ways out before the attempts.
+/// [`attach_changes`] with a run's snapshot, on the ways out before the attempts: the
+/// snapshot is awaited first, unless a signal comes.
 async fn attach_snapshot(
     envelope: &mut Envelope,
     snapshot: &mut Snapshot,
@@ -1625,7 +1626,9 @@ async fn attach_snapshot(
     request: &RunRequest,
     exclude: &[String],
     journal: &mut RunJournal,
+    signals: &mut CancelSignals,
 ) {
+    let _ = snapshot.finish_or_cancel(signals).await;
     note_snapshot_times(run, snapshot);
     envelope.warnings.extend(snapshot.take_warnings());
     attach_changes(envelope, snapshot.ledger(), request, exclude, journal).await;
