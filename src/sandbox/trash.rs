@@ -136,7 +136,14 @@ impl Trash {
         };
         let same = nix::sys::stat::fstat(fd.as_fd())
             .is_ok_and(|st| st.st_dev == p.dev && st.st_ino == p.ino);
-        same && is_empty_dir(fd)
+        let empty = same && fd.try_clone().is_ok_and(is_empty_dir);
+        if empty {
+            // It waits in coder's state directory now, where nothing is open to others
+            // (a placeholder is made 0755, and `tests/sandbox_attacks.rs` c8-state-modes
+            // checks every mode there); one that goes back keeps its mode.
+            let _ = nix::sys::stat::fchmod(fd.as_fd(), Mode::S_IRWXU);
+        }
+        empty
     }
 }
 
@@ -320,7 +327,13 @@ mod tests {
         let trash = Trash::open(&fx.lease).unwrap();
         assert_eq!(trash.take(&p), Taken::Done);
         assert!(!fx.ws.join(".claude").exists());
-        assert_eq!(trash_names(&fx), [format!("{:x}-{:x}", p.dev, p.ino)]);
+        let name = format!("{:x}-{:x}", p.dev, p.ino);
+        assert_eq!(trash_names(&fx), std::slice::from_ref(&name));
+        // Closed to others, like everything else in coder's state directory.
+        let mode = fs::metadata(fx.lease.join(TRASH_DIR).join(name))
+            .unwrap()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     #[test]
