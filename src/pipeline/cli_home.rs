@@ -81,8 +81,6 @@ pub struct CliHome {
     /// `<state>/cli-runs/<pid>-<uuid>`: holds only `claude` (and the CLI's `claude.lock`).
     root: PathBuf,
     dir: PathBuf,
-    /// coder's state directory, whose trash `root` goes to (see [`Drop`]).
-    state_dir: PathBuf,
     /// The CLI's project directory name for the workspace.
     project: String,
     /// Held while the run lives, so that no coder prunes `root` meanwhile; dropped after
@@ -130,7 +128,6 @@ impl CliHome {
         let home = CliHome {
             root,
             dir,
-            state_dir: state_dir.to_path_buf(),
             project: project_dir_name(workspace),
             _lock: lock,
         };
@@ -227,15 +224,8 @@ impl CliHome {
 }
 
 impl Drop for CliHome {
-    /// The login's copy goes at once; the rest (what the CLI wrote: a dozen directories,
-    /// each `rmdir` milliseconds on a loaded ext4) is moved into coder's trash by one
-    /// rename, for a later run to remove (`sandbox::trash`), or removed here when it
-    /// cannot be.
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.dir.join(".credentials.json"));
-        if !crate::sandbox::discard_own(&self.state_dir, &self.root) {
-            run_dirs::remove_tree(&self.root);
-        }
+        run_dirs::remove_tree(&self.root);
     }
 }
 

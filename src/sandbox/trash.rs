@@ -42,13 +42,6 @@ const TRASH_DIR: &str = "trash";
 /// At most this many entries are pruned by one run: the trash of one earlier run or a few.
 const PRUNE_PER_RUN: usize = 256;
 
-/// coder's own trash in its state directory: per-run directories of coder's alone (the
-/// CLI's config dir of a run), removed recursively by later runs.
-const OWN_TRASH: &str = "trash";
-
-/// coder's own trash takes no more once it holds this many (one a run).
-const OWN_LIMIT: usize = 64;
-
 /// A trash holding this many entries takes no more: runs too short for their pruning to
 /// keep up (a CLI that fails at once, back to back) remove their placeholders as before
 /// until later runs have emptied it.
@@ -147,34 +140,6 @@ impl Trash {
     }
 }
 
-/// Moves coder's own per-run directory `dir` (in `state_dir`, on its file system) into
-/// `state_dir`'s trash by one rename, for a later run's [`Pruner`] to remove; false when it
-/// was not moved (another file system, a full trash, an error): the caller removes it.
-pub fn discard_own(state_dir: &Path, dir: &Path) -> bool {
-    let trash = state_dir.join(OWN_TRASH);
-    match nix::unistd::mkdir(&trash, Mode::from_bits_truncate(0o700)) {
-        Ok(()) | Err(Errno::EEXIST) => {}
-        Err(_) => return false,
-    }
-    let (Ok(fd), Some(name)) = (open_dir(AT_FDCWD, &trash), dir.file_name()) else {
-        return false;
-    };
-    let full = fd
-        .try_clone()
-        .ok()
-        .and_then(|f| nix::dir::Dir::from_fd(f).ok())
-        .is_none_or(|listing| entries(listing, OWN_LIMIT + 2).len() >= OWN_LIMIT + 2);
-    !full
-        && renameat2(
-            AT_FDCWD,
-            dir,
-            fd.as_fd(),
-            name,
-            RenameFlags::RENAME_NOREPLACE,
-        )
-        .is_ok()
-}
-
 /// Whether the directory open as `fd` holds nothing but `.` and `..` (and can be read).
 fn is_empty_dir(fd: OwnedFd) -> bool {
     let Ok(mut dir) = nix::dir::Dir::from_fd(fd) else {
@@ -213,14 +178,10 @@ impl Pruner {
     pub fn start(state_dir: &Path) -> Pruner {
         let stop = Arc::new(AtomicBool::new(false));
         let trash = state_dir.join(LEASE_DIR).join(TRASH_DIR);
-        let own = state_dir.join(OWN_TRASH);
         let flag = stop.clone();
         let _ = std::thread::Builder::new()
             .name("coder-trash".into())
-            .spawn(move || {
-                prune(&trash, &flag);
-                prune_own(&own, &flag);
-            });
+            .spawn(move || prune(&trash, &flag));
         Pruner { stop }
     }
 
@@ -254,24 +215,6 @@ fn prune(trash: &Path, stop: &AtomicBool) {
             return;
         }
         let _ = unlinkat(fd.as_fd(), name.as_os_str(), UnlinkatFlags::RemoveDir);
-    }
-}
-
-/// Removes up to [`OWN_LIMIT`] of coder's own trashed directories, whole, until `stop`.
-fn prune_own(trash: &Path, stop: &AtomicBool) {
-    let Ok(listing) = open_dir(AT_FDCWD, trash).and_then(nix::dir::Dir::from_fd) else {
-        return;
-    };
-    for name in entries(listing, OWN_LIMIT + 2) {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        if name != "." && name != ".." {
-            // Symlinks inside are removed, not followed; what the agent made unreadable
-            // is opened up on the way down (`chmod 000` stopped `remove_dir_all`, and the
-            // trash then stayed full).
-            crate::config::run_dirs::remove_tree(&trash.join(name));
-        }
     }
 }
 
@@ -389,25 +332,6 @@ mod tests {
         fs::write(fx.lease.join(TRASH_DIR).join(&kept).join("late"), "x").unwrap();
         prune(&fx.lease.join(TRASH_DIR), &AtomicBool::new(false));
         assert_eq!(trash_names(&fx), [kept]);
-    }
-
-    #[test]
-    fn coders_own_directories_go_to_its_trash_and_later_runs_remove_them_whole() {
-        let fx = fx();
-        let state = fx.lease.parent().unwrap().to_path_buf();
-        let run = state.join("cli-runs").join("1-abc");
-        fs::create_dir_all(run.join("claude/projects/p")).unwrap();
-        fs::write(run.join("claude/projects/p/s.jsonl"), "{}").unwrap();
-        assert!(discard_own(&state, &run));
-        assert!(!run.exists());
-        assert!(
-            state
-                .join(OWN_TRASH)
-                .join("1-abc/claude/projects/p")
-                .is_dir()
-        );
-        prune_own(&state.join(OWN_TRASH), &AtomicBool::new(false));
-        assert_eq!(fs::read_dir(state.join(OWN_TRASH)).unwrap().count(), 0);
     }
 
     #[test]
