@@ -342,3 +342,35 @@ fn the_ask_server_lists_its_tool_refuses_bad_calls_and_holds_a_good_one() {
     let status = common::wait_within(&mut server.child, Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
 }
+
+/// When the CLI exits normally it ends its MCP servers with SIGTERM and waits for them,
+/// killing one only after 400 ms: every `--allow-questions` run took that much longer
+/// while the server held through every SIGTERM. A SIGTERM from its parent (the CLI) with
+/// no call held ends it at once; one from anyone else (coder's tree stop) does not.
+#[test]
+fn the_ask_server_ends_on_its_clis_sigterm_when_nothing_is_held() {
+    let mut server = Server::start();
+    server.send(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
+    assert_eq!(server.reply()["id"], 1);
+    let pid = server.child.id().to_string();
+    // From another process: the tree stop's SIGTERM, which the server outlives.
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
+    assert_eq!(
+        server.reply()["id"],
+        2,
+        "the server ended on another's SIGTERM"
+    );
+    // From its parent, with stdin still open: it ends now, not at a later SIGKILL.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = common::wait_within(&mut server.child, Duration::from_secs(5));
+    assert!(status.success(), "{status:?}");
+}

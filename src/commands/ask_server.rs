@@ -21,6 +21,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -42,7 +43,8 @@ pub fn ask_server_command() -> ExitCode {
     // Best effort: without Landlock (danger-full-access on an old kernel) the server is
     // still only this loop.
     let _ = crate::sandbox::nest::drop_all_rights();
-    hold_through_termination();
+    static HELD: AtomicBool = AtomicBool::new(false);
+    hold_through_termination(&HELD);
     let stdin = std::io::stdin();
     let mut reader = BufReader::new(stdin.lock());
     let mut stdout = std::io::stdout().lock();
@@ -78,7 +80,11 @@ pub fn ask_server_command() -> ExitCode {
             continue;
         }
         let reply = match serde_json::from_slice::<Value>(&line) {
-            Ok(message) => handle(&message, &mut pending),
+            Ok(message) => {
+                let reply = handle(&message, &mut pending);
+                HELD.store(pending.is_some(), Ordering::SeqCst);
+                reply
+            }
             Err(e) => Some(error(Value::Null, -32700, &format!("parse error: {e}"))),
         };
         if let Some(reply) = reply
@@ -156,14 +162,36 @@ fn send(out: &mut impl Write, message: &Value) -> std::io::Result<()> {
 /// closed" tool result and sent the model one more request before its own SIGTERM ended it
 /// (seen in CI). The server ends when its stdin closes, which is when the CLI is gone, or
 /// by the SIGKILL the tree stop sends to whatever outlives its grace.
-fn hold_through_termination() {
+///
+/// One SIGTERM does end it: the CLI's own (our parent's), sent when the CLI exits normally
+/// and shuts its MCP servers down, while no call is held. The CLI then waits for the server
+/// and kills it only after 400 ms (measured with strace: every run with `--allow-questions`
+/// took that much longer while the server held through it).
+fn hold_through_termination(held: &'static AtomicBool) {
     use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
     let mut ending = SigSet::empty();
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         ending.add(signal);
     }
     // Best effort: a server that can still be ended by SIGTERM is the old behaviour.
-    let _ = ending.thread_block();
+    if ending.thread_block().is_err() {
+        return;
+    }
+    let Ok(signals) = SignalFd::with_flags(&ending, SfdFlags::SFD_CLOEXEC) else {
+        return;
+    };
+    let parent = nix::unistd::getppid().as_raw();
+    let _ = std::thread::Builder::new()
+        .name("ask-server-signals".into())
+        .spawn(move || {
+            while let Ok(info) = signals.read_signal() {
+                let from_cli = info.is_some_and(|i| i.ssi_pid as i32 == parent);
+                if from_cli && !held.load(Ordering::SeqCst) {
+                    std::process::exit(0);
+                }
+            }
+        });
 }
 
 /// Whether `fd` becomes readable (data or end of file) within `timeout`.
