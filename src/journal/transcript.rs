@@ -131,6 +131,10 @@ pub fn check_location(path: &Path, workspace: &Path) -> Result<(), String> {
     if existing.is_some_and(|dir| dir.starts_with(workspace)) {
         return Err(inside());
     }
+    // The workspace under another path (a bind mount of it, or of a directory in it).
+    if crate::sandbox::root_holding(&absolute, &[workspace.to_path_buf()]).is_some() {
+        return Err(inside());
+    }
     Ok(())
 }
 

@@ -246,7 +246,10 @@ fn refuse_inside_workspace(
     let workspace = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_owned());
-    if resolved.is_some_and(|p| p.starts_with(&workspace)) {
+    // `root_holding` also finds the workspace under another path (a bind mount).
+    if resolved.is_some_and(|p| p.starts_with(&workspace))
+        || crate::sandbox::root_holding(path, std::slice::from_ref(&workspace)).is_some()
+    {
         return Err(refuse(
             ErrorKind::ConfigError,
             format!(

@@ -1552,13 +1552,42 @@ pub fn root_holding<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a Path> {
         }
         acc
     });
-    let resolved = lexical.ancestors().find_map(|dir| {
-        let rest = lexical.strip_prefix(dir).ok()?;
-        fs::canonicalize(dir).ok().map(|c| c.join(rest))
-    });
-    roots.iter().map(PathBuf::as_path).find(|root| {
+    let (existing, resolved) = lexical
+        .ancestors()
+        .find_map(|dir| {
+            let rest = lexical.strip_prefix(dir).ok()?;
+            fs::canonicalize(dir)
+                .ok()
+                .map(|c| (c.clone(), c.join(rest)))
+        })
+        .unzip();
+    let by_path = roots.iter().map(PathBuf::as_path).find(|root| {
         lexical.starts_with(root) || resolved.as_ref().is_some_and(|r| r.starts_with(root))
+    });
+    by_path.or_else(|| {
+        let existing = existing?;
+        let mounts = MountTable::read();
+        roots
+            .iter()
+            .map(PathBuf::as_path)
+            .find(|root| same_tree_elsewhere(&existing, root, &mounts))
     })
+}
+
+/// Whether the canonical directory `dir` lies in the canonical grant `root` under another
+/// path: a bind mount of `root` (or of a directory above it) on the way to `dir`, found by
+/// device and inode, or a bind mount of a directory inside `root`, found by where `dir`
+/// lies in its file system ([`MountTable::place`]).
+fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
+    let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let through_root = id(root).is_some_and(|root| dir.ancestors().any(|a| id(a) == Some(root)));
+    through_root
+        || mounts
+            .place(dir)
+            .zip(mounts.place(root))
+            .is_some_and(|(dir, root)| {
+                dir.device == root.device && dir.path.starts_with(&root.path)
+            })
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
