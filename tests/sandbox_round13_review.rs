@@ -14,6 +14,12 @@
 //!   directory (a `.claude` with a file of its choosing) to wherever the symlink pointed,
 //!   outside every grant of that agent.
 //!
+//! * the change ledger's "before" scan takes every file's stat data first and reads the
+//!   files afterwards; a file written in between (by what the CLI runs as it starts, before
+//!   any request: the proxy's hold does not hold it) kept its old ctime with its new
+//!   content, so the safety net (files changed after the run's first process started)
+//!   missed it and the ledger reported it unchanged.
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
@@ -80,6 +86,11 @@ impl Tree {
 
     /// Runs a fake CLI whose payload is `payload` with `extra` flags; returns the envelope.
     fn run(&self, extra: &[&str], payload: &str) -> Value {
+        self.run_with(extra, payload, &[])
+    }
+
+    /// [`Tree::run`] with `env` added to coder's environment.
+    fn run_with(&self, extra: &[&str], payload: &str, env: &[(&str, &str)]) -> Value {
         let bin = self.root.join("fake-claude");
         std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
         std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -89,6 +100,7 @@ impl Tree {
         }
         let ws = self.root.join("ws");
         let out = sandbox_fixture::coder_as(&self.root, self.owner, &ws, &bin, extra, "go")
+            .envs(env.iter().copied())
             .output_bounded();
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
     }
@@ -381,5 +393,94 @@ fn a_refused_trash_entry_goes_back_to_its_own_directory() {
                 outside.display()
             );
         }
+    }
+}
+
+/// The fake CLI's start (a command the real CLI runs before its first request, such as a
+/// `SessionStart` hook from a settings file the serial fallback does not look at): it
+/// waits (inotify) for the ledger's scan to open the first file of `ws/a/`, which it
+/// reads in walk order after it has taken every file's stat data, then rewrites
+/// `ws/z-target` at once, thousands of reads before the scan reaches it.
+const START_WRITER: &str = r#"python3 - <<'P'
+import ctypes, os, select, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+libc.inotify_add_watch(fd, b'a', 0x20)  # IN_OPEN
+seen, deadline = False, time.time() + 20
+while not seen and time.time() < deadline:
+    if not select.select([fd], [], [], 1)[0]:
+        continue
+    buf = os.read(fd, 65536)
+    while buf:
+        wd, mask, cookie, n = struct.unpack('iIII', buf[:16])
+        # A file's open, not the directory's own (the listing's).
+        seen = seen or (n > 0 and not mask & 0x40000000)
+        buf = buf[16 + n:]
+open('z-target', 'w').write('rewritten at the start\n')
+print('REWROTE' if seen else 'NO-OPEN')
+P"#;
+
+/// In a confined run of a plain workspace the ledger's "before" scan runs beside the
+/// sandbox's setup and the CLI's start; the proxy holds the model's requests until it is
+/// done, and what changes after the run's first process started is reported as changed
+/// (the safety net, by ctime). The scan takes every file's stat data first and reads them
+/// afterwards: a file rewritten in between kept the ctime from before the run with the
+/// content from after the rewrite, and the ledger said "unchanged" with no warning. Now
+/// the scan looks at the file again after reading it, and the rewrite is reported (a
+/// warning names the file, which counts as changed). Control: the same rewrite after the
+/// snapshot (no delay, the scan long done) is reported as an ordinary change.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_rewritten_between_the_scans_stat_and_read_is_not_reported_unchanged() {
+    common::require_root_and_user_namespaces();
+    let name = "rewrite between the scan's stat and read";
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &["ws/a"]);
+        let ws = tree.root.join("ws");
+        for i in 0..3000 {
+            std::fs::write(ws.join(format!("a/{i:05}")), "x\n").unwrap();
+        }
+        std::fs::write(ws.join("z-target"), "as the user left it\n").unwrap();
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&ws);
+        }
+        let reported = |env: &Value| {
+            let files = env["changes"]["files"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            files.iter().any(|f| f["path"] == "z-target")
+        };
+        let env = tree.run_with(&[], START_WRITER, &[("CODER_TEST_LEDGER_DELAY_MS", "1500")]);
+        let case = format!("{}: {name}", who(owner));
+        assert!(
+            env["result"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("REWROTE"),
+            "{case}: the start did not see the scan: {env}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("z-target")).unwrap(),
+            "rewritten at the start\n"
+        );
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!reported(&env), "{case}: now reported: {env}");
+        } else {
+            assert!(reported(&env), "{case}: reported unchanged: {env}");
+            let warned = env["warnings"].as_array().cloned().unwrap_or_default();
+            assert!(
+                warned
+                    .iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains("z-target")),
+                "{case}: no warning: {env}"
+            );
+        }
+
+        // Control: the same rewrite once the scan is done is an ordinary change.
+        std::fs::write(ws.join("z-target"), "as the user left it\n").unwrap();
+        let payload = "sleep 1; echo changed > z-target; echo REWROTE";
+        let env = tree.run(&[], payload);
+        assert!(reported(&env), "{case}: control: {env}");
     }
 }

@@ -330,6 +330,9 @@ const MANAGED: [&str; 2] = [
     "/etc/claude-code/managed-settings.json",
     "/etc/claude-code/managed-mcp.json",
 ];
+/// The managed settings' drop-in directory: the CLI (2.1.330) merges every file in it
+/// into the managed settings, hooks and MCP servers included.
+const MANAGED_DROP_INS: &str = "/etc/claude-code/managed-settings.d";
 const PROJECT: [&str; 3] = [
     ".claude/settings.json",
     ".claude/settings.local.json",
@@ -339,9 +342,22 @@ const PROJECT: [&str; 3] = [
 /// Whether the CLI could run a command in the workspace before its first request (see
 /// [`PROJECT`]): then the snapshot is taken before it starts.
 pub fn cli_may_run_commands_at_start(workspace: &Path) -> bool {
-    if MANAGED.iter().any(|f| Path::new(f).exists()) {
-        return true;
-    }
+    managed_settings_exist(&MANAGED, Path::new(MANAGED_DROP_INS))
+        || project_settings_exist(workspace)
+}
+
+/// Whether any of the managed files exists, or the drop-in directory holds anything (or
+/// cannot be read: assume it does). Round thirteen's review found the drop-ins unchecked.
+fn managed_settings_exist(files: &[&str], drop_ins: &Path) -> bool {
+    files.iter().any(|f| Path::new(f).exists())
+        || match std::fs::read_dir(drop_ins) {
+            Ok(mut entries) => entries.next().is_some(),
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        }
+}
+
+/// Whether the workspace or a directory above it (below `$HOME`) holds project settings.
+fn project_settings_exist(workspace: &Path) -> bool {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     workspace
@@ -372,6 +388,17 @@ mod tests {
         std::fs::remove_dir_all(dir.path().join("a/.claude")).unwrap();
         std::fs::write(ws.join(".mcp.json"), "{}").unwrap();
         assert!(cli_may_run_commands_at_start(&ws));
+    }
+
+    #[test]
+    fn a_managed_drop_in_makes_the_snapshot_serial() {
+        let dir = tempfile::tempdir().unwrap();
+        let drop_ins = dir.path().join("managed-settings.d");
+        assert!(!managed_settings_exist(&[], &drop_ins));
+        std::fs::create_dir(&drop_ins).unwrap();
+        assert!(!managed_settings_exist(&[], &drop_ins));
+        std::fs::write(drop_ins.join("10-hooks.json"), "{}").unwrap();
+        assert!(managed_settings_exist(&[], &drop_ins));
     }
 
     #[test]

@@ -608,8 +608,26 @@ fn look(path: &Path, meta: &Stat, caps: &Caps, key: &Key, budget: &mut Budget) -
     };
     let mut bytes = Vec::new();
     // Never more than the budget, even if the file grew since its stat.
-    if file.take(budget.hash_left).read_to_end(&mut bytes).is_err() {
+    if (&file)
+        .take(budget.hash_left)
+        .read_to_end(&mut bytes)
+        .is_err()
+    {
         return entry;
+    }
+    // The stat data were taken before (a pass of their own): a file written since holds
+    // content newer than they say. Its times after the read go with what was read, so
+    // that a change made after the run's first process started is seen as one
+    // (`Scan::changed_since`) instead of hiding in the "before" (found by round
+    // thirteen's review, `tests/sandbox_round13_review.rs`).
+    if let Ok(now) = file.metadata() {
+        let ctime_ns = i128::from(now.ctime()) * 1_000_000_000 + i128::from(now.ctime_nsec());
+        if ctime_ns != entry.ctime_ns || now.ino() != entry.ino {
+            entry.ctime_ns = ctime_ns;
+            entry.mtime_ns = i128::from(now.mtime()) * 1_000_000_000 + i128::from(now.mtime_nsec());
+            entry.size = now.len();
+            entry.ino = now.ino();
+        }
     }
     budget.hash_left = budget.hash_left.saturating_sub(bytes.len() as u64);
     entry.hash = Some(hash(key, &bytes));
