@@ -7,6 +7,9 @@
 //!   with `--allow-tmp`) by comparing paths only: the same directory under another path (a
 //!   bind mount of the grant, or of a directory in it) was let through, and the agent
 //!   rewrote the file through the grant's own path.
+//! * the same refusal took `..` lexically: `W/sub/../../logs/t.jsonl`, where an earlier
+//!   run's agent had made `W/sub` a symlink to `a/b`, read as outside `W`, and the kernel
+//!   opened `W/logs/t.jsonl`.
 //! * a placeholder directory written into before the run's end went back "where it was"
 //!   by its path, after the trash had taken it: an agent of a run with another state
 //!   directory (which no lock excludes), whose tree holds the first run's, turned a
@@ -482,5 +485,58 @@ fn a_file_rewritten_between_the_scans_stat_and_read_is_not_reported_unchanged() 
         let payload = "sleep 1; echo changed > z-target; echo REWROTE";
         let env = tree.run(&[], payload);
         assert!(reported(&env), "{case}: control: {env}");
+    }
+}
+
+/// `--transcript` and `--store` named with a `..` after a symlink: `..` climbs from the
+/// symlink's target, not from where the path's text says. An earlier run's agent, confined
+/// to `w`, turns `w/sub` into a symlink to `a/b` (its own tree); the user then names the
+/// file `w/sub/../../logs/F`, which reads as `logs/F` beside `w` but opens `w/logs/F`,
+/// where the next run's agent rewrites it. Refused now like the plain spelling. Control:
+/// unconfined (no grant to be refused from), the payload lands in `w/logs`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_transcript_or_store_named_with_dotdot_after_a_planted_symlink_is_refused() {
+    common::require_root_and_user_namespaces();
+    let name = "transcript or store through .. after a symlink";
+    for owner in [None, Some(NOBODY)] {
+        for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
+            let tree = Tree::new(owner, &["w/a/b", "w/logs"]);
+            let w = tree.root.join("w");
+            let write = format!("--write={}", w.display());
+            let env = tree.run(
+                &[&write],
+                &format!("ln -s a/b '{}/sub' && echo LINKED", w.display()),
+            );
+            let case = format!("{}: {name}: {flag}", who(owner));
+            assert!(
+                env["result"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("LINKED"),
+                "{case}: {env}"
+            );
+            let real = w.join("logs").join(file);
+            let spelled = format!("{}/sub/../../logs/{file}", w.display());
+            let payload = format!("echo FORGED > '{}' && echo WROTE", real.display());
+            let landed = || {
+                std::fs::read(&real)
+                    .unwrap_or_default()
+                    .starts_with(b"FORGED\n")
+            };
+            let env = tree.run(&[&write, flag, &spelled], &payload);
+            if KNOWN_OPEN.contains(&name) {
+                assert!(landed(), "{case}: now blocked: {env}");
+            } else {
+                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
+                assert!(!landed(), "{case}: the payload landed: {env}");
+            }
+            let _ = std::fs::remove_file(&real);
+            let env = tree.run(
+                &["--sandbox", "danger-full-access", &write, flag, &spelled],
+                &payload,
+            );
+            assert!(landed(), "{case}: control: unconfined: {env}");
+        }
     }
 }

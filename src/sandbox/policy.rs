@@ -1539,7 +1539,10 @@ pub fn agent_write_roots(mode: Mode, write: &[PathBuf], allow_tmp: bool) -> Vec<
 }
 
 /// The first of `roots` (canonical) that holds `path`, lexically or once the symlinks of
-/// its nearest existing ancestor are resolved (the file itself may not exist yet).
+/// its nearest existing ancestor are resolved (the file itself may not exist yet), also
+/// under another path (a bind mount). Resolved both ways: with `..` taken lexically, and
+/// as the kernel opens it, where a `..` after a symlink climbs from the symlink's target
+/// (`W/sub/../../t` is `W/t` when `W/sub` leads to `W/a/b`; round thirteen's review).
 pub fn root_holding<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a Path> {
     let absolute = std::env::current_dir().ok()?.join(path);
     let lexical: PathBuf = absolute.components().fold(PathBuf::new(), |mut acc, c| {
@@ -1552,25 +1555,29 @@ pub fn root_holding<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a Path> {
         }
         acc
     });
-    let (existing, resolved) = lexical
-        .ancestors()
-        .find_map(|dir| {
-            let rest = lexical.strip_prefix(dir).ok()?;
+    // The nearest existing ancestor of `of`, canonical, and `of` below it.
+    let resolve = |of: &Path| {
+        of.ancestors().find_map(|dir| {
+            let rest = of.strip_prefix(dir).ok()?;
             fs::canonicalize(dir)
                 .ok()
                 .map(|c| (c.clone(), c.join(rest)))
         })
-        .unzip();
+    };
+    let resolved: Vec<(PathBuf, PathBuf)> = [resolve(&lexical), resolve(&absolute)]
+        .into_iter()
+        .flatten()
+        .collect();
     let by_path = roots.iter().map(PathBuf::as_path).find(|root| {
-        lexical.starts_with(root) || resolved.as_ref().is_some_and(|r| r.starts_with(root))
+        lexical.starts_with(root) || resolved.iter().any(|(_, r)| r.starts_with(root))
     });
     by_path.or_else(|| {
-        let existing = existing?;
         let mounts = MountTable::read();
-        roots
-            .iter()
-            .map(PathBuf::as_path)
-            .find(|root| same_tree_elsewhere(&existing, root, &mounts))
+        roots.iter().map(PathBuf::as_path).find(|root| {
+            resolved
+                .iter()
+                .any(|(existing, _)| same_tree_elsewhere(existing, root, &mounts))
+        })
     })
 }
 
