@@ -10,6 +10,11 @@
 //! * the same refusal took `..` lexically: `W/sub/../../logs/t.jsonl`, where an earlier
 //!   run's agent had made `W/sub` a symlink to `a/b`, read as outside `W`, and the kernel
 //!   opened `W/logs/t.jsonl`.
+//! * a grant holding a mount of coder's state directory beneath it (`--write m` or
+//!   `--read m` with `m/x` a bind mount of the state directory) was let through: the
+//!   sandbox mounts a grant with its submounts, and the agent wrote into `placeholders/`
+//!   (or could read and hold the locks). The same for `--transcript`/`--store` in a
+//!   directory mounted beneath a `--write` grant.
 //! * a placeholder directory written into before the run's end went back "where it was"
 //!   by its path, after the trash had taken it: an agent of a run with another state
 //!   directory (which no lock excludes), whose tree holds the first run's, turned a
@@ -537,6 +542,93 @@ fn a_transcript_or_store_named_with_dotdot_after_a_planted_symlink_is_refused() 
                 &payload,
             );
             assert!(landed(), "{case}: control: unconfined: {env}");
+        }
+    }
+}
+
+/// coder's state directory (its lock files, registry, transcripts) may not be reached by a
+/// grant: round eleven compared grants with it by path, device and inode, and by where
+/// they lie in their file system, but not the mounts *beneath* a grant, which the sandbox
+/// carries into the private root with the grant. `m/x`, a bind mount of the state
+/// directory, made `--write m` let the agent write `placeholders/` (here a file planted
+/// there) and `--read m` let it read (and `flock`) the lock files. Both are refused now,
+/// naming the state directory. Controls: the same grants without the mount run; and
+/// unconfined (no grant to refuse) the agent writes there through the mount.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_mount_of_the_state_directory_is_refused() {
+    common::require_root_and_user_namespaces();
+    let name = "state directory mounted beneath a grant";
+    for owner in [None, Some(NOBODY)] {
+        for flag in ["--write", "--read"] {
+            let mut tree = Tree::new(owner, &["m", "state/placeholders"]);
+            let case = format!("{}: {name}: {flag}", who(owner));
+            let m = tree.root.join("m");
+            let grant = format!("{flag}={}", m.display());
+            let planted = tree.root.join("state/placeholders/PLANTED");
+            let payload = format!(
+                "ls '{m}/x/placeholders' >/dev/null && echo LISTED; \
+                 touch '{m}/x/placeholders/PLANTED' && echo WROTE",
+                m = m.display()
+            );
+            // Control: without the mount the grant runs (and holds nothing of coder's).
+            let env = tree.run(&[&grant], &payload);
+            assert_eq!(env["success"], true, "{case}: control: {env}");
+            tree.bind("state", "m/x");
+            let env = tree.run(&[&grant], &payload);
+            if KNOWN_OPEN.contains(&name) {
+                let said = env["result"].as_str().unwrap_or_default();
+                assert!(said.contains("LISTED"), "{case}: now blocked: {env}");
+            } else {
+                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
+                let error = env["error"].as_str().unwrap_or_default();
+                assert!(error.contains("state"), "{case}: {env}");
+                assert!(!planted.exists(), "{case}: the payload landed: {env}");
+            }
+            let env = tree.run(&["--sandbox", "danger-full-access", &grant], &payload);
+            assert!(planted.exists(), "{case}: control: unconfined: {env}");
+            let _ = std::fs::remove_file(&planted);
+        }
+    }
+}
+
+/// The same submount for `--transcript` and `--store`: `w/m` a bind mount of `safe`,
+/// `--write w` with the file in `safe` gave it to the agent as `w/m/F`. Refused now.
+/// Control: without the mount the same run goes and the agent cannot reach the file.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_transcript_or_store_in_a_directory_mounted_beneath_a_write_grant_is_refused() {
+    common::require_root_and_user_namespaces();
+    let name = "transcript or store mounted beneath a write grant";
+    for owner in [None, Some(NOBODY)] {
+        for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
+            let mut tree = Tree::new(owner, &["w/m", "safe"]);
+            let case = format!("{}: {name}: {flag}", who(owner));
+            let (w, safe) = (tree.root.join("w"), tree.root.join("safe"));
+            let write = format!("--write={}", w.display());
+            let target = safe.join(file);
+            let through = w.join("m").join(file);
+            let payload = format!("echo FORGED > '{}' && echo WROTE", through.display());
+            let landed = || {
+                std::fs::read(&target)
+                    .unwrap_or_default()
+                    .starts_with(b"FORGED\n")
+            };
+            let env = tree.run(&[&write, flag, target.to_str().unwrap()], &payload);
+            assert_eq!(env["success"], true, "{case}: control: {env}");
+            assert!(
+                !landed(),
+                "{case}: control: landed without the mount: {env}"
+            );
+            let _ = std::fs::remove_file(&target);
+            tree.bind("safe", "w/m");
+            let env = tree.run(&[&write, flag, target.to_str().unwrap()], &payload);
+            if KNOWN_OPEN.contains(&name) {
+                assert!(landed(), "{case}: now blocked: {env}");
+            } else {
+                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
+                assert!(!landed(), "{case}: the payload landed: {env}");
+            }
         }
     }
 }

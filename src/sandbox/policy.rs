@@ -1154,6 +1154,11 @@ impl Grants {
                         .as_ref()
                         .zip(mounts.place(root))
                         .is_some_and(|(dir, root)| root.overlaps(dir))
+                    // A mount beneath the grant that shows `dir` (or a directory holding
+                    // it): the sandbox mounts a grant with its submounts.
+                    || dir_place
+                        .as_ref()
+                        .is_some_and(|dir| mounts.beneath(root).any(|m| m.overlaps(dir)))
             })
     }
 
@@ -1207,6 +1212,18 @@ impl MountTable {
             })
             .collect();
         MountTable(mounts)
+    }
+
+    /// The places shown by the mounts whose mount points lie strictly beneath `path`
+    /// (canonical).
+    fn beneath<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = FsPlace> + 'a {
+        self.0
+            .values()
+            .filter(move |(_, _, point)| point.starts_with(path) && point != path)
+            .map(|(device, root, _)| FsPlace {
+                device: device.clone(),
+                path: root.clone(),
+            })
     }
 
     /// The place of `path` (canonical): its mount's root joined with the rest of the path
@@ -1588,13 +1605,15 @@ pub fn root_holding<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a Path> {
 fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
     let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
     let through_root = id(root).is_some_and(|root| dir.ancestors().any(|a| id(a) == Some(root)));
+    let holds = |root: &FsPlace, dir: &FsPlace| {
+        dir.device == root.device && dir.path.starts_with(&root.path)
+    };
     through_root
-        || mounts
-            .place(dir)
-            .zip(mounts.place(root))
-            .is_some_and(|(dir, root)| {
-                dir.device == root.device && dir.path.starts_with(&root.path)
-            })
+        || mounts.place(dir).is_some_and(|dir| {
+            mounts.place(root).is_some_and(|root| holds(&root, &dir))
+                // A mount beneath the grant that shows `dir` or a directory holding it.
+                || mounts.beneath(root).any(|shown| holds(&shown, &dir))
+        })
 }
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
