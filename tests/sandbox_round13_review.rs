@@ -15,6 +15,12 @@
 //!   sandbox mounts a grant with its submounts, and the agent wrote into `placeholders/`
 //!   (or could read and hold the locks). The same for `--transcript`/`--store` in a
 //!   directory mounted beneath a `--write` grant.
+//! * the ask server ends at its CLI's SIGTERM when no call is held, and outlives anyone
+//!   else's; "its CLI's" was told by the sender pid in the signal's info, which a signal
+//!   queued with `rt_sigqueueinfo` sets as it likes: any process of the user (an agent's
+//!   tool) ended it with one naming the CLI. (The agent could already kill it outright:
+//!   a tool command may signal the server; ending it loses no question coder sees, since
+//!   questions are taken from the CLI's stream.)
 //! * a placeholder directory written into before the run's end went back "where it was"
 //!   by its path, after the trash had taken it: an agent of a run with another state
 //!   directory (which no lock excludes), whose tree holds the first run's, turned a
@@ -630,5 +636,85 @@ fn a_transcript_or_store_in_a_directory_mounted_beneath_a_write_grant_is_refused
                 assert!(!landed(), "{case}: the payload landed: {env}");
             }
         }
+    }
+}
+
+/// Sends SIGTERM to `argv[1]` with `rt_sigqueueinfo`, its info naming `argv[2]` as sender.
+const FORGE_SIGTERM: &str = r#"
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+info = ctypes.create_string_buffer(128)
+struct.pack_into('iii', info, 0, 15, 0, -1)  # SIGTERM, no errno, SI_QUEUE
+struct.pack_into('iI', info, 16, int(sys.argv[2]), os.getuid())
+print('SENT' if libc.syscall(129, int(sys.argv[1]), 15, info) == 0 else 'REFUSED')
+"#;
+
+/// `coder ask-server` ends at its parent's (the CLI's) SIGTERM when no call is held, and
+/// outlives everyone else's. A SIGTERM queued by another process of the user with a
+/// forged sender (the CLI's pid) ended it too; it is outlived now. Control: the parent's
+/// own `kill` ends it at once. (Here the test is the parent, as the CLI would be.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_forged_sigterm_naming_the_cli_does_not_end_the_ask_server() {
+    use std::io::{BufRead, Write};
+    common::require_root_and_user_namespaces();
+    let name = "forged SIGTERM ends the ask server";
+    let me = std::process::id().to_string();
+    for owner in [None, Some(NOBODY)] {
+        let case = format!("{}: {name}", who(owner));
+        let mut server = std::process::Command::new(common::CODER);
+        server
+            .arg("ask-server")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        sandbox_fixture::as_owner(&mut server, owner);
+        let mut server = server.spawn().unwrap();
+        let mut stdin = server.stdin.take().unwrap();
+        let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+        // Its answer to `initialize` says it is serving (its signal thread is running).
+        stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\"}\n")
+            .unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.contains("serverInfo"), "{case}: {line}");
+        let pid = server.id().to_string();
+        let mut forge = std::process::Command::new("python3");
+        forge.args(["-c", FORGE_SIGTERM, &pid, &me]);
+        sandbox_fixture::as_owner(&mut forge, owner);
+        let out = forge.output_bounded();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("SENT"),
+            "{case}: {out:?}"
+        );
+        let ended_within = |server: &mut std::process::Child, ms: u64| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+            while std::time::Instant::now() < deadline {
+                if server.try_wait().unwrap().is_some() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            false
+        };
+        let ended = ended_within(&mut server, 1000);
+        if KNOWN_OPEN.contains(&name) {
+            assert!(ended, "{case}: now outlived");
+        } else {
+            assert!(!ended, "{case}: the forged SIGTERM ended it");
+            // Control: the parent's own SIGTERM ends it at once.
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(server.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+            assert!(
+                ended_within(&mut server, 10_000),
+                "{case}: control: outlived its parent's SIGTERM"
+            );
+        }
+        drop(stdin);
+        let _ = server.kill();
+        let _ = server.wait();
     }
 }

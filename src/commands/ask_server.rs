@@ -163,7 +163,7 @@ fn send(out: &mut impl Write, message: &Value) -> std::io::Result<()> {
 /// (seen in CI). The server ends when its stdin closes, which is when the CLI is gone, or
 /// by the SIGKILL the tree stop sends to whatever outlives its grace.
 ///
-/// One SIGTERM does end it: the CLI's own (our parent's), sent when the CLI exits normally
+/// One SIGTERM does end it: the CLI's own (our parent's, sent with `kill`), sent when the CLI exits normally
 /// and shuts its MCP servers down, while no call is held. The CLI then waits for the server
 /// and kills it only after 400 ms (measured with strace: every run with `--allow-questions`
 /// took that much longer while the server held through it).
@@ -186,7 +186,13 @@ fn hold_through_termination(held: &'static AtomicBool) {
         .name("ask-server-signals".into())
         .spawn(move || {
             while let Ok(info) = signals.read_signal() {
-                let from_cli = info.is_some_and(|i| i.ssi_pid as i32 == parent);
+                // Sent by `kill` (SI_USER), whose sender the kernel fills in: a signal
+                // queued with `rt_sigqueueinfo` carries a sender pid of the caller's
+                // choosing (round thirteen's review: an agent's tool ended the server with
+                // one naming the CLI).
+                let from_cli = info.is_some_and(|i| {
+                    i.ssi_pid as i32 == parent && i.ssi_code == nix::libc::SI_USER
+                });
                 if from_cli && !held.load(Ordering::SeqCst) {
                     std::process::exit(0);
                 }
