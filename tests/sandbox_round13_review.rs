@@ -7,6 +7,7 @@
 //!   with `--allow-tmp`) by comparing paths only: the same directory under another path (a
 //!   bind mount of the grant, or of a directory in it) was let through, and the agent
 //!   rewrote the file through the grant's own path.
+//! * and it left out the tool caches `--tool-caches` makes writable (`~/.cache/pip`, …).
 //! * the same refusal took `..` lexically: `W/sub/../../logs/t.jsonl`, where an earlier
 //!   run's agent had made `W/sub` a symlink to `a/b`, read as outside `W`, and the kernel
 //!   opened `W/logs/t.jsonl`.
@@ -716,5 +717,42 @@ fn a_forged_sigterm_naming_the_cli_does_not_end_the_ask_server() {
         drop(stdin);
         let _ = server.kill();
         let _ = server.wait();
+    }
+}
+
+/// `--tool-caches` gives the agent `~/.cache/pip` and the other caches to write, like a
+/// `--write` path: a transcript or store there was let through and rewritten. Refused now.
+/// Control: without `--tool-caches` the same file runs and stays coder's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_transcript_or_store_in_a_writable_tool_cache_is_refused() {
+    common::require_root_and_user_namespaces();
+    let name = "transcript or store in a writable tool cache";
+    for owner in [None, Some(NOBODY)] {
+        for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
+            let tree = Tree::new(owner, &["home/.cache/pip"]);
+            let case = format!("{}: {name}: {flag}", who(owner));
+            let target = tree.root.join("home/.cache/pip").join(file);
+            let payload = format!("echo FORGED > '{}' && echo WROTE", target.display());
+            let landed = || {
+                std::fs::read(&target)
+                    .unwrap_or_default()
+                    .starts_with(b"FORGED\n")
+            };
+            let env = tree.run(&[flag, target.to_str().unwrap()], &payload);
+            assert_eq!(env["success"], true, "{case}: control: {env}");
+            assert!(
+                !landed(),
+                "{case}: control: landed without --tool-caches: {env}"
+            );
+            let _ = std::fs::remove_file(&target);
+            let env = tree.run(&["--tool-caches", flag, target.to_str().unwrap()], &payload);
+            if KNOWN_OPEN.contains(&name) {
+                assert!(landed(), "{case}: now blocked: {env}");
+            } else {
+                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
+                assert!(!landed(), "{case}: the payload landed: {env}");
+            }
+        }
     }
 }

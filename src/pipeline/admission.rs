@@ -271,12 +271,12 @@ fn refuse_in_agent_grant(location: &Location, request: &RunRequest) -> Result<()
         return Ok(());
     };
     let args = &request.sandbox_args;
-    let roots = crate::sandbox::agent_write_roots(request.sandbox, &args.write, args.allow_tmp);
+    let roots = crate::sandbox::agent_write_roots(request.sandbox, args);
     match crate::sandbox::root_holding(path, &roots) {
         Some(root) => Err(refuse(
             ErrorKind::ConfigError,
             format!(
-                "the store {} lies in {}, which the agent may write (--write or --allow-tmp): \
+                "the store {} lies in {}, which the agent may write (--write, --allow-tmp or --tool-caches): \
                  it could rewrite the slots, cooldowns and routing ledger later runs trust",
                 path.display(),
                 root.display()

@@ -975,10 +975,10 @@ fn refuse_in_agent_grant(
     sandbox: SandboxMode,
     args: &crate::sandbox::AgentSandboxArgs,
 ) -> Result<(), ArgError> {
-    let roots = crate::sandbox::agent_write_roots(sandbox, &args.write, args.allow_tmp);
+    let roots = crate::sandbox::agent_write_roots(sandbox, args);
     match crate::sandbox::root_holding(path, &roots) {
         Some(root) => Err(ArgError::Invalid(format!(
-            "--transcript {} lies in {}, which the agent may write (--write or --allow-tmp): \
+            "--transcript {} lies in {}, which the agent may write (--write, --allow-tmp or --tool-caches): \
              it could rewrite the transcript; write it elsewhere or narrow the grant",
             path.display(),
             root.display()

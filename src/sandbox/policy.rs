@@ -1540,17 +1540,29 @@ fn refuse_private_shm(canonical: &Path) -> Result<(), SandboxError> {
 }
 
 /// What a confined agent may write besides the workspace, from the run mode's `--write`
-/// paths and `--allow-tmp` (canonical where they exist; nothing when unconfined, where the
+/// paths, `--allow-tmp` and `--tool-caches` (canonical where they exist; nothing when unconfined, where the
 /// agent may write whatever the user can). coder's own files that the user places (a
 /// `--transcript`, a SQLite `--store`) must not lie in them: the agent could rewrite them.
-pub fn agent_write_roots(mode: Mode, write: &[PathBuf], allow_tmp: bool) -> Vec<PathBuf> {
+pub fn agent_write_roots(mode: Mode, args: &super::AgentSandboxArgs) -> Vec<PathBuf> {
     if !mode.is_confined() {
         return Vec::new();
     }
     let canonical = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let mut roots: Vec<PathBuf> = write.iter().map(|p| canonical(p)).collect();
-    if allow_tmp {
+    let mut roots: Vec<PathBuf> = args.write.iter().map(|p| canonical(p)).collect();
+    if args.allow_tmp {
         roots.push(canonical(Path::new("/tmp")));
+    }
+    // The tool caches `--tool-caches` makes writable (as `Policy::resolve` grants them).
+    if args.tool_caches
+        && mode == Mode::WorkspaceWrite
+        && let Some(home) = env_path("HOME").and_then(|h| fs::canonicalize(h).ok())
+    {
+        roots.extend(
+            super::home::home_grants(&home, true)
+                .into_iter()
+                .filter(|(_, access)| *access == super::home::HomeAccess::Write)
+                .map(|(path, _)| canonical(&path)),
+        );
     }
     roots
 }
