@@ -35,6 +35,12 @@
 //!   content, so the safety net (files changed after the run's first process started)
 //!   missed it and the ledger reported it unchanged.
 //!
+//! Looked at and held (no test of their own here): the proxy holds CONNECT and plain
+//! requests alike before anything goes upstream, and the sandbox's network namespace has no
+//! other way out; a workspace that is the home directory (whose `.claude` the serial
+//! fallback skips) is refused as a workspace; the trash is pruned by `rmdir` of names in a
+//! directory opened without following symlinks, so a prune removes nothing outside it.
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
