@@ -693,6 +693,16 @@ impl RunArgs {
             .sandbox
             .or(file.sandbox)
             .unwrap_or(SandboxMode::WorkspaceWrite);
+        // A workspace no confined run may have is the caller's --cd to change: refused
+        // here, before the change ledger would walk all of it (`/`, the home directory).
+        if sandbox.is_confined()
+            && let Some(reason) = crate::sandbox::workspace_refusal_here(&workspace)
+        {
+            return Err(ArgError::Invalid(format!(
+                "--cd {}: {reason}",
+                workspace.display()
+            )));
+        }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
         }
