@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Fake, steps};
+use common::{Bounded, Fake, steps};
 use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
@@ -47,4 +47,109 @@ fn a_refused_workspace_is_a_config_error_and_nothing_starts() {
         );
         assert!(!fake.has_record(), "the child ran in {dir:?}");
     }
+}
+
+/// A key given twice in the `--request` JSON (or in `--answers`/`--json-schema` JSON) is
+/// refused naming the key; the last one used to win silently.
+#[test]
+fn a_key_given_twice_in_request_json_is_refused() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let request = fake.root().join("request.json");
+    std::fs::write(
+        &request,
+        r#"{"PROMPT": "fix the bug", "sandbox": "read-only", "sandbox": "danger-full-access"}"#,
+    )
+    .unwrap();
+    let out = fake.coder().arg("--request").arg(&request).run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap();
+    assert!(
+        message.contains("the key \"sandbox\" is given twice"),
+        "{}",
+        out.explain()
+    );
+    // From stdin, and nested inside a value the request carries.
+    let out = fake
+        .coder()
+        .arg("--request")
+        .arg("-")
+        .stdin(r#"{"PROMPT": "x", "json_schema": {"type": "object", "type": "array"}}"#)
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"type\" is given twice (at $.json_schema.type)"),
+        "{}",
+        out.explain()
+    );
+    let out = fake
+        .coder()
+        .arg("--json-schema")
+        .arg(r#"{"type": "object", "required": [], "required": ["a"]}"#)
+        .arg("task")
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"required\" is given twice"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A flag given an empty (or blank) value, as a shell variable that was not set gives it,
+/// is a usage error naming the flag; `--target ""` and the like used to be taken as
+/// nothing, `--store ""` as the default store.
+#[test]
+fn an_empty_flag_value_is_refused_naming_the_flag() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let flags = [
+        "--target",
+        "--task-type",
+        "--requirement",
+        "--constraint",
+        "--acceptance",
+        "--deny",
+        "--protect",
+        "--allow-host",
+        "--store",
+        "--json-schema",
+        "--answers",
+    ];
+    for flag in flags {
+        for value in ["", "  "] {
+            let out = fake.coder().arg(flag).arg(value).arg("task").run();
+            let detail = out.assert_failure("config_error", 2);
+            let message = detail["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("for '{flag} <")) && message.contains("it is empty"),
+                "{flag} {value:?}: {}",
+                out.explain()
+            );
+        }
+    }
+    // An empty CODER_STORE still counts as unset, as every CODER_* variable does.
+    fake.coder()
+        .env("CODER_STORE", "")
+        .arg("task")
+        .run()
+        .assert_success("should not run");
+    // `coder sandbox` refuses them too.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["sandbox", "--cd"])
+        .arg(fake.workspace())
+        .args(["--deny", "", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("'--deny <GLOB>': it is empty"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -68,7 +68,7 @@ struct SandboxArgs {
     tool_caches: bool,
     /// Let the command reach HOST[:PORT] (default port 443) through coder's egress proxy
     /// (repeatable; presets @npm, @crates, @pypi, @github).
-    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = crate::text::non_blank)]
     allow_host: Vec<String>,
     /// Same as --allow-host 127.0.0.1:N (kept for old scripts; the command's network is
     /// its own loopback plus the proxy).
@@ -76,12 +76,12 @@ struct SandboxArgs {
     connect_port: Vec<u16>,
     /// Add a non-accessible glob (repeatable; the defaults .env, .env.*, *.pem, *.key,
     /// secrets/**, private keys, .npmrc, .netrc, kubeconfig... always apply).
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     deny: Vec<String>,
     /// Also protect these workspace paths (repeatable): readable, not writable, creatable,
     /// deletable or renamable. Default .claude/**, .mcp.json, .vscode/**, .idea/**,
     /// .envrc, .githooks/**, .husky/**.
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).
     #[arg(long)]

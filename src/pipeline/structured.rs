@@ -127,11 +127,12 @@ impl JsonSchema {
     }
 
     fn from_text(text: &str, what: &str, origin: &str) -> Result<JsonSchema, SchemaError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| SchemaError::NotJson {
-            what: what.to_owned(),
-            origin: origin.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let value: Value =
+            crate::text::json::parse_strict(text).map_err(|e| SchemaError::NotJson {
+                what: what.to_owned(),
+                origin: origin.to_owned(),
+                reason: e.to_string(),
+            })?;
         JsonSchema::from_value(value, what, origin)
     }
 

@@ -165,19 +165,19 @@ pub struct AgentSandboxArgs {
     pub tool_caches: bool,
     /// Add a non-accessible glob (repeatable): matching files read as empty. Always on:
     /// .env, .env.*, *.pem, *.key, secrets/**, private keys, .npmrc, .netrc, kubeconfig...
-    #[arg(long = "deny", value_name = "GLOB")]
+    #[arg(long = "deny", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub deny: Vec<String>,
     /// Also protect these workspace paths (repeatable): readable, but not writable,
     /// creatable, deletable or renamable by the agent. Default .claude/**, .mcp.json,
     /// .vscode/**, .idea/**, .envrc, .githooks/**, .husky/**.
-    #[arg(long = "protect", value_name = "GLOB")]
+    #[arg(long = "protect", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).
     #[arg(long = "no-protect")]
     pub no_protect: bool,
     /// Let the agent reach `HOST[:PORT]` (default port 443) through coder's egress proxy,
     /// besides the backend (repeatable; presets @npm, @crates, @pypi, @github).
-    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = crate::text::non_blank)]
     pub allow_hosts: Vec<String>,
 }
 
