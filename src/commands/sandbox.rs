@@ -107,7 +107,7 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     if let Some(dir) = &parsed.cd
         && let Err(reason) = check_cd(dir)
     {
-        eprintln!("coder sandbox: --cd {}: {reason}", dir.display());
+        super::sandbox_fork::say(&format!("--cd {}: {reason}", dir.display()));
         return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
     }
     // Held until the command is forked (see `HeldSignals`): from here on, what the policy
@@ -115,14 +115,14 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     let held = match HeldSignals::hold() {
         Ok(held) => held,
         Err(e) => {
-            eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            super::sandbox_fork::say(&one_line(&e.to_string()));
             return ExitCode::from(EXIT_SANDBOX_ERROR);
         }
     };
     match run(parsed, held) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            super::sandbox_fork::say(&one_line(&e.to_string()));
             // A bad argument (a path, glob or host the caller gave, grants that would
             // hand the agent coder's own state): the caller's to change.
             if e.is_bad_argument() {
@@ -166,7 +166,7 @@ fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
     let mut policy = Policy::resolve(&opts)?;
     for line in &policy.warnings {
         if line.starts_with(crate::sandbox::gitguard::LATE_PREFIX) {
-            eprintln!("coder sandbox: {line}");
+            super::sandbox_fork::say(line);
         }
     }
     // From here on the policy's run directory and placeholders exist: every way out
