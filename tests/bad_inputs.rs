@@ -153,3 +153,35 @@ fn an_empty_flag_value_is_refused_naming_the_flag() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The same values empty in a `--request` JSON say what is empty, not that a file named ""
+/// cannot be read.
+#[test]
+fn an_empty_value_in_request_json_says_it_is_empty() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let cases = [
+        (
+            json!({"PROMPT": "x", "json_schema": ""}),
+            "json_schema in the --request JSON is empty: give the JSON Schema",
+        ),
+        (
+            json!({"PROMPT": "x", "answers": " "}),
+            "--answers is empty: expected a list of answers",
+        ),
+    ];
+    for (request, says) in cases {
+        let out = fake
+            .coder()
+            .arg("--request")
+            .arg("-")
+            .stdin(request.to_string())
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        assert!(
+            detail["message"].as_str().unwrap().contains(says),
+            "{}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}

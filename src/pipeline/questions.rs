@@ -199,6 +199,11 @@ impl QuestionArgs {
 /// The answers given to `--answers` or the request file's `answers`: JSON text, a file
 /// holding it, or (from a request file) the JSON value itself.
 pub fn read_answers(arg: &str) -> Result<Vec<String>, String> {
+    if arg.trim().is_empty() {
+        return Err(format!(
+            "--answers is empty: {ANSWERS_SHAPE}, or a file holding them"
+        ));
+    }
     let trimmed = arg.trim_start();
     let text = if trimmed.starts_with('[') || trimmed.starts_with('{') || trimmed.starts_with('"') {
         arg.to_owned()
