@@ -185,3 +185,23 @@ fn an_empty_value_in_request_json_says_it_is_empty() {
     }
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A run refused before it starts for `--worktree` outside a git work tree, or a `--backend
+/// auto` with no usable backend, still reports the run's limits in `error_detail` (they
+/// were 0 and 0).
+#[test]
+fn a_run_refused_before_it_starts_reports_its_limits() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for args in [&["--worktree"][..], &["--backend", "auto:glm"][..]] {
+        let out = fake
+            .coder()
+            .args(args)
+            .args(["--timeout", "5", "--max-duration", "9", "task"])
+            .env_remove("ZAI_API_KEY")
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        assert_eq!(detail["idle_timeout_s"], json!(5.0), "{}", out.explain());
+        assert_eq!(detail["max_duration_s"], json!(9.0), "{}", out.explain());
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
