@@ -125,3 +125,47 @@ fn sandbox_git_guard_lines_redact_a_known_value_in_a_path() {
     assert!(!err.contains(KNOWN), "{err}");
     assert!(ws.join(KNOWN).join(".git").exists(), "{err}");
 }
+
+/// The key pasted where the config file names its variable (`key_env = "<the key>"`): the
+/// run's `config_error` and `coder doctor` show only its first characters (they printed it
+/// three times: `reads its API key from $KEY, … export KEY=<your key>`).
+#[test]
+fn a_key_pasted_as_key_env_is_not_printed() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[backends.mine]\nbase_url = \"https://x.example\"\nkey_env = \"{PASSWORD}\"\n"),
+    )
+    .unwrap();
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake
+        .coder()
+        .arg("--config")
+        .arg(&config)
+        .args(["--backend", "mine", "task"])
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"].as_str().unwrap().contains(
+            "key_env 'Zq8… (23 characters)' names no set variable and looks like an API key"
+        ),
+        "{}",
+        out.explain()
+    );
+    assert!(!out.stdout.contains(PASSWORD), "{}", out.explain());
+    let config = config.to_str().unwrap();
+    let report = text(&doctor(
+        home.path(),
+        &[
+            "--config",
+            config,
+            "--backend",
+            "mine",
+            "--connect-timeout",
+            "0.2",
+        ],
+    ));
+    assert!(report.contains("looks like an API key"), "{report}");
+    assert!(!report.contains(PASSWORD), "{report}");
+}

@@ -312,6 +312,12 @@ fn api_connection(
                 ),
             })?;
         match env.get(&var) {
+            None if looks_like_a_key(&var) => {
+                return Err(ConfigError::KeyEnvLooksLikeKey {
+                    backend: name.to_owned(),
+                    shown: shown_url(&var),
+                });
+            }
             None => {
                 key_problem = Some(ConfigError::KeyUnset {
                     backend: name.to_owned(),
@@ -499,4 +505,14 @@ fn shown_url(url: &str) -> String {
     }
     let start: String = url.chars().take(3).collect();
     format!("{start}… ({} characters)", url.chars().count())
+}
+
+/// Whether a `key_env` value looks like a key rather than a variable's name: 16 or more
+/// characters mixing lower- and upper-case letters and digits (variable names are upper
+/// case by convention; keys are random).
+fn looks_like_a_key(var: &str) -> bool {
+    var.len() >= 16
+        && var.bytes().any(|b| b.is_ascii_lowercase())
+        && var.bytes().any(|b| b.is_ascii_uppercase())
+        && var.bytes().any(|b| b.is_ascii_digit())
 }
