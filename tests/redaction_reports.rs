@@ -169,3 +169,35 @@ fn a_key_pasted_as_key_env_is_not_printed() {
     assert!(report.contains("looks like an API key"), "{report}");
     assert!(!report.contains(PASSWORD), "{report}");
 }
+
+/// An `--allow-host` given with a user and password (a URL pasted whole, or `user:pw@host`)
+/// is refused without printing them, by the run mode and by `coder sandbox`.
+#[test]
+fn an_allow_host_with_a_password_is_refused_without_it() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for value in [
+        format!("https://coder:{PASSWORD}@example.com"),
+        format!("coder:{PASSWORD}@example.com:8443"),
+    ] {
+        let out = fake.coder().args(["--allow-host", &value, "task"]).run();
+        let detail = out.assert_failure("config_error", 78);
+        assert!(
+            detail["message"]
+                .as_str()
+                .unwrap()
+                .contains("invalid --allow-host \"[REDACTED]@example.com"),
+            "{}",
+            out.explain()
+        );
+        assert!(!out.stdout.contains(PASSWORD), "{}", out.explain());
+        let sandbox = Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd"])
+            .arg(fake.workspace())
+            .args(["--allow-host", &value, "--", "true"])
+            .stdin(Stdio::null())
+            .output_bounded();
+        let all = text(&sandbox);
+        assert!(all.contains("without a user or password"), "{all}");
+        assert!(!all.contains(PASSWORD), "{all}");
+    }
+}
