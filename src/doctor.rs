@@ -100,6 +100,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
     pub checks: Vec<Check>,
+    /// The credentials of the environment and the backend, for [`Report::redact`].
+    #[serde(skip)]
+    secrets: Vec<String>,
 }
 
 impl Report {
@@ -110,7 +113,17 @@ impl Report {
             ok: checks.iter().all(|c| c.status != Status::Fail),
             backend,
             checks,
+            secrets: Vec::new(),
         }
+    }
+
+    /// `text` (the report rendered or as JSON) with the known credentials and token shapes
+    /// redacted, as everything else coder prints: a check's message may quote a value the
+    /// user gave (a URL, a file's line) or an error that holds one.
+    pub fn redact(&self, text: &str) -> String {
+        crate::text::Secrets::new(&self.secrets)
+            .redact(text)
+            .into_owned()
     }
 
     /// The report for humans.
@@ -216,7 +229,17 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
         Ok(r) => check_network(&r.backend, timeout),
         Err(_) => Check::new("network", Status::Skip, "no usable backend to connect to"),
     });
-    Report::new(backend_name, checks)
+    let mut report = Report::new(backend_name, checks);
+    report.secrets = crate::text::names::secret_values(env);
+    if let Ok(r) = &resolution {
+        report.secrets.extend(
+            r.backend
+                .secret_values()
+                .into_iter()
+                .filter_map(|v| v.to_str().map(str::to_owned)),
+        );
+    }
+    report
 }
 
 fn check_config(args: &BackendArgs, env: &[(OsString, OsString)]) -> Check {
@@ -286,9 +309,10 @@ fn check_backend(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.to_string_lossy().into_owned())
     };
-    let url = backend
-        .base_url()
-        .unwrap_or("(set when the replay server starts)");
+    let url = backend.base_url().map_or(
+        "(set when the replay server starts)".into(),
+        crate::text::redact::url_without_password,
+    );
     let key = match backend.credential() {
         Some(c) => format!("key from {} as {}", c.source, c.scheme.variable()),
         None => "the caller's own credentials".to_owned(),
@@ -304,7 +328,12 @@ fn check_backend(
     )
     .detail("name", backend.name())
     .detail("kind", backend.kind().as_str())
-    .detail("base_url", backend.base_url().map(str::to_owned))
+    .detail(
+        "base_url",
+        backend
+            .base_url()
+            .map(|u| crate::text::redact::url_without_password(u).into_owned()),
+    )
     .detail(
         "claude_config_dir",
         backend.claude_config_dir().path.display().to_string(),

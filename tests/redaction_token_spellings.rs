@@ -87,8 +87,19 @@ const TOKENS: [Token; 13] = [
 
 /// `Authorization` headers as code and tools print them, each with the value a reader
 /// must not see: a `Basic` user and password (base64 without a digit), GitHub's `token`
-/// scheme, upper-case `BEARER`, a raw key, JSON's quoted header.
-const HEADERS: [(&str, &str); 6] = [
+/// scheme, upper-case `BEARER`, a raw key, JSON's quoted header, a scheme in mixed case;
+/// and Anthropic's `x-api-key` header, as curl and the SDKs print it and as Go
+/// canonicalises it (`X-Api-Key`).
+const HEADERS: [(&str, &str); 9] = [
+    ("x-api-key: Zk4Wq8Xr2Ty6Up0Io", "Zk4Wq8Xr2Ty6Up0Io"),
+    (
+        r#"\"X-Api-Key\": \"Mn3Bv7Cx1Zl5Kj9Hg\""#,
+        "Mn3Bv7Cx1Zl5Kj9Hg",
+    ),
+    (
+        "authorization: BeArEr Pq2Wo6Ei0Ru4Ty8Yu",
+        "Pq2Wo6Ei0Ru4Ty8Yu",
+    ),
     (
         "Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l",
         "YWxhZGRpbjpvcGVuc2VzYW1l",
@@ -120,7 +131,9 @@ const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
 const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
 
 /// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
-const PROSE: [&str; 16] = [
+const PROSE: [&str; 18] = [
+    "x-api-key: your-api-key-here",
+    "set the X-Api-Key header to the key",
     "Bearer authentication",
     r"Bearer\tauthentication",
     r"\u0042earer\u0020authentication",

@@ -116,6 +116,7 @@ fn a_cassette_needing_a_workspace_says_so() {
     assert_eq!(output.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no workspace was given"), "{stderr}");
+    assert!(stderr.contains("pass --workspace DIR"), "{stderr}");
 }
 
 #[test]

@@ -119,13 +119,27 @@ fn waits_on_stdin(pid: u32) -> bool {
 }
 
 /// `echo task | coder` whose pipe never ends (`sleep | coder`, a forgotten heredoc): a
-/// Ctrl-C while coder waits for the prompt still ends in a `cancelled` envelope.
+/// Ctrl-C while coder waits for the prompt (or the `--request -` JSON) still ends in a
+/// `cancelled` envelope that says what it waited for.
 #[test]
 fn sigint_while_waiting_for_the_prompt_on_stdin_is_cancelled() {
+    for (args, awaited) in [
+        (&[][..], "waited for the prompt on stdin"),
+        (
+            &["--request", "-"][..],
+            "waited for the --request JSON on stdin",
+        ),
+    ] {
+        sigint_while_waiting_on_stdin(args, awaited);
+    }
+}
+
+fn sigint_while_waiting_on_stdin(args: &[&str], awaited: &str) {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let fake = Fake::new(json!(steps::answer("should not run")));
     let mut child = Command::new(common::CODER)
+        .args(args)
         .arg("--cd")
         .arg(fake.workspace())
         .arg("--claude-bin")
@@ -168,7 +182,7 @@ fn sigint_while_waiting_for_the_prompt_on_stdin_is_cancelled() {
     assert!(
         envelope["error"]
             .as_str()
-            .is_some_and(|e| e.contains("SIGINT") && e.contains("stdin")),
+            .is_some_and(|e| e.contains("SIGINT") && e.contains(awaited)),
         "{envelope}"
     );
     assert!(!fake.has_record(), "the child must not be started");

@@ -82,13 +82,14 @@ fn missing_command_exits_127() {
 
 #[test]
 fn home_as_workspace_is_refused_with_one_line() {
+    // The caller's --cd to change, not a sandbox that cannot be had: config_error's 78.
     let d = dirs();
     let home = d.home.display().to_string();
     let out = sandbox(&d, &["--cd", &home], &["true"]);
-    assert_eq!(out.status.code(), Some(71));
+    assert_eq!(out.status.code(), Some(78));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("coder sandbox: workspace"), "{err}");
+    assert!(err.starts_with("coder sandbox: --cd "), "{err}");
     assert!(err.contains("home directory"), "{err}");
 }
 

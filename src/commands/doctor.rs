@@ -27,5 +27,5 @@ pub fn doctor_command(args: &[OsString]) -> ExitCode {
     } else {
         ExitCode::FAILURE
     };
-    super::print_then(&text, code)
+    super::print_then(&report.redact(&text), code)
 }

@@ -262,6 +262,7 @@ fn run_output_schema() -> Option<Arc<JsonObject>> {
 
 fn tools() -> Vec<Tool> {
     let seconds = json!({"type": "number", "minimum": 0});
+    let wait_seconds = json!({"type": "number", "minimum": 0, "maximum": MAX_WAIT_S});
     let run_id = json!({"type": "string", "description": "the run_id a coder call returned"});
     let mut tools = vec![
         tool(
@@ -290,13 +291,13 @@ fn tools() -> Vec<Tool> {
                     "allow_questions": {"type": "boolean", "description": "offer the model ask_user: it may stop the run (needs_input) with questions; default on with a contract"},
                     "answers": {"type": "array", "items": {"type": "string"}, "description": "answers to the questions of the needs_input run of SESSION_ID, in order (PROMPT may then be empty)"},
                     "backend": {"type": "string", "description": "a backend profile name, or auto[:a,b]"},
-                    "wait_s": seconds}}),
+                    "wait_s": wait_seconds}}),
         ),
         tool(
             "coder_wait",
             "Wait up to wait_s (default 50) for a run; returns its envelope, or {status: running}.",
             json!({"type": "object", "additionalProperties": false, "required": ["run_id"],
-                   "properties": {"run_id": run_id, "wait_s": seconds}}),
+                   "properties": {"run_id": run_id, "wait_s": wait_seconds}}),
         ),
         tool(
             "coder_status",
@@ -391,9 +392,10 @@ impl Server {
             "coder" => self.coder(parse(args)?, progress, context).await?,
             "coder_wait" => {
                 let a: WaitArgs = parse(args)?;
+                let limit = wait_s(a.wait_s)?;
                 let run = self.find(&a.run_id)?;
                 let wait = Wait {
-                    limit: wait_s(a.wait_s),
+                    limit,
                     cancel_on_abort: false,
                 };
                 wait_for(&a.run_id, &run, wait, progress, context).await
@@ -455,14 +457,17 @@ fn text_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
-fn wait_s(requested: Option<f64>) -> Duration {
+/// The time a call may wait for its run: `wait_s` (default 50 s), from 0 to 3600. A value
+/// outside that range is refused, not clamped: a caller asking for `-1` or a day gets
+/// told, instead of a wait it did not ask for.
+fn wait_s(requested: Option<f64>) -> Result<Duration, String> {
     let s = requested.unwrap_or(DEFAULT_WAIT_S);
-    let s = if s.is_finite() {
-        s.clamp(0.0, MAX_WAIT_S)
-    } else {
-        DEFAULT_WAIT_S
-    };
-    Duration::from_secs_f64(s)
+    if !(0.0..=MAX_WAIT_S).contains(&s) {
+        return Err(format!(
+            "bad arguments: wait_s must be a number of seconds from 0 to {MAX_WAIT_S} (got {s})"
+        ));
+    }
+    Ok(Duration::from_secs_f64(s))
 }
 
 impl Server {
@@ -515,6 +520,7 @@ impl Server {
         if a.prompt.trim().is_empty() && a.answers.is_none() {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
+        let limit = wait_s(a.wait_s)?;
         let cd = self.workspace(a.cd.as_deref())?;
         // The id the run's journal takes too: `coder runs show RUN_ID` finds it.
         let run_id = crate::pipeline::run::new_run_id();
@@ -526,7 +532,7 @@ impl Server {
             .unwrap_or_else(|p| p.into_inner())
             .insert(run_id.clone(), run.clone());
         let wait = Wait {
-            limit: wait_s(a.wait_s),
+            limit,
             cancel_on_abort: true,
         };
         Ok(wait_for(&run_id, &run, wait, progress, context).await)

@@ -265,6 +265,11 @@ pub(crate) fn request_from(
     invalid: impl FnOnce(String) -> Output,
 ) -> Result<RunRequest, Output> {
     let limits = parsed.known_limits();
+    let awaited = if parsed.request.as_deref() == Some(std::path::Path::new("-")) {
+        "the --request JSON"
+    } else {
+        "the prompt"
+    };
     let Ok(mut stdin) = supervise::signals::CancellableStdin::hold() else {
         // No signalfd: read as any program does (a signal then ends coder unannounced,
         // rather than waiting, held, for a stdin that may never end).
@@ -281,7 +286,7 @@ pub(crate) fn request_from(
         let name = supervise::signals::signal_name(signo);
         return Err(early_error(
             ErrorKind::Cancelled,
-            format!("cancelled by {name} while coder waited for the prompt on stdin"),
+            format!("cancelled by {name} while coder waited for {awaited} on stdin"),
             crate::exit::cancelled_exit_code(signo),
             limits,
         ));

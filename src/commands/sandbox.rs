@@ -68,7 +68,7 @@ struct SandboxArgs {
     tool_caches: bool,
     /// Let the command reach HOST[:PORT] (default port 443) through coder's egress proxy
     /// (repeatable; presets @npm, @crates, @pypi, @github).
-    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = crate::text::non_blank)]
     allow_host: Vec<String>,
     /// Same as --allow-host 127.0.0.1:N (kept for old scripts; the command's network is
     /// its own loopback plus the proxy).
@@ -76,12 +76,12 @@ struct SandboxArgs {
     connect_port: Vec<u16>,
     /// Add a non-accessible glob (repeatable; the defaults .env, .env.*, *.pem, *.key,
     /// secrets/**, private keys, .npmrc, .netrc, kubeconfig... always apply).
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     deny: Vec<String>,
     /// Also protect these workspace paths (repeatable): readable, not writable, creatable,
     /// deletable or renamable. Default .claude/**, .mcp.json, .vscode/**, .idea/**,
     /// .envrc, .githooks/**, .husky/**.
-    #[arg(long, value_name = "GLOB")]
+    #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).
     #[arg(long)]
@@ -107,7 +107,7 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     if let Some(dir) = &parsed.cd
         && let Err(reason) = check_cd(dir)
     {
-        eprintln!("coder sandbox: --cd {}: {reason}", dir.display());
+        super::sandbox_fork::say(&format!("--cd {}: {reason}", dir.display()));
         return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
     }
     // Held until the command is forked (see `HeldSignals`): from here on, what the policy
@@ -115,14 +115,14 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     let held = match HeldSignals::hold() {
         Ok(held) => held,
         Err(e) => {
-            eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            super::sandbox_fork::say(&one_line(&e.to_string()));
             return ExitCode::from(EXIT_SANDBOX_ERROR);
         }
     };
     match run(parsed, held) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("coder sandbox: {}", one_line(&e.to_string()));
+            super::sandbox_fork::say(&one_line(&e.to_string()));
             // A bad argument (a path, glob or host the caller gave, grants that would
             // hand the agent coder's own state): the caller's to change.
             if e.is_bad_argument() {
@@ -166,7 +166,7 @@ fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
     let mut policy = Policy::resolve(&opts)?;
     for line in &policy.warnings {
         if line.starts_with(crate::sandbox::gitguard::LATE_PREFIX) {
-            eprintln!("coder sandbox: {line}");
+            super::sandbox_fork::say(line);
         }
     }
     // From here on the policy's run directory and placeholders exist: every way out

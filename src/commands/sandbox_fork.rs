@@ -166,7 +166,7 @@ pub(super) fn run_forked(
             // The command's PID namespace is gone: no process of it can still write.
             let guard = crate::sandbox::guard_git_after_run(&policy);
             for line in guard.lines() {
-                eprintln!("coder sandbox: {line}");
+                say(&line);
             }
             crate::phases::mark("sandbox.guarded");
             policy.cleanup();
@@ -339,4 +339,13 @@ fn exec_command(program: &OsString, args: &[OsString], env: Vec<(OsString, OsStr
 
 pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Prints `line` on stderr as `coder sandbox: LINE`, redacted like everything coder prints
+/// (the credentials of this process's environment, token shapes): a git guard's line names
+/// paths the sandboxed command chose, an error may quote what the caller gave.
+pub(super) fn say(line: &str) {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let secrets = crate::text::Secrets::new(crate::text::names::secret_values(&env));
+    eprintln!("coder sandbox: {}", secrets.redact(line));
 }

@@ -45,6 +45,15 @@ pub enum ConfigError {
     )]
     KeyUnset { backend: String, var: String },
 
+    /// `key_env` names no set variable and looks like a key itself (the key pasted where
+    /// the variable's name goes): the message shows only its first characters.
+    #[error(
+        "backend '{backend}': key_env '{shown}' names no set variable and looks like an API \
+         key, not a variable's name: set key_env to the name of the variable that holds the \
+         key (like ZAI_API_KEY) and put the key in that variable, never in the config file"
+    )]
+    KeyEnvLooksLikeKey { backend: String, shown: String },
+
     /// The variable that should hold the backend's API key is set but empty.
     #[error(
         "backend '{backend}' reads its API key from ${var}, which is empty: export {var}=<your key>"

@@ -73,7 +73,7 @@ pub fn resolve_backend_allowing_missing_key(
     let endpoint = match &connection.base_url {
         Some(url) => Some(Endpoint::parse(url).ok_or_else(|| ConfigError::BadBaseUrl {
             backend: name.clone(),
-            url: url.clone(),
+            url: shown_url(url),
             origin: layered.base_url_origin.clone(),
         })?),
         None => None,
@@ -312,6 +312,12 @@ fn api_connection(
                 ),
             })?;
         match env.get(&var) {
+            None if looks_like_a_key(&var) => {
+                return Err(ConfigError::KeyEnvLooksLikeKey {
+                    backend: name.to_owned(),
+                    shown: shown_url(&var),
+                });
+            }
             None => {
                 key_problem = Some(ConfigError::KeyUnset {
                     backend: name.to_owned(),
@@ -488,4 +494,25 @@ fn cli_settings(profile: &Profile, kind: BackendKind) -> Vec<(String, String)> {
     }
     settings.extend(profile.env.clone());
     settings
+}
+
+/// A base URL that is not one, as a message shows it: without the password of its user
+/// info, and only its first characters when it looks like no URL or host at all (no `.`,
+/// `:` or `/`): a key passed where the URL goes, which the message would otherwise print.
+fn shown_url(url: &str) -> String {
+    if url.contains(['.', ':', '/']) {
+        return crate::text::redact::url_without_password(url).into_owned();
+    }
+    let start: String = url.chars().take(3).collect();
+    format!("{start}… ({} characters)", url.chars().count())
+}
+
+/// Whether a `key_env` value looks like a key rather than a variable's name: 16 or more
+/// characters mixing lower- and upper-case letters and digits (variable names are upper
+/// case by convention; keys are random).
+fn looks_like_a_key(var: &str) -> bool {
+    var.len() >= 16
+        && var.bytes().any(|b| b.is_ascii_lowercase())
+        && var.bytes().any(|b| b.is_ascii_uppercase())
+        && var.bytes().any(|b| b.is_ascii_digit())
 }

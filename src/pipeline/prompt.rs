@@ -101,26 +101,32 @@ pub struct PromptArgs {
 
     /// Kind of task: feature, bugfix, refactor, test, docs, review, investigate, or any
     /// other word.
-    #[arg(long = "task-type", value_name = "TYPE")]
+    #[arg(long = "task-type", value_name = "TYPE", value_parser = crate::text::non_blank)]
     pub task_type: Option<String>,
 
     /// A file the task should change (repeatable).
-    #[arg(long = "target", visible_alias = "target-file", value_name = "PATH")]
+    #[arg(
+        long = "target",
+        visible_alias = "target-file",
+        value_name = "PATH",
+        value_parser = crate::text::non_blank
+    )]
     pub targets: Vec<String>,
 
     /// A requirement (repeatable).
-    #[arg(long = "requirement", value_name = "TEXT")]
+    #[arg(long = "requirement", value_name = "TEXT", value_parser = crate::text::non_blank)]
     pub requirements: Vec<String>,
 
     /// A constraint (repeatable).
-    #[arg(long = "constraint", value_name = "TEXT")]
+    #[arg(long = "constraint", value_name = "TEXT", value_parser = crate::text::non_blank)]
     pub constraints: Vec<String>,
 
     /// An acceptance criterion (repeatable).
     #[arg(
         long = "acceptance",
         visible_alias = "acceptance-criterion",
-        value_name = "TEXT"
+        value_name = "TEXT",
+        value_parser = crate::text::non_blank
     )]
     pub acceptance: Vec<String>,
 

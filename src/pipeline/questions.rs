@@ -177,7 +177,7 @@ pub struct QuestionArgs {
     /// Answers to the questions a session asked (a JSON list, in the questions' order, or
     /// a file holding one); needs --session-id of that session. A PROMPT, if given, follows
     /// the answers.
-    #[arg(long, value_name = "FILE|JSON")]
+    #[arg(long, value_name = "FILE|JSON", value_parser = crate::text::non_blank)]
     pub answers: Option<String>,
 }
 
@@ -199,6 +199,11 @@ impl QuestionArgs {
 /// The answers given to `--answers` or the request file's `answers`: JSON text, a file
 /// holding it, or (from a request file) the JSON value itself.
 pub fn read_answers(arg: &str) -> Result<Vec<String>, String> {
+    if arg.trim().is_empty() {
+        return Err(format!(
+            "--answers is empty: {ANSWERS_SHAPE}, or a file holding them"
+        ));
+    }
     let trimmed = arg.trim_start();
     let text = if trimmed.starts_with('[') || trimmed.starts_with('{') || trimmed.starts_with('"') {
         arg.to_owned()
@@ -213,7 +218,7 @@ pub fn read_answers(arg: &str) -> Result<Vec<String>, String> {
         }
         std::fs::read_to_string(path).map_err(|e| format!("--answers {arg}: {e}"))?
     };
-    let value: Value = serde_json::from_str(&text)
+    let value: Value = crate::text::json::parse_strict(&text)
         .map_err(|e| format!("malformed --answers JSON: {e} ({ANSWERS_SHAPE})"))?;
     answers_of(&value)
 }

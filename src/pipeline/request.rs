@@ -154,7 +154,12 @@ pub struct ManyRunsArgs {
     pub worktree: bool,
 
     /// The commit the --worktree branch starts from [default: HEAD].
-    #[arg(long = "worktree-base", value_name = "REF", requires = "worktree")]
+    #[arg(
+        long = "worktree-base",
+        value_name = "REF",
+        requires = "worktree",
+        value_parser = crate::text::non_blank
+    )]
     pub worktree_base: Option<String>,
 }
 
@@ -197,7 +202,8 @@ pub struct OutcomeArgs {
     #[arg(
         long = "json-schema",
         visible_alias = "json_schema",
-        value_name = "FILE|JSON"
+        value_name = "FILE|JSON",
+        value_parser = crate::text::non_blank
     )]
     pub json_schema: Option<String>,
 }
@@ -693,6 +699,16 @@ impl RunArgs {
             .sandbox
             .or(file.sandbox)
             .unwrap_or(SandboxMode::WorkspaceWrite);
+        // A workspace no confined run may have is the caller's --cd to change: refused
+        // here, before the change ledger would walk all of it (`/`, the home directory).
+        if sandbox.is_confined()
+            && let Some(reason) = crate::sandbox::workspace_refusal_here(&workspace)
+        {
+            return Err(ArgError::Invalid(format!(
+                "--cd {}: {reason}",
+                workspace.display()
+            )));
+        }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
         }
@@ -819,7 +835,7 @@ fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, A
     };
     const FIELDS: &str = "PROMPT, cd, sandbox, SESSION_ID, return_all_messages, \
                           return_metrics, timeout, max_duration, max_retries, log_metrics";
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+    let value: serde_json::Value = crate::text::json::parse_strict(&text).map_err(|e| {
         ArgError::Invalid(format!(
             "malformed --request JSON in {name}: {e} (expected an object with {FIELDS})"
         ))

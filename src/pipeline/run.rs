@@ -47,9 +47,24 @@ use serde_json::json;
 pub async fn run(request: RunRequest) -> Envelope {
     let run_started = Instant::now();
     let run_id = request.run_id.clone().unwrap_or_else(new_run_id);
+    // An envelope of a run that ends before it starts still reports the run's limits
+    // (DESIGN §2's error_detail), not zeros.
+    let (idle_timeout, max_duration) = (request.idle_timeout, request.max_duration);
+    let with_limits = |mut envelope: Envelope| {
+        if let Some(detail) = envelope.error_detail.as_mut() {
+            detail.idle_timeout_s = idle_timeout.as_secs_f64();
+            detail.max_duration_s = max_duration.unwrap_or_default().as_secs_f64();
+        }
+        envelope
+    };
     let state_dir = match config::state_dir() {
         Ok(dir) => dir,
-        Err(e) => return Envelope::early_failure(ErrorKind::ConfigError, e.to_string()),
+        Err(e) => {
+            return with_limits(Envelope::early_failure(
+                ErrorKind::ConfigError,
+                e.to_string(),
+            ));
+        }
     };
     // From here on SIGINT, SIGTERM and SIGHUP only cancel: one that arrives while the
     // worktree is made or the store is reached (seconds, on a big repository or a far
@@ -58,10 +73,10 @@ pub async fn run(request: RunRequest) -> Envelope {
     let mut signals = match CancelSignals::install() {
         Ok(signals) => signals,
         Err(e) => {
-            return Envelope::early_failure(
+            return with_limits(Envelope::early_failure(
                 ErrorKind::UnexpectedException,
                 format!("cannot install signal handlers: {e}"),
-            );
+            ));
         }
     };
     // `--backend auto` and `--worktree` rewrite the request before anything reads it.
@@ -84,9 +99,9 @@ pub async fn run(request: RunRequest) -> Envelope {
                         format!("cancelled by {name} before the run started"),
                     );
                     cancelled.exit_code = crate::exit::cancelled_exit_code(signo);
-                    cancelled
+                    with_limits(cancelled)
                 }
-                None => *envelope,
+                None => with_limits(*envelope),
             };
         }
     };

@@ -38,6 +38,8 @@ const MAX_SCHEMA_FILE_BYTES: u64 = 1024 * 1024;
 /// Why `--json-schema` cannot be used. Every message is one line and names the input.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
+    #[error("{what} is empty: give the JSON Schema (an object) or a file holding one")]
+    Empty { what: String },
     #[error("{what} {path}: cannot read the file: {reason}")]
     Unreadable {
         what: String,
@@ -94,6 +96,11 @@ impl JsonSchema {
     /// `--json-schema FILE|JSON`: text starting with `{` is the schema itself, anything
     /// else names a file holding it. `what` names the input in messages.
     pub fn from_arg(arg: &str, what: &str) -> Result<JsonSchema, SchemaError> {
+        if arg.trim().is_empty() {
+            return Err(SchemaError::Empty {
+                what: what.to_owned(),
+            });
+        }
         if arg.trim_start().starts_with('{') {
             return JsonSchema::from_text(arg, what, "inline JSON");
         }
@@ -127,11 +134,12 @@ impl JsonSchema {
     }
 
     fn from_text(text: &str, what: &str, origin: &str) -> Result<JsonSchema, SchemaError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| SchemaError::NotJson {
-            what: what.to_owned(),
-            origin: origin.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let value: Value =
+            crate::text::json::parse_strict(text).map_err(|e| SchemaError::NotJson {
+                what: what.to_owned(),
+                origin: origin.to_owned(),
+                reason: e.to_string(),
+            })?;
         JsonSchema::from_value(value, what, origin)
     }
 

@@ -47,7 +47,7 @@ pub enum ReplayError {
     #[error("invalid cassette {origin}: {message}")]
     Invalid { origin: String, message: String },
     #[error(
-        "cassette {origin} uses {{{{workspace}}}} in tool inputs, but no workspace was given to the replay server"
+        "cassette {origin} uses {{{{workspace}}}} in tool inputs, but no workspace was given to the replay server: pass --workspace DIR (the directory the agent works in)"
     )]
     WorkspaceRequired { origin: String },
     #[error("cannot listen on 127.0.0.1:{port}: {source}")]

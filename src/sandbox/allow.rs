@@ -63,11 +63,19 @@ pub const PRESETS: [(&str, &[&str]); 4] = [
 impl HostPort {
     /// Parses `HOST`, `HOST:PORT`, `[V6]` or `[V6]:PORT`; the port defaults to 443.
     pub fn parse(text: &str) -> Result<HostPort, AllowHostError> {
+        // A user info (`user:password@`) is never shown: the password would be printed.
+        let shown = match text.rfind('@') {
+            Some(at) => format!("[REDACTED]@{}", &text[at + 1..]),
+            None => text.to_string(),
+        };
         let refuse = |reason: &str| AllowHostError {
-            value: text.to_string(),
+            value: shown.clone(),
             reason: reason.to_string(),
         };
         let text = text.trim();
+        if text.contains('@') {
+            return Err(refuse("give HOST[:PORT], without a user or password"));
+        }
         if text.contains("://") || text.contains('/') {
             return Err(refuse("give HOST[:PORT], not a URL"));
         }

@@ -84,7 +84,8 @@ pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
 pub use policy::{
     Access, DEFAULT_PROTECT_GLOBS, Mode, PlanFile, Policy, PolicyOptions, Root, SymlinkAlias,
-    agent_write_roots, check_plan_file, check_write_root, root_holding,
+    agent_write_roots, check_plan_file, check_write_root, root_holding, workspace_refusal,
+    workspace_refusal_here,
 };
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
@@ -164,19 +165,19 @@ pub struct AgentSandboxArgs {
     pub tool_caches: bool,
     /// Add a non-accessible glob (repeatable): matching files read as empty. Always on:
     /// .env, .env.*, *.pem, *.key, secrets/**, private keys, .npmrc, .netrc, kubeconfig...
-    #[arg(long = "deny", value_name = "GLOB")]
+    #[arg(long = "deny", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub deny: Vec<String>,
     /// Also protect these workspace paths (repeatable): readable, but not writable,
     /// creatable, deletable or renamable by the agent. Default .claude/**, .mcp.json,
     /// .vscode/**, .idea/**, .envrc, .githooks/**, .husky/**.
-    #[arg(long = "protect", value_name = "GLOB")]
+    #[arg(long = "protect", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).
     #[arg(long = "no-protect")]
     pub no_protect: bool,
     /// Let the agent reach `HOST[:PORT]` (default port 443) through coder's egress proxy,
     /// besides the backend (repeatable; presets @npm, @crates, @pypi, @github).
-    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = crate::text::non_blank)]
     pub allow_hosts: Vec<String>,
 }
 
@@ -262,6 +263,11 @@ pub enum SandboxError {
 
     #[error("workspace {path}: {reason}")]
     Workspace { path: PathBuf, reason: String },
+
+    /// The workspace is one no confined run may have (`/`, a system tree, the home
+    /// directory or an ancestor): the caller's `--cd` to change, not a sandbox failure.
+    #[error("--cd {path}: {reason}")]
+    RefusedWorkspace { path: PathBuf, reason: String },
 
     #[error("{what} {path}: {reason}")]
     Path {
@@ -488,7 +494,8 @@ impl SandboxError {
             SandboxError::Path { what, .. } => what.is_argument(),
             SandboxError::Glob { .. }
             | SandboxError::AllowHost(_)
-            | SandboxError::StateDirReachable { .. } => true,
+            | SandboxError::StateDirReachable { .. }
+            | SandboxError::RefusedWorkspace { .. } => true,
             _ => false,
         }
     }

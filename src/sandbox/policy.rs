@@ -1347,28 +1347,46 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
     if !canonical.is_dir() {
         return Err(refuse("not a directory"));
     }
+    if let Some(reason) = workspace_refusal(&canonical, home) {
+        return Err(SandboxError::RefusedWorkspace {
+            path: path.to_path_buf(),
+            reason,
+        });
+    }
+    Ok(canonical)
+}
+
+/// Why the canonical directory `canonical` is never a confined run's workspace (`/`, a
+/// system tree, the home directory `home` or one of its ancestors), if it is not.
+/// The run mode asks before anything reads the workspace; the policy asks again.
+pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String> {
     if canonical == Path::new("/") {
-        return Err(refuse(
-            "the filesystem root cannot be a workspace; use a project directory",
-        ));
+        return Some("the filesystem root cannot be a workspace; use a project directory".into());
     }
     if let Some(tree) = REFUSED_WORKSPACE_TREES
         .iter()
         .find(|t| canonical.starts_with(t))
     {
-        return Err(refuse(&format!(
+        return Some(format!(
             "lies in {tree}, a system tree that is never a workspace; use a project directory"
-        )));
-    }
-    if let Some(home) = home
-        && home.starts_with(&canonical)
-    {
-        return Err(refuse(
-            "is the home directory or one of its ancestors, which hold keys and dotfiles; \
-             use a project directory",
         ));
     }
-    Ok(canonical)
+    if let Some(home) = home
+        && home.starts_with(canonical)
+    {
+        return Some(
+            "is the home directory or one of its ancestors, which hold keys and dotfiles; \
+             use a project directory"
+                .into(),
+        );
+    }
+    None
+}
+
+/// [`workspace_refusal`] with the home directory of this process (`$HOME`, canonical).
+pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
+    let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
+    workspace_refusal(canonical, home.as_deref())
 }
 
 /// coder's own directories: the state directory (the placeholder locks and registry of
@@ -1921,7 +1939,7 @@ mod tests {
         for ws in [Path::new("/"), home.as_path(), home.parent().unwrap()] {
             let err = Policy::resolve(&options(Mode::WorkspaceWrite, ws, &home)).unwrap_err();
             assert!(
-                matches!(err, SandboxError::Workspace { .. }),
+                matches!(err, SandboxError::RefusedWorkspace { .. }),
                 "{ws:?}: {err}"
             );
         }

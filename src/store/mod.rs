@@ -35,7 +35,13 @@ pub struct StoreArgs {
     /// Where slots, cooldowns and the routing ledger live: a SQLite file (path or
     /// sqlite:PATH) or postgres://… shared by many machines [default: <state>/coder.db].
     // `global`: `coder route stats --store URL` as well as `coder route --store URL stats`.
-    #[arg(long = "store", value_name = "URL", env = "CODER_STORE", global = true)]
+    #[arg(
+        long = "store",
+        value_name = "URL",
+        env = "CODER_STORE",
+        global = true,
+        value_parser = crate::text::non_blank
+    )]
     pub store: Option<String>,
 
     /// When the store cannot be opened, run anyway without slots, cooldowns or routing

@@ -7,11 +7,13 @@
 //! - [`tool_result`]: a tool result's content as text;
 //! - [`path`]: finding an executable on `PATH`;
 //! - [`stdin`]: reading the task from standard input;
-//! - [`one_line`]: shortening text to one line for messages.
+//! - [`one_line`]: shortening text to one line for messages;
+//! - [`json`]: parsing the JSON a user gives, refusing a key given twice.
 //!
-//! This module is a leaf: it depends on nothing else in the crate (only `std`, `serde_json`,
-//! `memchr` and `aho-corasick`), so any module may use it without an import cycle.
+//! This module is a leaf: it depends on nothing else in the crate (only `std`, `serde`,
+//! `serde_json`, `memchr` and `aho-corasick`), so any module may use it without an import cycle.
 
+pub mod json;
 pub mod names;
 pub mod path;
 pub mod redact;
@@ -20,6 +22,16 @@ pub mod tool_result;
 
 pub use names::is_secret_name;
 pub use redact::{REDACTED, Secrets};
+
+/// A flag's value that is not empty or only white space (a clap `value_parser`): an empty
+/// `--target ""` (a shell variable that was not set) would otherwise be taken silently,
+/// as nothing or as the default.
+pub fn non_blank(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        return Err("it is empty: give a value, or leave the flag out".to_owned());
+    }
+    Ok(value.to_owned())
+}
 
 /// The first line of `text`, cut to `max_chars` characters with an ellipsis.
 ///

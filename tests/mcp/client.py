@@ -134,6 +134,13 @@ async def basic(session):
     tool_error(await session.call_tool("coder_status", {"run_id": "nope"}), "unknown run_id")
     tool_error(await session.call_tool("coder_wait", {"run_id": "nope"}), "unknown run_id")
     tool_error(await session.call_tool("coder_cancel", {}), "run_id")
+    # A wait outside 0..3600 s is refused, never clamped; the run is not started.
+    tool_error(await session.call_tool("coder", {"PROMPT": "x", "wait_s": -1}),
+               "wait_s must be a number of seconds from 0 to 3600 (got -1)")
+    tool_error(await session.call_tool("coder", {"PROMPT": "x", "wait_s": 86400}),
+               "wait_s must be a number of seconds from 0 to 3600")
+    tool_error(await session.call_tool("coder_wait", {"run_id": "nope", "wait_s": -0.5}),
+               "wait_s must be a number of seconds from 0 to 3600 (got -0.5)")
     assert len((await session.list_tools()).tools) == len(expected)
 
 

@@ -1,0 +1,207 @@
+//! Bad input a user or an orchestrator gives, refused up front with a clear message and the
+//! error kind DESIGN §2 names for it: a workspace no confined run may have, duplicate keys
+//! in `--request` JSON, empty flag values, a negative MCP `wait_s`.
+
+mod common;
+
+use common::{Bounded, Fake, steps};
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+/// A refused workspace (`/`, a system tree, the home directory, an ancestor of it) is the
+/// caller's `--cd` to change: `config_error` (78) naming the path, before anything reads the
+/// workspace (it used to be `sandbox_error`, 71, after the change ledger had walked all of
+/// `/`).
+#[test]
+fn a_refused_workspace_is_a_config_error_and_nothing_starts() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let home = fake.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let home = std::fs::canonicalize(&home).unwrap();
+    let cases: [(&Path, &str); 4] = [
+        (Path::new("/"), "filesystem root"),
+        (Path::new("/etc"), "system tree"),
+        (&home, "home directory"),
+        (fake.root(), "home directory or one of its ancestors"),
+    ];
+    for (dir, why) in cases {
+        let out = fake
+            .coder()
+            .env("HOME", &home)
+            .cd(dir)
+            .deadline(Duration::from_secs(20))
+            .arg("task")
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        let message = detail["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("--cd {}: ", dir.display())) && message.contains(why),
+            "{}",
+            out.explain()
+        );
+        assert!(
+            out.envelope.get("changes").is_none(),
+            "nothing read the workspace: {}",
+            out.explain()
+        );
+        assert!(!fake.has_record(), "the child ran in {dir:?}");
+    }
+}
+
+/// A key given twice in the `--request` JSON (or in `--answers`/`--json-schema` JSON) is
+/// refused naming the key; the last one used to win silently.
+#[test]
+fn a_key_given_twice_in_request_json_is_refused() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let request = fake.root().join("request.json");
+    std::fs::write(
+        &request,
+        r#"{"PROMPT": "fix the bug", "sandbox": "read-only", "sandbox": "danger-full-access"}"#,
+    )
+    .unwrap();
+    let out = fake.coder().arg("--request").arg(&request).run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap();
+    assert!(
+        message.contains("the key \"sandbox\" is given twice"),
+        "{}",
+        out.explain()
+    );
+    // From stdin, and nested inside a value the request carries.
+    let out = fake
+        .coder()
+        .arg("--request")
+        .arg("-")
+        .stdin(r#"{"PROMPT": "x", "json_schema": {"type": "object", "type": "array"}}"#)
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"type\" is given twice (at $.json_schema.type)"),
+        "{}",
+        out.explain()
+    );
+    let out = fake
+        .coder()
+        .arg("--json-schema")
+        .arg(r#"{"type": "object", "required": [], "required": ["a"]}"#)
+        .arg("task")
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"required\" is given twice"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A flag given an empty (or blank) value, as a shell variable that was not set gives it,
+/// is a usage error naming the flag; `--target ""` and the like used to be taken as
+/// nothing, `--store ""` as the default store.
+#[test]
+fn an_empty_flag_value_is_refused_naming_the_flag() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let flags = [
+        "--target",
+        "--task-type",
+        "--requirement",
+        "--constraint",
+        "--acceptance",
+        "--deny",
+        "--protect",
+        "--allow-host",
+        "--store",
+        "--json-schema",
+        "--answers",
+    ];
+    for flag in flags {
+        for value in ["", "  "] {
+            let out = fake.coder().arg(flag).arg(value).arg("task").run();
+            let detail = out.assert_failure("config_error", 2);
+            let message = detail["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("for '{flag} <")) && message.contains("it is empty"),
+                "{flag} {value:?}: {}",
+                out.explain()
+            );
+        }
+    }
+    // An empty CODER_STORE still counts as unset, as every CODER_* variable does.
+    fake.coder()
+        .env("CODER_STORE", "")
+        .arg("task")
+        .run()
+        .assert_success("should not run");
+    // `coder sandbox` refuses them too.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["sandbox", "--cd"])
+        .arg(fake.workspace())
+        .args(["--deny", "", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("'--deny <GLOB>': it is empty"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The same values empty in a `--request` JSON say what is empty, not that a file named ""
+/// cannot be read.
+#[test]
+fn an_empty_value_in_request_json_says_it_is_empty() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let cases = [
+        (
+            json!({"PROMPT": "x", "json_schema": ""}),
+            "json_schema in the --request JSON is empty: give the JSON Schema",
+        ),
+        (
+            json!({"PROMPT": "x", "answers": " "}),
+            "--answers is empty: expected a list of answers",
+        ),
+    ];
+    for (request, says) in cases {
+        let out = fake
+            .coder()
+            .arg("--request")
+            .arg("-")
+            .stdin(request.to_string())
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        assert!(
+            detail["message"].as_str().unwrap().contains(says),
+            "{}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A run refused before it starts for `--worktree` outside a git work tree, or a `--backend
+/// auto` with no usable backend, still reports the run's limits in `error_detail` (they
+/// were 0 and 0).
+#[test]
+fn a_run_refused_before_it_starts_reports_its_limits() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for args in [&["--worktree"][..], &["--backend", "auto:glm"][..]] {
+        let out = fake
+            .coder()
+            .args(args)
+            .args(["--timeout", "5", "--max-duration", "9", "task"])
+            .env_remove("ZAI_API_KEY")
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        assert_eq!(detail["idle_timeout_s"], json!(5.0), "{}", out.explain());
+        assert_eq!(detail["max_duration_s"], json!(9.0), "{}", out.explain());
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
