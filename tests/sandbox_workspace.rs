@@ -929,7 +929,7 @@ fn system_trees_and_the_home_are_refused_as_workspaces() {
             .env("PATH", PATH)
             .env("HOME", &fx.home)
             .output_bounded();
-        assert_eq!(out.status.code(), Some(71), "{dir}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(78), "{dir}: {}", describe(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("workspace"),
             "{dir}"
@@ -944,7 +944,7 @@ fn system_trees_and_the_home_are_refused_as_workspaces() {
             .env("PATH", PATH)
             .env("HOME", &fx.home)
             .output_bounded();
-        assert_eq!(out.status.code(), Some(71), "{dir:?}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(78), "{dir:?}: {}", describe(&out));
     }
 }
 
