@@ -180,17 +180,21 @@ impl ReadLine {
     }
 
     /// What the line holds in memory: its buffer, which for a line in a reused buffer is
-    /// more than its length, and the texts its event holds (copies of parts of the line).
+    /// more than its length, and the strings its event holds (copies of parts of the line,
+    /// together at most its length; a `user` event holds ranges of the line and its tool
+    /// ids, and is counted by its buffer alone).
     fn held(&self) -> usize {
         let event = match &self.decoded {
             Decoding::Done(decoded) => match &**decoded {
                 Some(Ok(Decoded {
-                    event: Event::Assistant(_),
+                    event: Event::User { .. },
                     ..
-                })) => self.line.bytes.len(),
-                _ => 0,
+                }))
+                | Some(Err(_))
+                | None => 0,
+                Some(Ok(_)) => self.line.bytes.len(),
             },
-            _ => 0,
+            Decoding::Later => 0,
         };
         self.line.bytes.capacity() + event
     }
@@ -864,6 +868,10 @@ mod tests {
             line(&[b' '; 5000], 0),
             line(&[&user(&text).as_bytes()[..5000], b"\xff\xfe"].concat(), 0),
             line(
+                format!(r#"{{"type":"result","subtype":"success","result":"{text}"}}"#).as_bytes(),
+                0,
+            ),
+            line(
                 br#"{"type":"result","subtype":"success","result":"hi","usage":{"input_tokens":9}}"#,
                 0,
             ),
@@ -913,7 +921,7 @@ mod tests {
     }
 
     #[test]
-    fn a_decoded_line_holds_its_buffer_and_the_texts_of_its_event_against_the_queue() {
+    fn a_decoded_line_holds_its_buffer_and_the_strings_of_its_event_against_the_queue() {
         for (pipe, line) in lines() {
             let capacity = line.bytes.capacity();
             let len = line.bytes.len();
@@ -924,6 +932,10 @@ mod tests {
                         event: Event::Assistant(a),
                         ..
                     })) => a.texts.iter().map(String::len).sum(),
+                    Some(Ok(Decoded {
+                        event: Event::Result(r),
+                        ..
+                    })) => r.result.as_ref().map_or(0, String::len),
                     _ => 0,
                 },
                 Decoding::Later => 0,
