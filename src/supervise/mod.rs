@@ -883,12 +883,13 @@ mod tests {
         all
     }
 
-    #[test]
-    fn lines_decoded_by_the_reader_are_observed_as_the_supervisor_would_decode_them() {
+    /// Observes `lines` twice, once as the supervisor alone decodes them and once with the
+    /// reader decoding its share, and checks both give the same events and facts; returns
+    /// the observation, and how many lines the reader decoded.
+    fn observed_both_ways(lines: &[(Pipe, Line)]) -> (Observation, usize) {
         let started = std::time::Instant::now();
         let mut itself = Observation::new(started, false, vec![]);
         let mut by_reader = Observation::new(started, false, vec![]);
-        let lines = lines();
         let mut done = 0;
         for (i, (pipe, line)) in lines.iter().enumerate() {
             let after = lines.len() - 1 - i;
@@ -903,10 +904,6 @@ mod tests {
             };
             assert_eq!(decoded, expected, "line {i}");
         }
-        assert!(
-            done >= 8,
-            "the long stdout lines are decoded by the reader: {done}"
-        );
         let facts = |o: &Observation| {
             (
                 (o.events, o.json_decode_errors, o.truncated_lines),
@@ -916,8 +913,66 @@ mod tests {
             )
         };
         assert_eq!(facts(&by_reader), facts(&itself));
-        assert_eq!(itself.truncated_lines, 1);
-        assert!(itself.json_decode_errors >= 4);
+        (itself, done)
+    }
+
+    #[test]
+    fn lines_decoded_by_the_reader_are_observed_as_the_supervisor_would_decode_them() {
+        let (observed, done) = observed_both_ways(&lines());
+        assert!(
+            done >= 8,
+            "the long stdout lines are decoded by the reader: {done}"
+        );
+        assert_eq!(observed.truncated_lines, 1);
+        assert!(observed.json_decode_errors >= 4);
+    }
+
+    #[test]
+    fn damaged_lines_decoded_by_the_reader_are_observed_as_the_supervisor_would_decode_them() {
+        // The lines above cut, spliced with bytes JSON refuses or treats apart (quotes,
+        // backslashes, control bytes, bytes that are not UTF-8, blanks), cut at the
+        // splitter's cap, and sent on either pipe.
+        let base = lines();
+        let mut rng = crate::stream::Xorshift(0x5eed_2113);
+        let odd: [&[u8]; 9] = [
+            b"\"",
+            b"\\",
+            b"\\u",
+            b"\x01",
+            b"\t",
+            b"\xff",
+            b"\xe2\x80",
+            b" ",
+            b"\\ud800",
+        ];
+        let mut lines = Vec::new();
+        for _ in 0..400 {
+            let (pipe, line) = &base[rng.below(base.len())];
+            let mut bytes = line.bytes.clone();
+            for _ in 0..rng.below(3) {
+                let at = rng.below(bytes.len() + 1);
+                match rng.below(3) {
+                    0 => bytes.truncate(at),
+                    _ => bytes
+                        .splice(at..at, odd[rng.below(odd.len())].iter().copied())
+                        .for_each(drop),
+                }
+            }
+            let dropped = if rng.below(10) == 0 {
+                rng.below(100) as u64
+            } else {
+                line.dropped
+            };
+            let pipe = if rng.below(10) == 0 {
+                Pipe::Stderr
+            } else {
+                *pipe
+            };
+            lines.push((pipe, Line { bytes, dropped }));
+        }
+        let (observed, done) = observed_both_ways(&lines);
+        assert!(done > 100, "{done}");
+        assert!(observed.events > 50 && observed.json_decode_errors > 50);
     }
 
     #[test]
