@@ -54,8 +54,9 @@ const PRUNE_PER_RUN: usize = 256;
 /// CLI's config dir of a run), removed whole by later runs.
 const OWN_TRASH: &str = "trash";
 
-/// coder's own trash takes no more once it holds this many (one a run).
-const OWN_LIMIT: usize = 64;
+/// coder's own trash takes no more once it holds this many (two a run: the CLI's config
+/// dir and the sandbox's run dir).
+const OWN_LIMIT: usize = 128;
 
 /// A tree of more entries than this is removed in place: its check would cost more than
 /// it saves, and its removal is a later run's work too long to hide behind an agent.
