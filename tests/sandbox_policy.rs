@@ -552,6 +552,7 @@ fn everything_coder_keeps_is_owner_only() {
     let fake = Fake::new(json!([
         steps::init(),
         steps::touch("$CLAUDE_CONFIG_DIR/projects/x/SESSION.jsonl"),
+        steps::touch("$TMPDIR/t/made.txt"),
         steps::result_ok("done")
     ]));
     let custom = fake.root().join("custom/transcript.jsonl");
@@ -580,4 +581,16 @@ fn everything_coder_keeps_is_owner_only() {
         files += usize::from(path.is_file());
     }
     assert!(files >= 2, "{:?}", listing(state.path()));
+    // The last run's own directories left by coder's trash (one rename each), for a later
+    // run to remove: the agent's $TMPDIR with what it made there, and the CLI's config
+    // dir. What the agent and the CLI made is owner-only too (checked above).
+    let trashed = listing(state.path());
+    for made in ["tmp/t/made.txt", "claude/projects/x/SESSION.jsonl"] {
+        assert!(
+            trashed
+                .iter()
+                .any(|p| p.starts_with("trash/") && p.ends_with(made)),
+            "{made}: {trashed:?}"
+        );
+    }
 }

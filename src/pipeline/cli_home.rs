@@ -81,6 +81,8 @@ pub struct CliHome {
     /// `<state>/cli-runs/<pid>-<uuid>`: holds only `claude` (and the CLI's `claude.lock`).
     root: PathBuf,
     dir: PathBuf,
+    /// coder's state directory, whose trash `root` goes to (see [`Drop`]).
+    state_dir: PathBuf,
     /// The CLI's project directory name for the workspace.
     project: String,
     /// Held while the run lives, so that no coder prunes `root` meanwhile; dropped after
@@ -123,11 +125,16 @@ impl CliHome {
             Uuid::new_v4().simple()
         ));
         let lock = RunLock::take(&root).map_err(|e| create(&run_dirs::lock_path(&root), e))?;
+        session::private_dir(&root).map_err(|e| create(&root, e))?;
+        // What the CLI creates here is owner-only too, as everything else coder keeps:
+        // then the dir can go into coder's trash at the end (see `Drop`).
+        crate::sandbox::make_owner_only_inherited(&root);
         let dir = root.join("claude");
         session::private_dir(&dir).map_err(|e| create(&dir, e))?;
         let home = CliHome {
             root,
             dir,
+            state_dir: state_dir.to_path_buf(),
             project: project_dir_name(workspace),
             _lock: lock,
         };
@@ -224,8 +231,15 @@ impl CliHome {
 }
 
 impl Drop for CliHome {
+    /// The login's copy goes at once; the rest (what the CLI wrote: a dozen directories,
+    /// each `rmdir` milliseconds on a loaded ext4) is moved into coder's trash by one
+    /// rename when all of it is owner-only, for a later run to remove
+    /// (`sandbox::trash`), or else removed here.
     fn drop(&mut self) {
-        run_dirs::remove_tree(&self.root);
+        let _ = std::fs::remove_file(self.dir.join(".credentials.json"));
+        if !crate::sandbox::discard_own(&self.state_dir, &self.root) {
+            run_dirs::remove_tree(&self.root);
+        }
     }
 }
 
@@ -264,6 +278,45 @@ mod tests {
         let root = home.root.clone();
         drop(home);
         assert!(!root.exists());
+        // Moved into coder's trash, without the login's copy.
+        let trashed = state.path().join("trash").join(root.file_name().unwrap());
+        assert!(trashed.join("claude/.claude.json").is_file());
+        assert!(!trashed.join("claude/.credentials.json").exists());
+    }
+
+    #[test]
+    fn what_the_cli_writes_is_owner_only_and_the_dir_leaves_by_the_trash() {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let state = tempfile::tempdir().unwrap();
+        let ws = Path::new("/w/ws");
+        let home = CliHome::create(state.path(), &state.path().join("none"), ws, None).unwrap();
+        // As the CLI makes them: directories and files with the modes it asks for, under
+        // the usual umask.
+        let memory = home.path().join("projects/-w-ws/memory");
+        std::fs::create_dir_all(&memory).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(home.path().join("projects/-w-ws/s.jsonl"))
+            .unwrap();
+        let root = home.root.clone();
+        drop(home);
+        assert!(!root.exists());
+        let trashed = state.path().join("trash").join(root.file_name().unwrap());
+        assert!(trashed.join("claude/projects/-w-ws/memory").is_dir());
+        let mut stack = vec![state.path().to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let want = if meta.is_dir() { 0o700 } else { 0o600 };
+                assert_eq!(meta.mode() & 0o7777, want, "{}", path.display());
+                if meta.is_dir() {
+                    stack.push(path);
+                }
+            }
+        }
     }
 
     #[test]

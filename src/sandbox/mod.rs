@@ -90,7 +90,7 @@ pub use policy::{
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 pub use sys::exit_forked;
-pub use trash::Pruner as TrashPruner;
+pub use trash::{Pruner as TrashPruner, discard_own, make_owner_only_inherited};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the
 /// child's environment (for the backend's port and the run's own `CLAUDE_CONFIG_DIR`) and

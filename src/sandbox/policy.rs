@@ -310,7 +310,7 @@ impl RunCleanup {
     /// are pruned by a later run.
     pub fn run(&self) {
         std::thread::scope(|s| {
-            let run_dir = || run_dirs::remove_tree(&self.run_dir);
+            let run_dir = || discard_run_dir(&self.run_dir);
             // No thread to spare: the run dir goes after the placeholders.
             let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
             match &self.lease {
@@ -318,13 +318,34 @@ impl RunCleanup {
                 None => remove_placeholders(&self.own, None),
             }
             if spawned.is_err() {
-                run_dirs::remove_tree(&self.run_dir);
+                discard_run_dir(&self.run_dir);
             }
         });
         // `coder sandbox` may end by a signal right after, without dropping the policy.
         if let Some(lock) = &self.run_lock.0 {
             lock.unlink();
         }
+    }
+}
+
+/// Removes a run's directory, whose processes are gone: coder's own entries that are not
+/// owner-only (the nesting wrapper's link, the masks' read-only empty file) go first, then
+/// the rest (the agent's `$TMPDIR` with the CLI's temporary directories, the git guard's
+/// files) is moved into coder's trash by one rename when all of it is owner-only (the
+/// directory's default ACL makes what the agent creates so), or else removed in place.
+/// Its processes are gone, so nothing changes the tree between the check and the rename.
+fn discard_run_dir(run_dir: &Path) {
+    let _ = fs::remove_file(run_dir.join(super::nest::NEST_DIR).join("bash"));
+    let _ = fs::remove_file(run_dir.join(MASK_SOURCE));
+    // Only a run dir of the state's own `sandbox/` (not one under `$XDG_RUNTIME_DIR` or a
+    // caller's runs dir): the trash is the state's, and only its own runs prune it.
+    let moved = coder_state_dir()
+        .ok()
+        .and_then(|state| fs::canonicalize(state).ok())
+        .filter(|state| run_dir.parent().and_then(Path::parent) == Some(state.as_path()))
+        .is_some_and(|state| super::trash::discard_own(&state, run_dir));
+    if !moved {
+        run_dirs::remove_tree(run_dir);
     }
 }
 
@@ -429,6 +450,9 @@ impl Policy {
             )
         })?;
         create_private_dir(&run_dir)?;
+        // What the agent and the CLI create in it (their `$TMPDIR`) is owner-only, as
+        // everything else in coder's state: then it can leave by coder's trash.
+        super::trash::make_owner_only_inherited(&run_dir);
         let made = MadeRunDir(Some(run_dir.clone()));
         let run_dir = canonical_run_dir(&run_dir)?;
         create_private_dir(&run_dir.join("tmp"))?;
@@ -759,7 +783,7 @@ impl Policy {
 
     /// The empty read-only file bind-mounted over secrets.
     pub fn mask_source(&self) -> PathBuf {
-        self.run_dir.join("empty")
+        self.run_dir.join(MASK_SOURCE)
     }
 
     /// Whether a mask hides a file behind [`Policy::mask_source`], which exists only then:
@@ -1885,8 +1909,11 @@ fn create_private_dir(path: &Path) -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
 }
 
+/// The masks' read-only empty file in the run dir.
+const MASK_SOURCE: &str = "empty";
+
 fn write_mask_source(run_dir: &Path) -> Result<(), SandboxError> {
-    let path = run_dir.join("empty");
+    let path = run_dir.join(MASK_SOURCE);
     fs::OpenOptions::new()
         .write(true)
         .create_new(true)

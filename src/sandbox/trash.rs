@@ -16,10 +16,19 @@
 //! descriptor of it, since its name was gone) stays in the trash rather than being
 //! deleted. The trash lives in the placeholders' lease directory, which no run's agent
 //! may reach ([`super::policy`] refuses such grants).
+//!
+//! coder's own per-run directories (the CLI's config dir of a run, which the CLI fills
+//! with a dozen directories) go the same way into a second trash, `<state>/trash`, by one
+//! rename ([`discard_own`]), and later runs remove them whole while their agent runs. Only
+//! a tree whose every entry is owner-only (directories 0700, files 0600, nothing else) is
+//! moved: everything coder keeps in its state directory is, and a tree that is not is
+//! removed in place as before. So that the CLI's own files are owner-only from the
+//! start, the config dir gets a default ACL of owner-only ([`make_owner_only_inherited`]).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +49,18 @@ const TRASH_DIR: &str = "trash";
 
 /// At most this many entries are pruned by one run: the trash of one earlier run or a few.
 const PRUNE_PER_RUN: usize = 256;
+
+/// coder's own trash in its state directory: per-run directories of coder's alone (the
+/// CLI's config dir of a run), removed whole by later runs.
+const OWN_TRASH: &str = "trash";
+
+/// coder's own trash takes no more once it holds this many (two a run: the CLI's config
+/// dir and the sandbox's run dir).
+const OWN_LIMIT: usize = 128;
+
+/// A tree of more entries than this is removed in place: its check would cost more than
+/// it saves, and its removal is a later run's work too long to hide behind an agent.
+const OWN_TREE_LIMIT: usize = 4096;
 
 /// A trash holding this many entries takes no more: runs too short for their pruning to
 /// keep up (a CLI that fails at once, back to back) remove their placeholders as before
@@ -157,6 +178,109 @@ impl Trash {
     }
 }
 
+/// Gives directory `dir` a default ACL of owner-only (`u::rwx,g::-,o::-`): what is created
+/// in it from now on, by anyone, at any depth, gets no group or other permission whatever
+/// mode it asks for (the umask no longer applies there), and its directories inherit the
+/// ACL. False where the file system has no ACLs (then nothing changed).
+pub fn make_owner_only_inherited(dir: &Path) -> bool {
+    // The kernel's POSIX ACL xattr: version 2, then (tag, permissions, id) entries,
+    // little-endian; the three base entries carry no id.
+    const VERSION: u32 = 2;
+    const USER_OBJ: u16 = 0x01;
+    const GROUP_OBJ: u16 = 0x04;
+    const OTHER: u16 = 0x20;
+    const NO_ID: u32 = u32::MAX;
+    let mut value = VERSION.to_le_bytes().to_vec();
+    for (tag, perm) in [(USER_OBJ, 7u16), (GROUP_OBJ, 0), (OTHER, 0)] {
+        value.extend_from_slice(&tag.to_le_bytes());
+        value.extend_from_slice(&perm.to_le_bytes());
+        value.extend_from_slice(&NO_ID.to_le_bytes());
+    }
+    let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `path` and the name are NUL-terminated strings and `value` is valid for
+    // `value.len()` bytes, all alive for the call; `lsetxattr` only reads them.
+    let rc = unsafe {
+        libc::lsetxattr(
+            path.as_ptr(),
+            c"system.posix_acl_default".as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    rc == 0
+}
+
+/// Moves coder's own per-run directory `dir` (in `state_dir`, on its file system, no
+/// writer of it left) into `state_dir`'s trash by one rename, for a later run's [`Pruner`]
+/// to remove, when every entry of it is owner-only; false when it was not moved (an entry
+/// open to others or neither directory nor file, another file system, a full trash, an
+/// error): the caller removes it.
+pub fn discard_own(state_dir: &Path, dir: &Path) -> bool {
+    if !owner_only_tree(dir) {
+        return false;
+    }
+    let trash = state_dir.join(OWN_TRASH);
+    match nix::unistd::mkdir(&trash, Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(_) => return false,
+    }
+    let (Ok(fd), Some(name)) = (open_dir(AT_FDCWD, &trash), dir.file_name()) else {
+        return false;
+    };
+    let full = fd
+        .try_clone()
+        .ok()
+        .and_then(|f| nix::dir::Dir::from_fd(f).ok())
+        .is_none_or(|listing| entries(listing, OWN_LIMIT + 2).len() >= OWN_LIMIT + 2);
+    !full
+        && renameat2(
+            AT_FDCWD,
+            dir,
+            fd.as_fd(),
+            name,
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .is_ok()
+}
+
+/// Whether `dir` and everything beneath it are directories of mode 0700 and regular files
+/// of mode 0600 (as `lstat` sees them: a symlink is neither), at most [`OWN_TREE_LIMIT`].
+fn owner_only_tree(dir: &Path) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let owner_only_dir =
+            std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.mode() & 0o7777 == 0o700);
+        let Ok(listing) = std::fs::read_dir(&dir)
+            .map_err(drop)
+            .and_then(|l| owner_only_dir.then_some(l).ok_or(()))
+        else {
+            return false;
+        };
+        for entry in listing {
+            seen += 1;
+            let Ok(entry) = entry else {
+                return false;
+            };
+            let Ok(meta) = entry.metadata() else {
+                return false;
+            };
+            if seen > OWN_TREE_LIMIT {
+                return false;
+            }
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if !(meta.is_file() && meta.mode() & 0o7777 == 0o600) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// Whether the directory open as `fd` holds nothing but `.` and `..` (and can be read).
 fn is_empty_dir(fd: OwnedFd) -> bool {
     let Ok(mut dir) = nix::dir::Dir::from_fd(fd) else {
@@ -191,14 +315,19 @@ pub struct Pruner {
 }
 
 impl Pruner {
-    /// Starts pruning the trash of the lease directory in `state_dir`, if there is one.
+    /// Starts pruning the trash of the lease directory in `state_dir`, then coder's own
+    /// trash there, if there are any.
     pub fn start(state_dir: &Path) -> Pruner {
         let stop = Arc::new(AtomicBool::new(false));
         let trash = state_dir.join(LEASE_DIR).join(TRASH_DIR);
+        let own = state_dir.join(OWN_TRASH);
         let flag = stop.clone();
         let _ = std::thread::Builder::new()
             .name("coder-trash".into())
-            .spawn(move || prune(&trash, &flag));
+            .spawn(move || {
+                prune(&trash, &flag);
+                prune_own(&own, &flag);
+            });
         Pruner { stop }
     }
 
@@ -235,12 +364,29 @@ fn prune(trash: &Path, stop: &AtomicBool) {
     }
 }
 
+/// Removes up to [`OWN_LIMIT`] of coder's own trashed directories, whole, until `stop`.
+fn prune_own(trash: &Path, stop: &AtomicBool) {
+    let Ok(listing) = open_dir(AT_FDCWD, trash).and_then(nix::dir::Dir::from_fd) else {
+        return;
+    };
+    for name in entries(listing, OWN_LIMIT + 2) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if name != "." && name != ".." {
+            // Symlinks inside are removed, not followed; permissions are given back on
+            // the way down.
+            crate::config::run_dirs::remove_tree(&trash.join(name));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sandbox::PlaceholderKind;
     use std::fs;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::PermissionsExt;
 
     struct Fx {
         _dir: tempfile::TempDir,
@@ -350,6 +496,49 @@ mod tests {
         fs::write(fx.lease.join(TRASH_DIR).join(&kept).join("late"), "x").unwrap();
         prune(&fx.lease.join(TRASH_DIR), &AtomicBool::new(false));
         assert_eq!(trash_names(&fx), [kept]);
+    }
+
+    #[test]
+    fn coders_own_directories_go_to_its_trash_and_later_runs_remove_them_whole() {
+        let fx = fx();
+        let state = fx.lease.parent().unwrap().to_path_buf();
+        let run = state.join("cli-runs").join("1-abc");
+        fs::create_dir_all(&run).unwrap();
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(make_owner_only_inherited(&run));
+        // Made with the modes a program asks for by default (0777, 0666, less the umask).
+        fs::create_dir_all(run.join("claude/projects/p")).unwrap();
+        fs::write(run.join("claude/projects/p/s.jsonl"), "{}").unwrap();
+        assert!(discard_own(&state, &run));
+        assert!(!run.exists());
+        let moved = state.join(OWN_TRASH).join("1-abc/claude/projects/p");
+        assert!(moved.is_dir());
+        assert_eq!(fs::metadata(&moved).unwrap().mode() & 0o777, 0o700);
+        prune_own(&state.join(OWN_TRASH), &AtomicBool::new(false));
+        assert_eq!(fs::read_dir(state.join(OWN_TRASH)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_tree_with_anything_open_to_others_is_not_moved() {
+        let fx = fx();
+        let state = fx.lease.parent().unwrap().to_path_buf();
+        let open_dir = state.join("a");
+        fs::create_dir_all(open_dir.join("x")).unwrap();
+        fs::set_permissions(&open_dir, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(open_dir.join("x"), fs::Permissions::from_mode(0o755)).unwrap();
+        let link = state.join("b");
+        fs::create_dir(&link).unwrap();
+        fs::set_permissions(&link, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink("/etc", link.join("l")).unwrap();
+        let wide_file = state.join("c");
+        fs::create_dir(&wide_file).unwrap();
+        fs::set_permissions(&wide_file, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(wide_file.join("f"), "x").unwrap();
+        fs::set_permissions(wide_file.join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+        for dir in [&open_dir, &link, &wide_file] {
+            assert!(!discard_own(&state, dir), "{}", dir.display());
+            assert!(dir.is_dir());
+        }
     }
 
     #[test]
