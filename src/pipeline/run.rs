@@ -437,12 +437,8 @@ async fn run_attempts(
     // The change ledger's "before" (DESIGN §8): beside the sandbox's setup and the CLI's
     // start where the proxy holds the agent until it is done, else first (see `snapshot`).
     crate::phases::mark("ledger.start");
-    // Plain workspaces only: a git snapshot beside the sandbox's setup failed now and then
-    // in CI ("git write-tree failed" in a workspace below a git file), and it has no
-    // safety net for concurrent changes; it is taken first, as before.
     let alongside = request.sandbox.is_confined()
-        && !snapshot::cli_may_run_commands_at_start(&request.workspace)
-        && !crate::workspace::git::git_could_find_a_repository(&request.workspace);
+        && !snapshot::cli_may_run_commands_at_start(&request.workspace);
     let mut snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
     crate::phases::mark(if alongside {
         "ledger.started"
