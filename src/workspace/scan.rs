@@ -793,6 +793,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn symlinked_directories_are_entries_not_walked_and_the_walk_keeps_its_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "x\n").unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/deep.txt"), "1\n").unwrap();
+        std::fs::write(root.join("a.txt"), "2\n").unwrap();
+        std::fs::write(root.join("z.txt"), "3\n").unwrap();
+        std::os::unix::fs::symlink("a", root.join("inner")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
+        let key = Key::random();
+        let whole = scan(root, &Caps::default(), &key, None);
+        let paths: Vec<&[u8]> = whole.entries.keys().map(Vec::as_slice).collect();
+        assert_eq!(
+            paths,
+            [&b"a.txt"[..], b"a/b/deep.txt", b"inner", b"out", b"z.txt"]
+        );
+        assert_eq!(
+            whole.entries[&b"out"[..]].mode & libc::S_IFMT,
+            libc::S_IFLNK
+        );
+        // Cut at two files: the first two in walk order (`a/` before `a.txt`).
+        let caps = Caps {
+            files: 2,
+            ..Caps::default()
+        };
+        let cut = scan(root, &caps, &key, None);
+        assert!(cut.truncated);
+        let kept: Vec<&[u8]> = cut.entries.keys().map(Vec::as_slice).collect();
+        assert_eq!(kept, [&b"a.txt"[..], b"a/b/deep.txt"]);
+        assert_eq!(cut.last.as_deref(), Some(&b"a.txt"[..]));
+        // Every listed directory's change time is kept (the root, a, a/b).
+        assert_eq!(whole.dir_ctimes.len(), 3);
+    }
+
+    #[test]
     fn lines_and_deltas() {
         assert_eq!(count_lines(b""), 0);
         assert_eq!(count_lines(b"a"), 1);
