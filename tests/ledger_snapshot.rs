@@ -293,11 +293,12 @@ fn a_run_cancelled_while_the_proxy_holds_it_ends_promptly() {
 }
 
 /// coder's own `git` is not one of the run's processes: a fake child ends while the
-/// "before" snapshot of a git workspace is still under way, and the stop of what is left of
-/// its process tree leaves the snapshot's `git write-tree` alone (it used to SIGTERM it with
-/// the rest: "git write-tree failed", no ledger). A `git` wrapper on `PATH` holds that
-/// write-tree until the stop is over (the transcript's `egress` note is written after it),
-/// and tells the child when the snapshot's `add` is done, so that its edit lands after.
+/// "before" snapshot of a git workspace is still under way beside the run (a test hook:
+/// git workspaces take it first otherwise), and the stop of what is left of its process
+/// tree leaves the snapshot's `git write-tree` alone (it used to SIGTERM it with the rest:
+/// "git write-tree failed", no ledger). A `git` wrapper on `PATH` holds that write-tree
+/// until the stop is over (the transcript's `egress` note is written after it), and tells
+/// the child when the snapshot's `add` is done, so that its edit lands after.
 #[test]
 fn the_end_of_the_agents_tree_does_not_stop_the_snapshots_git() {
     let fake = Fake::new(json!([
@@ -360,6 +361,7 @@ exec "$real" "$@"
     let out = fake
         .coder()
         .env("PATH", path)
+        .env("CODER_TEST_LEDGER_GIT_ALONGSIDE", "1")
         .args(["--return-metrics", "task"])
         .run();
     out.assert_success("done");

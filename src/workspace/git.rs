@@ -328,7 +328,7 @@ fn read_capped(
 /// boundary, which this walk does not (so it only says "could" more often). When false,
 /// spawning git (a few milliseconds, more under load) would only end in "not a git
 /// repository"; when the path cannot be resolved git is asked.
-fn git_could_find_a_repository(workspace: &Path) -> bool {
+pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
     let Ok(canonical) = std::fs::canonicalize(workspace) else {
         return true;
     };
