@@ -291,3 +291,89 @@ fn a_run_cancelled_while_the_proxy_holds_it_ends_promptly() {
     );
     assert!(!scene.workspace().join("new.txt").exists(), "the agent ran");
 }
+
+/// coder's own `git` is not one of the run's processes: a fake child ends while the
+/// "before" snapshot of a git workspace is still under way beside the run (a test hook:
+/// git workspaces take it first otherwise), and the stop of what is left of its process
+/// tree leaves the snapshot's `git write-tree` alone (it used to SIGTERM it with the rest:
+/// "git write-tree failed", no ledger). A `git` wrapper on `PATH` holds that write-tree
+/// until the stop is over (the transcript's `egress` note is written after it), and tells
+/// the child when the snapshot's `add` is done, so that its edit lands after.
+#[test]
+fn the_end_of_the_agents_tree_does_not_stop_the_snapshots_git() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "wait_file", "path": "before-added", "timeout": 60},
+        common::steps::touch("../made.txt"),
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    let out = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git init: {out:?}");
+    let real = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let bin = fake.root().join("holding-git");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("git");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/sh
+real='{real}'
+case " $* " in
+*" add -A "*)
+    "$real" "$@" || exit $?
+    : > '{ws}/.fake-claude/before-added'
+    exit 0 ;;
+*" write-tree "*)
+    if mkdir '{root}/held' 2>/dev/null; then
+        i=0
+        until grep -qs '"kind":"egress"' '{runs}'/*.jsonl; do
+            i=$((i + 1)); [ $i -gt 6000 ] && break
+            sleep 0.01
+        done
+    fi ;;
+esac
+exec "$real" "$@"
+"#,
+            real = real.trim(),
+            ws = ws.display(),
+            root = fake.root().display(),
+            runs = fake.state_dir().join("runs").display(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = bin.into_os_string();
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap());
+    let out = fake
+        .coder()
+        .env("PATH", path)
+        .env("CODER_TEST_LEDGER_GIT_ALONGSIDE", "1")
+        .args(["--return-metrics", "task"])
+        .run();
+    out.assert_success("done");
+    assert!(
+        fake.root().join("held").exists(),
+        "the snapshot's write-tree was not held"
+    );
+    assert_eq!(
+        files(&out.envelope),
+        [change("made.txt", "added", 1, 0)],
+        "{}",
+        out.explain()
+    );
+    assert_eq!(out.envelope["warnings"], Value::Null, "{}", out.explain());
+}

@@ -35,6 +35,11 @@ use crate::workspace::scan::{self, Changed};
 /// otherwise), so tests can make a run's agent start before its snapshot is taken.
 pub const DELAY_VAR: &str = "CODER_TEST_LEDGER_DELAY_MS";
 
+/// Test hook: set (to anything), a git workspace's snapshot is taken beside the run too,
+/// as a plain one's (see `run`: git workspaces take it first), so that a test can have
+/// coder's own git running while the agent's process tree is stopped.
+pub const GIT_ALONGSIDE_VAR: &str = "CODER_TEST_LEDGER_GIT_ALONGSIDE";
+
 /// "Not yet": no process of the run has started in the workspace.
 const NOT_STARTED: i64 = i64::MAX;
 

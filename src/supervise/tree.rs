@@ -7,8 +7,17 @@
 //! processes" are simply all of coder's descendants, found by walking `/proc`. Stopping them
 //! is SIGTERM to the group and to each descendant, a grace period, then SIGKILL until none
 //! is left, reaping the orphans coder inherited along the way.
+//!
+//! All but coder's own helpers: a process coder starts for itself while a run's tree may be
+//! stopped (the change ledger's `git`, whose "before" snapshot runs beside the agent) is
+//! started through [`own_run`] and is neither signalled nor reaped by a stop, nor is
+//! anything below it. Without that, an agent that ended while the snapshot's `git
+//! write-tree` ran had it killed by the stop of its tree (SIGTERM), and the run lost its
+//! change ledger.
 
 use std::collections::HashMap;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -27,12 +36,61 @@ pub fn become_subreaper() -> nix::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)
 }
 
+/// coder's own helper processes that are running: `(pid, start time)`, the start time
+/// being `/proc/PID/stat`'s (clock ticks since boot), so that a process that later gets a
+/// pid the kernel reused is not taken for one of them. Held while one is being started and
+/// while the process table is read, so a table never shows one that is not listed yet.
+static OWN: Mutex<Vec<(i32, Option<u64>)>> = Mutex::new(Vec::new());
+
+fn own() -> MutexGuard<'static, Vec<(i32, Option<u64>)>> {
+    OWN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Removes its process from [`OWN`] when dropped (after `f` of [`own_run`] returned: the
+/// process has been waited for by then, or is given up).
+struct Listed(i32);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        own().retain(|(pid, _)| *pid != self.0);
+    }
+}
+
+/// Starts `cmd` as one of coder's own helper processes (see the module's note), hands the
+/// child to `f` (which should wait for it) and returns what `f` returns. A stop of a run's
+/// tree meanwhile leaves the process and its descendants alone.
+pub fn own_run<T>(
+    cmd: &mut Command,
+    f: impl FnOnce(Child) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let (child, _listed) = {
+        let mut own = own();
+        let child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        let start = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| parse_stat(&stat))
+            .and_then(|entry| entry.start);
+        own.push((pid, start));
+        (child, Listed(pid))
+    };
+    f(child)
+}
+
+/// [`Command::output`] for one of coder's own helper processes (see [`own_run`]).
+pub fn own_output(cmd: &mut Command) -> std::io::Result<Output> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    own_run(cmd, Child::wait_with_output)
+}
+
 /// A process as seen in `/proc/PID/stat`.
 #[derive(Debug, Clone, Copy)]
 struct ProcEntry {
     ppid: i32,
     /// Exited but not yet reaped (`Z`) or dead (`X`).
     gone: bool,
+    /// When it started (clock ticks since boot).
+    start: Option<u64>,
 }
 
 fn read_proc_table() -> HashMap<i32, ProcEntry> {
@@ -64,15 +122,22 @@ fn parse_stat(stat: &str) -> Option<ProcEntry> {
     let mut fields = after_comm.split_whitespace();
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
+    // Field 22 of the line; `state` is field 3.
+    let start = fields.nth(22 - 5).and_then(|f| f.parse().ok());
     Some(ProcEntry {
         ppid,
         gone: matches!(state, "Z" | "X" | "x"),
+        start,
     })
 }
 
-/// All descendants of `root` (excluding it): (pid, parent pid, gone).
+/// All descendants of `root` (excluding it): (pid, parent pid, gone); coder's own helper
+/// processes ([`own_run`]) and what is below them are left out.
 fn descendants(root: i32) -> Vec<(i32, i32, bool)> {
-    let table = read_proc_table();
+    let (table, own) = {
+        let own = own();
+        (read_proc_table(), own.clone())
+    };
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for (pid, entry) in &table {
         children.entry(entry.ppid).or_default().push(*pid);
@@ -81,7 +146,11 @@ fn descendants(root: i32) -> Vec<(i32, i32, bool)> {
     let mut stack = vec![root];
     while let Some(pid) = stack.pop() {
         for child in children.get(&pid).into_iter().flatten() {
-            if let Some(entry) = table.get(child) {
+            let entry = table.get(child);
+            if own.contains(&(*child, entry.and_then(|e| e.start))) {
+                continue;
+            }
+            if let Some(entry) = entry {
                 out.push((*child, entry.ppid, entry.gone));
             }
             stack.push(*child);
@@ -187,6 +256,9 @@ mod tests {
         let entry = parse_stat("42 (a) b (c)) S 7 42 42 0 -1").unwrap();
         assert_eq!(entry.ppid, 7);
         assert!(!entry.gone);
+        assert_eq!(entry.start, None);
+        let line = "42 (x) S 7 42 42 0 -1 4194560 88 0 0 0 0 0 0 0 20 0 1 0 123456 1 2";
+        assert_eq!(parse_stat(line).unwrap().start, Some(123_456));
         assert!(parse_stat("43 (x) Z 1 0").unwrap().gone);
         assert!(parse_stat("garbage").is_none());
     }

@@ -22,6 +22,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::supervise::tree::{own_output, own_run};
+
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
 pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
 
@@ -94,7 +96,8 @@ impl GitRepo {
             "--show-toplevel",
             "--show-prefix",
         ]);
-        let out = probe.stderr(Stdio::null()).output().ok()?;
+        probe.stderr(Stdio::null());
+        let out = own_output(&mut probe).ok()?;
         if !out.status.success() {
             return None;
         }
@@ -129,7 +132,7 @@ impl GitRepo {
         let mut cmd = self.command();
         cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
         // Exit 1 means "no such key": no driver.
-        let out = cmd.stderr(Stdio::null()).output()?;
+        let out = own_output(&mut cmd)?;
         let text = String::from_utf8_lossy(&out.stdout);
         let mut drivers: Vec<&str> = text
             .lines()
@@ -269,31 +272,7 @@ impl GitRepo {
         let mut cmd = self.diff_tree(&["-p"], [before, after], exclude);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-        let mut child = cmd.spawn()?;
-        let mut kept = Vec::new();
-        let mut total: u64 = 0;
-        if let Some(mut stdout) = child.stdout.take() {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match stdout.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                total += n as u64;
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-        let status = child.wait()?;
-        if !status.success() {
-            return Err(GitError::Failed {
-                what: "diff-tree -p",
-                stderr: format!("exit status {status}"),
-            });
-        }
-        Ok((kept, total))
+        own_run(&mut cmd, |child| read_capped(child, cap))?
     }
 
     fn run(&self, what: &'static str, args: &[&str]) -> Result<Vec<u8>, GitError> {
@@ -301,6 +280,41 @@ impl GitRepo {
         cmd.args(args);
         output(what, cmd)
     }
+}
+
+/// The output of `git diff-tree -p` (`child`): at most `cap` bytes kept, and the full size.
+fn read_capped(
+    mut child: std::process::Child,
+    cap: usize,
+) -> std::io::Result<Result<(Vec<u8>, u64), GitError>> {
+    let mut kept = Vec::new();
+    let mut total: u64 = 0;
+    if let Some(mut stdout) = child.stdout.take() {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match stdout.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            };
+            total += n as u64;
+            let room = cap.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        return Ok(Err(GitError::Failed {
+            what: "diff-tree -p",
+            stderr: format!("exit status {status}"),
+        }));
+    }
+    Ok(Ok((kept, total)))
 }
 
 /// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
@@ -360,14 +374,17 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
 }
 
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
-    let out = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output()?;
+    let out = own_output(&mut cmd)?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
-        Err(GitError::Failed {
-            what,
-            stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
-        })
+        // The status too: a git killed by a signal says nothing on stderr.
+        let stderr = crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300);
+        let stderr = match stderr.trim() {
+            "" => out.status.to_string(),
+            text => format!("{text} ({})", out.status),
+        };
+        Err(GitError::Failed { what, stderr })
     }
 }
 

@@ -197,16 +197,32 @@ impl Ledger {
                 let file = state_dir
                     .zip(canonical.as_deref())
                     .and_then(|(state, ws)| CacheFile::for_workspace(state, ws));
-                let loaded = file.as_ref().and_then(CacheFile::load);
+                // The cache is read on a thread of its own while the tree is listed and
+                // its files' stat data taken (neither needs it).
+                let (listed, loaded) = std::thread::scope(|s| {
+                    let load = || file.as_ref().and_then(CacheFile::load);
+                    match std::thread::Builder::new()
+                        .name("ledger-cache".into())
+                        .spawn_scoped(s, load)
+                    {
+                        Ok(loader) => {
+                            let listed = scan::list(workspace, &caps);
+                            (listed, loader.join().ok().flatten())
+                        }
+                        Err(_) => (scan::list(workspace, &caps), load()),
+                    }
+                });
+                crate::phases::mark("ledger.cache_loaded");
                 let (key, scan) = match loaded {
                     Some(loaded) => {
                         let mut prior = Prior::Owned(loaded.scan);
-                        let scan = scan::scan(workspace, &caps, &loaded.key, Some(&mut prior));
+                        let scan =
+                            scan::finish(listed, workspace, &caps, &loaded.key, Some(&mut prior));
                         (loaded.key, scan)
                     }
                     None => {
                         let key = Key::random();
-                        let scan = scan::scan(workspace, &caps, &key, None);
+                        let scan = scan::finish(listed, workspace, &caps, &key, None);
                         (key, scan)
                     }
                 };

@@ -254,20 +254,58 @@ pub fn now_ns() -> i128 {
 /// path up to its last one in [`walk_order`] and none after it. Entries of `prior` whose
 /// file is unchanged are reused instead of reading the file.
 pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) -> Scan {
-    let mut out = Scan {
-        started_ns: now_ns(),
-        ..Scan::default()
-    };
+    finish(list(root, caps), root, caps, key, prior)
+}
+
+/// The first half of a [`scan`]: the tree's files listed and their stat data taken, none
+/// read yet (needs neither the key nor a prior scan, which can be loaded meanwhile).
+pub struct Listed {
+    started_ns: i128,
+    listing: Listing,
+    stats: Vec<Option<Stat>>,
+}
+
+/// Lists `root` within `caps` and takes every listed file's stat data (see [`scan`]).
+pub fn list(root: &Path, caps: &Caps) -> Listed {
+    let started_ns = now_ns();
     // The names, in walk order, up to the cap; then their stat data, on two threads (the
-    // scan's time is mostly `fstatat`); then, in walk order again (the budgets are spent
-    // in that order), each entry reused from `prior` or read.
+    // scan's time is mostly `fstatat`).
     let mut listing = Listing {
         cap: caps.files,
         ..Listing::default()
     };
-    listing.list(root, &[], 0);
-    out.truncated = listing.truncated;
+    if let Some(fd) = open_dir(root) {
+        listing.list(fd, &[], 0);
+    }
+    crate::phases::mark("ledger.scan.listed");
     let stats = listing.stat_all(root);
+    crate::phases::mark("ledger.scan.stated");
+    Listed {
+        started_ns,
+        listing,
+        stats,
+    }
+}
+
+/// The second half of a [`scan`]: in walk order (the budgets are spent in that order),
+/// each listed file's entry reused from `prior` or read.
+pub fn finish(
+    listed: Listed,
+    root: &Path,
+    caps: &Caps,
+    key: &Key,
+    prior: Option<&mut Prior<'_>>,
+) -> Scan {
+    let Listed {
+        started_ns,
+        listing,
+        stats,
+    } = listed;
+    let mut out = Scan {
+        started_ns,
+        truncated: listing.truncated,
+        ..Scan::default()
+    };
     let mut walker = Walker {
         caps,
         prior,
@@ -279,8 +317,7 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) 
             keep_left: caps.keep_bytes,
         },
     };
-    let mut entries = Vec::with_capacity(listing.found.len());
-    for (found, stat) in listing.found.iter().zip(stats) {
+    let path_of = |found: &Found| {
         let dir = &listing.dirs[found.dir];
         let name = &listing.names[found.name.clone()];
         let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
@@ -289,8 +326,14 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) 
             path.push(b'/');
         }
         path.extend_from_slice(name);
+        path
+    };
+    // The last path scanned, whatever became of it.
+    out.last = listing.found.last().map(path_of);
+    let mut entries = Vec::with_capacity(listing.found.len());
+    for (found, stat) in listing.found.iter().zip(stats) {
+        let path = path_of(found);
         // What the listing said is a file may be gone, or something else, by now.
-        out.last = Some(path.clone());
         let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
             out.vanished.push(path);
             continue;
@@ -308,8 +351,10 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) 
         };
         entries.push((path, entry));
     }
+    crate::phases::mark("ledger.scan.looked");
     out.entries = entries.into_iter().collect();
     out.dir_ctimes = listing.dir_ctimes;
+    crate::phases::mark("ledger.scan.done");
     out
 }
 
@@ -389,39 +434,81 @@ struct Listing {
 }
 
 impl Listing {
-    /// Lists `rel` below `root`; `false` once the cap is reached.
-    fn list(&mut self, root: &Path, rel: &[u8], depth: usize) -> bool {
-        let dir = root.join(std::ffi::OsStr::from_bytes(rel));
-        let Ok(read) = std::fs::read_dir(&dir) else {
+    /// Lists the directory open as `dir` (at `rel` below the root); `false` once the cap
+    /// is reached. Subdirectories are opened relative to it, never through a symlink.
+    fn list(&mut self, dir: std::os::fd::OwnedFd, rel: &[u8], depth: usize) -> bool {
+        use std::os::fd::AsFd;
+        let Ok(mut stream) = nix::dir::Dir::from_fd(dir) else {
             return true;
         };
-        // The type from the listing, or (where the file system gives none) an `lstat`.
-        let mut items: Vec<_> = read
-            .flatten()
-            .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
-            .collect();
-        items.sort_by(|a, b| a.0.cmp(&b.0));
+        // The names one after the other in one buffer, with the type from the listing
+        // (where the file system gives none, an `lstat`).
+        let mut buf: Vec<u8> = Vec::new();
+        let mut items: Vec<(std::ops::Range<usize>, Kind)> = Vec::new();
+        let fd = stream.as_fd().try_clone_to_owned().ok();
+        for entry in stream.iter() {
+            let Ok(entry) = entry else {
+                break;
+            };
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let kind = match entry.file_type() {
+                Some(nix::dir::Type::Directory) => Kind::Dir,
+                Some(nix::dir::Type::File) => Kind::File,
+                Some(nix::dir::Type::Symlink) => Kind::Symlink,
+                Some(_) => Kind::Other,
+                None => match fd.as_ref().and_then(|fd| {
+                    nix::sys::stat::fstatat(
+                        fd,
+                        entry.file_name(),
+                        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                    )
+                    .ok()
+                }) {
+                    Some(st) => Kind::of(st.st_mode),
+                    None => Kind::Other,
+                },
+            };
+            let start = buf.len();
+            buf.extend_from_slice(name);
+            items.push((start..buf.len(), kind));
+        }
+        // One descriptor per level of the walk held while it goes down, not two.
+        drop(stream);
+        items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
         // After the listing: a removal it missed moves the change time past this look.
-        if let Ok(meta) = std::fs::symlink_metadata(&dir) {
-            let ctime = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
+        if let Some(st) = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok()) {
+            let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
             self.dir_ctimes.push((rel.to_vec(), ctime));
         }
         let mut here = None;
-        for (name, kind) in items {
-            let name = name.as_bytes();
-            if kind.is_dir() {
-                let mut path = rel.to_vec();
-                if !path.is_empty() {
-                    path.push(b'/');
+        for (range, kind) in items {
+            let name = &buf[range];
+            match kind {
+                Kind::Dir => {
+                    let mut path = rel.to_vec();
+                    if !path.is_empty() {
+                        path.push(b'/');
+                    }
+                    path.extend_from_slice(name);
+                    if depth >= MAX_DEPTH {
+                        continue;
+                    }
+                    let Some(parent) = fd.as_ref() else {
+                        continue;
+                    };
+                    let Some(child) = open_dir_at(parent.as_fd(), name) else {
+                        continue;
+                    };
+                    if !self.list(child, &path, depth + 1) {
+                        return false;
+                    }
+                    continue;
                 }
-                path.extend_from_slice(name);
-                if depth < MAX_DEPTH && !self.list(root, &path, depth + 1) {
-                    return false;
-                }
-                continue;
-            }
-            if !kind.is_file() && !kind.is_symlink() {
-                continue;
+                Kind::Other => continue,
+                Kind::File | Kind::Symlink => {}
             }
             if self.found.len() >= self.cap {
                 self.truncated = true;
@@ -505,6 +592,38 @@ impl Listing {
         });
         stats
     }
+}
+
+/// The type of a listed entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+impl Kind {
+    fn of(mode: u32) -> Kind {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// The directory `name` in the one open as `parent`, opened without following a symlink.
+fn open_dir_at(parent: std::os::fd::BorrowedFd<'_>, name: &[u8]) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::OFlag;
+    nix::fcntl::openat(
+        parent,
+        std::ffi::OsStr::from_bytes(name),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()
 }
 
 fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
@@ -690,6 +809,43 @@ fn split_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symlinked_directories_are_entries_not_walked_and_the_walk_keeps_its_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "x\n").unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/deep.txt"), "1\n").unwrap();
+        std::fs::write(root.join("a.txt"), "2\n").unwrap();
+        std::fs::write(root.join("z.txt"), "3\n").unwrap();
+        std::os::unix::fs::symlink("a", root.join("inner")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
+        let key = Key::random();
+        let whole = scan(root, &Caps::default(), &key, None);
+        let paths: Vec<&[u8]> = whole.entries.keys().map(Vec::as_slice).collect();
+        assert_eq!(
+            paths,
+            [&b"a.txt"[..], b"a/b/deep.txt", b"inner", b"out", b"z.txt"]
+        );
+        assert_eq!(
+            whole.entries[&b"out"[..]].mode & libc::S_IFMT,
+            libc::S_IFLNK
+        );
+        // Cut at two files: the first two in walk order (`a/` before `a.txt`).
+        let caps = Caps {
+            files: 2,
+            ..Caps::default()
+        };
+        let cut = scan(root, &caps, &key, None);
+        assert!(cut.truncated);
+        let kept: Vec<&[u8]> = cut.entries.keys().map(Vec::as_slice).collect();
+        assert_eq!(kept, [&b"a.txt"[..], b"a/b/deep.txt"]);
+        assert_eq!(cut.last.as_deref(), Some(&b"a.txt"[..]));
+        // Every listed directory's change time is kept (the root, a, a/b).
+        assert_eq!(whole.dir_ctimes.len(), 3);
+    }
 
     #[test]
     fn lines_and_deltas() {

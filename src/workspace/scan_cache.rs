@@ -324,7 +324,9 @@ fn parse(
         return None;
     }
     let mut offset = blobs_start;
-    let mut entries = BTreeMap::new();
+    // Collected first, then built into the map at once: the file holds them in the map's
+    // order (a bulk build, not one insertion per entry).
+    let mut entries = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
     for _ in 0..count {
         let path_len = r.u32()? as usize;
         let path = r.take(path_len)?;
@@ -365,8 +367,9 @@ fn parse(
             lines: (flags & HAS_LINES != 0).then_some(lines),
             content,
         };
-        entries.insert(path.to_vec(), entry);
+        entries.push((path.to_vec(), entry));
     }
+    let entries: BTreeMap<Vec<u8>, Entry> = entries.into_iter().collect();
     if r.position() != entries_end {
         return None;
     }
