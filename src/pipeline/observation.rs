@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{
-    DecodeError, Decoded, Event, Line, Pipe, ResultEvent, ToolResult, UpstreamErrorType, Usage,
-    decode_stdout_line,
+    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, Pipe, ResultEvent, ToolResult,
+    UpstreamErrorType, Usage, decode_line, decode_long_line,
 };
 use crate::text::one_line;
 use crate::text::redact::{Ending, Secrets};
@@ -236,24 +236,6 @@ impl Observation {
         line: &Line,
         lines_after: usize,
     ) -> Option<Decoded> {
-        let decoded = match pipe {
-            Pipe::Stdout => decode_stdout_line(line),
-            Pipe::Stderr => None,
-        };
-        self.observe_decoded_line(pipe, line, lines_after, decoded)
-    }
-
-    /// [`Observation::observe_line_before`] of a line already decoded, by
-    /// [`decode_stdout_line`] for a stdout line (`None` for a stderr line): the pipe
-    /// reader decodes the lines it reads, beside the supervisor's handling of the ones
-    /// before.
-    pub fn observe_decoded_line(
-        &mut self,
-        pipe: Pipe,
-        line: &Line,
-        lines_after: usize,
-        decoded: Option<Result<Decoded, DecodeError>>,
-    ) -> Option<Decoded> {
         if lines_after < LAST_LINES {
             self.remember_line(line);
         }
@@ -264,19 +246,23 @@ impl Observation {
             }
             Pipe::Stdout => {
                 self.stdout_lines += 1;
-                self.observe_stdout(line, decoded?)
+                self.observe_stdout(line)
             }
         }
     }
 
-    fn observe_stdout(
-        &mut self,
-        line: &Line,
-        decoded: Result<Decoded, DecodeError>,
-    ) -> Option<Decoded> {
-        if line.truncated() {
-            self.truncated_lines += 1;
+    fn observe_stdout(&mut self, line: &Line) -> Option<Decoded> {
+        if line.bytes.iter().all(u8::is_ascii_whitespace) {
+            return None;
         }
+        let decoded = if line.truncated() {
+            self.truncated_lines += 1;
+            Err(DecodeError::Truncated)
+        } else if line.bytes.len() > LONG_LINE_BYTES {
+            decode_long_line(&line.bytes)
+        } else {
+            decode_line(&line.bytes)
+        };
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(_) => {

@@ -27,7 +27,6 @@ use super::event::{
     ToolResult, ToolUse, UpstreamErrorType,
 };
 use super::lenient::ArrayOrNothing;
-use super::splitter::Line;
 
 /// Lines longer than this are kept by their head only wherever coder records them (the
 /// transcript), so they are decoded with [`decode_long_line`].
@@ -42,25 +41,6 @@ pub enum DecodeError {
     NotAnEvent,
     /// The line was longer than the cap and was cut.
     Truncated,
-}
-
-/// Decodes one complete line of the child's stdout as the supervisor reads it: `None` for
-/// a blank line (not an event, not an error), the long-line reading for a line over
-/// [`LONG_LINE_BYTES`], [`DecodeError::Truncated`] for a line cut at the splitter's cap.
-///
-/// A pure function of the line, so the pipe reader can run it on the lines it has read
-/// while the supervisor handles the ones before.
-pub fn decode_stdout_line(line: &Line) -> Option<Result<Decoded, DecodeError>> {
-    if line.bytes.iter().all(u8::is_ascii_whitespace) {
-        return None;
-    }
-    Some(if line.truncated() {
-        Err(DecodeError::Truncated)
-    } else if line.bytes.len() > LONG_LINE_BYTES {
-        decode_long_line(&line.bytes)
-    } else {
-        decode_line(&line.bytes)
-    })
 }
 
 /// Decodes one stdout line into its event.

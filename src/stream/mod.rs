@@ -14,9 +14,7 @@ mod lenient;
 pub mod splitter;
 
 pub use assistant::STRUCTURED_TOOL;
-pub use decode::{
-    DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode_long_line, decode_stdout_line,
-};
+pub use decode::{DecodeError, LONG_LINE_BYTES, decode_event, decode_line, decode_long_line};
 pub use event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
     ToolResult, ToolUse, UpstreamErrorType, Usage,

@@ -26,10 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use crate::journal::{Journal, Note, WatchdogReason};
 use crate::pipeline::child::ChildSpec;
 use crate::pipeline::observation::Observation;
-use crate::stream::{
-    DecodeError, Decoded, Event, Line, LineSplitter, Pipe, SpareBuffer, UpstreamErrorType,
-    decode_stdout_line,
-};
+use crate::stream::{Decoded, Event, Line, LineSplitter, Pipe, SpareBuffer, UpstreamErrorType};
 
 pub use signals::CancelSignals;
 pub use spawn::SpawnError;
@@ -141,69 +138,14 @@ pub struct AttemptEnd {
 enum PipeMsg {
     /// Complete lines of one read, and their share of the queue budget, handed back when
     /// the last of them has been handled.
-    Lines(Pipe, Vec<ReadLine>, OwnedSemaphorePermit),
+    Lines(Pipe, Vec<Line>, OwnedSemaphorePermit),
     Eof,
-}
-
-/// A complete line, and for a long stdout line what [`decode_stdout_line`] made of it.
-///
-/// Decoding is most of the supervisor's work on a fast stream, and the pipe reader has
-/// time to spare: it decodes the long lines it reads (tool results, most of the bytes),
-/// beside the supervisor's handling of the lines before, and leaves the short ones
-/// (assistant messages, most of the lines) to the supervisor, so that neither thread
-/// waits for the other.
-struct ReadLine {
-    line: Line,
-    decoded: Decoding,
-}
-
-enum Decoding {
-    /// Decoded by the supervisor when it handles the line.
-    Later,
-    /// Decoded by the pipe reader: [`decode_stdout_line`] of a stdout line (boxed: a
-    /// decoded event is ten times the size of a line's other fields, moved with it).
-    Done(Box<Option<Result<Decoded, DecodeError>>>),
-}
-
-/// A stdout line at least this long is decoded by the pipe reader (see [`ReadLine`]).
-const DECODED_BY_READER_BYTES: usize = 4096;
-
-impl ReadLine {
-    fn read(pipe: Pipe, line: Line) -> ReadLine {
-        let decoded = match pipe {
-            Pipe::Stdout if line.bytes.len() >= DECODED_BY_READER_BYTES => {
-                Decoding::Done(Box::new(decode_stdout_line(&line)))
-            }
-            _ => Decoding::Later,
-        };
-        ReadLine { line, decoded }
-    }
-
-    /// What the line holds in memory: its buffer, which for a line in a reused buffer is
-    /// more than its length, and the strings its event holds (copies of parts of the line,
-    /// together at most its length; a `user` event holds ranges of the line and its tool
-    /// ids, and is counted by its buffer alone).
-    fn held(&self) -> usize {
-        let event = match &self.decoded {
-            Decoding::Done(decoded) => match &**decoded {
-                Some(Ok(Decoded {
-                    event: Event::User { .. },
-                    ..
-                }))
-                | Some(Err(_))
-                | None => 0,
-                Some(Ok(_)) => self.line.bytes.len(),
-            },
-            Decoding::Later => 0,
-        };
-        self.line.bytes.capacity() + event
-    }
 }
 
 /// The lines of one message being handled.
 struct Batch {
     pipe: Pipe,
-    lines: std::vec::IntoIter<ReadLine>,
+    lines: std::vec::IntoIter<Line>,
     /// Released when the batch is done.
     _queued: OwnedSemaphorePermit,
 }
@@ -362,19 +304,13 @@ impl LineQueue {
     fn handle(
         &mut self,
         pipe: Pipe,
-        read: ReadLine,
+        line: Line,
         lines_after: usize,
         observation: &mut Observation,
         journal: &mut dyn Journal,
     ) -> bool {
         crate::phases::mark_first_line();
-        let ReadLine { line, decoded } = read;
-        let decoded = match decoded {
-            Decoding::Later => observation.observe_line_before(pipe, &line, lines_after),
-            Decoding::Done(decoded) => {
-                observation.observe_decoded_line(pipe, &line, lines_after, *decoded)
-            }
-        };
+        let decoded = observation.observe_line_before(pipe, &line, lines_after);
         if let Some(bytes) = journal.line(pipe, line, decoded.as_ref()) {
             self.spare.offer(bytes);
         }
@@ -760,10 +696,8 @@ async fn read_pipe<R: AsyncRead + Unpin>(
             Ok((n, into_line)) => {
                 activity.touch(pipe, n);
                 match into_line {
-                    Some(from) => splitter.feed_read_into(from, &mut buf, |line| {
-                        lines.push(ReadLine::read(pipe, line));
-                    }),
-                    None => splitter.feed(&buf[..n], |line| lines.push(ReadLine::read(pipe, line))),
+                    Some(from) => splitter.feed_read_into(from, &mut buf, |line| lines.push(line)),
+                    None => splitter.feed(&buf[..n], |line| lines.push(line)),
                 }
                 if !lines.is_empty()
                     && !send_lines(&tx, &budget, pipe, std::mem::take(&mut lines)).await
@@ -776,7 +710,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(
         }
     }
     if let Some(line) = splitter.finish() {
-        send_lines(&tx, &budget, pipe, vec![ReadLine::read(pipe, line)]).await;
+        send_lines(&tx, &budget, pipe, vec![line]).await;
     }
     let _ = tx.send(PipeMsg::Eof).await;
 }
@@ -792,13 +726,14 @@ async fn send_lines(
     tx: &mpsc::Sender<PipeMsg>,
     budget: &Arc<Semaphore>,
     pipe: Pipe,
-    lines: Vec<ReadLine>,
+    lines: Vec<Line>,
 ) -> bool {
     let mut batch = Vec::new();
     let mut admitted: Option<OwnedSemaphorePermit> = None;
     for line in lines {
-        // More than the whole budget still passes, alone.
-        let share = line.held().clamp(1, QUEUED_BYTES) as u32;
+        // What the line holds in memory, which for a line in a reused buffer is more
+        // than its length. More than the whole budget still passes, alone.
+        let share = line.bytes.capacity().clamp(1, QUEUED_BYTES) as u32;
         let permit = match budget.clone().try_acquire_many_owned(share) {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::Closed) => return false,
@@ -826,177 +761,5 @@ async fn send_lines(
     match admitted {
         Some(queued) => tx.send(PipeMsg::Lines(pipe, batch, queued)).await.is_ok(),
         None => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn line(bytes: &[u8], dropped: u64) -> Line {
-        Line {
-            bytes: bytes.to_vec(),
-            dropped,
-        }
-    }
-
-    /// Stdout and stderr lines of every kind, short and long, with lines the reader
-    /// decodes and lines it leaves to the supervisor.
-    fn lines() -> Vec<(Pipe, Line)> {
-        let text = r#"café — \"quoted\"\n\tline "#.repeat(300);
-        let assistant = |text: &str| {
-            format!(
-                r#"{{"type":"assistant","message":{{"id":"msg_1","model":"m","content":[{{"type":"text","text":"{text}"}},{{"type":"tool_use","id":"t1","name":"Bash","input":{{"command":"ls"}}}}],"usage":{{"input_tokens":3,"output_tokens":4}}}},"session_id":"s1","uuid":"u1"}}"#
-            )
-        };
-        let user = |content: &str| {
-            format!(
-                r#"{{"type":"user","message":{{"role":"user","content":[{{"tool_use_id":"t1","type":"tool_result","content":"{content}"}}]}},"uuid":"u2","tool_use_result":{{"stdout":"{content}"}}}}"#
-            )
-        };
-        let stdout = [
-            line(br#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#, 0),
-            line(assistant("short").as_bytes(), 0),
-            line(assistant(&text).as_bytes(), 0),
-            line(user("ok").as_bytes(), 0),
-            line(user(&text).as_bytes(), 0),
-            line(user(&format!("{text}\\q")).as_bytes(), 0),
-            line(user(&format!("{text}\\ud800")).as_bytes(), 0),
-            line(user(&text.repeat(30)).as_bytes(), 0),
-            line(user(&text).as_bytes(), 7),
-            line(format!("not json {text}").as_bytes(), 0),
-            line(&[b' '; 5000], 0),
-            line(&[&user(&text).as_bytes()[..5000], b"\xff\xfe"].concat(), 0),
-            line(
-                format!(r#"{{"type":"result","subtype":"success","result":"{text}"}}"#).as_bytes(),
-                0,
-            ),
-            line(
-                br#"{"type":"result","subtype":"success","result":"hi","usage":{"input_tokens":9}}"#,
-                0,
-            ),
-        ];
-        let stderr = [line(text.as_bytes(), 0), line(b"warning", 0)];
-        let mut all: Vec<(Pipe, Line)> = stdout.into_iter().map(|l| (Pipe::Stdout, l)).collect();
-        all.extend(stderr.into_iter().map(|l| (Pipe::Stderr, l)));
-        all.rotate_left(3);
-        all
-    }
-
-    /// Observes `lines` twice, once as the supervisor alone decodes them and once with the
-    /// reader decoding its share, and checks both give the same events and facts; returns
-    /// the observation, and how many lines the reader decoded.
-    fn observed_both_ways(lines: &[(Pipe, Line)]) -> (Observation, usize) {
-        let started = std::time::Instant::now();
-        let mut itself = Observation::new(started, false, vec![]);
-        let mut by_reader = Observation::new(started, false, vec![]);
-        let mut done = 0;
-        for (i, (pipe, line)) in lines.iter().enumerate() {
-            let after = lines.len() - 1 - i;
-            let expected = itself.observe_line_before(*pipe, line, after);
-            let read = ReadLine::read(*pipe, line.clone());
-            done += usize::from(matches!(read.decoded, Decoding::Done(_)));
-            let decoded = match read.decoded {
-                Decoding::Later => by_reader.observe_line_before(*pipe, &read.line, after),
-                Decoding::Done(decoded) => {
-                    by_reader.observe_decoded_line(*pipe, &read.line, after, *decoded)
-                }
-            };
-            assert_eq!(decoded, expected, "line {i}");
-        }
-        let facts = |o: &Observation| {
-            (
-                (o.events, o.json_decode_errors, o.truncated_lines),
-                (o.stdout_lines, o.stderr_lines, o.turns()),
-                (o.session_id.clone(), o.model.clone(), o.tool_calls.clone()),
-                (o.usage(), o.result.clone(), o.last_lines()),
-            )
-        };
-        assert_eq!(facts(&by_reader), facts(&itself));
-        (itself, done)
-    }
-
-    #[test]
-    fn lines_decoded_by_the_reader_are_observed_as_the_supervisor_would_decode_them() {
-        let (observed, done) = observed_both_ways(&lines());
-        assert!(
-            done >= 8,
-            "the long stdout lines are decoded by the reader: {done}"
-        );
-        assert_eq!(observed.truncated_lines, 1);
-        assert!(observed.json_decode_errors >= 4);
-    }
-
-    #[test]
-    fn damaged_lines_decoded_by_the_reader_are_observed_as_the_supervisor_would_decode_them() {
-        // The lines above cut, spliced with bytes JSON refuses or treats apart (quotes,
-        // backslashes, control bytes, bytes that are not UTF-8, blanks), cut at the
-        // splitter's cap, and sent on either pipe.
-        let base = lines();
-        let mut rng = crate::stream::Xorshift(0x5eed_2113);
-        let odd: [&[u8]; 9] = [
-            b"\"",
-            b"\\",
-            b"\\u",
-            b"\x01",
-            b"\t",
-            b"\xff",
-            b"\xe2\x80",
-            b" ",
-            b"\\ud800",
-        ];
-        let mut lines = Vec::new();
-        for _ in 0..400 {
-            let (pipe, line) = &base[rng.below(base.len())];
-            let mut bytes = line.bytes.clone();
-            for _ in 0..rng.below(3) {
-                let at = rng.below(bytes.len() + 1);
-                match rng.below(3) {
-                    0 => bytes.truncate(at),
-                    _ => bytes
-                        .splice(at..at, odd[rng.below(odd.len())].iter().copied())
-                        .for_each(drop),
-                }
-            }
-            let dropped = if rng.below(10) == 0 {
-                rng.below(100) as u64
-            } else {
-                line.dropped
-            };
-            let pipe = if rng.below(10) == 0 {
-                Pipe::Stderr
-            } else {
-                *pipe
-            };
-            lines.push((pipe, Line { bytes, dropped }));
-        }
-        let (observed, done) = observed_both_ways(&lines);
-        assert!(done > 100, "{done}");
-        assert!(observed.events > 50 && observed.json_decode_errors > 50);
-    }
-
-    #[test]
-    fn a_decoded_line_holds_its_buffer_and_the_strings_of_its_event_against_the_queue() {
-        for (pipe, line) in lines() {
-            let capacity = line.bytes.capacity();
-            let len = line.bytes.len();
-            let read = ReadLine::read(pipe, line);
-            let texts = match &read.decoded {
-                Decoding::Done(decoded) => match &**decoded {
-                    Some(Ok(Decoded {
-                        event: Event::Assistant(a),
-                        ..
-                    })) => a.texts.iter().map(String::len).sum(),
-                    Some(Ok(Decoded {
-                        event: Event::Result(r),
-                        ..
-                    })) => r.result.as_ref().map_or(0, String::len),
-                    _ => 0,
-                },
-                Decoding::Later => 0,
-            };
-            assert!(read.held() >= capacity + texts);
-            assert!(read.held() <= capacity + len);
-        }
     }
 }
