@@ -276,6 +276,7 @@ pub(crate) fn request_from(
         let _ = supervise::signals::release_cancelling();
         return parsed
             .into_request(&mut std::io::stdin().lock())
+            .and_then(|r| r.refuse_unsuitable_workspace().map(|()| r))
             .map_err(|ArgError::Invalid(m)| invalid(m));
     };
     let request = parsed.into_request(&mut stdin);
@@ -291,7 +292,9 @@ pub(crate) fn request_from(
             limits,
         ));
     }
-    request.map_err(|ArgError::Invalid(m)| invalid(m))
+    request
+        .and_then(|r| r.refuse_unsuitable_workspace().map(|()| r))
+        .map_err(|ArgError::Invalid(m)| invalid(m))
 }
 
 /// TEST HOOK, compiled into debug builds only: with `CODER_TEST_HOOK_PAUSE_AFTER_PROMPT`

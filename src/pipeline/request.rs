@@ -446,6 +446,22 @@ pub struct RunRequest {
     pub allow_questions: bool,
 }
 
+impl RunRequest {
+    /// A workspace no confined run may have (`/`, a system tree, the home directory or an
+    /// ancestor) is the caller's `--cd` to change: refused before the run starts and the
+    /// change ledger walks all of it. Not part of [`RunArgs::into_request`]: `coder route
+    /// explain` resolves a request only to describe its routing, from any directory.
+    pub fn refuse_unsuitable_workspace(&self) -> Result<(), ArgError> {
+        match crate::sandbox::workspace_refusal_here(&self.workspace) {
+            Some(reason) if self.sandbox.is_confined() => Err(ArgError::Invalid(format!(
+                "--cd {}: {reason}",
+                self.workspace.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// How a run relates to a plan (DESIGN §9).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanRole {
@@ -699,16 +715,6 @@ impl RunArgs {
             .sandbox
             .or(file.sandbox)
             .unwrap_or(SandboxMode::WorkspaceWrite);
-        // A workspace no confined run may have is the caller's --cd to change: refused
-        // here, before the change ledger would walk all of it (`/`, the home directory).
-        if sandbox.is_confined()
-            && let Some(reason) = crate::sandbox::workspace_refusal_here(&workspace)
-        {
-            return Err(ArgError::Invalid(format!(
-                "--cd {}: {reason}",
-                workspace.display()
-            )));
-        }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
         }
