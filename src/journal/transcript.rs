@@ -17,7 +17,8 @@
 //! line on, not after its own transcript is finished (on ext4 under load each deleted 64 MB
 //! transcript cost 5 to 7 ms on the way to the envelope): it counts its own transcript at
 //! its size then and never deletes it, so the transcripts can exceed the cap by at most
-//! what the latest run wrote after that, until the next run's retention counts it whole.
+//! what the latest run wrote after that, until the next run's retention counts it whole
+//! (with runs at once, by what each of them wrote after its own retention).
 //! Another live run's transcript is the newest or nearly (it is being written), so it goes
 //! last, as before. Each deletion is one `unlink` of a whole file: a run cancelled or
 //! killed during its retention leaves no half-deleted transcript, only fewer deleted.
