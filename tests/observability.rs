@@ -208,6 +208,86 @@ fn old_transcripts_are_pruned_to_the_retention_limit() {
     assert!(newest.exists(), "the run's own transcript is kept");
 }
 
+/// The transcripts in `dir`: (total bytes, names).
+fn transcripts(dir: &Path) -> (u64, Vec<String>) {
+    let mut total = 0;
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        total += entry.metadata().unwrap().len();
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    (total, names)
+}
+
+#[test]
+fn transcripts_over_the_byte_cap_are_pruned_while_the_child_runs() {
+    const CAP: u64 = 512 * 1024 * 1024;
+    let fake = Fake::new(json!([
+        steps::init(),
+        steps::touch("running"),
+        {"step": "wait_file", "path": "release", "timeout": 30},
+        steps::text("ok"),
+        steps::result_ok("ok"),
+    ]));
+    let runs_dir = fake.state_dir().join("runs");
+    std::fs::create_dir_all(&runs_dir).unwrap();
+    // Three sparse transcripts of a third of the cap and a byte: over the cap by three.
+    let day_ago = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    for i in 0..3u64 {
+        let path = runs_dir.join(format!("20200101T00000{i}Z-old.jsonl"));
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(CAP / 3 + 1).unwrap();
+        file.set_modified(day_ago + Duration::from_secs(i)).unwrap();
+    }
+    let oldest = runs_dir.join("20200101T000000Z-old.jsonl");
+    let running = fake.coder().arg("hi").spawn();
+    fake.wait_for_file("running", Duration::from_secs(20));
+    // The child is held: the oldest goes now, not after the run's transcript is finished.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while oldest.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the oldest transcript is still there while the child runs"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(fake.file("release"), "go").unwrap();
+    let first = running.wait();
+    first.assert_success("ok");
+    let first_path = Path::new(first.envelope["transcript"].as_str().unwrap()).to_owned();
+    let first_len = std::fs::metadata(&first_path).unwrap().len();
+    let (total, names) = transcripts(&runs_dir);
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(
+        total <= CAP + first_len,
+        "{total} bytes kept, over the cap and one transcript"
+    );
+
+    // Meanwhile another run finished a transcript of a third of the cap: over the cap
+    // again. The next run brings all but its own within it.
+    let other = runs_dir.join("20300101T000000Z-other.jsonl");
+    std::fs::File::create(&other)
+        .unwrap()
+        .set_len(CAP / 3 + 1)
+        .unwrap();
+    let second = fake.coder().arg("again").run();
+    second.assert_success("ok");
+    let second_path = Path::new(second.envelope["transcript"].as_str().unwrap()).to_owned();
+    let second_len = std::fs::metadata(&second_path).unwrap().len();
+    let (total, names) = transcripts(&runs_dir);
+    assert!(first_path.exists() && second_path.exists(), "{names:?}");
+    assert!(other.exists(), "{names:?}");
+    assert!(
+        !runs_dir.join("20200101T000001Z-old.jsonl").exists(),
+        "the oldest left is deleted: {names:?}"
+    );
+    assert!(
+        total - second_len <= CAP,
+        "{total} bytes kept, over the cap and the newest transcript"
+    );
+}
+
 /// Runs coder with stderr on a pseudo-terminal; returns (stdout, what the terminal showed).
 fn run_on_pty(fake: &Fake, args: &[&str]) -> (String, String) {
     let mut master: libc::c_int = -1;

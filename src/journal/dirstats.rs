@@ -1,6 +1,7 @@
 //! The modification time and size of every file in a directory, taken ahead of time so
-//! that retention at the end of a run (transcripts, session records) does not stat each
-//! of the hundreds of files a state directory keeps on the run's serial path.
+//! that the session records' retention at the end of a run does not stat each of the
+//! hundreds of files a state directory keeps on the run's serial path (the transcripts'
+//! retention runs beside the child instead, see [`crate::journal::transcript`]).
 //!
 //! A run takes these while its child runs (coder is waiting then); retention lists the
 //! directory again at the end (names only, no stat) and stats only what the earlier pass

@@ -12,7 +12,16 @@
 //! grow by a whole tool result per line.
 //!
 //! Transcripts live in `<state>/runs/<run-id>.jsonl`; the oldest are deleted when there are
-//! more than [`Retention::max_runs`] or they take more than [`Retention::max_bytes`].
+//! more than [`Retention::max_runs`] or they take more than [`Retention::max_bytes`]
+//! ([`enforce_retention`]). A run does this while its child runs, from the child's first
+//! line on, not after its own transcript is finished (on ext4 under load each deleted 64 MB
+//! transcript cost 5 to 7 ms on the way to the envelope): it counts its own transcript at
+//! its size then and never deletes it, so the transcripts can exceed the cap by at most
+//! what the latest run wrote after that, until the next run's retention counts it whole
+//! (with runs at once, by what each of them wrote after its own retention).
+//! Another live run's transcript is the newest or nearly (it is being written), so it goes
+//! last, as before. Each deletion is one `unlink` of a whole file: a run cancelled or
+//! killed during its retention leaves no half-deleted transcript, only fewer deleted.
 //!
 //! A transcript holds the whole conversation, so it is created owner-only (0600, in
 //! directories created 0700), never chmod-ed afterwards. It is opened without following a
@@ -716,31 +725,18 @@ fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Deletes the oldest transcripts beyond the retention limits. `keep` is never deleted.
-/// The transcripts are those in `dir` now; `earlier` holds the times and sizes of those
-/// an earlier pass saw (all but `keep` are taken from it), the others are stat-ed here.
-pub fn enforce_retention(
-    dir: &Path,
-    retention: Retention,
-    keep: &Path,
-    earlier: &super::dirstats::DirStats,
-) -> std::io::Result<usize> {
+/// Deletes the oldest transcripts (by modification time) beyond the retention limits, as
+/// `dir` is now: each file is counted at its size now. `keep` (the calling run's own
+/// transcript, usually still being written) is never deleted. Each deletion is one
+/// `unlink`, oldest last in line, so a pass cut short anywhere (coder killed) leaves only
+/// fewer deletions for the next run to make.
+pub fn enforce_retention(dir: &Path, retention: Retention, keep: &Path) -> std::io::Result<usize> {
     let mut runs: Vec<(SystemTime, u64, PathBuf)> = std::fs::read_dir(dir)?
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
         .filter_map(|e| {
-            let path = e.path();
-            let seen = (path != keep)
-                .then(|| earlier.get(&e.file_name()))
-                .flatten();
-            let (modified, len) = match seen {
-                Some(seen) => seen,
-                None => {
-                    let meta = e.metadata().ok()?;
-                    (meta.modified().ok()?, meta.len())
-                }
-            };
-            Some((modified, len, path))
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
         })
         .collect();
     // Newest first.
@@ -1169,12 +1165,11 @@ mod tests {
     }
 
     #[test]
-    fn retention_decides_on_the_directory_as_it_is_at_the_end() {
-        use crate::journal::dirstats::DirStats;
+    fn retention_counts_the_own_transcript_as_it_stands_and_never_deletes_it() {
         let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, secs: u64| {
+        let write = |name: &str, bytes: usize, secs: u64| {
             let path = dir.path().join(name);
-            std::fs::write(&path, vec![b'x'; 100]).unwrap();
+            std::fs::write(&path, vec![b'x'; bytes]).unwrap();
             File::options()
                 .write(true)
                 .open(&path)
@@ -1182,31 +1177,32 @@ mod tests {
                 .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
                 .unwrap();
         };
-        for (name, secs) in [("a.jsonl", 1000), ("b.jsonl", 2000), ("gone.jsonl", 3000)] {
-            write(name, secs);
+        // Over the cap of 250 bytes: three of 100. The run's own transcript has just its
+        // first entries, and (a clock set back) the oldest time of all.
+        for (name, secs) in [("a.jsonl", 1000), ("b.jsonl", 2000), ("c.jsonl", 3000)] {
+            write(name, 100, secs);
         }
-        let earlier = DirStats::of(dir.path());
-        // After the earlier pass: one transcript is removed, one comes, and this run's
-        // own (`keep`) is written again.
-        std::fs::remove_file(dir.path().join("gone.jsonl")).unwrap();
-        write("new.jsonl", 500);
-        write("keep.jsonl", 100);
-        std::fs::write(dir.path().join("keep.jsonl"), vec![b'x'; 300]).unwrap();
-        let removed = enforce_retention(
-            dir.path(),
-            Retention {
-                max_runs: 3,
-                max_bytes: 450,
-            },
-            &dir.path().join("keep.jsonl"),
-            &earlier,
-        )
-        .unwrap();
-        // Newest first: keep (now, 300 bytes), b, a (over 450 bytes), new (4th, and the
-        // oldest by its time, which the earlier pass never saw).
-        assert_eq!(removed, 2);
-        let left = sorted_names(dir.path());
-        assert_eq!(left, vec!["b.jsonl", "keep.jsonl"]);
+        write("own.jsonl", 10, 10);
+        let cap = Retention {
+            max_runs: 10,
+            max_bytes: 250,
+        };
+        let own = dir.path().join("own.jsonl");
+        assert_eq!(enforce_retention(dir.path(), cap, &own).unwrap(), 1);
+        assert_eq!(
+            sorted_names(dir.path()),
+            vec!["b.jsonl", "c.jsonl", "own.jsonl"]
+        );
+        // The run writes on: over the cap by what it wrote since, until the next run's
+        // retention counts it whole (the next run's own transcript is newer still).
+        std::fs::write(&own, vec![b'x'; 100]).unwrap();
+        write("next.jsonl", 10, 4000);
+        let next = dir.path().join("next.jsonl");
+        assert_eq!(enforce_retention(dir.path(), cap, &next).unwrap(), 1);
+        assert_eq!(
+            sorted_names(dir.path()),
+            vec!["c.jsonl", "next.jsonl", "own.jsonl"]
+        );
     }
 
     /// The names in `dir`, sorted.
@@ -1240,7 +1236,6 @@ mod tests {
                 max_bytes: u64::MAX,
             },
             &keep,
-            &crate::journal::dirstats::DirStats::default(),
         )
         .unwrap();
         assert_eq!(removed, 2);
@@ -1253,7 +1248,6 @@ mod tests {
                 max_bytes: 150,
             },
             &keep,
-            &crate::journal::dirstats::DirStats::default(),
         )
         .unwrap();
         assert_eq!(removed, 1);

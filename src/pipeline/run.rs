@@ -132,7 +132,10 @@ pub async fn run(request: RunRequest) -> Envelope {
         progress: progress::wanted(request.quiet)
             .then(|| Progress::start(request.idle_timeout).with_secrets(redaction.clone())),
         history: HistoryStats::Pending {
-            runs: request.transcript.is_none().then(|| runs_dir.clone()),
+            runs: request
+                .transcript
+                .is_none()
+                .then(|| (runs_dir.clone(), transcript_path.clone())),
             sessions: SessionStore::new(&state_dir).dir().to_path_buf(),
         },
         redaction: redaction.clone(),
@@ -203,19 +206,13 @@ pub async fn run(request: RunRequest) -> Envelope {
             "plan_file": envelope.plan_file,
             "plan_head": envelope.plan.as_deref().map(crate::pipeline::plan::head_lines),
     })));
+    // The transcripts' retention ran beside the child (see [`HistoryStats`]); what is left
+    // of it is waited for here, with the stat-ing of the sessions.
+    let sessions_seen = journal.history.take();
     match journal.transcript.finish() {
         Some(error) => envelope.warnings.push(error.to_owned()),
         None => {
             envelope.transcript = Some(transcript_path.display().to_string());
-            let (runs_seen, sessions_seen) = journal.history.take();
-            if request.transcript.is_none() {
-                let _ = transcript::enforce_retention(
-                    &runs_dir,
-                    transcript::Retention::default(),
-                    &transcript_path,
-                    &runs_seen,
-                );
-            }
             // Session records and histories age out with the same retention.
             let retention = transcript::Retention::default();
             SessionStore::new(&state_dir).enforce_retention(
@@ -228,7 +225,7 @@ pub async fn run(request: RunRequest) -> Envelope {
     }
     crate::phases::mark("journal.done");
     // The run's directories are gone before coder exits, as before; their removal only
-    // overlapped with the transcript's end and the retention above.
+    // overlapped with the transcript's end and the sessions' retention above.
     teardown.join();
     crate::phases::mark("teardown.joined");
     envelope
@@ -321,56 +318,84 @@ struct RunJournal {
     redaction: crate::text::Secrets,
 }
 
-/// The times and sizes of the transcripts and sessions kept from earlier runs, for the
-/// retention at the run's end. With hundreds kept, stat-ing each one took milliseconds
-/// after the child had exited; they are stat-ed on a thread of their own from the child's
-/// first line on, while coder waits for the child, and the retention stats only what came
-/// since and the run's own files (see [`DirStats`]).
+/// The transcripts' retention, and the times and sizes of the sessions kept from earlier
+/// runs for the sessions' retention at the run's end, on a thread of their own from the
+/// child's first line on, while coder waits for the child.
+///
+/// Deleting the oldest transcripts once they are over the cap took 5 to 7 ms per 64 MB
+/// file on ext4 under load when it came after the run's own transcript was finished, on
+/// the way to the envelope; and with hundreds of sessions kept, stat-ing each one took
+/// milliseconds more. Here both overlap with the child's run, and the run's end waits only
+/// for what is left of them (nothing unless the child's run was shorter). The retention
+/// counts the run's own transcript at its size then (see
+/// [`transcript::enforce_retention`]), so transcripts can exceed the cap by at most the
+/// rest of one run's transcript until the next run. A run whose child never wrote a line
+/// does both at its end.
 enum HistoryStats {
-    /// Not started yet: the transcripts' directory (`None` for a `--transcript` of the
-    /// caller's, which has no retention) and the sessions'.
+    /// Not started yet: the transcripts' directory and the run's own transcript in it
+    /// (`None` for a `--transcript` of the caller's, which has no retention), and the
+    /// sessions' directory.
     Pending {
-        runs: Option<std::path::PathBuf>,
+        runs: Option<(std::path::PathBuf, std::path::PathBuf)>,
         sessions: std::path::PathBuf,
     },
-    Taking(std::thread::JoinHandle<(DirStats, DirStats)>),
+    Taking(std::thread::JoinHandle<DirStats>),
     Taken,
 }
 
 impl HistoryStats {
-    /// Starts the stat-ing thread, once.
-    fn start(&mut self) {
+    /// Starts the thread, once; with no thread to spare, does the work here.
+    fn start(&mut self) -> Option<DirStats> {
         if !matches!(self, HistoryStats::Pending { .. }) {
-            return;
+            return None;
         }
         let HistoryStats::Pending { runs, sessions } = std::mem::replace(self, HistoryStats::Taken)
         else {
-            return;
+            return None;
         };
-        let work = move || {
-            let runs = runs.as_deref().map(DirStats::of).unwrap_or_default();
-            (runs, DirStats::of(&sessions))
-        };
-        if let Ok(handle) = std::thread::Builder::new()
+        let (retained, listed) = (runs.clone(), sessions.clone());
+        let spawned = std::thread::Builder::new()
             .name("history-stats".into())
-            .spawn(work)
-        {
-            *self = HistoryStats::Taking(handle);
+            .spawn(move || retention_and_stats(retained, &listed));
+        match spawned {
+            Ok(handle) => {
+                *self = HistoryStats::Taking(handle);
+                None
+            }
+            Err(_) => Some(retention_and_stats(runs, &sessions)),
         }
     }
 
-    /// What the thread found; nothing (the retention stats every file) if it never ran.
-    fn take(&mut self) -> (DirStats, DirStats) {
+    /// Waits for the thread (starting it first if the child never wrote a line) and
+    /// returns what it found of the sessions.
+    fn take(&mut self) -> DirStats {
+        if let Some(done) = self.start() {
+            return done;
+        }
         match std::mem::replace(self, HistoryStats::Taken) {
             HistoryStats::Taking(handle) => handle.join().unwrap_or_default(),
-            _ => Default::default(),
+            _ => DirStats::default(),
         }
     }
 }
 
+/// [`HistoryStats`]' work: the transcripts' retention in `runs` (the directory, and the
+/// run's own transcript, which it keeps), then the sessions' times and sizes.
+fn retention_and_stats(
+    runs: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    sessions: &std::path::Path,
+) -> DirStats {
+    if let Some((dir, own)) = runs {
+        let _ = transcript::enforce_retention(&dir, transcript::Retention::default(), &own);
+    }
+    DirStats::of(sessions)
+}
+
 impl Journal for RunJournal {
     fn line(&mut self, pipe: Pipe, line: Line, decoded: Option<&Decoded>) -> Option<Vec<u8>> {
-        self.history.start();
+        // Done in place only when no thread could be started; then the sessions' retention
+        // stats every file at the end.
+        let _ = self.history.start();
         self.trash.start();
         if let Some(progress) = self.progress.as_mut() {
             progress.activity();
@@ -2195,5 +2220,68 @@ impl Run {
                 envelope
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` sparse transcripts of `bytes` each in `dir`, aged by their index (0 oldest).
+    fn old_transcripts(dir: &std::path::Path, n: usize, bytes: u64) {
+        for i in 0..n {
+            let file = std::fs::File::create(dir.join(format!("old{i}.jsonl"))).unwrap();
+            file.set_len(bytes).unwrap();
+            let age = std::time::Duration::from_secs(86_400 - i as u64);
+            file.set_modified(std::time::SystemTime::now() - age)
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn transcripts_over_the_cap_are_deleted_beside_the_child_not_at_the_end() {
+        let state = tempfile::tempdir().unwrap();
+        let runs = state.path().join("runs");
+        std::fs::create_dir(&runs).unwrap();
+        let cap = transcript::Retention::default().max_bytes;
+        // Three of a third of the cap each, and the run's own transcript: over the cap.
+        old_transcripts(&runs, 3, cap / 3 + 1);
+        let own = runs.join("own.jsonl");
+        std::fs::write(&own, b"{}\n").unwrap();
+        let mut history = HistoryStats::Pending {
+            runs: Some((runs.clone(), own.clone())),
+            sessions: state.path().join("sessions"),
+        };
+        // The child's first line starts it; the run's end (`take`) is not reached here.
+        assert!(history.start().is_none());
+        let HistoryStats::Taking(handle) = std::mem::replace(&mut history, HistoryStats::Taken)
+        else {
+            panic!("no thread started");
+        };
+        handle.join().unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&runs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["old1.jsonl", "old2.jsonl", "own.jsonl"]);
+    }
+
+    #[test]
+    fn a_run_whose_child_never_wrote_a_line_applies_retention_at_its_end() {
+        let state = tempfile::tempdir().unwrap();
+        let runs = state.path().join("runs");
+        std::fs::create_dir(&runs).unwrap();
+        let cap = transcript::Retention::default().max_bytes;
+        old_transcripts(&runs, 3, cap / 2);
+        let own = runs.join("own.jsonl");
+        std::fs::write(&own, b"{}\n").unwrap();
+        let mut history = HistoryStats::Pending {
+            runs: Some((runs.clone(), own.clone())),
+            sessions: state.path().join("sessions"),
+        };
+        history.take();
+        assert!(own.exists(), "the run's own transcript is kept");
+        assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 2);
     }
 }
