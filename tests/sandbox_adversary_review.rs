@@ -25,8 +25,11 @@
 //!   editor's IPC) was reachable with `--allow-tmp`: those present at the start are now
 //!   covered (one made during the run still is reachable).
 //!
-//! One held and is kept as a regression guard: an ask server the agent starts with a
-//! stdin that never closes does not outlive a confined run.
+//! Two held and are kept as regression guards: an ask server the agent starts with a
+//! stdin that never closes does not outlive a confined run; and the names of the CLI's
+//! config dir that its own sandbox keeps and coder does not hold (`plugins/`, `hooks/`,
+//! `session-env/`, `shell-snapshots/`, `rules/`, `output-styles/`, `workflows/`) run
+//! nothing outside the nested domain of tool commands during a run.
 //!
 //! `KNOWN_OPEN` lists attacks still open (none today): an attack on it asserts that its
 //! payload still lands, so the list can only shrink.
@@ -214,6 +217,83 @@ fn a_hook_planted_in_the_clis_config_dir_cannot_forge_its_result() {
         "control: unconfined, the hook runs and its forged line gets in: {}",
         open.explain()
     );
+}
+
+/// The names of the CLI's config dir that its own sandbox keeps from tool commands and
+/// coder does not hold (SECURITY.md, "Names of the config dir coder does not hold"), each
+/// planted by a Bash call with everything that could run code, through the real CLI
+/// (2.1.330) offline against a cassette (`fixtures/sandbox/config_names_forged_result.json`):
+/// a line appended to the shell snapshot every later Bash command sources; an installed
+/// plugin with a registered marketplace and a `PreToolUse` hook; `hooks/hooks.json` and
+/// `hooks/PreToolUse.sh`; a `session-env` hook file; files in `rules/`, `output-styles/`,
+/// `workflows/`. Each runs `forge.sh`, which notes the vehicle that ran it and writes a
+/// forged `result` line (`INJECTED-<pid>`) into the CLI's stdout through `/proc/$PPID/fd/1`.
+/// Confined, for root and for uid 65534: the plant lands, only the snapshot's line ever
+/// runs (no name made the CLI run anything in its own domain), and it runs in the nested
+/// domain of tool commands, so the answer is the model's. Control: unconfined, the same
+/// snapshot line runs in the CLI's domain and its forged line becomes the run's result.
+/// A regression guard for a newer CLI: nothing here is held by coder, so no fix makes it
+/// pass; it failing means one of these names came to matter.
+#[test]
+#[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
+fn names_the_cli_keeps_in_its_config_dir_run_nothing_outside_the_nested_domain() {
+    common::require_root_and_user_namespaces();
+    let claude = common::real_claude();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/config_names_forged_result.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let injected = |out: &str| {
+        out.match_indices("INJECTED-")
+            .any(|(i, m)| out[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    for owner in [None, Some(NOBODY)] {
+        for confined in [true, false] {
+            let tree = Tree::new(owner);
+            if owner.is_some() {
+                sandbox_fixture::give_to_nobody(&tree.root);
+            }
+            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
+            if !confined {
+                extra.extend(["--sandbox", "danger-full-access"]);
+            }
+            let out = sandbox_fixture::coder_as(
+                &tree.root,
+                owner,
+                &tree.root.join("ws"),
+                &claude,
+                &extra,
+                "plant in the config dir",
+            )
+            .output_bounded();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let env: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{}: no envelope ({e}): {out:?}", who(owner)));
+            assert!(
+                stdout.contains("SNAPSHOTS-1") && stdout.contains("PLANTED"),
+                "{} (confined={confined}): the plant did not land: {stdout}",
+                who(owner)
+            );
+            let ran = std::fs::read_to_string(tree.root.join("ws/forge-ran")).unwrap_or_default();
+            if !confined {
+                assert!(
+                    injected(&stdout),
+                    "{}: control: unconfined, the snapshot's forged line gets in: {stdout}",
+                    who(owner)
+                );
+                continue;
+            }
+            assert_eq!(env["result"], "The honest answer.", "{}: {env}", who(owner));
+            assert!(!injected(&stdout), "{}: forged: {stdout}", who(owner));
+            let vehicles: std::collections::BTreeSet<&str> = ran.lines().collect();
+            assert_eq!(
+                vehicles,
+                ["RAN-BY-snapshot"].into(),
+                "{}: only the snapshot, sourced by the tool's own shell, runs: {stdout}",
+                who(owner)
+            );
+        }
+    }
 }
 
 /// A directory in the host's `/tmp` that the arm's user owns, removed on drop.
