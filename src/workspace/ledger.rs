@@ -123,6 +123,9 @@ enum Before {
     Git {
         repo: GitRepo,
         tree: String,
+        /// Files `git add` may have read after the run's first process started (see
+        /// [`Ledger::changed_since`]): their "before" is not known.
+        unknown: std::collections::BTreeSet<Vec<u8>>,
     },
     Plain {
         scan: Arc<Scan>,
@@ -189,7 +192,11 @@ impl Ledger {
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
         let before = match GitRepo::discover(workspace) {
             Some(repo) => match repo.snapshot() {
-                Ok(tree) => Before::Git { repo, tree },
+                Ok(tree) => Before::Git {
+                    repo,
+                    tree,
+                    unknown: Default::default(),
+                },
                 Err(e) => Before::Failed(e.to_string()),
             },
             None => {
@@ -288,21 +295,35 @@ impl Ledger {
             .ok();
     }
 
-    /// What the "before" walk of a plain workspace saw changing at or after `since_ns`
-    /// (ns since the epoch, the system clock: when the run's first process in the
-    /// workspace started): such files are reported as changed from now on, whatever their
-    /// content; directories that changed may hide deletions. `None` when nothing did (and
-    /// always in a git workspace, whose snapshot is git's).
+    /// What the "before" snapshot saw changing at or after `since_ns` (ns since the epoch,
+    /// the system clock: when the run's first process in the workspace started): such
+    /// files are reported as changed from now on, whatever their content; directories
+    /// that changed may hide deletions. `None` when nothing did. A plain walk knows it
+    /// from its own stat data; a git snapshot looks again at what its index holds (see
+    /// [`GitRepo::changed_since`]): call this right after the snapshot. When that look
+    /// fails, the ledger fails too (its "before" cannot be vouched for).
     pub fn changed_since(&mut self, since_ns: i128) -> Option<scan::Changed> {
-        let Before::Plain { scan, unknown, .. } = &mut self.before else {
-            return None;
+        let changed = match &mut self.before {
+            Before::Plain { scan, unknown, .. } => {
+                let changed = scan.changed_since(since_ns);
+                unknown.extend(changed.files.iter().cloned());
+                changed
+            }
+            Before::Git { repo, unknown, .. } => match repo.changed_since(since_ns) {
+                Ok(changed) => {
+                    unknown.extend(changed.files.iter().cloned());
+                    changed
+                }
+                Err(e) => {
+                    self.before = Before::Failed(format!(
+                        "cannot tell what changed while the snapshot was taken: {e}"
+                    ));
+                    return None;
+                }
+            },
+            Before::Failed(_) => return None,
         };
-        let changed = scan.changed_since(since_ns);
-        if changed == scan::Changed::default() {
-            return None;
-        }
-        unknown.extend(changed.files.iter().cloned());
-        Some(changed)
+        (changed != scan::Changed::default()).then_some(changed)
     }
 
     /// For measurements: files of the "before" scan reused from the cache, and read.
@@ -330,7 +351,11 @@ impl Ledger {
         exclude: &[String],
     ) -> Result<(Changes, Option<DiffText>), LedgerError> {
         match &self.before {
-            Before::Git { repo, tree } => git_changes(repo, tree, diff, exclude),
+            Before::Git {
+                repo,
+                tree,
+                unknown,
+            } => git_changes(repo, tree, unknown, diff, exclude),
             Before::Plain {
                 scan,
                 key,
@@ -358,12 +383,19 @@ impl Ledger {
 fn git_changes(
     repo: &GitRepo,
     before: &str,
+    unknown: &std::collections::BTreeSet<Vec<u8>>,
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
     let after = repo.snapshot_excluding(exclude).map_err(err)?;
-    if after == before {
+    // Files whose "before" is not known, left out of git's comparison when unchanged
+    // since: reported as modified all the same (or deleted, gone now), no lines counted.
+    let unknown: Vec<&Vec<u8>> = unknown
+        .iter()
+        .filter(|p| !exclude.iter().any(|x| x.as_bytes() == p.as_slice()))
+        .collect();
+    if after == before && unknown.is_empty() {
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
     }
@@ -374,8 +406,19 @@ fn git_changes(
         .map_err(err)?
         .into_iter()
         .collect();
+    let listed: std::collections::HashSet<&[u8]> =
+        statuses.iter().map(|(_, path)| path.as_slice()).collect();
+    // In both trees alike (a file gone now is in git's list, deleted).
+    let unlisted: Vec<(u8, Vec<u8>)> = unknown
+        .into_iter()
+        .filter(|p| !listed.contains(p.as_slice()))
+        .map(|p| (b'M', p.clone()))
+        .collect();
+    let mut counts = counts;
+    counts.extend(unlisted.iter().map(|(_, p)| (p.clone(), Some((0, 0)))));
     let list = statuses
         .into_iter()
+        .chain(unlisted)
         .map(|(letter, path)| {
             let status = match letter {
                 b'A' => ChangeStatus::Added,
