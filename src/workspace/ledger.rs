@@ -619,6 +619,74 @@ mod tests {
         assert_eq!(paths, ["keep.txt"]);
     }
 
+    /// A git snapshot's net: what its index holds (tracked files and the untracked ones
+    /// `git add` picked up, within the workspace, not the ignored ones) and changed after
+    /// the run's first process started is reported as changed, with the directories above
+    /// (the user's index's too: `gone.txt`, deleted, still names its directory).
+    #[test]
+    fn a_git_snapshots_files_changed_after_the_start_are_reported_whatever_their_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::create_dir_all(ws.join("old")).unwrap();
+        std::fs::write(root.join("outside.txt"), "x\n").unwrap();
+        std::fs::write(ws.join("sub/keep.txt"), "old\n").unwrap();
+        std::fs::write(ws.join("old/gone.txt"), "old\n").unwrap();
+        std::fs::write(ws.join(".gitignore"), "*.log\n").unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(root)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "start"]);
+        std::fs::remove_file(ws.join("old/gone.txt")).unwrap();
+        std::fs::write(ws.join("made.txt"), "made\n").unwrap();
+        std::fs::write(ws.join("skip.log"), "ignored\n").unwrap();
+        let mut ledger = Ledger::before(&ws);
+        assert_eq!(ledger.method(), "git");
+        let since = scan::now_ns() + 1_000_000_000;
+        assert_eq!(
+            ledger.changed_since(since),
+            None,
+            "nothing changed since then"
+        );
+        let since = scan::now_ns() - 1_000_000_000;
+        let changed = ledger.changed_since(since).unwrap();
+        assert_eq!(
+            changed.files,
+            [
+                b".gitignore".to_vec(),
+                b"made.txt".to_vec(),
+                b"sub/keep.txt".to_vec()
+            ]
+        );
+        assert_eq!(
+            changed.dirs,
+            [b"".to_vec(), b"old".to_vec(), b"sub".to_vec()]
+        );
+        // Unchanged since the snapshot, all the same: modified, no lines counted.
+        let (changes, _) = ledger.changes(false, &[".gitignore".to_owned()]).unwrap();
+        let summary: Vec<_> = changes
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status, f.lines_added, f.binary))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("made.txt", ChangeStatus::Modified, 0, false),
+                ("sub/keep.txt", ChangeStatus::Modified, 0, false),
+            ]
+        );
+    }
+
     /// What the walk saw changing after the run's first process started is reported as
     /// changed (its "before" is not known), and named.
     #[test]
