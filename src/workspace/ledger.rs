@@ -14,8 +14,9 @@
 //! (`pipeline::snapshot`). So that the order of the two does not change the result, the
 //! paths the sandbox made (`exclude`: placeholders for absent protected names) are left
 //! out of both sides of the comparison, and [`Ledger::changed_since`] finds what changed
-//! in a plain workspace while the walk was under way after something of the run started:
-//! those files are reported as modified (or deleted) whatever their content says.
+//! while the snapshot was under way after something of the run started (a plain walk from
+//! its own stat data, a git snapshot by a look at what its index holds once `git add` is
+//! done): those files are reported as modified (or deleted) whatever their content says.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
