@@ -203,7 +203,7 @@ fn an_unconfined_run_takes_the_snapshot_first() {
 
 /// The same in a git work tree: git's snapshot (a private index) runs while the sandbox
 /// makes its placeholders (in the work tree and the git dir), and the result is git's
-/// view of exactly the agent's edits.
+/// view of exactly the agent's edits, with no warning from its safety net.
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
@@ -240,6 +240,9 @@ fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
         "{}",
         out.explain()
     );
+    // The CLI had started long before the snapshot: its net looked, and found nothing of
+    // the run's (the sandbox's placeholders are older than the CLI's start).
+    assert_eq!(concurrent_warnings(&out.envelope), Vec::<String>::new());
     assert!(outcome_ms(&out.envelope, "ledger_wait_ms") >= 2000);
 }
 
