@@ -203,7 +203,7 @@ fn an_unconfined_run_takes_the_snapshot_first() {
 
 /// The same in a git work tree: git's snapshot (a private index) runs while the sandbox
 /// makes its placeholders (in the work tree and the git dir), and the result is git's
-/// view of exactly the agent's edits.
+/// view of exactly the agent's edits, with no warning from its safety net.
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
@@ -240,6 +240,9 @@ fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
         "{}",
         out.explain()
     );
+    // The CLI had started long before the snapshot: its net looked, and found nothing of
+    // the run's (the sandbox's placeholders are older than the CLI's start).
+    assert_eq!(concurrent_warnings(&out.envelope), Vec::<String>::new());
     assert!(outcome_ms(&out.envelope, "ledger_wait_ms") >= 2000);
 }
 
@@ -293,8 +296,7 @@ fn a_run_cancelled_while_the_proxy_holds_it_ends_promptly() {
 }
 
 /// coder's own `git` is not one of the run's processes: a fake child ends while the
-/// "before" snapshot of a git workspace is still under way beside the run (a test hook:
-/// git workspaces take it first otherwise), and the stop of what is left of its process
+/// "before" snapshot of a git workspace is still under way beside the run, and the stop of what is left of its process
 /// tree leaves the snapshot's `git write-tree` alone (it used to SIGTERM it with the rest:
 /// "git write-tree failed", no ledger). A `git` wrapper on `PATH` holds that write-tree
 /// until the stop is over (the transcript's `egress` note is written after it), and tells
@@ -314,6 +316,59 @@ fn the_end_of_the_agents_tree_does_not_stop_the_snapshots_git() {
         .output()
         .unwrap();
     assert!(out.status.success(), "git init: {out:?}");
+    let path = git_wrapper(
+        &fake,
+        &format!(
+            r#"*" add -A "*)
+    "$real" "$@" || exit $?
+    : > '{ws}/.fake-claude/before-added'
+    exit 0 ;;
+*" write-tree "*)
+    if mkdir '{root}/held' 2>/dev/null; then
+        i=0
+        until grep -qs '"kind":"egress"' '{runs}'/*.jsonl; do
+            i=$((i + 1)); [ $i -gt 6000 ] && break
+            sleep 0.01
+        done
+    fi ;;"#,
+            ws = ws.display(),
+            root = fake.root().display(),
+            runs = fake.state_dir().join("runs").display(),
+        ),
+    );
+    let out = fake
+        .coder()
+        .env("PATH", path)
+        .args(["--return-metrics", "task"])
+        .run();
+    out.assert_success("done");
+    assert!(
+        fake.root().join("held").exists(),
+        "the snapshot's write-tree was not held"
+    );
+    assert_eq!(
+        files(&out.envelope),
+        [change("made.txt", "added", 1, 0)],
+        "{}",
+        out.explain()
+    );
+    // The child's own files (`.fake-claude/`, made while the snapshot ran) may be flagged;
+    // nothing else is said.
+    let others: Vec<&Value> = out.envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| {
+            !w.as_str()
+                .is_some_and(|w| w.contains("changed while the change ledger's snapshot"))
+        })
+        .collect();
+    assert_eq!(others, Vec::<&Value>::new(), "{}", out.explain());
+}
+
+/// A `git` on `PATH` for coder's snapshots: `case` (arms of a shell `case` on the
+/// arguments, with `$real` the real git) runs first, then the real git.
+fn git_wrapper(fake: &Fake, case: &str) -> std::ffi::OsString {
     let real = String::from_utf8(
         std::process::Command::new("sh")
             .args(["-c", "command -v git"])
@@ -328,28 +383,8 @@ fn the_end_of_the_agents_tree_does_not_stop_the_snapshots_git() {
     std::fs::write(
         &script,
         format!(
-            r#"#!/bin/sh
-real='{real}'
-case " $* " in
-*" add -A "*)
-    "$real" "$@" || exit $?
-    : > '{ws}/.fake-claude/before-added'
-    exit 0 ;;
-*" write-tree "*)
-    if mkdir '{root}/held' 2>/dev/null; then
-        i=0
-        until grep -qs '"kind":"egress"' '{runs}'/*.jsonl; do
-            i=$((i + 1)); [ $i -gt 6000 ] && break
-            sleep 0.01
-        done
-    fi ;;
-esac
-exec "$real" "$@"
-"#,
+            "#!/bin/sh\nreal='{real}'\ncase \" $* \" in\n{case}\nesac\nexec \"$real\" \"$@\"\n",
             real = real.trim(),
-            ws = ws.display(),
-            root = fake.root().display(),
-            runs = fake.state_dir().join("runs").display(),
         ),
     )
     .unwrap();
@@ -358,22 +393,79 @@ exec "$real" "$@"
     let mut path = bin.into_os_string();
     path.push(":");
     path.push(std::env::var_os("PATH").unwrap());
+    path
+}
+
+/// A git workspace's snapshot is taken beside the run too, with the plain walk's safety
+/// net: a fake child standing in for what could run before the CLI's first request edits
+/// a tracked file and makes an untracked one while the snapshot's `git add` has not
+/// looked yet (a `git` on `PATH` holds that `add` until both are written), so its
+/// "before" holds them. The ledger cannot know what was there before: it reports both as
+/// modified and says so, instead of nothing at all.
+#[test]
+fn a_change_while_the_git_snapshot_runs_is_flagged_not_lost() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../keep.txt", "text": "new\n"},
+        {"step": "touch", "path": "../made.txt", "text": "made\n"},
+        common::steps::touch("written"),
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "keep.txt", "old\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    // The first `add` (the "before") waits for the child's edits.
+    let path = git_wrapper(
+        &fake,
+        &format!(
+            r#"*" add -A "*)
+    if mkdir '{root}/held' 2>/dev/null; then
+        i=0
+        until [ -e '{ws}/.fake-claude/written' ]; do
+            i=$((i + 1)); [ $i -gt 6000 ] && break
+            sleep 0.01
+        done
+    fi ;;"#,
+            ws = ws.display(),
+            root = fake.root().display(),
+        ),
+    );
     let out = fake
         .coder()
         .env("PATH", path)
-        .env("CODER_TEST_LEDGER_GIT_ALONGSIDE", "1")
         .args(["--return-metrics", "task"])
         .run();
     out.assert_success("done");
     assert!(
         fake.root().join("held").exists(),
-        "the snapshot's write-tree was not held"
+        "the snapshot's add was not held"
+    );
+    assert!(
+        ws.join(".fake-claude/written").exists(),
+        "the child did not write"
     );
     assert_eq!(
         files(&out.envelope),
-        [change("made.txt", "added", 1, 0)],
+        [
+            change("keep.txt", "modified", 0, 0),
+            change("made.txt", "modified", 0, 0),
+        ],
         "{}",
         out.explain()
     );
-    assert_eq!(out.envelope["warnings"], Value::Null, "{}", out.explain());
+    let warnings = concurrent_warnings(&out.envelope);
+    assert_eq!(warnings.len(), 1, "{}", out.explain());
+    assert!(warnings[0].contains("keep.txt, made.txt"), "{warnings:?}");
 }

@@ -477,15 +477,12 @@ async fn run_attempts(
     // The change ledger's "before" (DESIGN §8): beside the sandbox's setup and the CLI's
     // start where the proxy holds the agent until it is done, else first (see `snapshot`).
     crate::phases::mark("ledger.start");
-    // Plain workspaces only: a git snapshot has no safety net for a change that lands while
-    // it walks (the plain walk's `changed_since`), so a child that writes before its first
-    // request (the tests' fake CLI) can have its edit taken for the "before" and lost
-    // without a word; it is taken first. (Its "git write-tree failed" was coder's own stop
-    // of the agent's tree, fixed: `supervise::tree::own_run`.)
+    // A git snapshot too: a change that lands while it is taken, after the run's first
+    // process started, is reported with a warning, as the plain walk's (a child that
+    // writes before its first request, like the tests' fake CLI, had its edit taken for
+    // the "before" without a word before `GitRepo::changed_since`).
     let alongside = request.sandbox.is_confined()
-        && !snapshot::cli_may_run_commands_at_start(&request.workspace)
-        && (!crate::workspace::git::git_could_find_a_repository(&request.workspace)
-            || std::env::var_os(snapshot::GIT_ALONGSIDE_VAR).is_some());
+        && !snapshot::cli_may_run_commands_at_start(&request.workspace);
     let mut snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
     crate::phases::mark(if alongside {
         "ledger.started"

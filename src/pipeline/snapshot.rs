@@ -13,9 +13,10 @@
 //! Where that argument does not hold, the snapshot is taken first, as before: unconfined
 //! runs (`danger-full-access`: no proxy), and workspaces whose CLI may run commands as it
 //! starts, before any request (hooks or MCP servers in the project's or the machine's
-//! Claude settings, see [`cli_may_run_commands_at_start`]). As a safety net, the walk of a
-//! plain workspace reports what changed after the run's first process started
-//! ([`Ledger::changed_since`]): those files count as changed, with a warning.
+//! Claude settings, see [`cli_may_run_commands_at_start`]). As a safety net, the snapshot
+//! reports what changed after the run's first process started ([`Ledger::changed_since`]:
+//! the plain walk from its stat data, a git snapshot by a look at what its index holds):
+//! those files count as changed, with a warning.
 //!
 //! The run waits on the snapshot only where it must; `ledger_wait_ms` says how long: the
 //! longest time the proxy held a request, plus the time the run itself awaited it (the
@@ -34,11 +35,6 @@ use crate::workspace::scan::{self, Changed};
 /// Test hook: milliseconds the snapshot sleeps before it starts (the same code path
 /// otherwise), so tests can make a run's agent start before its snapshot is taken.
 pub const DELAY_VAR: &str = "CODER_TEST_LEDGER_DELAY_MS";
-
-/// Test hook: set (to anything), a git workspace's snapshot is taken beside the run too,
-/// as a plain one's (see `run`: git workspaces take it first), so that a test can have
-/// coder's own git running while the agent's process tree is stopped.
-pub const GIT_ALONGSIDE_VAR: &str = "CODER_TEST_LEDGER_GIT_ALONGSIDE";
 
 /// "Not yet": no process of the run has started in the workspace.
 const NOT_STARTED: i64 = i64::MAX;

@@ -22,6 +22,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::scan::Changed;
 use crate::supervise::tree::{own_output, own_run};
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
@@ -119,12 +120,79 @@ impl GitRepo {
         };
         repo.filter_overrides = repo.filter_drivers().ok()?;
         // Start from a copy of the user's index: its stat data spares hashing every file.
+        // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
         let _ = std::fs::copy(repo.git_dir.join("index"), repo.index());
+        let _ = std::fs::copy(repo.index(), repo.start_index());
         Some(repo)
     }
 
     fn index(&self) -> PathBuf {
         self.scratch.path().join("index")
+    }
+
+    /// The user's index as it was when the snapshot started (absent: it had none).
+    fn start_index(&self) -> PathBuf {
+        self.scratch.path().join("index.start")
+    }
+
+    /// The entries of `index` under the workspace, relative to it.
+    fn listed(&self, index: &Path) -> Result<Vec<Vec<u8>>, GitError> {
+        let mut cmd = self.command();
+        cmd.env("GIT_INDEX_FILE", index).args(["ls-files", "-z"]);
+        let out = output("ls-files", cmd)?;
+        Ok(out
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect())
+    }
+
+    /// What may have changed after `since_ns` (ns since the epoch, the system clock: when
+    /// the run's first process started) and before the last snapshot's `git add` was done
+    /// (call right after it): its "before" may hold such a change as if it were the
+    /// workspace's state before the run.
+    ///
+    /// Files: every entry of the snapshot's index whose file's ctime, taken now, is at or
+    /// after `since_ns`, or which is gone (the ctime only grows, so a file `git add` read
+    /// after a change made then says so now; the index's own stat data would not: git
+    /// takes it before it reads the file, and keeps whole seconds unless built with
+    /// `USE_NSEC`). That covers untracked files `git add` picked up too. Directories: the
+    /// workspace and every directory above an entry of the snapshot's index or of the
+    /// user's index as it was when it began, whose ctime is at or after `since_ns` or
+    /// which is gone: a file deleted from one may be missing from the "before" and so from
+    /// the changes. Untracked files that were the only ones of their directory, deleted
+    /// before `git add` looked, are not seen.
+    pub fn changed_since(&self, since_ns: i128) -> Result<Changed, GitError> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::MetadataExt;
+        let staged = self.listed(&self.index())?;
+        // An index this git cannot read (the snapshot's own started afresh then): the
+        // directories of the snapshot's entries only.
+        let earlier = self.listed(&self.start_index()).unwrap_or_default();
+        let changed_at = |relative: &[u8]| -> bool {
+            let path = self.workspace.join(std::ffi::OsStr::from_bytes(relative));
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) => {
+                    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
+                        >= since_ns
+                }
+                // Gone, or cannot be looked at: assume the worst.
+                Err(_) => true,
+            }
+        };
+        let mut dirs = std::collections::BTreeSet::new();
+        dirs.insert(Vec::new());
+        for path in staged.iter().chain(&earlier) {
+            for (i, b) in path.iter().enumerate() {
+                if *b == b'/' {
+                    dirs.insert(path[..i].to_vec());
+                }
+            }
+        }
+        Ok(Changed {
+            files: staged.into_iter().filter(|p| changed_at(p)).collect(),
+            dirs: dirs.into_iter().filter(|d| changed_at(d)).collect(),
+        })
     }
 
     /// The `-c` settings that neutralise every filter driver the config defines.

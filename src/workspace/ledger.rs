@@ -14,8 +14,9 @@
 //! (`pipeline::snapshot`). So that the order of the two does not change the result, the
 //! paths the sandbox made (`exclude`: placeholders for absent protected names) are left
 //! out of both sides of the comparison, and [`Ledger::changed_since`] finds what changed
-//! in a plain workspace while the walk was under way after something of the run started:
-//! those files are reported as modified (or deleted) whatever their content says.
+//! while the snapshot was under way after something of the run started (a plain walk from
+//! its own stat data, a git snapshot by a look at what its index holds once `git add` is
+//! done): those files are reported as modified (or deleted) whatever their content says.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -123,6 +124,9 @@ enum Before {
     Git {
         repo: GitRepo,
         tree: String,
+        /// Files `git add` may have read after the run's first process started (see
+        /// [`Ledger::changed_since`]): their "before" is not known.
+        unknown: std::collections::BTreeSet<Vec<u8>>,
     },
     Plain {
         scan: Arc<Scan>,
@@ -189,7 +193,11 @@ impl Ledger {
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
         let before = match GitRepo::discover(workspace) {
             Some(repo) => match repo.snapshot() {
-                Ok(tree) => Before::Git { repo, tree },
+                Ok(tree) => Before::Git {
+                    repo,
+                    tree,
+                    unknown: Default::default(),
+                },
                 Err(e) => Before::Failed(e.to_string()),
             },
             None => {
@@ -288,21 +296,35 @@ impl Ledger {
             .ok();
     }
 
-    /// What the "before" walk of a plain workspace saw changing at or after `since_ns`
-    /// (ns since the epoch, the system clock: when the run's first process in the
-    /// workspace started): such files are reported as changed from now on, whatever their
-    /// content; directories that changed may hide deletions. `None` when nothing did (and
-    /// always in a git workspace, whose snapshot is git's).
+    /// What the "before" snapshot saw changing at or after `since_ns` (ns since the epoch,
+    /// the system clock: when the run's first process in the workspace started): such
+    /// files are reported as changed from now on, whatever their content; directories
+    /// that changed may hide deletions. `None` when nothing did. A plain walk knows it
+    /// from its own stat data; a git snapshot looks again at what its index holds (see
+    /// [`GitRepo::changed_since`]): call this right after the snapshot. When that look
+    /// fails, the ledger fails too (its "before" cannot be vouched for).
     pub fn changed_since(&mut self, since_ns: i128) -> Option<scan::Changed> {
-        let Before::Plain { scan, unknown, .. } = &mut self.before else {
-            return None;
+        let changed = match &mut self.before {
+            Before::Plain { scan, unknown, .. } => {
+                let changed = scan.changed_since(since_ns);
+                unknown.extend(changed.files.iter().cloned());
+                changed
+            }
+            Before::Git { repo, unknown, .. } => match repo.changed_since(since_ns) {
+                Ok(changed) => {
+                    unknown.extend(changed.files.iter().cloned());
+                    changed
+                }
+                Err(e) => {
+                    self.before = Before::Failed(format!(
+                        "cannot tell what changed while the snapshot was taken: {e}"
+                    ));
+                    return None;
+                }
+            },
+            Before::Failed(_) => return None,
         };
-        let changed = scan.changed_since(since_ns);
-        if changed == scan::Changed::default() {
-            return None;
-        }
-        unknown.extend(changed.files.iter().cloned());
-        Some(changed)
+        (changed != scan::Changed::default()).then_some(changed)
     }
 
     /// For measurements: files of the "before" scan reused from the cache, and read.
@@ -330,7 +352,11 @@ impl Ledger {
         exclude: &[String],
     ) -> Result<(Changes, Option<DiffText>), LedgerError> {
         match &self.before {
-            Before::Git { repo, tree } => git_changes(repo, tree, diff, exclude),
+            Before::Git {
+                repo,
+                tree,
+                unknown,
+            } => git_changes(repo, tree, unknown, diff, exclude),
             Before::Plain {
                 scan,
                 key,
@@ -358,12 +384,19 @@ impl Ledger {
 fn git_changes(
     repo: &GitRepo,
     before: &str,
+    unknown: &std::collections::BTreeSet<Vec<u8>>,
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
     let after = repo.snapshot_excluding(exclude).map_err(err)?;
-    if after == before {
+    // Files whose "before" is not known, left out of git's comparison when unchanged
+    // since: reported as modified all the same (or deleted, gone now), no lines counted.
+    let unknown: Vec<&Vec<u8>> = unknown
+        .iter()
+        .filter(|p| !exclude.iter().any(|x| x.as_bytes() == p.as_slice()))
+        .collect();
+    if after == before && unknown.is_empty() {
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
     }
@@ -374,8 +407,19 @@ fn git_changes(
         .map_err(err)?
         .into_iter()
         .collect();
+    let listed: std::collections::HashSet<&[u8]> =
+        statuses.iter().map(|(_, path)| path.as_slice()).collect();
+    // In both trees alike (a file gone now is in git's list, deleted).
+    let unlisted: Vec<(u8, Vec<u8>)> = unknown
+        .into_iter()
+        .filter(|p| !listed.contains(p.as_slice()))
+        .map(|p| (b'M', p.clone()))
+        .collect();
+    let mut counts = counts;
+    counts.extend(unlisted.iter().map(|(_, p)| (p.clone(), Some((0, 0)))));
     let list = statuses
         .into_iter()
+        .chain(unlisted)
         .map(|(letter, path)| {
             let status = match letter {
                 b'A' => ChangeStatus::Added,
@@ -574,6 +618,74 @@ mod tests {
         let (changes, _) = ledger.changes(false, &[".envrc".to_owned()]).unwrap();
         let paths: Vec<_> = changes.paths().collect();
         assert_eq!(paths, ["keep.txt"]);
+    }
+
+    /// A git snapshot's net: what its index holds (tracked files and the untracked ones
+    /// `git add` picked up, within the workspace, not the ignored ones) and changed after
+    /// the run's first process started is reported as changed, with the directories above
+    /// (the user's index's too: `gone.txt`, deleted, still names its directory).
+    #[test]
+    fn a_git_snapshots_files_changed_after_the_start_are_reported_whatever_their_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::create_dir_all(ws.join("old")).unwrap();
+        std::fs::write(root.join("outside.txt"), "x\n").unwrap();
+        std::fs::write(ws.join("sub/keep.txt"), "old\n").unwrap();
+        std::fs::write(ws.join("old/gone.txt"), "old\n").unwrap();
+        std::fs::write(ws.join(".gitignore"), "*.log\n").unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(root)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "start"]);
+        std::fs::remove_file(ws.join("old/gone.txt")).unwrap();
+        std::fs::write(ws.join("made.txt"), "made\n").unwrap();
+        std::fs::write(ws.join("skip.log"), "ignored\n").unwrap();
+        let mut ledger = Ledger::before(&ws);
+        assert_eq!(ledger.method(), "git");
+        let since = scan::now_ns() + 1_000_000_000;
+        assert_eq!(
+            ledger.changed_since(since),
+            None,
+            "nothing changed since then"
+        );
+        let since = scan::now_ns() - 1_000_000_000;
+        let changed = ledger.changed_since(since).unwrap();
+        assert_eq!(
+            changed.files,
+            [
+                b".gitignore".to_vec(),
+                b"made.txt".to_vec(),
+                b"sub/keep.txt".to_vec()
+            ]
+        );
+        assert_eq!(
+            changed.dirs,
+            [b"".to_vec(), b"old".to_vec(), b"sub".to_vec()]
+        );
+        // Unchanged since the snapshot, all the same: modified, no lines counted.
+        let (changes, _) = ledger.changes(false, &[".gitignore".to_owned()]).unwrap();
+        let summary: Vec<_> = changes
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status, f.lines_added, f.binary))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("made.txt", ChangeStatus::Modified, 0, false),
+                ("sub/keep.txt", ChangeStatus::Modified, 0, false),
+            ]
+        );
     }
 
     /// What the walk saw changing after the run's first process started is reported as
