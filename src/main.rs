@@ -18,9 +18,25 @@ fn main() -> ExitCode {
     }
     // A panic's message on stderr is redacted like everything else coder prints.
     commands::run::redact_panics();
+    dispatch(&help_as_flag(args))
+}
+
+/// `coder help` and `coder help SUBCOMMAND` as `coder --help` and `coder SUBCOMMAND --help`
+/// (as git and cargo take them). Never a prompt: a run needs `--cd` before its prompt.
+fn help_as_flag(args: Vec<OsString>) -> Vec<OsString> {
+    if args.get(1).is_none_or(|a| a != "help") || args.len() > 3 {
+        return args;
+    }
+    let mut rewritten = vec![args[0].clone()];
+    rewritten.extend(args.get(2).cloned());
+    rewritten.push("--help".into());
+    rewritten
+}
+
+fn dispatch(args: &[OsString]) -> ExitCode {
     match args.get(1).and_then(|a| a.to_str()) {
         // Must come first: the helper runs single-threaded and execs the child.
-        Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(&args),
+        Some(coder::sandbox::helper::HELPER_ARG) => coder::sandbox::helper::helper_main(args),
         // Also before any thread: it confines this process and execs the command.
         Some("sandbox") => commands::sandbox::sandbox_command(&args[2..]),
         // The ask_user tool's MCP server, started by the CLI inside the sandbox (DESIGN §9).
@@ -29,10 +45,10 @@ fn main() -> ExitCode {
         Some("prompt") => commands::prompt::prompt_command(&args[2..]),
         Some("replay") => commands::replay::serve_command(&args[1..]),
         Some("plan") => commands::plan::plan_command(&args[2..]),
-        Some("runs") => commands::runs::runs_command(&args),
-        Some("route") => commands::route::route_command(&args),
+        Some("runs") => commands::runs::runs_command(args),
+        Some("route") => commands::route::route_command(args),
         Some("fs") => commands::fs::fs_command(&args[2..]),
         Some("mcp") => commands::mcp::mcp_command(&args[2..]),
-        _ => commands::run::run_command(&args),
+        _ => commands::run::run_command(args),
     }
 }

@@ -205,3 +205,22 @@ fn a_run_refused_before_it_starts_reports_its_limits() {
     }
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// `coder help` and `coder help SUBCOMMAND` print the usage, as git and cargo do (it was
+/// taken as a prompt and failed with "--cd is required").
+#[test]
+fn help_as_a_word_prints_the_usage() {
+    for (args, says) in [
+        (&["help"][..], "Usage: coder"),
+        (&["help", "runs"][..], "Usage: coder runs"),
+        (&["help", "sandbox"][..], "Usage: coder sandbox"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(args)
+            .output_bounded();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(stdout.contains(says), "{args:?}: {stdout}");
+        assert!(!stdout.contains("--cd is required"), "{args:?}: {stdout}");
+    }
+}
