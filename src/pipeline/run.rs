@@ -502,9 +502,8 @@ async fn run_attempts(
     let mut prepared = match prepared.await {
         Ok(prepared) => prepared,
         Err(envelope) => {
-            let mut envelope = *envelope;
-            attach_snapshot(
-                &mut envelope,
+            return with_snapshot(
+                *envelope,
                 &mut snapshot,
                 &mut run,
                 request,
@@ -513,7 +512,6 @@ async fn run_attempts(
                 signals,
             )
             .await;
-            return envelope;
         }
     };
     snapshot.set_up(prepared.denial_policy.clone());
@@ -543,10 +541,10 @@ async fn run_attempts(
     {
         Ok(admission) => admission,
         Err(refusal) => {
-            let mut envelope = run.refused(refusal);
+            let envelope = run.refused(refusal);
             let exclude = prepared.placeholders(request);
-            attach_snapshot(
-                &mut envelope,
+            return with_snapshot(
+                envelope,
                 &mut snapshot,
                 &mut run,
                 request,
@@ -555,7 +553,6 @@ async fn run_attempts(
                 signals,
             )
             .await;
-            return envelope;
         }
     };
     // A backend that needed the compat request shape before starts in it (DESIGN §12).
@@ -577,10 +574,10 @@ async fn run_attempts(
             match check {
                 Ok(check) => Some(check),
                 Err(signo) => {
-                    let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+                    let envelope = run.cancelled_outside_attempt(signo, "the baseline check");
                     let exclude = prepared.placeholders(request);
-                    attach_snapshot(
-                        &mut envelope,
+                    let envelope = with_snapshot(
+                        envelope,
                         &mut snapshot,
                         &mut run,
                         request,
@@ -1661,21 +1658,21 @@ async fn finished_ledger(
     (ledger, envelope)
 }
 
-/// [`attach_changes`] with a run's snapshot, on the ways out before the attempts: the
-/// snapshot is awaited first, unless a signal comes.
-async fn attach_snapshot(
-    envelope: &mut Envelope,
+/// `envelope` with [`attach_changes`] of the run's snapshot, on the ways out before the
+/// attempts: the snapshot is awaited first, unless a signal comes.
+async fn with_snapshot(
+    mut envelope: Envelope,
     snapshot: &mut Snapshot,
     run: &mut Run,
     request: &RunRequest,
     exclude: &[String],
     journal: &mut RunJournal,
     signals: &mut CancelSignals,
-) {
+) -> Envelope {
     let _ = snapshot.finish_or_cancel(signals).await;
     note_snapshot_times(run, snapshot);
     envelope.warnings.extend(snapshot.take_warnings());
-    attach_changes(envelope, snapshot.ledger(), request, exclude, journal).await;
+    attach_changes(&mut envelope, snapshot.ledger(), request, exclude, journal).await;
     // These envelopes get no other outcome times: the snapshot's are still worth showing.
     if let Some(times) = envelope
         .metrics
@@ -1685,6 +1682,7 @@ async fn attach_snapshot(
         times.ledger_before_ms = run.outcome_times.ledger_before_ms;
         times.ledger_wait_ms = run.outcome_times.ledger_wait_ms;
     }
+    envelope
 }
 
 /// `metrics.outcome_ms`: the times the run kept, the ledger's comparison measured when the
