@@ -582,7 +582,10 @@ mod tests {
         fs::set_permissions(&user_file, fs::Permissions::from_mode(0o400)).unwrap();
         let run = run_dir_with_link(&state, &user_file);
         fs::set_permissions(run.join("tmp/sub"), fs::Permissions::from_mode(0o500)).unwrap();
-        assert!(!discard_own(&state, &run), "a 0500 directory is not owner-only");
+        assert!(
+            !discard_own(&state, &run),
+            "a 0500 directory is not owner-only"
+        );
         crate::config::run_dirs::remove_tree(&run);
         assert!(!run.exists());
         let meta = fs::metadata(&user_file).unwrap();
