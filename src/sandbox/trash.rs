@@ -541,6 +541,76 @@ mod tests {
         }
     }
 
+    /// A run dir as the agent may leave it: owner-only, with a hard link to a file of the
+    /// user's (0600, within its grants) beside its own files.
+    fn run_dir_with_link(state: &Path, user_file: &Path) -> std::path::PathBuf {
+        let run = state.join("sandbox").join("1-run");
+        fs::create_dir_all(run.join("tmp/sub")).unwrap();
+        for d in [&run, &run.join("tmp"), &run.join("tmp/sub")] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        fs::hard_link(user_file, run.join("tmp/sub/link")).unwrap();
+        run
+    }
+
+    #[test]
+    fn a_hard_link_to_a_users_file_is_only_unlinked_never_changed() {
+        let fx = fx();
+        let state = fx.lease.parent().unwrap().to_path_buf();
+        let user_file = fx.ws.join("secret");
+        fs::write(&user_file, "mine").unwrap();
+        fs::set_permissions(&user_file, fs::Permissions::from_mode(0o600)).unwrap();
+        let run = run_dir_with_link(&state, &user_file);
+        // Owner-only (a hard link is a plain 0600 file): moved whole, then pruned.
+        assert!(discard_own(&state, &run));
+        prune_own(&state.join(OWN_TRASH), &AtomicBool::new(false));
+        assert_eq!(fs::read_dir(state.join(OWN_TRASH)).unwrap().count(), 0);
+        let meta = fs::metadata(&user_file).unwrap();
+        assert_eq!(fs::read_to_string(&user_file).unwrap(), "mine");
+        assert_eq!((meta.mode() & 0o7777, meta.nlink()), (0o600, 1));
+    }
+
+    #[test]
+    fn giving_permissions_back_changes_no_linked_file() {
+        // The in-place removal of a tree the agent made hard to remove (a directory it
+        // left unwritable) gives permissions back to directories only: a hard-linked file
+        // of the user's keeps its mode.
+        let fx = fx();
+        let state = fx.lease.parent().unwrap().to_path_buf();
+        let user_file = fx.ws.join("ro");
+        fs::write(&user_file, "mine").unwrap();
+        fs::set_permissions(&user_file, fs::Permissions::from_mode(0o400)).unwrap();
+        let run = run_dir_with_link(&state, &user_file);
+        fs::set_permissions(run.join("tmp/sub"), fs::Permissions::from_mode(0o500)).unwrap();
+        assert!(
+            !discard_own(&state, &run),
+            "a 0500 directory is not owner-only"
+        );
+        crate::config::run_dirs::remove_tree(&run);
+        assert!(!run.exists());
+        let meta = fs::metadata(&user_file).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.nlink()), (0o400, 1));
+    }
+
+    #[test]
+    fn a_fifo_or_socket_keeps_a_tree_out_of_the_trash() {
+        let fx = fx();
+        let state = fx.lease.parent().unwrap().to_path_buf();
+        let fifo = state.join("f");
+        fs::create_dir(&fifo).unwrap();
+        fs::set_permissions(&fifo, fs::Permissions::from_mode(0o700)).unwrap();
+        nix::unistd::mkfifo(&fifo.join("p"), Mode::from_bits_truncate(0o600)).unwrap();
+        let sock = state.join("s");
+        fs::create_dir(&sock).unwrap();
+        fs::set_permissions(&sock, fs::Permissions::from_mode(0o700)).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(sock.join("l")).unwrap();
+        fs::set_permissions(sock.join("l"), fs::Permissions::from_mode(0o600)).unwrap();
+        for dir in [&fifo, &sock] {
+            assert!(!discard_own(&state, dir), "{}", dir.display());
+            assert!(dir.is_dir());
+        }
+    }
+
     #[test]
     fn a_stopped_pruner_removes_nothing() {
         let fx = fx();

@@ -12,7 +12,8 @@
 //!   the repository's config: `core.fsmonitor`, `core.hooksPath`, `core.attributesFile`,
 //!   and for every `filter.<driver>` the config defines (an in-tree `.gitattributes` can
 //!   name any of them) its `clean`, `smudge` and `process` commands, emptied, and its
-//!   `required` flag, cleared; diffs are made with `--no-ext-diff --no-textconv`;
+//!   `required` flag, cleared; the drivers are listed again at every snapshot, as the
+//!   config may include a work-tree file the agent wrote (`include.path`); diffs are made with `--no-ext-diff --no-textconv`;
 //! * the user's index is never written: `git add -A` runs on a copy of it (or a fresh one)
 //!   in a private temporary directory, and new objects go to a private object directory
 //!   with the repository's own as an alternate, so the repository is not changed at all.
@@ -70,8 +71,8 @@ pub struct GitRepo {
     workspace: PathBuf,
     /// The workspace relative to the work tree (`""` or `sub/dir/`).
     prefix: String,
-    /// `-c` overrides for the filter drivers the config defines.
-    filter_overrides: Vec<String>,
+    /// `-c` overrides for the filter drivers the config defines (as of the last snapshot).
+    filter_overrides: std::sync::Mutex<Vec<String>>,
     /// The private index and object directory.
     scratch: PrivateDir,
 }
@@ -109,16 +110,16 @@ impl GitRepo {
         let prefix = lines.next().unwrap_or("").to_owned();
         let scratch = PrivateDir::new("coder-ledger").ok()?;
         std::fs::create_dir(scratch.path().join("objects")).ok()?;
-        let mut repo = GitRepo {
+        let repo = GitRepo {
             program,
             git_dir,
             work_tree,
             workspace: workspace.to_path_buf(),
             prefix,
-            filter_overrides: Vec::new(),
+            filter_overrides: std::sync::Mutex::new(Vec::new()),
             scratch,
         };
-        repo.filter_overrides = repo.filter_drivers().ok()?;
+        *repo.overrides() = repo.filter_drivers().ok()?;
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
         let _ = std::fs::copy(repo.git_dir.join("index"), repo.index());
@@ -222,10 +223,16 @@ impl GitRepo {
             .collect())
     }
 
+    fn overrides(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.filter_overrides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// A git command on this repository with every safety setting applied.
     fn command(&self) -> Command {
         let mut cmd = base_command(&self.program, &self.workspace);
-        for setting in &self.filter_overrides {
+        for setting in self.overrides().iter() {
             cmd.arg("-c").arg(setting);
         }
         let mut git_dir = OsString::from("--git-dir=");
@@ -252,6 +259,18 @@ impl GitRepo {
         let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
         args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The drivers are listed again now, since the config may include a file of the
+        // work tree (`include.path`) that the agent has written since the run began,
+        // defining a driver its `.gitattributes` names. Every command that reads the index
+        // may run one (a racily clean entry is hashed again, by `write-tree` too), so
+        // every later command gets them.
+        let drivers = self.filter_drivers()?;
+        {
+            let mut overrides = self.overrides();
+            overrides.extend(drivers);
+            overrides.sort_unstable();
+            overrides.dedup();
+        }
         let added = self.run("add", &args);
         if added.is_err() {
             // A copied index git cannot use (a split index, a newer format): start afresh.
@@ -459,6 +478,45 @@ pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, Gi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_driver_the_agent_adds_to_an_included_config_runs_nothing() {
+        // The user's config includes a file of the work tree (`include.path`, a common way
+        // to share a repository's filters and aliases): the agent can write it, and so
+        // defines a filter driver after coder listed the drivers at the run's start.
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .current_dir(&ws)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        };
+        git(&["init", "-q"]);
+        git(&["config", "include.path", "../shared.gitconfig"]);
+        std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+        let repo = GitRepo::discover(&ws).unwrap();
+        repo.snapshot().unwrap();
+        // What the agent writes during its run.
+        let marker = ws.join("ran-outside-the-sandbox");
+        std::fs::write(
+            ws.join("shared.gitconfig"),
+            format!(
+                "[filter \"x\"]\n\tclean = \"touch '{}'; cat\"\n",
+                marker.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(ws.join(".gitattributes"), "*.txt filter=x\n").unwrap();
+        std::fs::write(ws.join("a.txt"), "changed\n").unwrap();
+        // The run's end: the "after" snapshot, by coder, outside the sandbox.
+        repo.snapshot().unwrap();
+        assert!(!marker.exists(), "the agent's filter ran as coder");
+    }
 
     #[test]
     fn git_is_asked_when_any_directory_up_the_tree_has_a_git_entry_or_head() {
