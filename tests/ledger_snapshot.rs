@@ -469,3 +469,54 @@ fn a_change_while_the_git_snapshot_runs_is_flagged_not_lost() {
     assert_eq!(warnings.len(), 1, "{}", out.explain());
     assert!(warnings[0].contains("keep.txt, made.txt"), "{warnings:?}");
 }
+
+/// A repository whose config includes a file of its work tree (`include.path`): the agent
+/// writes a filter driver there and names it in `.gitattributes`. coder's git (the "after"
+/// snapshot, outside the sandbox) must not run it. It did: the drivers were listed once,
+/// at the run's start (db6c66e).
+#[test]
+fn a_filter_the_agent_defines_in_an_included_config_does_not_run_as_coder() {
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("ran-as-coder");
+    let shared = format!(
+        "[filter \"x\"]\n\tclean = \"touch '{}'; cat\"\n",
+        marker.display()
+    );
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../shared.gitconfig", "text": shared},
+        {"step": "touch", "path": "../.gitattributes", "text": "*.txt filter=x\n"},
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "a.txt", "a\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "include.path", "../shared.gitconfig"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let out = fake.coder().args(["task"]).run();
+    out.assert_success("done");
+    assert!(
+        !marker.exists(),
+        "the agent's filter ran as coder: {}",
+        out.envelope
+    );
+    assert!(
+        files(&out.envelope)
+            .iter()
+            .any(|(path, ..)| path == "a.txt"),
+        "the edit is still reported: {}",
+        out.envelope
+    );
+}
