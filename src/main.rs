@@ -18,19 +18,39 @@ fn main() -> ExitCode {
     }
     // A panic's message on stderr is redacted like everything else coder prints.
     commands::run::redact_panics();
-    dispatch(&help_as_flag(args))
+    match help_as_flag(args) {
+        Ok(args) => dispatch(&args),
+        Err(code) => code,
+    }
 }
+
+/// The subcommands a user can name after `coder help` (the hidden helper ones are not).
+const SUBCOMMANDS: [&str; 9] = [
+    "doctor", "prompt", "replay", "plan", "runs", "route", "fs", "mcp", "sandbox",
+];
 
 /// `coder help` and `coder help SUBCOMMAND` as `coder --help` and `coder SUBCOMMAND --help`
 /// (as git and cargo take them). Never a prompt: a run needs `--cd` before its prompt.
-fn help_as_flag(args: Vec<OsString>) -> Vec<OsString> {
+/// A name that is no subcommand is refused here: passed on, it would reach the run's parser
+/// as a prompt and print the top usage as if it were the subcommand's.
+fn help_as_flag(args: Vec<OsString>) -> Result<Vec<OsString>, ExitCode> {
     if args.get(1).is_none_or(|a| a != "help") || args.len() > 3 {
-        return args;
+        return Ok(args);
+    }
+    if let Some(name) = args.get(2)
+        && !SUBCOMMANDS.iter().any(|known| name == known)
+    {
+        eprintln!(
+            "coder: no subcommand {:?} (subcommands: {}); `coder --help` shows the run's flags",
+            name.to_string_lossy(),
+            SUBCOMMANDS.join(", ")
+        );
+        return Err(ExitCode::from(2));
     }
     let mut rewritten = vec![args[0].clone()];
     rewritten.extend(args.get(2).cloned());
     rewritten.push("--help".into());
-    rewritten
+    Ok(rewritten)
 }
 
 fn dispatch(args: &[OsString]) -> ExitCode {

@@ -224,3 +224,20 @@ fn help_as_a_word_prints_the_usage() {
         assert!(!stdout.contains("--cd is required"), "{args:?}: {stdout}");
     }
 }
+
+/// `coder help NAME` for a name that is no subcommand says so and fails; it printed the
+/// top usage and exited 0, as if that were the subcommand's help.
+#[test]
+fn help_for_an_unknown_subcommand_fails_and_names_the_known_ones() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["help", "nosuch"])
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr.contains("no subcommand \"nosuch\""), "{stderr}");
+    assert!(
+        stderr.contains("runs") && stderr.contains("sandbox"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
