@@ -1750,6 +1750,19 @@ async fn attach_changes(
     }
 }
 
+/// A `--verify` check that a signal to coder stopped: the signal, and which check it was
+/// (the envelope's message says what was cancelled).
+struct CheckCancelled {
+    signo: i32,
+    during: &'static str,
+}
+
+impl CheckCancelled {
+    fn new(signo: i32, during: &'static str) -> Self {
+        Self { signo, during }
+    }
+}
+
 impl PreparedRun {
     /// The end-of-run git guard (`sandbox::gitguard`): git dirs the run made lose their
     /// command-running config and hooks; when the guard cannot check everything, the run
@@ -1836,6 +1849,70 @@ impl PreparedRun {
         }
     }
 
+    /// The `--verify` check after the agent and, while it fails and the session can be
+    /// resumed, up to `repair_turns` repair turns each followed by the check again; `envelope`
+    /// becomes the last turn's. None without `--verify`.
+    async fn checks_and_repairs(
+        &mut self,
+        envelope: &mut Envelope,
+        request: &RunRequest,
+        baseline: Option<Check>,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Result<Option<Verification>, CheckCancelled> {
+        let Some(config) = &request.checks.verify else {
+            return Ok(None);
+        };
+        let mut after_agent = None;
+        let mut final_check = None;
+        let mut repairs = 0;
+        if envelope.success {
+            final_check = Some(
+                self.check(request, "after_agent", run, signals, journal)
+                    .await
+                    .map_err(|signo| CheckCancelled::new(signo, "the check after the agent"))?,
+            );
+        }
+        while let Some(check) = final_check.as_ref().filter(|c| !c.passed)
+            && repairs < config.repair_turns
+            && envelope.success
+            && let Some(session) = resumable(envelope)
+        {
+            repairs += 1;
+            let prompt = repair_prompt(&config.command, check);
+            journal.note(Note::Repair(
+                json!({"turn": repairs, "exit_code": check.exit_code}),
+            ));
+            let repair = RunRequest {
+                prompt: prompt.into(),
+                session,
+                ..request.clone()
+            };
+            let turn_started = Instant::now();
+            *envelope = self.attempt_loop(repair, run, signals, journal).await;
+            run.outcome_times
+                .repair_turns_ms
+                .push(turn_started.elapsed().as_millis() as u64);
+            if after_agent.is_none() {
+                after_agent = final_check.take();
+            }
+            final_check = Some(
+                self.check(request, "after_repair", run, signals, journal)
+                    .await
+                    .map_err(|signo| CheckCancelled::new(signo, "the check after a repair turn"))?,
+            );
+        }
+        Ok(Some(Verification {
+            command: config.command.clone(),
+            verdict: VerdictKind::of(baseline.as_ref(), final_check.as_ref()),
+            baseline,
+            after_agent,
+            final_check,
+            repair_turns: repairs,
+        }))
+    }
+
     /// After the agent: the fallback turn, the checks and repair turns, the ledger and
     /// the scope, each folded into `envelope`.
     #[allow(clippy::too_many_arguments)]
@@ -1854,70 +1931,17 @@ impl PreparedRun {
         let fallback = self
             .fallback(&mut envelope, request, ledger, run, signals, journal)
             .await;
-        let mut verification = None;
-        if let Some(config) = &request.checks.verify {
-            let mut after_agent = None;
-            let mut final_check = None;
-            let mut repairs = 0;
-            if envelope.success {
-                match self
-                    .check(request, "after_agent", run, signals, journal)
-                    .await
-                {
-                    Ok(check) => final_check = Some(check),
-                    Err(signo) => {
-                        let mut cancelled =
-                            run.cancelled_outside_attempt(signo, "the check after the agent");
-                        attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
-                        return cancelled;
-                    }
-                }
+        let verification = match self
+            .checks_and_repairs(&mut envelope, request, baseline, run, signals, journal)
+            .await
+        {
+            Ok(verification) => verification,
+            Err(CheckCancelled { signo, during }) => {
+                let mut cancelled = run.cancelled_outside_attempt(signo, during);
+                attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
+                return cancelled;
             }
-            while let Some(check) = final_check.as_ref().filter(|c| !c.passed)
-                && repairs < config.repair_turns
-                && envelope.success
-                && let Some(session) = resumable(&envelope)
-            {
-                repairs += 1;
-                let prompt = repair_prompt(&config.command, check);
-                journal.note(Note::Repair(
-                    json!({"turn": repairs, "exit_code": check.exit_code}),
-                ));
-                let repair = RunRequest {
-                    prompt: prompt.into(),
-                    session,
-                    ..request.clone()
-                };
-                let turn_started = Instant::now();
-                envelope = self.attempt_loop(repair, run, signals, journal).await;
-                run.outcome_times
-                    .repair_turns_ms
-                    .push(turn_started.elapsed().as_millis() as u64);
-                if after_agent.is_none() {
-                    after_agent = final_check.take();
-                }
-                match self
-                    .check(request, "after_repair", run, signals, journal)
-                    .await
-                {
-                    Ok(check) => final_check = Some(check),
-                    Err(signo) => {
-                        let mut cancelled =
-                            run.cancelled_outside_attempt(signo, "the check after a repair turn");
-                        attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
-                        return cancelled;
-                    }
-                }
-            }
-            verification = Some(Verification {
-                command: config.command.clone(),
-                verdict: VerdictKind::of(baseline.as_ref(), final_check.as_ref()),
-                baseline,
-                after_agent,
-                final_check,
-                repair_turns: repairs,
-            });
-        }
+        };
         // The structured answer is judged last: a fallback or repair turn gives a new one.
         let check_failed = verification
             .as_ref()
