@@ -513,6 +513,47 @@ fn a_hanging_check_is_stopped_at_its_limit() {
     common::assert_no_process_left(fake.marker());
 }
 
+/// A signal while the check after the agent runs cancels the run: the check's processes
+/// are stopped, the envelope says which check was cancelled, and still lists what the agent
+/// changed.
+#[test]
+fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        common::steps::touch("../made.txt"),
+        common::steps::result_ok("done"),
+    ]));
+    let running = fake
+        .coder()
+        .args([
+            "--verify",
+            "touch checking; sleep 300",
+            "--no-verify-baseline",
+            "--kill-grace",
+            "0.2",
+            "task",
+        ])
+        .spawn();
+    common::wait_for_path(&fake.workspace().join("checking"), Duration::from_secs(30));
+    running.signal(nix::sys::signal::Signal::SIGTERM);
+    let out = running.wait();
+    let detail = out.assert_failure("cancelled", 143);
+    let message = detail["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the check after the agent"),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        files(&out.envelope)
+            .iter()
+            .any(|(path, status, _, _)| path == "made.txt" && status == "added"),
+        "{}",
+        out.explain()
+    );
+    common::assert_no_process_left(fake.marker());
+}
+
 #[test]
 fn a_flooding_check_is_capped() {
     let fake = fake_success();
