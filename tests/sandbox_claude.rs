@@ -60,6 +60,49 @@ fn the_real_cli_works_confined_and_cannot_read_secrets() {
     assert!(!out.stderr.contains(&secret), "{}", out.explain());
 }
 
+/// The CLI's own file tools at a masked secret: its Write tool is refused by the settings'
+/// `Edit` rules (coder gives no `Write` rules: the CLI never matches them), and what its
+/// Read tool returns is never the secret.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_real_clis_file_tools_neither_write_nor_read_a_masked_secret() {
+    let claude = real_claude();
+    let fake = Fake::new(json!([]));
+    let ws = fake.workspace();
+    let secret = format!("SECRET-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(ws.join(".env"), format!("TOKEN={secret}\n")).unwrap();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/masked_file_tools.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+
+    let out = fake
+        .coder()
+        .claude_bin(claude)
+        .args([
+            "--backend",
+            &cassette,
+            "--return-all-messages",
+            "write and read .env",
+        ])
+        .run();
+    out.assert_success("The masked file was neither written nor read.");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".env")).unwrap(),
+        format!("TOKEN={secret}\n"),
+        "the Write tool was refused: {}",
+        out.explain()
+    );
+    assert!(!out.stdout.contains(&secret), "{}", out.explain());
+    assert!(!out.stderr.contains(&secret), "{}", out.explain());
+    let transcript = out.envelope["transcript"].as_str().unwrap();
+    let transcript = std::fs::read_to_string(transcript).unwrap();
+    assert!(
+        !transcript.contains(&secret),
+        "the secret is in the transcript"
+    );
+}
+
 #[test]
 fn a_workspace_with_thousands_of_secrets_still_starts_the_child() {
     // Enough masks that the helper's spec no longer fits in one argument.
