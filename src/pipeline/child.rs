@@ -174,23 +174,23 @@ pub fn build(
 /// Run the child under `policy`. The kernel then keeps the agent in its sandbox, so the
 /// CLI's own permission prompts are switched off (`bypassPermissions`, with `IS_SANDBOX=1`
 /// so the CLI accepts it as root) and so is its own bubblewrap sandbox, which cannot work
-/// inside ours. The model is told what the sandbox allows, and the CLI's permission rules
-/// also deny its file tools the masked globs, which saves it pointless attempts: a
-/// `Read(glob)` rule covers the CLI's Read, Grep and Glob tools, an `Edit(glob)` rule its
-/// Edit, Write and NotebookEdit tools. (A `Write(glob)` rule never matches: the CLI 2.1.330
-/// checks file writes against `Edit` rules only and flags `Write(path)` rules as such.)
-///
-/// The `Read` rules are what the sandbox costs the CLI's start (BENCHMARKS.md, issue 21,
-/// round fourteen): with any of them the CLI loads every `CLAUDE.md`/`AGENTS.md`
-/// candidate through a guarded reader that resolves each path's spellings and checks them
-/// against the rules, about 20 ms of its CPU and 350 thread-pool round trips a run.
+/// inside ours. The model is told what the sandbox allows (masked files read as empty), and
+/// the CLI's permission rules deny its file-editing tools the masked globs, which saves it
+/// pointless attempts: an `Edit(glob)` rule covers its Edit, Write and NotebookEdit tools
+/// (a `Write(glob)` rule never matches: the CLI 2.1.330 checks writes against `Edit` rules
+/// only). There are no `Read(glob)` rules: the CLI's Read tool reads a masked file as the
+/// mask's empty content, as every process in the sandbox does. With any `Read` deny rule
+/// the CLI loads every `CLAUDE.md`/`AGENTS.md` candidate through a guarded reader that
+/// resolves each path's spellings and checks them against the rules, about 20 ms of its
+/// CPU and 350 thread-pool round trips before its first request (BENCHMARKS.md, issue 21,
+/// round fourteen), and the kernel's mask already keeps the secret.
 ///
 /// Only call this with a policy the helper will enforce: the helper refuses to start the
 /// program when confinement fails, so `bypassPermissions` never runs unconfined.
 pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
     let mut deny = Vec::new();
     for glob in &policy.deny_globs {
-        for tool in ["Read", "Edit"] {
+        for tool in ["Edit"] {
             deny.push(format!("{tool}({glob})"));
         }
     }
