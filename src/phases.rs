@@ -8,9 +8,12 @@
 //! sandbox helper started before its spec (the first attempt's) gets coder's own open
 //! trace file, inherited ([`TRACE_FD_VAR`]; it never opens the path itself: relative, the
 //! path would resolve in the workspace, and either way an agent could redirect it between
-//! coder's open and the helper's, which runs unconfined), and marks `helper.spec` (spec read,
-//! process set up), `sandbox.mounted` (private root built), `sandbox.pivoted` and
-//! `sandbox.confined`; the rest of `policy.done -> child.spawned` is the program's
+//! coder's open and the helper's, which runs unconfined; forked from coder, it has the
+//! file open already), and marks `helper.main` (its start), `helper.prepared` (namespaces
+//! and their init made), `helper.spec` (spec read, process set up), `sandbox.mounted`
+//! (private root built), `sandbox.pivoted` and `sandbox.confined`; coder marks
+//! `run.start` (runtime up), `helper.joined` (the helper taken for the attempt) and
+//! `spec.sent`; the rest of `sandbox.confined -> child.spawned` is the program's
 //! `execve`. After the child: `child.drained`, `attempts.done`, `verified`,
 //! `teardown.started`, `journal.done`, `teardown.joined`, `coder.exit`.
 //! The clock is the one a harness reads with `time.monotonic_ns()`, so its own

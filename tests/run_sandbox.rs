@@ -234,3 +234,44 @@ fn granted_paths_in_dev_shm_are_refused_up_front() {
     let stderr = String::from_utf8_lossy(&sandbox.stderr);
     assert!(stderr.contains("/dev/shm"), "{stderr}");
 }
+
+/// The sandbox's PID 1 (the helper's init, forked from coder itself when the run starts)
+/// shows the agent nothing of coder's own arguments or environment: its
+/// `/proc/1/cmdline`, readable without any ptrace right, reads as the helper's argument
+/// list, not as coder's (which here hold the task and a flag's value), and its
+/// `/proc/1/environ` holds none of coder's variables (one the agent's environment never
+/// gets, among them).
+#[test]
+fn the_sandboxs_init_shows_none_of_coders_arguments_or_environment() {
+    // Relative paths are the fake's own directory's, in the workspace.
+    let scenario = json!([
+        steps::init(),
+        {"step": "copy", "from": "/proc/1/cmdline", "to": "cmdline.txt"},
+        {"step": "copy", "from": "/proc/1/environ", "to": "environ.txt"},
+        steps::result_ok("looked"),
+    ]);
+    let fake = Fake::new(scenario);
+    let seen = fake.workspace().join(".fake-claude");
+    let out = fake
+        .coder()
+        .env("CODER_ROUND14_MARKER_VAR", "env-marker-8d1e")
+        .args(["--deny", "glob-marker-3f7a", "task-marker-5c2b"])
+        .run();
+    out.assert_success("looked");
+    let cmdline = std::fs::read_to_string(seen.join("cmdline.txt")).unwrap();
+    let environ = std::fs::read_to_string(seen.join("environ.txt")).unwrap();
+    for marker in ["task-marker-5c2b", "glob-marker-3f7a", "--deny", "--cd"] {
+        assert!(
+            !cmdline.contains(marker),
+            "{marker} in PID 1's cmdline: {cmdline:?}"
+        );
+    }
+    assert!(
+        cmdline.starts_with("coder-helper\0__exec-helper\0"),
+        "PID 1's cmdline: {cmdline:?}"
+    );
+    assert!(
+        !environ.contains("env-marker-8d1e") && !environ.contains("CODER_ROUND14"),
+        "coder's variable in PID 1's environ: {environ:?}"
+    );
+}

@@ -322,6 +322,10 @@ fn test_hook_pause_after_prompt() {}
 /// Runs a validated request: the async runtime, the pipeline, the metrics line.
 pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     supervise::release_large_buffers();
+    // The first attempt's sandbox helper, forked while coder is still single-threaded.
+    if request.sandbox.is_confined() {
+        supervise::spawn::fork_early(&request.workspace);
+    }
     // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
     // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and
     // splitting the child's output overlaps with decoding it.
@@ -344,6 +348,9 @@ pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     let log_metrics = request.log_metrics;
     let return_metrics = request.return_metrics;
     let mut envelope = runtime.block_on(pipeline::run::run(request));
+    // A forked helper no attempt took (the run ended before it) exits once its spec pipe
+    // closes.
+    supervise::spawn::drop_forked();
     // Every task of the run has ended; the worker is told to stop, not waited for.
     runtime.shutdown_background();
     let metrics_line = if log_metrics {

@@ -45,6 +45,7 @@ use serde_json::json;
 /// Runs a validated request and returns its envelope (metrics always filled in), writing
 /// the run's transcript and, on a terminal, its progress.
 pub async fn run(request: RunRequest) -> Envelope {
+    crate::phases::mark("run.start");
     let run_started = Instant::now();
     let run_id = request.run_id.clone().unwrap_or_else(new_run_id);
     // An envelope of a run that ends before it starts still reports the run's limits
@@ -853,6 +854,7 @@ impl PreparedRun {
             run.warnings.extend(policy.warnings.iter().cloned());
         }
         let helper = helper.and_then(supervise::spawn::PendingHelper::join);
+        crate::phases::mark("helper.joined");
         Ok(PreparedRun {
             _run_dir: RunDirCleanup::new(policy.as_ref()),
             denial_policy: policy.clone().map(Arc::new),

@@ -93,9 +93,6 @@ pub struct HelperFailure {
 pub fn helper_main(args: &[OsString]) -> ! {
     let status_fd = args.get(3).and_then(|fd| inherited_fd(fd.as_bytes()));
     let net_fd = args.get(4).and_then(|fd| inherited_fd(fd.as_bytes()));
-    // Its closing at exec is how the parent learns the program started.
-    let mut status = status_fd.and_then(|fd| adopt_inherited(fd).ok());
-    let net = net_fd.and_then(|fd| adopt_inherited(fd).ok());
     // The phase trace: coder's own file, inherited by the helper started early (`&FD`);
     // no helper opens a trace path itself (see `phases`).
     let early = args.get(2).is_some_and(|a| a.as_bytes().starts_with(b"&"));
@@ -103,6 +100,114 @@ pub fn helper_main(args: &[OsString]) -> ! {
         .and_then(|fd| inherited_fd(fd.as_bytes()))
         .filter(|fd| early && Some(*fd) != status_fd && Some(*fd) != net_fd);
     crate::phases::inherit(trace_fd.and_then(|fd| adopt_inherited(fd).ok()));
+    std::process::exit(main_with(args, status_fd, net_fd, trace_fd))
+}
+
+/// The descriptors a helper forked by coder (see `supervise::spawn::fork_early`) gets,
+/// under their own numbers: the spec pipe's read end, the status pipe's write end, its end
+/// of the network channel. Its stdio are the program's pipes already.
+pub struct ForkedFds {
+    pub spec: RawFd,
+    pub status: RawFd,
+    pub net: RawFd,
+}
+
+/// The helper in a process coder forked while it was single-threaded, instead of an
+/// `execve` of coder's binary: from here on the same steps as the helper started early
+/// (`&FD`). Returns the exit code when it could not exec the program; the caller must
+/// leave by `_exit`, never return into coder's code.
+///
+/// Such a process is a copy of coder's memory until the program's `execve`, coder's
+/// arguments and environment among it, which the exec'd helper never had (it started with
+/// an empty environment and its own five arguments). Its memory is closed to the agent as
+/// the exec'd helper's was (Landlock denies a confined process `ptrace` access, and with
+/// it `/proc/PID/{mem,environ}`, to any process outside its domain), but
+/// `/proc/PID/cmdline` is readable without that check, and init, PID 1 of the agent's
+/// namespace, is one of these processes: so before anything else the memory that
+/// `cmdline` and `environ` show is overwritten with the exec'd helper's argument list
+/// (zeros after it) and zeros, and the environment is emptied.
+pub fn forked_main(fds: ForkedFds) -> i32 {
+    let args = [
+        OsString::from("coder-helper"),
+        OsString::from(HELPER_ARG),
+        OsString::from(format!("&{}", fds.spec)),
+        OsString::from(fds.status.to_string()),
+        OsString::from(fds.net.to_string()),
+    ];
+    scrub_arguments_and_environment(&args);
+    let _ = nix::sys::prctl::set_name(c"coder-helper");
+    // coder holds SIGINT, SIGTERM and SIGHUP blocked until its run listens for them; an
+    // exec'd helper starts with none blocked, and so must the program.
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+    // The trace file is coder's own, open already in this copy of its memory.
+    let trace_fd = crate::phases::file().map(|f| f.as_raw_fd());
+    main_with(&args, Some(fds.status), Some(fds.net), trace_fd)
+}
+
+/// Overwrites what `/proc/self/cmdline` reads (the argument strings the kernel placed at
+/// coder's `execve`) with `shown`, NUL-separated, cut to fit, zeros after it; zeros what
+/// `/proc/self/environ` reads; empties the environment. Best effort without `/proc`.
+fn scrub_arguments_and_environment(shown: &[OsString]) {
+    // SAFETY: single-threaded (a fork of a single-threaded coder), nothing holds a
+    // pointer into the environment across this call.
+    unsafe {
+        libc::clearenv();
+    }
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return;
+    };
+    let fields: Vec<usize> = after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // Fields 48 and 49 (arg_start, arg_end), 50 and 51 (env_start, env_end) of proc(5);
+    // `fields` starts at field 3.
+    let range = |field: usize| {
+        let (start, end) = (*fields.get(field - 3)?, *fields.get(field - 2)?);
+        (start != 0 && end > start).then_some((start, end - start))
+    };
+    let mut text: Vec<u8> = Vec::new();
+    for arg in shown {
+        text.extend_from_slice(arg.as_bytes());
+        text.push(0);
+    }
+    for (range, with) in [(range(48), &text[..]), (range(50), &[][..])] {
+        let Some((start, len)) = range else {
+            continue;
+        };
+        let copied = with.len().min(len);
+        // SAFETY: [start, start + len) is where the kernel put this process's argument
+        // (or environment) strings at its execve: mapped, writable memory of its own stack
+        // that nothing reads any more (the environment was just emptied, and neither the
+        // helper nor the program it execs reads coder's arguments). `with` is a separate
+        // allocation, and at most `len` bytes are written.
+        unsafe {
+            std::ptr::copy_nonoverlapping(with.as_ptr(), start as *mut u8, copied);
+            std::ptr::write_bytes((start + copied) as *mut u8, 0, len - copied);
+        }
+    }
+}
+
+/// The helper once its descriptors are known: runs it, reports a failure on the status
+/// descriptor, and returns the exit code that goes with it.
+fn main_with(
+    args: &[OsString],
+    status_fd: Option<RawFd>,
+    net_fd: Option<RawFd>,
+    trace_fd: Option<RawFd>,
+) -> i32 {
+    // Its closing at exec is how the parent learns the program started.
+    let mut status = status_fd.and_then(|fd| adopt_inherited(fd).ok());
+    let net = net_fd.and_then(|fd| adopt_inherited(fd).ok());
+    crate::phases::mark("helper.main");
     let failure = match run(args, status_fd, net.as_ref(), trace_fd) {
         Ok(never) => match never {},
         Err(failure) => failure,
@@ -114,12 +219,11 @@ pub fn helper_main(args: &[OsString]) -> ! {
     } else {
         eprintln!("coder helper: {}", failure.message);
     }
-    let code = match failure.stage {
+    match failure.stage {
         HelperStage::Exec => 127,
         HelperStage::Sandbox => 71,
         HelperStage::Spec | HelperStage::Setup => 70,
-    };
-    std::process::exit(code)
+    }
 }
 
 /// The descriptor number written in an argument, if it names one the helper may own
@@ -194,6 +298,7 @@ fn run(
             let spec_fd = inherited_fd(fd);
             close_inherited_fds(&[status_fd, net_fd, spec_fd, trace_fd]);
             prepared = Some(super::confine::prepare().map_err(sandbox_failure)?);
+            crate::phases::mark("helper.prepared");
             Some((read_spec_pipe(fd).map_err(unreadable)?, parent))
         }
         _ => None,

@@ -210,7 +210,7 @@ pub async fn run_attempt(
 /// A started attempt: the child, its pipes' readers and what they share.
 struct Running {
     started: Instant,
-    child: tokio::process::Child,
+    child: spawn::ChildProcess,
     pid: i32,
     /// Kills the tree if the supervisor unwinds before [`finish`] ran.
     guard: TreeGuard,

@@ -23,7 +23,7 @@ use crate::sandbox::helper::{HELPER_ARG, HelperFailure, HelperSpec, HelperStage}
 
 /// A started child with its pipes.
 pub struct Spawned {
-    pub child: Child,
+    pub child: ChildProcess,
     pub pid: i32,
     pub stdin: ChildStdin,
     pub stdout: ChildStdout,
@@ -46,24 +46,42 @@ pub async fn spawn(
     spec: &ChildSpec,
     started: Option<StartedHelper>,
 ) -> Result<Spawned, SpawnError> {
-    let (mut child, net) = match (&spec.policy, started) {
+    let (launched, net) = match (&spec.policy, started) {
         (Some(_), Some(started)) => started.finish(spec).await?,
-        (Some(_), None) => spawn_through_helper(spec).await?,
-        (None, _) => (spawn_unconfined(spec)?, None),
+        (Some(_), None) => {
+            let (child, net) = spawn_through_helper(spec).await?;
+            (child, net)
+        }
+        (None, _) => (Launched::Spawned(spawn_unconfined(spec)?), None),
     };
     // The helper has sent the egress proxy's listener by now (see `sandbox::netns`).
     if let (Some(egress), Some(net)) = (&spec.egress, net) {
         egress.attach(net);
     }
+    let missing = || SpawnError::Io(std::io::Error::other("child pipes missing"));
+    let (child, stdin, stdout, stderr) = match launched {
+        Launched::Spawned(mut child) => {
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                return Err(missing());
+            };
+            (ChildProcess::Spawned(child), stdin, stdout, stderr)
+        }
+        Launched::Forked(forked, pipes) => {
+            let [stdin, stdout, stderr] = pipes;
+            (
+                ChildProcess::Forked(forked),
+                ChildStdin::from_std(std::process::ChildStdin::from(stdin))?,
+                ChildStdout::from_std(std::process::ChildStdout::from(stdout))?,
+                ChildStderr::from_std(std::process::ChildStderr::from(stderr))?,
+            )
+        }
+    };
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| std::io::Error::other("the child exited before it could be tracked"))?;
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Err(SpawnError::Io(std::io::Error::other("child pipes missing")));
-    };
     Ok(Spawned {
         child,
         pid,
@@ -71,6 +89,69 @@ pub async fn spawn(
         stdout,
         stderr,
     })
+}
+
+/// A child process of coder's: one the runtime spawned, or the first attempt's helper
+/// forked at coder's start (see [`fork_early`]), waited for through a pidfd.
+pub enum ChildProcess {
+    Spawned(Child),
+    Forked(ForkedChild),
+}
+
+impl ChildProcess {
+    /// Its pid, until it has been reaped.
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            ChildProcess::Spawned(child) => child.id(),
+            ChildProcess::Forked(child) => match child.status {
+                Some(_) => None,
+                None => u32::try_from(child.pid.as_raw()).ok(),
+            },
+        }
+    }
+
+    /// Waits for it to exit and reaps it (cancel-safe: a status once taken is kept).
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            ChildProcess::Spawned(child) => child.wait().await,
+            ChildProcess::Forked(child) => child.wait().await,
+        }
+    }
+}
+
+/// A child coder forked itself, with the pidfd that says when it has exited.
+pub struct ForkedChild {
+    pid: nix::unistd::Pid,
+    pidfd: tokio::io::unix::AsyncFd<OwnedFd>,
+    status: Option<std::process::ExitStatus>,
+}
+
+impl ForkedChild {
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        loop {
+            if let Some(status) = self.status {
+                return Ok(status);
+            }
+            let mut raw = 0;
+            // SAFETY: waitpid writes one int into the owned `raw`; WNOHANG never blocks.
+            match unsafe { libc::waitpid(self.pid.as_raw(), &mut raw, libc::WNOHANG) } {
+                -1 => return Err(std::io::Error::last_os_error()),
+                0 => {
+                    // A pidfd reads as ready once its process has exited.
+                    let mut ready = self.pidfd.readable().await?;
+                    ready.clear_ready();
+                }
+                _ => self.status = Some(std::process::ExitStatus::from_raw(raw)),
+            }
+        }
+    }
+}
+
+/// How a child was started: by the runtime, or forked (with its stdin, stdout and stderr).
+enum Launched {
+    Spawned(Child),
+    Forked(ForkedChild, [OwnedFd; 3]),
 }
 
 /// Spawns `spec` unconfined: the program itself, made a session leader that dies with coder.
@@ -137,7 +218,7 @@ fn spawn_unconfined(spec: &ChildSpec) -> Result<Child, SpawnError> {
 
 /// Spawns `spec` via `current_exe __exec-helper`, which confines itself first. Returns the
 /// child and coder's end of its network channel.
-async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Child, Option<OwnedFd>), SpawnError> {
+async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Launched, Option<OwnedFd>), SpawnError> {
     let spec_json = helper_spec_json(spec, false)?;
     // One argument may hold at most 128 KiB. A policy with many masks goes to a helper
     // started as the first attempt's is, through a pipe: never through a file in the run
@@ -157,7 +238,8 @@ async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Child, Option<OwnedFd
         .current_dir(&spec.cwd);
     let child = command.spawn()?;
     drop((status_write, net_child));
-    Ok((wait_for_exec(child, status_read).await?, Some(net)))
+    let child = wait_for_exec(Launched::Spawned(child), status_read).await?;
+    Ok((child, Some(net)))
 }
 
 /// The first attempt's sandbox helper, being started on the spawner thread.
@@ -181,6 +263,10 @@ impl PendingHelper {
     /// cannot be had).
     pub fn start(workspace: &std::path::Path) -> PendingHelper {
         let (done, pending) = std::sync::mpsc::sync_channel(1);
+        if let Some(forked) = take_forked() {
+            let _ = done.send(Some(forked));
+            return PendingHelper(pending);
+        }
         let workspace = workspace.to_path_buf();
         // The helper's pipes belong to this thread's runtime (tokio's process and I/O
         // drivers), wherever it is spawned.
@@ -238,7 +324,7 @@ impl PendingHelper {
 /// coder does meanwhile, chiefly resolving the sandbox policy. Dropped unused, the helper
 /// reads the end of the pipe and exits without starting anything.
 pub struct StartedHelper {
-    child: Child,
+    child: HelperProcess,
     spec: std::fs::File,
     status: OwnedFd,
     /// coder's end of the network channel (see `sandbox::netns`).
@@ -267,7 +353,7 @@ impl StartedHelper {
         let child = command.spawn()?;
         drop((spec_read, status_write, net_child, trace));
         Ok(StartedHelper {
-            child,
+            child: HelperProcess::Spawned(child),
             spec: std::fs::File::from(spec_write),
             status: status_read,
             net,
@@ -276,7 +362,7 @@ impl StartedHelper {
 
     /// Hands `spec` to the helper; returns once the program has been exec'd, with coder's
     /// end of the network channel.
-    async fn finish(self, spec: &ChildSpec) -> Result<(Child, Option<OwnedFd>), SpawnError> {
+    async fn finish(self, spec: &ChildSpec) -> Result<(Launched, Option<OwnedFd>), SpawnError> {
         use std::io::Write;
         let StartedHelper {
             child,
@@ -288,8 +374,181 @@ impl StartedHelper {
         // A helper that died before reading it reports why on the status pipe.
         let _ = pipe.write_all(json.as_bytes());
         drop(pipe);
+        crate::phases::mark("spec.sent");
+        let child = match child {
+            HelperProcess::Spawned(child) => Launched::Spawned(child),
+            HelperProcess::Forked(forked) => {
+                let ForkedHelper { pid, pidfd, stdio } = forked;
+                // SAFETY: the pidfd is an open descriptor the AsyncFd owns from here on; it
+                // is closed only when the AsyncFd is dropped.
+                let pidfd = unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        pidfd,
+                        tokio::io::Interest::READABLE,
+                    )
+                }
+                .map_err(|e| SpawnError::Io(std::io::Error::other(e.to_string())))?;
+                let child = ForkedChild {
+                    pid,
+                    pidfd,
+                    status: None,
+                };
+                Launched::Forked(child, stdio)
+            }
+        };
         Ok((wait_for_exec(child, status).await?, Some(net)))
     }
+}
+
+/// The helper process of a [`StartedHelper`].
+enum HelperProcess {
+    Spawned(Child),
+    Forked(ForkedHelper),
+}
+
+/// A helper forked by [`fork_early`]: its pid and pidfd, and coder's ends of its stdin,
+/// stdout and stderr.
+struct ForkedHelper {
+    pid: nix::unistd::Pid,
+    pidfd: OwnedFd,
+    stdio: [OwnedFd; 3],
+}
+
+/// The helper [`fork_early`] forked, until the first attempt takes it.
+static FORKED: std::sync::Mutex<Option<StartedHelper>> = std::sync::Mutex::new(None);
+
+fn take_forked() -> Option<StartedHelper> {
+    FORKED.lock().ok()?.take()
+}
+
+/// Drops the helper [`fork_early`] forked if no attempt took it: it exits once its spec
+/// pipe is closed (a zombie until coder exits: nothing waits for it).
+pub fn drop_forked() {
+    drop(take_forked());
+}
+
+/// Forks the first attempt's sandbox helper now, if coder is single-threaded (the run's
+/// runtime not built yet), for [`PendingHelper::start`] to take.
+///
+/// A fork instead of an `execve` of coder's own binary (108 MB; its loader, relocations,
+/// page faults and CPU probes cost about a millisecond of CPU, and at load several of
+/// wall, see BENCHMARKS.md), and at the top of the run instead of after the ledger and the
+/// CLI's home: the helper's own start (its namespaces, their init) then overlaps with all
+/// of coder's preparation. The process is the exec'd helper's in every other respect: the
+/// same steps on the same descriptors ([`crate::sandbox::helper::forked_main`], which also
+/// wipes what it holds of coder's arguments and environment and makes itself not
+/// dumpable), and unused it exits when coder closes its spec pipe. Nothing is forked when
+/// another thread exists (a fork copies only the calling thread, and a lock another thread
+/// held would stay locked in the copy); the first attempt then starts its helper as before.
+///
+/// It starts in `workspace`, as the exec'd helper does (any existing directory: the spec
+/// says where the program runs), not in coder's own working directory.
+pub fn fork_early(workspace: &std::path::Path) {
+    if FORKED.lock().map(|f| f.is_some()).unwrap_or(true) || !single_threaded() {
+        return;
+    }
+    if let Ok(started) = fork_helper(workspace)
+        && let Ok(mut slot) = FORKED.lock()
+    {
+        *slot = Some(started);
+    }
+}
+
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .is_some_and(|n| n.trim() == "1")
+    })
+}
+
+fn fork_helper(workspace: &std::path::Path) -> Result<StartedHelper, SpawnError> {
+    let cloexec_pipe = || -> Result<(OwnedFd, OwnedFd), SpawnError> {
+        Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?)
+    };
+    let (spec_read, spec_write) = cloexec_pipe()?;
+    let (status_read, status_write) = cloexec_pipe()?;
+    let (stdin_read, stdin_write) = cloexec_pipe()?;
+    let (stdout_read, stdout_write) = cloexec_pipe()?;
+    let (stderr_read, stderr_write) = cloexec_pipe()?;
+    let (net, net_child) = net_channel()?;
+    // SAFETY: coder is single-threaded here (checked by the caller), so the child is a
+    // consistent copy of it (no lock held by another thread). The child never returns into
+    // coder's code: `forked_child` ends in `_exit` or in the program's `execve`.
+    match unsafe { nix::unistd::fork() }.map_err(std::io::Error::from)? {
+        nix::unistd::ForkResult::Child => forked_child(
+            workspace,
+            [stdin_read, stdout_write, stderr_write],
+            crate::sandbox::helper::ForkedFds {
+                spec: spec_read.as_raw_fd(),
+                status: status_write.as_raw_fd(),
+                net: net_child.as_raw_fd(),
+            },
+        ),
+        nix::unistd::ForkResult::Parent { child } => {
+            drop((spec_read, status_write, net_child));
+            drop((stdin_read, stdout_write, stderr_write));
+            let pidfd = match pidfd_open(child) {
+                Ok(pidfd) => pidfd,
+                Err(e) => {
+                    // Without a pidfd it cannot be waited for in the runtime: stopped now.
+                    let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+                    let _ = nix::sys::wait::waitpid(child, None);
+                    return Err(SpawnError::Io(e));
+                }
+            };
+            Ok(StartedHelper {
+                child: HelperProcess::Forked(ForkedHelper {
+                    pid: child,
+                    pidfd,
+                    stdio: [stdin_write, stdout_read, stderr_read],
+                }),
+                spec: std::fs::File::from(spec_write),
+                status: status_read,
+                net,
+            })
+        }
+    }
+}
+
+/// The forked helper: its stdio made the program's pipes, then the helper's steps.
+fn forked_child(
+    workspace: &std::path::Path,
+    stdio: [OwnedFd; 3],
+    fds: crate::sandbox::helper::ForkedFds,
+) -> ! {
+    let code = std::panic::catch_unwind(move || {
+        // Where the exec'd helper starts; the spec's directory is entered later either way.
+        let _ = nix::unistd::chdir(workspace);
+        for (fd, target) in stdio.iter().zip(0..) {
+            // SAFETY: dup2 onto stdio of this single-threaded process; the new descriptor
+            // is not close-on-exec, as the program's stdio must be.
+            if unsafe { libc::dup2(fd.as_raw_fd(), target) } == -1 {
+                return 70;
+            }
+        }
+        drop(stdio);
+        crate::sandbox::helper::forked_main(fds)
+    })
+    .unwrap_or(70);
+    // SAFETY: _exit ends the process at once, running none of coder's exit handlers or
+    // destructors (they belong to coder, not to this copy of it).
+    unsafe { libc::_exit(code) }
+}
+
+/// `pidfd_open(2)` of `pid` (Linux 5.3).
+fn pidfd_open(pid: nix::unistd::Pid) -> std::io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
+    // SAFETY: the kernel just returned this descriptor, owned by nobody else; pidfds are
+    // close-on-exec.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The helper's spec, as JSON; `with_env` carries the program's environment and working
@@ -392,7 +651,7 @@ fn helper_command(
 /// The pipe is read by the runtime, as the child's own pipes are: read on a blocking
 /// thread, its end took one more wake-up (another thread's) on the path to the child's
 /// start.
-async fn wait_for_exec(mut child: Child, status_read: OwnedFd) -> Result<Child, SpawnError> {
+async fn wait_for_exec(mut child: Launched, status_read: OwnedFd) -> Result<Launched, SpawnError> {
     use tokio::io::AsyncReadExt;
     let mut status = tokio::net::unix::pipe::Receiver::from_owned_fd(status_read)?;
     let mut report = Vec::new();
@@ -406,7 +665,10 @@ async fn wait_for_exec(mut child: Child, status_read: OwnedFd) -> Result<Child, 
                 message: String::from_utf8_lossy(&report).into_owned(),
             });
         // The helper exits right after reporting; reap it.
-        let _ = child.wait().await;
+        let _ = match &mut child {
+            Launched::Spawned(child) => child.wait().await,
+            Launched::Forked(child, _) => child.wait().await,
+        };
         return Err(SpawnError::Helper(failure));
     }
     Ok(child)
