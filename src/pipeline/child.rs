@@ -188,12 +188,11 @@ pub fn build(
 /// Only call this with a policy the helper will enforce: the helper refuses to start the
 /// program when confinement fails, so `bypassPermissions` never runs unconfined.
 pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
-    let mut deny = Vec::new();
-    for glob in &policy.deny_globs {
-        for tool in ["Edit"] {
-            deny.push(format!("{tool}({glob})"));
-        }
-    }
+    let deny: Vec<String> = policy
+        .deny_globs
+        .iter()
+        .map(|glob| format!("Edit({glob})"))
+        .collect();
     let settings = serde_json::json!({
         "sandbox": {"enabled": false},
         "permissions": {"deny": deny},
