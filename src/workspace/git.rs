@@ -17,6 +17,11 @@
 //! * the user's index is never written: `git add -A` runs on a copy of it (or a fresh one)
 //!   in a private temporary directory, and new objects go to a private object directory
 //!   with the repository's own as an alternate, so the repository is not changed at all.
+//!   In a run that directory is in coder's state directory, which no sandbox grant may
+//!   reach: in the host's `/tmp`, where `--allow-tmp` grants the agent everything, the
+//!   agent marked its edits "assume unchanged" in that index (the ledger then said
+//!   "unchanged"), and made its object directories symlinks through which coder's git
+//!   wrote wherever the agent chose.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -24,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::scan::Changed;
+use crate::config::run_dirs::{self, RunLock};
 use crate::supervise::tree::{own_output, own_run};
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
@@ -38,26 +44,58 @@ pub enum GitError {
     Failed { what: &'static str, stderr: String },
 }
 
+/// The directory of the ledger's private git directories in coder's state directory.
+pub const SCRATCH_DIR: &str = "ledger-git";
+
 /// A private temporary directory, removed on drop.
 #[derive(Debug)]
-pub struct PrivateDir(PathBuf);
+pub struct PrivateDir {
+    path: PathBuf,
+    /// The run's hold on it, in a directory shared with other coders (see [`PrivateDir::new_in`]).
+    _lock: Option<RunLock>,
+}
 
 impl PrivateDir {
+    /// A fresh directory `<prefix>-<id>` in coder's `$TMPDIR`.
     pub fn new(prefix: &str) -> std::io::Result<PrivateDir> {
         use std::os::unix::fs::DirBuilderExt;
         let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        Ok(PrivateDir(path))
+        Ok(PrivateDir { path, _lock: None })
+    }
+
+    /// A fresh directory `<pid>-<id>` in `base` (made 0700 when absent), held by a run
+    /// lock; those of coders that are gone (killed before they removed theirs) are removed
+    /// first.
+    pub fn new_in(base: &Path) -> std::io::Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(base)?;
+        run_dirs::prune_dead_run_dirs(base);
+        let path = base.join(format!(
+            "{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let lock = RunLock::take(&path)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(PrivateDir {
+            path,
+            _lock: Some(lock),
+        })
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // Before the lock file, which goes when the lock is dropped.
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
@@ -79,8 +117,15 @@ pub struct GitRepo {
 
 impl GitRepo {
     /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
-    /// is installed; `None` otherwise (the caller falls back to a plain scan).
+    /// is installed; `None` otherwise (the caller falls back to a plain scan). The private
+    /// index and objects are kept in coder's `$TMPDIR`: for tests and tools without a run.
     pub fn discover(workspace: &Path) -> Option<GitRepo> {
+        GitRepo::discover_in(workspace, None)
+    }
+
+    /// [`GitRepo::discover`], keeping the private index and objects under `state_dir`
+    /// (coder's state directory, which no run's agent may reach) when given.
+    pub fn discover_in(workspace: &Path, state_dir: Option<&Path>) -> Option<GitRepo> {
         if !git_could_find_a_repository(workspace) {
             return None;
         }
@@ -108,7 +153,11 @@ impl GitRepo {
         let git_dir = PathBuf::from(lines.next()?);
         let work_tree = PathBuf::from(lines.next()?);
         let prefix = lines.next().unwrap_or("").to_owned();
-        let scratch = PrivateDir::new("coder-ledger").ok()?;
+        let scratch = match state_dir {
+            Some(state) => PrivateDir::new_in(&state.join(SCRATCH_DIR)),
+            None => PrivateDir::new("coder-ledger"),
+        }
+        .ok()?;
         std::fs::create_dir(scratch.path().join("objects")).ok()?;
         let repo = GitRepo {
             program,

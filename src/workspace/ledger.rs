@@ -191,7 +191,7 @@ impl Ledger {
     }
 
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
-        let before = match GitRepo::discover(workspace) {
+        let before = match GitRepo::discover_in(workspace, state_dir) {
             Some(repo) => match repo.snapshot() {
                 Ok(tree) => Before::Git {
                     repo,

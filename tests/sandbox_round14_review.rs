@@ -1,0 +1,214 @@
+//! Round fourteen's review: round thirteen's mechanisms (the trash of coder's own run
+//! directories, coder's own processes spared by the stop of the agent's tree, the change
+//! ledger's git beside the setup) and what else reaches the same resources, attacked by
+//! someone who has read the code. Every attack runs as root and as uid 65534 where it
+//! applies, each with a control showing that its setup does land without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * the change ledger's git kept its private index and object directory in coder's
+//!   `$TMPDIR`, the host's `/tmp` by default: with `--allow-tmp` the agent (of this run or
+//!   of any other run of the same user) marked its edits "assume unchanged" in that index,
+//!   and the ledger reported them unchanged; it also turned an object directory of it into
+//!   a symlink, and coder's git wrote the objects of the agent's new files through it,
+//!   into a directory outside every grant of the agent.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::Bounded;
+use common::sandbox_fixture::{self, NOBODY};
+use serde_json::Value;
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &[];
+
+fn who(owner: Option<u32>) -> &'static str {
+    if owner.is_some() { "nobody" } else { "root" }
+}
+
+/// A tree for runs of a fake CLI as one arm's user: workspace `ws` (the user's git
+/// repository, one commit), `home`, coder's `state`, in `/var/tmp` (out of the host's
+/// `/tmp` that `--allow-tmp` grants).
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    owner: Option<u32>,
+}
+
+impl Tree {
+    /// The tree, with `files` (name, content) committed in `ws` with an mtime well in the
+    /// past (so that the index's stat data of them is not "racily clean") and `config`
+    /// (key, value) set in the repository's config before they were added.
+    fn new(owner: Option<u32>, files: &[(&str, &str)], config: &[(&str, &str)]) -> Tree {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-r14-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for d in ["ws", "home", "state", "xdg", "outside"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let tree = Tree {
+            _dir: dir,
+            root,
+            owner,
+        };
+        let ws = tree.ws();
+        tree.git(&["init", "-q"]);
+        for (key, value) in config {
+            tree.git(&["config", key, value]);
+        }
+        for (name, text) in files {
+            std::fs::write(ws.join(name), text).unwrap();
+            sandbox_fixture::must_run(
+                std::process::Command::new("touch")
+                    .args(["-d", "2020-01-01 00:00:00"])
+                    .arg(ws.join(name)),
+            );
+        }
+        tree.git(&["add", "-A"]);
+        tree.git(&["commit", "-qm", "init"]);
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+        }
+        tree
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    /// The user's own git in the workspace, unconfined, as the arm's user (as root before
+    /// the tree is given away): what it printed.
+    fn git(&self, args: &[&str]) -> String {
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+            .args(args)
+            .current_dir(self.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        let given = std::fs::symlink_metadata(self.ws().join(".git"))
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == NOBODY)
+            .unwrap_or(false);
+        if given {
+            sandbox_fixture::as_owner(&mut cmd, self.owner);
+        }
+        let out = cmd.output_bounded();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a fake CLI whose payload is `payload` with `extra` flags; returns the envelope.
+    fn run(&self, extra: &[&str], payload: &str) -> Value {
+        let bin = self.root.join("fake-claude");
+        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if self.owner.is_some() {
+            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let out = sandbox_fixture::coder_as(&self.root, self.owner, &self.ws(), &bin, extra, "go")
+            .output_bounded();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+    }
+}
+
+/// `(path, status)` of every change the envelope lists.
+fn changes(env: &Value) -> Vec<(String, String)> {
+    env["changes"]["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap_or_default().to_owned(),
+                f["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn result(env: &Value) -> &str {
+    env["result"].as_str().unwrap_or_default()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The change ledger's git keeps a private index (a copy of the user's) and a private
+/// object directory for the run. They were made in coder's `$TMPDIR`, by default the
+/// host's `/tmp`, which `--allow-tmp` grants the agent whole: it found its run's index
+/// there (any run's of the same user), marked the file it edits "assume unchanged" in it,
+/// and the ledger reported the edit unchanged; it also made the object directory of its
+/// new file's hash a symlink to a directory outside its grants, and coder's git, outside
+/// the sandbox, wrote the object there. Now they live in coder's state directory, which no
+/// grant may reach. Control: unconfined (`danger-full-access` reaches the state directory
+/// too), the same payload does both.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_ledgers_private_index_is_out_of_reach_of_allow_tmp() {
+    common::require_root_and_user_namespaces();
+    let name = "ledger scratch in /tmp";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let tag = uuid::Uuid::new_v4().simple().to_string();
+            let edited = format!("a-{tag}.txt");
+            let tree = Tree::new(owner, &[(&edited, "as the user left it\n")], &[]);
+            let (state, outside) = (tree.root.join("state"), tree.root.join("outside"));
+            let new_text = format!("new {tag}");
+            // Only this run's index lists `edited`: other runs' are left alone.
+            let payload = format!(
+                r#"sleep 1
+h=$(printf '%s\n' '{new_text}' | git hash-object --stdin)
+for d in /tmp/coder-ledger-*/ '{state}'/ledger-git/*/; do
+  [ -f "$d/index" ] || continue
+  GIT_INDEX_FILE="$d/index" git ls-files 2>/dev/null | grep -qx '{edited}' || continue
+  GIT_INDEX_FILE="$d/index" git update-index --assume-unchanged '{edited}' && echo FORGED
+  rm -rf "$d/objects/${{h:0:2}}"; ln -s '{outside}' "$d/objects/${{h:0:2}}" && echo LINKED
+done
+printf 'EVIL\n' > '{edited}'; printf '%s\n' '{new_text}' > n.txt; echo EDITED"#,
+                state = state.display(),
+                outside = outside.display(),
+            );
+            let env = tree.run(&["--allow-tmp", "--sandbox", mode], &payload);
+            let case = format!("{}: {name}: {mode}", who(owner));
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            let listed = changes(&env);
+            let reported = listed.contains(&(edited.clone(), "modified".into()));
+            let wrote_outside = !entries(&outside).is_empty();
+            if mode == "danger-full-access" {
+                assert!(
+                    result(&env).contains("FORGED") && result(&env).contains("LINKED"),
+                    "{case}: control: the payload found no index: {env}"
+                );
+                assert!(!reported, "{case}: control: the edit is reported: {env}");
+                assert!(wrote_outside, "{case}: control: nothing outside: {env}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(!reported || wrote_outside, "{case}: now blocked: {env}");
+            } else {
+                assert!(reported, "{case}: the edit is reported unchanged: {env}");
+                assert!(
+                    !wrote_outside,
+                    "{case}: coder's git wrote outside the grants: {:?} {env}",
+                    entries(&outside)
+                );
+                assert!(!result(&env).contains("FORGED"), "{case}: {env}");
+            }
+        }
+    }
+}
