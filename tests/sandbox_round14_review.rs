@@ -11,6 +11,10 @@
 //!   and the ledger reported them unchanged; it also turned an object directory of it into
 //!   a symlink, and coder's git wrote the objects of the agent's new files through it,
 //!   into a directory outside every grant of the agent.
+//! * the ledger's git took `core.trustctime`, `core.checkStat` and `core.ignoreStat` from
+//!   the repository's config: with `core.trustctime = false` (or `core.checkStat =
+//!   minimal`) an edit that keeps the file's size and puts its mtime back was not read
+//!   again, and the ledger said "unchanged".
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -76,6 +80,8 @@ impl Tree {
         tree.git(&["commit", "-qm", "init"]);
         if owner.is_some() {
             sandbox_fixture::give_to_nobody(&tree.root);
+            // The index's stat data as the user's own git keeps it (the owner's too).
+            tree.git(&["update-index", "-q", "--refresh"]);
         }
         tree
     }
@@ -208,6 +214,41 @@ printf 'EVIL\n' > '{edited}'; printf '%s\n' '{new_text}' > n.txt; echo EDITED"#,
                     entries(&outside)
                 );
                 assert!(!result(&env).contains("FORGED"), "{case}: {env}");
+            }
+        }
+    }
+}
+/// `core.trustctime = false` or `core.checkStat = minimal` in the repository's config
+/// (the user's own choice; some setups need it): git then decides that a file is unchanged
+/// from its size and mtime (and, without `minimal`, its inode), which the agent keeps: it
+/// rewrites the file in place with the same length and puts the mtime back. The ledger's
+/// git took those settings from the config and did not read the file again: "unchanged".
+/// Now it trusts the ctime and compares all stat data whatever the config says. Control:
+/// the user's own git, with the config, shows nothing changed after the run.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_edit_that_puts_the_mtime_back_is_reported_whatever_the_config_trusts() {
+    common::require_root_and_user_namespaces();
+    let name = "stat trust from the config";
+    for owner in [None, Some(NOBODY)] {
+        for config in [("core.trustctime", "false"), ("core.checkStat", "minimal")] {
+            let tree = Tree::new(owner, &[("a.txt", "hello world\n")], &[config]);
+            let payload = "sleep 1; m=$(stat -c %y a.txt); printf 'HELLO WORLD\\n' > a.txt; \
+                           touch -d \"$m\" a.txt; echo EDITED";
+            let env = tree.run(&[], payload);
+            let case = format!("{}: {name}: {}", who(owner), config.0);
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            assert_eq!(
+                std::fs::read_to_string(tree.ws().join("a.txt")).unwrap(),
+                "HELLO WORLD\n"
+            );
+            // Control: git itself, trusting the config, sees nothing.
+            assert_eq!(tree.git(&["status", "--porcelain"]), "", "{case}: control");
+            let reported = changes(&env).contains(&("a.txt".into(), "modified".into()));
+            if KNOWN_OPEN.contains(&name) {
+                assert!(!reported, "{case}: now reported: {env}");
+            } else {
+                assert!(reported, "{case}: the edit is reported unchanged: {env}");
             }
         }
     }

@@ -8,6 +8,8 @@
 //!   caller), the system and global config are off (`GIT_CONFIG_NOSYSTEM`,
 //!   `GIT_CONFIG_GLOBAL=/dev/null`), and the repository's git dir and work tree are passed
 //!   explicitly, fixed when the run starts (a `.git` the agent plants later is not used);
+//! * the settings that let git take a file as unchanged from less than all its stat data
+//!   (`core.trustctime`, `core.checkStat`, `core.ignoreStat`) are overridden;
 //! * every setting that runs a program is overridden on the command line, which wins over
 //!   the repository's config: `core.fsmonitor`, `core.hooksPath`, `core.attributesFile`,
 //!   and for every `filter.<driver>` the config defines (an in-tree `.gitattributes` can
@@ -501,6 +503,14 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         "core.untrackedCache=false",
         "core.splitIndex=false",
         "core.sparseCheckout=false",
+        // Whether a file is read again is decided from all its stat data, the ctime
+        // included, whatever the repository's config trusts: with `core.trustctime =
+        // false` (or `core.checkStat = minimal`) an edit that kept the size and put the
+        // mtime back was never read, and the ledger said "unchanged"; `core.ignoreStat`
+        // would mark every file it hashes "assume unchanged" in the private index.
+        "core.trustctime=true",
+        "core.checkStat=default",
+        "core.ignoreStat=false",
         "diff.external=",
         "protocol.allow=never",
     ] {
