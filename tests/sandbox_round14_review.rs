@@ -15,6 +15,11 @@
 //!   the repository's config: with `core.trustctime = false` (or `core.checkStat =
 //!   minimal`) an edit that keeps the file's size and puts its mtime back was not read
 //!   again, and the ledger said "unchanged".
+//! * the ledger's git started from a copy of the user's index, with its "assume
+//!   unchanged" and "skip worktree" bits: an agent sets them in one run (`git
+//!   update-index`, the index is writable), and the next run's ledger misses every change
+//!   to those files; so does a user's `core.ignoreStat`.
+//!
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -249,6 +254,54 @@ fn an_edit_that_puts_the_mtime_back_is_reported_whatever_the_config_trusts() {
                 assert!(!reported, "{case}: now reported: {env}");
             } else {
                 assert!(reported, "{case}: the edit is reported unchanged: {env}");
+            }
+        }
+    }
+}
+/// The index is the agent's to write (commits work), and its entries carry two bits git
+/// honours without looking at the file: "assume unchanged" (`git update-index
+/// --assume-unchanged`, or what the user's git sets under `core.ignoreStat`) and "skip
+/// worktree". The ledger's git started from a copy of the user's index, bits and all: an
+/// agent sets them in one run, and in the next run `git add -A` skips those files, so
+/// their edits are reported unchanged. Now the ledger's copy has the bits cleared.
+/// Control: the user's own git, which keeps the bits, shows nothing changed.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn index_bits_an_earlier_run_set_do_not_hide_the_next_runs_edits() {
+    common::require_root_and_user_namespaces();
+    let name = "index bits";
+    for owner in [None, Some(NOBODY)] {
+        for ignore_stat in [false, true] {
+            let config: &[(&str, &str)] = if ignore_stat {
+                &[("core.ignoreStat", "true")]
+            } else {
+                &[]
+            };
+            let tree = Tree::new(owner, &[("a.txt", "a\n"), ("b.txt", "b\n")], config);
+            let case = format!("{}: {name}: ignoreStat {ignore_stat}", who(owner));
+            if !ignore_stat {
+                let env = tree.run(
+                    &[],
+                    "git update-index --assume-unchanged a.txt && \
+                     git update-index --skip-worktree b.txt && echo MARKED",
+                );
+                assert!(result(&env).contains("MARKED"), "{case}: {env}");
+                assert_eq!(changes(&env), [], "{case}: {env}");
+            }
+            let env = tree.run(
+                &[],
+                "sleep 1; echo EVIL >> a.txt; echo EVIL >> b.txt; echo EDITED",
+            );
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            // Control: the user's git, with the bits, sees nothing.
+            assert_eq!(tree.git(&["status", "--porcelain"]), "", "{case}: control");
+            let listed = changes(&env);
+            let reported = |f: &str| listed.contains(&(f.to_owned(), "modified".into()));
+            if KNOWN_OPEN.contains(&name) {
+                assert!(!reported("a.txt"), "{case}: now reported: {env}");
+            } else {
+                assert!(reported("a.txt"), "{case}: a.txt reported unchanged: {env}");
+                assert!(reported("b.txt"), "{case}: b.txt reported unchanged: {env}");
             }
         }
     }

@@ -143,6 +143,7 @@ impl GitRepo {
             "rev-parse",
             "--absolute-git-dir",
             "--show-toplevel",
+            "--show-object-format",
             "--show-prefix",
         ]);
         probe.stderr(Stdio::null());
@@ -154,6 +155,11 @@ impl GitRepo {
         let mut lines = text.lines();
         let git_dir = PathBuf::from(lines.next()?);
         let work_tree = PathBuf::from(lines.next()?);
+        let hash_len = match lines.next()? {
+            "sha1" => 20,
+            "sha256" => 32,
+            _ => return None,
+        };
         let prefix = lines.next().unwrap_or("").to_owned();
         let scratch = match state_dir {
             Some(state) => PrivateDir::new_in(&state.join(SCRATCH_DIR)),
@@ -174,8 +180,80 @@ impl GitRepo {
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
         let _ = std::fs::copy(repo.git_dir.join("index"), repo.index());
+        if repo.clear_unlooked_entries(hash_len).is_err() {
+            // Start afresh rather than from entries git would not look at.
+            let _ = std::fs::remove_file(repo.index());
+        }
         let _ = std::fs::copy(repo.index(), repo.start_index());
         Some(repo)
+    }
+
+    /// Clears the "assume unchanged" and "skip worktree" bits of the private index's
+    /// entries (see [`super::git_index`]): the user's index is the agent's to write, and
+    /// `git add -A` never reads a file whose entry has one, so an agent that set them in
+    /// one run had its edits of those files reported unchanged by every later run. Only
+    /// when some entry has one (a read of the index, not a git process, otherwise).
+    fn clear_unlooked_entries(&self, hash_len: usize) -> Result<(), GitError> {
+        let Ok(bytes) = std::fs::read(self.index()) else {
+            // No index: a fresh one has no bits.
+            return Ok(());
+        };
+        if super::git_index::has_unlooked_entries(&bytes, hash_len) == Some(false) {
+            return Ok(());
+        }
+        let mut list = self.command();
+        list.args(["ls-files", "-v", "-z"]);
+        let listed = output("ls-files -v", list)?;
+        let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
+        for record in listed.split(|b| *b == 0) {
+            // `<tag> <path>`: a lower-case tag is "assume unchanged", `S` "skip worktree".
+            let (Some(tag), Some(path)) = (record.first(), record.get(2..)) else {
+                continue;
+            };
+            if tag.is_ascii_lowercase() {
+                assumed.extend_from_slice(path);
+                assumed.push(0);
+            }
+            if tag.eq_ignore_ascii_case(&b'S') {
+                skipped.extend_from_slice(path);
+                skipped.push(0);
+            }
+        }
+        // One bit per command: `update-index` applies only the first such option given.
+        for (option, paths) in [
+            ("--no-assume-unchanged", assumed),
+            ("--no-skip-worktree", skipped),
+        ] {
+            if !paths.is_empty() {
+                self.update_index(option, &paths)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `git update-index -z OPTION --stdin` of the private index, fed `paths`.
+    fn update_index(&self, option: &str, paths: &[u8]) -> Result<(), GitError> {
+        use std::io::Write;
+        let mut cmd = self.command();
+        cmd.args(["update-index", "-z", option, "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let out = own_run(&mut cmd, |mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                // A git that stopped reading says why on stderr and in its status.
+                let _ = stdin.write_all(paths);
+            }
+            child.wait_with_output()
+        })?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(GitError::Failed {
+                what: "update-index",
+                stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+            })
+        }
     }
 
     fn index(&self) -> PathBuf {
