@@ -20,6 +20,10 @@
 //!   update-index`, the index is writable), and the next run's ledger misses every change
 //!   to those files; so does a user's `core.ignoreStat`.
 //!
+//! * git opens every `.gitignore` and `.gitattributes` of the work tree without looking at
+//!   its type: an agent that made one a FIFO held the ledger's git (coder's own, outside
+//!   the sandbox) waiting for a writer forever, and with it the run's end; the FIFO stays,
+//!   so every later run in that workspace hung in its "before" snapshot too.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -27,6 +31,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::Bounded;
 use common::sandbox_fixture::{self, NOBODY};
@@ -118,6 +123,11 @@ impl Tree {
 
     /// Runs a fake CLI whose payload is `payload` with `extra` flags; returns the envelope.
     fn run(&self, extra: &[&str], payload: &str) -> Value {
+        self.run_within(extra, payload, common::COMMAND_DEADLINE)
+    }
+
+    /// [`Tree::run`], failing the test when coder has not ended after `deadline`.
+    fn run_within(&self, extra: &[&str], payload: &str, deadline: Duration) -> Value {
         let bin = self.root.join("fake-claude");
         std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
         std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -126,7 +136,7 @@ impl Tree {
             std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
         }
         let out = sandbox_fixture::coder_as(&self.root, self.owner, &self.ws(), &bin, extra, "go")
-            .output_bounded();
+            .output_within(deadline);
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
     }
 }
@@ -303,6 +313,59 @@ fn index_bits_an_earlier_run_set_do_not_hide_the_next_runs_edits() {
                 assert!(reported("a.txt"), "{case}: a.txt reported unchanged: {env}");
                 assert!(reported("b.txt"), "{case}: b.txt reported unchanged: {env}");
             }
+        }
+    }
+}
+
+/// git opens each `.gitignore` and `.gitattributes` it meets without looking at its type:
+/// one the agent makes a FIFO blocks the opening git until something writes it, which
+/// nothing ever does. The ledger's git ("after" snapshot, coder's own process) hung
+/// forever and the run never ended; the FIFO stays in the workspace, so the next run's
+/// "before" snapshot hung as well. Now a git of coder's that waits to open a FIFO is
+/// killed and the ledger fails with a warning saying so; both runs end. Control: the
+/// user's own git blocks on the same FIFO (`timeout` ends it).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fifo_gitignore_does_not_hold_the_ledgers_git_forever() {
+    common::require_root_and_user_namespaces();
+    let name = "fifo gitignore";
+    let deadline = Duration::from_secs(40);
+    for owner in [None, Some(NOBODY)] {
+        for ignore in [".gitignore", ".gitattributes"] {
+            let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+            let case = format!("{}: {name}: {ignore}", who(owner));
+            let payload = format!("mkdir -p d && echo x > d/f && mkfifo d/{ignore} && echo FIFO");
+            if KNOWN_OPEN.contains(&name) {
+                continue;
+            }
+            let fifo_warning = |env: &Value| {
+                env["warnings"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains("FIFO"))
+            };
+            let env = tree.run_within(&[], &payload, deadline);
+            assert!(result(&env).contains("FIFO"), "{case}: {env}");
+            assert!(fifo_warning(&env), "{case}: no warning: {env}");
+            // The next run, with the FIFO still there, ends too.
+            let env = tree.run_within(&[], "echo AGAIN", deadline);
+            assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+            assert!(fifo_warning(&env), "{case}: next run: no warning: {env}");
+            // Control: git blocks on it.
+            let mut cmd = std::process::Command::new("timeout");
+            cmd.args(["3", "git", "add", "-A"])
+                .current_dir(tree.ws())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", tree.root.join("home"));
+            sandbox_fixture::as_owner(&mut cmd, owner);
+            let status = cmd.output_bounded().status;
+            assert_eq!(
+                status.code(),
+                Some(124),
+                "{case}: control: git did not block"
+            );
         }
     }
 }

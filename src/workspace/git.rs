@@ -32,7 +32,7 @@ use std::process::{Command, Stdio};
 
 use super::scan::Changed;
 use crate::config::run_dirs::{self, RunLock};
-use crate::supervise::tree::{own_output, own_run};
+use crate::supervise::tree::own_run;
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
 pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
@@ -44,6 +44,11 @@ pub enum GitError {
     Spawn(#[from] std::io::Error),
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
+    #[error(
+        "git stopped while it waited to open a FIFO (a named pipe) in the work tree, such as \
+         a `.gitignore` or `.gitattributes` made a FIFO; nothing would ever have written it"
+    )]
+    Fifo,
 }
 
 /// The directory of the ledger's private git directories in coder's state directory.
@@ -147,7 +152,7 @@ impl GitRepo {
             "--show-prefix",
         ]);
         probe.stderr(Stdio::null());
-        let out = own_output(&mut probe).ok()?;
+        let out = watched_output(&mut probe).ok()?;
         if !out.status.success() {
             return None;
         }
@@ -239,12 +244,17 @@ impl GitRepo {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let out = own_run(&mut cmd, |mut child| {
+        let out = watched_run(&mut cmd, |mut child| {
             if let Some(mut stdin) = child.stdin.take() {
                 // A git that stopped reading says why on stderr and in its status.
                 let _ = stdin.write_all(paths);
             }
             child.wait_with_output()
+        })
+        .inspect_err(|e| {
+            if let GitError::Fifo = e {
+                self.killed();
+            }
         })?;
         if out.status.success() {
             Ok(())
@@ -330,7 +340,7 @@ impl GitRepo {
         let mut cmd = self.command();
         cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
         // Exit 1 means "no such key": no driver.
-        let out = own_output(&mut cmd)?;
+        let out = watched_output(&mut cmd)?;
         let text = String::from_utf8_lossy(&out.stdout);
         let mut drivers: Vec<&str> = text
             .lines()
@@ -401,6 +411,9 @@ impl GitRepo {
             overrides.dedup();
         }
         let added = self.run("add", &args);
+        if let Err(GitError::Fifo) = added {
+            return Err(GitError::Fifo);
+        }
         if added.is_err() {
             // A copied index git cannot use (a split index, a newer format): start afresh.
             let _ = std::fs::remove_file(self.index());
@@ -488,13 +501,23 @@ impl GitRepo {
         let mut cmd = self.diff_tree(&["-p"], [before, after], exclude);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-        own_run(&mut cmd, |child| read_capped(child, cap))?
+        watched_run(&mut cmd, |child| read_capped(child, cap))?
     }
 
     fn run(&self, what: &'static str, args: &[&str]) -> Result<Vec<u8>, GitError> {
         let mut cmd = self.command();
         cmd.args(args);
-        output(what, cmd)
+        let out = output(what, cmd);
+        if let Err(GitError::Fifo) = out {
+            self.killed();
+        }
+        out
+    }
+
+    /// After a git of the private index was killed: its lock is coder's to remove (else
+    /// every later command of the run fails on it).
+    fn killed(&self) {
+        let _ = std::fs::remove_file(self.scratch.path().join("index.lock"));
     }
 }
 
@@ -597,8 +620,109 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
     cmd
 }
 
+/// How often [`watched_run`] looks at what its git waits for.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Starts `cmd` as one of coder's own processes ([`own_run`]) and hands it to `f`, which
+/// waits for it; meanwhile a watcher kills it (and `f`'s result becomes
+/// [`GitError::Fifo`]) if one of its threads waits to open a FIFO. git opens every
+/// `.gitignore` and `.gitattributes` of the work tree, and the config's includes, without
+/// looking at their type first: one the agent made a FIFO held coder's git, and with it
+/// the run's end, forever, and every later run's snapshot of that workspace too (the
+/// FIFO stays). No git of coder's has a reason to open a FIFO: nothing writes one.
+fn watched_run<T>(
+    cmd: &mut Command,
+    f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
+) -> Result<T, GitError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let killed = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let result = own_run(cmd, |child| {
+        let pid = child.id();
+        // Opened while the child is not reaped yet, so the pid is this child's: a signal
+        // through it can never reach a process that got the pid later.
+        let pidfd = pidfd_open(pid);
+        std::thread::scope(|s| {
+            let mut watcher = None;
+            if let Some(pidfd) = &pidfd {
+                let (done, killed) = (&done, &killed);
+                watcher = std::thread::Builder::new()
+                    .name("ledger-git-watch".into())
+                    .spawn_scoped(s, move || {
+                        while !done.load(Ordering::Relaxed) {
+                            if waits_on_a_fifo(pid) && pidfd_kill(pidfd) {
+                                killed.store(true, Ordering::Relaxed);
+                                return;
+                            }
+                            std::thread::park_timeout(WATCH_EVERY);
+                        }
+                    })
+                    .ok();
+            }
+            let result = f(child);
+            done.store(true, Ordering::Relaxed);
+            // Not a poll interval later: the scope waits for it.
+            if let Some(watcher) = &watcher {
+                watcher.thread().unpark();
+            }
+            result
+        })
+    })?;
+    if killed.load(Ordering::Relaxed) {
+        return Err(GitError::Fifo);
+    }
+    Ok(result)
+}
+
+/// [`Command::output`] through [`watched_run`].
+fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    watched_run(cmd, std::process::Child::wait_with_output)
+}
+
+/// Whether a thread of process `pid` sleeps in the kernel's FIFO open, waiting for a
+/// writer (`wait_for_partner`, what `/proc/PID/task/TID/wchan` names).
+fn waits_on_a_fifo(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read(task.path().join("wchan")).is_ok_and(|w| w == b"wait_for_partner")
+    })
+}
+
+/// A pidfd of `pid` (a child of this process not yet reaped), or `None`.
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: `pidfd_open(2)` takes a pid and flags and returns a new descriptor or -1;
+    // it touches no memory of ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` was just returned by the kernel, is open, and is owned by nothing else.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGKILL to the process of `pidfd`; false when it is gone (reaped) or the call failed.
+fn pidfd_kill(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `pidfd_send_signal(2)` with a descriptor we own, a signal number, a null
+    // `siginfo` (the kernel fills it as for `kill`) and no flags; it writes no memory of
+    // ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    rc == 0
+}
+
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
-    let out = own_output(&mut cmd)?;
+    let out = watched_output(&mut cmd)?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
