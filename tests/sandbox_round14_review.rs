@@ -24,6 +24,11 @@
 //!   its type: an agent that made one a FIFO held the ledger's git (coder's own, outside
 //!   the sandbox) waiting for a writer forever, and with it the run's end; the FIFO stays,
 //!   so every later run in that workspace hung in its "before" snapshot too.
+//! * the ledger's git switches off every filter driver the config defines (round thirteen:
+//!   listed again at each snapshot, for a config that includes a work-tree file the agent
+//!   writes) with `-c filter.NAME.clean=`; `-c` takes the key up to the first `=`, and the
+//!   list was read as lossy UTF-8: a driver named `a=b`, or with a byte that is not UTF-8,
+//!   was never switched off, and the "after" snapshot ran it as coder, outside the sandbox.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -365,6 +370,63 @@ fn a_fifo_gitignore_does_not_hold_the_ledgers_git_forever() {
                 status.code(),
                 Some(124),
                 "{case}: control: git did not block"
+            );
+        }
+    }
+}
+
+/// A repository whose config includes a file of the work tree (`include.path =
+/// ../shared.gitconfig`): the agent defines a filter driver there and selects it in
+/// `.gitattributes`. Round thirteen lists the drivers again at every snapshot and switches
+/// each off with `-c filter.NAME.clean=` (and `smudge`, `process`). A name `-c` cannot
+/// spell slipped through: `a=b` (`-c` splits at the first `=`) and a name with a byte that
+/// is not UTF-8 (read back lossily, the override named another driver); the "after"
+/// snapshot, with the agent gone, ran the agent's command as coder. Now such a name fails
+/// the snapshot (a warning says why) and nothing runs. Control: the user's own git runs
+/// the planted filter (the work-tree file stays: see SECURITY.md's Known limits).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_filter_driver_named_so_that_dash_c_cannot_spell_it_does_not_run_as_coder() {
+    common::require_root_and_user_namespaces();
+    let name = "filter driver name -c cannot spell";
+    for owner in [None, Some(NOBODY)] {
+        for driver in ["a=b", "\\xff"] {
+            let tree = Tree::new(
+                owner,
+                &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+                &[("include.path", "../shared.gitconfig")],
+            );
+            let marker = tree.root.join("home/PWNED");
+            let case = format!("{}: {name}: {driver}", who(owner));
+            let payload = format!(
+                r#"sleep 1
+printf '[filter "{driver}"]\n\tclean = "touch {marker}; cat"\n' > shared.gitconfig
+printf '* filter={driver}\n' > .gitattributes
+echo changed >> a.txt; echo PLANTED"#,
+                marker = marker.display()
+            );
+            let env = tree.run(&[], &payload);
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+            if KNOWN_OPEN.contains(&name) {
+                assert!(marker.exists(), "{case}: now blocked: {env}");
+                continue;
+            }
+            assert!(
+                !marker.exists(),
+                "{case}: the agent's filter ran as coder: {env}"
+            );
+            let warned = env["warnings"].as_array().cloned().unwrap_or_default();
+            assert!(
+                warned
+                    .iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains("filter driver")),
+                "{case}: no warning: {env}"
+            );
+            // Control: the driver is real; the user's own git runs it.
+            tree.git(&["add", "-A"]);
+            assert!(
+                marker.exists(),
+                "{case}: control: the user's git did not run it"
             );
         }
     }

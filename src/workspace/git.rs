@@ -45,6 +45,12 @@ pub enum GitError {
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
     #[error(
+        "the repository's config defines a filter driver coder cannot switch off on git's \
+         command line (a name with `=`, or not UTF-8): {name:?}; no snapshot is taken, \
+         since git would run it"
+    )]
+    Driver { name: String },
+    #[error(
         "git stopped while it waited to open a FIFO (a named pipe) in the work tree, such as \
          a `.gitignore` or `.gitattributes` made a FIFO; nothing would ever have written it"
     )]
@@ -341,7 +347,12 @@ impl GitRepo {
         cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
         // Exit 1 means "no such key": no driver.
         let out = watched_output(&mut cmd)?;
-        let text = String::from_utf8_lossy(&out.stdout);
+        // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
+        // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
+        // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
+        let text = std::str::from_utf8(&out.stdout).map_err(|_| GitError::Driver {
+            name: String::from_utf8_lossy(&out.stdout).into_owned(),
+        })?;
         let mut drivers: Vec<&str> = text
             .lines()
             .filter_map(|key| key.strip_prefix("filter."))
@@ -349,6 +360,11 @@ impl GitRepo {
             .collect();
         drivers.sort_unstable();
         drivers.dedup();
+        if let Some(name) = drivers.iter().find(|name| name.contains('=')) {
+            return Err(GitError::Driver {
+                name: (*name).to_owned(),
+            });
+        }
         Ok(drivers
             .iter()
             .flat_map(|name| {
