@@ -29,6 +29,9 @@
 //!   writes) with `-c filter.NAME.clean=`; `-c` takes the key up to the first `=`, and the
 //!   list was read as lossy UTF-8: a driver named `a=b`, or with a byte that is not UTF-8,
 //!   was never switched off, and the "after" snapshot ran it as coder, outside the sandbox.
+//! * the ledger copied the user's index with `fs::copy`, which follows a symlink and
+//!   waits on a FIFO: an agent that made `.git/index` a FIFO held every later run's
+//!   snapshot, and with it that run, until something killed coder.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -429,5 +432,48 @@ echo changed >> a.txt; echo PLANTED"#,
                 "{case}: control: the user's git did not run it"
             );
         }
+    }
+}
+
+/// The user's index is the agent's to replace (`.git` is writable: commits work). The
+/// ledger copies it at the start of each run, and the copy waited on a FIFO there for a
+/// writer forever: every later run in the workspace hung in its "before" snapshot (a
+/// real CLI's requests held by the proxy meanwhile) until something killed coder. Now
+/// the index is opened without waiting or following a symlink, and only a regular file is
+/// copied (else the snapshot starts from an empty index). Control: the user's own git
+/// blocks on the FIFO.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fifo_index_does_not_hold_the_next_run() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(40);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+        let case = who(owner);
+        let env = tree.run_within(
+            &[],
+            "rm .git/index && mkfifo .git/index && echo FIFO",
+            deadline,
+        );
+        assert!(result(&env).contains("FIFO"), "{case}: {env}");
+        let env = tree.run_within(&[], "sleep 1; echo x >> a.txt; echo AGAIN", deadline);
+        assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+        assert!(
+            changes(&env).contains(&("a.txt".into(), "modified".into())),
+            "{case}: next run: {env}"
+        );
+        // Control: git blocks on it.
+        let mut cmd = std::process::Command::new("timeout");
+        cmd.args(["3", "git", "status"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"));
+        sandbox_fixture::as_owner(&mut cmd, owner);
+        let status = cmd.output_bounded().status;
+        assert_eq!(
+            status.code(),
+            Some(124),
+            "{case}: control: git did not block"
+        );
     }
 }

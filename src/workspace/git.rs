@@ -190,7 +190,7 @@ impl GitRepo {
         *repo.overrides() = repo.filter_drivers().ok()?;
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
-        let _ = std::fs::copy(repo.git_dir.join("index"), repo.index());
+        let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
         if repo.clear_unlooked_entries(hash_len).is_err() {
             // Start afresh rather than from entries git would not look at.
             let _ = std::fs::remove_file(repo.index());
@@ -535,6 +535,27 @@ impl GitRepo {
     fn killed(&self) {
         let _ = std::fs::remove_file(self.scratch.path().join("index.lock"));
     }
+}
+
+/// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file,
+/// opened without following a symlink or waiting on a FIFO: the user's index is the
+/// agent's to replace, and a FIFO there held the copy (and with it the next run's
+/// snapshot, and that run) forever; a symlink had coder copy whatever it named.
+fn copy_plain_file(from: &Path, to: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut source = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(from)?;
+    if !source.metadata()?.is_file() {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    }
+    let mut target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    std::io::copy(&mut source, &mut target)
 }
 
 /// The output of `git diff-tree -p` (`child`): at most `cap` bytes kept, and the full size.
