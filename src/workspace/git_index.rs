@@ -80,6 +80,82 @@ pub fn has_unlooked_entries(index: &[u8], hash_len: usize) -> Option<bool> {
     Some(false)
 }
 
+/// What an index entry says of its file: mode and object id (the stage folded into the
+/// mode's high bits, so that a conflicted entry differs from a resolved one).
+pub type Content = (u32, Vec<u8>);
+
+/// Every entry of `index` (as [`has_unlooked_entries`] reads it): path (from the top of
+/// the work tree) to what it says; `None` when the bytes are not an index this reads.
+///
+/// The change ledger compares these, not the tree objects `git write-tree` names: a tree
+/// that already exists in the repository is not written again, and the repository's
+/// objects are the agent's to rewrite (`.git/objects` is writable): a "before" tree
+/// rewritten to list the agent's new content made `git diff-tree` report the edit
+/// unchanged. The index is coder's own, in its state directory.
+pub fn entries(
+    index: &[u8],
+    hash_len: usize,
+) -> Option<std::collections::BTreeMap<Vec<u8>, Content>> {
+    let header = index.get(..12)?;
+    if &header[..4] != b"DIRC" {
+        return None;
+    }
+    let version = u32::from_be_bytes(header[4..8].try_into().ok()?);
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let count = u32::from_be_bytes(header[8..12].try_into().ok()?);
+    let mut out = std::collections::BTreeMap::new();
+    let mut previous: Vec<u8> = Vec::new();
+    let mut at = 12usize;
+    for _ in 0..count {
+        let start = at;
+        let mode_at = start.checked_add(24)?;
+        let mode = u32::from_be_bytes(index.get(mode_at..mode_at + 4)?.try_into().ok()?);
+        let oid = index
+            .get(start + STAT_LEN..start + STAT_LEN + hash_len)?
+            .to_vec();
+        let flags_at = start + STAT_LEN + hash_len;
+        let flags = u16::from_be_bytes(index.get(flags_at..flags_at + 2)?.try_into().ok()?);
+        let stage = u32::from((flags >> 12) & 3);
+        let mut name_at = flags_at + 2;
+        if version >= 3 && flags & EXTENDED != 0 {
+            name_at += 2;
+        }
+        let name = if version == 4 {
+            // git's varint: seven bits a byte, high bit "more", each continuation adding one.
+            let mut byte = *index.get(name_at)?;
+            let mut strip = u64::from(byte & 0x7f);
+            let mut rest = name_at + 1;
+            while byte & 0x80 != 0 {
+                byte = *index.get(rest)?;
+                rest += 1;
+                strip = strip.checked_add(1)?.checked_mul(128)? + u64::from(byte & 0x7f);
+            }
+            let keep = previous.len().checked_sub(usize::try_from(strip).ok()?)?;
+            let len = nul_from(index, rest)?;
+            let mut name = previous[..keep].to_vec();
+            name.extend_from_slice(&index[rest..rest + len]);
+            at = rest + len + 1;
+            name
+        } else {
+            let len = match flags & NAME_MASK {
+                NAME_MASK => nul_from(index, name_at)?,
+                len => usize::from(len),
+            };
+            let name = index.get(name_at..name_at + len)?.to_vec();
+            at = start + ((name_at - start + len + 8) & !7);
+            name
+        };
+        if at > index.len() {
+            return None;
+        }
+        previous.clone_from(&name);
+        out.insert(name, (mode | (stage << 28), oid));
+    }
+    Some(out)
+}
+
 /// The offset of the first NUL at or after `from`, relative to `from`.
 fn nul_from(bytes: &[u8], from: usize) -> Option<usize> {
     bytes.get(from..)?.iter().position(|b| *b == 0)
@@ -143,6 +219,39 @@ mod tests {
                 );
                 assert_eq!(look(dir.path()), Some(true), "version {version} {bit}");
             }
+        }
+    }
+
+    #[test]
+    fn the_entries_of_every_version_are_what_git_lists() {
+        for version in ["2", "3", "4"] {
+            let dir = repo(version);
+            git(dir.path(), &["update-index", "--skip-worktree", "d/e"]);
+            let bytes = std::fs::read(dir.path().join(".git/index")).unwrap();
+            let read = entries(&bytes, 20).unwrap();
+            let out = Command::new("git")
+                .current_dir(dir.path())
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .args(["ls-files", "-s", "-z"])
+                .output()
+                .unwrap();
+            let listed: std::collections::BTreeMap<Vec<u8>, Content> = out
+                .stdout
+                .split(|b| *b == 0)
+                .filter(|r| !r.is_empty())
+                .map(|r| {
+                    let text = String::from_utf8_lossy(r);
+                    let (meta, path) = text.split_once('\t').unwrap();
+                    let mut meta = meta.split(' ');
+                    let mode = u32::from_str_radix(meta.next().unwrap(), 8).unwrap();
+                    let oid = meta.next().unwrap();
+                    let oid: Vec<u8> = (0..20)
+                        .map(|i| u8::from_str_radix(&oid[2 * i..2 * i + 2], 16).unwrap())
+                        .collect();
+                    (path.as_bytes().to_vec(), (mode, oid))
+                })
+                .collect();
+            assert_eq!(read, listed, "version {version}");
         }
     }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::git::GitRepo;
+use super::git::{GitRepo, Snapshot};
 use super::scan::{self, Caps, Key, Prior, Scan};
 use super::scan_cache::CacheFile;
 
@@ -123,7 +123,7 @@ pub struct Ledger {
 enum Before {
     Git {
         repo: GitRepo,
-        tree: String,
+        tree: Snapshot,
         /// Files `git add` may have read after the run's first process started (see
         /// [`Ledger::changed_since`]): their "before" is not known.
         unknown: std::collections::BTreeSet<Vec<u8>>,
@@ -383,27 +383,30 @@ impl Ledger {
 
 fn git_changes(
     repo: &GitRepo,
-    before: &str,
+    before_snapshot: &Snapshot,
     unknown: &std::collections::BTreeSet<Vec<u8>>,
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
-    let after = repo.snapshot_excluding(exclude).map_err(err)?;
+    let after_snapshot = repo.snapshot_excluding(exclude).map_err(err)?;
+    let (before, after) = (before_snapshot.tree.as_str(), after_snapshot.tree.as_str());
     // Files whose "before" is not known, left out of git's comparison when unchanged
     // since: reported as modified all the same (or deleted, gone now), no lines counted.
     let unknown: Vec<&Vec<u8>> = unknown
         .iter()
         .filter(|p| !exclude.iter().any(|x| x.as_bytes() == p.as_slice()))
         .collect();
-    if after == before && unknown.is_empty() {
+    // What changed is read from the two indexes (coder's own), never from tree objects:
+    // those may be the repository's, which the agent can rewrite. The "before" may hold
+    // what the sandbox made while it was taken: out of both sides.
+    let statuses = index_changes(before_snapshot, &after_snapshot, exclude);
+    if statuses.is_empty() && unknown.is_empty() {
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
     }
-    // The "before" may hold what the sandbox made while it was taken: out of both sides.
-    let statuses = repo.name_status(before, &after, exclude).map_err(err)?;
     let counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> = repo
-        .numstat(before, &after, exclude)
+        .numstat(before, after, exclude)
         .map_err(err)?
         .into_iter()
         .collect();
@@ -417,6 +420,10 @@ fn git_changes(
         .collect();
     let mut counts = counts;
     counts.extend(unlisted.iter().map(|(_, p)| (p.clone(), Some((0, 0)))));
+    // A change git's trees do not show (their objects rewritten): no lines counted.
+    for (_, path) in &statuses {
+        counts.entry(path.clone()).or_insert(Some((0, 0)));
+    }
     let list = statuses
         .into_iter()
         .chain(unlisted)
@@ -437,12 +444,39 @@ fn git_changes(
         })
         .collect();
     let diff = if want_diff {
-        let (kept, total) = repo.patch(before, &after, exclude, DIFF_CAP).map_err(err)?;
+        let (kept, total) = repo.patch(before, after, exclude, DIFF_CAP).map_err(err)?;
         Some(DiffText::new(kept, total))
     } else {
         None
     };
     Ok((Changes::from_list(list, false), diff))
+}
+
+/// `(status letter, path)` of every file whose index entry differs between two snapshots
+/// (`A`dded, `D`eleted, `M`odified: content, mode or type), leaving out `exclude` (paths
+/// relative to the workspace, with what is below them).
+fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
+    let excluded = |path: &[u8]| {
+        exclude.iter().any(|x| {
+            let x = x.as_bytes();
+            path == x || (path.starts_with(x) && path.get(x.len()) == Some(&b'/'))
+        })
+    };
+    let mut list = Vec::new();
+    for (path, content) in &before.entries {
+        match after.entries.get(path) {
+            _ if excluded(path) => {}
+            None => list.push((b'D', path.clone())),
+            Some(now) if now != content => list.push((b'M', path.clone())),
+            Some(_) => {}
+        }
+    }
+    for path in after.entries.keys() {
+        if !before.entries.contains_key(path) && !excluded(path) {
+            list.push((b'A', path.clone()));
+        }
+    }
+    list
 }
 
 /// The two scans of a plain ledger, and the paths to judge apart.
