@@ -19,7 +19,6 @@
 //!   unchanged" and "skip worktree" bits: an agent sets them in one run (`git
 //!   update-index`, the index is writable), and the next run's ledger misses every change
 //!   to those files; so does a user's `core.ignoreStat`.
-//!
 //! * git opens every `.gitignore` and `.gitattributes` of the work tree without looking at
 //!   its type: an agent that made one a FIFO held the ledger's git (coder's own, outside
 //!   the sandbox) waiting for a writer forever, and with it the run's end; the FIFO stays,
@@ -41,7 +40,10 @@
 //! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
 //! `.git/objects` is writable, commits work) that holds the "before" content of a file it
 //! edits; the ledger's diff reads it without checking its hash, and `--return-diff` (and
-//! the line counts) no longer show what the edit brought in.
+//! the line counts) no longer show what the edit brought in. Also open, without a test
+//! here (SECURITY.md's Known limits): a driver defined in an included work-tree file
+//! between the ledger's listing and its `git add`, by the agent of another run in the
+//! same tree (a loop flipping it in and out did not land in six runs).
 //!
 //! Looked at and held (no test of their own here): coder's own processes are told by pid
 //! and start time, and only what runs below one of them (the ledger's `git`, which runs no
