@@ -138,7 +138,7 @@ pub struct GitRepo {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub tree: String,
-    pub entries: std::collections::BTreeMap<Vec<u8>, super::git_index::Content>,
+    pub entries: Vec<super::git_index::Entry>,
 }
 
 impl GitRepo {
@@ -457,19 +457,10 @@ impl GitRepo {
     }
 
     /// The private index's entries under the workspace, relative to it.
-    fn workspace_entries(
-        &self,
-    ) -> Result<std::collections::BTreeMap<Vec<u8>, super::git_index::Content>, GitError> {
+    fn workspace_entries(&self) -> Result<Vec<super::git_index::Entry>, GitError> {
         let bytes = std::fs::read(self.index())?;
-        let all = super::git_index::entries(&bytes, self.hash_len).ok_or(GitError::Index)?;
-        let prefix = self.prefix.as_bytes();
-        Ok(all
-            .into_iter()
-            .filter_map(|(path, content)| {
-                path.strip_prefix(prefix)
-                    .map(|relative| (relative.to_vec(), content))
-            })
-            .collect())
+        super::git_index::entries(&bytes, self.hash_len, self.prefix.as_bytes())
+            .ok_or(GitError::Index)
     }
 
     /// `git diff-tree` between two trees, limited to (and relative to) the workspace,

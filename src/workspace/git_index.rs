@@ -80,24 +80,30 @@ pub fn has_unlooked_entries(index: &[u8], hash_len: usize) -> Option<bool> {
     Some(false)
 }
 
-/// What an index entry says of its file: mode and object id (the stage folded into the
-/// mode's high bits, so that a conflicted entry differs from a resolved one).
-pub type Content = (u32, Vec<u8>);
+/// One entry of an index: its path (below the prefix asked for) and what it says of the
+/// file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub path: Vec<u8>,
+    /// 0, or 1 to 3 for the sides of a conflict.
+    pub stage: u8,
+    pub mode: u32,
+    /// The object id, zero-padded to 32 bytes.
+    pub oid: [u8; 32],
+}
 
-/// Every entry of `index` (as [`has_unlooked_entries`] reads it): path (from the top of
-/// the work tree) to what it says; `None` when the bytes are not an index this reads.
+/// The entries of `index` (as [`has_unlooked_entries`] reads it) whose path starts with
+/// `prefix`, that prefix cut, sorted by path and stage; `None` when the bytes are not an
+/// index this reads.
 ///
 /// The change ledger compares these, not the tree objects `git write-tree` names: a tree
 /// that already exists in the repository is not written again, and the repository's
 /// objects are the agent's to rewrite (`.git/objects` is writable): a "before" tree
 /// rewritten to list the agent's new content made `git diff-tree` report the edit
 /// unchanged. The index is coder's own, in its state directory.
-pub fn entries(
-    index: &[u8],
-    hash_len: usize,
-) -> Option<std::collections::BTreeMap<Vec<u8>, Content>> {
+pub fn entries(index: &[u8], hash_len: usize, prefix: &[u8]) -> Option<Vec<Entry>> {
     let header = index.get(..12)?;
-    if &header[..4] != b"DIRC" {
+    if &header[..4] != b"DIRC" || hash_len > 32 {
         return None;
     }
     let version = u32::from_be_bytes(header[4..8].try_into().ok()?);
@@ -105,24 +111,24 @@ pub fn entries(
         return None;
     }
     let count = u32::from_be_bytes(header[8..12].try_into().ok()?);
-    let mut out = std::collections::BTreeMap::new();
-    let mut previous: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    // The previous entry's whole name (version 4 names are told relative to it).
+    let mut name: Vec<u8> = Vec::new();
     let mut at = 12usize;
     for _ in 0..count {
         let start = at;
         let mode_at = start.checked_add(24)?;
         let mode = u32::from_be_bytes(index.get(mode_at..mode_at + 4)?.try_into().ok()?);
-        let oid = index
-            .get(start + STAT_LEN..start + STAT_LEN + hash_len)?
-            .to_vec();
+        let mut oid = [0u8; 32];
+        oid[..hash_len].copy_from_slice(index.get(start + STAT_LEN..start + STAT_LEN + hash_len)?);
         let flags_at = start + STAT_LEN + hash_len;
         let flags = u16::from_be_bytes(index.get(flags_at..flags_at + 2)?.try_into().ok()?);
-        let stage = u32::from((flags >> 12) & 3);
+        let stage = u8::try_from((flags >> 12) & 3).ok()?;
         let mut name_at = flags_at + 2;
         if version >= 3 && flags & EXTENDED != 0 {
             name_at += 2;
         }
-        let name = if version == 4 {
+        if version == 4 {
             // git's varint: seven bits a byte, high bit "more", each continuation adding one.
             let mut byte = *index.get(name_at)?;
             let mut strip = u64::from(byte & 0x7f);
@@ -132,27 +138,34 @@ pub fn entries(
                 rest += 1;
                 strip = strip.checked_add(1)?.checked_mul(128)? + u64::from(byte & 0x7f);
             }
-            let keep = previous.len().checked_sub(usize::try_from(strip).ok()?)?;
+            let keep = name.len().checked_sub(usize::try_from(strip).ok()?)?;
             let len = nul_from(index, rest)?;
-            let mut name = previous[..keep].to_vec();
+            name.truncate(keep);
             name.extend_from_slice(&index[rest..rest + len]);
             at = rest + len + 1;
-            name
         } else {
             let len = match flags & NAME_MASK {
                 NAME_MASK => nul_from(index, name_at)?,
                 len => usize::from(len),
             };
-            let name = index.get(name_at..name_at + len)?.to_vec();
+            name.clear();
+            name.extend_from_slice(index.get(name_at..name_at + len)?);
             at = start + ((name_at - start + len + 8) & !7);
-            name
-        };
+        }
         if at > index.len() {
             return None;
         }
-        previous.clone_from(&name);
-        out.insert(name, (mode | (stage << 28), oid));
+        if let Some(path) = name.strip_prefix(prefix) {
+            out.push(Entry {
+                path: path.to_vec(),
+                stage,
+                mode,
+                oid,
+            });
+        }
     }
+    // git writes them in this order; an index that is not is read all the same.
+    out.sort_unstable_by(|a, b| (&a.path, a.stage).cmp(&(&b.path, b.stage)));
     Some(out)
 }
 
@@ -228,14 +241,22 @@ mod tests {
             let dir = repo(version);
             git(dir.path(), &["update-index", "--skip-worktree", "d/e"]);
             let bytes = std::fs::read(dir.path().join(".git/index")).unwrap();
-            let read = entries(&bytes, 20).unwrap();
+            let read: std::collections::BTreeMap<Vec<u8>, (u32, Vec<u8>)> =
+                entries(&bytes, 20, b"")
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| (e.path, (e.mode, e.oid[..20].to_vec())))
+                    .collect();
+            let under_d = entries(&bytes, 20, b"d/").unwrap();
+            assert_eq!(under_d.len(), 1, "version {version}");
+            assert_eq!(under_d[0].path, b"e");
             let out = Command::new("git")
                 .current_dir(dir.path())
                 .env("GIT_CONFIG_GLOBAL", "/dev/null")
                 .args(["ls-files", "-s", "-z"])
                 .output()
                 .unwrap();
-            let listed: std::collections::BTreeMap<Vec<u8>, Content> = out
+            let listed: std::collections::BTreeMap<Vec<u8>, (u32, Vec<u8>)> = out
                 .stdout
                 .split(|b| *b == 0)
                 .filter(|r| !r.is_empty())

@@ -456,24 +456,54 @@ fn git_changes(
 /// (`A`dded, `D`eleted, `M`odified: content, mode or type), leaving out `exclude` (paths
 /// relative to the workspace, with what is below them).
 fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
+    use std::cmp::Ordering;
     let excluded = |path: &[u8]| {
         exclude.iter().any(|x| {
             let x = x.as_bytes();
             path == x || (path.starts_with(x) && path.get(x.len()) == Some(&b'/'))
         })
     };
-    let mut list = Vec::new();
-    for (path, content) in &before.entries {
-        match after.entries.get(path) {
-            _ if excluded(path) => {}
-            None => list.push((b'D', path.clone())),
-            Some(now) if now != content => list.push((b'M', path.clone())),
-            Some(_) => {}
+    // Both sorted by path and stage: one walk side by side.
+    let (mut old, mut new) = (
+        before.entries.iter().peekable(),
+        after.entries.iter().peekable(),
+    );
+    let mut list: Vec<(u8, Vec<u8>)> = Vec::new();
+    let mut push = |letter: u8, path: &Vec<u8>| {
+        if !excluded(path) && list.last().is_none_or(|(_, last)| last != path) {
+            list.push((letter, path.clone()));
         }
-    }
-    for path in after.entries.keys() {
-        if !before.entries.contains_key(path) && !excluded(path) {
-            list.push((b'A', path.clone()));
+    };
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(a), Some(b)) => (&a.path, a.stage).cmp(&(&b.path, b.stage)),
+        };
+        match order {
+            Ordering::Less => {
+                if let Some(gone) = old.next() {
+                    let still = new.peek().is_some_and(|n| n.path == gone.path);
+                    push(if still { b'M' } else { b'D' }, &gone.path);
+                }
+            }
+            Ordering::Greater => {
+                if let Some(came) = new.next() {
+                    let was = before
+                        .entries
+                        .binary_search_by(|e| e.path.cmp(&came.path))
+                        .is_ok();
+                    push(if was { b'M' } else { b'A' }, &came.path);
+                }
+            }
+            Ordering::Equal => {
+                if let (Some(a), Some(b)) = (old.next(), new.next())
+                    && (a.mode, a.oid) != (b.mode, b.oid)
+                {
+                    push(b'M', &a.path);
+                }
+            }
         }
     }
     list
@@ -635,6 +665,43 @@ pub fn display(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn index_changes_walks_both_indexes_stages_included() {
+        use crate::workspace::git_index::Entry;
+        let entry = |path: &str, stage: u8, oid: u8| Entry {
+            path: path.as_bytes().to_vec(),
+            stage,
+            mode: 0o100644,
+            oid: [oid; 32],
+        };
+        let snapshot = |entries: Vec<Entry>| Snapshot {
+            tree: String::new(),
+            entries,
+        };
+        let before = snapshot(vec![
+            entry("a", 0, 1),
+            entry("c", 1, 1),
+            entry("c", 2, 2),
+            entry("c", 3, 3),
+            entry("d", 0, 4),
+            entry("e", 0, 5),
+            entry("x/y", 0, 6),
+        ]);
+        let after = snapshot(vec![
+            entry("a", 0, 9),
+            entry("b", 0, 1),
+            entry("c", 0, 7),
+            entry("e", 0, 5),
+            entry("x/y", 0, 8),
+        ]);
+        let changed = index_changes(&before, &after, &["x".to_owned()]);
+        let changed: Vec<(char, &str)> = changed
+            .iter()
+            .map(|(l, p)| (char::from(*l), std::str::from_utf8(p).unwrap()))
+            .collect();
+        assert_eq!(changed, [('M', "a"), ('A', "b"), ('M', "c"), ('D', "d")]);
+    }
+
     use super::*;
 
     /// The sandbox's placeholders may be made while the "before" is taken (it runs beside
