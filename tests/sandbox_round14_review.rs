@@ -40,7 +40,10 @@
 //! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
 //! `.git/objects` is writable, commits work) that holds the "before" content of a file it
 //! edits; the ledger's diff reads it without checking its hash, and `--return-diff` (and
-//! the line counts) no longer show what the edit brought in. Also open, without a test
+//! the line counts) no longer show what the edit brought in. An edit of a file inside a
+//! nested repository (a submodule's checkout, or any repository below the workspace's) is
+//! not in the ledger at all: `git add -A` records the nested repository as a gitlink, its
+//! `HEAD` commit, which the edit does not move. Also open, without a test
 //! here (SECURITY.md's Known limits): a driver defined in an included work-tree file
 //! between the ledger's listing and its `git add`, by the agent of another run in the
 //! same tree (a loop flipping it in and out did not land in six runs).
@@ -68,7 +71,10 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &["forged object of the before side"];
+const KNOWN_OPEN: &[&str] = &[
+    "forged object of the before side",
+    "edit inside a nested repository",
+];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -583,6 +589,57 @@ chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
             assert!(!reported, "{case}: now reported: {env}");
         } else {
             assert!(reported, "{case}: the edit is reported unchanged: {env}");
+        }
+    }
+}
+
+/// A repository nested in the workspace (a submodule's checkout, a vendored clone) is one
+/// gitlink entry to the ledger's `git add -A`: the commit its `HEAD` names. The agent edits
+/// a file inside it, and the ledger reports nothing changed (open: the ledger would have to
+/// snapshot each nested repository's files itself, without running git there, whose config
+/// the agent may have written). Control: the user's own `git status` shows the nested
+/// repository modified.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
+    common::require_root_and_user_namespaces();
+    let name = "edit inside a nested repository";
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("top.txt", "top\n")], &[]);
+        let sub = tree.ws().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let git_in = |dir: &Path, args: &[&str]| {
+            let mut cmd = std::process::Command::new("git");
+            cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", tree.root.join("home"));
+            let out = cmd.output_bounded();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        std::fs::write(sub.join("lib.c"), "int lib;\n").unwrap();
+        git_in(&sub, &["init", "-q"]);
+        git_in(&sub, &["add", "-A"]);
+        git_in(&sub, &["commit", "-qm", "lib"]);
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+        }
+        tree.git(&["add", "-A"]);
+        tree.git(&["commit", "-qm", "nested"]);
+        let case = format!("{}: {name}", who(owner));
+        let env = tree.run(&[], "sleep 1; echo 'int evil;' >> sub/lib.c; echo EDITED");
+        assert!(result(&env).contains("EDITED"), "{case}: {env}");
+        // Control: the user's git sees the nested repository changed.
+        let status = tree.git(&["status", "--porcelain"]);
+        assert_eq!(status, " M sub\n", "{case}: control");
+        let reported = changes(&env)
+            .iter()
+            .any(|(path, _)| path.starts_with("sub"));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!reported, "{case}: now reported: {env}");
+        } else {
+            assert!(reported, "{case}: the edit is not in the ledger: {env}");
         }
     }
 }
