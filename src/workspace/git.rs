@@ -8,6 +8,8 @@
 //!   caller), the system and global config are off (`GIT_CONFIG_NOSYSTEM`,
 //!   `GIT_CONFIG_GLOBAL=/dev/null`), and the repository's git dir and work tree are passed
 //!   explicitly, fixed when the run starts (a `.git` the agent plants later is not used);
+//! * the settings that let git take a file as unchanged from less than all its stat data
+//!   (`core.trustctime`, `core.checkStat`, `core.ignoreStat`) are overridden;
 //! * every setting that runs a program is overridden on the command line, which wins over
 //!   the repository's config: `core.fsmonitor`, `core.hooksPath`, `core.attributesFile`,
 //!   and for every `filter.<driver>` the config defines (an in-tree `.gitattributes` can
@@ -17,6 +19,11 @@
 //! * the user's index is never written: `git add -A` runs on a copy of it (or a fresh one)
 //!   in a private temporary directory, and new objects go to a private object directory
 //!   with the repository's own as an alternate, so the repository is not changed at all.
+//!   In a run that directory is in coder's state directory, which no sandbox grant may
+//!   reach: in the host's `/tmp`, where `--allow-tmp` grants the agent everything, the
+//!   agent marked its edits "assume unchanged" in that index (the ledger then said
+//!   "unchanged"), and made its object directories symlinks through which coder's git
+//!   wrote wherever the agent chose.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -24,7 +31,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::scan::Changed;
-use crate::supervise::tree::{own_output, own_run};
+use crate::config::run_dirs::{self, RunLock};
+use crate::supervise::tree::own_run;
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
 pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
@@ -36,28 +44,73 @@ pub enum GitError {
     Spawn(#[from] std::io::Error),
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
+    #[error(
+        "the repository's config defines a filter driver coder cannot switch off on git's \
+         command line (a name with `=`, or not UTF-8): {name:?}; no snapshot is taken, \
+         since git would run it"
+    )]
+    Driver { name: String },
+    #[error("cannot read the change ledger's own index (an index format coder does not know)")]
+    Index,
+    #[error(
+        "git stopped while it waited to open a FIFO (a named pipe) in the work tree, such as \
+         a `.gitignore` or `.gitattributes` made a FIFO; nothing would ever have written it"
+    )]
+    Fifo,
 }
+
+/// The directory of the ledger's private git directories in coder's state directory.
+pub const SCRATCH_DIR: &str = "ledger-git";
 
 /// A private temporary directory, removed on drop.
 #[derive(Debug)]
-pub struct PrivateDir(PathBuf);
+pub struct PrivateDir {
+    path: PathBuf,
+    /// The run's hold on it, in a directory shared with other coders (see [`PrivateDir::new_in`]).
+    _lock: Option<RunLock>,
+}
 
 impl PrivateDir {
+    /// A fresh directory `<prefix>-<id>` in coder's `$TMPDIR`.
     pub fn new(prefix: &str) -> std::io::Result<PrivateDir> {
         use std::os::unix::fs::DirBuilderExt;
         let path = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        Ok(PrivateDir(path))
+        Ok(PrivateDir { path, _lock: None })
+    }
+
+    /// A fresh directory `<pid>-<id>` in `base` (made 0700 when absent), held by a run
+    /// lock; those of coders that are gone (killed before they removed theirs) are removed
+    /// first.
+    pub fn new_in(base: &Path) -> std::io::Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(base)?;
+        run_dirs::prune_dead_run_dirs(base);
+        let path = base.join(format!(
+            "{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let lock = RunLock::take(&path)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(PrivateDir {
+            path,
+            _lock: Some(lock),
+        })
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // Before the lock file, which goes when the lock is dropped.
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
@@ -75,12 +128,30 @@ pub struct GitRepo {
     filter_overrides: std::sync::Mutex<Vec<String>>,
     /// The private index and object directory.
     scratch: PrivateDir,
+    /// Bytes of an object id (20 for SHA-1, 32 for SHA-256).
+    hash_len: usize,
+}
+
+/// A snapshot of the workspace: the tree `git write-tree` named (for line counts and the
+/// diff), and what the private index said of every file under the workspace (paths
+/// relative to it), which alone decides what changed (see [`super::git_index::entries`]).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub tree: String,
+    pub entries: Vec<super::git_index::Entry>,
 }
 
 impl GitRepo {
     /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
-    /// is installed; `None` otherwise (the caller falls back to a plain scan).
+    /// is installed; `None` otherwise (the caller falls back to a plain scan). The private
+    /// index and objects are kept in coder's `$TMPDIR`: for tests and tools without a run.
     pub fn discover(workspace: &Path) -> Option<GitRepo> {
+        GitRepo::discover_in(workspace, None)
+    }
+
+    /// [`GitRepo::discover`], keeping the private index and objects under `state_dir`
+    /// (coder's state directory, which no run's agent may reach) when given.
+    pub fn discover_in(workspace: &Path, state_dir: Option<&Path>) -> Option<GitRepo> {
         if !git_could_find_a_repository(workspace) {
             return None;
         }
@@ -96,10 +167,11 @@ impl GitRepo {
             "rev-parse",
             "--absolute-git-dir",
             "--show-toplevel",
+            "--show-object-format",
             "--show-prefix",
         ]);
         probe.stderr(Stdio::null());
-        let out = own_output(&mut probe).ok()?;
+        let out = watched_output(&mut probe).ok()?;
         if !out.status.success() {
             return None;
         }
@@ -107,8 +179,17 @@ impl GitRepo {
         let mut lines = text.lines();
         let git_dir = PathBuf::from(lines.next()?);
         let work_tree = PathBuf::from(lines.next()?);
+        let hash_len = match lines.next()? {
+            "sha1" => 20,
+            "sha256" => 32,
+            _ => return None,
+        };
         let prefix = lines.next().unwrap_or("").to_owned();
-        let scratch = PrivateDir::new("coder-ledger").ok()?;
+        let scratch = match state_dir {
+            Some(state) => PrivateDir::new_in(&state.join(SCRATCH_DIR)),
+            None => PrivateDir::new("coder-ledger"),
+        }
+        .ok()?;
         std::fs::create_dir(scratch.path().join("objects")).ok()?;
         let repo = GitRepo {
             program,
@@ -118,13 +199,91 @@ impl GitRepo {
             prefix,
             filter_overrides: std::sync::Mutex::new(Vec::new()),
             scratch,
+            hash_len,
         };
         *repo.overrides() = repo.filter_drivers().ok()?;
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
-        let _ = std::fs::copy(repo.git_dir.join("index"), repo.index());
+        let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
+        if repo.clear_unlooked_entries().is_err() {
+            // Start afresh rather than from entries git would not look at.
+            let _ = std::fs::remove_file(repo.index());
+        }
         let _ = std::fs::copy(repo.index(), repo.start_index());
         Some(repo)
+    }
+
+    /// Clears the "assume unchanged" and "skip worktree" bits of the private index's
+    /// entries (see [`super::git_index`]): the user's index is the agent's to write, and
+    /// `git add -A` never reads a file whose entry has one, so an agent that set them in
+    /// one run had its edits of those files reported unchanged by every later run. Only
+    /// when some entry has one (a read of the index, not a git process, otherwise).
+    fn clear_unlooked_entries(&self) -> Result<(), GitError> {
+        let Ok(bytes) = std::fs::read(self.index()) else {
+            // No index: a fresh one has no bits.
+            return Ok(());
+        };
+        if super::git_index::has_unlooked_entries(&bytes, self.hash_len) == Some(false) {
+            return Ok(());
+        }
+        let mut list = self.command();
+        list.args(["ls-files", "-v", "-z"]);
+        let listed = output("ls-files -v", list)?;
+        let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
+        for record in listed.split(|b| *b == 0) {
+            // `<tag> <path>`: a lower-case tag is "assume unchanged", `S` "skip worktree".
+            let (Some(tag), Some(path)) = (record.first(), record.get(2..)) else {
+                continue;
+            };
+            if tag.is_ascii_lowercase() {
+                assumed.extend_from_slice(path);
+                assumed.push(0);
+            }
+            if tag.eq_ignore_ascii_case(&b'S') {
+                skipped.extend_from_slice(path);
+                skipped.push(0);
+            }
+        }
+        // One bit per command: `update-index` applies only the first such option given.
+        for (option, paths) in [
+            ("--no-assume-unchanged", assumed),
+            ("--no-skip-worktree", skipped),
+        ] {
+            if !paths.is_empty() {
+                self.update_index(option, &paths)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `git update-index -z OPTION --stdin` of the private index, fed `paths`.
+    fn update_index(&self, option: &str, paths: &[u8]) -> Result<(), GitError> {
+        use std::io::Write;
+        let mut cmd = self.command();
+        cmd.args(["update-index", "-z", option, "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let out = watched_run(&mut cmd, |mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                // A git that stopped reading says why on stderr and in its status.
+                let _ = stdin.write_all(paths);
+            }
+            child.wait_with_output()
+        })
+        .inspect_err(|e| {
+            if let GitError::Fifo = e {
+                self.killed();
+            }
+        })?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(GitError::Failed {
+                what: "update-index",
+                stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+            })
+        }
     }
 
     fn index(&self) -> PathBuf {
@@ -201,8 +360,13 @@ impl GitRepo {
         let mut cmd = self.command();
         cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
         // Exit 1 means "no such key": no driver.
-        let out = own_output(&mut cmd)?;
-        let text = String::from_utf8_lossy(&out.stdout);
+        let out = watched_output(&mut cmd)?;
+        // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
+        // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
+        // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
+        let text = std::str::from_utf8(&out.stdout).map_err(|_| GitError::Driver {
+            name: String::from_utf8_lossy(&out.stdout).into_owned(),
+        })?;
         let mut drivers: Vec<&str> = text
             .lines()
             .filter_map(|key| key.strip_prefix("filter."))
@@ -210,6 +374,11 @@ impl GitRepo {
             .collect();
         drivers.sort_unstable();
         drivers.dedup();
+        if let Some(name) = drivers.iter().find(|name| name.contains('=')) {
+            return Err(GitError::Driver {
+                name: (*name).to_owned(),
+            });
+        }
         Ok(drivers
             .iter()
             .flat_map(|name| {
@@ -250,12 +419,12 @@ impl GitRepo {
     }
 
     /// The workspace's content now, as a tree id (`.gitignore` applies).
-    pub fn snapshot(&self) -> Result<String, GitError> {
+    pub fn snapshot(&self) -> Result<Snapshot, GitError> {
         self.snapshot_excluding(&[])
     }
 
     /// The same, leaving out `exclude` (paths relative to the workspace).
-    pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<String, GitError> {
+    pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<Snapshot, GitError> {
         let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
         args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -272,13 +441,26 @@ impl GitRepo {
             overrides.dedup();
         }
         let added = self.run("add", &args);
+        if let Err(GitError::Fifo) = added {
+            return Err(GitError::Fifo);
+        }
         if added.is_err() {
             // A copied index git cannot use (a split index, a newer format): start afresh.
             let _ = std::fs::remove_file(self.index());
             self.run("add", &args)?;
         }
         let tree = self.run("write-tree", &["write-tree"])?;
-        Ok(String::from_utf8_lossy(&tree).trim().to_owned())
+        Ok(Snapshot {
+            tree: String::from_utf8_lossy(&tree).trim().to_owned(),
+            entries: self.workspace_entries()?,
+        })
+    }
+
+    /// The private index's entries under the workspace, relative to it.
+    fn workspace_entries(&self) -> Result<Vec<super::git_index::Entry>, GitError> {
+        let bytes = std::fs::read(self.index())?;
+        super::git_index::entries(&bytes, self.hash_len, self.prefix.as_bytes())
+            .ok_or(GitError::Index)
     }
 
     /// `git diff-tree` between two trees, limited to (and relative to) the workspace,
@@ -303,25 +485,6 @@ impl GitRepo {
             cmd.args(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
         }
         cmd
-    }
-
-    /// `(status letter, path)` of every changed file.
-    pub fn name_status(
-        &self,
-        before: &str,
-        after: &str,
-        exclude: &[String],
-    ) -> Result<Vec<(u8, Vec<u8>)>, GitError> {
-        let out = output(
-            "diff-tree",
-            self.diff_tree(&["--name-status"], [before, after], exclude),
-        )?;
-        let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
-        let mut list = Vec::new();
-        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
-            list.push((status.first().copied().unwrap_or(b'M'), path.to_vec()));
-        }
-        Ok(list)
     }
 
     /// `path -> (added, removed)` line counts; `None` for binary files.
@@ -359,14 +522,45 @@ impl GitRepo {
         let mut cmd = self.diff_tree(&["-p"], [before, after], exclude);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-        own_run(&mut cmd, |child| read_capped(child, cap))?
+        watched_run(&mut cmd, |child| read_capped(child, cap))?
     }
 
     fn run(&self, what: &'static str, args: &[&str]) -> Result<Vec<u8>, GitError> {
         let mut cmd = self.command();
         cmd.args(args);
-        output(what, cmd)
+        let out = output(what, cmd);
+        if let Err(GitError::Fifo) = out {
+            self.killed();
+        }
+        out
     }
+
+    /// After a git of the private index was killed: its lock is coder's to remove (else
+    /// every later command of the run fails on it).
+    fn killed(&self) {
+        let _ = std::fs::remove_file(self.scratch.path().join("index.lock"));
+    }
+}
+
+/// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file,
+/// opened without following a symlink or waiting on a FIFO: the user's index is the
+/// agent's to replace, and a FIFO there held the copy (and with it the next run's
+/// snapshot, and that run) forever; a symlink had coder copy whatever it named.
+fn copy_plain_file(from: &Path, to: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut source = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(from)?;
+    if !source.metadata()?.is_file() {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    }
+    let mut target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    std::io::copy(&mut source, &mut target)
 }
 
 /// The output of `git diff-tree -p` (`child`): at most `cap` bytes kept, and the full size.
@@ -452,6 +646,14 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         "core.untrackedCache=false",
         "core.splitIndex=false",
         "core.sparseCheckout=false",
+        // Whether a file is read again is decided from all its stat data, the ctime
+        // included, whatever the repository's config trusts: with `core.trustctime =
+        // false` (or `core.checkStat = minimal`) an edit that kept the size and put the
+        // mtime back was never read, and the ledger said "unchanged"; `core.ignoreStat`
+        // would mark every file it hashes "assume unchanged" in the private index.
+        "core.trustctime=true",
+        "core.checkStat=default",
+        "core.ignoreStat=false",
         "diff.external=",
         "protocol.allow=never",
     ] {
@@ -460,8 +662,109 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
     cmd
 }
 
+/// How often [`watched_run`] looks at what its git waits for.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Starts `cmd` as one of coder's own processes ([`own_run`]) and hands it to `f`, which
+/// waits for it; meanwhile a watcher kills it (and `f`'s result becomes
+/// [`GitError::Fifo`]) if one of its threads waits to open a FIFO. git opens every
+/// `.gitignore` and `.gitattributes` of the work tree, and the config's includes, without
+/// looking at their type first: one the agent made a FIFO held coder's git, and with it
+/// the run's end, forever, and every later run's snapshot of that workspace too (the
+/// FIFO stays). No git of coder's has a reason to open a FIFO: nothing writes one.
+fn watched_run<T>(
+    cmd: &mut Command,
+    f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
+) -> Result<T, GitError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let killed = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let result = own_run(cmd, |child| {
+        let pid = child.id();
+        // Opened while the child is not reaped yet, so the pid is this child's: a signal
+        // through it can never reach a process that got the pid later.
+        let pidfd = pidfd_open(pid);
+        std::thread::scope(|s| {
+            let mut watcher = None;
+            if let Some(pidfd) = &pidfd {
+                let (done, killed) = (&done, &killed);
+                watcher = std::thread::Builder::new()
+                    .name("ledger-git-watch".into())
+                    .spawn_scoped(s, move || {
+                        while !done.load(Ordering::Relaxed) {
+                            if waits_on_a_fifo(pid) && pidfd_kill(pidfd) {
+                                killed.store(true, Ordering::Relaxed);
+                                return;
+                            }
+                            std::thread::park_timeout(WATCH_EVERY);
+                        }
+                    })
+                    .ok();
+            }
+            let result = f(child);
+            done.store(true, Ordering::Relaxed);
+            // Not a poll interval later: the scope waits for it.
+            if let Some(watcher) = &watcher {
+                watcher.thread().unpark();
+            }
+            result
+        })
+    })?;
+    if killed.load(Ordering::Relaxed) {
+        return Err(GitError::Fifo);
+    }
+    Ok(result)
+}
+
+/// [`Command::output`] through [`watched_run`].
+fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    watched_run(cmd, std::process::Child::wait_with_output)
+}
+
+/// Whether a thread of process `pid` sleeps in the kernel's FIFO open, waiting for a
+/// writer (`wait_for_partner`, what `/proc/PID/task/TID/wchan` names).
+fn waits_on_a_fifo(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read(task.path().join("wchan")).is_ok_and(|w| w == b"wait_for_partner")
+    })
+}
+
+/// A pidfd of `pid` (a child of this process not yet reaped), or `None`.
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: `pidfd_open(2)` takes a pid and flags and returns a new descriptor or -1;
+    // it touches no memory of ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` was just returned by the kernel, is open, and is owned by nothing else.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGKILL to the process of `pidfd`; false when it is gone (reaped) or the call failed.
+fn pidfd_kill(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `pidfd_send_signal(2)` with a descriptor we own, a signal number, a null
+    // `siginfo` (the kernel fills it as for `kill`) and no flags; it writes no memory of
+    // ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    rc == 0
+}
+
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
-    let out = own_output(&mut cmd)?;
+    let out = watched_output(&mut cmd)?;
     if out.status.success() {
         Ok(out.stdout)
     } else {

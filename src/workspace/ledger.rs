@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::git::GitRepo;
+use super::git::{GitRepo, Snapshot};
 use super::scan::{self, Caps, Key, Prior, Scan};
 use super::scan_cache::CacheFile;
 
@@ -123,7 +123,7 @@ pub struct Ledger {
 enum Before {
     Git {
         repo: GitRepo,
-        tree: String,
+        tree: Snapshot,
         /// Files `git add` may have read after the run's first process started (see
         /// [`Ledger::changed_since`]): their "before" is not known.
         unknown: std::collections::BTreeSet<Vec<u8>>,
@@ -191,7 +191,7 @@ impl Ledger {
     }
 
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
-        let before = match GitRepo::discover(workspace) {
+        let before = match GitRepo::discover_in(workspace, state_dir) {
             Some(repo) => match repo.snapshot() {
                 Ok(tree) => Before::Git {
                     repo,
@@ -383,27 +383,30 @@ impl Ledger {
 
 fn git_changes(
     repo: &GitRepo,
-    before: &str,
+    before_snapshot: &Snapshot,
     unknown: &std::collections::BTreeSet<Vec<u8>>,
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
-    let after = repo.snapshot_excluding(exclude).map_err(err)?;
+    let after_snapshot = repo.snapshot_excluding(exclude).map_err(err)?;
+    let (before, after) = (before_snapshot.tree.as_str(), after_snapshot.tree.as_str());
     // Files whose "before" is not known, left out of git's comparison when unchanged
     // since: reported as modified all the same (or deleted, gone now), no lines counted.
     let unknown: Vec<&Vec<u8>> = unknown
         .iter()
         .filter(|p| !exclude.iter().any(|x| x.as_bytes() == p.as_slice()))
         .collect();
-    if after == before && unknown.is_empty() {
+    // What changed is read from the two indexes (coder's own), never from tree objects:
+    // those may be the repository's, which the agent can rewrite. The "before" may hold
+    // what the sandbox made while it was taken: out of both sides.
+    let statuses = index_changes(before_snapshot, &after_snapshot, exclude);
+    if statuses.is_empty() && unknown.is_empty() {
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
     }
-    // The "before" may hold what the sandbox made while it was taken: out of both sides.
-    let statuses = repo.name_status(before, &after, exclude).map_err(err)?;
     let counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> = repo
-        .numstat(before, &after, exclude)
+        .numstat(before, after, exclude)
         .map_err(err)?
         .into_iter()
         .collect();
@@ -417,6 +420,10 @@ fn git_changes(
         .collect();
     let mut counts = counts;
     counts.extend(unlisted.iter().map(|(_, p)| (p.clone(), Some((0, 0)))));
+    // A change git's trees do not show (their objects rewritten): no lines counted.
+    for (_, path) in &statuses {
+        counts.entry(path.clone()).or_insert(Some((0, 0)));
+    }
     let list = statuses
         .into_iter()
         .chain(unlisted)
@@ -437,12 +444,69 @@ fn git_changes(
         })
         .collect();
     let diff = if want_diff {
-        let (kept, total) = repo.patch(before, &after, exclude, DIFF_CAP).map_err(err)?;
+        let (kept, total) = repo.patch(before, after, exclude, DIFF_CAP).map_err(err)?;
         Some(DiffText::new(kept, total))
     } else {
         None
     };
     Ok((Changes::from_list(list, false), diff))
+}
+
+/// `(status letter, path)` of every file whose index entry differs between two snapshots
+/// (`A`dded, `D`eleted, `M`odified: content, mode or type), leaving out `exclude` (paths
+/// relative to the workspace, with what is below them).
+fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
+    use std::cmp::Ordering;
+    let excluded = |path: &[u8]| {
+        exclude.iter().any(|x| {
+            let x = x.as_bytes();
+            path == x || (path.starts_with(x) && path.get(x.len()) == Some(&b'/'))
+        })
+    };
+    // Both sorted by path and stage: one walk side by side.
+    let (mut old, mut new) = (
+        before.entries.iter().peekable(),
+        after.entries.iter().peekable(),
+    );
+    let mut list: Vec<(u8, Vec<u8>)> = Vec::new();
+    let mut push = |letter: u8, path: &Vec<u8>| {
+        if !excluded(path) && list.last().is_none_or(|(_, last)| last != path) {
+            list.push((letter, path.clone()));
+        }
+    };
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(a), Some(b)) => (&a.path, a.stage).cmp(&(&b.path, b.stage)),
+        };
+        match order {
+            Ordering::Less => {
+                if let Some(gone) = old.next() {
+                    let still = new.peek().is_some_and(|n| n.path == gone.path);
+                    push(if still { b'M' } else { b'D' }, &gone.path);
+                }
+            }
+            Ordering::Greater => {
+                if let Some(came) = new.next() {
+                    let was = before
+                        .entries
+                        .binary_search_by(|e| e.path.cmp(&came.path))
+                        .is_ok();
+                    push(if was { b'M' } else { b'A' }, &came.path);
+                }
+            }
+            Ordering::Equal => {
+                if let (Some(a), Some(b)) = (old.next(), new.next())
+                    && (a.mode, a.oid) != (b.mode, b.oid)
+                {
+                    push(b'M', &a.path);
+                }
+            }
+        }
+    }
+    list
 }
 
 /// The two scans of a plain ledger, and the paths to judge apart.
@@ -601,6 +665,43 @@ pub fn display(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn index_changes_walks_both_indexes_stages_included() {
+        use crate::workspace::git_index::Entry;
+        let entry = |path: &str, stage: u8, oid: u8| Entry {
+            path: path.as_bytes().to_vec(),
+            stage,
+            mode: 0o100644,
+            oid: [oid; 32],
+        };
+        let snapshot = |entries: Vec<Entry>| Snapshot {
+            tree: String::new(),
+            entries,
+        };
+        let before = snapshot(vec![
+            entry("a", 0, 1),
+            entry("c", 1, 1),
+            entry("c", 2, 2),
+            entry("c", 3, 3),
+            entry("d", 0, 4),
+            entry("e", 0, 5),
+            entry("x/y", 0, 6),
+        ]);
+        let after = snapshot(vec![
+            entry("a", 0, 9),
+            entry("b", 0, 1),
+            entry("c", 0, 7),
+            entry("e", 0, 5),
+            entry("x/y", 0, 8),
+        ]);
+        let changed = index_changes(&before, &after, &["x".to_owned()]);
+        let changed: Vec<(char, &str)> = changed
+            .iter()
+            .map(|(l, p)| (char::from(*l), std::str::from_utf8(p).unwrap()))
+            .collect();
+        assert_eq!(changed, [('M', "a"), ('A', "b"), ('M', "c"), ('D', "d")]);
+    }
+
     use super::*;
 
     /// The sandbox's placeholders may be made while the "before" is taken (it runs beside

@@ -15,6 +15,7 @@
 
 pub mod fs;
 pub mod git;
+pub mod git_index;
 pub mod ledger;
 pub mod scan;
 pub mod scan_cache;

