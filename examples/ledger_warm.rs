@@ -12,6 +12,25 @@ fn main() {
         std::process::exit(2);
     };
     let runs: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(5);
+    if std::env::var_os("LEDGER_WARM_LOAD_ONLY").is_some() {
+        // The scan cache's load alone (what its thread does beside the listing).
+        let canonical = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.into());
+        let Some(cache) =
+            coder::workspace::scan_cache::CacheFile::for_workspace(state.as_ref(), &canonical)
+        else {
+            eprintln!("no cache for this file system");
+            std::process::exit(1);
+        };
+        for _ in 0..runs {
+            let t = Instant::now();
+            let loaded = cache.load();
+            let took = t.elapsed();
+            let entries = loaded.as_ref().map(|l| l.scan.entries.len());
+            drop(loaded);
+            println!("load {:.1} ms {entries:?}", took.as_secs_f64() * 1e3);
+        }
+        return;
+    }
     for _ in 0..runs {
         let t = Instant::now();
         let mut ledger = coder::workspace::Ledger::before_cached(ws.as_ref(), state.as_ref());
