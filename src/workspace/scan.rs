@@ -381,14 +381,14 @@ pub fn scan(root: &Path, caps: &Caps, key: &Key, prior: Option<&mut Prior<'_>>) 
 pub struct Listed {
     started_ns: i128,
     listing: Listing,
-    stats: Stats,
+    stats: Vec<Option<Stat>>,
 }
 
 /// Lists `root` within `caps` and takes every listed file's stat data (see [`scan`]).
 pub fn list(root: &Path, caps: &Caps) -> Listed {
     let started_ns = now_ns();
-    // The names, in walk order, up to the cap, and their stat data taken meanwhile, on two
-    // threads (the scan's time is mostly `fstatat`: see [`Stater`]).
+    // The names, in walk order, up to the cap; then their stat data, on two threads (the
+    // scan's time is mostly `fstatat`).
     let mut listing = Listing {
         cap: caps.files,
         ..Listing::default()
@@ -397,7 +397,7 @@ pub fn list(root: &Path, caps: &Caps) -> Listed {
         listing.list(fd, &[], 0);
     }
     crate::phases::mark("ledger.scan.listed");
-    let stats = std::mem::take(&mut listing.stater).finish();
+    let stats = listing.stat_all(root);
     crate::phases::mark("ledger.scan.stated");
     Listed {
         started_ns,
@@ -418,7 +418,7 @@ pub fn finish(
     let Listed {
         started_ns,
         listing,
-        mut stats,
+        stats,
     } = listed;
     let mut out = Scan {
         started_ns,
@@ -462,8 +462,7 @@ pub fn finish(
             .sum::<usize>();
     out.entries = Entries::with_capacity(listing.found.len(), path_bytes);
     let mut path = Vec::new();
-    for (at, found) in listing.found.iter().enumerate() {
-        let stat = stats.take(at);
+    for (found, stat) in listing.found.iter().zip(stats) {
         path_into(found, &mut path);
         // What the listing said is a file may be gone, or something else, by now.
         let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
@@ -564,7 +563,6 @@ struct Listing {
     truncated: bool,
     /// Every listed directory's change time, taken after its listing.
     dir_ctimes: Vec<(Vec<u8>, i128)>,
-    stater: Stater,
 }
 
 impl Listing {
@@ -579,8 +577,7 @@ impl Listing {
         // (where the file system gives none, an `lstat`).
         let mut buf: Vec<u8> = Vec::new();
         let mut items: Vec<(std::ops::Range<usize>, Kind)> = Vec::new();
-        // Shared with the runs of this directory's files handed to the stat helper.
-        let fd = stream.as_fd().try_clone_to_owned().ok().map(Arc::new);
+        let fd = stream.as_fd().try_clone_to_owned().ok();
         for entry in stream.iter() {
             let Ok(entry) = entry else {
                 break;
@@ -619,8 +616,6 @@ impl Listing {
             self.dir_ctimes.push((rel.to_vec(), ctime));
         }
         let mut here = None;
-        // The first of this directory's files not yet handed over for their stat data.
-        let mut run = self.found.len();
         for (range, kind) in items {
             let name = &buf[range];
             match kind {
@@ -639,12 +634,9 @@ impl Listing {
                     let Some(child) = open_dir_at(parent.as_fd(), name) else {
                         continue;
                     };
-                    // The files before it are this directory's run: handed over now.
-                    self.hand_over(&fd, &mut run);
                     if !self.list(child, &path, depth + 1) {
                         return false;
                     }
-                    run = self.found.len();
                     continue;
                 }
                 Kind::Other => continue,
@@ -652,7 +644,6 @@ impl Listing {
             }
             if self.found.len() >= self.cap {
                 self.truncated = true;
-                self.hand_over(&fd, &mut run);
                 return false;
             }
             let dir = *here.get_or_insert_with(|| {
@@ -665,219 +656,73 @@ impl Listing {
                 dir,
                 name: start..self.names.len(),
             });
-            if self.found.len() - run >= STAT_CHUNK {
-                self.hand_over(&fd, &mut run);
-            }
         }
-        self.hand_over(&fd, &mut run);
         true
     }
 
-    /// Hands the files found from `run` on (all in the directory open as `dir`) to the
-    /// stat helper, or stats them here (see [`Stater`]).
-    fn hand_over(&mut self, dir: &Option<Arc<std::os::fd::OwnedFd>>, run: &mut usize) {
-        let files = &self.found[*run..];
-        if files.is_empty() {
-            return;
+    /// Every found file's stat data (`None`: gone), on two threads for a big listing.
+    fn stat_all(&self, root: &Path) -> Vec<Option<Stat>> {
+        let mut stats = vec![None; self.found.len()];
+        // Units of work: runs of files of one directory, at most STAT_CHUNK long.
+        let mut units = Vec::new();
+        let mut rest: &mut [Option<Stat>] = &mut stats;
+        let mut at = 0;
+        while at < self.found.len() {
+            let dir = self.found[at].dir;
+            let mut end = at + 1;
+            while end < self.found.len() && end - at < STAT_CHUNK && self.found[end].dir == dir {
+                end += 1;
+            }
+            let (unit, tail) = rest.split_at_mut(end - at);
+            units.push((&self.found[at..end], unit));
+            rest = tail;
+            at = end;
         }
-        let unit = dir.as_ref().map(|dir| {
-            let from = files[0].name.start;
-            Unit {
-                start: *run,
-                dir: dir.clone(),
-                names: self.names[from..].to_vec(),
-                ends: files.iter().map(|f| f.name.end - from).collect(),
+        let threaded = self.found.len() >= STAT_THREADED;
+        let queue = std::sync::Mutex::new(units.into_iter());
+        let work = || {
+            let mut open: Option<(usize, std::os::fd::OwnedFd)> = None;
+            loop {
+                let next = match queue.lock() {
+                    Ok(mut q) => q.next(),
+                    Err(_) => None,
+                };
+                let Some((found, out)) = next else {
+                    break;
+                };
+                let dir = found[0].dir;
+                if open.as_ref().is_none_or(|(d, _)| *d != dir) {
+                    open = open_dir(&root.join(std::ffi::OsStr::from_bytes(&self.dirs[dir])))
+                        .map(|fd| (dir, fd));
+                }
+                let Some((_, fd)) = &open else {
+                    continue;
+                };
+                for (f, slot) in found.iter().zip(out.iter_mut()) {
+                    let name = std::ffi::OsStr::from_bytes(&self.names[f.name.clone()]);
+                    // Relative to the open directory, never following a symlink.
+                    *slot =
+                        nix::sys::stat::fstatat(fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                            .ok()
+                            .map(|st| Stat::of(&st));
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let helper = threaded
+                .then(|| {
+                    std::thread::Builder::new()
+                        .name("ledger-stat".into())
+                        .spawn_scoped(s, work)
+                        .ok()
+                })
+                .flatten();
+            work();
+            if let Some(helper) = helper {
+                let _ = helper.join();
             }
         });
-        *run = self.found.len();
-        // Without a descriptor the files cannot be looked at: left as gone.
-        if let Some(unit) = unit {
-            self.stater.give(unit, self.found.len());
-        }
-    }
-}
-
-/// A run of one directory's listed files whose stat data is to be taken.
-struct Unit {
-    /// Index in [`Listing::found`] of the first.
-    start: usize,
-    dir: Arc<std::os::fd::OwnedFd>,
-    /// The names one after the other; `ends` says where each ends.
-    names: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-/// A [`Unit`]'s stat data, in its order (`None`: gone).
-struct Done {
-    start: usize,
-    stats: Vec<Option<Stat>>,
-}
-
-impl Unit {
-    fn stat(self) -> Done {
-        let mut from = 0;
-        let stats = self
-            .ends
-            .iter()
-            .map(|&end| {
-                let name = std::ffi::OsStr::from_bytes(&self.names[from..end]);
-                from = end;
-                // Relative to the directory the listing opened, never following a symlink.
-                nix::sys::stat::fstatat(&*self.dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-                    .ok()
-                    .map(|st| Stat::of(&st))
-            })
-            .collect();
-        Done {
-            start: self.start,
-            stats,
-        }
-    }
-}
-
-/// Runs handed over and not yet taken by the helper.
-#[derive(Default)]
-struct Queue {
-    pending: std::sync::Mutex<Pending>,
-    ready: std::sync::Condvar,
-}
-
-#[derive(Default)]
-struct Pending {
-    units: std::collections::VecDeque<Unit>,
-    /// The listing is over: the helper ends once the queue is empty.
-    closed: bool,
-}
-
-impl Queue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        // Nothing is left half-done under the lock: a poisoned one is as good.
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn close(&self) {
-        self.lock().closed = true;
-        self.ready.notify_all();
-    }
-}
-
-/// The stat data of the listed files, taken while the listing goes on (the scan's time is
-/// mostly `fstatat`, and the listing is a fifth of it): once the tree has shown more than
-/// [`STAT_THREADED`] files, each directory's run of files is queued for a helper thread;
-/// when [`MAX_QUEUED`] runs wait already, the listing takes the run's stat data itself,
-/// and when it is over it takes what is still queued, so both cores work to the end.
-#[derive(Default)]
-struct Stater {
-    helper: Option<(Arc<Queue>, std::thread::JoinHandle<Vec<Done>>)>,
-    done: Vec<Done>,
-    no_helper: bool,
-}
-
-/// Runs queued for the helper at most (each holds its directory open).
-const MAX_QUEUED: usize = 64;
-
-impl Stater {
-    fn give(&mut self, unit: Unit, listed: usize) {
-        if self.helper.is_none() && !self.no_helper && listed >= STAT_THREADED {
-            let queue = Arc::new(Queue::default());
-            let theirs = queue.clone();
-            let spawned = std::thread::Builder::new()
-                .name("ledger-stat".into())
-                .spawn(move || {
-                    let mut done = Vec::new();
-                    loop {
-                        let unit = {
-                            let mut pending = theirs.lock();
-                            loop {
-                                if let Some(unit) = pending.units.pop_front() {
-                                    break Some(unit);
-                                }
-                                if pending.closed {
-                                    break None;
-                                }
-                                pending = theirs
-                                    .ready
-                                    .wait(pending)
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                            }
-                        };
-                        match unit {
-                            Some(unit) => done.push(unit.stat()),
-                            None => return done,
-                        }
-                    }
-                });
-            match spawned {
-                Ok(helper) => self.helper = Some((queue, helper)),
-                Err(_) => self.no_helper = true,
-            }
-        }
-        let unit = match &self.helper {
-            Some((queue, _)) => {
-                let mut pending = queue.lock();
-                if pending.units.len() < MAX_QUEUED {
-                    pending.units.push_back(unit);
-                    drop(pending);
-                    queue.ready.notify_one();
-                    return;
-                }
-                unit
-            }
-            None => unit,
-        };
-        self.done.push(unit.stat());
-    }
-
-    /// Every listed file's stat data once the listing is over.
-    fn finish(mut self) -> Stats {
-        let mut done = std::mem::take(&mut self.done);
-        if let Some((queue, helper)) = self.helper.take() {
-            // What is still queued is taken here, beside the helper.
-            while let Some(unit) = queue.lock().units.pop_front() {
-                done.push(unit.stat());
-            }
-            queue.close();
-            // A helper that failed leaves its files without stat data: taken as gone,
-            // which the scan reports (never as unchanged).
-            if let Ok(theirs) = helper.join() {
-                done.extend(theirs);
-            }
-        }
-        done.sort_unstable_by_key(|unit| unit.start);
-        Stats { runs: done, at: 0 }
-    }
-}
-
-/// The listed files' stat data, by runs in the listing's order (not copied into one).
-struct Stats {
-    runs: Vec<Done>,
-    /// The run the last file asked for was in.
-    at: usize,
-}
-
-impl Stats {
-    /// File `file`'s stat data (`None`: gone, or never looked at), asked for in order.
-    fn take(&mut self, file: usize) -> Option<Stat> {
-        while self
-            .runs
-            .get(self.at)
-            .is_some_and(|run| run.start + run.stats.len() <= file)
-        {
-            self.at += 1;
-        }
-        let run = self.runs.get_mut(self.at)?;
-        run.stats.get_mut(file.checked_sub(run.start)?)?.take()
-    }
-}
-
-impl Drop for Stater {
-    fn drop(&mut self) {
-        // Not finished (a panic on the way): the helper is not left waiting.
-        if let Some((queue, _)) = &self.helper {
-            queue.close();
-        }
+        stats
     }
 }
 
@@ -1323,10 +1168,10 @@ mod tests {
         assert_eq!((again.reused, again.read), (cap as u64, 0));
     }
 
-    /// The stat data taken beside the listing, by runs of each directory's files (files
+    /// The stat data taken on two threads, by runs of each directory's files (files
     /// before and after a subdirectory are two runs), are each file's own.
     #[test]
-    fn stat_data_taken_beside_the_listing_are_each_files_own() {
+    fn stat_data_taken_on_two_threads_are_each_files_own() {
         let dir = tempfile::tempdir().unwrap();
         let mut all = Vec::new();
         for d in 0..6 {
