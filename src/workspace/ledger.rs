@@ -226,6 +226,11 @@ impl Ledger {
                         let mut prior = Prior::Owned(loaded.scan);
                         let scan =
                             scan::finish(listed, workspace, &caps, &loaded.key, Some(&mut prior));
+                        // What is left of the cache's entries (100k of them take a few ms
+                        // to free) is freed off the snapshot's path; inline if no thread.
+                        let _ = std::thread::Builder::new()
+                            .name("ledger-free".into())
+                            .spawn(move || drop(prior));
                         (loaded.key, scan)
                     }
                     None => {
