@@ -556,6 +556,8 @@ struct Listing {
     cap: usize,
     /// Directories holding found files, relative to the root.
     dirs: Vec<Vec<u8>>,
+    /// Each of `dirs` as listed: device and inode (`None`: unknown).
+    dir_ids: Vec<Option<(u64, u64)>>,
     /// The found files' names, one after the other.
     names: Vec<u8>,
     found: Vec<Found>,
@@ -611,10 +613,12 @@ impl Listing {
         drop(stream);
         items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
         // After the listing: a removal it missed moves the change time past this look.
-        if let Some(st) = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok()) {
+        let st = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok());
+        if let Some(st) = &st {
             let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
             self.dir_ctimes.push((rel.to_vec(), ctime));
         }
+        let ident = st.map(|st| (st.st_dev, st.st_ino));
         let mut here = None;
         for (range, kind) in items {
             let name = &buf[range];
@@ -648,6 +652,7 @@ impl Listing {
             }
             let dir = *here.get_or_insert_with(|| {
                 self.dirs.push(rel.to_vec());
+                self.dir_ids.push(ident);
                 self.dirs.len() - 1
             });
             let start = self.names.len();
@@ -692,8 +697,7 @@ impl Listing {
                 };
                 let dir = found[0].dir;
                 if open.as_ref().is_none_or(|(d, _)| *d != dir) {
-                    open = open_dir(&root.join(std::ffi::OsStr::from_bytes(&self.dirs[dir])))
-                        .map(|fd| (dir, fd));
+                    open = reopen_dir(root, &self.dirs[dir], self.dir_ids[dir]).map(|fd| (dir, fd));
                 }
                 let Some((_, fd)) = &open else {
                     continue;
@@ -756,6 +760,17 @@ fn open_dir_at(parent: std::os::fd::BorrowedFd<'_>, name: &[u8]) -> Option<std::
         nix::sys::stat::Mode::empty(),
     )
     .ok()
+}
+
+/// A listed directory (`rel` below the root) opened again for its files' stat data: by
+/// path (the kernel's fast walk), then held to be the very directory the listing read
+/// (`ident`: its device and inode then). One swapped since, for a symlink or another
+/// directory, is not used: its files are then taken as gone, which the scan reports.
+fn reopen_dir(root: &Path, rel: &[u8], ident: Option<(u64, u64)>) -> Option<std::os::fd::OwnedFd> {
+    let ident = ident?;
+    let dir = open_dir(&root.join(std::ffi::OsStr::from_bytes(rel)))?;
+    let st = nix::sys::stat::fstat(&dir).ok()?;
+    (st.st_dev, st.st_ino).eq(&ident).then_some(dir)
 }
 
 fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
@@ -1195,6 +1210,30 @@ mod tests {
             let entry = &got.entries[name.as_bytes()];
             assert_eq!((entry.ino, entry.size), (meta.ino(), meta.len()), "{name}");
         }
+    }
+
+    /// A listed directory opened again for its files' stat data must be the one the
+    /// listing read: swapped since for a symlink to another directory, it is not used.
+    #[test]
+    fn a_directory_swapped_since_its_listing_is_not_opened_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let ident = |path: &Path| {
+            let meta = std::fs::metadata(path).unwrap();
+            Some((meta.dev(), meta.ino()))
+        };
+        let listed = ident(&root.join("a/b"));
+        assert!(reopen_dir(root, b"a/b", listed).is_some());
+        assert!(reopen_dir(root, b"", ident(root)).is_some());
+        assert!(reopen_dir(root, b"a/b", None).is_none());
+        std::fs::rename(root.join("a/b"), root.join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("a/b")).unwrap();
+        assert!(reopen_dir(root, b"a/b", listed).is_none());
+        std::fs::remove_file(root.join("a/b")).unwrap();
+        std::fs::create_dir(root.join("a/b")).unwrap();
+        assert!(reopen_dir(root, b"a/b", listed).is_none());
     }
 
     #[test]
