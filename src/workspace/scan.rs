@@ -251,6 +251,8 @@ impl Entries {
     }
 }
 
+/// For tests, as a map's indexing: panics on a path it does not hold.
+#[cfg(test)]
 impl std::ops::Index<&[u8]> for Entries {
     type Output = Entry;
 
