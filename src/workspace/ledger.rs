@@ -226,6 +226,11 @@ impl Ledger {
                         let mut prior = Prior::Owned(loaded.scan);
                         let scan =
                             scan::finish(listed, workspace, &caps, &loaded.key, Some(&mut prior));
+                        // What is left of the cache's entries (100k of them take a few ms
+                        // to free) is freed off the snapshot's path; inline if no thread.
+                        let _ = std::thread::Builder::new()
+                            .name("ledger-free".into())
+                            .spawn(move || drop(prior));
                         (loaded.key, scan)
                     }
                     None => {
@@ -530,18 +535,15 @@ fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Opt
         .filter(|s| s.truncated)
         .filter_map(|s| s.last.as_deref())
         .min_by(|a, b| scan::walk_order(a, b));
-    let paths: std::collections::BTreeSet<&Vec<u8>> = before
+    let paths: std::collections::BTreeSet<&[u8]> = before
         .entries
         .keys()
         .chain(after.entries.keys())
-        .chain(sides.unknown)
+        .chain(sides.unknown.iter().map(Vec::as_slice))
         .collect();
     for path in paths {
         if limit.is_some_and(|l| scan::walk_order(path, l).is_gt())
-            || sides
-                .exclude
-                .iter()
-                .any(|x| x.as_bytes() == path.as_slice())
+            || sides.exclude.iter().any(|x| x.as_bytes() == path)
         {
             continue;
         }

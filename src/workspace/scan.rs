@@ -18,7 +18,6 @@
 //! cannot be set by a program, so restoring a file's size and modification time (`touch
 //! -d`) does not hide a change.
 
-use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -137,7 +136,7 @@ impl Entry {
 /// The files of a directory tree, by path relative to its root (bytes, `/`-separated).
 #[derive(Debug, Default)]
 pub struct Scan {
-    pub entries: BTreeMap<Vec<u8>, Entry>,
+    pub entries: Entries,
     /// More files existed than the cap allows.
     pub truncated: bool,
     /// The last path scanned (in [`walk_order`]).
@@ -164,7 +163,7 @@ impl Scan {
                 .entries
                 .iter()
                 .filter(|(_, e)| e.ctime_ns >= since_ns)
-                .map(|(path, _)| path.clone())
+                .map(|(path, _)| path.to_vec())
                 .chain(self.vanished.iter().cloned())
                 .collect(),
             dirs: self
@@ -174,6 +173,112 @@ impl Scan {
                 .map(|(path, _)| path.clone())
                 .collect(),
         }
+    }
+}
+
+/// A scan's entries in walk order ([`walk_order`]), their paths one after the other in
+/// one buffer: the order the listing gives them, so a scan is built by appending and a
+/// prior scan is matched with a new one by walking both (no map to build, search or drop).
+#[derive(Debug, Default, Clone)]
+pub struct Entries {
+    paths: Vec<u8>,
+    /// Each entry with the end of its path in `paths` (it starts where the previous ends).
+    items: Vec<(usize, Entry)>,
+}
+
+impl Entries {
+    pub fn with_capacity(entries: usize, path_bytes: usize) -> Entries {
+        Entries {
+            paths: Vec::with_capacity(path_bytes),
+            items: Vec::with_capacity(entries),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    fn path_at(&self, at: usize) -> &[u8] {
+        let start = at.checked_sub(1).map_or(0, |before| self.items[before].0);
+        &self.paths[start..self.items[at].0]
+    }
+
+    /// Appends `path`, which must come after every path held in walk order; `false` (and
+    /// nothing added) when it does not.
+    pub fn push(&mut self, path: &[u8], entry: Entry) -> bool {
+        if let Some(last) = self.items.len().checked_sub(1)
+            && !walk_order(self.path_at(last), path).is_lt()
+        {
+            return false;
+        }
+        self.paths.extend_from_slice(path);
+        self.items.push((self.paths.len(), entry));
+        true
+    }
+
+    fn position(&self, path: &[u8]) -> Option<usize> {
+        let (mut lo, mut hi) = (0, self.items.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match walk_order(self.path_at(mid), path) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+
+    pub fn get(&self, path: &[u8]) -> Option<&Entry> {
+        self.position(path).map(|at| &self.items[at].1)
+    }
+
+    pub fn contains_key(&self, path: &[u8]) -> bool {
+        self.position(path).is_some()
+    }
+
+    /// Paths and entries in walk order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        (0..self.items.len()).map(|at| (self.path_at(at), &self.items[at].1))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.iter().map(|(path, _)| path)
+    }
+}
+
+/// For tests, as a map's indexing: panics on a path it does not hold.
+#[cfg(test)]
+impl std::ops::Index<&[u8]> for Entries {
+    type Output = Entry;
+
+    fn index(&self, path: &[u8]) -> &Entry {
+        match self.get(path) {
+            Some(entry) => entry,
+            None => panic!("no entry for {}", String::from_utf8_lossy(path)),
+        }
+    }
+}
+
+/// In any order; a path given twice keeps its last entry (as a map's insertion would).
+impl FromIterator<(Vec<u8>, Entry)> for Entries {
+    fn from_iter<I: IntoIterator<Item = (Vec<u8>, Entry)>>(iter: I) -> Entries {
+        let mut all: Vec<(Vec<u8>, Entry)> = iter.into_iter().collect();
+        // Stable: of equal paths, the last one given is last.
+        all.sort_by(|a, b| walk_order(&a.0, &b.0));
+        let mut out = Entries::with_capacity(all.len(), all.iter().map(|(p, _)| p.len()).sum());
+        let mut all = all.into_iter().peekable();
+        while let Some((path, entry)) = all.next() {
+            if all.peek().is_some_and(|(next, _)| *next == path) {
+                continue;
+            }
+            out.push(&path, entry);
+        }
+        out
     }
 }
 
@@ -207,17 +312,33 @@ impl Prior<'_> {
     }
 
     /// The entry for `path` when `meta` shows its file unchanged since (taken out of an
-    /// owned scan whether or not it is still valid: no later look wants it).
-    fn take_valid(&mut self, path: &[u8], meta: &Stat) -> Option<Entry> {
+    /// owned scan whether or not it is still valid: no later look wants it). Paths are
+    /// asked for in walk order: `cursor` (0 at first) is where the last one was, so the
+    /// prior scan is walked once beside the new one.
+    fn take_valid(&mut self, path: &[u8], meta: &Stat, cursor: &mut usize) -> Option<Entry> {
         let trusted = self.trusted_before_ns();
+        let entries = &self.scan().entries;
+        let at = loop {
+            if *cursor >= entries.len() {
+                return None;
+            }
+            let held = entries.path_at(*cursor);
+            if held == path {
+                break *cursor;
+            }
+            if walk_order(held, path).is_gt() {
+                return None;
+            }
+            *cursor += 1;
+        };
+        *cursor += 1;
         match self {
-            Prior::Owned(scan) => scan
-                .entries
-                .remove(path)
-                .filter(|old| old.still_valid(meta, trusted)),
-            Prior::Borrowed(scan) => scan
-                .entries
-                .get(path)
+            Prior::Owned(scan) => {
+                let old = &mut scan.entries.items[at].1;
+                let content = old.content.take();
+                Some(Entry { content, ..*old }).filter(|old| old.still_valid(meta, trusted))
+            }
+            Prior::Borrowed(scan) => Some(&scan.entries.items[at].1)
                 .filter(|old| old.still_valid(meta, trusted))
                 .cloned(),
         }
@@ -309,6 +430,7 @@ pub fn finish(
     let mut walker = Walker {
         caps,
         prior,
+        cursor: 0,
         // Only files on the root's own file system are reused: another one mounted inside
         // may keep time by a clock of its own.
         root_dev: std::fs::symlink_metadata(root).map_or(u64::MAX, |m| m.dev()),
@@ -317,25 +439,36 @@ pub fn finish(
             keep_left: caps.keep_bytes,
         },
     };
-    let path_of = |found: &Found| {
+    let path_into = |found: &Found, path: &mut Vec<u8>| {
         let dir = &listing.dirs[found.dir];
-        let name = &listing.names[found.name.clone()];
-        let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
+        path.clear();
         path.extend_from_slice(dir);
         if !path.is_empty() {
             path.push(b'/');
         }
-        path.extend_from_slice(name);
-        path
+        path.extend_from_slice(&listing.names[found.name.clone()]);
     };
     // The last path scanned, whatever became of it.
-    out.last = listing.found.last().map(path_of);
-    let mut entries = Vec::with_capacity(listing.found.len());
+    out.last = listing.found.last().map(|found| {
+        let mut path = Vec::new();
+        path_into(found, &mut path);
+        path
+    });
+    // The listing's order is the walk's: appended as they come (a path out of that order,
+    // which the listing never gives, would be left out and the scan called cut).
+    let path_bytes = listing.names.len()
+        + listing
+            .found
+            .iter()
+            .map(|f| listing.dirs[f.dir].len() + 1)
+            .sum::<usize>();
+    out.entries = Entries::with_capacity(listing.found.len(), path_bytes);
+    let mut path = Vec::new();
     for (found, stat) in listing.found.iter().zip(stats) {
-        let path = path_of(found);
+        path_into(found, &mut path);
         // What the listing said is a file may be gone, or something else, by now.
         let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
-            out.vanished.push(path);
+            out.vanished.push(path.clone());
             continue;
         };
         let entry = match walker.reuse(&path, &stat) {
@@ -349,10 +482,11 @@ pub fn finish(
                 look(&full, &stat, caps, key, &mut walker.budget)
             }
         };
-        entries.push((path, entry));
+        if !out.entries.push(&path, entry) {
+            out.truncated = true;
+        }
     }
     crate::phases::mark("ledger.scan.looked");
-    out.entries = entries.into_iter().collect();
     out.dir_ctimes = listing.dir_ctimes;
     crate::phases::mark("ledger.scan.done");
     out
@@ -424,6 +558,8 @@ struct Listing {
     cap: usize,
     /// Directories holding found files, relative to the root.
     dirs: Vec<Vec<u8>>,
+    /// Each of `dirs` as listed: device and inode (`None`: unknown).
+    dir_ids: Vec<Option<(u64, u64)>>,
     /// The found files' names, one after the other.
     names: Vec<u8>,
     found: Vec<Found>,
@@ -479,10 +615,12 @@ impl Listing {
         drop(stream);
         items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
         // After the listing: a removal it missed moves the change time past this look.
-        if let Some(st) = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok()) {
+        let st = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok());
+        if let Some(st) = &st {
             let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
             self.dir_ctimes.push((rel.to_vec(), ctime));
         }
+        let ident = st.map(|st| (st.st_dev, st.st_ino));
         let mut here = None;
         for (range, kind) in items {
             let name = &buf[range];
@@ -516,6 +654,7 @@ impl Listing {
             }
             let dir = *here.get_or_insert_with(|| {
                 self.dirs.push(rel.to_vec());
+                self.dir_ids.push(ident);
                 self.dirs.len() - 1
             });
             let start = self.names.len();
@@ -560,8 +699,7 @@ impl Listing {
                 };
                 let dir = found[0].dir;
                 if open.as_ref().is_none_or(|(d, _)| *d != dir) {
-                    open = open_dir(&root.join(std::ffi::OsStr::from_bytes(&self.dirs[dir])))
-                        .map(|fd| (dir, fd));
+                    open = reopen_dir(root, &self.dirs[dir], self.dir_ids[dir]).map(|fd| (dir, fd));
                 }
                 let Some((_, fd)) = &open else {
                     continue;
@@ -626,6 +764,17 @@ fn open_dir_at(parent: std::os::fd::BorrowedFd<'_>, name: &[u8]) -> Option<std::
     .ok()
 }
 
+/// A listed directory (`rel` below the root) opened again for its files' stat data: by
+/// path (the kernel's fast walk), then held to be the very directory the listing read
+/// (`ident`: its device and inode then). One swapped since, for a symlink or another
+/// directory, is not used: its files are then taken as gone, which the scan reports.
+fn reopen_dir(root: &Path, rel: &[u8], ident: Option<(u64, u64)>) -> Option<std::os::fd::OwnedFd> {
+    let ident = ident?;
+    let dir = open_dir(&root.join(std::ffi::OsStr::from_bytes(rel)))?;
+    let st = nix::sys::stat::fstat(&dir).ok()?;
+    (st.st_dev, st.st_ino).eq(&ident).then_some(dir)
+}
+
 fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
     use nix::fcntl::OFlag;
     nix::fcntl::open(
@@ -639,6 +788,8 @@ fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
 struct Walker<'a, 'p> {
     caps: &'a Caps,
     prior: Option<&'a mut Prior<'p>>,
+    /// Where the walk is in the prior scan (see [`Prior::take_valid`]).
+    cursor: usize,
     root_dev: u64,
     budget: Budget,
 }
@@ -652,7 +803,7 @@ impl Walker<'_, '_> {
         if meta.dev != self.root_dev {
             return None;
         }
-        let mut entry = prior.take_valid(path, meta)?;
+        let mut entry = prior.take_valid(path, meta, &mut self.cursor)?;
         if meta.is_symlink() {
             return Some(entry);
         }
@@ -681,9 +832,15 @@ impl Walker<'_, '_> {
     }
 }
 
-/// The order of the walk: path components compared one by one.
+/// The order of the walk: path components compared one by one. The same as comparing the
+/// bytes with `/` taken as lower than any byte of a name (names hold no NUL), which is
+/// how it is done: at the first byte that differs.
 pub fn walk_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
+    let rank = |c: u8| if c == b'/' { 0 } else { c };
+    match a.iter().zip(b).find(|(x, y)| x != y) {
+        Some((x, y)) => rank(*x).cmp(&rank(*y)),
+        None => a.len().cmp(&b.len()),
+    }
 }
 
 struct Budget {
@@ -824,10 +981,11 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
         let key = Key::random();
         let whole = scan(root, &Caps::default(), &key, None);
-        let paths: Vec<&[u8]> = whole.entries.keys().map(Vec::as_slice).collect();
+        // In walk order: `a/` before `a.txt`.
+        let paths: Vec<&[u8]> = whole.entries.keys().collect();
         assert_eq!(
             paths,
-            [&b"a.txt"[..], b"a/b/deep.txt", b"inner", b"out", b"z.txt"]
+            [&b"a/b/deep.txt"[..], b"a.txt", b"inner", b"out", b"z.txt"]
         );
         assert_eq!(
             whole.entries[&b"out"[..]].mode & libc::S_IFMT,
@@ -840,11 +998,96 @@ mod tests {
         };
         let cut = scan(root, &caps, &key, None);
         assert!(cut.truncated);
-        let kept: Vec<&[u8]> = cut.entries.keys().map(Vec::as_slice).collect();
-        assert_eq!(kept, [&b"a.txt"[..], b"a/b/deep.txt"]);
+        let kept: Vec<&[u8]> = cut.entries.keys().collect();
+        assert_eq!(kept, [&b"a/b/deep.txt"[..], b"a.txt"]);
         assert_eq!(cut.last.as_deref(), Some(&b"a.txt"[..]));
         // Every listed directory's change time is kept (the root, a, a/b).
         assert_eq!(whole.dir_ctimes.len(), 3);
+    }
+
+    /// The byte comparison with `/` lowest is the component-by-component one.
+    #[test]
+    fn walk_order_compares_components() {
+        let by_components =
+            |a: &[u8], b: &[u8]| a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'));
+        let paths: [&[u8]; 12] = [
+            b"a", b"a.txt", b"a/b", b"a/b.c", b"a-b", b"a/b/c", b"ab", b"a\x01", b"b", b"a b",
+            b"a/\xff", b"\xff/a",
+        ];
+        for a in paths {
+            for b in paths {
+                assert_eq!(walk_order(a, b), by_components(a, b), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    /// Entries in walk order: found by path, built from any order (the last of a path
+    /// given twice kept), and never appended out of order.
+    #[test]
+    fn entries_keep_the_walk_order() {
+        let entry = |size| Entry {
+            size,
+            mtime_ns: 0,
+            mode: libc::S_IFREG,
+            dev: 0,
+            ino: 0,
+            ctime_ns: 0,
+            hash: None,
+            binary: false,
+            lines: None,
+            content: None,
+        };
+        let entries: Entries = [
+            (b"a.txt".to_vec(), entry(1)),
+            (b"a/b".to_vec(), entry(2)),
+            (b"z".to_vec(), entry(3)),
+            (b"a.txt".to_vec(), entry(4)),
+        ]
+        .into_iter()
+        .collect();
+        let keys: Vec<&[u8]> = entries.keys().collect();
+        assert_eq!(keys, [&b"a/b"[..], b"a.txt", b"z"]);
+        assert_eq!(entries[b"a.txt".as_slice()].size, 4);
+        assert_eq!(entries.get(b"a/b").map(|e| e.size), Some(2));
+        assert!(entries.get(b"a").is_none() && !entries.contains_key(b"y"));
+        let mut more = entries.clone();
+        assert!(!more.push(b"a.txt", entry(5)));
+        assert!(!more.push(b"z", entry(5)));
+        assert!(more.push(b"z/a", entry(5)));
+        assert_eq!(more.len(), 4);
+    }
+
+    /// A prior scan with files the new one no longer has, and without files it has: the
+    /// walk beside it reuses exactly the unchanged ones it holds.
+    #[test]
+    fn the_walk_beside_a_prior_scan_matches_paths_across_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in ["b", "d", "f", "h"] {
+            std::fs::write(root.join(name), name).unwrap();
+        }
+        std::fs::create_dir(root.join("c")).unwrap();
+        std::fs::write(root.join("c/x"), "x").unwrap();
+        let key = Key::random();
+        let mut first = scan(root, &Caps::default(), &key, None);
+        first.started_ns += 10 * RACY_MARGIN_NS;
+        // Gone from the tree: b, c/x; new: a, e, g, c.txt.
+        std::fs::remove_file(root.join("b")).unwrap();
+        std::fs::remove_file(root.join("c/x")).unwrap();
+        for name in ["a", "e", "g", "c.txt"] {
+            std::fs::write(root.join(name), name).unwrap();
+        }
+        let copy = Scan {
+            entries: first.entries.clone(),
+            started_ns: first.started_ns,
+            ..Scan::default()
+        };
+        for mut prior in [Prior::Borrowed(&first), Prior::Owned(copy)] {
+            let again = scan(root, &Caps::default(), &key, Some(&mut prior));
+            assert_eq!((again.reused, again.read), (3, 4));
+            let keys: Vec<&[u8]> = again.entries.keys().collect();
+            assert_eq!(keys, [&b"a"[..], b"c.txt", b"d", b"e", b"f", b"g", b"h"]);
+        }
     }
 
     #[test]
@@ -876,7 +1119,7 @@ mod tests {
             ..now.entries[b"f".as_slice()].clone()
         };
         let forged = |started_ns| Scan {
-            entries: BTreeMap::from([(b"f".to_vec(), stale.clone())]),
+            entries: [(b"f".to_vec(), stale.clone())].into_iter().collect(),
             started_ns,
             ..Scan::default()
         };
@@ -931,10 +1174,8 @@ mod tests {
         let first = scan(dir.path(), &caps, &key, None);
         assert!(first.truncated);
         assert_eq!(first.read, cap as u64);
-        let got: Vec<_> = first.entries.keys().cloned().collect();
-        let mut want = all[..cap].to_vec();
-        want.sort();
-        assert_eq!(got, want);
+        let got: Vec<_> = first.entries.keys().map(<[u8]>::to_vec).collect();
+        assert_eq!(got, all[..cap]);
         assert_eq!(first.last.as_deref(), Some(all[cap - 1].as_slice()));
         let e = &first.entries[b"d03/f007".as_slice()];
         assert_eq!(e.content_bytes(&key).as_deref(), Some(b"3 7\n".as_slice()));
@@ -942,6 +1183,59 @@ mod tests {
         aged.started_ns += 10 * RACY_MARGIN_NS;
         let again = scan(dir.path(), &caps, &key, Some(&mut Prior::Owned(aged)));
         assert_eq!((again.reused, again.read), (cap as u64, 0));
+    }
+
+    /// The stat data taken on two threads, by runs of each directory's files (files
+    /// before and after a subdirectory are two runs), are each file's own.
+    #[test]
+    fn stat_data_taken_on_two_threads_are_each_files_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut all = Vec::new();
+        for d in 0..6 {
+            for sub in ["", "/m", "/m/n"] {
+                let at = format!("d{d}{sub}");
+                std::fs::create_dir_all(dir.path().join(&at)).unwrap();
+                // Names on both sides of the subdirectory `m` and `n`.
+                for f in 0..300 {
+                    let name = format!("{at}/{}{f:03}", if f % 2 == 0 { "a" } else { "z" });
+                    std::fs::write(dir.path().join(&name), "x".repeat(f)).unwrap();
+                    all.push(name);
+                }
+            }
+        }
+        assert!(all.len() > 4 * STAT_THREADED);
+        let got = scan(dir.path(), &Caps::default(), &Key::random(), None);
+        assert!(got.vanished.is_empty() && !got.truncated);
+        assert_eq!(got.entries.len(), all.len());
+        for name in &all {
+            let meta = std::fs::symlink_metadata(dir.path().join(name)).unwrap();
+            let entry = &got.entries[name.as_bytes()];
+            assert_eq!((entry.ino, entry.size), (meta.ino(), meta.len()), "{name}");
+        }
+    }
+
+    /// A listed directory opened again for its files' stat data must be the one the
+    /// listing read: swapped since for a symlink to another directory, it is not used.
+    #[test]
+    fn a_directory_swapped_since_its_listing_is_not_opened_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let ident = |path: &Path| {
+            let meta = std::fs::metadata(path).unwrap();
+            Some((meta.dev(), meta.ino()))
+        };
+        let listed = ident(&root.join("a/b"));
+        assert!(reopen_dir(root, b"a/b", listed).is_some());
+        assert!(reopen_dir(root, b"", ident(root)).is_some());
+        assert!(reopen_dir(root, b"a/b", None).is_none());
+        std::fs::rename(root.join("a/b"), root.join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("a/b")).unwrap();
+        assert!(reopen_dir(root, b"a/b", listed).is_none());
+        std::fs::remove_file(root.join("a/b")).unwrap();
+        std::fs::create_dir(root.join("a/b")).unwrap();
+        assert!(reopen_dir(root, b"a/b", listed).is_none());
     }
 
     #[test]

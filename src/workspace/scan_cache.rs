@@ -17,7 +17,6 @@
 //! systems whose timestamps come from this kernel's clock (the racy rule compares them
 //! with it); elsewhere every file is read, as before.
 
-use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -25,7 +24,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::scan::{Content, Entry, Key, Scan};
+use super::scan::{Content, Entries, Entry, Key, Scan};
 use crate::le_reader::LeReader;
 
 const MAGIC: &[u8; 16] = b"coder-ledger\0v1\n";
@@ -166,8 +165,9 @@ pub fn local_clock(path: &Path) -> bool {
 
 // ---- The format: all integers little-endian.
 // MAGIC, u64 length of this head (up to and including the checksum), u32 workspace
-// length, workspace, key (2 x u64), i64 scan start (ns), u64 entry
-// count, the entries, u64 blob bytes, u64 checksum (of everything before it), the blobs.
+// length, workspace, key (2 x u64), i64 scan start (ns), u64 entry count, the entries (in
+// walk order, `scan::walk_order`), u64 blob bytes, u64 checksum (of everything before
+// it), the blobs.
 // An entry: u32 path length, path, u64 size, i64 mtime, i64 ctime (ns), u32 mode, u64 dev,
 // u64 ino, u8 flags (1 hash, 2 binary, 4 lines, 8 content), u64 hash, u64 lines, u64
 // content length (its bytes follow the previous entry's in the blob area).
@@ -188,7 +188,7 @@ fn checksum(bytes: &[u8]) -> u64 {
 
 fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
     // Exactly the head's size (entries that are left out make it smaller).
-    let path_bytes: usize = scan.entries.keys().map(Vec::len).sum();
+    let path_bytes: usize = scan.entries.keys().map(<[u8]>::len).sum();
     let mut out = Vec::with_capacity(
         MAGIC.len() + 60 + workspace.len() + path_bytes + scan.entries.len() * ENTRY_FIXED,
     );
@@ -206,7 +206,7 @@ fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>)
     out.extend_from_slice(&0u64.to_le_bytes());
     // Stored contents of one old cache file, read once when first needed.
     let mut old: Option<(Arc<std::fs::File>, Vec<u8>)> = None;
-    for (path, entry) in &scan.entries {
+    for (path, entry) in scan.entries.iter() {
         let (Ok(mtime), Ok(ctime), Ok(path_len)) = (
             i64::try_from(entry.mtime_ns),
             i64::try_from(entry.ctime_ns),
@@ -324,9 +324,13 @@ fn parse(
         return None;
     }
     let mut offset = blobs_start;
-    // Collected first, then built into the map at once: the file holds them in the map's
-    // order (a bulk build, not one insertion per entry).
-    let mut entries = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
+    // The file holds them in walk order, the scan's own: appended as they come, and a
+    // file out of that order is not used.
+    let count = usize::try_from(count).ok()?;
+    let path_bytes = bytes
+        .len()
+        .saturating_sub(count.saturating_mul(ENTRY_FIXED));
+    let mut entries = Entries::with_capacity(count.min(1 << 20), path_bytes.min(64 << 20));
     for _ in 0..count {
         let path_len = r.u32()? as usize;
         let path = r.take(path_len)?;
@@ -367,9 +371,10 @@ fn parse(
             lines: (flags & HAS_LINES != 0).then_some(lines),
             content,
         };
-        entries.push((path.to_vec(), entry));
+        if !entries.push(path, entry) {
+            return None;
+        }
     }
-    let entries: BTreeMap<Vec<u8>, Entry> = entries.into_iter().collect();
     if r.position() != entries_end {
         return None;
     }
