@@ -13,12 +13,14 @@
 //! agent holds no descriptor but its stdio, with the phase trace (an open file the fork
 //! keeps) on; in `--sandbox read-only` the same.
 //!
-//! Found open, closed with this review: init's (and the outer helper's) memory could be
-//! dumped: the agent may raise init's `RLIMIT_CORE` (`prlimit --pid 1`, no ptrace right
-//! needed), and the fork, whose documentation said it made itself not dumpable, did not:
-//! a core of init written on any crash would have held coder's environment and heap. Init
-//! is now not dumpable from before the agent is forked (the agent's own `execve` makes it
-//! dumpable again).
+//! Found open, closed with this review: init's memory could be dumped: the agent may
+//! raise init's `RLIMIT_CORE` (`prlimit --pid 1`, no ptrace right needed), and the fork,
+//! whose documentation said it made itself not dumpable, did not: a core of init written
+//! on any crash would have held coder's environment and heap (`coder sandbox`'s init the
+//! same, with its caller's credentials). Every sandbox's init is now not dumpable from its
+//! fork on (the agent's own `execve` makes the agent dumpable again). No way for the agent
+//! to crash init was found (signals to it are refused, and it allocates nothing while it
+//! waits), so this closes what a crash would have left.
 
 mod common;
 
@@ -293,7 +295,7 @@ fn the_agent_holds_no_descriptor_the_fork_kept() {
 }
 
 /// The host pid of the sandbox's init whose agent's command line names `root`: a process
-/// whose innermost pid is 1, named `coder-helper`, with a child naming the tree.
+/// whose innermost pid is 1 with a child naming the tree.
 fn find_init(root: &Path) -> Option<u32> {
     let root = root.to_string_lossy().into_owned();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -313,7 +315,7 @@ fn find_init(root: &Path) -> Option<u32> {
             .is_some_and(|ns| {
                 ns.split_whitespace().last() == Some("1") && ns.split_whitespace().count() > 1
             });
-        if !inner_one || !status.starts_with("Name:\tcoder-helper") {
+        if !inner_one {
             continue;
         }
         let children =
@@ -331,7 +333,8 @@ fn find_init(root: &Path) -> Option<u32> {
 
 /// The agent may raise the sandbox's init's core limit (`prlimit` needs no ptrace
 /// right), and `core_pattern` writes a crashed process's core where it runs: a core of
-/// init, a copy of coder's memory, would hold coder's environment and heap. Init is not
+/// init, a copy of coder's memory (or of `coder sandbox`'s, with the caller's
+/// credentials its command never gets), would hold that environment and heap. Init is not
 /// dumpable (the kernel then writes no core, whatever the limit), which its `/proc` shows
 /// on the host as owned by root while it runs as uid 65534. The root arm's `/proc` is
 /// root's either way: there the test checks only the agent's `prlimit`. Control: the
@@ -340,52 +343,75 @@ fn find_init(root: &Path) -> Option<u32> {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_sandboxs_init_is_not_dumpable() {
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::new(owner);
-        let go = tree.ws().join("go");
-        let payload = "prlimit --pid 1 --core=unlimited && echo RAISED; : > ready; \
-             i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
-        let child = tree
-            .command(&[], payload)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        common::wait_for_path(&tree.ws().join("ready"), Duration::from_secs(60));
-        let init = find_init(&tree.root);
-        let agent = init.and_then(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<u32>()
-                .ok()
-        });
-        let owner_of = |pid: Option<u32>| {
-            pid.and_then(|p| std::fs::metadata(format!("/proc/{p}/environ")).ok())
-                .map(|m| m.uid())
-        };
-        let (init_owner, agent_owner) = (owner_of(init), owner_of(agent));
-        std::fs::write(&go, "").unwrap();
-        std::os::unix::fs::lchown(&go, owner, owner).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(init.is_some(), "{}: init not found", who(owner));
-        assert!(
-            stdout.contains("RAISED"),
-            "{}: the agent could not raise init's core limit (then say so): {stdout}",
-            who(owner)
-        );
-        if let Some(uid) = owner {
-            assert_eq!(
-                agent_owner,
-                Some(uid),
-                "control: the agent's own /proc is not the user's"
+        for via_sandbox in [false, true] {
+            let tree = Tree::new(owner);
+            let ws = tree.ws();
+            let payload = format!(
+                "cd '{}' && prlimit --pid 1 --core=unlimited && echo RAISED; : > ready; \
+                 i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+                ws.display()
             );
-            assert_eq!(
-                init_owner,
-                Some(0),
-                "the sandbox's init is dumpable (its /proc is the user's)"
+            let mut cmd = if via_sandbox {
+                let mut cmd = sandbox_fixture::bash_sandbox(
+                    owner,
+                    &ws,
+                    &tree.root.join("home"),
+                    &[],
+                    &payload,
+                );
+                cmd.env(SECRET_VAR, SECRET);
+                cmd
+            } else {
+                tree.command(&[], &payload)
+            };
+            let child = cmd
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let how = if via_sandbox {
+                "coder sandbox"
+            } else {
+                "coder run"
+            };
+            common::wait_for_path(&ws.join("ready"), Duration::from_secs(60));
+            let init = find_init(&tree.root);
+            let agent = init.and_then(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .ok()?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u32>()
+                    .ok()
+            });
+            let owner_of = |pid: Option<u32>| {
+                pid.and_then(|p| std::fs::metadata(format!("/proc/{p}/environ")).ok())
+                    .map(|m| m.uid())
+            };
+            let (init_owner, agent_owner) = (owner_of(init), owner_of(agent));
+            let go = ws.join("go");
+            std::fs::write(&go, "").unwrap();
+            std::os::unix::fs::lchown(&go, owner, owner).unwrap();
+            let out = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(init.is_some(), "{} {how}: init not found", who(owner));
+            assert!(
+                stdout.contains("RAISED"),
+                "{} {how}: the agent could not raise init's core limit (then say so): {stdout}",
+                who(owner)
             );
+            if let Some(uid) = owner {
+                assert_eq!(
+                    agent_owner,
+                    Some(uid),
+                    "{how}: control: the agent's own /proc is not the user's"
+                );
+                assert_eq!(
+                    init_owner,
+                    Some(0),
+                    "{how}: the sandbox's init is dumpable (its /proc is the user's)"
+                );
+            }
         }
     }
 }

@@ -298,12 +298,6 @@ fn run(
             let spec_fd = inherited_fd(fd);
             close_inherited_fds(&[status_fd, net_fd, spec_fd, trace_fd]);
             prepared = Some(super::confine::prepare().map_err(sandbox_failure)?);
-            // This is init now: forked by coder, its memory is a copy of coder's (its
-            // environment and heap) until the agent's execve, and the agent may raise
-            // init's core limit (`prlimit` needs no ptrace right): a crash must dump no
-            // core. Not before `prepare`: a process not dumpable cannot write its own
-            // `uid_map`. The agent, forked from here, is dumpable again after its execve.
-            nix::sys::prctl::set_dumpable(false).map_err(|e| setup("PR_SET_DUMPABLE", e))?;
             crate::phases::mark("helper.prepared");
             Some((read_spec_pipe(fd).map_err(unreadable)?, parent))
         }
