@@ -11,7 +11,9 @@
 //! `environ`, `mem`, `maps`, `auxv`, `fd/`, `cwd`, `root`, `exe` are refused); `ptrace`,
 //! `process_vm_readv`, `pidfd_getfd`, `kcmp` and every signal to init are refused; the
 //! agent holds no descriptor but its stdio, with the phase trace (an open file the fork
-//! keeps) on; in `--sandbox read-only` the same.
+//! keeps) on; in `--sandbox read-only` the same; a retry's sandbox (an exec'd helper's)
+//! and `coder sandbox`'s (a fork of `coder sandbox`, holding the caller's credentials)
+//! show none either.
 //!
 //! Found open, closed with this review: init's memory could be dumped: the agent may
 //! raise init's `RLIMIT_CORE` (`prlimit --pid 1`, no ptrace right needed), and the fork,
@@ -117,9 +119,9 @@ fn grep_script(pid: &str) -> String {
 for f in /proc/$P/* /proc/$P/task/$P/* /proc/$P/attr/*; do
   case "$f" in */pagemap|*/mem) continue;; esac
   [ -f "$f" ] && head -c 1000000 "$f" 2>/dev/null
-done | tr '\0' '\n' | grep -a -o '[a-z]*-{MARK}-[0-9a-f]*' | sort -u | rev | sed 's/^/FOUND:/'
+done | tr '\0' '\n' | grep -a -o '[a-z]*-{MARK}-[0-9a-f][0-9a-f]*' | sort -u | rev | sed 's/^/FOUND:/'
 for l in cwd root exe fd/0 fd/1 fd/2 fd/3 fd/4 fd/5 fd/6; do readlink /proc/$P/$l 2>/dev/null; done \
-  | grep -a -o '[a-z]*-{MARK}-[0-9a-f]*' | rev | sed 's/^/FOUND:/'
+  | grep -a -o '[a-z]*-{MARK}-[0-9a-f][0-9a-f]*' | rev | sed 's/^/FOUND:/'
 if env | grep -q {MARK}; then echo OWNENV:dirty; else echo OWNENV:clean; fi
 printf 'CMDLINE:'; tr '\0' ' ' < /proc/$P/cmdline; echo
 "#
@@ -413,5 +415,97 @@ fn the_sandboxs_init_is_not_dumpable() {
                 );
             }
         }
+    }
+}
+
+/// A fake CLI whose first attempt fails as an overloaded API does (retried: nothing was
+/// written), and whose second runs `payload`, as `payload_claude` does. The flag is in the
+/// run's temporary directory, which both attempts share.
+fn fails_once_claude(payload: &str) -> String {
+    sandbox_fixture::payload_claude(payload).replacen(
+        "cat >/dev/null\n",
+        r#"cat >/dev/null
+if [ ! -e "$TMPDIR/r14-once" ]; then
+  : > "$TMPDIR/r14-once"
+  echo '{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}'
+  echo '{"type":"result","subtype":"success","is_error":true,"result":"API Error: 503 overloaded","terminal_reason":"api_error","api_error_status":503,"session_id":"'"$sid"'"}'
+  exit 1
+fi
+"#,
+        1,
+    )
+}
+
+/// A retry's attempt is started by an exec'd helper (the forked one is the first
+/// attempt's only): its sandbox's `/proc/1` shows none of coder's secrets either (its
+/// `cmdline` is the spec: the agent's own command, policy and paths).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_retrys_sandbox_shows_none_of_coders_secrets_either() {
+    for owner in sandbox_fixture::owners() {
+        let tree = Tree::new(owner);
+        let bin = tree.root.join("fake-claude");
+        let mut cmd = tree.command(&["--max-retries", "2"], "");
+        // `command` wrote a plain fake; this one fails once first.
+        std::fs::write(&bin, fails_once_claude(&grep_script("1"))).unwrap();
+        let out = cmd.output_bounded();
+        let envelope: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+        let result = envelope["result"].as_str().unwrap_or_default();
+        assert!(
+            result.contains("OWNENV:clean"),
+            "{}: the retry did not run the probe: {envelope}",
+            who(owner)
+        );
+        // The exec'd helper takes its spec as an argument; the forked one reads a pipe.
+        assert!(
+            result.contains("CMDLINE:coder-helper __exec-helper {"),
+            "{}: the retry's init is not an exec'd helper: {result}",
+            who(owner)
+        );
+        assert_eq!(
+            found(result),
+            Vec::<String>::new(),
+            "{}: coder's secrets in the retry's /proc/1: {result}",
+            who(owner)
+        );
+    }
+}
+
+/// `coder sandbox`'s init is a fork of `coder sandbox` itself, whose environment holds the
+/// caller's credentials (which its command is not given): none of them shows in any file
+/// of `/proc/1` the command can open. Control: the command's environment lacks it too
+/// (else the probe proves nothing), and unconfined the probe finds it in its parent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn coder_sandboxs_init_shows_the_command_none_of_the_callers_credentials() {
+    for owner in sandbox_fixture::owners() {
+        let tree = Tree::new(owner);
+        let run = |mode: &str, pid: &str| {
+            let out = sandbox_fixture::bash_sandbox(
+                owner,
+                &tree.ws(),
+                &tree.root.join("home"),
+                &["--mode", mode],
+                &grep_script(pid),
+            )
+            .env(SECRET_VAR, SECRET)
+            .output_bounded();
+            sandbox_fixture::printed(&out)
+        };
+        let out = run("workspace-write", "1");
+        assert!(out.contains("OWNENV:clean"), "{}: {out}", who(owner));
+        assert_eq!(
+            found(&out),
+            Vec::<String>::new(),
+            "{}: the caller's credentials in coder sandbox's /proc/1: {out}",
+            who(owner)
+        );
+        let control = run("danger-full-access", "$PPID");
+        assert!(
+            found(&control).iter().any(|f| f == SECRET),
+            "{}: control: the probe did not find the credential in coder sandbox's own /proc: {control}",
+            who(owner)
+        );
     }
 }
