@@ -96,6 +96,14 @@ pub(crate) fn fork_init() -> Result<InitLink, SandboxError> {
             drop((status_read, alive_write));
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
                 .map_err(|e| SandboxError::sys("PR_SET_PDEATHSIG", "init", e))?;
+            // Init's memory is a copy of its forebear's until the agent's execve: coder's
+            // own (its environment, its heap) when coder forked the helper, `coder
+            // sandbox`'s (the caller's credentials, which its command never gets). The
+            // agent may raise init's core limit (`prlimit` needs no ptrace right), so init
+            // must dump no core. Not earlier: a process not dumpable cannot write its own
+            // `uid_map`. The agent, forked from here, is dumpable again after its execve.
+            nix::sys::prctl::set_dumpable(false)
+                .map_err(|e| SandboxError::sys("PR_SET_DUMPABLE", "init", e))?;
             // The outer process may have died before the signal was armed: its end of the
             // pipe is then closed.
             let mut fds = [nix::poll::PollFd::new(

@@ -436,10 +436,11 @@ pub fn drop_forked() {
 /// CLI's home: the helper's own start (its namespaces, their init) then overlaps with all
 /// of coder's preparation. The process is the exec'd helper's in every other respect: the
 /// same steps on the same descriptors ([`crate::sandbox::helper::forked_main`], which also
-/// wipes what it holds of coder's arguments and environment and makes itself not
-/// dumpable), and unused it exits when coder closes its spec pipe. Nothing is forked when
-/// another thread exists (a fork copies only the calling thread, and a lock another thread
-/// held would stay locked in the copy); the first attempt then starts its helper as before.
+/// wipes what it holds of coder's arguments and environment; the init it forks makes
+/// itself not dumpable, as every sandbox's does), and unused it exits when coder closes
+/// its spec pipe. Nothing is forked when another thread exists (a fork copies only the
+/// calling thread, and a lock another thread held would stay locked in the copy); the
+/// first attempt then starts its helper as before.
 ///
 /// It starts in `workspace`, as the exec'd helper does (any existing directory: the spec
 /// says where the program runs), not in coder's own working directory.
