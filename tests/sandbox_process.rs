@@ -510,3 +510,40 @@ fn unconfined_the_forged_result_gets_through() {
         out.explain()
     );
 }
+
+/// A tool command starts with SIGPIPE at its default, as in a shell outside coder: `yes |
+/// head -1` ends `yes` by the signal (status 141) when `head` is done. Rust ignores SIGPIPE
+/// in its own processes, and the helper's and the nesting shell's raw `execve` passed that
+/// on: the agent, its tool shell and every command in it ignored the signal (a shell cannot
+/// take back a signal ignored on entry), so `yes` failed with "Broken pipe" instead.
+#[test]
+fn a_tool_command_starts_with_sigpipe_at_its_default() {
+    let command = "yes | head -1 >/dev/null; echo \"yes-ended-with-${PIPESTATUS[0]}\"; grep SigIgn /proc/self/status";
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "tool_use", "name": "Bash", "input": {"command": command}},
+        {"step": "run_tool", "command": command},
+        common::steps::result_ok("done"),
+    ]));
+    let out = fake.coder().args(["--return-all-messages", "task"]).run();
+    out.assert_success("done");
+    assert!(
+        out.stdout.contains("yes-ended-with-141"),
+        "{}",
+        out.explain()
+    );
+    assert!(!out.stdout.contains("Broken pipe"), "{}", out.explain());
+    // The control of the mask's reading: grep's own line is in the result.
+    let mask = out
+        .stdout
+        .split("SigIgn:")
+        .nth(1)
+        .and_then(|rest| rest.trim_start_matches([' ', '\t', '\\', 't']).get(..16))
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .unwrap_or_else(|| panic!("no SigIgn line: {}", out.explain()));
+    assert_eq!(
+        mask & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored: {mask:#x}"
+    );
+}

@@ -370,6 +370,8 @@ fn run(
                 .map_err(|_| fail(HelperStage::Exec, None, "an argument contains a NUL byte"))?,
         );
     }
+    super::sys::restore_default_sigpipe()
+        .map_err(|e| fail(HelperStage::Exec, Some(e as i32), "cannot restore SIGPIPE"))?;
     let exec = match &spec.env {
         Some(env) => {
             let env = env

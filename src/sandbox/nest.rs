@@ -95,6 +95,13 @@ pub fn nest_main(args: &[OsString]) -> ! {
     let Ok(program) = CString::new(shell.as_os_str().as_bytes()) else {
         std::process::exit(127);
     };
+    if let Err(e) = super::sys::restore_default_sigpipe() {
+        eprintln!(
+            "coder: cannot restore SIGPIPE for the tool's shell: {}",
+            e.desc()
+        );
+        std::process::exit(126);
+    }
     let err = match nix::unistd::execv(&program, &argv) {
         Ok(never) => match never {},
         Err(e) => e,

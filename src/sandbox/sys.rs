@@ -346,3 +346,16 @@ pub(crate) fn walk_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
+
+/// Put SIGPIPE back to its default action before an `execve` of a program that is not
+/// coder. Rust's runtime ignores SIGPIPE in every process of coder's binary (so a closed
+/// pipe is an `EPIPE` error, not death), and an ignored signal stays ignored across
+/// `execve`: the agent, its tool shell and every command in it would ignore it too (`yes |
+/// head` then fails with "Broken pipe"), and a shell cannot take back a signal ignored on
+/// entry. `std::process::Command` does the same reset in its children.
+pub(crate) fn restore_default_sigpipe() -> Result<(), Errno> {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: setting SIGPIPE to its default action installs no handler of ours (no code
+    // runs in signal context); it only changes what the kernel does on the signal.
+    unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) }.map(drop)
+}
