@@ -490,7 +490,7 @@ fn fork_helper(workspace: &std::path::Path) -> Result<StartedHelper, SpawnError>
         nix::unistd::ForkResult::Parent { child } => {
             drop((spec_read, status_write, net_child));
             drop((stdin_read, stdout_write, stderr_write));
-            let pidfd = match pidfd_open(child) {
+            let pidfd = match super::tree::pidfd_open(child) {
                 Ok(pidfd) => pidfd,
                 Err(e) => {
                     // Without a pidfd it cannot be waited for in the runtime: stopped now.
@@ -536,20 +536,6 @@ fn forked_child(
     // SAFETY: _exit ends the process at once, running none of coder's exit handlers or
     // destructors (they belong to coder, not to this copy of it).
     unsafe { libc::_exit(code) }
-}
-
-/// `pidfd_open(2)` of `pid` (Linux 5.3).
-fn pidfd_open(pid: nix::unistd::Pid) -> std::io::Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
-    // SAFETY: the kernel just returned this descriptor, owned by nobody else; pidfds are
-    // close-on-exec.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The helper's spec, as JSON; `with_env` carries the program's environment and working

@@ -247,6 +247,38 @@ pub fn kill_all_now(child_pid: Option<i32>) {
     }
 }
 
+/// `pidfd_open(2)` of `pid` (Linux 5.3).
+pub(crate) fn pidfd_open(pid: nix::unistd::Pid) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
+    // SAFETY: the kernel just returned this descriptor, owned by nobody else; pidfds are
+    // close-on-exec.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGKILL to the process of `pidfd`; false when it is gone (reaped) or the call failed.
+pub(crate) fn pidfd_kill(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `pidfd_send_signal(2)` with a descriptor we own, a signal number, a null
+    // `siginfo` (the kernel fills it as for `kill`) and no flags; it writes no memory of
+    // ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    rc == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,7 @@ use std::process::{Command, Stdio};
 
 use super::scan::Changed;
 use crate::config::run_dirs::{self, RunLock};
-use crate::supervise::tree::own_run;
+use crate::supervise::tree::{own_run, pidfd_kill, pidfd_open};
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
 pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
@@ -683,7 +683,9 @@ fn watched_run<T>(
         let pid = child.id();
         // Opened while the child is not reaped yet, so the pid is this child's: a signal
         // through it can never reach a process that got the pid later.
-        let pidfd = pidfd_open(pid);
+        let pidfd = libc::pid_t::try_from(pid)
+            .ok()
+            .and_then(|pid| pidfd_open(nix::unistd::Pid::from_raw(pid)).ok());
         std::thread::scope(|s| {
             let mut watcher = None;
             if let Some(pidfd) = &pidfd {
@@ -731,36 +733,6 @@ fn waits_on_a_fifo(pid: u32) -> bool {
     tasks.flatten().any(|task| {
         std::fs::read(task.path().join("wchan")).is_ok_and(|w| w == b"wait_for_partner")
     })
-}
-
-/// A pidfd of `pid` (a child of this process not yet reaped), or `None`.
-fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let pid = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: `pidfd_open(2)` takes a pid and flags and returns a new descriptor or -1;
-    // it touches no memory of ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-    // SAFETY: `fd` was just returned by the kernel, is open, and is owned by nothing else.
-    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-/// SIGKILL to the process of `pidfd`; false when it is gone (reaped) or the call failed.
-fn pidfd_kill(pidfd: &std::os::fd::OwnedFd) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `pidfd_send_signal(2)` with a descriptor we own, a signal number, a null
-    // `siginfo` (the kernel fills it as for `kill`) and no flags; it writes no memory of
-    // ours.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    rc == 0
 }
 
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
