@@ -11,7 +11,7 @@
 //! per run).
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::Stdio;
 
 use nix::errno::Errno;
@@ -230,9 +230,9 @@ async fn spawn_through_helper(spec: &ChildSpec) -> Result<(Launched, Option<Owne
         return StartedHelper::start(&spec.cwd)?.finish(spec).await;
     }
     let spec_arg: OsString = spec_json.into();
-    let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
+    let (status_read, status_write) = cloexec_pipe()?;
     let (net, net_child) = net_channel()?;
-    let mut command = helper_command(spec_arg, &status_write, &net_child)?;
+    let mut command = helper_command(spec_arg, &status_write, &net_child, &[])?;
     command
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd);
@@ -335,18 +335,22 @@ impl StartedHelper {
     /// Starts the helper in `cwd` (any existing directory: the spec says where the program
     /// runs).
     pub fn start(cwd: &std::path::Path) -> Result<StartedHelper, SpawnError> {
-        let (spec_read, spec_write) = inheritable_pipe(Inherited::ReadEnd)?;
-        let (status_read, status_write) = inheritable_pipe(Inherited::WriteEnd)?;
+        let (spec_read, spec_write) = cloexec_pipe()?;
+        let (status_read, status_write) = cloexec_pipe()?;
         let (net, net_child) = net_channel()?;
         let mut spec_arg = OsString::from("&");
         spec_arg.push(spec_read.as_raw_fd().to_string());
-        let mut command = helper_command(spec_arg, &status_write, &net_child)?;
-        command.current_dir(cwd);
         // The phase trace reaches this helper alone (it execs the program with the spec's
         // environment, never its own), as coder's open file: the helper, unconfined, must
         // not resolve the path again (relative, in the workspace; absolute, after an agent
         // could have swapped what it names).
-        let trace = crate::phases::file().map(inheritable_copy).transpose()?;
+        let trace = crate::phases::file()
+            .map(|file| std::os::fd::AsFd::as_fd(file).try_clone_to_owned())
+            .transpose()?;
+        let mut passed = vec![spec_read.as_raw_fd()];
+        passed.extend(trace.as_ref().map(AsRawFd::as_raw_fd));
+        let mut command = helper_command(spec_arg, &status_write, &net_child, &passed)?;
+        command.current_dir(cwd);
         if let Some(trace) = &trace {
             command.env(crate::phases::TRACE_FD_VAR, trace.as_raw_fd().to_string());
         }
@@ -465,9 +469,6 @@ fn single_threaded() -> bool {
 }
 
 fn fork_helper(workspace: &std::path::Path) -> Result<StartedHelper, SpawnError> {
-    let cloexec_pipe = || -> Result<(OwnedFd, OwnedFd), SpawnError> {
-        Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?)
-    };
     let (spec_read, spec_write) = cloexec_pipe()?;
     let (status_read, status_write) = cloexec_pipe()?;
     let (stdin_read, stdin_write) = cloexec_pipe()?;
@@ -556,44 +557,18 @@ fn helper_spec_json(spec: &ChildSpec, with_env: bool) -> Result<String, SpawnErr
     })
 }
 
-/// Which end of a pipe the helper inherits (under its own number, see the helper's docs).
-enum Inherited {
-    ReadEnd,
-    WriteEnd,
-}
-
-/// A pipe whose `inherited` end stays open across exec. It is so only until the spawn that
-/// follows returns (the caller then closes its copy), and coder starts no other process
-/// meanwhile.
-fn inheritable_pipe(inherited: Inherited) -> Result<(OwnedFd, OwnedFd), SpawnError> {
-    let (read, write): (OwnedFd, OwnedFd) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
-    let end = match inherited {
-        Inherited::ReadEnd => &read,
-        Inherited::WriteEnd => &write,
-    };
-    nix::fcntl::fcntl(
-        end,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .map_err(std::io::Error::from)?;
-    Ok((read, write))
-}
-
-/// A copy of `file`'s descriptor that stays open across exec, like the pipes above.
-fn inheritable_copy(file: &std::fs::File) -> Result<OwnedFd, SpawnError> {
-    use std::os::fd::AsFd;
-    let copy = file.as_fd().try_clone_to_owned()?;
-    nix::fcntl::fcntl(
-        &copy,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .map_err(std::io::Error::from)?;
-    Ok(copy)
+/// A pipe, both ends close-on-exec: what a helper inherits is chosen in its own process,
+/// between fork and exec ([`helper_command`]), never by clearing the flag in coder, where
+/// every process another thread started meanwhile (the change ledger's git, another run's
+/// helper) inherited it too, and a status pipe's write end held open by one of them kept
+/// coder waiting for its end until that process exited.
+fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(std::io::Error::from)?)
 }
 
 /// The network channel: a UNIX socket pair whose second end the helper inherits (like the
-/// pipes above) to send the egress proxy's listener back; coder keeps the first.
+/// pipes above, through [`helper_command`]) to send the egress proxy's listener back;
+/// coder keeps the first.
 fn net_channel() -> Result<(OwnedFd, OwnedFd), SpawnError> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
     let (ours, theirs) = socketpair(
@@ -601,11 +576,6 @@ fn net_channel() -> Result<(OwnedFd, OwnedFd), SpawnError> {
         SockType::Stream,
         None,
         SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(std::io::Error::from)?;
-    nix::fcntl::fcntl(
-        &theirs,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
     )
     .map_err(std::io::Error::from)?;
     Ok((ours, theirs))
@@ -616,6 +586,7 @@ fn helper_command(
     spec_arg: OsString,
     status_write: &OwnedFd,
     net: &OwnedFd,
+    more: &[RawFd],
 ) -> Result<Command, SpawnError> {
     let mut command = Command::new(std::env::current_exe()?);
     command
@@ -629,6 +600,35 @@ fn helper_command(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(false);
+    // The descriptors the helper inherits, in an array the child can read without
+    // allocating: at most the spec pipe and the phase trace besides these two.
+    let mut passed: [RawFd; 4] = [-1; 4];
+    if more.len() > passed.len() - 2 {
+        return Err(SpawnError::Io(std::io::Error::other(
+            "too many descriptors for the helper",
+        )));
+    }
+    for (slot, fd) in passed.iter_mut().zip(
+        [status_write.as_raw_fd(), net.as_raw_fd()]
+            .iter()
+            .chain(more),
+    ) {
+        *slot = *fd;
+    }
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl on
+    // descriptor numbers (async-signal-safe); it neither allocates nor touches memory
+    // shared with other threads (`passed` is a copied array). Those descriptors are
+    // coder's, open until the spawn returns (the caller holds them).
+    unsafe {
+        command.pre_exec(move || {
+            for fd in passed.iter().copied().filter(|fd| *fd >= 0) {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
     Ok(command)
 }
 
