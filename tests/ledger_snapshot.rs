@@ -520,3 +520,42 @@ fn a_filter_the_agent_defines_in_an_included_config_does_not_run_as_coder() {
         out.envelope
     );
 }
+
+/// A parent may give coder descriptors without close-on-exec (a `make` jobserver's pipe),
+/// which coder's git then inherits. The watcher that kills a git holding a pipe it was led
+/// to open (an included config made a symlink to `/proc/self/fd/1`) must tell such a pipe
+/// from one git opened: a run started with one still has its changes measured by git, with
+/// no warning.
+#[test]
+fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "a.txt", "a\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let (read_end, _write_end) = nix::unistd::pipe().unwrap();
+    let out = fake.coder().args(["task"]).inherit(read_end).run();
+    out.assert_success("done");
+    assert_eq!(
+        files(&out.envelope),
+        [change("a.txt", "modified", 1, 1)],
+        "{}",
+        out.explain()
+    );
+    assert!(out.envelope.get("warnings").is_none(), "{}", out.explain());
+}

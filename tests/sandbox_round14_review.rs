@@ -36,6 +36,10 @@
 //!   is not written again, and the repository's objects are the agent's to rewrite: it
 //!   rewrote `HEAD`'s tree object to list its new content, and the ledger reported the
 //!   edit unchanged.
+//! * found at the end of the round: a repository config that includes a work-tree file
+//!   (`include.path`) has git follow a symlink there; the agent made it one to
+//!   `/proc/self/fd/1`, and coder's git read its own stdout pipe, which nothing writes,
+//!   forever: the run never ended, nor did any later one in that workspace.
 //!
 //! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
 //! `.git/objects` is writable, commits work) that holds the "before" content of a file it
@@ -458,6 +462,66 @@ echo changed >> a.txt; echo PLANTED"#,
             assert!(
                 marker.exists(),
                 "{case}: control: the user's git did not run it"
+            );
+        }
+    }
+}
+
+/// A repository config that includes a file of the work tree (`include.path =
+/// ../shared.gitconfig`): git follows a symlink there without looking at what it names.
+/// The agent makes it a symlink to `/proc/self/fd/1` (or `/2`): coder's git ("after"
+/// snapshot, coder's own process, outside the sandbox) opened its own stdout (or stderr)
+/// pipe for reading and waited forever for a writer that was itself, and every later run
+/// in the workspace hung in its "before" snapshot the same way. Now a git of coder's
+/// that holds a pipe it did not get from coder is killed, the ledger says why in a
+/// warning, and both runs end. Control: the user's own git, its output a pipe, blocks.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(40);
+    for owner in [None, Some(NOBODY)] {
+        for fd in ["1", "2"] {
+            let tree = Tree::new(
+                owner,
+                &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+                &[("include.path", "../shared.gitconfig")],
+            );
+            let case = format!("{}: /proc/self/fd/{fd}", who(owner));
+            let payload = format!(
+                "echo x >> a.txt && ln -sf /proc/self/fd/{fd} shared.gitconfig && echo LINKED"
+            );
+            let held = |env: &Value| {
+                env["warnings"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|w| w.as_str().unwrap_or_default().contains("held pipe:"))
+            };
+            let env = tree.run_within(&[], &payload, deadline);
+            assert!(result(&env).contains("LINKED"), "{case}: {env}");
+            assert!(held(&env), "{case}: no warning: {env}");
+            // The next run, with the symlink still there, ends too, and its edit is seen.
+            let env = tree.run_within(&[], "echo y >> a.txt; echo AGAIN", deadline);
+            assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+            assert!(
+                changes(&env).contains(&("a.txt".into(), "modified".into())),
+                "{case}: next run: {env}"
+            );
+            // Control: the user's own git, its output a pipe of the arm's user (a pipe's
+            // owner alone may reopen it), blocks on it.
+            let mut cmd = std::process::Command::new("timeout");
+            cmd.args(["3", "sh", "-c", "git status 2>&1 | cat"])
+                .current_dir(tree.ws())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", tree.root.join("home"));
+            sandbox_fixture::as_owner(&mut cmd, owner);
+            let status = cmd.output_bounded().status;
+            assert_eq!(
+                status.code(),
+                Some(124),
+                "{case}: control: git did not block"
             );
         }
     }

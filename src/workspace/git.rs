@@ -57,6 +57,18 @@ pub enum GitError {
          a `.gitignore` or `.gitattributes` made a FIFO; nothing would ever have written it"
     )]
     Fifo,
+    #[error(
+        "git stopped while it held {what} open, which no git of coder's reads (a file of the \
+         work tree that the config includes, made a symlink to it?): its read may never end"
+    )]
+    NotAFile { what: String },
+}
+
+impl GitError {
+    /// Whether coder's watcher killed the git (see [`watched_run`]).
+    fn was_killed(&self) -> bool {
+        matches!(self, GitError::Fifo | GitError::NotAFile { .. })
+    }
 }
 
 /// The directory of the ledger's private git directories in coder's state directory.
@@ -272,7 +284,7 @@ impl GitRepo {
             child.wait_with_output()
         })
         .inspect_err(|e| {
-            if let GitError::Fifo = e {
+            if e.was_killed() {
                 self.killed();
             }
         })?;
@@ -441,10 +453,10 @@ impl GitRepo {
             overrides.dedup();
         }
         let added = self.run("add", &args);
-        if let Err(GitError::Fifo) = added {
-            return Err(GitError::Fifo);
-        }
-        if added.is_err() {
+        if let Err(e) = added {
+            if e.was_killed() {
+                return Err(e);
+            }
             // A copied index git cannot use (a split index, a newer format): start afresh.
             let _ = std::fs::remove_file(self.index());
             self.run("add", &args)?;
@@ -529,7 +541,7 @@ impl GitRepo {
         let mut cmd = self.command();
         cmd.args(args);
         let out = output(what, cmd);
-        if let Err(GitError::Fifo) = out {
+        if out.as_ref().is_err_and(GitError::was_killed) {
             self.killed();
         }
         out
@@ -666,18 +678,23 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
 const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Starts `cmd` as one of coder's own processes ([`own_run`]) and hands it to `f`, which
-/// waits for it; meanwhile a watcher kills it (and `f`'s result becomes
-/// [`GitError::Fifo`]) if one of its threads waits to open a FIFO. git opens every
-/// `.gitignore` and `.gitattributes` of the work tree, and the config's includes, without
-/// looking at their type first: one the agent made a FIFO held coder's git, and with it
-/// the run's end, forever, and every later run's snapshot of that workspace too (the
-/// FIFO stays). No git of coder's has a reason to open a FIFO: nothing writes one.
+/// waits for it; meanwhile a [`Watch`] kills it, and the result is the error saying why,
+/// as soon as it does what no git of coder's has a reason to do: wait to open a FIFO, or
+/// keep reading something that may never end.
+///
+/// git opens every `.gitignore` and `.gitattributes` of the work tree, and the config's
+/// includes, without looking at their type first, and follows a symlink to an include: one
+/// the agent made a FIFO held coder's git waiting for a writer forever, and one made a
+/// symlink to `/proc/self/fd/1` had git read its own stdout pipe, which nothing writes
+/// (or `/proc/PID/fd/N`, another process's pipe, `/dev/tty`, `/proc/kmsg`). Each held the
+/// run's end forever, and every later run's snapshot of that workspace too (the file
+/// stays). Landlock cannot refuse these: it lets a pipe reached through `/proc` be opened.
 fn watched_run<T>(
     cmd: &mut Command,
     f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
 ) -> Result<T, GitError> {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let killed = AtomicBool::new(false);
+    let stopped: std::sync::Mutex<Option<GitError>> = std::sync::Mutex::new(None);
     let done = AtomicBool::new(false);
     let result = own_run(cmd, |child| {
         let pid = child.id();
@@ -689,13 +706,18 @@ fn watched_run<T>(
         std::thread::scope(|s| {
             let mut watcher = None;
             if let Some(pidfd) = &pidfd {
-                let (done, killed) = (&done, &killed);
+                let (done, stopped) = (&done, &stopped);
                 watcher = std::thread::Builder::new()
                     .name("ledger-git-watch".into())
                     .spawn_scoped(s, move || {
+                        let mut watch = Watch::default();
                         while !done.load(Ordering::Relaxed) {
-                            if waits_on_a_fifo(pid) && pidfd_kill(pidfd) {
-                                killed.store(true, Ordering::Relaxed);
+                            if let Some(why) = watch.look(pid)
+                                && pidfd_kill(pidfd)
+                            {
+                                *stopped
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
                                 return;
                             }
                             std::thread::park_timeout(WATCH_EVERY);
@@ -712,10 +734,13 @@ fn watched_run<T>(
             result
         })
     })?;
-    if killed.load(Ordering::Relaxed) {
-        return Err(GitError::Fifo);
+    let stopped = stopped
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match stopped {
+        Some(why) => Err(why),
+        None => Ok(result),
     }
-    Ok(result)
 }
 
 /// [`Command::output`] through [`watched_run`].
@@ -724,8 +749,174 @@ fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
     watched_run(cmd, std::process::Child::wait_with_output)
 }
 
+/// What [`watched_run`]'s watcher saw of one git at its last look.
+///
+/// A git is stopped when one of its threads sleeps in the kernel's FIFO open, waiting for
+/// a writer (`wait_for_partner`, what `/proc/PID/task/TID/wchan` names), or when the same
+/// descriptor of its own is [`suspect`] at two looks in a row. One look is not enough:
+/// `git` may be a wrapper script, and a shell reads the pipe of a command substitution
+/// (`$(...)`) for a moment after its writer has gone; a read that never ends stays.
+#[derive(Debug, Default)]
+struct Watch {
+    suspects: Vec<(u32, PathBuf)>,
+}
+
+impl Watch {
+    fn look(&mut self, pid: u32) -> Option<GitError> {
+        if waits_on_a_fifo(pid) {
+            return Some(GitError::Fifo);
+        }
+        let now = suspects(pid);
+        let held = now
+            .iter()
+            .find(|suspect| self.suspects.contains(suspect))
+            .map(|(_, target)| GitError::NotAFile {
+                what: target.display().to_string(),
+            });
+        self.suspects = now;
+        held
+    }
+}
+
+/// The descriptors (number, target) of process `pid` that are [`suspect`].
+fn suspects(pid: u32) -> Vec<(u32, PathBuf)> {
+    let Some(table) = fd_table(pid) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, PathBuf)> = table
+        .iter()
+        .filter(|fd| fd.number > 2 && fd.suspect())
+        .filter(|fd| !inherited_from_coder(fd.number, &fd.target))
+        .map(|fd| (fd.number, fd.target.clone()))
+        .collect();
+    if found.iter().any(|(_, target)| is_anonymous_pipe(target)) {
+        // A pipe that another descriptor of its own, or any of a process it started,
+        // holds too is one it made (a command substitution, `fetch`'s pipes to its
+        // `upload-pack`). Its own standard three are coder's and do not count, so its
+        // stdout reopened through `/proc` is still suspect.
+        let below: Vec<PathBuf> = descendants(pid)
+            .into_iter()
+            .filter_map(fd_table)
+            .flatten()
+            .map(|fd| fd.target)
+            .collect();
+        found.retain(|(number, target)| {
+            let made_here = table
+                .iter()
+                .any(|fd| fd.number > 2 && fd.number != *number && fd.target == *target)
+                || below.contains(target);
+            !is_anonymous_pipe(target) || !made_here
+        });
+    }
+    found
+}
+
+/// One open descriptor of a process.
+struct OpenFd {
+    number: u32,
+    /// What `/proc/PID/fd/N` names: a path, or `pipe:[INODE]` and the like.
+    target: PathBuf,
+    meta: std::fs::Metadata,
+    /// Its open flags (`/proc/PID/fdinfo/N`).
+    flags: u32,
+}
+
+impl OpenFd {
+    /// Whether a read of it may never end, or it is nothing a git of coder's reads: a
+    /// readable pipe, FIFO, socket, device other than the memory devices (`/dev/null`,
+    /// `/dev/zero`, `/dev/urandom`: git opens `/dev/null` itself), or a file of `/proc`
+    /// or `/sys` (`/proc/kmsg` waits). A pipe it only writes to is a shell's copy of its
+    /// own stdout or stderr.
+    fn suspect(&self) -> bool {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        const MEMORY_DEVICES: u32 = 1;
+        let readable = self.flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32;
+        let kind = self.meta.file_type();
+        if kind.is_fifo() {
+            return readable;
+        }
+        if kind.is_char_device() {
+            let rdev = self.meta.rdev();
+            let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+            return !(major == MEMORY_DEVICES && matches!(minor, 3 | 5 | 7 | 8 | 9));
+        }
+        !(kind.is_file() || kind.is_dir())
+            || self.target.starts_with("/proc")
+            || self.target.starts_with("/sys")
+    }
+}
+
+fn is_anonymous_pipe(target: &Path) -> bool {
+    target.as_os_str().as_encoded_bytes().starts_with(b"pipe:[")
+}
+
+/// `pid`'s open descriptors; `None` when they cannot be read (it has exited).
+fn fd_table(pid: u32) -> Option<Vec<OpenFd>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let table = dir
+        .flatten()
+        .filter_map(|fd| {
+            let number: u32 = fd.file_name().to_str()?.parse().ok()?;
+            // Through the magic link: the type of what the descriptor is open on.
+            let meta = std::fs::metadata(fd.path()).ok()?;
+            let target = std::fs::read_link(fd.path()).ok()?;
+            let flags = fd_flags(&format!("/proc/{pid}/fdinfo/{number}"))?;
+            Some(OpenFd {
+                number,
+                target,
+                meta,
+                flags,
+            })
+        })
+        .collect();
+    Some(table)
+}
+
+/// The `flags:` (octal) of an `fdinfo` file.
+fn fd_flags(fdinfo: &str) -> Option<u32> {
+    let info = std::fs::read_to_string(fdinfo).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("flags:"))
+        .and_then(|flags| u32::from_str_radix(flags.trim(), 8).ok())
+}
+
+/// Every process below `pid` (its children's, through `/proc/PID/task/TID/children`).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(parent) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                if !found.contains(&child) && found.len() < 1024 {
+                    found.push(child);
+                    queue.push(child);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Whether coder holds descriptor `number` on `target` without close-on-exec: then its git
+/// got it from coder at its start. coder opens every descriptor of its own close-on-exec,
+/// so such a one was given to coder by its parent (a `make` jobserver's pipe); a git led
+/// to reopen it (through `/proc/self/fd`) gets another number, one coder's descriptor does
+/// not hold.
+fn inherited_from_coder(number: u32, target: &Path) -> bool {
+    const O_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
+    std::fs::read_link(format!("/proc/self/fd/{number}")).is_ok_and(|ours| ours == target)
+        && fd_flags(&format!("/proc/self/fdinfo/{number}"))
+            .is_some_and(|flags| flags & O_CLOEXEC == 0)
+}
+
 /// Whether a thread of process `pid` sleeps in the kernel's FIFO open, waiting for a
-/// writer (`wait_for_partner`, what `/proc/PID/task/TID/wchan` names).
+/// writer.
 fn waits_on_a_fifo(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
@@ -735,6 +926,7 @@ fn waits_on_a_fifo(pid: u32) -> bool {
     })
 }
 
+/// The output of `cmd`, a git of coder's watched by [`watched_run`], or why it failed.
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
     let out = watched_output(&mut cmd)?;
     if out.status.success() {
@@ -753,6 +945,85 @@ pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, Gi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `script` run by `sh` as a git of coder's would be: what [`watched_output`] returned,
+    /// within a deadline (a watcher that missed a read that never ends fails the test).
+    fn watched_sh(script: &str) -> Result<std::process::Output, GitError> {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]).stdin(Stdio::null());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(watched_output(&mut cmd));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the watcher did not stop the process within 20 s")
+    }
+
+    #[test]
+    fn a_process_that_reads_its_own_output_pipe_is_stopped() {
+        for fd in [1, 2] {
+            let out = watched_sh(&format!("exec cat /proc/self/fd/{fd}"));
+            assert!(
+                matches!(&out, Err(GitError::NotAFile { what }) if what.starts_with("pipe:[")),
+                "fd {fd}: {out:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_process_that_reads_another_processs_pipe_is_stopped() {
+        let mut other = Command::new("sleep")
+            .arg("30")
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = watched_sh(&format!("exec cat /proc/{}/fd/0", other.id()));
+        let _ = other.kill();
+        let _ = other.wait();
+        assert!(
+            matches!(&out, Err(GitError::NotAFile { what }) if what.starts_with("pipe:[")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn pipes_a_process_makes_for_itself_are_left_alone() {
+        // A wrapper script: command substitutions, a pipeline, a copy of its stderr while
+        // a redirection holds fd 2, each held over several of the watcher's looks.
+        let out = watched_sh(
+            "a=$(sleep 0.2; echo a); echo x | (sleep 0.2; cat) >/dev/null; \
+             { sleep 0.2; } 2>/dev/null; b=$(cat /dev/null); echo \"$a\"",
+        )
+        .expect("left alone");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"a\n");
+    }
+
+    #[test]
+    fn what_a_git_may_hold_open() {
+        let open = |path: &str, flags: u32| OpenFd {
+            number: 3,
+            target: PathBuf::from(path),
+            meta: std::fs::metadata(path).unwrap(),
+            flags,
+        };
+        let read = libc::O_RDONLY as u32;
+        let write = libc::O_WRONLY as u32;
+        assert!(!open("/dev/null", read).suspect());
+        assert!(!open("/dev/urandom", read).suspect());
+        assert!(!open("/etc/hostname", read).suspect());
+        assert!(!open("/tmp", read).suspect());
+        assert!(open("/proc/self/status", read).suspect());
+        assert!(open("/sys/kernel/mm", read).suspect());
+        let tty = std::path::Path::new("/dev/tty");
+        if tty.exists() {
+            assert!(open("/dev/tty", read).suspect());
+        }
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let pipe = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&r));
+        assert!(open(&pipe, read).suspect());
+        assert!(!open(&pipe, write).suspect());
+    }
 
     #[test]
     fn a_filter_driver_the_agent_adds_to_an_included_config_runs_nothing() {

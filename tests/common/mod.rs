@@ -220,6 +220,7 @@ impl Fake {
             marker: self.marker.clone(),
             config_home: self.dir.path().join("xdg-config"),
             state_dir: self.state_dir(),
+            inherited: None,
         }
     }
 
@@ -389,9 +390,18 @@ pub struct Coder {
     marker: String,
     config_home: PathBuf,
     state_dir: PathBuf,
+    /// A descriptor coder gets from its parent without close-on-exec (see [`Coder::inherit`]).
+    inherited: Option<std::os::fd::OwnedFd>,
 }
 
 impl Coder {
+    /// Starts coder with `fd` open at the same number and not close-on-exec, as a parent
+    /// that passes descriptors on does (a `make` jobserver's pipe).
+    pub fn inherit(mut self, fd: std::os::fd::OwnedFd) -> Self {
+        self.inherited = Some(fd);
+        self
+    }
+
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
         self
@@ -497,6 +507,21 @@ impl Coder {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+        if let Some(fd) = &self.inherited {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let raw = fd.as_raw_fd();
+            // SAFETY: fcntl on a descriptor number only, async-signal-safe between fork
+            // and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let started = Instant::now();
         let mut child = cmd.spawn().expect("spawn coder");
         let pid = child.id() as i32;
