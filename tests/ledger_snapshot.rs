@@ -559,3 +559,53 @@ fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
     );
     assert!(out.envelope.get("warnings").is_none(), "{}", out.explain());
 }
+
+/// A state directory inside the workspace is refused (the agent could reach it), but the
+/// ledger had started beside that check: its envelope listed coder's own files (the
+/// ledger's private index and objects, written in that state directory) as the run's
+/// changes. coder's own directory is never the agent's doing, in a git workspace or a
+/// plain one.
+#[test]
+fn coders_own_state_directory_in_the_workspace_is_not_in_the_changes() {
+    for with_git in [true, false] {
+        let fake = Fake::new(json!([
+            common::steps::init(),
+            common::steps::result_ok("done"),
+        ]));
+        let ws = fake.workspace();
+        write(ws, "a.txt", "a\n");
+        if with_git {
+            write(ws, ".gitignore", ".fake-claude/\n");
+            for args in [
+                &["init", "-q"][..],
+                &["add", "-A"],
+                &["commit", "-qm", "start"],
+            ] {
+                let out = std::process::Command::new("git")
+                    .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                    .args(args)
+                    .current_dir(ws)
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "git {args:?}: {out:?}");
+            }
+        }
+        let out = fake
+            .coder()
+            .env("CODER_STATE_DIR", ws.join(".coder-state"))
+            .args(["task"])
+            .run();
+        assert_eq!(
+            out.envelope["error_kind"],
+            "config_error",
+            "{}",
+            out.explain()
+        );
+        assert_eq!(
+            files(&out.envelope),
+            [],
+            "git: {with_git}: {}",
+            out.explain()
+        );
+    }
+}

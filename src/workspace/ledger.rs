@@ -118,6 +118,9 @@ impl DiffText {
 pub struct Ledger {
     workspace: PathBuf,
     before: Before,
+    /// coder's own directories inside the workspace (its state directory, when the user
+    /// put it there), relative to it: never the agent's changes, on either side.
+    own: Vec<String>,
 }
 
 enum Before {
@@ -191,8 +194,12 @@ impl Ledger {
     }
 
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
+        let own: Vec<String> = state_dir
+            .and_then(|state| inside(workspace, state))
+            .into_iter()
+            .collect();
         let before = match GitRepo::discover_in(workspace, state_dir) {
-            Some(repo) => match repo.snapshot() {
+            Some(repo) => match repo.snapshot_excluding(&own) {
                 Ok(tree) => Before::Git {
                     repo,
                     tree,
@@ -256,6 +263,7 @@ impl Ledger {
         Ledger {
             workspace: workspace.to_path_buf(),
             before,
+            own,
         }
     }
 
@@ -356,6 +364,13 @@ impl Ledger {
         diff: bool,
         exclude: &[String],
     ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+        let with_own;
+        let exclude = if self.own.is_empty() {
+            exclude
+        } else {
+            with_own = [exclude, &self.own].concat();
+            &with_own[..]
+        };
         match &self.before {
             Before::Git {
                 repo,
@@ -398,10 +413,7 @@ fn git_changes(
     let (before, after) = (before_snapshot.tree.as_str(), after_snapshot.tree.as_str());
     // Files whose "before" is not known, left out of git's comparison when unchanged
     // since: reported as modified all the same (or deleted, gone now), no lines counted.
-    let unknown: Vec<&Vec<u8>> = unknown
-        .iter()
-        .filter(|p| !exclude.iter().any(|x| x.as_bytes() == p.as_slice()))
-        .collect();
+    let unknown: Vec<&Vec<u8>> = unknown.iter().filter(|p| !excluded(p, exclude)).collect();
     // What changed is read from the two indexes (coder's own), never from tree objects:
     // those may be the repository's, which the agent can rewrite. The "before" may hold
     // what the sandbox made while it was taken: out of both sides.
@@ -457,17 +469,28 @@ fn git_changes(
     Ok((Changes::from_list(list, false), diff))
 }
 
+/// Whether `path` is one of `exclude` (paths relative to the workspace) or below one.
+fn excluded(path: &[u8], exclude: &[String]) -> bool {
+    exclude.iter().any(|x| {
+        let x = x.as_bytes();
+        path == x || (path.starts_with(x) && path.get(x.len()) == Some(&b'/'))
+    })
+}
+
+/// `dir` relative to `workspace` when it lies inside it (both resolved), else `None`.
+fn inside(workspace: &Path, dir: &Path) -> Option<String> {
+    let workspace = std::fs::canonicalize(workspace).ok()?;
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let relative = dir.strip_prefix(&workspace).ok()?;
+    (!relative.as_os_str().is_empty()).then(|| relative.to_string_lossy().into_owned())
+}
+
 /// `(status letter, path)` of every file whose index entry differs between two snapshots
 /// (`A`dded, `D`eleted, `M`odified: content, mode or type), leaving out `exclude` (paths
 /// relative to the workspace, with what is below them).
 fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
     use std::cmp::Ordering;
-    let excluded = |path: &[u8]| {
-        exclude.iter().any(|x| {
-            let x = x.as_bytes();
-            path == x || (path.starts_with(x) && path.get(x.len()) == Some(&b'/'))
-        })
-    };
+    let excluded = |path: &[u8]| excluded(path, exclude);
     // Both sorted by path and stage: one walk side by side.
     let (mut old, mut new) = (
         before.entries.iter().peekable(),
@@ -542,8 +565,7 @@ fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Opt
         .chain(sides.unknown.iter().map(Vec::as_slice))
         .collect();
     for path in paths {
-        if limit.is_some_and(|l| scan::walk_order(path, l).is_gt())
-            || sides.exclude.iter().any(|x| x.as_bytes() == path)
+        if limit.is_some_and(|l| scan::walk_order(path, l).is_gt()) || excluded(path, sides.exclude)
         {
             continue;
         }
