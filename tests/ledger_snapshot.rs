@@ -609,3 +609,61 @@ fn coders_own_state_directory_in_the_workspace_is_not_in_the_changes() {
         );
     }
 }
+
+/// The race round fourteen left open: a filter driver defined in an included work-tree
+/// file after coder's git had listed the drivers to switch off, and before its `git add`
+/// read the config again (the agent of another run in the same tree can write it at any
+/// moment). A `git` on `PATH` writes the driver at exactly that moment. The ledger's git
+/// reads no config of the repository's now (its own git directory), so no listing can be
+/// outrun: nothing runs, and the edit is measured.
+#[test]
+fn a_filter_defined_just_before_the_ledgers_git_add_does_not_run_as_coder() {
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("ran-as-coder");
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "a.txt", "a\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    write(ws, ".gitattributes", "*.txt filter=x\n");
+    write(ws, "shared.gitconfig", "");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "include.path", "../shared.gitconfig"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let path = git_wrapper(
+        &fake,
+        &format!(
+            r#"*" add -A "*)
+    printf '[filter "x"]\n\tclean = "touch {marker}; cat"\n' > '{ws}/shared.gitconfig' ;;"#,
+            marker = marker.display(),
+            ws = ws.display(),
+        ),
+    );
+    let out = fake.coder().env("PATH", path).args(["task"]).run();
+    out.assert_success("done");
+    assert!(
+        !marker.exists(),
+        "the driver ran as coder: {}",
+        out.explain()
+    );
+    assert!(
+        files(&out.envelope)
+            .iter()
+            .any(|(path, status, ..)| path == "a.txt" && status == "modified"),
+        "{}",
+        out.explain()
+    );
+}

@@ -6,24 +6,32 @@
 //! otherwise read and act on is pinned down here:
 //! * the environment is cleared (no `GIT_DIR`, `GIT_CONFIG_*`, `GIT_INDEX_FILE` of the
 //!   caller), the system and global config are off (`GIT_CONFIG_NOSYSTEM`,
-//!   `GIT_CONFIG_GLOBAL=/dev/null`), and the repository's git dir and work tree are passed
-//!   explicitly, fixed when the run starts (a `.git` the agent plants later is not used);
+//!   `GIT_CONFIG_GLOBAL=/dev/null`), and every setting that runs a program is overridden
+//!   on the command line ([`base_command`]);
+//! * the snapshots' git runs in a git directory of coder's own ([`make_private_git_dir`]):
+//!   its config is coder's text, with only the settings that decide what `git add`
+//!   records for a file copied from the repository's (checked against their known
+//!   values), its objects are private with the repository's as an alternate, its
+//!   `info/exclude` a copy. So the repository's config is read once, at discovery
+//!   (`rev-parse` and the copied settings, with the safety settings), and never by a
+//!   snapshot. Until round fifteen the snapshots ran in the repository's git directory
+//!   and switched off, by name, each filter driver its config defined: a config may
+//!   include a file of the work tree (`include.path`), and a driver the agent defined
+//!   there between coder's listing and git's next read of the config ran as coder,
+//!   outside the sandbox; `refs/replace` could change what an object read as;
 //! * the settings that let git take a file as unchanged from less than all its stat data
-//!   (`core.trustctime`, `core.checkStat`, `core.ignoreStat`) are overridden;
-//! * every setting that runs a program is overridden on the command line, which wins over
-//!   the repository's config: `core.fsmonitor`, `core.hooksPath`, `core.attributesFile`,
-//!   and for every `filter.<driver>` the config defines (an in-tree `.gitattributes` can
-//!   name any of them) its `clean`, `smudge` and `process` commands, emptied, and its
-//!   `required` flag, cleared; the drivers are listed again at every snapshot, as the
-//!   config may include a work-tree file the agent wrote (`include.path`); diffs are made with `--no-ext-diff --no-textconv`;
+//!   (`core.trustctime`, `core.checkStat`, `core.ignoreStat`) are overridden; diffs are
+//!   made with `--no-ext-diff --no-textconv`;
 //! * the user's index is never written: `git add -A` runs on a copy of it (or a fresh one)
-//!   in a private temporary directory, and new objects go to a private object directory
-//!   with the repository's own as an alternate, so the repository is not changed at all.
-//!   In a run that directory is in coder's state directory, which no sandbox grant may
-//!   reach: in the host's `/tmp`, where `--allow-tmp` grants the agent everything, the
-//!   agent marked its edits "assume unchanged" in that index (the ledger then said
-//!   "unchanged"), and made its object directories symlinks through which coder's git
-//!   wrote wherever the agent chose.
+//!   in a private directory, and new objects go to the private object directory, so the
+//!   repository is not changed at all. In a run that directory is in coder's state
+//!   directory, which no sandbox grant may reach: in the host's `/tmp`, where
+//!   `--allow-tmp` grants the agent everything, the agent marked its edits "assume
+//!   unchanged" in that index (the ledger then said "unchanged"), and made its object
+//!   directories symlinks through which coder's git wrote wherever the agent chose;
+//! * a watcher stops any git of coder's that waits to open a FIFO or keeps reading what
+//!   may never end ([`watched_run`]): a `.gitignore` made a FIFO, an included config made
+//!   a symlink to `/proc/self/fd/1`.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -44,12 +52,6 @@ pub enum GitError {
     Spawn(#[from] std::io::Error),
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
-    #[error(
-        "the repository's config defines a filter driver coder cannot switch off on git's \
-         command line (a name with `=`, or not UTF-8): {name:?}; no snapshot is taken, \
-         since git would run it"
-    )]
-    Driver { name: String },
     #[error("cannot read the change ledger's own index (an index format coder does not know)")]
     Index,
     #[error(
@@ -73,6 +75,136 @@ impl GitError {
 
 /// The directory of the ledger's private git directories in coder's state directory.
 pub const SCRATCH_DIR: &str = "ledger-git";
+
+/// The name of the ledger's private git directory in its scratch directory.
+const PRIVATE_GIT_DIR: &str = "git";
+
+/// The repository's object format: which hash names its objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ObjectFormat {
+    Sha1,
+    Sha256,
+}
+
+impl ObjectFormat {
+    /// The format `git rev-parse --show-object-format` names.
+    fn named(name: &str) -> Option<ObjectFormat> {
+        match name {
+            "sha1" => Some(ObjectFormat::Sha1),
+            "sha256" => Some(ObjectFormat::Sha256),
+            _ => None,
+        }
+    }
+
+    /// Bytes of an object id.
+    fn hash_len(self) -> usize {
+        match self {
+            ObjectFormat::Sha1 => 20,
+            ObjectFormat::Sha256 => 32,
+        }
+    }
+}
+
+/// The settings of the repository's config that decide what `git add` records for a
+/// file (line endings, the executable bit, symlinks, case), each with the values it
+/// may take: copied into the private git directory, checked against these and written
+/// out by coder; nothing else of the config is.
+const COPIED_SETTINGS: &[(&str, &[&str])] = &[
+    ("core.autocrlf", &["true", "false", "input"]),
+    ("core.eol", &["lf", "crlf", "native"]),
+    ("core.filemode", BOOLEAN),
+    ("core.symlinks", BOOLEAN),
+    ("core.ignorecase", BOOLEAN),
+    ("core.precomposeunicode", BOOLEAN),
+];
+
+const BOOLEAN: &[&str] = &["true", "false", "yes", "no", "on", "off", "1", "0"];
+
+/// The [`COPIED_SETTINGS`] the repository's config sets, as `(key, value)`; values that
+/// are none of a key's known ones are left out. Read with every safety setting of
+/// [`base_command`], the watcher's too ([`watched_run`]): the config may include a file of
+/// the work tree.
+fn copied_settings(program: &Path, workspace: &Path) -> Result<Vec<(String, String)>, GitError> {
+    let mut cmd = base_command(program, workspace);
+    cmd.args([
+        "config",
+        "-z",
+        "--get-regexp",
+        r"^core\.(autocrlf|eol|filemode|symlinks|ignorecase|precomposeunicode)$",
+    ]);
+    let out = watched_output(&mut cmd)?;
+    // Exit 1: none is set.
+    if !out.status.success() && out.status.code() != Some(1) {
+        return Err(GitError::Failed {
+            what: "config",
+            stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+        });
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|record| {
+            let record = std::str::from_utf8(record).ok()?;
+            let (key, value) = record.split_once('\n')?;
+            let key = key.to_ascii_lowercase();
+            let value = value.to_ascii_lowercase();
+            let (_, allowed) = COPIED_SETTINGS.iter().find(|(name, _)| *name == key)?;
+            allowed.contains(&value.as_str()).then_some((key, value))
+        })
+        .collect())
+}
+
+/// Makes coder's own git directory at `dir` for the ledger's snapshots of a repository
+/// whose common git directory is `common_dir`: its config is coder's text (the object
+/// format and the [`copied_settings`]), its object directory is private with the
+/// repository's as its one alternate (new objects are written here, the repository's
+/// are read), and its `info/exclude` is a copy of the repository's (a regular file of at
+/// most a few MiB). Nothing else of the repository's git directory is read by the
+/// ledger's git: not its config (with its includes, which a file of the work tree the
+/// agent writes may be, and which defined filter drivers between coder's listing of them
+/// and git's next read), not its hooks, refs (`refs/replace` changes what an object
+/// reads as) or `info/attributes`.
+fn make_private_git_dir(
+    dir: &Path,
+    common_dir: &Path,
+    format: ObjectFormat,
+    settings: &[(String, String)],
+) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    for sub in ["objects/info", "refs/heads", "info"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/coder-ledger\n")?;
+    let mut alternate = common_dir.join("objects").into_os_string();
+    alternate.push("\n");
+    std::fs::write(
+        dir.join("objects/info/alternates"),
+        alternate.as_encoded_bytes(),
+    )?;
+    let version = match format {
+        ObjectFormat::Sha1 => 0,
+        ObjectFormat::Sha256 => 1,
+    };
+    let mut config = format!(
+        "[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tsafecrlf = false\n"
+    );
+    for (key, value) in settings {
+        if let Some(name) = key.strip_prefix("core.") {
+            let _ = writeln!(config, "\t{name} = {value}");
+        }
+    }
+    if format == ObjectFormat::Sha256 {
+        config.push_str("[extensions]\n\tobjectformat = sha256\n");
+    }
+    std::fs::write(dir.join("config"), config)?;
+    const EXCLUDE_CAP: u64 = 4 << 20;
+    let exclude = common_dir.join("info/exclude");
+    let fits = std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.len() <= EXCLUDE_CAP);
+    if fits {
+        let _ = copy_plain_file(&exclude, &dir.join("info/exclude"));
+    }
+    Ok(())
+}
 
 /// A private temporary directory, removed on drop.
 #[derive(Debug)]
@@ -136,8 +268,6 @@ pub struct GitRepo {
     workspace: PathBuf,
     /// The workspace relative to the work tree (`""` or `sub/dir/`).
     prefix: String,
-    /// `-c` overrides for the filter drivers the config defines (as of the last snapshot).
-    filter_overrides: std::sync::Mutex<Vec<String>>,
     /// The private index and object directory.
     scratch: PrivateDir,
     /// Bytes of an object id (20 for SHA-1, 32 for SHA-256).
@@ -180,6 +310,8 @@ impl GitRepo {
             "--absolute-git-dir",
             "--show-toplevel",
             "--show-object-format",
+            "--path-format=absolute",
+            "--git-common-dir",
             "--show-prefix",
         ]);
         probe.stderr(Stdio::null());
@@ -191,29 +323,31 @@ impl GitRepo {
         let mut lines = text.lines();
         let git_dir = PathBuf::from(lines.next()?);
         let work_tree = PathBuf::from(lines.next()?);
-        let hash_len = match lines.next()? {
-            "sha1" => 20,
-            "sha256" => 32,
-            _ => return None,
-        };
+        let format = ObjectFormat::named(lines.next()?)?;
+        let common_dir = PathBuf::from(lines.next()?);
         let prefix = lines.next().unwrap_or("").to_owned();
+        let settings = copied_settings(&program, workspace).ok()?;
         let scratch = match state_dir {
             Some(state) => PrivateDir::new_in(&state.join(SCRATCH_DIR)),
             None => PrivateDir::new("coder-ledger"),
         }
         .ok()?;
-        std::fs::create_dir(scratch.path().join("objects")).ok()?;
+        make_private_git_dir(
+            &scratch.path().join(PRIVATE_GIT_DIR),
+            &common_dir,
+            format,
+            &settings,
+        )
+        .ok()?;
         let repo = GitRepo {
             program,
             git_dir,
             work_tree,
             workspace: workspace.to_path_buf(),
             prefix,
-            filter_overrides: std::sync::Mutex::new(Vec::new()),
             scratch,
-            hash_len,
+            hash_len: format.hash_len(),
         };
-        *repo.overrides() = repo.filter_drivers().ok()?;
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
         let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
@@ -367,66 +501,19 @@ impl GitRepo {
         })
     }
 
-    /// The `-c` settings that neutralise every filter driver the config defines.
-    fn filter_drivers(&self) -> Result<Vec<String>, GitError> {
-        let mut cmd = self.command();
-        cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
-        // Exit 1 means "no such key": no driver.
-        let out = watched_output(&mut cmd)?;
-        // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
-        // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
-        // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
-        let text = std::str::from_utf8(&out.stdout).map_err(|_| GitError::Driver {
-            name: String::from_utf8_lossy(&out.stdout).into_owned(),
-        })?;
-        let mut drivers: Vec<&str> = text
-            .lines()
-            .filter_map(|key| key.strip_prefix("filter."))
-            .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name))
-            .collect();
-        drivers.sort_unstable();
-        drivers.dedup();
-        if let Some(name) = drivers.iter().find(|name| name.contains('=')) {
-            return Err(GitError::Driver {
-                name: (*name).to_owned(),
-            });
-        }
-        Ok(drivers
-            .iter()
-            .flat_map(|name| {
-                [
-                    format!("filter.{name}.clean="),
-                    format!("filter.{name}.smudge="),
-                    format!("filter.{name}.process="),
-                    format!("filter.{name}.required=false"),
-                ]
-            })
-            .collect())
-    }
-
-    fn overrides(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
-        self.filter_overrides
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// A git command on this repository with every safety setting applied.
+    ///
+    /// Its git directory is coder's private one ([`make_private_git_dir`]), not the
+    /// repository's: nothing of the repository's config, hooks, refs or attributes file is
+    /// read, only its objects (through an alternate) and the work tree.
     fn command(&self) -> Command {
         let mut cmd = base_command(&self.program, &self.workspace);
-        for setting in self.overrides().iter() {
-            cmd.arg("-c").arg(setting);
-        }
         let mut git_dir = OsString::from("--git-dir=");
-        git_dir.push(&self.git_dir);
+        git_dir.push(self.scratch.path().join(PRIVATE_GIT_DIR));
         let mut work_tree = OsString::from("--work-tree=");
         work_tree.push(&self.work_tree);
         cmd.arg(git_dir).arg(work_tree);
-        cmd.env("GIT_INDEX_FILE", self.index())
-            .env("GIT_OBJECT_DIRECTORY", self.scratch.path().join("objects"))
-            .env(
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-                self.git_dir.join("objects"),
-            );
+        cmd.env("GIT_INDEX_FILE", self.index());
         cmd
     }
 
@@ -440,18 +527,6 @@ impl GitRepo {
         let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
         args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        // The drivers are listed again now, since the config may include a file of the
-        // work tree (`include.path`) that the agent has written since the run began,
-        // defining a driver its `.gitattributes` names. Every command that reads the index
-        // may run one (a racily clean entry is hashed again, by `write-tree` too), so
-        // every later command gets them.
-        let drivers = self.filter_drivers()?;
-        {
-            let mut overrides = self.overrides();
-            overrides.extend(drivers);
-            overrides.sort_unstable();
-            overrides.dedup();
-        }
         let added = self.run("add", &args);
         if let Err(e) = added {
             if e.was_killed() {
@@ -1062,6 +1137,77 @@ mod tests {
         // The run's end: the "after" snapshot, by coder, outside the sandbox.
         repo.snapshot().unwrap();
         assert!(!marker.exists(), "the agent's filter ran as coder");
+    }
+
+    /// `git` in `dir` with no config but the repository's, asserting success.
+    fn user_git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The line counts of `a.txt` after appending a line, through the private git dir.
+    fn counts_after_an_appended_line(ws: &Path) -> Option<(u64, u64)> {
+        let repo = GitRepo::discover(ws).unwrap();
+        let before = repo.snapshot().unwrap();
+        let text = std::fs::read_to_string(ws.join("a.txt")).unwrap();
+        std::fs::write(ws.join("a.txt"), format!("{text}more\n")).unwrap();
+        let after = repo.snapshot().unwrap();
+        let counts = repo.numstat(&before.tree, &after.tree, &[]).unwrap();
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        assert_eq!(counts[0].0, b"a.txt");
+        counts[0].1
+    }
+
+    #[test]
+    fn a_sha256_repository_and_a_linked_worktree_are_measured_through_the_private_git_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let main = root.join("main");
+        std::fs::create_dir(&main).unwrap();
+        user_git(&main, &["init", "-q", "--object-format=sha256"]);
+        std::fs::write(main.join("a.txt"), "a\n").unwrap();
+        user_git(&main, &["add", "-A"]);
+        user_git(&main, &["commit", "-qm", "start"]);
+        assert_eq!(counts_after_an_appended_line(&main), Some((1, 0)));
+        // A linked worktree: its git dir has no objects of its own (they are the common
+        // dir's), which the private git dir's alternate must name.
+        user_git(&main, &["worktree", "add", "-q", "../linked"]);
+        assert_eq!(
+            counts_after_an_appended_line(&root.join("linked")),
+            Some((1, 0))
+        );
+    }
+
+    #[test]
+    fn only_known_values_of_the_settings_that_decide_a_files_content_are_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        user_git(&ws, &["init", "-q"]);
+        for (key, value) in [
+            ("core.autocrlf", "Input"),
+            ("core.eol", "evil\n[filter \"x\"]"),
+            ("core.fileMode", "false"),
+            ("core.hooksPath", "/tmp/hooks"),
+        ] {
+            user_git(&ws, &["config", key, value]);
+        }
+        let mut copied = copied_settings(Path::new("git"), &ws).unwrap();
+        copied.sort();
+        assert_eq!(
+            copied,
+            [
+                ("core.autocrlf".to_owned(), "input".to_owned()),
+                ("core.filemode".to_owned(), "false".to_owned()),
+            ]
+        );
     }
 
     #[test]
