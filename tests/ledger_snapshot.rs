@@ -667,3 +667,47 @@ fn a_filter_defined_just_before_the_ledgers_git_add_does_not_run_as_coder() {
         out.explain()
     );
 }
+
+/// A file system of the kernel's own mounted inside the workspace (`/proc` here; a run in
+/// `/` has it as `proc/`) is not walked: its files come and go with every process, and a
+/// run in `/` listed `proc/1/net/...` among the agent's changes after a walk of 26 s.
+#[test]
+#[ignore = "needs root (a mount namespace): scripts/test runs it"]
+fn a_proc_mounted_in_the_workspace_is_not_in_the_changes() {
+    common::require_root_and_user_namespaces();
+    // Unconfined: the default sandbox refuses such a workspace (its scan cannot read
+    // every file of a `/proc`), which is right for a mount it would hand the agent.
+    for sandbox in ["danger-full-access"] {
+        let fake = Fake::new(json!([
+            common::steps::init(),
+            {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+            common::steps::result_ok("done"),
+        ]));
+        let ws = fake.workspace();
+        write(ws, "a.txt", "a\n");
+        std::fs::create_dir(ws.join("p")).unwrap();
+        // `sh -c SCRIPT MOUNT_POINT CODER ARGS…`: the mount point is `$0`.
+        let mount = r#"mount -t proc proc "$0" && exec "$@""#;
+        let out = fake
+            .coder()
+            .through([
+                "unshare".into(),
+                "--mount".into(),
+                "--propagation".into(),
+                "private".into(),
+                "sh".into(),
+                "-c".into(),
+                mount.into(),
+                ws.join("p").into_os_string(),
+            ])
+            .args(["--sandbox", sandbox, "task"])
+            .run();
+        out.assert_success("done");
+        assert_eq!(
+            files(&out.envelope),
+            [change("a.txt", "modified", 1, 1)],
+            "{sandbox}: {}",
+            out.explain()
+        );
+    }
+}

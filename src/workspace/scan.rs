@@ -393,6 +393,7 @@ pub fn list(root: &Path, caps: &Caps) -> Listed {
     // scan's time is mostly `fstatat`).
     let mut listing = Listing {
         cap: caps.files,
+        skipped: kernel_mounts_below(root),
         ..Listing::default()
     };
     if let Some(fd) = open_dir(root) {
@@ -567,6 +568,9 @@ struct Listing {
     truncated: bool,
     /// Every listed directory's change time, taken after its listing.
     dir_ctimes: Vec<(Vec<u8>, i128)>,
+    /// Mount points of the kernel's own file systems below the root (relative to it),
+    /// not walked ([`kernel_mounts_below`]).
+    skipped: Vec<Vec<u8>>,
 }
 
 impl Listing {
@@ -631,7 +635,7 @@ impl Listing {
                         path.push(b'/');
                     }
                     path.extend_from_slice(name);
-                    if depth >= MAX_DEPTH {
+                    if depth >= MAX_DEPTH || self.skipped.contains(&path) {
                         continue;
                     }
                     let Some(parent) = fd.as_ref() else {
@@ -750,6 +754,82 @@ impl Kind {
             _ => Kind::Other,
         }
     }
+}
+
+/// The kernel's own file systems (`/proc`, `/sys` and the like): nothing in them is a
+/// workspace's content, and a walk of them is slow and reads as ever-changing (a run in
+/// `/` with `danger-full-access` listed `proc/1/net/...` among its changes, after 26 s).
+const KERNEL_FILE_SYSTEMS: &[&str] = &[
+    "proc",
+    "sysfs",
+    "devpts",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "bpf",
+    "pstore",
+    "efivarfs",
+    "configfs",
+    "fusectl",
+    "mqueue",
+    "binfmt_misc",
+    "nsfs",
+    "autofs",
+    "hugetlbfs",
+];
+
+/// The mount points of [`KERNEL_FILE_SYSTEMS`] below `root`, relative to it, from
+/// `/proc/self/mountinfo` (read once a scan; a workspace has none below it as a rule).
+fn kernel_mounts_below(root: &Path) -> Vec<Vec<u8>> {
+    let Ok(root) = std::fs::canonicalize(root) else {
+        return Vec::new();
+    };
+    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    mounts_below(&table, root.as_os_str().as_bytes())
+}
+
+/// [`kernel_mounts_below`] of a `mountinfo` text: each line is `ID PARENT MAJ:MIN ROOT
+/// MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS`, the paths with
+/// spaces and the like as octal escapes (`\040`).
+fn mounts_below(table: &[u8], root: &[u8]) -> Vec<Vec<u8>> {
+    let root = if root == b"/" { &b""[..] } else { root };
+    table
+        .split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let fields: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+            let point = unescape_octal(fields.get(4)?);
+            let dash = fields.iter().position(|f| *f == b"-")?;
+            let fstype = std::str::from_utf8(fields.get(dash + 1)?).ok()?;
+            let rel = point.strip_prefix(root)?.strip_prefix(b"/")?;
+            (KERNEL_FILE_SYSTEMS.contains(&fstype) && !rel.is_empty()).then(|| rel.to_vec())
+        })
+        .collect()
+}
+
+/// A `mountinfo` path with its `\NNN` (octal) escapes decoded.
+fn unescape_octal(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let digits = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match digits {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The directory `name` in the one open as `parent`, opened without following a symlink.
@@ -966,6 +1046,28 @@ fn split_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_own_mounts_below_the_root_are_found_in_mountinfo() {
+        let table = b"22 1 0:21 / /proc rw,nosuid - proc proc rw\n\
+            23 1 0:22 / /sys rw - sysfs sysfs rw\n\
+            24 1 8:1 / / rw - ext4 /dev/vda rw\n\
+            25 24 0:5 / /work/ws/my\\040proc rw shared:1 - proc proc rw\n\
+            26 24 8:2 / /work/ws/data rw - ext4 /dev/vdb rw\n\
+            27 24 0:23 / /work/wsx/proc rw - proc proc rw\n";
+        assert_eq!(
+            mounts_below(table, b"/"),
+            [
+                b"proc".to_vec(),
+                b"sys".to_vec(),
+                b"work/ws/my proc".to_vec(),
+                b"work/wsx/proc".to_vec()
+            ]
+        );
+        assert_eq!(mounts_below(table, b"/work/ws"), [b"my proc".to_vec()]);
+        assert!(mounts_below(table, b"/work/ws/my proc").is_empty());
+        assert_eq!(unescape_octal(b"a\\011b\\\\c\\9"), b"a\tb\\\\c\\9");
+    }
 
     #[test]
     fn symlinked_directories_are_entries_not_walked_and_the_walk_keeps_its_order() {

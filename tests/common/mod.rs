@@ -221,6 +221,7 @@ impl Fake {
             config_home: self.dir.path().join("xdg-config"),
             state_dir: self.state_dir(),
             inherited: None,
+            through: Vec::new(),
         }
     }
 
@@ -392,6 +393,8 @@ pub struct Coder {
     state_dir: PathBuf,
     /// A descriptor coder gets from its parent without close-on-exec (see [`Coder::inherit`]).
     inherited: Option<std::os::fd::OwnedFd>,
+    /// A program (and its arguments) that starts coder (see [`Coder::through`]).
+    through: Vec<OsString>,
 }
 
 impl Coder {
@@ -399,6 +402,17 @@ impl Coder {
     /// that passes descriptors on does (a `make` jobserver's pipe).
     pub fn inherit(mut self, fd: std::os::fd::OwnedFd) -> Self {
         self.inherited = Some(fd);
+        self
+    }
+
+    /// Starts coder through `program args…`, which gets coder's path and arguments after
+    /// its own and must exec them (`unshare … sh -c '… exec "$@"'`).
+    pub fn through<I, S>(mut self, program_and_args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.through = program_and_args.into_iter().map(Into::into).collect();
         self
     }
 
@@ -476,7 +490,14 @@ impl Coder {
     }
 
     pub fn spawn(self) -> Running {
-        let mut cmd = Command::new(CODER);
+        let mut cmd = match self.through.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(CODER);
+                cmd
+            }
+            None => Command::new(CODER),
+        };
         cmd.args(self.argv());
         // A predictable environment: nothing from the developer's config, a credential to
         // check redaction against, and the variable coder must not pass on.
