@@ -677,7 +677,8 @@ fn a_proc_mounted_in_the_workspace_is_not_in_the_changes() {
     common::require_root_and_user_namespaces();
     // Unconfined: the default sandbox refuses such a workspace (its scan cannot read
     // every file of a `/proc`), which is right for a mount it would hand the agent.
-    for sandbox in ["danger-full-access"] {
+    let sandbox = "danger-full-access";
+    {
         let fake = Fake::new(json!([
             common::steps::init(),
             {"step": "touch", "path": "../a.txt", "text": "changed\n"},
