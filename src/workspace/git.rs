@@ -24,6 +24,11 @@
 //!   agent marked its edits "assume unchanged" in that index (the ledger then said
 //!   "unchanged"), and made its object directories symlinks through which coder's git
 //!   wrote wherever the agent chose.
+//! * no object is read through a replacement (`GIT_NO_REPLACE_OBJECTS`), and the objects a
+//!   diff reads, which are the repository's (the agent may rewrite them in place), are
+//!   checked first: [`GitRepo::unverified_blobs`] hashes each (`blob SIZE\0CONTENT`,
+//!   SHA-1 or SHA-256 as the repository's format says) as one `git cat-file --batch`
+//!   streams it, and names those that do not hash to their id.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -36,6 +41,26 @@ use crate::supervise::tree::{own_run, pidfd_kill, pidfd_open};
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
 pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
+
+/// One file of `git diff-tree --raw`: what the two trees name for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChange {
+    /// Relative to the workspace.
+    pub path: Vec<u8>,
+    pub old_mode: u32,
+    /// Zero-padded to 32 bytes; all zeros when the file is not in the "before" tree.
+    pub old_oid: [u8; 32],
+    pub new_mode: u32,
+    pub new_oid: [u8; 32],
+}
+
+/// What `git diff-tree --raw --numstat` said: the trees' side ([`RawChange`]) and the
+/// line counts ([`NumStat`]) of every changed file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiffStat {
+    pub raw: Vec<RawChange>,
+    pub counts: Vec<NumStat>,
+}
 
 /// Why a git snapshot could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +91,7 @@ pub enum GitError {
 
 impl GitError {
     /// Whether coder's watcher killed the git (see [`watched_run`]).
-    fn was_killed(&self) -> bool {
+    pub(crate) fn was_killed(&self) -> bool {
         matches!(self, GitError::Fifo | GitError::NotAFile { .. })
     }
 }
@@ -476,8 +501,16 @@ impl GitRepo {
     }
 
     /// `git diff-tree` between two trees, limited to (and relative to) the workspace,
-    /// leaving out `exclude` (paths relative to the workspace).
-    fn diff_tree(&self, format: &[&str], trees: [&str; 2], exclude: &[String]) -> Command {
+    /// leaving out `exclude` (paths relative to the workspace) and `also_out` (the same,
+    /// as bytes: files whose diff coder does not trust).
+    fn diff_tree(
+        &self,
+        format: &[&str],
+        trees: [&str; 2],
+        exclude: &[String],
+        also_out: &[Vec<u8>],
+    ) -> Command {
+        use std::os::unix::ffi::OsStrExt;
         let mut cmd = self.command();
         cmd.args([
             "diff-tree",
@@ -492,49 +525,111 @@ impl GitRepo {
             cmd.arg(format!("--relative={}", self.prefix));
         }
         cmd.args(format).args(trees);
-        if !exclude.is_empty() {
+        if !exclude.is_empty() || !also_out.is_empty() {
             cmd.args(["--", "."]);
             cmd.args(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
+            cmd.args(also_out.iter().map(|p| {
+                let mut spec = b":(exclude,literal)".to_vec();
+                spec.extend_from_slice(p);
+                std::ffi::OsStr::from_bytes(&spec).to_owned()
+            }));
         }
         cmd
     }
 
-    /// `path -> (added, removed)` line counts; `None` for binary files.
-    pub fn numstat(
+    /// What `git diff-tree` finds between two trees: each changed file's object ids and
+    /// modes on both sides as the trees say (`--raw`), and its line counts (`--numstat`),
+    /// in one run; `untrusted` (paths relative to the workspace) left out.
+    pub fn diff_stat(
         &self,
         before: &str,
         after: &str,
         exclude: &[String],
-    ) -> Result<Vec<NumStat>, GitError> {
-        let cmd = self.diff_tree(&["--numstat"], [before, after], exclude);
+        untrusted: &[Vec<u8>],
+    ) -> Result<DiffStat, GitError> {
+        let cmd = self.diff_tree(&["--raw", "--numstat"], [before, after], exclude, untrusted);
         let out = output("diff-tree", cmd)?;
-        let mut list = Vec::new();
-        for record in out.split(|b| *b == 0).filter(|f| !f.is_empty()) {
-            let mut parts = record.splitn(3, |b| *b == b'\t');
-            let (Some(added), Some(removed), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            let number = |n: &[u8]| std::str::from_utf8(n).ok()?.parse::<u64>().ok();
-            let counts = number(added).zip(number(removed));
-            list.push((path.to_vec(), counts));
-        }
-        Ok(list)
+        Ok(parse_raw_numstat(&out, self.hash_len))
     }
 
-    /// The unified diff between two trees: at most `cap` bytes kept, and the full size.
+    /// The unified diff between two trees: at most `cap` bytes kept, and the full size;
+    /// `untrusted` (paths relative to the workspace) left out.
     pub fn patch(
         &self,
         before: &str,
         after: &str,
         exclude: &[String],
+        untrusted: &[Vec<u8>],
         cap: usize,
     ) -> Result<(Vec<u8>, u64), GitError> {
-        let mut cmd = self.diff_tree(&["-p"], [before, after], exclude);
+        let mut cmd = self.diff_tree(&["-p"], [before, after], exclude, untrusted);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         watched_run(&mut cmd, |child| read_capped(child, cap))?
+    }
+
+    /// Which of `oids` (blobs, zero-padded to 32 bytes) the repository's object store
+    /// (with the private one) does not hold as a blob whose content hashes to its name:
+    /// forged (a loose object rewritten in place, a pack rewritten, a replacement), or
+    /// missing. One `git cat-file --batch`; each object is hashed here as it streams by.
+    pub fn unverified_blobs(&self, oids: &[[u8; 32]]) -> Result<Vec<[u8; 32]>, GitError> {
+        use std::io::Write;
+        if oids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let hash_len = self.hash_len;
+        let mut input = Vec::with_capacity(oids.len() * (2 * hash_len + 1));
+        for oid in oids {
+            input.extend_from_slice(hex(&oid[..hash_len]).as_bytes());
+            input.push(b'\n');
+        }
+        let mut cmd = self.command();
+        cmd.args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let checked = watched_run(&mut cmd, |mut child| {
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take();
+            let checked = std::thread::scope(|s| {
+                // Fed from a thread of its own: git writes while it reads.
+                s.spawn(move || {
+                    if let Some(mut stdin) = stdin {
+                        let _ = stdin.write_all(&input);
+                    }
+                });
+                stdout.map(|out| check_batch(std::io::BufReader::new(out), hash_len))
+            });
+            let status = child.wait()?;
+            Ok((checked, status))
+        })
+        .inspect_err(|e| {
+            if e.was_killed() {
+                self.killed();
+            }
+        })?;
+        let (Some(Ok(verdicts)), status) = checked else {
+            return Err(GitError::Failed {
+                what: "cat-file --batch",
+                stderr: "its output could not be read".to_owned(),
+            });
+        };
+        if !status.success() {
+            return Err(GitError::Failed {
+                what: "cat-file --batch",
+                stderr: status.to_string(),
+            });
+        }
+        let good: std::collections::HashSet<[u8; 32]> = verdicts
+            .into_iter()
+            .filter(|(_, ok)| *ok)
+            .map(|(oid, _)| oid)
+            .collect();
+        Ok(oids
+            .iter()
+            .filter(|o| !good.contains(*o))
+            .copied()
+            .collect())
     }
 
     fn run(&self, what: &'static str, args: &[&str]) -> Result<Vec<u8>, GitError> {
@@ -610,6 +705,165 @@ fn read_capped(
     Ok(Ok((kept, total)))
 }
 
+/// Parses `git diff-tree -z --raw --numstat` output: git writes every raw record
+/// (`:MODE MODE OID OID STATUS`, NUL, the path, NUL) before the numstat ones (`ADDED`, tab,
+/// `REMOVED`, tab, the path, NUL; `-` for a binary file's counts).
+pub fn parse_raw_numstat(out: &[u8], hash_len: usize) -> DiffStat {
+    let mut stat = DiffStat::default();
+    let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
+    while let Some(field) = fields.next() {
+        if let Some(header) = field.strip_prefix(b":") {
+            let Some(path) = fields.next() else { break };
+            let mut parts = header.split(|b| *b == b' ');
+            let mode = |m: Option<&[u8]>| {
+                std::str::from_utf8(m?)
+                    .ok()
+                    .and_then(|m| u32::from_str_radix(m, 8).ok())
+            };
+            let (Some(old_mode), Some(new_mode)) = (mode(parts.next()), mode(parts.next())) else {
+                continue;
+            };
+            let (Some(old_oid), Some(new_oid)) = (
+                parts.next().and_then(|o| unhex(o, hash_len)),
+                parts.next().and_then(|o| unhex(o, hash_len)),
+            ) else {
+                continue;
+            };
+            stat.raw.push(RawChange {
+                path: path.to_vec(),
+                old_mode,
+                old_oid,
+                new_mode,
+                new_oid,
+            });
+            continue;
+        }
+        let mut parts = field.splitn(3, |b| *b == b'\t');
+        let (Some(added), Some(removed), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let number = |n: &[u8]| std::str::from_utf8(n).ok()?.parse::<u64>().ok();
+        let counts = number(added).zip(number(removed));
+        stat.counts.push((path.to_vec(), counts));
+    }
+    stat
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// An object id of `hash_len` bytes from its hex, zero-padded to 32 bytes.
+fn unhex(text: &[u8], hash_len: usize) -> Option<[u8; 32]> {
+    if text.len() != 2 * hash_len || hash_len > 32 {
+        return None;
+    }
+    let mut oid = [0u8; 32];
+    for (i, pair) in text.chunks(2).enumerate() {
+        let pair = std::str::from_utf8(pair).ok()?;
+        oid[i] = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(oid)
+}
+
+/// git's hash of an object: SHA-1 (`hash_len` 20) or SHA-256 (32) over `KIND SIZE`, NUL,
+/// the content, fed in pieces.
+enum ObjectHasher {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+}
+
+impl ObjectHasher {
+    fn new(hash_len: usize, kind: &str, size: u64) -> Option<ObjectHasher> {
+        use sha1::Digest;
+        let mut hasher = match hash_len {
+            20 => ObjectHasher::Sha1(sha1::Sha1::new()),
+            32 => ObjectHasher::Sha256(sha2::Sha256::new()),
+            _ => return None,
+        };
+        hasher.update(format!("{kind} {size}\0").as_bytes());
+        Some(hasher)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        use sha1::Digest;
+        match self {
+            ObjectHasher::Sha1(h) => h.update(bytes),
+            ObjectHasher::Sha256(h) => h.update(bytes),
+        }
+    }
+
+    /// The id, zero-padded to 32 bytes.
+    fn finish(self) -> [u8; 32] {
+        use sha1::Digest;
+        let mut oid = [0u8; 32];
+        match self {
+            ObjectHasher::Sha1(h) => oid[..20].copy_from_slice(&h.finalize()),
+            ObjectHasher::Sha256(h) => oid.copy_from_slice(&h.finalize()),
+        }
+        oid
+    }
+}
+
+/// Reads `git cat-file --batch` output: for each object asked for, its id as asked and
+/// whether git gave a blob whose `blob SIZE\0CONTENT` hashes to that id (a missing,
+/// ambiguous or other-typed object is not). The content streams through the hash, never
+/// held whole.
+fn check_batch(
+    mut out: impl std::io::BufRead,
+    hash_len: usize,
+) -> std::io::Result<Vec<([u8; 32], bool)>> {
+    let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+    let mut verdicts = Vec::new();
+    let mut line = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        line.clear();
+        if out.read_until(b'\n', &mut line)? == 0 {
+            return Ok(verdicts);
+        }
+        let header = line.strip_suffix(b"\n").ok_or_else(bad)?;
+        let mut parts = header.split(|b| *b == b' ');
+        let asked = parts
+            .next()
+            .and_then(|o| unhex(o, hash_len))
+            .ok_or_else(bad)?;
+        let kind = parts
+            .next()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .ok_or_else(bad)?;
+        let Some(size) = parts.next() else {
+            // `OID missing`, `OID ambiguous`: no content follows.
+            verdicts.push((asked, false));
+            continue;
+        };
+        let size: u64 = std::str::from_utf8(size)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?;
+        let mut hasher = ObjectHasher::new(hash_len, kind, size).ok_or_else(bad)?;
+        let mut left = size;
+        while left > 0 {
+            let want = usize::try_from(left.min(buf.len() as u64)).unwrap_or(buf.len());
+            let n = out.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(bad());
+            }
+            hasher.update(&buf[..n]);
+            left -= n as u64;
+        }
+        let mut newline = [0u8; 1];
+        out.read_exact(&mut newline)?;
+        verdicts.push((asked, kind == "blob" && hasher.finish() == asked));
+    }
+}
+
 /// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
 /// repository: false only when no directory from the workspace up to `/` holds a `.git`
 /// entry or a `HEAD` entry (of any file type, or one that cannot be looked at). That is
@@ -650,6 +904,9 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         .env("GIT_PAGER", "cat")
         .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_NO_LAZY_FETCH", "1")
+        // An object is read as itself, never as what a `refs/replace/` ref (the agent's to
+        // write) says replaces it.
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
         .stdin(Stdio::null());
     for setting in [
         "core.fsmonitor=false",
@@ -1062,6 +1319,78 @@ mod tests {
         // The run's end: the "after" snapshot, by coder, outside the sandbox.
         repo.snapshot().unwrap();
         assert!(!marker.exists(), "the agent's filter ran as coder");
+    }
+
+    #[test]
+    fn raw_and_numstat_records_are_read_apart_whatever_the_paths_hold() {
+        let a = "1".repeat(40);
+        let b = "2".repeat(40);
+        let z = "0".repeat(40);
+        // A path that looks like a raw header, one with a tab, a binary file's counts.
+        let out = format!(
+            ":100644 100644 {a} {b} M\0:odd\0:000000 120000 {z} {b} A\0x\ty\0\
+             3\t1\t:odd\0-\t-\tx\ty\0"
+        );
+        let stat = parse_raw_numstat(out.as_bytes(), 20);
+        let oid = |hex: &str| unhex(hex.as_bytes(), 20).unwrap();
+        assert_eq!(
+            stat.raw,
+            [
+                RawChange {
+                    path: b":odd".to_vec(),
+                    old_mode: 0o100644,
+                    old_oid: oid(&a),
+                    new_mode: 0o100644,
+                    new_oid: oid(&b),
+                },
+                RawChange {
+                    path: b"x\ty".to_vec(),
+                    old_mode: 0,
+                    old_oid: [0; 32],
+                    new_mode: 0o120000,
+                    new_oid: oid(&b),
+                },
+            ]
+        );
+        assert_eq!(
+            stat.counts,
+            [(b":odd".to_vec(), Some((3, 1))), (b"x\ty".to_vec(), None)]
+        );
+        assert_eq!(hex(&oid(&a)[..20]), a);
+        assert_eq!(unhex(b"12", 20), None);
+    }
+
+    /// `cat-file --batch` output as git writes it: a blob whose content hashes to its
+    /// name passes, a rewritten one, a missing one and a tree under a blob's name do not
+    /// (SHA-1 and SHA-256, the ids `git hash-object` gives).
+    #[test]
+    fn a_blob_passes_only_when_its_content_hashes_to_its_name() {
+        // `printf 'hello\n' | git hash-object --stdin` (and with `--object-format=sha256`).
+        let sha1 = "ce013625030ba8dba906f756967f9e9ca394464a";
+        let sha256 = "2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4";
+        for (hash_len, name) in [(20, sha1), (32, sha256)] {
+            let other = "a".repeat(2 * hash_len);
+            let stream = format!(
+                "{name} blob 6\nhello\n\n{name} blob 6\nHELLO\n\n{other} missing\n\
+                 {name} tree 6\nhello\n\n"
+            );
+            let verdicts =
+                check_batch(std::io::Cursor::new(stream.into_bytes()), hash_len).unwrap();
+            let oid = |hex: &str| unhex(hex.as_bytes(), hash_len).unwrap();
+            assert_eq!(
+                verdicts,
+                [
+                    (oid(name), true),
+                    (oid(name), false),
+                    (oid(&other), false),
+                    (oid(name), false),
+                ],
+                "{hash_len}"
+            );
+            // Cut short: an error, never a verdict.
+            let cut = format!("{name} blob 6\nhel");
+            assert!(check_batch(std::io::Cursor::new(cut.into_bytes()), hash_len).is_err());
+        }
     }
 
     #[test]

@@ -3,7 +3,11 @@
 //!
 //! In a git work tree the snapshots are tree objects written through a private index
 //! (see [`super::git`]): `git add -A` semantics, so `.gitignore` applies and the counts are
-//! git's own (`diff-tree --numstat`). Elsewhere they are bounded stat+hash scans (see
+//! git's own (`diff-tree --numstat`). Which files changed is read from coder's own two
+//! indexes; the counts and the diff read the repository's objects, so for each changed
+//! file coder first checks that the blobs its indexes name hash to their ids, and that
+//! the trees git compares name the same blobs: a file that fails keeps its place in the
+//! list, without lines or diff, and a warning names it. Elsewhere they are bounded stat+hash scans (see
 //! [`super::scan`]), whose line counts are exact for added and deleted files and count
 //! changed lines as a multiset for modified ones (lines that only moved are not counted).
 //! The "after" scan reuses the "before" entries of files whose stat data is unchanged, and
@@ -63,6 +67,10 @@ pub struct Changes {
     pub lines_removed: u64,
     /// The file list, or the scan itself, was cut at its cap.
     pub truncated: bool,
+    /// What the envelope's `warnings` should say about these counts (not serialised
+    /// here).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Changes {
@@ -74,6 +82,7 @@ impl Changes {
             lines_removed: list.iter().map(|f| f.lines_removed).sum(),
             truncated: scan_truncated || list.len() > MAX_LISTED,
             files: list,
+            warnings: Vec::new(),
         };
         changes.files.truncate(MAX_LISTED);
         changes
@@ -410,11 +419,87 @@ fn git_changes(
         let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
         return Ok((Changes::default(), diff));
     }
-    let counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> = repo
-        .numstat(before, after, exclude)
-        .map_err(err)?
-        .into_iter()
+    // The objects the diff reads are the repository's, which the agent may rewrite: the
+    // "before" blob of an edited file made to hold the edit's content hid it from the
+    // diff and the line counts. Each blob coder's indexes name for a changed file is
+    // checked against its name first; a file whose objects fail, or whose trees name
+    // other blobs than the indexes (a rewritten tree), has no diff and no line counts,
+    // and a warning names it.
+    let mut untrusted: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
+    let mut warnings = Vec::new();
+    let sides: Vec<(&Vec<u8>, Side, Side)> = statuses
+        .iter()
+        .map(|(_, path)| {
+            (
+                path,
+                side(before_snapshot, path),
+                side(&after_snapshot, path),
+            )
+        })
         .collect();
+    let blobs: Vec<[u8; 32]> = sides
+        .iter()
+        .flat_map(|(_, old, new)| [old.blob(), new.blob()])
+        .flatten()
+        .collect();
+    match repo.unverified_blobs(&blobs) {
+        Ok(bad) => {
+            let bad: std::collections::HashSet<[u8; 32]> = bad.into_iter().collect();
+            untrusted.extend(
+                sides
+                    .iter()
+                    .filter(|(_, old, new)| {
+                        [old.blob(), new.blob()]
+                            .into_iter()
+                            .flatten()
+                            .any(|oid| bad.contains(&oid))
+                    })
+                    .map(|(path, _, _)| (*path).clone()),
+            );
+        }
+        Err(e) if e.was_killed() => return Err(err(e)),
+        Err(e) => {
+            warnings.push(format!("cannot check the objects the diff would read: {e}"));
+            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
+        }
+    }
+    // git is not asked to read what failed (an object it cannot read fails the diff).
+    let checked: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
+    let stat = match repo.diff_stat(before, after, exclude, &checked) {
+        Ok(stat) => stat,
+        Err(e) if e.was_killed() => return Err(err(e)),
+        Err(e) => {
+            // An object git cannot read (the agent wrote one that is not even an object).
+            warnings.push(format!("cannot compare the snapshots' trees: {e}"));
+            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
+            Default::default()
+        }
+    };
+    let expected: std::collections::HashMap<&[u8], (&Side, &Side)> = sides
+        .iter()
+        .map(|(path, old, new)| (path.as_slice(), (old, new)))
+        .collect();
+    for raw in &stat.raw {
+        let agrees = expected.get(raw.path.as_slice()).is_some_and(|(old, new)| {
+            old.matches(raw.old_mode, &raw.old_oid) && new.matches(raw.new_mode, &raw.new_oid)
+        });
+        if !agrees {
+            untrusted.insert(raw.path.clone());
+        }
+    }
+    let shown: std::collections::HashSet<&[u8]> =
+        stat.raw.iter().map(|r| r.path.as_slice()).collect();
+    // A change git's trees do not show (their objects rewritten).
+    for (_, path) in &statuses {
+        if !shown.contains(path.as_slice()) && !checked.contains(path) {
+            untrusted.insert(path.clone());
+        }
+    }
+    let mut counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> =
+        stat.counts.into_iter().collect();
+    for path in &untrusted {
+        counts.insert(path.clone(), Some((0, 0)));
+    }
     let listed: std::collections::HashSet<&[u8]> =
         statuses.iter().map(|(_, path)| path.as_slice()).collect();
     // In both trees alike (a file gone now is in git's list, deleted).
@@ -423,12 +508,7 @@ fn git_changes(
         .filter(|p| !listed.contains(p.as_slice()))
         .map(|p| (b'M', p.clone()))
         .collect();
-    let mut counts = counts;
     counts.extend(unlisted.iter().map(|(_, p)| (p.clone(), Some((0, 0)))));
-    // A change git's trees do not show (their objects rewritten): no lines counted.
-    for (_, path) in &statuses {
-        counts.entry(path.clone()).or_insert(Some((0, 0)));
-    }
     let list = statuses
         .into_iter()
         .chain(unlisted)
@@ -449,12 +529,77 @@ fn git_changes(
         })
         .collect();
     let diff = if want_diff {
-        let (kept, total) = repo.patch(before, after, exclude, DIFF_CAP).map_err(err)?;
+        let out: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
+        let (kept, total) = repo
+            .patch(before, after, exclude, &out, DIFF_CAP)
+            .map_err(err)?;
         Some(DiffText::new(kept, total))
     } else {
         None
     };
-    Ok((Changes::from_list(list, false), diff))
+    if !untrusted.is_empty() {
+        warnings.push(untrusted_warning(&untrusted));
+    }
+    let mut changes = Changes::from_list(list, false);
+    changes.warnings = warnings;
+    Ok((changes, diff))
+}
+
+/// What one snapshot's index says of a file: its mode and object id, if it has the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Side(Option<(u32, [u8; 32])>);
+
+/// A gitlink's mode: its id names a commit of another repository, not a blob here.
+const GITLINK: u32 = 0o160000;
+
+impl Side {
+    /// The blob the diff reads for this side, if any.
+    fn blob(&self) -> Option<[u8; 32]> {
+        self.0
+            .filter(|(mode, _)| *mode != GITLINK)
+            .map(|(_, oid)| oid)
+    }
+
+    /// Whether `git diff-tree --raw`'s mode and id for this side (zeros: absent) are the
+    /// index's.
+    fn matches(&self, mode: u32, oid: &[u8; 32]) -> bool {
+        match self.0 {
+            Some(side) => side == (mode, *oid),
+            None => mode == 0 && oid.iter().all(|b| *b == 0),
+        }
+    }
+}
+
+/// The stage-0 entry of `path` in `snapshot`.
+fn side(snapshot: &Snapshot, path: &[u8]) -> Side {
+    Side(
+        snapshot
+            .entries
+            .binary_search_by(|e| (e.path.as_slice(), e.stage).cmp(&(path, 0)))
+            .ok()
+            .map(|i| (snapshot.entries[i].mode, snapshot.entries[i].oid)),
+    )
+}
+
+/// The warning for files whose diff and line counts are left out.
+fn untrusted_warning(paths: &std::collections::BTreeSet<Vec<u8>>) -> String {
+    const NAMED: usize = 20;
+    let mut named: Vec<String> = paths
+        .iter()
+        .take(NAMED)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    if paths.len() > NAMED {
+        named.push(format!("and {} more", paths.len() - NAMED));
+    }
+    format!(
+        "the diff and line counts of {} changed file(s) are left out: the repository's \
+         objects for them do not match what coder's snapshot recorded (an object in \
+         .git/objects rewritten, or one git cannot read); they are still listed as \
+         changed: {}",
+        paths.len(),
+        named.join(", ")
+    )
 }
 
 /// `(status letter, path)` of every file whose index entry differs between two snapshots
@@ -788,6 +933,60 @@ mod tests {
                 ("made.txt", ChangeStatus::Modified, 0, false),
                 ("sub/keep.txt", ChangeStatus::Modified, 0, false),
             ]
+        );
+    }
+
+    /// The "before" blob of an edited file, rewritten in `.git/objects` to hold the edit's
+    /// content: the file is listed, its diff and line counts are left out, and a warning
+    /// names it; another file's diff is still shown.
+    #[test]
+    fn a_rewritten_before_blob_leaves_that_files_diff_out_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(ws)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(ws.join("a.txt"), "hello\n").unwrap();
+        std::fs::write(ws.join("b.txt"), "one\n").unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "init"]);
+        let ledger = Ledger::before(ws);
+        assert_eq!(ledger.method(), "git");
+        std::fs::write(ws.join("a.txt"), "evil\n").unwrap();
+        std::fs::write(ws.join("b.txt"), "two\n").unwrap();
+        let old = git(&["rev-parse", "HEAD:a.txt"]);
+        let new = git(&["hash-object", "-w", "a.txt"]);
+        let object = |id: &str| ws.join(format!(".git/objects/{}/{}", &id[..2], &id[2..]));
+        let forged = object(&old);
+        let mut perms = std::fs::metadata(&forged).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+        std::fs::set_permissions(&forged, perms).unwrap();
+        std::fs::copy(object(&new), &forged).unwrap();
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
+        assert_eq!(
+            summary(&changes),
+            [
+                ("a.txt", ChangeStatus::Modified, 0, 0),
+                ("b.txt", ChangeStatus::Modified, 1, 1),
+            ]
+        );
+        let diff = diff.unwrap().unified;
+        assert!(!diff.contains("a.txt"), "{diff}");
+        assert!(diff.contains("+two\n"), "{diff}");
+        assert_eq!(changes.warnings.len(), 1, "{:?}", changes.warnings);
+        assert!(
+            changes.warnings[0].ends_with(": a.txt"),
+            "{:?}",
+            changes.warnings
         );
     }
 
