@@ -46,11 +46,12 @@
 //! "before" content of a file it edits; the ledger's diff read it without checking its
 //! hash, and `--return-diff` (and the line counts) no longer showed what the edit brought
 //! in. Now each blob the diff reads for a changed file is hashed against its name first.
+//! An edit of a file inside a nested repository (a submodule's checkout, or any repository
+//! below the workspace's) was not in the ledger at all: `git add -A` records the nested
+//! repository as a gitlink, its `HEAD` commit, which the edit does not move. Now each
+//! nested repository's work tree is a part of the ledger of its own.
 //!
-//! Open (`KNOWN_OPEN`): an edit of a file inside a
-//! nested repository (a submodule's checkout, or any repository below the workspace's) is
-//! not in the ledger at all: `git add -A` records the nested repository as a gitlink, its
-//! `HEAD` commit, which the edit does not move. Also open, without a test
+//! Open, without a test
 //! here (SECURITY.md's Known limits): a driver defined in an included work-tree file
 //! between the ledger's listing and its `git add`, by the agent of another run in the
 //! same tree (a loop flipping it in and out did not land in six runs).
@@ -78,7 +79,7 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &["edit inside a nested repository"];
+const KNOWN_OPEN: &[&str] = &[];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -677,10 +678,11 @@ chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
 
 /// A repository nested in the workspace (a submodule's checkout, a vendored clone) is one
 /// gitlink entry to the ledger's `git add -A`: the commit its `HEAD` names. The agent edits
-/// a file inside it, and the ledger reports nothing changed (open: the ledger would have to
-/// snapshot each nested repository's files itself, without running git there, whose config
-/// the agent may have written). Control: the user's own `git status` shows the nested
-/// repository modified.
+/// a file inside it, and the ledger reported nothing changed. Closed in round fifteen:
+/// each nested repository's work tree is snapshotted as a part of its own (by coder's git
+/// with the workspace's git dir, so nothing of the nested repository's config is read), and
+/// the edit is listed as `sub/lib.c`, with its line. Control: the user's own `git status`
+/// shows the nested repository modified.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
@@ -715,13 +717,18 @@ fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
         // Control: the user's git sees the nested repository changed.
         let status = tree.git(&["status", "--porcelain"]);
         assert_eq!(status, " M sub\n", "{case}: control");
-        let reported = changes(&env)
-            .iter()
-            .any(|(path, _)| path.starts_with("sub"));
+        let reported = changes(&env).contains(&("sub/lib.c".into(), "modified".into()));
         if KNOWN_OPEN.contains(&name) {
             assert!(!reported, "{case}: now reported: {env}");
         } else {
             assert!(reported, "{case}: the edit is not in the ledger: {env}");
+            let counted = env["changes"]["files"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|f| f["path"] == "sub/lib.c")
+                .map(|f| (f["lines_added"].as_u64(), f["lines_removed"].as_u64()));
+            assert_eq!(counted, Some((Some(1), Some(0))), "{case}: {env}");
         }
     }
 }

@@ -29,6 +29,10 @@
 //!   checked first: [`GitRepo::unverified_blobs`] hashes each (`blob SIZE\0CONTENT`,
 //!   SHA-1 or SHA-256 as the repository's format says) as one `git cat-file --batch`
 //!   streams it, and names those that do not hash to their id.
+//! * a repository nested in the workspace (a gitlink to `git add -A`, or one `git add`
+//!   refuses for want of a commit) is snapshotted as a [`Part`] of its own by the same
+//!   commands, with the workspace's repository's git dir and a private index of its own:
+//!   the nested repository's `.git`, the agent's to write, is never read.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -176,7 +180,37 @@ pub struct GitRepo {
 pub struct Snapshot {
     pub tree: String,
     pub entries: Vec<super::git_index::Entry>,
+    /// The repositories nested in the workspace, each snapshotted as its own part (see
+    /// [`Part`]), sorted by path.
+    pub nested: Vec<Part>,
+    /// Nested repositories not looked into: more than [`MAX_NESTED`] of them.
+    pub nested_skipped: usize,
 }
+
+/// A repository nested in the workspace (a submodule's checkout, a vendored clone, one
+/// the agent made): `git add -A` records it as one gitlink, the commit its `HEAD` names,
+/// so an edit inside it would not show. Its work tree is snapshotted apart, by coder's
+/// git with the workspace's repository's git dir (the nested repository's own config,
+/// index and hooks are never read: the agent may have written them) and a private index
+/// of its own, `git add -A` run there: its `.gitignore` files apply, a repository nested
+/// in it is a part of its own.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Relative to the workspace, without a trailing `/`.
+    pub path: Vec<u8>,
+    pub tree: String,
+    /// Relative to the part's own directory.
+    pub entries: Vec<super::git_index::Entry>,
+}
+
+/// Nested repositories snapshotted at most (each costs a `git add -A` and a `write-tree`).
+pub const MAX_NESTED: usize = 256;
+
+/// The mode of a gitlink entry.
+pub const GITLINK_MODE: u32 = 0o160000;
+
+/// What `git add` says of a repository nested without a commit (`LC_ALL=C`).
+const NO_COMMIT: &str = "does not have a commit checked out";
 
 impl GitRepo {
     /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
@@ -437,16 +471,53 @@ impl GitRepo {
 
     /// A git command on this repository with every safety setting applied.
     fn command(&self) -> Command {
-        let mut cmd = base_command(&self.program, &self.workspace);
+        self.command_at(b"")
+    }
+
+    /// The directory of nested part `part` (relative to the workspace; `""`: the
+    /// workspace itself).
+    fn part_dir(&self, part: &[u8]) -> PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        if part.is_empty() {
+            self.workspace.clone()
+        } else {
+            self.workspace.join(std::ffi::OsStr::from_bytes(part))
+        }
+    }
+
+    /// The private index of nested part `part` (its directory made when absent).
+    fn part_index(&self, part: &[u8]) -> PathBuf {
+        use sha1::Digest;
+        if part.is_empty() {
+            return self.index();
+        }
+        let dir = self
+            .scratch
+            .path()
+            .join("nested")
+            .join(hex(&sha1::Sha1::digest(part)));
+        let _ = std::fs::create_dir_all(&dir);
+        dir.join("index")
+    }
+
+    /// [`GitRepo::command`] for nested part `part`: run in its directory, which is its
+    /// work tree, with its private index; the git dir is the workspace's repository's.
+    fn command_at(&self, part: &[u8]) -> Command {
+        let dir = self.part_dir(part);
+        let mut cmd = base_command(&self.program, &dir);
         for setting in self.overrides().iter() {
             cmd.arg("-c").arg(setting);
         }
         let mut git_dir = OsString::from("--git-dir=");
         git_dir.push(&self.git_dir);
         let mut work_tree = OsString::from("--work-tree=");
-        work_tree.push(&self.work_tree);
+        work_tree.push(if part.is_empty() {
+            &self.work_tree
+        } else {
+            &dir
+        });
         cmd.arg(git_dir).arg(work_tree);
-        cmd.env("GIT_INDEX_FILE", self.index())
+        cmd.env("GIT_INDEX_FILE", self.part_index(part))
             .env("GIT_OBJECT_DIRECTORY", self.scratch.path().join("objects"))
             .env(
                 "GIT_ALTERNATE_OBJECT_DIRECTORIES",
@@ -462,9 +533,6 @@ impl GitRepo {
 
     /// The same, leaving out `exclude` (paths relative to the workspace).
     pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<Snapshot, GitError> {
-        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
-        args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // The drivers are listed again now, since the config may include a file of the
         // work tree (`include.path`) that the agent has written since the run began,
         // defining a driver its `.gitattributes` names. Every command that reads the index
@@ -477,20 +545,147 @@ impl GitRepo {
             overrides.sort_unstable();
             overrides.dedup();
         }
-        let added = self.run("add", &args);
-        if let Err(e) = added {
-            if e.was_killed() {
-                return Err(e);
+        let exclude: Vec<Vec<u8>> = exclude.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let refused = match self.add_all(b"", &exclude) {
+            Err(e) if !e.was_killed() => {
+                // A copied index git cannot use (a split index, a newer format): start
+                // afresh.
+                let _ = std::fs::remove_file(self.index());
+                self.add_all(b"", &exclude)?
             }
-            // A copied index git cannot use (a split index, a newer format): start afresh.
-            let _ = std::fs::remove_file(self.index());
-            self.run("add", &args)?;
-        }
+            added => added?,
+        };
         let tree = self.run("write-tree", &["write-tree"])?;
+        let entries = self.workspace_entries()?;
+        let (nested, nested_skipped) = self.nested_parts(&entries, refused, &exclude)?;
         Ok(Snapshot {
             tree: String::from_utf8_lossy(&tree).trim().to_owned(),
-            entries: self.workspace_entries()?,
+            entries,
+            nested,
+            nested_skipped,
         })
+    }
+
+    /// `git add -A` of nested part `part` (`""`: the workspace), leaving out `exclude`
+    /// (relative to the workspace): the repositories nested there without a commit, which
+    /// `git add` refuses (it can record a nested repository only as its `HEAD` commit),
+    /// are left out too, and returned (relative to the workspace) to be parts of their own.
+    /// Only when the first `git add` fails on one: a dry run lists them all, then the
+    /// second `git add` leaves them out.
+    fn add_all(&self, part: &[u8], exclude: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, GitError> {
+        let here: Vec<Vec<u8>> = exclude
+            .iter()
+            .filter_map(|p| below(part, p))
+            .filter(|p| !p.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        let add = |extra: &[&str], out: &[Vec<u8>]| {
+            let mut cmd = self.command_at(part);
+            cmd.arg("add").args(extra).args(["-A", "--", "."]);
+            cmd.args(out.iter().map(|p| exclude_spec(p)));
+            let out = watched_output(&mut cmd);
+            if out.as_ref().is_err_and(GitError::was_killed) {
+                self.killed_at(part);
+            }
+            out
+        };
+        let first = add(&[], &here)?;
+        if first.status.success() {
+            return Ok(Vec::new());
+        }
+        let failed = |out: &std::process::Output| GitError::Failed {
+            what: "add",
+            stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+        };
+        if !String::from_utf8_lossy(&first.stderr).contains(NO_COMMIT) {
+            return Err(failed(&first));
+        }
+        let listed = add(&["--dry-run", "--ignore-errors"], &here)?;
+        // Index paths, relative to the part's work tree (the workspace's: its prefix).
+        let prefix: &[u8] = if part.is_empty() {
+            self.prefix.as_bytes()
+        } else {
+            b""
+        };
+        let refused: Vec<Vec<u8>> = refused_repositories(&listed.stderr)
+            .into_iter()
+            .filter_map(|p| p.strip_prefix(prefix).map(<[u8]>::to_vec))
+            .collect();
+        if refused.is_empty() {
+            return Err(failed(&first));
+        }
+        let mut out = here;
+        out.extend(refused.iter().cloned());
+        let second = add(&[], &out)?;
+        if !second.status.success() {
+            return Err(failed(&second));
+        }
+        Ok(refused.into_iter().map(|p| join(part, &p)).collect())
+    }
+
+    /// Snapshots every repository nested in the workspace as a part of its own: the
+    /// gitlinks among `entries` (the workspace's), those `git add` refused (`refused`),
+    /// and so on down; at most [`MAX_NESTED`], the number of those left also returned. A
+    /// nested directory that is not a directory of the workspace itself (a symlink on its
+    /// way, swapped in since `git add` looked) is left out. Nothing runs, and no
+    /// directory is read, when the workspace has none (the common case).
+    fn nested_parts(
+        &self,
+        entries: &[super::git_index::Entry],
+        refused: Vec<Vec<u8>>,
+        exclude: &[Vec<u8>],
+    ) -> Result<(Vec<Part>, usize), GitError> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut queue: std::collections::VecDeque<Vec<u8>> =
+            gitlinks(b"", entries).chain(refused).collect();
+        if queue.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        let workspace = std::fs::canonicalize(&self.workspace)?;
+        let mut parts: Vec<Part> = Vec::new();
+        let mut skipped = 0;
+        while let Some(path) = queue.pop_front() {
+            if exclude.iter().any(|x| below(x, &path).is_some())
+                || parts.iter().any(|p| p.path == path)
+            {
+                continue;
+            }
+            if parts.len() >= MAX_NESTED {
+                skipped += 1;
+                continue;
+            }
+            let under = workspace.join(std::ffi::OsStr::from_bytes(&path));
+            if std::fs::canonicalize(self.part_dir(&path)).ok() != Some(under) {
+                continue;
+            }
+            let refused = self.add_all(&path, exclude)?;
+            let mut cmd = self.command_at(&path);
+            cmd.arg("write-tree");
+            let tree = output("write-tree", cmd).inspect_err(|e| {
+                if e.was_killed() {
+                    self.killed_at(&path);
+                }
+            })?;
+            let bytes = std::fs::read(self.part_index(&path))?;
+            let part_entries =
+                super::git_index::entries(&bytes, self.hash_len, b"").ok_or(GitError::Index)?;
+            queue.extend(gitlinks(&path, &part_entries).chain(refused));
+            parts.push(Part {
+                path,
+                tree: String::from_utf8_lossy(&tree).trim().to_owned(),
+                entries: part_entries,
+            });
+        }
+        parts.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((parts, skipped))
+    }
+
+    /// The id of the empty tree (the side of a part that was not there), which git knows
+    /// without its object.
+    pub fn empty_tree(&self) -> String {
+        ObjectHasher::new(self.hash_len, "tree", 0)
+            .map(|h| hex(&h.finish()[..self.hash_len]))
+            .unwrap_or_default()
     }
 
     /// The private index's entries under the workspace, relative to it.
@@ -505,13 +700,14 @@ impl GitRepo {
     /// as bytes: files whose diff coder does not trust).
     fn diff_tree(
         &self,
+        part: &[u8],
         format: &[&str],
         trees: [&str; 2],
         exclude: &[String],
         also_out: &[Vec<u8>],
     ) -> Command {
         use std::os::unix::ffi::OsStrExt;
-        let mut cmd = self.command();
+        let mut cmd = self.command_at(part);
         cmd.args([
             "diff-tree",
             "-r",
@@ -521,48 +717,63 @@ impl GitRepo {
             "--no-textconv",
             "--no-color",
         ]);
-        if !self.prefix.is_empty() {
+        if !part.is_empty() {
+            // The patch's paths relative to the workspace (its raw and numstat paths stay
+            // relative to the part).
+            for (option, side) in [("--src-prefix=", "a/"), ("--dst-prefix=", "b/")] {
+                let mut arg = format!("{option}{side}").into_bytes();
+                arg.extend_from_slice(part);
+                arg.push(b'/');
+                cmd.arg(std::ffi::OsStr::from_bytes(&arg));
+            }
+        } else if !self.prefix.is_empty() {
             cmd.arg(format!("--relative={}", self.prefix));
         }
         cmd.args(format).args(trees);
         if !exclude.is_empty() || !also_out.is_empty() {
             cmd.args(["--", "."]);
             cmd.args(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
-            cmd.args(also_out.iter().map(|p| {
-                let mut spec = b":(exclude,literal)".to_vec();
-                spec.extend_from_slice(p);
-                std::ffi::OsStr::from_bytes(&spec).to_owned()
-            }));
+            cmd.args(also_out.iter().map(|p| exclude_spec(p)));
         }
         cmd
     }
 
     /// What `git diff-tree` finds between two trees: each changed file's object ids and
     /// modes on both sides as the trees say (`--raw`), and its line counts (`--numstat`),
-    /// in one run; `untrusted` (paths relative to the workspace) left out.
+    /// in one run; `untrusted` left out. Of nested part `part` (`""`: the workspace),
+    /// paths relative to it.
     pub fn diff_stat(
         &self,
+        part: &[u8],
         before: &str,
         after: &str,
         exclude: &[String],
         untrusted: &[Vec<u8>],
     ) -> Result<DiffStat, GitError> {
-        let cmd = self.diff_tree(&["--raw", "--numstat"], [before, after], exclude, untrusted);
+        let cmd = self.diff_tree(
+            part,
+            &["--raw", "--numstat"],
+            [before, after],
+            exclude,
+            untrusted,
+        );
         let out = output("diff-tree", cmd)?;
         Ok(parse_raw_numstat(&out, self.hash_len))
     }
 
     /// The unified diff between two trees: at most `cap` bytes kept, and the full size;
-    /// `untrusted` (paths relative to the workspace) left out.
+    /// `untrusted` left out. Of nested part `part` as [`GitRepo::diff_stat`]; the patch's
+    /// own paths are relative to the workspace.
     pub fn patch(
         &self,
+        part: &[u8],
         before: &str,
         after: &str,
         exclude: &[String],
         untrusted: &[Vec<u8>],
         cap: usize,
     ) -> Result<(Vec<u8>, u64), GitError> {
-        let mut cmd = self.diff_tree(&["-p"], [before, after], exclude, untrusted);
+        let mut cmd = self.diff_tree(part, &["-p"], [before, after], exclude, untrusted);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         watched_run(&mut cmd, |child| read_capped(child, cap))?
@@ -645,7 +856,12 @@ impl GitRepo {
     /// After a git of the private index was killed: its lock is coder's to remove (else
     /// every later command of the run fails on it).
     fn killed(&self) {
-        let _ = std::fs::remove_file(self.scratch.path().join("index.lock"));
+        self.killed_at(b"");
+    }
+
+    /// [`GitRepo::killed`] for nested part `part`'s index.
+    fn killed_at(&self, part: &[u8]) {
+        let _ = std::fs::remove_file(self.part_index(part).with_extension("lock"));
     }
 }
 
@@ -703,6 +919,67 @@ fn read_capped(
         }));
     }
     Ok(Ok((kept, total)))
+}
+
+/// `path` relative to `dir` when it is `dir` itself (`""`) or below it; `dir` `""` is the
+/// workspace, holding every path.
+pub(crate) fn below<'a>(dir: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
+    if dir.is_empty() {
+        return Some(path);
+    }
+    let rest = path.strip_prefix(dir)?;
+    match rest {
+        [] => Some(rest),
+        [b'/', rest @ ..] => Some(rest),
+        _ => None,
+    }
+}
+
+/// `part/path` (`path` when `part` is `""`).
+pub(crate) fn join(part: &[u8], path: &[u8]) -> Vec<u8> {
+    let mut joined = part.to_vec();
+    if !joined.is_empty() {
+        joined.push(b'/');
+    }
+    joined.extend_from_slice(path);
+    joined
+}
+
+/// A pathspec leaving out `path` (literal, relative to the command's directory) and what
+/// is below it.
+fn exclude_spec(path: &[u8]) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let mut spec = b":(exclude,literal)".to_vec();
+    spec.extend_from_slice(path);
+    std::ffi::OsStr::from_bytes(&spec).to_owned()
+}
+
+/// The gitlinks among `entries` (of nested part `part`), relative to the workspace.
+fn gitlinks<'a>(
+    part: &'a [u8],
+    entries: &'a [super::git_index::Entry],
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    entries
+        .iter()
+        .filter(|e| e.mode == GITLINK_MODE && e.stage == 0)
+        .map(move |e| join(part, &e.path))
+}
+
+/// The repositories `git add --dry-run --ignore-errors` refused for want of a commit, from
+/// its stderr (`error: 'PATH/' does not have a commit checked out`, one a line; index
+/// paths, the trailing `/` cut). A path with a newline is not read (the second `git add`
+/// then fails on it, as the first did).
+fn refused_repositories(stderr: &[u8]) -> Vec<Vec<u8>> {
+    let tail = format!("/' {NO_COMMIT}");
+    stderr
+        .split(|b| *b == b'\n')
+        .filter_map(|line| {
+            line.strip_prefix(b"error: '")?
+                .strip_suffix(tail.as_bytes())
+                .filter(|p| !p.is_empty())
+                .map(<[u8]>::to_vec)
+        })
+        .collect()
 }
 
 /// Parses `git diff-tree -z --raw --numstat` output: git writes every raw record
@@ -1319,6 +1596,60 @@ mod tests {
         // The run's end: the "after" snapshot, by coder, outside the sandbox.
         repo.snapshot().unwrap();
         assert!(!marker.exists(), "the agent's filter ran as coder");
+    }
+
+    #[test]
+    fn the_repositories_git_add_refuses_are_read_from_its_errors() {
+        let stderr = b"add 'a'\nerror: 's 3/' does not have a commit checked out\n\
+            error: 'w/it's/' does not have a commit checked out\n\
+            error: unable to index file 'x'\nfatal: adding files failed\n";
+        assert_eq!(
+            refused_repositories(stderr),
+            [b"s 3".to_vec(), b"w/it's".to_vec()]
+        );
+        assert_eq!(below(b"", b"a/b"), Some(&b"a/b"[..]));
+        assert_eq!(below(b"a", b"a/b"), Some(&b"b"[..]));
+        assert_eq!(below(b"a", b"a"), Some(&b""[..]));
+        assert_eq!(below(b"a", b"ab/c"), None);
+        assert_eq!(join(b"", b"x"), b"x");
+        assert_eq!(join(b"a/b", b"x"), b"a/b/x");
+    }
+
+    /// A workspace below the repository's top: `git add` names a refused repository by
+    /// its path from the top; it is a part all the same, its path from the workspace.
+    #[test]
+    fn a_repository_without_a_commit_below_a_workspace_in_a_subdirectory_is_a_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        let git = |at: &Path, args: &[&str]| {
+            let out = Command::new("git")
+                .current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        };
+        git(&root, &["init", "-q"]);
+        std::fs::create_dir_all(ws.join("bare")).unwrap();
+        std::fs::write(ws.join("bare/x.c"), "x\n").unwrap();
+        git(&ws.join("bare"), &["init", "-q"]);
+        let repo = GitRepo::discover(&ws).unwrap();
+        let snapshot = repo.snapshot().unwrap();
+        let paths: Vec<(&[u8], Vec<&[u8]>)> = snapshot
+            .nested
+            .iter()
+            .map(|p| {
+                (
+                    p.path.as_slice(),
+                    p.entries.iter().map(|e| e.path.as_slice()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(paths, [(&b"bare"[..], vec![&b"x.c"[..]])]);
+        assert!(snapshot.entries.is_empty(), "{:?}", snapshot.entries);
     }
 
     #[test]

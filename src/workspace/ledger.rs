@@ -7,8 +7,10 @@
 //! indexes; the counts and the diff read the repository's objects, so for each changed
 //! file coder first checks that the blobs its indexes name hash to their ids, and that
 //! the trees git compares name the same blobs: a file that fails keeps its place in the
-//! list, without lines or diff, and a warning names it. Elsewhere they are bounded stat+hash scans (see
-//! [`super::scan`]), whose line counts are exact for added and deleted files and count
+//! list, without lines or diff, and a warning names it. Each repository nested in the
+//! workspace (a gitlink to `git add -A`) is a part compared on its own (see
+//! [`super::git::Part`]), its paths joined to the workspace's. Elsewhere they are bounded
+//! stat+hash scans (see [`super::scan`]), whose line counts are exact for added and deleted files and count
 //! changed lines as a multiset for modified ones (lines that only moved are not counted).
 //! The "after" scan reuses the "before" entries of files whose stat data is unchanged, and
 //! with a state directory the "before" reuses the last run's (the persistent cache of
@@ -29,6 +31,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::git::{GitRepo, Snapshot};
+use super::git_index::Entry;
 use super::scan::{self, Caps, Key, Prior, Scan};
 use super::scan_cache::CacheFile;
 
@@ -402,9 +405,130 @@ fn git_changes(
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+    let after_snapshot = repo
+        .snapshot_excluding(exclude)
+        .map_err(|e| LedgerError(e.to_string()))?;
+    // The workspace, then each nested repository (see [`super::git::Part`]), compared
+    // part by part; a part on one side only is compared with the empty tree.
+    let empty = repo.empty_tree();
+    let view = |snapshot: &'_ Snapshot, part: &[u8]| -> Option<(String, Vec<Entry>)> {
+        if part.is_empty() {
+            return Some((snapshot.tree.clone(), snapshot.entries.clone()));
+        }
+        snapshot
+            .nested
+            .iter()
+            .find(|p| p.path == part)
+            .map(|p| (p.tree.clone(), p.entries.clone()))
+    };
+    let mut parts: std::collections::BTreeSet<&[u8]> = std::collections::BTreeSet::new();
+    parts.insert(b"");
+    parts.extend(before_snapshot.nested.iter().map(|p| p.path.as_slice()));
+    parts.extend(after_snapshot.nested.iter().map(|p| p.path.as_slice()));
+    let none = std::collections::BTreeSet::new();
+    let mut all = PartChanges::default();
+    for part in parts {
+        let absent = || (empty.clone(), Vec::new());
+        let before = view(before_snapshot, part).unwrap_or_else(absent);
+        let after = view(&after_snapshot, part).unwrap_or_else(absent);
+        let exclude_here: Vec<String> = exclude
+            .iter()
+            .filter_map(|x| super::git::below(part, x.as_bytes()))
+            .filter(|x| !x.is_empty())
+            .map(|x| String::from_utf8_lossy(x).into_owned())
+            .collect();
+        let found = part_changes(
+            repo,
+            Part {
+                path: part,
+                before: (&before.0, &before.1),
+                after: (&after.0, &after.1),
+            },
+            if part.is_empty() { unknown } else { &none },
+            want_diff,
+            &exclude_here,
+            DIFF_CAP.saturating_sub(all.kept.len()),
+        )?;
+        all.list.extend(found.list);
+        all.untrusted.extend(found.untrusted);
+        all.warnings.extend(found.warnings);
+        all.kept.extend(found.kept);
+        all.total += found.total;
+    }
+    let mut warnings = all.warnings;
+    if !all.untrusted.is_empty() {
+        warnings.push(untrusted_warning(&all.untrusted));
+    }
+    let skipped = before_snapshot
+        .nested_skipped
+        .max(after_snapshot.nested_skipped);
+    if skipped > 0 {
+        warnings.push(format!(
+            "{skipped} repositories nested in the workspace were not looked into (more \
+             than {}): edits inside them are not in `changes`",
+            super::git::MAX_NESTED
+        ));
+    }
+    let mut changes = Changes::from_list(merge_sides(all.list), false);
+    changes.warnings = warnings;
+    let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
+    Ok((changes, diff))
+}
+
+/// One part of a git ledger's comparison: its path (`""`: the workspace) and each side's
+/// tree and index entries (relative to the part).
+struct Part<'a> {
+    path: &'a [u8],
+    before: (&'a str, &'a [Entry]),
+    after: (&'a str, &'a [Entry]),
+}
+
+/// What one part's comparison found (paths relative to the workspace).
+#[derive(Default)]
+struct PartChanges {
+    list: Vec<FileChange>,
+    /// Files whose diff and line counts are left out.
+    untrusted: std::collections::BTreeSet<Vec<u8>>,
+    warnings: Vec<String>,
+    kept: Vec<u8>,
+    total: u64,
+}
+
+/// One entry per path: a file that left one part for another (a directory that became,
+/// or stopped being, a nested repository) is deleted from one and added to the other,
+/// so modified, with both sides' lines.
+fn merge_sides(mut list: Vec<FileChange>) -> Vec<FileChange> {
+    list.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut merged: Vec<FileChange> = Vec::with_capacity(list.len());
+    for change in list {
+        match merged.last_mut() {
+            Some(last) if last.path == change.path => {
+                if last.status != change.status {
+                    last.status = ChangeStatus::Modified;
+                }
+                last.lines_added += change.lines_added;
+                last.lines_removed += change.lines_removed;
+                last.binary |= change.binary;
+            }
+            _ => merged.push(change),
+        }
+    }
+    merged
+}
+
+/// The changes of one part, its diff within `cap` bytes (see [`git_changes`]).
+fn part_changes(
+    repo: &GitRepo,
+    part: Part<'_>,
+    unknown: &std::collections::BTreeSet<Vec<u8>>,
+    want_diff: bool,
+    exclude: &[String],
+    cap: usize,
+) -> Result<PartChanges, LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
-    let after_snapshot = repo.snapshot_excluding(exclude).map_err(err)?;
-    let (before, after) = (before_snapshot.tree.as_str(), after_snapshot.tree.as_str());
+    let (before, after) = (part.before.0, part.after.0);
+    let (before_entries, after_entries) = (part.before.1, part.after.1);
+    let full = |path: &[u8]| super::git::join(part.path, path);
     // Files whose "before" is not known, left out of git's comparison when unchanged
     // since: reported as modified all the same (or deleted, gone now), no lines counted.
     let unknown: Vec<&Vec<u8>> = unknown
@@ -414,10 +538,9 @@ fn git_changes(
     // What changed is read from the two indexes (coder's own), never from tree objects:
     // those may be the repository's, which the agent can rewrite. The "before" may hold
     // what the sandbox made while it was taken: out of both sides.
-    let statuses = index_changes(before_snapshot, &after_snapshot, exclude);
+    let statuses = index_changes(before_entries, after_entries, exclude);
     if statuses.is_empty() && unknown.is_empty() {
-        let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
-        return Ok((Changes::default(), diff));
+        return Ok(PartChanges::default());
     }
     // The objects the diff reads are the repository's, which the agent may rewrite: the
     // "before" blob of an edited file made to hold the edit's content hid it from the
@@ -429,13 +552,7 @@ fn git_changes(
     let mut warnings = Vec::new();
     let sides: Vec<(&Vec<u8>, Side, Side)> = statuses
         .iter()
-        .map(|(_, path)| {
-            (
-                path,
-                side(before_snapshot, path),
-                side(&after_snapshot, path),
-            )
-        })
+        .map(|(_, path)| (path, side(before_entries, path), side(after_entries, path)))
         .collect();
     let blobs: Vec<[u8; 32]> = sides
         .iter()
@@ -465,7 +582,7 @@ fn git_changes(
     }
     // git is not asked to read what failed (an object it cannot read fails the diff).
     let checked: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
-    let stat = match repo.diff_stat(before, after, exclude, &checked) {
+    let stat = match repo.diff_stat(part.path, before, after, exclude, &checked) {
         Ok(stat) => stat,
         Err(e) if e.was_killed() => return Err(err(e)),
         Err(e) => {
@@ -520,7 +637,7 @@ fn git_changes(
             };
             let count = counts.get(&path).copied().flatten();
             FileChange {
-                path: String::from_utf8_lossy(&path).into_owned(),
+                path: String::from_utf8_lossy(&full(&path)).into_owned(),
                 status,
                 lines_added: count.map_or(0, |c| c.0),
                 lines_removed: count.map_or(0, |c| c.1),
@@ -528,35 +645,32 @@ fn git_changes(
             }
         })
         .collect();
-    let diff = if want_diff {
+    let (kept, total) = if want_diff && cap > 0 {
         let out: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
-        let (kept, total) = repo
-            .patch(before, after, exclude, &out, DIFF_CAP)
-            .map_err(err)?;
-        Some(DiffText::new(kept, total))
+        repo.patch(part.path, before, after, exclude, &out, cap)
+            .map_err(err)?
     } else {
-        None
+        (Vec::new(), 0)
     };
-    if !untrusted.is_empty() {
-        warnings.push(untrusted_warning(&untrusted));
-    }
-    let mut changes = Changes::from_list(list, false);
-    changes.warnings = warnings;
-    Ok((changes, diff))
+    Ok(PartChanges {
+        list,
+        untrusted: untrusted.iter().map(|p| full(p)).collect(),
+        warnings,
+        kept,
+        total,
+    })
 }
 
 /// What one snapshot's index says of a file: its mode and object id, if it has the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Side(Option<(u32, [u8; 32])>);
 
-/// A gitlink's mode: its id names a commit of another repository, not a blob here.
-const GITLINK: u32 = 0o160000;
-
 impl Side {
     /// The blob the diff reads for this side, if any.
     fn blob(&self) -> Option<[u8; 32]> {
         self.0
-            .filter(|(mode, _)| *mode != GITLINK)
+            // A gitlink's id names a commit of another repository, not a blob here.
+            .filter(|(mode, _)| *mode != super::git::GITLINK_MODE)
             .map(|(_, oid)| oid)
     }
 
@@ -570,14 +684,13 @@ impl Side {
     }
 }
 
-/// The stage-0 entry of `path` in `snapshot`.
-fn side(snapshot: &Snapshot, path: &[u8]) -> Side {
+/// The stage-0 entry of `path` in `entries`.
+fn side(entries: &[Entry], path: &[u8]) -> Side {
     Side(
-        snapshot
-            .entries
+        entries
             .binary_search_by(|e| (e.path.as_slice(), e.stage).cmp(&(path, 0)))
             .ok()
-            .map(|i| (snapshot.entries[i].mode, snapshot.entries[i].oid)),
+            .map(|i| (entries[i].mode, entries[i].oid)),
     )
 }
 
@@ -605,7 +718,7 @@ fn untrusted_warning(paths: &std::collections::BTreeSet<Vec<u8>>) -> String {
 /// `(status letter, path)` of every file whose index entry differs between two snapshots
 /// (`A`dded, `D`eleted, `M`odified: content, mode or type), leaving out `exclude` (paths
 /// relative to the workspace, with what is below them).
-fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
+fn index_changes(before: &[Entry], after: &[Entry], exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
     use std::cmp::Ordering;
     let excluded = |path: &[u8]| {
         exclude.iter().any(|x| {
@@ -614,10 +727,7 @@ fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec
         })
     };
     // Both sorted by path and stage: one walk side by side.
-    let (mut old, mut new) = (
-        before.entries.iter().peekable(),
-        after.entries.iter().peekable(),
-    );
+    let (mut old, mut new) = (before.iter().peekable(), after.iter().peekable());
     let mut list: Vec<(u8, Vec<u8>)> = Vec::new();
     let mut push = |letter: u8, path: &Vec<u8>| {
         if !excluded(path) && list.last().is_none_or(|(_, last)| last != path) {
@@ -640,10 +750,7 @@ fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec
             }
             Ordering::Greater => {
                 if let Some(came) = new.next() {
-                    let was = before
-                        .entries
-                        .binary_search_by(|e| e.path.cmp(&came.path))
-                        .is_ok();
+                    let was = before.binary_search_by(|e| e.path.cmp(&came.path)).is_ok();
                     push(if was { b'M' } else { b'A' }, &came.path);
                 }
             }
@@ -821,10 +928,7 @@ mod tests {
             mode: 0o100644,
             oid: [oid; 32],
         };
-        let snapshot = |entries: Vec<Entry>| Snapshot {
-            tree: String::new(),
-            entries,
-        };
+        let snapshot = |entries: Vec<Entry>| entries;
         let before = snapshot(vec![
             entry("a", 0, 1),
             entry("c", 1, 1),
@@ -988,6 +1092,85 @@ mod tests {
             "{:?}",
             changes.warnings
         );
+    }
+
+    /// Repositories nested in the workspace: one committed before the run (a gitlink to
+    /// the workspace's `git add -A`), one inside it, one made during the run with a
+    /// commit and one without (which `git add` refuses): an edit in each is listed with
+    /// its path from the workspace, counted and in the diff; what a nested repository's
+    /// config says runs nothing (coder's git never reads it).
+    #[test]
+    fn edits_inside_nested_repositories_are_in_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |at: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        let repo_with = |at: &Path, file: &str, commit: bool| {
+            std::fs::create_dir_all(at).unwrap();
+            std::fs::write(at.join(file), "one\n").unwrap();
+            git(at, &["init", "-q"]);
+            if commit {
+                git(at, &["add", "-A"]);
+                git(at, &["commit", "-qm", "c"]);
+            }
+        };
+        git(ws, &["init", "-q"]);
+        std::fs::write(ws.join("top.txt"), "top\n").unwrap();
+        repo_with(&ws.join("sub/deep"), "inner.c", true);
+        repo_with(&ws.join("sub"), "lib.c", true);
+        repo_with(&ws.join("bare"), "x.c", false);
+        git(ws, &["add", "-A", "top.txt", "sub"]);
+        git(ws, &["commit", "-qm", "top"]);
+        let ledger = Ledger::before(ws);
+        assert_eq!(ledger.method(), "git");
+        // The agent's run.
+        let marker = ws.join("ran");
+        std::fs::write(
+            ws.join("sub/.git/config"),
+            format!(
+                "[core]\n\tfsmonitor = \"touch '{}'\"\n[filter \"f\"]\n\tclean = \"touch '{}'\"\n",
+                marker.display(),
+                marker.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(ws.join("sub/.gitattributes"), "*.c filter=f\n").unwrap();
+        std::fs::write(ws.join("sub/lib.c"), "one\ntwo\n").unwrap();
+        std::fs::write(ws.join("sub/deep/inner.c"), "uno\n").unwrap();
+        std::fs::write(ws.join("bare/x.c"), "one\nmore\n").unwrap();
+        repo_with(&ws.join("made"), "new.c", true);
+        repo_with(&ws.join("made-bare"), "new.c", false);
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
+        assert!(!marker.exists(), "a nested repository's config ran");
+        assert_eq!(
+            summary(&changes),
+            [
+                ("bare/x.c", ChangeStatus::Modified, 1, 0),
+                // The gitlink: git counts its `Subproject commit` line.
+                ("made", ChangeStatus::Added, 1, 0),
+                ("made-bare/new.c", ChangeStatus::Added, 1, 0),
+                ("made/new.c", ChangeStatus::Added, 1, 0),
+                ("sub/.gitattributes", ChangeStatus::Added, 1, 0),
+                ("sub/deep/inner.c", ChangeStatus::Modified, 1, 1),
+                ("sub/lib.c", ChangeStatus::Modified, 1, 0),
+            ],
+            "{:?}",
+            changes.warnings
+        );
+        assert!(changes.warnings.is_empty(), "{:?}", changes.warnings);
+        let diff = diff.unwrap().unified;
+        assert!(diff.contains("+++ b/sub/lib.c\n"), "{diff}");
+        assert!(diff.contains("+two\n"), "{diff}");
+        assert!(diff.contains("+++ b/sub/deep/inner.c\n"), "{diff}");
+        assert!(diff.contains("+++ b/made-bare/new.c\n"), "{diff}");
     }
 
     /// What the walk saw changing after the run's first process started is reported as
