@@ -171,6 +171,11 @@ pub struct GitRepo {
     scratch: PrivateDir,
     /// Bytes of an object id (20 for SHA-1, 32 for SHA-256).
     hash_len: usize,
+    /// The object directory of each nested part seeded from its repository's own index
+    /// (see [`GitRepo::seed_part`]): an alternate of that part's commands.
+    part_objects: std::sync::Mutex<std::collections::HashMap<Vec<u8>, PathBuf>>,
+    /// Whether a snapshot was taken (only the first, the "before", seeds a part).
+    snapshotted: std::sync::atomic::AtomicBool,
 }
 
 /// A snapshot of the workspace: the tree `git write-tree` named (for line counts and the
@@ -269,6 +274,8 @@ impl GitRepo {
             workspace: workspace.to_path_buf(),
             prefix,
             filter_overrides: std::sync::Mutex::new(Vec::new()),
+            part_objects: Default::default(),
+            snapshotted: Default::default(),
             scratch,
             hash_len,
         };
@@ -290,14 +297,19 @@ impl GitRepo {
     /// one run had its edits of those files reported unchanged by every later run. Only
     /// when some entry has one (a read of the index, not a git process, otherwise).
     fn clear_unlooked_entries(&self) -> Result<(), GitError> {
-        let Ok(bytes) = std::fs::read(self.index()) else {
+        self.clear_unlooked_entries_at(b"")
+    }
+
+    /// [`GitRepo::clear_unlooked_entries`] of nested part `part`'s private index.
+    fn clear_unlooked_entries_at(&self, part: &[u8]) -> Result<(), GitError> {
+        let Ok(bytes) = std::fs::read(self.part_index(part)) else {
             // No index: a fresh one has no bits.
             return Ok(());
         };
         if super::git_index::has_unlooked_entries(&bytes, self.hash_len) == Some(false) {
             return Ok(());
         }
-        let mut list = self.command();
+        let mut list = self.command_at(part);
         list.args(["ls-files", "-v", "-z"]);
         let listed = output("ls-files -v", list)?;
         let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
@@ -321,16 +333,16 @@ impl GitRepo {
             ("--no-skip-worktree", skipped),
         ] {
             if !paths.is_empty() {
-                self.update_index(option, &paths)?;
+                self.update_index(part, option, &paths)?;
             }
         }
         Ok(())
     }
 
     /// `git update-index -z OPTION --stdin` of the private index, fed `paths`.
-    fn update_index(&self, option: &str, paths: &[u8]) -> Result<(), GitError> {
+    fn update_index(&self, part: &[u8], option: &str, paths: &[u8]) -> Result<(), GitError> {
         use std::io::Write;
-        let mut cmd = self.command();
+        let mut cmd = self.command_at(part);
         cmd.args(["update-index", "-z", option, "--stdin"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -344,7 +356,7 @@ impl GitRepo {
         })
         .inspect_err(|e| {
             if e.was_killed() {
-                self.killed();
+                self.killed_at(part);
             }
         })?;
         if out.status.success() {
@@ -517,12 +529,19 @@ impl GitRepo {
             &dir
         });
         cmd.arg(git_dir).arg(work_tree);
+        let mut alternates = self.git_dir.join("objects").into_os_string();
+        if let Some(objects) = self
+            .part_objects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(part)
+        {
+            alternates.push(":");
+            alternates.push(objects);
+        }
         cmd.env("GIT_INDEX_FILE", self.part_index(part))
             .env("GIT_OBJECT_DIRECTORY", self.scratch.path().join("objects"))
-            .env(
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-                self.git_dir.join("objects"),
-            );
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", alternates);
         cmd
     }
 
@@ -557,7 +576,10 @@ impl GitRepo {
         };
         let tree = self.run("write-tree", &["write-tree"])?;
         let entries = self.workspace_entries()?;
-        let (nested, nested_skipped) = self.nested_parts(&entries, refused, &exclude)?;
+        let first = !self
+            .snapshotted
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        let (nested, nested_skipped) = self.nested_parts(&entries, refused, &exclude, first)?;
         Ok(Snapshot {
             tree: String::from_utf8_lossy(&tree).trim().to_owned(),
             entries,
@@ -634,6 +656,7 @@ impl GitRepo {
         entries: &[super::git_index::Entry],
         refused: Vec<Vec<u8>>,
         exclude: &[Vec<u8>],
+        seed: bool,
     ) -> Result<(Vec<Part>, usize), GitError> {
         use std::os::unix::ffi::OsStrExt;
         let mut queue: std::collections::VecDeque<Vec<u8>> =
@@ -656,11 +679,26 @@ impl GitRepo {
             }
             let under = workspace.join(std::ffi::OsStr::from_bytes(&path));
             if std::fs::canonicalize(self.part_dir(&path)).ok() != Some(under) {
+                // Not a directory of the workspace (swapped for a symlink since `git add`
+                // looked): not read, and said.
+                skipped += 1;
                 continue;
             }
-            let refused = self.add_all(&path, exclude)?;
+            if seed {
+                self.seed_part(&path, &workspace);
+            }
+            let refused = match self.add_all(&path, exclude) {
+                Err(e) if seed && !e.was_killed() => {
+                    // A seed git cannot use: afresh.
+                    let _ = std::fs::remove_file(self.part_index(&path));
+                    self.add_all(&path, exclude)?
+                }
+                added => added?,
+            };
             let mut cmd = self.command_at(&path);
-            cmd.arg("write-tree");
+            // An entry of the seed whose object the nested repository lacks: the diff
+            // reads no object it has not checked (see [`GitRepo::unverified_blobs`]).
+            cmd.args(["write-tree", "--missing-ok"]);
             let tree = output("write-tree", cmd).inspect_err(|e| {
                 if e.was_killed() {
                     self.killed_at(&path);
@@ -678,6 +716,71 @@ impl GitRepo {
         }
         parts.sort_by(|a, b| a.path.cmp(&b.path));
         Ok((parts, skipped))
+    }
+
+    /// Starts nested part `part`'s private index from a copy of its repository's own index
+    /// (as the workspace's starts from the user's: its stat data spares hashing every
+    /// file, entries git would not look at cleared), with that repository's object
+    /// directory an alternate of the part's commands. Only for the "before" snapshot: the
+    /// agent may write that index, and at the "after" one a repository it made would
+    /// tell coder what its files hold. Only a `.git` directory, or a `.git` file naming
+    /// one, within the workspace or the workspace's git dir, without a `:` in its path
+    /// (the list of alternates is `:`-separated); nothing otherwise (the part is hashed
+    /// whole).
+    fn seed_part(&self, part: &[u8], workspace: &Path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.part_dir(part);
+        let dot_git = dir.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+            return;
+        };
+        let git_dir = if meta.is_dir() {
+            dot_git
+        } else if meta.is_file() && meta.len() < 4096 {
+            let mut text = String::new();
+            let read = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&dot_git)
+                .and_then(|mut f| f.read_to_string(&mut text));
+            let Some(named) = read
+                .ok()
+                .and_then(|_| text.strip_prefix("gitdir: "))
+                .map(str::trim_end)
+            else {
+                return;
+            };
+            dir.join(named)
+        } else {
+            return;
+        };
+        let Ok(git_dir) = std::fs::canonicalize(&git_dir) else {
+            return;
+        };
+        let inside = |bound: &Path| git_dir.starts_with(bound);
+        let own_git_dir = std::fs::canonicalize(&self.git_dir).ok();
+        if !(inside(workspace) || own_git_dir.as_deref().is_some_and(inside)) {
+            return;
+        }
+        let objects = git_dir.join("objects");
+        let objects_ok = std::fs::symlink_metadata(&objects).is_ok_and(|m| m.is_dir())
+            && !objects.as_os_str().as_encoded_bytes().contains(&b':');
+        if !objects_ok {
+            return;
+        }
+        let index = self.part_index(part);
+        let _ = std::fs::remove_file(&index);
+        if copy_plain_file(&git_dir.join("index"), &index).is_err() {
+            let _ = std::fs::remove_file(&index);
+            return;
+        }
+        self.part_objects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(part.to_vec(), objects);
+        if self.clear_unlooked_entries_at(part).is_err() {
+            let _ = std::fs::remove_file(&index);
+        }
     }
 
     /// The id of the empty tree (the side of a part that was not there), which git knows
@@ -783,7 +886,13 @@ impl GitRepo {
     /// (with the private one) does not hold as a blob whose content hashes to its name:
     /// forged (a loose object rewritten in place, a pack rewritten, a replacement), or
     /// missing. One `git cat-file --batch`; each object is hashed here as it streams by.
-    pub fn unverified_blobs(&self, oids: &[[u8; 32]]) -> Result<Vec<[u8; 32]>, GitError> {
+    /// Of nested part `part` (`""`: the workspace), whose commands may read its
+    /// repository's objects too.
+    pub fn unverified_blobs(
+        &self,
+        part: &[u8],
+        oids: &[[u8; 32]],
+    ) -> Result<Vec<[u8; 32]>, GitError> {
         use std::io::Write;
         if oids.is_empty() {
             return Ok(Vec::new());
@@ -794,7 +903,7 @@ impl GitRepo {
             input.extend_from_slice(hex(&oid[..hash_len]).as_bytes());
             input.push(b'\n');
         }
-        let mut cmd = self.command();
+        let mut cmd = self.command_at(part);
         cmd.args(["cat-file", "--batch"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -816,7 +925,7 @@ impl GitRepo {
         })
         .inspect_err(|e| {
             if e.was_killed() {
-                self.killed();
+                self.killed_at(part);
             }
         })?;
         let (Some(Ok(verdicts)), status) = checked else {
