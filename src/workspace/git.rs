@@ -678,11 +678,17 @@ impl GitRepo {
                 continue;
             }
             let under = workspace.join(std::ffi::OsStr::from_bytes(&path));
-            if std::fs::canonicalize(self.part_dir(&path)).ok() != Some(under) {
+            match std::fs::canonicalize(self.part_dir(&path)) {
+                Ok(dir) if dir == under => {}
+                // A gitlink without its directory (a submodule removed from the work
+                // tree): nothing there to look at.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 // Not a directory of the workspace (swapped for a symlink since `git add`
                 // looked): not read, and said.
-                skipped += 1;
-                continue;
+                _ => {
+                    skipped += 1;
+                    continue;
+                }
             }
             if seed {
                 self.seed_part(&path, &workspace);

@@ -466,7 +466,8 @@ fn git_changes(
     if skipped > 0 {
         warnings.push(format!(
             "{skipped} repositories nested in the workspace were not looked into (more \
-             than {}): edits inside them are not in `changes`",
+             than {}, or not a directory of the workspace itself): edits inside them are \
+             not in `changes`",
             super::git::MAX_NESTED
         ));
     }
@@ -1197,6 +1198,48 @@ mod tests {
         assert!(diff.contains("+two\n"), "{diff}");
         assert!(diff.contains("+++ b/sub/deep/inner.c\n"), "{diff}");
         assert!(diff.contains("+++ b/made-bare/new.c\n"), "{diff}");
+    }
+
+    /// Gitlinks without a repository behind them (a submodule never initialised: an empty
+    /// directory; one whose directory is gone) are parts with nothing in them: no change,
+    /// no warning.
+    #[test]
+    fn a_gitlink_without_its_repository_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(ws)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q"]);
+        let commit = "1".repeat(40);
+        for name in ["empty", "gone"] {
+            git(&[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{commit},{name}"),
+            ]);
+        }
+        std::fs::create_dir(ws.join("empty")).unwrap();
+        std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+        let ledger = Ledger::before(ws);
+        assert_eq!(ledger.method(), "git");
+        std::fs::write(ws.join("a.txt"), "b\n").unwrap();
+        let (changes, _) = ledger.changes(false, &[]).unwrap();
+        assert_eq!(
+            summary(&changes),
+            [("a.txt", ChangeStatus::Modified, 1, 1)],
+            "{:?}",
+            changes.warnings
+        );
+        assert!(changes.warnings.is_empty(), "{:?}", changes.warnings);
     }
 
     /// What the walk saw changing after the run's first process started is reported as
