@@ -406,22 +406,23 @@ fn git_changes(
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+    /// One side of part `part` (`""`: the workspace), if the snapshot has it.
+    fn view<'a>(snapshot: &'a Snapshot, part: &[u8]) -> Option<(&'a str, &'a [Entry])> {
+        if part.is_empty() {
+            return Some((&snapshot.tree, &snapshot.entries));
+        }
+        snapshot
+            .nested
+            .iter()
+            .find(|p| p.path == part)
+            .map(|p| (p.tree.as_str(), p.entries.as_slice()))
+    }
     let after_snapshot = repo
         .snapshot_excluding(exclude)
         .map_err(|e| LedgerError(e.to_string()))?;
     // The workspace, then each nested repository (see [`super::git::Part`]), compared
     // part by part; a part on one side only is compared with the empty tree.
     let empty = repo.empty_tree();
-    let view = |snapshot: &'_ Snapshot, part: &[u8]| -> Option<(String, Vec<Entry>)> {
-        if part.is_empty() {
-            return Some((snapshot.tree.clone(), snapshot.entries.clone()));
-        }
-        snapshot
-            .nested
-            .iter()
-            .find(|p| p.path == part)
-            .map(|p| (p.tree.clone(), p.entries.clone()))
-    };
     let mut parts: std::collections::BTreeSet<&[u8]> = std::collections::BTreeSet::new();
     parts.insert(b"");
     parts.extend(before_snapshot.nested.iter().map(|p| p.path.as_slice()));
@@ -429,9 +430,9 @@ fn git_changes(
     let none = std::collections::BTreeSet::new();
     let mut all = PartChanges::default();
     for part in parts {
-        let absent = || (empty.clone(), Vec::new());
-        let before = view(before_snapshot, part).unwrap_or_else(absent);
-        let after = view(&after_snapshot, part).unwrap_or_else(absent);
+        let absent: (&str, &[Entry]) = (&empty, &[]);
+        let before = view(before_snapshot, part).unwrap_or(absent);
+        let after = view(&after_snapshot, part).unwrap_or(absent);
         let exclude_here: Vec<String> = exclude
             .iter()
             .filter_map(|x| super::git::below(part, x.as_bytes()))
@@ -442,8 +443,8 @@ fn git_changes(
             repo,
             Part {
                 path: part,
-                before: (&before.0, &before.1),
-                after: (&after.0, &after.1),
+                before,
+                after,
             },
             if part.is_empty() { unknown } else { &none },
             want_diff,
