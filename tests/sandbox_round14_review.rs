@@ -681,8 +681,10 @@ chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
 /// a file inside it, and the ledger reported nothing changed. Closed in round fifteen:
 /// each nested repository's work tree is snapshotted as a part of its own (by coder's git
 /// with the workspace's git dir, so nothing of the nested repository's config is read), and
-/// the edit is listed as `sub/lib.c`, with its line. Control: the user's own `git status`
-/// shows the nested repository modified.
+/// the edit is listed as `sub/lib.c`, with its line. A repository the agent makes without a
+/// commit, which the ledger's `git add` refused (failing the whole ledger), is one too: its
+/// file is listed as added. Control: the user's own `git status` shows the nested
+/// repository modified and the new one untracked.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
@@ -712,11 +714,17 @@ fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
         tree.git(&["add", "-A"]);
         tree.git(&["commit", "-qm", "nested"]);
         let case = format!("{}: {name}", who(owner));
-        let env = tree.run(&[], "sleep 1; echo 'int evil;' >> sub/lib.c; echo EDITED");
+        // Also a repository made without a commit, which the ledger's `git add` refused
+        // (the whole ledger failed: no `changes` at all, a warning).
+        let env = tree.run(
+            &[],
+            "sleep 1; echo 'int evil;' >> sub/lib.c; mkdir made && git init -q made && \
+             echo 'int more;' > made/new.c && echo EDITED",
+        );
         assert!(result(&env).contains("EDITED"), "{case}: {env}");
         // Control: the user's git sees the nested repository changed.
         let status = tree.git(&["status", "--porcelain"]);
-        assert_eq!(status, " M sub\n", "{case}: control");
+        assert_eq!(status, " M sub\n?? made/\n", "{case}: control");
         let reported = changes(&env).contains(&("sub/lib.c".into(), "modified".into()));
         if KNOWN_OPEN.contains(&name) {
             assert!(!reported, "{case}: now reported: {env}");
@@ -729,6 +737,10 @@ fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
                 .find(|f| f["path"] == "sub/lib.c")
                 .map(|f| (f["lines_added"].as_u64(), f["lines_removed"].as_u64()));
             assert_eq!(counted, Some((Some(1), Some(0))), "{case}: {env}");
+            assert!(
+                changes(&env).contains(&("made/new.c".into(), "added".into())),
+                "{case}: {env}"
+            );
         }
     }
 }
