@@ -9,9 +9,11 @@
 //! the trees git compares name the same blobs: a file that fails keeps its place in the
 //! list, without lines or diff, and a warning names it. Each repository nested in the
 //! workspace (a gitlink to `git add -A`) is a part compared on its own (see
-//! [`super::git::Part`]), its paths joined to the workspace's. Elsewhere they are bounded
-//! stat+hash scans (see [`super::scan`]), whose line counts are exact for added and deleted files and count
-//! changed lines as a multiset for modified ones (lines that only moved are not counted).
+//! [`super::git::Part`]), its paths joined to the workspace's.
+//!
+//! Elsewhere they are bounded stat+hash scans (see [`super::scan`]), whose line counts
+//! are exact for added and deleted files and count changed lines as a multiset for
+//! modified ones (lines that only moved are not counted).
 //! The "after" scan reuses the "before" entries of files whose stat data is unchanged, and
 //! with a state directory the "before" reuses the last run's (the persistent cache of
 //! [`super::scan_cache`]), so only changed files are read.
