@@ -1203,6 +1203,72 @@ mod tests {
         assert!(diff.contains("+++ b/made-bare/new.c\n"), "{diff}");
     }
 
+    /// A nested repository's own index seeds its part only at the "before" snapshot: one
+    /// the agent made during the run, whose index names other content for its file than
+    /// the file holds (stat data matching), is read for what the file holds.
+    #[test]
+    fn a_repository_made_during_the_run_is_read_not_taken_from_its_index() {
+        use sha1::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |at: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        git(ws, &["init", "-q"]);
+        std::fs::write(ws.join("top.txt"), "top\n").unwrap();
+        let ledger = Ledger::before(ws);
+        // The agent's run: a repository whose only file holds `evil`, its index saying it
+        // is empty (the empty blob, written: the diff's check finds it).
+        let made = ws.join("made");
+        std::fs::create_dir(&made).unwrap();
+        git(&made, &["init", "-q"]);
+        let benign = git(&made, &["hash-object", "-w", "--stdin"]);
+        std::fs::write(made.join("x.c"), "evil\n").unwrap();
+        // Well in the past: not "racily clean", git trusts the entry's stat data.
+        std::fs::File::options()
+            .write(true)
+            .open(made.join("x.c"))
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000))
+            .unwrap();
+        git(&made, &["add", "x.c"]);
+        git(&made, &["commit", "-qm", "c"]);
+        let index = made.join(".git/index");
+        let mut bytes = std::fs::read(&index).unwrap();
+        // One entry: the 12-byte header, 40 bytes of stat data, then its object id.
+        let empty_blob = git(&made, &["hash-object", "--stdin"]);
+        assert_eq!(benign, empty_blob);
+        let id: Vec<u8> = (0..20)
+            .map(|i| u8::from_str_radix(&benign[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        bytes[52..72].copy_from_slice(&id);
+        let body = bytes.len() - 20;
+        let sum = sha1::Sha1::digest(&bytes[..body]);
+        bytes[body..].copy_from_slice(&sum);
+        std::fs::write(&index, &bytes).unwrap();
+        assert_eq!(
+            git(&made, &["diff", "--stat"]),
+            "",
+            "git takes the index's word"
+        );
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
+        let diff = diff.unwrap().unified;
+        assert!(
+            changes.paths().any(|p| p == "made/x.c"),
+            "{:?}",
+            summary(&changes)
+        );
+        assert!(diff.contains("+evil\n"), "{diff}");
+    }
+
     /// Gitlinks without a repository behind them (a submodule never initialised: an empty
     /// directory; one whose directory is gone) are parts with nothing in them: no change,
     /// no warning.
