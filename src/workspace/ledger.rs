@@ -3,9 +3,17 @@
 //!
 //! In a git work tree the snapshots are tree objects written through a private index
 //! (see [`super::git`]): `git add -A` semantics, so `.gitignore` applies and the counts are
-//! git's own (`diff-tree --numstat`). Elsewhere they are bounded stat+hash scans (see
-//! [`super::scan`]), whose line counts are exact for added and deleted files and count
-//! changed lines as a multiset for modified ones (lines that only moved are not counted).
+//! git's own (`diff-tree --numstat`). Which files changed is read from coder's own two
+//! indexes; the counts and the diff read the repository's objects, so for each changed
+//! file coder first checks that the blobs its indexes name hash to their ids, and that
+//! the trees git compares name the same blobs: a file that fails keeps its place in the
+//! list, without lines or diff, and a warning names it. Each repository nested in the
+//! workspace (a gitlink to `git add -A`) is a part compared on its own (see
+//! [`super::git::Part`]), its paths joined to the workspace's.
+//!
+//! Elsewhere they are bounded stat+hash scans (see [`super::scan`]), whose line counts
+//! are exact for added and deleted files and count changed lines as a multiset for
+//! modified ones (lines that only moved are not counted).
 //! The "after" scan reuses the "before" entries of files whose stat data is unchanged, and
 //! with a state directory the "before" reuses the last run's (the persistent cache of
 //! [`super::scan_cache`]), so only changed files are read.
@@ -25,6 +33,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::git::{GitRepo, Snapshot};
+use super::git_index::Entry;
 use super::scan::{self, Caps, Key, Prior, Scan};
 use super::scan_cache::CacheFile;
 
@@ -63,6 +72,10 @@ pub struct Changes {
     pub lines_removed: u64,
     /// The file list, or the scan itself, was cut at its cap.
     pub truncated: bool,
+    /// What the envelope's `warnings` should say about these counts (not serialised
+    /// here).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Changes {
@@ -74,6 +87,7 @@ impl Changes {
             lines_removed: list.iter().map(|f| f.lines_removed).sum(),
             truncated: scan_truncated || list.len() > MAX_LISTED,
             files: list,
+            warnings: Vec::new(),
         };
         changes.files.truncate(MAX_LISTED);
         changes
@@ -125,7 +139,8 @@ pub struct Ledger {
 
 enum Before {
     Git {
-        repo: GitRepo,
+        /// Boxed: it is large beside the other variants.
+        repo: Box<GitRepo>,
         tree: Snapshot,
         /// Files `git add` may have read after the run's first process started (see
         /// [`Ledger::changed_since`]): their "before" is not known.
@@ -201,7 +216,7 @@ impl Ledger {
         let before = match GitRepo::discover_in(workspace, state_dir) {
             Some(repo) => match repo.snapshot_excluding(&own) {
                 Ok(tree) => Before::Git {
-                    repo,
+                    repo: Box::new(repo),
                     tree,
                     unknown: Default::default(),
                 },
@@ -408,25 +423,217 @@ fn git_changes(
     want_diff: bool,
     exclude: &[String],
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+    /// One side of part `part` (`""`: the workspace), if the snapshot has it.
+    fn view<'a>(snapshot: &'a Snapshot, part: &[u8]) -> Option<(&'a str, &'a [Entry])> {
+        if part.is_empty() {
+            return Some((&snapshot.tree, &snapshot.entries));
+        }
+        snapshot
+            .nested
+            .iter()
+            .find(|p| p.path == part)
+            .map(|p| (p.tree.as_str(), p.entries.as_slice()))
+    }
+    let after_snapshot = repo
+        .snapshot_excluding(exclude)
+        .map_err(|e| LedgerError(e.to_string()))?;
+    // The workspace, then each nested repository (see [`super::git::Part`]), compared
+    // part by part; a part on one side only is compared with the empty tree.
+    let empty = repo.empty_tree();
+    let mut parts: std::collections::BTreeSet<&[u8]> = std::collections::BTreeSet::new();
+    parts.insert(b"");
+    parts.extend(before_snapshot.nested.iter().map(|p| p.path.as_slice()));
+    parts.extend(after_snapshot.nested.iter().map(|p| p.path.as_slice()));
+    let none = std::collections::BTreeSet::new();
+    let mut all = PartChanges::default();
+    for part in parts {
+        let absent: (&str, &[Entry]) = (&empty, &[]);
+        let before = view(before_snapshot, part).unwrap_or(absent);
+        let after = view(&after_snapshot, part).unwrap_or(absent);
+        let exclude_here: Vec<String> = exclude
+            .iter()
+            .filter_map(|x| super::git::below(part, x.as_bytes()))
+            .filter(|x| !x.is_empty())
+            .map(|x| String::from_utf8_lossy(x).into_owned())
+            .collect();
+        let found = part_changes(
+            repo,
+            Part {
+                path: part,
+                before,
+                after,
+            },
+            if part.is_empty() { unknown } else { &none },
+            want_diff,
+            &exclude_here,
+            DIFF_CAP.saturating_sub(all.kept.len()),
+        )?;
+        all.list.extend(found.list);
+        all.untrusted.extend(found.untrusted);
+        all.warnings.extend(found.warnings);
+        all.kept.extend(found.kept);
+        all.total += found.total;
+    }
+    let mut warnings = all.warnings;
+    if !all.untrusted.is_empty() {
+        warnings.push(untrusted_warning(&all.untrusted));
+    }
+    let skipped = before_snapshot
+        .nested_skipped
+        .max(after_snapshot.nested_skipped);
+    if skipped > 0 {
+        warnings.push(format!(
+            "{skipped} repositories nested in the workspace were not looked into (more \
+             than {}, or not a directory of the workspace itself): edits inside them are \
+             not in `changes`",
+            super::git::MAX_NESTED
+        ));
+    }
+    let mut changes = Changes::from_list(merge_sides(all.list), false);
+    changes.warnings = warnings;
+    let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
+    Ok((changes, diff))
+}
+
+/// One part of a git ledger's comparison: its path (`""`: the workspace) and each side's
+/// tree and index entries (relative to the part).
+struct Part<'a> {
+    path: &'a [u8],
+    before: (&'a str, &'a [Entry]),
+    after: (&'a str, &'a [Entry]),
+}
+
+/// What one part's comparison found (paths relative to the workspace).
+#[derive(Default)]
+struct PartChanges {
+    list: Vec<FileChange>,
+    /// Files whose diff and line counts are left out.
+    untrusted: std::collections::BTreeSet<Vec<u8>>,
+    warnings: Vec<String>,
+    kept: Vec<u8>,
+    total: u64,
+}
+
+/// One entry per path: a file that left one part for another (a directory that became,
+/// or stopped being, a nested repository) is deleted from one and added to the other,
+/// so modified, with both sides' lines.
+fn merge_sides(mut list: Vec<FileChange>) -> Vec<FileChange> {
+    list.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut merged: Vec<FileChange> = Vec::with_capacity(list.len());
+    for change in list {
+        match merged.last_mut() {
+            Some(last) if last.path == change.path => {
+                if last.status != change.status {
+                    last.status = ChangeStatus::Modified;
+                }
+                last.lines_added += change.lines_added;
+                last.lines_removed += change.lines_removed;
+                last.binary |= change.binary;
+            }
+            _ => merged.push(change),
+        }
+    }
+    merged
+}
+
+/// The changes of one part, its diff within `cap` bytes (see [`git_changes`]).
+fn part_changes(
+    repo: &GitRepo,
+    part: Part<'_>,
+    unknown: &std::collections::BTreeSet<Vec<u8>>,
+    want_diff: bool,
+    exclude: &[String],
+    cap: usize,
+) -> Result<PartChanges, LedgerError> {
     let err = |e: super::git::GitError| LedgerError(e.to_string());
-    let after_snapshot = repo.snapshot_excluding(exclude).map_err(err)?;
-    let (before, after) = (before_snapshot.tree.as_str(), after_snapshot.tree.as_str());
+    let (before, after) = (part.before.0, part.after.0);
+    let (before_entries, after_entries) = (part.before.1, part.after.1);
+    let full = |path: &[u8]| super::git::join(part.path, path);
     // Files whose "before" is not known, left out of git's comparison when unchanged
     // since: reported as modified all the same (or deleted, gone now), no lines counted.
     let unknown: Vec<&Vec<u8>> = unknown.iter().filter(|p| !excluded(p, exclude)).collect();
     // What changed is read from the two indexes (coder's own), never from tree objects:
     // those may be the repository's, which the agent can rewrite. The "before" may hold
     // what the sandbox made while it was taken: out of both sides.
-    let statuses = index_changes(before_snapshot, &after_snapshot, exclude);
+    let statuses = index_changes(before_entries, after_entries, exclude);
     if statuses.is_empty() && unknown.is_empty() {
-        let diff = want_diff.then(|| DiffText::new(Vec::new(), 0));
-        return Ok((Changes::default(), diff));
+        return Ok(PartChanges::default());
     }
-    let counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> = repo
-        .numstat(before, after, exclude)
-        .map_err(err)?
-        .into_iter()
+    // The objects the diff reads are the repository's, which the agent may rewrite: the
+    // "before" blob of an edited file made to hold the edit's content hid it from the
+    // diff and the line counts. Each blob coder's indexes name for a changed file is
+    // checked against its name first; a file whose objects fail, or whose trees name
+    // other blobs than the indexes (a rewritten tree), has no diff and no line counts,
+    // and a warning names it.
+    let mut untrusted: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
+    let mut warnings = Vec::new();
+    let sides: Vec<(&Vec<u8>, Side, Side)> = statuses
+        .iter()
+        .map(|(_, path)| (path, side(before_entries, path), side(after_entries, path)))
         .collect();
+    let blobs: Vec<[u8; 32]> = sides
+        .iter()
+        .flat_map(|(_, old, new)| [old.blob(), new.blob()])
+        .flatten()
+        .collect();
+    match repo.unverified_blobs(part.path, &blobs) {
+        Ok(bad) => {
+            let bad: std::collections::HashSet<[u8; 32]> = bad.into_iter().collect();
+            untrusted.extend(
+                sides
+                    .iter()
+                    .filter(|(_, old, new)| {
+                        [old.blob(), new.blob()]
+                            .into_iter()
+                            .flatten()
+                            .any(|oid| bad.contains(&oid))
+                    })
+                    .map(|(path, _, _)| (*path).clone()),
+            );
+        }
+        Err(e) if e.was_killed() => return Err(err(e)),
+        Err(e) => {
+            warnings.push(format!("cannot check the objects the diff would read: {e}"));
+            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
+        }
+    }
+    // git is not asked to read what failed (an object it cannot read fails the diff).
+    let checked: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
+    let stat = match repo.diff_stat(part.path, before, after, exclude, &checked) {
+        Ok(stat) => stat,
+        Err(e) if e.was_killed() => return Err(err(e)),
+        Err(e) => {
+            // An object git cannot read (the agent wrote one that is not even an object).
+            warnings.push(format!("cannot compare the snapshots' trees: {e}"));
+            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
+            Default::default()
+        }
+    };
+    let expected: std::collections::HashMap<&[u8], (&Side, &Side)> = sides
+        .iter()
+        .map(|(path, old, new)| (path.as_slice(), (old, new)))
+        .collect();
+    for raw in &stat.raw {
+        let agrees = expected.get(raw.path.as_slice()).is_some_and(|(old, new)| {
+            old.matches(raw.old_mode, &raw.old_oid) && new.matches(raw.new_mode, &raw.new_oid)
+        });
+        if !agrees {
+            untrusted.insert(raw.path.clone());
+        }
+    }
+    let shown: std::collections::HashSet<&[u8]> =
+        stat.raw.iter().map(|r| r.path.as_slice()).collect();
+    // A change git's trees do not show (their objects rewritten).
+    for (_, path) in &statuses {
+        if !shown.contains(path.as_slice()) && !checked.contains(path) {
+            untrusted.insert(path.clone());
+        }
+    }
+    let mut counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> =
+        stat.counts.into_iter().collect();
+    for path in &untrusted {
+        counts.insert(path.clone(), Some((0, 0)));
+    }
     let listed: std::collections::HashSet<&[u8]> =
         statuses.iter().map(|(_, path)| path.as_slice()).collect();
     // In both trees alike (a file gone now is in git's list, deleted).
@@ -435,12 +642,7 @@ fn git_changes(
         .filter(|p| !listed.contains(p.as_slice()))
         .map(|p| (b'M', p.clone()))
         .collect();
-    let mut counts = counts;
     counts.extend(unlisted.iter().map(|(_, p)| (p.clone(), Some((0, 0)))));
-    // A change git's trees do not show (their objects rewritten): no lines counted.
-    for (_, path) in &statuses {
-        counts.entry(path.clone()).or_insert(Some((0, 0)));
-    }
     let list = statuses
         .into_iter()
         .chain(unlisted)
@@ -452,7 +654,7 @@ fn git_changes(
             };
             let count = counts.get(&path).copied().flatten();
             FileChange {
-                path: String::from_utf8_lossy(&path).into_owned(),
+                path: String::from_utf8_lossy(&full(&path)).into_owned(),
                 status,
                 lines_added: count.map_or(0, |c| c.0),
                 lines_removed: count.map_or(0, |c| c.1),
@@ -460,13 +662,74 @@ fn git_changes(
             }
         })
         .collect();
-    let diff = if want_diff {
-        let (kept, total) = repo.patch(before, after, exclude, DIFF_CAP).map_err(err)?;
-        Some(DiffText::new(kept, total))
+    let (kept, total) = if want_diff {
+        let out: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
+        repo.patch(part.path, before, after, exclude, &out, cap)
+            .map_err(err)?
     } else {
-        None
+        (Vec::new(), 0)
     };
-    Ok((Changes::from_list(list, false), diff))
+    Ok(PartChanges {
+        list,
+        untrusted: untrusted.iter().map(|p| full(p)).collect(),
+        warnings,
+        kept,
+        total,
+    })
+}
+
+/// What one snapshot's index says of a file: its mode and object id, if it has the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Side(Option<(u32, [u8; 32])>);
+
+impl Side {
+    /// The blob the diff reads for this side, if any.
+    fn blob(&self) -> Option<[u8; 32]> {
+        self.0
+            // A gitlink's id names a commit of another repository, not a blob here.
+            .filter(|(mode, _)| *mode != super::git::GITLINK_MODE)
+            .map(|(_, oid)| oid)
+    }
+
+    /// Whether `git diff-tree --raw`'s mode and id for this side (zeros: absent) are the
+    /// index's.
+    fn matches(&self, mode: u32, oid: &[u8; 32]) -> bool {
+        match self.0 {
+            Some(side) => side == (mode, *oid),
+            None => mode == 0 && oid.iter().all(|b| *b == 0),
+        }
+    }
+}
+
+/// The stage-0 entry of `path` in `entries`.
+fn side(entries: &[Entry], path: &[u8]) -> Side {
+    Side(
+        entries
+            .binary_search_by(|e| (e.path.as_slice(), e.stage).cmp(&(path, 0)))
+            .ok()
+            .map(|i| (entries[i].mode, entries[i].oid)),
+    )
+}
+
+/// The warning for files whose diff and line counts are left out.
+fn untrusted_warning(paths: &std::collections::BTreeSet<Vec<u8>>) -> String {
+    const NAMED: usize = 20;
+    let mut named: Vec<String> = paths
+        .iter()
+        .take(NAMED)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    if paths.len() > NAMED {
+        named.push(format!("and {} more", paths.len() - NAMED));
+    }
+    format!(
+        "the diff and line counts of {} changed file(s) are left out: the repository's \
+         objects for them do not match what coder's snapshot recorded (an object in \
+         .git/objects rewritten, or one git cannot read); they are still listed as \
+         changed: {}",
+        paths.len(),
+        named.join(", ")
+    )
 }
 
 /// Whether `path` is one of `exclude` (paths relative to the workspace) or below one.
@@ -488,14 +751,11 @@ fn inside(workspace: &Path, dir: &Path) -> Option<String> {
 /// `(status letter, path)` of every file whose index entry differs between two snapshots
 /// (`A`dded, `D`eleted, `M`odified: content, mode or type), leaving out `exclude` (paths
 /// relative to the workspace, with what is below them).
-fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
+fn index_changes(before: &[Entry], after: &[Entry], exclude: &[String]) -> Vec<(u8, Vec<u8>)> {
     use std::cmp::Ordering;
     let excluded = |path: &[u8]| excluded(path, exclude);
     // Both sorted by path and stage: one walk side by side.
-    let (mut old, mut new) = (
-        before.entries.iter().peekable(),
-        after.entries.iter().peekable(),
-    );
+    let (mut old, mut new) = (before.iter().peekable(), after.iter().peekable());
     let mut list: Vec<(u8, Vec<u8>)> = Vec::new();
     let mut push = |letter: u8, path: &Vec<u8>| {
         if !excluded(path) && list.last().is_none_or(|(_, last)| last != path) {
@@ -518,10 +778,7 @@ fn index_changes(before: &Snapshot, after: &Snapshot, exclude: &[String]) -> Vec
             }
             Ordering::Greater => {
                 if let Some(came) = new.next() {
-                    let was = before
-                        .entries
-                        .binary_search_by(|e| e.path.cmp(&came.path))
-                        .is_ok();
+                    let was = before.binary_search_by(|e| e.path.cmp(&came.path)).is_ok();
                     push(if was { b'M' } else { b'A' }, &came.path);
                 }
             }
@@ -698,10 +955,7 @@ mod tests {
             mode: 0o100644,
             oid: [oid; 32],
         };
-        let snapshot = |entries: Vec<Entry>| Snapshot {
-            tree: String::new(),
-            entries,
-        };
+        let snapshot = |entries: Vec<Entry>| entries;
         let before = snapshot(vec![
             entry("a", 0, 1),
             entry("c", 1, 1),
@@ -811,6 +1065,272 @@ mod tests {
                 ("sub/keep.txt", ChangeStatus::Modified, 0, false),
             ]
         );
+    }
+
+    /// The "before" blob of an edited file, rewritten in `.git/objects` to hold the edit's
+    /// content: the file is listed, its diff and line counts are left out, and a warning
+    /// names it; another file's diff is still shown.
+    #[test]
+    fn a_rewritten_before_blob_leaves_that_files_diff_out_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(ws)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(ws.join("a.txt"), "hello\n").unwrap();
+        std::fs::write(ws.join("b.txt"), "one\n").unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "init"]);
+        let ledger = Ledger::before(ws);
+        assert_eq!(ledger.method(), "git");
+        std::fs::write(ws.join("a.txt"), "evil\n").unwrap();
+        std::fs::write(ws.join("b.txt"), "two\n").unwrap();
+        let old = git(&["rev-parse", "HEAD:a.txt"]);
+        let new = git(&["hash-object", "-w", "a.txt"]);
+        let object = |id: &str| ws.join(format!(".git/objects/{}/{}", &id[..2], &id[2..]));
+        let forged = object(&old);
+        let mut perms = std::fs::metadata(&forged).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+        std::fs::set_permissions(&forged, perms).unwrap();
+        std::fs::copy(object(&new), &forged).unwrap();
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
+        assert_eq!(
+            summary(&changes),
+            [
+                ("a.txt", ChangeStatus::Modified, 0, 0),
+                ("b.txt", ChangeStatus::Modified, 1, 1),
+            ]
+        );
+        let diff = diff.unwrap().unified;
+        assert!(!diff.contains("a.txt"), "{diff}");
+        assert!(diff.contains("+two\n"), "{diff}");
+        assert_eq!(changes.warnings.len(), 1, "{:?}", changes.warnings);
+        assert!(
+            changes.warnings[0].ends_with(": a.txt"),
+            "{:?}",
+            changes.warnings
+        );
+    }
+
+    /// Repositories nested in the workspace: one committed before the run (a gitlink to
+    /// the workspace's `git add -A`), one inside it, one made during the run with a
+    /// commit and one without (which `git add` refuses): an edit in each is listed with
+    /// its path from the workspace, counted and in the diff; what a nested repository's
+    /// config says runs nothing (coder's git never reads it).
+    #[test]
+    fn edits_inside_nested_repositories_are_in_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |at: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        let repo_with = |at: &Path, file: &str, commit: bool| {
+            std::fs::create_dir_all(at).unwrap();
+            std::fs::write(at.join(file), "one\n").unwrap();
+            git(at, &["init", "-q"]);
+            if commit {
+                git(at, &["add", "-A"]);
+                git(at, &["commit", "-qm", "c"]);
+            }
+        };
+        git(ws, &["init", "-q"]);
+        std::fs::write(ws.join("top.txt"), "top\n").unwrap();
+        repo_with(&ws.join("sub/deep"), "inner.c", true);
+        repo_with(&ws.join("sub"), "lib.c", true);
+        repo_with(&ws.join("bare"), "x.c", false);
+        // A submodule: its `.git` a file naming `.git/modules/module`.
+        let upstream = tempfile::tempdir().unwrap();
+        repo_with(upstream.path(), "m.c", true);
+        let url = upstream.path().to_str().unwrap();
+        git(
+            ws,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                url,
+                "module",
+            ],
+        );
+        assert!(std::fs::metadata(ws.join("module/.git")).unwrap().is_file());
+        git(ws, &["add", "-A", "top.txt", "sub"]);
+        git(ws, &["commit", "-qm", "top"]);
+        // The nested repository's own index seeds its part's (a stat cache): an entry it
+        // marks "assume unchanged" is looked at all the same.
+        git(
+            &ws.join("sub"),
+            &["update-index", "--assume-unchanged", "lib.c"],
+        );
+        let ledger = Ledger::before(ws);
+        assert_eq!(ledger.method(), "git");
+        // The agent's run.
+        let marker = ws.join("ran");
+        std::fs::write(
+            ws.join("sub/.git/config"),
+            format!(
+                "[core]\n\tfsmonitor = \"touch '{}'\"\n[filter \"f\"]\n\tclean = \"touch '{}'\"\n",
+                marker.display(),
+                marker.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(ws.join("sub/.gitattributes"), "*.c filter=f\n").unwrap();
+        std::fs::write(ws.join("sub/lib.c"), "one\ntwo\n").unwrap();
+        std::fs::write(ws.join("sub/deep/inner.c"), "uno\n").unwrap();
+        std::fs::write(ws.join("bare/x.c"), "one\nmore\n").unwrap();
+        std::fs::write(ws.join("module/m.c"), "").unwrap();
+        repo_with(&ws.join("made"), "new.c", true);
+        repo_with(&ws.join("made-bare"), "new.c", false);
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
+        assert!(!marker.exists(), "a nested repository's config ran");
+        assert_eq!(
+            summary(&changes),
+            [
+                ("bare/x.c", ChangeStatus::Modified, 1, 0),
+                // The gitlink: git counts its `Subproject commit` line.
+                ("made", ChangeStatus::Added, 1, 0),
+                ("made-bare/new.c", ChangeStatus::Added, 1, 0),
+                ("made/new.c", ChangeStatus::Added, 1, 0),
+                ("module/m.c", ChangeStatus::Modified, 0, 1),
+                ("sub/.gitattributes", ChangeStatus::Added, 1, 0),
+                ("sub/deep/inner.c", ChangeStatus::Modified, 1, 1),
+                ("sub/lib.c", ChangeStatus::Modified, 1, 0),
+            ],
+            "{:?}",
+            changes.warnings
+        );
+        assert!(changes.warnings.is_empty(), "{:?}", changes.warnings);
+        let diff = diff.unwrap().unified;
+        assert!(diff.contains("+++ b/sub/lib.c\n"), "{diff}");
+        assert!(diff.contains("+two\n"), "{diff}");
+        assert!(diff.contains("+++ b/sub/deep/inner.c\n"), "{diff}");
+        assert!(diff.contains("+++ b/made-bare/new.c\n"), "{diff}");
+    }
+
+    /// A nested repository's own index seeds its part only at the "before" snapshot: one
+    /// the agent made during the run, whose index names other content for its file than
+    /// the file holds (stat data matching), is read for what the file holds.
+    #[test]
+    fn a_repository_made_during_the_run_is_read_not_taken_from_its_index() {
+        use sha1::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |at: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        git(ws, &["init", "-q"]);
+        std::fs::write(ws.join("top.txt"), "top\n").unwrap();
+        let ledger = Ledger::before(ws);
+        // The agent's run: a repository whose only file holds `evil`, its index saying it
+        // is empty (the empty blob, written: the diff's check finds it).
+        let made = ws.join("made");
+        std::fs::create_dir(&made).unwrap();
+        git(&made, &["init", "-q"]);
+        let benign = git(&made, &["hash-object", "-w", "--stdin"]);
+        std::fs::write(made.join("x.c"), "evil\n").unwrap();
+        // Well in the past: not "racily clean", git trusts the entry's stat data.
+        std::fs::File::options()
+            .write(true)
+            .open(made.join("x.c"))
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000))
+            .unwrap();
+        git(&made, &["add", "x.c"]);
+        git(&made, &["commit", "-qm", "c"]);
+        let index = made.join(".git/index");
+        let mut bytes = std::fs::read(&index).unwrap();
+        // One entry: the 12-byte header, 40 bytes of stat data, then its object id.
+        let empty_blob = git(&made, &["hash-object", "--stdin"]);
+        assert_eq!(benign, empty_blob);
+        let id: Vec<u8> = (0..20)
+            .map(|i| u8::from_str_radix(&benign[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        bytes[52..72].copy_from_slice(&id);
+        let body = bytes.len() - 20;
+        let sum = sha1::Sha1::digest(&bytes[..body]);
+        bytes[body..].copy_from_slice(&sum);
+        std::fs::write(&index, &bytes).unwrap();
+        assert_eq!(
+            git(&made, &["diff", "--stat"]),
+            "",
+            "git takes the index's word"
+        );
+        let (changes, diff) = ledger.changes(true, &[]).unwrap();
+        let diff = diff.unwrap().unified;
+        assert!(
+            changes.paths().any(|p| p == "made/x.c"),
+            "{:?}",
+            summary(&changes)
+        );
+        assert!(diff.contains("+evil\n"), "{diff}");
+    }
+
+    /// Gitlinks without a repository behind them (a submodule never initialised: an empty
+    /// directory; one whose directory is gone) are parts with nothing in them: no change,
+    /// no warning.
+    #[test]
+    fn a_gitlink_without_its_repository_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .current_dir(ws)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q"]);
+        let commit = "1".repeat(40);
+        for name in ["empty", "gone"] {
+            git(&[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{commit},{name}"),
+            ]);
+        }
+        std::fs::create_dir(ws.join("empty")).unwrap();
+        std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+        let ledger = Ledger::before(ws);
+        assert_eq!(ledger.method(), "git");
+        std::fs::write(ws.join("a.txt"), "b\n").unwrap();
+        let (changes, _) = ledger.changes(false, &[]).unwrap();
+        assert_eq!(
+            summary(&changes),
+            [("a.txt", ChangeStatus::Modified, 1, 1)],
+            "{:?}",
+            changes.warnings
+        );
+        assert!(changes.warnings.is_empty(), "{:?}", changes.warnings);
     }
 
     /// What the walk saw changing after the run's first process started is reported as
