@@ -713,7 +713,7 @@ fn watched_run<T>(
                         let mut watch = Watch::default();
                         while !done.load(Ordering::Relaxed) {
                             if let Some(why) = watch.look(pid)
-                                && pidfd_kill(pidfd)
+                                && kill_tree(pid, pidfd)
                             {
                                 *stopped
                                     .lock()
@@ -758,24 +758,93 @@ fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
 /// (`$(...)`) for a moment after its writer has gone; a read that never ends stays.
 #[derive(Debug, Default)]
 struct Watch {
-    suspects: Vec<(u32, PathBuf)>,
+    /// (process, descriptor, target) of each suspect descriptor at the last look.
+    suspects: Vec<(u32, u32, PathBuf)>,
 }
 
 impl Watch {
+    /// Looks at `pid` and every process below it: a `git` that is a wrapper script which
+    /// does not `exec` runs the real git as its child, and only that child reads what the
+    /// config includes (a watcher of the wrapper alone never saw it, and held the run).
     fn look(&mut self, pid: u32) -> Option<GitError> {
-        if waits_on_a_fifo(pid) {
+        let mut tree = vec![pid];
+        tree.extend(descendants(pid));
+        if tree.iter().any(|process| waits_on_a_fifo(*process)) {
             return Some(GitError::Fifo);
         }
-        let now = suspects(pid);
+        let now: Vec<(u32, u32, PathBuf)> = tree
+            .iter()
+            .flat_map(|process| {
+                suspects(*process)
+                    .into_iter()
+                    .map(move |(number, target)| (*process, number, target))
+            })
+            .collect();
         let held = now
             .iter()
             .find(|suspect| self.suspects.contains(suspect))
-            .map(|(_, target)| GitError::NotAFile {
+            .map(|(_, _, target)| GitError::NotAFile {
                 what: target.display().to_string(),
             });
         self.suspects = now;
         held
     }
+}
+
+/// SIGKILL to the process of `pidfd` (`pid`) and to every process below it, those first:
+/// the real git of a wrapper script holds coder's output pipes too, and coder waits for
+/// their end. Each one below is signalled through a pidfd opened while its parent is the
+/// one seen (a pid reused meanwhile has another parent). False when `pid` itself could
+/// not be signalled.
+fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) -> bool {
+    let mut below = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(parent) = queue.pop() {
+        for child in children(parent) {
+            if below.len() >= 1024 {
+                break;
+            }
+            let Ok(raw) = libc::pid_t::try_from(child) else {
+                continue;
+            };
+            let Ok(fd) = pidfd_open(nix::unistd::Pid::from_raw(raw)) else {
+                continue;
+            };
+            if parent_of(child) == Some(parent) {
+                below.push(fd);
+                queue.push(child);
+            }
+        }
+    }
+    for fd in below.iter().rev() {
+        let _ = pidfd_kill(fd);
+    }
+    pidfd_kill(pidfd)
+}
+
+/// The children of `pid`, as `/proc/PID/task/TID/children` lists them.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The `PPid:` of `/proc/PID/status`.
+fn parent_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("PPid:"))
+        .and_then(|ppid| ppid.trim().parse().ok())
 }
 
 /// The descriptors (number, target) of process `pid` that are [`suspect`].
@@ -885,18 +954,10 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     let mut queue = vec![pid];
     while let Some(parent) = queue.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
-                continue;
-            };
-            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-                if !found.contains(&child) && found.len() < 1024 {
-                    found.push(child);
-                    queue.push(child);
-                }
+        for child in children(parent) {
+            if !found.contains(&child) && found.len() < 1024 {
+                found.push(child);
+                queue.push(child);
             }
         }
     }
@@ -968,6 +1029,44 @@ mod tests {
                 "fd {fd}: {out:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_wrapper_whose_child_reads_its_own_output_pipe_is_stopped() {
+        // A `git` that is a wrapper script and does not `exec` the real one: the child
+        // reads the pipe, and holds coder's output pipes open until it is killed too.
+        for fd in [1, 2] {
+            let out = watched_sh(&format!("cat /proc/self/fd/{fd}; true"));
+            assert!(
+                matches!(&out, Err(GitError::NotAFile { what }) if what.starts_with("pipe:[")),
+                "fd {fd}: {out:?}"
+            );
+        }
+        let out = watched_sh("sh -c 'cat /proc/self/fd/1; true'; true");
+        assert!(
+            matches!(&out, Err(GitError::NotAFile { what }) if what.starts_with("pipe:[")),
+            "two levels down: {out:?}"
+        );
+    }
+
+    #[test]
+    fn a_wrapper_whose_child_waits_on_a_fifo_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let out = watched_sh(&format!("cat {}; true", fifo.display()));
+        assert!(matches!(out, Err(GitError::Fifo)), "{out:?}");
+    }
+
+    #[test]
+    fn what_a_wrappers_child_makes_for_itself_is_left_alone() {
+        let out = watched_sh(
+            "sh -c 'a=$(sleep 0.2; echo a); echo x | (sleep 0.2; cat) >/dev/null; \
+             { sleep 0.2; } 2>/dev/null; echo \"$a\"'; true",
+        )
+        .expect("left alone");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"a\n");
     }
 
     #[test]

@@ -1,0 +1,430 @@
+//! Round fifteen's review: the watcher of coder's own git (`workspace::git::watched_run`,
+//! round fifteen's answer to an included config made a symlink to `/proc/self/fd/1`),
+//! attacked by someone who has read it. The ledger's git (and `--worktree`'s) runs as
+//! coder, outside the sandbox, over files the agent wrote; every attack runs as root and
+//! as uid 65534 where it applies, each with a control showing that its setup does land
+//! without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * the watcher looked at the process coder started and nothing below it: a `git` on
+//!   `PATH` that is a wrapper script which does not `exec` the real one (a logging shim, a
+//!   version switcher) runs git as its child, and that child read its own stdout pipe
+//!   through the agent's symlink forever, unseen; killing the wrapper alone would not have
+//!   ended the run either, as the child holds coder's output pipes. Now every process
+//!   below is looked at, and all of them are killed.
+//!
+//! Open (`KNOWN_OPEN`, SECURITY.md's Known limits):
+//! * **include fan-out.** A config that includes a work-tree file (`include.path`) lets the
+//!   agent make that file include another one many times over, which includes another,
+//!   and so on: git allows ten levels and any number of includes per file, so fifty per
+//!   level over eight levels is 50^8 opens of small regular files of the work tree. Every
+//!   git that reads the repository's config (the ledger's `rev-parse` probe, `config
+//!   --get-regexp`, `add`, `write-tree`, `--worktree`'s `rev-parse` and `fetch`) spins
+//!   for ever; nothing it holds is suspect, so the watcher never fires. The run never
+//!   ends, nor does any later one in the workspace. The fix to weigh: coder's git never
+//!   reads an include, by giving it a private common directory (`GIT_COMMON_DIR`) whose
+//!   `config` is the repository's own (`git config --no-includes --list`, written by
+//!   coder), with copies of `info/exclude` and `info/attributes`; or a deadline on each
+//!   git run.
+//! * **a sparse file of terabytes.** `truncate -s 8T big.bin` in the workspace costs the
+//!   agent nothing; the "after" snapshot's `git add -A` hashes (and compresses into
+//!   coder's state directory) every byte of it, hours per terabyte, and so does every later
+//!   run's "before" while the file is there. The plain walk hashes at most 1 GiB
+//!   (`scan::Caps::hash_bytes`); the git ledger has no such bound. The fix to weigh: an
+//!   `RLIMIT_FSIZE` on the sandboxed agent, or a byte budget on the ledger's git.
+//!
+//! Looked at and held (no test of their own here):
+//! * the two-look rule: a suspect descriptor is one of its own at the same number on the
+//!   same target at two looks 50 ms apart. A read that ends between two looks ends; to
+//!   hold git for good the agent needs an endless series of different pipes or FIFOs, fed
+//!   by a process that lives on (only the agent of a run under way, during its "before"
+//!   snapshot), and an endless series of includes to name them, which the include
+//!   fan-out above already is on its own.
+//! * "made here": a pipe another of git's descriptors (above 2) or a process below it
+//!   holds is left alone. Nothing the agent writes makes git open the same pipe twice
+//!   while it reads it (a config include is a file read to its end, and the pipe reopened
+//!   from `/proc/self/fd/1` is the only copy above 2), and no git of coder's starts a
+//!   process while it reads its config (hooks, fsmonitor, filters, external diff, pagers
+//!   are off; `fetch`'s `upload-pack` and `maintenance --auto` read their own repository's
+//!   config, or start after its own read).
+//! * `/dev/zero`, `/dev/urandom` (left alone as memory devices) as an include: the parser
+//!   stops at the first byte that starts no line (`bad config line 1`); an included
+//!   comment line of 2 GiB is cut by git itself (`total_len > INT_MAX`).
+//! * `.gitignore` and `.gitattributes` made symlinks: git opens in-tree ones with
+//!   `O_NOFOLLOW`; a sparse `.gitattributes` over 100 MB is ignored by git.
+//! * `core.excludesFile`, `core.attributesFile` and other paths set through the included
+//!   file: `core.attributesFile` is overridden on the command line; an excludes file is
+//!   opened like a `.gitignore` and meets the same watcher (a pipe, FIFO, device, `/proc`).
+//! * the `discover` probe failing (a broken include): the ledger falls back to a plain
+//!   walk of the workspace, which lists every change (ignored files included) or says it
+//!   was cut; a probe that fails in the "after" of a run whose "before" was git's fails
+//!   the ledger with a warning.
+//! * a `make -j` jobserver's pipe coder inherits: left alone at the same number in every
+//!   process below coder's git too (`ledger_snapshot`'s test).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::Bounded;
+use common::sandbox_fixture::{self, NOBODY};
+use serde_json::Value;
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &["include fan-out", "sparse terabytes"];
+
+fn who(owner: Option<u32>) -> &'static str {
+    if owner.is_some() { "nobody" } else { "root" }
+}
+
+/// A tree for runs of a fake CLI as one arm's user: workspace `ws` (the user's git
+/// repository, one commit), `home`, coder's `state`, `bin` (first on coder's `PATH`), in
+/// `/var/tmp` (out of the host's `/tmp` that `--allow-tmp` grants).
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    owner: Option<u32>,
+}
+
+impl Tree {
+    /// The tree, with `files` (name, content) committed in `ws` with an mtime well in the
+    /// past and `config` (key, value) set in the repository's config.
+    fn new(owner: Option<u32>, files: &[(&str, &str)], config: &[(&str, &str)]) -> Tree {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-r15-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for d in ["ws", "home", "state", "xdg", "bin"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let tree = Tree {
+            _dir: dir,
+            root,
+            owner,
+        };
+        let ws = tree.ws();
+        tree.git(&["init", "-q"]);
+        for (key, value) in config {
+            tree.git(&["config", key, value]);
+        }
+        for (name, text) in files {
+            std::fs::write(ws.join(name), text).unwrap();
+            sandbox_fixture::must_run(
+                std::process::Command::new("touch")
+                    .args(["-d", "2020-01-01 00:00:00"])
+                    .arg(ws.join(name)),
+            );
+        }
+        tree.git(&["add", "-A"]);
+        tree.git(&["commit", "-qm", "init"]);
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+            tree.git(&["update-index", "-q", "--refresh"]);
+        }
+        tree
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    /// The user's own git in the workspace, unconfined, as the arm's user: what it printed.
+    fn git(&self, args: &[&str]) -> String {
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+            .args(args)
+            .current_dir(self.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        let given = std::fs::symlink_metadata(self.ws().join(".git"))
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == NOBODY)
+            .unwrap_or(false);
+        if given {
+            sandbox_fixture::as_owner(&mut cmd, self.owner);
+        }
+        let out = cmd.output_bounded();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `bin/git`: a wrapper script of the user's that runs the real git as its child.
+    fn wrap_git(&self) {
+        let wrapper = self.root.join("bin/git");
+        std::fs::write(
+            &wrapper,
+            "#!/bin/sh\n# a shim that logs, then runs git as its child\n/usr/local/bin/git \"$@\"\nexit $?\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    }
+
+    /// coder, started directly (no `timeout` between, so a deadline's SIGKILL reaches
+    /// it) as the arm's user on a fake CLI whose payload is `payload`, `bin` first on its
+    /// `PATH`: what it printed, or `None` when it had not ended after `deadline` (it is
+    /// killed then, with whatever it left running in the tree).
+    fn run_within(&self, extra: &[&str], payload: &str, deadline: Duration) -> Option<Value> {
+        let bin = self.root.join("fake-claude");
+        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if self.owner.is_some() {
+            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let mut path = self.root.join("bin").into_os_string();
+        path.push(":/usr/local/bin:/usr/bin:/bin");
+        let mut cmd = std::process::Command::new(common::CODER);
+        cmd.arg("--cd")
+            .arg(self.ws())
+            .arg("--claude-bin")
+            .arg(&bin)
+            .args(extra)
+            .arg("go")
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", self.root.join("home"))
+            .env("CODER_STATE_DIR", self.root.join("state"))
+            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
+            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .current_dir(&self.root)
+            .stdin(std::process::Stdio::null());
+        sandbox_fixture::as_owner(&mut cmd, self.owner);
+        match common::run_bounded(&mut cmd, deadline) {
+            Ok(out) => Some(
+                serde_json::from_slice(&out.stdout)
+                    .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}")),
+            ),
+            Err(_) => {
+                self.kill_leftovers();
+                None
+            }
+        }
+    }
+
+    /// SIGKILL to every process whose working directory is in this tree (coder's git,
+    /// left behind when the test killed coder); by pid, each one this test started.
+    fn kill_leftovers(&self) {
+        for _ in 0..50 {
+            let mut found = false;
+            for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                let Some(pid) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|p| p.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else {
+                    continue;
+                };
+                if cwd.starts_with(&self.root) && pid != std::process::id() as i32 {
+                    found = true;
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+            if !found {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The user's own git, run as `script` (`sh -c`, `bin` first on `PATH`) in the
+    /// workspace as the arm's user: whether `timeout 5` had to stop it (its process group:
+    /// `timeout` makes one).
+    fn user_git_blocks(&self, script: &str) -> bool {
+        let mut path = self.root.join("bin").into_os_string();
+        path.push(":/usr/local/bin:/usr/bin:/bin");
+        let mut cmd = std::process::Command::new("timeout");
+        cmd.args(["-k", "2", "5", "sh", "-c", script])
+            .current_dir(self.ws())
+            .env("PATH", path)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root.join("home"));
+        sandbox_fixture::as_owner(&mut cmd, self.owner);
+        let status = cmd.output_bounded().status;
+        self.kill_leftovers();
+        status.code() == Some(124)
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        self.kill_leftovers();
+    }
+}
+
+/// `(path, status)` of every change the envelope lists.
+fn changes(env: &Value) -> Vec<(String, String)> {
+    env["changes"]["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap_or_default().to_owned(),
+                f["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn result(env: &Value) -> &str {
+    env["result"].as_str().unwrap_or_default()
+}
+
+fn warned(env: &Value, text: &str) -> bool {
+    env["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .any(|w| w.as_str().unwrap_or_default().contains(text))
+}
+
+/// The user's `git` is a wrapper script that runs the real git as its child (no `exec`),
+/// and the repository's config includes a work-tree file that the agent makes a symlink
+/// to `/proc/self/fd/1`. The watcher of round fifteen looked at the wrapper only: the real
+/// git, below it, read its own stdout pipe forever, and coder with it. Now every process
+/// below coder's git is looked at and killed, the ledger says why, and the next run (the
+/// symlink still there) ends and sees its edit. Control: the user's own git, through the
+/// same wrapper, blocks.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(60);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(
+            owner,
+            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("include.path", "../shared.gitconfig")],
+        );
+        tree.wrap_git();
+        let case = who(owner);
+        let payload = "echo x >> a.txt && ln -sf /proc/self/fd/1 shared.gitconfig && echo LINKED";
+        let env = tree
+            .run_within(&[], payload, deadline)
+            .unwrap_or_else(|| panic!("{case}: coder did not end within {deadline:?}"));
+        assert!(result(&env).contains("LINKED"), "{case}: {env}");
+        assert!(warned(&env, "held pipe:"), "{case}: no warning: {env}");
+        let env = tree
+            .run_within(&[], "echo y >> a.txt; echo AGAIN", deadline)
+            .unwrap_or_else(|| panic!("{case}: next run did not end within {deadline:?}"));
+        assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+        assert!(
+            changes(&env).contains(&("a.txt".into(), "modified".into())),
+            "{case}: next run: {env}"
+        );
+        assert!(
+            tree.user_git_blocks("git status 2>&1 | cat"),
+            "{case}: control: the user's git did not block"
+        );
+    }
+}
+
+/// Include fan-out: the config includes a work-tree file; the agent makes it include
+/// `L1` fifty times, `L1` include `L2` fifty times, and so on to `L9`, empty: 50^8
+/// opens of small regular files, within git's ten levels. coder's git spins on them for
+/// ever and the watcher sees nothing suspect. Open: the run does not end (measured within
+/// 25 s here), nor would any later one. Control: the user's own git spins too.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_include_fan_out_holds_the_ledgers_git() {
+    common::require_root_and_user_namespaces();
+    let name = "include fan-out";
+    let deadline = Duration::from_secs(25);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(
+            owner,
+            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("include.path", "../shared.gitconfig")],
+        );
+        let case = who(owner);
+        let payload = "echo x >> a.txt
+for i in 1 2 3 4 5 6 7 8; do
+  { echo '[include]'; for k in $(seq 50); do echo \"path = L$((i + 1))\"; done; } > L$i
+done
+: > L9
+{ echo '[include]'; for k in $(seq 50); do echo 'path = L1'; done; } > shared.gitconfig
+echo PLANTED";
+        let env = tree.run_within(&[], payload, deadline);
+        if KNOWN_OPEN.contains(&name) {
+            assert!(
+                env.is_none(),
+                "{case}: {name} no longer holds coder: {env:?}"
+            );
+        } else {
+            let env = env.unwrap_or_else(|| panic!("{case}: coder did not end"));
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+            assert!(
+                env["warnings"].as_array().is_some_and(|w| !w.is_empty()),
+                "{case}: no warning: {env}"
+            );
+        }
+        assert!(
+            tree.user_git_blocks("git status"),
+            "{case}: control: the user's git did not spin"
+        );
+    }
+}
+
+/// A sparse file of 8 TiB in the workspace (`truncate`, no disk used): the "after"
+/// snapshot's `git add -A` reads and compresses all of it, hours per terabyte. Open: the
+/// run does not end (measured within 25 s here). Control: the user's own `git add` spins
+/// on it too, and the plain walk of the same workspace without git (which hashes at most
+/// 1 GiB) ends.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_sparse_file_of_terabytes_holds_the_ledgers_git() {
+    common::require_root_and_user_namespaces();
+    let name = "sparse terabytes";
+    let deadline = Duration::from_secs(25);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+        let case = who(owner);
+        let payload = "truncate -s 8T big.bin && echo PLANTED";
+        let env = tree.run_within(&[], payload, deadline);
+        if KNOWN_OPEN.contains(&name) {
+            assert!(
+                env.is_none(),
+                "{case}: {name} no longer holds coder: {env:?}"
+            );
+        } else {
+            let env = env.unwrap_or_else(|| panic!("{case}: coder did not end"));
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        }
+        assert!(
+            tree.user_git_blocks("git add -A"),
+            "{case}: control: the user's git add did not spin"
+        );
+        // Control: the same file in a workspace without git, measured by the plain walk.
+        std::fs::remove_file(tree.ws().join("big.bin")).unwrap();
+        std::fs::remove_dir_all(tree.ws().join(".git")).unwrap();
+        let env = tree
+            .run_within(&[], payload, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{case}: control: the plain walk did not end"));
+        assert!(result(&env).contains("PLANTED"), "{case}: control: {env}");
+        assert!(
+            changes(&env).contains(&("big.bin".into(), "added".into())),
+            "{case}: control: {env}"
+        );
+    }
+}
