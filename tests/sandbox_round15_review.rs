@@ -12,6 +12,11 @@
 //!   through the agent's symlink forever, unseen; killing the wrapper alone would not have
 //!   ended the run either, as the child holds coder's output pipes. Now every process
 //!   below is looked at, and all of them are killed.
+//! * `--worktree`'s finish asked the repository's config for `user.name` and `user.email`
+//!   with a git that no watcher looked at: the repository's config is read with its
+//!   includes, and a work-tree file it includes, made a symlink to `/proc/self/fd/1` while
+//!   the run was under way (by the agent of another run in that checkout), held the finish
+//!   forever. It now runs watched, and coder's own identity is used when it is stopped.
 //!
 //! Open (`KNOWN_OPEN`, SECURITY.md's Known limits):
 //! * **include fan-out.** A config that includes a work-tree file (`include.path`) lets the
@@ -425,6 +430,65 @@ fn a_sparse_file_of_terabytes_holds_the_ledgers_git() {
         assert!(
             changes(&env).contains(&("big.bin".into(), "added".into())),
             "{case}: control: {env}"
+        );
+    }
+}
+
+/// `--worktree`: the run's checkout is a private repository, but the finish asks the
+/// user's repository for `user.name` and `user.email`, and that git reads the
+/// repository's config with its includes. A work-tree file it includes, made a symlink to
+/// `/proc/self/fd/1` while the run is under way (here by the test, standing for the agent
+/// of another run in the user's checkout), held that git, which no watcher looked at, and
+/// the finish with it, forever. Now it is watched: coder's identity is used, the `fetch`
+/// that follows is stopped the same way, and the run ends with a note saying why.
+/// Control: the user's own git, its output a pipe, blocks.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_include_made_a_symlink_during_a_worktree_run_does_not_hold_its_finish() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(60);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(
+            owner,
+            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("include.path", "../shared.gitconfig")],
+        );
+        let case = who(owner);
+        let payload = "echo x > new.txt; touch started
+i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; echo DONE";
+        let worktrees = tree.root.join("state/worktrees");
+        let env = std::thread::scope(|s| {
+            let run = s.spawn(|| tree.run_within(&["--worktree"], payload, deadline));
+            // The agent has started: the checkout holds its marker.
+            let started = std::time::Instant::now();
+            let checkout = loop {
+                let found = std::fs::read_dir(&worktrees).ok().and_then(|dir| {
+                    dir.flatten()
+                        .map(|e| e.path())
+                        .find(|p| p.join("started").exists())
+                });
+                if let Some(found) = found {
+                    break found;
+                }
+                assert!(
+                    started.elapsed() < deadline && !run.is_finished(),
+                    "{case}: the agent never started"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let shared = tree.ws().join("shared.gitconfig");
+            std::fs::remove_file(&shared).unwrap();
+            std::os::unix::fs::symlink("/proc/self/fd/1", &shared).unwrap();
+            std::fs::write(checkout.join("go"), "").unwrap();
+            run.join().unwrap()
+        });
+        let env = env.unwrap_or_else(|| panic!("{case}: coder did not end within {deadline:?}"));
+        assert!(result(&env).contains("DONE"), "{case}: {env}");
+        let note = env["worktree"]["note"].as_str().unwrap_or_default();
+        assert!(note.contains("held pipe:"), "{case}: {env}");
+        assert!(
+            tree.user_git_blocks("git config --get user.name | cat"),
+            "{case}: control: the user's git did not block"
         );
     }
 }

@@ -744,7 +744,7 @@ fn watched_run<T>(
 }
 
 /// [`Command::output`] through [`watched_run`].
-fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
+pub(crate) fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     watched_run(cmd, std::process::Child::wait_with_output)
 }

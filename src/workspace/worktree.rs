@@ -381,20 +381,21 @@ impl Worktree {
     }
 
     /// `user.name`/`user.email` as the repository (with the user's global config) has
-    /// them, else coder's. Reading config runs nothing.
+    /// them, else coder's. Reading config runs nothing; it is watched all the same
+    /// ([`super::git::watched_output`]): the repository's config is read with its
+    /// includes, and a work-tree file it includes, made a symlink to `/proc/self/fd/1`
+    /// during the run (by another run's agent in that checkout), held the finish forever.
     fn identity(&self) -> (String, String) {
         let get = |key: &str| {
-            let out = Command::new(&self.program)
-                .arg(dir_arg("--git-dir=", &self.repo_git_dir))
+            let mut cmd = Command::new(&self.program);
+            cmd.arg(dir_arg("--git-dir=", &self.repo_git_dir))
                 .args(["config", "--get", key])
                 .env_remove("GIT_DIR")
                 .env_remove("GIT_CONFIG")
                 .env_remove("GIT_CONFIG_PARAMETERS")
                 .env_remove("GIT_CONFIG_COUNT")
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .ok()?;
+                .stdin(Stdio::null());
+            let out = super::git::watched_output(&mut cmd).ok()?;
             let v = String::from_utf8(out.stdout).ok()?.trim().to_owned();
             (out.status.success() && !v.is_empty()).then_some(v)
         };
