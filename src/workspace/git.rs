@@ -62,12 +62,21 @@ pub enum GitError {
          work tree that the config includes, made a symlink to it?): its read may never end"
     )]
     NotAFile { what: String },
+    #[error(
+        "git stopped after {seconds} s of reading the repository's configuration alone, which \
+         takes a git milliseconds (a config that includes a file of the work tree, made to \
+         include others many times over?)"
+    )]
+    ConfigTooSlow { seconds: u64 },
 }
 
 impl GitError {
     /// Whether coder's watcher killed the git (see [`watched_run`]).
     fn was_killed(&self) -> bool {
-        matches!(self, GitError::Fifo | GitError::NotAFile { .. })
+        matches!(
+            self,
+            GitError::Fifo | GitError::NotAFile { .. } | GitError::ConfigTooSlow { .. }
+        )
     }
 }
 
@@ -183,7 +192,7 @@ impl GitRepo {
             "--show-prefix",
         ]);
         probe.stderr(Stdio::null());
-        let out = watched_output(&mut probe).ok()?;
+        let out = config_output(&mut probe).ok()?;
         if !out.status.success() {
             return None;
         }
@@ -372,7 +381,7 @@ impl GitRepo {
         let mut cmd = self.command();
         cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
         // Exit 1 means "no such key": no driver.
-        let out = watched_output(&mut cmd)?;
+        let out = config_output(&mut cmd)?;
         // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
         // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
         // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
@@ -677,6 +686,11 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
 /// How often [`watched_run`] looks at what its git waits for.
 const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long a git of coder's that reads nothing but the configuration ([`config_output`])
+/// may run: a config read takes milliseconds, and one that takes more is spinning on
+/// includes (see [`config_output`]).
+pub(crate) const CONFIG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Starts `cmd` as one of coder's own processes ([`own_run`]) and hands it to `f`, which
 /// waits for it; meanwhile a [`Watch`] kills it, and the result is the error saying why,
 /// as soon as it does what no git of coder's has a reason to do: wait to open a FIFO, or
@@ -691,6 +705,15 @@ const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 /// stays). Landlock cannot refuse these: it lets a pipe reached through `/proc` be opened.
 fn watched_run<T>(
     cmd: &mut Command,
+    f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
+) -> Result<T, GitError> {
+    watched_run_within(cmd, None, f)
+}
+
+/// [`watched_run`], the git also killed once it has run for `deadline` (when given).
+fn watched_run_within<T>(
+    cmd: &mut Command,
+    deadline: Option<std::time::Duration>,
     f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
 ) -> Result<T, GitError> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -710,7 +733,10 @@ fn watched_run<T>(
                 watcher = std::thread::Builder::new()
                     .name("ledger-git-watch".into())
                     .spawn_scoped(s, move || {
-                        let mut watch = Watch::default();
+                        let mut watch = Watch {
+                            deadline: deadline.map(|d| (std::time::Instant::now() + d, d)),
+                            ..Watch::default()
+                        };
                         while !done.load(Ordering::Relaxed) {
                             if let Some(why) = watch.look(pid)
                                 && kill_tree(pid, pidfd)
@@ -744,9 +770,27 @@ fn watched_run<T>(
 }
 
 /// [`Command::output`] through [`watched_run`].
-pub(crate) fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
+fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     watched_run(cmd, std::process::Child::wait_with_output)
+}
+
+/// [`watched_output`] for a git that reads the configuration and nothing else of size
+/// (`rev-parse` of the repository's paths, `config --get`), stopped after
+/// [`CONFIG_DEADLINE`]. The watcher stops a git on what it holds, never on regular
+/// files: a config that includes a file of the work tree let the agent make it include
+/// another one fifty times over, that one another, and so on over git's ten levels, and
+/// every git of coder's spun on 50^8 opens of small files forever (round fifteen's
+/// review). Each snapshot's first git reads the config alone (the "before"'s probe, the
+/// listing of filter drivers before each `git add`), so such a config fails the snapshot
+/// there, and a later run's probe falls back to the plain walk.
+pub(crate) fn config_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    watched_run_within(
+        cmd,
+        Some(CONFIG_DEADLINE),
+        std::process::Child::wait_with_output,
+    )
 }
 
 /// What [`watched_run`]'s watcher saw of one git at its last look.
@@ -760,6 +804,8 @@ pub(crate) fn watched_output(cmd: &mut Command) -> Result<std::process::Output, 
 struct Watch {
     /// (process, descriptor, target) of each suspect descriptor at the last look.
     suspects: Vec<(u32, u32, PathBuf)>,
+    /// When the git is stopped whatever it does, and the time it was given.
+    deadline: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 impl Watch {
@@ -767,6 +813,13 @@ impl Watch {
     /// does not `exec` runs the real git as its child, and only that child reads what the
     /// config includes (a watcher of the wrapper alone never saw it, and held the run).
     fn look(&mut self, pid: u32) -> Option<GitError> {
+        if let Some((at, given)) = self.deadline
+            && std::time::Instant::now() >= at
+        {
+            return Some(GitError::ConfigTooSlow {
+                seconds: given.as_secs(),
+            });
+        }
         let mut tree = vec![pid];
         tree.extend(descendants(pid));
         if tree.iter().any(|process| waits_on_a_fifo(*process)) {
@@ -990,6 +1043,17 @@ fn waits_on_a_fifo(pid: u32) -> bool {
 /// The output of `cmd`, a git of coder's watched by [`watched_run`], or why it failed.
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
     let out = watched_output(&mut cmd)?;
+    succeeded(what, out)
+}
+
+/// [`output`] of a git that reads the configuration alone (see [`config_output`]).
+pub(crate) fn output_of_config(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
+    let out = config_output(&mut cmd)?;
+    succeeded(what, out)
+}
+
+/// `out`'s stdout when its git succeeded, else why it failed.
+fn succeeded(what: &'static str, out: std::process::Output) -> Result<Vec<u8>, GitError> {
     if out.status.success() {
         Ok(out.stdout)
     } else {

@@ -137,7 +137,7 @@ impl Worktree {
             "--git-common-dir",
             "--show-prefix",
         ]);
-        let text = output("rev-parse", probe)
+        let text = super::git::output_of_config("rev-parse", probe)
             .map_err(|_| WorktreeError::NotARepo(workspace.to_path_buf()))?;
         let text = String::from_utf8_lossy(&text).into_owned();
         let mut lines = text.lines();
@@ -382,7 +382,7 @@ impl Worktree {
 
     /// `user.name`/`user.email` as the repository (with the user's global config) has
     /// them, else coder's. Reading config runs nothing; it is watched all the same
-    /// ([`super::git::watched_output`]): the repository's config is read with its
+    /// ([`super::git::config_output`], stopped after a while): the repository's config is read with its
     /// includes, and a work-tree file it includes, made a symlink to `/proc/self/fd/1`
     /// during the run (by another run's agent in that checkout), held the finish forever.
     fn identity(&self) -> (String, String) {
@@ -395,7 +395,7 @@ impl Worktree {
                 .env_remove("GIT_CONFIG_PARAMETERS")
                 .env_remove("GIT_CONFIG_COUNT")
                 .stdin(Stdio::null());
-            let out = super::git::watched_output(&mut cmd).ok()?;
+            let out = super::git::config_output(&mut cmd).ok()?;
             let v = String::from_utf8(out.stdout).ok()?.trim().to_owned();
             (out.status.success() && !v.is_empty()).then_some(v)
         };
