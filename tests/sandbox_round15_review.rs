@@ -31,6 +31,11 @@
 //!   and the `git add` that follows, which then spins. The fix to weigh for both: coder's
 //!   git reads no include at all (a private common directory, `GIT_COMMON_DIR`, whose
 //!   `config` coder writes from `git config --no-includes --list`).
+//! * the watcher took a file as the kernel's (`/proc/kmsg`, `trace_pipe`) by its path
+//!   under `/proc` or `/sys`: the same file systems mounted elsewhere (a container's
+//!   `/host/proc`, `/host/sys`) were not suspect, and git waited in a read of
+//!   `trace_pipe` through the agent's symlink. The file system's type is asked now
+//!   (`statfs`). Root only (another user cannot read `trace_pipe`).
 //!
 //! Open (`KNOWN_OPEN`, SECURITY.md's Known limits):
 //! * **a sparse file of terabytes.** `truncate -s 8T big.bin` in the workspace costs the
@@ -182,6 +187,18 @@ impl Tree {
     /// `PATH`: what it printed, or `None` when it had not ended after `deadline` (it is
     /// killed then, with whatever it left running in the tree).
     fn run_within(&self, extra: &[&str], payload: &str, deadline: Duration) -> Option<Value> {
+        self.run_wrapped(&[], extra, payload, deadline)
+    }
+
+    /// [`Tree::run_within`], coder started by `wrap` (a program and its arguments, which
+    /// end by running the rest of the command line) when given.
+    fn run_wrapped(
+        &self,
+        wrap: &[&str],
+        extra: &[&str],
+        payload: &str,
+        deadline: Duration,
+    ) -> Option<Value> {
         let bin = self.root.join("fake-claude");
         std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
         std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -191,7 +208,14 @@ impl Tree {
         }
         let mut path = self.root.join("bin").into_os_string();
         path.push(":/usr/local/bin:/usr/bin:/bin");
-        let mut cmd = std::process::Command::new(common::CODER);
+        let mut cmd = match wrap.split_first() {
+            Some((program, args)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args).arg(common::CODER);
+                cmd
+            }
+            None => std::process::Command::new(common::CODER),
+        };
         cmd.arg("--cd")
             .arg(self.ws())
             .arg("--claude-bin")
@@ -504,4 +528,85 @@ i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; echo
             "{case}: control: the user's git did not block"
         );
     }
+}
+
+/// A tracefs instance of this test's own (its `trace_pipe` holds nothing anyone else
+/// traces), removed on drop.
+struct TraceInstance(PathBuf);
+
+impl TraceInstance {
+    fn new() -> TraceInstance {
+        let dir = PathBuf::from("/sys/kernel/tracing/instances")
+            .join(format!("coder-r15-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        TraceInstance(dir)
+    }
+
+    fn name(&self) -> &str {
+        self.0.file_name().and_then(|n| n.to_str()).unwrap()
+    }
+}
+
+impl Drop for TraceInstance {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A kernel file system mounted outside `/proc` and `/sys` (a container's `/host/sys`;
+/// here `tracefs`, mounted in a mount namespace of coder's own at `alt/`): the watcher
+/// took a file as the kernel's by its path, so the agent's symlink of the included config
+/// to `alt/instances/NAME/trace_pipe` had coder's git wait in its read until the config
+/// deadline (20 s for each git that reads the config alone; for ever for a `git add` whose
+/// listing passed, or `--worktree`'s `fetch`), and the warning said nothing of why. Now
+/// the file system's type is asked (`statfs`), wherever it is mounted: the git is stopped
+/// at once, and the warning names the file. Root only: `trace_pipe` is root's to read (as another user git
+/// fails at once). Control: the user's git, in the same kind of namespace, blocks.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_kernel_file_system_mounted_elsewhere_is_still_the_kernels() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(60);
+    let instance = TraceInstance::new();
+    let tree = Tree::new(
+        None,
+        &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+        &[("include.path", "../shared.gitconfig")],
+    );
+    let alt = tree.root.join("alt");
+    std::fs::create_dir(&alt).unwrap();
+    let alt = alt.to_str().unwrap().to_owned();
+    let mount = "mount -t tracefs nodev \"$0\" && exec \"$@\"";
+    let wrap = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        mount,
+        alt.as_str(),
+    ];
+    let pipe = format!("{alt}/instances/{}/trace_pipe", instance.name());
+    let payload = format!("echo x >> a.txt && ln -sf {pipe} shared.gitconfig && echo LINKED");
+    let env = tree
+        .run_wrapped(&wrap, &[], &payload, deadline)
+        .unwrap_or_else(|| panic!("coder did not end within {deadline:?}"));
+    assert!(result(&env).contains("LINKED"), "{env}");
+    assert!(warned(&env, "trace_pipe"), "no warning: {env}");
+    // Control: the user's own git, with the same mount, blocks.
+    let script = format!(
+        "mount -t tracefs nodev \"$0\" && cd {} && timeout 5 git status; echo rc=$?",
+        tree.ws().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, &alt])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", tree.root.join("home"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("rc=124"),
+        "control: the user's git did not block: {out:?}"
+    );
 }

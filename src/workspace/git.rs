@@ -939,6 +939,8 @@ struct OpenFd {
     /// What `/proc/PID/fd/N` names: a path, or `pipe:[INODE]` and the like.
     target: PathBuf,
     meta: std::fs::Metadata,
+    /// Whether it lies on one of the kernel's pseudo file systems ([`on_pseudo_fs`]).
+    pseudo: bool,
     /// Its open flags (`/proc/PID/fdinfo/N`).
     flags: u32,
 }
@@ -963,9 +965,45 @@ impl OpenFd {
             return !(major == MEMORY_DEVICES && matches!(minor, 3 | 5 | 7 | 8 | 9));
         }
         !(kind.is_file() || kind.is_dir())
+            || self.pseudo
             || self.target.starts_with("/proc")
             || self.target.starts_with("/sys")
     }
+}
+
+/// Whether `path` (followed: a `/proc/PID/fd/N` names what is open) lies on a file system
+/// of the kernel's own, whose files may be read for ever (`trace_pipe` of `tracefs`,
+/// `/proc/kmsg`), wherever it is mounted: a `procfs`, `sysfs` or `tracefs` mounted outside
+/// `/proc` and `/sys` (a container's `/host/proc`, `/host/sys`) was not suspect by its
+/// path, and git read `trace_pipe` through an include made a symlink to it until
+/// something else stopped it ([`CONFIG_DEADLINE`] for a git that reads the config alone;
+/// nothing for a `git add` or `fetch`).
+fn on_pseudo_fs(path: &Path) -> bool {
+    use nix::sys::statfs::{self as fs, FsType};
+    const CONFIGFS_MAGIC: FsType = FsType(0x6265_6570);
+    const PSTOREFS_MAGIC: FsType = FsType(0x6165_676c);
+    const EFIVARFS_MAGIC: FsType = FsType(0xde5e_81e4);
+    let Ok(found) = fs::statfs(path) else {
+        return false;
+    };
+    [
+        fs::PROC_SUPER_MAGIC,
+        fs::SYSFS_MAGIC,
+        fs::TRACEFS_MAGIC,
+        fs::DEBUGFS_MAGIC,
+        fs::CGROUP_SUPER_MAGIC,
+        fs::CGROUP2_SUPER_MAGIC,
+        fs::SECURITYFS_MAGIC,
+        fs::BPF_FS_MAGIC,
+        fs::SELINUX_MAGIC,
+        fs::SMACK_MAGIC,
+        fs::RDTGROUP_SUPER_MAGIC,
+        fs::NSFS_MAGIC,
+        CONFIGFS_MAGIC,
+        PSTOREFS_MAGIC,
+        EFIVARFS_MAGIC,
+    ]
+    .contains(&found.filesystem_type())
 }
 
 fn is_anonymous_pipe(target: &Path) -> bool {
@@ -981,12 +1019,14 @@ fn fd_table(pid: u32) -> Option<Vec<OpenFd>> {
             let number: u32 = fd.file_name().to_str()?.parse().ok()?;
             // Through the magic link: the type of what the descriptor is open on.
             let meta = std::fs::metadata(fd.path()).ok()?;
+            let pseudo = on_pseudo_fs(&fd.path());
             let target = std::fs::read_link(fd.path()).ok()?;
             let flags = fd_flags(&format!("/proc/{pid}/fdinfo/{number}"))?;
             Some(OpenFd {
                 number,
                 target,
                 meta,
+                pseudo,
                 flags,
             })
         })
@@ -1168,6 +1208,7 @@ mod tests {
             number: 3,
             target: PathBuf::from(path),
             meta: std::fs::metadata(path).unwrap(),
+            pseudo: on_pseudo_fs(Path::new(path)),
             flags,
         };
         let read = libc::O_RDONLY as u32;
