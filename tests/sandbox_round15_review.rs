@@ -37,6 +37,15 @@
 //!   `trace_pipe` through the agent's symlink. The file system's type is asked now
 //!   (`statfs`). Root only (another user cannot read `trace_pipe`).
 //!
+//! * **code execution as coder.** `--worktree` brought the run's branch into the
+//!   repository with `git fetch` from coder's own bare repository; a fetch rewrites its URL
+//!   by the repository's `url.<base>.insteadOf`, read with the config's includes. An
+//!   earlier run's agent wrote the included work-tree file with `url."ext::sh -c
+//!   CMD".insteadOf = /` and `protocol.ext.allow = always` (a protocol's own setting wins
+//!   over the command line's `protocol.allow=never`), and the next `--worktree` run's
+//!   finish ran CMD as coder, outside the sandbox. The branch now comes in with no
+//!   transport (`pack-objects`, `index-pack`, `update-ref`).
+//!
 //! Open (`KNOWN_OPEN`, SECURITY.md's Known limits):
 //! * **a sparse file of terabytes.** `truncate -s 8T big.bin` in the workspace costs the
 //!   agent nothing; the "after" snapshot's `git add -A` hashes (and compresses into
@@ -57,8 +66,7 @@
 //!   while it reads it (a config include is a file read to its end, and the pipe reopened
 //!   from `/proc/self/fd/1` is the only copy above 2), and no git of coder's starts a
 //!   process while it reads its config (hooks, fsmonitor, filters, external diff, pagers
-//!   are off; `fetch`'s `upload-pack` and `maintenance --auto` read their own repository's
-//!   config, or start after its own read).
+//!   are off; `--worktree`'s finish no longer fetches).
 //! * `/dev/zero`, `/dev/urandom` (left alone as memory devices) as an include: the parser
 //!   stops at the first byte that starts no line (`bad config line 1`); an included
 //!   comment line of 2 GiB is cut by git itself (`total_len > INT_MAX`).
@@ -113,7 +121,7 @@ impl Tree {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        for d in ["ws", "home", "state", "xdg", "bin"] {
+        for d in ["ws", "home", "state", "xdg", "bin", "outside"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         let tree = Tree {
@@ -476,7 +484,7 @@ fn a_sparse_file_of_terabytes_holds_the_ledgers_git() {
 /// repository's config with its includes. A work-tree file it includes, made a symlink to
 /// `/proc/self/fd/1` while the run is under way (here by the test, standing for the agent
 /// of another run in the user's checkout), held that git, which no watcher looked at, and
-/// the finish with it, forever. Now it is watched: coder's identity is used, the `fetch`
+/// the finish with it, forever. Now it is watched: coder's identity is used, the `index-pack`
 /// that follows is stopped the same way, and the run ends with a note saying why.
 /// Control: the user's own git, its output a pipe, blocks.
 #[test]
@@ -558,7 +566,7 @@ impl Drop for TraceInstance {
 /// took a file as the kernel's by its path, so the agent's symlink of the included config
 /// to `alt/instances/NAME/trace_pipe` had coder's git wait in its read until the config
 /// deadline (20 s for each git that reads the config alone; for ever for a `git add` whose
-/// listing passed, or `--worktree`'s `fetch`), and the warning said nothing of why. Now
+/// listing passed, or `--worktree`'s `index-pack`), and the warning said nothing of why. Now
 /// the file system's type is asked (`statfs`), wherever it is mounted: the git is stopped
 /// at once, and the warning names the file. Root only: `trace_pipe` is root's to read (as another user git
 /// fails at once). Control: the user's git, in the same kind of namespace, blocks.
@@ -609,4 +617,78 @@ fn a_kernel_file_system_mounted_elsewhere_is_still_the_kernels() {
         String::from_utf8_lossy(&out.stdout).contains("rc=124"),
         "control: the user's git did not block: {out:?}"
     );
+}
+
+/// `--worktree` brought the run's branch into the repository with `git fetch` from coder's
+/// own bare repository. A fetch rewrites its URL by the repository's `url.<base>.insteadOf`,
+/// and reads the repository's config with its includes: an earlier run's agent wrote the
+/// included work-tree file with `url."ext::sh -c …".insteadOf = /` and `protocol.ext.allow
+/// = always` (which wins over the command line's `protocol.allow=never`), and the next
+/// `--worktree` run's finish ran its command as coder, outside the sandbox. Now the branch
+/// comes in with no transport (`pack-objects` in coder's repository, `index-pack` and
+/// `update-ref` in the user's): the command does not run and the branch is there.
+/// Control: the user's own `git fetch` in that checkout runs it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_url_rewrite_does_not_run_a_command_at_the_worktree_finish() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(90);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(
+            owner,
+            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("include.path", "../shared.gitconfig")],
+        );
+        let case = who(owner);
+        let pwned = tree.root.join("outside/PWNED");
+        let plant = format!(
+            "printf '[protocol \"ext\"]\\n\\tallow = always\\n[url \"ext::sh -c touch%% {}%% #\"]\\n\\tinsteadOf = /\\n' > shared.gitconfig && echo PLANTED",
+            pwned.display()
+        );
+        let env = tree
+            .run_within(&[], &plant, deadline)
+            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        assert!(
+            tree.git(&["config", "--get-regexp", "^url"])
+                .contains("ext::"),
+            "{case}: not planted"
+        );
+        let env = tree
+            .run_within(&["--worktree"], "echo x >> a.txt; echo DONE", deadline)
+            .unwrap_or_else(|| panic!("{case}: the --worktree run did not end"));
+        assert!(result(&env).contains("DONE"), "{case}: {env}");
+        assert!(
+            !pwned.exists(),
+            "{case}: the agent's command ran as coder: {env}"
+        );
+        let commit = env["worktree"]["commit"].as_str().unwrap_or_default();
+        assert!(!commit.is_empty(), "{case}: no commit: {env}");
+        let branch = env["worktree"]["branch"].as_str().unwrap_or_default();
+        assert_eq!(
+            tree.git(&["rev-parse", &format!("refs/heads/{branch}")])
+                .trim(),
+            commit,
+            "{case}: {env}"
+        );
+        assert_eq!(
+            tree.git(&["show", &format!("{commit}:a.txt")]),
+            "a\nx\n",
+            "{case}"
+        );
+        // Control: the user's own fetch runs the command.
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["fetch", "-q"])
+            .arg(tree.root.join("state"))
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        sandbox_fixture::as_owner(&mut cmd, owner);
+        let _ = cmd.output_bounded();
+        assert!(
+            pwned.exists(),
+            "{case}: control: the user's fetch did not run it"
+        );
+    }
 }

@@ -703,7 +703,7 @@ pub(crate) const CONFIG_DEADLINE: std::time::Duration = std::time::Duration::fro
 /// (or `/proc/PID/fd/N`, another process's pipe, `/dev/tty`, `/proc/kmsg`). Each held the
 /// run's end forever, and every later run's snapshot of that workspace too (the file
 /// stays). Landlock cannot refuse these: it lets a pipe reached through `/proc` be opened.
-fn watched_run<T>(
+pub(crate) fn watched_run<T>(
     cmd: &mut Command,
     f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
 ) -> Result<T, GitError> {

@@ -26,8 +26,10 @@
 //! agent replaced by a symlink is never written through, and a ref or alternates file it
 //! pointed into another repository cannot pull that repository's history into the user's.
 //! The price: commits the agent made itself are squashed into coder's one commit. The
-//! branch reaches the repository by `git fetch` of exactly `refs/heads/coder/<run-id>` from
-//! that bare repository (objects are re-hashed by `index-pack` on the way in). The directory is removed on every path that returns;
+//! branch reaches the repository with no transport: a pack that bare repository writes,
+//! read by the repository's `index-pack` (every object hashed again), and `update-ref` of
+//! exactly `refs/heads/coder/<run-id>` (a `git fetch` took the repository's URL rewrites,
+//! and an included work-tree config turned it into `ext::` and ran a command as coder). The directory is removed on every path that returns;
 //! leftovers of a SIGKILLed coder (its `<run-id>.pid` names a dead process) are removed
 //! by the next `--worktree` run ([`prune_stale`]).
 //!
@@ -362,22 +364,64 @@ impl Worktree {
         if commit == self.base {
             return Ok(None);
         }
-        git(&["update-ref", full, &commit], &[])?;
-        let mut fetch = base_command(&self.program, &self.repo_top);
-        fetch
-            .args(["-c", "protocol.file.allow=always"])
-            .arg(dir_arg("--git-dir=", &self.repo_git_dir))
-            .args([
-                "fetch",
-                "-q",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--no-recurse-submodules",
-            ])
-            .arg(scratch)
-            .arg(format!("+{full}:{full}"));
-        output("fetch", fetch)?;
+        self.import(scratch, full, &commit, parent)?;
         Ok(Some(commit))
+    }
+
+    /// Brings `commit` (made in `scratch` on top of `parent`) into the repository as
+    /// `full`, with no transport: a pack of what it has that `parent` has not, written by
+    /// `scratch`'s git, read by the repository's `index-pack` (which hashes every object
+    /// again), then `update-ref`. This was a `git fetch` from `scratch`, and a fetch
+    /// rewrites its URL by the repository's `url.<base>.insteadOf`, read with the
+    /// config's includes: a work-tree file the config includes, written by an earlier
+    /// run's agent, turned the fetch into `ext::sh -c …` (allowed by its own
+    /// `protocol.ext.allow`, which wins over the command line's `protocol.allow=never`)
+    /// and ran the agent's command as coder, outside the sandbox.
+    fn import(
+        &self,
+        scratch: &Path,
+        full: &str,
+        commit: &str,
+        parent: &str,
+    ) -> Result<(), WorktreeError> {
+        use std::io::Write;
+        let pack_path = scratch.join("import.pack");
+        let pack = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&pack_path)
+            .map_err(io("cannot create", &pack_path))?;
+        let mut cmd = base_command(&self.program, &self.path);
+        cmd.arg(dir_arg("--git-dir=", scratch))
+            .args(["pack-objects", "--revs", "--stdout", "-q"])
+            .stdin(Stdio::piped())
+            .stdout(pack)
+            .stderr(Stdio::piped());
+        let revs = format!("{commit}\n^{parent}\n");
+        let out = super::git::watched_run(&mut cmd, |mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                // A git that stopped reading says why on stderr and in its status.
+                let _ = stdin.write_all(revs.as_bytes());
+            }
+            child.wait_with_output()
+        })?;
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                what: "pack-objects",
+                stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+            }
+            .into());
+        }
+        let pack = fs::File::open(&pack_path).map_err(io("cannot open", &pack_path))?;
+        let mut index = base_command(&self.program, &self.repo_top);
+        index
+            .arg(dir_arg("--git-dir=", &self.repo_git_dir))
+            .args(["index-pack", "--stdin"])
+            .stdin(pack);
+        output("index-pack", index)?;
+        let _ = fs::remove_file(&pack_path);
+        self.in_repo(&["update-ref", full, commit])?;
+        Ok(())
     }
 
     /// `user.name`/`user.email` as the repository (with the user's global config) has
