@@ -45,6 +45,12 @@
 //!   over the command line's `protocol.allow=never`), and the next `--worktree` run's
 //!   finish ran CMD as coder, outside the sandbox. The branch now comes in with no
 //!   transport (`pack-objects`, `index-pack`, `update-ref`).
+//! * **code execution as coder, again.** `--worktree` counts the uncommitted paths of the
+//!   user's checkout with `git status`, which runs the clean filter of a file whose stat
+//!   data changed; an earlier run's agent defined a filter driver in the included
+//!   work-tree file and named it in `.gitattributes`, and the next `--worktree` run's
+//!   `status` ran it as coder (its own run's ledger had switched it off). `status` now
+//!   gets the ledger's overrides, and does not look into submodules.
 //!
 //! Open (`KNOWN_OPEN`, SECURITY.md's Known limits):
 //! * **a sparse file of terabytes.** `truncate -s 8T big.bin` in the workspace costs the
@@ -689,6 +695,61 @@ fn an_included_url_rewrite_does_not_run_a_command_at_the_worktree_finish() {
         assert!(
             pwned.exists(),
             "{case}: control: the user's fetch did not run it"
+        );
+    }
+}
+
+/// `--worktree` counts the uncommitted paths of the user's checkout with `git status`
+/// before the run, and `status` runs the clean filter of a file whose stat data changed
+/// (or whose index entry is empty). The repository's config includes a work-tree file; an
+/// earlier run's agent defined a filter driver there and named it in `.gitattributes`:
+/// the ledger of that run switches every driver off, but the next `--worktree` run's
+/// `status` ran the agent's command as coder, outside the sandbox. Now `status` gets the
+/// same overrides as the ledger. Control: the user's own `git status` runs it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(90);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(
+            owner,
+            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("include.path", "../shared.gitconfig")],
+        );
+        let case = who(owner);
+        let ran = tree.root.join("outside/FILTERED");
+        let plant = format!(
+            "printf '[filter \"x\"]\\n\\tclean = \"touch {} && cat\"\\n' > shared.gitconfig && echo '* filter=x' > .gitattributes && echo PLANTED",
+            ran.display()
+        );
+        let env = tree
+            .run_within(&[], &plant, deadline)
+            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        assert!(!ran.exists(), "{case}: the ledger ran the filter: {env}");
+        let env = tree
+            .run_within(&["--worktree"], "echo DONE", deadline)
+            .unwrap_or_else(|| panic!("{case}: the --worktree run did not end"));
+        assert!(result(&env).contains("DONE"), "{case}: {env}");
+        assert!(
+            !ran.exists(),
+            "{case}: the agent's filter ran as coder: {env}"
+        );
+        let note = env["worktree"]["note"].as_str().unwrap_or_default();
+        assert!(note.contains("uncommitted path(s)"), "{case}: {env}");
+        // Control: the user's own status runs it.
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["status", "--porcelain"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        sandbox_fixture::as_owner(&mut cmd, owner);
+        let _ = cmd.output_bounded();
+        assert!(
+            ran.exists(),
+            "{case}: control: the user's status did not run it"
         );
     }
 }

@@ -382,35 +382,7 @@ impl GitRepo {
         cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
         // Exit 1 means "no such key": no driver.
         let out = config_output(&mut cmd)?;
-        // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
-        // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
-        // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
-        let text = std::str::from_utf8(&out.stdout).map_err(|_| GitError::Driver {
-            name: String::from_utf8_lossy(&out.stdout).into_owned(),
-        })?;
-        let mut drivers: Vec<&str> = text
-            .lines()
-            .filter_map(|key| key.strip_prefix("filter."))
-            .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name))
-            .collect();
-        drivers.sort_unstable();
-        drivers.dedup();
-        if let Some(name) = drivers.iter().find(|name| name.contains('=')) {
-            return Err(GitError::Driver {
-                name: (*name).to_owned(),
-            });
-        }
-        Ok(drivers
-            .iter()
-            .flat_map(|name| {
-                [
-                    format!("filter.{name}.clean="),
-                    format!("filter.{name}.smudge="),
-                    format!("filter.{name}.process="),
-                    format!("filter.{name}.required=false"),
-                ]
-            })
-            .collect())
+        driver_overrides(&out.stdout)
     }
 
     fn overrides(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
@@ -561,6 +533,50 @@ impl GitRepo {
     fn killed(&self) {
         let _ = std::fs::remove_file(self.scratch.path().join("index.lock"));
     }
+}
+
+/// `git config --name-only --get-regexp '^filter\.'` in a repository (`cmd`, a git on it
+/// with no other arguments yet): the `-c` settings that switch off every filter driver
+/// its config defines ([`driver_overrides`]).
+pub(crate) fn filter_overrides(mut cmd: Command) -> Result<Vec<String>, GitError> {
+    cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
+    // Exit 1 means "no such key": no driver.
+    let out = config_output(&mut cmd)?;
+    driver_overrides(&out.stdout)
+}
+
+/// The `-c` settings that switch off every filter driver named in `listing` (the output
+/// of `git config --name-only --get-regexp '^filter\.'`).
+fn driver_overrides(listing: &[u8]) -> Result<Vec<String>, GitError> {
+    // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
+    // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
+    // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
+    let text = std::str::from_utf8(listing).map_err(|_| GitError::Driver {
+        name: String::from_utf8_lossy(listing).into_owned(),
+    })?;
+    let mut drivers: Vec<&str> = text
+        .lines()
+        .filter_map(|key| key.strip_prefix("filter."))
+        .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name))
+        .collect();
+    drivers.sort_unstable();
+    drivers.dedup();
+    if let Some(name) = drivers.iter().find(|name| name.contains('=')) {
+        return Err(GitError::Driver {
+            name: (*name).to_owned(),
+        });
+    }
+    Ok(drivers
+        .iter()
+        .flat_map(|name| {
+            [
+                format!("filter.{name}.clean="),
+                format!("filter.{name}.smudge="),
+                format!("filter.{name}.process="),
+                format!("filter.{name}.required=false"),
+            ]
+        })
+        .collect())
 }
 
 /// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file,

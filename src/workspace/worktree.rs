@@ -525,11 +525,30 @@ fn resolve_commit(
 }
 
 /// How many paths `git status` lists in the user's checkout; `None` when it fails.
+/// How many paths `git status` says differ in the user's checkout; `None` when it cannot
+/// tell. `status` may run the clean filter of a file whose stat data changed, and the
+/// repository's config may include a work-tree file an earlier run's agent wrote: every
+/// filter driver the config defines is switched off as the ledger does
+/// ([`super::git::filter_overrides`]), or a driver the agent defined there ran as coder,
+/// outside the sandbox, when the next `--worktree` run began. Submodules are not looked
+/// into (`status` would run git in each, with that one's config).
 fn dirty_paths(program: &Path, top: &Path, git_dir: &Path) -> Option<usize> {
+    let mut list = base_command(program, top);
+    list.arg(dir_arg("--git-dir=", git_dir));
+    let overrides = super::git::filter_overrides(list).ok()?;
     let mut cmd = base_command(program, top);
+    for setting in &overrides {
+        cmd.arg("-c").arg(setting);
+    }
     cmd.arg(dir_arg("--git-dir=", git_dir))
         .arg(dir_arg("--work-tree=", top))
-        .args(["status", "--porcelain", "-z", "--untracked-files=normal"]);
+        .args([
+            "status",
+            "--porcelain",
+            "-z",
+            "--untracked-files=normal",
+            "--ignore-submodules=all",
+        ]);
     let out = output("status", cmd).ok()?;
     Some(out.split(|b| *b == 0).filter(|p| !p.is_empty()).count())
 }
