@@ -51,6 +51,10 @@
 //!   work-tree file and named it in `.gitattributes`, and the next `--worktree` run's
 //!   `status` ran it as coder (its own run's ledger had switched it off). `status` now
 //!   gets the ledger's overrides, and does not look into submodules.
+//! * **code execution as coder, a third way.** `coder plan --plan-file FILE`, FILE in the
+//!   workspace, asked `git ls-files` whether git tracks it, with the user's environment
+//!   and nothing overridden: reading the index runs `core.fsmonitor`, which an earlier
+//!   run's agent set in the included work-tree file. It now runs as the ledger's git does.
 //!
 //! Open (`KNOWN_OPEN`, SECURITY.md's Known limits):
 //! * **a sparse file of terabytes.** `truncate -s 8T big.bin` in the workspace costs the
@@ -213,6 +217,18 @@ impl Tree {
         payload: &str,
         deadline: Duration,
     ) -> Option<Value> {
+        self.run_full(wrap, &[], extra, payload, deadline)
+    }
+
+    /// [`Tree::run_wrapped`], `sub` (a subcommand and its flags) right after coder.
+    fn run_full(
+        &self,
+        wrap: &[&str],
+        sub: &[&str],
+        extra: &[&str],
+        payload: &str,
+        deadline: Duration,
+    ) -> Option<Value> {
         let bin = self.root.join("fake-claude");
         std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
         std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -230,7 +246,8 @@ impl Tree {
             }
             None => std::process::Command::new(common::CODER),
         };
-        cmd.arg("--cd")
+        cmd.args(sub)
+            .arg("--cd")
             .arg(self.ws())
             .arg("--claude-bin")
             .arg(&bin)
@@ -750,6 +767,75 @@ fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
         assert!(
             ran.exists(),
             "{case}: control: the user's status did not run it"
+        );
+    }
+}
+
+/// `coder plan --plan-file FILE` with FILE in the workspace asks git whether it tracks
+/// FILE (a tracked file is never the plan). That git ran with the user's environment and
+/// nothing overridden, and `git ls-files` reading the index runs `core.fsmonitor`: an
+/// earlier run's agent set it in the work-tree file the repository's config includes,
+/// and the next `coder plan` ran its command as coder, outside the sandbox. Now it runs as
+/// the ledger's git does. Control: the user's own `git ls-files` runs it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_fsmonitor_does_not_run_when_a_plan_file_is_checked() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(90);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(
+            owner,
+            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("include.path", "../shared.gitconfig")],
+        );
+        let case = who(owner);
+        let ran = tree.root.join("outside/FSMONITOR");
+        let plant = format!(
+            "printf '[core]\\n\\tfsmonitor = \"touch {}; true\"\\n' > shared.gitconfig && echo PLANTED",
+            ran.display()
+        );
+        let env = tree
+            .run_within(&[], &plant, deadline)
+            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        assert!(!ran.exists(), "{case}: the ledger ran the fsmonitor: {env}");
+        // The user's earlier plan, not tracked, in the workspace.
+        let plan = tree.ws().join("plan.md");
+        std::fs::write(&plan, "old plan\n").unwrap();
+        if owner.is_some() {
+            std::os::unix::fs::lchown(&plan, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let plan_arg = plan.to_str().unwrap().to_owned();
+        let env = tree
+            .run_full(
+                &[],
+                &["plan"],
+                &["--plan-file", &plan_arg],
+                "echo DONE",
+                deadline,
+            )
+            .unwrap_or_else(|| panic!("{case}: coder plan did not end"));
+        assert!(
+            !ran.exists(),
+            "{case}: the agent's fsmonitor ran as coder: {env}"
+        );
+        assert_eq!(
+            env["plan_file"].as_str(),
+            Some(plan_arg.as_str()),
+            "{case}: {env}"
+        );
+        // Control: the user's own ls-files runs it.
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["ls-files", "--error-unmatch", "--", "a.txt"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        sandbox_fixture::as_owner(&mut cmd, owner);
+        let _ = cmd.output_bounded();
+        assert!(
+            ran.exists(),
+            "{case}: control: the user's ls-files did not run it"
         );
     }
 }
