@@ -51,6 +51,12 @@
 //!   work-tree file and named it in `.gitattributes`, and the next `--worktree` run's
 //!   `status` ran it as coder (its own run's ledger had switched it off). `status` now
 //!   gets the ledger's overrides, and does not look into submodules.
+//! * **code execution as coder through `PATH`.** coder took the first `git` on its
+//!   `PATH`; a user's `PATH` may hold a directory of the project (an activated
+//!   virtualenv's `.venv/bin`, direnv's `PATH_add bin`, `node_modules/.bin` under `npm
+//!   run`). The agent wrote a `git` there, and the next run's ledger ran it as coder,
+//!   outside the sandbox. Directories inside the workspace, and a `git` that leads into it,
+//!   are left out now.
 //! * **code execution as coder, a third way.** `coder plan --plan-file FILE`, FILE in the
 //!   workspace, asked `git ls-files` whether git tracks it, with the user's environment
 //!   and nothing overridden: reading the index runs `core.fsmonitor`, which an earlier
@@ -118,6 +124,8 @@ struct Tree {
     _dir: tempfile::TempDir,
     root: PathBuf,
     owner: Option<u32>,
+    /// A directory put first on coder's `PATH` (an activated virtualenv's `bin`).
+    path_first: std::sync::Mutex<Option<PathBuf>>,
 }
 
 impl Tree {
@@ -138,6 +146,7 @@ impl Tree {
             _dir: dir,
             root,
             owner,
+            path_first: std::sync::Mutex::new(None),
         };
         let ws = tree.ws();
         tree.git(&["init", "-q"]);
@@ -236,7 +245,12 @@ impl Tree {
         if self.owner.is_some() {
             std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
         }
-        let mut path = self.root.join("bin").into_os_string();
+        let mut path = std::ffi::OsString::new();
+        if let Some(first) = self.path_first.lock().unwrap().as_ref() {
+            path.push(first);
+            path.push(":");
+        }
+        path.push(self.root.join("bin"));
         path.push(":/usr/local/bin:/usr/bin:/bin");
         let mut cmd = match wrap.split_first() {
             Some((program, args)) => {
@@ -836,6 +850,60 @@ fn an_included_fsmonitor_does_not_run_when_a_plan_file_is_checked() {
         assert!(
             ran.exists(),
             "{case}: control: the user's ls-files did not run it"
+        );
+    }
+}
+
+/// The user's `PATH` holds a directory of the project (`ws/.venv/bin`, as an activated
+/// virtualenv puts it). coder took the first `git` on `PATH` for its ledger: the agent
+/// wrote `.venv/bin/git`, and the next run's ledger ran it as coder, outside the sandbox.
+/// Now a directory inside the workspace is not searched: the next run's ledger uses the
+/// system's git and sees its edit. Control: the user's own shell, with that `PATH`, runs
+/// the agent's `git`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_the_agent_puts_on_path_inside_the_workspace_is_not_run() {
+    common::require_root_and_user_namespaces();
+    let deadline = Duration::from_secs(90);
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+        let case = who(owner);
+        let venv = tree.ws().join(".venv/bin");
+        *tree.path_first.lock().unwrap() = Some(venv.clone());
+        let ran = tree.root.join("outside/AGENTS_GIT");
+        let plant = format!(
+            "mkdir -p .venv/bin && printf '#!/bin/sh\\ntouch {}\\nexec /usr/local/bin/git \"$@\"\\n' > .venv/bin/git && chmod +x .venv/bin/git && echo PLANTED",
+            ran.display()
+        );
+        let env = tree
+            .run_within(&[], &plant, deadline)
+            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        assert!(venv.join("git").exists(), "{case}: not planted: {env}");
+        let env = tree
+            .run_within(&[], "echo y >> a.txt; echo AGAIN", deadline)
+            .unwrap_or_else(|| panic!("{case}: run 2 did not end"));
+        assert!(result(&env).contains("AGAIN"), "{case}: {env}");
+        assert!(!ran.exists(), "{case}: the agent's git ran as coder: {env}");
+        assert!(
+            changes(&env).contains(&("a.txt".into(), "modified".into())),
+            "{case}: {env}"
+        );
+        // Control: the user's shell, with that PATH, runs it.
+        let mut path = venv.into_os_string();
+        path.push(":/usr/local/bin:/usr/bin:/bin");
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "git status"])
+            .current_dir(tree.ws())
+            .env("PATH", path)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"))
+            .stdin(std::process::Stdio::null());
+        sandbox_fixture::as_owner(&mut cmd, owner);
+        let _ = cmd.output_bounded();
+        assert!(
+            ran.exists(),
+            "{case}: control: the user's shell did not run it"
         );
     }
 }

@@ -99,14 +99,7 @@ pub fn prepare(file: &Path, workspace: &Path, fresh: bool) -> Result<(), PlanFil
 /// file counts as tracked: it is not emptied.
 fn tracked_by_git(workspace: &Path, rel: &Path) -> bool {
     use crate::workspace::git::{self, GitError};
-    let Some(program) = std::env::var_os("PATH").and_then(|path| {
-        crate::text::path::find_on_path(
-            std::ffi::OsStr::new("git"),
-            &path,
-            workspace,
-            crate::text::path::RelativeDirs::Skip,
-        )
-    }) else {
+    let Some(program) = git::find_git(workspace) else {
         return false;
     };
     let mut cmd = git::base_command(&program, workspace);

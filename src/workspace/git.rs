@@ -176,13 +176,7 @@ impl GitRepo {
         if !git_could_find_a_repository(workspace) {
             return None;
         }
-        let path_var = std::env::var_os("PATH")?;
-        let program = crate::text::path::find_on_path(
-            std::ffi::OsStr::new("git"),
-            &path_var,
-            workspace,
-            crate::text::path::RelativeDirs::Skip,
-        )?;
+        let program = find_git(workspace)?;
         let mut probe = base_command(&program, workspace);
         probe.args([
             "rev-parse",
@@ -656,6 +650,31 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound)
         })
     })
+}
+
+/// The `git` coder runs for `workspace`, outside the sandbox: the first on `PATH`, leaving
+/// out relative directories and every directory inside the workspace, and a `git` that
+/// leads (through symlinks) into it. A user's `PATH` may hold a directory of the project
+/// (an activated virtualenv's `.venv/bin`, direnv's `PATH_add bin`, `node_modules/.bin`
+/// under `npm run`): the agent wrote a `git` there, and the next run's ledger ran it as
+/// coder, outside the sandbox.
+pub(crate) fn find_git(workspace: &Path) -> Option<PathBuf> {
+    let path_var = std::env::var_os("PATH")?;
+    let inside = std::fs::canonicalize(workspace).ok()?;
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path_var)
+        .filter(|dir| dir.is_absolute())
+        .filter(|dir| {
+            std::fs::canonicalize(dir).is_ok_and(|dir| !dir.starts_with(&inside))
+                && std::fs::canonicalize(dir.join("git")).is_ok_and(|git| !git.starts_with(&inside))
+        })
+        .collect();
+    let path_var = std::env::join_paths(dirs).ok()?;
+    crate::text::path::find_on_path(
+        std::ffi::OsStr::new("git"),
+        &path_var,
+        workspace,
+        crate::text::path::RelativeDirs::Skip,
+    )
 }
 
 /// `git` with a cleared environment, no system or global config, and the settings that

@@ -491,13 +491,7 @@ fn dir_arg(flag: &str, path: &Path) -> OsString {
 }
 
 fn find_git(cwd: &Path) -> Option<PathBuf> {
-    let path_var = std::env::var_os("PATH")?;
-    crate::text::path::find_on_path(
-        std::ffi::OsStr::new("git"),
-        &path_var,
-        cwd,
-        crate::text::path::RelativeDirs::Skip,
-    )
+    super::git::find_git(cwd)
 }
 
 fn resolve_commit(
