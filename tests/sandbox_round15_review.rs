@@ -95,6 +95,17 @@
 //!   walk of the workspace, which lists every change (ignored files included) or says it
 //!   was cut; a probe that fails in the "after" of a run whose "before" was git's fails
 //!   the ledger with a warning.
+//! * settings of the included file that run a program in the gits coder still runs on
+//!   the user's repository (`rev-parse`, `config`, `ls-files`, `update-index`, `add`,
+//!   `write-tree`, `diff-tree`, `status`, `index-pack`, `update-ref`): `core.fsmonitor`,
+//!   `core.hooksPath` (the `reference-transaction` hook of `update-ref`),
+//!   `core.attributesFile` and `diff.external` are overridden, filter drivers switched
+//!   off, textconv and external diffs refused on the command line; `core.sshCommand`,
+//!   `credential.helper`, `url.*.insteadOf`, `core.alternateRefsCommand` and
+//!   `protocol.*.allow` matter to transports only, and none is left; no command here
+//!   starts `gc --auto`; the pager needs a terminal. Not tried to the end: a
+//!   `diff.<driver>.xfuncname` regular expression slow enough to hold `diff-tree -p`
+//!   (`--return-diff`), which no deadline bounds.
 //! * a `make -j` jobserver's pipe coder inherits: left alone at the same number in every
 //!   process below coder's git too (`ledger_snapshot`'s test).
 //!
