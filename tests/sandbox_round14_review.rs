@@ -507,7 +507,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
             // Since round fifteen the ledger's own git reads no config of the
             // repository's: the "after" snapshot does not meet the symlink at all. The
             // next run's discovery (`git rev-parse` in the repository) still does, and is
-            // stopped (a warning-free fall back to a plain walk).
+            // stopped: a plain walk instead, and a warning says why.
             assert!(!held(&env), "{case}: {env}");
             assert!(
                 changes(&env).contains(&("a.txt".into(), "modified".into())),
@@ -520,6 +520,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
                 changes(&env).contains(&("a.txt".into(), "modified".into())),
                 "{case}: next run: {env}"
             );
+            assert!(held(&env), "{case}: next run: no warning: {env}");
             // Control: the user's own git, its output a pipe of the arm's user (a pipe's
             // owner alone may reopen it), blocks on it.
             let mut cmd = std::process::Command::new("timeout");

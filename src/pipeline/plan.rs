@@ -91,18 +91,27 @@ pub fn prepare(file: &Path, workspace: &Path, fresh: bool) -> Result<(), PlanFil
 }
 
 /// Whether git tracks `rel` in the repository of `workspace` (false outside a repository
-/// or without git).
+/// or without git). git runs as the ledger's does ([`crate::workspace::git::base_command`]:
+/// a cleared environment, `core.fsmonitor` and the other settings that run a program
+/// overridden, watched): the repository's config may include a work-tree file an earlier
+/// run's agent wrote, and a `core.fsmonitor` it set there ran as coder, outside the
+/// sandbox, when `git ls-files` read the index. When git cannot say (it was stopped), the
+/// file counts as tracked: it is not emptied.
 fn tracked_by_git(workspace: &Path, rel: &Path) -> bool {
-    std::process::Command::new("git")
-        .arg("-C")
-        .arg(workspace)
-        .args(["ls-files", "--error-unmatch", "--"])
-        .arg(rel)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    use crate::workspace::git::{self, GitError};
+    let Some(program) = git::find_git(workspace) else {
+        return false;
+    };
+    let mut cmd = git::base_command(&program, workspace);
+    cmd.args(["ls-files", "--error-unmatch", "--"]).arg(rel);
+    match git::output("ls-files", cmd) {
+        Ok(_) => true,
+        Err(GitError::Failed { stderr, .. }) => {
+            !(stderr.contains("did not match") || stderr.contains("not a git repository"))
+        }
+        Err(GitError::Spawn(_)) => false,
+        Err(_) => true,
+    }
 }
 
 /// The plan's text as a capped string (lossy UTF-8), read without following a symlink and

@@ -81,6 +81,12 @@ pub enum GitError {
     Spawn(#[from] std::io::Error),
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
+    #[error(
+        "the repository's config defines a filter driver coder cannot switch off on git's \
+         command line (a name with `=`, or not UTF-8): {name:?}; git is not run, since it \
+         would run it"
+    )]
+    Driver { name: String },
     #[error("cannot read the change ledger's own index (an index format coder does not know)")]
     Index,
     #[error(
@@ -93,12 +99,21 @@ pub enum GitError {
          work tree that the config includes, made a symlink to it?): its read may never end"
     )]
     NotAFile { what: String },
+    #[error(
+        "git stopped after {seconds} s of reading the repository's configuration alone, which \
+         takes a git milliseconds (a config that includes a file of the work tree, made to \
+         include others many times over?)"
+    )]
+    ConfigTooSlow { seconds: u64 },
 }
 
 impl GitError {
     /// Whether coder's watcher killed the git (see [`watched_run`]).
     pub(crate) fn was_killed(&self) -> bool {
-        matches!(self, GitError::Fifo | GitError::NotAFile { .. })
+        matches!(
+            self,
+            GitError::Fifo | GitError::NotAFile { .. } | GitError::ConfigTooSlow { .. }
+        )
     }
 }
 
@@ -161,7 +176,7 @@ fn copied_settings(program: &Path, workspace: &Path) -> Result<Vec<(String, Stri
         "--get-regexp",
         r"^core\.(autocrlf|eol|filemode|symlinks|ignorecase|precomposeunicode)$",
     ]);
-    let out = watched_output(&mut cmd)?;
+    let out = config_output(&mut cmd)?;
     // Exit 1: none is set.
     if !out.status.success() && out.status.code() != Some(1) {
         return Err(GitError::Failed {
@@ -347,27 +362,71 @@ pub const GITLINK_MODE: u32 = 0o160000;
 /// What `git add` says of a repository nested without a commit (`LC_ALL=C`).
 const NO_COMMIT: &str = "does not have a commit checked out";
 
+/// What `git rev-parse` said of the repository a workspace is in.
+struct Probe {
+    program: PathBuf,
+    git_dir: PathBuf,
+    work_tree: PathBuf,
+    format: ObjectFormat,
+    common_dir: PathBuf,
+    prefix: String,
+}
+
+impl Probe {
+    /// `rev-parse --absolute-git-dir --show-toplevel --show-object-format
+    /// --path-format=absolute --git-common-dir --show-prefix`'s output, line by line.
+    fn read(program: PathBuf, stdout: &[u8]) -> Option<Probe> {
+        let text = std::str::from_utf8(stdout).ok()?;
+        let mut lines = text.lines();
+        Some(Probe {
+            program,
+            git_dir: PathBuf::from(lines.next()?),
+            work_tree: PathBuf::from(lines.next()?),
+            format: ObjectFormat::named(lines.next()?)?,
+            common_dir: PathBuf::from(lines.next()?),
+            prefix: lines.next().unwrap_or("").to_owned(),
+        })
+    }
+}
+
 impl GitRepo {
     /// The repository `workspace` belongs to, if it is in a (non-bare) work tree and git
     /// is installed; `None` otherwise (the caller falls back to a plain scan). The private
     /// index and objects are kept in coder's `$TMPDIR`: for tests and tools without a run.
     pub fn discover(workspace: &Path) -> Option<GitRepo> {
-        GitRepo::discover_in(workspace, None)
+        GitRepo::discover_in(workspace, None).ok().flatten()
     }
 
     /// [`GitRepo::discover`], keeping the private index and objects under `state_dir`
-    /// (coder's state directory, which no run's agent may reach) when given.
-    pub fn discover_in(workspace: &Path, state_dir: Option<&Path>) -> Option<GitRepo> {
+    /// (coder's state directory, which no run's agent may reach) when given. `Err` when
+    /// coder's watcher stopped the git that reads the repository's config
+    /// ([`GitError::was_killed`]): the caller falls back to a plain scan as for `None`,
+    /// but says why.
+    pub fn discover_in(
+        workspace: &Path,
+        state_dir: Option<&Path>,
+    ) -> Result<Option<GitRepo>, GitError> {
+        let stopped = |e: GitError| if e.was_killed() { Err(e) } else { Ok(None) };
+        let probe = match GitRepo::probe(workspace) {
+            Ok(Some(probe)) => probe,
+            Ok(None) => return Ok(None),
+            Err(e) => return stopped(e),
+        };
+        let settings = match copied_settings(&probe.program, workspace) {
+            Ok(settings) => settings,
+            Err(e) => return stopped(e),
+        };
+        Ok(GitRepo::made(workspace, state_dir, probe, &settings))
+    }
+
+    /// Where the repository is, by `git rev-parse` in `workspace`.
+    fn probe(workspace: &Path) -> Result<Option<Probe>, GitError> {
         if !git_could_find_a_repository(workspace) {
-            return None;
+            return Ok(None);
         }
-        let path_var = std::env::var_os("PATH")?;
-        let program = crate::text::path::find_on_path(
-            std::ffi::OsStr::new("git"),
-            &path_var,
-            workspace,
-            crate::text::path::RelativeDirs::Skip,
-        )?;
+        let Some(program) = find_git(workspace) else {
+            return Ok(None);
+        };
         let mut probe = base_command(&program, workspace);
         probe.args([
             "rev-parse",
@@ -379,18 +438,20 @@ impl GitRepo {
             "--show-prefix",
         ]);
         probe.stderr(Stdio::null());
-        let out = watched_output(&mut probe).ok()?;
+        let out = config_output(&mut probe)?;
         if !out.status.success() {
-            return None;
+            return Ok(None);
         }
-        let text = String::from_utf8(out.stdout).ok()?;
-        let mut lines = text.lines();
-        let git_dir = PathBuf::from(lines.next()?);
-        let work_tree = PathBuf::from(lines.next()?);
-        let format = ObjectFormat::named(lines.next()?)?;
-        let common_dir = PathBuf::from(lines.next()?);
-        let prefix = lines.next().unwrap_or("").to_owned();
-        let settings = copied_settings(&program, workspace).ok()?;
+        Ok(Probe::read(program, &out.stdout))
+    }
+
+    /// The repository [`GitRepo::probe`] found, with its private directories made.
+    fn made(
+        workspace: &Path,
+        state_dir: Option<&Path>,
+        probe: Probe,
+        settings: &[(String, String)],
+    ) -> Option<GitRepo> {
         let scratch = match state_dir {
             Some(state) => PrivateDir::new_in(&state.join(SCRATCH_DIR)),
             None => PrivateDir::new("coder-ledger"),
@@ -398,21 +459,21 @@ impl GitRepo {
         .ok()?;
         make_private_git_dir(
             &scratch.path().join(PRIVATE_GIT_DIR),
-            &common_dir,
-            format,
-            &settings,
+            &probe.common_dir,
+            probe.format,
+            settings,
         )
         .ok()?;
         let repo = GitRepo {
-            program,
-            git_dir,
-            work_tree,
+            program: probe.program,
+            git_dir: probe.git_dir,
+            work_tree: probe.work_tree,
             workspace: workspace.to_path_buf(),
-            prefix,
+            prefix: probe.prefix,
             part_objects: Default::default(),
             snapshotted: Default::default(),
             scratch,
-            hash_len: format.hash_len(),
+            hash_len: probe.format.hash_len(),
         };
         // Start from a copy of the user's index: its stat data spares hashing every file.
         // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
@@ -1058,6 +1119,50 @@ impl GitRepo {
     }
 }
 
+/// `git config --name-only --get-regexp '^filter\.'` in a repository (`cmd`, a git on it
+/// with no other arguments yet): the `-c` settings that switch off every filter driver
+/// its config defines ([`driver_overrides`]).
+pub(crate) fn filter_overrides(mut cmd: Command) -> Result<Vec<String>, GitError> {
+    cmd.args(["config", "--name-only", "--get-regexp", r"^filter\."]);
+    // Exit 1 means "no such key": no driver.
+    let out = config_output(&mut cmd)?;
+    driver_overrides(&out.stdout)
+}
+
+/// The `-c` settings that switch off every filter driver named in `listing` (the output
+/// of `git config --name-only --get-regexp '^filter\.'`).
+fn driver_overrides(listing: &[u8]) -> Result<Vec<String>, GitError> {
+    // A name `-c` cannot spell is refused, never spelled otherwise: `-c` takes the key
+    // up to the first `=` (so `filter.a=b.clean=` set `filter.a`, and the agent's driver
+    // `a=b` ran as coder), and a name that is not UTF-8 would come back changed.
+    let text = std::str::from_utf8(listing).map_err(|_| GitError::Driver {
+        name: String::from_utf8_lossy(listing).into_owned(),
+    })?;
+    let mut drivers: Vec<&str> = text
+        .lines()
+        .filter_map(|key| key.strip_prefix("filter."))
+        .filter_map(|rest| rest.rsplit_once('.').map(|(name, _)| name))
+        .collect();
+    drivers.sort_unstable();
+    drivers.dedup();
+    if let Some(name) = drivers.iter().find(|name| name.contains('=')) {
+        return Err(GitError::Driver {
+            name: (*name).to_owned(),
+        });
+    }
+    Ok(drivers
+        .iter()
+        .flat_map(|name| {
+            [
+                format!("filter.{name}.clean="),
+                format!("filter.{name}.smudge="),
+                format!("filter.{name}.process="),
+                format!("filter.{name}.required=false"),
+            ]
+        })
+        .collect())
+}
+
 /// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file,
 /// opened without following a symlink or waiting on a FIFO: the user's index is the
 /// agent's to replace, and a FIFO there held the copy (and with it the next run's
@@ -1357,6 +1462,31 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
     })
 }
 
+/// The `git` coder runs for `workspace`, outside the sandbox: the first on `PATH`, leaving
+/// out relative directories and every directory inside the workspace, and a `git` that
+/// leads (through symlinks) into it. A user's `PATH` may hold a directory of the project
+/// (an activated virtualenv's `.venv/bin`, direnv's `PATH_add bin`, `node_modules/.bin`
+/// under `npm run`): the agent wrote a `git` there, and the next run's ledger ran it as
+/// coder, outside the sandbox.
+pub(crate) fn find_git(workspace: &Path) -> Option<PathBuf> {
+    let path_var = std::env::var_os("PATH")?;
+    let inside = std::fs::canonicalize(workspace).ok()?;
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path_var)
+        .filter(|dir| dir.is_absolute())
+        .filter(|dir| {
+            std::fs::canonicalize(dir).is_ok_and(|dir| !dir.starts_with(&inside))
+                && std::fs::canonicalize(dir.join("git")).is_ok_and(|git| !git.starts_with(&inside))
+        })
+        .collect();
+    let path_var = std::env::join_paths(dirs).ok()?;
+    crate::text::path::find_on_path(
+        std::ffi::OsStr::new("git"),
+        &path_var,
+        workspace,
+        crate::text::path::RelativeDirs::Skip,
+    )
+}
+
 /// `git` with a cleared environment, no system or global config, and the settings that
 /// run programs overridden; the repository is found from `cwd` only when the caller
 /// passes no `--git-dir`.
@@ -1404,6 +1534,11 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
 /// How often [`watched_run`] looks at what its git waits for.
 const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long a git of coder's that reads nothing but the configuration ([`config_output`])
+/// may run: a config read takes milliseconds, and one that takes more is spinning on
+/// includes (see [`config_output`]).
+pub(crate) const CONFIG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Starts `cmd` as one of coder's own processes ([`own_run`]) and hands it to `f`, which
 /// waits for it; meanwhile a [`Watch`] kills it, and the result is the error saying why,
 /// as soon as it does what no git of coder's has a reason to do: wait to open a FIFO, or
@@ -1416,8 +1551,17 @@ const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 /// (or `/proc/PID/fd/N`, another process's pipe, `/dev/tty`, `/proc/kmsg`). Each held the
 /// run's end forever, and every later run's snapshot of that workspace too (the file
 /// stays). Landlock cannot refuse these: it lets a pipe reached through `/proc` be opened.
-fn watched_run<T>(
+pub(crate) fn watched_run<T>(
     cmd: &mut Command,
+    f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
+) -> Result<T, GitError> {
+    watched_run_within(cmd, None, f)
+}
+
+/// [`watched_run`], the git also killed once it has run for `deadline` (when given).
+fn watched_run_within<T>(
+    cmd: &mut Command,
+    deadline: Option<std::time::Duration>,
     f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
 ) -> Result<T, GitError> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -1437,10 +1581,13 @@ fn watched_run<T>(
                 watcher = std::thread::Builder::new()
                     .name("ledger-git-watch".into())
                     .spawn_scoped(s, move || {
-                        let mut watch = Watch::default();
+                        let mut watch = Watch {
+                            deadline: deadline.map(|d| (std::time::Instant::now() + d, d)),
+                            ..Watch::default()
+                        };
                         while !done.load(Ordering::Relaxed) {
                             if let Some(why) = watch.look(pid)
-                                && pidfd_kill(pidfd)
+                                && kill_tree(pid, pidfd)
                             {
                                 *stopped
                                     .lock()
@@ -1476,6 +1623,24 @@ fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
     watched_run(cmd, std::process::Child::wait_with_output)
 }
 
+/// [`watched_output`] for a git that reads the configuration and nothing else of size
+/// (`rev-parse` of the repository's paths, `config --get`), stopped after
+/// [`CONFIG_DEADLINE`]. The watcher stops a git on what it holds, never on regular
+/// files: a config that includes a file of the work tree let the agent make it include
+/// another one fifty times over, that one another, and so on over git's ten levels, and
+/// every git of coder's spun on 50^8 opens of small files forever (round fifteen's
+/// review). Each snapshot's first git reads the config alone (the "before"'s probe, the
+/// listing of filter drivers before each `git add`), so such a config fails the snapshot
+/// there, and a later run's probe falls back to the plain walk.
+pub(crate) fn config_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    watched_run_within(
+        cmd,
+        Some(CONFIG_DEADLINE),
+        std::process::Child::wait_with_output,
+    )
+}
+
 /// What [`watched_run`]'s watcher saw of one git at its last look.
 ///
 /// A git is stopped when one of its threads sleeps in the kernel's FIFO open, waiting for
@@ -1485,24 +1650,102 @@ fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
 /// (`$(...)`) for a moment after its writer has gone; a read that never ends stays.
 #[derive(Debug, Default)]
 struct Watch {
-    suspects: Vec<(u32, PathBuf)>,
+    /// (process, descriptor, target) of each suspect descriptor at the last look.
+    suspects: Vec<(u32, u32, PathBuf)>,
+    /// When the git is stopped whatever it does, and the time it was given.
+    deadline: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 impl Watch {
+    /// Looks at `pid` and every process below it: a `git` that is a wrapper script which
+    /// does not `exec` runs the real git as its child, and only that child reads what the
+    /// config includes (a watcher of the wrapper alone never saw it, and held the run).
     fn look(&mut self, pid: u32) -> Option<GitError> {
-        if waits_on_a_fifo(pid) {
+        if let Some((at, given)) = self.deadline
+            && std::time::Instant::now() >= at
+        {
+            return Some(GitError::ConfigTooSlow {
+                seconds: given.as_secs(),
+            });
+        }
+        let mut tree = vec![pid];
+        tree.extend(descendants(pid));
+        if tree.iter().any(|process| waits_on_a_fifo(*process)) {
             return Some(GitError::Fifo);
         }
-        let now = suspects(pid);
+        let now: Vec<(u32, u32, PathBuf)> = tree
+            .iter()
+            .flat_map(|process| {
+                suspects(*process)
+                    .into_iter()
+                    .map(move |(number, target)| (*process, number, target))
+            })
+            .collect();
         let held = now
             .iter()
             .find(|suspect| self.suspects.contains(suspect))
-            .map(|(_, target)| GitError::NotAFile {
+            .map(|(_, _, target)| GitError::NotAFile {
                 what: target.display().to_string(),
             });
         self.suspects = now;
         held
     }
+}
+
+/// SIGKILL to the process of `pidfd` (`pid`) and to every process below it, those first:
+/// the real git of a wrapper script holds coder's output pipes too, and coder waits for
+/// their end. Each one below is signalled through a pidfd opened while its parent is the
+/// one seen (a pid reused meanwhile has another parent). False when `pid` itself could
+/// not be signalled.
+fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) -> bool {
+    let mut below = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(parent) = queue.pop() {
+        for child in children(parent) {
+            if below.len() >= 1024 {
+                break;
+            }
+            let Ok(raw) = libc::pid_t::try_from(child) else {
+                continue;
+            };
+            let Ok(fd) = pidfd_open(nix::unistd::Pid::from_raw(raw)) else {
+                continue;
+            };
+            if parent_of(child) == Some(parent) {
+                below.push(fd);
+                queue.push(child);
+            }
+        }
+    }
+    for fd in below.iter().rev() {
+        let _ = pidfd_kill(fd);
+    }
+    pidfd_kill(pidfd)
+}
+
+/// The children of `pid`, as `/proc/PID/task/TID/children` lists them.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The `PPid:` of `/proc/PID/status`.
+fn parent_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("PPid:"))
+        .and_then(|ppid| ppid.trim().parse().ok())
 }
 
 /// The descriptors (number, target) of process `pid` that are [`suspect`].
@@ -1544,6 +1787,8 @@ struct OpenFd {
     /// What `/proc/PID/fd/N` names: a path, or `pipe:[INODE]` and the like.
     target: PathBuf,
     meta: std::fs::Metadata,
+    /// Whether it lies on one of the kernel's pseudo file systems ([`on_pseudo_fs`]).
+    pseudo: bool,
     /// Its open flags (`/proc/PID/fdinfo/N`).
     flags: u32,
 }
@@ -1568,9 +1813,45 @@ impl OpenFd {
             return !(major == MEMORY_DEVICES && matches!(minor, 3 | 5 | 7 | 8 | 9));
         }
         !(kind.is_file() || kind.is_dir())
+            || self.pseudo
             || self.target.starts_with("/proc")
             || self.target.starts_with("/sys")
     }
+}
+
+/// Whether `path` (followed: a `/proc/PID/fd/N` names what is open) lies on a file system
+/// of the kernel's own, whose files may be read for ever (`trace_pipe` of `tracefs`,
+/// `/proc/kmsg`), wherever it is mounted: a `procfs`, `sysfs` or `tracefs` mounted outside
+/// `/proc` and `/sys` (a container's `/host/proc`, `/host/sys`) was not suspect by its
+/// path, and git read `trace_pipe` through an include made a symlink to it until
+/// something else stopped it ([`CONFIG_DEADLINE`] for a git that reads the config alone;
+/// nothing for a `git add` or `fetch`).
+fn on_pseudo_fs(path: &Path) -> bool {
+    use nix::sys::statfs::{self as fs, FsType};
+    const CONFIGFS_MAGIC: FsType = FsType(0x6265_6570);
+    const PSTOREFS_MAGIC: FsType = FsType(0x6165_676c);
+    const EFIVARFS_MAGIC: FsType = FsType(0xde5e_81e4);
+    let Ok(found) = fs::statfs(path) else {
+        return false;
+    };
+    [
+        fs::PROC_SUPER_MAGIC,
+        fs::SYSFS_MAGIC,
+        fs::TRACEFS_MAGIC,
+        fs::DEBUGFS_MAGIC,
+        fs::CGROUP_SUPER_MAGIC,
+        fs::CGROUP2_SUPER_MAGIC,
+        fs::SECURITYFS_MAGIC,
+        fs::BPF_FS_MAGIC,
+        fs::SELINUX_MAGIC,
+        fs::SMACK_MAGIC,
+        fs::RDTGROUP_SUPER_MAGIC,
+        fs::NSFS_MAGIC,
+        CONFIGFS_MAGIC,
+        PSTOREFS_MAGIC,
+        EFIVARFS_MAGIC,
+    ]
+    .contains(&found.filesystem_type())
 }
 
 fn is_anonymous_pipe(target: &Path) -> bool {
@@ -1586,12 +1867,14 @@ fn fd_table(pid: u32) -> Option<Vec<OpenFd>> {
             let number: u32 = fd.file_name().to_str()?.parse().ok()?;
             // Through the magic link: the type of what the descriptor is open on.
             let meta = std::fs::metadata(fd.path()).ok()?;
+            let pseudo = on_pseudo_fs(&fd.path());
             let target = std::fs::read_link(fd.path()).ok()?;
             let flags = fd_flags(&format!("/proc/{pid}/fdinfo/{number}"))?;
             Some(OpenFd {
                 number,
                 target,
                 meta,
+                pseudo,
                 flags,
             })
         })
@@ -1612,18 +1895,10 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     let mut queue = vec![pid];
     while let Some(parent) = queue.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
-                continue;
-            };
-            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-                if !found.contains(&child) && found.len() < 1024 {
-                    found.push(child);
-                    queue.push(child);
-                }
+        for child in children(parent) {
+            if !found.contains(&child) && found.len() < 1024 {
+                found.push(child);
+                queue.push(child);
             }
         }
     }
@@ -1656,6 +1931,17 @@ fn waits_on_a_fifo(pid: u32) -> bool {
 /// The output of `cmd`, a git of coder's watched by [`watched_run`], or why it failed.
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
     let out = watched_output(&mut cmd)?;
+    succeeded(what, out)
+}
+
+/// [`output`] of a git that reads the configuration alone (see [`config_output`]).
+pub(crate) fn output_of_config(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
+    let out = config_output(&mut cmd)?;
+    succeeded(what, out)
+}
+
+/// `out`'s stdout when its git succeeded, else why it failed.
+fn succeeded(what: &'static str, out: std::process::Output) -> Result<Vec<u8>, GitError> {
     if out.status.success() {
         Ok(out.stdout)
     } else {
@@ -1698,6 +1984,44 @@ mod tests {
     }
 
     #[test]
+    fn a_wrapper_whose_child_reads_its_own_output_pipe_is_stopped() {
+        // A `git` that is a wrapper script and does not `exec` the real one: the child
+        // reads the pipe, and holds coder's output pipes open until it is killed too.
+        for fd in [1, 2] {
+            let out = watched_sh(&format!("cat /proc/self/fd/{fd}; true"));
+            assert!(
+                matches!(&out, Err(GitError::NotAFile { what }) if what.starts_with("pipe:[")),
+                "fd {fd}: {out:?}"
+            );
+        }
+        let out = watched_sh("sh -c 'cat /proc/self/fd/1; true'; true");
+        assert!(
+            matches!(&out, Err(GitError::NotAFile { what }) if what.starts_with("pipe:[")),
+            "two levels down: {out:?}"
+        );
+    }
+
+    #[test]
+    fn a_wrapper_whose_child_waits_on_a_fifo_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let out = watched_sh(&format!("cat {}; true", fifo.display()));
+        assert!(matches!(out, Err(GitError::Fifo)), "{out:?}");
+    }
+
+    #[test]
+    fn what_a_wrappers_child_makes_for_itself_is_left_alone() {
+        let out = watched_sh(
+            "sh -c 'a=$(sleep 0.2; echo a); echo x | (sleep 0.2; cat) >/dev/null; \
+             { sleep 0.2; } 2>/dev/null; echo \"$a\"'; true",
+        )
+        .expect("left alone");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"a\n");
+    }
+
+    #[test]
     fn a_process_that_reads_another_processs_pipe_is_stopped() {
         let mut other = Command::new("sleep")
             .arg("30")
@@ -1732,6 +2056,7 @@ mod tests {
             number: 3,
             target: PathBuf::from(path),
             meta: std::fs::metadata(path).unwrap(),
+            pseudo: on_pseudo_fs(Path::new(path)),
             flags,
         };
         let read = libc::O_RDONLY as u32;

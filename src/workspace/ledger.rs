@@ -135,6 +135,10 @@ pub struct Ledger {
     /// coder's own directories inside the workspace (its state directory, when the user
     /// put it there), relative to it: never the agent's changes, on either side.
     own: Vec<String>,
+    /// Why the workspace's repository was not used, when coder's watcher stopped the git
+    /// that reads its config ([`GitRepo::discover_in`]): said with the changes of the
+    /// plain walk used instead.
+    stopped: Option<String>,
 }
 
 enum Before {
@@ -213,7 +217,16 @@ impl Ledger {
             .and_then(|state| inside(workspace, state))
             .into_iter()
             .collect();
-        let before = match GitRepo::discover_in(workspace, state_dir) {
+        let (discovered, stopped) = match GitRepo::discover_in(workspace, state_dir) {
+            Ok(repo) => (repo, None),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "{e}; the changes are measured by a plain walk of the workspace instead"
+                )),
+            ),
+        };
+        let before = match discovered {
             Some(repo) => match repo.snapshot_excluding(&own) {
                 Ok(tree) => Before::Git {
                     repo: Box::new(repo),
@@ -279,6 +292,7 @@ impl Ledger {
             workspace: workspace.to_path_buf(),
             before,
             own,
+            stopped,
         }
     }
 
@@ -409,7 +423,9 @@ impl Ledger {
                     unknown,
                     exclude,
                 };
-                Ok(plain_changes(&sides, key, diff))
+                let (mut changes, diff) = plain_changes(&sides, key, diff);
+                changes.warnings.extend(self.stopped.clone());
+                Ok((changes, diff))
             }
             Before::Failed(reason) => Err(LedgerError(reason.clone())),
         }

@@ -26,8 +26,10 @@
 //! agent replaced by a symlink is never written through, and a ref or alternates file it
 //! pointed into another repository cannot pull that repository's history into the user's.
 //! The price: commits the agent made itself are squashed into coder's one commit. The
-//! branch reaches the repository by `git fetch` of exactly `refs/heads/coder/<run-id>` from
-//! that bare repository (objects are re-hashed by `index-pack` on the way in). The directory is removed on every path that returns;
+//! branch reaches the repository with no transport: a pack that bare repository writes,
+//! read by the repository's `index-pack` (every object hashed again), and `update-ref` of
+//! exactly `refs/heads/coder/<run-id>` (a `git fetch` took the repository's URL rewrites,
+//! and an included work-tree config turned it into `ext::` and ran a command as coder). The directory is removed on every path that returns;
 //! leftovers of a SIGKILLed coder (its `<run-id>.pid` names a dead process) are removed
 //! by the next `--worktree` run ([`prune_stale`]).
 //!
@@ -137,7 +139,7 @@ impl Worktree {
             "--git-common-dir",
             "--show-prefix",
         ]);
-        let text = output("rev-parse", probe)
+        let text = super::git::output_of_config("rev-parse", probe)
             .map_err(|_| WorktreeError::NotARepo(workspace.to_path_buf()))?;
         let text = String::from_utf8_lossy(&text).into_owned();
         let mut lines = text.lines();
@@ -362,39 +364,82 @@ impl Worktree {
         if commit == self.base {
             return Ok(None);
         }
-        git(&["update-ref", full, &commit], &[])?;
-        let mut fetch = base_command(&self.program, &self.repo_top);
-        fetch
-            .args(["-c", "protocol.file.allow=always"])
-            .arg(dir_arg("--git-dir=", &self.repo_git_dir))
-            .args([
-                "fetch",
-                "-q",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--no-recurse-submodules",
-            ])
-            .arg(scratch)
-            .arg(format!("+{full}:{full}"));
-        output("fetch", fetch)?;
+        self.import(scratch, full, &commit, parent)?;
         Ok(Some(commit))
     }
 
+    /// Brings `commit` (made in `scratch` on top of `parent`) into the repository as
+    /// `full`, with no transport: a pack of what it has that `parent` has not, written by
+    /// `scratch`'s git, read by the repository's `index-pack` (which hashes every object
+    /// again), then `update-ref`. This was a `git fetch` from `scratch`, and a fetch
+    /// rewrites its URL by the repository's `url.<base>.insteadOf`, read with the
+    /// config's includes: a work-tree file the config includes, written by an earlier
+    /// run's agent, turned the fetch into `ext::sh -c …` (allowed by its own
+    /// `protocol.ext.allow`, which wins over the command line's `protocol.allow=never`)
+    /// and ran the agent's command as coder, outside the sandbox.
+    fn import(
+        &self,
+        scratch: &Path,
+        full: &str,
+        commit: &str,
+        parent: &str,
+    ) -> Result<(), WorktreeError> {
+        use std::io::Write;
+        let pack_path = scratch.join("import.pack");
+        let pack = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&pack_path)
+            .map_err(io("cannot create", &pack_path))?;
+        let mut cmd = base_command(&self.program, &self.path);
+        cmd.arg(dir_arg("--git-dir=", scratch))
+            .args(["pack-objects", "--revs", "--stdout", "-q"])
+            .stdin(Stdio::piped())
+            .stdout(pack)
+            .stderr(Stdio::piped());
+        let revs = format!("{commit}\n^{parent}\n");
+        let out = super::git::watched_run(&mut cmd, |mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                // A git that stopped reading says why on stderr and in its status.
+                let _ = stdin.write_all(revs.as_bytes());
+            }
+            child.wait_with_output()
+        })?;
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                what: "pack-objects",
+                stderr: crate::text::one_line(&String::from_utf8_lossy(&out.stderr), 300),
+            }
+            .into());
+        }
+        let pack = fs::File::open(&pack_path).map_err(io("cannot open", &pack_path))?;
+        let mut index = base_command(&self.program, &self.repo_top);
+        index
+            .arg(dir_arg("--git-dir=", &self.repo_git_dir))
+            .args(["index-pack", "--stdin"])
+            .stdin(pack);
+        output("index-pack", index)?;
+        let _ = fs::remove_file(&pack_path);
+        self.in_repo(&["update-ref", full, commit])?;
+        Ok(())
+    }
+
     /// `user.name`/`user.email` as the repository (with the user's global config) has
-    /// them, else coder's. Reading config runs nothing.
+    /// them, else coder's. Reading config runs nothing; it is watched all the same
+    /// ([`super::git::config_output`], stopped after a while): the repository's config is read with its
+    /// includes, and a work-tree file it includes, made a symlink to `/proc/self/fd/1`
+    /// during the run (by another run's agent in that checkout), held the finish forever.
     fn identity(&self) -> (String, String) {
         let get = |key: &str| {
-            let out = Command::new(&self.program)
-                .arg(dir_arg("--git-dir=", &self.repo_git_dir))
+            let mut cmd = Command::new(&self.program);
+            cmd.arg(dir_arg("--git-dir=", &self.repo_git_dir))
                 .args(["config", "--get", key])
                 .env_remove("GIT_DIR")
                 .env_remove("GIT_CONFIG")
                 .env_remove("GIT_CONFIG_PARAMETERS")
                 .env_remove("GIT_CONFIG_COUNT")
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .ok()?;
+                .stdin(Stdio::null());
+            let out = super::git::config_output(&mut cmd).ok()?;
             let v = String::from_utf8(out.stdout).ok()?.trim().to_owned();
             (out.status.success() && !v.is_empty()).then_some(v)
         };
@@ -446,13 +491,7 @@ fn dir_arg(flag: &str, path: &Path) -> OsString {
 }
 
 fn find_git(cwd: &Path) -> Option<PathBuf> {
-    let path_var = std::env::var_os("PATH")?;
-    crate::text::path::find_on_path(
-        std::ffi::OsStr::new("git"),
-        &path_var,
-        cwd,
-        crate::text::path::RelativeDirs::Skip,
-    )
+    super::git::find_git(cwd)
 }
 
 fn resolve_commit(
@@ -480,11 +519,30 @@ fn resolve_commit(
 }
 
 /// How many paths `git status` lists in the user's checkout; `None` when it fails.
+/// How many paths `git status` says differ in the user's checkout; `None` when it cannot
+/// tell. `status` may run the clean filter of a file whose stat data changed, and the
+/// repository's config may include a work-tree file an earlier run's agent wrote: every
+/// filter driver the config defines is switched off as the ledger does
+/// ([`super::git::filter_overrides`]), or a driver the agent defined there ran as coder,
+/// outside the sandbox, when the next `--worktree` run began. Submodules are not looked
+/// into (`status` would run git in each, with that one's config).
 fn dirty_paths(program: &Path, top: &Path, git_dir: &Path) -> Option<usize> {
+    let mut list = base_command(program, top);
+    list.arg(dir_arg("--git-dir=", git_dir));
+    let overrides = super::git::filter_overrides(list).ok()?;
     let mut cmd = base_command(program, top);
+    for setting in &overrides {
+        cmd.arg("-c").arg(setting);
+    }
     cmd.arg(dir_arg("--git-dir=", git_dir))
         .arg(dir_arg("--work-tree=", top))
-        .args(["status", "--porcelain", "-z", "--untracked-files=normal"]);
+        .args([
+            "status",
+            "--porcelain",
+            "-z",
+            "--untracked-files=normal",
+            "--ignore-submodules=all",
+        ]);
     let out = output("status", cmd).ok()?;
     Some(out.split(|b| *b == 0).filter(|p| !p.is_empty()).count())
 }
