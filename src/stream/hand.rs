@@ -39,7 +39,7 @@ pub(super) fn read_assistant_line(text: &str) -> Option<Decoded> {
     if !free_of_control_bytes(text.as_bytes()) {
         return None;
     }
-    let mut r = Reader { text, at: 0 };
+    let mut r = Reader::new(text);
     let mut event = AssistantEvent::default();
     let mut spans = EventSpans {
         utf8: true,
@@ -107,7 +107,7 @@ pub(super) fn read_assistant_line(text: &str) -> Option<Decoded> {
 /// raw control bytes: the event and spans the serde readings make of it, or `None` where
 /// they must decide.
 pub(super) fn read_user_line(text: &str) -> Option<Decoded> {
-    let mut r = Reader { text, at: 0 };
+    let mut r = Reader::new(text);
     let mut tool_results = Vec::new();
     let mut spans = EventSpans {
         utf8: true,
@@ -424,9 +424,22 @@ impl Seen {
 struct Reader<'a> {
     text: &'a str,
     at: usize,
+    /// The last string of at least [`REPEATED_STRING_BYTES`] checked (quotes included).
+    long: Range<usize>,
 }
 
+/// Strings at least this long are remembered, so that a second copy is not scanned again.
+const REPEATED_STRING_BYTES: usize = 256;
+
 impl<'a> Reader<'a> {
+    fn new(text: &'a str) -> Reader<'a> {
+        Reader {
+            text,
+            at: 0,
+            long: 0..0,
+        }
+    }
+
     fn bytes(&self) -> &'a [u8] {
         self.text.as_bytes()
     }
@@ -473,6 +486,15 @@ impl<'a> Reader<'a> {
         }
         let open = self.at;
         let bytes = self.bytes();
+        // The CLI prints a tool's output twice in a `user` line, in the message and in
+        // `tool_use_result`: the same bytes as a string checked before are the same string
+        // (a string's end and escapes depend on its own bytes alone), and are compared
+        // rather than scanned again, at a fraction of the cost.
+        let long = bytes.get(self.long.clone()).unwrap_or_default();
+        if !long.is_empty() && bytes.get(open..)?.starts_with(long) {
+            self.at = open + long.len();
+            return Some(open..self.at);
+        }
         // Most strings are short and have no escape: the first quote or backslash decides,
         // and only a string with an escape is scanned with its escapes checked, from its
         // first backslash (the byte before it, a quote or not, escapes nothing).
@@ -483,7 +505,10 @@ impl<'a> Reader<'a> {
             string_end_checked(bytes, first - 1)?
         };
         self.at = close + 1;
-        Some(open..close + 1)
+        if self.at - open >= REPEATED_STRING_BYTES {
+            self.long = open..self.at;
+        }
+        Some(open..self.at)
     }
 
     fn string_or_null(&mut self) -> Option<Option<Range<usize>>> {
@@ -974,6 +999,32 @@ mod tests {
             );
             assert!(!agrees(line.as_bytes()), "read by hand: {line}");
         }
+        // A tool's output repeated, but for what makes the copy invalid: the copy is
+        // scanned, not taken for the string read before.
+        let long = r#"fn main() {\n    println!(\"caf\u00e9\");\n}\n"#.repeat(20);
+        for copy in [
+            format!(r"{long}\q"),
+            format!(r"{long}\u12"),
+            format!(r"{long}\uD800"),
+            format!("{long}\u{1}"),
+            format!(r#"{long}""#),
+            long[..long.len() - 1].to_owned(),
+        ] {
+            let line = format!(
+                r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"{long}"}}]}},"tool_use_result":{{"stdout":"{copy}"}}}}"#
+            );
+            // (A lone surrogate is refused by the hand reading alone: serde skips it.)
+            assert_eq!(
+                general_reading(line.as_bytes()).is_err(),
+                !copy.ends_with(r"\uD800"),
+                "{copy}"
+            );
+            assert!(!agrees(line.as_bytes()), "read by hand: {copy}");
+        }
+        let line = format!(
+            r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"{long}"}}]}},"tool_use_result":{{"stdout":"{long}","stderr":"{long}x"}}}}"#
+        );
+        assert!(agrees(line.as_bytes()));
         // Cuts of a line: everywhere in its head and its end, and at random between.
         let mut rng = Xorshift(0x5eed);
         let lines = bench_shaped_lines(&mut rng);
