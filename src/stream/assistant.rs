@@ -95,44 +95,68 @@ pub(super) fn string_span_in(line: &[u8], raw: Option<&RawValue>) -> Option<Rang
 /// another key, a duplicate, a value that is not an unsigned integer of at most 19 digits)
 /// is read by serde, as before.
 pub(super) fn usage_of(raw: Option<&RawValue>) -> Option<Usage> {
-    let raw = raw?.get();
+    usage_of_text(raw?.get())
+}
+
+/// [`usage_of`] the text of a raw value.
+pub(super) fn usage_of_text(raw: &str) -> Option<Usage> {
     flat_usage(raw.as_bytes()).or_else(|| serde_json::from_str(raw).ok())
 }
 
 /// [`Usage`] from a flat object of its own keys (each at most once) and unsigned integers,
-/// written without whitespace; `None` for any other text, which serde must then read. The
-/// text is valid JSON already (a raw value), so a number has no leading zero.
+/// written without whitespace; `None` for any other text, which serde must then read.
 fn flat_usage(raw: &[u8]) -> Option<Usage> {
+    flat_usage_head(raw)
+        .filter(|&(_, len)| len == raw.len())
+        .map(|(usage, _)| usage)
+}
+
+/// [`flat_usage`] of the object at the start of `json`, and its length: the object is
+/// valid JSON, whatever follows it.
+pub(super) fn flat_usage_head(json: &[u8]) -> Option<(Usage, usize)> {
+    // Each key with its quotes and colon: matched in place, without a search for its end.
+    const KEYS: [&[u8]; 4] = [
+        b"\"input_tokens\":",
+        b"\"output_tokens\":",
+        b"\"cache_creation_input_tokens\":",
+        b"\"cache_read_input_tokens\":",
+    ];
     let mut usage = Usage::default();
     let mut seen = [false; 4];
-    let mut rest = raw.strip_prefix(b"{")?;
-    if rest == b"}" {
-        return Some(usage);
+    let mut rest = json.strip_prefix(b"{")?;
+    if rest.first() == Some(&b'}') {
+        return Some((usage, 2));
     }
     loop {
-        let key = rest.strip_prefix(b"\"")?;
-        let end = memchr::memchr(b'"', key)?;
-        let (slot, field) = match &key[..end] {
-            b"input_tokens" => (0, &mut usage.input_tokens),
-            b"output_tokens" => (1, &mut usage.output_tokens),
-            b"cache_creation_input_tokens" => (2, &mut usage.cache_creation_input_tokens),
-            b"cache_read_input_tokens" => (3, &mut usage.cache_read_input_tokens),
-            _ => return None,
-        };
+        let (slot, value) = KEYS
+            .iter()
+            .enumerate()
+            .find_map(|(slot, key)| Some((slot, rest.strip_prefix(*key)?)))?;
         if std::mem::replace(&mut seen[slot], true) {
             return None;
         }
-        let value = key[end + 1..].strip_prefix(b":")?;
-        let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
-        if !(1..=19).contains(&digits) {
+        // At most 19 digits, which always fit a u64; JSON has no leading zeros.
+        let mut number = 0;
+        let mut digits = 0;
+        for &digit in value.iter().take_while(|b| b.is_ascii_digit()) {
+            if digits == 19 {
+                return None;
+            }
+            number = number * 10 + u64::from(digit - b'0');
+            digits += 1;
+        }
+        if digits == 0 || (digits > 1 && value[0] == b'0') {
             return None;
         }
-        *field = value[..digits]
-            .iter()
-            .fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+        *match slot {
+            0 => &mut usage.input_tokens,
+            1 => &mut usage.output_tokens,
+            2 => &mut usage.cache_creation_input_tokens,
+            _ => &mut usage.cache_read_input_tokens,
+        } = number;
         match value[digits..].split_first()? {
             (b',', after) => rest = after,
-            (b'}', []) => return Some(usage),
+            (b'}', after) => return Some((usage, json.len() - after.len())),
             _ => return None,
         }
     }
@@ -221,7 +245,7 @@ fn give_up<E: de::Error>() -> E {
 
 /// Keys the general wire type of an event types although an `assistant` event has no use
 /// for them: a line with one is left to it, which checks their type.
-const OTHER_EVENTS_KEYS: [&str; 16] = [
+pub(super) const OTHER_EVENTS_KEYS: [&str; 16] = [
     "subtype",
     "model",
     "claude_code_version",
@@ -449,13 +473,13 @@ impl<'de> Visitor<'de> for WireBlockVisitor {
 /// A tool input, checked as a `serde_json::Value` would be and reduced to the strings at
 /// the keys a summary or a path reads. A key's last value counts, as in a `Value`'s map.
 #[derive(Default)]
-struct InputKeys<'a> {
+pub(super) struct InputKeys<'a> {
     /// Per key of [`INPUT_KEYS`], the key's last value if it was a string.
-    strings: [Option<Cow<'a, str>>; INPUT_KEYS.len()],
+    pub(super) strings: [Option<Cow<'a, str>>; INPUT_KEYS.len()],
 }
 
 /// Every key [`InputKeys`] keeps: [`SUMMARY_KEYS`] and [`PATH_KEYS`].
-const INPUT_KEYS: [&str; 6] = [
+pub(super) const INPUT_KEYS: [&str; 6] = [
     "command",
     "file_path",
     "path",
@@ -470,11 +494,11 @@ impl InputKeys<'_> {
         self.strings[at].as_deref()
     }
 
-    fn detail(&self) -> Option<&str> {
+    pub(super) fn detail(&self) -> Option<&str> {
         SUMMARY_KEYS.into_iter().find_map(|key| self.string(key))
     }
 
-    fn path(&self) -> Option<&str> {
+    pub(super) fn path(&self) -> Option<&str> {
         PATH_KEYS.into_iter().find_map(|key| self.string(key))
     }
 }
@@ -534,7 +558,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 
 /// serde_json's private marker key of a raw value, which a `Value` reads apart when it is
 /// an object's first key.
-const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+pub(super) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// A value checked as a `Value` would be: a string kept, anything else dropped.
 struct StringOrNot<'a>(Option<Cow<'a, str>>);

@@ -9,7 +9,9 @@
 //! and so must be valid, are read from such a copy too, with every string left out checked
 //! and the line's UTF-8 checked once for the decoder and the transcript ([`crate::stream`]'s
 //! `elide` module). `assistant` lines are read by borrowing, with the wire types of their
-//! own event only, wherever that gives the same event (the `assistant` module).
+//! own event only, wherever that gives the same event (the `assistant` module). Before
+//! either, the CLI's own shape of an `assistant` or `user` line is read by hand, without
+//! serde, wherever that gives the same event (the `hand` module).
 
 use std::ops::Range;
 
@@ -26,6 +28,7 @@ use super::event::{
     AssistantEvent, Decoded, Event, EventSpans, ResultEvent, ResultSubtype, TerminalReason,
     ToolResult, ToolUse, UpstreamErrorType,
 };
+use super::hand::{read_assistant_line, read_user_line};
 use super::lenient::ArrayOrNothing;
 
 /// Lines longer than this are kept by their head only wherever coder records them (the
@@ -76,8 +79,13 @@ pub fn decode_line(line: &[u8]) -> Result<Decoded, DecodeError> {
 fn decode_user_line(line: &[u8]) -> Option<Decoded> {
     // A SIMD check: std's stops at every non-ASCII character of ordinary text, and took
     // as long as the rest of the reading of a `user` line.
-    if simdutf8::basic::from_utf8(line).is_err() || !free_of_control_bytes(line) {
+    let text = simdutf8::basic::from_utf8(line).ok()?;
+    if !free_of_control_bytes(line) {
         return None;
+    }
+    // The CLI's own shape, read by hand (the `hand` module); serde reads the rest.
+    if let Some(decoded) = read_user_line(text) {
+        return Some(decoded);
     }
     let elided = Elided::checked(line, CHECKED_ELIDED_STRING_BYTES)?;
     let wire = serde_json::from_slice::<WireEvent<'_, StreamedBlocks<'_>>>(&elided.text).ok()?;
@@ -100,10 +108,15 @@ fn decode_general(line: &[u8]) -> Result<Decoded, DecodeError> {
     // can be (see the `assistant` module).
     if line.starts_with(ASSISTANT_LINE_START)
         && let Some(text) = text
-        && let Some(mut decoded) = decode_assistant_line(line, text)
     {
-        decoded.spans.utf8 = true;
-        return Ok(decoded);
+        // The CLI's own shape, read by hand (the `hand` module), else by borrowing.
+        if let Some(decoded) = read_assistant_line(text) {
+            return Ok(decoded);
+        }
+        if let Some(mut decoded) = decode_assistant_line(line, text) {
+            decoded.spans.utf8 = true;
+            return Ok(decoded);
+        }
     }
     read_wire(line, text)
 }

@@ -199,6 +199,46 @@ fn mask_of(block: &[u8; BLOCK], byte: u8) -> u64 {
     mask
 }
 
+/// The position of the first quote or backslash in `bytes` from `from` on; `None` when
+/// there is none. The first sixteen bytes are looked at together (the end of a key or of
+/// a short string, most often): a call to `memchr2` cost several times that. Beyond
+/// them, `memchr2`.
+pub(super) fn quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+    let rest = bytes.get(from..)?;
+    let Some((sixteen, after)) = rest.split_first_chunk::<16>() else {
+        return memchr::memchr2(b'"', b'\\', rest).map(|at| from + at);
+    };
+    let found = mask16_of(sixteen, b'"') | mask16_of(sixteen, b'\\');
+    if found != 0 {
+        return Some(from + found.trailing_zeros() as usize);
+    }
+    memchr::memchr2(b'"', b'\\', after).map(|at| from + 16 + at)
+}
+
+/// The bytes of `sixteen` equal to `byte`, as a bit mask (see [`mask_of`]).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn mask16_of(sixteen: &[u8; 16], byte: u8) -> u32 {
+    use safe_arch::{
+        cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
+    };
+    let equal = cmp_eq_mask_i8_m128i(
+        load_unaligned_m128i(sixteen),
+        set_splat_i8_m128i(byte as i8),
+    );
+    move_mask_i8_m128i(equal) as u32 & 0xFFFF
+}
+
+/// The bytes of `sixteen` equal to `byte`, as a bit mask, for targets without SSE2.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn mask16_of(sixteen: &[u8; 16], byte: u8) -> u32 {
+    sixteen
+        .iter()
+        .enumerate()
+        .fold(0, |mask, (i, &b)| mask | u32::from(b == byte) << i)
+}
+
 /// Which bytes of a string are escaped, block after block, by the odd-run arithmetic of
 /// simdjson: a byte is escaped when an odd run of backslashes precedes it.
 #[derive(Default)]
@@ -326,7 +366,7 @@ fn string_end_unchecked(json: &[u8], open: usize) -> Option<usize> {
 /// A block at a time: one `memchr2` call per escape (the text of a tool result has one
 /// every few dozen bytes) cost more than the search. (Reading the string eight bytes at a
 /// time with a search of each word was slower still.)
-fn string_end_checked(json: &[u8], open: usize) -> Option<usize> {
+pub(super) fn string_end_checked(json: &[u8], open: usize) -> Option<usize> {
     // Where the escapes checked so far end: a surrogate pair's second half is checked
     // with its first.
     let mut checked_to = 0;
@@ -358,7 +398,7 @@ fn escape_end(json: &[u8], at: usize) -> Option<usize> {
 }
 
 /// The four hex digits at `at`, as a UTF-16 code unit.
-fn hex_unit(json: &[u8], at: usize) -> Option<u16> {
+pub(super) fn hex_unit(json: &[u8], at: usize) -> Option<u16> {
     let digits = json.get(at..at + 4)?;
     digits.iter().try_fold(0u16, |unit, &d| {
         let value = (d as char).to_digit(16)?;
@@ -657,6 +697,31 @@ mod tests {
                     assert_eq!(mask >> i & 1 == 1, b == byte, "byte {i}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_first_quote_or_backslash_is_found_wherever_it_lies() {
+        let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..5000 {
+            let len = rng.below(60);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| match rng.below(24) {
+                    0 => b'"',
+                    1 => b'\\',
+                    _ => rng.below(256) as u8,
+                })
+                .collect();
+            let from = rng.below(len + 2);
+            let naive = bytes
+                .get(from..)
+                .and_then(|rest| rest.iter().position(|&b| b == b'"' || b == b'\\'))
+                .map(|at| from + at);
+            assert_eq!(
+                quote_or_backslash(&bytes, from),
+                naive,
+                "{bytes:?} from {from}"
+            );
         }
     }
 

@@ -10,6 +10,7 @@ mod assistant;
 pub mod decode;
 mod elide;
 pub mod event;
+mod hand;
 mod lenient;
 pub mod splitter;
 
