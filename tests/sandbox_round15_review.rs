@@ -22,15 +22,12 @@
 //!   times, and so on over eight of git's ten levels: 50^8 opens of small regular files of
 //!   the work tree. Every git of coder's that read the repository's config spun on them
 //!   for ever (nothing it held was suspect), and the run never ended, nor any later one.
-//!   Now a git of coder's that reads the config alone (the ledger's probe, its listing of
-//!   filter drivers before each `git add`, `--worktree`'s probe and identity lookup) is
-//!   stopped after `CONFIG_DEADLINE` (20 s): the snapshot fails with a warning, and a
-//!   later run's probe falls back to the plain walk. Still open: a fan-out sized to take
-//!   just under that makes each of coder's git runs as slow (a few minutes per run, not
-//!   forever); the agent of another run in the same tree may plant it between a listing
-//!   and the `git add` that follows, which then spins. The fix to weigh for both: coder's
-//!   git reads no include at all (a private common directory, `GIT_COMMON_DIR`, whose
-//!   `config` coder writes from `git config --no-includes --list`).
+//!   Now a git of coder's that reads the config alone (the ledger's probe and copied
+//!   settings, `--worktree`'s probe and identity lookup) is stopped after
+//!   `CONFIG_DEADLINE` (20 s), and the run falls back to the plain walk with a warning
+//!   (the snapshots' own git, since the merge, reads no config of the repository's).
+//!   Still open: a fan-out sized to take just under that slows each run's start by as
+//!   much (not forever).
 //! * the watcher took a file as the kernel's (`/proc/kmsg`, `trace_pipe`) by its path
 //!   under `/proc` or `/sys`: the same file systems mounted elsewhere (a container's
 //!   `/host/proc`, `/host/sys`) were not suspect, and git waited in a read of
@@ -441,9 +438,9 @@ fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
 /// opens of small regular files, within git's ten levels. coder's git spun on them for
 /// ever (the watcher sees nothing suspect in regular files): the run never ended, nor did
 /// any later one. Now a git of coder's that reads the config alone (the probe, the
-/// listing of filter drivers before each `git add`) is stopped after
-/// `CONFIG_DEADLINE`: the run ends with a warning, and the next one (the files still
-/// there) measures its edit with the plain walk. Control: the user's own git spins.
+/// copied settings) is stopped after `CONFIG_DEADLINE`; the snapshots' own git reads no
+/// config of the repository's. The run ends, and the next one (the files still there)
+/// measures its edit with the plain walk and a warning. Control: the user's own git spins.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_include_fan_out_does_not_hold_the_ledgers_git() {

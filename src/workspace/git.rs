@@ -1629,9 +1629,10 @@ fn watched_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
 /// files: a config that includes a file of the work tree let the agent make it include
 /// another one fifty times over, that one another, and so on over git's ten levels, and
 /// every git of coder's spun on 50^8 opens of small files forever (round fifteen's
-/// review). Each snapshot's first git reads the config alone (the "before"'s probe, the
-/// listing of filter drivers before each `git add`), so such a config fails the snapshot
-/// there, and a later run's probe falls back to the plain walk.
+/// review). The gits that read the repository's config are of this kind (discovery's
+/// probe and copied settings, `--worktree`'s probe and identity); the snapshots' own git
+/// reads coder's private config only. A run whose probe was stopped measures its changes
+/// by the plain walk, and says why.
 pub(crate) fn config_output(cmd: &mut Command) -> Result<std::process::Output, GitError> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     watched_run_within(
@@ -2081,7 +2082,7 @@ mod tests {
     fn a_filter_driver_the_agent_adds_to_an_included_config_runs_nothing() {
         // The user's config includes a file of the work tree (`include.path`, a common way
         // to share a repository's filters and aliases): the agent can write it, and so
-        // defines a filter driver after coder listed the drivers at the run's start.
+        // defines a filter driver during the run; the snapshots' git never reads it.
         let dir = tempfile::tempdir().unwrap();
         let ws = std::fs::canonicalize(dir.path()).unwrap();
         let git = |args: &[&str]| {
