@@ -1586,9 +1586,10 @@ fn watched_run_within<T>(
                             ..Watch::default()
                         };
                         while !done.load(Ordering::Relaxed) {
-                            if let Some(why) = watch.look(pid)
-                                && kill_tree(pid, pidfd)
-                            {
+                            if let Some(why) = watch.look(pid) {
+                                // Whether or not it is still there to be signalled (it may
+                                // have ended meanwhile): what it did is reported.
+                                kill_tree(pid, pidfd);
                                 *stopped
                                     .lock()
                                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
@@ -1693,12 +1694,13 @@ impl Watch {
     }
 }
 
-/// SIGKILL to the process of `pidfd` (`pid`) and to every process below it, those first:
-/// the real git of a wrapper script holds coder's output pipes too, and coder waits for
-/// their end. Each one below is signalled through a pidfd opened while its parent is the
-/// one seen (a pid reused meanwhile has another parent). False when `pid` itself could
-/// not be signalled.
-fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) -> bool {
+/// SIGKILL to the process of `pidfd` (`pid`) and to every process below it: the real
+/// git of a wrapper script holds coder's output pipes too, and coder waits for their end.
+/// Each one below is found first and signalled through a pidfd opened while its parent is
+/// the one seen (a pid reused meanwhile has another parent); `pid` is signalled before
+/// them, so that it cannot end normally (and have its result taken) while they are
+/// signalled one by one.
+fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) {
     let mut below = Vec::new();
     let mut queue = vec![pid];
     while let Some(parent) = queue.pop() {
@@ -1718,10 +1720,10 @@ fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) -> bool {
             }
         }
     }
+    let _ = pidfd_kill(pidfd);
     for fd in below.iter().rev() {
         let _ = pidfd_kill(fd);
     }
-    pidfd_kill(pidfd)
 }
 
 /// The children of `pid`, as `/proc/PID/task/TID/children` lists them.
