@@ -343,6 +343,21 @@ fn the_ask_server_lists_its_tool_refuses_bad_calls_and_holds_a_good_one() {
     assert!(status.success(), "{status:?}");
 }
 
+/// Whether a SIGTERM sent to process `pid` waits to be taken (`ShdPnd`, its shared
+/// pending set in `/proc/PID/status`; the server blocks it and reads a signalfd).
+fn sigterm_pending(pid: &str) -> bool {
+    const SIGTERM_BIT: u64 = 1 << (15 - 1);
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("ShdPnd:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & SIGTERM_BIT != 0)
+}
+
 /// When the CLI exits normally it ends its MCP servers with SIGTERM and waits for them,
 /// killing one only after 400 ms: every `--allow-questions` run took that much longer
 /// while the server held through every SIGTERM. A SIGTERM from its parent (the CLI) with
@@ -359,6 +374,16 @@ fn the_ask_server_ends_on_its_clis_sigterm_when_nothing_is_held() {
         .status()
         .unwrap();
     assert!(status.success());
+    // Until the server has taken that signal (its signalfd read): a second SIGTERM while
+    // the first is still pending merges with it, and only the first sender is seen.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while sigterm_pending(&pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never took the first SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
     assert_eq!(
         server.reply()["id"],
