@@ -59,6 +59,17 @@ fn outcome_ms(envelope: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no metrics.outcome_ms.{key}: {envelope}"))
 }
 
+/// The user's own `git ARGS` in `ws` (a test identity), which must succeed.
+fn git_in(ws: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
 fn write(ws: &Path, name: &str, text: &str) {
     std::fs::write(ws.join(name), text).unwrap();
 }
@@ -212,15 +223,7 @@ fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
     write(ws, "keep.txt", "first\nold\n");
     write(ws, "gone.txt", "a\nb\n");
     write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| git_in(ws, args);
     git(&["init", "-q"]);
     git(&["add", "-A"]);
     git(&["commit", "-qm", "start"]);
@@ -414,15 +417,7 @@ fn a_change_while_the_git_snapshot_runs_is_flagged_not_lost() {
     let ws = fake.workspace();
     write(ws, "keep.txt", "old\n");
     write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| git_in(ws, args);
     git(&["init", "-q"]);
     git(&["add", "-A"]);
     git(&["commit", "-qm", "start"]);
@@ -492,15 +487,7 @@ fn a_filter_the_agent_defines_in_an_included_config_does_not_run_as_coder() {
     let ws = fake.workspace();
     write(ws, "a.txt", "a\n");
     write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| git_in(ws, args);
     git(&["init", "-q"]);
     git(&["config", "include.path", "../shared.gitconfig"]);
     git(&["add", "-A"]);
@@ -536,15 +523,7 @@ fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
     let ws = fake.workspace();
     write(ws, "a.txt", "a\n");
     write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| git_in(ws, args);
     git(&["init", "-q"]);
     git(&["add", "-A"]);
     git(&["commit", "-qm", "start"]);
@@ -590,13 +569,7 @@ fn coders_own_state_directory_in_the_workspace_is_not_in_the_changes() {
                 &["add", "-A"],
                 &["commit", "-qm", "start"],
             ] {
-                let out = std::process::Command::new("git")
-                    .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-                    .args(args)
-                    .current_dir(ws)
-                    .output()
-                    .unwrap();
-                assert!(out.status.success(), "git {args:?}: {out:?}");
+                git_in(ws, args);
             }
         }
         let out = fake
@@ -639,15 +612,7 @@ fn a_filter_defined_just_before_the_ledgers_git_add_does_not_run_as_coder() {
     write(ws, ".gitignore", ".fake-claude/\n");
     write(ws, ".gitattributes", "*.txt filter=x\n");
     write(ws, "shared.gitconfig", "");
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| git_in(ws, args);
     git(&["init", "-q"]);
     git(&["config", "include.path", "../shared.gitconfig"]);
     git(&["add", "-A"]);
