@@ -218,9 +218,10 @@ fn entries(dir: &Path) -> Vec<String> {
 /// there (any run's of the same user), marked the file it edits "assume unchanged" in it,
 /// and the ledger reported the edit unchanged; it also made the object directory of its
 /// new file's hash a symlink to a directory outside its grants, and coder's git, outside
-/// the sandbox, wrote the object there. Now they live in coder's state directory, which no
-/// grant may reach. Control: unconfined (`danger-full-access` reaches the state directory
-/// too), the same payload does both.
+/// the sandbox, wrote the object there (since round fifteen the ledger's `git add` writes
+/// one pack, so the payload links the pack directory too). Now they live in coder's state
+/// directory, which no grant may reach. Control: unconfined (`danger-full-access` reaches
+/// the state directory too), the same payload does both.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_ledgers_private_index_is_out_of_reach_of_allow_tmp() {
@@ -242,7 +243,7 @@ for d in /tmp/coder-ledger-*/ '{state}'/ledger-git/*/; do
   GIT_INDEX_FILE="$d/index" git ls-files 2>/dev/null | grep -qx '{edited}' || continue
   GIT_INDEX_FILE="$d/index" git update-index --assume-unchanged '{edited}' && echo FORGED
   o="$d/git/objects"; [ -d "$o" ] || o="$d/objects"
-  rm -rf "$o/${{h:0:2}}"; ln -s '{outside}' "$o/${{h:0:2}}" && echo LINKED
+  rm -rf "$o/${{h:0:2}}" "$o/pack"; ln -s '{outside}' "$o/${{h:0:2}}" && ln -s '{outside}' "$o/pack" && echo LINKED
 done
 printf 'EVIL\n' > '{edited}'; printf '%s\n' '{new_text}' > n.txt; echo EDITED"#,
                 state = state.display(),
