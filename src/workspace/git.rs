@@ -1662,9 +1662,11 @@ pub(crate) fn config_output(cmd: &mut Command) -> Result<std::process::Output, G
 ///
 /// A git is stopped when one of its threads sleeps in the kernel's FIFO open, waiting for
 /// a writer (`wait_for_partner`, what `/proc/PID/task/TID/wchan` names), or when the same
-/// descriptor of its own is [`suspect`] at two looks in a row. One look is not enough:
-/// `git` may be a wrapper script, and a shell reads the pipe of a command substitution
-/// (`$(...)`) for a moment after its writer has gone; a read that never ends stays.
+/// descriptor of its own is [`suspect`] at two looks in a row, or when it has read more
+/// than [`READ_BUDGET`], or when its deadline (if any) has passed. One look is not enough
+/// for a descriptor: `git` may be a wrapper script, and a shell reads the pipe of a
+/// command substitution (`$(...)`) for a moment after its writer has gone; a read that
+/// never ends stays.
 #[derive(Debug, Default)]
 struct Watch {
     /// (process, descriptor, target) of each suspect descriptor at the last look.
