@@ -548,6 +548,50 @@ fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
     assert!(!stopped, "{}", out.explain());
 }
 
+/// A workspace in a repository git refuses to read (here a config with a broken line; a
+/// half-written `commondir` did the same, see `sandbox::scan`) still has its changes
+/// measured, by the plain walk, and the run says why: it used to fall back silently, and a
+/// user could not tell a git ledger from a plain one.
+#[test]
+fn a_repository_git_cannot_read_is_walked_and_the_run_says_why() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "a.txt", "a\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    let git = |args: &[&str]| git_in(ws, args);
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let config = ws.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[core\n");
+    std::fs::write(&config, text).unwrap();
+    let out = fake.coder().args(["task"]).run();
+    out.assert_success("done");
+    assert!(
+        files(&out.envelope)
+            .iter()
+            .any(|(path, status, ..)| path == "a.txt" && status == "modified"),
+        "{}",
+        out.explain()
+    );
+    let said = out.envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|w| {
+            w.contains("git rev-parse failed")
+                && w.contains("bad config")
+                && w.contains("plain walk")
+        });
+    assert!(said, "{}", out.explain());
+}
+
 /// A state directory inside the workspace is refused (the agent could reach it), but the
 /// ledger had started beside that check: its envelope listed coder's own files (the
 /// ledger's private index and objects, written in that state directory) as the run's

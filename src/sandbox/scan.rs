@@ -1350,28 +1350,59 @@ fn create_placeholder(
             nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(0o755))?
         }
         PlaceholderKind::Symlink => nix::unistd::symlinkat(ABSENT_TARGET, dir, name)?,
-        PlaceholderKind::CommonDirSelf => {
-            use std::io::Write;
-            let fd = openat2(
-                dir,
-                name,
-                OpenHow::new()
-                    .flags(
-                        OFlag::O_WRONLY
-                            | OFlag::O_CREAT
-                            | OFlag::O_EXCL
-                            | OFlag::O_NOFOLLOW
-                            | OFlag::O_CLOEXEC,
-                    )
-                    .mode(Mode::from_bits_truncate(0o644))
-                    .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS),
-            )?;
-            fs::File::from(fd)
-                .write_all(COMMONDIR_SELF)
-                .map_err(|e| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw))?;
-        }
+        PlaceholderKind::CommonDirSelf => create_commondir_placeholder(dir, name)?,
     }
     fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+}
+
+/// A `commondir` holding [`COMMONDIR_SELF`], whole from the moment its name exists: it
+/// is written under a temporary name and renamed into place (never over a file that
+/// appeared meanwhile). A git of the user's, or the change ledger's probe that runs beside
+/// the sandbox's setup, that found the name but read it before the write got nothing and
+/// died ("failed to read .git/commondir: Success"), and the ledger fell back to its plain
+/// walk.
+fn create_commondir_placeholder(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    use std::io::Write;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let temporary = format!(
+        ".coder-commondir-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let fd = openat2(
+        dir,
+        temporary.as_str(),
+        OpenHow::new()
+            .flags(
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+            )
+            .mode(Mode::from_bits_truncate(0o644))
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS),
+    )?;
+    let placed = fs::File::from(fd)
+        .write_all(COMMONDIR_SELF)
+        .map_err(|e| e.raw_os_error().map_or(Errno::EIO, Errno::from_raw))
+        .and_then(|()| {
+            nix::fcntl::renameat2(
+                dir,
+                temporary.as_str(),
+                dir,
+                name,
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            )
+        });
+    if placed.is_err() {
+        let _ = nix::unistd::unlinkat(
+            dir,
+            temporary.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    placed
 }
 
 pub(crate) fn file_kind(st: &FileStat) -> Kind {
@@ -1854,6 +1885,57 @@ mod tests {
         assert!(fs::symlink_metadata(ws.join(".git/config.worktree")).is_err());
         assert!(fs::symlink_metadata(ws.join(".envrc")).is_err());
         assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
+    }
+
+    /// A git that reads `commondir` while the placeholder is made finds it absent or whole,
+    /// never empty (git dies on an empty one), and no temporary name is left behind.
+    #[test]
+    fn a_commondir_placeholder_is_never_seen_half_written() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        let git_dir = fs::File::open(dir.path()).unwrap();
+        let path = dir.path().join("commondir");
+        let done = AtomicBool::new(false);
+        let empty_reads = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut empty = 0;
+                while !done.load(Ordering::Relaxed) {
+                    if fs::read(&path).is_ok_and(|text| text.is_empty()) {
+                        empty += 1;
+                    }
+                }
+                empty
+            });
+            for _ in 0..2000 {
+                create_placeholder(git_dir.as_fd(), "commondir", PlaceholderKind::CommonDirSelf)
+                    .unwrap();
+                assert_eq!(fs::read(&path).unwrap(), COMMONDIR_SELF);
+                fs::remove_file(&path).unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+            reader.join().unwrap()
+        });
+        assert_eq!(empty_reads, 0, "the reader saw an empty commondir");
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_commondir_placeholder_is_not_made_over_a_file_that_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let git_dir = fs::File::open(dir.path()).unwrap();
+        fs::write(dir.path().join("commondir"), "../elsewhere\n").unwrap();
+        let made = create_placeholder(git_dir.as_fd(), "commondir", PlaceholderKind::CommonDirSelf);
+        assert_eq!(made.err(), Some(Errno::EEXIST));
+        assert_eq!(
+            fs::read(dir.path().join("commondir")).unwrap(),
+            b"../elsewhere\n"
+        );
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "a temporary name is left"
+        );
     }
 
     #[test]

@@ -411,13 +411,20 @@ impl GitRepo {
     /// [`GitRepo::discover`], keeping the private index and objects under `state_dir`
     /// (coder's state directory, which no run's agent may reach) when given. `Err` when
     /// coder's watcher stopped the git that reads the repository's config
-    /// ([`GitError::was_killed`]): the caller falls back to a plain scan as for `None`,
-    /// but says why.
+    /// ([`GitError::was_killed`]), or when that git failed in a workspace that is in a
+    /// repository (a broken config, dubious ownership): the caller falls back to a plain
+    /// scan as for `None`, but says why.
     pub fn discover_in(
         workspace: &Path,
         state_dir: Option<&Path>,
     ) -> Result<Option<GitRepo>, GitError> {
-        let stopped = |e: GitError| if e.was_killed() { Err(e) } else { Ok(None) };
+        let stopped = |e: GitError| match e {
+            // The workspace is in a repository git cannot use as it is (a broken config,
+            // dubious ownership, a git that died): the user is told why the plain walk.
+            GitError::Failed { .. } => Err(e),
+            e if e.was_killed() => Err(e),
+            _ => Ok(None),
+        };
         let probe = match GitRepo::probe(workspace) {
             Ok(Some(probe)) => probe,
             Ok(None) => return Ok(None),
@@ -448,10 +455,19 @@ impl GitRepo {
             "--git-common-dir",
             "--show-prefix",
         ]);
-        probe.stderr(Stdio::null());
         let out = config_output(&mut probe)?;
         if !out.status.success() {
-            return Ok(None);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains("not a git repository") {
+                return Ok(None);
+            }
+            return Err(GitError::Failed {
+                what: "rev-parse",
+                stderr: match std::os::unix::process::ExitStatusExt::signal(&out.status) {
+                    Some(signal) => format!("killed by signal {signal}"),
+                    None => crate::text::one_line(&stderr, 300),
+                },
+            });
         }
         Ok(Probe::read(program, &out.stdout))
     }
