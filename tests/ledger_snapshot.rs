@@ -693,10 +693,8 @@ fn a_filter_defined_just_before_the_ledgers_git_add_does_not_run_as_coder() {
 #[ignore = "needs root (a mount namespace): scripts/test runs it"]
 fn a_proc_mounted_in_the_workspace_is_not_in_the_changes() {
     common::require_root_and_user_namespaces();
-    // Unconfined: the default sandbox refuses such a workspace (its scan cannot read
-    // every file of a `/proc`), which is right for a mount it would hand the agent.
-    let sandbox = "danger-full-access";
-    {
+    // Unconfined: the default sandbox refuses such a workspace (below).
+    for sandbox in ["danger-full-access", "workspace-write"] {
         let fake = Fake::new(json!([
             common::steps::init(),
             {"step": "touch", "path": "../a.txt", "text": "changed\n"},
@@ -721,12 +719,32 @@ fn a_proc_mounted_in_the_workspace_is_not_in_the_changes() {
             ])
             .args(["--sandbox", sandbox, "task"])
             .run();
-        out.assert_success("done");
+        if sandbox == "danger-full-access" {
+            out.assert_success("done");
+            assert_eq!(
+                files(&out.envelope),
+                [change("a.txt", "modified", 1, 1)],
+                "{sandbox}: {}",
+                out.explain()
+            );
+            continue;
+        }
+        // Confined, the workspace is refused before anything runs, and the message says
+        // why (it used to be the scan's `EACCES` on some `proc/1/task/N/fdinfo`): a
+        // mount for the caller to remove, a configuration error.
         assert_eq!(
-            files(&out.envelope),
-            [change("a.txt", "modified", 1, 1)],
-            "{sandbox}: {}",
+            out.envelope["error_kind"],
+            "config_error",
+            "{}",
             out.explain()
         );
+        let error = out.envelope["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("is a `proc` file system mounted inside")
+                && error.contains(&ws.join("p").display().to_string()),
+            "{}",
+            out.explain()
+        );
+        assert_eq!(files(&out.envelope), []);
     }
 }

@@ -269,6 +269,22 @@ pub enum SandboxError {
     #[error("--cd {path}: {reason}")]
     RefusedWorkspace { path: PathBuf, reason: String },
 
+    /// A kernel file system (`proc`, `sysfs`, ...) is mounted inside a tree the agent
+    /// would be granted: the caller's mount to remove, not a sandbox failure.
+    #[error(
+        "{} is a `{fstype}` file system mounted inside {}, which the agent would be \
+         granted: the kernel's own files (other processes' descriptors and memory, devices) \
+         are never granted to a confined agent; unmount it, or run with --sandbox \
+         danger-full-access",
+        bytes::short(.mount),
+        bytes::short(.tree)
+    )]
+    KernelMount {
+        tree: PathBuf,
+        mount: PathBuf,
+        fstype: String,
+    },
+
     #[error("{what} {path}: {reason}")]
     Path {
         what: PathRole,
@@ -495,7 +511,8 @@ impl SandboxError {
             SandboxError::Glob { .. }
             | SandboxError::AllowHost(_)
             | SandboxError::StateDirReachable { .. }
-            | SandboxError::RefusedWorkspace { .. } => true,
+            | SandboxError::RefusedWorkspace { .. }
+            | SandboxError::KernelMount { .. } => true,
             _ => false,
         }
     }

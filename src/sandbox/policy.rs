@@ -9,8 +9,10 @@
 //! hands it to a re-executed helper process.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
@@ -974,12 +976,29 @@ fn scan_workspace(
             kept: kept_of(i + 1),
         });
     }
+    refuse_kernel_mounts(&trees)?;
     let found = scan::scan_trees(&trees, &deny, opts.scan_limits, created)?;
     if let Some((path, fingerprint, _)) = &cache {
         // A cache that cannot be written only costs the next run its listings.
         let _ = listing_cache::store(path, *fingerprint, &found.kept);
     }
     Ok(found)
+}
+
+/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
+/// kernel's files (it stopped on `EACCES` at `proc/1/task/N/fdinfo`, a message that said
+/// nothing of why), and the agent would be granted them.
+fn refuse_kernel_mounts(trees: &[scan::TreeScan<'_>]) -> Result<(), SandboxError> {
+    for tree in trees {
+        if let Some(mount) = crate::workspace::scan::kernel_mounts_below(tree.root).first() {
+            return Err(SandboxError::KernelMount {
+                tree: tree.root.to_path_buf(),
+                mount: tree.root.join(OsStr::from_bytes(&mount.rel)),
+                fstype: mount.fstype.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Where the scan's listings are kept between runs: `listings` in coder's state directory,

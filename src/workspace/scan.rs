@@ -393,7 +393,10 @@ pub fn list(root: &Path, caps: &Caps) -> Listed {
     // scan's time is mostly `fstatat`).
     let mut listing = Listing {
         cap: caps.files,
-        skipped: kernel_mounts_below(root),
+        skipped: kernel_mounts_below(root)
+            .into_iter()
+            .map(|mount| mount.rel)
+            .collect(),
         ..Listing::default()
     };
     if let Some(fd) = open_dir(root) {
@@ -780,9 +783,19 @@ const KERNEL_FILE_SYSTEMS: &[&str] = &[
     "hugetlbfs",
 ];
 
-/// The mount points of [`KERNEL_FILE_SYSTEMS`] below `root`, relative to it, from
-/// `/proc/self/mountinfo` (read once a scan; a workspace has none below it as a rule).
-fn kernel_mounts_below(root: &Path) -> Vec<Vec<u8>> {
+/// A kernel file system ([`KERNEL_FILE_SYSTEMS`]) mounted below a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KernelMount {
+    /// Its mount point, relative to the directory.
+    pub rel: Vec<u8>,
+    /// Its type, as `mountinfo` names it (`proc`, `sysfs`, ...).
+    pub fstype: String,
+}
+
+/// The mount points of [`KERNEL_FILE_SYSTEMS`] below `root`, from `/proc/self/mountinfo`
+/// (read once a scan; a workspace has none below it as a rule). The sandbox refuses a
+/// workspace with one; the ledger does not walk them.
+pub(crate) fn kernel_mounts_below(root: &Path) -> Vec<KernelMount> {
     let Ok(root) = std::fs::canonicalize(root) else {
         return Vec::new();
     };
@@ -795,7 +808,7 @@ fn kernel_mounts_below(root: &Path) -> Vec<Vec<u8>> {
 /// [`kernel_mounts_below`] of a `mountinfo` text: each line is `ID PARENT MAJ:MIN ROOT
 /// MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS`, the paths with
 /// spaces and the like as octal escapes (`\040`).
-fn mounts_below(table: &[u8], root: &[u8]) -> Vec<Vec<u8>> {
+fn mounts_below(table: &[u8], root: &[u8]) -> Vec<KernelMount> {
     let root = if root == b"/" { &b""[..] } else { root };
     table
         .split(|b| *b == b'\n')
@@ -805,7 +818,10 @@ fn mounts_below(table: &[u8], root: &[u8]) -> Vec<Vec<u8>> {
             let dash = fields.iter().position(|f| *f == b"-")?;
             let fstype = std::str::from_utf8(fields.get(dash + 1)?).ok()?;
             let rel = point.strip_prefix(root)?.strip_prefix(b"/")?;
-            (KERNEL_FILE_SYSTEMS.contains(&fstype) && !rel.is_empty()).then(|| rel.to_vec())
+            (KERNEL_FILE_SYSTEMS.contains(&fstype) && !rel.is_empty()).then(|| KernelMount {
+                rel: rel.to_vec(),
+                fstype: fstype.to_owned(),
+            })
         })
         .collect()
 }
@@ -1055,8 +1071,14 @@ mod tests {
             25 24 0:5 / /work/ws/my\\040proc rw shared:1 - proc proc rw\n\
             26 24 8:2 / /work/ws/data rw - ext4 /dev/vdb rw\n\
             27 24 0:23 / /work/wsx/proc rw - proc proc rw\n";
+        let rels = |root: &[u8]| -> Vec<Vec<u8>> {
+            mounts_below(table, root)
+                .into_iter()
+                .map(|m| m.rel)
+                .collect()
+        };
         assert_eq!(
-            mounts_below(table, b"/"),
+            rels(b"/"),
             [
                 b"proc".to_vec(),
                 b"sys".to_vec(),
@@ -1064,8 +1086,14 @@ mod tests {
                 b"work/wsx/proc".to_vec()
             ]
         );
-        assert_eq!(mounts_below(table, b"/work/ws"), [b"my proc".to_vec()]);
-        assert!(mounts_below(table, b"/work/ws/my proc").is_empty());
+        assert_eq!(
+            mounts_below(table, b"/work/ws"),
+            [KernelMount {
+                rel: b"my proc".to_vec(),
+                fstype: "proc".into()
+            }]
+        );
+        assert!(rels(b"/work/ws/my proc").is_empty());
         assert_eq!(unescape_octal(b"a\\011b\\\\c\\9"), b"a\tb\\\\c\\9");
     }
 
