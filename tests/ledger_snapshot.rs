@@ -592,6 +592,121 @@ fn a_repository_git_cannot_read_is_walked_and_the_run_says_why() {
     assert!(said, "{}", out.explain());
 }
 
+/// The user's index is the agent's to write. An agent gave the entry of `F.txt` the file's
+/// exact stat data (read with `stat`, the checksum made anew: `fixtures/ledger/
+/// forge-index-entry.py`) and the id of the content the next run would write: git takes a
+/// file whose stat data matches its entry as holding what the entry says, so the next
+/// run's "before" held that content, and its edit of `F.txt` was reported unchanged. The
+/// next run now starts from the index coder kept from the last one, in its state
+/// directory. Control: the user's own git takes the forged entry.
+#[test]
+fn an_index_entry_the_agent_forged_does_not_hide_the_next_runs_edit() {
+    let forge = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/ledger/forge-index-entry.py"
+    ))
+    .unwrap();
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "run_tool", "command": "python3 .fake-claude/forge.py F.txt 'forged\n' > .fake-claude/forge.out 2>&1"},
+        common::steps::result_ok("planted"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "F.txt", "original\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    std::fs::write(fake.file("forge.py"), forge).unwrap();
+    let git = |args: &[&str]| git_in(ws, args);
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let out = fake.coder().args(["task"]).run();
+    out.assert_success("planted");
+    let forged = std::fs::read_to_string(fake.file("forge.out")).unwrap_or_default();
+    assert!(
+        forged.contains("FORGED"),
+        "the forgery did not run: {forged}"
+    );
+    // Control: the user's git now takes `F.txt` (still "original") as holding "forged".
+    use common::Bounded;
+    let staged = std::process::Command::new("git")
+        .args(["ls-files", "-s", "F.txt"])
+        .current_dir(ws)
+        .output_bounded();
+    let content = fake.root().join("forged.txt");
+    std::fs::write(&content, "forged\n").unwrap();
+    let forged_id = std::process::Command::new("git")
+        .arg("hash-object")
+        .arg(&content)
+        .current_dir(ws)
+        .output_bounded();
+    let forged_id = String::from_utf8_lossy(&forged_id.stdout).trim().to_owned();
+    assert!(
+        String::from_utf8_lossy(&staged.stdout).contains(&forged_id),
+        "control: the forged entry is not in the index: {staged:?}"
+    );
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            common::steps::init(),
+            {"step": "touch", "path": "../F.txt", "text": "forged\n"},
+            common::steps::result_ok("edited"),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = fake.coder().args(["task"]).run();
+    out.assert_success("edited");
+    assert!(
+        files(&out.envelope)
+            .iter()
+            .any(|(path, status, ..)| path == "F.txt" && status == "modified"),
+        "the edit of F.txt is hidden: {}",
+        out.explain()
+    );
+}
+
+/// The index a run keeps for the next one names the blobs that run hashed into its own
+/// object store, which goes with it: a file the last run made (no blob of it in the
+/// repository) and this run edits is hashed again, and its line counts are there.
+#[test]
+fn a_file_the_last_run_made_is_measured_by_the_next_with_its_lines() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../new.txt", "text": "one\n"},
+        common::steps::result_ok("made"),
+    ]));
+    // Unconfined: the snapshot is taken before the agent starts, not beside it.
+    let unconfined = ["--sandbox", "danger-full-access", "task"];
+    let ws = fake.workspace();
+    write(ws, "a.txt", "a\n");
+    write(ws, ".gitignore", ".fake-claude/\n");
+    let git = |args: &[&str]| git_in(ws, args);
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let out = fake.coder().args(unconfined).run();
+    out.assert_success("made");
+    assert_eq!(files(&out.envelope), [change("new.txt", "added", 1, 0)]);
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            common::steps::init(),
+            {"step": "touch", "path": "../new.txt", "text": "one\ntwo\n"},
+            common::steps::result_ok("edited"),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = fake.coder().args(unconfined).run();
+    out.assert_success("edited");
+    assert_eq!(
+        files(&out.envelope),
+        [change("new.txt", "modified", 1, 0)],
+        "{}",
+        out.explain()
+    );
+}
+
 /// A state directory inside the workspace is refused (the agent could reach it), but the
 /// ledger had started beside that check: its envelope listed coder's own files (the
 /// ledger's private index and objects, written in that state directory) as the run's

@@ -399,6 +399,30 @@ fn nothing_a_run_writes_in_its_cli_config_dir_reaches_a_later_run() {
             assert_eq!(names, fresh(later_mode), "{first_mode} -> {later_mode}");
         }
     }
+    // The per-run dirs of earlier runs wait in coder's trash until a later run removes
+    // them while its agent runs: one more run, held until its pruner has emptied the
+    // trash (under load, the runs above can end before theirs got to it). Unconfined: the
+    // dir it leaves in the trash holds `.claude.json` alone.
+    let drain = waiting_fake(&[]);
+    let running = drain
+        .coder()
+        .env("CODER_STATE_DIR", state.path())
+        .args(["--sandbox", "danger-full-access", "go"])
+        .deadline(Duration::from_secs(60))
+        .spawn();
+    drain.wait_for_file("ready", Duration::from_secs(30));
+    let trash = state.path().join("trash");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs::read_dir(&trash).is_ok_and(|mut d| d.next().is_some()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trash was not emptied: {:?}",
+            listing(&trash)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fs::write(drain.file("go"), "").unwrap();
+    running.wait().assert_success("done");
     // Nothing of it was kept anywhere in coder's state either.
     let kept = listing(state.path());
     assert!(

@@ -332,6 +332,9 @@ pub struct GitRepo {
     part_objects: std::sync::Mutex<std::collections::HashMap<Vec<u8>, PathBuf>>,
     /// Whether a snapshot was taken (only the first, the "before", seeds a part).
     snapshotted: std::sync::atomic::AtomicBool,
+    /// Where the index of this run's last snapshot is kept for the next run on the same
+    /// work tree ([`GitRepo::keep_index`]); `None` without a state directory.
+    kept: Option<KeptIndex>,
 }
 
 /// A snapshot of the workspace: the tree `git write-tree` named (for line counts and the
@@ -491,7 +494,9 @@ impl GitRepo {
             settings,
         )
         .ok()?;
+        let kept = state_dir.and_then(|state| KeptIndex::of(state, workspace, &probe.git_dir));
         let repo = GitRepo {
+            kept,
             program: probe.program,
             git_dir: probe.git_dir,
             work_tree: probe.work_tree,
@@ -502,9 +507,13 @@ impl GitRepo {
             scratch,
             hash_len: probe.format.hash_len(),
         };
-        // Start from a copy of the user's index: its stat data spares hashing every file.
-        // A second copy keeps what it listed (see [`GitRepo::changed_since`]).
-        let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
+        // Start from a copy of the index the last run kept, or else of the user's: its
+        // stat data spares hashing every file. A second copy keeps what it listed (see
+        // [`GitRepo::changed_since`]).
+        let kept = repo.kept.as_ref().map(|k| k.part(b""));
+        if kept.is_none_or(|kept| copy_plain_file(&kept, &repo.index()).is_err()) {
+            let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
+        }
         if repo.clear_unlooked_entries().is_err() {
             // Start afresh rather than from entries git would not look at.
             let _ = std::fs::remove_file(repo.index());
@@ -595,7 +604,8 @@ impl GitRepo {
         self.scratch.path().join("index")
     }
 
-    /// The user's index as it was when the snapshot started (absent: it had none).
+    /// The index the snapshot started from, as it was then (the one the last run kept, or
+    /// the user's; absent: there was none).
     fn start_index(&self) -> PathBuf {
         self.scratch.path().join("index.start")
     }
@@ -658,6 +668,89 @@ impl GitRepo {
             files: staged.into_iter().filter(|p| changed_at(p)).collect(),
             dirs: dirs.into_iter().filter(|d| changed_at(d)).collect(),
         })
+    }
+
+    /// Keeps the private index of the last snapshot, and of each nested part, for the
+    /// next run on this work tree, which starts from it instead of the user's index.
+    ///
+    /// Why: the user's index is the agent's to write, and git takes an entry whose stat
+    /// data matches its file as saying what the file holds. An agent that wrote an entry
+    /// with a file's exact stat data (read with `stat`, checksum made anew) and the id of
+    /// the content the next run would give that file had the next run's "before" hold
+    /// that content: the next run's edit of the file was reported unchanged. An index of
+    /// coder's own, written by its git once the agent's tree was gone, in the state
+    /// directory no agent reaches, has only ids git hashed from the files. Entries whose
+    /// blob is in this run's private object store (which goes with the run) have their
+    /// stat data cleared, so the next run hashes those files again. Best effort: a run
+    /// without it starts from the user's index as before.
+    pub fn keep_index(&self) {
+        let Some(kept) = &self.kept else {
+            return;
+        };
+        let private = self.private_object_ids();
+        let mut parts = vec![Vec::new()];
+        parts.extend(
+            self.part_objects
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .keys()
+                .cloned(),
+        );
+        for part in parts {
+            let Ok(bytes) = std::fs::read(self.part_index(&part)) else {
+                continue;
+            };
+            let bytes = if private.is_empty() {
+                Some(bytes)
+            } else {
+                super::git_index::forget_stat_of(&bytes, self.hash_len, |oid| {
+                    private.contains(&padded(oid))
+                })
+            };
+            if let Some(bytes) = bytes {
+                kept.store(&part, &bytes);
+            }
+        }
+        kept.prune();
+    }
+
+    /// The ids of the objects in the private store (loose, and in packs), zero-padded to
+    /// 32 bytes.
+    fn private_object_ids(&self) -> std::collections::HashSet<[u8; 32]> {
+        let objects = self.scratch.path().join(PRIVATE_GIT_DIR).join("objects");
+        let mut ids = std::collections::HashSet::new();
+        let Ok(dirs) = std::fs::read_dir(&objects) else {
+            return ids;
+        };
+        for dir in dirs.flatten() {
+            let name = dir.file_name();
+            let name = name.to_string_lossy();
+            if name == "pack" {
+                let packs = std::fs::read_dir(dir.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten();
+                for pack in packs.filter(|p| p.path().extension().is_some_and(|e| e == "idx")) {
+                    if let Ok(idx) = std::fs::read(pack.path()) {
+                        ids.extend(pack_index_ids(&idx, self.hash_len));
+                    }
+                }
+            } else if name.len() == 2 {
+                let loose = std::fs::read_dir(dir.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten();
+                for object in loose {
+                    let full = format!("{name}{}", object.file_name().to_string_lossy());
+                    if full.len() == self.hash_len * 2
+                        && let Some(id) = unhex(full.as_bytes(), self.hash_len)
+                    {
+                        ids.insert(id);
+                    }
+                }
+            }
+        }
+        ids
     }
 
     /// A git command on this repository with every safety setting applied.
@@ -946,7 +1039,10 @@ impl GitRepo {
         }
         let index = self.part_index(part);
         let _ = std::fs::remove_file(&index);
-        if copy_plain_file(&git_dir.join("index"), &index).is_err() {
+        let kept = self.kept.as_ref().map(|k| k.part(part));
+        if kept.is_none_or(|kept| copy_plain_file(&kept, &index).is_err())
+            && copy_plain_file(&git_dir.join("index"), &index).is_err()
+        {
             let _ = std::fs::remove_file(&index);
             return;
         }
@@ -1354,6 +1450,147 @@ pub fn parse_raw_numstat(out: &[u8], hash_len: usize) -> DiffStat {
         stat.counts.push((path.to_vec(), counts));
     }
     stat
+}
+
+/// The directory of the indexes the ledger keeps between runs, in coder's state directory.
+pub const KEPT_INDEX_DIR: &str = "ledger-index";
+
+/// How many work trees' indexes are kept; the least recently stored go first.
+const KEPT_INDEXES: usize = 64;
+
+/// Where the ledger keeps the index of one work tree's last snapshot (see
+/// [`GitRepo::keep_index`]): `<state>/ledger-index/<key>.index`, and each nested part's as
+/// `<key>.<part key>.index`; the key is a hash of the workspace's and the git dir's
+/// canonical paths.
+#[derive(Debug)]
+struct KeptIndex {
+    dir: PathBuf,
+    key: String,
+}
+
+impl KeptIndex {
+    fn of(state_dir: &Path, workspace: &Path, git_dir: &Path) -> Option<KeptIndex> {
+        use sha2::Digest;
+        let workspace = std::fs::canonicalize(workspace).ok()?;
+        let git_dir = std::fs::canonicalize(git_dir).ok()?;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(workspace.as_os_str().as_encoded_bytes());
+        hasher.update([0]);
+        hasher.update(git_dir.as_os_str().as_encoded_bytes());
+        Some(KeptIndex {
+            dir: state_dir.join(KEPT_INDEX_DIR),
+            key: hex(&hasher.finalize()[..16]),
+        })
+    }
+
+    /// The kept index of nested part `part` (`""`: the workspace).
+    fn part(&self, part: &[u8]) -> PathBuf {
+        use sha1::Digest;
+        if part.is_empty() {
+            return self.dir.join(format!("{}.index", self.key));
+        }
+        let part = hex(&sha1::Sha1::digest(part)[..8]);
+        self.dir.join(format!("{}.{part}.index", self.key))
+    }
+
+    /// Stores `bytes` as the kept index of `part`, whole or not at all (a temporary file
+    /// renamed over it: another coder on the same work tree reads one or the other).
+    fn store(&self, part: &[u8], bytes: &[u8]) {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir);
+        let target = self.part(part);
+        let temporary = target.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)
+            .and_then(|mut file| file.write_all(bytes));
+        if written.is_err() || std::fs::rename(&temporary, &target).is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+    }
+
+    /// Removes the kept indexes of all but the [`KEPT_INDEXES`] work trees stored last
+    /// (a workspace made for one run, by a test or a CI job, would otherwise leave its
+    /// index for good), and temporary files of a coder killed while it stored one.
+    fn prune(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut by_key: std::collections::HashMap<String, (std::time::SystemTime, Vec<PathBuf>)> =
+            std::collections::HashMap::new();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((key, _)) = name.split_once('.') else {
+                continue;
+            };
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            if name.ends_with(".tmp") {
+                if modified < hour_ago {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+                continue;
+            }
+            let slot = by_key
+                .entry(key.to_owned())
+                .or_insert((std::time::UNIX_EPOCH, Vec::new()));
+            slot.0 = slot.0.max(modified);
+            slot.1.push(entry.path());
+        }
+        if by_key.len() <= KEPT_INDEXES {
+            return;
+        }
+        let mut keys: Vec<_> = by_key.into_values().collect();
+        keys.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+        for (_, files) in keys.into_iter().skip(KEPT_INDEXES) {
+            for file in files {
+                let _ = std::fs::remove_file(file);
+            }
+        }
+    }
+}
+
+/// An object id zero-padded to 32 bytes.
+fn padded(oid: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let len = oid.len().min(32);
+    out[..len].copy_from_slice(&oid[..len]);
+    out
+}
+
+/// The object ids a pack index (version 2) lists, zero-padded to 32 bytes; none when it
+/// is not one.
+fn pack_index_ids(idx: &[u8], hash_len: usize) -> Vec<[u8; 32]> {
+    const MAGIC: &[u8] = b"\xfftOc";
+    if idx.get(..4) != Some(MAGIC) || idx.get(4..8) != Some(&[0, 0, 0, 2][..]) {
+        return Vec::new();
+    }
+    // The last of the 256 fan-out counts is the number of objects.
+    let Some(count) = idx
+        .get(8 + 255 * 4..8 + 256 * 4)
+        .and_then(|c| c.try_into().ok())
+        .map(u32::from_be_bytes)
+    else {
+        return Vec::new();
+    };
+    let ids_at = 8 + 256 * 4;
+    let Some(ids) = usize::try_from(count)
+        .ok()
+        .and_then(|n| n.checked_mul(hash_len))
+        .and_then(|len| idx.get(ids_at..ids_at + len))
+    else {
+        return Vec::new();
+    };
+    ids.chunks(hash_len).map(padded).collect()
 }
 
 /// Lower-case hex of `bytes`.
@@ -2221,6 +2458,91 @@ mod tests {
             counts_after_an_appended_line(&root.join("linked")),
             Some((1, 0))
         );
+    }
+
+    /// The index kept for the next run: git reads it (its checksum made anew, for both
+    /// hashes), the entry of a file whose blob is only in the run's private store has no
+    /// stat data (hashed again next time), a committed file's keeps it, and the next run
+    /// starts from it rather than from the user's index.
+    #[test]
+    fn the_index_kept_for_the_next_run_forgets_the_stat_data_of_private_blobs() {
+        for format in ["sha1", "sha256"] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = std::fs::canonicalize(dir.path()).unwrap();
+            let (ws, state) = (root.join("ws"), root.join("state"));
+            std::fs::create_dir_all(&ws).unwrap();
+            user_git(&ws, &["init", "-q", &format!("--object-format={format}")]);
+            std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+            user_git(&ws, &["add", "-A"]);
+            user_git(&ws, &["commit", "-qm", "start"]);
+            let repo = GitRepo::discover_in(&ws, Some(&state)).unwrap().unwrap();
+            repo.snapshot().unwrap();
+            std::fs::write(ws.join("new.txt"), "new\n").unwrap();
+            repo.snapshot().unwrap();
+            repo.keep_index();
+            let kept = repo.kept.as_ref().unwrap().part(b"");
+            let listed = Command::new("git")
+                .current_dir(&ws)
+                .env("GIT_INDEX_FILE", &kept)
+                .args(["ls-files", "--debug"])
+                .output()
+                .unwrap();
+            assert!(listed.status.success(), "{format}: {listed:?}");
+            let listed = String::from_utf8_lossy(&listed.stdout);
+            let stat_of = |name: &str| {
+                let at = listed.find(&format!("{name}\n")).unwrap();
+                listed[at..].lines().nth(1).unwrap().to_owned()
+            };
+            assert_eq!(stat_of("new.txt"), "  ctime: 0:0", "{format}: {listed}");
+            assert_ne!(stat_of("a.txt"), "  ctime: 0:0", "{format}: {listed}");
+            drop(repo);
+            // The user's index, which lists no `new.txt`, is not where the next run starts.
+            let next = GitRepo::discover_in(&ws, Some(&state)).unwrap().unwrap();
+            let started = std::fs::read(next.index()).unwrap();
+            let entries = super::super::git_index::entries(&started, next.hash_len, b"").unwrap();
+            assert!(
+                entries.iter().any(|e| e.path == b"new.txt"),
+                "{format}: {entries:?}"
+            );
+        }
+    }
+
+    /// Kept indexes of more than [`KEPT_INDEXES`] work trees: the least recently stored
+    /// go, with their nested parts', and a killed coder's temporary file once it is old.
+    #[test]
+    fn kept_indexes_are_pruned_to_the_most_recent_work_trees() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = |n: usize| KeptIndex {
+            dir: dir.path().to_path_buf(),
+            key: format!("{n:032x}"),
+        };
+        let set_age = |path: &Path, seconds_ago: u64| {
+            let at = std::time::SystemTime::now() - std::time::Duration::from_secs(seconds_ago);
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        };
+        let total = KEPT_INDEXES + 2;
+        for n in 0..total {
+            kept(n).store(b"", b"index");
+            kept(n).store(b"nested", b"index");
+            // Work tree 0 is the oldest.
+            for part in [&b""[..], b"nested"] {
+                set_age(&kept(n).part(part), 100 * (total - n) as u64);
+            }
+        }
+        let stale = dir.path().join(format!("{:032x}.index.abc.tmp", 0));
+        std::fs::write(&stale, "x").unwrap();
+        set_age(&stale, 7200);
+        kept(total - 1).prune();
+        for n in 0..total {
+            let there = kept(n).part(b"").exists() && kept(n).part(b"nested").exists();
+            assert_eq!(there, n >= 2, "work tree {n}");
+        }
+        assert!(!stale.exists());
     }
 
     #[test]

@@ -32,8 +32,70 @@ const STAT_LEN: usize = 40;
 /// `hash_len` bytes long) is marked "assume unchanged" or "skip worktree"; `None` when the
 /// bytes are not an index this reads (another version, cut short).
 pub fn has_unlooked_entries(index: &[u8], hash_len: usize) -> Option<bool> {
+    let mut found = false;
+    each_entry(index, hash_len, |entry| {
+        found = entry.flags & ASSUME_VALID != 0 || entry.extended & SKIP_WORKTREE != 0;
+        !found
+    })?;
+    Some(found)
+}
+
+/// `index` with the stat data of every entry whose object id `forget` picks cleared (so
+/// that git reads that file again rather than take the id from the entry), and its
+/// trailing checksum made anew; `None` when the bytes are not an index this reads.
+///
+/// The change ledger keeps the index of a run's last snapshot for the next run. Its ids
+/// of files the repository has no object for name objects of the run's private store,
+/// which goes with the run: an entry git trusted by its stat data would name a blob the
+/// next run cannot read.
+pub fn forget_stat_of(
+    index: &[u8],
+    hash_len: usize,
+    forget: impl Fn(&[u8]) -> bool,
+) -> Option<Vec<u8>> {
+    let mut out = index.to_vec();
+    let mut cleared = Vec::new();
+    each_entry(index, hash_len, |entry| {
+        let oid = &index[entry.start + STAT_LEN..entry.start + STAT_LEN + hash_len];
+        if forget(oid) {
+            cleared.push(entry.start);
+        }
+        true
+    })?;
+    for start in cleared {
+        // ctime, mtime, device and inode (the mode at 24 stays), and the size: a file
+        // matches none of them.
+        out[start..start + 24].fill(0);
+        out[start + 36..start + STAT_LEN].fill(0);
+    }
+    let body = out.len().checked_sub(hash_len)?;
+    let sum: Vec<u8> = match hash_len {
+        20 => <sha1::Sha1 as sha1::Digest>::digest(&out[..body]).to_vec(),
+        32 => <sha2::Sha256 as sha2::Digest>::digest(&out[..body]).to_vec(),
+        _ => return None,
+    };
+    out[body..].copy_from_slice(&sum);
+    Some(out)
+}
+
+/// Where one entry of an index lies, and its flags.
+struct EntryAt {
+    /// The offset of its stat data.
+    start: usize,
+    flags: u16,
+    /// The extended flags word (0 when there is none).
+    extended: u16,
+}
+
+/// Calls `visit` with every entry of `index` in turn, while it returns `true`; `None` when
+/// the bytes are not an index this reads.
+fn each_entry(
+    index: &[u8],
+    hash_len: usize,
+    mut visit: impl FnMut(&EntryAt) -> bool,
+) -> Option<()> {
     let header = index.get(..12)?;
-    if &header[..4] != b"DIRC" {
+    if &header[..4] != b"DIRC" || hash_len > 32 {
         return None;
     }
     let version = u32::from_be_bytes(header[4..8].try_into().ok()?);
@@ -46,15 +108,10 @@ pub fn has_unlooked_entries(index: &[u8], hash_len: usize) -> Option<bool> {
         let start = at;
         let flags_at = start.checked_add(STAT_LEN + hash_len)?;
         let flags = u16::from_be_bytes(index.get(flags_at..flags_at + 2)?.try_into().ok()?);
-        if flags & ASSUME_VALID != 0 {
-            return Some(true);
-        }
         let mut name_at = flags_at + 2;
+        let mut extended = 0;
         if version >= 3 && flags & EXTENDED != 0 {
-            let extended = u16::from_be_bytes(index.get(name_at..name_at + 2)?.try_into().ok()?);
-            if extended & SKIP_WORKTREE != 0 {
-                return Some(true);
-            }
+            extended = u16::from_be_bytes(index.get(name_at..name_at + 2)?.try_into().ok()?);
             name_at += 2;
         }
         at = if version == 4 {
@@ -76,8 +133,15 @@ pub fn has_unlooked_entries(index: &[u8], hash_len: usize) -> Option<bool> {
         if at > index.len() {
             return None;
         }
+        if !visit(&EntryAt {
+            start,
+            flags,
+            extended,
+        }) {
+            break;
+        }
     }
-    Some(false)
+    Some(())
 }
 
 /// One entry of an index: its path (below the prefix asked for) and what it says of the
