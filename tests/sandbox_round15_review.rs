@@ -24,7 +24,7 @@
 //!   for ever (nothing it held was suspect), and the run never ended, nor any later one.
 //!   Now a git of coder's that reads the config alone (the ledger's probe and copied
 //!   settings, `--worktree`'s probe and identity lookup) is stopped after
-//!   `CONFIG_DEADLINE` (20 s), and the run falls back to the plain walk with a warning
+//!   `CONFIG_DEADLINE` (5 s), and the run falls back to the plain walk with a warning
 //!   (the snapshots' own git, since the merge, reads no config of the repository's).
 //!   Still open: a fan-out sized to take just under that slows each run's start by as
 //!   much (not forever).
@@ -627,7 +627,7 @@ impl Drop for TraceInstance {
 /// here `tracefs`, mounted in a mount namespace of coder's own at `alt/`): the watcher
 /// took a file as the kernel's by its path, so the agent's symlink of the included config
 /// to `alt/instances/NAME/trace_pipe` had coder's git wait in its read until the config
-/// deadline (20 s for each git that reads the config alone; for ever for a `git add` whose
+/// deadline (5 s for each git that reads the config alone; for ever for a `git add` whose
 /// listing passed, or `--worktree`'s `index-pack`), and the warning said nothing of why. Now
 /// the file system's type is asked (`statfs`), wherever it is mounted: the git is stopped
 /// at once, and the warning names the file. Root only: `trace_pipe` is root's to read (as another user git
