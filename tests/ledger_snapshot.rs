@@ -74,6 +74,36 @@ fn write(ws: &Path, name: &str, text: &str) {
     std::fs::write(ws.join(name), text).unwrap();
 }
 
+/// A repository in `fake`'s workspace with `files` (and a `.gitignore` for the fake's own
+/// files) committed.
+fn committed(fake: &Fake, files: &[(&str, &str)]) {
+    let ws = fake.workspace();
+    for (name, text) in files {
+        write(ws, name, text);
+    }
+    write(ws, ".gitignore", ".fake-claude/\n");
+    git_in(ws, &["init", "-q"]);
+    git_in(ws, &["add", "-A"]);
+    git_in(ws, &["commit", "-qm", "start"]);
+}
+
+/// Whether `envelope` lists `path` with `status`.
+fn lists(envelope: &Value, path: &str, status: &str) -> bool {
+    files(envelope)
+        .iter()
+        .any(|(p, s, ..)| p == path && s == status)
+}
+
+/// Whether some warning of `envelope` passes `test`.
+fn warned(envelope: &Value, test: impl Fn(&str) -> bool) -> bool {
+    envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(test)
+}
+
 /// The real CLI starts (about a second) while the snapshot has not even begun: its first
 /// request waits in the proxy, so every edit of the agent lands after the snapshot and is
 /// reported exactly, and the placeholders the sandbox made meanwhile (`.envrc`,
@@ -520,32 +550,22 @@ fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
         {"step": "touch", "path": "../a.txt", "text": "changed\n"},
         common::steps::result_ok("done"),
     ]));
-    let ws = fake.workspace();
-    write(ws, "a.txt", "a\n");
-    write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| git_in(ws, args);
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
+    committed(&fake, &[("a.txt", "a\n")]);
     let (read_end, _write_end) = nix::unistd::pipe().unwrap();
     let out = fake.coder().args(["task"]).inherit(read_end).run();
     out.assert_success("done");
     // The fake edits at once, beside the "before" snapshot: its line counts may be
     // unknown (a warning says so), but it is measured, and no git was stopped.
     assert!(
-        files(&out.envelope)
-            .iter()
-            .any(|(path, status, ..)| path == "a.txt" && status == "modified"),
+        lists(&out.envelope, "a.txt", "modified"),
         "{}",
         out.explain()
     );
-    let stopped = out.envelope["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .any(|w| w.contains("git stopped"));
-    assert!(!stopped, "{}", out.explain());
+    assert!(
+        !warned(&out.envelope, |w| w.contains("git stopped")),
+        "{}",
+        out.explain()
+    );
 }
 
 /// A workspace in a repository git refuses to read (here a config with a broken line; a
@@ -559,36 +579,21 @@ fn a_repository_git_cannot_read_is_walked_and_the_run_says_why() {
         {"step": "touch", "path": "../a.txt", "text": "changed\n"},
         common::steps::result_ok("done"),
     ]));
-    let ws = fake.workspace();
-    write(ws, "a.txt", "a\n");
-    write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| git_in(ws, args);
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
-    let config = ws.join(".git/config");
+    committed(&fake, &[("a.txt", "a\n")]);
+    let config = fake.workspace().join(".git/config");
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("[core\n");
     std::fs::write(&config, text).unwrap();
     let out = fake.coder().args(["task"]).run();
     out.assert_success("done");
     assert!(
-        files(&out.envelope)
-            .iter()
-            .any(|(path, status, ..)| path == "a.txt" && status == "modified"),
+        lists(&out.envelope, "a.txt", "modified"),
         "{}",
         out.explain()
     );
-    let said = out.envelope["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .any(|w| {
-            w.contains("git rev-parse failed")
-                && w.contains("bad config")
-                && w.contains("plain walk")
-        });
+    let said = warned(&out.envelope, |w| {
+        w.contains("git rev-parse failed") && w.contains("bad config") && w.contains("plain walk")
+    });
     assert!(said, "{}", out.explain());
 }
 
@@ -612,13 +617,8 @@ fn an_index_entry_the_agent_forged_does_not_hide_the_next_runs_edit() {
         common::steps::result_ok("planted"),
     ]));
     let ws = fake.workspace();
-    write(ws, "F.txt", "original\n");
-    write(ws, ".gitignore", ".fake-claude/\n");
+    committed(&fake, &[("F.txt", "original\n")]);
     std::fs::write(fake.file("forge.py"), forge).unwrap();
-    let git = |args: &[&str]| git_in(ws, args);
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
     let out = fake.coder().args(["task"]).run();
     out.assert_success("planted");
     let forged = std::fs::read_to_string(fake.file("forge.out")).unwrap_or_default();
@@ -657,9 +657,7 @@ fn an_index_entry_the_agent_forged_does_not_hide_the_next_runs_edit() {
     let out = fake.coder().args(["task"]).run();
     out.assert_success("edited");
     assert!(
-        files(&out.envelope)
-            .iter()
-            .any(|(path, status, ..)| path == "F.txt" && status == "modified"),
+        lists(&out.envelope, "F.txt", "modified"),
         "the edit of F.txt is hidden: {}",
         out.explain()
     );
@@ -677,13 +675,7 @@ fn a_file_the_last_run_made_is_measured_by_the_next_with_its_lines() {
     ]));
     // Unconfined: the snapshot is taken before the agent starts, not beside it.
     let unconfined = ["--sandbox", "danger-full-access", "task"];
-    let ws = fake.workspace();
-    write(ws, "a.txt", "a\n");
-    write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| git_in(ws, args);
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
+    committed(&fake, &[("a.txt", "a\n")]);
     let out = fake.coder().args(unconfined).run();
     out.assert_success("made");
     assert_eq!(files(&out.envelope), [change("new.txt", "added", 1, 0)]);
