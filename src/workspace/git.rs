@@ -1556,6 +1556,13 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         "core.ignoreStat=false",
         "diff.external=",
         "protocol.allow=never",
+        // A directory with a `HEAD` is a git dir to git's discovery when no `.git` is
+        // found: the agent made the workspace one (its own `config` with `core.worktree
+        // = .`, its own `info/exclude`), and the next run's ledger took it for the
+        // repository, with the exclude naming what the ledger should not see (round
+        // sixteen's review; the end-of-run git guard moves `core.worktree` aside, this
+        // holds below it). A repository coder means is named with `--git-dir`.
+        "safe.bareRepository=explicit",
     ] {
         cmd.arg("-c").arg(setting);
     }
