@@ -357,3 +357,66 @@ fn a_file_left_at_the_commondir_placeholders_temporary_name_does_not_stop_later_
         }
     }
 }
+
+/// A workspace without git: the agent makes the workspace itself look like a git
+/// directory (`HEAD`, `objects/`, `refs/`, a `config` with `core.worktree = .`) with an
+/// `info/exclude` of its own, naming the file the next run's agent adds. git takes a
+/// directory with a `HEAD` for a git dir when no `.git` is found, and the ledger's private
+/// git dir copies that repository's `info/exclude`. Held: the end-of-run git guard moves
+/// `core.worktree` aside, so the next run's discovery finds a bare repository with no
+/// work tree, warns, and the plain walk lists the file. Below the guard, though, nothing
+/// held: with the key put back (as if the guard had missed it) coder's discovery took the
+/// workspace for that repository and the file was left out of the ledger. Now coder's
+/// git takes no repository it finds as a bare one (`safe.bareRepository = explicit`).
+/// Control: the user's own git takes the workspace for a repository that hides the file.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_workspace_made_to_look_like_a_git_dir_does_not_choose_what_the_ledger_sees() {
+    common::require_root_and_user_namespaces();
+    let name = "workspace made a git dir, below the git guard";
+    let deadline = Duration::from_secs(120);
+    let config = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n";
+    for owner in [None, Some(NOBODY)] {
+        let case = who(owner);
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], false);
+        let plant = "mkdir -p objects refs/heads info && echo 'ref: refs/heads/main' > HEAD && \
+                     printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n' > config && \
+                     echo 'hidden*' > info/exclude && echo PLANTED";
+        let env = tree.run(&[], plant, deadline);
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let env = tree.run(
+            &[],
+            "echo x >> a.txt && echo evil > hidden.sh && echo AGAIN",
+            deadline,
+        );
+        assert!(result(&env).contains("AGAIN"), "{case}: {env}");
+        assert!(
+            changes(&env).contains(&("hidden.sh".into(), "added".into())),
+            "{case}: the git guard no longer holds: {env}"
+        );
+        // Below the guard: the key put back.
+        std::fs::write(tree.ws().join("config"), config).unwrap();
+        let mut status = std::process::Command::new("git");
+        status
+            .args(["status", "--porcelain", "--untracked-files=all"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"));
+        sandbox_fixture::as_owner(&mut status, owner);
+        let out = status.output_bounded();
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && listed.contains("a.txt") && !listed.contains("hidden"),
+            "{case}: control: the user's git does not hide the file: {out:?}"
+        );
+        let env = tree.run(&[], "echo evil > hidden2.sh && echo THIRD", deadline);
+        assert!(result(&env).contains("THIRD"), "{case}: {env}");
+        let seen = changes(&env).contains(&("hidden2.sh".into(), "added".into()));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!seen, "{case}: {name} is closed: {env}");
+        } else {
+            assert!(seen, "{case}: the added file is not in the ledger: {env}");
+            assert!(warned(&env, "bare repository"), "{case}: {env}");
+        }
+    }
+}
