@@ -27,6 +27,24 @@
 //!   the agent's to write, and coder's pid is foreseeable (pid 1 as a container's entry
 //!   point): a file left at that name failed the open, and every later run ended in a
 //!   `sandbox_error`. The name is random now.
+//! * **A workspace made to look like a git dir chose what the ledger saw (below the git
+//!   guard).** `HEAD`, `objects/`, `refs/`, `config` (`core.worktree = .`) and
+//!   `info/exclude` in a workspace without `.git`: git's discovery takes it for a
+//!   repository, and the ledger copied its exclude. The end-of-run git guard moves
+//!   `core.worktree` aside, which held; with the key back, a file the exclude named was
+//!   left out of the next run's ledger. coder's git now refuses a repository discovered
+//!   as a bare one (`safe.bareRepository=explicit`).
+//!
+//! Looked at and held (no test of their own here):
+//! * `.git/objects/info/alternates` (the agent may write it) pointing anywhere: the
+//!   snapshots read only objects through it, the ones a diff reads are hashed first
+//!   (`unverified_blobs`); made a FIFO or garbage it fails the ledger (now a failed
+//!   scope). Reading an object outside the sandbox into the diff needs its id, which the
+//!   agent cannot list.
+//! * garbage in `.git/HEAD` makes the next run's discovery say "not a git repository",
+//!   silently: that run is measured by the plain walk (see the budget item above).
+//! * the copied `info/exclude`: `info/` is read-only in the sandbox; a FIFO or symlink
+//!   there is refused by `copy_plain_file`.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
