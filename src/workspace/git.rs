@@ -710,6 +710,7 @@ impl GitRepo {
         });
         cmd.arg(git_dir).arg(work_tree);
         cmd.env("GIT_INDEX_FILE", self.part_index(part));
+        limit_memory(&mut cmd);
         // A nested part's own objects, besides the private ones and the repository's
         // (the private git dir's alternate).
         if let Some(objects) = self
@@ -1567,6 +1568,40 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         cmd.arg("-c").arg(setting);
     }
     cmd
+}
+
+/// The heap a snapshot's or diff's git may take at most ([`limit_memory`]).
+const MEMORY_LIMIT: u64 = 2 << 30;
+
+/// Caps the data segment (`RLIMIT_DATA`: the heap and private writable mappings, not the
+/// packs git maps read-only) of the git `cmd` starts at [`MEMORY_LIMIT`]. git's line diff
+/// (`diff-tree --numstat`, `-p`) holds some forty bytes per line of both sides: a file of
+/// 500 MiB of empty lines the agent added (under the 1 GiB read budget and git's 512 MiB
+/// big-file threshold) had coder's own git, unconfined, ask for some 20 GiB (round
+/// sixteen's review). A git that reaches the cap dies; the ledger keeps the file listed,
+/// without line counts, and warns.
+fn limit_memory(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, and calls only
+    // `getrlimit` and `setrlimit`, which are async-signal-safe; it touches no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_DATA, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Only ever lowered (a user's own lower limit stays).
+            limit.rlim_cur = limit.rlim_cur.min(MEMORY_LIMIT as libc::rlim_t);
+            limit.rlim_max = limit.rlim_max.min(MEMORY_LIMIT as libc::rlim_t);
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// How often [`watched_run`] looks at what its git waits for.
