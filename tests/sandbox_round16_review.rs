@@ -438,3 +438,56 @@ fn a_workspace_made_to_look_like_a_git_dir_does_not_choose_what_the_ledger_sees(
         }
     }
 }
+
+/// The agent adds a file of 64 MiB of empty lines: under the ledger's 1 GiB read budget
+/// and git's 512 MiB big-file threshold, so `diff-tree --numstat` counts its lines, and
+/// git's line diff holds some forty bytes a line: coder's own git, unconfined, took
+/// about 2.8 GiB for it (and some 20 GiB for 500 MiB, which the budget allows). Now the
+/// ledger's git may take 2 GiB of heap (`RLIMIT_DATA`): it stops there, and the file
+/// stays listed, without line counts, with a warning. Control: the user's own git takes
+/// more than 2 GiB to count the same file's lines.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_of_empty_lines_does_not_make_the_ledgers_git_take_gigabytes() {
+    common::require_root_and_user_namespaces();
+    let name = "ledger's git memory unbounded";
+    for owner in [None, Some(NOBODY)] {
+        let case = who(owner);
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
+        let payload = "head -c 67108864 /dev/zero | tr '\\0' '\\n' > big.txt && echo PLANTED";
+        let env = tree.run(&[], payload, Duration::from_secs(180));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let big = env["changes"]["files"]
+            .as_array()
+            .and_then(|files| files.iter().find(|f| f["path"] == "big.txt"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{case}: big.txt is not listed: {env}"));
+        assert_eq!(big["status"], "added", "{case}: {env}");
+        if KNOWN_OPEN.contains(&name) {
+            assert_eq!(
+                big["lines_added"],
+                64 << 20,
+                "{case}: {name} is closed: {env}"
+            );
+        } else {
+            assert_eq!(big["lines_added"], 0, "{case}: {env}");
+            assert!(
+                warned(&env, "cannot compare the snapshots' trees"),
+                "{case}: {env}"
+            );
+        }
+        if owner.is_none() {
+            let out = std::process::Command::new("/usr/bin/time")
+                .args(["-f", "%M", "git", "diff", "--no-index", "--numstat"])
+                .args(["/dev/null", "big.txt"])
+                .current_dir(tree.ws())
+                .output_bounded();
+            let kib: u64 = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .and_then(|l| l.trim().parse().ok())
+                .unwrap_or_else(|| panic!("control: no peak size: {out:?}"));
+            assert!(kib > 2 << 20, "control: the user's git took only {kib} KiB");
+        }
+    }
+}
