@@ -252,6 +252,11 @@ fn make_private_git_dir(
         config.push_str("[extensions]\n\tobjectformat = sha256\n");
     }
     std::fs::write(dir.join("config"), config)?;
+    // Above every `.gitattributes` of the work tree: no `$Id$` is collapsed. With `ident`
+    // set there, `git add` records `$Id: ANYTHING $` (to the next `$` on its line) as
+    // `$Id$`: the agent wrote code into such a span (`x = "$Id: "; import os; ...; "$"`)
+    // and the ledger said the file was unchanged (round sixteen's review).
+    std::fs::write(dir.join("info/attributes"), "* -ident\n")?;
     const EXCLUDE_CAP: u64 = 4 << 20;
     let exclude = common_dir.join("info/exclude");
     let fits = std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.len() <= EXCLUDE_CAP);
