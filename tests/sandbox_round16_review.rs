@@ -491,3 +491,61 @@ fn a_file_of_empty_lines_does_not_make_the_ledgers_git_take_gigabytes() {
         }
     }
 }
+
+/// The project marks `*.py` with git's `ident` attribute (a `.gitattributes` of its own,
+/// or one an earlier run's agent committed): `git add` records `$Id: ANYTHING $` (to
+/// the next `$` on its line) as `$Id$`. The agent writes code into such a span; the
+/// ledger's `git add` recorded the same blob, and the edit was not in `changes`. Now the
+/// ledger's private git dir unsets `ident` for every path (`info/attributes`, above the
+/// work tree's). Control: the user's own git records no change.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn code_written_into_an_ident_span_is_in_the_ledger() {
+    common::require_root_and_user_namespaces();
+    let name = "ident hides an edit";
+    for owner in [None, Some(NOBODY)] {
+        let case = who(owner);
+        let tree = Tree::new(
+            owner,
+            &[
+                ("a.py", "x = \"$Id$\"\n"),
+                (".gitattributes", "*.py ident\n"),
+            ],
+            true,
+        );
+        let payload =
+            "printf 'x = \"$Id: \"; import os; os.system(\"id\"); \"$\"\\n' > a.py && echo EDITED";
+        let env = tree.run(&["--return-diff"], payload, Duration::from_secs(120));
+        assert!(result(&env).contains("EDITED"), "{case}: {env}");
+        assert!(
+            std::fs::read_to_string(tree.ws().join("a.py"))
+                .unwrap()
+                .contains("os.system"),
+            "{case}: control: the edit did not land"
+        );
+        let seen = changes(&env).contains(&("a.py".into(), "modified".into()));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!seen, "{case}: {name} is closed: {env}");
+        } else {
+            assert!(seen, "{case}: the edit is not in the ledger: {env}");
+            assert!(
+                env["diff"]["unified"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("os.system"),
+                "{case}: the diff does not show the code: {env}"
+            );
+        }
+        let mut add = std::process::Command::new("sh");
+        add.args(["-c", "git add -A && git diff --cached --name-only"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"));
+        sandbox_fixture::as_owner(&mut add, owner);
+        let out = add.output_bounded();
+        assert!(
+            out.status.success() && out.stdout.is_empty(),
+            "{case}: control: the user's git records a change: {out:?}"
+        );
+    }
+}
