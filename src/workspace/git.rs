@@ -474,7 +474,22 @@ impl GitRepo {
                 },
             });
         }
-        Ok(Probe::read(program, &out.stdout))
+        let Some(probe) = Probe::read(program, &out.stdout) else {
+            return Ok(None);
+        };
+        if let Some(skipped) = skipped_repository(workspace, &probe.work_tree) {
+            return Err(GitError::Failed {
+                what: "rev-parse",
+                stderr: format!(
+                    "{} is not a repository git can use (its HEAD broken?), and git found \
+                     the one around it instead ({}), whose ignore rules are not the \
+                     workspace's",
+                    skipped.display(),
+                    probe.work_tree.display()
+                ),
+            });
+        }
+        Ok(Some(probe))
     }
 
     /// The repository [`GitRepo::probe`] found, with its private directories made.
@@ -1497,6 +1512,26 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound)
         })
     })
+}
+
+/// The first `.git` (a directory or a `.git` file, not a symlink: the sandbox's
+/// placeholder for an absent one is) in `workspace` or a directory above it below
+/// `top`, the work tree git found: a repository git passed over. The agent may write a
+/// repository's `HEAD`; with garbage there git takes the directory for none and looks
+/// further up, and in a repository around the workspace that ignores it (`inner/` in
+/// its `.gitignore`) the next run's ledger saw no change at all (round sixteen's
+/// review).
+fn skipped_repository(workspace: &Path, top: &Path) -> Option<PathBuf> {
+    let workspace = std::fs::canonicalize(workspace).ok()?;
+    let top = std::fs::canonicalize(top).ok()?;
+    if workspace == top || !workspace.starts_with(&top) {
+        return None;
+    }
+    workspace
+        .ancestors()
+        .take_while(|dir| *dir != top)
+        .map(|dir| dir.join(".git"))
+        .find(|dot_git| std::fs::symlink_metadata(dot_git).is_ok_and(|m| m.is_dir() || m.is_file()))
 }
 
 /// The `git` coder runs for `workspace`, outside the sandbox: the first on `PATH`, leaving
