@@ -549,3 +549,74 @@ fn code_written_into_an_ident_span_is_in_the_ledger() {
         );
     }
 }
+
+/// The workspace is a repository nested in another, which ignores some of its files (`ws/*.txt`
+/// in the outer one's `.gitignore`: a vendored or scratch checkout). An earlier run's agent writes
+/// garbage into `.git/HEAD` (the agent may: commits work): git then takes `ws` for no
+/// repository and finds the outer one, where everything in `ws` is ignored, and the next
+/// run's ledger saw no change at all. Now discovery that passed over a `.git` of the
+/// workspace warns, and the plain walk measures. Control: the user's own git, in the
+/// workspace, shows nothing of the edit.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_broken_head_does_not_hand_the_ledger_to_a_repository_that_ignores_the_workspace() {
+    common::require_root_and_user_namespaces();
+    let name = "broken HEAD hands the ledger to the outer repository";
+    let deadline = Duration::from_secs(120);
+    for owner in [None, Some(NOBODY)] {
+        let case = who(owner);
+        let tree = Tree::new(None, &[("a.txt", "a\n"), ("b.md", "b\n")], true);
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+                .args(args)
+                .current_dir(&tree.root)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", tree.root.join("home"))
+                .output_bounded();
+            assert!(out.status.success(), "outer git {args:?}: {out:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::write(
+            tree.root.join(".gitignore"),
+            "/ws/*.txt\n/state/\n/home/\n/xdg/\n/fake-claude\n",
+        )
+        .unwrap();
+        git(&["add", ".gitignore"]);
+        git(&["commit", "-qm", "outer"]);
+        let tree = Tree { owner, ..tree };
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+        }
+        let env = tree.run(
+            &[],
+            "printf 'garbage\\n' > .git/HEAD && echo PLANTED",
+            deadline,
+        );
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let env = tree.run(&[], "echo x >> a.txt && echo AGAIN", deadline);
+        assert!(result(&env).contains("AGAIN"), "{case}: {env}");
+        let seen = changes(&env).contains(&("a.txt".into(), "modified".into()));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(!seen, "{case}: {name} is closed: {env}");
+        } else {
+            assert!(seen, "{case}: the edit is not in the ledger: {env}");
+            assert!(
+                warned(&env, "not a repository git can use"),
+                "{case}: {env}"
+            );
+        }
+        let mut status = std::process::Command::new("git");
+        status
+            .args(["status", "--porcelain"])
+            .current_dir(tree.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", tree.root.join("home"));
+        sandbox_fixture::as_owner(&mut status, owner);
+        let out = status.output_bounded();
+        assert!(
+            out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("a.txt"),
+            "{case}: control: the user's git shows the edit: {out:?}"
+        );
+    }
+}
