@@ -34,6 +34,21 @@
 //!   `core.worktree` aside, which held; with the key back, a file the exclude named was
 //!   left out of the next run's ledger. coder's git now refuses a repository discovered
 //!   as a bare one (`safe.bareRepository=explicit`).
+//! * **Code written into an `ident` span was not in the ledger.** With `ident` set for a
+//!   file (the project's `.gitattributes`, or one an earlier run committed), `git add`
+//!   records `$Id: ANYTHING $` as `$Id$`: the agent wrote `x = "$Id: "; import os;
+//!   os.system(...); "$"` and the ledger said nothing changed. The private git dir's
+//!   `info/attributes` unsets `ident` now.
+//! * **A broken `HEAD` handed the ledger to a repository around the workspace.** The
+//!   agent may write `.git/HEAD`; with garbage there git looks further up, and a
+//!   repository around the workspace that ignores its files (`ws/*.txt`) made the next
+//!   run's ledger report nothing, silently. Discovery that passed over a `.git` of the
+//!   workspace now warns, and the plain walk measures.
+//! * **A file of empty lines made coder's own git take gigabytes.** git's line diff holds
+//!   some forty bytes a line of both sides; a 500 MiB file of empty lines (within the read
+//!   budget and git's 512 MiB big-file threshold) had `diff-tree --numstat`, unconfined,
+//!   ask for about 20 GiB. The ledger's git gets `RLIMIT_DATA` of 2 GiB: past it the file
+//!   stays listed without line counts, with a warning.
 //!
 //! Looked at and held (no test of their own here):
 //! * `.git/objects/info/alternates` (the agent may write it) pointing anywhere: the
@@ -45,6 +60,14 @@
 //!   silently: that run is measured by the plain walk (see the budget item above).
 //! * the copied `info/exclude`: `info/` is read-only in the sandbox; a FIFO or symlink
 //!   there is refused by `copy_plain_file`.
+//!
+//! Seen, not pursued: `.gitattributes` can still shape what the ledger shows of a file
+//! it lists: `-diff` makes a text file's diff "Binary files differ" (no line counts, no
+//! diff; the file and the `.gitattributes` change are listed), `text`/`eol` hide a change
+//! of line endings alone. A run's files that `.gitignore` already ignores are not in
+//! `changes` (git's semantics), so not checked against `--scope` either. The ledger's
+//! snapshots write up to 1 GiB (the read budget, compressed) into coder's state directory
+//! per run, removed at its end.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
