@@ -1955,9 +1955,21 @@ impl PreparedRun {
             .await;
         attach_changes(&mut envelope, ledger, request, &exclude, journal).await;
         envelope.fallback = fallback;
-        let out_of_scope = match (&request.checks.scope, &envelope.changes) {
-            (Some(scope), Some(changes)) => scope.outside(changes.paths()),
-            _ => Vec::new(),
+        // A scope is checked against every change, or the run cannot be vouched for
+        // (round sixteen's review: the agent made the ledger fail, with a sparse file of
+        // more than the git ledger's read budget, or cut its walk, and what it changed
+        // outside the scope went unchecked).
+        let (out_of_scope, unchecked) = match (&request.checks.scope, &envelope.changes) {
+            (Some(_), None) => (
+                Vec::new(),
+                Some("the workspace's changes could not be measured"),
+            ),
+            (Some(_), Some(changes)) if changes.unseen => (
+                Vec::new(),
+                Some("part of the workspace was not looked at (see the warnings)"),
+            ),
+            (Some(scope), Some(changes)) => (scope.outside(changes.paths()), None),
+            _ => (Vec::new(), None),
         };
         let failed_check = verification
             .as_ref()
@@ -1965,7 +1977,14 @@ impl PreparedRun {
             .filter(|c| !c.passed)
             .cloned();
         envelope.verification = verification;
-        if !out_of_scope.is_empty() {
+        if let Some(why) = unchecked {
+            envelope = run.fail(
+                envelope,
+                ErrorKind::ScopeViolation,
+                format!("cannot check the run against --scope: {why}"),
+                |_| {},
+            );
+        } else if !out_of_scope.is_empty() {
             let summary = format!(
                 "the run changed {} path(s) outside --scope: {}",
                 out_of_scope.len(),

@@ -1363,12 +1363,11 @@ fn create_placeholder(
 /// walk.
 fn create_commondir_placeholder(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
     use std::io::Write;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let temporary = format!(
-        ".coder-commondir-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
+    // A name nobody can foretell: the git dir is the agent's to write, and a file it left
+    // at a name made of coder's pid and a counter (a pid a container's coder always
+    // gets) failed this `O_EXCL` open, and with it every later run's sandbox setup
+    // (round sixteen's review).
+    let temporary = format!(".coder-commondir-{}", uuid::Uuid::new_v4().simple());
     let fd = openat2(
         dir,
         temporary.as_str(),

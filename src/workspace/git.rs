@@ -252,6 +252,11 @@ fn make_private_git_dir(
         config.push_str("[extensions]\n\tobjectformat = sha256\n");
     }
     std::fs::write(dir.join("config"), config)?;
+    // Above every `.gitattributes` of the work tree: no `$Id$` is collapsed. With `ident`
+    // set there, `git add` records `$Id: ANYTHING $` (to the next `$` on its line) as
+    // `$Id$`: the agent wrote code into such a span (`x = "$Id: "; import os; ...; "$"`)
+    // and the ledger said the file was unchanged (round sixteen's review).
+    std::fs::write(dir.join("info/attributes"), "* -ident\n")?;
     const EXCLUDE_CAP: u64 = 4 << 20;
     let exclude = common_dir.join("info/exclude");
     let fits = std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.len() <= EXCLUDE_CAP);
@@ -472,7 +477,22 @@ impl GitRepo {
                 },
             });
         }
-        Ok(Probe::read(program, &out.stdout))
+        let Some(probe) = Probe::read(program, &out.stdout) else {
+            return Ok(None);
+        };
+        if let Some(skipped) = skipped_repository(workspace, &probe.work_tree) {
+            return Err(GitError::Failed {
+                what: "rev-parse",
+                stderr: format!(
+                    "{} is not a repository git can use (its HEAD broken?), and git found \
+                     the one around it instead ({}), whose ignore rules are not the \
+                     workspace's",
+                    skipped.display(),
+                    probe.work_tree.display()
+                ),
+            });
+        }
+        Ok(Some(probe))
     }
 
     /// The repository [`GitRepo::probe`] found, with its private directories made.
@@ -803,6 +823,7 @@ impl GitRepo {
         });
         cmd.arg(git_dir).arg(work_tree);
         cmd.env("GIT_INDEX_FILE", self.part_index(part));
+        limit_memory(&mut cmd);
         // A nested part's own objects, besides the private ones and the repository's
         // (the private git dir's alternate).
         if let Some(objects) = self
@@ -1730,6 +1751,26 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
     })
 }
 
+/// The first `.git` (a directory or a `.git` file, not a symlink: the sandbox's
+/// placeholder for an absent one is) in `workspace` or a directory above it below
+/// `top`, the work tree git found: a repository git passed over. The agent may write a
+/// repository's `HEAD`; with garbage there git takes the directory for none and looks
+/// further up, and in a repository around the workspace that ignores it (`inner/` in
+/// its `.gitignore`) the next run's ledger saw no change at all (round sixteen's
+/// review).
+fn skipped_repository(workspace: &Path, top: &Path) -> Option<PathBuf> {
+    let workspace = std::fs::canonicalize(workspace).ok()?;
+    let top = std::fs::canonicalize(top).ok()?;
+    if workspace == top || !workspace.starts_with(&top) {
+        return None;
+    }
+    workspace
+        .ancestors()
+        .take_while(|dir| *dir != top)
+        .map(|dir| dir.join(".git"))
+        .find(|dot_git| std::fs::symlink_metadata(dot_git).is_ok_and(|m| m.is_dir() || m.is_file()))
+}
+
 /// The `git` coder runs for `workspace`, outside the sandbox: the first on `PATH`, leaving
 /// out relative directories and every directory inside the workspace, and a `git` that
 /// leads (through symlinks) into it. A user's `PATH` may hold a directory of the project
@@ -1793,10 +1834,51 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
         "core.ignoreStat=false",
         "diff.external=",
         "protocol.allow=never",
+        // A directory with a `HEAD` is a git dir to git's discovery when no `.git` is
+        // found: the agent made the workspace one (its own `config` with `core.worktree
+        // = .`, its own `info/exclude`), and the next run's ledger took it for the
+        // repository, with the exclude naming what the ledger should not see (round
+        // sixteen's review; the end-of-run git guard moves `core.worktree` aside, this
+        // holds below it). A repository coder means is named with `--git-dir`.
+        "safe.bareRepository=explicit",
     ] {
         cmd.arg("-c").arg(setting);
     }
     cmd
+}
+
+/// The heap a snapshot's or diff's git may take at most ([`limit_memory`]).
+const MEMORY_LIMIT: u64 = 2 << 30;
+
+/// Caps the data segment (`RLIMIT_DATA`: the heap and private writable mappings, not the
+/// packs git maps read-only) of the git `cmd` starts at [`MEMORY_LIMIT`]. git's line diff
+/// (`diff-tree --numstat`, `-p`) holds some forty bytes per line of both sides: a file of
+/// 500 MiB of empty lines the agent added (under the 1 GiB read budget and git's 512 MiB
+/// big-file threshold) had coder's own git, unconfined, ask for some 20 GiB (round
+/// sixteen's review). A git that reaches the cap dies; the ledger keeps the file listed,
+/// without line counts, and warns.
+fn limit_memory(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, and calls only
+    // `getrlimit` and `setrlimit`, which are async-signal-safe; it touches no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_DATA, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Only ever lowered (a user's own lower limit stays).
+            limit.rlim_cur = limit.rlim_cur.min(MEMORY_LIMIT as libc::rlim_t);
+            limit.rlim_max = limit.rlim_max.min(MEMORY_LIMIT as libc::rlim_t);
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// How often [`watched_run`] looks at what its git waits for.

@@ -76,6 +76,15 @@ pub struct Changes {
     /// here).
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// The changed paths past [`MAX_LISTED`], left out of `files` (not serialised): a
+    /// `--scope` check reads them too (see [`Changes::paths`]).
+    #[serde(skip)]
+    pub unlisted: Vec<String>,
+    /// Some of the workspace was not looked at (not serialised): the plain walk was cut
+    /// at its file cap, or nested repositories were left out. What changed there is
+    /// unknown, so no `--scope` check can vouch for the run.
+    #[serde(skip)]
+    pub unseen: bool,
 }
 
 impl Changes {
@@ -86,6 +95,12 @@ impl Changes {
             lines_added: list.iter().map(|f| f.lines_added).sum(),
             lines_removed: list.iter().map(|f| f.lines_removed).sum(),
             truncated: scan_truncated || list.len() > MAX_LISTED,
+            unlisted: list
+                .iter()
+                .skip(MAX_LISTED)
+                .map(|f| f.path.clone())
+                .collect(),
+            unseen: scan_truncated,
             files: list,
             warnings: Vec::new(),
         };
@@ -93,9 +108,14 @@ impl Changes {
         changes
     }
 
-    /// Every changed path, for scope checks (the listed ones; see `truncated`).
+    /// Every changed path, for scope checks: the listed ones, then those past
+    /// [`MAX_LISTED`] (round sixteen's review: an agent that changed a thousand paths
+    /// inside the scope first had its change outside it left off the list, and unchecked).
     pub fn paths(&self) -> impl Iterator<Item = &str> {
-        self.files.iter().map(|f| f.path.as_str())
+        self.files
+            .iter()
+            .map(|f| f.path.as_str())
+            .chain(self.unlisted.iter().map(String::as_str))
     }
 }
 
@@ -510,6 +530,7 @@ fn git_changes(
     }
     let mut changes = Changes::from_list(merge_sides(all.list), false);
     changes.warnings = warnings;
+    changes.unseen = skipped > 0;
     let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
     Ok((changes, diff))
 }

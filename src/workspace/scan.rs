@@ -5,7 +5,8 @@
 //! The walk follows no symlink (a link is recorded by its target text) and stops at fixed
 //! caps, so a huge or hostile tree costs bounded time and memory: past [`Caps::files`]
 //! files the rest is not tracked and the ledger says `truncated`; past [`Caps::hash_bytes`]
-//! bytes, files are compared by size and modification time only. The hash is keyed with a
+//! bytes, files are compared by their stat data only (size, times, change time and
+//! identity included). The hash is keyed with a
 //! secret key (random per run, or kept with the scan cache where the agent cannot read
 //! it), so the agent cannot craft a change that hashes the same.
 //!
@@ -124,10 +125,17 @@ impl Entry {
     pub fn differs(&self, other: &Entry) -> bool {
         match (self.hash, other.hash) {
             (Some(a), Some(b)) => a != b || self.mode != other.mode,
+            // Past the hashing budget on either side: by all the stat data, the change
+            // time and identity included, which no writer can put back (round sixteen's
+            // review: an edit that kept the size and put the mtime back, `touch -d`,
+            // behind a sparse file that took the budget, was reported unchanged).
             _ => {
                 self.size != other.size
                     || self.mtime_ns != other.mtime_ns
                     || self.mode != other.mode
+                    || self.ctime_ns != other.ctime_ns
+                    || self.ino != other.ino
+                    || self.dev != other.dev
             }
         }
     }
