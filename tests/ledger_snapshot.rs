@@ -568,6 +568,56 @@ fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
     );
 }
 
+/// The same inherited pipe, reopened: the repository's config includes a file of the work
+/// tree, which the agent made a symlink to `/proc/self/fd/N`, N the number of that pipe in
+/// every process below coder. coder's git read it (a `make` jobserver's tokens, taken from
+/// `make`) until the config deadline stopped it, since another descriptor of its own, the
+/// inherited one, held the same pipe: "a pipe it made". It is stopped at once now.
+#[test]
+fn a_pipe_coder_inherits_reopened_through_an_include_stops_the_ledgers_git() {
+    use std::os::fd::AsRawFd;
+    let (read_end, _write_end) = nix::unistd::pipe().unwrap();
+    let number = read_end.as_raw_fd();
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "run_tool", "command": format!("ln -sf /proc/self/fd/{number} shared.gitconfig")},
+        common::steps::result_ok("linked"),
+    ]));
+    committed(&fake, &[("a.txt", "a\n"), ("shared.gitconfig", "")]);
+    git_in(
+        fake.workspace(),
+        &["config", "include.path", "../shared.gitconfig"],
+    );
+    let out = fake
+        .coder()
+        .args(["task"])
+        .inherit(read_end.try_clone().unwrap())
+        .run();
+    out.assert_success("linked");
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            common::steps::init(),
+            {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+            common::steps::result_ok("edited"),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = fake.coder().args(["task"]).inherit(read_end).run();
+    out.assert_success("edited");
+    assert!(
+        lists(&out.envelope, "a.txt", "modified"),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        warned(&out.envelope, |w| w.contains("held pipe:")),
+        "{}",
+        out.explain()
+    );
+}
+
 /// A workspace in a repository git refuses to read (here a config with a broken line; a
 /// half-written `commondir` did the same, see `sandbox::scan`) still has its changes
 /// measured, by the plain walk, and the run says why: it used to fall back silently, and a

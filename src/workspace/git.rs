@@ -2141,18 +2141,22 @@ fn suspects(pid: u32) -> Vec<(u32, PathBuf)> {
         // A pipe that another descriptor of its own, or any of a process it started,
         // holds too is one it made (a command substitution, `fetch`'s pipes to its
         // `upload-pack`). Its own standard three are coder's and do not count, so its
-        // stdout reopened through `/proc` is still suspect.
+        // stdout reopened through `/proc` is still suspect; nor do descriptors coder
+        // inherited (a `make` jobserver's pipe, which every process below coder holds at
+        // coder's number), so that one reopened through `/proc/self/fd` is suspect too:
+        // git read the jobserver's tokens, taking them from `make`, until the deadline.
+        let made = |fd: &OpenFd| !inherited_from_coder(fd.number, &fd.target);
         let below: Vec<PathBuf> = descendants(pid)
             .into_iter()
             .filter_map(fd_table)
             .flatten()
+            .filter(made)
             .map(|fd| fd.target)
             .collect();
         found.retain(|(number, target)| {
-            let made_here = table
-                .iter()
-                .any(|fd| fd.number > 2 && fd.number != *number && fd.target == *target)
-                || below.contains(target);
+            let made_here = table.iter().any(|fd| {
+                fd.number > 2 && made(fd) && fd.number != *number && fd.target == *target
+            }) || below.contains(target);
             !is_anonymous_pipe(target) || !made_here
         });
     }
