@@ -496,3 +496,68 @@ fn attacks_in_directories_older_than_the_run_are_found() {
         }
     }
 }
+
+/// The user's repository config includes files of the work tree (`include.path =
+/// ../shared.gitconfig`, a project's way to share settings; here one at the root and one
+/// in `conf/git/`, both committed and the arm's user's to write). The agent writes an
+/// fsmonitor into one, replaces the other, and renames the directory above it to put a
+/// file of its own at the included path: the included files are held read-only and the
+/// directories above them pinned, so the user's next `git status` runs nothing. Control:
+/// unconfined, it runs the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn files_the_users_config_includes_are_out_of_the_agents_reach() {
+    let payload = "printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\"";
+    let script = format!(
+        "{payload} >> shared.gitconfig; \
+         rm -f conf/git/shared.gitconfig; {payload} > conf/git/shared.gitconfig; \
+         mv conf conf.old; mkdir -p conf/git; {payload} > conf/git/shared.gitconfig; \
+         echo PLANTED"
+    );
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            std::fs::create_dir_all(ws.join("conf/git")).unwrap();
+            std::fs::write(ws.join("shared.gitconfig"), "[user]\n\tname = shared\n").unwrap();
+            std::fs::write(ws.join("conf/git/shared.gitconfig"), "").unwrap();
+            for entry in [
+                "shared.gitconfig",
+                "conf",
+                "conf/git",
+                "conf/git/shared.gitconfig",
+            ] {
+                fx.own_entry(&ws.join(entry));
+            }
+            fx.git(&ws, &["add", "-A"]);
+            fx.git(&ws, &["commit", "-qm", "shared config"]);
+            fx.git(
+                &ws,
+                &["config", "--add", "include.path", "../shared.gitconfig"],
+            );
+            fx.git(
+                &ws,
+                &[
+                    "config",
+                    "--add",
+                    "include.path",
+                    "../conf/git/shared.gitconfig",
+                ],
+            );
+            let (rc, out) = fx.sandbox(mode, &script);
+            assert_eq!(rc, 0, "nobody={nobody} {mode}: {out}");
+            assert!(out.contains("PLANTED"), "the attack did not run: {out}");
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, &["status", "--short"]);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" {
+                assert!(ran, "nobody={nobody}: control: {out}\n{git_out}");
+            } else {
+                assert!(
+                    !ran,
+                    "nobody={nobody}: the user's git ran the agent's payload: {out}\n{git_out}"
+                );
+            }
+        }
+    }
+}

@@ -433,7 +433,7 @@ fn a_filter_driver_named_so_that_dash_c_cannot_spell_it_does_not_run_as_coder() 
         for driver in ["a=b", "\\xff"] {
             let tree = Tree::new(
                 owner,
-                &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+                &[("a.txt", "a\n")],
                 &[("include.path", "../shared.gitconfig")],
             );
             let marker = tree.root.join("home/PWNED");
@@ -488,7 +488,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
         for fd in ["1", "2"] {
             let tree = Tree::new(
                 owner,
-                &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+                &[("a.txt", "a\n")],
                 &[("include.path", "../shared.gitconfig")],
             );
             let case = format!("{}: /proc/self/fd/{fd}", who(owner));

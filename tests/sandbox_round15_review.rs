@@ -400,7 +400,7 @@ fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
     for owner in [None, Some(NOBODY)] {
         let tree = Tree::new(
             owner,
-            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("a.txt", "a\n")],
             &[("include.path", "../shared.gitconfig")],
         );
         tree.wrap_git();
@@ -452,7 +452,7 @@ fn an_include_fan_out_does_not_hold_the_ledgers_git() {
     for owner in [None, Some(NOBODY)] {
         let tree = Tree::new(
             owner,
-            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("a.txt", "a\n")],
             &[("include.path", "../shared.gitconfig")],
         );
         let case = who(owner);
@@ -640,7 +640,7 @@ fn a_kernel_file_system_mounted_elsewhere_is_still_the_kernels() {
     let instance = TraceInstance::new();
     let tree = Tree::new(
         None,
-        &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+        &[("a.txt", "a\n")],
         &[("include.path", "../shared.gitconfig")],
     );
     let alt = tree.root.join("alt");
@@ -703,7 +703,7 @@ fn an_included_url_rewrite_does_not_run_a_command_at_the_worktree_finish() {
     for owner in [None, Some(NOBODY)] {
         let tree = Tree::new(
             owner,
-            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("a.txt", "a\n")],
             &[("include.path", "../shared.gitconfig")],
         );
         let case = who(owner);
@@ -775,13 +775,16 @@ fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
     for owner in [None, Some(NOBODY)] {
         let tree = Tree::new(
             owner,
-            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("a.txt", "a\n")],
             &[("include.path", "../shared.gitconfig")],
         );
         let case = who(owner);
         let ran = tree.root.join("outside/FILTERED");
+        // `a.txt` rewritten at the same size, which the user's git must read (and filter)
+        // to tell; the included file is the agent's new one (an existing one is held
+        // read-only by the sandbox).
         let plant = format!(
-            "printf '[filter \"x\"]\\n\\tclean = \"touch {} && cat\"\\n' > shared.gitconfig && echo '* filter=x' > .gitattributes && echo PLANTED",
+            "printf '[filter \"x\"]\\n\\tclean = \"touch {} && cat\"\\n' > shared.gitconfig && echo '* filter=x' > .gitattributes && echo b > a.txt && echo PLANTED",
             ran.display()
         );
         let env = tree
@@ -829,7 +832,7 @@ fn an_included_fsmonitor_does_not_run_when_a_plan_file_is_checked() {
     for owner in [None, Some(NOBODY)] {
         let tree = Tree::new(
             owner,
-            &[("a.txt", "a\n"), ("shared.gitconfig", "")],
+            &[("a.txt", "a\n")],
             &[("include.path", "../shared.gitconfig")],
         );
         let case = who(owner);

@@ -1007,6 +1007,112 @@ impl<'a> Walker<'a, '_> {
         for name in GIT_GUARDED_DIRS {
             self.guard_entry(dir.as_fd(), &path.join(name), name, PlaceholderKind::Dir)?;
         }
+        let mut seen = HashSet::new();
+        for name in ["config", "config.worktree"] {
+            self.guard_includes(&path.join(name), 0, &mut seen)?;
+        }
+        Ok(())
+    }
+
+    /// The files of this tree that the git config at `config` includes (`include.path`,
+    /// `includeIf.*.path`), and those they include in turn: read-only, each directory
+    /// between the tree's root and them pinned (a renamed parent would let the agent put
+    /// a file of its own at the included path), a symlink on the last step guarded as a
+    /// link. A config that includes a work-tree file (`include.path =
+    /// ../shared.gitconfig`, a project's way to share settings) handed that file to the
+    /// agent, and a `core.fsmonitor` or filter driver it wrote there ran in the user's own
+    /// next `git status`, outside the sandbox. An included file that does not exist is
+    /// not guarded (see SECURITY.md, Known limits).
+    ///
+    /// Each file is read once (`seen`): an agent of an earlier run that made the included
+    /// file include another fifty times, and that one another, had this walk git's 50^8
+    /// includes. More than [`MAX_INCLUDED`] files fail the scan closed, as more secrets
+    /// than its cap do.
+    fn guard_includes(
+        &mut self,
+        config: &Path,
+        depth: usize,
+        seen: &mut HashSet<PathBuf>,
+    ) -> Result<(), SandboxError> {
+        // git's own limit on nested includes.
+        const MAX_INCLUDE_DEPTH: usize = 10;
+        if depth > MAX_INCLUDE_DEPTH || !seen.insert(config.to_path_buf()) {
+            return Ok(());
+        }
+        if seen.len() > MAX_INCLUDED {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of files git configs include",
+                limit: MAX_INCLUDED,
+                path: config.to_path_buf(),
+            });
+        }
+        let Some(text) = read_config(config) else {
+            return Ok(());
+        };
+        let base = config.parent().unwrap_or(Path::new("/"));
+        for value in include_paths(&text) {
+            let named = Path::new(OsStr::from_bytes(&value));
+            if named.starts_with("~") {
+                // The home directory is never in a writable tree (policy refuses it).
+                continue;
+            }
+            let target = base.join(named);
+            let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
+                continue;
+            };
+            let Ok(parent) = fs::canonicalize(parent) else {
+                continue;
+            };
+            let Ok(rel_parent) = parent.strip_prefix(self.tree.root) else {
+                continue;
+            };
+            if !is_plain_relative(rel_parent) {
+                continue;
+            }
+            let rel_parent = rel_parent.to_path_buf();
+            if self.pin_dirs_down_to(&rel_parent).is_err() {
+                continue;
+            }
+            let Ok(dir) = open_beneath(
+                self.tree.fd,
+                &rel_parent,
+                OFlag::O_PATH | OFlag::O_DIRECTORY,
+            ) else {
+                continue;
+            };
+            let path = parent.join(name);
+            let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            match file_kind(&st) {
+                Kind::File => {
+                    self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+                    self.guard_includes(&path, depth + 1, seen)?;
+                }
+                Kind::Symlink => {
+                    self.guard_link(path.clone(), &st)?;
+                    if let Ok(target) = fs::canonicalize(&path) {
+                        self.guard_includes(&target, depth + 1, seen)?;
+                    }
+                }
+                Kind::Dir | Kind::Other => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Pins every directory of this tree from its root (excluded) down to `rel`.
+    fn pin_dirs_down_to(&mut self, rel: &Path) -> Result<(), SandboxError> {
+        let mut so_far = PathBuf::new();
+        for name in rel.components() {
+            so_far.push(name);
+            let path = self.tree.root.join(&so_far);
+            let fd = open_beneath(self.tree.fd, &so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)
+                .map_err(|e| walk_error(&path, "open", e))?;
+            let st =
+                nix::sys::stat::fstat(fd.as_fd()).map_err(|e| walk_error(&path, "inspect", e))?;
+            self.push(mask(path, MaskKind::Pin, &st, false))?;
+        }
         Ok(())
     }
 
@@ -1297,6 +1403,70 @@ fn outside_warning(entry: &Path, target: &Path) -> String {
         super::bytes::short(target),
         super::bytes::short(target),
     )
+}
+
+/// The most files the git configs of one git dir may include, all levels together.
+const MAX_INCLUDED: usize = 256;
+
+/// The text of the git config at `path`, a regular file of at most 1 MiB opened without
+/// following a symlink on its last step or waiting on a FIFO; `None` otherwise.
+fn read_config(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    const CAP: u64 = 1 << 20;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = Vec::new();
+    file.take(CAP).read_to_end(&mut text).ok()?;
+    Some(text)
+}
+
+/// The values of `path` in the `[include]` and `[includeIf "…"]` sections of a git config
+/// text, unquoted. A simple reading of git's syntax (no line continuations or escapes
+/// inside values): the configs read here are the user's, which the sandbox holds
+/// read-only, not the agent's.
+fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut in_include = false;
+    let mut found = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        let line = trim_ascii(line);
+        if let Some(header) = line.strip_prefix(b"[") {
+            let name_end = header
+                .iter()
+                .position(|b| matches!(b, b']' | b' ' | b'\t' | b'"' | b'.'))
+                .unwrap_or(header.len());
+            let name = &header[..name_end];
+            in_include =
+                name.eq_ignore_ascii_case(b"include") || name.eq_ignore_ascii_case(b"includeif");
+            continue;
+        }
+        if !in_include {
+            continue;
+        }
+        let Some(eq) = line.iter().position(|b| *b == b'=') else {
+            continue;
+        };
+        if !trim_ascii(&line[..eq]).eq_ignore_ascii_case(b"path") {
+            continue;
+        }
+        let mut value = trim_ascii(&line[eq + 1..]);
+        if let Some(cut) = value.iter().position(|b| matches!(b, b'#' | b';')) {
+            value = trim_ascii(&value[..cut]);
+        }
+        let value = value
+            .strip_prefix(b"\"")
+            .and_then(|v| v.strip_suffix(b"\""))
+            .unwrap_or(value);
+        if !value.is_empty() {
+            found.push(value.to_vec());
+        }
+    }
+    found
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -1884,6 +2054,21 @@ mod tests {
         assert!(fs::symlink_metadata(ws.join(".git/config.worktree")).is_err());
         assert!(fs::symlink_metadata(ws.join(".envrc")).is_err());
         assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
+    }
+
+    #[test]
+    fn the_paths_a_git_config_includes_are_read_from_its_include_sections() {
+        let text = b"[core]\n\tpath = not/this\n[include]\n\tpath = ../shared.gitconfig\n\
+            [includeIf \"gitdir:~/work/\"]\n    PATH = \"conf/git/x\" ; a comment\n\
+            [Include]\npath=plain # trailing\n[user]\n\tname = a\n";
+        assert_eq!(
+            include_paths(text),
+            [
+                b"../shared.gitconfig".to_vec(),
+                b"conf/git/x".to_vec(),
+                b"plain".to_vec()
+            ]
+        );
     }
 
     /// A git that reads `commondir` while the placeholder is made finds it absent or whole,
