@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -507,6 +508,20 @@ fn attacks_in_directories_older_than_the_run_are_found() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn files_the_users_config_includes_are_out_of_the_agents_reach() {
+    included_files_attack("");
+}
+
+/// The same with the workspace a subdirectory of the repository (`sub/`), whose git dir
+/// is out of the agent's reach but whose config includes files of the workspace.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn files_the_enclosing_repositorys_config_includes_are_out_of_the_agents_reach() {
+    included_files_attack("sub");
+}
+
+/// [`files_the_users_config_includes_are_out_of_the_agents_reach`] with the workspace at
+/// `sub` of the repository (`""`: its root), the included files in it.
+fn included_files_attack(sub: &str) {
     let payload = "printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\"";
     let script = format!(
         "{payload} >> shared.gitconfig; \
@@ -514,14 +529,17 @@ fn files_the_users_config_includes_are_out_of_the_agents_reach() {
          mv conf conf.old; mkdir -p conf/git; {payload} > conf/git/shared.gitconfig; \
          echo PLANTED"
     );
+    let under = |name: &str| Path::new(sub).join(name);
     for nobody in sandbox_fixture::arms() {
         for mode in ["workspace-write", "danger-full-access"] {
             let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
+            let repo = fx.ws();
+            let ws = repo.join(sub);
             std::fs::create_dir_all(ws.join("conf/git")).unwrap();
             std::fs::write(ws.join("shared.gitconfig"), "[user]\n\tname = shared\n").unwrap();
             std::fs::write(ws.join("conf/git/shared.gitconfig"), "").unwrap();
             for entry in [
+                "",
                 "shared.gitconfig",
                 "conf",
                 "conf/git",
@@ -529,33 +547,32 @@ fn files_the_users_config_includes_are_out_of_the_agents_reach() {
             ] {
                 fx.own_entry(&ws.join(entry));
             }
-            fx.git(&ws, &["add", "-A"]);
-            fx.git(&ws, &["commit", "-qm", "shared config"]);
-            fx.git(
-                &ws,
-                &["config", "--add", "include.path", "../shared.gitconfig"],
+            fx.git(&repo, &["add", "-A"]);
+            fx.git(&repo, &["commit", "-qm", "shared config"]);
+            for file in ["shared.gitconfig", "conf/git/shared.gitconfig"] {
+                let include = Path::new("..").join(under(file));
+                let include = include.to_str().unwrap();
+                fx.git(&repo, &["config", "--add", "include.path", include]);
+            }
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], &script)
+                    .env("M", fx.marker()),
             );
-            fx.git(
-                &ws,
-                &[
-                    "config",
-                    "--add",
-                    "include.path",
-                    "../conf/git/shared.gitconfig",
-                ],
-            );
-            let (rc, out) = fx.sandbox(mode, &script);
             assert_eq!(rc, 0, "nobody={nobody} {mode}: {out}");
             assert!(out.contains("PLANTED"), "the attack did not run: {out}");
             let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, &["status", "--short"]);
+            let git_out = fx.git(&repo, &["status", "--short"]);
             let ran = fx.marker().exists();
             if mode == "danger-full-access" {
-                assert!(ran, "nobody={nobody}: control: {out}\n{git_out}");
+                assert!(
+                    ran,
+                    "nobody={nobody} sub={sub:?}: control: {out}\n{git_out}"
+                );
             } else {
                 assert!(
                     !ran,
-                    "nobody={nobody}: the user's git ran the agent's payload: {out}\n{git_out}"
+                    "nobody={nobody} sub={sub:?}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
                 );
             }
         }

@@ -343,6 +343,7 @@ fn scan_once(
                 watch: Some(watch),
             };
             walker.hold_absent_protected()?;
+            walker.guard_enclosing_includes()?;
         }
     }
     // The threads finish in any order: sort what reaches the user or the masks' order.
@@ -1097,6 +1098,47 @@ impl<'a> Walker<'a, '_> {
                 }
                 Kind::Dir | Kind::Other => {}
             }
+        }
+        Ok(())
+    }
+
+    /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
+    /// above the tree (a workspace in a subdirectory of a repository): that git dir is out
+    /// of the agent's reach, but what its config includes from the tree is not.
+    fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
+        let Some(dot_git) = self
+            .tree
+            .root
+            .ancestors()
+            .skip(1)
+            .map(|dir| dir.join(".git"))
+            .find(|dot_git| fs::symlink_metadata(dot_git).is_ok())
+        else {
+            return Ok(());
+        };
+        let git_dir = if dot_git.is_dir() {
+            Some(dot_git)
+        } else {
+            read_config(&dot_git).and_then(|text| {
+                let line = text
+                    .split(|b| *b == b'\n')
+                    .find_map(|l| l.strip_prefix(b"gitdir:"))?;
+                let parent = dot_git.parent()?;
+                fs::canonicalize(parent.join(OsStr::from_bytes(trim_ascii(line)))).ok()
+            })
+        };
+        let Some(git_dir) = git_dir else {
+            return Ok(());
+        };
+        let mut configs = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+        if let Some(common) = read_config(&git_dir.join("commondir")).and_then(|text| {
+            fs::canonicalize(git_dir.join(OsStr::from_bytes(trim_ascii(&text)))).ok()
+        }) {
+            configs.push(common.join("config"));
+        }
+        let mut seen = HashSet::new();
+        for config in configs {
+            self.guard_includes(&config, 0, &mut seen)?;
         }
         Ok(())
     }
