@@ -530,9 +530,15 @@ impl GitRepo {
         // Start from a copy of the index the last run kept, or else of the user's: its
         // stat data spares hashing every file. A second copy keeps what it listed (see
         // [`GitRepo::changed_since`]).
-        let kept = repo.kept.as_ref().map(|k| k.part(b""));
-        if kept.is_none_or(|kept| copy_plain_file(&kept, &repo.index()).is_err()) {
-            let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
+        match repo.kept.as_ref().map(|k| k.load(b"", repo.hash_len)) {
+            Some(Kept::Usable(bytes)) => {
+                let _ = write_new_private_file(&repo.index(), &bytes);
+            }
+            // Another coder's kept index beside this one's list: start afresh.
+            Some(Kept::Unusable) => {}
+            Some(Kept::Absent) | None => {
+                let _ = copy_plain_file(&repo.git_dir.join("index"), &repo.index());
+            }
         }
         if repo.clear_unlooked_entries().is_err() {
             // Start afresh rather than from entries git would not look at.
@@ -707,7 +713,7 @@ impl GitRepo {
         let Some(kept) = &self.kept else {
             return;
         };
-        let private = self.private_object_ids();
+        let private: Vec<[u8; 32]> = self.private_object_ids().into_iter().collect();
         let mut parts = vec![Vec::new()];
         parts.extend(
             self.part_objects
@@ -717,19 +723,7 @@ impl GitRepo {
                 .cloned(),
         );
         for part in parts {
-            let Ok(bytes) = std::fs::read(self.part_index(&part)) else {
-                continue;
-            };
-            let bytes = if private.is_empty() {
-                Some(bytes)
-            } else {
-                super::git_index::forget_stat_of(&bytes, self.hash_len, |oid| {
-                    private.contains(&padded(oid))
-                })
-            };
-            if let Some(bytes) = bytes {
-                kept.store(&part, &bytes);
-            }
+            kept.store(&part, &self.part_index(&part), self.hash_len, &private);
         }
         kept.prune();
     }
@@ -1060,10 +1054,12 @@ impl GitRepo {
         }
         let index = self.part_index(part);
         let _ = std::fs::remove_file(&index);
-        let kept = self.kept.as_ref().map(|k| k.part(part));
-        if kept.is_none_or(|kept| copy_plain_file(&kept, &index).is_err())
-            && copy_plain_file(&git_dir.join("index"), &index).is_err()
-        {
+        let seeded = match self.kept.as_ref().map(|k| k.load(part, self.hash_len)) {
+            Some(Kept::Usable(bytes)) => write_new_private_file(&index, &bytes).is_ok(),
+            Some(Kept::Unusable) => false,
+            Some(Kept::Absent) | None => copy_plain_file(&git_dir.join("index"), &index).is_ok(),
+        };
+        if !seeded {
             let _ = std::fs::remove_file(&index);
             return;
         }
@@ -1514,29 +1510,87 @@ impl KeptIndex {
         self.dir.join(format!("{}.{part}.index", self.key))
     }
 
-    /// Stores `bytes` as the kept index of `part`, whole or not at all (a temporary file
-    /// renamed over it: another coder on the same work tree reads one or the other).
-    fn store(&self, part: &[u8], bytes: &[u8]) {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    /// The list kept beside `part`'s index: that index's checksum, then the ids of the
+    /// blobs whose entries must not be trusted (each `hash_len` bytes).
+    fn private_list(&self, part: &[u8]) -> PathBuf {
+        self.part(part).with_extension("private")
+    }
+
+    /// Keeps the private index at `index` (a hard link: git replaces an index by a
+    /// rename, never in place, so the link holds it as it is now; a copy where a link
+    /// cannot be made) and, beside it, the ids of the blobs in the run's private store,
+    /// whose entries the next run must not trust ([`KeptIndex::load`]). The entries' stat
+    /// data is cleared there, not here: the next run's "before" snapshot runs beside the
+    /// CLI's start, and this is on the way to the run's envelope (30 to 60 ms for
+    /// 100 000 files). Each file whole or not at all (a temporary name renamed).
+    fn store(&self, part: &[u8], index: &Path, hash_len: usize, private: &[[u8; 32]]) {
+        use std::io::{Read, Seek, SeekFrom};
+        use std::os::unix::fs::DirBuilderExt;
         let _ = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.dir);
+        let mut checksum = vec![0u8; hash_len];
+        let read = std::fs::File::open(index).and_then(|mut file| {
+            file.seek(SeekFrom::End(-i64::try_from(hash_len).unwrap_or(0)))?;
+            file.read_exact(&mut checksum)
+        });
+        if read.is_err() {
+            return;
+        }
+        let mut list = checksum;
+        for id in private {
+            list.extend_from_slice(&id[..hash_len]);
+        }
+        let temporary =
+            |target: &Path| target.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
+        let target = self.private_list(part);
+        let list_temporary = temporary(&target);
+        if write_new_private_file(&list_temporary, &list).is_err()
+            || std::fs::rename(&list_temporary, &target).is_err()
+        {
+            let _ = std::fs::remove_file(&list_temporary);
+            return;
+        }
         let target = self.part(part);
-        let temporary = target.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temporary)
-            .and_then(|mut file| file.write_all(bytes));
-        if written.is_err() || std::fs::rename(&temporary, &target).is_err() {
-            let _ = std::fs::remove_file(&temporary);
+        let index_temporary = temporary(&target);
+        let linked = std::fs::hard_link(index, &index_temporary)
+            .or_else(|_| copy_plain_file(index, &index_temporary).map(|_| ()));
+        if linked.is_err() || std::fs::rename(&index_temporary, &target).is_err() {
+            let _ = std::fs::remove_file(&index_temporary);
         }
     }
 
-    /// Removes the kept indexes of all but the [`KEPT_INDEXES`] work trees stored last
+    /// The kept index of `part`, with the stat data of the entries its list names
+    /// cleared, so that git hashes those files again: their blobs were in the private
+    /// store of the run that kept it, which went with that run. [`Kept::Unusable`] when
+    /// the list is not that index's (two coders of the same work tree stored theirs at
+    /// once): neither may be trusted with the other's.
+    fn load(&self, part: &[u8], hash_len: usize) -> Kept {
+        let Ok(index) = std::fs::read(self.part(part)) else {
+            return Kept::Absent;
+        };
+        let Ok(list) = std::fs::read(self.private_list(part)) else {
+            return Kept::Unusable;
+        };
+        let matches = index.len() >= hash_len
+            && list.len() >= hash_len
+            && (list.len() - hash_len).is_multiple_of(hash_len)
+            && list[..hash_len] == index[index.len() - hash_len..];
+        if !matches {
+            return Kept::Unusable;
+        }
+        let private: std::collections::HashSet<&[u8]> = list[hash_len..].chunks(hash_len).collect();
+        if private.is_empty() {
+            return Kept::Usable(index);
+        }
+        match super::git_index::forget_stat_of(&index, hash_len, |oid| private.contains(oid)) {
+            Some(bytes) => Kept::Usable(bytes),
+            None => Kept::Unusable,
+        }
+    }
+
+    /// Removes the kept indexes (and lists) of all but the [`KEPT_INDEXES`] work trees stored last
     /// (a workspace made for one run, by a test or a CI job, would otherwise leave its
     /// index for good), and temporary files of a coder killed while it stored one.
     fn prune(&self) {
@@ -1564,7 +1618,10 @@ impl KeptIndex {
             let slot = by_key
                 .entry(key.to_owned())
                 .or_insert((std::time::UNIX_EPOCH, Vec::new()));
-            slot.0 = slot.0.max(modified);
+            // The list is written at each store; an index is a link to one git wrote.
+            if name.ends_with(".private") {
+                slot.0 = slot.0.max(modified);
+            }
             slot.1.push(entry.path());
         }
         if by_key.len() <= KEPT_INDEXES {
@@ -1578,6 +1635,28 @@ impl KeptIndex {
             }
         }
     }
+}
+
+/// What [`KeptIndex::load`] found.
+enum Kept {
+    /// No index kept for this work tree: the user's is where to start.
+    Absent,
+    /// The index to start from.
+    Usable(Vec<u8>),
+    /// An index that may not be trusted: start afresh (every file hashed).
+    Unusable,
+}
+
+/// Writes `bytes` to `path`, which must not exist (created 0600).
+fn write_new_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(bytes)
 }
 
 /// An object id zero-padded to 32 bytes.
@@ -2568,7 +2647,11 @@ mod tests {
             std::fs::write(ws.join("new.txt"), "new\n").unwrap();
             repo.snapshot().unwrap();
             repo.keep_index();
-            let kept = repo.kept.as_ref().unwrap().part(b"");
+            let Kept::Usable(loaded) = repo.kept.as_ref().unwrap().load(b"", repo.hash_len) else {
+                panic!("{format}: the kept index is not usable");
+            };
+            let kept = root.join("loaded-index");
+            std::fs::write(&kept, loaded).unwrap();
             let listed = Command::new("git")
                 .current_dir(&ws)
                 .env("GIT_INDEX_FILE", &kept)
@@ -2595,6 +2678,35 @@ mod tests {
         }
     }
 
+    /// A kept index whose list of private blobs is another one's (two coders of one work
+    /// tree stored theirs at once) is not used, and one without a list neither.
+    #[test]
+    fn a_kept_index_is_used_only_with_its_own_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = KeptIndex {
+            dir: dir.path().join("kept"),
+            key: "k".repeat(32),
+        };
+        let index = dir.path().join("index");
+        let mut bytes = b"DIRC\0\0\0\x02\0\0\0\0".to_vec();
+        bytes.extend(<sha1::Sha1 as sha1::Digest>::digest(&bytes));
+        std::fs::write(&index, &bytes).unwrap();
+        assert!(matches!(kept.load(b"", 20), Kept::Absent));
+        kept.store(b"", &index, 20, &[]);
+        assert!(matches!(kept.load(b"", 20), Kept::Usable(b) if b == bytes));
+        let mut other = bytes.clone();
+        other[11] = 1;
+        std::fs::write(kept.private_list(b""), &other[other.len() - 20..]).unwrap();
+        assert!(
+            matches!(kept.load(b"", 20), Kept::Usable(_)),
+            "same checksum bytes"
+        );
+        std::fs::write(kept.private_list(b""), [0u8; 20]).unwrap();
+        assert!(matches!(kept.load(b"", 20), Kept::Unusable));
+        std::fs::remove_file(kept.private_list(b"")).unwrap();
+        assert!(matches!(kept.load(b"", 20), Kept::Unusable));
+    }
+
     /// Kept indexes of more than [`KEPT_INDEXES`] work trees: the least recently stored
     /// go, with their nested parts', and a killed coder's temporary file once it is old.
     #[test]
@@ -2614,12 +2726,14 @@ mod tests {
                 .unwrap();
         };
         let total = KEPT_INDEXES + 2;
+        let index = dir.path().join("an-index");
+        std::fs::write(&index, [7u8; 40]).unwrap();
         for n in 0..total {
-            kept(n).store(b"", b"index");
-            kept(n).store(b"nested", b"index");
+            kept(n).store(b"", &index, 20, &[]);
+            kept(n).store(b"nested", &index, 20, &[]);
             // Work tree 0 is the oldest.
             for part in [&b""[..], b"nested"] {
-                set_age(&kept(n).part(part), 100 * (total - n) as u64);
+                set_age(&kept(n).private_list(part), 100 * (total - n) as u64);
             }
         }
         let stale = dir.path().join(format!("{:032x}.index.abc.tmp", 0));
@@ -2627,8 +2741,10 @@ mod tests {
         set_age(&stale, 7200);
         kept(total - 1).prune();
         for n in 0..total {
-            let there = kept(n).part(b"").exists() && kept(n).part(b"nested").exists();
-            assert_eq!(there, n >= 2, "work tree {n}");
+            let files =
+                [&b""[..], b"nested"].map(|part| [kept(n).part(part), kept(n).private_list(part)]);
+            let there = files.iter().flatten().filter(|f| f.exists()).count();
+            assert_eq!(there, if n >= 2 { 4 } else { 0 }, "work tree {n}");
         }
         assert!(!stale.exists());
     }

@@ -473,9 +473,11 @@ fn git_changes(
     let after_snapshot = repo
         .snapshot_excluding(exclude)
         .map_err(|e| LedgerError(e.to_string()))?;
+    crate::phases::mark("ledger.after_snapshot");
     // Taken once the agent's tree is gone: the next run starts from it, not from the
     // user's index, which the agent may have written.
     repo.keep_index();
+    crate::phases::mark("ledger.index_kept");
     // The workspace, then each nested repository (see [`super::git::Part`]), compared
     // part by part; a part on one side only is compared with the empty tree.
     let empty = repo.empty_tree();
