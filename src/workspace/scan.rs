@@ -17,6 +17,11 @@
 //! same timestamp tick as the prior look would otherwise go unseen). The change time
 //! cannot be set by a program, so restoring a file's size and modification time (`touch
 //! -d`) does not hide a change.
+//!
+//! The same argument spares listing directories again: a directory whose device, inode and
+//! change time are those the cache's scan saw (older than its start by the same margin)
+//! has the entries it had then, which the walk takes from the cache ([`KeptDirs`]); each
+//! file's stat data is still taken afresh.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
@@ -146,9 +151,14 @@ pub struct Scan {
     /// Files whose entry came from the prior scan / files read.
     pub reused: u64,
     pub read: u64,
-    /// Each listed directory's change time, taken after its listing: a directory that
-    /// changed after some moment may have lost files the listing no longer saw.
-    pub dir_ctimes: Vec<(Vec<u8>, i128)>,
+    /// Every directory walked, with its change time: a directory that changed after some
+    /// moment may have lost files the listing no longer saw. A later scan takes the
+    /// entries of one that has not changed since from this scan instead of listing it
+    /// again ([`Dir::whole`]).
+    pub dirs: Vec<Dir>,
+    /// Directories whose entries were read from the file system (not taken from a prior
+    /// scan's [`Scan::dirs`]).
+    pub listed: u64,
     /// Files the listing found that were gone when their stat data was taken.
     pub vanished: Vec<Vec<u8>>,
 }
@@ -167,13 +177,30 @@ impl Scan {
                 .chain(self.vanished.iter().cloned())
                 .collect(),
             dirs: self
-                .dir_ctimes
+                .dirs
                 .iter()
-                .filter(|(_, ctime)| *ctime >= since_ns)
-                .map(|(path, _)| path.clone())
+                .filter(|dir| dir.ctime_ns >= since_ns)
+                .map(|dir| dir.path.clone())
                 .collect(),
         }
     }
+}
+
+/// A directory a scan walked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dir {
+    /// Relative to the root (the root itself: empty).
+    pub path: Vec<u8>,
+    pub dev: u64,
+    pub ino: u64,
+    /// Its change time: taken after its listing, or when its entries came from a prior
+    /// scan, the one that proved them unchanged.
+    pub ctime_ns: i128,
+    /// Its files in the scan's entries and its subdirectories in [`Scan::dirs`] are all of
+    /// its entries that the walk keeps: it was listed to the end, none of its files was
+    /// gone by the time of its stat data, and every subdirectory was walked. Only such a
+    /// directory's entries are taken by a later scan ([`KeptDirs`]).
+    pub whole: bool,
 }
 
 /// A scan's entries in walk order ([`walk_order`]), their paths one after the other in
@@ -388,7 +415,15 @@ pub struct Listed {
 
 /// Lists `root` within `caps` and takes every listed file's stat data (see [`scan`]).
 pub fn list(root: &Path, caps: &Caps) -> Listed {
+    list_kept(root, caps, None)
+}
+
+/// [`list`], taking the entries of each directory that has not changed since `kept` (the
+/// persistent cache's scan) from it instead of listing the directory again (see
+/// [`KeptDirs`]).
+pub fn list_kept(root: &Path, caps: &Caps, kept: Option<&Scan>) -> Listed {
     let started_ns = now_ns();
+    let mut kept = kept.map(|scan| KeptDirs::new(scan, root));
     // The names, in walk order, up to the cap; then their stat data, on two threads (the
     // scan's time is mostly `fstatat`).
     let mut listing = Listing {
@@ -397,7 +432,7 @@ pub fn list(root: &Path, caps: &Caps) -> Listed {
         ..Listing::default()
     };
     if let Some(fd) = open_dir(root) {
-        listing.list(fd, &[], 0);
+        listing.list(fd, &[], 0, &mut kept);
     }
     crate::phases::mark("ledger.scan.listed");
     let stats = listing.stat_all(root);
@@ -420,7 +455,7 @@ pub fn finish(
 ) -> Scan {
     let Listed {
         started_ns,
-        listing,
+        mut listing,
         stats,
     } = listed;
     let mut out = Scan {
@@ -470,6 +505,14 @@ pub fn finish(
         // What the listing said is a file may be gone, or something else, by now.
         let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
             out.vanished.push(path.clone());
+            // Its directory's listing no longer says what is there.
+            if let Some(dir) = listing
+                .dir_seen
+                .get(found.dir)
+                .and_then(|at| listing.seen.get_mut(*at))
+            {
+                dir.whole = false;
+            }
             continue;
         };
         let entry = match walker.reuse(&path, &stat) {
@@ -485,10 +528,18 @@ pub fn finish(
         };
         if !out.entries.push(&path, entry) {
             out.truncated = true;
+            if let Some(dir) = listing
+                .dir_seen
+                .get(found.dir)
+                .and_then(|at| listing.seen.get_mut(*at))
+            {
+                dir.whole = false;
+            }
         }
     }
     crate::phases::mark("ledger.scan.looked");
-    out.dir_ctimes = listing.dir_ctimes;
+    out.listed = listing.listed;
+    out.dirs = listing.seen;
     crate::phases::mark("ledger.scan.done");
     out
 }
@@ -561,13 +612,17 @@ struct Listing {
     dirs: Vec<Vec<u8>>,
     /// Each of `dirs` as listed: device and inode (`None`: unknown).
     dir_ids: Vec<Option<(u64, u64)>>,
+    /// Each of `dirs`: its index in `seen` (none when its stat data failed).
+    dir_seen: Vec<usize>,
     /// The found files' names, one after the other.
     names: Vec<u8>,
     found: Vec<Found>,
     /// More files existed than the cap allows.
     truncated: bool,
-    /// Every listed directory's change time, taken after its listing.
-    dir_ctimes: Vec<(Vec<u8>, i128)>,
+    /// Every walked directory (see [`Scan::dirs`]).
+    seen: Vec<Dir>,
+    /// Directories read from the file system (not taken from a prior scan).
+    listed: u64,
     /// Mount points of the kernel's own file systems below the root (relative to it),
     /// not walked ([`kernel_mounts_below`]).
     skipped: Vec<Vec<u8>>,
@@ -576,54 +631,50 @@ struct Listing {
 impl Listing {
     /// Lists the directory open as `dir` (at `rel` below the root); `false` once the cap
     /// is reached. Subdirectories are opened relative to it, never through a symlink.
-    fn list(&mut self, dir: std::os::fd::OwnedFd, rel: &[u8], depth: usize) -> bool {
+    /// Where `kept` holds the directory unchanged, its entries are taken from there.
+    fn list(
+        &mut self,
+        dir: std::os::fd::OwnedFd,
+        rel: &[u8],
+        depth: usize,
+        kept: &mut Option<KeptDirs<'_>>,
+    ) -> bool {
         use std::os::fd::AsFd;
-        let Ok(mut stream) = nix::dir::Dir::from_fd(dir) else {
-            return true;
-        };
-        // The names one after the other in one buffer, with the type from the listing
-        // (where the file system gives none, an `lstat`).
+        // The names one after the other in one buffer, with their types.
         let mut buf: Vec<u8> = Vec::new();
         let mut items: Vec<(std::ops::Range<usize>, Kind)> = Vec::new();
-        let fd = stream.as_fd().try_clone_to_owned().ok();
-        for entry in stream.iter() {
-            let Ok(entry) = entry else {
-                break;
-            };
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            let kind = match entry.file_type() {
-                Some(nix::dir::Type::Directory) => Kind::Dir,
-                Some(nix::dir::Type::File) => Kind::File,
-                Some(nix::dir::Type::Symlink) => Kind::Symlink,
-                Some(_) => Kind::Other,
-                None => match fd.as_ref().and_then(|fd| {
-                    nix::sys::stat::fstatat(
-                        fd,
-                        entry.file_name(),
-                        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                    )
-                    .ok()
-                }) {
-                    Some(st) => Kind::of(st.st_mode),
-                    None => Kind::Other,
-                },
-            };
-            let start = buf.len();
-            buf.extend_from_slice(name);
-            items.push((start..buf.len(), kind));
-        }
-        // One descriptor per level of the walk held while it goes down, not two.
-        drop(stream);
-        items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
-        // After the listing: a removal it missed moves the change time past this look.
-        let st = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok());
-        if let Some(st) = &st {
-            let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
-            self.dir_ctimes.push((rel.to_vec(), ctime));
-        }
+        let mut whole = true;
+        // Before anything is read: a change after this look moves the change time past it.
+        let now = match kept {
+            Some(_) => nix::sys::stat::fstat(&dir).ok(),
+            None => None,
+        };
+        let from_kept = match (kept.as_mut(), &now) {
+            (Some(kept), Some(st)) => kept.entries_of(rel, st, dir.as_fd(), &mut buf, &mut items),
+            _ => false,
+        };
+        let (fd, st) = if from_kept {
+            (Some(dir), now)
+        } else {
+            self.listed += 1;
+            buf.clear();
+            items.clear();
+            let fd = read_dir(dir, &mut buf, &mut items, &mut whole);
+            items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
+            // After the listing: a removal it missed moves the change time past this look.
+            let st = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok());
+            (fd, st)
+        };
+        let me = st.as_ref().map(|st| {
+            self.seen.push(Dir {
+                path: rel.to_vec(),
+                dev: st.st_dev,
+                ino: st.st_ino,
+                ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+                whole: false,
+            });
+            self.seen.len() - 1
+        });
         let ident = st.map(|st| (st.st_dev, st.st_ino));
         let mut here = None;
         for (range, kind) in items {
@@ -636,17 +687,21 @@ impl Listing {
                     }
                     path.extend_from_slice(name);
                     if depth >= MAX_DEPTH || self.skipped.contains(&path) {
+                        whole = false;
                         continue;
                     }
-                    let Some(parent) = fd.as_ref() else {
+                    let Some(child) = fd.as_ref().and_then(|fd| open_dir_at(fd.as_fd(), name))
+                    else {
+                        whole = false;
                         continue;
                     };
-                    let Some(child) = open_dir_at(parent.as_fd(), name) else {
-                        continue;
-                    };
-                    if !self.list(child, &path, depth + 1) {
+                    let before = self.seen.len();
+                    if !self.list(child, &path, depth + 1, kept) {
                         return false;
                     }
+                    // A subdirectory without a record of its own would be left out of a
+                    // later walk that takes this directory's entries from this one.
+                    whole &= self.seen.len() > before;
                     continue;
                 }
                 Kind::Other => continue,
@@ -659,6 +714,7 @@ impl Listing {
             let dir = *here.get_or_insert_with(|| {
                 self.dirs.push(rel.to_vec());
                 self.dir_ids.push(ident);
+                self.dir_seen.push(me.unwrap_or(usize::MAX));
                 self.dirs.len() - 1
             });
             let start = self.names.len();
@@ -667,6 +723,9 @@ impl Listing {
                 dir,
                 name: start..self.names.len(),
             });
+        }
+        if let Some(me) = me {
+            self.seen[me].whole = whole;
         }
         true
     }
@@ -733,6 +792,178 @@ impl Listing {
             }
         });
         stats
+    }
+}
+
+/// Reads the directory open as `dir`: its entries' names one after the other into `buf`,
+/// with their types from the listing (where the file system gives none, an `lstat`);
+/// `whole` is cleared when the listing ended on an error. Gives back a descriptor of the
+/// directory, for opening its subdirectories.
+fn read_dir(
+    dir: std::os::fd::OwnedFd,
+    buf: &mut Vec<u8>,
+    items: &mut Vec<(std::ops::Range<usize>, Kind)>,
+    whole: &mut bool,
+) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::AsFd;
+    let Ok(mut stream) = nix::dir::Dir::from_fd(dir) else {
+        *whole = false;
+        return None;
+    };
+    let fd = stream.as_fd().try_clone_to_owned().ok();
+    for entry in stream.iter() {
+        let Ok(entry) = entry else {
+            *whole = false;
+            break;
+        };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            Some(nix::dir::Type::Directory) => Kind::Dir,
+            Some(nix::dir::Type::File) => Kind::File,
+            Some(nix::dir::Type::Symlink) => Kind::Symlink,
+            Some(_) => Kind::Other,
+            None => match fd.as_ref().and_then(|fd| {
+                nix::sys::stat::fstatat(
+                    fd,
+                    entry.file_name(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .ok()
+            }) {
+                Some(st) => Kind::of(st.st_mode),
+                None => Kind::Other,
+            },
+        };
+        let start = buf.len();
+        buf.extend_from_slice(name);
+        items.push((start..buf.len(), kind));
+    }
+    // One descriptor per level of the walk held while it goes down, not two.
+    drop(stream);
+    fd
+}
+
+/// The directories of a prior scan (the persistent cache's) whose entries a new walk takes
+/// instead of listing them again. A directory's entries cannot change without its change
+/// time moving (creating, removing or renaming an entry sets it, and no program can set it
+/// back), so a directory whose device, inode and change time are those the prior scan
+/// saw, older than that scan's start by [`RACY_MARGIN_NS`] (a change within the same
+/// tick would leave it as it was), holds the entries it held then: its files are the
+/// prior's entries one level below it, its subdirectories the prior's directories one
+/// level below it. Not taken: a directory the prior scan did not walk whole
+/// ([`Dir::whole`]), one on another file system than the root's (it may keep time by a
+/// clock of its own), an encrypted one (fscrypt: it lists other names once a key is
+/// added, and its change time does not move). The files' stat data is taken afresh as
+/// ever: only the names are the prior's.
+pub struct KeptDirs<'a> {
+    scan: &'a Scan,
+    trusted_before_ns: i128,
+    root_dev: u64,
+    /// Where the walk is in the prior's directories and entries: both are walked once, in
+    /// walk order, beside the new walk.
+    dir_cursor: usize,
+    entry_cursor: usize,
+}
+
+impl<'a> KeptDirs<'a> {
+    fn new(scan: &'a Scan, root: &Path) -> KeptDirs<'a> {
+        KeptDirs {
+            scan,
+            trusted_before_ns: scan.started_ns - RACY_MARGIN_NS,
+            root_dev: std::fs::symlink_metadata(root).map_or(u64::MAX, |m| m.dev()),
+            dir_cursor: 0,
+            entry_cursor: 0,
+        }
+    }
+
+    /// The entries of the directory at `rel` (`st`: its stat data now, taken before
+    /// anything else; `fd`: it, open) into `buf` and `items`, when the prior scan holds it
+    /// unchanged; `false` otherwise (`buf` and `items` may then hold part of them).
+    /// Directories are asked for in walk order.
+    fn entries_of(
+        &mut self,
+        rel: &[u8],
+        st: &libc::stat,
+        fd: std::os::fd::BorrowedFd<'_>,
+        buf: &mut Vec<u8>,
+        items: &mut Vec<(std::ops::Range<usize>, Kind)>,
+    ) -> bool {
+        let dirs = &self.scan.dirs;
+        while self.dir_cursor < dirs.len() && walk_order(&dirs[self.dir_cursor].path, rel).is_lt() {
+            self.dir_cursor += 1;
+        }
+        let Some(dir) = dirs.get(self.dir_cursor).filter(|d| d.path == rel) else {
+            return false;
+        };
+        let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
+        let unchanged = dir.whole
+            && dir.dev == st.st_dev
+            && dir.ino == st.st_ino
+            && dir.ctime_ns == ctime
+            && ctime < self.trusted_before_ns
+            && st.st_dev == self.root_dev;
+        if !unchanged || crate::sandbox::is_encrypted(fd) != Ok(false) {
+            return false;
+        }
+        let mut prefix = rel.to_vec();
+        if !prefix.is_empty() {
+            prefix.push(b'/');
+        }
+        let mut push = |name: &[u8], kind: Kind| {
+            let start = buf.len();
+            buf.extend_from_slice(name);
+            items.push((start..buf.len(), kind));
+        };
+        // Its subdirectories: the prior's directories right after it, one level below.
+        for sub in &dirs[self.dir_cursor + 1..] {
+            let Some(name) = sub.path.strip_prefix(&prefix[..]) else {
+                break;
+            };
+            if !name.contains(&b'/') {
+                push(name, Kind::Dir);
+            }
+        }
+        // Its files: the prior's entries right after its path, one level below it (those
+        // of a subdirectory are passed over whole).
+        let entries = &self.scan.entries;
+        while self.entry_cursor < entries.len()
+            && !walk_order(entries.path_at(self.entry_cursor), rel).is_gt()
+        {
+            self.entry_cursor += 1;
+        }
+        let mut at = self.entry_cursor;
+        while at < entries.len() {
+            let path = entries.path_at(at);
+            let Some(name) = path.strip_prefix(&prefix[..]) else {
+                break;
+            };
+            match name.iter().position(|b| *b == b'/') {
+                None => {
+                    let symlink = entries.items[at].1.mode & libc::S_IFMT == libc::S_IFLNK;
+                    push(name, if symlink { Kind::Symlink } else { Kind::File });
+                    at += 1;
+                }
+                Some(slash) => {
+                    // The subdirectory's entries follow one another: the first past them.
+                    let below = &path[..prefix.len() + slash + 1];
+                    let (mut lo, mut hi) = (at + 1, entries.len());
+                    while lo < hi {
+                        let mid = lo + (hi - lo) / 2;
+                        if entries.path_at(mid).starts_with(below) {
+                            lo = mid + 1;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    at = lo;
+                }
+            }
+        }
+        items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
+        true
     }
 }
 
@@ -1104,7 +1335,115 @@ mod tests {
         assert_eq!(kept, [&b"a/b/deep.txt"[..], b"a.txt"]);
         assert_eq!(cut.last.as_deref(), Some(&b"a.txt"[..]));
         // Every listed directory's change time is kept (the root, a, a/b).
-        assert_eq!(whole.dir_ctimes.len(), 3);
+        assert_eq!(whole.dirs.len(), 3);
+    }
+
+    /// A walk beside a prior scan's directories takes the entries of those unchanged since
+    /// (listing none of them again) and lists the others: either way it finds exactly
+    /// what a walk of its own finds.
+    #[test]
+    fn unchanged_directories_are_taken_from_the_prior_scan_changed_ones_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a/b/c", "d", "e/f", "g"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "a/x.txt",
+            "a/b/y.txt",
+            "a/b/c/z.txt",
+            "a.txt",
+            "a/b.txt",
+            "g/1",
+        ] {
+            std::fs::write(root.join(f), "1\n").unwrap();
+        }
+        std::os::unix::fs::symlink("a", root.join("link")).unwrap();
+        let key = Key::random();
+        let caps = Caps::default();
+        let walk =
+            |kept: Option<&Scan>| finish(list_kept(root, &caps, kept), root, &caps, &key, None);
+        let paths =
+            |scan: &Scan| -> Vec<Vec<u8>> { scan.entries.keys().map(<[u8]>::to_vec).collect() };
+        let dirs =
+            |scan: &Scan| -> Vec<Vec<u8>> { scan.dirs.iter().map(|d| d.path.clone()).collect() };
+        let mut prior = walk(None);
+        assert_eq!(prior.listed, 8);
+        assert!(prior.dirs.iter().all(|d| d.whole));
+        // As if it had been taken well after every change so far.
+        prior.started_ns += 10 * RACY_MARGIN_NS;
+
+        let same = walk(Some(&prior));
+        assert_eq!(same.listed, 0, "every directory is unchanged");
+        assert_eq!(paths(&same), paths(&prior));
+        assert_eq!(dirs(&same), dirs(&prior));
+        assert_eq!(
+            same.entries[&b"link"[..]].mode & libc::S_IFMT,
+            libc::S_IFLNK
+        );
+
+        // Files added and removed change their directories, which are listed again; a
+        // file's content changed in place changes no directory, and its stat data is
+        // taken afresh all the same.
+        std::fs::write(root.join("d/new.txt"), "2\n").unwrap();
+        std::fs::write(root.join("e/f/g.txt"), "2\n").unwrap();
+        std::fs::remove_file(root.join("a/b/c/z.txt")).unwrap();
+        std::fs::create_dir(root.join("g/h")).unwrap();
+        std::fs::write(root.join("g/h/2"), "2\n").unwrap();
+        std::fs::write(root.join("a/x.txt"), "changed\n").unwrap();
+        let fresh = walk(None);
+        let kept = walk(Some(&prior));
+        assert_eq!(kept.listed, 5, "d, e/f, a/b/c, g and the new g/h");
+        assert_eq!(paths(&kept), paths(&fresh));
+        assert_eq!(dirs(&kept), dirs(&fresh));
+        assert!(kept.entries.contains_key(b"d/new.txt") && kept.entries.contains_key(b"g/h/2"));
+        assert!(!kept.entries.contains_key(b"a/b/c/z.txt"));
+        assert_eq!(kept.entries[&b"a/x.txt"[..]].size, 8);
+
+        // A directory the prior did not walk whole, or saw too recently, is listed again.
+        let mut partial = walk(None);
+        partial.started_ns += 10 * RACY_MARGIN_NS;
+        partial
+            .dirs
+            .iter_mut()
+            .find(|d| d.path == b"a/b")
+            .unwrap()
+            .whole = false;
+        assert_eq!(walk(Some(&partial)).listed, 1);
+        partial.started_ns -= 10 * RACY_MARGIN_NS;
+        assert_eq!(walk(Some(&partial)).listed, 9);
+    }
+
+    /// A directory whose listing is not all of what the walk keeps is not whole: one
+    /// with a file gone before its stat data, or with a subdirectory not walked.
+    #[test]
+    fn a_directory_not_walked_whole_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("open/deep")).unwrap();
+        std::fs::create_dir_all(root.join("gone")).unwrap();
+        std::fs::write(root.join("gone/f"), "1\n").unwrap();
+        std::fs::write(root.join("open/deep/f"), "1\n").unwrap();
+        let caps = Caps::default();
+        let mut listed = list(root, &caps);
+        // As if `gone/f` had gone between the listing and its stat data (walk order: the
+        // first file).
+        std::fs::remove_file(root.join("gone/f")).unwrap();
+        listed.stats[0] = None;
+        let scan = finish(listed, root, &caps, &Key::random(), None);
+        assert_eq!(scan.vanished, [b"gone/f".to_vec()]);
+        let whole = |path: &[u8]| scan.dirs.iter().find(|d| d.path == path).unwrap().whole;
+        assert!(!whole(b"gone"));
+        assert!(whole(b"open") && whole(b"open/deep") && whole(b""));
+        // Cut by the cap: neither the directory cut nor those above it.
+        std::fs::write(root.join("open/deep/g"), "1\n").unwrap();
+        let one = Caps {
+            files: 1,
+            ..Caps::default()
+        };
+        let cut = super::scan(root, &one, &Key::random(), None);
+        assert!(cut.truncated);
+        assert!(cut.dirs.iter().all(|d| !d.whole || d.path == b"gone"));
     }
 
     /// The byte comparison with `/` lowest is the component-by-component one.

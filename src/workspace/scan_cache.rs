@@ -24,10 +24,10 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::scan::{Content, Entries, Entry, Key, Scan};
+use super::scan::{Content, Dir, Entries, Entry, Key, Scan};
 use crate::le_reader::LeReader;
 
-const MAGIC: &[u8; 16] = b"coder-ledger\0v1\n";
+const MAGIC: &[u8; 16] = b"coder-ledger\0v2\n";
 
 /// Entries held at most (a larger file is not a cache this coder wrote).
 const MAX_ENTRIES: u64 = 10_000_000;
@@ -167,7 +167,9 @@ pub fn local_clock(path: &Path) -> bool {
 // MAGIC, u64 length of this head (up to and including the checksum), u32 workspace
 // length, workspace, key (2 x u64), i64 scan start (ns), u64 entry count, the entries (in
 // walk order, `scan::walk_order`), u64 blob bytes, u64 checksum (of everything before
-// it), the blobs.
+// it), the blobs. Since v2, between the entries and the blob bytes: u64 directory count,
+// the directories walked whole (`scan::Dir::whole`, in walk order): u32 path length,
+// path, u64 dev, u64 ino, i64 ctime (ns).
 // An entry: u32 path length, path, u64 size, i64 mtime, i64 ctime (ns), u32 mode, u64 dev,
 // u64 ino, u8 flags (1 hash, 2 binary, 4 lines, 8 content), u64 hash, u64 lines, u64
 // content length (its bytes follow the previous entry's in the blob area).
@@ -186,7 +188,7 @@ fn checksum(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
+fn encode<'a>(scan: &'a Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
     // Exactly the head's size (entries that are left out make it smaller).
     let path_bytes: usize = scan.entries.keys().map(<[u8]>::len).sum();
     let mut out = Vec::with_capacity(
@@ -206,12 +208,23 @@ fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>)
     out.extend_from_slice(&0u64.to_le_bytes());
     // Stored contents of one old cache file, read once when first needed.
     let mut old: Option<(Arc<std::fs::File>, Vec<u8>)> = None;
+    // The directories of entries left out: a later scan must list them again, or it would
+    // not see those files at all.
+    let mut left_out: Vec<&[u8]> = Vec::new();
+    let mut leave_out = |path: &'a [u8]| {
+        let dir = path
+            .iter()
+            .rposition(|b| *b == b'/')
+            .map_or(&path[..0], |at| &path[..at]);
+        left_out.push(dir);
+    };
     for (path, entry) in scan.entries.iter() {
         let (Ok(mtime), Ok(ctime), Ok(path_len)) = (
             i64::try_from(entry.mtime_ns),
             i64::try_from(entry.ctime_ns),
             u32::try_from(path.len()),
         ) else {
+            leave_out(path);
             continue;
         };
         let content = match &entry.content {
@@ -223,7 +236,10 @@ fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>)
                         Some(bytes)
                     }
                     // Not what was hashed: leave the file out, the next scan reads it.
-                    _ => continue,
+                    _ => {
+                        leave_out(path);
+                        continue;
+                    }
                 }
             }
         };
@@ -260,6 +276,28 @@ fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>)
         count += 1;
     }
     out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
+    left_out.sort_unstable();
+    left_out.dedup();
+    let dirs: Vec<(&Dir, i64, u32)> = scan
+        .dirs
+        .iter()
+        .filter(|dir| dir.whole && left_out.binary_search(&&dir.path[..]).is_err())
+        .filter_map(|dir| {
+            Some((
+                dir,
+                i64::try_from(dir.ctime_ns).ok()?,
+                u32::try_from(dir.path.len()).ok()?,
+            ))
+        })
+        .collect();
+    out.extend_from_slice(&(dirs.len() as u64).to_le_bytes());
+    for (dir, ctime, path_len) in dirs {
+        out.extend_from_slice(&path_len.to_le_bytes());
+        out.extend_from_slice(&dir.path);
+        out.extend_from_slice(&dir.dev.to_le_bytes());
+        out.extend_from_slice(&dir.ino.to_le_bytes());
+        out.extend_from_slice(&ctime.to_le_bytes());
+    }
     out.extend_from_slice(&blob_bytes.to_le_bytes());
     let head_len = out.len() as u64 + 8;
     out[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&head_len.to_le_bytes());
@@ -375,12 +413,37 @@ fn parse(
             return None;
         }
     }
+    let dir_count = r.u64()?;
+    if dir_count > MAX_ENTRIES {
+        return None;
+    }
+    let mut dirs: Vec<Dir> = Vec::with_capacity(usize::try_from(dir_count).ok()?.min(1 << 16));
+    for _ in 0..dir_count {
+        let path_len = r.u32()? as usize;
+        let path = r.take(path_len)?.to_vec();
+        let dir = Dir {
+            path,
+            dev: r.u64()?,
+            ino: r.u64()?,
+            ctime_ns: i128::from(r.i64()?),
+            whole: true,
+        };
+        // In walk order, each once: the walk beside them relies on it.
+        if dirs
+            .last()
+            .is_some_and(|last| !super::scan::walk_order(&last.path, &dir.path).is_lt())
+        {
+            return None;
+        }
+        dirs.push(dir);
+    }
     if r.position() != entries_end {
         return None;
     }
     Some(Loaded {
         scan: Scan {
             entries,
+            dirs,
             started_ns,
             ..Scan::default()
         },
@@ -410,6 +473,41 @@ mod tests {
     fn aged(mut scan: Scan) -> Scan {
         scan.started_ns += 10 * super::super::scan::RACY_MARGIN_NS;
         scan
+    }
+
+    /// The directories walked whole are kept, in walk order; one of a file the cache
+    /// leaves out is not (a later walk taking its entries would miss that file).
+    #[test]
+    fn whole_directories_are_kept_unless_a_file_of_theirs_is_left_out() {
+        let (_dir, ws, state) = setup();
+        std::fs::create_dir(ws.join("sub/deeper")).unwrap();
+        let key = Key::random();
+        let first = aged(scan(&ws, &Caps::default(), &key, None));
+        let cache = CacheFile::for_workspace(&state, &ws).unwrap();
+        cache.store(&first, &key).unwrap();
+        let loaded = cache.load().unwrap();
+        assert_eq!(loaded.scan.dirs, first.dirs);
+        assert_eq!(loaded.scan.dirs.len(), 3);
+
+        // A modification time past what the file holds: `sub/c.txt` is left out.
+        let mut odd = aged(scan(&ws, &Caps::default(), &key, None));
+        let entries: Entries = odd
+            .entries
+            .iter()
+            .map(|(path, entry)| {
+                let mut entry = entry.clone();
+                if path == b"sub/c.txt" {
+                    entry.mtime_ns = i128::MAX;
+                }
+                (path.to_vec(), entry)
+            })
+            .collect();
+        odd.entries = entries;
+        cache.store(&odd, &key).unwrap();
+        let loaded = cache.load().unwrap();
+        assert!(!loaded.scan.entries.contains_key(b"sub/c.txt"));
+        let kept: Vec<&[u8]> = loaded.scan.dirs.iter().map(|d| &d.path[..]).collect();
+        assert_eq!(kept, [&b""[..], b"sub/deeper"]);
     }
 
     #[test]
