@@ -315,10 +315,10 @@ impl Ledger {
             cache.file.remove();
             return;
         }
-        if cache.writer.is_some()
-            || (scan.read == 0 && scan.listed == 0 && !scan.truncated && scan.reused > 0)
-        {
-            // Nothing read or listed means nothing the cache does not already say.
+        if cache.writer.is_some() || (scan.read == 0 && !scan.truncated && scan.reused > 0) {
+            // Nothing read means nothing the cache does not already say (a directory that
+            // changed without any file changing is listed again on each run until a file
+            // does: not worth a rewrite of the whole cache).
             return;
         }
         let (file, scan, key) = (cache.file.clone(), scan.clone(), key.clone());
