@@ -929,11 +929,16 @@ impl<'a> KeptDirs<'a> {
         // Its files: the prior's entries right after its path, one level below it (those
         // of a subdirectory are passed over whole).
         let entries = &self.scan.entries;
-        while self.entry_cursor < entries.len()
-            && !walk_order(entries.path_at(self.entry_cursor), rel).is_gt()
-        {
-            self.entry_cursor += 1;
+        let (mut lo, mut hi) = (self.entry_cursor, entries.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if walk_order(entries.path_at(mid), rel).is_gt() {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
         }
+        self.entry_cursor = lo;
         let mut at = self.entry_cursor;
         while at < entries.len() {
             let path = entries.path_at(at);

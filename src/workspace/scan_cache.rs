@@ -182,10 +182,51 @@ const BINARY: u8 = 2;
 const HAS_LINES: u8 = 4;
 const HAS_CONTENT: u8 = 8;
 
+/// The head's checksum, which catches a damaged or cut file (the cache is coder's own, in
+/// its private state directory: there is no forger to resist, and a public key would not
+/// resist one anyway). xxHash64's round on four lanes of 8-byte words (not its exact
+/// output): a 10 MB head in about 1 ms, where SipHash took 6 on the snapshot's path.
 fn checksum(bytes: &[u8]) -> u64 {
-    let mut h = siphasher::sip::SipHasher13::new_with_keys(0x0063_6f64_6572, 0x6c65_6467_6572);
-    h.write(bytes);
-    h.finish()
+    const P1: u64 = 0x9E37_79B1_85EB_CA87;
+    const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    const P3: u64 = 0x1656_67B1_9E37_79F9;
+    let round = |acc: u64, word: u64| {
+        acc.wrapping_add(word.wrapping_mul(P2))
+            .rotate_left(31)
+            .wrapping_mul(P1)
+    };
+    let word = |at: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..at.len().min(8)].copy_from_slice(&at[..at.len().min(8)]);
+        u64::from_le_bytes(w)
+    };
+    let mut lanes = [P1.wrapping_add(P2), P2, 0, P1.wrapping_neg()];
+    let mut blocks = bytes.chunks_exact(32);
+    for block in &mut blocks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            *lane = round(*lane, word(&block[i * 8..]));
+        }
+    }
+    let mut h = lanes
+        .iter()
+        .enumerate()
+        .fold(bytes.len() as u64, |h, (i, lane)| {
+            (h ^ round(0, *lane))
+                .rotate_left(27 + i as u32)
+                .wrapping_mul(P1)
+                .wrapping_add(P3)
+        });
+    for tail in blocks.remainder().chunks(8) {
+        h = (h ^ round(0, word(tail)))
+            .rotate_left(27)
+            .wrapping_mul(P1)
+            .wrapping_add(P3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(P2);
+    h ^= h >> 29;
+    h = h.wrapping_mul(P3);
+    h ^ (h >> 32)
 }
 
 fn encode<'a>(scan: &'a Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
@@ -541,6 +582,28 @@ mod tests {
             c.content_bytes(&key).as_deref(),
             Some(b"three\n".as_slice())
         );
+    }
+
+    /// Every one-bit flip, in the blocks of 32 bytes and in the tail, and every cut or
+    /// added zero byte, changes the checksum.
+    #[test]
+    fn the_checksum_sees_each_flipped_bit_and_each_length() {
+        let bytes: Vec<u8> = (0..101u32).map(|i| (i * 37 % 251) as u8).collect();
+        let sum = checksum(&bytes);
+        for at in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[at] ^= 1 << bit;
+                assert_ne!(checksum(&bad), sum, "byte {at} bit {bit}");
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for len in 0..bytes.len() {
+            assert!(seen.insert(checksum(&bytes[..len])), "length {len}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_ne!(checksum(&longer), sum);
     }
 
     #[test]
