@@ -1153,7 +1153,26 @@ impl Walker<'_, '_> {
 /// how it is done: at the first byte that differs.
 pub fn walk_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     let rank = |c: u8| if c == b'/' { 0 } else { c };
-    match a.iter().zip(b).find(|(x, y)| x != y) {
+    // The first byte that differs, eight at a time (the walk compares paths that share
+    // long prefixes, once or more per file).
+    let common = a.len().min(b.len());
+    let mut at = 0;
+    for (x, y) in a[..common].chunks_exact(8).zip(b[..common].chunks_exact(8)) {
+        let (mut wx, mut wy) = ([0u8; 8], [0u8; 8]);
+        wx.copy_from_slice(x);
+        wy.copy_from_slice(y);
+        let diff = u64::from_le_bytes(wx) ^ u64::from_le_bytes(wy);
+        if diff != 0 {
+            at += diff.trailing_zeros() as usize / 8;
+            return rank(a[at]).cmp(&rank(b[at]));
+        }
+        at += 8;
+    }
+    match a[at..common]
+        .iter()
+        .zip(&b[at..common])
+        .find(|(x, y)| x != y)
+    {
         Some((x, y)) => rank(*x).cmp(&rank(*y)),
         None => a.len().cmp(&b.len()),
     }
@@ -1464,6 +1483,19 @@ mod tests {
             for b in paths {
                 assert_eq!(walk_order(a, b), by_components(a, b), "{a:?} {b:?}");
             }
+        }
+        // Longer paths, differing at every place of an eight-byte word and past it.
+        let base: Vec<u8> = b"pkg00001/src/mod/long-name.rs".to_vec();
+        for at in 0..base.len() {
+            for by in [b'/', b'.', b'a', b'\x01', b'\xff'] {
+                let mut other = base.clone();
+                other[at] = by;
+                for (a, b) in [(&base, &other), (&other, &base)] {
+                    assert_eq!(walk_order(a, b), by_components(a, b), "{a:?} {b:?}");
+                }
+            }
+            let cut = &base[..at];
+            assert_eq!(walk_order(cut, &base), by_components(cut, &base));
         }
     }
 
