@@ -209,14 +209,17 @@ pub struct Dir {
 #[derive(Debug, Default, Clone)]
 pub struct Entries {
     paths: Vec<u8>,
-    /// Each entry with the end of its path in `paths` (it starts where the previous ends).
-    items: Vec<(usize, Entry)>,
+    /// The end of each entry's path in `paths` (it starts where the previous ends): apart
+    /// from the entries, so that walking the paths touches only them.
+    ends: Vec<usize>,
+    items: Vec<Entry>,
 }
 
 impl Entries {
     pub fn with_capacity(entries: usize, path_bytes: usize) -> Entries {
         Entries {
             paths: Vec::with_capacity(path_bytes),
+            ends: Vec::with_capacity(entries),
             items: Vec::with_capacity(entries),
         }
     }
@@ -230,8 +233,8 @@ impl Entries {
     }
 
     fn path_at(&self, at: usize) -> &[u8] {
-        let start = at.checked_sub(1).map_or(0, |before| self.items[before].0);
-        &self.paths[start..self.items[at].0]
+        let start = at.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.paths[start..self.ends[at]]
     }
 
     /// Appends `path`, which must come after every path held in walk order; `false` (and
@@ -243,7 +246,8 @@ impl Entries {
             return false;
         }
         self.paths.extend_from_slice(path);
-        self.items.push((self.paths.len(), entry));
+        self.ends.push(self.paths.len());
+        self.items.push(entry);
         true
     }
 
@@ -261,7 +265,7 @@ impl Entries {
     }
 
     pub fn get(&self, path: &[u8]) -> Option<&Entry> {
-        self.position(path).map(|at| &self.items[at].1)
+        self.position(path).map(|at| &self.items[at])
     }
 
     pub fn contains_key(&self, path: &[u8]) -> bool {
@@ -270,7 +274,7 @@ impl Entries {
 
     /// Paths and entries in walk order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        (0..self.items.len()).map(|at| (self.path_at(at), &self.items[at].1))
+        (0..self.items.len()).map(|at| (self.path_at(at), &self.items[at]))
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
@@ -361,11 +365,11 @@ impl Prior<'_> {
         *cursor += 1;
         match self {
             Prior::Owned(scan) => {
-                let old = &mut scan.entries.items[at].1;
+                let old = &mut scan.entries.items[at];
                 let content = old.content.take();
                 Some(Entry { content, ..*old }).filter(|old| old.still_valid(meta, trusted))
             }
-            Prior::Borrowed(scan) => Some(&scan.entries.items[at].1)
+            Prior::Borrowed(scan) => Some(&scan.entries.items[at])
                 .filter(|old| old.still_valid(meta, trusted))
                 .cloned(),
         }
@@ -947,8 +951,9 @@ impl<'a> KeptDirs<'a> {
             };
             match name.iter().position(|b| *b == b'/') {
                 None => {
-                    let symlink = entries.items[at].1.mode & libc::S_IFMT == libc::S_IFLNK;
-                    push(name, if symlink { Kind::Symlink } else { Kind::File });
+                    // A file or a symlink: the walk treats both alike (their stat data
+                    // decides), so which one is not looked up here.
+                    push(name, Kind::File);
                     at += 1;
                 }
                 Some(slash) => {
