@@ -564,7 +564,9 @@ pub fn finish(
             if let Some(dir) = listing
                 .dir_seen
                 .get(found.dir)
-                .and_then(|at| listing.seen.get_mut(*at))
+                .copied()
+                .flatten()
+                .and_then(|at| listing.seen.get_mut(at))
             {
                 dir.whole = false;
             }
@@ -586,7 +588,9 @@ pub fn finish(
             if let Some(dir) = listing
                 .dir_seen
                 .get(found.dir)
-                .and_then(|at| listing.seen.get_mut(*at))
+                .copied()
+                .flatten()
+                .and_then(|at| listing.seen.get_mut(at))
             {
                 dir.whole = false;
             }
@@ -667,8 +671,8 @@ struct Listing {
     dirs: Vec<Vec<u8>>,
     /// Each of `dirs` as listed: device and inode (`None`: unknown).
     dir_ids: Vec<Option<(u64, u64)>>,
-    /// Each of `dirs`: its index in `seen` (none when its stat data failed).
-    dir_seen: Vec<usize>,
+    /// Each of `dirs`: its index in `seen` (`None`: its stat data failed, no record).
+    dir_seen: Vec<Option<usize>>,
     /// The found files' names, one after the other.
     names: Vec<u8>,
     found: Vec<Found>,
@@ -769,7 +773,7 @@ impl Listing {
             let dir = *here.get_or_insert_with(|| {
                 self.dirs.push(rel.to_vec());
                 self.dir_ids.push(ident);
-                self.dir_seen.push(me.unwrap_or(usize::MAX));
+                self.dir_seen.push(me);
                 self.dirs.len() - 1
             });
             let start = self.names.len();
