@@ -90,6 +90,9 @@ pub use policy::{
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
 pub use sys::exit_forked;
+/// Whether an open file is encrypted (fscrypt): the ledger's scan cache does not take the
+/// entries of such a directory from an earlier listing.
+pub(crate) use sys::is_encrypted;
 pub use trash::{Pruner as TrashPruner, discard_own, make_owner_only_inherited};
 
 /// The policy for the agent of one run: `None` for `danger-full-access`. `env` is the

@@ -260,22 +260,12 @@ impl Ledger {
                 let file = state_dir
                     .zip(canonical.as_deref())
                     .and_then(|(state, ws)| CacheFile::for_workspace(state, ws));
-                // The cache is read on a thread of its own while the tree is listed and
-                // its files' stat data taken (neither needs it).
-                let (listed, loaded) = std::thread::scope(|s| {
-                    let load = || file.as_ref().and_then(CacheFile::load);
-                    match std::thread::Builder::new()
-                        .name("ledger-cache".into())
-                        .spawn_scoped(s, load)
-                    {
-                        Ok(loader) => {
-                            let listed = scan::list(workspace, &caps);
-                            (listed, loader.join().ok().flatten())
-                        }
-                        Err(_) => (scan::list(workspace, &caps), load()),
-                    }
-                });
+                // The cache first: the directories unchanged since it was written are not
+                // listed again, their entries are the cache's (`scan::KeptDirs`).
+                let loaded = file.as_ref().and_then(CacheFile::load);
                 crate::phases::mark("ledger.cache_loaded");
+                let listed =
+                    scan::list_kept(workspace, &caps, loaded.as_ref().map(|loaded| &loaded.scan));
                 let (key, scan) = match loaded {
                     Some(loaded) => {
                         let mut prior = Prior::Owned(loaded.scan);
@@ -346,7 +336,9 @@ impl Ledger {
             return;
         }
         if cache.writer.is_some() || (scan.read == 0 && !scan.truncated && scan.reused > 0) {
-            // Nothing read means nothing the cache does not already say.
+            // Nothing read means nothing the cache does not already say (a directory that
+            // changed without any file changing is listed again on each run until a file
+            // does: not worth a rewrite of the whole cache).
             return;
         }
         let (file, scan, key) = (cache.file.clone(), scan.clone(), key.clone());
