@@ -1058,6 +1058,7 @@ impl<'a> Walker<'a, '_> {
                 continue;
             }
             let target = base.join(named);
+            self.guard_links_on_the_way(&target)?;
             let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
                 continue;
             };
@@ -1139,6 +1140,51 @@ impl<'a> Walker<'a, '_> {
         let mut seen = HashSet::new();
         for config in configs {
             self.guard_includes(&config, 0, &mut seen)?;
+        }
+        Ok(())
+    }
+
+    /// Each symlink of this tree on the way to the included path `target` (as the config
+    /// names it, unresolved), guarded as a link, the directories above it pinned: the
+    /// included file itself is found through the resolved path, and `include.path =
+    /// ../link/shared.gitconfig` with `link -> conf` left `link` the agent's to replace
+    /// with a directory holding a `shared.gitconfig` of its own.
+    fn guard_links_on_the_way(&mut self, target: &Path) -> Result<(), SandboxError> {
+        let mut so_far = PathBuf::new();
+        for part in target.components() {
+            so_far.push(part);
+            let Ok(meta) = fs::symlink_metadata(&so_far) else {
+                return Ok(());
+            };
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            let (Some(parent), Some(name)) = (so_far.parent(), so_far.file_name()) else {
+                continue;
+            };
+            let Ok(parent) = fs::canonicalize(parent) else {
+                continue;
+            };
+            let Ok(rel) = parent.strip_prefix(self.tree.root) else {
+                continue;
+            };
+            if !is_plain_relative(rel) {
+                continue;
+            }
+            let rel = rel.to_path_buf();
+            if self.pin_dirs_down_to(&rel).is_err() {
+                continue;
+            }
+            let Ok(dir) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
+            else {
+                continue;
+            };
+            let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            if matches!(file_kind(&st), Kind::Symlink) {
+                self.guard_link(parent.join(name), &st)?;
+            }
         }
         Ok(())
     }

@@ -1,0 +1,91 @@
+//! Round sixteen's second review: the read-only hold on files a git config includes
+//! (`src/sandbox/scan.rs`, `guard_includes`), attacked by someone who has read it. Every
+//! attack runs as root and as uid 65534, each with a control (`danger-full-access`)
+//! showing that the user's own next `git status` runs the agent's payload without the
+//! defence.
+//!
+//! Found open when this review started, closed with it:
+//! * **A symlink earlier in the included path.** `include.path = ../link/shared.gitconfig`
+//!   with `link -> conf`: the scan canonicalised the parent, pinned `conf` and held
+//!   `conf/shared.gitconfig` read-only, but left the symlink `link` the agent's: it
+//!   replaced `link` with a directory of its own holding a `shared.gitconfig` with an
+//!   fsmonitor. Each symlink on the way is guarded now.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-r16b-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// The payload: a config that runs `touch $M` on the user's next `git status`.
+const PAYLOAD: &str = "printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\"";
+
+/// For each arm and mode: `setup` prepares the committed workspace and the user's config
+/// (`include.path` values relative to `.git`), `script` attacks and prints `PLANTED`.
+/// Confined the user's `git status` must not run the payload (it must, when `open`:
+/// a known-open ratchet); unconfined it must.
+fn include_attack(name: &str, setup: fn(&Fx, &Path), includes: &[&str], script: &str) {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            setup(&fx, &ws);
+            fx.git(&ws, &["add", "-A"]);
+            fx.git(&ws, &["commit", "-qm", "shared config"]);
+            for include in includes {
+                fx.git(&ws, &["config", "--add", "include.path", include]);
+            }
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], script)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, &["status", "--short"]);
+            let ran = fx.marker().exists();
+            let control = mode == "danger-full-access";
+            assert_eq!(
+                ran, control,
+                "{name} nobody={nobody} {mode}: the user's git ran the payload: {ran}\n\
+                 {out}\n{git_out}"
+            );
+        }
+    }
+}
+
+/// `conf/shared.gitconfig`, included through the symlink `link -> conf`.
+fn linked_conf(fx: &Fx, ws: &Path) {
+    std::fs::create_dir_all(ws.join("conf")).unwrap();
+    std::fs::write(ws.join("conf/shared.gitconfig"), "").unwrap();
+    std::os::unix::fs::symlink("conf", ws.join("link")).unwrap();
+    for entry in ["", "conf", "conf/shared.gitconfig", "link"] {
+        fx.own_entry(&ws.join(entry));
+    }
+}
+
+/// A symlink on the way to the included file, replaced by a directory of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_symlink_earlier_in_the_included_path_is_not_the_agents_to_replace() {
+    let script = format!(
+        "rm -f link; mkdir -p link; {PAYLOAD} > link/shared.gitconfig; \
+         ln -sfn evil link2; echo PLANTED"
+    );
+    include_attack(
+        "symlink on the way",
+        linked_conf,
+        &["../link/shared.gitconfig"],
+        &script,
+    );
+}
