@@ -10,6 +10,13 @@
 //!   `conf/shared.gitconfig` read-only, but left the symlink `link` the agent's: it
 //!   replaced `link` with a directory of its own holding a `shared.gitconfig` with an
 //!   fsmonitor. Each symlink on the way is guarded now.
+//! * **A chain of links to the included file.** `shared.gitconfig -> hop -> conf/x`: the
+//!   first link and the end were held, `hop` was the agent's to re-point at a file of its
+//!   own. Links are followed one hop at a time now, each guarded.
+//! * **A relative include inside a linked config resolved where git does not.** git reads
+//!   the includes of a file it opened through a link against the directory of the link's
+//!   name; the scan read them against the link's target, held the wrong file and left the
+//!   one git reads the agent's to write.
 
 mod common;
 
@@ -86,6 +93,61 @@ fn a_symlink_earlier_in_the_included_path_is_not_the_agents_to_replace() {
         "symlink on the way",
         linked_conf,
         &["../link/shared.gitconfig"],
+        &script,
+    );
+}
+
+/// `shared.gitconfig -> hop`, `hop -> conf/real.gitconfig`: a chain of links to the
+/// included file, the middle one re-pointed at a file of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_link_in_the_middle_of_a_chain_to_the_included_file_is_not_the_agents_to_repoint() {
+    fn setup(fx: &Fx, ws: &Path) {
+        std::fs::create_dir_all(ws.join("conf")).unwrap();
+        std::fs::write(ws.join("conf/real.gitconfig"), "").unwrap();
+        std::os::unix::fs::symlink("conf/real.gitconfig", ws.join("hop")).unwrap();
+        std::os::unix::fs::symlink("hop", ws.join("shared.gitconfig")).unwrap();
+        for entry in ["", "conf", "conf/real.gitconfig", "hop", "shared.gitconfig"] {
+            fx.own_entry(&ws.join(entry));
+        }
+    }
+    let script =
+        format!("{PAYLOAD} > evil.gitconfig; rm -f hop; ln -s evil.gitconfig hop; echo PLANTED");
+    include_attack("link chain", setup, &["../shared.gitconfig"], &script);
+}
+
+/// `shared.gitconfig -> conf/real.gitconfig`, which includes `local.gitconfig`: git reads
+/// that relative to the name it opened (`shared.gitconfig`, at the root), not to where the
+/// link leads, so the root's `local.gitconfig` is the one to hold.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_relative_include_inside_a_linked_config_is_resolved_as_git_does() {
+    fn setup(fx: &Fx, ws: &Path) {
+        std::fs::create_dir_all(ws.join("conf")).unwrap();
+        std::fs::write(
+            ws.join("conf/real.gitconfig"),
+            "[include]\n\tpath = local.gitconfig\n",
+        )
+        .unwrap();
+        std::fs::write(ws.join("local.gitconfig"), "").unwrap();
+        std::fs::write(ws.join("conf/local.gitconfig"), "").unwrap();
+        std::os::unix::fs::symlink("conf/real.gitconfig", ws.join("shared.gitconfig")).unwrap();
+        for entry in [
+            "",
+            "conf",
+            "conf/real.gitconfig",
+            "conf/local.gitconfig",
+            "local.gitconfig",
+            "shared.gitconfig",
+        ] {
+            fx.own_entry(&ws.join(entry));
+        }
+    }
+    let script = format!("{PAYLOAD} >> local.gitconfig; echo PLANTED");
+    include_attack(
+        "relative include through a link",
+        setup,
+        &["../shared.gitconfig"],
         &script,
     );
 }

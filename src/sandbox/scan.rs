@@ -1010,7 +1010,7 @@ impl<'a> Walker<'a, '_> {
         }
         let mut seen = HashSet::new();
         for name in ["config", "config.worktree"] {
-            self.guard_includes(&path.join(name), 0, &mut seen)?;
+            self.guard_includes(&path.join(name), &path, 0, &mut seen)?;
         }
         Ok(())
     }
@@ -1029,15 +1029,19 @@ impl<'a> Walker<'a, '_> {
     /// file include another fifty times, and that one another, had this walk git's 50^8
     /// includes. More than [`MAX_INCLUDED`] files fail the scan closed, as more secrets
     /// than its cap do.
+    ///
+    /// Relative includes are read against `base`, the directory of the name git opened
+    /// `config` by (git does not resolve a symlink to the included file first).
     fn guard_includes(
         &mut self,
         config: &Path,
+        base: &Path,
         depth: usize,
-        seen: &mut HashSet<PathBuf>,
+        seen: &mut HashSet<(PathBuf, PathBuf)>,
     ) -> Result<(), SandboxError> {
         // git's own limit on nested includes.
         const MAX_INCLUDE_DEPTH: usize = 10;
-        if depth > MAX_INCLUDE_DEPTH || !seen.insert(config.to_path_buf()) {
+        if depth > MAX_INCLUDE_DEPTH || !seen.insert((config.to_path_buf(), base.to_path_buf())) {
             return Ok(());
         }
         if seen.len() > MAX_INCLUDED {
@@ -1050,7 +1054,6 @@ impl<'a> Walker<'a, '_> {
         let Some(text) = read_config(config) else {
             return Ok(());
         };
-        let base = config.parent().unwrap_or(Path::new("/"));
         for value in include_paths(&text) {
             let named = Path::new(OsStr::from_bytes(&value));
             if named.starts_with("~") {
@@ -1058,11 +1061,11 @@ impl<'a> Walker<'a, '_> {
                 continue;
             }
             let target = base.join(named);
-            self.guard_links_on_the_way(&target)?;
-            let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
+            self.guard_links_on_the_way(&target, &mut 0)?;
+            let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
                 continue;
             };
-            let Ok(parent) = fs::canonicalize(parent) else {
+            let Ok(parent) = fs::canonicalize(named_parent) else {
                 continue;
             };
             let Ok(rel_parent) = parent.strip_prefix(self.tree.root) else {
@@ -1089,12 +1092,12 @@ impl<'a> Walker<'a, '_> {
             match file_kind(&st) {
                 Kind::File => {
                     self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                    self.guard_includes(&path, depth + 1, seen)?;
+                    self.guard_includes(&path, named_parent, depth + 1, seen)?;
                 }
                 Kind::Symlink => {
                     self.guard_link(path.clone(), &st)?;
-                    if let Ok(target) = fs::canonicalize(&path) {
-                        self.guard_includes(&target, depth + 1, seen)?;
+                    if let Ok(resolved) = fs::canonicalize(&path) {
+                        self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
                     }
                 }
                 Kind::Dir | Kind::Other => {}
@@ -1139,7 +1142,8 @@ impl<'a> Walker<'a, '_> {
         }
         let mut seen = HashSet::new();
         for config in configs {
-            self.guard_includes(&config, 0, &mut seen)?;
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.guard_includes(&config, &base, 0, &mut seen)?;
         }
         Ok(())
     }
@@ -1148,10 +1152,18 @@ impl<'a> Walker<'a, '_> {
     /// names it, unresolved), guarded as a link, the directories above it pinned: the
     /// included file itself is found through the resolved path, and `include.path =
     /// ../link/shared.gitconfig` with `link -> conf` left `link` the agent's to replace
-    /// with a directory holding a `shared.gitconfig` of its own.
-    fn guard_links_on_the_way(&mut self, target: &Path) -> Result<(), SandboxError> {
+    /// with a directory holding a `shared.gitconfig` of its own. A link is followed one hop
+    /// at a time (at most `MAX_HOPS`, the kernel's 40), so each link of a chain to the
+    /// included file is guarded, not just the first and the end.
+    fn guard_links_on_the_way(
+        &mut self,
+        target: &Path,
+        hops: &mut usize,
+    ) -> Result<(), SandboxError> {
+        const MAX_HOPS: usize = 40;
         let mut so_far = PathBuf::new();
-        for part in target.components() {
+        let mut parts = target.components();
+        while let Some(part) = parts.next() {
             so_far.push(part);
             let Ok(meta) = fs::symlink_metadata(&so_far) else {
                 return Ok(());
@@ -1159,32 +1171,50 @@ impl<'a> Walker<'a, '_> {
             if !meta.file_type().is_symlink() {
                 continue;
             }
-            let (Some(parent), Some(name)) = (so_far.parent(), so_far.file_name()) else {
-                continue;
+            self.guard_link_on_the_way(&so_far)?;
+            *hops += 1;
+            let Ok(link) = fs::read_link(&so_far) else {
+                return Ok(());
             };
-            let Ok(parent) = fs::canonicalize(parent) else {
-                continue;
-            };
-            let Ok(rel) = parent.strip_prefix(self.tree.root) else {
-                continue;
-            };
-            if !is_plain_relative(rel) {
-                continue;
+            if *hops > MAX_HOPS {
+                return Ok(());
             }
-            let rel = rel.to_path_buf();
-            if self.pin_dirs_down_to(&rel).is_err() {
-                continue;
-            }
-            let Ok(dir) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
-            else {
-                continue;
-            };
-            let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-                continue;
-            };
-            if matches!(file_kind(&st), Kind::Symlink) {
-                self.guard_link(parent.join(name), &st)?;
-            }
+            let next = so_far
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(link)
+                .join(parts.as_path());
+            return self.guard_links_on_the_way(&next, hops);
+        }
+        Ok(())
+    }
+
+    /// [`Walker::guard_links_on_the_way`]: the symlink at `link`, when it is of this tree.
+    fn guard_link_on_the_way(&mut self, link: &Path) -> Result<(), SandboxError> {
+        let (Some(parent), Some(name)) = (link.parent(), link.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(parent) else {
+            return Ok(());
+        };
+        let Ok(rel) = parent.strip_prefix(self.tree.root) else {
+            return Ok(());
+        };
+        if !is_plain_relative(rel) {
+            return Ok(());
+        }
+        let rel = rel.to_path_buf();
+        if self.pin_dirs_down_to(&rel).is_err() {
+            return Ok(());
+        }
+        let Ok(dir) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY) else {
+            return Ok(());
+        };
+        let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return Ok(());
+        };
+        if matches!(file_kind(&st), Kind::Symlink) {
+            self.guard_link(parent.join(name), &st)?;
         }
         Ok(())
     }
