@@ -17,6 +17,10 @@
 //!   the includes of a file it opened through a link against the directory of the link's
 //!   name; the scan read them against the link's target, held the wrong file and left the
 //!   one git reads the agent's to write.
+//! * **Includes spelled as git allows.** The config was read one key per line, its comment
+//!   cut before the quotes: `[include] path = x` (a key on its header's line), `path =
+//!   "a;b"`, a value continued with a backslash were missed, the files git included left
+//!   the agent's. The values are read as git's own parser reads them now.
 
 mod common;
 
@@ -150,4 +154,29 @@ fn a_relative_include_inside_a_linked_config_is_resolved_as_git_does() {
         &["../shared.gitconfig"],
         &script,
     );
+}
+
+/// The user's config spells its includes in ways git reads and a line-by-line reading
+/// misses: a key on its section header's line, a `;` inside quotes, a continued line.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn includes_spelled_as_git_allows_are_found() {
+    fn setup(fx: &Fx, ws: &Path) {
+        for file in ["one.gitconfig", "a;b.gitconfig", "cont.gitconfig"] {
+            std::fs::write(ws.join(file), "").unwrap();
+            fx.own_entry(&ws.join(file));
+        }
+        fx.own_entry(ws);
+        let config = ws.join(".git/config");
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(
+            "[include] path = ../one.gitconfig\n[include]\n\tpath = \"../a;b.gitconfig\"\n\
+             \tpath = ../co\\\nnt.gitconfig\n",
+        );
+        std::fs::write(&config, text).unwrap();
+    }
+    for file in ["one.gitconfig", "a;b.gitconfig", "cont.gitconfig"] {
+        let script = format!("{PAYLOAD} >> '{file}'; echo PLANTED");
+        include_attack(file, setup, &[], &script);
+    }
 }

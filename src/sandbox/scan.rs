@@ -1545,46 +1545,108 @@ fn read_config(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// The values of `path` in the `[include]` and `[includeIf "…"]` sections of a git config
-/// text, unquoted. A simple reading of git's syntax (no line continuations or escapes
-/// inside values): the configs read here are the user's, which the sandbox holds
-/// read-only, not the agent's.
+/// text, read as git reads them: a key may follow its section header on the same line
+/// (`[include] path = x`), `;` and `#` inside double quotes are not comments, `\"`, `\\`,
+/// `\t`, `\n`, `\b` are escapes and a backslash at the end of a line continues the value.
+/// A simpler reading (one key per line, the comment cut before the quotes) missed what git
+/// included, and left it the agent's to write (round sixteen's second review).
 fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
     let mut in_include = false;
     let mut found = Vec::new();
-    for line in text.split(|b| *b == b'\n') {
-        let line = trim_ascii(line);
-        if let Some(header) = line.strip_prefix(b"[") {
-            let name_end = header
+    let mut i = 0;
+    while let Some(&c) = text.get(i) {
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c == b'[' {
+            let header = &text[i + 1..];
+            let end = header
                 .iter()
-                .position(|b| matches!(b, b']' | b' ' | b'\t' | b'"' | b'.'))
+                .position(|b| matches!(b, b']' | b'\n'))
                 .unwrap_or(header.len());
+            let name_end = header[..end]
+                .iter()
+                .position(|b| matches!(b, b' ' | b'\t' | b'"' | b'.'))
+                .unwrap_or(end);
             let name = &header[..name_end];
             in_include =
                 name.eq_ignore_ascii_case(b"include") || name.eq_ignore_ascii_case(b"includeif");
-            continue;
-        }
-        if !in_include {
-            continue;
-        }
-        let Some(eq) = line.iter().position(|b| *b == b'=') else {
-            continue;
-        };
-        if !trim_ascii(&line[..eq]).eq_ignore_ascii_case(b"path") {
-            continue;
-        }
-        let mut value = trim_ascii(&line[eq + 1..]);
-        if let Some(cut) = value.iter().position(|b| matches!(b, b'#' | b';')) {
-            value = trim_ascii(&value[..cut]);
-        }
-        let value = value
-            .strip_prefix(b"\"")
-            .and_then(|v| v.strip_suffix(b"\""))
-            .unwrap_or(value);
-        if !value.is_empty() {
-            found.push(value.to_vec());
+            i += end + 2;
+        } else if c.is_ascii_alphabetic() {
+            let start = i;
+            while text
+                .get(i)
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            {
+                i += 1;
+            }
+            let key = &text[start..i];
+            while matches!(text.get(i), Some(b' ' | b'\t')) {
+                i += 1;
+            }
+            if text.get(i) != Some(&b'=') {
+                continue;
+            }
+            let (value, next) = config_value(text, i + 1);
+            i = next;
+            if in_include && key.eq_ignore_ascii_case(b"path") && !value.is_empty() {
+                found.push(value);
+            }
+        } else {
+            // A comment, or what git would refuse: the rest of the line.
+            i += text[i..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .unwrap_or(text.len() - i);
         }
     }
     found
+}
+
+/// The value starting at `text[i]` (after its `=`), as git's `parse_value` reads it, and
+/// where reading goes on; an invalid escape ends it there.
+fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
+    let mut value = Vec::new();
+    let mut quoted = false;
+    let mut spaces = 0;
+    while let Some(&c) = text.get(i) {
+        i += 1;
+        match c {
+            b'\n' => break,
+            b';' | b'#' if !quoted => {
+                i += text[i..]
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .unwrap_or(text.len() - i);
+                break;
+            }
+            b' ' | b'\t' if !quoted => {
+                spaces += 1;
+                continue;
+            }
+            _ => {}
+        }
+        if spaces > 0 && !value.is_empty() {
+            value.resize(value.len() + spaces, b' ');
+        }
+        spaces = 0;
+        match c {
+            b'\\' => {
+                let Some(&escaped) = text.get(i) else { break };
+                i += 1;
+                match escaped {
+                    b'\n' => {}
+                    b't' => value.push(b'\t'),
+                    b'n' => value.push(b'\n'),
+                    b'b' => value.push(8),
+                    b'\\' | b'"' => value.push(escaped),
+                    _ => break,
+                }
+            }
+            b'"' => quoted = !quoted,
+            _ => value.push(c),
+        }
+    }
+    (value, i)
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -2172,6 +2234,22 @@ mod tests {
         assert!(fs::symlink_metadata(ws.join(".git/config.worktree")).is_err());
         assert!(fs::symlink_metadata(ws.join(".envrc")).is_err());
         assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
+    }
+
+    #[test]
+    fn include_values_are_read_as_git_reads_them() {
+        let text = b"[include] path = ../one\n[include]\n\tpath = \"../a;b\" # c\n\
+            \tpath = ../co\\\nnt\n\tpath = \"../q\\\"x\"\n\tpath = a  b \n[core] path = no\n";
+        assert_eq!(
+            include_paths(text),
+            [
+                b"../one".to_vec(),
+                b"../a;b".to_vec(),
+                b"../cont".to_vec(),
+                b"../q\"x".to_vec(),
+                b"a  b".to_vec(),
+            ]
+        );
     }
 
     #[test]
