@@ -21,6 +21,12 @@
 //!   cut before the quotes: `[include] path = x` (a key on its header's line), `path =
 //!   "a;b"`, a value continued with a backslash were missed, the files git included left
 //!   the agent's. The values are read as git's own parser reads them now.
+//!
+//! Known open (ratchets asserting today's behaviour):
+//! * **An include absent at run start, made by the agent, stops every later run.** It
+//!   includes 300 files of the agent's: the next scan is over its cap of included files
+//!   and fails closed (a denial of service, not an escape; the error names one of the
+//!   agent's files).
 
 mod common;
 
@@ -178,5 +184,40 @@ fn includes_spelled_as_git_allows_are_found() {
     for file in ["one.gitconfig", "a;b.gitconfig", "cont.gitconfig"] {
         let script = format!("{PAYLOAD} >> '{file}'; echo PLANTED");
         include_attack(file, setup, &[], &script);
+    }
+}
+
+/// Known open, a ratchet: the user's config includes `../local.gitconfig`, absent when the
+/// run starts (SECURITY.md: such a file is not guarded). The agent makes it include 300
+/// files of its own: every later run's scan is over its cap of 256 included files and
+/// fails closed, until the user removes the files (the error names one of them, not `local.gitconfig`). The control: the
+/// same next run without the agent's files starts.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn known_open_an_absent_include_made_by_the_agent_fails_the_next_runs_scan() {
+    let plant = "mkdir inc; i=0; while [ $i -lt 300 ]; do \
+                 printf '[include]\\n\\tpath = inc/%s\\n' $i >> local.gitconfig; \
+                 : > inc/$i; i=$((i+1)); done; echo PLANTED";
+    for nobody in sandbox_fixture::arms() {
+        for attack in [true, false] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.git(
+                &ws,
+                &["config", "--add", "include.path", "../local.gitconfig"],
+            );
+            let script = if attack { plant } else { "echo PLANTED" };
+            let (rc, out) = fx.sandbox("workspace-write", script);
+            assert!(rc == 0 && out.contains("PLANTED"), "nobody={nobody}: {out}");
+            let (rc, out) = fx.sandbox("workspace-write", "echo NEXT");
+            if attack {
+                assert!(
+                    rc != 0 && !out.contains("NEXT") && out.contains("files git configs include"),
+                    "nobody={nobody}: blocked now, update KNOWN_OPEN: {rc} {out}"
+                );
+            } else {
+                assert!(rc == 0 && out.contains("NEXT"), "nobody={nobody}: {out}");
+            }
+        }
     }
 }
