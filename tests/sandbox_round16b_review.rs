@@ -22,6 +22,9 @@
 //!   "a;b"`, a value continued with a backslash were missed, the files git included left
 //!   the agent's. The values are read as git's own parser reads them now.
 //!
+//! Blocked: a git dir the agent moves (`.git` to `.git2`, a gitfile naming it) to make
+//! the next run's kept ledger index not apply (`a_git_dir_moved_by_the_agent_…`).
+//!
 //! Known open (ratchets asserting today's behaviour):
 //! * **An include absent at run start, made by the agent, stops every later run.** It
 //!   includes 300 files of the agent's: the next scan is over its cap of included files
@@ -33,6 +36,8 @@ mod common;
 use std::path::Path;
 
 use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::{Fake, steps};
+use serde_json::{Value, json};
 
 const REPO: RepoStyle = RepoStyle {
     prefix: "coder-r16b-",
@@ -220,4 +225,87 @@ fn known_open_an_absent_include_made_by_the_agent_fails_the_next_runs_scan() {
             }
         }
     }
+}
+
+fn git_in(ws: &Path, args: &[&str]) {
+    use common::Bounded;
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(ws)
+        .output_bounded();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// Whether `envelope` lists `path` as `status`.
+fn lists(envelope: &Value, path: &str, status: &str) -> bool {
+    envelope["changes"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["path"] == path && f["status"] == status)
+}
+
+/// The ledger's kept index (`<state>/ledger-index/`), made not to apply: the agent forges
+/// the user's index entry of `F.txt` (its blob id made that of the next run's edit, as
+/// `ledger_snapshot::an_index_entry_the_agent_forged_does_not_hide_the_next_runs_edit`),
+/// then `then` moves the git dir so the next run's key differs. The next run edits
+/// `F.txt` to that content: is it listed?
+fn forged_index_then(then: &str) -> (bool, String) {
+    let forge = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/ledger/forge-index-entry.py"
+    ))
+    .unwrap();
+    let command = format!(
+        "python3 .fake-claude/forge.py F.txt 'forged\\n' > .fake-claude/forge.out 2>&1; {then}"
+    );
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "run_tool", "command": command},
+        steps::result_ok("planted"),
+    ]));
+    let ws = fake.workspace();
+    std::fs::write(ws.join("F.txt"), "original\n").unwrap();
+    std::fs::write(ws.join(".gitignore"), ".fake-claude/\n").unwrap();
+    git_in(ws, &["init", "-q"]);
+    git_in(ws, &["add", "-A"]);
+    git_in(ws, &["commit", "-qm", "start"]);
+    std::fs::write(fake.file("forge.py"), forge).unwrap();
+    let out = fake.coder().args(["task"]).run();
+    out.assert_success("planted");
+    let forged = std::fs::read_to_string(fake.file("forge.out")).unwrap_or_default();
+    assert!(
+        forged.contains("FORGED"),
+        "the forgery did not run: {forged}"
+    );
+    let moved = ws.join(".git").is_file();
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            steps::init(),
+            {"step": "touch", "path": "../F.txt", "text": "forged\n"},
+            steps::result_ok("edited"),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = fake.coder().args(["task"]).run();
+    out.assert_success("edited");
+    let explain = format!("moved={moved} {}", out.explain());
+    (lists(&out.envelope, "F.txt", "modified"), explain)
+}
+
+/// The agent moves `.git` to `.git2` and leaves a gitfile naming it, so that the next
+/// run's git dir, and the key of its kept index, differ and the ledger starts from the
+/// forged index: blocked, the sandbox holds `.git` in place (`moved=false`) and the edit is
+/// listed. The control is the forgery alone, which the kept index answers.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_dir_moved_by_the_agent_does_not_unkeep_the_index() {
+    common::require_root_and_user_namespaces();
+    let (listed, out) = forged_index_then("true");
+    assert!(listed, "control: the kept index shows the edit: {out}");
+    let (listed, out) = forged_index_then("mv .git .git2 && printf 'gitdir: .git2\\n' > .git");
+    assert!(listed, "the edit of F.txt is hidden: {out}");
 }
