@@ -21,6 +21,10 @@
 //!   cut before the quotes: `[include] path = x` (a key on its header's line), `path =
 //!   "a;b"`, a value continued with a backslash were missed, the files git included left
 //!   the agent's. The values are read as git's own parser reads them now.
+//! * **A workspace that is a linked worktree.** Its `.git` is a file naming a git dir
+//!   outside it, whose (common) config includes a workspace file: only the configs of git
+//!   dirs inside the tree and of a repository *above* it were read, so that file was the
+//!   agent's. The git dir the root's `.git` file names is read too now.
 //!
 //! Blocked: a git dir the agent moves (`.git` to `.git2`, a gitfile naming it) to make
 //! the next run's kept ledger index not apply (`a_git_dir_moved_by_the_agent_…`).
@@ -308,4 +312,45 @@ fn a_git_dir_moved_by_the_agent_does_not_unkeep_the_index() {
     assert!(listed, "control: the kept index shows the edit: {out}");
     let (listed, out) = forged_index_then("mv .git .git2 && printf 'gitdir: .git2\\n' > .git");
     assert!(listed, "the edit of F.txt is hidden: {out}");
+}
+
+/// The workspace is a linked worktree (`wt/`) of a repository outside it (`main/`), whose
+/// config includes a file of the workspace by its absolute path.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_linked_worktrees_include_of_a_workspace_file_is_held() {
+    let script = format!("{PAYLOAD} >> shared.gitconfig; echo PLANTED");
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let main = fx.ws();
+            let wt = fx.root().join("wt");
+            fx.git(&main, &["worktree", "add", "-q", "../wt"]);
+            std::fs::write(wt.join("shared.gitconfig"), "").unwrap();
+            fx.own_entry(&wt.join("shared.gitconfig"));
+            fx.git(&wt, &["add", "-A"]);
+            fx.git(&wt, &["commit", "-qm", "shared config"]);
+            let include = wt.join("shared.gitconfig");
+            fx.git(
+                &main,
+                &["config", "include.path", include.to_str().unwrap()],
+            );
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&wt, &["--mode", mode], &script)
+                    .env("M", fx.marker()),
+            );
+            assert!(
+                rc == 0 && out.contains("PLANTED"),
+                "nobody={nobody} {mode}: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&wt, &["status", "--short"]);
+            let ran = fx.marker().exists();
+            assert_eq!(
+                ran,
+                mode == "danger-full-access",
+                "nobody={nobody} {mode}: the user's git ran the payload: {ran}\n{out}\n{git_out}"
+            );
+        }
+    }
 }

@@ -1107,15 +1107,22 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
-    /// above the tree (a workspace in a subdirectory of a repository): that git dir is out
-    /// of the agent's reach, but what its config includes from the tree is not.
+    /// above the tree (a workspace in a subdirectory of a repository), or named by the
+    /// tree's own `.git` file (a workspace that is a linked worktree of a repository
+    /// elsewhere): that git dir is out of the agent's reach, but what its config includes
+    /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
+    /// placeholder.)
     fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
-        let Some(dot_git) = self
-            .tree
-            .root
-            .ancestors()
-            .skip(1)
-            .map(|dir| dir.join(".git"))
+        let own = self.tree.root.join(".git");
+        let Some(dot_git) = std::iter::once(own.clone())
+            .filter(|own| fs::symlink_metadata(own).is_ok_and(|m| m.is_file()))
+            .chain(
+                self.tree
+                    .root
+                    .ancestors()
+                    .skip(1)
+                    .map(|dir| dir.join(".git")),
+            )
             .find(|dot_git| fs::symlink_metadata(dot_git).is_ok())
         else {
             return Ok(());
