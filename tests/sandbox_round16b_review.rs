@@ -27,7 +27,9 @@
 //!   agent's. The git dir the root's `.git` file names is read too now.
 //!
 //! Blocked: a git dir the agent moves (`.git` to `.git2`, a gitfile naming it) to make
-//! the next run's kept ledger index not apply (`a_git_dir_moved_by_the_agent_…`).
+//! the next run's kept ledger index not apply (`a_git_dir_moved_by_the_agent_…`); a
+//! linked worktree inside the workspace whose own `config.worktree` includes a file of
+//! it (`an_inner_worktrees_own_config_include_is_held`).
 //!
 //! Known open (ratchets asserting today's behaviour):
 //! * **An include absent at run start, made by the agent, stops every later run.** It
@@ -345,6 +347,48 @@ fn a_linked_worktrees_include_of_a_workspace_file_is_held() {
             );
             let _ = std::fs::remove_file(fx.marker());
             let git_out = fx.git(&wt, &["status", "--short"]);
+            let ran = fx.marker().exists();
+            assert_eq!(
+                ran,
+                mode == "danger-full-access",
+                "nobody={nobody} {mode}: the user's git ran the payload: {ran}\n{out}\n{git_out}"
+            );
+        }
+    }
+}
+
+/// The repository has a linked worktree inside the workspace (`wtx/`) whose own
+/// `config.worktree` (`extensions.worktreeConfig`) includes a file of it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_inner_worktrees_own_config_include_is_held() {
+    let script = format!("{PAYLOAD} >> wtx/shared.gitconfig; echo PLANTED");
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            let wtx = ws.join("wtx");
+            std::fs::write(ws.join(".gitignore"), "/wtx/\n").unwrap();
+            fx.own_entry(&ws.join(".gitignore"));
+            fx.git(&ws, &["add", "-A"]);
+            fx.git(&ws, &["commit", "-qm", "ignore"]);
+            fx.git(&ws, &["worktree", "add", "-q", "wtx"]);
+            std::fs::write(wtx.join("shared.gitconfig"), "").unwrap();
+            fx.own_entry(&wtx.join("shared.gitconfig"));
+            fx.git(&ws, &["config", "extensions.worktreeConfig", "true"]);
+            let include = wtx.join("shared.gitconfig");
+            let include = include.to_str().unwrap();
+            fx.git(&wtx, &["config", "--worktree", "include.path", include]);
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], &script)
+                    .env("M", fx.marker()),
+            );
+            assert!(
+                rc == 0 && out.contains("PLANTED"),
+                "nobody={nobody} {mode}: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&wtx, &["status", "--short"]);
             let ran = fx.marker().exists();
             assert_eq!(
                 ran,
