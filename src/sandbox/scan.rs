@@ -1010,7 +1010,7 @@ impl<'a> Walker<'a, '_> {
         }
         let mut seen = HashSet::new();
         for name in ["config", "config.worktree"] {
-            self.guard_includes(&path.join(name), 0, &mut seen)?;
+            self.guard_includes(&path.join(name), &path, 0, &mut seen)?;
         }
         Ok(())
     }
@@ -1029,15 +1029,19 @@ impl<'a> Walker<'a, '_> {
     /// file include another fifty times, and that one another, had this walk git's 50^8
     /// includes. More than [`MAX_INCLUDED`] files fail the scan closed, as more secrets
     /// than its cap do.
+    ///
+    /// Relative includes are read against `base`, the directory of the name git opened
+    /// `config` by (git does not resolve a symlink to the included file first).
     fn guard_includes(
         &mut self,
         config: &Path,
+        base: &Path,
         depth: usize,
-        seen: &mut HashSet<PathBuf>,
+        seen: &mut HashSet<(PathBuf, PathBuf)>,
     ) -> Result<(), SandboxError> {
         // git's own limit on nested includes.
         const MAX_INCLUDE_DEPTH: usize = 10;
-        if depth > MAX_INCLUDE_DEPTH || !seen.insert(config.to_path_buf()) {
+        if depth > MAX_INCLUDE_DEPTH || !seen.insert((config.to_path_buf(), base.to_path_buf())) {
             return Ok(());
         }
         if seen.len() > MAX_INCLUDED {
@@ -1050,7 +1054,6 @@ impl<'a> Walker<'a, '_> {
         let Some(text) = read_config(config) else {
             return Ok(());
         };
-        let base = config.parent().unwrap_or(Path::new("/"));
         for value in include_paths(&text) {
             let named = Path::new(OsStr::from_bytes(&value));
             if named.starts_with("~") {
@@ -1058,10 +1061,11 @@ impl<'a> Walker<'a, '_> {
                 continue;
             }
             let target = base.join(named);
-            let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
+            self.guard_links_on_the_way(&target, &mut 0)?;
+            let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
                 continue;
             };
-            let Ok(parent) = fs::canonicalize(parent) else {
+            let Ok(parent) = fs::canonicalize(named_parent) else {
                 continue;
             };
             let Ok(rel_parent) = parent.strip_prefix(self.tree.root) else {
@@ -1088,12 +1092,12 @@ impl<'a> Walker<'a, '_> {
             match file_kind(&st) {
                 Kind::File => {
                     self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                    self.guard_includes(&path, depth + 1, seen)?;
+                    self.guard_includes(&path, named_parent, depth + 1, seen)?;
                 }
                 Kind::Symlink => {
                     self.guard_link(path.clone(), &st)?;
-                    if let Ok(target) = fs::canonicalize(&path) {
-                        self.guard_includes(&target, depth + 1, seen)?;
+                    if let Ok(resolved) = fs::canonicalize(&path) {
+                        self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
                     }
                 }
                 Kind::Dir | Kind::Other => {}
@@ -1103,15 +1107,22 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
-    /// above the tree (a workspace in a subdirectory of a repository): that git dir is out
-    /// of the agent's reach, but what its config includes from the tree is not.
+    /// above the tree (a workspace in a subdirectory of a repository), or named by the
+    /// tree's own `.git` file (a workspace that is a linked worktree of a repository
+    /// elsewhere): that git dir is out of the agent's reach, but what its config includes
+    /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
+    /// placeholder.)
     fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
-        let Some(dot_git) = self
-            .tree
-            .root
-            .ancestors()
-            .skip(1)
-            .map(|dir| dir.join(".git"))
+        let own = self.tree.root.join(".git");
+        let Some(dot_git) = std::iter::once(own.clone())
+            .filter(|own| fs::symlink_metadata(own).is_ok_and(|m| m.is_file()))
+            .chain(
+                self.tree
+                    .root
+                    .ancestors()
+                    .skip(1)
+                    .map(|dir| dir.join(".git")),
+            )
             .find(|dot_git| fs::symlink_metadata(dot_git).is_ok())
         else {
             return Ok(());
@@ -1138,7 +1149,79 @@ impl<'a> Walker<'a, '_> {
         }
         let mut seen = HashSet::new();
         for config in configs {
-            self.guard_includes(&config, 0, &mut seen)?;
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.guard_includes(&config, &base, 0, &mut seen)?;
+        }
+        Ok(())
+    }
+
+    /// Each symlink of this tree on the way to the included path `target` (as the config
+    /// names it, unresolved), guarded as a link, the directories above it pinned: the
+    /// included file itself is found through the resolved path, and `include.path =
+    /// ../link/shared.gitconfig` with `link -> conf` left `link` the agent's to replace
+    /// with a directory holding a `shared.gitconfig` of its own. A link is followed one hop
+    /// at a time (at most `MAX_HOPS`, the kernel's 40), so each link of a chain to the
+    /// included file is guarded, not just the first and the end.
+    fn guard_links_on_the_way(
+        &mut self,
+        target: &Path,
+        hops: &mut usize,
+    ) -> Result<(), SandboxError> {
+        const MAX_HOPS: usize = 40;
+        let mut so_far = PathBuf::new();
+        let mut parts = target.components();
+        while let Some(part) = parts.next() {
+            so_far.push(part);
+            let Ok(meta) = fs::symlink_metadata(&so_far) else {
+                return Ok(());
+            };
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            self.guard_link_on_the_way(&so_far)?;
+            *hops += 1;
+            let Ok(link) = fs::read_link(&so_far) else {
+                return Ok(());
+            };
+            if *hops > MAX_HOPS {
+                return Ok(());
+            }
+            let next = so_far
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(link)
+                .join(parts.as_path());
+            return self.guard_links_on_the_way(&next, hops);
+        }
+        Ok(())
+    }
+
+    /// [`Walker::guard_links_on_the_way`]: the symlink at `link`, when it is of this tree.
+    fn guard_link_on_the_way(&mut self, link: &Path) -> Result<(), SandboxError> {
+        let (Some(parent), Some(name)) = (link.parent(), link.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(parent) else {
+            return Ok(());
+        };
+        let Ok(rel) = parent.strip_prefix(self.tree.root) else {
+            return Ok(());
+        };
+        if !is_plain_relative(rel) {
+            return Ok(());
+        }
+        let rel = rel.to_path_buf();
+        if self.pin_dirs_down_to(&rel).is_err() {
+            return Ok(());
+        }
+        let Ok(dir) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY) else {
+            return Ok(());
+        };
+        let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return Ok(());
+        };
+        if matches!(file_kind(&st), Kind::Symlink) {
+            self.guard_link(parent.join(name), &st)?;
         }
         Ok(())
     }
@@ -1469,46 +1552,108 @@ fn read_config(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// The values of `path` in the `[include]` and `[includeIf "…"]` sections of a git config
-/// text, unquoted. A simple reading of git's syntax (no line continuations or escapes
-/// inside values): the configs read here are the user's, which the sandbox holds
-/// read-only, not the agent's.
+/// text, read as git reads them: a key may follow its section header on the same line
+/// (`[include] path = x`), `;` and `#` inside double quotes are not comments, `\"`, `\\`,
+/// `\t`, `\n`, `\b` are escapes and a backslash at the end of a line continues the value.
+/// A simpler reading (one key per line, the comment cut before the quotes) missed what git
+/// included, and left it the agent's to write (round sixteen's second review).
 fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
     let mut in_include = false;
     let mut found = Vec::new();
-    for line in text.split(|b| *b == b'\n') {
-        let line = trim_ascii(line);
-        if let Some(header) = line.strip_prefix(b"[") {
-            let name_end = header
+    let mut i = 0;
+    while let Some(&c) = text.get(i) {
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c == b'[' {
+            let header = &text[i + 1..];
+            let end = header
                 .iter()
-                .position(|b| matches!(b, b']' | b' ' | b'\t' | b'"' | b'.'))
+                .position(|b| matches!(b, b']' | b'\n'))
                 .unwrap_or(header.len());
+            let name_end = header[..end]
+                .iter()
+                .position(|b| matches!(b, b' ' | b'\t' | b'"' | b'.'))
+                .unwrap_or(end);
             let name = &header[..name_end];
             in_include =
                 name.eq_ignore_ascii_case(b"include") || name.eq_ignore_ascii_case(b"includeif");
-            continue;
-        }
-        if !in_include {
-            continue;
-        }
-        let Some(eq) = line.iter().position(|b| *b == b'=') else {
-            continue;
-        };
-        if !trim_ascii(&line[..eq]).eq_ignore_ascii_case(b"path") {
-            continue;
-        }
-        let mut value = trim_ascii(&line[eq + 1..]);
-        if let Some(cut) = value.iter().position(|b| matches!(b, b'#' | b';')) {
-            value = trim_ascii(&value[..cut]);
-        }
-        let value = value
-            .strip_prefix(b"\"")
-            .and_then(|v| v.strip_suffix(b"\""))
-            .unwrap_or(value);
-        if !value.is_empty() {
-            found.push(value.to_vec());
+            i += end + 2;
+        } else if c.is_ascii_alphabetic() {
+            let start = i;
+            while text
+                .get(i)
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            {
+                i += 1;
+            }
+            let key = &text[start..i];
+            while matches!(text.get(i), Some(b' ' | b'\t')) {
+                i += 1;
+            }
+            if text.get(i) != Some(&b'=') {
+                continue;
+            }
+            let (value, next) = config_value(text, i + 1);
+            i = next;
+            if in_include && key.eq_ignore_ascii_case(b"path") && !value.is_empty() {
+                found.push(value);
+            }
+        } else {
+            // A comment, or what git would refuse: the rest of the line.
+            i += text[i..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .unwrap_or(text.len() - i);
         }
     }
     found
+}
+
+/// The value starting at `text[i]` (after its `=`), as git's `parse_value` reads it, and
+/// where reading goes on; an invalid escape ends it there.
+fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
+    let mut value = Vec::new();
+    let mut quoted = false;
+    let mut spaces = 0;
+    while let Some(&c) = text.get(i) {
+        i += 1;
+        match c {
+            b'\n' => break,
+            b';' | b'#' if !quoted => {
+                i += text[i..]
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .unwrap_or(text.len() - i);
+                break;
+            }
+            b' ' | b'\t' if !quoted => {
+                spaces += 1;
+                continue;
+            }
+            _ => {}
+        }
+        if spaces > 0 && !value.is_empty() {
+            value.resize(value.len() + spaces, b' ');
+        }
+        spaces = 0;
+        match c {
+            b'\\' => {
+                let Some(&escaped) = text.get(i) else { break };
+                i += 1;
+                match escaped {
+                    b'\n' => {}
+                    b't' => value.push(b'\t'),
+                    b'n' => value.push(b'\n'),
+                    b'b' => value.push(8),
+                    b'\\' | b'"' => value.push(escaped),
+                    _ => break,
+                }
+            }
+            b'"' => quoted = !quoted,
+            _ => value.push(c),
+        }
+    }
+    (value, i)
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -2096,6 +2241,22 @@ mod tests {
         assert!(fs::symlink_metadata(ws.join(".git/config.worktree")).is_err());
         assert!(fs::symlink_metadata(ws.join(".envrc")).is_err());
         assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
+    }
+
+    #[test]
+    fn include_values_are_read_as_git_reads_them() {
+        let text = b"[include] path = ../one\n[include]\n\tpath = \"../a;b\" # c\n\
+            \tpath = ../co\\\nnt\n\tpath = \"../q\\\"x\"\n\tpath = a  b \n[core] path = no\n";
+        assert_eq!(
+            include_paths(text),
+            [
+                b"../one".to_vec(),
+                b"../a;b".to_vec(),
+                b"../cont".to_vec(),
+                b"../q\"x".to_vec(),
+                b"a  b".to_vec(),
+            ]
+        );
     }
 
     #[test]
