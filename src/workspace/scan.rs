@@ -91,7 +91,8 @@ pub enum Content {
 }
 
 impl Entry {
-    /// A stand-in holding nothing but `meta`'s stat data (never left in a scan).
+    /// An entry holding nothing but `meta`'s stat data: a stand-in, or what [`look`]
+    /// fills in.
     fn blank(meta: &Stat) -> Entry {
         Entry {
             size: meta.size,
@@ -1309,18 +1310,7 @@ struct Budget {
 }
 
 fn look(path: &Path, meta: &Stat, caps: &Caps, key: &Key, budget: &mut Budget) -> Entry {
-    let mut entry = Entry {
-        size: meta.size,
-        mtime_ns: meta.mtime_ns,
-        mode: meta.kept_mode(),
-        dev: meta.dev,
-        ino: meta.ino,
-        ctime_ns: meta.ctime_ns,
-        hash: None,
-        binary: false,
-        lines: None,
-        content: None,
-    };
+    let mut entry = Entry::blank(meta);
     if meta.is_symlink() {
         if let Ok(target) = std::fs::read_link(path) {
             let bytes = target.as_os_str().as_bytes();
