@@ -1554,8 +1554,19 @@ impl KeptIndex {
         }
         let target = self.part(part);
         let index_temporary = temporary(&target);
+        // Owner-only, as everything in the state directory: git wrote the index 0644
+        // (the private scratch directory around it is 0700).
         let linked = std::fs::hard_link(index, &index_temporary)
-            .or_else(|_| copy_plain_file(index, &index_temporary).map(|_| ()));
+            .and_then(|()| {
+                std::fs::set_permissions(
+                    &index_temporary,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+            })
+            .or_else(|_| {
+                let _ = std::fs::remove_file(&index_temporary);
+                copy_plain_file(index, &index_temporary).map(|_| ())
+            });
         if linked.is_err() || std::fs::rename(&index_temporary, &target).is_err() {
             let _ = std::fs::remove_file(&index_temporary);
         }
@@ -2692,8 +2703,16 @@ mod tests {
         bytes.extend(<sha1::Sha1 as sha1::Digest>::digest(&bytes));
         std::fs::write(&index, &bytes).unwrap();
         assert!(matches!(kept.load(b"", 20), Kept::Absent));
+        std::fs::set_permissions(&index, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
         kept.store(b"", &index, 20, &[]);
         assert!(matches!(kept.load(b"", 20), Kept::Usable(b) if b == bytes));
+        for file in [kept.part(b""), kept.private_list(b"")] {
+            let mode = std::os::unix::fs::PermissionsExt::mode(
+                &std::fs::metadata(&file).unwrap().permissions(),
+            );
+            assert_eq!(mode & 0o777, 0o600, "{}", file.display());
+        }
         let mut other = bytes.clone();
         other[11] = 1;
         std::fs::write(kept.private_list(b""), &other[other.len() - 20..]).unwrap();
