@@ -573,15 +573,7 @@ pub fn finish(
         let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
             out.vanished.push(path.clone());
             // Its directory's listing no longer says what is there.
-            if let Some(dir) = listing
-                .dir_seen
-                .get(found.dir)
-                .copied()
-                .flatten()
-                .and_then(|at| listing.seen.get_mut(at))
-            {
-                dir.whole = false;
-            }
+            Listing::not_whole(&listing.dir_seen, &mut listing.seen, found.dir);
             continue;
         };
         let entry = match walker.reuse(&path, &stat) {
@@ -597,15 +589,7 @@ pub fn finish(
         };
         if !out.entries.push(&path, entry) {
             out.truncated = true;
-            if let Some(dir) = listing
-                .dir_seen
-                .get(found.dir)
-                .copied()
-                .flatten()
-                .and_then(|at| listing.seen.get_mut(at))
-            {
-                dir.whole = false;
-            }
+            Listing::not_whole(&listing.dir_seen, &mut listing.seen, found.dir);
         }
     }
     crate::phases::mark("ledger.scan.looked");
@@ -700,6 +684,20 @@ struct Listing {
 }
 
 impl Listing {
+    /// Marks directory `dir` (an index into `dirs`) of a listing's `dir_seen` and `seen`
+    /// as not walked whole: a file of it vanished before its stat, or the scan left it
+    /// out. (Fields, not `&mut self`: the caller holds the listing's files meanwhile.)
+    fn not_whole(dir_seen: &[Option<usize>], seen: &mut [Dir], dir: usize) {
+        if let Some(seen) = dir_seen
+            .get(dir)
+            .copied()
+            .flatten()
+            .and_then(|at| seen.get_mut(at))
+        {
+            seen.whole = false;
+        }
+    }
+
     /// Lists the directory open as `dir` (at `rel` below the root); `false` once the cap
     /// is reached. Subdirectories are opened relative to it, never through a symlink.
     /// Where `kept` holds the directory unchanged, its entries are taken from there.
