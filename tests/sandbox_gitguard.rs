@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -577,4 +578,101 @@ fn included_files_attack(sub: &str) {
             }
         }
     }
+}
+
+/// The fsmonitor payload a script appends to (`>>`) or writes as a git config.
+const FSMONITOR_PAYLOAD: &str = "printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\"";
+
+/// A file the sandbox holds read-only, reached another way: `setup` prepares the
+/// repository at `ws` (as root; it gives what it makes to the arm's user) and returns
+/// extra `coder sandbox` arguments, `script` plants the payload and prints `PLANTED`,
+/// then the user runs `git USER` in the workspace. Confined: the payload never runs;
+/// unconfined (the control): it does.
+fn held_file_attack(name: &str, setup: fn(&Fx, &Path) -> Vec<String>, script: &str, user: &[&str]) {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            let extra = setup(&fx, &ws);
+            let mut args = vec!["--mode", mode];
+            args.extend(extra.iter().map(String::as_str));
+            let (rc, out) =
+                sandbox_fixture::run_text(fx.sandbox_in(&ws, &args, script).env("M", fx.marker()));
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, user);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" {
+                assert!(ran, "{name} nobody={nobody}: control: {out}\n{git_out}");
+            } else {
+                assert!(
+                    !ran,
+                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
+                );
+            }
+        }
+    }
+}
+
+/// Writes `text` at `ws/rel` (and the directories to it), the arm's user's.
+fn own_file(fx: &Fx, ws: &Path, rel: &str, text: &str) {
+    let path = ws.join(rel);
+    let mut made = Vec::new();
+    for dir in path.ancestors().skip(1).take_while(|d| *d != ws) {
+        if !dir.exists() {
+            made.push(dir.to_path_buf());
+        }
+    }
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, text).unwrap();
+    for dir in made {
+        fx.own_entry(&dir);
+    }
+    fx.own_entry(&path);
+}
+
+/// The included config has a second name in the work tree (a hard link the user made,
+/// or a checkout tool did): the agent appends an fsmonitor through that name.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_file_is_not_written_through_its_other_name() {
+    held_file_attack(
+        "include+hard link",
+        |fx, ws| {
+            own_file(fx, ws, "shared.gitconfig", "[user]\n\tname = shared\n");
+            own_file(fx, ws, "notes/keep", "");
+            std::fs::hard_link(ws.join("shared.gitconfig"), ws.join("notes/copy.txt")).unwrap();
+            fx.git(
+                ws,
+                &["config", "--add", "include.path", "../shared.gitconfig"],
+            );
+            Vec::new()
+        },
+        &format!("{FSMONITOR_PAYLOAD} >> notes/copy.txt; echo PLANTED"),
+        &["status", "--short"],
+    );
+}
+
+/// A hook with a second name in the work tree (`ln tools/pre-commit .git/hooks/`): the
+/// agent appends a command to `tools/pre-commit`, and the user's next commit ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hook_is_not_written_through_its_other_name() {
+    held_file_attack(
+        "hook+hard link",
+        |fx, ws| {
+            own_file(fx, ws, "tools/pre-commit", "#!/bin/sh\n");
+            let tool = ws.join("tools/pre-commit");
+            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::hard_link(&tool, ws.join(".git/hooks/pre-commit")).unwrap();
+            Vec::new()
+        },
+        "printf 'touch \"%s\"\\n' \"$M\" >> tools/pre-commit; echo PLANTED",
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
 }

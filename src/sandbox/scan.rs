@@ -355,10 +355,13 @@ fn scan_once(
     }
     let mut scan = LinkPass { out, limits };
     scan.follow_symlinks(trees, deny, symlinks)?;
-    if !scan.out.linked_secrets.is_empty() {
-        linked = other_names(trees, &scan.out.linked_secrets, limits)?;
+    let held = held_with_other_names(trees, &scan.out.masks, limits)?;
+    if !scan.out.linked_secrets.is_empty() || !held.is_empty() {
+        let wanted: HashSet<(u64, u64)> = scan.out.linked_secrets.union(&held).copied().collect();
+        linked = other_names(trees, &wanted, limits)?;
     }
     scan.add_hard_links(&linked);
+    scan.hold_other_names(&linked, &held);
     Ok(())
 }
 
@@ -1475,6 +1478,39 @@ impl LinkPass<'_> {
         Ok(())
     }
 
+    /// Other names (hard links) of a file held read-only write the same file: hold them
+    /// too. A hook or an included git config with a second name elsewhere in the workspace
+    /// (`ln tools/pre-commit .git/hooks/`) was the agent's to write through that name,
+    /// and the user's next `git commit` ran what it wrote. Names inside a directory held
+    /// read-only already are.
+    fn hold_other_names(
+        &mut self,
+        linked: &HashMap<(u64, u64), Vec<PathBuf>>,
+        held: &HashSet<(u64, u64)>,
+    ) {
+        let mut extra = Vec::new();
+        for id in held {
+            for path in linked.get(id).into_iter().flatten() {
+                let masks = &self.out.masks;
+                let covered = masks.iter().any(|m| {
+                    m.path == *path
+                        || (m.is_dir && m.kind == MaskKind::ReadOnly && path.starts_with(&m.path))
+                });
+                if !covered && !extra.iter().any(|m: &Mask| m.path == *path) {
+                    extra.push(Mask {
+                        path: path.clone(),
+                        kind: MaskKind::ReadOnly,
+                        is_dir: false,
+                        dev: id.0,
+                        ino: id.1,
+                        secret: false,
+                    });
+                }
+            }
+        }
+        self.out.masks.extend(extra);
+    }
+
     /// Other names (hard links) of a masked file carry the same content: mask them too.
     fn add_hard_links(&mut self, linked: &HashMap<(u64, u64), Vec<PathBuf>>) {
         let mut extra = Vec::new();
@@ -1532,6 +1568,9 @@ fn outside_warning(entry: &Path, target: &Path) -> String {
 
 /// The most files the git configs of one git dir may include, all levels together.
 const MAX_INCLUDED: usize = 256;
+/// Most entries [`held_with_other_names`] looks at in directories held read-only (a git
+/// dir's `hooks`, `.vscode`, `.claude`: tens to hundreds in a real project).
+const MAX_HELD_ENTRIES: usize = 100_000;
 
 /// The text of the git config at `path`, a regular file of at most 1 MiB opened without
 /// following a symlink on its last step or waiting on a FIFO; `None` otherwise.
@@ -1833,6 +1872,110 @@ pub(crate) fn list_dir_kinds(dir: &OwnedFd) -> Result<Vec<(OsString, Option<Kind
 /// over a file, so the type is right for mount points too.
 fn skips_stat(listed: Option<Kind>, git_entry: bool, secret: bool, protected: bool) -> bool {
     listed == Some(Kind::File) && !git_entry && !secret && !protected
+}
+
+/// Regular files held read-only (masked themselves, or in a directory held read-only)
+/// that have other names, by (dev, ino): [`LinkPass::hold_other_names`] holds those names
+/// too. The walk skipped `stat` inside held directories and did not look at link counts
+/// of what it held, so each held path is looked at again here, from its tree's
+/// descriptor (no symlink followed), and must still be what the scan saw. Held
+/// directories are few and small (a git dir's `hooks`, `.vscode`); more entries in them
+/// than [`MAX_HELD_ENTRIES`] fail the scan closed.
+fn held_with_other_names(
+    trees: &[TreeScan<'_>],
+    masks: &[Mask],
+    limits: ScanLimits,
+) -> Result<HashSet<(u64, u64)>, SandboxError> {
+    let mut found = HashSet::new();
+    let mut looked = 0usize;
+    for held in masks
+        .iter()
+        .filter(|m| m.kind == MaskKind::ReadOnly && !m.secret)
+    {
+        let Some(tree) = trees
+            .iter()
+            .filter(|t| t.writable && held.path.starts_with(t.root))
+            .max_by_key(|t| t.root.as_os_str().len())
+        else {
+            continue;
+        };
+        let Ok(rel) = held.path.strip_prefix(tree.root) else {
+            continue;
+        };
+        let Ok(st) = nix::sys::stat::fstatat(
+            tree.fd,
+            if rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                rel
+            },
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
+            continue;
+        };
+        if (st.st_dev, st.st_ino) != (held.dev, held.ino) {
+            continue;
+        }
+        match file_kind(&st) {
+            Kind::File if st.st_nlink > 1 => {
+                found.insert((st.st_dev, st.st_ino));
+            }
+            Kind::Dir => {
+                let dir = open_dir_beneath(tree.fd, rel)
+                    .map_err(|e| walk_error(&held.path, "open", e))?;
+                linked_files_under(dir, &held.path, limits, &mut looked, &mut found)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+/// [`held_with_other_names`] in the held directory open as `top` (at `path`).
+fn linked_files_under(
+    top: OwnedFd,
+    path: &Path,
+    limits: ScanLimits,
+    looked: &mut usize,
+    found: &mut HashSet<(u64, u64)>,
+) -> Result<(), SandboxError> {
+    let mut pending = vec![(top, path.to_path_buf(), 0usize)];
+    while let Some((dir, here, depth)) = pending.pop() {
+        if depth > limits.max_depth {
+            return Err(SandboxError::ScanLimit {
+                what: "the directory depth",
+                limit: limits.max_depth,
+                path: here,
+            });
+        }
+        for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+            *looked += 1;
+            if *looked > MAX_HELD_ENTRIES {
+                return Err(SandboxError::ScanLimit {
+                    what: "the number of entries in directories held read-only",
+                    limit: MAX_HELD_ENTRIES,
+                    path: here,
+                });
+            }
+            let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(walk_error(&here.join(&name), "inspect", e)),
+            };
+            match file_kind(&st) {
+                Kind::File if st.st_nlink > 1 => {
+                    found.insert((st.st_dev, st.st_ino));
+                }
+                Kind::Dir => {
+                    let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                        .map_err(|e| walk_error(&here.join(&name), "open", e))?;
+                    pending.push((child, here.join(&name), depth + 1));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Other names, anywhere in `trees`, of the secret files in `wanted` (by dev and ino):
