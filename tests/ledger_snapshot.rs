@@ -495,9 +495,9 @@ fn a_change_while_the_git_snapshot_runs_is_flagged_not_lost() {
     assert!(warnings[0].contains("keep.txt, made.txt"), "{warnings:?}");
 }
 
-/// A repository whose config includes a file of its work tree (`include.path`): the agent
-/// writes a filter driver there and names it in `.gitattributes`. coder's git (the "after"
-/// snapshot, outside the sandbox) must not run it. It did: the drivers were listed once,
+/// A repository whose config includes a file of its work tree (`include.path`): an
+/// unconfined agent writes a filter driver there and names it in `.gitattributes`. coder's
+/// git (the "after" snapshot) must not run it. It did: the drivers were listed once,
 /// at the run's start (db6c66e).
 #[test]
 fn a_filter_the_agent_defines_in_an_included_config_does_not_run_as_coder() {
@@ -522,7 +522,12 @@ fn a_filter_the_agent_defines_in_an_included_config_does_not_run_as_coder() {
     git(&["config", "include.path", "../shared.gitconfig"]);
     git(&["add", "-A"]);
     git(&["commit", "-qm", "start"]);
-    let out = fake.coder().args(["task"]).run();
+    // Unconfined: a confined agent cannot make a file the config includes (the sandbox
+    // holds it absent); coder's own git must run none of it all the same.
+    let out = fake
+        .coder()
+        .args(["--sandbox", "danger-full-access", "task"])
+        .run();
     out.assert_success("done");
     assert!(
         !marker.exists(),
@@ -583,8 +588,8 @@ fn a_pipe_coder_inherits_reopened_through_an_include_stops_the_ledgers_git() {
         {"step": "run_tool", "command": format!("ln -sf /proc/self/fd/{number} shared.gitconfig")},
         common::steps::result_ok("linked"),
     ]));
-    // Absent until the agent makes it: an existing included file of the work tree is
-    // held read-only by the sandbox (`sandbox_gitguard`).
+    // Made by an unconfined run: an included file of the work tree is held by the
+    // sandbox (read-only, or absent when it does not exist; `sandbox_gitguard`).
     committed(&fake, &[("a.txt", "a\n")]);
     git_in(
         fake.workspace(),
@@ -592,7 +597,7 @@ fn a_pipe_coder_inherits_reopened_through_an_include_stops_the_ledgers_git() {
     );
     let out = fake
         .coder()
-        .args(["task"])
+        .args(["--sandbox", "danger-full-access", "task"])
         .inherit(read_end.try_clone().unwrap())
         .run();
     out.assert_success("linked");

@@ -676,3 +676,55 @@ fn a_hook_is_not_written_through_its_other_name() {
         &["commit", "-q", "--allow-empty", "-m", "user's commit"],
     );
 }
+/// The config includes files that do not exist yet, one beside the workspace's root and
+/// one below directories that do not exist either: the agent makes them, and the user's
+/// next `git status` read its fsmonitor. (The sandbox holds each absent at its first
+/// missing name.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_file_absent_at_the_start_is_not_the_agents_to_make() {
+    held_file_attack(
+        "absent include",
+        |fx, ws| {
+            for include in ["../absent.gitconfig", "../new/dir/x.gitconfig"] {
+                fx.git(ws, &["config", "--add", "include.path", include]);
+            }
+            Vec::new()
+        },
+        &format!(
+            "{FSMONITOR_PAYLOAD} > absent.gitconfig; \
+             mkdir -p new/dir && {FSMONITOR_PAYLOAD} > new/dir/x.gitconfig; echo PLANTED"
+        ),
+        &["status", "--short"],
+    );
+}
+
+/// The config includes a file of another directory the agent may write (`--write`).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_included_file_in_a_write_dir_is_held() {
+    held_file_attack(
+        "include in --write dir",
+        |fx, ws| {
+            let extra = fx.root().join("extra");
+            std::fs::create_dir_all(&extra).unwrap();
+            fx.own_entry(&extra);
+            let shared = extra.join("shared.gitconfig");
+            std::fs::write(&shared, "[user]\n\tname = shared\n").unwrap();
+            fx.own_entry(&shared);
+            let absent = extra.join("later/x.gitconfig");
+            for include in [&shared, &absent] {
+                fx.git(
+                    ws,
+                    &["config", "--add", "include.path", include.to_str().unwrap()],
+                );
+            }
+            vec!["--write".into(), extra.display().to_string()]
+        },
+        &format!(
+            "cd ../extra && {FSMONITOR_PAYLOAD} >> shared.gitconfig; \
+             mkdir -p later && {FSMONITOR_PAYLOAD} > later/x.gitconfig; echo PLANTED"
+        ),
+        &["status", "--short"],
+    );
+}

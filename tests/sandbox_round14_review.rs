@@ -81,6 +81,13 @@ use serde_json::Value;
 /// Attacks of this file measured open today.
 const KNOWN_OPEN: &[&str] = &[];
 
+/// Extra arguments of a run that plants what a confined agent can no longer write: a file
+/// the repository's git config includes is held by the sandbox (read-only when it exists,
+/// absent when it does not, since round seventeen), so the attacks on what coder's own git
+/// does with such a config are planted by an unconfined run, and coder must still run
+/// none of it.
+const UNCONFINED: [&str; 2] = ["--sandbox", "danger-full-access"];
+
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
 }
@@ -445,7 +452,7 @@ printf '* filter={driver}\n' > .gitattributes
 echo changed >> a.txt; echo PLANTED"#,
                 marker = marker.display()
             );
-            let env = tree.run(&[], &payload);
+            let env = tree.run(&UNCONFINED, &payload);
             assert!(result(&env).contains("PLANTED"), "{case}: {env}");
             if KNOWN_OPEN.contains(&name) {
                 assert!(marker.exists(), "{case}: now blocked: {env}");
@@ -503,7 +510,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
                     .iter()
                     .any(|w| w.as_str().unwrap_or_default().contains("held pipe:"))
             };
-            let env = tree.run_within(&[], &payload, deadline);
+            let env = tree.run_within(&UNCONFINED, &payload, deadline);
             assert!(result(&env).contains("LINKED"), "{case}: {env}");
             // Since round fifteen the ledger's own git reads no config of the
             // repository's: the "after" snapshot does not meet the symlink at all. The

@@ -123,6 +123,13 @@ use serde_json::Value;
 /// Attacks of this file measured open today.
 const KNOWN_OPEN: &[&str] = &[];
 
+/// Extra arguments of a run that plants what a confined agent can no longer write: a file
+/// the repository's git config includes is held by the sandbox (read-only when it exists,
+/// absent when it does not), so the attacks on what coder's own git does with such a
+/// config are planted by an unconfined run (an earlier `--sandbox danger-full-access` run,
+/// or the user's own tools), and coder must still run none of it.
+const UNCONFINED: [&str; 2] = ["--sandbox", "danger-full-access"];
+
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
 }
@@ -392,6 +399,7 @@ fn warned(env: &Value, text: &str) -> bool {
 /// below coder's git is looked at and killed, the ledger says why, and the next run (the
 /// symlink still there) ends and sees its edit. Control: the user's own git, through the
 /// same wrapper, blocks.
+
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
@@ -407,7 +415,7 @@ fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
         let case = who(owner);
         let payload = "echo x >> a.txt && ln -sf /proc/self/fd/1 shared.gitconfig && echo LINKED";
         let env = tree
-            .run_within(&[], payload, deadline)
+            .run_within(&UNCONFINED, payload, deadline)
             .unwrap_or_else(|| panic!("{case}: coder did not end within {deadline:?}"));
         assert!(result(&env).contains("LINKED"), "{case}: {env}");
         // The snapshots' git reads no config of the repository's (a private git dir):
@@ -463,7 +471,7 @@ done
 : > L9
 { echo '[include]'; for k in $(seq 50); do echo 'path = L1'; done; } > shared.gitconfig
 echo PLANTED";
-        let env = tree.run_within(&[], payload, deadline);
+        let env = tree.run_within(&UNCONFINED, payload, deadline);
         if KNOWN_OPEN.contains(&name) {
             assert!(
                 env.is_none(),
@@ -660,7 +668,7 @@ fn a_kernel_file_system_mounted_elsewhere_is_still_the_kernels() {
     let pipe = format!("{alt}/instances/{}/trace_pipe", instance.name());
     let payload = format!("echo x >> a.txt && ln -sf {pipe} shared.gitconfig && echo LINKED");
     let env = tree
-        .run_wrapped(&wrap, &[], &payload, deadline)
+        .run_wrapped(&wrap, &UNCONFINED, &payload, deadline)
         .unwrap_or_else(|| panic!("coder did not end within {deadline:?}"));
     assert!(result(&env).contains("LINKED"), "{env}");
     // The next run's discovery reads the config (the snapshots' git does not).
@@ -713,7 +721,7 @@ fn an_included_url_rewrite_does_not_run_a_command_at_the_worktree_finish() {
             pwned.display()
         );
         let env = tree
-            .run_within(&[], &plant, deadline)
+            .run_within(&UNCONFINED, &plant, deadline)
             .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         assert!(
@@ -788,7 +796,7 @@ fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
             ran.display()
         );
         let env = tree
-            .run_within(&[], &plant, deadline)
+            .run_within(&UNCONFINED, &plant, deadline)
             .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         assert!(!ran.exists(), "{case}: the ledger ran the filter: {env}");
@@ -842,7 +850,7 @@ fn an_included_fsmonitor_does_not_run_when_a_plan_file_is_checked() {
             ran.display()
         );
         let env = tree
-            .run_within(&[], &plant, deadline)
+            .run_within(&UNCONFINED, &plant, deadline)
             .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         assert!(!ran.exists(), "{case}: the ledger ran the fsmonitor: {env}");

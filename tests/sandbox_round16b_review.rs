@@ -31,11 +31,10 @@
 //! linked worktree inside the workspace whose own `config.worktree` includes a file of
 //! it (`an_inner_worktrees_own_config_include_is_held`).
 //!
-//! Known open (ratchets asserting today's behaviour):
-//! * **An include absent at run start, made by the agent, stops every later run.** It
-//!   includes 300 files of the agent's: the next scan is over its cap of included files
-//!   and fails closed (a denial of service, not an escape; the error names one of the
-//!   agent's files).
+//! Fixed since (round seventeen): an include absent at run start, made by the agent to
+//! include 300 files of its own, stopped every later run (its scan over the cap of
+//! included files); an absent included file is now held absent for the run
+//! (`an_absent_include_made_by_the_agent_does_not_fail_the_next_runs_scan`).
 
 mod common;
 
@@ -198,36 +197,43 @@ fn includes_spelled_as_git_allows_are_found() {
     }
 }
 
-/// Known open, a ratchet: the user's config includes `../local.gitconfig`, absent when the
-/// run starts (SECURITY.md: such a file is not guarded). The agent makes it include 300
-/// files of its own: every later run's scan is over its cap of 256 included files and
-/// fails closed, until the user removes the files (the error names one of them, not `local.gitconfig`). The control: the
-/// same next run without the agent's files starts.
+/// The user's config includes `../local.gitconfig`, absent when the run starts. The agent
+/// made it include 300 files of its own, and every later run's scan was over its cap of
+/// 256 included files and failed closed, until the user removed the files (a ratchet of
+/// this suite until round seventeen). Now an included file that is absent is held absent
+/// for the run: the agent cannot make it, and the next run starts. The control: the same
+/// files made by an unconfined run fail the next run's scan.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
-fn known_open_an_absent_include_made_by_the_agent_fails_the_next_runs_scan() {
+fn an_absent_include_made_by_the_agent_does_not_fail_the_next_runs_scan() {
     let plant = "mkdir inc; i=0; while [ $i -lt 300 ]; do \
                  printf '[include]\\n\\tpath = inc/%s\\n' $i >> local.gitconfig; \
-                 : > inc/$i; i=$((i+1)); done; echo PLANTED";
+                 : > inc/$i; i=$((i+1)); done 2>/dev/null; echo PLANTED";
     for nobody in sandbox_fixture::arms() {
-        for attack in [true, false] {
+        for mode in ["workspace-write", "danger-full-access"] {
             let fx = Fx::new(&REPO, nobody);
             let ws = fx.ws();
             fx.git(
                 &ws,
                 &["config", "--add", "include.path", "../local.gitconfig"],
             );
-            let script = if attack { plant } else { "echo PLANTED" };
-            let (rc, out) = fx.sandbox("workspace-write", script);
+            let (rc, out) = fx.sandbox(mode, plant);
             assert!(rc == 0 && out.contains("PLANTED"), "nobody={nobody}: {out}");
             let (rc, out) = fx.sandbox("workspace-write", "echo NEXT");
-            if attack {
+            if mode == "danger-full-access" {
                 assert!(
                     rc != 0 && !out.contains("NEXT") && out.contains("files git configs include"),
-                    "nobody={nobody}: blocked now, update KNOWN_OPEN: {rc} {out}"
+                    "nobody={nobody}: control: the next run started: {rc} {out}"
                 );
             } else {
-                assert!(rc == 0 && out.contains("NEXT"), "nobody={nobody}: {out}");
+                assert!(
+                    rc == 0 && out.contains("NEXT"),
+                    "nobody={nobody}: the next run did not start: {out}"
+                );
+                assert!(
+                    !ws.join("local.gitconfig").exists(),
+                    "nobody={nobody}: the agent made the included file: {out}"
+                );
             }
         }
     }

@@ -214,6 +214,10 @@ pub(crate) struct ScanOutput {
     /// walk skips `stat` for plain files, so their other names are found by
     /// [`other_names`] afterwards.
     linked_secrets: HashSet<(u64, u64)>,
+    /// Paths git configs include (as named, with their include depth) that lie outside
+    /// the tree whose walk met them: the writable tree that holds them guards them once
+    /// every tree is walked ([`guard_foreign_includes`]).
+    foreign_includes: Vec<(PathBuf, usize)>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -346,6 +350,7 @@ fn scan_once(
             walker.guard_enclosing_includes()?;
         }
     }
+    guard_foreign_includes(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
     // The threads finish in any order: sort what reaches the user or the masks' order.
     out.warnings.sort();
     out.warnings.dedup();
@@ -365,6 +370,55 @@ fn scan_once(
     Ok(())
 }
 
+/// The included paths that lay outside the tree whose git config named them (an include
+/// of a file in a `--write` directory), guarded by the writable tree that holds them:
+/// each path once, in every writable tree (a tree that does not hold it passes it on,
+/// and it is not taken again); what those files include in turn, the same way.
+fn guard_foreign_includes(
+    trees: &[TreeScan<'_>],
+    deny: &GlobSet,
+    limits: ScanLimits,
+    watch: &ScanWatch,
+    out: &mut ScanOutput,
+    linked: &mut HashMap<(u64, u64), Vec<PathBuf>>,
+    symlinks: &mut Vec<PathBuf>,
+) -> Result<(), SandboxError> {
+    let mut taken = HashSet::new();
+    loop {
+        let pending: Vec<(PathBuf, usize)> = std::mem::take(&mut out.foreign_includes)
+            .into_iter()
+            .filter(|(target, _)| taken.insert(target.clone()))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if taken.len() > MAX_INCLUDED {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of files git configs include",
+                limit: MAX_INCLUDED,
+                path: pending[0].0.clone(),
+            });
+        }
+        for (index, tree) in trees.iter().enumerate().filter(|(_, t)| t.writable) {
+            let mut walker = Walker {
+                tree,
+                deny,
+                limits,
+                out: &mut *out,
+                linked: &mut *linked,
+                symlinks: &mut *symlinks,
+                queue: None,
+                recorder: None,
+                watch: Some(TreeWatch { watch, tree: index }),
+            };
+            let mut seen = HashSet::new();
+            for (target, depth) in &pending {
+                walker.guard_include(target, *depth, &mut seen)?;
+            }
+        }
+    }
+}
+
 impl ScanOutput {
     /// Take in what one of the walk's threads found; the cap on matches holds for the sum.
     fn absorb(
@@ -382,6 +436,7 @@ impl ScanOutput {
         self.git_known.extend(part.git_known);
         self.listings.absorb(part.listings);
         self.linked_secrets.extend(part.linked_secrets);
+        self.foreign_includes.extend(part.foreign_includes);
         Ok(())
     }
 }
@@ -1026,7 +1081,8 @@ impl<'a> Walker<'a, '_> {
     /// ../shared.gitconfig`, a project's way to share settings) handed that file to the
     /// agent, and a `core.fsmonitor` or filter driver it wrote there ran in the user's own
     /// next `git status`, outside the sandbox. An included file that does not exist is
-    /// not guarded (see SECURITY.md, Known limits).
+    /// held absent ([`Walker::hold_absent_include`]), and one in another writable tree is
+    /// that tree's to hold ([`guard_foreign_includes`]).
     ///
     /// Each file is read once (`seen`): an agent of an earlier run that made the included
     /// file include another fifty times, and that one another, had this walk git's 50^8
@@ -1063,50 +1119,135 @@ impl<'a> Walker<'a, '_> {
                 // The home directory is never in a writable tree (policy refuses it).
                 continue;
             }
-            let target = base.join(named);
-            self.guard_links_on_the_way(&target, &mut 0)?;
-            let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
-                continue;
-            };
-            let Ok(parent) = fs::canonicalize(named_parent) else {
-                continue;
-            };
-            let Ok(rel_parent) = parent.strip_prefix(self.tree.root) else {
-                continue;
-            };
-            if !is_plain_relative(rel_parent) {
-                continue;
-            }
-            let rel_parent = rel_parent.to_path_buf();
-            if self.pin_dirs_down_to(&rel_parent).is_err() {
-                continue;
-            }
-            let Ok(dir) = open_beneath(
-                self.tree.fd,
-                &rel_parent,
-                OFlag::O_PATH | OFlag::O_DIRECTORY,
-            ) else {
-                continue;
-            };
-            let path = parent.join(name);
-            let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-                continue;
-            };
-            match file_kind(&st) {
-                Kind::File => {
-                    self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                    self.guard_includes(&path, named_parent, depth + 1, seen)?;
-                }
-                Kind::Symlink => {
-                    self.guard_link(path.clone(), &st)?;
-                    if let Ok(resolved) = fs::canonicalize(&path) {
-                        self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
-                    }
-                }
-                Kind::Dir | Kind::Other => {}
-            }
+            self.guard_include(&base.join(named), depth, seen)?;
         }
         Ok(())
+    }
+
+    /// One included path, `target` as the config names it (unresolved): the file, or its
+    /// first missing name, when it lies in this tree; otherwise it is left to the
+    /// writable tree that holds it ([`ScanOutput::foreign_includes`]).
+    fn guard_include(
+        &mut self,
+        target: &Path,
+        depth: usize,
+        seen: &mut HashSet<(PathBuf, PathBuf)>,
+    ) -> Result<(), SandboxError> {
+        if let Some(absent) = self.guard_links_on_the_way(target, &mut 0)? {
+            return self.hold_absent_include(target, &absent, depth);
+        }
+        let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(named_parent) else {
+            return Ok(());
+        };
+        let Some(rel_parent) = self.rel_in_tree(&parent) else {
+            self.out
+                .foreign_includes
+                .push((target.to_path_buf(), depth));
+            return Ok(());
+        };
+        if self.pin_dirs_down_to(&rel_parent).is_err() {
+            return Ok(());
+        }
+        let Ok(dir) = open_beneath(
+            self.tree.fd,
+            &rel_parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+        ) else {
+            return Ok(());
+        };
+        let path = parent.join(name);
+        let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return Ok(());
+        };
+        match file_kind(&st) {
+            Kind::File => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+                self.guard_includes(&path, named_parent, depth + 1, seen)?;
+            }
+            Kind::Symlink => {
+                self.guard_link(path.clone(), &st)?;
+                if let Ok(resolved) = fs::canonicalize(&path) {
+                    self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+                }
+            }
+            Kind::Dir | Kind::Other => {}
+        }
+        Ok(())
+    }
+
+    /// `dir` (canonical) relative to this tree's root, when it is in it.
+    fn rel_in_tree(&self, dir: &Path) -> Option<PathBuf> {
+        let rel = dir.strip_prefix(self.tree.root).ok()?;
+        is_plain_relative(rel).then(|| rel.to_path_buf())
+    }
+
+    /// An included path whose name `missing` (the included file itself, or a directory
+    /// on the way to it) does not exist: a placeholder is made there and held read-only,
+    /// so the agent cannot make the file the user's git would read next. The included
+    /// file itself gets a symlink to nowhere (git skips an include it cannot reach; an
+    /// empty directory there would stop every git command), a directory on the way an
+    /// empty directory (git shows none). The link is visible to the agent's own `git add
+    /// -A`, hence the warning.
+    fn hold_absent_include(
+        &mut self,
+        target: &Path,
+        absent: &AbsentName,
+        depth: usize,
+    ) -> Result<(), SandboxError> {
+        let (Some(parent), Some(name)) = (absent.path.parent(), absent.path.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(parent) else {
+            return Ok(());
+        };
+        let Some(rel_parent) = self.rel_in_tree(&parent) else {
+            self.out
+                .foreign_includes
+                .push((target.to_path_buf(), depth));
+            return Ok(());
+        };
+        if self.pin_dirs_down_to(&rel_parent).is_err() {
+            return Ok(());
+        }
+        let Ok(dir) = open_beneath(
+            self.tree.fd,
+            &rel_parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+        ) else {
+            return Ok(());
+        };
+        let path = parent.join(name);
+        let kind = if absent.is_last {
+            PlaceholderKind::Symlink
+        } else {
+            PlaceholderKind::Dir
+        };
+        match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            // Held by an earlier include of the same path.
+            Ok(_) => return Ok(()),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(walk_error(&path, "inspect", e)),
+        }
+        self.before_placeholder(dir.as_fd(), name, &path)?;
+        let st = create_placeholder(dir.as_fd(), name, kind)
+            .map_err(|e| walk_error(&path, "create placeholder", e))?;
+        self.out.placeholders.push(Placeholder {
+            path: path.clone(),
+            kind,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        });
+        if absent.is_last {
+            self.out.warnings.push(format!(
+                "{} is included by the git config and did not exist: held absent for this \
+                 run by a symlink to {ABSENT_TARGET}, removed after it",
+                path.display()
+            ));
+        }
+        self.push(mask(path, MaskKind::ReadOnly, &st, false))
     }
 
     /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
@@ -1165,18 +1306,27 @@ impl<'a> Walker<'a, '_> {
     /// with a directory holding a `shared.gitconfig` of its own. A link is followed one hop
     /// at a time (at most `MAX_HOPS`, the kernel's 40), so each link of a chain to the
     /// included file is guarded, not just the first and the end.
+    ///
+    /// Returns the first name on the (resolved) way that does not exist, if one does not.
     fn guard_links_on_the_way(
         &mut self,
         target: &Path,
         hops: &mut usize,
-    ) -> Result<(), SandboxError> {
+    ) -> Result<Option<AbsentName>, SandboxError> {
         const MAX_HOPS: usize = 40;
         let mut so_far = PathBuf::new();
         let mut parts = target.components();
         while let Some(part) = parts.next() {
             so_far.push(part);
-            let Ok(meta) = fs::symlink_metadata(&so_far) else {
-                return Ok(());
+            let meta = match fs::symlink_metadata(&so_far) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(Some(AbsentName {
+                        path: so_far,
+                        is_last: parts.as_path().as_os_str().is_empty(),
+                    }));
+                }
+                Err(_) => return Ok(None),
             };
             if !meta.file_type().is_symlink() {
                 continue;
@@ -1184,10 +1334,10 @@ impl<'a> Walker<'a, '_> {
             self.guard_link_on_the_way(&so_far)?;
             *hops += 1;
             let Ok(link) = fs::read_link(&so_far) else {
-                return Ok(());
+                return Ok(None);
             };
             if *hops > MAX_HOPS {
-                return Ok(());
+                return Ok(None);
             }
             let next = so_far
                 .parent()
@@ -1196,7 +1346,7 @@ impl<'a> Walker<'a, '_> {
                 .join(parts.as_path());
             return self.guard_links_on_the_way(&next, hops);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// [`Walker::guard_links_on_the_way`]: the symlink at `link`, when it is of this tree.
@@ -1384,6 +1534,14 @@ impl Walker<'_, '_> {
             Err(e) => Err(walk_error(&path, "inspect", e)),
         }
     }
+}
+
+/// The first name on the way to an included path that does not exist
+/// ([`Walker::guard_links_on_the_way`]).
+struct AbsentName {
+    path: PathBuf,
+    /// It is the included file's own name, not a directory above it.
+    is_last: bool,
 }
 
 /// Masks for symlinked secrets' targets and for other names of masked files.
