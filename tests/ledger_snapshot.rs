@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Fake, ReplayScene};
+use common::{Fake, Outcome, ReplayScene};
 use serde_json::{Value, json};
 
 const DELAY_VAR: &str = "CODER_TEST_LEDGER_DELAY_MS";
@@ -104,16 +104,21 @@ fn warned(envelope: &Value, test: impl Fn(&str) -> bool) -> bool {
         .any(test)
 }
 
-/// The real CLI starts (about a second) while the snapshot has not even begun: its first
-/// request waits in the proxy, so every edit of the agent lands after the snapshot and is
-/// reported exactly, and the placeholders the sandbox made meanwhile (`.envrc`,
-/// `.mcp.json`, `CLAUDE.local.md` are absent here) are not reported as deleted.
-#[test]
-#[ignore = "needs the claude CLI: scripts/test runs it"]
-fn the_proxy_holds_the_agent_until_the_snapshot_is_done() {
+/// The real CLI's replayed run (`ledger.json`: it edits `keep.txt`, deletes `gone.txt` and
+/// adds `new.txt`) in a workspace holding the first two, committed to a git repository
+/// when `git`, with the snapshot started 10 s late: its outcome, once it succeeded, listed
+/// exactly those three changes and warned of no concurrent change.
+fn replayed_edits_with_a_late_snapshot(git: bool) -> Outcome {
     let scene = ReplayScene::new("ledger.json", 0);
-    write(scene.workspace(), "keep.txt", "first\nold\n");
-    write(scene.workspace(), "gone.txt", "a\nb\n");
+    let ws = scene.workspace();
+    write(ws, "keep.txt", "first\nold\n");
+    write(ws, "gone.txt", "a\nb\n");
+    if git {
+        write(ws, ".gitignore", ".fake-claude/\n");
+        git_in(ws, &["init", "-q"]);
+        git_in(ws, &["add", "-A"]);
+        git_in(ws, &["commit", "-qm", "start"]);
+    }
     let out = scene
         .coder_within(Duration::from_secs(120))
         // Well past the CLI's start, even on a loaded machine (it took 2.5 s at load 12).
@@ -131,7 +136,20 @@ fn the_proxy_holds_the_agent_until_the_snapshot_is_done() {
         "{}",
         out.explain()
     );
+    // With git, the CLI had started long before the snapshot: its net looked, and found
+    // nothing of the run's (the sandbox's placeholders are older than the CLI's start).
     assert_eq!(concurrent_warnings(&out.envelope), Vec::<String>::new());
+    out
+}
+
+/// The real CLI starts (about a second) while the snapshot has not even begun: its first
+/// request waits in the proxy, so every edit of the agent lands after the snapshot and is
+/// reported exactly, and the placeholders the sandbox made meanwhile (`.envrc`,
+/// `.mcp.json`, `CLAUDE.local.md` are absent here) are not reported as deleted.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_proxy_holds_the_agent_until_the_snapshot_is_done() {
+    let out = replayed_edits_with_a_late_snapshot(false);
     // The CLI asked before the snapshot was done, and was held.
     let waited = outcome_ms(&out.envelope, "ledger_wait_ms");
     assert!(
@@ -248,34 +266,7 @@ fn an_unconfined_run_takes_the_snapshot_first() {
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
-    let scene = ReplayScene::new("ledger.json", 0);
-    let ws = scene.workspace();
-    write(ws, "keep.txt", "first\nold\n");
-    write(ws, "gone.txt", "a\nb\n");
-    write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| git_in(ws, args);
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
-    let out = scene
-        .coder_within(Duration::from_secs(120))
-        .env(DELAY_VAR, "10000")
-        .args(["--return-metrics", "change things"])
-        .run();
-    out.assert_success("Added, edited and deleted.");
-    assert_eq!(
-        files(&out.envelope),
-        [
-            change("gone.txt", "deleted", 0, 2),
-            change("keep.txt", "modified", 1, 1),
-            change("new.txt", "added", 2, 0),
-        ],
-        "{}",
-        out.explain()
-    );
-    // The CLI had started long before the snapshot: its net looked, and found nothing of
-    // the run's (the sandbox's placeholders are older than the CLI's start).
-    assert_eq!(concurrent_warnings(&out.envelope), Vec::<String>::new());
+    let out = replayed_edits_with_a_late_snapshot(true);
     assert!(outcome_ms(&out.envelope, "ledger_wait_ms") >= 2000);
 }
 
