@@ -60,6 +60,22 @@ const KNOWN_OPEN: &[&str] = &[];
 /// `--allow-tmp` grants; workspace `ws`, `home`, coder's `state`, `xdg`).
 const PREFIX: &str = "coder-r13-";
 
+/// The verdict on a run whose `--transcript` or `--store` the agent could have reached
+/// (`path`, where its payload writes): refused as a configuration error, naming `named`
+/// when given, before the payload ran; for an attack on [`KNOWN_OPEN`], the payload landed.
+fn assert_refused(name: &str, case: &str, env: &Value, path: &Path, named: Option<&str>) {
+    if KNOWN_OPEN.contains(&name) {
+        assert!(forged(path), "{case}: now blocked: {env}");
+    } else {
+        assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
+        if let Some(named) = named {
+            let error = env["error"].as_str().unwrap_or_default();
+            assert!(error.contains(named), "{case}: {env}");
+        }
+        assert!(!forged(path), "{case}: the payload landed: {env}");
+    }
+}
+
 /// Whether `path` starts with the line the payloads forge (`FORGED`).
 fn forged(path: &Path) -> bool {
     std::fs::read(path)
@@ -94,14 +110,7 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_a_write_grant_is_refuse
                 let target = through.to_str().unwrap();
                 let env = tree.run(&[&write, flag, target], &payload);
                 let case = format!("{}: {name}: {flag} {alias}", who(owner));
-                if KNOWN_OPEN.contains(&name) {
-                    assert!(forged(&real), "{case}: now blocked: {env}");
-                } else {
-                    assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                    let error = env["error"].as_str().unwrap_or_default();
-                    assert!(error.contains(target), "{case}: {env}");
-                    assert!(!forged(&real), "{case}: the payload landed: {env}");
-                }
+                assert_refused(name, &case, &env, &real, Some(target));
 
                 // Control: a bind mount of a directory not granted runs, and the agent
                 // cannot reach the file there.
@@ -145,14 +154,7 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_the_workspace_is_refuse
                 let target = through.to_str().unwrap();
                 let env = tree.run(&[flag, target], &payload);
                 let case = format!("{}: {name}: {flag} {alias}", who(owner));
-                if KNOWN_OPEN.contains(&name) {
-                    assert!(forged(&real), "{case}: now blocked: {env}");
-                } else {
-                    assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                    let error = env["error"].as_str().unwrap_or_default();
-                    assert!(error.contains(target), "{case}: {env}");
-                    assert!(!forged(&real), "{case}: the payload landed: {env}");
-                }
+                assert_refused(name, &case, &env, &real, Some(target));
                 // Control: outside the workspace, the same file runs and stays coder's.
                 let outside = root.join("home").join(file);
                 let payload = format!("echo FORGED > '{}' && echo WROTE", outside.display());
@@ -462,12 +464,7 @@ fn a_transcript_or_store_named_with_dotdot_after_a_planted_symlink_is_refused() 
             let payload = format!("echo FORGED > '{}' && echo WROTE", real.display());
             let landed = || forged(&real);
             let env = tree.run(&[&write, flag, &spelled], &payload);
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed(), "{case}: now blocked: {env}");
-            } else {
-                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                assert!(!landed(), "{case}: the payload landed: {env}");
-            }
+            assert_refused(name, &case, &env, &real, None);
             let _ = std::fs::remove_file(&real);
             let env = tree.run(
                 &["--sandbox", "danger-full-access", &write, flag, &spelled],
@@ -551,12 +548,7 @@ fn a_transcript_or_store_in_a_directory_mounted_beneath_a_write_grant_is_refused
             let _ = std::fs::remove_file(&target);
             tree.bind("safe", "w/m");
             let env = tree.run(&[&write, flag, target.to_str().unwrap()], &payload);
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed(), "{case}: now blocked: {env}");
-            } else {
-                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                assert!(!landed(), "{case}: the payload landed: {env}");
-            }
+            assert_refused(name, &case, &env, &target, None);
         }
     }
 }
@@ -664,12 +656,7 @@ fn a_transcript_or_store_in_a_writable_tool_cache_is_refused() {
             );
             let _ = std::fs::remove_file(&target);
             let env = tree.run(&["--tool-caches", flag, target.to_str().unwrap()], &payload);
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed(), "{case}: now blocked: {env}");
-            } else {
-                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                assert!(!landed(), "{case}: the payload landed: {env}");
-            }
+            assert_refused(name, &case, &env, &target, None);
         }
     }
 }
