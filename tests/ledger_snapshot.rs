@@ -87,6 +87,21 @@ fn committed(fake: &Fake, files: &[(&str, &str)]) {
     git_in(ws, &["commit", "-qm", "start"]);
 }
 
+/// Makes `fake`'s next runs write `text` to `path` (relative to the fake's own directory:
+/// `../NAME` is a file of the workspace) and answer `said`.
+fn next_runs_touch(fake: &Fake, path: &str, text: &str, said: &str) {
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            common::steps::init(),
+            {"step": "touch", "path": path, "text": text},
+            common::steps::result_ok(said),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+}
+
 /// Whether `envelope` lists `path` with `status`.
 fn lists(envelope: &Value, path: &str, status: &str) -> bool {
     files(envelope)
@@ -587,16 +602,7 @@ fn a_pipe_coder_inherits_reopened_through_an_include_stops_the_ledgers_git() {
         .inherit(read_end.try_clone().unwrap())
         .run();
     out.assert_success("linked");
-    std::fs::write(
-        fake.file("scenario.json"),
-        serde_json::to_vec(&json!([
-            common::steps::init(),
-            {"step": "touch", "path": "../a.txt", "text": "changed\n"},
-            common::steps::result_ok("edited"),
-        ]))
-        .unwrap(),
-    )
-    .unwrap();
+    next_runs_touch(&fake, "../a.txt", "changed\n", "edited");
     let out = fake.coder().args(["task"]).inherit(read_end).run();
     out.assert_success("edited");
     assert!(
@@ -687,16 +693,7 @@ fn an_index_entry_the_agent_forged_does_not_hide_the_next_runs_edit() {
         String::from_utf8_lossy(&staged.stdout).contains(&forged_id),
         "control: the forged entry is not in the index: {staged:?}"
     );
-    std::fs::write(
-        fake.file("scenario.json"),
-        serde_json::to_vec(&json!([
-            common::steps::init(),
-            {"step": "touch", "path": "../F.txt", "text": "forged\n"},
-            common::steps::result_ok("edited"),
-        ]))
-        .unwrap(),
-    )
-    .unwrap();
+    next_runs_touch(&fake, "../F.txt", "forged\n", "edited");
     let out = fake.coder().args(["task"]).run();
     out.assert_success("edited");
     assert!(
@@ -722,16 +719,7 @@ fn a_file_the_last_run_made_is_measured_by_the_next_with_its_lines() {
     let out = fake.coder().args(unconfined).run();
     out.assert_success("made");
     assert_eq!(files(&out.envelope), [change("new.txt", "added", 1, 0)]);
-    std::fs::write(
-        fake.file("scenario.json"),
-        serde_json::to_vec(&json!([
-            common::steps::init(),
-            {"step": "touch", "path": "../new.txt", "text": "one\ntwo\n"},
-            common::steps::result_ok("edited"),
-        ]))
-        .unwrap(),
-    )
-    .unwrap();
+    next_runs_touch(&fake, "../new.txt", "one\ntwo\n", "edited");
     let out = fake.coder().args(unconfined).run();
     out.assert_success("edited");
     assert_eq!(
