@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Fake, ReplayScene};
+use common::{Fake, Outcome, ReplayScene};
 use serde_json::{Value, json};
 
 const DELAY_VAR: &str = "CODER_TEST_LEDGER_DELAY_MS";
@@ -87,6 +87,21 @@ fn committed(fake: &Fake, files: &[(&str, &str)]) {
     git_in(ws, &["commit", "-qm", "start"]);
 }
 
+/// Makes `fake`'s next runs write `text` to `path` (relative to the fake's own directory:
+/// `../NAME` is a file of the workspace) and answer `said`.
+fn next_runs_touch(fake: &Fake, path: &str, text: &str, said: &str) {
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            common::steps::init(),
+            {"step": "touch", "path": path, "text": text},
+            common::steps::result_ok(said),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+}
+
 /// Whether `envelope` lists `path` with `status`.
 fn lists(envelope: &Value, path: &str, status: &str) -> bool {
     files(envelope)
@@ -104,16 +119,21 @@ fn warned(envelope: &Value, test: impl Fn(&str) -> bool) -> bool {
         .any(test)
 }
 
-/// The real CLI starts (about a second) while the snapshot has not even begun: its first
-/// request waits in the proxy, so every edit of the agent lands after the snapshot and is
-/// reported exactly, and the placeholders the sandbox made meanwhile (`.envrc`,
-/// `.mcp.json`, `CLAUDE.local.md` are absent here) are not reported as deleted.
-#[test]
-#[ignore = "needs the claude CLI: scripts/test runs it"]
-fn the_proxy_holds_the_agent_until_the_snapshot_is_done() {
+/// The real CLI's replayed run (`ledger.json`: it edits `keep.txt`, deletes `gone.txt` and
+/// adds `new.txt`) in a workspace holding the first two, committed to a git repository
+/// when `git`, with the snapshot started 10 s late: its outcome, once it succeeded, listed
+/// exactly those three changes and warned of no concurrent change.
+fn replayed_edits_with_a_late_snapshot(git: bool) -> Outcome {
     let scene = ReplayScene::new("ledger.json", 0);
-    write(scene.workspace(), "keep.txt", "first\nold\n");
-    write(scene.workspace(), "gone.txt", "a\nb\n");
+    let ws = scene.workspace();
+    write(ws, "keep.txt", "first\nold\n");
+    write(ws, "gone.txt", "a\nb\n");
+    if git {
+        write(ws, ".gitignore", ".fake-claude/\n");
+        git_in(ws, &["init", "-q"]);
+        git_in(ws, &["add", "-A"]);
+        git_in(ws, &["commit", "-qm", "start"]);
+    }
     let out = scene
         .coder_within(Duration::from_secs(120))
         // Well past the CLI's start, even on a loaded machine (it took 2.5 s at load 12).
@@ -131,7 +151,20 @@ fn the_proxy_holds_the_agent_until_the_snapshot_is_done() {
         "{}",
         out.explain()
     );
+    // With git, the CLI had started long before the snapshot: its net looked, and found
+    // nothing of the run's (the sandbox's placeholders are older than the CLI's start).
     assert_eq!(concurrent_warnings(&out.envelope), Vec::<String>::new());
+    out
+}
+
+/// The real CLI starts (about a second) while the snapshot has not even begun: its first
+/// request waits in the proxy, so every edit of the agent lands after the snapshot and is
+/// reported exactly, and the placeholders the sandbox made meanwhile (`.envrc`,
+/// `.mcp.json`, `CLAUDE.local.md` are absent here) are not reported as deleted.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_proxy_holds_the_agent_until_the_snapshot_is_done() {
+    let out = replayed_edits_with_a_late_snapshot(false);
     // The CLI asked before the snapshot was done, and was held.
     let waited = outcome_ms(&out.envelope, "ledger_wait_ms");
     assert!(
@@ -248,34 +281,7 @@ fn an_unconfined_run_takes_the_snapshot_first() {
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn the_git_ledger_beside_the_setup_sees_exactly_the_agents_edits() {
-    let scene = ReplayScene::new("ledger.json", 0);
-    let ws = scene.workspace();
-    write(ws, "keep.txt", "first\nold\n");
-    write(ws, "gone.txt", "a\nb\n");
-    write(ws, ".gitignore", ".fake-claude/\n");
-    let git = |args: &[&str]| git_in(ws, args);
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
-    let out = scene
-        .coder_within(Duration::from_secs(120))
-        .env(DELAY_VAR, "10000")
-        .args(["--return-metrics", "change things"])
-        .run();
-    out.assert_success("Added, edited and deleted.");
-    assert_eq!(
-        files(&out.envelope),
-        [
-            change("gone.txt", "deleted", 0, 2),
-            change("keep.txt", "modified", 1, 1),
-            change("new.txt", "added", 2, 0),
-        ],
-        "{}",
-        out.explain()
-    );
-    // The CLI had started long before the snapshot: its net looked, and found nothing of
-    // the run's (the sandbox's placeholders are older than the CLI's start).
-    assert_eq!(concurrent_warnings(&out.envelope), Vec::<String>::new());
+    let out = replayed_edits_with_a_late_snapshot(true);
     assert!(outcome_ms(&out.envelope, "ledger_wait_ms") >= 2000);
 }
 
@@ -601,16 +607,7 @@ fn a_pipe_coder_inherits_reopened_through_an_include_stops_the_ledgers_git() {
         .inherit(read_end.try_clone().unwrap())
         .run();
     out.assert_success("linked");
-    std::fs::write(
-        fake.file("scenario.json"),
-        serde_json::to_vec(&json!([
-            common::steps::init(),
-            {"step": "touch", "path": "../a.txt", "text": "changed\n"},
-            common::steps::result_ok("edited"),
-        ]))
-        .unwrap(),
-    )
-    .unwrap();
+    next_runs_touch(&fake, "../a.txt", "changed\n", "edited");
     let out = fake.coder().args(["task"]).inherit(read_end).run();
     out.assert_success("edited");
     assert!(
@@ -701,16 +698,7 @@ fn an_index_entry_the_agent_forged_does_not_hide_the_next_runs_edit() {
         String::from_utf8_lossy(&staged.stdout).contains(&forged_id),
         "control: the forged entry is not in the index: {staged:?}"
     );
-    std::fs::write(
-        fake.file("scenario.json"),
-        serde_json::to_vec(&json!([
-            common::steps::init(),
-            {"step": "touch", "path": "../F.txt", "text": "forged\n"},
-            common::steps::result_ok("edited"),
-        ]))
-        .unwrap(),
-    )
-    .unwrap();
+    next_runs_touch(&fake, "../F.txt", "forged\n", "edited");
     let out = fake.coder().args(["task"]).run();
     out.assert_success("edited");
     assert!(
@@ -736,16 +724,7 @@ fn a_file_the_last_run_made_is_measured_by_the_next_with_its_lines() {
     let out = fake.coder().args(unconfined).run();
     out.assert_success("made");
     assert_eq!(files(&out.envelope), [change("new.txt", "added", 1, 0)]);
-    std::fs::write(
-        fake.file("scenario.json"),
-        serde_json::to_vec(&json!([
-            common::steps::init(),
-            {"step": "touch", "path": "../new.txt", "text": "one\ntwo\n"},
-            common::steps::result_ok("edited"),
-        ]))
-        .unwrap(),
-    )
-    .unwrap();
+    next_runs_touch(&fake, "../new.txt", "one\ntwo\n", "edited");
     let out = fake.coder().args(unconfined).run();
     out.assert_success("edited");
     assert_eq!(

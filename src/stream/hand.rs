@@ -39,64 +39,18 @@ pub(super) fn read_assistant_line(text: &str) -> Option<Decoded> {
     if !free_of_control_bytes(text.as_bytes()) {
         return None;
     }
-    let mut r = Reader::new(text);
     let mut event = AssistantEvent::default();
-    let mut spans = EventSpans {
-        utf8: true,
-        ..EventSpans::default()
-    };
-    let mut usage = None;
     let mut message_usage = None;
-    let mut seen = Seen::default();
-    r.object(|r, key| {
+    let mut spans = read_line(text, br#""assistant""#, |r, key| {
         match key {
-            b"type" => {
-                seen.once(0)?;
-                r.exactly(br#""assistant""#)?;
-            }
-            b"uuid" => {
-                seen.once(1)?;
-                spans.uuid = r.string_or_other(2)?;
-            }
-            b"parent_tool_use_id" => {
-                seen.once(2)?;
-                spans.parent_tool_use_id = r.string_or_other(2)?;
-            }
-            b"usage" => {
-                seen.once(3)?;
-                usage = r.unless_null(2)?;
-            }
-            b"session_id" => {
-                seen.once(4)?;
-                event.session_id = r.owned_string_or_null()?;
-            }
+            OwnKey::SessionId => event.session_id = r.owned_string_or_null()?,
             // A synthetic error message's: their values are read apart (serde's reading).
-            b"error" => {
-                seen.once(5)?;
-                r.null()?;
-            }
-            b"api_error_status" => {
-                seen.once(6)?;
-                r.null()?;
-            }
-            b"message" => {
-                seen.once(7)?;
-                if r.peek()? == b'n' {
-                    r.null()?;
-                } else {
-                    message_usage = read_message(r, &mut event)?;
-                }
-            }
-            key if is_other_events_key(key) => return None,
-            _ => {
-                r.skip(2)?;
-            }
+            OwnKey::Error | OwnKey::ApiErrorStatus => r.null()?,
+            OwnKey::Message => message_usage = read_message(r, &mut event)?,
         }
         Some(())
     })?;
-    r.end()?;
-    seen.has(0).then_some(())?;
-    spans.usage = usage.or(message_usage);
+    spans.usage = spans.usage.or(message_usage);
     Some(Decoded {
         event: Event::Assistant(event),
         spans,
@@ -107,8 +61,47 @@ pub(super) fn read_assistant_line(text: &str) -> Option<Decoded> {
 /// raw control bytes: the event and spans the serde readings make of it, or `None` where
 /// they must decide.
 pub(super) fn read_user_line(text: &str) -> Option<Decoded> {
-    let mut r = Reader::new(text);
     let mut tool_results = Vec::new();
+    let spans = read_line(text, br#""user""#, |r, key| {
+        match key {
+            OwnKey::SessionId => {
+                r.string_or_null()?;
+            }
+            // Typed as any value, which a checked value is.
+            OwnKey::Error | OwnKey::ApiErrorStatus => {
+                r.skip(2)?;
+            }
+            OwnKey::Message => read_user_message(r, &mut tool_results)?,
+        }
+        Some(())
+    })?;
+    Some(Decoded {
+        event: Event::User { tool_results },
+        spans,
+    })
+}
+
+/// The top-level keys an `assistant` line and a `user` line read apart ([`read_line`]
+/// reads the others the same way for both).
+#[derive(Clone, Copy)]
+enum OwnKey {
+    SessionId,
+    Error,
+    ApiErrorStatus,
+    /// A `message` that is not `null`.
+    Message,
+}
+
+/// Reads a whole line, an event's object whose `type` is `kind` (its JSON spelling): the
+/// spans of its `uuid`, `parent_tool_use_id` and top-level `usage`; each key of [`OwnKey`]
+/// is read by `own`, at most once. `None` where the serde readings must decide: another
+/// event's key, a key twice, no `type`, anything `own` gives up on.
+fn read_line<'a>(
+    text: &'a str,
+    kind: &[u8],
+    mut own: impl FnMut(&mut Reader<'a>, OwnKey) -> Option<()>,
+) -> Option<EventSpans> {
+    let mut r = Reader::new(text);
     let mut spans = EventSpans {
         utf8: true,
         ..EventSpans::default()
@@ -118,7 +111,7 @@ pub(super) fn read_user_line(text: &str) -> Option<Decoded> {
         match key {
             b"type" => {
                 seen.once(0)?;
-                r.exactly(br#""user""#)?;
+                r.exactly(kind)?;
             }
             b"uuid" => {
                 seen.once(1)?;
@@ -134,23 +127,22 @@ pub(super) fn read_user_line(text: &str) -> Option<Decoded> {
             }
             b"session_id" => {
                 seen.once(4)?;
-                r.string_or_null()?;
+                own(r, OwnKey::SessionId)?;
             }
-            // Typed as any value, which a checked value is.
             b"error" => {
                 seen.once(5)?;
-                r.skip(2)?;
+                own(r, OwnKey::Error)?;
             }
             b"api_error_status" => {
                 seen.once(6)?;
-                r.skip(2)?;
+                own(r, OwnKey::ApiErrorStatus)?;
             }
             b"message" => {
                 seen.once(7)?;
                 if r.peek()? == b'n' {
                     r.null()?;
                 } else {
-                    read_user_message(r, &mut tool_results)?;
+                    own(r, OwnKey::Message)?;
                 }
             }
             key if is_other_events_key(key) => return None,
@@ -161,11 +153,7 @@ pub(super) fn read_user_line(text: &str) -> Option<Decoded> {
         Some(())
     })?;
     r.end()?;
-    seen.has(0).then_some(())?;
-    Some(Decoded {
-        event: Event::User { tool_results },
-        spans,
-    })
+    seen.has(0).then_some(spans)
 }
 
 /// Whether `key` is one the wire type of every event types for another event.

@@ -31,6 +31,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+pub mod review_tree;
 pub mod sandbox_fixture;
 
 /// The built binary under test.

@@ -9,7 +9,7 @@
 //! run in it; the user's own repository in the workspace, and the git the user runs in it,
 //! unconfined, after coder exited ([`GitFx`], [`attack`]); a fake `claude` that runs a
 //! shell payload ([`payload_claude`]) and coder started on it as a user would
-//! ([`coder_as`]).
+//! ([`coder_as`], in the environment [`user_env`] sets).
 //!
 //! Each suite used to carry its own copy of all this. Where suites differ (the environment
 //! of their runs, their repository's branch, who owns its README), the difference is an
@@ -573,9 +573,20 @@ pub fn coder_as(
         .arg("--claude-bin")
         .arg(bin)
         .args(extra)
-        .arg(task)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .arg(task);
+    user_env(&mut cmd, root, PATH);
+    as_owner(&mut cmd, owner);
+    cmd
+}
+
+/// The environment, working directory and stdin of coder started from `root` as a user
+/// would ([`coder_as`]): the environment cleared but for `PATH` (`path`), `HOME`
+/// (`root/home`), coder's state (`root/state`), `XDG_CONFIG_HOME` (`root/xdg`), a test
+/// token and an API nothing listens on, and git without its system config; stdin
+/// `/dev/null`.
+pub fn user_env<'a>(cmd: &'a mut Command, root: &Path, path: impl AsRef<OsStr>) -> &'a mut Command {
+    cmd.env_clear()
+        .env("PATH", path)
         .env("HOME", root.join("home"))
         .env("CODER_STATE_DIR", root.join("state"))
         .env("XDG_CONFIG_HOME", root.join("xdg"))
@@ -583,7 +594,5 @@ pub fn coder_as(
         .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .current_dir(root)
-        .stdin(Stdio::null());
-    as_owner(&mut cmd, owner);
-    cmd
+        .stdin(Stdio::null())
 }
