@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Fake, Outcome, ReplayScene};
+use common::{Bounded, Fake, Outcome, ReplayScene};
 use serde_json::{Value, json};
 
 const DELAY_VAR: &str = "CODER_TEST_LEDGER_DELAY_MS";
@@ -889,5 +889,52 @@ fn a_proc_mounted_in_the_workspace_is_not_in_the_changes() {
             out.explain()
         );
         assert_eq!(files(&out.envelope), []);
+    }
+}
+
+/// The agent marks files `-diff` (or `binary`) in a `.gitattributes` of its own: git
+/// takes such a text file's change as binary, and the envelope listed the edit with no
+/// line counts and `--return-diff` without its lines ("Binary files differ"), code the
+/// reader never saw. The ledger's private git dir now leaves `diff` unspecified above
+/// every `.gitattributes`, so git looks at the content itself. Control: the user's own
+/// `git diff` takes the file as binary.
+#[test]
+fn a_diff_attribute_the_agent_sets_does_not_hide_its_edit() {
+    for attribute in ["-diff", "binary"] {
+        let fake = Fake::new(json!([
+            common::steps::init(),
+            {"step": "touch", "path": "../.gitattributes", "text": format!("*.txt {attribute}\n")},
+            {"step": "touch", "path": "../a.txt", "text": "a\nimport os; os.system('x')\n"},
+            common::steps::result_ok("done"),
+        ]));
+        committed(&fake, &[("a.txt", "a\n")]);
+        // Unconfined: the snapshot is taken before the agent starts, not beside it.
+        let out = fake
+            .coder()
+            .args(["--sandbox", "danger-full-access", "--return-diff", "task"])
+            .run();
+        out.assert_success("done");
+        assert_eq!(
+            files(&out.envelope),
+            [
+                change(".gitattributes", "added", 1, 0),
+                change("a.txt", "modified", 1, 0)
+            ],
+            "{attribute}: {}",
+            out.explain()
+        );
+        let diff = out.envelope["diff"]["unified"].as_str().unwrap_or_default();
+        assert!(
+            diff.contains("+import os; os.system('x')"),
+            "{attribute}: the edit is not in the diff: {diff}"
+        );
+        let mut user = std::process::Command::new("git");
+        user.args(["diff", "--", "a.txt"])
+            .current_dir(fake.workspace());
+        let shown = String::from_utf8_lossy(&user.output_bounded().stdout).into_owned();
+        assert!(
+            shown.contains("Binary files"),
+            "{attribute}: control: the user's git shows it as text: {shown}"
+        );
     }
 }

@@ -255,8 +255,11 @@ fn make_private_git_dir(
     // Above every `.gitattributes` of the work tree: no `$Id$` is collapsed. With `ident`
     // set there, `git add` records `$Id: ANYTHING $` (to the next `$` on its line) as
     // `$Id$`: the agent wrote code into such a span (`x = "$Id: "; import os; ...; "$"`)
-    // and the ledger said the file was unchanged (round sixteen's review).
-    std::fs::write(dir.join("info/attributes"), "* -ident\n")?;
+    // and the ledger said the file was unchanged (round sixteen's review). And `diff` is
+    // left unspecified (`!diff`), so git tells text from binary by the content: a
+    // `-diff` or `binary` there had a text file's edit listed with no line counts and
+    // shown as "Binary files differ", lines nobody saw.
+    std::fs::write(dir.join("info/attributes"), "* -ident !diff\n")?;
     const EXCLUDE_CAP: u64 = 4 << 20;
     let exclude = common_dir.join("info/exclude");
     let fits = std::fs::symlink_metadata(&exclude).is_ok_and(|m| m.len() <= EXCLUDE_CAP);
