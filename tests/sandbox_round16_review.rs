@@ -388,22 +388,19 @@ fn a_file_of_empty_lines_does_not_make_the_ledgers_git_take_gigabytes() {
     for owner in [None, Some(NOBODY)] {
         let case = who(owner);
         let payload = "head -c 67108864 /dev/zero | tr '\\0' '\\n' > big.txt && echo PLANTED";
-        // The fake CLI's payload does not wait for the "before" snapshot: one that saw
-        // the file already makes it "modified", unmeasured. Tried again then.
-        let (tree, env, big) = (0..3)
-            .map(|_| {
-                let tree = new_tree(owner, &[("a.txt", "a\n")], true);
-                let env = run(&tree, &[], payload, Duration::from_secs(180));
-                assert!(result(&env).contains("PLANTED"), "{case}: {env}");
-                let big = env["changes"]["files"]
-                    .as_array()
-                    .and_then(|files| files.iter().find(|f| f["path"] == "big.txt"))
-                    .cloned()
-                    .unwrap_or_else(|| panic!("{case}: big.txt is not listed: {env}"));
-                (tree, env, big)
-            })
-            .find(|(_, _, big)| big["status"] == "added")
-            .unwrap_or_else(|| panic!("{case}: big.txt was never measured as added"));
+        // Unconfined: the "before" snapshot is taken before the agent starts (a confined
+        // fake CLI's payload does not wait for it, and a snapshot that saw the file already
+        // made it "modified", unmeasured). The ledger's git is coder's, confined or not.
+        let tree = new_tree(owner, &[("a.txt", "a\n")], true);
+        let unconfined = ["--sandbox", "danger-full-access"];
+        let env = run(&tree, &unconfined, payload, Duration::from_secs(180));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let big = env["changes"]["files"]
+            .as_array()
+            .and_then(|files| files.iter().find(|f| f["path"] == "big.txt"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{case}: big.txt is not listed: {env}"));
+        assert_eq!(big["status"], "added", "{case}: {env}");
         if KNOWN_OPEN.contains(&name) {
             assert_eq!(
                 big["lines_added"],
