@@ -1234,8 +1234,9 @@ impl<'a> Walker<'a, '_> {
         });
         if absent.is_last {
             self.out.warnings.push(format!(
-                "{} is included by the git config and did not exist: held absent for this \
-                 run by a symlink to {ABSENT_TARGET}, removed after it",
+                "{}, which the repository's git config includes, did not exist: the \
+                 sandbox holds it absent for this run (a symlink to {ABSENT_TARGET}, \
+                 removed afterwards), so the agent cannot create it",
                 path.display()
             ));
         }
