@@ -988,8 +988,18 @@ fn scan_workspace(
 /// Refuses a tree with a kernel file system mounted below it: the scan would walk the
 /// kernel's files (it stopped on `EACCES` at `proc/1/task/N/fdinfo`, a message that said
 /// nothing of why), and the agent would be granted them.
+///
+/// A tree that lies on one itself (the host's `/dev` bound at `/mnt/hostdev`, given as
+/// the workspace or a `--write` path) is refused the same way: `/dev` is refused as a
+/// workspace by its path alone.
 fn refuse_kernel_mounts(trees: &[scan::TreeScan<'_>]) -> Result<(), SandboxError> {
     for tree in trees {
+        if let Some(fstype) = crate::workspace::scan::kernel_mount_holding(tree.fd) {
+            return Err(SandboxError::OnKernelMount {
+                tree: tree.root.to_path_buf(),
+                fstype,
+            });
+        }
         if let Some(mount) = crate::workspace::scan::kernel_mounts_below(tree.root).first() {
             return Err(SandboxError::KernelMount {
                 tree: tree.root.to_path_buf(),

@@ -1,0 +1,294 @@
+//! Round seventeen's review: what round sixteen added (the refusal of a kernel file system
+//! mounted inside a tree the agent is granted, `refuse_kernel_mounts` in
+//! `src/sandbox/policy.rs`; the ledger's watcher of its own git; the kept ledger index),
+//! attacked by someone who has read it. Every attack runs as root and as uid 65534 where
+//! it applies, each with a control showing that its setup lands without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * **The host's `/dev` bound into the workspace.** A workspace that is a chroot or a
+//!   root file system being built (`mount --rbind /dev rootfs/dev`, as for `/proc` and
+//!   `/sys`) was refused for its `proc` and `sysfs` but not for `devtmpfs`, which was not
+//!   on the list of the kernel's file systems: the agent was granted the host's `/dev`
+//!   and, as root, created files there (it could as well have replaced `/dev/urandom`
+//!   with a regular file of its own, read by every process of the host after it). The
+//!   mounts are `nodev`, so no device opened, but the directory is the host's. Now
+//!   `devtmpfs` (and the kernel's other file systems the ledger's watcher already knew:
+//!   `selinuxfs`, `smackfs`, `resctrl`, and `rpc_pipefs`, `nfsd`, `binder`) are refused
+//!   like `proc`.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::sandbox_fixture::{self, NOBODY};
+use serde_json::Value;
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &[];
+
+fn who(owner: Option<u32>) -> &'static str {
+    if owner.is_some() { "nobody" } else { "root" }
+}
+
+/// A tree for runs of a fake CLI as one arm's user: workspace `ws` (a git repository
+/// with one commit, or a plain directory), `home`, coder's `state`, in `/var/tmp`.
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    owner: Option<u32>,
+}
+
+impl Tree {
+    fn new(owner: Option<u32>, files: &[(&str, &str)], git: bool) -> Tree {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-r17-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for d in ["ws", "home", "state", "xdg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let tree = Tree {
+            _dir: dir,
+            root,
+            owner,
+        };
+        for (name, text) in files {
+            let path = tree.ws().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        if git {
+            tree.git(&["init", "-q"]);
+            tree.git(&["add", "-A"]);
+            tree.git(&["commit", "-qm", "init"]);
+        }
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&tree.root);
+        }
+        tree
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    /// The user's own git in the workspace, as root (before the tree is given away).
+    fn git(&self, args: &[&str]) {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+            .args(args)
+            .current_dir(self.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root.join("home"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// coder as the arm's user on a fake CLI whose payload is `payload`, started by `wrap`
+    /// (a program and its arguments that end by running the rest of the command line, as
+    /// root; the arm's user is taken by `setpriv` at its end) when given: its envelope.
+    fn run_as(&self, wrap: &[&str], extra: &[&str], payload: &str, deadline: Duration) -> Value {
+        let bin = self.root.join("fake-claude");
+        std::fs::write(&bin, sandbox_fixture::payload_claude(payload)).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if self.owner.is_some() {
+            std::os::unix::fs::lchown(&bin, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let mut cmd = match wrap.split_first() {
+            Some((program, args)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args);
+                if self.owner.is_some() {
+                    cmd.args([
+                        "setpriv",
+                        "--reuid=65534",
+                        "--regid=65534",
+                        "--clear-groups",
+                    ]);
+                }
+                cmd.arg(common::CODER);
+                cmd
+            }
+            None => {
+                let mut cmd = std::process::Command::new(common::CODER);
+                sandbox_fixture::as_owner(&mut cmd, self.owner);
+                cmd
+            }
+        };
+        cmd.arg("--cd")
+            .arg(self.ws())
+            .arg("--claude-bin")
+            .arg(&bin)
+            .args(extra)
+            .arg("go")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", self.root.join("home"))
+            .env("CODER_STATE_DIR", self.root.join("state"))
+            .env("XDG_CONFIG_HOME", self.root.join("xdg"))
+            .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .current_dir(&self.root)
+            .stdin(std::process::Stdio::null());
+        let out = common::run_bounded(&mut cmd, deadline)
+            .unwrap_or_else(|_| panic!("coder did not end within {deadline:?}"));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"))
+    }
+}
+
+fn result(env: &Value) -> &str {
+    env["result"].as_str().unwrap_or_default()
+}
+
+fn error_kind(env: &Value) -> &str {
+    env["error_kind"].as_str().unwrap_or_default()
+}
+
+/// The envelope of a run whose payload is `payload` (`$PLANT` names a new file of the
+/// host's `/dev`), with the host's `/dev` bound at `point` in a private mount namespace
+/// around coder, and whether the file landed in the host's `/dev` (removed again).
+fn with_dev_bound_at(
+    tree: &Tree,
+    point: &std::path::Path,
+    extra: &[&str],
+    payload: &str,
+) -> (Value, bool) {
+    let planted = format!("coder-r17-{}", uuid::Uuid::new_v4().simple());
+    let point_arg = point.display().to_string();
+    let wrap = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        r#"mount --bind /dev "$0" && exec "$@""#,
+        &point_arg,
+    ];
+    let payload = format!("PLANT={planted}; {payload}");
+    let env = tree.run_as(&wrap, extra, &payload, Duration::from_secs(120));
+    let host = std::path::Path::new("/dev").join(&planted);
+    let landed = host.exists();
+    let _ = std::fs::remove_file(&host);
+    (env, landed)
+}
+
+/// The host's `/dev` bound into the workspace (a root file system being built, a chroot:
+/// `mount --bind /dev rootfs/dev`, done here in a private mount namespace around coder):
+/// the agent was granted the host's `devtmpfs` and, as root, made a file in the host's
+/// `/dev` (a regular file in place of `/dev/urandom` would be read by every process of
+/// the host). Now the workspace is refused before anything runs, as one with `proc`
+/// mounted in it is (`config_error`, naming the mount). Control: unconfined, the agent's
+/// file lands in the host's `/dev` (root; uid 65534 may not write `/dev` at all, so its
+/// arm shows the refusal alone).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_hosts_dev_bound_into_the_workspace_is_refused() {
+    common::require_root_and_user_namespaces();
+    let name = "devtmpfs in the workspace";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::new(owner, &[("rootfs/dev/.keep", "")], true);
+            let point = tree.ws().join("rootfs/dev");
+            let (env, landed) = with_dev_bound_at(
+                &tree,
+                &point,
+                &["--sandbox", mode],
+                "touch \"rootfs/dev/$PLANT\" && echo PLANTED",
+            );
+            if mode == "danger-full-access" {
+                assert_eq!(landed, owner.is_none(), "{case}: control: {env}");
+                assert_eq!(
+                    result(&env).contains("PLANTED"),
+                    owner.is_none(),
+                    "{case}: control: {env}"
+                );
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert_eq!(landed, owner.is_none(), "{case}: {name} is closed: {env}");
+            } else {
+                assert!(!landed, "{case}: the agent wrote the host's /dev: {env}");
+                assert_eq!(error_kind(&env), "config_error", "{case}: {env}");
+                let error = env["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("`devtmpfs` file system mounted inside")
+                        && error.contains(&point.display().to_string()),
+                    "{case}: {env}"
+                );
+            }
+        }
+    }
+}
+
+/// The same `/dev` reached as the tree itself: bound at a directory given as the
+/// workspace (`--cd /mnt/hostdev`), or as a `--write` path, or bound inside a `--write`
+/// path. `/dev` is refused as a workspace by its path; the mount below a tree was looked
+/// for, the one a tree lies on was not, and the agent, as root, made files in the
+/// host's `/dev`. Control: unconfined, the agent's file lands there (root).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_hosts_dev_as_the_workspace_or_a_write_path_is_refused() {
+    common::require_root_and_user_namespaces();
+    let name = "tree on a devtmpfs";
+    for owner in [None, Some(NOBODY)] {
+        for shape in ["workspace", "--write", "inside --write"] {
+            for mode in ["danger-full-access", "workspace-write"] {
+                let case = format!("{} {shape} {mode}", who(owner));
+                let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
+                let extra_dir = tree.root.join("extra");
+                std::fs::create_dir_all(extra_dir.join("dev")).unwrap();
+                if owner.is_some() {
+                    sandbox_fixture::give_to_nobody(&extra_dir);
+                }
+                let extra_arg = extra_dir.display().to_string();
+                let (point, target, write): (PathBuf, String, &[&str]) = match shape {
+                    "workspace" => (tree.ws(), "$PLANT".into(), &[]),
+                    "--write" => (
+                        extra_dir.clone(),
+                        format!("{extra_arg}/$PLANT"),
+                        &["--write", &extra_arg],
+                    ),
+                    _ => (
+                        extra_dir.join("dev"),
+                        format!("{extra_arg}/dev/$PLANT"),
+                        &["--write", &extra_arg],
+                    ),
+                };
+                let mut extra = vec!["--sandbox", mode];
+                extra.extend_from_slice(write);
+                let payload = format!("touch \"{target}\" && echo PLANTED");
+                let (env, landed) = with_dev_bound_at(&tree, &point, &extra, &payload);
+                if mode == "danger-full-access" {
+                    assert_eq!(landed, owner.is_none(), "{case}: control: {env}");
+                    continue;
+                }
+                if KNOWN_OPEN.contains(&name) {
+                    assert_eq!(landed, owner.is_none(), "{case}: {name} is closed: {env}");
+                } else {
+                    assert!(!landed, "{case}: the agent wrote the host's /dev: {env}");
+                    assert_eq!(error_kind(&env), "config_error", "{case}: {env}");
+                    assert!(
+                        env["error"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .contains("`devtmpfs` file system"),
+                        "{case}: {env}"
+                    );
+                }
+            }
+        }
+    }
+}
