@@ -713,6 +713,8 @@ impl<'a> Walker<'a, '_> {
         if self.tree.writable && !inside.secret && git_dir && !named_git {
             self.guard_git_dir(rel)?;
         }
+        // Whether the directories down to this one are pinned (see below).
+        let mut pinned = false;
         for (name, listed) in entries {
             let rel_child = rel.join(&name);
             let git_entry = name == ".git" && self.tree.writable && !inside.secret;
@@ -734,6 +736,17 @@ impl<'a> Walker<'a, '_> {
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
             let kind = file_kind(&st);
+            // The directories above a protected entry are pinned (not renamed nor
+            // removed): its read-only mount moves with a renamed parent, and the agent
+            // renamed `tools` of `--protect 'tools/ci/**'`, made a `tools/ci` of its own
+            // and wrote the protected file's name there (round seventeen's review).
+            let holds = !secret
+                && !inside.protected
+                && (protected || (kind == Kind::Dir && protect(&rel_child.join(PROBE_CHILD))));
+            if holds && !pinned && !rel.as_os_str().is_empty() {
+                self.pin_dirs_down_to(rel)?;
+                pinned = true;
+            }
             if git_entry {
                 self.git_entry(dir.as_fd(), &rel_child, &st)?;
                 // A `.git` directory is walked for secrets too: a directory holding one,
@@ -1336,6 +1349,10 @@ impl<'a> Walker<'a, '_> {
                         ino: st.st_ino,
                     });
                     self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
+                    // Its parents pinned, as those of a protected entry the walk met.
+                    if !parent_rel.as_os_str().is_empty() {
+                        self.pin_dirs_down_to(parent_rel)?;
+                    }
                 }
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             }
