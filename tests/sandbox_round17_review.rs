@@ -79,10 +79,11 @@ impl Tree {
         self.root.join("ws")
     }
 
-    /// The user's own git in the workspace, as root (before the tree is given away).
+    /// The user's own git in the workspace, as root (on a tree given away too).
     fn git(&self, args: &[&str]) {
         let out = std::process::Command::new("git")
             .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+            .args(["-c", "safe.directory=*"])
             .args(args)
             .current_dir(self.ws())
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -91,6 +92,21 @@ impl Tree {
             .output()
             .unwrap();
         assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// The user's own git in the workspace after a run, as the arm's user, outside any
+    /// sandbox: its output.
+    fn user_git(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+            .args(args)
+            .current_dir(self.ws())
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root.join("home"));
+        sandbox_fixture::as_owner(&mut cmd, self.owner);
+        common::run_bounded(&mut cmd, Duration::from_secs(60)).expect("the user's git hung")
     }
 
     /// coder as the arm's user on a fake CLI whose payload is `payload`, started by `wrap`
@@ -287,6 +303,125 @@ fn the_hosts_dev_as_the_workspace_or_a_write_path_is_refused() {
                             .contains("`devtmpfs` file system"),
                         "{case}: {env}"
                     );
+                }
+            }
+        }
+    }
+}
+
+/// A repository whose config names a hooks directory of its work tree (`git config
+/// core.hooksPath scripts/hooks`, a project's way to share its hooks; only `.githooks`
+/// and `.husky` were protected, by name), or the user's global config naming one relative
+/// to every work tree: the agent rewrote the `pre-commit` there, or made the directories
+/// and the hook when they were absent, and the user's next `git commit` ran it outside
+/// the sandbox. Control: unconfined, the user's commit runs the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hooks_directory_the_repository_config_names_is_not_the_agents_to_write() {
+    common::require_root_and_user_namespaces();
+    let name = "core.hooksPath in the work tree";
+    for owner in [None, Some(NOBODY)] {
+        for (present, global) in [(true, false), (false, false), (true, true)] {
+            for mode in ["danger-full-access", "workspace-write"] {
+                let case = format!("{} present={present} global={global} {mode}", who(owner));
+                let hook = "#!/bin/sh\nexit 0\n";
+                let files: &[(&str, &str)] = if present {
+                    &[("a.txt", "a\n"), ("scripts/hooks/pre-commit", hook)]
+                } else {
+                    &[("a.txt", "a\n")]
+                };
+                let tree = Tree::new(owner, files, true);
+                if present {
+                    let hook = tree.ws().join("scripts/hooks/pre-commit");
+                    std::fs::set_permissions(
+                        &hook,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                    )
+                    .unwrap();
+                }
+                if global {
+                    // The user's global config: every repository's hooks in its work tree.
+                    let config = tree.root.join("home/.gitconfig");
+                    std::fs::write(&config, "[core]\n\thooksPath = scripts/hooks\n").unwrap();
+                    if owner.is_some() {
+                        sandbox_fixture::give_to_nobody(&config);
+                    }
+                } else {
+                    tree.git(&["config", "core.hooksPath", "scripts/hooks"]);
+                }
+                let marker = tree.root.join("home/ran");
+                let payload = format!(
+                    "mkdir -p scripts/hooks && printf '#!/bin/sh\\ntouch {}\\n' > \
+                     scripts/hooks/pre-commit && chmod +x scripts/hooks/pre-commit && \
+                     echo PLANTED",
+                    marker.display()
+                );
+                let env = tree.run_as(
+                    &[],
+                    &["--sandbox", mode],
+                    &payload,
+                    Duration::from_secs(120),
+                );
+                let out = tree.user_git(&["commit", "--allow-empty", "-qm", "next"]);
+                let ran = marker.exists();
+                if mode == "danger-full-access" {
+                    assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
+                    continue;
+                }
+                if KNOWN_OPEN.contains(&name) {
+                    assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
+                } else {
+                    assert!(
+                        !ran,
+                        "{case}: the user's commit ran the agent's hook: {env}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A protected glob below a directory (`--protect 'tools/ci/**'`, or the `protect` key of
+/// the config; the defaults are all at the workspace's top): the protected directory was
+/// a read-only mount, but the directory above it was the agent's to rename. It renamed
+/// `tools`, made a `tools/ci` of its own and wrote `deploy.sh` there, and the file the
+/// user protected held the agent's text after the run. The directories above a protected
+/// entry are pinned now, as those above a file a git config includes are. Control:
+/// unconfined, the same moves land.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_directory_above_a_protected_one_is_not_the_agents_to_rename() {
+    common::require_root_and_user_namespaces();
+    let name = "rename above a protected glob";
+    for owner in [None, Some(NOBODY)] {
+        for glob in ["tools/ci/**", "tools/ci/deploy.sh"] {
+            for mode in ["danger-full-access", "workspace-write"] {
+                let case = format!("{} {glob} {mode}", who(owner));
+                let tree = Tree::new(owner, &[("tools/ci/deploy.sh", "echo ok\n")], true);
+                let payload = "mv tools t2 && mkdir -p tools/ci && echo evil > tools/ci/deploy.sh \
+                               && echo PLANTED";
+                let env = tree.run_as(
+                    &[],
+                    &["--sandbox", mode, "--protect", glob],
+                    payload,
+                    Duration::from_secs(120),
+                );
+                let text = std::fs::read_to_string(tree.ws().join("tools/ci/deploy.sh"))
+                    .unwrap_or_default();
+                let landed = text == "evil\n";
+                if mode == "danger-full-access" {
+                    assert!(landed, "{case}: control: {text:?} {env}");
+                    continue;
+                }
+                if KNOWN_OPEN.contains(&name) {
+                    assert!(landed, "{case}: {name} is closed: {text:?} {env}");
+                } else {
+                    assert!(
+                        !landed,
+                        "{case}: the agent replaced the protected file: {env}"
+                    );
+                    assert_eq!(text, "echo ok\n", "{case}: {env}");
+                    assert!(!result(&env).contains("PLANTED"), "{case}: {env}");
                 }
             }
         }

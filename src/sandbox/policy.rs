@@ -928,8 +928,12 @@ fn scan_workspace(
 ) -> Result<scan::ScanOutput, SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
     let deny = scan::compile_globs(super::GlobList::Deny, &opts.deny_globs)?;
-    let protect = scan::compile_globs(super::GlobList::Protect, &opts.protect_globs)?;
-    let literal = scan::literal_protected(&opts.protect_globs);
+    let mut protect_globs = opts.protect_globs.clone();
+    if writable {
+        protect_globs.extend(users_hooks_globs(&ws_dir.path));
+    }
+    let protect = scan::compile_globs(super::GlobList::Protect, &protect_globs)?;
+    let literal = scan::literal_protected(&protect_globs);
     let extra_fds = extra
         .iter()
         .filter(|(path, _)| path.is_dir())
@@ -952,8 +956,7 @@ fn scan_workspace(
         });
     }
     let cache = listings.and_then(|path| {
-        let fingerprint =
-            listing_cache::fingerprint(&shapes, &opts.deny_globs, &opts.protect_globs)?;
+        let fingerprint = listing_cache::fingerprint(&shapes, &opts.deny_globs, &protect_globs)?;
         let kept = listing_cache::load(path, fingerprint, shapes.len());
         Some((path, fingerprint, kept))
     });
@@ -985,7 +988,103 @@ fn scan_workspace(
     Ok(found)
 }
 
-/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
+/// The hook names git runs (githooks(5)), held when the hooks directory is the
+/// workspace itself (`core.hooksPath = .`).
+const GIT_HOOK_NAMES: [&str; 28] = [
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+/// Protected globs for the directory the user's own git runs hooks from, when it lies in
+/// the workspace (`core.hooksPath = scripts/hooks`, from any config the user's git reads;
+/// see [`crate::workspace::git::users_hooks_dir`]): the whole directory, held by a
+/// placeholder at its first missing level when absent, its parents pinned; the hook names
+/// alone when it is the workspace itself. The agent rewrote `scripts/hooks/pre-commit`
+/// and the user's next `git commit` ran it (round seventeen's review); only `.githooks`
+/// and `.husky` were protected, by name. A hooks directory inside `.git` is guarded with
+/// its git dir.
+fn users_hooks_globs(workspace: &Path) -> Vec<String> {
+    let Some(hooks) = crate::workspace::git::users_hooks_dir(workspace) else {
+        return Vec::new();
+    };
+    // Canonical as far as it exists (git joined a relative value to the work tree).
+    let mut tail = Vec::new();
+    let mut head = hooks.as_path();
+    let base = loop {
+        if let Ok(found) = fs::canonicalize(head) {
+            break found;
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_os_string());
+                head = parent;
+            }
+            _ => return Vec::new(),
+        }
+    };
+    let hooks = tail.iter().rev().fold(base, |path, name| path.join(name));
+    let Ok(rel) = hooks.strip_prefix(workspace) else {
+        return Vec::new();
+    };
+    if rel
+        .components()
+        .next()
+        .is_some_and(|c| c.as_os_str() == ".git")
+    {
+        return Vec::new();
+    }
+    let Some(rel) = rel.to_str() else {
+        return Vec::new();
+    };
+    if rel.is_empty() {
+        return GIT_HOOK_NAMES.iter().map(|name| name.to_string()).collect();
+    }
+    let mut globs = vec![format!("{}/**", globset::escape(rel))];
+    // A protected name is held when absent only if its parent exists: with `scripts`
+    // absent too, the agent made `scripts/hooks/pre-commit`. The first missing level is
+    // held then (an empty, read-only placeholder).
+    let mut prefix = PathBuf::new();
+    for part in Path::new(rel).components() {
+        prefix.push(part);
+        if fs::symlink_metadata(workspace.join(&prefix)).is_err() {
+            if prefix.as_path() != Path::new(rel)
+                && let Some(prefix) = prefix.to_str()
+            {
+                globs.push(globset::escape(prefix));
+            }
+            break;
+        }
+    }
+    globs
+}
+
+/// Refuses a tree with a kernel file system mounted below it/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
 /// kernel's files (it stopped on `EACCES` at `proc/1/task/N/fdinfo`, a message that said
 /// nothing of why), and the agent would be granted them.
 ///

@@ -1841,6 +1841,60 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
     })
 }
 
+/// The directory from which the user's own git runs the hooks of `workspace`'s
+/// repository, absolute: `git rev-parse --path-format=absolute --git-path hooks`, which
+/// reads `core.hooksPath` from every config the user's git reads (the system's and the
+/// user's global one included, which [`base_command`] leaves out; a relative value is
+/// the work tree's). The sandbox holds it read-only when it lies in the workspace: a
+/// project's `git config core.hooksPath scripts/hooks` handed the agent the user's next
+/// `git commit` (round seventeen's review). `None` outside a repository, or when git
+/// cannot say (stopped by the watcher: a config that includes a FIFO). Nothing runs:
+/// `rev-parse` reads no index (no `core.fsmonitor`), runs no hook and no filter.
+pub(crate) fn users_hooks_dir(workspace: &Path) -> Option<PathBuf> {
+    if !git_could_find_a_repository(workspace) {
+        return None;
+    }
+    let program = find_git(workspace)?;
+    let mut cmd = Command::new(program);
+    cmd.current_dir(workspace)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .stdin(Stdio::null());
+    // What decides which configs the user's own git reads.
+    for var in [
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+    ] {
+        if let Some(value) = std::env::var_os(var) {
+            cmd.env(var, value);
+        }
+    }
+    cmd.args([
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "protocol.allow=never",
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-path",
+        "hooks",
+    ]);
+    let out = config_output(&mut cmd).ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let line = out.stdout.strip_suffix(b"\n")?;
+    use std::os::unix::ffi::OsStrExt;
+    let path = Path::new(std::ffi::OsStr::from_bytes(line));
+    path.is_absolute().then(|| path.to_path_buf())
+}
+
 /// The first `.git` (a directory or a `.git` file, not a symlink: the sandbox's
 /// placeholder for an absent one is) in `workspace` or a directory above it below
 /// `top`, the work tree git found: a repository git passed over. The agent may write a
