@@ -427,3 +427,51 @@ fn the_directory_above_a_protected_one_is_not_the_agents_to_rename() {
         }
     }
 }
+
+/// The agent makes a repository nested in the workspace, with a commit, and makes its
+/// `.git/index` a sparse file of 2 GiB (`truncate`: no disk). The next run's "before"
+/// snapshot seeds that part's private index from the nested repository's own (no kept
+/// index is there for a part made during the last run): coder copied the whole file into
+/// its state directory (2 GiB written, zeros) and read it into its own memory, unwatched
+/// (no git, no read budget). At a terabyte the user's disk fills and coder is killed for
+/// want of memory, at every later run's start. Control: the planted index is that large;
+/// the next run's coder grew past 1 GiB.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_sparse_index_of_a_nested_repository_is_not_copied_whole() {
+    common::require_root_and_user_namespaces();
+    let name = "nested index copied whole";
+    for owner in [None, Some(NOBODY)] {
+        let case = who(owner);
+        let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
+        let plant = "mkdir sub && cd sub && git init -q && echo s > s.txt && git add s.txt && \
+                     git -c user.name=a -c user.email=a@b commit -qm s && \
+                     truncate -s 2G .git/index && echo PLANTED";
+        let env = tree.run_as(&[], &[], plant, Duration::from_secs(120));
+        assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+        let planted = std::fs::metadata(tree.ws().join("sub/.git/index")).unwrap();
+        assert_eq!(planted.len(), 2 << 30, "{case}: control: {env}");
+        let peak = tree.root.join("peak");
+        let peak_arg = peak.display().to_string();
+        let wrap = ["/usr/bin/time", "-f", "%M", "-o", &peak_arg];
+        let env = tree.run_as(
+            &wrap,
+            &[],
+            "echo y >> sub/s.txt; echo AGAIN",
+            Duration::from_secs(300),
+        );
+        assert!(result(&env).contains("AGAIN"), "{case}: {env}");
+        let kib: u64 = std::fs::read_to_string(&peak)
+            .unwrap_or_default()
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{case}: no peak size"));
+        if KNOWN_OPEN.contains(&name) {
+            assert!(kib > 1 << 20, "{case}: {name} is closed: {kib} KiB {env}");
+        } else {
+            assert!(kib < 1 << 20, "{case}: the next run took {kib} KiB: {env}");
+            assert!(env["changes"].is_object(), "{case}: {env}");
+        }
+    }
+}

@@ -1307,19 +1307,30 @@ fn driver_overrides(listing: &[u8]) -> Result<Vec<String>, GitError> {
         .collect())
 }
 
-/// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file,
-/// opened without following a symlink or waiting on a FIFO: the user's index is the
-/// agent's to replace, and a FIFO there held the copy (and with it the next run's
-/// snapshot, and that run) forever; a symlink had coder copy whatever it named.
+/// Files [`copy_plain_file`] copies at most: an index of a million files is some 100 MiB.
+const MAX_COPIED: u64 = 512 << 20;
+
+/// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file
+/// of at most [`MAX_COPIED`] bytes, opened without following a symlink or waiting on a
+/// FIFO: the user's index is the agent's to replace, and a FIFO there held the copy (and
+/// with it the next run's snapshot, and that run) forever; a symlink had coder copy
+/// whatever it named. A nested repository's index made a sparse file of 2 GiB (no disk
+/// to its writer) was copied whole into the state directory and read into coder's memory
+/// by every later run's "before", unwatched (round seventeen's review): at a terabyte
+/// the disk fills and coder dies. Past the cap the copy fails, and the index starts
+/// afresh (every file hashed, within the read budget).
 fn copy_plain_file(from: &Path, to: &Path) -> std::io::Result<u64> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut source = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(from)?;
-    if !source.metadata()?.is_file() {
+    let meta = source.metadata()?;
+    if !meta.is_file() || meta.len() > MAX_COPIED {
         return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
     }
+    // A file that grows while it is copied stops at the cap too.
+    let mut source = std::io::Read::take(&mut source, MAX_COPIED);
     let mut target = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
