@@ -28,7 +28,7 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[];
+const KNOWN_OPEN: &[&str] = &["work-tree script of a filter driver"];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -321,9 +321,17 @@ fn a_hooks_directory_the_repository_config_names_is_not_the_agents_to_write() {
     common::require_root_and_user_namespaces();
     let name = "core.hooksPath in the work tree";
     for owner in [None, Some(NOBODY)] {
-        for (present, global) in [(true, false), (false, false), (true, true)] {
+        for (present, global, linked) in [
+            (true, false, false),
+            (false, false, false),
+            (true, true, false),
+            (true, false, true),
+        ] {
             for mode in ["danger-full-access", "workspace-write"] {
-                let case = format!("{} present={present} global={global} {mode}", who(owner));
+                let case = format!(
+                    "{} present={present} global={global} linked={linked} {mode}",
+                    who(owner)
+                );
                 let hook = "#!/bin/sh\nexit 0\n";
                 let files: &[(&str, &str)] = if present {
                     &[("a.txt", "a\n"), ("scripts/hooks/pre-commit", hook)]
@@ -339,21 +347,31 @@ fn a_hooks_directory_the_repository_config_names_is_not_the_agents_to_write() {
                     )
                     .unwrap();
                 }
+                // `hooks -> scripts/hooks`, named by the config: the agent re-points the link.
+                let named = if linked { "hooks" } else { "scripts/hooks" };
+                if linked {
+                    std::os::unix::fs::symlink("scripts/hooks", tree.ws().join("hooks")).unwrap();
+                }
                 if global {
                     // The user's global config: every repository's hooks in its work tree.
                     let config = tree.root.join("home/.gitconfig");
-                    std::fs::write(&config, "[core]\n\thooksPath = scripts/hooks\n").unwrap();
+                    std::fs::write(&config, format!("[core]\n\thooksPath = {named}\n")).unwrap();
                     if owner.is_some() {
                         sandbox_fixture::give_to_nobody(&config);
                     }
                 } else {
-                    tree.git(&["config", "core.hooksPath", "scripts/hooks"]);
+                    tree.git(&["config", "core.hooksPath", named]);
                 }
                 let marker = tree.root.join("home/ran");
+                let dir = if linked { "evil" } else { "scripts/hooks" };
+                let relink = if linked {
+                    "rm -f hooks && ln -s evil hooks && "
+                } else {
+                    ""
+                };
                 let payload = format!(
-                    "mkdir -p scripts/hooks && printf '#!/bin/sh\\ntouch {}\\n' > \
-                     scripts/hooks/pre-commit && chmod +x scripts/hooks/pre-commit && \
-                     echo PLANTED",
+                    "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > \
+                     {dir}/pre-commit && chmod +x {dir}/pre-commit && {relink}echo PLANTED",
                     marker.display()
                 );
                 let env = tree.run_as(
@@ -472,6 +490,154 @@ fn a_sparse_index_of_a_nested_repository_is_not_copied_whole() {
         } else {
             assert!(kib < 1 << 20, "{case}: the next run took {kib} KiB: {env}");
             assert!(env["changes"].is_object(), "{case}: {env}");
+        }
+    }
+}
+
+/// A second repository given with `--write` (a library the task also changes) whose
+/// hooks live in `.githooks` (`core.hooksPath = .githooks`, a default protected glob):
+/// the protected globs were applied to the workspace alone, and the agent rewrote
+/// `lib/.githooks/pre-commit` (or made it, the directory absent), and the user's next
+/// `git commit` in `lib` ran it outside the sandbox. The same held for every protected
+/// tool config there (`.claude/settings.json`, `.vscode/tasks.json`, `.envrc`). Now the
+/// protected globs apply to every tree the agent may write. Control: unconfined, the
+/// user's commit runs the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn protected_tool_configs_of_a_write_path_are_not_the_agents_to_write() {
+    common::require_root_and_user_namespaces();
+    let name = "protected globs in --write trees";
+    for owner in [None, Some(NOBODY)] {
+        for present in [true, false] {
+            for mode in ["danger-full-access", "workspace-write"] {
+                let case = format!("{} present={present} {mode}", who(owner));
+                let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
+                let lib = tree.root.join("lib");
+                std::fs::create_dir_all(&lib).unwrap();
+                std::fs::write(lib.join("l.txt"), "l\n").unwrap();
+                if present {
+                    std::fs::create_dir_all(lib.join(".githooks")).unwrap();
+                    std::fs::write(lib.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n")
+                        .unwrap();
+                }
+                let git = |args: &[&str]| {
+                    let out = std::process::Command::new("git")
+                        .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+                        .args(["-c", "safe.directory=*"])
+                        .args(args)
+                        .current_dir(&lib)
+                        .env("GIT_CONFIG_NOSYSTEM", "1")
+                        .env("HOME", tree.root.join("home"))
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "git {args:?}: {out:?}");
+                };
+                git(&["init", "-q"]);
+                git(&["config", "core.hooksPath", ".githooks"]);
+                git(&["add", "-A"]);
+                git(&["commit", "-qm", "lib"]);
+                if owner.is_some() {
+                    sandbox_fixture::give_to_nobody(&lib);
+                }
+                let marker = tree.root.join("home/ran");
+                let lib_arg = lib.display().to_string();
+                let payload = format!(
+                    "mkdir -p {lib_arg}/.githooks && printf '#!/bin/sh\\ntouch {}\\n' > \
+                     {lib_arg}/.githooks/pre-commit && chmod +x {lib_arg}/.githooks/pre-commit \
+                     && echo PLANTED",
+                    marker.display()
+                );
+                let env = tree.run_as(
+                    &[],
+                    &["--sandbox", mode, "--write", &lib_arg],
+                    &payload,
+                    Duration::from_secs(120),
+                );
+                let mut cmd = std::process::Command::new("git");
+                cmd.args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+                    .args(["commit", "--allow-empty", "-qm", "next"])
+                    .current_dir(&lib)
+                    .env_clear()
+                    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .env("HOME", tree.root.join("home"));
+                sandbox_fixture::as_owner(&mut cmd, owner);
+                let out = common::run_bounded(&mut cmd, Duration::from_secs(60)).unwrap();
+                let ran = marker.exists();
+                if mode == "danger-full-access" {
+                    assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
+                    continue;
+                }
+                if KNOWN_OPEN.contains(&name) {
+                    assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
+                } else {
+                    assert!(
+                        !ran,
+                        "{case}: the user's commit ran the agent's hook: {env}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The user's repository config defines a filter driver that runs a script of the work
+/// tree (`filter.strip.clean = sh tools/strip.sh`, selected by the project's
+/// `.gitattributes`; the same for `diff.*.textconv`, `merge.*.driver`, an `alias.*` with
+/// `!`, a relative `core.fsmonitor`): the config is out of the agent's reach, the script
+/// is not. The agent rewrote `tools/strip.sh`, and the user's next `git add` ran it
+/// outside the sandbox. Known open: coder does not know which files a command of the
+/// user's config runs (a script may run others); protect them with `--protect`. Control:
+/// unconfined, the user's `git add` runs the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_work_tree_script_a_filter_driver_runs_is_the_agents_to_write() {
+    common::require_root_and_user_namespaces();
+    let name = "work-tree script of a filter driver";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::new(
+                owner,
+                &[
+                    ("a.txt", "a\n"),
+                    ("n.ipynb", "{}\n"),
+                    (".gitattributes", "*.ipynb filter=strip\n"),
+                    ("tools/strip.sh", "cat\n"),
+                ],
+                true,
+            );
+            tree.git(&["config", "filter.strip.clean", "sh tools/strip.sh"]);
+            let marker = tree.root.join("home/ran");
+            let payload = format!(
+                "printf 'touch {}; cat\\n' > tools/strip.sh && echo '{{ }}' > n.ipynb && \
+                 echo PLANTED",
+                marker.display()
+            );
+            let env = tree.run_as(
+                &[],
+                &["--sandbox", mode],
+                &payload,
+                Duration::from_secs(120),
+            );
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+            let out = tree.user_git(&["add", "-A"]);
+            let ran = marker.exists();
+            if mode == "danger-full-access" {
+                assert!(
+                    ran,
+                    "{case}: control: the filter did not run: {env}\n{out:?}"
+                );
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
+            } else {
+                assert!(
+                    !ran,
+                    "{case}: the user's git add ran the agent's script: {env}"
+                );
+            }
         }
     }
 }

@@ -934,6 +934,13 @@ fn scan_workspace(
     }
     let protect = scan::compile_globs(super::GlobList::Protect, &protect_globs)?;
     let literal = scan::literal_protected(&protect_globs);
+    // The user's protected globs hold in every tree the agent may write, each relative
+    // to its own root: applied to the workspace alone, they left a `--write` repository's
+    // `.githooks/pre-commit` (and its `.claude/settings.json`, `.vscode/tasks.json`,
+    // `.envrc`) the agent's, and the user's next commit there ran the agent's hook
+    // (round seventeen's review). The workspace's hooks directory is the workspace's.
+    let extra_protect = scan::compile_globs(super::GlobList::Protect, &opts.protect_globs)?;
+    let extra_literal = scan::literal_protected(&opts.protect_globs);
     let extra_fds = extra
         .iter()
         .filter(|(path, _)| path.is_dir())
@@ -952,7 +959,7 @@ fn scan_workspace(
         shapes.push(listing_cache::TreeShape {
             root: path,
             writable: *w,
-            protected: false,
+            protected: *w,
         });
     }
     let cache = listings.and_then(|path| {
@@ -974,8 +981,8 @@ fn scan_workspace(
             root: path,
             fd: fd.as_fd(),
             writable: *w,
-            protect: None,
-            protect_literal: &[],
+            protect: w.then_some(&extra_protect),
+            protect_literal: if *w { &extra_literal } else { &[] },
             kept: kept_of(i + 1),
         });
     }
@@ -1027,28 +1034,50 @@ const GIT_HOOK_NAMES: [&str; 28] = [
 /// placeholder at its first missing level when absent, its parents pinned; the hook names
 /// alone when it is the workspace itself. The agent rewrote `scripts/hooks/pre-commit`
 /// and the user's next `git commit` ran it (round seventeen's review); only `.githooks`
-/// and `.husky` were protected, by name. A hooks directory inside `.git` is guarded with
-/// its git dir.
+/// and `.husky` were protected, by name. Both the path as git names it (a symlink on it,
+/// `hooks -> scripts/hooks`, is then guarded as a link, not the agent's to re-point) and
+/// where it leads now. A hooks directory inside `.git` is guarded with its git dir.
 fn users_hooks_globs(workspace: &Path) -> Vec<String> {
-    let Some(hooks) = crate::workspace::git::users_hooks_dir(workspace) else {
+    let Some(named) = crate::workspace::git::users_hooks_dir(workspace) else {
         return Vec::new();
     };
-    // Canonical as far as it exists (git joined a relative value to the work tree).
+    // As named: `..` taken lexically (git hands the path to the kernel as it stands).
+    let mut lexical = PathBuf::new();
+    for part in named.components() {
+        match part {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    // Where it leads: canonical as far as it exists.
     let mut tail = Vec::new();
-    let mut head = hooks.as_path();
-    let base = loop {
+    let mut head = named.as_path();
+    let resolved = loop {
         if let Ok(found) = fs::canonicalize(head) {
-            break found;
+            break Some(tail.iter().rev().fold(found, |path, name| path.join(name)));
         }
         match (head.parent(), head.file_name()) {
             (Some(parent), Some(name)) => {
                 tail.push(name.to_os_string());
                 head = parent;
             }
-            _ => return Vec::new(),
+            _ => break None,
         }
     };
-    let hooks = tail.iter().rev().fold(base, |path, name| path.join(name));
+    let mut globs = Vec::new();
+    for hooks in std::iter::once(lexical).chain(resolved) {
+        globs.extend(hooks_dir_globs(workspace, &hooks));
+    }
+    globs.sort();
+    globs.dedup();
+    globs
+}
+
+/// [`users_hooks_globs`] of one absolute path of the hooks directory.
+fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
     let Ok(rel) = hooks.strip_prefix(workspace) else {
         return Vec::new();
     };
@@ -1065,7 +1094,8 @@ fn users_hooks_globs(workspace: &Path) -> Vec<String> {
     if rel.is_empty() {
         return GIT_HOOK_NAMES.iter().map(|name| name.to_string()).collect();
     }
-    let mut globs = vec![format!("{}/**", globset::escape(rel))];
+    // The entry itself (a symlink there is guarded as one) and all below it.
+    let mut globs = vec![globset::escape(rel), format!("{}/**", globset::escape(rel))];
     // A protected name is held when absent only if its parent exists: with `scripts`
     // absent too, the agent made `scripts/hooks/pre-commit`. The first missing level is
     // held then (an empty, read-only placeholder).

@@ -188,7 +188,7 @@ pub(crate) struct TreeScan<'a> {
     pub fd: BorrowedFd<'a>,
     /// The agent may write here: git dirs are guarded and placeholders made.
     pub writable: bool,
-    /// Protected globs, relative to this root (the workspace only).
+    /// Protected globs, relative to this root (every tree the agent may write).
     pub protect: Option<&'a GlobSet>,
     /// The literal protected names to hold even when absent (see [`literal_protected`]).
     pub protect_literal: &'a [PathBuf],

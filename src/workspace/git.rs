@@ -1853,10 +1853,10 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
 }
 
 /// The directory from which the user's own git runs the hooks of `workspace`'s
-/// repository, absolute: `git rev-parse --path-format=absolute --git-path hooks`, which
-/// reads `core.hooksPath` from every config the user's git reads (the system's and the
-/// user's global one included, which [`base_command`] leaves out; a relative value is
-/// the work tree's). The sandbox holds it read-only when it lies in the workspace: a
+/// repository, as git names it, symlinks unresolved (relative to `workspace`, or
+/// absolute): `git rev-parse --git-path hooks`, which reads `core.hooksPath` from every
+/// config the user's git reads (the system's and the user's global one included, which
+/// [`base_command`] leaves out; a relative value is the work tree's). The sandbox holds it read-only when it lies in the workspace: a
 /// project's `git config core.hooksPath scripts/hooks` handed the agent the user's next
 /// `git commit` (round seventeen's review). `None` outside a repository, or when git
 /// cannot say (stopped by the watcher: a config that includes a FIFO). Nothing runs:
@@ -1892,7 +1892,6 @@ pub(crate) fn users_hooks_dir(workspace: &Path) -> Option<PathBuf> {
         "-c",
         "protocol.allow=never",
         "rev-parse",
-        "--path-format=absolute",
         "--git-path",
         "hooks",
     ]);
@@ -1902,8 +1901,7 @@ pub(crate) fn users_hooks_dir(workspace: &Path) -> Option<PathBuf> {
     }
     let line = out.stdout.strip_suffix(b"\n")?;
     use std::os::unix::ffi::OsStrExt;
-    let path = Path::new(std::ffi::OsStr::from_bytes(line));
-    path.is_absolute().then(|| path.to_path_buf())
+    (!line.is_empty()).then(|| workspace.join(std::ffi::OsStr::from_bytes(line)))
 }
 
 /// The first `.git` (a directory or a `.git` file, not a symlink: the sandbox's
