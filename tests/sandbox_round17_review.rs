@@ -14,7 +14,39 @@
 //!   mounts are `nodev`, so no device opened, but the directory is the host's. Now
 //!   `devtmpfs` (and the kernel's other file systems the ledger's watcher already knew:
 //!   `selinuxfs`, `smackfs`, `resctrl`, and `rpc_pipefs`, `nfsd`, `binder`) are refused
-//!   like `proc`.
+//!   like `proc`. A tree that lies on one itself (the host's `/dev` bound at a directory
+//!   given as `--cd` or `--write`) was not looked at either (only mounts *below* a tree
+//!   were); it is refused now too.
+//! * **A renamed parent of a protected entry.** `--protect 'tools/ci/**'` made `tools/ci`
+//!   a read-only mount, which moved with `tools` when the agent renamed it; the agent
+//!   made a `tools/ci` of its own and wrote the protected file's name there. The
+//!   directories above a protected entry (or its placeholder) are pinned now.
+//! * **`core.hooksPath` naming a directory of the work tree.** A project's `git config
+//!   core.hooksPath scripts/hooks` (or the user's global config naming one relative to
+//!   every work tree): only `.githooks` and `.husky` were protected, by name, and the
+//!   agent's `pre-commit` ran at the user's next `git commit`. The directory git names
+//!   (`git rev-parse --git-path hooks`, with the user's own configs) is protected now, as
+//!   named and as resolved, held at its first missing level when absent.
+//! * **Protected globs in `--write` trees.** They applied to the workspace alone: a
+//!   `--write` repository's `.githooks/pre-commit` was the agent's.
+//! * **A nested repository's sparse index.** The "before" snapshot seeds a nested part's
+//!   private index from the nested repository's own: a 2 GiB sparse `.git/index` the agent
+//!   left was copied whole into the state directory and read into coder's memory at every
+//!   later run's start (a terabyte fills the disk, and coder dies). Copies stop at 512 MiB.
+//!
+//! Known open (ratchets asserting today's behaviour):
+//! * **A work-tree script that a command of the user's git config runs** (a filter
+//!   driver's `clean = sh tools/strip.sh`): the agent rewrites the script, the user's next
+//!   `git add` runs it.
+//!
+//! Looked at and held (no test of their own here): bind mounts of parts of `/proc` (their
+//! type is `proc`); kernel mounts in `--read`/`--write` trees (every tree is looked at);
+//! a FIFO, socket or device as the user's or a nested index (refused by
+//! `copy_plain_file`); the kept index's two files (the list is tied to its index by the
+//! index's checksum, so two runs storing at once make it unusable, never mixed; the state
+//! directory is refused to every grant that could write it); the ledger's git racing the
+//! agent (the proxy holds the agent until the "before" is taken, and the "after" runs
+//! once the run's PID namespace is gone).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
