@@ -530,7 +530,8 @@ fn a_sparse_index_of_a_nested_repository_is_not_copied_whole() {
 /// hooks live in `.githooks` (`core.hooksPath = .githooks`, a default protected glob):
 /// the protected globs were applied to the workspace alone, and the agent rewrote
 /// `lib/.githooks/pre-commit` (or made it, the directory absent), and the user's next
-/// `git commit` in `lib` ran it outside the sandbox. The same held for every protected
+/// `git commit` in `lib` ran it outside the sandbox; the same with `lib`'s own
+/// `core.hooksPath = scripts/hooks`. The same held for every protected
 /// tool config there (`.claude/settings.json`, `.vscode/tasks.json`, `.envrc`). Now the
 /// protected globs apply to every tree the agent may write. Control: unconfined, the
 /// user's commit runs the payload.
@@ -540,16 +541,20 @@ fn protected_tool_configs_of_a_write_path_are_not_the_agents_to_write() {
     common::require_root_and_user_namespaces();
     let name = "protected globs in --write trees";
     for owner in [None, Some(NOBODY)] {
-        for present in [true, false] {
+        for (present, hooks) in [
+            (true, ".githooks"),
+            (false, ".githooks"),
+            (true, "scripts/hooks"),
+        ] {
             for mode in ["danger-full-access", "workspace-write"] {
-                let case = format!("{} present={present} {mode}", who(owner));
+                let case = format!("{} present={present} {hooks} {mode}", who(owner));
                 let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
                 let lib = tree.root.join("lib");
                 std::fs::create_dir_all(&lib).unwrap();
                 std::fs::write(lib.join("l.txt"), "l\n").unwrap();
                 if present {
-                    std::fs::create_dir_all(lib.join(".githooks")).unwrap();
-                    std::fs::write(lib.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n")
+                    std::fs::create_dir_all(lib.join(hooks)).unwrap();
+                    std::fs::write(lib.join(hooks).join("pre-commit"), "#!/bin/sh\nexit 0\n")
                         .unwrap();
                 }
                 let git = |args: &[&str]| {
@@ -565,7 +570,7 @@ fn protected_tool_configs_of_a_write_path_are_not_the_agents_to_write() {
                     assert!(out.status.success(), "git {args:?}: {out:?}");
                 };
                 git(&["init", "-q"]);
-                git(&["config", "core.hooksPath", ".githooks"]);
+                git(&["config", "core.hooksPath", hooks]);
                 git(&["add", "-A"]);
                 git(&["commit", "-qm", "lib"]);
                 if owner.is_some() {
@@ -573,10 +578,10 @@ fn protected_tool_configs_of_a_write_path_are_not_the_agents_to_write() {
                 }
                 let marker = tree.root.join("home/ran");
                 let lib_arg = lib.display().to_string();
+                let dir = format!("{lib_arg}/{hooks}");
                 let payload = format!(
-                    "mkdir -p {lib_arg}/.githooks && printf '#!/bin/sh\\ntouch {}\\n' > \
-                     {lib_arg}/.githooks/pre-commit && chmod +x {lib_arg}/.githooks/pre-commit \
-                     && echo PLANTED",
+                    "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {}\\n' > {dir}/pre-commit \
+                     && chmod +x {dir}/pre-commit && echo PLANTED",
                     marker.display()
                 );
                 let env = tree.run_as(

@@ -934,13 +934,6 @@ fn scan_workspace(
     }
     let protect = scan::compile_globs(super::GlobList::Protect, &protect_globs)?;
     let literal = scan::literal_protected(&protect_globs);
-    // The user's protected globs hold in every tree the agent may write, each relative
-    // to its own root: applied to the workspace alone, they left a `--write` repository's
-    // `.githooks/pre-commit` (and its `.claude/settings.json`, `.vscode/tasks.json`,
-    // `.envrc`) the agent's, and the user's next commit there ran the agent's hook
-    // (round seventeen's review). The workspace's hooks directory is the workspace's.
-    let extra_protect = scan::compile_globs(super::GlobList::Protect, &opts.protect_globs)?;
-    let extra_literal = scan::literal_protected(&opts.protect_globs);
     let extra_fds = extra
         .iter()
         .filter(|(path, _)| path.is_dir())
@@ -950,6 +943,28 @@ fn scan_workspace(
                 .map_err(|e| SandboxError::sys("open", path.display(), e))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // The user's protected globs hold in every tree the agent may write, each relative
+    // to its own root, with that tree's own hooks directory: applied to the workspace
+    // alone, they left a `--write` repository's `.githooks/pre-commit` (and its
+    // `.claude/settings.json`, `.vscode/tasks.json`, `.envrc`) the agent's, and the
+    // user's next commit there ran the agent's hook (round seventeen's review).
+    let mut extra_protect = Vec::new();
+    for (path, w, _) in &extra_fds {
+        let mut globs = opts.protect_globs.clone();
+        if *w {
+            globs.extend(users_hooks_globs(path));
+        }
+        extra_protect.push((
+            scan::compile_globs(super::GlobList::Protect, &globs)?,
+            scan::literal_protected(&globs),
+        ));
+        // The listings kept between runs were taken under these globs too.
+        protect_globs.extend(
+            globs
+                .into_iter()
+                .map(|g| format!("{}\0{g}", path.display())),
+        );
+    }
     let mut shapes = vec![listing_cache::TreeShape {
         root: &ws_dir.path,
         writable,
@@ -976,13 +991,13 @@ fn scan_workspace(
         protect_literal: &literal,
         kept: kept_of(0),
     }];
-    for (i, (path, w, fd)) in extra_fds.iter().enumerate() {
+    for (i, ((path, w, fd), (set, literal))) in extra_fds.iter().zip(&extra_protect).enumerate() {
         trees.push(scan::TreeScan {
             root: path,
             fd: fd.as_fd(),
             writable: *w,
-            protect: w.then_some(&extra_protect),
-            protect_literal: if *w { &extra_literal } else { &[] },
+            protect: w.then_some(set),
+            protect_literal: if *w { literal } else { &[] },
             kept: kept_of(i + 1),
         });
     }
