@@ -56,6 +56,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::Bounded;
 use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
@@ -121,8 +122,7 @@ impl Tree {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("HOME", self.root.join("home"))
             .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+            .output_bounded();
         assert!(out.status.success(), "git {args:?}: {out:?}");
     }
 
@@ -565,8 +565,7 @@ fn protected_tool_configs_of_a_write_path_are_not_the_agents_to_write() {
                         .current_dir(&lib)
                         .env("GIT_CONFIG_NOSYSTEM", "1")
                         .env("HOME", tree.root.join("home"))
-                        .output()
-                        .unwrap();
+                        .output_bounded();
                     assert!(out.status.success(), "git {args:?}: {out:?}");
                 };
                 git(&["init", "-q"]);
