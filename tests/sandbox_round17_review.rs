@@ -26,7 +26,10 @@
 //!   every work tree): only `.githooks` and `.husky` were protected, by name, and the
 //!   agent's `pre-commit` ran at the user's next `git commit`. The directory git names
 //!   (`git rev-parse --git-path hooks`, with the user's own configs) is protected now, as
-//!   named and as resolved, held at its first missing level when absent.
+//!   named and as resolved, held at its first missing level when absent. (The first
+//!   version of this fix asked git alone, and an earlier run's agent that broke
+//!   `.git/HEAD` had git say nothing in the next run, whose agent put `HEAD` back and
+//!   wrote the hook: the nearest repository's config files are read by name then.)
 //! * **Protected globs in `--write` trees.** They applied to the workspace alone: a
 //!   `--write` repository's `.githooks/pre-commit` was the agent's.
 //! * **A nested repository's sparse index.** The "before" snapshot seeds a nested part's
@@ -672,6 +675,73 @@ fn a_work_tree_script_a_filter_driver_runs_is_the_agents_to_write() {
                 assert!(
                     !ran,
                     "{case}: the user's git add ran the agent's script: {env}"
+                );
+            }
+        }
+    }
+}
+
+/// The hooks directory is found by asking the user's git; the agent may write `.git/HEAD`
+/// (commits work), and with garbage there git takes the directory for no repository. An
+/// earlier run's agent broke `HEAD`; the next run's git could not say where the hooks
+/// are, so nothing was held, and that run's agent put `HEAD` back and wrote
+/// `scripts/hooks/pre-commit`, which the user's next `git commit` ran. Control: the same
+/// two runs unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_broken_head_does_not_hide_the_hooks_directory_from_the_next_run() {
+    common::require_root_and_user_namespaces();
+    let name = "hooks directory hidden by a broken HEAD";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::new(
+                owner,
+                &[
+                    ("a.txt", "a\n"),
+                    ("scripts/hooks/pre-commit", "#!/bin/sh\nexit 0\n"),
+                ],
+                true,
+            );
+            std::fs::set_permissions(
+                tree.ws().join("scripts/hooks/pre-commit"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+            tree.git(&["config", "core.hooksPath", "scripts/hooks"]);
+            let break_head = "cp .git/HEAD head.saved && echo garbage > .git/HEAD && echo BROKEN";
+            let env = tree.run_as(
+                &[],
+                &["--sandbox", mode],
+                break_head,
+                Duration::from_secs(120),
+            );
+            assert!(result(&env).contains("BROKEN"), "{case}: {env}");
+            let marker = tree.root.join("home/ran");
+            let payload = format!(
+                "cp head.saved .git/HEAD && printf '#!/bin/sh\\ntouch {}\\n' > \
+                 scripts/hooks/pre-commit; echo PLANTED",
+                marker.display()
+            );
+            let env = tree.run_as(
+                &[],
+                &["--sandbox", mode],
+                &payload,
+                Duration::from_secs(120),
+            );
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+            let out = tree.user_git(&["commit", "--allow-empty", "-qm", "next"]);
+            let ran = marker.exists();
+            if mode == "danger-full-access" {
+                assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
+            } else {
+                assert!(
+                    !ran,
+                    "{case}: the user's commit ran the agent's hook: {env}\n{out:?}"
                 );
             }
         }
