@@ -41,6 +41,11 @@
 //! * **A work-tree script that a command of the user's git config runs** (a filter
 //!   driver's `clean = sh tools/strip.sh`): the agent rewrites the script, the user's next
 //!   `git add` runs it.
+//! * **A second name of a protected file.** A hard link made before the file was
+//!   protected (an earlier run's agent made `scripts/hooks/pre-commit` and `scripts/keep`,
+//!   the user then adopted the hooks) is the agent's to write; the other names of masked
+//!   files are masked for secrets only (`add_hard_links`: read-only masks of files, and
+//!   the files inside a read-only directory, want the same pass).
 //!
 //! Looked at and held (no test of their own here): bind mounts of parts of `/proc` (their
 //! type is `proc`); kernel mounts in `--read`/`--write` trees (every tree is looked at);
@@ -64,7 +69,10 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &["work-tree script of a filter driver"];
+const KNOWN_OPEN: &[&str] = &[
+    "work-tree script of a filter driver",
+    "second name of a protected file",
+];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -721,6 +729,60 @@ fn a_broken_head_does_not_hide_the_hooks_directory_from_the_next_run() {
             let payload = format!(
                 "cp head.saved .git/HEAD && printf '#!/bin/sh\\ntouch {}\\n' > \
                  scripts/hooks/pre-commit; echo PLANTED",
+                marker.display()
+            );
+            let env = tree.run_as(
+                &[],
+                &["--sandbox", mode],
+                &payload,
+                Duration::from_secs(120),
+            );
+            assert!(result(&env).contains("PLANTED"), "{case}: {env}");
+            let out = tree.user_git(&["commit", "--allow-empty", "-qm", "next"]);
+            let ran = marker.exists();
+            if mode == "danger-full-access" {
+                assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
+            } else {
+                assert!(
+                    !ran,
+                    "{case}: the user's commit ran the agent's hook: {env}\n{out:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A protected file with a second name (a hard link) elsewhere in the workspace: the
+/// protected name is a read-only mount, the other name is the agent's to write, and a
+/// write there is a write of the protected file. Here an earlier run's agent set up the
+/// project's hooks (`scripts/hooks/pre-commit`, with a second link `scripts/keep`) and
+/// the user adopted them (`git config core.hooksPath scripts/hooks`); the next run's
+/// agent appended its payload through `scripts/keep`, and the user's next commit ran it.
+/// Known open: the other names of a masked file are found and masked for secrets only
+/// (`add_hard_links`, `MaskKind::Empty`); the same pass over read-only masks of files
+/// closes it. Control: the same two runs unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_second_name_of_a_protected_file_is_not_the_agents_to_write() {
+    common::require_root_and_user_namespaces();
+    let name = "second name of a protected file";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::new(owner, &[("a.txt", "a\n")], true);
+            let setup = "mkdir -p scripts/hooks && printf '#!/bin/sh\\nexit 0\\n' > \
+                         scripts/hooks/pre-commit && chmod +x scripts/hooks/pre-commit && \
+                         ln scripts/hooks/pre-commit scripts/keep && echo SET";
+            let env = tree.run_as(&[], &["--sandbox", mode], setup, Duration::from_secs(120));
+            assert!(result(&env).contains("SET"), "{case}: {env}");
+            tree.git(&["config", "core.hooksPath", "scripts/hooks"]);
+            let marker = tree.root.join("home/ran");
+            let payload = format!(
+                "printf '#!/bin/sh\\ntouch {}\\n' > scripts/keep; echo PLANTED",
                 marker.display()
             );
             let env = tree.run_as(
