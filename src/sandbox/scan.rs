@@ -214,6 +214,10 @@ pub(crate) struct ScanOutput {
     /// walk skips `stat` for plain files, so their other names are found by
     /// [`other_names`] afterwards.
     linked_secrets: HashSet<(u64, u64)>,
+    /// Directories pinned by this part of the walk ([`Walker::pin_dirs_down_to`]): the
+    /// directories above many protected entries are pinned once, not once per entry
+    /// (each pin counts against the cap on masks).
+    pinned: HashSet<PathBuf>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -1245,6 +1249,9 @@ impl<'a> Walker<'a, '_> {
         for name in rel.components() {
             so_far.push(name);
             let path = self.tree.root.join(&so_far);
+            if !self.out.pinned.insert(path.clone()) {
+                continue;
+            }
             let fd = open_beneath(self.tree.fd, &so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)
                 .map_err(|e| walk_error(&path, "open", e))?;
             let st =
@@ -2354,6 +2361,37 @@ mod tests {
         assert_eq!(paths(&out.masks, &ws), vec![".git:ReadOnly"]);
         assert!(!root.join("home/hooks").exists());
         assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+    }
+
+    #[test]
+    fn the_directories_above_protected_entries_are_pinned_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        for i in 0..200 {
+            fs::create_dir_all(ws.join(format!("x/d{i}"))).unwrap();
+            fs::write(ws.join(format!("x/d{i}/run.sh")), "").unwrap();
+        }
+        let limits = ScanLimits {
+            max_depth: 64,
+            max_matches: 450,
+        };
+        // 200 files, `x` and its 200 directories pinned: some 401 masks (`x` once per
+        // thread of the walk; pinned once per entry, `x` alone took 200).
+        let out = scan_limited(&ws, &globs(), &["**/*.sh".to_string()], true, limits).unwrap();
+        let pins: Vec<&Path> = out
+            .masks
+            .iter()
+            .filter(|m| m.kind == MaskKind::Pin)
+            .map(|m| m.path.as_path())
+            .collect();
+        assert!(pins.len() < 220, "{:?}", paths(&out.masks, &ws));
+        assert_eq!(pins.iter().collect::<HashSet<_>>().len(), 201);
+        assert!(
+            out.masks
+                .iter()
+                .any(|m| m.kind == MaskKind::Pin && m.path == ws.join("x")),
+            "the shared parent is pinned"
+        );
     }
 
     #[test]
