@@ -288,6 +288,17 @@ pub enum SandboxError {
         fstype: String,
     },
 
+    /// A tree the agent would be granted lies on a kernel file system itself (the host's
+    /// `/dev` bound elsewhere): as [`SandboxError::KernelMount`].
+    #[error(
+        "{} lies on a `{fstype}` file system, which the agent would be granted: the \
+         kernel's own files (other processes' descriptors and memory, devices) are never \
+         granted to a confined agent; use a project directory, or run with --sandbox \
+         danger-full-access",
+        bytes::short(.tree)
+    )]
+    OnKernelMount { tree: PathBuf, fstype: String },
+
     #[error("{what} {path}: {reason}")]
     Path {
         what: PathRole,
@@ -515,7 +526,8 @@ impl SandboxError {
             | SandboxError::AllowHost(_)
             | SandboxError::StateDirReachable { .. }
             | SandboxError::RefusedWorkspace { .. }
-            | SandboxError::KernelMount { .. } => true,
+            | SandboxError::KernelMount { .. }
+            | SandboxError::OnKernelMount { .. } => true,
             _ => false,
         }
     }

@@ -928,8 +928,12 @@ fn scan_workspace(
 ) -> Result<scan::ScanOutput, SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
     let deny = scan::compile_globs(super::GlobList::Deny, &opts.deny_globs)?;
-    let protect = scan::compile_globs(super::GlobList::Protect, &opts.protect_globs)?;
-    let literal = scan::literal_protected(&opts.protect_globs);
+    let mut protect_globs = opts.protect_globs.clone();
+    if writable {
+        protect_globs.extend(users_hooks_globs(&ws_dir.path));
+    }
+    let protect = scan::compile_globs(super::GlobList::Protect, &protect_globs)?;
+    let literal = scan::literal_protected(&protect_globs);
     let extra_fds = extra
         .iter()
         .filter(|(path, _)| path.is_dir())
@@ -939,6 +943,28 @@ fn scan_workspace(
                 .map_err(|e| SandboxError::sys("open", path.display(), e))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // The user's protected globs hold in every tree the agent may write, each relative
+    // to its own root, with that tree's own hooks directory: applied to the workspace
+    // alone, they left a `--write` repository's `.githooks/pre-commit` (and its
+    // `.claude/settings.json`, `.vscode/tasks.json`, `.envrc`) the agent's, and the
+    // user's next commit there ran the agent's hook (round seventeen's review).
+    let mut extra_protect = Vec::new();
+    for (path, w, _) in &extra_fds {
+        let mut globs = opts.protect_globs.clone();
+        if *w {
+            globs.extend(users_hooks_globs(path));
+        }
+        extra_protect.push((
+            scan::compile_globs(super::GlobList::Protect, &globs)?,
+            scan::literal_protected(&globs),
+        ));
+        // The listings kept between runs were taken under these globs too.
+        protect_globs.extend(
+            globs
+                .into_iter()
+                .map(|g| format!("{}\0{g}", path.display())),
+        );
+    }
     let mut shapes = vec![listing_cache::TreeShape {
         root: &ws_dir.path,
         writable,
@@ -948,12 +974,11 @@ fn scan_workspace(
         shapes.push(listing_cache::TreeShape {
             root: path,
             writable: *w,
-            protected: false,
+            protected: *w,
         });
     }
     let cache = listings.and_then(|path| {
-        let fingerprint =
-            listing_cache::fingerprint(&shapes, &opts.deny_globs, &opts.protect_globs)?;
+        let fingerprint = listing_cache::fingerprint(&shapes, &opts.deny_globs, &protect_globs)?;
         let kept = listing_cache::load(path, fingerprint, shapes.len());
         Some((path, fingerprint, kept))
     });
@@ -966,13 +991,13 @@ fn scan_workspace(
         protect_literal: &literal,
         kept: kept_of(0),
     }];
-    for (i, (path, w, fd)) in extra_fds.iter().enumerate() {
+    for (i, ((path, w, fd), (set, literal))) in extra_fds.iter().zip(&extra_protect).enumerate() {
         trees.push(scan::TreeScan {
             root: path,
             fd: fd.as_fd(),
             writable: *w,
-            protect: None,
-            protect_literal: &[],
+            protect: w.then_some(set),
+            protect_literal: if *w { literal } else { &[] },
             kept: kept_of(i + 1),
         });
     }
@@ -985,11 +1010,140 @@ fn scan_workspace(
     Ok(found)
 }
 
-/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
+/// The hook names git runs (githooks(5)), held when the hooks directory is the
+/// workspace itself (`core.hooksPath = .`).
+const GIT_HOOK_NAMES: [&str; 28] = [
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+/// Protected globs for the directory the user's own git runs hooks from, when it lies in
+/// the workspace (`core.hooksPath = scripts/hooks`, from any config the user's git reads;
+/// see [`crate::workspace::git::users_hooks_dir`]): the whole directory, held by a
+/// placeholder at its first missing level when absent, its parents pinned; the hook names
+/// alone when it is the workspace itself. The agent rewrote `scripts/hooks/pre-commit`
+/// and the user's next `git commit` ran it (round seventeen's review); only `.githooks`
+/// and `.husky` were protected, by name. Both the path as git names it (a symlink on it,
+/// `hooks -> scripts/hooks`, is then guarded as a link, not the agent's to re-point) and
+/// where it leads now. A hooks directory inside `.git` is guarded with its git dir.
+fn users_hooks_globs(workspace: &Path) -> Vec<String> {
+    let Some(named) = crate::workspace::git::users_hooks_dir(workspace) else {
+        return Vec::new();
+    };
+    // As named: `..` taken lexically (git hands the path to the kernel as it stands).
+    let mut lexical = PathBuf::new();
+    for part in named.components() {
+        match part {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    // Where it leads: canonical as far as it exists.
+    let mut tail = Vec::new();
+    let mut head = named.as_path();
+    let resolved = loop {
+        if let Ok(found) = fs::canonicalize(head) {
+            break Some(tail.iter().rev().fold(found, |path, name| path.join(name)));
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_os_string());
+                head = parent;
+            }
+            _ => break None,
+        }
+    };
+    let mut globs = Vec::new();
+    for hooks in std::iter::once(lexical).chain(resolved) {
+        globs.extend(hooks_dir_globs(workspace, &hooks));
+    }
+    globs.sort();
+    globs.dedup();
+    globs
+}
+
+/// [`users_hooks_globs`] of one absolute path of the hooks directory.
+fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
+    let Ok(rel) = hooks.strip_prefix(workspace) else {
+        return Vec::new();
+    };
+    if rel
+        .components()
+        .next()
+        .is_some_and(|c| c.as_os_str() == ".git")
+    {
+        return Vec::new();
+    }
+    let Some(rel) = rel.to_str() else {
+        return Vec::new();
+    };
+    if rel.is_empty() {
+        return GIT_HOOK_NAMES.iter().map(|name| name.to_string()).collect();
+    }
+    // The entry itself (a symlink there is guarded as one) and all below it.
+    let mut globs = vec![globset::escape(rel), format!("{}/**", globset::escape(rel))];
+    // A protected name is held when absent only if its parent exists: with `scripts`
+    // absent too, the agent made `scripts/hooks/pre-commit`. The first missing level is
+    // held then (an empty, read-only placeholder).
+    let mut prefix = PathBuf::new();
+    for part in Path::new(rel).components() {
+        prefix.push(part);
+        if fs::symlink_metadata(workspace.join(&prefix)).is_err() {
+            if prefix.as_path() != Path::new(rel)
+                && let Some(prefix) = prefix.to_str()
+            {
+                globs.push(globset::escape(prefix));
+            }
+            break;
+        }
+    }
+    globs
+}
+
+/// Refuses a tree with a kernel file system mounted below it/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
 /// kernel's files (it stopped on `EACCES` at `proc/1/task/N/fdinfo`, a message that said
 /// nothing of why), and the agent would be granted them.
+///
+/// A tree that lies on one itself (the host's `/dev` bound at `/mnt/hostdev`, given as
+/// the workspace or a `--write` path) is refused the same way: `/dev` is refused as a
+/// workspace by its path alone.
 fn refuse_kernel_mounts(trees: &[scan::TreeScan<'_>]) -> Result<(), SandboxError> {
     for tree in trees {
+        if let Some(fstype) = crate::workspace::scan::kernel_mount_holding(tree.fd) {
+            return Err(SandboxError::OnKernelMount {
+                tree: tree.root.to_path_buf(),
+                fstype,
+            });
+        }
         if let Some(mount) = crate::workspace::scan::kernel_mounts_below(tree.root).first() {
             return Err(SandboxError::KernelMount {
                 tree: tree.root.to_path_buf(),

@@ -188,7 +188,7 @@ pub(crate) struct TreeScan<'a> {
     pub fd: BorrowedFd<'a>,
     /// The agent may write here: git dirs are guarded and placeholders made.
     pub writable: bool,
-    /// Protected globs, relative to this root (the workspace only).
+    /// Protected globs, relative to this root (every tree the agent may write).
     pub protect: Option<&'a GlobSet>,
     /// The literal protected names to hold even when absent (see [`literal_protected`]).
     pub protect_literal: &'a [PathBuf],
@@ -218,6 +218,10 @@ pub(crate) struct ScanOutput {
     /// the tree whose walk met them: the writable tree that holds them guards them once
     /// every tree is walked ([`guard_foreign_includes`]).
     foreign_includes: Vec<(PathBuf, usize)>,
+    /// Directories pinned by this part of the walk ([`Walker::pin_dirs_down_to`]): the
+    /// directories above many protected entries are pinned once, not once per entry
+    /// (each pin counts against the cap on masks).
+    pinned: HashSet<PathBuf>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -437,6 +441,7 @@ impl ScanOutput {
         self.listings.absorb(part.listings);
         self.linked_secrets.extend(part.linked_secrets);
         self.foreign_includes.extend(part.foreign_includes);
+        self.pinned.extend(part.pinned);
         Ok(())
     }
 }
@@ -771,6 +776,8 @@ impl<'a> Walker<'a, '_> {
         if self.tree.writable && !inside.secret && git_dir && !named_git {
             self.guard_git_dir(rel)?;
         }
+        // Whether the directories down to this one are pinned (see below).
+        let mut pinned = false;
         for (name, listed) in entries {
             let rel_child = rel.join(&name);
             let git_entry = name == ".git" && self.tree.writable && !inside.secret;
@@ -792,6 +799,17 @@ impl<'a> Walker<'a, '_> {
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
             let kind = file_kind(&st);
+            // The directories above a protected entry are pinned (not renamed nor
+            // removed): its read-only mount moves with a renamed parent, and the agent
+            // renamed `tools` of `--protect 'tools/ci/**'`, made a `tools/ci` of its own
+            // and wrote the protected file's name there (round seventeen's review).
+            let holds = !secret
+                && !inside.protected
+                && (protected || (kind == Kind::Dir && protect(&rel_child.join(PROBE_CHILD))));
+            if holds && !pinned && !rel.as_os_str().is_empty() {
+                self.pin_dirs_down_to(rel)?;
+                pinned = true;
+            }
             if git_entry {
                 self.git_entry(dir.as_fd(), &rel_child, &st)?;
                 // A `.git` directory is walked for secrets too: a directory holding one,
@@ -1378,6 +1396,9 @@ impl<'a> Walker<'a, '_> {
         for name in rel.components() {
             so_far.push(name);
             let path = self.tree.root.join(&so_far);
+            if !self.out.pinned.insert(path.clone()) {
+                continue;
+            }
             let fd = open_beneath(self.tree.fd, &so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)
                 .map_err(|e| walk_error(&path, "open", e))?;
             let st =
@@ -1482,6 +1503,10 @@ impl<'a> Walker<'a, '_> {
                         ino: st.st_ino,
                     });
                     self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
+                    // Its parents pinned, as those of a protected entry the walk met.
+                    if !parent_rel.as_os_str().is_empty() {
+                        self.pin_dirs_down_to(parent_rel)?;
+                    }
                 }
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             }
@@ -2619,6 +2644,37 @@ mod tests {
         assert_eq!(paths(&out.masks, &ws), vec![".git:ReadOnly"]);
         assert!(!root.join("home/hooks").exists());
         assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+    }
+
+    #[test]
+    fn the_directories_above_protected_entries_are_pinned_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        for i in 0..200 {
+            fs::create_dir_all(ws.join(format!("x/d{i}"))).unwrap();
+            fs::write(ws.join(format!("x/d{i}/run.sh")), "").unwrap();
+        }
+        let limits = ScanLimits {
+            max_depth: 64,
+            max_matches: 450,
+        };
+        // 200 files, `x` and its 200 directories pinned: some 401 masks (`x` once per
+        // thread of the walk; pinned once per entry, `x` alone took 200).
+        let out = scan_limited(&ws, &globs(), &["**/*.sh".to_string()], true, limits).unwrap();
+        let pins: Vec<&Path> = out
+            .masks
+            .iter()
+            .filter(|m| m.kind == MaskKind::Pin)
+            .map(|m| m.path.as_path())
+            .collect();
+        assert!(pins.len() < 220, "{:?}", paths(&out.masks, &ws));
+        assert_eq!(pins.iter().collect::<HashSet<_>>().len(), 201);
+        assert!(
+            out.masks
+                .iter()
+                .any(|m| m.kind == MaskKind::Pin && m.path == ws.join("x")),
+            "the shared parent is pinned"
+        );
     }
 
     #[test]

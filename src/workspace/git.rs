@@ -1310,19 +1310,30 @@ fn driver_overrides(listing: &[u8]) -> Result<Vec<String>, GitError> {
         .collect())
 }
 
-/// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file,
-/// opened without following a symlink or waiting on a FIFO: the user's index is the
-/// agent's to replace, and a FIFO there held the copy (and with it the next run's
-/// snapshot, and that run) forever; a symlink had coder copy whatever it named.
+/// Files [`copy_plain_file`] copies at most: an index of a million files is some 100 MiB.
+const MAX_COPIED: u64 = 512 << 20;
+
+/// Copies `from` to `to` (created 0600, not there before) when `from` is a regular file
+/// of at most [`MAX_COPIED`] bytes, opened without following a symlink or waiting on a
+/// FIFO: the user's index is the agent's to replace, and a FIFO there held the copy (and
+/// with it the next run's snapshot, and that run) forever; a symlink had coder copy
+/// whatever it named. A nested repository's index made a sparse file of 2 GiB (no disk
+/// to its writer) was copied whole into the state directory and read into coder's memory
+/// by every later run's "before", unwatched (round seventeen's review): at a terabyte
+/// the disk fills and coder dies. Past the cap the copy fails, and the index starts
+/// afresh (every file hashed, within the read budget).
 fn copy_plain_file(from: &Path, to: &Path) -> std::io::Result<u64> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut source = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(from)?;
-    if !source.metadata()?.is_file() {
+    let meta = source.metadata()?;
+    if !meta.is_file() || meta.len() > MAX_COPIED {
         return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
     }
+    // A file that grows while it is copied stops at the cap too.
+    let mut source = std::io::Read::take(&mut source, MAX_COPIED);
     let mut target = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -1842,6 +1853,141 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound)
         })
     })
+}
+
+/// The directory from which the user's own git runs the hooks of `workspace`'s
+/// repository, as git names it, symlinks unresolved (absolute, or relative to the
+/// workspace): `git rev-parse --git-path hooks`, which reads `core.hooksPath` from every
+/// config the user's git reads (the system's and the user's global one included, which
+/// [`base_command`] leaves out; a relative value is the work tree's). The sandbox holds
+/// it read-only when it lies in the workspace: a project's `git config core.hooksPath
+/// scripts/hooks` handed the agent the user's next `git commit` (round seventeen's
+/// review). Nothing runs: `rev-parse` and `config` read no index (no `core.fsmonitor`),
+/// run no hook and no filter; a git stopped by the watcher (a config that includes a
+/// FIFO) says nothing.
+///
+/// When git takes the nearest `.git` for no repository (the agent may write its `HEAD`,
+/// `refs/` and `objects/`: garbage in `HEAD` had the next run's git say nothing, and that
+/// run's agent put `HEAD` back and wrote the hook), or finds another repository than that
+/// one, the nearest repository's own config files are read by name instead
+/// ([`configured_hooks_path`]): the user's git reads them once the repository is whole.
+pub(crate) fn users_hooks_dir(workspace: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if !git_could_find_a_repository(workspace) {
+        return None;
+    }
+    let program = find_git(workspace)?;
+    let nearest = nearest_repository(workspace);
+    let mut cmd = users_git(&program, workspace);
+    cmd.args(["rev-parse", "--absolute-git-dir", "--git-path", "hooks"]);
+    let asked = config_output(&mut cmd)
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| {
+            let mut lines = out.stdout.split(|b| *b == b'\n');
+            let git_dir = PathBuf::from(std::ffi::OsStr::from_bytes(lines.next()?));
+            let hooks = lines.next().filter(|l| !l.is_empty())?;
+            Some((git_dir, workspace.join(std::ffi::OsStr::from_bytes(hooks))))
+        });
+    let same = |found: &Path, nearest: &Path| {
+        std::fs::canonicalize(found).ok() == std::fs::canonicalize(nearest).ok()
+    };
+    match (asked, nearest) {
+        (Some((_, hooks)), None) => Some(hooks),
+        (Some((found, hooks)), Some((_, git_dir))) if same(&found, &git_dir) => Some(hooks),
+        (_, Some((top, git_dir))) => configured_hooks_path(&program, workspace, &top, &git_dir),
+        (None, None) => None,
+    }
+}
+
+/// A git of the user's own configuration (its home, its global and system configs) in
+/// `workspace`, with the environment otherwise cleared and `core.fsmonitor` off.
+fn users_git(program: &Path, workspace: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(workspace)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .stdin(Stdio::null());
+    // What decides which configs the user's own git reads.
+    for var in [
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+    ] {
+        if let Some(value) = std::env::var_os(var) {
+            cmd.env(var, value);
+        }
+    }
+    cmd.args(["-c", "core.fsmonitor=false", "-c", "protocol.allow=never"]);
+    cmd
+}
+
+/// The work tree and git dir of the nearest `.git` at or above `workspace` (a directory,
+/// or a file naming one), whether git takes it for a repository now or not.
+fn nearest_repository(workspace: &Path) -> Option<(PathBuf, PathBuf)> {
+    let canonical = std::fs::canonicalize(workspace).ok()?;
+    canonical.ancestors().find_map(|top| {
+        let dot_git = top.join(".git");
+        let meta = std::fs::symlink_metadata(&dot_git).ok()?;
+        if meta.is_dir() {
+            return Some((top.to_path_buf(), dot_git));
+        }
+        if !meta.is_file() || meta.len() > 4096 {
+            return None;
+        }
+        let text = std::fs::read(&dot_git).ok()?;
+        let named = text.strip_prefix(b"gitdir:")?.trim_ascii();
+        use std::os::unix::ffi::OsStrExt;
+        Some((
+            top.to_path_buf(),
+            top.join(std::ffi::OsStr::from_bytes(named)),
+        ))
+    })
+}
+
+/// `core.hooksPath` as the user's git will read it from the repository at `top` (git dir
+/// `git_dir`) once that repository is whole, each config file asked by name in git's
+/// order (the work tree's `config.worktree`, the repository's `config`, the global, the
+/// system one), with their includes: joined to `top` when relative. `None` when none
+/// sets it (the hooks are then the git dir's, which the sandbox guards).
+fn configured_hooks_path(
+    program: &Path,
+    workspace: &Path,
+    top: &Path,
+    git_dir: &Path,
+) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let common = std::fs::read(git_dir.join("commondir"))
+        .ok()
+        .map(|text| git_dir.join(std::ffi::OsStr::from_bytes(text.trim_ascii())))
+        .unwrap_or_else(|| git_dir.to_path_buf());
+    let worktree = git_dir.join("config.worktree");
+    let config = common.join("config");
+    let scopes: [&[&std::ffi::OsStr]; 4] = [
+        &["--file".as_ref(), worktree.as_os_str()],
+        &["--file".as_ref(), config.as_os_str()],
+        &["--global".as_ref()],
+        &["--system".as_ref()],
+    ];
+    for scope in scopes {
+        let mut cmd = users_git(program, workspace);
+        cmd.args(["config", "--includes", "--type=path"])
+            .args(scope)
+            .args(["--get", "core.hooksPath"]);
+        let Ok(out) = config_output(&mut cmd) else {
+            continue;
+        };
+        let value = out.stdout.strip_suffix(b"\n").unwrap_or(&out.stdout);
+        if out.status.success() && !value.is_empty() {
+            return Some(top.join(std::ffi::OsStr::from_bytes(value)));
+        }
+    }
+    None
 }
 
 /// The first `.git` (a directory or a `.git` file, not a symlink: the sandbox's

@@ -1065,10 +1065,23 @@ impl Kind {
 /// The kernel's own file systems (`/proc`, `/sys` and the like): nothing in them is a
 /// workspace's content, and a walk of them is slow and reads as ever-changing (a run in
 /// `/` with `danger-full-access` listed `proc/1/net/...` among its changes, after 26 s).
+/// `devtmpfs` is the host's `/dev` wherever it is mounted (a chroot's `dev`, bound in as
+/// its `proc` and `sys` are): a workspace holding it granted the agent the host's `/dev`,
+/// where it made files as root (round seventeen's review); the mounts are `nodev`, which
+/// stops a device's open, not a file made in the directory. The others below it are the
+/// kernel's too (the ledger's watcher already took `selinuxfs`, `smackfs` and `resctrl`
+/// as such, `on_pseudo_fs`).
 const KERNEL_FILE_SYSTEMS: &[&str] = &[
     "proc",
     "sysfs",
     "devpts",
+    "devtmpfs",
+    "selinuxfs",
+    "smackfs",
+    "resctrl",
+    "rpc_pipefs",
+    "nfsd",
+    "binder",
     "cgroup",
     "cgroup2",
     "debugfs",
@@ -1106,6 +1119,40 @@ pub(crate) fn kernel_mounts_below(root: &Path) -> Vec<KernelMount> {
         return Vec::new();
     };
     mounts_below(&table, root.as_os_str().as_bytes())
+}
+
+/// The type of the kernel file system ([`KERNEL_FILE_SYSTEMS`]) that the directory open
+/// as `dir` lies on, if it lies on one: its mount's id (`mnt_id` of its `fdinfo`) looked
+/// up in `/proc/self/mountinfo`. [`kernel_mounts_below`] sees the mounts below a tree,
+/// not the one it is in: a tree that is the mount point of the host's `/dev` bound
+/// elsewhere (`/mnt/hostdev`), or a directory inside it, was granted whole (round
+/// seventeen's review), though `/dev` itself is never a workspace. By the mount, not
+/// `statfs`: `devtmpfs` says it is a `tmpfs`.
+pub(crate) fn kernel_mount_holding(dir: std::os::fd::BorrowedFd<'_>) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", dir.as_raw_fd())).ok()?;
+    let id = info
+        .lines()
+        .find_map(|line| line.strip_prefix("mnt_id:"))?
+        .trim()
+        .as_bytes()
+        .to_vec();
+    let table = std::fs::read("/proc/self/mountinfo").ok()?;
+    mount_type(&table, &id).filter(|fstype| KERNEL_FILE_SYSTEMS.contains(&fstype.as_str()))
+}
+
+/// The file system type of the mount whose id is `id` in a `mountinfo` text.
+fn mount_type(table: &[u8], id: &[u8]) -> Option<String> {
+    table.split(|b| *b == b'\n').find_map(|line| {
+        let fields: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        if fields.first() != Some(&id) {
+            return None;
+        }
+        let dash = fields.iter().position(|f| *f == b"-")?;
+        std::str::from_utf8(fields.get(dash + 1)?)
+            .ok()
+            .map(str::to_owned)
+    })
 }
 
 /// [`kernel_mounts_below`] of a `mountinfo` text: each line is `ID PARENT MAJ:MIN ROOT
@@ -1446,6 +1493,9 @@ mod tests {
             }]
         );
         assert!(rels(b"/work/ws/my proc").is_empty());
+        assert_eq!(mount_type(table, b"25").as_deref(), Some("proc"));
+        assert_eq!(mount_type(table, b"26").as_deref(), Some("ext4"));
+        assert_eq!(mount_type(table, b"2"), None);
         assert_eq!(unescape_octal(b"a\\011b\\\\c\\9"), b"a\tb\\\\c\\9");
     }
 
