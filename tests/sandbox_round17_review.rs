@@ -41,11 +41,11 @@
 //! * **A work-tree script that a command of the user's git config runs** (a filter
 //!   driver's `clean = sh tools/strip.sh`): the agent rewrites the script, the user's next
 //!   `git add` runs it.
-//! * **A second name of a protected file.** A hard link made before the file was
-//!   protected (an earlier run's agent made `scripts/hooks/pre-commit` and `scripts/keep`,
-//!   the user then adopted the hooks) is the agent's to write; the other names of masked
-//!   files are masked for secrets only (`add_hard_links`: read-only masks of files, and
-//!   the files inside a read-only directory, want the same pass).
+//!
+//! Fixed after the review, by the lead's pass over files held read-only: **a second name
+//! of a protected file** (a hard link made before the file was protected: an earlier
+//! run's agent made `scripts/hooks/pre-commit` and `scripts/keep`, the user then adopted
+//! the hooks) was the agent's to write.
 //!
 //! Looked at and held (no test of their own here): bind mounts of parts of `/proc` (their
 //! type is `proc`); kernel mounts in `--read`/`--write` trees (every tree is looked at);
@@ -69,10 +69,7 @@ use common::sandbox_fixture::{self, NOBODY};
 use serde_json::Value;
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[
-    "work-tree script of a filter driver",
-    "second name of a protected file",
-];
+const KNOWN_OPEN: &[&str] = &["work-tree script of a filter driver"];
 
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
@@ -762,9 +759,9 @@ fn a_broken_head_does_not_hide_the_hooks_directory_from_the_next_run() {
 /// project's hooks (`scripts/hooks/pre-commit`, with a second link `scripts/keep`) and
 /// the user adopted them (`git config core.hooksPath scripts/hooks`); the next run's
 /// agent appended its payload through `scripts/keep`, and the user's next commit ran it.
-/// Known open: the other names of a masked file are found and masked for secrets only
-/// (`add_hard_links`, `MaskKind::Empty`); the same pass over read-only masks of files
-/// closes it. Control: the same two runs unconfined.
+/// Fixed by the lead's pass over files held read-only (`held_with_other_names`, merged
+/// after this review found it): the other names of a held file, or of a file in a held
+/// directory, are held too. Control: the same two runs unconfined.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_second_name_of_a_protected_file_is_not_the_agents_to_write() {
