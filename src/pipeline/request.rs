@@ -715,6 +715,11 @@ impl RunArgs {
             .sandbox
             .or(file.sandbox)
             .unwrap_or(SandboxMode::WorkspaceWrite);
+        let worktree = self.many.worktree || file.worktree == Some(true);
+        if sandbox == SandboxMode::WorkspaceWrite && !worktree {
+            check_workspace_writable(&workspace, "--sandbox read-only")
+                .map_err(ArgError::Invalid)?;
+        }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
         }
@@ -741,8 +746,7 @@ impl RunArgs {
             run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
             max_turns,
             checks,
-            worktree: (self.many.worktree || file.worktree == Some(true))
-                .then_some(self.many.worktree_base),
+            worktree: worktree.then_some(self.many.worktree_base),
             task_title,
             targets,
             store: self.store,
@@ -968,6 +972,7 @@ fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
             cd.display()
         )));
     }
+    check_workspace_access(cd).map_err(ArgError::Invalid)?;
     let canonical = std::fs::canonicalize(cd)
         .map_err(|e| ArgError::Invalid(format!("--cd {}: {}", cd.display(), io_reason(&e))))?;
     // The run records its workspace in JSON (transcript, session store, sandbox policy);
@@ -979,6 +984,40 @@ fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
         )));
     }
     Ok(canonical)
+}
+
+/// Why the caller cannot use the directory `dir` as a workspace, if it cannot: everything
+/// of a run enters and lists it (the CLI's working directory, the sandbox's scan, the
+/// change ledger), so one the caller may not enter or list failed later, as a
+/// `sandbox_error` about the scan or as "cannot execute claude" (the spawn's chdir),
+/// instead of naming the workspace.
+pub fn check_workspace_access(dir: &Path) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    access(dir, AccessFlags::R_OK | AccessFlags::X_OK).map_err(|errno| {
+        format!(
+            "--cd {}: {}: you need read and search (x) permission on the workspace directory",
+            dir.display(),
+            errno.desc().to_lowercase()
+        )
+    })
+}
+
+/// Why the caller cannot write the workspace `dir`, if it cannot: `workspace-write` lets
+/// the agent change the workspace, and the sandbox creates its placeholders in it, so a
+/// workspace the caller may not write failed as a `sandbox_error` ("create placeholder
+/// …/.git: EACCES") after the scan. (`--worktree` runs in a checkout of its own; `coder
+/// plan` is read-only.)
+/// `read_only` is the flag that asks for the read-only sandbox.
+pub fn check_workspace_writable(dir: &Path, read_only: &str) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    access(dir, AccessFlags::W_OK).map_err(|errno| {
+        format!(
+            "--cd {}: {}: the workspace-write sandbox (the default) needs a workspace you \
+             can write; make it writable, or pass {read_only} for a task that only reads",
+            dir.display(),
+            errno.desc().to_lowercase()
+        )
+    })
 }
 
 fn io_reason(e: &std::io::Error) -> String {

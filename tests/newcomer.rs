@@ -1,0 +1,120 @@
+//! Rough edges a new user ran into, each shown as the user sees it through the built
+//! binary: the envelope (or the subcommand's output) and the exit code.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Bounded, Coder, Fake, steps};
+use serde_json::json;
+
+/// Under root the runs below start as uid 65534 (permissions do not bind root), with a
+/// home and a state directory of their own in `root`; otherwise as the user running the
+/// tests.
+fn as_unprivileged(coder: Coder, root: &Path) -> Coder {
+    if !nix::unistd::geteuid().is_root() {
+        return coder;
+    }
+    let own = root.join("nobody");
+    for dir in [own.join("home"), own.join("state")] {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    }
+    coder
+        .env("HOME", own.join("home"))
+        .env("CODER_STATE_DIR", own.join("state"))
+        .through([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A workspace the user may not enter or list, in every sandbox mode, and one the user may
+/// not write under `workspace-write`, are the caller's `--cd` to fix: a `config_error` (78)
+/// naming the workspace and what is missing, before anything starts. They used to fail
+/// after the sandbox's scan as `sandbox_error` ("sandbox setup: open …: EACCES",
+/// "create placeholder …/.git: EACCES"), and unconfined as `command_not_found` ("cannot
+/// execute …/claude: Permission denied": the spawn's chdir had failed).
+#[test]
+fn a_workspace_the_user_cannot_enter_or_write_is_a_config_error_naming_it() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    // The path down to the workspace is open to everyone; the workspace itself is the
+    // test's (root's, or this user's with its permissions taken away).
+    chmod(fake.root(), 0o755);
+    let ws = fake.workspace();
+    chmod(ws, 0o700);
+    let closed = nix::unistd::geteuid().is_root();
+    if !closed {
+        chmod(ws, 0o000);
+    }
+    for mode in ["read-only", "workspace-write", "danger-full-access"] {
+        let out = as_unprivileged(fake.coder(), fake.root())
+            .args(["--sandbox", mode, "task"])
+            .deadline(Duration::from_secs(20))
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        let message = detail["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("--cd {}: permission denied", ws.display()))
+                && message.contains("read and search (x) permission"),
+            "{mode}: {}",
+            out.explain()
+        );
+    }
+    // Readable but not writable: refused under workspace-write only, saying how to go on.
+    chmod(ws, if closed { 0o755 } else { 0o555 });
+    let out = as_unprivileged(fake.coder(), fake.root())
+        .arg("task")
+        .deadline(Duration::from_secs(20))
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("--cd {}: permission denied", ws.display()))
+            && message
+                .contains("workspace-write sandbox (the default) needs a workspace you can write")
+            && message.contains("--sandbox read-only"),
+        "{}",
+        out.explain()
+    );
+    // `coder sandbox` says the same on stderr, with exit 78 instead of 71.
+    let mut sandbox = if closed {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(common::CODER);
+        cmd
+    } else {
+        Command::new(common::CODER)
+    };
+    let out = sandbox
+        .args(["sandbox", "--cd"])
+        .arg(ws)
+        .args(["--", "true"])
+        .env(
+            "CODER_STATE_DIR",
+            if closed {
+                fake.root().join("nobody/state")
+            } else {
+                fake.state_dir()
+            },
+        )
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("needs a workspace you can write") && stderr.contains("--mode read-only"),
+        "{stderr}"
+    );
+    chmod(ws, 0o755);
+    assert!(!fake.has_record(), "the child ran");
+}
