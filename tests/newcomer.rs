@@ -118,3 +118,66 @@ fn a_workspace_the_user_cannot_enter_or_write_is_a_config_error_naming_it() {
     chmod(ws, 0o755);
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// coder with its stdout on `/dev/full` (every write fails with ENOSPC), reading stderr.
+fn to_full_device(fake: &Fake, args: &[&str]) -> (Option<i32>, String) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut child = Command::new(common::CODER)
+        .args(args)
+        .env_remove("CODER_CLAUDE_BIN")
+        .env_remove("CODER_BACKEND")
+        .env_remove("CODER_CONFIG")
+        .env("XDG_CONFIG_HOME", fake.root().join("xdg-config"))
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .env("ANTHROPIC_AUTH_TOKEN", common::SECRET_TOKEN)
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .stdin(std::process::Stdio::null())
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn coder");
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let status = common::wait_within(&mut child, Duration::from_secs(30));
+    (status.code(), reader.join().unwrap())
+}
+
+/// A stdout that cannot be written (a full disk; not a reader that went away) loses no
+/// envelope: it goes to stderr after a line saying why, and the exit status is 74. The run
+/// mode used to drop the envelope and exit 0, as if the run had been reported.
+#[test]
+fn an_envelope_stdout_cannot_take_goes_to_stderr_with_exit_74() {
+    let fake = Fake::new(json!(steps::answer("the work is done")));
+    let ws = fake.workspace().to_str().unwrap().to_owned();
+    let bin = fake.bin().to_str().unwrap().to_owned();
+    let (code, stderr) = to_full_device(&fake, &["--cd", &ws, "--claude-bin", &bin, "task"]);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(
+        stderr.contains("coder: cannot write to stdout: No space left on device"),
+        "{stderr}"
+    );
+    let envelope: serde_json::Value = stderr
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no envelope on stderr: {stderr}"));
+    assert_eq!(envelope["success"], true, "{stderr}");
+    assert_eq!(envelope["result"], "the work is done", "{stderr}");
+    // The same for an envelope of bad arguments, and for a subcommand's output.
+    let (code, stderr) = to_full_device(&fake, &["--cd", &ws, "--sandbox", "nope", "task"]);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(
+        stderr.contains("\"error_kind\":\"config_error\""),
+        "{stderr}"
+    );
+    let (code, stderr) = to_full_device(&fake, &["prompt", "task"]);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(stderr.contains("cannot write to stdout"), "{stderr}");
+}

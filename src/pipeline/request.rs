@@ -31,7 +31,7 @@ pub use crate::sandbox::Mode as SandboxMode;
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
     after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder route stats|explain|forget | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
-                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 78 config, \
+                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 74 stdout not writable (the envelope goes to stderr), 78 config, \
                   124 timeout, 127 claude not found, 129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM)."
 )]
 pub struct RunArgs {
