@@ -181,3 +181,67 @@ fn an_envelope_stdout_cannot_take_goes_to_stderr_with_exit_74() {
     assert_eq!(code, Some(74), "{stderr}");
     assert!(stderr.contains("cannot write to stdout"), "{stderr}");
 }
+
+/// A config file that does not parse is reported once, by the check that reads it: `coder
+/// doctor` skips the egress check (its probe, `coder sandbox -- true`, reads the same file)
+/// instead of failing it with a hint about network namespaces, and `coder sandbox` names
+/// the file once ("config file X: config file X, line 1: …" before).
+#[test]
+fn a_broken_config_file_is_one_problem_named_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config_dir = tmp.path().join("xdg/coder");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let config = config_dir.join("config.toml");
+    std::fs::write(&config, "default_backend = \"glm\n").unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    let coder = |args: &[&str]| {
+        let mut cmd = Command::new(common::CODER);
+        cmd.args(args)
+            .env_remove("CODER_CONFIG")
+            .env_remove("CODER_BACKEND")
+            .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null());
+        cmd.output_bounded()
+    };
+    let out = coder(&[
+        "doctor",
+        "--json",
+        "--backend",
+        &format!("replay:{cassette}"),
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check: {report}"))
+    };
+    assert_eq!(check("config")["status"], "fail", "{report}");
+    let egress = check("egress");
+    assert_eq!(egress["status"], "skip", "{report}");
+    assert_eq!(egress["summary"], "the config file is unusable", "{report}");
+    assert_eq!(out.status.code(), Some(1), "{report}");
+
+    let out = coder(&["sandbox", "--cd", ws.to_str().unwrap(), "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "coder sandbox: config file {}: line 1: invalid basic string, expected `\"`",
+            config.display()
+        ),
+        "{stderr}"
+    );
+}

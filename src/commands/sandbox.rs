@@ -243,10 +243,19 @@ fn config_file_deny() -> Result<Vec<String>, SandboxError> {
     }
     crate::config::ConfigFile::load(&location.path)
         .map(|f| f.deny)
-        .map_err(|e| SandboxError::Path {
-            what: crate::sandbox::PathRole::ConfigFile,
-            path: location.path,
-            reason: e.to_string(),
+        .map_err(|e| {
+            use crate::config::ConfigError;
+            // The path is said once, by the `Path` error ("config file PATH: …").
+            let reason = match &e {
+                ConfigError::ReadFile { source, .. } => format!("cannot read it: {source}"),
+                ConfigError::Malformed { line, message, .. } => format!("line {line}: {message}"),
+                other => other.to_string(),
+            };
+            SandboxError::Path {
+                what: crate::sandbox::PathRole::ConfigFile,
+                path: location.path,
+                reason,
+            }
         })
 }
 
