@@ -245,3 +245,44 @@ fn a_broken_config_file_is_one_problem_named_once() {
         "{stderr}"
     );
 }
+
+/// `coder plan --help` offers only what a plan run takes: its `--sandbox` used to read
+/// "read-only, workspace-write (default) or danger-full-access", and `--write`,
+/// `--allow-tmp`, `--worktree` and `--plan` were listed, all of which it refuses.
+#[test]
+fn plan_help_offers_no_flag_plan_refuses() {
+    let help = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plan = help(&["plan", "--help"]);
+    assert!(
+        plan.contains("--sandbox <MODE>       Only read-only"),
+        "{plan}"
+    );
+    assert!(!plan.contains("workspace-write (default)"), "{plan}");
+    let options = plan
+        .split("Run flags (backend")
+        .next()
+        .and_then(|head| head.split("Options:").nth(1))
+        .unwrap_or_else(|| panic!("no options in: {plan}"));
+    for flag in ["--write <", "--allow-tmp", "--worktree", "--plan <"] {
+        assert!(!options.contains(flag), "{flag} offered: {plan}");
+    }
+    // The refusal is still spelled out, and the run mode still offers them all.
+    assert!(plan.contains("--write, --allow-tmp, --worktree and --plan are refused"));
+    let run = help(&["--help"]);
+    for flag in [
+        "workspace-write (default)",
+        "--write <",
+        "--allow-tmp",
+        "--worktree",
+        "--plan <",
+    ] {
+        assert!(run.contains(flag), "{flag} missing: {run}");
+    }
+}
