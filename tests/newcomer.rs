@@ -286,3 +286,25 @@ fn plan_help_offers_no_flag_plan_refuses() {
         assert!(run.contains(flag), "{flag} missing: {run}");
     }
 }
+
+/// `--backend auto` (routing, README "Routing") is named where a user looks for backend
+/// names: the run's and the plan's `--help` listed every choice but it.
+#[test]
+fn run_help_names_backend_auto() {
+    for args in [&["--help"][..], &["plan", "--help"][..]] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let help = String::from_utf8(out.stdout).unwrap();
+        let backend = help
+            .split("--backend <NAME>")
+            .nth(1)
+            .and_then(|rest| rest.split("--config").next())
+            .unwrap_or_else(|| panic!("no --backend in: {help}"));
+        assert!(
+            backend.contains("auto[:NAME,NAME,…] to let coder pick by what has worked"),
+            "{args:?}: {help}"
+        );
+    }
+}

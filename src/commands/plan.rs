@@ -37,7 +37,8 @@ use crate::pipeline::request::{
     mut_arg("allow_tmp", |a| a.hide(true)),
     mut_arg("worktree", |a| a.hide(true)),
     mut_arg("worktree_base", |a| a.hide(true)),
-    mut_arg("plan", |a| a.hide(true))
+    mut_arg("plan", |a| a.hide(true)),
+    mut_arg("backend", |a| a.help(crate::pipeline::request::RUN_BACKEND_HELP))
 )]
 struct PlanArgs {
     /// Where the plan is written [default: <state>/plans/<run-id>.md]. An existing file is

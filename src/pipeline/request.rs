@@ -20,6 +20,13 @@ use crate::config::BackendArgs;
 use crate::pipeline::prompt::{PromptArgs, assemble_prompt};
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
+/// `--backend` of a run (and of `coder plan`): the shared help (also `coder doctor`'s) plus
+/// the routing choice only a run takes.
+pub const RUN_BACKEND_HELP: &str = "Backend profile: a preset (glm, glm-cn, deepseek, minimax, \
+     minimax-cn, anthropic, inherit), a [backends.NAME] table of the config file, \
+     replay:CASSETTE, or auto[:NAME,NAME,…] to let coder pick by what has worked before \
+     [default: the config file's default_backend, else inherit]";
+
 /// Confinement mode of the child (DESIGN §5): the sandbox's own mode type.
 pub use crate::sandbox::Mode as SandboxMode;
 
@@ -32,7 +39,8 @@ pub use crate::sandbox::Mode as SandboxMode;
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
     after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder route stats|explain|forget | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
                   Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 74 stdout not writable (the envelope goes to stderr), 78 config, \
-                  124 timeout, 127 claude not found, 129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM)."
+                  124 timeout, 127 claude not found, 129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM).",
+    mut_arg("backend", |a| a.help(RUN_BACKEND_HELP))
 )]
 pub struct RunArgs {
     /// The task text; read from stdin when absent or `-`.
