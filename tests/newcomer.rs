@@ -308,3 +308,36 @@ fn run_help_names_backend_auto() {
         );
     }
 }
+
+/// A `--claude-bin` that is not the claude CLI and prints nothing (`/bin/true`, a shim that
+/// does nothing) says so and how to check, as a wrapper printing other text already did;
+/// it was a bare "no session id in the stream".
+#[test]
+fn a_claude_bin_that_prints_nothing_is_named_as_the_likely_cause() {
+    let fake = Fake::new(json!([steps::exit(0)]));
+    let out = fake.coder().arg("task").run();
+    let detail = out.assert_failure("protocol_missing_session", 1);
+    assert_eq!(
+        out.envelope["error"],
+        "no session id in the stream: claude printed nothing",
+        "{}",
+        out.explain()
+    );
+    assert!(
+        detail["hint"].as_str().is_some_and(
+            |h| h.starts_with("check that --claude-bin") && h.contains("claude --version")
+        ),
+        "{}",
+        out.explain()
+    );
+    // A CLI that printed events but no session id keeps the plain message.
+    let fake = Fake::new(json!([{"step": "init", "session_id": null}, steps::exit(0)]));
+    let out = fake.coder().arg("task").run();
+    out.assert_failure("protocol_missing_session", 1);
+    assert_eq!(
+        out.envelope["error"],
+        "no session id in the stream",
+        "{}",
+        out.explain()
+    );
+}
