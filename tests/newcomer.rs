@@ -341,3 +341,39 @@ fn a_claude_bin_that_prints_nothing_is_named_as_the_likely_cause() {
         out.explain()
     );
 }
+
+/// A directory in the workspace the user may not open (a container's data directory owned
+/// by another uid) stops a confined run, as the scan must read the whole workspace; the
+/// envelope's hint now says which path and what to do about it, instead of "run `coder
+/// doctor`" (which checks nothing of the kind).
+#[test]
+fn an_unreadable_directory_in_the_workspace_is_named_in_the_hint() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    chmod(fake.root(), 0o755);
+    let ws = fake.workspace();
+    let locked = ws.join("pgdata");
+    std::fs::create_dir(&locked).unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        // The workspace is the run's user's; the directory in it stays root's.
+        std::os::unix::fs::chown(ws, Some(65534), Some(65534)).unwrap();
+        chmod(&locked, 0o700);
+    } else {
+        chmod(&locked, 0o000);
+    }
+    let out = as_unprivileged(fake.coder(), fake.root())
+        .arg("task")
+        .deadline(Duration::from_secs(30))
+        .run();
+    chmod(&locked, 0o755);
+    let detail = out.assert_failure("sandbox_error", 71);
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains(&format!("may not open or change {}", locked.display()))
+            && hint.contains("give yourself access to it")
+            && hint.contains("--sandbox danger-full-access"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

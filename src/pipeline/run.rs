@@ -1025,10 +1025,29 @@ fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
         ErrorKind::SandboxError,
         format!("sandbox: {e}"),
         format!("the sandbox cannot be set up: {e}"),
-        Some(
-            "run `coder doctor`; --sandbox danger-full-access runs without confinement".to_owned(),
-        ),
+        Some(sandbox_failure_hint(e)),
     )
+}
+
+/// What to do about a sandbox that cannot be set up. A path coder may not open or change
+/// (a directory in the workspace another user owns, such as a container's data directory)
+/// is a permission to fix, which `coder doctor` does not check.
+fn sandbox_failure_hint(e: &crate::sandbox::SandboxError) -> String {
+    use nix::errno::Errno;
+    match e {
+        crate::sandbox::SandboxError::Syscall {
+            path,
+            errno: Errno::EACCES | Errno::EPERM,
+            ..
+        } => format!(
+            "coder (uid {}) may not open or change {path}: a confined run reads the whole \
+             workspace (to mask secrets in it) and guards its git and tool configs; give \
+             yourself access to it, move it out of the workspace, or use --sandbox \
+             danger-full-access",
+            nix::unistd::geteuid()
+        ),
+        _ => "run `coder doctor`; --sandbox danger-full-access runs without confinement".to_owned(),
+    }
 }
 
 /// A replay backend gets its base URL from a local replay server, which lives as long as
