@@ -377,3 +377,32 @@ fn an_unreadable_directory_in_the_workspace_is_named_in_the_hint() {
     );
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// With coder's state directory inside the workspace (allowed unconfined), the default
+/// store is refused there; the hint used to say "put the store outside the workspace (the
+/// default is <state>/coder.db)", which is where it was: it now names what moves it.
+#[test]
+fn a_default_store_inside_the_workspace_says_how_to_move_it() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let state = fake.workspace().join("state");
+    let out = fake
+        .coder()
+        .env("CODER_STATE_DIR", &state)
+        .args(["--sandbox", "danger-full-access", "task"])
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("lies inside the workspace"),
+        "{}",
+        out.explain()
+    );
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("--store, CODER_STORE") && hint.contains("moves with CODER_STATE_DIR"),
+        "{}",
+        out.explain()
+    );
+}

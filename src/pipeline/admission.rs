@@ -257,7 +257,9 @@ fn refuse_inside_workspace(
                 path.display()
             ),
             Some(
-                "put the store outside the workspace (the default is <state>/coder.db)".to_owned(),
+                "put the store outside the workspace: --store, CODER_STORE or the config's \
+                 `store` name it; the default, <state>/coder.db, moves with CODER_STATE_DIR"
+                    .to_owned(),
             ),
         ));
     }
