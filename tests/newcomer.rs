@@ -406,3 +406,52 @@ fn a_default_store_inside_the_workspace_says_how_to_move_it() {
         out.explain()
     );
 }
+
+/// `coder route stats` and `route explain` line their columns up whatever the backends'
+/// names: a `replay:PATH` backend (the README's way to try routing without a key) pushed
+/// every column of its row out from under its header.
+#[test]
+fn route_tables_line_up_with_long_backend_names() {
+    let fake = Fake::new(json!(steps::answer("routed")));
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    let backend = format!("replay:{cassette}");
+    fake.coder()
+        .args(["--backend", &format!("auto:{backend}"), "task"])
+        .run()
+        .assert_success("routed");
+    let route = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .arg("route")
+            .args(args)
+            .env("CODER_STATE_DIR", fake.state_dir())
+            .env_remove("CODER_STORE")
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        text
+    };
+    let stats = route(&["stats"]);
+    let lines: Vec<&str> = stats.lines().collect();
+    assert_eq!(lines.len(), 2, "{stats}");
+    assert_eq!(
+        lines[0].find("bucket"),
+        lines[1].find("d0/"),
+        "columns:\n{stats}"
+    );
+    assert_eq!(lines[0].len(), lines[1].len(), "columns:\n{stats}");
+    let explain = route(&["explain", "--backend", &format!("auto:{backend}"), "task"]);
+    let lines: Vec<&str> = explain.lines().collect();
+    let (header, row) = (lines[1], lines[2]);
+    assert!(row.starts_with(&backend), "{explain}");
+    // The header's "alpha" sits right of the backend column, as the row's alpha does.
+    assert!(
+        header.find("alpha").is_some_and(|i| i > backend.len()),
+        "columns:\n{explain}"
+    );
+    assert_eq!(
+        header.find("  P(chosen)").map(|i| i - 6),
+        row.find("0.778").map(|i| i - 1),
+        "columns:\n{explain}"
+    );
+}

@@ -128,6 +128,11 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::from(ErrorKind::ConfigError.exit_code())
 }
 
+/// The width of the backend column: 16, or the longest of `names`.
+fn backend_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| n.chars().count()).max().unwrap_or(0).max(16)
+}
+
 fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
     let rows: Vec<_> = tallies
         .iter()
@@ -149,13 +154,15 @@ fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
     if rows.is_empty() {
         return "no routed run has an outcome yet\n".to_owned();
     }
+    // As wide as the longest name (a replay:PATH backend is long), so the columns line up.
+    let width = backend_width(rows.iter().map(|(t, _)| t.backend.as_str()));
     let mut out = format!(
-        "{:<16} {:<18} {:>9} {:>9} {:>6}\n",
+        "{:<width$} {:<18} {:>9} {:>9} {:>6}\n",
         "backend", "bucket", "successes", "failures", "mean"
     );
     for (t, p) in rows {
         out.push_str(&format!(
-            "{:<16} {:<18} {:>9} {:>9} {:>6.3}\n",
+            "{:<width$} {:<18} {:>9} {:>9} {:>6.3}\n",
             t.backend,
             t.bucket,
             t.successes,
@@ -227,8 +234,9 @@ fn explain(
         });
         return super::print_then(&format!("{value}\n"), ExitCode::SUCCESS);
     }
+    let width = backend_width(d.arms.iter().map(|a| a.backend.as_str()));
     let mut out = format!(
-        "bucket {} (policy {}, would choose {} now)\n{:<16} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
+        "bucket {} (policy {}, would choose {} now)\n{:<width$} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
         routed.bucket.key(),
         d.policy.as_str(),
         d.chosen,
@@ -243,7 +251,7 @@ fn explain(
     for arm in &d.arms {
         let p = &arm.posterior;
         out.push_str(&format!(
-            "{:<16} {:>8.3} {:>8.3} {:>6} {:>6} {:>6.3}  {:.3}{}\n",
+            "{:<width$} {:>8.3} {:>8.3} {:>6} {:>6} {:>6.3}  {:.3}{}\n",
             arm.backend,
             p.alpha,
             p.beta,
