@@ -455,3 +455,38 @@ fn route_tables_line_up_with_long_backend_names() {
         "columns:\n{explain}"
     );
 }
+
+/// `coder runs list` keeps one line per run: the workspace column lines up after a long
+/// `replay:PATH` backend, and a workspace whose name holds a newline is shown quoted
+/// instead of splitting its row in two.
+#[test]
+fn runs_list_keeps_one_aligned_line_per_run() {
+    let fake = Fake::new(json!(steps::answer("listed")));
+    let odd = fake.root().join("new\nline");
+    std::fs::create_dir(&odd).unwrap();
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    fake.coder()
+        .args(["--backend", &format!("replay:{cassette}"), "task"])
+        .run()
+        .assert_success("listed");
+    fake.coder()
+        .cd(&odd)
+        .args(["--sandbox", "danger-full-access", "task"])
+        .run()
+        .assert_success("listed");
+    let out = Command::new(common::CODER)
+        .args(["runs", "list"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let column = lines[0].find("workspace").unwrap();
+    assert_eq!(
+        lines[1].get(column..),
+        Some(format!("{:?}", odd.to_str().unwrap()).as_str()),
+        "{text}"
+    );
+    assert_eq!(lines[2].get(column..), fake.workspace().to_str(), "{text}");
+}
