@@ -490,3 +490,55 @@ fn runs_list_keeps_one_aligned_line_per_run() {
     );
     assert_eq!(lines[2].get(column..), fake.workspace().to_str(), "{text}");
 }
+
+/// A backend cooling down after a used-up quota (the vendor's reset time) refused every run
+/// until then, with no way to end it when the quota came back sooner (a plan changed) but
+/// deleting the store. `coder route forget NAME` ends it now, and the refusal's hint says
+/// so, with a command that can be pasted.
+#[test]
+fn route_forget_ends_a_cooldown_the_hint_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("shared.db");
+    let config = dir.path().join("coder.toml");
+    std::fs::write(&config, "[backends.solo]\npreset = \"inherit\"\n").unwrap();
+    let on_store = |fake: &Fake| {
+        fake.coder()
+            .arg("--store")
+            .arg(&store)
+            .arg("--config")
+            .arg(&config)
+            .args(["--backend", "solo"])
+    };
+    let quota = "API Error: 429 {\"error\":{\"code\":\"1308\",\"message\":\"Usage limit reached \
+                 for 5 hour. Your limit will reset at 2099-01-01 08:00:00\"}}";
+    let hit = Fake::new(json!([
+        {"step": "init"},
+        {"step": "result", "is_error": true, "api_error_status": 429, "text": quota},
+    ]));
+    on_store(&hit)
+        .arg("one")
+        .run()
+        .assert_failure("upstream_error", 1);
+    let next = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "back"}]));
+    let out = on_store(&next).arg("two").run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert!(
+        detail["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("`coder route forget solo` ends the cooldown")),
+        "{}",
+        out.explain()
+    );
+    let out = Command::new(common::CODER)
+        .args(["route", "--store"])
+        .arg(&store)
+        .args(["forget", "solo"])
+        .env("CODER_CONFIG", &config)
+        .env("CODER_STATE_DIR", dir.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("1 cooldown(s) of solo"), "{said}");
+    on_store(&next).arg("three").run().assert_success("back");
+}

@@ -39,8 +39,8 @@ enum RouteCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         run_args: Vec<OsString>,
     },
-    /// Forget what was learnt about BACKEND (or about every backend): its routed runs and
-    /// the request shape remembered after a vendor rejected the full one.
+    /// Forget what was learnt about BACKEND (or about every backend): its routed runs, the
+    /// request shape remembered after a vendor rejected the full one, and its cooldown.
     Forget { backend: Option<String> },
 }
 
@@ -78,12 +78,16 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
             }
             let forgotten = ledger.forget(backend.as_deref()).and_then(|runs| {
                 let shapes = ledger.forget_compat_shape(backend.as_deref())?;
-                Ok((runs, shapes))
+                // A cooldown is learnt from the vendor too: the way to end it early when
+                // the quota is back sooner than the vendor said (a plan changed).
+                let cooldowns = ledger.clear_cooldown(backend.as_deref())?;
+                Ok((runs, shapes, cooldowns))
             });
             match forgotten {
-                Ok((runs, shapes)) => super::print_then(
+                Ok((runs, shapes, cooldowns)) => super::print_then(
                     &format!(
-                        "forgot {runs} routed run(s) and {shapes} remembered request shape(s) of {}\n",
+                        "forgot {runs} routed run(s), {shapes} remembered request shape(s) and \
+                         {cooldowns} cooldown(s) of {}\n",
                         backend.as_deref().unwrap_or("every backend")
                     ),
                     ExitCode::SUCCESS,
@@ -99,7 +103,7 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
 /// and nothing the ledger holds is a typo: forgetting nothing must not look like success.
 fn check_known(
     name: &str,
-    ledger: &impl routing::ledger::Ledger,
+    ledger: &crate::store::Store,
     env: &[(OsString, OsString)],
 ) -> Result<(), String> {
     let args = crate::config::BackendArgs::default();
@@ -111,7 +115,7 @@ fn check_known(
         .chain(tables)
         .chain(learnt.into_iter().map(|t| t.backend))
         .collect();
-    if known.iter().any(|k| k == name) {
+    if known.iter().any(|k| k == name) || ledger.cooldown(name).is_ok_and(|c| c.is_some()) {
         return Ok(());
     }
     known.sort_unstable();

@@ -341,8 +341,11 @@ fn cooling_refusal(c: &Cooldown) -> Refusal {
         summary: message.clone(),
         message,
         hint: Some(format!(
-            "wait until {}, or run on another backend (--backend NAME or --backend auto)",
-            c.retry_at
+            "wait until {}, or run on another backend (--backend NAME or --backend auto); \
+             if the quota is back sooner (a plan changed), `coder route forget {}` ends the \
+             cooldown",
+            c.retry_at,
+            crate::text::shell_quote(&c.backend)
         )),
         provider_error: Some(ProviderError {
             class,

@@ -1304,7 +1304,7 @@ impl Run {
     /// session record refuses another backend), when the run named it; else nothing.
     fn backend_flag(&self) -> String {
         if self.backend_named {
-            format!(" --backend {}", shell_quote(&self.backend))
+            format!(" --backend {}", crate::text::shell_quote(&self.backend))
         } else {
             String::new()
         }
@@ -1568,14 +1568,14 @@ impl Run {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ");
-            let ws = shell_quote(&self.workspace.display().to_string());
+            let ws = crate::text::shell_quote(&self.workspace.display().to_string());
             detail.resume_hint = Some(match &self.plan_file {
                 // A plan run continues as one, with the same plan file.
                 Some(plan) => format!(
                     "the agent may have written part of the plan ({tools}); to continue where it \
                      stopped: coder plan --cd {ws}{} --plan-file {} --session-id {id} \"continue\"",
                     self.backend_flag(),
-                    shell_quote(&plan.display().to_string()),
+                    crate::text::shell_quote(&plan.display().to_string()),
                 ),
                 None => {
                     let what = if self.read_only {
@@ -1598,7 +1598,7 @@ impl Run {
             detail.resume_hint = Some(format!(
                 "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
                  per question, in order)",
-                shell_quote(&self.workspace.display().to_string()),
+                crate::text::shell_quote(&self.workspace.display().to_string()),
                 self.backend_flag(),
             ));
         }
@@ -1639,18 +1639,6 @@ impl Run {
         );
         envelope.exit_code = cancelled_exit_code(signo);
         self.finish(envelope, Some(&mut observation), Some(end))
-    }
-}
-
-/// Quotes a path for a copy-pasteable shell command.
-fn shell_quote(text: &str) -> String {
-    if text
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c))
-    {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 
