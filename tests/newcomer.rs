@@ -542,3 +542,36 @@ fn route_forget_ends_a_cooldown_the_hint_names() {
     assert!(said.contains("1 cooldown(s) of solo"), "{said}");
     on_store(&next).arg("three").run().assert_success("back");
 }
+
+/// A Write refused in a `read-only` workspace is a `read_only` denial in
+/// `metrics.sandbox_denials`: Landlock answers it with EACCES, which was reported as
+/// `outside_sandbox`, as if the agent had reached outside its grants.
+#[test]
+fn a_write_refused_in_a_read_only_workspace_is_a_read_only_denial() {
+    let refused = "<tool_use_error>EACCES: permission denied, open 'greet.sh'</tool_use_error>";
+    let fake = Fake::with_state_outside_workspace(json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Write", "id": "w1",
+         "input": {"file_path": "greet.sh", "content": "echo hi\n"}},
+        {"step": "emit", "json": {
+            "type": "user",
+            "message": {"role": "user", "content": [
+                {"tool_use_id": "w1", "type": "tool_result", "content": refused, "is_error": true}
+            ]},
+            "parent_tool_use_id": null,
+            "uuid": "u-w1"
+        }},
+        steps::result_ok("could not write"),
+    ]));
+    let out = fake
+        .coder()
+        .args(["--sandbox", "read-only", "--return-metrics", "task"])
+        .run();
+    out.assert_success("could not write");
+    assert_eq!(
+        out.envelope["metrics"]["sandbox_denials"],
+        json!([{"tool": "Write", "path": "greet.sh", "class": "read_only"}]),
+        "{}",
+        out.explain()
+    );
+}
