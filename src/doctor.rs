@@ -303,6 +303,17 @@ fn check_backend(
         Err(e) => return Check::new("backend", Status::Fail, e.to_string()),
     };
     let backend = &resolution.backend;
+    // A replay backend's cassette is read when a run starts its server: one that does not
+    // load fails every run (`config_error`), so it fails here too.
+    if let Some(path) = backend.replay_cassette()
+        && let Err(e) = crate::replay::Cassette::load(path)
+    {
+        return Check::new(
+            "backend",
+            Status::Fail,
+            format!("backend '{}': {e}", backend.name()),
+        );
+    }
     let child_env = config::child_environment(env, backend);
     let var = |name: &str| {
         child_env

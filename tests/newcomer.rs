@@ -575,3 +575,39 @@ fn a_write_refused_in_a_read_only_workspace_is_a_read_only_denial() {
         out.explain()
     );
 }
+
+/// `coder doctor --backend replay:CASSETTE` with a cassette that does not parse fails its
+/// backend check, as every run on it fails (`config_error`); it said "ok" and exit 0 ("a
+/// run can start").
+#[test]
+fn doctor_fails_a_replay_cassette_a_run_cannot_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cassette = tmp.path().join("broken.json");
+    std::fs::write(&cassette, "{\"version\": 1\n").unwrap();
+    let out = Command::new(common::CODER)
+        .args(["doctor", "--json", "--backend"])
+        .arg(format!("replay:{}", cassette.display()))
+        .env_remove("CODER_CONFIG")
+        .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+        .env("CODER_STATE_DIR", tmp.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let backend = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "backend")
+        .cloned()
+        .unwrap();
+    assert_eq!(backend["status"], "fail", "{report}");
+    assert!(
+        backend["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("malformed cassette {}", cassette.display())),
+        "{report}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert_eq!(report["ok"], false, "{report}");
+}
