@@ -611,3 +611,34 @@ fn doctor_fails_a_replay_cassette_a_run_cannot_load() {
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert_eq!(report["ok"], false, "{report}");
 }
+
+/// A changed file whose name is not UTF-8 is listed with U+FFFD in place of its bad bytes
+/// (JSON strings are text); a warning now says so, as two such names can look alike and a
+/// `--scope` glob matches that spelling. It was listed so without a word.
+#[test]
+fn a_changed_path_that_is_not_utf8_is_listed_with_a_warning() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "run_tool", "command": "printf 'x\\n' > \"$(printf 'f\\377.txt')\""},
+        steps::result_ok("made it"),
+    ]));
+    let out = fake.coder().arg("task").run();
+    out.assert_success("made it");
+    let files = out.envelope["changes"]["files"].as_array().unwrap();
+    assert!(
+        files.iter().any(|f| f["path"] == "f\u{FFFD}.txt"),
+        "{}",
+        out.explain()
+    );
+    let warnings = out.envelope["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("1 changed path(s) are not valid UTF-8"))),
+        "{}",
+        out.explain()
+    );
+}
