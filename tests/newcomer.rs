@@ -365,13 +365,31 @@ fn an_unreadable_directory_in_the_workspace_is_named_in_the_hint() {
         .arg("task")
         .deadline(Duration::from_secs(30))
         .run();
-    chmod(&locked, 0o755);
     let detail = out.assert_failure("sandbox_error", 71);
     let hint = detail["hint"].as_str().unwrap_or_default();
     assert!(
         hint.contains(&format!("may not open or change {}", locked.display()))
             && hint.contains("give yourself access to it")
             && hint.contains("--sandbox danger-full-access"),
+        "{}",
+        out.explain()
+    );
+    // The same directory given with --read (the workspace itself made readable without
+    // it): the hint speaks of the grant, not of the workspace.
+    std::fs::rename(&locked, fake.root().join("pgdata")).unwrap();
+    let outside = fake.root().join("pgdata");
+    let out = as_unprivileged(fake.coder(), fake.root())
+        .arg("--read")
+        .arg(&outside)
+        .arg("task")
+        .deadline(Duration::from_secs(30))
+        .run();
+    chmod(&outside, 0o755);
+    let detail = out.assert_failure("sandbox_error", 71);
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains(&format!("may not open or change {}", outside.display()))
+            && hint.contains("leave it out of the grants (--read, --write)"),
         "{}",
         out.explain()
     );

@@ -1025,27 +1025,37 @@ fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
         ErrorKind::SandboxError,
         format!("sandbox: {e}"),
         format!("the sandbox cannot be set up: {e}"),
-        Some(sandbox_failure_hint(e)),
+        Some(sandbox_failure_hint(e, &run.workspace)),
     )
 }
 
 /// What to do about a sandbox that cannot be set up. A path coder may not open or change
-/// (a directory in the workspace another user owns, such as a container's data directory)
-/// is a permission to fix, which `coder doctor` does not check.
-fn sandbox_failure_hint(e: &crate::sandbox::SandboxError) -> String {
+/// (a directory in the workspace another user owns, such as a container's data directory;
+/// a `--read` path of another user's) is a permission to fix, which `coder doctor` does
+/// not check.
+fn sandbox_failure_hint(e: &crate::sandbox::SandboxError, workspace: &std::path::Path) -> String {
     use nix::errno::Errno;
     match e {
         crate::sandbox::SandboxError::Syscall {
             path,
             errno: Errno::EACCES | Errno::EPERM,
             ..
-        } => format!(
-            "coder (uid {}) may not open or change {path}: a confined run reads the whole \
-             workspace (to mask secrets in it) and guards its git and tool configs; give \
-             yourself access to it, move it out of the workspace, or use --sandbox \
-             danger-full-access",
-            nix::unistd::geteuid()
-        ),
+        } => {
+            let uid = nix::unistd::geteuid();
+            if std::path::Path::new(path).starts_with(workspace) {
+                format!(
+                    "coder (uid {uid}) may not open or change {path}: a confined run reads the \
+                     whole workspace (to mask secrets in it) and guards its git and tool \
+                     configs; give yourself access to it, move it out of the workspace, or use \
+                     --sandbox danger-full-access"
+                )
+            } else {
+                format!(
+                    "coder (uid {uid}) may not open or change {path}: give yourself access to \
+                     it, or leave it out of the grants (--read, --write)"
+                )
+            }
+        }
         _ => "run `coder doctor`; --sandbox danger-full-access runs without confinement".to_owned(),
     }
 }
