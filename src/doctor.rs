@@ -220,7 +220,8 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
     let support = crate::sandbox::probe();
     checks.push(check_landlock(confined, &support));
     checks.push(check_namespaces(confined, &support));
-    checks.push(check_sandbox_network(confined));
+    let config_usable = checks.first().is_some_and(|c| c.status != Status::Fail);
+    checks.push(check_sandbox_network(confined, config_usable));
     checks.push(check_seccomp(confined, &support));
     let timeout = Duration::try_from_secs_f64(args.connect_timeout)
         .unwrap_or(Duration::from_secs(3))
@@ -302,6 +303,17 @@ fn check_backend(
         Err(e) => return Check::new("backend", Status::Fail, e.to_string()),
     };
     let backend = &resolution.backend;
+    // A replay backend's cassette is read when a run starts its server: one that does not
+    // load fails every run (`config_error`), so it fails here too.
+    if let Some(path) = backend.replay_cassette()
+        && let Err(e) = crate::replay::Cassette::load(path)
+    {
+        return Check::new(
+            "backend",
+            Status::Fail,
+            format!("backend '{}': {e}", backend.name()),
+        );
+    }
     let child_env = config::child_environment(env, backend);
     let var = |name: &str| {
         child_env
@@ -932,11 +944,16 @@ fn check_namespaces(confined: bool, support: &SandboxSupport) -> Check {
 
 /// The agent's network layer (private network namespace, loopback, egress proxy), tried
 /// for real with `coder sandbox -- true`: what fails here makes every confined run fail
-/// closed.
-fn check_sandbox_network(confined: bool) -> Check {
+/// closed. Not tried when the config file is unusable: `coder sandbox` reads its `deny`
+/// globs and would fail for that, which the `config` check already says (this check used
+/// to fail then too, blaming the network namespace).
+fn check_sandbox_network(confined: bool, config_usable: bool) -> Check {
     const NAME: &str = "egress";
     if !confined {
         return Check::new(NAME, Status::Skip, "not needed for danger-full-access");
+    }
+    if !config_usable {
+        return Check::new(NAME, Status::Skip, "the config file is unusable");
     }
     match crate::sandbox::probe_network() {
         Ok(()) => Check::new(

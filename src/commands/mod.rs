@@ -28,8 +28,9 @@ const EXIT_IO_ERROR: u8 = 74;
 
 /// Writes `text` to stdout and flushes it. A reader that went away first
 /// (`coder runs list | head -1`: EPIPE) is a normal end, as it is for any Unix filter, so
-/// only other write errors are reported, as exit status 74. Every subcommand prints
-/// through here: `println!` would panic on the closed pipe.
+/// only other write errors (a full disk, an I/O error) are reported: a line on stderr
+/// naming the error, and exit status 74. Every subcommand prints through here: `println!`
+/// would panic on the closed pipe.
 pub fn write_stdout(text: &str) -> Result<(), ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match stdout
@@ -38,7 +39,10 @@ pub fn write_stdout(text: &str) -> Result<(), ExitCode> {
     {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(_) => Err(ExitCode::from(EXIT_IO_ERROR)),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "coder: cannot write to stdout: {e}");
+            Err(ExitCode::from(EXIT_IO_ERROR))
+        }
     }
 }
 

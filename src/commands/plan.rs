@@ -29,7 +29,16 @@ use crate::pipeline::request::{
 #[command(
     name = "coder plan",
     about = "Make a plan for a task: the agent studies the read-only workspace and writes its plan to one file, the only one it may write. Prints one JSON envelope with plan_file and plan; carry the plan out with coder --plan FILE.",
-    after_help = "Run flags (backend, limits, prompt framing, sandbox reads) work as in the run mode; --sandbox other than read-only, --write, --allow-tmp, --worktree and --plan are refused."
+    after_help = "Run flags (backend, limits, prompt framing, sandbox reads) work as in the run mode; --sandbox other than read-only, --write, --allow-tmp, --worktree and --plan are refused.",
+    // The run mode's help for --sandbox says workspace-write is the default; a plan is
+    // always read-only, and the flags that would widen it are refused: not offered here.
+    mut_arg("sandbox", |a| a.help("Only read-only (the default here: a plan changes nothing)").long_help(None::<&str>).hide_possible_values(true)),
+    mut_arg("write", |a| a.hide(true)),
+    mut_arg("allow_tmp", |a| a.hide(true)),
+    mut_arg("worktree", |a| a.hide(true)),
+    mut_arg("worktree_base", |a| a.hide(true)),
+    mut_arg("plan", |a| a.hide(true)),
+    mut_arg("backend", |a| a.help(crate::pipeline::request::RUN_BACKEND_HELP))
 )]
 struct PlanArgs {
     /// Where the plan is written [default: <state>/plans/<run-id>.md]. An existing file is

@@ -39,8 +39,8 @@ enum RouteCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         run_args: Vec<OsString>,
     },
-    /// Forget what was learnt about BACKEND (or about every backend): its routed runs and
-    /// the request shape remembered after a vendor rejected the full one.
+    /// Forget what was learnt about BACKEND (or about every backend): its routed runs, the
+    /// request shape remembered after a vendor rejected the full one, and its cooldown.
     Forget { backend: Option<String> },
 }
 
@@ -78,12 +78,16 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
             }
             let forgotten = ledger.forget(backend.as_deref()).and_then(|runs| {
                 let shapes = ledger.forget_compat_shape(backend.as_deref())?;
-                Ok((runs, shapes))
+                // A cooldown is learnt from the vendor too: the way to end it early when
+                // the quota is back sooner than the vendor said (a plan changed).
+                let cooldowns = ledger.clear_cooldown(backend.as_deref())?;
+                Ok((runs, shapes, cooldowns))
             });
             match forgotten {
-                Ok((runs, shapes)) => super::print_then(
+                Ok((runs, shapes, cooldowns)) => super::print_then(
                     &format!(
-                        "forgot {runs} routed run(s) and {shapes} remembered request shape(s) of {}\n",
+                        "forgot {runs} routed run(s), {shapes} remembered request shape(s) and \
+                         {cooldowns} cooldown(s) of {}\n",
                         backend.as_deref().unwrap_or("every backend")
                     ),
                     ExitCode::SUCCESS,
@@ -99,7 +103,7 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
 /// and nothing the ledger holds is a typo: forgetting nothing must not look like success.
 fn check_known(
     name: &str,
-    ledger: &impl routing::ledger::Ledger,
+    ledger: &crate::store::Store,
     env: &[(OsString, OsString)],
 ) -> Result<(), String> {
     let args = crate::config::BackendArgs::default();
@@ -111,7 +115,7 @@ fn check_known(
         .chain(tables)
         .chain(learnt.into_iter().map(|t| t.backend))
         .collect();
-    if known.iter().any(|k| k == name) {
+    if known.iter().any(|k| k == name) || ledger.cooldown(name).is_ok_and(|c| c.is_some()) {
         return Ok(());
     }
     known.sort_unstable();
@@ -126,6 +130,11 @@ fn check_known(
 fn fail(message: &str) -> ExitCode {
     eprintln!("coder route: {message}");
     ExitCode::from(ErrorKind::ConfigError.exit_code())
+}
+
+/// The width of the backend column: 16, or the longest of `names`.
+fn backend_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| n.chars().count()).max().unwrap_or(0).max(16)
 }
 
 fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
@@ -149,13 +158,15 @@ fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
     if rows.is_empty() {
         return "no routed run has an outcome yet\n".to_owned();
     }
+    // As wide as the longest name (a replay:PATH backend is long), so the columns line up.
+    let width = backend_width(rows.iter().map(|(t, _)| t.backend.as_str()));
     let mut out = format!(
-        "{:<16} {:<18} {:>9} {:>9} {:>6}\n",
+        "{:<width$} {:<18} {:>9} {:>9} {:>6}\n",
         "backend", "bucket", "successes", "failures", "mean"
     );
     for (t, p) in rows {
         out.push_str(&format!(
-            "{:<16} {:<18} {:>9} {:>9} {:>6.3}\n",
+            "{:<width$} {:<18} {:>9} {:>9} {:>6.3}\n",
             t.backend,
             t.bucket,
             t.successes,
@@ -227,8 +238,9 @@ fn explain(
         });
         return super::print_then(&format!("{value}\n"), ExitCode::SUCCESS);
     }
+    let width = backend_width(d.arms.iter().map(|a| a.backend.as_str()));
     let mut out = format!(
-        "bucket {} (policy {}, would choose {} now)\n{:<16} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
+        "bucket {} (policy {}, would choose {} now)\n{:<width$} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
         routed.bucket.key(),
         d.policy.as_str(),
         d.chosen,
@@ -243,7 +255,7 @@ fn explain(
     for arm in &d.arms {
         let p = &arm.posterior;
         out.push_str(&format!(
-            "{:<16} {:>8.3} {:>8.3} {:>6} {:>6} {:>6.3}  {:.3}{}\n",
+            "{:<width$} {:>8.3} {:>8.3} {:>6} {:>6} {:>6.3}  {:.3}{}\n",
             arm.backend,
             p.alpha,
             p.beta,

@@ -81,10 +81,7 @@ pub(crate) fn guarded(make: impl FnOnce() -> Output + std::panic::UnwindSafe) ->
 /// and returns the exit code that goes with it.
 pub(crate) fn finish(output: Output) -> ExitCode {
     match output {
-        Output::Text(text) => {
-            let _ = std::io::stdout().write_all(text.as_bytes());
-            ExitCode::SUCCESS
-        }
+        Output::Text(text) => super::print_then(&text, ExitCode::SUCCESS),
         Output::Envelope {
             mut envelope,
             metrics_line,
@@ -98,11 +95,21 @@ pub(crate) fn finish(output: Output) -> ExitCode {
             if let Some(line) = metrics_line {
                 let _ = writeln!(std::io::stderr(), "{line}");
             }
-            let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(stdout, "{}", envelope.to_json_line());
-            let _ = stdout.flush();
+            let line = format!("{}\n", envelope.to_json_line());
+            let code = match super::write_stdout(&line) {
+                Ok(()) => ExitCode::from(envelope.exit_code),
+                // Not lost: stdout failed (a full disk, an I/O error; not a reader that
+                // went away), so the envelope goes to stderr after the line saying so.
+                Err(failed) => {
+                    let _ = write!(
+                        std::io::stderr(),
+                        "coder: the envelope follows on stderr instead:\n{line}"
+                    );
+                    failed
+                }
+            };
             crate::phases::mark("coder.exit");
-            ExitCode::from(envelope.exit_code)
+            code
         }
     }
 }

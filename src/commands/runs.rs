@@ -74,13 +74,21 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
             } else if runs.is_empty() {
                 out = format!("no recorded runs in {}\n", dir.display());
             } else {
+                // As wide as the longest backend (replay:PATH is long), so the workspace
+                // column lines up.
+                let width = runs
+                    .iter()
+                    .map(|r| r.backend.chars().count())
+                    .max()
+                    .unwrap_or(0)
+                    .max(10);
                 out += &format!(
-                    "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<10} workspace\n",
+                    "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<width$} workspace\n",
                     "run", "started", "outcome", "duration", "tokens", "backend"
                 );
                 for run in &runs {
                     out += &format!(
-                        "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<10} {}\n",
+                        "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<width$} {}\n",
                         run.run_id,
                         run.started.get(..19).unwrap_or(&run.started),
                         run.outcome,
@@ -88,7 +96,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                             .map_or("-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
                         format!("{}/{}", run.tokens_in, run.tokens_out),
                         run.backend,
-                        run.workspace
+                        one_line_path(&run.workspace)
                     );
                 }
             }
@@ -148,6 +156,16 @@ fn redacted_account(
     let mut account = account(entries);
     Secrets::new(secret_values(env)).redact_value(&mut account);
     account
+}
+
+/// A path for one line of a listing: quoted and escaped when it holds a control character
+/// (a newline in a directory name would split the run's row in two).
+fn one_line_path(path: &str) -> std::borrow::Cow<'_, str> {
+    if path.chars().any(char::is_control) {
+        format!("{path:?}").into()
+    } else {
+        path.into()
+    }
 }
 
 #[cfg(test)]

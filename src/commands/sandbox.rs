@@ -43,8 +43,9 @@ use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, HeldSignals, one_l
 #[command(
     name = "coder sandbox",
     about = "Run a command confined like the agent: Landlock, masked secrets, private root",
-    after_help = "Exit status: the command's; 78 when --cd is not an existing directory or \
-                  the grants would reach coder's state directory, 71 when the sandbox cannot \
+    after_help = "Exit status: the command's; 78 when --cd is not an existing directory you \
+                  can enter (and write, in workspace-write) or the grants would reach coder's \
+                  state directory, 71 when the sandbox cannot \
                   be set up, 127 when the command is not found."
 )]
 struct SandboxArgs {
@@ -105,9 +106,9 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     // A missing or wrong --cd is the caller's mistake (config, 78), not a sandbox that
     // could not be had (71).
     if let Some(dir) = &parsed.cd
-        && let Err(reason) = check_cd(dir)
+        && let Err(message) = check_cd(dir, parsed.mode)
     {
-        super::sandbox_fork::say(&format!("--cd {}: {reason}", dir.display()));
+        super::sandbox_fork::say(&message);
         return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
     }
     // Held until the command is forked (see `HeldSignals`): from here on, what the policy
@@ -133,16 +134,24 @@ pub fn sandbox_command(args: &[OsString]) -> ExitCode {
     }
 }
 
-/// Why `dir` cannot be the workspace, if it cannot.
-fn check_cd(dir: &Path) -> Result<(), String> {
-    match std::fs::metadata(dir) {
-        Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err("not a directory; pass the workspace directory".to_owned()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err("no such directory; pass an existing workspace directory".to_owned())
+/// Why `dir` cannot be the workspace in `mode`, if it cannot: the message to print.
+fn check_cd(dir: &Path, mode: Mode) -> Result<(), String> {
+    let reason = match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {
+            use crate::pipeline::request::{check_workspace_access, check_workspace_writable};
+            check_workspace_access(dir)?;
+            if mode == Mode::WorkspaceWrite {
+                check_workspace_writable(dir, "--mode read-only")?;
+            }
+            return Ok(());
         }
-        Err(e) => Err(e.to_string()),
-    }
+        Ok(_) => "not a directory; pass the workspace directory".to_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            "no such directory; pass an existing workspace directory".to_owned()
+        }
+        Err(e) => e.to_string(),
+    };
+    Err(format!("--cd {}: {reason}", dir.display()))
 }
 
 fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
@@ -234,10 +243,19 @@ fn config_file_deny() -> Result<Vec<String>, SandboxError> {
     }
     crate::config::ConfigFile::load(&location.path)
         .map(|f| f.deny)
-        .map_err(|e| SandboxError::Path {
-            what: crate::sandbox::PathRole::ConfigFile,
-            path: location.path,
-            reason: e.to_string(),
+        .map_err(|e| {
+            use crate::config::ConfigError;
+            // The path is said once, by the `Path` error ("config file PATH: …").
+            let reason = match &e {
+                ConfigError::ReadFile { source, .. } => format!("cannot read it: {source}"),
+                ConfigError::Malformed { line, message, .. } => format!("line {line}: {message}"),
+                other => other.to_string(),
+            };
+            SandboxError::Path {
+                what: crate::sandbox::PathRole::ConfigFile,
+                path: location.path,
+                reason,
+            }
         })
 }
 

@@ -257,7 +257,9 @@ fn refuse_inside_workspace(
                 path.display()
             ),
             Some(
-                "put the store outside the workspace (the default is <state>/coder.db)".to_owned(),
+                "put the store outside the workspace: --store, CODER_STORE or the config's \
+                 `store` name it; the default, <state>/coder.db, moves with CODER_STATE_DIR"
+                    .to_owned(),
             ),
         ));
     }
@@ -339,8 +341,11 @@ fn cooling_refusal(c: &Cooldown) -> Refusal {
         summary: message.clone(),
         message,
         hint: Some(format!(
-            "wait until {}, or run on another backend (--backend NAME or --backend auto)",
-            c.retry_at
+            "wait until {}, or run on another backend (--backend NAME or --backend auto); \
+             if the quota is back sooner (a plan changed), `coder route forget {}` ends the \
+             cooldown",
+            c.retry_at,
+            crate::text::shell_quote(&c.backend)
         )),
         provider_error: Some(ProviderError {
             class,

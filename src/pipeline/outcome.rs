@@ -228,6 +228,21 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             format!("the claude CLI {exit} before printing a result{tail}"),
         ));
     }
+    if obs.session_id.is_none() && obs.stdout_bytes == 0 {
+        // Not even a line: the executable is most likely not the claude CLI (`true`, a
+        // shim that does nothing), which the CLI itself never does.
+        return Verdict::Failure(
+            Failure::new(
+                ErrorKind::ProtocolMissingSession,
+                "no session id in the stream: claude printed nothing",
+                format!("the claude CLI exited 0 without printing anything on stdout{tail}"),
+            )
+            .hint(
+                "check that --claude-bin (or CODER_CLAUDE_BIN, or `claude` on PATH) is the \
+                 claude CLI: `claude --version` prints \"… (Claude Code)\"; coder doctor checks it",
+            ),
+        );
+    }
     if obs.session_id.is_none() {
         return Verdict::Failure(Failure::new(
             ErrorKind::ProtocolMissingSession,

@@ -20,6 +20,13 @@ use crate::config::BackendArgs;
 use crate::pipeline::prompt::{PromptArgs, assemble_prompt};
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
+/// `--backend` of a run (and of `coder plan`): the shared help (also `coder doctor`'s) plus
+/// the routing choice only a run takes.
+pub const RUN_BACKEND_HELP: &str = "Backend profile: a preset (glm, glm-cn, deepseek, minimax, \
+     minimax-cn, anthropic, inherit), a [backends.NAME] table of the config file, \
+     replay:CASSETTE, or auto[:NAME,NAME,…] to let coder pick by what has worked before \
+     [default: the config file's default_backend, else inherit]";
+
 /// Confinement mode of the child (DESIGN §5): the sandbox's own mode type.
 pub use crate::sandbox::Mode as SandboxMode;
 
@@ -31,8 +38,9 @@ pub use crate::sandbox::Mode as SandboxMode;
     allow_negative_numbers = true,
     about = "Run one coding task through the claude CLI: supervised, confined, one JSON envelope on stdout.",
     after_help = "Other commands: coder plan | coder doctor | coder prompt | coder runs list|show | coder route stats|explain|forget | coder replay serve | coder sandbox -- CMD | coder mcp | coder fs VERB\n\
-                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 78 config, \
-                  124 timeout, 127 claude not found, 129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM)."
+                  Exit codes: 0 success, 1 task failed, 2 usage, 3 verify failed, 4 scope violation, 5 needs input (questions), 6 schema mismatch, 70 internal, 71 sandbox, 74 stdout not writable (the envelope goes to stderr), 78 config, \
+                  124 timeout, 127 claude not found, 129/130/143 cancelled (SIGHUP/SIGINT/SIGTERM).",
+    mut_arg("backend", |a| a.help(RUN_BACKEND_HELP))
 )]
 pub struct RunArgs {
     /// The task text; read from stdin when absent or `-`.
@@ -715,6 +723,11 @@ impl RunArgs {
             .sandbox
             .or(file.sandbox)
             .unwrap_or(SandboxMode::WorkspaceWrite);
+        let worktree = self.many.worktree || file.worktree == Some(true);
+        if sandbox == SandboxMode::WorkspaceWrite && !worktree {
+            check_workspace_writable(&workspace, "--sandbox read-only")
+                .map_err(ArgError::Invalid)?;
+        }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
         }
@@ -741,8 +754,7 @@ impl RunArgs {
             run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
             max_turns,
             checks,
-            worktree: (self.many.worktree || file.worktree == Some(true))
-                .then_some(self.many.worktree_base),
+            worktree: worktree.then_some(self.many.worktree_base),
             task_title,
             targets,
             store: self.store,
@@ -968,6 +980,7 @@ fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
             cd.display()
         )));
     }
+    check_workspace_access(cd).map_err(ArgError::Invalid)?;
     let canonical = std::fs::canonicalize(cd)
         .map_err(|e| ArgError::Invalid(format!("--cd {}: {}", cd.display(), io_reason(&e))))?;
     // The run records its workspace in JSON (transcript, session store, sandbox policy);
@@ -979,6 +992,40 @@ fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
         )));
     }
     Ok(canonical)
+}
+
+/// Why the caller cannot use the directory `dir` as a workspace, if it cannot: everything
+/// of a run enters and lists it (the CLI's working directory, the sandbox's scan, the
+/// change ledger), so one the caller may not enter or list failed later, as a
+/// `sandbox_error` about the scan or as "cannot execute claude" (the spawn's chdir),
+/// instead of naming the workspace.
+pub fn check_workspace_access(dir: &Path) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    access(dir, AccessFlags::R_OK | AccessFlags::X_OK).map_err(|errno| {
+        format!(
+            "--cd {}: {}: you need read and search (x) permission on the workspace directory",
+            dir.display(),
+            errno.desc().to_lowercase()
+        )
+    })
+}
+
+/// Why the caller cannot write the workspace `dir`, if it cannot: `workspace-write` lets
+/// the agent change the workspace, and the sandbox creates its placeholders in it, so a
+/// workspace the caller may not write failed as a `sandbox_error` ("create placeholder
+/// …/.git: EACCES") after the scan. (`--worktree` runs in a checkout of its own; `coder
+/// plan` is read-only.)
+/// `read_only` is the flag that asks for the read-only sandbox.
+pub fn check_workspace_writable(dir: &Path, read_only: &str) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    access(dir, AccessFlags::W_OK).map_err(|errno| {
+        format!(
+            "--cd {}: {}: the workspace-write sandbox (the default) needs a workspace you \
+             can write; make it writable, or pass {read_only} for a task that only reads",
+            dir.display(),
+            errno.desc().to_lowercase()
+        )
+    })
 }
 
 fn io_reason(e: &std::io::Error) -> String {

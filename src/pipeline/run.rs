@@ -1025,10 +1025,39 @@ fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
         ErrorKind::SandboxError,
         format!("sandbox: {e}"),
         format!("the sandbox cannot be set up: {e}"),
-        Some(
-            "run `coder doctor`; --sandbox danger-full-access runs without confinement".to_owned(),
-        ),
+        Some(sandbox_failure_hint(e, &run.workspace)),
     )
+}
+
+/// What to do about a sandbox that cannot be set up. A path coder may not open or change
+/// (a directory in the workspace another user owns, such as a container's data directory;
+/// a `--read` path of another user's) is a permission to fix, which `coder doctor` does
+/// not check.
+fn sandbox_failure_hint(e: &crate::sandbox::SandboxError, workspace: &std::path::Path) -> String {
+    use nix::errno::Errno;
+    match e {
+        crate::sandbox::SandboxError::Syscall {
+            path,
+            errno: Errno::EACCES | Errno::EPERM,
+            ..
+        } => {
+            let uid = nix::unistd::geteuid();
+            if std::path::Path::new(path).starts_with(workspace) {
+                format!(
+                    "coder (uid {uid}) may not open or change {path}: a confined run reads the \
+                     whole workspace (to mask secrets in it) and guards its git and tool \
+                     configs; give yourself access to it, move it out of the workspace, or use \
+                     --sandbox danger-full-access"
+                )
+            } else {
+                format!(
+                    "coder (uid {uid}) may not open or change {path}: give yourself access to \
+                     it, or leave it out of the grants (--read, --write)"
+                )
+            }
+        }
+        _ => "run `coder doctor`; --sandbox danger-full-access runs without confinement".to_owned(),
+    }
 }
 
 /// A replay backend gets its base URL from a local replay server, which lives as long as
@@ -1285,7 +1314,7 @@ impl Run {
     /// session record refuses another backend), when the run named it; else nothing.
     fn backend_flag(&self) -> String {
         if self.backend_named {
-            format!(" --backend {}", shell_quote(&self.backend))
+            format!(" --backend {}", crate::text::shell_quote(&self.backend))
         } else {
             String::new()
         }
@@ -1549,14 +1578,14 @@ impl Run {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ");
-            let ws = shell_quote(&self.workspace.display().to_string());
+            let ws = crate::text::shell_quote(&self.workspace.display().to_string());
             detail.resume_hint = Some(match &self.plan_file {
                 // A plan run continues as one, with the same plan file.
                 Some(plan) => format!(
                     "the agent may have written part of the plan ({tools}); to continue where it \
                      stopped: coder plan --cd {ws}{} --plan-file {} --session-id {id} \"continue\"",
                     self.backend_flag(),
-                    shell_quote(&plan.display().to_string()),
+                    crate::text::shell_quote(&plan.display().to_string()),
                 ),
                 None => {
                     let what = if self.read_only {
@@ -1579,7 +1608,7 @@ impl Run {
             detail.resume_hint = Some(format!(
                 "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
                  per question, in order)",
-                shell_quote(&self.workspace.display().to_string()),
+                crate::text::shell_quote(&self.workspace.display().to_string()),
                 self.backend_flag(),
             ));
         }
@@ -1620,18 +1649,6 @@ impl Run {
         );
         envelope.exit_code = cancelled_exit_code(signo);
         self.finish(envelope, Some(&mut observation), Some(end))
-    }
-}
-
-/// Quotes a path for a copy-pasteable shell command.
-fn shell_quote(text: &str) -> String {
-    if text
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c))
-    {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 

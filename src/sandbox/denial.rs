@@ -73,6 +73,9 @@ const CONTENT_TOOLS: [&str; 7] = [
 /// successful output is file content that must not be scanned line by line.
 const FILE_TOOLS: [&str; 5] = ["Read", "Write", "Edit", "MultiEdit", "NotebookEdit"];
 
+/// File tools whose every refusal is of a write.
+const WRITE_TOOLS: [&str; 4] = ["Write", "Edit", "MultiEdit", "NotebookEdit"];
+
 /// Error messages and errno names, with the class each one means.
 const MESSAGES: [(&str, DenialClass); 10] = [
     ("permission denied", DenialClass::OutsideSandbox),
@@ -115,6 +118,15 @@ pub fn detect_denials(tool: &str, text: &str, policy: Option<&Policy>) -> Vec<De
             let absolute = absolute_in(&policy.workspace, p);
             if policy.is_masked(&absolute) {
                 class = DenialClass::NonAccessible;
+            } else if class == DenialClass::OutsideSandbox
+                && WRITE_TOOLS.contains(&tool)
+                && policy.is_granted(&absolute)
+                && !policy.is_writable(&absolute)
+            {
+                // Landlock answers a write to a readable path with EACCES, the same as a
+                // path outside every grant: a write tool refused inside a read grant (the
+                // workspace in read-only mode, a --read path) hit something read-only.
+                class = DenialClass::ReadOnly;
             }
         }
         let denial = Denial {

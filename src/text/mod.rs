@@ -8,6 +8,7 @@
 //! - [`path`]: finding an executable on `PATH`;
 //! - [`stdin`]: reading the task from standard input;
 //! - [`one_line`]: shortening text to one line for messages;
+//! - [`shell_quote`]: a word for a copy-pasteable shell command in a hint;
 //! - [`json`]: parsing the JSON a user gives, refusing a key given twice.
 //!
 //! This module is a leaf: it depends on nothing else in the crate (only `std`, `serde`,
@@ -31,6 +32,18 @@ pub fn non_blank(value: &str) -> Result<String, String> {
         return Err("it is empty: give a value, or leave the flag out".to_owned());
     }
     Ok(value.to_owned())
+}
+
+/// Quotes `text` (a path, a backend name) for a copy-pasteable shell command.
+pub fn shell_quote(text: &str) -> String {
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
 }
 
 /// The first line of `text`, cut to `max_chars` characters with an ellipsis.

@@ -104,6 +104,22 @@ impl Changes {
             files: list,
             warnings: Vec::new(),
         };
+        // Paths are reported as JSON strings: bytes that are not UTF-8 are shown as U+FFFD,
+        // so two such names can look alike, and a --scope glob sees that spelling.
+        let lossy = changes
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .chain(changes.unlisted.iter().map(String::as_str))
+            .filter(|p| p.contains(char::REPLACEMENT_CHARACTER))
+            .count();
+        if lossy > 0 {
+            changes.warnings.push(format!(
+                "{lossy} changed path(s) are not valid UTF-8: `changes` shows their invalid bytes \
+                 as U+FFFD (two such names can look alike, and --scope globs \
+                 match that spelling)"
+            ));
+        }
         changes.files.truncate(MAX_LISTED);
         changes
     }
@@ -523,7 +539,7 @@ fn git_changes(
         ));
     }
     let mut changes = Changes::from_list(merge_sides(all.list), false);
-    changes.warnings = warnings;
+    changes.warnings.splice(0..0, warnings);
     changes.unseen = skipped > 0;
     let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
     Ok((changes, diff))

@@ -1,0 +1,662 @@
+//! Rough edges a new user ran into, each shown as the user sees it through the built
+//! binary: the envelope (or the subcommand's output) and the exit code.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Bounded, Coder, Fake, steps};
+use serde_json::json;
+
+/// Under root the runs below start as uid 65534 (permissions do not bind root), with a
+/// home and a state directory of their own in `root`; otherwise as the user running the
+/// tests.
+fn as_unprivileged(coder: Coder, root: &Path) -> Coder {
+    if !nix::unistd::geteuid().is_root() {
+        return coder;
+    }
+    let own = root.join("nobody");
+    for dir in [own.join("home"), own.join("state")] {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    }
+    coder
+        .env("HOME", own.join("home"))
+        .env("CODER_STATE_DIR", own.join("state"))
+        .through([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A workspace the user may not enter or list, in every sandbox mode, and one the user may
+/// not write under `workspace-write`, are the caller's `--cd` to fix: a `config_error` (78)
+/// naming the workspace and what is missing, before anything starts. They used to fail
+/// after the sandbox's scan as `sandbox_error` ("sandbox setup: open …: EACCES",
+/// "create placeholder …/.git: EACCES"), and unconfined as `command_not_found` ("cannot
+/// execute …/claude: Permission denied": the spawn's chdir had failed).
+#[test]
+fn a_workspace_the_user_cannot_enter_or_write_is_a_config_error_naming_it() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    // The path down to the workspace is open to everyone; the workspace itself is the
+    // test's (root's, or this user's with its permissions taken away).
+    chmod(fake.root(), 0o755);
+    let ws = fake.workspace();
+    chmod(ws, 0o700);
+    let closed = nix::unistd::geteuid().is_root();
+    if !closed {
+        chmod(ws, 0o000);
+    }
+    for mode in ["read-only", "workspace-write", "danger-full-access"] {
+        let out = as_unprivileged(fake.coder(), fake.root())
+            .args(["--sandbox", mode, "task"])
+            .deadline(Duration::from_secs(20))
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        let message = detail["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("--cd {}: permission denied", ws.display()))
+                && message.contains("read and search (x) permission"),
+            "{mode}: {}",
+            out.explain()
+        );
+    }
+    // Readable but not writable: refused under workspace-write only, saying how to go on.
+    chmod(ws, if closed { 0o755 } else { 0o555 });
+    let out = as_unprivileged(fake.coder(), fake.root())
+        .arg("task")
+        .deadline(Duration::from_secs(20))
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("--cd {}: permission denied", ws.display()))
+            && message
+                .contains("workspace-write sandbox (the default) needs a workspace you can write")
+            && message.contains("--sandbox read-only"),
+        "{}",
+        out.explain()
+    );
+    // `coder sandbox` says the same on stderr, with exit 78 instead of 71.
+    let mut sandbox = if closed {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(common::CODER);
+        cmd
+    } else {
+        Command::new(common::CODER)
+    };
+    let out = sandbox
+        .args(["sandbox", "--cd"])
+        .arg(ws)
+        .args(["--", "true"])
+        .env(
+            "CODER_STATE_DIR",
+            if closed {
+                fake.root().join("nobody/state")
+            } else {
+                fake.state_dir()
+            },
+        )
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("needs a workspace you can write") && stderr.contains("--mode read-only"),
+        "{stderr}"
+    );
+    chmod(ws, 0o755);
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// coder with its stdout on `/dev/full` (every write fails with ENOSPC), reading stderr.
+fn to_full_device(fake: &Fake, args: &[&str]) -> (Option<i32>, String) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut child = Command::new(common::CODER)
+        .args(args)
+        .env_remove("CODER_CLAUDE_BIN")
+        .env_remove("CODER_BACKEND")
+        .env_remove("CODER_CONFIG")
+        .env("XDG_CONFIG_HOME", fake.root().join("xdg-config"))
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .env("ANTHROPIC_AUTH_TOKEN", common::SECRET_TOKEN)
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .stdin(std::process::Stdio::null())
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn coder");
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let status = common::wait_within(&mut child, Duration::from_secs(30));
+    (status.code(), reader.join().unwrap())
+}
+
+/// A stdout that cannot be written (a full disk; not a reader that went away) loses no
+/// envelope: it goes to stderr after a line saying why, and the exit status is 74. The run
+/// mode used to drop the envelope and exit 0, as if the run had been reported.
+#[test]
+fn an_envelope_stdout_cannot_take_goes_to_stderr_with_exit_74() {
+    let fake = Fake::new(json!(steps::answer("the work is done")));
+    let ws = fake.workspace().to_str().unwrap().to_owned();
+    let bin = fake.bin().to_str().unwrap().to_owned();
+    let (code, stderr) = to_full_device(&fake, &["--cd", &ws, "--claude-bin", &bin, "task"]);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(
+        stderr.contains("coder: cannot write to stdout: No space left on device"),
+        "{stderr}"
+    );
+    let envelope: serde_json::Value = stderr
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no envelope on stderr: {stderr}"));
+    assert_eq!(envelope["success"], true, "{stderr}");
+    assert_eq!(envelope["result"], "the work is done", "{stderr}");
+    // The same for an envelope of bad arguments, and for a subcommand's output.
+    let (code, stderr) = to_full_device(&fake, &["--cd", &ws, "--sandbox", "nope", "task"]);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(
+        stderr.contains("\"error_kind\":\"config_error\""),
+        "{stderr}"
+    );
+    let (code, stderr) = to_full_device(&fake, &["prompt", "task"]);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(stderr.contains("cannot write to stdout"), "{stderr}");
+}
+
+/// A config file that does not parse is reported once, by the check that reads it: `coder
+/// doctor` skips the egress check (its probe, `coder sandbox -- true`, reads the same file)
+/// instead of failing it with a hint about network namespaces, and `coder sandbox` names
+/// the file once ("config file X: config file X, line 1: …" before).
+#[test]
+fn a_broken_config_file_is_one_problem_named_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config_dir = tmp.path().join("xdg/coder");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let config = config_dir.join("config.toml");
+    std::fs::write(&config, "default_backend = \"glm\n").unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    let coder = |args: &[&str]| {
+        let mut cmd = Command::new(common::CODER);
+        cmd.args(args)
+            .env_remove("CODER_CONFIG")
+            .env_remove("CODER_BACKEND")
+            .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null());
+        cmd.output_bounded()
+    };
+    let out = coder(&[
+        "doctor",
+        "--json",
+        "--backend",
+        &format!("replay:{cassette}"),
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check: {report}"))
+    };
+    assert_eq!(check("config")["status"], "fail", "{report}");
+    let egress = check("egress");
+    assert_eq!(egress["status"], "skip", "{report}");
+    assert_eq!(egress["summary"], "the config file is unusable", "{report}");
+    assert_eq!(out.status.code(), Some(1), "{report}");
+
+    let out = coder(&["sandbox", "--cd", ws.to_str().unwrap(), "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "coder sandbox: config file {}: line 1: invalid basic string, expected `\"`",
+            config.display()
+        ),
+        "{stderr}"
+    );
+}
+
+/// `coder plan --help` offers only what a plan run takes: its `--sandbox` used to read
+/// "read-only, workspace-write (default) or danger-full-access", and `--write`,
+/// `--allow-tmp`, `--worktree` and `--plan` were listed, all of which it refuses.
+#[test]
+fn plan_help_offers_no_flag_plan_refuses() {
+    let help = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plan = help(&["plan", "--help"]);
+    assert!(
+        plan.contains("--sandbox <MODE>       Only read-only"),
+        "{plan}"
+    );
+    assert!(!plan.contains("workspace-write (default)"), "{plan}");
+    let options = plan
+        .split("Run flags (backend")
+        .next()
+        .and_then(|head| head.split("Options:").nth(1))
+        .unwrap_or_else(|| panic!("no options in: {plan}"));
+    for flag in ["--write <", "--allow-tmp", "--worktree", "--plan <"] {
+        assert!(!options.contains(flag), "{flag} offered: {plan}");
+    }
+    // The refusal is still spelled out, and the run mode still offers them all.
+    assert!(plan.contains("--write, --allow-tmp, --worktree and --plan are refused"));
+    let run = help(&["--help"]);
+    for flag in [
+        "workspace-write (default)",
+        "--write <",
+        "--allow-tmp",
+        "--worktree",
+        "--plan <",
+    ] {
+        assert!(run.contains(flag), "{flag} missing: {run}");
+    }
+}
+
+/// `--backend auto` (routing, README "Routing") is named where a user looks for backend
+/// names: the run's and the plan's `--help` listed every choice but it.
+#[test]
+fn run_help_names_backend_auto() {
+    for args in [&["--help"][..], &["plan", "--help"][..]] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let help = String::from_utf8(out.stdout).unwrap();
+        let backend = help
+            .split("--backend <NAME>")
+            .nth(1)
+            .and_then(|rest| rest.split("--config").next())
+            .unwrap_or_else(|| panic!("no --backend in: {help}"));
+        assert!(
+            backend.contains("auto[:NAME,NAME,…] to let coder pick by what has worked"),
+            "{args:?}: {help}"
+        );
+    }
+}
+
+/// A `--claude-bin` that is not the claude CLI and prints nothing (`/bin/true`, a shim that
+/// does nothing) says so and how to check, as a wrapper printing other text already did;
+/// it was a bare "no session id in the stream".
+#[test]
+fn a_claude_bin_that_prints_nothing_is_named_as_the_likely_cause() {
+    let fake = Fake::new(json!([steps::exit(0)]));
+    let out = fake.coder().arg("task").run();
+    let detail = out.assert_failure("protocol_missing_session", 1);
+    assert_eq!(
+        out.envelope["error"],
+        "no session id in the stream: claude printed nothing",
+        "{}",
+        out.explain()
+    );
+    assert!(
+        detail["hint"].as_str().is_some_and(
+            |h| h.starts_with("check that --claude-bin") && h.contains("claude --version")
+        ),
+        "{}",
+        out.explain()
+    );
+    // A CLI that printed events but no session id keeps the plain message.
+    let fake = Fake::new(json!([{"step": "init", "session_id": null}, steps::exit(0)]));
+    let out = fake.coder().arg("task").run();
+    out.assert_failure("protocol_missing_session", 1);
+    assert_eq!(
+        out.envelope["error"],
+        "no session id in the stream",
+        "{}",
+        out.explain()
+    );
+}
+
+/// A directory in the workspace the user may not open (a container's data directory owned
+/// by another uid) stops a confined run, as the scan must read the whole workspace; the
+/// envelope's hint now says which path and what to do about it, instead of "run `coder
+/// doctor`" (which checks nothing of the kind).
+#[test]
+fn an_unreadable_directory_in_the_workspace_is_named_in_the_hint() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    chmod(fake.root(), 0o755);
+    let ws = fake.workspace();
+    let locked = ws.join("pgdata");
+    std::fs::create_dir(&locked).unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        // The workspace is the run's user's; the directory in it stays root's.
+        std::os::unix::fs::chown(ws, Some(65534), Some(65534)).unwrap();
+        chmod(&locked, 0o700);
+    } else {
+        chmod(&locked, 0o000);
+    }
+    let out = as_unprivileged(fake.coder(), fake.root())
+        .arg("task")
+        .deadline(Duration::from_secs(30))
+        .run();
+    let detail = out.assert_failure("sandbox_error", 71);
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains(&format!("may not open or change {}", locked.display()))
+            && hint.contains("give yourself access to it")
+            && hint.contains("--sandbox danger-full-access"),
+        "{}",
+        out.explain()
+    );
+    // The same directory given with --read (the workspace itself made readable without
+    // it): the hint speaks of the grant, not of the workspace.
+    std::fs::rename(&locked, fake.root().join("pgdata")).unwrap();
+    let outside = fake.root().join("pgdata");
+    let out = as_unprivileged(fake.coder(), fake.root())
+        .arg("--read")
+        .arg(&outside)
+        .arg("task")
+        .deadline(Duration::from_secs(30))
+        .run();
+    chmod(&outside, 0o755);
+    let detail = out.assert_failure("sandbox_error", 71);
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains(&format!("may not open or change {}", outside.display()))
+            && hint.contains("leave it out of the grants (--read, --write)"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// With coder's state directory inside the workspace (allowed unconfined), the default
+/// store is refused there; the hint used to say "put the store outside the workspace (the
+/// default is <state>/coder.db)", which is where it was: it now names what moves it.
+#[test]
+fn a_default_store_inside_the_workspace_says_how_to_move_it() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let state = fake.workspace().join("state");
+    let out = fake
+        .coder()
+        .env("CODER_STATE_DIR", &state)
+        .args(["--sandbox", "danger-full-access", "task"])
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("lies inside the workspace"),
+        "{}",
+        out.explain()
+    );
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("--store, CODER_STORE") && hint.contains("moves with CODER_STATE_DIR"),
+        "{}",
+        out.explain()
+    );
+}
+
+/// `coder route stats` and `route explain` line their columns up whatever the backends'
+/// names: a `replay:PATH` backend (the README's way to try routing without a key) pushed
+/// every column of its row out from under its header.
+#[test]
+fn route_tables_line_up_with_long_backend_names() {
+    let fake = Fake::new(json!(steps::answer("routed")));
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    let backend = format!("replay:{cassette}");
+    fake.coder()
+        .args(["--backend", &format!("auto:{backend}"), "task"])
+        .run()
+        .assert_success("routed");
+    let route = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .arg("route")
+            .args(args)
+            .env("CODER_STATE_DIR", fake.state_dir())
+            .env_remove("CODER_STORE")
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        text
+    };
+    let stats = route(&["stats"]);
+    let lines: Vec<&str> = stats.lines().collect();
+    assert_eq!(lines.len(), 2, "{stats}");
+    assert_eq!(
+        lines[0].find("bucket"),
+        lines[1].find("d0/"),
+        "columns:\n{stats}"
+    );
+    assert_eq!(lines[0].len(), lines[1].len(), "columns:\n{stats}");
+    let explain = route(&["explain", "--backend", &format!("auto:{backend}"), "task"]);
+    let lines: Vec<&str> = explain.lines().collect();
+    let (header, row) = (lines[1], lines[2]);
+    assert!(row.starts_with(&backend), "{explain}");
+    // The header's "alpha" sits right of the backend column, as the row's alpha does.
+    assert!(
+        header.find("alpha").is_some_and(|i| i > backend.len()),
+        "columns:\n{explain}"
+    );
+    assert_eq!(
+        header.find("  P(chosen)").map(|i| i - 6),
+        row.find("0.778").map(|i| i - 1),
+        "columns:\n{explain}"
+    );
+}
+
+/// `coder runs list` keeps one line per run: the workspace column lines up after a long
+/// `replay:PATH` backend, and a workspace whose name holds a newline is shown quoted
+/// instead of splitting its row in two.
+#[test]
+fn runs_list_keeps_one_aligned_line_per_run() {
+    let fake = Fake::new(json!(steps::answer("listed")));
+    let odd = fake.root().join("new\nline");
+    std::fs::create_dir(&odd).unwrap();
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    fake.coder()
+        .args(["--backend", &format!("replay:{cassette}"), "task"])
+        .run()
+        .assert_success("listed");
+    fake.coder()
+        .cd(&odd)
+        .args(["--sandbox", "danger-full-access", "task"])
+        .run()
+        .assert_success("listed");
+    let out = Command::new(common::CODER)
+        .args(["runs", "list"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let column = lines[0].find("workspace").unwrap();
+    assert_eq!(
+        lines[1].get(column..),
+        Some(format!("{:?}", odd.to_str().unwrap()).as_str()),
+        "{text}"
+    );
+    assert_eq!(lines[2].get(column..), fake.workspace().to_str(), "{text}");
+}
+
+/// A backend cooling down after a used-up quota (the vendor's reset time) refused every run
+/// until then, with no way to end it when the quota came back sooner (a plan changed) but
+/// deleting the store. `coder route forget NAME` ends it now, and the refusal's hint says
+/// so, with a command that can be pasted.
+#[test]
+fn route_forget_ends_a_cooldown_the_hint_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("shared.db");
+    let config = dir.path().join("coder.toml");
+    std::fs::write(&config, "[backends.solo]\npreset = \"inherit\"\n").unwrap();
+    let on_store = |fake: &Fake| {
+        fake.coder()
+            .arg("--store")
+            .arg(&store)
+            .arg("--config")
+            .arg(&config)
+            .args(["--backend", "solo"])
+    };
+    let quota = "API Error: 429 {\"error\":{\"code\":\"1308\",\"message\":\"Usage limit reached \
+                 for 5 hour. Your limit will reset at 2099-01-01 08:00:00\"}}";
+    let hit = Fake::new(json!([
+        {"step": "init"},
+        {"step": "result", "is_error": true, "api_error_status": 429, "text": quota},
+    ]));
+    on_store(&hit)
+        .arg("one")
+        .run()
+        .assert_failure("upstream_error", 1);
+    let next = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "back"}]));
+    let out = on_store(&next).arg("two").run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert!(
+        detail["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("`coder route forget solo` ends the cooldown")),
+        "{}",
+        out.explain()
+    );
+    let out = Command::new(common::CODER)
+        .args(["route", "--store"])
+        .arg(&store)
+        .args(["forget", "solo"])
+        .env("CODER_CONFIG", &config)
+        .env("CODER_STATE_DIR", dir.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("1 cooldown(s) of solo"), "{said}");
+    on_store(&next).arg("three").run().assert_success("back");
+}
+
+/// A Write refused in a `read-only` workspace is a `read_only` denial in
+/// `metrics.sandbox_denials`: Landlock answers it with EACCES, which was reported as
+/// `outside_sandbox`, as if the agent had reached outside its grants.
+#[test]
+fn a_write_refused_in_a_read_only_workspace_is_a_read_only_denial() {
+    let refused = "<tool_use_error>EACCES: permission denied, open 'greet.sh'</tool_use_error>";
+    let fake = Fake::with_state_outside_workspace(json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Write", "id": "w1",
+         "input": {"file_path": "greet.sh", "content": "echo hi\n"}},
+        {"step": "emit", "json": {
+            "type": "user",
+            "message": {"role": "user", "content": [
+                {"tool_use_id": "w1", "type": "tool_result", "content": refused, "is_error": true}
+            ]},
+            "parent_tool_use_id": null,
+            "uuid": "u-w1"
+        }},
+        steps::result_ok("could not write"),
+    ]));
+    let out = fake
+        .coder()
+        .args(["--sandbox", "read-only", "--return-metrics", "task"])
+        .run();
+    out.assert_success("could not write");
+    assert_eq!(
+        out.envelope["metrics"]["sandbox_denials"],
+        json!([{"tool": "Write", "path": "greet.sh", "class": "read_only"}]),
+        "{}",
+        out.explain()
+    );
+}
+
+/// `coder doctor --backend replay:CASSETTE` with a cassette that does not parse fails its
+/// backend check, as every run on it fails (`config_error`); it said "ok" and exit 0 ("a
+/// run can start").
+#[test]
+fn doctor_fails_a_replay_cassette_a_run_cannot_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cassette = tmp.path().join("broken.json");
+    std::fs::write(&cassette, "{\"version\": 1\n").unwrap();
+    let out = Command::new(common::CODER)
+        .args(["doctor", "--json", "--backend"])
+        .arg(format!("replay:{}", cassette.display()))
+        .env_remove("CODER_CONFIG")
+        .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+        .env("CODER_STATE_DIR", tmp.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let backend = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "backend")
+        .cloned()
+        .unwrap();
+    assert_eq!(backend["status"], "fail", "{report}");
+    assert!(
+        backend["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("malformed cassette {}", cassette.display())),
+        "{report}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert_eq!(report["ok"], false, "{report}");
+}
+
+/// A changed file whose name is not UTF-8 is listed with U+FFFD in place of its bad bytes
+/// (JSON strings are text); a warning now says so, as two such names can look alike and a
+/// `--scope` glob matches that spelling. It was listed so without a word.
+#[test]
+fn a_changed_path_that_is_not_utf8_is_listed_with_a_warning() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "run_tool", "command": "printf 'x\\n' > \"$(printf 'f\\377.txt')\""},
+        steps::result_ok("made it"),
+    ]));
+    let out = fake.coder().arg("task").run();
+    out.assert_success("made it");
+    let files = out.envelope["changes"]["files"].as_array().unwrap();
+    assert!(
+        files.iter().any(|f| f["path"] == "f\u{FFFD}.txt"),
+        "{}",
+        out.explain()
+    );
+    let warnings = out.envelope["warnings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.starts_with("1 changed path(s) are not valid UTF-8"))),
+        "{}",
+        out.explain()
+    );
+}
