@@ -342,10 +342,12 @@ fn a_claude_bin_that_prints_nothing_is_named_as_the_likely_cause() {
     );
 }
 
-/// A directory in the workspace the user may not open (a container's data directory owned
-/// by another uid) stops a confined run, as the scan must read the whole workspace; the
-/// envelope's hint now says which path and what to do about it, instead of "run `coder
-/// doctor`" (which checks nothing of the kind).
+/// A directory in the workspace the user may not list (another uid's, which the user may
+/// enter but not read, mode 0711; or the user's own, mode 000, which the agent could
+/// `chmod` back) stops a confined run, as the scan must read every directory the agent
+/// can reach; the envelope's hint now says which path and what to do about it, instead of
+/// "run `coder doctor`" (which checks nothing of the kind). (Another uid's directory the
+/// user may not even enter is left out: `sandbox_workspace`.)
 #[test]
 fn an_unreadable_directory_in_the_workspace_is_named_in_the_hint() {
     let fake = Fake::new(json!(steps::answer("should not run")));
@@ -357,7 +359,7 @@ fn an_unreadable_directory_in_the_workspace_is_named_in_the_hint() {
     if root {
         // The workspace is the run's user's; the directory in it stays root's.
         std::os::unix::fs::chown(ws, Some(65534), Some(65534)).unwrap();
-        chmod(&locked, 0o700);
+        chmod(&locked, 0o711);
     } else {
         chmod(&locked, 0o000);
     }

@@ -1043,3 +1043,68 @@ fn secrets_are_masked_in_a_tree_wide_enough_for_the_walks_threads() {
         );
     }
 }
+
+/// A workspace holding another user's directory that coder's user may not enter (a
+/// container's database files, `data/` of uid 0, mode 0700): every confined run failed
+/// its scan (`open data: EACCES`), and the end-of-run git guard after it. What neither
+/// coder nor the agent may enter holds nothing the agent could read or write, so it is
+/// left out with a warning that names it, and the run goes on; the agent still cannot
+/// read it (the kernel's own check). A directory of another user that may be searched but
+/// not listed (0711: the agent may reach names in it that no scan saw) still fails the
+/// run closed. As uid 65534 only: root enters everything.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn another_users_directory_nobody_may_enter_is_left_out() {
+    use common::sandbox_fixture::{NOBODY, coder_as, payload_claude};
+    use std::os::unix::fs::PermissionsExt;
+    common::require_root_and_user_namespaces();
+    for git in [false, true] {
+        let fx = common::sandbox_fixture::Fixture::new(
+            "coder-unreachable-",
+            true,
+            &["ws", "home", "state", "xdg"],
+        );
+        let ws = fx.ws();
+        write(&ws.join("a.txt"), "a\n");
+        if git {
+            git_ok(&ws, &["init", "-q"]);
+        }
+        let bin = fx.root().join("fake-claude");
+        let payload = "cat data/secret.env 2>/dev/null || echo DENIED; echo b >> a.txt; echo DONE";
+        write(&bin, &payload_claude(payload));
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        fx.own(fx.root());
+        let data = ws.join("data");
+        write(&data.join("secret.env"), "TOKEN=hunter2\n");
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).unwrap();
+        let run = || {
+            let out = coder_as(fx.root(), Some(NOBODY), &ws, &bin, &[], "go").output_bounded();
+            serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .unwrap_or_else(|e| panic!("git={git}: no envelope ({e}): {}", describe(&out)))
+        };
+        let env = run();
+        let result = env["result"].as_str().unwrap_or_default();
+        assert!(
+            result.contains("DENIED") && result.contains("DONE"),
+            "git={git}: {env}"
+        );
+        assert!(!env.to_string().contains("hunter2"), "git={git}: {env}");
+        let warned = env["warnings"].as_array().into_iter().flatten().any(|w| {
+            w.as_str().is_some_and(|w| {
+                w.contains("not scanned") && w.contains(&data.display().to_string())
+            })
+        });
+        assert!(warned, "git={git}: no warning names it: {env}");
+        assert_eq!(
+            env["changes"]["files"][0]["path"], "a.txt",
+            "git={git}: {env}"
+        );
+        // Searchable but not listable: still refused.
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o711)).unwrap();
+        let env = run();
+        assert!(
+            env["error_kind"] == "sandbox_error" && env.to_string().contains("EACCES"),
+            "git={git}: a directory the agent may search was left out: {env}"
+        );
+    }
+}

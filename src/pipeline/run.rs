@@ -1044,10 +1044,11 @@ fn sandbox_failure_hint(e: &crate::sandbox::SandboxError, workspace: &std::path:
             let uid = nix::unistd::geteuid();
             if std::path::Path::new(path).starts_with(workspace) {
                 format!(
-                    "coder (uid {uid}) may not open or change {path}: a confined run reads the \
-                     whole workspace (to mask secrets in it) and guards its git and tool \
-                     configs; give yourself access to it, move it out of the workspace, or use \
-                     --sandbox danger-full-access"
+                    "coder (uid {uid}) may not open or change {path}: a confined run reads \
+                     every directory of the workspace it may enter (to mask secrets in it) and \
+                     guards its git and tool configs (another user's directory you may not \
+                     enter at all is left out); give yourself access to it, move it out of the \
+                     workspace, or use --sandbox danger-full-access"
                 )
             } else {
                 format!(

@@ -293,7 +293,9 @@ impl<'a> Guard<'a> {
             if self.unchanged_leaf(&p)? {
                 continue;
             }
-            let fd = self.open_child(p.parent.as_fd(), &p.name, &p.rel)?;
+            let Some(fd) = self.open_child(p.parent.as_fd(), &p.name, &p.rel)? else {
+                continue;
+            };
             self.dir(&root_fd, fd, p.rel, p.depth, &mut stack)?;
         }
         Ok(())
@@ -342,21 +344,29 @@ impl<'a> Guard<'a> {
     }
 
     /// Open a subdirectory to list it; one the agent made unreadable (mode 000) is made
-    /// readable again when coder owns it.
+    /// readable again when coder owns it. `None` for another user's directory that
+    /// neither coder nor the agent may enter ([`super::scan::out_of_reach`]): nothing in
+    /// it can be the agent's (what the agent makes is coder's user's).
     fn open_child(
         &self,
         parent: BorrowedFd<'_>,
         name: &OsStr,
         rel: &Path,
-    ) -> Result<OwnedFd, Stop> {
+    ) -> Result<Option<OwnedFd>, Stop> {
         let how = beneath(dir_flags());
-        match openat2(parent, name, how) {
+        let reopened = match openat2(parent, name, how) {
             Err(Errno::EACCES) => {
+                if let Ok(st) = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                    && super::scan::out_of_reach(parent, name, &st)
+                {
+                    return Ok(None);
+                }
                 restore_owner_access(parent, name, 0o700).map_err(|e| self.stop(rel, "open", e))?;
-                openat2(parent, name, beneath(dir_flags())).map_err(|e| self.stop(rel, "open", e))
+                openat2(parent, name, beneath(dir_flags()))
             }
-            other => other.map_err(|e| self.stop(rel, "open", e)),
-        }
+            other => other,
+        };
+        reopened.map(Some).map_err(|e| self.stop(rel, "open", e))
     }
 
     /// Look at one directory: is it a git dir, is there a `.git` file or symlink, which

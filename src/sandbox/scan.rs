@@ -218,6 +218,9 @@ pub(crate) struct ScanOutput {
     /// the tree whose walk met them: the writable tree that holds them guards them once
     /// every tree is walked ([`guard_foreign_includes`]).
     foreign_includes: Vec<(PathBuf, usize)>,
+    /// Directories the walk could not enter and the agent cannot either
+    /// ([`out_of_reach`]): not scanned, named in one warning.
+    out_of_reach: Vec<PathBuf>,
     /// Directories pinned by this part of the walk ([`Walker::pin_dirs_down_to`]): the
     /// directories above many protected entries are pinned once, not once per entry
     /// (each pin counts against the cap on masks).
@@ -355,6 +358,9 @@ fn scan_once(
         }
     }
     guard_foreign_includes(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
+    if let Some(warning) = out_of_reach_warning(&mut out.out_of_reach) {
+        out.warnings.push(warning);
+    }
     // The threads finish in any order: sort what reaches the user or the masks' order.
     out.warnings.sort();
     out.warnings.dedup();
@@ -442,6 +448,7 @@ impl ScanOutput {
         self.linked_secrets.extend(part.linked_secrets);
         self.foreign_includes.extend(part.foreign_includes);
         self.pinned.extend(part.pinned);
+        self.out_of_reach.extend(part.out_of_reach);
         Ok(())
     }
 }
@@ -820,6 +827,9 @@ impl<'a> Walker<'a, '_> {
                 }
             }
             match kind {
+                Kind::Dir if out_of_reach(dir.as_fd(), &name, &st) => {
+                    self.out.out_of_reach.push(path);
+                }
                 Kind::Dir => {
                     let child = || {
                         open_dir_beneath(dir.as_fd(), Path::new(&name))
@@ -2038,6 +2048,56 @@ pub(crate) fn list_dir_kinds(dir: &OwnedFd) -> Result<Vec<(OsString, Option<Kind
     }
     names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(names)
+}
+
+/// Whether the directory `name` in `dir` (`st` its `stat`) is out of reach of this process
+/// and of the agent alike: not searchable by coder's effective ids (the kernel asked, ACLs
+/// included) and not owned by coder's user (whose agent could `chmod` it back). A
+/// workspace holding another user's data directory (a container's database files, mode
+/// 0700) failed every confined run's scan with `EACCES`; what neither can enter holds
+/// nothing the agent could read or write, so it is left out. Anything else the walk cannot
+/// open still fails it closed (a directory it may search but not list: the agent can
+/// reach names in it the scan never saw). Root reaches everything (its capabilities), so
+/// this is never true for root.
+pub(crate) fn out_of_reach(dir: BorrowedFd<'_>, name: &OsStr, st: &FileStat) -> bool {
+    let euid = nix::unistd::geteuid().as_raw();
+    // Searchable by everyone: the common case answered without a call.
+    if euid == 0 || st.st_uid == euid || st.st_mode & 0o001 != 0 {
+        return false;
+    }
+    matches!(
+        nix::unistd::faccessat(
+            dir,
+            name,
+            nix::unistd::AccessFlags::X_OK,
+            AtFlags::AT_EACCESS | AtFlags::AT_SYMLINK_NOFOLLOW,
+        ),
+        Err(Errno::EACCES)
+    )
+}
+
+/// One warning naming the directories left out as [`out_of_reach`] (at most five, and how
+/// many more), or none.
+fn out_of_reach_warning(dirs: &mut [PathBuf]) -> Option<String> {
+    const NAMED: usize = 5;
+    if dirs.is_empty() {
+        return None;
+    }
+    dirs.sort();
+    let named: Vec<String> = dirs
+        .iter()
+        .take(NAMED)
+        .map(|d| d.display().to_string())
+        .collect();
+    let more = match dirs.len().saturating_sub(NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Some(format!(
+        "not scanned, as neither you nor the agent may enter them (another user's, \
+         without search permission): {}{more}",
+        named.join(", ")
+    ))
 }
 
 /// Whether the walk may skip `stat` for an entry: a plain file the listing calls regular,
