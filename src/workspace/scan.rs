@@ -530,25 +530,22 @@ pub fn finish(
             .prior
             .as_deref()
             .map_or(i128::MIN, Prior::trusted_before_ns);
+        // A reused entry is left where it lies (moving 100k entries out and back in
+        // rewrote 13 MB that did not change); only a file read again replaces its entry.
         let mut path = Vec::new();
-        for ((found, stat), item) in listing.found.iter().zip(stats).zip(&mut entries.items) {
+        for ((found, stat), item) in listing.found.iter().zip(&stats).zip(&mut entries.items) {
             let Some(stat) = stat else {
                 continue;
             };
-            let old = std::mem::replace(item, Entry::blank(&stat));
-            let valid = stat.dev == walker.root_dev && old.still_valid(&stat, trusted);
-            *item = match valid.then(|| walker.budgeted(old, &stat)).flatten() {
-                Some(entry) => {
-                    out.reused += 1;
-                    entry
-                }
-                None => {
-                    out.read += 1;
-                    path_into(found, &mut path);
-                    let full = root.join(std::ffi::OsStr::from_bytes(&path));
-                    look(&full, &stat, caps, key, &mut walker.budget)
-                }
-            };
+            let valid = stat.dev == walker.root_dev && item.still_valid(stat, trusted);
+            if valid && walker.budgeted_in_place(item, stat) {
+                out.reused += 1;
+            } else {
+                out.read += 1;
+                path_into(found, &mut path);
+                let full = root.join(std::ffi::OsStr::from_bytes(&path));
+                *item = look(&full, stat, caps, key, &mut walker.budget);
+            }
         }
         out.entries = entries;
         crate::phases::mark("ledger.scan.looked");
@@ -1249,20 +1246,26 @@ fn same_paths(
     {
         return None;
     }
-    let mut path = Vec::new();
     for (at, found) in listing.found.iter().enumerate() {
-        let dir = &listing.dirs[found.dir];
-        path.clear();
-        path.extend_from_slice(dir);
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(&listing.names[found.name.clone()]);
-        if prior.entries.path_at(at) != path {
+        let name = &listing.names[found.name.clone()];
+        if !is_path_of(prior.entries.path_at(at), &listing.dirs[found.dir], name) {
             return None;
         }
     }
     Some(std::mem::take(&mut prior.entries))
+}
+
+/// Whether `path` is `dir`/`name` (`name` alone when `dir` is the root, empty), compared
+/// in place: the warm run asks this of every file, and building each path to compare it
+/// cost a copy of every path.
+fn is_path_of(path: &[u8], dir: &[u8], name: &[u8]) -> bool {
+    if dir.is_empty() {
+        return path == name;
+    }
+    path.len() == dir.len() + 1 + name.len()
+        && path.starts_with(dir)
+        && path[dir.len()] == b'/'
+        && path.ends_with(name)
 }
 
 struct Walker<'a, 'p> {
@@ -1291,8 +1294,14 @@ impl Walker<'_, '_> {
     /// reading the file now would give within the budgets (which are charged as if it had
     /// been read).
     fn budgeted(&mut self, mut entry: Entry, meta: &Stat) -> Option<Entry> {
+        self.budgeted_in_place(&mut entry, meta).then_some(entry)
+    }
+
+    /// [`Walker::budgeted`] on an entry where it lies: `false` (the entry untouched) when
+    /// it does not hold what reading the file would give, and the file must be read.
+    fn budgeted_in_place(&mut self, entry: &mut Entry, meta: &Stat) -> bool {
         if meta.is_symlink() {
-            return Some(entry);
+            return true;
         }
         let size = entry.size;
         if size > self.budget.hash_left {
@@ -1301,21 +1310,23 @@ impl Walker<'_, '_> {
             entry.binary = false;
             entry.lines = None;
             entry.content = None;
-            return Some(entry);
+            return true;
         }
-        entry.hash?;
+        if entry.hash.is_none() {
+            return false;
+        }
         let keep =
             !entry.binary && size <= self.caps.keep_file_bytes && size <= self.budget.keep_left;
         if keep && entry.kept_len() != Some(size) {
-            return None;
+            return false;
         }
         self.budget.hash_left -= size;
         if keep {
             self.budget.keep_left -= size;
-        } else {
+        } else if entry.content.is_some() {
             entry.content = None;
         }
-        Some(entry)
+        true
     }
 }
 
@@ -1647,10 +1658,66 @@ mod tests {
         assert_eq!((beside.reused, beside.read), (3, 1));
         assert_eq!(in_place.entries[&b"a/2.txt"[..]].size, 8);
         assert_eq!(in_place.dirs, beside.dirs);
+        // Budgets smaller than the tree, spent in walk order: the in-place update strips
+        // and keeps exactly what the walk beside the prior does, and what reading every
+        // file does.
+        for (hash_bytes, keep_bytes) in [(12, 64), (64, 7), (0, 0)] {
+            let small = Caps {
+                hash_bytes,
+                keep_bytes,
+                ..Caps::default()
+            };
+            let beside = scan(root, &small, &key, Some(&mut Prior::Borrowed(&prior)));
+            // The same prior as the one beside (taken before the change), owned.
+            let owned = Scan {
+                entries: prior.entries.clone(),
+                dirs: prior.dirs.clone(),
+                started_ns: prior.started_ns,
+                ..Scan::default()
+            };
+            let in_place = scan(root, &small, &key, Some(&mut Prior::Owned(owned)));
+            let kept = |scan: &Scan| -> Vec<Option<u64>> {
+                scan.entries.iter().map(|(_, e)| e.kept_len()).collect()
+            };
+            let fresh = scan(root, &small, &key, None);
+            assert_eq!(view(&in_place), view(&fresh), "{hash_bytes} {keep_bytes}");
+            assert_eq!(kept(&in_place), kept(&fresh), "{hash_bytes} {keep_bytes}");
+            assert_eq!(view(&in_place), view(&beside), "{hash_bytes} {keep_bytes}");
+            assert_eq!(kept(&in_place), kept(&beside), "{hash_bytes} {keep_bytes}");
+            assert_eq!(
+                (in_place.reused, in_place.read),
+                (beside.reused, beside.read)
+            );
+        }
         // Racily clean (the prior as recent as the files): every file is read again.
         prior.started_ns -= 10 * RACY_MARGIN_NS;
         let racy = scan(root, &caps, &key, Some(&mut Prior::Owned(prior)));
         assert_eq!((racy.reused, racy.read), (0, 4));
+    }
+
+    #[test]
+    fn a_path_is_matched_with_its_directory_and_name_in_place() {
+        assert!(is_path_of(b"a.txt", b"", b"a.txt"));
+        assert!(is_path_of(b"a/b/c", b"a/b", b"c"));
+        for (path, dir, name) in [
+            (&b"a.txt"[..], &b""[..], &b"a.tx"[..]),
+            (b"x/a.txt", b"", b"a.txt"),
+            (b"a/bc", b"a/b", b"c"),
+            (b"a/b-c", b"a/b", b"c"),
+            (b"a/bc", b"a", b"c"),
+            (b"ab/c", b"a", b"b/c"),
+            (b"x/b/c", b"a/b", b"c"),
+            (b"a/b/d", b"a/b", b"c"),
+            (b"a/b/c/", b"a/b", b"c"),
+        ] {
+            assert!(
+                !is_path_of(path, dir, name),
+                "{:?} is not {:?} / {:?}",
+                String::from_utf8_lossy(path),
+                String::from_utf8_lossy(dir),
+                String::from_utf8_lossy(name)
+            );
+        }
     }
 
     /// A directory whose listing is not all of what the walk keeps is not whole: one

@@ -16,6 +16,15 @@
 //! against its entry's keyed hash when it is read. The cache is used only on file
 //! systems whose timestamps come from this kernel's clock (the racy rule compares them
 //! with it); elsewhere every file is read, as before.
+//!
+//! The head (10 MB at 100k files) is parsed from a read-only mapping of the file
+//! ([`Mapped`]), not read into fresh memory: its load is on the warm "before" snapshot's
+//! path, and copying it cost a sixth of the load (the copy and the page faults of 10 MB of
+//! new memory). A mapped file that shrinks under its reader kills it (`SIGBUS`); this one
+//! never does: coder replaces it only by renaming a new file over it and removes it only
+//! by unlinking, and no agent can reach it (it is owner-only in coder's state directory,
+//! and removed when a run's sandbox could reach it: an agent that could write it could
+//! also signal coder). Where the mapping is refused, the head is read as before.
 
 use std::hash::Hasher;
 use std::io::{Read, Write};
@@ -90,10 +99,15 @@ impl CacheFile {
         if head_len > meta.len() || head_len < prefix.len() as u64 {
             return None;
         }
-        let mut head = Vec::with_capacity(usize::try_from(head_len).ok()?);
+        let head_len = usize::try_from(head_len).ok()?;
+        if let Some(head) = Mapped::of(&file, head_len) {
+            let file = Arc::new(file);
+            return parse(head.bytes(), meta.len(), &self.workspace, &file);
+        }
+        let mut head = Vec::with_capacity(head_len);
         head.extend_from_slice(&prefix);
         (&mut file)
-            .take(head_len - prefix.len() as u64)
+            .take((head_len - prefix.len()) as u64)
             .read_to_end(&mut head)
             .ok()?;
         let file = Arc::new(file);
@@ -137,6 +151,61 @@ impl CacheFile {
     /// Removes the cache (its key may have been seen).
     pub fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The first bytes of a file, mapped read-only (see the module doc for why, and why the
+/// file cannot shrink under it); unmapped when dropped.
+struct Mapped {
+    at: std::ptr::NonNull<libc::c_void>,
+    len: usize,
+}
+
+impl Mapped {
+    /// The first `len` bytes of `file` (no longer than it), with every page mapped now
+    /// (`MAP_POPULATE`: one call instead of a fault per page); `None` when the mapping is
+    /// refused.
+    fn of(file: &std::fs::File, len: usize) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a new private, read-only mapping of `len` bytes of an open file, at an
+        // address the kernel picks; it aliases no memory of this process.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped {
+            at: std::ptr::NonNull::new(at)?,
+            len,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes, mapped until `self` is dropped,
+        // within the file's length when it was mapped, and the file is never written in
+        // place nor shortened (the module doc says why).
+        unsafe { std::slice::from_raw_parts(self.at.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `of` made, which no borrow outlives (`bytes`
+        // borrows `self`).
+        unsafe {
+            libc::munmap(self.at.as_ptr(), self.len);
+        }
     }
 }
 
@@ -678,5 +747,23 @@ mod tests {
         let again = cache.load().unwrap();
         assert!(!again.scan.entries.contains_key(b"sub/c.txt".as_slice()));
         assert!(again.scan.entries.contains_key(b"a.txt".as_slice()));
+    }
+
+    /// The mapping holds the file's first bytes, as many as asked for, and keeps them
+    /// after the file is replaced by a rename (as `store` replaces it); nothing is mapped
+    /// for no bytes.
+    #[test]
+    fn a_mapped_head_is_the_files_first_bytes_and_outlives_a_rename_over_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("head");
+        let bytes: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let head = Mapped::of(&file, 12_345).unwrap();
+        let newer = dir.path().join("newer");
+        std::fs::write(&newer, vec![7u8; 20_000]).unwrap();
+        std::fs::rename(&newer, &path).unwrap();
+        assert_eq!(head.bytes(), &bytes[..12_345]);
+        assert!(Mapped::of(&file, 0).is_none());
     }
 }
