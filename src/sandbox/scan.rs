@@ -1164,13 +1164,30 @@ impl<'a> Walker<'a, '_> {
         if let Some(absent) = self.guard_links_on_the_way(target, &mut 0)? {
             return self.hold_absent_include(target, &absent, depth);
         }
-        let Some(named_parent) = target.parent() else {
+        let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
             return Ok(());
         };
-        let Some((dir, path, name)) = self.pinned_parent(target, target, depth)? else {
+        let Ok(parent) = fs::canonicalize(named_parent) else {
             return Ok(());
         };
-        let Ok(st) = fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+        let Some(rel_parent) = self.rel_in_tree(&parent) else {
+            self.out
+                .foreign_includes
+                .push((target.to_path_buf(), depth));
+            return Ok(());
+        };
+        if self.pin_dirs_down_to(&rel_parent).is_err() {
+            return Ok(());
+        }
+        let Ok(dir) = open_beneath(
+            self.tree.fd,
+            &rel_parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+        ) else {
+            return Ok(());
+        };
+        let path = parent.join(name);
+        let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
             return Ok(());
         };
         match file_kind(&st) {
@@ -1189,43 +1206,14 @@ impl<'a> Walker<'a, '_> {
         Ok(())
     }
 
-    /// The directory that holds `named` (a path on the way to the included `target`,
-    /// its parent resolved), opened from this tree's descriptor with each directory down
-    /// to it pinned, with `named`'s resolved path and its last name. `None` when that
-    /// directory cannot be reached, or is not in this tree: `target` (at include `depth`)
-    /// is then left to the writable tree that holds it.
-    fn pinned_parent(
-        &mut self,
-        named: &Path,
-        target: &Path,
-        depth: usize,
-    ) -> Result<Option<(OwnedFd, PathBuf, OsString)>, SandboxError> {
-        let (Some(parent), Some(name)) = (named.parent(), named.file_name()) else {
-            return Ok(None);
-        };
-        let Ok(parent) = fs::canonicalize(parent) else {
-            return Ok(None);
-        };
-        let rel = match parent.strip_prefix(self.tree.root) {
-            Ok(rel) if is_plain_relative(rel) => rel.to_path_buf(),
-            _ => {
-                self.out
-                    .foreign_includes
-                    .push((target.to_path_buf(), depth));
-                return Ok(None);
-            }
-        };
-        if self.pin_dirs_down_to(&rel).is_err() {
-            return Ok(None);
-        }
-        let Ok(dir) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY) else {
-            return Ok(None);
-        };
-        Ok(Some((dir, parent.join(name), name.to_os_string())))
+    /// `dir` (canonical) relative to this tree's root, when it is in it.
+    fn rel_in_tree(&self, dir: &Path) -> Option<PathBuf> {
+        let rel = dir.strip_prefix(self.tree.root).ok()?;
+        is_plain_relative(rel).then(|| rel.to_path_buf())
     }
 
-    /// An included path `target` whose name `absent` (the included file itself, or a
-    /// directory on the way to it) does not exist: a placeholder is made there and held read-only,
+    /// An included path whose name `missing` (the included file itself, or a directory
+    /// on the way to it) does not exist: a placeholder is made there and held read-only,
     /// so the agent cannot make the file the user's git would read next. The included
     /// file itself gets a symlink to nowhere (git skips an include it cannot reach; an
     /// empty directory there would stop every git command), a directory on the way an
@@ -1237,22 +1225,42 @@ impl<'a> Walker<'a, '_> {
         absent: &AbsentName,
         depth: usize,
     ) -> Result<(), SandboxError> {
-        let Some((dir, path, name)) = self.pinned_parent(&absent.path, target, depth)? else {
+        let (Some(parent), Some(name)) = (absent.path.parent(), absent.path.file_name()) else {
             return Ok(());
         };
+        let Ok(parent) = fs::canonicalize(parent) else {
+            return Ok(());
+        };
+        let Some(rel_parent) = self.rel_in_tree(&parent) else {
+            self.out
+                .foreign_includes
+                .push((target.to_path_buf(), depth));
+            return Ok(());
+        };
+        if self.pin_dirs_down_to(&rel_parent).is_err() {
+            return Ok(());
+        }
+        let Ok(dir) = open_beneath(
+            self.tree.fd,
+            &rel_parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+        ) else {
+            return Ok(());
+        };
+        let path = parent.join(name);
         let kind = if absent.is_last {
             PlaceholderKind::Symlink
         } else {
             PlaceholderKind::Dir
         };
-        match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             // Held by an earlier include of the same path.
             Ok(_) => return Ok(()),
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(walk_error(&path, "inspect", e)),
         }
-        self.before_placeholder(dir.as_fd(), &name, &path)?;
-        let st = create_placeholder(dir.as_fd(), &name, kind)
+        self.before_placeholder(dir.as_fd(), name, &path)?;
+        let st = create_placeholder(dir.as_fd(), name, kind)
             .map_err(|e| walk_error(&path, "create placeholder", e))?;
         self.out.placeholders.push(Placeholder {
             path: path.clone(),
@@ -2167,14 +2175,13 @@ fn held_with_other_names(
     Ok(found)
 }
 
-/// Every entry below the directory open as `top` (at `path`), `stat`ed (no symlink
-/// followed, directories entered, at most `limits.max_depth` deep): `visit` gets each
-/// entry that is not a directory, with its path.
-fn stat_every_entry(
+/// [`held_with_other_names`] in the held directory open as `top` (at `path`).
+fn linked_files_under(
     top: OwnedFd,
     path: &Path,
     limits: ScanLimits,
-    mut visit: impl FnMut(&Path, &FileStat) -> Result<(), SandboxError>,
+    looked: &mut usize,
+    found: &mut HashSet<(u64, u64)>,
 ) -> Result<(), SandboxError> {
     let mut pending = vec![(top, path.to_path_buf(), 0usize)];
     while let Some((dir, here, depth)) = pending.pop() {
@@ -2186,52 +2193,40 @@ fn stat_every_entry(
             });
         }
         for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
-            let child = here.join(&name);
+            *looked += 1;
+            if *looked > MAX_HELD_ENTRIES {
+                return Err(SandboxError::ScanLimit {
+                    what: "the number of entries in directories held read-only",
+                    limit: MAX_HELD_ENTRIES,
+                    path: here,
+                });
+            }
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(walk_error(&child, "inspect", e)),
+                Err(e) => return Err(walk_error(&here.join(&name), "inspect", e)),
             };
-            if file_kind(&st) == Kind::Dir {
-                let fd = open_dir_beneath(dir.as_fd(), Path::new(&name))
-                    .map_err(|e| walk_error(&child, "open", e))?;
-                pending.push((fd, child, depth + 1));
-            } else {
-                visit(&child, &st)?;
+            match file_kind(&st) {
+                Kind::File if st.st_nlink > 1 => {
+                    found.insert((st.st_dev, st.st_ino));
+                }
+                Kind::Dir => {
+                    let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                        .map_err(|e| walk_error(&here.join(&name), "open", e))?;
+                    pending.push((child, here.join(&name), depth + 1));
+                }
+                _ => {}
             }
         }
     }
     Ok(())
 }
 
-/// [`held_with_other_names`] in the held directory open as `top` (at `path`).
-fn linked_files_under(
-    top: OwnedFd,
-    path: &Path,
-    limits: ScanLimits,
-    looked: &mut usize,
-    found: &mut HashSet<(u64, u64)>,
-) -> Result<(), SandboxError> {
-    stat_every_entry(top, path, limits, |here, st| {
-        *looked += 1;
-        if *looked > MAX_HELD_ENTRIES {
-            return Err(SandboxError::ScanLimit {
-                what: "the number of entries in directories held read-only",
-                limit: MAX_HELD_ENTRIES,
-                path: here.to_path_buf(),
-            });
-        }
-        if file_kind(st) == Kind::File && st.st_nlink > 1 {
-            found.insert((st.st_dev, st.st_ino));
-        }
-        Ok(())
-    })
-}
-
-/// Other names, anywhere in `trees`, of the files in `wanted` (by dev and ino): secrets
-/// masked whole, and files held read-only. The walk skipped `stat` for plain files, so
-/// this second walk runs only when such a file has more than one link, which is rare. It
-/// visits what the walk visits (no symlink is followed) and `stat`s every entry.
+/// Other names, anywhere in `trees`, of the secret files in `wanted` (by dev and ino):
+/// the walk skipped `stat` for plain files, so this second walk runs only when a masked
+/// secret has more than one link, which is rare. It visits what the walk visits (no
+/// symlink is followed; `.git` entries of writable trees are the git dir's own guards'
+/// business) and `stat`s every entry.
 fn other_names(
     trees: &[TreeScan<'_>],
     wanted: &HashSet<(u64, u64)>,
@@ -2241,15 +2236,40 @@ fn other_names(
     for tree in trees {
         let top = open_dir_beneath(tree.fd, Path::new("."))
             .map_err(|e| walk_error(tree.root, "open", e))?;
-        stat_every_entry(top, tree.root, limits, |path, st| {
-            if file_kind(st) == Kind::File && wanted.contains(&(st.st_dev, st.st_ino)) {
-                found
-                    .entry((st.st_dev, st.st_ino))
-                    .or_default()
-                    .push(path.to_path_buf());
+        let mut pending = vec![(top, PathBuf::new(), 0usize)];
+        while let Some((dir, rel, depth)) = pending.pop() {
+            let here = tree.root.join(&rel);
+            if depth > limits.max_depth {
+                return Err(SandboxError::ScanLimit {
+                    what: "the directory depth",
+                    limit: limits.max_depth,
+                    path: here,
+                });
             }
-            Ok(())
-        })?;
+            for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
+                let rel_child = rel.join(&name);
+                let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                {
+                    Ok(st) => st,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(walk_error(&tree.root.join(&rel_child), "inspect", e)),
+                };
+                match file_kind(&st) {
+                    Kind::Dir => {
+                        let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                            .map_err(|e| walk_error(&tree.root.join(&rel_child), "open", e))?;
+                        pending.push((child, rel_child, depth + 1));
+                    }
+                    Kind::File if wanted.contains(&(st.st_dev, st.st_ino)) => {
+                        found
+                            .entry((st.st_dev, st.st_ino))
+                            .or_default()
+                            .push(tree.root.join(&rel_child));
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
     Ok(found)
 }
