@@ -1114,11 +1114,9 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         for value in include_paths(&text) {
-            let named = Path::new(OsStr::from_bytes(&value));
-            if named.starts_with("~") {
-                // The home directory is never in a writable tree (policy refuses it).
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
                 continue;
-            }
+            };
             self.guard_include(&base.join(named), depth, seen)?;
         }
         Ok(())
@@ -1184,13 +1182,11 @@ impl<'a> Walker<'a, '_> {
         is_plain_relative(rel).then(|| rel.to_path_buf())
     }
 
-    /// An included path whose name `missing` (the included file itself, or a directory
+    /// An included path whose name `absent.path` (the included file itself, or a directory
     /// on the way to it) does not exist: a placeholder is made there and held read-only,
-    /// so the agent cannot make the file the user's git would read next. The included
-    /// file itself gets a symlink to nowhere (git skips an include it cannot reach; an
-    /// empty directory there would stop every git command), a directory on the way an
-    /// empty directory (git shows none). The link is visible to the agent's own `git add
-    /// -A`, hence the warning.
+    /// so the agent cannot make the file the user's git would read next; its kind is
+    /// [`AbsentAt`]'s. A name on the way that exists but is not a directory is pinned
+    /// instead. The link is visible to the agent's own `git add -A`, hence the warning.
     fn hold_absent_include(
         &mut self,
         target: &Path,
@@ -1220,10 +1216,17 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let path = parent.join(name);
-        let kind = if absent.is_last {
-            PlaceholderKind::Symlink
-        } else {
-            PlaceholderKind::Dir
+        let kind = match absent.place {
+            AbsentAt::File | AbsentAt::DirThenUp => PlaceholderKind::Symlink,
+            AbsentAt::Dir => PlaceholderKind::Dir,
+            AbsentAt::NotADir => {
+                return match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) if file_kind(&st) != Kind::Dir => {
+                        self.push(mask(path, MaskKind::Pin, &st, false))
+                    }
+                    _ => Ok(()),
+                };
+            }
         };
         match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             // Held by an earlier include of the same path.
@@ -1240,7 +1243,7 @@ impl<'a> Walker<'a, '_> {
             dev: st.st_dev,
             ino: st.st_ino,
         });
-        if absent.is_last {
+        if kind == PlaceholderKind::Symlink {
             self.out.warnings.push(format!(
                 "{} is included by the git config and did not exist: held absent for this \
                  run by a symlink to {ABSENT_TARGET}, removed after it",
@@ -1321,9 +1324,25 @@ impl<'a> Walker<'a, '_> {
             let meta = match fs::symlink_metadata(&so_far) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let rest = parts.as_path();
+                    let place = if rest.as_os_str().is_empty() {
+                        AbsentAt::File
+                    } else if rest.components().any(|c| c == Component::ParentDir) {
+                        AbsentAt::DirThenUp
+                    } else {
+                        AbsentAt::Dir
+                    };
                     return Ok(Some(AbsentName {
                         path: so_far,
-                        is_last: parts.as_path().as_os_str().is_empty(),
+                        place,
+                    }));
+                }
+                // A name on the way that is not a directory (`README` of `../README/x`):
+                // git finds nothing there, and the agent must not make it a directory.
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                    return Ok(so_far.parent().map(|entry| AbsentName {
+                        path: entry.to_path_buf(),
+                        place: AbsentAt::NotADir,
                     }));
                 }
                 Err(_) => return Ok(None),
@@ -1536,12 +1555,55 @@ impl Walker<'_, '_> {
     }
 }
 
-/// The first name on the way to an included path that does not exist
-/// ([`Walker::guard_links_on_the_way`]).
+/// An include's path as git expands it (`interpolate_path`): `~/` (or `~` alone) from
+/// `HOME`, `~user/` from the user's entry; `None` when git cannot expand it either (it
+/// then skips the include). The scan skipped every include starting with `~` ("the home
+/// directory is never in a writable tree"), but a workspace under the home directory is
+/// the usual case: `include.path = ~/proj/shared.gitconfig` left the file the agent's
+/// (round seventeen's second review). coder runs with the user's `HOME`, as the user's git
+/// does.
+fn expand_user_path(named: &Path) -> Option<PathBuf> {
+    let bytes = named.as_os_str().as_bytes();
+    let Some(rest) = bytes.strip_prefix(b"~") else {
+        return Some(named.to_path_buf());
+    };
+    let (user, tail) = match rest.iter().position(|b| *b == b'/') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, &b""[..]),
+    };
+    let home = if user.is_empty() {
+        PathBuf::from(std::env::var_os("HOME")?)
+    } else {
+        let name = std::str::from_utf8(user).ok()?;
+        nix::unistd::User::from_name(name).ok()??.dir
+    };
+    Some(home.join(OsStr::from_bytes(tail)))
+}
+
+/// The first name on the way to an included path that does not exist, or the name that is
+/// not a directory where the way needs one ([`Walker::guard_links_on_the_way`]).
 struct AbsentName {
     path: PathBuf,
-    /// It is the included file's own name, not a directory above it.
-    is_last: bool,
+    place: AbsentAt,
+}
+
+/// Where on the way to an included path [`AbsentName`] is, which decides how it is held.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AbsentAt {
+    /// The included file's own name: a symlink to nowhere (an empty directory there would
+    /// stop every git command).
+    File,
+    /// A directory above it: an empty directory (git shows none).
+    Dir,
+    /// A directory above it with `..` after it on the way (`missing/../x`): a symlink to
+    /// nowhere. An empty directory made the path resolve (to `x`) where git found nothing
+    /// at the start, and `x` was the agent's to write for as long as the placeholder
+    /// stayed (round seventeen's second review).
+    DirThenUp,
+    /// An existing name that is not a directory (`README` of `README/x`): git finds
+    /// nothing below it (`ENOTDIR`). It is pinned (still writable, not removed nor
+    /// replaced): the agent replaced `README` with a directory holding `x`.
+    NotADir,
 }
 
 /// Masks for symlinked secrets' targets and for other names of masked files.
