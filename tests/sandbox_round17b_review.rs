@@ -300,3 +300,25 @@ fn includes_spelled_in_other_ways_are_held() {
         Confined::Blocked,
     );
 }
+
+/// `shared.gitconfig -> conf/real.gitconfig`, included: the link and the file it leads
+/// to were held, not the directory `conf` between them. The agent renames `conf` and
+/// makes its own, holding a `real.gitconfig` of its own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_directory_a_linked_include_leads_into_is_not_renamed() {
+    attack(
+        "renamed directory behind a link",
+        |fx, ws| {
+            own_file(fx, ws, "conf/real.gitconfig", "");
+            std::os::unix::fs::symlink("conf/real.gitconfig", ws.join("shared.gitconfig")).unwrap();
+            fx.own_entry(&ws.join("shared.gitconfig"));
+            fx.own_entry(ws);
+            include(fx, ws, "../shared.gitconfig");
+            at_root()
+        },
+        &format!("mv conf conf2 && mkdir conf && {PAYLOAD} > conf/real.gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+}

@@ -1348,6 +1348,10 @@ impl<'a> Walker<'a, '_> {
                 Err(_) => return Ok(None),
             };
             if !meta.file_type().is_symlink() {
+                if meta.is_dir() && parts.clone().next() == Some(Component::ParentDir) {
+                    // `conf/..`: `conf` renamed and replaced by a link would lead elsewhere.
+                    self.pin_dir_on_the_way(&so_far);
+                }
                 continue;
             }
             self.guard_link_on_the_way(&so_far)?;
@@ -1365,7 +1369,27 @@ impl<'a> Walker<'a, '_> {
                 .join(parts.as_path());
             return self.guard_links_on_the_way(&next, hops);
         }
+        // The directory the way ends in: a link to `conf/real.gitconfig` held the link and
+        // the file, and the agent renamed `conf` and made its own (round seventeen's
+        // second review).
+        if let Some(parent) = so_far.parent() {
+            self.pin_dir_on_the_way(parent);
+        }
         Ok(None)
+    }
+
+    /// [`Walker::guard_links_on_the_way`]: the directory `dir` (and each above it) pinned,
+    /// when it is of this tree.
+    fn pin_dir_on_the_way(&mut self, dir: &Path) {
+        let Some(rel) = fs::canonicalize(dir)
+            .ok()
+            .and_then(|dir| self.rel_in_tree(&dir))
+        else {
+            return;
+        };
+        // As for the other pins of this walk: a directory that cannot be opened is not
+        // one the way goes through.
+        let _ = self.pin_dirs_down_to(&rel);
     }
 
     /// [`Walker::guard_links_on_the_way`]: the symlink at `link`, when it is of this tree.
