@@ -243,7 +243,48 @@ fn a_hook_linked_into_the_work_tree_is_not_the_agents_to_write() {
         },
         "printf 'touch \"%s\"\\n' \"$M\" >> tools/pre-commit; echo PLANTED",
         COMMIT,
-        Confined::Open,
+        Confined::Blocked,
+    );
+}
+
+/// The same hook link, its target made by the agent: absent at the start (a hook the
+/// project has not written yet), or in a directory of its own put in place of `tools`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hook_link_is_not_filled_nor_redirected() {
+    const HOOK: &str = "printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\"";
+    fn linked(fx: &Fx, ws: &Path, with_file: bool) {
+        own_file(fx, ws, "tools/README", "");
+        if with_file {
+            let tool = own_file(fx, ws, "tools/pre-commit", "#!/bin/sh\n");
+            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fx.own_entry(ws);
+        std::os::unix::fs::symlink("../../tools/pre-commit", ws.join(".git/hooks/pre-commit"))
+            .unwrap();
+    }
+    attack(
+        "hook link to a missing file",
+        |fx, ws| {
+            linked(fx, ws, false);
+            at_root()
+        },
+        &format!("{HOOK} > tools/pre-commit; chmod +x tools/pre-commit; echo PLANTED"),
+        COMMIT,
+        Confined::Blocked,
+    );
+    attack(
+        "hook link into a renamed directory",
+        |fx, ws| {
+            linked(fx, ws, true);
+            at_root()
+        },
+        &format!(
+            "mv tools tools2 && mkdir tools && {HOOK} > tools/pre-commit && \
+             chmod +x tools/pre-commit; echo PLANTED"
+        ),
+        COMMIT,
+        Confined::Blocked,
     );
 }
 

@@ -351,6 +351,7 @@ fn scan_once(
         }
     }
     guard_foreign_includes(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
+    let held = guard_held_links(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
     // The threads finish in any order: sort what reaches the user or the masks' order.
     out.warnings.sort();
     out.warnings.dedup();
@@ -360,7 +361,6 @@ fn scan_once(
     }
     let mut scan = LinkPass { out, limits };
     scan.follow_symlinks(trees, deny, symlinks)?;
-    let held = held_with_other_names(trees, &scan.out.masks, limits)?;
     if !scan.out.linked_secrets.is_empty() || !held.is_empty() {
         let wanted: HashSet<(u64, u64)> = scan.out.linked_secrets.union(&held).copied().collect();
         linked = other_names(trees, &wanted, limits)?;
@@ -413,9 +413,68 @@ fn guard_foreign_includes(
             };
             let mut seen = HashSet::new();
             for (target, depth) in &pending {
-                walker.guard_include(target, *depth, &mut seen)?;
+                walker.guard_include(target, *depth, &mut seen, Named::ByConfig)?;
             }
         }
+    }
+}
+
+/// What the symlinks inside directories held read-only lead to, held as an included file
+/// is ([`Walker::guard_include`], without reading it as a git config): the file read-only,
+/// each link and directory on the way guarded, a missing one held absent. A hook installed
+/// the usual way (`.git/hooks/pre-commit -> ../../tools/pre-commit`) was the agent's to
+/// write through `tools/pre-commit`, and the user's next `git commit` ran what it wrote
+/// (round seventeen's second review). A held directory a link leads to is looked into in
+/// turn, each link once. Returns the held files with other names
+/// ([`held_with_other_names`]), of what was held before and of what this held.
+#[allow(clippy::too_many_arguments)]
+fn guard_held_links(
+    trees: &[TreeScan<'_>],
+    deny: &GlobSet,
+    limits: ScanLimits,
+    watch: &ScanWatch,
+    out: &mut ScanOutput,
+    linked: &mut HashMap<(u64, u64), Vec<PathBuf>>,
+    symlinks: &mut Vec<PathBuf>,
+) -> Result<HashSet<(u64, u64)>, SandboxError> {
+    let mut look = held_with_other_names(trees, &out.masks, limits)?;
+    let mut held = std::mem::take(&mut look.linked);
+    let mut taken = HashSet::new();
+    loop {
+        let pending: Vec<PathBuf> = std::mem::take(&mut look.links)
+            .into_iter()
+            .filter(|link| taken.insert(link.clone()))
+            .collect();
+        if pending.is_empty() {
+            return Ok(held);
+        }
+        if taken.len() > MAX_HELD_ENTRIES {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of entries in directories held read-only",
+                limit: MAX_HELD_ENTRIES,
+                path: pending[0].clone(),
+            });
+        }
+        let from = out.masks.len();
+        for (index, tree) in trees.iter().enumerate().filter(|(_, t)| t.writable) {
+            let mut walker = Walker {
+                tree,
+                deny,
+                limits,
+                out: &mut *out,
+                linked: &mut *linked,
+                symlinks: &mut *symlinks,
+                queue: None,
+                recorder: None,
+                watch: Some(TreeWatch { watch, tree: index }),
+            };
+            let mut seen = HashSet::new();
+            for link in &pending {
+                walker.guard_include(link, 0, &mut seen, Named::ByLink)?;
+            }
+        }
+        look = held_with_other_names(trees, &out.masks[from..], limits)?;
+        held.extend(std::mem::take(&mut look.linked));
     }
 }
 
@@ -1117,7 +1176,7 @@ impl<'a> Walker<'a, '_> {
             let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
                 continue;
             };
-            self.guard_include(&base.join(named), depth, seen)?;
+            self.guard_include(&base.join(named), depth, seen, Named::ByConfig)?;
         }
         Ok(())
     }
@@ -1130,9 +1189,10 @@ impl<'a> Walker<'a, '_> {
         target: &Path,
         depth: usize,
         seen: &mut HashSet<(PathBuf, PathBuf)>,
+        named_by: Named,
     ) -> Result<(), SandboxError> {
         if let Some(absent) = self.guard_links_on_the_way(target, &mut 0)? {
-            return self.hold_absent_include(target, &absent, depth);
+            return self.hold_absent_include(target, &absent, depth, named_by);
         }
         let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
             return Ok(());
@@ -1141,9 +1201,11 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            self.out
-                .foreign_includes
-                .push((target.to_path_buf(), depth));
+            if named_by == Named::ByConfig {
+                self.out
+                    .foreign_includes
+                    .push((target.to_path_buf(), depth));
+            }
             return Ok(());
         };
         if self.pin_dirs_down_to(&rel_parent).is_err() {
@@ -1163,11 +1225,15 @@ impl<'a> Walker<'a, '_> {
         match file_kind(&st) {
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                self.guard_includes(&path, named_parent, depth + 1, seen)?;
+                if named_by == Named::ByConfig {
+                    self.guard_includes(&path, named_parent, depth + 1, seen)?;
+                }
             }
             Kind::Symlink => {
                 self.guard_link(path.clone(), &st)?;
-                if let Ok(resolved) = fs::canonicalize(&path) {
+                if named_by == Named::ByConfig
+                    && let Ok(resolved) = fs::canonicalize(&path)
+                {
                     self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
                 }
             }
@@ -1192,6 +1258,7 @@ impl<'a> Walker<'a, '_> {
         target: &Path,
         absent: &AbsentName,
         depth: usize,
+        named_by: Named,
     ) -> Result<(), SandboxError> {
         let (Some(parent), Some(name)) = (absent.path.parent(), absent.path.file_name()) else {
             return Ok(());
@@ -1200,9 +1267,11 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            self.out
-                .foreign_includes
-                .push((target.to_path_buf(), depth));
+            if named_by == Named::ByConfig {
+                self.out
+                    .foreign_includes
+                    .push((target.to_path_buf(), depth));
+            }
             return Ok(());
         };
         if self.pin_dirs_down_to(&rel_parent).is_err() {
@@ -1244,9 +1313,13 @@ impl<'a> Walker<'a, '_> {
             ino: st.st_ino,
         });
         if kind == PlaceholderKind::Symlink {
+            let by = match named_by {
+                Named::ByConfig => "included by the git config",
+                Named::ByLink => "named by a link in a directory held read-only",
+            };
             self.out.warnings.push(format!(
-                "{} is included by the git config and did not exist: held absent for this \
-                 run by a symlink to {ABSENT_TARGET}, removed after it",
+                "{} is {by} and did not exist: held absent for this run by a symlink to \
+                 {ABSENT_TARGET}, removed after it",
                 path.display()
             ));
         }
@@ -1609,6 +1682,17 @@ fn expand_user_path(named: &Path) -> Option<PathBuf> {
 struct AbsentName {
     path: PathBuf,
     place: AbsentAt,
+}
+
+/// What names a path [`Walker::guard_include`] holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// A git config's include: the file is a config, whose own includes are held too, and
+    /// one outside this tree is another writable tree's to hold.
+    ByConfig,
+    /// A symlink in a directory held read-only ([`guard_held_links`]), given as the path:
+    /// what it leads to is not read; every writable tree is asked already.
+    ByLink,
 }
 
 /// Where on the way to an included path [`AbsentName`] is, which decides how it is held.
@@ -2129,8 +2213,8 @@ fn held_with_other_names(
     trees: &[TreeScan<'_>],
     masks: &[Mask],
     limits: ScanLimits,
-) -> Result<HashSet<(u64, u64)>, SandboxError> {
-    let mut found = HashSet::new();
+) -> Result<HeldLook, SandboxError> {
+    let mut found = HeldLook::default();
     let mut looked = 0usize;
     for held in masks
         .iter()
@@ -2162,7 +2246,7 @@ fn held_with_other_names(
         }
         match file_kind(&st) {
             Kind::File if st.st_nlink > 1 => {
-                found.insert((st.st_dev, st.st_ino));
+                found.linked.insert((st.st_dev, st.st_ino));
             }
             Kind::Dir => {
                 let dir = open_dir_beneath(tree.fd, rel)
@@ -2175,13 +2259,23 @@ fn held_with_other_names(
     Ok(found)
 }
 
+/// What [`held_with_other_names`] found.
+#[derive(Default)]
+struct HeldLook {
+    /// (dev, ino) of held regular files with more than one name.
+    linked: HashSet<(u64, u64)>,
+    /// Symlinks inside held directories (a hook installed as `hooks/pre-commit ->
+    /// ../../tools/pre-commit`): what they lead to is held too ([`guard_held_links`]).
+    links: Vec<PathBuf>,
+}
+
 /// [`held_with_other_names`] in the held directory open as `top` (at `path`).
 fn linked_files_under(
     top: OwnedFd,
     path: &Path,
     limits: ScanLimits,
     looked: &mut usize,
-    found: &mut HashSet<(u64, u64)>,
+    found: &mut HeldLook,
 ) -> Result<(), SandboxError> {
     let mut pending = vec![(top, path.to_path_buf(), 0usize)];
     while let Some((dir, here, depth)) = pending.pop() {
@@ -2208,13 +2302,14 @@ fn linked_files_under(
             };
             match file_kind(&st) {
                 Kind::File if st.st_nlink > 1 => {
-                    found.insert((st.st_dev, st.st_ino));
+                    found.linked.insert((st.st_dev, st.st_ino));
                 }
                 Kind::Dir => {
                     let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
                         .map_err(|e| walk_error(&here.join(&name), "open", e))?;
                     pending.push((child, here.join(&name), depth + 1));
                 }
+                Kind::Symlink => found.links.push(here.join(&name)),
                 _ => {}
             }
         }
