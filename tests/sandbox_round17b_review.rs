@@ -289,8 +289,8 @@ fn a_hook_link_is_not_filled_nor_redirected() {
 }
 
 /// The workspace is a subdirectory (`sub/`) of the user's repository, whose hook has a
-/// second name (a hard link) in it: the repository's git dir is outside the workspace and
-/// held by nothing, so the other name was not looked for.
+/// second name (a hard link) in it, or is a symlink into it: the repository's git dir is
+/// outside the workspace and held by nothing, so neither was looked at.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_hook_of_the_enclosing_repository_is_not_written_through_its_other_name() {
@@ -304,7 +304,23 @@ fn a_hook_of_the_enclosing_repository_is_not_written_through_its_other_name() {
         },
         "printf 'touch \"%s\"\\n' \"$M\" >> tools/pre-commit; echo PLANTED",
         COMMIT,
-        Confined::Open,
+        Confined::Blocked,
+    );
+    attack(
+        "enclosing hook linked into the workspace",
+        |fx, ws| {
+            let tool = own_file(fx, ws, "sub/tools/pre-commit", "#!/bin/sh\n");
+            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::os::unix::fs::symlink(
+                "../../sub/tools/pre-commit",
+                ws.join(".git/hooks/pre-commit"),
+            )
+            .unwrap();
+            ("sub".to_string(), Vec::new())
+        },
+        "printf 'touch \"%s\"\\n' \"$M\" >> tools/pre-commit; echo PLANTED",
+        COMMIT,
+        Confined::Blocked,
     );
 }
 

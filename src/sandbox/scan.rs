@@ -218,6 +218,10 @@ pub(crate) struct ScanOutput {
     /// the tree whose walk met them: the writable tree that holds them guards them once
     /// every tree is walked ([`guard_foreign_includes`]).
     foreign_includes: Vec<(PathBuf, usize)>,
+    /// What the hooks of a repository whose git dir lies outside every tree (the one a
+    /// workspace is a subdirectory or linked worktree of) have in the trees: hard-linked
+    /// hook files and symlinks, held by [`guard_held_links`] as those of a held directory.
+    outside_hooks: HeldLook,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -438,6 +442,9 @@ fn guard_held_links(
     symlinks: &mut Vec<PathBuf>,
 ) -> Result<HashSet<(u64, u64)>, SandboxError> {
     let mut look = held_with_other_names(trees, &out.masks, limits)?;
+    let outside = std::mem::take(&mut out.outside_hooks);
+    look.linked.extend(outside.linked);
+    look.links.extend(outside.links);
     let mut held = std::mem::take(&mut look.linked);
     let mut taken = HashSet::new();
     loop {
@@ -1201,12 +1208,7 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            if named_by == Named::ByConfig {
-                self.out
-                    .foreign_includes
-                    .push((target.to_path_buf(), depth));
-            }
-            return Ok(());
+            return self.guard_named_elsewhere(target, named_parent, depth, seen, named_by);
         };
         if self.pin_dirs_down_to(&rel_parent).is_err() {
             return Ok(());
@@ -1238,6 +1240,45 @@ impl<'a> Walker<'a, '_> {
                 }
             }
             Kind::Dir | Kind::Other => {}
+        }
+        Ok(())
+    }
+
+    /// [`Walker::guard_include`] of a `target` named outside this tree: a link there may
+    /// lead into it (a hook of a repository above the workspace, `.git/hooks/pre-commit
+    /// -> ../../sub/tools/pre-commit`), and the file it leads to is held here (the links
+    /// and directories on the way are, by [`Walker::guard_links_on_the_way`]); otherwise
+    /// an include is another writable tree's to hold.
+    fn guard_named_elsewhere(
+        &mut self,
+        target: &Path,
+        named_parent: &Path,
+        depth: usize,
+        seen: &mut HashSet<(PathBuf, PathBuf)>,
+        named_by: Named,
+    ) -> Result<(), SandboxError> {
+        let resolved = fs::canonicalize(target).ok();
+        let Some((resolved, rel)) = resolved.and_then(|r| Some((r.clone(), self.rel_in_tree(&r)?)))
+        else {
+            if named_by == Named::ByConfig {
+                self.out
+                    .foreign_includes
+                    .push((target.to_path_buf(), depth));
+            }
+            return Ok(());
+        };
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let Ok(fd) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH) else {
+            return Ok(());
+        };
+        let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
+        if file_kind(&st) == Kind::File {
+            self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
+            if named_by == Named::ByConfig {
+                self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+            }
         }
         Ok(())
     }
@@ -1368,9 +1409,35 @@ impl<'a> Walker<'a, '_> {
             configs.push(common.join("config"));
         }
         let mut seen = HashSet::new();
-        for config in configs {
+        for config in &configs {
             let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
-            self.guard_includes(&config, &base, 0, &mut seen)?;
+            self.guard_includes(config, &base, 0, &mut seen)?;
+        }
+        // Its hooks: one with a second name in this tree (a hard link), or a symlink into
+        // it, was the agent's to write, and the user's next commit in the repository ran
+        // it (round seventeen's second review). The hooks are in the common dir.
+        for config in &configs {
+            let Some(hooks) = config
+                .parent()
+                .and_then(|dir| fs::canonicalize(dir.join("hooks")).ok())
+            else {
+                continue;
+            };
+            let Ok(dir) = nix::fcntl::open(
+                &hooks,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            let mut looked = 0;
+            linked_files_under(
+                dir,
+                &hooks,
+                self.limits,
+                &mut looked,
+                &mut self.out.outside_hooks,
+            )?;
         }
         Ok(())
     }
@@ -2260,7 +2327,7 @@ fn held_with_other_names(
 }
 
 /// What [`held_with_other_names`] found.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct HeldLook {
     /// (dev, ino) of held regular files with more than one name.
     linked: HashSet<(u64, u64)>,
