@@ -145,11 +145,6 @@ fn at_root() -> (String, Vec<String>) {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_include_spelled_from_the_home_directory_is_held() {
-    fn home_above(nobody: bool) -> Fx {
-        let fx = Fixture::new(REPO.prefix, nobody, &["ws", "home", "state"]);
-        let root = fx.root().to_path_buf();
-        Fx::on(fx.with_var("HOME", root), &REPO)
-    }
     attack_with(
         "~/ include",
         home_above,
@@ -375,6 +370,51 @@ fn the_directory_a_linked_include_leads_into_is_not_renamed() {
             at_root()
         },
         &format!("mv conf conf2 && mkdir conf && {PAYLOAD} > conf/real.gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+}
+
+/// [`an_include_spelled_from_the_home_directory_is_held`]'s fixture: the user's `HOME` is
+/// the directory above the workspace.
+fn home_above(nobody: bool) -> Fx {
+    let fx = Fixture::new(REPO.prefix, nobody, &["ws", "home", "state"]);
+    let root = fx.root().to_path_buf();
+    Fx::on(fx.with_var("HOME", root), &REPO)
+}
+
+/// The user's *global* config (`~/.gitconfig`) includes a file of the workspace (a
+/// dotfiles repository, `~/ws`, shared settings kept in it), or is itself a symlink into
+/// it (`stow`): only repository configs were read, and the agent wrote the file the
+/// user's every git reads.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_users_global_config_is_not_written_through_the_workspace() {
+    attack_with(
+        "global include",
+        home_above,
+        |fx, ws| {
+            own_file(fx, ws, "git/extra.gitconfig", "");
+            let global = ws.parent().unwrap().join(".gitconfig");
+            std::fs::write(&global, "[include]\n\tpath = ~/ws/git/extra.gitconfig\n").unwrap();
+            fx.own_entry(&global);
+            at_root()
+        },
+        &format!("{PAYLOAD} >> git/extra.gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+    attack_with(
+        "global config linked into the workspace",
+        home_above,
+        |fx, ws| {
+            own_file(fx, ws, "gitconfig", "");
+            let global = ws.parent().unwrap().join(".gitconfig");
+            std::os::unix::fs::symlink("ws/gitconfig", &global).unwrap();
+            fx.own_entry(&global);
+            at_root()
+        },
+        &format!("{PAYLOAD} >> gitconfig; echo PLANTED"),
         STATUS,
         Confined::Blocked,
     );

@@ -1374,6 +1374,16 @@ impl<'a> Walker<'a, '_> {
     /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
     /// placeholder.)
     fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
+        // The user's global and system configs, read by every git the user runs: one
+        // that is (a link to) a file of this tree, or includes one (a dotfiles repository
+        // as the workspace, `[include] path = ~/dotfiles/gitconfig` in `~/.gitconfig`),
+        // handed that file to the agent (round seventeen's second review).
+        let mut seen = HashSet::new();
+        for config in user_git_configs() {
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.guard_include(&config, 0, &mut seen, Named::ByConfig)?;
+            self.guard_includes(&config, &base, 0, &mut seen)?;
+        }
         let own = self.tree.root.join(".git");
         let Some(dot_git) = std::iter::once(own.clone())
             .filter(|own| fs::symlink_metadata(own).is_ok_and(|m| m.is_file()))
@@ -1408,7 +1418,6 @@ impl<'a> Walker<'a, '_> {
         }) {
             configs.push(common.join("config"));
         }
-        let mut seen = HashSet::new();
         for config in &configs {
             let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
             self.guard_includes(config, &base, 0, &mut seen)?;
@@ -1742,6 +1751,41 @@ fn expand_user_path(named: &Path) -> Option<PathBuf> {
         nix::unistd::User::from_name(name).ok()??.dir
     };
     Some(home.join(OsStr::from_bytes(tail)))
+}
+
+/// The config files every git of the user reads besides a repository's own, as git finds
+/// them in coder's environment (the user's): the system one (`GIT_CONFIG_SYSTEM` or
+/// `/etc/gitconfig`, unless `GIT_CONFIG_NOSYSTEM`) and the global ones
+/// (`GIT_CONFIG_GLOBAL`, or `$XDG_CONFIG_HOME/git/config` and `~/.gitconfig`).
+fn user_git_configs() -> Vec<PathBuf> {
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let mut configs = Vec::new();
+    let no_system = env("GIT_CONFIG_NOSYSTEM").is_some_and(|v| {
+        !matches!(
+            v.to_string_lossy().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    });
+    if !no_system {
+        configs
+            .push(env("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
+    }
+    if let Some(global) = env("GIT_CONFIG_GLOBAL") {
+        configs.push(PathBuf::from(global));
+    } else {
+        let home = env("HOME").map(PathBuf::from);
+        if let Some(xdg) = env("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")))
+        {
+            configs.push(xdg.join("git/config"));
+        }
+        if let Some(home) = home {
+            configs.push(home.join(".gitconfig"));
+        }
+    }
+    configs.retain(|c| c.is_absolute());
+    configs
 }
 
 /// The first name on the way to an included path that does not exist, or the name that is
