@@ -419,3 +419,84 @@ fn the_users_global_config_is_not_written_through_the_workspace() {
         Confined::Blocked,
     );
 }
+
+/// The placeholders of absent included files (a symlink to nowhere, an empty directory)
+/// are coder's, not the agent's: a run that changes nothing lists no change, and nothing
+/// of them is left in the work tree after it. Blocked (both arms).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_placeholders_of_absent_includes_are_not_changes() {
+    use common::review_tree::{Tree, changes, result, who};
+    for owner in sandbox_fixture::owners() {
+        let tree = Tree::repo(
+            "coder-r17b-ledger-",
+            owner,
+            &[],
+            &[("README", "hello\n")],
+            &[("include.path", "../absent.gitconfig")],
+        );
+        tree.git(&["config", "--add", "include.path", "../new/dir/x.gitconfig"]);
+        tree.git(&["config", "--add", "include.path", "../m/../y.gitconfig"]);
+        let env = tree.run(&[], "ls -d absent.gitconfig new m 2>&1; git status --short");
+        let who = who(owner);
+        assert!(
+            result(&env).contains("absent.gitconfig") && result(&env).contains("new"),
+            "{who}: the placeholders were not there during the run: {env}"
+        );
+        assert_eq!(
+            changes(&env),
+            Vec::<(String, String)>::new(),
+            "{who}: {env}"
+        );
+        for name in ["absent.gitconfig", "new", "m", "y.gitconfig"] {
+            assert!(
+                std::fs::symlink_metadata(tree.ws().join(name)).is_err(),
+                "{who}: {name} left in the work tree: {env}"
+            );
+        }
+    }
+}
+
+/// Held files reached from elsewhere: the user's config includes a file outside every
+/// tree that is a symlink into the workspace (it was passed on as "another tree's" and
+/// held by none; fixed with the enclosing hooks), and a hook with its other name in a
+/// `--write` directory (blocked: the second walk visits every tree).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn held_files_reached_from_outside_the_workspace_are_held() {
+    attack(
+        "include through a link outside",
+        |fx, ws| {
+            own_file(fx, ws, "shared.gitconfig", "");
+            let outside = fx.root().join("outside");
+            std::fs::create_dir_all(&outside).unwrap();
+            std::os::unix::fs::symlink("../ws/shared.gitconfig", outside.join("link.gitconfig"))
+                .unwrap();
+            include(fx, ws, outside.join("link.gitconfig").to_str().unwrap());
+            at_root()
+        },
+        &format!("{PAYLOAD} >> shared.gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+    attack(
+        "hook with its other name in a --write dir",
+        |fx, ws| {
+            let w = fx.root().join("w");
+            std::fs::create_dir_all(&w).unwrap();
+            fx.own_entry(&w);
+            let tool = w.join("pre-commit");
+            std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.own_entry(&tool);
+            std::fs::hard_link(&tool, ws.join(".git/hooks/pre-commit")).unwrap();
+            (
+                String::new(),
+                vec!["--write".to_string(), w.display().to_string()],
+            )
+        },
+        "printf 'touch \"%s\"\\n' \"$M\" >> ../w/pre-commit; echo PLANTED",
+        COMMIT,
+        Confined::Blocked,
+    );
+}
