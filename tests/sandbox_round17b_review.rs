@@ -480,6 +480,24 @@ fn held_files_reached_from_outside_the_workspace_are_held() {
         Confined::Blocked,
     );
     attack(
+        "include of an include outside",
+        |fx, ws| {
+            own_file(fx, ws, "shared.gitconfig", "");
+            let outside = fx.root().join("outside");
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(
+                outside.join("a.gitconfig"),
+                "[include]\n\tpath = ../ws/shared.gitconfig\n",
+            )
+            .unwrap();
+            include(fx, ws, outside.join("a.gitconfig").to_str().unwrap());
+            at_root()
+        },
+        &format!("{PAYLOAD} >> shared.gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+    attack(
         "hook with its other name in a --write dir",
         |fx, ws| {
             let w = fx.root().join("w");

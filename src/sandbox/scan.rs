@@ -1264,6 +1264,12 @@ impl<'a> Walker<'a, '_> {
                 self.out
                     .foreign_includes
                     .push((target.to_path_buf(), depth));
+                // What a file outside this tree includes may be in it (`~/x.gitconfig`
+                // including `~/proj/shared.gitconfig`): not read until round seventeen's
+                // second review, so that file was the agent's.
+                if let Ok(resolved) = fs::canonicalize(target) {
+                    self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+                }
             }
             return Ok(());
         };
