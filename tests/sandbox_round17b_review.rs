@@ -21,8 +21,28 @@
 //!   `README` with a directory holding `x`. The name that is not a directory is pinned
 //!   now (still writable, not removable nor replaceable).
 //!
-//! Open (ratchets that assert the hole is still there; SECURITY.md, Known limits):
-//! see each test's comment.
+//! * **A directory between a link and the included file.** `shared.gitconfig ->
+//!   conf/real.gitconfig`: the link and the file were held, not `conf`, which the agent
+//!   renamed and replaced with its own. The directory the resolved way ends in is pinned.
+//! * **A hook linked into the work tree.** `.git/hooks/pre-commit ->
+//!   ../../tools/pre-commit` (present or absent): `hooks/` was held, `tools/pre-commit`
+//!   the agent's. What a symlink in a held directory leads to is held now.
+//! * **The hooks of a repository above the workspace** (a workspace `sub/`), with a hard
+//!   link or a symlink into it: held by nothing. They are looked at now.
+//! * **Includes reached from outside every tree**: a symlink there into the workspace,
+//!   or the includes of such a file, were held by no tree; and the user's global and
+//!   system configs were not read at all (`~/.gitconfig` including a dotfiles
+//!   workspace's file, or a link into it).
+//!
+//! Blocked by the defences already there: includes spelled with `//`, `./`, an absolute
+//! path, `..` of an existing directory, `includeIf "onbranch:"` on a branch the agent
+//! makes; a hook's other name in a `--write` directory; the ledger and the work tree
+//! after a run show nothing of the placeholders. Tried by hand, not kept as a test: an
+//! earlier agent filling a nested repository's `hooks/` with 100 001 files to put the
+//! next run's look into held directories over its cap (the end-of-run git guard moves
+//! them into a quarantine directory, which is not held).
+//!
+//! No ratchet is left open here; what remains is in SECURITY.md, Known limits.
 
 mod common;
 
