@@ -32,7 +32,8 @@
 //! * **Includes reached from outside every tree**: a symlink there into the workspace,
 //!   or the includes of such a file, were held by no tree; and the user's global and
 //!   system configs were not read at all (`~/.gitconfig` including a dotfiles
-//!   workspace's file, or a link into it).
+//!   workspace's file, or a link or a hard link into it; the enclosing repository's
+//!   `config` with a hard link into a workspace below it).
 //!
 //! Blocked by the defences already there: includes spelled with `//`, `./`, an absolute
 //! path, `..` of an existing directory, `includeIf "onbranch:"` on a branch the agent
@@ -435,6 +436,31 @@ fn the_users_global_config_is_not_written_through_the_workspace() {
             at_root()
         },
         &format!("{PAYLOAD} >> gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+    attack_with(
+        "global config with another name in the workspace",
+        home_above,
+        |fx, ws| {
+            own_file(fx, ws, "gitconfig", "");
+            let global = ws.parent().unwrap().join(".gitconfig");
+            std::fs::hard_link(ws.join("gitconfig"), &global).unwrap();
+            at_root()
+        },
+        &format!("{PAYLOAD} >> gitconfig; echo PLANTED"),
+        STATUS,
+        Confined::Blocked,
+    );
+    attack(
+        "enclosing config with another name in the workspace",
+        |fx, ws| {
+            std::fs::create_dir_all(ws.join("sub")).unwrap();
+            fx.own_entry(&ws.join("sub"));
+            std::fs::hard_link(ws.join(".git/config"), ws.join("sub/repo.gitconfig")).unwrap();
+            ("sub".to_string(), Vec::new())
+        },
+        &format!("{PAYLOAD} >> repo.gitconfig; echo PLANTED"),
         STATUS,
         Confined::Blocked,
     );

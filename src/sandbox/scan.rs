@@ -218,10 +218,12 @@ pub(crate) struct ScanOutput {
     /// the tree whose walk met them: the writable tree that holds them guards them once
     /// every tree is walked ([`guard_foreign_includes`]).
     foreign_includes: Vec<(PathBuf, usize)>,
-    /// What the hooks of a repository whose git dir lies outside every tree (the one a
-    /// workspace is a subdirectory or linked worktree of) have in the trees: hard-linked
-    /// hook files and symlinks, held by [`guard_held_links`] as those of a held directory.
-    outside_hooks: HeldLook,
+    /// What files git reads as config or runs as hooks from outside every tree (the hooks
+    /// and configs of a repository a workspace is a subdirectory or linked worktree of,
+    /// the user's global config, an included file elsewhere) have in the trees: other
+    /// names (hard links) and, for hooks, symlinks, held by [`guard_held_links`] as those
+    /// of a held directory.
+    outside_held: HeldLook,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -442,7 +444,7 @@ fn guard_held_links(
     symlinks: &mut Vec<PathBuf>,
 ) -> Result<HashSet<(u64, u64)>, SandboxError> {
     let mut look = held_with_other_names(trees, &out.masks, limits)?;
-    let outside = std::mem::take(&mut out.outside_hooks);
+    let outside = std::mem::take(&mut out.outside_held);
     look.linked.extend(outside.linked);
     look.links.extend(outside.links);
     let mut held = std::mem::take(&mut look.linked);
@@ -1268,6 +1270,7 @@ impl<'a> Walker<'a, '_> {
                 // including `~/proj/shared.gitconfig`): not read until round seventeen's
                 // second review, so that file was the agent's.
                 if let Ok(resolved) = fs::canonicalize(target) {
+                    self.note_other_names(&resolved);
                     self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
                 }
             }
@@ -1287,6 +1290,22 @@ impl<'a> Walker<'a, '_> {
             }
         }
         Ok(())
+    }
+
+    /// A config file outside every tree (`path`, no symlink followed) with more than one
+    /// name: its names in the trees are held ([`ScanOutput::outside_held`]); a
+    /// `~/.gitconfig` hard-linked into a dotfiles workspace was the agent's to write
+    /// through that name (round seventeen's second review).
+    fn note_other_names(&mut self, path: &Path) {
+        if let Ok(meta) = fs::symlink_metadata(path)
+            && meta.file_type().is_file()
+            && meta.nlink() > 1
+        {
+            self.out
+                .outside_held
+                .linked
+                .insert((meta.dev(), meta.ino()));
+        }
     }
 
     /// `dir` (canonical) relative to this tree's root, when it is in it.
@@ -1426,6 +1445,7 @@ impl<'a> Walker<'a, '_> {
         }
         for config in &configs {
             let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.note_other_names(config);
             self.guard_includes(config, &base, 0, &mut seen)?;
         }
         // Its hooks: one with a second name in this tree (a hard link), or a symlink into
@@ -1451,7 +1471,7 @@ impl<'a> Walker<'a, '_> {
                 &hooks,
                 self.limits,
                 &mut looked,
-                &mut self.out.outside_hooks,
+                &mut self.out.outside_held,
             )?;
         }
         Ok(())
