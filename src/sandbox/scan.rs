@@ -2042,6 +2042,11 @@ const MAX_HELD_ENTRIES: usize = 100_000;
 fn read_config(path: &Path) -> Option<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
     const CAP: u64 = 1 << 20;
+    // Looked at before it is opened: opening a device may act (a watchdog starts its
+    // timer, a tape rewinds), and the scan now reads configs outside every tree too.
+    if !fs::symlink_metadata(path).ok()?.is_file() {
+        return None;
+    }
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
