@@ -225,6 +225,12 @@ pub(crate) struct ScanOutput {
     /// directories above many protected entries are pinned once, not once per entry
     /// (each pin counts against the cap on masks).
     pinned: HashSet<PathBuf>,
+    /// What files git reads as config or runs as hooks from outside every tree (the hooks
+    /// and configs of a repository a workspace is a subdirectory or linked worktree of,
+    /// the user's global config, an included file elsewhere) have in the trees: other
+    /// names (hard links) and, for hooks, symlinks, held by [`guard_held_links`] as those
+    /// of a held directory.
+    outside_held: HeldLook,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -361,6 +367,7 @@ fn scan_once(
     if let Some(warning) = out_of_reach_warning(&mut out.out_of_reach) {
         out.warnings.push(warning);
     }
+    let held = guard_held_links(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
     // The threads finish in any order: sort what reaches the user or the masks' order.
     out.warnings.sort();
     out.warnings.dedup();
@@ -370,7 +377,6 @@ fn scan_once(
     }
     let mut scan = LinkPass { out, limits };
     scan.follow_symlinks(trees, deny, symlinks)?;
-    let held = held_with_other_names(trees, &scan.out.masks, limits)?;
     if !scan.out.linked_secrets.is_empty() || !held.is_empty() {
         let wanted: HashSet<(u64, u64)> = scan.out.linked_secrets.union(&held).copied().collect();
         linked = other_names(trees, &wanted, limits)?;
@@ -423,9 +429,71 @@ fn guard_foreign_includes(
             };
             let mut seen = HashSet::new();
             for (target, depth) in &pending {
-                walker.guard_include(target, *depth, &mut seen)?;
+                walker.guard_include(target, *depth, &mut seen, Named::ByConfig)?;
             }
         }
+    }
+}
+
+/// What the symlinks inside directories held read-only lead to, held as an included file
+/// is ([`Walker::guard_include`], without reading it as a git config): the file read-only,
+/// each link and directory on the way guarded, a missing one held absent. A hook installed
+/// the usual way (`.git/hooks/pre-commit -> ../../tools/pre-commit`) was the agent's to
+/// write through `tools/pre-commit`, and the user's next `git commit` ran what it wrote
+/// (round seventeen's second review). A held directory a link leads to is looked into in
+/// turn, each link once. Returns the held files with other names
+/// ([`held_with_other_names`]), of what was held before and of what this held.
+#[allow(clippy::too_many_arguments)]
+fn guard_held_links(
+    trees: &[TreeScan<'_>],
+    deny: &GlobSet,
+    limits: ScanLimits,
+    watch: &ScanWatch,
+    out: &mut ScanOutput,
+    linked: &mut HashMap<(u64, u64), Vec<PathBuf>>,
+    symlinks: &mut Vec<PathBuf>,
+) -> Result<HashSet<(u64, u64)>, SandboxError> {
+    let mut look = held_with_other_names(trees, &out.masks, limits)?;
+    let outside = std::mem::take(&mut out.outside_held);
+    look.linked.extend(outside.linked);
+    look.links.extend(outside.links);
+    let mut held = std::mem::take(&mut look.linked);
+    let mut taken = HashSet::new();
+    loop {
+        let pending: Vec<PathBuf> = std::mem::take(&mut look.links)
+            .into_iter()
+            .filter(|link| taken.insert(link.clone()))
+            .collect();
+        if pending.is_empty() {
+            return Ok(held);
+        }
+        if taken.len() > MAX_HELD_ENTRIES {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of entries in directories held read-only",
+                limit: MAX_HELD_ENTRIES,
+                path: pending[0].clone(),
+            });
+        }
+        let from = out.masks.len();
+        for (index, tree) in trees.iter().enumerate().filter(|(_, t)| t.writable) {
+            let mut walker = Walker {
+                tree,
+                deny,
+                limits,
+                out: &mut *out,
+                linked: &mut *linked,
+                symlinks: &mut *symlinks,
+                queue: None,
+                recorder: None,
+                watch: Some(TreeWatch { watch, tree: index }),
+            };
+            let mut seen = HashSet::new();
+            for link in &pending {
+                walker.guard_include(link, 0, &mut seen, Named::ByLink)?;
+            }
+        }
+        look = held_with_other_names(trees, &out.masks[from..], limits)?;
+        held.extend(std::mem::take(&mut look.linked));
     }
 }
 
@@ -1142,12 +1210,10 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         for value in include_paths(&text) {
-            let named = Path::new(OsStr::from_bytes(&value));
-            if named.starts_with("~") {
-                // The home directory is never in a writable tree (policy refuses it).
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
                 continue;
-            }
-            self.guard_include(&base.join(named), depth, seen)?;
+            };
+            self.guard_include(&base.join(named), depth, seen, Named::ByConfig)?;
         }
         Ok(())
     }
@@ -1160,9 +1226,10 @@ impl<'a> Walker<'a, '_> {
         target: &Path,
         depth: usize,
         seen: &mut HashSet<(PathBuf, PathBuf)>,
+        named_by: Named,
     ) -> Result<(), SandboxError> {
         if let Some(absent) = self.guard_links_on_the_way(target, &mut 0)? {
-            return self.hold_absent_include(target, &absent, depth);
+            return self.hold_absent_include(target, &absent, depth, named_by);
         }
         let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
             return Ok(());
@@ -1171,10 +1238,7 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            self.out
-                .foreign_includes
-                .push((target.to_path_buf(), depth));
-            return Ok(());
+            return self.guard_named_elsewhere(target, named_parent, depth, seen, named_by);
         };
         if self.pin_dirs_down_to(&rel_parent).is_err() {
             return Ok(());
@@ -1193,11 +1257,15 @@ impl<'a> Walker<'a, '_> {
         match file_kind(&st) {
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                self.guard_includes(&path, named_parent, depth + 1, seen)?;
+                if named_by == Named::ByConfig {
+                    self.guard_includes(&path, named_parent, depth + 1, seen)?;
+                }
             }
             Kind::Symlink => {
                 self.guard_link(path.clone(), &st)?;
-                if let Ok(resolved) = fs::canonicalize(&path) {
+                if named_by == Named::ByConfig
+                    && let Ok(resolved) = fs::canonicalize(&path)
+                {
                     self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
                 }
             }
@@ -1206,24 +1274,85 @@ impl<'a> Walker<'a, '_> {
         Ok(())
     }
 
+    /// [`Walker::guard_include`] of a `target` named outside this tree: a link there may
+    /// lead into it (a hook of a repository above the workspace, `.git/hooks/pre-commit
+    /// -> ../../sub/tools/pre-commit`), and the file it leads to is held here (the links
+    /// and directories on the way are, by [`Walker::guard_links_on_the_way`]); otherwise
+    /// an include is another writable tree's to hold.
+    fn guard_named_elsewhere(
+        &mut self,
+        target: &Path,
+        named_parent: &Path,
+        depth: usize,
+        seen: &mut HashSet<(PathBuf, PathBuf)>,
+        named_by: Named,
+    ) -> Result<(), SandboxError> {
+        let resolved = fs::canonicalize(target).ok();
+        let Some((resolved, rel)) = resolved.and_then(|r| Some((r.clone(), self.rel_in_tree(&r)?)))
+        else {
+            if named_by == Named::ByConfig {
+                self.out
+                    .foreign_includes
+                    .push((target.to_path_buf(), depth));
+                // What a file outside this tree includes may be in it (`~/x.gitconfig`
+                // including `~/proj/shared.gitconfig`): not read until round seventeen's
+                // second review, so that file was the agent's.
+                if let Ok(resolved) = fs::canonicalize(target) {
+                    self.note_other_names(&resolved);
+                    self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+                }
+            }
+            return Ok(());
+        };
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let Ok(fd) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH) else {
+            return Ok(());
+        };
+        let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
+        if file_kind(&st) == Kind::File {
+            self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
+            if named_by == Named::ByConfig {
+                self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A config file outside every tree (`path`, no symlink followed) with more than one
+    /// name: its names in the trees are held ([`ScanOutput::outside_held`]); a
+    /// `~/.gitconfig` hard-linked into a dotfiles workspace was the agent's to write
+    /// through that name (round seventeen's second review).
+    fn note_other_names(&mut self, path: &Path) {
+        if let Ok(meta) = fs::symlink_metadata(path)
+            && meta.file_type().is_file()
+            && meta.nlink() > 1
+        {
+            self.out
+                .outside_held
+                .linked
+                .insert((meta.dev(), meta.ino()));
+        }
+    }
+
     /// `dir` (canonical) relative to this tree's root, when it is in it.
     fn rel_in_tree(&self, dir: &Path) -> Option<PathBuf> {
         let rel = dir.strip_prefix(self.tree.root).ok()?;
         is_plain_relative(rel).then(|| rel.to_path_buf())
     }
 
-    /// An included path whose name `missing` (the included file itself, or a directory
+    /// An included path whose name `absent.path` (the included file itself, or a directory
     /// on the way to it) does not exist: a placeholder is made there and held read-only,
-    /// so the agent cannot make the file the user's git would read next. The included
-    /// file itself gets a symlink to nowhere (git skips an include it cannot reach; an
-    /// empty directory there would stop every git command), a directory on the way an
-    /// empty directory (git shows none). The link is visible to the agent's own `git add
-    /// -A`, hence the warning.
+    /// so the agent cannot make the file the user's git would read next; its kind is
+    /// [`AbsentAt`]'s. A name on the way that exists but is not a directory is pinned
+    /// instead. The link is visible to the agent's own `git add -A`, hence the warning.
     fn hold_absent_include(
         &mut self,
         target: &Path,
         absent: &AbsentName,
         depth: usize,
+        named_by: Named,
     ) -> Result<(), SandboxError> {
         let (Some(parent), Some(name)) = (absent.path.parent(), absent.path.file_name()) else {
             return Ok(());
@@ -1232,9 +1361,11 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            self.out
-                .foreign_includes
-                .push((target.to_path_buf(), depth));
+            if named_by == Named::ByConfig {
+                self.out
+                    .foreign_includes
+                    .push((target.to_path_buf(), depth));
+            }
             return Ok(());
         };
         if self.pin_dirs_down_to(&rel_parent).is_err() {
@@ -1248,10 +1379,17 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let path = parent.join(name);
-        let kind = if absent.is_last {
-            PlaceholderKind::Symlink
-        } else {
-            PlaceholderKind::Dir
+        let kind = match absent.place {
+            AbsentAt::File | AbsentAt::DirThenUp => PlaceholderKind::Symlink,
+            AbsentAt::Dir => PlaceholderKind::Dir,
+            AbsentAt::NotADir => {
+                return match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) if file_kind(&st) != Kind::Dir => {
+                        self.push(mask(path, MaskKind::Pin, &st, false))
+                    }
+                    _ => Ok(()),
+                };
+            }
         };
         match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             // Held by an earlier include of the same path.
@@ -1268,11 +1406,15 @@ impl<'a> Walker<'a, '_> {
             dev: st.st_dev,
             ino: st.st_ino,
         });
-        if absent.is_last {
+        if kind == PlaceholderKind::Symlink {
+            let by = match named_by {
+                Named::ByConfig => "the repository's git config includes",
+                Named::ByLink => "a link in a directory held read-only names",
+            };
             self.out.warnings.push(format!(
-                "{}, which the repository's git config includes, did not exist: the \
-                 sandbox holds it absent for this run (a symlink to {ABSENT_TARGET}, \
-                 removed afterwards), so the agent cannot create it",
+                "{}, which {by}, did not exist: the sandbox holds it absent for this run \
+                 (a symlink to {ABSENT_TARGET}, removed afterwards), so the agent cannot \
+                 create it",
                 path.display()
             ));
         }
@@ -1286,6 +1428,16 @@ impl<'a> Walker<'a, '_> {
     /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
     /// placeholder.)
     fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
+        // The user's global and system configs, read by every git the user runs: one
+        // that is (a link to) a file of this tree, or includes one (a dotfiles repository
+        // as the workspace, `[include] path = ~/dotfiles/gitconfig` in `~/.gitconfig`),
+        // handed that file to the agent (round seventeen's second review).
+        let mut seen = HashSet::new();
+        for config in user_git_configs() {
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.guard_include(&config, 0, &mut seen, Named::ByConfig)?;
+            self.guard_includes(&config, &base, 0, &mut seen)?;
+        }
         let own = self.tree.root.join(".git");
         let Some(dot_git) = std::iter::once(own.clone())
             .filter(|own| fs::symlink_metadata(own).is_ok_and(|m| m.is_file()))
@@ -1320,10 +1472,36 @@ impl<'a> Walker<'a, '_> {
         }) {
             configs.push(common.join("config"));
         }
-        let mut seen = HashSet::new();
-        for config in configs {
+        for config in &configs {
             let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
-            self.guard_includes(&config, &base, 0, &mut seen)?;
+            self.note_other_names(config);
+            self.guard_includes(config, &base, 0, &mut seen)?;
+        }
+        // Its hooks: one with a second name in this tree (a hard link), or a symlink into
+        // it, was the agent's to write, and the user's next commit in the repository ran
+        // it (round seventeen's second review). The hooks are in the common dir.
+        for config in &configs {
+            let Some(hooks) = config
+                .parent()
+                .and_then(|dir| fs::canonicalize(dir.join("hooks")).ok())
+            else {
+                continue;
+            };
+            let Ok(dir) = nix::fcntl::open(
+                &hooks,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            let mut looked = 0;
+            linked_files_under(
+                dir,
+                &hooks,
+                self.limits,
+                &mut looked,
+                &mut self.out.outside_held,
+            )?;
         }
         Ok(())
     }
@@ -1350,14 +1528,34 @@ impl<'a> Walker<'a, '_> {
             let meta = match fs::symlink_metadata(&so_far) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let rest = parts.as_path();
+                    let place = if rest.as_os_str().is_empty() {
+                        AbsentAt::File
+                    } else if rest.components().any(|c| c == Component::ParentDir) {
+                        AbsentAt::DirThenUp
+                    } else {
+                        AbsentAt::Dir
+                    };
                     return Ok(Some(AbsentName {
                         path: so_far,
-                        is_last: parts.as_path().as_os_str().is_empty(),
+                        place,
+                    }));
+                }
+                // A name on the way that is not a directory (`README` of `../README/x`):
+                // git finds nothing there, and the agent must not make it a directory.
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                    return Ok(so_far.parent().map(|entry| AbsentName {
+                        path: entry.to_path_buf(),
+                        place: AbsentAt::NotADir,
                     }));
                 }
                 Err(_) => return Ok(None),
             };
             if !meta.file_type().is_symlink() {
+                if meta.is_dir() && parts.clone().next() == Some(Component::ParentDir) {
+                    // `conf/..`: `conf` renamed and replaced by a link would lead elsewhere.
+                    self.pin_dir_on_the_way(&so_far);
+                }
                 continue;
             }
             self.guard_link_on_the_way(&so_far)?;
@@ -1375,7 +1573,27 @@ impl<'a> Walker<'a, '_> {
                 .join(parts.as_path());
             return self.guard_links_on_the_way(&next, hops);
         }
+        // The directory the way ends in: a link to `conf/real.gitconfig` held the link and
+        // the file, and the agent renamed `conf` and made its own (round seventeen's
+        // second review).
+        if let Some(parent) = so_far.parent() {
+            self.pin_dir_on_the_way(parent);
+        }
         Ok(None)
+    }
+
+    /// [`Walker::guard_links_on_the_way`]: the directory `dir` (and each above it) pinned,
+    /// when it is of this tree.
+    fn pin_dir_on_the_way(&mut self, dir: &Path) {
+        let Some(rel) = fs::canonicalize(dir)
+            .ok()
+            .and_then(|dir| self.rel_in_tree(&dir))
+        else {
+            return;
+        };
+        // As for the other pins of this walk: a directory that cannot be opened is not
+        // one the way goes through.
+        let _ = self.pin_dirs_down_to(&rel);
     }
 
     /// [`Walker::guard_links_on_the_way`]: the symlink at `link`, when it is of this tree.
@@ -1572,12 +1790,101 @@ impl Walker<'_, '_> {
     }
 }
 
-/// The first name on the way to an included path that does not exist
-/// ([`Walker::guard_links_on_the_way`]).
+/// An include's path as git expands it (`interpolate_path`): `~/` (or `~` alone) from
+/// `HOME`, `~user/` from the user's entry; `None` when git cannot expand it either (it
+/// then skips the include). The scan skipped every include starting with `~` ("the home
+/// directory is never in a writable tree"), but a workspace under the home directory is
+/// the usual case: `include.path = ~/proj/shared.gitconfig` left the file the agent's
+/// (round seventeen's second review). coder runs with the user's `HOME`, as the user's git
+/// does.
+fn expand_user_path(named: &Path) -> Option<PathBuf> {
+    let bytes = named.as_os_str().as_bytes();
+    let Some(rest) = bytes.strip_prefix(b"~") else {
+        return Some(named.to_path_buf());
+    };
+    let (user, tail) = match rest.iter().position(|b| *b == b'/') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, &b""[..]),
+    };
+    let home = if user.is_empty() {
+        PathBuf::from(std::env::var_os("HOME")?)
+    } else {
+        let name = std::str::from_utf8(user).ok()?;
+        nix::unistd::User::from_name(name).ok()??.dir
+    };
+    Some(home.join(OsStr::from_bytes(tail)))
+}
+
+/// The config files every git of the user reads besides a repository's own, as git finds
+/// them in coder's environment (the user's): the system one (`GIT_CONFIG_SYSTEM` or
+/// `/etc/gitconfig`, unless `GIT_CONFIG_NOSYSTEM`) and the global ones
+/// (`GIT_CONFIG_GLOBAL`, or `$XDG_CONFIG_HOME/git/config` and `~/.gitconfig`).
+fn user_git_configs() -> Vec<PathBuf> {
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let mut configs = Vec::new();
+    let no_system = env("GIT_CONFIG_NOSYSTEM").is_some_and(|v| {
+        !matches!(
+            v.to_string_lossy().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    });
+    if !no_system {
+        configs
+            .push(env("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
+    }
+    if let Some(global) = env("GIT_CONFIG_GLOBAL") {
+        configs.push(PathBuf::from(global));
+    } else {
+        let home = env("HOME").map(PathBuf::from);
+        if let Some(xdg) = env("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")))
+        {
+            configs.push(xdg.join("git/config"));
+        }
+        if let Some(home) = home {
+            configs.push(home.join(".gitconfig"));
+        }
+    }
+    configs.retain(|c| c.is_absolute());
+    configs
+}
+
+/// The first name on the way to an included path that does not exist, or the name that is
+/// not a directory where the way needs one ([`Walker::guard_links_on_the_way`]).
 struct AbsentName {
     path: PathBuf,
-    /// It is the included file's own name, not a directory above it.
-    is_last: bool,
+    place: AbsentAt,
+}
+
+/// What names a path [`Walker::guard_include`] holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// A git config's include: the file is a config, whose own includes are held too, and
+    /// one outside this tree is another writable tree's to hold.
+    ByConfig,
+    /// A symlink in a directory held read-only ([`guard_held_links`]), given as the path:
+    /// what it leads to is not read; every writable tree is asked already.
+    ByLink,
+}
+
+/// Where on the way to an included path [`AbsentName`] is, which decides how it is held.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AbsentAt {
+    /// The included file's own name: a symlink to nowhere (an empty directory there would
+    /// stop every git command).
+    File,
+    /// A directory above it: an empty directory (git shows none).
+    Dir,
+    /// A directory above it with `..` after it on the way (`missing/../x`): a symlink to
+    /// nowhere. An empty directory made the path resolve (to `x`) where git found nothing
+    /// at the start, and `x` was the agent's to write for as long as the placeholder
+    /// stayed (round seventeen's second review).
+    DirThenUp,
+    /// An existing name that is not a directory (`README` of `README/x`): git finds
+    /// nothing below it (`ENOTDIR`). It is pinned (still writable, not removed nor
+    /// replaced): the agent replaced `README` with a directory holding `x`.
+    NotADir,
 }
 
 /// Masks for symlinked secrets' targets and for other names of masked files.
@@ -1771,6 +2078,11 @@ const MAX_HELD_ENTRIES: usize = 100_000;
 fn read_config(path: &Path) -> Option<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
     const CAP: u64 = 1 << 20;
+    // Looked at before it is opened: opening a device may act (a watchdog starts its
+    // timer, a tape rewinds), and the scan now reads configs outside every tree too.
+    if !fs::symlink_metadata(path).ok()?.is_file() {
+        return None;
+    }
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -2129,8 +2441,8 @@ fn held_with_other_names(
     trees: &[TreeScan<'_>],
     masks: &[Mask],
     limits: ScanLimits,
-) -> Result<HashSet<(u64, u64)>, SandboxError> {
-    let mut found = HashSet::new();
+) -> Result<HeldLook, SandboxError> {
+    let mut found = HeldLook::default();
     let mut looked = 0usize;
     for held in masks
         .iter()
@@ -2162,7 +2474,7 @@ fn held_with_other_names(
         }
         match file_kind(&st) {
             Kind::File if st.st_nlink > 1 => {
-                found.insert((st.st_dev, st.st_ino));
+                found.linked.insert((st.st_dev, st.st_ino));
             }
             Kind::Dir => {
                 let dir = open_dir_beneath(tree.fd, rel)
@@ -2175,13 +2487,23 @@ fn held_with_other_names(
     Ok(found)
 }
 
+/// What [`held_with_other_names`] found.
+#[derive(Debug, Default)]
+struct HeldLook {
+    /// (dev, ino) of held regular files with more than one name.
+    linked: HashSet<(u64, u64)>,
+    /// Symlinks inside held directories (a hook installed as `hooks/pre-commit ->
+    /// ../../tools/pre-commit`): what they lead to is held too ([`guard_held_links`]).
+    links: Vec<PathBuf>,
+}
+
 /// [`held_with_other_names`] in the held directory open as `top` (at `path`).
 fn linked_files_under(
     top: OwnedFd,
     path: &Path,
     limits: ScanLimits,
     looked: &mut usize,
-    found: &mut HashSet<(u64, u64)>,
+    found: &mut HeldLook,
 ) -> Result<(), SandboxError> {
     let mut pending = vec![(top, path.to_path_buf(), 0usize)];
     while let Some((dir, here, depth)) = pending.pop() {
@@ -2208,13 +2530,14 @@ fn linked_files_under(
             };
             match file_kind(&st) {
                 Kind::File if st.st_nlink > 1 => {
-                    found.insert((st.st_dev, st.st_ino));
+                    found.linked.insert((st.st_dev, st.st_ino));
                 }
                 Kind::Dir => {
                     let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
                         .map_err(|e| walk_error(&here.join(&name), "open", e))?;
                     pending.push((child, here.join(&name), depth + 1));
                 }
+                Kind::Symlink => found.links.push(here.join(&name)),
                 _ => {}
             }
         }
