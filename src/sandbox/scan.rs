@@ -363,11 +363,17 @@ fn scan_once(
             walker.guard_enclosing_includes()?;
         }
     }
-    guard_foreign_includes(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
+    let late = LateWalks {
+        trees,
+        deny,
+        limits,
+        watch,
+    };
+    guard_foreign_includes(&late, out, &mut linked, &mut symlinks)?;
     if let Some(warning) = out_of_reach_warning(&mut out.out_of_reach) {
         out.warnings.push(warning);
     }
-    let held = guard_held_links(trees, deny, limits, watch, out, &mut linked, &mut symlinks)?;
+    let held = guard_held_links(&late, out, &mut linked, &mut symlinks)?;
     // The threads finish in any order: sort what reaches the user or the masks' order.
     out.warnings.sort();
     out.warnings.dedup();
@@ -386,15 +392,52 @@ fn scan_once(
     Ok(())
 }
 
+/// What the guards that run once every tree is walked ([`guard_foreign_includes`],
+/// [`guard_held_links`]) need of the scan: each hands a path met in one tree to every
+/// writable tree, whose walker holds it when it is that tree's.
+struct LateWalks<'s, 'a> {
+    trees: &'s [TreeScan<'a>],
+    deny: &'s GlobSet,
+    limits: ScanLimits,
+    watch: &'s ScanWatch,
+}
+
+impl LateWalks<'_, '_> {
+    /// Runs `guard` with a walker of each writable tree in turn.
+    fn in_each_writable_tree(
+        &self,
+        out: &mut ScanOutput,
+        linked: &mut HashMap<(u64, u64), Vec<PathBuf>>,
+        symlinks: &mut Vec<PathBuf>,
+        mut guard: impl FnMut(&mut Walker<'_, '_>) -> Result<(), SandboxError>,
+    ) -> Result<(), SandboxError> {
+        for (index, tree) in self.trees.iter().enumerate().filter(|(_, t)| t.writable) {
+            let mut walker = Walker {
+                tree,
+                deny: self.deny,
+                limits: self.limits,
+                out: &mut *out,
+                linked: &mut *linked,
+                symlinks: &mut *symlinks,
+                queue: None,
+                recorder: None,
+                watch: Some(TreeWatch {
+                    watch: self.watch,
+                    tree: index,
+                }),
+            };
+            guard(&mut walker)?;
+        }
+        Ok(())
+    }
+}
+
 /// The included paths that lay outside the tree whose git config named them (an include
 /// of a file in a `--write` directory), guarded by the writable tree that holds them:
 /// each path once, in every writable tree (a tree that does not hold it passes it on,
 /// and it is not taken again); what those files include in turn, the same way.
 fn guard_foreign_includes(
-    trees: &[TreeScan<'_>],
-    deny: &GlobSet,
-    limits: ScanLimits,
-    watch: &ScanWatch,
+    late: &LateWalks<'_, '_>,
     out: &mut ScanOutput,
     linked: &mut HashMap<(u64, u64), Vec<PathBuf>>,
     symlinks: &mut Vec<PathBuf>,
@@ -415,23 +458,13 @@ fn guard_foreign_includes(
                 path: pending[0].0.clone(),
             });
         }
-        for (index, tree) in trees.iter().enumerate().filter(|(_, t)| t.writable) {
-            let mut walker = Walker {
-                tree,
-                deny,
-                limits,
-                out: &mut *out,
-                linked: &mut *linked,
-                symlinks: &mut *symlinks,
-                queue: None,
-                recorder: None,
-                watch: Some(TreeWatch { watch, tree: index }),
-            };
+        late.in_each_writable_tree(out, linked, symlinks, |walker| {
             let mut seen = HashSet::new();
             for (target, depth) in &pending {
                 walker.guard_include(target, *depth, &mut seen, Named::ByConfig)?;
             }
-        }
+            Ok(())
+        })?;
     }
 }
 
@@ -443,16 +476,13 @@ fn guard_foreign_includes(
 /// (round seventeen's second review). A held directory a link leads to is looked into in
 /// turn, each link once. Returns the held files with other names
 /// ([`held_with_other_names`]), of what was held before and of what this held.
-#[allow(clippy::too_many_arguments)]
 fn guard_held_links(
-    trees: &[TreeScan<'_>],
-    deny: &GlobSet,
-    limits: ScanLimits,
-    watch: &ScanWatch,
+    late: &LateWalks<'_, '_>,
     out: &mut ScanOutput,
     linked: &mut HashMap<(u64, u64), Vec<PathBuf>>,
     symlinks: &mut Vec<PathBuf>,
 ) -> Result<HashSet<(u64, u64)>, SandboxError> {
+    let (trees, limits) = (late.trees, late.limits);
     let mut look = held_with_other_names(trees, &out.masks, limits)?;
     let outside = std::mem::take(&mut out.outside_held);
     look.linked.extend(outside.linked);
@@ -475,23 +505,13 @@ fn guard_held_links(
             });
         }
         let from = out.masks.len();
-        for (index, tree) in trees.iter().enumerate().filter(|(_, t)| t.writable) {
-            let mut walker = Walker {
-                tree,
-                deny,
-                limits,
-                out: &mut *out,
-                linked: &mut *linked,
-                symlinks: &mut *symlinks,
-                queue: None,
-                recorder: None,
-                watch: Some(TreeWatch { watch, tree: index }),
-            };
+        late.in_each_writable_tree(out, linked, symlinks, |walker| {
             let mut seen = HashSet::new();
             for link in &pending {
                 walker.guard_include(link, 0, &mut seen, Named::ByLink)?;
             }
-        }
+            Ok(())
+        })?;
         look = held_with_other_names(trees, &out.masks[from..], limits)?;
         held.extend(std::mem::take(&mut look.linked));
     }
@@ -1240,14 +1260,7 @@ impl<'a> Walker<'a, '_> {
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
             return self.guard_named_elsewhere(target, named_parent, depth, seen, named_by);
         };
-        if self.pin_dirs_down_to(&rel_parent).is_err() {
-            return Ok(());
-        }
-        let Ok(dir) = open_beneath(
-            self.tree.fd,
-            &rel_parent,
-            OFlag::O_PATH | OFlag::O_DIRECTORY,
-        ) else {
+        let Some(dir) = self.pinned_dir(&rel_parent) else {
             return Ok(());
         };
         let path = parent.join(name);
@@ -1336,6 +1349,13 @@ impl<'a> Walker<'a, '_> {
         }
     }
 
+    /// The directory at `rel` in this tree, opened `O_PATH`, with each directory from the
+    /// root down to it pinned; `None` when it cannot be reached.
+    fn pinned_dir(&mut self, rel: &Path) -> Option<OwnedFd> {
+        self.pin_dirs_down_to(rel).ok()?;
+        open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY).ok()
+    }
+
     /// `dir` (canonical) relative to this tree's root, when it is in it.
     fn rel_in_tree(&self, dir: &Path) -> Option<PathBuf> {
         let rel = dir.strip_prefix(self.tree.root).ok()?;
@@ -1368,14 +1388,7 @@ impl<'a> Walker<'a, '_> {
             }
             return Ok(());
         };
-        if self.pin_dirs_down_to(&rel_parent).is_err() {
-            return Ok(());
-        }
-        let Ok(dir) = open_beneath(
-            self.tree.fd,
-            &rel_parent,
-            OFlag::O_PATH | OFlag::O_DIRECTORY,
-        ) else {
+        let Some(dir) = self.pinned_dir(&rel_parent) else {
             return Ok(());
         };
         let path = parent.join(name);
