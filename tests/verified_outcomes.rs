@@ -885,6 +885,26 @@ fn no_git_runs_for_a_workspace_outside_any_repository() {
     );
 }
 
+/// The workspace holds a `.git` symlink that leads nowhere, as the sandbox's placeholder
+/// for an absent `.git` does (`/dev/null/coder-absent`; git takes it for no repository).
+/// The placeholder is made while the ledger looks for a repository beside the sandbox's
+/// setup, and the look took it for a `.git`: git was started for nothing, now and then,
+/// under load (seen in round seventeen). A link that leads nowhere starts no git.
+#[test]
+fn a_git_link_that_leads_nowhere_starts_no_git() {
+    let fake = fake_adding_two_files();
+    std::os::unix::fs::symlink("/dev/null/coder-absent", fake.workspace().join(".git")).unwrap();
+    let (path, log) = logging_git(&fake);
+    let out = fake.coder().env("PATH", path).arg("task").run();
+    out.assert_success("done");
+    assert_eq!(ours(&out), ["ignored.log", "made.txt"], "{}", out.explain());
+    assert!(
+        !log.exists(),
+        "git ran: {:?}",
+        std::fs::read_to_string(&log)
+    );
+}
+
 /// The workspace's parent holds a `.git` file (a separate git dir): git finds the repository
 /// from the workspace, so the ledger is git's (`.gitignore` applies).
 #[test]

@@ -1834,7 +1834,8 @@ fn check_batch(
 
 /// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
 /// repository: false only when no directory from the workspace up to `/` holds a `.git`
-/// entry or a `HEAD` entry (of any file type, or one that cannot be looked at). That is
+/// entry or a `HEAD` entry (of any file type, or one that cannot be looked at; a symlink
+/// that leads nowhere does not count, as git does not take it either). That is
 /// git's own discovery, over-approximated: with the environment cleared there is no
 /// `GIT_DIR`, `GIT_WORK_TREE` or `GIT_CEILING_DIRECTORIES`, so git walks up from its
 /// working directory (the physical path, as `getcwd` gives it: hence the canonical path
@@ -1847,10 +1848,14 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
     let Ok(canonical) = std::fs::canonicalize(workspace) else {
         return true;
     };
+    // Followed: a dangling symlink is no repository to git, and the sandbox's placeholder
+    // for an absent `.git` is one (a link to `/dev/null/…`), made while this check may
+    // run beside the sandbox's setup: taken for a `.git`, it started git for nothing.
     canonical.ancestors().any(|dir| {
         [".git", "HEAD"].iter().any(|name| {
-            !matches!(std::fs::symlink_metadata(dir.join(name)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            !matches!(std::fs::metadata(dir.join(name)),
+                Err(e) if matches!(e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory))
         })
     })
 }
