@@ -1834,8 +1834,8 @@ fn check_batch(
 
 /// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
 /// repository: false only when no directory from the workspace up to `/` holds a `.git`
-/// entry or a `HEAD` entry (of any file type, or one that cannot be looked at; a symlink
-/// that leads nowhere does not count, as git does not take it either). That is
+/// entry or a `HEAD` entry (of any file type, or one that cannot be looked at; a `.git`
+/// symlink that leads nowhere does not count, as git does not take it either). That is
 /// git's own discovery, over-approximated: with the environment cleared there is no
 /// `GIT_DIR`, `GIT_WORK_TREE` or `GIT_CEILING_DIRECTORIES`, so git walks up from its
 /// working directory (the physical path, as `getcwd` gives it: hence the canonical path
@@ -1848,15 +1848,18 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
     let Ok(canonical) = std::fs::canonicalize(workspace) else {
         return true;
     };
-    // Followed: a dangling symlink is no repository to git, and the sandbox's placeholder
-    // for an absent `.git` is one (a link to `/dev/null/…`), made while this check may
-    // run beside the sandbox's setup: taken for a `.git`, it started git for nothing.
+    let absent = |found: std::io::Result<std::fs::Metadata>| {
+        matches!(found, Err(e) if matches!(e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory))
+    };
+    // `.git` followed: a `.git` symlink that leads nowhere is no repository to git, and
+    // the sandbox's placeholder for an absent `.git` is one (a link to `/dev/null/…`),
+    // made while this check may run beside the sandbox's setup: taken for a `.git`, it
+    // started git for nothing. `HEAD` not followed: a symlink `HEAD` to an unborn
+    // branch's ref is a repository's (git's legacy form).
     canonical.ancestors().any(|dir| {
-        [".git", "HEAD"].iter().any(|name| {
-            !matches!(std::fs::metadata(dir.join(name)),
-                Err(e) if matches!(e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory))
-        })
+        !absent(std::fs::metadata(dir.join(".git")))
+            || !absent(std::fs::symlink_metadata(dir.join("HEAD")))
     })
 }
 
@@ -3085,6 +3088,10 @@ mod tests {
         // A directory git could take as a (bare) git dir: it holds `HEAD`.
         std::os::unix::fs::symlink("nowhere", root.path().join("a/b/HEAD")).unwrap();
         assert!(git_could_find_a_repository(&deep));
+        std::fs::remove_file(root.path().join("a/b/HEAD")).unwrap();
+        // A `.git` symlink that leads nowhere (the sandbox's placeholder) is none.
+        std::os::unix::fs::symlink("/dev/null/coder-absent", root.path().join("a/.git")).unwrap();
+        assert!(!git_could_find_a_repository(&deep));
         // A path that does not resolve: git decides.
         assert!(git_could_find_a_repository(&root.path().join("missing")));
     }
