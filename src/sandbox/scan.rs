@@ -2510,13 +2510,14 @@ struct HeldLook {
     links: Vec<PathBuf>,
 }
 
-/// [`held_with_other_names`] in the held directory open as `top` (at `path`).
-fn linked_files_under(
+/// Every entry below the directory open as `top` (at `path`), `stat`ed (no symlink
+/// followed, directories entered, at most `limits.max_depth` deep): `visit` gets each
+/// entry that is not a directory, with its path.
+fn stat_every_entry(
     top: OwnedFd,
     path: &Path,
     limits: ScanLimits,
-    looked: &mut usize,
-    found: &mut HeldLook,
+    mut visit: impl FnMut(&Path, &FileStat) -> Result<(), SandboxError>,
 ) -> Result<(), SandboxError> {
     let mut pending = vec![(top, path.to_path_buf(), 0usize)];
     while let Some((dir, here, depth)) = pending.pop() {
@@ -2528,41 +2529,57 @@ fn linked_files_under(
             });
         }
         for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
-            *looked += 1;
-            if *looked > MAX_HELD_ENTRIES {
-                return Err(SandboxError::ScanLimit {
-                    what: "the number of entries in directories held read-only",
-                    limit: MAX_HELD_ENTRIES,
-                    path: here,
-                });
-            }
+            let child = here.join(&name);
             let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(walk_error(&here.join(&name), "inspect", e)),
+                Err(e) => return Err(walk_error(&child, "inspect", e)),
             };
-            match file_kind(&st) {
-                Kind::File if st.st_nlink > 1 => {
-                    found.linked.insert((st.st_dev, st.st_ino));
-                }
-                Kind::Dir => {
-                    let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
-                        .map_err(|e| walk_error(&here.join(&name), "open", e))?;
-                    pending.push((child, here.join(&name), depth + 1));
-                }
-                Kind::Symlink => found.links.push(here.join(&name)),
-                _ => {}
+            if file_kind(&st) == Kind::Dir {
+                let fd = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                    .map_err(|e| walk_error(&child, "open", e))?;
+                pending.push((fd, child, depth + 1));
+            } else {
+                visit(&child, &st)?;
             }
         }
     }
     Ok(())
 }
 
-/// Other names, anywhere in `trees`, of the secret files in `wanted` (by dev and ino):
-/// the walk skipped `stat` for plain files, so this second walk runs only when a masked
-/// secret has more than one link, which is rare. It visits what the walk visits (no
-/// symlink is followed; `.git` entries of writable trees are the git dir's own guards'
-/// business) and `stat`s every entry.
+/// [`held_with_other_names`] in the held directory open as `top` (at `path`): its files
+/// and links count against [`MAX_HELD_ENTRIES`].
+fn linked_files_under(
+    top: OwnedFd,
+    path: &Path,
+    limits: ScanLimits,
+    looked: &mut usize,
+    found: &mut HeldLook,
+) -> Result<(), SandboxError> {
+    stat_every_entry(top, path, limits, |entry, st| {
+        *looked += 1;
+        if *looked > MAX_HELD_ENTRIES {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of entries in directories held read-only",
+                limit: MAX_HELD_ENTRIES,
+                path: entry.to_path_buf(),
+            });
+        }
+        match file_kind(st) {
+            Kind::File if st.st_nlink > 1 => {
+                found.linked.insert((st.st_dev, st.st_ino));
+            }
+            Kind::Symlink => found.links.push(entry.to_path_buf()),
+            _ => {}
+        }
+        Ok(())
+    })
+}
+
+/// Other names, anywhere in `trees`, of the files in `wanted` (by dev and ino): secrets
+/// masked whole, and files held read-only. The walk skipped `stat` for plain files, so
+/// this second walk runs only when such a file has more than one link, which is rare. It
+/// visits what the walk visits (no symlink is followed) and `stat`s every entry.
 fn other_names(
     trees: &[TreeScan<'_>],
     wanted: &HashSet<(u64, u64)>,
@@ -2572,40 +2589,15 @@ fn other_names(
     for tree in trees {
         let top = open_dir_beneath(tree.fd, Path::new("."))
             .map_err(|e| walk_error(tree.root, "open", e))?;
-        let mut pending = vec![(top, PathBuf::new(), 0usize)];
-        while let Some((dir, rel, depth)) = pending.pop() {
-            let here = tree.root.join(&rel);
-            if depth > limits.max_depth {
-                return Err(SandboxError::ScanLimit {
-                    what: "the directory depth",
-                    limit: limits.max_depth,
-                    path: here,
-                });
+        stat_every_entry(top, tree.root, limits, |path, st| {
+            if file_kind(st) == Kind::File && wanted.contains(&(st.st_dev, st.st_ino)) {
+                found
+                    .entry((st.st_dev, st.st_ino))
+                    .or_default()
+                    .push(path.to_path_buf());
             }
-            for name in list_dir(&dir).map_err(|e| walk_error(&here, "list", e))? {
-                let rel_child = rel.join(&name);
-                let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-                {
-                    Ok(st) => st,
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(walk_error(&tree.root.join(&rel_child), "inspect", e)),
-                };
-                match file_kind(&st) {
-                    Kind::Dir => {
-                        let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
-                            .map_err(|e| walk_error(&tree.root.join(&rel_child), "open", e))?;
-                        pending.push((child, rel_child, depth + 1));
-                    }
-                    Kind::File if wanted.contains(&(st.st_dev, st.st_ino)) => {
-                        found
-                            .entry((st.st_dev, st.st_ino))
-                            .or_default()
-                            .push(tree.root.join(&rel_child));
-                    }
-                    _ => {}
-                }
-            }
-        }
+            Ok(())
+        })?;
     }
     Ok(found)
 }
