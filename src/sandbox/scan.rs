@@ -1617,17 +1617,10 @@ impl<'a> Walker<'a, '_> {
         let Ok(parent) = fs::canonicalize(parent) else {
             return Ok(());
         };
-        let Ok(rel) = parent.strip_prefix(self.tree.root) else {
-            return Ok(());
-        };
-        if !is_plain_relative(rel) {
-            return Ok(());
-        }
-        let rel = rel.to_path_buf();
-        if self.pin_dirs_down_to(&rel).is_err() {
-            return Ok(());
-        }
-        let Ok(dir) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH | OFlag::O_DIRECTORY) else {
+        let Some(dir) = self
+            .rel_in_tree(&parent)
+            .and_then(|rel| self.pinned_dir(&rel))
+        else {
             return Ok(());
         };
         let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
