@@ -619,23 +619,6 @@ fn held_file_attack(name: &str, setup: fn(&Fx, &Path) -> Vec<String>, script: &s
     }
 }
 
-/// Writes `text` at `ws/rel` (and the directories to it), the arm's user's.
-fn own_file(fx: &Fx, ws: &Path, rel: &str, text: &str) {
-    let path = ws.join(rel);
-    let mut made = Vec::new();
-    for dir in path.ancestors().skip(1).take_while(|d| *d != ws) {
-        if !dir.exists() {
-            made.push(dir.to_path_buf());
-        }
-    }
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, text).unwrap();
-    for dir in made {
-        fx.own_entry(&dir);
-    }
-    fx.own_entry(&path);
-}
-
 /// The included config has a second name in the work tree (a hard link the user made,
 /// or a checkout tool did): the agent appends an fsmonitor through that name.
 #[test]
@@ -644,8 +627,8 @@ fn an_included_file_is_not_written_through_its_other_name() {
     held_file_attack(
         "include+hard link",
         |fx, ws| {
-            own_file(fx, ws, "shared.gitconfig", "[user]\n\tname = shared\n");
-            own_file(fx, ws, "notes/keep", "");
+            fx.own_file(ws, "shared.gitconfig", "[user]\n\tname = shared\n");
+            fx.own_file(ws, "notes/keep", "");
             std::fs::hard_link(ws.join("shared.gitconfig"), ws.join("notes/copy.txt")).unwrap();
             fx.git(
                 ws,
@@ -666,7 +649,7 @@ fn a_hook_is_not_written_through_its_other_name() {
     held_file_attack(
         "hook+hard link",
         |fx, ws| {
-            own_file(fx, ws, "tools/pre-commit", "#!/bin/sh\n");
+            fx.own_file(ws, "tools/pre-commit", "#!/bin/sh\n");
             let tool = ws.join("tools/pre-commit");
             std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
             std::fs::hard_link(&tool, ws.join(".git/hooks/pre-commit")).unwrap();

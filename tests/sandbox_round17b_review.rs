@@ -48,7 +48,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -134,24 +134,6 @@ fn attack(
     attack_with(name, plain, setup, script, user, expect);
 }
 
-/// Writes `text` at `ws/rel` (and the directories to it), the arm's user's.
-fn own_file(fx: &Fx, ws: &Path, rel: &str, text: &str) -> PathBuf {
-    let path = ws.join(rel);
-    let mut made = Vec::new();
-    for dir in path.ancestors().skip(1).take_while(|d| *d != ws) {
-        if !dir.exists() {
-            made.push(dir.to_path_buf());
-        }
-    }
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, text).unwrap();
-    for dir in made {
-        fx.own_entry(&dir);
-    }
-    fx.own_entry(&path);
-    path
-}
-
 fn include(fx: &Fx, ws: &Path, value: &str) {
     fx.git(ws, &["config", "--add", "include.path", value]);
 }
@@ -170,7 +152,7 @@ fn an_include_spelled_from_the_home_directory_is_held() {
         "~/ include",
         home_above,
         |fx, ws| {
-            own_file(fx, ws, "shared.gitconfig", "");
+            fx.own_file(ws, "shared.gitconfig", "");
             include(fx, ws, "~/ws/shared.gitconfig");
             at_root()
         },
@@ -197,7 +179,7 @@ fn a_placeholder_does_not_make_an_include_with_dot_dot_resolve() {
         for mode in ["workspace-write", "danger-full-access"] {
             let fx = plain(nobody);
             let ws = fx.ws();
-            own_file(&fx, &ws, "shared.gitconfig", "");
+            fx.own_file(&ws, "shared.gitconfig", "");
             fx.own_entry(&ws);
             include(&fx, &ws, "../missing/../shared.gitconfig");
             let mut cmd = fx.sandbox_in(&ws, &["--mode", mode], &script);
@@ -251,7 +233,7 @@ fn a_hook_linked_into_the_work_tree_is_not_the_agents_to_write() {
     attack(
         "symlinked hook",
         |fx, ws| {
-            let tool = own_file(fx, ws, "tools/pre-commit", "#!/bin/sh\n");
+            let tool = fx.own_file(ws, "tools/pre-commit", "#!/bin/sh\n");
             std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
             std::os::unix::fs::symlink("../../tools/pre-commit", ws.join(".git/hooks/pre-commit"))
                 .unwrap();
@@ -270,9 +252,9 @@ fn a_hook_linked_into_the_work_tree_is_not_the_agents_to_write() {
 fn a_hook_link_is_not_filled_nor_redirected() {
     const HOOK: &str = "printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\"";
     fn linked(fx: &Fx, ws: &Path, with_file: bool) {
-        own_file(fx, ws, "tools/README", "");
+        fx.own_file(ws, "tools/README", "");
         if with_file {
-            let tool = own_file(fx, ws, "tools/pre-commit", "#!/bin/sh\n");
+            let tool = fx.own_file(ws, "tools/pre-commit", "#!/bin/sh\n");
             std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         fx.own_entry(ws);
@@ -313,7 +295,7 @@ fn a_hook_of_the_enclosing_repository_is_not_written_through_its_other_name() {
     attack(
         "enclosing hook+hard link",
         |fx, ws| {
-            let tool = own_file(fx, ws, "sub/tools/pre-commit", "#!/bin/sh\n");
+            let tool = fx.own_file(ws, "sub/tools/pre-commit", "#!/bin/sh\n");
             std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
             std::fs::hard_link(&tool, ws.join(".git/hooks/pre-commit")).unwrap();
             ("sub".to_string(), Vec::new())
@@ -325,7 +307,7 @@ fn a_hook_of_the_enclosing_repository_is_not_written_through_its_other_name() {
     attack(
         "enclosing hook linked into the workspace",
         |fx, ws| {
-            let tool = own_file(fx, ws, "sub/tools/pre-commit", "#!/bin/sh\n");
+            let tool = fx.own_file(ws, "sub/tools/pre-commit", "#!/bin/sh\n");
             std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
             std::os::unix::fs::symlink(
                 "../../sub/tools/pre-commit",
@@ -350,9 +332,9 @@ fn includes_spelled_in_other_ways_are_held() {
         "spellings",
         |fx, ws| {
             for file in ["a.gitconfig", "b.gitconfig", "c.gitconfig", "d/e.gitconfig"] {
-                own_file(fx, ws, file, "");
+                fx.own_file(ws, file, "");
             }
-            own_file(fx, ws, "f.gitconfig", "");
+            fx.own_file(ws, "f.gitconfig", "");
             fx.own_entry(ws);
             include(fx, ws, "..//a.gitconfig");
             include(fx, ws, "./.././b.gitconfig");
@@ -383,7 +365,7 @@ fn the_directory_a_linked_include_leads_into_is_not_renamed() {
     attack(
         "renamed directory behind a link",
         |fx, ws| {
-            own_file(fx, ws, "conf/real.gitconfig", "");
+            fx.own_file(ws, "conf/real.gitconfig", "");
             std::os::unix::fs::symlink("conf/real.gitconfig", ws.join("shared.gitconfig")).unwrap();
             fx.own_entry(&ws.join("shared.gitconfig"));
             fx.own_entry(ws);
@@ -415,7 +397,7 @@ fn the_users_global_config_is_not_written_through_the_workspace() {
         "global include",
         home_above,
         |fx, ws| {
-            own_file(fx, ws, "git/extra.gitconfig", "");
+            fx.own_file(ws, "git/extra.gitconfig", "");
             let global = ws.parent().unwrap().join(".gitconfig");
             std::fs::write(&global, "[include]\n\tpath = ~/ws/git/extra.gitconfig\n").unwrap();
             fx.own_entry(&global);
@@ -429,7 +411,7 @@ fn the_users_global_config_is_not_written_through_the_workspace() {
         "global config linked into the workspace",
         home_above,
         |fx, ws| {
-            own_file(fx, ws, "gitconfig", "");
+            fx.own_file(ws, "gitconfig", "");
             let global = ws.parent().unwrap().join(".gitconfig");
             std::os::unix::fs::symlink("ws/gitconfig", &global).unwrap();
             fx.own_entry(&global);
@@ -443,7 +425,7 @@ fn the_users_global_config_is_not_written_through_the_workspace() {
         "global config with another name in the workspace",
         home_above,
         |fx, ws| {
-            own_file(fx, ws, "gitconfig", "");
+            fx.own_file(ws, "gitconfig", "");
             let global = ws.parent().unwrap().join(".gitconfig");
             std::fs::hard_link(ws.join("gitconfig"), &global).unwrap();
             at_root()
@@ -513,7 +495,7 @@ fn held_files_reached_from_outside_the_workspace_are_held() {
     attack(
         "include through a link outside",
         |fx, ws| {
-            own_file(fx, ws, "shared.gitconfig", "");
+            fx.own_file(ws, "shared.gitconfig", "");
             let outside = fx.root().join("outside");
             std::fs::create_dir_all(&outside).unwrap();
             std::os::unix::fs::symlink("../ws/shared.gitconfig", outside.join("link.gitconfig"))
@@ -528,7 +510,7 @@ fn held_files_reached_from_outside_the_workspace_are_held() {
     attack(
         "include of an include outside",
         |fx, ws| {
-            own_file(fx, ws, "shared.gitconfig", "");
+            fx.own_file(ws, "shared.gitconfig", "");
             let outside = fx.root().join("outside");
             std::fs::create_dir_all(&outside).unwrap();
             std::fs::write(

@@ -315,6 +315,26 @@ impl Fixture {
         }
     }
 
+    /// Writes `text` at `ws/rel`, and the directories to it that were missing, all given
+    /// to the arm's user: the path written.
+    pub fn own_file(&self, ws: &Path, rel: &str, text: &str) -> PathBuf {
+        let path = ws.join(rel);
+        let made: Vec<PathBuf> = path
+            .ancestors()
+            .skip(1)
+            .take_while(|d| *d != ws)
+            .filter(|d| !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        for dir in made {
+            self.own_entry(&dir);
+        }
+        self.own_entry(&path);
+        path
+    }
+
     /// Gives `path` itself (not what is below it, not a symlink's target) to the arm's user.
     pub fn own_entry(&self, path: &Path) {
         if self.nobody {
