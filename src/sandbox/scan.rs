@@ -2386,9 +2386,13 @@ pub(crate) fn list_dir_kinds(dir: &OwnedFd) -> Result<Vec<(OsString, Option<Kind
 /// reach names in it the scan never saw). Root reaches everything (its capabilities), so
 /// this is never true for root.
 pub(crate) fn out_of_reach(dir: BorrowedFd<'_>, name: &OsStr, st: &FileStat) -> bool {
+    // Searchable by everyone: the common case, answered before any call (the walk asks
+    // this of every directory).
+    if st.st_mode & 0o001 != 0 {
+        return false;
+    }
     let euid = nix::unistd::geteuid().as_raw();
-    // Searchable by everyone: the common case answered without a call.
-    if euid == 0 || st.st_uid == euid || st.st_mode & 0o001 != 0 {
+    if euid == 0 || st.st_uid == euid {
         return false;
     }
     matches!(
