@@ -1159,3 +1159,38 @@ fn a_secret_in_a_directory_left_out_is_masked_under_its_other_names() {
         "the secret was read through its other name: {env}"
     );
 }
+
+/// The second walk that looks for the other names of a masked secret (a `.env` with a
+/// hard link `b.txt`) did not leave out what the first walk leaves out: another user's
+/// directory coder's user may not enter failed the run (`open data: EACCES`) as soon as
+/// any secret had a second name. It is left out there too; the other name is masked.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn other_names_of_a_secret_are_found_beside_a_directory_left_out() {
+    use common::sandbox_fixture::{NOBODY, coder_as, payload_claude};
+    use std::os::unix::fs::PermissionsExt;
+    common::require_root_and_user_namespaces();
+    let fx = common::sandbox_fixture::Fixture::new(
+        "coder-unreachable-names-",
+        true,
+        &["ws", "home", "state", "xdg"],
+    );
+    let ws = fx.ws();
+    write(&ws.join(".env"), "TOKEN=hunter2\n");
+    fs::hard_link(ws.join(".env"), ws.join("b.txt")).unwrap();
+    let bin = fx.root().join("fake-claude");
+    write(&bin, &payload_claude("cat b.txt 2>/dev/null; echo DONE"));
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    fx.own(fx.root());
+    let data = ws.join("data");
+    write(&data.join("x"), "x\n");
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).unwrap();
+    let out = coder_as(fx.root(), Some(NOBODY), &ws, &bin, &[], "go").output_bounded();
+    let env: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no envelope ({e}): {}", describe(&out)));
+    let result = env["result"].as_str().unwrap_or_default();
+    assert!(
+        result.contains("DONE") && !env.to_string().contains("hunter2"),
+        "{env}"
+    );
+}
