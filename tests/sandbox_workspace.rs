@@ -1108,3 +1108,89 @@ fn another_users_directory_nobody_may_enter_is_left_out() {
         );
     }
 }
+
+/// Attack on the rule above: a secret in another user's directory that coder's user may
+/// not enter (`data/.env`, uid 0, `data/` mode 0700) whose file has a second name the
+/// agent can read (`notes.txt`, a hard link in the workspace, mode 0644). The scan masks
+/// every other name of a masked secret; with `data/` left out it never sees the secret
+/// name, so its other name is not masked and the agent reads the token through it. The
+/// control (`data/` 0755: scanned) masks `notes.txt`. As uid 65534 only.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_secret_in_a_directory_left_out_is_masked_under_its_other_names() {
+    use common::sandbox_fixture::{NOBODY, coder_as, payload_claude};
+    use std::os::unix::fs::PermissionsExt;
+    common::require_root_and_user_namespaces();
+    let fx = common::sandbox_fixture::Fixture::new(
+        "coder-unreachable-link-",
+        true,
+        &["ws", "home", "state", "xdg"],
+    );
+    let ws = fx.ws();
+    write(&ws.join("a.txt"), "a\n");
+    let bin = fx.root().join("fake-claude");
+    let payload = "cat notes.txt 2>/dev/null; echo DONE";
+    write(&bin, &payload_claude(payload));
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    fx.own(fx.root());
+    // Root's, after `own`: another user's directory and its secret.
+    let data = ws.join("data");
+    write(&data.join(".env"), "TOKEN=hunter2\n");
+    fs::set_permissions(data.join(".env"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::hard_link(data.join(".env"), ws.join("notes.txt")).unwrap();
+    let run = |mode: u32| {
+        fs::set_permissions(&data, fs::Permissions::from_mode(mode)).unwrap();
+        let out = coder_as(fx.root(), Some(NOBODY), &ws, &bin, &[], "go").output_bounded();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("mode {mode:o}: no envelope ({e}): {}", describe(&out)))
+    };
+    // Control: scanned, so the other name is masked.
+    let env = run(0o755);
+    let result = env["result"].as_str().unwrap_or_default();
+    assert!(
+        result.contains("DONE") && !result.contains("hunter2"),
+        "control: {env}"
+    );
+    // Left out: the other name must not give the secret away either (a masked
+    // `notes.txt`, or a run refused).
+    let env = run(0o700);
+    assert!(
+        !env.to_string().contains("hunter2"),
+        "the secret was read through its other name: {env}"
+    );
+}
+
+/// The second walk that looks for the other names of a masked secret (a `.env` with a
+/// hard link `b.txt`) did not leave out what the first walk leaves out: another user's
+/// directory coder's user may not enter failed the run (`open data: EACCES`) as soon as
+/// any secret had a second name. It is left out there too; the other name is masked.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn other_names_of_a_secret_are_found_beside_a_directory_left_out() {
+    use common::sandbox_fixture::{NOBODY, coder_as, payload_claude};
+    use std::os::unix::fs::PermissionsExt;
+    common::require_root_and_user_namespaces();
+    let fx = common::sandbox_fixture::Fixture::new(
+        "coder-unreachable-names-",
+        true,
+        &["ws", "home", "state", "xdg"],
+    );
+    let ws = fx.ws();
+    write(&ws.join(".env"), "TOKEN=hunter2\n");
+    fs::hard_link(ws.join(".env"), ws.join("b.txt")).unwrap();
+    let bin = fx.root().join("fake-claude");
+    write(&bin, &payload_claude("cat b.txt 2>/dev/null; echo DONE"));
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    fx.own(fx.root());
+    let data = ws.join("data");
+    write(&data.join("x"), "x\n");
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).unwrap();
+    let out = coder_as(fx.root(), Some(NOBODY), &ws, &bin, &[], "go").output_bounded();
+    let env: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no envelope ({e}): {}", describe(&out)));
+    let result = env["result"].as_str().unwrap_or_default();
+    assert!(
+        result.contains("DONE") && !env.to_string().contains("hunter2"),
+        "{env}"
+    );
+}

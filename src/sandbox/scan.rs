@@ -383,6 +383,16 @@ fn scan_once(
     }
     let mut scan = LinkPass { out, limits };
     scan.follow_symlinks(trees, deny, symlinks)?;
+    if !scan.out.out_of_reach.is_empty() {
+        for (path, st, root) in names_out_of_sight(trees, limits)? {
+            let hidden = mask(path, MaskKind::Empty, &st, true);
+            match scan.out.masks.iter_mut().find(|m| m.path == hidden.path) {
+                // Held read-only (a protected name): still readable, so hidden instead.
+                Some(held) => *held = hidden,
+                None => push_mask(scan.out, limits, hidden, &root)?,
+            }
+        }
+    }
     if !scan.out.linked_secrets.is_empty() || !held.is_empty() {
         let wanted: HashSet<(u64, u64)> = scan.out.linked_secrets.union(&held).copied().collect();
         linked = other_names(trees, &wanted, limits)?;
@@ -2533,6 +2543,11 @@ fn stat_every_entry(
                 Err(e) => return Err(walk_error(&child, "inspect", e)),
             };
             if file_kind(&st) == Kind::Dir {
+                // Left out as the walk leaves it out (and names it in its warning): this
+                // walk failed every run whose secret had a second name on `EACCES`.
+                if out_of_reach(dir.as_fd(), name.as_os_str(), &st) {
+                    continue;
+                }
                 let fd = open_dir_beneath(dir.as_fd(), Path::new(&name))
                     .map_err(|e| walk_error(&child, "open", e))?;
                 pending.push((fd, child, depth + 1));
@@ -2597,6 +2612,39 @@ fn other_names(
         })?;
     }
     Ok(found)
+}
+
+/// Files in `trees` with more names than the trees show, when the walk left a directory
+/// out ([`out_of_reach`]): another name may be a secret's in it, which no walk saw (a
+/// container's `data/.env` hard-linked as `notes.txt`). They are masked as secrets are,
+/// every name of theirs the trees show; a file linked from outside the workspace is
+/// masked too, as which of its names are where cannot be told.
+fn names_out_of_sight(
+    trees: &[TreeScan<'_>],
+    limits: ScanLimits,
+) -> Result<Vec<(PathBuf, FileStat, PathBuf)>, SandboxError> {
+    type Names = HashMap<PathBuf, (FileStat, PathBuf)>;
+    let mut seen: HashMap<(u64, u64), (u64, Names)> = HashMap::new();
+    for tree in trees {
+        let top = open_dir_beneath(tree.fd, Path::new("."))
+            .map_err(|e| walk_error(tree.root, "open", e))?;
+        stat_every_entry(top, tree.root, limits, |path, st| {
+            if file_kind(st) == Kind::File && st.st_nlink > 1 {
+                seen.entry((st.st_dev, st.st_ino))
+                    .or_insert_with(|| (st.st_nlink, HashMap::new()))
+                    .1
+                    .insert(path.to_path_buf(), (*st, tree.root.to_path_buf()));
+            }
+            Ok(())
+        })?;
+    }
+    let mut unseen: Vec<(PathBuf, FileStat, PathBuf)> = seen
+        .into_values()
+        .filter(|(links, names)| (names.len() as u64) < *links)
+        .flat_map(|(_, names)| names.into_iter().map(|(p, (st, root))| (p, st, root)))
+        .collect();
+    unseen.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(unseen)
 }
 
 pub(crate) fn beneath(flags: OFlag) -> OpenHow {
