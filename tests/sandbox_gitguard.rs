@@ -711,3 +711,84 @@ fn an_included_file_in_a_write_dir_is_held() {
         &["status", "--short"],
     );
 }
+
+/// The payload a script of the work tree gets: `touch "$M"` appended, as the arm's shell
+/// writes it.
+const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
+
+/// An `!` alias of the repository's config runs two scripts of the work tree, one named
+/// bare (`sh lint.sh`, read at the top of the work tree) and one by a path: the agent
+/// appends its payload to both, and the user's next `git fmt` ran them.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_alias_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "alias scripts",
+        |fx, ws| {
+            fx.own_file(ws, "lint.sh", "true\n");
+            fx.own_file(ws, "tools/fmt.sh", "true\n");
+            fx.git(
+                ws,
+                &["config", "alias.fmt", "!sh lint.sh && sh tools/fmt.sh"],
+            );
+            Vec::new()
+        },
+        &format!("{SCRIPT_PAYLOAD} >> lint.sh; {SCRIPT_PAYLOAD} >> tools/fmt.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// A filter driver names a script that does not exist yet (nor does its directory): the
+/// agent makes it, and the user's next `git add` ran it. (The sandbox holds it absent.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_a_filter_names_absent_at_the_start_is_not_the_agents_to_make() {
+    held_file_attack(
+        "absent filter script",
+        |fx, ws| {
+            fx.own_file(ws, ".gitattributes", "*.txt filter=strip\n");
+            fx.own_file(ws, "a.txt", "a\n");
+            fx.git(ws, &["config", "filter.strip.clean", "sh scripts/strip.sh"]);
+            Vec::new()
+        },
+        &format!(
+            "mkdir -p scripts; {{ {SCRIPT_PAYLOAD}; echo cat; }} > scripts/strip.sh; \
+             echo b >> a.txt; echo PLANTED"
+        ),
+        &["add", "-A"],
+    );
+}
+
+/// A repository nested in the workspace has a relative `core.fsmonitor`, which git runs
+/// at the top of *that* work tree: the agent appends its payload to `sub/fsmon.sh`, and
+/// the user's next `git status` in `sub` ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_nested_repositorys_fsmonitor_script_is_not_the_agents_to_write() {
+    held_file_attack(
+        "nested fsmonitor script",
+        |fx, ws| {
+            fx.own_file(ws, "sub/fsmon.sh", "#!/bin/sh\n");
+            let script = ws.join("sub/fsmon.sh");
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.git(&ws.join("sub"), &["init", "-q"]);
+            fx.git(&ws.join("sub"), &["add", "."]);
+            fx.git(
+                &ws.join("sub"),
+                &[
+                    "-c",
+                    "user.name=a",
+                    "-c",
+                    "user.email=a@b",
+                    "commit",
+                    "-qm",
+                    "x",
+                ],
+            );
+            fx.git(&ws.join("sub"), &["config", "core.fsmonitor", "./fsmon.sh"]);
+            Vec::new()
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/fsmon.sh; echo PLANTED"),
+        &["-C", "sub", "status", "--short"],
+    );
+}

@@ -48,6 +48,7 @@
 
 pub mod allow;
 mod bytes;
+mod config_text;
 mod confine;
 pub(crate) mod denial;
 mod deny;

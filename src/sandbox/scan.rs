@@ -47,6 +47,7 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
 use serde::{Deserialize, Serialize};
 
+use super::config_text::{self, CommandWord, include_paths};
 pub(crate) use super::listing::Kind;
 use super::listing::{DirSummary, ScanListings, ctime_of, is_git_dir_listing, is_git_name};
 use super::listing_cache::{Kept, KeptDir, Recorder, TreeKept};
@@ -217,7 +218,7 @@ pub(crate) struct ScanOutput {
     /// Paths git configs include (as named, with their include depth) that lie outside
     /// the tree whose walk met them: the writable tree that holds them guards them once
     /// every tree is walked ([`guard_foreign_includes`]).
-    foreign_includes: Vec<(PathBuf, usize)>,
+    foreign_includes: Vec<ForeignName>,
     /// Directories the walk could not enter and the agent cannot either
     /// ([`out_of_reach`]): not scanned, named in one warning.
     out_of_reach: Vec<PathBuf>,
@@ -454,9 +455,9 @@ fn guard_foreign_includes(
 ) -> Result<(), SandboxError> {
     let mut taken = HashSet::new();
     loop {
-        let pending: Vec<(PathBuf, usize)> = std::mem::take(&mut out.foreign_includes)
+        let pending: Vec<ForeignName> = std::mem::take(&mut out.foreign_includes)
             .into_iter()
-            .filter(|(target, _)| taken.insert(target.clone()))
+            .filter(|name| taken.insert(name.target.clone()))
             .collect();
         if pending.is_empty() {
             return Ok(());
@@ -465,13 +466,14 @@ fn guard_foreign_includes(
             return Err(SandboxError::ScanLimit {
                 what: "the number of files git configs include",
                 limit: MAX_INCLUDED,
-                path: pending[0].0.clone(),
+                path: pending[0].target.clone(),
             });
         }
         late.in_each_writable_tree(out, linked, symlinks, |walker| {
-            let mut seen = HashSet::new();
-            for (target, depth) in &pending {
-                walker.guard_include(target, *depth, &mut seen, Named::ByConfig)?;
+            let mut walk = ConfigWalk::new(None);
+            for name in &pending {
+                walk.work_tree.clone_from(&name.work_tree);
+                walker.guard_include(&name.target, name.depth, &mut walk, name.named_by)?;
             }
             Ok(())
         })?;
@@ -516,9 +518,9 @@ fn guard_held_links(
         }
         let from = out.masks.len();
         late.in_each_writable_tree(out, linked, symlinks, |walker| {
-            let mut seen = HashSet::new();
+            let mut walk = ConfigWalk::new(None);
             for link in &pending {
-                walker.guard_include(link, 0, &mut seen, Named::ByLink)?;
+                walker.guard_include(link, 0, &mut walk, NamedBy::Link)?;
             }
             Ok(())
         })?;
@@ -1192,9 +1194,19 @@ impl<'a> Walker<'a, '_> {
         for name in GIT_GUARDED_DIRS {
             self.guard_entry(dir.as_fd(), &path.join(name), name, PlaceholderKind::Dir)?;
         }
-        let mut seen = HashSet::new();
+        // git runs a repository's commands at the top of its work tree: the directory
+        // of a `.git`; a git dir of another name (a submodule's `.git/modules/x`) names
+        // it by `core.worktree`, or has none.
+        let work_tree = if rel.file_name() == Some(OsStr::new(".git")) {
+            path.parent().map(Path::to_path_buf)
+        } else {
+            read_config(&path.join("config"))
+                .and_then(|text| config_text::core_worktree(&text))
+                .and_then(|named| fs::canonicalize(path.join(OsStr::from_bytes(&named))).ok())
+        };
+        let mut walk = ConfigWalk::new(work_tree);
         for name in ["config", "config.worktree"] {
-            self.guard_includes(&path.join(name), &path, 0, &mut seen)?;
+            self.guard_includes(&path.join(name), &path, 0, &mut walk)?;
         }
         Ok(())
     }
@@ -1222,14 +1234,16 @@ impl<'a> Walker<'a, '_> {
         config: &Path,
         base: &Path,
         depth: usize,
-        seen: &mut HashSet<(PathBuf, PathBuf)>,
+        walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
         // git's own limit on nested includes.
         const MAX_INCLUDE_DEPTH: usize = 10;
-        if depth > MAX_INCLUDE_DEPTH || !seen.insert((config.to_path_buf(), base.to_path_buf())) {
+        if depth > MAX_INCLUDE_DEPTH
+            || !walk.seen.insert((config.to_path_buf(), base.to_path_buf()))
+        {
             return Ok(());
         }
-        if seen.len() > MAX_INCLUDED {
+        if walk.seen.len() > MAX_INCLUDED {
             return Err(SandboxError::ScanLimit {
                 what: "the number of files git configs include",
                 limit: MAX_INCLUDED,
@@ -1243,9 +1257,9 @@ impl<'a> Walker<'a, '_> {
             let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
                 continue;
             };
-            self.guard_include(&base.join(named), depth, seen, Named::ByConfig)?;
+            self.guard_include(&base.join(named), depth, walk, NamedBy::Config)?;
         }
-        Ok(())
+        self.guard_command_files(&text, depth, walk)
     }
 
     /// One included path, `target` as the config names it (unresolved): the file, or its
@@ -1255,11 +1269,11 @@ impl<'a> Walker<'a, '_> {
         &mut self,
         target: &Path,
         depth: usize,
-        seen: &mut HashSet<(PathBuf, PathBuf)>,
-        named_by: Named,
+        walk: &mut ConfigWalk,
+        named_by: NamedBy,
     ) -> Result<(), SandboxError> {
         if let Some(absent) = self.guard_links_on_the_way(target, &mut 0)? {
-            return self.hold_absent_include(target, &absent, depth, named_by);
+            return self.hold_absent_include(target, &absent, depth, walk, named_by);
         }
         let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
             return Ok(());
@@ -1268,7 +1282,7 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            return self.guard_named_elsewhere(target, named_parent, depth, seen, named_by);
+            return self.guard_named_elsewhere(target, named_parent, depth, walk, named_by);
         };
         let Some(dir) = self.pinned_dir(&rel_parent) else {
             return Ok(());
@@ -1280,16 +1294,16 @@ impl<'a> Walker<'a, '_> {
         match file_kind(&st) {
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                if named_by == Named::ByConfig {
-                    self.guard_includes(&path, named_parent, depth + 1, seen)?;
+                if named_by == NamedBy::Config {
+                    self.guard_includes(&path, named_parent, depth + 1, walk)?;
                 }
             }
             Kind::Symlink => {
                 self.guard_link(path.clone(), &st)?;
-                if named_by == Named::ByConfig
+                if named_by == NamedBy::Config
                     && let Ok(resolved) = fs::canonicalize(&path)
                 {
-                    self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+                    self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
                 }
             }
             Kind::Dir | Kind::Other => {}
@@ -1307,22 +1321,20 @@ impl<'a> Walker<'a, '_> {
         target: &Path,
         named_parent: &Path,
         depth: usize,
-        seen: &mut HashSet<(PathBuf, PathBuf)>,
-        named_by: Named,
+        walk: &mut ConfigWalk,
+        named_by: NamedBy,
     ) -> Result<(), SandboxError> {
         let resolved = fs::canonicalize(target).ok();
         let Some((resolved, rel)) = resolved.and_then(|r| Some((r.clone(), self.rel_in_tree(&r)?)))
         else {
-            if named_by == Named::ByConfig {
-                self.out
-                    .foreign_includes
-                    .push((target.to_path_buf(), depth));
+            self.pass_on(target, depth, named_by, walk);
+            if named_by == NamedBy::Config {
                 // What a file outside this tree includes may be in it (`~/x.gitconfig`
                 // including `~/proj/shared.gitconfig`): not read until round seventeen's
                 // second review, so that file was the agent's.
                 if let Ok(resolved) = fs::canonicalize(target) {
                     self.note_other_names(&resolved);
-                    self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+                    self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
                 }
             }
             return Ok(());
@@ -1336,9 +1348,61 @@ impl<'a> Walker<'a, '_> {
         let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
         if file_kind(&st) == Kind::File {
             self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
-            if named_by == Named::ByConfig {
-                self.guard_includes(&resolved, named_parent, depth + 1, seen)?;
+            if named_by == NamedBy::Config {
+                self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
             }
+        }
+        Ok(())
+    }
+
+    /// `target`, named by a config outside this tree or a command of one, handed to the
+    /// writable tree that holds it ([`ScanOutput::foreign_includes`]); what a link names
+    /// is asked of every writable tree already.
+    fn pass_on(&mut self, target: &Path, depth: usize, named_by: NamedBy, walk: &ConfigWalk) {
+        if named_by != NamedBy::Link {
+            self.out.foreign_includes.push(ForeignName {
+                target: target.to_path_buf(),
+                depth,
+                named_by,
+                work_tree: walk.work_tree.clone(),
+            });
+        }
+    }
+
+    /// The files of the work tree that the commands of a config text run
+    /// ([`config_text::command_words`]), held as an included file is but not read as a
+    /// config: a filter driver's `clean = sh tools/strip.sh`, selected by the project's
+    /// `.gitattributes`, ran what the agent wrote in `tools/strip.sh` at the user's next
+    /// `git add`, outside the sandbox (round seventeen's review). A word is read against
+    /// the top of the work tree, where git runs these commands; a bare word (`sh
+    /// strip.sh`) is held only when a file is there, one with a `/` also when absent.
+    fn guard_command_files(
+        &mut self,
+        text: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        for CommandWord { word, is_path } in config_text::command_words(text) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&word))) else {
+                continue;
+            };
+            let target = top.join(named);
+            if !walk.commands.insert(target.clone())
+                || !is_path && fs::symlink_metadata(&target).is_err()
+            {
+                continue;
+            }
+            if walk.commands.len() > MAX_COMMAND_FILES {
+                return Err(SandboxError::ScanLimit {
+                    what: "the number of files the commands of git configs name",
+                    limit: MAX_COMMAND_FILES,
+                    path: target,
+                });
+            }
+            self.guard_include(&target, depth, walk, NamedBy::Command)?;
         }
         Ok(())
     }
@@ -1382,7 +1446,8 @@ impl<'a> Walker<'a, '_> {
         target: &Path,
         absent: &AbsentName,
         depth: usize,
-        named_by: Named,
+        walk: &ConfigWalk,
+        named_by: NamedBy,
     ) -> Result<(), SandboxError> {
         let (Some(parent), Some(name)) = (absent.path.parent(), absent.path.file_name()) else {
             return Ok(());
@@ -1391,11 +1456,7 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let Some(rel_parent) = self.rel_in_tree(&parent) else {
-            if named_by == Named::ByConfig {
-                self.out
-                    .foreign_includes
-                    .push((target.to_path_buf(), depth));
-            }
+            self.pass_on(target, depth, named_by, walk);
             return Ok(());
         };
         let Some(dir) = self.pinned_dir(&rel_parent) else {
@@ -1431,8 +1492,9 @@ impl<'a> Walker<'a, '_> {
         });
         if kind == PlaceholderKind::Symlink {
             let by = match named_by {
-                Named::ByConfig => "the repository's git config includes",
-                Named::ByLink => "a link in a directory held read-only names",
+                NamedBy::Config => "the repository's git config includes",
+                NamedBy::Link => "a link in a directory held read-only names",
+                NamedBy::Command => "a command of the repository's git config names",
             };
             self.out.warnings.push(format!(
                 "{}, which {by}, did not exist: the sandbox holds it absent for this run \
@@ -1455,14 +1517,8 @@ impl<'a> Walker<'a, '_> {
         // that is (a link to) a file of this tree, or includes one (a dotfiles repository
         // as the workspace, `[include] path = ~/dotfiles/gitconfig` in `~/.gitconfig`),
         // handed that file to the agent (round seventeen's second review).
-        let mut seen = HashSet::new();
-        for config in user_git_configs() {
-            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
-            self.guard_include(&config, 0, &mut seen, Named::ByConfig)?;
-            self.guard_includes(&config, &base, 0, &mut seen)?;
-        }
         let own = self.tree.root.join(".git");
-        let Some(dot_git) = std::iter::once(own.clone())
+        let dot_git = std::iter::once(own.clone())
             .filter(|own| fs::symlink_metadata(own).is_ok_and(|m| m.is_file()))
             .chain(
                 self.tree
@@ -1471,8 +1527,22 @@ impl<'a> Walker<'a, '_> {
                     .skip(1)
                     .map(|dir| dir.join(".git")),
             )
-            .find(|dot_git| fs::symlink_metadata(dot_git).is_ok())
-        else {
+            .find(|dot_git| fs::symlink_metadata(dot_git).is_ok());
+        // Where git runs the commands of those configs for this tree: the top of its
+        // repository's work tree (this tree's root when it has a `.git` of its own).
+        let top = match &dot_git {
+            Some(enclosing) if fs::symlink_metadata(&own).is_err() => enclosing.parent(),
+            _ => None,
+        }
+        .unwrap_or(self.tree.root)
+        .to_path_buf();
+        let mut walk = ConfigWalk::new(Some(top));
+        for config in user_git_configs() {
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.guard_include(&config, 0, &mut walk, NamedBy::Config)?;
+            self.guard_includes(&config, &base, 0, &mut walk)?;
+        }
+        let Some(dot_git) = dot_git else {
             return Ok(());
         };
         let git_dir = if dot_git.is_dir() {
@@ -1498,7 +1568,7 @@ impl<'a> Walker<'a, '_> {
         for config in &configs {
             let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
             self.note_other_names(config);
-            self.guard_includes(config, &base, 0, &mut seen)?;
+            self.guard_includes(config, &base, 0, &mut walk)?;
         }
         // Its hooks: one with a second name in this tree (a hard link), or a symlink into
         // it, was the agent's to write, and the user's next commit in the repository ran
@@ -1874,14 +1944,48 @@ struct AbsentName {
 }
 
 /// What names a path [`Walker::guard_include`] holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Named {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NamedBy {
     /// A git config's include: the file is a config, whose own includes are held too, and
     /// one outside this tree is another writable tree's to hold.
-    ByConfig,
+    Config,
     /// A symlink in a directory held read-only ([`guard_held_links`]), given as the path:
     /// what it leads to is not read; every writable tree is asked already.
-    ByLink,
+    Link,
+    /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
+    /// is not read; one outside this tree is another writable tree's to hold.
+    Command,
+}
+
+/// One walk of git configs and what they include ([`Walker::guard_includes`]).
+struct ConfigWalk {
+    /// Each config read, with the directory its relative includes are read against: each
+    /// is read once.
+    seen: HashSet<(PathBuf, PathBuf)>,
+    /// The files the configs' commands name, each looked at once.
+    commands: HashSet<PathBuf>,
+    /// The top of the work tree git runs the configs' commands in, when there is one.
+    work_tree: Option<PathBuf>,
+}
+
+impl ConfigWalk {
+    fn new(work_tree: Option<PathBuf>) -> ConfigWalk {
+        ConfigWalk {
+            seen: HashSet::new(),
+            commands: HashSet::new(),
+            work_tree,
+        }
+    }
+}
+
+/// A path a config or a command of one names outside the tree whose config it is, left
+/// to the writable tree that holds it ([`guard_foreign_includes`]).
+#[derive(Debug)]
+struct ForeignName {
+    target: PathBuf,
+    depth: usize,
+    named_by: NamedBy,
+    work_tree: Option<PathBuf>,
 }
 
 /// Where on the way to an included path [`AbsentName`] is, which decides how it is held.
@@ -2085,6 +2189,8 @@ fn outside_warning(entry: &Path, target: &Path) -> String {
 
 /// The most files the git configs of one git dir may include, all levels together.
 const MAX_INCLUDED: usize = 256;
+/// The most files the commands of one git dir's configs may name, all levels together.
+const MAX_COMMAND_FILES: usize = 1024;
 /// Most entries [`held_with_other_names`] looks at in directories held read-only (a git
 /// dir's `hooks`, `.vscode`, `.claude`: tens to hundreds in a real project).
 const MAX_HELD_ENTRIES: usize = 100_000;
@@ -2110,111 +2216,6 @@ fn read_config(path: &Path) -> Option<Vec<u8>> {
     let mut text = Vec::new();
     file.take(CAP).read_to_end(&mut text).ok()?;
     Some(text)
-}
-
-/// The values of `path` in the `[include]` and `[includeIf "…"]` sections of a git config
-/// text, read as git reads them: a key may follow its section header on the same line
-/// (`[include] path = x`), `;` and `#` inside double quotes are not comments, `\"`, `\\`,
-/// `\t`, `\n`, `\b` are escapes and a backslash at the end of a line continues the value.
-/// A simpler reading (one key per line, the comment cut before the quotes) missed what git
-/// included, and left it the agent's to write (round sixteen's second review).
-fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
-    let mut in_include = false;
-    let mut found = Vec::new();
-    let mut i = 0;
-    while let Some(&c) = text.get(i) {
-        if c.is_ascii_whitespace() {
-            i += 1;
-        } else if c == b'[' {
-            let header = &text[i + 1..];
-            let end = header
-                .iter()
-                .position(|b| matches!(b, b']' | b'\n'))
-                .unwrap_or(header.len());
-            let name_end = header[..end]
-                .iter()
-                .position(|b| matches!(b, b' ' | b'\t' | b'"' | b'.'))
-                .unwrap_or(end);
-            let name = &header[..name_end];
-            in_include =
-                name.eq_ignore_ascii_case(b"include") || name.eq_ignore_ascii_case(b"includeif");
-            i += end + 2;
-        } else if c.is_ascii_alphabetic() {
-            let start = i;
-            while text
-                .get(i)
-                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'-')
-            {
-                i += 1;
-            }
-            let key = &text[start..i];
-            while matches!(text.get(i), Some(b' ' | b'\t')) {
-                i += 1;
-            }
-            if text.get(i) != Some(&b'=') {
-                continue;
-            }
-            let (value, next) = config_value(text, i + 1);
-            i = next;
-            if in_include && key.eq_ignore_ascii_case(b"path") && !value.is_empty() {
-                found.push(value);
-            }
-        } else {
-            // A comment, or what git would refuse: the rest of the line.
-            i += text[i..]
-                .iter()
-                .position(|b| *b == b'\n')
-                .unwrap_or(text.len() - i);
-        }
-    }
-    found
-}
-
-/// The value starting at `text[i]` (after its `=`), as git's `parse_value` reads it, and
-/// where reading goes on; an invalid escape ends it there.
-fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
-    let mut value = Vec::new();
-    let mut quoted = false;
-    let mut spaces = 0;
-    while let Some(&c) = text.get(i) {
-        i += 1;
-        match c {
-            b'\n' => break,
-            b';' | b'#' if !quoted => {
-                i += text[i..]
-                    .iter()
-                    .position(|b| *b == b'\n')
-                    .unwrap_or(text.len() - i);
-                break;
-            }
-            b' ' | b'\t' if !quoted => {
-                spaces += 1;
-                continue;
-            }
-            _ => {}
-        }
-        if spaces > 0 && !value.is_empty() {
-            value.resize(value.len() + spaces, b' ');
-        }
-        spaces = 0;
-        match c {
-            b'\\' => {
-                let Some(&escaped) = text.get(i) else { break };
-                i += 1;
-                match escaped {
-                    b'\n' => {}
-                    b't' => value.push(b'\t'),
-                    b'n' => value.push(b'\n'),
-                    b'b' => value.push(8),
-                    b'\\' | b'"' => value.push(escaped),
-                    _ => break,
-                }
-            }
-            b'"' => quoted = !quoted,
-            _ => value.push(c),
-        }
-    }
-    (value, i)
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -3001,37 +3002,6 @@ mod tests {
         assert!(fs::symlink_metadata(ws.join(".git/config.worktree")).is_err());
         assert!(fs::symlink_metadata(ws.join(".envrc")).is_err());
         assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
-    }
-
-    #[test]
-    fn include_values_are_read_as_git_reads_them() {
-        let text = b"[include] path = ../one\n[include]\n\tpath = \"../a;b\" # c\n\
-            \tpath = ../co\\\nnt\n\tpath = \"../q\\\"x\"\n\tpath = a  b \n[core] path = no\n";
-        assert_eq!(
-            include_paths(text),
-            [
-                b"../one".to_vec(),
-                b"../a;b".to_vec(),
-                b"../cont".to_vec(),
-                b"../q\"x".to_vec(),
-                b"a  b".to_vec(),
-            ]
-        );
-    }
-
-    #[test]
-    fn the_paths_a_git_config_includes_are_read_from_its_include_sections() {
-        let text = b"[core]\n\tpath = not/this\n[include]\n\tpath = ../shared.gitconfig\n\
-            [includeIf \"gitdir:~/work/\"]\n    PATH = \"conf/git/x\" ; a comment\n\
-            [Include]\npath=plain # trailing\n[user]\n\tname = a\n";
-        assert_eq!(
-            include_paths(text),
-            [
-                b"../shared.gitconfig".to_vec(),
-                b"conf/git/x".to_vec(),
-                b"plain".to_vec()
-            ]
-        );
     }
 
     /// A git that reads `commondir` while the placeholder is made finds it absent or whole,

@@ -1,0 +1,341 @@
+//! What a git config text names that the sandbox must hold out of the agent's reach: the
+//! files it includes, and the files of the work tree its commands run (a filter driver's
+//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`).
+//!
+//! The reading is lenient, unlike [`super::gitconfig`]'s strict parser: that one decides
+//! what of an agent's config may be *kept*, so anything odd keeps nothing; this one
+//! decides what must be *held*, so anything odd must not hide a value git would still
+//! read. Values are read as git's own parser reads them (a key on its header's line, `;`
+//! and `#` inside double quotes, escapes, continued lines): a simpler reading missed what
+//! git included (round sixteen's second review).
+//!
+//! Which words of a command are files cannot be known for sure: a command is a shell
+//! line, and a script runs others. So every word that could be a path is offered
+//! ([`command_words`]), and the scan holds those that name a file of a tree (one with a
+//! `/` even when it does not exist yet). What such a script runs in turn is not followed
+//! (SECURITY.md, Known limits).
+
+/// One `key = value` of a git config text, its section's name lowercased (the
+/// subsection, `"strip"` of `[filter "strip"]`, is not kept: no rule here needs it).
+struct ConfigEntry {
+    section: Vec<u8>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// The keys whose values git runs as commands, by section (lowercase); `"*"` is every
+/// key of the section. The key is matched without case, as git does.
+const COMMAND_KEYS: &[(&[u8], &[&[u8]])] = &[
+    (b"alias", &[b"*"]),
+    (b"browser", &[b"cmd", b"path"]),
+    (
+        b"core",
+        &[
+            b"askpass",
+            b"editor",
+            b"fsmonitor",
+            b"gitproxy",
+            b"pager",
+            b"sshcommand",
+        ],
+    ),
+    (b"credential", &[b"helper"]),
+    (b"diff", &[b"command", b"external", b"textconv"]),
+    (b"difftool", &[b"cmd", b"path"]),
+    (b"filter", &[b"clean", b"process", b"smudge"]),
+    (b"gpg", &[b"program"]),
+    (b"interactive", &[b"difffilter"]),
+    (b"man", &[b"cmd", b"path"]),
+    (b"merge", &[b"driver"]),
+    (b"mergetool", &[b"cmd", b"path"]),
+    (b"pager", &[b"*"]),
+    (b"remote", &[b"receivepack", b"uploadpack"]),
+    (
+        b"sendemail",
+        &[
+            b"cccmd",
+            b"headercmd",
+            b"sendmailcmd",
+            b"smtpserver",
+            b"tocmd",
+        ],
+    ),
+    (b"sequence", &[b"editor"]),
+    (b"submodule", &[b"update"]),
+    (b"tar", &[b"command"]),
+    (b"trailer", &[b"cmd", b"command"]),
+    (b"uploadpack", &[b"packobjectshook"]),
+    (b"web", &[b"browser"]),
+];
+
+/// The values of `path` in the `[include]` and `[includeIf "…"]` sections.
+pub(super) fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
+    entries(text)
+        .into_iter()
+        .filter(|e| {
+            (e.section == b"include" || e.section == b"includeif")
+                && e.key.eq_ignore_ascii_case(b"path")
+                && !e.value.is_empty()
+        })
+        .map(|e| e.value)
+        .collect()
+}
+
+/// The last `core.worktree` of the text (git takes the last), when it has one: a git dir
+/// not named `.git` (a submodule's `.git/modules/x`) finds its work tree by it.
+pub(super) fn core_worktree(text: &[u8]) -> Option<Vec<u8>> {
+    entries(text)
+        .into_iter()
+        .filter(|e| e.section == b"core" && e.key.eq_ignore_ascii_case(b"worktree"))
+        .map(|e| e.value)
+        .next_back()
+}
+
+/// A word of a command the config runs that may name a file.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct CommandWord {
+    pub(super) word: Vec<u8>,
+    /// The word has a `/`: it names a path whether or not a file is there now (a bare
+    /// word names a file of the work tree only when one is there: `sh strip.sh`; absent,
+    /// it is as likely a program on `PATH`).
+    pub(super) is_path: bool,
+}
+
+/// The words of every command the config runs ([`COMMAND_KEYS`]) that may name a file,
+/// in the order met, each once: what is left of a shell line once its operators,
+/// quotes and options are taken off (`--file=x` gives `x`), without words git or the
+/// shell would expand (`%f`, `$HOME`, globs) or that name no file (`.`, URLs).
+pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
+    let mut words: Vec<CommandWord> = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        for word in shell_words(line) {
+            let word = match word.iter().rposition(|b| *b == b'=') {
+                Some(at) => word[at + 1..].to_vec(),
+                None if word.first() == Some(&b'-') => continue,
+                None => word,
+            };
+            if may_name_a_file(&word) && !words.iter().any(|w| w.word == word) {
+                let is_path = word.contains(&b'/');
+                words.push(CommandWord { word, is_path });
+            }
+        }
+    }
+    words
+}
+
+fn runs_a_command(entry: &ConfigEntry) -> bool {
+    COMMAND_KEYS.iter().any(|(section, keys)| {
+        entry.section == *section
+            && keys
+                .iter()
+                .any(|k| *k == b"*" || entry.key.eq_ignore_ascii_case(k))
+    })
+}
+
+/// `line` split where a shell would split it into words and commands (blanks, `;`, `&`,
+/// `|`, parentheses, redirections, backquotes), quotes taken off.
+fn shell_words(line: &[u8]) -> Vec<Vec<u8>> {
+    line.split(|b| b.is_ascii_whitespace() || b";&|()<>`".contains(b))
+        .map(|w| {
+            w.iter()
+                .copied()
+                .filter(|b| *b != b'"' && *b != b'\'')
+                .collect::<Vec<u8>>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+fn may_name_a_file(word: &[u8]) -> bool {
+    let expands = word.iter().any(|b| b"$%*?[{\\".contains(b));
+    let is_url = word.windows(3).any(|w| w == b"://");
+    let is_dots = word.iter().all(|b| *b == b'.' || *b == b'/');
+    !word.is_empty() && !expands && !is_url && !is_dots
+}
+
+/// Every `key = value` of a config text, as git's parser reads it. What git would refuse
+/// (a line that is neither a header nor a key) is skipped to its line's end.
+fn entries(text: &[u8]) -> Vec<ConfigEntry> {
+    let mut section = Vec::new();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = text.get(i) {
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c == b'[' {
+            let header = &text[i + 1..];
+            let end = header
+                .iter()
+                .position(|b| matches!(b, b']' | b'\n'))
+                .unwrap_or(header.len());
+            let name_end = header[..end]
+                .iter()
+                .position(|b| matches!(b, b' ' | b'\t' | b'"' | b'.'))
+                .unwrap_or(end);
+            section = header[..name_end].to_ascii_lowercase();
+            i += end + 2;
+        } else if c.is_ascii_alphabetic() {
+            let start = i;
+            while text
+                .get(i)
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            {
+                i += 1;
+            }
+            let key = text[start..i].to_vec();
+            while matches!(text.get(i), Some(b' ' | b'\t')) {
+                i += 1;
+            }
+            if text.get(i) != Some(&b'=') {
+                continue;
+            }
+            let (value, next) = config_value(text, i + 1);
+            i = next;
+            found.push(ConfigEntry {
+                section: section.clone(),
+                key,
+                value,
+            });
+        } else {
+            // A comment, or what git would refuse: the rest of the line.
+            i += text[i..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .unwrap_or(text.len() - i);
+        }
+    }
+    found
+}
+
+/// The value starting at `text[i]` (after its `=`), as git's `parse_value` reads it, and
+/// where reading goes on; an invalid escape ends it there.
+fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
+    let mut value = Vec::new();
+    let mut quoted = false;
+    let mut spaces = 0;
+    while let Some(&c) = text.get(i) {
+        i += 1;
+        match c {
+            b'\n' => break,
+            b';' | b'#' if !quoted => {
+                i += text[i..]
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .unwrap_or(text.len() - i);
+                break;
+            }
+            b' ' | b'\t' if !quoted => {
+                spaces += 1;
+                continue;
+            }
+            _ => {}
+        }
+        if spaces > 0 && !value.is_empty() {
+            value.resize(value.len() + spaces, b' ');
+        }
+        spaces = 0;
+        match c {
+            b'\\' => {
+                let Some(&escaped) = text.get(i) else { break };
+                i += 1;
+                match escaped {
+                    b'\n' => {}
+                    b't' => value.push(b'\t'),
+                    b'n' => value.push(b'\n'),
+                    b'b' => value.push(8),
+                    b'\\' | b'"' => value.push(escaped),
+                    _ => break,
+                }
+            }
+            b'"' => quoted = !quoted,
+            _ => value.push(c),
+        }
+    }
+    (value, i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn include_values_are_read_as_git_reads_them() {
+        let text = b"[include] path = ../one\n[include]\n\tpath = \"../a;b\" # c\n\
+            \tpath = ../co\\\nnt\n\tpath = \"../q\\\"x\"\n\tpath = a  b \n[core] path = no\n";
+        assert_eq!(
+            include_paths(text),
+            [
+                b"../one".to_vec(),
+                b"../a;b".to_vec(),
+                b"../cont".to_vec(),
+                b"../q\"x".to_vec(),
+                b"a  b".to_vec(),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_paths_a_git_config_includes_are_read_from_its_include_sections() {
+        let text = b"[core]\n\tpath = not/this\n[include]\n\tpath = ../shared.gitconfig\n\
+            [includeIf \"gitdir:~/work/\"]\n    PATH = \"conf/git/x\" ; a comment\n\
+            [Include]\npath=plain # trailing\n[user]\n\tname = a\n";
+        assert_eq!(
+            include_paths(text),
+            [
+                b"../shared.gitconfig".to_vec(),
+                b"conf/git/x".to_vec(),
+                b"plain".to_vec()
+            ]
+        );
+    }
+
+    fn words(text: &[u8]) -> Vec<(String, bool)> {
+        command_words(text)
+            .into_iter()
+            .map(|w| (String::from_utf8(w.word).unwrap(), w.is_path))
+            .collect()
+    }
+
+    #[test]
+    fn the_words_of_the_commands_a_config_runs_are_offered_as_files() {
+        let text = b"[filter \"strip\"]\n\tclean = sh tools/strip.sh %f\n\tsmudge = cat\n\
+            [alias]\n\tst = \"!./scripts/st.sh --file=conf/x && echo $HOME\"\n\
+            [core]\n\tfsmonitor = .git/fsmon\n\teditor = 'vim'\n\
+            [Diff \"nb\"]\n\tTEXTCONV = python3 -m nbstrip ./nb.py\n\
+            [submodule \"s\"]\n\tupdate = !run.sh\n";
+        assert_eq!(
+            words(text),
+            [
+                ("sh".into(), false),
+                ("tools/strip.sh".into(), true),
+                ("cat".into(), false),
+                ("./scripts/st.sh".into(), true),
+                ("conf/x".into(), true),
+                ("echo".into(), false),
+                (".git/fsmon".into(), true),
+                ("vim".into(), false),
+                ("python3".into(), false),
+                ("nbstrip".into(), false),
+                ("./nb.py".into(), true),
+                ("run.sh".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn values_that_run_nothing_are_not_offered() {
+        let text = b"[branch \"main\"]\n\tmerge = refs/heads/main\n\
+            [remote \"origin\"]\n\turl = ../other\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+            [user]\n\tname = a/b\n[include]\n\tpath = conf/x\n\
+            [credential]\n\thelper = https://x/y\n[core]\n\tpager = less -R .. . ${X}/y\n";
+        assert_eq!(words(text), [("less".into(), false)]);
+    }
+
+    #[test]
+    fn the_last_core_worktree_is_the_work_tree() {
+        let text = b"[core]\n\tworktree = ../a\n[Core]\n\tWorkTree = \"../../../x\"\n";
+        assert_eq!(core_worktree(text), Some(b"../../../x".to_vec()));
+        assert_eq!(core_worktree(b"[core]\n\tbare = false\n"), None);
+    }
+}
