@@ -1194,3 +1194,71 @@ fn other_names_of_a_secret_are_found_beside_a_directory_left_out() {
         "{env}"
     );
 }
+
+/// A read-only bind mount of a directory, undone when dropped.
+struct ReadOnlyBind(PathBuf);
+
+impl ReadOnlyBind {
+    fn new(dir: &Path) -> ReadOnlyBind {
+        for args in [&["--bind"][..], &["-o", "remount,bind,ro"][..]] {
+            let out = Command::new("mount")
+                .args(args)
+                .arg(dir)
+                .arg(dir)
+                .output_bounded();
+            assert!(out.status.success(), "mount {args:?}: {}", describe(&out));
+        }
+        ReadOnlyBind(dir.to_path_buf())
+    }
+}
+
+impl Drop for ReadOnlyBind {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output_bounded();
+    }
+}
+
+/// A `--write` directory the caller may read but not write (another user's, or on a
+/// read-only mount) needs no placeholder: nobody in the run may create a name there, so
+/// the sandbox makes none, and the run goes on. Every such run failed at setup ("create
+/// placeholder …/.git: EACCES"). The agent still writes nothing there (the kernel's own
+/// check) and the workspace as usual. As `nobody` with a directory of root's, and as root
+/// with a read-only mount.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_write_dir_nobody_may_write_needs_no_placeholder() {
+    common::require_root_and_user_namespaces();
+    for owner in owners() {
+        let fx = Fx::new(owner, true);
+        fx.own();
+        let extra = fx.root.join("extra");
+        write(&extra.join("keep.txt"), "k\n");
+        let _read_only = owner.is_none().then(|| ReadOnlyBind::new(&extra));
+        let script = format!(
+            "echo x > {0}/new.txt || echo REFUSED; mkdir {0}/.git || echo NO-GIT; \
+             echo b > a.txt && echo DONE",
+            extra.display()
+        );
+        let out = fx.sandbox(
+            "workspace-write",
+            &["--write", extra.to_str().unwrap()],
+            &script,
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success()
+                && text.contains("REFUSED")
+                && text.contains("NO-GIT")
+                && text.contains("DONE"),
+            "{}: {}",
+            label(owner),
+            describe(&out)
+        );
+        let names: Vec<_> = fs::read_dir(&extra)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["keep.txt"], "{}", label(owner));
+        assert_eq!(fs::read_to_string(fx.ws.join("a.txt")).unwrap(), "b\n");
+    }
+}

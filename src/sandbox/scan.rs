@@ -1481,15 +1481,9 @@ impl<'a> Walker<'a, '_> {
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(walk_error(&path, "inspect", e)),
         }
-        self.before_placeholder(dir.as_fd(), name, &path)?;
-        let st = create_placeholder(dir.as_fd(), name, kind)
-            .map_err(|e| walk_error(&path, "create placeholder", e))?;
-        self.out.placeholders.push(Placeholder {
-            path: path.clone(),
-            kind,
-            dev: st.st_dev,
-            ino: st.st_ino,
-        });
+        let Some(st) = self.make_placeholder(dir.as_fd(), name, &path, kind)? else {
+            return Ok(());
+        };
         if kind == PlaceholderKind::Symlink {
             let by = match named_by {
                 NamedBy::Config => "the repository's git config includes",
@@ -1741,18 +1735,10 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
-            Err(Errno::ENOENT) => {
-                self.before_placeholder(dir, name, path)?;
-                let st = create_placeholder(dir, name, absent)
-                    .map_err(|e| walk_error(path, "create placeholder", e))?;
-                self.out.placeholders.push(Placeholder {
-                    path: path.to_path_buf(),
-                    kind: absent,
-                    dev: st.st_dev,
-                    ino: st.st_ino,
-                });
-                st
-            }
+            Err(Errno::ENOENT) => match self.make_placeholder(dir, name, path, absent)? {
+                Some(st) => st,
+                None => return Ok(()),
+            },
             Err(e) => return Err(walk_error(path, "inspect", e)),
         };
         match file_kind(&st) {
@@ -1815,15 +1801,11 @@ impl<'a> Walker<'a, '_> {
             match fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(_) => {}
                 Err(Errno::ENOENT) => {
-                    self.before_placeholder(parent.as_fd(), name, &path)?;
-                    let st = create_placeholder(parent.as_fd(), name, PlaceholderKind::Dir)
-                        .map_err(|e| walk_error(&path, "create placeholder", e))?;
-                    self.out.placeholders.push(Placeholder {
-                        path: path.clone(),
-                        kind: PlaceholderKind::Dir,
-                        dev: st.st_dev,
-                        ino: st.st_ino,
-                    });
+                    let made =
+                        self.make_placeholder(parent.as_fd(), name, &path, PlaceholderKind::Dir)?;
+                    let Some(st) = made else {
+                        continue;
+                    };
                     self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
                     // Its parents pinned, as those of a protected entry the walk met.
                     if !parent_rel.as_os_str().is_empty() {
@@ -1840,6 +1822,34 @@ impl<'a> Walker<'a, '_> {
 impl Walker<'_, '_> {
     /// coder is about to create `name` in `dir` (at `path`): the scan's watch takes over
     /// from the directory's ctime.
+    /// A placeholder of `kind` made at `name` in `dir` (`path`) and recorded for removal
+    /// after the run; `None` when nobody in the run may create that name
+    /// ([`nobody_may_create`]), so none is needed. A `--write` directory the caller may
+    /// read but not write failed every run's setup ("create placeholder …/.git: EACCES")
+    /// though the agent could make nothing there either.
+    fn make_placeholder(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: impl AsRef<OsStr>,
+        path: &Path,
+        kind: PlaceholderKind,
+    ) -> Result<Option<FileStat>, SandboxError> {
+        let name = name.as_ref();
+        self.before_placeholder(dir, name, path)?;
+        let st = match create_placeholder(dir, name, kind) {
+            Ok(st) => st,
+            Err(e) if nobody_may_create(dir, e) => return Ok(None),
+            Err(e) => return Err(walk_error(path, "create placeholder", e)),
+        };
+        self.out.placeholders.push(Placeholder {
+            path: path.to_path_buf(),
+            kind,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        });
+        Ok(Some(st))
+    }
+
     fn before_placeholder(
         &self,
         dir: BorrowedFd<'_>,
@@ -1860,16 +1870,11 @@ impl Walker<'_, '_> {
         match fstatat(self.tree.fd, ".git", AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(_) => Ok(()),
             Err(Errno::ENOENT) => {
-                self.before_placeholder(self.tree.fd, ".git", &path)?;
-                let st = create_placeholder(self.tree.fd, ".git", PlaceholderKind::Symlink)
-                    .map_err(|e| walk_error(&path, "create placeholder", e))?;
-                self.out.placeholders.push(Placeholder {
-                    path: path.clone(),
-                    kind: PlaceholderKind::Symlink,
-                    dev: st.st_dev,
-                    ino: st.st_ino,
-                });
-                self.push(mask(path, MaskKind::ReadOnly, &st, false))
+                let fd = self.tree.fd;
+                match self.make_placeholder(fd, ".git", &path, PlaceholderKind::Symlink)? {
+                    Some(st) => self.push(mask(path, MaskKind::ReadOnly, &st, false)),
+                    None => Ok(()),
+                }
             }
             Err(e) => Err(walk_error(&path, "inspect", e)),
         }
@@ -2256,6 +2261,21 @@ fn trim_ascii(bytes: &[u8]) -> &[u8] {
         .rposition(|b| !b.is_ascii_whitespace())
         .map_or(start, |e| e + 1);
     &bytes[start..end.max(start)]
+}
+
+/// Whether `err`, met by coder creating a name in `dir`, means the agent cannot create it
+/// either: the directory is on a read-only mount (the agent's mounts keep the flag, and it
+/// may not mount), or the kernel refused coder's user the write and the directory is not
+/// that user's. Its owner could `chmod` it, and so could the agent, which runs as the same
+/// user (with no capability over a directory of another user): that case still fails.
+fn nobody_may_create(dir: BorrowedFd<'_>, err: Errno) -> bool {
+    match err {
+        Errno::EROFS => true,
+        Errno::EACCES | Errno::EPERM => {
+            fstat(dir).is_ok_and(|st| st.st_uid != nix::unistd::geteuid().as_raw())
+        }
+        _ => false,
+    }
 }
 
 fn create_placeholder(
