@@ -938,3 +938,72 @@ fn a_diff_attribute_the_agent_sets_does_not_hide_its_edit() {
         );
     }
 }
+
+/// An earlier run's agent left a `.gitignore` of 20,000 patterns and 4,000 new files:
+/// git matches every new file against every pattern, and the ledger's `git add` (coder's
+/// own, unconfined) spun on it, hours at a real scale, with the run waiting, and every
+/// later run in the workspace too. Now a git of coder's is stopped past its CPU budget
+/// (60 s; 200 ms here through the debug builds' `CODER_TEST_GIT_CPU_BUDGET_MS`), the
+/// plain walk measures the run and a warning says why. Control: the user's own `git add`
+/// of the same tree takes more CPU than that budget.
+#[test]
+fn a_gitignore_of_very_many_patterns_does_not_hold_the_ledgers_git() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    committed(&fake, &[("a.txt", "a\n")]);
+    let ws = fake.workspace();
+    let mut patterns = String::from(".fake-claude/\n");
+    for i in 0..20_000 {
+        patterns.push_str(&format!("*a*b*c*d*e*f*g*h*{i}\n"));
+    }
+    write(ws, ".gitignore", &patterns);
+    for d in 0..40 {
+        let dir = ws.join(format!("new{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f}.txt")), "x\n").unwrap();
+        }
+    }
+    let out = fake
+        .coder()
+        .env("CODER_TEST_GIT_CPU_BUDGET_MS", "200")
+        .args(["task"])
+        .deadline(Duration::from_secs(120))
+        .run();
+    out.assert_success("done");
+    assert!(
+        lists(&out.envelope, "a.txt", "modified"),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        warned(&out.envelope, |w| w.contains("s of CPU time")
+            && w.contains(".gitignore")),
+        "{}",
+        out.explain()
+    );
+    // Control: the user's own git spends more than the budget on the same tree.
+    use nix::sys::resource::{UsageWho, getrusage};
+    let cpu = || {
+        let usage = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
+        let micros = |t: nix::sys::time::TimeVal| {
+            Duration::from_micros((t.tv_sec() * 1_000_000 + t.tv_usec()) as u64)
+        };
+        micros(usage.user_time()) + micros(usage.system_time())
+    };
+    let before = cpu();
+    let status = std::process::Command::new("git")
+        .args(["add", "-A", "--dry-run"])
+        .current_dir(ws)
+        .stdout(std::process::Stdio::null())
+        .output_bounded();
+    assert!(status.status.success(), "{status:?}");
+    let spent = cpu() - before;
+    assert!(
+        spent > Duration::from_millis(200),
+        "control: the user's git took {spent:?}"
+    );
+}

@@ -111,6 +111,13 @@ pub enum GitError {
          what is past its own 1 GiB by size and time"
     )]
     ReadTooMuch { gib: u64 },
+    #[error(
+        "git stopped after {:.1} s of CPU time, far more than it needs for any real \
+         workspace (a `.gitignore` of the work tree with a great many patterns, each matched \
+         against every new file?)",
+        *.millis as f64 / 1000.0
+    )]
+    CpuTooMuch { millis: u64 },
 }
 
 impl GitError {
@@ -122,6 +129,7 @@ impl GitError {
                 | GitError::NotAFile { .. }
                 | GitError::ConfigTooSlow { .. }
                 | GitError::ReadTooMuch { .. }
+                | GitError::CpuTooMuch { .. }
         )
     }
 }
@@ -2276,6 +2284,13 @@ impl Watch {
         if tree.iter().any(|process| waits_on_a_fifo(*process)) {
             return Some(GitError::Fifo);
         }
+        let cpu: std::time::Duration = tree.iter().filter_map(|process| cpu_time(*process)).sum();
+        let budget = cpu_budget();
+        if cpu > budget {
+            return Some(GitError::CpuTooMuch {
+                millis: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
         let read: u64 = tree.iter().filter_map(|process| bytes_read(*process)).sum();
         if read > READ_BUDGET {
             return Some(GitError::ReadTooMuch {
@@ -2307,6 +2322,51 @@ impl Watch {
 /// terabytes (`truncate -s 8T`) costs the agent no disk, and git hours to hash
 /// (round fifteen's review); the plain walk hashes at most 1 GiB.
 const READ_BUDGET: u64 = 1 << 30;
+
+/// What a git of coder's, with the processes below it, may spend on the CPU at most. git
+/// matches every new file against every pattern of the `.gitignore` files above it: the
+/// agent wrote one of 200,000 patterns and made 50,000 files, and the ledger's `git add`
+/// spun for hours, unconfined, with the run waiting on it and every later run in the
+/// workspace too (round eighteen). A real snapshot takes seconds at a million files.
+const CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// [`CPU_BUDGET`], or in a debug build the milliseconds `CODER_TEST_GIT_CPU_BUDGET_MS`
+/// names (TEST HOOK: a test cannot wait a minute).
+fn cpu_budget() -> std::time::Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("CODER_TEST_GIT_CPU_BUDGET_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        return std::time::Duration::from_millis(ms);
+    }
+    CPU_BUDGET
+}
+
+/// The CPU time process `pid` has used, with that of the children it has waited for
+/// (`utime`, `stime`, `cutime`, `cstime` of `/proc/PID/stat`).
+fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command's name may hold spaces and parentheses: the fields follow the last `)`.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    // `state` is the third field of the line and the first here; `utime` is the 14th.
+    let ticks: u64 = fields
+        .get(11..15)?
+        .iter()
+        .map(|n| n.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|n| *n > 0)?;
+    Some(std::time::Duration::from_millis(
+        ticks.saturating_mul(1000) / per_second,
+    ))
+}
 
 /// The bytes process `pid` has read (`rchar` of `/proc/PID/io`).
 fn bytes_read(pid: u32) -> Option<u64> {
@@ -3094,5 +3154,27 @@ mod tests {
         assert!(!git_could_find_a_repository(&deep));
         // A path that does not resolve: git decides.
         assert!(git_could_find_a_repository(&root.path().join("missing")));
+    }
+
+    #[test]
+    fn a_process_cpu_time_is_read_from_proc() {
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 5",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut spent = std::time::Duration::ZERO;
+        while spent < std::time::Duration::from_millis(20) && std::time::Instant::now() < deadline {
+            spent = cpu_time(pid).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(spent >= std::time::Duration::from_millis(20), "{spent:?}");
+        assert_eq!(cpu_time(u32::MAX), None);
     }
 }

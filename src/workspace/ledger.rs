@@ -232,6 +232,49 @@ impl Drop for Ledger {
 #[error("cannot measure the workspace's changes: {0}")]
 pub struct LedgerError(String);
 
+/// The "before" of a plain walk of `workspace`, with the persistent scan cache under
+/// `state_dir` when given (see [`Ledger::keep_cache`]).
+fn plain_before(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Before {
+    let canonical = std::fs::canonicalize(workspace).ok();
+    let file = state_dir
+        .zip(canonical.as_deref())
+        .and_then(|(state, ws)| CacheFile::for_workspace(state, ws));
+    // The cache first: the directories unchanged since it was written are not
+    // listed again, their entries are the cache's (`scan::KeptDirs`).
+    let loaded = file.as_ref().and_then(CacheFile::load);
+    crate::phases::mark("ledger.cache_loaded");
+    let listed = scan::list_kept(workspace, &caps, loaded.as_ref().map(|loaded| &loaded.scan));
+    let (key, scan) = match loaded {
+        Some(loaded) => {
+            let mut prior = Prior::Owned(loaded.scan);
+            let scan = scan::finish(listed, workspace, &caps, &loaded.key, Some(&mut prior));
+            // What is left of the cache's entries (100k of them take a few ms
+            // to free) is freed off the snapshot's path; inline if no thread.
+            let _ = std::thread::Builder::new()
+                .name("ledger-free".into())
+                .spawn(move || drop(prior));
+            (loaded.key, scan)
+        }
+        None => {
+            let key = Key::random();
+            let scan = scan::finish(listed, workspace, &caps, &key, None);
+            (key, scan)
+        }
+    };
+    Before::Plain {
+        scan: Arc::new(scan),
+        key,
+        caps,
+        reuse: canonical.is_some_and(|ws| super::scan_cache::local_clock(&ws)),
+        cache: file.map(|file| Cache {
+            file,
+            writer: None,
+            exposed: false,
+        }),
+        unknown: Default::default(),
+    }
+}
+
 impl Ledger {
     /// Snapshots `workspace` now (blocking: a big tree takes a while; see BENCHMARKS.md).
     pub fn before(workspace: &Path) -> Ledger {
@@ -253,7 +296,7 @@ impl Ledger {
             .and_then(|state| inside(workspace, state))
             .into_iter()
             .collect();
-        let (discovered, stopped) = match GitRepo::discover_in(workspace, state_dir) {
+        let (discovered, mut stopped) = match GitRepo::discover_in(workspace, state_dir) {
             Ok(repo) => (repo, None),
             Err(e) => (
                 None,
@@ -269,50 +312,19 @@ impl Ledger {
                     tree,
                     unknown: Default::default(),
                 },
+                // coder's watcher stopped git on what the work tree holds (a FIFO, a read
+                // past its budget, a `.gitignore` of endless patterns): what stopped it
+                // stays for every later run, none of which would measure anything. The
+                // plain walk reads no git file and has budgets of its own.
+                Err(e) if e.was_killed() => {
+                    stopped = Some(format!(
+                        "{e}; the changes are measured by a plain walk of the workspace instead"
+                    ));
+                    plain_before(workspace, caps, state_dir)
+                }
                 Err(e) => Before::Failed(e.to_string()),
             },
-            None => {
-                let canonical = std::fs::canonicalize(workspace).ok();
-                let file = state_dir
-                    .zip(canonical.as_deref())
-                    .and_then(|(state, ws)| CacheFile::for_workspace(state, ws));
-                // The cache first: the directories unchanged since it was written are not
-                // listed again, their entries are the cache's (`scan::KeptDirs`).
-                let loaded = file.as_ref().and_then(CacheFile::load);
-                crate::phases::mark("ledger.cache_loaded");
-                let listed =
-                    scan::list_kept(workspace, &caps, loaded.as_ref().map(|loaded| &loaded.scan));
-                let (key, scan) = match loaded {
-                    Some(loaded) => {
-                        let mut prior = Prior::Owned(loaded.scan);
-                        let scan =
-                            scan::finish(listed, workspace, &caps, &loaded.key, Some(&mut prior));
-                        // What is left of the cache's entries (100k of them take a few ms
-                        // to free) is freed off the snapshot's path; inline if no thread.
-                        let _ = std::thread::Builder::new()
-                            .name("ledger-free".into())
-                            .spawn(move || drop(prior));
-                        (loaded.key, scan)
-                    }
-                    None => {
-                        let key = Key::random();
-                        let scan = scan::finish(listed, workspace, &caps, &key, None);
-                        (key, scan)
-                    }
-                };
-                Before::Plain {
-                    scan: Arc::new(scan),
-                    key,
-                    caps,
-                    reuse: canonical.is_some_and(|ws| super::scan_cache::local_clock(&ws)),
-                    cache: file.map(|file| Cache {
-                        file,
-                        writer: None,
-                        exposed: false,
-                    }),
-                    unknown: Default::default(),
-                }
-            }
+            None => plain_before(workspace, caps, state_dir),
         };
         Ledger {
             workspace: workspace.to_path_buf(),
