@@ -87,6 +87,17 @@ fn committed(fake: &Fake, files: &[(&str, &str)]) {
     git_in(ws, &["commit", "-qm", "start"]);
 }
 
+/// A fake whose runs change `a.txt` (committed as `a`) to `changed` and answer `done`.
+fn edits_a_committed_file() -> Fake {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    committed(&fake, &[("a.txt", "a\n")]);
+    fake
+}
+
 /// Makes `fake`'s next runs write `text` to `path` (relative to the fake's own directory:
 /// `../NAME` is a file of the workspace) and answer `said`.
 fn next_runs_touch(fake: &Fake, path: &str, text: &str, said: &str) {
@@ -556,12 +567,7 @@ fn a_filter_the_agent_defines_in_an_included_config_does_not_run_as_coder() {
 /// no warning.
 #[test]
 fn a_pipe_coder_inherits_does_not_stop_the_ledgers_git() {
-    let fake = Fake::new(json!([
-        common::steps::init(),
-        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
-        common::steps::result_ok("done"),
-    ]));
-    committed(&fake, &[("a.txt", "a\n")]);
+    let fake = edits_a_committed_file();
     let (read_end, _write_end) = nix::unistd::pipe().unwrap();
     let out = fake.coder().args(["task"]).inherit(read_end).run();
     out.assert_success("done");
@@ -628,12 +634,7 @@ fn a_pipe_coder_inherits_reopened_through_an_include_stops_the_ledgers_git() {
 /// user could not tell a git ledger from a plain one.
 #[test]
 fn a_repository_git_cannot_read_is_walked_and_the_run_says_why() {
-    let fake = Fake::new(json!([
-        common::steps::init(),
-        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
-        common::steps::result_ok("done"),
-    ]));
-    committed(&fake, &[("a.txt", "a\n")]);
+    let fake = edits_a_committed_file();
     let config = fake.workspace().join(".git/config");
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("[core\n");
@@ -948,12 +949,7 @@ fn a_diff_attribute_the_agent_sets_does_not_hide_its_edit() {
 /// of the same tree takes more CPU than that budget.
 #[test]
 fn a_gitignore_of_very_many_patterns_does_not_hold_the_ledgers_git() {
-    let fake = Fake::new(json!([
-        common::steps::init(),
-        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
-        common::steps::result_ok("done"),
-    ]));
-    committed(&fake, &[("a.txt", "a\n")]);
+    let fake = edits_a_committed_file();
     let ws = fake.workspace();
     let mut patterns = String::from(".fake-claude/\n");
     for i in 0..20_000 {

@@ -649,13 +649,11 @@ fn a_hook_is_not_written_through_its_other_name() {
     held_file_attack(
         "hook+hard link",
         |fx, ws| {
-            fx.own_file(ws, "tools/pre-commit", "#!/bin/sh\n");
-            let tool = ws.join("tools/pre-commit");
-            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let tool = own_script(fx, ws, "tools/pre-commit");
             std::fs::hard_link(&tool, ws.join(".git/hooks/pre-commit")).unwrap();
             Vec::new()
         },
-        "printf 'touch \"%s\"\\n' \"$M\" >> tools/pre-commit; echo PLANTED",
+        &format!("{SCRIPT_PAYLOAD} >> tools/pre-commit; echo PLANTED"),
         &["commit", "-q", "--allow-empty", "-m", "user's commit"],
     );
 }
@@ -710,6 +708,13 @@ fn an_included_file_in_a_write_dir_is_held() {
         ),
         &["status", "--short"],
     );
+}
+
+/// An empty shell script at `rel` in `ws`, executable, the arm's user's.
+fn own_script(fx: &Fx, ws: &Path, rel: &str) -> std::path::PathBuf {
+    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
 }
 
 /// The payload a script of the work tree gets: `touch "$M"` appended, as the arm's shell
@@ -768,9 +773,7 @@ fn a_nested_repositorys_fsmonitor_script_is_not_the_agents_to_write() {
     held_file_attack(
         "nested fsmonitor script",
         |fx, ws| {
-            fx.own_file(ws, "sub/fsmon.sh", "#!/bin/sh\n");
-            let script = ws.join("sub/fsmon.sh");
-            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            own_script(fx, ws, "sub/fsmon.sh");
             fx.git(&ws.join("sub"), &["init", "-q"]);
             fx.git(&ws.join("sub"), &["add", "."]);
             fx.git(
