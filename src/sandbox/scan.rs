@@ -55,7 +55,7 @@ use super::{GlobList, SandboxError};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
-const PROBE_CHILD: &str = "\u{1}coder-probe";
+pub(crate) const PROBE_CHILD: &str = "\u{1}coder-probe";
 
 /// Where a placeholder symlink points: a path below a character device, which can never
 /// exist (every lookup fails with `ENOTDIR`, which git treats as a missing file).
@@ -2724,13 +2724,16 @@ pub(crate) fn compile_globs(list: GlobList, globs: &[String]) -> Result<GlobSet,
 
 /// The names a protected glob stands for even before they exist: a glob of plain names
 /// (`.envrc`, `.mcp.json`) is that path; `NAME/**` (`.claude/**`) is the directory
-/// `NAME`. Globs with wildcards elsewhere protect only what exists at the start.
+/// `NAME`; `**/` before either (`**/.envrc`, `**/.claude/**`: the name in every directory)
+/// is the name at the root. Globs with wildcards elsewhere protect what exists at the
+/// start; what appears during the run is moved aside at its end ([`super::gitguard`]).
 pub(crate) fn literal_protected(globs: &[String]) -> Vec<PathBuf> {
     let is_literal =
         |part: &str| !part.is_empty() && !part.contains(['*', '?', '[', ']', '{', '}', '\\']);
     let mut names = Vec::new();
     for glob in globs {
         let glob = glob.trim_start_matches("./");
+        let glob = glob.strip_prefix("**/").unwrap_or(glob);
         let prefix = glob.strip_suffix("/**").unwrap_or(glob);
         let parts: Vec<&str> = prefix.split('/').collect();
         if parts
@@ -3004,6 +3007,68 @@ mod tests {
     }
 
     #[test]
+    fn the_default_protected_names_are_held_in_every_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        for file in [
+            "pkg/.claude/settings.json",
+            "pkg/.mcp.json",
+            "pkg/CLAUDE.local.md",
+            "a/b/.vscode/tasks.json",
+            "a/.envrc",
+            ".pre-commit-config.yaml",
+            "svc/lefthook.yml",
+            "svc/.lintstagedrc.json",
+            "web/lint-staged.config.mjs",
+            "web/.simple-git-hooks.cjs",
+            "src/main.rs",
+        ] {
+            fs::create_dir_all(ws.join(file).parent().unwrap()).unwrap();
+            fs::write(ws.join(file), "x").unwrap();
+        }
+        let protect: Vec<String> = crate::sandbox::DEFAULT_PROTECT_GLOBS
+            .iter()
+            .map(|g| g.to_string())
+            .collect();
+        let out = scan(&ws, &globs(), &protect, true).unwrap();
+        let got = paths(&out.masks, &ws);
+        for want in [
+            "pkg/.claude:ReadOnly",
+            "pkg/.mcp.json:ReadOnly",
+            "pkg/CLAUDE.local.md:ReadOnly",
+            "a/b/.vscode:ReadOnly",
+            "a/.envrc:ReadOnly",
+            ".pre-commit-config.yaml:ReadOnly",
+            "svc/lefthook.yml:ReadOnly",
+            "svc/.lintstagedrc.json:ReadOnly",
+            "web/lint-staged.config.mjs:ReadOnly",
+            "web/.simple-git-hooks.cjs:ReadOnly",
+            // Their directories pinned, and the root's absent names held as before.
+            "pkg:Pin",
+            "a/b:Pin",
+            ".claude:ReadOnly",
+            ".envrc:ReadOnly",
+        ] {
+            assert!(
+                got.contains(&want.to_string()),
+                "{want} missing from {got:?}"
+            );
+        }
+        assert!(!got.iter().any(|m| m.starts_with("src")), "{got:?}");
+        // Hook managers' configs are held where they exist, never made at the root.
+        assert!(
+            !out.placeholders
+                .iter()
+                .any(|p| p.path.starts_with(ws.join("svc")) || p.path.ends_with("lefthook.yml")),
+            "{:?}",
+            out.placeholders
+        );
+        for p in &out.placeholders {
+            p.remove();
+        }
+    }
+
+    #[test]
     fn include_values_are_read_as_git_reads_them() {
         let text = b"[include] path = ../one\n[include]\n\tpath = \"../a;b\" # c\n\
             \tpath = ../co\\\nnt\n\tpath = \"../q\\\"x\"\n\tpath = a  b \n[core] path = no\n";
@@ -3132,15 +3197,26 @@ mod tests {
 
     #[test]
     fn literal_protected_names() {
-        let globs: Vec<String> = [".claude/**", ".mcp.json", "**/*.sh", "a/b.json", "x/*/y"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let globs: Vec<String> = [
+            ".claude/**",
+            ".mcp.json",
+            "**/*.sh",
+            "a/b.json",
+            "x/*/y",
+            "**/.envrc",
+            "**/.vscode/**",
+            "**/.pre-commit-config.{yaml,yml}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
             literal_protected(&globs),
             vec![
                 PathBuf::from(".claude"),
+                PathBuf::from(".envrc"),
                 PathBuf::from(".mcp.json"),
+                PathBuf::from(".vscode"),
                 PathBuf::from("a/b.json")
             ]
         );
