@@ -39,13 +39,23 @@
 //! directory coder cannot fix, a failed move) the report says where, and the run fails
 //! closed: the caller must treat the workspace as unchecked.
 //!
+//! The same walk guards the protected tool configs ([`ToolGuard`]): a name matching a
+//! protected glob of its tree (`**/.claude/**`, `**/.envrc`, `**/lefthook.yml`, ...) that the
+//! start scan did not hold read-only appeared (or changed) during the run, since the scan
+//! held every one that existed; it is renamed to `NAME.coder-quarantine-N` beside itself,
+//! a name no such program reads, and reported. Only the directories whose entries changed
+//! since the scan are looked at ([`ScanListings`]): in an unchanged one every such name is
+//! one the scan held. The start scan cannot hold names that do not exist yet everywhere
+//! (it makes placeholders at a tree's root only), so a `pkg/.claude/settings.json` the
+//! agent makes is caught here, once nothing of the run can write any more.
+//!
 //! A coder that is killed cannot run its guard; the policy leaves a record of what the guard
 //! needs (the trees, the known git dirs) in the run's private directory, and the next
 //! policy resolution runs the guard of every dead run it finds before pruning its directory
 //! ([`finish_dead_runs`]).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -54,15 +64,17 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use crate::config::run_dirs;
+use globset::GlobSet;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat2};
 use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::gitconfig;
 use super::listing::{DirSummary, ScanListings, is_git_entry_name};
 use super::scan::{
-    ABSENT_TARGET, Kind, beneath, file_kind as kind_of, list_dir_kinds as list, open_beneath,
+    ABSENT_TARGET, Kind, PROBE_CHILD, beneath, file_kind as kind_of, list_dir_kinds as list,
+    open_beneath,
 };
 
 /// Caps on the walk. Past one, the guard reports itself incomplete.
@@ -84,15 +96,83 @@ impl Default for GuardLimits {
 /// The largest config, `commondir` or `.git` file read; a bigger one is untrusted whole.
 const MAX_FILE: u64 = 1 << 20;
 
-/// One git dir (or `.git` entry) the guard changed.
+/// One git dir (or `.git` entry, or protected tool config) the guard changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quarantined {
-    /// The git dir, or the `.git` file or symlink.
+    /// The git dir, or the `.git` file or symlink, or the tool config.
     pub path: String,
-    /// What was moved, relative to `path` (`config`, `hooks/pre-commit`, `.git`).
+    /// What was moved, relative to `path` (`config`, `hooks/pre-commit`, `.git`); for a
+    /// tool config, its name.
     pub moved: Vec<String>,
     /// Where it went.
     pub to: String,
+    /// Git metadata, or a protected tool config.
+    pub kind: QuarantineKind,
+}
+
+/// What the guard moved aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuarantineKind {
+    /// Config, hooks or operation state of a git dir, or a `.git` file or symlink.
+    Git,
+    /// A name matching a protected glob (`.claude/`, `.envrc`, `lefthook.yml`, ...) that
+    /// appeared or changed during the run.
+    ToolConfig,
+}
+
+/// The protected tool configs of a run, as the end-of-run guard needs them: the globs of
+/// every tree whose protected names the start scan held, and what it held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolGuard {
+    pub trees: Vec<ToolTree>,
+    /// Device and inode of every file and directory the scan held read-only (protected
+    /// names and their placeholders, directories of secrets, git metadata): nothing below
+    /// a held directory can have changed.
+    pub held: Vec<(u64, u64)>,
+}
+
+/// One tree and its protected globs, relative to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolTree {
+    #[serde(with = "super::bytes")]
+    pub root: PathBuf,
+    pub globs: Vec<String>,
+}
+
+/// [`ToolGuard`], compiled.
+struct ToolMatch {
+    trees: Vec<(PathBuf, GlobSet)>,
+    held: HashSet<(u64, u64)>,
+}
+
+impl ToolMatch {
+    fn new(tools: &ToolGuard) -> Result<ToolMatch, Stop> {
+        let mut trees = Vec::new();
+        for tree in &tools.trees {
+            let set = super::scan::compile_globs(super::GlobList::Protect, &tree.globs)
+                .map_err(|e| e.to_string())?;
+            trees.push((tree.root.clone(), set));
+        }
+        Ok(ToolMatch {
+            trees,
+            held: tools.held.iter().copied().collect(),
+        })
+    }
+
+    fn active(&self) -> bool {
+        !self.trees.is_empty()
+    }
+
+    /// Whether `path` matches a protected glob of a tree holding it: the name itself, or
+    /// for a directory any name below it (as the start scan decides what it holds).
+    fn protected(&self, path: &Path, is_dir: bool) -> bool {
+        self.trees.iter().any(|(root, set)| {
+            path.strip_prefix(root).is_ok_and(|rel| {
+                set.is_match(rel) || (is_dir && set.is_match(rel.join(PROBE_CHILD)))
+            })
+        })
+    }
 }
 
 /// What the guard did: `sandbox` in the envelope.
@@ -116,34 +196,51 @@ impl GuardReport {
         let mut lines: Vec<String> = self
             .quarantined
             .iter()
-            .map(|q| {
-                format!(
+            .map(|q| match q.kind {
+                QuarantineKind::Git => format!(
                     "git guard: in {}, moved {} (left by the sandboxed command) to {} so \
                      that git run outside the sandbox cannot execute it",
                     q.path,
                     q.moved.join(", "),
                     q.to
-                )
+                ),
+                QuarantineKind::ToolConfig => format!(
+                    "tool-config guard: moved {} (a protected tool config the sandboxed \
+                     command made or changed) to {} so that the programs that read it \
+                     outside the sandbox (Claude Code, editors, direnv, git hook managers) \
+                     cannot run what it says; check it before putting it back",
+                    q.path, q.to
+                ),
             })
             .collect();
         if let Some(why) = &self.incomplete {
             lines.push(format!(
-                "git guard incomplete ({why}): repositories in the workspace may hold \
-                 commands the sandboxed agent planted; do not run git there before checking"
+                "git guard incomplete ({why}): repositories and tool configs in the \
+                 workspace may hold commands the sandboxed agent planted; do not run git \
+                 or open it in an editor or a Claude Code session before checking"
             ));
         }
         lines
     }
 }
 
-/// Neutralise every git dir under `roots` whose (device, inode) is not in `known`.
+/// Neutralise every git dir under `roots` whose (device, inode) is not in `known`, and
+/// move aside every protected tool config of `tools` the start scan did not hold.
 pub fn guard_trees(
     roots: &[PathBuf],
     known: &HashSet<(u64, u64)>,
+    tools: &ToolGuard,
     listings: &ScanListings,
     limits: GuardLimits,
 ) -> GuardReport {
     let mut report = GuardReport::default();
+    let tools = match ToolMatch::new(tools) {
+        Ok(tools) => tools,
+        Err(why) => {
+            report.incomplete = Some(why);
+            return report;
+        }
+    };
     for root in roots {
         if roots.iter().any(|r| r != root && root.starts_with(r)) {
             continue;
@@ -151,6 +248,7 @@ pub fn guard_trees(
         let mut guard = Guard {
             root,
             known,
+            tools: &tools,
             listings,
             limits,
             entries: 0,
@@ -177,6 +275,8 @@ struct PendingGuard {
     #[serde(with = "super::bytes::vec")]
     roots: Vec<PathBuf>,
     known: Vec<(u64, u64)>,
+    #[serde(default)]
+    tools: ToolGuard,
 }
 
 /// Writes `policy`'s guard record into its run directory (coder's own, 0700, never granted
@@ -188,6 +288,7 @@ pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::Sandbo
     let record = PendingGuard {
         roots: policy.guard_roots.clone(),
         known: policy.git_known.clone(),
+        tools: policy.tool_guard.clone(),
     };
     let path = policy.run_dir.join(PENDING);
     let text = serde_json::to_vec(&record)
@@ -236,6 +337,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         let report = guard_trees(
             &record.roots,
             &known,
+            &record.tools,
             &ScanListings::default(),
             GuardLimits::default(),
         );
@@ -260,6 +362,7 @@ type Stop = String;
 struct Guard<'a> {
     root: &'a Path,
     known: &'a HashSet<(u64, u64)>,
+    tools: &'a ToolMatch,
     /// The start scan's listings (empty for a dead run's guard).
     listings: &'a ScanListings,
     limits: GuardLimits,
@@ -278,6 +381,8 @@ struct Pending {
     name: OsString,
     rel: PathBuf,
     depth: usize,
+    /// Below a directory the start scan held read-only.
+    held: bool,
 }
 
 impl<'a> Guard<'a> {
@@ -288,7 +393,7 @@ impl<'a> Guard<'a> {
             .map_err(|e| self.stop(Path::new(""), "open", e))?;
         let root_fd = Rc::new(root_fd);
         let mut stack = Vec::new();
-        self.dir(&root_fd, top, PathBuf::new(), 0, &mut stack)?;
+        self.dir(&root_fd, top, PathBuf::new(), (0, false), &mut stack)?;
         while let Some(p) = stack.pop() {
             if self.unchanged_leaf(&p)? {
                 continue;
@@ -296,7 +401,7 @@ impl<'a> Guard<'a> {
             let Some(fd) = self.open_child(p.parent.as_fd(), &p.name, &p.rel)? else {
                 continue;
             };
-            self.dir(&root_fd, fd, p.rel, p.depth, &mut stack)?;
+            self.dir(&root_fd, fd, p.rel, (p.depth, p.held), &mut stack)?;
         }
         Ok(())
     }
@@ -370,22 +475,41 @@ impl<'a> Guard<'a> {
     }
 
     /// Look at one directory: is it a git dir, is there a `.git` file or symlink, which
-    /// subdirectories to walk.
+    /// subdirectories to walk, which protected tool configs appeared. `held`: it lies
+    /// below a directory the start scan held read-only.
     fn dir(
         &mut self,
         root_fd: &Rc<OwnedFd>,
         fd: OwnedFd,
         rel: PathBuf,
-        depth: usize,
+        (depth, held): (usize, bool),
         stack: &mut Vec<Pending>,
     ) -> Result<(), Stop> {
-        let summary = self.summary(&fd, &rel)?;
+        let st = if self.tools.active() || !self.listings.is_empty() {
+            Some(fstat(fd.as_fd()).map_err(|e| self.stop(&rel, "inspect", e))?)
+        } else {
+            None
+        };
+        let held = held
+            || st
+                .as_ref()
+                .is_some_and(|st| self.tools.held.contains(&(st.st_dev, st.st_ino)));
+        let (summary, listed) = self.summary(&fd, st.as_ref(), &rel)?;
         self.count(summary.entries)?;
         let fd = Rc::new(fd);
+        // Only a directory whose entries changed since the scan can hold a protected name
+        // the scan did not hold: its listing is at hand.
+        let renamed = match listed {
+            Some(entries) if !held && self.tools.active() => {
+                self.tool_configs(fd.as_fd(), &rel, &entries)?
+            }
+            _ => HashMap::new(),
+        };
         if summary.git_dir {
             self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel, true)?;
         }
         for (name, kind) in summary.children.iter() {
+            let name = renamed.get(name).unwrap_or(name);
             if is_git_entry_name(name) && matches!(kind, Kind::File | Kind::Symlink) {
                 self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, name)?;
             }
@@ -402,21 +526,67 @@ impl<'a> Guard<'a> {
                     rel: rel.join(name),
                     name: name.clone(),
                     depth: depth + 1,
+                    held,
                 });
             }
         }
         Ok(())
     }
 
-    /// What the directory open as `fd` holds, as far as the guard cares: the start scan's
-    /// record when the directory is unchanged since ([`ScanListings`]), else a listing.
-    fn summary(&self, fd: &OwnedFd, rel: &Path) -> Result<Cow<'a, DirSummary>, Stop> {
-        let listings: &'a ScanListings = self.listings;
-        if !listings.is_empty() {
-            let st = fstat(fd.as_fd()).map_err(|e| self.stop(rel, "inspect", e))?;
-            if let Some(summary) = listings.unchanged(&st) {
-                return Ok(Cow::Borrowed(summary));
+    /// Moves aside every entry of the directory `dir` (at `rel`, listed as `entries`)
+    /// that matches a protected glob and that the start scan did not hold: it appeared
+    /// during the run, or was put in place of a held one. The new names of the
+    /// directories moved, so that the walk still looks inside them for git dirs.
+    fn tool_configs(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &Path,
+        entries: &[(OsString, Kind)],
+    ) -> Result<HashMap<OsString, OsString>, Stop> {
+        let mut renamed = HashMap::new();
+        let here = self.root.join(rel);
+        for (name, kind) in entries {
+            let path = here.join(name);
+            if is_git_entry_name(name) || !self.tools.protected(&path, *kind == Kind::Dir) {
+                continue;
             }
+            let st = match fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(self.stop(&rel.join(name), "inspect", e)),
+            };
+            if self.tools.held.contains(&(st.st_dev, st.st_ino)) {
+                continue;
+            }
+            let to = rename_aside(dir, name).map_err(|e| self.stop(&rel.join(name), "move", e))?;
+            self.report.quarantined.push(Quarantined {
+                path: path.display().to_string(),
+                moved: vec![name.to_string_lossy().into_owned()],
+                to: here.join(&to).display().to_string(),
+                kind: QuarantineKind::ToolConfig,
+            });
+            if *kind == Kind::Dir {
+                renamed.insert(name.clone(), OsString::from(to));
+            }
+        }
+        Ok(renamed)
+    }
+
+    /// What the directory open as `fd` (whose `fstat` is `st`, when taken) holds, as far
+    /// as the guard cares: the start scan's record when the directory is unchanged since
+    /// ([`ScanListings`]), else a listing, which is returned too.
+    #[allow(clippy::type_complexity)]
+    fn summary(
+        &self,
+        fd: &OwnedFd,
+        st: Option<&FileStat>,
+        rel: &Path,
+    ) -> Result<(Cow<'a, DirSummary>, Option<Vec<(OsString, Kind)>>), Stop> {
+        let listings: &'a ScanListings = self.listings;
+        if let Some(st) = st
+            && let Some(summary) = listings.unchanged(st)
+        {
+            return Ok((Cow::Borrowed(summary), None));
         }
         let entries = list(fd).map_err(|e| self.stop(rel, "list", e))?;
         let mut typed = Vec::with_capacity(entries.len());
@@ -429,11 +599,11 @@ impl<'a> Guard<'a> {
                     Err(e) => return Err(self.stop(&rel.join(name), "inspect", e)),
                 },
             };
-            typed.push((name, kind));
+            typed.push((name.clone(), kind));
         }
-        let mut summary = DirSummary::of(typed.into_iter());
+        let mut summary = DirSummary::of(typed.iter().map(|(name, kind)| (name, *kind)));
         summary.entries = entries.len();
-        Ok(Cow::Owned(summary))
+        Ok((Cow::Owned(summary), Some(typed)))
     }
 
     /// A git dir: left alone when the start scan guarded it, neutralised otherwise. Its
@@ -546,6 +716,7 @@ impl<'a> Guard<'a> {
             path: dir.join(name).display().to_string(),
             moved: vec![label],
             to: dir.join(to).display().to_string(),
+            kind: QuarantineKind::Git,
         });
         Ok(())
     }
@@ -664,6 +835,7 @@ impl<'f> Quarantine<'f> {
                 path: self.path.display().to_string(),
                 moved: self.moved.clone(),
                 to: self.path.join(name).display().to_string(),
+                kind: QuarantineKind::Git,
             });
         }
     }

@@ -226,6 +226,7 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
     gitguard::guard_trees(
         &policy.guard_roots,
         &known,
+        &policy.tool_guard,
         &policy.dir_listings,
         gitguard::GuardLimits::default(),
     )
