@@ -55,7 +55,7 @@
 //! ([`finish_dead_runs`]).
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -499,17 +499,18 @@ impl<'a> Guard<'a> {
         let fd = Rc::new(fd);
         // Only a directory whose entries changed since the scan can hold a protected name
         // the scan did not hold: its listing is at hand.
-        let renamed = match listed {
+        let made = match listed {
             Some(entries) if !held && self.tools.active() => {
                 self.tool_configs(fd.as_fd(), &rel, &entries)?
             }
-            _ => HashMap::new(),
+            _ => Vec::new(),
         };
         if summary.git_dir {
             self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel, true)?;
         }
-        for (name, kind) in summary.children.iter() {
-            let name = renamed.get(name).unwrap_or(name);
+        let made = made.into_iter().map(|name| (name, Kind::Dir));
+        for (name, kind) in summary.children.iter().cloned().chain(made) {
+            let (name, kind) = (&name, &kind);
             if is_git_entry_name(name) && matches!(kind, Kind::File | Kind::Symlink) {
                 self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, name)?;
             }
@@ -535,41 +536,81 @@ impl<'a> Guard<'a> {
 
     /// Moves aside every entry of the directory `dir` (at `rel`, listed as `entries`)
     /// that matches a protected glob and that the start scan did not hold: it appeared
-    /// during the run, or was put in place of a held one. The new names of the
-    /// directories moved, so that the walk still looks inside them for git dirs.
+    /// during the run, or was put in place of a held one. A file or symlink is renamed
+    /// beside itself; a directory keeps its place and what it holds moves into a new
+    /// `NAME.coder-quarantine-N/` beside it (an empty one holds nothing to run and is left
+    /// alone). A directory stays because it may be another run's placeholder, made in this
+    /// tree after this run's scan and mounted read-only in that run's namespace: renamed,
+    /// its mount would go with it and free the name there while that run goes on. The
+    /// quarantine directories made, for the walk to look inside for git dirs.
     fn tool_configs(
         &mut self,
         dir: BorrowedFd<'_>,
         rel: &Path,
         entries: &[(OsString, Kind)],
-    ) -> Result<HashMap<OsString, OsString>, Stop> {
-        let mut renamed = HashMap::new();
+    ) -> Result<Vec<OsString>, Stop> {
+        let mut made = Vec::new();
         let here = self.root.join(rel);
         for (name, kind) in entries {
             let path = here.join(name);
             if is_git_entry_name(name) || !self.tools.protected(&path, *kind == Kind::Dir) {
                 continue;
             }
+            let child = rel.join(name);
             let st = match fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(self.stop(&rel.join(name), "inspect", e)),
+                Err(e) => return Err(self.stop(&child, "inspect", e)),
             };
             if self.tools.held.contains(&(st.st_dev, st.st_ino)) {
                 continue;
             }
-            let to = rename_aside(dir, name).map_err(|e| self.stop(&rel.join(name), "move", e))?;
+            if kind_of(&st) != Kind::Dir {
+                let to = rename_aside(dir, name).map_err(|e| self.stop(&child, "move", e))?;
+                self.report.quarantined.push(Quarantined {
+                    path: path.display().to_string(),
+                    moved: vec![name.to_string_lossy().into_owned()],
+                    to: here.join(&to).display().to_string(),
+                    kind: QuarantineKind::ToolConfig,
+                });
+                continue;
+            }
+            let Some(inner) = self.open_child(dir, name, &child)? else {
+                continue;
+            };
+            let names = list(&inner).map_err(|e| self.stop(&child, "list", e))?;
+            if names.is_empty() {
+                continue;
+            }
+            // One the agent made unwritable for its owner would refuse the moves.
+            if st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o700 != 0o700 {
+                let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | 0o700);
+                nix::sys::stat::fchmod(inner.as_fd(), mode)
+                    .map_err(|e| self.stop(&child, "chmod", e))?;
+            }
+            let to = mkdir_aside(dir, name).map_err(|e| self.stop(&child, "move", e))?;
+            let target = openat2(dir, to.as_str(), beneath(dir_flags()))
+                .map_err(|e| self.stop(&rel.join(&to), "open", e))?;
+            let mut moved = Vec::with_capacity(names.len());
+            for (entry, _) in &names {
+                nix::fcntl::renameat(
+                    inner.as_fd(),
+                    entry.as_os_str(),
+                    target.as_fd(),
+                    entry.as_os_str(),
+                )
+                .map_err(|e| self.stop(&child.join(entry), "move", e))?;
+                moved.push(entry.to_string_lossy().into_owned());
+            }
             self.report.quarantined.push(Quarantined {
                 path: path.display().to_string(),
-                moved: vec![name.to_string_lossy().into_owned()],
+                moved,
                 to: here.join(&to).display().to_string(),
                 kind: QuarantineKind::ToolConfig,
             });
-            if *kind == Kind::Dir {
-                renamed.insert(name.clone(), OsString::from(to));
-            }
+            made.push(OsString::from(to));
         }
-        Ok(renamed)
+        Ok(made)
     }
 
     /// What the directory open as `fd` (whose `fstat` is `st`, when taken) holds, as far
@@ -1137,6 +1178,20 @@ fn rename_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
             to.as_str(),
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         ) {
+            Ok(()) => return Ok(to),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
+/// Make an empty directory `name.coder-quarantine-N` beside `dir/name`, never over an
+/// existing name; its name.
+fn mkdir_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
+    for n in 1..1000 {
+        let to = format!("{}.coder-quarantine-{n}", name.to_string_lossy());
+        match nix::sys::stat::mkdirat(dir, to.as_str(), FileMode::from_bits_truncate(0o700)) {
             Ok(()) => return Ok(to),
             Err(Errno::EEXIST) => continue,
             Err(e) => return Err(e),
