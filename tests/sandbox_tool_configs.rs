@@ -22,8 +22,10 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::review_tree::{Tree, warned, who};
-use common::sandbox_fixture::NOBODY;
+use common::sandbox_fixture::{GitFx, NOBODY, RepoStyle, arms};
 use serde_json::Value;
 
 /// The text the agent writes; a file holding it is the agent's.
@@ -79,8 +81,10 @@ fn run(attack: &Attack) {
     }
 }
 
-/// The protected name at `path` (or the directory of protected names holding it) was
-/// moved aside beside itself, with the agent's text, and the envelope says so.
+/// The protected name at `path` was moved aside, with the agent's text, and the envelope
+/// says so: a file beside itself (`PATH.coder-quarantine-1`), the contents of a protected
+/// directory (`.claude`, `.vscode`) into `DIR.coder-quarantine-1/` beside it (the
+/// directory stays: it may be another run's placeholder).
 fn moved_aside(case: &str, ws: &std::path::Path, path: &str, env: &Value) {
     // The entry the guard moves: the protected directory (`.claude`, `.vscode`) when the
     // path lies in one, else the file.
@@ -95,8 +99,8 @@ fn moved_aside(case: &str, ws: &std::path::Path, path: &str, env: &Value) {
     .find_map(|dir| path.find(dir).map(|i| &path[..i + dir.len() - 1]))
     .unwrap_or(path);
     assert!(
-        std::fs::symlink_metadata(ws.join(entry)).is_err(),
-        "{case}: {entry} is still there\n{env}"
+        std::fs::symlink_metadata(ws.join(path)).is_err(),
+        "{case}: {path} is still there\n{env}"
     );
     let aside = format!("{entry}.coder-quarantine-1{}", &path[entry.len()..]);
     let kept = std::fs::read_to_string(ws.join(&aside)).unwrap_or_default();
@@ -218,4 +222,175 @@ fn hook_manager_configs_the_agent_makes_are_moved_aside() {
             "simple-git-hooks.json",
         ],
     });
+}
+
+/// A coder killed before its end-of-run guard: its record (in its run directory) carries
+/// the protected globs and what its scan held, and the next coder with the same state
+/// directory moves aside what that run's agent made. The control is the hole in between:
+/// the agent's nested configs are in place until the next run.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_tool_configs_of_a_killed_run_are_moved_aside_by_the_next_one() {
+    use std::io::BufRead;
+    const REPO: RepoStyle = RepoStyle {
+        prefix: "coder-toolcfg-killed-",
+        init: &["init", "-q"],
+        readme_owned: false,
+        env: &[],
+    };
+    for nobody in arms() {
+        let fx = GitFx::new(&REPO, nobody);
+        let mut child = fx
+            .command(common::CODER)
+            .args(["sandbox", "--cd"])
+            .arg(fx.ws())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "mkdir -p pkg/.claude sub && echo AGENT-PAYLOAD > pkg/.claude/settings.json && \
+                 echo AGENT-PAYLOAD > sub/.envrc && echo READY && exec sleep 60",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let _ = tx.send(line.unwrap_or_default());
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(line, "READY");
+        // `timeout` wraps coder: kill the coder process itself (timeout's child).
+        let coder =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<i32>()
+                .unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(coder),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = child.wait();
+        let ws = fx.ws();
+        // The hole a killed run leaves, until the next coder runs.
+        for path in ["pkg/.claude/settings.json", "sub/.envrc"] {
+            let text = std::fs::read_to_string(ws.join(path)).unwrap_or_default();
+            assert!(text.contains(AGENT), "nobody={nobody}: control: {path}");
+        }
+        let (rc, out) = fx.sandbox("workspace-write", "echo RAN");
+        assert_eq!(rc, 0, "{out}");
+        for (entry, path, aside) in [
+            (
+                "pkg/.claude",
+                "pkg/.claude/settings.json",
+                "pkg/.claude.coder-quarantine-1/settings.json",
+            ),
+            ("sub/.envrc", "sub/.envrc", "sub/.envrc.coder-quarantine-1"),
+        ] {
+            assert!(
+                std::fs::symlink_metadata(ws.join(path)).is_err(),
+                "nobody={nobody}: {path} is still there: {out}"
+            );
+            let kept = std::fs::read_to_string(ws.join(aside)).unwrap_or_default();
+            assert!(kept.contains(AGENT), "nobody={nobody}: {aside}: {out}");
+            assert!(
+                out.lines().any(
+                    |l| l.contains("after an earlier run whose coder was killed")
+                        && l.contains("tool-config guard")
+                        && l.contains(&ws.join(entry).display().to_string())
+                ),
+                "nobody={nobody}: not reported: {out}"
+            );
+        }
+    }
+}
+
+/// Another run's placeholder is not taken away from it. Run A (workspace `ws`) starts
+/// first; run B (workspace `ws/sub`, the same state directory) starts while A's agent works
+/// and holds `sub/.claude` absent with a read-only placeholder, which A's scan never saw:
+/// A's agent writes `sub/.claude/settings.json` into it (the directory is a plain one in
+/// A's namespace) and A ends. A's guard moves the agent's file aside but leaves the
+/// directory where it is: renamed, B's read-only mount of it would have gone with it, and
+/// B's agent, still running, would have made `.claude/settings.json` (whose hooks B's CLI
+/// runs) in the freed name.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_runs_guard_leaves_another_runs_placeholder_in_place() {
+    const REPO: RepoStyle = RepoStyle {
+        prefix: "coder-toolcfg-beside-",
+        init: &["init", "-q"],
+        readme_owned: false,
+        env: &[],
+    };
+    for nobody in arms() {
+        let fx = GitFx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let sub = ws.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        fx.own_entry(&sub);
+        let wait_for = |path: &std::path::Path| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !path.exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no {}",
+                    path.display()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let a = fx
+            .sandbox_in(
+                &ws,
+                &[],
+                "touch a-started; i=0; while [ ! -e sub/b-started ] && [ $i -lt 2000 ]; do \
+                 sleep 0.01; i=$((i+1)); done; \
+                 echo AGENT-PAYLOAD > sub/.claude/settings.json && echo A-WROTE",
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&ws.join("a-started"));
+        let b = fx
+            .sandbox_in(
+                &sub,
+                &[],
+                "touch b-started; i=0; while [ ! -e go ] && [ $i -lt 3000 ]; do \
+                 sleep 0.01; i=$((i+1)); done; \
+                 mkdir -p .claude 2>/dev/null; \
+                 (echo AGENT-PAYLOAD > .claude/settings.json) 2>/dev/null && echo B-WROTE; \
+                 echo B-DONE",
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let a = a.wait_with_output().unwrap();
+        let a_out = common::sandbox_fixture::printed(&a);
+        assert!(a_out.contains("A-WROTE"), "nobody={nobody}: A: {a_out}");
+        assert!(
+            a_out.contains("tool-config guard") && a_out.contains("sub/.claude"),
+            "nobody={nobody}: A's guard: {a_out}"
+        );
+        std::fs::write(sub.join("go"), "").unwrap();
+        let b = b.wait_with_output().unwrap();
+        let b_out = common::sandbox_fixture::printed(&b);
+        assert!(b_out.contains("B-DONE"), "nobody={nobody}: B: {b_out}");
+        assert!(
+            !b_out.contains("B-WROTE"),
+            "nobody={nobody}: B's agent made .claude/settings.json: {a_out}\n{b_out}"
+        );
+        let kept = std::fs::read_to_string(sub.join(".claude.coder-quarantine-1/settings.json"))
+            .unwrap_or_default();
+        assert!(kept.contains(AGENT), "nobody={nobody}: {a_out}\n{b_out}");
+    }
 }
