@@ -1290,6 +1290,87 @@ mod tests {
     }
 
     #[test]
+    fn protected_names_the_scan_did_not_hold_are_moved_aside() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for rel in [
+            "held/.claude/settings.json",
+            "pkg/.envrc",
+            "pkg/.vscode/tasks.json",
+            "pkg/.vscode/sub/launch.json",
+            "lefthook.yml",
+            "src/main.rs",
+        ] {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "x").unwrap();
+        }
+        std::fs::create_dir_all(root.join("empty/.claude")).unwrap();
+        let meta = std::fs::symlink_metadata(root.join("held/.claude")).unwrap();
+        let tools = ToolGuard {
+            trees: vec![ToolTree {
+                root: root.clone(),
+                globs: [
+                    "**/.claude/**",
+                    "**/.envrc",
+                    "**/.vscode/**",
+                    "**/lefthook.yml",
+                ]
+                .iter()
+                .map(|g| g.to_string())
+                .collect(),
+            }],
+            held: vec![(meta.dev(), meta.ino())],
+        };
+        let report = guard_trees(
+            std::slice::from_ref(&root),
+            &HashSet::new(),
+            &tools,
+            &ScanListings::default(),
+            GuardLimits::default(),
+        );
+        assert!(report.incomplete.is_none(), "{report:?}");
+        let mut moved: Vec<(String, Vec<String>)> = report
+            .quarantined
+            .iter()
+            .filter(|q| q.kind == QuarantineKind::ToolConfig)
+            .map(|q| {
+                let mut names = q.moved.clone();
+                names.sort();
+                (q.path.clone(), names)
+            })
+            .collect();
+        moved.sort();
+        let at = |rel: &str| root.join(rel).display().to_string();
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            moved,
+            vec![
+                (at("lefthook.yml"), names(&["lefthook.yml"])),
+                (at("pkg/.envrc"), names(&[".envrc"])),
+                (at("pkg/.vscode"), names(&["sub", "tasks.json"])),
+            ]
+        );
+        // Held: untouched; empty: left alone; a directory stays, its contents aside.
+        assert!(root.join("held/.claude/settings.json").is_file());
+        assert!(root.join("empty/.claude").is_dir());
+        assert!(!root.join("empty/.claude.coder-quarantine-1").exists());
+        assert!(root.join("pkg/.envrc.coder-quarantine-1").is_file());
+        assert!(root.join("lefthook.yml.coder-quarantine-1").is_file());
+        assert!(root.join("pkg/.vscode").is_dir());
+        assert!(
+            root.join("pkg/.vscode.coder-quarantine-1/tasks.json")
+                .is_file()
+        );
+        assert!(
+            root.join("pkg/.vscode.coder-quarantine-1/sub/launch.json")
+                .is_file()
+        );
+        assert!(root.join("src/main.rs").is_file());
+    }
+
+    #[test]
     fn exec_lines_are_commented_out_and_nothing_else() {
         let todo = b"pick 1 a\nexec touch /x\n  x  touch /y\nexecute 2\n# exec c\nbreak";
         let out = without_exec_lines(todo).unwrap();
