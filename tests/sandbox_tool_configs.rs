@@ -394,3 +394,52 @@ fn a_runs_guard_leaves_another_runs_placeholder_in_place() {
         assert!(kept.contains(AGENT), "nobody={nobody}: {a_out}\n{b_out}");
     }
 }
+
+/// `--no-protect` keeps its meaning: no default glob holds, so the agent's nested configs
+/// stay where it wrote them and nothing is moved aside; a `--protect` glob given with it
+/// is held, and what appears under it is moved aside like a default's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn no_protect_drops_the_defaults_and_a_protect_glob_is_guarded() {
+    common::require_root_and_user_namespaces();
+    for owner in [None, Some(NOBODY)] {
+        let tree = Tree::repo(
+            "coder-toolcfg-noprotect-",
+            owner,
+            &["ws/tools/a"],
+            &[("tools/a/run.sh", "echo hi\n")],
+            &[],
+        );
+        let env = tree.run(
+            &["--no-protect", "--protect", "tools/*/*.sh"],
+            "mkdir -p pkg/.claude tools/b && \
+             echo AGENT-PAYLOAD > pkg/.claude/settings.json && \
+             (echo AGENT-PAYLOAD > tools/a/run.sh) 2>/dev/null; \
+             echo AGENT-PAYLOAD > tools/b/new.sh && echo PLANTED",
+        );
+        let ws = tree.ws();
+        let case = who(owner);
+        let read = |rel: &str| std::fs::read_to_string(ws.join(rel)).unwrap_or_default();
+        assert!(
+            read("pkg/.claude/settings.json").contains(AGENT),
+            "{case}: --no-protect held a default glob\n{env}"
+        );
+        assert_eq!(read("tools/a/run.sh"), "echo hi\n", "{case}\n{env}");
+        assert!(!ws.join("tools/b/new.sh").exists(), "{case}\n{env}");
+        assert!(
+            read("tools/b/new.sh.coder-quarantine-1").contains(AGENT),
+            "{case}\n{env}"
+        );
+        let moved: Vec<&str> = env["sandbox"]["quarantined"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|q| q["path"].as_str())
+            .collect();
+        assert_eq!(
+            moved,
+            vec![ws.join("tools/b/new.sh").display().to_string()],
+            "{case}\n{env}"
+        );
+    }
+}
