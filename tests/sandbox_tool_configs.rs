@@ -443,3 +443,61 @@ fn no_protect_drops_the_defaults_and_a_protect_glob_is_guarded() {
         );
     }
 }
+
+/// Packages ship tool configs (`.vscode/`, `.husky/`, `.envrc`): held read-only in
+/// `node_modules`, they made `npm ci`, which removes the tree first, fail with "Read-only
+/// file system", and the end-of-run guard moved aside what an install added. The
+/// protected globs do not reach below `node_modules`, `vendor` or `site-packages`: no
+/// program of the user's reads a package's tool configs. Control: the same names outside
+/// a dependency tree are held.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_dependency_trees_tool_configs_are_the_installers_to_replace() {
+    common::require_root_and_user_namespaces();
+    let shipped = [
+        "node_modules/pkg/.vscode/settings.json",
+        "web/node_modules/@s/pkg/.husky/pre-commit",
+        "vendor/github.com/x/y/.envrc",
+        ".venv/lib/python3.12/site-packages/p/.vscode/launch.json",
+    ];
+    for owner in [None, Some(NOBODY)] {
+        let case = who(owner);
+        let mut files: Vec<(&str, &str)> = shipped.iter().map(|p| (*p, "{}\n")).collect();
+        files.push(("lib/.vscode/settings.json", "{}\n"));
+        let dirs: Vec<String> = files
+            .iter()
+            .filter_map(|(path, _)| std::path::Path::new(path).parent())
+            .map(|dir| format!("ws/{}", dir.display()))
+            .collect();
+        let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+        let tree = Tree::repo("coder-toolcfg-", owner, &dirs, &files, &[]);
+        // What `npm ci` does: each package's files removed, then written again.
+        let payload = format!(
+            "for f in {}; do d=$(dirname $f); rm -rf $d && mkdir -p $d && \
+             echo AGENT-PAYLOAD > $f || exit 1; done; \
+             echo AGENT-PAYLOAD > lib/.vscode/settings.json 2>/dev/null || echo HELD; \
+             echo PLANTED",
+            shipped.join(" ")
+        );
+        let env = tree.run(&["--sandbox", "workspace-write"], &payload);
+        let result = env["result"].as_str().unwrap_or_default();
+        assert!(
+            result.contains("PLANTED") && result.contains("HELD"),
+            "{case}: {env}"
+        );
+        let ws = tree.ws();
+        for path in shipped {
+            let text = std::fs::read_to_string(ws.join(path)).unwrap_or_default();
+            assert!(
+                text.contains("AGENT-PAYLOAD"),
+                "{case}: {path}: {text:?}\n{env}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(ws.join("lib/.vscode/settings.json")).unwrap(),
+            "{}\n",
+            "{case}: control: {env}"
+        );
+        assert!(!warned(&env, "tool-config guard"), "{case}: {env}");
+    }
+}

@@ -84,7 +84,7 @@ struct SandboxArgs {
     /// in every directory: .claude/, CLAUDE.local.md, .mcp.json, .vscode/, .idea/,
     /// .envrc, .githooks/, .husky/ and the git hook managers' configs
     /// (.pre-commit-config.yaml, lefthook.yml, .lintstagedrc*, lint-staged.config.*,
-    /// simple-git-hooks.*).
+    /// simple-git-hooks.*). Nothing below node_modules/, vendor/ or site-packages/.
     #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).

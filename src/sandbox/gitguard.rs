@@ -73,8 +73,8 @@ use serde::{Deserialize, Serialize};
 use super::gitconfig;
 use super::listing::{DirSummary, ScanListings, is_git_entry_name};
 use super::scan::{
-    ABSENT_TARGET, Kind, PROBE_CHILD, beneath, file_kind as kind_of, list_dir_kinds as list,
-    open_beneath,
+    ABSENT_TARGET, Kind, PROBE_CHILD, beneath, file_kind as kind_of, is_protected,
+    list_dir_kinds as list, open_beneath,
 };
 
 /// Caps on the walk. Past one, the guard reports itself incomplete.
@@ -169,7 +169,7 @@ impl ToolMatch {
     fn protected(&self, path: &Path, is_dir: bool) -> bool {
         self.trees.iter().any(|(root, set)| {
             path.strip_prefix(root).is_ok_and(|rel| {
-                set.is_match(rel) || (is_dir && set.is_match(rel.join(PROBE_CHILD)))
+                is_protected(set, rel) || (is_dir && is_protected(set, &rel.join(PROBE_CHILD)))
             })
         })
     }

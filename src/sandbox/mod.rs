@@ -175,7 +175,7 @@ pub struct AgentSandboxArgs {
     /// aside at its end. Default, in every directory: .claude/, CLAUDE.local.md, .mcp.json,
     /// .vscode/, .idea/, .envrc, .githooks/, .husky/ and the git hook managers' configs
     /// (.pre-commit-config.yaml, lefthook.yml, .lintstagedrc*, lint-staged.config.*,
-    /// simple-git-hooks.*).
+    /// simple-git-hooks.*). Nothing below node_modules/, vendor/ or site-packages/.
     #[arg(long = "protect", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).

@@ -322,7 +322,7 @@ fn new_entry_matters(tree: &TreeScan<'_>, deny: &GlobSet, rel: &Path, is_dir: bo
             .file_name()
             .is_some_and(|name| is_git_name(&name.to_os_string()))
         || deny.is_match(rel)
-        || tree.protect.is_some_and(|set| set.is_match(rel))
+        || tree.protect.is_some_and(|set| is_protected(set, rel))
 }
 
 /// One scan of `trees`, every directory it relies on witnessed by `watch`.
@@ -887,7 +887,7 @@ impl<'a> Walker<'a, '_> {
             let rel_child = rel.join(&name);
             let git_entry = name == ".git" && self.tree.writable && !inside.secret;
             let secret = inside.secret || self.deny.is_match(&rel_child);
-            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
+            let protect = |p: &Path| self.tree.protect.is_some_and(|set| is_protected(set, p));
             let protected = !inside.protected && protect(&rel_child);
             if skips_stat(listed, git_entry, secret, protected) {
                 continue;
@@ -2720,6 +2720,27 @@ pub(crate) fn compile_globs(list: GlobList, globs: &[String]) -> Result<GlobSet,
         glob: globs.join(", "),
         reason: e.kind().to_string(),
     })
+}
+
+/// Directories of other projects' code that an installer writes and replaces whole (npm's
+/// `node_modules`, Go's and Composer's `vendor`, Python's `site-packages`): the protected
+/// globs do not reach below them. Packages ship `.vscode/`, `.husky/` or `.envrc`; held
+/// read-only, they made `npm ci` (which removes the tree first) fail, and no program of
+/// the user's reads a tool config there: an editor, direnv, the CLI and the hook managers
+/// start from the directory the user works in, never from inside a package.
+const DEPENDENCY_DIRS: [&str; 3] = ["node_modules", "vendor", "site-packages"];
+
+/// Whether `rel` (relative to its tree) is protected by `set`: it matches, and no
+/// directory above it is one of [`DEPENDENCY_DIRS`].
+pub(crate) fn is_protected(set: &GlobSet, rel: &Path) -> bool {
+    set.is_match(rel)
+        && !rel.parent().is_some_and(|parent| {
+            parent.components().any(|part| {
+                DEPENDENCY_DIRS
+                    .iter()
+                    .any(|dir| part.as_os_str() == OsStr::new(dir))
+            })
+        })
 }
 
 /// The names a protected glob stands for even before they exist: a glob of plain names
