@@ -302,6 +302,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
             path: "/w/n/.git".into(),
             moved: vec!["config".into()],
             to: "/w/n/.git/coder-quarantine-1".into(),
+            kind: coder::sandbox::gitguard::QuarantineKind::Git,
         }],
         incomplete: Some("why".into()),
     };

@@ -173,7 +173,10 @@ fn a_transcript_or_store_reached_through_a_bind_mount_of_the_workspace_is_refuse
 /// refuses them, says `armed`, and waits (inotify) for the first to be moved out of
 /// `ws/sub`; then it turns `ws/sub` into a symlink to `outside` at once. `ws/stop-flip`
 /// makes it put `ws/sub` back and answer `ws/idle`; `ws/done` ends it. First it tries to
-/// make a directory in `outside` itself, which its sandbox refuses (`DIRECT-REFUSED`).
+/// make a directory in `outside` itself, which its sandbox refuses (`DIRECT-REFUSED`),
+/// then says `ws/racer-ready`: its sandbox's scan is done, so the first run's
+/// placeholders are made after it (the protected globs hold in every directory: a
+/// placeholder its scan met in `sub` would be held read-only, and `sub` pinned).
 const RACER: &str = r#"
 import ctypes, os, select, sys, time
 ws, out = sys.argv[1], sys.argv[2]
@@ -186,6 +189,7 @@ try:
 except OSError:
     print('DIRECT-REFUSED')
 sys.stdout.flush()
+open(ws + '/racer-ready', 'w').close()
 stop = lambda: os.path.exists(ws + '/stop-flip') or os.path.exists(ws + '/done')
 deadline = time.time() + 100
 while time.time() < deadline and not os.path.exists(ws + '/done'):
@@ -291,6 +295,7 @@ fn a_refused_trash_entry_goes_back_to_its_own_directory() {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         };
+        wait_for(&ws.join("racer-ready"));
         let mut rounds = 0;
         while rounds < 25 && !landed() {
             rounds += 1;

@@ -80,8 +80,11 @@ struct SandboxArgs {
     #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     deny: Vec<String>,
     /// Also protect these workspace paths (repeatable): readable, not writable, creatable,
-    /// deletable or renamable. Default .claude/**, .mcp.json, .vscode/**, .idea/**,
-    /// .envrc, .githooks/**, .husky/**.
+    /// deletable or renamable; one made during the run is moved aside at its end. Default,
+    /// in every directory: .claude/, CLAUDE.local.md, .mcp.json, .vscode/, .idea/,
+    /// .envrc, .githooks/, .husky/ and the git hook managers' configs
+    /// (.pre-commit-config.yaml, lefthook.yml, .lintstagedrc*, lint-staged.config.*,
+    /// simple-git-hooks.*). Nothing below node_modules/, vendor/ or site-packages/.
     #[arg(long, value_name = "GLOB", value_parser = crate::text::non_blank)]
     protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).

@@ -509,13 +509,22 @@ fallback  {} on {} ({})",
         .into_iter()
         .flatten()
     {
-        let _ = writeln!(
-            out,
-            "git guard moved {} of {} to {}",
-            q["moved"],
-            text(&q["path"]),
-            text(&q["to"])
-        );
+        if q["kind"] == "tool_config" {
+            let _ = writeln!(
+                out,
+                "tool-config guard moved {} to {}",
+                text(&q["path"]),
+                text(&q["to"])
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "git guard moved {} of {} to {}",
+                q["moved"],
+                text(&q["path"]),
+                text(&q["to"])
+            );
+        }
     }
 }
 

@@ -526,6 +526,7 @@ mod tests {
                 path: planted.clone(),
                 moved: vec![planted.clone()],
                 to: planted.clone(),
+                kind: crate::sandbox::gitguard::QuarantineKind::ToolConfig,
             }],
             incomplete: Some(planted.clone()),
         });

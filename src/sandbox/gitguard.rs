@@ -39,6 +39,16 @@
 //! directory coder cannot fix, a failed move) the report says where, and the run fails
 //! closed: the caller must treat the workspace as unchecked.
 //!
+//! The same walk guards the protected tool configs ([`ToolGuard`]): a name matching a
+//! protected glob of its tree (`**/.claude/**`, `**/.envrc`, `**/lefthook.yml`, ...) that the
+//! start scan did not hold read-only appeared (or changed) during the run, since the scan
+//! held every one that existed; it is renamed to `NAME.coder-quarantine-N` beside itself,
+//! a name no such program reads, and reported. Only the directories whose entries changed
+//! since the scan are looked at ([`ScanListings`]): in an unchanged one every such name is
+//! one the scan held. The start scan cannot hold names that do not exist yet everywhere
+//! (it makes placeholders at a tree's root only), so a `pkg/.claude/settings.json` the
+//! agent makes is caught here, once nothing of the run can write any more.
+//!
 //! A coder that is killed cannot run its guard; the policy leaves a record of what the guard
 //! needs (the trees, the known git dirs) in the run's private directory, and the next
 //! policy resolution runs the guard of every dead run it finds before pruning its directory
@@ -54,15 +64,17 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use crate::config::run_dirs;
+use globset::GlobSet;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat2};
 use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::gitconfig;
 use super::listing::{DirSummary, ScanListings, is_git_entry_name};
 use super::scan::{
-    ABSENT_TARGET, Kind, beneath, file_kind as kind_of, list_dir_kinds as list, open_beneath,
+    ABSENT_TARGET, Kind, PROBE_CHILD, beneath, file_kind as kind_of, is_protected,
+    list_dir_kinds as list, open_beneath,
 };
 
 /// Caps on the walk. Past one, the guard reports itself incomplete.
@@ -84,15 +96,83 @@ impl Default for GuardLimits {
 /// The largest config, `commondir` or `.git` file read; a bigger one is untrusted whole.
 const MAX_FILE: u64 = 1 << 20;
 
-/// One git dir (or `.git` entry) the guard changed.
+/// One git dir (or `.git` entry, or protected tool config) the guard changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quarantined {
-    /// The git dir, or the `.git` file or symlink.
+    /// The git dir, or the `.git` file or symlink, or the tool config.
     pub path: String,
-    /// What was moved, relative to `path` (`config`, `hooks/pre-commit`, `.git`).
+    /// What was moved, relative to `path` (`config`, `hooks/pre-commit`, `.git`); for a
+    /// tool config, its name.
     pub moved: Vec<String>,
     /// Where it went.
     pub to: String,
+    /// Git metadata, or a protected tool config.
+    pub kind: QuarantineKind,
+}
+
+/// What the guard moved aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuarantineKind {
+    /// Config, hooks or operation state of a git dir, or a `.git` file or symlink.
+    Git,
+    /// A name matching a protected glob (`.claude/`, `.envrc`, `lefthook.yml`, ...) that
+    /// appeared or changed during the run.
+    ToolConfig,
+}
+
+/// The protected tool configs of a run, as the end-of-run guard needs them: the globs of
+/// every tree whose protected names the start scan held, and what it held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolGuard {
+    pub trees: Vec<ToolTree>,
+    /// Device and inode of every file and directory the scan held read-only (protected
+    /// names and their placeholders, directories of secrets, git metadata): nothing below
+    /// a held directory can have changed.
+    pub held: Vec<(u64, u64)>,
+}
+
+/// One tree and its protected globs, relative to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolTree {
+    #[serde(with = "super::bytes")]
+    pub root: PathBuf,
+    pub globs: Vec<String>,
+}
+
+/// [`ToolGuard`], compiled.
+struct ToolMatch {
+    trees: Vec<(PathBuf, GlobSet)>,
+    held: HashSet<(u64, u64)>,
+}
+
+impl ToolMatch {
+    fn new(tools: &ToolGuard) -> Result<ToolMatch, Stop> {
+        let mut trees = Vec::new();
+        for tree in &tools.trees {
+            let set = super::scan::compile_globs(super::GlobList::Protect, &tree.globs)
+                .map_err(|e| e.to_string())?;
+            trees.push((tree.root.clone(), set));
+        }
+        Ok(ToolMatch {
+            trees,
+            held: tools.held.iter().copied().collect(),
+        })
+    }
+
+    fn active(&self) -> bool {
+        !self.trees.is_empty()
+    }
+
+    /// Whether `path` matches a protected glob of a tree holding it: the name itself, or
+    /// for a directory any name below it (as the start scan decides what it holds).
+    fn protected(&self, path: &Path, is_dir: bool) -> bool {
+        self.trees.iter().any(|(root, set)| {
+            path.strip_prefix(root).is_ok_and(|rel| {
+                is_protected(set, rel) || (is_dir && is_protected(set, &rel.join(PROBE_CHILD)))
+            })
+        })
+    }
 }
 
 /// What the guard did: `sandbox` in the envelope.
@@ -116,34 +196,51 @@ impl GuardReport {
         let mut lines: Vec<String> = self
             .quarantined
             .iter()
-            .map(|q| {
-                format!(
+            .map(|q| match q.kind {
+                QuarantineKind::Git => format!(
                     "git guard: in {}, moved {} (left by the sandboxed command) to {} so \
                      that git run outside the sandbox cannot execute it",
                     q.path,
                     q.moved.join(", "),
                     q.to
-                )
+                ),
+                QuarantineKind::ToolConfig => format!(
+                    "tool-config guard: moved {} (a protected tool config the sandboxed \
+                     command made or changed) to {} so that the programs that read it \
+                     outside the sandbox (Claude Code, editors, direnv, git hook managers) \
+                     cannot run what it says; check it before putting it back",
+                    q.path, q.to
+                ),
             })
             .collect();
         if let Some(why) = &self.incomplete {
             lines.push(format!(
-                "git guard incomplete ({why}): repositories in the workspace may hold \
-                 commands the sandboxed agent planted; do not run git there before checking"
+                "git guard incomplete ({why}): repositories and tool configs in the \
+                 workspace may hold commands the sandboxed agent planted; do not run git \
+                 or open it in an editor or a Claude Code session before checking"
             ));
         }
         lines
     }
 }
 
-/// Neutralise every git dir under `roots` whose (device, inode) is not in `known`.
+/// Neutralise every git dir under `roots` whose (device, inode) is not in `known`, and
+/// move aside every protected tool config of `tools` the start scan did not hold.
 pub fn guard_trees(
     roots: &[PathBuf],
     known: &HashSet<(u64, u64)>,
+    tools: &ToolGuard,
     listings: &ScanListings,
     limits: GuardLimits,
 ) -> GuardReport {
     let mut report = GuardReport::default();
+    let tools = match ToolMatch::new(tools) {
+        Ok(tools) => tools,
+        Err(why) => {
+            report.incomplete = Some(why);
+            return report;
+        }
+    };
     for root in roots {
         if roots.iter().any(|r| r != root && root.starts_with(r)) {
             continue;
@@ -151,6 +248,7 @@ pub fn guard_trees(
         let mut guard = Guard {
             root,
             known,
+            tools: &tools,
             listings,
             limits,
             entries: 0,
@@ -177,6 +275,8 @@ struct PendingGuard {
     #[serde(with = "super::bytes::vec")]
     roots: Vec<PathBuf>,
     known: Vec<(u64, u64)>,
+    #[serde(default)]
+    tools: ToolGuard,
 }
 
 /// Writes `policy`'s guard record into its run directory (coder's own, 0700, never granted
@@ -188,6 +288,7 @@ pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::Sandbo
     let record = PendingGuard {
         roots: policy.guard_roots.clone(),
         known: policy.git_known.clone(),
+        tools: policy.tool_guard.clone(),
     };
     let path = policy.run_dir.join(PENDING);
     let text = serde_json::to_vec(&record)
@@ -236,6 +337,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         let report = guard_trees(
             &record.roots,
             &known,
+            &record.tools,
             &ScanListings::default(),
             GuardLimits::default(),
         );
@@ -260,6 +362,7 @@ type Stop = String;
 struct Guard<'a> {
     root: &'a Path,
     known: &'a HashSet<(u64, u64)>,
+    tools: &'a ToolMatch,
     /// The start scan's listings (empty for a dead run's guard).
     listings: &'a ScanListings,
     limits: GuardLimits,
@@ -278,6 +381,8 @@ struct Pending {
     name: OsString,
     rel: PathBuf,
     depth: usize,
+    /// Below a directory the start scan held read-only.
+    held: bool,
 }
 
 impl<'a> Guard<'a> {
@@ -288,7 +393,7 @@ impl<'a> Guard<'a> {
             .map_err(|e| self.stop(Path::new(""), "open", e))?;
         let root_fd = Rc::new(root_fd);
         let mut stack = Vec::new();
-        self.dir(&root_fd, top, PathBuf::new(), 0, &mut stack)?;
+        self.dir(&root_fd, top, PathBuf::new(), (0, false), &mut stack)?;
         while let Some(p) = stack.pop() {
             if self.unchanged_leaf(&p)? {
                 continue;
@@ -296,7 +401,7 @@ impl<'a> Guard<'a> {
             let Some(fd) = self.open_child(p.parent.as_fd(), &p.name, &p.rel)? else {
                 continue;
             };
-            self.dir(&root_fd, fd, p.rel, p.depth, &mut stack)?;
+            self.dir(&root_fd, fd, p.rel, (p.depth, p.held), &mut stack)?;
         }
         Ok(())
     }
@@ -370,22 +475,42 @@ impl<'a> Guard<'a> {
     }
 
     /// Look at one directory: is it a git dir, is there a `.git` file or symlink, which
-    /// subdirectories to walk.
+    /// subdirectories to walk, which protected tool configs appeared. `held`: it lies
+    /// below a directory the start scan held read-only.
     fn dir(
         &mut self,
         root_fd: &Rc<OwnedFd>,
         fd: OwnedFd,
         rel: PathBuf,
-        depth: usize,
+        (depth, held): (usize, bool),
         stack: &mut Vec<Pending>,
     ) -> Result<(), Stop> {
-        let summary = self.summary(&fd, &rel)?;
+        let st = if self.tools.active() || !self.listings.is_empty() {
+            Some(fstat(fd.as_fd()).map_err(|e| self.stop(&rel, "inspect", e))?)
+        } else {
+            None
+        };
+        let held = held
+            || st
+                .as_ref()
+                .is_some_and(|st| self.tools.held.contains(&(st.st_dev, st.st_ino)));
+        let (summary, listed) = self.summary(&fd, st.as_ref(), &rel)?;
         self.count(summary.entries)?;
         let fd = Rc::new(fd);
+        // Only a directory whose entries changed since the scan can hold a protected name
+        // the scan did not hold: its listing is at hand.
+        let made = match listed {
+            Some(entries) if !held && self.tools.active() => {
+                self.tool_configs(fd.as_fd(), &rel, &entries)?
+            }
+            _ => Vec::new(),
+        };
         if summary.git_dir {
             self.git_dir(root_fd.as_fd(), fd.as_fd(), &rel, true)?;
         }
-        for (name, kind) in summary.children.iter() {
+        let made = made.into_iter().map(|name| (name, Kind::Dir));
+        for (name, kind) in summary.children.iter().cloned().chain(made) {
+            let (name, kind) = (&name, &kind);
             if is_git_entry_name(name) && matches!(kind, Kind::File | Kind::Symlink) {
                 self.git_entry(root_fd.as_fd(), fd.as_fd(), &rel, name)?;
             }
@@ -402,21 +527,107 @@ impl<'a> Guard<'a> {
                     rel: rel.join(name),
                     name: name.clone(),
                     depth: depth + 1,
+                    held,
                 });
             }
         }
         Ok(())
     }
 
-    /// What the directory open as `fd` holds, as far as the guard cares: the start scan's
-    /// record when the directory is unchanged since ([`ScanListings`]), else a listing.
-    fn summary(&self, fd: &OwnedFd, rel: &Path) -> Result<Cow<'a, DirSummary>, Stop> {
-        let listings: &'a ScanListings = self.listings;
-        if !listings.is_empty() {
-            let st = fstat(fd.as_fd()).map_err(|e| self.stop(rel, "inspect", e))?;
-            if let Some(summary) = listings.unchanged(&st) {
-                return Ok(Cow::Borrowed(summary));
+    /// Moves aside every entry of the directory `dir` (at `rel`, listed as `entries`)
+    /// that matches a protected glob and that the start scan did not hold: it appeared
+    /// during the run, or was put in place of a held one. A file or symlink is renamed
+    /// beside itself; a directory keeps its place and what it holds moves into a new
+    /// `NAME.coder-quarantine-N/` beside it (an empty one holds nothing to run and is left
+    /// alone). A directory stays because it may be another run's placeholder, made in this
+    /// tree after this run's scan and mounted read-only in that run's namespace: renamed,
+    /// its mount would go with it and free the name there while that run goes on. The
+    /// quarantine directories made, for the walk to look inside for git dirs.
+    fn tool_configs(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &Path,
+        entries: &[(OsString, Kind)],
+    ) -> Result<Vec<OsString>, Stop> {
+        let mut made = Vec::new();
+        let here = self.root.join(rel);
+        for (name, kind) in entries {
+            let path = here.join(name);
+            if is_git_entry_name(name) || !self.tools.protected(&path, *kind == Kind::Dir) {
+                continue;
             }
+            let child = rel.join(name);
+            let st = match fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(self.stop(&child, "inspect", e)),
+            };
+            if self.tools.held.contains(&(st.st_dev, st.st_ino)) {
+                continue;
+            }
+            if kind_of(&st) != Kind::Dir {
+                let to = rename_aside(dir, name).map_err(|e| self.stop(&child, "move", e))?;
+                self.report.quarantined.push(Quarantined {
+                    path: path.display().to_string(),
+                    moved: vec![name.to_string_lossy().into_owned()],
+                    to: here.join(&to).display().to_string(),
+                    kind: QuarantineKind::ToolConfig,
+                });
+                continue;
+            }
+            let Some(inner) = self.open_child(dir, name, &child)? else {
+                continue;
+            };
+            let names = list(&inner).map_err(|e| self.stop(&child, "list", e))?;
+            if names.is_empty() {
+                continue;
+            }
+            // One the agent made unwritable for its owner would refuse the moves.
+            if st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o700 != 0o700 {
+                let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | 0o700);
+                nix::sys::stat::fchmod(inner.as_fd(), mode)
+                    .map_err(|e| self.stop(&child, "chmod", e))?;
+            }
+            let to = mkdir_aside(dir, name).map_err(|e| self.stop(&child, "move", e))?;
+            let target = openat2(dir, to.as_str(), beneath(dir_flags()))
+                .map_err(|e| self.stop(&rel.join(&to), "open", e))?;
+            let mut moved = Vec::with_capacity(names.len());
+            for (entry, _) in &names {
+                nix::fcntl::renameat(
+                    inner.as_fd(),
+                    entry.as_os_str(),
+                    target.as_fd(),
+                    entry.as_os_str(),
+                )
+                .map_err(|e| self.stop(&child.join(entry), "move", e))?;
+                moved.push(entry.to_string_lossy().into_owned());
+            }
+            self.report.quarantined.push(Quarantined {
+                path: path.display().to_string(),
+                moved,
+                to: here.join(&to).display().to_string(),
+                kind: QuarantineKind::ToolConfig,
+            });
+            made.push(OsString::from(to));
+        }
+        Ok(made)
+    }
+
+    /// What the directory open as `fd` (whose `fstat` is `st`, when taken) holds, as far
+    /// as the guard cares: the start scan's record when the directory is unchanged since
+    /// ([`ScanListings`]), else a listing, which is returned too.
+    #[allow(clippy::type_complexity)]
+    fn summary(
+        &self,
+        fd: &OwnedFd,
+        st: Option<&FileStat>,
+        rel: &Path,
+    ) -> Result<(Cow<'a, DirSummary>, Option<Vec<(OsString, Kind)>>), Stop> {
+        let listings: &'a ScanListings = self.listings;
+        if let Some(st) = st
+            && let Some(summary) = listings.unchanged(st)
+        {
+            return Ok((Cow::Borrowed(summary), None));
         }
         let entries = list(fd).map_err(|e| self.stop(rel, "list", e))?;
         let mut typed = Vec::with_capacity(entries.len());
@@ -429,11 +640,11 @@ impl<'a> Guard<'a> {
                     Err(e) => return Err(self.stop(&rel.join(name), "inspect", e)),
                 },
             };
-            typed.push((name, kind));
+            typed.push((name.clone(), kind));
         }
-        let mut summary = DirSummary::of(typed.into_iter());
+        let mut summary = DirSummary::of(typed.iter().map(|(name, kind)| (name, *kind)));
         summary.entries = entries.len();
-        Ok(Cow::Owned(summary))
+        Ok((Cow::Owned(summary), Some(typed)))
     }
 
     /// A git dir: left alone when the start scan guarded it, neutralised otherwise. Its
@@ -546,6 +757,7 @@ impl<'a> Guard<'a> {
             path: dir.join(name).display().to_string(),
             moved: vec![label],
             to: dir.join(to).display().to_string(),
+            kind: QuarantineKind::Git,
         });
         Ok(())
     }
@@ -664,6 +876,7 @@ impl<'f> Quarantine<'f> {
                 path: self.path.display().to_string(),
                 moved: self.moved.clone(),
                 to: self.path.join(name).display().to_string(),
+                kind: QuarantineKind::Git,
             });
         }
     }
@@ -973,6 +1186,20 @@ fn rename_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
     Err(Errno::EEXIST)
 }
 
+/// Make an empty directory `name.coder-quarantine-N` beside `dir/name`, never over an
+/// existing name; its name.
+fn mkdir_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
+    for n in 1..1000 {
+        let to = format!("{}.coder-quarantine-{n}", name.to_string_lossy());
+        match nix::sys::stat::mkdirat(dir, to.as_str(), FileMode::from_bits_truncate(0o700)) {
+            Ok(()) => return Ok(to),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
 /// Create `dir/name` fresh with `text`, owned like `like` when coder is root.
 fn write_new(dir: BorrowedFd<'_>, name: &str, text: &[u8], like: &FileStat) -> Result<(), Errno> {
     let how = beneath(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL)
@@ -1060,6 +1287,87 @@ mod tests {
         assert_eq!(lexical(&r, &p("a"), &p("/w/s/.git/x")), Some(p(".git/x")));
         assert_eq!(lexical(&r, &p("a"), &p("/w/s/../t")), None);
         assert_eq!(lexical(&r, &p("a"), &p("/w/st")), None);
+    }
+
+    #[test]
+    fn protected_names_the_scan_did_not_hold_are_moved_aside() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for rel in [
+            "held/.claude/settings.json",
+            "pkg/.envrc",
+            "pkg/.vscode/tasks.json",
+            "pkg/.vscode/sub/launch.json",
+            "lefthook.yml",
+            "src/main.rs",
+        ] {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "x").unwrap();
+        }
+        std::fs::create_dir_all(root.join("empty/.claude")).unwrap();
+        let meta = std::fs::symlink_metadata(root.join("held/.claude")).unwrap();
+        let tools = ToolGuard {
+            trees: vec![ToolTree {
+                root: root.clone(),
+                globs: [
+                    "**/.claude/**",
+                    "**/.envrc",
+                    "**/.vscode/**",
+                    "**/lefthook.yml",
+                ]
+                .iter()
+                .map(|g| g.to_string())
+                .collect(),
+            }],
+            held: vec![(meta.dev(), meta.ino())],
+        };
+        let report = guard_trees(
+            std::slice::from_ref(&root),
+            &HashSet::new(),
+            &tools,
+            &ScanListings::default(),
+            GuardLimits::default(),
+        );
+        assert!(report.incomplete.is_none(), "{report:?}");
+        let mut moved: Vec<(String, Vec<String>)> = report
+            .quarantined
+            .iter()
+            .filter(|q| q.kind == QuarantineKind::ToolConfig)
+            .map(|q| {
+                let mut names = q.moved.clone();
+                names.sort();
+                (q.path.clone(), names)
+            })
+            .collect();
+        moved.sort();
+        let at = |rel: &str| root.join(rel).display().to_string();
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            moved,
+            vec![
+                (at("lefthook.yml"), names(&["lefthook.yml"])),
+                (at("pkg/.envrc"), names(&[".envrc"])),
+                (at("pkg/.vscode"), names(&["sub", "tasks.json"])),
+            ]
+        );
+        // Held: untouched; empty: left alone; a directory stays, its contents aside.
+        assert!(root.join("held/.claude/settings.json").is_file());
+        assert!(root.join("empty/.claude").is_dir());
+        assert!(!root.join("empty/.claude.coder-quarantine-1").exists());
+        assert!(root.join("pkg/.envrc.coder-quarantine-1").is_file());
+        assert!(root.join("lefthook.yml.coder-quarantine-1").is_file());
+        assert!(root.join("pkg/.vscode").is_dir());
+        assert!(
+            root.join("pkg/.vscode.coder-quarantine-1/tasks.json")
+                .is_file()
+        );
+        assert!(
+            root.join("pkg/.vscode.coder-quarantine-1/sub/launch.json")
+                .is_file()
+        );
+        assert!(root.join("src/main.rs").is_file());
     }
 
     #[test]

@@ -172,8 +172,11 @@ pub struct AgentSandboxArgs {
     #[arg(long = "deny", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub deny: Vec<String>,
     /// Also protect these workspace paths (repeatable): readable, but not writable,
-    /// creatable, deletable or renamable by the agent. Default .claude/**, .mcp.json,
-    /// .vscode/**, .idea/**, .envrc, .githooks/**, .husky/**.
+    /// creatable, deletable or renamable by the agent; one made during the run is moved
+    /// aside at its end. Default, in every directory: .claude/, CLAUDE.local.md, .mcp.json,
+    /// .vscode/, .idea/, .envrc, .githooks/, .husky/ and the git hook managers' configs
+    /// (.pre-commit-config.yaml, lefthook.yml, .lintstagedrc*, lint-staged.config.*,
+    /// simple-git-hooks.*). Nothing below node_modules/, vendor/ or site-packages/.
     #[arg(long = "protect", value_name = "GLOB", value_parser = crate::text::non_blank)]
     pub protect: Vec<String>,
     /// Drop the default protected globs (keeping those given with --protect).
@@ -227,6 +230,7 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
     gitguard::guard_trees(
         &policy.guard_roots,
         &known,
+        &policy.tool_guard,
         &policy.dir_listings,
         gitguard::GuardLimits::default(),
     )

@@ -33,17 +33,31 @@ use crate::workspace::worktree::WORKTREES_DIR;
 
 /// Workspace paths the agent may read but not write, create, delete or rename, because
 /// programs the user runs later, outside the sandbox, execute what they say (editor tasks,
-/// MCP servers, Claude hooks, direnv, git hook managers). Relative to the workspace root.
-pub const DEFAULT_PROTECT_GLOBS: [&str; 8] = [
-    ".claude/**",
+/// MCP servers, Claude hooks, direnv, git hook managers). Relative to each writable tree's
+/// root, in every directory of it: Claude Code run in a subdirectory reads that
+/// directory's `.claude/settings.json` and `.mcp.json`, VS Code opened on a subfolder its
+/// `.vscode/tasks.json`, direnv loads a nested `.envrc` on `cd`. A plain name (`**/NAME`,
+/// `**/NAME/**`) is also held at the root when absent ([`super::scan::literal_protected`]);
+/// one that appears anywhere else during the run is moved aside at its end
+/// ([`super::gitguard`]).
+pub const DEFAULT_PROTECT_GLOBS: [&str; 13] = [
+    "**/.claude/**",
     // Personal instructions every later run of the CLI loads (also unconfined ones).
-    "CLAUDE.local.md",
-    ".mcp.json",
-    ".vscode/**",
-    ".idea/**",
-    ".envrc",
-    ".githooks/**",
-    ".husky/**",
+    "**/CLAUDE.local.md",
+    "**/.mcp.json",
+    "**/.vscode/**",
+    "**/.idea/**",
+    "**/.envrc",
+    "**/.githooks/**",
+    "**/.husky/**",
+    // Git hook managers: what they name runs at the user's next commit (pre-commit's
+    // `repo: local` hooks, lefthook's `run:`, lint-staged's and simple-git-hooks'
+    // commands). Inside `package.json` they cannot be held by path (SECURITY.md).
+    "**/.pre-commit-config.{yaml,yml}",
+    "**/{lefthook,.lefthook,lefthook-local,.lefthook-local}.{yml,yaml,json,jsonc,toml}",
+    "**/.lintstagedrc*",
+    "**/lint-staged.config.*",
+    "**/{simple-git-hooks,.simple-git-hooks}.*",
 ];
 
 /// System trees that are never a workspace (nor anything under them): granting one
@@ -244,6 +258,11 @@ pub struct Policy {
     /// the git guard leaves these alone.
     #[serde(default)]
     pub git_known: Vec<(u64, u64)>,
+    /// The protected globs of the trees the scan held them in, and what it held: the
+    /// end-of-run guard moves aside a protected name that appeared or changed during the
+    /// run (coder's own; the helper does not need it).
+    #[serde(skip)]
+    pub tool_guard: super::gitguard::ToolGuard,
     /// The scan's listings of the writable trees, so the git guard can skip directories
     /// that did not change (coder's own; the helper does not need them).
     #[serde(skip)]
@@ -504,6 +523,7 @@ impl Policy {
             env_remove,
             guard_roots: Vec::new(),
             git_known: Vec::new(),
+            tool_guard: Default::default(),
             dir_listings: ScanListings::default(),
             reachable_listings: None,
             plan_file: None,
@@ -631,7 +651,7 @@ impl Policy {
             Some(lease) => lease.register(&policy.placeholders),
             None => Ok(()),
         };
-        let found = match registered.and(found) {
+        let (found, tool_trees) = match registered.and(found) {
             Ok(found) => found,
             Err(e) => {
                 policy.cleanup();
@@ -653,6 +673,16 @@ impl Policy {
         }
         policy.roots = grants.roots();
         policy.aliases = grants.aliases.into_iter().collect();
+        // Everything held read-only, whole (a pin's contents change): what the scan held
+        // is not the agent's, and nothing below a held directory can have changed.
+        let held = masks
+            .iter()
+            .filter(|m| matches!(m.kind, MaskKind::ReadOnly | MaskKind::Empty))
+            .map(|m| (m.dev, m.ino));
+        policy.tool_guard = super::gitguard::ToolGuard {
+            held: held.collect(),
+            trees: tool_trees,
+        };
         policy.masks = masks;
         if let Err(e) = super::gitguard::record_pending(&policy) {
             policy.cleanup();
@@ -918,19 +948,32 @@ impl Drop for MadeRunDir {
 }
 
 /// Scan the workspace (from its descriptor) and the extra roots: secrets, protected names,
-/// git dirs.
+/// git dirs. Also the writable trees whose protected names the scan held, with their globs
+/// (for the end-of-run guard, [`super::gitguard::ToolGuard`]).
 fn scan_workspace(
     opts: &PolicyOptions,
     ws_dir: &WorkspaceDir,
     extra: &[(PathBuf, bool)],
     listings: Option<&Path>,
     created: &mut Vec<Placeholder>,
-) -> Result<scan::ScanOutput, SandboxError> {
+) -> Result<(scan::ScanOutput, Vec<super::gitguard::ToolTree>), SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
     let deny = scan::compile_globs(super::GlobList::Deny, &opts.deny_globs)?;
     let mut protect_globs = opts.protect_globs.clone();
     if writable {
         protect_globs.extend(users_hooks_globs(&ws_dir.path));
+    }
+    let mut tool_trees = Vec::new();
+    let mut tool_tree = |root: &Path, globs: &[String]| {
+        if !globs.is_empty() {
+            tool_trees.push(super::gitguard::ToolTree {
+                root: root.to_path_buf(),
+                globs: globs.to_vec(),
+            });
+        }
+    };
+    if writable {
+        tool_tree(&ws_dir.path, &protect_globs);
     }
     let protect = scan::compile_globs(super::GlobList::Protect, &protect_globs)?;
     let literal = scan::literal_protected(&protect_globs);
@@ -953,6 +996,7 @@ fn scan_workspace(
         let mut globs = opts.protect_globs.clone();
         if *w {
             globs.extend(users_hooks_globs(path));
+            tool_tree(path, &globs);
         }
         extra_protect.push((
             scan::compile_globs(super::GlobList::Protect, &globs)?,
@@ -1007,7 +1051,7 @@ fn scan_workspace(
         // A cache that cannot be written only costs the next run its listings.
         let _ = listing_cache::store(path, *fingerprint, &found.kept);
     }
-    Ok(found)
+    Ok((found, tool_trees))
 }
 
 /// The hook names git runs (githooks(5)), held when the hooks directory is the
@@ -2202,9 +2246,11 @@ mod tests {
         let policy = Policy::resolve(&options(Mode::WorkspaceWrite, &ws, &home)).unwrap();
         let json = serde_json::to_string(&policy).unwrap();
         let back: Policy = serde_json::from_str(&json).unwrap();
-        // The scan's listings stay with coder (the git guard's); the helper needs none.
+        // The scan's listings and the tool configs it held stay with coder (the git
+        // guard's); the helper needs neither.
         let mut expected = policy.clone();
         expected.dir_listings = ScanListings::default();
+        expected.tool_guard = Default::default();
         assert_eq!(back, expected);
     }
 

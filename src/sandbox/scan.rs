@@ -56,7 +56,7 @@ use super::{GlobList, SandboxError};
 
 /// A child name no real file has: a directory is a container of secrets when this
 /// hypothetical child of it would match (`secrets/` for `**/secrets/**`).
-const PROBE_CHILD: &str = "\u{1}coder-probe";
+pub(crate) const PROBE_CHILD: &str = "\u{1}coder-probe";
 
 /// Where a placeholder symlink points: a path below a character device, which can never
 /// exist (every lookup fails with `ENOTDIR`, which git treats as a missing file).
@@ -323,7 +323,7 @@ fn new_entry_matters(tree: &TreeScan<'_>, deny: &GlobSet, rel: &Path, is_dir: bo
             .file_name()
             .is_some_and(|name| is_git_name(&name.to_os_string()))
         || deny.is_match(rel)
-        || tree.protect.is_some_and(|set| set.is_match(rel))
+        || tree.protect.is_some_and(|set| is_protected(set, rel))
 }
 
 /// One scan of `trees`, every directory it relies on witnessed by `watch`.
@@ -889,7 +889,7 @@ impl<'a> Walker<'a, '_> {
             let rel_child = rel.join(&name);
             let git_entry = name == ".git" && self.tree.writable && !inside.secret;
             let secret = inside.secret || self.deny.is_match(&rel_child);
-            let protect = |p: &Path| self.tree.protect.is_some_and(|set| set.is_match(p));
+            let protect = |p: &Path| self.tree.protect.is_some_and(|set| is_protected(set, p));
             let protected = !inside.protected && protect(&rel_child);
             if skips_stat(listed, git_entry, secret, protected) {
                 continue;
@@ -2743,15 +2743,39 @@ pub(crate) fn compile_globs(list: GlobList, globs: &[String]) -> Result<GlobSet,
     })
 }
 
+/// Directories of other projects' code that an installer writes and replaces whole (npm's
+/// `node_modules`, Go's and Composer's `vendor`, Python's `site-packages`): the protected
+/// globs do not reach below them. Packages ship `.vscode/`, `.husky/` or `.envrc`; held
+/// read-only, they made `npm ci` (which removes the tree first) fail, and no program of
+/// the user's reads a tool config there: an editor, direnv, the CLI and the hook managers
+/// start from the directory the user works in, never from inside a package.
+const DEPENDENCY_DIRS: [&str; 3] = ["node_modules", "vendor", "site-packages"];
+
+/// Whether `rel` (relative to its tree) is protected by `set`: it matches, and no
+/// directory above it is one of [`DEPENDENCY_DIRS`].
+pub(crate) fn is_protected(set: &GlobSet, rel: &Path) -> bool {
+    set.is_match(rel)
+        && !rel.parent().is_some_and(|parent| {
+            parent.components().any(|part| {
+                DEPENDENCY_DIRS
+                    .iter()
+                    .any(|dir| part.as_os_str() == OsStr::new(dir))
+            })
+        })
+}
+
 /// The names a protected glob stands for even before they exist: a glob of plain names
 /// (`.envrc`, `.mcp.json`) is that path; `NAME/**` (`.claude/**`) is the directory
-/// `NAME`. Globs with wildcards elsewhere protect only what exists at the start.
+/// `NAME`; `**/` before either (`**/.envrc`, `**/.claude/**`: the name in every directory)
+/// is the name at the root. Globs with wildcards elsewhere protect what exists at the
+/// start; what appears during the run is moved aside at its end ([`super::gitguard`]).
 pub(crate) fn literal_protected(globs: &[String]) -> Vec<PathBuf> {
     let is_literal =
         |part: &str| !part.is_empty() && !part.contains(['*', '?', '[', ']', '{', '}', '\\']);
     let mut names = Vec::new();
     for glob in globs {
         let glob = glob.trim_start_matches("./");
+        let glob = glob.strip_prefix("**/").unwrap_or(glob);
         let prefix = glob.strip_suffix("/**").unwrap_or(glob);
         let parts: Vec<&str> = prefix.split('/').collect();
         if parts
@@ -3024,6 +3048,68 @@ mod tests {
         assert!(ws.join(".git/hooks").is_dir(), "pre-existing names stay");
     }
 
+    #[test]
+    fn the_default_protected_names_are_held_in_every_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        for file in [
+            "pkg/.claude/settings.json",
+            "pkg/.mcp.json",
+            "pkg/CLAUDE.local.md",
+            "a/b/.vscode/tasks.json",
+            "a/.envrc",
+            ".pre-commit-config.yaml",
+            "svc/lefthook.yml",
+            "svc/.lintstagedrc.json",
+            "web/lint-staged.config.mjs",
+            "web/.simple-git-hooks.cjs",
+            "src/main.rs",
+        ] {
+            fs::create_dir_all(ws.join(file).parent().unwrap()).unwrap();
+            fs::write(ws.join(file), "x").unwrap();
+        }
+        let protect: Vec<String> = crate::sandbox::DEFAULT_PROTECT_GLOBS
+            .iter()
+            .map(|g| g.to_string())
+            .collect();
+        let out = scan(&ws, &globs(), &protect, true).unwrap();
+        let got = paths(&out.masks, &ws);
+        for want in [
+            "pkg/.claude:ReadOnly",
+            "pkg/.mcp.json:ReadOnly",
+            "pkg/CLAUDE.local.md:ReadOnly",
+            "a/b/.vscode:ReadOnly",
+            "a/.envrc:ReadOnly",
+            ".pre-commit-config.yaml:ReadOnly",
+            "svc/lefthook.yml:ReadOnly",
+            "svc/.lintstagedrc.json:ReadOnly",
+            "web/lint-staged.config.mjs:ReadOnly",
+            "web/.simple-git-hooks.cjs:ReadOnly",
+            // Their directories pinned, and the root's absent names held as before.
+            "pkg:Pin",
+            "a/b:Pin",
+            ".claude:ReadOnly",
+            ".envrc:ReadOnly",
+        ] {
+            assert!(
+                got.contains(&want.to_string()),
+                "{want} missing from {got:?}"
+            );
+        }
+        assert!(!got.iter().any(|m| m.starts_with("src")), "{got:?}");
+        // Hook managers' configs are held where they exist, never made at the root.
+        assert!(
+            !out.placeholders
+                .iter()
+                .any(|p| p.path.starts_with(ws.join("svc")) || p.path.ends_with("lefthook.yml")),
+            "{:?}",
+            out.placeholders
+        );
+        for p in &out.placeholders {
+            p.remove();
+        }
+    }
+
     /// A git that reads `commondir` while the placeholder is made finds it absent or whole,
     /// never empty (git dies on an empty one), and no temporary name is left behind.
     #[test]
@@ -3122,15 +3208,26 @@ mod tests {
 
     #[test]
     fn literal_protected_names() {
-        let globs: Vec<String> = [".claude/**", ".mcp.json", "**/*.sh", "a/b.json", "x/*/y"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let globs: Vec<String> = [
+            ".claude/**",
+            ".mcp.json",
+            "**/*.sh",
+            "a/b.json",
+            "x/*/y",
+            "**/.envrc",
+            "**/.vscode/**",
+            "**/.pre-commit-config.{yaml,yml}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
             literal_protected(&globs),
             vec![
                 PathBuf::from(".claude"),
+                PathBuf::from(".envrc"),
                 PathBuf::from(".mcp.json"),
+                PathBuf::from(".vscode"),
                 PathBuf::from("a/b.json")
             ]
         );
