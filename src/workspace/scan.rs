@@ -1106,13 +1106,14 @@ pub(crate) struct KernelMount {
 }
 
 /// The mount points of [`KERNEL_FILE_SYSTEMS`] below `root`, from `/proc/self/mountinfo`
-/// (read once a scan; a workspace has none below it as a rule). The sandbox refuses a
+/// (read again only when it changed, see [`super::mountinfo`]; a workspace has none below
+/// it as a rule). The sandbox refuses a
 /// workspace with one; the ledger does not walk them.
 pub(crate) fn kernel_mounts_below(root: &Path) -> Vec<KernelMount> {
     let Ok(root) = std::fs::canonicalize(root) else {
         return Vec::new();
     };
-    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+    let Ok(table) = super::mountinfo::table() else {
         return Vec::new();
     };
     mounts_below(&table, root.as_os_str().as_bytes())
@@ -1134,7 +1135,7 @@ pub(crate) fn kernel_mount_holding(dir: std::os::fd::BorrowedFd<'_>) -> Option<S
         .trim()
         .as_bytes()
         .to_vec();
-    let table = std::fs::read("/proc/self/mountinfo").ok()?;
+    let table = super::mountinfo::table().ok()?;
     mount_type(&table, &id).filter(|fstype| KERNEL_FILE_SYSTEMS.contains(&fstype.as_str()))
 }
 
