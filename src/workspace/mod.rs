@@ -17,6 +17,7 @@ pub mod fs;
 pub mod git;
 pub mod git_index;
 pub mod ledger;
+pub mod mountinfo;
 pub mod scan;
 pub mod scan_cache;
 pub mod scope;

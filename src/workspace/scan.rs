@@ -771,6 +771,9 @@ impl Listing {
                     continue;
                 }
                 Kind::Other => continue,
+                Kind::Symlink if depth == 0 && is_absent_placeholder(fd.as_ref(), name) => {
+                    continue;
+                }
                 Kind::File | Kind::Symlink => {}
             }
             if self.found.len() >= self.cap {
@@ -859,6 +862,24 @@ impl Listing {
         });
         stats
     }
+}
+
+/// Whether the root's entry `name` is the sandbox's placeholder for an absent `.git`: a
+/// symlink to [`crate::sandbox::ABSENT_TARGET`], below a character device, so nothing a
+/// user keeps. The sandbox makes it while the "before" may be walking (DESIGN §8): caught,
+/// it took one of the cap's places (a workspace of exactly [`Caps::files`] files lost its
+/// last one and its scan came out truncated, which rewrote the cache), and whether it was
+/// caught changed what the cache held. Left out of the walk, it changes neither; the
+/// comparison leaves it out anyway (the ledger's `exclude`). A `.git` replaced by anything
+/// else changes the root, which is then listed again.
+fn is_absent_placeholder(dir: Option<&std::os::fd::OwnedFd>, name: &[u8]) -> bool {
+    if name != b".git" {
+        return false;
+    }
+    dir.is_some_and(|fd| {
+        nix::fcntl::readlinkat(fd, std::ffi::OsStr::from_bytes(name))
+            .is_ok_and(|target| target == std::ffi::OsStr::new(crate::sandbox::ABSENT_TARGET))
+    })
 }
 
 /// Reads the directory open as `dir`: its entries' names one after the other into `buf`,
@@ -1106,13 +1127,14 @@ pub(crate) struct KernelMount {
 }
 
 /// The mount points of [`KERNEL_FILE_SYSTEMS`] below `root`, from `/proc/self/mountinfo`
-/// (read once a scan; a workspace has none below it as a rule). The sandbox refuses a
+/// (read again only when it changed, see [`super::mountinfo`]; a workspace has none below
+/// it as a rule). The sandbox refuses a
 /// workspace with one; the ledger does not walk them.
 pub(crate) fn kernel_mounts_below(root: &Path) -> Vec<KernelMount> {
     let Ok(root) = std::fs::canonicalize(root) else {
         return Vec::new();
     };
-    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
+    let Ok(table) = super::mountinfo::table() else {
         return Vec::new();
     };
     mounts_below(&table, root.as_os_str().as_bytes())
@@ -1134,7 +1156,7 @@ pub(crate) fn kernel_mount_holding(dir: std::os::fd::BorrowedFd<'_>) -> Option<S
         .trim()
         .as_bytes()
         .to_vec();
-    let table = std::fs::read("/proc/self/mountinfo").ok()?;
+    let table = super::mountinfo::table().ok()?;
     mount_type(&table, &id).filter(|fstype| KERNEL_FILE_SYSTEMS.contains(&fstype.as_str()))
 }
 
@@ -1546,6 +1568,42 @@ mod tests {
         assert_eq!(cut.last.as_deref(), Some(&b"a.txt"[..]));
         // Every listed directory's change time is kept (the root, a, a/b).
         assert_eq!(whole.dirs.len(), 3);
+    }
+
+    /// The sandbox's placeholder for an absent `.git` (made while the "before" may walk)
+    /// takes no place under the cap and is not listed: a workspace of exactly the cap's
+    /// files is scanned whole with it. Any other `.git` symlink is a file like another.
+    #[test]
+    fn the_sandboxs_absent_git_placeholder_takes_no_place_under_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        for name in ["a.txt", "b.txt", "sub/c.txt"] {
+            std::fs::write(root.join(name), "x\n").unwrap();
+        }
+        let absent = crate::sandbox::ABSENT_TARGET;
+        std::os::unix::fs::symlink(absent, root.join(".git")).unwrap();
+        let key = Key::random();
+        let caps = Caps {
+            files: 3,
+            ..Caps::default()
+        };
+        let got = scan(root, &caps, &key, None);
+        assert!(!got.truncated, "the placeholder cut the scan");
+        let paths: Vec<&[u8]> = got.entries.keys().collect();
+        assert_eq!(paths, [&b"a.txt"[..], b"b.txt", b"sub/c.txt"]);
+        // Below the root, or pointing elsewhere: listed and counted.
+        std::os::unix::fs::symlink(absent, root.join("sub/.git")).unwrap();
+        let cut = scan(root, &caps, &key, None);
+        assert!(cut.truncated);
+        std::fs::remove_file(root.join(".git")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", root.join(".git")).unwrap();
+        let whole = scan(root, &Caps::default(), &key, None);
+        let paths: Vec<&[u8]> = whole.entries.keys().collect();
+        assert_eq!(
+            paths,
+            [&b".git"[..], b"a.txt", b"b.txt", b"sub/.git", b"sub/c.txt"]
+        );
     }
 
     /// A walk beside a prior scan's directories takes the entries of those unchanged since
