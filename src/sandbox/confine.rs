@@ -287,12 +287,14 @@ fn apply_masks(
         return Ok(0);
     }
     let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
-    let workspace =
+    let reopen = || {
         WorkspaceDir::reopen(&inside(&policy.workspace), policy.workspace_id).map_err(|_| {
             SandboxError::MaskTargetChanged {
                 path: policy.workspace.clone(),
             }
-        })?;
+        })
+    };
+    let mut workspace = reopen()?;
     let mut mounted = 0;
     for mask in &policy.masks {
         let changed = || SandboxError::MaskTargetChanged {
@@ -334,6 +336,13 @@ fn apply_masks(
         sys::move_mount(tree.as_fd(), target.as_fd())
             .map_err(|e| SandboxError::sys("move_mount", mask.path.display(), e))?;
         mounted += 1;
+        // A mask on the workspace itself (a tree granted around it pins it, or protects
+        // it whole) now covers the mount the descriptor names: the masks after it are
+        // found beneath the new one, or they would be mounted where nothing sees them
+        // (a `--write` of the workspace's parent showed every secret of the workspace).
+        if mask.path == policy.workspace {
+            workspace = reopen()?;
+        }
     }
     Ok(mounted)
 }
