@@ -662,3 +662,51 @@ fn a_changed_path_that_is_not_utf8_is_listed_with_a_warning() {
         out.explain()
     );
 }
+
+/// `coder doctor --json` with a built-in state and config of its own; returns the report
+/// and the exit code.
+fn doctor_json(root: &Path, args: &[&str]) -> (serde_json::Value, Option<i32>) {
+    let out = Command::new(common::CODER)
+        .args(["doctor", "--json"])
+        .args(args)
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .env("XDG_CONFIG_HOME", root.join("xdg"))
+        .env("CODER_STATE_DIR", root.join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (report, out.status.code())
+}
+
+/// The check named `name` of a doctor report.
+fn doctor_check(report: &serde_json::Value, name: &str) -> serde_json::Value {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["name"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} check: {report}"))
+}
+
+/// `coder doctor --backend replay:CASSETTE` named the replay backend's provider
+/// "anthropic" (its base URL is unset until the replay server starts, and no base URL
+/// means Anthropic's API); it is coder's own replay server, `other`, as in a run.
+#[test]
+fn doctor_names_the_replay_backend_provider_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    let (report, _) = doctor_json(tmp.path(), &["--backend", &format!("replay:{cassette}")]);
+    let compat = doctor_check(&report, "compat");
+    assert_eq!(compat["detail"]["provider"], "other", "{report}");
+    assert!(
+        compat["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("provider other;")),
+        "{report}"
+    );
+}
