@@ -710,3 +710,54 @@ fn doctor_names_the_replay_backend_provider_other() {
         "{report}"
     );
 }
+
+/// `coder route explain --json` (and `route stats --json`) are read by programs, but their
+/// errors were a line on stderr and nothing on stdout: a bad backend, an empty task, a
+/// misspelt flag. They are a `config_error` envelope now, as a run's errors are.
+#[test]
+fn route_json_errors_are_envelopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let route = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .arg("route")
+            .args(args)
+            .env_remove("CODER_CONFIG")
+            .env_remove("CODER_BACKEND")
+            .env_remove("CODER_STORE")
+            .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+        (envelope, out.status.code())
+    };
+    for (args, exit, says) in [
+        (
+            &["explain", "--json", "--backend", "auto:nope", "task"][..],
+            78,
+            "\"nope\" is not a usable backend",
+        ),
+        (&["explain", "--json"][..], 78, "the prompt is empty"),
+        (
+            &["explain", "--json", "--bogus", "task"][..],
+            2,
+            "unexpected argument '--bogus'",
+        ),
+        (
+            &["stats", "--json", "--bogus"][..],
+            2,
+            "unexpected argument '--bogus'",
+        ),
+    ] {
+        let (envelope, code) = route(args);
+        assert_eq!(code, Some(exit), "{args:?}: {envelope}");
+        assert_eq!(envelope["success"], false, "{envelope}");
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        assert!(
+            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{args:?}: {envelope}"
+        );
+    }
+}
