@@ -761,3 +761,55 @@ fn route_json_errors_are_envelopes() {
         );
     }
 }
+
+/// A run that cannot start for want of credentials reports the caller's own mistake in
+/// its arguments first: a `--write` path that does not exist, a workspace holding coder's
+/// state directory. The credentials error came first, and the path error only once that
+/// was fixed (a key found, a login made), for a mistake that was there all along.
+#[test]
+fn a_bad_path_is_reported_before_missing_credentials() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let without_credentials = |coder: Coder| {
+        coder
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+    };
+    // The credentials error itself, with nothing else wrong.
+    let out = without_credentials(fake.coder()).arg("task").run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("backend 'inherit' has no credentials")),
+        "{}",
+        out.explain()
+    );
+    let missing = fake.root().join("no-such-dir");
+    let out = without_credentials(fake.coder())
+        .arg("--write")
+        .arg(&missing)
+        .arg("task")
+        .run();
+    out.assert_failure("config_error", 78);
+    assert_eq!(
+        out.envelope["error"],
+        format!("--write {}: does not exist", missing.display()),
+        "{}",
+        out.explain()
+    );
+    // The workspace holds coder's state directory.
+    let out = without_credentials(fake.coder())
+        .env("CODER_STATE_DIR", fake.workspace().join("state"))
+        .arg("task")
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"].as_str().is_some_and(|m| m
+            .contains("(the workspace, a --write path or a writable cache), which reaches it")
+            && m.contains("set CODER_STATE_DIR elsewhere")),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

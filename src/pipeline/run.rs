@@ -774,7 +774,22 @@ impl PreparedRun {
         let early = |run: &Run, kind: ErrorKind, message: String| {
             Box::new(run.early_envelope(kind, message.clone(), message, None))
         };
-        let mut backend = backend.map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        // A run that cannot start for want of a backend or a CLI reports a mistake in the
+        // caller's own sandbox arguments first (a `--write` path that does not exist, a
+        // workspace holding coder's state): it is the cheaper one to fix, and the other
+        // error would come back once the first is fixed. On the way to the CLI the policy
+        // checks them all again.
+        let arguments_first =
+            |run: &Run, envelope: Box<Envelope>| match crate::sandbox::check_agent_arguments(
+                request.sandbox,
+                &request.workspace,
+                &request.sandbox_args,
+            ) {
+                Err(bad) => Box::new(sandbox_failure(run, &bad)),
+                Ok(()) => envelope,
+            };
+        let mut backend = backend
+            .map_err(|e| arguments_first(run, early(run, ErrorKind::ConfigError, e.to_string())))?;
         let replay_server = start_replay_server(request, &mut backend)
             .await
             .map_err(|message| early(run, ErrorKind::ConfigError, message))?;
@@ -792,12 +807,15 @@ impl PreparedRun {
         let path_var = std::env::var_os("PATH");
         let program = child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref())
             .map_err(|e| {
-                Box::new(run.early_envelope(
-                    ErrorKind::CommandNotFound,
-                    format!("claude CLI not found: {e}"),
-                    format!("cannot run the claude CLI: {e}"),
-                    Some(child::INSTALL_HINT.to_owned()),
-                ))
+                arguments_first(
+                    run,
+                    Box::new(run.early_envelope(
+                        ErrorKind::CommandNotFound,
+                        format!("claude CLI not found: {e}"),
+                        format!("cannot run the claude CLI: {e}"),
+                        Some(child::INSTALL_HINT.to_owned()),
+                    )),
+                )
             })?;
 
         // Session safety: one driver per session, and resumes only where the session lives.

@@ -84,8 +84,8 @@ pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
 pub use policy::{
     Access, DEFAULT_PROTECT_GLOBS, Mode, PlanFile, Policy, PolicyOptions, Root, SymlinkAlias,
-    agent_write_roots, check_plan_file, check_write_root, root_holding, workspace_refusal,
-    workspace_refusal_here,
+    agent_write_roots, check_agent_arguments, check_plan_file, check_write_root, root_holding,
+    workspace_refusal, workspace_refusal_here,
 };
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
