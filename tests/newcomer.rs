@@ -813,3 +813,38 @@ fn a_bad_path_is_reported_before_missing_credentials() {
     );
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A relative `cd` in a `--request` file is taken from the file's directory, as a config
+/// file's paths are: a job file kept beside its workspace means the same wherever coder
+/// is started from. It was taken from coder's current directory, so the same file ran in
+/// another directory, or failed, depending on where the caller stood.
+#[test]
+fn a_relative_cd_in_a_request_file_is_taken_from_the_file_directory() {
+    let fake = Fake::new(json!(steps::answer("ran in place")));
+    let jobs = fake.root().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    let job = jobs.join("job.json");
+    std::fs::write(&job, r#"{"PROMPT": "task", "cd": "../ws"}"#).unwrap();
+    let out = fake.coder().no_cd().arg("--request").arg(&job).run();
+    out.assert_success("ran in place");
+    assert_eq!(
+        fake.record().cwd(),
+        fake.workspace().canonicalize().unwrap(),
+        "{}",
+        out.explain()
+    );
+    // A relative `cd` that leads nowhere names the directory it was taken from.
+    std::fs::write(&job, r#"{"PROMPT": "task", "cd": "no-such"}"#).unwrap();
+    let out = fake.coder().no_cd().arg("--request").arg(&job).run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!(
+                "\"cd\" of the --request JSON, {}: no such directory",
+                jobs.join("no-such").display()
+            ))),
+        "{}",
+        out.explain()
+    );
+}
