@@ -399,3 +399,31 @@ fn the_ask_server_ends_on_its_clis_sigterm_when_nothing_is_held() {
     let status = common::wait_within(&mut server.child, Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
 }
+
+/// A run that ends `needs_input` had its CLI stopped by coder, on purpose: the CLI exits
+/// 143 on coder's SIGTERM, and `error_detail.exit_code` said 143, as if the CLI had failed.
+/// The envelope now says what happened: no exit code of the CLI's own (`null`), and the
+/// signal coder stopped it with.
+#[test]
+fn a_needs_input_run_reports_the_signal_coder_stopped_the_cli_with() {
+    let fake = Fake::new(json!([
+        {"step": "on_signal", "signal": "TERM", "exit": 143},
+        {"step": "init"},
+        {"step": "tool_use", "name": "mcp__coder__ask_user", "id": "q1",
+         "input": {"questions": [{"question": "Which colour?"}]}},
+        {"step": "linger", "seconds": 60},
+    ]));
+    let out = fake
+        .coder()
+        .args(["--allow-questions", "paint the fence"])
+        .run();
+    let detail = out.assert_failure("needs_input", 5);
+    assert_eq!(
+        out.envelope["questions"],
+        json!([{"question": "Which colour?"}]),
+        "{}",
+        out.explain()
+    );
+    assert!(detail["exit_code"].is_null(), "{}", out.explain());
+    assert_eq!(detail["signal"], "SIGTERM", "{}", out.explain());
+}
