@@ -570,12 +570,21 @@ async fn run_attempts(
                         .check(request, "baseline", &run, signals, journal)
                         .await
                 }
-                Err(signo) => Err(signo),
+                Err(signo) => Err((signo, None)),
             };
             match check {
                 Ok(check) => Some(check),
-                Err(signo) => {
-                    let envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+                Err((signo, partial)) => {
+                    let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+                    // The baseline as far as it got (what it printed until the signal).
+                    envelope.verification = partial.map(|baseline| Verification {
+                        command: verify.command.clone(),
+                        baseline: Some(baseline),
+                        after_agent: None,
+                        final_check: None,
+                        verdict: VerdictKind::NotRun,
+                        repair_turns: 0,
+                    });
                     let exclude = prepared.placeholders(request);
                     let envelope = with_snapshot(
                         envelope,
@@ -1794,12 +1803,9 @@ async fn attach_changes(
 struct CheckCancelled {
     signo: i32,
     during: &'static str,
-}
-
-impl CheckCancelled {
-    fn new(signo: i32, during: &'static str) -> Self {
-        Self { signo, during }
-    }
+    /// The checks that ran, the cancelled one last (as `final`, with what it printed until
+    /// then): the cancelled envelope still says what ran.
+    verification: Option<Verification>,
 }
 
 impl PreparedRun {
@@ -1841,7 +1847,7 @@ impl PreparedRun {
     }
 
     /// Runs the `--verify` command once under the run's sandbox and notes it; `Err` with
-    /// the signal when coder was cancelled meanwhile.
+    /// the signal, and the check as far as it got, when coder was cancelled meanwhile.
     async fn check(
         &mut self,
         request: &RunRequest,
@@ -1849,9 +1855,9 @@ impl PreparedRun {
         run: &Run,
         signals: &mut CancelSignals,
         journal: &mut RunJournal,
-    ) -> Result<Check, i32> {
+    ) -> Result<Check, (i32, Option<Check>)> {
         let Some(config) = &request.checks.verify else {
-            return Err(0);
+            return Err((0, None));
         };
         let mut base = child::build(request, self.program.clone(), self.child_base_env.clone());
         if let Some(policy) = &self.policy {
@@ -1883,7 +1889,7 @@ impl PreparedRun {
             "tail": check.tail_text,
         })));
         match cancelled {
-            Some(signo) => Err(signo),
+            Some(signo) => Err((signo, Some(check))),
             None => Ok(check),
         }
     }
@@ -1906,11 +1912,30 @@ impl PreparedRun {
         let mut after_agent = None;
         let mut final_check = None;
         let mut repairs = 0;
+        // A cancelled check ends the run: what ran is reported, the cancelled check last.
+        let cancelled = |(signo, partial): (i32, Option<Check>),
+                         during: &'static str,
+                         baseline: &Option<Check>,
+                         after_agent: Option<Check>,
+                         repairs: u32| CheckCancelled {
+            signo,
+            during,
+            verification: Some(Verification {
+                command: config.command.clone(),
+                baseline: baseline.clone(),
+                after_agent,
+                final_check: partial,
+                verdict: VerdictKind::NotRun,
+                repair_turns: repairs,
+            }),
+        };
         if envelope.success {
             final_check = Some(
                 self.check(request, "after_agent", run, signals, journal)
                     .await
-                    .map_err(|signo| CheckCancelled::new(signo, "the check after the agent"))?,
+                    .map_err(|e| {
+                        cancelled(e, "the check after the agent", &baseline, None, repairs)
+                    })?,
             );
         }
         while let Some(check) = final_check.as_ref().filter(|c| !c.passed)
@@ -1939,7 +1964,15 @@ impl PreparedRun {
             final_check = Some(
                 self.check(request, "after_repair", run, signals, journal)
                     .await
-                    .map_err(|signo| CheckCancelled::new(signo, "the check after a repair turn"))?,
+                    .map_err(|e| {
+                        cancelled(
+                            e,
+                            "the check after a repair turn",
+                            &baseline,
+                            after_agent.clone(),
+                            repairs,
+                        )
+                    })?,
             );
         }
         Ok(Some(Verification {
@@ -1975,8 +2008,13 @@ impl PreparedRun {
             .await
         {
             Ok(verification) => verification,
-            Err(CheckCancelled { signo, during }) => {
+            Err(CheckCancelled {
+                signo,
+                during,
+                verification,
+            }) => {
                 let mut cancelled = run.cancelled_outside_attempt(signo, during);
+                cancelled.verification = verification;
                 attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                 return cancelled;
             }
