@@ -848,3 +848,29 @@ fn a_relative_cd_in_a_request_file_is_taken_from_the_file_directory() {
         out.explain()
     );
 }
+
+/// A `--plan`, `--contract`, `--guardrails` or `--codex` file that cannot be read says
+/// what is wrong in words: "Is a directory (os error 21)" and "No such file or directory
+/// (os error 2)" were the OS's own text.
+#[test]
+fn a_document_flag_naming_no_file_says_so_in_words() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let dir = fake.workspace().to_path_buf();
+    let missing = fake.root().join("plan.md");
+    for (flag, path, problem) in [
+        ("--plan", &dir, "is a directory; name a file"),
+        ("--plan", &missing, "no such file"),
+        ("--contract", &dir, "is a directory; name a file"),
+        ("--guardrails", &missing, "no such file"),
+    ] {
+        let out = fake.coder().arg(flag).arg(path).arg("task").run();
+        out.assert_failure("config_error", 78);
+        assert_eq!(
+            out.envelope["error"],
+            format!("{flag} {}: {problem}", path.display()),
+            "{}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}

@@ -692,8 +692,13 @@ impl RunArgs {
                             .into(),
                     ));
                 }
-                let file = std::fs::canonicalize(file)
-                    .map_err(|e| ArgError::Invalid(format!("--plan {}: {e}", file.display())))?;
+                let file = std::fs::canonicalize(file).map_err(|e| {
+                    ArgError::Invalid(format!(
+                        "--plan {}: {}",
+                        file.display(),
+                        crate::pipeline::prompt::file_problem(&e)
+                    ))
+                })?;
                 Some(PlanRole::Execute { file })
             }
             (None, None) => None,
