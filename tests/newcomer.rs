@@ -874,3 +874,30 @@ fn a_document_flag_naming_no_file_says_so_in_words() {
     }
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A misspelt subcommand (`coder doctr`) reads as a task without `--cd`; the error said
+/// only "--cd is required", which sends the user looking for a workspace. It now names the
+/// subcommand meant. A word that is near no subcommand keeps the plain message.
+#[test]
+fn a_misspelt_subcommand_is_named() {
+    let run = |word: &str| {
+        let out = Command::new(common::CODER)
+            .arg(word)
+            .env("CODER_STATE_DIR", tempfile::tempdir().unwrap().path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(78), "{envelope}");
+        envelope["error"].as_str().unwrap_or_default().to_owned()
+    };
+    for (word, meant) in [("doctr", "doctor"), ("rnus", "runs"), ("mpc", "mcp")] {
+        let error = run(word);
+        assert!(
+            error.starts_with(&format!(
+                "{word:?} is no subcommand: did you mean `coder {meant}`?"
+            )) && error.contains("--cd is required"),
+            "{error}"
+        );
+    }
+    assert!(run("refactor").starts_with("--cd is required"));
+}
