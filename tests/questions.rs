@@ -188,7 +188,7 @@ fn an_invalid_call_gets_the_servers_error_and_the_run_goes_on() {
 fn bad_answers_are_config_errors_before_anything_runs() {
     let fake = Fake::new(json!([]));
     let unknown = "11111111-2222-4333-8444-555555555555";
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--answers", r#"["blue"]"#, "go"], "--session-id"),
         (
             &["--session-id", unknown, "--answers", r#"["blue""#],
@@ -210,7 +210,12 @@ fn bad_answers_are_config_errors_before_anything_runs() {
                 "--answers",
                 "/nonexistent/answers.json",
             ],
-            "not a readable file",
+            "not a readable file (no such file); expected a list of answers",
+        ),
+        (
+            &["--session-id", unknown, "--answers", "blue, no"],
+            "--answers blue, no: not JSON, and not a readable file (no such file); expected \
+             a list of answers in the questions' order, like [\"blue\", \"keep the old API\"]",
         ),
         (
             &["--session-id", unknown, "--answers", r#"["blue"]"#],
