@@ -232,8 +232,9 @@ fn input_that_is_not_a_message_gets_a_json_rpc_error() {
     assert_eq!(answers.len(), 6, "{answers:#?}");
 }
 
-/// The `coder` tool's `cd` that cannot be used is named with what is wrong with it: it
-/// answered with the OS's text ("cd /base/nope: No such file or directory (os error 2)"),
+/// The `coder` tool's `cd` that cannot be used is named with what is wrong with it (and a
+/// bad `sandbox` or `SESSION_ID` as the tool's own arguments): it answered with the OS's
+/// text ("cd /base/nope: No such file or directory (os error 2)"),
 /// and a `..` out of the base that does not exist was "no such file" rather than outside
 /// the base.
 #[test]
@@ -255,6 +256,12 @@ fn a_bad_cd_of_the_coder_tool_is_named_with_what_is_wrong() {
         call(3, "../nowhere"),
         call(4, "/etc"),
         call(5, "file.txt"),
+        serde_json::json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "coder", "arguments": {"PROMPT": "task", "sandbox": "bogus"}}})
+        .to_string(),
+        serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "coder", "arguments": {"PROMPT": "task", "SESSION_ID": "nope"}}})
+        .to_string(),
     ];
     let input = scene.root.path().join("input.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
@@ -307,5 +314,17 @@ fn a_bad_cd_of_the_coder_tool_is_named_with_what_is_wrong() {
         text(5).ends_with("file.txt) is not a directory; give the workspace directory"),
         "{}",
         text(5)
+    );
+    // Other arguments are named as the tool's, not as fields of a `--request` JSON on
+    // stdin (how the server hands them to the run), which the caller never wrote.
+    assert_eq!(
+        text(6),
+        "bad arguments: sandbox: unknown sandbox mode \"bogus\" (expected read-only, \
+         workspace-write or danger-full-access)"
+    );
+    assert!(
+        text(7).starts_with("bad arguments: SESSION_ID must be a session UUID"),
+        "{}",
+        text(7)
     );
 }

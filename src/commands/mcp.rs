@@ -569,6 +569,20 @@ impl Server {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
         let limit = wait_s(a.wait_s)?;
+        // Checked here, in the tool's own words: the run would name them as fields of its
+        // `--request` JSON on stdin, which the caller never wrote.
+        if let Some(mode) = &a.sandbox {
+            mode.parse::<crate::sandbox::Mode>()
+                .map_err(|e| format!("bad arguments: sandbox: {e}"))?;
+        }
+        if let Some(id) = &a.session_id
+            && uuid::Uuid::parse_str(id.trim()).is_err()
+        {
+            return Err(format!(
+                "bad arguments: SESSION_ID must be a session UUID as printed in an envelope's \
+                 SESSION_ID, like 11111111-2222-4333-8444-555555555555 (got {id:?})"
+            ));
+        }
         let cd = self.workspace(a.cd.as_deref())?;
         // The id the run's journal takes too: `coder runs show RUN_ID` finds it.
         let run_id = crate::pipeline::run::new_run_id();
