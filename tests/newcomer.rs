@@ -709,6 +709,16 @@ fn doctor_names_the_replay_backend_provider_other() {
             .is_some_and(|s| s.starts_with("provider other;")),
         "{report}"
     );
+    // Where it is served, in words: it read "…(replay of …): (set when the replay server
+    // starts), key from …".
+    assert_eq!(
+        doctor_check(&report, "backend")["summary"],
+        format!(
+            "replay:{cassette} (replay of {cassette}): served on 127.0.0.1 by coder once a \
+             run starts, key from a dummy replay token as ANTHROPIC_AUTH_TOKEN"
+        ),
+        "{report}"
+    );
 }
 
 /// `coder route explain --json` (and `route stats --json`) are read by programs, but their
