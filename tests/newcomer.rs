@@ -911,3 +911,36 @@ fn a_misspelt_subcommand_is_named() {
     }
     assert!(run("refactor").starts_with("--cd is required"));
 }
+
+/// A value of the wrong type in a `--request` JSON names its key: serde's own message
+/// named only the types ("invalid type: integer `5`, expected path string"), and the user
+/// had to guess which of the fields it meant.
+#[test]
+fn a_request_value_of_the_wrong_type_names_its_key() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for (body, said) in [
+        (
+            json!({"PROMPT": "task", "cd": 5}),
+            "bad --request JSON in stdin: \"cd\": invalid type: integer `5`, expected path string",
+        ),
+        (
+            json!({"PROMPT": "task", "timeout": "10"}),
+            "bad --request JSON in stdin: \"timeout\": invalid type: string \"10\", expected a \
+             JSON number",
+        ),
+        (
+            json!({"PROMPT": "task", "scope": "src"}),
+            "bad --request JSON in stdin: \"scope\": invalid type: string \"src\", expected a \
+             sequence",
+        ),
+    ] {
+        let out = fake
+            .coder()
+            .args(["--request", "-"])
+            .stdin(body.to_string())
+            .run();
+        out.assert_failure("config_error", 78);
+        assert_eq!(out.envelope["error"], said, "{}", out.explain());
+    }
+    assert!(!fake.has_record(), "the child ran");
+}

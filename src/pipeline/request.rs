@@ -875,10 +875,24 @@ fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, A
             json_type_name(&value)
         )));
     }
-    let file: RequestFile = serde_json::from_value(value).map_err(|e| {
-        ArgError::Invalid(format!(
-            "bad --request JSON in {name}: {e} (expected an object with {FIELDS})"
-        ))
+    let file: RequestFile = serde_json::from_value(value.clone()).map_err(|e| {
+        // serde names the type it wanted, not the key: find the key whose value alone
+        // does not fit ("cd": 5 said "invalid type: integer `5`, expected path string").
+        let culprit = value.as_object().and_then(|fields| {
+            fields.iter().find_map(|(key, field)| {
+                let alone =
+                    serde_json::Value::Object([(key.clone(), field.clone())].into_iter().collect());
+                serde_json::from_value::<RequestFile>(alone)
+                    .err()
+                    .map(|e| (key.clone(), e))
+            })
+        });
+        ArgError::Invalid(match culprit {
+            Some((key, e)) if !e.to_string().starts_with("unknown field") => {
+                format!("bad --request JSON in {name}: {key:?}: {e}")
+            }
+            _ => format!("bad --request JSON in {name}: {e} (expected an object with {FIELDS})"),
+        })
     })?;
     Ok(match path.as_os_str() == "-" {
         true => file,
