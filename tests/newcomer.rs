@@ -944,3 +944,28 @@ fn a_request_value_of_the_wrong_type_names_its_key() {
     }
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// Sandbox flags given with `--sandbox danger-full-access` do nothing; a run said nothing
+/// about it, and a user who meant to keep `--deny`'s secrets masked would not know they
+/// were not. A warning names them now.
+#[test]
+fn sandbox_flags_without_a_sandbox_are_named_in_a_warning() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let out = fake
+        .coder()
+        .args(["--sandbox", "danger-full-access", "--deny", "*.secret"])
+        .arg("--read")
+        .arg(fake.root())
+        .arg("task")
+        .run();
+    out.assert_success("done");
+    assert_eq!(
+        out.envelope["warnings"],
+        json!([
+            "--read, --deny had no effect: --sandbox danger-full-access does not confine the \
+             agent, which may read, write and reach whatever you can"
+        ]),
+        "{}",
+        out.explain()
+    );
+}

@@ -806,6 +806,14 @@ impl PreparedRun {
             .ensure_claude_config_dir()
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         run.warnings.extend(backend.warnings().iter().cloned());
+        let unused = request.sandbox_args.given_flags();
+        if !request.sandbox.is_confined() && !unused.is_empty() {
+            run.warnings.push(format!(
+                "{} had no effect: --sandbox danger-full-access does not confine the agent, \
+                 which may read, write and reach whatever you can",
+                unused.join(", ")
+            ));
+        }
         run.backend = backend.name().to_owned();
         run.provider = backend.provider();
         run.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();

@@ -184,6 +184,26 @@ pub struct AgentSandboxArgs {
     pub allow_hosts: Vec<String>,
 }
 
+impl AgentSandboxArgs {
+    /// The flags given that shape a confined run's sandbox (`--read`, `--write`, …): with
+    /// `danger-full-access` they do nothing, which a run says in a warning.
+    pub fn given_flags(&self) -> Vec<&'static str> {
+        [
+            (!self.read.is_empty(), "--read"),
+            (!self.write.is_empty(), "--write"),
+            (self.allow_tmp, "--allow-tmp"),
+            (self.tool_caches, "--tool-caches"),
+            (!self.deny.is_empty(), "--deny"),
+            (!self.protect.is_empty(), "--protect"),
+            (self.no_protect, "--no-protect"),
+            (!self.allow_hosts.is_empty(), "--allow-host"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
+}
+
 /// What the agent may reach through the proxy: the backend's endpoint (from the child's
 /// `ANTHROPIC_BASE_URL`) and the `--allow-host` values, presets expanded.
 pub fn agent_allow_hosts(
