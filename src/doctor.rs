@@ -322,7 +322,7 @@ fn check_backend(
             .map(|(_, v)| v.to_string_lossy().into_owned())
     };
     let url = backend.base_url().map_or(
-        "(set when the replay server starts)".into(),
+        "served on 127.0.0.1 by coder once a run starts".into(),
         crate::text::redact::url_without_password,
     );
     let key = match backend.credential() {

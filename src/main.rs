@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use coder::commands;
+use coder::commands::SUBCOMMANDS;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -23,11 +24,6 @@ fn main() -> ExitCode {
         Err(code) => code,
     }
 }
-
-/// The subcommands a user can name after `coder help` (the hidden helper ones are not).
-const SUBCOMMANDS: [&str; 9] = [
-    "doctor", "prompt", "replay", "plan", "runs", "route", "fs", "mcp", "sandbox",
-];
 
 /// `coder help` and `coder help SUBCOMMAND` as `coder --help` and `coder SUBCOMMAND --help`
 /// (as git and cargo take them). Never a prompt: a run needs `--cd` before its prompt.

@@ -116,6 +116,11 @@ fn not_found_and_secrets_are_c211() {
         err_code(&base, "read-file", json!({"path": "src/missing.txt"})),
         "C211"
     );
+    // Said in words: it was the OS's "No such file or directory (os error 2)".
+    assert_eq!(
+        fs(&base, "read-file", json!({"path": "src/missing.txt"})).1["message"],
+        "cannot open src/missing.txt: it does not exist"
+    );
     for secret in [".env", "secrets/k", "SECRETS/../.env"] {
         assert_eq!(
             err_code(&base, "read-file", json!({"path": secret})),

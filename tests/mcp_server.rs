@@ -231,3 +231,100 @@ fn input_that_is_not_a_message_gets_a_json_rpc_error() {
     );
     assert_eq!(answers.len(), 6, "{answers:#?}");
 }
+
+/// The `coder` tool's `cd` that cannot be used is named with what is wrong with it (and a
+/// bad `sandbox` or `SESSION_ID` as the tool's own arguments): it answered with the OS's
+/// text ("cd /base/nope: No such file or directory (os error 2)"),
+/// and a `..` out of the base that does not exist was "no such file" rather than outside
+/// the base.
+#[test]
+fn a_bad_cd_of_the_coder_tool_is_named_with_what_is_wrong() {
+    let scene = Scene::new();
+    std::fs::write(scene.base.join("file.txt"), "x\n").unwrap();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}});
+    let call = |id: u32, cd: &str| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "coder", "arguments": {"PROMPT": "task", "cd": cd}}})
+        .to_string()
+    };
+    let lines = [
+        init.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        call(2, "nope"),
+        call(3, "../nowhere"),
+        call(4, "/etc"),
+        call(5, "file.txt"),
+        serde_json::json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "coder", "arguments": {"PROMPT": "task", "sandbox": "bogus"}}})
+        .to_string(),
+        serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "coder", "arguments": {"PROMPT": "task", "SESSION_ID": "nope"}}})
+        .to_string(),
+    ];
+    let input = scene.root.path().join("input.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["mcp", "--base"])
+        .arg(&scene.base)
+        .env("CODER_STATE_DIR", scene.root.path().join("state"))
+        .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
+        .env_remove("CODER_CONFIG")
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output_bounded();
+    assert!(out.status.success(), "{out:?}");
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let text = |id: u32| -> String {
+        let answer = answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id}: {answers:#?}"));
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let base = scene.base.display();
+    assert_eq!(
+        text(2),
+        format!(
+            "bad arguments: cd \"nope\" ({base}/nope): no such directory; a relative cd is \
+             taken from the server's base {base}"
+        )
+    );
+    let parent = scene.base.parent().unwrap().display();
+    for (id, given, leads) in [
+        (3, "../nowhere", format!("{parent}/nowhere")),
+        (4, "/etc", "/etc".to_owned()),
+    ] {
+        assert_eq!(
+            text(id),
+            format!(
+                "bad arguments: cd {given:?} leads to {leads}, outside the server's base \
+                 {base}; give a directory inside the base (relative to it, or absolute)"
+            )
+        );
+    }
+    assert!(
+        text(5).ends_with("file.txt) is not a directory; give the workspace directory"),
+        "{}",
+        text(5)
+    );
+    // Other arguments are named as the tool's, not as fields of a `--request` JSON on
+    // stdin (how the server hands them to the run), which the caller never wrote.
+    assert_eq!(
+        text(6),
+        "bad arguments: sandbox: unknown sandbox mode \"bogus\" (expected read-only, \
+         workspace-write or danger-full-access)"
+    );
+    assert!(
+        text(7).starts_with("bad arguments: SESSION_ID must be a session UUID"),
+        "{}",
+        text(7)
+    );
+}

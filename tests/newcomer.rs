@@ -662,3 +662,310 @@ fn a_changed_path_that_is_not_utf8_is_listed_with_a_warning() {
         out.explain()
     );
 }
+
+/// `coder doctor --json` with a built-in state and config of its own; returns the report
+/// and the exit code.
+fn doctor_json(root: &Path, args: &[&str]) -> (serde_json::Value, Option<i32>) {
+    let out = Command::new(common::CODER)
+        .args(["doctor", "--json"])
+        .args(args)
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .env("XDG_CONFIG_HOME", root.join("xdg"))
+        .env("CODER_STATE_DIR", root.join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (report, out.status.code())
+}
+
+/// The check named `name` of a doctor report.
+fn doctor_check(report: &serde_json::Value, name: &str) -> serde_json::Value {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["name"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} check: {report}"))
+}
+
+/// `coder doctor --backend replay:CASSETTE` named the replay backend's provider
+/// "anthropic" (its base URL is unset until the replay server starts, and no base URL
+/// means Anthropic's API); it is coder's own replay server, `other`, as in a run.
+#[test]
+fn doctor_names_the_replay_backend_provider_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cassette = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/cassettes/plain.json");
+    let (report, _) = doctor_json(tmp.path(), &["--backend", &format!("replay:{cassette}")]);
+    let compat = doctor_check(&report, "compat");
+    assert_eq!(compat["detail"]["provider"], "other", "{report}");
+    assert!(
+        compat["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("provider other;")),
+        "{report}"
+    );
+    // Where it is served, in words: it read "…(replay of …): (set when the replay server
+    // starts), key from …".
+    assert_eq!(
+        doctor_check(&report, "backend")["summary"],
+        format!(
+            "replay:{cassette} (replay of {cassette}): served on 127.0.0.1 by coder once a \
+             run starts, key from a dummy replay token as ANTHROPIC_AUTH_TOKEN"
+        ),
+        "{report}"
+    );
+}
+
+/// `coder route explain --json` (and `route stats --json`) are read by programs, but their
+/// errors were a line on stderr and nothing on stdout: a bad backend, an empty task, a
+/// misspelt flag. They are a `config_error` envelope now, as a run's errors are.
+#[test]
+fn route_json_errors_are_envelopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let route = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .arg("route")
+            .args(args)
+            .env_remove("CODER_CONFIG")
+            .env_remove("CODER_BACKEND")
+            .env_remove("CODER_STORE")
+            .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+        (envelope, out.status.code())
+    };
+    for (args, exit, says) in [
+        (
+            &["explain", "--json", "--backend", "auto:nope", "task"][..],
+            78,
+            "\"nope\" is not a usable backend",
+        ),
+        (&["explain", "--json"][..], 78, "the prompt is empty"),
+        (
+            &["explain", "--json", "--bogus", "task"][..],
+            2,
+            "unexpected argument '--bogus'",
+        ),
+        (
+            &["stats", "--json", "--bogus"][..],
+            2,
+            "unexpected argument '--bogus'",
+        ),
+    ] {
+        let (envelope, code) = route(args);
+        assert_eq!(code, Some(exit), "{args:?}: {envelope}");
+        assert_eq!(envelope["success"], false, "{envelope}");
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        assert!(
+            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{args:?}: {envelope}"
+        );
+    }
+}
+
+/// A run that cannot start for want of credentials reports the caller's own mistake in
+/// its arguments first: a `--write` path that does not exist, a workspace holding coder's
+/// state directory. The credentials error came first, and the path error only once that
+/// was fixed (a key found, a login made), for a mistake that was there all along.
+#[test]
+fn a_bad_path_is_reported_before_missing_credentials() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let without_credentials = |coder: Coder| {
+        coder
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+    };
+    // The credentials error itself, with nothing else wrong.
+    let out = without_credentials(fake.coder()).arg("task").run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("backend 'inherit' has no credentials")),
+        "{}",
+        out.explain()
+    );
+    let missing = fake.root().join("no-such-dir");
+    let out = without_credentials(fake.coder())
+        .arg("--write")
+        .arg(&missing)
+        .arg("task")
+        .run();
+    out.assert_failure("config_error", 78);
+    assert_eq!(
+        out.envelope["error"],
+        format!("--write {}: does not exist", missing.display()),
+        "{}",
+        out.explain()
+    );
+    // The workspace holds coder's state directory.
+    let out = without_credentials(fake.coder())
+        .env("CODER_STATE_DIR", fake.workspace().join("state"))
+        .arg("task")
+        .run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"].as_str().is_some_and(|m| m
+            .contains("(the workspace, a --write path or a writable cache), which reaches it")
+            && m.contains("set CODER_STATE_DIR elsewhere")),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A relative `cd` in a `--request` file is taken from the file's directory, as a config
+/// file's paths are: a job file kept beside its workspace means the same wherever coder
+/// is started from. It was taken from coder's current directory, so the same file ran in
+/// another directory, or failed, depending on where the caller stood.
+#[test]
+fn a_relative_cd_in_a_request_file_is_taken_from_the_file_directory() {
+    let fake = Fake::new(json!(steps::answer("ran in place")));
+    let jobs = fake.root().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    let job = jobs.join("job.json");
+    std::fs::write(&job, r#"{"PROMPT": "task", "cd": "../ws"}"#).unwrap();
+    let out = fake.coder().no_cd().arg("--request").arg(&job).run();
+    out.assert_success("ran in place");
+    assert_eq!(
+        fake.record().cwd(),
+        fake.workspace().canonicalize().unwrap(),
+        "{}",
+        out.explain()
+    );
+    // A relative `cd` that leads nowhere names the directory it was taken from.
+    std::fs::write(&job, r#"{"PROMPT": "task", "cd": "no-such"}"#).unwrap();
+    let out = fake.coder().no_cd().arg("--request").arg(&job).run();
+    let detail = out.assert_failure("config_error", 78);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!(
+                "\"cd\" of the --request JSON, {}: no such directory",
+                jobs.join("no-such").display()
+            ))),
+        "{}",
+        out.explain()
+    );
+}
+
+/// A `--plan`, `--contract`, `--guardrails` or `--codex` file that cannot be read says
+/// what is wrong in words: "Is a directory (os error 21)" and "No such file or directory
+/// (os error 2)" were the OS's own text.
+#[test]
+fn a_document_flag_naming_no_file_says_so_in_words() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let dir = fake.workspace().to_path_buf();
+    let missing = fake.root().join("plan.md");
+    for (flag, path, problem) in [
+        ("--plan", &dir, "is a directory; name a file"),
+        ("--plan", &missing, "no such file"),
+        ("--contract", &dir, "is a directory; name a file"),
+        ("--guardrails", &missing, "no such file"),
+    ] {
+        let out = fake.coder().arg(flag).arg(path).arg("task").run();
+        out.assert_failure("config_error", 78);
+        assert_eq!(
+            out.envelope["error"],
+            format!("{flag} {}: {problem}", path.display()),
+            "{}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A misspelt subcommand (`coder doctr`) reads as a task without `--cd`; the error said
+/// only "--cd is required", which sends the user looking for a workspace. It now names the
+/// subcommand meant. A word that is near no subcommand keeps the plain message.
+#[test]
+fn a_misspelt_subcommand_is_named() {
+    let run = |word: &str| {
+        let out = Command::new(common::CODER)
+            .arg(word)
+            .env("CODER_STATE_DIR", tempfile::tempdir().unwrap().path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(78), "{envelope}");
+        envelope["error"].as_str().unwrap_or_default().to_owned()
+    };
+    for (word, meant) in [("doctr", "doctor"), ("rnus", "runs"), ("mpc", "mcp")] {
+        let error = run(word);
+        assert!(
+            error.starts_with(&format!(
+                "{word:?} is no subcommand: did you mean `coder {meant}`?"
+            )) && error.contains("--cd is required"),
+            "{error}"
+        );
+    }
+    assert!(run("refactor").starts_with("--cd is required"));
+}
+
+/// A value of the wrong type in a `--request` JSON names its key: serde's own message
+/// named only the types ("invalid type: integer `5`, expected path string"), and the user
+/// had to guess which of the fields it meant.
+#[test]
+fn a_request_value_of_the_wrong_type_names_its_key() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for (body, said) in [
+        (
+            json!({"PROMPT": "task", "cd": 5}),
+            "bad --request JSON in stdin: \"cd\": invalid type: integer `5`, expected path string",
+        ),
+        (
+            json!({"PROMPT": "task", "timeout": "10"}),
+            "bad --request JSON in stdin: \"timeout\": invalid type: string \"10\", expected a \
+             JSON number",
+        ),
+        (
+            json!({"PROMPT": "task", "scope": "src"}),
+            "bad --request JSON in stdin: \"scope\": invalid type: string \"src\", expected a \
+             sequence",
+        ),
+    ] {
+        let out = fake
+            .coder()
+            .args(["--request", "-"])
+            .stdin(body.to_string())
+            .run();
+        out.assert_failure("config_error", 78);
+        assert_eq!(out.envelope["error"], said, "{}", out.explain());
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// Sandbox flags given with `--sandbox danger-full-access` do nothing; a run said nothing
+/// about it, and a user who meant to keep `--deny`'s secrets masked would not know they
+/// were not. A warning names them now.
+#[test]
+fn sandbox_flags_without_a_sandbox_are_named_in_a_warning() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let out = fake
+        .coder()
+        .args(["--sandbox", "danger-full-access", "--deny", "*.secret"])
+        .arg("--read")
+        .arg(fake.root())
+        .arg("task")
+        .run();
+    out.assert_success("done");
+    assert_eq!(
+        out.envelope["warnings"],
+        json!([
+            "--read, --deny had no effect: --sandbox danger-full-access does not confine the \
+             agent, which may read, write and reach whatever you can"
+        ]),
+        "{}",
+        out.explain()
+    );
+}

@@ -188,7 +188,7 @@ fn an_invalid_call_gets_the_servers_error_and_the_run_goes_on() {
 fn bad_answers_are_config_errors_before_anything_runs() {
     let fake = Fake::new(json!([]));
     let unknown = "11111111-2222-4333-8444-555555555555";
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--answers", r#"["blue"]"#, "go"], "--session-id"),
         (
             &["--session-id", unknown, "--answers", r#"["blue""#],
@@ -210,7 +210,12 @@ fn bad_answers_are_config_errors_before_anything_runs() {
                 "--answers",
                 "/nonexistent/answers.json",
             ],
-            "not a readable file",
+            "not a readable file (no such file); expected a list of answers",
+        ),
+        (
+            &["--session-id", unknown, "--answers", "blue, no"],
+            "--answers blue, no: not JSON, and not a readable file (no such file); expected \
+             a list of answers in the questions' order, like [\"blue\", \"keep the old API\"]",
         ),
         (
             &["--session-id", unknown, "--answers", r#"["blue"]"#],
@@ -398,4 +403,32 @@ fn the_ask_server_ends_on_its_clis_sigterm_when_nothing_is_held() {
     .unwrap();
     let status = common::wait_within(&mut server.child, Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
+}
+
+/// A run that ends `needs_input` had its CLI stopped by coder, on purpose: the CLI exits
+/// 143 on coder's SIGTERM, and `error_detail.exit_code` said 143, as if the CLI had failed.
+/// The envelope now says what happened: no exit code of the CLI's own (`null`), and the
+/// signal coder stopped it with.
+#[test]
+fn a_needs_input_run_reports_the_signal_coder_stopped_the_cli_with() {
+    let fake = Fake::new(json!([
+        {"step": "on_signal", "signal": "TERM", "exit": 143},
+        {"step": "init"},
+        {"step": "tool_use", "name": "mcp__coder__ask_user", "id": "q1",
+         "input": {"questions": [{"question": "Which colour?"}]}},
+        {"step": "linger", "seconds": 60},
+    ]));
+    let out = fake
+        .coder()
+        .args(["--allow-questions", "paint the fence"])
+        .run();
+    let detail = out.assert_failure("needs_input", 5);
+    assert_eq!(
+        out.envelope["questions"],
+        json!([{"question": "Which colour?"}]),
+        "{}",
+        out.explain()
+    );
+    assert!(detail["exit_code"].is_null(), "{}", out.explain());
+    assert_eq!(detail["signal"], "SIGTERM", "{}", out.explain());
 }

@@ -89,8 +89,9 @@ const TOKENS: [Token; 13] = [
 /// must not see: a `Basic` user and password (base64 without a digit), GitHub's `token`
 /// scheme, upper-case `BEARER`, a raw key, JSON's quoted header, a scheme in mixed case;
 /// and Anthropic's `x-api-key` header, as curl and the SDKs print it and as Go
-/// canonicalises it (`X-Api-Key`).
-const HEADERS: [(&str, &str); 9] = [
+/// canonicalises it (`X-Api-Key`). HTTP reads the scheme and the header names in any case:
+/// `BeArEr`, `AuThOrIzAtIoN` and `X-API-KEY` (in mixed case, they were not redacted).
+const HEADERS: [(&str, &str); 12] = [
     ("x-api-key: Zk4Wq8Xr2Ty6Up0Io", "Zk4Wq8Xr2Ty6Up0Io"),
     (
         r#"\"X-Api-Key\": \"Mn3Bv7Cx1Zl5Kj9Hg\""#,
@@ -121,6 +122,9 @@ const HEADERS: [(&str, &str); 9] = [
         "Authorization=Digest VGhpc0lzTm90QVJlYWxQYXNzd29yZA",
         "VGhpc0lzTm90QVJlYWxQYXNzd29yZA",
     ),
+    ("BeArEr Vb5Nm9Qw3Er7Ty1Ui", "Vb5Nm9Qw3Er7Ty1Ui"),
+    ("AuThOrIzAtIoN: Xc4Vb8Nm2Qw6Er0Ty", "Xc4Vb8Nm2Qw6Er0Ty"),
+    ("X-API-KEY: Lk3Jh7Gf1Ds5Az9Qw", "Lk3Jh7Gf1Ds5Az9Qw"),
 ];
 
 /// A bearer token with the base64 characters `/`, `+` and `=`.
@@ -131,7 +135,8 @@ const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
 const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
 
 /// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
-const PROSE: [&str; 18] = [
+const PROSE: [&str; 19] = [
+    "the BeArEr scheme, AuThOrIzAtIoN: Basic authentication-is-deprecated",
     "x-api-key: your-api-key-here",
     "set the X-Api-Key header to the key",
     "Bearer authentication",
@@ -355,6 +360,7 @@ fn spelled_token_shapes_at_every_offset_near_the_long_line_joins() {
         (TOKENS[7].whole.to_owned(), TOKENS[7].secret),
         (format!(r"\u000a{}", TOKENS[7].whole), TOKENS[7].secret),
         (HEADERS[0].0.to_owned(), HEADERS[0].1),
+        (HEADERS[9].0.to_owned(), HEADERS[9].1),
         (format!(r"Bearer\u0020{BEARER_TOKEN}"), BEARER_TOKEN),
         (format!(r"Bearer\t{BEARER_TOKEN}"), BEARER_TOKEN),
         (
@@ -397,6 +403,7 @@ fn spelled_token_shapes_leave_no_trace_in_the_envelope() {
     let attacks = spellings();
     let tabbed = format!("Bearer\t{BEARER_TOKEN}");
     let spaced = format!("Bearer  {}", TOKENS[0].whole);
+    let mixed = format!("BeArEr {BEARER_TOKEN}");
     let run = |failing: bool| {
         let mut scenario = vec![steps::init()];
         for (i, (spelled, _)) in attacks.iter().enumerate() {
@@ -406,7 +413,7 @@ fn spelled_token_shapes_leave_no_trace_in_the_envelope() {
             scenario.push(json!({"step": "emit", "text": line}));
         }
         scenario.push(steps::text(&format!("told: {tabbed} and {spaced}")));
-        let text = format!("done: {tabbed} and {spaced}, Bearer authentication");
+        let text = format!("done: {tabbed} and {spaced} and {mixed}, Bearer authentication");
         if failing {
             scenario.push(
                 json!({"step": "result", "is_error": true, "api_error_status": 401,

@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Coder, Fake, ReplayScene, read_transcript, wait_for_note};
+use common::{Bounded, Coder, Fake, ReplayScene, read_transcript, wait_for_note};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -600,4 +600,59 @@ fn a_run_that_needs_no_store_feature_creates_no_store() {
         .assert_success("ran");
     assert!(fake.state_dir().join("coder.db").exists());
     let _ = read_transcript;
+}
+
+/// A `--store` file in a directory that does not exist (a typo) is refused, naming the
+/// directory: the directory and an empty store in it were made silently, a store no other
+/// run shares (`coder route stats --store /typo/x.db` made `/typo`). `--store-optional`
+/// runs without it, with a warning; a store inside the workspace is still refused as such.
+#[test]
+fn a_store_in_a_directory_that_does_not_exist_is_refused_not_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo");
+    let db = missing.join("coder.db");
+    let config = config_with_limit(dir.path(), 1);
+    let fake = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "ran"}]));
+    let run = |optional: bool| {
+        let mut coder = fake.coder().arg("--store").arg(&db);
+        if optional {
+            coder = coder.arg("--store-optional");
+        }
+        coder
+            .arg("--config")
+            .arg(&config)
+            .args(["--backend", "solo", "x"])
+            .run()
+    };
+    let out = run(false);
+    let detail = out.assert_failure("config_error", 78);
+    assert_eq!(
+        detail["message"],
+        format!(
+            "cannot reach the store {}: its directory {} does not exist; create it, or name \
+             a file in a directory that does",
+            db.display(),
+            missing.display()
+        ),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record());
+    let out = run(true);
+    out.assert_success("ran");
+    assert!(
+        out.envelope["warnings"]
+            .to_string()
+            .contains("running without slots, cooldowns or routing (--store-optional)"),
+        "{}",
+        out.explain()
+    );
+    // `coder route stats` reads the same store.
+    let stats = std::process::Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["route", "stats", "--store"])
+        .arg(&db)
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .output_bounded();
+    assert_eq!(stats.status.code(), Some(78), "{stats:?}");
+    assert!(!missing.exists(), "the directory was made");
 }

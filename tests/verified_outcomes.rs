@@ -527,7 +527,7 @@ fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
         .coder()
         .args([
             "--verify",
-            "touch checking; sleep 300",
+            "echo after-agent-started; touch checking; sleep 300",
             "--no-verify-baseline",
             "--kill-grace",
             "0.2",
@@ -551,6 +551,70 @@ fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
         "{}",
         out.explain()
     );
+    // The cancelled check is reported with what it printed.
+    let verification = &out.envelope["verification"];
+    assert_eq!(verification["verdict"], "not_run", "{}", out.explain());
+    assert_eq!(
+        verification["final"]["tail"],
+        json!(["after-agent-started"]),
+        "{}",
+        out.explain()
+    );
+    assert_eq!(verification["final"]["passed"], false, "{}", out.explain());
+    common::assert_no_process_left(fake.marker());
+}
+
+/// Ctrl-C while the baseline check runs (a test suite that takes minutes) cancels the run
+/// before the agent starts; the envelope says what ran: the baseline as far as it got,
+/// with its output. It used to carry no `verification` at all.
+#[test]
+fn a_signal_during_the_baseline_check_keeps_what_it_printed() {
+    let fake = fake_success();
+    let running = fake
+        .coder()
+        .args([
+            "--verify",
+            "echo baseline-started; touch checking; sleep 300",
+            "--kill-grace",
+            "0.2",
+            "task",
+        ])
+        .spawn();
+    common::wait_for_path(&fake.workspace().join("checking"), Duration::from_secs(30));
+    running.signal(nix::sys::signal::Signal::SIGINT);
+    let out = running.wait();
+    let detail = out.assert_failure("cancelled", 130);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the baseline check")),
+        "{}",
+        out.explain()
+    );
+    let verification = &out.envelope["verification"];
+    assert_eq!(
+        verification["command"],
+        "echo baseline-started; touch checking; sleep 300",
+        "{}",
+        out.explain()
+    );
+    assert_eq!(verification["verdict"], "not_run", "{}", out.explain());
+    assert!(verification["final"].is_null(), "{}", out.explain());
+    let baseline = &verification["baseline"];
+    assert_eq!(
+        baseline["tail"],
+        json!(["baseline-started"]),
+        "{}",
+        out.explain()
+    );
+    assert_eq!(baseline["passed"], false, "{}", out.explain());
+    assert_eq!(
+        baseline["error"],
+        "stopped unfinished: coder received SIGINT",
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the agent started: {}", out.explain());
     common::assert_no_process_left(fake.marker());
 }
 

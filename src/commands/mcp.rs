@@ -470,6 +470,22 @@ fn wait_s(requested: Option<f64>) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(s))
 }
 
+/// `path` with its `.` and `..` taken lexically (as for a path that does not exist, which
+/// cannot be resolved).
+fn lexical(path: &Path) -> PathBuf {
+    let mut normal = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                normal.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
 impl Server {
     fn find(&self, run_id: &str) -> Result<Arc<Run>, String> {
         let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
@@ -495,17 +511,49 @@ impl Server {
             None | Some("") => base.to_path_buf(),
             Some(cd) => base.join(cd),
         };
-        let real =
-            std::fs::canonicalize(&joined).map_err(|e| format!("cd {}: {e}", joined.display()))?;
-        if !real.starts_with(base) {
-            return Err(format!(
-                "cd {} is outside the server's base {}",
+        let given = cd.unwrap_or_default();
+        let outside = |real: &Path| {
+            format!(
+                "bad arguments: cd {given:?} leads to {}, outside the server's base {}; give \
+                 a directory inside the base (relative to it, or absolute)",
                 real.display(),
                 base.display()
-            ));
+            )
+        };
+        let real = match std::fs::canonicalize(&joined) {
+            Ok(real) => real,
+            // `..` past the base is outside it, whether or not the place exists.
+            Err(_) if !lexical(&joined).starts_with(base) => {
+                return Err(outside(&lexical(&joined)));
+            }
+            Err(e) => {
+                let what = match e.kind() {
+                    std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+                    std::io::ErrorKind::PermissionDenied => {
+                        "permission denied on the way to it".to_owned()
+                    }
+                    std::io::ErrorKind::NotADirectory => {
+                        "a part of the path is not a directory".to_owned()
+                    }
+                    _ => e.to_string(),
+                };
+                return Err(format!(
+                    "bad arguments: cd {given:?} ({}): {what}; a relative cd is taken from the \
+                     server's base {}",
+                    joined.display(),
+                    base.display()
+                ));
+            }
+        };
+        if !real.starts_with(base) {
+            return Err(outside(&real));
         }
         if !real.is_dir() {
-            return Err(format!("cd {} is not a directory", real.display()));
+            return Err(format!(
+                "bad arguments: cd {given:?} ({}) is not a directory; give the workspace \
+                 directory",
+                real.display()
+            ));
         }
         Ok(real)
     }
@@ -521,6 +569,20 @@ impl Server {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
         let limit = wait_s(a.wait_s)?;
+        // Checked here, in the tool's own words: the run would name them as fields of its
+        // `--request` JSON on stdin, which the caller never wrote.
+        if let Some(mode) = &a.sandbox {
+            mode.parse::<crate::sandbox::Mode>()
+                .map_err(|e| format!("bad arguments: sandbox: {e}"))?;
+        }
+        if let Some(id) = &a.session_id
+            && uuid::Uuid::parse_str(id.trim()).is_err()
+        {
+            return Err(format!(
+                "bad arguments: SESSION_ID must be a session UUID as printed in an envelope's \
+                 SESSION_ID, like 11111111-2222-4333-8444-555555555555 (got {id:?})"
+            ));
+        }
         let cd = self.workspace(a.cd.as_deref())?;
         // The id the run's journal takes too: `coder runs show RUN_ID` finds it.
         let run_id = crate::pipeline::run::new_run_id();

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
+use super::run;
 use crate::exit::ErrorKind;
-use crate::pipeline::request::RunArgs;
+use crate::pipeline::request::{KnownLimits, RunArgs};
 use crate::routing::ledger::Ledger as _;
 use crate::routing::{self, RouteContext, policy};
 use crate::store::StoreArgs;
@@ -47,10 +48,30 @@ enum RouteCommand {
 /// Entry point of `coder route ...`.
 pub fn route_command(args: &[OsString]) -> ExitCode {
     let after = args.get(2..).unwrap_or_default();
-    let parsed: RouteArgs = match super::parse_subcommand("coder route", after) {
-        Ok(parsed) => parsed,
-        Err(code) => return code,
+    // `stats --json` and `explain --json …` are read by programs: their errors are a
+    // `config_error` envelope on stdout (as a run's are), not a line on stderr.
+    let json = Output::of(after);
+    let parsed: RouteArgs = if json == Output::Json {
+        let argv: Vec<OsString> = std::iter::once(OsString::from("coder route"))
+            .chain(after.iter().cloned())
+            .collect();
+        match crate::config::parse_args::<RouteArgs>(&argv) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                return run::finish(run::usage_error::<RouteArgs>(
+                    &e,
+                    &argv,
+                    "coder route --help",
+                ));
+            }
+        }
+    } else {
+        match super::parse_subcommand("coder route", after) {
+            Ok(parsed) => parsed,
+            Err(code) => return code,
+        }
     };
+    let fail = |message: &str| json.fail(message);
     let state_dir = match crate::config::state_dir() {
         Ok(dir) => dir,
         Err(e) => return fail(&e.to_string()),
@@ -95,7 +116,7 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
                 Err(e) => fail(&e.to_string()),
             }
         }
-        RouteCommand::Explain { run_args } => explain(run_args, &parsed.store, &state_dir),
+        RouteCommand::Explain { run_args } => explain(run_args, &parsed.store, &state_dir, json),
     }
 }
 
@@ -127,9 +148,37 @@ fn check_known(
     ))
 }
 
-fn fail(message: &str) -> ExitCode {
-    eprintln!("coder route: {message}");
-    ExitCode::from(ErrorKind::ConfigError.exit_code())
+/// How `coder route` reports: text for people, or JSON (`--json`) for programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Text,
+    Json,
+}
+
+impl Output {
+    /// JSON when the arguments after `route` ask for it.
+    fn of(args: &[OsString]) -> Output {
+        if args.iter().any(|a| a == "--json") {
+            Output::Json
+        } else {
+            Output::Text
+        }
+    }
+
+    /// Reports a `config_error`: a line on stderr, or the envelope on stdout.
+    fn fail(self, message: &str) -> ExitCode {
+        match self {
+            Output::Text => {
+                eprintln!("coder route: {message}");
+                ExitCode::from(ErrorKind::ConfigError.exit_code())
+            }
+            Output::Json => run::finish(run::config_error(
+                message.to_owned(),
+                ErrorKind::ConfigError.exit_code(),
+                KnownLimits::default(),
+            )),
+        }
+    }
 }
 
 /// The width of the backend column: 16, or the longest of `names`.
@@ -183,14 +232,23 @@ fn explain(
     mut run_args: Vec<OsString>,
     store: &StoreArgs,
     state_dir: &std::path::Path,
+    output: Output,
 ) -> ExitCode {
-    let json = run_args.iter().any(|a| a == "--json");
+    let fail = |message: &str| output.fail(message);
+    let json = output == Output::Json;
     run_args.retain(|a| a != "--json");
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
         .chain(run_args)
         .collect();
     let mut parsed = match RunArgs::parse_from_args(&argv) {
         Ok(p) => p,
+        Err(e) if json => {
+            return run::finish(run::usage_error::<RunArgs>(
+                &e,
+                &argv,
+                "coder route explain --help",
+            ));
+        }
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));

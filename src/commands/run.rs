@@ -256,7 +256,20 @@ fn run_mode(args: &[OsString]) -> Output {
         panic!("CODER_DEBUG_PANIC=1 was set");
     }
     let limits = parsed.known_limits();
+    // `coder doctr`: a misspelt subcommand reads as a task without `--cd`.
+    let near = args
+        .get(1)
+        .and_then(|a| a.to_str())
+        .filter(|_| args.len() == 2)
+        .and_then(|word| super::near_subcommand(word).map(|name| (word.to_owned(), name)));
     match request_from(parsed, |m| {
+        let m = match &near {
+            Some((word, name)) if m.starts_with("--cd is required") => format!(
+                "{word:?} is no subcommand: did you mean `coder {name}`? (as a task it needs \
+                 --cd: {m})"
+            ),
+            _ => m,
+        };
         config_error(m, ErrorKind::ConfigError.exit_code(), limits)
     }) {
         Ok(request) => execute(request),

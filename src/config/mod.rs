@@ -367,10 +367,13 @@ impl ResolvedBackend {
     }
 
     /// Who serves the API: the profile's `provider`, else what the base URL says (a proxy
-    /// or a replay server is `Other`).
+    /// or a replay server is `Other`). A replay backend is `Other` before its server has
+    /// started too: its base URL is unset until then, which would read as Anthropic's.
     pub fn provider(&self) -> Provider {
-        self.provider
-            .unwrap_or_else(|| Provider::from_base_url(self.base_url()))
+        self.provider.unwrap_or_else(|| match self.kind {
+            BackendKind::Replay => Provider::Other,
+            _ => Provider::from_base_url(self.base_url()),
+        })
     }
 
     /// How long a request in flight may stay silent (the profile's `provider_wait_s`; for

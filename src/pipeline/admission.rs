@@ -77,8 +77,35 @@ pub async fn admit(
     warnings: &mut Vec<String>,
 ) -> Result<Admission, Refusal> {
     let (args, workspace) = (&request.store, &request.workspace);
-    let location = Location::resolve(args, backend.store(), backend.config_file(), state_dir)
-        .map_err(|e| refuse(ErrorKind::ConfigError, e.to_string(), None))?;
+    let location = match Location::resolve(args, backend.store(), backend.config_file(), state_dir)
+    {
+        Ok(location) => location,
+        // A named file in a directory that does not exist: a store inside the workspace
+        // or a grant is refused first, as it would be once the directory exists.
+        Err(e @ crate::store::StoreError::Unreachable { .. }) => {
+            if let Ok(unchecked) =
+                Location::resolve_unchecked(args, backend.store(), backend.config_file(), state_dir)
+            {
+                refuse_inside_workspace(&unchecked, workspace)?;
+                refuse_in_agent_grant(&unchecked, request)?;
+            }
+            if !args.optional {
+                return Err(refuse(ErrorKind::ConfigError, e.to_string(), None));
+            }
+            warnings.push(format!(
+                "{e}; running without slots, cooldowns or routing (--store-optional)"
+            ));
+            return Ok(Admission {
+                backend: backend.name().to_owned(),
+                holder: holder_id(),
+                location: None,
+                store: None,
+                slot: None,
+                queue_ms: None,
+            });
+        }
+        Err(e) => return Err(refuse(ErrorKind::ConfigError, e.to_string(), None)),
+    };
     refuse_inside_workspace(&location, workspace)?;
     refuse_in_agent_grant(&location, request)?;
     let limit = backend.max_concurrent().filter(|n| *n > 0);

@@ -218,6 +218,18 @@ fn list<'a>(entries: impl Iterator<Item = &'a str>, numbered: bool) -> String {
     out.trim_end().to_owned()
 }
 
+/// What is wrong with a file a flag names that cannot be read, in words (not the OS's
+/// "Is a directory (os error 21)").
+pub fn file_problem(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_owned(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        std::io::ErrorKind::IsADirectory => "is a directory; name a file".to_owned(),
+        std::io::ErrorKind::NotADirectory => "a part of the path is not a directory".to_owned(),
+        _ => e.to_string(),
+    }
+}
+
 /// Reads a document named by `--flag`, as UTF-8 text of bounded size.
 fn read_document(flag: &'static str, path: &Path) -> Result<String, ConfigError> {
     let problem = |problem: String| ConfigError::PromptFile {
@@ -225,11 +237,11 @@ fn read_document(flag: &'static str, path: &Path) -> Result<String, ConfigError>
         path: path.to_owned(),
         problem,
     };
-    let file = std::fs::File::open(path).map_err(|e| problem(e.to_string()))?;
+    let file = std::fs::File::open(path).map_err(|e| problem(file_problem(&e)))?;
     let mut bytes = Vec::new();
     file.take(MAX_DOCUMENT_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| problem(e.to_string()))?;
+        .map_err(|e| problem(file_problem(&e)))?;
     if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
         return Err(problem(format!(
             "larger than {} KiB; pass a shorter document",

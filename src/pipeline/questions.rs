@@ -209,8 +209,13 @@ pub fn read_answers(arg: &str) -> Result<Vec<String>, String> {
         arg.to_owned()
     } else {
         let path = std::path::Path::new(arg);
-        let meta = std::fs::metadata(path)
-            .map_err(|e| format!("--answers {arg}: not JSON, and not a readable file ({e})"))?;
+        let meta = std::fs::metadata(path).map_err(|e| {
+            format!(
+                "--answers {arg}: not JSON, and not a readable file ({}); {ANSWERS_SHAPE}, \
+                 or a file holding them",
+                crate::pipeline::prompt::file_problem(&e)
+            )
+        })?;
         if !meta.is_file() || meta.len() > 4 * 1024 * 1024 {
             return Err(format!(
                 "--answers {arg}: not a regular file of at most 4 MiB"

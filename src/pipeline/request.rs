@@ -612,13 +612,18 @@ impl RunArgs {
                  to resume in place, or drop --session-id to start a new session in a worktree"
             )));
         }
+        let flag = if self.cd.is_some() {
+            "--cd"
+        } else {
+            "\"cd\" of the --request JSON,"
+        };
         let cd = self.cd.or(file.cd).ok_or_else(|| {
             ArgError::Invalid(
                 "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
                     .into(),
             )
         })?;
-        let workspace = check_workspace(&cd)?;
+        let workspace = check_workspace(&cd, flag)?;
         if let Some(path) = &self.transcript {
             crate::journal::transcript::check_location(path, &workspace)
                 .map_err(ArgError::Invalid)?;
@@ -687,8 +692,13 @@ impl RunArgs {
                             .into(),
                     ));
                 }
-                let file = std::fs::canonicalize(file)
-                    .map_err(|e| ArgError::Invalid(format!("--plan {}: {e}", file.display())))?;
+                let file = std::fs::canonicalize(file).map_err(|e| {
+                    ArgError::Invalid(format!(
+                        "--plan {}: {}",
+                        file.display(),
+                        crate::pipeline::prompt::file_problem(&e)
+                    ))
+                })?;
                 Some(PlanRole::Execute { file })
             }
             (None, None) => None,
@@ -865,11 +875,62 @@ fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, A
             json_type_name(&value)
         )));
     }
-    serde_json::from_value(value).map_err(|e| {
-        ArgError::Invalid(format!(
-            "bad --request JSON in {name}: {e} (expected an object with {FIELDS})"
-        ))
+    let file: RequestFile = serde_json::from_value(value.clone()).map_err(|e| {
+        // serde names the type it wanted, not the key: find the key whose value alone
+        // does not fit ("cd": 5 said "invalid type: integer `5`, expected path string").
+        let culprit = value.as_object().and_then(|fields| {
+            fields.iter().find_map(|(key, field)| {
+                let alone =
+                    serde_json::Value::Object([(key.clone(), field.clone())].into_iter().collect());
+                serde_json::from_value::<RequestFile>(alone)
+                    .err()
+                    .map(|e| (key.clone(), e))
+            })
+        });
+        ArgError::Invalid(match culprit {
+            Some((key, e)) if !e.to_string().starts_with("unknown field") => {
+                format!("bad --request JSON in {name}: {key:?}: {e}")
+            }
+            _ => format!("bad --request JSON in {name}: {e} (expected an object with {FIELDS})"),
+        })
+    })?;
+    Ok(match path.as_os_str() == "-" {
+        true => file,
+        false => file.relative_to(path.parent().unwrap_or(Path::new(""))),
     })
+}
+
+impl RequestFile {
+    /// The file's relative paths (`cd`, a `json_schema` or `answers` file) taken from
+    /// `dir`, the directory of the request file, as a config file's are: a request file
+    /// kept beside its workspace (`"cd": "."`, `"cd": "repo"`) means the same wherever the
+    /// caller runs coder from. (One read from stdin keeps them relative to the current
+    /// directory.)
+    fn relative_to(mut self, dir: &Path) -> RequestFile {
+        if dir.as_os_str().is_empty() {
+            return self;
+        }
+        if let Some(cd) = &self.cd
+            && cd.is_relative()
+            && !cd.as_os_str().is_empty()
+        {
+            self.cd = Some(dir.join(cd));
+        }
+        // A string that is not JSON (a schema starts with `{`, answers with `[`, `{` or
+        // `"`) names a file.
+        let file_at = |value: &mut Option<serde_json::Value>, json_starts: &[char]| {
+            if let Some(serde_json::Value::String(text)) = value
+                && !text.trim().is_empty()
+                && !text.trim_start().starts_with(json_starts)
+                && Path::new(text.as_str()).is_relative()
+            {
+                *text = dir.join(text.as_str()).to_string_lossy().into_owned();
+            }
+        };
+        file_at(&mut self.json_schema, &['{']);
+        file_at(&mut self.answers, &['[', '{', '"']);
+        self
+    }
 }
 
 fn json_type_name(value: &serde_json::Value) -> &'static str {
@@ -960,7 +1021,9 @@ fn parse_session_id(origin: &str, text: &str) -> Result<Uuid, ArgError> {
     })
 }
 
-fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
+/// `flag` names where `cd` came from (`--cd`, or the `--request` JSON's `cd`, taken
+/// from the file's directory) in the messages about it.
+fn check_workspace(cd: &Path, flag: &str) -> Result<PathBuf, ArgError> {
     if cd.as_os_str().is_empty() {
         return Err(ArgError::Invalid(
             "--cd is empty (\"cd\": \"\" in the --request JSON?): pass the workspace directory"
@@ -969,14 +1032,14 @@ fn check_workspace(cd: &Path) -> Result<PathBuf, ArgError> {
     }
     let meta = std::fs::metadata(cd).map_err(|e| {
         ArgError::Invalid(format!(
-            "--cd {}: {}; pass an existing workspace directory",
+            "{flag} {}: {}; pass an existing workspace directory",
             cd.display(),
             io_reason(&e)
         ))
     })?;
     if !meta.is_dir() {
         return Err(ArgError::Invalid(format!(
-            "--cd {} is not a directory; pass the workspace directory",
+            "{flag} {} is not a directory; pass the workspace directory",
             cd.display()
         )));
     }

@@ -570,12 +570,21 @@ async fn run_attempts(
                         .check(request, "baseline", &run, signals, journal)
                         .await
                 }
-                Err(signo) => Err(signo),
+                Err(signo) => Err((signo, None)),
             };
             match check {
                 Ok(check) => Some(check),
-                Err(signo) => {
-                    let envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+                Err((signo, partial)) => {
+                    let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+                    // The baseline as far as it got (what it printed until the signal).
+                    envelope.verification = partial.map(|baseline| Verification {
+                        command: verify.command.clone(),
+                        baseline: Some(baseline),
+                        after_agent: None,
+                        final_check: None,
+                        verdict: VerdictKind::NotRun,
+                        repair_turns: 0,
+                    });
                     let exclude = prepared.placeholders(request);
                     let envelope = with_snapshot(
                         envelope,
@@ -774,7 +783,22 @@ impl PreparedRun {
         let early = |run: &Run, kind: ErrorKind, message: String| {
             Box::new(run.early_envelope(kind, message.clone(), message, None))
         };
-        let mut backend = backend.map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        // A run that cannot start for want of a backend or a CLI reports a mistake in the
+        // caller's own sandbox arguments first (a `--write` path that does not exist, a
+        // workspace holding coder's state): it is the cheaper one to fix, and the other
+        // error would come back once the first is fixed. On the way to the CLI the policy
+        // checks them all again.
+        let arguments_first =
+            |run: &Run, envelope: Box<Envelope>| match crate::sandbox::check_agent_arguments(
+                request.sandbox,
+                &request.workspace,
+                &request.sandbox_args,
+            ) {
+                Err(bad) => Box::new(sandbox_failure(run, &bad)),
+                Ok(()) => envelope,
+            };
+        let mut backend = backend
+            .map_err(|e| arguments_first(run, early(run, ErrorKind::ConfigError, e.to_string())))?;
         let replay_server = start_replay_server(request, &mut backend)
             .await
             .map_err(|message| early(run, ErrorKind::ConfigError, message))?;
@@ -782,6 +806,14 @@ impl PreparedRun {
             .ensure_claude_config_dir()
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         run.warnings.extend(backend.warnings().iter().cloned());
+        let unused = request.sandbox_args.given_flags();
+        if !request.sandbox.is_confined() && !unused.is_empty() {
+            run.warnings.push(format!(
+                "{} had no effect: --sandbox danger-full-access does not confine the agent, \
+                 which may read, write and reach whatever you can",
+                unused.join(", ")
+            ));
+        }
         run.backend = backend.name().to_owned();
         run.provider = backend.provider();
         run.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();
@@ -792,12 +824,15 @@ impl PreparedRun {
         let path_var = std::env::var_os("PATH");
         let program = child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref())
             .map_err(|e| {
-                Box::new(run.early_envelope(
-                    ErrorKind::CommandNotFound,
-                    format!("claude CLI not found: {e}"),
-                    format!("cannot run the claude CLI: {e}"),
-                    Some(child::INSTALL_HINT.to_owned()),
-                ))
+                arguments_first(
+                    run,
+                    Box::new(run.early_envelope(
+                        ErrorKind::CommandNotFound,
+                        format!("claude CLI not found: {e}"),
+                        format!("cannot run the claude CLI: {e}"),
+                        Some(child::INSTALL_HINT.to_owned()),
+                    )),
+                )
             })?;
 
         // Session safety: one driver per session, and resumes only where the session lives.
@@ -1776,12 +1811,9 @@ async fn attach_changes(
 struct CheckCancelled {
     signo: i32,
     during: &'static str,
-}
-
-impl CheckCancelled {
-    fn new(signo: i32, during: &'static str) -> Self {
-        Self { signo, during }
-    }
+    /// The checks that ran, the cancelled one last (as `final`, with what it printed until
+    /// then): the cancelled envelope still says what ran.
+    verification: Option<Verification>,
 }
 
 impl PreparedRun {
@@ -1823,7 +1855,7 @@ impl PreparedRun {
     }
 
     /// Runs the `--verify` command once under the run's sandbox and notes it; `Err` with
-    /// the signal when coder was cancelled meanwhile.
+    /// the signal, and the check as far as it got, when coder was cancelled meanwhile.
     async fn check(
         &mut self,
         request: &RunRequest,
@@ -1831,9 +1863,9 @@ impl PreparedRun {
         run: &Run,
         signals: &mut CancelSignals,
         journal: &mut RunJournal,
-    ) -> Result<Check, i32> {
+    ) -> Result<Check, (i32, Option<Check>)> {
         let Some(config) = &request.checks.verify else {
-            return Err(0);
+            return Err((0, None));
         };
         let mut base = child::build(request, self.program.clone(), self.child_base_env.clone());
         if let Some(policy) = &self.policy {
@@ -1865,7 +1897,7 @@ impl PreparedRun {
             "tail": check.tail_text,
         })));
         match cancelled {
-            Some(signo) => Err(signo),
+            Some(signo) => Err((signo, Some(check))),
             None => Ok(check),
         }
     }
@@ -1888,11 +1920,30 @@ impl PreparedRun {
         let mut after_agent = None;
         let mut final_check = None;
         let mut repairs = 0;
+        // A cancelled check ends the run: what ran is reported, the cancelled check last.
+        let cancelled = |(signo, partial): (i32, Option<Check>),
+                         during: &'static str,
+                         baseline: &Option<Check>,
+                         after_agent: Option<Check>,
+                         repairs: u32| CheckCancelled {
+            signo,
+            during,
+            verification: Some(Verification {
+                command: config.command.clone(),
+                baseline: baseline.clone(),
+                after_agent,
+                final_check: partial,
+                verdict: VerdictKind::NotRun,
+                repair_turns: repairs,
+            }),
+        };
         if envelope.success {
             final_check = Some(
                 self.check(request, "after_agent", run, signals, journal)
                     .await
-                    .map_err(|signo| CheckCancelled::new(signo, "the check after the agent"))?,
+                    .map_err(|e| {
+                        cancelled(e, "the check after the agent", &baseline, None, repairs)
+                    })?,
             );
         }
         while let Some(check) = final_check.as_ref().filter(|c| !c.passed)
@@ -1921,7 +1972,15 @@ impl PreparedRun {
             final_check = Some(
                 self.check(request, "after_repair", run, signals, journal)
                     .await
-                    .map_err(|signo| CheckCancelled::new(signo, "the check after a repair turn"))?,
+                    .map_err(|e| {
+                        cancelled(
+                            e,
+                            "the check after a repair turn",
+                            &baseline,
+                            after_agent.clone(),
+                            repairs,
+                        )
+                    })?,
             );
         }
         Ok(Some(Verification {
@@ -1957,8 +2016,13 @@ impl PreparedRun {
             .await
         {
             Ok(verification) => verification,
-            Err(CheckCancelled { signo, during }) => {
+            Err(CheckCancelled {
+                signo,
+                during,
+                verification,
+            }) => {
                 let mut cancelled = run.cancelled_outside_attempt(signo, during);
+                cancelled.verification = verification;
                 attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                 return cancelled;
             }

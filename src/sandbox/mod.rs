@@ -85,8 +85,8 @@ pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
 pub use policy::{
     Access, DEFAULT_PROTECT_GLOBS, Mode, PlanFile, Policy, PolicyOptions, Root, SymlinkAlias,
-    agent_write_roots, check_plan_file, check_write_root, root_holding, workspace_refusal,
-    workspace_refusal_here,
+    agent_write_roots, check_agent_arguments, check_plan_file, check_write_root, root_holding,
+    workspace_refusal, workspace_refusal_here,
 };
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
@@ -186,6 +186,26 @@ pub struct AgentSandboxArgs {
     /// besides the backend (repeatable; presets @npm, @crates, @pypi, @github).
     #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = crate::text::non_blank)]
     pub allow_hosts: Vec<String>,
+}
+
+impl AgentSandboxArgs {
+    /// The flags given that shape a confined run's sandbox (`--read`, `--write`, …): with
+    /// `danger-full-access` they do nothing, which a run says in a warning.
+    pub fn given_flags(&self) -> Vec<&'static str> {
+        [
+            (!self.read.is_empty(), "--read"),
+            (!self.write.is_empty(), "--write"),
+            (self.allow_tmp, "--allow-tmp"),
+            (self.tool_caches, "--tool-caches"),
+            (!self.deny.is_empty(), "--deny"),
+            (!self.protect.is_empty(), "--protect"),
+            (self.no_protect, "--no-protect"),
+            (!self.allow_hosts.is_empty(), "--allow-host"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
 }
 
 /// What the agent may reach through the proxy: the backend's endpoint (from the child's

@@ -1573,7 +1573,13 @@ fn canonicalize(what: PathRole, path: &Path) -> Result<PathBuf, SandboxError> {
     fs::canonicalize(path).map_err(|e| SandboxError::Path {
         what,
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        reason: match e.kind() {
+            std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+            std::io::ErrorKind::PermissionDenied => {
+                "cannot be reached: permission denied on the way to it".to_owned()
+            }
+            _ => e.to_string(),
+        },
     })
 }
 
@@ -1747,12 +1753,7 @@ fn refuse_coder_dirs_reached(
              CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
                 .to_string()
         } else {
-            format!(
-                "the agent may write {} (the workspace, a --write path or a writable cache), \
-                 which reaches it: it could unlock the placeholders other runs rely on and \
-                 read their transcripts; set CODER_STATE_DIR elsewhere or narrow the grant",
-                grant.display()
-            )
+            writable_grant_reaches_state(grant)
         };
         return Err(SandboxError::StateDirReachable {
             path: canonical,
@@ -1760,6 +1761,73 @@ fn refuse_coder_dirs_reached(
         });
     }
     Ok(())
+}
+
+/// Why a writable grant (the workspace, a `--write` path, a cache) holding coder's state
+/// directory is refused.
+fn writable_grant_reaches_state(grant: &Path) -> String {
+    format!(
+        "the agent may write {} (the workspace, a --write path or a writable cache), which \
+         reaches it: it could unlock the placeholders other runs rely on and read their \
+         transcripts; set CODER_STATE_DIR elsewhere or narrow the grant",
+        grant.display()
+    )
+}
+
+/// The caller's own sandbox arguments checked without resolving a policy: each `--read`
+/// and `--write` path exists, the `--deny` and `--protect` globs compile, the
+/// `--allow-host` values parse, and no writable grant (the workspace under
+/// `workspace-write`, a `--write` path, `/tmp` with `--allow-tmp`) holds coder's state
+/// directory. [`Policy::resolve`] checks all of it again, and more; this is for a run that
+/// fails before it gets there (a backend without credentials, a missing CLI), so that the
+/// caller's own mistake in the arguments is the one reported.
+pub fn check_agent_arguments(
+    mode: Mode,
+    workspace: &Path,
+    args: &super::AgentSandboxArgs,
+) -> Result<(), SandboxError> {
+    if !mode.is_confined() {
+        return Ok(());
+    }
+    for path in &args.read {
+        canonicalize(PathRole::ReadFlag, path)?;
+    }
+    for path in &args.write {
+        canonicalize(PathRole::WriteFlag, path)?;
+    }
+    super::scan::compile_globs(
+        super::GlobList::Deny,
+        &super::deny_globs(args.deny.iter().cloned()),
+    )?;
+    super::scan::compile_globs(
+        super::GlobList::Protect,
+        &super::protect_globs(args.no_protect, &args.protect),
+    )?;
+    super::agent_allow_hosts(&[], &args.allow_hosts)?;
+    let Ok(state) = coder_state_dir().and_then(|dir| {
+        fs::canonicalize(&dir)
+            .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))
+    }) else {
+        return Ok(());
+    };
+    let mut roots = agent_write_roots(mode, args);
+    if mode == Mode::WorkspaceWrite {
+        roots.push(fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf()));
+    }
+    match roots.iter().find(|root| state.starts_with(root)) {
+        Some(root) if root.as_path() == Path::new("/tmp") => Err(SandboxError::StateDirReachable {
+            path: state.clone(),
+            reason: "it lies under /tmp, which --allow-tmp gives the agent: it could unlock \
+                     the placeholders other runs rely on and read their transcripts; set \
+                     CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
+                .to_string(),
+        }),
+        Some(root) => Err(SandboxError::StateDirReachable {
+            path: state.clone(),
+            reason: writable_grant_reaches_state(root),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// What of coder's state a run's grants may reach: its own.

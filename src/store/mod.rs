@@ -100,6 +100,21 @@ impl Location {
         config_file: Option<&Path>,
         state_dir: &Path,
     ) -> Result<Location, StoreError> {
+        let named = args.store.is_some() || config_store.is_some();
+        let location = Location::resolve_unchecked(args, config_store, config_file, state_dir)?;
+        match named {
+            true => location.in_existing_dir(),
+            false => Ok(location),
+        }
+    }
+
+    /// [`Location::resolve`] without checking that a named file's directory exists.
+    pub fn resolve_unchecked(
+        args: &StoreArgs,
+        config_store: Option<&str>,
+        config_file: Option<&Path>,
+        state_dir: &Path,
+    ) -> Result<Location, StoreError> {
         if let Some(url) = &args.store {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
             return Location::parse(url, &cwd);
@@ -112,6 +127,27 @@ impl Location {
             return Location::parse(url, &base);
         }
         Ok(Location::Sqlite(state_dir.join("coder.db")))
+    }
+
+    /// A SQLite file the user named must be in a directory that exists: coder makes the
+    /// directory of its default store (its state directory), but one the user named with a
+    /// typo (`--store /date/coder.db`) was made silently, with an empty store in it that no
+    /// other run shares. (`StoreError::Unreachable`: `--store-optional` runs without it.)
+    fn in_existing_dir(self) -> Result<Location, StoreError> {
+        if let Location::Sqlite(path) = &self
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(StoreError::Unreachable {
+                store: path.display().to_string(),
+                reason: format!(
+                    "its directory {} does not exist; create it, or name a file in a \
+                     directory that does",
+                    dir.display()
+                ),
+            });
+        }
+        Ok(self)
     }
 
     /// The location for messages: a PostgreSQL password is never shown.

@@ -626,12 +626,33 @@ async fn finish(
         Pipe::Stderr,
         activity.stderr_bytes.load(Ordering::Relaxed) as usize,
     );
+    let (exit_code, exit_signal) = exit_of(exit_status, !child_gone);
     AttemptEnd {
         cause,
-        exit_code: exit_status.and_then(|s| s.code()),
-        exit_signal: exit_status.and_then(|s| s.signal()),
+        exit_code,
+        exit_signal,
         duration: started.elapsed(),
         kill,
+    }
+}
+
+/// The child's exit code and the signal that ended it, as the envelope reports them
+/// (`exit_code`: the child's own, `null` when a signal ended it). A child coder stopped
+/// (`stopped`: it was still running when coder stopped the tree) that exits with `128 + N`
+/// for coder's SIGTERM or SIGKILL was ended by that signal: the claude CLI's handler exits
+/// 143 on SIGTERM, which read as the CLI's own failure (`needs_input` with `exit_code`
+/// 143, after coder had stopped it on purpose).
+fn exit_of(status: Option<std::process::ExitStatus>, stopped: bool) -> (Option<i32>, Option<i32>) {
+    let Some(status) = status else {
+        return (None, None);
+    };
+    match (status.code(), status.signal()) {
+        (Some(code), None)
+            if stopped && (code == 128 + libc::SIGTERM || code == 128 + libc::SIGKILL) =>
+        {
+            (None, Some(code - 128))
+        }
+        (code, signal) => (code, signal),
     }
 }
 

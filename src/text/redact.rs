@@ -12,8 +12,8 @@
 //! - **Token shapes**: credentials coder does not know (one the agent read from a file) in
 //!   well-known formats (`sk-…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `glpat-…`, `AIza…`,
 //!   `AKIA…`, a JSON Web Token's `eyJ…`, a Z.ai key's `<32 hex>.<16 letters and digits>`,
-//!   `Bearer …` in three cases and an `Authorization` header's value, the token also on the
-//!   next line), only when the token is long and, after a prefix prose uses too, looks
+//!   `Bearer …` in any case and an `Authorization` or `x-api-key` header's value (its name
+//!   in any case), the token also on the next line), only when the token is long and, after a prefix prose uses too, looks
 //!   random (a digit, or base64's case changes), so ordinary words such as
 //!   `sk-learn-compatible` or `Bearer authentication` stay. They too are matched in every
 //!   JSON spelling (`\u0073k-…`, `Bearer\u0020…`, `Bearer\t…`, `\/` in a token, a token
@@ -30,15 +30,16 @@
 //! [`redact_cut_tokens_bytes`]). So a cut never leaves more than three bytes of a key.
 //!
 //! **Cost.** The transcript redacts every line of the child's output on its hot path. One
-//! packed search for everything a redaction starts at ([`Secrets::surely_clean`]) clears
-//! most entries in one pass. Otherwise a text without a backslash-escape that could spell
-//! a secret costs one `memmem` search per secret; only a text holding one (`\u…`, or an
-//! escape of a character a secret holds) is scanned escape by escape. Token shapes cost one
-//! packed search for their prefixes, one `memmem` for `\u00` and a sampled pass for Z.ai
-//! keys (one 8-byte block every 24 bytes, `glm_keys`); a text is read as JSON
-//! decodes it only around each prefix found, or position by position where it holds a
-//! `\u` escape of printable ASCII (which could spell a prefix; JSON writers do not make
-//! them).
+//! packed search for everything a redaction starts at, and one for `Bearer` and the
+//! header names in their other cases (three bytes of each in every case,
+//! [`caseless_words`]), clear most entries ([`Secrets::surely_clean`]). Otherwise a text
+//! without a backslash-escape that could spell a secret costs one `memmem` search per
+//! secret; only a text holding one (`\u…`, or an escape of a character a secret holds) is
+//! scanned escape by escape. Token shapes cost the two packed searches, one `memmem` for
+//! `\u00` and a sampled pass for Z.ai keys (one 8-byte block every 24 bytes, `glm_keys`);
+//! a text is read as JSON decodes it only around each prefix found, or position by
+//! position where it holds a `\u` escape of printable ASCII (which could spell a prefix;
+//! JSON writers do not make them).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -159,6 +160,7 @@ impl Secrets {
             .is_some_and(|searcher| searcher.find(bytes).is_none())
             && self.escape_finders.iter().all(|f| f.find(bytes).is_none())
             && glm_keys(bytes).is_empty()
+            && caseless_words(bytes).is_empty()
     }
 
     /// The longest of what [`Secrets::surely_clean`] searches for, in bytes (a Z.ai key
@@ -688,6 +690,85 @@ enum Kind {
     Header,
 }
 
+impl Kind {
+    /// Whether the prefix is a word HTTP reads in any case (the `Bearer` scheme, a
+    /// header's name), so any mix of cases counts (`BeArEr`, `AUTHorization`).
+    fn is_caseless(self) -> bool {
+        matches!(self, Kind::Bearer | Kind::Header)
+    }
+}
+
+/// The words of [`Kind::is_caseless`] prefixes, each with the three bytes of it that
+/// [`CASELESS_HEADS`] searches for in every case, and where those start in the word:
+/// `ear` of `bearer` (where [`anything_patterns`] searches `earer` too), `zat` of
+/// `authorization` (rarer in text than its start), `-ap` of `x-api-key`.
+const CASELESS_WORDS: [(&str, usize, Kind); 3] = [
+    ("bearer", 1, Kind::Bearer),
+    ("authorization", 7, Kind::Header),
+    ("x-api-key", 1, Kind::Header),
+];
+
+/// Every case of the three bytes of each word of [`CASELESS_WORDS`], in one packed
+/// searcher (20 patterns, one pass): the literal prefixes of [`TOKEN_STARTS`] and the
+/// pre-filter spell these words in two or three cases only.
+static CASELESS_HEADS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
+    let mut heads: Vec<Vec<u8>> = Vec::new();
+    for (word, at, _) in CASELESS_WORDS {
+        let head = &word.as_bytes()[at..at + 3];
+        for mask in 0..8u8 {
+            let spelled: Vec<u8> = head
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if mask >> i & 1 == 1 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        *c
+                    }
+                })
+                .collect();
+            if !heads.contains(&spelled) {
+                heads.push(spelled);
+            }
+        }
+    }
+    match aho_corasick::packed::Searcher::new(heads.iter()) {
+        Some(packed) => Some(PrefixSearcher::Packed(packed)),
+        None => AhoCorasick::new(heads.iter())
+            .ok()
+            .map(PrefixSearcher::General),
+    }
+});
+
+/// The words of [`CASELESS_WORDS`] written literally in `text` in a case [`TOKEN_STARTS`]
+/// does not search (`BeArEr`, `AUTHorization`, `X-API-KEY`): where each starts and ends,
+/// and its kind, left to right.
+fn caseless_words(text: &[u8]) -> Vec<(usize, usize, Kind)> {
+    let Some(heads) = &*CASELESS_HEADS else {
+        return Vec::new();
+    };
+    let mut found: Vec<(usize, usize, Kind)> = Vec::new();
+    for (head_at, _) in heads.find_all(text) {
+        for (word, at, kind) in CASELESS_WORDS {
+            let Some(start) = head_at.checked_sub(at) else {
+                continue;
+            };
+            let end = start + word.len();
+            let Some(spelled) = text.get(start..end) else {
+                continue;
+            };
+            let literal = all_prefixes().any(|(prefix, _)| spelled == prefix.as_bytes());
+            if spelled.eq_ignore_ascii_case(word.as_bytes())
+                && !literal
+                && found.last().is_none_or(|last| start >= last.1)
+            {
+                found.push((start, end, kind));
+            }
+        }
+    }
+    found
+}
+
 /// Prefixes of well-known credential formats; a long token after them is redacted.
 /// `eyJ` starts every JSON Web Token (`{"` in base64): the keys of some vendors (MiniMax)
 /// and most bearer tokens are one. `Bearer` is set before a token in an `Authorization`
@@ -866,17 +947,26 @@ pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     let found = if spells_printable_ascii(text) {
         spelled_token_matches(text)
     } else {
-        let literal = starts.find_all(text);
-        let keys = glm_keys(text);
-        if literal.is_empty() && keys.is_empty() {
-            return Cow::Borrowed(text);
-        }
         let kind = |start: usize, end: usize| {
             all_prefixes()
                 .find(|(word, _)| &text[start..end] == word.as_bytes())
                 .map_or(Kind::Vendor, |(_, kind)| *kind)
         };
-        let prefixed = token_matches(text, literal.into_iter().map(|(s, e)| (s, e, kind(s, e))));
+        let mut literal: Vec<(usize, usize, Kind)> = starts
+            .find_all(text)
+            .into_iter()
+            .map(|(s, e)| (s, e, kind(s, e)))
+            .collect();
+        let keys = glm_keys(text);
+        let caseless = caseless_words(text);
+        if literal.is_empty() && keys.is_empty() && caseless.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        if !caseless.is_empty() {
+            literal.extend(caseless);
+            literal.sort_unstable_by_key(|&(start, _, _)| start);
+        }
+        let prefixed = token_matches(text, literal.into_iter());
         merge_matches(prefixed, keys)
     };
     replace_tokens(text, &found)
@@ -1025,10 +1115,11 @@ const NOT_ASCII: u8 = 0x80;
 /// The token prefix spelled at `at`, if any: where it ends, the prefix, and its kind.
 fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str, Kind)> {
     all_prefixes().find_map(|&(prefix, kind)| {
+        let caseless = kind.is_caseless();
         let mut pos = at;
         for &want in prefix.as_bytes() {
             let (c, used) = char_at(text, pos)?;
-            if c != want {
+            if c != want && !(caseless && c.eq_ignore_ascii_case(&want)) {
                 return None;
             }
             pos += used;
@@ -1887,5 +1978,38 @@ mod tests {
         let out = s.redact_json_text(&raw).unwrap();
         assert_eq!(out, r#"{"a":["[REDACTED]"],"[REDACTED]":1,"n":2}"#);
         assert_eq!(s.redact_json_text(r#"{"a":"clean"}"#), None);
+    }
+
+    #[test]
+    fn bearer_and_header_names_in_any_case_lead_to_a_token() {
+        let none = Secrets::new(Vec::<String>::new());
+        for (text, want) in [
+            ("x BeArEr Tk9Lm3Np7Qr1St5Uv y", "x BeArEr [REDACTED] y"),
+            (r"bEARER\tTk9Lm3Np7Qr1St5Uv", r"bEARER\t[REDACTED]"),
+            (r"\u0062eArEr Tk9Lm3Np7Qr1St5Uv", r"\u0062eArEr [REDACTED]"),
+            (
+                "AuThOrIzAtIoN: Basic YWxhZGRpbjpvcGVuc2VzYW1l",
+                "AuThOrIzAtIoN: Basic [REDACTED]",
+            ),
+            ("X-API-KEY: Zk4Wq8Xr2Ty6Up0Io", "X-API-KEY: [REDACTED]"),
+        ] {
+            assert_eq!(redact_tokens(text), want, "{text}");
+            assert!(!none.surely_clean(text.as_bytes()), "{text}");
+        }
+        // Cut short, a token after a mixed-case scheme is dropped too.
+        assert_eq!(
+            redact_cut_tokens_bytes(b"a BeArEr Tk9Lm3", Ending::Cut).as_deref(),
+            Some(&b"a BeArEr [REDACTED]"[..])
+        );
+        assert!(awaits_token("curl -H 'AUTHORIZATION: BeArEr"));
+        // Words and prose stay.
+        for text in [
+            "the BeArEr scheme",
+            "xBeArEr Tk9Lm3Np7Qr1St5Uv",
+            "a cleaRER view",
+        ] {
+            assert_eq!(redact_tokens(text), text, "{text}");
+        }
+        assert!(none.surely_clean(b"a cleaRER view, the AUTHor"));
     }
 }

@@ -79,12 +79,15 @@ impl FsError {
         json!({"code": format!("{:?}", self.code), "message": self.message})
     }
 
+    /// An I/O failure on `path`, said in words where they are common (not "No such file or
+    /// directory (os error 2)").
     fn io(what: &str, path: &str, e: &std::io::Error) -> FsError {
-        let code = match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => FsCode::C211,
-            _ => FsCode::C216,
+        let (code, reason) = match e.kind() {
+            std::io::ErrorKind::NotFound => (FsCode::C211, "it does not exist".to_owned()),
+            std::io::ErrorKind::PermissionDenied => (FsCode::C211, "permission denied".to_owned()),
+            _ => (FsCode::C216, e.to_string()),
         };
-        FsError::new(code, format!("{what} {path}: {e}"))
+        FsError::new(code, format!("{what} {path}: {reason}"))
     }
 }
 

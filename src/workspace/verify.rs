@@ -251,25 +251,37 @@ pub async fn run_check(
     };
     use std::os::unix::process::ExitStatusExt;
     let timed_out = matches!(stop, Stop::TimedOut);
+    let cancelled = match stop {
+        Stop::Signal(signo) => Some(signo),
+        _ => None,
+    };
     let exit_code = if timed_out {
         None
     } else {
         status.and_then(|s| s.code())
     };
-    let check = Check {
-        exit_code,
-        passed: exit_code == Some(0),
-        duration_ms: started.elapsed().as_millis() as u64,
-        tail: tail_lines(&text),
-        timed_out,
-        signal: status.and_then(|s| s.signal()).map(signal_name),
-        output_bytes: total,
-        error: timed_out.then(|| {
+    let error = match cancelled {
+        // What it printed until then is kept: the check did not finish, so it did not pass.
+        Some(signo) => Some(format!(
+            "stopped unfinished: coder received {}",
+            signal_name(signo)
+        )),
+        None => timed_out.then(|| {
             format!(
                 "stopped after {:.1} s (--verify-timeout)",
                 limit.as_secs_f64()
             )
         }),
+    };
+    let check = Check {
+        exit_code,
+        passed: exit_code == Some(0) && cancelled.is_none(),
+        duration_ms: started.elapsed().as_millis() as u64,
+        tail: tail_lines(&text),
+        timed_out,
+        signal: status.and_then(|s| s.signal()).map(signal_name),
+        output_bytes: total,
+        error,
         tail_text: text,
     };
     match stop {
