@@ -1,0 +1,172 @@
+//! Round eighteen's review: everything but git (the last five rounds' subject), attacked by
+//! someone who did not write the sandbox and has read it: the mounts of the private root,
+//! what coder does with the run's directories after the agent is gone, `/proc` and `/sys`.
+//! Every attack runs through the built binary as root and as uid 65534 where it applies,
+//! each with a control showing that its setup lands without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * **Metadata of read grants.** Landlock mediates opens, creations, renames and removals,
+//!   not `chmod`, `chown`, `utimensat`, ACLs or extended attributes, and every read grant
+//!   was a writable bind mount: an agent running as root (uid 0 owns the system's files)
+//!   made `/usr`, `/etc` and `/opt` files world-writable, changed the modes of the host's
+//!   `/dev/full`, of sysfs and tracefs files, and of `/proc` entries (the kernel keeps
+//!   those in one place for every `/proc` of the host: a `chmod 0400 /proc/version` inside
+//!   showed in the next `/proc` mounted outside); any agent changed the modes and times of
+//!   its own files in `--read` paths and of the workspace in `read-only` mode. Every read
+//!   grant is a read-only mount now, and so is the sandbox's `/proc`.
+//!
+//! Looked at and held (no test of their own here): the egress proxy (a `CONNECT` is
+//! checked by its own target, the plain-HTTP head by its absolute URI, both against exact
+//! `host:port` entries, normalised before the comparison and resolved from the normalised
+//! name; the head is bounded in size and time); seccomp's x32 and i386 entry points (the
+//! filter's architecture check kills a call of another ABI).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use common::sandbox_fixture::{self, Fixture};
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &[];
+
+fn who(nobody: bool) -> &'static str {
+    if nobody { "nobody" } else { "root" }
+}
+
+/// The mode (octal, as `stat -c %a` prints it) and modification time of `path` on the host.
+fn mode_and_time(path: &std::path::Path) -> (u32, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    (meta.mode() & 0o7777, meta.mtime())
+}
+
+/// A file of a `--read` path, and one of the workspace in `read-only` mode, both the arm's
+/// user's own: the agent makes them world-writable and sets their times back. Confined,
+/// neither changes; unconfined (the control), both do.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_metadata_of_files_granted_for_reading_is_not_the_agents_to_change() {
+    let name = "metadata of read grants";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["danger-full-access", "read-only"] {
+            let case = format!("{} {mode}", who(nobody));
+            let fx = Fixture::new("coder-r18-meta-", nobody, &["ws", "home", "state", "ref"]);
+            let read_file = fx.root().join("ref/notes.txt");
+            let ws_file = fx.ws().join("main.c");
+            sandbox_fixture::write(&read_file, "notes\n");
+            sandbox_fixture::write(&ws_file, "int main;\n");
+            for file in [&read_file, &ws_file] {
+                std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+                    .unwrap();
+            }
+            fx.own(fx.root());
+            let before = [mode_and_time(&read_file), mode_and_time(&ws_file)];
+            let refs = fx.root().join("ref").display().to_string();
+            let script = format!(
+                "for f in '{}' '{}'; do chmod 0777 \"$f\"; touch -d '2001-01-01 00:00:00' \"$f\"; done; true",
+                read_file.display(),
+                ws_file.display()
+            );
+            let (rc, out) = fx.sandbox(&["--mode", mode, "--read", &refs], &script);
+            assert_eq!(rc, 0, "{case}: {out}");
+            let after = [mode_and_time(&read_file), mode_and_time(&ws_file)];
+            if mode == "danger-full-access" {
+                assert!(
+                    after
+                        .iter()
+                        .all(|(m, t)| *m == 0o777 && *t < 1_000_000_000 + 10_000_000),
+                    "{case}: control: {after:?}: {out}"
+                );
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert_ne!(before, after, "{case}: {name} is closed: {out}");
+            } else {
+                assert_eq!(
+                    before, after,
+                    "{case}: the agent changed a read grant's metadata: {out}"
+                );
+            }
+        }
+    }
+}
+
+/// As root, the agent owns the host's files: a no-op `chmod` (the mode each already has,
+/// so that nothing changes if it lands) of a system file, the host's `/dev/full`, a sysfs
+/// file and a `/proc` entry whose mode the kernel keeps for every `/proc` of the host.
+/// Confined, each is refused; unconfined (the control), each succeeds. (uid 65534 owns
+/// none of them: the kernel refuses it either way.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_root_agent_changes_the_mode_of_no_host_file() {
+    let name = "metadata of read grants";
+    common::require_root_and_user_namespaces();
+    let targets = [
+        "/usr/bin/env",
+        "/etc/passwd",
+        "/dev/full",
+        "/sys/kernel/uevent_seqnum",
+        "/proc/version",
+    ];
+    let script: String = targets
+        .iter()
+        .map(|f| format!("chmod \"$(stat -c %a {f})\" {f} && echo 'CHANGED {f}'; "))
+        .collect::<String>()
+        + "true";
+    for mode in ["danger-full-access", "workspace-write", "read-only"] {
+        let fx = Fixture::new("coder-r18-host-", false, &["ws", "home", "state"]);
+        let (rc, out) = fx.sandbox(&["--mode", mode], &script);
+        assert_eq!(rc, 0, "{mode}: {out}");
+        let changed: Vec<&str> = targets
+            .iter()
+            .copied()
+            .filter(|f| out.contains(&format!("CHANGED {f}")))
+            .collect();
+        if mode == "danger-full-access" {
+            assert_eq!(changed, targets, "{mode}: control: {out}");
+        } else if KNOWN_OPEN.contains(&name) {
+            assert_eq!(changed, targets, "{mode}: {name} is closed: {out}");
+        } else {
+            assert!(
+                changed.is_empty(),
+                "{mode}: the agent changed the mode of {changed:?}: {out}"
+            );
+        }
+    }
+}
+
+/// A workspace inside a read grant (`/opt/project`, `/opt` being a system grant) stays
+/// writable once the grant around it is a read-only mount, and its masks still hold;
+/// the grant's own files keep their modes.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_workspace_inside_a_read_grant_stays_writable() {
+    common::require_root_and_user_namespaces();
+    let base = tempfile::Builder::new()
+        .prefix("coder-r18-opt-")
+        .tempdir_in("/opt")
+        .unwrap();
+    let root = std::fs::canonicalize(base.path()).unwrap();
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ws = root.join("project");
+    sandbox_fixture::write(&ws.join(".env"), "SECRET=r18\n");
+    sandbox_fixture::write(&root.join("shared.txt"), "shared\n");
+    let fx = Fixture::new("coder-r18-optfx-", false, &["home", "state"]);
+    let shared = root.join("shared.txt");
+    let before = mode_and_time(&shared);
+    let script = format!(
+        "echo made > new.txt && cat new.txt; cat .env; echo; chmod 0777 '{}'; true",
+        shared.display()
+    );
+    let (rc, out) = sandbox_fixture::run_text(&mut fx.sandbox_in(&ws, &[], &script));
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("made"), "the workspace is not writable: {out}");
+    assert!(!out.contains("SECRET=r18"), "the mask did not hold: {out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("new.txt")).unwrap(),
+        "made\n"
+    );
+    assert_eq!(mode_and_time(&shared), before, "{out}");
+}
