@@ -14,6 +14,13 @@
 //!   showed in the next `/proc` mounted outside); any agent changed the modes and times of
 //!   its own files in `--read` paths and of the workspace in `read-only` mode. Every read
 //!   grant is a read-only mount now, and so is the sandbox's `/proc`.
+//! * **A deep chain of directories left in `$TMPDIR`.** coder removed the run's directory
+//!   with the standard library's `remove_dir_all`, which recurses once per level and holds
+//!   a descriptor per level: 20 000 nested directories overflowed the stack of the thread
+//!   removing them and coder aborted at the run's end, leaving them in its state
+//!   directory; the MCP server's recursive `delete-file` of a chain deeper than its
+//!   descriptor limit failed (`C216`) and, on one of its threads, would abort the server.
+//!   Both remove trees iteratively now (`config::run_dirs::try_remove_tree`).
 //!
 //! Looked at and held (no test of their own here): the egress proxy (a `CONNECT` is
 //! checked by its own target, the plain-HTTP head by its absolute URI, both against exact
@@ -26,6 +33,7 @@
 
 mod common;
 
+use common::Bounded;
 use common::sandbox_fixture::{self, Fixture};
 
 /// Attacks of this file measured open today.
@@ -169,4 +177,169 @@ fn a_workspace_inside_a_read_grant_stays_writable() {
         "made\n"
     );
     assert_eq!(mode_and_time(&shared), before, "{out}");
+}
+
+/// The agent leaves a chain of 20 000 nested directories in its `$TMPDIR` (the run's
+/// directory in coder's state directory). coder removed it at the run's end with the
+/// standard library's `remove_dir_all`, which recurses once per level, on a thread of its
+/// own: the stack overflowed and coder aborted (`SIGABRT`, exit 134), its run directory
+/// left for good. Now the run ends as its command did and nothing of the run is left in
+/// the state directory once the next run has pruned the trash. The chain's depth is
+/// checked too (the payload's own control: it made every level).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_deep_chain_of_directories_in_tmpdir_does_not_crash_coder() {
+    let name = "deep chain in TMPDIR";
+    for nobody in sandbox_fixture::arms() {
+        let case = who(nobody);
+        let fx = Fixture::new("coder-r18-deep-", nobody, &["ws", "home", "state"]);
+        fx.own(fx.root());
+        // What a failing run leaves is removed by `rm` (the test's own temporary
+        // directory would recurse as deep as coder did).
+        let _cleanup = RemoveWithRm(fx.root().join("state"));
+        // Chains of 1000 levels made near the top, then each renamed into the bottom of
+        // the one before (Landlock walks every level of a path it checks: one level at
+        // a time, 20 000 levels cost minutes).
+        let script = r#"
+import os
+os.chdir(os.environ['TMPDIR'])
+bottoms = []
+for c in range(20):
+    fd = os.open('.', os.O_RDONLY | os.O_DIRECTORY)
+    os.mkdir('c%d' % c, 0o700)
+    for name in ['c%d' % c] + ['d'] * 999:
+        if name == 'd':
+            os.mkdir(name, 0o700, dir_fd=fd)
+        below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    bottoms.append(fd)
+for c in range(1, 20):
+    os.rename('c%d' % c, 'd', dst_dir_fd=bottoms[c - 1])
+fd = os.open('c0', os.O_RDONLY | os.O_DIRECTORY)
+levels = 1
+while True:
+    try:
+        below = os.open('d', os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    except FileNotFoundError:
+        break
+    os.close(fd)
+    fd = below
+    levels += 1
+print('LEVELS', levels)
+"#;
+        let mut cmd = sandbox_fixture::as_arm(nobody, 600, common::CODER);
+        cmd.env("HOME", fx.root().join("home"))
+            .env("CODER_STATE_DIR", fx.root().join("state"))
+            .arg("sandbox")
+            .arg("--cd")
+            .arg(fx.ws())
+            .env("PATH", sandbox_fixture::PATH)
+            .args(["--", "/usr/bin/python3", "-c", script]);
+        let out = common::run_bounded(&mut cmd, std::time::Duration::from_secs(600))
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let printed = sandbox_fixture::printed(&out);
+        assert!(
+            printed.contains("LEVELS 20000"),
+            "{case}: the chain was not made: {printed}"
+        );
+        let aborted = out.status.code() != Some(0);
+        if KNOWN_OPEN.contains(&name) {
+            assert!(aborted, "{case}: {name} is closed: {printed}");
+            continue;
+        }
+        assert!(
+            !aborted,
+            "{case}: coder did not end as its command did: {out:?}"
+        );
+        // A later run (long enough for the trash to be pruned while it runs) leaves the
+        // state directory without the chain.
+        let (rc, later) = fx.sandbox(&[], "sleep 3");
+        assert_eq!(rc, 0, "{case}: {later}");
+        let depth = deepest(&fx.root().join("state"));
+        assert!(
+            depth < 50,
+            "{case}: {depth} levels left in the state directory"
+        );
+    }
+}
+
+/// The depth of the deepest directory below `dir` (walked by descriptor, level by level).
+fn deepest(dir: &std::path::Path) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        if depth > 100 {
+            continue;
+        }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    deepest
+}
+
+/// Removes a tree with `rm -rf` when dropped (GNU `rm` walks any depth).
+struct RemoveWithRm(std::path::PathBuf);
+
+impl Drop for RemoveWithRm {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The MCP server's `delete-file` (here through `coder fs`, the same code) of a folder an
+/// agent filled with a chain of nested folders deeper than the server's descriptor limit
+/// (here 600 levels under a limit of 128; the default soft limit is 1024): the standard
+/// library's `remove_dir_all` holds a descriptor a level, answered `C216` ("Too many open
+/// files") and left the folder; deeper still, on a thread of the server (a smaller stack),
+/// it would overflow the stack and abort the server with every run it watched. Now the
+/// folder goes.
+#[test]
+fn a_deep_chain_of_folders_is_deleted_by_the_workspace_tools() {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::{Mode, mkdirat};
+    let base = tempfile::tempdir().unwrap();
+    std::fs::create_dir(base.path().join("build")).unwrap();
+    let mut current = openat(
+        nix::fcntl::AT_FDCWD,
+        &base.path().join("build"),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..600 {
+        mkdirat(&current, "d", Mode::from_bits_truncate(0o755)).unwrap();
+        current = openat(
+            &current,
+            "d",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+    }
+    drop(current);
+    let _cleanup = RemoveWithRm(base.path().join("build"));
+    let out = std::process::Command::new("prlimit")
+        .args([
+            "--nofile=128",
+            "--",
+            common::CODER,
+            "fs",
+            "delete-file",
+            "--base",
+        ])
+        .arg(base.path())
+        .arg(r#"{"path":"build","recursive":true}"#)
+        .stdin(std::process::Stdio::null())
+        .output_within(std::time::Duration::from_secs(300));
+    let printed = sandbox_fixture::printed(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(!base.path().join("build").exists(), "{printed}");
 }
