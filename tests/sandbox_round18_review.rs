@@ -28,6 +28,13 @@
 //! name; the head is bounded in size and time); seccomp's x32 and i386 entry points (the
 //! filter's architecture check kills a call of another ABI).
 //!
+//! Known open (ratchets asserting today's behaviour):
+//! * **The workspace tools read a secret under another name.** A hard link `notes.txt` of
+//!   `.env` (made by the user: a confined agent cannot link a masked file) is masked by
+//!   the sandbox, which looks for other names of what it masks, but the MCP server's
+//!   `read-file` jail matches the deny globs on the names it is given (and the one its
+//!   descriptor shows) only, and returns the secret.
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
@@ -37,7 +44,7 @@ use common::Bounded;
 use common::sandbox_fixture::{self, Fixture};
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[];
+const KNOWN_OPEN: &[&str] = &["workspace tools read a secret by its other name"];
 
 fn who(nobody: bool) -> &'static str {
     if nobody { "nobody" } else { "root" }
@@ -342,4 +349,42 @@ fn a_deep_chain_of_folders_is_deleted_by_the_workspace_tools() {
     let printed = sandbox_fixture::printed(&out);
     assert!(out.status.success(), "{printed}");
     assert!(!base.path().join("build").exists(), "{printed}");
+}
+
+/// A secret with a second name in the workspace (`notes.txt`, a hard link of `.env`): the
+/// sandbox masks it under both names (the control: the same globs, the other name read
+/// as empty inside), the workspace tools' `read-file` returns it by the other name.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_workspace_tools_read_no_secret_by_its_other_name() {
+    let name = "workspace tools read a secret by its other name";
+    common::require_root_and_user_namespaces();
+    let fx = Fixture::new("coder-r18-link-", false, &["ws", "home", "state"]);
+    sandbox_fixture::write(&fx.ws().join(".env"), "SECRET=r18link\n");
+    std::fs::hard_link(fx.ws().join(".env"), fx.ws().join("notes.txt")).unwrap();
+    let (rc, inside) = fx.sandbox(&[], "cat notes.txt; echo END");
+    assert_eq!(rc, 0, "{inside}");
+    assert!(
+        inside.contains("END") && !inside.contains("SECRET=r18link"),
+        "control: the sandbox shows the other name: {inside}"
+    );
+    let out = std::process::Command::new(common::CODER)
+        .args(["fs", "read-file", "--base"])
+        .arg(fx.ws())
+        .arg(r#"{"path":"notes.txt"}"#)
+        .env("HOME", fx.root().join("home"))
+        .stdin(std::process::Stdio::null())
+        .output_within(std::time::Duration::from_secs(60));
+    let printed = sandbox_fixture::printed(&out);
+    if KNOWN_OPEN.contains(&name) {
+        assert!(
+            printed.contains("SECRET=r18link"),
+            "{name} is closed: {printed}"
+        );
+    } else {
+        assert!(
+            !printed.contains("SECRET=r18link"),
+            "the tool read the secret: {printed}"
+        );
+    }
 }
