@@ -26,7 +26,12 @@
 //! checked by its own target, the plain-HTTP head by its absolute URI, both against exact
 //! `host:port` entries, normalised before the comparison and resolved from the normalised
 //! name; the head is bounded in size and time); seccomp's x32 and i386 entry points (the
-//! filter's architecture check kills a call of another ABI).
+//! filter's architecture check kills a call of another ABI: `int 0x80` with `unshare`
+//! ended the process with `SIGSYS`); `socket(AF_INET, SOCK_PACKET, 0)`, which the kernel
+//! turns into an `AF_PACKET` socket after seccomp let the family through, is refused for
+//! want of `CAP_NET_RAW` (dropped), and the namespace has only its loopback anyway; an
+//! unreadable directory (`chmod 000`) hiding a secret from the next run's scan (the next
+//! run masks it all the same).
 //!
 //! Known open (ratchets asserting today's behaviour):
 //! * **The workspace tools read a secret under another name.** A hard link `notes.txt` of

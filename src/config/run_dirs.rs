@@ -342,7 +342,7 @@ mod tests {
             nix::sys::stat::Mode::empty(),
         )
         .unwrap();
-        for level in 0..30_000 {
+        for level in 0..20_000 {
             nix::sys::stat::mkdirat(
                 &current,
                 "d",
