@@ -442,7 +442,16 @@ fn build_private_root(
             };
             attrs.map_err(|e| SandboxError::sys("mount_setattr", root.path.display(), e))?;
         }
-        clones.push((root.path.as_path(), root.is_dir, nested, tree));
+        // A nested root is mounted over its place in the clone around it, reached by
+        // path: that place must be the very file it was cloned from.
+        let identity = if nested {
+            let stat = nix::sys::stat::fstat(source.as_fd())
+                .map_err(|e| SandboxError::sys("stat", root.path.display(), e))?;
+            Some((stat.st_dev, stat.st_ino))
+        } else {
+            None
+        };
+        clones.push((root.path.as_path(), root.is_dir, identity, tree));
         bound.push((&root.path, read_only));
     }
     let bound: Vec<&Path> = bound.into_iter().map(|(path, _)| path).collect();
@@ -473,11 +482,11 @@ fn build_private_root(
             .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
     };
 
-    for (path, is_dir, nested, tree) in &clones {
+    for (path, is_dir, identity, tree) in &clones {
         let point = inside(path);
         // A nested root's place exists in the (read-only) clone it lies in; anything else
         // gets its place made on the private root's tmpfs.
-        if !*nested {
+        if identity.is_none() {
             if let Some(parent) = point.parent() {
                 mkdirs(parent)?;
             }
@@ -490,6 +499,15 @@ fn build_private_root(
         }
         let target = sys::open_nofollow(&point)
             .map_err(|e| SandboxError::sys("open", point.display(), e))?;
+        if let Some(identity) = identity {
+            let stat = nix::sys::stat::fstat(target.as_fd())
+                .map_err(|e| SandboxError::sys("stat", point.display(), e))?;
+            if (stat.st_dev, stat.st_ino) != *identity {
+                return Err(SandboxError::GrantMoved {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
         sys::move_mount(tree.as_fd(), target.as_fd())
             .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
     }
