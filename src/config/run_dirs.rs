@@ -20,8 +20,10 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::os::unix::ffi::OsStrExt;
+
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::{Flock, FlockArg, OFlag};
 
 /// The directory of the CLI's per-run config homes in coder's state directory.
 pub const CLI_RUNS_DIR: &str = "cli-runs";
@@ -147,28 +149,177 @@ pub fn prune_dead_run_dirs(base: &Path) {
 /// unreadable (`chmod 000`, as a non-root user) stopped `remove_dir_all` there, and the
 /// run's directory, with whatever the agent wrote in it, stayed for good, every later
 /// run failing to prune it. Permissions are given back on the way down (directories
-/// only, as `lstat` sees them), then the tree is removed. Only for trees whose writers
-/// are gone: a directory swapped for a symlink in between would have its target's mode
-/// changed.
+/// only, as `lstat` sees them). Only for trees whose writers are gone: a directory
+/// swapped for a symlink in between would have its target's mode changed. Best effort:
+/// what cannot be removed stays (see [`try_remove_tree`]).
 pub fn remove_tree(path: &Path) {
-    if fs::remove_dir_all(path).is_ok() || fs::symlink_metadata(path).is_err() {
-        return;
+    let _ = try_remove_tree(path);
+}
+
+/// At most this many entries are looked at by one [`try_remove_tree`] (each removal,
+/// each descent and each return counts): a tree it cannot empty is not retried forever.
+const REMOVAL_STEPS: u64 = 50_000_000;
+
+/// Removes the tree at `path` as [`remove_tree`] does, saying whether it is gone.
+///
+/// The walk holds two directory descriptors whatever the tree's depth, and no recursion:
+/// it goes down by name and back up by `..`, each step up checked against the device and
+/// inode it came down from. The standard library's `remove_dir_all` recurses once per
+/// level and holds a descriptor per level: an agent that left a chain of 30 000 nested
+/// directories in its `$TMPDIR` overflowed the stack of the thread that removed it at the
+/// run's end, and coder aborted (`SIGABRT`); the tree stayed in the state directory, and
+/// a chain deeper than the descriptor limit was never removed (round eighteen's review).
+pub fn try_remove_tree(path: &Path) -> std::io::Result<()> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        return fs::remove_file(path);
     }
-    fn open_up(dir: &Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(dir) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    open_up(&entry.path());
-                }
+    let top = open_dir_giving_back(nix::fcntl::AT_FDCWD, path)?;
+    empty_tree(top)?;
+    fs::remove_dir(path)
+}
+
+/// Empties the directory open as `top`, iteratively (see [`try_remove_tree`]).
+fn empty_tree(top: std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    use std::collections::HashSet;
+    use std::ffi::OsString;
+    use std::os::fd::AsFd;
+
+    let identity = |fd: std::os::fd::BorrowedFd<'_>| {
+        nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino))
+    };
+    // The directories from the top down to the current one: each one's name in its
+    // parent, and the parent's identity (to check the way back up).
+    let mut way: Vec<(OsString, (libc::dev_t, libc::ino_t))> = Vec::new();
+    // Directories emptied as far as they go that still could not be removed.
+    let mut stuck: HashSet<(libc::dev_t, libc::ino_t)> = HashSet::new();
+    let mut current = top;
+    let mut steps = 0u64;
+    loop {
+        let mut descend = None;
+        let listing = nix::fcntl::openat(
+            current.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )?;
+        let mut dir = nix::dir::Dir::from_fd(listing)?;
+        for entry in dir.iter() {
+            steps += 1;
+            if steps > REMOVAL_STEPS {
+                return Err(std::io::Error::other("too many entries to remove"));
+            }
+            let entry = entry?;
+            let name = entry.file_name();
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let is_dir = match entry.file_type() {
+                Some(nix::dir::Type::Directory) => true,
+                Some(_) => false,
+                None => nix::sys::stat::fstatat(
+                    current.as_fd(),
+                    name,
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+            };
+            if !is_dir {
+                let _ = unlinkat(current.as_fd(), name, UnlinkatFlags::NoRemoveDir);
+                continue;
+            }
+            if unlinkat(current.as_fd(), name, UnlinkatFlags::RemoveDir).is_ok() {
+                continue;
+            }
+            let Ok(st) = nix::sys::stat::fstatat(
+                current.as_fd(),
+                name,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                && !stuck.contains(&(st.st_dev, st.st_ino))
+            {
+                descend = Some(OsString::from(std::ffi::OsStr::from_bytes(name.to_bytes())));
+                break;
             }
         }
+        drop(dir);
+        if let Some(name) = descend {
+            steps += 1;
+            match open_dir_giving_back(current.as_fd(), name.as_os_str()) {
+                Ok(child) => {
+                    way.push((name, identity(current.as_fd())?));
+                    current = child;
+                }
+                Err(_) => {
+                    if let Ok(st) = nix::sys::stat::fstatat(
+                        current.as_fd(),
+                        name.as_os_str(),
+                        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                    ) {
+                        stuck.insert((st.st_dev, st.st_ino));
+                    }
+                }
+            }
+            continue;
+        }
+        // Everything here is gone or stuck: back up, and remove this directory.
+        let Some((name, parent_identity)) = way.pop() else {
+            return Ok(());
+        };
+        let here = identity(current.as_fd())?;
+        let parent = nix::fcntl::openat(
+            current.as_fd(),
+            "..",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )?;
+        if identity(parent.as_fd())? != parent_identity {
+            return Err(std::io::Error::other(
+                "a directory moved during its removal",
+            ));
+        }
+        if unlinkat(parent.as_fd(), name.as_os_str(), UnlinkatFlags::RemoveDir).is_err() {
+            stuck.insert(here);
+        }
+        current = parent;
     }
-    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        open_up(path);
+}
+
+/// `name` beneath `dir`, opened as a directory without following a symlink; if this user
+/// may not read, enter or write it (an agent's `chmod 000`), its mode is given back
+/// (0700) first. The mode is set only on a directory, as `lstat` sees it.
+fn open_dir_giving_back<P: ?Sized + nix::NixPath>(
+    dir: impl std::os::fd::AsFd,
+    name: &P,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let dir = dir.as_fd();
+    let st = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(Errno::ENOTDIR.into());
     }
-    let _ = fs::remove_dir_all(path);
+    if st.st_mode & 0o700 != 0o700 {
+        let _ = nix::sys::stat::fchmodat(
+            dir,
+            name,
+            nix::sys::stat::Mode::from_bits_truncate(0o700),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        );
+    }
+    Ok(nix::fcntl::openat(
+        dir,
+        name,
+        flags,
+        nix::sys::stat::Mode::empty(),
+    )?)
 }
 
 #[cfg(test)]
@@ -177,6 +328,57 @@ mod tests {
 
     /// A PID that names no process here (beyond the kernel's default `pid_max`).
     const NO_SUCH_PID: u32 = 4_194_304 + 17;
+
+    #[test]
+    fn a_chain_deeper_than_the_stack_and_the_descriptor_limit_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("run");
+        fs::create_dir(&top).unwrap();
+        // Made by descriptor, one level at a time (a path this deep is no path).
+        let mut current = nix::fcntl::openat(
+            nix::fcntl::AT_FDCWD,
+            &top,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        for level in 0..20_000 {
+            nix::sys::stat::mkdirat(
+                &current,
+                "d",
+                nix::sys::stat::Mode::from_bits_truncate(0o700),
+            )
+            .unwrap();
+            if level == 100 {
+                // A level the agent closed, and a file and a symlink out beside it.
+                nix::unistd::symlinkat(dir.path(), &current, "out").unwrap();
+            }
+            let next = nix::fcntl::openat(
+                &current,
+                "d",
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                nix::sys::stat::Mode::empty(),
+            )
+            .unwrap();
+            if level == 200 {
+                nix::sys::stat::fchmod(&next, nix::sys::stat::Mode::empty()).unwrap();
+            }
+            current = next;
+        }
+        drop(current);
+        let outside = dir.path().join("keep.txt");
+        fs::write(&outside, "kept").unwrap();
+        // A thread with a small stack: nothing here may recurse per level.
+        let removed = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || try_remove_tree(&top).map(|()| top))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert!(!removed.exists());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "kept");
+    }
 
     #[test]
     fn a_held_lock_keeps_a_run_whose_pid_names_nothing_here() {

@@ -393,9 +393,35 @@ fn build_private_root(
     workspace: &WorkspaceDir,
 ) -> Result<(usize, usize), SandboxError> {
     let mut clones = Vec::new();
-    let mut bound: Vec<&Path> = Vec::new();
+    // Each cloned root, and whether its mount is read-only.
+    let mut bound: Vec<(&Path, bool)> = Vec::new();
+    // The plan run whose plan file lies in the workspace keeps the workspace writable at
+    // the mount level (see below).
+    let plan_in_workspace = policy.plan_file.as_ref().is_some_and(|p| p.in_workspace);
     for root in &policy.roots {
-        if bound.iter().any(|b| root.path.starts_with(b)) {
+        // Every read grant is read-only at the mount level too, not by Landlock alone:
+        // Landlock does not mediate metadata (`chmod`, `chown`, `utimensat`, ACLs,
+        // extended attributes), and an agent running as root owns the system's files.
+        // Until round eighteen's review the grants were writable mounts, and a root agent
+        // made `/etc/passwd`, the host's `/dev/full` or a sysfs file world-writable, and
+        // changed the modes of `--read` files and of the workspace in `read-only` mode (an
+        // unprivileged agent: its own). A device keeps working on a read-only mount (its
+        // writes go to the driver, not the file system), so device files keep `dev`.
+        let read_only = match root.access {
+            Access::Read => !(root.path == workspace.path && plan_in_workspace),
+            Access::Device => true,
+            Access::Write => false,
+        };
+        // A root beneath one already cloned comes with it, unless that one is read-only
+        // and this one is not (a workspace in `/opt`): it is then cloned on its own and
+        // mounted over its place in the read-only one.
+        let nested_in = bound
+            .iter()
+            .filter(|(b, _)| root.path.starts_with(b))
+            .map(|(_, outer_read_only)| *outer_read_only)
+            .next_back();
+        let nested = nested_in.is_some();
+        if nested_in.is_some_and(|outer_read_only| !outer_read_only || read_only) {
             continue;
         }
         // The host's /proc shows the host's processes: a fresh one is mounted instead.
@@ -414,17 +440,30 @@ fn build_private_root(
         };
         let tree = sys::clone_tree(source.as_fd())
             .map_err(|e| SandboxError::sys("open_tree", root.path.display(), e))?;
-        // A plan run (`coder plan`): the workspace is read-only in the mount view too,
-        // unless the plan file lies inside it (the CLI's Write tool falls back to writing
-        // in place only after `EACCES`, which Landlock gives and a read-only mount does not).
-        if root.path == workspace.path && policy.plan_file.as_ref().is_some_and(|p| !p.in_workspace)
-        {
-            sys::set_read_only(tree.as_fd())
-                .map_err(|e| SandboxError::sys("mount_setattr", root.path.display(), e))?;
+        // A plan run (`coder plan`) whose plan file lies inside the workspace keeps the
+        // workspace writable here: the CLI's Write tool falls back to writing in place
+        // only after `EACCES`, which Landlock gives and a read-only mount does not.
+        if read_only {
+            let attrs = if root.is_dir {
+                sys::set_read_only(tree.as_fd())
+            } else {
+                sys::set_read_only_keep_devices(tree.as_fd())
+            };
+            attrs.map_err(|e| SandboxError::sys("mount_setattr", root.path.display(), e))?;
         }
-        clones.push((root.path.as_path(), root.is_dir, tree));
-        bound.push(&root.path);
+        // A nested root is mounted over its place in the clone around it, reached by
+        // path: that place must be the very file it was cloned from.
+        let identity = if nested {
+            let stat = nix::sys::stat::fstat(source.as_fd())
+                .map_err(|e| SandboxError::sys("stat", root.path.display(), e))?;
+            Some((stat.st_dev, stat.st_ino))
+        } else {
+            None
+        };
+        clones.push((root.path.as_path(), root.is_dir, identity, tree));
+        bound.push((&root.path, read_only));
     }
+    let bound: Vec<&Path> = bound.into_iter().map(|(path, _)| path).collect();
     let plan_tree = match &policy.plan_file {
         Some(plan) => Some(clone_plan_file(plan)?),
         None => None,
@@ -452,19 +491,32 @@ fn build_private_root(
             .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
     };
 
-    for (path, is_dir, tree) in &clones {
+    for (path, is_dir, identity, tree) in &clones {
         let point = inside(path);
-        if let Some(parent) = point.parent() {
-            mkdirs(parent)?;
-        }
-        if *is_dir {
-            mkdirs(&point)?;
-        } else {
-            fs::File::create(&point)
-                .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+        // A nested root's place exists in the (read-only) clone it lies in; anything else
+        // gets its place made on the private root's tmpfs.
+        if identity.is_none() {
+            if let Some(parent) = point.parent() {
+                mkdirs(parent)?;
+            }
+            if *is_dir {
+                mkdirs(&point)?;
+            } else {
+                fs::File::create(&point)
+                    .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+            }
         }
         let target = sys::open_nofollow(&point)
             .map_err(|e| SandboxError::sys("open", point.display(), e))?;
+        if let Some(identity) = identity {
+            let stat = nix::sys::stat::fstat(target.as_fd())
+                .map_err(|e| SandboxError::sys("stat", point.display(), e))?;
+            if (stat.st_dev, stat.st_ino) != *identity {
+                return Err(SandboxError::GrantMoved {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
         sys::move_mount(tree.as_fd(), target.as_fd())
             .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
     }
@@ -588,7 +640,11 @@ fn mount_fresh_proc(point: &Path) -> Result<(), SandboxError> {
         Some("proc"),
         point,
         Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        // Read-only: Landlock grants `/proc` read access only, but a `chmod` is no access
+        // it mediates, and the mode of a `/proc` entry that is not a process's is the
+        // kernel's own, shared by every `/proc` of the host (a root agent's `chmod` of
+        // `/proc/version` showed in the next `/proc` mounted outside, round eighteen).
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
         None::<&str>,
     )
     .map_err(|e| SandboxError::sys("mount proc", point.display(), e))

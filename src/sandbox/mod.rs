@@ -408,6 +408,13 @@ pub enum SandboxError {
     )]
     MaskTargetChanged { path: PathBuf },
 
+    /// A writable grant inside a read-only one is mounted over its own place in that one:
+    /// the place must still be the directory (or file) the grant was opened as.
+    #[error(
+        "{path} is no longer where it was granted (a directory on its way was replaced          during setup); refusing to mount the grant elsewhere"
+    )]
+    GrantMoved { path: PathBuf },
+
     #[error(
         "no private network namespace ({reason}); the agent's network is confined to coder's \
          egress proxy, which needs one (unprivileged user namespaces may be disabled here: \

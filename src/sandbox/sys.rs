@@ -54,6 +54,13 @@ pub(crate) fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
     )
 }
 
+/// Make a detached mount tree read-only and nosuid (recursively), leaving device files
+/// usable (a granted `/dev/null`: a device is written through its driver, which a
+/// read-only mount does not stop; its metadata is what the mount keeps unchanged).
+pub(crate) fn set_read_only_keep_devices(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+    set_mount_attr(tree, libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID)
+}
+
 /// Make a detached mount tree nosuid and nodev (recursively), leaving it writable.
 pub(crate) fn set_nosuid(tree: BorrowedFd<'_>) -> Result<(), Errno> {
     set_mount_attr(tree, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)

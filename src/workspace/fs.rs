@@ -691,7 +691,10 @@ impl Jail {
             }
             let count = count_entries(&real);
             let (_dir, via) = self.open_dir(&a.path, &p.real)?;
-            fs::remove_dir_all(via.join(name))
+            // Not `remove_dir_all`, which recurses once per level with a descriptor per
+            // level: a chain of nested folders an agent made deep enough ran the server
+            // out of descriptors (the folder stayed) or overflowed its thread's stack.
+            crate::config::run_dirs::try_remove_tree(&via.join(name))
                 .map_err(|e| FsError::io("cannot delete", &a.path, &e))?;
             return Ok(json!({"path": a.path, "deleted": count, "kind": "folder"}));
         }
