@@ -145,8 +145,10 @@ fn run_as(tree: &Tree, wrap: &[&str], extra: &[&str], payload: &str, deadline: D
 /// The agent writes outside `--scope` and leaves a sparse file of 2 GiB (no disk), past
 /// the git ledger's read budget: the ledger fails, the envelope has no `changes`, and the
 /// scope was checked against nothing, so the run succeeded. Now a scope that cannot be
-/// checked fails the run. Control: the ledger did fail (no `changes`, the budget's
-/// warning): without the defence nothing would have been checked.
+/// checked fails the run. Control: the ledger's git was stopped (the budget's warning):
+/// without the defence nothing would have been checked. (On a loaded machine the fake
+/// agent's file may be there for the "before" already, which then falls back to the
+/// plain walk since round eighteen, and the scope is checked against its changes.)
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_ledger_made_to_fail_does_not_pass_a_change_outside_the_scope() {
@@ -164,18 +166,24 @@ fn a_ledger_made_to_fail_does_not_pass_a_change_outside_the_scope() {
         );
         assert!(result(&env).contains("PLANTED"), "{case}: {env}");
         assert!(
-            env["changes"].is_null() && warned(&env, "GiB of the workspace's files"),
-            "{case}: control: the ledger did not fail: {env}"
+            warned(&env, "GiB of the workspace's files"),
+            "{case}: control: the ledger's git was not stopped: {env}"
         );
+        // The "after" stopped: no changes at all. Or, when the fake agent's file was
+        // already there for the "before" (a loaded machine), the "before" stopped and
+        // fell back to the plain walk, which measured the run.
+        let measured = !env["changes"].is_null();
         if KNOWN_OPEN.contains(&name) {
             assert_eq!(env["success"], true, "{case}: {name} is closed: {env}");
         } else {
             assert_eq!(error_kind(&env), "scope_violation", "{case}: {env}");
+            let error = env["error"].as_str().unwrap_or_default();
             assert!(
-                env["error"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("cannot check the run against --scope"),
+                if measured {
+                    error.contains("outside.txt")
+                } else {
+                    error.contains("cannot check the run against --scope")
+                },
                 "{case}: {env}"
             );
         }
