@@ -1047,7 +1047,7 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         let path = self.tree.root.join(rel);
         let top = rel == Path::new(".git");
-        match file_kind(st) {
+        let git_dir = match file_kind(st) {
             Kind::Dir => {
                 self.push(mask(path.clone(), MaskKind::Pin, st, false))?;
                 self.guard_git_dir(rel)?;
@@ -1055,20 +1055,65 @@ impl<'a> Walker<'a, '_> {
                 if top {
                     self.check_commondir(&path, rel)?;
                 }
+                Some(path.clone())
             }
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
                 self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = read_gitfile(parent, &path)?;
-                self.git_pointer(&path, target, top)?;
+                self.git_pointer(&path, target.clone(), top)?;
+                target
             }
             Kind::Symlink => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
                 self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = fs::canonicalize(&path).ok();
-                self.git_pointer(&path, target, top)?;
+                self.git_pointer(&path, target.clone(), top)?;
+                target
             }
-            Kind::Other => {}
+            Kind::Other => None,
+        };
+        // The tree's own `.git` is [`Walker::guard_enclosing_includes`]'s.
+        match (git_dir, path.parent()) {
+            (Some(git_dir), Some(work_tree)) if !top => {
+                self.guard_work_tree_commands(work_tree, &git_dir)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The files of the work tree at `work_tree` (the directory of a `.git` in this tree)
+    /// that the commands of every config its git reads run, read against its top: those
+    /// of the git dir's own `config` and `config.worktree`, of its common dir's `config`
+    /// (a linked worktree's `.git/worktrees/x` has none of its own), and of the user's
+    /// global and system configs, with what they include ([`Walker::guard_includes`]). A
+    /// git dir is read against the work tree of its own name only when it is `.git` or
+    /// names one by `core.worktree` ([`Walker::guard_git_dir`]): the user's
+    /// `~/.gitconfig` alias `!sh tools/fmt.sh` ran a nested repository's
+    /// `sub/tools/fmt.sh`, the repository's own alias a linked worktree's
+    /// `.worktrees/feat/tools/fmt.sh`, and a separate git dir's `core.fsmonitor` its work
+    /// tree's script, each the agent's to write (round eighteen's second review).
+    fn guard_work_tree_commands(
+        &mut self,
+        work_tree: &Path,
+        git_dir: &Path,
+    ) -> Result<(), SandboxError> {
+        let Ok(top) = fs::canonicalize(work_tree) else {
+            return Ok(());
+        };
+        let mut configs = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+        if let Some(text) = read_config(&git_dir.join("commondir")) {
+            let common = git_dir.join(OsStr::from_bytes(trim_ascii(&text)));
+            configs.push(common.join("config"));
+        }
+        configs.extend(user_git_configs());
+        let mut walk = ConfigWalk::new(Some(top));
+        for config in &configs {
+            // Read through a link (a dotfiles `~/.gitconfig`), its includes against the
+            // directory of the name git opens.
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            let resolved = fs::canonicalize(config).unwrap_or_else(|_| config.clone());
+            self.guard_includes(&resolved, &base, 0, &mut walk)?;
         }
         Ok(())
     }

@@ -1,0 +1,183 @@
+//! Round eighteen's second review: the holds of round eighteen on the files of the work tree
+//! that the user's git config runs (`src/sandbox/config_text.rs`, `src/sandbox/scan.rs`
+//! `guard_command_files`), attacked by someone who has read them. Every attack runs as
+//! root and as uid 65534, each with a control (`danger-full-access`) showing that the
+//! user's own next git runs the agent's payload without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * **The user's global config in a nested work tree.** `~/.gitconfig`'s commands were
+//!   read against the workspace's top only, but git runs them at the top of whichever
+//!   work tree the user is in: `alias.fmt = !sh tools/fmt.sh` ran `sub/tools/fmt.sh` in a
+//!   repository nested in the workspace, which nothing held.
+//! * **A linked worktree in the workspace.** The repository's config runs its commands
+//!   in a linked worktree too (`.worktrees/feat/tools/fmt.sh`), and a git dir reached
+//!   through a `.git` file (a linked worktree's `.git/worktrees/feat`, a separate git dir)
+//!   had no work tree to read them against.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-r18b-",
+    init: &["init", "-q"],
+    readme_owned: true,
+    env: &[],
+};
+
+/// The payload a script of the work tree gets: `touch "$M"` appended.
+const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
+
+/// How an attack is expected to end confined.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Confined {
+    /// The user's git does not run the payload.
+    Blocked,
+    /// Known open: it still does (a ratchet; make it `Blocked` once fixed).
+    #[allow(dead_code)]
+    Open,
+}
+
+/// One attack per arm and mode: `setup` prepares the workspace, `script` attacks (in the
+/// workspace) and prints `PLANTED`; then the user's own `user` git in the workspace.
+/// Unconfined (the control) it must run the payload; confined as `expect` says.
+fn attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str], expect: Confined) {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            setup(&fx, &ws);
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], script)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, user);
+            let ran = fx.marker().exists();
+            let want = mode == "danger-full-access" || expect == Confined::Open;
+            assert_eq!(
+                ran, want,
+                "{name} nobody={nobody} {mode} ({expect:?}): the user's git ran the \
+                 payload: {ran}\n{out}\n{git_out}"
+            );
+        }
+    }
+}
+
+/// `git init` and one commit of everything in `dir`, as the user.
+fn commit_all(fx: &Fx, dir: &Path) {
+    fx.git(dir, &["init", "-q"]);
+    fx.git(dir, &["add", "."]);
+    fx.git(dir, &["commit", "-qm", "x"]);
+}
+
+/// The user's `~/.gitconfig`, given to the arm's user.
+fn global_config(fx: &Fx, text: &str) {
+    let home = fx.root().join("home");
+    fx.own_file(&home, ".gitconfig", text);
+}
+
+/// `~/.gitconfig` has an alias that runs a script of whichever work tree the user is
+/// in; the workspace holds a repository `sub` with that script. The agent appends its
+/// payload to `sub/tools/fmt.sh`, and the user's `git -C sub fmt` ran it: the scan read
+/// the global config's commands against the workspace's top only.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_global_alias_script_of_a_nested_repository_is_not_the_agents_to_write() {
+    attack(
+        "global alias, nested repository",
+        |fx, ws| {
+            global_config(fx, "[alias]\n\tfmt = !sh tools/fmt.sh\n");
+            fx.own_file(ws, "sub/tools/fmt.sh", "true\n");
+            commit_all(fx, &ws.join("sub"));
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/tools/fmt.sh; echo PLANTED"),
+        &["-C", "sub", "fmt"],
+        Confined::Blocked,
+    );
+}
+
+/// A global filter driver that the nested repository's `.gitattributes` selects, its
+/// script absent at the start: the agent makes `sub/scripts/strip.sh`, and the user's
+/// next `git add` in `sub` ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_global_filter_script_absent_in_a_nested_repository_is_not_the_agents_to_make() {
+    attack(
+        "global filter, nested repository, absent",
+        |fx, ws| {
+            global_config(fx, "[filter \"strip\"]\n\tclean = sh scripts/strip.sh\n");
+            fx.own_file(ws, "sub/.gitattributes", "*.txt filter=strip\n");
+            fx.own_file(ws, "sub/a.txt", "a\n");
+            fx.git(&ws.join("sub"), &["init", "-q"]);
+        },
+        &format!(
+            "mkdir -p sub/scripts; {{ {SCRIPT_PAYLOAD}; echo cat; }} > sub/scripts/strip.sh; \
+             echo PLANTED"
+        ),
+        &["-C", "sub", "add", "-A"],
+        Confined::Blocked,
+    );
+}
+
+/// The workspace holds a linked worktree of its own repository (`git worktree add
+/// .worktrees/feat`, a common layout): the repository's alias runs `tools/fmt.sh` at
+/// the top of that worktree too. The agent appends to `.worktrees/feat/tools/fmt.sh`,
+/// and the user's `git fmt` there ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_linked_worktrees_alias_script_is_not_the_agents_to_write() {
+    attack(
+        "repository alias, linked worktree",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt.sh", "true\n");
+            fx.git(ws, &["add", "tools"]);
+            fx.git(ws, &["commit", "-qm", "tools"]);
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/fmt.sh"]);
+            fx.git(ws, &["worktree", "add", "-q", ".worktrees/feat"]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> .worktrees/feat/tools/fmt.sh; echo PLANTED"),
+        &["-C", ".worktrees/feat", "fmt"],
+        Confined::Blocked,
+    );
+}
+
+/// A repository of the workspace whose git dir is elsewhere in the workspace (`git init
+/// --separate-git-dir`, `sub/.git` a file), without `core.worktree`: its config's
+/// fsmonitor runs `sub/fsmon.sh`, which the agent appends to.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_separate_git_dirs_fsmonitor_script_is_not_the_agents_to_write() {
+    attack(
+        "separate git dir fsmonitor",
+        |fx, ws| {
+            let script = fx.own_file(ws, "sub/fsmon.sh", "#!/bin/sh\n");
+            std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            let git_dir = ws.join("gitdirs/sub");
+            fx.own_file(ws, "gitdirs/.keep", "");
+            fx.git(
+                &ws.join("sub"),
+                &[
+                    "init",
+                    "-q",
+                    "--separate-git-dir",
+                    git_dir.to_str().unwrap(),
+                ],
+            );
+            fx.git(&ws.join("sub"), &["add", "."]);
+            fx.git(&ws.join("sub"), &["commit", "-qm", "x"]);
+            fx.git(&ws.join("sub"), &["config", "core.fsmonitor", "./fsmon.sh"]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/fsmon.sh; echo PLANTED"),
+        &["-C", "sub", "status", "--short"],
+        Confined::Blocked,
+    );
+}
