@@ -13,6 +13,10 @@
 //!   in a linked worktree too (`.worktrees/feat/tools/fmt.sh`), and a git dir reached
 //!   through a `.git` file (a linked worktree's `.git/worktrees/feat`, a separate git dir)
 //!   had no work tree to read them against.
+//! * **A nested repository's hooks directory.** `core.hooksPath` was asked of the user's
+//!   git for the workspace's own repository only: a nested one's `core.hooksPath =
+//!   scripts/hooks` (its own config, or the user's global one) left its hooks the
+//!   agent's to write, and the user's next commit there ran them.
 
 mod common;
 
@@ -178,6 +182,69 @@ fn a_separate_git_dirs_fsmonitor_script_is_not_the_agents_to_write() {
         },
         &format!("{SCRIPT_PAYLOAD} >> sub/fsmon.sh; echo PLANTED"),
         &["-C", "sub", "status", "--short"],
+        Confined::Blocked,
+    );
+}
+
+/// A repository nested in the workspace runs its hooks from `scripts/hooks` of its own
+/// work tree (`core.hooksPath` in its config): the agent writes
+/// `sub/scripts/hooks/pre-commit`, and the user's next commit in `sub` ran it. Only the
+/// workspace's own repository's hooks directory was asked for.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_nested_repositorys_hooks_path_is_not_the_agents_to_write() {
+    attack(
+        "nested core.hooksPath",
+        |fx, ws| {
+            fx.own_file(ws, "sub/scripts/hooks/.keep", "");
+            commit_all(fx, &ws.join("sub"));
+            fx.git(
+                &ws.join("sub"),
+                &["config", "core.hooksPath", "scripts/hooks"],
+            );
+        },
+        &format!(
+            "{{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/scripts/hooks/pre-commit; \
+             chmod +x sub/scripts/hooks/pre-commit; echo PLANTED"
+        ),
+        &[
+            "-C",
+            "sub",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "user's commit",
+        ],
+        Confined::Blocked,
+    );
+}
+
+/// The same with the user's global `core.hooksPath = git-hooks` (relative: each work
+/// tree's own), for a repository nested in the workspace whose `git-hooks` is absent.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_global_hooks_path_of_a_nested_repository_is_not_the_agents_to_make() {
+    attack(
+        "global core.hooksPath, nested, absent",
+        |fx, ws| {
+            global_config(fx, "[core]\n\thooksPath = git-hooks\n");
+            fx.own_file(ws, "sub/a.txt", "a\n");
+            commit_all(fx, &ws.join("sub"));
+        },
+        &format!(
+            "mkdir -p sub/git-hooks; {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/git-hooks/pre-commit; \
+             chmod +x sub/git-hooks/pre-commit; echo PLANTED"
+        ),
+        &[
+            "-C",
+            "sub",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "user's commit",
+        ],
         Confined::Blocked,
     );
 }

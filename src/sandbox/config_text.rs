@@ -1,6 +1,7 @@
 //! What a git config text names that the sandbox must hold out of the agent's reach: the
-//! files it includes, and the files of the work tree its commands run (a filter driver's
-//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`).
+//! files it includes, the files of the work tree its commands run (a filter driver's
+//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`), and the directory it
+//! runs hooks from (`core.hooksPath`).
 //!
 //! The reading is lenient, unlike [`super::gitconfig`]'s strict parser: that one decides
 //! what of an agent's config may be *kept*, so anything odd keeps nothing; this one
@@ -14,6 +15,39 @@
 //! ([`command_words`]), and the scan holds those that name a file of a tree (one with a
 //! `/` even when it does not exist yet). What such a script runs in turn is not followed
 //! (SECURITY.md, Known limits).
+
+/// The hook names git runs (githooks(5)), held when the hooks directory is the
+/// workspace itself (`core.hooksPath = .`).
+pub(super) const GIT_HOOK_NAMES: [&str; 28] = [
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
 
 /// One `key = value` of a git config text, its section's name lowercased (the
 /// subsection, `"strip"` of `[filter "strip"]`, is not kept: no rule here needs it).
@@ -76,6 +110,18 @@ pub(super) fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
             (e.section == b"include" || e.section == b"includeif")
                 && e.key.eq_ignore_ascii_case(b"path")
                 && !e.value.is_empty()
+        })
+        .map(|e| e.value)
+        .collect()
+}
+
+/// Every `core.hooksPath` of the text: the directory git runs hooks from, relative to the
+/// top of the work tree (git takes the last of all its configs; each is held).
+pub(super) fn hooks_paths(text: &[u8]) -> Vec<Vec<u8>> {
+    entries(text)
+        .into_iter()
+        .filter(|e| {
+            e.section == b"core" && e.key.eq_ignore_ascii_case(b"hookspath") && !e.value.is_empty()
         })
         .map(|e| e.value)
         .collect()
@@ -330,6 +376,16 @@ mod tests {
             [user]\n\tname = a/b\n[include]\n\tpath = conf/x\n\
             [credential]\n\thelper = https://x/y\n[core]\n\tpager = less -R .. . ${X}/y\n";
         assert_eq!(words(text), [("less".into(), false)]);
+    }
+
+    #[test]
+    fn every_hooks_path_is_read() {
+        let text = b"[core]\n\thooksPath = scripts/hooks\n[Core] HOOKSPATH = \"~/h\"\n\
+            [other]\n\thooksPath = no\n";
+        assert_eq!(
+            hooks_paths(text),
+            [b"scripts/hooks".to_vec(), b"~/h".to_vec()]
+        );
     }
 
     #[test]

@@ -1351,6 +1351,9 @@ impl<'a> Walker<'a, '_> {
                     self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
                 }
             }
+            Kind::Dir if named_by == NamedBy::HooksDir => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+            }
             Kind::Dir | Kind::Other => {}
         }
         Ok(())
@@ -1391,7 +1394,9 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
-        if file_kind(&st) == Kind::File {
+        if file_kind(&st) == Kind::Dir && named_by == NamedBy::HooksDir {
+            self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
+        } else if file_kind(&st) == Kind::File {
             self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
             if named_by == NamedBy::Config {
                 self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
@@ -1427,6 +1432,41 @@ impl<'a> Walker<'a, '_> {
         depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
+        // The hooks directory: relative to the top of the work tree, held whole. Only
+        // the workspace's own repository's was asked of the user's git
+        // (`users_hooks_dir`): a nested repository's `core.hooksPath = scripts/hooks`, or
+        // the user's global `core.hooksPath = git-hooks` in it, left
+        // `sub/scripts/hooks/pre-commit` the agent's to write, and the user's next commit
+        // there ran it (round eighteen's second review).
+        for value in config_text::hooks_paths(text) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            let target = match &walk.work_tree {
+                Some(top) => top.join(named),
+                None if named.is_absolute() => named,
+                None => continue,
+            };
+            if !walk.commands.insert(target.clone()) {
+                continue;
+            }
+            // A hooks directory that is a work tree itself, or holds this tree
+            // (`core.hooksPath = .`): its hooks by name, where there are any, not the
+            // whole tree.
+            let whole = fs::canonicalize(&target).ok().is_some_and(|dir| {
+                Some(&dir) == walk.work_tree.as_ref() || self.tree.root.starts_with(&dir)
+            });
+            if !whole {
+                self.guard_include(&target, depth, walk, NamedBy::HooksDir)?;
+                continue;
+            }
+            for hook in config_text::GIT_HOOK_NAMES {
+                let hook = target.join(hook);
+                if fs::symlink_metadata(&hook).is_ok() && walk.commands.insert(hook.clone()) {
+                    self.guard_include(&hook, depth, walk, NamedBy::Command)?;
+                }
+            }
+        }
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
@@ -1534,6 +1574,7 @@ impl<'a> Walker<'a, '_> {
                 NamedBy::Config => "the repository's git config includes",
                 NamedBy::Link => "a link in a directory held read-only names",
                 NamedBy::Command => "a command of the repository's git config names",
+                NamedBy::HooksDir => "a `core.hooksPath` of a git config names",
             };
             self.out.warnings.push(format!(
                 "{}, which {by}, did not exist: the sandbox holds it absent for this run \
@@ -2005,6 +2046,9 @@ enum NamedBy {
     /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
     /// is not read; one outside this tree is another writable tree's to hold.
     Command,
+    /// A `core.hooksPath` of a git config: the directory is held whole (read-only), or
+    /// absent; one outside this tree is another writable tree's to hold.
+    HooksDir,
 }
 
 /// One walk of git configs and what they include ([`Walker::guard_includes`]).
