@@ -17,6 +17,10 @@
 //!   git for the workspace's own repository only: a nested one's `core.hooksPath =
 //!   scripts/hooks` (its own config, or the user's global one) left its hooks the
 //!   agent's to write, and the user's next commit there ran them.
+//! * **Keys that run commands, missing from the list**: `core.alternateRefsCommand`,
+//!   `gpg.ssh.defaultKeyCommand`, `imap.tunnel`, `instaweb.httpd`, `guitool.*.cmd`,
+//!   `hook.*.command`, and git-lfs's `lfs.customtransfer.*.path`,
+//!   `lfs.extension.*.clean` and `.smudge`.
 
 mod common;
 
@@ -245,6 +249,28 @@ fn a_global_hooks_path_of_a_nested_repository_is_not_the_agents_to_make() {
             "-m",
             "user's commit",
         ],
+        Confined::Blocked,
+    );
+}
+
+/// `gpg.ssh.defaultKeyCommand` (the key an SSH-signed commit takes when `user.signingKey`
+/// is unset) names a script of the work tree: the key was not among the commands read,
+/// the agent appended its payload, and the user's next signed commit ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_default_key_command_script_is_not_the_agents_to_write() {
+    attack(
+        "gpg.ssh.defaultKeyCommand",
+        |fx, ws| {
+            fx.own_file(ws, "tools/key.sh", "echo key::ssh-ed25519 AAAA\n");
+            fx.git(ws, &["config", "gpg.format", "ssh"]);
+            fx.git(
+                ws,
+                &["config", "gpg.ssh.defaultKeyCommand", "sh tools/key.sh"],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/key.sh; echo PLANTED"),
+        &["commit", "-q", "--allow-empty", "-S", "-m", "signed"],
         Confined::Blocked,
     );
 }

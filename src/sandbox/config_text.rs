@@ -65,6 +65,7 @@ const COMMAND_KEYS: &[(&[u8], &[&[u8]])] = &[
     (
         b"core",
         &[
+            b"alternaterefscommand",
             b"askpass",
             b"editor",
             b"fsmonitor",
@@ -77,8 +78,16 @@ const COMMAND_KEYS: &[(&[u8], &[&[u8]])] = &[
     (b"diff", &[b"command", b"external", b"textconv"]),
     (b"difftool", &[b"cmd", b"path"]),
     (b"filter", &[b"clean", b"process", b"smudge"]),
-    (b"gpg", &[b"program"]),
+    // `gpg.program`, `gpg.<format>.program`, `gpg.ssh.defaultKeyCommand`.
+    (b"gpg", &[b"defaultkeycommand", b"program"]),
+    (b"guitool", &[b"cmd"]),
+    // Config-based hooks (`hook.<name>.command`, newer gits).
+    (b"hook", &[b"command"]),
+    (b"imap", &[b"tunnel"]),
+    (b"instaweb", &[b"httpd"]),
     (b"interactive", &[b"difffilter"]),
+    // git-lfs: `lfs.customtransfer.<name>.path`, `lfs.extension.<name>.clean`/`smudge`.
+    (b"lfs", &[b"clean", b"path", b"smudge"]),
     (b"man", &[b"cmd", b"path"]),
     (b"merge", &[b"driver"]),
     (b"mergetool", &[b"cmd", b"path"]),
@@ -365,6 +374,34 @@ mod tests {
                 ("nbstrip".into(), false),
                 ("./nb.py".into(), true),
                 ("run.sh".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_less_common_keys_that_run_commands_are_read() {
+        let text = b"[core]\n\talternateRefsCommand = sh tools/refs.sh\n\
+            [gpg \"ssh\"]\n\tdefaultKeyCommand = tools/key.sh\n\
+            [imap]\n\ttunnel = tools/tunnel.sh\n[instaweb]\n\thttpd = tools/httpd.sh\n\
+            [guitool \"lint\"]\n\tcmd = tools/lint.sh\n\
+            [hook \"fmt\"]\n\tcommand = tools/fmt.sh\n\
+            [lfs \"customtransfer.x\"]\n\tpath = tools/xfer.sh\n\
+            [lfs \"extension.y\"]\n\tclean = tools/c.sh %f\n\tsmudge = tools/s.sh\n\
+            [lfs]\n\turl = https://example.invalid/lfs\n";
+        let named: Vec<String> = words(text).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(
+            named,
+            [
+                "sh",
+                "tools/refs.sh",
+                "tools/key.sh",
+                "tools/tunnel.sh",
+                "tools/httpd.sh",
+                "tools/lint.sh",
+                "tools/fmt.sh",
+                "tools/xfer.sh",
+                "tools/c.sh",
+                "tools/s.sh",
             ]
         );
     }
