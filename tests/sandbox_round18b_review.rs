@@ -21,6 +21,9 @@
 //!   `gpg.ssh.defaultKeyCommand`, `imap.tunnel`, `instaweb.httpd`, `guitool.*.cmd`,
 //!   `hook.*.command`, and git-lfs's `lfs.customtransfer.*.path`,
 //!   `lfs.extension.*.clean` and `.smudge`.
+//! * **Words the split misread**: `"$(git rev-parse --show-toplevel)/tools/fmt.sh"` left
+//!   `/tools/fmt.sh`, taken for an absolute path; `sh 'tools/strip it.sh'` was split at
+//!   its blank.
 
 mod common;
 
@@ -271,6 +274,58 @@ fn a_default_key_command_script_is_not_the_agents_to_write() {
         },
         &format!("{SCRIPT_PAYLOAD} >> tools/key.sh; echo PLANTED"),
         &["commit", "-q", "--allow-empty", "-S", "-m", "signed"],
+        Confined::Blocked,
+    );
+}
+
+/// An alias names its script from the top of the work tree as the shell finds it
+/// (`"$(git rev-parse --show-toplevel)/tools/fmt.sh"`, a common spelling): the scan took
+/// the word after the substitution, `/tools/fmt.sh`, for an absolute path, and held
+/// nothing; the agent appended its payload, and the user's `git fmt` ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_named_from_the_top_by_rev_parse_is_not_the_agents_to_write() {
+    attack(
+        "rev-parse --show-toplevel",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt.sh", "true\n");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!sh \"$(git rev-parse --show-toplevel)/tools/fmt.sh\"",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; echo PLANTED"),
+        &["fmt"],
+        Confined::Blocked,
+    );
+}
+
+/// A filter driver's script has a space in its name, quoted as the shell wants it
+/// (`sh 'tools/strip it.sh'`): the scan split the word at the space and held neither
+/// half; the agent appended its payload, and the user's next `git add` ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_quoted_script_name_with_a_space_is_not_the_agents_to_write() {
+    attack(
+        "quoted name with a space",
+        |fx, ws| {
+            fx.own_file(ws, "tools/strip it.sh", "cat\n");
+            fx.own_file(ws, ".gitattributes", "*.txt filter=strip\n");
+            fx.own_file(ws, "a.txt", "a\n");
+            fx.git(
+                ws,
+                &["config", "filter.strip.clean", "sh 'tools/strip it.sh'"],
+            );
+        },
+        &format!(
+            "{{ {SCRIPT_PAYLOAD}; cat 'tools/strip it.sh'; }} > t; cat t > 'tools/strip it.sh'; \
+             echo b >> a.txt; echo PLANTED"
+        ),
+        &["add", "-A"],
         Confined::Blocked,
     );
 }

@@ -164,17 +164,82 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     let mut words: Vec<CommandWord> = Vec::new();
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
-        for word in shell_words(line) {
+        let line = top_read_as_dot(line);
+        // A quoted word with a blank in it (`sh 'tools/strip it.sh'`) is offered whole
+        // too, held only when a file is there: the same quotes may hold a shell line
+        // (`sh -c 'a.sh && b.sh'`), whose words the plain split offers.
+        let quoted = quoted_words(&line)
+            .into_iter()
+            .filter(|w| w.iter().any(u8::is_ascii_whitespace))
+            .map(|w| (w, false));
+        let plain = shell_words(&line).into_iter().map(|w| (w, true));
+        for (word, may_be_absent) in plain.chain(quoted) {
             let word = match word.iter().rposition(|b| *b == b'=') {
                 Some(at) => word[at + 1..].to_vec(),
                 None if word.first() == Some(&b'-') => continue,
                 None => word,
             };
             if may_name_a_file(&word) && !words.iter().any(|w| w.word == word) {
-                let is_path = word.contains(&b'/');
+                let is_path = may_be_absent && word.contains(&b'/');
                 words.push(CommandWord { word, is_path });
             }
         }
+    }
+    words
+}
+
+/// How a shell line spells the top of the work tree, where git runs these commands:
+/// `"$(git rev-parse --show-toplevel)/tools/fmt.sh"` left the word `/tools/fmt.sh`,
+/// taken for an absolute path, and the script the agent's to write (round eighteen's
+/// second review).
+const TOP_SPELLINGS: &[&[u8]] = &[
+    b"$(git rev-parse --show-toplevel)",
+    b"`git rev-parse --show-toplevel`",
+    b"$(git rev-parse --show-cdup)",
+    b"`git rev-parse --show-cdup`",
+];
+
+/// `line` with each of [`TOP_SPELLINGS`] read as `.` (`./` for `--show-cdup`, which
+/// prints the way up with its `/`, or nothing).
+fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    'bytes: while i < line.len() {
+        for spelling in TOP_SPELLINGS {
+            if line[i..].starts_with(spelling) {
+                let cdup = spelling.ends_with(b"cdup)") || spelling.ends_with(b"cdup`");
+                out.extend_from_slice(if cdup { b"./" } else { b"." });
+                i += spelling.len();
+                continue 'bytes;
+            }
+        }
+        out.push(line[i]);
+        i += 1;
+    }
+    out
+}
+
+/// `line` split where a shell would split it outside quotes (blanks and operators),
+/// the quotes taken off: `sh 'tools/strip it.sh'` gives `tools/strip it.sh`.
+fn quoted_words(line: &[u8]) -> Vec<Vec<u8>> {
+    let mut words = Vec::new();
+    let mut word = Vec::new();
+    let mut quote: Option<u8> = None;
+    for &b in line {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => word.push(b),
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if b.is_ascii_whitespace() || b";&|()<>`".contains(&b) => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            None => word.push(b),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
     }
     words
 }
@@ -402,6 +467,27 @@ mod tests {
                 "tools/xfer.sh",
                 "tools/c.sh",
                 "tools/s.sh",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_top_spelled_by_rev_parse_and_quoted_blanks_are_read() {
+        let text = b"[alias]\n\ta = !sh \\\"$(git rev-parse --show-toplevel)/tools/a.sh\\\"\n\
+            \tb = !`git rev-parse --show-cdup`tools/b.sh\n\
+            \tc = !sh 'tools/c d.sh' && sh -c 'x/e.sh && f.sh'\n";
+        assert_eq!(
+            words(text),
+            [
+                ("sh".into(), false),
+                ("./tools/a.sh".into(), true),
+                ("./tools/b.sh".into(), true),
+                ("tools/c".into(), true),
+                ("d.sh".into(), false),
+                ("x/e.sh".into(), true),
+                ("f.sh".into(), false),
+                ("tools/c d.sh".into(), false),
+                ("x/e.sh && f.sh".into(), false),
             ]
         );
     }
