@@ -24,12 +24,21 @@
 //! * **Words the split misread**: `"$(git rev-parse --show-toplevel)/tools/fmt.sh"` left
 //!   `/tools/fmt.sh`, taken for an absolute path; `sh 'tools/strip it.sh'` was split at
 //!   its blank.
+//! * **The ledger's CPU budget, per git.** Round eighteen stopped a git of coder's past
+//!   60 s of CPU, but a snapshot runs one `git add` per repository nested in the
+//!   workspace (up to 256): each nested repository's `.gitignore` sized to hold its add
+//!   just under the budget held the ledger for as many budgets, in the run and in every
+//!   later run's "before". The gits of one snapshot, and of the "after" with its diffs,
+//!   share one budget now. (coder's own git, unconfined: as root only, no control mode.)
 
 mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
 use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::{Bounded, Fake};
+use serde_json::{Value, json};
 
 const REPO: RepoStyle = RepoStyle {
     prefix: "coder-r18b-",
@@ -328,4 +337,98 @@ fn a_quoted_script_name_with_a_space_is_not_the_agents_to_write() {
         &["add", "-A"],
         Confined::Blocked,
     );
+}
+
+/// `git` as the test user in `dir`, which must succeed.
+fn git_in(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output_bounded();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// The CPU time this process's reaped children have used.
+fn children_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).unwrap();
+    let micros = |t: nix::sys::time::TimeVal| {
+        Duration::from_micros((t.tv_sec() * 1_000_000 + t.tv_usec()) as u64)
+    };
+    micros(usage.user_time()) + micros(usage.system_time())
+}
+
+/// An earlier run's agent left eight repositories nested in the workspace (no commit
+/// yet, so each is a part of its own to the ledger), each with a `.gitignore` of 20,000
+/// patterns and 1,000 new files: each one's `git add` stays under the CPU budget (1 s
+/// here, through the debug builds' `CODER_TEST_GIT_CPU_BUDGET_MS`; 60 s in a release),
+/// and together they spend more than twice it. With a budget per git, the ledger took
+/// them all, in the "before" and again in the "after" (with 256 nested repositories,
+/// 256 budgets each); now its gits share one, the "before" is stopped, the plain walk
+/// measures the run and a warning says why. Control: the user's own `git add` of the
+/// nested repositories takes more CPU than the budget between them, less in each.
+#[test]
+fn nested_repositories_do_not_multiply_the_ledgers_cpu_budget() {
+    const BUDGET: Duration = Duration::from_millis(1000);
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../a.txt", "text": "changed\n"},
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    std::fs::write(ws.join(".gitignore"), ".fake-claude/\n").unwrap();
+    git_in(ws, &["init", "-q"]);
+    git_in(ws, &["add", "-A"]);
+    git_in(ws, &["commit", "-qm", "start"]);
+    let patterns: String = (0..20_000)
+        .map(|i| format!("*a*b*c*d*e*f*g*h*{i}\n"))
+        .collect();
+    let nested: Vec<_> = (0..8).map(|n| ws.join(format!("n{n}"))).collect();
+    for dir in &nested {
+        std::fs::create_dir(dir).unwrap();
+        git_in(dir, &["init", "-q"]);
+        std::fs::write(dir.join(".gitignore"), &patterns).unwrap();
+        for f in 0..1000 {
+            std::fs::write(dir.join(format!("f{f}.txt")), "x\n").unwrap();
+        }
+    }
+    // Control: each nested repository's `git add` stays under the budget, all of them
+    // together do not.
+    let mut total = Duration::ZERO;
+    for dir in &nested {
+        let before = children_cpu();
+        git_in(dir, &["add", "-A", "--dry-run"]);
+        let spent = children_cpu() - before;
+        assert!(spent < BUDGET / 2, "control: one git add took {spent:?}");
+        total += spent;
+    }
+    assert!(
+        total > BUDGET * 2,
+        "control: the git adds took {total:?} in all"
+    );
+    let out = fake
+        .coder()
+        .env(
+            "CODER_TEST_GIT_CPU_BUDGET_MS",
+            BUDGET.as_millis().to_string(),
+        )
+        .args(["task"])
+        .deadline(Duration::from_secs(300))
+        .run();
+    out.assert_success("done");
+    let warned = out.envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|w| w.contains("s of CPU time"));
+    assert!(warned, "{}", out.explain());
+    let listed = out.envelope["changes"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["path"] == "a.txt" && f["status"] == "modified");
+    assert!(listed, "{}", out.explain());
 }
