@@ -30,6 +30,21 @@
 //!   just under the budget held the ledger for as many budgets, in the run and in every
 //!   later run's "before". The gits of one snapshot, and of the "after" with its diffs,
 //!   share one budget now. (coder's own git, unconfined: as root only, no control mode.)
+//! * **A read-only git dir left for the next run.** An agent that left
+//!   `.git/worktrees/x` with a `HEAD` and mode 0555 failed every later unprivileged
+//!   run's setup: the scan could not make its placeholders there, and failed closed,
+//!   since the directory is the user's (who may `chmod` it). coder gives the owner's
+//!   write and search bits back now, and says so.
+//!
+//! Blocked by the defences already there (kept as tests): a placeholder's directory
+//! made read-only by one run's agent, to free the name for the next run's; a nested
+//! repository made read-only without `hooks/` (the end-of-run git guard moves it away).
+//! Looked at, nothing found: `nobody_may_create` (another user's directory or a
+//! read-only mount): the agent runs with coder's user's credentials and no capability
+//! over a directory of another user, its mounts keep the read-only flag (cloned
+//! recursively), and the directories on the way to a held name are pinned, so it cannot
+//! be renamed and replaced; a "before" that falls back to the plain walk is flagged
+//! (`truncated`, a warning, and `--scope` fails on a cut walk), not silent.
 
 mod common;
 
@@ -431,4 +446,91 @@ fn nested_repositories_do_not_multiply_the_ledgers_cpu_budget() {
         .flatten()
         .any(|f| f["path"] == "a.txt" && f["status"] == "modified");
     assert!(listed, "{}", out.explain());
+}
+
+/// A filter driver names `tools/strip.sh`, absent in the user's `tools/`: the first run's
+/// agent makes `tools/` read-only (its owner may `chmod` it; Landlock does not mediate
+/// metadata), so that coder cannot remove its placeholder after the run, and the next
+/// run's agent gives the mode back, removes the placeholder and writes the script; the
+/// user's next `git add` ran it. Also: every later run must still start.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_placeholders_directory_made_read_only_does_not_free_the_name_in_a_later_run() {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.own_file(&ws, "tools/keep", "");
+            fx.own_file(&ws, ".gitattributes", "*.txt filter=strip\n");
+            fx.own_file(&ws, "a.txt", "a\n");
+            fx.git(&ws, &["config", "filter.strip.clean", "sh tools/strip.sh"]);
+            let first = "chmod 555 tools; echo PLANTED";
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], first)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "nobody={nobody} {mode} first run: {out}");
+            let left = std::fs::symlink_metadata(ws.join("tools/strip.sh")).is_ok();
+            let second = format!(
+                "chmod 755 tools; rm -f tools/strip.sh; \
+                 {{ {SCRIPT_PAYLOAD}; echo cat; }} > tools/strip.sh; echo b >> a.txt; \
+                 echo PLANTED"
+            );
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], &second)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(
+                rc, 0,
+                "nobody={nobody} {mode} second run (left: {left}): {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, &["add", "-A"]);
+            let ran = fx.marker().exists();
+            assert_eq!(
+                ran,
+                mode == "danger-full-access",
+                "nobody={nobody} {mode}: the user's git ran the payload: {ran} \
+                 (placeholder left after the first run: {left})\n{out}\n{git_out}"
+            );
+        }
+    }
+}
+
+/// The agent leaves a git dir that lacks `hooks/` (and `config`) and that it made
+/// read-only (`chmod 555`): a new nested repository, a linked worktree's git dir, a
+/// submodule's. The next run must make placeholders there, which an unprivileged coder
+/// could not (the directory is its own user's, so the scan failed closed rather than
+/// skip it): every later run failed at setup. It must still start.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_read_only_git_dir_the_agent_left_does_not_stop_later_runs() {
+    let variants = [
+        "git init -q sub && rm -rf sub/.git/hooks sub/.git/info && chmod 555 sub/.git",
+        "mkdir -p .git/worktrees/x && echo 'ref: refs/heads/master' > .git/worktrees/x/HEAD \
+         && chmod 555 .git/worktrees/x",
+        "mkdir -p .git/modules/y && echo 'ref: refs/heads/master' > .git/modules/y/HEAD \
+         && chmod 555 .git/modules/y",
+    ];
+    for (nobody, variant) in sandbox_fixture::arms()
+        .into_iter()
+        .flat_map(|nobody| variants.iter().map(move |v| (nobody, v)))
+    {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let first = format!("{variant}; echo PLANTED");
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], &first)
+                .env("M", fx.marker()),
+        );
+        assert_eq!(rc, 0, "nobody={nobody} {variant}: first run: {out}");
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], "echo SECOND")
+                .env("M", fx.marker()),
+        );
+        assert!(
+            rc == 0 && out.contains("SECOND"),
+            "nobody={nobody} {variant}: the next run did not start: {rc}\n{out}"
+        );
+    }
 }

@@ -1925,6 +1925,25 @@ impl Walker<'_, '_> {
         let st = match create_placeholder(dir, name, kind) {
             Ok(st) => st,
             Err(e) if nobody_may_create(dir, e) => return Ok(None),
+            // The directory is coder's user's, who (and so the agent) took its own write
+            // or search bit away: an agent that left a `.git/worktrees/x` with a `HEAD`
+            // and mode 0555 failed every later unprivileged run's setup here (round
+            // eighteen's second review). The owner's bits are given back, as the end-of-
+            // run git guard does, and said.
+            Err(e @ (Errno::EACCES | Errno::EPERM)) => {
+                let Some(mode) = restore_owner_write(dir) else {
+                    return Err(walk_error(path, "create placeholder", e));
+                };
+                self.out.warnings.push(format!(
+                    "{} was not writable by its owner (mode {mode:o}): the sandbox gave the \
+                     owner write and search permission back, to hold {} absent",
+                    path.parent().unwrap_or(path).display(),
+                    path.display()
+                ));
+                self.before_placeholder(dir, name, path)?;
+                create_placeholder(dir, name, kind)
+                    .map_err(|e| walk_error(path, "create placeholder", e))?
+            }
             Err(e) => return Err(walk_error(path, "create placeholder", e)),
         };
         self.out.placeholders.push(Placeholder {
@@ -2365,6 +2384,27 @@ fn nobody_may_create(dir: BorrowedFd<'_>, err: Errno) -> bool {
         }
         _ => false,
     }
+}
+
+/// Gives the owner of the directory open as `dir` (an `O_PATH` descriptor) write and
+/// search permission when coder's user owns it and it lacks one of them: the mode it had
+/// before, or `None` when nothing was changed.
+fn restore_owner_write(dir: BorrowedFd<'_>) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    let st = fstat(dir).ok()?;
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != nix::unistd::geteuid().as_raw()
+        || file_kind(&st) != Kind::Dir
+        || mode & 0o300 == 0o300
+    {
+        return None;
+    }
+    // The directory itself through its descriptor's link (`fchmod` refuses an `O_PATH`
+    // descriptor): no name is looked up again.
+    let link = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    fs::set_permissions(link, fs::Permissions::from_mode(mode | 0o300)).ok()?;
+    Some(mode)
 }
 
 fn create_placeholder(
