@@ -30,6 +30,9 @@
 //!   just under the budget held the ledger for as many budgets, in the run and in every
 //!   later run's "before". The gits of one snapshot, and of the "after" with its diffs,
 //!   share one budget now. (coder's own git, unconfined: as root only, no control mode.)
+//! * **A template directory in the workspace.** The global `init.templateDir` naming a
+//!   dotfiles workspace's `git-templates`: git copies its hooks into every repository
+//!   the user makes, and the user's next `git clone` ran the agent's `post-checkout`.
 //! * **A read-only git dir left for the next run.** An agent that left
 //!   `.git/worktrees/x` with a `HEAD` and mode 0555 failed every later unprivileged
 //!   run's setup: the scan could not make its placeholders there, and failed closed,
@@ -533,4 +536,30 @@ fn a_read_only_git_dir_the_agent_left_does_not_stop_later_runs() {
             "nobody={nobody} {variant}: the next run did not start: {rc}\n{out}"
         );
     }
+}
+
+/// The user's global `init.templateDir` names a directory of the workspace (a dotfiles
+/// repository's `git-templates`, whose `hooks/` git copies into every repository it
+/// makes): the agent writes `git-templates/hooks/post-checkout`, and the user's next
+/// `git clone`, anywhere, ran it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_template_directory_in_the_workspace_is_not_the_agents_to_write() {
+    attack(
+        "init.templateDir",
+        |fx, ws| {
+            fx.own_file(ws, "git-templates/hooks/.keep", "");
+            let text = format!(
+                "[init]\n\ttemplateDir = {}\n",
+                ws.join("git-templates").display()
+            );
+            global_config(fx, &text);
+        },
+        &format!(
+            "{{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > git-templates/hooks/post-checkout; \
+             chmod +x git-templates/hooks/post-checkout; echo PLANTED"
+        ),
+        &["clone", "-q", ".", "../clone"],
+        Confined::Blocked,
+    );
 }

@@ -1,7 +1,8 @@
 //! What a git config text names that the sandbox must hold out of the agent's reach: the
 //! files it includes, the files of the work tree its commands run (a filter driver's
-//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`), and the directory it
-//! runs hooks from (`core.hooksPath`).
+//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`), and the directories
+//! it runs hooks from (`core.hooksPath`) or copies into new repositories
+//! (`init.templateDir`).
 //!
 //! The reading is lenient, unlike [`super::gitconfig`]'s strict parser: that one decides
 //! what of an agent's config may be *kept*, so anything odd keeps nothing; this one
@@ -131,6 +132,20 @@ pub(super) fn hooks_paths(text: &[u8]) -> Vec<Vec<u8>> {
         .into_iter()
         .filter(|e| {
             e.section == b"core" && e.key.eq_ignore_ascii_case(b"hookspath") && !e.value.is_empty()
+        })
+        .map(|e| e.value)
+        .collect()
+}
+
+/// Every `init.templateDir` of the text: the directory whose `hooks/` and `config` git
+/// copies into each repository it makes (`git init`, `git clone`).
+pub(super) fn template_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    entries(text)
+        .into_iter()
+        .filter(|e| {
+            e.section == b"init"
+                && e.key.eq_ignore_ascii_case(b"templatedir")
+                && !e.value.is_empty()
         })
         .map(|e| e.value)
         .collect()
@@ -508,6 +523,16 @@ mod tests {
         assert_eq!(
             hooks_paths(text),
             [b"scripts/hooks".to_vec(), b"~/h".to_vec()]
+        );
+    }
+
+    #[test]
+    fn every_template_dir_is_read() {
+        let text = b"[init]\n\ttemplateDir = ~/dotfiles/git-templates\n\
+            [Init] TemplateDir = /x\n[core]\n\ttemplateDir = no\n";
+        assert_eq!(
+            template_dirs(text),
+            [b"~/dotfiles/git-templates".to_vec(), b"/x".to_vec()]
         );
     }
 

@@ -1351,7 +1351,7 @@ impl<'a> Walker<'a, '_> {
                     self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
                 }
             }
-            Kind::Dir if named_by == NamedBy::HooksDir => {
+            Kind::Dir if named_by == NamedBy::HeldDir => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
             }
             Kind::Dir | Kind::Other => {}
@@ -1394,7 +1394,7 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
-        if file_kind(&st) == Kind::Dir && named_by == NamedBy::HooksDir {
+        if file_kind(&st) == Kind::Dir && named_by == NamedBy::HeldDir {
             self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
         } else if file_kind(&st) == Kind::File {
             self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
@@ -1457,7 +1457,7 @@ impl<'a> Walker<'a, '_> {
                 Some(&dir) == walk.work_tree.as_ref() || self.tree.root.starts_with(&dir)
             });
             if !whole {
-                self.guard_include(&target, depth, walk, NamedBy::HooksDir)?;
+                self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
                 continue;
             }
             for hook in config_text::GIT_HOOK_NAMES {
@@ -1465,6 +1465,27 @@ impl<'a> Walker<'a, '_> {
                 if fs::symlink_metadata(&hook).is_ok() && walk.commands.insert(hook.clone()) {
                     self.guard_include(&hook, depth, walk, NamedBy::Command)?;
                 }
+            }
+        }
+        // The template directory, whose `hooks/` and `config` git copies into every
+        // repository the user makes: the global `init.templateDir` of a dotfiles
+        // workspace's `git-templates` let the agent write a `post-checkout` the user's
+        // next `git clone` ran, anywhere (round eighteen's second review). Held whole,
+        // unless it holds this tree.
+        for value in config_text::template_dirs(text) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            let target = match &walk.work_tree {
+                Some(top) => top.join(named),
+                None if named.is_absolute() => named,
+                None => continue,
+            };
+            let holds_tree = fs::canonicalize(&target)
+                .ok()
+                .is_some_and(|dir| self.tree.root.starts_with(&dir));
+            if !holds_tree && walk.commands.insert(target.clone()) {
+                self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
             }
         }
         let Some(top) = walk.work_tree.clone() else {
@@ -1574,7 +1595,9 @@ impl<'a> Walker<'a, '_> {
                 NamedBy::Config => "the repository's git config includes",
                 NamedBy::Link => "a link in a directory held read-only names",
                 NamedBy::Command => "a command of the repository's git config names",
-                NamedBy::HooksDir => "a `core.hooksPath` of a git config names",
+                NamedBy::HeldDir => {
+                    "a `core.hooksPath` or `init.templateDir` of a git config names"
+                }
             };
             self.out.warnings.push(format!(
                 "{}, which {by}, did not exist: the sandbox holds it absent for this run \
@@ -2065,9 +2088,10 @@ enum NamedBy {
     /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
     /// is not read; one outside this tree is another writable tree's to hold.
     Command,
-    /// A `core.hooksPath` of a git config: the directory is held whole (read-only), or
-    /// absent; one outside this tree is another writable tree's to hold.
-    HooksDir,
+    /// A `core.hooksPath` or `init.templateDir` of a git config: the directory is held
+    /// whole (read-only), or absent; one outside this tree is another writable tree's to
+    /// hold.
+    HeldDir,
 }
 
 /// One walk of git configs and what they include ([`Walker::guard_includes`]).
