@@ -38,6 +38,11 @@
 //!   run's setup: the scan could not make its placeholders there, and failed closed,
 //!   since the directory is the user's (who may `chmod` it). coder gives the owner's
 //!   write and search bits back now, and says so.
+//! * **A git dir of a `HEAD` alone.** The scan took every `.git/modules/*` with a
+//!   `HEAD` for a git dir and read its config; the end-of-run guard asks git's own test
+//!   (`HEAD` and `objects` and `refs`, or `commondir`). The agent left a `HEAD` and a
+//!   `config` whose commands named more files than the scan takes: every later run
+//!   failed at setup.
 //!
 //! Blocked by the defences already there (kept as tests): a placeholder's directory
 //! made read-only by one run's agent, to free the name for the next run's; a nested
@@ -562,4 +567,63 @@ fn a_template_directory_in_the_workspace_is_not_the_agents_to_write() {
         &["clone", "-q", ".", "../clone"],
         Confined::Blocked,
     );
+}
+
+/// The agent plants a git dir of its own where the scan reads configs: a `HEAD` alone in
+/// `.git/worktrees/x` or `.git/modules/y` (no git reads that config, and the end-of-run
+/// guard, git's test, leaves it), or a whole one in `.git/modules/z` (the guard makes its
+/// config inert), whose commands name more files than the scan takes, or whose includes
+/// are more than it reads: every later run must still start. The `HEAD`-only module
+/// failed every later run at setup.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_dir_the_agent_planted_does_not_stop_later_runs_by_its_commands() {
+    let words: String = (0..1100).map(|n| format!(" d{n}/x")).collect();
+    let includes: String = (0..300)
+        .map(|n| format!("[include]\\n\\tpath = i{n}\\n"))
+        .collect();
+    let variants = [
+        format!(
+            "mkdir -p .git/worktrees/x && echo 'ref: refs/heads/master' > .git/worktrees/x/HEAD \
+             && printf '[alias]\\n\\ta = !sh{words}\\n' > .git/worktrees/x/config.worktree"
+        ),
+        format!(
+            "mkdir -p .git/modules/y && echo 'ref: refs/heads/master' > .git/modules/y/HEAD \
+             && printf '[core]\\n\\tworktree = ../../..\\n[alias]\\n\\ta = !sh{words}\\n' \
+             > .git/modules/y/config"
+        ),
+        format!(
+            "mkdir -p .git/modules/z/objects .git/modules/z/refs \
+             && echo 'ref: refs/heads/master' > .git/modules/z/HEAD \
+             && printf '[core]\\n\\tworktree = ../../..\\n[alias]\\n\\ta = !sh{words}\\n' \
+             > .git/modules/z/config"
+        ),
+        format!(
+            "mkdir -p .git/worktrees/w && echo 'ref: refs/heads/master' > .git/worktrees/w/HEAD \
+             && printf '{includes}' > .git/worktrees/w/config.worktree"
+        ),
+    ];
+    for (nobody, variant) in sandbox_fixture::arms()
+        .into_iter()
+        .flat_map(|nobody| variants.iter().map(move |v| (nobody, v)))
+    {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let first = format!("{variant}; echo PLANTED");
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], &first)
+                .env("M", fx.marker()),
+        );
+        assert_eq!(rc, 0, "nobody={nobody}: first run: {out}");
+        let _ = std::fs::read_dir(ws.join(".git/modules/y")).map(|d| d.count());
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], "ls; echo SECOND")
+                .env("M", fx.marker()),
+        );
+        assert!(
+            rc == 0 && out.contains("SECOND") && !out.contains("d10"),
+            "nobody={nobody} {}: the next run: {rc}\n{out}",
+            &variant[..40]
+        );
+    }
 }

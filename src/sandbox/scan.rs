@@ -1177,7 +1177,10 @@ impl<'a> Walker<'a, '_> {
     fn nested_git_dirs(&mut self, rel: &Path) -> Result<(), SandboxError> {
         let worktrees = rel.join("worktrees");
         for name in self.child_dirs(&worktrees)? {
-            self.guard_git_dir(&worktrees.join(name))?;
+            let child = worktrees.join(name);
+            if self.is_git_dir_at(&child)? {
+                self.guard_git_dir(&child)?;
+            }
         }
         let mut pending = vec![(rel.join("modules"), 0usize)];
         while let Some((dir, depth)) = pending.pop() {
@@ -1190,10 +1193,7 @@ impl<'a> Walker<'a, '_> {
             }
             for name in self.child_dirs(&dir)? {
                 let child = dir.join(name);
-                let fd = open_beneath(self.tree.fd, &child, OFlag::O_PATH | OFlag::O_DIRECTORY)
-                    .map_err(|e| walk_error(&self.tree.root.join(&child), "open", e))?;
-                let is_git_dir = fstatat(fd.as_fd(), "HEAD", AtFlags::AT_SYMLINK_NOFOLLOW).is_ok();
-                if is_git_dir {
+                if self.is_git_dir_at(&child)? {
                     self.guard_git_dir(&child)?;
                     // A submodule's own submodules live in its git dir's modules/.
                     pending.push((child.join("modules"), depth + 1));
@@ -1204,6 +1204,23 @@ impl<'a> Walker<'a, '_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the directory at `rel` is a git dir to git (and to the end-of-run git
+    /// guard): `HEAD`, and `commondir` or both `objects` and `refs`
+    /// ([`is_git_dir_listing`]). A `HEAD` alone was enough here, and the agent left a
+    /// `.git/modules/y` of a `HEAD` and a `config` whose commands named more files than
+    /// the scan takes: no git reads that config, the end-of-run guard (git's test) left
+    /// it, and every later run failed at setup (round eighteen's second review).
+    fn is_git_dir_at(&self, rel: &Path) -> Result<bool, SandboxError> {
+        let path = self.tree.root.join(rel);
+        let dir = match open_beneath(self.tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(false),
+            Err(e) => return Err(walk_error(&path, "open", e)),
+        };
+        let names = list_dir(&dir).map_err(|e| walk_error(&path, "list", e))?;
+        Ok(is_git_dir_listing(names.iter()))
     }
 
     /// Names of the subdirectories of `rel` (none when it does not exist).
@@ -3138,7 +3155,11 @@ mod tests {
         fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         fs::write(ws.join(".git/config"), "[core]").unwrap();
         fs::create_dir_all(ws.join(".git/modules/sub/objects")).unwrap();
+        fs::create_dir_all(ws.join(".git/modules/sub/refs")).unwrap();
         fs::write(ws.join(".git/modules/sub/HEAD"), "x").unwrap();
+        // Not a git dir to git (no `objects`, `refs` nor `commondir`): left alone.
+        fs::create_dir_all(ws.join(".git/modules/not")).unwrap();
+        fs::write(ws.join(".git/modules/not/HEAD"), "x").unwrap();
         fs::create_dir_all(ws.join("nested/.git")).unwrap();
         let protect = vec![".envrc".to_string(), ".claude/**".to_string()];
         let out = scan(&ws, &globs(), &protect, true).unwrap();
@@ -3162,6 +3183,10 @@ mod tests {
                 "{want} missing from {got:?}"
             );
         }
+        assert!(
+            !got.iter().any(|m| m.starts_with(".git/modules/not/")),
+            "{got:?}"
+        );
         assert_eq!(
             fs::read_link(ws.join(".git/config.worktree")).unwrap(),
             Path::new(ABSENT_TARGET)
