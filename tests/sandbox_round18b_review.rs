@@ -42,7 +42,11 @@
 //!   `HEAD` for a git dir and read its config; the end-of-run guard asks git's own test
 //!   (`HEAD` and `objects` and `refs`, or `commondir`). The agent left a `HEAD` and a
 //!   `config` whose commands named more files than the scan takes: every later run
-//!   failed at setup.
+//!   failed at setup. The same for `sub/.git` (a directory, or a `.git` file naming
+//!   one) of a `HEAD` alone; and worse: the next run's scan recorded such a `sub/.git`
+//!   as the user's, its agent completed it (`objects/`, `refs/`), the end-of-run guard
+//!   left the known repository alone, and the user's `git status` in `sub` ran the first
+//!   agent's `core.fsmonitor`.
 //!
 //! Blocked by the defences already there (kept as tests): a placeholder's directory
 //! made read-only by one run's agent, to free the name for the next run's; a nested
@@ -602,6 +606,15 @@ fn a_git_dir_the_agent_planted_does_not_stop_later_runs_by_its_commands() {
             "mkdir -p .git/worktrees/w && echo 'ref: refs/heads/master' > .git/worktrees/w/HEAD \
              && printf '{includes}' > .git/worktrees/w/config.worktree"
         ),
+        format!(
+            "mkdir -p sub/.git && echo 'ref: refs/heads/master' > sub/.git/HEAD \
+             && printf '[alias]\\n\\ta = !sh{words}\\n' > sub/.git/config"
+        ),
+        format!(
+            "mkdir -p gd t && echo 'ref: refs/heads/master' > gd/HEAD \
+             && echo 'gitdir: ../gd' > t/.git \
+             && printf '[alias]\\n\\ta = !sh{words}\\n' > gd/config"
+        ),
     ];
     for (nobody, variant) in sandbox_fixture::arms()
         .into_iter()
@@ -625,5 +638,44 @@ fn a_git_dir_the_agent_planted_does_not_stop_later_runs_by_its_commands() {
             "nobody={nobody} {}: the next run: {rc}\n{out}",
             &variant[..40]
         );
+    }
+}
+
+/// Two runs: the first run's agent leaves `sub/.git` holding a `HEAD` and a `config`
+/// with its `core.fsmonitor`, nothing else: git's test (and the end-of-run guard's) does
+/// not take it for a git dir, so the guard leaves it. The next run's scan guards it as
+/// the user's (every `.git` directory is), and its agent adds `objects/` and `refs/`:
+/// now git takes it, the guard leaves it as known, and the user's `git status` in `sub`
+/// ran the agent's fsmonitor.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_dir_completed_in_a_later_run_is_not_the_users() {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            let first = "mkdir -p sub/.git && echo 'ref: refs/heads/master' > sub/.git/HEAD \
+                 && printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\" > sub/.git/config; \
+                 echo PLANTED";
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], first)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "nobody={nobody} {mode} first run: {out}");
+            let second = "mkdir -p sub/.git/objects sub/.git/refs; echo PLANTED";
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], second)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "nobody={nobody} {mode} second run: {out}");
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws.join("sub"), &["status", "--short"]);
+            let ran = fx.marker().exists();
+            assert_eq!(
+                ran,
+                mode == "danger-full-access",
+                "nobody={nobody} {mode}: the user's git ran the payload: {ran}\n{out}\n{git_out}"
+            );
+        }
     }
 }

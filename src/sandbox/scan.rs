@@ -1050,26 +1050,30 @@ impl<'a> Walker<'a, '_> {
         let git_dir = match file_kind(st) {
             Kind::Dir => {
                 self.push(mask(path.clone(), MaskKind::Pin, st, false))?;
-                self.guard_git_dir(rel)?;
+                let is_git_dir = self.guard_git_dir(rel)?;
                 self.nested_git_dirs(rel)?;
                 if top {
                     self.check_commondir(&path, rel)?;
                 }
-                Some(path.clone())
+                is_git_dir.then(|| path.clone())
             }
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
                 self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = read_gitfile(parent, &path)?;
+                // Asked before the guard makes placeholders (a `commondir`) there.
+                let is_git_dir = target.as_deref().is_some_and(is_git_dir_path);
                 self.git_pointer(&path, target.clone(), top)?;
-                target
+                target.filter(|_| is_git_dir)
             }
             Kind::Symlink => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
                 self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = fs::canonicalize(&path).ok();
+                // Asked before the guard makes placeholders (a `commondir`) there.
+                let is_git_dir = target.as_deref().is_some_and(is_git_dir_path);
                 self.git_pointer(&path, target.clone(), top)?;
-                target
+                target.filter(|_| is_git_dir)
             }
             Kind::Other => None,
         };
@@ -1243,13 +1247,23 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// Read-only `config`, `config.worktree`, `commondir`, `hooks/`, `info/`, `remotes/`,
-    /// `branches/` in the git dir at `rel`, with placeholders for the absent ones.
-    fn guard_git_dir(&mut self, rel: &Path) -> Result<(), SandboxError> {
+    /// `branches/` in the git dir at `rel`, with placeholders for the absent ones; whether
+    /// git took it for a git dir when the scan came.
+    fn guard_git_dir(&mut self, rel: &Path) -> Result<bool, SandboxError> {
         let path = self.tree.root.join(rel);
         let dir = open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
             .map_err(|e| walk_error(&path, "open", e))?;
         let st = nix::sys::stat::fstat(dir.as_fd()).map_err(|e| walk_error(&path, "inspect", e))?;
-        self.out.git_known.push((st.st_dev, st.st_ino));
+        // Known (the end-of-run guard leaves it as the user's) only when git takes it for a
+        // git dir now, before any placeholder is made in it: a `sub/.git` of a `HEAD` and
+        // the agent's `config` alone, left by one run (the guard, git's test, passed it
+        // by), was guarded as the user's by the next, whose agent added `objects/` and
+        // `refs/`, and the user's `git status` in `sub` ran its fsmonitor (round
+        // eighteen's second review).
+        let is_git_dir = self.is_git_dir_at(rel)?;
+        if is_git_dir {
+            self.out.git_known.push((st.st_dev, st.st_ino));
+        }
         for (name, absent) in GIT_GUARDED_FILES {
             self.guard_entry(dir.as_fd(), &path.join(name), name, absent)?;
         }
@@ -1266,11 +1280,16 @@ impl<'a> Walker<'a, '_> {
                 .and_then(|text| config_text::core_worktree(&text))
                 .and_then(|named| fs::canonicalize(path.join(OsStr::from_bytes(&named))).ok())
         };
-        let mut walk = ConfigWalk::new(work_tree);
-        for name in ["config", "config.worktree"] {
-            self.guard_includes(&path.join(name), &path, 0, &mut walk)?;
+        // Its configs only when git reads them: those of a `HEAD` and a `config` alone,
+        // which the agent of an earlier run may leave (the end-of-run guard asks git's
+        // test too), named more files than the scan takes, and failed every later run.
+        if is_git_dir {
+            let mut walk = ConfigWalk::new(work_tree);
+            for name in ["config", "config.worktree"] {
+                self.guard_includes(&path.join(name), &path, 0, &mut walk)?;
+            }
         }
-        Ok(())
+        Ok(is_git_dir)
     }
 
     /// The files of this tree that the git config at `config` includes (`include.path`,
@@ -2425,6 +2444,15 @@ fn nobody_may_create(dir: BorrowedFd<'_>, err: Errno) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether the directory at `path` (anywhere, looked at by name) is a git dir to git
+/// ([`is_git_dir_listing`]).
+fn is_git_dir_path(path: &Path) -> bool {
+    fs::read_dir(path).is_ok_and(|entries| {
+        let names: Vec<OsString> = entries.flatten().map(|e| e.file_name()).collect();
+        is_git_dir_listing(names.iter())
+    })
 }
 
 /// Gives the owner of the directory open as `dir` (an `O_PATH` descriptor) write and
