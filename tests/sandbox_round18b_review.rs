@@ -50,7 +50,8 @@
 //!
 //! Blocked by the defences already there (kept as tests): a placeholder's directory
 //! made read-only by one run's agent, to free the name for the next run's; a nested
-//! repository made read-only without `hooks/` (the end-of-run git guard moves it away).
+//! repository made read-only without `hooks/` (the end-of-run git guard moves it away);
+//! a held script written through a hard link of it elsewhere in the work tree.
 //! Looked at, nothing found: `nobody_may_create` (another user's directory or a
 //! read-only mount): the agent runs with coder's user's credentials and no capability
 //! over a directory of another user, its mounts keep the read-only flag (cloned
@@ -678,4 +679,24 @@ fn a_git_dir_completed_in_a_later_run_is_not_the_users() {
             );
         }
     }
+}
+
+/// The script an alias runs has a second name in the work tree (a hard link): the agent
+/// appends its payload through that name. (Held: the scan holds every name of a held
+/// file it finds in the tree.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_command_script_is_not_written_through_its_other_name() {
+    attack(
+        "alias script, hard link",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt.sh", "true\n");
+            fx.own_file(ws, "notes/keep", "");
+            std::fs::hard_link(ws.join("tools/fmt.sh"), ws.join("notes/copy.txt")).unwrap();
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/fmt.sh"]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> notes/copy.txt; echo PLANTED"),
+        &["fmt"],
+        Confined::Blocked,
+    );
 }
