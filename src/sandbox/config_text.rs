@@ -1,6 +1,8 @@
 //! What a git config text names that the sandbox must hold out of the agent's reach: the
-//! files it includes, and the files of the work tree its commands run (a filter driver's
-//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`).
+//! files it includes, the files of the work tree its commands run (a filter driver's
+//! `sh tools/strip.sh`, an `!` alias, a relative `core.fsmonitor`), and the directories
+//! it runs hooks from (`core.hooksPath`) or copies into new repositories
+//! (`init.templateDir`).
 //!
 //! The reading is lenient, unlike [`super::gitconfig`]'s strict parser: that one decides
 //! what of an agent's config may be *kept*, so anything odd keeps nothing; this one
@@ -14,6 +16,39 @@
 //! ([`command_words`]), and the scan holds those that name a file of a tree (one with a
 //! `/` even when it does not exist yet). What such a script runs in turn is not followed
 //! (SECURITY.md, Known limits).
+
+/// The hook names git runs (githooks(5)), held when the hooks directory is the
+/// workspace itself (`core.hooksPath = .`).
+pub(super) const GIT_HOOK_NAMES: [&str; 28] = [
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
 
 /// One `key = value` of a git config text, its section's name lowercased (the
 /// subsection, `"strip"` of `[filter "strip"]`, is not kept: no rule here needs it).
@@ -31,6 +66,7 @@ const COMMAND_KEYS: &[(&[u8], &[&[u8]])] = &[
     (
         b"core",
         &[
+            b"alternaterefscommand",
             b"askpass",
             b"editor",
             b"fsmonitor",
@@ -43,8 +79,16 @@ const COMMAND_KEYS: &[(&[u8], &[&[u8]])] = &[
     (b"diff", &[b"command", b"external", b"textconv"]),
     (b"difftool", &[b"cmd", b"path"]),
     (b"filter", &[b"clean", b"process", b"smudge"]),
-    (b"gpg", &[b"program"]),
+    // `gpg.program`, `gpg.<format>.program`, `gpg.ssh.defaultKeyCommand`.
+    (b"gpg", &[b"defaultkeycommand", b"program"]),
+    (b"guitool", &[b"cmd"]),
+    // Config-based hooks (`hook.<name>.command`, newer gits).
+    (b"hook", &[b"command"]),
+    (b"imap", &[b"tunnel"]),
+    (b"instaweb", &[b"httpd"]),
     (b"interactive", &[b"difffilter"]),
+    // git-lfs: `lfs.customtransfer.<name>.path`, `lfs.extension.<name>.clean`/`smudge`.
+    (b"lfs", &[b"clean", b"path", b"smudge"]),
     (b"man", &[b"cmd", b"path"]),
     (b"merge", &[b"driver"]),
     (b"mergetool", &[b"cmd", b"path"]),
@@ -81,6 +125,32 @@ pub(super) fn include_paths(text: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Every `core.hooksPath` of the text: the directory git runs hooks from, relative to the
+/// top of the work tree (git takes the last of all its configs; each is held).
+pub(super) fn hooks_paths(text: &[u8]) -> Vec<Vec<u8>> {
+    entries(text)
+        .into_iter()
+        .filter(|e| {
+            e.section == b"core" && e.key.eq_ignore_ascii_case(b"hookspath") && !e.value.is_empty()
+        })
+        .map(|e| e.value)
+        .collect()
+}
+
+/// Every `init.templateDir` of the text: the directory whose `hooks/` and `config` git
+/// copies into each repository it makes (`git init`, `git clone`).
+pub(super) fn template_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    entries(text)
+        .into_iter()
+        .filter(|e| {
+            e.section == b"init"
+                && e.key.eq_ignore_ascii_case(b"templatedir")
+                && !e.value.is_empty()
+        })
+        .map(|e| e.value)
+        .collect()
+}
+
 /// The last `core.worktree` of the text (git takes the last), when it has one: a git dir
 /// not named `.git` (a submodule's `.git/modules/x`) finds its work tree by it.
 pub(super) fn core_worktree(text: &[u8]) -> Option<Vec<u8>> {
@@ -109,17 +179,82 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     let mut words: Vec<CommandWord> = Vec::new();
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
-        for word in shell_words(line) {
+        let line = top_read_as_dot(line);
+        // A quoted word with a blank in it (`sh 'tools/strip it.sh'`) is offered whole
+        // too, held only when a file is there: the same quotes may hold a shell line
+        // (`sh -c 'a.sh && b.sh'`), whose words the plain split offers.
+        let quoted = quoted_words(&line)
+            .into_iter()
+            .filter(|w| w.iter().any(u8::is_ascii_whitespace))
+            .map(|w| (w, false));
+        let plain = shell_words(&line).into_iter().map(|w| (w, true));
+        for (word, may_be_absent) in plain.chain(quoted) {
             let word = match word.iter().rposition(|b| *b == b'=') {
                 Some(at) => word[at + 1..].to_vec(),
                 None if word.first() == Some(&b'-') => continue,
                 None => word,
             };
             if may_name_a_file(&word) && !words.iter().any(|w| w.word == word) {
-                let is_path = word.contains(&b'/');
+                let is_path = may_be_absent && word.contains(&b'/');
                 words.push(CommandWord { word, is_path });
             }
         }
+    }
+    words
+}
+
+/// How a shell line spells the top of the work tree, where git runs these commands:
+/// `"$(git rev-parse --show-toplevel)/tools/fmt.sh"` left the word `/tools/fmt.sh`,
+/// taken for an absolute path, and the script the agent's to write (round eighteen's
+/// second review).
+const TOP_SPELLINGS: &[&[u8]] = &[
+    b"$(git rev-parse --show-toplevel)",
+    b"`git rev-parse --show-toplevel`",
+    b"$(git rev-parse --show-cdup)",
+    b"`git rev-parse --show-cdup`",
+];
+
+/// `line` with each of [`TOP_SPELLINGS`] read as `.` (`./` for `--show-cdup`, which
+/// prints the way up with its `/`, or nothing).
+fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    'bytes: while i < line.len() {
+        for spelling in TOP_SPELLINGS {
+            if line[i..].starts_with(spelling) {
+                let cdup = spelling.ends_with(b"cdup)") || spelling.ends_with(b"cdup`");
+                out.extend_from_slice(if cdup { b"./" } else { b"." });
+                i += spelling.len();
+                continue 'bytes;
+            }
+        }
+        out.push(line[i]);
+        i += 1;
+    }
+    out
+}
+
+/// `line` split where a shell would split it outside quotes (blanks and operators),
+/// the quotes taken off: `sh 'tools/strip it.sh'` gives `tools/strip it.sh`.
+fn quoted_words(line: &[u8]) -> Vec<Vec<u8>> {
+    let mut words = Vec::new();
+    let mut word = Vec::new();
+    let mut quote: Option<u8> = None;
+    for &b in line {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => word.push(b),
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if b.is_ascii_whitespace() || b";&|()<>`".contains(&b) => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            None => word.push(b),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
     }
     words
 }
@@ -324,12 +459,81 @@ mod tests {
     }
 
     #[test]
+    fn the_less_common_keys_that_run_commands_are_read() {
+        let text = b"[core]\n\talternateRefsCommand = sh tools/refs.sh\n\
+            [gpg \"ssh\"]\n\tdefaultKeyCommand = tools/key.sh\n\
+            [imap]\n\ttunnel = tools/tunnel.sh\n[instaweb]\n\thttpd = tools/httpd.sh\n\
+            [guitool \"lint\"]\n\tcmd = tools/lint.sh\n\
+            [hook \"fmt\"]\n\tcommand = tools/fmt.sh\n\
+            [lfs \"customtransfer.x\"]\n\tpath = tools/xfer.sh\n\
+            [lfs \"extension.y\"]\n\tclean = tools/c.sh %f\n\tsmudge = tools/s.sh\n\
+            [lfs]\n\turl = https://example.invalid/lfs\n";
+        let named: Vec<String> = words(text).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(
+            named,
+            [
+                "sh",
+                "tools/refs.sh",
+                "tools/key.sh",
+                "tools/tunnel.sh",
+                "tools/httpd.sh",
+                "tools/lint.sh",
+                "tools/fmt.sh",
+                "tools/xfer.sh",
+                "tools/c.sh",
+                "tools/s.sh",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_top_spelled_by_rev_parse_and_quoted_blanks_are_read() {
+        let text = b"[alias]\n\ta = !sh \\\"$(git rev-parse --show-toplevel)/tools/a.sh\\\"\n\
+            \tb = !`git rev-parse --show-cdup`tools/b.sh\n\
+            \tc = !sh 'tools/c d.sh' && sh -c 'x/e.sh && f.sh'\n";
+        assert_eq!(
+            words(text),
+            [
+                ("sh".into(), false),
+                ("./tools/a.sh".into(), true),
+                ("./tools/b.sh".into(), true),
+                ("tools/c".into(), true),
+                ("d.sh".into(), false),
+                ("x/e.sh".into(), true),
+                ("f.sh".into(), false),
+                ("tools/c d.sh".into(), false),
+                ("x/e.sh && f.sh".into(), false),
+            ]
+        );
+    }
+
+    #[test]
     fn values_that_run_nothing_are_not_offered() {
         let text = b"[branch \"main\"]\n\tmerge = refs/heads/main\n\
             [remote \"origin\"]\n\turl = ../other\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
             [user]\n\tname = a/b\n[include]\n\tpath = conf/x\n\
             [credential]\n\thelper = https://x/y\n[core]\n\tpager = less -R .. . ${X}/y\n";
         assert_eq!(words(text), [("less".into(), false)]);
+    }
+
+    #[test]
+    fn every_hooks_path_is_read() {
+        let text = b"[core]\n\thooksPath = scripts/hooks\n[Core] HOOKSPATH = \"~/h\"\n\
+            [other]\n\thooksPath = no\n";
+        assert_eq!(
+            hooks_paths(text),
+            [b"scripts/hooks".to_vec(), b"~/h".to_vec()]
+        );
+    }
+
+    #[test]
+    fn every_template_dir_is_read() {
+        let text = b"[init]\n\ttemplateDir = ~/dotfiles/git-templates\n\
+            [Init] TemplateDir = /x\n[core]\n\ttemplateDir = no\n";
+        assert_eq!(
+            template_dirs(text),
+            [b"~/dotfiles/git-templates".to_vec(), b"/x".to_vec()]
+        );
     }
 
     #[test]

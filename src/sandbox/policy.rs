@@ -1054,39 +1054,6 @@ fn scan_workspace(
     Ok((found, tool_trees))
 }
 
-/// The hook names git runs (githooks(5)), held when the hooks directory is the
-/// workspace itself (`core.hooksPath = .`).
-const GIT_HOOK_NAMES: [&str; 28] = [
-    "applypatch-msg",
-    "pre-applypatch",
-    "post-applypatch",
-    "pre-commit",
-    "pre-merge-commit",
-    "prepare-commit-msg",
-    "commit-msg",
-    "post-commit",
-    "pre-rebase",
-    "post-checkout",
-    "post-merge",
-    "pre-push",
-    "pre-receive",
-    "update",
-    "proc-receive",
-    "post-receive",
-    "post-update",
-    "reference-transaction",
-    "push-to-checkout",
-    "pre-auto-gc",
-    "post-rewrite",
-    "sendemail-validate",
-    "fsmonitor-watchman",
-    "p4-changelist",
-    "p4-prepare-changelist",
-    "p4-post-changelist",
-    "p4-pre-submit",
-    "post-index-change",
-];
-
 /// Protected globs for the directory the user's own git runs hooks from, when it lies in
 /// the workspace (`core.hooksPath = scripts/hooks`, from any config the user's git reads;
 /// see [`crate::workspace::git::users_hooks_dir`]): the whole directory, held by a
@@ -1151,7 +1118,10 @@ fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
         return Vec::new();
     };
     if rel.is_empty() {
-        return GIT_HOOK_NAMES.iter().map(|name| name.to_string()).collect();
+        return super::config_text::GIT_HOOK_NAMES
+            .iter()
+            .map(|name| name.to_string())
+            .collect();
     }
     // The entry itself (a symlink there is guarded as one) and all below it.
     let mut globs = vec![globset::escape(rel), format!("{}/**", globset::escape(rel))];

@@ -1047,28 +1047,77 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         let path = self.tree.root.join(rel);
         let top = rel == Path::new(".git");
-        match file_kind(st) {
+        let git_dir = match file_kind(st) {
             Kind::Dir => {
                 self.push(mask(path.clone(), MaskKind::Pin, st, false))?;
-                self.guard_git_dir(rel)?;
+                let is_git_dir = self.guard_git_dir(rel)?;
                 self.nested_git_dirs(rel)?;
                 if top {
                     self.check_commondir(&path, rel)?;
                 }
+                is_git_dir.then(|| path.clone())
             }
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
                 self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = read_gitfile(parent, &path)?;
-                self.git_pointer(&path, target, top)?;
+                // Asked before the guard makes placeholders (a `commondir`) there.
+                let is_git_dir = target.as_deref().is_some_and(is_git_dir_path);
+                self.git_pointer(&path, target.clone(), top)?;
+                target.filter(|_| is_git_dir)
             }
             Kind::Symlink => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, st, false))?;
                 self.out.git_known.push((st.st_dev, st.st_ino));
                 let target = fs::canonicalize(&path).ok();
-                self.git_pointer(&path, target, top)?;
+                // Asked before the guard makes placeholders (a `commondir`) there.
+                let is_git_dir = target.as_deref().is_some_and(is_git_dir_path);
+                self.git_pointer(&path, target.clone(), top)?;
+                target.filter(|_| is_git_dir)
             }
-            Kind::Other => {}
+            Kind::Other => None,
+        };
+        // The tree's own `.git` is [`Walker::guard_enclosing_includes`]'s.
+        match (git_dir, path.parent()) {
+            (Some(git_dir), Some(work_tree)) if !top => {
+                self.guard_work_tree_commands(work_tree, &git_dir)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The files of the work tree at `work_tree` (the directory of a `.git` in this tree)
+    /// that the commands of every config its git reads run, read against its top: those
+    /// of the git dir's own `config` and `config.worktree`, of its common dir's `config`
+    /// (a linked worktree's `.git/worktrees/x` has none of its own), and of the user's
+    /// global and system configs, with what they include ([`Walker::guard_includes`]). A
+    /// git dir is read against the work tree of its own name only when it is `.git` or
+    /// names one by `core.worktree` ([`Walker::guard_git_dir`]): the user's
+    /// `~/.gitconfig` alias `!sh tools/fmt.sh` ran a nested repository's
+    /// `sub/tools/fmt.sh`, the repository's own alias a linked worktree's
+    /// `.worktrees/feat/tools/fmt.sh`, and a separate git dir's `core.fsmonitor` its work
+    /// tree's script, each the agent's to write (round eighteen's second review).
+    fn guard_work_tree_commands(
+        &mut self,
+        work_tree: &Path,
+        git_dir: &Path,
+    ) -> Result<(), SandboxError> {
+        let Ok(top) = fs::canonicalize(work_tree) else {
+            return Ok(());
+        };
+        let mut configs = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+        if let Some(text) = read_config(&git_dir.join("commondir")) {
+            let common = git_dir.join(OsStr::from_bytes(trim_ascii(&text)));
+            configs.push(common.join("config"));
+        }
+        configs.extend(user_git_configs());
+        let mut walk = ConfigWalk::new(Some(top));
+        for config in &configs {
+            // Read through a link (a dotfiles `~/.gitconfig`), its includes against the
+            // directory of the name git opens.
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            let resolved = fs::canonicalize(config).unwrap_or_else(|_| config.clone());
+            self.guard_includes(&resolved, &base, 0, &mut walk)?;
         }
         Ok(())
     }
@@ -1132,7 +1181,10 @@ impl<'a> Walker<'a, '_> {
     fn nested_git_dirs(&mut self, rel: &Path) -> Result<(), SandboxError> {
         let worktrees = rel.join("worktrees");
         for name in self.child_dirs(&worktrees)? {
-            self.guard_git_dir(&worktrees.join(name))?;
+            let child = worktrees.join(name);
+            if self.is_git_dir_at(&child)? {
+                self.guard_git_dir(&child)?;
+            }
         }
         let mut pending = vec![(rel.join("modules"), 0usize)];
         while let Some((dir, depth)) = pending.pop() {
@@ -1145,10 +1197,7 @@ impl<'a> Walker<'a, '_> {
             }
             for name in self.child_dirs(&dir)? {
                 let child = dir.join(name);
-                let fd = open_beneath(self.tree.fd, &child, OFlag::O_PATH | OFlag::O_DIRECTORY)
-                    .map_err(|e| walk_error(&self.tree.root.join(&child), "open", e))?;
-                let is_git_dir = fstatat(fd.as_fd(), "HEAD", AtFlags::AT_SYMLINK_NOFOLLOW).is_ok();
-                if is_git_dir {
+                if self.is_git_dir_at(&child)? {
                     self.guard_git_dir(&child)?;
                     // A submodule's own submodules live in its git dir's modules/.
                     pending.push((child.join("modules"), depth + 1));
@@ -1159,6 +1208,23 @@ impl<'a> Walker<'a, '_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the directory at `rel` is a git dir to git (and to the end-of-run git
+    /// guard): `HEAD`, and `commondir` or both `objects` and `refs`
+    /// ([`is_git_dir_listing`]). A `HEAD` alone was enough here, and the agent left a
+    /// `.git/modules/y` of a `HEAD` and a `config` whose commands named more files than
+    /// the scan takes: no git reads that config, the end-of-run guard (git's test) left
+    /// it, and every later run failed at setup (round eighteen's second review).
+    fn is_git_dir_at(&self, rel: &Path) -> Result<bool, SandboxError> {
+        let path = self.tree.root.join(rel);
+        let dir = match open_beneath(self.tree.fd, rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(false),
+            Err(e) => return Err(walk_error(&path, "open", e)),
+        };
+        let names = list_dir(&dir).map_err(|e| walk_error(&path, "list", e))?;
+        Ok(is_git_dir_listing(names.iter()))
     }
 
     /// Names of the subdirectories of `rel` (none when it does not exist).
@@ -1181,13 +1247,23 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// Read-only `config`, `config.worktree`, `commondir`, `hooks/`, `info/`, `remotes/`,
-    /// `branches/` in the git dir at `rel`, with placeholders for the absent ones.
-    fn guard_git_dir(&mut self, rel: &Path) -> Result<(), SandboxError> {
+    /// `branches/` in the git dir at `rel`, with placeholders for the absent ones; whether
+    /// git took it for a git dir when the scan came.
+    fn guard_git_dir(&mut self, rel: &Path) -> Result<bool, SandboxError> {
         let path = self.tree.root.join(rel);
         let dir = open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
             .map_err(|e| walk_error(&path, "open", e))?;
         let st = nix::sys::stat::fstat(dir.as_fd()).map_err(|e| walk_error(&path, "inspect", e))?;
-        self.out.git_known.push((st.st_dev, st.st_ino));
+        // Known (the end-of-run guard leaves it as the user's) only when git takes it for a
+        // git dir now, before any placeholder is made in it: a `sub/.git` of a `HEAD` and
+        // the agent's `config` alone, left by one run (the guard, git's test, passed it
+        // by), was guarded as the user's by the next, whose agent added `objects/` and
+        // `refs/`, and the user's `git status` in `sub` ran its fsmonitor (round
+        // eighteen's second review).
+        let is_git_dir = self.is_git_dir_at(rel)?;
+        if is_git_dir {
+            self.out.git_known.push((st.st_dev, st.st_ino));
+        }
         for (name, absent) in GIT_GUARDED_FILES {
             self.guard_entry(dir.as_fd(), &path.join(name), name, absent)?;
         }
@@ -1204,11 +1280,16 @@ impl<'a> Walker<'a, '_> {
                 .and_then(|text| config_text::core_worktree(&text))
                 .and_then(|named| fs::canonicalize(path.join(OsStr::from_bytes(&named))).ok())
         };
-        let mut walk = ConfigWalk::new(work_tree);
-        for name in ["config", "config.worktree"] {
-            self.guard_includes(&path.join(name), &path, 0, &mut walk)?;
+        // Its configs only when git reads them: those of a `HEAD` and a `config` alone,
+        // which the agent of an earlier run may leave (the end-of-run guard asks git's
+        // test too), named more files than the scan takes, and failed every later run.
+        if is_git_dir {
+            let mut walk = ConfigWalk::new(work_tree);
+            for name in ["config", "config.worktree"] {
+                self.guard_includes(&path.join(name), &path, 0, &mut walk)?;
+            }
         }
-        Ok(())
+        Ok(is_git_dir)
     }
 
     /// The files of this tree that the git config at `config` includes (`include.path`,
@@ -1306,6 +1387,9 @@ impl<'a> Walker<'a, '_> {
                     self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
                 }
             }
+            Kind::Dir if named_by == NamedBy::HeldDir => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+            }
             Kind::Dir | Kind::Other => {}
         }
         Ok(())
@@ -1346,7 +1430,9 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
-        if file_kind(&st) == Kind::File {
+        if file_kind(&st) == Kind::Dir && named_by == NamedBy::HeldDir {
+            self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
+        } else if file_kind(&st) == Kind::File {
             self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
             if named_by == NamedBy::Config {
                 self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
@@ -1382,6 +1468,62 @@ impl<'a> Walker<'a, '_> {
         depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
+        // The hooks directory: relative to the top of the work tree, held whole. Only
+        // the workspace's own repository's was asked of the user's git
+        // (`users_hooks_dir`): a nested repository's `core.hooksPath = scripts/hooks`, or
+        // the user's global `core.hooksPath = git-hooks` in it, left
+        // `sub/scripts/hooks/pre-commit` the agent's to write, and the user's next commit
+        // there ran it (round eighteen's second review).
+        for value in config_text::hooks_paths(text) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            let target = match &walk.work_tree {
+                Some(top) => top.join(named),
+                None if named.is_absolute() => named,
+                None => continue,
+            };
+            if !walk.commands.insert(target.clone()) {
+                continue;
+            }
+            // A hooks directory that is a work tree itself, or holds this tree
+            // (`core.hooksPath = .`): its hooks by name, where there are any, not the
+            // whole tree.
+            let whole = fs::canonicalize(&target).ok().is_some_and(|dir| {
+                Some(&dir) == walk.work_tree.as_ref() || self.tree.root.starts_with(&dir)
+            });
+            if !whole {
+                self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
+                continue;
+            }
+            for hook in config_text::GIT_HOOK_NAMES {
+                let hook = target.join(hook);
+                if fs::symlink_metadata(&hook).is_ok() && walk.commands.insert(hook.clone()) {
+                    self.guard_include(&hook, depth, walk, NamedBy::Command)?;
+                }
+            }
+        }
+        // The template directory, whose `hooks/` and `config` git copies into every
+        // repository the user makes: the global `init.templateDir` of a dotfiles
+        // workspace's `git-templates` let the agent write a `post-checkout` the user's
+        // next `git clone` ran, anywhere (round eighteen's second review). Held whole,
+        // unless it holds this tree.
+        for value in config_text::template_dirs(text) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            let target = match &walk.work_tree {
+                Some(top) => top.join(named),
+                None if named.is_absolute() => named,
+                None => continue,
+            };
+            let holds_tree = fs::canonicalize(&target)
+                .ok()
+                .is_some_and(|dir| self.tree.root.starts_with(&dir));
+            if !holds_tree && walk.commands.insert(target.clone()) {
+                self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
+            }
+        }
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
@@ -1489,6 +1631,9 @@ impl<'a> Walker<'a, '_> {
                 NamedBy::Config => "the repository's git config includes",
                 NamedBy::Link => "a link in a directory held read-only names",
                 NamedBy::Command => "a command of the repository's git config names",
+                NamedBy::HeldDir => {
+                    "a `core.hooksPath` or `init.templateDir` of a git config names"
+                }
             };
             self.out.warnings.push(format!(
                 "{}, which {by}, did not exist: the sandbox holds it absent for this run \
@@ -1839,6 +1984,25 @@ impl Walker<'_, '_> {
         let st = match create_placeholder(dir, name, kind) {
             Ok(st) => st,
             Err(e) if nobody_may_create(dir, e) => return Ok(None),
+            // The directory is coder's user's, who (and so the agent) took its own write
+            // or search bit away: an agent that left a `.git/worktrees/x` with a `HEAD`
+            // and mode 0555 failed every later unprivileged run's setup here (round
+            // eighteen's second review). The owner's bits are given back, as the end-of-
+            // run git guard does, and said.
+            Err(e @ (Errno::EACCES | Errno::EPERM)) => {
+                let Some(mode) = restore_owner_write(dir) else {
+                    return Err(walk_error(path, "create placeholder", e));
+                };
+                self.out.warnings.push(format!(
+                    "{} was not writable by its owner (mode {mode:o}): the sandbox gave the \
+                     owner write and search permission back, to hold {} absent",
+                    path.parent().unwrap_or(path).display(),
+                    path.display()
+                ));
+                self.before_placeholder(dir, name, path)?;
+                create_placeholder(dir, name, kind)
+                    .map_err(|e| walk_error(path, "create placeholder", e))?
+            }
             Err(e) => return Err(walk_error(path, "create placeholder", e)),
         };
         self.out.placeholders.push(Placeholder {
@@ -1960,6 +2124,10 @@ enum NamedBy {
     /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
     /// is not read; one outside this tree is another writable tree's to hold.
     Command,
+    /// A `core.hooksPath` or `init.templateDir` of a git config: the directory is held
+    /// whole (read-only), or absent; one outside this tree is another writable tree's to
+    /// hold.
+    HeldDir,
 }
 
 /// One walk of git configs and what they include ([`Walker::guard_includes`]).
@@ -2276,6 +2444,36 @@ fn nobody_may_create(dir: BorrowedFd<'_>, err: Errno) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether the directory at `path` (anywhere, looked at by name) is a git dir to git
+/// ([`is_git_dir_listing`]).
+fn is_git_dir_path(path: &Path) -> bool {
+    fs::read_dir(path).is_ok_and(|entries| {
+        let names: Vec<OsString> = entries.flatten().map(|e| e.file_name()).collect();
+        is_git_dir_listing(names.iter())
+    })
+}
+
+/// Gives the owner of the directory open as `dir` (an `O_PATH` descriptor) write and
+/// search permission when coder's user owns it and it lacks one of them: the mode it had
+/// before, or `None` when nothing was changed.
+fn restore_owner_write(dir: BorrowedFd<'_>) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    let st = fstat(dir).ok()?;
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != nix::unistd::geteuid().as_raw()
+        || file_kind(&st) != Kind::Dir
+        || mode & 0o300 == 0o300
+    {
+        return None;
+    }
+    // The directory itself through its descriptor's link (`fchmod` refuses an `O_PATH`
+    // descriptor): no name is looked up again.
+    let link = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    fs::set_permissions(link, fs::Permissions::from_mode(mode | 0o300)).ok()?;
+    Some(mode)
 }
 
 fn create_placeholder(
@@ -3009,7 +3207,11 @@ mod tests {
         fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         fs::write(ws.join(".git/config"), "[core]").unwrap();
         fs::create_dir_all(ws.join(".git/modules/sub/objects")).unwrap();
+        fs::create_dir_all(ws.join(".git/modules/sub/refs")).unwrap();
         fs::write(ws.join(".git/modules/sub/HEAD"), "x").unwrap();
+        // Not a git dir to git (no `objects`, `refs` nor `commondir`): left alone.
+        fs::create_dir_all(ws.join(".git/modules/not")).unwrap();
+        fs::write(ws.join(".git/modules/not/HEAD"), "x").unwrap();
         fs::create_dir_all(ws.join("nested/.git")).unwrap();
         let protect = vec![".envrc".to_string(), ".claude/**".to_string()];
         let out = scan(&ws, &globs(), &protect, true).unwrap();
@@ -3033,6 +3235,10 @@ mod tests {
                 "{want} missing from {got:?}"
             );
         }
+        assert!(
+            !got.iter().any(|m| m.starts_with(".git/modules/not/")),
+            "{got:?}"
+        );
         assert_eq!(
             fs::read_link(ws.join(".git/config.worktree")).unwrap(),
             Path::new(ABSENT_TARGET)

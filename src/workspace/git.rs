@@ -112,9 +112,10 @@ pub enum GitError {
     )]
     ReadTooMuch { gib: u64 },
     #[error(
-        "git stopped after {:.1} s of CPU time, far more than it needs for any real \
-         workspace (a `.gitignore` of the work tree with a great many patterns, each matched \
-         against every new file?)",
+        "git stopped after {:.1} s of CPU time (with the gits of coder's before it in the \
+         same snapshot or diff), far more than it needs for any real workspace (a \
+         `.gitignore` of the work tree with a great many patterns, each matched against \
+         every new file?)",
         *.millis as f64 / 1000.0
     )]
     CpuTooMuch { millis: u64 },
@@ -2171,9 +2172,12 @@ fn watched_run_within<T>(
     deadline: Option<std::time::Duration>,
     f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
 ) -> Result<T, GitError> {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let stopped: std::sync::Mutex<Option<GitError>> = std::sync::Mutex::new(None);
     let done = AtomicBool::new(false);
+    let cpu_left = CPU_LEFT.with(std::cell::Cell::get);
+    // The CPU time the watcher last saw the git spend, in milliseconds.
+    let cpu_seen = AtomicU64::new(0);
     let result = own_run(cmd, |child| {
         let pid = child.id();
         // Opened while the child is not reaped yet, so the pid is this child's: a signal
@@ -2184,16 +2188,20 @@ fn watched_run_within<T>(
         std::thread::scope(|s| {
             let mut watcher = None;
             if let Some(pidfd) = &pidfd {
-                let (done, stopped) = (&done, &stopped);
+                let (done, stopped, cpu_seen) = (&done, &stopped, &cpu_seen);
                 watcher = std::thread::Builder::new()
                     .name("ledger-git-watch".into())
                     .spawn_scoped(s, move || {
                         let mut watch = Watch {
                             deadline: deadline.map(|d| (std::time::Instant::now() + d, d)),
+                            cpu_left,
                             ..Watch::default()
                         };
                         while !done.load(Ordering::Relaxed) {
-                            if let Some(why) = watch.look(pid) {
+                            let why = watch.look(pid);
+                            let ms = u64::try_from(watch.cpu_seen.as_millis()).unwrap_or(u64::MAX);
+                            cpu_seen.store(ms, Ordering::Relaxed);
+                            if let Some(why) = why {
                                 // Whether or not it is still there to be signalled (it may
                                 // have ended meanwhile): what it did is reported.
                                 kill_tree(pid, pidfd);
@@ -2215,7 +2223,13 @@ fn watched_run_within<T>(
             }
             result
         })
-    })?;
+    });
+    // What this git spent is no longer the next one's to spend ([`SharedCpuBudget`]).
+    if let Some(left) = cpu_left {
+        let spent = std::time::Duration::from_millis(cpu_seen.load(Ordering::Relaxed));
+        CPU_LEFT.with(|cell| cell.set(Some(left.saturating_sub(spent))));
+    }
+    let result = result?;
     let stopped = stopped
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -2265,6 +2279,10 @@ struct Watch {
     suspects: Vec<(u32, u32, PathBuf)>,
     /// When the git is stopped whatever it does, and the time it was given.
     deadline: Option<(std::time::Instant, std::time::Duration)>,
+    /// What is left of a [`SharedCpuBudget`], when one is held; [`cpu_budget`] otherwise.
+    cpu_left: Option<std::time::Duration>,
+    /// The CPU time the git and the processes below it had spent at the last look.
+    cpu_seen: std::time::Duration,
 }
 
 impl Watch {
@@ -2285,10 +2303,10 @@ impl Watch {
             return Some(GitError::Fifo);
         }
         let cpu: std::time::Duration = tree.iter().filter_map(|process| cpu_time(*process)).sum();
-        let budget = cpu_budget();
-        if cpu > budget {
+        self.cpu_seen = self.cpu_seen.max(cpu);
+        if cpu > self.cpu_left.unwrap_or_else(cpu_budget) {
             return Some(GitError::CpuTooMuch {
-                millis: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+                millis: u64::try_from(cpu_budget().as_millis()).unwrap_or(u64::MAX),
             });
         }
         let read: u64 = tree.iter().filter_map(|process| bytes_read(*process)).sum();
@@ -2329,6 +2347,48 @@ const READ_BUDGET: u64 = 1 << 30;
 /// spun for hours, unconfined, with the run waiting on it and every later run in the
 /// workspace too (round eighteen). A real snapshot takes seconds at a million files.
 const CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+thread_local! {
+    /// What the gits of coder's this thread runs may still spend on the CPU between them,
+    /// while a [`SharedCpuBudget`] is held.
+    static CPU_LEFT: std::cell::Cell<Option<std::time::Duration>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// While held, the gits of coder's that this thread runs ([`watched_run`]) share one
+/// [`CPU_BUDGET`]: each is stopped once they have spent it between them. A snapshot
+/// runs a `git add` for the workspace and one for each repository nested in it (up to
+/// [`MAX_NESTED`]), and a diff one git per part: with a budget per git, the agent gave
+/// each of 256 nested repositories a `.gitignore` that held its `git add` just under the
+/// budget, and the ledger's snapshot ran for 256 budgets, in its run and every later
+/// one's "before" (round eighteen's second review). A git that ends between two looks
+/// of its watcher ([`WATCH_EVERY`]) is counted as far as the last look saw it.
+pub(crate) struct SharedCpuBudget {
+    /// Whether a budget was already held when this one started (it goes on being drawn
+    /// on, and stays when this one ends).
+    nested: bool,
+}
+
+impl SharedCpuBudget {
+    pub(crate) fn start() -> SharedCpuBudget {
+        let nested = CPU_LEFT.with(|cell| {
+            let held = cell.get().is_some();
+            if !held {
+                cell.set(Some(cpu_budget()));
+            }
+            held
+        });
+        SharedCpuBudget { nested }
+    }
+}
+
+impl Drop for SharedCpuBudget {
+    fn drop(&mut self) {
+        if !self.nested {
+            CPU_LEFT.with(|cell| cell.set(None));
+        }
+    }
+}
 
 /// [`CPU_BUDGET`], or in a debug build the milliseconds `CODER_TEST_GIT_CPU_BUDGET_MS`
 /// names (TEST HOOK: a test cannot wait a minute).

@@ -232,6 +232,16 @@ impl Drop for Ledger {
 #[error("cannot measure the workspace's changes: {0}")]
 pub struct LedgerError(String);
 
+/// [`GitRepo::snapshot_excluding`], its gits sharing one CPU budget
+/// ([`super::git::SharedCpuBudget`]).
+fn snapshot_sharing_cpu(
+    repo: &GitRepo,
+    exclude: &[String],
+) -> Result<Snapshot, super::git::GitError> {
+    let _cpu = super::git::SharedCpuBudget::start();
+    repo.snapshot_excluding(exclude)
+}
+
 /// The "before" of a plain walk of `workspace`, with the persistent scan cache under
 /// `state_dir` when given (see [`Ledger::keep_cache`]).
 fn plain_before(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Before {
@@ -306,7 +316,7 @@ impl Ledger {
             ),
         };
         let before = match discovered {
-            Some(repo) => match repo.snapshot_excluding(&own) {
+            Some(repo) => match snapshot_sharing_cpu(&repo, &own) {
                 Ok(tree) => Before::Git {
                     repo: Box::new(repo),
                     tree,
@@ -490,6 +500,8 @@ fn git_changes(
             .find(|p| p.path == part)
             .map(|p| (p.tree.as_str(), p.entries.as_slice()))
     }
+    // The after snapshot and every diff of it share one CPU budget.
+    let _cpu = super::git::SharedCpuBudget::start();
     let after_snapshot = repo
         .snapshot_excluding(exclude)
         .map_err(|e| LedgerError(e.to_string()))?;
