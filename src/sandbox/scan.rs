@@ -1462,26 +1462,55 @@ impl<'a> Walker<'a, '_> {
     /// `git add`, outside the sandbox (round seventeen's review). A word is read against
     /// the top of the work tree, where git runs these commands; a bare word (`sh
     /// strip.sh`) is held only when a file is there, one with a `/` also when absent.
+    /// The directories the text names for git to run from (`core.hooksPath`,
+    /// `init.templateDir`) are held too.
     fn guard_command_files(
         &mut self,
         text: &[u8],
         depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
-        // The hooks directory: relative to the top of the work tree, held whole. Only
-        // the workspace's own repository's was asked of the user's git
-        // (`users_hooks_dir`): a nested repository's `core.hooksPath = scripts/hooks`, or
-        // the user's global `core.hooksPath = git-hooks` in it, left
-        // `sub/scripts/hooks/pre-commit` the agent's to write, and the user's next commit
-        // there ran it (round eighteen's second review).
-        for value in config_text::hooks_paths(text) {
-            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+        self.guard_hooks_paths(text, depth, walk)?;
+        self.guard_template_dirs(text, depth, walk)?;
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        for CommandWord { word, is_path } in config_text::command_words(text) {
+            let Some(target) = config_path(&word, Some(&top)) else {
                 continue;
             };
-            let target = match &walk.work_tree {
-                Some(top) => top.join(named),
-                None if named.is_absolute() => named,
-                None => continue,
+            if !walk.commands.insert(target.clone())
+                || !is_path && fs::symlink_metadata(&target).is_err()
+            {
+                continue;
+            }
+            if walk.commands.len() > MAX_COMMAND_FILES {
+                return Err(SandboxError::ScanLimit {
+                    what: "the number of files the commands of git configs name",
+                    limit: MAX_COMMAND_FILES,
+                    path: target,
+                });
+            }
+            self.guard_include(&target, depth, walk, NamedBy::Command)?;
+        }
+        Ok(())
+    }
+
+    /// The hooks directory (`core.hooksPath`): relative to the top of the work tree, held
+    /// whole. Only the workspace's own repository's was asked of the user's git
+    /// (`users_hooks_dir`): a nested repository's `core.hooksPath = scripts/hooks`, or the
+    /// user's global `core.hooksPath = git-hooks` in it, left `sub/scripts/hooks/pre-commit`
+    /// the agent's to write, and the user's next commit there ran it (round eighteen's
+    /// second review).
+    fn guard_hooks_paths(
+        &mut self,
+        text: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for value in config_text::hooks_paths(text) {
+            let Some(target) = config_path(&value, walk.work_tree.as_deref()) else {
+                continue;
             };
             if !walk.commands.insert(target.clone()) {
                 continue;
@@ -1503,19 +1532,23 @@ impl<'a> Walker<'a, '_> {
                 }
             }
         }
-        // The template directory, whose `hooks/` and `config` git copies into every
-        // repository the user makes: the global `init.templateDir` of a dotfiles
-        // workspace's `git-templates` let the agent write a `post-checkout` the user's
-        // next `git clone` ran, anywhere (round eighteen's second review). Held whole,
-        // unless it holds this tree.
+        Ok(())
+    }
+
+    /// The template directory (`init.templateDir`), whose `hooks/` and `config` git copies
+    /// into every repository the user makes: the global `init.templateDir` of a dotfiles
+    /// workspace's `git-templates` let the agent write a `post-checkout` the user's next
+    /// `git clone` ran, anywhere (round eighteen's second review). Held whole, unless it
+    /// holds this tree.
+    fn guard_template_dirs(
+        &mut self,
+        text: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
         for value in config_text::template_dirs(text) {
-            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+            let Some(target) = config_path(&value, walk.work_tree.as_deref()) else {
                 continue;
-            };
-            let target = match &walk.work_tree {
-                Some(top) => top.join(named),
-                None if named.is_absolute() => named,
-                None => continue,
             };
             let holds_tree = fs::canonicalize(&target)
                 .ok()
@@ -1523,28 +1556,6 @@ impl<'a> Walker<'a, '_> {
             if !holds_tree && walk.commands.insert(target.clone()) {
                 self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
             }
-        }
-        let Some(top) = walk.work_tree.clone() else {
-            return Ok(());
-        };
-        for CommandWord { word, is_path } in config_text::command_words(text) {
-            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&word))) else {
-                continue;
-            };
-            let target = top.join(named);
-            if !walk.commands.insert(target.clone())
-                || !is_path && fs::symlink_metadata(&target).is_err()
-            {
-                continue;
-            }
-            if walk.commands.len() > MAX_COMMAND_FILES {
-                return Err(SandboxError::ScanLimit {
-                    what: "the number of files the commands of git configs name",
-                    limit: MAX_COMMAND_FILES,
-                    path: target,
-                });
-            }
-            self.guard_include(&target, depth, walk, NamedBy::Command)?;
         }
         Ok(())
     }
@@ -2042,6 +2053,17 @@ impl Walker<'_, '_> {
             }
             Err(e) => Err(walk_error(&path, "inspect", e)),
         }
+    }
+}
+
+/// The path a value of a git config names (`~/` expanded, as git does), relative to the
+/// top of the work tree `top`; without one, only an absolute path names anything.
+fn config_path(value: &[u8], top: Option<&Path>) -> Option<PathBuf> {
+    let named = expand_user_path(Path::new(OsStr::from_bytes(value)))?;
+    match top {
+        Some(top) => Some(top.join(named)),
+        None if named.is_absolute() => Some(named),
+        None => None,
     }
 }
 
