@@ -334,7 +334,6 @@ fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
-    use std::io::BufRead;
     for nobody in arms() {
         let fx = Fx::new(&REPO, nobody);
         let mut child = fx
@@ -353,31 +352,7 @@ fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let _ = tx.send(line.unwrap_or_default());
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        assert_eq!(line, "READY");
-        // `timeout` wraps coder: kill the coder process itself (timeout's child).
-        let coder =
-            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
-                .unwrap()
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse::<i32>()
-                .unwrap();
-        // (As `nobody`, setpriv execs coder in place: timeout's child is coder either way.)
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(coder),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        let _ = child.wait();
+        sandbox_fixture::kill_coder_when_ready(&mut child);
         // The hole a killed run leaves, until the next coder runs.
         let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
         assert!(

@@ -231,7 +231,6 @@ fn hook_manager_configs_the_agent_makes_are_moved_aside() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_tool_configs_of_a_killed_run_are_moved_aside_by_the_next_one() {
-    use std::io::BufRead;
     const REPO: RepoStyle = RepoStyle {
         prefix: "coder-toolcfg-killed-",
         init: &["init", "-q"],
@@ -255,30 +254,7 @@ fn the_tool_configs_of_a_killed_run_are_moved_aside_by_the_next_one() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let _ = tx.send(line.unwrap_or_default());
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        assert_eq!(line, "READY");
-        // `timeout` wraps coder: kill the coder process itself (timeout's child).
-        let coder =
-            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
-                .unwrap()
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse::<i32>()
-                .unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(coder),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        let _ = child.wait();
+        common::sandbox_fixture::kill_coder_when_ready(&mut child);
         let ws = fx.ws();
         // The hole a killed run leaves, until the next coder runs.
         for path in ["pkg/.claude/settings.json", "sub/.envrc"] {

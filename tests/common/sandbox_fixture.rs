@@ -42,6 +42,36 @@ pub fn arms() -> Vec<bool> {
     vec![false, true]
 }
 
+/// Waits (60 s at most) for `child`, a `coder sandbox` under `timeout` whose command prints
+/// `READY` once its payload is planted, to print it, then SIGKILLs coder itself (timeout's
+/// child; as `nobody`, setpriv execs coder in place) and reaps `child`: a killed coder
+/// runs no end-of-run guard.
+pub fn kill_coder_when_ready(child: &mut Child) {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("the child's stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let line = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+    assert_eq!(line, "READY");
+    let coder = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<i32>()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(coder),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+}
+
 /// `timeout SECONDS PROGRAM`, as uid/gid 65534 without supplementary groups when `nobody`,
 /// stdin `/dev/null`. (`setpriv` execs the program in place: `timeout`'s child is the
 /// program either way.)
