@@ -422,7 +422,7 @@ impl<'a> Guard<'a> {
             return Ok(false);
         };
         let listings: &'a ScanListings = self.listings;
-        match listings.unchanged(&st) {
+        match listings.unchanged(&st, &self.root.join(&p.rel)) {
             Some(summary) if !summary.git_dir && summary.children.is_empty() => {
                 self.count(summary.entries)?;
                 Ok(true)
@@ -625,7 +625,7 @@ impl<'a> Guard<'a> {
     ) -> Result<(Cow<'a, DirSummary>, Option<Vec<(OsString, Kind)>>), Stop> {
         let listings: &'a ScanListings = self.listings;
         if let Some(st) = st
-            && let Some(summary) = listings.unchanged(st)
+            && let Some(summary) = listings.unchanged(st, &self.root.join(rel))
         {
             return Ok((Cow::Borrowed(summary), None));
         }

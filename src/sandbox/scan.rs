@@ -790,7 +790,7 @@ impl<'a> Walker<'a, '_> {
                     if let Some(w) = self.watch {
                         w.watch.kept(w.tree, &task.st, &task.rel);
                     }
-                    self.reuse(&task.st, kept);
+                    self.reuse(&task.st, &task.rel, kept);
                     return Ok(());
                 }
                 // Kept but with entries to look at: those are looked up by name, so an
@@ -819,9 +819,12 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// Use a kept listing: for the git guard, and to keep for the next run.
-    fn reuse(&mut self, st: &FileStat, kept: &KeptDir) {
+    fn reuse(&mut self, st: &FileStat, rel: &Path, kept: &KeptDir) {
         if self.tree.writable {
-            self.out.listings.record_kept(st, kept.summary.clone());
+            let path = self.tree.root.join(rel);
+            self.out
+                .listings
+                .record_kept(st, &path, kept.summary.clone());
         }
         if let Some(recorder) = self.recorder.as_deref_mut() {
             recorder.carry(st, kept);
@@ -852,7 +855,7 @@ impl<'a> Walker<'a, '_> {
                 if let Some(w) = self.watch {
                     w.watch.kept(w.tree, &st, rel);
                 }
-                self.reuse(&st, kept);
+                self.reuse(&st, rel, kept);
                 let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
                 (entries.collect(), kept.summary.git_dir, None)
             }
@@ -1015,7 +1018,9 @@ impl<'a> Walker<'a, '_> {
             .filter_map(|(name, kind)| kind.map(|k| (name, k)));
         let summary = DirSummary::of(typed);
         if self.tree.writable {
-            self.out.listings.record(dir.as_fd(), st, summary.clone());
+            self.out
+                .listings
+                .record(dir.as_fd(), st, here, summary.clone());
         }
         let fresh = KeptDir {
             rel: rel.to_path_buf(),
