@@ -14,6 +14,10 @@
 //! past the guard. Claude Code run in `tools/sub` loads them; direnv sources
 //! `tools/sub/.envrc` the same way.
 //!
+//! The guard moved aside to `NAME.coder-quarantine-N` for N up to 999 and gave up past
+//! that: the agent made all 999 beforehand, the run failed closed, and what it planted
+//! stayed, for the next run's scan to hold read-only as the user's.
+//!
 //! Each attack runs through `coder run` on a fake CLI whose payload is a shell script, as
 //! root and as uid 65534, with a control under `--sandbox danger-full-access` where the
 //! file the user's program reads holds the agent's text.
@@ -85,6 +89,86 @@ fn a_dependency_dir_renamed_away_does_not_carry_tool_configs_past_the_guard() {
                 .flatten()
                 .any(|q| q["kind"] == "tool_config");
             assert!(reported, "{case}: nothing reported moved aside\n{env}");
+        }
+    }
+}
+
+/// Every `NAME.coder-quarantine-N` the guard tries (1 to 999) made beforehand by the
+/// agent, beside a `.claude/settings.json` and an `.envrc` it made: a guard that gives up
+/// when the names run out fails the run closed, and leaves both in place, where the next
+/// run's scan holds them read-only as the user's and no guard ever names them again.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn quarantine_names_taken_in_advance_do_not_keep_a_tool_config_in_place() {
+    common::require_root_and_user_namespaces();
+    let name = "quarantine names taken";
+    let payload = "set -e; mkdir -p pkg/.claude; \
+         echo '{\"hooks\":\"AGENT-PAYLOAD\"}' > pkg/.claude/settings.json; \
+         echo 'touch /tmp/x # AGENT-PAYLOAD' > pkg/.envrc; \
+         i=1; while [ $i -lt 1000 ]; do mkdir pkg/.claude.coder-quarantine-$i; \
+         : > pkg/.envrc.coder-quarantine-$i; i=$((i+1)); done; echo PLANTED";
+    let read_later = ["pkg/.claude/settings.json", "pkg/.envrc"];
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{name} {} {mode}", who(owner));
+            let tree = Tree::repo("coder-r18c-", owner, &["ws/pkg"], &[("pkg/a", "a\n")], &[]);
+            let env = tree.run(&["--sandbox", mode], payload);
+            let ws = tree.ws();
+            let landed = read_later.iter().any(|path| {
+                std::fs::read_to_string(ws.join(path))
+                    .unwrap_or_default()
+                    .contains(AGENT)
+            });
+            if mode == "danger-full-access" {
+                assert!(landed, "{case}: control: the payload did not land\n{env}");
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert!(landed, "{case}: closed now: take it off KNOWN_OPEN\n{env}");
+                continue;
+            }
+            assert!(
+                !landed,
+                "{case}: a protected tool config holds the agent's text\n{env}"
+            );
+            assert_eq!(env["success"], true, "{case}: {env}");
+            let reported = env["sandbox"]["quarantined"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|q| q["kind"] == "tool_config")
+                .count();
+            assert_eq!(reported, 2, "{case}: both moved aside\n{env}");
+        }
+    }
+}
+
+/// The same for a repository the agent made: `coder-quarantine-1` to `-999` made inside
+/// its git dir beforehand, a guard that gives up leaves its `config` (an fsmonitor command
+/// the user's git runs) in place.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn quarantine_names_taken_in_advance_do_not_keep_a_planted_git_config_in_place() {
+    common::require_root_and_user_namespaces();
+    let payload = "set -e; mkdir -p sub/.git/objects sub/.git/refs; \
+         echo 'ref: refs/heads/main' > sub/.git/HEAD; \
+         printf '[core]\\n\\tfsmonitor = \"touch /tmp/x # AGENT-PAYLOAD\"\\n' > sub/.git/config; \
+         i=1; while [ $i -lt 1000 ]; do mkdir sub/.git/coder-quarantine-$i; i=$((i+1)); done; \
+         echo PLANTED";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("git quarantine names taken {} {mode}", who(owner));
+            let tree = Tree::repo("coder-r18c-", owner, &["ws/pkg"], &[("pkg/a", "a\n")], &[]);
+            let env = tree.run(&["--sandbox", mode], payload);
+            let config =
+                std::fs::read_to_string(tree.ws().join("sub/.git/config")).unwrap_or_default();
+            let landed = config.contains(AGENT);
+            if mode == "danger-full-access" {
+                assert!(landed, "{case}: control: the payload did not land\n{env}");
+                continue;
+            }
+            assert!(!landed, "{case}: sub/.git/config is the agent's\n{env}");
+            assert_eq!(env["success"], true, "{case}: {env}");
         }
     }
 }
