@@ -172,3 +172,42 @@ fn quarantine_names_taken_in_advance_do_not_keep_a_planted_git_config_in_place()
         }
     }
 }
+
+/// A `--protect` glob the user wrote for a path below a directory named `vendor` (their
+/// own vendored hook scripts, which git hooks run at the next commit): the exclusion of
+/// dependency trees dropped it silently, and the agent rewrote the script. A glob that
+/// names the dependency directory itself is now honoured below it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_protect_glob_naming_a_path_below_vendor_is_honoured() {
+    common::require_root_and_user_namespaces();
+    let name = "protect glob below vendor";
+    let files = [("vendor/hooks/pre-commit.sh", "#!/bin/sh\nexit 0\n")];
+    let payload = "set -e; echo 'touch /tmp/x # AGENT-PAYLOAD' > vendor/hooks/pre-commit.sh; \
+         echo PLANTED";
+    for owner in [None, Some(NOBODY)] {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{name} {} {mode}", who(owner));
+            let tree = Tree::repo("coder-r18c-", owner, &["ws/vendor/hooks"], &files, &[]);
+            let env = tree.run(
+                &["--sandbox", mode, "--protect", "vendor/hooks/**"],
+                payload,
+            );
+            let text = std::fs::read_to_string(tree.ws().join("vendor/hooks/pre-commit.sh"))
+                .unwrap_or_default();
+            let landed = text.contains(AGENT);
+            if mode == "danger-full-access" {
+                assert!(landed, "{case}: control: the payload did not land\n{env}");
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert!(landed, "{case}: closed now: take it off KNOWN_OPEN\n{env}");
+                continue;
+            }
+            assert!(
+                !landed,
+                "{case}: the protected script is the agent's\n{env}"
+            );
+        }
+    }
+}
