@@ -422,7 +422,7 @@ impl<'a> Guard<'a> {
             return Ok(false);
         };
         let listings: &'a ScanListings = self.listings;
-        match listings.unchanged(&st) {
+        match listings.unchanged(&st, &self.root.join(&p.rel)) {
             Some(summary) if !summary.git_dir && summary.children.is_empty() => {
                 self.count(summary.entries)?;
                 Ok(true)
@@ -625,7 +625,7 @@ impl<'a> Guard<'a> {
     ) -> Result<(Cow<'a, DirSummary>, Option<Vec<(OsString, Kind)>>), Stop> {
         let listings: &'a ScanListings = self.listings;
         if let Some(st) = st
-            && let Some(summary) = listings.unchanged(st)
+            && let Some(summary) = listings.unchanged(st, &self.root.join(rel))
         {
             return Ok((Cow::Borrowed(summary), None));
         }
@@ -812,8 +812,8 @@ impl<'f> Quarantine<'f> {
         if self.made.is_some() {
             return Ok(());
         }
-        for n in 1..1000 {
-            let name = OsString::from(format!("coder-quarantine-{n}"));
+        for name in aside_names(String::new()) {
+            let name = OsString::from(name);
             match nix::sys::stat::mkdirat(
                 self.dir,
                 name.as_os_str(),
@@ -1167,10 +1167,33 @@ fn lexical(root: &Path, base: &Path, target: &Path) -> Option<PathBuf> {
     Some(out.iter().collect())
 }
 
+/// The names tried, in order, for what is moved aside: `{prefix}coder-quarantine-N` for N
+/// from 1 to 999, then names with a random 64-bit suffix. The agent can make every
+/// numbered name beforehand (a guard that then gave up failed the run closed and left its
+/// `.claude/settings.json`, or its repository, in place, taken for the user's by the next
+/// run's scan); it cannot guess the random ones.
+fn aside_names(prefix: String) -> impl Iterator<Item = String> {
+    let numbered = {
+        let prefix = prefix.clone();
+        (1..1000).map(move |n| format!("{prefix}coder-quarantine-{n}"))
+    };
+    let random = (0..64u64).map(move |n| {
+        let r = getrandom::u64().unwrap_or_else(|_| {
+            std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), n)
+        });
+        format!("{prefix}coder-quarantine-{r:016x}")
+    });
+    numbered.chain(random)
+}
+
+/// `name.`, the prefix of the names beside `name` it is moved aside to.
+fn beside(name: &OsStr) -> String {
+    format!("{}.", name.to_string_lossy())
+}
+
 /// Rename `dir/name` to `name.coder-quarantine-N` beside it, never over an existing name.
 fn rename_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
-    for n in 1..1000 {
-        let to = format!("{}.coder-quarantine-{n}", name.to_string_lossy());
+    for to in aside_names(beside(name)) {
         match nix::fcntl::renameat2(
             dir,
             name,
@@ -1189,8 +1212,7 @@ fn rename_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
 /// Make an empty directory `name.coder-quarantine-N` beside `dir/name`, never over an
 /// existing name; its name.
 fn mkdir_aside(dir: BorrowedFd<'_>, name: &OsStr) -> Result<String, Errno> {
-    for n in 1..1000 {
-        let to = format!("{}.coder-quarantine-{n}", name.to_string_lossy());
+    for to in aside_names(beside(name)) {
         match nix::sys::stat::mkdirat(dir, to.as_str(), FileMode::from_bits_truncate(0o700)) {
             Ok(()) => return Ok(to),
             Err(Errno::EEXIST) => continue,

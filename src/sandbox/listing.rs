@@ -35,6 +35,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use nix::sys::stat::FileStat;
 
@@ -134,12 +135,20 @@ pub(crate) fn is_git_entry_name(name: &OsString) -> bool {
     name.as_bytes().eq_ignore_ascii_case(b".git")
 }
 
-/// The directories the start-of-run scan listed, by (dev, ino), with their ctime then.
+/// The directories the start-of-run scan listed, by (dev, ino), with their ctime and path
+/// then.
+///
+/// The path is part of the record: what the guard decides from an unchanged listing
+/// depends on where the directory is (a protected glob matches a path, and nothing below
+/// `node_modules` is protected), and renaming a directory moves the ctime of it and its
+/// parents only, not of what lies below it. A package's `node_modules/sub/.claude/`,
+/// rewritten (a write moves no directory's ctime) and carried to `tools/sub/.claude/` by
+/// renaming `node_modules`, sits in directories whose (dev, ino, ctime) are the scan's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanListings {
     /// Records whose ctime is older than this are usable.
     trusted_before: Ctime,
-    dirs: HashMap<(u64, u64), (Ctime, DirSummary)>,
+    dirs: HashMap<(u64, u64), (Ctime, PathBuf, DirSummary)>,
     /// Devices already looked at, and whether their file system's ctime is trusted.
     devices: HashMap<u64, bool>,
 }
@@ -157,14 +166,21 @@ impl ScanListings {
         }
     }
 
-    /// Record the listing of the directory `st` describes (`dir`, its open descriptor,
-    /// decides the file system); one that could not be trusted later is not kept.
-    pub(crate) fn record(&mut self, dir: BorrowedFd<'_>, st: &FileStat, summary: DirSummary) {
+    /// Record the listing of the directory `st` describes, at `path` (`dir`, its open
+    /// descriptor, decides the file system); one that could not be trusted later is not
+    /// kept.
+    pub(crate) fn record(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        st: &FileStat,
+        path: &Path,
+        summary: DirSummary,
+    ) {
         if self.usable(st)
             && self.trusted_device(dir, st.st_dev)
             && super::sys::is_encrypted(dir) == Ok(false)
         {
-            self.insert(st, summary);
+            self.insert(st, path, summary);
         }
     }
 
@@ -175,23 +191,26 @@ impl ScanListings {
 
     /// Record a listing kept from an earlier run ([`super::listing_cache`]), whose file
     /// system passed a stricter check than [`ScanListings::record`]'s when it was kept.
-    pub(crate) fn record_kept(&mut self, st: &FileStat, summary: DirSummary) {
-        self.insert(st, summary);
+    pub(crate) fn record_kept(&mut self, st: &FileStat, path: &Path, summary: DirSummary) {
+        self.insert(st, path, summary);
     }
 
     /// Record without the file system check (which [`ScanListings::record`] adds).
-    fn insert(&mut self, st: &FileStat, summary: DirSummary) {
+    fn insert(&mut self, st: &FileStat, path: &Path, summary: DirSummary) {
         if self.usable(st) {
-            self.dirs
-                .insert((st.st_dev, st.st_ino), (ctime_of(st), summary));
+            self.dirs.insert(
+                (st.st_dev, st.st_ino),
+                (ctime_of(st), path.to_path_buf(), summary),
+            );
         }
     }
 
-    /// The recorded listing of the directory `st` describes (its `fstat` now), when that
-    /// directory's entries cannot have changed since.
-    pub(crate) fn unchanged(&self, st: &FileStat) -> Option<&DirSummary> {
-        let (ctime, summary) = self.dirs.get(&(st.st_dev, st.st_ino))?;
-        (*ctime == ctime_of(st) && self.usable(st)).then_some(summary)
+    /// The recorded listing of the directory `st` describes (its `fstat` now), found at
+    /// `path`, when that directory's entries cannot have changed since and it is where the
+    /// scan listed it.
+    pub(crate) fn unchanged(&self, st: &FileStat, path: &Path) -> Option<&DirSummary> {
+        let (ctime, at, summary) = self.dirs.get(&(st.st_dev, st.st_ino))?;
+        (*ctime == ctime_of(st) && at == path && self.usable(st)).then_some(summary)
     }
 
     /// No records yet, trusting what `self` trusts (for another thread of the same scan).
@@ -313,23 +332,26 @@ mod tests {
         let mut st = nix::sys::stat::stat(dir.path()).unwrap();
         let mut listings = ScanListings::starting_now();
         // Just made: inside the racy margin, so not recorded.
-        listings.insert(&st, DirSummary::default());
+        let at = dir.path();
+        listings.insert(&st, at, DirSummary::default());
         assert!(listings.is_empty());
-        // An old directory is recorded and found while its identity and ctime stay.
+        // An old directory is recorded and found while its identity, ctime and path stay.
         st.st_ctime -= 10;
-        listings.insert(&st, DirSummary::default());
+        listings.insert(&st, at, DirSummary::default());
         assert_eq!(listings.len(), 1);
-        assert!(listings.unchanged(&st).is_some());
+        assert!(listings.unchanged(&st, at).is_some());
         let mut later = st;
         later.st_ctime_nsec = (later.st_ctime_nsec + 1) % 1_000_000_000;
         later.st_ctime += 1;
-        assert!(listings.unchanged(&later).is_none());
+        assert!(listings.unchanged(&later, at).is_none());
         let mut other = st;
         other.st_ino += 1;
-        assert!(listings.unchanged(&other).is_none());
+        assert!(listings.unchanged(&other, at).is_none());
+        // Found elsewhere (an ancestor renamed): not the scan's listing of that path.
+        assert!(listings.unchanged(&st, &at.join("moved")).is_none());
         // A ctime that moved into the racy margin is not used even if it matched.
         let mut recent = listings.clone();
         recent.trusted_before = ctime_of(&st);
-        assert!(recent.unchanged(&st).is_none());
+        assert!(recent.unchanged(&st, at).is_none());
     }
 }

@@ -790,7 +790,7 @@ impl<'a> Walker<'a, '_> {
                     if let Some(w) = self.watch {
                         w.watch.kept(w.tree, &task.st, &task.rel);
                     }
-                    self.reuse(&task.st, kept);
+                    self.reuse(&task.st, &task.rel, kept);
                     return Ok(());
                 }
                 // Kept but with entries to look at: those are looked up by name, so an
@@ -819,9 +819,12 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// Use a kept listing: for the git guard, and to keep for the next run.
-    fn reuse(&mut self, st: &FileStat, kept: &KeptDir) {
+    fn reuse(&mut self, st: &FileStat, rel: &Path, kept: &KeptDir) {
         if self.tree.writable {
-            self.out.listings.record_kept(st, kept.summary.clone());
+            let path = self.tree.root.join(rel);
+            self.out
+                .listings
+                .record_kept(st, &path, kept.summary.clone());
         }
         if let Some(recorder) = self.recorder.as_deref_mut() {
             recorder.carry(st, kept);
@@ -852,7 +855,7 @@ impl<'a> Walker<'a, '_> {
                 if let Some(w) = self.watch {
                     w.watch.kept(w.tree, &st, rel);
                 }
-                self.reuse(&st, kept);
+                self.reuse(&st, rel, kept);
                 let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
                 (entries.collect(), kept.summary.git_dir, None)
             }
@@ -1015,7 +1018,9 @@ impl<'a> Walker<'a, '_> {
             .filter_map(|(name, kind)| kind.map(|k| (name, k)));
         let summary = DirSummary::of(typed);
         if self.tree.writable {
-            self.out.listings.record(dir.as_fd(), st, summary.clone());
+            self.out
+                .listings
+                .record(dir.as_fd(), st, here, summary.clone());
         }
         let fresh = KeptDir {
             rel: rel.to_path_buf(),
@@ -2972,17 +2977,45 @@ pub(crate) fn compile_globs(list: GlobList, globs: &[String]) -> Result<GlobSet,
 const DEPENDENCY_DIRS: [&str; 3] = ["node_modules", "vendor", "site-packages"];
 
 /// Whether `rel` (relative to its tree) is protected by `set`: it matches, and no
-/// directory above it is one of [`DEPENDENCY_DIRS`].
+/// directory above it is one of [`DEPENDENCY_DIRS`], unless a glob that matches it names
+/// that directory itself. A glob matching whatever the directory is called
+/// (`**/.vscode/**`) does not reach below it; one the user wrote for a path there
+/// (`--protect 'vendor/hooks/**'`, their own vendored hook scripts) is honoured: dropped,
+/// it protected nothing and said nothing.
 pub(crate) fn is_protected(set: &GlobSet, rel: &Path) -> bool {
-    set.is_match(rel)
-        && !rel.parent().is_some_and(|parent| {
-            parent.components().any(|part| {
-                DEPENDENCY_DIRS
-                    .iter()
-                    .any(|dir| part.as_os_str() == OsStr::new(dir))
-            })
+    let is_dependency = |part: &OsStr| DEPENDENCY_DIRS.iter().any(|dir| part == OsStr::new(dir));
+    let below_one = rel
+        .parent()
+        .is_some_and(|parent| parent.components().any(|c| is_dependency(c.as_os_str())));
+    if !below_one {
+        return set.is_match(rel);
+    }
+    let matched = set.matches(rel);
+    if matched.is_empty() {
+        return false;
+    }
+    // The same path with every dependency directory above it renamed: a glob that no
+    // longer matches named one.
+    let parts: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+    let last = parts.len().saturating_sub(1);
+    let renamed: PathBuf = parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            if i < last && is_dependency(part) {
+                OsStr::new(NOT_A_DEPENDENCY_DIR)
+            } else {
+                part
+            }
         })
+        .collect();
+    let elsewhere = set.matches(&renamed);
+    matched.iter().any(|i| !elsewhere.contains(i))
 }
+
+/// The name [`is_protected`] puts in place of a dependency directory to tell the globs
+/// that name it from those that match any name there.
+const NOT_A_DEPENDENCY_DIR: &str = "coder-not-a-dependency-dir";
 
 /// The names a protected glob stands for even before they exist: a glob of plain names
 /// (`.envrc`, `.mcp.json`) is that path; `NAME/**` (`.claude/**`) is the directory
@@ -3213,6 +3246,23 @@ mod tests {
                 "z/id_rsa:Empty",
             ]
         );
+    }
+
+    #[test]
+    fn dependency_dirs_stop_only_the_globs_that_do_not_name_them() {
+        let globs = ["**/.vscode/**", "vendor/hooks/**", "**/.envrc"].map(String::from);
+        let set = compile_globs(GlobList::Protect, &globs).unwrap();
+        let p = |rel: &str| is_protected(&set, Path::new(rel));
+        assert!(p("pkg/.vscode/tasks.json"));
+        assert!(!p("node_modules/x/.vscode/tasks.json"));
+        assert!(!p("pkg/vendor/x/.envrc"));
+        // The glob names `vendor`: honoured below it, a default there still not.
+        assert!(p("vendor/hooks/pre-commit.sh"));
+        assert!(p("vendor/hooks/.vscode/tasks.json"));
+        assert!(!p("vendor/other/.vscode/tasks.json"));
+        assert!(!p("pkg/vendor/hooks/pre-commit.sh"));
+        assert!(!p("vendor/.envrc"));
+        assert!(p(".envrc"));
     }
 
     #[test]
