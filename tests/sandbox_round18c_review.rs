@@ -26,6 +26,7 @@ mod common;
 
 use common::review_tree::{Tree, who};
 use common::sandbox_fixture::NOBODY;
+use serde_json::Value;
 
 /// The text the agent writes; a file holding it is the agent's.
 const AGENT: &str = "AGENT-PAYLOAD";
@@ -33,6 +34,30 @@ const AGENT: &str = "AGENT-PAYLOAD";
 /// Attacks of this file measured open today: an attack on it asserts that its payload
 /// still lands confined, so the list can only shrink.
 const KNOWN_OPEN: &[&str] = &[];
+
+/// Whether a file of `paths` (relative to `ws`) holds the agent's text.
+fn holds_agents_text(ws: &std::path::Path, paths: &[&str]) -> bool {
+    paths.iter().any(|path| {
+        std::fs::read_to_string(ws.join(path))
+            .unwrap_or_default()
+            .contains(AGENT)
+    })
+}
+
+/// One arm of attack `name`, its payload `landed` or not: the control (unconfined) must
+/// land, and so must an attack still on [`KNOWN_OPEN`]; `true` when the arm is a confined
+/// one whose defence the caller checks next.
+fn to_be_judged_confined(name: &str, case: &str, mode: &str, landed: bool, env: &Value) -> bool {
+    if mode == "danger-full-access" {
+        assert!(landed, "{case}: control: the payload did not land\n{env}");
+        return false;
+    }
+    if KNOWN_OPEN.contains(&name) {
+        assert!(landed, "{case}: closed now: take it off KNOWN_OPEN\n{env}");
+        return false;
+    }
+    true
+}
 
 /// A package's tool configs below `node_modules`, rewritten, then `node_modules` renamed
 /// to a name no dependency directory has: the configs now sit at protected paths, in
@@ -66,17 +91,8 @@ fn a_dependency_dir_renamed_away_does_not_carry_tool_configs_past_the_guard() {
             common::age_past_the_racy_margin(&tree.ws());
             let env = tree.run(&["--sandbox", mode], payload);
             let ws = tree.ws();
-            let landed = read_later.iter().any(|path| {
-                std::fs::read_to_string(ws.join(path))
-                    .unwrap_or_default()
-                    .contains(AGENT)
-            });
-            if mode == "danger-full-access" {
-                assert!(landed, "{case}: control: the payload did not land\n{env}");
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed, "{case}: closed now: take it off KNOWN_OPEN\n{env}");
+            let landed = holds_agents_text(&ws, &read_later);
+            if !to_be_judged_confined(name, &case, mode, landed, &env) {
                 continue;
             }
             assert!(
@@ -114,17 +130,8 @@ fn quarantine_names_taken_in_advance_do_not_keep_a_tool_config_in_place() {
             let tree = Tree::repo("coder-r18c-", owner, &["ws/pkg"], &[("pkg/a", "a\n")], &[]);
             let env = tree.run(&["--sandbox", mode], payload);
             let ws = tree.ws();
-            let landed = read_later.iter().any(|path| {
-                std::fs::read_to_string(ws.join(path))
-                    .unwrap_or_default()
-                    .contains(AGENT)
-            });
-            if mode == "danger-full-access" {
-                assert!(landed, "{case}: control: the payload did not land\n{env}");
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed, "{case}: closed now: take it off KNOWN_OPEN\n{env}");
+            let landed = holds_agents_text(&ws, &read_later);
+            if !to_be_judged_confined(name, &case, mode, landed, &env) {
                 continue;
             }
             assert!(
@@ -150,6 +157,7 @@ fn quarantine_names_taken_in_advance_do_not_keep_a_tool_config_in_place() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn quarantine_names_taken_in_advance_do_not_keep_a_planted_git_config_in_place() {
     common::require_root_and_user_namespaces();
+    let name = "git quarantine names taken";
     let payload = "set -e; mkdir -p sub/.git/objects sub/.git/refs; \
          echo 'ref: refs/heads/main' > sub/.git/HEAD; \
          printf '[core]\\n\\tfsmonitor = \"touch /tmp/x # AGENT-PAYLOAD\"\\n' > sub/.git/config; \
@@ -157,14 +165,13 @@ fn quarantine_names_taken_in_advance_do_not_keep_a_planted_git_config_in_place()
          echo PLANTED";
     for owner in [None, Some(NOBODY)] {
         for mode in ["danger-full-access", "workspace-write"] {
-            let case = format!("git quarantine names taken {} {mode}", who(owner));
+            let case = format!("{name} {} {mode}", who(owner));
             let tree = Tree::repo("coder-r18c-", owner, &["ws/pkg"], &[("pkg/a", "a\n")], &[]);
             let env = tree.run(&["--sandbox", mode], payload);
             let config =
                 std::fs::read_to_string(tree.ws().join("sub/.git/config")).unwrap_or_default();
             let landed = config.contains(AGENT);
-            if mode == "danger-full-access" {
-                assert!(landed, "{case}: control: the payload did not land\n{env}");
+            if !to_be_judged_confined(name, &case, mode, landed, &env) {
                 continue;
             }
             assert!(!landed, "{case}: sub/.git/config is the agent's\n{env}");
@@ -196,12 +203,7 @@ fn a_protect_glob_naming_a_path_below_vendor_is_honoured() {
             let text = std::fs::read_to_string(tree.ws().join("vendor/hooks/pre-commit.sh"))
                 .unwrap_or_default();
             let landed = text.contains(AGENT);
-            if mode == "danger-full-access" {
-                assert!(landed, "{case}: control: the payload did not land\n{env}");
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(landed, "{case}: closed now: take it off KNOWN_OPEN\n{env}");
+            if !to_be_judged_confined(name, &case, mode, landed, &env) {
                 continue;
             }
             assert!(
