@@ -583,11 +583,7 @@ impl<'a> Guard<'a> {
                 continue;
             }
             // One the agent made unwritable for its owner would refuse the moves.
-            if st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o700 != 0o700 {
-                let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | 0o700);
-                nix::sys::stat::fchmod(inner.as_fd(), mode)
-                    .map_err(|e| self.stop(&child, "chmod", e))?;
-            }
+            give_owner_access(inner.as_fd(), &st).map_err(|e| self.stop(&child, "chmod", e))?;
             let to = mkdir_aside(dir, name).map_err(|e| self.stop(&child, "move", e))?;
             let target = openat2(dir, to.as_str(), beneath(dir_flags()))
                 .map_err(|e| self.stop(&rel.join(&to), "open", e))?;
@@ -680,10 +676,7 @@ impl<'a> Guard<'a> {
             return result;
         }
         // A git dir the agent made read-only for its owner would refuse the moves.
-        if st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o700 != 0o700 {
-            let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | 0o700);
-            nix::sys::stat::fchmod(dir, mode).map_err(|e| self.stop(rel, "chmod", e))?;
-        }
+        give_owner_access(dir, &st).map_err(|e| self.stop(rel, "chmod", e))?;
         let mut q = Quarantine::new(dir, self.root.join(rel));
         let result = self.neutralise(root, dir, rel, (first, follow), &mut q);
         q.finish(self.report);
@@ -1275,6 +1268,16 @@ fn read_small(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Vec<u8>>, Errn
 
 /// Give the owner back `bits` on `dir/name` when coder owns it (the agent may have taken
 /// them away to hide a repository); anything else keeps the original error.
+/// The directory open as `dir` (`st` its status), when coder's user owns it and the agent
+/// took any of the owner's bits away: read, write and search given back to the owner.
+fn give_owner_access(dir: BorrowedFd<'_>, st: &FileStat) -> Result<(), Errno> {
+    if st.st_uid != nix::unistd::geteuid().as_raw() || st.st_mode & 0o700 == 0o700 {
+        return Ok(());
+    }
+    let mode = FileMode::from_bits_truncate((st.st_mode & 0o7777) | 0o700);
+    nix::sys::stat::fchmod(dir, mode)
+}
+
 fn restore_owner_access(dir: BorrowedFd<'_>, name: &OsStr, bits: u32) -> Result<(), Errno> {
     let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
     if st.st_uid != nix::unistd::geteuid().as_raw() || kind_of(&st) == Kind::Symlink {
