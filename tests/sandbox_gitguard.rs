@@ -718,6 +718,34 @@ fn the_scripts_an_alias_runs_are_not_the_agents_to_write() {
     );
 }
 
+/// An alias changes directory before it runs a script (`cd tools && ./fmt.sh`), as
+/// scripts that expect their own directory are run: the script git runs is
+/// `tools/fmt.sh`, and the scan read `./fmt.sh` at the top, held nothing, and the user's
+/// next `git fmt` ran the agent's payload. So does a bare name after `cd` (`sh lint.sh`
+/// in `ci/`).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_an_alias_runs_after_cd_is_not_the_agents_to_write() {
+    held_file_attack(
+        "alias script after cd",
+        |fx, ws| {
+            own_script(fx, ws, "tools/fmt.sh");
+            fx.own_file(ws, "ci/lint.sh", "true\n");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!cd tools && ./fmt.sh && cd ../ci && sh lint.sh",
+                ],
+            );
+            Vec::new()
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; {SCRIPT_PAYLOAD} >> ci/lint.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
 /// A filter driver names a script that does not exist yet (nor does its directory): the
 /// agent makes it, and the user's next `git add` ran it. (The sandbox holds it absent.)
 #[test]

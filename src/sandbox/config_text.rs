@@ -187,8 +187,12 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
             .into_iter()
             .filter(|w| w.iter().any(u8::is_ascii_whitespace))
             .map(|w| (w, false));
-        let plain = shell_words(&line).into_iter().map(|w| (w, true));
-        for (word, may_be_absent) in plain.chain(quoted) {
+        let plain = shell_words(&line);
+        // A bare word read in the directory keeps its bareness: held only when a file is
+        // there (`cd tools && make lint` names no file `tools/make`).
+        let moved = words_after_cd(&plain);
+        let plain = plain.into_iter().map(|w| (w, true));
+        for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
             let word = match word.iter().rposition(|b| *b == b'=') {
                 Some(at) => word[at + 1..].to_vec(),
                 None if word.first() == Some(&b'-') => continue,
@@ -232,6 +236,41 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
         i += 1;
     }
     out
+}
+
+/// The words of a shell line after a `cd DIR` (or `pushd DIR`) read in `DIR`, as the
+/// shell runs them: `cd tools && ./strip.sh` runs `tools/strip.sh`, and the word alone,
+/// read at the top of the work tree, held `./strip.sh` there instead, leaving the script
+/// git runs the agent's to write. A later `cd` goes on from the first (`cd a && cd b`:
+/// `a/b`). Every word after the `cd` is offered so, to the line's end: which of them
+/// run in the new directory cannot be told for sure (`(cd a && x) && y`), and a word
+/// offered in a directory it does not run in is held for nothing. A word that is
+/// absolute, an option, or names the home directory stays as it is. Each comes with
+/// whether it names a path by itself (has a `/`), as [`CommandWord::is_path`] needs.
+fn words_after_cd(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
+    let relative = |w: &[u8]| !w.starts_with(b"/") && !w.starts_with(b"~") && !w.starts_with(b"-");
+    let mut here: Option<Vec<u8>> = None;
+    let mut moved = Vec::new();
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        if word == b"cd" || word == b"pushd" {
+            let Some(dir) = words.by_ref().find(|w| !w.starts_with(b"-")) else {
+                break;
+            };
+            here = Some(match here.take() {
+                Some(base) if relative(dir) => [&base[..], b"/", &dir[..]].concat(),
+                _ => dir.clone(),
+            });
+            continue;
+        }
+        if let Some(dir) = &here
+            && relative(word)
+            && may_name_a_file(word)
+        {
+            moved.push(([&dir[..], b"/", &word[..]].concat(), word.contains(&b'/')));
+        }
+    }
+    moved
 }
 
 /// `line` split where a shell would split it outside quotes (blanks and operators),
@@ -503,6 +542,36 @@ mod tests {
                 ("f.sh".into(), false),
                 ("tools/c d.sh".into(), false),
                 ("x/e.sh && f.sh".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_words_after_cd_are_read_in_its_directory() {
+        let text = b"[alias]\n\ta = !cd tools && ./fmt.sh && cd ../ci && sh lint.sh\n\
+            \tb = \"!(cd -P /abs && x/y) ; pushd web >/dev/null; make -C . lint\"\n";
+        assert_eq!(
+            words(text),
+            [
+                ("cd".into(), false),
+                ("tools".into(), false),
+                ("./fmt.sh".into(), true),
+                ("../ci".into(), true),
+                ("sh".into(), false),
+                ("lint.sh".into(), false),
+                ("tools/./fmt.sh".into(), true),
+                ("tools/../ci/sh".into(), false),
+                ("tools/../ci/lint.sh".into(), false),
+                ("/abs".into(), true),
+                ("x/y".into(), true),
+                ("pushd".into(), false),
+                ("web".into(), false),
+                ("/dev/null".into(), true),
+                ("make".into(), false),
+                ("lint".into(), false),
+                ("/abs/x/y".into(), true),
+                ("/abs/web/make".into(), false),
+                ("/abs/web/lint".into(), false),
             ]
         );
     }
