@@ -1,0 +1,287 @@
+//! Round nineteen's review: what the last rounds covered less, attacked by someone who did
+//! not write the sandbox and has read it: process confinement (the seccomp table and what
+//! it lets through), the egress proxy, the integrity of what coder reports, and the MCP
+//! server's workspace tools. Every attack runs through the built binary as root and as
+//! uid 65534, each with a control showing that its setup lands without the defence.
+//!
+//! Found open when this review started, closed with it:
+//! * **The agent took coder's descriptors through the proxy.** The proxy served every
+//!   connection it accepted, with no cap: each held a descriptor of coder's (two once it
+//!   went upstream), outside the sandbox, whether or not it ever named an allowed
+//!   destination (an idle one for the head's 30 s, a tunnel for as long as it lasts). An
+//!   agent that opened 2 000 connections to `127.0.0.1:3128` had coder hold 2 000
+//!   descriptors; a few more and coder (20 000 here, often 1 024) had none left for its
+//!   own work. The proxy now serves at most `MAX_CONNECTIONS` (256) at once and stops
+//!   accepting past it, so the rest wait in the listener's backlog, inside the agent's
+//!   network namespace.
+//!
+//! Looked at and held (no test of their own here, or covered by older suites): the seccomp
+//! table against `io_uring_setup` (`ENOSYS`), `userfaultfd`, `perf_event_open`, `bpf`,
+//! `keyctl`/`add_key`, `open_by_handle_at`, `mount_setattr`, `setns`, `unshare` and
+//! `clone(CLONE_NEWUSER)` (all refused), `mknod` of a character device (refused: no
+//! `CAP_MKNOD`), `iopl`, `reboot`, `settimeofday`, `sethostname` (refused);
+//! `setpriority(PRIO_USER)` and `kill(-1)` reach only the agent's own PID namespace;
+//! `fanotify_init`, `memfd_secret`, `pidfd_open` and `personality` are allowed and give
+//! nothing outside the sandbox. `TIOCSTI`: the sandbox gives up its controlling terminal,
+//! and the agent's `setsid` + `TIOCSCTTY` on the inherited terminal is refused while the
+//! terminal belongs to the user's session (measured under `script`, `legacy_tiocsti` on);
+//! `/dev/tty` does not exist inside. Abstract UNIX sockets and UDP stay in the agent's
+//! network namespace; the proxy's listener lives there too, so another run cannot reach
+//! it. The proxy compares the exact `host:port` a `CONNECT` or an absolute URI names;
+//! another spelling of an allowed address (`127.1`, `[::ffff:127.0.0.1]`) is refused,
+//! not resolved. The workspace tools open files `O_NONBLOCK` (a FIFO the agent leaves
+//! does not hold the server) and check what they opened.
+//!
+//! Known open (ratchets asserting today's behaviour):
+//! * **What `.gitignore` ignores is not in `changes`, nor checked against `--scope`.** The
+//!   git ledger has `git add -A` semantics, so a file the agent writes under an ignored
+//!   path (a virtualenv's `site-packages`, `node_modules/.bin`, `build/`) is in neither,
+//!   and a `--scope 'src/**'` run that also planted a `.pth` file in the project's ignored
+//!   `.venv` succeeded with only its `src/` edit listed; the user's next `python` of that
+//!   virtualenv runs the `.pth` line, outside the sandbox.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::io::BufRead;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use common::review_tree::{Tree, changes, error_kind, who};
+use common::sandbox_fixture::{self, Fixture};
+
+/// Attacks of this file measured open today.
+const KNOWN_OPEN: &[&str] = &["an ignored path is not in changes nor in the scope"];
+
+/// The proxy's cap on connections served at once (`sandbox::proxy::MAX_CONNECTIONS`).
+const MAX_CONNECTIONS: usize = 256;
+
+/// Connections the agent opens.
+const CONNECTIONS: usize = 1500;
+
+/// A perl script (perl is in `/usr`, granted) that opens `$2` non-blocking TCP connections
+/// to `127.0.0.1:$1`, counts those established within 3 s, prints `OPENED N` and `READY`,
+/// then holds them until a file `done` appears in its directory (20 s at most).
+const HOLD_CONNECTIONS: &str = r#"
+use strict; use Socket; use IO::Select;
+my ($port, $n) = @ARGV; my @held; my $pending = IO::Select->new;
+for (1..$n) {
+  socket(my $fh, PF_INET, SOCK_STREAM, 0) or die "socket: $!";
+  fcntl($fh, 4, fcntl($fh, 3, 0) | 04000) or die "fcntl: $!";
+  connect($fh, sockaddr_in($port, inet_aton("127.0.0.1"))) or $!{EINPROGRESS} or die "connect: $!";
+  push @held, $fh; $pending->add($fh);
+}
+my $open = 0; my $end = time + 3;
+while (time < $end && $pending->count) {
+  for my $fh ($pending->can_write(0.2)) {
+    $open++ if unpack("i", getsockopt($fh, SOL_SOCKET, SO_ERROR)) == 0;
+    $pending->remove($fh);
+  }
+}
+$| = 1; print "OPENED $open\nREADY\n";
+for (1..200) { last if -e "done"; select(undef, undef, undef, 0.1); }
+"#;
+
+/// A host listener that accepts every connection and holds it, counting them, until the
+/// returned flag is set.
+fn accepting_listener() -> (u16, Arc<AtomicUsize>, Arc<AtomicBool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (count, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (c, s) = (count.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !s.load(Ordering::SeqCst) && Instant::now() < deadline {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    held.push(stream);
+                    c.store(held.len(), Ordering::SeqCst);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    (port, count, stop)
+}
+
+/// How many descriptors `pid` holds now.
+fn descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// The first child of `pid` (10 s at most): `timeout`'s child is coder (as uid 65534,
+/// setpriv execs it in place).
+fn first_child(pid: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+        if let Some(first) = children.unwrap_or_default().split_whitespace().next() {
+            return first.parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "{pid} started no child");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What one run of [`HOLD_CONNECTIONS`] showed: the connections it opened, and the most
+/// descriptors coder held while they were open.
+struct Held {
+    opened: usize,
+    coder_fds: usize,
+}
+
+/// Runs [`HOLD_CONNECTIONS`] against `port` through `coder sandbox --mode MODE`, and
+/// samples coder's descriptors for 2 s once the connections are open.
+fn hold_connections(fx: &Fixture, mode: &str, port: u16) -> Held {
+    fx.own_file(&fx.ws(), "hold.pl", HOLD_CONNECTIONS);
+    let script = format!("perl hold.pl {port} {CONNECTIONS}");
+    let mut child = fx
+        .sandbox_in(&fx.ws(), &["--mode", mode], &script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let coder = first_child(child.id());
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let mut opened = None;
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        if let Some(n) = line.strip_prefix("OPENED ") {
+            opened = n.parse().ok();
+        }
+        if line == "READY" {
+            break;
+        }
+    }
+    let mut coder_fds = 0;
+    for _ in 0..20 {
+        coder_fds = coder_fds.max(descriptors(coder));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(fx.ws().join("done"), "").unwrap();
+    common::wait_within(&mut child, Duration::from_secs(60));
+    Held {
+        opened: opened.unwrap(),
+        coder_fds,
+    }
+}
+
+/// The agent opens 1 500 connections to the proxy and holds them, naming no destination:
+/// confined, coder holds at most the proxy's cap of them (plus its own few dozen
+/// descriptors). Control, unconfined: the same script against a host listener that
+/// accepts everything opens all 1 500, and that listener holds 1 500 descriptors, as
+/// coder did before the cap.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_agent_cannot_take_coders_descriptors_through_the_proxy() {
+    for nobody in sandbox_fixture::arms() {
+        let case = if nobody { "nobody" } else { "root" };
+        let fx = Fixture::new("coder-r19-conns-", nobody, &["ws", "home", "state"]);
+        fx.own(fx.root());
+
+        let (port, accepted, stop) = accepting_listener();
+        let control = hold_connections(&fx, "danger-full-access", port);
+        stop.store(true, Ordering::SeqCst);
+        assert_eq!(
+            control.opened, CONNECTIONS,
+            "{case}: control: not all opened"
+        );
+        assert!(
+            accepted.load(Ordering::SeqCst) >= CONNECTIONS,
+            "{case}: control: the host listener got {} connections",
+            accepted.load(Ordering::SeqCst)
+        );
+
+        let _ = std::fs::remove_file(fx.ws().join("done"));
+        let confined = hold_connections(&fx, "workspace-write", 3128);
+        assert!(
+            confined.coder_fds < MAX_CONNECTIONS + 100,
+            "{case}: coder held {} descriptors for the agent's {} connections",
+            confined.coder_fds,
+            confined.opened
+        );
+    }
+}
+
+/// The project's `.gitignore` ignores its virtualenv, `.venv/`. The agent of a run scoped
+/// to `src/**` edits `src/a.txt` and plants `.venv/lib/site/zz.pth`, an `import` line that
+/// Python's `site` runs at every start of that virtualenv's interpreter; then the user's
+/// Python, unconfined, adds that site directory (as the virtualenv's `python` does).
+/// Today (a ratchet) the run succeeds, its `changes` lists `src/a.txt` alone, and the
+/// user's Python runs the payload. Closed, the `.pth` would be named in the envelope (a
+/// change, a warning, or the scope violation it is). Control, `danger-full-access`: the
+/// payload runs the same way.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_planted_in_an_ignored_path_is_reported() {
+    let name = "an ignored path is not in changes nor in the scope";
+    common::require_root_and_user_namespaces();
+    for owner in sandbox_fixture::owners() {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::repo(
+                "coder-r19-ignored-",
+                owner,
+                &["ws/src"],
+                &[(".gitignore", ".venv/\n"), ("src/a.txt", "a\n")],
+                &[],
+            );
+            let marker = tree.root.join("home/PWNED");
+            let payload = format!(
+                "mkdir -p .venv/lib/site && echo \"import os; open('{}', 'w').close()\" \
+                 > .venv/lib/site/zz.pth && echo b >> src/a.txt && echo PLANTED",
+                marker.display()
+            );
+            let env = tree.run(&["--sandbox", mode, "--scope", "src/**"], &payload);
+            assert!(
+                common::review_tree::result(&env).contains("PLANTED"),
+                "{case}: the payload did not run: {env}"
+            );
+            let mut python = std::process::Command::new("/usr/bin/python3");
+            python
+                .args(["-c", "import site; site.addsitedir('.venv/lib/site')"])
+                .current_dir(tree.ws())
+                .env_clear()
+                .env("HOME", tree.root.join("home"));
+            sandbox_fixture::as_owner(&mut python, owner);
+            sandbox_fixture::must_run(&mut python);
+            assert!(marker.exists(), "{case}: the user's python did not run it");
+            let listed = changes(&env);
+            let named = env.to_string().contains("zz.pth");
+            if mode == "danger-full-access" {
+                continue;
+            }
+            if KNOWN_OPEN.contains(&name) {
+                assert!(
+                    !named && error_kind(&env).is_empty(),
+                    "{case}: {name} is closed, remove it from KNOWN_OPEN: {env}"
+                );
+                assert_eq!(
+                    listed,
+                    vec![("src/a.txt".to_owned(), "modified".to_owned())],
+                    "{case}: {env}"
+                );
+            } else {
+                assert!(
+                    named || error_kind(&env) == "scope_violation",
+                    "{case}: the planted .pth is in nothing coder reported: {env}"
+                );
+            }
+        }
+    }
+}
