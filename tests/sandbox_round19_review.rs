@@ -205,6 +205,11 @@ fn the_agent_cannot_take_coders_descriptors_through_the_proxy() {
 
         let (port, accepted, stop) = accepting_listener();
         let control = hold_connections(&fx, "danger-full-access", port);
+        // What the listener's backlog still holds is accepted too.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while accepted.load(Ordering::SeqCst) < CONNECTIONS && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         stop.store(true, Ordering::SeqCst);
         assert_eq!(
             control.opened, CONNECTIONS,
