@@ -20,6 +20,11 @@
 //!   from the account the user reviews, its output wrote the clipboard (OSC 52), a
 //!   directory named with the escape erased the end-of-run guard's warning about it.
 //!   Control characters but line feed and tab are shown as escapes there now.
+//! * **The workspace tools wrote a setuid file.** `update-file` opened the file without
+//!   following a link, but read the mode it gives the new file by path: an agent in the
+//!   same tree swapping the file with a link to a setuid file had `coder fs` (and `coder
+//!   mcp`), unconfined, write the agent's text as a setuid(-root) file. The mode is the
+//!   opened file's now, without setuid, setgid and sticky bits.
 //!
 //! Looked at and held (no test of their own here, or covered by older suites): the seccomp
 //! table against `io_uring_setup` (`ENOSYS`), `userfaultfd`, `perf_event_open`, `bpf`,
@@ -407,6 +412,94 @@ fn the_guards_warning_cannot_be_erased_by_a_name() {
         assert!(
             !drives_a_terminal(&out.stderr),
             "{case}: the guard's warning carries the name's escapes: {stderr:?}"
+        );
+    }
+}
+
+/// `renameat2(a, b, RENAME_EXCHANGE)` in a loop until `stop` is set: how many swaps.
+fn exchange_until(a: &std::path::Path, b: &std::path::Path, stop: Arc<AtomicBool>) -> u64 {
+    let (a, b) = (
+        std::ffi::CString::new(a.as_os_str().as_encoded_bytes()).unwrap(),
+        std::ffi::CString::new(b.as_os_str().as_encoded_bytes()).unwrap(),
+    );
+    let mut swaps = 0;
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: renameat2 with two valid NUL-terminated paths.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        assert_eq!(rc, 0);
+        swaps += 1;
+    }
+    swaps
+}
+
+/// An agent running in the same tree as `coder mcp` (or `coder fs`) swaps the file the
+/// tools edit, `f.txt`, with a symlink `l` to a setuid file outside the base, again and
+/// again, while `update-file` edits `f.txt`. The tool opened the file without following a
+/// link and checked it, but took the mode it writes the new file with from the path,
+/// following the link: it then wrote the agent's text into a file of the server's user
+/// with the setuid bit (as root, a setuid-root file whose content the agent chose).
+/// Now no written file has a setuid, setgid or sticky bit. Control: the swap is live (some
+/// edits find the link and are refused), and the setuid file is there to be read.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_edit_raced_with_a_setuid_file_writes_no_setuid_file() {
+    use std::os::unix::fs::MetadataExt;
+    for owner in sandbox_fixture::owners() {
+        let case = who(owner);
+        let tree = Tree::new("coder-r19-mode-", VAR_TMP, owner, &[]);
+        let setid = tree.root.join("setid");
+        std::fs::write(&setid, "#!/bin/sh\n").unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::lchown(&setid, Some(uid), Some(uid)).unwrap();
+        }
+        std::fs::set_permissions(&setid, std::fs::Permissions::from_mode(0o6755)).unwrap();
+        assert_eq!(std::fs::metadata(&setid).unwrap().mode() & 0o7777, 0o6755);
+        let (file, link) = (tree.ws().join("f.txt"), tree.ws().join("l"));
+        let (mut refused, mut setid_written) = (0, Vec::new());
+        for attempt in 0..300 {
+            for name in [&file, &link] {
+                let _ = std::fs::remove_file(name);
+            }
+            std::fs::write(&file, "hello\n").unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            std::os::unix::fs::symlink(&setid, &link).unwrap();
+            tree.give_away();
+            let stop = Arc::new(AtomicBool::new(false));
+            let racer = {
+                let (a, b, stop) = (file.clone(), link.clone(), stop.clone());
+                std::thread::spawn(move || exchange_until(&a, &b, stop))
+            };
+            let mut cmd = std::process::Command::new(common::CODER);
+            cmd.args(["fs", "update-file", "--base"])
+                .arg(tree.ws())
+                .arg(r#"{"path": "f.txt", "replace": [{"pattern": "hello", "replacement": "hi", "literal": true}]}"#);
+            sandbox_fixture::as_owner(&mut cmd, owner);
+            let out = cmd.output_bounded();
+            stop.store(true, Ordering::Relaxed);
+            racer.join().unwrap();
+            if !out.status.success() {
+                refused += 1;
+                continue;
+            }
+            for name in [&file, &link] {
+                let meta = std::fs::symlink_metadata(name).unwrap();
+                if meta.is_file() && meta.mode() & 0o7000 != 0 {
+                    setid_written.push(format!("attempt {attempt}: {:o}", meta.mode()));
+                }
+            }
+        }
+        assert!(refused > 0, "{case}: control: the swap never showed");
+        assert!(
+            setid_written.is_empty(),
+            "{case}: update-file wrote setuid files: {setid_written:?}"
         );
     }
 }
