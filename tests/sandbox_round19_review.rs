@@ -25,6 +25,12 @@
 //!   same tree swapping the file with a link to a setuid file had `coder fs` (and `coder
 //!   mcp`), unconfined, write the agent's text as a setuid(-root) file. The mode is the
 //!   opened file's now, without setuid, setgid and sticky bits.
+//! * **A recursive delete could change a mode outside the base** (found by reading; the
+//!   race was not reproduced). Removing a tree gives an unreadable directory mode 0700
+//!   before entering it: it checked the name with `lstat`, then `fchmodat` by name, which
+//!   follows a symlink, so an agent swapping the directory for a link in between had the
+//!   MCP server's `delete-file` (unconfined; as root, on any file) change the link's
+//!   target. The mode now goes to the directory opened (`O_PATH`, through `/proc/self/fd`).
 //!
 //! Looked at and held (no test of their own here, or covered by older suites): the seccomp
 //! table against `io_uring_setup` (`ENOSYS`), `userfaultfd`, `perf_event_open`, `bpf`,
@@ -500,6 +506,97 @@ fn an_edit_raced_with_a_setuid_file_writes_no_setuid_file() {
         assert!(
             setid_written.is_empty(),
             "{case}: update-file wrote setuid files: {setid_written:?}"
+        );
+    }
+}
+
+/// `renameat2(a, b, RENAME_EXCHANGE)` in a loop until `stop` is set, ignoring failures
+/// (the tool may remove one of the names meanwhile).
+fn exchange_loosely(a: &std::path::Path, b: &std::path::Path, stop: Arc<AtomicBool>) {
+    let (a, b) = (
+        std::ffi::CString::new(a.as_os_str().as_encoded_bytes()).unwrap(),
+        std::ffi::CString::new(b.as_os_str().as_encoded_bytes()).unwrap(),
+    );
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: renameat2 with two valid NUL-terminated paths.
+        unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            );
+        }
+    }
+}
+
+/// An agent in the same tree leaves `d/sub/f` with `sub` made unreadable (`chmod 000`),
+/// and swaps `d/sub` with a symlink to a file outside the base, again and again, while
+/// the tools delete `d` recursively. The removal gives an unreadable directory its mode
+/// back (0700) before it enters it, and it checked that `sub` was a directory, then
+/// changed the mode by path, following the link: the file outside (as root, any file of
+/// the system) got mode 0700. Now the mode goes to the directory that was checked, never
+/// through a link. Control: the swap is live (the symlink is what `d/sub` is when some
+/// deletions look), shown by the count of attempts that found it. Found by reading the
+/// code: the window (between an `lstat` and the `fchmodat` after it) is two system calls
+/// wide, and 300 attempts an arm did not hit it before the fix, so this is a regression
+/// guard, not a proof.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_recursive_delete_raced_with_a_symlink_changes_no_mode_outside() {
+    use std::os::unix::fs::MetadataExt;
+    for owner in sandbox_fixture::owners() {
+        let case = who(owner);
+        let tree = Tree::new("coder-r19-chmod-", VAR_TMP, owner, &[]);
+        let victim = tree.root.join("victim");
+        let (ws, mut changed, mut linked) = (tree.ws(), Vec::new(), 0);
+        for attempt in 0..100 {
+            let _ = std::fs::remove_file(&victim);
+            std::fs::write(&victim, "outside\n").unwrap();
+            for dir in [ws.join("d"), ws.join("x")] {
+                if dir.exists() {
+                    sandbox_fixture::must_run(
+                        std::process::Command::new("chmod")
+                            .args(["-R", "u+rwx"])
+                            .arg(&dir),
+                    );
+                    std::fs::remove_dir_all(&dir).unwrap();
+                }
+            }
+            std::fs::create_dir_all(ws.join("d/sub")).unwrap();
+            std::fs::create_dir_all(ws.join("x")).unwrap();
+            std::fs::write(ws.join("d/sub/f"), "").unwrap();
+            std::os::unix::fs::symlink(&victim, ws.join("x/sub")).unwrap();
+            tree.give_away();
+            std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+            std::fs::set_permissions(ws.join("d/sub"), std::fs::Permissions::from_mode(0o000))
+                .unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let racer = {
+                let (a, b, stop) = (ws.join("d/sub"), ws.join("x/sub"), stop.clone());
+                std::thread::spawn(move || exchange_loosely(&a, &b, stop))
+            };
+            let mut cmd = std::process::Command::new(common::CODER);
+            cmd.args(["fs", "delete-file", "--base"])
+                .arg(&ws)
+                .arg(r#"{"path": "d", "recursive": true}"#);
+            sandbox_fixture::as_owner(&mut cmd, owner);
+            let _ = cmd.output_bounded();
+            stop.store(true, Ordering::Relaxed);
+            racer.join().unwrap();
+            if std::fs::symlink_metadata(ws.join("x/sub")).is_ok_and(|m| m.is_dir()) {
+                linked += 1;
+            }
+            let mode = std::fs::metadata(&victim).unwrap().mode() & 0o7777;
+            if mode != 0o644 {
+                changed.push(format!("attempt {attempt}: {mode:o}"));
+            }
+        }
+        assert!(linked > 0, "{case}: control: the swap never showed");
+        assert!(
+            changed.is_empty(),
+            "{case}: delete-file changed a mode outside the base: {changed:?}"
         );
     }
 }
