@@ -77,7 +77,7 @@ use common::review_tree::{Tree, VAR_TMP, changes, error_kind, who};
 use common::sandbox_fixture::{self, Fixture};
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &["an ignored path is not in changes nor in the scope"];
+const KNOWN_OPEN: &[&str] = &[IGNORED];
 
 /// The proxy's cap on connections served at once (`sandbox::proxy::MAX_CONNECTIONS`).
 const MAX_CONNECTIONS: usize = 256;
@@ -256,61 +256,78 @@ fn the_agent_cannot_take_coders_descriptors_through_the_proxy() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_file_planted_in_an_ignored_path_is_reported() {
-    let name = "an ignored path is not in changes nor in the scope";
+    let files = [(".gitignore", ".venv/\n"), ("src/a.txt", "a\n")];
+    let payload = "mkdir -p .venv/lib/site && echo \"import os; open(os.environ['HOME'] + \
+                   '/PWNED', 'w').close()\" > .venv/lib/site/zz.pth && echo b >> src/a.txt";
+    for (case, tree, env) in ignored_path_runs(&["ws/src"], &files, &["--scope", "src/**"], payload)
+    {
+        let marker = tree.root.join("home/PWNED");
+        let mut python = std::process::Command::new("/usr/bin/python3");
+        python
+            .args(["-c", "import site; site.addsitedir('.venv/lib/site')"])
+            .current_dir(tree.ws())
+            .env_clear()
+            .env("HOME", tree.root.join("home"));
+        sandbox_fixture::as_owner(&mut python, tree.owner);
+        sandbox_fixture::must_run(&mut python);
+        assert!(marker.exists(), "{case}: the user's python did not run it");
+        if case.ends_with("danger-full-access") {
+            continue;
+        }
+        if KNOWN_OPEN.contains(&IGNORED) {
+            assert!(
+                !names_an_ignored_change(&env) && error_kind(&env).is_empty(),
+                "{case}: {IGNORED} is closed, remove it from KNOWN_OPEN: {env}"
+            );
+            assert_eq!(
+                changes(&env),
+                vec![("src/a.txt".to_owned(), "modified".to_owned())],
+                "{case}: {env}"
+            );
+        } else {
+            assert!(
+                names_an_ignored_change(&env) || error_kind(&env) == "scope_violation",
+                "{case}: the planted .pth is in nothing coder reported: {env}"
+            );
+        }
+    }
+}
+
+/// The name of the ignored-path attacks.
+const IGNORED: &str = "an ignored path is not in changes nor in the scope";
+
+/// For each arm, unconfined (the control) then confined: the user's repository holding
+/// `files` (and the directories `dirs` of its tree) and a run with `extra` flags whose
+/// agent runs `payload`, which must have run: (case, the tree, the envelope).
+fn ignored_path_runs(
+    dirs: &[&str],
+    files: &[(&str, &str)],
+    extra: &[&str],
+    payload: &str,
+) -> Vec<(String, Tree, serde_json::Value)> {
     common::require_root_and_user_namespaces();
+    let mut runs = Vec::new();
     for owner in sandbox_fixture::owners() {
         for mode in ["danger-full-access", "workspace-write"] {
             let case = format!("{} {mode}", who(owner));
-            let tree = Tree::repo(
-                "coder-r19-ignored-",
-                owner,
-                &["ws/src"],
-                &[(".gitignore", ".venv/\n"), ("src/a.txt", "a\n")],
-                &[],
-            );
-            let marker = tree.root.join("home/PWNED");
-            let payload = format!(
-                "mkdir -p .venv/lib/site && echo \"import os; open('{}', 'w').close()\" \
-                 > .venv/lib/site/zz.pth && echo b >> src/a.txt && echo PLANTED",
-                marker.display()
-            );
-            let env = tree.run(&["--sandbox", mode, "--scope", "src/**"], &payload);
+            let tree = Tree::repo("coder-r19-ignored-", owner, dirs, files, &[]);
+            let mut args = vec!["--sandbox", mode];
+            args.extend(extra);
+            let env = tree.run(&args, &format!("{payload} && echo PLANTED"));
             assert!(
                 common::review_tree::result(&env).contains("PLANTED"),
                 "{case}: the payload did not run: {env}"
             );
-            let mut python = std::process::Command::new("/usr/bin/python3");
-            python
-                .args(["-c", "import site; site.addsitedir('.venv/lib/site')"])
-                .current_dir(tree.ws())
-                .env_clear()
-                .env("HOME", tree.root.join("home"));
-            sandbox_fixture::as_owner(&mut python, owner);
-            sandbox_fixture::must_run(&mut python);
-            assert!(marker.exists(), "{case}: the user's python did not run it");
-            let listed = changes(&env);
-            let named = env.to_string().contains("zz.pth");
-            if mode == "danger-full-access" {
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(
-                    !named && error_kind(&env).is_empty(),
-                    "{case}: {name} is closed, remove it from KNOWN_OPEN: {env}"
-                );
-                assert_eq!(
-                    listed,
-                    vec![("src/a.txt".to_owned(), "modified".to_owned())],
-                    "{case}: {env}"
-                );
-            } else {
-                assert!(
-                    named || error_kind(&env) == "scope_violation",
-                    "{case}: the planted .pth is in nothing coder reported: {env}"
-                );
-            }
+            runs.push((case, tree, env));
         }
     }
+    runs
+}
+
+/// Whether the envelope names a change under `.venv` (a listed change or a warning).
+fn names_an_ignored_change(env: &serde_json::Value) -> bool {
+    changes(env).iter().any(|(p, _)| p.contains(".venv"))
+        || env["warnings"].to_string().contains(".venv")
 }
 
 /// A fake CLI whose one tool call's command ends in `ESC [2K` and a carriage return (which
@@ -431,13 +448,13 @@ fn the_guards_warning_cannot_be_erased_by_a_name() {
     }
 }
 
-/// `renameat2(a, b, RENAME_EXCHANGE)` in a loop until `stop` is set: how many swaps.
-fn exchange_until(a: &std::path::Path, b: &std::path::Path, stop: Arc<AtomicBool>) -> u64 {
+/// `renameat2(a, b, RENAME_EXCHANGE)` in a loop until `stop` is set; a failed swap fails
+/// the test when `strict` (the tool may remove one of the names otherwise).
+fn exchange_until(a: &std::path::Path, b: &std::path::Path, stop: Arc<AtomicBool>, strict: bool) {
     let (a, b) = (
         std::ffi::CString::new(a.as_os_str().as_encoded_bytes()).unwrap(),
         std::ffi::CString::new(b.as_os_str().as_encoded_bytes()).unwrap(),
     );
-    let mut swaps = 0;
     while !stop.load(Ordering::Relaxed) {
         // SAFETY: renameat2 with two valid NUL-terminated paths.
         let rc = unsafe {
@@ -449,10 +466,8 @@ fn exchange_until(a: &std::path::Path, b: &std::path::Path, stop: Arc<AtomicBool
                 libc::RENAME_EXCHANGE,
             )
         };
-        assert_eq!(rc, 0);
-        swaps += 1;
+        assert!(rc == 0 || !strict, "{a:?} and {b:?} were not exchanged");
     }
-    swaps
 }
 
 /// An agent running in the same tree as `coder mcp` (or `coder fs`) swaps the file the
@@ -490,7 +505,7 @@ fn an_edit_raced_with_a_setuid_file_writes_no_setuid_file() {
             let stop = Arc::new(AtomicBool::new(false));
             let racer = {
                 let (a, b, stop) = (file.clone(), link.clone(), stop.clone());
-                std::thread::spawn(move || exchange_until(&a, &b, stop))
+                std::thread::spawn(move || exchange_until(&a, &b, stop, true))
             };
             let mut cmd = std::process::Command::new(common::CODER);
             cmd.args(["fs", "update-file", "--base"])
@@ -516,27 +531,6 @@ fn an_edit_raced_with_a_setuid_file_writes_no_setuid_file() {
             setid_written.is_empty(),
             "{case}: update-file wrote setuid files: {setid_written:?}"
         );
-    }
-}
-
-/// `renameat2(a, b, RENAME_EXCHANGE)` in a loop until `stop` is set, ignoring failures
-/// (the tool may remove one of the names meanwhile).
-fn exchange_loosely(a: &std::path::Path, b: &std::path::Path, stop: Arc<AtomicBool>) {
-    let (a, b) = (
-        std::ffi::CString::new(a.as_os_str().as_encoded_bytes()).unwrap(),
-        std::ffi::CString::new(b.as_os_str().as_encoded_bytes()).unwrap(),
-    );
-    while !stop.load(Ordering::Relaxed) {
-        // SAFETY: renameat2 with two valid NUL-terminated paths.
-        unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                a.as_ptr(),
-                libc::AT_FDCWD,
-                b.as_ptr(),
-                libc::RENAME_EXCHANGE,
-            );
-        }
     }
 }
 
@@ -584,7 +578,7 @@ fn a_recursive_delete_raced_with_a_symlink_changes_no_mode_outside() {
             let stop = Arc::new(AtomicBool::new(false));
             let racer = {
                 let (a, b, stop) = (ws.join("d/sub"), ws.join("x/sub"), stop.clone());
-                std::thread::spawn(move || exchange_loosely(&a, &b, stop))
+                std::thread::spawn(move || exchange_until(&a, &b, stop, false))
             };
             let mut cmd = std::process::Command::new(common::CODER);
             cmd.args(["fs", "delete-file", "--base"])
@@ -620,46 +614,29 @@ fn a_recursive_delete_raced_with_a_symlink_changes_no_mode_outside() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_verdict_fixed_through_an_ignored_path_is_reported() {
-    let name = "an ignored path is not in changes nor in the scope";
-    common::require_root_and_user_namespaces();
-    for owner in sandbox_fixture::owners() {
-        for mode in ["danger-full-access", "workspace-write"] {
-            let case = format!("{} {mode}", who(owner));
-            let tree = Tree::repo(
-                "coder-r19-verdict-",
-                owner,
-                &[],
-                &[
-                    (".gitignore", ".venv/\n"),
-                    ("check.sh", "exec .venv/bin/check\n"),
-                ],
-                &[],
-            );
-            let payload = "mkdir -p .venv/bin && printf '#!/bin/sh\\nexit 0\\n' > .venv/bin/check \
-                           && chmod +x .venv/bin/check && echo PLANTED";
-            let env = tree.run(&["--sandbox", mode, "--verify", "sh check.sh"], payload);
+    let files = [
+        (".gitignore", ".venv/\n"),
+        ("check.sh", "exec .venv/bin/check\n"),
+    ];
+    let payload = "mkdir -p .venv/bin && printf '#!/bin/sh\\nexit 0\\n' > .venv/bin/check \
+                   && chmod +x .venv/bin/check";
+    for (case, _tree, env) in ignored_path_runs(&[], &files, &["--verify", "sh check.sh"], payload)
+    {
+        assert_eq!(env["verification"]["verdict"], "fixed", "{case}: {env}");
+        if case.ends_with("danger-full-access") {
+            continue;
+        }
+        // The baseline's own output names the missing file: look where a change is.
+        if KNOWN_OPEN.contains(&IGNORED) {
             assert!(
-                common::review_tree::result(&env).contains("PLANTED"),
-                "{case}: the payload did not run: {env}"
+                !names_an_ignored_change(&env) && changes(&env).is_empty(),
+                "{case}: {IGNORED} is closed, remove it from KNOWN_OPEN: {env}"
             );
-            assert_eq!(env["verification"]["verdict"], "fixed", "{case}: {env}");
-            if mode == "danger-full-access" {
-                continue;
-            }
-            // The baseline's own output names the missing file: look where a change is.
-            let named = changes(&env).iter().any(|(p, _)| p.contains(".venv"))
-                || env["warnings"].to_string().contains(".venv");
-            if KNOWN_OPEN.contains(&name) {
-                assert!(
-                    !named && changes(&env).is_empty(),
-                    "{case}: {name} is closed, remove it from KNOWN_OPEN: {env}"
-                );
-            } else {
-                assert!(
-                    named,
-                    "{case}: the planted check is in nothing coder reported: {env}"
-                );
-            }
+        } else {
+            assert!(
+                names_an_ignored_change(&env),
+                "{case}: the planted check is in nothing coder reported: {env}"
+            );
         }
     }
 }
