@@ -47,7 +47,11 @@
 //! it. The proxy compares the exact `host:port` a `CONNECT` or an absolute URI names;
 //! another spelling of an allowed address (`127.1`, `[::ffff:127.0.0.1]`) is refused,
 //! not resolved. The workspace tools open files `O_NONBLOCK` (a FIFO the agent leaves
-//! does not hold the server) and check what they opened.
+//! does not hold the server) and check what they opened. Seen, not changed (SECURITY.md's
+//! Known limits): the workspace tools' jail refuses secrets only, so an MCP client may
+//! write `.git/hooks/*` or `.envrc`, which the sandbox holds read-only for the agent; the
+//! proxy does not look at a plain-HTTP request's `Host` header (domain fronting through an
+//! allowed CDN name).
 //!
 //! Known open (ratchets asserting today's behaviour):
 //! * **What `.gitignore` ignores is not in `changes`, nor checked against `--scope`.** The
