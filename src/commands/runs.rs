@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::journal::runs::{account, find_run, list_runs, read_entries, render};
-use crate::text::{Secrets, names::secret_values};
+use crate::text::{Secrets, names::secret_values, terminal_safe};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -100,7 +100,8 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     );
                 }
             }
-            super::print_then(&out, ExitCode::SUCCESS)
+            // JSON escapes control characters itself; the table is for a terminal.
+            super::print_then(&terminal_safe(&out), ExitCode::SUCCESS)
         }
         RunsCommand::Show { run, json } => {
             let Some(path) = find_run(&dir, &run) else {
@@ -117,7 +118,9 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     let text = if json {
                         serde_json::to_string_pretty(&account).unwrap_or_default() + "\n"
                     } else {
-                        render(&account)
+                        // The account holds the agent's text: its escapes must not reach
+                        // the user's terminal.
+                        terminal_safe(&render(&account)).into_owned()
                     };
                     super::print_then(&text, ExitCode::SUCCESS)
                 }

@@ -347,5 +347,7 @@ pub(super) fn one_line(text: &str) -> String {
 pub(super) fn say(line: &str) {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let secrets = crate::text::Secrets::new(crate::text::names::secret_values(&env));
-    eprintln!("coder sandbox: {}", secrets.redact(line));
+    // The guard's lines name paths the sandboxed command chose.
+    let line = secrets.redact(line);
+    eprintln!("coder sandbox: {}", crate::text::terminal_safe(&line));
 }

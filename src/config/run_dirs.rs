@@ -295,28 +295,37 @@ fn empty_tree(top: std::os::fd::OwnedFd) -> std::io::Result<()> {
 
 /// `name` beneath `dir`, opened as a directory without following a symlink; if this user
 /// may not read, enter or write it (an agent's `chmod 000`), its mode is given back
-/// (0700) first. The mode is set only on a directory, as `lstat` sees it.
+/// (0700) first. The mode is set on the directory opened (`O_PATH`, then through its
+/// `/proc/self/fd` link), never by name: the name checked with `lstat` and then changed
+/// by `fchmodat`, which follows a symlink, could be swapped for a link in between by an
+/// agent racing the MCP server's recursive `delete-file`, whose mode 0700 then went to
+/// whatever the link named, outside the base (round nineteen's review, found by reading:
+/// `sandbox_round19_review::a_recursive_delete_raced_with_a_symlink_changes_no_mode_outside`
+/// did not catch the window).
 fn open_dir_giving_back<P: ?Sized + nix::NixPath>(
     dir: impl std::os::fd::AsFd,
     name: &P,
 ) -> std::io::Result<std::os::fd::OwnedFd> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let dir = dir.as_fd();
-    let st = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-        return Err(Errno::ENOTDIR.into());
-    }
+    use std::os::fd::{AsFd, AsRawFd};
+    let path_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let held = nix::fcntl::openat(dir.as_fd(), name, path_flags, nix::sys::stat::Mode::empty())
+        .map_err(|e| match e {
+            Errno::ELOOP => Errno::ENOTDIR,
+            e => e,
+        })?;
+    let st = nix::sys::stat::fstat(held.as_fd())?;
     if st.st_mode & 0o700 != 0o700 {
         let _ = nix::sys::stat::fchmodat(
-            dir,
-            name,
+            nix::fcntl::AT_FDCWD,
+            format!("/proc/self/fd/{}", held.as_raw_fd()).as_str(),
             nix::sys::stat::Mode::from_bits_truncate(0o700),
             nix::sys::stat::FchmodatFlags::FollowSymlink,
         );
     }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     Ok(nix::fcntl::openat(
-        dir,
-        name,
+        held.as_fd(),
+        ".",
         flags,
         nix::sys::stat::Mode::empty(),
     )?)

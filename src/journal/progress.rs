@@ -145,9 +145,11 @@ impl Progress {
     }
 
     fn redraw(&self) {
+        // The phase quotes the model's tool call: its escapes must not reach the terminal.
+        let phase = self.secrets.redact(&self.phase);
         self.bar.set_message(format!(
             "{} · turn {} · tokens {} in / {} out",
-            self.secrets.redact(&self.phase),
+            crate::text::terminal_safe(&phase),
             self.turns,
             self.tokens_in,
             self.tokens_out

@@ -22,7 +22,14 @@
 //! the proxy.
 //!
 //! Everything is bounded: the request head (16 KiB), the time to send it (30 s), the
-//! upstream connect (30 s), and the number of recorded denials (100).
+//! upstream connect (30 s), the number of recorded denials (100), and the connections
+//! served at once ([`MAX_CONNECTIONS`]): past it the proxy stops accepting until one
+//! ends, so further connections wait in the listener's backlog, inside the agent's
+//! namespace. Unbounded, every connection the agent opened (it needs no allowed
+//! destination: an idle one is held for the head's 30 s, a tunnel for as long as it
+//! lasts) held a descriptor of coder's, outside the sandbox, and some memory: a few
+//! thousand took all of coder's descriptors (round nineteen's review,
+//! `sandbox_round19_review::the_agent_cannot_take_coders_descriptors_through_the_proxy`).
 //!
 //! A proxy may be made with a [`Hold`]: every allowed request then waits, before anything
 //! is sent upstream, until the hold is released. The run uses it to take the change
@@ -45,6 +52,9 @@ const MAX_HEAD: usize = 16 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_DENIALS: usize = 100;
+/// Connections served at once (each holds one descriptor of coder's, two once it goes
+/// upstream). Far more than the CLI and a package manager open together.
+pub const MAX_CONNECTIONS: usize = 256;
 /// The `tool` of a denial the proxy records (it cannot know which tool made the request).
 pub const PROXY_TOOL: &str = "proxy";
 
@@ -249,7 +259,12 @@ async fn serve_held(
     log: Arc<Mutex<EgressLog>>,
     hold: Option<Hold>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A slot first: at the cap, connections wait in the backlog, not in coder.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let Ok((client, _)) = listener.accept().await else {
             // EMFILE and the like: back off instead of spinning.
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -260,6 +275,7 @@ async fn serve_held(
         let hold = hold.clone();
         tokio::spawn(async move {
             let _ = handle(client, &allow, &log, hold.as_ref()).await;
+            drop(slot);
         });
     }
 }

@@ -9,6 +9,7 @@
 //! - [`stdin`]: reading the task from standard input;
 //! - [`one_line`]: shortening text to one line for messages;
 //! - [`shell_quote`]: a word for a copy-pasteable shell command in a hint;
+//! - [`terminal_safe`]: text for a terminal, its control characters made visible;
 //! - [`json`]: parsing the JSON a user gives, refusing a key given twice.
 //!
 //! This module is a leaf: it depends on nothing else in the crate (only `std`, `serde`,
@@ -46,6 +47,30 @@ pub fn shell_quote(text: &str) -> String {
     }
 }
 
+/// `text` for a terminal: every control character but line feed and tab (C0, DEL, and
+/// the C1 range, where U+009B is a CSI to some terminals) written as its escape (`\u{1b}`).
+///
+/// What coder prints for people holds the agent's text (tool calls and their output, its
+/// answer, names of files it made). Printed raw, an escape sequence in it acts on the
+/// user's terminal: `ESC [2K` and a carriage return erased the line naming a tool call
+/// from `coder runs show`, and OSC 52 wrote the user's clipboard (round nineteen's
+/// review, `sandbox_round19_review::the_agents_text_does_not_drive_the_users_terminal`).
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The first line of `text`, cut to `max_chars` characters with an ellipsis.
 ///
 /// The ellipsis also tells [`Secrets::redact`] where a text was cut, so that a secret cut
@@ -80,6 +105,20 @@ pub fn head_with_marker(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, st
         &text[..cut],
         text.len()
     ))
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        assert_eq!(terminal_safe("a\tb\nc"), "a\tb\nc");
+        assert_eq!(
+            terminal_safe("x\u{1b}[2K\r\u{7}\u{9b}\u{7f}"),
+            "x\\u{1b}[2K\\u{d}\\u{7}\\u{9b}\\u{7f}"
+        );
+    }
 }
 
 #[cfg(test)]

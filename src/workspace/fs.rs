@@ -362,8 +362,9 @@ impl Jail {
         self.deny.is_denied(rel)
     }
 
-    /// Opens a regular file for reading, with the race checks.
-    fn open_file(&self, input: &str, real: &Path) -> Result<(File, u64), FsError> {
+    /// Opens a regular file for reading, with the race checks: the file, its size and its
+    /// mode (of the opened file, never read again by path).
+    fn open_file(&self, input: &str, real: &Path) -> Result<(File, u64, u32), FsError> {
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
@@ -385,11 +386,11 @@ impl Jail {
                 format!("{input}: not a regular file"),
             ));
         }
-        Ok((file, meta.len()))
+        Ok((file, meta.len(), meta.permissions().mode()))
     }
 
     fn read_text(&self, input: &str, real: &Path) -> Result<(String, u32), FsError> {
-        let (file, len) = self.open_file(input, real)?;
+        let (file, len, mode) = self.open_file(input, real)?;
         if len > MAX_READ_BYTES {
             return Err(too_large(input, len, MAX_READ_BYTES));
         }
@@ -400,9 +401,6 @@ impl Jail {
         if bytes.len() as u64 > MAX_READ_BYTES {
             return Err(too_large(input, bytes.len() as u64, MAX_READ_BYTES));
         }
-        let mode = fs::metadata(real)
-            .map(|m| m.permissions().mode())
-            .unwrap_or(0o644);
         let text = String::from_utf8(bytes)
             .map_err(|_| FsError::new(FsCode::C210, format!("{input}: not UTF-8 text")))?;
         Ok((text, mode))
@@ -885,11 +883,17 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
+/// Creates `path` with `bytes` and the permission bits of `mode`, never its setuid,
+/// setgid or sticky bit: the mode an edit keeps was read from a file an agent in the same
+/// tree may have swapped, and the tools run unconfined, as the user (round nineteen's
+/// review: `update-file`, racing a swap of the file with a link to a setuid file, took
+/// the mode by path and wrote the agent's text as a setuid-root file,
+/// `sandbox_round19_review::an_edit_raced_with_a_setuid_file_writes_no_setuid_file`).
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(mode & 0o7777)
+        .mode(mode & 0o777)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     f.write_all(bytes)?;
