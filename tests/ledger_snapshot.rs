@@ -1003,3 +1003,100 @@ fn a_gitignore_of_very_many_patterns_does_not_hold_the_ledgers_git() {
         "control: the user's git took {spent:?}"
     );
 }
+
+/// What the lease test's agent runs: makes `l0` to `l2` in the workspace and holds a write
+/// lease on each (`F_SETLEASE`, ignoring the `SIGIO` that asks it to give them up) in a
+/// process of its own, edits `a.txt`, and lives on for a while.
+const LEASE_HOLDER: &str = "import fcntl, os, signal, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+fds = []
+for name in ['l0', 'l1', 'l2']:
+    with open(name, 'w') as f:
+        f.write(name + '\\n')
+    fd = os.open(name, os.O_RDONLY)
+    fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)
+    fds.append(fd)
+open('.leased', 'w').close()
+time.sleep(float(os.environ.get('HOLD', '60')))
+";
+
+/// An agent that takes write leases on its own files while the "before" snapshot is taken
+/// beside it (started 1 s late through the debug build's hook): an open of a leased file
+/// waits for the holder, up to 45 s per file, and the ledger's git, coder's own, waited in
+/// `open` for as long as the agent lived (found after round eighteen). The watcher stops
+/// such a git now (it sleeps in the kernel's lease break at two looks in a row): the
+/// "before" falls back to the plain walk, whose own opens do not wait (`O_NONBLOCK`), with
+/// a warning saying why, and the agent's edit is still reported. The control: the user's
+/// own git, opening a file a process of theirs holds such a lease on, waits in the lease
+/// break. As root and as uid 65534.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_lease_the_agent_holds_does_not_hold_the_ledgers_git() {
+    use common::review_tree::{Tree, VAR_TMP, changes, warned, who};
+    for owner in common::sandbox_fixture::owners() {
+        let who = who(owner);
+        let tree = Tree::repo("coder-lease-", owner, &[], &[("a.txt", "a\n")], &[]);
+        let payload = format!(
+            "HOLD=8 python3 -c \"{}\" >/dev/null 2>&1 &\n\
+             until [ -e .leased ]; do sleep 0.05; done\n\
+             echo changed > a.txt\n\
+             sleep 4",
+            LEASE_HOLDER.replace('"', "\\\"")
+        );
+        let env = tree.run_with(&[], &payload, &[(DELAY_VAR, "1000")]);
+        assert!(
+            warned(&env, "give up a lease"),
+            "{who}: the before snapshot's git was not stopped on the lease: {env}"
+        );
+        assert!(
+            changes(&env).contains(&("a.txt".to_owned(), "modified".to_owned())),
+            "{who}: {env}"
+        );
+        // The control: the user's own git waits on such a lease.
+        let dir = tempfile::Builder::new()
+            .prefix("coder-lease-control-")
+            .tempdir_in(VAR_TMP)
+            .unwrap();
+        if owner.is_some() {
+            common::sandbox_fixture::give_to_nobody(dir.path());
+        }
+        let mut holder = std::process::Command::new("python3");
+        holder
+            .args(["-c", LEASE_HOLDER])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null());
+        common::sandbox_fixture::as_owner(&mut holder, owner);
+        let mut holder = holder.spawn().unwrap();
+        let leased = dir.path().join(".leased");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !leased.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{who}: control: no lease"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut git = std::process::Command::new("git");
+        git.args(["hash-object", "l0"])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stdin(std::process::Stdio::null());
+        common::sandbox_fixture::as_owner(&mut git, owner);
+        let mut git = git.spawn().unwrap();
+        let wchan = format!("/proc/{}/wchan", git.id());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut waits = false;
+        while !waits && std::time::Instant::now() < deadline && git.try_wait().unwrap().is_none() {
+            waits = std::fs::read(&wchan).is_ok_and(|w| w == b"__break_lease");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = git.kill();
+        let _ = git.wait();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(
+            waits,
+            "{who}: control: the user's git did not wait on the lease"
+        );
+    }
+}

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, arms};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, arms, run_text};
 use common::{Fake, steps};
 use serde_json::json;
 
@@ -371,6 +371,71 @@ fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
     }
 }
 
+/// The agent's plant for the stopped-guard tests: a nested repository whose
+/// `core.fsmonitor` runs the payload at the user's `git status` there, and a Claude Code
+/// project settings file with a hook in a subdirectory (a protected tool config the start
+/// scan of the next run would hold as the user's).
+const PLANT_BEYOND_THE_CAP: &str = "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+     mkdir -p pkg/.claude && \
+     printf '{\"hooks\":{\"SessionStart\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"touch %s\"}]}]}}' \"$M\" \
+     > pkg/.claude/settings.json && echo PLANTED";
+
+/// A guard that stops at its entry cap (lowered through a debug build's test hook) fails
+/// its run closed and leaves what it did not reach: until round nineteen the next run's
+/// scan took the agent's nested repository for the user's (the guard then left it alone)
+/// and held its `pkg/.claude/settings.json` as the user's, and the user's `git status`
+/// ran the agent's `core.fsmonitor`. The stopped guard's record stays in the state
+/// directory now, and the next run checks those trees again before its scan, and says so.
+/// The control: between the two runs the user's git does run the payload (the hole the
+/// stopped guard leaves). As root and as uid 65534.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_guard_stopped_at_its_cap_is_finished_before_the_next_run_trusts_the_tree() {
+    for nobody in arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let (rc, out) = run_text(
+            fx.sandbox_in(
+                &fx.ws(),
+                &["--mode", "workspace-write"],
+                PLANT_BEYOND_THE_CAP,
+            )
+            .env("M", fx.marker())
+            .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
+        );
+        assert!(out.contains("PLANTED"), "nobody={nobody}: {out}");
+        assert_eq!(rc, 71, "nobody={nobody}: {out}");
+        assert!(
+            out.contains("git guard incomplete") && out.contains("the next run checks"),
+            "nobody={nobody}: {out}"
+        );
+        // The control: the hole the stopped guard leaves, until the next run.
+        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+        assert!(
+            fx.marker().exists(),
+            "nobody={nobody}: the plant is not armed"
+        );
+        std::fs::remove_file(fx.marker()).unwrap();
+        let (rc, out) = fx.sandbox("workspace-write", "echo SECOND");
+        assert_eq!(rc, 0, "nobody={nobody}: {out}");
+        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+        assert!(!fx.marker().exists(), "nobody={nobody}: payload ran: {out}");
+        assert!(
+            !fx.ws().join("pkg/.claude/settings.json").exists(),
+            "nobody={nobody}: the agent's hook is still where Claude Code reads it: {out}"
+        );
+        assert!(
+            out.contains("after an earlier run whose end-of-run guard stopped short")
+                && out.contains("git guard: in")
+                && out.contains("tool-config guard"),
+            "nobody={nobody}: the second run does not say what it did: {out}"
+        );
+        // Done once: a third run has nothing to say.
+        let (rc, out) = fx.sandbox("workspace-write", "echo THIRD");
+        assert_eq!(rc, 0, "nobody={nobody}: {out}");
+        assert!(!out.contains("stopped short"), "nobody={nobody}: {out}");
+    }
+}
+
 /// The run mode fails closed too: a tree the guard cannot finish (here made by the
 /// `--verify` command, deeper than the walk goes) turns a success into `sandbox_error` with
 /// `sandbox.incomplete` naming the place; the agent's result stays in the envelope.
@@ -398,6 +463,67 @@ fn an_incomplete_guard_fails_the_run_closed() {
         .unwrap_or_default();
     assert!(why.contains("deeper than 256 levels"), "{}", out.explain());
     assert_eq!(out.envelope["result"], "ok", "{}", out.explain());
+}
+
+/// The run mode: a guard that stops short (a tree deeper than it walks, made by the
+/// `--verify` command) keeps its record, and the next run checks those trees again before
+/// its scan; while that stops short too, the run is refused (`sandbox_error`, the agent
+/// never started) with an envelope naming why and the record to remove. Once the user
+/// removes the tree, the next run goes ahead and its warnings say what was checked.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_guard_that_stops_again_refuses_the_next_run_until_the_tree_is_fixed() {
+    common::require_root_and_user_namespaces();
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("ok")]));
+    let check = "d=deep; i=0; while [ $i -lt 300 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d";
+    let run = |args: &[&str]| {
+        fake.coder()
+            .deadline(Duration::from_secs(120))
+            .args(args)
+            .run()
+    };
+    let first = run(&[
+        "--verify",
+        check,
+        "--no-verify-baseline",
+        "--repair-turns",
+        "0",
+        "do it",
+    ]);
+    first.assert_failure("sandbox_error", 71);
+    let why = first.envelope["sandbox"]["incomplete"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("deeper than 256 levels") && why.contains("the next run checks"),
+        "{}",
+        first.explain()
+    );
+    let second = run(&["do it"]);
+    second.assert_failure("sandbox_error", 71);
+    let said = second.envelope.to_string();
+    assert!(
+        said.contains("stopped before it had checked")
+            && said.contains("deeper than 256 levels")
+            && said.contains("guards-stopped"),
+        "{}",
+        second.explain()
+    );
+    assert!(second.envelope["result"].is_null(), "{}", second.explain());
+    std::fs::remove_dir_all(fake.workspace().join("deep")).unwrap();
+    let third = run(&["do it"]);
+    assert_eq!(
+        third.envelope["success"],
+        json!(true),
+        "{}",
+        third.explain()
+    );
+    let warned = third.envelope["warnings"].to_string();
+    assert!(
+        warned.contains("after an earlier run whose end-of-run guard stopped short"),
+        "{}",
+        third.explain()
+    );
 }
 
 /// An interactive rebase the agent leaves in progress in the user's own repository, with an

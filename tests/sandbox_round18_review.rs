@@ -33,12 +33,13 @@
 //! unreadable directory (`chmod 000`) hiding a secret from the next run's scan (the next
 //! run masks it all the same).
 //!
-//! Known open (ratchets asserting today's behaviour):
+//! Known open when the review ended, closed in round nineteen:
 //! * **The workspace tools read a secret under another name.** A hard link `notes.txt` of
 //!   `.env` (made by the user: a confined agent cannot link a masked file) is masked by
 //!   the sandbox, which looks for other names of what it masks, but the MCP server's
-//!   `read-file` jail matches the deny globs on the names it is given (and the one its
-//!   descriptor shows) only, and returns the secret.
+//!   `read-file` jail matched the deny globs on the names it is given (and the one its
+//!   descriptor shows) only, and returned the secret. A file with more than one link is
+//!   now compared with the secrets the sandbox's own scan finds in the base.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -49,7 +50,7 @@ use common::Bounded;
 use common::sandbox_fixture::{self, Fixture};
 
 /// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &["workspace tools read a secret by its other name"];
+const KNOWN_OPEN: &[&str] = &[];
 
 fn who(nobody: bool) -> &'static str {
     if nobody { "nobody" } else { "root" }
@@ -356,40 +357,119 @@ fn a_deep_chain_of_folders_is_deleted_by_the_workspace_tools() {
     assert!(!base.path().join("build").exists(), "{printed}");
 }
 
-/// A secret with a second name in the workspace (`notes.txt`, a hard link of `.env`): the
-/// sandbox masks it under both names (the control: the same globs, the other name read
-/// as empty inside), the workspace tools' `read-file` returns it by the other name.
+/// `coder fs VERB PAYLOAD --base WS` as the arm's user: whether it succeeded, what it
+/// printed.
+fn tool(fx: &Fixture, verb: &str, payload: &str) -> (bool, String) {
+    let out = fx
+        .command(common::CODER)
+        .args(["fs", verb, payload, "--base"])
+        .arg(fx.ws())
+        .env_remove("CODER_CONFIG")
+        .output_within(std::time::Duration::from_secs(90));
+    (out.status.success(), sandbox_fixture::printed(&out))
+}
+
+/// A secret with second names in the workspace (`notes.txt` and `old/copy.txt`, hard links
+/// of `.env`, and a symlink `alias` to `notes.txt`), made by the user (a confined agent
+/// cannot link a masked file): the sandbox masks it under every name (the unconfined
+/// control, `danger-full-access`, reads it), and the workspace tools refuse it by every
+/// name: `read-file`, `search`, `update-file`, `create-file` over it, `delete-file` of it
+/// and of a folder holding it, and flag it in `list-folder` and `tree`. An ordinary file
+/// beside it is read, searched and listed (the tools work). As root and as uid 65534.
+/// Round eighteen's binary read it by the other name (a ratchet until round nineteen).
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_workspace_tools_read_no_secret_by_its_other_name() {
-    let name = "workspace tools read a secret by its other name";
-    common::require_root_and_user_namespaces();
-    let fx = Fixture::new("coder-r18-link-", false, &["ws", "home", "state"]);
-    sandbox_fixture::write(&fx.ws().join(".env"), "SECRET=r18link\n");
-    std::fs::hard_link(fx.ws().join(".env"), fx.ws().join("notes.txt")).unwrap();
-    let (rc, inside) = fx.sandbox(&[], "cat notes.txt; echo END");
-    assert_eq!(rc, 0, "{inside}");
-    assert!(
-        inside.contains("END") && !inside.contains("SECRET=r18link"),
-        "control: the sandbox shows the other name: {inside}"
-    );
-    let out = std::process::Command::new(common::CODER)
-        .args(["fs", "read-file", "--base"])
-        .arg(fx.ws())
-        .arg(r#"{"path":"notes.txt"}"#)
-        .env("HOME", fx.root().join("home"))
-        .stdin(std::process::Stdio::null())
-        .output_within(std::time::Duration::from_secs(60));
-    let printed = sandbox_fixture::printed(&out);
-    if KNOWN_OPEN.contains(&name) {
+    for nobody in sandbox_fixture::arms() {
+        let case = who(nobody);
+        let fx = Fixture::new("coder-r18-link-", nobody, &["ws/old", "home", "state"]);
+        let ws = fx.ws();
+        sandbox_fixture::write(&ws.join(".env"), "SECRET=r18link\n");
+        sandbox_fixture::write(&ws.join("plain.txt"), "VISIBLE=r18plain\n");
+        std::fs::hard_link(ws.join(".env"), ws.join("notes.txt")).unwrap();
+        std::fs::hard_link(ws.join(".env"), ws.join("old/copy.txt")).unwrap();
+        std::os::unix::fs::symlink("notes.txt", ws.join("alias")).unwrap();
+        fx.own(fx.root());
+        let script = "cat notes.txt old/copy.txt alias; echo END";
+        let (rc, open) = fx.sandbox(&["--mode", "danger-full-access"], script);
         assert!(
-            printed.contains("SECRET=r18link"),
-            "{name} is closed: {printed}"
+            rc == 0 && open.matches("SECRET=r18link").count() == 3,
+            "{case}: control: unconfined, every name shows the secret: {open}"
         );
-    } else {
+        let (rc, inside) = fx.sandbox(&[], script);
         assert!(
-            !printed.contains("SECRET=r18link"),
-            "the tool read the secret: {printed}"
+            rc == 0 && inside.contains("END") && !inside.contains("SECRET=r18link"),
+            "{case}: the sandbox shows another name: {inside}"
         );
+        let (ok, plain) = tool(&fx, "read-file", r#"{"path":"plain.txt"}"#);
+        assert!(ok && plain.contains("VISIBLE=r18plain"), "{case}: {plain}");
+        for path in ["notes.txt", "old/copy.txt", "alias"] {
+            let (ok, out) = tool(&fx, "read-file", &format!(r#"{{"path":"{path}"}}"#));
+            assert!(
+                !ok && !out.contains("SECRET=r18link") && out.contains("non-accessible"),
+                "{case}: read-file {path}: {out}"
+            );
+        }
+        let (ok, found) = tool(&fx, "search", r#"{"pattern":"r18"}"#);
+        assert!(
+            ok && found.contains("VISIBLE=r18plain") && !found.contains("SECRET=r18link"),
+            "{case}: search: {found}"
+        );
+        for (verb, payload) in [
+            (
+                "update-file",
+                r#"{"path":"notes.txt","replace":[{"pattern":"r18link","replacement":"gone"}]}"#,
+            ),
+            (
+                "create-file",
+                r#"{"path":"notes.txt","content":"x","overwrite":true}"#,
+            ),
+            ("delete-file", r#"{"path":"notes.txt"}"#),
+            ("delete-file", r#"{"path":"old","recursive":true}"#),
+        ] {
+            let (ok, out) = tool(&fx, verb, payload);
+            assert!(
+                !ok && out.contains("non-accessible"),
+                "{case}: {verb}: {out}"
+            );
+        }
+        for name in ["notes.txt", "old/copy.txt"] {
+            assert!(ws.join(name).exists(), "{case}: {name} is gone");
+        }
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".env")).unwrap(),
+            "SECRET=r18link\n",
+            "{case}: the secret was written"
+        );
+        let (ok, tree) = tool(&fx, "tree", r#"{"path":"."}"#);
+        assert!(ok, "{case}: tree: {tree}");
+        let tree: serde_json::Value = serde_json::from_str(tree.trim()).unwrap();
+        let flagged = |nodes: &serde_json::Value, name: &str| {
+            nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["name"] == name)
+                .map(|n| n["non_accessible"].clone())
+        };
+        let children = &tree["children"];
+        let old = children
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "old")
+            .unwrap();
+        for (nodes, name, want) in [
+            (children, "notes.txt", true),
+            (children, "alias", true),
+            (&old["children"], "copy.txt", true),
+            (children, "plain.txt", false),
+        ] {
+            assert_eq!(
+                flagged(nodes, name),
+                Some(serde_json::json!(want)),
+                "{case}: tree: {name}: {tree}"
+            );
+        }
     }
 }

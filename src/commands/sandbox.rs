@@ -177,7 +177,9 @@ fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
     opts.protect_globs = crate::sandbox::protect_globs(args.no_protect, &args.protect);
     let mut policy = Policy::resolve(&opts)?;
     for line in &policy.warnings {
-        if line.starts_with(crate::sandbox::gitguard::LATE_PREFIX) {
+        if line.starts_with(crate::sandbox::gitguard::LATE_PREFIX)
+            || line.starts_with(crate::sandbox::gitguard::STOPPED_PREFIX)
+        {
             super::sandbox_fork::say(line);
         }
     }

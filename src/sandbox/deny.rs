@@ -7,12 +7,14 @@
 //! else. User globs add to the defaults; they never replace them, so a typo in a config
 //! file cannot silently unmask `.env`.
 
+use std::collections::HashSet;
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use globset::GlobSet;
 
 use super::SandboxError;
-use super::scan;
+use super::scan::{self, ScanLimits};
 
 /// Files no confined mode may read or write: private keys, package-registry and cloud
 /// credentials, dotenv files, anything under a `secrets/` directory.
@@ -76,6 +78,41 @@ impl DenyMatcher {
             .ancestors()
             .filter(|p| !p.as_os_str().is_empty())
             .any(|p| self.set.is_match(p))
+    }
+
+    /// Device and inode of every regular file below `root` (a canonical directory) that a
+    /// run's sandbox masks as a secret there: the files these globs match, what a symlink
+    /// named like a secret leads to, and every other name (hard link) of those, found by
+    /// the sandbox's own scan of `root` as a tree the agent may not write (so nothing is
+    /// created in it and no git dir is guarded). A reader of files on the agent's behalf
+    /// compares a file with more than one link against these: `notes.txt`, a hard link of
+    /// `.env`, matches no glob by its name. The scan's caps hold: over one it fails.
+    pub fn secret_files(&self, root: &Path) -> Result<HashSet<(u64, u64)>, SandboxError> {
+        let fd = super::sys::open_nofollow_dir(root).map_err(|errno| SandboxError::Syscall {
+            op: "open",
+            path: root.display().to_string(),
+            errno,
+        })?;
+        let tree = scan::TreeScan {
+            root,
+            fd: fd.as_fd(),
+            writable: false,
+            protect: None,
+            protect_literal: &[],
+            kept: None,
+        };
+        let mut created = Vec::new();
+        let found = scan::scan_trees(&[tree], &self.set, ScanLimits::default(), &mut created);
+        // A tree the agent may not write gets no placeholder; should one appear, it goes.
+        for placeholder in created {
+            placeholder.remove();
+        }
+        Ok(found?
+            .masks
+            .iter()
+            .filter(|m| m.secret && !m.is_dir)
+            .map(|m| (m.dev, m.ino))
+            .collect())
     }
 }
 

@@ -37,7 +37,10 @@
 //!
 //! The walk is bounded (depth, entries). When it cannot finish (a cap, an unreadable
 //! directory coder cannot fix, a failed move) the report says where, and the run fails
-//! closed: the caller must treat the workspace as unchecked.
+//! closed: the caller must treat the workspace as unchecked. What it did not reach stays,
+//! so its record is kept in the runs directory ([`keep_stopped`]) and every later run
+//! checks those trees again before its own scan would take what is there for the user's,
+//! refusing to start while that stops short too ([`finish_stopped_guards`]).
 //!
 //! The same walk guards the protected tool configs ([`ToolGuard`]): a name matching a
 //! protected glob of its tree (`**/.claude/**`, `**/.envrc`, `**/lefthook.yml`, ...) that the
@@ -90,6 +93,25 @@ impl Default for GuardLimits {
             max_depth: 256,
             max_entries: 4_000_000,
         }
+    }
+}
+
+impl GuardLimits {
+    /// The caps of a run's own guard: the defaults, or in a debug build the entry cap
+    /// `CODER_TEST_GUARD_MAX_ENTRIES` names (TEST HOOK: a test cannot make four million
+    /// entries). The next run's check of a guard that stopped uses the defaults.
+    pub fn for_run() -> GuardLimits {
+        #[cfg(debug_assertions)]
+        if let Some(max_entries) = std::env::var("CODER_TEST_GUARD_MAX_ENTRIES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            return GuardLimits {
+                max_entries,
+                ..GuardLimits::default()
+            };
+        }
+        GuardLimits::default()
     }
 }
 
@@ -270,6 +292,13 @@ const PENDING: &str = "git-guard.json";
 /// How the lines of a dead run's guard start (in the next run's warnings).
 pub const LATE_PREFIX: &str = "after an earlier run whose coder was killed: ";
 
+/// How the lines of a stopped guard checked again start (in the next run's warnings).
+pub const STOPPED_PREFIX: &str = "after an earlier run whose end-of-run guard stopped short: ";
+
+/// The directory, in the runs directory, where the records of guards that stopped short
+/// wait for a later run to check the trees again ([`keep_stopped`]).
+const STOPPED_DIR: &str = "guards-stopped";
+
 #[derive(Serialize, serde::Deserialize)]
 struct PendingGuard {
     #[serde(with = "super::bytes::vec")]
@@ -277,6 +306,60 @@ struct PendingGuard {
     known: Vec<(u64, u64)>,
     #[serde(default)]
     tools: ToolGuard,
+    /// Why the run's own guard stopped short ([`keep_stopped`]); `None` for the record of
+    /// a run still under way.
+    #[serde(default)]
+    stopped: Option<String>,
+}
+
+impl PendingGuard {
+    fn of(policy: &super::Policy) -> PendingGuard {
+        PendingGuard {
+            roots: policy.guard_roots.clone(),
+            known: policy.git_known.clone(),
+            tools: policy.tool_guard.clone(),
+            stopped: None,
+        }
+    }
+
+    /// Writes the record at `path`: made new and private, never through a symlink.
+    fn write(&self, path: &Path) -> Result<(), super::SandboxError> {
+        let text = serde_json::to_vec(self)
+            .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e.into()))?;
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .and_then(|mut file| file.write_all(&text))
+            .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e))
+    }
+
+    /// Guards the record's trees again, as a dead run's guard does (every directory
+    /// listed: the run's scan listings are gone).
+    /// A tree no longer there holds nothing to check (a temporary workspace removed since).
+    fn guard_again(&self) -> GuardReport {
+        let known = self.known.iter().copied().collect();
+        let roots: Vec<PathBuf> = self
+            .roots
+            .iter()
+            .filter(|r| {
+                !std::fs::symlink_metadata(r)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            })
+            .cloned()
+            .collect();
+        guard_trees(
+            &roots,
+            &known,
+            &self.tools,
+            &ScanListings::default(),
+            GuardLimits::default(),
+        )
+    }
 }
 
 /// Writes `policy`'s guard record into its run directory (coder's own, 0700, never granted
@@ -285,28 +368,128 @@ pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::Sandbo
     if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
         return Ok(());
     }
-    let record = PendingGuard {
-        roots: policy.guard_roots.clone(),
-        known: policy.git_known.clone(),
-        tools: policy.tool_guard.clone(),
-    };
-    let path = policy.run_dir.join(PENDING);
-    let text = serde_json::to_vec(&record)
-        .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e.into()))?;
     // Made new and private, never through a symlink: where the agent can write the runs
     // directory (`--allow-tmp` with the state directory under `/tmp`) it can swap the run
     // directory for one of its own holding a symlink of this name, and coder would
     // overwrite whatever file that names.
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .and_then(|mut file| file.write_all(&text))
-        .map_err(|e| super::SandboxError::io(format!("write {}", path.display()), e))
+    PendingGuard::of(policy).write(&policy.run_dir.join(PENDING))
+}
+
+/// Keeps `policy`'s guard record after its guard stopped short (`why`: a cap, a directory
+/// it could not read), in the runs directory's [`STOPPED_DIR`], where it outlives the run
+/// directory: what the guard did not reach (a `.git/config` with `core.fsmonitor`, a
+/// `.claude/settings.json` hook the agent made) would otherwise be taken for the user's
+/// by the next run's scan. The next run checks the trees again before its own scan
+/// ([`finish_stopped_guards`]). Returns where the record is.
+pub(crate) fn keep_stopped(
+    policy: &super::Policy,
+    why: &str,
+) -> Result<PathBuf, super::SandboxError> {
+    let Some((runs_dir, name)) = policy.run_dir.parent().zip(policy.run_dir.file_name()) else {
+        return Err(super::SandboxError::io(
+            format!("keep the guard record of {}", policy.run_dir.display()),
+            std::io::ErrorKind::InvalidInput.into(),
+        ));
+    };
+    let mut record = PendingGuard::of(policy);
+    record.stopped = Some(why.to_owned());
+    keep_record(runs_dir, name, &record)
+}
+
+/// Writes `record`, of the run directory `name`, into `runs_dir`'s [`STOPPED_DIR`].
+fn keep_record(
+    runs_dir: &Path,
+    name: &OsStr,
+    record: &PendingGuard,
+) -> Result<PathBuf, super::SandboxError> {
+    let dir = runs_dir.join(STOPPED_DIR);
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(super::SandboxError::io(
+                format!("create {}", dir.display()),
+                e,
+            ));
+        }
+        _ => {}
+    }
+    let mut file = name.to_os_string();
+    file.push(".json");
+    let path = dir.join(file);
+    match record.write(&path) {
+        // Another run kept the same dead run's record first.
+        Err(super::SandboxError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            Ok(path)
+        }
+        written => written.map(|()| path),
+    }
+}
+
+/// Checks again the trees of every guard that stopped short ([`keep_stopped`]), before
+/// this run's scan: a record whose check completes goes, with lines saying what it
+/// moved. One whose check stops short too stays, and when one of its trees is or holds
+/// or lies in one of `trees` (this run's workspace and `--write` trees, a confined run's)
+/// the run is refused: its scan would take what the agent left for the user's.
+pub(crate) fn finish_stopped_guards(
+    runs_dir: &Path,
+    trees: &[PathBuf],
+) -> Result<Vec<String>, super::SandboxError> {
+    let dir = runs_dir.join(STOPPED_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let Ok(dir_fd) = super::sys::open_nofollow_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut lines = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Ok(Some(text)) = read_small(dir_fd.as_fd(), &name) else {
+            continue;
+        };
+        let Ok(record) = serde_json::from_slice::<PendingGuard>(&text) else {
+            continue;
+        };
+        let earlier = record.stopped.clone().unwrap_or_default();
+        let report = record.guard_again();
+        if let Some(now) = report.incomplete {
+            let overlaps = record
+                .roots
+                .iter()
+                .any(|r| trees.iter().any(|t| t.starts_with(r) || r.starts_with(t)));
+            if overlaps {
+                return Err(super::SandboxError::GuardStopped {
+                    roots: record.roots,
+                    earlier,
+                    now,
+                    record: dir.join(&name),
+                });
+            }
+            continue;
+        }
+        lines.push(format!(
+            "{STOPPED_PREFIX}it stopped ({earlier}) and left the workspace unchecked; \
+             checked again before this run"
+        ));
+        lines.extend(prefixed(STOPPED_PREFIX, &report));
+        let _ = nix::unistd::unlinkat(
+            dir_fd.as_fd(),
+            name.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    Ok(lines)
+}
+
+/// `report`'s lines, each after `prefix`.
+fn prefixed(prefix: &str, report: &GuardReport) -> Vec<String> {
+    report
+        .lines()
+        .into_iter()
+        .map(|l| format!("{prefix}{l}"))
+        .collect()
 }
 
 /// Runs the git guard of every run under `runs_dir` whose coder is gone without having
@@ -332,21 +515,22 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         let Ok(record) = serde_json::from_slice::<PendingGuard>(&text) else {
             continue;
         };
-        let known = record.known.into_iter().collect();
         // The dead run's scan listings died with it: every directory is listed.
-        let report = guard_trees(
-            &record.roots,
-            &known,
-            &record.tools,
-            &ScanListings::default(),
-            GuardLimits::default(),
-        );
-        lines.extend(
-            report
-                .lines()
-                .into_iter()
-                .map(|l| format!("{LATE_PREFIX}{l}")),
-        );
+        let report = record.guard_again();
+        if let Some(why) = &report.incomplete {
+            // Stopped short: kept as a run's own stopped guard is, for
+            // [`finish_stopped_guards`] to check again (and refuse the run meanwhile).
+            let mut record = record;
+            record.stopped = Some(format!(
+                "its coder was killed, and a later run's check of it stopped: {why}"
+            ));
+            if keep_record(runs_dir, &entry.file_name(), &record).is_err() {
+                lines.extend(prefixed(LATE_PREFIX, &report));
+                continue;
+            }
+        } else {
+            lines.extend(prefixed(LATE_PREFIX, &report));
+        }
         // Done: the directory itself goes with the dead run's other leftovers.
         let _ = nix::unistd::unlinkat(
             dir.as_fd(),

@@ -247,13 +247,26 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
         return gitguard::GuardReport::default();
     }
     let known = policy.git_known.iter().copied().collect();
-    gitguard::guard_trees(
+    let mut report = gitguard::guard_trees(
         &policy.guard_roots,
         &known,
         &policy.tool_guard,
         &policy.dir_listings,
-        gitguard::GuardLimits::default(),
-    )
+        gitguard::GuardLimits::for_run(),
+    );
+    // Stopped short: what it did not reach stays, and the next run's scan would take it
+    // for the user's. Its record stays for the next run to check again first.
+    if let Some(why) = report.incomplete.take() {
+        report.incomplete = Some(match gitguard::keep_stopped(policy, &why) {
+            Ok(record) => format!(
+                "{why}; its record is kept in {}: the next run checks these trees again \
+                 before it starts, and refuses to start while that stops short too",
+                bytes::short(&record)
+            ),
+            Err(e) => format!("{why}; and its record could not be kept for the next run: {e}"),
+        });
+    }
+    report
 }
 
 /// Removes a run's private directory, the placeholders made for absent protected names and
@@ -351,6 +364,26 @@ pub enum SandboxError {
         what: &'static str,
         limit: usize,
         path: PathBuf,
+    },
+
+    /// The end-of-run guard of an earlier run over this run's trees stopped short, and
+    /// checking its trees again before this run stopped short too.
+    #[error(
+        "the end-of-run guard of an earlier run stopped before it had checked {} ({earlier}), \
+         and checking again before this run stopped too ({now}): git metadata and tool \
+         configs that run's agent made may still be there (a `.git/config` running a \
+         command, a `.claude/settings.json` hook), and this run's scan would take them for \
+         yours. Remove what that agent left where the check stops, then run again; or, \
+         once you have checked those trees yourself (do not run git or open them in an \
+         editor or a Claude Code session before), remove {}",
+        .roots.iter().map(|r| bytes::short(r)).collect::<Vec<_>>().join(", "),
+        bytes::short(.record)
+    )]
+    GuardStopped {
+        roots: Vec<PathBuf>,
+        earlier: String,
+        now: String,
+        record: PathBuf,
     },
 
     #[error("{context}: {source}")]

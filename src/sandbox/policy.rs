@@ -457,7 +457,21 @@ impl Policy {
         create_private_dir(&runs_dir)?;
         // A run whose coder was killed never ran its end-of-run git guard: run it now,
         // before its directory (and the record of what it knew) goes.
-        let late_guard = super::gitguard::finish_dead_runs(&runs_dir);
+        let mut late_guard = super::gitguard::finish_dead_runs(&runs_dir);
+        // A guard that stopped short (a run's own, or a killed run's checked above) left
+        // what it did not reach: checked again before this run's scan takes it for the
+        // user's, and a confined run over those trees is refused while that stops too.
+        let trees: Vec<PathBuf> = match opts.mode.is_confined() {
+            true => std::iter::once(workspace.clone())
+                .chain(
+                    opts.extra_write
+                        .iter()
+                        .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.clone())),
+                )
+                .collect(),
+            false => Vec::new(),
+        };
+        late_guard.extend(super::gitguard::finish_stopped_guards(&runs_dir, &trees)?);
         run_dirs::prune_dead_run_dirs(&runs_dir);
         let run_dir = runs_dir.join(format!(
             "{}-{}",

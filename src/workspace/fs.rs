@@ -10,7 +10,11 @@
 //! non-accessible globs ([`crate::sandbox::deny_globs`], the same list the mount masks use,
 //! so the two can never disagree) are listed but flagged, and never read, written,
 //! searched or deleted through — checked both on the name given and on the resolved name,
-//! so a symlink `notes -> .env` is refused too.
+//! so a symlink `notes -> .env` is refused too. A name is not enough for a file with
+//! more than one link: such a file is compared (device and inode) with the secrets the
+//! sandbox's own scan finds in the base ([`DenyMatcher::secret_files`], run once per
+//! operation, only when such a file is met), so `notes.txt`, a hard link of `.env`, is
+//! refused and flagged as `.env` is (the sandbox masks it too).
 //!
 //! Files are opened with `O_NOFOLLOW` and the opened descriptor's real path is checked
 //! again, and writes go through a descriptor of the verified parent directory
@@ -22,10 +26,12 @@
 //! This module knows nothing of MCP or of the command line: `commands::fs` and
 //! `commands::mcp` both call [`Jail::run`].
 
+use std::cell::OnceCell;
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -249,15 +255,83 @@ impl Jail {
 
     /// Runs `verb` on `payload`.
     pub fn run(&self, verb: Verb, payload: Value) -> Result<Value, FsError> {
+        let call = Call {
+            jail: self,
+            secrets: OnceCell::new(),
+        };
         match verb {
-            Verb::ReadFile => self.read_file(parse(payload)?),
-            Verb::Search => self.search(parse(payload)?),
-            Verb::UpdateFile => self.update_file(parse(payload)?),
-            Verb::CreateFile => self.create_file(parse(payload)?),
-            Verb::DeleteFile => self.delete_file(parse(payload)?),
-            Verb::ListFolder => self.list_folder(parse(payload)?),
-            Verb::Tree => self.tree(parse(payload)?),
+            Verb::ReadFile => call.read_file(parse(payload)?),
+            Verb::Search => call.search(parse(payload)?),
+            Verb::UpdateFile => call.update_file(parse(payload)?),
+            Verb::CreateFile => call.create_file(parse(payload)?),
+            Verb::DeleteFile => call.delete_file(parse(payload)?),
+            Verb::ListFolder => call.list_folder(parse(payload)?),
+            Verb::Tree => call.tree(parse(payload)?),
         }
+    }
+}
+
+/// One operation of a [`Jail`], with what it learnt of the base's secrets: their other
+/// names (hard links) are looked for once per operation, and only when a file with more
+/// than one link is met.
+struct Call<'j> {
+    jail: &'j Jail,
+    /// (dev, ino) of every file the sandbox masks as a secret in the base
+    /// ([`DenyMatcher::secret_files`]), or why they could not be found.
+    secrets: OnceCell<Result<HashSet<(u64, u64)>, FsError>>,
+}
+
+impl std::ops::Deref for Call<'_> {
+    type Target = Jail;
+
+    fn deref(&self) -> &Jail {
+        self.jail
+    }
+}
+
+impl Call<'_> {
+    /// Whether the file `meta` describes (not following a symlink) is another name of a
+    /// secret: a regular file with more than one link whose inode the sandbox masks in the
+    /// base under a name the globs match. A name matches no glob, so `notes.txt`, a hard
+    /// link of `.env`, passed every check by name, while the sandbox masks it (round
+    /// eighteen's review). When the secrets cannot be found (a scan over its caps), every
+    /// such file is refused.
+    fn other_name_of_secret(&self, meta: &fs::Metadata) -> Result<bool, FsError> {
+        if !meta.file_type().is_file() || meta.nlink() < 2 {
+            return Ok(false);
+        }
+        let secrets = self.secrets.get_or_init(|| {
+            self.deny.secret_files(&self.base).map_err(|e| {
+                FsError::new(
+                    FsCode::C216,
+                    format!("cannot tell which files are other names of secrets: {e}"),
+                )
+            })
+        });
+        match secrets {
+            Ok(ids) => Ok(ids.contains(&(meta.dev(), meta.ino()))),
+            Err(e) => Err(FsError::new(
+                e.code,
+                format!("a file with more than one name: {}", e.message),
+            )),
+        }
+    }
+
+    /// Refuses the file `meta` describes when it is another name of a secret.
+    fn refuse_other_name(&self, input: &str, meta: &fs::Metadata) -> Result<(), FsError> {
+        if self
+            .other_name_of_secret(meta)
+            .map_err(|e| FsError::new(e.code, format!("{input}: {}", e.message)))?
+        {
+            return Err(FsError::new(
+                FsCode::C211,
+                format!(
+                    "{input}: non-accessible (another name, a hard link, of a file matching \
+                     the sandbox's deny globs)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks `input` against the jail: relative, lexically inside, resolved inside, not
@@ -377,6 +451,7 @@ impl Jail {
         let meta = file
             .metadata()
             .map_err(|e| FsError::io("cannot stat", input, &e))?;
+        self.refuse_other_name(input, &meta)?;
         if meta.is_dir() {
             return Err(FsError::new(FsCode::C210, format!("{input}: is a folder")));
         }
@@ -432,6 +507,9 @@ impl Jail {
         let dir_real = self.verify_fd(input, &dir)?;
         self.check_denied(input, Path::new(""), &dir_real.join(name))?;
         let via = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        if let Ok(meta) = fs::symlink_metadata(via.join(name)) {
+            self.refuse_other_name(input, &meta)?;
+        }
         let tmp_name = format!(
             ".{}.coder-tmp-{}",
             name.to_string_lossy(),
@@ -555,9 +633,17 @@ impl Jail {
 
     fn search_file(&self, real: &Path, rel: &Path, re: &regex::Regex, found: &mut Search) {
         let shown = rel.to_string_lossy().into_owned();
-        let Ok((text, _)) = self.read_text(&shown, real) else {
-            found.skipped_large_or_binary += 1;
-            return;
+        let text = match self.read_text(&shown, real) {
+            Ok((text, _)) => text,
+            // Another name of a secret (or a file the OS refuses): non-accessible.
+            Err(e) if e.code == FsCode::C211 => {
+                found.skipped_non_accessible += 1;
+                return;
+            }
+            Err(_) => {
+                found.skipped_large_or_binary += 1;
+                return;
+            }
         };
         if text.as_bytes().iter().take(8192).any(|b| *b == 0) {
             found.skipped_large_or_binary += 1;
@@ -670,6 +756,7 @@ impl Jail {
         self.check_denied(&a.path, &rel, &real)?;
         let meta =
             fs::symlink_metadata(&real).map_err(|e| FsError::io("cannot find", &a.path, &e))?;
+        self.refuse_other_name(&a.path, &meta)?;
         if meta.is_dir() {
             if !a.recursive {
                 return Err(FsError::new(
@@ -701,10 +788,18 @@ impl Jail {
         Ok(json!({"path": a.path, "deleted": 1, "kind": kind_of(&meta).name()}))
     }
 
+    /// The first entry below `real` (at `rel`) that is non-accessible: by its name, or as
+    /// another name of a secret (or when that cannot be told).
     fn first_denied(&self, real: &Path, rel: &Path) -> Option<PathBuf> {
         for (name, kind) in self.entries(real) {
             let child = rel.join(&name);
             if self.is_denied_rel(&child) {
+                return Some(child);
+            }
+            if kind == Kind::File
+                && fs::symlink_metadata(real.join(&name))
+                    .is_ok_and(|m| self.other_name_of_secret(&m).unwrap_or(true))
+            {
                 return Some(child);
             }
             if kind == Kind::Dir
@@ -738,26 +833,36 @@ impl Jail {
         )
     }
 
+    /// A listed entry; a file with another name that is a secret's (or whose other names
+    /// cannot be told) is flagged as a secret's own name is.
     fn entry_json(&self, real: &Path, rel: &Path, name: &str, kind: Kind) -> Value {
         let child_rel = rel.join(name);
+        let meta = match kind {
+            Kind::File => fs::symlink_metadata(real.join(name)).ok(),
+            _ => None,
+        };
         let denied = self.is_denied_rel(&child_rel)
-            || (kind == Kind::Symlink && self.link_target_denied(&real.join(name)));
+            || (kind == Kind::Symlink && self.link_target_denied(&real.join(name)))
+            || meta
+                .as_ref()
+                .is_some_and(|m| self.other_name_of_secret(m).unwrap_or(true));
         let mut v = json!({"name": name, "path": child_rel.to_string_lossy(),
                            "kind": kind.name(), "non_accessible": denied});
-        if kind == Kind::File
-            && !denied
-            && let Ok(m) = fs::symlink_metadata(real.join(name))
-        {
+        if let Some(m) = meta.filter(|_| !denied) {
             v["size"] = json!(m.len());
         }
         v
     }
 
-    /// Whether a symlink leads to a non-accessible file inside the base.
+    /// Whether a symlink leads to a non-accessible file inside the base (by its name, or
+    /// as another name of a secret).
     fn link_target_denied(&self, link: &Path) -> bool {
         fs::canonicalize(link).is_ok_and(|t| {
-            t.strip_prefix(&self.base)
-                .is_ok_and(|rel| self.is_denied_rel(rel))
+            t.strip_prefix(&self.base).is_ok_and(|rel| {
+                self.is_denied_rel(rel)
+                    || fs::symlink_metadata(&t)
+                        .is_ok_and(|m| self.other_name_of_secret(&m).unwrap_or(true))
+            })
         })
     }
 

@@ -95,6 +95,12 @@ pub enum GitError {
     )]
     Fifo,
     #[error(
+        "git stopped while its open of a file of the work tree waited for another process \
+         to give up a lease on it (`F_SETLEASE`): the kernel makes such an open wait for \
+         the holder, up to `/proc/sys/fs/lease-break-time` (45 s) per file"
+    )]
+    Leased,
+    #[error(
         "git stopped while it held {what} open, which no git of coder's reads (a file of the \
          work tree that the config includes, made a symlink to it?): its read may never end"
     )]
@@ -127,6 +133,7 @@ impl GitError {
         matches!(
             self,
             GitError::Fifo
+                | GitError::Leased
                 | GitError::NotAFile { .. }
                 | GitError::ConfigTooSlow { .. }
                 | GitError::ReadTooMuch { .. }
@@ -2283,6 +2290,8 @@ struct Watch {
     cpu_left: Option<std::time::Duration>,
     /// The CPU time the git and the processes below it had spent at the last look.
     cpu_seen: std::time::Duration,
+    /// Whether a thread of the git (or below it) waited on a lease at the last look.
+    leased: bool,
 }
 
 impl Watch {
@@ -2299,9 +2308,18 @@ impl Watch {
         }
         let mut tree = vec![pid];
         tree.extend(descendants(pid));
-        if tree.iter().any(|process| waits_on_a_fifo(*process)) {
+        if tree.iter().any(|process| waits_in(*process, FIFO_WAIT)) {
             return Some(GitError::Fifo);
         }
+        // An open of a leased file waits for the lease's holder: one that gives it up when
+        // asked (a file server) does so at once, the agent holding its own files' leases
+        // while it lives held the "before" snapshot's git 45 s per file (round eighteen).
+        // Two looks in a row, as for a descriptor.
+        let leased = tree.iter().any(|process| waits_in(*process, LEASE_WAIT));
+        if leased && self.leased {
+            return Some(GitError::Leased);
+        }
+        self.leased = leased;
         let cpu: std::time::Duration = tree.iter().filter_map(|process| cpu_time(*process)).sum();
         self.cpu_seen = self.cpu_seen.max(cpu);
         if cpu > self.cpu_left.unwrap_or_else(cpu_budget) {
@@ -2666,15 +2684,22 @@ fn inherited_from_coder(number: u32, target: &Path) -> bool {
             .is_some_and(|flags| flags & O_CLOEXEC == 0)
 }
 
-/// Whether a thread of process `pid` sleeps in the kernel's FIFO open, waiting for a
-/// writer.
-fn waits_on_a_fifo(pid: u32) -> bool {
+/// Where (`/proc/PID/task/TID/wchan`) a thread sleeps in the kernel's FIFO open, waiting
+/// for a writer.
+const FIFO_WAIT: &[u8] = b"wait_for_partner";
+
+/// Where a thread sleeps whose `open` waits for the holder of a lease on the file
+/// (`F_SETLEASE`) to give it up.
+const LEASE_WAIT: &[u8] = b"__break_lease";
+
+/// Whether a thread of process `pid` sleeps in the kernel at `wchan`.
+fn waits_in(pid: u32, wchan: &[u8]) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };
-    tasks.flatten().any(|task| {
-        std::fs::read(task.path().join("wchan")).is_ok_and(|w| w == b"wait_for_partner")
-    })
+    tasks
+        .flatten()
+        .any(|task| std::fs::read(task.path().join("wchan")).is_ok_and(|w| w == wchan))
 }
 
 /// The output of `cmd`, a git of coder's watched by [`watched_run`], or why it failed.
@@ -2757,6 +2782,39 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let out = watched_sh(&format!("cat {}; true", fifo.display()));
         assert!(matches!(out, Err(GitError::Fifo)), "{out:?}");
+    }
+
+    /// A file another process holds a write lease on (`F_SETLEASE`, ignoring the
+    /// `SIGIO` that asks it to give the lease up): an open of it waits 45 s; the watcher
+    /// stops it at its second look.
+    #[test]
+    fn an_open_that_waits_on_a_lease_is_stopped() {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("leased");
+        std::fs::write(&file, "x\n").unwrap();
+        let holder = "import fcntl, os, signal, sys, time\n\
+                      signal.signal(signal.SIGIO, signal.SIG_IGN)\n\
+                      fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+                      fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)\n\
+                      print('leased', flush=True)\n\
+                      time.sleep(120)\n";
+        let mut holder = Command::new("python3")
+            .args(["-c", holder])
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let stdout = holder.stdout.take().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "leased\n");
+        let out = watched_sh(&format!("cat {}; true", file.display()));
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(matches!(out, Err(GitError::Leased)), "{out:?}");
     }
 
     #[test]
