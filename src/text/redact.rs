@@ -2003,13 +2003,7 @@ mod tests {
             "the BeArEr scheme",
             "xBeArEr Tk9Lm3Np7Qr1St5Uv",
             "a cleaRER view",
-        ] {
-            assert_eq!(redact_tokens(text), text, "{text}");
-        }
-        // The old heads (`ear`, `zat`, `-ap`) are no longer searched; the new ones are,
-        // and only a whole word leads to a token.
-        assert!(none.surely_clean(b"a cleAR yEAR, an organiZATion, the AUTHor, an X-API"));
-        for text in [
+            // The heads the searchers look for, with no word around them.
             "a refeRRER",
             "the hoRIZon",
             "multi-KEY",
@@ -2017,6 +2011,8 @@ mod tests {
         ] {
             assert_eq!(redact_tokens(text), text, "{text}");
         }
+        // The old heads (`ear`, `zat`, `-ap`) are no longer searched; the new ones are.
+        assert!(none.surely_clean(b"a cleAR yEAR, an organiZATion, the AUTHor, an X-API"));
         assert!(!none.surely_clean(b"the hoRIZon"));
     }
 
