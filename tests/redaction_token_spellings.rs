@@ -135,7 +135,7 @@ const BEARER_TOKEN: &str = "Tk9Lm3Np7Qr1St5Uv/Wx+Yz2/Gh8==";
 const KNOWN: (&str, &str) = ("ANTHROPIC_AUTH_TOKEN", "zq7-Ky3pW9vXm2Lr8Tn4Bc6H");
 
 /// Prose with token prefixes, in spellings a JSON text may give it: never redacted.
-const PROSE: [&str; 19] = [
+const PROSE: [&str; 20] = [
     "the BeArEr scheme, AuThOrIzAtIoN: Basic authentication-is-deprecated",
     "x-api-key: your-api-key-here",
     "set the X-Api-Key header to the key",
@@ -155,6 +155,7 @@ const PROSE: [&str; 19] = [
     "commit 0f1e2d3c4b5a69788796a5b4c3d2e1f0a1b2c3d4 and blob 0f1e2d3c4b5a69788796a5b4c3d2e1f0.json",
     "AUTHORIZATION FAILED, BEARER ONLY",
     r"Authorization\u003a Basic\u0020authentication-is-deprecated",
+    "a hoRIZontal refeRRER, multi-KEY: x-api-keys-are-documented-here, BEARERS Hq5Wd9Pz3Ky7Gv1Jx",
 ];
 
 /// The JSON escape of an ASCII character, its hex digits in upper or lower case.
@@ -361,6 +362,19 @@ fn spelled_token_shapes_at_every_offset_near_the_long_line_joins() {
         (format!(r"\u000a{}", TOKENS[7].whole), TOKENS[7].secret),
         (HEADERS[0].0.to_owned(), HEADERS[0].1),
         (HEADERS[9].0.to_owned(), HEADERS[9].1),
+        // The words read in any case, mixed case at the bytes the pre-filter looks for
+        // (`rer`, `riz`, `i-k`) and elsewhere.
+        (HEADERS[10].0.to_owned(), HEADERS[10].1),
+        (HEADERS[11].0.to_owned(), HEADERS[11].1),
+        (format!("beaReR {BEARER_TOKEN}"), BEARER_TOKEN),
+        (
+            "auThoRiZation: Xc4Vb8Nm2Qw6Er0Ty".to_owned(),
+            "Xc4Vb8Nm2Qw6Er0Ty",
+        ),
+        (
+            "x-aPI-kEy=Lk3Jh7Gf1Ds5Az9Qw".to_owned(),
+            "Lk3Jh7Gf1Ds5Az9Qw",
+        ),
         (format!(r"Bearer\u0020{BEARER_TOKEN}"), BEARER_TOKEN),
         (format!(r"Bearer\t{BEARER_TOKEN}"), BEARER_TOKEN),
         (

@@ -30,12 +30,12 @@
 //! [`redact_cut_tokens_bytes`]). So a cut never leaves more than three bytes of a key.
 //!
 //! **Cost.** The transcript redacts every line of the child's output on its hot path. One
-//! packed search for everything a redaction starts at, and one for `Bearer` and the
-//! header names in their other cases (three bytes of each in every case,
-//! [`caseless_words`]), clear most entries ([`Secrets::surely_clean`]). Otherwise a text
+//! packed search for everything a redaction starts at (`Bearer` and the header names, in
+//! any case, by three rare bytes of each in every case, [`CASELESS_WORDS`]) clears most
+//! entries ([`Secrets::surely_clean`]). Otherwise a text
 //! without a backslash-escape that could spell a secret costs one `memmem` search per
 //! secret; only a text holding one (`\u…`, or an escape of a character a secret holds) is
-//! scanned escape by escape. Token shapes cost the two packed searches, one `memmem` for
+//! scanned escape by escape. Token shapes cost one packed search, one `memmem` for
 //! `\u00` and a sampled pass for Z.ai keys (one 8-byte block every 24 bytes, `glm_keys`);
 //! a text is read as JSON decodes it only around each prefix found, or position by
 //! position where it holds a `\u` escape of printable ASCII (which could spell a prefix;
@@ -144,7 +144,8 @@ impl Secrets {
     /// [`Secrets::redact_known`] or [`redact_tokens_bytes`] would change: no secret
     /// literally, no escape that could spell one of its characters (`\u` or a short
     /// escape a secret needs), no `…`, no token prefix written literally, no `\u` escape
-    /// of printable ASCII (which could spell a prefix), no Z.ai key written literally. One
+    /// of printable ASCII (which could spell a prefix), no Z.ai key written literally, no
+    /// head of a word read in any case ([`CASELESS_WORDS`]) in any case. One
     /// pass of one packed searcher, where those are four passes (and one more for each
     /// short escape that ends a secret, usually none), and the key's sampled pass
     /// (`glm_keys`); false (not known) where there is no such searcher.
@@ -160,7 +161,6 @@ impl Secrets {
             .is_some_and(|searcher| searcher.find(bytes).is_none())
             && self.escape_finders.iter().all(|f| f.find(bytes).is_none())
             && glm_keys(bytes).is_empty()
-            && caseless_words(bytes).is_empty()
     }
 
     /// The longest of what [`Secrets::surely_clean`] searches for, in bytes (a Z.ai key
@@ -351,17 +351,18 @@ fn anything_searcher(secrets: &[String]) -> Option<aho_corasick::packed::Searche
 /// pattern (the short escape `\/` of a secret holding a `/`) made it stop at every `be`
 /// (of `bearer`) and at the first two bytes of `…` (which `—` and `“` share): about
 /// 130,000 candidates in 30 MB of tool results, two thirds of its instructions. So a
-/// short escape is searched with what follows it ([`short_escapes_of`]), and the
-/// `Bearer` prefixes without their first letter ([`packed_word`]): any text holding a
-/// pattern holds every part of it, so searching a part still never calls a text clean
-/// that is not.
+/// short escape is searched with what follows it ([`short_escapes_of`]), the words read
+/// in any case by a rare head of theirs ([`CASELESS_WORDS`], every case), and Slack's four
+/// prefixes by their common `xox`: any text holding a pattern holds every part of it, so
+/// searching a part still never calls a text clean that is not.
 ///
-/// The order sets Teddy's buckets (see [`TOKEN_PREFIXES`]), and was chosen by counting
-/// candidates in 4 MB of the 8 KB stream, simulated with Teddy's masks for each order of
-/// the six groups: [`LATER_PREFIXES`], `…`, [`TOKEN_PREFIXES`], the `\u` escapes, the
-/// secrets, the short escapes. This one had the fewest with this machine's two secrets
-/// (2,812, where main's order with `\/` had 45,455 at two bytes and the old order with
-/// the three-byte escapes 37,307), with one secret (1,758; 3,399) and with none (266; 720).
+/// The order sets Teddy's buckets (see [`TOKEN_PREFIXES`]). With more than 32 patterns
+/// (always, with the heads' 20) Teddy has 16 buckets, and the first pattern of each of
+/// the 16 groups of [`ANYTHING_FIRST`] gets one of its own: only the escapes and the
+/// secrets after them share a bucket (with `glpat-`, `AKIA`, `AIza`, the rarest
+/// neighbours, chosen by counting candidates with Teddy's masks simulated over 4 MB each
+/// of the 8 KB stream, the `mixed` stream and this project's sources and docs, BENCHMARKS
+/// round nineteen); the other cases of the heads come last and join their head's bucket.
 fn anything_patterns(secrets: &[String]) -> Vec<Vec<u8>> {
     let unicode = unicode_escapes_of(secrets);
     // `\u00` (the start of an escape of any ASCII character, which a secret's ASCII
@@ -371,39 +372,38 @@ fn anything_patterns(secrets: &[String]) -> Vec<Vec<u8>> {
     } else {
         &TOKEN_CHAR_ESCAPES[..]
     };
-    // The fixed patterns first, so their buckets do not move with the secrets; `earer`
-    // twice (for `Bearer` and `bearer`), which keeps the ids after it.
-    let fixed = LATER_PREFIXES
+    let (heads, other_cases) = caseless_heads();
+    let fixed = ANYTHING_FIRST
         .iter()
-        .map(packed_word)
-        .chain(["…"])
-        .chain(TOKEN_PREFIXES.iter().map(packed_word))
-        .chain(token_escapes.iter().copied());
-    fixed
         .map(|p| p.as_bytes().to_vec())
+        .chain(heads)
+        .chain(token_escapes.iter().map(|e| e.as_bytes().to_vec()));
+    fixed
         .chain(unicode.iter().map(|u| u.to_vec()))
         .chain(secrets.iter().map(|s| s.as_bytes().to_vec()))
         .chain(short_escapes_of(secrets).0)
-        .chain(
-            HEADER_PREFIXES
-                .iter()
-                .map(|p| header_word(p.0).as_bytes().to_vec()),
-        )
+        .chain(other_cases)
         .collect()
 }
 
-/// What [`anything_searcher`] searches for a token prefix: the prefix, but `earer` for
-/// `Bearer` and `bearer` and `EARER` for `BEARER`. Its candidates are told by their first
-/// three bytes, and `be` (`bea`) starts many words. Every spelling of a prefix holds
-/// `earer` or `EARER` literally, or a `\u00` escape of one of its letters (which the
-/// searcher finds on its own, [`TOKEN_CHAR_ESCAPES`]).
-fn packed_word<'a>(prefix: &(&'a str, Kind)) -> &'a str {
-    let word = prefix.0;
-    match prefix.1 {
-        Kind::Bearer => word.get(1..).unwrap_or(word),
-        _ => word,
-    }
-}
+/// The first patterns of [`anything_patterns`], before the heads of [`CASELESS_WORDS`]:
+/// the token prefixes that are no such word (Slack's four as `xox`) and `…`, in the order
+/// that gave the fewest candidates (see there).
+const ANYTHING_FIRST: [&str; 13] = [
+    "glpat-",
+    "AKIA",
+    "AIza",
+    "gho_",
+    "sk-",
+    "ghp_",
+    "xox",
+    "ghs_",
+    "ghu_",
+    "ghr_",
+    "github_pat_",
+    "…",
+    "eyJ",
+];
 
 /// The short escapes (`\/`, `\"`, …) that can spell a character of one of `secrets`, as
 /// [`Secrets::surely_clean`] searches for them: with the byte that follows them, where a
@@ -698,23 +698,53 @@ impl Kind {
     }
 }
 
-/// The words of [`Kind::is_caseless`] prefixes, each with the three bytes of it that
-/// [`CASELESS_HEADS`] searches for in every case, and where those start in the word:
-/// `ear` of `bearer` (where [`anything_patterns`] searches `earer` too), `zat` of
-/// `authorization` (rarer in text than its start), `-ap` of `x-api-key`.
-const CASELESS_WORDS: [(&str, usize, Kind); 3] = [
-    ("bearer", 1, Kind::Bearer),
-    ("authorization", 7, Kind::Header),
-    ("x-api-key", 1, Kind::Header),
+/// A word HTTP reads in any case ([`Kind::is_caseless`]), and the three bytes of it the
+/// packed searchers look for in every case.
+struct CaselessWord {
+    word: &'static str,
+    /// Where the three bytes start in the word.
+    head: usize,
+    kind: Kind,
+}
+
+/// The words read in any case: `Bearer` (HTTP's scheme; HTTP/2 tools print it in lower
+/// case), the `Authorization` header's name and `x-api-key` (Anthropic's API key header,
+/// as the CLI, the SDKs and curl examples spell it, and `X-Api-Key` as Go canonicalises
+/// it), whose values are redacted as an `Authorization` header's are.
+///
+/// The packed searchers find them by a rare head in every case ([`caseless_heads`]), and
+/// compare the word around a head found in any case ([`caseless_word_at`]). The heads, by
+/// their count in any case in 90 MB of Rust, Python and Markdown (crates' sources, this
+/// project's docs; the words themselves: 308, 1,797 and 9): `rer` 2,695 (`ear` 16,718;
+/// `bea` 1,532, but all hex digits, which hashes and ids are made of), `riz` 3,217 (`zat`
+/// 4,475, in every "-ization"), `i-k` 16 (`-ap` 537).
+const CASELESS_WORDS: [CaselessWord; 3] = [
+    CaselessWord {
+        word: "bearer",
+        head: 3,
+        kind: Kind::Bearer,
+    },
+    CaselessWord {
+        word: "authorization",
+        head: 5,
+        kind: Kind::Header,
+    },
+    CaselessWord {
+        word: "x-api-key",
+        head: 4,
+        kind: Kind::Header,
+    },
 ];
 
-/// Every case of the three bytes of each word of [`CASELESS_WORDS`], in one packed
-/// searcher (20 patterns, one pass): the literal prefixes of [`TOKEN_STARTS`] and the
-/// pre-filter spell these words in two or three cases only.
-static CASELESS_HEADS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
-    let mut heads: Vec<Vec<u8>> = Vec::new();
-    for (word, at, _) in CASELESS_WORDS {
-        let head = &word.as_bytes()[at..at + 3];
+/// The head of each word of [`CASELESS_WORDS`] in lower case, and its other cases (20
+/// spellings in all). Every case of a head has the same low nybbles, so Teddy puts them in
+/// one bucket, the one the first of them gets by its place: the lower-case heads go
+/// where their buckets should be, the other cases anywhere after.
+fn caseless_heads() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut lower = Vec::new();
+    let mut other = Vec::new();
+    for w in &CASELESS_WORDS {
+        let head = &w.word.as_bytes()[w.head..w.head + 3];
         for mask in 0..8u8 {
             let spelled: Vec<u8> = head
                 .iter()
@@ -727,62 +757,43 @@ static CASELESS_HEADS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
                     }
                 })
                 .collect();
-            if !heads.contains(&spelled) {
-                heads.push(spelled);
+            if spelled != head && !other.contains(&spelled) {
+                other.push(spelled);
             }
         }
+        lower.push(head.to_vec());
     }
-    match aho_corasick::packed::Searcher::new(heads.iter()) {
-        Some(packed) => Some(PrefixSearcher::Packed(packed)),
-        None => AhoCorasick::new(heads.iter())
-            .ok()
-            .map(PrefixSearcher::General),
-    }
-});
-
-/// The words of [`CASELESS_WORDS`] written literally in `text` in a case [`TOKEN_STARTS`]
-/// does not search (`BeArEr`, `AUTHorization`, `X-API-KEY`): where each starts and ends,
-/// and its kind, left to right.
-fn caseless_words(text: &[u8]) -> Vec<(usize, usize, Kind)> {
-    let Some(heads) = &*CASELESS_HEADS else {
-        return Vec::new();
-    };
-    let mut found: Vec<(usize, usize, Kind)> = Vec::new();
-    for (head_at, _) in heads.find_all(text) {
-        for (word, at, kind) in CASELESS_WORDS {
-            let Some(start) = head_at.checked_sub(at) else {
-                continue;
-            };
-            let end = start + word.len();
-            let Some(spelled) = text.get(start..end) else {
-                continue;
-            };
-            let literal = all_prefixes().any(|(prefix, _)| spelled == prefix.as_bytes());
-            if spelled.eq_ignore_ascii_case(word.as_bytes())
-                && !literal
-                && found.last().is_none_or(|last| start >= last.1)
-            {
-                found.push((start, end, kind));
-            }
-        }
-    }
-    found
+    (lower, other)
 }
 
-/// Prefixes of well-known credential formats; a long token after them is redacted.
-/// `eyJ` starts every JSON Web Token (`{"` in base64): the keys of some vendors (MiniMax)
-/// and most bearer tokens are one. `Bearer` is set before a token in an `Authorization`
-/// header, written as HTTP's case-insensitive scheme is (HTTP/2 tools and code print it
-/// in lower case).
+/// The word of [`CASELESS_WORDS`] whose head is at `at` in `text`, written literally in
+/// any case (`BeArEr`, `AUTHorization`, `X-API-KEY`): where it starts and ends, and its
+/// kind.
+fn caseless_word_at(text: &[u8], at: usize) -> Option<(usize, usize, Kind)> {
+    let found = text.get(at..at + 3)?;
+    CASELESS_WORDS.iter().find_map(|w| {
+        let start = at.checked_sub(w.head)?;
+        let end = start + w.word.len();
+        let head = &w.word.as_bytes()[w.head..w.head + 3];
+        (found.eq_ignore_ascii_case(head)
+            && text
+                .get(start..end)?
+                .eq_ignore_ascii_case(w.word.as_bytes()))
+        .then_some((start, end, w.kind))
+    })
+}
+
+/// Prefixes of well-known credential formats, written in one case; a long token after
+/// them is redacted. `eyJ` starts every JSON Web Token (`{"` in base64): the keys of some
+/// vendors (MiniMax) and most bearer tokens are one. (`Bearer` and the header names are
+/// [`CASELESS_WORDS`].)
 ///
-/// The order is the packed searchers' ([`anything_patterns`], [`TOKEN_STARTS`]), and it
-/// matters: Teddy puts the first pattern of each three-byte nybble group in bucket
-/// `7 - id % 8`, where its masks mix with the other patterns of that bucket. Appending
-/// `BEARER` to these once moved the `\u002`… group into `github_pat_`'s bucket, which
-/// then accepted `get` (a fifth of the pre-filter's speed). In [`TOKEN_STARTS`] these
-/// come first, in their old order, and [`LATER_PREFIXES`] after every other pattern;
-/// [`anything_patterns`] has an order of its own, measured the same way.
-const TOKEN_PREFIXES: [(&str, Kind); 13] = [
+/// The order is [`TOKEN_STARTS`]' (see there), and it matters: Teddy puts the first
+/// pattern of each group of patterns with the same low nybbles in their first three bytes
+/// in bucket `B - 1 - id % B` (of `B` buckets), where its masks mix with the other
+/// patterns of that bucket. The first [`TOKEN_PREFIX_GROUPS`] are one of each group; Slack's
+/// other three share `xoxb-`'s.
+const TOKEN_PREFIXES: [(&str, Kind); 15] = [
     ("sk-", Kind::Weak),
     ("ghp_", Kind::Vendor),
     ("gho_", Kind::Vendor),
@@ -791,61 +802,28 @@ const TOKEN_PREFIXES: [(&str, Kind); 13] = [
     ("ghr_", Kind::Vendor),
     ("github_pat_", Kind::Vendor),
     ("xoxb-", Kind::Vendor),
-    ("xoxp-", Kind::Vendor),
     ("AKIA", Kind::Vendor),
     ("eyJ", Kind::Vendor),
-    ("Bearer", Kind::Bearer),
-    ("bearer", Kind::Bearer),
-];
-
-/// Prefixes added since [`TOKEN_PREFIXES`], after every other pattern of
-/// [`TOKEN_STARTS`] (first in [`anything_patterns`]). `BEARER` and Slack's `xoxa-` and `xoxr-` share the first three bytes' nybbles
-/// of `Bearer` and `xoxb-`, so they join those buckets (which then accept `[Bb][Ee][Aa]`
-/// and nothing new); GitLab's `glpat-`, Google's `AIza` and the `Authorization` header
-/// start groups of their own.
-const LATER_PREFIXES: [(&str, Kind); 8] = [
-    ("BEARER", Kind::Bearer),
-    ("xoxa-", Kind::Vendor),
-    ("xoxr-", Kind::Vendor),
     ("glpat-", Kind::Vendor),
     ("AIza", Kind::Vendor),
-    ("Authorization", Kind::Header),
-    ("authorization", Kind::Header),
-    ("AUTHORIZATION", Kind::Header),
+    ("xoxp-", Kind::Vendor),
+    ("xoxa-", Kind::Vendor),
+    ("xoxr-", Kind::Vendor),
 ];
 
-/// The `x-api-key` header (Anthropic's API key header, as the CLI, the SDKs and curl
-/// examples spell it, and `X-Api-Key` as Go and others canonicalise it): its value is
-/// redacted as an `Authorization` header's is. Last in both searchers, so the patterns
-/// before them keep their ids (and Teddy's buckets). Two, not every case: each pattern
-/// brings the pre-filter nearer the 33 patterns at which Teddy takes its slower form (half
-/// the bytes a step); with none or one secret known it has 26 to 30.
-///
-/// The pre-filter searches them without the `x-` ([`header_word`]): their new group of
-/// first bytes lands in a bucket whose masks it widens, and with `api`/`Api` first that
-/// cost least. Teddy's masks simulated over 2.7 MB of transcripts, sources and docs gave
-/// 9,922 candidates with one secret known where there were 9,406 (`x-api-key`: 20,971),
-/// 8,449 with none (7,447; 9,943), 15,483 with two (14,481; 16,977).
-const HEADER_PREFIXES: [(&str, Kind); 2] =
-    [("x-api-key", Kind::Header), ("X-Api-Key", Kind::Header)];
+/// How many of [`TOKEN_PREFIXES`] start a group of their own (see there).
+const TOKEN_PREFIX_GROUPS: usize = 12;
 
-/// What the pre-filter searches for a header prefix of [`HEADER_PREFIXES`]: the prefix
-/// without its `x-` (see there). Every spelling of the prefix holds it, or a `\u00`
-/// escape of one of its letters (which the pre-filter finds on its own).
-fn header_word(prefix: &str) -> &str {
-    prefix.get(2..).unwrap_or(prefix)
-}
-
-/// Every token prefix, in the packed searchers' order.
-fn all_prefixes() -> impl Iterator<Item = &'static (&'static str, Kind)> {
+/// Every token prefix (the caseless words in lower case) and its kind.
+fn all_prefixes() -> impl Iterator<Item = (&'static str, Kind)> {
     TOKEN_PREFIXES
         .iter()
-        .chain(&LATER_PREFIXES)
-        .chain(&HEADER_PREFIXES)
+        .copied()
+        .chain(CASELESS_WORDS.iter().map(|w| (w.word, w.kind)))
 }
 
-/// Whether a byte is the first of a token prefix (a table: the spelled readings ask it
-/// of every byte).
+/// Whether a byte is the first of a token prefix, in any case for [`CASELESS_WORDS`] (a
+/// table: the spelled readings ask it of every byte).
 const PREFIX_STARTS: [bool; 256] = {
     let mut table = [false; 256];
     let mut i = 0;
@@ -854,13 +832,10 @@ const PREFIX_STARTS: [bool; 256] = {
         i += 1;
     }
     let mut i = 0;
-    while i < LATER_PREFIXES.len() {
-        table[LATER_PREFIXES[i].0.as_bytes()[0] as usize] = true;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < HEADER_PREFIXES.len() {
-        table[HEADER_PREFIXES[i].0.as_bytes()[0] as usize] = true;
+    while i < CASELESS_WORDS.len() {
+        let first = CASELESS_WORDS[i].word.as_bytes()[0];
+        table[first.to_ascii_lowercase() as usize] = true;
+        table[first.to_ascii_uppercase() as usize] = true;
         i += 1;
     }
     table
@@ -878,17 +853,37 @@ const MIN_TOKEN_LEN: usize = 16;
 
 /// The prefixes' searcher: a packed (Teddy) one, which checks several bytes of every
 /// prefix at once; the general automaton stopped at every `s`, `g`, `x` of ordinary text
-/// (a fifth of a fast stream's transcript time). None of the prefixes is a prefix of
-/// another, so its leftmost-first matches are the standard ones.
+/// (a fifth of a fast stream's transcript time). One pass for both kinds: the prefixes of
+/// [`TOKEN_PREFIXES`] and the heads of [`CASELESS_WORDS`] in every case. 35 patterns, so
+/// Teddy's 16 buckets: the first of each of the 15 groups (the first
+/// [`TOKEN_PREFIX_GROUPS`] prefixes, the lower-case heads) comes first, so each group has
+/// a bucket of its own (its masks then accept its own patterns and nothing else), and the
+/// rest join them. No pattern is a prefix of another, nor does one end with what another
+/// starts with (`tests::no_pattern_hides_another`), so every prefix and head in a text is
+/// found, and its leftmost-first matches are the standard ones.
 static TOKEN_STARTS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
-    let patterns = || all_prefixes().map(|(word, _)| *word);
-    match aho_corasick::packed::Searcher::new(patterns()) {
+    let patterns = token_start_patterns();
+    match aho_corasick::packed::Searcher::new(patterns.iter()) {
         Some(packed) => Some(PrefixSearcher::Packed(packed)),
-        None => AhoCorasick::new(patterns())
+        None => AhoCorasick::new(patterns.iter())
             .ok()
             .map(PrefixSearcher::General),
     }
 });
+
+/// What [`TOKEN_STARTS`] searches for, in its order.
+fn token_start_patterns() -> Vec<Vec<u8>> {
+    let (heads, other_cases) = caseless_heads();
+    let (groups, later) = TOKEN_PREFIXES.split_at(TOKEN_PREFIX_GROUPS);
+    let prefix = |p: &(&str, Kind)| p.0.as_bytes().to_vec();
+    groups
+        .iter()
+        .map(prefix)
+        .chain(heads)
+        .chain(later.iter().map(prefix))
+        .chain(other_cases)
+        .collect()
+}
 
 /// A packed searcher where the CPU has one, the general automaton elsewhere.
 enum PrefixSearcher {
@@ -947,25 +942,26 @@ pub fn redact_tokens_bytes(text: &[u8]) -> Cow<'_, [u8]> {
     let found = if spells_printable_ascii(text) {
         spelled_token_matches(text)
     } else {
-        let kind = |start: usize, end: usize| {
-            all_prefixes()
-                .find(|(word, _)| &text[start..end] == word.as_bytes())
-                .map_or(Kind::Vendor, |(_, kind)| *kind)
-        };
+        // A prefix found is one of `TOKEN_PREFIXES`, or the head of a caseless word.
         let mut literal: Vec<(usize, usize, Kind)> = starts
             .find_all(text)
             .into_iter()
-            .map(|(s, e)| (s, e, kind(s, e)))
+            .filter_map(|(start, end)| {
+                match TOKEN_PREFIXES
+                    .iter()
+                    .find(|(word, _)| &text[start..end] == word.as_bytes())
+                {
+                    Some(&(_, kind)) => Some((start, end, kind)),
+                    None => caseless_word_at(text, start),
+                }
+            })
             .collect();
         let keys = glm_keys(text);
-        let caseless = caseless_words(text);
-        if literal.is_empty() && keys.is_empty() && caseless.is_empty() {
+        if literal.is_empty() && keys.is_empty() {
             return Cow::Borrowed(text);
         }
-        if !caseless.is_empty() {
-            literal.extend(caseless);
-            literal.sort_unstable_by_key(|&(start, _, _)| start);
-        }
+        // A caseless word starts before its head, maybe before a prefix found earlier.
+        literal.sort_unstable_by_key(|&(start, _, _)| start);
         let prefixed = token_matches(text, literal.into_iter());
         merge_matches(prefixed, keys)
     };
@@ -1114,7 +1110,7 @@ const NOT_ASCII: u8 = 0x80;
 
 /// The token prefix spelled at `at`, if any: where it ends, the prefix, and its kind.
 fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str, Kind)> {
-    all_prefixes().find_map(|&(prefix, kind)| {
+    all_prefixes().find_map(|(prefix, kind)| {
         let caseless = kind.is_caseless();
         let mut pos = at;
         for &want in prefix.as_bytes() {
@@ -2007,9 +2003,163 @@ mod tests {
             "the BeArEr scheme",
             "xBeArEr Tk9Lm3Np7Qr1St5Uv",
             "a cleaRER view",
+            // The heads the searchers look for, with no word around them.
+            "a refeRRER",
+            "the hoRIZon",
+            "multi-KEY",
+            "search heRE: r e r",
         ] {
             assert_eq!(redact_tokens(text), text, "{text}");
         }
-        assert!(none.surely_clean(b"a cleaRER view, the AUTHor"));
+        // The old heads (`ear`, `zat`, `-ap`) are no longer searched; the new ones are.
+        assert!(none.surely_clean(b"a cleAR yEAR, an organiZATion, the AUTHor, an X-API"));
+        assert!(!none.surely_clean(b"the hoRIZon"));
+    }
+
+    /// Every spelling of `word` in which each letter is in either case.
+    fn every_case(word: &str) -> Vec<String> {
+        let letters: Vec<usize> = (0..word.len())
+            .filter(|&i| word.as_bytes()[i].is_ascii_alphabetic())
+            .collect();
+        (0..1u32 << letters.len())
+            .map(|mask| {
+                let mut bytes = word.as_bytes().to_vec();
+                for (bit, &i) in letters.iter().enumerate() {
+                    if mask >> bit & 1 == 1 {
+                        bytes[i] = bytes[i].to_ascii_uppercase();
+                    }
+                }
+                String::from_utf8(bytes).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_case_of_the_caseless_words_leads_to_a_token() {
+        let none = Secrets::new(Vec::<String>::new());
+        let known = Secrets::new([KEY]);
+        for (word, sep) in [("bearer", " "), ("authorization", ": "), ("x-api-key", "=")] {
+            let spellings = every_case(word);
+            assert!(spellings.len() >= 64, "{word}");
+            for spelled in spellings {
+                let text = format!("a {spelled}{sep}Tk9Lm3Np7Qr1St5Uv b");
+                let want = format!("a {spelled}{sep}{REDACTED} b");
+                assert_eq!(redact_tokens(&text), want, "{text}");
+                for set in [&none, &known] {
+                    assert!(!set.surely_clean(text.as_bytes()), "{text}");
+                    assert_eq!(set.redact(&text), want, "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_group_of_the_packed_searchers_has_a_bucket_of_its_own() {
+        // Teddy's groups: the same low nybbles in the first three bytes. The first pattern
+        // of a group places its bucket, `15 - id % 16` with more than 32 patterns.
+        let group = |p: &[u8]| -> Vec<u8> { p[..3].iter().map(|b| b & 15).collect() };
+        let check = |patterns: &[Vec<u8>], fixed: usize| {
+            assert!(
+                patterns.len() > 32 && patterns.len() <= 64,
+                "{}",
+                patterns.len()
+            );
+            let mut firsts: Vec<Vec<u8>> = Vec::new();
+            for (id, p) in patterns.iter().enumerate() {
+                let g = group(p);
+                if !firsts.contains(&g) {
+                    assert!(id < 16 || id >= fixed, "{}", String::from_utf8_lossy(p));
+                    firsts.push(g);
+                }
+            }
+        };
+        check(&token_start_patterns(), token_start_patterns().len());
+        for secrets in [
+            vec![],
+            vec![KEY.to_owned()],
+            vec![KEY.to_owned(), "hunter2hunter2".to_owned()],
+        ] {
+            let patterns = anything_patterns(&secrets);
+            // The fixed part: every group of it among the first 16.
+            check(&patterns, ANYTHING_FIRST.len() + CASELESS_WORDS.len());
+            let (_, other_cases) = caseless_heads();
+            for p in &patterns[patterns.len() - other_cases.len()..] {
+                let head = patterns.iter().position(|q| group(q) == group(p)).unwrap();
+                assert!(head < 16, "{}", String::from_utf8_lossy(p));
+            }
+        }
+        // The words' heads are where the words say.
+        for w in &CASELESS_WORDS {
+            assert_eq!(
+                caseless_word_at(w.word.as_bytes(), w.head),
+                Some((0, w.word.len(), w.kind))
+            );
+        }
+    }
+
+    #[test]
+    fn the_packed_reading_finds_what_the_position_by_position_one_does() {
+        // Without `\u` escapes of printable ASCII the tokens are found from the packed
+        // search's matches; the spelled reading tries every position. Every arrangement of
+        // prefixes, the caseless words in any case, their heads and tokens, next to and
+        // overlapping each other, must come out the same (a match the packed search
+        // reports must never hide one that starts a token).
+        let pieces = [
+            "bearer",
+            "BeArEr",
+            "BEARER",
+            "rer",
+            "RER",
+            "bea",
+            "authorization",
+            "AuThOrIzAtIoN",
+            "autho",
+            "riz",
+            "RIZ",
+            "x-api-key",
+            "X-API-KEY",
+            "x-api",
+            "i-k",
+            "I-K",
+            "sk-",
+            "ghp_",
+            "github_pat_",
+            "xoxb-",
+            "xoxr-",
+            "AKIA",
+            "AIza",
+            "eyJ",
+            "glpat-",
+            " ",
+            "  ",
+            ": ",
+            "=",
+            "\"",
+            "\\n",
+            "\\t",
+            "Tk9Lm3Np7Qr1St5Uv",
+            "Basic ",
+            "token ",
+            "x",
+            "e",
+            "a",
+            "r",
+            "-",
+            "k",
+            "0123456789abcdef",
+        ];
+        let mut rng = crate::stream::Xorshift(0x2545_f491_4f6c_dd1d);
+        let mut redacted = 0;
+        for _ in 0..30_000 {
+            let text: String = (0..1 + rng.below(10))
+                .map(|_| pieces[rng.below(pieces.len())])
+                .collect();
+            let bytes = text.as_bytes();
+            let spelled = replace_tokens(bytes, &spelled_token_matches(bytes));
+            let packed = redact_tokens_bytes(bytes);
+            assert_eq!(packed, spelled, "{text}");
+            redacted += usize::from(matches!(packed, Cow::Owned(_)));
+        }
+        assert!(redacted > 1_000, "{redacted}");
     }
 }
