@@ -515,7 +515,7 @@ fn a_hanging_check_is_stopped_at_its_limit() {
 
 /// A signal while the check after the agent runs cancels the run: the check's processes
 /// are stopped, the envelope says which check was cancelled, and still lists what the agent
-/// changed.
+/// changed, its answer and its session (to resume it; both were lost before).
 #[test]
 fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
     let fake = Fake::new(json!([
@@ -541,6 +541,14 @@ fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
     let message = detail["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("the check after the agent"),
+        "{}",
+        out.explain()
+    );
+    assert_eq!(out.envelope["result"], "done", "{}", out.explain());
+    assert!(
+        out.envelope["SESSION_ID"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty()),
         "{}",
         out.explain()
     );

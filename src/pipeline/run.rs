@@ -1806,6 +1806,17 @@ async fn attach_changes(
     }
 }
 
+/// A run cancelled during a `--verify` check after the agent's turn keeps what that turn
+/// ended with: its confirmed session (to resume it) and its answer, and the stream events
+/// when asked for. They were lost before: the envelope said nothing of the work done.
+fn keep_the_agents_turn(cancelled: &mut Envelope, agent: Envelope) {
+    cancelled.session_id = agent.session_id;
+    cancelled.result = agent.result;
+    if cancelled.all_messages.is_some() {
+        cancelled.all_messages = agent.all_messages;
+    }
+}
+
 /// A `--verify` check that a signal to coder stopped: the signal, and which check it was
 /// (the envelope's message says what was cancelled).
 struct CheckCancelled {
@@ -2023,6 +2034,7 @@ impl PreparedRun {
             }) => {
                 let mut cancelled = run.cancelled_outside_attempt(signo, during);
                 cancelled.verification = verification;
+                keep_the_agents_turn(&mut cancelled, envelope);
                 attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                 return cancelled;
             }
