@@ -969,3 +969,42 @@ fn sandbox_flags_without_a_sandbox_are_named_in_a_warning() {
         out.explain()
     );
 }
+
+/// `--cd /proc/self` (or another system tree the user cannot write) is a workspace no
+/// confined run may have, whatever its permissions: the message says so, under the default
+/// `workspace-write` as under `read-only`. It used to say "not writable … make it writable,
+/// or pass --sandbox read-only", which only led to the other refusal.
+#[test]
+fn a_system_tree_as_workspace_is_named_as_such_not_as_unwritable() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for mode in ["workspace-write", "read-only"] {
+        let out = fake
+            .coder()
+            .cd("/proc/self")
+            .args(["--sandbox", mode, "task"])
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        let message = detail["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("--cd /proc/")
+                && message.ends_with(
+                    ": lies in /proc, a system tree that is never a workspace; use a project \
+                     directory"
+                ),
+            "{mode}: {}",
+            out.explain()
+        );
+    }
+    let out = Command::new(common::CODER)
+        .args(["sandbox", "--cd", "/proc/self", "--", "true"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("--cd /proc/self: lies in /proc, a system tree"),
+        "{stderr}"
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

@@ -735,8 +735,9 @@ impl RunArgs {
             .unwrap_or(SandboxMode::WorkspaceWrite);
         let worktree = self.many.worktree || file.worktree == Some(true);
         if sandbox == SandboxMode::WorkspaceWrite && !worktree {
-            check_workspace_writable(&workspace, "--sandbox read-only")
-                .map_err(ArgError::Invalid)?;
+            // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
+            // `/proc/PID` of a coder that has ended by the time the user reads it).
+            check_workspace_writable(&cd, "--sandbox read-only").map_err(ArgError::Invalid)?;
         }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
@@ -1078,10 +1079,18 @@ pub fn check_workspace_access(dir: &Path) -> Result<(), String> {
 /// workspace the caller may not write failed as a `sandbox_error` ("create placeholder
 /// …/.git: EACCES") after the scan. (`--worktree` runs in a checkout of its own; `coder
 /// plan` is read-only.)
-/// `read_only` is the flag that asks for the read-only sandbox.
+/// `read_only` is the flag that asks for the read-only sandbox. A directory no confined run
+/// may have (`/proc/self`, `/`) is named as such: making it writable or passing `read_only`
+/// would not help.
 pub fn check_workspace_writable(dir: &Path, read_only: &str) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
     access(dir, AccessFlags::W_OK).map_err(|errno| {
+        let refusal = std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|canonical| crate::sandbox::workspace_refusal_here(&canonical));
+        if let Some(reason) = refusal {
+            return format!("--cd {}: {reason}", dir.display());
+        }
         format!(
             "--cd {}: {}: the workspace-write sandbox (the default) needs a workspace you \
              can write; make it writable, or pass {read_only} for a task that only reads",
