@@ -1008,3 +1008,29 @@ fn a_system_tree_as_workspace_is_named_as_such_not_as_unwritable() {
     );
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A `--json-schema` with a `$ref` to another document (a URL, a file beside it) is refused
+/// in words that say what to do: coder fetches no schema, so the referenced one goes under
+/// `$defs`. The message used to be the library's, naming its cargo features ("`resolve-http`
+/// feature or a custom resolver is required to resolve external schemas via HTTP").
+#[test]
+fn a_schema_with_an_external_ref_says_to_put_it_under_defs() {
+    for reference in ["https://example.com/answer.json", "answer.json#/x"] {
+        let fake = Fake::new(json!(steps::answer("should not run")));
+        let schema = json!({"type": "object", "properties": {"a": {"$ref": reference}}});
+        let out = fake
+            .coder()
+            .args(["--json-schema", &schema.to_string(), "task"])
+            .run();
+        out.assert_failure("config_error", 78);
+        let error = out.envelope["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("names a schema elsewhere, and coder fetches none")
+                && error.contains("under \"$defs\"")
+                && !error.contains("feature"),
+            "{reference}: {}",
+            out.explain()
+        );
+        assert!(!fake.has_record(), "the child ran");
+    }
+}
