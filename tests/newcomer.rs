@@ -1034,3 +1034,43 @@ fn a_schema_with_an_external_ref_says_to_put_it_under_defs() {
         assert!(!fake.has_record(), "the child ran");
     }
 }
+
+/// `coder route explain --help` describes explain and offers its `--json`: it printed the
+/// run mode's help ("Run one coding task …", the run's exit codes, no `--json`), as if
+/// explain ran a task. The `--json` flags of `route stats`, `runs list` and `runs show` say
+/// what they do (their help lines were blank).
+#[test]
+fn route_explain_help_describes_explain_and_its_json_flag() {
+    let help = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for flag in ["--help", "-h"] {
+        let explain = help(&["route", "explain", "--cd", ".", flag]);
+        assert!(
+            explain.starts_with("The bucket a task falls in")
+                && explain.contains("Usage: coder route explain [OPTIONS] [PROMPT]")
+                && explain.contains("Print the explanation as JSON")
+                && explain.contains("--scope <GLOB>")
+                && !explain.contains("Run one coding task")
+                && !explain.contains("Exit codes:"),
+            "{flag}: {explain}"
+        );
+    }
+    for args in [
+        &["route", "stats", "--help"][..],
+        &["runs", "list", "--help"][..],
+        &["runs", "show", "--help"][..],
+    ] {
+        let text = help(args);
+        let json = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("--json"))
+            .unwrap_or_else(|| panic!("no --json in {text}"));
+        assert!(json.contains("JSON"), "{args:?}: {text}");
+    }
+}

@@ -27,6 +27,7 @@ struct RunsArgs {
 enum RunsCommand {
     /// Recorded runs, newest first.
     List {
+        /// Print the runs as a JSON list.
         #[arg(long)]
         json: bool,
         /// At most this many runs (at least 1).
@@ -37,6 +38,7 @@ enum RunsCommand {
     Show {
         /// A run id, a unique prefix of one, `last`, or a transcript path.
         run: String,
+        /// Print the account as one JSON object.
         #[arg(long)]
         json: bool,
     },
