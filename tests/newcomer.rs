@@ -1074,3 +1074,29 @@ fn route_explain_help_describes_explain_and_its_json_flag() {
         assert!(json.contains("JSON"), "{args:?}: {text}");
     }
 }
+
+/// Ctrl-C while the agent works still says what it changed: the cancelled envelope lists
+/// the file the agent wrote before the signal. It had no `changes`, only the warning that
+/// the run "was cancelled before the change ledger's snapshot was done", though the
+/// snapshot had long been taken (it was given up unread whenever a signal had come).
+#[test]
+fn a_run_cancelled_while_the_agent_works_lists_what_it_changed() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        steps::touch("../made.txt"),
+        steps::sleep(300.0),
+        steps::result_ok("never"),
+    ]));
+    let running = fake.coder().args(["--kill-grace", "0.2", "task"]).spawn();
+    common::wait_for_path(&fake.workspace().join("made.txt"), Duration::from_secs(30));
+    running.signal(nix::sys::signal::Signal::SIGINT);
+    let out = running.wait();
+    out.assert_failure("cancelled", 130);
+    let listed = out.envelope["changes"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["path"] == "made.txt" && f["status"] == "added");
+    assert!(listed, "{}", out.explain());
+    assert!(out.envelope["warnings"].is_null(), "{}", out.explain());
+}
