@@ -1100,3 +1100,82 @@ fn a_run_cancelled_while_the_agent_works_lists_what_it_changed() {
     assert!(listed, "{}", out.explain());
     assert!(out.envelope["warnings"].is_null(), "{}", out.explain());
 }
+
+/// The file tools of `coder fs` and `coder mcp` refuse a base a confined run refuses as its
+/// workspace (`/`, the home directory) and one holding coder's state directory: with
+/// `--base` at the home directory (where an MCP host may start `coder mcp`, whose base
+/// defaults to the current directory) a model's `read-file` read the CLI's login copy in
+/// the state directory and `create-file` wrote beside the session histories.
+#[test]
+fn file_tools_refuse_a_base_holding_keys_or_coder_state() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let state = home.join(".local/state/coder");
+    std::fs::create_dir_all(state.join("claude")).unwrap();
+    std::fs::write(state.join("claude/.credentials.json"), "{\"k\": \"v\"}\n").unwrap();
+    let project = root.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let fs_at = |base: &Path, payload: &str| {
+        let out = Command::new(common::CODER)
+            .args(["fs", "read-file", "--base"])
+            .arg(base)
+            .arg(payload)
+            .env("HOME", &home)
+            .env("CODER_STATE_DIR", &state)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let answer: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (out.status.code(), answer)
+    };
+    let (code, answer) = fs_at(
+        &home,
+        r#"{"path": ".local/state/coder/claude/.credentials.json"}"#,
+    );
+    assert_eq!(code, Some(1), "{answer}");
+    assert_eq!(answer["code"], "C210", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is the home directory")),
+        "{answer}"
+    );
+    let (code, answer) = fs_at(Path::new("/"), r#"{"path": "etc/hostname"}"#);
+    assert_eq!(
+        (code, &answer["code"]),
+        (Some(1), &json!("C210")),
+        "{answer}"
+    );
+    // A state directory elsewhere, in a project folder: that folder is refused too.
+    std::fs::create_dir_all(project.join("state")).unwrap();
+    let out = Command::new(common::CODER)
+        .args(["fs", "list-folder", "--base"])
+        .arg(&project)
+        .arg("{}")
+        .env("HOME", &home)
+        .env("CODER_STATE_DIR", project.join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("holds coder's state directory")),
+        "{answer}"
+    );
+    // `coder mcp` started from the home directory (its default base) says to pass --base.
+    let out = Command::new(common::CODER)
+        .arg("mcp")
+        .current_dir(&home)
+        .env("HOME", &home)
+        .env("CODER_STATE_DIR", &state)
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("is the home directory") && stderr.contains("pass --base"),
+        "{stderr}"
+    );
+}
