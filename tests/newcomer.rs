@@ -1179,3 +1179,39 @@ fn file_tools_refuse_a_base_holding_keys_or_coder_state() {
         "{stderr}"
     );
 }
+
+/// `CODER_STORE_OPTIONAL=1` (the usual way to switch a variable on) makes a run go on
+/// without an unreachable store, as `--store-optional` does; it was refused as "invalid
+/// value '1' for '--store-optional' [possible values: true, false]", naming a flag the user
+/// had not given.
+#[test]
+fn store_optional_from_the_environment_takes_1() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let not_a_database = fake.root().join("a-directory");
+    std::fs::create_dir_all(&not_a_database).unwrap();
+    for on in ["1", "yes"] {
+        let out = fake
+            .coder()
+            .arg("--store")
+            .arg(&not_a_database)
+            .env("CODER_STORE_OPTIONAL", on)
+            .arg("task")
+            .run();
+        out.assert_success("done");
+        assert!(
+            out.envelope["warnings"]
+                .to_string()
+                .contains("(--store-optional)"),
+            "{on}: {}",
+            out.explain()
+        );
+    }
+    let out = fake
+        .coder()
+        .arg("--store")
+        .arg(&not_a_database)
+        .env("CODER_STORE_OPTIONAL", "0")
+        .arg("task")
+        .run();
+    out.assert_failure("config_error", 78);
+}

@@ -46,7 +46,16 @@ pub struct StoreArgs {
 
     /// When the store cannot be opened, run anyway without slots, cooldowns or routing
     /// (and say so in the envelope's warnings) instead of failing with config_error.
-    #[arg(long = "store-optional", env = "CODER_STORE_OPTIONAL", global = true)]
+    ///
+    /// CODER_STORE_OPTIONAL takes 1, yes, on or true (and 0, no, off or false).
+    // The usual spellings: `1` was refused, as "invalid value '1' for '--store-optional'".
+    #[arg(
+        long = "store-optional",
+        env = "CODER_STORE_OPTIONAL",
+        global = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub optional: bool,
 }
 
