@@ -1215,3 +1215,37 @@ fn store_optional_from_the_environment_takes_1() {
         .run();
     out.assert_failure("config_error", 78);
 }
+
+/// `coder doctor --json` and `coder runs … --json` with a mistake in their arguments answer
+/// with a `config_error` envelope on stdout (exit 2), as `coder route … --json` does: a
+/// program reading their JSON got clap's text on stderr and nothing on stdout.
+#[test]
+fn doctor_and_runs_json_usage_errors_are_envelopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            &["doctor", "--json", "--connect-timeout", "0"][..],
+            "invalid value '0' for '--connect-timeout <SECS>'",
+        ),
+        (
+            &["runs", "list", "--json", "--limit", "0"][..],
+            "invalid value '0' for '--limit <LIMIT>'",
+        ),
+        (&["runs", "show", "--json"][..], "<RUN>"),
+    ] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {envelope}");
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        assert!(
+            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{args:?}: {envelope}"
+        );
+    }
+}
