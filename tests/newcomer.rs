@@ -1249,3 +1249,45 @@ fn doctor_and_runs_json_usage_errors_are_envelopes() {
         );
     }
 }
+
+/// `--worktree --sandbox danger-full-access` warns about no flag the user did not give: the
+/// read grants a confined agent needs for the checkout's git dir were added to the user's
+/// `--read` list, and the run warned "--read had no effect".
+#[test]
+fn an_unconfined_worktree_run_names_no_flag_it_was_not_given() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let ws = fake.workspace();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ][..],
+    ] {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(ws)
+            .stdin(std::process::Stdio::null())
+            .output_bounded()
+            .status;
+        assert!(status.success(), "git {args:?}");
+    }
+    let out = fake
+        .coder()
+        .args(["--worktree", "--sandbox", "danger-full-access", "task"])
+        .run();
+    out.assert_success("done");
+    assert!(
+        out.envelope["worktree"]["branch"].is_string(),
+        "{}",
+        out.explain()
+    );
+    assert!(out.envelope["warnings"].is_null(), "{}", out.explain());
+}

@@ -74,7 +74,11 @@ pub fn begin(
         let tree = Worktree::create(&request.workspace, state_dir, run_id, base.as_deref())
             .map_err(|e| fail(e.to_string()))?;
         request.workspace = tree.workspace();
-        request.sandbox_args.read.extend(tree.read_grants());
+        // Only a confined agent needs them; unconfined they were taken for the user's own
+        // `--read` and named in a warning that it "had no effect".
+        if request.sandbox.is_confined() {
+            request.sandbox_args.read.extend(tree.read_grants());
+        }
         many.worktree = Some(tree);
     }
     Ok(many)
