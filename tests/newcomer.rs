@@ -1291,3 +1291,25 @@ fn an_unconfined_worktree_run_names_no_flag_it_was_not_given() {
     );
     assert!(out.envelope["warnings"].is_null(), "{}", out.explain());
 }
+
+/// `"scope": []` in a `--request` JSON (a caller's generated list of allowed paths that came
+/// out empty) is a `config_error`: it was taken as no scope at all, and the run could
+/// change anything without a `scope_violation`.
+#[test]
+fn an_empty_scope_list_in_a_request_is_refused() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake
+        .coder()
+        .args(["--request", "-"])
+        .stdin(json!({"PROMPT": "task", "scope": []}).to_string())
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("\"scope\" in the --request JSON is an empty list")),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

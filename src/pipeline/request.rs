@@ -535,6 +535,16 @@ impl RunArgs {
             }
             None => RequestFile::default(),
         };
+        // An empty list is no scope at all: a caller that built it from "the files the
+        // task may touch" and found none would have had the run change anything, unbounded.
+        if file.scope.as_ref().is_some_and(Vec::is_empty) && self.outcome_args.scope.is_empty() {
+            return Err(ArgError::Invalid(
+                "\"scope\" in the --request JSON is an empty list, which would bound nothing: \
+                 give at least one glob (like \"src/**\"), leave \"scope\" out for no bound, or \
+                 use \"sandbox\": \"read-only\" for a run that may change nothing"
+                    .into(),
+            ));
+        }
         let outcome_args = file.fill_outcome_args(self.outcome_args.clone());
 
         let idle_timeout = match (&self.timeout, &file.timeout) {
