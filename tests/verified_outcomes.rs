@@ -572,6 +572,57 @@ fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
     common::assert_no_process_left(fake.marker());
 }
 
+/// Ctrl-C while a repair turn runs ends the run there: no check follows. The check ran
+/// after the stopped turn (minutes of a test suite, after the user had pressed Ctrl-C)
+/// and its verdict was reported as if the repair had been tried.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_signal_during_a_repair_turn_runs_no_further_check() {
+    let scene = Scene::new("repair_stalls.json");
+    let running = scene
+        .coder()
+        .args([
+            "--verify",
+            "if [ -f checked ]; then touch checked-again; fi; touch checked; exit 1",
+            "--no-verify-baseline",
+            "--kill-grace",
+            "0.2",
+            "write ok.txt",
+        ])
+        .spawn();
+    // The repair turn's CLI has started once the run's journal shows an init event after
+    // the repair note.
+    let runs = scene.fake.state_dir().join("runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !std::fs::read_dir(&runs).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|t| {
+                t.split_once(r#""kind":"repair""#)
+                    .is_some_and(|(_, after)| after.contains(r#""subtype":"init""#))
+            })
+        })
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no repair turn started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    running.signal(nix::sys::signal::Signal::SIGINT);
+    let out = running.wait();
+    out.assert_failure("cancelled", 130);
+    assert!(
+        !scene.ws().join("checked-again").exists(),
+        "a check ran after the cancelled repair turn: {}",
+        out.explain()
+    );
+    let v = verification(&out);
+    assert_eq!(v["verdict"], "not_run", "{}", out.explain());
+    assert_eq!(v["after_agent"]["passed"], false, "{}", out.explain());
+    assert!(v["final"].is_null(), "{}", out.explain());
+    assert!(out.envelope["SESSION_ID"].is_string(), "{}", out.explain());
+}
+
 /// Ctrl-C while the baseline check runs (a test suite that takes minutes) cancels the run
 /// before the agent starts; the envelope says what ran: the baseline as far as it got,
 /// with its output. It used to carry no `verification` at all.

@@ -1980,6 +1980,12 @@ impl PreparedRun {
             if after_agent.is_none() {
                 after_agent = final_check.take();
             }
+            // A repair turn a signal stopped ends the run: no check follows (it went on to
+            // run the whole check, minutes of a test suite, after the user's Ctrl-C).
+            if envelope.error_kind == Some(ErrorKind::Cancelled) {
+                final_check = None;
+                break;
+            }
             final_check = Some(
                 self.check(request, "after_repair", run, signals, journal)
                     .await
