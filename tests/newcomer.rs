@@ -1313,3 +1313,37 @@ fn an_empty_scope_list_in_a_request_is_refused() {
     );
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// `coder runs show PREFIX` with a prefix of several runs' ids says so and asks for more of
+/// the id: it said "no run matches", as if there were none.
+#[test]
+fn runs_show_of_a_shared_prefix_says_it_is_ambiguous() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    for _ in 0..2 {
+        fake.coder().arg("task").run().assert_success("done");
+    }
+    let ids: Vec<String> = std::fs::read_dir(fake.state_dir().join("runs"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".jsonl")
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    // The ids start with the run's UTC date: "2" is a prefix of both.
+    let out = Command::new(common::CODER)
+        .args(["runs", "show", "2"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("2 runs in")
+            && stderr.contains("start with \"2\"; give more of the run id"),
+        "{stderr}"
+    );
+}

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::journal::runs::{account, find_run, list_runs, read_entries, render};
+use crate::journal::runs::{account, count_prefixed, find_run, list_runs, read_entries, render};
 use crate::text::{Secrets, names::secret_values};
 
 #[derive(Debug, Parser)]
@@ -106,10 +106,18 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         }
         RunsCommand::Show { run, json } => {
             let Some(path) = find_run(&dir, &run) else {
-                eprintln!(
-                    "coder runs show: no run matches {run:?} in {} (see coder runs list)",
-                    dir.display()
-                );
+                // A prefix of several ids was reported as matching none.
+                match count_prefixed(&dir, &run) {
+                    n if n > 1 && !run.is_empty() => eprintln!(
+                        "coder runs show: {n} runs in {} start with {run:?}; give more of the \
+                         run id (see coder runs list)",
+                        dir.display()
+                    ),
+                    _ => eprintln!(
+                        "coder runs show: no run matches {run:?} in {} (see coder runs list)",
+                        dir.display()
+                    ),
+                }
                 return ExitCode::from(1);
             };
             match read_entries(&path) {
