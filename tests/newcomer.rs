@@ -1347,3 +1347,28 @@ fn runs_show_of_a_shared_prefix_says_it_is_ambiguous() {
         "{stderr}"
     );
 }
+
+/// A `--verify` command longer than the kernel passes in one argument (128 KiB) is a
+/// `config_error` naming the way out: it could never start, yet the agent ran, and its
+/// repair turn was asked to fix "Argument list too long" with the whole command in its
+/// prompt.
+#[test]
+fn a_verify_command_too_long_to_start_is_refused_up_front() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let command = format!("echo {}", "x".repeat(200_000));
+    let out = fake
+        .coder()
+        .args(["--request", "-"])
+        .stdin(json!({"PROMPT": "task", "verify": command}).to_string())
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("--verify is 200005 bytes")
+                && e.contains("put the check in a script")),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

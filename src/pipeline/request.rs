@@ -237,6 +237,9 @@ pub struct OutcomeChecks {
 
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Linux's `MAX_ARG_STRLEN` (32 pages): the longest single argument, its NUL included.
+const MAX_ARGUMENT_BYTES: usize = 32 * 4096;
+
 impl OutcomeArgs {
     fn validate(&self) -> Result<OutcomeChecks, ArgError> {
         let verify = match &self.verify {
@@ -244,6 +247,17 @@ impl OutcomeArgs {
                 return Err(ArgError::Invalid(
                     "--verify is empty: give the check command, e.g. --verify 'cargo test'".into(),
                 ));
+            }
+            // `sh -c CMD` hands CMD to the kernel as one argument, which it caps: a longer
+            // one could never start, yet the agent ran and a repair turn was asked to fix
+            // "Argument list too long", its prompt carrying the whole command.
+            Some(command) if command.len() >= MAX_ARGUMENT_BYTES => {
+                return Err(ArgError::Invalid(format!(
+                    "--verify is {} bytes; the kernel passes at most {} bytes in one argument \
+                     to `sh -c`: put the check in a script and give --verify 'sh check.sh'",
+                    command.len(),
+                    MAX_ARGUMENT_BYTES - 1
+                )));
             }
             Some(command) => {
                 let timeout = match &self.verify_timeout {
