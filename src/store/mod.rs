@@ -45,9 +45,8 @@ pub struct StoreArgs {
     pub store: Option<String>,
 
     /// When the store cannot be opened, run anyway without slots, cooldowns or routing
-    /// (and say so in the envelope's warnings) instead of failing with config_error.
-    ///
-    /// CODER_STORE_OPTIONAL takes 1, yes, on or true (and 0, no, off or false).
+    /// (and say so in the envelope's warnings) instead of failing with config_error
+    /// (CODER_STORE_OPTIONAL: 1, yes, on or true)
     // The usual spellings: `1` was refused, as "invalid value '1' for '--store-optional'".
     #[arg(
         long = "store-optional",
