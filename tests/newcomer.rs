@@ -1256,29 +1256,7 @@ fn doctor_and_runs_json_usage_errors_are_envelopes() {
 #[test]
 fn an_unconfined_worktree_run_names_no_flag_it_was_not_given() {
     let fake = Fake::new(json!(steps::answer("done")));
-    let ws = fake.workspace();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &[
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "init",
-        ][..],
-    ] {
-        let status = Command::new("git")
-            .args(args)
-            .current_dir(ws)
-            .stdin(std::process::Stdio::null())
-            .output_bounded()
-            .status;
-        assert!(status.success(), "git {args:?}");
-    }
+    common::git_init_with_a_commit(fake.workspace());
     let out = fake
         .coder()
         .args(["--worktree", "--sandbox", "danger-full-access", "task"])

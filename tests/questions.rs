@@ -441,29 +441,7 @@ fn a_needs_input_run_reports_the_signal_coder_stopped_the_cli_with() {
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn a_worktree_run_that_asks_says_how_to_go_on_from_its_branch() {
     let scene = scene();
-    let ws = scene.workspace();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &[
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "init",
-        ][..],
-    ] {
-        let status = Command::new("git")
-            .args(args)
-            .current_dir(ws)
-            .stdin(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    common::git_init_with_a_commit(scene.workspace());
     let asked = coder(&scene)
         .args(["--worktree", "--allow-questions", "paint the fence"])
         .run();
