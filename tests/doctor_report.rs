@@ -426,12 +426,25 @@ fn model_slots_and_the_remembered_request_shape_are_checked() {
 
 /// `--connect-timeout` that is not a positive, finite number of seconds (NaN, negative,
 /// infinite, 0) is a usage error naming the flag and the value; it fell back to 3 s
-/// without a word (and `-1` was taken for a flag).
+/// without a word (and `-1` was taken for a flag). With `--json` it is a `config_error`
+/// envelope on stdout.
 #[test]
 fn a_bad_connect_timeout_is_a_usage_error() {
     for value in ["nan", "-1", "inf", "0", "soon"] {
         let out = Command::new(env!("CARGO_BIN_EXE_coder"))
             .args(["doctor", "--json", "--connect-timeout", value])
+            .output_bounded();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stdout}");
+        let envelope: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{value}: no envelope ({e}): {stdout}"));
+        let error = envelope["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("--connect-timeout") && error.contains(&format!("{value:?}")),
+            "{value}: {stdout}"
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+            .args(["doctor", "--connect-timeout", value])
             .output_bounded();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");

@@ -969,3 +969,384 @@ fn sandbox_flags_without_a_sandbox_are_named_in_a_warning() {
         out.explain()
     );
 }
+
+/// `--cd /proc/self` (or another system tree the user cannot write) is a workspace no
+/// confined run may have, whatever its permissions: the message says so, under the default
+/// `workspace-write` as under `read-only`. It used to say "not writable … make it writable,
+/// or pass --sandbox read-only", which only led to the other refusal.
+#[test]
+fn a_system_tree_as_workspace_is_named_as_such_not_as_unwritable() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    for mode in ["workspace-write", "read-only"] {
+        let out = fake
+            .coder()
+            .cd("/proc/self")
+            .args(["--sandbox", mode, "task"])
+            .run();
+        let detail = out.assert_failure("config_error", 78);
+        let message = detail["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("--cd /proc/")
+                && message.ends_with(
+                    ": lies in /proc, a system tree that is never a workspace; use a project \
+                     directory"
+                ),
+            "{mode}: {}",
+            out.explain()
+        );
+    }
+    let out = Command::new(common::CODER)
+        .args(["sandbox", "--cd", "/proc/self", "--", "true"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("--cd /proc/self: lies in /proc, a system tree"),
+        "{stderr}"
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A `--json-schema` with a `$ref` to another document (a URL, a file beside it) is refused
+/// in words that say what to do: coder fetches no schema, so the referenced one goes under
+/// `$defs`. The message used to be the library's, naming its cargo features ("`resolve-http`
+/// feature or a custom resolver is required to resolve external schemas via HTTP").
+#[test]
+fn a_schema_with_an_external_ref_says_to_put_it_under_defs() {
+    for reference in ["https://example.com/answer.json", "answer.json#/x"] {
+        let fake = Fake::new(json!(steps::answer("should not run")));
+        let schema = json!({"type": "object", "properties": {"a": {"$ref": reference}}});
+        let out = fake
+            .coder()
+            .args(["--json-schema", &schema.to_string(), "task"])
+            .run();
+        out.assert_failure("config_error", 78);
+        let error = out.envelope["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("names a schema elsewhere, and coder fetches none")
+                && error.contains("under \"$defs\"")
+                && !error.contains("feature"),
+            "{reference}: {}",
+            out.explain()
+        );
+        assert!(!fake.has_record(), "the child ran");
+    }
+}
+
+/// `coder route explain --help` describes explain and offers its `--json`: it printed the
+/// run mode's help ("Run one coding task …", the run's exit codes, no `--json`), as if
+/// explain ran a task. The `--json` flags of `route stats`, `runs list` and `runs show` say
+/// what they do (their help lines were blank).
+#[test]
+fn route_explain_help_describes_explain_and_its_json_flag() {
+    let help = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for flag in ["--help", "-h"] {
+        let explain = help(&["route", "explain", "--cd", ".", flag]);
+        assert!(
+            explain.starts_with("The bucket a task falls in")
+                && explain.contains("Usage: coder route explain [OPTIONS] [PROMPT]")
+                && explain.contains("Print the explanation as JSON")
+                && explain.contains("--scope <GLOB>")
+                && !explain.contains("Run one coding task")
+                && !explain.contains("Exit codes:"),
+            "{flag}: {explain}"
+        );
+    }
+    for args in [
+        &["route", "stats", "--help"][..],
+        &["runs", "list", "--help"][..],
+        &["runs", "show", "--help"][..],
+    ] {
+        let text = help(args);
+        let json = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("--json"))
+            .unwrap_or_else(|| panic!("no --json in {text}"));
+        assert!(json.contains("JSON"), "{args:?}: {text}");
+    }
+}
+
+/// Ctrl-C while the agent works still says what it changed: the cancelled envelope lists
+/// the file the agent wrote before the signal. It had no `changes`, only the warning that
+/// the run "was cancelled before the change ledger's snapshot was done", though the
+/// snapshot had long been taken (it was given up unread whenever a signal had come).
+#[test]
+fn a_run_cancelled_while_the_agent_works_lists_what_it_changed() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        steps::touch("../made.txt"),
+        steps::sleep(300.0),
+        steps::result_ok("never"),
+    ]));
+    let running = fake.coder().args(["--kill-grace", "0.2", "task"]).spawn();
+    common::wait_for_path(&fake.workspace().join("made.txt"), Duration::from_secs(30));
+    running.signal(nix::sys::signal::Signal::SIGINT);
+    let out = running.wait();
+    out.assert_failure("cancelled", 130);
+    let listed = out.envelope["changes"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|f| f["path"] == "made.txt" && f["status"] == "added");
+    assert!(listed, "{}", out.explain());
+    assert!(out.envelope["warnings"].is_null(), "{}", out.explain());
+}
+
+/// The file tools of `coder fs` and `coder mcp` refuse a base a confined run refuses as its
+/// workspace (`/`, the home directory) and one holding coder's state directory: with
+/// `--base` at the home directory (where an MCP host may start `coder mcp`, whose base
+/// defaults to the current directory) a model's `read-file` read the CLI's login copy in
+/// the state directory and `create-file` wrote beside the session histories.
+#[test]
+fn file_tools_refuse_a_base_holding_keys_or_coder_state() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let state = home.join(".local/state/coder");
+    std::fs::create_dir_all(state.join("claude")).unwrap();
+    std::fs::write(state.join("claude/.credentials.json"), "{\"k\": \"v\"}\n").unwrap();
+    let project = root.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let fs_at = |base: &Path, payload: &str| {
+        let out = Command::new(common::CODER)
+            .args(["fs", "read-file", "--base"])
+            .arg(base)
+            .arg(payload)
+            .env("HOME", &home)
+            .env("CODER_STATE_DIR", &state)
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let answer: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (out.status.code(), answer)
+    };
+    let (code, answer) = fs_at(
+        &home,
+        r#"{"path": ".local/state/coder/claude/.credentials.json"}"#,
+    );
+    assert_eq!(code, Some(1), "{answer}");
+    assert_eq!(answer["code"], "C210", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is the home directory")),
+        "{answer}"
+    );
+    let (code, answer) = fs_at(Path::new("/"), r#"{"path": "etc/hostname"}"#);
+    assert_eq!(
+        (code, &answer["code"]),
+        (Some(1), &json!("C210")),
+        "{answer}"
+    );
+    // A state directory elsewhere, in a project folder: that folder is refused too.
+    std::fs::create_dir_all(project.join("state")).unwrap();
+    let out = Command::new(common::CODER)
+        .args(["fs", "list-folder", "--base"])
+        .arg(&project)
+        .arg("{}")
+        .env("HOME", &home)
+        .env("CODER_STATE_DIR", project.join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("holds coder's state directory")),
+        "{answer}"
+    );
+    // `coder mcp` started from the home directory (its default base) says to pass --base.
+    let out = Command::new(common::CODER)
+        .arg("mcp")
+        .current_dir(&home)
+        .env("HOME", &home)
+        .env("CODER_STATE_DIR", &state)
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("is the home directory") && stderr.contains("pass --base"),
+        "{stderr}"
+    );
+}
+
+/// `CODER_STORE_OPTIONAL=1` (the usual way to switch a variable on) makes a run go on
+/// without an unreachable store, as `--store-optional` does; it was refused as "invalid
+/// value '1' for '--store-optional' [possible values: true, false]", naming a flag the user
+/// had not given.
+#[test]
+fn store_optional_from_the_environment_takes_1() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let not_a_database = fake.root().join("a-directory");
+    std::fs::create_dir_all(&not_a_database).unwrap();
+    for on in ["1", "yes"] {
+        let out = fake
+            .coder()
+            .arg("--store")
+            .arg(&not_a_database)
+            .env("CODER_STORE_OPTIONAL", on)
+            .arg("task")
+            .run();
+        out.assert_success("done");
+        assert!(
+            out.envelope["warnings"]
+                .to_string()
+                .contains("(--store-optional)"),
+            "{on}: {}",
+            out.explain()
+        );
+    }
+    let out = fake
+        .coder()
+        .arg("--store")
+        .arg(&not_a_database)
+        .env("CODER_STORE_OPTIONAL", "0")
+        .arg("task")
+        .run();
+    out.assert_failure("config_error", 78);
+}
+
+/// `coder doctor --json` and `coder runs … --json` with a mistake in their arguments answer
+/// with a `config_error` envelope on stdout (exit 2), as `coder route … --json` does: a
+/// program reading their JSON got clap's text on stderr and nothing on stdout.
+#[test]
+fn doctor_and_runs_json_usage_errors_are_envelopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            &["doctor", "--json", "--connect-timeout", "0"][..],
+            "invalid value '0' for '--connect-timeout <SECS>'",
+        ),
+        (
+            &["runs", "list", "--json", "--limit", "0"][..],
+            "invalid value '0' for '--limit <LIMIT>'",
+        ),
+        (&["runs", "show", "--json"][..], "<RUN>"),
+    ] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {envelope}");
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        assert!(
+            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{args:?}: {envelope}"
+        );
+    }
+}
+
+/// `--worktree --sandbox danger-full-access` warns about no flag the user did not give: the
+/// read grants a confined agent needs for the checkout's git dir were added to the user's
+/// `--read` list, and the run warned "--read had no effect".
+#[test]
+fn an_unconfined_worktree_run_names_no_flag_it_was_not_given() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    common::git_init_with_a_commit(fake.workspace());
+    let out = fake
+        .coder()
+        .args(["--worktree", "--sandbox", "danger-full-access", "task"])
+        .run();
+    out.assert_success("done");
+    assert!(
+        out.envelope["worktree"]["branch"].is_string(),
+        "{}",
+        out.explain()
+    );
+    assert!(out.envelope["warnings"].is_null(), "{}", out.explain());
+}
+
+/// `"scope": []` in a `--request` JSON (a caller's generated list of allowed paths that came
+/// out empty) is a `config_error`: it was taken as no scope at all, and the run could
+/// change anything without a `scope_violation`.
+#[test]
+fn an_empty_scope_list_in_a_request_is_refused() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake
+        .coder()
+        .args(["--request", "-"])
+        .stdin(json!({"PROMPT": "task", "scope": []}).to_string())
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("\"scope\" in the --request JSON is an empty list")),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// `coder runs show PREFIX` with a prefix of several runs' ids says so and asks for more of
+/// the id: it said "no run matches", as if there were none.
+#[test]
+fn runs_show_of_a_shared_prefix_says_it_is_ambiguous() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    for _ in 0..2 {
+        fake.coder().arg("task").run().assert_success("done");
+    }
+    let ids: Vec<String> = std::fs::read_dir(fake.state_dir().join("runs"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".jsonl")
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    // The ids start with the run's UTC date: "2" is a prefix of both.
+    let out = Command::new(common::CODER)
+        .args(["runs", "show", "2"])
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("2 runs in")
+            && stderr.contains("start with \"2\"; give more of the run id"),
+        "{stderr}"
+    );
+}
+
+/// A `--verify` command longer than the kernel passes in one argument (128 KiB) is a
+/// `config_error` naming the way out: it could never start, yet the agent ran, and its
+/// repair turn was asked to fix "Argument list too long" with the whole command in its
+/// prompt.
+#[test]
+fn a_verify_command_too_long_to_start_is_refused_up_front() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let command = format!("echo {}", "x".repeat(200_000));
+    let out = fake
+        .coder()
+        .args(["--request", "-"])
+        .stdin(json!({"PROMPT": "task", "verify": command}).to_string())
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("--verify is 200005 bytes")
+                && e.contains("put the check in a script")),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

@@ -432,3 +432,30 @@ fn a_needs_input_run_reports_the_signal_coder_stopped_the_cli_with() {
     assert!(detail["exit_code"].is_null(), "{}", out.explain());
     assert_eq!(detail["signal"], "SIGTERM", "{}", out.explain());
 }
+
+/// A `--worktree` run that asks questions cannot be resumed with the answers: its session
+/// lived in the checkout, which is removed. The resume hint said `--cd <the removed
+/// checkout> --session-id … --answers`, which failed ("no such directory"); it names the
+/// branch to start the next run from instead.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_worktree_run_that_asks_says_how_to_go_on_from_its_branch() {
+    let scene = scene();
+    common::git_init_with_a_commit(scene.workspace());
+    let asked = coder(&scene)
+        .args(["--worktree", "--allow-questions", "paint the fence"])
+        .run();
+    let detail = asked.assert_failure("needs_input", 5);
+    let branch = asked.envelope["worktree"]["branch"]
+        .as_str()
+        .unwrap_or_default();
+    let hint = detail["resume_hint"].as_str().unwrap_or_default();
+    assert!(
+        !branch.is_empty()
+            && hint.contains("cannot be resumed")
+            && hint.contains(&format!("--worktree-base {branch}"))
+            && !hint.contains("/worktrees/"),
+        "{}",
+        asked.explain()
+    );
+}

@@ -25,7 +25,8 @@ struct FsArgs {
     verb: String,
     /// The payload: a JSON object, or `-` to read it from stdin.
     json: String,
-    /// The folder every path is relative to and confined in.
+    /// The folder every path is relative to and confined in (never `/`, a system tree, the
+    /// home directory or one holding coder's state directory).
     #[arg(long, value_name = "DIR")]
     base: PathBuf,
     /// Config file whose `deny` globs are added [default: $XDG_CONFIG_HOME/coder/config.toml].
@@ -84,7 +85,37 @@ pub fn open_jail(base: &Path, config: Option<&Path>) -> Result<Jail, FsError> {
         let file = ConfigFile::load(&loc.path).map_err(|e| bad(format!("config: {e}")))?;
         deny = file.deny;
     }
+    refuse_unsafe_base(base)?;
     Jail::new(base, &deny)
+}
+
+/// A base the tools may not have: one no confined run may have as its workspace (`/`, a
+/// system tree, the home directory or an ancestor: every dotfile and key the user has,
+/// `~/.bashrc` to rewrite), or one holding coder's state directory (the CLI's login copy,
+/// the session histories a resume replays, other runs' transcripts). `coder mcp` takes
+/// the current directory by default, and a host that starts it from the home directory
+/// handed all of that to the model's file tools.
+fn refuse_unsafe_base(base: &Path) -> Result<(), FsError> {
+    // One that cannot be resolved is [`Jail::new`]'s to report.
+    let Ok(real) = std::fs::canonicalize(base) else {
+        return Ok(());
+    };
+    if let Some(reason) = crate::sandbox::workspace_refusal_here(&real) {
+        return Err(bad(format!("base {}: {reason}", base.display())));
+    }
+    let state = crate::config::state_dir()
+        .ok()
+        .and_then(|dir| std::fs::canonicalize(dir).ok());
+    if let Some(state) = state.filter(|state| state.starts_with(&real)) {
+        return Err(bad(format!(
+            "base {}: holds coder's state directory {} (the CLI's login, session histories, \
+             transcripts), which the file tools could read and rewrite; use a project \
+             directory, or set CODER_STATE_DIR elsewhere",
+            base.display(),
+            state.display()
+        )));
+    }
+    Ok(())
 }
 
 fn bad(message: String) -> FsError {

@@ -73,7 +73,8 @@ const MAX_WAIT_S: f64 = 3600.0;
 )]
 struct McpArgs {
     /// The folder the workspace tools are jailed to and every run's `cd` must lie in
-    /// [default: the current directory].
+    /// [default: the current directory]; never `/`, a system tree, the home directory or
+    /// one holding coder's state directory.
     #[arg(long, value_name = "DIR")]
     base: Option<PathBuf>,
     /// Config file whose `deny` globs the workspace tools add [default: XDG config].
@@ -90,6 +91,14 @@ pub fn mcp_command(args: &[OsString]) -> ExitCode {
     let base = parsed.base.clone().unwrap_or_else(|| PathBuf::from("."));
     let jail = match super::fs::open_jail(&base, parsed.config.as_deref()) {
         Ok(jail) => jail,
+        Err(e) if parsed.base.is_none() => {
+            eprintln!(
+                "coder mcp: {} (--base defaults to the current directory: pass --base with \
+                 the folder of your projects)",
+                e.message
+            );
+            return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
+        }
         Err(e) => {
             eprintln!("coder mcp: {}", e.message);
             return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());

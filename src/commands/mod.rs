@@ -99,13 +99,26 @@ pub fn print_then(text: &str, code: ExitCode) -> ExitCode {
 }
 
 /// Parses a subcommand's arguments (`args`: those after its name). On `--help` or a usage
-/// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse.
+/// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse;
+/// with `--json` a usage error is a `config_error` envelope on stdout instead.
 pub fn parse_subcommand<T: Parser>(
     name: &str,
     args: &[OsString],
 ) -> Result<T, std::process::ExitCode> {
-    let argv = std::iter::once(OsString::from(name)).chain(args.iter().cloned());
-    crate::config::parse_args::<T>(argv).map_err(|e| {
+    let argv: Vec<OsString> = std::iter::once(OsString::from(name))
+        .chain(args.iter().cloned())
+        .collect();
+    crate::config::parse_args::<T>(&argv).map_err(|e| {
+        // `--json` output is read by a program: a mistake in the arguments is a
+        // `config_error` envelope on stdout, as `coder route … --json` and a run give; it
+        // was clap's text on stderr (`coder doctor --json --connect-timeout 0`).
+        let json = args
+            .iter()
+            .take_while(|a| *a != "--")
+            .any(|a| a == "--json");
+        if json {
+            return run::finish(run::usage_error::<T>(&e, &argv, &format!("{name} --help")));
+        }
         let _ = e.print();
         std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
     })

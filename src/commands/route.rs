@@ -30,6 +30,7 @@ struct RouteArgs {
 enum RouteCommand {
     /// Successes and failures per (backend, bucket), with the posterior means.
     Stats {
+        /// Print the tallies as JSON (errors too, as a config_error envelope).
         #[arg(long)]
         json: bool,
     },
@@ -42,7 +43,11 @@ enum RouteCommand {
     },
     /// Forget what was learnt about BACKEND (or about every backend): its routed runs, the
     /// request shape remembered after a vendor rejected the full one, and its cooldown.
-    Forget { backend: Option<String> },
+    Forget {
+        /// A backend name (a preset, a config table, or one the store holds); none: every
+        /// backend.
+        backend: Option<String>,
+    },
 }
 
 /// Entry point of `coder route ...`.
@@ -226,6 +231,34 @@ fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
     out
 }
 
+/// `coder route explain --help`: the run's flags (explain takes them all), under explain's
+/// own description and with its `--json`. It printed the run mode's help, as if
+/// `coder route explain` ran a task.
+fn print_explain_help(long: bool) -> ExitCode {
+    use clap::CommandFactory as _;
+    let mut command = RunArgs::command()
+        .name("coder route explain")
+        .bin_name("coder route explain")
+        .about(
+            "The bucket a task falls in, every candidate backend's posterior, and the \
+             probability each would be chosen. Runs nothing: the run flags only shape the \
+             request (--cd defaults to the current directory)",
+        )
+        .after_help(None::<&'static str>)
+        .arg(
+            clap::Arg::new("json")
+                .long("json")
+                .action(clap::ArgAction::SetTrue)
+                .help("Print the explanation as JSON (errors too, as a config_error envelope)"),
+        );
+    let help = if long {
+        command.render_long_help()
+    } else {
+        command.render_help()
+    };
+    super::print_then(&help.to_string(), ExitCode::SUCCESS)
+}
+
 /// `store`: the route-level `--store` (global, so clap takes it also when it comes first
 /// among explain's run flags).
 fn explain(
@@ -236,6 +269,10 @@ fn explain(
 ) -> ExitCode {
     let fail = |message: &str| output.fail(message);
     let json = output == Output::Json;
+    let flags = run_args.iter().take_while(|a| *a != "--");
+    if flags.clone().any(|a| a == "--help" || a == "-h") {
+        return print_explain_help(run_args.iter().any(|a| a == "--help"));
+    }
     run_args.retain(|a| a != "--json");
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
         .chain(run_args)

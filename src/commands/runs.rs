@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::journal::runs::{account, find_run, list_runs, read_entries, render};
+use crate::journal::runs::{account, count_prefixed, find_run, list_runs, read_entries, render};
 use crate::text::{Secrets, names::secret_values, terminal_safe};
 
 #[derive(Debug, Parser)]
@@ -27,6 +27,7 @@ struct RunsArgs {
 enum RunsCommand {
     /// Recorded runs, newest first.
     List {
+        /// Print the runs as a JSON list.
         #[arg(long)]
         json: bool,
         /// At most this many runs (at least 1).
@@ -37,6 +38,7 @@ enum RunsCommand {
     Show {
         /// A run id, a unique prefix of one, `last`, or a transcript path.
         run: String,
+        /// Print the account as one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -105,10 +107,18 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         }
         RunsCommand::Show { run, json } => {
             let Some(path) = find_run(&dir, &run) else {
-                eprintln!(
-                    "coder runs show: no run matches {run:?} in {} (see coder runs list)",
-                    dir.display()
-                );
+                // A prefix of several ids was reported as matching none.
+                match count_prefixed(&dir, &run) {
+                    n if n > 1 && !run.is_empty() => eprintln!(
+                        "coder runs show: {n} runs in {} start with {run:?}; give more of the \
+                         run id (see coder runs list)",
+                        dir.display()
+                    ),
+                    _ => eprintln!(
+                        "coder runs show: no run matches {run:?} in {} (see coder runs list)",
+                        dir.display()
+                    ),
+                }
                 return ExitCode::from(1);
             };
             match read_entries(&path) {

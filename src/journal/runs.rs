@@ -130,6 +130,20 @@ pub fn find_run(dir: &Path, wanted: &str) -> Option<PathBuf> {
     }
 }
 
+/// How many recorded runs' ids start with `wanted`: what `runs show` says when
+/// [`find_run`] finds none, as more than one is not "no run matches".
+pub fn count_prefixed(dir: &Path, wanted: &str) -> usize {
+    transcripts(dir)
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| {
+            p.file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|s| s.starts_with(wanted))
+        })
+        .count()
+}
+
 /// What `runs show` reports, built from the transcript entries.
 pub fn account(entries: &[Value]) -> Value {
     let start = entries.iter().find(|e| e["kind"] == "start");

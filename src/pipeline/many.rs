@@ -16,7 +16,7 @@ use crate::routing::ledger::Verdict;
 use crate::routing::{self, RouteContext, Routed};
 use crate::text::Secrets;
 use crate::workspace::verify::VerdictKind;
-use crate::workspace::worktree::Worktree;
+use crate::workspace::worktree::{Worktree, WorktreeReport};
 
 /// What was set up for a run, to be finished with its envelope.
 #[derive(Default)]
@@ -74,7 +74,11 @@ pub fn begin(
         let tree = Worktree::create(&request.workspace, state_dir, run_id, base.as_deref())
             .map_err(|e| fail(e.to_string()))?;
         request.workspace = tree.workspace();
-        request.sandbox_args.read.extend(tree.read_grants());
+        // Only a confined agent needs them; unconfined they were taken for the user's own
+        // `--read` and named in a warning that it "had no effect".
+        if request.sandbox.is_confined() {
+            request.sandbox_args.read.extend(tree.read_grants());
+        }
         many.worktree = Some(tree);
     }
     Ok(many)
@@ -92,7 +96,10 @@ impl Many {
             } else {
                 secrets.redact(&request.task_title).into_owned()
             };
-            envelope.worktree = Some(tree.finish(&message));
+            let origin = tree.origin();
+            let report = tree.finish(&message);
+            worktree_resume_hint(envelope, &origin, &report);
+            envelope.worktree = Some(report);
         }
         if let Some(mut routed) = self.routed.take() {
             routed.record_outcome(verdict(envelope));
@@ -100,6 +107,30 @@ impl Many {
             envelope.routing = Some(routed.report);
         }
     }
+}
+
+/// A `--worktree` run's session lived in its checkout, which is gone: the resume hint
+/// (`--cd <checkout> --session-id …`, to answer its questions or continue its work)
+/// pointed at a removed directory. It says now where the work is and how to go on.
+fn worktree_resume_hint(envelope: &mut Envelope, origin: &Path, report: &WorktreeReport) {
+    let Some(detail) = envelope.error_detail.as_mut() else {
+        return;
+    };
+    if detail.resume_hint.is_none() {
+        return;
+    }
+    let what = if envelope.error_kind == Some(ErrorKind::NeedsInput) {
+        "answer the questions in the task of a new run"
+    } else {
+        "continue in a new run"
+    };
+    detail.resume_hint = Some(format!(
+        "the session ran in the --worktree checkout, which is removed, so it cannot be \
+         resumed; {what} from the branch's work: coder --cd {} --worktree --worktree-base {} \
+         \"…\"",
+        crate::text::shell_quote(&origin.display().to_string()),
+        crate::text::shell_quote(&report.branch),
+    ));
 }
 
 /// What a run says about its backend: the verify verdict when there was a final check,

@@ -237,6 +237,9 @@ pub struct OutcomeChecks {
 
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Linux's `MAX_ARG_STRLEN` (32 pages): the longest single argument, its NUL included.
+const MAX_ARGUMENT_BYTES: usize = 32 * 4096;
+
 impl OutcomeArgs {
     fn validate(&self) -> Result<OutcomeChecks, ArgError> {
         let verify = match &self.verify {
@@ -244,6 +247,17 @@ impl OutcomeArgs {
                 return Err(ArgError::Invalid(
                     "--verify is empty: give the check command, e.g. --verify 'cargo test'".into(),
                 ));
+            }
+            // `sh -c CMD` hands CMD to the kernel as one argument, which it caps: a longer
+            // one could never start, yet the agent ran and a repair turn was asked to fix
+            // "Argument list too long", its prompt carrying the whole command.
+            Some(command) if command.len() >= MAX_ARGUMENT_BYTES => {
+                return Err(ArgError::Invalid(format!(
+                    "--verify is {} bytes; the kernel passes at most {} bytes in one argument \
+                     to `sh -c`: put the check in a script and give --verify 'sh check.sh'",
+                    command.len(),
+                    MAX_ARGUMENT_BYTES - 1
+                )));
             }
             Some(command) => {
                 let timeout = match &self.verify_timeout {
@@ -535,6 +549,16 @@ impl RunArgs {
             }
             None => RequestFile::default(),
         };
+        // An empty list is no scope at all: a caller that built it from "the files the
+        // task may touch" and found none would have had the run change anything, unbounded.
+        if file.scope.as_ref().is_some_and(Vec::is_empty) && self.outcome_args.scope.is_empty() {
+            return Err(ArgError::Invalid(
+                "\"scope\" in the --request JSON is an empty list, which would bound nothing: \
+                 give at least one glob (like \"src/**\"), leave \"scope\" out for no bound, or \
+                 use \"sandbox\": \"read-only\" for a run that may change nothing"
+                    .into(),
+            ));
+        }
         let outcome_args = file.fill_outcome_args(self.outcome_args.clone());
 
         let idle_timeout = match (&self.timeout, &file.timeout) {
@@ -735,8 +759,9 @@ impl RunArgs {
             .unwrap_or(SandboxMode::WorkspaceWrite);
         let worktree = self.many.worktree || file.worktree == Some(true);
         if sandbox == SandboxMode::WorkspaceWrite && !worktree {
-            check_workspace_writable(&workspace, "--sandbox read-only")
-                .map_err(ArgError::Invalid)?;
+            // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
+            // `/proc/PID` of a coder that has ended by the time the user reads it).
+            check_workspace_writable(&cd, "--sandbox read-only").map_err(ArgError::Invalid)?;
         }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
@@ -1078,10 +1103,18 @@ pub fn check_workspace_access(dir: &Path) -> Result<(), String> {
 /// workspace the caller may not write failed as a `sandbox_error` ("create placeholder
 /// …/.git: EACCES") after the scan. (`--worktree` runs in a checkout of its own; `coder
 /// plan` is read-only.)
-/// `read_only` is the flag that asks for the read-only sandbox.
+/// `read_only` is the flag that asks for the read-only sandbox. A directory no confined run
+/// may have (`/proc/self`, `/`) is named as such: making it writable or passing `read_only`
+/// would not help.
 pub fn check_workspace_writable(dir: &Path, read_only: &str) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
     access(dir, AccessFlags::W_OK).map_err(|errno| {
+        let refusal = std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|canonical| crate::sandbox::workspace_refusal_here(&canonical));
+        if let Some(reason) = refusal {
+            return format!("--cd {}: {reason}", dir.display());
+        }
         format!(
             "--cd {}: {}: the workspace-write sandbox (the default) needs a workspace you \
              can write; make it writable, or pass {read_only} for a task that only reads",

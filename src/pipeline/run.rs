@@ -1806,6 +1806,17 @@ async fn attach_changes(
     }
 }
 
+/// A run cancelled during a `--verify` check after the agent's turn keeps what that turn
+/// ended with: its confirmed session (to resume it) and its answer, and the stream events
+/// when asked for. They were lost before: the envelope said nothing of the work done.
+fn keep_the_agents_turn(cancelled: &mut Envelope, agent: Envelope) {
+    cancelled.session_id = agent.session_id;
+    cancelled.result = agent.result;
+    if cancelled.all_messages.is_some() {
+        cancelled.all_messages = agent.all_messages;
+    }
+}
+
 /// A `--verify` check that a signal to coder stopped: the signal, and which check it was
 /// (the envelope's message says what was cancelled).
 struct CheckCancelled {
@@ -1969,6 +1980,12 @@ impl PreparedRun {
             if after_agent.is_none() {
                 after_agent = final_check.take();
             }
+            // A repair turn a signal stopped ends the run: no check follows (it went on to
+            // run the whole check, minutes of a test suite, after the user's Ctrl-C).
+            if envelope.error_kind == Some(ErrorKind::Cancelled) {
+                final_check = None;
+                break;
+            }
             final_check = Some(
                 self.check(request, "after_repair", run, signals, journal)
                     .await
@@ -2023,6 +2040,7 @@ impl PreparedRun {
             }) => {
                 let mut cancelled = run.cancelled_outside_attempt(signo, during);
                 cancelled.verification = verification;
+                keep_the_agents_turn(&mut cancelled, envelope);
                 attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                 return cancelled;
             }

@@ -145,6 +145,12 @@ impl Snapshot {
         signals: &mut crate::supervise::signals::CancelSignals,
     ) -> Result<(), i32> {
         if let Some(signo) = signals.received() {
+            // A snapshot that is done (as it is by the time a signal stops the agent) is
+            // kept: the cancelled run still says what the agent changed. It was given up,
+            // and every run cancelled while its agent worked had no `changes`.
+            if matches!(&self.state, State::Pending(task) if task.is_finished()) {
+                self.finish().await;
+            }
             return self.give_up(signo);
         }
         if matches!(self.state, State::Ready(_)) {

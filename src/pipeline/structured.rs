@@ -160,6 +160,13 @@ impl JsonSchema {
         // Building also checks the schema against its meta-schema; external `$ref`s are
         // not fetched (no network or file resolver is compiled in), so they fail here.
         let validator = jsonschema::validator_for(&value).map_err(|e| {
+            if let Some(uri) = external_ref(&e) {
+                return invalid(format!(
+                    "\"$ref\": {uri:?} names a schema elsewhere, and coder fetches none (from \
+                     the network or from files): put it in this schema, under \"$defs\", and \
+                     refer to it as \"#/$defs/NAME\""
+                ));
+            }
             let at = e.instance_path().as_str();
             if at.is_empty() {
                 invalid(e.to_string())
@@ -210,6 +217,18 @@ impl JsonSchema {
                 crate::text::one_line(&format!("{at}: {e}"), MAX_ERROR_CHARS)
             })
             .collect()
+    }
+}
+
+/// The URI of an external `$ref` the schema could not be built for, if that was the error
+/// (the library's own words name its cargo features, `resolve-http`, which say nothing to a
+/// user).
+fn external_ref(e: &jsonschema::ValidationError<'_>) -> Option<String> {
+    match e.kind() {
+        jsonschema::error::ValidationErrorKind::Referencing(
+            jsonschema::ReferencingError::Unretrievable { uri, .. },
+        ) => Some(uri.clone()),
+        _ => None,
     }
 }
 

@@ -45,8 +45,16 @@ pub struct StoreArgs {
     pub store: Option<String>,
 
     /// When the store cannot be opened, run anyway without slots, cooldowns or routing
-    /// (and say so in the envelope's warnings) instead of failing with config_error.
-    #[arg(long = "store-optional", env = "CODER_STORE_OPTIONAL", global = true)]
+    /// (and say so in the envelope's warnings) instead of failing with config_error
+    /// (CODER_STORE_OPTIONAL: 1, yes, on or true)
+    // The usual spellings: `1` was refused, as "invalid value '1' for '--store-optional'".
+    #[arg(
+        long = "store-optional",
+        env = "CODER_STORE_OPTIONAL",
+        global = true,
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub optional: bool,
 }
 

@@ -260,6 +260,11 @@ impl Worktree {
         self.path.join(&self.prefix)
     }
 
+    /// The workspace the run was asked for (its place in the user's own work tree).
+    pub fn origin(&self) -> PathBuf {
+        self.repo_top.join(&self.prefix)
+    }
+
     /// The checkout's root.
     pub fn path(&self) -> &Path {
         &self.path

@@ -987,6 +987,33 @@ pub fn pid_alive(pid: i32) -> bool {
 }
 
 /// Steps for the common scenarios.
+/// Makes `dir` a git work tree with one (empty) commit on `main`: a workspace `--worktree`
+/// can check out.
+pub fn git_init_with_a_commit(dir: &Path) {
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ][..],
+    ] {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .output_bounded()
+            .status;
+        assert!(status.success(), "git {args:?}");
+    }
+}
+
 pub mod steps {
     use serde_json::{Value, json};
 
