@@ -1250,6 +1250,54 @@ fn doctor_and_runs_json_usage_errors_are_envelopes() {
     }
 }
 
+/// `runs show|list --json` that cannot answer (no such run, a state directory that is a
+/// file) print the reason as a `config_error` envelope on stdout, as their argument
+/// mistakes do: they printed a line on stderr and nothing on stdout, which a script
+/// that asked for JSON reads as a broken tool.
+#[test]
+fn runs_json_failures_are_envelopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let file = file.to_str().unwrap();
+    for (args, says, code) in [
+        (
+            &["runs", "show", "nosuchrun", "--json"][..],
+            "no run matches \"nosuchrun\"",
+            1,
+        ),
+        (
+            &["runs", "list", "--json", "--state-dir", file][..],
+            "not a directory",
+            78,
+        ),
+    ] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", tmp.path().join("state"))
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {envelope}");
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        assert!(
+            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{args:?}: {envelope}"
+        );
+    }
+    // Without --json: the line on stderr, as before.
+    let out = Command::new(common::CODER)
+        .args(["runs", "show", "nosuchrun"])
+        .env("CODER_STATE_DIR", tmp.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no run matches"));
+    assert_eq!(out.status.code(), Some(1));
+}
+
 /// `--worktree --sandbox danger-full-access` warns about no flag the user did not give: the
 /// read grants a confined agent needs for the checkout's git dir were added to the user's
 /// `--read` list, and the run warned "--read had no effect".

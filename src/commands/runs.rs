@@ -52,11 +52,14 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
+    let json = match &parsed.command {
+        RunsCommand::List { json, .. } | RunsCommand::Show { json, .. } => *json,
+    };
     let state_dir = match state_dir(parsed.state_dir.clone()) {
         Ok(dir) => dir,
         Err(message) => {
-            eprintln!("coder runs: {message}");
-            return ExitCode::from(crate::exit::ErrorKind::ConfigError.exit_code());
+            let code = crate::exit::ErrorKind::ConfigError.exit_code();
+            return fail(json, &format!("coder runs: {message}"), code);
         }
     };
     let dir = crate::journal::transcript::runs_dir(&state_dir);
@@ -66,8 +69,8 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
             let runs = match list_runs(&dir, limit) {
                 Ok(runs) => runs,
                 Err(e) => {
-                    eprintln!("coder runs list: cannot read {}: {e}", dir.display());
-                    return ExitCode::from(1);
+                    let message = format!("coder runs list: cannot read {}: {e}", dir.display());
+                    return fail(json, &message, 1);
                 }
             };
             let mut out = String::new();
@@ -108,18 +111,18 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         RunsCommand::Show { run, json } => {
             let Some(path) = find_run(&dir, &run) else {
                 // A prefix of several ids was reported as matching none.
-                match count_prefixed(&dir, &run) {
-                    n if n > 1 && !run.is_empty() => eprintln!(
+                let message = match count_prefixed(&dir, &run) {
+                    n if n > 1 && !run.is_empty() => format!(
                         "coder runs show: {n} runs in {} start with {run:?}; give more of the \
                          run id (see coder runs list)",
                         dir.display()
                     ),
-                    _ => eprintln!(
+                    _ => format!(
                         "coder runs show: no run matches {run:?} in {} (see coder runs list)",
                         dir.display()
                     ),
-                }
-                return ExitCode::from(1);
+                };
+                return fail(json, &message, 1);
             };
             match read_entries(&path) {
                 Ok(entries) => {
@@ -134,13 +137,29 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     };
                     super::print_then(&text, ExitCode::SUCCESS)
                 }
-                Err(e) => {
-                    eprintln!("coder runs show: cannot read {}: {e}", path.display());
-                    ExitCode::from(1)
-                }
+                Err(e) => fail(
+                    json,
+                    &format!("coder runs show: cannot read {}: {e}", path.display()),
+                    1,
+                ),
             }
         }
     }
+}
+
+/// Reports what kept `coder runs` from answering: a line on stderr, or with `--json` a
+/// `config_error` envelope on stdout (a script that asked for JSON parses stdout, and
+/// an empty one read as "no output" rather than as the mistake). Exit `code` either way.
+fn fail(json: bool, message: &str, code: u8) -> ExitCode {
+    if !json {
+        eprintln!("{message}");
+        return ExitCode::from(code);
+    }
+    super::run::finish(super::run::config_error(
+        message.to_owned(),
+        code,
+        crate::pipeline::request::KnownLimits::default(),
+    ))
 }
 
 /// The state directory to read: `--state-dir`, which must be an existing directory (a
