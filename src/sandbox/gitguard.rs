@@ -320,7 +320,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         let Some(pid) = run_dirs::pid_of_run_dir(&entry.file_name()) else {
             continue;
         };
-        if run_dirs::is_live(&run_dirs::lock_path(&entry.path()), pid) {
+        if run_dirs::run_is_live(&entry.path(), pid) {
             continue;
         }
         let Ok(dir) = super::sys::open_nofollow_dir(&entry.path()) else {

@@ -464,13 +464,8 @@ impl Policy {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
-        let run_lock = RunLock::take(&run_dir).map_err(|e| {
-            SandboxError::io(
-                format!("lock {}", run_dirs::lock_path(&run_dir).display()),
-                e,
-            )
-        })?;
-        create_private_dir(&run_dir)?;
+        let run_lock = RunLock::make_dir(&run_dir)
+            .map_err(|e| SandboxError::io(format!("create {}", run_dir.display()), e))?;
         // What the agent and the CLI create in it (their `$TMPDIR`) is owner-only, as
         // everything else in coder's state: then it can leave by coder's trash.
         super::trash::make_owner_only_inherited(&run_dir);
