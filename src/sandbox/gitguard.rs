@@ -138,11 +138,30 @@ pub struct ToolTree {
     #[serde(with = "super::bytes")]
     pub root: PathBuf,
     pub globs: Vec<String>,
+    /// `globs` as the start scan compiled them, reused by the end-of-run guard.
+    #[serde(skip)]
+    pub compiled: CompiledGlobs,
 }
+
+/// A [`ToolTree`]'s globs, compiled once a run: building a glob set compiles a regular
+/// expression per glob (the defaults are case-insensitive, which rules out globset's
+/// literal strategies), a millisecond or two of the run's serial path each time. Not
+/// recorded: the guard of a dead run's record compiles them from the text. Equal to any
+/// other: it is derived from `globs`.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledGlobs(pub Option<std::sync::Arc<GlobSet>>);
+
+impl PartialEq for CompiledGlobs {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CompiledGlobs {}
 
 /// [`ToolGuard`], compiled.
 struct ToolMatch {
-    trees: Vec<(PathBuf, GlobSet)>,
+    trees: Vec<(PathBuf, std::sync::Arc<GlobSet>)>,
     held: HashSet<(u64, u64)>,
 }
 
@@ -150,8 +169,13 @@ impl ToolMatch {
     fn new(tools: &ToolGuard) -> Result<ToolMatch, Stop> {
         let mut trees = Vec::new();
         for tree in &tools.trees {
-            let set = super::scan::compile_globs(super::GlobList::Protect, &tree.globs)
-                .map_err(|e| e.to_string())?;
+            let set = match &tree.compiled.0 {
+                Some(set) => set.clone(),
+                None => std::sync::Arc::new(
+                    super::scan::compile_globs(super::GlobList::Protect, &tree.globs)
+                        .map_err(|e| e.to_string())?,
+                ),
+            };
             trees.push((tree.root.clone(), set));
         }
         Ok(ToolMatch {
@@ -1345,6 +1369,7 @@ mod tests {
                 .iter()
                 .map(|g| g.to_string())
                 .collect(),
+                compiled: CompiledGlobs::default(),
             }],
             held: vec![(meta.dev(), meta.ino())],
         };
