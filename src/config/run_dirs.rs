@@ -8,12 +8,19 @@
 //! that names nothing here, or some other process. Judged by its PID alone, such a live
 //! run would lose its directory mid-run.
 //!
-//! So a run also holds an exclusive `flock` on a lock file beside its directory
-//! ([`RunLock`]), taken before the directory is made. The kernel drops it when the last
-//! process holding it ends, however it ends, in whatever namespace. A run counts as alive
-//! while its lock is held, or while its PID names a process here: the PID still speaks for
-//! directories made by coders older than the lock. Neither sign alone ends a run early;
-//! a reused PID only keeps a dead run's directory a little longer.
+//! So a run also holds an exclusive `flock` on its directory itself ([`RunLock::make_dir`];
+//! older coders, and `--worktree`'s checkouts, on a lock file beside it). The kernel drops
+//! it when the last process holding it ends, however it ends, in whatever namespace. A run
+//! counts as alive while its lock is held, or while its PID names a process here: the PID
+//! still speaks for directories made by coders older than the lock. Neither sign alone
+//! ends a run early; a reused PID only keeps a dead run's directory a little longer.
+//!
+//! The directory is locked rather than a file beside it because every file coder creates
+//! costs: on an ext4 without a journal each new inode scans past the ones freed in the
+//! last half minute (0.2 to 0.4 ms under churn, BENCHMARKS.md round nineteen), and a lock
+//! file was made and removed twice a run. The directory exists unlocked for a moment after
+//! its `mkdir`: a pruner that finds it so removes it holding the lock itself, and the run,
+//! once it has the lock, sees its directory gone from its path and makes it again.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -33,15 +40,53 @@ pub const CLI_RUNS_DIR: &str = "cli-runs";
 const LOCK_SUFFIX: &str = ".lock";
 
 /// A run's hold on its directory: while any process holds it, no other coder removes the
-/// directory, whichever PID namespace it looks from. Dropping it removes the lock file
-/// (after the directory, which its owner removes first).
+/// directory, whichever PID namespace it looks from. Dropping it removes the lock file, if
+/// it has one (after the directory, which its owner removes first).
 #[derive(Debug)]
 pub struct RunLock {
-    path: PathBuf,
+    path: Option<PathBuf>,
     _lock: Flock<fs::File>,
 }
 
+/// How many times [`RunLock::make_dir`] makes its directory again after a pruner removed it.
+const MAKE_TRIES: usize = 8;
+
 impl RunLock {
+    /// Make the run directory `dir` (mode 0700; it must not exist) and lock it: the lock
+    /// is on the directory itself, no file beside it. Another coder may hold it for the
+    /// moment its liveness check (or its removal of what it took for a dead run) takes:
+    /// waited for, up to [`TAKE_WAIT`]; a directory a pruner removed meanwhile is made
+    /// again. Fails if the path turns into anything else than the directory made here.
+    pub fn make_dir(dir: &Path) -> std::io::Result<RunLock> {
+        use std::os::unix::fs::DirBuilderExt;
+        let deadline = Instant::now() + TAKE_WAIT;
+        for _ in 0..MAKE_TRIES {
+            fs::DirBuilder::new().mode(0o700).create(dir)?;
+            let file = match open_dir(dir) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let lock =
+                super::state_file::lock_until(file, FlockArg::LockExclusiveNonblock, deadline)?;
+            let held = lock.metadata()?;
+            match fs::symlink_metadata(dir) {
+                Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
+                    return Ok(RunLock {
+                        path: None,
+                        _lock: lock,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Ok(_) => return Err(std::io::Error::other("the run directory was replaced")),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(
+            "the run directory was removed again and again",
+        ))
+    }
+
     /// Create and lock the lock file of the run directory `dir` (about to be made).
     pub fn take(dir: &Path) -> std::io::Result<RunLock> {
         Self::take_at(lock_path(dir))
@@ -53,13 +98,18 @@ impl RunLock {
         let file = super::state_file::open(&path)?;
         let deadline = Instant::now() + TAKE_WAIT;
         let lock = super::state_file::lock_until(file, FlockArg::LockExclusiveNonblock, deadline)?;
-        Ok(RunLock { path, _lock: lock })
+        Ok(RunLock {
+            path: Some(path),
+            _lock: lock,
+        })
     }
 
     /// Remove the lock file, still holding the lock: for a run whose directory is gone,
     /// and which may end by a signal's default action rather than by dropping this.
     pub fn unlink(&self) {
-        let _ = fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = fs::remove_file(path);
+        }
     }
 }
 
@@ -88,15 +138,32 @@ pub fn is_live(lock: &Path, pid: u32) -> bool {
         || Path::new("/proc").join(pid.to_string()).exists()
 }
 
+/// Whether the coder of run directory `dir`, named after `pid`, still runs: the directory
+/// itself is locked ([`RunLock::make_dir`]), or its lock file beside it is, or its PID
+/// speaks for it ([`is_live`]).
+pub fn run_is_live(dir: &Path, pid: u32) -> bool {
+    open_dir(dir).is_ok_and(is_held) || is_live(&lock_path(dir), pid)
+}
+
+/// `dir` opened for a lock, without following a symlink.
+fn open_dir(dir: &Path) -> std::io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)
+}
+
 /// Whether some process holds `lock` exclusively (a missing or unreadable file: no).
 fn lock_is_held(lock: &Path) -> bool {
-    let Ok(file) = fs::OpenOptions::new()
+    fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(lock)
-    else {
-        return false;
-    };
+        .is_ok_and(is_held)
+}
+
+/// Whether some process holds an exclusive lock on `file`.
+fn is_held(file: fs::File) -> bool {
     matches!(
         Flock::lock(file, FlockArg::LockSharedNonblock),
         Err((_, Errno::EWOULDBLOCK))
@@ -130,17 +197,30 @@ pub fn prune_dead_run_dirs(base: &Path) {
             continue;
         }
         if meta.is_dir() {
-            let lock = lock_path(&path);
-            if !is_live(&lock, pid) {
-                remove_tree(&path);
-                let _ = fs::remove_file(&lock);
-            }
+            prune_if_dead(&path, pid);
         } else if path.extension().is_some_and(|e| e == "lock")
             && !path.with_extension("").exists()
             && !is_live(&path, pid)
         {
             let _ = fs::remove_file(&path);
         }
+    }
+}
+
+/// Removes run directory `dir` if its coder is gone, holding its lock meanwhile: a run
+/// that has just made it and waits for the lock then finds it gone and makes it again
+/// ([`RunLock::make_dir`]).
+fn prune_if_dead(dir: &Path, pid: u32) {
+    let Ok(file) = open_dir(dir) else {
+        return;
+    };
+    let Ok(_held) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+        return;
+    };
+    let lock = lock_path(dir);
+    if !is_live(&lock, pid) {
+        remove_tree(dir);
+        let _ = fs::remove_file(&lock);
     }
 }
 
@@ -402,6 +482,73 @@ mod tests {
         assert!(!lock_path(&run).exists(), "the lock file goes with its run");
         prune_dead_run_dirs(dir.path());
         assert!(!run.exists(), "a dead run's directory stays");
+    }
+
+    #[test]
+    fn a_run_directory_holds_its_own_lock_and_makes_no_lock_file() {
+        // A coder in another PID namespace: only the lock speaks for it.
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join(format!("{NO_SUCH_PID}-abc"));
+        let lock = RunLock::make_dir(&run).unwrap();
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            names,
+            [run.file_name().unwrap()],
+            "nothing beside the run's directory"
+        );
+        assert_eq!(fs::metadata(&run).unwrap().mode() & 0o777, 0o700);
+        assert!(run_is_live(&run, NO_SUCH_PID));
+        prune_dead_run_dirs(dir.path());
+        assert!(run.is_dir(), "a live run's directory was pruned");
+        assert!(
+            RunLock::make_dir(&run).is_err(),
+            "a second run took the same directory"
+        );
+        drop(lock);
+        assert!(!run_is_live(&run, NO_SUCH_PID));
+        prune_dead_run_dirs(dir.path());
+        assert!(!run.exists(), "a dead run's directory stays");
+    }
+
+    #[test]
+    fn a_run_directory_pruned_before_its_lock_is_made_again() {
+        // Pruners run all the while: each new directory is unlocked for a moment after its
+        // `mkdir`; once `make_dir` returns, it is the run's and stays.
+        let dir = tempfile::tempdir().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pruners: Vec<_> = (0..2)
+            .map(|_| {
+                let (base, stop) = (dir.path().to_path_buf(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        prune_dead_run_dirs(&base);
+                    }
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut held = Vec::new();
+        for i in 0..100 {
+            assert!(Instant::now() < deadline, "no progress");
+            let run = dir.path().join(format!("{NO_SUCH_PID}-{i}"));
+            let lock = RunLock::make_dir(&run).unwrap_or_else(|e| panic!("{i}: {e}"));
+            held.push((lock, run));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for pruner in pruners {
+            pruner.join().unwrap();
+        }
+        for (_lock, run) in &held {
+            assert!(
+                run.is_dir(),
+                "{} was pruned while its run held it",
+                run.display()
+            );
+        }
     }
 
     #[test]

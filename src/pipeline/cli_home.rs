@@ -124,8 +124,7 @@ impl CliHome {
             std::process::id(),
             Uuid::new_v4().simple()
         ));
-        let lock = RunLock::take(&root).map_err(|e| create(&run_dirs::lock_path(&root), e))?;
-        session::private_dir(&root).map_err(|e| create(&root, e))?;
+        let lock = RunLock::make_dir(&root).map_err(|e| create(&root, e))?;
         // What the CLI creates here is owner-only too, as everything else coder keeps:
         // then the dir can go into coder's trash at the end (see `Drop`).
         crate::sandbox::make_owner_only_inherited(&root);

@@ -160,11 +160,30 @@ pub struct ToolTree {
     #[serde(with = "super::bytes")]
     pub root: PathBuf,
     pub globs: Vec<String>,
+    /// `globs` as the start scan compiled them, reused by the end-of-run guard.
+    #[serde(skip)]
+    pub compiled: CompiledGlobs,
 }
+
+/// A [`ToolTree`]'s globs, compiled once a run: building a glob set compiles a regular
+/// expression per glob (the defaults are case-insensitive, which rules out globset's
+/// literal strategies), a millisecond or two of the run's serial path each time. Not
+/// recorded: the guard of a dead run's record compiles them from the text. Equal to any
+/// other: it is derived from `globs`.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledGlobs(pub Option<std::sync::Arc<GlobSet>>);
+
+impl PartialEq for CompiledGlobs {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CompiledGlobs {}
 
 /// [`ToolGuard`], compiled.
 struct ToolMatch {
-    trees: Vec<(PathBuf, GlobSet)>,
+    trees: Vec<(PathBuf, std::sync::Arc<GlobSet>)>,
     held: HashSet<(u64, u64)>,
 }
 
@@ -172,8 +191,13 @@ impl ToolMatch {
     fn new(tools: &ToolGuard) -> Result<ToolMatch, Stop> {
         let mut trees = Vec::new();
         for tree in &tools.trees {
-            let set = super::scan::compile_globs(super::GlobList::Protect, &tree.globs)
-                .map_err(|e| e.to_string())?;
+            let set = match &tree.compiled.0 {
+                Some(set) => set.clone(),
+                None => std::sync::Arc::new(
+                    super::scan::compile_globs(super::GlobList::Protect, &tree.globs)
+                        .map_err(|e| e.to_string())?,
+                ),
+            };
             trees.push((tree.root.clone(), set));
         }
         Ok(ToolMatch {
@@ -503,7 +527,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         let Some(pid) = run_dirs::pid_of_run_dir(&entry.file_name()) else {
             continue;
         };
-        if run_dirs::is_live(&run_dirs::lock_path(&entry.path()), pid) {
+        if run_dirs::run_is_live(&entry.path(), pid) {
             continue;
         }
         let Ok(dir) = super::sys::open_nofollow_dir(&entry.path()) else {
@@ -1529,6 +1553,7 @@ mod tests {
                 .iter()
                 .map(|g| g.to_string())
                 .collect(),
+                compiled: CompiledGlobs::default(),
             }],
             held: vec![(meta.dev(), meta.ino())],
         };

@@ -478,13 +478,8 @@ impl Policy {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
-        let run_lock = RunLock::take(&run_dir).map_err(|e| {
-            SandboxError::io(
-                format!("lock {}", run_dirs::lock_path(&run_dir).display()),
-                e,
-            )
-        })?;
-        create_private_dir(&run_dir)?;
+        let run_lock = RunLock::make_dir(&run_dir)
+            .map_err(|e| SandboxError::io(format!("create {}", run_dir.display()), e))?;
         // What the agent and the CLI create in it (their `$TMPDIR`) is owner-only, as
         // everything else in coder's state: then it can leave by coder's trash.
         super::trash::make_owner_only_inherited(&run_dir);
@@ -978,18 +973,23 @@ fn scan_workspace(
         protect_globs.extend(users_hooks_globs(&ws_dir.path));
     }
     let mut tool_trees = Vec::new();
-    let mut tool_tree = |root: &Path, globs: &[String]| {
+    // Each tree's globs are compiled once, for the scan and the end-of-run guard alike.
+    let mut tool_tree = |root: &Path, globs: &[String], set: &Arc<globset::GlobSet>| {
         if !globs.is_empty() {
             tool_trees.push(super::gitguard::ToolTree {
                 root: root.to_path_buf(),
                 globs: globs.to_vec(),
+                compiled: super::gitguard::CompiledGlobs(Some(set.clone())),
             });
         }
     };
+    let protect = Arc::new(scan::compile_globs(
+        super::GlobList::Protect,
+        &protect_globs,
+    )?);
     if writable {
-        tool_tree(&ws_dir.path, &protect_globs);
+        tool_tree(&ws_dir.path, &protect_globs, &protect);
     }
-    let protect = scan::compile_globs(super::GlobList::Protect, &protect_globs)?;
     let literal = scan::literal_protected(&protect_globs);
     let extra_fds = extra
         .iter()
@@ -1010,12 +1010,12 @@ fn scan_workspace(
         let mut globs = opts.protect_globs.clone();
         if *w {
             globs.extend(users_hooks_globs(path));
-            tool_tree(path, &globs);
         }
-        extra_protect.push((
-            scan::compile_globs(super::GlobList::Protect, &globs)?,
-            scan::literal_protected(&globs),
-        ));
+        let set = Arc::new(scan::compile_globs(super::GlobList::Protect, &globs)?);
+        if *w {
+            tool_tree(path, &globs, &set);
+        }
+        extra_protect.push((set, scan::literal_protected(&globs)));
         // The listings kept between runs were taken under these globs too.
         protect_globs.extend(
             globs
@@ -1045,7 +1045,7 @@ fn scan_workspace(
         root: &ws_dir.path,
         fd: ws_dir.fd.as_fd(),
         writable,
-        protect: Some(&protect),
+        protect: Some(&*protect),
         protect_literal: &literal,
         kept: kept_of(0),
     }];
@@ -1054,7 +1054,7 @@ fn scan_workspace(
             root: path,
             fd: fd.as_fd(),
             writable: *w,
-            protect: w.then_some(set),
+            protect: w.then_some(&**set),
             protect_literal: if *w { literal } else { &[] },
             kept: kept_of(i + 1),
         });
@@ -2304,6 +2304,23 @@ mod tests {
         expected.dir_listings = ScanListings::default();
         expected.tool_guard = Default::default();
         assert_eq!(back, expected);
+    }
+
+    #[test]
+    fn the_end_guard_reuses_the_scans_compiled_globs() {
+        let (dir, ws, home) = fixture();
+        let extra = dir.path().join("extra");
+        fs::create_dir_all(&extra).unwrap();
+        let mut opts = options(Mode::WorkspaceWrite, &ws, &home);
+        opts.extra_write = vec![extra];
+        let policy = Policy::resolve(&opts).unwrap();
+        let trees = &policy.tool_guard.trees;
+        assert_eq!(trees.len(), 2, "{trees:?}");
+        for tree in trees {
+            let set = tree.compiled.0.as_ref().expect("compiled by the scan");
+            assert_eq!(set.len(), tree.globs.len(), "{tree:?}");
+            assert!(set.is_match(".claude/settings.json"));
+        }
     }
 
     #[test]

@@ -317,8 +317,7 @@ impl PrivateDir {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
-        let lock = RunLock::take(&path)?;
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        let lock = RunLock::make_dir(&path)?;
         Ok(PrivateDir {
             path,
             _lock: Some(lock),
