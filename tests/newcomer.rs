@@ -1233,21 +1233,27 @@ fn doctor_and_runs_json_usage_errors_are_envelopes() {
         ),
         (&["runs", "show", "--json"][..], "<RUN>"),
     ] {
-        let out = Command::new(common::CODER)
-            .args(args)
-            .env("CODER_STATE_DIR", tmp.path().join("state"))
-            .stdin(std::process::Stdio::null())
-            .output_bounded();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let envelope: serde_json::Value = serde_json::from_str(&stdout)
-            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {envelope}");
-        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
-        assert!(
-            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
-            "{args:?}: {envelope}"
-        );
+        assert_config_error_envelope(args, &tmp.path().join("state"), says, 2);
     }
+}
+
+/// `coder ARGS` with `CODER_STATE_DIR=state` prints a `config_error` envelope on stdout
+/// whose `error` holds `says`, and exits `code`.
+fn assert_config_error_envelope(args: &[&str], state: &std::path::Path, says: &str, code: i32) {
+    let out = Command::new(common::CODER)
+        .args(args)
+        .env("CODER_STATE_DIR", state)
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let envelope: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {envelope}");
+    assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+    assert!(
+        envelope["error"].as_str().is_some_and(|e| e.contains(says)),
+        "{args:?}: {envelope}"
+    );
 }
 
 /// `runs show|list --json` that cannot answer (no such run, a state directory that is a
@@ -1272,20 +1278,7 @@ fn runs_json_failures_are_envelopes() {
             78,
         ),
     ] {
-        let out = Command::new(common::CODER)
-            .args(args)
-            .env("CODER_STATE_DIR", tmp.path().join("state"))
-            .stdin(std::process::Stdio::null())
-            .output_bounded();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let envelope: serde_json::Value = serde_json::from_str(&stdout)
-            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {envelope}");
-        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
-        assert!(
-            envelope["error"].as_str().is_some_and(|e| e.contains(says)),
-            "{args:?}: {envelope}"
-        );
+        assert_config_error_envelope(args, &tmp.path().join("state"), says, code);
     }
     // Without --json: the line on stderr, as before.
     let out = Command::new(common::CODER)
