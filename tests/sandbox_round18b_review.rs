@@ -389,8 +389,9 @@ fn children_cpu() -> Duration {
 
 /// An earlier run's agent left eight repositories nested in the workspace (no commit
 /// yet, so each is a part of its own to the ledger), each with a `.gitignore` of 20,000
-/// patterns and 1,000 new files: each one's `git add` stays under the CPU budget (1 s
-/// here, through the debug builds' `CODER_TEST_GIT_CPU_BUDGET_MS`; 60 s in a release),
+/// patterns and 1,000 new files: each one's `git add` stays under the CPU budget (twice
+/// what the slowest took here, 1 s at least, through the debug builds'
+/// `CODER_TEST_GIT_CPU_BUDGET_MS`; 60 s in a release),
 /// and together they spend more than twice it. With a budget per git, the ledger took
 /// them all, in the "before" and again in the "after" (with 256 nested repositories,
 /// 256 budgets each); now its gits share one, the "before" is stopped, the plain walk
@@ -398,7 +399,6 @@ fn children_cpu() -> Duration {
 /// nested repositories takes more CPU than the budget between them, less in each.
 #[test]
 fn nested_repositories_do_not_multiply_the_ledgers_cpu_budget() {
-    const BUDGET: Duration = Duration::from_millis(1000);
     let fake = Fake::new(json!([
         common::steps::init(),
         {"step": "touch", "path": "../a.txt", "text": "changed\n"},
@@ -422,25 +422,30 @@ fn nested_repositories_do_not_multiply_the_ledgers_cpu_budget() {
             std::fs::write(dir.join(format!("f{f}.txt")), "x\n").unwrap();
         }
     }
-    // Control: each nested repository's `git add` stays under the budget, all of them
-    // together do not.
-    let mut total = Duration::ZERO;
-    for dir in &nested {
-        let before = children_cpu();
-        git_in(dir, &["add", "-A", "--dry-run"]);
-        let spent = children_cpu() - before;
-        assert!(spent < BUDGET / 2, "control: one git add took {spent:?}");
-        total += spent;
-    }
+    // Control: each nested repository's `git add` stays under the budget (at most half
+    // of it, room for the ledger's own gits, which write objects), all of them together
+    // spend more than twice it. The budget is set from what one took on this machine
+    // (1 s at least): a fixed one failed this control on a slower machine.
+    let spent: Vec<Duration> = nested
+        .iter()
+        .map(|dir| {
+            let before = children_cpu();
+            git_in(dir, &["add", "-A", "--dry-run"]);
+            children_cpu() - before
+        })
+        .collect();
+    let most = spent.iter().copied().max().unwrap_or_default();
+    let budget = (most * 2).max(Duration::from_millis(1000));
+    let total: Duration = spent.iter().sum();
     assert!(
-        total > BUDGET * 2,
-        "control: the git adds took {total:?} in all"
+        total > budget * 2,
+        "control: the git adds took {spent:?}, {total:?} in all, against a budget of {budget:?}"
     );
     let out = fake
         .coder()
         .env(
             "CODER_TEST_GIT_CPU_BUDGET_MS",
-            BUDGET.as_millis().to_string(),
+            budget.as_millis().to_string(),
         )
         .args(["task"])
         .deadline(Duration::from_secs(300))
