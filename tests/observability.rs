@@ -388,7 +388,8 @@ fn progress_never_appears_on_a_pipe_or_with_quiet() {
 }
 
 /// `--state-dir` that is a regular file or does not exist is a mistake, not "no recorded
-/// runs": `coder runs list` and `coder runs show` say so and exit 78. A state directory
+/// runs": `coder runs list` and `coder runs show` say so and exit 78 (with `--json`, as a
+/// `config_error` envelope on stdout). A state directory
 /// without any run yet still lists nothing, successfully.
 #[test]
 fn runs_refuses_a_state_dir_that_is_not_a_directory() {
@@ -406,6 +407,18 @@ fn runs_refuses_a_state_dir_that_is_not_a_directory() {
                 .output_bounded();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
+            if args.contains(&"--json") {
+                // Asked for JSON: the mistake is a config_error envelope on stdout.
+                let envelope: serde_json::Value = serde_json::from_slice(&out.stdout)
+                    .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {out:?}"));
+                assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+                let error = envelope["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("--state-dir") && error.contains(why),
+                    "{args:?}: {envelope}"
+                );
+                continue;
+            }
             assert!(
                 stderr.contains("--state-dir") && stderr.contains(why),
                 "{args:?}: {stderr}"
