@@ -872,6 +872,24 @@ fn a_script_an_alias_runs_after_cd_is_not_the_agents_to_write() {
     );
 }
 
+/// The same through `env -C DIR` (coreutils' `--chdir`), which enters a directory as
+/// `cd` does: found by attacking the `cd` rule above, which held nothing of
+/// `!env -C tools ./fmt.sh` (the agent wrote `tools/fmt.sh`).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_an_alias_runs_through_env_chdir_is_not_the_agents_to_write() {
+    held_file_attack(
+        "alias script through env -C",
+        |fx, ws| {
+            own_script(fx, ws, "tools/fmt.sh");
+            fx.git(ws, &["config", "alias.fmt", "!env -C tools ./fmt.sh"]);
+            Vec::new()
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
 /// A filter driver names a script that does not exist yet (nor does its directory): the
 /// agent makes it, and the user's next `git add` ran it. (The sandbox holds it absent.)
 #[test]

@@ -242,7 +242,11 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
 /// shell runs them: `cd tools && ./strip.sh` runs `tools/strip.sh`, and the word alone,
 /// read at the top of the work tree, held `./strip.sh` there instead, leaving the script
 /// git runs the agent's to write. A later `cd` goes on from the first (`cd a && cd b`:
-/// `a/b`). Every word after the `cd` is offered so, to the line's end: which of them
+/// `a/b`). `env -C DIR` (`--chdir`) enters a directory the same way: the
+/// round-nineteen review of this rule wrote `tools/fmt2.sh` of `!env -C tools
+/// ./fmt2.sh`; any program's `-C DIR` is read so (`git -C`, `make -C`: a bare word
+/// read there is held only when a file is there). Every word after the `cd` is
+/// offered so, to the line's end: which of them
 /// run in the new directory cannot be told for sure (`(cd a && x) && y`), and a word
 /// offered in a directory it does not run in is held for nothing. A word that is
 /// absolute, an option, or names the home directory stays as it is. Each comes with
@@ -253,13 +257,23 @@ fn words_after_cd(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let mut moved = Vec::new();
     let mut words = words.iter();
     while let Some(word) = words.next() {
-        if word == b"cd" || word == b"pushd" {
+        let enters: Option<&[u8]> = if word == b"cd" || word == b"pushd" {
             let Some(dir) = words.by_ref().find(|w| !w.starts_with(b"-")) else {
                 break;
             };
+            Some(dir)
+        } else if word == b"-C" || word == b"--chdir" {
+            let Some(dir) = words.next() else {
+                break;
+            };
+            Some(dir)
+        } else {
+            word.strip_prefix(b"--chdir=".as_slice())
+        };
+        if let Some(dir) = enters {
             here = Some(match here.take() {
-                Some(base) if relative(dir) => [&base[..], b"/", &dir[..]].concat(),
-                _ => dir.clone(),
+                Some(base) if relative(dir) => [&base[..], b"/", dir].concat(),
+                _ => dir.to_vec(),
             });
             continue;
         }
@@ -571,7 +585,22 @@ mod tests {
                 ("lint".into(), false),
                 ("/abs/x/y".into(), true),
                 ("/abs/web/make".into(), false),
-                ("/abs/web/lint".into(), false),
+                ("/abs/web/./lint".into(), false),
+            ]
+        );
+        let text = b"[alias]\n\ta = !env -C tools ./fmt.sh\n\tb = !env --chdir=ci sh lint.sh\n";
+        assert_eq!(
+            words(text),
+            [
+                ("env".into(), false),
+                ("tools".into(), false),
+                ("./fmt.sh".into(), true),
+                ("tools/./fmt.sh".into(), true),
+                ("ci".into(), false),
+                ("sh".into(), false),
+                ("lint.sh".into(), false),
+                ("ci/sh".into(), false),
+                ("ci/lint.sh".into(), false),
             ]
         );
     }
