@@ -190,7 +190,7 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
         let plain = shell_words(&line);
         // A bare word read in the directory keeps its bareness: held only when a file is
         // there (`cd tools && make lint` names no file `tools/make`).
-        let moved = words_after_cd(&plain);
+        let moved = words_in_entered_dirs(&plain);
         let plain = plain.into_iter().map(|w| (w, true));
         for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
             let word = match word.iter().rposition(|b| *b == b'=') {
@@ -238,20 +238,19 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The words of a shell line after a `cd DIR` (or `pushd DIR`) read in `DIR`, as the
+/// The words of a shell line after it enters a directory, read in that directory as the
 /// shell runs them: `cd tools && ./strip.sh` runs `tools/strip.sh`, and the word alone,
 /// read at the top of the work tree, held `./strip.sh` there instead, leaving the script
-/// git runs the agent's to write. A later `cd` goes on from the first (`cd a && cd b`:
-/// `a/b`). `env -C DIR` (`--chdir`) enters a directory the same way: the
-/// round-nineteen review of this rule wrote `tools/fmt2.sh` of `!env -C tools
-/// ./fmt2.sh`; any program's `-C DIR` is read so (`git -C`, `make -C`: a bare word
-/// read there is held only when a file is there). Every word after the `cd` is
-/// offered so, to the line's end: which of them
-/// run in the new directory cannot be told for sure (`(cd a && x) && y`), and a word
-/// offered in a directory it does not run in is held for nothing. A word that is
-/// absolute, an option, or names the home directory stays as it is. Each comes with
-/// whether it names a path by itself (has a `/`), as [`CommandWord::is_path`] needs.
-fn words_after_cd(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
+/// git runs the agent's to write. A directory is entered by `cd DIR` or `pushd DIR`, and
+/// by a program's `-C DIR` or `--chdir[=]DIR` (`env -C tools ./fmt.sh`, found by
+/// attacking the `cd` rule; `git -C`, `make -C` alike: a bare word read there is held
+/// only when a file is there). A later one goes on from the first (`cd a && cd b`:
+/// `a/b`). Every word after it is offered so, to the line's end: which of them run in
+/// the new directory cannot be told for sure (`(cd a && x) && y`), and a word offered in
+/// a directory it does not run in is held for nothing. A word that is absolute, an
+/// option, or names the home directory stays as it is. Each comes with whether it names
+/// a path by itself (has a `/`), as [`CommandWord::is_path`] needs.
+fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let relative = |w: &[u8]| !w.starts_with(b"/") && !w.starts_with(b"~") && !w.starts_with(b"-");
     let mut here: Option<Vec<u8>> = None;
     let mut moved = Vec::new();
