@@ -98,6 +98,22 @@ pub fn print_then(text: &str, code: ExitCode) -> ExitCode {
     }
 }
 
+/// Reports what kept a subcommand from answering, as a `config_error`: `prefix` and
+/// `message` on stderr, or with `--json` (`json`) the envelope with `message` on stdout,
+/// which the program that asked for JSON parses (an empty stdout read as a broken tool).
+/// Exits `code` either way.
+pub(crate) fn fail_as_config_error(json: bool, prefix: &str, message: &str, code: u8) -> ExitCode {
+    if !json {
+        eprintln!("{prefix}{message}");
+        return ExitCode::from(code);
+    }
+    run::finish(run::config_error(
+        message.to_owned(),
+        code,
+        crate::pipeline::request::KnownLimits::default(),
+    ))
+}
+
 /// Parses a subcommand's arguments (`args`: those after its name). On `--help` or a usage
 /// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse;
 /// with `--json` a usage error is a `config_error` envelope on stdout instead.

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::run;
 use crate::exit::ErrorKind;
-use crate::pipeline::request::{KnownLimits, RunArgs};
+use crate::pipeline::request::RunArgs;
 use crate::routing::ledger::Ledger as _;
 use crate::routing::{self, RouteContext, policy};
 use crate::store::StoreArgs;
@@ -172,17 +172,12 @@ impl Output {
 
     /// Reports a `config_error`: a line on stderr, or the envelope on stdout.
     fn fail(self, message: &str) -> ExitCode {
-        match self {
-            Output::Text => {
-                eprintln!("coder route: {message}");
-                ExitCode::from(ErrorKind::ConfigError.exit_code())
-            }
-            Output::Json => run::finish(run::config_error(
-                message.to_owned(),
-                ErrorKind::ConfigError.exit_code(),
-                KnownLimits::default(),
-            )),
-        }
+        super::fail_as_config_error(
+            matches!(self, Output::Json),
+            "coder route: ",
+            message,
+            ErrorKind::ConfigError.exit_code(),
+        )
     }
 }
 

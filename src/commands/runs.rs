@@ -59,7 +59,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
         Ok(dir) => dir,
         Err(message) => {
             let code = crate::exit::ErrorKind::ConfigError.exit_code();
-            return fail(json, &format!("coder runs: {message}"), code);
+            return super::fail_as_config_error(json, "", &format!("coder runs: {message}"), code);
         }
     };
     let dir = crate::journal::transcript::runs_dir(&state_dir);
@@ -70,7 +70,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                 Ok(runs) => runs,
                 Err(e) => {
                     let message = format!("coder runs list: cannot read {}: {e}", dir.display());
-                    return fail(json, &message, 1);
+                    return super::fail_as_config_error(json, "", &message, 1);
                 }
             };
             let mut out = String::new();
@@ -122,7 +122,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                         dir.display()
                     ),
                 };
-                return fail(json, &message, 1);
+                return super::fail_as_config_error(json, "", &message, 1);
             };
             match read_entries(&path) {
                 Ok(entries) => {
@@ -137,29 +137,15 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     };
                     super::print_then(&text, ExitCode::SUCCESS)
                 }
-                Err(e) => fail(
+                Err(e) => super::fail_as_config_error(
                     json,
+                    "",
                     &format!("coder runs show: cannot read {}: {e}", path.display()),
                     1,
                 ),
             }
         }
     }
-}
-
-/// Reports what kept `coder runs` from answering: a line on stderr, or with `--json` a
-/// `config_error` envelope on stdout (a script that asked for JSON parses stdout, and
-/// an empty one read as "no output" rather than as the mistake). Exit `code` either way.
-fn fail(json: bool, message: &str, code: u8) -> ExitCode {
-    if !json {
-        eprintln!("{message}");
-        return ExitCode::from(code);
-    }
-    super::run::finish(super::run::config_error(
-        message.to_owned(),
-        code,
-        crate::pipeline::request::KnownLimits::default(),
-    ))
 }
 
 /// The state directory to read: `--state-dir`, which must be an existing directory (a
