@@ -90,7 +90,9 @@ const MAX_CONNECTIONS: usize = 256;
 const CONNECTIONS: usize = 1500;
 
 /// A perl script (perl is in `/usr`, granted) that opens `$2` non-blocking TCP connections
-/// to `127.0.0.1:$1`, counts those established within 3 s, prints `OPENED N` and `READY`,
+/// to `127.0.0.1:$1`, counts those established within 8 s (a listener whose backlog is
+/// full drops a SYN, and the kernel sends it again 1, 3 and 7 s later), prints `OPENED N`
+/// and `READY`,
 /// then holds them until a file `done` appears in its directory (20 s at most).
 const HOLD_CONNECTIONS: &str = r#"
 use strict; use Socket; use IO::Select;
@@ -101,7 +103,7 @@ for (1..$n) {
   connect($fh, sockaddr_in($port, inet_aton("127.0.0.1"))) or $!{EINPROGRESS} or die "connect: $!";
   push @held, $fh; $pending->add($fh);
 }
-my $open = 0; my $end = time + 3;
+my $open = 0; my $end = time + 8;
 while (time < $end && $pending->count) {
   for my $fh ($pending->can_write(0.2)) {
     $open++ if unpack("i", getsockopt($fh, SOL_SOCKET, SO_ERROR)) == 0;
@@ -113,10 +115,11 @@ for (1..200) { last if -e "done"; select(undef, undef, undef, 0.1); }
 "#;
 
 /// A host listener that accepts every connection and holds it, counting them, until the
-/// returned flag is set.
+/// returned flag is set. Its accept is blocking (a sleeping acceptor lets a burst overflow
+/// the accept queue: the client sees the connection made, the listener never gets it); the
+/// stop flag is seen at the next connection, which [`stop_listener`] makes.
 fn accepting_listener() -> (u16, Arc<AtomicUsize>, Arc<AtomicBool>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let (count, stop) = (
         Arc::new(AtomicUsize::new(0)),
@@ -125,18 +128,22 @@ fn accepting_listener() -> (u16, Arc<AtomicUsize>, Arc<AtomicBool>) {
     let (c, s) = (count.clone(), stop.clone());
     std::thread::spawn(move || {
         let mut held = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !s.load(Ordering::SeqCst) && Instant::now() < deadline {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    held.push(stream);
-                    c.store(held.len(), Ordering::SeqCst);
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        while let Ok((stream, _)) = listener.accept() {
+            if s.load(Ordering::SeqCst) {
+                break;
             }
+            held.push(stream);
+            c.store(held.len(), Ordering::SeqCst);
         }
     });
     (port, count, stop)
+}
+
+/// Stops [`accepting_listener`] on `port`: sets its flag, then connects once so its
+/// blocking accept returns and sees it.
+fn stop_listener(port: u16, stop: &AtomicBool) {
+    stop.store(true, Ordering::SeqCst);
+    let _ = std::net::TcpStream::connect(("127.0.0.1", port));
 }
 
 /// How many descriptors `pid` holds now.
@@ -210,7 +217,7 @@ fn hold_connections(fx: &Fixture, mode: &str, port: u16) -> Held {
 /// The agent opens 1 500 connections to the proxy and holds them, naming no destination:
 /// confined, coder holds at most the proxy's cap of them (plus its own few dozen
 /// descriptors). Control, unconfined: the same script against a host listener that
-/// accepts everything opens all 1 500, and that listener holds 1 500 descriptors, as
+/// accepts everything opens (nearly) all 1 500, and that listener holds as many, as
 /// coder did before the cap.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
@@ -224,18 +231,17 @@ fn the_agent_cannot_take_coders_descriptors_through_the_proxy() {
         let control = hold_connections(&fx, "danger-full-access", port);
         // What the listener's backlog still holds is accepted too.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while accepted.load(Ordering::SeqCst) < CONNECTIONS && Instant::now() < deadline {
+        while accepted.load(Ordering::SeqCst) < control.opened && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        stop.store(true, Ordering::SeqCst);
-        assert_eq!(
-            control.opened, CONNECTIONS,
-            "{case}: control: not all opened"
-        );
+        stop_listener(port, &stop);
+        // The control needs far more connections than the confined bound below, not every
+        // one of them: on a loaded machine a full accept queue drops a few.
+        let held = accepted.load(Ordering::SeqCst);
         assert!(
-            accepted.load(Ordering::SeqCst) >= CONNECTIONS,
-            "{case}: control: the host listener got {} connections",
-            accepted.load(Ordering::SeqCst)
+            control.opened > 2 * (MAX_CONNECTIONS + 100) && held > 2 * (MAX_CONNECTIONS + 100),
+            "{case}: control: {} of {CONNECTIONS} opened, the host listener got {held}",
+            control.opened
         );
 
         let _ = std::fs::remove_file(fx.ws().join("done"));
