@@ -250,10 +250,10 @@ const DIR_PLACEHOLDERS: [&str; 6] = [
 /// back, and flips `ws/sub` to a symlink to `outside` in between: by its path, "back" was
 /// `outside/<name>`, with the agent's files in it, a directory that agent may not write
 /// (control: its own `mkdir` there is refused). Now the way back is the directory the
-/// placeholder was taken from, by descriptor. The race is run up to 25 times; before the
-/// fix it landed within a few runs in both arms (the agent's inotify watch sees the first
-/// placeholder leave, and its many files make the trash's emptiness check read a long
-/// first block).
+/// placeholder was taken from, by descriptor. The race is run up to 25 times (or 75 s);
+/// before the fix it landed within a few runs in both arms (the agent's inotify watch
+/// sees the first placeholder leave, and its many files make the trash's emptiness check
+/// read a long first block).
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_refused_trash_entry_goes_back_to_its_own_directory() {
@@ -296,8 +296,11 @@ fn a_refused_trash_entry_goes_back_to_its_own_directory() {
             }
         };
         wait_for(&ws.join("racer-ready"));
+        // The racer stops flipping after 100 s: no round starts after 75 s (on a loaded
+        // machine 25 rounds take longer than that; fewer rounds still guard the fix).
+        let racing_until = std::time::Instant::now() + std::time::Duration::from_secs(75);
         let mut rounds = 0;
-        while rounds < 25 && !landed() {
+        while rounds < 25 && !landed() && std::time::Instant::now() < racing_until {
             rounds += 1;
             let mut first = std::process::Command::new("/usr/bin/timeout");
             first
