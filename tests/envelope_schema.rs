@@ -290,6 +290,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         final_check: None,
         verdict: coder::workspace::verify::VerdictKind::Passed,
         repair_turns: 0,
+        ignored_changes: None,
     });
     full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
     full.fallback = Some(coder::pipeline::fallback::Fallback {
