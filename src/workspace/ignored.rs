@@ -26,6 +26,7 @@
 //! leave out (coder's own state directory, the sandbox's placeholders).
 
 use std::collections::BinaryHeap;
+use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -250,7 +251,9 @@ impl Walk {
         if !path.is_empty() {
             path.push(b'/');
         }
-        self.entry(parent, name, &path, found);
+        if let Ok(name) = std::ffi::CString::new(name) {
+            self.entry(parent, &name, &path, found);
+        }
     }
 
     /// Takes directories off the queue until none is left and no worker may add one.
@@ -300,37 +303,40 @@ impl Walk {
             self.stop();
             return;
         }
-        let names = match list(&dir.fd) {
-            Some(names) => names,
-            None => {
-                found.truncated = true;
-                return;
-            }
+        let Some((names, count)) = list(&dir.fd) else {
+            found.truncated = true;
+            return;
         };
         if let Ok(mut q) = self.queue.lock() {
-            q.entries += names.len();
+            q.entries += count;
             if q.entries > MAX_ENTRIES {
                 q.truncated = true;
                 return;
             }
         }
-        for name in names {
-            self.entry(dir.fd.as_fd(), &name, &dir.path, found);
+        let mut rest = names.as_slice();
+        while let Ok(name) = std::ffi::CStr::from_bytes_until_nul(rest) {
+            rest = &rest[name.to_bytes_with_nul().len()..];
+            self.entry(dir.fd.as_fd(), name, &dir.path, found);
         }
     }
 
     /// Looks at entry `name` of the directory open as `parent` (at `path`, ending with `/`
     /// or empty): reported when changed, queued when a directory.
-    fn entry(&self, parent: BorrowedFd<'_>, name: &[u8], path: &[u8], found: &mut Found) {
-        let mut full = path.to_vec();
-        full.extend_from_slice(name);
-        if self.left_out(&full) {
+    fn entry(&self, parent: BorrowedFd<'_>, name: &CStr, path: &[u8], found: &mut Found) {
+        let full = || [path, name.to_bytes()].concat();
+        // A path is made only where needed: most entries are neither changed nor directories.
+        if !self.exclude.is_empty() && self.left_out(&full()) {
             return;
         }
         let Some(st) = statx(parent, name) else {
             return;
         };
         let is_dir = st.is_dir;
+        if !is_dir && st.ctime_ns < self.since_ns {
+            return;
+        }
+        let mut full = full();
         if is_dir {
             full.push(b'/');
         }
@@ -340,7 +346,7 @@ impl Walk {
                 st.btime_ns.is_some_and(|b| b >= self.since_ns),
             );
         }
-        if is_dir && let Some(fd) = open_dir_at(parent, name) {
+        if is_dir && let Some(fd) = open_dir_at(parent, name.to_bytes()) {
             if let Ok(mut q) = self.queue.lock() {
                 q.dirs.push(Dir { path: full, fd });
             }
@@ -378,8 +384,7 @@ struct Stat {
 }
 
 /// The entry `name` of the directory open as `dir`, not following a symlink.
-fn statx(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Stat> {
-    let name = std::ffi::CString::new(name).ok()?;
+fn statx(dir: BorrowedFd<'_>, name: &CStr) -> Option<Stat> {
     let mut out = std::mem::MaybeUninit::<libc::statx>::zeroed();
     // SAFETY: `name` is a NUL-terminated string and `out` a writable statx buffer, both
     // live for the call; `dir` is an open descriptor.
@@ -406,20 +411,22 @@ fn statx(dir: BorrowedFd<'_>, name: &[u8]) -> Option<Stat> {
     })
 }
 
-/// The names in the directory open as `dir` (but `.` and `..`); `None` when it cannot be
-/// read.
-fn list(dir: &OwnedFd) -> Option<Vec<Vec<u8>>> {
+/// The names in the directory open as `dir` (but `.` and `..`), each ending with a NUL,
+/// one after the other, and how many; `None` when it cannot be read.
+fn list(dir: &OwnedFd) -> Option<(Vec<u8>, usize)> {
     let fd = dir.try_clone().ok()?;
     let mut stream = nix::dir::Dir::from_fd(fd).ok()?;
     let mut names = Vec::new();
+    let mut count = 0;
     for entry in stream.iter() {
         let entry = entry.ok()?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(name.to_vec());
+        let name = entry.file_name();
+        if !matches!(name.to_bytes(), b"." | b"..") {
+            names.extend_from_slice(name.to_bytes_with_nul());
+            count += 1;
         }
     }
-    Some(names)
+    Some((names, count))
 }
 
 fn open_dir(path: &Path) -> Option<OwnedFd> {
