@@ -1779,6 +1779,16 @@ async fn measure(
     tokio::task::block_in_place(|| ledger.changes(diff, exclude)).map_err(|e| e.to_string())
 }
 
+/// The workspace's content changes since `ledger` ([`Ledger::content_changes`]: no walk
+/// of the ignored paths), `None` when they cannot be measured.
+fn content_changes(
+    ledger: Option<&Ledger>,
+    exclude: &[String],
+) -> Option<crate::workspace::Changes> {
+    let ledger = ledger?;
+    tokio::task::block_in_place(|| ledger.content_changes(exclude)).ok()
+}
+
 /// Puts the run's `changes` (and `diff`) into `envelope`, and notes them.
 async fn attach_changes(
     envelope: &mut Envelope,
@@ -2261,7 +2271,7 @@ impl PreparedRun {
             return None;
         }
         let exclude = self.placeholders(request);
-        let (changes, _) = measure(ledger, false, &exclude).await.ok()?;
+        let changes = content_changes(ledger, &exclude)?;
         let (trigger, files) = fallback::trigger(
             &request.workspace,
             &changes,
@@ -2292,9 +2302,8 @@ impl PreparedRun {
         let turn_started = Instant::now();
         *envelope = self.attempt_loop(turn, run, signals, journal).await;
         run.outcome_times.fallback_ms = Some(turn_started.elapsed().as_millis() as u64);
-        let applied = measure(ledger, false, &exclude)
-            .await
-            .is_ok_and(|(c, _)| c.files_changed > changes.files_changed);
+        let applied = content_changes(ledger, &exclude)
+            .is_some_and(|c| c.files_changed > changes.files_changed);
         Some(Fallback {
             trigger,
             files,

@@ -456,6 +456,23 @@ impl Ledger {
         diff: bool,
         exclude: &[String],
     ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+        self.compare(diff, exclude, true)
+    }
+
+    /// [`Ledger::changes`] without the walk of the ignored paths (`ignored` stays `None`):
+    /// for a look at the project's content alone, such as the weak-model fallback's
+    /// trigger, which need not pay for that walk (see BENCHMARKS.md, round twenty).
+    pub fn content_changes(&self, exclude: &[String]) -> Result<Changes, LedgerError> {
+        self.compare(false, exclude, false)
+            .map(|(changes, _)| changes)
+    }
+
+    fn compare(
+        &self,
+        diff: bool,
+        exclude: &[String],
+        with_ignored: bool,
+    ) -> Result<(Changes, Option<DiffText>), LedgerError> {
         let with_own;
         let exclude = if self.own.is_empty() {
             exclude
@@ -474,7 +491,7 @@ impl Ledger {
                 unknown,
                 diff,
                 exclude,
-                (&self.workspace, self.started_ns),
+                with_ignored.then_some((&self.workspace, self.started_ns)),
             ),
             Before::Plain {
                 scan,
@@ -508,7 +525,7 @@ fn git_changes(
     unknown: &std::collections::BTreeSet<Vec<u8>>,
     want_diff: bool,
     exclude: &[String],
-    (workspace, started_ns): (&Path, i128),
+    ignored_since: Option<(&Path, i128)>,
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
     // The after snapshot and every diff of it share one CPU budget.
     let _cpu = super::git::SharedCpuBudget::start();
@@ -525,7 +542,9 @@ fn git_changes(
         let walk = std::thread::Builder::new()
             .name("ledger-ignored".into())
             .spawn_scoped(s, || {
-                ignored_changes(repo, &after_snapshot, workspace, started_ns, exclude)
+                ignored_since.map_or((None, None), |since| {
+                    ignored_changes(repo, &after_snapshot, since, exclude)
+                })
             });
         let all = compare_parts(
             repo,
@@ -542,7 +561,9 @@ fn git_changes(
                     Some("the walk of the ignored paths failed".to_owned()),
                 )
             }),
-            Err(_) => ignored_changes(repo, &after_snapshot, workspace, started_ns, exclude),
+            Err(_) => ignored_since.map_or((None, None), |since| {
+                ignored_changes(repo, &after_snapshot, since, exclude)
+            }),
         };
         (all, ignored)
     });
@@ -577,8 +598,7 @@ fn git_changes(
 fn ignored_changes(
     repo: &GitRepo,
     after: &Snapshot,
-    workspace: &Path,
-    started_ns: i128,
+    (workspace, started_ns): (&Path, i128),
     exclude: &[String],
 ) -> (Option<IgnoredChanges>, Option<String>) {
     let mut roots = Vec::new();
