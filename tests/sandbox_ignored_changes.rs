@@ -15,25 +15,9 @@
 
 mod common;
 
-use common::review_tree::{Tree, changes, error_kind, warned, who};
+use common::review_tree::{Tree, changes, error_kind, ignored, warned, who};
 use common::sandbox_fixture;
 use serde_json::Value;
-
-/// `(path, status)` of every entry `changes.ignored` lists (empty when it is absent).
-fn ignored(env: &Value) -> Vec<(String, String)> {
-    env["changes"]["ignored"]["paths"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            (
-                c["path"].as_str().unwrap_or_default().to_owned(),
-                c["status"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
 
 /// The user's repository (`.gitignore` ignoring `.venv/` and `target/`, a tracked
 /// `src/a.txt`, and the ignored `old` files, written and committed before the run), for

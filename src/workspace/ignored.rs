@@ -28,12 +28,13 @@
 use std::collections::BinaryHeap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use super::scan::{open_dir, open_dir_at};
 
 /// Paths listed in `changes.ignored.paths` at most (`count` counts them all).
 pub const MAX_LISTED: usize = 50;
@@ -427,27 +428,6 @@ fn list(dir: &OwnedFd) -> Option<(Vec<u8>, usize)> {
         }
     }
     Some((names, count))
-}
-
-fn open_dir(path: &Path) -> Option<OwnedFd> {
-    use nix::fcntl::OFlag;
-    nix::fcntl::open(
-        path,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .ok()
-}
-
-fn open_dir_at(parent: BorrowedFd<'_>, name: &[u8]) -> Option<OwnedFd> {
-    use nix::fcntl::OFlag;
-    nix::fcntl::openat(
-        parent,
-        std::ffi::OsStr::from_bytes(name),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .ok()
 }
 
 #[cfg(test)]
