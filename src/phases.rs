@@ -17,7 +17,8 @@
 //! `execve`. After the child: `child.drained`, `attempts.done`, `verified`,
 //! `teardown.started`, `journal.done`, `teardown.joined`, `coder.exit`. A git ledger's
 //! comparison marks `ledger.after_snapshot` and `ledger.index_kept` (see
-//! `workspace::git::GitRepo::keep_index`).
+//! `workspace::git::GitRepo::keep_index`), and on the thread beside it
+//! `ledger.ignored_listed` and `ledger.ignored_walked` (see `workspace::ignored`).
 //! The clock is the one a harness reads with `time.monotonic_ns()`, so its own
 //! timestamps (before the spawn, at the exit) line up with coder's. The file is opened
 //! once and kept open (close-on-exec). Unset, a mark costs one check of a `OnceLock`.

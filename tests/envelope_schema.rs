@@ -277,7 +277,37 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
     full.attempts = vec![attempt];
     full.transcript = Some("t".into());
     full.warnings = vec!["w".into()];
-    full.changes = Some(coder::workspace::Changes::default());
+    let ignored = coder::workspace::ignored::IgnoredChanges {
+        paths: vec![coder::workspace::ignored::IgnoredChange {
+            path: ".venv/bin/check".into(),
+            status: coder::workspace::ignored::IgnoredStatus::Added,
+        }],
+        count: 1,
+        truncated: false,
+    };
+    assert_schema_matches(
+        "/properties/changes/properties/ignored",
+        to_value(&ignored).unwrap(),
+        to_value(&ignored).unwrap(),
+        true,
+    );
+    assert_schema_matches(
+        "/properties/changes/properties/ignored/properties/paths/items",
+        to_value(&ignored.paths[0]).unwrap(),
+        to_value(&ignored.paths[0]).unwrap(),
+        true,
+    );
+    let changes = coder::workspace::Changes {
+        ignored: Some(ignored),
+        ..Default::default()
+    };
+    assert_schema_matches(
+        "/properties/changes",
+        to_value(&changes).unwrap(),
+        to_value(coder::workspace::Changes::default()).unwrap(),
+        false,
+    );
+    full.changes = Some(changes);
     full.diff = Some(coder::workspace::DiffText {
         unified: String::new(),
         bytes: 0,
@@ -290,6 +320,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         final_check: None,
         verdict: coder::workspace::verify::VerdictKind::Passed,
         repair_turns: 0,
+        ignored_changes: Some(1),
     });
     full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
     full.fallback = Some(coder::pipeline::fallback::Fallback {

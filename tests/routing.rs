@@ -411,3 +411,97 @@ fn forgetting_an_unknown_backend_is_refused() {
         assert!(out.status.success(), "{known}: {out:?}");
     }
 }
+
+/// A fake CLI that writes `.venv/bin/check` (ignored) as `exit 0`, and edits the tracked
+/// `a.txt` too when the file `fix-tracked` is beside the workspace.
+const IGNORED_FIX: &str = r#"#!/bin/bash
+sid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift
+done
+cat >/dev/null
+mkdir -p .venv/bin && printf '#!/bin/sh\nexit 0\n' > .venv/bin/check && chmod +x .venv/bin/check
+[ -e ../fix-tracked ] && echo fixed >> a.txt
+echo '{"type":"system","subtype":"init","session_id":"'"$sid"'","tools":[],"model":"m"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"fine","session_id":"'"$sid"'","num_turns":1}'
+"#;
+
+/// Round nineteen's review: a `--verify` check made to pass by a script the agent wrote
+/// under an ignored path is `fixed` with nothing in `changes.files`. Routing learns no
+/// success from it (the choice keeps no outcome, `route stats` counts nothing); the same
+/// verdict with a tracked file changed too is a success. Unconfined: the ledger and the
+/// routing record do not depend on the sandbox.
+#[test]
+fn a_verdict_fixed_through_ignored_paths_alone_is_not_learnt() {
+    let fx = Fx::new("deepseek");
+    fs::write(&fx.bin, IGNORED_FIX).unwrap();
+    fs::write(fx.ws.join(".gitignore"), ".venv/\n").unwrap();
+    fs::write(fx.ws.join("check.sh"), "exec .venv/bin/check\n").unwrap();
+    fs::write(fx.ws.join("a.txt"), "a\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e.invalid",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&fx.ws)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", &fx.root)
+            .output_bounded();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+    let run = || {
+        let mut cmd = fx.command(&["--cd"]);
+        cmd.arg(&fx.ws)
+            .arg("--claude-bin")
+            .arg(&fx.bin)
+            .args(["--sandbox", "danger-full-access", "--verify", "sh check.sh"])
+            .args(["--backend", "auto:glm,deepseek", "a task"])
+            .env("CODER_ROUTING_SEED", "1");
+        let out = cmd.output_bounded();
+        let env: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+        assert_eq!(env["verification"]["verdict"], "fixed", "{env}");
+        fs::remove_dir_all(fx.ws.join(".venv")).unwrap();
+        env
+    };
+    let env = run();
+    assert_eq!(env["changes"]["files_changed"], 0, "{env}");
+    assert!(
+        env["verification"]["ignored_changes"].as_u64() >= Some(1),
+        "{env}"
+    );
+    let recorded = fx.choices();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["outcome"], Value::Null, "{recorded:?}");
+    let learnt = || -> (u64, u64) {
+        let stats = fx.route(&["stats", "--json"]);
+        let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+        let sum = |field: &str| -> u64 {
+            stats["tallies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| t[field].as_u64().unwrap_or(0))
+                .sum()
+        };
+        (sum("successes"), sum("failures"))
+    };
+    assert_eq!(learnt(), (0, 0));
+
+    fs::write(fx.root.join("fix-tracked"), "").unwrap();
+    let env = run();
+    assert_eq!(env["changes"]["files_changed"], 1, "{env}");
+    let recorded = fx.choices();
+    assert_eq!(recorded[1]["outcome"], "success", "{recorded:?}");
+    assert_eq!(learnt(), (1, 0));
+}

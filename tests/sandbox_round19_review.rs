@@ -53,18 +53,20 @@
 //! proxy does not look at a plain-HTTP request's `Host` header (domain fronting through an
 //! allowed CDN name).
 //!
-//! Known open (ratchets asserting today's behaviour):
-//! * **What `.gitignore` ignores is not in `changes`, nor checked against `--scope`.** The
+//! Found open by this review, closed in round twenty:
+//! * **What `.gitignore` ignores was not in `changes`, nor checked against `--scope`.** The
 //!   git ledger has `git add -A` semantics, so a file the agent writes under an ignored
-//!   path (a virtualenv's `site-packages`, `node_modules/.bin`, `build/`) is in neither,
+//!   path (a virtualenv's `site-packages`, `node_modules/.bin`, `build/`) was in neither,
 //!   and a `--scope 'src/**'` run that also planted a `.pth` file in the project's ignored
 //!   `.venv` succeeded with only its `src/` edit listed; the user's next `python` of that
-//!   virtualenv runs the `.pth` line, outside the sandbox. The same path forges a
+//!   virtualenv runs the `.pth` line, outside the sandbox. The same path forged a
 //!   `--verify` verdict: a tracked check running an ignored script the agent wrote as
-//!   `exit 0` is `fixed` with nothing in `changes`.
-//!
-//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
-//! lands, so the list can only shrink.
+//!   `exit 0` was `fixed` with nothing in `changes`. The envelope now has
+//!   `changes.ignored` (every entry changed under an ignored path during the run), a
+//!   warning naming those outside `--scope` (not a violation: see SECURITY.md), and
+//!   `verification.ignored_changes` with a warning when the verdict is `passed` or
+//!   `fixed`; routing learns nothing from a `fixed` whose run changed only ignored paths
+//!   (`sandbox_ignored_changes.rs` has the other ways such a change is made).
 
 mod common;
 
@@ -77,11 +79,8 @@ use std::time::{Duration, Instant};
 use std::os::unix::fs::PermissionsExt;
 
 use common::Bounded;
-use common::review_tree::{Tree, VAR_TMP, changes, error_kind, who};
+use common::review_tree::{Tree, VAR_TMP, changes, error_kind, ignored, warned, who};
 use common::sandbox_fixture::{self, Fixture};
-
-/// Attacks of this file measured open today.
-const KNOWN_OPEN: &[&str] = &[IGNORED];
 
 /// The proxy's cap on connections served at once (`sandbox::proxy::MAX_CONNECTIONS`).
 const MAX_CONNECTIONS: usize = 256;
@@ -259,10 +258,10 @@ fn the_agent_cannot_take_coders_descriptors_through_the_proxy() {
 /// to `src/**` edits `src/a.txt` and plants `.venv/lib/site/zz.pth`, an `import` line that
 /// Python's `site` runs at every start of that virtualenv's interpreter; then the user's
 /// Python, unconfined, adds that site directory (as the virtualenv's `python` does).
-/// Today (a ratchet) the run succeeds, its `changes` lists `src/a.txt` alone, and the
-/// user's Python runs the payload. Closed, the `.pth` would be named in the envelope (a
-/// change, a warning, or the scope violation it is). Control, `danger-full-access`: the
-/// payload runs the same way.
+/// The user's Python runs the payload (it did, unreported, until round twenty). The run
+/// succeeds (an ignored path is no scope violation), `changes.files` lists `src/a.txt`
+/// alone, `changes.ignored` lists the `.pth`, and a warning names it as outside
+/// `--scope`. Control, `danger-full-access`: the payload runs the same way.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_file_planted_in_an_ignored_path_is_reported() {
@@ -284,27 +283,24 @@ fn a_file_planted_in_an_ignored_path_is_reported() {
         if case.ends_with("danger-full-access") {
             continue;
         }
-        if KNOWN_OPEN.contains(&IGNORED) {
-            assert!(
-                !names_an_ignored_change(&env) && error_kind(&env).is_empty(),
-                "{case}: {IGNORED} is closed, remove it from KNOWN_OPEN: {env}"
-            );
-            assert_eq!(
-                changes(&env),
-                vec![("src/a.txt".to_owned(), "modified".to_owned())],
-                "{case}: {env}"
-            );
-        } else {
-            assert!(
-                names_an_ignored_change(&env) || error_kind(&env) == "scope_violation",
-                "{case}: the planted .pth is in nothing coder reported: {env}"
-            );
-        }
+        assert_eq!(error_kind(&env), "", "{case}: {env}");
+        assert_eq!(
+            changes(&env),
+            vec![("src/a.txt".to_owned(), "modified".to_owned())],
+            "{case}: {env}"
+        );
+        assert!(
+            ignored(&env)
+                .iter()
+                .any(|(p, _)| p == ".venv/lib/site/zz.pth"),
+            "{case}: the planted .pth is not in changes.ignored: {env}"
+        );
+        assert!(
+            warned(&env, ".venv/lib/site/zz.pth"),
+            "{case}: no warning names the .pth outside --scope: {env}"
+        );
     }
 }
-
-/// The name of the ignored-path attacks.
-const IGNORED: &str = "an ignored path is not in changes nor in the scope";
 
 /// For each arm, unconfined (the control) then confined: the user's repository holding
 /// `files` (and the directories `dirs` of its tree) and a run with `extra` flags whose
@@ -332,12 +328,6 @@ fn ignored_path_runs(
         }
     }
     runs
-}
-
-/// Whether the envelope names a change under `.venv` (a listed change or a warning).
-fn names_an_ignored_change(env: &serde_json::Value) -> bool {
-    changes(env).iter().any(|(p, _)| p.contains(".venv"))
-        || env["warnings"].to_string().contains(".venv")
 }
 
 /// A fake CLI whose one tool call's command ends in `ESC [2K` and a carriage return (which
@@ -616,10 +606,10 @@ fn a_recursive_delete_raced_with_a_symlink_changes_no_mode_outside() {
 
 /// The project's check, `sh check.sh` (tracked), runs `.venv/bin/check`, which is not
 /// there (the virtualenv is ignored): the baseline fails. The agent changes nothing
-/// tracked and writes `.venv/bin/check` as `exit 0`. Today (a ratchet) the verdict is
-/// `fixed` with no change listed: the verdict routing learns from, and the user reads,
-/// says the agent fixed the project while `changes` shows nothing, because what it did is
-/// ignored. Closed, the envelope would name the file. Control, `danger-full-access`: the
+/// tracked and writes `.venv/bin/check` as `exit 0`. The verdict is `fixed` with no change
+/// in `changes.files` (until round twenty, nothing named the file: the user read that the
+/// agent fixed the project): `changes.ignored` lists the script, `verification` counts it
+/// (`ignored_changes`) and a warning names it. Control, `danger-full-access`: the
 /// same verdict.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
@@ -637,16 +627,18 @@ fn a_verdict_fixed_through_an_ignored_path_is_reported() {
             continue;
         }
         // The baseline's own output names the missing file: look where a change is.
-        if KNOWN_OPEN.contains(&IGNORED) {
-            assert!(
-                !names_an_ignored_change(&env) && changes(&env).is_empty(),
-                "{case}: {IGNORED} is closed, remove it from KNOWN_OPEN: {env}"
-            );
-        } else {
-            assert!(
-                names_an_ignored_change(&env),
-                "{case}: the planted check is in nothing coder reported: {env}"
-            );
-        }
+        assert!(changes(&env).is_empty(), "{case}: {env}");
+        assert!(
+            ignored(&env).iter().any(|(p, _)| p == ".venv/bin/check"),
+            "{case}: the planted check is not in changes.ignored: {env}"
+        );
+        assert!(
+            env["verification"]["ignored_changes"].as_u64() >= Some(1),
+            "{case}: {env}"
+        );
+        assert!(
+            warned(&env, ".venv/bin/check"),
+            "{case}: no warning names the planted check: {env}"
+        );
     }
 }

@@ -370,6 +370,9 @@ impl Envelope {
         }
         if let Some(changes) = self.changes.as_mut() {
             changes.files.iter_mut().for_each(|f| text(&mut f.path));
+            for ignored in changes.ignored.iter_mut().flat_map(|i| &mut i.paths) {
+                text(&mut ignored.path);
+            }
         }
         if let Some(diff) = self.diff.as_mut() {
             text(&mut diff.unified);

@@ -139,6 +139,10 @@ fn worktree_resume_hint(envelope: &mut Envelope, origin: &Path, report: &Worktre
 pub fn verdict(envelope: &Envelope) -> Option<Verdict> {
     if let Some(v) = &envelope.verification {
         match v.verdict {
+            // A check made to pass by what changed under ignored paths alone (the agent
+            // wrote the script the check runs there) says nothing of the backend's work:
+            // not learnt (round nineteen's review).
+            VerdictKind::Fixed if only_ignored_changes(envelope) => return None,
             VerdictKind::Passed | VerdictKind::Fixed => return Some(Verdict::Success),
             VerdictKind::StillFailing | VerdictKind::Regressed => return Some(Verdict::Failure),
             VerdictKind::NotRun => {}
@@ -155,6 +159,15 @@ pub fn verdict(envelope: &Envelope) -> Option<Verdict> {
         ) => None,
         _ => Some(Verdict::Failure),
     }
+}
+
+/// The run changed nothing of the project's content (`changes.files`) but something
+/// under its ignored paths (`changes.ignored`).
+fn only_ignored_changes(envelope: &Envelope) -> bool {
+    envelope
+        .changes
+        .as_ref()
+        .is_some_and(|c| c.files_changed == 0 && c.ignored.as_ref().is_some_and(|i| i.count > 0))
 }
 
 #[cfg(test)]

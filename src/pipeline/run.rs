@@ -584,6 +584,7 @@ async fn run_attempts(
                         final_check: None,
                         verdict: VerdictKind::NotRun,
                         repair_turns: 0,
+                        ignored_changes: None,
                     });
                     let exclude = prepared.placeholders(request);
                     let envelope = with_snapshot(
@@ -1778,6 +1779,16 @@ async fn measure(
     tokio::task::block_in_place(|| ledger.changes(diff, exclude)).map_err(|e| e.to_string())
 }
 
+/// The workspace's content changes since `ledger` ([`Ledger::content_changes`]: no walk
+/// of the ignored paths), `None` when they cannot be measured.
+fn content_changes(
+    ledger: Option<&Ledger>,
+    exclude: &[String],
+) -> Option<crate::workspace::Changes> {
+    let ledger = ledger?;
+    tokio::task::block_in_place(|| ledger.content_changes(exclude)).ok()
+}
+
 /// Puts the run's `changes` (and `diff`) into `envelope`, and notes them.
 async fn attach_changes(
     envelope: &mut Envelope,
@@ -1803,6 +1814,54 @@ async fn attach_changes(
             envelope.diff = diff;
         }
         Err(warning) => envelope.warnings.push(warning),
+    }
+}
+
+/// What changed under ignored paths (`changes.ignored`, DESIGN §8), said where it
+/// matters: with `--scope`, a warning naming those outside it (not a violation: ignored
+/// paths are the project's build outputs, which a scoped build writes; see SECURITY.md);
+/// with a verdict `passed` or `fixed`, `verification.ignored_changes` and a warning naming
+/// them (the check may have run what the agent wrote there).
+fn note_ignored_changes(envelope: &mut Envelope, scope: Option<&crate::workspace::scope::Scope>) {
+    let Some(ignored) = envelope.changes.as_ref().and_then(|c| c.ignored.clone()) else {
+        return;
+    };
+    if let Some(scope) = scope {
+        let outside = scope.outside(ignored.paths.iter().map(|c| c.path.trim_end_matches('/')));
+        let unlisted = ignored.count.saturating_sub(ignored.paths.len() as u64);
+        if !outside.is_empty() || unlisted > 0 {
+            let mut names = outside.iter().take(10).cloned().collect::<Vec<_>>();
+            if unlisted > 0 || outside.len() > names.len() {
+                names.push(format!(
+                    "and up to {} more",
+                    unlisted + (outside.len() - names.len()) as u64
+                ));
+            }
+            envelope.warnings.push(format!(
+                "the run changed {} path(s) under ignored paths (`changes.ignored`) outside \
+                 --scope, not checked as a scope violation: {}",
+                outside.len() as u64 + unlisted,
+                names.join(", ")
+            ));
+        }
+    }
+    if let Some(verification) = envelope.verification.as_mut()
+        && matches!(
+            verification.verdict,
+            VerdictKind::Passed | VerdictKind::Fixed
+        )
+    {
+        verification.ignored_changes = Some(ignored.count);
+        let verdict = match verification.verdict {
+            VerdictKind::Fixed => "fixed",
+            _ => "passed",
+        };
+        envelope.warnings.push(format!(
+            "the --verify verdict `{verdict}` comes after the run changed {} path(s) under \
+             ignored paths, which the check may have run (not in `changes.files`): {}",
+            ignored.count,
+            ignored.named(10)
+        ));
     }
 }
 
@@ -1946,6 +2005,7 @@ impl PreparedRun {
                 final_check: partial,
                 verdict: VerdictKind::NotRun,
                 repair_turns: repairs,
+                ignored_changes: None,
             }),
         };
         if envelope.success {
@@ -2007,6 +2067,7 @@ impl PreparedRun {
             after_agent,
             final_check,
             repair_turns: repairs,
+            ignored_changes: None,
         }))
     }
 
@@ -2077,6 +2138,7 @@ impl PreparedRun {
             .filter(|c| !c.passed)
             .cloned();
         envelope.verification = verification;
+        note_ignored_changes(&mut envelope, request.checks.scope.as_ref());
         if let Some(why) = unchecked {
             envelope = run.fail(
                 envelope,
@@ -2209,7 +2271,7 @@ impl PreparedRun {
             return None;
         }
         let exclude = self.placeholders(request);
-        let (changes, _) = measure(ledger, false, &exclude).await.ok()?;
+        let changes = content_changes(ledger, &exclude)?;
         let (trigger, files) = fallback::trigger(
             &request.workspace,
             &changes,
@@ -2240,9 +2302,8 @@ impl PreparedRun {
         let turn_started = Instant::now();
         *envelope = self.attempt_loop(turn, run, signals, journal).await;
         run.outcome_times.fallback_ms = Some(turn_started.elapsed().as_millis() as u64);
-        let applied = measure(ledger, false, &exclude)
-            .await
-            .is_ok_and(|(c, _)| c.files_changed > changes.files_changed);
+        let applied = content_changes(ledger, &exclude)
+            .is_some_and(|c| c.files_changed > changes.files_changed);
         Some(Fallback {
             trigger,
             files,

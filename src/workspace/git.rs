@@ -714,6 +714,35 @@ impl GitRepo {
         })
     }
 
+    /// What `.gitignore` leaves out of nested part `part` (`""`: the workspace), relative to
+    /// the workspace, a directory ignored whole as one path ending with `/`: `git ls-files
+    /// --others --ignored --exclude-standard --directory` over the part's private index,
+    /// so exactly what the last snapshot's `git add -A` did not record (see
+    /// [`super::ignored`]).
+    pub fn ignored(&self, part: &[u8]) -> Result<Vec<Vec<u8>>, GitError> {
+        let mut cmd = self.command_at(part);
+        cmd.args([
+            "ls-files",
+            "-z",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+            "--directory",
+            "--",
+            ".",
+        ]);
+        let out = output("ls-files", cmd).inspect_err(|e| {
+            if e.was_killed() {
+                self.killed_at(part);
+            }
+        })?;
+        Ok(out
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| join(part, p))
+            .collect())
+    }
+
     /// Keeps the private index of the last snapshot, and of each nested part, for the
     /// next run on this work tree, which starts from it instead of the user's index.
     ///

@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use super::git::{GitRepo, Snapshot};
 use super::git_index::Entry;
+use super::ignored::IgnoredChanges;
 use super::scan::{self, Caps, Key, Prior, Scan};
 use super::scan_cache::CacheFile;
 
@@ -72,6 +73,12 @@ pub struct Changes {
     pub lines_removed: u64,
     /// The file list, or the scan itself, was cut at its cap.
     pub truncated: bool,
+    /// What changed under the paths `.gitignore` ignores (a git workspace only: a plain
+    /// walk has every file in `files`); absent when nothing did. Apart from `files`, whose
+    /// counts are the project's content: build outputs would flood them (see
+    /// [`super::ignored`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ignored: Option<IgnoredChanges>,
     /// What the envelope's `warnings` should say about these counts (not serialised
     /// here).
     #[serde(skip)]
@@ -103,6 +110,7 @@ impl Changes {
             unseen: scan_truncated,
             files: list,
             warnings: Vec::new(),
+            ignored: None,
         };
         // Paths are reported as JSON strings: bytes that are not UTF-8 are shown as U+FFFD,
         // so two such names can look alike, and a --scope glob sees that spelling.
@@ -175,6 +183,9 @@ pub struct Ledger {
     /// that reads its config ([`GitRepo::discover_in`]): said with the changes of the
     /// plain walk used instead.
     stopped: Option<String>,
+    /// When the "before" began, by the coarse clock file times come from (see
+    /// [`super::ignored`]): what changed under ignored paths since is the run's.
+    started_ns: i128,
 }
 
 enum Before {
@@ -302,6 +313,7 @@ impl Ledger {
     }
 
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
+        let started_ns = super::ignored::coarse_now_ns();
         let own: Vec<String> = state_dir
             .and_then(|state| inside(workspace, state))
             .into_iter()
@@ -341,6 +353,7 @@ impl Ledger {
             before,
             own,
             stopped,
+            started_ns,
         }
     }
 
@@ -443,6 +456,23 @@ impl Ledger {
         diff: bool,
         exclude: &[String],
     ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+        self.compare(diff, exclude, true)
+    }
+
+    /// [`Ledger::changes`] without the walk of the ignored paths (`ignored` stays `None`):
+    /// for a look at the project's content alone, such as the weak-model fallback's
+    /// trigger, which need not pay for that walk (see BENCHMARKS.md, round twenty).
+    pub fn content_changes(&self, exclude: &[String]) -> Result<Changes, LedgerError> {
+        self.compare(false, exclude, false)
+            .map(|(changes, _)| changes)
+    }
+
+    fn compare(
+        &self,
+        diff: bool,
+        exclude: &[String],
+        with_ignored: bool,
+    ) -> Result<(Changes, Option<DiffText>), LedgerError> {
         let with_own;
         let exclude = if self.own.is_empty() {
             exclude
@@ -455,7 +485,14 @@ impl Ledger {
                 repo,
                 tree,
                 unknown,
-            } => git_changes(repo, tree, unknown, diff, exclude),
+            } => git_changes(
+                repo,
+                tree,
+                unknown,
+                diff,
+                exclude,
+                with_ignored.then_some((&self.workspace, self.started_ns)),
+            ),
             Before::Plain {
                 scan,
                 key,
@@ -488,7 +525,123 @@ fn git_changes(
     unknown: &std::collections::BTreeSet<Vec<u8>>,
     want_diff: bool,
     exclude: &[String],
+    ignored_since: Option<(&Path, i128)>,
 ) -> Result<(Changes, Option<DiffText>), LedgerError> {
+    // The after snapshot and every diff of it share one CPU budget.
+    let _cpu = super::git::SharedCpuBudget::start();
+    let after_snapshot = repo
+        .snapshot_excluding(exclude)
+        .map_err(|e| LedgerError(e.to_string()))?;
+    crate::phases::mark("ledger.after_snapshot");
+    // Taken once the agent's tree is gone: the next run starts from it, not from the
+    // user's index, which the agent may have written.
+    repo.keep_index();
+    crate::phases::mark("ledger.index_kept");
+    // What changed under ignored paths is walked meanwhile (see [`super::ignored`]).
+    let (all, (ignored, ignored_warning)) = std::thread::scope(|s| {
+        let walk = std::thread::Builder::new()
+            .name("ledger-ignored".into())
+            .spawn_scoped(s, || {
+                ignored_since.map_or((None, None), |since| {
+                    ignored_changes(repo, &after_snapshot, since, exclude)
+                })
+            });
+        let all = compare_parts(
+            repo,
+            before_snapshot,
+            &after_snapshot,
+            unknown,
+            want_diff,
+            exclude,
+        );
+        let ignored = match walk {
+            Ok(walk) => walk.join().unwrap_or_else(|_| {
+                (
+                    None,
+                    Some("the walk of the ignored paths failed".to_owned()),
+                )
+            }),
+            Err(_) => ignored_since.map_or((None, None), |since| {
+                ignored_changes(repo, &after_snapshot, since, exclude)
+            }),
+        };
+        (all, ignored)
+    });
+    let all = all?;
+    let mut warnings = all.warnings;
+    if !all.untrusted.is_empty() {
+        warnings.push(untrusted_warning(&all.untrusted));
+    }
+    warnings.extend(ignored_warning);
+    let skipped = before_snapshot
+        .nested_skipped
+        .max(after_snapshot.nested_skipped);
+    if skipped > 0 {
+        warnings.push(format!(
+            "{skipped} repositories nested in the workspace were not looked into (more \
+             than {}, or not a directory of the workspace itself): edits inside them are \
+             not in `changes`",
+            super::git::MAX_NESTED
+        ));
+    }
+    let mut changes = Changes::from_list(merge_sides(all.list), false);
+    changes.warnings.splice(0..0, warnings);
+    changes.unseen = skipped > 0;
+    changes.ignored = ignored;
+    let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
+    Ok((changes, diff))
+}
+
+/// What changed under the ignored paths of the workspace and of each nested part of
+/// `after` since `started_ns` (see [`super::ignored`]): `None` when nothing did; a
+/// warning when they could not be listed, or the walk was cut.
+fn ignored_changes(
+    repo: &GitRepo,
+    after: &Snapshot,
+    (workspace, started_ns): (&Path, i128),
+    exclude: &[String],
+) -> (Option<IgnoredChanges>, Option<String>) {
+    let mut roots = Vec::new();
+    let parts = std::iter::once(&b""[..]).chain(after.nested.iter().map(|p| p.path.as_slice()));
+    for part in parts {
+        match repo.ignored(part) {
+            Ok(found) => roots.extend(found),
+            Err(e) => {
+                return (
+                    None,
+                    Some(format!(
+                        "cannot list the workspace's ignored paths ({e}): what changed under \
+                         them is not reported"
+                    )),
+                );
+            }
+        }
+    }
+    crate::phases::mark("ledger.ignored_listed");
+    let found = super::ignored::changed_since(workspace, &roots, started_ns, exclude);
+    crate::phases::mark("ledger.ignored_walked");
+    let warning = found.truncated.then(|| {
+        format!(
+            "the walk of the workspace's ignored paths stopped at its cap ({} entries or {} \
+             s): `changes.ignored` may miss some",
+            super::ignored::MAX_ENTRIES,
+            super::ignored::DEADLINE.as_secs()
+        )
+    });
+    let none = found.count == 0 && !found.truncated;
+    ((!none).then_some(found), warning)
+}
+
+/// The workspace, then each nested repository (see [`super::git::Part`]), compared part
+/// by part; a part on one side only is compared with the empty tree.
+fn compare_parts(
+    repo: &GitRepo,
+    before_snapshot: &Snapshot,
+    after_snapshot: &Snapshot,
+    unknown: &std::collections::BTreeSet<Vec<u8>>,
+    want_diff: bool,
+    exclude: &[String],
+) -> Result<PartChanges, LedgerError> {
     /// One side of part `part` (`""`: the workspace), if the snapshot has it.
     fn view<'a>(snapshot: &'a Snapshot, part: &[u8]) -> Option<(&'a str, &'a [Entry])> {
         if part.is_empty() {
@@ -500,18 +653,6 @@ fn git_changes(
             .find(|p| p.path == part)
             .map(|p| (p.tree.as_str(), p.entries.as_slice()))
     }
-    // The after snapshot and every diff of it share one CPU budget.
-    let _cpu = super::git::SharedCpuBudget::start();
-    let after_snapshot = repo
-        .snapshot_excluding(exclude)
-        .map_err(|e| LedgerError(e.to_string()))?;
-    crate::phases::mark("ledger.after_snapshot");
-    // Taken once the agent's tree is gone: the next run starts from it, not from the
-    // user's index, which the agent may have written.
-    repo.keep_index();
-    crate::phases::mark("ledger.index_kept");
-    // The workspace, then each nested repository (see [`super::git::Part`]), compared
-    // part by part; a part on one side only is compared with the empty tree.
     let empty = repo.empty_tree();
     let mut parts: std::collections::BTreeSet<&[u8]> = std::collections::BTreeSet::new();
     parts.insert(b"");
@@ -522,7 +663,7 @@ fn git_changes(
     for part in parts {
         let absent: (&str, &[Entry]) = (&empty, &[]);
         let before = view(before_snapshot, part).unwrap_or(absent);
-        let after = view(&after_snapshot, part).unwrap_or(absent);
+        let after = view(after_snapshot, part).unwrap_or(absent);
         let exclude_here: Vec<String> = exclude
             .iter()
             .filter_map(|x| super::git::below(part, x.as_bytes()))
@@ -547,26 +688,7 @@ fn git_changes(
         all.kept.extend(found.kept);
         all.total += found.total;
     }
-    let mut warnings = all.warnings;
-    if !all.untrusted.is_empty() {
-        warnings.push(untrusted_warning(&all.untrusted));
-    }
-    let skipped = before_snapshot
-        .nested_skipped
-        .max(after_snapshot.nested_skipped);
-    if skipped > 0 {
-        warnings.push(format!(
-            "{skipped} repositories nested in the workspace were not looked into (more \
-             than {}, or not a directory of the workspace itself): edits inside them are \
-             not in `changes`",
-            super::git::MAX_NESTED
-        ));
-    }
-    let mut changes = Changes::from_list(merge_sides(all.list), false);
-    changes.warnings.splice(0..0, warnings);
-    changes.unseen = skipped > 0;
-    let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
-    Ok((changes, diff))
+    Ok(all)
 }
 
 /// One part of a git ledger's comparison: its path (`""`: the workspace) and each side's

@@ -16,6 +16,7 @@
 pub mod fs;
 pub mod git;
 pub mod git_index;
+pub mod ignored;
 pub mod ledger;
 pub mod mountinfo;
 pub mod scan;

@@ -1218,7 +1218,10 @@ fn unescape_octal(field: &[u8]) -> Vec<u8> {
 }
 
 /// The directory `name` in the one open as `parent`, opened without following a symlink.
-fn open_dir_at(parent: std::os::fd::BorrowedFd<'_>, name: &[u8]) -> Option<std::os::fd::OwnedFd> {
+pub(crate) fn open_dir_at(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &[u8],
+) -> Option<std::os::fd::OwnedFd> {
     use nix::fcntl::OFlag;
     nix::fcntl::openat(
         parent,
@@ -1240,7 +1243,7 @@ fn reopen_dir(root: &Path, rel: &[u8], ident: Option<(u64, u64)>) -> Option<std:
     (st.st_dev, st.st_ino).eq(&ident).then_some(dir)
 }
 
-fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
+pub(crate) fn open_dir(path: &Path) -> Option<std::os::fd::OwnedFd> {
     use nix::fcntl::OFlag;
     nix::fcntl::open(
         path,

@@ -111,6 +111,11 @@ pub struct Verification {
     pub verdict: VerdictKind,
     /// Repair turns used.
     pub repair_turns: u32,
+    /// With a verdict `passed` or `fixed`: entries changed under ignored paths during the
+    /// run (`changes.ignored.count`), which the check may have run (DESIGN §8). Absent
+    /// when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ignored_changes: Option<u64>,
 }
 
 impl Verification {
@@ -365,6 +370,7 @@ mod tests {
             final_check: Some(failed),
             verdict: VerdictKind::StillFailing,
             repair_turns: 0,
+            ignored_changes: None,
         };
         verification.redact(&Secrets::default());
         let tail = &verification.final_check.as_ref().unwrap().tail;

@@ -224,6 +224,22 @@ pub fn changes(env: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `(path, status)` of every entry `changes.ignored` lists (empty when it is absent).
+pub fn ignored(env: &Value) -> Vec<(String, String)> {
+    env["changes"]["ignored"]["paths"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap_or_default().to_owned(),
+                c["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// The envelope's `result` (`""` when it has none).
 pub fn result(env: &Value) -> &str {
     env["result"].as_str().unwrap_or_default()
