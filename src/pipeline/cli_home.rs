@@ -285,6 +285,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// A new home in the state directory `state` itself, without a login to copy.
+    fn fresh(state: &Path, ws: &Path) -> CliHome {
+        CliHome::create(state, &Scratch::at(state), &state.join("none"), ws, None).unwrap()
+    }
+
     #[test]
     fn a_fresh_dir_holds_the_template_and_the_login_only() {
         let state = tempfile::tempdir().unwrap();
@@ -322,14 +327,7 @@ mod tests {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let state = tempfile::tempdir().unwrap();
         let ws = Path::new("/w/ws");
-        let home = CliHome::create(
-            state.path(),
-            &Scratch::at(state.path()),
-            &state.path().join("none"),
-            ws,
-            None,
-        )
-        .unwrap();
+        let home = fresh(state.path(), ws);
         // As the CLI makes them: directories and files with the modes it asks for, under
         // the usual umask.
         let memory = home.path().join("projects/-w-ws/memory");
@@ -388,14 +386,7 @@ mod tests {
         let store = SessionStore::new(state.path());
         let ws = Path::new("/w/ws");
         let (id, other) = (Uuid::new_v4(), Uuid::new_v4());
-        let first = CliHome::create(
-            state.path(),
-            &Scratch::at(state.path()),
-            &state.path().join("none"),
-            ws,
-            None,
-        )
-        .unwrap();
+        let first = fresh(state.path(), ws);
         let project = first.path().join("projects").join(project_dir_name(ws));
         std::fs::create_dir_all(&project).unwrap();
         std::fs::write(project.join(format!("{id}.jsonl")), "turn 1\n").unwrap();
@@ -429,14 +420,7 @@ mod tests {
         let store = SessionStore::new(state.path());
         let ws = Path::new("/w/ws");
         let id = Uuid::new_v4();
-        let home = CliHome::create(
-            state.path(),
-            &Scratch::at(state.path()),
-            &state.path().join("none"),
-            ws,
-            None,
-        )
-        .unwrap();
+        let home = fresh(state.path(), ws);
         let project = home.path().join("projects").join(project_dir_name(ws));
         std::fs::create_dir_all(&project).unwrap();
         let secret = state.path().join("secret");
@@ -462,22 +446,8 @@ mod tests {
             )
             .unwrap()
         };
-        let first = CliHome::create(
-            state.path(),
-            &Scratch::at(state.path()),
-            &state.path().join("none"),
-            Path::new("/w"),
-            None,
-        )
-        .unwrap();
-        let second = CliHome::create(
-            state.path(),
-            &Scratch::at(state.path()),
-            &state.path().join("none"),
-            Path::new("/w"),
-            None,
-        )
-        .unwrap();
+        let first = fresh(state.path(), Path::new("/w"));
+        let second = fresh(state.path(), Path::new("/w"));
         let (a, b) = (read(&first), read(&second));
         assert_eq!(a["hasCompletedOnboarding"], true);
         assert_eq!(a["migrationVersion"], MIGRATION_VERSION);
