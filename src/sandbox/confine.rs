@@ -637,7 +637,9 @@ fn mount_in_private_shm(shm: &Path, roots: Vec<ClonedRoot<'_>>) -> Result<(), Sa
             continue;
         };
         let top = shm.join(top);
-        if !skeletons.contains(&top) {
+        // A root right below `/dev/shm` is a mount point itself once mounted: no skeleton.
+        let alone = below.components().count() == 1;
+        if !alone && !skeletons.contains(&top) {
             fs::create_dir(&top)
                 .map_err(|e| SandboxError::io(format!("create {}", top.display()), e))?;
             nix::mount::mount(

@@ -587,6 +587,7 @@ impl Policy {
         let mut config_in_writable_parent = false;
         if let Some(parent) = config_dir.parent()
             && !is_broad(parent, home.as_deref())
+            && parent != Path::new(PRIVATE_SHM)
             && holds_only(parent, &config_dir)
         {
             grants.add_own(parent, Access::Write)?;
@@ -1341,7 +1342,7 @@ impl Grants {
 
     fn add_checked(&mut self, path: &Path, access: Access, shm: bool) -> Result<(), SandboxError> {
         let canonical = resolve_with_aliases(path, &mut self.aliases)?;
-        if shm || access != Access::Write {
+        if shm || access != Access::Write || canonical == Path::new(PRIVATE_SHM) {
             refuse_private_shm(&canonical)?;
         }
         let meta = fs::metadata(&canonical)
