@@ -129,6 +129,9 @@ impl CliHome {
             path: path.to_path_buf(),
             source: e,
         };
+        // The state directory is made (or made owner-only again) here too, wherever the
+        // home goes: the session's records follow in it.
+        session::private_dir(state_dir).map_err(|e| create(state_dir, e))?;
         session::private_dir(scratch.root()).map_err(|e| create(scratch.root(), e))?;
         session::private_dir(&base).map_err(|e| create(&base, e))?;
         for place in scratch::places(state_dir) {
