@@ -89,8 +89,8 @@ fn a_glm_run_gives_the_child_the_presets_environment_and_nothing_else() {
 
 #[test]
 fn claude_state_goes_to_a_fresh_per_run_directory_not_the_users() {
-    // coder's state directory is chosen up front so that the test knows where per-run
-    // config dirs are made: `<state>/cli-runs/<pid>-<id>/claude`, removed after the run.
+    // Per-run config dirs are made in coder's scratch place (a tmpfs of the user's, else
+    // the state directory): `<scratch>/cli-runs/<pid>-<id>/claude`, removed after the run.
     let state = tempfile::tempdir().unwrap();
     let fake = Fake::new(json!([steps::init(), steps::result_ok("done")]));
     let out = coder(&fake)
@@ -101,8 +101,15 @@ fn claude_state_goes_to_a_fresh_per_run_directory_not_the_users() {
     out.assert_success("done");
     let env = fake.record().env();
     let dir = PathBuf::from(&env["CLAUDE_CONFIG_DIR"]);
+    let scratch = dir.ancestors().nth(3).unwrap();
+    let own_places = [
+        state.path().to_path_buf(),
+        PathBuf::from(format!("/dev/shm/coder-{}", nix::unistd::geteuid())),
+    ];
     assert!(
-        dir.starts_with(state.path().join("cli-runs")) && dir.ends_with("claude"),
+        dir.ancestors().nth(2).unwrap().ends_with("cli-runs")
+            && dir.ends_with("claude")
+            && (own_places.iter().any(|p| p == scratch) || scratch.ends_with("coder")),
         "{dir:?}"
     );
     assert!(!dir.exists(), "the per-run dir outlived its run");

@@ -11,6 +11,7 @@ mod common;
 
 use common::Bounded;
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -195,13 +196,25 @@ fn write_edit_and_bash_change_the_workspace() {
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn resume_continues_the_same_session_with_its_history() {
     let scene = Scene::new("resume.json", 0);
-    let first = scene.coder().arg("first task: remember the word").run();
+    // The CLI's homes in a scratch directory of this test's own (`CODER_SCRATCH_DIR`): the
+    // default, `/dev/shm/coder-<uid>`, is shared with every other run on the machine.
+    let scratch = scene.fake.root().join("scratch");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&scratch)
+        .unwrap();
+    let first = scene
+        .coder()
+        .env("CODER_SCRATCH_DIR", &scratch)
+        .arg("first task: remember the word")
+        .run();
     assert_eq!(first.envelope["success"], true, "{}", first.explain());
     let session = first.session_id().unwrap().to_owned();
     // The cassette's second turn expects the first answer in the request's history; a
     // request without it gets a 400 naming the unmet expectation.
     let second = scene
         .coder()
+        .env("CODER_SCRATCH_DIR", &scratch)
         .args(["--session-id", &session, "second task: what was the word?"])
         .run();
     assert_eq!(second.envelope["success"], true, "{}", second.explain());
@@ -213,7 +226,9 @@ fn resume_continues_the_same_session_with_its_history() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&history).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "{}", history.display());
-    let left: Vec<_> = std::fs::read_dir(state.join("cli-runs")).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(scratch.join("cli-runs"))
+        .unwrap()
+        .collect();
     assert!(left.is_empty(), "per-run config dirs left: {left:?}");
     assert_no_process_in(scene.workspace());
 }

@@ -509,7 +509,8 @@ fn a_run_directory_the_agent_made_unreadable_is_still_removed() {
     common::require_root_and_user_namespaces();
     let name = "unreadable run dir";
     let payload = "mkdir -p \"$TMPDIR/x/y\" \"$CLAUDE_CONFIG_DIR/q/r\" && \
-                   chmod 000 \"$TMPDIR/x\" \"$CLAUDE_CONFIG_DIR/q\" && echo LOCKED";
+                   chmod 000 \"$TMPDIR/x\" \"$CLAUDE_CONFIG_DIR/q\" && echo LOCKED && \
+                   echo \"HOME=$CLAUDE_CONFIG_DIR\"";
     for owner in [None, Some(NOBODY)] {
         let tree = Tree::new(owner);
         let env = tree.run(&[], payload);
@@ -521,13 +522,23 @@ fn a_run_directory_the_agent_made_unreadable_is_still_removed() {
             "{}: the payload did not run: {env}",
             who(owner)
         );
-        let left: Vec<String> = ["state/sandbox", "state/cli-runs"]
+        // The CLI's home may be on a tmpfs shared with other runs (`/dev/shm/coder-<uid>`):
+        // this run's own, by the name it reported.
+        let result = env["result"].as_str().unwrap_or_default();
+        let home = result.split("HOME=").nth(1).unwrap_or_default();
+        let home = Path::new(home.split_whitespace().next().unwrap_or_default());
+        let mut left: Vec<String> = ["state/sandbox", "state/cli-runs"]
             .iter()
             .flat_map(|d| std::fs::read_dir(tree.root.join(d)).into_iter().flatten())
             .flatten()
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .map(|e| e.path().display().to_string())
             .collect();
+        let run_home = home.parent().unwrap_or(home);
+        assert!(run_home.is_absolute(), "no home reported: {env}");
+        if run_home.exists() {
+            left.push(run_home.display().to_string());
+        }
         if KNOWN_OPEN.contains(&name) {
             assert!(!left.is_empty(), "{}: now blocked", who(owner));
         } else {

@@ -605,16 +605,22 @@ fn everything_coder_keeps_is_owner_only() {
         files += usize::from(path.is_file());
     }
     assert!(files >= 2, "{:?}", listing(state.path()));
-    // The last run's own directories left by coder's trash (one rename each), for a later
-    // run to remove: the agent's $TMPDIR with what it made there, and the CLI's config
-    // dir. What the agent and the CLI made is owner-only too (checked above).
+    // The last run's sandbox directory left by coder's trash (one rename), for a later run
+    // to remove: the agent's $TMPDIR with what it made there, owner-only too (checked
+    // above). The CLI's config dir is on a tmpfs of the user's (`config::scratch`), removed
+    // in place; where there is none it goes the same way as the run directory.
     let trashed = listing(state.path());
-    for made in ["tmp/t/made.txt", "claude/projects/x/SESSION.jsonl"] {
-        assert!(
-            trashed
-                .iter()
-                .any(|p| p.starts_with("trash/") && p.ends_with(made)),
-            "{made}: {trashed:?}"
-        );
-    }
+    assert!(
+        trashed
+            .iter()
+            .any(|p| p.starts_with("trash/") && p.ends_with("tmp/t/made.txt")),
+        "{trashed:?}"
+    );
+    let session = "claude/projects/x/SESSION.jsonl";
+    assert!(
+        trashed
+            .iter()
+            .all(|p| !p.ends_with(session) || p.starts_with("trash/")),
+        "the CLI's config dir outlived its run: {trashed:?}"
+    );
 }

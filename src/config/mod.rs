@@ -17,6 +17,7 @@ mod file;
 mod preset;
 mod resolve;
 pub mod run_dirs;
+pub mod scratch;
 pub mod state_file;
 mod url;
 

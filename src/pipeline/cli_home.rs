@@ -18,7 +18,12 @@
 //!
 //! After each attempt the session's history is copied back into the store (only it), and
 //! the whole dir is removed when the run ends. Dirs of runs whose coder died are removed
-//! by the next run.
+//! by the next run, in every scratch place this user has (`config::scratch`).
+//!
+//! The dir lives in the run's scratch place (`config::scratch`): a tmpfs of this user's
+//! when there is one (`$XDG_RUNTIME_DIR/coder`, `/dev/shm/coder-<uid>`), else coder's state
+//! directory. Its files are made new every run, and on a journal-less ext4 each new inode
+//! costs 0.2 to 0.4 ms under churn (BENCHMARKS.md, round twenty).
 
 use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
@@ -28,6 +33,7 @@ use uuid::Uuid;
 
 use super::session::{self, SessionError, SessionStore};
 use crate::config::run_dirs::{self, RunLock};
+use crate::config::scratch::{self, Scratch};
 
 /// The built-in plugins whose usage counters the CLI (2.1.330) adds to a new `.claude.json`.
 const BUILTIN_PLUGINS: [&str; 3] = [
@@ -78,11 +84,16 @@ fn template_claude_json(now: std::time::SystemTime) -> String {
 /// A run's CLI config dir, removed on drop.
 #[derive(Debug)]
 pub struct CliHome {
-    /// `<state>/cli-runs/<pid>-<uuid>`: holds only `claude` (and the CLI's `claude.lock`).
+    /// `<scratch>/cli-runs/<pid>-<uuid>`: holds only `claude` (and the CLI's `claude.lock`).
     root: PathBuf,
     dir: PathBuf,
-    /// coder's state directory, whose trash `root` goes to (see [`Drop`]).
-    state_dir: PathBuf,
+    /// coder's state directory, whose trash `root` goes to, when `root` lies in it (see
+    /// [`Drop`]); on a tmpfs it is removed in place (a rename cannot cross file systems,
+    /// and a removal there costs microseconds).
+    trash_in: Option<PathBuf>,
+    /// Why a scratch place was passed over (another user's, a symlink), for the run's
+    /// warnings.
+    notes: Vec<String>,
     /// The CLI's project directory name for the workspace.
     project: String,
     /// Held while the run lives, so that no coder prunes `root` meanwhile; dropped after
@@ -102,23 +113,30 @@ pub enum CliHomeError {
 }
 
 impl CliHome {
-    /// A fresh dir under `state_dir` for a run in `workspace`. `login_from` is the configured
-    /// claude dir (its `.credentials.json` is copied; for a resume, the legacy place of the
-    /// session's history). `resume` names the session whose history is copied in.
+    /// A fresh dir in `scratch` for a run in `workspace`, with coder's state directory
+    /// `state_dir`. `login_from` is the configured claude dir (its `.credentials.json` is
+    /// copied; for a resume, the legacy place of the session's history). `resume` names
+    /// the session whose history is copied in.
     pub fn create(
         state_dir: &Path,
+        scratch: &Scratch,
         login_from: &Path,
         workspace: &Path,
         resume: Option<(Uuid, &SessionStore)>,
     ) -> Result<CliHome, CliHomeError> {
-        let base = state_dir.join(run_dirs::CLI_RUNS_DIR);
+        let base = scratch.cli_runs();
         let create = |path: &Path, e: std::io::Error| CliHomeError::Create {
             path: path.to_path_buf(),
             source: e,
         };
+        // The state directory is made (or made owner-only again) here too, wherever the
+        // home goes: the session's records follow in it.
         session::private_dir(state_dir).map_err(|e| create(state_dir, e))?;
+        session::private_dir(scratch.root()).map_err(|e| create(scratch.root(), e))?;
         session::private_dir(&base).map_err(|e| create(&base, e))?;
-        run_dirs::prune_dead_run_dirs(&base);
+        for place in scratch::places(state_dir) {
+            run_dirs::prune_dead_run_dirs(&place.join(run_dirs::CLI_RUNS_DIR));
+        }
         let root = base.join(format!(
             "{}-{}",
             std::process::id(),
@@ -133,7 +151,8 @@ impl CliHome {
         let home = CliHome {
             root,
             dir,
-            state_dir: state_dir.to_path_buf(),
+            trash_in: (scratch.root() == state_dir).then(|| state_dir.to_path_buf()),
+            notes: scratch.notes().to_vec(),
             project: project_dir_name(workspace),
             _lock: lock,
         };
@@ -163,6 +182,7 @@ impl CliHome {
         };
         CliHome::create(
             state_dir,
+            &Scratch::choose(state_dir),
             &backend.claude_config_dir().path,
             &request.workspace,
             resume,
@@ -171,6 +191,12 @@ impl CliHome {
 
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// Why a scratch place was passed over for this dir (another user's directory, a
+    /// symlink), one sentence each: the run's warnings.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Points the child's environment at this dir.
@@ -232,11 +258,15 @@ impl CliHome {
 impl Drop for CliHome {
     /// The login's copy goes at once; the rest (what the CLI wrote: a dozen directories,
     /// each `rmdir` milliseconds on a loaded ext4) is moved into coder's trash by one
-    /// rename when all of it is owner-only, for a later run to remove
-    /// (`sandbox::trash`), or else removed here.
+    /// rename when all of it is owner-only and it lies in the state directory, for a later
+    /// run to remove (`sandbox::trash`), or else removed here (on a tmpfs: microseconds).
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.dir.join(".credentials.json"));
-        if !crate::sandbox::discard_own(&self.state_dir, &self.root) {
+        let moved = self
+            .trash_in
+            .as_deref()
+            .is_some_and(|state| crate::sandbox::discard_own(state, &self.root));
+        if !moved {
             run_dirs::remove_tree(&self.root);
         }
     }
@@ -258,6 +288,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// A new home in the state directory `state` itself, without a login to copy.
+    fn fresh(state: &Path, ws: &Path) -> CliHome {
+        CliHome::create(state, &Scratch::at(state), &state.join("none"), ws, None).unwrap()
+    }
+
     #[test]
     fn a_fresh_dir_holds_the_template_and_the_login_only() {
         let state = tempfile::tempdir().unwrap();
@@ -265,7 +300,14 @@ mod tests {
         std::fs::create_dir_all(legacy.join("agents")).unwrap();
         std::fs::write(legacy.join("settings.json"), "{\"hooks\":{}}").unwrap();
         std::fs::write(legacy.join(".credentials.json"), "{\"login\":1}").unwrap();
-        let home = CliHome::create(state.path(), &legacy, Path::new("/w/ws_1"), None).unwrap();
+        let home = CliHome::create(
+            state.path(),
+            &Scratch::at(state.path()),
+            &legacy,
+            Path::new("/w/ws_1"),
+            None,
+        )
+        .unwrap();
         let mut names: Vec<String> = std::fs::read_dir(home.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -288,7 +330,7 @@ mod tests {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let state = tempfile::tempdir().unwrap();
         let ws = Path::new("/w/ws");
-        let home = CliHome::create(state.path(), &state.path().join("none"), ws, None).unwrap();
+        let home = fresh(state.path(), ws);
         // As the CLI makes them: directories and files with the modes it asks for, under
         // the usual umask.
         let memory = home.path().join("projects/-w-ws/memory");
@@ -319,12 +361,35 @@ mod tests {
     }
 
     #[test]
+    fn a_home_on_another_file_system_is_removed_in_place_not_renamed_into_the_trash() {
+        // The state directory on disk, the scratch on a tmpfs: a rename between them
+        // fails with EXDEV, so the home is removed where it is.
+        let state = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/target")).unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let scratch = Scratch::at(shm.path());
+        let ws = Path::new("/w/ws");
+        let home =
+            CliHome::create(state.path(), &scratch, &state.path().join("none"), ws, None).unwrap();
+        assert!(home.path().starts_with(shm.path().join("cli-runs")));
+        std::fs::create_dir_all(home.path().join("projects/-w-ws")).unwrap();
+        let root = home.root.clone();
+        drop(home);
+        assert!(!root.exists(), "the home stayed on the tmpfs");
+        assert!(!state.path().join("trash").exists(), "a trash was made");
+        assert!(
+            !crate::sandbox::discard_own(state.path(), shm.path()),
+            "a rename across file systems was taken for done"
+        );
+        assert!(shm.path().is_dir());
+    }
+
+    #[test]
     fn history_goes_to_the_store_and_back_into_the_next_run_only_for_its_session() {
         let state = tempfile::tempdir().unwrap();
         let store = SessionStore::new(state.path());
         let ws = Path::new("/w/ws");
         let (id, other) = (Uuid::new_v4(), Uuid::new_v4());
-        let first = CliHome::create(state.path(), &state.path().join("none"), ws, None).unwrap();
+        let first = fresh(state.path(), ws);
         let project = first.path().join("projects").join(project_dir_name(ws));
         std::fs::create_dir_all(&project).unwrap();
         std::fs::write(project.join(format!("{id}.jsonl")), "turn 1\n").unwrap();
@@ -334,6 +399,7 @@ mod tests {
 
         let second = CliHome::create(
             state.path(),
+            &Scratch::at(state.path()),
             &state.path().join("none"),
             ws,
             Some((id, &store)),
@@ -357,7 +423,7 @@ mod tests {
         let store = SessionStore::new(state.path());
         let ws = Path::new("/w/ws");
         let id = Uuid::new_v4();
-        let home = CliHome::create(state.path(), &state.path().join("none"), ws, None).unwrap();
+        let home = fresh(state.path(), ws);
         let project = home.path().join("projects").join(project_dir_name(ws));
         std::fs::create_dir_all(&project).unwrap();
         let secret = state.path().join("secret");
@@ -383,20 +449,8 @@ mod tests {
             )
             .unwrap()
         };
-        let first = CliHome::create(
-            state.path(),
-            &state.path().join("none"),
-            Path::new("/w"),
-            None,
-        )
-        .unwrap();
-        let second = CliHome::create(
-            state.path(),
-            &state.path().join("none"),
-            Path::new("/w"),
-            None,
-        )
-        .unwrap();
+        let first = fresh(state.path(), Path::new("/w"));
+        let second = fresh(state.path(), Path::new("/w"));
         let (a, b) = (read(&first), read(&second));
         assert_eq!(a["hasCompletedOnboarding"], true);
         assert_eq!(a["migrationVersion"], MIGRATION_VERSION);

@@ -850,6 +850,7 @@ impl PreparedRun {
         let cli_home = CliHome::for_run(request, &backend, state_dir, &store)
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
         cli_home.apply_env(&mut child_base_env);
+        run.warnings.extend(cli_home.notes().iter().cloned());
         crate::phases::mark("cli_home.done");
 
         // A confined child starts through the helper. Started now, its own start overlaps

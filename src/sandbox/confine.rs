@@ -491,6 +491,11 @@ fn build_private_root(
             .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
     };
 
+    // Roots in `/dev/shm` (the run's CLI home in coder's scratch there) go onto the
+    // agent's private tmpfs once it is mounted, below.
+    let (in_shm, clones): (Vec<_>, Vec<_>) = clones
+        .into_iter()
+        .partition(|(path, ..)| path.starts_with(PRIVATE_SHM));
     for (path, is_dir, identity, tree) in &clones {
         let point = inside(path);
         // A nested root's place exists in the (read-only) clone it lies in; anything else
@@ -556,6 +561,7 @@ fn build_private_root(
         Some("mode=1777"),
     )
     .map_err(|e| SandboxError::sys("mount tmpfs", shm.display(), e))?;
+    mount_in_private_shm(&shm, in_shm)?;
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -608,6 +614,76 @@ fn build_private_root(
             .map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
     }
     Ok((masks, host_masks))
+}
+
+/// A granted root cloned for the private root: its path, whether it is a directory, the
+/// (device, inode) its place must have when it is nested in another root, the clone.
+type ClonedRoot<'a> = (&'a Path, bool, Option<(u64, u64)>, OwnedFd);
+
+/// Mounts the granted roots that lie in `/dev/shm` (coder's own scratch: the run's CLI
+/// home, `/dev/shm/coder-<uid>/cli-runs/<pid>-<id>`) in the agent's private tmpfs mounted
+/// at `shm`, each on a skeleton of its own: a small tmpfs at the root's first directory
+/// below `/dev/shm`, holding only the directories down to the root, made read-only once
+/// the root is mounted. The agent may create and rename anything in its private tmpfs,
+/// but not the skeleton: its top is a mount point (`EBUSY`) and the rest a read-only file
+/// system, so the path to the CLI's home, which the CLI reads its settings and hooks by,
+/// stays the one coder made; nothing else of coder's scratch (other runs' homes) exists
+/// there.
+fn mount_in_private_shm(shm: &Path, roots: Vec<ClonedRoot<'_>>) -> Result<(), SandboxError> {
+    let mut skeletons: Vec<PathBuf> = Vec::new();
+    for (path, is_dir, _, tree) in roots {
+        let below = path.strip_prefix(PRIVATE_SHM).unwrap_or(path);
+        let Some(top) = below.components().next() else {
+            continue;
+        };
+        let top = shm.join(top);
+        // A root right below `/dev/shm` is a mount point itself once mounted: no skeleton.
+        let alone = below.components().count() == 1;
+        if !alone && !skeletons.contains(&top) {
+            fs::create_dir(&top)
+                .map_err(|e| SandboxError::io(format!("create {}", top.display()), e))?;
+            nix::mount::mount(
+                Some("tmpfs"),
+                &top,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some("mode=0755,size=64k,nr_inodes=64"),
+            )
+            .map_err(|e| SandboxError::sys("mount tmpfs", top.display(), e))?;
+            skeletons.push(top);
+        }
+        let point = shm.join(below);
+        if let Some(parent) = point.parent() {
+            fs::create_dir_all(parent)
+                .map_err(|e| SandboxError::io(format!("create {}", parent.display()), e))?;
+        }
+        let made = if is_dir {
+            fs::create_dir(&point)
+        } else {
+            fs::File::create(&point).map(drop)
+        };
+        made.map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+        let target = sys::open_nofollow(&point)
+            .map_err(|e| SandboxError::sys("open", point.display(), e))?;
+        sys::move_mount(tree.as_fd(), target.as_fd())
+            .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
+    }
+    for top in skeletons {
+        nix::mount::mount(
+            None::<&str>,
+            &top,
+            None::<&str>,
+            MsFlags::MS_REMOUNT
+                | MsFlags::MS_BIND
+                | MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NODEV
+                | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .map_err(|e| SandboxError::sys("remount read-only", top.display(), e))?;
+    }
+    Ok(())
 }
 
 /// A detached mount of the plan file, refusing a path that no longer leads to the file

@@ -583,13 +583,14 @@ impl Policy {
         // Claude takes `<dir>.lock` beside its config dir when it refreshes an OAuth login,
         // so the parent is writable too, but only when it holds nothing else (coder's own
         // state, or the home directory, must stay out of reach).
-        grants.add(&config_dir, Access::Write)?;
+        grants.add_own(&config_dir, Access::Write)?;
         let mut config_in_writable_parent = false;
         if let Some(parent) = config_dir.parent()
             && !is_broad(parent, home.as_deref())
+            && parent != Path::new(PRIVATE_SHM)
             && holds_only(parent, &config_dir)
         {
-            grants.add(parent, Access::Write)?;
+            grants.add_own(parent, Access::Write)?;
             config_in_writable_parent = true;
         }
         grants.add(&run_dir.join("tmp"), Access::Write)?;
@@ -1328,8 +1329,22 @@ impl Grants {
     }
 
     fn add(&mut self, path: &Path, access: Access) -> Result<(), SandboxError> {
+        self.add_checked(path, access, true)
+    }
+
+    /// [`Grants::add`] for the run's own CLI config dir (and its parent), which may lie in
+    /// coder's scratch under `/dev/shm` (`config::scratch`): `confine` mounts it on a
+    /// read-only skeleton in the agent's private `/dev/shm`, and as a write grant it gives
+    /// nothing more beneath Landlock's rule for that tmpfs.
+    fn add_own(&mut self, path: &Path, access: Access) -> Result<(), SandboxError> {
+        self.add_checked(path, access, false)
+    }
+
+    fn add_checked(&mut self, path: &Path, access: Access, shm: bool) -> Result<(), SandboxError> {
         let canonical = resolve_with_aliases(path, &mut self.aliases)?;
-        refuse_private_shm(&canonical)?;
+        if shm || access != Access::Write || canonical == Path::new(PRIVATE_SHM) {
+            refuse_private_shm(&canonical)?;
+        }
         let meta = fs::metadata(&canonical)
             .map_err(|e| SandboxError::io(format!("grant {}", canonical.display()), e))?;
         let entry = self
@@ -1621,8 +1636,9 @@ pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
 }
 
 /// coder's own directories: the state directory (the placeholder locks and registry of
-/// [`super::lease`], transcripts, sessions, the store, the listings caches) and the runs
-/// directory (every run's private directory and its git-guard record). A grant the agent
+/// [`super::lease`], transcripts, sessions, the store, the listings caches), the runs
+/// directory (every run's private directory and its git-guard record) and the scratch
+/// places (`config::scratch`: every run's CLI home, with its login). A grant the agent
 /// may write that reaches one of them (holding it, inside it, or another path to the same
 /// directory), other than this run's own directories, is refused: the agent could remove
 /// the locks, so that another run's ending takes this run's masks with it, or hold them
@@ -1647,7 +1663,12 @@ fn refuse_reachable_coder_state(
 ) -> Result<(), SandboxError> {
     let lease_dir = PlaceholderLease::dir_in(own.state)?;
     let mounts = MountTable::read();
-    let coder_dirs = [own.state, runs_dir];
+    // The scratch places (`config::scratch`) hold other runs' CLI homes, with their logins.
+    let scratch = crate::config::scratch::places(own.state);
+    let coder_dirs: Vec<&Path> = [own.state, runs_dir]
+        .into_iter()
+        .chain(scratch.iter().map(PathBuf::as_path))
+        .collect();
     refuse_coder_dirs_reached(grants, Reach::Write, &mounts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
@@ -1666,9 +1687,11 @@ fn refuse_reachable_coder_state(
         own,
         &coder_dirs,
     )?;
-    let (cli_runs, worktrees) = (own.state.join(CLI_RUNS_DIR), own.state.join(WORKTREES_DIR));
-    let lock_dirs: Vec<&Path> = [lease_dir.as_path(), runs_dir, &cli_runs, &worktrees]
+    let cli_runs: Vec<PathBuf> = scratch.iter().map(|d| d.join(CLI_RUNS_DIR)).collect();
+    let worktrees = own.state.join(WORKTREES_DIR);
+    let lock_dirs: Vec<&Path> = [lease_dir.as_path(), runs_dir, &worktrees]
         .into_iter()
+        .chain(cli_runs.iter().map(PathBuf::as_path))
         .filter(|d| d.exists())
         .collect();
     refuse_coder_dirs_reached(&user_reads, Reach::UserRead, &mounts, own, &lock_dirs)
