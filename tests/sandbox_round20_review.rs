@@ -27,13 +27,22 @@
 //! * **`python3 tools/fmt`.** An interpreter given a directory runs its `__main__.py`
 //!   (`node`: `index.js`); the word named a directory, which the scan does not hold.
 //!
+//! * **A new top of the user's config.** git runs a config's commands at the top of the
+//!   work tree it is in, and the scan holds their scripts at the tops that exist when the
+//!   run starts. The agent made new ones: `sub/.git` a file reading `gitdir: ../.git` (or
+//!   a directory, or `sub` itself, of a `HEAD` and a `commondir` leading to the user's
+//!   `.git`), or its own `git worktree add wt`; each is a work tree (or a git dir) whose
+//!   config is the user's, and the user's `git fmt` in it ran the agent's
+//!   `sub/tools/fmt.sh`. The end-of-run guard left them: the pointers lead inside the
+//!   tree, to a git dir it knew. It moves them aside now.
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
 
@@ -211,4 +220,165 @@ fn the_main_file_of_a_directory_python_runs_is_not_the_agents_to_write() {
         "printf 'open(\"%s\", \"w\")\\n' \"$M\" >> tools/fmt/__main__.py; echo PLANTED",
         &["fmt"],
     );
+}
+
+/// The agent makes `sub/.git` a file reading `gitdir: ../.git`: `sub` becomes a work tree
+/// of the user's own repository, and git runs the user's config's commands at its top.
+/// The alias's `tools/fmt.sh`, held at the top the scan knew, is `sub/tools/fmt.sh`
+/// there, the agent's. The end-of-run guard left the pointer (it leads into the tree).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_new_git_file_to_the_users_git_dir_does_not_make_a_top_of_the_agents() {
+    held_file_attack(
+        "gitfile to the user's .git",
+        users_alias,
+        &format!(
+            "mkdir -p sub/tools && echo 'gitdir: ../.git' > sub/.git && \
+             {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/tools/fmt.sh; echo PLANTED"
+        ),
+        &["-C", "sub", "fmt"],
+    );
+}
+
+/// The same through a new `sub/.git` directory of a `HEAD` and a `commondir` leading to
+/// the user's `.git`: a git dir whose config is the user's, its work tree `sub`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_new_git_dir_sharing_the_users_common_dir_does_not_make_a_top_of_the_agents() {
+    held_file_attack(
+        "commondir to the user's .git",
+        users_alias,
+        &format!(
+            "mkdir -p sub/tools sub/.git && echo \"ref: $(git symbolic-ref HEAD)\" > sub/.git/HEAD && \
+             echo \"$PWD/.git\" > sub/.git/commondir && \
+             {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/tools/fmt.sh; echo PLANTED"
+        ),
+        &["-C", "sub", "fmt"],
+    );
+}
+
+/// The same through a new directory that is a git dir itself (`HEAD`, and a `commondir`
+/// leading to the user's `.git`): git takes it for a repository without a work tree and
+/// runs an alias there, in `sub`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_new_bare_git_dir_sharing_the_users_common_dir_does_not_run_the_agents_scripts() {
+    held_file_attack(
+        "bare dir with commondir",
+        users_alias,
+        &format!(
+            "mkdir -p sub/tools && echo \"ref: $(git symbolic-ref HEAD)\" > sub/HEAD && \
+             echo \"$PWD/.git\" > sub/commondir && \
+             {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/tools/fmt.sh; echo PLANTED"
+        ),
+        &["-C", "sub", "fmt"],
+    );
+}
+
+/// The agent's own `git worktree add wt`: a linked worktree of the user's repository,
+/// whose config (the common dir's) is the user's; its `tools/fmt.sh` is the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_worktree_the_agent_adds_is_not_a_top_of_the_users_config() {
+    held_file_attack(
+        "git worktree add",
+        users_alias,
+        &format!(
+            "git worktree add -q wt >/dev/null 2>&1; {SCRIPT_PAYLOAD} >> wt/tools/fmt.sh; \
+             echo PLANTED"
+        ),
+        &["-C", "wt", "fmt"],
+    );
+}
+
+/// The user's repository, committed, with `alias.fmt = !sh tools/fmt.sh`.
+fn users_alias(fx: &Fx, ws: &Path) {
+    own_script(fx, ws, "tools/fmt.sh");
+    fx.git(ws, &["config", "alias.fmt", "!sh tools/fmt.sh"]);
+    fx.git(ws, &["add", "-A"]);
+    fx.git(
+        ws,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+    );
+}
+
+/// `coder fs --base BASE list-folder` as the arm's user, with `HOME` set to `home` (or
+/// unset) and coder's state elsewhere: its exit code and what it printed.
+fn fs_list(nobody: bool, base: &Path, home: Option<&Path>, state: &Path) -> (i32, String) {
+    use common::Bounded;
+    let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+    cmd.args(["fs", "--base"])
+        .arg(base)
+        .args(["list-folder", r#"{"path":"."}"#])
+        .env_clear()
+        .env("PATH", sandbox_fixture::PATH)
+        .env("CODER_STATE_DIR", state)
+        .current_dir("/");
+    if let Some(home) = home {
+        cmd.env("HOME", home);
+    }
+    let out = cmd.output_bounded();
+    (
+        out.status.code().unwrap_or(-1),
+        sandbox_fixture::printed(&out),
+    )
+}
+
+/// The workspace tools refuse the home directory as their base, but compared `$HOME`'s
+/// path alone: a host that starts `coder mcp` without `HOME`, or with a `HOME` of its
+/// own, in the user's home, and a bind mount of the home directory, were served (every
+/// dotfile and key to read and rewrite). Root's arm covers all three (its entry's home is
+/// `/root`); uid 65534's, whose entry names no directory, the bind mount. Control: a
+/// project directory is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_workspace_tools_refuse_the_home_directory_by_any_name() {
+    for nobody in sandbox_fixture::arms() {
+        let (_keep, root) = sandbox_fixture::temp_root("coder-round20-fs-");
+        let (home, mount, project, state) = (
+            root.join("home"),
+            root.join("mnt"),
+            root.join("project"),
+            root.join("state"),
+        );
+        for dir in [&home, &mount, &project, &state] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        if nobody {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        let (rc, out) = fs_list(nobody, &project, Some(&home), &state);
+        assert_eq!(rc, 0, "control nobody={nobody}: a project is served: {out}");
+        sandbox_fixture::must_run(
+            std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(&home)
+                .arg(&mount),
+        );
+        let _umount = sandbox_fixture::Umount(mount.clone());
+        let mut refused = vec![(mount.clone(), Some(home.clone()), "a bind mount of HOME")];
+        if !nobody {
+            refused.push((PathBuf::from("/root"), None, "the user's home, HOME unset"));
+            refused.push((
+                PathBuf::from("/root"),
+                Some(project.clone()),
+                "the user's home, HOME elsewhere",
+            ));
+        }
+        for (base, home, what) in refused {
+            let (rc, out) = fs_list(nobody, &base, home.as_deref(), &state);
+            assert!(
+                rc == 1 && out.contains("C210") && out.contains("home directory"),
+                "nobody={nobody}: {what} was served: {out}"
+            );
+        }
+    }
 }
