@@ -35,6 +35,16 @@
 //!   config is the user's, and the user's `git fmt` in it ran the agent's
 //!   `sub/tools/fmt.sh`. The end-of-run guard left them: the pointers lead inside the
 //!   tree, to a git dir it knew. It moves them aside now.
+//! * **A stopped guard's record dropped unchecked.** A later run dropped a record whose
+//!   tree was not at its path ("removed since"): renamed away by another run's agent and
+//!   back, the tree's leftovers were then taken for the user's. Such a record stays now.
+//! * **The workspace tools' base by another name.** `coder fs`/`coder mcp` refused the
+//!   home directory by `$HOME`'s path alone: with `HOME` unset or elsewhere, or through a
+//!   bind mount, the user's home was served.
+//!
+//! Looked at and held, or left (SECURITY.md): a killed run's record still skips a tree
+//! that is gone; `.git` pointers made outside the guarded trees (`/tmp` with
+//! `--allow-tmp`) are not looked at.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -380,5 +390,59 @@ fn the_workspace_tools_refuse_the_home_directory_by_any_name() {
                 "nobody={nobody}: {what} was served: {out}"
             );
         }
+    }
+}
+
+/// What run 1's agent leaves beyond the guard's cap: a repository whose `core.fsmonitor`
+/// runs the payload (as `sandbox_gitguard`'s test of the stopped guard plants it).
+const PLANT_BEYOND_THE_CAP: &str =
+    "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && echo PLANTED";
+
+/// A stopped guard's record (`<state>/sandbox/guards-stopped/`) is checked again by every
+/// later run, and a record whose tree was not at its path was dropped unchecked ("a
+/// temporary workspace removed since"). The agent of another run with a grant over the
+/// workspace's parent (the test stands for it, renaming the tree) renamed the tree away
+/// while a run elsewhere started, and back: the record was gone, the next run in the tree
+/// took the stopped guard's leftovers for the user's, and the user's `git status` ran the
+/// agent's `core.fsmonitor`. As root and as uid 65534; control: the payload is armed
+/// between the runs (the hole the record exists to close).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_stopped_guards_record_outlives_its_tree_renamed_away() {
+    let open = KNOWN_OPEN.contains(&"stopped guard record");
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], PLANT_BEYOND_THE_CAP)
+                .env("M", fx.marker())
+                .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
+        );
+        assert!(
+            rc == 71 && out.contains("PLANTED"),
+            "nobody={nobody}: {out}"
+        );
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
+        std::fs::remove_file(fx.marker()).unwrap();
+        let away = fx.root().join("ws-away");
+        std::fs::rename(&ws, &away).unwrap();
+        let other = fx.root().join("other");
+        std::fs::create_dir(&other).unwrap();
+        fx.own_entry(&other);
+        let (rc, elsewhere) = sandbox_fixture::run_text(&mut fx.sandbox_in(
+            &other,
+            &["--mode", "workspace-write"],
+            "echo ELSEWHERE",
+        ));
+        assert_eq!(rc, 0, "nobody={nobody}: {elsewhere}");
+        std::fs::rename(&away, &ws).unwrap();
+        let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        let ran = fx.marker().exists();
+        assert_eq!(
+            ran, open,
+            "nobody={nobody}: the user's git ran the payload: {ran}\n{elsewhere}\n{second}"
+        );
     }
 }

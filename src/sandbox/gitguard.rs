@@ -364,16 +364,14 @@ impl PendingGuard {
 
     /// Guards the record's trees again, as a dead run's guard does (every directory
     /// listed: the run's scan listings are gone).
-    /// A tree no longer there holds nothing to check (a temporary workspace removed since).
-    fn guard_again(&self) -> GuardReport {
+    /// A tree no longer there holds nothing to check (a temporary workspace removed since),
+    /// unless `strict`, when it stops the check ([`finish_stopped_guards`]).
+    fn guard_again(&self, strict: bool) -> GuardReport {
         let known = self.known.iter().copied().collect();
         let roots: Vec<PathBuf> = self
             .roots
             .iter()
-            .filter(|r| {
-                !std::fs::symlink_metadata(r)
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-            })
+            .filter(|r| strict || !is_gone(r))
             .cloned()
             .collect();
         guard_trees(
@@ -477,7 +475,20 @@ pub(crate) fn finish_stopped_guards(
             continue;
         };
         let earlier = record.stopped.clone().unwrap_or_default();
-        let report = record.guard_again();
+        // A tree gone from its path is not checked, and its record stays: the agent of
+        // another run with a grant over its parent renamed it away while a later run
+        // looked, which dropped the record unchecked, and back, and the next run in it
+        // took what the stopped guard left for the user's (round twenty's review).
+        if let Some(gone) = record.roots.iter().find(|r| is_gone(r)) {
+            lines.push(format!(
+                "{STOPPED_PREFIX}its tree {} is gone; its record {} stays until the tree \
+                 is back and checked (remove the record if the tree was deleted)",
+                gone.display(),
+                dir.join(&name).display()
+            ));
+            continue;
+        }
+        let report = record.guard_again(true);
         if let Some(now) = report.incomplete {
             let overlaps = record
                 .roots
@@ -505,6 +516,11 @@ pub(crate) fn finish_stopped_guards(
         );
     }
     Ok(lines)
+}
+
+/// Whether nothing is at `path` (a missing directory on the way included).
+fn is_gone(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// `report`'s lines, each after `prefix`.
@@ -540,7 +556,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
             continue;
         };
         // The dead run's scan listings died with it: every directory is listed.
-        let report = record.guard_again();
+        let report = record.guard_again(false);
         if let Some(why) = &report.incomplete {
             // Stopped short: kept as a run's own stopped guard is, for
             // [`finish_stopped_guards`] to check again (and refuse the run meanwhile).
