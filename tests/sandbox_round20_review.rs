@@ -54,6 +54,8 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use common::Bounded;
+use common::review_tree::{Tree, who};
 use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
 
 /// Every fixture here: the user's repository on git's default branch.
@@ -64,8 +66,8 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open (none in this suite yet).
-const KNOWN_OPEN: &[&str] = &[];
+/// Attacks still open: [`a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config`].
+const KNOWN_OPEN: &[&str] = &["pointer in /tmp"];
 
 /// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
 /// shell writes it.
@@ -323,7 +325,6 @@ fn users_alias(fx: &Fx, ws: &Path) {
 /// `coder fs --base BASE list-folder` as the arm's user, with `HOME` set to `home` (or
 /// unset) and coder's state elsewhere: its exit code and what it printed.
 fn fs_list(nobody: bool, base: &Path, home: Option<&Path>, state: &Path) -> (i32, String) {
-    use common::Bounded;
     let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
     cmd.args(["fs", "--base"])
         .arg(base)
@@ -444,5 +445,58 @@ fn a_stopped_guards_record_outlives_its_tree_renamed_away() {
             ran, open,
             "nobody={nobody}: the user's git ran the payload: {ran}\n{elsewhere}\n{second}"
         );
+    }
+}
+
+/// With `--allow-tmp` the agent leaves `/tmp/x/.git` reading `gitdir: <workspace>/.git`
+/// beside its `/tmp/x/tools/fmt.sh`: a top of the user's config outside every tree the
+/// end-of-run guard walks, and the user's `git fmt` in `/tmp/x` runs the agent's script.
+/// Open (a ratchet): nothing looks in `/tmp` after a run (SECURITY.md, Known limits).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config() {
+    common::require_root_and_user_namespaces();
+    let open = KNOWN_OPEN.contains(&"pointer in /tmp");
+    for owner in sandbox_fixture::owners() {
+        let tree = Tree::repo(
+            "coder-round20-tmp-",
+            owner,
+            &[],
+            &[("README", "r\n")],
+            &[("alias.fmt", "!sh tools/fmt.sh")],
+        );
+        let away = tempfile::Builder::new()
+            .prefix("coder-round20-top-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let away = std::fs::canonicalize(away.keep()).unwrap();
+        std::fs::set_permissions(&away, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&away);
+        }
+        let marker = tree.root.join("marker");
+        let payload = format!(
+            "mkdir -p {a}/tools && echo 'gitdir: {ws}/.git' > {a}/.git && \
+             printf '#!/bin/sh\\ntouch {m}\\n' > {a}/tools/fmt.sh && echo PLANTED",
+            a = away.display(),
+            ws = tree.ws().display(),
+            m = marker.display()
+        );
+        let env = tree.run(&["--allow-tmp"], &payload);
+        assert!(
+            common::review_tree::result(&env).contains("PLANTED"),
+            "{}: the payload did not run: {env}",
+            who(owner)
+        );
+        let mut git = std::process::Command::new("git");
+        git.args(["fmt"])
+            .current_dir(&away)
+            .env("HOME", tree.root.join("home"))
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        sandbox_fixture::as_owner(&mut git, owner);
+        let out = git.output_bounded();
+        let ran = marker.exists();
+        let _ = std::fs::remove_dir_all(&away);
+        assert_eq!(ran, open, "{}: {out:?}", who(owner));
     }
 }
