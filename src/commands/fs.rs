@@ -103,10 +103,24 @@ fn refuse_unsafe_base(base: &Path) -> Result<(), FsError> {
     if let Some(reason) = crate::sandbox::workspace_refusal_here(&real) {
         return Err(bad(format!("base {}: {reason}", base.display())));
     }
+    for home in home_dirs() {
+        let reason = crate::sandbox::workspace_refusal(&real, Some(&home));
+        if reason.is_some() || holds_by_inode(&real, &home) {
+            return Err(bad(format!(
+                "base {}: is the home directory {} or one of its ancestors (by another \
+                 path, or by the user's entry when HOME names another), which hold keys \
+                 and dotfiles; use a project directory",
+                base.display(),
+                home.display()
+            )));
+        }
+    }
     let state = crate::config::state_dir()
         .ok()
         .and_then(|dir| std::fs::canonicalize(dir).ok());
-    if let Some(state) = state.filter(|state| state.starts_with(&real)) {
+    if let Some(state) =
+        state.filter(|state| state.starts_with(&real) || holds_by_inode(&real, state))
+    {
         return Err(bad(format!(
             "base {}: holds coder's state directory {} (the CLI's login, session histories, \
              transcripts), which the file tools could read and rewrite; use a project \
@@ -116,6 +130,35 @@ fn refuse_unsafe_base(base: &Path) -> Result<(), FsError> {
         )));
     }
     Ok(())
+}
+
+/// The home directories a base may not be or hold: `$HOME`'s and the user's entry's
+/// (canonical). `$HOME` alone let a host that starts `coder mcp` with no `HOME`, or with
+/// one of its own, hand the tools the user's real home (round twenty's review).
+fn home_dirs() -> Vec<PathBuf> {
+    let entry = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|user| user.dir);
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(entry)
+        .filter_map(|home| std::fs::canonicalize(home).ok())
+        .collect()
+}
+
+/// Whether `dir` is `target` or one of its ancestors by device and inode: a bind mount of
+/// the home directory (`mount --bind ~ /mnt/h`) is another path to it, which a comparison
+/// of paths let through (round twenty's review).
+fn holds_by_inode(dir: &Path, target: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::metadata(dir) else {
+        return false;
+    };
+    target
+        .ancestors()
+        .any(|a| std::fs::metadata(a).is_ok_and(|m| m.dev() == dir.dev() && m.ino() == dir.ino()))
 }
 
 fn bad(message: String) -> FsError {

@@ -180,17 +180,32 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
         let line = top_read_as_dot(line);
-        // A quoted word with a blank in it (`sh 'tools/strip it.sh'`) is offered whole
-        // too, held only when a file is there: the same quotes may hold a shell line
-        // (`sh -c 'a.sh && b.sh'`), whose words the plain split offers.
-        let quoted = quoted_words(&line)
-            .into_iter()
-            .filter(|w| w.iter().any(u8::is_ascii_whitespace))
-            .map(|w| (w, false));
         let plain = shell_words(&line);
+        // The words as the shell reads them, quotes and backslashes taken as it takes
+        // them: `sh 'tools/strip it.sh'` and `sh tools/strip\ it.sh` name one file, and
+        // the plain split offered `tools/strip` and `it.sh` (round twenty's review, for
+        // the backslash). One that differs from every plain word is offered too, held
+        // only when a file is there if it has a blank in it: the same quotes may hold a
+        // shell line (`sh -c 'a.sh && b.sh'`), whose words the plain split offers.
+        let tokens: Vec<Vec<u8>> = shell_tokens(&line)
+            .into_iter()
+            .filter(|t| !plain.contains(t))
+            .collect();
+        let has_blank = |w: &[u8]| w.iter().any(u8::is_ascii_whitespace);
         // A bare word read in the directory keeps its bareness: held only when a file is
         // there (`cd tools && make lint` names no file `tools/make`).
-        let moved = words_in_entered_dirs(&plain);
+        let moved = words_in_entered_dirs(&plain)
+            .into_iter()
+            .chain(words_in_entered_dirs(&shell_tokens(&line)))
+            .chain(entry_points(&plain))
+            .map(|(w, is_path)| {
+                let may_be_absent = is_path && !has_blank(&w);
+                (w, may_be_absent)
+            });
+        let quoted = tokens.into_iter().map(|w| {
+            let may_be_absent = !has_blank(&w);
+            (w, may_be_absent)
+        });
         let plain = plain.into_iter().map(|w| (w, true));
         for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
             let word = match word.iter().rposition(|b| *b == b'=') {
@@ -210,24 +225,38 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
 /// How a shell line spells the top of the work tree, where git runs these commands:
 /// `"$(git rev-parse --show-toplevel)/tools/fmt.sh"` left the word `/tools/fmt.sh`,
 /// taken for an absolute path, and the script the agent's to write (round eighteen's
-/// second review).
-const TOP_SPELLINGS: &[&[u8]] = &[
-    b"$(git rev-parse --show-toplevel)",
-    b"`git rev-parse --show-toplevel`",
-    b"$(git rev-parse --show-cdup)",
-    b"`git rev-parse --show-cdup`",
+/// second review). The shell's own names for the directory it is in (`$PWD`, `$(pwd)`)
+/// are the same place, and were not read as it until round twenty's review. Each comes
+/// with whether it is read as `./` (`--show-cdup`, which prints the way up with its `/`,
+/// or nothing) rather than `.`.
+const TOP_SPELLINGS: &[(&[u8], bool)] = &[
+    (b"$(git rev-parse --show-toplevel)", false),
+    (b"`git rev-parse --show-toplevel`", false),
+    (b"$(git rev-parse --show-cdup)", true),
+    (b"`git rev-parse --show-cdup`", true),
+    (b"${PWD}", false),
+    (b"$(pwd)", false),
+    (b"`pwd`", false),
+    (b"$(pwd -P)", false),
+    (b"$(pwd -L)", false),
+    (b"$PWD", false),
 ];
 
-/// `line` with each of [`TOP_SPELLINGS`] read as `.` (`./` for `--show-cdup`, which
-/// prints the way up with its `/`, or nothing).
+/// `line` with each of [`TOP_SPELLINGS`] read as `.` (or `./`). A spelling ending in a
+/// name (`$PWD`) is one only where the name ends.
 fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
     let mut i = 0;
     'bytes: while i < line.len() {
-        for spelling in TOP_SPELLINGS {
-            if line[i..].starts_with(spelling) {
-                let cdup = spelling.ends_with(b"cdup)") || spelling.ends_with(b"cdup`");
-                out.extend_from_slice(if cdup { b"./" } else { b"." });
+        for (spelling, cdup) in TOP_SPELLINGS {
+            let name_goes_on = || {
+                spelling.last().is_some_and(u8::is_ascii_alphabetic)
+                    && line
+                        .get(i + spelling.len())
+                        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            };
+            if line[i..].starts_with(spelling) && !name_goes_on() {
+                out.extend_from_slice(if *cdup { b"./" } else { b"." });
                 i += spelling.len();
                 continue 'bytes;
             }
@@ -252,50 +281,145 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
 /// a path by itself (has a `/`), as [`CommandWord::is_path`] needs.
 fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let relative = |w: &[u8]| !w.starts_with(b"/") && !w.starts_with(b"~") && !w.starts_with(b"-");
+    let in_dir = |dir: &[u8], w: &[u8]| [dir, b"/", w].concat();
     let mut here: Option<Vec<u8>> = None;
+    let mut path_dirs: Vec<Vec<u8>> = Vec::new();
+    let mut program: &[u8] = b"";
     let mut moved = Vec::new();
     let mut words = words.iter();
     while let Some(word) = words.next() {
-        let enters: Option<&[u8]> = if word == b"cd" || word == b"pushd" {
-            let Some(dir) = words.by_ref().find(|w| !w.starts_with(b"-")) else {
-                break;
-            };
-            Some(dir)
-        } else if word == b"-C" || word == b"--chdir" {
-            let Some(dir) = words.next() else {
-                break;
-            };
-            Some(dir)
-        } else {
-            word.strip_prefix(b"--chdir=".as_slice())
-        };
-        if let Some(dir) = enters {
+        if let Some(dirs) = word.strip_prefix(b"PATH=".as_slice()) {
+            path_dirs.extend(dirs.split(|b| *b == b':').map(<[u8]>::to_vec));
+            continue;
+        }
+        if let Some(dir) = entered_dir(word, program, &mut words) {
             here = Some(match here.take() {
-                Some(base) if relative(dir) => [&base[..], b"/", dir].concat(),
-                _ => dir.to_vec(),
+                Some(base) if relative(&dir) => in_dir(&base, &dir),
+                _ => dir,
             });
             continue;
         }
-        if let Some(dir) = &here
-            && relative(word)
-            && may_name_a_file(word)
-        {
-            moved.push(([&dir[..], b"/", &word[..]].concat(), word.contains(&b'/')));
+        if !word.starts_with(b"-") {
+            program = word;
+        }
+        if !relative(word) || !may_name_a_file(word) {
+            continue;
+        }
+        if let Some(dir) = &here {
+            moved.push((in_dir(dir, word), word.contains(&b'/')));
+        }
+        if word.contains(&b'/') {
+            continue;
+        }
+        // A bare word run from a `PATH=DIR:$PATH` the line set (`PATH=tools/bin:$PATH
+        // fmt` runs `tools/bin/fmt`; round twenty's review): read in each of its
+        // directories that names a file, as the shell searches them.
+        for dir in path_dirs.iter().filter(|d| may_name_a_file(d)) {
+            let dir = match &here {
+                Some(base) if relative(dir) => in_dir(base, dir),
+                _ => dir.clone(),
+            };
+            moved.push((in_dir(&dir, word), false));
         }
     }
     moved
 }
 
-/// `line` split where a shell would split it outside quotes (blanks and operators),
-/// the quotes taken off: `sh 'tools/strip it.sh'` gives `tools/strip it.sh`.
-fn quoted_words(line: &[u8]) -> Vec<Vec<u8>> {
+/// The file an interpreter runs when it is given a directory (`python3 tools/fmt` runs
+/// `tools/fmt/__main__.py`, `node tools/fmt` its `index.js`): the word names a
+/// directory, which the scan does not hold, and the file run was the agent's (round
+/// twenty's review). Offered as bare words are, held only when a file is there. Other
+/// files a program reads by convention (`make`'s `Makefile`, a `package.json`'s `main`)
+/// are not followed (SECURITY.md, Known limits).
+fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
+    let mut found = Vec::new();
+    let mut program: &[u8] = b"";
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        // `python3 -m mod`, `-c code`, `node -e code`: no directory follows.
+        if [&b"-m"[..], b"-c", b"-e"].contains(&word.as_slice()) {
+            words.next();
+            program = b"";
+            continue;
+        }
+        if word.starts_with(b"-") {
+            continue;
+        }
+        let name = program.rsplit(|b| *b == b'/').next().unwrap_or(program);
+        let main: &[u8] = if name.starts_with(b"python") {
+            b"__main__.py"
+        } else if name == b"node" || name == b"nodejs" {
+            b"index.js"
+        } else {
+            b""
+        };
+        if !main.is_empty() && may_name_a_file(word) {
+            found.push(([&word[..], b"/", main].concat(), false));
+        }
+        program = word;
+    }
+    found
+}
+
+/// The programs whose `-C` takes its directory in the same word too (`env -Ctools`,
+/// `make -Ctools`, `tar -Cdir`): attacking round nineteen's `-C DIR` rule, `!env -Ctools
+/// ./fmt.sh` held nothing (round twenty's review). Other programs' `-CX` is left alone
+/// (`grep -C3`, `ls -CF` enter nothing).
+const ATTACHED_C_PROGRAMS: &[&[u8]] = &[b"env", b"make", b"gmake", b"tar", b"bsdtar"];
+
+/// The directory `word` enters (`cd DIR`, `pushd DIR`, `-C DIR`, `--chdir[=]DIR` and its
+/// kin `--directory` and `--cwd`, and an attached `-CDIR` of one of
+/// [`ATTACHED_C_PROGRAMS`]), taking it from `rest` when it is the next word; `program` is
+/// the last word before it that was not an option.
+fn entered_dir<'a>(
+    word: &[u8],
+    program: &[u8],
+    rest: &mut impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<Vec<u8>> {
+    const LONG: [&[u8]; 3] = [b"--chdir", b"--directory", b"--cwd"];
+    if word == b"cd" || word == b"pushd" {
+        return rest.find(|w| !w.starts_with(b"-")).cloned();
+    }
+    if word == b"-C" || LONG.contains(&word) {
+        return rest.next().cloned();
+    }
+    for long in LONG {
+        if let Some(dir) = word.strip_prefix(long).and_then(|w| w.strip_prefix(b"=")) {
+            return Some(dir.to_vec());
+        }
+    }
+    let program = program.rsplit(|b| *b == b'/').next().unwrap_or(program);
+    word.strip_prefix(b"-C")
+        .filter(|dir| !dir.is_empty() && ATTACHED_C_PROGRAMS.contains(&program))
+        .map(<[u8]>::to_vec)
+}
+
+/// `line` split where a shell would split it outside quotes (blanks and operators), the
+/// quotes and backslashes taken off as the shell takes them: `sh 'tools/strip it.sh'` and
+/// `sh tools/strip\ it.sh` give `tools/strip it.sh`, `tools/f\mt.sh` gives `tools/fmt.sh`
+/// (a backslash in double quotes escapes only `$`, `` ` ``, `"`, `\` and a line break).
+fn shell_tokens(line: &[u8]) -> Vec<Vec<u8>> {
     let mut words = Vec::new();
     let mut word = Vec::new();
     let mut quote: Option<u8> = None;
-    for &b in line {
+    let mut bytes = line.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
         match quote {
             Some(q) if b == q => quote = None,
+            Some(b'"') if b == b'\\' => match bytes.peek() {
+                Some(&next) if b"$`\"\\\n".contains(&next) => {
+                    bytes.next();
+                    if next != b'\n' {
+                        word.push(next);
+                    }
+                }
+                _ => word.push(b),
+            },
             Some(_) => word.push(b),
+            None if b == b'\\' => match bytes.next() {
+                Some(b'\n') | None => {}
+                Some(next) => word.push(next),
+            },
             None if b == b'"' || b == b'\'' => quote = Some(b),
             None if b.is_ascii_whitespace() || b";&|()<>`".contains(&b) => {
                 if !word.is_empty() {
@@ -601,6 +725,37 @@ mod tests {
                 ("ci/sh".into(), false),
                 ("ci/lint.sh".into(), false),
             ]
+        );
+    }
+
+    #[test]
+    fn what_round_twenty_found_unread_is_read() {
+        let text = b"[alias]\n\ta = !sh tools/my\\\\ fmt.sh && sh tools/e\\\\sc.sh\n\
+            \tb = !env -Ctools ./c.sh\n\tb2 = !cd 'my dir' && ./d.sh\n\
+            \tc = !sh \\\"$PWD/p.sh\\\" $(pwd)/q.sh ${PWD}/r.sh $PWDX/s.sh\n\
+            \td = !PATH=bin:$PATH x && python3 pkg && grep -C3 y && uv --directory u run v.py\n";
+        let named: Vec<(String, bool)> = words(text)
+            .into_iter()
+            .filter(|(w, _)| w.contains('/'))
+            .collect();
+        for (want, is_path) in [
+            ("tools/my fmt.sh", false),
+            ("tools/esc.sh", true),
+            ("tools/./c.sh", true),
+            ("my dir/./d.sh", false),
+            ("./p.sh", true),
+            ("./q.sh", true),
+            ("./r.sh", true),
+            ("bin/x", false),
+            ("pkg/__main__.py", false),
+            ("u/v.py", false),
+        ] {
+            assert!(named.contains(&(want.into(), is_path)), "{want}: {named:?}");
+        }
+        assert!(
+            !named
+                .iter()
+                .any(|(w, _)| w.starts_with("3/") || w.contains("s.sh"))
         );
     }
 

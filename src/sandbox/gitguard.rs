@@ -364,16 +364,14 @@ impl PendingGuard {
 
     /// Guards the record's trees again, as a dead run's guard does (every directory
     /// listed: the run's scan listings are gone).
-    /// A tree no longer there holds nothing to check (a temporary workspace removed since).
-    fn guard_again(&self) -> GuardReport {
+    /// A tree no longer there holds nothing to check (a temporary workspace removed since),
+    /// unless `strict`, when it stops the check ([`finish_stopped_guards`]).
+    fn guard_again(&self, strict: bool) -> GuardReport {
         let known = self.known.iter().copied().collect();
         let roots: Vec<PathBuf> = self
             .roots
             .iter()
-            .filter(|r| {
-                !std::fs::symlink_metadata(r)
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-            })
+            .filter(|r| strict || !is_gone(r))
             .cloned()
             .collect();
         guard_trees(
@@ -477,7 +475,20 @@ pub(crate) fn finish_stopped_guards(
             continue;
         };
         let earlier = record.stopped.clone().unwrap_or_default();
-        let report = record.guard_again();
+        // A tree gone from its path is not checked, and its record stays: the agent of
+        // another run with a grant over its parent renamed it away while a later run
+        // looked, which dropped the record unchecked, and back, and the next run in it
+        // took what the stopped guard left for the user's (round twenty's review).
+        if let Some(gone) = record.roots.iter().find(|r| is_gone(r)) {
+            lines.push(format!(
+                "{STOPPED_PREFIX}its tree {} is gone; its record {} stays until the tree \
+                 is back and checked (remove the record if the tree was deleted)",
+                gone.display(),
+                dir.join(&name).display()
+            ));
+            continue;
+        }
+        let report = record.guard_again(true);
         if let Some(now) = report.incomplete {
             let overlaps = record
                 .roots
@@ -505,6 +516,11 @@ pub(crate) fn finish_stopped_guards(
         );
     }
     Ok(lines)
+}
+
+/// Whether nothing is at `path` (a missing directory on the way included).
+fn is_gone(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// `report`'s lines, each after `prefix`.
@@ -540,7 +556,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
             continue;
         };
         // The dead run's scan listings died with it: every directory is listed.
-        let report = record.guard_again();
+        let report = record.guard_again(false);
         if let Some(why) = &report.incomplete {
             // Stopped short: kept as a run's own stopped guard is, for
             // [`finish_stopped_guards`] to check again (and refuse the run meanwhile).
@@ -913,7 +929,22 @@ impl<'a> Guard<'a> {
             return Ok(());
         }
         if let Some(common) = commondir(dir).map_err(|e| fail("commondir", e))? {
-            match common.and_then(|t| self.resolve(root, rel, &t)) {
+            let resolved = common.and_then(|t| self.resolve(root, rel, &t));
+            // A new git dir sharing the user's common dir (a `sub/.git` directory, or a
+            // bare-looking `sub` itself, where git runs the commands of a config at `sub`)
+            // makes a top of the user's config, as a new `.git` file to it does
+            // ([`Guard::git_entry`]): without its `commondir` it is no git dir. One inside
+            // a `.git` (`.git/worktrees/x`, git's own layout) is reached through a `.git`
+            // file, which that check moves.
+            let in_git_layout = rel.parent().is_some_and(|p| {
+                p.components()
+                    .any(|c| c.as_os_str().as_bytes().eq_ignore_ascii_case(b".git"))
+            });
+            let top_of_users = !in_git_layout && self.makes_a_top_of_the_users(root, dir, rel);
+            match resolved {
+                Some(_) if top_of_users => {
+                    q.move_out("commondir").map_err(|e| fail("commondir", e))?;
+                }
                 Some((fd, common)) => self.git_dir(root, fd.as_fd(), &common, false)?,
                 None => q.move_out("commondir").map_err(|e| fail("commondir", e))?,
             }
@@ -948,7 +979,9 @@ impl<'a> Guard<'a> {
                 .map_err(fail)?
                 .and_then(|text| gitfile_target(&text)),
         };
-        if target.is_some_and(|t| self.resolve(root, rel, &t).is_some()) {
+        let resolved = target.and_then(|t| self.resolve(root, rel, &t));
+        if resolved.is_some_and(|(fd, dir)| !self.makes_a_top_of_the_users(root, fd.as_fd(), &dir))
+        {
             return Ok(());
         }
         let to = rename_aside(parent, name).map_err(fail)?;
@@ -961,6 +994,39 @@ impl<'a> Guard<'a> {
             kind: QuarantineKind::Git,
         });
         Ok(())
+    }
+
+    /// Whether the git dir `dir` (at `rel`), reached by a new `.git` file or symlink, has
+    /// git take that entry's directory for the top of a work tree whose config is the
+    /// user's: a git dir the start scan guarded (the user's own `.git`, a linked
+    /// worktree's) without a `core.worktree` naming its work tree elsewhere, or one whose
+    /// `commondir` leads to one (a `git worktree add` of the agent's). The user's config
+    /// runs its commands at that top (`alias.fmt = !sh tools/fmt.sh`, a relative
+    /// `core.fsmonitor`), and the start scan held those scripts at the tops that were
+    /// there: a `sub/.git` reading `gitdir: ../.git` made `sub` one, and the user's `git
+    /// fmt` there ran the agent's `sub/tools/fmt.sh` (round twenty's review).
+    fn makes_a_top_of_the_users(
+        &self,
+        root: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        rel: &Path,
+    ) -> bool {
+        let known = |fd: BorrowedFd<'_>| {
+            fstat(fd).is_ok_and(|st| self.known.contains(&(st.st_dev, st.st_ino)))
+        };
+        if known(dir) {
+            let config = read_small(dir, OsStr::new("config")).ok().flatten();
+            let elsewhere = config
+                .and_then(|text| super::config_text::core_worktree(&text))
+                .is_some_and(|worktree| !worktree.is_empty());
+            return !elsewhere;
+        }
+        match commondir(dir) {
+            Ok(Some(Some(common))) => self
+                .resolve(root, rel, &common)
+                .is_some_and(|(fd, _)| known(fd.as_fd())),
+            _ => false,
+        }
     }
 
     /// The directory git reaches by `target` (read from a file in the directory `base`),

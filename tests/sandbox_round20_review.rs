@@ -1,0 +1,502 @@
+//! Round twenty's review: what round nineteen added, attacked by someone who did not write
+//! it. Chiefly the work-tree scripts rule (`src/sandbox/config_text.rs`, read by the
+//! scan): the scan holds read-only the files of the work tree that the commands of the
+//! user's git config run (an `!` alias, a filter driver, a relative `core.fsmonitor`),
+//! reading each command's words at the top of the work tree and after `cd DIR`, `-C DIR`
+//! or `--chdir DIR`. Each attack below is a command the user's own config runs that names
+//! a file of the work tree in a way that reading did not see: the agent writes the file
+//! in the sandbox, and the user's next `git` runs it outside. Every attack runs through
+//! the built binary (`coder sandbox`) as root and as uid 65534, each with its control:
+//! the same under `--mode danger-full-access`, where the user's git does run the payload.
+//!
+//! Found open when this review started, closed with it (each test failed on the branch's
+//! start, `30a5892`):
+//! * **A backslash in the command.** `!sh tools/my\ fmt.sh` (a blank escaped, the other
+//!   way to write round eighteen's quoted `'tools/my fmt.sh'`) was split at the blank and
+//!   its `tools/my\` dropped (a `\` is in no file name the scan offers); `tools/f\mt.sh`
+//!   was dropped whole. The words are read as the shell reads them now.
+//! * **`env -Ctools`.** Round nineteen's `-C DIR` rule read the directory only as the next
+//!   word; `env`, `make` and `tar` also take it attached.
+//! * **`cd 'my tools'`.** The words after a `cd` were read from the plain split, which
+//!   cuts a quoted directory at its blank.
+//! * **`$PWD`, `$(pwd)`.** The shell's own names for the top of the work tree, where git
+//!   runs these commands, were dropped as words the shell expands (round eighteen read
+//!   only `$(git rev-parse --show-toplevel)` as the top).
+//! * **`PATH=tools/bin:$PATH fmt`.** A bare program name run from a directory of the work
+//!   tree the line puts on `PATH` was read at the top alone.
+//! * **`python3 tools/fmt`.** An interpreter given a directory runs its `__main__.py`
+//!   (`node`: `index.js`); the word named a directory, which the scan does not hold.
+//!
+//! * **A new top of the user's config.** git runs a config's commands at the top of the
+//!   work tree it is in, and the scan holds their scripts at the tops that exist when the
+//!   run starts. The agent made new ones: `sub/.git` a file reading `gitdir: ../.git` (or
+//!   a directory, or `sub` itself, of a `HEAD` and a `commondir` leading to the user's
+//!   `.git`), or its own `git worktree add wt`; each is a work tree (or a git dir) whose
+//!   config is the user's, and the user's `git fmt` in it ran the agent's
+//!   `sub/tools/fmt.sh`. The end-of-run guard left them: the pointers lead inside the
+//!   tree, to a git dir it knew. It moves them aside now.
+//! * **A stopped guard's record dropped unchecked.** A later run dropped a record whose
+//!   tree was not at its path ("removed since"): renamed away by another run's agent and
+//!   back, the tree's leftovers were then taken for the user's. Such a record stays now.
+//! * **The workspace tools' base by another name.** `coder fs`/`coder mcp` refused the
+//!   home directory by `$HOME`'s path alone: with `HOME` unset or elsewhere, or through a
+//!   bind mount, the user's home was served.
+//!
+//! Looked at and held, or left (SECURITY.md): a killed run's record still skips a tree
+//! that is gone; `.git` pointers made outside the guarded trees (`/tmp` with
+//! `--allow-tmp`) are not looked at.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use common::Bounded;
+use common::review_tree::{Tree, who};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round20-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open: [`a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config`].
+const KNOWN_OPEN: &[&str] = &["pointer in /tmp"];
+
+/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
+/// shell writes it.
+const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
+
+/// `setup` makes the user's repository and config in `ws`; `script` is the agent's, run
+/// through `coder sandbox` (it prints `PLANTED` once its writes are done, whether they
+/// landed or not); `user` is the user's git afterwards, outside any sandbox. Confined, the
+/// payload must not run; unconfined (the control), it must.
+fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
+    let open = KNOWN_OPEN.contains(&name);
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            setup(&fx, &ws);
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], script)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, user);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" || open {
+                assert!(
+                    ran,
+                    "{name} nobody={nobody} {mode}: control: {out}\n{git_out}"
+                );
+            } else {
+                assert!(
+                    !ran,
+                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
+                );
+            }
+        }
+    }
+}
+
+/// A script of the user's (mode 0755, the arm's user's).
+fn own_script(fx: &Fx, ws: &Path, rel: &str) {
+    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The alias names its scripts with backslashes, as the shell allows: a blank escaped
+/// (`tools/my\ fmt.sh`) and a letter escaped for nothing (`tools/e\sc.sh`). The scan
+/// dropped both words (a `\` in them), and the agent appended to both scripts.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_named_with_a_backslash_is_not_the_agents_to_write() {
+    held_file_attack(
+        "backslash",
+        |fx, ws| {
+            own_script(fx, ws, "tools/my fmt.sh");
+            own_script(fx, ws, "tools/esc.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    r"!sh tools/my\ fmt.sh; sh tools/e\sc.sh",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> 'tools/my fmt.sh'; {SCRIPT_PAYLOAD} >> tools/esc.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// `env -Ctools ./fmt.sh`: `env`'s `-C` with its directory in the same word, which round
+/// nineteen's `-C DIR` rule did not read.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_run_through_an_attached_env_chdir_is_not_the_agents_to_write() {
+    held_file_attack(
+        "env -Cdir",
+        |fx, ws| {
+            own_script(fx, ws, "tools/fmt.sh");
+            fx.git(ws, &["config", "alias.fmt", "!env -Ctools ./fmt.sh"]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// `cd 'my tools' && ./fmt.sh`: the directory has a blank, and the words after the `cd`
+/// were read in `my/` (then `my/tools`), not in `my tools`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_after_cd_into_a_quoted_directory_is_not_the_agents_to_write() {
+    held_file_attack(
+        "cd quoted dir",
+        |fx, ws| {
+            own_script(fx, ws, "my tools/fmt.sh");
+            fx.git(ws, &["config", "alias.fmt", "!cd 'my tools' && ./fmt.sh"]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> 'my tools/fmt.sh'; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// The top of the work tree spelled as the shell knows it (`"$PWD/…"`, `"$(pwd)/…"`):
+/// the words were dropped as ones the shell expands.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_named_from_pwd_is_not_the_agents_to_write() {
+    held_file_attack(
+        "pwd",
+        |fx, ws| {
+            own_script(fx, ws, "tools/a.sh");
+            own_script(fx, ws, "tools/b.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!sh \"$PWD/tools/a.sh\" && sh \"$(pwd)/tools/b.sh\"",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/a.sh; {SCRIPT_PAYLOAD} >> tools/b.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// `PATH=tools/bin:$PATH fmt`: the program is `tools/bin/fmt`, and the bare word `fmt`
+/// was read at the top of the work tree alone.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_on_a_path_the_alias_sets_is_not_the_agents_to_write() {
+    held_file_attack(
+        "PATH=dir",
+        |fx, ws| {
+            own_script(fx, ws, "tools/bin/fmt");
+            fx.git(ws, &["config", "alias.fmt", "!PATH=tools/bin:$PATH fmt"]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/bin/fmt; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// `python3 tools/fmt`: Python runs the directory's `__main__.py`; the word named a
+/// directory, which the scan does not hold.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_main_file_of_a_directory_python_runs_is_not_the_agents_to_write() {
+    held_file_attack(
+        "python dir",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt/__main__.py", "pass\n");
+            fx.git(ws, &["config", "alias.fmt", "!python3 tools/fmt"]);
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" >> tools/fmt/__main__.py; echo PLANTED",
+        &["fmt"],
+    );
+}
+
+/// The agent makes `sub/.git` a file reading `gitdir: ../.git`: `sub` becomes a work tree
+/// of the user's own repository, and git runs the user's config's commands at its top.
+/// The alias's `tools/fmt.sh`, held at the top the scan knew, is `sub/tools/fmt.sh`
+/// there, the agent's. The end-of-run guard left the pointer (it leads into the tree).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_new_git_file_to_the_users_git_dir_does_not_make_a_top_of_the_agents() {
+    held_file_attack(
+        "gitfile to the user's .git",
+        users_alias,
+        &format!(
+            "mkdir -p sub/tools && echo 'gitdir: ../.git' > sub/.git && \
+             {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/tools/fmt.sh; echo PLANTED"
+        ),
+        &["-C", "sub", "fmt"],
+    );
+}
+
+/// The same through a new `sub/.git` directory of a `HEAD` and a `commondir` leading to
+/// the user's `.git`: a git dir whose config is the user's, its work tree `sub`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_new_git_dir_sharing_the_users_common_dir_does_not_make_a_top_of_the_agents() {
+    held_file_attack(
+        "commondir to the user's .git",
+        users_alias,
+        &format!(
+            "mkdir -p sub/tools sub/.git && echo \"ref: $(git symbolic-ref HEAD)\" > sub/.git/HEAD && \
+             echo \"$PWD/.git\" > sub/.git/commondir && \
+             {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/tools/fmt.sh; echo PLANTED"
+        ),
+        &["-C", "sub", "fmt"],
+    );
+}
+
+/// The same through a new directory that is a git dir itself (`HEAD`, and a `commondir`
+/// leading to the user's `.git`): git takes it for a repository without a work tree and
+/// runs an alias there, in `sub`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_new_bare_git_dir_sharing_the_users_common_dir_does_not_run_the_agents_scripts() {
+    held_file_attack(
+        "bare dir with commondir",
+        users_alias,
+        &format!(
+            "mkdir -p sub/tools && echo \"ref: $(git symbolic-ref HEAD)\" > sub/HEAD && \
+             echo \"$PWD/.git\" > sub/commondir && \
+             {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > sub/tools/fmt.sh; echo PLANTED"
+        ),
+        &["-C", "sub", "fmt"],
+    );
+}
+
+/// The agent's own `git worktree add wt`: a linked worktree of the user's repository,
+/// whose config (the common dir's) is the user's; its `tools/fmt.sh` is the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_worktree_the_agent_adds_is_not_a_top_of_the_users_config() {
+    held_file_attack(
+        "git worktree add",
+        users_alias,
+        &format!(
+            "git worktree add -q wt >/dev/null 2>&1; {SCRIPT_PAYLOAD} >> wt/tools/fmt.sh; \
+             echo PLANTED"
+        ),
+        &["-C", "wt", "fmt"],
+    );
+}
+
+/// The user's repository, committed, with `alias.fmt = !sh tools/fmt.sh`.
+fn users_alias(fx: &Fx, ws: &Path) {
+    own_script(fx, ws, "tools/fmt.sh");
+    fx.git(ws, &["config", "alias.fmt", "!sh tools/fmt.sh"]);
+    fx.git(ws, &["add", "-A"]);
+    fx.git(
+        ws,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+    );
+}
+
+/// `coder fs --base BASE list-folder` as the arm's user, with `HOME` set to `home` (or
+/// unset) and coder's state elsewhere: its exit code and what it printed.
+fn fs_list(nobody: bool, base: &Path, home: Option<&Path>, state: &Path) -> (i32, String) {
+    let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+    cmd.args(["fs", "--base"])
+        .arg(base)
+        .args(["list-folder", r#"{"path":"."}"#])
+        .env_clear()
+        .env("PATH", sandbox_fixture::PATH)
+        .env("CODER_STATE_DIR", state)
+        .current_dir("/");
+    if let Some(home) = home {
+        cmd.env("HOME", home);
+    }
+    let out = cmd.output_bounded();
+    (
+        out.status.code().unwrap_or(-1),
+        sandbox_fixture::printed(&out),
+    )
+}
+
+/// The workspace tools refuse the home directory as their base, but compared `$HOME`'s
+/// path alone: a host that starts `coder mcp` without `HOME`, or with a `HOME` of its
+/// own, in the user's home, and a bind mount of the home directory, were served (every
+/// dotfile and key to read and rewrite). Root's arm covers all three (its entry's home is
+/// `/root`); uid 65534's, whose entry names no directory, the bind mount. Control: a
+/// project directory is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_workspace_tools_refuse_the_home_directory_by_any_name() {
+    for nobody in sandbox_fixture::arms() {
+        let (_keep, root) = sandbox_fixture::temp_root("coder-round20-fs-");
+        let (home, mount, project, state) = (
+            root.join("home"),
+            root.join("mnt"),
+            root.join("project"),
+            root.join("state"),
+        );
+        for dir in [&home, &mount, &project, &state] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        if nobody {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        let (rc, out) = fs_list(nobody, &project, Some(&home), &state);
+        assert_eq!(rc, 0, "control nobody={nobody}: a project is served: {out}");
+        sandbox_fixture::must_run(
+            std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(&home)
+                .arg(&mount),
+        );
+        let _umount = sandbox_fixture::Umount(mount.clone());
+        let mut refused = vec![(mount.clone(), Some(home.clone()), "a bind mount of HOME")];
+        if !nobody {
+            refused.push((PathBuf::from("/root"), None, "the user's home, HOME unset"));
+            refused.push((
+                PathBuf::from("/root"),
+                Some(project.clone()),
+                "the user's home, HOME elsewhere",
+            ));
+        }
+        for (base, home, what) in refused {
+            let (rc, out) = fs_list(nobody, &base, home.as_deref(), &state);
+            assert!(
+                rc == 1 && out.contains("C210") && out.contains("home directory"),
+                "nobody={nobody}: {what} was served: {out}"
+            );
+        }
+    }
+}
+
+/// What run 1's agent leaves beyond the guard's cap: a repository whose `core.fsmonitor`
+/// runs the payload (as `sandbox_gitguard`'s test of the stopped guard plants it).
+const PLANT_BEYOND_THE_CAP: &str =
+    "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && echo PLANTED";
+
+/// A stopped guard's record (`<state>/sandbox/guards-stopped/`) is checked again by every
+/// later run, and a record whose tree was not at its path was dropped unchecked ("a
+/// temporary workspace removed since"). The agent of another run with a grant over the
+/// workspace's parent (the test stands for it, renaming the tree) renamed the tree away
+/// while a run elsewhere started, and back: the record was gone, the next run in the tree
+/// took the stopped guard's leftovers for the user's, and the user's `git status` ran the
+/// agent's `core.fsmonitor`. As root and as uid 65534; control: the payload is armed
+/// between the runs (the hole the record exists to close).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_stopped_guards_record_outlives_its_tree_renamed_away() {
+    let open = KNOWN_OPEN.contains(&"stopped guard record");
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], PLANT_BEYOND_THE_CAP)
+                .env("M", fx.marker())
+                .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
+        );
+        assert!(
+            rc == 71 && out.contains("PLANTED"),
+            "nobody={nobody}: {out}"
+        );
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
+        std::fs::remove_file(fx.marker()).unwrap();
+        let away = fx.root().join("ws-away");
+        std::fs::rename(&ws, &away).unwrap();
+        let other = fx.root().join("other");
+        std::fs::create_dir(&other).unwrap();
+        fx.own_entry(&other);
+        let (rc, elsewhere) = sandbox_fixture::run_text(&mut fx.sandbox_in(
+            &other,
+            &["--mode", "workspace-write"],
+            "echo ELSEWHERE",
+        ));
+        assert_eq!(rc, 0, "nobody={nobody}: {elsewhere}");
+        std::fs::rename(&away, &ws).unwrap();
+        let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        let ran = fx.marker().exists();
+        assert_eq!(
+            ran, open,
+            "nobody={nobody}: the user's git ran the payload: {ran}\n{elsewhere}\n{second}"
+        );
+    }
+}
+
+/// With `--allow-tmp` the agent leaves `/tmp/x/.git` reading `gitdir: <workspace>/.git`
+/// beside its `/tmp/x/tools/fmt.sh`: a top of the user's config outside every tree the
+/// end-of-run guard walks, and the user's `git fmt` in `/tmp/x` runs the agent's script.
+/// Open (a ratchet): nothing looks in `/tmp` after a run (SECURITY.md, Known limits).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config() {
+    common::require_root_and_user_namespaces();
+    let open = KNOWN_OPEN.contains(&"pointer in /tmp");
+    for owner in sandbox_fixture::owners() {
+        let tree = Tree::repo(
+            "coder-round20-tmp-",
+            owner,
+            &[],
+            &[("README", "r\n")],
+            &[("alias.fmt", "!sh tools/fmt.sh")],
+        );
+        let away = tempfile::Builder::new()
+            .prefix("coder-round20-top-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let away = std::fs::canonicalize(away.keep()).unwrap();
+        std::fs::set_permissions(&away, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if owner.is_some() {
+            sandbox_fixture::give_to_nobody(&away);
+        }
+        let marker = tree.root.join("marker");
+        let payload = format!(
+            "mkdir -p {a}/tools && echo 'gitdir: {ws}/.git' > {a}/.git && \
+             printf '#!/bin/sh\\ntouch {m}\\n' > {a}/tools/fmt.sh && echo PLANTED",
+            a = away.display(),
+            ws = tree.ws().display(),
+            m = marker.display()
+        );
+        let env = tree.run(&["--allow-tmp"], &payload);
+        assert!(
+            common::review_tree::result(&env).contains("PLANTED"),
+            "{}: the payload did not run: {env}",
+            who(owner)
+        );
+        let mut git = std::process::Command::new("git");
+        git.args(["fmt"])
+            .current_dir(&away)
+            .env("HOME", tree.root.join("home"))
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        sandbox_fixture::as_owner(&mut git, owner);
+        let out = git.output_bounded();
+        let ran = marker.exists();
+        let _ = std::fs::remove_dir_all(&away);
+        assert_eq!(ran, open, "{}: {out:?}", who(owner));
+    }
+}
