@@ -188,8 +188,13 @@ fn child_main(
     args: &[OsString],
     env: Vec<(OsString, OsString)>,
 ) -> i32 {
+    // The message may name a path the sandboxed command chose (a mask that moved): made
+    // safe for the terminal as every line `say` prints.
     let sandbox_error = |message: String| {
-        eprintln!("coder sandbox: {}", one_line(&message));
+        eprintln!(
+            "coder sandbox: {}",
+            crate::text::terminal_safe(&one_line(&message))
+        );
         i32::from(EXIT_SANDBOX_ERROR)
     };
     if let Err(e) = arm_death_signal(parent) {
