@@ -60,22 +60,23 @@ fn silence_before_the_first_byte_is_idle_timeout() {
 
 #[test]
 fn any_output_resets_the_idle_clock() {
-    // 1.5 s of activity against a 0.5 s idle limit: stderr lines, then bytes of a stdout line
-    // that is not finished yet.
+    // 4.8 s of activity against a 2 s idle limit: stderr lines, then bytes of a stdout line
+    // that is not finished yet (each gap 0.4 s, so a loaded machine's slow start of the
+    // fake still leaves 1.6 s of margin).
     let fake = Fake::new(json!([
         steps::init(),
         {"step": "repeat", "times": 6, "steps": [
             steps::stderr("still working"),
-            steps::sleep(0.15)
+            steps::sleep(0.4)
         ]},
         {"step": "repeat", "times": 6, "steps": [
             {"step": "raw", "text": " "},
-            steps::sleep(0.15)
+            steps::sleep(0.4)
         ]},
         {"step": "raw", "text": "\n"},
         steps::result_ok("slow but alive"),
     ]));
-    let out = fake.coder().args(["--timeout", "0.5", "task"]).run();
+    let out = fake.coder().args(["--timeout", "2", "task"]).run();
     out.assert_success("slow but alive");
 }
 
