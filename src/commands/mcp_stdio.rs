@@ -7,6 +7,9 @@
 //! else `null`). Notifications are never answered (§4.1): an unknown one (an editor's
 //! LSP chatter) is skipped, as rmcp skips it. Blank lines are skipped.
 //!
+//! The first failed write to stdout is kept ([`WriteFailure`]), so the server can say what
+//! went wrong in its own words instead of rmcp's ("Send message error Transport [...]").
+//!
 //! An echoing peer cannot start an error storm: the answers are well-formed responses,
 //! which the server reads as responses to nothing and ignores.
 
@@ -29,6 +32,24 @@ pub const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0's code for JSON that is not a valid request.
 pub const INVALID_REQUEST: i64 = -32600;
 
+/// The first error writing to the client, shared by the transport and the server.
+#[derive(Clone, Default)]
+pub struct WriteFailure(Arc<std::sync::Mutex<Option<io::Error>>>);
+
+impl WriteFailure {
+    fn record(&self, e: &io::Error) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(io::Error::new(e.kind(), e.to_string()));
+        }
+    }
+
+    /// The first failed write, if one failed.
+    pub fn take(&self) -> Option<io::Error> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
 /// Newline-delimited JSON-RPC over a reader and a writer (stdin and stdout).
 pub struct LineTransport<R, W> {
     read: BufReader<R>,
@@ -36,6 +57,7 @@ pub struct LineTransport<R, W> {
     /// Dropping the rest of a line longer than [`MAX_LINE`], until its newline.
     discarding: bool,
     write: Arc<Mutex<Option<W>>>,
+    failure: WriteFailure,
     /// Error answers being written; awaited at end of input, so none is lost.
     answers: tokio::task::JoinSet<()>,
 }
@@ -60,12 +82,14 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    pub fn new(read: R, write: W) -> Self {
+    /// A transport whose first failed write is kept in `failure`.
+    pub fn new(read: R, write: W, failure: WriteFailure) -> Self {
         LineTransport {
             read: BufReader::new(read),
             line: Vec::new(),
             discarding: false,
             write: Arc::new(Mutex::new(Some(write))),
+            failure,
             answers: tokio::task::JoinSet::new(),
         }
     }
@@ -106,8 +130,11 @@ where
     fn answer(&mut self, reply: Value) {
         while self.answers.try_join_next().is_some() {}
         let write = self.write.clone();
+        let failure = self.failure.clone();
         self.answers.spawn(async move {
-            let _ = write_line(&write, &reply).await;
+            if let Err(e) = write_line(&write, &reply).await {
+                failure.record(&e);
+            }
         });
     }
 }
@@ -124,7 +151,14 @@ where
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         let write = self.write.clone();
-        async move { write_line(&write, &item).await }
+        let failure = self.failure.clone();
+        async move {
+            let written = write_line(&write, &item).await;
+            if let Err(e) = &written {
+                failure.record(e);
+            }
+            written
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {

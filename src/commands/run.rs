@@ -207,7 +207,7 @@ pub(crate) fn usage_error<P: clap::Parser>(
 
 /// clap says only that "one or more arguments" are not UTF-8: the first of `args` that
 /// clap refuses for it (paths may be any bytes), with the flag before it.
-fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
+pub(crate) fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
     let bad: Vec<usize> = (0..args.len())
         .filter(|&i| args[i].to_str().is_none())
         .collect();
@@ -224,26 +224,69 @@ fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
         P::try_parse_from(&probe).is_err_and(|e| e.kind() == clap::error::ErrorKind::InvalidUtf8)
     })?;
     let shown = format!("{:?}", args[culprit].to_string_lossy());
-    // `--flag VALUE`: name the flag when it takes a value.
     let command = P::command();
+    // `--flag=VALUE`: the flag is in the same argument.
+    let lossy = args[culprit].to_string_lossy();
+    if let Some((name, value)) = lossy.strip_prefix("--").and_then(|a| a.split_once('='))
+        && takes_value(&command, name)
+    {
+        return Some(format!("the value {value:?} of --{name}"));
+    }
+    // `--flag VALUE`: name the flag when it takes a value.
     let flag = culprit
         .checked_sub(1)
         .filter(|&p| p > 0)
         .and_then(|p| args[p].to_str())
         .and_then(|a| a.strip_prefix("--"))
-        .filter(|name| {
-            command.get_arguments().any(|arg| {
-                arg.get_action().takes_values()
-                    && (arg.get_long() == Some(name)
-                        || arg
-                            .get_all_aliases()
-                            .is_some_and(|aliases| aliases.contains(name)))
-            })
-        });
-    Some(match flag {
-        Some(name) => format!("the value {shown} of --{name}"),
-        None => format!("the argument {shown}"),
+        .filter(|name| takes_value(&command, name));
+    Some(match (flag, positional_name(&command, &args[1..culprit])) {
+        (Some(name), _) => format!("the value {shown} of --{name}"),
+        (None, Some(name)) => format!("the {name} argument {shown}"),
+        (None, None) => format!("the argument {shown}"),
     })
+}
+
+/// Whether `--name` is a flag of `command` (or of one of its subcommands) that takes a
+/// value.
+fn takes_value(command: &clap::Command, name: &str) -> bool {
+    let own = command.get_arguments().any(|arg| {
+        arg.get_action().takes_values()
+            && (arg.get_long() == Some(name)
+                || arg
+                    .get_all_aliases()
+                    .is_some_and(|aliases| aliases.contains(&name)))
+    });
+    own || command.get_subcommands().any(|sub| takes_value(sub, name))
+}
+
+/// The value name (`PROMPT`, `JSON`) of the positional argument that follows `before`
+/// (the arguments after the program name), if `command` has one there.
+fn positional_name(command: &clap::Command, before: &[OsString]) -> Option<String> {
+    let mut index = 0;
+    let mut words = before.iter().map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        match word.strip_prefix("--") {
+            Some("") => {}
+            Some(flag) if !flag.contains('=') && takes_value(command, flag) => {
+                words.next();
+            }
+            Some(_) => {}
+            None if word.starts_with('-') && word.len() > 1 => {}
+            None => match command.find_subcommand(word.as_ref()) {
+                Some(sub) if index == 0 => {
+                    let rest: Vec<OsString> = words.map(|w| OsString::from(&*w)).collect();
+                    return positional_name(sub, &rest);
+                }
+                _ => index += 1,
+            },
+        }
+    }
+    let positional = command.get_positionals().nth(index)?;
+    positional
+        .get_value_names()
+        .and_then(|names| names.first())
+        .map(ToString::to_string)
+        .or_else(|| Some(positional.get_id().to_string().to_uppercase()))
 }
 
 fn run_mode(args: &[OsString]) -> Output {
