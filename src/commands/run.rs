@@ -343,14 +343,20 @@ pub(crate) fn request_from(
             .map_err(|ArgError::Invalid(m)| invalid(m));
     };
     let request = parsed.into_request(&mut stdin);
+    test_hook_pause_args_checked();
     let received = stdin.received();
+    let waited = match stdin.was_read() {
+        true => format!("while coder waited for {awaited} on stdin"),
+        // The prompt was an argument: the signal came while the arguments were checked.
+        false => "before the run started, while coder checked its arguments".to_owned(),
+    };
     drop(stdin);
     test_hook_pause_after_prompt();
     if let Some(signo) = received {
         let name = supervise::signals::signal_name(signo);
         return Err(early_error(
             ErrorKind::Cancelled,
-            format!("cancelled by {name} while coder waited for {awaited} on stdin"),
+            format!("cancelled by {name} {waited}"),
             crate::exit::cancelled_exit_code(signo),
             limits,
         ));
@@ -365,9 +371,20 @@ pub(crate) fn request_from(
 /// the test removes it, so that a test can send a signal in the gap between reading the
 /// prompt and listening for signals. Inert without the variable, absent from release
 /// builds.
-#[cfg(debug_assertions)]
 fn test_hook_pause_after_prompt() {
-    let Some(path) = std::env::var_os("CODER_TEST_HOOK_PAUSE_AFTER_PROMPT") else {
+    test_hook_pause("CODER_TEST_HOOK_PAUSE_AFTER_PROMPT");
+}
+
+/// TEST HOOK, as [`test_hook_pause_after_prompt`]: `CODER_TEST_HOOK_PAUSE_ARGS_CHECKED`
+/// pauses once the arguments are checked, while signals are still held for the check.
+fn test_hook_pause_args_checked() {
+    test_hook_pause("CODER_TEST_HOOK_PAUSE_ARGS_CHECKED");
+}
+
+/// Creates the file `variable` names and waits (10 s at most) until it is removed.
+#[cfg(debug_assertions)]
+fn test_hook_pause(variable: &str) {
+    let Some(path) = std::env::var_os(variable) else {
         return;
     };
     if std::fs::write(&path, std::process::id().to_string()).is_err() {
@@ -380,7 +397,7 @@ fn test_hook_pause_after_prompt() {
 }
 
 #[cfg(not(debug_assertions))]
-fn test_hook_pause_after_prompt() {}
+fn test_hook_pause(_variable: &str) {}
 
 /// Runs a validated request: the async runtime, the pipeline, the metrics line.
 pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
