@@ -1419,6 +1419,13 @@ fn request_fields_are_named_as_fields_and_flags_as_flags() {
             "\"answers\" in the --request JSON is an empty list",
         ),
         (
+            json!({"PROMPT": "task", "answers": ["blue"],
+                   "SESSION_ID": "3f0c0c8e-1111-4222-8333-444455556666"}),
+            &[][..],
+            "\"answers\" in the --request JSON: session 3f0c0c8e-1111-4222-8333-444455556666 \
+             has no open questions",
+        ),
+        (
             json!({"PROMPT": "task", "verify": "true"}),
             &["--repair-turns", "11"][..],
             "--repair-turns must be a whole number from 0 to 10",

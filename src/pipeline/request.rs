@@ -722,7 +722,10 @@ impl RunArgs {
                     Key::SessionId.name(from == RequestFrom::File, from),
                 )));
             }
-            (Some(answers), SessionChoice::Resume(id)) => Some(asked_questions(id, answers.len())?),
+            (Some(answers), SessionChoice::Resume(id)) => {
+                let name = Key::Answers.name(self.questions.answers.is_some(), from);
+                Some(asked_questions(id, answers.len(), &name)?)
+            }
             (None, _) => None,
         };
 
@@ -942,6 +945,7 @@ fn given_answers(
 fn asked_questions(
     id: Uuid,
     count: usize,
+    name: &str,
 ) -> Result<Vec<crate::pipeline::questions::Question>, ArgError> {
     let state = crate::config::state_dir().map_err(|e| ArgError::Invalid(e.to_string()))?;
     let record = crate::pipeline::session::SessionStore::new(&state)
@@ -950,13 +954,13 @@ fn asked_questions(
     let questions = record.and_then(|r| r.questions).unwrap_or_default();
     if questions.is_empty() {
         return Err(ArgError::Invalid(format!(
-            "--answers: session {id} has no open questions (no run of it ended with \
-             needs_input, or they were answered already); resume it without --answers"
+            "{name}: session {id} has no open questions (no run of it ended with \
+             needs_input, or they were answered already); resume it without {name}"
         )));
     }
     if questions.len() != count {
         return Err(ArgError::Invalid(format!(
-            "--answers has {count} answer(s), but session {id} asked {} question(s): give one \
+            "{name} has {count} answer(s), but session {id} asked {} question(s): give one \
              answer per question, in order",
             questions.len()
         )));
