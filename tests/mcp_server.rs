@@ -194,6 +194,10 @@ fn input_that_is_not_a_message_gets_a_json_rpc_error() {
         "[1, 2]".to_owned(),
         r#"{"jsonrpc":"2.0","method":"$/lsp/chatter"}"#.to_owned(),
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#.to_owned(),
+        // Params that do not fit tools/call: invalid params, not "Method not found".
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"read-file","arguments":[]}}"#
+            .to_owned(),
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":5}}"#.to_owned(),
     ];
     let input = scene.root.path().join("input.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
@@ -229,7 +233,10 @@ fn input_that_is_not_a_message_gets_a_json_rpc_error() {
         answers.iter().all(|a| a["jsonrpc"] == "2.0"),
         "{answers:#?}"
     );
-    assert_eq!(answers.len(), 6, "{answers:#?}");
+    for id in [5, 6] {
+        assert_eq!(codes(serde_json::json!(id)), [-32602], "{answers:#?}");
+    }
+    assert_eq!(answers.len(), 8, "{answers:#?}");
 }
 
 /// The `coder` tool's `cd` that cannot be used is named with what is wrong with it (and a
