@@ -443,6 +443,10 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
             "scope is an empty list",
         ),
         (
+            json_args(r#"{"PROMPT":"t","scope":["/abs/**"]}"#),
+            "scope \"/abs/**\" is not a valid glob: it is absolute",
+        ),
+        (
             json_args(r#"{"PROMPT":"t","json_schema":{"type":"string"}}"#),
             "json_schema must describe a JSON object",
         ),

@@ -313,6 +313,7 @@ struct OutcomeNames {
     repair_turns: String,
     no_verify_baseline: String,
     json_schema: String,
+    scope: String,
 }
 
 impl OutcomeNames {
@@ -325,6 +326,7 @@ impl OutcomeNames {
             repair_turns: Key::RepairTurns.name(flags.repair_turns.is_some(), from),
             no_verify_baseline: Key::NoVerifyBaseline.name(flags.no_verify_baseline, from),
             json_schema: Key::JsonSchema.name(flags.json_schema.is_some(), from),
+            scope: Key::Scope.name(!flags.scope.is_empty(), from),
         }
     }
 }
@@ -382,8 +384,12 @@ impl OutcomeArgs {
             None
         } else {
             Some(
-                crate::workspace::scope::Scope::new(&self.scope)
-                    .map_err(|e| ArgError::Invalid(e.to_string()))?,
+                crate::workspace::scope::Scope::new(&self.scope).map_err(|e| {
+                    ArgError::Invalid(format!(
+                        "{} {:?} is not a valid glob: {}",
+                        names.scope, e.glob, e.reason
+                    ))
+                })?,
             )
         };
         let json_schema = self
