@@ -1532,3 +1532,36 @@ fn a_store_that_cannot_be_used_says_why() {
         assert!(stderr.contains(&says), "{store}: {stderr}");
     }
 }
+
+/// Empty arguments say they are empty: `coder fs VERB --base DIR ''` said "payload is not
+/// JSON: EOF while parsing a value at line 1 column 0", and `coder runs show ''` "no run
+/// matches \"\"".
+#[test]
+fn empty_fs_payload_and_run_id_say_they_are_empty() {
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(common::CODER)
+        .args(["fs", "read-file", "--base"])
+        .arg(state.path())
+        .arg(" ")
+        .env("CODER_STATE_DIR", state.path().join("state"))
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(1));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["code"], "C210");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("the JSON payload is empty")),
+        "{error}"
+    );
+    std::fs::create_dir_all(state.path().join("state/runs")).unwrap();
+    let out = Command::new(common::CODER)
+        .args(["runs", "show", ""])
+        .env("CODER_STATE_DIR", state.path().join("state"))
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("coder runs show: RUN is empty"),
+        "{out:?}"
+    );
+}
