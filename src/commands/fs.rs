@@ -65,10 +65,11 @@ fn run(args: &FsArgs) -> Result<Value, FsError> {
         args.json.clone()
     };
     if text.trim().is_empty() {
-        return Err(bad(format!(
-            "the JSON payload is empty: give the operation's object, like '{{\"path\": \
-             \"src/main.rs\"}}' (see coder fs --help)"
-        )));
+        return Err(bad(
+            "the JSON payload is empty: give the operation's object, like \
+             '{\"path\": \"src/main.rs\"}' (see coder fs --help)"
+                .to_owned(),
+        ));
     }
     let payload: Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("payload is not JSON: {e}")))?;
