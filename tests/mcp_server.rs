@@ -555,3 +555,85 @@ fn a_server_whose_stdout_cannot_be_written_says_so() {
         "{stderr}"
     );
 }
+
+/// One `coder mcp` session of `calls` with the real claude CLI; each call's result.
+fn tool_results(scene: &Scene, calls: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}});
+    let mut lines = vec![
+        init.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+    ];
+    for (id, arguments) in calls.iter().enumerate() {
+        lines.push(
+            serde_json::json!({"jsonrpc": "2.0", "id": id + 1, "method": "tools/call",
+                "params": {"name": "coder", "arguments": arguments}})
+            .to_string(),
+        );
+    }
+    let input = scene.root.path().join("runs.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let claude = common::real_claude();
+    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["mcp", "--base"])
+        .arg(&scene.base)
+        .env("CODER_STATE_DIR", scene.root.path().join("state"))
+        .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
+        .env("CODER_CLAUDE_BIN", claude)
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output_within(Duration::from_secs(120));
+    assert!(out.status.success(), "{out:?}");
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (1..=calls.len())
+        .map(|id| {
+            answers
+                .iter()
+                .find(|a| a["id"] == id)
+                .unwrap_or_else(|| panic!("no answer to {id}: {answers:#?}"))["result"]
+                .clone()
+        })
+        .collect()
+}
+
+/// A resume from another `cd` than the session's names the tool's arguments (`cd`,
+/// `SESSION_ID`), not the flags `--cd` and `--session-id` the caller never wrote.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_resume_in_another_cd_names_the_tools_arguments() {
+    let scene = Scene::new();
+    for dir in ["a", "b"] {
+        std::fs::create_dir_all(scene.base.join(dir)).unwrap();
+    }
+    let backend = format!("replay:{CASSETTES}/plain.json");
+    let first = tool_results(
+        &scene,
+        &[serde_json::json!({"PROMPT": "say hi", "cd": "a", "backend": backend})],
+    );
+    let envelope = &first[0]["structuredContent"];
+    assert_eq!(envelope["success"], true, "{envelope}");
+    let session = envelope["SESSION_ID"].as_str().unwrap().to_owned();
+    let again = tool_results(
+        &scene,
+        &[
+            serde_json::json!({"PROMPT": "again", "cd": "b", "backend": backend,
+                             "SESSION_ID": session}),
+        ],
+    );
+    let envelope = &again[0]["structuredContent"];
+    assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+    let error = envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "resume it with cd {}",
+            scene.base.join("a").display()
+        )) && error.contains("leave SESSION_ID out")
+            && !error.contains("--"),
+        "{error}"
+    );
+}

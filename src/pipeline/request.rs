@@ -528,6 +528,8 @@ impl SessionChoice {
 pub struct RunRequest {
     /// The assembled prompt, shared (not copied) by every attempt: it can be megabytes.
     pub prompt: std::sync::Arc<str>,
+    /// Who wrote the request, for messages that say what to change.
+    pub request_from: RequestFrom,
     /// The workspace, canonicalised.
     pub workspace: PathBuf,
     pub sandbox: SandboxMode,
@@ -886,6 +888,7 @@ impl RunArgs {
 
         Ok(RunRequest {
             prompt: prompt.into(),
+            request_from: from,
             workspace,
             sandbox,
             session,

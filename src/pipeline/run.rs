@@ -27,7 +27,7 @@ use crate::pipeline::fallback::{self, Fallback};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
 use crate::pipeline::provider;
-use crate::pipeline::request::{RunRequest, SessionChoice};
+use crate::pipeline::request::{RequestFrom, RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
 use crate::pipeline::snapshot::{self, Snapshot};
@@ -839,9 +839,10 @@ impl PreparedRun {
         // Session safety: one driver per session, and resumes only where the session lives.
         let store = SessionStore::new(state_dir).redacting(secrets.clone());
         if let SessionChoice::Resume(id) = request.session {
+            let tool_arguments = request.request_from == RequestFrom::McpTool;
             store
                 .check_resume(id, &request.workspace, backend.name())
-                .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+                .map_err(|e| early(run, ErrorKind::ConfigError, e.message_for(tool_arguments)))?;
         }
         let lock = store
             .lock(request.session.id())
