@@ -361,6 +361,10 @@ fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String>
         .env("CODER_STATE_DIR", scene.root.path().join("state"))
         .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
         .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
         .stdin(std::fs::File::open(&input).unwrap())
         .output_bounded();
     assert!(out.status.success(), "{out:?}");
@@ -443,6 +447,11 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
             "scope is an empty list",
         ),
         (
+            // No backend and no credentials: the way out is named as the tool's argument.
+            json_args(r#"{"PROMPT":"t"}"#),
+            "backend 'inherit' has no credentials",
+        ),
+        (
             json_args(r#"{"PROMPT":"t","scope":["/abs/**"]}"#),
             "scope \"/abs/**\" is not a valid glob: it is absolute",
         ),
@@ -493,6 +502,10 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
         assert!(message.starts_with(says), "{args}: {message}");
         assert!(
             !message.contains("--request") && !message.contains("--verify"),
+            "{args}: {message}"
+        );
+        assert!(
+            !message.contains("--backend") || message.contains("the backend argument"),
             "{args}: {message}"
         );
     }
