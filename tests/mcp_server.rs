@@ -336,9 +336,14 @@ fn a_bad_cd_of_the_coder_tool_is_named_with_what_is_wrong() {
     );
 }
 
-/// Sends `calls` (tool name, arguments) to `coder mcp` on stdin after the handshake and
-/// returns each call's result text, in order.
-fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String> {
+/// One `coder mcp` session over a file on stdin: the handshake, then `calls` (tool name,
+/// arguments) with ids 1, 2, …; each call's `result`, in order. The real claude CLI is
+/// the runs' when `claude` names it.
+fn raw_session(
+    scene: &Scene,
+    calls: &[(&str, serde_json::Value)],
+    claude: Option<&Path>,
+) -> Vec<serde_json::Value> {
     let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "raw", "version": "1"}}});
@@ -355,7 +360,8 @@ fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String>
     }
     let input = scene.root.path().join("calls.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_coder"));
+    command
         .args(["mcp", "--base"])
         .arg(&scene.base)
         .env("CODER_STATE_DIR", scene.root.path().join("state"))
@@ -365,8 +371,11 @@ fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String>
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("ANTHROPIC_AUTH_TOKEN")
         .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
-        .stdin(std::fs::File::open(&input).unwrap())
-        .output_bounded();
+        .stdin(std::fs::File::open(&input).unwrap());
+    if let Some(claude) = claude {
+        command.env("CODER_CLAUDE_BIN", claude);
+    }
+    let out = command.output_within(Duration::from_secs(120));
     assert!(out.status.success(), "{out:?}");
     let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -374,12 +383,22 @@ fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String>
         .collect();
     (1..=calls.len())
         .map(|id| {
-            let answer = answers
+            answers
                 .iter()
                 .find(|a| a["id"] == id)
-                .unwrap_or_else(|| panic!("no answer to {id}: {answers:#?}"));
-            assert_eq!(answer["result"]["isError"], true, "{answer}");
-            answer["result"]["content"][0]["text"]
+                .unwrap_or_else(|| panic!("no answer to {id}: {answers:#?}"))["result"]
+                .clone()
+        })
+        .collect()
+}
+
+/// [`raw_session`] of calls that all fail: each one's error text.
+fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String> {
+    raw_session(scene, calls, None)
+        .into_iter()
+        .map(|result| {
+            assert_eq!(result["isError"], true, "{result}");
+            result["content"][0]["text"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned()
@@ -569,51 +588,6 @@ fn a_server_whose_stdout_cannot_be_written_says_so() {
     );
 }
 
-/// One `coder mcp` session of `calls` with the real claude CLI; each call's result.
-fn tool_results(scene: &Scene, calls: &[serde_json::Value]) -> Vec<serde_json::Value> {
-    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "raw", "version": "1"}}});
-    let mut lines = vec![
-        init.to_string(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
-    ];
-    for (id, arguments) in calls.iter().enumerate() {
-        lines.push(
-            serde_json::json!({"jsonrpc": "2.0", "id": id + 1, "method": "tools/call",
-                "params": {"name": "coder", "arguments": arguments}})
-            .to_string(),
-        );
-    }
-    let input = scene.root.path().join("runs.jsonl");
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let claude = common::real_claude();
-    let out = Command::new(env!("CARGO_BIN_EXE_coder"))
-        .args(["mcp", "--base"])
-        .arg(&scene.base)
-        .env("CODER_STATE_DIR", scene.root.path().join("state"))
-        .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
-        .env("CODER_CLAUDE_BIN", claude)
-        .env_remove("CODER_CONFIG")
-        .env_remove("CODER_BACKEND")
-        .stdin(std::fs::File::open(&input).unwrap())
-        .output_within(Duration::from_secs(120));
-    assert!(out.status.success(), "{out:?}");
-    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    (1..=calls.len())
-        .map(|id| {
-            answers
-                .iter()
-                .find(|a| a["id"] == id)
-                .unwrap_or_else(|| panic!("no answer to {id}: {answers:#?}"))["result"]
-                .clone()
-        })
-        .collect()
-}
-
 /// A resume from another `cd` than the session's names the tool's arguments (`cd`,
 /// `SESSION_ID`), not the flags `--cd` and `--session-id` the caller never wrote.
 #[test]
@@ -624,19 +598,26 @@ fn a_resume_in_another_cd_names_the_tools_arguments() {
         std::fs::create_dir_all(scene.base.join(dir)).unwrap();
     }
     let backend = format!("replay:{CASSETTES}/plain.json");
-    let first = tool_results(
+    let claude = common::real_claude();
+    let first = raw_session(
         &scene,
-        &[serde_json::json!({"PROMPT": "say hi", "cd": "a", "backend": backend})],
+        &[(
+            "coder",
+            serde_json::json!({"PROMPT": "say hi", "cd": "a", "backend": backend}),
+        )],
+        Some(&claude),
     );
     let envelope = &first[0]["structuredContent"];
     assert_eq!(envelope["success"], true, "{envelope}");
     let session = envelope["SESSION_ID"].as_str().unwrap().to_owned();
-    let again = tool_results(
+    let again = raw_session(
         &scene,
-        &[
+        &[(
+            "coder",
             serde_json::json!({"PROMPT": "again", "cd": "b", "backend": backend,
-                             "SESSION_ID": session}),
-        ],
+                               "SESSION_ID": session}),
+        )],
+        Some(&claude),
     );
     let envelope = &again[0]["structuredContent"];
     assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
