@@ -1564,4 +1564,19 @@ fn empty_fs_payload_and_run_id_say_they_are_empty() {
         String::from_utf8_lossy(&out.stderr).starts_with("coder runs show: RUN is empty"),
         "{out:?}"
     );
+    // A --state-dir that does not exist: said in words, not "(os error 2)".
+    let missing = state.path().join("nowhere");
+    let out = Command::new(common::CODER)
+        .args(["runs", "list", "--state-dir"])
+        .arg(&missing)
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(78));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "coder runs: --state-dir {}: no such directory; pass coder's state directory \
+             (where its runs/ are)",
+            missing.display()
+        )
+    );
 }

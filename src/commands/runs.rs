@@ -163,7 +163,17 @@ fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
             "--state-dir {}: not a directory; pass coder's state directory",
             dir.display()
         )),
-        Err(e) => Err(format!("--state-dir {}: {e}", dir.display())),
+        Err(e) => {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                _ => e.to_string(),
+            };
+            Err(format!(
+                "--state-dir {}: {why}; pass coder's state directory (where its runs/ are)",
+                dir.display()
+            ))
+        }
     }
 }
 
