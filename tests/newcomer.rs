@@ -1564,6 +1564,34 @@ fn empty_fs_payload_and_run_id_say_they_are_empty() {
         String::from_utf8_lossy(&out.stderr).starts_with("coder runs show: RUN is empty"),
         "{out:?}"
     );
+    // A --base of coder fs and coder mcp that does not exist: the same.
+    let out = Command::new(common::CODER)
+        .args(["fs", "read-file", "--base"])
+        .arg(state.path().join("nowhere"))
+        .arg(r#"{"path": "a"}"#)
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(1));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        error["message"],
+        format!(
+            "--base {}: no such directory; give an existing folder",
+            state.path().join("nowhere").display()
+        )
+    );
+    let out = Command::new(common::CODER)
+        .args(["mcp", "--base"])
+        .arg(state.path().join("nowhere"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!(
+            "coder mcp: --base {}: no such directory",
+            state.path().join("nowhere").display()
+        )),
+        "{out:?}"
+    );
     // A --state-dir that does not exist: said in words, not "(os error 2)".
     let missing = state.path().join("nowhere");
     let out = Command::new(common::CODER)

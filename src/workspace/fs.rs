@@ -235,8 +235,19 @@ impl Jail {
     /// A jail at `base` (which must be an existing directory) with the default
     /// non-accessible globs plus `extra_deny` (the config file's `deny`).
     pub fn new(base: &Path, extra_deny: &[String]) -> Result<Jail, FsError> {
-        let real = fs::canonicalize(base)
-            .map_err(|e| FsError::new(FsCode::C210, format!("base {}: {e}", base.display())))?;
+        let real = fs::canonicalize(base).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+                std::io::ErrorKind::PermissionDenied => {
+                    "permission denied on the way to it".to_owned()
+                }
+                _ => e.to_string(),
+            };
+            FsError::new(
+                FsCode::C210,
+                format!("--base {}: {why}; give an existing folder", base.display()),
+            )
+        })?;
         if !real.is_dir() {
             return Err(FsError::new(
                 FsCode::C210,
