@@ -162,11 +162,11 @@ fn an_empty_value_in_request_json_says_it_is_empty() {
     let cases = [
         (
             json!({"PROMPT": "x", "json_schema": ""}),
-            "json_schema in the --request JSON is empty: give the JSON Schema",
+            "\"json_schema\" in the --request JSON is empty: give the JSON Schema",
         ),
         (
             json!({"PROMPT": "x", "answers": " "}),
-            "--answers is empty: expected a list of answers",
+            "\"answers\" in the --request JSON is empty: expected a list of answers",
         ),
     ];
     for (request, says) in cases {

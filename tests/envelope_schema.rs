@@ -318,9 +318,10 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         baseline: None,
         after_agent: None,
         final_check: None,
-        verdict: coder::workspace::verify::VerdictKind::Passed,
+        verdict: coder::workspace::verify::VerdictKind::StillFailing,
         repair_turns: 0,
         ignored_changes: Some(1),
+        repair_skipped: Some(coder::workspace::verify::NOT_STARTED_NO_REPAIR.into()),
     });
     full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
     full.fallback = Some(coder::pipeline::fallback::Fallback {

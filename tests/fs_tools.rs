@@ -109,6 +109,45 @@ fn bad_input_is_c210() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("C210"));
 }
 
+/// A value of the wrong type names its key, in words rather than Rust's types: it was
+/// "bad input: invalid type: integer `5`, expected a string" (which key?) and "expected
+/// usize".
+#[test]
+fn a_value_of_the_wrong_type_names_its_key() {
+    let (_t, base) = workspace();
+    for (verb, payload, says) in [
+        (
+            "read-file",
+            json!({"path": 5}),
+            "bad input: path: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "read-file",
+            json!({"path": "src/a.txt", "start_line": 1.5}),
+            "bad input: start_line: invalid type: floating point `1.5`, expected a whole \
+             number, 0 or more",
+        ),
+        (
+            "list-folder",
+            json!({"limit": -1}),
+            "bad input: limit: invalid value: integer `-1`, expected a whole number, 0 or more",
+        ),
+        (
+            "tree",
+            json!({"depth": "3"}),
+            "bad input: depth: invalid type: string \"3\"",
+        ),
+    ] {
+        let (code, v) = fs(&base, verb, payload.clone());
+        assert_eq!(code, 1, "{payload}: {v}");
+        assert_eq!(v["code"], "C210", "{payload}: {v}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.starts_with(says)),
+            "{payload}: {v}"
+        );
+    }
+}
+
 #[test]
 fn not_found_and_secrets_are_c211() {
     let (_t, base) = workspace();

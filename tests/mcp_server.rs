@@ -194,6 +194,10 @@ fn input_that_is_not_a_message_gets_a_json_rpc_error() {
         "[1, 2]".to_owned(),
         r#"{"jsonrpc":"2.0","method":"$/lsp/chatter"}"#.to_owned(),
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#.to_owned(),
+        // Params that do not fit tools/call: invalid params, not "Method not found".
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"read-file","arguments":[]}}"#
+            .to_owned(),
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":5}}"#.to_owned(),
     ];
     let input = scene.root.path().join("input.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
@@ -229,7 +233,10 @@ fn input_that_is_not_a_message_gets_a_json_rpc_error() {
         answers.iter().all(|a| a["jsonrpc"] == "2.0"),
         "{answers:#?}"
     );
-    assert_eq!(answers.len(), 6, "{answers:#?}");
+    for id in [5, 6] {
+        assert_eq!(codes(serde_json::json!(id)), [-32602], "{answers:#?}");
+    }
+    assert_eq!(answers.len(), 8, "{answers:#?}");
 }
 
 /// The `coder` tool's `cd` that cannot be used is named with what is wrong with it (and a
@@ -326,5 +333,301 @@ fn a_bad_cd_of_the_coder_tool_is_named_with_what_is_wrong() {
         text(7).starts_with("bad arguments: SESSION_ID must be a session UUID"),
         "{}",
         text(7)
+    );
+}
+
+/// One `coder mcp` session over a file on stdin: the handshake, then `calls` (tool name,
+/// arguments) with ids 1, 2, …; each call's `result`, in order. The real claude CLI is
+/// the runs' when `claude` names it.
+fn raw_session(
+    scene: &Scene,
+    calls: &[(&str, serde_json::Value)],
+    claude: Option<&Path>,
+) -> Vec<serde_json::Value> {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}});
+    let mut lines = vec![
+        init.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+    ];
+    for (id, (name, arguments)) in calls.iter().enumerate() {
+        lines.push(
+            serde_json::json!({"jsonrpc": "2.0", "id": id + 1, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}})
+            .to_string(),
+        );
+    }
+    let input = scene.root.path().join("calls.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_coder"));
+    command
+        .args(["mcp", "--base"])
+        .arg(&scene.base)
+        .env("CODER_STATE_DIR", scene.root.path().join("state"))
+        .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+        .stdin(std::fs::File::open(&input).unwrap());
+    if let Some(claude) = claude {
+        command.env("CODER_CLAUDE_BIN", claude);
+    }
+    let out = command.output_within(Duration::from_secs(120));
+    assert!(out.status.success(), "{out:?}");
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (1..=calls.len())
+        .map(|id| {
+            answers
+                .iter()
+                .find(|a| a["id"] == id)
+                .unwrap_or_else(|| panic!("no answer to {id}: {answers:#?}"))["result"]
+                .clone()
+        })
+        .collect()
+}
+
+/// [`raw_session`] of calls that all fail: each one's error text.
+fn tool_texts(scene: &Scene, calls: &[(&str, serde_json::Value)]) -> Vec<String> {
+    raw_session(scene, calls, None)
+        .into_iter()
+        .map(|result| {
+            assert_eq!(result["isError"], true, "{result}");
+            result["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The message of a tool error: the envelope's `error` when the run answered, else the
+/// server's own text.
+fn tool_error_message(text: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(envelope) => envelope["error"].as_str().unwrap_or_default().to_owned(),
+        Err(_) => text.to_owned(),
+    }
+}
+
+/// Mistakes in the `coder` tool's arguments are named as the tool's arguments (the caller
+/// never wrote `--verify-timeout`, `--session-id` or a `--request` JSON), with the type or
+/// range wrong, and numbers quoted as written (`1e300`, not 301 digits).
+#[test]
+fn the_coder_tool_names_its_own_arguments_never_flags() {
+    let scene = Scene::new();
+    let session = "3f0c0c8e-1111-4222-8333-444455556666";
+    let cases = [
+        (
+            json_args(r#"{"PROMPT":"t","verify_timeout":5}"#),
+            "verify_timeout needs verify (the check command)",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","no_verify_baseline":true}"#),
+            "no_verify_baseline needs verify (the check command)",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","verify":"true","repair_turns":50}"#),
+            "repair_turns must be a whole number from 0 to 10 (got \"50\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","verify":"true","repair_turns":1e300}"#),
+            "repair_turns must be a whole number from 0 to 10 (got \"1e+300\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","verify":"true","repair_turns":2.5}"#),
+            "repair_turns must be a whole number from 0 to 10 (got \"2.5\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","verify":"true","verify_timeout":1e300}"#),
+            "verify_timeout is too large: 1e+300 seconds is more than a year",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","verify":""}"#),
+            "verify is empty: give the check command",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","answers":["blue"]}"#),
+            "answers is for the questions a session asked: give that session's SESSION_ID",
+        ),
+        (
+            json_args(&format!(
+                r#"{{"PROMPT":"t","worktree":true,"SESSION_ID":"{session}"}}"#
+            )),
+            "worktree cannot resume a session",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","scope":[]}"#),
+            "scope is an empty list",
+        ),
+        (
+            // No backend and no credentials: the way out is named as the tool's argument.
+            json_args(r#"{"PROMPT":"t"}"#),
+            "backend 'inherit' has no credentials",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","scope":["/abs/**"]}"#),
+            "scope \"/abs/**\" is not a valid glob: it is absolute",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","json_schema":{"type":"string"}}"#),
+            "json_schema must describe a JSON object",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","max_retries":1e0}"#),
+            "max_retries must be a whole number from 0 to 100 (got \"1.0\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","timeout":-1}"#),
+            "timeout must be a non-negative number of seconds (got \"-1\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","wait_s":1e300}"#),
+            "bad arguments: wait_s must be a number of seconds from 0 to 3600 (got 1e+300)",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","backend":""}"#),
+            "bad arguments: backend is empty",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","repair_turns":"2"}"#),
+            "bad arguments: repair_turns must be a whole number (got \"2\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","scope":"src"}"#),
+            "bad arguments: scope must be a list of glob strings",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","allow_questions":1}"#),
+            "bad arguments: allow_questions must be true or false (got 1)",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","json_schema":"{}"}"#),
+            "bad arguments: json_schema must be a JSON Schema object",
+        ),
+    ];
+    let calls: Vec<(&str, serde_json::Value)> = cases
+        .iter()
+        .map(|(args, _)| ("coder", args.clone()))
+        .collect();
+    let texts = tool_texts(&scene, &calls);
+    for ((args, says), text) in cases.iter().zip(&texts) {
+        let message = tool_error_message(text);
+        assert!(message.starts_with(says), "{args}: {message}");
+        assert!(
+            !message.contains("--request") && !message.contains("--verify"),
+            "{args}: {message}"
+        );
+        assert!(
+            !message.contains("--backend") || message.contains("the backend argument"),
+            "{args}: {message}"
+        );
+    }
+}
+
+/// A JSON text parsed keeping its numbers as written (`1e300`, `1e0`).
+fn json_args(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap()
+}
+
+/// `coder mcp` whose stdout cannot be written says so in its own words (it printed rmcp's
+/// "Send message error Transport [coder::commands::mcp_stdio::LineTransport<…>] error: No
+/// space left on device", exit 1), exits 74 like every subcommand whose stdout fails, and
+/// ends quietly when the client closed its end (a broken pipe is the client going away).
+#[test]
+fn a_server_whose_stdout_cannot_be_written_says_so() {
+    let scene = Scene::new();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}});
+    let input = scene.root.path().join("init.jsonl");
+    std::fs::write(&input, format!("{init}\n")).unwrap();
+    // Through `sh`: the harness captures stdout itself.
+    let server = |redirect: &str| {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("\"$0\" mcp --base \"$1\" {redirect}"))
+            .arg(env!("CARGO_BIN_EXE_coder"))
+            .arg(&scene.base)
+            .env("CODER_STATE_DIR", scene.root.path().join("state"))
+            .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
+            .env_remove("CODER_CONFIG")
+            .stdin(std::fs::File::open(&input).unwrap());
+        cmd
+    };
+    let out = server(">/dev/full").output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(
+        stderr.starts_with("coder mcp: cannot write to stdout (No space left on device"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Transport ["), "{stderr}");
+
+    // A pipe whose reader is gone before the server starts (inherited: `pipe` sets no
+    // close-on-exec).
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&write);
+    let out = server(&format!(">&{fd}")).output_bounded();
+    drop(write);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+
+    let out = server("").stdin(Stdio::null()).output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("coder mcp: stdin ended before a client initialized the MCP session"),
+        "{stderr}"
+    );
+}
+
+/// A resume from another `cd` than the session's names the tool's arguments (`cd`,
+/// `SESSION_ID`), not the flags `--cd` and `--session-id` the caller never wrote.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_resume_in_another_cd_names_the_tools_arguments() {
+    let scene = Scene::new();
+    for dir in ["a", "b"] {
+        std::fs::create_dir_all(scene.base.join(dir)).unwrap();
+    }
+    let backend = format!("replay:{CASSETTES}/plain.json");
+    let claude = common::real_claude();
+    let first = raw_session(
+        &scene,
+        &[(
+            "coder",
+            serde_json::json!({"PROMPT": "say hi", "cd": "a", "backend": backend}),
+        )],
+        Some(&claude),
+    );
+    let envelope = &first[0]["structuredContent"];
+    assert_eq!(envelope["success"], true, "{envelope}");
+    let session = envelope["SESSION_ID"].as_str().unwrap().to_owned();
+    let again = raw_session(
+        &scene,
+        &[(
+            "coder",
+            serde_json::json!({"PROMPT": "again", "cd": "b", "backend": backend,
+                               "SESSION_ID": session}),
+        )],
+        Some(&claude),
+    );
+    let envelope = &again[0]["structuredContent"];
+    assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+    let error = envelope["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "resume it with cd {}",
+            scene.base.join("a").display()
+        )) && error.contains("leave SESSION_ID out")
+            && !error.contains("--"),
+        "{error}"
     );
 }

@@ -1382,12 +1382,229 @@ fn a_verify_command_too_long_to_start_is_refused_up_front() {
         .run();
     out.assert_failure("config_error", 78);
     assert!(
-        out.envelope["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("--verify is 200005 bytes")
-                && e.contains("put the check in a script")),
+        out.envelope["error"].as_str().is_some_and(|e| e
+            .starts_with("\"verify\" in the --request JSON is 200005 bytes")
+            && e.contains("put the check in a script")),
         "{}",
         out.explain()
     );
     assert!(!fake.has_record(), "the child ran");
+}
+
+/// A value of a `--request` JSON is named as its field, not as a flag the caller never
+/// gave (`"repair_turns": 3` without `verify` said "--repair-turns needs --verify CMD");
+/// a flag on the command line is still named as the flag.
+#[test]
+fn request_fields_are_named_as_fields_and_flags_as_flags() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let cases = [
+        (
+            json!({"PROMPT": "task", "repair_turns": 3}),
+            &[][..],
+            "\"repair_turns\" in the --request JSON needs --verify CMD",
+        ),
+        (
+            json!({"PROMPT": "task", "verify": "true", "repair_turns": 11}),
+            &[][..],
+            "\"repair_turns\" in the --request JSON must be a whole number from 0 to 10",
+        ),
+        (
+            json!({"PROMPT": "task", "verify": "true", "verify_timeout": 1e300}),
+            &[][..],
+            "\"verify_timeout\" in the --request JSON is too large",
+        ),
+        (
+            json!({"PROMPT": "task", "answers": []}),
+            &[][..],
+            "\"answers\" in the --request JSON is an empty list",
+        ),
+        (
+            json!({"PROMPT": "task", "answers": ["blue"],
+                   "SESSION_ID": "3f0c0c8e-1111-4222-8333-444455556666"}),
+            &[][..],
+            "\"answers\" in the --request JSON: session 3f0c0c8e-1111-4222-8333-444455556666 \
+             has no open questions",
+        ),
+        (
+            json!({"PROMPT": "task", "verify": "true"}),
+            &["--repair-turns", "11"][..],
+            "--repair-turns must be a whole number from 0 to 10",
+        ),
+    ];
+    for (request, flags, says) in cases {
+        let out = fake
+            .coder()
+            .args(["--request", "-"])
+            .args(flags)
+            .stdin(request.to_string())
+            .run();
+        out.assert_failure("config_error", 78);
+        assert!(
+            out.envelope["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with(says)),
+            "{request}: {}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A non-UTF-8 argument of `coder fs`, `coder prompt` and `coder route explain` is named
+/// (clap said "invalid UTF-8 was detected in one or more arguments", whichever it was).
+#[test]
+fn a_non_utf8_argument_of_a_subcommand_is_named() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"fix \xff it");
+    let state = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["fs", "read-file", "--base", "."],
+            "coder fs: the JSON argument",
+        ),
+        (&["prompt"], "coder prompt: the PROMPT argument"),
+        (
+            &["prompt", "--target"],
+            "coder prompt: the value \"fix \u{fffd} it\" of --target",
+        ),
+        (
+            &["route", "explain"],
+            "coder route explain: the PROMPT argument",
+        ),
+        (
+            &["route", "explain", "--target"],
+            "coder route explain: the value \"fix \u{fffd} it\" of --target",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .arg(bad)
+            .env("CODER_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(says) && stderr.contains("is not valid UTF-8"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// A `--store` that cannot be a store says what it is and what to do: a directory was
+/// "unable to open database file", a refused PostgreSQL connection "error connecting to
+/// server" (its cause left out), and any file that is not a database, `/etc/passwd`
+/// included, was to be "moved away".
+#[test]
+fn a_store_that_cannot_be_used_says_why() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a database\n".repeat(100)).unwrap();
+    let refused = "postgres://coder@127.0.0.1:1/coder";
+    let cases = [
+        (
+            dir.path().display().to_string(),
+            format!(
+                "it is a directory; name a database file, such as {}",
+                dir.path().join("coder.db").display()
+            ),
+        ),
+        (
+            refused.to_owned(),
+            "error connecting to server: Connection refused".to_owned(),
+        ),
+        (
+            text.display().to_string(),
+            "point --store at another file (coder creates a new store where none exists)"
+                .to_owned(),
+        ),
+    ];
+    for (store, says) in cases {
+        let out = Command::new(common::CODER)
+            .args(["route", "stats", "--store", &store])
+            .env("CODER_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{store}: {stderr}");
+        assert!(stderr.contains(&says), "{store}: {stderr}");
+    }
+}
+
+/// Empty arguments say they are empty: `coder fs VERB --base DIR ''` said "payload is not
+/// JSON: EOF while parsing a value at line 1 column 0", and `coder runs show ''` "no run
+/// matches \"\"".
+#[test]
+fn empty_fs_payload_and_run_id_say_they_are_empty() {
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(common::CODER)
+        .args(["fs", "read-file", "--base"])
+        .arg(state.path())
+        .arg(" ")
+        .env("CODER_STATE_DIR", state.path().join("state"))
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(1));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["code"], "C210");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("the JSON payload is empty")),
+        "{error}"
+    );
+    std::fs::create_dir_all(state.path().join("state/runs")).unwrap();
+    let out = Command::new(common::CODER)
+        .args(["runs", "show", ""])
+        .env("CODER_STATE_DIR", state.path().join("state"))
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("coder runs show: RUN is empty"),
+        "{out:?}"
+    );
+    // A --base of coder fs and coder mcp that does not exist: the same.
+    let out = Command::new(common::CODER)
+        .args(["fs", "read-file", "--base"])
+        .arg(state.path().join("nowhere"))
+        .arg(r#"{"path": "a"}"#)
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(1));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        error["message"],
+        format!(
+            "--base {}: no such directory; give an existing folder",
+            state.path().join("nowhere").display()
+        )
+    );
+    let out = Command::new(common::CODER)
+        .args(["mcp", "--base"])
+        .arg(state.path().join("nowhere"))
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!(
+            "coder mcp: --base {}: no such directory",
+            state.path().join("nowhere").display()
+        )),
+        "{out:?}"
+    );
+    // A --state-dir that does not exist: said in words, not "(os error 2)".
+    let missing = state.path().join("nowhere");
+    let out = Command::new(common::CODER)
+        .args(["runs", "list", "--state-dir"])
+        .arg(&missing)
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(78));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "coder runs: --state-dir {}: no such directory; pass coder's state directory \
+             (where its runs/ are)",
+            missing.display()
+        )
+    );
 }

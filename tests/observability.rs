@@ -397,7 +397,7 @@ fn runs_refuses_a_state_dir_that_is_not_a_directory() {
     let file = dir.path().join("state.txt");
     std::fs::write(&file, "not a directory").unwrap();
     let missing = dir.path().join("no-such-state");
-    for (state, why) in [(&file, "not a directory"), (&missing, "No such file")] {
+    for (state, why) in [(&file, "not a directory"), (&missing, "no such directory")] {
         for args in [&["list"][..], &["list", "--json"], &["show", "last"]] {
             let out = Command::new(CODER)
                 .arg("runs")

@@ -234,7 +234,7 @@ fn a_non_utf8_argument_is_named() {
     assert_config_error(&fake, &out, 2);
     let error = out.envelope["error"].as_str().unwrap();
     assert!(
-        error.contains("the argument \"fix \u{fffd} it\" is not valid UTF-8"),
+        error.contains("the PROMPT argument \"fix \u{fffd} it\" is not valid UTF-8"),
         "{error}"
     );
 }

@@ -210,3 +210,28 @@ fn a_signal_right_after_the_prompt_was_read_is_cancelled() {
         assert!(!fake.has_record(), "the child ran: {}", out.explain());
     }
 }
+
+/// A signal while coder checks its arguments, the prompt given as one, says so: it said
+/// "while coder waited for the prompt on stdin", which it never read.
+#[test]
+fn a_signal_while_the_arguments_are_checked_names_no_stdin() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let gap = fake.root().join("args-checked");
+    let running = fake
+        .coder()
+        .env("CODER_TEST_HOOK_PAUSE_ARGS_CHECKED", &gap)
+        .arg("the task")
+        .spawn();
+    common::wait_for_path(&gap, Duration::from_secs(20));
+    running.signal(Signal::SIGTERM);
+    std::fs::remove_file(&gap).unwrap();
+    let out = running.wait();
+    out.assert_failure("cancelled", 143);
+    assert_eq!(
+        out.envelope["error"],
+        "cancelled by SIGTERM before the run started, while coder checked its arguments",
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran: {}", out.explain());
+}

@@ -80,6 +80,23 @@ fn missing_command_exits_127() {
     );
 }
 
+/// A path to something that is no program says what it is, with the shell's statuses: it
+/// said "command not found" of `/etc`, which exists.
+#[test]
+fn a_directory_or_a_plain_file_as_the_command_says_what_it_is() {
+    let d = dirs();
+    fs::write(d.ws.join("notes.txt"), "x\n").unwrap();
+    for (cmd, says, code) in [
+        ("/etc", "/etc: is a directory, not a program", 126),
+        ("./notes.txt", "./notes.txt: not executable", 126),
+        ("./missing", "./missing: no such file", 127),
+    ] {
+        let out = sandbox(&d, &[], &[cmd]);
+        assert_eq!(out.status.code(), Some(code), "{cmd}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{cmd}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn home_as_workspace_is_refused_with_one_line() {
     // The caller's --cd to change, not a sandbox that cannot be had: config_error's 78.

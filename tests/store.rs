@@ -191,14 +191,17 @@ fn a_live_run_keeps_its_slot_past_the_lease_and_a_queued_run_can_be_cancelled() 
         !waiter.has_record(),
         "the queued run started while the holder was alive: its lease was not renewed"
     );
-    // SIGTERM while queued: cancelled, and the CLI never started.
+    // SIGTERM while queued: cancelled, and the CLI never started. The message says so
+    // (it said "its process tree was stopped", of a tree that never existed).
     b.signal(Signal::SIGTERM);
     let out = b.wait();
     out.assert_failure("cancelled", 143);
     assert!(
         out.envelope["error_detail"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("slot")),
+            .is_some_and(|m| m.contains("slot")
+                && m.contains("cancelled before it started")
+                && !m.contains("process tree")),
         "{}",
         out.explain()
     );

@@ -373,7 +373,7 @@ fn bad_schemas_are_config_errors_before_the_run() {
     out.assert_failure("config_error", 78);
     let error = out.envelope["error"].as_str().unwrap();
     assert!(
-        error.contains("json_schema in the --request JSON is not a valid JSON Schema"),
+        error.contains("\"json_schema\" in the --request JSON is not a valid JSON Schema"),
         "{error}"
     );
     assert!(!fake.has_record());

@@ -473,11 +473,12 @@ fn the_outcome_flags_work_through_a_request_file() {
         .stdin(json!({"PROMPT": "x", "repair_turns": 99}).to_string())
         .run();
     let detail = bad.assert_failure("config_error", 78);
+    // Named as the request's field, not as a flag the caller never gave.
     assert!(
         bad.envelope["error"]
             .as_str()
             .unwrap()
-            .contains("repair-turns"),
+            .starts_with("\"repair_turns\" in the --request JSON must be a whole number"),
         "{detail}"
     );
 }
@@ -1065,4 +1066,55 @@ fn a_workspace_named_through_a_symlink_into_a_repository_gets_the_git_ledger() {
     out.assert_success("done");
     assert_eq!(ours(&out), ["made.txt"], "{}", out.explain());
     assert!(log.exists(), "git did not run");
+}
+
+/// A check that cannot be started at all (here its workspace is gone, as `sh` missing or
+/// an argument list over the kernel's limit would do) is not a failure the model can
+/// repair: no repair turn is spent on it (one was, with "the check could not be started"
+/// as the failing output), and the envelope says why.
+#[test]
+fn a_check_that_cannot_start_gets_no_repair_turn() {
+    let fake = Fake::with_state_outside_workspace(json!([
+        {"step": "init"},
+        {"step": "tool_use", "name": "Bash", "input": {"command": "remove the workspace"}},
+        {"step": "run_tool", "command": "ws=$PWD; cd / && rm -rf \"$ws\""},
+        {"step": "result", "text": "done"},
+    ]));
+    let out = fake
+        .coder()
+        .args([
+            "--sandbox",
+            "danger-full-access",
+            "--verify",
+            "true",
+            "--no-verify-baseline",
+            "--repair-turns",
+            "2",
+            "task",
+        ])
+        .run();
+    out.assert_failure("verify_failed", 3);
+    let v = verification(&out);
+    assert_eq!(v["repair_turns"], 0, "{}", out.explain());
+    assert!(
+        v["final"]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the check could not be started")),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        v["repair_skipped"]
+            .as_str()
+            .is_some_and(|s| s.contains("no repair turn was spent")),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the --verify check could not run")),
+        "{}",
+        out.explain()
+    );
 }

@@ -64,6 +64,13 @@ fn run(args: &FsArgs) -> Result<Value, FsError> {
     } else {
         args.json.clone()
     };
+    if text.trim().is_empty() {
+        return Err(bad(
+            "the JSON payload is empty: give the operation's object, like \
+             '{\"path\": \"src/main.rs\"}' (see coder fs --help)"
+                .to_owned(),
+        ));
+    }
     let payload: Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("payload is not JSON: {e}")))?;
     let jail = open_jail(&args.base, args.config.as_deref())?;

@@ -124,22 +124,48 @@ async fn serve(jail: Jail, config: Option<PathBuf>) -> ExitCode {
         runs: Arc::new(Mutex::new(HashMap::new())),
     };
     let runs = server.runs.clone();
-    let transport = super::mcp_stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
-    let code = match server.serve(transport).await {
-        Ok(running) => match running.waiting().await {
-            Ok(_) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("coder mcp: {e}");
-                ExitCode::from(70)
-            }
-        },
-        Err(e) => {
-            eprintln!("coder mcp: {e}");
-            ExitCode::from(1)
-        }
+    let failure = super::mcp_stdio::WriteFailure::default();
+    let transport = super::mcp_stdio::LineTransport::new(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        failure.clone(),
+    );
+    let served = match server.serve(transport).await {
+        Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(initialize_failure(&e)),
     };
     stop_all(&runs).await;
-    code
+    match (failure.take(), served) {
+        // The client went away (closed its end of stdout): nothing to say to anyone.
+        (Some(e), _) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        (Some(e), _) => {
+            eprintln!(
+                "coder mcp: cannot write to stdout ({e}): the MCP client reads every answer \
+                 there; start the server with its stdout a pipe the client reads"
+            );
+            ExitCode::from(super::EXIT_IO_ERROR)
+        }
+        (None, Ok(())) => ExitCode::SUCCESS,
+        (None, Err(message)) => {
+            eprintln!("coder mcp: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// What went wrong before the session started, in the server's words.
+fn initialize_failure(e: &rmcp::service::ServerInitializeError) -> String {
+    use rmcp::service::ServerInitializeError as E;
+    match e {
+        E::ConnectionClosed(_) => "stdin ended before a client initialized the MCP session: \
+             coder mcp is started by an MCP host, which speaks JSON-RPC on its stdin and stdout \
+             (see README, \"MCP server and workspace tools\")"
+            .to_owned(),
+        E::ExpectedInitializeRequest(_) => "the client's first message was not `initialize`: \
+             an MCP session starts with an initialize request"
+            .to_owned(),
+        other => format!("the MCP session could not start: {other}"),
+    }
 }
 
 /// One run started by the `coder` tool.
@@ -201,13 +227,15 @@ struct CoderArgs {
     session_id: Option<String>,
     return_all_messages: Option<bool>,
     return_metrics: Option<bool>,
-    timeout: Option<f64>,
-    max_duration: Option<f64>,
-    max_retries: Option<u32>,
+    // Numbers pass through as written: the run checks them and names the argument, and a
+    // message quotes `1e300` as the caller wrote it.
+    timeout: Option<serde_json::Number>,
+    max_duration: Option<serde_json::Number>,
+    max_retries: Option<serde_json::Number>,
     // Verified outcomes (DESIGN §8) and worktrees (§10), passed through as in `--request`.
     verify: Option<String>,
-    verify_timeout: Option<f64>,
-    repair_turns: Option<u32>,
+    verify_timeout: Option<serde_json::Number>,
+    repair_turns: Option<serde_json::Number>,
     no_verify_baseline: Option<bool>,
     scope: Option<Vec<String>>,
     return_diff: Option<bool>,
@@ -219,14 +247,14 @@ struct CoderArgs {
     allow_questions: Option<bool>,
     answers: Option<Value>,
     backend: Option<String>,
-    wait_s: Option<f64>,
+    wait_s: Option<serde_json::Number>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WaitArgs {
     run_id: String,
-    wait_s: Option<f64>,
+    wait_s: Option<serde_json::Number>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -401,7 +429,7 @@ impl Server {
             "coder" => self.coder(parse(args)?, progress, context).await?,
             "coder_wait" => {
                 let a: WaitArgs = parse(args)?;
-                let limit = wait_s(a.wait_s)?;
+                let limit = wait_s(a.wait_s.as_ref())?;
                 let run = self.find(&a.run_id)?;
                 let wait = Wait {
                     limit,
@@ -440,25 +468,67 @@ fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
 }
 
 /// Names the first argument of a known name whose JSON type is wrong (serde's own message
-/// does not say which field it was).
+/// does not say which field it was). `null` is taken as left out, as serde takes it.
 fn field_type_error(args: &Value) -> Option<String> {
-    const STRINGS: [&str; 6] = ["PROMPT", "cd", "sandbox", "SESSION_ID", "backend", "run_id"];
-    const NUMBERS: [&str; 3] = ["timeout", "max_duration", "wait_s"];
-    const BOOLS: [&str; 2] = ["return_all_messages", "return_metrics"];
     let map = args.as_object()?;
     map.iter().find_map(|(key, value)| {
-        let expected = if STRINGS.contains(&key.as_str()) && !value.is_string() {
-            "a string"
-        } else if NUMBERS.contains(&key.as_str()) && !value.is_number() {
-            "a number of seconds"
-        } else if BOOLS.contains(&key.as_str()) && !value.is_boolean() {
-            "true or false"
-        } else if key == "max_retries" && !value.is_u64() {
-            "a non-negative integer"
-        } else {
-            return None;
-        };
-        Some(format!("{key} must be {expected} (got {value})"))
+        let expected = expected_type(key)?;
+        (!expected.fits(value) && !value.is_null())
+            .then(|| format!("{key} must be {} (got {value})", expected.describe()))
+    })
+}
+
+/// The JSON types of the run tools' arguments.
+#[derive(Clone, Copy)]
+enum ArgType {
+    String,
+    Seconds,
+    Count,
+    Bool,
+    Globs,
+    Object,
+}
+
+impl ArgType {
+    fn fits(self, value: &Value) -> bool {
+        match self {
+            ArgType::String => value.is_string(),
+            ArgType::Seconds | ArgType::Count => value.is_number(),
+            ArgType::Bool => value.is_boolean(),
+            ArgType::Globs => value
+                .as_array()
+                .is_some_and(|list| list.iter().all(Value::is_string)),
+            ArgType::Object => value.is_object(),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            ArgType::String => "a string",
+            ArgType::Seconds => "a number of seconds",
+            ArgType::Count => "a whole number",
+            ArgType::Bool => "true or false",
+            ArgType::Globs => "a list of glob strings, like [\"src/**\"]",
+            ArgType::Object => "a JSON Schema object (the schema itself, not its text)",
+        }
+    }
+}
+
+fn expected_type(key: &str) -> Option<ArgType> {
+    Some(match key {
+        "PROMPT" | "prompt" | "cd" | "sandbox" | "SESSION_ID" | "session_id" | "backend"
+        | "run_id" | "verify" => ArgType::String,
+        "timeout" | "max_duration" | "wait_s" | "verify_timeout" => ArgType::Seconds,
+        "max_retries" | "repair_turns" => ArgType::Count,
+        "return_all_messages"
+        | "return_metrics"
+        | "no_verify_baseline"
+        | "return_diff"
+        | "worktree"
+        | "allow_questions" => ArgType::Bool,
+        "scope" => ArgType::Globs,
+        "json_schema" => ArgType::Object,
+        _ => return None,
     })
 }
 
@@ -469,14 +539,17 @@ fn text_error(message: String) -> CallToolResult {
 /// The time a call may wait for its run: `wait_s` (default 50 s), from 0 to 3600. A value
 /// outside that range is refused, not clamped: a caller asking for `-1` or a day gets
 /// told, instead of a wait it did not ask for.
-fn wait_s(requested: Option<f64>) -> Result<Duration, String> {
-    let s = requested.unwrap_or(DEFAULT_WAIT_S);
-    if !(0.0..=MAX_WAIT_S).contains(&s) {
-        return Err(format!(
-            "bad arguments: wait_s must be a number of seconds from 0 to {MAX_WAIT_S} (got {s})"
-        ));
+fn wait_s(requested: Option<&serde_json::Number>) -> Result<Duration, String> {
+    let Some(number) = requested else {
+        return Ok(Duration::from_secs_f64(DEFAULT_WAIT_S));
+    };
+    match number.as_f64() {
+        Some(s) if (0.0..=MAX_WAIT_S).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "bad arguments: wait_s must be a number of seconds from 0 to {MAX_WAIT_S} (got \
+             {number})"
+        )),
     }
-    Ok(Duration::from_secs_f64(s))
 }
 
 /// `path` with its `.` and `..` taken lexically (as for a path that does not exist, which
@@ -577,7 +650,14 @@ impl Server {
         if a.prompt.trim().is_empty() && a.answers.is_none() {
             return Err("bad arguments: PROMPT is empty".to_string());
         }
-        let limit = wait_s(a.wait_s)?;
+        let limit = wait_s(a.wait_s.as_ref())?;
+        if a.backend.as_deref().is_some_and(|b| b.trim().is_empty()) {
+            return Err(
+                "bad arguments: backend is empty: name a backend profile (like \
+                 \"glm\" or \"auto\"), or leave backend out for the default"
+                    .to_owned(),
+            );
+        }
         // Checked here, in the tool's own words: the run would name them as fields of its
         // `--request` JSON on stdin, which the caller never wrote.
         if let Some(mode) = &a.sandbox {
@@ -619,12 +699,15 @@ impl Server {
                 a.return_all_messages.map(|v| json!(v)),
             ),
             ("return_metrics", a.return_metrics.map(|v| json!(v))),
-            ("timeout", a.timeout.map(|v| json!(v))),
-            ("max_duration", a.max_duration.map(|v| json!(v))),
-            ("max_retries", a.max_retries.map(|v| json!(v))),
+            ("timeout", a.timeout.as_ref().map(|v| json!(v))),
+            ("max_duration", a.max_duration.as_ref().map(|v| json!(v))),
+            ("max_retries", a.max_retries.as_ref().map(|v| json!(v))),
             ("verify", a.verify.as_ref().map(|v| json!(v))),
-            ("verify_timeout", a.verify_timeout.map(|v| json!(v))),
-            ("repair_turns", a.repair_turns.map(|v| json!(v))),
+            (
+                "verify_timeout",
+                a.verify_timeout.as_ref().map(|v| json!(v)),
+            ),
+            ("repair_turns", a.repair_turns.as_ref().map(|v| json!(v))),
             ("no_verify_baseline", a.no_verify_baseline.map(|v| json!(v))),
             ("scope", a.scope.as_ref().map(|v| json!(v))),
             ("return_diff", a.return_diff.map(|v| json!(v))),
@@ -641,6 +724,8 @@ impl Server {
         let exe = std::env::current_exe()?;
         let mut cmd = tokio::process::Command::new(exe);
         cmd.arg("--request").arg("-").arg("--run-id").arg(run_id);
+        // Messages about the arguments name them as the caller wrote them.
+        cmd.arg("--request-from").arg("mcp-tool");
         if let Some(backend) = &a.backend {
             cmd.arg("--backend").arg(backend);
         }

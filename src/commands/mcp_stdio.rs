@@ -4,8 +4,13 @@
 //! waits for an answer that never comes. Here it gets what JSON-RPC 2.0 §5.1 prescribes:
 //! a parse error (-32700) for a line that is not JSON (or longer than [`MAX_LINE`]), an
 //! invalid request (-32600) for JSON that is no message (with its `id` when it has one,
-//! else `null`). Notifications are never answered (§4.1): an unknown one (an editor's
-//! LSP chatter) is skipped, as rmcp skips it. Blank lines are skipped.
+//! else `null`), and invalid params (-32602) for a `tools/call` whose params are not a
+//! tool name and an arguments object (rmcp answered "Method not found"). Notifications
+//! are never answered (§4.1): an unknown one (an editor's LSP chatter) is skipped, as
+//! rmcp skips it. Blank lines are skipped.
+//!
+//! The first failed write to stdout is kept ([`WriteFailure`]), so the server can say what
+//! went wrong in its own words instead of rmcp's ("Send message error Transport [...]").
 //!
 //! An echoing peer cannot start an error storm: the answers are well-formed responses,
 //! which the server reads as responses to nothing and ignores.
@@ -28,6 +33,26 @@ pub const MAX_LINE: usize = 16 * 1024 * 1024;
 pub const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0's code for JSON that is not a valid request.
 pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0's code for a request whose params do not fit its method.
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// The first error writing to the client, shared by the transport and the server.
+#[derive(Clone, Default)]
+pub struct WriteFailure(Arc<std::sync::Mutex<Option<io::Error>>>);
+
+impl WriteFailure {
+    fn record(&self, e: &io::Error) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(io::Error::new(e.kind(), e.to_string()));
+        }
+    }
+
+    /// The first failed write, if one failed.
+    pub fn take(&self) -> Option<io::Error> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
 
 /// Newline-delimited JSON-RPC over a reader and a writer (stdin and stdout).
 pub struct LineTransport<R, W> {
@@ -36,6 +61,7 @@ pub struct LineTransport<R, W> {
     /// Dropping the rest of a line longer than [`MAX_LINE`], until its newline.
     discarding: bool,
     write: Arc<Mutex<Option<W>>>,
+    failure: WriteFailure,
     /// Error answers being written; awaited at end of input, so none is lost.
     answers: tokio::task::JoinSet<()>,
 }
@@ -60,12 +86,14 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    pub fn new(read: R, write: W) -> Self {
+    /// A transport whose first failed write is kept in `failure`.
+    pub fn new(read: R, write: W, failure: WriteFailure) -> Self {
         LineTransport {
             read: BufReader::new(read),
             line: Vec::new(),
             discarding: false,
             write: Arc::new(Mutex::new(Some(write))),
+            failure,
             answers: tokio::task::JoinSet::new(),
         }
     }
@@ -106,8 +134,11 @@ where
     fn answer(&mut self, reply: Value) {
         while self.answers.try_join_next().is_some() {}
         let write = self.write.clone();
+        let failure = self.failure.clone();
         self.answers.spawn(async move {
-            let _ = write_line(&write, &reply).await;
+            if let Err(e) = write_line(&write, &reply).await {
+                failure.record(&e);
+            }
         });
     }
 }
@@ -124,7 +155,14 @@ where
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         let write = self.write.clone();
-        async move { write_line(&write, &item).await }
+        let failure = self.failure.clone();
+        async move {
+            let written = write_line(&write, &item).await;
+            if let Err(e) = &written {
+                failure.record(e);
+            }
+            written
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
@@ -167,7 +205,12 @@ fn classify(line: &[u8]) -> Input {
         return Input::Skip;
     }
     let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
-        Ok(message) => return Input::Message(Box::new(message)),
+        Ok(message) => {
+            return match bad_tool_call(line) {
+                Some(reply) => Input::Refuse(reply),
+                None => Input::Message(Box::new(message)),
+            };
+        }
         Err(e) => e,
     };
     let Ok(value) = serde_json::from_slice::<Value>(line) else {
@@ -191,6 +234,32 @@ fn classify(line: &[u8]) -> Input {
         INVALID_REQUEST,
         format!("Invalid Request: not a JSON-RPC 2.0 message ({error})"),
     ))
+}
+
+/// The invalid-params answer (-32602) to a `tools/call` request whose params are not
+/// `{name: string, arguments?: object}`: rmcp takes such a request for an unknown method
+/// and answers "Method not found" with the message "tools/call".
+fn bad_tool_call(line: &[u8]) -> Option<Value> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    if value.get("method")?.as_str()? != "tools/call" {
+        return None;
+    }
+    let id = value.get("id")?.clone();
+    let params = value.get("params");
+    let fits = params.and_then(Value::as_object).is_some_and(|p| {
+        p.get("name").is_some_and(Value::is_string)
+            && p.get("arguments")
+                .is_none_or(|a| a.is_object() || a.is_null())
+    });
+    (!fits).then(|| {
+        error_reply(
+            id,
+            INVALID_PARAMS,
+            "Invalid params: tools/call takes {\"name\": the tool's name (a string), \
+             \"arguments\": an object of its arguments}"
+                .to_owned(),
+        )
+    })
 }
 
 /// A JSON-RPC 2.0 error response.

@@ -68,7 +68,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Exit status when stdout cannot be written for a reason other than a closed pipe
 /// (EX_IOERR).
-const EXIT_IO_ERROR: u8 = 74;
+pub(crate) const EXIT_IO_ERROR: u8 = 74;
 
 /// Writes `text` to stdout and flushes it. A reader that went away first
 /// (`coder runs list | head -1`: EPIPE) is a normal end, as it is for any Unix filter, so
@@ -135,7 +135,24 @@ pub fn parse_subcommand<T: Parser>(
         if json {
             return run::finish(run::usage_error::<T>(&e, &argv, &format!("{name} --help")));
         }
-        let _ = e.print();
-        std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+        usage_exit::<T>(name, &e, &argv)
     })
+}
+
+/// Prints clap's error `e` of parsing `argv` as a `T` (the subcommand `name`) on stderr and
+/// returns its exit status; a non-UTF-8 argument is named (clap says only that "one or more
+/// arguments" are not UTF-8).
+pub fn usage_exit<T: Parser>(
+    name: &str,
+    e: &clap::Error,
+    argv: &[OsString],
+) -> std::process::ExitCode {
+    if e.kind() == clap::error::ErrorKind::InvalidUtf8
+        && let Some(which) = run::non_utf8_argument::<T>(argv)
+    {
+        eprintln!("{name}: {which} is not valid UTF-8; give it as UTF-8 text (see {name} --help)");
+        return std::process::ExitCode::from(2);
+    }
+    let _ = e.print();
+    std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
 }

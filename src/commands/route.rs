@@ -281,10 +281,7 @@ fn explain(
                 "coder route explain --help",
             ));
         }
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
-        }
+        Err(e) => return super::usage_exit::<RunArgs>("coder route explain", &e, &argv),
     };
     if parsed.cd.is_none() {
         parsed.cd = Some(std::path::PathBuf::from("."));

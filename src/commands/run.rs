@@ -207,7 +207,7 @@ pub(crate) fn usage_error<P: clap::Parser>(
 
 /// clap says only that "one or more arguments" are not UTF-8: the first of `args` that
 /// clap refuses for it (paths may be any bytes), with the flag before it.
-fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
+pub(crate) fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
     let bad: Vec<usize> = (0..args.len())
         .filter(|&i| args[i].to_str().is_none())
         .collect();
@@ -224,26 +224,69 @@ fn non_utf8_argument<P: clap::Parser>(args: &[OsString]) -> Option<String> {
         P::try_parse_from(&probe).is_err_and(|e| e.kind() == clap::error::ErrorKind::InvalidUtf8)
     })?;
     let shown = format!("{:?}", args[culprit].to_string_lossy());
-    // `--flag VALUE`: name the flag when it takes a value.
     let command = P::command();
+    // `--flag=VALUE`: the flag is in the same argument.
+    let lossy = args[culprit].to_string_lossy();
+    if let Some((name, value)) = lossy.strip_prefix("--").and_then(|a| a.split_once('='))
+        && takes_value(&command, name)
+    {
+        return Some(format!("the value {value:?} of --{name}"));
+    }
+    // `--flag VALUE`: name the flag when it takes a value.
     let flag = culprit
         .checked_sub(1)
         .filter(|&p| p > 0)
         .and_then(|p| args[p].to_str())
         .and_then(|a| a.strip_prefix("--"))
-        .filter(|name| {
-            command.get_arguments().any(|arg| {
-                arg.get_action().takes_values()
-                    && (arg.get_long() == Some(name)
-                        || arg
-                            .get_all_aliases()
-                            .is_some_and(|aliases| aliases.contains(name)))
-            })
-        });
-    Some(match flag {
-        Some(name) => format!("the value {shown} of --{name}"),
-        None => format!("the argument {shown}"),
+        .filter(|name| takes_value(&command, name));
+    Some(match (flag, positional_name(&command, &args[1..culprit])) {
+        (Some(name), _) => format!("the value {shown} of --{name}"),
+        (None, Some(name)) => format!("the {name} argument {shown}"),
+        (None, None) => format!("the argument {shown}"),
     })
+}
+
+/// Whether `--name` is a flag of `command` (or of one of its subcommands) that takes a
+/// value.
+fn takes_value(command: &clap::Command, name: &str) -> bool {
+    let own = command.get_arguments().any(|arg| {
+        arg.get_action().takes_values()
+            && (arg.get_long() == Some(name)
+                || arg
+                    .get_all_aliases()
+                    .is_some_and(|aliases| aliases.contains(&name)))
+    });
+    own || command.get_subcommands().any(|sub| takes_value(sub, name))
+}
+
+/// The value name (`PROMPT`, `JSON`) of the positional argument that follows `before`
+/// (the arguments after the program name), if `command` has one there.
+fn positional_name(command: &clap::Command, before: &[OsString]) -> Option<String> {
+    let mut index = 0;
+    let mut words = before.iter().map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        match word.strip_prefix("--") {
+            Some("") => {}
+            Some(flag) if !flag.contains('=') && takes_value(command, flag) => {
+                words.next();
+            }
+            Some(_) => {}
+            None if word.starts_with('-') && word.len() > 1 => {}
+            None => match command.find_subcommand(word.as_ref()) {
+                Some(sub) if index == 0 => {
+                    let rest: Vec<OsString> = words.map(|w| OsString::from(&*w)).collect();
+                    return positional_name(sub, &rest);
+                }
+                _ => index += 1,
+            },
+        }
+    }
+    let positional = command.get_positionals().nth(index)?;
+    positional
+        .get_value_names()
+        .and_then(|names| names.first())
+        .map(ToString::to_string)
+        .or_else(|| Some(positional.get_id().to_string().to_uppercase()))
 }
 
 fn run_mode(args: &[OsString]) -> Output {
@@ -300,14 +343,20 @@ pub(crate) fn request_from(
             .map_err(|ArgError::Invalid(m)| invalid(m));
     };
     let request = parsed.into_request(&mut stdin);
+    test_hook_pause_args_checked();
     let received = stdin.received();
+    let waited = match stdin.was_read() {
+        true => format!("while coder waited for {awaited} on stdin"),
+        // The prompt was an argument: the signal came while the arguments were checked.
+        false => "before the run started, while coder checked its arguments".to_owned(),
+    };
     drop(stdin);
     test_hook_pause_after_prompt();
     if let Some(signo) = received {
         let name = supervise::signals::signal_name(signo);
         return Err(early_error(
             ErrorKind::Cancelled,
-            format!("cancelled by {name} while coder waited for {awaited} on stdin"),
+            format!("cancelled by {name} {waited}"),
             crate::exit::cancelled_exit_code(signo),
             limits,
         ));
@@ -322,9 +371,20 @@ pub(crate) fn request_from(
 /// the test removes it, so that a test can send a signal in the gap between reading the
 /// prompt and listening for signals. Inert without the variable, absent from release
 /// builds.
-#[cfg(debug_assertions)]
 fn test_hook_pause_after_prompt() {
-    let Some(path) = std::env::var_os("CODER_TEST_HOOK_PAUSE_AFTER_PROMPT") else {
+    test_hook_pause("CODER_TEST_HOOK_PAUSE_AFTER_PROMPT");
+}
+
+/// TEST HOOK, as [`test_hook_pause_after_prompt`]: `CODER_TEST_HOOK_PAUSE_ARGS_CHECKED`
+/// pauses once the arguments are checked, while signals are still held for the check.
+fn test_hook_pause_args_checked() {
+    test_hook_pause("CODER_TEST_HOOK_PAUSE_ARGS_CHECKED");
+}
+
+/// Creates the file `variable` names and waits (10 s at most) until it is removed.
+#[cfg(debug_assertions)]
+fn test_hook_pause(variable: &str) {
+    let Some(path) = std::env::var_os(variable) else {
         return;
     };
     if std::fs::write(&path, std::process::id().to_string()).is_err() {
@@ -337,7 +397,7 @@ fn test_hook_pause_after_prompt() {
 }
 
 #[cfg(not(debug_assertions))]
-fn test_hook_pause_after_prompt() {}
+fn test_hook_pause(_variable: &str) {}
 
 /// Runs a validated request: the async runtime, the pipeline, the metrics line.
 pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {

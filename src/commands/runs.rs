@@ -112,7 +112,10 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
             let Some(path) = find_run(&dir, &run) else {
                 // A prefix of several ids was reported as matching none.
                 let message = match count_prefixed(&dir, &run) {
-                    n if n > 1 && !run.is_empty() => format!(
+                    _ if run.trim().is_empty() => "coder runs show: RUN is empty: give a run id \
+                         (or a prefix of one) from coder runs list, or last"
+                        .to_owned(),
+                    n if n > 1 => format!(
                         "coder runs show: {n} runs in {} start with {run:?}; give more of the \
                          run id (see coder runs list)",
                         dir.display()
@@ -160,7 +163,17 @@ fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
             "--state-dir {}: not a directory; pass coder's state directory",
             dir.display()
         )),
-        Err(e) => Err(format!("--state-dir {}: {e}", dir.display())),
+        Err(e) => {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                _ => e.to_string(),
+            };
+            Err(format!(
+                "--state-dir {}: {why}; pass coder's state directory (where its runs/ are)",
+                dir.display()
+            ))
+        }
     }
 }
 

@@ -37,7 +37,9 @@ use crate::sandbox::{Mode, Policy, PolicyOptions};
 use crate::text::is_secret_name;
 use crate::text::path::{self, RelativeDirs};
 
-use super::sandbox_fork::{EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, HeldSignals, one_line};
+use super::sandbox_fork::{
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_ERROR, HeldSignals, one_line,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -142,9 +144,9 @@ fn check_cd(dir: &Path, mode: Mode) -> Result<(), String> {
     let reason = match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {
             use crate::pipeline::request::{check_workspace_access, check_workspace_writable};
-            check_workspace_access(dir)?;
+            check_workspace_access(dir, "--cd")?;
             if mode == Mode::WorkspaceWrite {
-                check_workspace_writable(dir, "--mode read-only")?;
+                check_workspace_writable(dir, "--cd", "--mode read-only")?;
             }
             return Ok(());
         }
@@ -186,11 +188,11 @@ fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
     // From here on the policy's run directory and placeholders exist: every way out
     // removes them (run_forked does once the command ends).
     let env = match command_setup(&mut policy, &args.command[0]) {
-        Ok(Some(env)) => env,
-        Ok(None) => {
+        Ok(Ok(env)) => env,
+        Ok(Err(code)) => {
             policy.cleanup();
             held.release();
-            return Ok(ExitCode::from(EXIT_NOT_FOUND));
+            return Ok(ExitCode::from(code));
         }
         Err(e) => {
             policy.cleanup();
@@ -205,11 +207,12 @@ fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
 }
 
 /// Enter the workspace, find `program` and grant reading it: the command's environment,
-/// or `None` (said on stderr) when the program is not found.
+/// or the exit status (the shell's: 127 not found, 126 not executable) when the program
+/// cannot be run, said on stderr.
 fn command_setup(
     policy: &mut Policy,
     program: &OsString,
-) -> Result<Option<Vec<(OsString, OsString)>>, SandboxError> {
+) -> Result<Result<Vec<(OsString, OsString)>, u8>, SandboxError> {
     std::env::set_current_dir(&policy.workspace)
         .map_err(|e| SandboxError::io(format!("enter {}", policy.workspace.display()), e))?;
     let env = command_env(policy);
@@ -219,18 +222,33 @@ fn command_setup(
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     let Some(executable) = find_executable(program, &search_path, &policy.workspace) else {
-        eprintln!(
-            "coder sandbox: {}: command not found",
-            program.to_string_lossy()
-        );
-        return Ok(None);
+        let (why, code) = not_runnable(program, &policy.workspace);
+        eprintln!("coder sandbox: {}: {why}", program.to_string_lossy());
+        return Ok(Err(code));
     };
     // The command itself must be readable in the sandbox; grant the file alone when it
     // lives outside the granted roots, not its whole directory.
     if policy.mode.is_confined() && !policy.is_granted(&executable) {
         policy.grant_read(&executable)?;
     }
-    Ok(Some(env))
+    Ok(Ok(env))
+}
+
+/// Why `program`, which [`find_executable`] did not find, cannot be run, and the shell's
+/// exit status for it: a path to a directory or to a file without execute permission
+/// exists (126), anything else is not found (127).
+fn not_runnable(program: &OsString, cwd: &Path) -> (&'static str, u8) {
+    if !path::has_dir_part(program) {
+        return ("command not found (not on the PATH)", EXIT_NOT_FOUND);
+    }
+    match std::fs::metadata(cwd.join(program)) {
+        Ok(meta) if meta.is_dir() => ("is a directory, not a program", EXIT_NOT_EXECUTABLE),
+        Ok(_) => (
+            "not executable (no execute permission, or not a regular file)",
+            EXIT_NOT_EXECUTABLE,
+        ),
+        Err(_) => ("no such file", EXIT_NOT_FOUND),
+    }
 }
 
 /// The `deny` globs of the config file (`CODER_CONFIG`, else the XDG default), the same

@@ -20,7 +20,7 @@ use crate::supervise::signals::is_ignored;
 /// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
 pub(super) const EXIT_SANDBOX_ERROR: u8 = 71;
 pub(super) const EXIT_NOT_FOUND: u8 = 127;
-const EXIT_NOT_EXECUTABLE: u8 = 126;
+pub(super) const EXIT_NOT_EXECUTABLE: u8 = 126;
 
 /// Signals another process may send the parent, passed on to the command.
 const FORWARDED: [Signal; 6] = [

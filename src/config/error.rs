@@ -65,9 +65,10 @@ pub enum ConfigError {
     #[error(
         "backend 'inherit' has no credentials: no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or \
          CLAUDE_CODE_OAUTH_TOKEN in the environment and no login in {}; export one of them, \
-         pick a backend with --backend (glm, deepseek, minimax, anthropic, or \
-         replay:CASSETTE to try coder without a key), or set claude_config_dir = \"user\" \
-         in the config file to use your own claude login",
+         pick another backend (--backend, or the backend argument of coder mcp's coder \
+         tool: glm, deepseek, minimax, anthropic, or replay:CASSETTE to try coder without a \
+         key), or set claude_config_dir = \"user\" in the config file to use your own \
+         claude login",
         config_dir.display()
     )]
     InheritWithoutCredentials { config_dir: std::path::PathBuf },

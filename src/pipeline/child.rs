@@ -286,6 +286,7 @@ mod tests {
     fn request(session: SessionChoice) -> RunRequest {
         RunRequest {
             prompt: "task".into(),
+            request_from: crate::pipeline::request::RequestFrom::File,
             workspace: "/ws".into(),
             sandbox: SandboxMode::WorkspaceWrite,
             session,

@@ -197,11 +197,12 @@ impl QuestionArgs {
 }
 
 /// The answers given to `--answers` or the request file's `answers`: JSON text, a file
-/// holding it, or (from a request file) the JSON value itself.
-pub fn read_answers(arg: &str) -> Result<Vec<String>, String> {
+/// holding it, or (from a request file) the JSON value itself. `name` is how messages name
+/// them: the flag, or the field as its writer spelt it.
+pub fn read_answers(name: &str, arg: &str) -> Result<Vec<String>, String> {
     if arg.trim().is_empty() {
         return Err(format!(
-            "--answers is empty: {ANSWERS_SHAPE}, or a file holding them"
+            "{name} is empty: {ANSWERS_SHAPE}, or a file holding them"
         ));
     }
     let trimmed = arg.trim_start();
@@ -211,21 +212,19 @@ pub fn read_answers(arg: &str) -> Result<Vec<String>, String> {
         let path = std::path::Path::new(arg);
         let meta = std::fs::metadata(path).map_err(|e| {
             format!(
-                "--answers {arg}: not JSON, and not a readable file ({}); {ANSWERS_SHAPE}, \
+                "{name} {arg}: not JSON, and not a readable file ({}); {ANSWERS_SHAPE}, \
                  or a file holding them",
                 crate::pipeline::prompt::file_problem(&e)
             )
         })?;
         if !meta.is_file() || meta.len() > 4 * 1024 * 1024 {
-            return Err(format!(
-                "--answers {arg}: not a regular file of at most 4 MiB"
-            ));
+            return Err(format!("{name} {arg}: not a regular file of at most 4 MiB"));
         }
-        std::fs::read_to_string(path).map_err(|e| format!("--answers {arg}: {e}"))?
+        std::fs::read_to_string(path).map_err(|e| format!("{name} {arg}: {e}"))?
     };
     let value: Value = crate::text::json::parse_strict(&text)
-        .map_err(|e| format!("malformed --answers JSON: {e} ({ANSWERS_SHAPE})"))?;
-    answers_of(&value)
+        .map_err(|e| format!("malformed {name} JSON: {e} ({ANSWERS_SHAPE})"))?;
+    answers_of(name, &value)
 }
 
 /// What `--answers` must look like, for messages.
@@ -234,17 +233,17 @@ const ANSWERS_SHAPE: &str = "expected a list of answers in the questions' order,
 {\"answer\": \"…\"}";
 
 /// The answers in a JSON value (see [`ANSWERS_SHAPE`]).
-pub fn answers_of(value: &Value) -> Result<Vec<String>, String> {
+pub fn answers_of(name: &str, value: &Value) -> Result<Vec<String>, String> {
     let list = match value {
         Value::Array(list) => list,
         Value::Object(map) => match map.get("answers") {
             Some(Value::Array(list)) => list,
-            _ => return Err(format!("bad --answers: {ANSWERS_SHAPE}")),
+            _ => return Err(format!("bad {name}: {ANSWERS_SHAPE}")),
         },
-        _ => return Err(format!("bad --answers: {ANSWERS_SHAPE}")),
+        _ => return Err(format!("bad {name}: {ANSWERS_SHAPE}")),
     };
     if list.is_empty() {
-        return Err(format!("--answers is an empty list: {ANSWERS_SHAPE}"));
+        return Err(format!("{name} is an empty list: {ANSWERS_SHAPE}"));
     }
     list.iter()
         .enumerate()
@@ -255,14 +254,14 @@ pub fn answers_of(value: &Value) -> Result<Vec<String>, String> {
                 _ => None,
             };
             match text.map(str::trim) {
-                Some("") => Err(format!("--answers: answer {} is empty", i + 1)),
+                Some("") => Err(format!("{name}: answer {} is empty", i + 1)),
                 Some(t) if t.chars().count() > MAX_ANSWER_CHARS => Err(format!(
-                    "--answers: answer {} is longer than {MAX_ANSWER_CHARS} characters",
+                    "{name}: answer {} is longer than {MAX_ANSWER_CHARS} characters",
                     i + 1
                 )),
                 Some(t) => Ok(t.to_owned()),
                 None => Err(format!(
-                    "bad --answers: answer {} is not a string ({ANSWERS_SHAPE})",
+                    "bad {name}: answer {} is not a string ({ANSWERS_SHAPE})",
                     i + 1
                 )),
             }
@@ -321,9 +320,12 @@ mod tests {
 
     #[test]
     fn answers_take_three_shapes_and_refuse_the_rest() {
-        assert_eq!(read_answers(r#"["a", "b"]"#).unwrap(), ["a", "b"]);
         assert_eq!(
-            read_answers(r#"{"answers": [{"answer": "a"}]}"#).unwrap(),
+            read_answers("--answers", r#"["a", "b"]"#).unwrap(),
+            ["a", "b"]
+        );
+        assert_eq!(
+            read_answers("--answers", r#"{"answers": [{"answer": "a"}]}"#).unwrap(),
             ["a"]
         );
         for bad in [
@@ -335,7 +337,7 @@ mod tests {
             "\"a\"",
             "/nonexistent/answers",
         ] {
-            assert!(read_answers(bad).is_err(), "{bad}");
+            assert!(read_answers("--answers", bad).is_err(), "{bad}");
         }
     }
 

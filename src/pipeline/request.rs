@@ -124,6 +124,17 @@ pub struct RunArgs {
     #[arg(long = "run-id", value_name = "ID", hide = true)]
     pub run_id: Option<String>,
 
+    /// Who wrote the `--request` JSON: messages name its fields as that caller spelt them
+    /// (`coder mcp` passes `mcp-tool`: its caller wrote the `coder` tool's arguments).
+    #[arg(
+        long = "request-from",
+        value_name = "WHO",
+        hide = true,
+        value_enum,
+        default_value_t
+    )]
+    pub request_from: RequestFrom,
+
     /// Extra sandbox roots and options.
     #[command(flatten, next_help_heading = "Sandbox")]
     pub sandbox_args: crate::sandbox::AgentSandboxArgs,
@@ -240,32 +251,114 @@ pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Linux's `MAX_ARG_STRLEN` (32 pages): the longest single argument, its NUL included.
 const MAX_ARGUMENT_BYTES: usize = 32 * 4096;
 
+/// Who wrote a `--request` JSON, so a message names a field as its writer spelt it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RequestFrom {
+    /// A file or stdin the caller wrote: `"verify_timeout" in the --request JSON`.
+    #[default]
+    File,
+    /// The arguments of `coder mcp`'s `coder` tool, which the server hands over as JSON on
+    /// stdin: named as the tool's argument, `verify_timeout`.
+    McpTool,
+}
+
+/// A run parameter that messages name: as its flag when the command line gave it, else as
+/// its writer spelt it ([`RequestFrom`]).
+#[derive(Debug, Clone, Copy)]
+enum Key {
+    Verify,
+    VerifyTimeout,
+    RepairTurns,
+    NoVerifyBaseline,
+    Answers,
+    SessionId,
+    Worktree,
+    Scope,
+    JsonSchema,
+    Cd,
+}
+
+impl Key {
+    fn spelt(self) -> (&'static str, &'static str) {
+        match self {
+            Key::Verify => ("--verify", "verify"),
+            Key::VerifyTimeout => ("--verify-timeout", "verify_timeout"),
+            Key::RepairTurns => ("--repair-turns", "repair_turns"),
+            Key::NoVerifyBaseline => ("--no-verify-baseline", "no_verify_baseline"),
+            Key::Answers => ("--answers", "answers"),
+            Key::SessionId => ("--session-id", "SESSION_ID"),
+            Key::Worktree => ("--worktree", "worktree"),
+            Key::Scope => ("--scope", "scope"),
+            Key::JsonSchema => ("--json-schema", "json_schema"),
+            Key::Cd => ("--cd", "cd"),
+        }
+    }
+
+    /// The name of this key as given: by a flag (`by_flag`), else by `from`.
+    fn name(self, by_flag: bool, from: RequestFrom) -> String {
+        let (flag, field) = self.spelt();
+        match (by_flag, from) {
+            (true, _) => flag.to_owned(),
+            (false, RequestFrom::File) => format!("\"{field}\" in the --request JSON"),
+            (false, RequestFrom::McpTool) => field.to_owned(),
+        }
+    }
+}
+
+/// The names of the outcome keys, each as it was given (flag or request field).
+struct OutcomeNames {
+    from: RequestFrom,
+    verify: String,
+    verify_timeout: String,
+    repair_turns: String,
+    no_verify_baseline: String,
+    json_schema: String,
+    scope: String,
+}
+
+impl OutcomeNames {
+    /// `flags` are the outcome flags of the command line alone, before the request's fill.
+    fn new(flags: &OutcomeArgs, from: RequestFrom) -> OutcomeNames {
+        OutcomeNames {
+            from,
+            verify: Key::Verify.name(flags.verify.is_some(), from),
+            verify_timeout: Key::VerifyTimeout.name(flags.verify_timeout.is_some(), from),
+            repair_turns: Key::RepairTurns.name(flags.repair_turns.is_some(), from),
+            no_verify_baseline: Key::NoVerifyBaseline.name(flags.no_verify_baseline, from),
+            json_schema: Key::JsonSchema.name(flags.json_schema.is_some(), from),
+            scope: Key::Scope.name(!flags.scope.is_empty(), from),
+        }
+    }
+}
+
 impl OutcomeArgs {
-    fn validate(&self) -> Result<OutcomeChecks, ArgError> {
+    fn validate(&self, names: &OutcomeNames) -> Result<OutcomeChecks, ArgError> {
         let verify = match &self.verify {
             Some(command) if command.trim().is_empty() => {
-                return Err(ArgError::Invalid(
-                    "--verify is empty: give the check command, e.g. --verify 'cargo test'".into(),
-                ));
+                return Err(ArgError::Invalid(format!(
+                    "{} is empty: give the check command, e.g. 'cargo test'",
+                    names.verify
+                )));
             }
             // `sh -c CMD` hands CMD to the kernel as one argument, which it caps: a longer
             // one could never start, yet the agent ran and a repair turn was asked to fix
             // "Argument list too long", its prompt carrying the whole command.
             Some(command) if command.len() >= MAX_ARGUMENT_BYTES => {
                 return Err(ArgError::Invalid(format!(
-                    "--verify is {} bytes; the kernel passes at most {} bytes in one argument \
-                     to `sh -c`: put the check in a script and give --verify 'sh check.sh'",
+                    "{} is {} bytes; the kernel passes at most {} bytes in one argument \
+                     to `sh -c`: put the check in a script and give 'sh check.sh'",
+                    names.verify,
                     command.len(),
                     MAX_ARGUMENT_BYTES - 1
                 )));
             }
             Some(command) => {
                 let timeout = match &self.verify_timeout {
-                    Some(text) => parse_seconds("--verify-timeout", text, false)?,
+                    Some(text) => parse_seconds(&names.verify_timeout, text, false)?,
                     None => DEFAULT_VERIFY_TIMEOUT,
                 };
                 let repair_turns = match &self.repair_turns {
-                    Some(text) => parse_repair_turns(text)?,
+                    Some(text) => parse_repair_turns(&names.repair_turns, text)?,
                     None => 1,
                 };
                 Some(VerifyConfig {
@@ -278,12 +371,12 @@ impl OutcomeArgs {
             None => {
                 // Still validated: a typo must not pass silently.
                 if let Some(text) = &self.verify_timeout {
-                    parse_seconds("--verify-timeout", text, false)?;
+                    parse_seconds(&names.verify_timeout, text, false)?;
                 }
                 if let Some(text) = &self.repair_turns {
-                    parse_repair_turns(text)?;
+                    parse_repair_turns(&names.repair_turns, text)?;
                 }
-                self.refuse_verify_options_without_verify()?;
+                self.refuse_verify_options_without_verify(names)?;
                 None
             }
         };
@@ -291,14 +384,18 @@ impl OutcomeArgs {
             None
         } else {
             Some(
-                crate::workspace::scope::Scope::new(&self.scope)
-                    .map_err(|e| ArgError::Invalid(e.to_string()))?,
+                crate::workspace::scope::Scope::new(&self.scope).map_err(|e| {
+                    ArgError::Invalid(format!(
+                        "{} {:?} is not a valid glob: {}",
+                        names.scope, e.glob, e.reason
+                    ))
+                })?,
             )
         };
         let json_schema = self
             .json_schema
             .as_deref()
-            .map(|arg| crate::pipeline::structured::JsonSchema::from_arg(arg, "--json-schema"))
+            .map(|arg| crate::pipeline::structured::JsonSchema::from_arg(arg, &names.json_schema))
             .transpose()
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
         Ok(OutcomeChecks {
@@ -313,16 +410,20 @@ impl OutcomeArgs {
 impl OutcomeArgs {
     /// The options of a check given without the check (`--verify`, or `verify` in the
     /// `--request` JSON): they would be silently ignored, so they are refused.
-    fn refuse_verify_options_without_verify(&self) -> Result<(), ArgError> {
+    fn refuse_verify_options_without_verify(&self, names: &OutcomeNames) -> Result<(), ArgError> {
         let given = [
-            ("--verify-timeout", self.verify_timeout.is_some()),
-            ("--repair-turns", self.repair_turns.is_some()),
-            ("--no-verify-baseline", self.no_verify_baseline),
+            (&names.verify_timeout, self.verify_timeout.is_some()),
+            (&names.repair_turns, self.repair_turns.is_some()),
+            (&names.no_verify_baseline, self.no_verify_baseline),
         ];
+        let verify = match names.from {
+            RequestFrom::File => "--verify CMD (or \"verify\" in the --request JSON)",
+            RequestFrom::McpTool => "verify (the check command)",
+        };
         match given.into_iter().find(|(_, set)| *set) {
-            Some((flag, _)) => Err(ArgError::Invalid(format!(
-                "{flag} needs --verify CMD (or \"verify\" in the --request JSON): it only \
-                 applies to a check, and without one it would be ignored"
+            Some((name, _)) => Err(ArgError::Invalid(format!(
+                "{name} needs {verify}: it only applies to a check, and without one it would \
+                 be ignored"
             ))),
             None => Ok(()),
         }
@@ -341,11 +442,11 @@ pub fn parse_run_id(text: &str) -> Result<String, ArgError> {
     }
 }
 
-fn parse_repair_turns(text: &str) -> Result<u32, ArgError> {
+fn parse_repair_turns(name: &str, text: &str) -> Result<u32, ArgError> {
     match text.trim().parse::<u32>() {
         Ok(n) if n <= 10 => Ok(n),
         _ => Err(ArgError::Invalid(format!(
-            "--repair-turns must be a whole number from 0 to 10 (got {text:?})"
+            "{name} must be a whole number from 0 to 10 (got {text:?})"
         ))),
     }
 }
@@ -427,6 +528,8 @@ impl SessionChoice {
 pub struct RunRequest {
     /// The assembled prompt, shared (not copied) by every attempt: it can be megabytes.
     pub prompt: std::sync::Arc<str>,
+    /// Who wrote the request, for messages that say what to change.
+    pub request_from: RequestFrom,
     /// The workspace, canonicalised.
     pub workspace: PathBuf,
     pub sandbox: SandboxMode,
@@ -551,14 +654,16 @@ impl RunArgs {
         };
         // An empty list is no scope at all: a caller that built it from "the files the
         // task may touch" and found none would have had the run change anything, unbounded.
+        let from = self.request_from;
         if file.scope.as_ref().is_some_and(Vec::is_empty) && self.outcome_args.scope.is_empty() {
-            return Err(ArgError::Invalid(
-                "\"scope\" in the --request JSON is an empty list, which would bound nothing: \
-                 give at least one glob (like \"src/**\"), leave \"scope\" out for no bound, or \
-                 use \"sandbox\": \"read-only\" for a run that may change nothing"
-                    .into(),
-            ));
+            return Err(ArgError::Invalid(format!(
+                "{} is an empty list, which would bound nothing: give at least one glob (like \
+                 \"src/**\"), leave \"scope\" out for no bound, or use \"sandbox\": \
+                 \"read-only\" for a run that may change nothing",
+                Key::Scope.name(false, from)
+            )));
         }
+        let outcome_names = OutcomeNames::new(&self.outcome_args, from);
         let outcome_args = file.fill_outcome_args(self.outcome_args.clone());
 
         let idle_timeout = match (&self.timeout, &file.timeout) {
@@ -607,20 +712,28 @@ impl RunArgs {
         let session = match (self.session_id.as_deref(), file.session_id.as_deref()) {
             (Some(text), _) => SessionChoice::Resume(parse_session_id("--session-id", text)?),
             (None, Some(text)) => {
-                SessionChoice::Resume(parse_session_id("SESSION_ID in the --request JSON", text)?)
+                SessionChoice::Resume(parse_session_id(&Key::SessionId.name(false, from), text)?)
             }
             (None, None) => SessionChoice::New(Uuid::new_v4()),
         };
-        let answers = given_answers(self.questions.answers.as_deref(), file.answers.as_ref())?;
+        let answers = given_answers(
+            self.questions.answers.as_deref(),
+            file.answers.as_ref(),
+            from,
+        )?;
         let asked = match (&answers, session) {
             (Some(_), SessionChoice::New(_)) => {
-                return Err(ArgError::Invalid(
-                    "--answers answers the questions a session asked: give that session's \
-                     --session-id (its SESSION_ID from the needs_input envelope)"
-                        .into(),
-                ));
+                return Err(ArgError::Invalid(format!(
+                    "{} is for the questions a session asked: give that session's {} (the \
+                     SESSION_ID of its needs_input envelope)",
+                    Key::Answers.name(self.questions.answers.is_some(), from),
+                    Key::SessionId.name(from == RequestFrom::File, from),
+                )));
             }
-            (Some(answers), SessionChoice::Resume(id)) => Some(asked_questions(id, answers.len())?),
+            (Some(answers), SessionChoice::Resume(id)) => {
+                let name = Key::Answers.name(self.questions.answers.is_some(), from);
+                Some(asked_questions(id, answers.len(), &name)?)
+            }
             (None, _) => None,
         };
 
@@ -630,16 +743,22 @@ impl RunArgs {
         if (self.many.worktree || file.worktree == Some(true))
             && let SessionChoice::Resume(id) = session
         {
+            let worktree = Key::Worktree.name(self.many.worktree, from);
+            let session_id = Key::SessionId.name(self.session_id.is_some(), from);
             return Err(ArgError::Invalid(format!(
-                "--worktree cannot resume a session: it runs in a new checkout, and session \
-                 {id} can only be resumed in the directory it was created in; drop --worktree \
-                 to resume in place, or drop --session-id to start a new session in a worktree"
+                "{worktree} cannot resume a session: it runs in a new checkout, and session \
+                 {id} can only be resumed in the directory it was created in; drop {worktree} \
+                 to resume in place, or drop {session_id} to start a new session in a worktree"
             )));
         }
-        let flag = if self.cd.is_some() {
-            "--cd"
-        } else {
-            "\"cd\" of the --request JSON,"
+        let flag = match (self.cd.is_some(), from) {
+            (true, _) => "--cd".to_owned(),
+            (false, RequestFrom::File) => "\"cd\" of the --request JSON,".to_owned(),
+            (false, RequestFrom::McpTool) => Key::Cd.name(false, from),
+        };
+        let read_only = match (self.sandbox.is_some(), from) {
+            (false, RequestFrom::McpTool) => "sandbox: \"read-only\"",
+            _ => "--sandbox read-only",
         };
         let cd = self.cd.or(file.cd).ok_or_else(|| {
             ArgError::Invalid(
@@ -647,7 +766,7 @@ impl RunArgs {
                     .into(),
             )
         })?;
-        let workspace = check_workspace(&cd, flag)?;
+        let workspace = check_workspace(&cd, &flag)?;
         if let Some(path) = &self.transcript {
             crate::journal::transcript::check_location(path, &workspace)
                 .map_err(ArgError::Invalid)?;
@@ -727,14 +846,14 @@ impl RunArgs {
             }
             (None, None) => None,
         };
-        let mut checks = outcome_args.validate()?;
+        let mut checks = outcome_args.validate(&outcome_names)?;
         if checks.json_schema.is_none()
             && let Some(value) = &file.json_schema
         {
             checks.json_schema = Some(
                 crate::pipeline::structured::JsonSchema::from_request_value(
                     value,
-                    "json_schema in the --request JSON",
+                    &Key::JsonSchema.name(false, from),
                 )
                 .map_err(|e| ArgError::Invalid(e.to_string()))?,
             );
@@ -761,7 +880,7 @@ impl RunArgs {
         if sandbox == SandboxMode::WorkspaceWrite && !worktree {
             // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
             // `/proc/PID` of a coder that has ended by the time the user reads it).
-            check_workspace_writable(&cd, "--sandbox read-only").map_err(ArgError::Invalid)?;
+            check_workspace_writable(&cd, &flag, read_only).map_err(ArgError::Invalid)?;
         }
         if let Some(path) = &self.transcript {
             refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
@@ -769,6 +888,7 @@ impl RunArgs {
 
         Ok(RunRequest {
             prompt: prompt.into(),
+            request_from: from,
             workspace,
             sandbox,
             session,
@@ -817,12 +937,14 @@ impl RunArgs {
 fn given_answers(
     flag: Option<&str>,
     file: Option<&serde_json::Value>,
+    from: RequestFrom,
 ) -> Result<Option<Vec<String>>, ArgError> {
     use crate::pipeline::questions::{answers_of, read_answers};
+    let field = Key::Answers.name(false, from);
     let answers = match (flag, file) {
-        (Some(arg), _) => read_answers(arg),
-        (None, Some(serde_json::Value::String(arg))) => read_answers(arg),
-        (None, Some(value)) => answers_of(value),
+        (Some(arg), _) => read_answers("--answers", arg),
+        (None, Some(serde_json::Value::String(arg))) => read_answers(&field, arg),
+        (None, Some(value)) => answers_of(&field, value),
         (None, None) => return Ok(None),
     };
     answers.map(Some).map_err(ArgError::Invalid)
@@ -832,6 +954,7 @@ fn given_answers(
 fn asked_questions(
     id: Uuid,
     count: usize,
+    name: &str,
 ) -> Result<Vec<crate::pipeline::questions::Question>, ArgError> {
     let state = crate::config::state_dir().map_err(|e| ArgError::Invalid(e.to_string()))?;
     let record = crate::pipeline::session::SessionStore::new(&state)
@@ -840,13 +963,13 @@ fn asked_questions(
     let questions = record.and_then(|r| r.questions).unwrap_or_default();
     if questions.is_empty() {
         return Err(ArgError::Invalid(format!(
-            "--answers: session {id} has no open questions (no run of it ended with \
-             needs_input, or they were answered already); resume it without --answers"
+            "{name}: session {id} has no open questions (no run of it ended with \
+             needs_input, or they were answered already); resume it without {name}"
         )));
     }
     if questions.len() != count {
         return Err(ArgError::Invalid(format!(
-            "--answers has {count} answer(s), but session {id} asked {} question(s): give one \
+            "{name} has {count} answer(s), but session {id} asked {} question(s): give one \
              answer per question, in order",
             questions.len()
         )));
@@ -1068,14 +1191,14 @@ fn check_workspace(cd: &Path, flag: &str) -> Result<PathBuf, ArgError> {
             cd.display()
         )));
     }
-    check_workspace_access(cd).map_err(ArgError::Invalid)?;
+    check_workspace_access(cd, flag).map_err(ArgError::Invalid)?;
     let canonical = std::fs::canonicalize(cd)
-        .map_err(|e| ArgError::Invalid(format!("--cd {}: {}", cd.display(), io_reason(&e))))?;
+        .map_err(|e| ArgError::Invalid(format!("{flag} {}: {}", cd.display(), io_reason(&e))))?;
     // The run records its workspace in JSON (transcript, session store, sandbox policy);
     // a path that is not UTF-8 cannot be recorded faithfully, so it is refused up front.
     if canonical.to_str().is_none() {
         return Err(ArgError::Invalid(format!(
-            "--cd {}: the workspace path is not valid UTF-8; rename the directory",
+            "{flag} {}: the workspace path is not valid UTF-8; rename the directory",
             canonical.display()
         )));
     }
@@ -1087,11 +1210,12 @@ fn check_workspace(cd: &Path, flag: &str) -> Result<PathBuf, ArgError> {
 /// change ledger), so one the caller may not enter or list failed later, as a
 /// `sandbox_error` about the scan or as "cannot execute claude" (the spawn's chdir),
 /// instead of naming the workspace.
-pub fn check_workspace_access(dir: &Path) -> Result<(), String> {
+/// `flag` names where `dir` came from, as [`check_workspace`]'s does.
+pub fn check_workspace_access(dir: &Path, flag: &str) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
     access(dir, AccessFlags::R_OK | AccessFlags::X_OK).map_err(|errno| {
         format!(
-            "--cd {}: {}: you need read and search (x) permission on the workspace directory",
+            "{flag} {}: {}: you need read and search (x) permission on the workspace directory",
             dir.display(),
             errno.desc().to_lowercase()
         )
@@ -1106,17 +1230,18 @@ pub fn check_workspace_access(dir: &Path) -> Result<(), String> {
 /// `read_only` is the flag that asks for the read-only sandbox. A directory no confined run
 /// may have (`/proc/self`, `/`) is named as such: making it writable or passing `read_only`
 /// would not help.
-pub fn check_workspace_writable(dir: &Path, read_only: &str) -> Result<(), String> {
+/// `flag` names where `dir` came from, as [`check_workspace`]'s does.
+pub fn check_workspace_writable(dir: &Path, flag: &str, read_only: &str) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
     access(dir, AccessFlags::W_OK).map_err(|errno| {
         let refusal = std::fs::canonicalize(dir)
             .ok()
             .and_then(|canonical| crate::sandbox::workspace_refusal_here(&canonical));
         if let Some(reason) = refusal {
-            return format!("--cd {}: {reason}", dir.display());
+            return format!("{flag} {}: {reason}", dir.display());
         }
         format!(
-            "--cd {}: {}: the workspace-write sandbox (the default) needs a workspace you \
+            "{flag} {}: {}: the workspace-write sandbox (the default) needs a workspace you \
              can write; make it writable, or pass {read_only} for a task that only reads",
             dir.display(),
             errno.desc().to_lowercase()

@@ -27,7 +27,7 @@ use crate::pipeline::fallback::{self, Fallback};
 use crate::pipeline::observation::Observation;
 use crate::pipeline::outcome::{self, Failure, LimitsForMessages, Verdict};
 use crate::pipeline::provider;
-use crate::pipeline::request::{RunRequest, SessionChoice};
+use crate::pipeline::request::{RequestFrom, RunRequest, SessionChoice};
 use crate::pipeline::retry::{self, Backoff, RetryDecision, SideEffects};
 use crate::pipeline::session::{self, SessionLock, SessionRecord, SessionStore};
 use crate::pipeline::snapshot::{self, Snapshot};
@@ -585,6 +585,7 @@ async fn run_attempts(
                         verdict: VerdictKind::NotRun,
                         repair_turns: 0,
                         ignored_changes: None,
+                        repair_skipped: None,
                     });
                     let exclude = prepared.placeholders(request);
                     let envelope = with_snapshot(
@@ -839,9 +840,10 @@ impl PreparedRun {
         // Session safety: one driver per session, and resumes only where the session lives.
         let store = SessionStore::new(state_dir).redacting(secrets.clone());
         if let SessionChoice::Resume(id) = request.session {
+            let tool_arguments = request.request_from == RequestFrom::McpTool;
             store
                 .check_resume(id, &request.workspace, backend.name())
-                .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+                .map_err(|e| early(run, ErrorKind::ConfigError, e.message_for(tool_arguments)))?;
         }
         let lock = store
             .lock(request.session.id())
@@ -2007,6 +2009,7 @@ impl PreparedRun {
                 verdict: VerdictKind::NotRun,
                 repair_turns: repairs,
                 ignored_changes: None,
+                repair_skipped: None,
             }),
         };
         if envelope.success {
@@ -2018,7 +2021,9 @@ impl PreparedRun {
                     })?,
             );
         }
-        while let Some(check) = final_check.as_ref().filter(|c| !c.passed)
+        // A check that could not be started is no failure the model can repair.
+        let not_started = |check: &Option<Check>| check.as_ref().is_some_and(|c| c.not_started);
+        while let Some(check) = final_check.as_ref().filter(|c| !c.passed && !c.not_started)
             && repairs < config.repair_turns
             && envelope.success
             && let Some(session) = resumable(envelope)
@@ -2061,6 +2066,8 @@ impl PreparedRun {
                     })?,
             );
         }
+        let repair_skipped = (not_started(&final_check) && repairs < config.repair_turns)
+            .then(|| crate::workspace::verify::NOT_STARTED_NO_REPAIR.to_owned());
         Ok(Some(Verification {
             command: config.command.clone(),
             verdict: VerdictKind::of(baseline.as_ref(), final_check.as_ref()),
@@ -2069,6 +2076,7 @@ impl PreparedRun {
             final_check,
             repair_turns: repairs,
             ignored_changes: None,
+            repair_skipped,
         }))
     }
 
@@ -2159,6 +2167,10 @@ impl PreparedRun {
         } else if let Some(check) = failed_check {
             let summary = match check.exit_code {
                 Some(code) => format!("the --verify check failed with exit code {code}"),
+                None if check.not_started => format!(
+                    "the --verify check could not run: {}; no repair turn was spent on it",
+                    check.error.clone().unwrap_or_default()
+                ),
                 None => format!(
                     "the --verify check failed: {}",
                     check.error.clone().unwrap_or_else(|| "killed".to_owned())
@@ -2402,13 +2414,28 @@ impl Run {
 }
 
 impl Run {
+    /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
+    /// had started, so there was no process tree to stop.
+    fn cancelled_while_queued(&self, signo: i32) -> Envelope {
+        let name = signal_name(signo);
+        let mut envelope = self.early_envelope(
+            ErrorKind::Cancelled,
+            format!("cancelled by {name} while queued"),
+            format!(
+                "coder received {name} while the run waited for a backend slot (phase \
+                 queued); it was cancelled before it started: the claude CLI never ran"
+            ),
+            None,
+        );
+        envelope.exit_code = cancelled_exit_code(signo);
+        envelope
+    }
+
     /// The envelope of a run admission refused (a cooling backend, no store, no slot in
     /// time, or a signal while queued).
     fn refused(&self, refusal: admission::Refusal) -> Envelope {
         match refusal {
-            admission::Refusal::Cancelled(signo) => {
-                self.cancelled_outside_attempt(signo, "the wait for a backend slot")
-            }
+            admission::Refusal::Cancelled(signo) => self.cancelled_while_queued(signo),
             admission::Refusal::Fail(refused) => {
                 let refused = *refused;
                 let mut envelope = self.early_envelope(

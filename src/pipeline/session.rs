@@ -86,6 +86,41 @@ pub enum SessionError {
     },
 }
 
+impl SessionError {
+    /// The message, naming what to change as the caller wrote it: flags on the command
+    /// line, or (`tool_arguments`) the arguments of `coder mcp`'s `coder` tool (`cd`,
+    /// `backend`, `SESSION_ID`), whose caller never wrote `--cd`.
+    pub fn message_for(&self, tool_arguments: bool) -> String {
+        if !tool_arguments {
+            return self.to_string();
+        }
+        match self {
+            SessionError::WrongWorkspace {
+                id,
+                recorded,
+                requested,
+            } => format!(
+                "session {id} was created in workspace {recorded}, not {requested}; resume it \
+                 with cd {recorded} (the CLI stores sessions per workspace), or leave \
+                 SESSION_ID out to start a new session here"
+            ),
+            SessionError::WrongBackend {
+                id,
+                recorded,
+                requested,
+            } => format!(
+                "session {id} was created with backend {recorded:?}, not {requested:?}; resume \
+                 it with backend {recorded:?}, or leave SESSION_ID out to start a new session"
+            ),
+            SessionError::Poisoned { id, reason } => format!(
+                "session {id} cannot be resumed: the provider rejects its history ({reason}); \
+                 leave SESSION_ID out to start a new session"
+            ),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// The session records and locks under one state directory.
 #[derive(Debug, Clone)]
 pub struct SessionStore {

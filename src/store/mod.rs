@@ -418,7 +418,8 @@ impl RequestShape {
 fn with_location(e: StoreError, location: &Location) -> StoreError {
     match e {
         StoreError::Corrupt(why) => StoreError::Corrupt(format!(
-            "{} ({why}); move it away to start afresh",
+            "{} ({why}); point --store at another file (coder creates a new store where \
+             none exists), or, if it is a damaged coder store, move it away to start afresh",
             location.display()
         )),
         StoreError::Database(why) => StoreError::Unreachable {
@@ -444,11 +445,26 @@ fn connect(location: &Location) -> Result<Conn, StoreError> {
                 .connect(postgres::NoTls)
                 .map_err(|e| StoreError::Unreachable {
                     store: hide_password(url),
-                    reason: e.to_string(),
+                    reason: with_causes(&e),
                 })?;
             Ok(Conn::new(Db::Postgres(Box::new(client))))
         }
     }
+}
+
+/// `e` with the errors beneath it: the postgres crate says only "error connecting to
+/// server", and the cause ("Connection refused", "timed out") is what the user can act on.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(inner) = cause {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 fn open_sqlite(path: &Path) -> Result<Conn, StoreError> {
@@ -456,6 +472,12 @@ fn open_sqlite(path: &Path) -> Result<Conn, StoreError> {
         store: path.display().to_string(),
         reason,
     };
+    if path.is_dir() {
+        return Err(unreachable(format!(
+            "it is a directory; name a database file, such as {}",
+            path.join("coder.db").display()
+        )));
+    }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| unreachable(e.to_string()))?;
     }

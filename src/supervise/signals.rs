@@ -97,6 +97,8 @@ pub struct CancellableStdin {
     fd: SignalFd,
     old: SigSet,
     received: Option<i32>,
+    /// Whether anything asked to read stdin (a prompt given as an argument never does).
+    read_from: bool,
 }
 
 impl CancellableStdin {
@@ -109,6 +111,7 @@ impl CancellableStdin {
                 fd,
                 old,
                 received: None,
+                read_from: false,
             }),
             Err(e) => {
                 let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
@@ -133,10 +136,16 @@ impl CancellableStdin {
         }
         self.received
     }
+
+    /// Whether stdin was read (or waited for) at all.
+    pub fn was_read(&self) -> bool {
+        self.read_from
+    }
 }
 
 impl Read for CancellableStdin {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.read_from = true;
         let stdin = std::io::stdin();
         loop {
             if let Some(signo) = self.received() {

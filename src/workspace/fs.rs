@@ -235,8 +235,19 @@ impl Jail {
     /// A jail at `base` (which must be an existing directory) with the default
     /// non-accessible globs plus `extra_deny` (the config file's `deny`).
     pub fn new(base: &Path, extra_deny: &[String]) -> Result<Jail, FsError> {
-        let real = fs::canonicalize(base)
-            .map_err(|e| FsError::new(FsCode::C210, format!("base {}: {e}", base.display())))?;
+        let real = fs::canonicalize(base).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+                std::io::ErrorKind::PermissionDenied => {
+                    "permission denied on the way to it".to_owned()
+                }
+                _ => e.to_string(),
+            };
+            FsError::new(
+                FsCode::C210,
+                format!("--base {}: {why}; give an existing folder", base.display()),
+            )
+        })?;
         if !real.is_dir() {
             return Err(FsError::new(
                 FsCode::C210,
@@ -966,8 +977,46 @@ fn lexical(input: &str) -> Result<PathBuf, FsError> {
 }
 
 fn parse<T: DeserializeOwned>(payload: Value) -> Result<T, FsError> {
-    serde_json::from_value(payload)
-        .map_err(|e| FsError::new(FsCode::C210, format!("bad input: {e}")))
+    let culprit = culprit_key::<T>(&payload);
+    serde_json::from_value(payload).map_err(|e| {
+        // Rust's type names mean nothing to a caller.
+        let e = ["usize", "u64", "u32"]
+            .iter()
+            .fold(e.to_string(), |text, rust| {
+                text.replace(
+                    &format!("expected {rust}"),
+                    "expected a whole number, 0 or more",
+                )
+            });
+        let message = match culprit {
+            Some(key) => format!("bad input: {key}: {e}"),
+            None => format!("bad input: {e}"),
+        };
+        FsError::new(FsCode::C210, message)
+    })
+}
+
+/// The key of `payload` whose value serde refuses (its own message names only the types:
+/// "invalid type: integer `5`, expected a string"): the one whose removal leaves at most
+/// a "missing field" error about that same key.
+fn culprit_key<T: DeserializeOwned>(payload: &Value) -> Option<String> {
+    let map = payload.as_object()?;
+    let error = serde_json::from_value::<T>(payload.clone())
+        .err()?
+        .to_string();
+    if error.starts_with("missing field") || error.starts_with("unknown field") {
+        return None;
+    }
+    map.keys()
+        .find(|key| {
+            let mut without = map.clone();
+            without.remove(*key);
+            match serde_json::from_value::<T>(Value::Object(without)) {
+                Ok(_) => true,
+                Err(e) => e.to_string().starts_with(&format!("missing field `{key}`")),
+            }
+        })
+        .cloned()
 }
 
 fn too_large(input: &str, len: u64, max: u64) -> FsError {

@@ -55,6 +55,11 @@ pub struct Check {
     /// Not serialised: the kept tail, for the repair prompt and the transcript.
     #[serde(skip)]
     pub tail_text: String,
+    /// Not serialised (`error` says why): the command could not be started at all (`sh`
+    /// could not be executed, its directory was gone), which no change the model makes to
+    /// the workspace can fix.
+    #[serde(skip)]
+    pub not_started: bool,
 }
 
 /// `passed | fixed | still_failing | regressed | not_run`.
@@ -116,7 +121,15 @@ pub struct Verification {
     /// when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ignored_changes: Option<u64>,
+    /// Why no repair turn followed a failing check although some were allowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair_skipped: Option<String>,
 }
+
+/// `repair_skipped` of a check that could not be started.
+pub const NOT_STARTED_NO_REPAIR: &str = "the check could not be started, which no change to \
+the workspace can fix: no repair turn was spent; fix the command or what it needs (`sh`, the \
+workspace directory, the size of its arguments and environment)";
 
 impl Verification {
     pub fn redact(&mut self, secrets: &Secrets) {
@@ -204,6 +217,7 @@ pub async fn run_check(
                 output_bytes: 0,
                 error: Some(format!("the check could not be started: {e}")),
                 tail_text: String::new(),
+                not_started: true,
             });
         }
     };
@@ -288,6 +302,7 @@ pub async fn run_check(
         output_bytes: total,
         error,
         tail_text: text,
+        not_started: false,
     };
     match stop {
         Stop::Signal(signo) => CheckEnd::Cancelled(check, signo),
@@ -333,6 +348,7 @@ mod tests {
             output_bytes: 0,
             error: None,
             tail_text: String::new(),
+            not_started: false,
         }
     }
 
@@ -371,6 +387,7 @@ mod tests {
             verdict: VerdictKind::StillFailing,
             repair_turns: 0,
             ignored_changes: None,
+            repair_skipped: None,
         };
         verification.redact(&Secrets::default());
         let tail = &verification.final_check.as_ref().unwrap().tail;

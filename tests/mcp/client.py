@@ -171,7 +171,8 @@ async def run(session):
                                   read_timeout_seconds=90)
     bad_env = structured(bad)
     assert bad.is_error and bad_env["error_kind"] == "config_error", bad_env
-    assert "repair-turns" in bad_env["error"], bad_env
+    # Named as the tool's argument the caller gave, never as a flag.
+    assert bad_env["error"].startswith("repair_turns must be a whole number"), bad_env
     # Questions (issue 19): the model asks, the run ends needs_input; the answers, passed
     # as a list, resume the session.
     ask_backend = f"replay:{CASSETTES}/ask_user.json"
