@@ -371,6 +371,58 @@ fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
     }
 }
 
+/// A killed run's guard record is done by the next coder that sets up a sandbox, in any
+/// workspace; a tree not at its path then was skipped and the record dropped. The agent
+/// of another run with a grant over the workspace's parent (the test stands for it,
+/// renaming the tree) renamed it away while a run elsewhere started, and back: the next
+/// run in the tree took the killed run's repository for the user's, and the user's
+/// `git status` there ran its `core.fsmonitor`. Now such a record is kept as a stopped
+/// guard's is, and checked when the tree is back. As root and as uid 65534; control: the
+/// payload is armed after the kill.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_killed_runs_guard_outlives_its_tree_renamed_away() {
+    for nobody in arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let mut child = fx
+            .command(BIN)
+            .args(["sandbox", "--cd"])
+            .arg(&ws)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+                 echo READY && exec sleep 60",
+            ])
+            .env("M", fx.marker())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        sandbox_fixture::kill_coder_when_ready(&mut child);
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
+        std::fs::remove_file(fx.marker()).unwrap();
+        let away = fx.root().join("ws-away");
+        std::fs::rename(&ws, &away).unwrap();
+        let other = fx.root().join("other");
+        std::fs::create_dir(&other).unwrap();
+        fx.own_entry(&other);
+        let (rc, elsewhere) =
+            run_text(&mut fx.sandbox_in(&other, &["--mode", "workspace-write"], "echo ELSEWHERE"));
+        assert_eq!(rc, 0, "nobody={nobody}: {elsewhere}");
+        std::fs::rename(&away, &ws).unwrap();
+        let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(
+            !fx.marker().exists(),
+            "nobody={nobody}: the user's git ran the payload\n{elsewhere}\n{second}"
+        );
+    }
+}
+
 /// The agent's plant for the stopped-guard tests: a nested repository whose
 /// `core.fsmonitor` runs the payload at the user's `git status` there, and a Claude Code
 /// project settings file with a hook in a subdirectory (a protected tool config the start

@@ -557,19 +557,30 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         };
         // The dead run's scan listings died with it: every directory is listed.
         let report = record.guard_again(false);
-        if let Some(why) = &report.incomplete {
-            // Stopped short: kept as a run's own stopped guard is, for
-            // [`finish_stopped_guards`] to check again (and refuse the run meanwhile).
-            let mut record = record;
-            record.stopped = Some(format!(
+        // A tree gone from its path is kept for later as a stopped guard's is: renamed away
+        // by another run's agent while this run looked, and back, it would otherwise hold
+        // what the dead run's agent left for the next run's scan to take as the user's.
+        let gone = record.roots.iter().find(|r| is_gone(r)).cloned();
+        let stopped = match (&report.incomplete, gone) {
+            (Some(why), _) => Some(format!(
                 "its coder was killed, and a later run's check of it stopped: {why}"
-            ));
+            )),
+            (None, Some(gone)) => Some(format!(
+                "its coder was killed, and its tree {} was gone when a later run looked",
+                gone.display()
+            )),
+            (None, None) => None,
+        };
+        lines.extend(prefixed(LATE_PREFIX, &report));
+        if let Some(stopped) = stopped {
+            // Kept as a run's own stopped guard is, for [`finish_stopped_guards`] to check
+            // again (and refuse the run meanwhile); where it cannot be, the dead run's own
+            // record stays for the next run.
+            let mut record = record;
+            record.stopped = Some(stopped);
             if keep_record(runs_dir, &entry.file_name(), &record).is_err() {
-                lines.extend(prefixed(LATE_PREFIX, &report));
                 continue;
             }
-        } else {
-            lines.extend(prefixed(LATE_PREFIX, &report));
         }
         // Done: the directory itself goes with the dead run's other leftovers.
         let _ = nix::unistd::unlinkat(
