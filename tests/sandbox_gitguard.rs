@@ -327,6 +327,36 @@ fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
     }
 }
 
+/// Starts `coder sandbox` whose command makes the nested repository `n` with a
+/// `core.fsmonitor` that touches the marker, and kills coder with SIGKILL once it is made:
+/// no guard of its own ran. Control: the user's `git status` in `n` runs the payload then
+/// (the hole a killed run leaves, until the next coder runs); the marker is removed after.
+fn kill_a_run_that_armed_a_repo(fx: &Fx) {
+    let mut child = fx
+        .command(BIN)
+        .args(["sandbox", "--cd"])
+        .arg(fx.ws())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+             echo READY && exec sleep 60",
+        ])
+        .env("M", fx.marker())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    sandbox_fixture::kill_coder_when_ready(&mut child);
+    let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
+    assert!(
+        fx.marker().exists(),
+        "control: the killed run's repo must still be armed"
+    );
+    std::fs::remove_file(fx.marker()).unwrap();
+}
+
 /// coder killed with SIGKILL runs no guard of its own; the next coder that sets up a
 /// sandbox (same state dir, any workspace) runs the dead run's guard from the record left in
 /// its run directory. Shown with the hole first: between the two, the user's git does run
@@ -336,30 +366,7 @@ fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
 fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
     for nobody in arms() {
         let fx = Fx::new(&REPO, nobody);
-        let mut child = fx
-            .command(BIN)
-            .args(["sandbox", "--cd"])
-            .arg(fx.ws())
-            .args([
-                "--",
-                "sh",
-                "-c",
-                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
-                 echo READY && exec sleep 60",
-            ])
-            .env("M", fx.marker())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        sandbox_fixture::kill_coder_when_ready(&mut child);
-        // The hole a killed run leaves, until the next coder runs.
-        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
-        assert!(
-            fx.marker().exists(),
-            "the killed run's repo must still be armed"
-        );
-        std::fs::remove_file(fx.marker()).unwrap();
+        kill_a_run_that_armed_a_repo(&fx);
         let (rc, out) = fx.sandbox("workspace-write", "echo PLANTED");
         assert_eq!(rc, 0, "{out}");
         assert!(
@@ -385,35 +392,8 @@ fn a_killed_runs_guard_outlives_its_tree_renamed_away() {
     for nobody in arms() {
         let fx = Fx::new(&REPO, nobody);
         let ws = fx.ws();
-        let mut child = fx
-            .command(BIN)
-            .args(["sandbox", "--cd"])
-            .arg(&ws)
-            .args([
-                "--",
-                "sh",
-                "-c",
-                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
-                 echo READY && exec sleep 60",
-            ])
-            .env("M", fx.marker())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        sandbox_fixture::kill_coder_when_ready(&mut child);
-        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
-        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
-        std::fs::remove_file(fx.marker()).unwrap();
-        let away = fx.root().join("ws-away");
-        std::fs::rename(&ws, &away).unwrap();
-        let other = fx.root().join("other");
-        std::fs::create_dir(&other).unwrap();
-        fx.own_entry(&other);
-        let (rc, elsewhere) =
-            run_text(&mut fx.sandbox_in(&other, &["--mode", "workspace-write"], "echo ELSEWHERE"));
-        assert_eq!(rc, 0, "nobody={nobody}: {elsewhere}");
-        std::fs::rename(&away, &ws).unwrap();
+        kill_a_run_that_armed_a_repo(&fx);
+        let elsewhere = fx.run_elsewhere_while_away();
         let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
         let _ = fx.git(&ws.join("n"), &["status", "--short"]);
         assert!(

@@ -426,18 +426,7 @@ fn a_stopped_guards_record_outlives_its_tree_renamed_away() {
         let _ = fx.git(&ws.join("n"), &["status", "--short"]);
         assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
         std::fs::remove_file(fx.marker()).unwrap();
-        let away = fx.root().join("ws-away");
-        std::fs::rename(&ws, &away).unwrap();
-        let other = fx.root().join("other");
-        std::fs::create_dir(&other).unwrap();
-        fx.own_entry(&other);
-        let (rc, elsewhere) = sandbox_fixture::run_text(&mut fx.sandbox_in(
-            &other,
-            &["--mode", "workspace-write"],
-            "echo ELSEWHERE",
-        ));
-        assert_eq!(rc, 0, "nobody={nobody}: {elsewhere}");
-        std::fs::rename(&away, &ws).unwrap();
+        let elsewhere = fx.run_elsewhere_while_away();
         let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
         let _ = fx.git(&ws.join("n"), &["status", "--short"]);
         let ran = fx.marker().exists();

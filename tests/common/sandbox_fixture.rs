@@ -526,6 +526,25 @@ impl GitFx {
                 .env("M", self.marker()),
         )
     }
+
+    /// A run in another directory (same state directory) while the workspace is renamed
+    /// away, as the agent of another run with a grant over its parent could; the workspace
+    /// is back at its path after. What that run printed.
+    pub fn run_elsewhere_while_away(&self) -> String {
+        let (ws, away) = (self.ws(), self.root().join("ws-away"));
+        std::fs::rename(&ws, &away).unwrap();
+        let other = self.root().join("other");
+        std::fs::create_dir(&other).unwrap();
+        self.own_entry(&other);
+        let (rc, elsewhere) = run_text(&mut self.sandbox_in(
+            &other,
+            &["--mode", "workspace-write"],
+            "echo ELSEWHERE",
+        ));
+        assert_eq!(rc, 0, "{elsewhere}");
+        std::fs::rename(&away, &ws).unwrap();
+        elsewhere
+    }
 }
 
 /// One attack on the end-of-run git guard, for each arm: `setup` prepares the fixture,
