@@ -495,6 +495,49 @@ fn list_folder_paginates_and_flags_secrets() {
     );
 }
 
+/// A count of 0 asked for nothing and got one (`limit: 0` listed an entry, `max_results:
+/// 0` returned matches): refused, naming the argument. Line numbers the wrong way round
+/// are named as given ("lines 3..=1" was printed for start 3, end 2).
+#[test]
+fn a_count_of_zero_and_backward_lines_are_named() {
+    let (_t, base) = workspace();
+    for (verb, payload, name) in [
+        ("list-folder", json!({"limit": 0}), "limit"),
+        (
+            "search",
+            json!({"pattern": "one", "max_results": 0}),
+            "max_results",
+        ),
+        ("tree", json!({"depth": 0}), "depth"),
+        ("tree", json!({"per_folder_limit": 0}), "per_folder_limit"),
+    ] {
+        let (code, v) = fs(&base, verb, payload.clone());
+        assert_eq!(code, 1, "{verb} {payload}: {v}");
+        assert_eq!(v["code"], "C210", "{v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{name} must be 1 or more")),
+            "{v}"
+        );
+    }
+    let (code, v) = fs(
+        &base,
+        "read-file",
+        json!({"path": "src/a.txt", "start_line": 3, "end_line": 2}),
+    );
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["message"], "start_line 3 is after end_line 2", "{v}");
+    let (_, v) = fs(
+        &base,
+        "read-file",
+        json!({"path": "src/a.txt", "start_line": 9}),
+    );
+    assert_eq!(
+        v["message"], "start_line 9 is past the end of src/a.txt: it has 3 lines",
+        "{v}"
+    );
+}
+
 #[test]
 fn tree_is_bounded() {
     let (_t, base) = workspace();

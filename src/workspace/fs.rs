@@ -555,10 +555,20 @@ impl Call<'_> {
             return Ok(json!({"path": a.path, "content": text, "size": text.len(),
                              "total_lines": total}));
         }
+        if let Some(after) = a.end_line.filter(|&e| e < start) {
+            return Err(FsError::new(
+                FsCode::C210,
+                format!("start_line {start} is after end_line {after}"),
+            ));
+        }
         if start > end.max(1) || (total > 0 && start > total) {
             return Err(FsError::new(
                 FsCode::C210,
-                format!("lines {start}..={end} are outside 1..={total}"),
+                format!(
+                    "start_line {start} is past the end of {}: it has {total} line{}",
+                    a.path,
+                    if total == 1 { "" } else { "s" }
+                ),
             ));
         }
         let content: String = lines
@@ -592,7 +602,7 @@ impl Call<'_> {
             ),
             None => None,
         };
-        let max = a.max_results.unwrap_or(100).clamp(1, 1000);
+        let max = count_argument("max_results", a.max_results, 100, 1000)?;
         let mut found = Search {
             matches: Vec::new(),
             max,
@@ -829,7 +839,7 @@ impl Call<'_> {
         let (_dir, via) = self.open_dir(input, &r.real)?;
         let entries = sorted_entries(&via);
         let total = entries.len();
-        let limit = a.limit.unwrap_or(200).clamp(1, 1000);
+        let limit = count_argument("limit", a.limit, 200, 1000)?;
         let offset = a.offset.unwrap_or(0);
         let page: Vec<Value> = entries
             .iter()
@@ -889,8 +899,8 @@ impl Call<'_> {
         let input = a.path.as_deref().unwrap_or(".");
         let r = self.resolve(input)?;
         self.require_dir(input, &r.real)?;
-        let depth = a.depth.unwrap_or(3).clamp(1, 10);
-        let limit = a.per_folder_limit.unwrap_or(50).clamp(1, 500);
+        let depth = count_argument("depth", a.depth, 3, 10)?;
+        let limit = count_argument("per_folder_limit", a.per_folder_limit, 50, 500)?;
         let children = self.tree_level(&r.real, &r.rel, depth, limit);
         Ok(
             json!({"path": input, "depth": depth, "per_folder_limit": limit,
@@ -1367,6 +1377,26 @@ fn content_lines(content: &str) -> Vec<String> {
         .collect()
 }
 
+/// A count the caller may give (`name`): `default` when absent, at most `max` (a larger
+/// one is lowered, and the answer says what was used where it matters); 0 is refused,
+/// since it would ask for nothing (it was raised to 1 silently: `limit: 0` listed one
+/// entry).
+fn count_argument(
+    name: &str,
+    given: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, FsError> {
+    match given {
+        None => Ok(default),
+        Some(0) => Err(FsError::new(
+            FsCode::C210,
+            format!("{name} must be 1 or more (leave it out for {default}; at most {max})"),
+        )),
+        Some(n) => Ok(n.min(max)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1376,6 +1406,16 @@ mod tests {
         let mut l = Lines::parse(text);
         l.apply(&ops)?;
         Ok(l.render())
+    }
+
+    #[test]
+    fn a_count_of_zero_is_refused_and_a_large_one_lowered() {
+        let e = count_argument("limit", Some(0), 200, 1000).unwrap_err();
+        assert_eq!(e.code, FsCode::C210);
+        assert!(e.message.starts_with("limit must be 1 or more"), "{e}");
+        assert_eq!(count_argument("limit", None, 200, 1000), Ok(200));
+        assert_eq!(count_argument("limit", Some(5000), 200, 1000), Ok(1000));
+        assert_eq!(count_argument("limit", Some(7), 200, 1000), Ok(7));
     }
 
     #[test]
