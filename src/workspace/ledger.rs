@@ -584,9 +584,23 @@ fn git_changes(
             super::git::MAX_NESTED
         ));
     }
+    let unreadable = &after_snapshot.unreadable;
+    if !unreadable.is_empty() {
+        let names: Vec<String> = unreadable
+            .iter()
+            .take(10)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        warnings.push(format!(
+            "{} directories of the workspace could not be read (no read permission): what \
+             they hold is not in `changes` nor in `changes.ignored`: {}",
+            unreadable.len(),
+            names.join(", ")
+        ));
+    }
     let mut changes = Changes::from_list(merge_sides(all.list), false);
     changes.warnings.splice(0..0, warnings);
-    changes.unseen = skipped > 0;
+    changes.unseen = skipped > 0 || !unreadable.is_empty();
     changes.ignored = ignored;
     let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
     Ok((changes, diff))

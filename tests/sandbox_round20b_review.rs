@@ -1,0 +1,101 @@
+//! Round twenty's second review: the two changes merged last (the CLI's per-run home on a
+//! tmpfs, `config::scratch`; `changes.ignored`, `workspace::ignored`), attacked by someone
+//! who did not write them. Every attack runs through the built binary as root and as uid
+//! 65534, confined (`workspace-write`) and unconfined (`danger-full-access`, the control:
+//! the payload lands there too, and the report does not depend on the sandbox).
+//!
+//! Found open, closed here:
+//! * **A directory made unlistable hid what the agent wrote in it.** `git add -A` passes
+//!   over a directory it cannot read with a warning on stderr and succeeds; coder's ledger
+//!   read only its status. An agent running as the user (uid 65534 here; any user but
+//!   root) that wrote `src/evil.sh` and then `chmod 311 src` (the file stays usable by
+//!   name) had it in neither `changes.files` nor `changes.ignored`, and a file in a new
+//!   directory of ignored files likewise, with nothing said. The ledger now reads git's
+//!   "could not open directory" warnings: such directories are named in a warning, and
+//!   the changes are marked unseen (no `--scope` check vouches for the run).
+//! * **An ignored file was counted twice.** git lists an untracked directory holding only
+//!   ignored files (`new/`) and each of them (`new/x.pth`); the walk of `new/` reached the
+//!   file again, so it was listed twice and `count` was too high. Roots below another are
+//!   left out now.
+//!
+//! Looked at and held: a process the agent leaves running (`setsid`, in the background)
+//! to write under an ignored path after the run is gone by then, confined or not (coder
+//! ends the run's whole tree before the ledger looks); `/dev/shm/coder-<uid>` made first by
+//! another user, or a symlink there, is refused by `fstat` of what was opened with
+//! `O_NOFOLLOW` and the run falls back to the state directory with a warning; `/dev/shm`
+//! is sticky, so no other user can rename coder's directory there once checked; the
+//! agent's `/dev/shm` is a private tmpfs holding only its own CLI home.
+
+mod common;
+
+use common::review_tree::{Tree, changes, ignored, warned, who};
+use common::sandbox_fixture;
+use serde_json::Value;
+
+/// The user's repository (`.gitignore` ignoring `*.pth`, a tracked `src/a.txt`), for each
+/// arm and mode: (case, tree, the envelope of a run whose agent ran `payload`).
+fn runs(payload: &str) -> Vec<(String, Tree, Value)> {
+    common::require_root_and_user_namespaces();
+    let files = [(".gitignore", "*.pth\n"), ("src/a.txt", "a\n")];
+    let mut runs = Vec::new();
+    for owner in sandbox_fixture::owners() {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::repo("coder-r20b-", owner, &["ws/src"], &files, &[]);
+            let env = tree.run(&["--sandbox", mode], &format!("{payload} && echo PLANTED"));
+            assert!(
+                common::review_tree::result(&env).contains("PLANTED"),
+                "{case}: the payload did not run: {env}"
+            );
+            runs.push((case, tree, env));
+        }
+    }
+    runs
+}
+
+/// A file written into a tracked directory, and an ignored one into a new directory, each
+/// directory then made unlistable (`0311`): each file is reported, or its directory named
+/// in a warning. Root's git reads them anyway (it lists both); uid 65534's cannot.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_in_a_directory_made_unlistable_is_not_passed_over_in_silence() {
+    let payload = "echo evil > src/evil.sh && mkdir new && echo x > new/x.pth \
+                   && chmod 311 src new";
+    for (case, tree, env) in runs(payload) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(tree.ws().join("src"))
+            .unwrap()
+            .permissions();
+        // The control: it lands unconfined. (Confined, coder's end gives the user's read
+        // permission back to directories the agent made unreadable.)
+        if case.ends_with("danger-full-access") {
+            assert_eq!(mode.mode() & 0o777, 0o311, "{case}: the chmod did not land");
+        }
+        assert!(tree.ws().join("src/evil.sh").exists(), "{case}");
+        let unread = |dir: &str| warned(&env, "could not be read") && warned(&env, dir);
+        let listed = changes(&env).contains(&("src/evil.sh".into(), "added".into()));
+        assert!(
+            listed || unread("src/"),
+            "{case}: src/evil.sh unseen: {env}"
+        );
+        let listed = ignored(&env).iter().any(|(p, _)| p == "new/x.pth");
+        assert!(listed || unread("new/"), "{case}: new/x.pth unseen: {env}");
+        // The tree's removal needs to list them.
+        for dir in ["src", "new"] {
+            let open = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(tree.ws().join(dir), open).unwrap();
+        }
+    }
+}
+
+/// An ignored file in a new directory of ignored files alone (which git lists with the
+/// file) is listed and counted once.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ignored_file_git_lists_with_its_directory_is_counted_once() {
+    for (case, _tree, env) in runs("mkdir new && echo x > new/x.pth") {
+        let found: Vec<String> = ignored(&env).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(found, ["new/", "new/x.pth"], "{case}: {env}");
+        assert_eq!(env["changes"]["ignored"]["count"], 2, "{case}: {env}");
+    }
+}
