@@ -17,6 +17,12 @@
 //!   ignored files (`new/`) and each of them (`new/x.pth`); the walk of `new/` reached the
 //!   file again, so it was listed twice and `count` was too high. Roots below another are
 //!   left out now.
+//! * **`CODER_SCRATCH_DIR` inside the workspace put the CLI's home in `changes`.** The
+//!   ledger left coder's state directory out of the workspace's comparison, not the
+//!   scratch directory: an unconfined run (a confined one is refused) listed the CLI's
+//!   home, its `.credentials.json` included, in `changes.files`, and `--return-diff`
+//!   showed the login's text (redaction masks only the token shapes it knows). It is left
+//!   out like the state directory now.
 //!
 //! Looked at and held: a process the agent leaves running (`setsid`, in the background)
 //! to write under an ignored path after the run is gone by then, confined or not (coder
@@ -97,5 +103,51 @@ fn an_ignored_file_git_lists_with_its_directory_is_counted_once() {
         let found: Vec<String> = ignored(&env).into_iter().map(|(p, _)| p).collect();
         assert_eq!(found, ["new/", "new/x.pth"], "{case}: {env}");
         assert_eq!(env["changes"]["ignored"]["count"], 2, "{case}: {env}");
+    }
+}
+
+/// `CODER_SCRATCH_DIR` inside the workspace: a confined run is refused (the agent would
+/// reach other runs' CLI homes), and no run lists the CLI's home (its login, its
+/// session) in `changes` or shows it in the diff.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_scratch_directory_inside_the_workspace_is_not_in_the_changes() {
+    common::require_root_and_user_namespaces();
+    const LOGIN: &str = "{\"claudeAiOauth\":{\"accessToken\":\"not-a-token-shape-R20B\"}}\n";
+    for owner in sandbox_fixture::owners() {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let dirs = ["ws/src", "state/claude"];
+            let tree = Tree::repo("coder-r20b-", owner, &dirs, &[("a", "a\n")], &[]);
+            std::fs::write(tree.root.join("state/claude/.credentials.json"), LOGIN).unwrap();
+            tree.give_away();
+            let scratch = tree.ws().join(".scratch");
+            let env = tree.run_with(
+                &["--sandbox", mode, "--return-diff"],
+                "echo PLANTED",
+                &[("CODER_SCRATCH_DIR", scratch.to_str().unwrap())],
+            );
+            if mode == "workspace-write" {
+                assert_eq!(
+                    common::review_tree::error_kind(&env),
+                    "config_error",
+                    "{case}: {env}"
+                );
+            } else {
+                assert!(
+                    common::review_tree::result(&env).contains("PLANTED"),
+                    "{case}: {env}"
+                );
+            }
+            let text = env.to_string();
+            assert!(
+                !text.contains("R20B"),
+                "{case}: the login is in the envelope: {env}"
+            );
+            assert!(
+                !changes(&env).iter().any(|(p, _)| p.starts_with(".scratch")),
+                "{case}: {env}"
+            );
+        }
     }
 }

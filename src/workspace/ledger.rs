@@ -314,9 +314,13 @@ impl Ledger {
 
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
         let started_ns = super::ignored::coarse_now_ns();
+        // The scratch directory the user named too (`CODER_SCRATCH_DIR`): the CLI's home
+        // of this run, with its login and its session, is made there meanwhile.
         let own: Vec<String> = state_dir
-            .and_then(|state| inside(workspace, state))
+            .map(Path::to_path_buf)
             .into_iter()
+            .chain(crate::config::scratch::given())
+            .filter_map(|dir| inside(workspace, &dir))
             .collect();
         let (discovered, mut stopped) = match GitRepo::discover_in(workspace, state_dir) {
             Ok(repo) => (repo, None),
@@ -953,7 +957,11 @@ fn excluded(path: &[u8], exclude: &[String]) -> bool {
 /// `dir` relative to `workspace` when it lies inside it (both resolved), else `None`.
 fn inside(workspace: &Path, dir: &Path) -> Option<String> {
     let workspace = std::fs::canonicalize(workspace).ok()?;
-    let dir = std::fs::canonicalize(dir).ok()?;
+    // Not made yet (the scratch directory is made while the snapshot is taken): its parent.
+    let dir = std::fs::canonicalize(dir).ok().or_else(|| {
+        let parent = std::fs::canonicalize(dir.parent()?).ok()?;
+        Some(parent.join(dir.file_name()?))
+    })?;
     let relative = dir.strip_prefix(&workspace).ok()?;
     (!relative.as_os_str().is_empty()).then(|| relative.to_string_lossy().into_owned())
 }
