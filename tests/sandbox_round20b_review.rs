@@ -17,6 +17,12 @@
 //!   ignored files (`new/`) and each of them (`new/x.pth`); the walk of `new/` reached the
 //!   file again, so it was listed twice and `count` was too high. Roots below another are
 //!   left out now.
+//! * **An ignored write before the snapshot started was missed.** The walk looked from
+//!   the start of the "before" snapshot, which a confined run takes while its CLI starts;
+//!   the safety net for a process of the run that writes before it ends (a CLI running
+//!   commands as it starts) covered `changes.files` only. A `src/early.pth` written then
+//!   was in no list (a warning named `src` as changed, nothing more). The walk looks from
+//!   the run's first process now, when that is earlier.
 //! * **`CODER_SCRATCH_DIR` inside the workspace put the CLI's home in `changes`.** The
 //!   ledger left coder's state directory out of the workspace's comparison, not the
 //!   scratch directory: an unconfined run (a confined one is refused) listed the CLI's
@@ -146,6 +152,32 @@ fn a_scratch_directory_inside_the_workspace_is_not_in_the_changes() {
             );
             assert!(
                 !changes(&env).iter().any(|(p, _)| p.starts_with(".scratch")),
+                "{case}: {env}"
+            );
+        }
+    }
+}
+
+/// A write under an ignored path by a process of the run that started before the
+/// "before" snapshot (the snapshot made late by the test hook, as when the run's CLI runs
+/// commands as it starts) is reported: the walk looks from the run's first process.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ignored_write_before_the_snapshot_started_is_reported() {
+    common::require_root_and_user_namespaces();
+    let files = [(".gitignore", "*.pth\n"), ("src/a.txt", "a\n")];
+    for owner in sandbox_fixture::owners() {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::repo("coder-r20b-", owner, &["ws/src"], &files, &[]);
+            let env = tree.run_with(
+                &["--sandbox", mode],
+                "echo x > src/early.pth && echo PLANTED",
+                &[("CODER_TEST_LEDGER_DELAY_MS", "1500")],
+            );
+            assert!(tree.ws().join("src/early.pth").exists(), "{case}: {env}");
+            assert!(
+                ignored(&env).iter().any(|(p, _)| p == "src/early.pth"),
                 "{case}: {env}"
             );
         }

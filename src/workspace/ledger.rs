@@ -296,6 +296,9 @@ fn plain_before(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Befor
     }
 }
 
+/// The coarse clock's tick at most (`HZ` 100).
+const COARSE_TICK_NS: i128 = 10_000_000;
+
 impl Ledger {
     /// Snapshots `workspace` now (blocking: a big tree takes a while; see BENCHMARKS.md).
     pub fn before(workspace: &Path) -> Ledger {
@@ -413,6 +416,11 @@ impl Ledger {
     /// [`GitRepo::changed_since`]): call this right after the snapshot. When that look
     /// fails, the ledger fails too (its "before" cannot be vouched for).
     pub fn changed_since(&mut self, since_ns: i128) -> Option<scan::Changed> {
+        // The walk of the ignored paths looks from then too (a tick earlier: file times
+        // come from the coarse clock, at most a tick behind the one `since_ns` is read
+        // by). From the snapshot's own start, it missed what the run's processes wrote
+        // there before (round twenty's second review).
+        self.started_ns = self.started_ns.min(since_ns - COARSE_TICK_NS);
         let changed = match &mut self.before {
             Before::Plain { scan, unknown, .. } => {
                 let changed = scan.changed_since(since_ns);
