@@ -30,6 +30,11 @@
 //!   showed the login's text (redaction masks only the token shapes it knows). It is left
 //!   out like the state directory now.
 //!
+//! Found open, not closed (`KNOWN_OPEN`): outside git, the plain walk run as the agent's
+//! user cannot open a directory the agent made `0311`: it passes over it, so a file
+//! written there is missed and the directory's old files show as `deleted`, with no word
+//! of why (`outside_git_a_file_in_a_directory_made_unlistable`).
+//!
 //! Looked at and held: a process the agent leaves running (`setsid`, in the background)
 //! to write under an ignored path after the run is gone by then, confined or not (coder
 //! ends the run's whole tree before the ledger looks); `/dev/shm/coder-<uid>` made first by
@@ -85,7 +90,7 @@ fn a_file_in_a_directory_made_unlistable_is_not_passed_over_in_silence() {
         }
         assert!(tree.ws().join("src/evil.sh").exists(), "{case}");
         let unread = |dir: &str| warned(&env, "could not be read") && warned(&env, dir);
-        let listed = changes(&env).contains(&("src/evil.sh".into(), "added".into()));
+        let listed = changes(&env).iter().any(|(p, _)| p == "src/evil.sh");
         assert!(
             listed || unread("src/"),
             "{case}: src/evil.sh unseen: {env}"
@@ -180,6 +185,52 @@ fn an_ignored_write_before_the_snapshot_started_is_reported() {
                 ignored(&env).iter().any(|(p, _)| p == "src/early.pth"),
                 "{case}: {env}"
             );
+        }
+    }
+}
+
+/// Attacks still open: a test on this list asserts that its attack still lands, and fails
+/// once it no longer does (take it off then).
+const KNOWN_OPEN: &[&str] = &["plain-unlistable"];
+
+/// Outside git, the plain walk: a file written into a directory then made unlistable
+/// (`0311`). Root's walk reads it anyway. uid 65534's cannot open the directory and
+/// passes over it, so the new file is missed and the directory's old files show as
+/// `deleted` (open: `KNOWN_OPEN` "plain-unlistable", SECURITY.md's Known limits).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn outside_git_a_file_in_a_directory_made_unlistable() {
+    use std::os::unix::fs::PermissionsExt;
+    common::require_root_and_user_namespaces();
+    let open = KNOWN_OPEN.contains(&"plain-unlistable");
+    let payload = "echo evil > src/evil.sh && chmod 311 src && echo PLANTED";
+    for owner in sandbox_fixture::owners() {
+        for mode in ["danger-full-access", "workspace-write"] {
+            let case = format!("{} {mode}", who(owner));
+            let tree = Tree::bare(
+                "coder-r20b-",
+                common::review_tree::VAR_TMP,
+                owner,
+                &["ws/src"],
+            );
+            tree.write_old(&[("src/a.txt", "a\n")]);
+            tree.give_away();
+            let env = tree.run(&["--sandbox", mode], payload);
+            assert!(
+                common::review_tree::result(&env).contains("PLANTED"),
+                "{case}: {env}"
+            );
+            let listed = changes(&env).iter().any(|(p, _)| p == "src/evil.sh");
+            let said = listed || warned(&env, "could not be read");
+            if owner.is_none() {
+                assert!(listed, "{case}: {env}");
+            } else if open {
+                assert!(!said, "{case}: now reported, take it off KNOWN_OPEN: {env}");
+            } else {
+                assert!(said, "{case}: {env}");
+            }
+            let back = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(tree.ws().join("src"), back).unwrap();
         }
     }
 }
