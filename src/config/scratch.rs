@@ -152,6 +152,15 @@ impl Scratch {
     }
 }
 
+/// The scratch directory `$CODER_SCRATCH_DIR` names (absolute), made or not, usable or
+/// not: the ledger leaves it out of a workspace that holds it.
+pub fn given() -> Option<PathBuf> {
+    std::env::var_os(SCRATCH_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+}
+
 /// Every scratch root of this user that exists and is this user's own, the state
 /// directory's included: where a killed run's scratch may be, and what no agent may reach.
 /// The environment decides which places a run takes, and it may differ between runs.

@@ -355,6 +355,9 @@ pub struct GitRepo {
     part_objects: std::sync::Mutex<std::collections::HashMap<Vec<u8>, PathBuf>>,
     /// Whether a snapshot was taken (only the first, the "before", seeds a part).
     snapshotted: std::sync::atomic::AtomicBool,
+    /// The directories git could not read during the snapshot under way (see
+    /// [`unreadable_dirs`]), relative to the workspace.
+    unreadable: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Where the index of this run's last snapshot is kept for the next run on the same
     /// work tree ([`GitRepo::keep_index`]); `None` without a state directory.
     kept: Option<KeptIndex>,
@@ -372,6 +375,9 @@ pub struct Snapshot {
     pub nested: Vec<Part>,
     /// Nested repositories not looked into: more than [`MAX_NESTED`] of them.
     pub nested_skipped: usize,
+    /// Directories `git add` could not read (relative to the workspace, sorted): what
+    /// they hold is in neither side of the comparison nor in the ignored walk's list.
+    pub unreadable: Vec<Vec<u8>>,
 }
 
 /// A repository nested in the workspace (a submodule's checkout, a vendored clone, one
@@ -395,6 +401,23 @@ pub const MAX_NESTED: usize = 256;
 
 /// The mode of a gitlink entry.
 pub const GITLINK_MODE: u32 = 0o160000;
+
+/// The directories git says it could not open (`LC_ALL=C`: `warning: could not open
+/// directory 'src/': Permission denied`), relative to the part it ran in.
+///
+/// Why: `git add -A` passes over a directory it cannot read (mode `0311`, which an agent
+/// running as the user sets on a directory it wrote a file into: the file stays usable by
+/// name) with a warning on stderr, and succeeds. What it holds was in neither
+/// `changes.files` nor `changes.ignored`, with nothing said (round twenty's second review).
+fn unreadable_dirs(stderr: &[u8]) -> impl Iterator<Item = &[u8]> {
+    const SAID: &[u8] = b"could not open directory '";
+    stderr.split(|b| *b == b'\n').filter_map(|line| {
+        let at = line.windows(SAID.len()).position(|w| w == SAID)?;
+        let rest = &line[at + SAID.len()..];
+        let end = rest.iter().rposition(|b| *b == b'\'')?;
+        Some(&rest[..end])
+    })
+}
 
 /// What `git add` says of a repository nested without a commit (`LC_ALL=C`).
 const NO_COMMIT: &str = "does not have a commit checked out";
@@ -542,6 +565,7 @@ impl GitRepo {
             prefix: probe.prefix,
             part_objects: Default::default(),
             snapshotted: Default::default(),
+            unreadable: Default::default(),
             scratch,
             hash_len: probe.format.hash_len(),
         };
@@ -886,6 +910,7 @@ impl GitRepo {
     /// The same, leaving out `exclude` (paths relative to the workspace).
     pub fn snapshot_excluding(&self, exclude: &[String]) -> Result<Snapshot, GitError> {
         let exclude: Vec<Vec<u8>> = exclude.iter().map(|p| p.as_bytes().to_vec()).collect();
+        self.take_unreadable();
         let refused = match self.add_all(b"", &exclude) {
             Err(e) if !e.was_killed() => {
                 // A copied index git cannot use (a split index, a newer format): start
@@ -906,7 +931,21 @@ impl GitRepo {
             entries,
             nested,
             nested_skipped,
+            unreadable: self.take_unreadable(),
         })
+    }
+
+    /// The directories git could not read since the last call, sorted, deduplicated.
+    fn take_unreadable(&self) -> Vec<Vec<u8>> {
+        let mut dirs = std::mem::take(
+            &mut *self
+                .unreadable
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        dirs.sort();
+        dirs.dedup();
+        dirs
     }
 
     /// `git add -A` of nested part `part` (`""`: the workspace), leaving out `exclude`
@@ -933,6 +972,20 @@ impl GitRepo {
             let out = watched_output(&mut cmd);
             if out.as_ref().is_err_and(GitError::was_killed) {
                 self.killed_at(part);
+            }
+            if let Ok(out) = &out {
+                self.unreadable
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(unreadable_dirs(&out.stderr).map(|p| {
+                        // The workspace's paths are said from the work tree's top.
+                        let p = if part.is_empty() {
+                            p.strip_prefix(self.prefix.as_bytes()).unwrap_or(p)
+                        } else {
+                            p
+                        };
+                        join(part, p)
+                    }));
             }
             out
         };

@@ -129,7 +129,7 @@ pub fn changed_since(
         };
     };
     let mut found = Found::default();
-    for root in roots {
+    for root in outermost(roots) {
         walk.root(top.as_fd(), root, &mut found);
     }
     let helper = std::thread::scope(|s| {
@@ -149,6 +149,28 @@ pub fn changed_since(
             .lock()
             .map_or(true, |q| q.truncated || !q.dirs.is_empty());
     found.into_changes(truncated)
+}
+
+/// `roots` but those below a directory among them: git lists an untracked directory
+/// holding only ignored files (`new/`) and each of those files (`new/x.pth`), which the
+/// walk of `new/` reaches again (they were counted, and listed, twice).
+fn outermost(roots: &[Vec<u8>]) -> Vec<&[u8]> {
+    let mut sorted: Vec<&[u8]> = roots.iter().map(Vec::as_slice).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut kept: Vec<&[u8]> = Vec::with_capacity(sorted.len());
+    // Sorted, the paths starting with a directory's come right after it.
+    let mut dir: Option<&[u8]> = None;
+    for root in sorted {
+        if dir.is_some_and(|d| root.starts_with(d)) {
+            continue;
+        }
+        if root.ends_with(b"/") {
+            dir = Some(root);
+        }
+        kept.push(root);
+    }
+    kept
 }
 
 /// A directory to walk: its path relative to the workspace (ending with `/`) and an open

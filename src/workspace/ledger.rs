@@ -296,6 +296,9 @@ fn plain_before(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Befor
     }
 }
 
+/// The coarse clock's tick at most (`HZ` 100).
+const COARSE_TICK_NS: i128 = 10_000_000;
+
 impl Ledger {
     /// Snapshots `workspace` now (blocking: a big tree takes a while; see BENCHMARKS.md).
     pub fn before(workspace: &Path) -> Ledger {
@@ -314,9 +317,13 @@ impl Ledger {
 
     pub fn before_in(workspace: &Path, caps: Caps, state_dir: Option<&Path>) -> Ledger {
         let started_ns = super::ignored::coarse_now_ns();
+        // The scratch directory the user named too (`CODER_SCRATCH_DIR`): the CLI's home
+        // of this run, with its login and its session, is made there meanwhile.
         let own: Vec<String> = state_dir
-            .and_then(|state| inside(workspace, state))
+            .map(Path::to_path_buf)
             .into_iter()
+            .chain(crate::config::scratch::given())
+            .filter_map(|dir| inside(workspace, &dir))
             .collect();
         let (discovered, mut stopped) = match GitRepo::discover_in(workspace, state_dir) {
             Ok(repo) => (repo, None),
@@ -409,6 +416,11 @@ impl Ledger {
     /// [`GitRepo::changed_since`]): call this right after the snapshot. When that look
     /// fails, the ledger fails too (its "before" cannot be vouched for).
     pub fn changed_since(&mut self, since_ns: i128) -> Option<scan::Changed> {
+        // The walk of the ignored paths looks from then too (a tick earlier: file times
+        // come from the coarse clock, at most a tick behind the one `since_ns` is read
+        // by). From the snapshot's own start, it missed what the run's processes wrote
+        // there before (round twenty's second review).
+        self.started_ns = self.started_ns.min(since_ns - COARSE_TICK_NS);
         let changed = match &mut self.before {
             Before::Plain { scan, unknown, .. } => {
                 let changed = scan.changed_since(since_ns);
@@ -584,9 +596,23 @@ fn git_changes(
             super::git::MAX_NESTED
         ));
     }
+    let unreadable = &after_snapshot.unreadable;
+    if !unreadable.is_empty() {
+        let names: Vec<String> = unreadable
+            .iter()
+            .take(10)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        warnings.push(format!(
+            "{} directories of the workspace could not be read (no read permission): what \
+             they hold is not in `changes` nor in `changes.ignored`: {}",
+            unreadable.len(),
+            names.join(", ")
+        ));
+    }
     let mut changes = Changes::from_list(merge_sides(all.list), false);
     changes.warnings.splice(0..0, warnings);
-    changes.unseen = skipped > 0;
+    changes.unseen = skipped > 0 || !unreadable.is_empty();
     changes.ignored = ignored;
     let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
     Ok((changes, diff))
@@ -939,7 +965,11 @@ fn excluded(path: &[u8], exclude: &[String]) -> bool {
 /// `dir` relative to `workspace` when it lies inside it (both resolved), else `None`.
 fn inside(workspace: &Path, dir: &Path) -> Option<String> {
     let workspace = std::fs::canonicalize(workspace).ok()?;
-    let dir = std::fs::canonicalize(dir).ok()?;
+    // Not made yet (the scratch directory is made while the snapshot is taken): its parent.
+    let dir = std::fs::canonicalize(dir).ok().or_else(|| {
+        let parent = std::fs::canonicalize(dir.parent()?).ok()?;
+        Some(parent.join(dir.file_name()?))
+    })?;
     let relative = dir.strip_prefix(&workspace).ok()?;
     (!relative.as_os_str().is_empty()).then(|| relative.to_string_lossy().into_owned())
 }
