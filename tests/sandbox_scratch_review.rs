@@ -272,6 +272,12 @@ echo "== end"
                 !text.contains("AGENT-RAN") && !text.contains("rc=0"),
                 "uid {victim}: {refused} was granted: {out}"
             );
+            // Named as what it is, with the variable that moves it (it was called the
+            // state directory, and the advice was to set CODER_STATE_DIR).
+            assert!(
+                text.contains("coder's scratch directory") && text.contains("CODER_SCRATCH_DIR"),
+                "uid {victim}: {refused}: {text}"
+            );
         }
         assert!(
             part("control").contains("AGENT-RAN"),

@@ -288,6 +288,33 @@ impl Drop for RunDirCleanup {
     }
 }
 
+/// Which of coder's own directories a grant reaches ([`SandboxError::StateDirReachable`]):
+/// each is moved by its own variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoderDir {
+    /// The state directory (`CODER_STATE_DIR`): transcripts, sessions, locks.
+    State,
+    /// A scratch place of the CLI's per-run homes (`CODER_SCRATCH_DIR`), with their logins.
+    Scratch,
+}
+
+impl CoderDir {
+    pub fn name(self) -> &'static str {
+        match self {
+            CoderDir::State => "coder's state directory",
+            CoderDir::Scratch => "coder's scratch directory (the CLI's per-run homes)",
+        }
+    }
+
+    /// The variable that puts it elsewhere.
+    pub fn variable(self) -> &'static str {
+        match self {
+            CoderDir::State => "CODER_STATE_DIR",
+            CoderDir::Scratch => "CODER_SCRATCH_DIR",
+        }
+    }
+}
+
 /// Why the sandbox could not be set up. Every message says what went wrong and what the
 /// user can do about it; none carries file contents.
 #[derive(Debug, thiserror::Error)]
@@ -299,8 +326,12 @@ pub enum SandboxError {
 
     /// coder's state or runs directory lies where the agent may write (the caller's
     /// grants or `--allow-tmp` reach it): refused, a configuration to change.
-    #[error("coder's state directory {path}: {reason}")]
-    StateDirReachable { path: PathBuf, reason: String },
+    #[error("{} {path}: {reason}", what.name())]
+    StateDirReachable {
+        what: CoderDir,
+        path: PathBuf,
+        reason: String,
+    },
 
     #[error("workspace {path}: {reason}")]
     Workspace { path: PathBuf, reason: String },

@@ -26,7 +26,7 @@ use super::listing::ScanListings;
 use super::listing_cache;
 use super::netns::{NO_PROXY_VARS, NetworkPolicy, PROXY_VARS};
 use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
-use super::{PathRole, SandboxError};
+use super::{CoderDir, PathRole, SandboxError};
 use super::{deny, home};
 use crate::config::run_dirs::{self, CLI_RUNS_DIR, RunLock};
 use crate::workspace::worktree::WORKTREES_DIR;
@@ -1665,10 +1665,15 @@ fn refuse_reachable_coder_state(
     let mounts = MountTable::read();
     // The scratch places (`config::scratch`) hold other runs' CLI homes, with their logins.
     let scratch = crate::config::scratch::places(own.state);
-    let coder_dirs: Vec<&Path> = [own.state, runs_dir]
-        .into_iter()
-        .chain(scratch.iter().map(PathBuf::as_path))
-        .collect();
+    let coder_dirs: Vec<(&Path, CoderDir)> =
+        [(own.state, CoderDir::State), (runs_dir, CoderDir::State)]
+            .into_iter()
+            .chain(
+                scratch
+                    .iter()
+                    .map(|d| (d.as_path(), scratch_role(d, own.state))),
+            )
+            .collect();
     refuse_coder_dirs_reached(grants, Reach::Write, &mounts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
@@ -1689,10 +1694,15 @@ fn refuse_reachable_coder_state(
     )?;
     let cli_runs: Vec<PathBuf> = scratch.iter().map(|d| d.join(CLI_RUNS_DIR)).collect();
     let worktrees = own.state.join(WORKTREES_DIR);
-    let lock_dirs: Vec<&Path> = [lease_dir.as_path(), runs_dir, &worktrees]
+    let lock_dirs: Vec<(&Path, CoderDir)> = [lease_dir.as_path(), runs_dir, &worktrees]
         .into_iter()
-        .chain(cli_runs.iter().map(PathBuf::as_path))
-        .filter(|d| d.exists())
+        .map(|d| (d, CoderDir::State))
+        .chain(
+            cli_runs
+                .iter()
+                .map(|d| (d.as_path(), scratch_role(d, own.state))),
+        )
+        .filter(|(d, _)| d.exists())
         .collect();
     refuse_coder_dirs_reached(&user_reads, Reach::UserRead, &mounts, own, &lock_dirs)
 }
@@ -1716,7 +1726,7 @@ fn refuse_coder_dirs_reached(
     reach: Reach,
     mounts: &MountTable,
     own: OwnDirs<'_>,
-    coder_dirs: &[&Path],
+    coder_dirs: &[(&Path, CoderDir)],
 ) -> Result<(), SandboxError> {
     let config_dir = fs::canonicalize(own.config_dir).unwrap_or_else(|_| own.config_dir.into());
     let checkouts = fs::canonicalize(own.state.join(WORKTREES_DIR)).ok();
@@ -1729,7 +1739,8 @@ fn refuse_coder_dirs_reached(
                     .as_deref()
                     .is_some_and(|c| root.starts_with(c) && root != c))
     };
-    for dir in coder_dirs {
+    for &(dir, what) in coder_dirs {
+        let var = what.variable();
         let canonical = fs::canonicalize(dir)
             .map_err(|e| SandboxError::io(format!("resolve {}", dir.display()), e))?;
         let at_least = match reach {
@@ -1743,7 +1754,7 @@ fn refuse_coder_dirs_reached(
             format!(
                 "every agent may read {} (a system directory or a toolchain in the home \
                  directory), which reaches it: it could read other runs' transcripts and \
-                 sessions and hold the locks other runs wait for; set CODER_STATE_DIR (and \
+                 sessions and hold the locks other runs wait for; set {var} (and \
                  XDG_RUNTIME_DIR) to a directory outside it",
                 grant.display()
             )
@@ -1751,18 +1762,20 @@ fn refuse_coder_dirs_reached(
             format!(
                 "the agent may read {} (a --read path), which reaches its lock files: it \
                  could hold the locks other runs wait for; narrow --read or set \
-                 CODER_STATE_DIR elsewhere",
+                 {var} elsewhere",
                 grant.display()
             )
         } else if grant == Path::new("/tmp") {
-            "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
-             placeholders other runs rely on and read their transcripts; set \
-             CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
-                .to_string()
+            format!(
+                "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
+                 placeholders other runs rely on and read their transcripts; set {var} to a \
+                 directory outside /tmp, or drop --allow-tmp"
+            )
         } else {
-            writable_grant_reaches_state(grant)
+            writable_grant_reaches_state(grant, what)
         };
         return Err(SandboxError::StateDirReachable {
+            what,
             path: canonical,
             reason,
         });
@@ -1772,13 +1785,23 @@ fn refuse_coder_dirs_reached(
 
 /// Why a writable grant (the workspace, a `--write` path, a cache) holding coder's state
 /// directory is refused.
-fn writable_grant_reaches_state(grant: &Path) -> String {
+fn writable_grant_reaches_state(grant: &Path, what: CoderDir) -> String {
     format!(
         "the agent may write {} (the workspace, a --write path or a writable cache), which \
          reaches it: it could unlock the placeholders other runs rely on and read their \
-         transcripts; set CODER_STATE_DIR elsewhere or narrow the grant",
-        grant.display()
+         transcripts; set {} elsewhere or narrow the grant",
+        grant.display(),
+        what.variable()
     )
+}
+
+/// A scratch place's role: the state directory itself when the scratch falls back to it.
+fn scratch_role(dir: &Path, state: &Path) -> CoderDir {
+    if dir.starts_with(state) {
+        CoderDir::State
+    } else {
+        CoderDir::Scratch
+    }
 }
 
 /// The caller's own sandbox arguments checked without resolving a policy: each `--read`
@@ -1823,6 +1846,7 @@ pub fn check_agent_arguments(
     }
     match roots.iter().find(|root| state.starts_with(root)) {
         Some(root) if root.as_path() == Path::new("/tmp") => Err(SandboxError::StateDirReachable {
+            what: CoderDir::State,
             path: state.clone(),
             reason: "it lies under /tmp, which --allow-tmp gives the agent: it could unlock \
                      the placeholders other runs rely on and read their transcripts; set \
@@ -1830,8 +1854,9 @@ pub fn check_agent_arguments(
                 .to_string(),
         }),
         Some(root) => Err(SandboxError::StateDirReachable {
+            what: CoderDir::State,
             path: state.clone(),
-            reason: writable_grant_reaches_state(root),
+            reason: writable_grant_reaches_state(root, CoderDir::State),
         }),
         None => Ok(()),
     }
