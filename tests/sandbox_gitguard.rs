@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, arms, run_text};
+use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle, arms, run_text};
 use common::{Fake, steps};
 use serde_json::json;
 
@@ -722,34 +722,18 @@ const FSMONITOR_PAYLOAD: &str = "printf '[core]\\n\\tfsmonitor = touch %s; false
 /// then the user runs `git USER` in the workspace. Confined: the payload never runs;
 /// unconfined (the control): it does.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path) -> Vec<String>, script: &str, user: &[&str]) {
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
-            let extra = setup(&fx, &ws);
-            let mut args = vec!["--mode", mode];
-            args.extend(extra.iter().map(String::as_str));
-            let (rc, out) =
-                sandbox_fixture::run_text(fx.sandbox_in(&ws, &args, script).env("M", fx.marker()));
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, user);
-            let ran = fx.marker().exists();
-            if mode == "danger-full-access" {
-                assert!(ran, "{name} nobody={nobody}: control: {out}\n{git_out}");
-            } else {
-                assert!(
-                    !ran,
-                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
-                     {out}\n{git_out}"
-                );
-            }
-        }
-    }
+    let launch = |fx: &Fx, ws: &Path| Launch {
+        args: setup(fx, ws),
+        ..Launch::default()
+    };
+    sandbox_fixture::held_attack(
+        name,
+        false,
+        &|nobody| Fx::new(&REPO, nobody),
+        &launch,
+        script,
+        user,
+    );
 }
 
 /// The included config has a second name in the work tree (a hard link the user made,

@@ -40,7 +40,7 @@ mod common;
 
 use std::path::Path;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle};
 use common::{Fake, steps};
 use serde_json::{Value, json};
 
@@ -59,36 +59,24 @@ const PAYLOAD: &str = "printf '[core]\\n\\tfsmonitor = touch %s; false\\n' \"$M\
 /// Confined the user's `git status` must not run the payload (it must, when `open`:
 /// a known-open ratchet); unconfined it must.
 fn include_attack(name: &str, setup: fn(&Fx, &Path), includes: &[&str], script: &str) {
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
-            setup(&fx, &ws);
-            fx.git(&ws, &["add", "-A"]);
-            fx.git(&ws, &["commit", "-qm", "shared config"]);
-            for include in includes {
-                fx.git(&ws, &["config", "--add", "include.path", include]);
-            }
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], script)
-                    .env("M", fx.marker()),
-            );
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, &["status", "--short"]);
-            let ran = fx.marker().exists();
-            let control = mode == "danger-full-access";
-            assert_eq!(
-                ran, control,
-                "{name} nobody={nobody} {mode}: the user's git ran the payload: {ran}\n\
-                 {out}\n{git_out}"
-            );
+    let launch = |fx: &Fx, ws: &Path| {
+        setup(fx, ws);
+        fx.git(ws, &["add", "-A"]);
+        fx.git(ws, &["commit", "-qm", "shared config"]);
+        for include in includes {
+            fx.git(ws, &["config", "--add", "include.path", include]);
         }
-    }
+        Launch::default()
+    };
+    let fixture = |nobody| Fx::new(&REPO, nobody);
+    sandbox_fixture::held_attack(
+        name,
+        false,
+        &fixture,
+        &launch,
+        script,
+        &["status", "--short"],
+    );
 }
 
 /// `conf/shared.gitconfig`, included through the symlink `link -> conf`.

@@ -52,7 +52,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, Launch, RepoStyle};
 use common::{KillOnDrop, wait_for_path, wait_within};
 
 const REPO: RepoStyle = RepoStyle {
@@ -91,33 +91,12 @@ fn attack_with(
     user: &[&str],
     expect: Confined,
 ) {
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = fixture(nobody);
-            let ws = fx.ws();
-            let (cd, extra) = setup(&fx, &ws);
-            let mut args = vec!["--mode", mode];
-            args.extend(extra.iter().map(String::as_str));
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws.join(cd), &args, script)
-                    .env("M", fx.marker()),
-            );
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, user);
-            let ran = fx.marker().exists();
-            let want = mode == "danger-full-access" || expect == Confined::Open;
-            assert_eq!(
-                ran, want,
-                "{name} nobody={nobody} {mode} ({expect:?}): the user's git ran the \
-                 payload: {ran}\n{out}\n{git_out}"
-            );
-        }
-    }
+    let launch = |fx: &Fx, ws: &Path| {
+        let (cd, args) = setup(fx, ws);
+        Launch { cd, args }
+    };
+    let open = expect == Confined::Open;
+    sandbox_fixture::held_attack(name, open, &fixture, &launch, script, user);
 }
 
 fn plain(nobody: bool) -> Fx {

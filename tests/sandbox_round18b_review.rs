@@ -64,7 +64,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle};
 use common::{Bounded, Fake};
 use serde_json::{Value, json};
 
@@ -92,31 +92,19 @@ enum Confined {
 /// workspace) and prints `PLANTED`; then the user's own `user` git in the workspace.
 /// Unconfined (the control) it must run the payload; confined as `expect` says.
 fn attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str], expect: Confined) {
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
-            setup(&fx, &ws);
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], script)
-                    .env("M", fx.marker()),
-            );
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, user);
-            let ran = fx.marker().exists();
-            let want = mode == "danger-full-access" || expect == Confined::Open;
-            assert_eq!(
-                ran, want,
-                "{name} nobody={nobody} {mode} ({expect:?}): the user's git ran the \
-                 payload: {ran}\n{out}\n{git_out}"
-            );
-        }
-    }
+    let launch = |fx: &Fx, ws: &Path| {
+        setup(fx, ws);
+        Launch::default()
+    };
+    let open = expect == Confined::Open;
+    sandbox_fixture::held_attack(
+        name,
+        open,
+        &|nobody| Fx::new(&REPO, nobody),
+        &launch,
+        script,
+        user,
+    );
 }
 
 /// `git init` and one commit of everything in `dir`, as the user.

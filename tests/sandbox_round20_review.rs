@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 
 use common::Bounded;
 use common::review_tree::{Tree, who};
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -78,38 +78,19 @@ const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
 /// landed or not); `user` is the user's git afterwards, outside any sandbox. Confined, the
 /// payload must not run; unconfined (the control), it must.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
+    let launch = |fx: &Fx, ws: &Path| {
+        setup(fx, ws);
+        Launch::default()
+    };
     let open = KNOWN_OPEN.contains(&name);
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
-            setup(&fx, &ws);
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], script)
-                    .env("M", fx.marker()),
-            );
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, user);
-            let ran = fx.marker().exists();
-            if mode == "danger-full-access" || open {
-                assert!(
-                    ran,
-                    "{name} nobody={nobody} {mode}: control: {out}\n{git_out}"
-                );
-            } else {
-                assert!(
-                    !ran,
-                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
-                     {out}\n{git_out}"
-                );
-            }
-        }
-    }
+    sandbox_fixture::held_attack(
+        name,
+        open,
+        &|nobody| Fx::new(&REPO, nobody),
+        &launch,
+        script,
+        user,
+    );
 }
 
 /// A script of the user's (mode 0755, the arm's user's).

@@ -604,6 +604,59 @@ pub fn attack(
     }
 }
 
+/// How [`held_attack`] launches the agent: where its script starts, relative to the
+/// workspace (empty: the workspace), and extra `coder sandbox` arguments.
+#[derive(Default)]
+pub struct Launch {
+    pub cd: String,
+    pub args: Vec<String>,
+}
+
+/// A file the sandbox holds read-only, reached some other way. For each arm and mode:
+/// `fixture` makes the arm's repository, `setup` prepares it (as root, giving what it makes
+/// to the arm's user) and says how to launch the agent, whose `script` plants a payload
+/// (`touch "$M"`) and prints `PLANTED`; then the user runs `git USER` in the workspace,
+/// outside any sandbox. Unconfined (the control) the payload must run; confined it must
+/// not, unless `open` (a known-open ratchet, where it still must until fixed).
+pub fn held_attack(
+    name: &str,
+    open: bool,
+    fixture: &dyn Fn(bool) -> GitFx,
+    setup: &dyn Fn(&GitFx, &Path) -> Launch,
+    script: &str,
+    user: &[&str],
+) {
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = fixture(nobody);
+            let ws = fx.ws();
+            let launch = setup(&fx, &ws);
+            let mut args = vec!["--mode", mode];
+            args.extend(launch.args.iter().map(String::as_str));
+            let (rc, out) = run_text(
+                fx.sandbox_in(&ws.join(&launch.cd), &args, script)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            // The sandboxed command's own git may have fired the payload; only what the
+            // user's git does afterwards counts.
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, user);
+            let ran = fx.marker().exists();
+            let want = mode == "danger-full-access" || open;
+            assert_eq!(
+                ran, want,
+                "{name} nobody={nobody} {mode} (known open: {open}): the user's git ran \
+                 the payload: {ran}\n{out}\n{git_out}"
+            );
+        }
+    }
+}
+
 /// A fake `claude`: takes its session id from argv, runs `payload` with bash in its
 /// working directory, and reports the payload's output (quotes and backslashes dropped,
 /// lines joined) as the result.
