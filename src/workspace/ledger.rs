@@ -1172,6 +1172,22 @@ pub fn display(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    /// The user's `git ARGS` in `at`, with a fixed identity and no global config; its
+    /// trimmed stdout (the test fails if git does).
+    fn user_git(at: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(at)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
     #[test]
     fn index_changes_walks_both_indexes_stages_included() {
         use crate::workspace::git_index::Entry;
@@ -1240,15 +1256,7 @@ mod tests {
         std::fs::write(ws.join("sub/keep.txt"), "old\n").unwrap();
         std::fs::write(ws.join("old/gone.txt"), "old\n").unwrap();
         std::fs::write(ws.join(".gitignore"), "*.log\n").unwrap();
-        let git = |args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-                .args(args)
-                .current_dir(root)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-        };
+        let git = |args: &[&str]| user_git(root, args);
         git(&["init", "-q"]);
         git(&["add", "-A"]);
         git(&["commit", "-qm", "start"]);
@@ -1300,17 +1308,7 @@ mod tests {
     fn a_rewritten_before_blob_leaves_that_files_diff_out_with_a_warning() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
-        let git = |args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-                .args(args)
-                .current_dir(ws)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-            String::from_utf8(out.stdout).unwrap().trim().to_owned()
-        };
+        let git = |args: &[&str]| user_git(ws, args);
         git(&["init", "-q"]);
         std::fs::write(ws.join("a.txt"), "hello\n").unwrap();
         std::fs::write(ws.join("b.txt"), "one\n").unwrap();
@@ -1356,16 +1354,7 @@ mod tests {
     fn edits_inside_nested_repositories_are_in_the_ledger() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
-        let git = |at: &Path, args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-                .args(args)
-                .current_dir(at)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-        };
+        let git = user_git;
         let repo_with = |at: &Path, file: &str, commit: bool| {
             std::fs::create_dir_all(at).unwrap();
             std::fs::write(at.join(file), "one\n").unwrap();
@@ -1459,17 +1448,7 @@ mod tests {
         use sha1::Digest;
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
-        let git = |at: &Path, args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-                .args(args)
-                .current_dir(at)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-            String::from_utf8(out.stdout).unwrap().trim().to_owned()
-        };
+        let git = user_git;
         git(ws, &["init", "-q"]);
         std::fs::write(ws.join("top.txt"), "top\n").unwrap();
         let ledger = Ledger::before(ws);
@@ -1524,16 +1503,7 @@ mod tests {
     fn a_gitlink_without_its_repository_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
-        let git = |args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-                .args(args)
-                .current_dir(ws)
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-        };
+        let git = |args: &[&str]| user_git(ws, args);
         git(&["init", "-q"]);
         let commit = "1".repeat(40);
         for name in ["empty", "gone"] {
