@@ -409,13 +409,25 @@ pub const GITLINK_MODE: u32 = 0o160000;
 /// running as the user sets on a directory it wrote a file into: the file stays usable by
 /// name) with a warning on stderr, and succeeds. What it holds was in neither
 /// `changes.files` nor `changes.ignored`, with nothing said (round twenty's second review).
+///
+/// Every occurrence of git's words counts, whatever the name holds: the agent chooses the
+/// name, and one with a newline (`a\nb`) or a `'` in it split or cut a line-by-line
+/// reading, which then passed the directory over in silence. The name runs to the first
+/// `': ` after the words (a name holding `': ` is cut there, still reported), else to the
+/// end of that line.
 fn unreadable_dirs(stderr: &[u8]) -> impl Iterator<Item = &[u8]> {
     const SAID: &[u8] = b"could not open directory '";
-    stderr.split(|b| *b == b'\n').filter_map(|line| {
-        let at = line.windows(SAID.len()).position(|w| w == SAID)?;
-        let rest = &line[at + SAID.len()..];
-        let end = rest.iter().rposition(|b| *b == b'\'')?;
-        Some(&rest[..end])
+    const CLOSE: &[u8] = b"': ";
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let mut rest = stderr;
+    std::iter::from_fn(move || {
+        let at = find(rest, SAID)?;
+        let name = &rest[at + SAID.len()..];
+        let end = find(name, CLOSE)
+            .or_else(|| name.iter().position(|b| *b == b'\n'))
+            .unwrap_or(name.len());
+        rest = &name[end..];
+        Some(&name[..end])
     })
 }
 
@@ -2813,6 +2825,26 @@ fn succeeded(what: &'static str, out: std::process::Output) -> Result<Vec<u8>, G
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// git's words for each directory it could not open, whatever the name holds: a
+    /// newline, a quote, the words' own `': ` (cut, still reported), the last line
+    /// without its end.
+    #[test]
+    fn every_directory_git_could_not_open_is_read() {
+        let stderr = b"warning: could not open directory 'src/': Permission denied\n\
+            warning: could not open directory 'a\nb/': Permission denied\n\
+            warning: LF will be replaced by CRLF\n\
+            warning: could not open directory 'it's/': Permission denied\n\
+            warning: could not open directory 'x': y/': Permission denied\n\
+            warning: could not open directory 'cut";
+        let got: Vec<&[u8]> = unreadable_dirs(stderr).collect();
+        let want: Vec<&[u8]> = vec![b"src/", b"a\nb/", b"it's/", b"x", b"cut"];
+        assert_eq!(got, want);
+        assert_eq!(
+            unreadable_dirs(b"warning: nothing of the kind\n").count(),
+            0
+        );
+    }
 
     /// `script` run by `sh` as a git of coder's would be: what [`watched_output`] returned,
     /// within a deadline (a watcher that missed a read that never ends fails the test).
