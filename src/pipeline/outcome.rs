@@ -73,11 +73,28 @@ pub struct LimitsForMessages {
 /// CLI's measured signals: `is_error`, `subtype`, `terminal_reason`, `api_error_status`, the
 /// synthetic `<synthetic>` assistant message, and the exit status.
 pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) -> Verdict {
+    if let Some(failure) = stopped_failure(&end.cause, obs, limits) {
+        return Verdict::Failure(failure);
+    }
+    if let Some(result) = &obs.result {
+        return classify_result(result, obs);
+    }
+    Verdict::Failure(no_result_failure(end, obs))
+}
+
+/// The failure a stop of coder's (a signal, a watchdog, a spawn error, a provider remedy,
+/// questions) makes of the attempt, whatever its stream showed; `None` when the child
+/// ended on its own (or lingered after its result) and the stream decides.
+fn stopped_failure(
+    cause: &StopCause,
+    obs: &Observation,
+    limits: LimitsForMessages,
+) -> Option<Failure> {
     let pending = obs
         .pending_tool()
         .map(|t| format!(" while {t} was running"))
         .unwrap_or_default();
-    match &end.cause {
+    let failure = match cause {
         StopCause::Cancelled(signal) => {
             let name = signal_name(*signal);
             let mut failure = Failure::new(
@@ -86,54 +103,46 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
                 format!("coder received {name}{pending}; the child process tree was stopped"),
             );
             failure.cancel_signal = Some(*signal);
-            return Verdict::Failure(failure);
+            failure
         }
         StopCause::IdleTimeout {
             provider_wait: Some(wait),
         } => {
             let secs = wait.as_secs_f64();
-            return Verdict::Failure(
-                Failure::new(
-                    ErrorKind::IdleTimeout,
-                    format!("no answer from the provider for {secs} s"),
-                    format!(
-                        "a request to the provider stayed unanswered for {secs} s (the backend's \
-                         provider_wait_s, which extends --timeout while a request is in flight); \
-                         the run was stopped"
-                    ),
-                )
-                .hint("the provider is queueing requests: try later, or raise provider_wait_s in the backend's config"),
-            );
+            Failure::new(
+                ErrorKind::IdleTimeout,
+                format!("no answer from the provider for {secs} s"),
+                format!(
+                    "a request to the provider stayed unanswered for {secs} s (the backend's \
+                     provider_wait_s, which extends --timeout while a request is in flight); \
+                     the run was stopped"
+                ),
+            )
+            .hint("the provider is queueing requests: try later, or raise provider_wait_s in the backend's config")
         }
         StopCause::IdleTimeout {
             provider_wait: None,
         } => {
             let secs = limits.idle_timeout_s;
-            return Verdict::Failure(
-                Failure::new(
-                    ErrorKind::IdleTimeout,
-                    format!("no output for {secs} s{pending}"),
-                    format!(
-                        "the claude CLI printed nothing on stdout or stderr for {secs} s{pending}; the run was stopped"
-                    ),
-                )
-                .hint("raise --timeout if the task legitimately runs silent that long, or check the backend"),
-            );
+            Failure::new(
+                ErrorKind::IdleTimeout,
+                format!("no output for {secs} s{pending}"),
+                format!(
+                    "the claude CLI printed nothing on stdout or stderr for {secs} s{pending}; the run was stopped"
+                ),
+            )
+            .hint("raise --timeout if the task legitimately runs silent that long, or check the backend")
         }
         StopCause::TotalTimeout => {
             let secs = limits.max_duration_s;
-            return Verdict::Failure(
-                Failure::new(
-                    ErrorKind::Timeout,
-                    format!("run exceeded --max-duration of {secs} s{pending}"),
-                    format!(
-                        "the run reached its --max-duration of {secs} s{pending} and was stopped"
-                    ),
-                )
-                .hint("raise --max-duration (0 means no cap) or split the task"),
-            );
+            Failure::new(
+                ErrorKind::Timeout,
+                format!("run exceeded --max-duration of {secs} s{pending}"),
+                format!("the run reached its --max-duration of {secs} s{pending} and was stopped"),
+            )
+            .hint("raise --max-duration (0 means no cap) or split the task")
         }
-        StopCause::SpawnFailed(error) => return Verdict::Failure(spawn_failure(error)),
+        StopCause::SpawnFailed(error) => spawn_failure(error),
         StopCause::AuthRejected => {
             let mut failure = Failure::new(
                 ErrorKind::UpstreamError,
@@ -145,7 +154,7 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             .hint("check the backend's API key variable and base URL (coder doctor)");
             failure.http_status = Some(401);
             failure.upstream_error = Some(UpstreamErrorType::AuthenticationFailed);
-            return Verdict::Failure(failure);
+            failure
         }
         StopCause::RateLimited { cli_retries } => {
             let mut failure = Failure::new(
@@ -159,7 +168,7 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
             );
             failure.http_status = Some(429);
             failure.upstream_error = Some(UpstreamErrorType::RateLimit);
-            return Verdict::Failure(failure);
+            failure
         }
         StopCause::QuestionsAsked => {
             let asked = obs.questions.as_ref().map_or(0, Vec::len);
@@ -169,32 +178,29 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
                 .flatten()
                 .map(|q| crate::text::one_line(&q.question, 80))
                 .collect();
-            return Verdict::Failure(
-                Failure::new(
-                    ErrorKind::NeedsInput,
-                    format!(
-                        "the model asked {asked} question(s) and waits for answers: {}",
-                        crate::text::one_line(&heads.join(" | "), 200)
-                    ),
-                    format!(
-                        "the model called ask_user with {asked} question(s) (in `questions`); \
-                         coder stopped the run there"
-                    ),
-                )
-                .hint(
-                    "resume this session with --session-id SESSION_ID --answers '[\"answer 1\", …]' \
-                     (one answer per question, in order)",
+            Failure::new(
+                ErrorKind::NeedsInput,
+                format!(
+                    "the model asked {asked} question(s) and waits for answers: {}",
+                    crate::text::one_line(&heads.join(" | "), 200)
                 ),
-            );
+                format!(
+                    "the model called ask_user with {asked} question(s) (in `questions`); \
+                     coder stopped the run there"
+                ),
+            )
+            .hint(
+                "resume this session with --session-id SESSION_ID --answers '[\"answer 1\", …]' \
+                 (one answer per question, in order)",
+            )
         }
-        StopCause::Finished | StopCause::LingeredAfterResult => {}
-    }
+        StopCause::Finished | StopCause::LingeredAfterResult => return None,
+    };
+    Some(failure)
+}
 
-    if let Some(result) = &obs.result {
-        return classify_result(result, obs);
-    }
-
-    // No result line.
+/// The failure of an attempt whose child ended on its own without a result line.
+fn no_result_failure(end: &AttemptEnd, obs: &Observation) -> Failure {
     if let Some(synthetic) = &obs.synthetic_error {
         let text = &synthetic.text;
         let mut failure = Failure::new(
@@ -204,7 +210,7 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
         );
         failure.http_status = synthetic.http_status;
         failure.upstream_error.clone_from(&synthetic.error);
-        return Verdict::Failure(failure);
+        return failure;
     }
     let exit = describe_exit(end);
     let tail = obs
@@ -212,49 +218,47 @@ pub fn classify(end: &AttemptEnd, obs: &Observation, limits: LimitsForMessages) 
         .map(|l| format!("; last output: {l}"))
         .unwrap_or_default();
     if obs.json_decode_errors > 0 && obs.events == 0 {
-        return Verdict::Failure(Failure::new(
+        return Failure::new(
             ErrorKind::JsonDecode,
             format!("stdout was not stream-json ({} undecodable lines)", obs.json_decode_errors),
             format!(
                 "the child {exit} and printed {} lines on stdout that are not stream-json events, and no result{tail}",
                 obs.json_decode_errors
             ),
-        ).hint("check that --claude-bin points at the claude CLI, not a wrapper that prints other text"));
+        ).hint("check that --claude-bin points at the claude CLI, not a wrapper that prints other text");
     }
     if end.exit_code != Some(0) {
-        return Verdict::Failure(Failure::new(
+        return Failure::new(
             ErrorKind::SubprocessError,
             format!("claude {exit} without a result"),
             format!("the claude CLI {exit} before printing a result{tail}"),
-        ));
+        );
     }
     if obs.session_id.is_none() && obs.stdout_bytes == 0 {
         // Not even a line: the executable is most likely not the claude CLI (`true`, a
         // shim that does nothing), which the CLI itself never does.
-        return Verdict::Failure(
-            Failure::new(
-                ErrorKind::ProtocolMissingSession,
-                "no session id in the stream: claude printed nothing",
-                format!("the claude CLI exited 0 without printing anything on stdout{tail}"),
-            )
-            .hint(
-                "check that --claude-bin (or CODER_CLAUDE_BIN, or `claude` on PATH) is the \
+        return Failure::new(
+            ErrorKind::ProtocolMissingSession,
+            "no session id in the stream: claude printed nothing",
+            format!("the claude CLI exited 0 without printing anything on stdout{tail}"),
+        )
+        .hint(
+            "check that --claude-bin (or CODER_CLAUDE_BIN, or `claude` on PATH) is the \
                  claude CLI: `claude --version` prints \"… (Claude Code)\"; coder doctor checks it",
-            ),
         );
     }
     if obs.session_id.is_none() {
-        return Verdict::Failure(Failure::new(
+        return Failure::new(
             ErrorKind::ProtocolMissingSession,
             "no session id in the stream",
             format!("the claude CLI exited 0 without a system/init event or any session id{tail}"),
-        ));
+        );
     }
-    Verdict::Failure(Failure::new(
+    Failure::new(
         ErrorKind::EmptyResult,
         "claude ended without a result",
         format!("the claude CLI exited 0 without printing a result event{tail}"),
-    ))
+    )
 }
 
 fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Verdict {
