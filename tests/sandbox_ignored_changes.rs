@@ -15,6 +15,7 @@
 
 mod common;
 
+use common::Bounded;
 use common::review_tree::{Tree, changes, error_kind, ignored, warned, who};
 use common::sandbox_fixture;
 use serde_json::Value;
@@ -151,7 +152,7 @@ fn a_deletion_in_an_ignored_tree_is_reported_as_its_directory() {
 fn a_build_into_target_under_a_scope_only_warns() {
     let payload = "mkdir -p target/debug/deps && echo x > target/debug/deps/libfoo.rlib \
                    && echo y >> target/debug/old && echo b >> src/a.txt";
-    for (case, _tree, env) in runs(&["--scope", "src/**"], payload) {
+    for (case, tree, env) in runs(&["--scope", "src/**"], payload) {
         assert_eq!(env["success"], true, "{case}: {env}");
         assert_eq!(error_kind(&env), "", "{case}: {env}");
         assert_eq!(
@@ -172,6 +173,24 @@ fn a_build_into_target_under_a_scope_only_warns() {
         }
         assert!(warned(&env, "outside --scope"), "{case}: {env}");
         assert!(warned(&env, "target/debug/old"), "{case}: {env}");
+        // Read back later, `coder runs show` tells the same: the ignored changes and the
+        // warning (it showed neither before round twenty-one).
+        let mut show = std::process::Command::new(common::CODER);
+        show.args(["runs", "show", "last"]);
+        sandbox_fixture::user_env(&mut show, &tree.root, sandbox_fixture::PATH);
+        sandbox_fixture::as_owner(&mut show, tree.owner);
+        let shown = show.output_bounded();
+        let text = String::from_utf8_lossy(&shown.stdout);
+        assert!(shown.status.success(), "{case}: {shown:?}");
+        for want in [
+            "changed under ignored paths (",
+            "added    target/debug/deps/libfoo.rlib",
+            "modified target/debug/old",
+            "warnings (",
+            "outside --scope",
+        ] {
+            assert!(text.contains(want), "{case}: {want:?} not in:\n{text}");
+        }
     }
 }
 

@@ -308,11 +308,6 @@ fn content_text(content: &Value) -> String {
 /// The readable form of [`account`].
 pub fn render(account: &Value) -> String {
     use std::fmt::Write;
-    let text = |v: &Value| {
-        v.as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| v.to_string())
-    };
     let mut out = String::new();
     let _ = writeln!(out, "run       {}", text(&account["run_id"]));
     let _ = writeln!(out, "started   {}", text(&account["started"]));
@@ -410,91 +405,132 @@ fn render_questions(out: &mut String, outcome: &Value) {
 
 /// The verified outcome of a run (DESIGN §8): what changed, the checks and their verdict,
 /// the fallback turn; then where its work went (worktree, routing, the plan of a plan
-/// run or the plan carried out, git guard).
+/// run or the plan carried out, git guard), and the run's warnings.
 fn render_outcome_checks(out: &mut String, outcome: &Value) {
-    use std::fmt::Write;
-    let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-    let changes = &outcome["changes"];
-    if let Some(files) = changes["files"].as_array() {
-        let _ = writeln!(
-            out,
-            "
-changes ({} files, +{} -{}{}):",
-            changes["files_changed"],
-            changes["lines_added"],
-            changes["lines_removed"],
-            if changes["truncated"] == true {
-                ", list truncated"
-            } else {
-                ""
-            }
-        );
-        for f in files {
-            let _ = writeln!(
-                out,
-                "  {:<8} {} (+{} -{})",
-                text(&f["status"]),
-                text(&f["path"]),
-                f["lines_added"],
-                f["lines_removed"]
-            );
-        }
-    }
-    let v = &outcome["verification"];
-    if v.is_object() {
-        let _ = writeln!(
-            out,
-            "
-verification `{}`: {} ({} repair turn(s))",
-            text(&v["command"]),
-            text(&v["verdict"]),
-            v["repair_turns"]
-        );
-        for phase in ["baseline", "after_agent", "final"] {
-            let check = &v[phase];
-            if !check.is_object() {
-                continue;
-            }
-            let verdict = if check["passed"] == true {
-                "passed"
-            } else {
-                "failed"
-            };
-            let _ = writeln!(
-                out,
-                "  {phase:<11} {verdict}, exit {} in {} ms",
-                check["exit_code"], check["duration_ms"]
-            );
-            let tail = check["tail"].as_array().cloned().unwrap_or_default();
-            for line in tail.iter().skip(tail.len().saturating_sub(5)) {
-                let _ = writeln!(out, "      | {}", text(line));
-            }
-        }
-    }
-    let fallback = &outcome["fallback"];
-    if fallback.is_object() {
-        let files: Vec<String> = fallback["files"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(text)
-            .collect();
-        let _ = writeln!(
-            out,
-            "
-fallback  {} on {} ({})",
-            text(&fallback["trigger"]),
-            files.join(", "),
-            if fallback["applied"] == true {
-                "applied"
-            } else {
-                "not applied"
-            }
-        );
-    }
+    render_changes(out, &outcome["changes"]);
+    render_verification(out, &outcome["verification"]);
+    render_fallback(out, &outcome["fallback"]);
     render_structured(out, outcome);
-    if outcome["worktree"].is_object() {
-        let w = &outcome["worktree"];
+    render_where_work_went(out, outcome);
+    render_warnings(out, outcome);
+}
+
+/// A JSON value as text: a string as it is, anything else as JSON.
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+}
+
+/// `changes`: the files the run changed, then what it changed under ignored paths.
+fn render_changes(out: &mut String, changes: &Value) {
+    use std::fmt::Write;
+    let Some(files) = changes["files"].as_array() else {
+        return;
+    };
+    let cut = if changes["truncated"] == true {
+        ", list truncated"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "\nchanges ({} files, +{} -{}{cut}):",
+        changes["files_changed"], changes["lines_added"], changes["lines_removed"],
+    );
+    for f in files {
+        let _ = writeln!(
+            out,
+            "  {:<8} {} (+{} -{})",
+            text(&f["status"]),
+            text(&f["path"]),
+            f["lines_added"],
+            f["lines_removed"]
+        );
+    }
+    let ignored = &changes["ignored"];
+    let Some(paths) = ignored["paths"].as_array() else {
+        return;
+    };
+    let cut = if ignored["truncated"] == true {
+        ", list truncated"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "changed under ignored paths ({}{cut}):",
+        ignored["count"]
+    );
+    for p in paths {
+        let _ = writeln!(out, "  {:<8} {}", text(&p["status"]), text(&p["path"]));
+    }
+}
+
+/// `verification`: the check's command and verdict, then each phase with its tail.
+fn render_verification(out: &mut String, v: &Value) {
+    use std::fmt::Write;
+    if !v.is_object() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nverification `{}`: {} ({} repair turn(s))",
+        text(&v["command"]),
+        text(&v["verdict"]),
+        v["repair_turns"]
+    );
+    for phase in ["baseline", "after_agent", "final"] {
+        let check = &v[phase];
+        if !check.is_object() {
+            continue;
+        }
+        let verdict = if check["passed"] == true {
+            "passed"
+        } else {
+            "failed"
+        };
+        let _ = writeln!(
+            out,
+            "  {phase:<11} {verdict}, exit {} in {} ms",
+            check["exit_code"], check["duration_ms"]
+        );
+        let tail = check["tail"].as_array().cloned().unwrap_or_default();
+        for line in tail.iter().skip(tail.len().saturating_sub(5)) {
+            let _ = writeln!(out, "      | {}", text(line));
+        }
+    }
+}
+
+/// `fallback`: what triggered the fallback turn, on which files, and whether it applied.
+fn render_fallback(out: &mut String, fallback: &Value) {
+    use std::fmt::Write;
+    if !fallback.is_object() {
+        return;
+    }
+    let files: Vec<String> = fallback["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    let applied = if fallback["applied"] == true {
+        "applied"
+    } else {
+        "not applied"
+    };
+    let _ = writeln!(
+        out,
+        "\nfallback  {} on {} ({applied})",
+        text(&fallback["trigger"]),
+        files.join(", "),
+    );
+}
+
+/// Where the run's work went: its worktree, the routing choice, the plan, and what the
+/// end-of-run guards moved aside.
+fn render_where_work_went(out: &mut String, outcome: &Value) {
+    use std::fmt::Write;
+    let w = &outcome["worktree"];
+    if w.is_object() {
         let _ = writeln!(
             out,
             "worktree  branch {} commit {}",
@@ -502,8 +538,8 @@ fallback  {} on {} ({})",
             text(&w["commit"])
         );
     }
-    if outcome["routing"].is_object() {
-        let r = &outcome["routing"];
+    let r = &outcome["routing"];
+    if r.is_object() {
         let _ = writeln!(
             out,
             "routing   {} chose {} (propensity {})",
@@ -518,27 +554,28 @@ fallback  {} on {} ({})",
             let _ = writeln!(out, "  | {}", text(line));
         }
     }
-    for q in outcome["sandbox"]["quarantined"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    let quarantined = outcome["sandbox"]["quarantined"].as_array();
+    for q in quarantined.into_iter().flatten() {
+        let (path, to) = (text(&q["path"]), text(&q["to"]));
         if q["kind"] == "tool_config" {
-            let _ = writeln!(
-                out,
-                "tool-config guard moved {} to {}",
-                text(&q["path"]),
-                text(&q["to"])
-            );
+            let _ = writeln!(out, "tool-config guard moved {path} to {to}");
         } else {
-            let _ = writeln!(
-                out,
-                "git guard moved {} of {} to {}",
-                q["moved"],
-                text(&q["path"]),
-                text(&q["to"])
-            );
+            let _ = writeln!(out, "git guard moved {} of {path} to {to}", q["moved"]);
         }
+    }
+}
+
+/// The run's `warnings`, as the envelope gave them: what a reader of a past run must not
+/// miss (directories that could not be read, changes under ignored paths outside the
+/// scope, what a guard moved aside).
+fn render_warnings(out: &mut String, outcome: &Value) {
+    use std::fmt::Write;
+    let Some(warnings) = outcome["warnings"].as_array().filter(|w| !w.is_empty()) else {
+        return;
+    };
+    let _ = writeln!(out, "\nwarnings ({}):", warnings.len());
+    for w in warnings {
+        let _ = writeln!(out, "  - {}", text(w));
     }
 }
 

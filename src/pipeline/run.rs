@@ -206,6 +206,9 @@ pub async fn run(request: RunRequest) -> Envelope {
             // `coder runs show` shows the plan's path and first lines (DESIGN §9).
             "plan_file": envelope.plan_file,
             "plan_head": envelope.plan.as_deref().map(crate::pipeline::plan::head_lines),
+            // What a reader of a past run must not miss (unread directories, ignored
+            // changes outside the scope, guards): `coder runs show` lists them.
+            "warnings": envelope.warnings,
     })));
     // The transcripts' retention ran beside the child (see [`HistoryStats`]); what is left
     // of it is waited for here, with the stat-ing of the sessions.
