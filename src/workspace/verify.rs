@@ -195,6 +195,13 @@ impl Tail {
     }
 }
 
+/// Why a check's wait ended.
+enum CheckStop {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    TimedOut,
+    Signal(i32),
+}
+
 /// Runs one check of `spec`, stopped after `limit`; `grace` between SIGTERM and SIGKILL.
 pub async fn run_check(
     spec: &ChildSpec,
@@ -206,20 +213,7 @@ pub async fn run_check(
     let tail = Arc::new(Mutex::new(Tail::default()));
     let spawned = match crate::supervise::spawn::spawn(spec, None).await {
         Ok(spawned) => spawned,
-        Err(e) => {
-            return CheckEnd::Done(Check {
-                exit_code: None,
-                passed: false,
-                duration_ms: started.elapsed().as_millis() as u64,
-                tail: Vec::new(),
-                timed_out: false,
-                signal: None,
-                output_bytes: 0,
-                error: Some(format!("the check could not be started: {e}")),
-                tail_text: String::new(),
-                not_started: true,
-            });
-        }
+        Err(e) => return CheckEnd::Done(not_started(started, &e)),
     };
     let crate::supervise::spawn::Spawned {
         mut child,
@@ -229,49 +223,77 @@ pub async fn run_check(
         stderr,
     } = spawned;
     drop(stdin);
-    let readers = [
+    let mut readers = [
         tokio::spawn(read_into(stdout, tail.clone())),
         tokio::spawn(read_into(stderr, tail.clone())),
     ];
-    enum Stop {
-        Exited(std::io::Result<std::process::ExitStatus>),
-        TimedOut,
-        Signal(i32),
-    }
     let stop = tokio::select! {
-        status = child.wait() => Stop::Exited(status),
-        _ = tokio::time::sleep(limit) => Stop::TimedOut,
-        signo = signals.recv() => Stop::Signal(signo),
+        status = child.wait() => CheckStop::Exited(status),
+        _ = tokio::time::sleep(limit) => CheckStop::TimedOut,
+        signo = signals.recv() => CheckStop::Signal(signo),
     };
-    if matches!(stop, Stop::Exited(_)) {
+    if matches!(stop, CheckStop::Exited(_)) {
         // Give the pipes a moment to deliver what the command wrote before it exited.
-        let _ = tokio::time::timeout(DRAIN, async {
-            for reader in &readers {
-                while !reader.is_finished() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        })
-        .await;
+        let _ = tokio::time::timeout(DRAIN, join_readers(&mut readers)).await;
     }
     // Whatever is left of the tree (a timed-out command, a background process) goes.
     stop_tree(Some(pid), grace).await;
     let status = match stop {
-        Stop::Exited(ref status) => status.as_ref().ok().copied(),
+        CheckStop::Exited(ref status) => status.as_ref().ok().copied(),
         _ => child.wait().await.ok(),
     };
-    for reader in readers {
-        let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), join_readers(&mut readers)).await;
+    let check = finished_check(&stop, status, &tail, limit, started);
+    match stop {
+        CheckStop::Signal(signo) => CheckEnd::Cancelled(check, signo),
+        _ => CheckEnd::Done(check),
     }
+}
+
+/// Waits for the output readers that have not ended (each is awaited once at most: a
+/// join handle must not be polled after it completed).
+async fn join_readers(readers: &mut [tokio::task::JoinHandle<()>]) {
+    for reader in readers.iter_mut() {
+        if !reader.is_finished() {
+            let _ = reader.await;
+        }
+    }
+}
+
+/// The check that could not be started (`sh` missing, the argument list too long): it did
+/// not pass, and no repair turn can make it run.
+fn not_started(started: Instant, error: &dyn std::fmt::Display) -> Check {
+    Check {
+        exit_code: None,
+        passed: false,
+        duration_ms: started.elapsed().as_millis() as u64,
+        tail: Vec::new(),
+        timed_out: false,
+        signal: None,
+        output_bytes: 0,
+        error: Some(format!("the check could not be started: {error}")),
+        tail_text: String::new(),
+        not_started: true,
+    }
+}
+
+/// The check as it ended: its exit, output tail and, when it did not finish, why.
+fn finished_check(
+    stop: &CheckStop,
+    status: Option<std::process::ExitStatus>,
+    tail: &Mutex<Tail>,
+    limit: Duration,
+    started: Instant,
+) -> Check {
+    use std::os::unix::process::ExitStatusExt;
     let (text, total) = {
         let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
         (String::from_utf8_lossy(&bytes).into_owned(), tail.total)
     };
-    use std::os::unix::process::ExitStatusExt;
-    let timed_out = matches!(stop, Stop::TimedOut);
+    let timed_out = matches!(stop, CheckStop::TimedOut);
     let cancelled = match stop {
-        Stop::Signal(signo) => Some(signo),
+        CheckStop::Signal(signo) => Some(*signo),
         _ => None,
     };
     let exit_code = if timed_out {
@@ -292,7 +314,7 @@ pub async fn run_check(
             )
         }),
     };
-    let check = Check {
+    Check {
         exit_code,
         passed: exit_code == Some(0) && cancelled.is_none(),
         duration_ms: started.elapsed().as_millis() as u64,
@@ -303,10 +325,6 @@ pub async fn run_check(
         error,
         tail_text: text,
         not_started: false,
-    };
-    match stop {
-        Stop::Signal(signo) => CheckEnd::Cancelled(check, signo),
-        _ => CheckEnd::Done(check),
     }
 }
 
