@@ -258,6 +258,15 @@ pub struct Policy {
     /// the git guard leaves these alone.
     #[serde(default)]
     pub git_known: Vec<(u64, u64)>,
+    /// The trees the agent may write besides the guarded ones where a new way into the
+    /// user's repositories is looked for after the run (the host's `/tmp` with
+    /// `--allow-tmp`; [`super::gitguard::move_new_tops_aside`]), coder's own.
+    #[serde(skip)]
+    pub outside_roots: Vec<PathBuf>,
+    /// When the policy was made (ns since the epoch, less a margin that covers the
+    /// coarse clock file times come from): what changed since is the run's to answer for.
+    #[serde(skip)]
+    pub started_ns: i128,
     /// The protected globs of the trees the scan held them in, and what it held: the
     /// end-of-run guard moves aside a protected name that appeared or changed during the
     /// run (coder's own; the helper does not need it).
@@ -284,6 +293,15 @@ pub struct Policy {
     /// coder prunes the directory while it is held.
     #[serde(skip)]
     pub(crate) run_lock: Held<RunLock>,
+}
+
+/// Now, less two seconds (ns since the epoch): file times come from the coarse clock,
+/// a tick behind this one at most, and some file systems keep them to the second.
+fn started_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+        - 2_000_000_000
 }
 
 /// A hold a policy keeps for its run (its [`PlaceholderLease`], its [`RunLock`]), if it
@@ -532,6 +550,8 @@ impl Policy {
             env_remove,
             guard_roots: Vec::new(),
             git_known: Vec::new(),
+            outside_roots: Vec::new(),
+            started_ns: started_ns(),
             tool_guard: Default::default(),
             dir_listings: ScanListings::default(),
             reachable_listings: None,
@@ -596,6 +616,7 @@ impl Policy {
         grants.add(&run_dir.join("tmp"), Access::Write)?;
         if opts.allow_tmp {
             grants.add(Path::new("/tmp"), Access::Write)?;
+            policy.outside_roots.push(PathBuf::from("/tmp"));
         }
 
         let mut scanned = Vec::new();
