@@ -236,6 +236,68 @@ fn the_main_file_of_a_directory_python_runs_is_not_the_agents_to_write() {
     );
 }
 
+/// A held script sources another (`. ./tools/lib.sh`, `. "$(dirname "$0")/lib2.sh"`):
+/// the sourced files ran as the script does, and were the agent's to write (round
+/// twenty's Known limits; closed in round twenty-one, failed before).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_a_held_script_sources_is_not_the_agents_to_write() {
+    held_file_attack(
+        "sourced",
+        |fx, ws| {
+            fx.own_file(
+                ws,
+                "tools/hook.sh",
+                "#!/bin/sh\n. ./tools/lib.sh\n. \"$(dirname \"$0\")/lib2.sh\"\n",
+            );
+            own_script(fx, ws, "tools/lib.sh");
+            own_script(fx, ws, "tools/lib2.sh");
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/hook.sh"]);
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/lib.sh; {SCRIPT_PAYLOAD} >> tools/lib2.sh; echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// `python3 -W ignore tools/fmt`: an option with its value before the directory; the
+/// value was read as the program, and the directory's `__main__.py` left the agent's
+/// (closed in round twenty-one, failed before).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_main_file_after_an_option_with_a_value_is_not_the_agents_to_write() {
+    held_file_attack(
+        "python -W dir",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt/__main__.py", "pass\n");
+            fx.git(ws, &["config", "alias.fmt", "!python3 -W ignore tools/fmt"]);
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" >> tools/fmt/__main__.py; echo PLANTED",
+        &["fmt"],
+    );
+}
+
+/// `node tools/fmt` with a `package.json` whose `main` is `lib/cli.js`: node runs that
+/// file, not `index.js`. The agent appends to it, or points `main` at a file of its own;
+/// neither was held (closed in round twenty-one, failed before).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_main_file_a_package_json_names_is_not_the_agents_to_write() {
+    held_file_attack(
+        "node package main",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt/package.json", "{\"main\": \"lib/cli.js\"}\n");
+            fx.own_file(ws, "tools/fmt/lib/cli.js", "\n");
+            fx.git(ws, &["config", "alias.fmt", "!node tools/fmt"]);
+        },
+        "P=$(printf 'require(\"fs\").writeFileSync(\"%s\", \"\")' \"$M\"); \
+         echo \"$P\" >> tools/fmt/lib/cli.js; echo \"$P\" > tools/fmt/evil.js; \
+         echo '{\"main\": \"evil.js\"}' > tools/fmt/package.json; echo PLANTED",
+        &["fmt"],
+    );
+}
+
 /// The agent makes `sub/.git` a file reading `gitdir: ../.git`: `sub` becomes a work tree
 /// of the user's own repository, and git runs the user's config's commands at its top.
 /// The alias's `tools/fmt.sh`, held at the top the scan knew, is `sub/tools/fmt.sh`
