@@ -655,6 +655,11 @@ impl Policy {
             config_dir: &config_dir,
             workspace: &workspace,
         };
+        let named: Vec<&Path> = std::iter::once(workspace.as_path())
+            .chain(opts.extra_write.iter().map(PathBuf::as_path))
+            .chain(opts.extra_read.iter().map(PathBuf::as_path))
+            .collect();
+        refuse_kernel_trees(&named)?;
         refuse_reachable_coder_state(&grants, &opts.extra_read, own, &runs_dir)?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
@@ -1179,7 +1184,7 @@ fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
     globs
 }
 
-/// Refuses a tree with a kernel file system mounted below it/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
+/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
 /// kernel's files (it stopped on `EACCES` at `proc/1/task/N/fdinfo`, a message that said
 /// nothing of why), and the agent would be granted them.
 ///
@@ -1188,19 +1193,43 @@ fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
 /// workspace by its path alone.
 fn refuse_kernel_mounts(trees: &[scan::TreeScan<'_>]) -> Result<(), SandboxError> {
     for tree in trees {
-        if let Some(fstype) = crate::workspace::scan::kernel_mount_holding(tree.fd) {
-            return Err(SandboxError::OnKernelMount {
-                tree: tree.root.to_path_buf(),
-                fstype,
-            });
-        }
-        if let Some(mount) = crate::workspace::scan::kernel_mounts_below(tree.root).first() {
-            return Err(SandboxError::KernelMount {
-                tree: tree.root.to_path_buf(),
-                mount: tree.root.join(OsStr::from_bytes(&mount.rel)),
-                fstype: mount.fstype.clone(),
-            });
-        }
+        refuse_kernel_tree(tree.root, tree.fd)?;
+    }
+    Ok(())
+}
+
+/// [`refuse_kernel_mounts`] of one tree, open as `fd`.
+fn refuse_kernel_tree(root: &Path, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), SandboxError> {
+    if let Some(fstype) = crate::workspace::scan::kernel_mount_holding(fd) {
+        return Err(SandboxError::OnKernelMount {
+            tree: root.to_path_buf(),
+            fstype,
+        });
+    }
+    if let Some(mount) = crate::workspace::scan::kernel_mounts_below(root).first() {
+        return Err(SandboxError::KernelMount {
+            tree: root.to_path_buf(),
+            mount: root.join(OsStr::from_bytes(&mount.rel)),
+            fstype: mount.fstype.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// [`refuse_kernel_mounts`] of the trees the caller named (the workspace, `--write` and
+/// `--read` directories), before the grants are checked against coder's own
+/// directories: the host's `/dev` bound into the workspace was refused as reaching the
+/// scratch place `/dev/shm/coder-UID` once an earlier run had made it (by identity: the
+/// bind is of `/dev`, though a bind that is not recursive does not carry `/dev/shm`),
+/// and the user was told to set `CODER_SCRATCH_DIR`, which changed nothing: the tree is
+/// refused for what it is (round twenty-one). One that cannot be opened is left to the
+/// steps after, which say why.
+fn refuse_kernel_trees(trees: &[&Path]) -> Result<(), SandboxError> {
+    for root in trees {
+        let Ok(fd) = super::sys::open_nofollow_dir(root) else {
+            continue;
+        };
+        refuse_kernel_tree(root, fd.as_fd())?;
     }
     Ok(())
 }
