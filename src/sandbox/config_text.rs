@@ -401,10 +401,10 @@ fn interpreter(program: &[u8]) -> Option<&'static [&'static [u8]]> {
 /// as the script does, and a held `tools/hook.sh` sourcing the agent's `tools/lib.sh`
 /// ran it all the same (round twenty's Known limits, closed in round twenty-one). Each
 /// word after a `.` or `source` that may name a file, read as the other words are (the
-/// top spelled `$PWD` read as `.`); the script's own directory, spelled `$(dirname
-/// "$0")`, `${0%/*}` or by `BASH_SOURCE`, is read as `.` too (the caller reads each word
-/// from both the top and the script's directory). Comment lines are passed over.
-pub(super) fn sourced_words(script: &[u8]) -> Vec<Vec<u8>> {
+/// top spelled `$PWD` read as `.`), with where the shell reads it from: the directory
+/// the script runs in, or the script's own when the word starts with it (`$(dirname
+/// "$0")`, `${0%/*}`, `BASH_SOURCE`'s, each read as `.`). Comment lines are passed over.
+pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     const SCRIPT_DIR: &[&[u8]] = &[
         b"$(dirname \"$0\")",
         b"$(dirname $0)",
@@ -415,7 +415,9 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<Vec<u8>> {
         b"${BASH_SOURCE%/*}",
         b"${BASH_SOURCE[0]%/*}",
     ];
-    let mut found: Vec<Vec<u8>> = Vec::new();
+    /// Stands for the script's directory in a line until its words are split.
+    const MARK: &[u8] = b"\x01SCRIPT_DIR\x01";
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     for line in script.split(|b| *b == b'\n') {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
@@ -423,21 +425,34 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<Vec<u8>> {
         let mut line = top_read_as_dot(line);
         for spelling in SCRIPT_DIR {
             while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
-                line.splice(at..at + spelling.len(), *b".");
+                line.splice(at..at + spelling.len(), MARK.iter().copied());
             }
         }
         let tokens = shell_tokens(&line);
         for pair in tokens.windows(2) {
-            let word = &pair[1];
-            if (pair[0] == b"." || pair[0] == b"source")
-                && may_name_a_file(word)
-                && !found.contains(word)
-            {
-                found.push(word.clone());
+            if pair[0] != b"." && pair[0] != b"source" {
+                continue;
+            }
+            let (word, base) = match pair[1].strip_prefix(MARK) {
+                Some(rest) => ([b".", rest].concat(), SourceBase::ScriptDir),
+                None => (pair[1].clone(), SourceBase::WorkingDir),
+            };
+            let entry = (word, base);
+            if may_name_a_file(&entry.0) && !entry.0.contains(&1) && !found.contains(&entry) {
+                found.push(entry);
             }
         }
     }
     found
+}
+
+/// Where the shell reads a sourced file's word from ([`sourced_words`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SourceBase {
+    /// The directory the script runs in (git's: the top of the work tree).
+    WorkingDir,
+    /// The script's own directory.
+    ScriptDir,
 }
 
 /// The file `main` of a `package.json` names (`None`: none, or not JSON): node runs it
@@ -873,13 +888,19 @@ mod tests {
         let script = b"#!/bin/sh\n# source not/this.sh\n. ./tools/lib.sh\n\
             source \"$(dirname \"$0\")/lib2.sh\" && . ${0%/*}/lib3.sh\n\
             . \"$HOME/.profile\"\nif true; then . \"$PWD/x.sh\"; fi\n";
-        let found: Vec<String> = sourced_words(script)
-            .iter()
-            .map(|w| String::from_utf8_lossy(w).into_owned())
+        let found: Vec<(String, SourceBase)> = sourced_words(script)
+            .into_iter()
+            .map(|(w, base)| (String::from_utf8_lossy(&w).into_owned(), base))
             .collect();
+        let at = |w: &str, base| (w.to_owned(), base);
         assert_eq!(
             found,
-            ["./tools/lib.sh", "./lib2.sh", "./lib3.sh", "./x.sh"]
+            [
+                at("./tools/lib.sh", SourceBase::WorkingDir),
+                at("./lib2.sh", SourceBase::ScriptDir),
+                at("./lib3.sh", SourceBase::ScriptDir),
+                at("./x.sh", SourceBase::WorkingDir),
+            ]
         );
     }
 

@@ -1534,13 +1534,21 @@ impl<'a> Walker<'a, '_> {
                 (dir.join(&main).join("index.js"), false),
             ]
         } else {
+            // Held when absent only from where the shell reads it (a placeholder made
+            // from the other would be made for nothing); from the other, when there.
             config_text::sourced_words(&text)
                 .into_iter()
-                .flat_map(|word| {
+                .flat_map(|(word, base)| {
                     let is_path = word.contains(&b'/');
-                    [top, dir]
+                    let (first, other) = match base {
+                        config_text::SourceBase::WorkingDir => (top, dir),
+                        config_text::SourceBase::ScriptDir => (dir, top),
+                    };
+                    [(first, is_path), (other, false)]
                         .into_iter()
-                        .filter_map(move |base| Some((config_path(&word, Some(base))?, is_path)))
+                        .filter_map(|(base, is_path)| {
+                            Some((config_path(&word, Some(base))?, is_path))
+                        })
                         .collect::<Vec<_>>()
                 })
                 .collect()
