@@ -43,8 +43,10 @@
 //!   bind mount, the user's home was served.
 //!
 //! Looked at and held, or left (SECURITY.md): a killed run's record still skips a tree
-//! that is gone; `.git` pointers made outside the guarded trees (`/tmp` with
-//! `--allow-tmp`) are not looked at.
+//! that is gone. `.git` pointers made outside the guarded trees (`/tmp` with
+//! `--allow-tmp`) were not looked at; round twenty-one's guard moves those that lead to
+//! the user's repositories aside
+//! ([`a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config`]).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -66,8 +68,8 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open: [`a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config`].
-const KNOWN_OPEN: &[&str] = &["pointer in /tmp"];
+/// Attacks still open: none (round twenty-one closed "pointer in /tmp").
+const KNOWN_OPEN: &[&str] = &[];
 
 /// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
 /// shell writes it.
@@ -211,6 +213,68 @@ fn the_main_file_of_a_directory_python_runs_is_not_the_agents_to_write() {
             fx.git(ws, &["config", "alias.fmt", "!python3 tools/fmt"]);
         },
         "printf 'open(\"%s\", \"w\")\\n' \"$M\" >> tools/fmt/__main__.py; echo PLANTED",
+        &["fmt"],
+    );
+}
+
+/// A held script sources another (`. ./tools/lib.sh`, `. "$(dirname "$0")/lib2.sh"`):
+/// the sourced files ran as the script does, and were the agent's to write (round
+/// twenty's Known limits; closed in round twenty-one, failed before).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_a_held_script_sources_is_not_the_agents_to_write() {
+    held_file_attack(
+        "sourced",
+        |fx, ws| {
+            fx.own_file(
+                ws,
+                "tools/hook.sh",
+                "#!/bin/sh\n. ./tools/lib.sh\n. \"$(dirname \"$0\")/lib2.sh\"\n",
+            );
+            own_script(fx, ws, "tools/lib.sh");
+            own_script(fx, ws, "tools/lib2.sh");
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/hook.sh"]);
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/lib.sh; {SCRIPT_PAYLOAD} >> tools/lib2.sh; echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// `python3 -W ignore tools/fmt`: an option with its value before the directory; the
+/// value was read as the program, and the directory's `__main__.py` left the agent's
+/// (closed in round twenty-one, failed before).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_main_file_after_an_option_with_a_value_is_not_the_agents_to_write() {
+    held_file_attack(
+        "python -W dir",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt/__main__.py", "pass\n");
+            fx.git(ws, &["config", "alias.fmt", "!python3 -W ignore tools/fmt"]);
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" >> tools/fmt/__main__.py; echo PLANTED",
+        &["fmt"],
+    );
+}
+
+/// `node tools/fmt` with a `package.json` whose `main` is `lib/cli.js`: node runs that
+/// file, not `index.js`. The agent appends to it, or points `main` at a file of its own;
+/// neither was held (closed in round twenty-one, failed before).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_main_file_a_package_json_names_is_not_the_agents_to_write() {
+    held_file_attack(
+        "node package main",
+        |fx, ws| {
+            fx.own_file(ws, "tools/fmt/package.json", "{\"main\": \"lib/cli.js\"}\n");
+            fx.own_file(ws, "tools/fmt/lib/cli.js", "\n");
+            fx.git(ws, &["config", "alias.fmt", "!node tools/fmt"]);
+        },
+        "P=$(printf 'require(\"fs\").writeFileSync(\"%s\", \"\")' \"$M\"); \
+         echo \"$P\" >> tools/fmt/lib/cli.js; echo \"$P\" > tools/fmt/evil.js; \
+         echo '{\"main\": \"evil.js\"}' > tools/fmt/package.json; echo PLANTED",
         &["fmt"],
     );
 }
@@ -419,54 +483,71 @@ fn a_stopped_guards_record_outlives_its_tree_renamed_away() {
 }
 
 /// With `--allow-tmp` the agent leaves `/tmp/x/.git` reading `gitdir: <workspace>/.git`
-/// beside its `/tmp/x/tools/fmt.sh`: a top of the user's config outside every tree the
-/// end-of-run guard walks, and the user's `git fmt` in `/tmp/x` runs the agent's script.
-/// Open (a ratchet): nothing looks in `/tmp` after a run (SECURITY.md, Known limits).
+/// (or a `.git` directory of a `HEAD` and a `commondir` leading there) beside its
+/// `/tmp/x/tools/fmt.sh`: a top of the user's config outside every tree the end-of-run
+/// guard walked, and the user's `git fmt` in `/tmp/x` ran the agent's script. Closed in
+/// round twenty-one: the guard also looks in `/tmp` (with `--allow-tmp`) for such new
+/// pointers and moves them aside. As root and as uid 65534; the control: unconfined, the
+/// user's git runs the payload.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config() {
     common::require_root_and_user_namespaces();
-    let open = KNOWN_OPEN.contains(&"pointer in /tmp");
+    const GITFILE: &str = "echo 'gitdir: {ws}/.git' > {a}/.git";
+    const COMMONDIR: &str = "mkdir {a}/.git && echo 'ref: refs/heads/main' > {a}/.git/HEAD \
+                             && echo '{ws}/.git' > {a}/.git/commondir";
     for owner in sandbox_fixture::owners() {
-        let tree = Tree::repo(
-            "coder-round20-tmp-",
-            owner,
-            &[],
-            &[("README", "r\n")],
-            &[("alias.fmt", "!sh tools/fmt.sh")],
-        );
-        let away = tempfile::Builder::new()
-            .prefix("coder-round20-top-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let away = std::fs::canonicalize(away.keep()).unwrap();
-        std::fs::set_permissions(&away, std::fs::Permissions::from_mode(0o755)).unwrap();
-        if owner.is_some() {
-            sandbox_fixture::give_to_nobody(&away);
+        for mode in ["workspace-write", "danger-full-access"] {
+            for (how, pointer) in [("gitfile", GITFILE), ("commondir", COMMONDIR)] {
+                let case = format!("{} {mode} {how}", who(owner));
+                let tree = Tree::repo(
+                    "coder-round20-tmp-",
+                    owner,
+                    &[],
+                    &[("README", "r\n")],
+                    &[("alias.fmt", "!sh tools/fmt.sh")],
+                );
+                let away = tempfile::Builder::new()
+                    .prefix("coder-round20-top-")
+                    .tempdir_in("/tmp")
+                    .unwrap();
+                let away = std::fs::canonicalize(away.keep()).unwrap();
+                std::fs::set_permissions(&away, std::fs::Permissions::from_mode(0o755)).unwrap();
+                if owner.is_some() {
+                    sandbox_fixture::give_to_nobody(&away);
+                }
+                let marker = tree.root.join("marker");
+                let a = away.display().to_string();
+                let ws = tree.ws().display().to_string();
+                let payload = format!(
+                    "mkdir -p {a}/tools && {} && \
+                     printf '#!/bin/sh\\ntouch {m}\\n' > {a}/tools/fmt.sh && echo PLANTED",
+                    pointer.replace("{a}", &a).replace("{ws}", &ws),
+                    m = marker.display()
+                );
+                let env = tree.run(&["--allow-tmp", "--sandbox", mode], &payload);
+                assert!(
+                    common::review_tree::result(&env).contains("PLANTED"),
+                    "{case}: the payload did not run: {env}"
+                );
+                let mut git = std::process::Command::new("git");
+                git.args(["fmt"])
+                    .current_dir(&away)
+                    .env("HOME", tree.root.join("home"))
+                    .env("GIT_CONFIG_NOSYSTEM", "1");
+                sandbox_fixture::as_owner(&mut git, owner);
+                let out = git.output_bounded();
+                let ran = marker.exists();
+                let _ = std::fs::remove_dir_all(&away);
+                let confined = mode == "workspace-write";
+                assert_eq!(ran, !confined, "{case}: {out:?}\n{env}");
+                if confined {
+                    assert!(
+                        common::review_tree::warned(&env, "git guard"),
+                        "{case}: the move is not reported: {env}"
+                    );
+                }
+            }
         }
-        let marker = tree.root.join("marker");
-        let payload = format!(
-            "mkdir -p {a}/tools && echo 'gitdir: {ws}/.git' > {a}/.git && \
-             printf '#!/bin/sh\\ntouch {m}\\n' > {a}/tools/fmt.sh && echo PLANTED",
-            a = away.display(),
-            ws = tree.ws().display(),
-            m = marker.display()
-        );
-        let env = tree.run(&["--allow-tmp"], &payload);
-        assert!(
-            common::review_tree::result(&env).contains("PLANTED"),
-            "{}: the payload did not run: {env}",
-            who(owner)
-        );
-        let mut git = std::process::Command::new("git");
-        git.args(["fmt"])
-            .current_dir(&away)
-            .env("HOME", tree.root.join("home"))
-            .env("GIT_CONFIG_NOSYSTEM", "1");
-        sandbox_fixture::as_owner(&mut git, owner);
-        let out = git.output_bounded();
-        let ran = marker.exists();
-        let _ = std::fs::remove_dir_all(&away);
-        assert_eq!(ran, open, "{}: {out:?}", who(owner));
     }
 }

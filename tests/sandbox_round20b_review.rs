@@ -30,10 +30,12 @@
 //!   showed the login's text (redaction masks only the token shapes it knows). It is left
 //!   out like the state directory now.
 //!
-//! Found open, not closed (`KNOWN_OPEN`): outside git, the plain walk run as the agent's
-//! user cannot open a directory the agent made `0311`: it passes over it, so a file
-//! written there is missed and the directory's old files show as `deleted`, with no word
-//! of why (`outside_git_a_file_in_a_directory_made_unlistable`).
+//! Found open, closed in round twenty-one: outside git, the plain walk run as the agent's
+//! user cannot open a directory the agent made `0311`: it passed over it, so a file
+//! written there was missed and the directory's old files showed as `deleted`, with no
+//! word of why (`outside_git_a_file_in_a_directory_made_unlistable`). The walk now
+//! records such a directory: a warning names it, the changes are marked unseen, and its
+//! old files are not called deleted.
 //!
 //! Looked at and held: a process the agent leaves running (`setsid`, in the background)
 //! to write under an ignored path after the run is gone by then, confined or not (coder
@@ -216,20 +218,16 @@ fn an_ignored_write_before_the_snapshot_started_is_reported() {
     }
 }
 
-/// Attacks still open: a test on this list asserts that its attack still lands, and fails
-/// once it no longer does (take it off then).
-const KNOWN_OPEN: &[&str] = &["plain-unlistable"];
-
 /// Outside git, the plain walk: a file written into a directory then made unlistable
-/// (`0311`). Root's walk reads it anyway. uid 65534's cannot open the directory and
-/// passes over it, so the new file is missed and the directory's old files show as
-/// `deleted` (open: `KNOWN_OPEN` "plain-unlistable", SECURITY.md's Known limits).
+/// (`0311`). Root's walk reads it anyway (it lists the file). uid 65534's cannot open the
+/// directory: it passed over it in silence until round twenty-one, so the new file was
+/// missed and the directory's old files showed as `deleted`. Now a warning names the
+/// directory, and none of its old files is called deleted.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn outside_git_a_file_in_a_directory_made_unlistable() {
     use std::os::unix::fs::PermissionsExt;
     common::require_root_and_user_namespaces();
-    let open = KNOWN_OPEN.contains(&"plain-unlistable");
     let payload = "echo evil > src/evil.sh && chmod 311 src && echo PLANTED";
     for owner in sandbox_fixture::owners() {
         for mode in ["danger-full-access", "workspace-write"] {
@@ -247,15 +245,24 @@ fn outside_git_a_file_in_a_directory_made_unlistable() {
                 common::review_tree::result(&env).contains("PLANTED"),
                 "{case}: {env}"
             );
-            let listed = changes(&env).iter().any(|(p, _)| p == "src/evil.sh");
-            let said = listed || warned(&env, "could not be read");
+            // The control: the chmod landed (the file stays, usable by name).
+            assert!(tree.ws().join("src/evil.sh").exists(), "{case}: {env}");
+            let found = changes(&env);
+            let listed = found.iter().any(|(p, _)| p == "src/evil.sh");
             if owner.is_none() {
                 assert!(listed, "{case}: {env}");
-            } else if open {
-                assert!(!said, "{case}: now reported, take it off KNOWN_OPEN: {env}");
             } else {
-                assert!(said, "{case}: {env}");
+                assert!(
+                    listed || (warned(&env, "could not be read") && warned(&env, "src/")),
+                    "{case}: src/evil.sh passed over in silence: {env}"
+                );
             }
+            assert!(
+                !found
+                    .iter()
+                    .any(|(p, s)| p == "src/a.txt" && s == "deleted"),
+                "{case}: an old file of the unreadable directory shown deleted: {env}"
+            );
             let back = std::fs::Permissions::from_mode(0o755);
             std::fs::set_permissions(tree.ws().join("src"), back).unwrap();
         }

@@ -14,8 +14,9 @@
 //! Which words of a command are files cannot be known for sure: a command is a shell
 //! line, and a script runs others. So every word that could be a path is offered
 //! ([`command_words`]), and the scan holds those that name a file of a tree (one with a
-//! `/` even when it does not exist yet). What such a script runs in turn is not followed
-//! (SECURITY.md, Known limits).
+//! `/` even when it does not exist yet). What such a script sources is followed too
+//! ([`sourced_words`]), a few levels deep; what else it runs is not (SECURITY.md, Known
+//! limits).
 
 /// The hook names git runs (githooks(5)), held when the hooks directory is the
 /// workspace itself (`core.hooksPath = .`).
@@ -325,12 +326,35 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     moved
 }
 
+/// The options of an interpreter that take their value as the next word (`python3 -W
+/// ignore tools/fmt`, `node -r ./hook tools/fmt`): that word is neither the program nor
+/// the directory run. Read as the program, it hid the directory after it (round twenty-
+/// one).
+const VALUE_OPTIONS: &[&[u8]] = &[
+    // python
+    b"-W",
+    b"-X",
+    b"--check-hash-based-pycs",
+    // node
+    b"-r",
+    b"--require",
+    b"--import",
+    b"--loader",
+    b"--experimental-loader",
+    b"-C",
+    b"--conditions",
+    b"--input-type",
+    b"--title",
+    b"--env-file",
+];
+
 /// The file an interpreter runs when it is given a directory (`python3 tools/fmt` runs
 /// `tools/fmt/__main__.py`, `node tools/fmt` its `index.js`): the word names a
 /// directory, which the scan does not hold, and the file run was the agent's (round
-/// twenty's review). Offered as bare words are, held only when a file is there. Other
-/// files a program reads by convention (`make`'s `Makefile`, a `package.json`'s `main`)
-/// are not followed (SECURITY.md, Known limits).
+/// twenty's review). Offered as bare words are, held only when a file is there. For
+/// node, also the directory's `package.json`, whose `main` names the file node runs
+/// instead (the scan reads it; round twenty-one). Other files a program reads by
+/// convention (`make`'s `Makefile`) are not followed (SECURITY.md, Known limits).
 fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let mut found = Vec::new();
     let mut program: &[u8] = b"";
@@ -342,23 +366,101 @@ fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
             program = b"";
             continue;
         }
+        if VALUE_OPTIONS.contains(&word.as_slice()) && interpreter(program).is_some() {
+            words.next();
+            continue;
+        }
         if word.starts_with(b"-") {
             continue;
         }
-        let name = program.rsplit(|b| *b == b'/').next().unwrap_or(program);
-        let main: &[u8] = if name.starts_with(b"python") {
-            b"__main__.py"
-        } else if name == b"node" || name == b"nodejs" {
-            b"index.js"
-        } else {
-            b""
-        };
-        if !main.is_empty() && may_name_a_file(word) {
-            found.push(([&word[..], b"/", main].concat(), false));
+        if let Some(mains) = interpreter(program)
+            && may_name_a_file(word)
+        {
+            for main in mains {
+                found.push(([&word[..], b"/", main].concat(), false));
+            }
         }
         program = word;
     }
     found
+}
+
+/// The files an interpreter named `program` looks for in a directory it is given.
+fn interpreter(program: &[u8]) -> Option<&'static [&'static [u8]]> {
+    let name = program.rsplit(|b| *b == b'/').next().unwrap_or(program);
+    if name.starts_with(b"python") {
+        Some(&[b"__main__.py"])
+    } else if name == b"node" || name == b"nodejs" {
+        Some(&[b"index.js", b"package.json"])
+    } else {
+        None
+    }
+}
+
+/// The files a shell script sources (`. ./tools/lib.sh`, `source tools/lib.sh`): they run
+/// as the script does, and a held `tools/hook.sh` sourcing the agent's `tools/lib.sh`
+/// ran it all the same (round twenty's Known limits, closed in round twenty-one). Each
+/// word after a `.` or `source` that may name a file, read as the other words are (the
+/// top spelled `$PWD` read as `.`), with where the shell reads it from: the directory
+/// the script runs in, or the script's own when the word starts with it (`$(dirname
+/// "$0")`, `${0%/*}`, `BASH_SOURCE`'s, each read as `.`). Comment lines are passed over.
+pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const SCRIPT_DIR: &[&[u8]] = &[
+        b"$(dirname \"$0\")",
+        b"$(dirname $0)",
+        b"$(dirname -- \"$0\")",
+        b"$(dirname \"${BASH_SOURCE[0]}\")",
+        b"$(dirname \"$BASH_SOURCE\")",
+        b"${0%/*}",
+        b"${BASH_SOURCE%/*}",
+        b"${BASH_SOURCE[0]%/*}",
+    ];
+    /// Stands for the script's directory in a line until its words are split.
+    const MARK: &[u8] = b"\x01SCRIPT_DIR\x01";
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for line in script.split(|b| *b == b'\n') {
+        if line.trim_ascii_start().starts_with(b"#") {
+            continue;
+        }
+        let mut line = top_read_as_dot(line);
+        for spelling in SCRIPT_DIR {
+            while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
+                line.splice(at..at + spelling.len(), MARK.iter().copied());
+            }
+        }
+        let tokens = shell_tokens(&line);
+        for pair in tokens.windows(2) {
+            if pair[0] != b"." && pair[0] != b"source" {
+                continue;
+            }
+            let (word, base) = match pair[1].strip_prefix(MARK) {
+                Some(rest) => ([b".", rest].concat(), SourceBase::ScriptDir),
+                None => (pair[1].clone(), SourceBase::WorkingDir),
+            };
+            let entry = (word, base);
+            if may_name_a_file(&entry.0) && !entry.0.contains(&1) && !found.contains(&entry) {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// Where the shell reads a sourced file's word from ([`sourced_words`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SourceBase {
+    /// The directory the script runs in (git's: the top of the work tree).
+    WorkingDir,
+    /// The script's own directory.
+    ScriptDir,
+}
+
+/// The file `main` of a `package.json` names (`None`: none, or not JSON): node runs it
+/// when the directory is given.
+pub(super) fn package_main(text: &[u8]) -> Option<Vec<u8>> {
+    let value: serde_json::Value = serde_json::from_slice(text).ok()?;
+    let main = value.get("main")?.as_str()?.as_bytes();
+    may_name_a_file(main).then(|| main.to_vec())
 }
 
 /// The programs whose `-C` takes its directory in the same word too (`env -Ctools`,
@@ -757,6 +859,60 @@ mod tests {
                 .iter()
                 .any(|(w, _)| w.starts_with("3/") || w.contains("s.sh"))
         );
+    }
+
+    #[test]
+    fn what_round_twenty_one_reads_is_read() {
+        let text = b"[alias]\n\ta = !python3 -W ignore -X dev tools/fmt && node -r ./h.js js/app\n";
+        let named: Vec<(String, bool)> = words(text)
+            .into_iter()
+            .filter(|(w, _)| w.contains('/'))
+            .collect();
+        for want in [
+            "tools/fmt/__main__.py",
+            "js/app/index.js",
+            "js/app/package.json",
+        ] {
+            assert!(named.contains(&(want.into(), false)), "{want}: {named:?}");
+        }
+        assert!(
+            !named
+                .iter()
+                .any(|(w, _)| w.starts_with("ignore/") || w.starts_with("dev/")),
+            "{named:?}"
+        );
+    }
+
+    #[test]
+    fn the_files_a_script_sources_are_read() {
+        let script = b"#!/bin/sh\n# source not/this.sh\n. ./tools/lib.sh\n\
+            source \"$(dirname \"$0\")/lib2.sh\" && . ${0%/*}/lib3.sh\n\
+            . \"$HOME/.profile\"\nif true; then . \"$PWD/x.sh\"; fi\n";
+        let found: Vec<(String, SourceBase)> = sourced_words(script)
+            .into_iter()
+            .map(|(w, base)| (String::from_utf8_lossy(&w).into_owned(), base))
+            .collect();
+        let at = |w: &str, base| (w.to_owned(), base);
+        assert_eq!(
+            found,
+            [
+                at("./tools/lib.sh", SourceBase::WorkingDir),
+                at("./lib2.sh", SourceBase::ScriptDir),
+                at("./lib3.sh", SourceBase::ScriptDir),
+                at("./x.sh", SourceBase::WorkingDir),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_package_json_main_is_read() {
+        assert_eq!(
+            package_main(b"{\"name\": \"x\", \"main\": \"lib/cli.js\"}"),
+            Some(b"lib/cli.js".to_vec())
+        );
+        assert_eq!(package_main(b"{\"name\": \"x\"}"), None);
+        assert_eq!(package_main(b"not json"), None);
+        assert_eq!(package_main(b"{\"main\": \"$X\"}"), None);
     }
 
     #[test]

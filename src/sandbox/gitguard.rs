@@ -334,6 +334,12 @@ struct PendingGuard {
     /// a run still under way.
     #[serde(default)]
     stopped: Option<String>,
+    /// The trees looked at for new ways into the user's repositories, and since when
+    /// ([`move_new_tops_aside`]).
+    #[serde(default, with = "super::bytes::vec")]
+    outside: Vec<PathBuf>,
+    #[serde(default)]
+    since_ns: i128,
 }
 
 impl PendingGuard {
@@ -343,6 +349,8 @@ impl PendingGuard {
             known: policy.git_known.clone(),
             tools: policy.tool_guard.clone(),
             stopped: None,
+            outside: policy.outside_roots.clone(),
+            since_ns: policy.started_ns,
         }
     }
 
@@ -374,20 +382,30 @@ impl PendingGuard {
             .filter(|r| strict || !is_gone(r))
             .cloned()
             .collect();
-        guard_trees(
+        let mut report = guard_trees(
             &roots,
             &known,
             &self.tools,
             &ScanListings::default(),
             GuardLimits::default(),
-        )
+        );
+        move_new_tops_aside(
+            &self.outside,
+            &known,
+            self.since_ns,
+            GuardLimits::default(),
+            &mut report,
+        );
+        report
     }
 }
 
 /// Writes `policy`'s guard record into its run directory (coder's own, 0700, never granted
 /// to the agent; removed with it after a normal end).
 pub(crate) fn record_pending(policy: &super::Policy) -> Result<(), super::SandboxError> {
-    if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
+    if !policy.mode.is_confined()
+        || (policy.guard_roots.is_empty() && policy.outside_roots.is_empty())
+    {
         return Ok(());
     }
     // Made new and private, never through a symlink: where the agent can write the runs
@@ -1067,6 +1085,238 @@ impl<'a> Guard<'a> {
     }
 }
 
+/// Moves aside every new way into the user's repositories that the run left in `roots`,
+/// the trees it could write outside the guarded ones (the host's `/tmp` with
+/// `--allow-tmp`): a `.git` entry (file, symlink or directory) or a git dir's `commondir`
+/// changed at or after `since_ns` (ns since the epoch, by the clock file times come
+/// from) that leads to a git dir of `known` (the start scan's), or to one whose
+/// `commondir` does. Each makes its directory a new top of the user's config: git runs
+/// the config's commands there (`alias.fmt = !sh tools/fmt.sh`), and the agent wrote
+/// what they run beside it (round twenty's review: `/tmp/x/.git` reading `gitdir:
+/// <workspace>/.git`). Nothing else there is touched: the tree is shared with the user's
+/// other processes, whose own repositories are theirs. Unlike [`guard_trees`]' walk, a
+/// directory that goes away or changes kind while it is looked at is passed over (other
+/// processes use these trees meanwhile), and so is another user's that coder cannot list
+/// (its owner's; the agent, coder's user, cannot list it either).
+pub fn move_new_tops_aside(
+    roots: &[PathBuf],
+    known: &HashSet<(u64, u64)>,
+    since_ns: i128,
+    limits: GuardLimits,
+    report: &mut GuardReport,
+) {
+    let mut walk = TopWalk {
+        known,
+        since_ns,
+        limits,
+        entries: 0,
+        report,
+    };
+    for root in roots {
+        if let Err(why) = walk.run(root) {
+            walk.report.incomplete.get_or_insert(why);
+            return;
+        }
+    }
+}
+
+/// The walk of [`move_new_tops_aside`].
+struct TopWalk<'a> {
+    known: &'a HashSet<(u64, u64)>,
+    since_ns: i128,
+    limits: GuardLimits,
+    entries: usize,
+    report: &'a mut GuardReport,
+}
+
+/// A race with another process of the shared tree: the entry went away or changed kind.
+fn raced(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV
+    )
+}
+
+impl TopWalk<'_> {
+    fn run(&mut self, root: &Path) -> Result<(), Stop> {
+        let stop =
+            |rel: &Path, op: &str, e: Errno| format!("{op} {}: {e}", root.join(rel).display());
+        let top = match super::sys::open_nofollow_dir(root)
+            .and_then(|fd| open_beneath(fd.as_fd(), Path::new(""), dir_flags()))
+        {
+            Ok(fd) => fd,
+            Err(e) if raced(e) => return Ok(()),
+            Err(e) => return Err(stop(Path::new(""), "open", e)),
+        };
+        let mut stack = vec![(top, PathBuf::new(), 0usize)];
+        while let Some((dir, rel, depth)) = stack.pop() {
+            let entries = match list(&dir) {
+                Ok(entries) => entries,
+                Err(e) if raced(e) => continue,
+                Err(e) => return Err(stop(&rel, "list", e)),
+            };
+            self.entries += entries.len();
+            if self.entries > self.limits.max_entries {
+                return Err(format!(
+                    "more than {} entries under {}",
+                    self.limits.max_entries,
+                    root.display()
+                ));
+            }
+            let has = |name: &str| entries.iter().any(|(n, _)| n == name);
+            if has("HEAD") && has("commondir") {
+                self.shared_common(dir.as_fd(), &root.join(&rel))
+                    .map_err(|e| stop(&rel, "move the commondir of", e))?;
+            }
+            for (name, kind) in &entries {
+                let kind = match kind {
+                    Some(kind) => *kind,
+                    None => {
+                        match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                            Ok(st) => kind_of(&st),
+                            Err(e) if raced(e) => continue,
+                            Err(e) => return Err(stop(&rel.join(name), "inspect", e)),
+                        }
+                    }
+                };
+                if is_git_entry_name(name)
+                    && self
+                        .pointer(dir.as_fd(), &root.join(&rel), name)
+                        .map_err(|e| stop(&rel.join(name), "move", e))?
+                {
+                    continue;
+                }
+                if kind != Kind::Dir {
+                    continue;
+                }
+                if depth + 1 > self.limits.max_depth {
+                    return Err(format!(
+                        "{} is deeper than {} levels",
+                        root.join(&rel).join(name).display(),
+                        self.limits.max_depth
+                    ));
+                }
+                if let Some(child) = self
+                    .open_child(dir.as_fd(), name)
+                    .map_err(|e| stop(&rel.join(name), "open", e))?
+                {
+                    stack.push((child, rel.join(name), depth + 1));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A subdirectory to list; `None` when it went away, or is another user's that
+    /// coder cannot list. One of coder's user's the agent made unreadable is given its
+    /// owner's access back, as [`Guard::open_child`] does.
+    fn open_child(&self, parent: BorrowedFd<'_>, name: &OsStr) -> Result<Option<OwnedFd>, Errno> {
+        match openat2(parent, name, beneath(dir_flags())) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e) if raced(e) => Ok(None),
+            Err(Errno::EACCES) => match restore_owner_access(parent, name, 0o700) {
+                Ok(()) => openat2(parent, name, beneath(dir_flags())).map(Some),
+                Err(Errno::EACCES) => Ok(None),
+                Err(e) if raced(e) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `dir/name` changed at or after the run's start.
+    fn is_new(&self, dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+        fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec) >= self.since_ns
+        })
+    }
+
+    /// The `.git` entry `name` of `dir` (at `path`): renamed aside when new and leading to
+    /// the user's config; whether it was.
+    fn pointer(&mut self, dir: BorrowedFd<'_>, path: &Path, name: &OsStr) -> Result<bool, Errno> {
+        if !self.is_new(dir, name) {
+            return Ok(false);
+        }
+        // Where git goes from it: the directory itself, a symlink's target, a file's
+        // `gitdir:` (relative to the directory holding it), each followed as git does.
+        let target = match read_small(dir, name) {
+            Ok(Some(text)) => match gitfile_target(&text) {
+                Some(target) => target,
+                None => return Ok(false),
+            },
+            _ => PathBuf::from(name),
+        };
+        let users = open_followed(dir, &target).is_some_and(|fd| self.leads_to_users(fd.as_fd()));
+        if !users {
+            return Ok(false);
+        }
+        let to = match rename_aside(dir, name) {
+            Ok(to) => to,
+            Err(e) if raced(e) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        self.report.quarantined.push(Quarantined {
+            path: path.join(name).display().to_string(),
+            moved: vec![name.to_string_lossy().into_owned()],
+            to: path.join(to).display().to_string(),
+            kind: QuarantineKind::Git,
+        });
+        Ok(true)
+    }
+
+    /// A git dir `dir` (at `path`) of a `HEAD` and a `commondir`: the `commondir` renamed
+    /// aside when new and leading to the user's git dir (git then takes no repository
+    /// there).
+    fn shared_common(&mut self, dir: BorrowedFd<'_>, path: &Path) -> Result<(), Errno> {
+        let name = OsStr::new("commondir");
+        if !self.is_new(dir, name) || !self.common_is_users(dir) {
+            return Ok(());
+        }
+        let to = match rename_aside(dir, name) {
+            Ok(to) => to,
+            Err(e) if raced(e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.report.quarantined.push(Quarantined {
+            path: path.display().to_string(),
+            moved: vec!["commondir".to_owned()],
+            to: path.join(to).display().to_string(),
+            kind: QuarantineKind::Git,
+        });
+        Ok(())
+    }
+
+    fn is_known(&self, fd: BorrowedFd<'_>) -> bool {
+        fstat(fd).is_ok_and(|st| self.known.contains(&(st.st_dev, st.st_ino)))
+    }
+
+    /// Whether the git dir git reaches is the user's, or shares the user's common dir.
+    fn leads_to_users(&self, dir: BorrowedFd<'_>) -> bool {
+        self.is_known(dir) || self.common_is_users(dir)
+    }
+
+    fn common_is_users(&self, dir: BorrowedFd<'_>) -> bool {
+        match commondir(dir) {
+            Ok(Some(Some(common))) => {
+                open_followed(dir, &common).is_some_and(|fd| self.is_known(fd.as_fd()))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The directory `target` names from `dir`, symlinks followed as git follows them (an
+/// `O_PATH` open: nothing is read, no FIFO waited on); `None` when it is none.
+fn open_followed(dir: BorrowedFd<'_>, target: &Path) -> Option<OwnedFd> {
+    nix::fcntl::openat(
+        dir,
+        target,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        FileMode::empty(),
+    )
+    .ok()
+}
+
 /// The git dir's moves, made lazily into `coder-quarantine-N/`.
 struct Quarantine<'f> {
     dir: BorrowedFd<'f>,
@@ -1584,6 +1834,67 @@ fn dir_flags() -> OFlag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new `.git` file, symlink or directory sharing the user's common dir, in a tree
+    /// outside the guarded ones, is moved aside; an older one (the user's own linked
+    /// worktree made before the run) and one leading to another repository are not.
+    #[test]
+    fn new_pointers_to_the_users_git_dir_outside_the_trees_are_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ws, tmp) = (dir.path().join("ws"), dir.path().join("tmp"));
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("other/.git")).unwrap();
+        let st = std::fs::metadata(ws.join(".git")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let known: HashSet<(u64, u64)> = [(st.dev(), st.ino())].into();
+        let gitdir = format!("gitdir: {}\n", ws.join(".git").display());
+        for sub in ["file", "link", "dir", "other", "bare"] {
+            std::fs::create_dir_all(tmp.join(sub)).unwrap();
+        }
+        std::fs::write(tmp.join("file/.git"), &gitdir).unwrap();
+        std::os::unix::fs::symlink(ws.join(".git"), tmp.join("link/.git")).unwrap();
+        std::fs::create_dir(tmp.join("dir/.git")).unwrap();
+        std::fs::write(tmp.join("dir/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(tmp.join("dir/.git/commondir"), "../../../ws/.git\n").unwrap();
+        std::fs::write(tmp.join("bare/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(tmp.join("bare/commondir"), "../../ws/.git\n").unwrap();
+        let other = format!("gitdir: {}\n", dir.path().join("other/.git").display());
+        std::fs::write(tmp.join("other/.git"), other).unwrap();
+        let walk = |since_ns| {
+            let mut report = GuardReport::default();
+            move_new_tops_aside(
+                std::slice::from_ref(&tmp),
+                &known,
+                since_ns,
+                GuardLimits::default(),
+                &mut report,
+            );
+            report
+        };
+        // Older than the run: left.
+        let report = walk(i128::MAX);
+        assert!(report.is_empty(), "{report:?}");
+        let report = walk(0);
+        assert!(report.incomplete.is_none(), "{report:?}");
+        let mut moved: Vec<String> = report
+            .quarantined
+            .iter()
+            .map(|q| format!("{}:{}", q.path, q.moved.join(",")))
+            .collect();
+        moved.sort();
+        let at = |rel: &str| tmp.join(rel).display().to_string();
+        assert_eq!(
+            moved,
+            [
+                format!("{}:commondir", at("bare")),
+                format!("{}:.git", at("dir/.git")),
+                format!("{}:.git", at("file/.git")),
+                format!("{}:.git", at("link/.git")),
+            ]
+        );
+        assert!(tmp.join("other/.git").exists());
+        assert!(!tmp.join("file/.git").exists() && !tmp.join("bare/commondir").exists());
+    }
 
     #[test]
     fn lexical_resolution_stays_inside() {

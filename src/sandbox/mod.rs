@@ -243,7 +243,9 @@ pub fn protect_globs(no_defaults: bool, extra: &[String]) -> Vec<String> {
 /// sandboxed process is gone. Nothing to do for `danger-full-access` or a policy with no
 /// writable tree.
 pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
-    if !policy.mode.is_confined() || policy.guard_roots.is_empty() {
+    if !policy.mode.is_confined()
+        || (policy.guard_roots.is_empty() && policy.outside_roots.is_empty())
+    {
         return gitguard::GuardReport::default();
     }
     let known = policy.git_known.iter().copied().collect();
@@ -253,6 +255,13 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
         &policy.tool_guard,
         &policy.dir_listings,
         gitguard::GuardLimits::for_run(),
+    );
+    gitguard::move_new_tops_aside(
+        &policy.outside_roots,
+        &known,
+        policy.started_ns,
+        gitguard::GuardLimits::for_run(),
+        &mut report,
     );
     // Stopped short: what it did not reach stays, and the next run's scan would take it
     // for the user's. Its record stays for the next run to check again first.

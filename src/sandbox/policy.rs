@@ -258,6 +258,15 @@ pub struct Policy {
     /// the git guard leaves these alone.
     #[serde(default)]
     pub git_known: Vec<(u64, u64)>,
+    /// The trees the agent may write besides the guarded ones where a new way into the
+    /// user's repositories is looked for after the run (the host's `/tmp` with
+    /// `--allow-tmp`; [`super::gitguard::move_new_tops_aside`]), coder's own.
+    #[serde(skip)]
+    pub outside_roots: Vec<PathBuf>,
+    /// When the policy was made (ns since the epoch, less a margin that covers the
+    /// coarse clock file times come from): what changed since is the run's to answer for.
+    #[serde(skip)]
+    pub started_ns: i128,
     /// The protected globs of the trees the scan held them in, and what it held: the
     /// end-of-run guard moves aside a protected name that appeared or changed during the
     /// run (coder's own; the helper does not need it).
@@ -284,6 +293,15 @@ pub struct Policy {
     /// coder prunes the directory while it is held.
     #[serde(skip)]
     pub(crate) run_lock: Held<RunLock>,
+}
+
+/// Now, less two seconds (ns since the epoch): file times come from the coarse clock,
+/// a tick behind this one at most, and some file systems keep them to the second.
+fn started_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+        - 2_000_000_000
 }
 
 /// A hold a policy keeps for its run (its [`PlaceholderLease`], its [`RunLock`]), if it
@@ -532,6 +550,8 @@ impl Policy {
             env_remove,
             guard_roots: Vec::new(),
             git_known: Vec::new(),
+            outside_roots: Vec::new(),
+            started_ns: started_ns(),
             tool_guard: Default::default(),
             dir_listings: ScanListings::default(),
             reachable_listings: None,
@@ -596,6 +616,7 @@ impl Policy {
         grants.add(&run_dir.join("tmp"), Access::Write)?;
         if opts.allow_tmp {
             grants.add(Path::new("/tmp"), Access::Write)?;
+            policy.outside_roots.push(PathBuf::from("/tmp"));
         }
 
         let mut scanned = Vec::new();
@@ -634,6 +655,11 @@ impl Policy {
             config_dir: &config_dir,
             workspace: &workspace,
         };
+        let named: Vec<&Path> = std::iter::once(workspace.as_path())
+            .chain(opts.extra_write.iter().map(PathBuf::as_path))
+            .chain(opts.extra_read.iter().map(PathBuf::as_path))
+            .collect();
+        refuse_kernel_trees(&named)?;
         refuse_reachable_coder_state(&grants, &opts.extra_read, own, &runs_dir)?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
@@ -1158,7 +1184,7 @@ fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
     globs
 }
 
-/// Refuses a tree with a kernel file system mounted below it/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
+/// Refuses a tree with a kernel file system mounted below it: the scan would walk the
 /// kernel's files (it stopped on `EACCES` at `proc/1/task/N/fdinfo`, a message that said
 /// nothing of why), and the agent would be granted them.
 ///
@@ -1167,19 +1193,43 @@ fn hooks_dir_globs(workspace: &Path, hooks: &Path) -> Vec<String> {
 /// workspace by its path alone.
 fn refuse_kernel_mounts(trees: &[scan::TreeScan<'_>]) -> Result<(), SandboxError> {
     for tree in trees {
-        if let Some(fstype) = crate::workspace::scan::kernel_mount_holding(tree.fd) {
-            return Err(SandboxError::OnKernelMount {
-                tree: tree.root.to_path_buf(),
-                fstype,
-            });
-        }
-        if let Some(mount) = crate::workspace::scan::kernel_mounts_below(tree.root).first() {
-            return Err(SandboxError::KernelMount {
-                tree: tree.root.to_path_buf(),
-                mount: tree.root.join(OsStr::from_bytes(&mount.rel)),
-                fstype: mount.fstype.clone(),
-            });
-        }
+        refuse_kernel_tree(tree.root, tree.fd)?;
+    }
+    Ok(())
+}
+
+/// [`refuse_kernel_mounts`] of one tree, open as `fd`.
+fn refuse_kernel_tree(root: &Path, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), SandboxError> {
+    if let Some(fstype) = crate::workspace::scan::kernel_mount_holding(fd) {
+        return Err(SandboxError::OnKernelMount {
+            tree: root.to_path_buf(),
+            fstype,
+        });
+    }
+    if let Some(mount) = crate::workspace::scan::kernel_mounts_below(root).first() {
+        return Err(SandboxError::KernelMount {
+            tree: root.to_path_buf(),
+            mount: root.join(OsStr::from_bytes(&mount.rel)),
+            fstype: mount.fstype.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// [`refuse_kernel_mounts`] of the trees the caller named (the workspace, `--write` and
+/// `--read` directories), before the grants are checked against coder's own
+/// directories: the host's `/dev` bound into the workspace was refused as reaching the
+/// scratch place `/dev/shm/coder-UID` once an earlier run had made it (by identity: the
+/// bind is of `/dev`, though a bind that is not recursive does not carry `/dev/shm`),
+/// and the user was told to set `CODER_SCRATCH_DIR`, which changed nothing: the tree is
+/// refused for what it is (round twenty-one). One that cannot be opened is left to the
+/// steps after, which say why.
+fn refuse_kernel_trees(trees: &[&Path]) -> Result<(), SandboxError> {
+    for root in trees {
+        let Ok(fd) = super::sys::open_nofollow_dir(root) else {
+            continue;
+        };
+        refuse_kernel_tree(root, fd.as_fd())?;
     }
     Ok(())
 }
@@ -2351,6 +2401,9 @@ mod tests {
         let mut expected = policy.clone();
         expected.dir_listings = ScanListings::default();
         expected.tool_guard = Default::default();
+        // So do the end-of-run guard's other trees and the run's start.
+        expected.outside_roots = Vec::new();
+        expected.started_ns = 0;
         assert_eq!(back, expected);
     }
 

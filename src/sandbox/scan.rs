@@ -1497,6 +1497,84 @@ impl<'a> Walker<'a, '_> {
                 });
             }
             self.guard_include(&target, depth, walk, NamedBy::Command)?;
+            self.guard_what_it_reads(&target, &top, depth, walk, 1)?;
+        }
+        Ok(())
+    }
+
+    /// What a file the commands run makes run in turn, held like it: the files a shell
+    /// script sources ([`config_text::sourced_words`], each read from the top of the work
+    /// tree and from the script's own directory), and the file a `package.json`'s `main`
+    /// names (node runs it for the directory). Then theirs, down to
+    /// [`MAX_SOURCE_LEVELS`]; a file larger than [`MAX_SCRIPT_BYTES`] is not read.
+    fn guard_what_it_reads(
+        &mut self,
+        file: &Path,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+        level: usize,
+    ) -> Result<(), SandboxError> {
+        if level > MAX_SOURCE_LEVELS {
+            return Ok(());
+        }
+        let (Some(text), Some(dir)) = (read_script(file), file.parent()) else {
+            return Ok(());
+        };
+        let named: Vec<(PathBuf, bool)> = if file.file_name() == Some(OsStr::new("package.json")) {
+            let Some(main) = config_text::package_main(&text) else {
+                return Ok(());
+            };
+            let main = PathBuf::from(OsStr::from_bytes(&main));
+            let mut with_js = main.clone().into_os_string();
+            with_js.push(".js");
+            vec![
+                (dir.join(&main), true),
+                (dir.join(with_js), false),
+                (dir.join(&main).join("index.js"), false),
+            ]
+        } else {
+            // Held when absent only from where the shell reads it (a placeholder made
+            // from the other would be made for nothing); from the other, when there.
+            config_text::sourced_words(&text)
+                .into_iter()
+                .flat_map(|(word, base)| {
+                    let is_path = word.contains(&b'/');
+                    let (first, other) = match base {
+                        config_text::SourceBase::WorkingDir => (top, dir),
+                        config_text::SourceBase::ScriptDir => (dir, top),
+                    };
+                    [(first, is_path), (other, false)]
+                        .into_iter()
+                        .filter_map(|(base, is_path)| {
+                            Some((config_path(&word, Some(base))?, is_path))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        for (target, is_path) in named {
+            if !walk.commands.insert(target.clone())
+                || !is_path && fs::symlink_metadata(&target).is_err()
+            {
+                continue;
+            }
+            // Past the cap, what is left is not followed, with a warning: a file sourced by
+            // a bare name absent at the start (`. lib.sh`) may be the agent's, and failing
+            // every later run on what it names would be the agent's to decide.
+            if walk.commands.len() > MAX_COMMAND_FILES {
+                const SAID: &str = "the scripts your git config runs source more than";
+                if !self.out.warnings.iter().any(|w| w.starts_with(SAID)) {
+                    self.out.warnings.push(format!(
+                        "{SAID} {MAX_COMMAND_FILES} files; {} and the rest are not held \
+                         read-only: check them before running git in this work tree",
+                        target.display()
+                    ));
+                }
+                return Ok(());
+            }
+            self.guard_include(&target, depth, walk, NamedBy::Command)?;
+            self.guard_what_it_reads(&target, top, depth, walk, level + 1)?;
         }
         Ok(())
     }
@@ -2389,6 +2467,32 @@ fn outside_warning(entry: &Path, target: &Path) -> String {
 
 /// The most files the git configs of one git dir may include, all levels together.
 const MAX_INCLUDED: usize = 256;
+/// How many levels of sourced files (a script sourcing one that sources another) the
+/// scan follows from a file the commands run.
+const MAX_SOURCE_LEVELS: usize = 4;
+
+/// The largest script (or `package.json`) the scan reads for what it sources.
+const MAX_SCRIPT_BYTES: u64 = 256 * 1024;
+
+/// The text of the regular file `path` (symlinks followed: the shell follows them), when
+/// it is no larger than [`MAX_SCRIPT_BYTES`]; never waits on a FIFO.
+fn read_script(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_SCRIPT_BYTES {
+        return None;
+    }
+    let mut text = Vec::new();
+    file.take(MAX_SCRIPT_BYTES).read_to_end(&mut text).ok()?;
+    Some(text)
+}
+
 /// The most files the commands of one git dir's configs may name, all levels together.
 const MAX_COMMAND_FILES: usize = 1024;
 /// Most entries [`held_with_other_names`] looks at in directories held read-only (a git

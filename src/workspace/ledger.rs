@@ -1030,7 +1030,7 @@ struct Sides<'a> {
     exclude: &'a [String],
 }
 
-fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Option<DiffText>) {
+fn plain_changes<'a>(sides: &Sides<'a>, key: &Key, want_diff: bool) -> (Changes, Option<DiffText>) {
     let (before, after) = (sides.before, sides.after);
     let mut list = Vec::new();
     let mut patch = Patch::default();
@@ -1047,12 +1047,25 @@ fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Opt
         .chain(after.entries.keys())
         .chain(sides.unknown.iter().map(Vec::as_slice))
         .collect();
+    let unwalked = |scan: &'a Scan| -> std::collections::BTreeSet<&'a [u8]> {
+        scan.unwalked
+            .iter()
+            .map(|(dir, _)| dir.as_slice())
+            .collect()
+    };
+    let (unseen_before, unseen_after) = (unwalked(before), unwalked(after));
     for path in paths {
         if limit.is_some_and(|l| scan::walk_order(path, l).is_gt()) || excluded(path, sides.exclude)
         {
             continue;
         }
-        let unknown = sides.unknown.contains(path);
+        // Below a directory the "after" walk could not go into: neither deleted nor
+        // added, unknown (the warning names the directory). Below one the "before" could
+        // not: its "before" is not known.
+        if below_any(&unseen_after, path) {
+            continue;
+        }
+        let unknown = sides.unknown.contains(path) || below_any(&unseen_before, path);
         let name = String::from_utf8_lossy(path).into_owned();
         let change = match (before.entries.get(path), after.entries.get(path)) {
             (None, Some(new)) if !unknown => FileChange {
@@ -1102,7 +1115,94 @@ fn plain_changes(sides: &Sides<'_>, key: &Key, want_diff: bool) -> (Changes, Opt
     }
     let truncated = before.truncated || after.truncated;
     let diff = want_diff.then(|| DiffText::new(patch.kept, patch.total));
-    (Changes::from_list(list, truncated), diff)
+    let mut changes = Changes::from_list(list, truncated);
+    changes.warnings.extend(unwalked_warnings(before, after));
+    changes.unseen |= !unseen_before.is_empty() || !unseen_after.is_empty();
+    (changes, diff)
+}
+
+/// Whether `path` lies below one of `dirs` (`""`: the root, below which is everything).
+fn below_any(dirs: &std::collections::BTreeSet<&[u8]>, path: &[u8]) -> bool {
+    if dirs.is_empty() {
+        return false;
+    }
+    dirs.contains(&b""[..])
+        || path
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .any(|(at, _)| dirs.contains(&path[..at]))
+}
+
+/// What a plain ledger says of the directories its walks did not go into (see
+/// [`scan::Scan::unwalked`]): those of the "after" walk by why, then those only the
+/// "before" walk missed.
+fn unwalked_warnings<'a>(before: &'a Scan, after: &'a Scan) -> Vec<String> {
+    let names = |dirs: &[&[u8]]| -> String {
+        let shown: Vec<String> = dirs
+            .iter()
+            .take(10)
+            .map(|dir| match dir {
+                [] => "./".to_owned(),
+                _ => format!("{}/", String::from_utf8_lossy(dir)),
+            })
+            .collect();
+        let more = dirs.len().saturating_sub(shown.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("{}{more}", shown.join(", "))
+    };
+    let of = |scan: &'a Scan, why: scan::Unwalked| -> Vec<&'a [u8]> {
+        scan.unwalked
+            .iter()
+            .filter(|(_, w)| *w == why)
+            .map(|(dir, _)| dir.as_slice())
+            .collect()
+    };
+    let mut warnings = Vec::new();
+    let unreadable = of(after, scan::Unwalked::Unreadable);
+    if !unreadable.is_empty() {
+        warnings.push(format!(
+            "{} directories of the workspace could not be read (no read permission): what \
+             they hold is not in `changes` (nor listed as deleted): {}",
+            unreadable.len(),
+            names(&unreadable)
+        ));
+    }
+    let deep = of(after, scan::Unwalked::TooDeep);
+    if !deep.is_empty() {
+        warnings.push(format!(
+            "{} directories of the workspace are nested deeper than {} levels and were not \
+             walked: what they hold is not in `changes`: {}",
+            deep.len(),
+            scan::MAX_DEPTH,
+            names(&deep)
+        ));
+    }
+    let after_dirs: std::collections::BTreeSet<&[u8]> = after
+        .unwalked
+        .iter()
+        .map(|(dir, _)| dir.as_slice())
+        .collect();
+    let before_only: Vec<&[u8]> = before
+        .unwalked
+        .iter()
+        .map(|(dir, _)| dir.as_slice())
+        .filter(|dir| !after_dirs.contains(dir))
+        .collect();
+    if !before_only.is_empty() {
+        warnings.push(format!(
+            "{} directories of the workspace could not be read before the run (no read \
+             permission, or nested too deep): their files are listed as modified, and what \
+             was deleted from them is not known: {}",
+            before_only.len(),
+            names(&before_only)
+        ));
+    }
+    warnings
 }
 
 /// A unified diff of whole-file hunks (a plain directory keeps no history to diff
@@ -1223,6 +1323,57 @@ mod tests {
     }
 
     use super::*;
+
+    /// A directory the plain walk does not go into (here: nested deeper than it walks;
+    /// one made unreadable is attacked through the binary, as uid 65534, in
+    /// `sandbox_round20b_review`): a warning names it, the changes are unseen, and what it
+    /// held is neither deleted nor added; one only the "before" missed has its files
+    /// listed as modified.
+    #[test]
+    fn a_directory_the_walk_does_not_go_into_is_named_and_its_files_not_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut deep = root.join("d");
+        for _ in 0..scan::MAX_DEPTH {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(root.join("keep.txt"), "same\n").unwrap();
+        // Below the walk's depth: unseen on both sides.
+        std::fs::write(deep.join("old.txt"), "old\n").unwrap();
+        let ledger = Ledger::before(root);
+        std::fs::write(deep.join("new.sh"), "evil\n").unwrap();
+        std::fs::remove_file(deep.join("old.txt")).unwrap();
+        let (changes, _) = ledger.changes(false, &[]).unwrap();
+        assert_eq!(changes.paths().count(), 0, "{changes:?}");
+        assert!(changes.unseen);
+        let said = changes.warnings.join("\n");
+        assert!(said.contains("nested deeper than 256"), "{said}");
+        assert!(said.contains("d/d/d/"), "{said}");
+        // The control: the same tree walked whole shows no warning.
+        std::fs::remove_dir_all(root.join("d")).unwrap();
+        let ledger = Ledger::before(root);
+        let (changes, _) = ledger.changes(false, &[]).unwrap();
+        assert!(
+            !changes.unseen && changes.warnings.is_empty(),
+            "{changes:?}"
+        );
+    }
+
+    #[test]
+    fn below_any_reads_ancestors_only() {
+        let dirs: std::collections::BTreeSet<&[u8]> = [&b"src"[..], b"a/b"].into();
+        assert!(below_any(&dirs, b"src/x"));
+        assert!(below_any(&dirs, b"src/y/z"));
+        assert!(below_any(&dirs, b"a/b/c"));
+        assert!(!below_any(&dirs, b"src"));
+        assert!(!below_any(&dirs, b"srcx/y"));
+        assert!(!below_any(&dirs, b"a/bc"));
+        assert!(!below_any(&dirs, b"a/x"));
+        let root: std::collections::BTreeSet<&[u8]> = [&b""[..]].into();
+        assert!(below_any(&root, b"anything"));
+        assert!(!below_any(&Default::default(), b"x/y"));
+    }
 
     /// The sandbox's placeholders may be made while the "before" is taken (it runs beside
     /// the sandbox's setup): left out of both sides, they never show as changes.

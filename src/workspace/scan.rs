@@ -186,6 +186,19 @@ pub struct Scan {
     pub listed: u64,
     /// Files the listing found that were gone when their stat data was taken.
     pub vanished: Vec<Vec<u8>>,
+    /// Directories the walk found and could not go into, in walk order: what they hold is
+    /// unknown to this scan (see [`Unwalked`]).
+    pub unwalked: Vec<(Vec<u8>, Unwalked)>,
+}
+
+/// Why a directory the walk found was not walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwalked {
+    /// It could not be opened: no read or search permission (`chmod 311`, which leaves
+    /// its files usable by name), or gone or swapped for something else since listed.
+    Unreadable,
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
 }
 
 impl Scan {
@@ -345,7 +358,9 @@ pub struct Changed {
     pub dirs: Vec<Vec<u8>>,
 }
 
-/// A scan whose entries may be reused (see the module doc).
+/// A scan whose entries may be reused (see the module doc). One per scan, held while it
+/// runs: its size beside a reference does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Prior<'a> {
     /// A scan used up by the new one (the loaded cache): reused entries are moved out of
     /// it, not copied, so the two are never both whole in memory.
@@ -463,8 +478,12 @@ pub fn list_kept(root: &Path, caps: &Caps, kept: Option<&Scan>) -> Listed {
             .collect(),
         ..Listing::default()
     };
-    if let Some(fd) = open_dir(root) {
-        listing.list(fd, &[], 0, &mut kept);
+    match open_dir(root) {
+        Some(fd) => {
+            listing.list(fd, &[], 0, &mut kept);
+        }
+        // The root itself made unreadable: nothing of it is known.
+        None => listing.unwalked.push((Vec::new(), Unwalked::Unreadable)),
     }
     crate::phases::mark("ledger.scan.listed");
     let stats = listing.stat_all(root);
@@ -493,6 +512,7 @@ pub fn finish(
     let mut out = Scan {
         started_ns,
         truncated: listing.truncated,
+        unwalked: std::mem::take(&mut listing.unwalked),
         ..Scan::default()
     };
     let mut walker = Walker {
@@ -597,7 +617,7 @@ pub fn finish(
 }
 
 /// Directories nested deeper than this are not entered (no real tree is that deep).
-const MAX_DEPTH: usize = 256;
+pub const MAX_DEPTH: usize = 256;
 
 /// Files listed per unit of the stat threads' work.
 const STAT_CHUNK: usize = 256;
@@ -678,6 +698,8 @@ struct Listing {
     /// Mount points of the kernel's own file systems below the root (relative to it),
     /// not walked ([`kernel_mounts_below`]).
     skipped: Vec<Vec<u8>>,
+    /// Directories found and not walked (see [`Scan::unwalked`]).
+    unwalked: Vec<(Vec<u8>, Unwalked)>,
 }
 
 impl Listing {
@@ -752,13 +774,23 @@ impl Listing {
                         path.push(b'/');
                     }
                     path.extend_from_slice(name);
-                    if depth >= MAX_DEPTH || self.skipped.contains(&path) {
+                    if self.skipped.contains(&path) {
                         whole = false;
                         continue;
                     }
+                    if depth >= MAX_DEPTH {
+                        whole = false;
+                        self.unwalked.push((path, Unwalked::TooDeep));
+                        continue;
+                    }
+                    // One the walk cannot open (the agent's `chmod 311`, its files still
+                    // usable by name) was passed over in silence: its new files missed,
+                    // its old ones taken as deleted (round twenty's second review). It is
+                    // named now, and the comparison leaves what it held alone.
                     let Some(child) = fd.as_ref().and_then(|fd| open_dir_at(fd.as_fd(), name))
                     else {
                         whole = false;
+                        self.unwalked.push((path, Unwalked::Unreadable));
                         continue;
                     };
                     let before = self.seen.len();
