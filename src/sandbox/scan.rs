@@ -1480,13 +1480,23 @@ impl<'a> Walker<'a, '_> {
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
-        for CommandWord { word, is_path } in config_text::command_words(text) {
+        for CommandWord {
+            word,
+            is_path,
+            whole_dir,
+        } in config_text::command_words(text)
+        {
             let Some(target) = config_path(&word, Some(&top)) else {
                 continue;
             };
-            if !walk.commands.insert(target.clone())
-                || !is_path && fs::symlink_metadata(&target).is_err()
-            {
+            // A glob's directory is keyed apart from a file of the same name: one command
+            // may name `ci` as a file, another read `ci/*`.
+            let key = if whole_dir {
+                target.join("*")
+            } else {
+                target.clone()
+            };
+            if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
                 continue;
             }
             if walk.commands.len() > MAX_COMMAND_FILES {
@@ -1496,7 +1506,19 @@ impl<'a> Walker<'a, '_> {
                     path: target,
                 });
             }
-            self.guard_include(&target, depth, walk, NamedBy::Command)?;
+            // A glob's directory is held whole, unless that is this tree or holds it
+            // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
+            let named_by = if !whole_dir {
+                NamedBy::Command
+            } else if fs::canonicalize(&target)
+                .ok()
+                .is_some_and(|dir| self.tree.root.starts_with(&dir))
+            {
+                continue;
+            } else {
+                NamedBy::HeldDir
+            };
+            self.guard_include(&target, depth, walk, named_by)?;
         }
         Ok(())
     }

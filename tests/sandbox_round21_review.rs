@@ -1,0 +1,192 @@
+//! Round twenty-one's review: what round twenty's helpers and lead fixed, attacked by
+//! someone who did not write it. Chiefly the work-tree scripts rule
+//! (`src/sandbox/config_text.rs`, read by the scan): the scan holds read-only the files of
+//! the work tree that the commands of the user's git config run, reading each command's
+//! words as the shell reads them. Each attack below is a command the user's own config
+//! runs that reaches a file of the work tree in a way that reading did not see: the agent
+//! writes the file in the sandbox, and the user's next `git` runs it outside. Every attack
+//! runs through the built binary (`coder sandbox`) as root and as uid 65534, each with its
+//! control: the same under `--mode danger-full-access`, where the user's git does run the
+//! payload.
+//!
+//! Found open when this review started, closed with it (each test failed on the branch's
+//! start, `0c9cad2`):
+//! * **A glob.** `!for f in tools/checks/*.sh; do sh "$f"; done` runs every script of a
+//!   directory; the word was dropped as one the shell expands, and the agent both wrote
+//!   the user's `tools/checks/a.sh` and added its own `b.sh`.
+//! * **A shell line inside quotes.** `!sh -c 'cd "my tools" && ./fmt.sh'`: the quoted
+//!   line's own words were read from the plain split (cut at the blank in `my tools`)
+//!   alone, never as the inner shell reads them.
+//! * **The git dir spelled by rev-parse.** `!sh "$(git rev-parse --git-dir)/scripts/x.sh"`
+//!   (or `--git-common-dir`, `--absolute-git-dir`): the word was dropped as one the shell
+//!   expands, and a git dir's files other than its config, hooks and info are the agent's
+//!   to write.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round21-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (none).
+const KNOWN_OPEN: &[&str] = &[];
+
+/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
+/// shell writes it.
+const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
+
+/// `setup` makes the user's repository and config in `ws`; `script` is the agent's, run
+/// through `coder sandbox` (it prints `PLANTED` once its writes are done, whether they
+/// landed or not); `user` is the user's git afterwards, outside any sandbox. Confined, the
+/// payload must not run; unconfined (the control), it must.
+fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
+    let open = KNOWN_OPEN.contains(&name);
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            setup(&fx, &ws);
+            let (rc, out) = sandbox_fixture::run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], script)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, user);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" || open {
+                assert!(
+                    ran,
+                    "{name} nobody={nobody} {mode}: control: {out}\n{git_out}"
+                );
+            } else {
+                assert!(
+                    !ran,
+                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
+                );
+            }
+        }
+    }
+}
+
+/// A script of the user's (mode 0755, the arm's user's).
+fn own_script(fx: &Fx, ws: &Path, rel: &str) {
+    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The alias runs every script of `tools/checks/` through a glob: the agent appends to the
+/// user's `a.sh` and adds a `b.sh` of its own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_glob_of_an_alias_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "glob",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!for f in tools/checks/*.sh; do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// A glob after `cd`: `cd tools && for f in checks/*; do sh "$f"; done`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_glob_runs_after_cd_are_not_the_agents_to_write() {
+    held_file_attack(
+        "glob after cd",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!cd tools && for f in checks/*; do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// `sh -c 'cd "my tools" && ./fmt.sh'`: a shell line in quotes, itself with a quoted
+/// directory; its words were read in `my/`, not in `my tools/`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_of_a_quoted_shell_line_is_not_the_agents_to_write() {
+    held_file_attack(
+        "quoted shell line",
+        |fx, ws| {
+            own_script(fx, ws, "my tools/fmt.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!sh -c 'cd \"my tools\" && ./fmt.sh'",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> 'my tools/fmt.sh'; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// The git dir spelled as `git rev-parse` prints it: `.git/scripts/a.sh` and `b.sh` are
+/// the user's, outside the git dir's config, hooks and info, which the sandbox holds.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_named_from_the_git_dir_is_not_the_agents_to_write() {
+    held_file_attack(
+        "git dir",
+        |fx, ws| {
+            own_script(fx, ws, ".git/scripts/a.sh");
+            own_script(fx, ws, ".git/scripts/b.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!sh \"$(git rev-parse --git-dir)/scripts/a.sh\" && \
+                     sh `git rev-parse --git-common-dir`/scripts/b.sh",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> .git/scripts/a.sh; {SCRIPT_PAYLOAD} >> .git/scripts/b.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
