@@ -190,3 +190,62 @@ fn a_script_named_from_the_git_dir_is_not_the_agents_to_write() {
         &["fmt"],
     );
 }
+
+/// A killed run's guard record is done by the next coder that sets up a sandbox; since
+/// round twenty one whose tree is gone from its path is kept. The agent of another run
+/// with a grant over the workspace's parent (the test stands for it) renames the tree
+/// away and leaves an empty directory of its own at its path while a run elsewhere
+/// starts, then puts the tree back: the record was checked against the decoy, found
+/// clean and dropped, the next run in the tree took the killed run's repository for the
+/// user's, and the user's `git status` there ran its `core.fsmonitor`. As root and as uid
+/// 65534; control: the payload is armed after the kill.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_killed_runs_guard_is_not_done_on_a_decoy_at_its_trees_path() {
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        fx.kill_a_run_that_armed_a_repo();
+        let elsewhere = fx.run_elsewhere_while_replaced(true);
+        let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(
+            !fx.marker().exists(),
+            "nobody={nobody}: the user's git ran the payload\n{elsewhere}\n{second}"
+        );
+    }
+}
+
+/// The same decoy for a stopped guard's record (`<state>/sandbox/guards-stopped/`): a
+/// guard that stopped at its entry cap (lowered through a debug build's hook) keeps its
+/// record for every later run to check; checked against the decoy, it was dropped.
+/// Control: the payload is armed between the runs.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_stopped_guards_record_is_not_checked_on_a_decoy_at_its_trees_path() {
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        let plant = "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" \
+                     && echo PLANTED";
+        let (rc, out) = sandbox_fixture::run_text(
+            fx.sandbox_in(&ws, &["--mode", "workspace-write"], plant)
+                .env("M", fx.marker())
+                .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
+        );
+        assert!(
+            rc == 71 && out.contains("PLANTED"),
+            "nobody={nobody}: {out}"
+        );
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
+        std::fs::remove_file(fx.marker()).unwrap();
+        let elsewhere = fx.run_elsewhere_while_replaced(true);
+        let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
+        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
+        assert!(
+            !fx.marker().exists(),
+            "nobody={nobody}: the user's git ran the payload\n{elsewhere}\n{second}"
+        );
+    }
+}

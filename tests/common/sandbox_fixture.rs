@@ -527,12 +527,53 @@ impl GitFx {
         )
     }
 
+    /// Starts `coder sandbox` whose command makes the nested repository `n` with a
+    /// `core.fsmonitor` that touches the marker, and kills coder with SIGKILL once it is
+    /// made: no guard of its own ran. Control: the user's `git status` in `n` runs the
+    /// payload then (the hole a killed run leaves, until the next coder runs); the marker
+    /// is removed after.
+    pub fn kill_a_run_that_armed_a_repo(&self) {
+        let mut child = self
+            .command(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd"])
+            .arg(self.ws())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+                 echo READY && exec sleep 60",
+            ])
+            .env("M", self.marker())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        kill_coder_when_ready(&mut child);
+        let _ = self.git(&self.ws().join("n"), &["status", "--short"]);
+        assert!(
+            self.marker().exists(),
+            "control: the killed run's repo must still be armed"
+        );
+        std::fs::remove_file(self.marker()).unwrap();
+    }
+
     /// A run in another directory (same state directory) while the workspace is renamed
     /// away, as the agent of another run with a grant over its parent could; the workspace
     /// is back at its path after. What that run printed.
     pub fn run_elsewhere_while_away(&self) -> String {
+        self.run_elsewhere_while_replaced(false)
+    }
+
+    /// [`GitFx::run_elsewhere_while_away`], with an empty directory of the arm's user at
+    /// the workspace's path meanwhile when `decoy`.
+    pub fn run_elsewhere_while_replaced(&self, decoy: bool) -> String {
         let (ws, away) = (self.ws(), self.root().join("ws-away"));
         std::fs::rename(&ws, &away).unwrap();
+        if decoy {
+            std::fs::create_dir(&ws).unwrap();
+            self.own_entry(&ws);
+        }
         let other = self.root().join("other");
         std::fs::create_dir(&other).unwrap();
         self.own_entry(&other);
@@ -542,6 +583,9 @@ impl GitFx {
             "echo ELSEWHERE",
         ));
         assert_eq!(rc, 0, "{elsewhere}");
+        if decoy {
+            std::fs::remove_dir(&ws).unwrap();
+        }
         std::fs::rename(&away, &ws).unwrap();
         elsewhere
     }
