@@ -14,6 +14,9 @@
 //! * **A glob.** `!for f in tools/checks/*.sh; do sh "$f"; done` runs every script of a
 //!   directory; the word was dropped as one the shell expands, and the agent both wrote
 //!   the user's `tools/checks/a.sh` and added its own `b.sh`.
+//! * **A program that runs a directory.** `!run-parts tools/checks`, `!cd tools && find
+//!   checks -type f -exec sh {} \;`: the word named a directory, which the scan does not
+//!   hold. It is held whole now, as a glob's directory is.
 //! * **A shell line inside quotes.** `!sh -c 'cd "my tools" && ./fmt.sh'`: the quoted
 //!   line's own words were read from the plain split (cut at the blank in `my tools`)
 //!   alone, never as the inner shell reads them.
@@ -21,6 +24,17 @@
 //!   (or `--git-common-dir`, `--absolute-git-dir`): the word was dropped as one the shell
 //!   expands, and a git dir's files other than its config, hooks and info are the agent's
 //!   to write.
+//! * **A decoy at a dead run's tree.** A killed (or stopped) run's guard record whose tree
+//!   is gone is kept since round twenty; one with an empty directory at the tree's path
+//!   was checked against that, found clean and dropped, and the tree put back held the
+//!   dead run's armed repository. Records know their trees by device and inode now.
+//! * **C1 controls in coder's JSON.** The envelope, `coder runs --json` and `coder fs`
+//!   printed the agent's U+009B raw (serde escapes C0 only).
+//!
+//! Looked at and held: `coder fs`/`coder mcp`'s base (each path is resolved under the
+//! canonical base taken once, so a base renamed and replaced by a link to the home
+//! directory serves nothing outside it); `count_argument` (0 refused, large lowered, no
+//! count unbounded); `~+` (not expanded by `dash`, git's `sh`).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -140,6 +154,47 @@ fn the_scripts_a_glob_runs_after_cd_are_not_the_agents_to_write() {
     );
 }
 
+/// `run-parts tools/checks` runs every executable of the directory: the agent appends to
+/// the user's `a` and adds a `b` of its own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_run_parts_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "run-parts",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a");
+            fx.git(ws, &["config", "alias.fmt", "!run-parts tools/checks"]);
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/checks/a; {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} \
+             > tools/checks/b; chmod +x tools/checks/b; echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// `cd tools && find checks -type f -exec sh {} ;`: the files `find` finds, run.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_find_exec_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "find -exec",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!cd tools && find checks -type f -exec sh {} \\;",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
 /// `sh -c 'cd "my tools" && ./fmt.sh'`: a shell line in quotes, itself with a quoted
 /// directory; its words were read in `my/`, not in `my tools/`.
 #[test]
@@ -247,5 +302,86 @@ fn a_stopped_guards_record_is_not_checked_on_a_decoy_at_its_trees_path() {
             !fx.marker().exists(),
             "nobody={nobody}: the user's git ran the payload\n{elsewhere}\n{second}"
         );
+    }
+}
+
+/// A fake CLI whose answer ends in a C1 CSI (U+009B, `ESC [` to some terminals) and a DEL.
+const C1_CLAUDE: &str = r#"#!/bin/bash
+sid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --session-id|--resume) sid="$2"; shift;; esac; shift
+done
+cat >/dev/null
+s='"session_id":"'"$sid"'"'
+echo '{"type":"system","subtype":"init",'"$s"',"tools":[],"model":"m"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"done\u009b2J\u007f",'"$s"',"num_turns":1}'
+"#;
+
+/// The bytes that drive a terminal: C0 controls but line feed and tab, DEL, and the C1
+/// range (UTF-8 `C2 80` to `C2 9F`).
+fn drives_a_terminal(text: &[u8]) -> bool {
+    text.iter()
+        .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f)
+        || text
+            .windows(2)
+            .any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1]))
+}
+
+/// The JSON coder prints for the user (the envelope, `coder runs --json`, `coder fs`)
+/// holds the agent's text: its answer, a file's content. serde escapes C0 controls, not
+/// the C1 range nor DEL, and a U+009B the agent wrote reached the user's terminal raw
+/// (round nineteen made `coder runs show` safe; its JSON was left as "escaped by JSON").
+/// Each is the same JSON value now, escaped. Control: the parsed value holds the
+/// character (the agent's text is all there).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_agents_text_in_coders_json_does_not_drive_the_users_terminal() {
+    use common::Bounded;
+    use common::review_tree::{Tree, VAR_TMP, who};
+    for owner in sandbox_fixture::owners() {
+        let case = who(owner);
+        let tree = Tree::new("coder-r21-c1-", VAR_TMP, owner, &[]);
+        let bin = tree.root.join("fake-claude");
+        std::fs::write(&bin, C1_CLAUDE).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(tree.ws().join("notes.txt"), "x\u{9b}2J\u{7f}\n").unwrap();
+        tree.give_away();
+        let out = sandbox_fixture::coder_as(&tree.root, owner, &tree.ws(), &bin, &[], "go")
+            .output_bounded();
+        let env = common::review_tree::envelope(&out);
+        assert!(
+            env["result"].as_str().unwrap_or("").contains('\u{9b}'),
+            "{case}: control: the agent's answer is not in the envelope: {env}"
+        );
+        assert!(!drives_a_terminal(&out.stdout), "{case}: envelope: {env}");
+        let coder = |args: &[&str]| {
+            let mut cmd = std::process::Command::new(common::CODER);
+            cmd.args(args);
+            sandbox_fixture::user_env(&mut cmd, &tree.root, sandbox_fixture::PATH);
+            sandbox_fixture::as_owner(&mut cmd, owner);
+            let out = cmd.output_bounded();
+            assert!(out.status.success(), "{case}: coder {args:?}: {out:?}");
+            out.stdout
+        };
+        let ws = tree.ws();
+        let payload = r#"{"path":"notes.txt"}"#;
+        let read = ["fs", "read-file", "--base", ws.to_str().unwrap(), payload];
+        for args in [
+            &["runs", "show", "last", "--json"][..],
+            &["runs", "list", "--json"],
+            &read,
+        ] {
+            let shown = coder(args);
+            let value: serde_json::Value = serde_json::from_slice(&shown)
+                .unwrap_or_else(|e| panic!("{case}: coder {args:?} is not JSON: {e}"));
+            assert!(
+                value.to_string().contains('\u{9b}') || args[0] == "runs" && args[1] == "list",
+                "{case}: control: coder {args:?} lost the text: {value}"
+            );
+            assert!(
+                !drives_a_terminal(&shown),
+                "{case}: coder {args:?} sent a control character: {value}"
+            );
+        }
     }
 }

@@ -221,6 +221,18 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             (w, may_be_absent)
         });
     let quoted = tokens.iter().map(|w| (w.clone(), !has_blank(w)));
+    let runners = dirs_run_whole(&plain);
+    // A glob the shell does not expand (quoted: `find . -name '*.sh'`, `git ls-files
+    // '*.rs'`) reads no directory: held whole, `cd src && git ls-files '*.rs'` froze `src`.
+    let patterns: Vec<Vec<u8>> = marked_shell_tokens(line)
+        .into_iter()
+        .filter_map(|(w, quoted_glob)| quoted_glob.then_some(w))
+        .collect();
+    let is_pattern = |w: &[u8]| {
+        patterns
+            .iter()
+            .any(|p| w == p.as_slice() || w.ends_with(&[b"/", p.as_slice()].concat()))
+    };
     let plain = plain.iter().map(|w| (w.clone(), true));
     for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
         let word = match word.iter().rposition(|b| *b == b'=') {
@@ -228,14 +240,22 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             None if word.first() == Some(&b'-') => continue,
             None => word,
         };
-        let (word, whole_dir) = match glob_dir(&word) {
+        // A directory whose files a program runs, read where the line runs it
+        // (`cd tools && run-parts checks`: `tools/checks`).
+        let runs_whole = |w: &[u8]| {
+            runners
+                .iter()
+                .any(|r| w == r.as_slice() || w.ends_with(&[b"/", r.as_slice()].concat()))
+        };
+        let (word, whole_dir) = match glob_dir(&word).filter(|_| !is_pattern(&word)) {
             Some(dir) => (dir, true),
+            None if runs_whole(&word) => (word, true),
             None => (word, false),
         };
         if !may_name_a_file(&word) {
             continue;
         }
-        let is_path = may_be_absent && (whole_dir || word.contains(&b'/'));
+        let is_path = may_be_absent && word.contains(&b'/');
         // A word met before as a file (`cd ci && for f in *`: `ci`) is a glob's
         // directory all the same.
         match words.iter_mut().find(|w| w.word == word) {
@@ -274,6 +294,43 @@ fn glob_dir(word: &[u8]) -> Option<Vec<u8>> {
     let last = &word[end + 1..];
     let dir = &word[..end];
     (!dir.is_empty() && !last.contains(&b'/') && !last.starts_with(b".*")).then(|| dir.to_vec())
+}
+
+/// The directories of a line whose every file a program runs: `run-parts DIR`, and the
+/// starting points of a `find` whose files the line runs (`-exec`, `-execdir`, `-ok`,
+/// `-okdir`, or piped to `xargs`). Such a word named a directory, which the scan does not
+/// hold, and the agent wrote the user's script there or added its own (round twenty-one's
+/// review). A `find` whose output the line runs otherwise (`for f in $(find d)`) is not
+/// told from one that lists (SECURITY.md, Known limits).
+fn dirs_run_whole(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let runs_found = words
+        .iter()
+        .any(|w| [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir", b"xargs"].contains(&w.as_slice()));
+    let mut dirs = Vec::new();
+    let mut words = words.iter().peekable();
+    while let Some(word) = words.next() {
+        let name = word.rsplit(|b| *b == b'/').next().unwrap_or(word);
+        if name == b"run-parts" {
+            // Its options with a separate value (`-a ARG`, `-u UMASK`) are passed over.
+            while let Some(next) = words.next_if(|w| w.starts_with(b"-")) {
+                if [&b"-a"[..], b"-u"].contains(&next.as_slice()) {
+                    words.next();
+                }
+            }
+            dirs.extend(words.next().cloned());
+        } else if name == b"find" && runs_found {
+            while words
+                .next_if(|w| [&b"-H"[..], b"-L", b"-P"].contains(&w.as_slice()))
+                .is_some()
+            {}
+            while let Some(start) = words.next_if(|w| !w.starts_with(b"-") && w.as_slice() != b"!")
+            {
+                dirs.push(start.clone());
+            }
+        }
+    }
+    dirs.retain(|d| may_name_a_file(d));
+    dirs
 }
 
 /// The bytes of a shell glob.
@@ -481,8 +538,18 @@ fn entered_dir<'a>(
 /// `sh tools/strip\ it.sh` give `tools/strip it.sh`, `tools/f\mt.sh` gives `tools/fmt.sh`
 /// (a backslash in double quotes escapes only `$`, `` ` ``, `"`, `\` and a line break).
 fn shell_tokens(line: &[u8]) -> Vec<Vec<u8>> {
+    marked_shell_tokens(line)
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect()
+}
+
+/// [`shell_tokens`], each with whether a glob character of it was quoted or escaped
+/// (`-name '*.sh'`: a pattern for the program, which the shell does not expand).
+fn marked_shell_tokens(line: &[u8]) -> Vec<(Vec<u8>, bool)> {
     let mut words = Vec::new();
     let mut word = Vec::new();
+    let mut quoted_glob = false;
     let mut quote: Option<u8> = None;
     let mut bytes = line.iter().copied().peekable();
     while let Some(b) = bytes.next() {
@@ -497,22 +564,29 @@ fn shell_tokens(line: &[u8]) -> Vec<Vec<u8>> {
                 }
                 _ => word.push(b),
             },
-            Some(_) => word.push(b),
+            Some(_) => {
+                quoted_glob |= GLOB.contains(&b);
+                word.push(b);
+            }
             None if b == b'\\' => match bytes.next() {
                 Some(b'\n') | None => {}
-                Some(next) => word.push(next),
+                Some(next) => {
+                    quoted_glob |= GLOB.contains(&next);
+                    word.push(next);
+                }
             },
             None if b == b'"' || b == b'\'' => quote = Some(b),
             None if b.is_ascii_whitespace() || b";&|()<>`".contains(&b) => {
                 if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
+                    words.push((std::mem::take(&mut word), quoted_glob));
                 }
+                quoted_glob = false;
             }
             None => word.push(b),
         }
     }
     if !word.is_empty() {
-        words.push(word);
+        words.push((word, quoted_glob));
     }
     words
 }
@@ -847,14 +921,25 @@ mod tests {
             \tb = !cd ci && for f in *; do ./$f; done\n\
             \tc = !sh -c 'cd \\\"my tools\\\" && ./fmt.sh'\n\
             \td = !sh \\\"$(git rev-parse --git-dir)/x.sh\\\" `git rev-parse --git-common-dir`/y.sh\n\
-            \te = !grep -E 'src/.*\\\\.rs' ^lib/a* && ls *.md\n";
+            \te = !grep -E 'src/.*\\\\.rs' ^lib/a* && ls *.md\n\
+            \tf = !cd src && git ls-files '*.rs' && find lib -name 'x*'\n\
+            \tg = !run-parts -u 022 hooks.d && cd t && find -L checks -type f -exec sh {} +\n";
         let all = command_words(text);
         let dirs: Vec<&[u8]> = all
             .iter()
             .filter(|w| w.whole_dir)
             .map(|w| w.word.as_slice())
             .collect();
-        assert_eq!(dirs, [&b"tools/checks"[..], b"ci"]);
+        assert_eq!(
+            dirs,
+            [
+                &b"tools/checks"[..],
+                b"ci",
+                b"hooks.d",
+                b"checks",
+                b"t/checks"
+            ]
+        );
         let named: Vec<(String, bool)> = words(text);
         for want in ["my tools/./fmt.sh", ".git/x.sh", ".git/y.sh"] {
             assert!(named.iter().any(|(w, _)| w == want), "{want}: {named:?}");
