@@ -17,6 +17,10 @@
 //! * **A program that runs a directory.** `!run-parts tools/checks`, `!cd tools && find
 //!   checks -type f -exec sh {} \;`: the word named a directory, which the scan does not
 //!   hold. It is held whole now, as a glob's directory is.
+//! * **A path after an expansion coder cannot read.** `sh "$(git root)"/tools/fmt.sh`
+//!   with the user's `alias.root = rev-parse --show-toplevel`, or `${T}/tools/b.sh`: the
+//!   word left was `/tools/fmt.sh`, absolute, held nowhere. What follows such an
+//!   expansion is read from the top now, held when a file is there.
 //! * **A shell line inside quotes.** `!sh -c 'cd "my tools" && ./fmt.sh'`: the quoted
 //!   line's own words were read from the plain split (cut at the blank in `my tools`)
 //!   alone, never as the inner shell reads them.
@@ -191,6 +195,32 @@ fn the_scripts_find_exec_runs_are_not_the_agents_to_write() {
             );
         },
         &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// The top spelled by the user's own alias (`alias.root = rev-parse --show-toplevel`, a
+/// common one): `sh "$(git root)/tools/fmt.sh"` left the word `/tools/fmt.sh`, and so
+/// does any expansion coder cannot read before a path (`$TOP/tools/x.sh`).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_named_after_an_unread_expansion_is_not_the_agents_to_write() {
+    held_file_attack(
+        "after an expansion",
+        |fx, ws| {
+            own_script(fx, ws, "tools/fmt.sh");
+            own_script(fx, ws, "tools/b.sh");
+            fx.git(ws, &["config", "alias.root", "rev-parse --show-toplevel"]);
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!sh \"$(git root)\"/tools/fmt.sh && T=$(git root) && sh ${T}/tools/b.sh",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; {SCRIPT_PAYLOAD} >> tools/b.sh; echo PLANTED"),
         &["fmt"],
     );
 }

@@ -216,6 +216,7 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
         .into_iter()
         .chain(words_in_entered_dirs(&shell_tokens(line)))
         .chain(entry_points(&plain))
+        .chain(after_expansions(line).into_iter().map(|w| (w, false)))
         .map(|(w, is_path)| {
             let may_be_absent = is_path && !has_blank(&w);
             (w, may_be_absent)
@@ -294,6 +295,36 @@ fn glob_dir(word: &[u8]) -> Option<Vec<u8>> {
     let last = &word[end + 1..];
     let dir = &word[..end];
     (!dir.is_empty() && !last.contains(&b'/') && !last.starts_with(b".*")).then(|| dir.to_vec())
+}
+
+/// The paths a line names right after an expansion coder cannot read, read from the top
+/// of the work tree as bare words are (held only when a file is there): the user's own
+/// alias for the top (`alias.root = rev-parse --show-toplevel`, then `sh "$(git
+/// root)"/tools/fmt.sh`) or a variable holding it (`T=$(git root) && sh ${T}/tools/x.sh`)
+/// left the word `/tools/fmt.sh`, an absolute path held nowhere, and the agent wrote the
+/// script (round twenty-one's review). Where the expansion is something else (`$HOME/x`),
+/// a file of that name at the top is held for nothing.
+fn after_expansions(line: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    for at in (1..line.len()).filter(|&i| line[i] == b'/') {
+        let before = line[..at].strip_suffix(b"\"").unwrap_or(&line[..at]);
+        let name = before
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+            .count();
+        let variable = name > 0 && before[..before.len() - name].ends_with(b"$");
+        if !(variable || matches!(before.last(), Some(b')' | b'`' | b'}'))) {
+            continue;
+        }
+        let rest = &line[at + 1..];
+        let end = rest
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || b"\"';&|()<>`".contains(b))
+            .unwrap_or(rest.len());
+        found.push(rest[..end].to_vec());
+    }
+    found
 }
 
 /// The directories of a line whose every file a program runs: `run-parts DIR`, and the
@@ -923,7 +954,8 @@ mod tests {
             \td = !sh \\\"$(git rev-parse --git-dir)/x.sh\\\" `git rev-parse --git-common-dir`/y.sh\n\
             \te = !grep -E 'src/.*\\\\.rs' ^lib/a* && ls *.md\n\
             \tf = !cd src && git ls-files '*.rs' && find lib -name 'x*'\n\
-            \tg = !run-parts -u 022 hooks.d && cd t && find -L checks -type f -exec sh {} +\n";
+            \tg = !run-parts -u 022 hooks.d && cd t && find -L checks -type f -exec sh {} +\n\
+            \th = !sh \\\"$(git root)\\\"/tools/r.sh && T=x && sh $T/tools/s.sh\n";
         let all = command_words(text);
         let dirs: Vec<&[u8]> = all
             .iter()
@@ -941,7 +973,13 @@ mod tests {
             ]
         );
         let named: Vec<(String, bool)> = words(text);
-        for want in ["my tools/./fmt.sh", ".git/x.sh", ".git/y.sh"] {
+        for want in [
+            "my tools/./fmt.sh",
+            ".git/x.sh",
+            ".git/y.sh",
+            "tools/r.sh",
+            "tools/s.sh",
+        ] {
             assert!(named.iter().any(|(w, _)| w == want), "{want}: {named:?}");
         }
     }
@@ -952,7 +990,9 @@ mod tests {
             [remote \"origin\"]\n\turl = ../other\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
             [user]\n\tname = a/b\n[include]\n\tpath = conf/x\n\
             [credential]\n\thelper = https://x/y\n[core]\n\tpager = less -R .. . ${X}/y\n";
-        assert_eq!(words(text), [("less".into(), false)]);
+        // `${X}/y` is `y` read from the top, held only when a file is there
+        // (`after_expansions`).
+        assert_eq!(words(text), [("less".into(), false), ("y".into(), false)]);
     }
 
     #[test]
