@@ -21,6 +21,8 @@
 //!   with the user's `alias.root = rev-parse --show-toplevel`, or `${T}/tools/b.sh`: the
 //!   word left was `/tools/fmt.sh`, absolute, held nowhere. What follows such an
 //!   expansion is read from the top now, held when a file is there.
+//! * **A held script's interpreter.** `.venv/bin/fmt`, held, runs by its `#!` the venv's
+//!   `python`, a link in the work tree the agent replaced. The `#!` path is held now.
 //! * **A shell line inside quotes.** `!sh -c 'cd "my tools" && ./fmt.sh'`: the quoted
 //!   line's own words were read from the plain split (cut at the blank in `my tools`)
 //!   alone, never as the inner shell reads them.
@@ -221,6 +223,32 @@ fn a_script_named_after_an_unread_expansion_is_not_the_agents_to_write() {
             );
         },
         &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; {SCRIPT_PAYLOAD} >> tools/b.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// A virtualenv's console script (`.venv/bin/fmt`, its `#!` naming the venv's own
+/// `python` by absolute path, as pip writes it) run by the user's alias: the script is
+/// held, but the interpreter the kernel runs it with, a link in the work tree, was the
+/// agent's to replace with its own program.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_interpreter_a_held_scripts_shebang_names_is_not_the_agents_to_replace() {
+    held_file_attack(
+        "shebang",
+        |fx, ws| {
+            let shebang = format!("#!{}/.venv/bin/python\nprint('fmt')\n", ws.display());
+            let script = fx.own_file(ws, ".venv/bin/fmt", &shebang);
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let python = ws.join(".venv/bin/python");
+            std::os::unix::fs::symlink("/usr/bin/python3", &python).unwrap();
+            fx.own_entry(&python);
+            fx.git(ws, &["config", "alias.fmt", "!.venv/bin/fmt"]);
+        },
+        &format!(
+            "rm -f .venv/bin/python; {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > .venv/bin/python; \
+             chmod +x .venv/bin/python; echo PLANTED"
+        ),
         &["fmt"],
     );
 }

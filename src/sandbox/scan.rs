@@ -1383,6 +1383,9 @@ impl<'a> Walker<'a, '_> {
                 if named_by == NamedBy::Config {
                     self.guard_includes(&path, named_parent, depth + 1, walk)?;
                 }
+                if named_by == NamedBy::Command {
+                    self.guard_interpreter(&path, depth, walk)?;
+                }
             }
             Kind::Symlink => {
                 self.guard_link(path.clone(), &st)?;
@@ -1390,6 +1393,11 @@ impl<'a> Walker<'a, '_> {
                     && let Ok(resolved) = fs::canonicalize(&path)
                 {
                     self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
+                }
+                if named_by == NamedBy::Command
+                    && let Ok(resolved) = fs::canonicalize(&path)
+                {
+                    self.guard_interpreter(&resolved, depth, walk)?;
                 }
             }
             Kind::Dir if named_by == NamedBy::HeldDir => {
@@ -1442,8 +1450,38 @@ impl<'a> Walker<'a, '_> {
             if named_by == NamedBy::Config {
                 self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
             }
+            if named_by == NamedBy::Command {
+                self.guard_interpreter(&resolved, depth, walk)?;
+            }
         }
         Ok(())
+    }
+
+    /// The interpreter a held command file's `#!` line names by path, held as the file
+    /// is (a link to it guarded as a link): a virtualenv's console script
+    /// (`.venv/bin/fmt`, whose `#!` pip writes as the venv's own `python`, a link in the
+    /// work tree) was held, and the agent replaced the link with its own program, which
+    /// the kernel then ran for the user's `git fmt` (round twenty-one's review). A
+    /// relative one is read from the top of the work tree, where git runs commands; one
+    /// found through `PATH` (`#!/usr/bin/env python3`) is not followed. Chains are
+    /// followed as far as the include depth.
+    fn guard_interpreter(
+        &mut self,
+        script: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const MAX_DEPTH: usize = 10;
+        let Some(interpreter) = read_shebang(script) else {
+            return Ok(());
+        };
+        let Some(target) = config_path(&interpreter, walk.work_tree.as_deref()) else {
+            return Ok(());
+        };
+        if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
+            return Ok(());
+        }
+        self.guard_include(&target, depth + 1, walk, NamedBy::Command)
     }
 
     /// `target`, named by a config outside this tree or a command of one, handed to the
@@ -2438,6 +2476,31 @@ fn read_config(path: &Path) -> Option<Vec<u8>> {
     let mut text = Vec::new();
     file.take(CAP).read_to_end(&mut text).ok()?;
     Some(text)
+}
+
+/// The interpreter path of `path`'s `#!` line (its first word), as the kernel reads it
+/// (at most 256 bytes, blanks after `#!` skipped); `None` for a file without one.
+fn read_shebang(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !fs::symlink_metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut head = Vec::new();
+    file.take(256).read_to_end(&mut head).ok()?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
+    let word = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .find(|w| !w.is_empty())?;
+    Some(word.to_vec())
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
