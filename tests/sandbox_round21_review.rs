@@ -23,6 +23,8 @@
 //!   expansion is read from the top now, held when a file is there.
 //! * **A held script's interpreter.** `.venv/bin/fmt`, held, runs by its `#!` the venv's
 //!   `python`, a link in the work tree the agent replaced. The `#!` path is held now.
+//! * **A virtualenv's `activate`.** `. .venv/bin/activate && lint` runs `.venv/bin/lint`,
+//!   read at the top alone; `activate`'s directory is read as a `PATH=` directory now.
 //! * **A shell line inside quotes.** `!sh -c 'cd "my tools" && ./fmt.sh'`: the quoted
 //!   line's own words were read from the plain split (cut at the blank in `my tools`)
 //!   alone, never as the inner shell reads them.
@@ -250,6 +252,30 @@ fn the_interpreter_a_held_scripts_shebang_names_is_not_the_agents_to_replace() {
              chmod +x .venv/bin/python; echo PLANTED"
         ),
         &["fmt"],
+    );
+}
+
+/// `. .venv/bin/activate && lint`: the activate script puts the venv's `bin` first on
+/// `PATH`, and the bare `lint` runs `.venv/bin/lint`, which was read at the top alone.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_a_virtualenvs_activate_puts_on_path_is_not_the_agents_to_write() {
+    held_file_attack(
+        "activate",
+        |fx, ws| {
+            fx.own_file(
+                ws,
+                ".venv/bin/activate",
+                "PATH=\"$PWD/.venv/bin:$PATH\"; export PATH\n",
+            );
+            own_script(fx, ws, ".venv/bin/lint");
+            fx.git(
+                ws,
+                &["config", "alias.lint", "!. .venv/bin/activate && lint"],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> .venv/bin/lint; echo PLANTED"),
+        &["lint"],
     );
 }
 

@@ -456,11 +456,20 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let mut path_dirs: Vec<Vec<u8>> = Vec::new();
     let mut program: &[u8] = b"";
     let mut moved = Vec::new();
-    let mut words = words.iter();
+    let mut words = words.iter().peekable();
     while let Some(word) = words.next() {
         if let Some(dirs) = word.strip_prefix(b"PATH=".as_slice()) {
             path_dirs.extend(dirs.split(|b| *b == b':').map(<[u8]>::to_vec));
             continue;
+        }
+        // A virtualenv's `activate` sourced (`. .venv/bin/activate && lint`) puts its
+        // directory first on `PATH`: `lint` runs `.venv/bin/lint` (round twenty-one's
+        // review). The script's word itself is read as any other.
+        if word == b"." || word == b"source" {
+            let activated = words
+                .peek()
+                .and_then(|w| w.strip_suffix(b"/activate".as_slice()));
+            path_dirs.extend(activated.map(<[u8]>::to_vec));
         }
         if let Some(dir) = entered_dir(word, program, &mut words) {
             here = Some(match here.take() {
@@ -955,7 +964,8 @@ mod tests {
             \te = !grep -E 'src/.*\\\\.rs' ^lib/a* && ls *.md\n\
             \tf = !cd src && git ls-files '*.rs' && find lib -name 'x*'\n\
             \tg = !run-parts -u 022 hooks.d && cd t && find -L checks -type f -exec sh {} +\n\
-            \th = !sh \\\"$(git root)\\\"/tools/r.sh && T=x && sh $T/tools/s.sh\n";
+            \th = !sh \\\"$(git root)\\\"/tools/r.sh && T=x && sh $T/tools/s.sh\n\
+            \ti = !. .venv/bin/activate && ruff check\n";
         let all = command_words(text);
         let dirs: Vec<&[u8]> = all
             .iter()
@@ -979,6 +989,7 @@ mod tests {
             ".git/y.sh",
             "tools/r.sh",
             "tools/s.sh",
+            ".venv/bin/ruff",
         ] {
             assert!(named.iter().any(|(w, _)| w == want), "{want}: {named:?}");
         }
