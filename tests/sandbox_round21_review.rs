@@ -62,8 +62,8 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open (none).
-const KNOWN_OPEN: &[&str] = &[];
+/// Attacks still open: [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`].
+const KNOWN_OPEN: &[&str] = &["env shebang"];
 
 /// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
 /// shell writes it.
@@ -276,6 +276,43 @@ fn a_program_a_virtualenvs_activate_puts_on_path_is_not_the_agents_to_write() {
         },
         &format!("{SCRIPT_PAYLOAD} >> .venv/bin/lint; echo PLANTED"),
         &["lint"],
+    );
+}
+
+/// `. .venv/bin/activate && tools/fmt.py`, whose `#!/usr/bin/env python3` finds the
+/// venv's `python3` (a link in the work tree) through the `PATH` the line set: the script
+/// is held, the interpreter is not (the scan follows a `#!` path, not a `PATH` search).
+/// Open (a ratchet): the agent replaces the link and the user's `git fmt` runs it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_interpreter_found_through_the_lines_path_is_the_agents_to_replace() {
+    held_file_attack(
+        "env shebang",
+        |fx, ws| {
+            fx.own_file(
+                ws,
+                ".venv/bin/activate",
+                "PATH=\"$PWD/.venv/bin:$PATH\"; export PATH\n",
+            );
+            let python = ws.join(".venv/bin/python3");
+            std::os::unix::fs::symlink("/usr/bin/python3", &python).unwrap();
+            fx.own_entry(&python);
+            let script = fx.own_file(ws, "tools/fmt.py", "#!/usr/bin/env python3\nprint(1)\n");
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!. .venv/bin/activate && tools/fmt.py",
+                ],
+            );
+        },
+        &format!(
+            "rm -f .venv/bin/python3; {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} \
+             > .venv/bin/python3; chmod +x .venv/bin/python3; echo PLANTED"
+        ),
+        &["fmt"],
     );
 }
 
