@@ -39,6 +39,10 @@
 //! * **C1 controls in coder's JSON.** The envelope, `coder runs --json` and `coder fs`
 //!   printed the agent's U+009B raw (serde escapes C0 only).
 //!
+//! * **A mount of the home directory below the base.** `coder fs` (and a confined run)
+//!   refused the home directory as the base or an ancestor of it, by path and inode, but
+//!   served a base holding a bind mount of it (`project/h`).
+//!
 //! Looked at and held: `coder fs`/`coder mcp`'s base (each path is resolved under the
 //! canonical base taken once, so a base renamed and replaced by a link to the home
 //! directory serves nothing outside it); `count_argument` (0 refused, large lowered, no
@@ -503,6 +507,72 @@ fn the_agents_text_in_coders_json_does_not_drive_the_users_terminal() {
                 !drives_a_terminal(&shown),
                 "{case}: coder {args:?} sent a control character: {value}"
             );
+        }
+    }
+}
+
+/// `coder fs` (and so `coder mcp`) refuses the home directory as its base by path and by
+/// device and inode, the base and its ancestors: a bind mount of the home directory
+/// *below* the base (`project/h`) was served, and so was a confined run's workspace
+/// holding one (the agent read every dotfile through `h/`; with the state directory in
+/// the home, that run was refused for the state directory only). Each refuses it now.
+/// Control: the same with a bind mount of another directory is served and read. Root's
+/// arm and uid 65534's (the mount is root's either way).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_mount_of_the_home_directory_below_the_base_is_refused() {
+    use common::Bounded;
+    for nobody in sandbox_fixture::arms() {
+        let (_keep, root) = sandbox_fixture::temp_root("coder-round21-mnt-");
+        let (home, other, project, state) = (
+            root.join("home"),
+            root.join("other"),
+            root.join("project"),
+            root.join("state"),
+        );
+        for dir in [&home, &other, &project, &state, &project.join("h")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(home.join("marker"), "HOME-SECRET\n").unwrap();
+        std::fs::write(other.join("marker"), "OTHER\n").unwrap();
+        if nobody {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        for (source, is_home) in [(&other, false), (&home, true)] {
+            sandbox_fixture::must_run(
+                std::process::Command::new("mount")
+                    .arg("--bind")
+                    .arg(source)
+                    .arg(project.join("h")),
+            );
+            let _umount = sandbox_fixture::Umount(project.join("h"));
+            let coder = |args: &[&str]| {
+                let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+                cmd.args(args)
+                    .env_clear()
+                    .env("PATH", sandbox_fixture::PATH)
+                    .env("HOME", &home)
+                    .env("CODER_STATE_DIR", &state)
+                    .current_dir("/");
+                sandbox_fixture::printed(&cmd.output_bounded())
+            };
+            let base = project.to_str().unwrap();
+            let read = coder(&["fs", "--base", base, "read-file", r#"{"path":"h/marker"}"#]);
+            let ran = coder(&["sandbox", "--cd", base, "--", "cat", "h/marker"]);
+            let case = format!("nobody={nobody} home={is_home}");
+            if is_home {
+                assert!(
+                    read.contains("C210") && read.contains("home directory"),
+                    "{case}: coder fs served the home directory: {read}"
+                );
+                assert!(
+                    !ran.contains("HOME-SECRET") && ran.contains("home directory"),
+                    "{case}: the sandbox read the home directory: {ran}"
+                );
+            } else {
+                assert!(read.contains("OTHER"), "{case}: control: {read}");
+                assert!(ran.contains("OTHER"), "{case}: control: {ran}");
+            }
         }
     }
 }
