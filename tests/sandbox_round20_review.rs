@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 
 use common::Bounded;
 use common::review_tree::{Tree, who};
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, own_script};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -69,53 +69,9 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open: [`a_git_pointer_left_in_tmp_makes_a_top_of_the_users_config`].
 const KNOWN_OPEN: &[&str] = &["pointer in /tmp"];
 
-/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
-/// shell writes it.
-const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
-
-/// `setup` makes the user's repository and config in `ws`; `script` is the agent's, run
-/// through `coder sandbox` (it prints `PLANTED` once its writes are done, whether they
-/// landed or not); `user` is the user's git afterwards, outside any sandbox. Confined, the
-/// payload must not run; unconfined (the control), it must.
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
-    let open = KNOWN_OPEN.contains(&name);
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
-            setup(&fx, &ws);
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], script)
-                    .env("M", fx.marker()),
-            );
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, user);
-            let ran = fx.marker().exists();
-            if mode == "danger-full-access" || open {
-                assert!(
-                    ran,
-                    "{name} nobody={nobody} {mode}: control: {out}\n{git_out}"
-                );
-            } else {
-                assert!(
-                    !ran,
-                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
-                     {out}\n{git_out}"
-                );
-            }
-        }
-    }
-}
-
-/// A script of the user's (mode 0755, the arm's user's).
-fn own_script(fx: &Fx, ws: &Path, rel: &str) {
-    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
 /// The alias names its scripts with backslashes, as the shell allows: a blank escaped

@@ -56,7 +56,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, own_script};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -69,53 +69,9 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open: [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`].
 const KNOWN_OPEN: &[&str] = &["env shebang"];
 
-/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
-/// shell writes it.
-const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
-
-/// `setup` makes the user's repository and config in `ws`; `script` is the agent's, run
-/// through `coder sandbox` (it prints `PLANTED` once its writes are done, whether they
-/// landed or not); `user` is the user's git afterwards, outside any sandbox. Confined, the
-/// payload must not run; unconfined (the control), it must.
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
-    let open = KNOWN_OPEN.contains(&name);
-    for nobody in sandbox_fixture::arms() {
-        for mode in ["workspace-write", "danger-full-access"] {
-            let fx = Fx::new(&REPO, nobody);
-            let ws = fx.ws();
-            setup(&fx, &ws);
-            let (rc, out) = sandbox_fixture::run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], script)
-                    .env("M", fx.marker()),
-            );
-            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
-            assert!(
-                out.contains("PLANTED"),
-                "{name}: the attack did not run: {out}"
-            );
-            let _ = std::fs::remove_file(fx.marker());
-            let git_out = fx.git(&ws, user);
-            let ran = fx.marker().exists();
-            if mode == "danger-full-access" || open {
-                assert!(
-                    ran,
-                    "{name} nobody={nobody} {mode}: control: {out}\n{git_out}"
-                );
-            } else {
-                assert!(
-                    !ran,
-                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
-                     {out}\n{git_out}"
-                );
-            }
-        }
-    }
-}
-
-/// A script of the user's (mode 0755, the arm's user's).
-fn own_script(fx: &Fx, ws: &Path, rel: &str) {
-    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
 /// The alias runs every script of `tools/checks/` through a glob: the agent appends to the
@@ -442,16 +398,6 @@ echo '{"type":"system","subtype":"init",'"$s"',"tools":[],"model":"m"}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done\u009b2J\u007f",'"$s"',"num_turns":1}'
 "#;
 
-/// The bytes that drive a terminal: C0 controls but line feed and tab, DEL, and the C1
-/// range (UTF-8 `C2 80` to `C2 9F`).
-fn drives_a_terminal(text: &[u8]) -> bool {
-    text.iter()
-        .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f)
-        || text
-            .windows(2)
-            .any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1]))
-}
-
 /// The JSON coder prints for the user (the envelope, `coder runs --json`, `coder fs`)
 /// holds the agent's text: its answer, a file's content. serde escapes C0 controls, not
 /// the C1 range nor DEL, and a U+009B the agent wrote reached the user's terminal raw
@@ -478,7 +424,10 @@ fn the_agents_text_in_coders_json_does_not_drive_the_users_terminal() {
             env["result"].as_str().unwrap_or("").contains('\u{9b}'),
             "{case}: control: the agent's answer is not in the envelope: {env}"
         );
-        assert!(!drives_a_terminal(&out.stdout), "{case}: envelope: {env}");
+        assert!(
+            !common::review_tree::drives_a_terminal(&out.stdout),
+            "{case}: envelope: {env}"
+        );
         let coder = |args: &[&str]| {
             let mut cmd = std::process::Command::new(common::CODER);
             cmd.args(args);
@@ -504,7 +453,7 @@ fn the_agents_text_in_coders_json_does_not_drive_the_users_terminal() {
                 "{case}: control: coder {args:?} lost the text: {value}"
             );
             assert!(
-                !drives_a_terminal(&shown),
+                !common::review_tree::drives_a_terminal(&shown),
                 "{case}: coder {args:?} sent a control character: {value}"
             );
         }

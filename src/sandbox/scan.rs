@@ -2458,10 +2458,15 @@ const MAX_HELD_ENTRIES: usize = 100_000;
 /// The text of the git config at `path`, a regular file of at most 1 MiB opened without
 /// following a symlink on its last step or waiting on a FIFO; `None` otherwise.
 fn read_config(path: &Path) -> Option<Vec<u8>> {
+    read_plain_file(path, 1 << 20)
+}
+
+/// The first `cap` bytes of `path` when it is a plain file (no symlink followed at its
+/// end); `None` otherwise. Looked at before it is opened: opening a device may act (a
+/// watchdog starts its timer, a tape rewinds), and the scan reads files outside every
+/// tree too.
+fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
-    const CAP: u64 = 1 << 20;
-    // Looked at before it is opened: opening a device may act (a watchdog starts its
-    // timer, a tape rewinds), and the scan now reads configs outside every tree too.
     if !fs::symlink_metadata(path).ok()?.is_file() {
         return None;
     }
@@ -2474,27 +2479,14 @@ fn read_config(path: &Path) -> Option<Vec<u8>> {
         return None;
     }
     let mut text = Vec::new();
-    file.take(CAP).read_to_end(&mut text).ok()?;
+    file.take(cap).read_to_end(&mut text).ok()?;
     Some(text)
 }
 
 /// The interpreter path of `path`'s `#!` line (its first word), as the kernel reads it
 /// (at most 256 bytes, blanks after `#!` skipped); `None` for a file without one.
 fn read_shebang(path: &Path) -> Option<Vec<u8>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if !fs::symlink_metadata(path).ok()?.is_file() {
-        return None;
-    }
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut head = Vec::new();
-    file.take(256).read_to_end(&mut head).ok()?;
+    let head = read_plain_file(path, 256)?;
     let line = head.strip_prefix(b"#!")?;
     let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
     let word = line

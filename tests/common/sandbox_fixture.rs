@@ -709,3 +709,61 @@ pub fn user_env<'a>(cmd: &'a mut Command, root: &Path, path: impl AsRef<OsStr>) 
         .current_dir(root)
         .stdin(Stdio::null())
 }
+
+/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
+/// shell writes it.
+pub const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
+
+/// One attack on the work-tree scripts rule, for each arm and mode: `setup` makes the
+/// user's repository and config in `ws`; `script` is the agent's, run through `coder
+/// sandbox` (it prints `PLANTED` once its writes are done, whether they landed or not);
+/// `user` is the user's git afterwards, outside any sandbox. Confined, the payload must
+/// not run unless `name` is in `known_open` (a ratchet); unconfined (the control), it
+/// must.
+pub fn held_file_attack(
+    style: &RepoStyle,
+    known_open: &[&str],
+    name: &str,
+    setup: fn(&GitFx, &Path),
+    script: &str,
+    user: &[&str],
+) {
+    let open = known_open.contains(&name);
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = GitFx::new(style, nobody);
+            let ws = fx.ws();
+            setup(&fx, &ws);
+            let (rc, out) = run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], script)
+                    .env("M", fx.marker()),
+            );
+            assert_eq!(rc, 0, "{name} nobody={nobody} {mode}: {out}");
+            assert!(
+                out.contains("PLANTED"),
+                "{name}: the attack did not run: {out}"
+            );
+            let _ = std::fs::remove_file(fx.marker());
+            let git_out = fx.git(&ws, user);
+            let ran = fx.marker().exists();
+            if mode == "danger-full-access" || open {
+                assert!(
+                    ran,
+                    "{name} nobody={nobody} {mode}: control: {out}\n{git_out}"
+                );
+            } else {
+                assert!(
+                    !ran,
+                    "{name} nobody={nobody}: the user's git ran the agent's payload: \
+                     {out}\n{git_out}"
+                );
+            }
+        }
+    }
+}
+
+/// A script of the user's (mode 0755, the arm's user's).
+pub fn own_script(fx: &GitFx, ws: &Path, rel: &str) {
+    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
