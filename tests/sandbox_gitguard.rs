@@ -17,8 +17,6 @@ use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle, arms, run_te
 use common::{Fake, steps};
 use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_coder");
-
 /// Every fixture here: the user's repository on git's default branch, its README root's.
 const REPO: RepoStyle = RepoStyle {
     prefix: "coder-gitguard-",
@@ -327,36 +325,6 @@ fn a_pre_existing_bare_repo_is_guarded_and_left_alone() {
     }
 }
 
-/// Starts `coder sandbox` whose command makes the nested repository `n` with a
-/// `core.fsmonitor` that touches the marker, and kills coder with SIGKILL once it is made:
-/// no guard of its own ran. Control: the user's `git status` in `n` runs the payload then
-/// (the hole a killed run leaves, until the next coder runs); the marker is removed after.
-fn kill_a_run_that_armed_a_repo(fx: &Fx) {
-    let mut child = fx
-        .command(BIN)
-        .args(["sandbox", "--cd"])
-        .arg(fx.ws())
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
-             echo READY && exec sleep 60",
-        ])
-        .env("M", fx.marker())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    sandbox_fixture::kill_coder_when_ready(&mut child);
-    let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
-    assert!(
-        fx.marker().exists(),
-        "control: the killed run's repo must still be armed"
-    );
-    std::fs::remove_file(fx.marker()).unwrap();
-}
-
 /// coder killed with SIGKILL runs no guard of its own; the next coder that sets up a
 /// sandbox (same state dir, any workspace) runs the dead run's guard from the record left in
 /// its run directory. Shown with the hole first: between the two, the user's git does run
@@ -366,7 +334,7 @@ fn kill_a_run_that_armed_a_repo(fx: &Fx) {
 fn the_guard_of_a_killed_run_is_done_by_the_next_one() {
     for nobody in arms() {
         let fx = Fx::new(&REPO, nobody);
-        kill_a_run_that_armed_a_repo(&fx);
+        fx.kill_a_run_that_armed_a_repo();
         let (rc, out) = fx.sandbox("workspace-write", "echo PLANTED");
         assert_eq!(rc, 0, "{out}");
         assert!(
@@ -392,7 +360,7 @@ fn a_killed_runs_guard_outlives_its_tree_renamed_away() {
     for nobody in arms() {
         let fx = Fx::new(&REPO, nobody);
         let ws = fx.ws();
-        kill_a_run_that_armed_a_repo(&fx);
+        fx.kill_a_run_that_armed_a_repo();
         let elsewhere = fx.run_elsewhere_while_away();
         let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
         let _ = fx.git(&ws.join("n"), &["status", "--short"]);

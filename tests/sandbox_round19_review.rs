@@ -347,16 +347,6 @@ echo '{"type":"user","message":{"role":"user","content":[{"type":"tool_result","
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done\u001b]0;title\u0007\u009b2J",'"$s"',"num_turns":1}'
 "#;
 
-/// The bytes that drive a terminal: C0 controls but line feed and tab, DEL, and the C1
-/// range (UTF-8 `C2 80` to `C2 9F`).
-fn drives_a_terminal(text: &[u8]) -> bool {
-    text.iter()
-        .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f)
-        || text
-            .windows(2)
-            .any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1]))
-}
-
 /// The agent's tool call, its output and its answer carry terminal escapes (see
 /// [`TERMINAL_CLAUDE`]); the user reads the run back with `coder runs show last`, and
 /// `coder runs list`. Neither sends a control character to the terminal, and the tool
@@ -399,7 +389,7 @@ fn the_agents_text_does_not_drive_the_users_terminal() {
             let shown = runs(args);
             let text = String::from_utf8_lossy(&shown);
             assert!(
-                !drives_a_terminal(&shown),
+                !common::review_tree::drives_a_terminal(&shown),
                 "{case}: coder runs {args:?} sent the agent's control characters: {text:?}"
             );
             if args[0] == "show" {
@@ -442,7 +432,7 @@ fn the_guards_warning_cannot_be_erased_by_a_name() {
         );
         assert!(stderr.contains("git guard: in "), "{case}: {stderr}");
         assert!(
-            !drives_a_terminal(&out.stderr),
+            !common::review_tree::drives_a_terminal(&out.stderr),
             "{case}: the guard's warning carries the name's escapes: {stderr:?}"
         );
     }

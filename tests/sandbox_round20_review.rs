@@ -58,7 +58,7 @@ use std::path::{Path, PathBuf};
 
 use common::Bounded;
 use common::review_tree::{Tree, who};
-use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, own_script};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -71,34 +71,9 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open: none (round twenty-one closed "pointer in /tmp").
 const KNOWN_OPEN: &[&str] = &[];
 
-/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
-/// shell writes it.
-const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
-
-/// `setup` makes the user's repository and config in `ws`; `script` is the agent's, run
-/// through `coder sandbox` (it prints `PLANTED` once its writes are done, whether they
-/// landed or not); `user` is the user's git afterwards, outside any sandbox. Confined, the
-/// payload must not run; unconfined (the control), it must.
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
-    let launch = |fx: &Fx, ws: &Path| {
-        setup(fx, ws);
-        Launch::default()
-    };
-    let open = KNOWN_OPEN.contains(&name);
-    sandbox_fixture::held_attack(
-        name,
-        open,
-        &|nobody| Fx::new(&REPO, nobody),
-        &launch,
-        script,
-        user,
-    );
-}
-
-/// A script of the user's (mode 0755, the arm's user's).
-fn own_script(fx: &Fx, ws: &Path, rel: &str) {
-    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
 /// The alias names its scripts with backslashes, as the shell allows: a blank escaped

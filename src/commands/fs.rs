@@ -12,6 +12,7 @@ use clap::Parser;
 use serde_json::Value;
 
 use crate::config::{BackendArgs, ConfigFile, config_file_location};
+use crate::text::json_terminal_safe;
 use crate::workspace::fs::{FsCode, FsError, Jail, Verb};
 
 #[derive(Debug, Parser)]
@@ -41,8 +42,15 @@ pub fn fs_command(args: &[OsString]) -> ExitCode {
         Err(code) => return code,
     };
     match run(&parsed) {
-        Ok(value) => super::print_then(&format!("{value}\n"), ExitCode::SUCCESS),
-        Err(e) => super::print_then(&format!("{}\n", e.to_json()), ExitCode::from(1)),
+        // A file's content and names the agent chose, for a terminal as often as not.
+        Ok(value) => super::print_then(
+            &json_terminal_safe(&format!("{value}\n")),
+            ExitCode::SUCCESS,
+        ),
+        Err(e) => super::print_then(
+            &json_terminal_safe(&format!("{}\n", e.to_json())),
+            ExitCode::from(1),
+        ),
     }
 }
 

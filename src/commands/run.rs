@@ -95,7 +95,10 @@ pub(crate) fn finish(output: Output) -> ExitCode {
             if let Some(line) = metrics_line {
                 let _ = writeln!(std::io::stderr(), "{line}");
             }
-            let line = format!("{}\n", envelope.to_json_line());
+            let line = format!(
+                "{}\n",
+                crate::text::json_terminal_safe(&envelope.to_json_line())
+            );
             let code = match super::write_stdout(&line) {
                 Ok(()) => ExitCode::from(envelope.exit_code),
                 // Not lost: stdout failed (a full disk, an I/O error; not a reader that

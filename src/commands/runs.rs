@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::journal::runs::{account, count_prefixed, find_run, list_runs, read_entries, render};
-use crate::text::{Secrets, names::secret_values, terminal_safe};
+use crate::text::{Secrets, json_terminal_safe, names::secret_values, terminal_safe};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,7 +75,8 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
             };
             let mut out = String::new();
             if json {
-                out = serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n";
+                let json = serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n";
+                return super::print_then(&json_terminal_safe(&json), ExitCode::SUCCESS);
             } else if runs.is_empty() {
                 out = format!("no recorded runs in {}\n", dir.display());
             } else {
@@ -105,7 +106,7 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     );
                 }
             }
-            // JSON escapes control characters itself; the table is for a terminal.
+            // The table is for a terminal (JSON went out above, its own escapes used).
             super::print_then(&terminal_safe(&out), ExitCode::SUCCESS)
         }
         RunsCommand::Show { run, json } => {
@@ -132,7 +133,8 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
                     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
                     let account = redacted_account(&entries, &env);
                     let text = if json {
-                        serde_json::to_string_pretty(&account).unwrap_or_default() + "\n"
+                        let json = serde_json::to_string_pretty(&account).unwrap_or_default();
+                        json_terminal_safe(&json).into_owned() + "\n"
                     } else {
                         // The account holds the agent's text: its escapes must not reach
                         // the user's terminal.

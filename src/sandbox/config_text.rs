@@ -170,57 +170,217 @@ pub(super) struct CommandWord {
     /// word names a file of the work tree only when one is there: `sh strip.sh`; absent,
     /// it is as likely a program on `PATH`).
     pub(super) is_path: bool,
+    /// The word is the directory a glob of the command reads (`tools/checks` of `for f in
+    /// tools/checks/*.sh`): every file there may run, those the agent would add too, so
+    /// the directory is held whole, as a hooks directory is.
+    pub(super) whole_dir: bool,
 }
 
 /// The words of every command the config runs ([`COMMAND_KEYS`]) that may name a file,
 /// in the order met, each once: what is left of a shell line once its operators,
 /// quotes and options are taken off (`--file=x` gives `x`), without words git or the
-/// shell would expand (`%f`, `$HOME`, globs) or that name no file (`.`, URLs).
+/// shell would expand (`%f`, `$HOME`) or that name no file (`.`, URLs). A word with a
+/// glob gives the directory it reads, held whole ([`CommandWord::whole_dir`]).
 pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     let mut words: Vec<CommandWord> = Vec::new();
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
-        let line = top_read_as_dot(line);
-        let plain = shell_words(&line);
-        // The words as the shell reads them, quotes and backslashes taken as it takes
-        // them: `sh 'tools/strip it.sh'` and `sh tools/strip\ it.sh` name one file, and
-        // the plain split offered `tools/strip` and `it.sh` (round twenty's review, for
-        // the backslash). One that differs from every plain word is offered too, held
-        // only when a file is there if it has a blank in it: the same quotes may hold a
-        // shell line (`sh -c 'a.sh && b.sh'`), whose words the plain split offers.
-        let tokens: Vec<Vec<u8>> = shell_tokens(&line)
-            .into_iter()
-            .filter(|t| !plain.contains(t))
-            .collect();
-        let has_blank = |w: &[u8]| w.iter().any(u8::is_ascii_whitespace);
-        // A bare word read in the directory keeps its bareness: held only when a file is
-        // there (`cd tools && make lint` names no file `tools/make`).
-        let moved = words_in_entered_dirs(&plain)
-            .into_iter()
-            .chain(words_in_entered_dirs(&shell_tokens(&line)))
-            .chain(entry_points(&plain))
-            .map(|(w, is_path)| {
-                let may_be_absent = is_path && !has_blank(&w);
-                (w, may_be_absent)
-            });
-        let quoted = tokens.into_iter().map(|w| {
-            let may_be_absent = !has_blank(&w);
+        line_words(&top_read_as_dot(line), NESTED_LINES, &mut words);
+    }
+    words
+}
+
+/// How deep a shell line quoted in another (`sh -c 'cd "my tools" && ./fmt.sh'`) is read
+/// as a line of its own.
+const NESTED_LINES: usize = 3;
+
+/// The words of one shell line, added to `words` ([`command_words`]); a quoted word with
+/// a blank in it is read again as a line of its own, `depth` levels down.
+fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
+    let plain = shell_words(line);
+    // The words as the shell reads them, quotes and backslashes taken as it takes
+    // them: `sh 'tools/strip it.sh'` and `sh tools/strip\ it.sh` name one file, and
+    // the plain split offered `tools/strip` and `it.sh` (round twenty's review, for
+    // the backslash). One that differs from every plain word is offered too, held
+    // only when a file is there if it has a blank in it: the same quotes may hold a
+    // shell line (`sh -c 'a.sh && b.sh'`), whose words the plain split offers, but
+    // only as the outer line splits them: `sh -c 'cd "my tools" && ./fmt.sh'` was
+    // read in `my/` (round twenty-one's review), so such a word is read as a line too.
+    let tokens: Vec<Vec<u8>> = shell_tokens(line)
+        .into_iter()
+        .filter(|t| !plain.contains(t))
+        .collect();
+    let has_blank = |w: &[u8]| w.iter().any(u8::is_ascii_whitespace);
+    // A bare word read in the directory keeps its bareness: held only when a file is
+    // there (`cd tools && make lint` names no file `tools/make`).
+    let moved = words_in_entered_dirs(&plain)
+        .into_iter()
+        .chain(words_in_entered_dirs(&shell_tokens(line)))
+        .chain(entry_points(&plain))
+        .chain(after_expansions(line).into_iter().map(|w| (w, false)))
+        .map(|(w, is_path)| {
+            let may_be_absent = is_path && !has_blank(&w);
             (w, may_be_absent)
         });
-        let plain = plain.into_iter().map(|w| (w, true));
-        for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
-            let word = match word.iter().rposition(|b| *b == b'=') {
-                Some(at) => word[at + 1..].to_vec(),
-                None if word.first() == Some(&b'-') => continue,
-                None => word,
-            };
-            if may_name_a_file(&word) && !words.iter().any(|w| w.word == word) {
-                let is_path = may_be_absent && word.contains(&b'/');
-                words.push(CommandWord { word, is_path });
+    let quoted = tokens.iter().map(|w| (w.clone(), !has_blank(w)));
+    let runners = dirs_run_whole(&plain);
+    // A glob the shell does not expand (quoted: `find . -name '*.sh'`, `git ls-files
+    // '*.rs'`) reads no directory: held whole, `cd src && git ls-files '*.rs'` froze `src`.
+    let patterns: Vec<Vec<u8>> = marked_shell_tokens(line)
+        .into_iter()
+        .filter_map(|(w, quoted_glob)| quoted_glob.then_some(w))
+        .collect();
+    let is_pattern = |w: &[u8]| {
+        patterns
+            .iter()
+            .any(|p| w == p.as_slice() || w.ends_with(&[b"/", p.as_slice()].concat()))
+    };
+    let plain = plain.iter().map(|w| (w.clone(), true));
+    for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
+        let word = match word.iter().rposition(|b| *b == b'=') {
+            Some(at) => word[at + 1..].to_vec(),
+            None if word.first() == Some(&b'-') => continue,
+            None => word,
+        };
+        // A directory whose files a program runs, read where the line runs it
+        // (`cd tools && run-parts checks`: `tools/checks`).
+        let runs_whole = |w: &[u8]| {
+            runners
+                .iter()
+                .any(|r| w == r.as_slice() || w.ends_with(&[b"/", r.as_slice()].concat()))
+        };
+        let (word, whole_dir) = match glob_dir(&word).filter(|_| !is_pattern(&word)) {
+            Some(dir) => (dir, true),
+            None if runs_whole(&word) => (word, true),
+            None => (word, false),
+        };
+        if !may_name_a_file(&word) {
+            continue;
+        }
+        let is_path = may_be_absent && word.contains(&b'/');
+        // A word met before as a file (`cd ci && for f in *`: `ci`) is a glob's
+        // directory all the same.
+        match words.iter_mut().find(|w| w.word == word) {
+            Some(met) if whole_dir && !met.whole_dir => {
+                met.whole_dir = true;
+                met.is_path |= is_path;
+            }
+            Some(_) => {}
+            None => words.push(CommandWord {
+                word,
+                is_path,
+                whole_dir,
+            }),
+        }
+    }
+    if depth > 0 {
+        for inner in tokens.iter().filter(|t| has_blank(t)) {
+            line_words(inner, depth - 1, words);
+        }
+    }
+}
+
+/// The directory a word with a glob reads (`tools/checks` of `tools/checks/*.sh`, `tools`
+/// of `tools/*/run.sh`): the shell runs what it finds there, so a file the agent adds is
+/// run as well as the user's (round twenty-one's review: such a word was dropped as one
+/// the shell expands). `None` for a word without a glob, or one that names no directory
+/// before it (`*.sh`: the top itself is not held whole). Only a glob in a word's last
+/// name that expands nothing else is one: a regular expression (`'src/.*\.rs'`,
+/// `^src/a*`) held the project's sources whole.
+fn glob_dir(word: &[u8]) -> Option<Vec<u8>> {
+    if !is_glob(word) {
+        return None;
+    }
+    let glob = word.iter().position(|b| GLOB.contains(b))?;
+    let end = word[..glob].iter().rposition(|b| *b == b'/')?;
+    let last = &word[end + 1..];
+    let dir = &word[..end];
+    (!dir.is_empty() && !last.contains(&b'/') && !last.starts_with(b".*")).then(|| dir.to_vec())
+}
+
+/// The paths a line names right after an expansion coder cannot read, read from the top
+/// of the work tree as bare words are (held only when a file is there): the user's own
+/// alias for the top (`alias.root = rev-parse --show-toplevel`, then `sh "$(git
+/// root)"/tools/fmt.sh`) or a variable holding it (`T=$(git root) && sh ${T}/tools/x.sh`)
+/// left the word `/tools/fmt.sh`, an absolute path held nowhere, and the agent wrote the
+/// script (round twenty-one's review). Where the expansion is something else (`$HOME/x`),
+/// a file of that name at the top is held for nothing.
+fn after_expansions(line: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    for at in (1..line.len()).filter(|&i| line[i] == b'/') {
+        let before = line[..at].strip_suffix(b"\"").unwrap_or(&line[..at]);
+        let name = before
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+            .count();
+        let variable = name > 0 && before[..before.len() - name].ends_with(b"$");
+        if !(variable || matches!(before.last(), Some(b')' | b'`' | b'}'))) {
+            continue;
+        }
+        let rest = &line[at + 1..];
+        let end = rest
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || b"\"';&|()<>`".contains(b))
+            .unwrap_or(rest.len());
+        found.push(rest[..end].to_vec());
+    }
+    found
+}
+
+/// The directories of a line whose every file a program runs: `run-parts DIR`, and the
+/// starting points of a `find` whose files the line runs (`-exec`, `-execdir`, `-ok`,
+/// `-okdir`, or piped to `xargs`). Such a word named a directory, which the scan does not
+/// hold, and the agent wrote the user's script there or added its own (round twenty-one's
+/// review). A `find` whose output the line runs otherwise (`for f in $(find d)`) is not
+/// told from one that lists (SECURITY.md, Known limits).
+fn dirs_run_whole(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let runs_found = words
+        .iter()
+        .any(|w| [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir", b"xargs"].contains(&w.as_slice()));
+    let mut dirs = Vec::new();
+    let mut words = words.iter().peekable();
+    while let Some(word) = words.next() {
+        let name = word.rsplit(|b| *b == b'/').next().unwrap_or(word);
+        if name == b"run-parts" {
+            // Its options with a separate value (`-a ARG`, `-u UMASK`) are passed over.
+            while let Some(next) = words.next_if(|w| w.starts_with(b"-")) {
+                if [&b"-a"[..], b"-u"].contains(&next.as_slice()) {
+                    words.next();
+                }
+            }
+            dirs.extend(words.next().cloned());
+        } else if name == b"find" && runs_found {
+            while words
+                .next_if(|w| [&b"-H"[..], b"-L", b"-P"].contains(&w.as_slice()))
+                .is_some()
+            {}
+            while let Some(start) = words.next_if(|w| !w.starts_with(b"-") && w.as_slice() != b"!")
+            {
+                dirs.push(start.clone());
             }
         }
     }
-    words
+    dirs.retain(|d| may_name_a_file(d));
+    dirs
+}
+
+/// The bytes of a shell glob.
+const GLOB: &[u8] = b"*?[";
+
+/// `word` has a glob and expands nothing else ([`may_name_a_file`] without the glob,
+/// nor a regular expression's `^`), or is `*`.
+fn is_glob(word: &[u8]) -> bool {
+    let rest: Vec<u8> = word
+        .iter()
+        .copied()
+        .filter(|b| !GLOB.contains(b) && *b != b']')
+        .collect();
+    // `*` alone is every file of the directory the line is in; `[` alone is `test`.
+    let every_file = rest.is_empty() && word.iter().all(|b| *b == b'*');
+    word.iter().any(|b| GLOB.contains(b))
+        && !word.contains(&b'^')
+        && (every_file || may_name_a_file(&rest))
 }
 
 /// How a shell line spells the top of the work tree, where git runs these commands:
@@ -228,28 +388,38 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
 /// taken for an absolute path, and the script the agent's to write (round eighteen's
 /// second review). The shell's own names for the directory it is in (`$PWD`, `$(pwd)`)
 /// are the same place, and were not read as it until round twenty's review. Each comes
-/// with whether it is read as `./` (`--show-cdup`, which prints the way up with its `/`,
-/// or nothing) rather than `.`.
-const TOP_SPELLINGS: &[(&[u8], bool)] = &[
-    (b"$(git rev-parse --show-toplevel)", false),
-    (b"`git rev-parse --show-toplevel`", false),
-    (b"$(git rev-parse --show-cdup)", true),
-    (b"`git rev-parse --show-cdup`", true),
-    (b"${PWD}", false),
-    (b"$(pwd)", false),
-    (b"`pwd`", false),
-    (b"$(pwd -P)", false),
-    (b"$(pwd -L)", false),
-    (b"$PWD", false),
+/// with what it is read as: `.`, `./` for `--show-cdup` (which prints the way up with its
+/// `/`, or nothing), and `.git` for the git dir as `rev-parse` prints it (`--git-dir`,
+/// `--git-common-dir`, `--absolute-git-dir`): a git dir's files other than its config,
+/// hooks and info are the agent's to write, and `sh "$(git rev-parse
+/// --git-dir)/scripts/x.sh"` ran what it wrote there (round twenty-one's review). For a
+/// work tree whose `.git` is a file, `.git/x` names nothing, as before.
+const TOP_SPELLINGS: &[(&[u8], &[u8])] = &[
+    (b"$(git rev-parse --show-toplevel)", b"."),
+    (b"`git rev-parse --show-toplevel`", b"."),
+    (b"$(git rev-parse --show-cdup)", b"./"),
+    (b"`git rev-parse --show-cdup`", b"./"),
+    (b"$(git rev-parse --git-dir)", b".git"),
+    (b"`git rev-parse --git-dir`", b".git"),
+    (b"$(git rev-parse --git-common-dir)", b".git"),
+    (b"`git rev-parse --git-common-dir`", b".git"),
+    (b"$(git rev-parse --absolute-git-dir)", b".git"),
+    (b"`git rev-parse --absolute-git-dir`", b".git"),
+    (b"${PWD}", b"."),
+    (b"$(pwd)", b"."),
+    (b"`pwd`", b"."),
+    (b"$(pwd -P)", b"."),
+    (b"$(pwd -L)", b"."),
+    (b"$PWD", b"."),
 ];
 
-/// `line` with each of [`TOP_SPELLINGS`] read as `.` (or `./`). A spelling ending in a
+/// `line` with each of [`TOP_SPELLINGS`] read as what it names. A spelling ending in a
 /// name (`$PWD`) is one only where the name ends.
 fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
     let mut i = 0;
     'bytes: while i < line.len() {
-        for (spelling, cdup) in TOP_SPELLINGS {
+        for (spelling, read_as) in TOP_SPELLINGS {
             let name_goes_on = || {
                 spelling.last().is_some_and(u8::is_ascii_alphabetic)
                     && line
@@ -257,7 +427,7 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
                         .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
             };
             if line[i..].starts_with(spelling) && !name_goes_on() {
-                out.extend_from_slice(if *cdup { b"./" } else { b"." });
+                out.extend_from_slice(read_as);
                 i += spelling.len();
                 continue 'bytes;
             }
@@ -287,11 +457,20 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let mut path_dirs: Vec<Vec<u8>> = Vec::new();
     let mut program: &[u8] = b"";
     let mut moved = Vec::new();
-    let mut words = words.iter();
+    let mut words = words.iter().peekable();
     while let Some(word) = words.next() {
         if let Some(dirs) = word.strip_prefix(b"PATH=".as_slice()) {
             path_dirs.extend(dirs.split(|b| *b == b':').map(<[u8]>::to_vec));
             continue;
+        }
+        // A virtualenv's `activate` sourced (`. .venv/bin/activate && lint`) puts its
+        // directory first on `PATH`: `lint` runs `.venv/bin/lint` (round twenty-one's
+        // review). The script's word itself is read as any other.
+        if word == b"." || word == b"source" {
+            let activated = words
+                .peek()
+                .and_then(|w| w.strip_suffix(b"/activate".as_slice()));
+            path_dirs.extend(activated.map(<[u8]>::to_vec));
         }
         if let Some(dir) = entered_dir(word, program, &mut words) {
             here = Some(match here.take() {
@@ -303,7 +482,7 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
         if !word.starts_with(b"-") {
             program = word;
         }
-        if !relative(word) || !may_name_a_file(word) {
+        if !relative(word) || !(may_name_a_file(word) || is_glob(word)) {
             continue;
         }
         if let Some(dir) = &here {
@@ -501,8 +680,18 @@ fn entered_dir<'a>(
 /// `sh tools/strip\ it.sh` give `tools/strip it.sh`, `tools/f\mt.sh` gives `tools/fmt.sh`
 /// (a backslash in double quotes escapes only `$`, `` ` ``, `"`, `\` and a line break).
 fn shell_tokens(line: &[u8]) -> Vec<Vec<u8>> {
+    marked_shell_tokens(line)
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect()
+}
+
+/// [`shell_tokens`], each with whether a glob character of it was quoted or escaped
+/// (`-name '*.sh'`: a pattern for the program, which the shell does not expand).
+fn marked_shell_tokens(line: &[u8]) -> Vec<(Vec<u8>, bool)> {
     let mut words = Vec::new();
     let mut word = Vec::new();
+    let mut quoted_glob = false;
     let mut quote: Option<u8> = None;
     let mut bytes = line.iter().copied().peekable();
     while let Some(b) = bytes.next() {
@@ -517,22 +706,29 @@ fn shell_tokens(line: &[u8]) -> Vec<Vec<u8>> {
                 }
                 _ => word.push(b),
             },
-            Some(_) => word.push(b),
+            Some(_) => {
+                quoted_glob |= GLOB.contains(&b);
+                word.push(b);
+            }
             None if b == b'\\' => match bytes.next() {
                 Some(b'\n') | None => {}
-                Some(next) => word.push(next),
+                Some(next) => {
+                    quoted_glob |= GLOB.contains(&next);
+                    word.push(next);
+                }
             },
             None if b == b'"' || b == b'\'' => quote = Some(b),
             None if b.is_ascii_whitespace() || b";&|()<>`".contains(&b) => {
                 if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
+                    words.push((std::mem::take(&mut word), quoted_glob));
                 }
+                quoted_glob = false;
             }
             None => word.push(b),
         }
     }
     if !word.is_empty() {
-        words.push(word);
+        words.push((word, quoted_glob));
     }
     words
 }
@@ -916,12 +1112,54 @@ mod tests {
     }
 
     #[test]
+    fn what_round_twenty_one_found_unread_is_read() {
+        let text = b"[alias]\n\ta = !for f in tools/checks/*.sh; do sh \\\"$f\\\"; done\n\
+            \tb = !cd ci && for f in *; do ./$f; done\n\
+            \tc = !sh -c 'cd \\\"my tools\\\" && ./fmt.sh'\n\
+            \td = !sh \\\"$(git rev-parse --git-dir)/x.sh\\\" `git rev-parse --git-common-dir`/y.sh\n\
+            \te = !grep -E 'src/.*\\\\.rs' ^lib/a* && ls *.md\n\
+            \tf = !cd src && git ls-files '*.rs' && find lib -name 'x*'\n\
+            \tg = !run-parts -u 022 hooks.d && cd t && find -L checks -type f -exec sh {} +\n\
+            \th = !sh \\\"$(git root)\\\"/tools/r.sh && T=x && sh $T/tools/s.sh\n\
+            \ti = !. .venv/bin/activate && ruff check\n";
+        let all = command_words(text);
+        let dirs: Vec<&[u8]> = all
+            .iter()
+            .filter(|w| w.whole_dir)
+            .map(|w| w.word.as_slice())
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                &b"tools/checks"[..],
+                b"ci",
+                b"hooks.d",
+                b"checks",
+                b"t/checks"
+            ]
+        );
+        let named: Vec<(String, bool)> = words(text);
+        for want in [
+            "my tools/./fmt.sh",
+            ".git/x.sh",
+            ".git/y.sh",
+            "tools/r.sh",
+            "tools/s.sh",
+            ".venv/bin/ruff",
+        ] {
+            assert!(named.iter().any(|(w, _)| w == want), "{want}: {named:?}");
+        }
+    }
+
+    #[test]
     fn values_that_run_nothing_are_not_offered() {
         let text = b"[branch \"main\"]\n\tmerge = refs/heads/main\n\
             [remote \"origin\"]\n\turl = ../other\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
             [user]\n\tname = a/b\n[include]\n\tpath = conf/x\n\
             [credential]\n\thelper = https://x/y\n[core]\n\tpager = less -R .. . ${X}/y\n";
-        assert_eq!(words(text), [("less".into(), false)]);
+        // `${X}/y` is `y` read from the top, held only when a file is there
+        // (`after_expansions`).
+        assert_eq!(words(text), [("less".into(), false), ("y".into(), false)]);
     }
 
     #[test]

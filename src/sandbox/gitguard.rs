@@ -340,6 +340,14 @@ struct PendingGuard {
     outside: Vec<PathBuf>,
     #[serde(default)]
     since_ns: i128,
+    /// The device and inode of each of `roots` when the record was made, in their order
+    /// (`None` where it could not be read; none at all in an older coder's record, then
+    /// checked by path alone). A tree renamed away and an empty directory put at its path
+    /// while a later run looked had the record checked against that decoy, found clean
+    /// and dropped; the tree put back held what the dead run's agent left, which the next
+    /// run's scan took for the user's (round twenty-one's review).
+    #[serde(default)]
+    root_ids: Vec<Option<(u64, u64)>>,
 }
 
 impl PendingGuard {
@@ -351,7 +359,23 @@ impl PendingGuard {
             stopped: None,
             outside: policy.outside_roots.clone(),
             since_ns: policy.started_ns,
+            root_ids: policy.guard_roots.iter().map(|r| id_of(r)).collect(),
         }
+    }
+
+    /// The first of the record's trees that is not at its path: gone, or another
+    /// directory there than the one recorded ([`PendingGuard::root_ids`]).
+    fn tree_not_there(&self) -> Option<&PathBuf> {
+        (0..self.roots.len())
+            .find(|i| !self.is_there(*i))
+            .map(|i| &self.roots[i])
+    }
+
+    /// Whether the record's `i`th tree is at its path.
+    fn is_there(&self, i: usize) -> bool {
+        let root = &self.roots[i];
+        let recorded = self.root_ids.get(i).copied().flatten();
+        !is_gone(root) && recorded.is_none_or(|id| id_of(root) == Some(id))
     }
 
     /// Writes the record at `path`: made new and private, never through a symlink.
@@ -372,15 +396,15 @@ impl PendingGuard {
 
     /// Guards the record's trees again, as a dead run's guard does (every directory
     /// listed: the run's scan listings are gone).
-    /// A tree no longer there holds nothing to check (a temporary workspace removed since),
-    /// unless `strict`, when it stops the check ([`finish_stopped_guards`]).
+    /// A tree no longer there, or replaced by another directory at its path, is not
+    /// walked (a temporary workspace removed since; the caller keeps the record of one
+    /// that may come back), unless `strict`, when it stops the check
+    /// ([`finish_stopped_guards`]).
     fn guard_again(&self, strict: bool) -> GuardReport {
         let known = self.known.iter().copied().collect();
-        let roots: Vec<PathBuf> = self
-            .roots
-            .iter()
-            .filter(|r| strict || !is_gone(r))
-            .cloned()
+        let roots: Vec<PathBuf> = (0..self.roots.len())
+            .filter(|i| strict || self.is_there(*i))
+            .map(|i| self.roots[i].clone())
             .collect();
         let mut report = guard_trees(
             &roots,
@@ -497,10 +521,11 @@ pub(crate) fn finish_stopped_guards(
         // another run with a grant over its parent renamed it away while a later run
         // looked, which dropped the record unchecked, and back, and the next run in it
         // took what the stopped guard left for the user's (round twenty's review).
-        if let Some(gone) = record.roots.iter().find(|r| is_gone(r)) {
+        if let Some(gone) = record.tree_not_there() {
             lines.push(format!(
-                "{STOPPED_PREFIX}its tree {} is gone; its record {} stays until the tree \
-                 is back and checked (remove the record if the tree was deleted)",
+                "{STOPPED_PREFIX}its tree {} is gone (or another directory is at its \
+                 path); its record {} stays until the tree is back and checked (remove the \
+                 record if the tree was deleted)",
                 gone.display(),
                 dir.join(&name).display()
             ));
@@ -534,6 +559,14 @@ pub(crate) fn finish_stopped_guards(
         );
     }
     Ok(lines)
+}
+
+/// The device and inode of `path` (no symlink followed at its end).
+fn id_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Whether nothing is at `path` (a missing directory on the way included).
@@ -578,13 +611,14 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
         // A tree gone from its path is kept for later as a stopped guard's is: renamed away
         // by another run's agent while this run looked, and back, it would otherwise hold
         // what the dead run's agent left for the next run's scan to take as the user's.
-        let gone = record.roots.iter().find(|r| is_gone(r)).cloned();
+        let gone = record.tree_not_there().cloned();
         let stopped = match (&report.incomplete, gone) {
             (Some(why), _) => Some(format!(
                 "its coder was killed, and a later run's check of it stopped: {why}"
             )),
             (None, Some(gone)) => Some(format!(
-                "its coder was killed, and its tree {} was gone when a later run looked",
+                "its coder was killed, and its tree {} was gone (or another directory \
+                 was at its path) when a later run looked",
                 gone.display()
             )),
             (None, None) => None,

@@ -1676,7 +1676,30 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
                 .into(),
         );
     }
+    if let Some(home) = home
+        && home_mounted_beneath(canonical, home)
+    {
+        return Some(
+            "holds a mount of the home directory (or of a directory holding it), which \
+             holds keys and dotfiles; use a project directory without it"
+                .into(),
+        );
+    }
     None
+}
+
+/// Whether a mount strictly beneath `canonical` shows `home` (canonical) or a directory
+/// holding it: a bind mount of the home directory inside a project put every dotfile and
+/// key in the workspace, and in the file tools' base, by a path no comparison of paths or
+/// of the base's ancestors sees (round twenty-one's review).
+fn home_mounted_beneath(canonical: &Path, home: &Path) -> bool {
+    let mounts = MountTable::read();
+    let Some(home) = mounts.place(home) else {
+        return false;
+    };
+    mounts
+        .beneath(canonical)
+        .any(|m| m.device == home.device && home.path.starts_with(&m.path))
 }
 
 /// [`workspace_refusal`] with the home directory of this process (`$HOME`, canonical).

@@ -1383,6 +1383,9 @@ impl<'a> Walker<'a, '_> {
                 if named_by == NamedBy::Config {
                     self.guard_includes(&path, named_parent, depth + 1, walk)?;
                 }
+                if named_by == NamedBy::Command {
+                    self.guard_interpreter(&path, depth, walk)?;
+                }
             }
             Kind::Symlink => {
                 self.guard_link(path.clone(), &st)?;
@@ -1390,6 +1393,11 @@ impl<'a> Walker<'a, '_> {
                     && let Ok(resolved) = fs::canonicalize(&path)
                 {
                     self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
+                }
+                if named_by == NamedBy::Command
+                    && let Ok(resolved) = fs::canonicalize(&path)
+                {
+                    self.guard_interpreter(&resolved, depth, walk)?;
                 }
             }
             Kind::Dir if named_by == NamedBy::HeldDir => {
@@ -1442,8 +1450,38 @@ impl<'a> Walker<'a, '_> {
             if named_by == NamedBy::Config {
                 self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
             }
+            if named_by == NamedBy::Command {
+                self.guard_interpreter(&resolved, depth, walk)?;
+            }
         }
         Ok(())
+    }
+
+    /// The interpreter a held command file's `#!` line names by path, held as the file
+    /// is (a link to it guarded as a link): a virtualenv's console script
+    /// (`.venv/bin/fmt`, whose `#!` pip writes as the venv's own `python`, a link in the
+    /// work tree) was held, and the agent replaced the link with its own program, which
+    /// the kernel then ran for the user's `git fmt` (round twenty-one's review). A
+    /// relative one is read from the top of the work tree, where git runs commands; one
+    /// found through `PATH` (`#!/usr/bin/env python3`) is not followed. Chains are
+    /// followed as far as the include depth.
+    fn guard_interpreter(
+        &mut self,
+        script: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const MAX_DEPTH: usize = 10;
+        let Some(interpreter) = read_shebang(script) else {
+            return Ok(());
+        };
+        let Some(target) = config_path(&interpreter, walk.work_tree.as_deref()) else {
+            return Ok(());
+        };
+        if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
+            return Ok(());
+        }
+        self.guard_include(&target, depth + 1, walk, NamedBy::Command)
     }
 
     /// `target`, named by a config outside this tree or a command of one, handed to the
@@ -1480,13 +1518,23 @@ impl<'a> Walker<'a, '_> {
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
-        for CommandWord { word, is_path } in config_text::command_words(text) {
+        for CommandWord {
+            word,
+            is_path,
+            whole_dir,
+        } in config_text::command_words(text)
+        {
             let Some(target) = config_path(&word, Some(&top)) else {
                 continue;
             };
-            if !walk.commands.insert(target.clone())
-                || !is_path && fs::symlink_metadata(&target).is_err()
-            {
+            // A glob's directory is keyed apart from a file of the same name: one command
+            // may name `ci` as a file, another read `ci/*`.
+            let key = if whole_dir {
+                target.join("*")
+            } else {
+                target.clone()
+            };
+            if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
                 continue;
             }
             if walk.commands.len() > MAX_COMMAND_FILES {
@@ -1496,8 +1544,22 @@ impl<'a> Walker<'a, '_> {
                     path: target,
                 });
             }
-            self.guard_include(&target, depth, walk, NamedBy::Command)?;
-            self.guard_what_it_reads(&target, &top, depth, walk, 1)?;
+            // A glob's directory is held whole, unless that is this tree or holds it
+            // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
+            let named_by = if !whole_dir {
+                NamedBy::Command
+            } else if fs::canonicalize(&target)
+                .ok()
+                .is_some_and(|dir| self.tree.root.starts_with(&dir))
+            {
+                continue;
+            } else {
+                NamedBy::HeldDir
+            };
+            self.guard_include(&target, depth, walk, named_by)?;
+            if named_by == NamedBy::Command {
+                self.guard_what_it_reads(&target, &top, depth, walk, 1)?;
+            }
         }
         Ok(())
     }
@@ -2502,10 +2564,15 @@ const MAX_HELD_ENTRIES: usize = 100_000;
 /// The text of the git config at `path`, a regular file of at most 1 MiB opened without
 /// following a symlink on its last step or waiting on a FIFO; `None` otherwise.
 fn read_config(path: &Path) -> Option<Vec<u8>> {
+    read_plain_file(path, 1 << 20)
+}
+
+/// The first `cap` bytes of `path` when it is a plain file (no symlink followed at its
+/// end); `None` otherwise. Looked at before it is opened: opening a device may act (a
+/// watchdog starts its timer, a tape rewinds), and the scan reads files outside every
+/// tree too.
+fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
-    const CAP: u64 = 1 << 20;
-    // Looked at before it is opened: opening a device may act (a watchdog starts its
-    // timer, a tape rewinds), and the scan now reads configs outside every tree too.
     if !fs::symlink_metadata(path).ok()?.is_file() {
         return None;
     }
@@ -2518,8 +2585,20 @@ fn read_config(path: &Path) -> Option<Vec<u8>> {
         return None;
     }
     let mut text = Vec::new();
-    file.take(CAP).read_to_end(&mut text).ok()?;
+    file.take(cap).read_to_end(&mut text).ok()?;
     Some(text)
+}
+
+/// The interpreter path of `path`'s `#!` line (its first word), as the kernel reads it
+/// (at most 256 bytes, blanks after `#!` skipped); `None` for a file without one.
+fn read_shebang(path: &Path) -> Option<Vec<u8>> {
+    let head = read_plain_file(path, 256)?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
+    let word = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .find(|w| !w.is_empty())?;
+    Some(word.to_vec())
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),

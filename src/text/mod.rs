@@ -71,6 +71,28 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `json` (serde's output) with the characters [`terminal_safe`] escapes that JSON leaves
+/// raw (DEL and the C1 range: serde escapes only C0) written as JSON's own escapes
+/// (`\u009b`): the same value to any parser, nothing that drives a terminal. The envelope,
+/// `coder fs` and `coder runs --json` print the agent's text (its answer, names of files
+/// it made, a file's content) to a terminal as often as to a program, and a U+009B (CSI to
+/// some terminals) in it went there raw (round twenty-one's review).
+pub fn json_terminal_safe(json: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !json.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The first line of `text`, cut to `max_chars` characters with an ellipsis.
 ///
 /// The ellipsis also tells [`Secrets::redact`] where a text was cut, so that a secret cut
@@ -109,7 +131,23 @@ pub fn head_with_marker(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, st
 
 #[cfg(test)]
 mod terminal_tests {
-    use super::terminal_safe;
+    use super::{json_terminal_safe, terminal_safe};
+
+    #[test]
+    fn json_keeps_its_value_and_loses_what_drives_a_terminal() {
+        let value = serde_json::json!({"a": "x\u{1b}[2K\u{9b}2J\u{7f}y\u{e9}"});
+        let json = serde_json::to_string(&value).unwrap();
+        let safe = json_terminal_safe(&json);
+        assert!(!safe.chars().any(|c| c.is_control()), "{safe}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&safe).unwrap(),
+            value
+        );
+        assert!(matches!(
+            json_terminal_safe("{}"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn control_characters_are_shown_not_sent() {

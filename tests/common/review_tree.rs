@@ -259,3 +259,13 @@ pub fn warned(env: &Value, text: &str) -> bool {
         .iter()
         .any(|w| w.as_str().unwrap_or_default().contains(text))
 }
+
+/// The bytes that drive a terminal: C0 controls but line feed and tab, DEL, and the C1
+/// range (UTF-8 `C2 80` to `C2 9F`).
+pub fn drives_a_terminal(text: &[u8]) -> bool {
+    text.iter()
+        .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f)
+        || text
+            .windows(2)
+            .any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1]))
+}

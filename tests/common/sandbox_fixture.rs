@@ -527,12 +527,53 @@ impl GitFx {
         )
     }
 
+    /// Starts `coder sandbox` whose command makes the nested repository `n` with a
+    /// `core.fsmonitor` that touches the marker, and kills coder with SIGKILL once it is
+    /// made: no guard of its own ran. Control: the user's `git status` in `n` runs the
+    /// payload then (the hole a killed run leaves, until the next coder runs); the marker
+    /// is removed after.
+    pub fn kill_a_run_that_armed_a_repo(&self) {
+        let mut child = self
+            .command(env!("CARGO_BIN_EXE_coder"))
+            .args(["sandbox", "--cd"])
+            .arg(self.ws())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && \
+                 echo READY && exec sleep 60",
+            ])
+            .env("M", self.marker())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        kill_coder_when_ready(&mut child);
+        let _ = self.git(&self.ws().join("n"), &["status", "--short"]);
+        assert!(
+            self.marker().exists(),
+            "control: the killed run's repo must still be armed"
+        );
+        std::fs::remove_file(self.marker()).unwrap();
+    }
+
     /// A run in another directory (same state directory) while the workspace is renamed
     /// away, as the agent of another run with a grant over its parent could; the workspace
     /// is back at its path after. What that run printed.
     pub fn run_elsewhere_while_away(&self) -> String {
+        self.run_elsewhere_while_replaced(false)
+    }
+
+    /// [`GitFx::run_elsewhere_while_away`], with an empty directory of the arm's user at
+    /// the workspace's path meanwhile when `decoy`.
+    pub fn run_elsewhere_while_replaced(&self, decoy: bool) -> String {
         let (ws, away) = (self.ws(), self.root().join("ws-away"));
         std::fs::rename(&ws, &away).unwrap();
+        if decoy {
+            std::fs::create_dir(&ws).unwrap();
+            self.own_entry(&ws);
+        }
         let other = self.root().join("other");
         std::fs::create_dir(&other).unwrap();
         self.own_entry(&other);
@@ -542,6 +583,9 @@ impl GitFx {
             "echo ELSEWHERE",
         ));
         assert_eq!(rc, 0, "{elsewhere}");
+        if decoy {
+            std::fs::remove_dir(&ws).unwrap();
+        }
         std::fs::rename(&away, &ws).unwrap();
         elsewhere
     }
@@ -717,4 +761,43 @@ pub fn user_env<'a>(cmd: &'a mut Command, root: &Path, path: impl AsRef<OsStr>) 
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .current_dir(root)
         .stdin(Stdio::null())
+}
+
+/// The payload a shell script of the work tree gets: `touch "$M"` appended, as the arm's
+/// shell writes it.
+pub const SCRIPT_PAYLOAD: &str = "printf 'touch \"%s\"\\n' \"$M\"";
+
+/// One attack on the work-tree scripts rule, for each arm and mode: `setup` makes the
+/// user's repository and config in `ws`; `script` is the agent's, run through `coder
+/// sandbox` (it prints `PLANTED` once its writes are done, whether they landed or not);
+/// `user` is the user's git afterwards, outside any sandbox. Confined, the payload must
+/// not run unless `name` is in `known_open` (a ratchet); unconfined (the control), it
+/// must.
+pub fn held_file_attack(
+    style: &RepoStyle,
+    known_open: &[&str],
+    name: &str,
+    setup: fn(&GitFx, &Path),
+    script: &str,
+    user: &[&str],
+) {
+    let launch = |fx: &GitFx, ws: &Path| {
+        setup(fx, ws);
+        Launch::default()
+    };
+    let open = known_open.contains(&name);
+    held_attack(
+        name,
+        open,
+        &|nobody| GitFx::new(style, nobody),
+        &launch,
+        script,
+        user,
+    );
+}
+
+/// A script of the user's (mode 0755, the arm's user's).
+pub fn own_script(fx: &GitFx, ws: &Path, rel: &str) {
+    let script = fx.own_file(ws, rel, "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
