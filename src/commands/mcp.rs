@@ -738,11 +738,15 @@ impl Server {
             .stderr(Stdio::null())
             .process_group(0)
             .kill_on_drop(false);
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of
-        // the parent; it only asks the kernel to signal the child when we die.
+        // SAFETY: prctl(PR_SET_PDEATHSIG) and signal() are async-signal-safe and touch no
+        // memory of the parent; they ask the kernel to signal the child when we die, and
+        // make SIGTERM (how the server stops a run) default again when the server was
+        // started with it ignored: a run keeps an inherited ignored signal ignored.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0
+                    || libc::signal(libc::SIGTERM, libc::SIG_DFL) == libc::SIG_ERR
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
