@@ -1608,3 +1608,38 @@ fn empty_fs_payload_and_run_id_say_they_are_empty() {
         )
     );
 }
+
+/// A debug build run from a shell with a small stack (`ulimit -s 512`, as some CI images
+/// set) overflowed it ("thread 'main' has overflowed its stack", SIGABRT, no envelope):
+/// the run's futures are deep and their frames large. A run and a plan, with the real CLI
+/// against the replay backend, now end in their envelopes.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_small_stack_limit_does_not_overflow_a_run() {
+    let small = ["sh", "-c", "ulimit -s 512 && exec \"$@\"", "sh"];
+    let scene = common::ReplayScene::new("plain.json", 0);
+    let out = scene
+        .coder_within(Duration::from_secs(120))
+        .through(small)
+        .arg("say hi")
+        .run();
+    out.assert_success("Hello from the replay cassette.");
+    let scene = common::ReplayScene::new("plan_answer_only.json", 0);
+    let out = scene
+        .fake
+        .coder()
+        .no_cd()
+        .no_claude_bin()
+        .through(small)
+        .arg("plan")
+        .arg("--cd")
+        .arg(scene.workspace())
+        .arg("--claude-bin")
+        .arg(&scene.claude)
+        .arg("--config")
+        .arg(&scene.config)
+        .args(["--backend", "e2e", "plan it"])
+        .deadline(Duration::from_secs(120))
+        .run();
+    assert_eq!(out.envelope["success"], true, "{}", out.explain());
+}

@@ -323,6 +323,26 @@ fn run_mode(args: &[OsString]) -> Output {
 /// Validates `parsed` into a request, reading the prompt from stdin when it is there: an
 /// invalid request becomes `invalid`'s output, and SIGINT, SIGTERM or SIGHUP meanwhile (a
 /// prompt piped from something that never ends) a `cancelled` envelope.
+/// The stack of the thread that drives a run.
+const RUN_STACK_BYTES: usize = 64 << 20;
+
+/// Runs `f` (a run's `block_on`) on a thread with a stack of [`RUN_STACK_BYTES`], and
+/// waits for it. The run's futures are deep and, in a debug build, their frames large:
+/// on the main thread the stack is whatever `ulimit -s` left (512 KiB overflowed). The
+/// thread inherits the held cancelling signals, which the run lets in on it; a panic in
+/// it goes on in this thread, to the caller's `catch_unwind`.
+fn on_run_stack<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("coder-run".to_owned())
+            .stack_size(RUN_STACK_BYTES)
+            .spawn_scoped(scope, f)?;
+        Ok(thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
 pub(crate) fn request_from(
     parsed: RunArgs,
     invalid: impl FnOnce(String) -> Output,
@@ -427,7 +447,19 @@ pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     };
     let log_metrics = request.log_metrics;
     let return_metrics = request.return_metrics;
-    let mut envelope = runtime.block_on(pipeline::run::run(request));
+    let run = on_run_stack(|| runtime.block_on(pipeline::run::run(request)));
+    let mut envelope = match run {
+        Ok(envelope) => envelope,
+        Err(e) => {
+            return Output::Envelope {
+                envelope: Box::new(Envelope::early_failure(
+                    ErrorKind::UnexpectedException,
+                    format!("cannot start the run's thread: {e}"),
+                )),
+                metrics_line: None,
+            };
+        }
+    };
     // A forked helper no attempt took (the run ended before it) exits once its spec pipe
     // closes.
     supervise::spawn::drop_forked();
