@@ -1643,3 +1643,63 @@ fn a_small_stack_limit_does_not_overflow_a_run() {
         .run();
     assert_eq!(out.envelope["success"], true, "{}", out.explain());
 }
+
+/// clap's tips sent the user the wrong way: `coder route forget --json` said "to pass
+/// '--json' as a value, use '-- --json'" (forget takes a backend name, not a task), `coder
+/// prompt --cd` offered the look-alike `--codex` (and showed it in the usage line), and
+/// `coder --cd ws runs list` read `runs` as the task ("put it in quotes"). They now name
+/// where the flag belongs, and say that a subcommand comes first.
+#[test]
+fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
+    let state = tempfile::tempdir().unwrap();
+    let coder = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (stdout, stderr)
+    };
+    let error = |stdout: &str| {
+        let envelope: serde_json::Value = serde_json::from_str(stdout).unwrap();
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        envelope["error"].as_str().unwrap_or_default().to_owned()
+    };
+    let (stdout, _) = coder(&["route", "forget", "--json"]);
+    let said = error(&stdout);
+    assert!(
+        said.contains("--json is an option of coder route stats, not of coder route forget")
+            && !said.contains("-- --json"),
+        "{said}"
+    );
+    let (_, stderr) = coder(&["prompt", "--cd", "ws", "task"]);
+    assert!(
+        stderr
+            .contains("--cd is an option of a run (coder --cd DIR \"task\"), not of coder prompt")
+            && !stderr.contains("--codex"),
+        "{stderr}"
+    );
+    // A real look-alike is still offered.
+    let (_, stderr) = coder(&["prompt", "--codx", "x", "task"]);
+    assert!(
+        stderr.contains("a similar argument exists: '--codex'"),
+        "{stderr}"
+    );
+    let ws = state.path().to_str().unwrap();
+    for (args, sub) in [
+        (&["--cd", ws, "runs", "list"][..], "runs"),
+        (&["--cd", ws, "plan", "the task"][..], "plan"),
+    ] {
+        let said = error(&coder(args).0);
+        assert!(
+            said.contains(&format!(
+                "'{sub}' is a subcommand: name it first, before any option: coder {sub} …"
+            )) && said.ends_with(&format!("(see coder {sub} --help)"))
+                && !said.contains("put it in quotes"),
+            "{said}"
+        );
+    }
+}
