@@ -384,12 +384,8 @@ impl OutcomeArgs {
             None
         } else {
             Some(
-                crate::workspace::scope::Scope::new(&self.scope).map_err(|e| {
-                    ArgError::Invalid(format!(
-                        "{} {:?} is not a valid glob: {}",
-                        names.scope, e.glob, e.reason
-                    ))
-                })?,
+                crate::workspace::scope::Scope::new(&self.scope, &names.scope)
+                    .map_err(|e| ArgError::Invalid(e.to_string()))?,
             )
         };
         let json_schema = self
