@@ -1703,3 +1703,32 @@ fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
         );
     }
 }
+
+/// A `--request` file that is missing or a directory is named in words, not as the raw
+/// OS error ("No such file or directory (os error 2)", "Is a directory (os error 21)").
+#[test]
+fn a_request_file_that_cannot_be_read_says_why_in_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, why) in [
+        ("missing.json", "no such file"),
+        (
+            ".",
+            "it is a directory; name the JSON file (or - for stdin)",
+        ),
+    ] {
+        let path = tmp.path().join(name);
+        let out = Command::new(common::CODER)
+            .arg("--request")
+            .arg(&path)
+            .env("CODER_STATE_DIR", tmp.path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(78), "{out:?}");
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            envelope["error"],
+            format!("cannot read --request file {}: {why}", path.display()),
+            "{envelope}"
+        );
+    }
+}
