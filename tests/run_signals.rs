@@ -138,7 +138,9 @@ fn sigint_while_waiting_on_stdin(args: &[&str], awaited: &str) {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let fake = Fake::new(json!(steps::answer("should not run")));
-    let mut child = Command::new(common::CODER)
+    let mut command = Command::new(common::CODER);
+    common::default_cancelling_signals(&mut command);
+    let mut child = command
         .args(args)
         .arg("--cd")
         .arg(fake.workspace())
