@@ -542,6 +542,14 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
             json_args(r#"{"PROMPT":"t","json_schema":"{}"}"#),
             "bad arguments: json_schema must be a JSON Schema object",
         ),
+        (
+            // A string was read as a file name by the run: any JSON file the server could
+            // read, outside its base, went to the model as the answers.
+            json_args(&format!(
+                r#"{{"PROMPT":"","answers":"/etc/passwd","SESSION_ID":"{session}"}}"#
+            )),
+            "bad arguments: answers must be a list of answers in the questions' order",
+        ),
     ];
     let calls: Vec<(&str, serde_json::Value)> = cases
         .iter()
