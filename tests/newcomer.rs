@@ -1732,3 +1732,29 @@ fn a_request_file_that_cannot_be_read_says_why_in_words() {
         );
     }
 }
+
+/// `coder runs list -n -1` read `-1` as an unknown flag ("unexpected argument '-1'
+/// found"); a negative count is now named as the value of `--limit` that is out of range.
+#[test]
+fn a_negative_runs_limit_is_named_as_the_limit() {
+    let state = tempfile::tempdir().unwrap();
+    for args in [
+        &["runs", "list", "-n", "-1"][..],
+        &["runs", "list", "--limit", "-1", "--json"],
+    ] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", state.path())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("invalid value '-1' for '--limit <LIMIT>': -1 is not in 1..="),
+            "{args:?}: {said}"
+        );
+    }
+}
