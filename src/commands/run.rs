@@ -572,39 +572,29 @@ pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     if request.sandbox.is_confined() {
         supervise::spawn::fork_early(&request.workspace);
     }
-    // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
-    // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and
-    // splitting the child's output overlaps with decoding it.
+    // The run itself (supervision, decoding) is driven by `block_on` on a thread of its own
+    // (see `on_run_stack`); the one worker runs the spawned tasks, chiefly the pipe
+    // readers, so that reading and splitting the child's output overlaps with decoding it.
+    let failed = |what: String| Output::Envelope {
+        envelope: Box::new(Envelope::early_failure(
+            ErrorKind::UnexpectedException,
+            what,
+        )),
+        metrics_line: None,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            return Output::Envelope {
-                envelope: Box::new(Envelope::early_failure(
-                    ErrorKind::UnexpectedException,
-                    format!("cannot start the async runtime: {e}"),
-                )),
-                metrics_line: None,
-            };
-        }
+        Err(e) => return failed(format!("cannot start the async runtime: {e}")),
     };
     let log_metrics = request.log_metrics;
     let return_metrics = request.return_metrics;
-    let run = on_run_stack(|| runtime.block_on(pipeline::run::run(request)));
-    let mut envelope = match run {
+    let mut envelope = match on_run_stack(|| runtime.block_on(pipeline::run::run(request))) {
         Ok(envelope) => envelope,
-        Err(e) => {
-            return Output::Envelope {
-                envelope: Box::new(Envelope::early_failure(
-                    ErrorKind::UnexpectedException,
-                    format!("cannot start the run's thread: {e}"),
-                )),
-                metrics_line: None,
-            };
-        }
+        Err(e) => return failed(format!("cannot start the run's thread: {e}")),
     };
     // A forked helper no attempt took (the run ended before it) exits once its spec pipe
     // closes.
