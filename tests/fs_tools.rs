@@ -739,3 +739,27 @@ fn swapping_a_folder_for_a_symlink_during_the_operation_reaches_nothing_outside(
     );
     eprintln!("race: {inside_reads} reads inside, {swaps} swaps");
 }
+
+/// A payload that is JSON but not an object is refused in the tool's words: serde took a
+/// list as a struct's fields and answered with the Rust type ("invalid length 0, expected
+/// struct ReadArgs with 3 elements").
+#[test]
+fn a_payload_that_is_not_an_object_is_named_as_such() {
+    let (_tmp, base) = workspace();
+    for (verb, payload) in [
+        ("read-file", json!([])),
+        ("read-file", json!(["src/a.txt"])),
+        ("tree", json!(null)),
+        ("search", json!("one")),
+    ] {
+        let (code, v) = fs(&base, verb, payload.clone());
+        assert_eq!(code, 1, "{verb} {payload}: {v}");
+        assert_eq!(v["code"], "C210", "{v}");
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("bad input: the payload must be a JSON object")
+                && !message.contains("struct"),
+            "{verb} {payload}: {message}"
+        );
+    }
+}

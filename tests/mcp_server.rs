@@ -57,8 +57,26 @@ impl Scene {
 
     /// Runs one scenario of the client under `deadline`; panics with its output on failure.
     fn client(&self, scenario: &str, claude: Option<&Path>, deadline: Duration) -> String {
+        self.client_through(&[], scenario, claude, deadline)
+    }
+
+    /// [`Scene::client`] started through `through` (`sh -c '…; exec "$@"' sh`).
+    fn client_through(
+        &self,
+        through: &[&str],
+        scenario: &str,
+        claude: Option<&Path>,
+        deadline: Duration,
+    ) -> String {
         let root = self.root.path();
-        let mut cmd = Command::new("python3");
+        let mut cmd = match through.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg("python3");
+                cmd
+            }
+            None => Command::new("python3"),
+        };
         cmd.arg(CLIENT)
             .arg(scenario)
             .current_dir(root)
@@ -162,6 +180,20 @@ fn a_long_run_reports_progress_and_is_cancelled() {
     let claude = common::real_claude();
     let scene = Scene::new();
     scene.client("long", Some(&claude), Duration::from_secs(150));
+}
+
+/// A server started with SIGTERM ignored (`trap '' TERM`, as some runners start jobs) still
+/// stops a run with its cancelled envelope: the run, which keeps an inherited ignored
+/// signal ignored, gets SIGTERM back at its default. Without that, coder_cancel waited out
+/// the grace period and SIGKILLed the run, which printed no envelope.
+#[test]
+#[ignore = "needs the MCP Python SDK and the claude CLI: scripts/test runs it"]
+fn a_server_started_with_sigterm_ignored_still_cancels_its_runs() {
+    require_python_mcp();
+    let claude = common::real_claude();
+    let scene = Scene::new();
+    let through = ["sh", "-c", "trap '' TERM; exec \"$@\"", "sh"];
+    scene.client_through(&through, "long", Some(&claude), Duration::from_secs(150));
 }
 
 #[test]
@@ -509,6 +541,14 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
         (
             json_args(r#"{"PROMPT":"t","json_schema":"{}"}"#),
             "bad arguments: json_schema must be a JSON Schema object",
+        ),
+        (
+            // A string was read as a file name by the run: any JSON file the server could
+            // read, outside its base, went to the model as the answers.
+            json_args(&format!(
+                r#"{{"PROMPT":"","answers":"/etc/passwd","SESSION_ID":"{session}"}}"#
+            )),
+            "bad arguments: answers must be a list of answers in the questions' order",
         ),
     ];
     let calls: Vec<(&str, serde_json::Value)> = cases

@@ -1608,3 +1608,153 @@ fn empty_fs_payload_and_run_id_say_they_are_empty() {
         )
     );
 }
+
+/// A debug build run from a shell with a small stack (`ulimit -s 512`, as some CI images
+/// set) overflowed it ("thread 'main' has overflowed its stack", SIGABRT, no envelope):
+/// the run's futures are deep and their frames large. A run and a plan, with the real CLI
+/// against the replay backend, now end in their envelopes.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_small_stack_limit_does_not_overflow_a_run() {
+    let small = ["sh", "-c", "ulimit -s 512 && exec \"$@\"", "sh"];
+    let scene = common::ReplayScene::new("plain.json", 0);
+    let out = scene
+        .coder_within(Duration::from_secs(120))
+        .through(small)
+        .arg("say hi")
+        .run();
+    out.assert_success("Hello from the replay cassette.");
+    let scene = common::ReplayScene::new("plan_answer_only.json", 0);
+    let out = scene
+        .fake
+        .coder()
+        .no_cd()
+        .no_claude_bin()
+        .through(small)
+        .arg("plan")
+        .arg("--cd")
+        .arg(scene.workspace())
+        .arg("--claude-bin")
+        .arg(&scene.claude)
+        .arg("--config")
+        .arg(&scene.config)
+        .args(["--backend", "e2e", "plan it"])
+        .deadline(Duration::from_secs(120))
+        .run();
+    assert_eq!(out.envelope["success"], true, "{}", out.explain());
+}
+
+/// clap's tips sent the user the wrong way: `coder route forget --json` said "to pass
+/// '--json' as a value, use '-- --json'" (forget takes a backend name, not a task), `coder
+/// prompt --cd` offered the look-alike `--codex` (and showed it in the usage line), and
+/// `coder --cd ws runs list` read `runs` as the task ("put it in quotes"). They now name
+/// where the flag belongs, and say that a subcommand comes first.
+#[test]
+fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
+    let state = tempfile::tempdir().unwrap();
+    let coder = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (stdout, stderr)
+    };
+    let error = |stdout: &str| {
+        let envelope: serde_json::Value = serde_json::from_str(stdout).unwrap();
+        assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+        envelope["error"].as_str().unwrap_or_default().to_owned()
+    };
+    let (stdout, _) = coder(&["route", "forget", "--json"]);
+    let said = error(&stdout);
+    assert!(
+        said.contains("--json is an option of coder route stats, not of coder route forget")
+            && !said.contains("-- --json"),
+        "{said}"
+    );
+    let (_, stderr) = coder(&["prompt", "--cd", "ws", "task"]);
+    assert!(
+        stderr
+            .contains("--cd is an option of a run (coder --cd DIR \"task\"), not of coder prompt")
+            && !stderr.contains("--codex"),
+        "{stderr}"
+    );
+    // A real look-alike is still offered.
+    let (_, stderr) = coder(&["prompt", "--codx", "x", "task"]);
+    assert!(
+        stderr.contains("a similar argument exists: '--codex'"),
+        "{stderr}"
+    );
+    let ws = state.path().to_str().unwrap();
+    for (args, sub) in [
+        (&["--cd", ws, "runs", "list"][..], "runs"),
+        (&["--cd", ws, "plan", "the task"][..], "plan"),
+    ] {
+        let said = error(&coder(args).0);
+        assert!(
+            said.contains(&format!(
+                "'{sub}' is a subcommand: name it first, before any option: coder {sub} …"
+            )) && said.ends_with(&format!("(see coder {sub} --help)"))
+                && !said.contains("put it in quotes"),
+            "{said}"
+        );
+    }
+}
+
+/// A `--request` file that is missing or a directory is named in words, not as the raw
+/// OS error ("No such file or directory (os error 2)", "Is a directory (os error 21)").
+#[test]
+fn a_request_file_that_cannot_be_read_says_why_in_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, why) in [
+        ("missing.json", "no such file"),
+        (
+            ".",
+            "it is a directory; name the JSON file (or - for stdin)",
+        ),
+    ] {
+        let path = tmp.path().join(name);
+        let out = Command::new(common::CODER)
+            .arg("--request")
+            .arg(&path)
+            .env("CODER_STATE_DIR", tmp.path())
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(78), "{out:?}");
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            envelope["error"],
+            format!("cannot read --request file {}: {why}", path.display()),
+            "{envelope}"
+        );
+    }
+}
+
+/// `coder runs list -n -1` read `-1` as an unknown flag ("unexpected argument '-1'
+/// found"); a negative count is now named as the value of `--limit` that is out of range.
+#[test]
+fn a_negative_runs_limit_is_named_as_the_limit() {
+    let state = tempfile::tempdir().unwrap();
+    for args in [
+        &["runs", "list", "-n", "-1"][..],
+        &["runs", "list", "--limit", "-1", "--json"],
+    ] {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", state.path())
+            .output_bounded();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("invalid value '-1' for '--limit <LIMIT>': -1 is not in 1..="),
+            "{args:?}: {said}"
+        );
+    }
+}

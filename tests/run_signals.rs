@@ -138,7 +138,9 @@ fn sigint_while_waiting_on_stdin(args: &[&str], awaited: &str) {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let fake = Fake::new(json!(steps::answer("should not run")));
-    let mut child = Command::new(common::CODER)
+    let mut command = Command::new(common::CODER);
+    common::default_cancelling_signals(&mut command);
+    let mut child = command
         .args(args)
         .arg("--cd")
         .arg(fake.workspace())
@@ -234,4 +236,50 @@ fn a_signal_while_the_arguments_are_checked_names_no_stdin() {
         out.explain()
     );
     assert!(!fake.has_record(), "the child ran: {}", out.explain());
+}
+
+/// A SIGINT the caller set to be ignored (`trap '' INT` in a CI runner's or nohup's shell)
+/// stays ignored for the whole run, as it does for any POSIX tool: sent while the
+/// arguments are checked, or while the agent works, it neither cancels the run nor kills
+/// coder. It was held while the arguments were checked and then cancelled the run as soon
+/// as coder listened for signals, and a SIGINT during the run cancelled it.
+#[test]
+fn an_ignored_sigint_stays_ignored_for_the_whole_run() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        steps::touch("ready"),
+        // Long enough for a SIGINT that coder took to have cancelled the run.
+        steps::sleep(2.0),
+        steps::text("done"),
+        steps::result_ok("done"),
+    ]));
+    let gap = fake.root().join("args-checked");
+    let running = fake
+        .coder()
+        .through(["sh", "-c", "trap '' INT; exec \"$@\"", "sh"])
+        .env("CODER_TEST_HOOK_PAUSE_ARGS_CHECKED", &gap)
+        .arg("the task")
+        .spawn();
+    common::wait_for_path(&gap, Duration::from_secs(20));
+    running.signal(Signal::SIGINT);
+    std::fs::remove_file(&gap).unwrap();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    running.signal(Signal::SIGINT);
+    let out = running.wait();
+    out.assert_success("done");
+}
+
+/// With SIGINT ignored, SIGTERM still cancels the run.
+#[test]
+fn sigterm_cancels_a_run_whose_sigint_is_ignored() {
+    let fake = busy_child(false);
+    let running = fake
+        .coder()
+        .through(["sh", "-c", "trap '' INT; exec \"$@\"", "sh"])
+        .args(["--timeout", "60", "task"])
+        .spawn();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    running.signal(Signal::SIGTERM);
+    running.wait().assert_failure("cancelled", 143);
+    common::assert_no_process_left(fake.marker());
 }

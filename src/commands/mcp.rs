@@ -460,11 +460,11 @@ struct Progress {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
-    let named = field_type_error(&args);
-    serde_json::from_value(args).map_err(|e| match named {
-        Some(named) => format!("bad arguments: {named}"),
-        None => format!("bad arguments: {e}"),
-    })
+    // Checked first: an argument kept as any JSON (`answers`) passes serde whatever it is.
+    if let Some(named) = field_type_error(&args) {
+        return Err(format!("bad arguments: {named}"));
+    }
+    serde_json::from_value(args).map_err(|e| format!("bad arguments: {e}"))
 }
 
 /// Names the first argument of a known name whose JSON type is wrong (serde's own message
@@ -487,6 +487,7 @@ enum ArgType {
     Bool,
     Globs,
     Object,
+    Answers,
 }
 
 impl ArgType {
@@ -499,6 +500,9 @@ impl ArgType {
                 .as_array()
                 .is_some_and(|list| list.iter().all(Value::is_string)),
             ArgType::Object => value.is_object(),
+            // Never a string: the run would read a string as a file name, on the server's
+            // machine and outside its base.
+            ArgType::Answers => value.is_array(),
         }
     }
 
@@ -510,6 +514,9 @@ impl ArgType {
             ArgType::Bool => "true or false",
             ArgType::Globs => "a list of glob strings, like [\"src/**\"]",
             ArgType::Object => "a JSON Schema object (the schema itself, not its text)",
+            ArgType::Answers => {
+                "a list of answers in the questions' order, like [\"blue\", \"keep the old API\"]"
+            }
         }
     }
 }
@@ -528,6 +535,7 @@ fn expected_type(key: &str) -> Option<ArgType> {
         | "allow_questions" => ArgType::Bool,
         "scope" => ArgType::Globs,
         "json_schema" => ArgType::Object,
+        "answers" => ArgType::Answers,
         _ => return None,
     })
 }
@@ -738,11 +746,15 @@ impl Server {
             .stderr(Stdio::null())
             .process_group(0)
             .kill_on_drop(false);
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of
-        // the parent; it only asks the kernel to signal the child when we die.
+        // SAFETY: prctl(PR_SET_PDEATHSIG) and signal() are async-signal-safe and touch no
+        // memory of the parent; they ask the kernel to signal the child when we die, and
+        // make SIGTERM (how the server stops a run) default again when the server was
+        // started with it ignored: a run keeps an inherited ignored signal ignored.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0
+                    || libc::signal(libc::SIGTERM, libc::SIG_DFL) == libc::SIG_ERR
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())

@@ -117,7 +117,7 @@ pub(crate) fn fail_as_config_error(json: bool, prefix: &str, message: &str, code
 /// Parses a subcommand's arguments (`args`: those after its name). On `--help` or a usage
 /// error clap's text is printed and the exit status returned: 0 for help, 2 for misuse;
 /// with `--json` a usage error is a `config_error` envelope on stdout instead.
-pub fn parse_subcommand<T: Parser>(
+pub fn parse_subcommand<T: Parser + 'static>(
     name: &str,
     args: &[OsString],
 ) -> Result<T, std::process::ExitCode> {
@@ -142,7 +142,7 @@ pub fn parse_subcommand<T: Parser>(
 /// Prints clap's error `e` of parsing `argv` as a `T` (the subcommand `name`) on stderr and
 /// returns its exit status; a non-UTF-8 argument is named (clap says only that "one or more
 /// arguments" are not UTF-8).
-pub fn usage_exit<T: Parser>(
+pub fn usage_exit<T: Parser + 'static>(
     name: &str,
     e: &clap::Error,
     argv: &[OsString],
@@ -153,6 +153,8 @@ pub fn usage_exit<T: Parser>(
         eprintln!("{name}: {which} is not valid UTF-8; give it as UTF-8 text (see {name} --help)");
         return std::process::ExitCode::from(2);
     }
+    let fixed = run::corrected::<T>(e, argv, name);
+    let e = fixed.as_ref().unwrap_or(e);
     let _ = e.print();
     std::process::ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
 }

@@ -143,12 +143,14 @@ fn early_error(kind: ErrorKind, message: String, exit_code: u8, limits: KnownLim
 
 /// The output for a clap error of parsing `args` as a `P`: help or version text, else a
 /// usage `config_error` (exit 2) with clap's first line and the valid values.
-pub(crate) fn usage_error<P: clap::Parser>(
+pub(crate) fn usage_error<P: clap::Parser + 'static>(
     e: &clap::Error,
     args: &[OsString],
     help_hint: &str,
 ) -> Output {
     use clap::error::ErrorKind as Clap;
+    let fixed = corrected::<P>(e, args, help_hint.trim_end_matches(" --help"));
+    let e = fixed.as_ref().unwrap_or(e);
     match e.kind() {
         Clap::DisplayHelp | Clap::DisplayVersion => Output::Text(e.render().to_string()),
         Clap::InvalidUtf8 if let Some(which) = non_utf8_argument::<P>(args) => config_error(
@@ -191,7 +193,14 @@ pub(crate) fn usage_error<P: clap::Parser>(
                 e.get(clap::error::ContextKind::InvalidArg),
                 Some(clap::error::ContextValue::String(arg)) if !arg.starts_with('-')
             );
-            if e.kind() == Clap::UnknownArgument && stray_word {
+            let misplaced = (std::any::TypeId::of::<P>() == std::any::TypeId::of::<RunArgs>())
+                .then(|| misplaced_subcommand(args))
+                .flatten();
+            if let Some(sub) = misplaced.filter(|_| e.kind() == Clap::UnknownArgument) {
+                tips.push(format!(
+                    "'{sub}' is a subcommand: name it first, before any option: coder {sub} …"
+                ));
+            } else if e.kind() == Clap::UnknownArgument && stray_word {
                 tips.push(
                     "the task is one argument: put it in quotes, as in --cd DIR \"fix the \
                      failing test\""
@@ -199,6 +208,7 @@ pub(crate) fn usage_error<P: clap::Parser>(
                 );
             }
             let tips: String = tips.iter().map(|t| format!("; {t}")).collect();
+            let help_hint = misplaced.map_or(help_hint.to_owned(), |s| format!("coder {s} --help"));
             config_error(
                 format!("{first}{values}{tips} (see {help_hint})"),
                 USAGE_EXIT,
@@ -206,6 +216,142 @@ pub(crate) fn usage_error<P: clap::Parser>(
             )
         }
     }
+}
+
+/// clap's error `e` of parsing `argv` as a `P`, with tips that mislead made right, or
+/// `None` when they need nothing. An unknown flag that another part of coder takes
+/// (`coder prompt --cd`, `coder route forget --json`) is named as theirs: clap offered a
+/// look-alike (`--codex`) or "use '-- --json'" to pass it as a value, which the command
+/// only takes as a task text.
+pub(crate) fn corrected<P: clap::CommandFactory + 'static>(
+    e: &clap::Error,
+    argv: &[OsString],
+    name: &str,
+) -> Option<clap::Error> {
+    let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg)
+    else {
+        return None;
+    };
+    if e.kind() != clap::error::ErrorKind::UnknownArgument || !arg.starts_with("--") {
+        return None;
+    }
+    let flag = arg.split('=').next().unwrap_or(arg);
+    let top = P::command();
+    let (chain, path) = innermost(&top, argv.get(1..).unwrap_or_default());
+    let here = format!("{name}{path}");
+    let inner = chain.last().copied().unwrap_or(&top);
+    let mut owners: Vec<String> = match chain.len() {
+        0 | 1 => Vec::new(),
+        n => chain[n - 2]
+            .get_subcommands()
+            .filter(|sub| has_flag(sub, &flag[2..]))
+            .map(|sub| {
+                format!(
+                    "{} {}",
+                    here.rsplit_once(' ').map_or("", |(p, _)| p),
+                    sub.get_name()
+                )
+            })
+            .collect(),
+    };
+    let run_mode = std::any::TypeId::of::<P>() == std::any::TypeId::of::<RunArgs>();
+    if owners.is_empty()
+        && !run_mode
+        && has_flag(&<RunArgs as clap::CommandFactory>::command(), &flag[2..])
+    {
+        owners.push("a run (coder --cd DIR \"task\")".to_owned());
+    }
+    let takes_text = inner.get_positionals().any(|p| {
+        let id = p.get_id().as_str().to_ascii_uppercase();
+        id == "PROMPT" || id == "TASK"
+    });
+    if owners.is_empty() && takes_text {
+        return None;
+    }
+    let mut fixed = clap::Error::new(e.kind()).with_cmd(inner);
+    for (kind, value) in e.context() {
+        use clap::error::ContextKind as K;
+        if !matches!(kind, K::Suggested | K::SuggestedArg)
+            || (owners.is_empty() && kind == K::SuggestedArg)
+        {
+            fixed.insert(kind, value.clone());
+        }
+    }
+    if !owners.is_empty() {
+        // clap's usage line showed the look-alike as if it had been given.
+        let usage = inner.clone().render_usage();
+        fixed.insert(
+            clap::error::ContextKind::Usage,
+            clap::error::ContextValue::StyledStr(usage),
+        );
+        let tip = format!(
+            "{flag} is an option of {}, not of {here}",
+            owners.join(" and ")
+        );
+        fixed.insert(
+            clap::error::ContextKind::Suggested,
+            clap::error::ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    Some(fixed)
+}
+
+/// The subcommands of `command` that `args` descend into, and their names as a path
+/// (` forget`).
+fn innermost<'a>(
+    command: &'a clap::Command,
+    args: &[OsString],
+) -> (Vec<&'a clap::Command>, String) {
+    let mut chain = vec![command];
+    let mut path = String::new();
+    let mut words = args.iter().map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        let current = chain.last().copied().unwrap_or(command);
+        match word.strip_prefix("--") {
+            Some("") => break,
+            Some(flag) if !flag.contains('=') && takes_value(current, flag) => {
+                words.next();
+            }
+            Some(_) => {}
+            None => match current.find_subcommand(word.as_ref()) {
+                Some(sub) => {
+                    chain.push(sub);
+                    path.push(' ');
+                    path.push_str(sub.get_name());
+                }
+                None => break,
+            },
+        }
+    }
+    (chain, path)
+}
+
+/// Whether `command` itself has the flag `--name` (or an alias of that name).
+fn has_flag(command: &clap::Command, name: &str) -> bool {
+    command.get_arguments().any(|arg| {
+        arg.get_long() == Some(name)
+            || arg
+                .get_all_aliases()
+                .is_some_and(|aliases| aliases.contains(&name))
+    })
+}
+
+/// The subcommand a run's arguments name after its flags (`coder --cd ws runs list`): a
+/// subcommand goes first, and this one was read as the task.
+fn misplaced_subcommand(args: &[OsString]) -> Option<&'static str> {
+    let command = <RunArgs as clap::CommandFactory>::command();
+    let mut words = args.iter().skip(1).map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        match word.strip_prefix("--") {
+            Some(flag) if !flag.contains('=') && takes_value(&command, flag) => {
+                words.next();
+            }
+            Some(_) => {}
+            None if word.starts_with('-') && word.len() > 1 => {}
+            None => return super::SUBCOMMANDS.into_iter().find(|s| *s == word),
+        }
+    }
+    None
 }
 
 /// clap says only that "one or more arguments" are not UTF-8: the first of `args` that
@@ -326,6 +472,26 @@ fn run_mode(args: &[OsString]) -> Output {
 /// Validates `parsed` into a request, reading the prompt from stdin when it is there: an
 /// invalid request becomes `invalid`'s output, and SIGINT, SIGTERM or SIGHUP meanwhile (a
 /// prompt piped from something that never ends) a `cancelled` envelope.
+/// The stack of the thread that drives a run.
+const RUN_STACK_BYTES: usize = 64 << 20;
+
+/// Runs `f` (a run's `block_on`) on a thread with a stack of [`RUN_STACK_BYTES`], and
+/// waits for it. The run's futures are deep and, in a debug build, their frames large:
+/// on the main thread the stack is whatever `ulimit -s` left (512 KiB overflowed). The
+/// thread inherits the held cancelling signals, which the run lets in on it; a panic in
+/// it goes on in this thread, to the caller's `catch_unwind`.
+fn on_run_stack<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("coder-run".to_owned())
+            .stack_size(RUN_STACK_BYTES)
+            .spawn_scoped(scope, f)?;
+        Ok(thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
 pub(crate) fn request_from(
     parsed: RunArgs,
     invalid: impl FnOnce(String) -> Output,
@@ -409,28 +575,30 @@ pub(crate) fn execute(request: crate::pipeline::request::RunRequest) -> Output {
     if request.sandbox.is_confined() {
         supervise::spawn::fork_early(&request.workspace);
     }
-    // The run itself (supervision, decoding) is driven on this thread by `block_on`; the
-    // one worker runs the spawned tasks, chiefly the pipe readers, so that reading and
-    // splitting the child's output overlaps with decoding it.
+    // The run itself (supervision, decoding) is driven by `block_on` on a thread of its own
+    // (see `on_run_stack`); the one worker runs the spawned tasks, chiefly the pipe
+    // readers, so that reading and splitting the child's output overlaps with decoding it.
+    let failed = |what: String| Output::Envelope {
+        envelope: Box::new(Envelope::early_failure(
+            ErrorKind::UnexpectedException,
+            what,
+        )),
+        metrics_line: None,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            return Output::Envelope {
-                envelope: Box::new(Envelope::early_failure(
-                    ErrorKind::UnexpectedException,
-                    format!("cannot start the async runtime: {e}"),
-                )),
-                metrics_line: None,
-            };
-        }
+        Err(e) => return failed(format!("cannot start the async runtime: {e}")),
     };
     let log_metrics = request.log_metrics;
     let return_metrics = request.return_metrics;
-    let mut envelope = runtime.block_on(pipeline::run::run(request));
+    let mut envelope = match on_run_stack(|| runtime.block_on(pipeline::run::run(request))) {
+        Ok(envelope) => envelope,
+        Err(e) => return failed(format!("cannot start the run's thread: {e}")),
+    };
     // A forked helper no attempt took (the run ended before it) exits once its spec pipe
     // closes.
     supervise::spawn::drop_forked();

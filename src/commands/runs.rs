@@ -31,7 +31,8 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
         /// At most this many runs (at least 1).
-        #[arg(long, short = 'n', default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, short = 'n', default_value_t = 20, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
     },
     /// A readable account of one run: prompt, tool calls and results, outcome.

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::exit::ErrorKind;
 use crate::pipeline::envelope::Envelope;
-use crate::pipeline::request::{RunRequest, SandboxMode, SessionChoice};
+use crate::pipeline::request::{RequestFrom, RunRequest, SandboxMode, SessionChoice};
 use crate::routing::bucket::BucketInput;
 use crate::routing::ledger::Verdict;
 use crate::routing::{self, RouteContext, Routed};
@@ -98,7 +98,7 @@ impl Many {
             };
             let origin = tree.origin();
             let report = tree.finish(&message);
-            worktree_resume_hint(envelope, &origin, &report);
+            worktree_resume_hint(envelope, &origin, &report, request.request_from);
             envelope.worktree = Some(report);
         }
         if let Some(mut routed) = self.routed.take() {
@@ -112,7 +112,12 @@ impl Many {
 /// A `--worktree` run's session lived in its checkout, which is gone: the resume hint
 /// (`--cd <checkout> --session-id …`, to answer its questions or continue its work)
 /// pointed at a removed directory. It says now where the work is and how to go on.
-fn worktree_resume_hint(envelope: &mut Envelope, origin: &Path, report: &WorktreeReport) {
+fn worktree_resume_hint(
+    envelope: &mut Envelope,
+    origin: &Path,
+    report: &WorktreeReport,
+    from: RequestFrom,
+) {
     let Some(detail) = envelope.error_detail.as_mut() else {
         return;
     };
@@ -124,13 +129,29 @@ fn worktree_resume_hint(envelope: &mut Envelope, origin: &Path, report: &Worktre
     } else {
         "continue in a new run"
     };
-    detail.resume_hint = Some(format!(
-        "the session ran in the --worktree checkout, which is removed, so it cannot be \
-         resumed; {what} from the branch's work: coder --cd {} --worktree --worktree-base {} \
-         \"…\"",
-        crate::text::shell_quote(&origin.display().to_string()),
-        crate::text::shell_quote(&report.branch),
-    ));
+    let flag = match from {
+        RequestFrom::McpTool => "worktree",
+        RequestFrom::File => "--worktree",
+    };
+    let gone = format!(
+        "the session ran in the {flag} checkout, which is removed, so it cannot be resumed"
+    );
+    detail.resume_hint = Some(match from {
+        // The tool has no base branch to start a worktree from: the caller merges it.
+        RequestFrom::McpTool => format!(
+            "{gone}; its work is on branch {} of {}: merge it, then {what} (the coder tool \
+             with cd {})",
+            report.branch,
+            origin.display(),
+            serde_json::json!(origin),
+        ),
+        RequestFrom::File => format!(
+            "{gone}; {what} from the branch's work: coder --cd {} --worktree --worktree-base \
+             {} \"…\"",
+            crate::text::shell_quote(&origin.display().to_string()),
+            crate::text::shell_quote(&report.branch),
+        ),
+    });
 }
 
 /// What a run says about its backend: the verify verdict when there was a final check,

@@ -384,12 +384,8 @@ impl OutcomeArgs {
             None
         } else {
             Some(
-                crate::workspace::scope::Scope::new(&self.scope).map_err(|e| {
-                    ArgError::Invalid(format!(
-                        "{} {:?} is not a valid glob: {}",
-                        names.scope, e.glob, e.reason
-                    ))
-                })?,
+                crate::workspace::scope::Scope::new(&self.scope, &names.scope)
+                    .map_err(|e| ArgError::Invalid(e.to_string()))?,
             )
         };
         let json_schema = self
@@ -1002,8 +998,16 @@ fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, A
         let text = std::fs::File::open(path)
             .and_then(|mut file| read(&mut file))
             .map_err(|e| {
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "no such file".to_owned(),
+                    std::io::ErrorKind::IsADirectory => {
+                        "it is a directory; name the JSON file (or - for stdin)".to_owned()
+                    }
+                    std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                    _ => e.to_string(),
+                };
                 ArgError::Invalid(format!(
-                    "cannot read --request file {}: {e}",
+                    "cannot read --request file {}: {why}",
                     path.display()
                 ))
             })?;

@@ -1282,6 +1282,8 @@ struct Run {
     read_only: bool,
     /// `coder plan`: the plan file, the one file the agent may have written.
     plan_file: Option<std::path::PathBuf>,
+    /// Who wrote the request: a resume hint is a command line, or the MCP tool's arguments.
+    request_from: RequestFrom,
     retries: u32,
     attempts: Vec<AttemptSummary>,
     warnings: Vec<String>,
@@ -1334,6 +1336,7 @@ impl Run {
                 .as_ref()
                 .and_then(|p| p.writable_file())
                 .map(std::path::Path::to_path_buf),
+            request_from: request.request_from,
             retries: 0,
             attempts: Vec::new(),
             warnings: Vec::new(),
@@ -1351,6 +1354,68 @@ impl Run {
             compat_learned: None,
             answer: None,
         }
+    }
+
+    /// How to continue a run that stopped after `tools` may have changed things: a command
+    /// line, or under `coder mcp` the `coder` tool's arguments (its caller has no shell).
+    fn continue_hint(&self, tools: &str, id: &str) -> String {
+        let what = if self.read_only && self.plan_file.is_none() {
+            format!(
+                "the agent tried to change things ({tools}); the read-only sandbox refused every write"
+            )
+        } else if self.plan_file.is_some() {
+            format!("the agent may have written part of the plan ({tools})")
+        } else {
+            format!("the agent ran tools that may have changed things ({tools})")
+        };
+        if self.request_from == RequestFrom::McpTool {
+            let arguments = self.tool_arguments(id, json!({"PROMPT": "continue"}));
+            return format!(
+                "{what}; to continue where it stopped, call the coder tool with {arguments}"
+            );
+        }
+        let ws = crate::text::shell_quote(&self.workspace.display().to_string());
+        match &self.plan_file {
+            // A plan run continues as one, with the same plan file.
+            Some(plan) => format!(
+                "{what}; to continue where it stopped: coder plan --cd {ws}{} --plan-file {} \
+                 --session-id {id} \"continue\"",
+                self.backend_flag(),
+                crate::text::shell_quote(&plan.display().to_string()),
+            ),
+            None => format!(
+                "{what}; to continue where it stopped: coder --cd {ws}{} --session-id {id} \"continue\"",
+                self.backend_flag(),
+            ),
+        }
+    }
+
+    /// How to answer the questions of a `needs_input` run (see [`Run::continue_hint`]).
+    fn answer_hint(&self, id: &str) -> String {
+        if self.request_from == RequestFrom::McpTool {
+            let arguments = self.tool_arguments(id, json!({"PROMPT": "", "answers": ["…"]}));
+            return format!(
+                "answer with the coder tool's arguments {arguments} (one answer per question, \
+                 in order)"
+            );
+        }
+        format!(
+            "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
+             per question, in order)",
+            crate::text::shell_quote(&self.workspace.display().to_string()),
+            self.backend_flag(),
+        )
+    }
+
+    /// The `coder` MCP tool's arguments that resume session `id` where this run ran (on
+    /// its backend, when it named one), with `extra` added.
+    fn tool_arguments(&self, id: &str, mut extra: serde_json::Value) -> serde_json::Value {
+        extra["cd"] = json!(self.workspace);
+        extra["SESSION_ID"] = json!(id);
+        if self.backend_named {
+            extra["backend"] = json!(self.backend);
+        }
+        extra
     }
 
     /// ` --backend NAME` for a command that must run on this run's backend (a resume: the
@@ -1621,39 +1686,12 @@ impl Run {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ");
-            let ws = crate::text::shell_quote(&self.workspace.display().to_string());
-            detail.resume_hint = Some(match &self.plan_file {
-                // A plan run continues as one, with the same plan file.
-                Some(plan) => format!(
-                    "the agent may have written part of the plan ({tools}); to continue where it \
-                     stopped: coder plan --cd {ws}{} --plan-file {} --session-id {id} \"continue\"",
-                    self.backend_flag(),
-                    crate::text::shell_quote(&plan.display().to_string()),
-                ),
-                None => {
-                    let what = if self.read_only {
-                        format!(
-                            "the agent tried to change things ({tools}); the read-only sandbox refused every write"
-                        )
-                    } else {
-                        format!("the agent ran tools that may have changed things ({tools})")
-                    };
-                    format!(
-                        "{what}; to continue where it stopped: coder --cd {ws}{} --session-id {id} \"continue\"",
-                        self.backend_flag(),
-                    )
-                }
-            });
+            detail.resume_hint = Some(self.continue_hint(&tools, id));
         }
         if failure.kind == ErrorKind::NeedsInput
             && let Some(id) = &session_id
         {
-            detail.resume_hint = Some(format!(
-                "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
-                 per question, in order)",
-                crate::text::shell_quote(&self.workspace.display().to_string()),
-                self.backend_flag(),
-            ));
+            detail.resume_hint = Some(self.answer_hint(id));
         }
         let asked = (failure.kind == ErrorKind::NeedsInput)
             .then(|| observation.questions.take())

@@ -28,23 +28,29 @@ const CANCELLING: [nix::sys::signal::Signal; 3] = [
     nix::sys::signal::Signal::SIGHUP,
 ];
 
-/// Listens for SIGINT, SIGTERM and SIGHUP.
+/// Listens for SIGINT, SIGTERM and SIGHUP, but those the caller set to be ignored.
 pub struct CancelSignals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
+    int: Option<Signal>,
+    term: Option<Signal>,
+    hup: Option<Signal>,
     received: Option<i32>,
 }
 
 impl CancelSignals {
-    /// Installs the handlers; from here on these signals only cancel. Then lets in, in
-    /// this thread, those [`hold_cancelling`] held: one already pending is delivered now
-    /// and seen by [`CancelSignals::recv`].
+    /// Installs the handlers; from here on these signals only cancel. A signal ignored
+    /// when coder started (`trap '' INT`, `nohup`) gets no handler and stays ignored, as
+    /// for any POSIX tool: one held meanwhile is dropped when it is let in. Then lets in,
+    /// in this thread, those [`hold_cancelling`] held: one already pending is delivered
+    /// now and seen by [`CancelSignals::recv`].
     pub fn install() -> std::io::Result<Self> {
+        let listen = |kind: SignalKind, which: nix::sys::signal::Signal| {
+            (!ignored_at_start(which)).then(|| signal(kind)).transpose()
+        };
+        use nix::sys::signal::Signal as S;
         let signals = CancelSignals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
+            int: listen(SignalKind::interrupt(), S::SIGINT)?,
+            term: listen(SignalKind::terminate(), S::SIGTERM)?,
+            hup: listen(SignalKind::hangup(), S::SIGHUP)?,
             received: None,
         };
         release_cancelling()?;
@@ -53,10 +59,18 @@ impl CancelSignals {
 
     /// Waits for the next cancelling signal and returns its number.
     pub async fn recv(&mut self) -> i32 {
+        async fn next(signal: &mut Option<Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
         let signo = tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
+            _ = next(&mut self.int) => libc::SIGINT,
+            _ = next(&mut self.term) => libc::SIGTERM,
+            _ = next(&mut self.hup) => libc::SIGHUP,
         };
         self.received.get_or_insert(signo);
         signo
@@ -68,10 +82,22 @@ impl CancelSignals {
     }
 }
 
+/// Whether `signal` was ignored when coder started: asked once, at the first call (before
+/// any handler of ours replaced the inherited disposition), and remembered.
+fn ignored_at_start(signal: nix::sys::signal::Signal) -> bool {
+    static AT_START: std::sync::OnceLock<[bool; 3]> = std::sync::OnceLock::new();
+    let ignored = AT_START.get_or_init(|| CANCELLING.map(is_ignored));
+    CANCELLING
+        .iter()
+        .position(|s| *s == signal)
+        .is_some_and(|i| ignored[i])
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until [`CancelSignals::install`]
 /// (or [`release_cancelling`]): call it first thing, before any other thread exists, so
 /// that every thread started later holds them too.
 pub fn hold_cancelling() -> std::io::Result<()> {
+    ignored_at_start(nix::sys::signal::Signal::SIGINT);
     pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&cancelling()), None).map_err(Into::into)
 }
 

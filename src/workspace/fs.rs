@@ -987,6 +987,17 @@ fn lexical(input: &str) -> Result<PathBuf, FsError> {
 }
 
 fn parse<T: DeserializeOwned>(payload: Value) -> Result<T, FsError> {
+    // serde takes a list for a struct too, and names the Rust type ("expected struct
+    // ReadArgs with 3 elements").
+    if !payload.is_object() {
+        return Err(FsError::new(
+            FsCode::C210,
+            format!(
+                "bad input: the payload must be a JSON object of the operation's fields, like \
+                 {{\"path\": \"src/main.rs\"}} (got {payload})"
+            ),
+        ));
+    }
     let culprit = culprit_key::<T>(&payload);
     serde_json::from_value(payload).map_err(|e| {
         // Rust's type names mean nothing to a caller.

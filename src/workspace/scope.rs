@@ -15,21 +15,25 @@ pub struct Scope {
     globs: Vec<String>,
 }
 
-/// A glob that does not compile.
+/// A glob that does not compile, named as the caller gave the scope (`--scope`, `"scope"
+/// in the --request JSON`, the MCP tool's `scope`).
 #[derive(Debug, thiserror::Error)]
-#[error("--scope {glob:?} is not a valid glob: {reason}")]
+#[error("{given} {glob:?} is not a valid glob: {reason}")]
 pub struct ScopeError {
+    pub given: String,
     pub glob: String,
     pub reason: String,
 }
 
 impl Scope {
-    pub fn new(globs: &[String]) -> Result<Scope, ScopeError> {
+    /// `given`: how the caller named the scope, for the error.
+    pub fn new(globs: &[String], given: &str) -> Result<Scope, ScopeError> {
         let mut builder = GlobSetBuilder::new();
         for glob in globs {
             let trimmed = glob.trim().trim_start_matches("./");
             if let Some(reason) = unreachable_reason(trimmed) {
                 return Err(ScopeError {
+                    given: given.to_owned(),
                     glob: glob.clone(),
                     reason: reason.into(),
                 });
@@ -40,6 +44,7 @@ impl Scope {
                     .literal_separator(true)
                     .build()
                     .map_err(|e| ScopeError {
+                        given: given.to_owned(),
                         glob: glob.clone(),
                         reason: e.kind().to_string(),
                     })?;
@@ -47,6 +52,7 @@ impl Scope {
             }
         }
         let set = builder.build().map_err(|e| ScopeError {
+            given: given.to_owned(),
             glob: globs.join(" "),
             reason: e.to_string(),
         })?;
@@ -94,7 +100,11 @@ mod tests {
 
     #[test]
     fn globs_and_directories() {
-        let scope = Scope::new(&["src/**/*.rs".into(), "docs".into(), "README.md".into()]).unwrap();
+        let scope = Scope::new(
+            &["src/**/*.rs".into(), "docs".into(), "README.md".into()],
+            "--scope",
+        )
+        .unwrap();
         assert!(scope.allows("src/a.rs"));
         assert!(scope.allows("src/x/y.rs"));
         assert!(scope.allows("docs/a/b.md"));
@@ -102,7 +112,21 @@ mod tests {
         assert!(!scope.allows("src/a.txt"));
         assert!(!scope.allows("Cargo.toml"));
         assert_eq!(scope.outside(["src/a.rs", "x"]), vec!["x".to_owned()]);
-        assert!(Scope::new(&["a[".into()]).is_err());
-        assert!(Scope::new(&["".into()]).is_err());
+        assert!(Scope::new(&["a[".into()], "--scope").is_err());
+        assert!(Scope::new(&["".into()], "--scope").is_err());
+    }
+
+    /// The error names the scope as the caller gave it: it said `--scope` also for a
+    /// `--request` file's or the MCP tool's `scope`.
+    #[test]
+    fn an_error_names_the_scope_as_given() {
+        let given = "\"scope\" in the --request JSON";
+        let e = Scope::new(&["ok".into(), "a[".into()], given).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("{given} \"a[\" is not a valid glob")),
+            "{text}"
+        );
+        assert!(!text.contains("--scope"), "{text}");
     }
 }

@@ -544,6 +544,7 @@ impl Coder {
                 });
             }
         }
+        default_cancelling_signals(&mut cmd);
         let started = Instant::now();
         let mut child = cmd.spawn().expect("spawn coder");
         let pid = child.id() as i32;
@@ -1366,4 +1367,23 @@ fn dirs_below(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Starts `cmd` with SIGINT, SIGTERM and SIGHUP at their defaults, as a shell starts a
+/// foreground command: coder keeps a cancelling signal ignored when it starts ignored, and
+/// a test runner may itself run with SIGINT ignored (nohup, a background job of a CI
+/// shell), which its children would inherit.
+pub fn default_cancelling_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal() is async-signal-safe between fork and exec and touches no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signo in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(signo, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
 }

@@ -183,11 +183,15 @@ async def run(session):
     assert asked.is_error and asked_env["error_kind"] == "needs_input", asked_env
     assert [q["question"] for q in asked_env["questions"]] == [
         "Which colour should the fence be?", "Should the gate be painted too?"], asked_env
-    answered = await session.call_tool("coder", {"PROMPT": "", "backend": ask_backend,
-                                                 "SESSION_ID": asked_env["SESSION_ID"],
-                                                 "answers": ["blue", "no, leave the gate"],
-                                                 "wait_s": 50},
-                                       read_timeout_seconds=90)
+    # The resume hint says how to answer in this tool's arguments, not as a command line
+    # the caller has no shell for; followed as written (with the answers), it resumes.
+    hint = asked_env["error_detail"]["resume_hint"]
+    assert "--" not in hint and "coder tool" in hint, hint
+    arguments = json.loads(hint[hint.index("{"):hint.rindex("}") + 1])
+    assert arguments["SESSION_ID"] == asked_env["SESSION_ID"], hint
+    assert arguments["backend"] == ask_backend and arguments["answers"] == ["…"], hint
+    arguments.update({"answers": ["blue", "no, leave the gate"], "wait_s": 50})
+    answered = await session.call_tool("coder", arguments, read_timeout_seconds=90)
     answered_env = structured(answered)
     assert not answered.is_error, answered_env
     assert answered_env["result"] == "Painted the fence blue and left the gate alone.", answered_env
