@@ -38,8 +38,9 @@ fn sandbox(home: &Path, ws: &Path) -> Command {
     cmd
 }
 
+/// Where the runs' `TMPDIR`s are, each a run directory of its own (round twenty-one).
 fn runs_dir(home: &Path) -> PathBuf {
-    home.join(".local/state/coder/sandbox")
+    home.join(".local/state/coder/sandbox-tmp")
 }
 
 #[test]
@@ -54,7 +55,7 @@ fn a_run_in_another_pid_namespace_keeps_its_run_directory_while_a_host_run_start
     let pid = pid_free_here();
 
     // Run A: in a new PID namespace, as PID `pid`, a command that waits for `go`, then
-    // writes into its private TMPDIR (inside its run directory).
+    // writes into its private TMPDIR (a run directory of its own).
     let agent = "touch up; until [ -e go ]; do sleep 0.02; done; echo x > \"$TMPDIR/after\"";
     let mut a = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "/bin/bash", "-c"])

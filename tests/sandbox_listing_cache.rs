@@ -228,7 +228,7 @@ fn a_run_with_kept_listings_mounts_what_a_fresh_run_does() {
         fx.own(fx.root());
         common::age_past_the_racy_margin(fx.root());
         let mounts = "sed 's/ - .*//' /proc/self/mountinfo | awk '{print $5, $6}' \
-                      | grep -v '/sandbox/' | sort";
+                      | grep -v -e '/sandbox/' -e '/sandbox-tmp/' | sort";
         let (rc, fresh) = fx.sandbox(&[], mounts);
         assert_eq!(rc, 0, "{fresh}");
         assert_eq!(fx.caches().len(), 1, "no listings kept: {fresh}");

@@ -12,7 +12,9 @@
 //! - a `--write` or `--read` grant reaching the scratch is refused, as one reaching the
 //!   state directory is;
 //! - a small `/dev/shm` (Docker's 64 MiB) is passed over;
-//! - what a run killed with SIGKILL left on the tmpfs is removed by the next run.
+//! - what a run killed with SIGKILL left on the tmpfs is removed by the next run;
+//! - the sandbox's run directory is there too (round twenty-one), the agent's `TMPDIR` on
+//!   disk, and a killed run's git guard is done from its record on the tmpfs.
 //!
 //! Every scenario runs in a mount namespace of its own whose `/dev/shm` is a fresh tmpfs:
 //! other tests and other users of this machine run coder at the same time, and a name
@@ -122,6 +124,14 @@ fn line_after<'a>(out: &'a str, key: &str) -> &'a str {
     let at = out.find(key).unwrap_or_else(|| panic!("no {key} in {out}"));
     let rest = &out[at + key.len()..];
     &rest[..rest.find('\n').unwrap_or(rest.len())]
+}
+
+/// The word of `out` (up to a space, a quote or a line's end) after `key`: what the fake
+/// CLI reported in its result.
+fn word_after<'a>(out: &'a str, key: &str) -> &'a str {
+    let at = out.find(key).unwrap_or_else(|| panic!("no {key} in {out}"));
+    let rest = &out[at + key.len()..];
+    &rest[..rest.find([' ', '"', '\n']).unwrap_or(rest.len())]
 }
 
 /// The config dir the fake CLI reported (`HOME=<dir>` in its result).
@@ -236,7 +246,8 @@ fn a_scratch_directory_planted_by_another_user_is_never_used() {
 
 /// A `--write` or `--read` grant reaching the scratch (here through a bind mount of it,
 /// another path to the same directory, or `$XDG_RUNTIME_DIR` holding it) is refused as
-/// one reaching the state directory is, and the agent never runs. Control: a plain
+/// one reaching the state directory is, and the agent never runs; so is a `--read` of the
+/// state directory's `sandbox-tmp/`, the agents' locked `TMPDIR`s. Control: a plain
 /// directory mounted the same way is granted.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
@@ -250,6 +261,7 @@ mount --bind "$PLACE" "$ROOT/alias"
 sb() { victim "$CODER" sandbox "$@" --cd "$ROOT/ws" -- sh -c 'echo AGENT-RAN' 2>&1; echo "rc=$?"; }
 echo "== write-alias"; sb --write "$ROOT/alias"
 echo "== read-alias"; sb --read "$ROOT/alias"
+echo "== read-tmpdirs"; sb --read "$ROOT/state/sandbox-tmp"
 umount "$ROOT/alias"; mount --bind "$ROOT/plain" "$ROOT/alias"
 echo "== control"; sb --write "$ROOT/alias"
 mount -t tmpfs -o "mode=700,uid=$VICTIM,gid=$VICTIM" tmpfs "$ROOT/xdg"
@@ -266,7 +278,9 @@ echo "== end"
             let rest = &out[start + name.len() + 4..];
             rest[..rest.find("== ").unwrap_or(rest.len())].to_string()
         };
-        for refused in ["write-alias", "read-alias", "read-xdg"] {
+        // `read-tmpdirs`: the agents' `TMPDIR`s, each a locked run directory on disk
+        // (round twenty-one), reached by a `--read` that could hold their locks.
+        for refused in ["write-alias", "read-alias", "read-tmpdirs", "read-xdg"] {
             let text = part(refused);
             assert!(
                 !text.contains("AGENT-RAN") && !text.contains("rc=0"),
@@ -277,6 +291,7 @@ echo "== end"
             // to set CODER_STATE_DIR). `read-xdg` reaches the runs directory first.
             assert!(
                 refused == "read-xdg"
+                    || refused == "read-tmpdirs" && text.contains("reaches its lock files")
                     || text.contains("coder's scratch directory")
                         && text.contains("CODER_SCRATCH_DIR"),
                 "uid {victim}: {refused}: {text}"
@@ -346,5 +361,143 @@ run
             "uid {victim}: {out}"
         );
         assert!(out.contains("PRUNED"), "uid {victim}: not removed: {out}");
+    }
+}
+
+/// The sandbox's run directory of coder's own files (the git guard's record, the git
+/// identity, `nest/`) is in the scratch place too (round twenty-one), and the agent's
+/// `TMPDIR` is a locked directory of its own on disk (the state directory's
+/// `sandbox-tmp/`). A run killed with SIGKILL after its agent armed a new repository
+/// (`core.fsmonitor`) leaves both; the next run reads the scratch place's runs, does the
+/// dead run's git guard from its record there, and removes both leftovers. Control: between
+/// the two runs the user's git runs the payload.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_killed_runs_sandbox_directory_on_the_tmpfs_is_guarded_and_removed_by_the_next_run() {
+    for victim in victims() {
+        let tree = Tree::new(victim, r#"echo "HOME=$CLAUDE_CONFIG_DIR""#);
+        let out = tree.scenario(
+            "mode=1777",
+            r#"cd "$ROOT"
+agent="echo \"\$TMPDIR\" > tmpdir.txt; echo junk > \"\$TMPDIR/junk\"
+git init -q n && git -C n config core.fsmonitor \"touch '$ROOT/marker'; false\"
+echo ready > ready.txt; exec sleep 60"
+if [ "$VICTIM" = 0 ]; then "$CODER" sandbox --cd "$ROOT/ws" -- sh -c "$agent" >/dev/null 2>&1 &
+else setpriv --reuid="$VICTIM" --regid="$VICTIM" --clear-groups "$CODER" sandbox --cd "$ROOT/ws" -- sh -c "$agent" >/dev/null 2>&1 &
+fi
+pid=$!
+i=0; while [ ! -s "$ROOT/ws/ready.txt" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+own=$(ls -d "$PLACE"/sandbox/*/*-* | head -1)
+tmp=$(cat "$ROOT/ws/tmpdir.txt")
+echo "OWN=$own"
+echo "TMP=$tmp"
+[ -f "$own/git-guard.json" ] && echo RECORD-ON-TMPFS
+kill -9 $pid; wait $pid
+[ -f "$tmp/junk" ] && echo TMP-LEFT
+[ -f "$own/git-guard.json" ] && echo RECORD-LEFT
+victim git -C "$ROOT/ws/n" status --short >/dev/null 2>&1
+[ -e "$ROOT/marker" ] && echo ARMED && rm -f "$ROOT/marker"
+echo "== next"
+victim "$CODER" sandbox --cd "$ROOT/ws" -- true 2>&1
+echo "== after"
+victim git -C "$ROOT/ws/n" status --short >/dev/null 2>&1
+[ -e "$ROOT/marker" ] && echo PAYLOAD-RAN
+[ -e "$own" ] || echo OWN-PRUNED
+[ -e "$tmp" ] || echo TMP-PRUNED
+"#,
+        );
+        let own = line_after(&out, "OWN=");
+        let tmp = line_after(&out, "TMP=");
+        assert!(
+            own.starts_with(&format!("/dev/shm/coder-{victim}/sandbox/")),
+            "uid {victim}: the run directory is not in the scratch place: {out}"
+        );
+        let state_tmp = tree.root.join("state/sandbox-tmp");
+        assert!(
+            std::path::Path::new(tmp).starts_with(&state_tmp),
+            "uid {victim}: TMPDIR is not on disk in the state directory: {out}"
+        );
+        for want in ["RECORD-ON-TMPFS", "TMP-LEFT", "RECORD-LEFT", "ARMED"] {
+            assert!(out.contains(want), "uid {victim}: no {want}: {out}");
+        }
+        let next = &out[out.find("== next").unwrap()..out.find("== after").unwrap()];
+        assert!(
+            next.contains("after an earlier run whose coder was killed"),
+            "uid {victim}: the next run did not do the killed run's guard: {out}"
+        );
+        assert!(!out.contains("PAYLOAD-RAN"), "uid {victim}: {out}");
+        for want in ["OWN-PRUNED", "TMP-PRUNED"] {
+            assert!(out.contains(want), "uid {victim}: no {want}: {out}");
+        }
+    }
+}
+
+/// The agent's view of its run directory in the scratch place (round twenty-one: the git
+/// identity and the nesting wrapper are read grants in `/dev/shm`, where the agent's
+/// private tmpfs has every Landlock right): both are there for the CLI (its shell and
+/// git's global config), read-only, on the skeleton (the wrapper cannot be swapped, the
+/// identity not rewritten, the directory not moved or added to), and nothing else of the
+/// scratch's runs is (a live decoy run's guard record is not readable). Its `TMPDIR` is on
+/// disk, writable.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_run_directory_on_the_tmpfs_is_read_only_and_alone() {
+    for victim in victims() {
+        let payload = r#"own=$(dirname "$(dirname "$CLAUDE_CODE_SHELL")")
+echo "OWN=$own"
+echo "TMP=$TMPDIR"
+echo "SEEN=$(ls -A "$(dirname "$own")" | tr '\n' :)"
+[ -f "$GIT_CONFIG_GLOBAL" ] && cat "$GIT_CONFIG_GLOBAL" >/dev/null && echo READ-GITCONFIG
+[ -L "$CLAUDE_CODE_SHELL" ] && echo SHELL-THERE
+(echo x >> "$GIT_CONFIG_GLOBAL") 2>/dev/null && echo WROTE-GITCONFIG
+ln -sf /bin/sh "$CLAUDE_CODE_SHELL" 2>/dev/null && echo SWAPPED-SHELL
+mkdir "$own/planted" 2>/dev/null && echo PLANTED
+mv "$own" "$own.x" 2>/dev/null && echo MOVED-OWN
+cat "$(dirname "$own")"/*-decoy/git-guard.json 2>/dev/null && echo READ-OTHER
+touch "$TMPDIR/t" && echo TMP-WRITABLE
+echo "HOME=$CLAUDE_CONFIG_DIR""#;
+        let tree = Tree::new(victim, payload);
+        let out = tree.scenario(
+            "mode=1777",
+            r#"run >/dev/null
+runs=$(ls -d "$PLACE"/sandbox/*)
+decoy="$runs/$$-decoy"
+victim sh -c "umask 077 && mkdir '$decoy' && echo '{}' > '$decoy/git-guard.json'"
+run
+[ -f "$decoy/git-guard.json" ] && echo DECOY-KEPT
+"#,
+        );
+        let own = word_after(&out, "OWN=");
+        assert!(
+            own.starts_with(&format!("/dev/shm/coder-{victim}/sandbox/")),
+            "uid {victim}: the run directory is not in the scratch place: {out}"
+        );
+        assert!(
+            std::path::Path::new(word_after(&out, "TMP=")).starts_with(tree.root.join("state")),
+            "uid {victim}: TMPDIR is not on disk: {out}"
+        );
+        let name = own.rsplit('/').next().unwrap();
+        assert_eq!(
+            word_after(&out, "SEEN="),
+            format!("{name}:"),
+            "uid {victim}: the agent saw more of the scratch's runs than its own: {out}"
+        );
+        for want in [
+            "READ-GITCONFIG",
+            "SHELL-THERE",
+            "TMP-WRITABLE",
+            "DECOY-KEPT",
+        ] {
+            assert!(out.contains(want), "uid {victim}: no {want}: {out}");
+        }
+        for never in [
+            "WROTE-GITCONFIG",
+            "SWAPPED-SHELL",
+            "PLANTED",
+            "MOVED-OWN",
+            "READ-OTHER",
+        ] {
+            assert!(!out.contains(never), "uid {victim}: {never}: {out}");
+        }
     }
 }

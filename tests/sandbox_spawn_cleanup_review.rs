@@ -110,11 +110,15 @@ impl Fx {
     }
 
     /// The environment every run here gets: `PATH`, `HOME`, the state dir, no runtime dir.
+    /// coder's scratch is the state directory too (`CODER_SCRATCH_DIR`): the run
+    /// directories these attacks replay (an agent that can write the runs directory) are
+    /// then all in the state directory's `sandbox/` and `sandbox-tmp/`, where they watch.
     fn env<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
         cmd.env_clear()
             .env("PATH", PATH)
             .env("HOME", self.home())
             .env("CODER_STATE_DIR", self.state())
+            .env("CODER_SCRATCH_DIR", self.state())
             .env("XDG_CONFIG_HOME", self.root.join("xdg"))
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .current_dir(&self.root)
@@ -159,12 +163,14 @@ impl Fx {
             .filter(|name| std::fs::symlink_metadata(self.ws().join(name)).is_ok())
             .map(|name| format!("ws/{name}"))
             .collect();
-        if let Ok(entries) = std::fs::read_dir(self.state().join("sandbox")) {
-            left.extend(
-                entries
-                    .flatten()
-                    .map(|e| format!("run dir {}", e.file_name().to_string_lossy())),
-            );
+        for runs in ["sandbox", "sandbox-tmp"] {
+            if let Ok(entries) = std::fs::read_dir(self.state().join(runs)) {
+                left.extend(
+                    entries
+                        .flatten()
+                        .map(|e| format!("run dir {}", e.file_name().to_string_lossy())),
+                );
+            }
         }
         left
     }
@@ -546,16 +552,29 @@ fn a_run_dir_swapped_for_a_symlink_never_removes_what_the_symlink_names() {
         if let Some(uid) = owner {
             chown_tree(&fx.root, uid);
         }
+        // The run's own directory and its `TMPDIR` (round twenty-one), each swapped.
         let runs = fx.state().join("sandbox");
-        std::fs::create_dir_all(&runs).unwrap();
-        if let Some(uid) = owner {
-            chown_tree(&runs, uid);
+        let tmps = fx.state().join("sandbox-tmp");
+        for dir in [&runs, &tmps] {
+            std::fs::create_dir_all(dir).unwrap();
+            if let Some(uid) = owner {
+                chown_tree(dir, uid);
+            }
         }
         let inotify = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
-        inotify.add_watch(&runs, AddWatchFlags::IN_CREATE).unwrap();
-        let (watched, target) = (runs.clone(), victim.clone());
+        let watches = [
+            (
+                inotify.add_watch(&runs, AddWatchFlags::IN_CREATE).unwrap(),
+                runs.clone(),
+            ),
+            (
+                inotify.add_watch(&tmps, AddWatchFlags::IN_CREATE).unwrap(),
+                tmps.clone(),
+            ),
+        ];
+        let target = victim.clone();
         let swapper = std::thread::spawn(move || {
-            let mut swapped = 0;
+            let mut swapped = [0, 0];
             loop {
                 for event in inotify.read_events().unwrap() {
                     let Some(name) = event.name else { continue };
@@ -567,11 +586,15 @@ fn a_run_dir_swapped_for_a_symlink_never_removes_what_the_symlink_names() {
                     if name.ends_with(".away") || name.ends_with(".lock") {
                         continue;
                     }
+                    let Some(at) = watches.iter().position(|(wd, _)| *wd == event.wd) else {
+                        continue;
+                    };
+                    let watched = &watches[at].1;
                     let made = watched.join(&name);
                     if std::fs::rename(&made, watched.join(format!("{name}.away"))).is_ok()
                         && std::os::unix::fs::symlink(&target, &made).is_ok()
                     {
-                        swapped += 1;
+                        swapped[at] += 1;
                     }
                 }
             }
@@ -590,7 +613,10 @@ fn a_run_dir_swapped_for_a_symlink_never_removes_what_the_symlink_names() {
         }
         std::fs::create_dir(runs.join("stop")).unwrap();
         let swapped = swapper.join().unwrap();
-        assert!(swapped > 0, "[{who}] the attack never swapped a run dir");
+        assert!(
+            swapped.iter().all(|&n| n > 0),
+            "[{who}] the attack never swapped a run dir (own, TMPDIR): {swapped:?}"
+        );
     }
 }
 

@@ -24,13 +24,20 @@
 //! writes in its home then goes to disk rather than filling the memory other programs'
 //! shared memory lives in.
 //!
-//! Only the CLI's home moves: the agent's `TMPDIR` (the sandbox's run directory) stays
-//! where it is, since an agent may fill it with anything of any size.
+//! The sandbox's per-run directory of coder's own files (`sandbox/<pid>-<id>`: the git
+//! identity, the git guard's record, the nesting wrapper's link, the masks' empty file)
+//! lives here too (round twenty-one). The agent's `TMPDIR` does not: an agent may fill it
+//! with anything of any size, so it is a directory of its own in the state directory
+//! (`sandbox-tmp/<pid>-<id>-tmp`, on disk), never in a scratch place.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::run_dirs::CLI_RUNS_DIR;
+
+/// The directory of the sandbox's per-run directories in a scratch place (and, the
+/// stopped guards' records among them, in the state directory).
+pub const SANDBOX_RUNS_DIR: &str = "sandbox";
 
 /// The environment variable naming the scratch directory outright.
 pub const SCRATCH_VAR: &str = "CODER_SCRATCH_DIR";
@@ -145,10 +152,35 @@ impl Scratch {
         self.root.join(CLI_RUNS_DIR)
     }
 
+    /// The directory of the sandbox's per-run directories of coder's own files, for the
+    /// runs of coder's state directory `state_dir` ([`sandbox_runs_in`]).
+    pub fn sandbox_runs(&self, state_dir: &Path) -> PathBuf {
+        sandbox_runs_in(&self.root, state_dir)
+    }
+
     /// Why a place before the one taken was refused (someone else's, a symlink, open to
     /// others), one sentence each.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+}
+
+/// The directory of the sandbox's per-run directories in scratch place `place` for the
+/// runs of the state directory `state_dir`: its `sandbox/` when the place is the state
+/// directory, else `sandbox/<dev>-<ino>` of the state directory. A scratch place is
+/// shared by every state directory of this user, and a killed run's git guard is done by
+/// a later run of its own state directory, which keeps the record of a guard that stops
+/// short and refuses the runs it concerns (`sandbox::gitguard`): a run of another state
+/// directory must not take it over.
+pub fn sandbox_runs_in(place: &Path, state_dir: &Path) -> PathBuf {
+    let runs = place.join(SANDBOX_RUNS_DIR);
+    if place == state_dir {
+        return runs;
+    }
+    match std::fs::metadata(state_dir) {
+        Ok(meta) => runs.join(format!("{:x}-{:x}", meta.dev(), meta.ino())),
+        // No state directory yet: nothing of its runs can be anywhere.
+        Err(_) => runs.join("unknown"),
     }
 }
 

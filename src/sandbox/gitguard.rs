@@ -449,7 +449,7 @@ pub(crate) fn keep_stopped(
     policy: &super::Policy,
     why: &str,
 ) -> Result<PathBuf, super::SandboxError> {
-    let Some((runs_dir, name)) = policy.run_dir.parent().zip(policy.run_dir.file_name()) else {
+    let Some(name) = policy.run_dir.file_name() else {
         return Err(super::SandboxError::io(
             format!("keep the guard record of {}", policy.run_dir.display()),
             std::io::ErrorKind::InvalidInput.into(),
@@ -457,18 +457,24 @@ pub(crate) fn keep_stopped(
     };
     let mut record = PendingGuard::of(policy);
     record.stopped = Some(why.to_owned());
-    keep_record(runs_dir, name, &record)
+    keep_record(&policy.records_dir, name, &record)
 }
 
-/// Writes `record`, of the run directory `name`, into `runs_dir`'s [`STOPPED_DIR`].
+/// Writes `record`, of the run directory `name`, into `records`' [`STOPPED_DIR`]: on disk
+/// (the state directory's `sandbox/`), where it outlives a reboot that empties a tmpfs
+/// scratch place.
 fn keep_record(
-    runs_dir: &Path,
+    records: &Path,
     name: &OsStr,
     record: &PendingGuard,
 ) -> Result<PathBuf, super::SandboxError> {
-    let dir = runs_dir.join(STOPPED_DIR);
+    let dir = records.join(STOPPED_DIR);
     use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+    let made = std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&dir);
+    match made {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
             return Err(super::SandboxError::io(
                 format!("create {}", dir.display()),
@@ -584,8 +590,11 @@ fn prefixed(prefix: &str, report: &GuardReport) -> Vec<String> {
 }
 
 /// Runs the git guard of every run under `runs_dir` whose coder is gone without having
-/// run it (its directory is still there, with a record); the lines to report.
-pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
+/// run it (its directory is still there, with a record); the lines to report. A guard
+/// that stops short keeps its record in `records` ([`keep_record`]). `runs_dir` must be
+/// one of coder's directories of run directories, never one the agent writes in (the
+/// `TMPDIR`s): the record says which trees to act on.
+pub(crate) fn finish_dead_runs(runs_dir: &Path, records: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(runs_dir) else {
         return Vec::new();
     };
@@ -630,7 +639,7 @@ pub(crate) fn finish_dead_runs(runs_dir: &Path) -> Vec<String> {
             // record stays for the next run.
             let mut record = record;
             record.stopped = Some(stopped);
-            if keep_record(runs_dir, &entry.file_name(), &record).is_err() {
+            if keep_record(records, &entry.file_name(), &record).is_err() {
                 continue;
             }
         }

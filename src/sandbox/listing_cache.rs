@@ -236,8 +236,8 @@ fn read_file(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Write `kept` to `path` (whole, then renamed into place). A failure leaves no cache or
-/// the previous one; either is safe.
+/// Write `kept` to `path` (whole, then renamed into place), unless `path` already holds
+/// exactly that. A failure leaves no cache or the previous one; either is safe.
 pub fn store(path: &Path, fingerprint: u64, kept: &Kept) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -247,6 +247,13 @@ pub fn store(path: &Path, fingerprint: u64, kept: &Kept) -> std::io::Result<()> 
         .mode(0o700)
         .create(dir)?;
     let bytes = encode(fingerprint, kept);
+    // Unchanged (no directory's listing moved since the run before): the cache on disk is
+    // these very bytes, and rewriting it would make one more inode on the run's path
+    // (round twenty-one). Compared whole, as `load` reads it (owner-only, this user's).
+    let same_len = std::fs::symlink_metadata(path).is_ok_and(|m| m.len() == bytes.len() as u64);
+    if same_len && read_file(path).is_some_and(|old| old == bytes) {
+        return Ok(());
+    }
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
         path.file_name()
@@ -488,6 +495,26 @@ mod tests {
         let loaded = load(&path, 99, 2);
         assert_eq!(loaded.trees.len(), 2);
         assert_eq!(loaded.trees[0].dirs, sample().trees[0].dirs);
+    }
+
+    #[test]
+    fn an_unchanged_cache_is_not_rewritten_a_changed_or_foreign_one_is() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.cache");
+        store(&path, 99, &sample()).unwrap();
+        let ino = || std::fs::metadata(&path).unwrap().ino();
+        let first = ino();
+        store(&path, 99, &sample()).unwrap();
+        assert_eq!(ino(), first, "the same bytes were written again");
+        store(&path, 98, &sample()).unwrap();
+        let second = ino();
+        assert_ne!(second, first, "a changed cache was kept");
+        assert_eq!(load(&path, 98, 2).trees[0].dirs, sample().trees[0].dirs);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        store(&path, 98, &sample()).unwrap();
+        assert_ne!(ino(), second, "a file open to others was kept");
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn prepare(policy: &mut Policy) -> Result<(), SandboxError> {
                 .to_string(),
         });
     };
-    policy.grant_read(&dir)?;
+    policy.grant_own_read(&dir)?;
     policy.grant_read(&exe)?;
     policy.env_set.insert(SHELL_VAR.to_string(), text);
     Ok(())

@@ -72,7 +72,10 @@ pub fn system_prompt_note(policy: &Policy) -> String {
         .filter(|r| r.access == Access::Write && r.path != policy.workspace)
         .map(|r| r.path.display().to_string())
         .collect();
-    writable.retain(|p| !p.starts_with(&policy.run_dir.display().to_string()));
+    writable.retain(|p| {
+        !p.starts_with(&policy.run_dir.display().to_string())
+            && !p.starts_with(&policy.tmp_dir.display().to_string())
+    });
     let _ = writeln!(
         note,
         "- Use $TMPDIR ({tmp}) for temporary files; /tmp is {}.",

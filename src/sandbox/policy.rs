@@ -29,6 +29,7 @@ use super::scan::{self, Mask, MaskKind, Placeholder, ScanLimits};
 use super::{CoderDir, PathRole, SandboxError};
 use super::{deny, home};
 use crate::config::run_dirs::{self, CLI_RUNS_DIR, RunLock};
+use crate::config::scratch::{self, SANDBOX_RUNS_DIR, Scratch};
 use crate::workspace::worktree::WORKTREES_DIR;
 
 /// Workspace paths the agent may read but not write, create, delete or rename, because
@@ -183,8 +184,9 @@ pub struct PolicyOptions {
     /// `CLAUDE_CONFIG_DIR` for the agent; default `claude` in coder's state
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
-    /// Where per-run directories are created; default `$XDG_RUNTIME_DIR/coder/runs` (unless
-    /// that lies beneath `/dev/shm` or `/tmp`), else `sandbox` in coder's state directory.
+    /// Where per-run directories are created (the agent's `TMPDIR`s beside it, in the
+    /// same name with `-tmp`); default: coder's own in the scratch place
+    /// (`config::scratch`), the `TMPDIR`s in the state directory ([`RunPlaces::choose`]).
     pub runs_dir: Option<PathBuf>,
 }
 
@@ -242,10 +244,21 @@ pub struct Policy {
     pub placeholders: Vec<Placeholder>,
     /// What the user should know about this policy (git metadata left read-only, ...).
     pub warnings: Vec<String>,
-    /// This run's private directory (`tmp/`, `run/`, the empty mask file, the private
-    /// root's mount point). The parent removes it after the run ([`Policy::cleanup`]).
+    /// This run's private directory of coder's own files (the git identity, the guard
+    /// record, `nest/`, the empty mask file; the private root's mount point), in the
+    /// scratch place (`config::scratch`, a tmpfs where there is one). The parent removes it
+    /// after the run ([`Policy::cleanup`]).
     #[serde(with = "super::bytes")]
     pub run_dir: PathBuf,
+    /// The agent's `TMPDIR`: a directory of its own, locked as a run directory is, on disk
+    /// (the state directory's `sandbox-tmp/`), never in a tmpfs scratch place that the
+    /// agent's files could fill. Removed after the run with the run directory.
+    #[serde(with = "super::bytes")]
+    pub tmp_dir: PathBuf,
+    /// Where a guard that stopped short keeps its record for the next run (on disk: the
+    /// state directory's `sandbox/`, or the caller's runs directory).
+    #[serde(skip)]
+    pub(crate) records_dir: PathBuf,
     /// Variables the agent's environment must have.
     pub env_set: BTreeMap<String, String>,
     /// Variables the agent's environment must not have (agent sockets, session buses).
@@ -289,10 +302,13 @@ pub struct Policy {
     /// in them ([`super::lease`]); none without a writable tree.
     #[serde(skip)]
     pub(crate) lease: Held<PlaceholderLease>,
-    /// This run's lock beside its run directory ([`crate::config::run_dirs`]): no other
+    /// This run's lock on its run directory ([`crate::config::run_dirs`]): no other
     /// coder prunes the directory while it is held.
     #[serde(skip)]
     pub(crate) run_lock: Held<RunLock>,
+    /// The same on its `TMPDIR`.
+    #[serde(skip)]
+    pub(crate) tmp_lock: Held<RunLock>,
 }
 
 /// Now, less two seconds (ns since the epoch): file times come from the coarse clock,
@@ -337,6 +353,7 @@ impl<T> Eq for Held<T> {}
 #[derive(Debug, Clone)]
 pub struct RunCleanup {
     run_dir: PathBuf,
+    tmp_dir: PathBuf,
     lease: Option<Arc<PlaceholderLease>>,
     own: Vec<Placeholder>,
     run_lock: Held<RunLock>,
@@ -348,16 +365,19 @@ impl RunCleanup {
     /// that no other coder prunes the directory meanwhile. Errors are ignored: leftovers
     /// are pruned by a later run.
     pub fn run(&self) {
+        let dirs = || {
+            discard_run_dir(&self.run_dir);
+            discard_run_dir(&self.tmp_dir);
+        };
         std::thread::scope(|s| {
-            let run_dir = || discard_run_dir(&self.run_dir);
-            // No thread to spare: the run dir goes after the placeholders.
-            let spawned = std::thread::Builder::new().spawn_scoped(s, run_dir);
+            // No thread to spare: the run dirs go after the placeholders.
+            let spawned = std::thread::Builder::new().spawn_scoped(s, dirs);
             match &self.lease {
                 Some(lease) => lease.release(),
                 None => remove_placeholders(&self.own, None),
             }
             if spawned.is_err() {
-                discard_run_dir(&self.run_dir);
+                dirs();
             }
         });
         // `coder sandbox` may end by a signal right after, without dropping the policy.
@@ -367,17 +387,20 @@ impl RunCleanup {
     }
 }
 
-/// Removes a run's directory, whose processes are gone: coder's own entries that are not
-/// owner-only (the nesting wrapper's link, the masks' read-only empty file) go first, then
-/// the rest (the agent's `$TMPDIR` with the CLI's temporary directories, the git guard's
-/// files) is moved into coder's trash by one rename when all of it is owner-only (the
-/// directory's default ACL makes what the agent creates so), or else removed in place.
-/// Its processes are gone, so nothing changes the tree between the check and the rename.
+/// Removes a run's directory (its own, or its `TMPDIR`), whose processes are gone:
+/// coder's own entries that are not owner-only (the nesting wrapper's link, the masks'
+/// read-only empty file) go first, then the rest (the agent's `$TMPDIR` with the CLI's
+/// temporary directories, the git guard's files) is moved into coder's trash by one rename
+/// when all of it is owner-only (the directory's default ACL makes what the agent creates
+/// so) and it lies in the state directory, or else removed in place (in a tmpfs scratch
+/// place: microseconds, and a rename would cross file systems). Its processes are gone, so
+/// nothing changes the tree between the check and the rename.
 fn discard_run_dir(run_dir: &Path) {
     let _ = fs::remove_file(run_dir.join(super::nest::NEST_DIR).join("bash"));
     let _ = fs::remove_file(run_dir.join(MASK_SOURCE));
-    // Only a run dir of the state's own `sandbox/` (not one under `$XDG_RUNTIME_DIR` or a
-    // caller's runs dir): the trash is the state's, and only its own runs prune it.
+    // Only a run dir of the state's own `sandbox/` or `sandbox-tmp/` (not one in a scratch
+    // place or a caller's runs dir): the trash is the state's, and only its own runs prune
+    // it.
     let moved = coder_state_dir()
         .ok()
         .and_then(|state| fs::canonicalize(state).ok())
@@ -468,14 +491,17 @@ impl Policy {
         let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
         let ws_dir = WorkspaceDir::open(&workspace)?;
 
-        let runs_dir = match opts.runs_dir.clone() {
-            Some(dir) => dir,
-            None => default_runs_dir()?,
-        };
-        create_private_dir(&runs_dir)?;
+        let places = RunPlaces::choose(opts.runs_dir.as_deref())?;
+        create_private_dir(&places.own)?;
+        create_private_dir(&places.tmp)?;
         // A run whose coder was killed never ran its end-of-run git guard: run it now,
-        // before its directory (and the record of what it knew) goes.
-        let mut late_guard = super::gitguard::finish_dead_runs(&runs_dir);
+        // before its directory (and the record of what it knew) goes. Every place a run
+        // directory may be in is read: the environment that chose a killed run's place
+        // may differ from this run's.
+        let mut late_guard = Vec::new();
+        for dir in &places.every {
+            late_guard.extend(super::gitguard::finish_dead_runs(dir, &places.records));
+        }
         // A guard that stopped short (a run's own, or a killed run's checked above) left
         // what it did not reach: checked again before this run's scan takes it for the
         // user's, and a confined run over those trees is refused while that stops too.
@@ -489,31 +515,29 @@ impl Policy {
                 .collect(),
             false => Vec::new(),
         };
-        late_guard.extend(super::gitguard::finish_stopped_guards(&runs_dir, &trees)?);
-        run_dirs::prune_dead_run_dirs(&runs_dir);
-        let run_dir = runs_dir.join(format!(
-            "{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        let run_lock = RunLock::make_dir(&run_dir)
-            .map_err(|e| SandboxError::io(format!("create {}", run_dir.display()), e))?;
-        // What the agent and the CLI create in it (their `$TMPDIR`) is owner-only, as
-        // everything else in coder's state: then it can leave by coder's trash.
-        super::trash::make_owner_only_inherited(&run_dir);
-        let made = MadeRunDir(Some(run_dir.clone()));
-        let run_dir = canonical_run_dir(&run_dir)?;
-        create_private_dir(&run_dir.join("tmp"))?;
+        for dir in &places.every {
+            late_guard.extend(super::gitguard::finish_stopped_guards(dir, &trees)?);
+        }
+        for dir in places.every.iter().chain([&places.tmp]) {
+            run_dirs::prune_dead_run_dirs(dir);
+        }
+        let name = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+        let (run_dir, run_lock, made) = make_run_dir(&places.own.join(&name))?;
+        // What the agent and the CLI create in it is owner-only, as everything else in
+        // coder's state: then it can leave by coder's trash.
+        let (tmp_dir, tmp_lock, made_tmp) =
+            make_run_dir(&places.tmp.join(format!("{name}{TMP_SUFFIX}")))?;
+        super::trash::make_owner_only_inherited(&tmp_dir);
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
 
         let mut env_set = BTreeMap::new();
         let text = |p: &Path| p.to_string_lossy().into_owned();
         env_set.insert("CLAUDE_CONFIG_DIR".to_string(), text(&config_dir));
-        env_set.insert("TMPDIR".to_string(), text(&run_dir.join("tmp")));
-        env_set.insert("CLAUDE_CODE_TMPDIR".to_string(), text(&run_dir.join("tmp")));
+        env_set.insert("TMPDIR".to_string(), text(&tmp_dir));
+        env_set.insert("CLAUDE_CODE_TMPDIR".to_string(), text(&tmp_dir));
         // One private directory serves as both: it is created and deleted on every run,
         // and each directory more is work for the filesystem and one more tree to mount.
-        env_set.insert("XDG_RUNTIME_DIR".to_string(), text(&run_dir.join("tmp")));
+        env_set.insert("XDG_RUNTIME_DIR".to_string(), text(&tmp_dir));
         let mut env_remove: Vec<String> = ENV_REMOVE.iter().map(|s| s.to_string()).collect();
         let mut allow = opts.allow_hosts.clone();
         allow.sort();
@@ -546,6 +570,8 @@ impl Policy {
             placeholders: Vec::new(),
             warnings: Vec::new(),
             run_dir: run_dir.clone(),
+            tmp_dir: tmp_dir.clone(),
+            records_dir: places.records.clone(),
             env_set,
             env_remove,
             guard_roots: Vec::new(),
@@ -558,6 +584,7 @@ impl Policy {
             plan_file: None,
             lease: Held::default(),
             run_lock: Held(Some(Arc::new(run_lock))),
+            tmp_lock: Held(Some(Arc::new(tmp_lock))),
         };
         if !opts.mode.is_confined() {
             // The agent can write anything this user can, the listings caches included.
@@ -565,6 +592,7 @@ impl Policy {
             policy.forget_reachable_listings();
             policy.warnings = late_guard;
             made.keep();
+            made_tmp.keep();
             return Ok(policy);
         }
 
@@ -588,7 +616,7 @@ impl Policy {
                 grants.add(&path, access)?;
             }
             let identity = write_git_identity(&run_dir, home)?;
-            grants.add(&identity, Access::Read)?;
+            grants.add_own(&identity, Access::Read)?;
             policy
                 .env_set
                 .insert("GIT_CONFIG_GLOBAL".to_string(), text(&identity));
@@ -613,7 +641,7 @@ impl Policy {
             grants.add_own(parent, Access::Write)?;
             config_in_writable_parent = true;
         }
-        grants.add(&run_dir.join("tmp"), Access::Write)?;
+        grants.add(&tmp_dir, Access::Write)?;
         if opts.allow_tmp {
             grants.add(Path::new("/tmp"), Access::Write)?;
             policy.outside_roots.push(PathBuf::from("/tmp"));
@@ -652,6 +680,7 @@ impl Policy {
         let own = OwnDirs {
             state: &state,
             run_dir: &run_dir,
+            tmp_dir: &tmp_dir,
             config_dir: &config_dir,
             workspace: &workspace,
         };
@@ -660,7 +689,7 @@ impl Policy {
             .chain(opts.extra_read.iter().map(PathBuf::as_path))
             .collect();
         refuse_kernel_trees(&named)?;
-        refuse_reachable_coder_state(&grants, &opts.extra_read, own, &runs_dir)?;
+        refuse_reachable_coder_state(&grants, &opts.extra_read, own, &places)?;
         // Any workspace's cache, not only this one's: the agent could write the file a
         // later run of another workspace reads.
         let listings = match listings_dir() {
@@ -731,12 +760,27 @@ impl Policy {
             return Err(e);
         }
         made.keep();
+        made_tmp.keep();
         Ok(policy)
     }
 
     /// Grant reading `path` (a file or a directory) in addition to what the mode grants:
     /// the agent's own executable or install directory, for instance.
     pub fn grant_read(&mut self, path: &Path) -> Result<(), SandboxError> {
+        self.grant_read_checked(path, true)
+    }
+
+    /// [`Policy::grant_read`] of a path in this run's own directory ([`Policy::run_dir`],
+    /// `nest/`), which may lie in coder's scratch under `/dev/shm`: `confine` mounts it
+    /// read-only on the skeleton in the agent's private `/dev/shm` ([`Grants::add_own`]).
+    pub(crate) fn grant_own_read(&mut self, path: &Path) -> Result<(), SandboxError> {
+        if !path.starts_with(&self.run_dir) {
+            return self.grant_read(path);
+        }
+        self.grant_read_checked(path, false)
+    }
+
+    fn grant_read_checked(&mut self, path: &Path, shm: bool) -> Result<(), SandboxError> {
         let mut grants = Grants::default();
         for root in &self.roots {
             grants
@@ -744,7 +788,7 @@ impl Policy {
                 .insert(root.path.clone(), (root.access, root.is_dir));
         }
         grants.aliases.extend(self.aliases.iter().cloned());
-        grants.add(path, Access::Read)?;
+        grants.add_checked(path, Access::Read, shm)?;
         self.roots = grants.roots();
         self.aliases = grants.aliases.into_iter().collect();
         Ok(())
@@ -926,6 +970,7 @@ impl Policy {
     pub fn run_cleanup(&self) -> RunCleanup {
         RunCleanup {
             run_dir: self.run_dir.clone(),
+            tmp_dir: self.tmp_dir.clone(),
             lease: self.lease.0.clone(),
             own: self.placeholders.clone(),
             run_lock: self.run_lock.clone(),
@@ -1382,17 +1427,19 @@ impl Grants {
         self.add_checked(path, access, true)
     }
 
-    /// [`Grants::add`] for the run's own CLI config dir (and its parent), which may lie in
-    /// coder's scratch under `/dev/shm` (`config::scratch`): `confine` mounts it on a
-    /// read-only skeleton in the agent's private `/dev/shm`, and as a write grant it gives
-    /// nothing more beneath Landlock's rule for that tmpfs.
+    /// [`Grants::add`] for the run's own CLI config dir (and its parent) and its own run
+    /// directory's files, which may lie in coder's scratch under `/dev/shm`
+    /// (`config::scratch`): `confine` mounts each on a read-only skeleton in the agent's
+    /// private `/dev/shm`. As a write grant it gives nothing more beneath Landlock's rule
+    /// for that tmpfs; a read grant is a read-only mount there (every read grant is), so
+    /// that rule does not make it writable.
     fn add_own(&mut self, path: &Path, access: Access) -> Result<(), SandboxError> {
         self.add_checked(path, access, false)
     }
 
     fn add_checked(&mut self, path: &Path, access: Access, shm: bool) -> Result<(), SandboxError> {
         let canonical = resolve_with_aliases(path, &mut self.aliases)?;
-        if shm || access != Access::Write || canonical == Path::new(PRIVATE_SHM) {
+        if shm || canonical == Path::new(PRIVATE_SHM) {
             refuse_private_shm(&canonical)?;
         }
         let meta = fs::metadata(&canonical)
@@ -1732,21 +1779,30 @@ fn refuse_reachable_coder_state(
     grants: &Grants,
     extra_read: &[PathBuf],
     own: OwnDirs<'_>,
-    runs_dir: &Path,
+    places: &RunPlaces,
 ) -> Result<(), SandboxError> {
     let lease_dir = PlaceholderLease::dir_in(own.state)?;
     let mounts = MountTable::read();
-    // The scratch places (`config::scratch`) hold other runs' CLI homes, with their logins.
-    let scratch = crate::config::scratch::places(own.state);
-    let coder_dirs: Vec<(&Path, CoderDir)> =
-        [(own.state, CoderDir::State), (runs_dir, CoderDir::State)]
-            .into_iter()
-            .chain(
-                scratch
-                    .iter()
-                    .map(|d| (d.as_path(), scratch_role(d, own.state))),
-            )
-            .collect();
+    // The scratch places (`config::scratch`) hold other runs' CLI homes, with their logins,
+    // and the runs' own directories with their guard records.
+    let scratch = scratch::places(own.state);
+    // Every runs directory: the agent could plant a guard record a later run acts on.
+    let runs_dirs: Vec<&Path> = places
+        .every
+        .iter()
+        .chain([&places.tmp])
+        .map(PathBuf::as_path)
+        .filter(|d| d.exists())
+        .collect();
+    let coder_dirs: Vec<(&Path, CoderDir)> = [(own.state, CoderDir::State)]
+        .into_iter()
+        .chain(runs_dirs.iter().map(|d| (*d, scratch_role(d, own.state))))
+        .chain(
+            scratch
+                .iter()
+                .map(|d| (d.as_path(), scratch_role(d, own.state))),
+        )
+        .collect();
     refuse_coder_dirs_reached(grants, Reach::Write, &mounts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
@@ -1767,9 +1823,10 @@ fn refuse_reachable_coder_state(
     )?;
     let cli_runs: Vec<PathBuf> = scratch.iter().map(|d| d.join(CLI_RUNS_DIR)).collect();
     let worktrees = own.state.join(WORKTREES_DIR);
-    let lock_dirs: Vec<(&Path, CoderDir)> = [lease_dir.as_path(), runs_dir, &worktrees]
+    let lock_dirs: Vec<(&Path, CoderDir)> = [lease_dir.as_path(), &worktrees]
         .into_iter()
         .map(|d| (d, CoderDir::State))
+        .chain(runs_dirs.iter().map(|d| (*d, scratch_role(d, own.state))))
         .chain(
             cli_runs
                 .iter()
@@ -1805,6 +1862,7 @@ fn refuse_coder_dirs_reached(
     let checkouts = fs::canonicalize(own.state.join(WORKTREES_DIR)).ok();
     let is_own = |root: &Path| {
         root.starts_with(own.run_dir)
+            || root.starts_with(own.tmp_dir)
             || root.starts_with(&config_dir)
             || config_dir.parent() == Some(root)
             || (root == own.workspace
@@ -1941,6 +1999,8 @@ struct OwnDirs<'a> {
     state: &'a Path,
     /// The run's private directory.
     run_dir: &'a Path,
+    /// The agent's `TMPDIR`.
+    tmp_dir: &'a Path,
     /// The CLI's config dir (and its parent, granted only when it holds nothing else).
     config_dir: &'a Path,
     /// The workspace, which is the run's own checkout (or a directory in it) when it lies
@@ -2212,16 +2272,89 @@ fn write_git_identity(run_dir: &Path, home: &Path) -> Result<PathBuf, SandboxErr
 /// the next run of any workspace acts on (moving the hooks of a repository that was never
 /// granted into quarantine). Such runs' directories go in coder's state directory instead
 /// (out of the agent's reach unless that too is under `/tmp`: SECURITY.md).
-fn default_runs_dir() -> Result<PathBuf, SandboxError> {
-    let usable = |p: &PathBuf| {
-        fs::canonicalize(p).is_ok_and(|real| {
-            real.is_dir() && !real.starts_with(PRIVATE_SHM) && !real.starts_with("/tmp")
+/// Where a run's sandbox directories go (round twenty-one; see [`RunPlaces::choose`]).
+pub(crate) struct RunPlaces {
+    /// coder's own per-run directories: the scratch place's `sandbox/`
+    /// (`config::scratch`, a tmpfs where there is one), or the caller's runs directory.
+    pub(crate) own: PathBuf,
+    /// The agent's `TMPDIR` directories: the state directory's `sandbox-tmp/` (on disk), or
+    /// the caller's runs directory's name with `-tmp`. Never read for a guard record: the
+    /// agent writes in them.
+    pub(crate) tmp: PathBuf,
+    /// Where a stopped guard's record is kept (on disk): the state directory's `sandbox/`,
+    /// or the caller's runs directory.
+    pub(crate) records: PathBuf,
+    /// Every directory a run's own directory may be in, `own` and `records` among them: a
+    /// killed run's guard record and leftovers are looked for in each.
+    pub(crate) every: Vec<PathBuf>,
+}
+
+/// The suffix of the agent's `TMPDIR` directories' parent (beside the runs directory)
+/// and of each `TMPDIR`'s name (so that a `TMPDIR` and its run's own directory never take
+/// one name in coder's trash).
+const TMP_SUFFIX: &str = "-tmp";
+
+impl RunPlaces {
+    /// With the caller's runs directory `given`, everything there (the `TMPDIR`s beside
+    /// it); else coder's own files in the scratch place and the `TMPDIR`s on disk. Before
+    /// round twenty-one the runs went to `$XDG_RUNTIME_DIR/coder/runs` where that was a
+    /// directory outside `/tmp` and `/dev/shm`: a killed run's record is still read there.
+    pub(crate) fn choose(given: Option<&Path>) -> Result<RunPlaces, SandboxError> {
+        if let Some(dir) = given {
+            return Ok(RunPlaces {
+                own: dir.to_path_buf(),
+                tmp: with_suffix(dir, TMP_SUFFIX),
+                records: dir.to_path_buf(),
+                every: vec![dir.to_path_buf()],
+            });
+        }
+        let state = coder_state_dir()?;
+        let records = state.join(SANDBOX_RUNS_DIR);
+        // Made first, with the state directory: its identity names this state's runs in a
+        // scratch place.
+        create_private_dir(&records)?;
+        let own = Scratch::choose(&state).sandbox_runs(&state);
+        let legacy = env_path("XDG_RUNTIME_DIR")
+            .filter(|p| {
+                fs::canonicalize(p).is_ok_and(|real| {
+                    real.is_dir() && !real.starts_with(PRIVATE_SHM) && !real.starts_with("/tmp")
+                })
+            })
+            .map(|runtime| runtime.join("coder/runs"));
+        let mut every: Vec<PathBuf> = scratch::places(&state)
+            .iter()
+            .map(|place| scratch::sandbox_runs_in(place, &state))
+            .chain(legacy)
+            .collect();
+        for dir in [&own, &records] {
+            if !every.contains(dir) {
+                every.push(dir.clone());
+            }
+        }
+        Ok(RunPlaces {
+            tmp: with_suffix(&records, TMP_SUFFIX),
+            own,
+            records,
+            every,
         })
-    };
-    match env_path("XDG_RUNTIME_DIR").filter(usable) {
-        Some(runtime) => Ok(runtime.join("coder/runs")),
-        None => Ok(coder_state_dir()?.join("sandbox")),
     }
+}
+
+/// `path` with `suffix` added to its last component.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Makes the run directory `dir` (locked, [`RunLock::make_dir`]): its canonical path, its
+/// lock, and the guard that removes it again if the policy fails before it owns it.
+fn make_run_dir(dir: &Path) -> Result<(PathBuf, RunLock, MadeRunDir), SandboxError> {
+    let lock = RunLock::make_dir(dir)
+        .map_err(|e| SandboxError::io(format!("create {}", dir.display()), e))?;
+    let made = MadeRunDir(Some(dir.to_path_buf()));
+    let canonical = canonical_run_dir(dir)?;
+    Ok((canonical, lock, made))
 }
 
 fn coder_state_dir() -> Result<PathBuf, SandboxError> {
@@ -2427,6 +2560,7 @@ mod tests {
         // So do the end-of-run guard's other trees and the run's start.
         expected.outside_roots = Vec::new();
         expected.started_ns = 0;
+        expected.records_dir = PathBuf::new();
         assert_eq!(back, expected);
     }
 
