@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle, arms, run_text};
+use common::sandbox_fixture::{self, GitFx as Fx, Launch, RepoStyle, arms};
 use common::{Fake, steps};
 use serde_json::json;
 
@@ -393,28 +393,11 @@ const PLANT_BEYOND_THE_CAP: &str = "git init -q n && git -C n config core.fsmoni
 fn a_guard_stopped_at_its_cap_is_finished_before_the_next_run_trusts_the_tree() {
     for nobody in arms() {
         let fx = Fx::new(&REPO, nobody);
-        let (rc, out) = run_text(
-            fx.sandbox_in(
-                &fx.ws(),
-                &["--mode", "workspace-write"],
-                PLANT_BEYOND_THE_CAP,
-            )
-            .env("M", fx.marker())
-            .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
-        );
-        assert!(out.contains("PLANTED"), "nobody={nobody}: {out}");
-        assert_eq!(rc, 71, "nobody={nobody}: {out}");
+        let out = fx.stop_a_guard_armed(PLANT_BEYOND_THE_CAP);
         assert!(
             out.contains("git guard incomplete") && out.contains("the next run checks"),
             "nobody={nobody}: {out}"
         );
-        // The control: the hole the stopped guard leaves, until the next run.
-        let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);
-        assert!(
-            fx.marker().exists(),
-            "nobody={nobody}: the plant is not armed"
-        );
-        std::fs::remove_file(fx.marker()).unwrap();
         let (rc, out) = fx.sandbox("workspace-write", "echo SECOND");
         assert_eq!(rc, 0, "nobody={nobody}: {out}");
         let _ = fx.git(&fx.ws().join("n"), &["status", "--short"]);

@@ -414,11 +414,6 @@ fn the_workspace_tools_refuse_the_home_directory_by_any_name() {
     }
 }
 
-/// What run 1's agent leaves beyond the guard's cap: a repository whose `core.fsmonitor`
-/// runs the payload (as `sandbox_gitguard`'s test of the stopped guard plants it).
-const PLANT_BEYOND_THE_CAP: &str =
-    "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && echo PLANTED";
-
 /// A stopped guard's record (`<state>/sandbox/guards-stopped/`) is checked again by every
 /// later run, and a record whose tree was not at its path was dropped unchecked ("a
 /// temporary workspace removed since"). The agent of another run with a grant over the
@@ -434,18 +429,7 @@ fn a_stopped_guards_record_outlives_its_tree_renamed_away() {
     for nobody in sandbox_fixture::arms() {
         let fx = Fx::new(&REPO, nobody);
         let ws = fx.ws();
-        let (rc, out) = sandbox_fixture::run_text(
-            fx.sandbox_in(&ws, &["--mode", "workspace-write"], PLANT_BEYOND_THE_CAP)
-                .env("M", fx.marker())
-                .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
-        );
-        assert!(
-            rc == 71 && out.contains("PLANTED"),
-            "nobody={nobody}: {out}"
-        );
-        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
-        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
-        std::fs::remove_file(fx.marker()).unwrap();
+        fx.stop_a_guard_armed(sandbox_fixture::ARMED_REPO);
         let elsewhere = fx.run_elsewhere_while_away();
         let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
         let _ = fx.git(&ws.join("n"), &["status", "--short"]);

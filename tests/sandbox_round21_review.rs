@@ -362,20 +362,7 @@ fn a_stopped_guards_record_is_not_checked_on_a_decoy_at_its_trees_path() {
     for nobody in sandbox_fixture::arms() {
         let fx = Fx::new(&REPO, nobody);
         let ws = fx.ws();
-        let plant = "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" \
-                     && echo PLANTED";
-        let (rc, out) = sandbox_fixture::run_text(
-            fx.sandbox_in(&ws, &["--mode", "workspace-write"], plant)
-                .env("M", fx.marker())
-                .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
-        );
-        assert!(
-            rc == 71 && out.contains("PLANTED"),
-            "nobody={nobody}: {out}"
-        );
-        let _ = fx.git(&ws.join("n"), &["status", "--short"]);
-        assert!(fx.marker().exists(), "nobody={nobody}: control: not armed");
-        std::fs::remove_file(fx.marker()).unwrap();
+        fx.stop_a_guard_armed(sandbox_fixture::ARMED_REPO);
         let elsewhere = fx.run_elsewhere_while_replaced(true);
         let (_, second) = fx.sandbox("workspace-write", "echo SECOND");
         let _ = fx.git(&ws.join("n"), &["status", "--short"]);

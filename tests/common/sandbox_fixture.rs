@@ -558,6 +558,29 @@ impl GitFx {
         std::fs::remove_file(self.marker()).unwrap();
     }
 
+    /// The agent of a confined run arms a repository of its own beyond the end-of-run
+    /// guard's cap (lowered to 2 entries): `plant` makes `n`, whose `core.fsmonitor`
+    /// touches the marker (and whatever else), then prints `PLANTED`. The guard stops
+    /// (exit 71) and records where it stopped. The control is asserted (the user's `git
+    /// status` in `n` runs the payload) and the marker removed. What coder printed.
+    pub fn stop_a_guard_armed(&self, plant: &str) -> String {
+        let nobody = self.nobody;
+        let (rc, out) = run_text(
+            self.sandbox_in(&self.ws(), &["--mode", "workspace-write"], plant)
+                .env("M", self.marker())
+                .env("CODER_TEST_GUARD_MAX_ENTRIES", "2"),
+        );
+        assert!(out.contains("PLANTED"), "nobody={nobody}: {out}");
+        assert_eq!(rc, 71, "nobody={nobody}: {out}");
+        let _ = self.git(&self.ws().join("n"), &["status", "--short"]);
+        assert!(
+            self.marker().exists(),
+            "nobody={nobody}: control: not armed"
+        );
+        std::fs::remove_file(self.marker()).unwrap();
+        out
+    }
+
     /// A run in another directory (same state directory) while the workspace is renamed
     /// away, as the agent of another run with a grant over its parent could; the workspace
     /// is back at its path after. What that run printed.
@@ -647,6 +670,11 @@ pub fn attack(
         }
     }
 }
+
+/// The agent's plant for [`GitFx::stop_a_guard_armed`]: a repository `n` of its own whose
+/// `core.fsmonitor` touches the marker at the user's `git status` there.
+pub const ARMED_REPO: &str =
+    "git init -q n && git -C n config core.fsmonitor \"touch '$M'; false\" && echo PLANTED";
 
 /// How [`held_attack`] launches the agent: where its script starts, relative to the
 /// workspace (empty: the workspace), and extra `coder sandbox` arguments.
