@@ -163,3 +163,78 @@ check
         );
     }
 }
+
+/// Attacks still open: each asserts that it still works, so the list can only shrink.
+const KNOWN_OPEN: &[&str] = &[
+    "old pointer, new target",
+    "deep dir of another user in /tmp",
+];
+
+/// A pointer older than the run, whose target the run made. Run one (`--allow-tmp`)
+/// leaves `/tmp/x/.git` reading `gitdir: /tmp/y`, with nothing at `/tmp/y` (led nowhere:
+/// left), and `/tmp/x/tools/fmt.sh`. Run two (`--allow-tmp`) makes `/tmp/y` a symlink to
+/// the workspace's `.git`: the walk looks at `.git` entries changed since the run's start
+/// only, and `/tmp/x/.git` is older; `/tmp/y` is not a `.git` name. The user's `git fmt`
+/// in `/tmp/x` then runs the agent's script. Control: `--mode danger-full-access`. (The
+/// runs are 2.5 s apart: a start time is taken two seconds early, for coarse file times.)
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_old_pointer_in_tmp_whose_target_a_later_run_makes_leads_to_the_users_config() {
+    let open = KNOWN_OPEN.contains(&"old pointer, new target");
+    for victim in victims() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let tree = Tree::new(victim);
+            let out = tree.scenario(&format!(
+                r##"cd "$ROOT"
+victim git init -q ws
+victim git -C ws config alias.fmt '!sh tools/fmt.sh'
+one="mkdir -p /tmp/x/tools && printf '#!/bin/sh\ntouch $ROOT/marker\n' > /tmp/x/tools/fmt.sh && echo 'gitdir: /tmp/y' > /tmp/x/.git && echo PLANTED-ONE"
+two="ln -s $ROOT/ws/.git /tmp/y && echo PLANTED-TWO"
+victim "$CODER" sandbox --mode {mode} --allow-tmp --cd "$ROOT/ws" -- sh -c "$one" 2>&1
+# Runs further apart than the start time's slack (two seconds): a later session's run.
+sleep 2.5
+victim "$CODER" sandbox --mode {mode} --allow-tmp --cd "$ROOT/ws" -- sh -c "$two" 2>&1
+(cd /tmp/x && victim git fmt) >/dev/null 2>&1
+[ -e "$ROOT/marker" ] && echo PAYLOAD-RAN
+"##
+            ));
+            for want in ["PLANTED-ONE", "PLANTED-TWO"] {
+                assert!(out.contains(want), "uid {victim} {mode}: no {want}: {out}");
+            }
+            let confined = mode == "workspace-write";
+            assert_eq!(
+                out.contains("PAYLOAD-RAN"),
+                !confined || open,
+                "uid {victim} {mode} (known open: {open}): {out}"
+            );
+        }
+    }
+}
+
+/// Another local user's directory deeper than the guard's cap (256) in the shared
+/// `/tmp`: the end-of-run walk of `/tmp` stops there and fails closed, its record is kept
+/// as a stopped guard, and every later confined run of the victim's workspace is refused
+/// (exit 71), with `--allow-tmp` or without, until that user removes it (which the victim,
+/// not root, cannot do in the sticky `/tmp`). The attacker is the other arm's user.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn another_users_deep_directory_in_tmp_refuses_every_later_run() {
+    let open = KNOWN_OPEN.contains(&"deep dir of another user in /tmp");
+    for victim in victims() {
+        let attacker = if victim == 0 { NOBODY } else { 0 };
+        let tree = Tree::new(victim);
+        let out = tree.scenario(&format!(
+            r#"cd "$ROOT"
+victim git init -q ws
+setpriv --reuid={attacker} --regid={attacker} --clear-groups sh -c 'cd /tmp && for i in $(seq 300); do mkdir d && cd d || exit; done && echo DEEP'
+victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- true >/dev/null 2>&1
+echo "first=$?"
+victim "$CODER" sandbox --cd "$ROOT/ws" -- echo SECOND-RAN 2>&1
+echo "second=$?"
+"#
+        ));
+        assert!(out.contains("DEEP"), "uid {victim}: {out}");
+        let refused = out.contains("second=71") && !out.contains("SECOND-RAN");
+        assert_eq!(refused, open, "uid {victim} (known open: {open}): {out}");
+    }
+}
