@@ -14,6 +14,13 @@
 //!   naming any tree of the user's; the next run took it for a killed run's record and
 //!   "quarantined" the hooks and config of the user's repositories there.
 //!
+//! * **Another user's pointer in the sticky `/tmp`.** fix21's end-of-run walk of `/tmp`
+//!   (`--allow-tmp`) stopped closed where it could not rename a new `.git` pointer that
+//!   leads to the user's repository: one of another user in the sticky `/tmp` (`EPERM`).
+//!   Its record was kept as a stopped guard, and every later confined run of the
+//!   workspace was refused (exit 71) until that user removed it. The agent cannot make a
+//!   file of another user's: such a pointer is passed over now.
+//!
 //! Every scenario runs in a mount namespace of its own whose `/dev/shm` and `/tmp` are
 //! fresh tmpfs: other tests and users of this machine use the host's.
 
@@ -236,5 +243,34 @@ echo "second=$?"
         assert!(out.contains("DEEP"), "uid {victim}: {out}");
         let refused = out.contains("second=71") && !out.contains("SECOND-RAN");
         assert_eq!(refused, open, "uid {victim} (known open: {open}): {out}");
+    }
+}
+
+/// Another user plants `/tmp/.git` reading `gitdir: <victim's workspace>/.git` while the
+/// victim's `--allow-tmp` run is under way; the victim's next run (without `--allow-tmp`)
+/// starts. Root renames a file of uid 65534's aside (reported); uid 65534 cannot move
+/// root's from the sticky `/tmp` and passes it over.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn another_users_pointer_in_sticky_tmp_does_not_refuse_later_runs() {
+    for victim in victims() {
+        let attacker = if victim == 0 { NOBODY } else { 0 };
+        let tree = Tree::new(victim);
+        let out = tree.scenario(&format!(
+            r#"cd "$ROOT"
+victim git init -q ws
+agent="touch /tmp/ready; i=0; while [ ! -e /tmp/go ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i+1)); done; echo AGENT-DONE"
+victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- sh -c "$agent" 2>&1 &
+i=0; while [ ! -e /tmp/ready ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+setpriv --reuid={attacker} --regid={attacker} --clear-groups sh -c "echo 'gitdir: $ROOT/ws/.git' > /tmp/.git && touch /tmp/go && echo PLANTED"
+wait $!
+echo "first=$?"
+victim "$CODER" sandbox --cd "$ROOT/ws" -- echo SECOND-RAN 2>&1
+echo "second=$?"
+"#
+        ));
+        for want in ["PLANTED", "AGENT-DONE", "SECOND-RAN", "second=0"] {
+            assert!(out.contains(want), "uid {victim}: no {want}: {out}");
+        }
     }
 }
