@@ -205,7 +205,12 @@ pub fn places(state_dir: &Path) -> Vec<PathBuf> {
     let mut found = vec![state_dir.to_path_buf()];
     let candidates = [
         var(SCRATCH_VAR),
-        var("XDG_RUNTIME_DIR").map(|d| d.join("coder")),
+        // Only where a run could have taken it ([`Scratch::choose`]): under `/tmp` an
+        // agent with `--allow-tmp` makes it, 0700 and this user's, with a forged record
+        // of a killed run that the next run's guard would act on.
+        var("XDG_RUNTIME_DIR")
+            .filter(|d| runtime_dir_usable(d))
+            .map(|d| d.join("coder")),
         Some(Path::new(SHM).join(format!("coder-{}", nix::unistd::geteuid()))),
     ];
     for dir in candidates.into_iter().flatten() {

@@ -1172,6 +1172,17 @@ struct TopWalk<'a> {
     report: &'a mut GuardReport,
 }
 
+/// Whether renaming `dir/name` failed (`e`) because it is another user's in a directory
+/// coder may not move it from (the sticky `/tmp`, or a directory of theirs): the agent,
+/// coder's user, cannot have made it, and that user could have left it without any
+/// run. Stopping the walk there let any local user refuse every later run of this
+/// user's workspace (round twenty-one's second review).
+fn not_agents(dir: BorrowedFd<'_>, name: &OsStr, e: Errno) -> bool {
+    matches!(e, Errno::EPERM | Errno::EACCES)
+        && fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| st.st_uid != nix::unistd::geteuid().as_raw())
+}
+
 /// A race with another process of the shared tree: the entry went away or changed kind.
 fn raced(e: Errno) -> bool {
     matches!(
@@ -1295,7 +1306,7 @@ impl TopWalk<'_> {
         }
         let to = match rename_aside(dir, name) {
             Ok(to) => to,
-            Err(e) if raced(e) => return Ok(false),
+            Err(e) if raced(e) || not_agents(dir, name, e) => return Ok(false),
             Err(e) => return Err(e),
         };
         self.report.quarantined.push(Quarantined {
@@ -1317,7 +1328,7 @@ impl TopWalk<'_> {
         }
         let to = match rename_aside(dir, name) {
             Ok(to) => to,
-            Err(e) if raced(e) => return Ok(()),
+            Err(e) if raced(e) || not_agents(dir, name, e) => return Ok(()),
             Err(e) => return Err(e),
         };
         self.report.quarantined.push(Quarantined {
