@@ -63,13 +63,16 @@ impl Tree {
     }
 
     /// Runs `script` as root in a mount namespace of its own with fresh tmpfs on
-    /// `/dev/shm` and `/tmp`: what it printed. The script has `$VICTIM`, `$CODER`, `$ROOT`,
+    /// `/dev/shm` and `/tmp` (coder's binary bound at `$ROOT/coder-bin` first: a checkout
+    /// under `/tmp`, as CI's may be, would be hidden): what it printed. The script has `$VICTIM`, `$CODER`, `$ROOT`,
     /// `$PLACE` (the victim's `/dev/shm` place) and `victim CMD…` (as the victim, with
     /// `XDG_RUNTIME_DIR=/tmp/runtime-$VICTIM`, made 0700 by the victim as a login without
     /// systemd would).
     fn scenario(&self, script: &str) -> String {
         let prelude = r#"set -u
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm || { echo NO-SHM-MOUNT; exit 97; }
+touch "$ROOT/coder-bin" && mount --bind "$CODER" "$ROOT/coder-bin" || { echo NO-BIN-MOUNT; exit 97; }
+CODER=$ROOT/coder-bin
 mount -t tmpfs -o mode=1777 tmpfs /tmp || { echo NO-TMP-MOUNT; exit 97; }
 export XDG_RUNTIME_DIR=/tmp/runtime-$VICTIM
 victim() { if [ "$VICTIM" = 0 ]; then "$@"; else setpriv --reuid="$VICTIM" --regid="$VICTIM" --clear-groups "$@"; fi; }
