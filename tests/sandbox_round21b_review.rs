@@ -94,20 +94,8 @@ victim mkdir -m 700 "$XDG_RUNTIME_DIR"
             .env("CODER", CODER)
             .env("ROOT", &self.root)
             .env("PLACE", format!("/dev/shm/coder-{}", self.victim));
-        let out = cmd.output_bounded();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
+        sandbox_fixture::printed(&cmd.output_bounded())
     }
-}
-
-fn victims() -> Vec<u32> {
-    sandbox_fixture::owners()
-        .into_iter()
-        .map(|o| o.unwrap_or(0))
-        .collect()
 }
 
 /// The user's repository `home/proj` (never granted) with a hook and a config, the
@@ -131,7 +119,7 @@ check() { [ -x home/proj/.git/hooks/pre-commit ] && echo HOOK-KEPT
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_dead_runs_record_forged_in_a_runtime_dir_under_tmp_is_not_acted_on() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let tree = Tree::new(victim);
         let out = tree.scenario(&format!(
             r#"{SETUP}
@@ -191,7 +179,7 @@ const KNOWN_OPEN: &[&str] = &[
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_old_pointer_in_tmp_whose_target_a_later_run_makes_leads_to_the_users_config() {
     let open = KNOWN_OPEN.contains(&"old pointer, new target");
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         for mode in ["workspace-write", "danger-full-access"] {
             let tree = Tree::new(victim);
             let out = tree.scenario(&format!(
@@ -230,7 +218,7 @@ victim "$CODER" sandbox --mode {mode} --allow-tmp --cd "$ROOT/ws" -- sh -c "$two
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn another_users_deep_directory_in_tmp_refuses_every_later_run() {
     let open = KNOWN_OPEN.contains(&"deep dir of another user in /tmp");
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let attacker = if victim == 0 { NOBODY } else { 0 };
         let tree = Tree::new(victim);
         let out = tree.scenario(&format!(
@@ -256,7 +244,7 @@ echo "second=$?"
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn another_users_pointer_in_sticky_tmp_does_not_refuse_later_runs() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let attacker = if victim == 0 { NOBODY } else { 0 };
         let tree = Tree::new(victim);
         let out = tree.scenario(&format!(

@@ -103,20 +103,8 @@ run() { victim "$CODER" --cd "$ROOT/ws" --claude-bin "$ROOT/claude" "$@" go; ech
             .env("CODER", CODER)
             .env("ROOT", &self.root)
             .env("PLACE", self.shm_place());
-        let out = cmd.output_bounded();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
+        sandbox_fixture::printed(&cmd.output_bounded())
     }
-}
-
-fn victims() -> Vec<u32> {
-    sandbox_fixture::owners()
-        .into_iter()
-        .map(|o| o.unwrap_or(0))
-        .collect()
 }
 
 /// The rest of the line of `out` that starts with `key`.
@@ -153,7 +141,7 @@ fn home_of(out: &str) -> PathBuf {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_clis_home_is_on_the_tmpfs_bound_alone_and_its_path_fixed() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let place = format!("/dev/shm/coder-{victim}");
         let payload = format!(
             r#"echo "HOME=$CLAUDE_CONFIG_DIR"
@@ -213,7 +201,7 @@ cat "$decoy/.credentials.json" && echo DECOY-KEPT
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_scratch_directory_planted_by_another_user_is_never_used() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         for plant in [
             "attacker mkdir -m 777 /dev/shm/bait && attacker ln -s /dev/shm/bait \"$PLACE\"",
             "attacker mkdir -m 777 \"$PLACE\" && attacker ln -s \"$PLACE\" /dev/shm/bait",
@@ -252,7 +240,7 @@ fn a_scratch_directory_planted_by_another_user_is_never_used() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_grant_reaching_the_scratch_is_refused() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let tree = Tree::new(victim, r#"echo "HOME=$CLAUDE_CONFIG_DIR""#);
         let out = tree.scenario(
             "mode=1777",
@@ -314,7 +302,7 @@ echo "== end"
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_small_shm_is_passed_over() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let tree = Tree::new(victim, r#"echo "HOME=$CLAUDE_CONFIG_DIR""#);
         let out = tree.scenario("mode=1777,size=64m", "run\n");
         let home = home_of(&out);
@@ -331,7 +319,7 @@ fn a_small_shm_is_passed_over() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_killed_runs_home_on_the_tmpfs_is_removed_by_the_next_run() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let tree = Tree::new(
             victim,
             r#"if [ ! -e "$PWD/home.txt" ]; then echo "$CLAUDE_CONFIG_DIR" > "$PWD/home.txt"; sleep 60; fi
@@ -374,7 +362,7 @@ run
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_killed_runs_sandbox_directory_on_the_tmpfs_is_guarded_and_removed_by_the_next_run() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let tree = Tree::new(victim, r#"echo "HOME=$CLAUDE_CONFIG_DIR""#);
         let out = tree.scenario(
             "mode=1777",
@@ -442,7 +430,7 @@ victim git -C "$ROOT/ws/n" status --short >/dev/null 2>&1
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_run_directory_on_the_tmpfs_is_read_only_and_alone() {
-    for victim in victims() {
+    for victim in sandbox_fixture::victims() {
         let payload = r#"own=$(dirname "$(dirname "$CLAUDE_CODE_SHELL")")
 echo "OWN=$own"
 echo "TMP=$TMPDIR"

@@ -228,6 +228,11 @@ pub fn give_to_nobody(path: &Path) {
     must_run(Command::new("chown").args(["-R", "65534:65534"]).arg(path));
 }
 
+/// The uid of each arm's user ([`owners`]): 0 for root, [`NOBODY`] for the other.
+pub fn victims() -> Vec<u32> {
+    owners().into_iter().map(|o| o.unwrap_or(0)).collect()
+}
+
 /// What a finished command printed: its stdout, then its stderr.
 pub fn printed(o: &Output) -> String {
     format!(
