@@ -167,20 +167,39 @@ impl Scratch {
 
 /// The directory of the sandbox's per-run directories in scratch place `place` for the
 /// runs of the state directory `state_dir`: its `sandbox/` when the place is the state
-/// directory, else `sandbox/<dev>-<ino>` of the state directory. A scratch place is
-/// shared by every state directory of this user, and a killed run's git guard is done by
-/// a later run of its own state directory, which keeps the record of a guard that stops
-/// short and refuses the runs it concerns (`sandbox::gitguard`): a run of another state
-/// directory must not take it over.
+/// directory, else `sandbox/<dev>-<ino>-<birth>` of the state directory. A scratch place
+/// is shared by every state directory of this user, and a killed run's git guard is done
+/// by a later run of its own state directory, which keeps the record of a guard that
+/// stops short and refuses the runs it concerns (`sandbox::gitguard`): a run of another
+/// state directory must not take it over.
+///
+/// The birth time is part of the name because ext4 gives a deleted directory's inode to
+/// the next one made: a state directory made after another was deleted took over its
+/// killed runs (their trees long gone), and warned of them in every run (CI met it with
+/// the test suites' throw-away state directories). Where the file system keeps no birth
+/// time the name is `<dev>-<ino>` alone.
 pub fn sandbox_runs_in(place: &Path, state_dir: &Path) -> PathBuf {
     let runs = place.join(SANDBOX_RUNS_DIR);
     if place == state_dir {
         return runs;
     }
     match std::fs::metadata(state_dir) {
-        Ok(meta) => runs.join(format!("{:x}-{:x}", meta.dev(), meta.ino())),
+        Ok(meta) => runs.join(state_dir_identity(&meta)),
         // No state directory yet: nothing of its runs can be anywhere.
         Err(_) => runs.join("unknown"),
+    }
+}
+
+/// The name of one state directory's runs in a scratch place: device, inode and (where
+/// the file system keeps it) birth time in nanoseconds, in hex.
+fn state_dir_identity(meta: &std::fs::Metadata) -> String {
+    let birth = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    match birth {
+        Some(since) => format!("{:x}-{:x}-{:x}", meta.dev(), meta.ino(), since.as_nanos()),
+        None => format!("{:x}-{:x}", meta.dev(), meta.ino()),
     }
 }
 
@@ -362,5 +381,30 @@ mod tests {
         );
         let dir = base.path().join("coder-x");
         assert!(matches!(refusal(&dir, true), Some(Refusal::Quiet(_))));
+    }
+
+    /// A state directory made after another was deleted gets its inode on ext4 (the
+    /// build's file system here, as the CI machine's): its runs' directory in a scratch
+    /// place must not be the deleted one's, whose killed runs' trees are gone.
+    #[test]
+    fn a_state_directory_on_a_reused_inode_has_runs_of_its_own() {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+        let base = tempfile::tempdir_in(target).unwrap();
+        let place = base.path().join("scratch");
+        let (first, second) = (base.path().join("state-a"), base.path().join("state-b"));
+        std::fs::create_dir(&first).unwrap();
+        let ino = std::fs::metadata(&first).unwrap().ino();
+        let before = sandbox_runs_in(&place, &first);
+        std::fs::remove_dir(&first).unwrap();
+        let reused = (0..100).any(|_| {
+            std::fs::create_dir(&second).unwrap();
+            let same = std::fs::metadata(&second).unwrap().ino() == ino;
+            same || std::fs::remove_dir(&second).is_err()
+        });
+        assert!(
+            reused,
+            "the file system never gave the inode again: the case is not met"
+        );
+        assert_ne!(sandbox_runs_in(&place, &second), before);
     }
 }
