@@ -281,7 +281,7 @@ impl Shared {
         stream: bool,
         request_model: Option<&str>,
         request_id: &str,
-    ) -> (Reply, RequestOutcome, Option<String>) {
+    ) -> TurnReply {
         let delay = Duration::from_millis(turn.delay_ms);
         let with_delay = |mut reply: Reply| {
             reply.delay = delay;
@@ -322,122 +322,12 @@ impl Shared {
             tool_id_prefix: format!("toolu_replay_{}_{}", index + 1, use_number),
         };
         let rendered = render::render(response, &context);
-        let mut headers = vec![("request-id".to_string(), request_id.to_string())];
-
-        if !stream {
-            if let Some(stream_error) = &turn.stream_error {
-                // A plain answer has no place for an error event: answer with its status.
-                let status = stream_error
-                    .status
-                    .unwrap_or_else(|| status_for_error_type(&stream_error.error_type));
-                let message = stream_error
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| default_error_message(&stream_error.error_type));
-                let reply =
-                    error_reply(status, &stream_error.error_type, &message, request_id, &[]);
-                return (
-                    with_delay(reply),
-                    RequestOutcome::ErrorFault,
-                    Some(format!("HTTP {status} (stream_error on a plain request)")),
-                );
-            }
-            let body = rendered.message.to_string().into_bytes();
-            headers.push(("content-type".into(), "application/json".into()));
-            headers.push(("content-length".into(), body.len().to_string()));
-            let (ending, outcome, detail) = if turn.stall_after_events.is_some() {
-                (
-                    Ending::Stall,
-                    RequestOutcome::Stalled,
-                    "stalled after the headers",
-                )
-            } else if turn.drop_after_events.is_some() {
-                (
-                    Ending::Reset,
-                    RequestOutcome::Dropped,
-                    "reset after the headers",
-                )
-            } else {
-                (Ending::Complete, RequestOutcome::Answered, "")
-            };
-            let reply = Reply {
-                delay,
-                status: 200,
-                headers,
-                body: Body::Full(body),
-                ending,
-            };
-            return (
-                reply,
-                outcome,
-                (!detail.is_empty()).then(|| detail.to_string()),
-            );
-        }
-
-        let mut events: Vec<Vec<u8>> = rendered
-            .events
-            .iter()
-            .map(|(name, data)| sse_event(name, data))
-            .collect();
-        let total = events.len();
-        let (ending, outcome, detail) = if let Some(n) = turn.stall_after_events {
-            events.truncate(n);
-            (
-                Ending::Stall,
-                RequestOutcome::Stalled,
-                Some(format!("stalled after {} of {total} events", events.len())),
-            )
-        } else if let Some(n) = turn.drop_after_events {
-            events.truncate(n);
-            (
-                Ending::Reset,
-                RequestOutcome::Dropped,
-                Some(format!("reset after {} of {total} events", events.len())),
-            )
-        } else if let Some(stream_error) = &turn.stream_error {
-            events.truncate(stream_error.after_events);
-            let message = stream_error
-                .message
-                .clone()
-                .unwrap_or_else(|| default_error_message(&stream_error.error_type));
-            let data = serde_json::json!({
-                "type": "error",
-                "error": {"type": stream_error.error_type, "message": message},
-            });
-            let sent = events.len();
-            events.push(sse_event("error", &data));
-            (
-                Ending::Complete,
-                RequestOutcome::StreamError,
-                Some(format!(
-                    "{} event after {sent} of {total} events",
-                    stream_error.error_type
-                )),
-            )
+        let headers = vec![("request-id".to_string(), request_id.to_string())];
+        if stream {
+            streamed_reply(turn, rendered, headers)
         } else {
-            (Ending::Complete, RequestOutcome::Answered, None)
-        };
-        headers.push((
-            "content-type".into(),
-            "text/event-stream; charset=utf-8".into(),
-        ));
-        headers.push(("cache-control".into(), "no-cache".into()));
-        headers.push(("transfer-encoding".into(), "chunked".into()));
-        let reply = Reply {
-            delay,
-            status: 200,
-            headers,
-            body: Body::Events {
-                events,
-                interval: Duration::from_millis(turn.event_delay_ms),
-                keepalive: turn.keepalive.map(|k| {
-                    let every = k.every_ms.max(1);
-                    (k.for_ms / every, Duration::from_millis(every))
-                }),
-            },
-            ending,
-        };
-        (reply, outcome, detail)
+            plain_reply(turn, rendered, headers, request_id)
+        }
     }
 
     fn cassette_label(&self) -> String {
@@ -513,6 +403,135 @@ fn error_reply(
         body: Body::Full(body),
         ending: Ending::Complete,
     }
+}
+
+/// What a turn answers: the reply, how the request ended, and a detail for the log.
+type TurnReply = (Reply, RequestOutcome, Option<String>);
+
+/// The reply to a plain (non-streaming) request of `turn`: the whole message as JSON, or
+/// the status of its `stream_error` (a plain answer has no place for an error event).
+fn plain_reply(
+    turn: &Turn,
+    rendered: render::Rendered,
+    mut headers: Vec<(String, String)>,
+    request_id: &str,
+) -> TurnReply {
+    let delay = Duration::from_millis(turn.delay_ms);
+    if let Some(stream_error) = &turn.stream_error {
+        let status = stream_error
+            .status
+            .unwrap_or_else(|| status_for_error_type(&stream_error.error_type));
+        let message = stream_error
+            .message
+            .clone()
+            .unwrap_or_else(|| default_error_message(&stream_error.error_type));
+        let mut reply = error_reply(status, &stream_error.error_type, &message, request_id, &[]);
+        reply.delay = delay;
+        return (
+            reply,
+            RequestOutcome::ErrorFault,
+            Some(format!("HTTP {status} (stream_error on a plain request)")),
+        );
+    }
+    let body = rendered.message.to_string().into_bytes();
+    headers.push(("content-type".into(), "application/json".into()));
+    headers.push(("content-length".into(), body.len().to_string()));
+    let (ending, outcome, detail) = if turn.stall_after_events.is_some() {
+        (
+            Ending::Stall,
+            RequestOutcome::Stalled,
+            Some("stalled after the headers"),
+        )
+    } else if turn.drop_after_events.is_some() {
+        (
+            Ending::Reset,
+            RequestOutcome::Dropped,
+            Some("reset after the headers"),
+        )
+    } else {
+        (Ending::Complete, RequestOutcome::Answered, None)
+    };
+    let reply = Reply {
+        delay,
+        status: 200,
+        headers,
+        body: Body::Full(body),
+        ending,
+    };
+    (reply, outcome, detail.map(str::to_owned))
+}
+
+/// The reply to a streaming request of `turn`: its events, cut where the turn stalls,
+/// drops or sends its `stream_error` event.
+fn streamed_reply(
+    turn: &Turn,
+    rendered: render::Rendered,
+    mut headers: Vec<(String, String)>,
+) -> TurnReply {
+    let mut events: Vec<Vec<u8>> = rendered
+        .events
+        .iter()
+        .map(|(name, data)| sse_event(name, data))
+        .collect();
+    let total = events.len();
+    let (ending, outcome, detail) = if let Some(n) = turn.stall_after_events {
+        events.truncate(n);
+        (
+            Ending::Stall,
+            RequestOutcome::Stalled,
+            Some(format!("stalled after {} of {total} events", events.len())),
+        )
+    } else if let Some(n) = turn.drop_after_events {
+        events.truncate(n);
+        (
+            Ending::Reset,
+            RequestOutcome::Dropped,
+            Some(format!("reset after {} of {total} events", events.len())),
+        )
+    } else if let Some(stream_error) = &turn.stream_error {
+        events.truncate(stream_error.after_events);
+        let message = stream_error
+            .message
+            .clone()
+            .unwrap_or_else(|| default_error_message(&stream_error.error_type));
+        let data = serde_json::json!({
+            "type": "error",
+            "error": {"type": stream_error.error_type, "message": message},
+        });
+        let sent = events.len();
+        events.push(sse_event("error", &data));
+        (
+            Ending::Complete,
+            RequestOutcome::StreamError,
+            Some(format!(
+                "{} event after {sent} of {total} events",
+                stream_error.error_type
+            )),
+        )
+    } else {
+        (Ending::Complete, RequestOutcome::Answered, None)
+    };
+    headers.push((
+        "content-type".into(),
+        "text/event-stream; charset=utf-8".into(),
+    ));
+    headers.push(("cache-control".into(), "no-cache".into()));
+    headers.push(("transfer-encoding".into(), "chunked".into()));
+    let reply = Reply {
+        delay: Duration::from_millis(turn.delay_ms),
+        status: 200,
+        headers,
+        body: Body::Events {
+            events,
+            interval: Duration::from_millis(turn.event_delay_ms),
+            keepalive: turn.keepalive.map(|k| {
+                let every = k.every_ms.max(1);
+                (k.for_ms / every, Duration::from_millis(every))
+            }),
+        },
+        ending,
+    };
+    (reply, outcome, detail)
 }
 
 /// The answer of a turn whose `error` fault is set: its status, its headers (which win
