@@ -394,40 +394,55 @@ pub fn class_name(class: ProviderClass) -> String {
         .unwrap_or_default()
 }
 
+/// The class of an upstream error from its HTTP status, the CLI's error type, its text
+/// (lower-cased) and the last tool called: the rows of `provider-quirks.md`'s table, in
+/// its order of precedence (the account first, then the request's shape, then what is
+/// transient).
 fn class_of(
     status: Option<u16>,
     cli_error: Option<&UpstreamErrorType>,
     lower: &str,
     last_tool: Option<&str>,
 ) -> ProviderClass {
-    let bad_request = matches!(status, None | Some(400 | 422));
+    account_class(status, cli_error, lower)
+        .or_else(|| request_class(status, lower, last_tool))
+        .or_else(|| transient_class(status, cli_error, lower))
+        .unwrap_or(ProviderClass::Unknown)
+}
+
+/// Rows 9 to 12 and the account's own errors: plan, balance, key, fair use, quota, model.
+fn account_class(
+    status: Option<u16>,
+    cli_error: Option<&UpstreamErrorType>,
+    lower: &str,
+) -> Option<ProviderClass> {
     // Row 11.
     if any_code(lower, &["1309", "1311"]) || (lower.contains("plan") && lower.contains("expired")) {
-        return ProviderClass::PlanError;
+        return Some(ProviderClass::PlanError);
     }
     if status == Some(402)
         || any_code(lower, &["1113", "1008"])
         || lower.contains("insufficient balance")
     {
-        return ProviderClass::BillingError;
+        return Some(ProviderClass::BillingError);
     }
     if matches!(status, Some(401 | 403))
         || any_code(lower, &["1004", "2049"])
         || lower.contains("not authorized")
         || cli_error == Some(&UpstreamErrorType::AuthenticationFailed)
     {
-        return ProviderClass::AuthError;
+        return Some(ProviderClass::AuthError);
     }
     // Row 9.
     if any_code(lower, &["1313"]) || lower.contains("fair use") || lower.contains("fair-use") {
-        return ProviderClass::ProviderThrottled;
+        return Some(ProviderClass::ProviderThrottled);
     }
     // Row 10.
     if any_code(lower, &["1308", "1310", "1316", "1317", "2056"])
         || lower.contains("usage limit")
         || lower.contains("limit exhausted")
     {
-        return ProviderClass::QuotaExhausted;
+        return Some(ProviderClass::QuotaExhausted);
     }
     // Row 12.
     if any_code(lower, &["1211"])
@@ -436,15 +451,26 @@ fn class_of(
             .any(|m| lower.contains(m))
         || cli_error == Some(&UpstreamErrorType::ModelNotFound)
     {
-        return ProviderClass::ModelNotFound;
+        return Some(ProviderClass::ModelNotFound);
     }
+    None
+}
+
+/// Rows 1 to 7: what the request carried that this vendor refuses (content, a system
+/// role, thinking blocks, effort, a tool, a broken history).
+fn request_class(
+    status: Option<u16>,
+    lower: &str,
+    last_tool: Option<&str>,
+) -> Option<ProviderClass> {
+    let bad_request = matches!(status, None | Some(400 | 422));
     // Row 6.
     let content =
         (lower.contains("image") || lower.contains("document")) && lower.contains("not support");
     if (bad_request && (content || any_code(lower, &["1210"])))
         || (content && status.is_none_or(|s| s < 500))
     {
-        return ProviderClass::UnsupportedContent;
+        return Some(ProviderClass::UnsupportedContent);
     }
     // Row 1.
     if bad_request
@@ -458,22 +484,22 @@ fn class_of(
         .iter()
         .any(|m| lower.contains(m))
     {
-        return ProviderClass::SystemRole;
+        return Some(ProviderClass::SystemRole);
     }
     // Row 2.
     if lower.contains("redacted_thinking") && lower.contains("but found") {
-        return ProviderClass::ThinkingSchema;
+        return Some(ProviderClass::ThinkingSchema);
     }
     // Row 3.
     if lower.contains("missing reasoning_content")
         || ((lower.contains("reasoning_content") || lower.contains("content[].thinking"))
             && lower.contains("must be passed back"))
     {
-        return ProviderClass::ThinkingRoundtrip;
+        return Some(ProviderClass::ThinkingRoundtrip);
     }
     // Row 4.
     if lower.contains("thinking options type cannot be disabled when reasoning_effort") {
-        return ProviderClass::EffortConflict;
+        return Some(ProviderClass::EffortConflict);
     }
     // Row 5.
     let web_tool = last_tool.is_some_and(|t| t == "WebSearch" || t == "WebFetch");
@@ -482,7 +508,7 @@ fn class_of(
             || (lower.contains("input_schema") && lower.contains("web_search"))
             || (web_tool && lower.contains("tool_choice")))
     {
-        return ProviderClass::UnsupportedTool;
+        return Some(ProviderClass::UnsupportedTool);
     }
     // Row 7.
     if any_code(lower, &["2013"])
@@ -490,11 +516,20 @@ fn class_of(
             || (lower.contains("tool id(") && lower.contains("not found"))
             || lower.contains("invalid function arguments json"))
     {
-        return ProviderClass::InvalidHistory;
+        return Some(ProviderClass::InvalidHistory);
     }
+    None
+}
+
+/// Rows 13 to 15: the context overflowing, rate limits, the vendor down, the network.
+fn transient_class(
+    status: Option<u16>,
+    cli_error: Option<&UpstreamErrorType>,
+    lower: &str,
+) -> Option<ProviderClass> {
     // Row 13.
     if crate::pipeline::outcome::is_context_overflow(lower) {
-        return ProviderClass::ContextOverflow;
+        return Some(ProviderClass::ContextOverflow);
     }
     // Row 8.
     let busy = any_code(
@@ -510,7 +545,7 @@ fn class_of(
             Some(UpstreamErrorType::RateLimit | UpstreamErrorType::Overloaded)
         ) && status.is_none_or(|s| s == 429 || s == 529)
     {
-        return ProviderClass::RateLimited;
+        return Some(ProviderClass::RateLimited);
     }
     // Row 14.
     if status.is_some_and(|s| (500..600).contains(&s))
@@ -519,7 +554,7 @@ fn class_of(
             .iter()
             .any(|m| lower.contains(m))
     {
-        return ProviderClass::ProviderUnavailable;
+        return Some(ProviderClass::ProviderUnavailable);
     }
     // Row 15.
     if [
@@ -536,9 +571,9 @@ fn class_of(
     .any(|m| lower.contains(m))
         || (status.is_none() && cli_error == Some(&UpstreamErrorType::ServerError))
     {
-        return ProviderClass::Network;
+        return Some(ProviderClass::Network);
     }
-    ProviderClass::Unknown
+    None
 }
 
 /// What the user can do about a class coder does not act on by itself.
