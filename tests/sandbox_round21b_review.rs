@@ -99,7 +99,7 @@ victim mkdir -m 700 "$XDG_RUNTIME_DIR"
 }
 
 /// The user's repository `home/proj` (never granted) with a hook and a config, the
-/// state directory's `<dev>-<ino>` as `$DI`, and `plant DIR`: a dead run's record in
+/// state directory's `<dev>-<ino>-<birth>` as `$DI` (its runs' name in a scratch place), and `plant DIR`: a dead run's record in
 /// `DIR/sandbox/$DI/<pid>-<x>` naming `home` as its tree.
 const SETUP: &str = r##"cd "$ROOT"
 victim git init -q home/proj
@@ -107,6 +107,8 @@ victim sh -c 'printf "#!/bin/sh\nexit 0\n" > home/proj/.git/hooks/pre-commit; ch
 victim git -C home/proj config core.fsmonitor false
 victim "$CODER" sandbox --cd "$ROOT/ws" -- true >/dev/null 2>&1
 DI=$(printf '%x-%x' $(stat -c '%d %i' "$ROOT/state"))
+born=$(stat -c %w "$ROOT/state")
+[ "$born" = - ] || DI=$DI-$(printf '%x' "$(date -d "$born" +%s%N)")
 check() { [ -x home/proj/.git/hooks/pre-commit ] && echo HOOK-KEPT
   grep -q fsmonitor home/proj/.git/config && echo CONFIG-KEPT; }
 "##;
