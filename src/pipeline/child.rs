@@ -193,10 +193,10 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
         .iter()
         .map(|glob| format!("Edit({glob})"))
         .collect();
-    let settings = serde_json::json!({
-        "sandbox": {"enabled": false},
-        "permissions": {"deny": deny},
-    });
+    let mut settings = serde_json::json!({"permissions": {"deny": deny}});
+    if cli_sandbox_may_be_asked_for(&spec.cwd, &spec.env) {
+        settings["sandbox"] = serde_json::json!({"enabled": false});
+    }
     spec.args.push("--settings".into());
     spec.args.push(settings.to_string().into());
     // One `--append-system-prompt` only (the CLI keeps the last): add to the backend's.
@@ -217,6 +217,29 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
     spec.env.retain(|(k, _)| k != "IS_SANDBOX");
     spec.env.push(("IS_SANDBOX".into(), "1".into()));
     spec.policy = Some(policy);
+}
+
+/// Whether anything the CLI reads could switch its own sandbox on, so that coder's
+/// settings must switch it off: the workspace's project or local settings (the only
+/// settings files the CLI reads besides its config dir, which coder makes empty of them,
+/// and the managed ones, which outrank coder's flag anyway), or a variable of the CLI's
+/// own naming a sandbox or bubblewrap. Otherwise the CLI's sandbox is off by default and
+/// the key is left out: a `sandbox` key costs the CLI 2.6 to 3.5 ms of its start
+/// (BENCHMARKS.md, round twenty-two). The CLI's sandbox is never part of coder's
+/// confinement; the key only keeps it from failing inside coder's.
+fn cli_sandbox_may_be_asked_for(workspace: &Path, env: &[(OsString, OsString)]) -> bool {
+    let named = env.iter().any(|(k, _)| {
+        let k = k.to_string_lossy().to_ascii_uppercase();
+        k != "IS_SANDBOX" && (k.contains("SANDBOX") || k.contains("BUBBLEWRAP"))
+    });
+    named
+        || ["settings.json", "settings.local.json"].iter().any(|name| {
+            // Unreadable counts as present: only a known absence leaves the key out.
+            !matches!(
+                std::fs::symlink_metadata(workspace.join(".claude").join(name)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound
+            )
+        })
 }
 
 /// Why the claude executable cannot be used.
@@ -312,6 +335,23 @@ mod tests {
             targets: 0,
             store: Default::default(),
             allow_questions: false,
+        }
+    }
+
+    #[test]
+    fn the_clis_sandbox_is_switched_off_only_where_something_could_switch_it_on() {
+        let ws = tempfile::tempdir().unwrap();
+        let none: Vec<(OsString, OsString)> = vec![("IS_SANDBOX".into(), "1".into())];
+        assert!(!cli_sandbox_may_be_asked_for(ws.path(), &none));
+        let named = vec![("CLAUDE_CODE_BUBBLEWRAP".into(), "1".into())];
+        assert!(cli_sandbox_may_be_asked_for(ws.path(), &named));
+        std::fs::create_dir(ws.path().join(".claude")).unwrap();
+        assert!(!cli_sandbox_may_be_asked_for(ws.path(), &none));
+        for name in ["settings.json", "settings.local.json"] {
+            let file = ws.path().join(".claude").join(name);
+            std::os::unix::fs::symlink("/nonexistent", &file).unwrap();
+            assert!(cli_sandbox_may_be_asked_for(ws.path(), &none), "{name}");
+            std::fs::remove_file(&file).unwrap();
         }
     }
 

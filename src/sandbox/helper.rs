@@ -372,10 +372,9 @@ fn run(
     }
     super::sys::restore_default_sigpipe()
         .map_err(|e| fail(HelperStage::Exec, Some(e as i32), "cannot restore SIGPIPE"))?;
-    let exec = match &spec.env {
-        Some(env) => {
-            let env = env
-                .iter()
+    let env = match &spec.env {
+        Some(env) => Some(
+            env.iter()
                 .map(|(key, value)| {
                     let mut entry = key.clone();
                     entry.push("=");
@@ -383,9 +382,15 @@ fn run(
                     CString::new(entry.into_vec())
                 })
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|_| fail(HelperStage::Exec, None, "the environment has a NUL byte"))?;
-            nix::unistd::execve(&program, &argv, &env)
-        }
+                .map_err(|_| fail(HelperStage::Exec, None, "the environment has a NUL byte"))?,
+        ),
+        None => None,
+    };
+    // Last mark before the program: what follows until coder's `child.spawned` is the
+    // exec itself and coder noticing it.
+    crate::phases::mark("helper.exec");
+    let exec = match &env {
+        Some(env) => nix::unistd::execve(&program, &argv, env),
         None => nix::unistd::execv(&program, &argv),
     };
     let err = match exec {

@@ -309,6 +309,10 @@ async fn handle(
     log: &Mutex<EgressLog>,
     hold: Option<&Hold>,
 ) -> std::io::Result<()> {
+    // A relay forwards each piece as it comes (a streamed reply is many small events):
+    // with Nagle's algorithm a piece sent while the previous one is unacknowledged waits
+    // for that ACK, which the CLI may delay by up to 40 ms.
+    client.set_nodelay(true)?;
     let Ok(read) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await else {
         return Ok(());
     };
@@ -471,7 +475,11 @@ async fn connect(dest: &HostPort) -> std::io::Result<TcpStream> {
         let mut last = None;
         for addr in addrs {
             match TcpStream::connect(addr).await {
-                Ok(stream) => return Ok(stream),
+                Ok(stream) => {
+                    // The head and the body go up as two writes (see the client's note).
+                    stream.set_nodelay(true)?;
+                    return Ok(stream);
+                }
                 Err(e) => last = Some(e),
             }
         }
