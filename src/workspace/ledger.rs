@@ -758,6 +758,74 @@ fn merge_sides(mut list: Vec<FileChange>) -> Vec<FileChange> {
     merged
 }
 
+/// The files of `sides` (a part's changed files with their two index entries) whose
+/// blobs fail their check against their names (`GitRepo::unverified_blobs`); all of
+/// them, with a warning, when the check cannot run.
+fn failing_blobs(
+    repo: &GitRepo,
+    part: &[u8],
+    sides: &[(&Vec<u8>, Side, Side)],
+    warnings: &mut Vec<String>,
+) -> Result<std::collections::BTreeSet<Vec<u8>>, LedgerError> {
+    let blobs: Vec<[u8; 32]> = sides
+        .iter()
+        .flat_map(|(_, old, new)| [old.blob(), new.blob()])
+        .flatten()
+        .collect();
+    match repo.unverified_blobs(part, &blobs) {
+        Ok(bad) => {
+            let bad: std::collections::HashSet<[u8; 32]> = bad.into_iter().collect();
+            Ok(sides
+                .iter()
+                .filter(|(_, old, new)| {
+                    [old.blob(), new.blob()]
+                        .into_iter()
+                        .flatten()
+                        .any(|oid| bad.contains(&oid))
+                })
+                .map(|(path, _, _)| (*path).clone())
+                .collect())
+        }
+        Err(e) if e.was_killed() => Err(LedgerError(e.to_string())),
+        Err(e) => {
+            warnings.push(format!("cannot check the objects the diff would read: {e}"));
+            Ok(sides.iter().map(|(path, _, _)| (*path).clone()).collect())
+        }
+    }
+}
+
+/// The files git's trees disagree on with coder's indexes (`sides`): another mode or
+/// object than an index names, or a change the trees do not show at all (their objects
+/// rewritten), leaving out `checked` (failed before git was asked).
+fn disagreeing_with_trees(
+    raw: &[super::git::RawChange],
+    sides: &[(&Vec<u8>, Side, Side)],
+    checked: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
+    let expected: std::collections::HashMap<&[u8], (&Side, &Side)> = sides
+        .iter()
+        .map(|(path, old, new)| (path.as_slice(), (old, new)))
+        .collect();
+    let mut found: Vec<Vec<u8>> = raw
+        .iter()
+        .filter(|r| {
+            !expected.get(r.path.as_slice()).is_some_and(|(old, new)| {
+                old.matches(r.old_mode, &r.old_oid) && new.matches(r.new_mode, &r.new_oid)
+            })
+        })
+        .map(|r| r.path.clone())
+        .collect();
+    let shown: std::collections::HashSet<&[u8]> = raw.iter().map(|r| r.path.as_slice()).collect();
+    found.extend(
+        sides
+            .iter()
+            .map(|(path, _, _)| *path)
+            .filter(|path| !shown.contains(path.as_slice()) && !checked.contains(*path))
+            .cloned(),
+    );
+    found
+}
+
 /// The changes of one part, its diff within `cap` bytes (see [`git_changes`]).
 fn part_changes(
     repo: &GitRepo,
@@ -787,38 +855,12 @@ fn part_changes(
     // checked against its name first; a file whose objects fail, or whose trees name
     // other blobs than the indexes (a rewritten tree), has no diff and no line counts,
     // and a warning names it.
-    let mut untrusted: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
-    let mut warnings = Vec::new();
     let sides: Vec<(&Vec<u8>, Side, Side)> = statuses
         .iter()
         .map(|(_, path)| (path, side(before_entries, path), side(after_entries, path)))
         .collect();
-    let blobs: Vec<[u8; 32]> = sides
-        .iter()
-        .flat_map(|(_, old, new)| [old.blob(), new.blob()])
-        .flatten()
-        .collect();
-    match repo.unverified_blobs(part.path, &blobs) {
-        Ok(bad) => {
-            let bad: std::collections::HashSet<[u8; 32]> = bad.into_iter().collect();
-            untrusted.extend(
-                sides
-                    .iter()
-                    .filter(|(_, old, new)| {
-                        [old.blob(), new.blob()]
-                            .into_iter()
-                            .flatten()
-                            .any(|oid| bad.contains(&oid))
-                    })
-                    .map(|(path, _, _)| (*path).clone()),
-            );
-        }
-        Err(e) if e.was_killed() => return Err(err(e)),
-        Err(e) => {
-            warnings.push(format!("cannot check the objects the diff would read: {e}"));
-            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
-        }
-    }
+    let mut warnings = Vec::new();
+    let mut untrusted = failing_blobs(repo, part.path, &sides, &mut warnings)?;
     // git is not asked to read what failed (an object it cannot read fails the diff).
     let checked: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
     let stat = match repo.diff_stat(part.path, before, after, exclude, &checked) {
@@ -831,26 +873,7 @@ fn part_changes(
             Default::default()
         }
     };
-    let expected: std::collections::HashMap<&[u8], (&Side, &Side)> = sides
-        .iter()
-        .map(|(path, old, new)| (path.as_slice(), (old, new)))
-        .collect();
-    for raw in &stat.raw {
-        let agrees = expected.get(raw.path.as_slice()).is_some_and(|(old, new)| {
-            old.matches(raw.old_mode, &raw.old_oid) && new.matches(raw.new_mode, &raw.new_oid)
-        });
-        if !agrees {
-            untrusted.insert(raw.path.clone());
-        }
-    }
-    let shown: std::collections::HashSet<&[u8]> =
-        stat.raw.iter().map(|r| r.path.as_slice()).collect();
-    // A change git's trees do not show (their objects rewritten).
-    for (_, path) in &statuses {
-        if !shown.contains(path.as_slice()) && !checked.contains(path) {
-            untrusted.insert(path.clone());
-        }
-    }
+    untrusted.extend(disagreeing_with_trees(&stat.raw, &sides, &checked));
     let mut counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> =
         stat.counts.into_iter().collect();
     for path in &untrusted {
