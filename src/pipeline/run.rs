@@ -87,12 +87,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         Err(envelope) => {
             // A Ctrl-C at a terminal reaches the git that makes the checkout too: its
             // failure is then the signal's doing, and the run was cancelled.
-            let pending = tokio::select! {
-                biased;
-                signo = signals.recv() => Some(signo),
-                () = std::future::ready(()) => None,
-            };
-            return match pending {
+            return match pending_signal(&mut signals).await {
                 Some(signo) => {
                     let name = signal_name(signo);
                     let mut cancelled = Envelope::early_failure(
@@ -117,47 +112,15 @@ pub async fn run(request: RunRequest) -> Envelope {
     }
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let backend = config::resolve_backend(&request.backend, &process_env);
-    let mut secrets = child::secret_values(&process_env);
-    if let Ok(backend) = &backend {
-        // A key written into the config file is a secret whatever its variable is called.
-        secrets.extend(
-            backend
-                .secret_values()
-                .into_iter()
-                .filter_map(|s| s.to_str().map(str::to_owned)),
-        );
-    }
-    let redaction = crate::text::Secrets::new(&secrets);
-    let mut journal = RunJournal {
-        transcript: Transcript::create(transcript_path.clone(), secrets),
-        progress: progress::wanted(request.quiet)
-            .then(|| Progress::start(request.idle_timeout).with_secrets(redaction.clone())),
-        history: HistoryStats::Pending {
-            runs: request
-                .transcript
-                .is_none()
-                .then(|| (runs_dir.clone(), transcript_path.clone())),
-            sessions: SessionStore::new(&state_dir).dir().to_path_buf(),
-        },
-        redaction: redaction.clone(),
-        trash: TrashPruning::Pending(state_dir.clone()),
-    };
-    journal.transcript.note(Note::Start(json!({
-            "run_id": run_id,
-            "coder_version": env!("CARGO_PKG_VERSION"),
-            "workspace": request.workspace,
-            "backend": backend.as_ref().map_or_else(|_| requested_backend(&request), |b| b.name().to_owned()),
-            "sandbox": request.sandbox.as_str(),
-            "session": match request.session {
-                SessionChoice::New(id) => json!({"new": id}),
-                SessionChoice::Resume(id) => json!({"resume": id}),
-            },
-            "prompt": crate::text::head_with_marker(&request.prompt, TRANSCRIPT_PROMPT_BYTES),
-            "prompt_bytes": request.prompt.len(),
-            "idle_timeout_s": request.idle_timeout.as_secs_f64(),
-            "max_duration_s": request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
-            "max_retries": request.max_retries,
-    })));
+    let mut journal = RunJournal::start(
+        &request,
+        &run_id,
+        backend.as_ref().ok(),
+        &process_env,
+        &state_dir,
+        &transcript_path,
+    );
+    let redaction = journal.redaction.clone();
 
     let mut teardown = Teardown::default();
     let mut envelope = run_attempts(
@@ -181,35 +144,9 @@ pub async fn run(request: RunRequest) -> Envelope {
     if let Some(progress) = &journal.progress {
         progress.clear();
     }
-    journal.transcript.note(Note::Outcome(json!({
-            "success": envelope.success,
-            "error_kind": envelope.error_kind,
-            "error": envelope.error,
-            "exit_code": envelope.exit_code,
-            "SESSION_ID": envelope.session_id,
-            "result": envelope.result.as_deref().map(|r| crate::text::one_line(r, 500)),
-            "duration_ms": run_started.elapsed().as_millis() as u64,
-            "metrics": envelope.metrics,
-            "attempts": envelope.attempts,
-            // What `coder runs show` renders of the verified outcome (DESIGN §8, §10).
-            "changes": envelope.changes,
-            "verification": envelope.verification,
-            "fallback": envelope.fallback,
-            // `--json-schema` (DESIGN §9): the answer, or why it did not match.
-            "structured": envelope.structured,
-            "schema_repair": envelope.schema_repair,
-            "schema_errors": envelope.error_detail.as_ref().and_then(|d| d.schema_errors.as_ref()),
-            "worktree": envelope.worktree,
-            "routing": envelope.routing,
-            "questions": envelope.questions,
-            "sandbox": envelope.sandbox,
-            // `coder runs show` shows the plan's path and first lines (DESIGN §9).
-            "plan_file": envelope.plan_file,
-            "plan_head": envelope.plan.as_deref().map(crate::pipeline::plan::head_lines),
-            // What a reader of a past run must not miss (unread directories, ignored
-            // changes outside the scope, guards): `coder runs show` lists them.
-            "warnings": envelope.warnings,
-    })));
+    journal
+        .transcript
+        .note(Note::Outcome(outcome_note(&envelope, run_started)));
     // The transcripts' retention ran beside the child (see [`HistoryStats`]); what is left
     // of it is waited for here, with the stat-ing of the sessions.
     let sessions_seen = journal.history.take();
@@ -233,6 +170,106 @@ pub async fn run(request: RunRequest) -> Envelope {
     teardown.join();
     crate::phases::mark("teardown.joined");
     envelope
+}
+
+/// The signal that arrived already, if any (not waiting for one).
+async fn pending_signal(signals: &mut CancelSignals) -> Option<i32> {
+    tokio::select! {
+        biased;
+        signo = signals.recv() => Some(signo),
+        () = std::future::ready(()) => None,
+    }
+}
+
+/// What the transcript records of a finished run: what `coder runs show` renders.
+fn outcome_note(envelope: &Envelope, run_started: Instant) -> serde_json::Value {
+    json!({
+        "success": envelope.success,
+        "error_kind": envelope.error_kind,
+        "error": envelope.error,
+        "exit_code": envelope.exit_code,
+        "SESSION_ID": envelope.session_id,
+        "result": envelope.result.as_deref().map(|r| crate::text::one_line(r, 500)),
+        "duration_ms": run_started.elapsed().as_millis() as u64,
+        "metrics": envelope.metrics,
+        "attempts": envelope.attempts,
+        // What `coder runs show` renders of the verified outcome (DESIGN §8, §10).
+        "changes": envelope.changes,
+        "verification": envelope.verification,
+        "fallback": envelope.fallback,
+        // `--json-schema` (DESIGN §9): the answer, or why it did not match.
+        "structured": envelope.structured,
+        "schema_repair": envelope.schema_repair,
+        "schema_errors": envelope.error_detail.as_ref().and_then(|d| d.schema_errors.as_ref()),
+        "worktree": envelope.worktree,
+        "routing": envelope.routing,
+        "questions": envelope.questions,
+        "sandbox": envelope.sandbox,
+        // `coder runs show` shows the plan's path and first lines (DESIGN §9).
+        "plan_file": envelope.plan_file,
+        "plan_head": envelope.plan.as_deref().map(crate::pipeline::plan::head_lines),
+        // What a reader of a past run must not miss (unread directories, ignored
+        // changes outside the scope, guards): `coder runs show` lists them.
+        "warnings": envelope.warnings,
+    })
+}
+
+impl RunJournal {
+    /// Opens the run's transcript (its `start` record written), its progress on a
+    /// terminal, and what the history's retention will need; the secrets it redacts are
+    /// the environment's and `backend`'s.
+    fn start(
+        request: &RunRequest,
+        run_id: &str,
+        backend: Option<&config::ResolvedBackend>,
+        process_env: &[(OsString, OsString)],
+        state_dir: &std::path::Path,
+        transcript_path: &std::path::Path,
+    ) -> RunJournal {
+        let runs_dir = transcript::runs_dir(state_dir);
+        let mut secrets = child::secret_values(process_env);
+        if let Some(backend) = backend {
+            // A key written into the config file is a secret whatever its variable is called.
+            secrets.extend(
+                backend
+                    .secret_values()
+                    .into_iter()
+                    .filter_map(|s| s.to_str().map(str::to_owned)),
+            );
+        }
+        let redaction = crate::text::Secrets::new(&secrets);
+        let mut journal = RunJournal {
+            transcript: Transcript::create(transcript_path.to_path_buf(), secrets),
+            progress: progress::wanted(request.quiet)
+                .then(|| Progress::start(request.idle_timeout).with_secrets(redaction.clone())),
+            history: HistoryStats::Pending {
+                runs: request
+                    .transcript
+                    .is_none()
+                    .then(|| (runs_dir, transcript_path.to_path_buf())),
+                sessions: SessionStore::new(state_dir).dir().to_path_buf(),
+            },
+            redaction: redaction.clone(),
+            trash: TrashPruning::Pending(state_dir.to_path_buf()),
+        };
+        journal.transcript.note(Note::Start(json!({
+                "run_id": run_id,
+                "coder_version": env!("CARGO_PKG_VERSION"),
+                "workspace": request.workspace,
+                "backend": backend.map_or_else(|| requested_backend(request), |b| b.name().to_owned()),
+                "sandbox": request.sandbox.as_str(),
+                "session": match request.session {
+                    SessionChoice::New(id) => json!({"new": id}),
+                    SessionChoice::Resume(id) => json!({"resume": id}),
+                },
+                "prompt": crate::text::head_with_marker(&request.prompt, TRANSCRIPT_PROMPT_BYTES),
+                "prompt_bytes": request.prompt.len(),
+                "idle_timeout_s": request.idle_timeout.as_secs_f64(),
+                "max_duration_s": request.max_duration.map_or(0.0, |d| d.as_secs_f64()),
+                "max_retries": request.max_retries,
+        })));
+        journal
+    }
 }
 
 /// Removes what a run made for itself (the CLI's config dir, the policy's run dir, the
