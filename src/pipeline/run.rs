@@ -600,49 +600,18 @@ async fn run_attempts(
     if admission.remembered_shape().await == Some(crate::store::RequestShape::Compat) {
         run.apply_remedy(provider::Remedy::CompatShape);
     }
-    let baseline = match &request.checks.verify {
-        Some(verify) if verify.baseline => {
-            // The check runs in the workspace, and no proxy stands in its way: it waits.
-            let check = match snapshot.finish_or_cancel(signals).await {
-                Ok(()) => {
-                    snapshot.mark_started();
-                    prepared
-                        .check(request, "baseline", &run, signals, journal)
-                        .await
-                }
-                Err(signo) => Err((signo, None)),
-            };
-            match check {
-                Ok(check) => Some(check),
-                Err((signo, partial)) => {
-                    let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
-                    // The baseline as far as it got (what it printed until the signal).
-                    envelope.verification = partial.map(|baseline| Verification {
-                        command: verify.command.clone(),
-                        baseline: Some(baseline),
-                        after_agent: None,
-                        final_check: None,
-                        verdict: VerdictKind::NotRun,
-                        repair_turns: 0,
-                        ignored_changes: None,
-                        repair_skipped: None,
-                    });
-                    let exclude = prepared.placeholders(request);
-                    let envelope = with_snapshot(
-                        envelope,
-                        &mut snapshot,
-                        &mut run,
-                        request,
-                        &exclude,
-                        journal,
-                        signals,
-                    )
-                    .await;
-                    return prepared.guard_git(envelope, &run, journal);
-                }
-            }
-        }
-        _ => None,
+    let baseline = match baseline_check(
+        &mut prepared,
+        request,
+        &mut snapshot,
+        &mut run,
+        signals,
+        journal,
+    )
+    .await
+    {
+        Ok(baseline) => baseline,
+        Err(envelope) => return *envelope,
     };
     snapshot.mark_started();
     let envelope = prepared
@@ -670,6 +639,53 @@ async fn run_attempts(
     teardown.start(prepared);
     crate::phases::mark("teardown.started");
     envelope
+}
+
+/// The `--verify` baseline check (DESIGN §8), when asked for: run in the workspace
+/// before the agent, once the change ledger's "before" is done. `Err`: the run's
+/// envelope, cancelled while it ran (the baseline as far as it got in it).
+async fn baseline_check(
+    prepared: &mut PreparedRun,
+    request: &RunRequest,
+    snapshot: &mut Snapshot,
+    run: &mut Run,
+    signals: &mut CancelSignals,
+    journal: &mut RunJournal,
+) -> Result<Option<Check>, Box<Envelope>> {
+    let Some(verify) = request.checks.verify.as_ref().filter(|v| v.baseline) else {
+        return Ok(None);
+    };
+    // The check runs in the workspace, and no proxy stands in its way: it waits.
+    let check = match snapshot.finish_or_cancel(signals).await {
+        Ok(()) => {
+            snapshot.mark_started();
+            prepared
+                .check(request, "baseline", run, signals, journal)
+                .await
+        }
+        Err(signo) => Err((signo, None)),
+    };
+    match check {
+        Ok(check) => Ok(Some(check)),
+        Err((signo, partial)) => {
+            let mut envelope = run.cancelled_outside_attempt(signo, "the baseline check");
+            // The baseline as far as it got (what it printed until the signal).
+            envelope.verification = partial.map(|baseline| Verification {
+                command: verify.command.clone(),
+                baseline: Some(baseline),
+                after_agent: None,
+                final_check: None,
+                verdict: VerdictKind::NotRun,
+                repair_turns: 0,
+                ignored_changes: None,
+                repair_skipped: None,
+            });
+            let exclude = prepared.placeholders(request);
+            let envelope =
+                with_snapshot(envelope, snapshot, run, request, &exclude, journal, signals).await;
+            Err(Box::new(prepared.guard_git(envelope, run, journal)))
+        }
+    }
 }
 
 impl PreparedRun {
