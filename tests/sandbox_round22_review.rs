@@ -6,6 +6,15 @@
 //!
 //! Found open when this review started, closed with it (each test failed on the branch's
 //! start, `f91ccfe`):
+//! * **The CLI's own git dir in the tool commands' `TMPDIR`.** Around every Bash call the
+//!   CLI (2.1.330) snapshots the work tree with its own `git` (`update-index --add`,
+//!   `status`, `write-tree`), in its own Landlock domain, with `GIT_DIR` (and
+//!   `GIT_CONFIG_GLOBAL`) in `$CLAUDE_CODE_TMPDIR/claude-<uid>/bash-edit-diff/<id>/`: the
+//!   run's `TMPDIR`, which tool commands write. A tool command that added a clean filter
+//!   to that git dir's `config` and `* filter=…` to its `info/attributes` had the CLI's git
+//!   run it outside the nested domain, where it wrote forged stream events into the CLI's
+//!   stdout through `/proc/<CLI>/fd/1`: the very thing the nesting exists to stop. The
+//!   name is an empty file held read-only now, so the CLI makes no such git dir.
 //! * **C1 controls in `--log-metrics`.** The metrics line coder prints on stderr quotes the
 //!   agent's text (a denial's path, a tool call's name) as serde writes it, which escapes
 //!   C0 only: a U+009B (CSI to some terminals) from a tool result went to the terminal raw.
@@ -25,6 +34,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
 
 use common::Bounded;
 use common::sandbox_fixture::{self, owners};
@@ -91,5 +101,78 @@ fn the_metrics_line_prints_no_c1_control_of_the_agents() {
             !stderr.contains('\u{9b}'),
             "{owner:?}: a raw C1 control of the agent's reached stderr: {stderr:?}"
         );
+    }
+}
+
+/// A Bash call starts a process that adds a clean filter to every git dir the CLI makes
+/// for its snapshots (`$CLAUDE_CODE_TMPDIR/claude-*/bash-edit-diff/*/`); the next Bash call
+/// changes files, and the CLI's own `git update-index --add` runs the filter, which notes
+/// `RAN-BY-filter` and writes a forged `result` line (`INJECTED-<pid>`) into the CLI's
+/// stdout. Real CLI, offline against `fixtures/sandbox/cli_git_dir_filter.json`. Confined,
+/// as root and as uid 65534: the filter never runs, nothing forged reaches the envelope,
+/// and the Bash tool still works (the third call answers). Control: unconfined, with the
+/// same `TMPDIR`, the filter runs in the CLI's domain and its lines are in the envelope.
+#[test]
+#[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
+fn the_clis_own_git_runs_no_filter_a_tool_command_planted() {
+    let claude = common::real_claude();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/cli_git_dir_filter.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for owner in owners() {
+        for confined in [true, false] {
+            let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
+            for d in ["ws", "home", "tmp"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            sandbox_fixture::must_run(
+                Command::new("git")
+                    .args(["init", "-q"])
+                    .arg(root.join("ws")),
+            );
+            if let Some(uid) = owner {
+                sandbox_fixture::chown_tree(&root, uid);
+            }
+            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
+            if !confined {
+                extra.extend(["--sandbox", "danger-full-access"]);
+            }
+            let out = sandbox_fixture::coder_as(
+                &root,
+                owner,
+                &root.join("ws"),
+                &claude,
+                &extra,
+                "plant a filter in the CLI's git dir",
+            )
+            .env("TMPDIR", root.join("tmp"))
+            .output_bounded();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let who = format!("{owner:?} confined={confined}");
+            let env: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+            assert!(
+                stdout.contains("PLANTED") && stdout.contains("TRIGGERED"),
+                "{who}: the Bash calls did not all run: {stdout}"
+            );
+            let injected = stdout
+                .match_indices("INJECTED-")
+                .any(|(i, m)| stdout[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()));
+            let ran = std::fs::read_to_string(root.join("ws/forge-ran")).unwrap_or_default();
+            if !confined {
+                assert!(
+                    injected && ran.contains("RAN-BY-filter"),
+                    "{who}: control: the CLI's git runs the filter, whose lines get in: \
+                     {ran:?} {stdout}"
+                );
+                continue;
+            }
+            assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
+            assert!(
+                ran.is_empty() && !injected,
+                "{who}: the CLI's own git ran the tool command's filter: {ran:?} {stdout}"
+            );
+        }
     }
 }
