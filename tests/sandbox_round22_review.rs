@@ -21,15 +21,22 @@
 //!   Round twenty-one escaped the envelope, `coder runs --json` and `coder fs`; this line
 //!   was left.
 //!
-//! Looked at and held (see the report in SECURITY.md's round-twenty-two paragraph):
-//! the i386 system-call ABI (`int 0x80` `unshare(CLONE_NEWUSER)`: the process is killed by
-//! the filter's architecture check); `TIOCSTI` on an inherited terminal under `coder
-//! sandbox` (no `/dev/tty`, and the ioctl is refused); `socketpair` of every family but
-//! AF_UNIX; the CLI's own `git` calls (run with `core.fsmonitor`, `core.hooksPath` and the
-//! like overridden, at the workspace's top, never in the Bash tool's `cd`); the proxy's
-//! parsing (exact `host:port` after normalisation, an IPv4-mapped IPv6 literal or an
-//! integer IPv4 spelling of an allowed address is refused, a kept-alive connection is
-//! pinned to its checked upstream).
+//! Looked at and held (probed by hand with `coder sandbox`, root and uid 65534, unless a
+//! test is named):
+//! * the proxy's matching of what a request names against the allow-list
+//!   ([`the_proxy_takes_no_other_spelling_of_an_allowed_address`]);
+//! * the i386 system-call ABI (`int 0x80` `unshare(CLONE_NEWUSER)` from a static probe:
+//!   the process is killed by the filter's architecture check); `socketpair` of every
+//!   family but AF_UNIX fails; `open_tree_attr`, `quotactl_fd`, `fanotify_init`,
+//!   `vhangup` fail (no capability) though the table does not name them;
+//! * `TIOCSTI` on the terminal `coder sandbox` runs under (no `/dev/tty`, `EPERM`);
+//! * the CLI's other `git` calls: at the workspace's top with `core.fsmonitor`,
+//!   `core.hooksPath` and the hooks overridden; none ran in a repository the agent made
+//!   and `cd`-ed into (`strace` of a replayed run).
+//!
+//! Seen and not examined: the CLI's messaging socket (`$XDG_RUNTIME_DIR/cc-socks/<pid>.sock`,
+//! the run's `TMPDIR`), which tool commands may connect to by design; what it does with a
+//! message's `file_attachments` (the CLI writes them, in its own domain) was not read.
 
 mod common;
 
@@ -174,5 +181,98 @@ fn the_clis_own_git_runs_no_filter_a_tool_command_planted() {
                 "{who}: the CLI's own git ran the tool command's filter: {ran:?} {stdout}"
             );
         }
+    }
+}
+
+/// The egress proxy's matching, through `coder sandbox --allow-host 127.0.0.1:PORT`, as
+/// root and as uid 65534: other spellings of the allowed address (`[::ffff:127.0.0.1]`,
+/// `2130706433`, `127.1`, `0x7f.0.0.1`, `localhost`), another port and a URI with a user
+/// part get no tunnel; the allowed one and its harmless variants (a trailing dot, `+PORT`)
+/// reach the listener, and only they do. Held when this review started: a regression
+/// guard for the proxy's parser (`sandbox::allow`).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_proxy_takes_no_other_spelling_of_an_allowed_address() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted, reached) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            drop(stream);
+            if accepted.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    let allowed = [
+        format!("CONNECT 127.0.0.1:{port}"),
+        format!("CONNECT 127.0.0.1.:{port}"),
+        format!("CONNECT 127.0.0.1:+{port}"),
+    ];
+    let refused = [
+        format!("CONNECT [::ffff:127.0.0.1]:{port}"),
+        format!("CONNECT 2130706433:{port}"),
+        format!("CONNECT 127.1:{port}"),
+        format!("CONNECT 0x7f.0.0.1:{port}"),
+        format!("CONNECT localhost:{port}"),
+        format!("CONNECT 127.0.0.1:{}", port.wrapping_add(1)),
+        format!("GET http://127.0.0.1:{port}@evil.example/"),
+    ];
+    let probe = allowed
+        .iter()
+        .chain(&refused)
+        .map(|line| {
+            format!(
+                "exec 3<>/dev/tcp/127.0.0.1/3128; printf '%s HTTP/1.1\\r\\n\\r\\n' '{line}' >&3; \
+                 read -r status <&3; echo \"{line} => $status\"; exec 3<&-"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for owner in owners() {
+        let (_dir, root) = sandbox_fixture::temp_root("coder-round22-proxy-");
+        for d in ["ws", "home"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        if let Some(uid) = owner {
+            sandbox_fixture::chown_tree(&root, uid);
+        }
+        let allow = format!("127.0.0.1:{port}");
+        let out = sandbox_fixture::bash_sandbox(
+            owner,
+            &root.join("ws"),
+            &root.join("home"),
+            &["--allow-host", &allow],
+            &probe,
+        )
+        .output_bounded();
+        let text = sandbox_fixture::printed(&out);
+        for line in &allowed {
+            assert!(
+                text.contains(&format!("{line} => HTTP/1.1 200")),
+                "{owner:?}: control: {line} is the allowed destination: {text}"
+            );
+        }
+        for line in &refused {
+            let answer = format!("{line} => HTTP/1.1 ");
+            let status = text
+                .find(&answer)
+                .map(|i| &text[i + answer.len()..i + answer.len() + 3]);
+            assert!(
+                matches!(status, Some("403") | Some("400")),
+                "{owner:?}: {line} was not refused: {text}"
+            );
+        }
+        // Each allowed request reached the listener once (its tunnel was opened before
+        // the 200 was sent), and nothing else did.
+        for line in &allowed {
+            reached
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{owner:?}: {line} never reached the listener"));
+        }
+        assert!(
+            reached.try_recv().is_err(),
+            "{owner:?}: a refused request reached the listener: {text}"
+        );
     }
 }
