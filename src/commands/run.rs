@@ -92,8 +92,14 @@ pub(crate) fn finish(output: Output) -> ExitCode {
             let secrets = Secrets::new(secret_values(&env));
             envelope.redact(&secrets);
             let metrics_line = metrics_line.map(|line| secrets.redact(&line).into_owned());
+            // The metrics quote the agent's text (the paths of its denials, the names of
+            // its tool calls): C1 controls escaped like the envelope's.
             if let Some(line) = metrics_line {
-                let _ = writeln!(std::io::stderr(), "{line}");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{}",
+                    crate::text::json_terminal_safe(&line)
+                );
             }
             let line = format!(
                 "{}\n",

@@ -1310,6 +1310,7 @@ fn finish_masks(
     opts: &PolicyOptions,
 ) -> Result<(), SandboxError> {
     hold_config_names(config.path)?;
+    hold_cli_git_dir(&policy.tmp_dir, masks)?;
     for (name, _) in CONFIG_GUARDED {
         let path = config.path.join(name);
         let mask = scan::self_mask(&path, MaskKind::ReadOnly)?.ok_or(SandboxError::Path {
@@ -1364,6 +1365,50 @@ fn hold_config_names(config_dir: &Path) -> Result<(), SandboxError> {
             }
             _ => {}
         }
+    }
+    Ok(())
+}
+
+/// Where the CLI keeps the git dir of its own snapshots around each Bash call, relative to
+/// `CLAUDE_CODE_TMPDIR` (2.1.330: `claude-<uid>/bash-edit-diff/<id>/`).
+const CLI_GIT_DIRS: &str = "bash-edit-diff";
+
+/// Makes the CLI's snapshot git dirs impossible: `claude-<uid>/bash-edit-diff` in the run's
+/// `TMPDIR` is an empty file held read-only, in a directory pinned over itself. The CLI
+/// (2.1.330) runs its own `git` around every Bash call (`update-index --add`, `status`)
+/// with a `GIT_DIR` there, in its own Landlock domain; that `TMPDIR` is the tool
+/// commands' too, and a clean filter a tool command added to that git dir's `config` and
+/// `info/attributes` ran in the CLI's domain, where it wrote forged events into the CLI's
+/// stdout through `/proc/<CLI>/fd/1` (round twenty-two's review). Without the directory
+/// the CLI skips that snapshot (a tool result loses its `bashEditDiff`) and the Bash tool
+/// works as before.
+fn hold_cli_git_dir(tmp_dir: &Path, masks: &mut Vec<Mask>) -> Result<(), SandboxError> {
+    let dir = tmp_dir.join(format!("claude-{}", nix::unistd::geteuid()));
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(SandboxError::io(format!("create {}", dir.display()), e));
+        }
+        _ => {}
+    }
+    let held = dir.join(CLI_GIT_DIRS);
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&held)
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(SandboxError::io(format!("create {}", held.display()), e));
+        }
+        _ => {}
+    }
+    for (path, kind) in [(&dir, MaskKind::Pin), (&held, MaskKind::ReadOnly)] {
+        let mask = scan::self_mask(path, kind)?.ok_or_else(|| SandboxError::Path {
+            what: PathRole::RunDirectory,
+            path: path.clone(),
+            reason: "is neither a file nor a directory, so it cannot be held".to_string(),
+        })?;
+        masks.push(mask);
     }
     Ok(())
 }
