@@ -66,8 +66,9 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open: [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`].
-const KNOWN_OPEN: &[&str] = &["env shebang"];
+/// Attacks still open: none (round twenty-two closed
+/// [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`]).
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -241,8 +242,9 @@ fn a_program_a_virtualenvs_activate_puts_on_path_is_not_the_agents_to_write() {
 
 /// `. .venv/bin/activate && tools/fmt.py`, whose `#!/usr/bin/env python3` finds the
 /// venv's `python3` (a link in the work tree) through the `PATH` the line set: the script
-/// is held, the interpreter is not (the scan follows a `#!` path, not a `PATH` search).
-/// Open (a ratchet): the agent replaces the link and the user's `git fmt` runs it.
+/// was held, the interpreter not (the scan followed a `#!` path, not a `PATH` search).
+/// Open here (a ratchet) until round twenty-two: the agent replaced the link and the
+/// user's `git fmt` ran it.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_interpreter_found_through_the_lines_path_is_the_agents_to_replace() {
@@ -511,4 +513,33 @@ fn a_mount_of_the_home_directory_below_the_base_is_refused() {
             }
         }
     }
+}
+
+/// `PATH=tools/bin:$PATH tools/fmt.py`, whose `#!/usr/bin/env -S python3 -u` looks for
+/// `python3` in `tools/bin` first, where none is at the start: the agent adds its own
+/// (round twenty-two, with the ratchet above).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_interpreter_absent_from_the_lines_path_dir_is_not_the_agents_to_add() {
+    held_file_attack(
+        "env -S shebang, absent interpreter",
+        |fx, ws| {
+            own_script(fx, ws, "tools/bin/other");
+            let script = fx.own_file(
+                ws,
+                "tools/fmt.py",
+                "#!/usr/bin/env -S python3 -u\nprint(1)\n",
+            );
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.git(
+                ws,
+                &["config", "alias.fmt", "!PATH=tools/bin:$PATH tools/fmt.py"],
+            );
+        },
+        &format!(
+            "{{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > tools/bin/python3; \
+             chmod +x tools/bin/python3; echo PLANTED"
+        ),
+        &["fmt"],
+    );
 }

@@ -451,16 +451,33 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
 /// option, or names the home directory stays as it is. Each comes with whether it names
 /// a path by itself (has a `/`), as [`CommandWord::is_path`] needs.
 fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
+    entered_dirs_and_path(words).0
+}
+
+/// Words read in the directory a line entered, each with whether it names a path by
+/// itself ([`words_in_entered_dirs`]).
+type MovedWords = Vec<(Vec<u8>, bool)>;
+
+/// [`words_in_entered_dirs`], and the directories the line puts on `PATH` (`PATH=DIR:…`,
+/// a sourced `DIR/activate`), each read in the directory the line is in there.
+fn entered_dirs_and_path(words: &[Vec<u8>]) -> (MovedWords, Vec<Vec<u8>>) {
     let relative = |w: &[u8]| !w.starts_with(b"/") && !w.starts_with(b"~") && !w.starts_with(b"-");
     let in_dir = |dir: &[u8], w: &[u8]| [dir, b"/", w].concat();
     let mut here: Option<Vec<u8>> = None;
     let mut path_dirs: Vec<Vec<u8>> = Vec::new();
     let mut program: &[u8] = b"";
     let mut moved = Vec::new();
+    let mut searched = Vec::new();
     let mut words = words.iter().peekable();
     while let Some(word) = words.next() {
+        let in_here = |dir: &[u8]| match &here {
+            Some(base) if relative(dir) => in_dir(base, dir),
+            _ => dir.to_vec(),
+        };
         if let Some(dirs) = word.strip_prefix(b"PATH=".as_slice()) {
-            path_dirs.extend(dirs.split(|b| *b == b':').map(<[u8]>::to_vec));
+            let dirs = dirs.split(|b| *b == b':').filter(|d| may_name_a_file(d));
+            searched.extend(dirs.clone().map(in_here));
+            path_dirs.extend(dirs.map(<[u8]>::to_vec));
             continue;
         }
         // A virtualenv's `activate` sourced (`. .venv/bin/activate && lint`) puts its
@@ -470,6 +487,7 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
             let activated = words
                 .peek()
                 .and_then(|w| w.strip_suffix(b"/activate".as_slice()));
+            searched.extend(activated.filter(|d| may_name_a_file(d)).map(in_here));
             path_dirs.extend(activated.map(<[u8]>::to_vec));
         }
         if let Some(dir) = entered_dir(word, program, &mut words) {
@@ -502,7 +520,45 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
             moved.push((in_dir(&dir, word), false));
         }
     }
-    moved
+    (moved, searched)
+}
+
+/// The directories of the work tree that the commands of the config put on `PATH`
+/// (`PATH=tools/bin:$PATH x`, `. .venv/bin/activate && x`), read where each line is
+/// then: a held script's interpreter found through `PATH` (`#!/usr/bin/env python3`)
+/// is looked for there (the scan holds `DIR/python3`, present or not), as the shell
+/// the command runs in finds it first (round twenty-one's review, a ratchet: the
+/// agent replaced the venv's `python3` link). Quoted lines are read as
+/// [`line_words`] reads them.
+pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        line_path_dirs(&top_read_as_dot(line), NESTED_LINES, &mut dirs);
+    }
+    dirs
+}
+
+/// The `PATH` directories of one shell line ([`path_dirs`]), added to `dirs`.
+fn line_path_dirs(line: &[u8], depth: usize, dirs: &mut Vec<Vec<u8>>) {
+    let tokens = shell_tokens(line);
+    let found = entered_dirs_and_path(&shell_words(line))
+        .1
+        .into_iter()
+        .chain(entered_dirs_and_path(&tokens).1);
+    for dir in found {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    if depth > 0 {
+        for inner in tokens
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_path_dirs(inner, depth - 1, dirs);
+        }
+    }
 }
 
 /// The options of an interpreter that take their value as the next word (`python3 -W
@@ -1077,6 +1133,21 @@ mod tests {
                 .any(|(w, _)| w.starts_with("ignore/") || w.starts_with("dev/")),
             "{named:?}"
         );
+    }
+
+    #[test]
+    fn the_dirs_a_line_puts_on_path_are_read() {
+        let text = b"[alias]\n\ta = !. .venv/bin/activate && x\n\
+            \tb = !cd sub && PATH=tools/bin:$PATH:/opt/b y\n\
+            \tc = !sh -c 'PATH=\"my bin:$PATH\" z'\n";
+        let dirs: Vec<String> = path_dirs(text)
+            .into_iter()
+            .map(|d| String::from_utf8_lossy(&d).into_owned())
+            .collect();
+        for want in [".venv/bin", "sub/tools/bin", "/opt/b", "my bin"] {
+            assert!(dirs.contains(&want.to_owned()), "{want}: {dirs:?}");
+        }
+        assert!(!dirs.iter().any(|d| d.contains('$')), "{dirs:?}");
     }
 
     #[test]
