@@ -163,18 +163,16 @@ check
 }
 
 /// Attacks still open: each asserts that it still works, so the list can only shrink.
-const KNOWN_OPEN: &[&str] = &[
-    "old pointer, new target",
-    "deep dir of another user in /tmp",
-];
+const KNOWN_OPEN: &[&str] = &["deep dir of another user in /tmp"];
 
 /// A pointer older than the run, whose target the run made. Run one (`--allow-tmp`)
 /// leaves `/tmp/x/.git` reading `gitdir: /tmp/y`, with nothing at `/tmp/y` (led nowhere:
 /// left), and `/tmp/x/tools/fmt.sh`. Run two (`--allow-tmp`) makes `/tmp/y` a symlink to
 /// the workspace's `.git`: the walk looks at `.git` entries changed since the run's start
 /// only, and `/tmp/x/.git` is older; `/tmp/y` is not a `.git` name. The user's `git fmt`
-/// in `/tmp/x` then runs the agent's script. Control: `--mode danger-full-access`. (The
-/// runs are 2.5 s apart: a start time is taken two seconds early, for coarse file times.)
+/// in `/tmp/x` then ran the agent's script (open here until round twenty-two, which
+/// looks at every pointer, old or new). Control: `--mode danger-full-access`. (The runs
+/// are 2.5 s apart: a start time is taken two seconds early, for coarse file times.)
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_old_pointer_in_tmp_whose_target_a_later_run_makes_leads_to_the_users_config() {
