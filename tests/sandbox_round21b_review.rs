@@ -163,7 +163,7 @@ check
 }
 
 /// Attacks still open: each asserts that it still works, so the list can only shrink.
-const KNOWN_OPEN: &[&str] = &["deep dir of another user in /tmp"];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// A pointer older than the run, whose target the run made. Run one (`--allow-tmp`)
 /// leaves `/tmp/x/.git` reading `gitdir: /tmp/y`, with nothing at `/tmp/y` (led nowhere:
@@ -211,7 +211,10 @@ victim "$CODER" sandbox --mode {mode} --allow-tmp --cd "$ROOT/ws" -- sh -c "$two
 /// `/tmp`: the end-of-run walk of `/tmp` stops there and fails closed, its record is kept
 /// as a stopped guard, and every later confined run of the victim's workspace is refused
 /// (exit 71), with `--allow-tmp` or without, until that user removes it (which the victim,
-/// not root, cannot do in the sticky `/tmp`). The attacker is the other arm's user.
+/// not root, cannot do in the sticky `/tmp`). The attacker is the other arm's user. Open
+/// here until round twenty-two, which passes over another user's directories. The
+/// control: the same tree made by the victim's own agent still stops the walk, closed,
+/// and the next run is refused.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn another_users_deep_directory_in_tmp_refuses_every_later_run() {
@@ -227,11 +230,22 @@ victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- true >/dev/null 2>&1
 echo "first=$?"
 victim "$CODER" sandbox --cd "$ROOT/ws" -- echo SECOND-RAN 2>&1
 echo "second=$?"
+echo "== control"
+victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- sh -c 'mkdir /tmp/own && cd /tmp/own && for i in $(seq 300); do mkdir d && cd d || exit; done && echo OWN-DEEP' 2>&1
+victim "$CODER" sandbox --cd "$ROOT/ws" -- echo THIRD-RAN 2>&1
+echo "third=$?"
 "#
         ));
         assert!(out.contains("DEEP"), "uid {victim}: {out}");
-        let refused = out.contains("second=71") && !out.contains("SECOND-RAN");
+        let (attack, control) = out.split_at(out.find("== control").unwrap());
+        let refused = attack.contains("second=71") && !attack.contains("SECOND-RAN");
         assert_eq!(refused, open, "uid {victim} (known open: {open}): {out}");
+        assert!(
+            control.contains("OWN-DEEP")
+                && control.contains("third=71")
+                && !control.contains("THIRD-RAN"),
+            "uid {victim}: control: the agent's own deep tree did not stop the walk: {out}"
+        );
     }
 }
 

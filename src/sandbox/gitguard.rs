@@ -1284,12 +1284,21 @@ impl TopWalk<'_> {
         }
     }
 
-    /// Whether the directory `dir` is a guarded tree or a git dir of the user's: its
-    /// own guard's, or the user's repository itself.
+    /// Whether the directory `dir` is passed over, not entered: a guarded tree or a git
+    /// dir of the user's (its own guard's, or the user's repository itself), or another
+    /// user's directory. What is below another user's is that user's to make and replace
+    /// (the owner of a directory, sticky or not, renames what is in it), the agent's only
+    /// where that user let it write, and no way in that user could not make alone; the
+    /// agent can give nothing away (its user namespace maps its own uid only, with no
+    /// capability). Entering it let another local user stop the walk at its caps with a
+    /// tree 300 levels deep, and so refuse every later confined run of the workspace
+    /// (round twenty-one's second review).
     fn passed_over(&self, dir: BorrowedFd<'_>) -> bool {
         fstat(dir).is_ok_and(|st| {
             let id = (st.st_dev, st.st_ino);
-            self.guarded.contains(&id) || self.known.contains(&id)
+            self.guarded.contains(&id)
+                || self.known.contains(&id)
+                || st.st_uid != nix::unistd::geteuid().as_raw()
         })
     }
 
