@@ -543,3 +543,73 @@ fn an_interpreter_absent_from_the_lines_path_dir_is_not_the_agents_to_add() {
         &["fmt"],
     );
 }
+
+/// A `--write` or `--read` directory holding a bind mount of the home directory
+/// (`project/h`): the agent wrote (or read) every dotfile through `h/`, past the masks of
+/// the home directory's secrets, which are by path; a workspace holding one has been
+/// refused since round twenty-one. Each grant is refused now (round twenty-two). Control:
+/// the same with a bind mount of another directory is granted, written and read. Root's
+/// arm and uid 65534's (the mount is root's either way).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_mount_of_the_home_directory_is_refused() {
+    use common::Bounded;
+    for nobody in sandbox_fixture::arms() {
+        let (_keep, root) = sandbox_fixture::temp_root("coder-round22-mnt-");
+        let [home, other, project, state, ws] =
+            ["home", "other", "project", "state", "ws"].map(|d| root.join(d));
+        for dir in [&home, &other, &project, &state, &ws, &project.join("h")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(home.join("marker"), "HOME-SECRET\n").unwrap();
+        std::fs::write(other.join("marker"), "OTHER\n").unwrap();
+        if nobody {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        for (source, is_home) in [(&other, false), (&home, true)] {
+            sandbox_fixture::must_run(
+                std::process::Command::new("mount")
+                    .arg("--bind")
+                    .arg(source)
+                    .arg(project.join("h")),
+            );
+            let _umount = sandbox_fixture::Umount(project.join("h"));
+            let coder = |grant: &str, line: &str| {
+                let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+                cmd.args(["sandbox", "--cd", ws.to_str().unwrap(), grant])
+                    .arg(&project)
+                    .args(["--", "sh", "-c", line])
+                    .env_clear()
+                    .env("PATH", sandbox_fixture::PATH)
+                    .env("HOME", &home)
+                    .env("CODER_STATE_DIR", &state)
+                    .current_dir("/");
+                sandbox_fixture::printed(&cmd.output_bounded())
+            };
+            let marker = project.join("h/marker");
+            let marker = marker.to_str().unwrap();
+            let wrote = coder("--write", &format!("echo AGENT >> {marker}; cat {marker}"));
+            let read = coder("--read", &format!("cat {marker}"));
+            let now = std::fs::read_to_string(source.join("marker")).unwrap();
+            let case = format!("nobody={nobody} home={is_home}");
+            if is_home {
+                for (grant, out) in [("--write", &wrote), ("--read", &read)] {
+                    assert!(
+                        !out.contains("HOME-SECRET") && out.contains("home directory"),
+                        "{case}: {grant} reached the home directory: {out}"
+                    );
+                }
+                assert_eq!(
+                    now, "HOME-SECRET\n",
+                    "{case}: the agent wrote the home directory"
+                );
+            } else {
+                assert!(
+                    wrote.contains("AGENT") && now.contains("AGENT"),
+                    "{case}: {wrote}"
+                );
+                assert!(read.contains("OTHER"), "{case}: control: {read}");
+            }
+        }
+    }
+}
