@@ -613,3 +613,30 @@ fn a_grant_holding_a_mount_of_the_home_directory_is_refused() {
         }
     }
 }
+
+/// `for f in $(find tools/checks -type f); do sh "$f"; done`: a loop runs every file
+/// `find` lists, without `-exec` or `xargs`; the agent appends to the user's `a.sh` and
+/// adds a `b.sh` of its own (round twenty-two: the directory is held whole now).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "for over find",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!for f in $(find tools/checks -type f); do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}

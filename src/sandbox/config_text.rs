@@ -223,7 +223,7 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             (w, may_be_absent)
         });
     let quoted = tokens.iter().map(|w| (w.clone(), !has_blank(w)));
-    let runners = dirs_run_whole(&plain);
+    let runners = dirs_run_whole(&plain, line);
     // A glob the shell does not expand (quoted: `find . -name '*.sh'`, `git ls-files
     // '*.rs'`) reads no directory: held whole, `cd src && git ls-files '*.rs'` froze `src`.
     let patterns: Vec<Vec<u8>> = marked_shell_tokens(line)
@@ -332,12 +332,13 @@ fn after_expansions(line: &[u8]) -> Vec<Vec<u8>> {
 /// starting points of a `find` whose files the line runs (`-exec`, `-execdir`, `-ok`,
 /// `-okdir`, or piped to `xargs`). Such a word named a directory, which the scan does not
 /// hold, and the agent wrote the user's script there or added its own (round twenty-one's
-/// review). A `find` whose output the line runs otherwise (`for f in $(find d)`) is not
-/// told from one that lists (SECURITY.md, Known limits).
-fn dirs_run_whole(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let runs_found = words
-        .iter()
-        .any(|w| [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir", b"xargs"].contains(&w.as_slice()));
+/// review), or looped over by a `for` whose body runs the loop's variable ([`loop_runs`]:
+/// `for f in $(find tools/checks -type f); do sh "$f"; done`, round twenty-two).
+fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
+    let runs_found = loop_runs(words, line)
+        || words.iter().any(|w| {
+            [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir", b"xargs"].contains(&w.as_slice())
+        });
     let mut dirs = Vec::new();
     let mut words = words.iter().peekable();
     while let Some(word) = words.next() {
@@ -355,14 +356,63 @@ fn dirs_run_whole(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
                 .next_if(|w| [&b"-H"[..], b"-L", b"-P"].contains(&w.as_slice()))
                 .is_some()
             {}
-            while let Some(start) = words.next_if(|w| !w.starts_with(b"-") && w.as_slice() != b"!")
-            {
+            // A shell keyword ends the command (`` for f in `find d`; do ``: the
+            // backquote's end is not a word).
+            let ends = |w: &[u8]| {
+                w.starts_with(b"-") || [&b"!"[..], b"do", b"done", b"then", b"fi"].contains(&w)
+            };
+            while let Some(start) = words.next_if(|w| !ends(w)) {
                 dirs.push(start.clone());
             }
         }
     }
     dirs.retain(|d| may_name_a_file(d));
     dirs
+}
+
+/// Whether a `for VAR in …` loop of the line runs its variable: `$VAR` (or `${VAR}`,
+/// quoted or not) where a command starts (after `do`, `then`, `else`, `;`, `&`, `|`) or
+/// after a program that runs its argument (`sh`, `.`, `python3`, `exec`, …). One that
+/// passes it to another program (`rustfmt "$f"`) does not run it.
+fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
+    const RUNNERS: &[&[u8]] = &[
+        b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
+        b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
+    ];
+    let vars = words
+        .windows(3)
+        .filter(|w| w[0] == b"for" && w[2] == b"in")
+        .map(|w| w[1].clone());
+    for var in vars {
+        let spellings = [
+            [b"$", var.as_slice()].concat(),
+            [b"${", var.as_slice(), b"}"].concat(),
+        ];
+        for (at, _) in line.iter().enumerate().filter(|(_, b)| **b == b'$') {
+            let rest = &line[at..];
+            let Some(spelled) = spellings.iter().find(|s| rest.starts_with(s)) else {
+                continue;
+            };
+            let after = rest.get(spelled.len()).copied();
+            if after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                continue;
+            }
+            let before = line[..at].strip_suffix(b"\"").unwrap_or(&line[..at]);
+            let before = before.trim_ascii_end();
+            if before.last().is_some_and(|b| b";&|".contains(b)) {
+                return true;
+            }
+            let word = before
+                .rsplit(|b| b.is_ascii_whitespace() || b";&|(".contains(b))
+                .next()
+                .unwrap_or(before);
+            let name = word.rsplit(|b| *b == b'/').next().unwrap_or(word);
+            if RUNNERS.contains(&name) || name.starts_with(b"python") {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The bytes of a shell glob.
@@ -1133,6 +1183,31 @@ mod tests {
                 .any(|(w, _)| w.starts_with("ignore/") || w.starts_with("dev/")),
             "{named:?}"
         );
+    }
+
+    #[test]
+    fn a_loop_that_runs_what_find_lists_holds_its_dirs_whole() {
+        let dirs = |line: &str| {
+            dirs_run_whole(&shell_words(line.as_bytes()), line.as_bytes())
+                .into_iter()
+                .map(|d| String::from_utf8(d).unwrap())
+                .collect::<Vec<_>>()
+        };
+        for runs in [
+            "for f in $(find tools/c -type f); do sh \"$f\"; done",
+            "for f in `find tools/c`; do \"${f}\"; done",
+            "for s in $(find tools/c); do echo x && $s; done",
+            "for f in $(find tools/c); do python3 $f; done",
+        ] {
+            assert_eq!(dirs(runs), ["tools/c"], "{runs}");
+        }
+        for lists in [
+            "for f in $(find src -name x); do rustfmt \"$f\"; done",
+            "for f in $(find src); do echo $foo; done",
+            "find src -name x",
+        ] {
+            assert!(dirs(lists).is_empty(), "{lists}");
+        }
     }
 
     #[test]
