@@ -640,3 +640,48 @@ fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
         &["fmt"],
     );
 }
+
+/// `git submodule foreach 'sh tools/x.sh'` runs `tools/x.sh` in each submodule: its words
+/// were read at the top of the work tree only, and the agent appended to the submodule's
+/// `sub/tools/x.sh` (round twenty-two: read in each directory `.gitmodules` names too).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_script_a_submodule_foreach_runs_is_not_the_agents_to_write() {
+    held_file_attack(
+        "submodule foreach",
+        |fx, ws| {
+            let sub = ws.join("sub");
+            fx.git(ws, &["init", "-q", "sub"]);
+            own_script(fx, ws, "sub/tools/x.sh");
+            fx.git(&sub, &["add", "."]);
+            fx.git(
+                &sub,
+                &[
+                    "-c",
+                    "user.name=a",
+                    "-c",
+                    "user.email=a@b",
+                    "commit",
+                    "-qm",
+                    "x",
+                ],
+            );
+            fx.own_file(
+                ws,
+                ".gitmodules",
+                "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n",
+            );
+            fx.git(ws, &["add", ".gitmodules", "sub"]);
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!git submodule foreach -q 'sh tools/x.sh'",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/tools/x.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}

@@ -190,6 +190,48 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     words
 }
 
+/// The words of what `git submodule foreach` runs in each submodule (`!git submodule
+/// foreach 'sh tools/x.sh'`), read as [`command_words`] reads a line: the scan reads them
+/// in each submodule's directory ([`submodule_paths`]) as well as at the top, where
+/// alone they were read until round twenty-two, and each submodule's `tools/x.sh` was
+/// the agent's to write.
+pub(super) fn foreach_words(text: &[u8]) -> Vec<CommandWord> {
+    let mut words: Vec<CommandWord> = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        let tokens = shell_tokens(&top_read_as_dot(line));
+        let Some(at) = tokens
+            .windows(2)
+            .position(|w| w[0] == b"submodule" && w[1] == b"foreach")
+        else {
+            continue;
+        };
+        let rest: Vec<&Vec<u8>> = tokens[at + 2..]
+            .iter()
+            .skip_while(|t| t.starts_with(b"-"))
+            .collect();
+        let inner = rest
+            .iter()
+            .map(|t| t.as_slice())
+            .collect::<Vec<_>>()
+            .join(&b' ');
+        line_words(&inner, NESTED_LINES, &mut words);
+    }
+    words.retain(|w| !w.word.starts_with(b"/") && !w.word.starts_with(b"~"));
+    words
+}
+
+/// The `submodule.*.path` values of a `.gitmodules` text: the directories, from the top
+/// of the work tree, `git submodule foreach` runs its command in.
+pub(super) fn submodule_paths(gitmodules: &[u8]) -> Vec<Vec<u8>> {
+    entries(gitmodules)
+        .into_iter()
+        .filter(|e| e.section == b"submodule" && e.key.eq_ignore_ascii_case(b"path"))
+        .map(|e| e.value)
+        .filter(|p| may_name_a_file(p) && !p.starts_with(b"/"))
+        .collect()
+}
+
 /// How deep a shell line quoted in another (`sh -c 'cd "my tools" && ./fmt.sh'`) is read
 /// as a line of its own.
 const NESTED_LINES: usize = 3;
@@ -1208,6 +1250,18 @@ mod tests {
         ] {
             assert!(dirs(lists).is_empty(), "{lists}");
         }
+    }
+
+    #[test]
+    fn what_submodule_foreach_runs_is_read_with_the_submodules() {
+        let text = b"[alias]\n\ts = !git submodule foreach --recursive 'sh tools/x.sh'\n\
+            \tt = !git status\n";
+        let words: Vec<Vec<u8>> = foreach_words(text).into_iter().map(|w| w.word).collect();
+        assert!(words.contains(&b"tools/x.sh".to_vec()), "{words:?}");
+        assert!(!words.iter().any(|w| w == b"status"), "{words:?}");
+        let modules =
+            b"[submodule \"a\"]\n\tpath = libs/a\n\turl = x\n[submodule \"b\"]\n\tpath = /abs\n";
+        assert_eq!(submodule_paths(modules), [b"libs/a".to_vec()]);
     }
 
     #[test]

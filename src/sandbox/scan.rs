@@ -1544,6 +1544,8 @@ impl<'a> Walker<'a, '_> {
             is_path,
             whole_dir,
         } in config_text::command_words(text)
+            .into_iter()
+            .chain(submodule_words(text, &top))
         {
             let Some(target) = config_path(&word, Some(&top)) else {
                 continue;
@@ -2611,6 +2613,29 @@ fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
     let mut text = Vec::new();
     file.take(cap).read_to_end(&mut text).ok()?;
     Some(text)
+}
+
+/// The words of what `git submodule foreach` runs ([`config_text::foreach_words`]), each
+/// read in every submodule's directory the work tree's `.gitmodules` names.
+fn submodule_words(text: &[u8], top: &Path) -> Vec<CommandWord> {
+    let words = config_text::foreach_words(text);
+    if words.is_empty() {
+        return Vec::new();
+    }
+    let Some(gitmodules) = read_plain_file(&top.join(".gitmodules"), MAX_SCRIPT_BYTES) else {
+        return Vec::new();
+    };
+    let paths = config_text::submodule_paths(&gitmodules);
+    paths
+        .iter()
+        .flat_map(|path| {
+            words.iter().map(move |w| CommandWord {
+                word: [path.as_slice(), b"/", &w.word].concat(),
+                is_path: w.is_path,
+                whole_dir: w.whole_dir,
+            })
+        })
+        .collect()
 }
 
 /// The words of `path`'s `#!` line (the interpreter path first), as the kernel reads it
