@@ -99,14 +99,16 @@ victim mkdir -m 700 "$XDG_RUNTIME_DIR"
 }
 
 /// The user's repository `home/proj` (never granted) with a hook and a config, the
-/// state directory's `<dev>-<ino>` as `$DI`, and `plant DIR`: a dead run's record in
-/// `DIR/sandbox/$DI/<pid>-<x>` naming `home` as its tree.
+/// state directory's `<dev>-<ino>[-<birth ns>]` (as `config::scratch` names it) as
+/// `$DI`, and `plant DIR`: a dead run's record in `DIR/sandbox/$DI/<pid>-<x>` naming
+/// `home` as its tree.
 const SETUP: &str = r##"cd "$ROOT"
 victim git init -q home/proj
 victim sh -c 'printf "#!/bin/sh\nexit 0\n" > home/proj/.git/hooks/pre-commit; chmod +x home/proj/.git/hooks/pre-commit'
 victim git -C home/proj config core.fsmonitor false
 victim "$CODER" sandbox --cd "$ROOT/ws" -- true >/dev/null 2>&1
-DI=$(printf '%x-%x' $(stat -c '%d %i' "$ROOT/state"))
+B=$(stat -c '%.9W' "$ROOT/state" | tr -d .); B=${B#${B%%[!0]*}}
+if [ -n "$B" ]; then DI=$(printf '%x-%x-%x' $(stat -c '%d %i' "$ROOT/state") "$B"); else DI=$(printf '%x-%x' $(stat -c '%d %i' "$ROOT/state")); fi
 check() { [ -x home/proj/.git/hooks/pre-commit ] && echo HOOK-KEPT
   grep -q fsmonitor home/proj/.git/config && echo CONFIG-KEPT; }
 "##;
