@@ -66,8 +66,9 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open: [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`].
-const KNOWN_OPEN: &[&str] = &["env shebang"];
+/// Attacks still open: none (round twenty-two closed
+/// [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`]).
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -241,8 +242,9 @@ fn a_program_a_virtualenvs_activate_puts_on_path_is_not_the_agents_to_write() {
 
 /// `. .venv/bin/activate && tools/fmt.py`, whose `#!/usr/bin/env python3` finds the
 /// venv's `python3` (a link in the work tree) through the `PATH` the line set: the script
-/// is held, the interpreter is not (the scan follows a `#!` path, not a `PATH` search).
-/// Open (a ratchet): the agent replaces the link and the user's `git fmt` runs it.
+/// was held, the interpreter not (the scan followed a `#!` path, not a `PATH` search).
+/// Open here (a ratchet) until round twenty-two: the agent replaced the link and the
+/// user's `git fmt` ran it.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_interpreter_found_through_the_lines_path_is_the_agents_to_replace() {
@@ -511,4 +513,175 @@ fn a_mount_of_the_home_directory_below_the_base_is_refused() {
             }
         }
     }
+}
+
+/// `PATH=tools/bin:$PATH tools/fmt.py`, whose `#!/usr/bin/env -S python3 -u` looks for
+/// `python3` in `tools/bin` first, where none is at the start: the agent adds its own
+/// (round twenty-two, with the ratchet above).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_interpreter_absent_from_the_lines_path_dir_is_not_the_agents_to_add() {
+    held_file_attack(
+        "env -S shebang, absent interpreter",
+        |fx, ws| {
+            own_script(fx, ws, "tools/bin/other");
+            let script = fx.own_file(
+                ws,
+                "tools/fmt.py",
+                "#!/usr/bin/env -S python3 -u\nprint(1)\n",
+            );
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.git(
+                ws,
+                &["config", "alias.fmt", "!PATH=tools/bin:$PATH tools/fmt.py"],
+            );
+        },
+        &format!(
+            "{{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} > tools/bin/python3; \
+             chmod +x tools/bin/python3; echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// A `--write` or `--read` directory holding a bind mount of the home directory
+/// (`project/h`): the agent wrote (or read) every dotfile through `h/`, past the masks of
+/// the home directory's secrets, which are by path; a workspace holding one has been
+/// refused since round twenty-one. Each grant is refused now (round twenty-two). Control:
+/// the same with a bind mount of another directory is granted, written and read. Root's
+/// arm and uid 65534's (the mount is root's either way).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_mount_of_the_home_directory_is_refused() {
+    use common::Bounded;
+    for nobody in sandbox_fixture::arms() {
+        let (_keep, root) = sandbox_fixture::temp_root("coder-round22-mnt-");
+        let [home, other, project, state, ws] =
+            ["home", "other", "project", "state", "ws"].map(|d| root.join(d));
+        for dir in [&home, &other, &project, &state, &ws, &project.join("h")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(home.join("marker"), "HOME-SECRET\n").unwrap();
+        std::fs::write(other.join("marker"), "OTHER\n").unwrap();
+        if nobody {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        for (source, is_home) in [(&other, false), (&home, true)] {
+            sandbox_fixture::must_run(
+                std::process::Command::new("mount")
+                    .arg("--bind")
+                    .arg(source)
+                    .arg(project.join("h")),
+            );
+            let _umount = sandbox_fixture::Umount(project.join("h"));
+            let coder = |grant: &str, line: &str| {
+                let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+                cmd.args(["sandbox", "--cd", ws.to_str().unwrap(), grant])
+                    .arg(&project)
+                    .args(["--", "sh", "-c", line])
+                    .env_clear()
+                    .env("PATH", sandbox_fixture::PATH)
+                    .env("HOME", &home)
+                    .env("CODER_STATE_DIR", &state)
+                    .current_dir("/");
+                sandbox_fixture::printed(&cmd.output_bounded())
+            };
+            let marker = project.join("h/marker");
+            let marker = marker.to_str().unwrap();
+            let wrote = coder("--write", &format!("echo AGENT >> {marker}; cat {marker}"));
+            let read = coder("--read", &format!("cat {marker}"));
+            let now = std::fs::read_to_string(source.join("marker")).unwrap();
+            let case = format!("nobody={nobody} home={is_home}");
+            if is_home {
+                for (grant, out) in [("--write", &wrote), ("--read", &read)] {
+                    assert!(
+                        !out.contains("HOME-SECRET") && out.contains("home directory"),
+                        "{case}: {grant} reached the home directory: {out}"
+                    );
+                }
+                assert_eq!(
+                    now, "HOME-SECRET\n",
+                    "{case}: the agent wrote the home directory"
+                );
+            } else {
+                assert!(
+                    wrote.contains("AGENT") && now.contains("AGENT"),
+                    "{case}: {wrote}"
+                );
+                assert!(read.contains("OTHER"), "{case}: control: {read}");
+            }
+        }
+    }
+}
+
+/// `for f in $(find tools/checks -type f); do sh "$f"; done`: a loop runs every file
+/// `find` lists, without `-exec` or `xargs`; the agent appends to the user's `a.sh` and
+/// adds a `b.sh` of its own (round twenty-two: the directory is held whole now).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "for over find",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!for f in $(find tools/checks -type f); do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// `git submodule foreach 'sh tools/x.sh'` runs `tools/x.sh` in each submodule: its words
+/// were read at the top of the work tree only, and the agent appended to the submodule's
+/// `sub/tools/x.sh` (round twenty-two: read in each directory `.gitmodules` names too).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_script_a_submodule_foreach_runs_is_not_the_agents_to_write() {
+    held_file_attack(
+        "submodule foreach",
+        |fx, ws| {
+            let sub = ws.join("sub");
+            fx.git(ws, &["init", "-q", "sub"]);
+            own_script(fx, ws, "sub/tools/x.sh");
+            fx.git(&sub, &["add", "."]);
+            fx.git(
+                &sub,
+                &[
+                    "-c",
+                    "user.name=a",
+                    "-c",
+                    "user.email=a@b",
+                    "commit",
+                    "-qm",
+                    "x",
+                ],
+            );
+            fx.own_file(
+                ws,
+                ".gitmodules",
+                "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n",
+            );
+            fx.git(ws, &["add", ".gitmodules", "sub"]);
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!git submodule foreach -q 'sh tools/x.sh'",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/tools/x.sh; echo PLANTED"),
+        &["fmt"],
+    );
 }

@@ -190,6 +190,48 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     words
 }
 
+/// The words of what `git submodule foreach` runs in each submodule (`!git submodule
+/// foreach 'sh tools/x.sh'`), read as [`command_words`] reads a line: the scan reads them
+/// in each submodule's directory ([`submodule_paths`]) as well as at the top, where
+/// alone they were read until round twenty-two, and each submodule's `tools/x.sh` was
+/// the agent's to write.
+pub(super) fn foreach_words(text: &[u8]) -> Vec<CommandWord> {
+    let mut words: Vec<CommandWord> = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        let tokens = shell_tokens(&top_read_as_dot(line));
+        let Some(at) = tokens
+            .windows(2)
+            .position(|w| w[0] == b"submodule" && w[1] == b"foreach")
+        else {
+            continue;
+        };
+        let rest: Vec<&Vec<u8>> = tokens[at + 2..]
+            .iter()
+            .skip_while(|t| t.starts_with(b"-"))
+            .collect();
+        let inner = rest
+            .iter()
+            .map(|t| t.as_slice())
+            .collect::<Vec<_>>()
+            .join(&b' ');
+        line_words(&inner, NESTED_LINES, &mut words);
+    }
+    words.retain(|w| !w.word.starts_with(b"/") && !w.word.starts_with(b"~"));
+    words
+}
+
+/// The `submodule.*.path` values of a `.gitmodules` text: the directories, from the top
+/// of the work tree, `git submodule foreach` runs its command in.
+pub(super) fn submodule_paths(gitmodules: &[u8]) -> Vec<Vec<u8>> {
+    entries(gitmodules)
+        .into_iter()
+        .filter(|e| e.section == b"submodule" && e.key.eq_ignore_ascii_case(b"path"))
+        .map(|e| e.value)
+        .filter(|p| may_name_a_file(p) && !p.starts_with(b"/"))
+        .collect()
+}
+
 /// How deep a shell line quoted in another (`sh -c 'cd "my tools" && ./fmt.sh'`) is read
 /// as a line of its own.
 const NESTED_LINES: usize = 3;
@@ -223,7 +265,7 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             (w, may_be_absent)
         });
     let quoted = tokens.iter().map(|w| (w.clone(), !has_blank(w)));
-    let runners = dirs_run_whole(&plain);
+    let runners = dirs_run_whole(&plain, line);
     // A glob the shell does not expand (quoted: `find . -name '*.sh'`, `git ls-files
     // '*.rs'`) reads no directory: held whole, `cd src && git ls-files '*.rs'` froze `src`.
     let patterns: Vec<Vec<u8>> = marked_shell_tokens(line)
@@ -332,12 +374,13 @@ fn after_expansions(line: &[u8]) -> Vec<Vec<u8>> {
 /// starting points of a `find` whose files the line runs (`-exec`, `-execdir`, `-ok`,
 /// `-okdir`, or piped to `xargs`). Such a word named a directory, which the scan does not
 /// hold, and the agent wrote the user's script there or added its own (round twenty-one's
-/// review). A `find` whose output the line runs otherwise (`for f in $(find d)`) is not
-/// told from one that lists (SECURITY.md, Known limits).
-fn dirs_run_whole(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let runs_found = words
-        .iter()
-        .any(|w| [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir", b"xargs"].contains(&w.as_slice()));
+/// review), or looped over by a `for` whose body runs the loop's variable ([`loop_runs`]:
+/// `for f in $(find tools/checks -type f); do sh "$f"; done`, round twenty-two).
+fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
+    let runs_found = loop_runs(words, line)
+        || words.iter().any(|w| {
+            [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir", b"xargs"].contains(&w.as_slice())
+        });
     let mut dirs = Vec::new();
     let mut words = words.iter().peekable();
     while let Some(word) = words.next() {
@@ -355,14 +398,63 @@ fn dirs_run_whole(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
                 .next_if(|w| [&b"-H"[..], b"-L", b"-P"].contains(&w.as_slice()))
                 .is_some()
             {}
-            while let Some(start) = words.next_if(|w| !w.starts_with(b"-") && w.as_slice() != b"!")
-            {
+            // A shell keyword ends the command (`` for f in `find d`; do ``: the
+            // backquote's end is not a word).
+            let ends = |w: &[u8]| {
+                w.starts_with(b"-") || [&b"!"[..], b"do", b"done", b"then", b"fi"].contains(&w)
+            };
+            while let Some(start) = words.next_if(|w| !ends(w)) {
                 dirs.push(start.clone());
             }
         }
     }
     dirs.retain(|d| may_name_a_file(d));
     dirs
+}
+
+/// Whether a `for VAR in …` loop of the line runs its variable: `$VAR` (or `${VAR}`,
+/// quoted or not) where a command starts (after `do`, `then`, `else`, `;`, `&`, `|`) or
+/// after a program that runs its argument (`sh`, `.`, `python3`, `exec`, …). One that
+/// passes it to another program (`rustfmt "$f"`) does not run it.
+fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
+    const RUNNERS: &[&[u8]] = &[
+        b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
+        b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
+    ];
+    let vars = words
+        .windows(3)
+        .filter(|w| w[0] == b"for" && w[2] == b"in")
+        .map(|w| w[1].clone());
+    for var in vars {
+        let spellings = [
+            [b"$", var.as_slice()].concat(),
+            [b"${", var.as_slice(), b"}"].concat(),
+        ];
+        for (at, _) in line.iter().enumerate().filter(|(_, b)| **b == b'$') {
+            let rest = &line[at..];
+            let Some(spelled) = spellings.iter().find(|s| rest.starts_with(s)) else {
+                continue;
+            };
+            let after = rest.get(spelled.len()).copied();
+            if after.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                continue;
+            }
+            let before = line[..at].strip_suffix(b"\"").unwrap_or(&line[..at]);
+            let before = before.trim_ascii_end();
+            if before.last().is_some_and(|b| b";&|".contains(b)) {
+                return true;
+            }
+            let word = before
+                .rsplit(|b| b.is_ascii_whitespace() || b";&|(".contains(b))
+                .next()
+                .unwrap_or(before);
+            let name = word.rsplit(|b| *b == b'/').next().unwrap_or(word);
+            if RUNNERS.contains(&name) || name.starts_with(b"python") {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The bytes of a shell glob.
@@ -451,16 +543,33 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
 /// option, or names the home directory stays as it is. Each comes with whether it names
 /// a path by itself (has a `/`), as [`CommandWord::is_path`] needs.
 fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
+    entered_dirs_and_path(words).0
+}
+
+/// Words read in the directory a line entered, each with whether it names a path by
+/// itself ([`words_in_entered_dirs`]).
+type MovedWords = Vec<(Vec<u8>, bool)>;
+
+/// [`words_in_entered_dirs`], and the directories the line puts on `PATH` (`PATH=DIR:…`,
+/// a sourced `DIR/activate`), each read in the directory the line is in there.
+fn entered_dirs_and_path(words: &[Vec<u8>]) -> (MovedWords, Vec<Vec<u8>>) {
     let relative = |w: &[u8]| !w.starts_with(b"/") && !w.starts_with(b"~") && !w.starts_with(b"-");
     let in_dir = |dir: &[u8], w: &[u8]| [dir, b"/", w].concat();
     let mut here: Option<Vec<u8>> = None;
     let mut path_dirs: Vec<Vec<u8>> = Vec::new();
     let mut program: &[u8] = b"";
     let mut moved = Vec::new();
+    let mut searched = Vec::new();
     let mut words = words.iter().peekable();
     while let Some(word) = words.next() {
+        let in_here = |dir: &[u8]| match &here {
+            Some(base) if relative(dir) => in_dir(base, dir),
+            _ => dir.to_vec(),
+        };
         if let Some(dirs) = word.strip_prefix(b"PATH=".as_slice()) {
-            path_dirs.extend(dirs.split(|b| *b == b':').map(<[u8]>::to_vec));
+            let dirs = dirs.split(|b| *b == b':').filter(|d| may_name_a_file(d));
+            searched.extend(dirs.clone().map(in_here));
+            path_dirs.extend(dirs.map(<[u8]>::to_vec));
             continue;
         }
         // A virtualenv's `activate` sourced (`. .venv/bin/activate && lint`) puts its
@@ -470,6 +579,7 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
             let activated = words
                 .peek()
                 .and_then(|w| w.strip_suffix(b"/activate".as_slice()));
+            searched.extend(activated.filter(|d| may_name_a_file(d)).map(in_here));
             path_dirs.extend(activated.map(<[u8]>::to_vec));
         }
         if let Some(dir) = entered_dir(word, program, &mut words) {
@@ -502,7 +612,45 @@ fn words_in_entered_dirs(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
             moved.push((in_dir(&dir, word), false));
         }
     }
-    moved
+    (moved, searched)
+}
+
+/// The directories of the work tree that the commands of the config put on `PATH`
+/// (`PATH=tools/bin:$PATH x`, `. .venv/bin/activate && x`), read where each line is
+/// then: a held script's interpreter found through `PATH` (`#!/usr/bin/env python3`)
+/// is looked for there (the scan holds `DIR/python3`, present or not), as the shell
+/// the command runs in finds it first (round twenty-one's review, a ratchet: the
+/// agent replaced the venv's `python3` link). Quoted lines are read as
+/// [`line_words`] reads them.
+pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        line_path_dirs(&top_read_as_dot(line), NESTED_LINES, &mut dirs);
+    }
+    dirs
+}
+
+/// The `PATH` directories of one shell line ([`path_dirs`]), added to `dirs`.
+fn line_path_dirs(line: &[u8], depth: usize, dirs: &mut Vec<Vec<u8>>) {
+    let tokens = shell_tokens(line);
+    let found = entered_dirs_and_path(&shell_words(line))
+        .1
+        .into_iter()
+        .chain(entered_dirs_and_path(&tokens).1);
+    for dir in found {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    if depth > 0 {
+        for inner in tokens
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_path_dirs(inner, depth - 1, dirs);
+        }
+    }
 }
 
 /// The options of an interpreter that take their value as the next word (`python3 -W
@@ -1077,6 +1225,58 @@ mod tests {
                 .any(|(w, _)| w.starts_with("ignore/") || w.starts_with("dev/")),
             "{named:?}"
         );
+    }
+
+    #[test]
+    fn a_loop_that_runs_what_find_lists_holds_its_dirs_whole() {
+        let dirs = |line: &str| {
+            dirs_run_whole(&shell_words(line.as_bytes()), line.as_bytes())
+                .into_iter()
+                .map(|d| String::from_utf8(d).unwrap())
+                .collect::<Vec<_>>()
+        };
+        for runs in [
+            "for f in $(find tools/c -type f); do sh \"$f\"; done",
+            "for f in `find tools/c`; do \"${f}\"; done",
+            "for s in $(find tools/c); do echo x && $s; done",
+            "for f in $(find tools/c); do python3 $f; done",
+        ] {
+            assert_eq!(dirs(runs), ["tools/c"], "{runs}");
+        }
+        for lists in [
+            "for f in $(find src -name x); do rustfmt \"$f\"; done",
+            "for f in $(find src); do echo $foo; done",
+            "find src -name x",
+        ] {
+            assert!(dirs(lists).is_empty(), "{lists}");
+        }
+    }
+
+    #[test]
+    fn what_submodule_foreach_runs_is_read_with_the_submodules() {
+        let text = b"[alias]\n\ts = !git submodule foreach --recursive 'sh tools/x.sh'\n\
+            \tt = !git status\n";
+        let words: Vec<Vec<u8>> = foreach_words(text).into_iter().map(|w| w.word).collect();
+        assert!(words.contains(&b"tools/x.sh".to_vec()), "{words:?}");
+        assert!(!words.iter().any(|w| w == b"status"), "{words:?}");
+        let modules =
+            b"[submodule \"a\"]\n\tpath = libs/a\n\turl = x\n[submodule \"b\"]\n\tpath = /abs\n";
+        assert_eq!(submodule_paths(modules), [b"libs/a".to_vec()]);
+    }
+
+    #[test]
+    fn the_dirs_a_line_puts_on_path_are_read() {
+        let text = b"[alias]\n\ta = !. .venv/bin/activate && x\n\
+            \tb = !cd sub && PATH=tools/bin:$PATH:/opt/b y\n\
+            \tc = !sh -c 'PATH=\"my bin:$PATH\" z'\n";
+        let dirs: Vec<String> = path_dirs(text)
+            .into_iter()
+            .map(|d| String::from_utf8_lossy(&d).into_owned())
+            .collect();
+        for want in [".venv/bin", "sub/tools/bin", "/opt/b", "my bin"] {
+            assert!(dirs.contains(&want.to_owned()), "{want}: {dirs:?}");
+        }
+        assert!(!dirs.iter().any(|d| d.contains('$')), "{dirs:?}");
     }
 
     #[test]

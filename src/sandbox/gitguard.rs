@@ -416,7 +416,7 @@ impl PendingGuard {
         move_new_tops_aside(
             &self.outside,
             &known,
-            self.since_ns,
+            &roots,
             GuardLimits::default(),
             &mut report,
         );
@@ -1128,12 +1128,15 @@ impl<'a> Guard<'a> {
     }
 }
 
-/// Moves aside every new way into the user's repositories that the run left in `roots`,
-/// the trees it could write outside the guarded ones (the host's `/tmp` with
-/// `--allow-tmp`): a `.git` entry (file, symlink or directory) or a git dir's `commondir`
-/// changed at or after `since_ns` (ns since the epoch, by the clock file times come
-/// from) that leads to a git dir of `known` (the start scan's), or to one whose
-/// `commondir` does. Each makes its directory a new top of the user's config: git runs
+/// Moves aside every way into the user's repositories in `roots`, the trees the run
+/// could write outside the guarded ones (the host's `/tmp` with `--allow-tmp`): a `.git`
+/// entry (file, symlink or directory) or a git dir's `commondir` that leads to a git dir
+/// of `known` (the start scan's), or to one whose `commondir` does, old or new. Until
+/// round twenty-two only those changed since the run's start were: a pointer one run
+/// left leading nowhere (`gitdir: /tmp/y`) was made to lead to the user's by a later
+/// run (`/tmp/y -> <workspace>/.git`), its own change time older (round twenty-one's
+/// second review). The `guarded` trees (the workspace, `--write` directories: their own
+/// guard's) and the git dirs of `known` are passed over, not entered. Each makes its directory a new top of the user's config: git runs
 /// the config's commands there (`alias.fmt = !sh tools/fmt.sh`), and the agent wrote
 /// what they run beside it (round twenty's review: `/tmp/x/.git` reading `gitdir:
 /// <workspace>/.git`). Nothing else there is touched: the tree is shared with the user's
@@ -1144,13 +1147,14 @@ impl<'a> Guard<'a> {
 pub fn move_new_tops_aside(
     roots: &[PathBuf],
     known: &HashSet<(u64, u64)>,
-    since_ns: i128,
+    guarded: &[PathBuf],
     limits: GuardLimits,
     report: &mut GuardReport,
 ) {
+    let guarded = guarded.iter().filter_map(|r| id_of(r)).collect();
     let mut walk = TopWalk {
         known,
-        since_ns,
+        guarded,
         limits,
         entries: 0,
         report,
@@ -1166,7 +1170,8 @@ pub fn move_new_tops_aside(
 /// The walk of [`move_new_tops_aside`].
 struct TopWalk<'a> {
     known: &'a HashSet<(u64, u64)>,
-    since_ns: i128,
+    /// The device and inode of each guarded tree, passed over.
+    guarded: HashSet<(u64, u64)>,
     limits: GuardLimits,
     entries: usize,
     report: &'a mut GuardReport,
@@ -1253,6 +1258,7 @@ impl TopWalk<'_> {
                 if let Some(child) = self
                     .open_child(dir.as_fd(), name)
                     .map_err(|e| stop(&rel.join(name), "open", e))?
+                    && !self.passed_over(child.as_fd())
                 {
                     stack.push((child, rel.join(name), depth + 1));
                 }
@@ -1278,17 +1284,32 @@ impl TopWalk<'_> {
         }
     }
 
-    /// Whether `dir/name` changed at or after the run's start.
-    fn is_new(&self, dir: BorrowedFd<'_>, name: &OsStr) -> bool {
-        fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
-            i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec) >= self.since_ns
+    /// Whether the directory `dir` is passed over, not entered: a guarded tree or a git
+    /// dir of the user's (its own guard's, or the user's repository itself), or another
+    /// user's directory. What is below another user's is that user's to make and replace
+    /// (the owner of a directory, sticky or not, renames what is in it), the agent's only
+    /// where that user let it write, and no way in that user could not make alone; the
+    /// agent can give nothing away (its user namespace maps its own uid only, with no
+    /// capability). Entering it let another local user stop the walk at its caps with a
+    /// tree 300 levels deep, and so refuse every later confined run of the workspace
+    /// (round twenty-one's second review).
+    fn passed_over(&self, dir: BorrowedFd<'_>) -> bool {
+        fstat(dir).is_ok_and(|st| {
+            let id = (st.st_dev, st.st_ino);
+            self.guarded.contains(&id)
+                || self.known.contains(&id)
+                || st.st_uid != nix::unistd::geteuid().as_raw()
         })
     }
 
-    /// The `.git` entry `name` of `dir` (at `path`): renamed aside when new and leading to
-    /// the user's config; whether it was.
+    /// The `.git` entry `name` of `dir` (at `path`): renamed aside when it leads to the
+    /// user's config (a `.git` directory that is the user's git dir is the repository
+    /// itself, left); whether it was.
     fn pointer(&mut self, dir: BorrowedFd<'_>, path: &Path, name: &OsStr) -> Result<bool, Errno> {
-        if !self.is_new(dir, name) {
+        let is_dir = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| kind_of(&st) == Kind::Dir);
+        if is_dir && open_followed(dir, Path::new(name)).is_some_and(|fd| self.is_known(fd.as_fd()))
+        {
             return Ok(false);
         }
         // Where git goes from it: the directory itself, a symlink's target, a file's
@@ -1319,11 +1340,10 @@ impl TopWalk<'_> {
     }
 
     /// A git dir `dir` (at `path`) of a `HEAD` and a `commondir`: the `commondir` renamed
-    /// aside when new and leading to the user's git dir (git then takes no repository
-    /// there).
+    /// aside when it leads to the user's git dir (git then takes no repository there).
     fn shared_common(&mut self, dir: BorrowedFd<'_>, path: &Path) -> Result<(), Errno> {
         let name = OsStr::new("commondir");
-        if !self.is_new(dir, name) || !self.common_is_users(dir) {
+        if !self.common_is_users(dir) {
             return Ok(());
         }
         let to = match rename_aside(dir, name) {
@@ -1889,18 +1909,17 @@ fn dir_flags() -> OFlag {
 mod tests {
     use super::*;
 
-    /// A new `.git` file, symlink or directory sharing the user's common dir, in a tree
-    /// outside the guarded ones, is moved aside; an older one (the user's own linked
-    /// worktree made before the run) and one leading to another repository are not.
+    /// A `.git` file, symlink or directory sharing the user's common dir, in a tree
+    /// outside the guarded ones, is moved aside, old or new; one leading to another
+    /// repository, the user's git dir itself and what a guarded tree holds are not.
     #[test]
-    fn new_pointers_to_the_users_git_dir_outside_the_trees_are_moved_aside() {
+    fn pointers_to_the_users_git_dir_outside_the_trees_are_moved_aside() {
         let dir = tempfile::tempdir().unwrap();
         let (ws, tmp) = (dir.path().join("ws"), dir.path().join("tmp"));
         std::fs::create_dir_all(ws.join(".git")).unwrap();
         std::fs::create_dir_all(dir.path().join("other/.git")).unwrap();
         let st = std::fs::metadata(ws.join(".git")).unwrap();
         use std::os::unix::fs::MetadataExt;
-        let known: HashSet<(u64, u64)> = [(st.dev(), st.ino())].into();
         let gitdir = format!("gitdir: {}\n", ws.join(".git").display());
         for sub in ["file", "link", "dir", "other", "bare"] {
             std::fs::create_dir_all(tmp.join(sub)).unwrap();
@@ -1914,21 +1933,21 @@ mod tests {
         std::fs::write(tmp.join("bare/commondir"), "../../ws/.git\n").unwrap();
         let other = format!("gitdir: {}\n", dir.path().join("other/.git").display());
         std::fs::write(tmp.join("other/.git"), other).unwrap();
-        let walk = |since_ns| {
-            let mut report = GuardReport::default();
-            move_new_tops_aside(
-                std::slice::from_ref(&tmp),
-                &known,
-                since_ns,
-                GuardLimits::default(),
-                &mut report,
-            );
-            report
-        };
-        // Older than the run: left.
-        let report = walk(i128::MAX);
-        assert!(report.is_empty(), "{report:?}");
-        let report = walk(0);
+        // A guarded tree in the walked one, its own guard's: its pointer is left.
+        std::fs::create_dir_all(tmp.join("guarded")).unwrap();
+        std::fs::write(tmp.join("guarded/.git"), &gitdir).unwrap();
+        // The user's git dir itself, in the walked tree.
+        std::fs::create_dir_all(tmp.join("own/.git")).unwrap();
+        let own = std::fs::metadata(tmp.join("own/.git")).unwrap();
+        let known: HashSet<(u64, u64)> = [(st.dev(), st.ino()), (own.dev(), own.ino())].into();
+        let mut report = GuardReport::default();
+        move_new_tops_aside(
+            std::slice::from_ref(&tmp),
+            &known,
+            &[tmp.join("guarded")],
+            GuardLimits::default(),
+            &mut report,
+        );
         assert!(report.incomplete.is_none(), "{report:?}");
         let mut moved: Vec<String> = report
             .quarantined
@@ -1946,7 +1965,8 @@ mod tests {
                 format!("{}:.git", at("link/.git")),
             ]
         );
-        assert!(tmp.join("other/.git").exists());
+        assert!(tmp.join("other/.git").exists() && tmp.join("guarded/.git").exists());
+        assert!(tmp.join("own/.git").exists());
         assert!(!tmp.join("file/.git").exists() && !tmp.join("bare/commondir").exists());
     }
 

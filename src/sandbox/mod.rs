@@ -259,7 +259,7 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
     gitguard::move_new_tops_aside(
         &policy.outside_roots,
         &known,
-        policy.started_ns,
+        &policy.guard_roots,
         gitguard::GuardLimits::for_run(),
         &mut report,
     );

@@ -650,6 +650,7 @@ impl Policy {
         let mut scanned = Vec::new();
         for path in &opts.extra_read {
             let canonical = canonicalize(PathRole::ReadFlag, path)?;
+            refuse_home_mount(PathRole::ReadFlag, &canonical, home.as_deref())?;
             grants.add(path, Access::Read)?;
             scanned.push((canonical, false));
         }
@@ -2165,6 +2166,29 @@ fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
         })
 }
 
+/// A `--read` (or `--write`) directory holding a mount of the home directory, refused as
+/// a workspace holding one is ([`home_mounted_beneath`]): every dotfile and key showed
+/// through it, past the masks of the home directory's secrets, which are by path (round
+/// twenty-two).
+fn refuse_home_mount(
+    what: PathRole,
+    canonical: &Path,
+    home: Option<&Path>,
+) -> Result<(), SandboxError> {
+    match home {
+        Some(home) if home_mounted_beneath(canonical, home) => Err(SandboxError::Path {
+            what,
+            path: canonical.to_path_buf(),
+            reason: HOME_MOUNT_REASON.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Why a grant holding a mount of the home directory is refused.
+const HOME_MOUNT_REASON: &str = "holds a mount of the home directory (or of a directory \
+     holding it), which holds keys and dotfiles; grant a directory without it";
+
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {
         Some(reason) => Err(SandboxError::Path {
@@ -2193,7 +2217,7 @@ fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
                 .to_string(),
         );
     }
-    REFUSED_WRITE_TREES
+    let system = REFUSED_WRITE_TREES
         .iter()
         .find(|t| path.starts_with(t))
         .map(|t| {
@@ -2201,7 +2225,11 @@ fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
                 "lies in {t}, a system tree the agent may never write; \
                  use --sandbox danger-full-access instead"
             )
-        })
+        });
+    system.or_else(|| {
+        home.filter(|h| home_mounted_beneath(path, h))
+            .map(|_| HOME_MOUNT_REASON.to_string())
+    })
 }
 
 /// Checks a `--write` path before a run (a `config_error` in the run mode): the message

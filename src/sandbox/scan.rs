@@ -1462,9 +1462,12 @@ impl<'a> Walker<'a, '_> {
     /// (`.venv/bin/fmt`, whose `#!` pip writes as the venv's own `python`, a link in the
     /// work tree) was held, and the agent replaced the link with its own program, which
     /// the kernel then ran for the user's `git fmt` (round twenty-one's review). A
-    /// relative one is read from the top of the work tree, where git runs commands; one
-    /// found through `PATH` (`#!/usr/bin/env python3`) is not followed. Chains are
-    /// followed as far as the include depth.
+    /// relative one is read from the top of the work tree, where git runs commands. One
+    /// found through `PATH` (`#!/usr/bin/env python3`) is looked for in each directory
+    /// the configs' commands put on `PATH` ([`config_text::path_dirs`]), held there
+    /// present or not: `. .venv/bin/activate && tools/fmt.py` ran the venv's `python3`,
+    /// a link the agent replaced (round twenty-one's review, a ratchet until round
+    /// twenty-two). Chains are followed as far as the include depth.
     fn guard_interpreter(
         &mut self,
         script: &Path,
@@ -1472,16 +1475,29 @@ impl<'a> Walker<'a, '_> {
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
         const MAX_DEPTH: usize = 10;
-        let Some(interpreter) = read_shebang(script) else {
+        let Some(line) = read_shebang(script) else {
             return Ok(());
         };
-        let Some(target) = config_path(&interpreter, walk.work_tree.as_deref()) else {
-            return Ok(());
-        };
-        if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
-            return Ok(());
+        let mut named: Vec<Vec<u8>> = line.first().cloned().into_iter().collect();
+        match env_program(&line) {
+            Some(name) if !name.contains(&b'/') => named.extend(
+                walk.path_dirs
+                    .iter()
+                    .map(|dir| [dir.as_slice(), b"/", &name].concat()),
+            ),
+            Some(path) => named.push(path),
+            None => {}
         }
-        self.guard_include(&target, depth + 1, walk, NamedBy::Command)
+        for interpreter in named {
+            let Some(target) = config_path(&interpreter, walk.work_tree.as_deref()) else {
+                continue;
+            };
+            if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
+                continue;
+            }
+            self.guard_include(&target, depth + 1, walk, NamedBy::Command)?;
+        }
+        Ok(())
     }
 
     /// `target`, named by a config outside this tree or a command of one, handed to the
@@ -1518,11 +1534,18 @@ impl<'a> Walker<'a, '_> {
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
+        for dir in config_text::path_dirs(text) {
+            if !walk.path_dirs.contains(&dir) {
+                walk.path_dirs.push(dir);
+            }
+        }
         for CommandWord {
             word,
             is_path,
             whole_dir,
         } in config_text::command_words(text)
+            .into_iter()
+            .chain(submodule_words(text, &top))
         {
             let Some(target) = config_path(&word, Some(&top)) else {
                 continue;
@@ -2306,6 +2329,8 @@ struct ConfigWalk {
     commands: HashSet<PathBuf>,
     /// The top of the work tree git runs the configs' commands in, when there is one.
     work_tree: Option<PathBuf>,
+    /// The directories the configs' commands put on `PATH` ([`config_text::path_dirs`]).
+    path_dirs: Vec<Vec<u8>>,
 }
 
 impl ConfigWalk {
@@ -2314,6 +2339,7 @@ impl ConfigWalk {
             seen: HashSet::new(),
             commands: HashSet::new(),
             work_tree,
+            path_dirs: Vec::new(),
         }
     }
 }
@@ -2589,16 +2615,61 @@ fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
     Some(text)
 }
 
-/// The interpreter path of `path`'s `#!` line (its first word), as the kernel reads it
+/// The words of what `git submodule foreach` runs ([`config_text::foreach_words`]), each
+/// read in every submodule's directory the work tree's `.gitmodules` names.
+fn submodule_words(text: &[u8], top: &Path) -> Vec<CommandWord> {
+    let words = config_text::foreach_words(text);
+    if words.is_empty() {
+        return Vec::new();
+    }
+    let Some(gitmodules) = read_plain_file(&top.join(".gitmodules"), MAX_SCRIPT_BYTES) else {
+        return Vec::new();
+    };
+    let paths = config_text::submodule_paths(&gitmodules);
+    paths
+        .iter()
+        .flat_map(|path| {
+            words.iter().map(move |w| CommandWord {
+                word: [path.as_slice(), b"/", &w.word].concat(),
+                is_path: w.is_path,
+                whole_dir: w.whole_dir,
+            })
+        })
+        .collect()
+}
+
+/// The words of `path`'s `#!` line (the interpreter path first), as the kernel reads it
 /// (at most 256 bytes, blanks after `#!` skipped); `None` for a file without one.
-fn read_shebang(path: &Path) -> Option<Vec<u8>> {
+fn read_shebang(path: &Path) -> Option<Vec<Vec<u8>>> {
     let head = read_plain_file(path, 256)?;
     let line = head.strip_prefix(b"#!")?;
     let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
-    let word = line
+    let words: Vec<Vec<u8>> = line
         .split(|b| *b == b' ' || *b == b'\t')
-        .find(|w| !w.is_empty())?;
-    Some(word.to_vec())
+        .filter(|w| !w.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    (!words.is_empty()).then_some(words)
+}
+
+/// The program a `#!` line runs through `env` (`python3` of `#!/usr/bin/env python3`,
+/// of `#!/usr/bin/env -S python3 -u`, of `#!/usr/bin/env -u X A=1 python3`); `None`
+/// when the interpreter is not `env`, or names no program.
+fn env_program(line: &[Vec<u8>]) -> Option<Vec<u8>> {
+    const VALUE_OPTIONS: &[&[u8]] = &[b"-u", b"--unset", b"-C", b"--chdir", b"-P", b"-a"];
+    let (interpreter, args) = line.split_first()?;
+    if interpreter.rsplit(|b| *b == b'/').next() != Some(b"env".as_slice()) {
+        return None;
+    }
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if VALUE_OPTIONS.contains(&arg.as_slice()) {
+            args.next();
+        } else if !arg.starts_with(b"-") && !arg.contains(&b'=') {
+            return Some(arg.clone());
+        }
+    }
+    None
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -3246,6 +3317,24 @@ pub(crate) fn self_mask(path: &Path, kind: MaskKind) -> Result<Option<Mask>, San
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_program_an_env_shebang_runs_is_read() {
+        let line =
+            |s: &str| -> Vec<Vec<u8>> { s.split(' ').map(|w| w.as_bytes().to_vec()).collect() };
+        let program = |s: &str| super::env_program(&line(s)).map(|p| String::from_utf8(p).unwrap());
+        assert_eq!(program("/usr/bin/env python3").as_deref(), Some("python3"));
+        assert_eq!(
+            program("/usr/bin/env -S python3 -u").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env -u X A=1 node").as_deref(),
+            Some("node")
+        );
+        assert_eq!(program("/usr/bin/python3 -u"), None);
+        assert_eq!(program("/usr/bin/env"), None);
+    }
+
     use super::*;
     use crate::sandbox::DEFAULT_DENY_GLOBS;
     use std::os::unix::ffi::OsStringExt;
