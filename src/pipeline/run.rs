@@ -688,6 +688,24 @@ async fn baseline_check(
     }
 }
 
+/// The run's sandbox arguments with the config file's: its `deny` globs first, then
+/// `--deny` (both add to the defaults); its `allow_hosts` join `--allow-host`.
+fn agent_sandbox_args(
+    request: &RunRequest,
+    backend: &config::ResolvedBackend,
+) -> crate::sandbox::AgentSandboxArgs {
+    let mut args = request.sandbox_args.clone();
+    args.deny = backend
+        .deny_globs()
+        .iter()
+        .chain(&request.sandbox_args.deny)
+        .cloned()
+        .collect();
+    args.allow_hosts
+        .extend(backend.allow_hosts().iter().cloned());
+    args
+}
+
 impl PreparedRun {
     /// Runs attempts of `request` until one succeeds or a failure ends the run (retrying
     /// what DESIGN §6 allows); its envelope.
@@ -863,20 +881,7 @@ impl PreparedRun {
         backend
             .ensure_claude_config_dir()
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
-        run.warnings.extend(backend.warnings().iter().cloned());
-        let unused = request.sandbox_args.given_flags();
-        if !request.sandbox.is_confined() && !unused.is_empty() {
-            run.warnings.push(format!(
-                "{} had no effect: --sandbox danger-full-access does not confine the agent, \
-                 which may read, write and reach whatever you can",
-                unused.join(", ")
-            ));
-        }
-        run.backend = backend.name().to_owned();
-        run.provider = backend.provider();
-        run.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();
-        run.workarounds = backend.applied_workarounds();
-        run.limits.provider_wait = backend.provider_wait();
+        run.take_backend(&backend, request);
         let mut child_base_env = config::child_environment(process_env, &backend);
 
         let path_var = std::env::var_os("PATH");
@@ -923,24 +928,12 @@ impl PreparedRun {
 
         // The sandbox: resolved once per run here, applied by the helper to every attempt.
         let preview = child::build(request, program.clone(), child_base_env.clone());
-        // The config file's `deny` globs come first, then `--deny`; both add to the defaults.
-        let mut sandbox_args = request.sandbox_args.clone();
-        sandbox_args.deny = backend
-            .deny_globs()
-            .iter()
-            .chain(&request.sandbox_args.deny)
-            .cloned()
-            .collect();
-        // The config file's `allow_hosts` join `--allow-host`.
-        sandbox_args
-            .allow_hosts
-            .extend(backend.allow_hosts().iter().cloned());
         let policy = crate::sandbox::policy_for_agent(
             request.sandbox,
             &request.workspace,
             &program,
             &preview.env,
-            &sandbox_args,
+            &agent_sandbox_args(request, &backend),
             request.plan.as_ref().and_then(|p| p.writable_file()),
         )
         .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
@@ -1366,6 +1359,26 @@ struct Run {
 }
 
 impl Run {
+    /// Takes what the run reports and obeys of its resolved `backend`: its warnings, name,
+    /// provider, retry limits and workarounds; and says when sandbox flags were given to a
+    /// run that confines nothing.
+    fn take_backend(&mut self, backend: &config::ResolvedBackend, request: &RunRequest) {
+        self.warnings.extend(backend.warnings().iter().cloned());
+        let unused = request.sandbox_args.given_flags();
+        if !request.sandbox.is_confined() && !unused.is_empty() {
+            self.warnings.push(format!(
+                "{} had no effect: --sandbox danger-full-access does not confine the agent, \
+                 which may read, write and reach whatever you can",
+                unused.join(", ")
+            ));
+        }
+        self.backend = backend.name().to_owned();
+        self.provider = backend.provider();
+        self.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();
+        self.workarounds = backend.applied_workarounds();
+        self.limits.provider_wait = backend.provider_wait();
+    }
+
     fn new(request: &RunRequest, started: Instant) -> Self {
         Run {
             started,
