@@ -99,16 +99,16 @@ victim mkdir -m 700 "$XDG_RUNTIME_DIR"
 }
 
 /// The user's repository `home/proj` (never granted) with a hook and a config, the
-/// state directory's `<dev>-<ino>-<birth>` as `$DI` (its runs' name in a scratch place), and `plant DIR`: a dead run's record in
-/// `DIR/sandbox/$DI/<pid>-<x>` naming `home` as its tree.
+/// state directory's `<dev>-<ino>[-<birth ns>]` (as `config::scratch` names it) as
+/// `$DI`, and `plant DIR`: a dead run's record in `DIR/sandbox/$DI/<pid>-<x>` naming
+/// `home` as its tree.
 const SETUP: &str = r##"cd "$ROOT"
 victim git init -q home/proj
 victim sh -c 'printf "#!/bin/sh\nexit 0\n" > home/proj/.git/hooks/pre-commit; chmod +x home/proj/.git/hooks/pre-commit'
 victim git -C home/proj config core.fsmonitor false
 victim "$CODER" sandbox --cd "$ROOT/ws" -- true >/dev/null 2>&1
-DI=$(printf '%x-%x' $(stat -c '%d %i' "$ROOT/state"))
-born=$(stat -c %w "$ROOT/state")
-[ "$born" = - ] || DI=$DI-$(printf '%x' "$(date -d "$born" +%s%N)")
+B=$(stat -c '%.9W' "$ROOT/state" | tr -d .); B=${B#${B%%[!0]*}}
+if [ -n "$B" ]; then DI=$(printf '%x-%x-%x' $(stat -c '%d %i' "$ROOT/state") "$B"); else DI=$(printf '%x-%x' $(stat -c '%d %i' "$ROOT/state")); fi
 check() { [ -x home/proj/.git/hooks/pre-commit ] && echo HOOK-KEPT
   grep -q fsmonitor home/proj/.git/config && echo CONFIG-KEPT; }
 "##;
@@ -165,18 +165,16 @@ check
 }
 
 /// Attacks still open: each asserts that it still works, so the list can only shrink.
-const KNOWN_OPEN: &[&str] = &[
-    "old pointer, new target",
-    "deep dir of another user in /tmp",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// A pointer older than the run, whose target the run made. Run one (`--allow-tmp`)
 /// leaves `/tmp/x/.git` reading `gitdir: /tmp/y`, with nothing at `/tmp/y` (led nowhere:
 /// left), and `/tmp/x/tools/fmt.sh`. Run two (`--allow-tmp`) makes `/tmp/y` a symlink to
 /// the workspace's `.git`: the walk looks at `.git` entries changed since the run's start
 /// only, and `/tmp/x/.git` is older; `/tmp/y` is not a `.git` name. The user's `git fmt`
-/// in `/tmp/x` then runs the agent's script. Control: `--mode danger-full-access`. (The
-/// runs are 2.5 s apart: a start time is taken two seconds early, for coarse file times.)
+/// in `/tmp/x` then ran the agent's script (open here until round twenty-two, which
+/// looks at every pointer, old or new). Control: `--mode danger-full-access`. (The runs
+/// are 2.5 s apart: a start time is taken two seconds early, for coarse file times.)
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_old_pointer_in_tmp_whose_target_a_later_run_makes_leads_to_the_users_config() {
@@ -215,7 +213,10 @@ victim "$CODER" sandbox --mode {mode} --allow-tmp --cd "$ROOT/ws" -- sh -c "$two
 /// `/tmp`: the end-of-run walk of `/tmp` stops there and fails closed, its record is kept
 /// as a stopped guard, and every later confined run of the victim's workspace is refused
 /// (exit 71), with `--allow-tmp` or without, until that user removes it (which the victim,
-/// not root, cannot do in the sticky `/tmp`). The attacker is the other arm's user.
+/// not root, cannot do in the sticky `/tmp`). The attacker is the other arm's user. Open
+/// here until round twenty-two, which passes over another user's directories. The
+/// control: the same tree made by the victim's own agent still stops the walk, closed,
+/// and the next run is refused.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn another_users_deep_directory_in_tmp_refuses_every_later_run() {
@@ -231,11 +232,22 @@ victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- true >/dev/null 2>&1
 echo "first=$?"
 victim "$CODER" sandbox --cd "$ROOT/ws" -- echo SECOND-RAN 2>&1
 echo "second=$?"
+echo "== control"
+victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- sh -c 'mkdir /tmp/own && cd /tmp/own && for i in $(seq 300); do mkdir d && cd d || exit; done && echo OWN-DEEP' 2>&1
+victim "$CODER" sandbox --cd "$ROOT/ws" -- echo THIRD-RAN 2>&1
+echo "third=$?"
 "#
         ));
         assert!(out.contains("DEEP"), "uid {victim}: {out}");
-        let refused = out.contains("second=71") && !out.contains("SECOND-RAN");
+        let (attack, control) = out.split_at(out.find("== control").unwrap());
+        let refused = attack.contains("second=71") && !attack.contains("SECOND-RAN");
         assert_eq!(refused, open, "uid {victim} (known open: {open}): {out}");
+        assert!(
+            control.contains("OWN-DEEP")
+                && control.contains("third=71")
+                && !control.contains("THIRD-RAN"),
+            "uid {victim}: control: the agent's own deep tree did not stop the walk: {out}"
+        );
     }
 }
 
