@@ -54,7 +54,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, own_script};
 
@@ -459,42 +459,9 @@ fn the_agents_text_in_coders_json_does_not_drive_the_users_terminal() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_mount_of_the_home_directory_below_the_base_is_refused() {
-    use common::Bounded;
     for nobody in sandbox_fixture::arms() {
-        let (_keep, root) = sandbox_fixture::temp_root("coder-round21-mnt-");
-        let (home, other, project, state) = (
-            root.join("home"),
-            root.join("other"),
-            root.join("project"),
-            root.join("state"),
-        );
-        for dir in [&home, &other, &project, &state, &project.join("h")] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        std::fs::write(home.join("marker"), "HOME-SECRET\n").unwrap();
-        std::fs::write(other.join("marker"), "OTHER\n").unwrap();
-        if nobody {
-            sandbox_fixture::give_to_nobody(&root);
-        }
-        for (source, is_home) in [(&other, false), (&home, true)] {
-            sandbox_fixture::must_run(
-                std::process::Command::new("mount")
-                    .arg("--bind")
-                    .arg(source)
-                    .arg(project.join("h")),
-            );
-            let _umount = sandbox_fixture::Umount(project.join("h"));
-            let coder = |args: &[&str]| {
-                let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
-                cmd.args(args)
-                    .env_clear()
-                    .env("PATH", sandbox_fixture::PATH)
-                    .env("HOME", &home)
-                    .env("CODER_STATE_DIR", &state)
-                    .current_dir("/");
-                sandbox_fixture::printed(&cmd.output_bounded())
-            };
-            let base = project.to_str().unwrap();
+        with_home_mounted("coder-round21-mnt-", nobody, |tree, is_home, coder| {
+            let base = tree.project.to_str().unwrap();
             let read = coder(&["fs", "--base", base, "read-file", r#"{"path":"h/marker"}"#]);
             let ran = coder(&["sandbox", "--cd", base, "--", "cat", "h/marker"]);
             let case = format!("nobody={nobody} home={is_home}");
@@ -511,7 +478,61 @@ fn a_mount_of_the_home_directory_below_the_base_is_refused() {
                 assert!(read.contains("OTHER"), "{case}: control: {read}");
                 assert!(ran.contains("OTHER"), "{case}: control: {ran}");
             }
-        }
+        });
+    }
+}
+
+/// The tree of the home-mount attacks, below a fresh root given to uid 65534 on its arm.
+struct HomeTree {
+    /// The home directory: `marker` reads `HOME-SECRET`.
+    home: PathBuf,
+    /// Holds `h`, the mount point.
+    project: PathBuf,
+    /// A workspace of its own.
+    ws: PathBuf,
+}
+
+/// Calls `attack(tree, is_home, coder)` with `project/h` a bind mount of another directory
+/// (`marker` reads `OTHER`: the control), then of the home directory; `coder(args)` runs
+/// coder as the arm with that `HOME` and a state directory of its own, from `/`, and
+/// returns what it printed.
+fn with_home_mounted(
+    prefix: &str,
+    nobody: bool,
+    attack: impl Fn(&HomeTree, bool, &dyn Fn(&[&str]) -> String),
+) {
+    use common::Bounded;
+    let (_keep, root) = sandbox_fixture::temp_root(prefix);
+    let [home, other, project, state, ws] =
+        ["home", "other", "project", "state", "ws"].map(|d| root.join(d));
+    for dir in [&home, &other, &project, &state, &ws, &project.join("h")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(home.join("marker"), "HOME-SECRET\n").unwrap();
+    std::fs::write(other.join("marker"), "OTHER\n").unwrap();
+    if nobody {
+        sandbox_fixture::give_to_nobody(&root);
+    }
+    let tree = HomeTree { home, project, ws };
+    for (source, is_home) in [(&other, false), (&tree.home, true)] {
+        sandbox_fixture::must_run(
+            std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(source)
+                .arg(tree.project.join("h")),
+        );
+        let _umount = sandbox_fixture::Umount(tree.project.join("h"));
+        let coder = |args: &[&str]| {
+            let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+            cmd.args(args)
+                .env_clear()
+                .env("PATH", sandbox_fixture::PATH)
+                .env("HOME", &tree.home)
+                .env("CODER_STATE_DIR", &state)
+                .current_dir("/");
+            sandbox_fixture::printed(&cmd.output_bounded())
+        };
+        attack(&tree, is_home, &coder);
     }
 }
 
@@ -553,44 +574,19 @@ fn an_interpreter_absent_from_the_lines_path_dir_is_not_the_agents_to_add() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_grant_holding_a_mount_of_the_home_directory_is_refused() {
-    use common::Bounded;
     for nobody in sandbox_fixture::arms() {
-        let (_keep, root) = sandbox_fixture::temp_root("coder-round22-mnt-");
-        let [home, other, project, state, ws] =
-            ["home", "other", "project", "state", "ws"].map(|d| root.join(d));
-        for dir in [&home, &other, &project, &state, &ws, &project.join("h")] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        std::fs::write(home.join("marker"), "HOME-SECRET\n").unwrap();
-        std::fs::write(other.join("marker"), "OTHER\n").unwrap();
-        if nobody {
-            sandbox_fixture::give_to_nobody(&root);
-        }
-        for (source, is_home) in [(&other, false), (&home, true)] {
-            sandbox_fixture::must_run(
-                std::process::Command::new("mount")
-                    .arg("--bind")
-                    .arg(source)
-                    .arg(project.join("h")),
-            );
-            let _umount = sandbox_fixture::Umount(project.join("h"));
-            let coder = |grant: &str, line: &str| {
-                let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
-                cmd.args(["sandbox", "--cd", ws.to_str().unwrap(), grant])
-                    .arg(&project)
-                    .args(["--", "sh", "-c", line])
-                    .env_clear()
-                    .env("PATH", sandbox_fixture::PATH)
-                    .env("HOME", &home)
-                    .env("CODER_STATE_DIR", &state)
-                    .current_dir("/");
-                sandbox_fixture::printed(&cmd.output_bounded())
-            };
-            let marker = project.join("h/marker");
+        with_home_mounted("coder-round22-mnt-", nobody, |tree, is_home, coder| {
+            let marker = tree.project.join("h/marker");
             let marker = marker.to_str().unwrap();
-            let wrote = coder("--write", &format!("echo AGENT >> {marker}; cat {marker}"));
-            let read = coder("--read", &format!("cat {marker}"));
-            let now = std::fs::read_to_string(source.join("marker")).unwrap();
+            let (ws, project) = (tree.ws.to_str().unwrap(), tree.project.to_str().unwrap());
+            let run = |grant: &str, line: &str| {
+                coder(&[
+                    "sandbox", "--cd", ws, grant, project, "--", "sh", "-c", line,
+                ])
+            };
+            let wrote = run("--write", &format!("echo AGENT >> {marker}; cat {marker}"));
+            let read = run("--read", &format!("cat {marker}"));
+            let now = std::fs::read_to_string(marker).unwrap();
             let case = format!("nobody={nobody} home={is_home}");
             if is_home {
                 for (grant, out) in [("--write", &wrote), ("--read", &read)] {
@@ -610,7 +606,7 @@ fn a_grant_holding_a_mount_of_the_home_directory_is_refused() {
                 );
                 assert!(read.contains("OTHER"), "{case}: control: {read}");
             }
-        }
+        });
     }
 }
 
