@@ -220,7 +220,8 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
 }
 
 /// Whether anything the CLI reads could switch its own sandbox on, so that coder's
-/// settings must switch it off: the workspace's project or local settings (the only
+/// settings must switch it off: the project or local settings of the workspace or of a
+/// directory above it up to its repository's top (the only
 /// settings files the CLI reads besides its config dir, which coder makes empty of them,
 /// and the managed ones, which outrank coder's flag anyway), or a variable of the CLI's
 /// own naming a sandbox or bubblewrap. Otherwise the CLI's sandbox is off by default and
@@ -232,14 +233,31 @@ fn cli_sandbox_may_be_asked_for(workspace: &Path, env: &[(OsString, OsString)]) 
         let k = k.to_string_lossy().to_ascii_uppercase();
         k != "IS_SANDBOX" && (k.contains("SANDBOX") || k.contains("BUBBLEWRAP"))
     });
-    named
-        || ["settings.json", "settings.local.json"].iter().any(|name| {
-            // Unreadable counts as present: only a known absence leaves the key out.
-            !matches!(
-                std::fs::symlink_metadata(workspace.join(".claude").join(name)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound
-            )
-        })
+    let present = |path: PathBuf| {
+        // Unreadable counts as present: only a known absence leaves the key out.
+        !matches!(
+            std::fs::symlink_metadata(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        )
+    };
+    if named {
+        return true;
+    }
+    // The directories above the workspace too, up to its repository's top: a workspace
+    // below the top may have the CLI read the top's project settings.
+    for dir in workspace.ancestors() {
+        let settings = ["settings.json", "settings.local.json"];
+        if settings
+            .iter()
+            .any(|name| present(dir.join(".claude").join(name)))
+        {
+            return true;
+        }
+        if present(dir.join(".git")) {
+            return false;
+        }
+    }
+    false
 }
 
 /// Why the claude executable cannot be used.
@@ -351,6 +369,20 @@ mod tests {
             let file = ws.path().join(".claude").join(name);
             std::os::unix::fs::symlink("/nonexistent", &file).unwrap();
             assert!(cli_sandbox_may_be_asked_for(ws.path(), &none), "{name}");
+            // A workspace below a directory with settings.
+            let below = ws.path().join("sub/dir");
+            std::fs::create_dir_all(&below).unwrap();
+            assert!(cli_sandbox_may_be_asked_for(&below, &none), "{name} above");
+            std::fs::remove_file(&file).unwrap();
+            assert!(!cli_sandbox_may_be_asked_for(&below, &none), "{name} gone");
+            // Above the repository's top: not the CLI's project settings.
+            std::os::unix::fs::symlink("/nonexistent", &file).unwrap();
+            std::fs::create_dir(ws.path().join("sub/.git")).unwrap();
+            assert!(
+                !cli_sandbox_may_be_asked_for(&below, &none),
+                "{name} above .git"
+            );
+            std::fs::remove_dir(ws.path().join("sub/.git")).unwrap();
             std::fs::remove_file(&file).unwrap();
         }
     }
