@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::config::BackendArgs;
 use crate::pipeline::prompt::{PromptArgs, assemble_prompt};
+use crate::pipeline::questions::Question;
 use crate::stream::DEFAULT_MAX_LINE_BYTES;
 
 /// `--backend` of a run (and of `coder plan`): the shared help (also `coder doctor`'s) plus
@@ -621,6 +622,22 @@ pub enum ArgError {
     Invalid(String),
 }
 
+/// The run's limits as [`RunArgs::into_request`] reads them.
+struct Limits {
+    idle_timeout: Duration,
+    max_duration: Duration,
+    max_retries: u32,
+    kill_grace: Duration,
+    max_line_bytes: usize,
+    max_turns: Option<u32>,
+}
+
+/// The answers a resumed session's questions were given, with those questions.
+struct Answered {
+    questions: Vec<Question>,
+    answers: Vec<String>,
+}
+
 /// Partial values known before validation fails, so an error envelope can still carry them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KnownLimits {
@@ -662,6 +679,113 @@ impl RunArgs {
         let outcome_names = OutcomeNames::new(&self.outcome_args, from);
         let outcome_args = file.fill_outcome_args(self.outcome_args.clone());
 
+        let limits = self.limits(&file)?;
+        let (session, answered) = self.session_and_answers(&file)?;
+        self.refuse_worktree_resume(&file, session)?;
+        let flag = match (self.cd.is_some(), from) {
+            (true, _) => "--cd".to_owned(),
+            (false, RequestFrom::File) => "\"cd\" of the --request JSON,".to_owned(),
+            (false, RequestFrom::McpTool) => Key::Cd.name(false, from),
+        };
+        let read_only = match (self.sandbox.is_some(), from) {
+            (false, RequestFrom::McpTool) => "sandbox: \"read-only\"",
+            _ => "--sandbox read-only",
+        };
+        let cd = self.cd.clone().or_else(|| file.cd.clone()).ok_or_else(|| {
+            ArgError::Invalid(
+                "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
+                    .into(),
+            )
+        })?;
+        let workspace = check_workspace(&cd, &flag)?;
+        if let Some(path) = &self.transcript {
+            crate::journal::transcript::check_location(path, &workspace)
+                .map_err(ArgError::Invalid)?;
+        }
+
+        let prompt = self.task_prompt(&file, stdin_used, answered.as_ref(), stdin)?;
+        let task_title = prompt
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map_or_else(String::new, |l| crate::text::one_line(l, 200));
+        let prompt = assemble_prompt(&prompt, &self.prompt_framing)
+            .map_err(|e| ArgError::Invalid(e.to_string()))?;
+        let plan = self.plan_role(&file, session)?;
+        let mut checks = outcome_args.validate(&outcome_names)?;
+        if checks.json_schema.is_none()
+            && let Some(value) = &file.json_schema
+        {
+            checks.json_schema = Some(
+                crate::pipeline::structured::JsonSchema::from_request_value(
+                    value,
+                    &Key::JsonSchema.name(false, from),
+                )
+                .map_err(|e| ArgError::Invalid(e.to_string()))?,
+            );
+        }
+        for path in &self.sandbox_args.write {
+            crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
+        }
+        let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
+        // Questions are on by default where the model is asked to respect something it may
+        // find unclear (a contract, guardrails) and when it plans (DESIGN §9).
+        let allow_questions = self.questions.enabled(
+            file.allow_questions,
+            self.prompt_framing.contract.is_some()
+                || self.prompt_framing.guardrails.is_some()
+                || matches!(plan, Some(PlanRole::Write { .. })),
+            answered.is_some(),
+        );
+
+        let sandbox = self
+            .sandbox
+            .or(file.sandbox)
+            .unwrap_or(SandboxMode::WorkspaceWrite);
+        let worktree = self.many.worktree || file.worktree == Some(true);
+        if sandbox == SandboxMode::WorkspaceWrite && !worktree {
+            // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
+            // `/proc/PID` of a coder that has ended by the time the user reads it).
+            check_workspace_writable(&cd, &flag, read_only).map_err(ArgError::Invalid)?;
+        }
+        if let Some(path) = &self.transcript {
+            refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
+        }
+
+        Ok(RunRequest {
+            prompt: prompt.into(),
+            request_from: from,
+            workspace,
+            sandbox,
+            session,
+            return_all_messages: self.return_all_messages
+                || file.return_all_messages.unwrap_or(false),
+            return_metrics: self.return_metrics || file.return_metrics.unwrap_or(false),
+            log_metrics: self.log_metrics || file.log_metrics.unwrap_or(false),
+            idle_timeout: limits.idle_timeout,
+            max_duration: (!limits.max_duration.is_zero()).then_some(limits.max_duration),
+            max_retries: limits.max_retries,
+            claude_bin: self.claude_bin,
+            backend: self.backend,
+            sandbox_args: self.sandbox_args,
+            max_line_bytes: limits.max_line_bytes,
+            kill_grace: limits.kill_grace,
+            transcript: self.transcript,
+            quiet: self.quiet,
+            run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
+            max_turns: limits.max_turns,
+            checks,
+            worktree: worktree.then_some(self.many.worktree_base),
+            task_title,
+            targets,
+            store: self.store,
+            plan,
+            allow_questions,
+        })
+    }
+
+    /// The run's limits: flags first, then the request file's fields, then the defaults.
+    fn limits(&self, file: &RequestFile) -> Result<Limits, ArgError> {
         let idle_timeout = match (&self.timeout, &file.timeout) {
             (Some(text), _) => parse_seconds("--timeout", text, false)?,
             (None, Some(n)) => parse_seconds("timeout", &n.to_string(), false)?,
@@ -704,7 +828,23 @@ impl RunArgs {
             },
             None => None,
         };
+        Ok(Limits {
+            idle_timeout,
+            max_duration,
+            max_retries,
+            kill_grace,
+            max_line_bytes,
+            max_turns,
+        })
+    }
 
+    /// The session (resumed or new) and, when answers are given, the questions it asked
+    /// with them (answers need a resumed session that asked as many).
+    fn session_and_answers(
+        &self,
+        file: &RequestFile,
+    ) -> Result<(SessionChoice, Option<Answered>), ArgError> {
+        let from = self.request_from;
         let session = match (self.session_id.as_deref(), file.session_id.as_deref()) {
             (Some(text), _) => SessionChoice::Resume(parse_session_id("--session-id", text)?),
             (None, Some(text)) => {
@@ -717,7 +857,7 @@ impl RunArgs {
             file.answers.as_ref(),
             from,
         )?;
-        let asked = match (&answers, session) {
+        let answered = match (answers, session) {
             (Some(_), SessionChoice::New(_)) => {
                 return Err(ArgError::Invalid(format!(
                     "{} is for the questions a session asked: give that session's {} (the \
@@ -728,14 +868,23 @@ impl RunArgs {
             }
             (Some(answers), SessionChoice::Resume(id)) => {
                 let name = Key::Answers.name(self.questions.answers.is_some(), from);
-                Some(asked_questions(id, answers.len(), &name)?)
+                let questions = asked_questions(id, answers.len(), &name)?;
+                Some(Answered { questions, answers })
             }
             (None, _) => None,
         };
+        Ok((session, answered))
+    }
 
-        // A session resumes only in the directory it was made in (the CLI keeps sessions
-        // per directory), and --worktree always runs in a new checkout: refused before a
-        // branch and checkout are made for nothing.
+    /// A session resumes only in the directory it was made in (the CLI keeps sessions per
+    /// directory), and `--worktree` always runs in a new checkout: refused before a branch
+    /// and checkout are made for nothing.
+    fn refuse_worktree_resume(
+        &self,
+        file: &RequestFile,
+        session: SessionChoice,
+    ) -> Result<(), ArgError> {
+        let from = self.request_from;
         if (self.many.worktree || file.worktree == Some(true))
             && let SessionChoice::Resume(id) = session
         {
@@ -747,38 +896,31 @@ impl RunArgs {
                  to resume in place, or drop {session_id} to start a new session in a worktree"
             )));
         }
-        let flag = match (self.cd.is_some(), from) {
-            (true, _) => "--cd".to_owned(),
-            (false, RequestFrom::File) => "\"cd\" of the --request JSON,".to_owned(),
-            (false, RequestFrom::McpTool) => Key::Cd.name(false, from),
-        };
-        let read_only = match (self.sandbox.is_some(), from) {
-            (false, RequestFrom::McpTool) => "sandbox: \"read-only\"",
-            _ => "--sandbox read-only",
-        };
-        let cd = self.cd.or(file.cd).ok_or_else(|| {
-            ArgError::Invalid(
-                "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
-                    .into(),
-            )
-        })?;
-        let workspace = check_workspace(&cd, &flag)?;
-        if let Some(path) = &self.transcript {
-            crate::journal::transcript::check_location(path, &workspace)
-                .map_err(ArgError::Invalid)?;
-        }
+        Ok(())
+    }
 
+    /// The task's text as given (the positional PROMPT, `--prompt`, the request file's, or
+    /// stdin), with the answers to a session's questions before it; refused when empty.
+    fn task_prompt(
+        &self,
+        file: &RequestFile,
+        stdin_used: bool,
+        answered: Option<&Answered>,
+        stdin: &mut dyn Read,
+    ) -> Result<String, ArgError> {
         if self.prompt.is_some() && self.prompt_flag.is_some() {
             return Err(ArgError::Invalid(
                 "the prompt was given twice: use either the positional PROMPT or --prompt, not both"
                     .into(),
             ));
         }
-        let given = self.prompt.or(self.prompt_flag).or(file.prompt);
-        let prompt = match given {
+        let given = (self.prompt.as_ref())
+            .or(self.prompt_flag.as_ref())
+            .or(file.prompt.as_ref());
+        let prompt = match given.cloned() {
             Some(text) if text != "-" => text,
             // Answers are the turn's prompt; a further prompt is optional.
-            None if answers.is_some() => String::new(),
+            None if answered.is_some() => String::new(),
             _ => {
                 if stdin_used {
                     return Err(ArgError::Invalid(
@@ -789,11 +931,11 @@ impl RunArgs {
                 read_prompt_from_stdin(stdin)?
             }
         };
-        let prompt = match (&asked, &answers) {
-            (Some(questions), Some(answers)) => {
+        let prompt = match answered {
+            Some(Answered { questions, answers }) => {
                 crate::pipeline::questions::answers_prompt(questions, answers, Some(&prompt))
             }
-            _ => prompt,
+            None => prompt,
         };
         if prompt.trim().is_empty() {
             return Err(ArgError::Invalid(
@@ -801,13 +943,15 @@ impl RunArgs {
                     .into(),
             ));
         }
-        let task_title = prompt
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map_or_else(String::new, |l| crate::text::one_line(l, 200));
-        let prompt = assemble_prompt(&prompt, &self.prompt_framing)
-            .map_err(|e| ArgError::Invalid(e.to_string()))?;
+        Ok(prompt)
+    }
+
+    /// How the run relates to a plan: `coder plan` writes one, `--plan FILE` carries one out.
+    fn plan_role(
+        &self,
+        file: &RequestFile,
+        session: SessionChoice,
+    ) -> Result<Option<PlanRole>, ArgError> {
         let plan = match (&self.prompt_framing.plan_output, &self.prompt_framing.plan) {
             (Some(_), Some(_)) => {
                 return Err(ArgError::Invalid(
@@ -842,76 +986,7 @@ impl RunArgs {
             }
             (None, None) => None,
         };
-        let mut checks = outcome_args.validate(&outcome_names)?;
-        if checks.json_schema.is_none()
-            && let Some(value) = &file.json_schema
-        {
-            checks.json_schema = Some(
-                crate::pipeline::structured::JsonSchema::from_request_value(
-                    value,
-                    &Key::JsonSchema.name(false, from),
-                )
-                .map_err(|e| ArgError::Invalid(e.to_string()))?,
-            );
-        }
-        for path in &self.sandbox_args.write {
-            crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
-        }
-        let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
-        // Questions are on by default where the model is asked to respect something it may
-        // find unclear (a contract, guardrails) and when it plans (DESIGN §9).
-        let allow_questions = self.questions.enabled(
-            file.allow_questions,
-            self.prompt_framing.contract.is_some()
-                || self.prompt_framing.guardrails.is_some()
-                || matches!(plan, Some(PlanRole::Write { .. })),
-            answers.is_some(),
-        );
-
-        let sandbox = self
-            .sandbox
-            .or(file.sandbox)
-            .unwrap_or(SandboxMode::WorkspaceWrite);
-        let worktree = self.many.worktree || file.worktree == Some(true);
-        if sandbox == SandboxMode::WorkspaceWrite && !worktree {
-            // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
-            // `/proc/PID` of a coder that has ended by the time the user reads it).
-            check_workspace_writable(&cd, &flag, read_only).map_err(ArgError::Invalid)?;
-        }
-        if let Some(path) = &self.transcript {
-            refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
-        }
-
-        Ok(RunRequest {
-            prompt: prompt.into(),
-            request_from: from,
-            workspace,
-            sandbox,
-            session,
-            return_all_messages: self.return_all_messages
-                || file.return_all_messages.unwrap_or(false),
-            return_metrics: self.return_metrics || file.return_metrics.unwrap_or(false),
-            log_metrics: self.log_metrics || file.log_metrics.unwrap_or(false),
-            idle_timeout,
-            max_duration: (!max_duration.is_zero()).then_some(max_duration),
-            max_retries,
-            claude_bin: self.claude_bin,
-            backend: self.backend,
-            sandbox_args: self.sandbox_args,
-            max_line_bytes,
-            kill_grace,
-            transcript: self.transcript,
-            quiet: self.quiet,
-            run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
-            max_turns,
-            checks,
-            worktree: worktree.then_some(self.many.worktree_base),
-            task_title,
-            targets,
-            store: self.store,
-            plan,
-            allow_questions,
-        })
+        Ok(plan)
     }
 
     /// The limits as far as they parse, for error envelopes of invalid requests.
