@@ -72,8 +72,14 @@ const REPO: RepoStyle = RepoStyle {
 const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
-fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// [`sandbox_fixture::alias_attack`] on this file's repository and ratchet: the user's
+/// `scripts`, run by the alias `git fmt` = `alias`; the agent's command `attack`.
+fn alias_attack(name: &str, scripts: &[&str], alias: &str, attack: &str) {
+    sandbox_fixture::alias_attack(&REPO, KNOWN_OPEN, name, (scripts, alias), attack);
 }
 
 /// The alias names its scripts with backslashes, as the shell allows: a blank escaped
@@ -82,25 +88,14 @@ fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&st
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_named_with_a_backslash_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "backslash",
-        |fx, ws| {
-            own_script(fx, ws, "tools/my fmt.sh");
-            own_script(fx, ws, "tools/esc.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    r"!sh tools/my\ fmt.sh; sh tools/e\sc.sh",
-                ],
-            );
-        },
+        &["tools/my fmt.sh", "tools/esc.sh"],
+        r"!sh tools/my\ fmt.sh; sh tools/e\sc.sh",
         &format!(
             "{SCRIPT_PAYLOAD} >> 'tools/my fmt.sh'; {SCRIPT_PAYLOAD} >> tools/esc.sh; \
              echo PLANTED"
         ),
-        &["fmt"],
     );
 }
 
@@ -109,14 +104,11 @@ fn a_script_named_with_a_backslash_is_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_run_through_an_attached_env_chdir_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "env -Cdir",
-        |fx, ws| {
-            own_script(fx, ws, "tools/fmt.sh");
-            fx.git(ws, &["config", "alias.fmt", "!env -Ctools ./fmt.sh"]);
-        },
+        &["tools/fmt.sh"],
+        "!env -Ctools ./fmt.sh",
         &format!("{SCRIPT_PAYLOAD} >> tools/fmt.sh; echo PLANTED"),
-        &["fmt"],
     );
 }
 
@@ -125,14 +117,11 @@ fn a_script_run_through_an_attached_env_chdir_is_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_after_cd_into_a_quoted_directory_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "cd quoted dir",
-        |fx, ws| {
-            own_script(fx, ws, "my tools/fmt.sh");
-            fx.git(ws, &["config", "alias.fmt", "!cd 'my tools' && ./fmt.sh"]);
-        },
+        &["my tools/fmt.sh"],
+        "!cd 'my tools' && ./fmt.sh",
         &format!("{SCRIPT_PAYLOAD} >> 'my tools/fmt.sh'; echo PLANTED"),
-        &["fmt"],
     );
 }
 
@@ -141,22 +130,11 @@ fn a_script_after_cd_into_a_quoted_directory_is_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_named_from_pwd_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "pwd",
-        |fx, ws| {
-            own_script(fx, ws, "tools/a.sh");
-            own_script(fx, ws, "tools/b.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!sh \"$PWD/tools/a.sh\" && sh \"$(pwd)/tools/b.sh\"",
-                ],
-            );
-        },
+        &["tools/a.sh", "tools/b.sh"],
+        "!sh \"$PWD/tools/a.sh\" && sh \"$(pwd)/tools/b.sh\"",
         &format!("{SCRIPT_PAYLOAD} >> tools/a.sh; {SCRIPT_PAYLOAD} >> tools/b.sh; echo PLANTED"),
-        &["fmt"],
     );
 }
 
@@ -165,14 +143,11 @@ fn a_script_named_from_pwd_is_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_program_on_a_path_the_alias_sets_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "PATH=dir",
-        |fx, ws| {
-            own_script(fx, ws, "tools/bin/fmt");
-            fx.git(ws, &["config", "alias.fmt", "!PATH=tools/bin:$PATH fmt"]);
-        },
+        &["tools/bin/fmt"],
+        "!PATH=tools/bin:$PATH fmt",
         &format!("{SCRIPT_PAYLOAD} >> tools/bin/fmt; echo PLANTED"),
-        &["fmt"],
     );
 }
 

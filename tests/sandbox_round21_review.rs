@@ -71,8 +71,14 @@ const REPO: RepoStyle = RepoStyle {
 const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
-fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// [`sandbox_fixture::alias_attack`] on this file's repository and ratchet: the user's
+/// `scripts`, run by the alias `git fmt` = `alias`; the agent's command `attack`.
+fn alias_attack(name: &str, scripts: &[&str], alias: &str, attack: &str) {
+    sandbox_fixture::alias_attack(&REPO, KNOWN_OPEN, name, (scripts, alias), attack);
 }
 
 /// The alias runs every script of `tools/checks/` through a glob: the agent appends to the
@@ -80,24 +86,14 @@ fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&st
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_glob_of_an_alias_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "glob",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!for f in tools/checks/*.sh; do sh \"$f\"; done",
-                ],
-            );
-        },
+        &["tools/checks/a.sh"],
+        "!for f in tools/checks/*.sh; do sh \"$f\"; done",
         &format!(
             "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
              echo PLANTED"
         ),
-        &["fmt"],
     );
 }
 
@@ -105,21 +101,11 @@ fn the_scripts_a_glob_of_an_alias_runs_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_glob_runs_after_cd_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "glob after cd",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!cd tools && for f in checks/*; do sh \"$f\"; done",
-                ],
-            );
-        },
+        &["tools/checks/a.sh"],
+        "!cd tools && for f in checks/*; do sh \"$f\"; done",
         &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
-        &["fmt"],
     );
 }
 
@@ -128,17 +114,14 @@ fn the_scripts_a_glob_runs_after_cd_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_run_parts_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "run-parts",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a");
-            fx.git(ws, &["config", "alias.fmt", "!run-parts tools/checks"]);
-        },
+        &["tools/checks/a"],
+        "!run-parts tools/checks",
         &format!(
             "{SCRIPT_PAYLOAD} >> tools/checks/a; {{ echo '#!/bin/sh'; {SCRIPT_PAYLOAD}; }} \
              > tools/checks/b; chmod +x tools/checks/b; echo PLANTED"
         ),
-        &["fmt"],
     );
 }
 
@@ -146,21 +129,11 @@ fn the_scripts_run_parts_runs_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_find_exec_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "find -exec",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!cd tools && find checks -type f -exec sh {} \\;",
-                ],
-            );
-        },
+        &["tools/checks/a.sh"],
+        "!cd tools && find checks -type f -exec sh {} \\;",
         &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
-        &["fmt"],
     );
 }
 
@@ -283,21 +256,11 @@ fn an_interpreter_found_through_the_lines_path_is_the_agents_to_replace() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_of_a_quoted_shell_line_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "quoted shell line",
-        |fx, ws| {
-            own_script(fx, ws, "my tools/fmt.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!sh -c 'cd \"my tools\" && ./fmt.sh'",
-                ],
-            );
-        },
+        &["my tools/fmt.sh"],
+        "!sh -c 'cd \"my tools\" && ./fmt.sh'",
         &format!("{SCRIPT_PAYLOAD} >> 'my tools/fmt.sh'; echo PLANTED"),
-        &["fmt"],
     );
 }
 
@@ -306,26 +269,15 @@ fn a_script_of_a_quoted_shell_line_is_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_named_from_the_git_dir_is_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "git dir",
-        |fx, ws| {
-            own_script(fx, ws, ".git/scripts/a.sh");
-            own_script(fx, ws, ".git/scripts/b.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!sh \"$(git rev-parse --git-dir)/scripts/a.sh\" && \
+        &[".git/scripts/a.sh", ".git/scripts/b.sh"],
+        "!sh \"$(git rev-parse --git-dir)/scripts/a.sh\" && \
                      sh `git rev-parse --git-common-dir`/scripts/b.sh",
-                ],
-            );
-        },
         &format!(
             "{SCRIPT_PAYLOAD} >> .git/scripts/a.sh; {SCRIPT_PAYLOAD} >> .git/scripts/b.sh; \
              echo PLANTED"
         ),
-        &["fmt"],
     );
 }
 
@@ -616,24 +568,14 @@ fn a_grant_holding_a_mount_of_the_home_directory_is_refused() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "for over find",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!for f in $(find tools/checks -type f); do sh \"$f\"; done",
-                ],
-            );
-        },
+        &["tools/checks/a.sh"],
+        "!for f in $(find tools/checks -type f); do sh \"$f\"; done",
         &format!(
             "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
              echo PLANTED"
         ),
-        &["fmt"],
     );
 }
 

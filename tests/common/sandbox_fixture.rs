@@ -810,7 +810,7 @@ pub fn held_file_attack(
     style: &RepoStyle,
     known_open: &[&str],
     name: &str,
-    setup: fn(&GitFx, &Path),
+    setup: impl Fn(&GitFx, &Path),
     script: &str,
     user: &[&str],
 ) {
@@ -827,6 +827,24 @@ pub fn held_file_attack(
         script,
         user,
     );
+}
+
+/// [`held_file_attack`] where the user's own `scripts` (work-tree paths, [`own_script`])
+/// are run by the alias `git fmt` = `alias`, and the agent's command is `attack`.
+pub fn alias_attack(
+    style: &RepoStyle,
+    known_open: &[&str],
+    name: &str,
+    (scripts, alias): (&[&str], &str),
+    attack: &str,
+) {
+    let setup = |fx: &GitFx, ws: &Path| {
+        for script in scripts {
+            own_script(fx, ws, script);
+        }
+        fx.git(ws, &["config", "alias.fmt", alias]);
+    };
+    held_file_attack(style, known_open, name, setup, attack, &["fmt"]);
 }
 
 /// A script of the user's (mode 0755, the arm's user's).
