@@ -61,7 +61,6 @@ const QUOTE_CHARS: usize = 160;
 impl RequestMatch {
     /// The conditions `body` does not meet, each as one sentence; empty when all hold.
     pub fn unmet(&self, body: &Value) -> Vec<String> {
-        let mut unmet = Vec::new();
         let messages = body
             .get("messages")
             .and_then(Value::as_array)
@@ -71,122 +70,133 @@ impl RequestMatch {
             .iter()
             .rev()
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"));
+        let tools = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        [
+            self.unmet_last_user_text(last_user),
+            self.unmet_last_tool_result(last_user),
+            self.unmet_messages_contain(messages),
+            self.unmet_system(body),
+            self.unmet_message_role(messages),
+            self.unmet_tools_include(tools),
+            self.unmet_tool_schema(tools),
+            self.unmet_stream(body),
+            self.unmet_model(body),
+            self.unmet_thinking(body),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
 
-        if let Some(needle) = &self.last_user_text_contains {
-            let texts = last_user
-                .map(|m| text_blocks(m.get("content")))
-                .unwrap_or_default();
-            if !texts.iter().any(|t| t.contains(needle.as_str())) {
-                unmet.push(match last_user {
-                    None => format!(
-                        "last_user_text_contains {needle:?}: the request has no user message"
-                    ),
-                    Some(_) => format!(
-                        "last_user_text_contains {needle:?}: the last user message reads {}",
-                        quote(&texts.join(" | "))
-                    ),
-                });
-            }
+    fn unmet_last_user_text(&self, last_user: Option<&Value>) -> Option<String> {
+        let needle = self.last_user_text_contains.as_ref()?;
+        let texts = last_user
+            .map(|m| text_blocks(m.get("content")))
+            .unwrap_or_default();
+        if texts.iter().any(|t| t.contains(needle.as_str())) {
+            return None;
         }
-        if let Some(needle) = &self.last_tool_result_contains {
-            let results = last_user
-                .map(|m| tool_results(m.get("content")))
-                .unwrap_or_default();
-            if results.is_empty() {
-                unmet.push(format!(
-                    "last_tool_result_contains {needle:?}: the last user message has no tool_result"
-                ));
-            } else if !results.iter().any(|t| t.contains(needle.as_str())) {
-                unmet.push(format!(
-                    "last_tool_result_contains {needle:?}: the last tool_result reads {}",
-                    quote(&results.join(" | "))
-                ));
-            }
+        Some(match last_user {
+            None => format!("last_user_text_contains {needle:?}: the request has no user message"),
+            Some(_) => format!(
+                "last_user_text_contains {needle:?}: the last user message reads {}",
+                quote(&texts.join(" | "))
+            ),
+        })
+    }
+
+    fn unmet_last_tool_result(&self, last_user: Option<&Value>) -> Option<String> {
+        let needle = self.last_tool_result_contains.as_ref()?;
+        let results = last_user
+            .map(|m| tool_results(m.get("content")))
+            .unwrap_or_default();
+        if results.is_empty() {
+            Some(format!(
+                "last_tool_result_contains {needle:?}: the last user message has no tool_result"
+            ))
+        } else if !results.iter().any(|t| t.contains(needle.as_str())) {
+            Some(format!(
+                "last_tool_result_contains {needle:?}: the last tool_result reads {}",
+                quote(&results.join(" | "))
+            ))
+        } else {
+            None
         }
-        if let Some(needle) = &self.messages_contain {
-            let found = messages
-                .iter()
-                .any(|m| any_string(m, &|s| s.contains(needle.as_str())));
-            if !found {
-                unmet.push(format!(
-                    "messages_contain {needle:?}: no message contains it ({} messages sent)",
-                    messages.len()
-                ));
-            }
-        }
-        if let Some(needle) = &self.system_contains {
-            let found = body
-                .get("system")
-                .is_some_and(|s| any_string(s, &|t| t.contains(needle.as_str())));
-            if !found {
-                unmet.push(format!(
-                    "system_contains {needle:?}: the system prompt does not contain it"
-                ));
-            }
-        }
-        if let Some(role) = &self.has_message_role {
-            let found = messages
-                .iter()
-                .any(|m| m.get("role").and_then(Value::as_str) == Some(role.as_str()));
-            if !found {
-                unmet.push(format!(
-                    "has_message_role {role:?}: no message has that role"
-                ));
-            }
-        }
-        if let Some(tool) = &self.tools_include {
-            let found = body
-                .get("tools")
-                .and_then(Value::as_array)
-                .is_some_and(|tools| {
-                    tools
-                        .iter()
-                        .any(|t| t.get("name").and_then(Value::as_str) == Some(tool.as_str()))
-                });
-            if !found {
-                unmet.push(format!(
-                    "tools_include {tool:?}: no tool of that name is offered"
-                ));
-            }
-        }
-        if let Some(needle) = &self.tool_schema_contains {
-            let found = body
-                .get("tools")
-                .and_then(Value::as_array)
-                .is_some_and(|tools| {
-                    tools.iter().any(|t| {
-                        t.get("input_schema")
-                            .is_some_and(|s| s.to_string().contains(needle.as_str()))
-                    })
-                });
-            if !found {
-                unmet.push(format!(
-                    "tool_schema_contains {needle:?}: no tool's input_schema contains it"
-                ));
-            }
-        }
-        if let Some(stream) = self.stream {
-            let actual = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-            if actual != stream {
-                unmet.push(format!("stream {stream}: the request has stream {actual}"));
-            }
-        }
-        if let Some(model) = &self.model {
-            let actual = body.get("model").and_then(Value::as_str).unwrap_or("");
-            if actual != model {
-                unmet.push(format!("model {model:?}: the request asks for {actual:?}"));
-            }
-        }
-        if let Some(wanted) = self.thinking {
-            let actual = thinking_enabled(body);
-            if actual != wanted {
-                unmet.push(format!(
-                    "thinking {wanted}: the request has thinking {}",
-                    if actual { "on" } else { "off" }
-                ));
-            }
-        }
-        unmet
+    }
+
+    fn unmet_messages_contain(&self, messages: &[Value]) -> Option<String> {
+        let needle = self.messages_contain.as_ref()?;
+        let found = messages
+            .iter()
+            .any(|m| any_string(m, &|s| s.contains(needle.as_str())));
+        (!found).then(|| {
+            format!(
+                "messages_contain {needle:?}: no message contains it ({} messages sent)",
+                messages.len()
+            )
+        })
+    }
+
+    fn unmet_message_role(&self, messages: &[Value]) -> Option<String> {
+        let role = self.has_message_role.as_ref()?;
+        let found = messages
+            .iter()
+            .any(|m| m.get("role").and_then(Value::as_str) == Some(role.as_str()));
+        (!found).then(|| format!("has_message_role {role:?}: no message has that role"))
+    }
+
+    fn unmet_system(&self, body: &Value) -> Option<String> {
+        let needle = self.system_contains.as_ref()?;
+        let found = body
+            .get("system")
+            .is_some_and(|s| any_string(s, &|t| t.contains(needle.as_str())));
+        (!found)
+            .then(|| format!("system_contains {needle:?}: the system prompt does not contain it"))
+    }
+
+    fn unmet_tools_include(&self, tools: &[Value]) -> Option<String> {
+        let tool = self.tools_include.as_ref()?;
+        let found = tools
+            .iter()
+            .any(|t| t.get("name").and_then(Value::as_str) == Some(tool.as_str()));
+        (!found).then(|| format!("tools_include {tool:?}: no tool of that name is offered"))
+    }
+
+    fn unmet_tool_schema(&self, tools: &[Value]) -> Option<String> {
+        let needle = self.tool_schema_contains.as_ref()?;
+        let found = tools.iter().any(|t| {
+            t.get("input_schema")
+                .is_some_and(|s| s.to_string().contains(needle.as_str()))
+        });
+        (!found)
+            .then(|| format!("tool_schema_contains {needle:?}: no tool's input_schema contains it"))
+    }
+
+    fn unmet_stream(&self, body: &Value) -> Option<String> {
+        let stream = self.stream?;
+        let actual = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        (actual != stream).then(|| format!("stream {stream}: the request has stream {actual}"))
+    }
+
+    fn unmet_model(&self, body: &Value) -> Option<String> {
+        let model = self.model.as_ref()?;
+        let actual = body.get("model").and_then(Value::as_str).unwrap_or("");
+        (actual != model).then(|| format!("model {model:?}: the request asks for {actual:?}"))
+    }
+
+    fn unmet_thinking(&self, body: &Value) -> Option<String> {
+        let wanted = self.thinking?;
+        let actual = thinking_enabled(body);
+        (actual != wanted).then(|| {
+            format!(
+                "thinking {wanted}: the request has thinking {}",
+                if actual { "on" } else { "off" }
+            )
+        })
     }
 
     /// A short description of the conditions, for "no turn matches" messages.
