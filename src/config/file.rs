@@ -133,6 +133,106 @@ struct RawProfile {
     provider: Option<crate::config::Provider>,
 }
 
+/// The file being parsed: its path and text, for lines and messages.
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn line(&self, span: std::ops::Range<usize>) -> usize {
+        line_of(self.text, span.start)
+    }
+
+    /// A value with the line it stands on.
+    fn with_line<T>(&self, value: Spanned<T>) -> (T, usize) {
+        let line = self.line(value.span());
+        (value.into_inner(), line)
+    }
+
+    fn malformed(&self, line: usize, message: String) -> ConfigError {
+        ConfigError::Malformed {
+            path: self.path.to_owned(),
+            line,
+            message,
+        }
+    }
+
+    /// The backend `name` of the file, checked.
+    fn backend(
+        &self,
+        name: &str,
+        spanned: Spanned<RawProfile>,
+    ) -> Result<FileBackend, ConfigError> {
+        let line = self.line(spanned.span());
+        let raw = spanned.into_inner();
+        if name.is_empty() || name.starts_with("replay:") {
+            return Err(self.malformed(line, format!("'{name}' cannot be a backend name")));
+        }
+        let env_line = raw.env.as_ref().map_or(line, |e| self.line(e.span()));
+        let env = raw.env.map(Spanned::into_inner).unwrap_or_default();
+        if let Some(bad) = env.keys().find(|k| !valid_env_name(k)) {
+            return Err(self.malformed(
+                env_line,
+                format!("backend '{name}': '{bad}' is not a valid environment variable name"),
+            ));
+        }
+        let key_env = match raw.key_env {
+            Some(k) if !valid_env_name(k.get_ref()) => {
+                return Err(self.malformed(
+                    self.line(k.span()),
+                    format!(
+                        "backend '{name}': key_env must be the name of a variable, like \"ZAI_API_KEY\""
+                    ),
+                ));
+            }
+            Some(k) => Some(k.into_inner()),
+            None => None,
+        };
+        let base_dir = self.path.parent().unwrap_or(Path::new("."));
+        let base_url_line = raw.base_url.as_ref().map(|u| self.line(u.span()));
+        let preset = raw.preset.map(|p| self.with_line(p));
+        let profile = Profile {
+            description: raw.description,
+            kind: raw.kind.map(|k| match k {
+                RawKind::Api => BackendKind::Api,
+                RawKind::Inherit => BackendKind::Inherit,
+                RawKind::Replay => BackendKind::Replay,
+            }),
+            base_url: raw.base_url.map(Spanned::into_inner),
+            key_env,
+            api_key: raw.api_key,
+            auth: raw.auth.map(|a| match a {
+                RawAuth::Bearer => AuthScheme::Bearer,
+                RawAuth::ApiKey => AuthScheme::ApiKey,
+            }),
+            model: raw.model,
+            small_fast_model: raw.small_fast_model,
+            opus_model: raw.opus_model,
+            sonnet_model: raw.sonnet_model,
+            haiku_model: raw.haiku_model,
+            subagent_model: raw.subagent_model,
+            api_timeout_ms: raw.api_timeout_ms,
+            max_retries: raw.max_retries,
+            disallowed_tools: raw.disallowed_tools,
+            append_system_prompt: raw.append_system_prompt,
+            cassette: raw.cassette.map(|c| base_dir.join(c)),
+            env,
+            pass_env: raw.pass_env,
+            max_concurrent: raw.max_concurrent,
+            provider_wait_s: raw.provider_wait_s,
+            provider: raw.provider,
+        };
+        Ok(FileBackend {
+            line,
+            preset,
+            base_url_line,
+            profile,
+        })
+    }
+}
+
 /// 1-based line of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
@@ -163,104 +263,20 @@ impl ConfigFile {
     /// Parses `text` as the content of the file at `path` (used for messages and for
     /// resolving relative cassette paths).
     pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
-        let malformed = |line: usize, message: String| ConfigError::Malformed {
-            path: path.to_owned(),
-            line,
-            message,
-        };
+        let source = Source { path, text };
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map_or(1, |span| line_of(text, span.start));
-            malformed(line, e.message().trim().replace('\n', " "))
+            source.malformed(line, e.message().trim().replace('\n', " "))
         })?;
-        let spanned_line = |span: std::ops::Range<usize>| line_of(text, span.start);
-        let base_dir = path.parent().unwrap_or(Path::new("."));
-
         let mut backends = BTreeMap::new();
         for (name, spanned) in raw.backends {
-            let line = spanned_line(spanned.span());
-            let raw = spanned.into_inner();
-            if name.is_empty() || name.starts_with("replay:") {
-                return Err(malformed(
-                    line,
-                    format!("'{name}' cannot be a backend name"),
-                ));
-            }
-            let env_line = raw.env.as_ref().map_or(line, |e| spanned_line(e.span()));
-            let env = raw.env.map(Spanned::into_inner).unwrap_or_default();
-            if let Some(bad) = env.keys().find(|k| !valid_env_name(k)) {
-                return Err(malformed(
-                    env_line,
-                    format!("backend '{name}': '{bad}' is not a valid environment variable name"),
-                ));
-            }
-            let key_env = match raw.key_env {
-                Some(k) if !valid_env_name(k.get_ref()) => {
-                    return Err(malformed(
-                        spanned_line(k.span()),
-                        format!(
-                            "backend '{name}': key_env must be the name of a variable, like \"ZAI_API_KEY\""
-                        ),
-                    ));
-                }
-                Some(k) => Some(k.into_inner()),
-                None => None,
-            };
-            let base_url_line = raw.base_url.as_ref().map(|u| spanned_line(u.span()));
-            let preset = raw
-                .preset
-                .map(|p| (spanned_line(p.span()), p.into_inner()))
-                .map(|(l, p)| (p, l));
-            let profile = Profile {
-                description: raw.description,
-                kind: raw.kind.map(|k| match k {
-                    RawKind::Api => BackendKind::Api,
-                    RawKind::Inherit => BackendKind::Inherit,
-                    RawKind::Replay => BackendKind::Replay,
-                }),
-                base_url: raw.base_url.map(Spanned::into_inner),
-                key_env,
-                api_key: raw.api_key,
-                auth: raw.auth.map(|a| match a {
-                    RawAuth::Bearer => AuthScheme::Bearer,
-                    RawAuth::ApiKey => AuthScheme::ApiKey,
-                }),
-                model: raw.model,
-                small_fast_model: raw.small_fast_model,
-                opus_model: raw.opus_model,
-                sonnet_model: raw.sonnet_model,
-                haiku_model: raw.haiku_model,
-                subagent_model: raw.subagent_model,
-                api_timeout_ms: raw.api_timeout_ms,
-                max_retries: raw.max_retries,
-                disallowed_tools: raw.disallowed_tools,
-                append_system_prompt: raw.append_system_prompt,
-                cassette: raw.cassette.map(|c| base_dir.join(c)),
-                env,
-                pass_env: raw.pass_env,
-                max_concurrent: raw.max_concurrent,
-                provider_wait_s: raw.provider_wait_s,
-                provider: raw.provider,
-            };
-            backends.insert(
-                name,
-                FileBackend {
-                    line,
-                    preset,
-                    base_url_line,
-                    profile,
-                },
-            );
+            let backend = source.backend(&name, spanned)?;
+            backends.insert(name, backend);
         }
         Ok(ConfigFile {
             path: path.to_owned(),
-            default_backend: raw
-                .default_backend
-                .map(|d| (spanned_line(d.span()), d.into_inner()))
-                .map(|(l, d)| (d, l)),
-            claude_config_dir: raw
-                .claude_config_dir
-                .map(|d| (spanned_line(d.span()), d.into_inner()))
-                .map(|(l, d)| (d, l)),
+            default_backend: raw.default_backend.map(|d| source.with_line(d)),
+            claude_config_dir: raw.claude_config_dir.map(|d| source.with_line(d)),
             pass_env: raw.pass_env,
             deny: raw.deny,
             allow_hosts: raw.allow_hosts,
