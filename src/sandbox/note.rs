@@ -16,9 +16,26 @@ const MAX_LISTED: usize = 40;
 
 /// Describe `policy` to the model.
 pub fn system_prompt_note(policy: &Policy) -> String {
-    let ws = policy.workspace.display();
     let mut note = String::new();
     let _ = writeln!(note, "# Sandbox (mode: {})", policy.mode);
+    write_mode(&mut note, policy);
+    if policy.mode == Mode::DangerFullAccess {
+        return note;
+    }
+    let _ = writeln!(
+        note,
+        "- Outside it you can read system directories and installed toolchains; other \
+         paths (other projects, ~/.ssh, credentials) do not exist for you."
+    );
+    write_writable(&mut note, policy);
+    write_masks(&mut note, policy);
+    write_network_and_limits(&mut note, policy);
+    note
+}
+
+/// What the mode lets the agent do with the workspace (and the plan file).
+fn write_mode(note: &mut String, policy: &Policy) {
+    let ws = policy.workspace.display();
     match policy.mode {
         Mode::DangerFullAccess => {
             let _ = writeln!(
@@ -26,7 +43,6 @@ pub fn system_prompt_note(policy: &Policy) -> String {
                 "Commands run without a sandbox. Stay inside the workspace {ws} unless the \
                  task says otherwise, and do not read credentials or secrets."
             );
-            return note;
         }
         Mode::ReadOnly if policy.plan_file.is_some() => {
             let plan = policy
@@ -56,11 +72,10 @@ pub fn system_prompt_note(policy: &Policy) -> String {
             );
         }
     }
-    let _ = writeln!(
-        note,
-        "- Outside it you can read system directories and installed toolchains; other \
-         paths (other projects, ~/.ssh, credentials) do not exist for you."
-    );
+}
+
+/// `$TMPDIR`, `/tmp` and the other writable places.
+fn write_writable(note: &mut String, policy: &Policy) {
     let tmp = policy
         .env_set
         .get("TMPDIR")
@@ -88,7 +103,10 @@ pub fn system_prompt_note(policy: &Policy) -> String {
     if !writable.is_empty() {
         let _ = writeln!(note, "- Also writable: {}.", writable.join(", "));
     }
+}
 
+/// The masked secrets and the read-only names.
+fn write_masks(note: &mut String, policy: &Policy) {
     let masked = masked_names(policy);
     if !masked.is_empty() {
         let _ = writeln!(
@@ -108,6 +126,10 @@ pub fn system_prompt_note(policy: &Policy) -> String {
     if !protected.is_empty() {
         let _ = writeln!(note, "- Read-only: {}.", protected.join(", "));
     }
+}
+
+/// Where the network goes, what never works, and what a denial means.
+fn write_network_and_limits(note: &mut String, policy: &Policy) {
     let hosts: Vec<String> = policy.network.allow.iter().map(|h| h.to_string()).collect();
     let reachable = if hosts.is_empty() {
         "no host".to_string()
@@ -132,7 +154,6 @@ pub fn system_prompt_note(policy: &Policy) -> String {
          \"Operation not permitted\" or \"Device or resource busy\", that is the sandbox: \
          say so in your answer instead of looking for a way around it."
     );
-    note
 }
 
 /// Masked secrets as workspace-relative names; a masked directory stands for its files.
