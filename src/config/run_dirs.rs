@@ -263,6 +263,59 @@ pub fn try_remove_tree(path: &Path) -> std::io::Result<()> {
     fs::remove_dir(path)
 }
 
+/// Removes what it can of the directory open as `dir`: every non-directory, every empty
+/// directory. Returns the first subdirectory left (not in `stuck`) to descend into, or
+/// `None` when everything here is gone or stuck. `steps` counts entries against
+/// [`REMOVAL_STEPS`].
+fn remove_entries(
+    dir_fd: std::os::fd::BorrowedFd<'_>,
+    stuck: &std::collections::HashSet<(libc::dev_t, libc::ino_t)>,
+    steps: &mut u64,
+) -> std::io::Result<Option<std::ffi::OsString>> {
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    let listing = nix::fcntl::openat(
+        dir_fd,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let mut dir = nix::dir::Dir::from_fd(listing)?;
+    for entry in dir.iter() {
+        *steps += 1;
+        if *steps > REMOVAL_STEPS {
+            return Err(std::io::Error::other("too many entries to remove"));
+        }
+        let entry = entry?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let is_dir = match entry.file_type() {
+            Some(nix::dir::Type::Directory) => true,
+            Some(_) => false,
+            None => nix::sys::stat::fstatat(dir_fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+        };
+        if !is_dir {
+            let _ = unlinkat(dir_fd, name, UnlinkatFlags::NoRemoveDir);
+            continue;
+        }
+        if unlinkat(dir_fd, name, UnlinkatFlags::RemoveDir).is_ok() {
+            continue;
+        }
+        let Ok(st) =
+            nix::sys::stat::fstatat(dir_fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        else {
+            continue;
+        };
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !stuck.contains(&(st.st_dev, st.st_ino)) {
+            let name = std::ffi::OsStr::from_bytes(name.to_bytes());
+            return Ok(Some(name.to_os_string()));
+        }
+    }
+    Ok(None)
+}
+
 /// Empties the directory open as `top`, iteratively (see [`try_remove_tree`]).
 fn empty_tree(top: std::os::fd::OwnedFd) -> std::io::Result<()> {
     use nix::unistd::{UnlinkatFlags, unlinkat};
@@ -281,56 +334,7 @@ fn empty_tree(top: std::os::fd::OwnedFd) -> std::io::Result<()> {
     let mut current = top;
     let mut steps = 0u64;
     loop {
-        let mut descend = None;
-        let listing = nix::fcntl::openat(
-            current.as_fd(),
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )?;
-        let mut dir = nix::dir::Dir::from_fd(listing)?;
-        for entry in dir.iter() {
-            steps += 1;
-            if steps > REMOVAL_STEPS {
-                return Err(std::io::Error::other("too many entries to remove"));
-            }
-            let entry = entry?;
-            let name = entry.file_name();
-            if matches!(name.to_bytes(), b"." | b"..") {
-                continue;
-            }
-            let is_dir = match entry.file_type() {
-                Some(nix::dir::Type::Directory) => true,
-                Some(_) => false,
-                None => nix::sys::stat::fstatat(
-                    current.as_fd(),
-                    name,
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
-            };
-            if !is_dir {
-                let _ = unlinkat(current.as_fd(), name, UnlinkatFlags::NoRemoveDir);
-                continue;
-            }
-            if unlinkat(current.as_fd(), name, UnlinkatFlags::RemoveDir).is_ok() {
-                continue;
-            }
-            let Ok(st) = nix::sys::stat::fstatat(
-                current.as_fd(),
-                name,
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            ) else {
-                continue;
-            };
-            if st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                && !stuck.contains(&(st.st_dev, st.st_ino))
-            {
-                descend = Some(OsString::from(std::ffi::OsStr::from_bytes(name.to_bytes())));
-                break;
-            }
-        }
-        drop(dir);
+        let descend = remove_entries(current.as_fd(), &stuck, &mut steps)?;
         if let Some(name) = descend {
             steps += 1;
             match open_dir_giving_back(current.as_fd(), name.as_os_str()) {
