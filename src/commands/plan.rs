@@ -84,43 +84,17 @@ fn plan_mode(args: &[OsString]) -> Output {
         edit,
         mut run,
     } = parsed;
-    if let Some(mode) = run.sandbox.filter(|m| *m != SandboxMode::ReadOnly) {
-        return fail(format!(
-            "coder plan runs with the workspace read-only; drop --sandbox {mode}"
-        ));
-    }
-    if !run.sandbox_args.write.is_empty() || run.sandbox_args.allow_tmp {
-        return fail(
-            "coder plan lets the agent write only the plan file; drop --write and --allow-tmp"
-                .to_owned(),
-        );
-    }
-    if run.many.worktree {
-        return fail("coder plan changes nothing to commit; drop --worktree".to_owned());
-    }
-    if run.prompt_framing.plan.is_some() {
-        return fail("--plan executes a plan, coder plan writes one: drop --plan".to_owned());
+    if let Err(message) = refuse_widening(&run) {
+        return fail(message);
     }
     let run_id = match run.run_id.as_deref().map(parse_run_id).transpose() {
         Ok(Some(id)) => id,
         Ok(None) => crate::pipeline::run::new_run_id(),
         Err(ArgError::Invalid(m)) => return fail(m),
     };
-    let file = match &plan_file {
-        Some(path) => match crate::sandbox::check_plan_file(path) {
-            Ok(file) => file,
-            Err(m) => return fail(m),
-        },
-        None => {
-            let state = match crate::config::state_dir() {
-                Ok(state) => state,
-                Err(e) => return fail(e.to_string()),
-            };
-            match crate::pipeline::plan::default_path(&state, &run_id) {
-                Ok(file) => file,
-                Err(e) => return fail(e.to_string()),
-            }
-        }
+    let file = match plan_file_path(plan_file.as_deref(), &run_id) {
+        Ok(file) => file,
+        Err(message) => return fail(message),
     };
     run.sandbox = Some(SandboxMode::ReadOnly);
     run.run_id = Some(run_id);
@@ -153,19 +127,57 @@ fn plan_mode(args: &[OsString]) -> Output {
         && std::fs::symlink_metadata(&file).is_ok()
         && let Output::Envelope { envelope, .. } = &mut output
     {
-        let warning = open_editor(&file);
-        if let Some(warning) = warning {
-            envelope.warnings.push(warning);
-        }
-        match crate::pipeline::plan::read(&file) {
-            Ok(text) => envelope.plan = Some(text),
-            Err(e) => envelope.warnings.push(format!(
-                "cannot read the plan file {} after editing: {e}",
-                file.display()
-            )),
-        }
+        edit_plan(&file, envelope);
     }
     output
+}
+
+/// The run flags that would let the agent write more than the plan file, or carry out a
+/// plan instead of writing one: the message refusing the first found.
+fn refuse_widening(run: &RunArgs) -> Result<(), String> {
+    if let Some(mode) = run.sandbox.filter(|m| *m != SandboxMode::ReadOnly) {
+        return Err(format!(
+            "coder plan runs with the workspace read-only; drop --sandbox {mode}"
+        ));
+    }
+    if !run.sandbox_args.write.is_empty() || run.sandbox_args.allow_tmp {
+        return Err(
+            "coder plan lets the agent write only the plan file; drop --write and --allow-tmp"
+                .to_owned(),
+        );
+    }
+    if run.many.worktree {
+        return Err("coder plan changes nothing to commit; drop --worktree".to_owned());
+    }
+    if run.prompt_framing.plan.is_some() {
+        return Err("--plan executes a plan, coder plan writes one: drop --plan".to_owned());
+    }
+    Ok(())
+}
+
+/// The plan file: `--plan-file` checked, else `<state>/plans/<run-id>.md`.
+fn plan_file_path(given: Option<&std::path::Path>, run_id: &str) -> Result<PathBuf, String> {
+    match given {
+        Some(path) => crate::sandbox::check_plan_file(path),
+        None => {
+            let state = crate::config::state_dir().map_err(|e| e.to_string())?;
+            crate::pipeline::plan::default_path(&state, run_id).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// `--edit`: the editor on the plan, then the plan as edited into the envelope.
+fn edit_plan(file: &std::path::Path, envelope: &mut crate::pipeline::envelope::Envelope) {
+    if let Some(warning) = open_editor(file) {
+        envelope.warnings.push(warning);
+    }
+    match crate::pipeline::plan::read(file) {
+        Ok(text) => envelope.plan = Some(text),
+        Err(e) => envelope.warnings.push(format!(
+            "cannot read the plan file {} after editing: {e}",
+            file.display()
+        )),
+    }
 }
 
 /// Opens `$VISUAL` (else `$EDITOR`, else `vi`) on `file` when stdin and stdout are
