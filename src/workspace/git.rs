@@ -2017,17 +2017,24 @@ pub(crate) fn users_hooks_dir(workspace: &Path) -> Option<PathBuf> {
     }
 }
 
-/// A git of the user's own configuration (its home, its global and system configs) in
-/// `workspace`, with the environment otherwise cleared and `core.fsmonitor` off.
-fn users_git(program: &Path, workspace: &Path) -> Command {
+/// `git` in `cwd` with the environment cleared but for a system `PATH` and the C locale,
+/// never prompting or taking optional locks, stdin closed.
+fn cleared_git(program: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(program);
-    cmd.current_dir(workspace)
+    cmd.current_dir(cwd)
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("LC_ALL", "C")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
         .stdin(Stdio::null());
+    cmd
+}
+
+/// A git of the user's own configuration (its home, its global and system configs) in
+/// `workspace`, with the environment otherwise cleared and `core.fsmonitor` off.
+fn users_git(program: &Path, workspace: &Path) -> Command {
+    let mut cmd = cleared_git(program, workspace);
     // What decides which configs the user's own git reads.
     for var in [
         "HOME",
@@ -2156,23 +2163,16 @@ pub(crate) fn find_git(workspace: &Path) -> Option<PathBuf> {
 /// run programs overridden; the repository is found from `cwd` only when the caller
 /// passes no `--git-dir`.
 pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.current_dir(cwd)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("LC_ALL", "C")
-        .env("HOME", "/nonexistent")
+    let mut cmd = cleared_git(program, cwd);
+    cmd.env("HOME", "/nonexistent")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_PAGER", "cat")
         .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_NO_LAZY_FETCH", "1")
         // An object is read as itself, never as what a `refs/replace/` ref (the agent's to
         // write) says replaces it.
-        .env("GIT_NO_REPLACE_OBJECTS", "1")
-        .stdin(Stdio::null());
+        .env("GIT_NO_REPLACE_OBJECTS", "1");
     for setting in [
         "core.fsmonitor=false",
         "core.hooksPath=/dev/null",
