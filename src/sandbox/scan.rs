@@ -2654,22 +2654,56 @@ fn read_shebang(path: &Path) -> Option<Vec<Vec<u8>>> {
 
 /// The program a `#!` line runs through `env` (`python3` of `#!/usr/bin/env python3`,
 /// of `#!/usr/bin/env -S python3 -u`, of `#!/usr/bin/env -u X A=1 python3`); `None`
-/// when the interpreter is not `env`, or names no program.
+/// when the interpreter is not `env`, or names no program. A split string attached to
+/// its option (`-Spython3`, `-vS python3`, `--split-string=python3 -u`: the kernel
+/// passes the rest of the line as one argument, and `env` splits it) is read as the
+/// words it holds: the program was taken for an option and passed over (round
+/// twenty-three's review).
 fn env_program(line: &[Vec<u8>]) -> Option<Vec<u8>> {
-    const VALUE_OPTIONS: &[&[u8]] = &[b"-u", b"--unset", b"-C", b"--chdir", b"-P", b"-a"];
     let (interpreter, args) = line.split_first()?;
     if interpreter.rsplit(|b| *b == b'/').next() != Some(b"env".as_slice()) {
         return None;
     }
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        if VALUE_OPTIONS.contains(&arg.as_slice()) {
-            args.next();
-        } else if !arg.starts_with(b"-") && !arg.contains(&b'=') {
-            return Some(arg.clone());
+    let mut args: std::collections::VecDeque<Vec<u8>> = args.iter().cloned().collect();
+    while let Some(arg) = args.pop_front() {
+        if let Some(option) = arg.strip_prefix(b"--") {
+            if let Some(split) = option.strip_prefix(b"split-string=") {
+                args.push_front(split.to_vec());
+            } else if [b"unset".as_slice(), b"chdir", b"argv0"].contains(&option) {
+                args.pop_front();
+            }
+        } else if let Some(cluster) = arg.strip_prefix(b"-") {
+            env_short_options(cluster, &mut args);
+        } else if !arg.contains(&b'=') {
+            return Some(arg);
         }
     }
     None
+}
+
+/// One `-xyz` cluster of `env`'s short options ([`env_program`]): an option with a value
+/// takes the rest of the cluster, or the next argument; `-S`'s value goes back on `args`
+/// as words of their own.
+fn env_short_options(cluster: &[u8], args: &mut std::collections::VecDeque<Vec<u8>>) {
+    const VALUE_OPTIONS: &[u8] = b"uCPaS";
+    let Some(at) = cluster.iter().position(|b| VALUE_OPTIONS.contains(b)) else {
+        return;
+    };
+    let rest = &cluster[at + 1..];
+    let value = if rest.is_empty() {
+        args.pop_front().unwrap_or_default()
+    } else {
+        rest.to_vec()
+    };
+    if cluster[at] == b'S' {
+        for word in value
+            .split(|b| *b == b' ' || *b == b'\t')
+            .filter(|w| !w.is_empty())
+            .rev()
+        {
+            args.push_front(word.to_vec());
+        }
+    }
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -3329,6 +3363,22 @@ mod tests {
         );
         assert_eq!(
             program("/usr/bin/env -u X A=1 node").as_deref(),
+            Some("node")
+        );
+        assert_eq!(
+            program("/usr/bin/env -Spython3").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env -vS python3").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env --split-string=python3 -u").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env -uX -CX node").as_deref(),
             Some("node")
         );
         assert_eq!(program("/usr/bin/python3 -u"), None);
