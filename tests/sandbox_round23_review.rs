@@ -26,13 +26,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open.
-const KNOWN_OPEN: &[&str] = &[
-    "PATH=.",
-    "PATH=:",
-    "PATH in a sourced file",
-    "env -Sprog",
-    "env --split-string=",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -191,6 +185,34 @@ fn an_interpreter_on_an_env_path_after_cd_is_not_the_agents_to_add() {
                 "#!/usr/bin/env python3",
                 "!cd tools && env PATH=bin:$PATH ./fmt.py",
             );
+        },
+        &plant_python("tools/bin/python3"),
+        &["fmt"],
+    );
+}
+
+/// The user's global `alias.fmt = !PATH=tools/bin:$PATH git lint` and the repository's
+/// `alias.lint = !tools/fmt.py` (`#!/usr/bin/env python3`): the `PATH` is another
+/// config's, read after the script's interpreter was looked for.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_interpreter_on_a_path_another_config_sets_is_not_the_agents_to_add() {
+    held_file_attack(
+        "PATH from another config",
+        |fx, ws| {
+            own_script(fx, ws, "tools/bin/other");
+            env_script(fx, ws, "#!/usr/bin/env python3", "!tools/fmt.py");
+            fx.git(ws, &["config", "alias.lint", "!tools/fmt.py"]);
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "--global",
+                    "alias.fmt",
+                    "!PATH=tools/bin:$PATH git lint",
+                ],
+            );
+            fx.git(ws, &["config", "--unset", "alias.fmt"]);
         },
         &plant_python("tools/bin/python3"),
         &["fmt"],

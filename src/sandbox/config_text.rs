@@ -645,6 +645,20 @@ pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
     dirs
 }
 
+/// The directories a shell script puts on `PATH` (`PATH="$PWD/tools/bin:$PATH"`), each
+/// line read as a config's command line is ([`path_dirs`]): a file a command line
+/// sources sets the line's `PATH` (round twenty-three's review: `. ./env.sh &&
+/// tools/fmt.py` ran the agent's `tools/bin/python3`).
+pub(super) fn script_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        if line.windows(5).any(|w| w == b"PATH=") {
+            line_path_dirs(&top_read_as_dot(line), NESTED_LINES, &mut dirs);
+        }
+    }
+    dirs
+}
+
 /// The `PATH` directories of one shell line ([`path_dirs`]), added to `dirs`.
 fn line_path_dirs(line: &[u8], depth: usize, dirs: &mut Vec<Vec<u8>>) {
     let tokens = shell_tokens(line);
