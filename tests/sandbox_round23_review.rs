@@ -13,9 +13,11 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, own_script};
+use common::sandbox_fixture::{self, GitFx as Fx, NOBODY, RepoStyle, SCRIPT_PAYLOAD, own_script};
+use common::{Bounded, CODER};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -26,7 +28,10 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open.
-const KNOWN_OPEN: &[&str] = &[];
+const KNOWN_OPEN: &[&str] = &[
+    "pointer in another user's sticky dir",
+    "symlink to a gitdir file",
+];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -216,5 +221,140 @@ fn an_interpreter_on_a_path_another_config_sets_is_not_the_agents_to_add() {
         },
         &plant_python("tools/bin/python3"),
         &["fmt"],
+    );
+}
+
+/// A tree for one arm of the `/tmp` attacks (`ws`, `home`, coder's `state`) in
+/// `/var/tmp`, given to the arm's user (as round twenty-one's second review's).
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    victim: u32,
+}
+
+impl Tree {
+    fn new(victim: u32) -> Tree {
+        let dir = tempfile::Builder::new()
+            .prefix("coder-r23-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in ["ws", "home", "state", "xdg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if victim == NOBODY {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        Tree {
+            _dir: dir,
+            root,
+            victim,
+        }
+    }
+
+    /// Runs `script` as root in a mount namespace of its own with a fresh tmpfs on
+    /// `/tmp` (coder's binary bound at `$ROOT/coder-bin` first): what it printed. The
+    /// script has `$VICTIM`, `$OTHER` (the other arm's uid), `$CODER`, `$ROOT` and
+    /// `victim CMD…` (as the victim).
+    fn scenario(&self, script: &str) -> String {
+        let prelude = r#"set -u
+touch "$ROOT/coder-bin" && mount --bind "$CODER" "$ROOT/coder-bin" || { echo NO-BIN-MOUNT; exit 97; }
+CODER=$ROOT/coder-bin
+mount -t tmpfs -o mode=1777 tmpfs /tmp || { echo NO-TMP-MOUNT; exit 97; }
+victim() { if [ "$VICTIM" = 0 ]; then "$@"; else setpriv --reuid="$VICTIM" --regid="$VICTIM" --clear-groups "$@"; fi; }
+"#;
+        let mut cmd = Command::new("/usr/bin/timeout");
+        cmd.args([
+            "120",
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("{prelude}{script}"));
+        sandbox_fixture::user_env(&mut cmd, &self.root, sandbox_fixture::PATH);
+        let other = if self.victim == 0 { NOBODY } else { 0 };
+        cmd.env("VICTIM", self.victim.to_string())
+            .env("OTHER", other.to_string())
+            .env("CODER", CODER)
+            .env("ROOT", &self.root);
+        sandbox_fixture::printed(&cmd.output_bounded())
+    }
+}
+
+/// One attack on the end-of-run walk of `/tmp` (`--allow-tmp`), for each arm and mode:
+/// `setup` runs as root first (`$OTHER` may make a directory of the other arm's user);
+/// the agent's `plant` (its payload `touch $ROOT/marker` in `$D/tools/fmt.sh`, `$D`
+/// the directory it makes a new top of the user's repository) prints `PLANTED`; then the
+/// user's `git fmt` (`alias.fmt = !sh tools/fmt.sh`) in `$D`. Confined the payload must
+/// not run unless `open`; unconfined (the control) it must.
+fn tmp_attack(name: &str, setup: &str, dir: &str, plant: &str) {
+    let open = KNOWN_OPEN.contains(&name);
+    for victim in sandbox_fixture::victims() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let tree = Tree::new(victim);
+            let out = tree.scenario(&format!(
+                r##"cd "$ROOT"
+victim git init -q ws
+victim git -C ws config alias.fmt '!sh tools/fmt.sh'
+{setup}
+D={dir}
+agent='mkdir -p "$D/tools" && printf "#!/bin/sh\ntouch $ROOT/marker\n" > "$D/tools/fmt.sh" && {plant} && echo PLANTED'
+victim env D="$D" "$CODER" sandbox --mode {mode} --allow-tmp --cd "$ROOT/ws" -- sh -c "$agent" 2>&1
+(cd "$D" && victim git fmt) 2>&1
+[ -e "$ROOT/marker" ] && echo PAYLOAD-RAN
+"##
+            ));
+            assert!(out.contains("PLANTED"), "{name} uid {victim} {mode}: {out}");
+            let confined = mode == "workspace-write";
+            assert_eq!(
+                out.contains("PAYLOAD-RAN"),
+                !confined || open,
+                "{name} uid {victim} {mode} (known open: {open}): {out}"
+            );
+        }
+    }
+}
+
+/// A pointer in another user's world-writable sticky directory of `/tmp` (as
+/// `/tmp/.X11-unix` and `/tmp/.ICE-unix` are root's on most desktops): the walk passes
+/// over another user's directories since round twenty-two, and the agent's own
+/// directory in one was never looked at.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_pointer_in_another_users_sticky_directory_of_tmp_is_moved_aside() {
+    tmp_attack(
+        "pointer in another user's sticky dir",
+        "mkdir -m 1777 /tmp/.X11-unix && chown \"$OTHER\" /tmp/.X11-unix",
+        "/tmp/.X11-unix/x",
+        r#"echo "gitdir: $ROOT/ws/.git" > "$D/.git""#,
+    );
+}
+
+/// `.git` a symlink to a file of `gitdir:` (git follows it, and reads the file): the walk
+/// read the link without following it and took it for no pointer.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_dot_git_symlink_to_a_gitdir_file_in_tmp_is_moved_aside() {
+    tmp_attack(
+        "symlink to a gitdir file",
+        "",
+        "/tmp/s",
+        r#"echo "gitdir: $ROOT/ws/.git" > "$D/pointer" && ln -s pointer "$D/.git""#,
+    );
+}
+
+/// A relative `gitdir:` (held).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_relative_pointer_in_tmp_is_moved_aside() {
+    tmp_attack(
+        "relative gitdir",
+        "",
+        "/tmp/r",
+        r#"echo "gitdir: ../..$ROOT/ws/.git" > "$D/.git""#,
     );
 }
