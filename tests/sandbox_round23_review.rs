@@ -28,7 +28,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open.
-const KNOWN_OPEN: &[&str] = &["pointer in another user's sticky dir"];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -354,4 +354,28 @@ fn a_relative_pointer_in_tmp_is_moved_aside() {
         "/tmp/r",
         r#"echo "gitdir: ../..$ROOT/ws/.git" > "$D/.git""#,
     );
+}
+
+/// Another local user's chain of world-writable directories 300 deep in `/tmp`: entered
+/// now (the agent may write there), it must not stop the walk closed and refuse every
+/// later confined run, as round twenty-one's second review's deep tree did.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn another_users_deep_writable_chain_in_tmp_does_not_refuse_later_runs() {
+    for victim in sandbox_fixture::victims() {
+        let tree = Tree::new(victim);
+        let out = tree.scenario(
+            r#"cd "$ROOT"
+victim git init -q ws
+setpriv --reuid="$OTHER" --regid="$OTHER" --clear-groups sh -c 'cd /tmp && for i in $(seq 300); do mkdir -m 1777 d && cd d || exit; done && echo DEEP'
+victim "$CODER" sandbox --allow-tmp --cd "$ROOT/ws" -- true >/dev/null 2>&1
+echo "first=$?"
+victim "$CODER" sandbox --cd "$ROOT/ws" -- echo SECOND-RAN 2>&1
+echo "second=$?"
+"#,
+        );
+        for want in ["DEEP", "first=0", "SECOND-RAN", "second=0"] {
+            assert!(out.contains(want), "uid {victim}: no {want}: {out}");
+        }
+    }
 }
