@@ -379,3 +379,25 @@ echo "second=$?"
         }
     }
 }
+
+/// In the workspace: `sub/.git` a symlink to a file of `gitdir: ../.git` (the user's git
+/// dir) makes `sub` a new top of the user's config, where the agent wrote
+/// `sub/tools/fmt.sh`; the user's `git fmt` in `sub` runs it unless the end-of-run guard
+/// moves the link aside.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_dot_git_symlink_to_a_gitdir_file_in_the_workspace_is_moved_aside() {
+    sandbox_fixture::attack(
+        &REPO,
+        KNOWN_OPEN,
+        "workspace symlink to a gitdir file",
+        |fx| {
+            fx.git(&fx.ws(), &["config", "alias.fmt", "!sh tools/fmt.sh"]);
+        },
+        &format!(
+            "mkdir -p sub/tools && {SCRIPT_PAYLOAD} > sub/tools/fmt.sh && \
+             echo 'gitdir: ../.git' > sub/pointer && ln -s pointer sub/.git && echo PLANTED"
+        ),
+        ("sub", &["fmt"]),
+    );
+}
