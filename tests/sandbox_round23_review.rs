@@ -401,3 +401,100 @@ fn a_dot_git_symlink_to_a_gitdir_file_in_the_workspace_is_moved_aside() {
         ("sub", &["fmt"]),
     );
 }
+
+/// A bind mount of a directory of the home directory that holds what is never visible
+/// (`~/.config`, whose `gh/hosts.yml` holds the user's GitHub token; `~/.ssh`, whose
+/// `authorized_keys` lets in whoever is in it) below the workspace or a `--read` or
+/// `--write` grant (`project/h`): the masks of the home directory's secrets are by
+/// path, and round twenty-two refuses a mount of the home directory itself only.
+/// Control: the same with a bind mount of another directory is read and written. Root's
+/// arm and uid 65534's (the mount is root's either way).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_mount_of_a_home_subdirectory_holding_secrets_is_not_served() {
+    use common::Bounded;
+    let mut leaks = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        let (_keep, root) = sandbox_fixture::temp_root("coder-round23-mnt-");
+        let [home, other, project, state, ws] =
+            ["home", "other", "project", "state", "ws"].map(|d| root.join(d));
+        for dir in [&other, &state, &ws, &project.join("h")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        sandbox_fixture::write(&home.join(".config/gh/hosts.yml"), "GH-TOKEN\n");
+        sandbox_fixture::write(&home.join(".ssh/authorized_keys"), "HOME-KEYS\n");
+        sandbox_fixture::write(&other.join("gh/hosts.yml"), "OTHER\n");
+        sandbox_fixture::write(&other.join("authorized_keys"), "OTHER\n");
+        if nobody {
+            sandbox_fixture::give_to_nobody(&root);
+        }
+        let (p, h) = (project.to_str().unwrap(), project.join("h"));
+        let coder = |args: &[&str]| {
+            let mut cmd = sandbox_fixture::as_arm(nobody, 60, common::CODER);
+            cmd.args(args)
+                .env_clear()
+                .env("PATH", sandbox_fixture::PATH)
+                .env("HOME", &home)
+                .env("CODER_STATE_DIR", &state)
+                .current_dir("/");
+            sandbox_fixture::printed(&cmd.output_bounded())
+        };
+        let w = ws.to_str().unwrap();
+        let cases: [(&Path, &str, Vec<&str>, &str); 3] = [
+            (
+                &home.join(".config"),
+                "workspace",
+                vec!["sandbox", "--cd", p, "--", "cat", "h/gh/hosts.yml"],
+                "GH-TOKEN",
+            ),
+            (
+                &home.join(".config"),
+                "--read",
+                vec![
+                    "sandbox",
+                    "--cd",
+                    w,
+                    "--read",
+                    p,
+                    "--",
+                    "cat",
+                    "../project/h/gh/hosts.yml",
+                ],
+                "GH-TOKEN",
+            ),
+            (
+                &home.join(".ssh"),
+                "--write",
+                vec![
+                    "sandbox",
+                    "--cd",
+                    w,
+                    "--write",
+                    p,
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo AGENT-KEY >> ../project/h/authorized_keys; cat ../project/h/authorized_keys",
+                ],
+                "HOME-KEYS",
+            ),
+        ];
+        for (source, how, args, secret) in cases {
+            for (from, is_secret) in [(&other, false), (&source.to_path_buf(), true)] {
+                sandbox_fixture::must_run(Command::new("mount").arg("--bind").arg(from).arg(&h));
+                let _umount = sandbox_fixture::Umount(h.clone());
+                let out = coder(&args);
+                let case = format!("nobody={nobody} {how} secret={is_secret}");
+                if is_secret {
+                    let keys = std::fs::read_to_string(home.join(".ssh/authorized_keys")).unwrap();
+                    if out.contains(secret) || keys.contains("AGENT") {
+                        leaks.push(format!("{case}: reached the home directory's: {out}"));
+                    }
+                } else {
+                    assert!(out.contains("OTHER"), "{case}: control: {out}");
+                }
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "{leaks:#?}");
+}

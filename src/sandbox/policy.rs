@@ -1773,8 +1773,9 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
         && home_mounted_beneath(canonical, home)
     {
         return Some(
-            "holds a mount of the home directory (or of a directory holding it), which \
-             holds keys and dotfiles; use a project directory without it"
+            "holds a mount of the home directory (or of a directory holding it, or of its \
+             keys such as ~/.ssh), which holds keys and dotfiles; use a project directory \
+             without it"
                 .into(),
         );
     }
@@ -1785,14 +1786,25 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
 /// holding it: a bind mount of the home directory inside a project put every dotfile and
 /// key in the workspace, and in the file tools' base, by a path no comparison of paths or
 /// of the base's ancestors sees (round twenty-one's review).
+///
+/// A mount of one of the home directory's never-visible entries ([`home::NEVER_VISIBLE`]),
+/// or of a directory holding or inside one, is refused too: a bind mount of `~/.config`
+/// showed `gh/hosts.yml` (the GitHub token), and one of `~/.ssh` its `authorized_keys`
+/// to a `--write` grant (round twenty-three's review).
 fn home_mounted_beneath(canonical: &Path, home: &Path) -> bool {
     let mounts = MountTable::read();
-    let Some(home) = mounts.place(home) else {
+    let Some(home_place) = mounts.place(home) else {
         return false;
     };
-    mounts
-        .beneath(canonical)
-        .any(|m| m.device == home.device && home.path.starts_with(&m.path))
+    let secrets: Vec<FsPlace> = home::NEVER_VISIBLE
+        .iter()
+        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+        .filter_map(|secret| mounts.place(&secret))
+        .collect();
+    mounts.beneath(canonical).any(|m| {
+        m.device == home_place.device && home_place.path.starts_with(&m.path)
+            || secrets.iter().any(|secret| secret.overlaps(&m))
+    })
 }
 
 /// [`workspace_refusal`] with the home directory of this process (`$HOME`, canonical).
@@ -2187,7 +2199,8 @@ fn refuse_home_mount(
 
 /// Why a grant holding a mount of the home directory is refused.
 const HOME_MOUNT_REASON: &str = "holds a mount of the home directory (or of a directory \
-     holding it), which holds keys and dotfiles; grant a directory without it";
+     holding it, or of its keys such as ~/.ssh), which holds keys and dotfiles; grant a \
+     directory without it";
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {
