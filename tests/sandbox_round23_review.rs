@@ -498,3 +498,49 @@ fn a_mount_of_a_home_subdirectory_holding_secrets_is_not_served() {
     }
     assert!(leaks.is_empty(), "{leaks:#?}");
 }
+
+/// The home directory itself as a `--read` path, and a `--read` or `--write` path that
+/// is, holds or lies in one of its never-visible entries (`~/.config` with its
+/// `gh/hosts.yml`, `~/.ssh`, a symlink to `~/.config`): each showed the token, or took the
+/// agent's line in `authorized_keys` (round twenty-two refused a mount of the home
+/// directory below a grant, not the grant itself). Control: `--read ~/.config/nvim` is
+/// granted and read.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_of_the_home_directory_or_its_keys_is_refused() {
+    use sandbox_fixture::Fixture;
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fixture::new("coder-round23-grant-", nobody, &["ws", "home", "state"]);
+        let home = fx.root().join("home");
+        sandbox_fixture::write(&home.join(".config/gh/hosts.yml"), "GH-TOKEN\n");
+        sandbox_fixture::write(&home.join(".config/nvim/init.lua"), "NVIM\n");
+        sandbox_fixture::write(&home.join(".ssh/authorized_keys"), "HOME-KEYS\n");
+        std::os::unix::fs::symlink(home.join(".config"), fx.root().join("cfg")).unwrap();
+        fx.own(fx.root());
+        let h = home.to_str().unwrap().to_owned();
+        let cfg = fx.root().join("cfg").to_str().unwrap().to_owned();
+        let read_token = format!("cat {h}/.config/gh/hosts.yml");
+        let add_key = format!("echo AGENT >> {h}/.ssh/authorized_keys");
+        let cases = [
+            ("--read", h.clone(), read_token.clone()),
+            ("--read", format!("{h}/.config"), read_token.clone()),
+            ("--read", cfg, read_token.clone()),
+            ("--write", format!("{h}/.config/gh"), read_token),
+            ("--write", format!("{h}/.ssh"), add_key),
+        ];
+        for (flag, path, script) in cases {
+            let (rc, out) = fx.sandbox(&[flag, &path], &script);
+            let keys = std::fs::read_to_string(home.join(".ssh/authorized_keys")).unwrap();
+            assert!(
+                rc != 0 && !out.contains("GH-TOKEN") && !keys.contains("AGENT"),
+                "nobody={nobody} {flag} {path}: granted: {out}"
+            );
+        }
+        let nvim = format!("{h}/.config/nvim");
+        let (rc, out) = fx.sandbox(&["--read", &nvim], &format!("cat {nvim}/init.lua"));
+        assert!(
+            rc == 0 && out.contains("NVIM"),
+            "nobody={nobody}: control: {out}"
+        );
+    }
+}

@@ -657,6 +657,7 @@ impl Policy {
         for path in &opts.extra_write {
             let canonical = canonicalize(PathRole::WriteFlag, path)?;
             refuse_broad_write(&canonical, home.as_deref())?;
+            refuse_home_mount(PathRole::WriteFlag, &canonical, home.as_deref())?;
             if opts.mode == Mode::ReadOnly && workspace.starts_with(&canonical) {
                 return Err(SandboxError::Path {
                     what: PathRole::WriteFlag,
@@ -2182,19 +2183,40 @@ fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
 /// a workspace holding one is ([`home_mounted_beneath`]): every dotfile and key showed
 /// through it, past the masks of the home directory's secrets, which are by path (round
 /// twenty-two).
+///
+/// The home directory itself (or an ancestor) as a `--read` path, and a grant that is,
+/// holds or lies in one of its never-visible entries (`--read ~/.config` with its
+/// `gh/hosts.yml`, `--write ~/.ssh`), are refused the same way: each showed what the
+/// mount of it is refused for (round twenty-three's review), and the home allow-list
+/// drops such entries too ([`home::NEVER_VISIBLE`]).
 fn refuse_home_mount(
     what: PathRole,
     canonical: &Path,
     home: Option<&Path>,
 ) -> Result<(), SandboxError> {
-    match home {
-        Some(home) if home_mounted_beneath(canonical, home) => Err(SandboxError::Path {
-            what,
-            path: canonical.to_path_buf(),
-            reason: HOME_MOUNT_REASON.to_string(),
-        }),
-        _ => Ok(()),
-    }
+    let Some(home) = home else {
+        return Ok(());
+    };
+    let reason = if home.starts_with(canonical) {
+        "is the home directory or one of its ancestors, which hold keys and dotfiles; \
+         grant a directory inside it"
+    } else if home::NEVER_VISIBLE
+        .iter()
+        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
+    {
+        "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
+         ~/.config/gh, ~/.aws, …), which are never granted; grant a directory without them"
+    } else if home_mounted_beneath(canonical, home) {
+        HOME_MOUNT_REASON
+    } else {
+        return Ok(());
+    };
+    Err(SandboxError::Path {
+        what,
+        path: canonical.to_path_buf(),
+        reason: reason.to_string(),
+    })
 }
 
 /// Why a grant holding a mount of the home directory is refused.
