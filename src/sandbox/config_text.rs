@@ -567,7 +567,7 @@ fn entered_dirs_and_path(words: &[Vec<u8>]) -> (MovedWords, Vec<Vec<u8>>) {
             _ => dir.to_vec(),
         };
         if let Some(dirs) = word.strip_prefix(b"PATH=".as_slice()) {
-            let dirs = dirs.split(|b| *b == b':').filter(|d| may_name_a_file(d));
+            let dirs = dirs.split(|b| *b == b':').filter_map(path_entry);
             searched.extend(dirs.clone().map(in_here));
             path_dirs.extend(dirs.map(<[u8]>::to_vec));
             continue;
@@ -580,7 +580,7 @@ fn entered_dirs_and_path(words: &[Vec<u8>]) -> (MovedWords, Vec<Vec<u8>>) {
                 .peek()
                 .and_then(|w| w.strip_suffix(b"/activate".as_slice()));
             searched.extend(activated.filter(|d| may_name_a_file(d)).map(in_here));
-            path_dirs.extend(activated.map(<[u8]>::to_vec));
+            path_dirs.extend(activated.and_then(path_entry).map(<[u8]>::to_vec));
         }
         if let Some(dir) = entered_dir(word, program, &mut words) {
             here = Some(match here.take() {
@@ -604,7 +604,7 @@ fn entered_dirs_and_path(words: &[Vec<u8>]) -> (MovedWords, Vec<Vec<u8>>) {
         // A bare word run from a `PATH=DIR:$PATH` the line set (`PATH=tools/bin:$PATH
         // fmt` runs `tools/bin/fmt`; round twenty's review): read in each of its
         // directories that names a file, as the shell searches them.
-        for dir in path_dirs.iter().filter(|d| may_name_a_file(d)) {
+        for dir in &path_dirs {
             let dir = match &here {
                 Some(base) if relative(dir) => in_dir(base, dir),
                 _ => dir.clone(),
@@ -613,6 +613,20 @@ fn entered_dirs_and_path(words: &[Vec<u8>]) -> (MovedWords, Vec<Vec<u8>>) {
         }
     }
     (moved, searched)
+}
+
+/// One entry of a `PATH=` word that names a directory coder can read: an empty one is
+/// the working directory, as `.` is (`PATH=:$PATH`, `PATH=.:$PATH`: both were dropped,
+/// as nothing and as a word of dots, and the agent added `./python3` at the top for a
+/// held script's `#!/usr/bin/env python3`; round twenty-three's review). `None` for
+/// one the shell expands.
+fn path_entry(dir: &[u8]) -> Option<&[u8]> {
+    let is_dots = dir.iter().all(|b| *b == b'.' || *b == b'/');
+    match dir {
+        b"" => Some(b"."),
+        _ if is_dots || may_name_a_file(dir) => Some(dir),
+        _ => None,
+    }
 }
 
 /// The directories of the work tree that the commands of the config put on `PATH`
@@ -627,6 +641,20 @@ pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
         line_path_dirs(&top_read_as_dot(line), NESTED_LINES, &mut dirs);
+    }
+    dirs
+}
+
+/// The directories a shell script puts on `PATH` (`PATH="$PWD/tools/bin:$PATH"`), each
+/// line read as a config's command line is ([`path_dirs`]): a file a command line
+/// sources sets the line's `PATH` (round twenty-three's review: `. ./env.sh &&
+/// tools/fmt.py` ran the agent's `tools/bin/python3`).
+pub(super) fn script_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        if line.windows(5).any(|w| w == b"PATH=") {
+            line_path_dirs(&top_read_as_dot(line), NESTED_LINES, &mut dirs);
+        }
     }
     dirs
 }
@@ -1276,7 +1304,11 @@ mod tests {
         for want in [".venv/bin", "sub/tools/bin", "/opt/b", "my bin"] {
             assert!(dirs.contains(&want.to_owned()), "{want}: {dirs:?}");
         }
+        let dots = path_dirs(b"[alias]\n\ta = !PATH=:$PATH x\n\tb = !cd t && PATH=.:$PATH y\n");
         assert!(!dirs.iter().any(|d| d.contains('$')), "{dirs:?}");
+        for want in [b".".as_slice(), b"t/."] {
+            assert!(dots.iter().any(|d| d == want), "{dots:?}");
+        }
     }
 
     #[test]

@@ -1188,6 +1188,17 @@ fn not_agents(dir: BorrowedFd<'_>, name: &OsStr, e: Errno) -> bool {
             .is_ok_and(|st| st.st_uid != nix::unistd::geteuid().as_raw())
 }
 
+/// Whether coder's user may make entries in another user's directory `st` by its mode:
+/// world-writable, or group-writable by a group of coder's (its own or a supplementary
+/// one). ACLs are not read.
+fn agent_may_write(st: &FileStat) -> bool {
+    let in_group = || {
+        let gid = nix::unistd::Gid::from_raw(st.st_gid);
+        nix::unistd::getegid() == gid || nix::unistd::getgroups().is_ok_and(|g| g.contains(&gid))
+    };
+    st.st_mode & 0o002 != 0 || st.st_mode & 0o020 != 0 && in_group()
+}
+
 /// A race with another process of the shared tree: the entry went away or changed kind.
 fn raced(e: Errno) -> bool {
     matches!(
@@ -1249,6 +1260,15 @@ impl TopWalk<'_> {
                     continue;
                 }
                 if depth + 1 > self.limits.max_depth {
+                    // Another user's (entered when the agent may write in it) is passed
+                    // over there: a chain of that user's world-writable directories
+                    // would stop the walk, as a deep tree of theirs did until round
+                    // twenty-two.
+                    if fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| st.st_uid != nix::unistd::geteuid().as_raw())
+                    {
+                        continue;
+                    }
                     return Err(format!(
                         "{} is deeper than {} levels",
                         root.join(&rel).join(name).display(),
@@ -1293,12 +1313,19 @@ impl TopWalk<'_> {
     /// capability). Entering it let another local user stop the walk at its caps with a
     /// tree 300 levels deep, and so refuse every later confined run of the workspace
     /// (round twenty-one's second review).
+    ///
+    /// Another user's directory the agent may write in (world-writable, as the sticky
+    /// `/tmp/.X11-unix` and `/tmp/.ICE-unix` of root are on most desktops, or writable
+    /// by a group of coder's user) is entered, though: the agent's own directory there
+    /// (`/tmp/.X11-unix/x/.git` reading `gitdir: <workspace>/.git`) was never looked at,
+    /// and the user's `git fmt` in it ran the agent's script (round twenty-three's
+    /// review). What is in it that is not the agent's is passed over as before.
     fn passed_over(&self, dir: BorrowedFd<'_>) -> bool {
         fstat(dir).is_ok_and(|st| {
             let id = (st.st_dev, st.st_ino);
             self.guarded.contains(&id)
                 || self.known.contains(&id)
-                || st.st_uid != nix::unistd::geteuid().as_raw()
+                || st.st_uid != nix::unistd::geteuid().as_raw() && !agent_may_write(&st)
         })
     }
 
@@ -1314,12 +1341,19 @@ impl TopWalk<'_> {
         }
         // Where git goes from it: the directory itself, a symlink's target, a file's
         // `gitdir:` (relative to the directory holding it), each followed as git does.
-        let target = match read_small(dir, name) {
-            Ok(Some(text)) => match gitfile_target(&text) {
+        // A symlink to a file is read through (git's `stat` follows it): read without
+        // following, `.git -> pointer` holding `gitdir: <workspace>/.git` was taken for
+        // no pointer (round twenty-three's review).
+        let text = match read_small(dir, name) {
+            Ok(Some(text)) => Some(text),
+            _ => read_linked_file(dir, name),
+        };
+        let target = match text {
+            Some(text) => match gitfile_target(&text) {
                 Some(target) => target,
                 None => return Ok(false),
             },
-            _ => PathBuf::from(name),
+            None => PathBuf::from(name),
         };
         let users = open_followed(dir, &target).is_some_and(|fd| self.leads_to_users(fd.as_fd()));
         if !users {
@@ -1377,6 +1411,29 @@ impl TopWalk<'_> {
             _ => false,
         }
     }
+}
+
+/// The text of the plain file `name` in `dir` leads to through symlinks, as git reads a
+/// `.git` link to a file; `None` when it leads to anything else (looked at through an
+/// `O_PATH` open first: a link to a device or a FIFO is never opened for reading) or
+/// to a file larger than [`MAX_FILE`] (git refuses those too).
+fn read_linked_file(dir: BorrowedFd<'_>, name: &OsStr) -> Option<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let fd = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_PATH | OFlag::O_CLOEXEC,
+        FileMode::empty(),
+    )
+    .ok()?;
+    let st = fstat(fd.as_fd()).ok()?;
+    if kind_of(&st) != Kind::File || st.st_size as u64 > MAX_FILE {
+        return None;
+    }
+    let file = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    let mut text = Vec::new();
+    file.take(MAX_FILE).read_to_end(&mut text).ok()?;
+    Some(text)
 }
 
 /// The directory `target` names from `dir`, symlinks followed as git follows them (an

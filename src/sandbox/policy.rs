@@ -657,6 +657,7 @@ impl Policy {
         for path in &opts.extra_write {
             let canonical = canonicalize(PathRole::WriteFlag, path)?;
             refuse_broad_write(&canonical, home.as_deref())?;
+            refuse_home_mount(PathRole::WriteFlag, &canonical, home.as_deref())?;
             if opts.mode == Mode::ReadOnly && workspace.starts_with(&canonical) {
                 return Err(SandboxError::Path {
                     what: PathRole::WriteFlag,
@@ -1773,8 +1774,9 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
         && home_mounted_beneath(canonical, home)
     {
         return Some(
-            "holds a mount of the home directory (or of a directory holding it), which \
-             holds keys and dotfiles; use a project directory without it"
+            "holds a mount of the home directory (or of a directory holding it, or of its \
+             keys such as ~/.ssh), which holds keys and dotfiles; use a project directory \
+             without it"
                 .into(),
         );
     }
@@ -1785,14 +1787,25 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
 /// holding it: a bind mount of the home directory inside a project put every dotfile and
 /// key in the workspace, and in the file tools' base, by a path no comparison of paths or
 /// of the base's ancestors sees (round twenty-one's review).
+///
+/// A mount of one of the home directory's never-visible entries ([`home::NEVER_VISIBLE`]),
+/// or of a directory holding or inside one, is refused too: a bind mount of `~/.config`
+/// showed `gh/hosts.yml` (the GitHub token), and one of `~/.ssh` its `authorized_keys`
+/// to a `--write` grant (round twenty-three's review).
 fn home_mounted_beneath(canonical: &Path, home: &Path) -> bool {
     let mounts = MountTable::read();
-    let Some(home) = mounts.place(home) else {
+    let Some(home_place) = mounts.place(home) else {
         return false;
     };
-    mounts
-        .beneath(canonical)
-        .any(|m| m.device == home.device && home.path.starts_with(&m.path))
+    let secrets: Vec<FsPlace> = home::NEVER_VISIBLE
+        .iter()
+        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+        .filter_map(|secret| mounts.place(&secret))
+        .collect();
+    mounts.beneath(canonical).any(|m| {
+        m.device == home_place.device && home_place.path.starts_with(&m.path)
+            || secrets.iter().any(|secret| secret.overlaps(&m))
+    })
 }
 
 /// [`workspace_refusal`] with the home directory of this process (`$HOME`, canonical).
@@ -2170,24 +2183,46 @@ fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
 /// a workspace holding one is ([`home_mounted_beneath`]): every dotfile and key showed
 /// through it, past the masks of the home directory's secrets, which are by path (round
 /// twenty-two).
+///
+/// The home directory itself (or an ancestor) as a `--read` path, and a grant that is,
+/// holds or lies in one of its never-visible entries (`--read ~/.config` with its
+/// `gh/hosts.yml`, `--write ~/.ssh`), are refused the same way: each showed what the
+/// mount of it is refused for (round twenty-three's review), and the home allow-list
+/// drops such entries too ([`home::NEVER_VISIBLE`]).
 fn refuse_home_mount(
     what: PathRole,
     canonical: &Path,
     home: Option<&Path>,
 ) -> Result<(), SandboxError> {
-    match home {
-        Some(home) if home_mounted_beneath(canonical, home) => Err(SandboxError::Path {
-            what,
-            path: canonical.to_path_buf(),
-            reason: HOME_MOUNT_REASON.to_string(),
-        }),
-        _ => Ok(()),
-    }
+    let Some(home) = home else {
+        return Ok(());
+    };
+    let reason = if home.starts_with(canonical) {
+        "is the home directory or one of its ancestors, which hold keys and dotfiles; \
+         grant a directory inside it"
+    } else if home::NEVER_VISIBLE
+        .iter()
+        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
+    {
+        "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
+         ~/.config/gh, ~/.aws, …), which are never granted; grant a directory without them"
+    } else if home_mounted_beneath(canonical, home) {
+        HOME_MOUNT_REASON
+    } else {
+        return Ok(());
+    };
+    Err(SandboxError::Path {
+        what,
+        path: canonical.to_path_buf(),
+        reason: reason.to_string(),
+    })
 }
 
 /// Why a grant holding a mount of the home directory is refused.
 const HOME_MOUNT_REASON: &str = "holds a mount of the home directory (or of a directory \
-     holding it), which holds keys and dotfiles; grant a directory without it";
+     holding it, or of its keys such as ~/.ssh), which holds keys and dotfiles; grant a \
+     directory without it";
 
 fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
     match write_root_refusal(path, home) {

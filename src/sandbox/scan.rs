@@ -1474,28 +1474,67 @@ impl<'a> Walker<'a, '_> {
         depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
-        const MAX_DEPTH: usize = 10;
         let Some(line) = read_shebang(script) else {
             return Ok(());
         };
         let mut named: Vec<Vec<u8>> = line.first().cloned().into_iter().collect();
         match env_program(&line) {
-            Some(name) if !name.contains(&b'/') => named.extend(
-                walk.path_dirs
-                    .iter()
-                    .map(|dir| [dir.as_slice(), b"/", &name].concat()),
-            ),
+            Some(name) if !name.contains(&b'/') => {
+                named.extend(
+                    walk.path_dirs
+                        .iter()
+                        .map(|dir| [dir.as_slice(), b"/", &name].concat()),
+                );
+                if !walk.env_programs.iter().any(|(known, _)| *known == name) {
+                    walk.env_programs.push((name, depth));
+                }
+            }
             Some(path) => named.push(path),
             None => {}
         }
         for interpreter in named {
-            let Some(target) = config_path(&interpreter, walk.work_tree.as_deref()) else {
-                continue;
-            };
-            if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
+            self.guard_one_interpreter(&interpreter, depth, walk)?;
+        }
+        Ok(())
+    }
+
+    /// One interpreter of [`Walker::guard_interpreter`], read from the top of the work
+    /// tree; chains followed as far as the include depth.
+    fn guard_one_interpreter(
+        &mut self,
+        interpreter: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const MAX_DEPTH: usize = 10;
+        let Some(target) = config_path(interpreter, walk.work_tree.as_deref()) else {
+            return Ok(());
+        };
+        if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
+            return Ok(());
+        }
+        self.guard_include(&target, depth + 1, walk, NamedBy::Command)
+    }
+
+    /// Directories put on `PATH` ([`config_text::path_dirs`], or a held script's
+    /// [`config_text::script_path_dirs`]) added to the walk's, each with the programs of
+    /// the `#!/usr/bin/env` lines met so far held in it: a `PATH` read after the script
+    /// (one a file the line sources sets, `. ./env.sh && tools/fmt.py`; another config's
+    /// line) was never searched for them (round twenty-three's review).
+    fn add_path_dirs(
+        &mut self,
+        dirs: Vec<Vec<u8>>,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for dir in dirs {
+            if walk.path_dirs.contains(&dir) {
                 continue;
             }
-            self.guard_include(&target, depth + 1, walk, NamedBy::Command)?;
+            walk.path_dirs.push(dir.clone());
+            for (name, depth) in walk.env_programs.clone() {
+                let interpreter = [dir.as_slice(), b"/", &name].concat();
+                self.guard_one_interpreter(&interpreter, depth, walk)?;
+            }
         }
         Ok(())
     }
@@ -1534,11 +1573,7 @@ impl<'a> Walker<'a, '_> {
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
-        for dir in config_text::path_dirs(text) {
-            if !walk.path_dirs.contains(&dir) {
-                walk.path_dirs.push(dir);
-            }
-        }
+        self.add_path_dirs(config_text::path_dirs(text), walk)?;
         for CommandWord {
             word,
             is_path,
@@ -1619,6 +1654,9 @@ impl<'a> Walker<'a, '_> {
                 (dir.join(&main).join("index.js"), false),
             ]
         } else {
+            // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
+            // tools/fmt.py`), read from the top as the line's is.
+            self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             config_text::sourced_words(&text)
@@ -1859,6 +1897,16 @@ impl<'a> Walker<'a, '_> {
             let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
             self.guard_include(&config, 0, &mut walk, NamedBy::Config)?;
             self.guard_includes(&config, &base, 0, &mut walk)?;
+        }
+        // The tree's own git dir's configs (the walk's too) read again with the user's,
+        // as git reads them together: the `PATH` one's line sets is the other's
+        // interpreters' (`alias.fmt = !PATH=tools/bin:$PATH git lint` in `~/.gitconfig`,
+        // the repository's `alias.lint = !tools/fmt.py`, `#!/usr/bin/env python3`: round
+        // twenty-three's review).
+        if fs::symlink_metadata(&own).is_ok_and(|m| m.is_dir()) {
+            for name in ["config", "config.worktree"] {
+                self.guard_includes(&own.join(name), &own, 0, &mut walk)?;
+            }
         }
         let Some(dot_git) = dot_git else {
             return Ok(());
@@ -2331,6 +2379,9 @@ struct ConfigWalk {
     work_tree: Option<PathBuf>,
     /// The directories the configs' commands put on `PATH` ([`config_text::path_dirs`]).
     path_dirs: Vec<Vec<u8>>,
+    /// The programs held scripts' `#!/usr/bin/env` lines run, each with its depth: held
+    /// in every directory of `path_dirs`, those added later too.
+    env_programs: Vec<(Vec<u8>, usize)>,
 }
 
 impl ConfigWalk {
@@ -2340,6 +2391,7 @@ impl ConfigWalk {
             commands: HashSet::new(),
             work_tree,
             path_dirs: Vec::new(),
+            env_programs: Vec::new(),
         }
     }
 }
@@ -2654,22 +2706,56 @@ fn read_shebang(path: &Path) -> Option<Vec<Vec<u8>>> {
 
 /// The program a `#!` line runs through `env` (`python3` of `#!/usr/bin/env python3`,
 /// of `#!/usr/bin/env -S python3 -u`, of `#!/usr/bin/env -u X A=1 python3`); `None`
-/// when the interpreter is not `env`, or names no program.
+/// when the interpreter is not `env`, or names no program. A split string attached to
+/// its option (`-Spython3`, `-vS python3`, `--split-string=python3 -u`: the kernel
+/// passes the rest of the line as one argument, and `env` splits it) is read as the
+/// words it holds: the program was taken for an option and passed over (round
+/// twenty-three's review).
 fn env_program(line: &[Vec<u8>]) -> Option<Vec<u8>> {
-    const VALUE_OPTIONS: &[&[u8]] = &[b"-u", b"--unset", b"-C", b"--chdir", b"-P", b"-a"];
     let (interpreter, args) = line.split_first()?;
     if interpreter.rsplit(|b| *b == b'/').next() != Some(b"env".as_slice()) {
         return None;
     }
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        if VALUE_OPTIONS.contains(&arg.as_slice()) {
-            args.next();
-        } else if !arg.starts_with(b"-") && !arg.contains(&b'=') {
-            return Some(arg.clone());
+    let mut args: std::collections::VecDeque<Vec<u8>> = args.iter().cloned().collect();
+    while let Some(arg) = args.pop_front() {
+        if let Some(option) = arg.strip_prefix(b"--") {
+            if let Some(split) = option.strip_prefix(b"split-string=") {
+                args.push_front(split.to_vec());
+            } else if [b"unset".as_slice(), b"chdir", b"argv0"].contains(&option) {
+                args.pop_front();
+            }
+        } else if let Some(cluster) = arg.strip_prefix(b"-") {
+            env_short_options(cluster, &mut args);
+        } else if !arg.contains(&b'=') {
+            return Some(arg);
         }
     }
     None
+}
+
+/// One `-xyz` cluster of `env`'s short options ([`env_program`]): an option with a value
+/// takes the rest of the cluster, or the next argument; `-S`'s value goes back on `args`
+/// as words of their own.
+fn env_short_options(cluster: &[u8], args: &mut std::collections::VecDeque<Vec<u8>>) {
+    const VALUE_OPTIONS: &[u8] = b"uCPaS";
+    let Some(at) = cluster.iter().position(|b| VALUE_OPTIONS.contains(b)) else {
+        return;
+    };
+    let rest = &cluster[at + 1..];
+    let value = if rest.is_empty() {
+        args.pop_front().unwrap_or_default()
+    } else {
+        rest.to_vec()
+    };
+    if cluster[at] == b'S' {
+        for word in value
+            .split(|b| *b == b' ' || *b == b'\t')
+            .filter(|w| !w.is_empty())
+            .rev()
+        {
+            args.push_front(word.to_vec());
+        }
+    }
 }
 
 /// The target of a `.git` file (`gitdir: PATH`, relative to the file's directory),
@@ -3329,6 +3415,22 @@ mod tests {
         );
         assert_eq!(
             program("/usr/bin/env -u X A=1 node").as_deref(),
+            Some("node")
+        );
+        assert_eq!(
+            program("/usr/bin/env -Spython3").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env -vS python3").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env --split-string=python3 -u").as_deref(),
+            Some("python3")
+        );
+        assert_eq!(
+            program("/usr/bin/env -uX -CX node").as_deref(),
             Some("node")
         );
         assert_eq!(program("/usr/bin/python3 -u"), None);
