@@ -6,8 +6,8 @@
 //!    this is root with `CAP_SYS_ADMIN`), so nothing done here is seen outside; without
 //!    them the sandbox refuses to run (fail closed);
 //! 3. fork the namespace's init ([`super::pidns`]): the caller stays outside and waits,
-//!    the rest runs as PID 1 of the new namespace; bring up the private loopback and hand
-//!    the egress proxy's listener to coder (`netns`);
+//!    the rest runs as PID 1 of the new namespace; check the network namespace is new and
+//!    bring up its loopback, later hand the egress proxy's listener to coder (`netns`);
 //! 4. mask: re-open the workspace and check it is the directory the policy was resolved
 //!    from (device, inode), then, beneath that descriptor, bind empty read-only files over
 //!    secrets, read-only self-binds over secret directories, git dirs' guarded files and
@@ -28,7 +28,7 @@
 //! starts any thread): namespaces and Landlock apply to the calling thread only, and the
 //! forks copy only the calling thread. [`confine`] returns only in the agent's process;
 //! the caller's own process becomes the outer waiter of [`super::pidns`] and exits with
-//! the agent's status. Steps 1 to 3 but the network need nothing of the policy:
+//! the agent's status. Steps 1 to 3 but the proxy's listener need nothing of the policy:
 //! [`prepare`] does them alone (the helper started before its spec is known does them
 //! while coder still resolves the policy), [`confine_prepared`] the rest.
 
@@ -123,14 +123,14 @@ pub fn confine(policy: &Policy, net: Option<BorrowedFd<'_>>) -> Result<Confineme
 /// What [`prepare`] did: the steps of confinement that need nothing of the policy.
 pub struct Prepared {
     abi: i32,
-    host_net: u64,
     user_namespace: bool,
     init: pidns::InitLink,
 }
 
 /// Steps 1 to 3 of the module's list, which need nothing of the policy: Landlock is
 /// there, the namespaces are entered, the namespace's init is forked (this returns in
-/// init; the calling process becomes the outer waiter) and its mounts are made private.
+/// init; the calling process becomes the outer waiter), its mounts are made private and
+/// the new network namespace's loopback is up.
 ///
 /// The helper started before its spec is known does them while coder is still resolving
 /// the policy (see `sandbox::helper`); nothing runs of the agent before
@@ -183,9 +183,9 @@ pub fn prepare() -> Result<Prepared, SandboxError> {
         None::<&str>,
     )
     .map_err(|e| SandboxError::sys("make private", "/", e))?;
+    super::netns::enter_checked(host_net)?;
     Ok(Prepared {
         abi,
-        host_net,
         user_namespace,
         init,
     })
@@ -201,7 +201,6 @@ pub fn confine_prepared(
 ) -> Result<Confinement, SandboxError> {
     let Prepared {
         abi,
-        host_net,
         user_namespace,
         init,
     } = prepared;
@@ -213,10 +212,10 @@ pub fn confine_prepared(
     done.user_namespace = user_namespace;
     done.pid_namespace = true;
     let cwd = std::env::current_dir().ok();
-    // The network namespace was entered by `prepare` (init is in it, as its children
-    // will be): the loopback and the proxy's listener are set up here, with the
-    // capabilities the new namespaces give.
-    done.proxy_port = Some(super::netns::setup(&policy.network, host_net, net)?.proxy_port);
+    // The network namespace was entered, checked and its loopback brought up by
+    // `prepare` (init is in it, as its children will be): the proxy's listener is set up
+    // here, with the capabilities the new namespaces give.
+    done.proxy_port = Some(super::netns::setup(&policy.network, net)?.proxy_port);
     let workspace = WorkspaceDir::reopen(&policy.workspace, policy.workspace_id)?;
     (done.masks, done.host_masks) = build_private_root(policy, &workspace)?;
     done.private_root = true;

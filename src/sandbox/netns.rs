@@ -87,20 +87,29 @@ pub(crate) fn current_namespace() -> Result<u64, SandboxError> {
         .map_err(|e| SandboxError::io("stat /proc/self/ns/net", e))
 }
 
-/// Steps 1–4 of the module docs. `host` is [`current_namespace`] before `unshare`;
-/// `channel` is the UNIX socket coder inherited to the helper: without it there would be
-/// nobody to serve the proxy, so that is an error too.
-pub(crate) fn setup(
-    policy: &NetworkPolicy,
-    host: u64,
-    channel: Option<BorrowedFd<'_>>,
-) -> Result<NetworkSetup, SandboxError> {
+/// Steps 1 and 2 of the module docs, which need nothing of the policy: `host` is
+/// [`current_namespace`] before `unshare`. Done in [`super::confine::prepare`], so the
+/// helper started before its spec does them while coder still resolves the policy:
+/// `SIOCSIFFLAGS` takes the kernel's `rtnl_lock`, which a namespace of an earlier run
+/// being torn down holds for milliseconds (BENCHMARKS.md, issue 21, round twenty-three).
+/// A loopback that is up grants nothing: nothing of the agent runs before the whole
+/// policy is applied, and the namespace has no other interface.
+pub(crate) fn enter_checked(host: u64) -> Result<(), SandboxError> {
     if current_namespace()? == host {
         return Err(SandboxError::NetworkUnavailable {
             reason: "the process is still in the host's network namespace".to_string(),
         });
     }
-    bring_up_loopback()?;
+    bring_up_loopback()
+}
+
+/// Steps 3 and 4 of the module docs, after [`enter_checked`]. `channel` is the UNIX
+/// socket coder inherited to the helper: without it there would be nobody to serve the
+/// proxy, so that is an error too.
+pub(crate) fn setup(
+    policy: &NetworkPolicy,
+    channel: Option<BorrowedFd<'_>>,
+) -> Result<NetworkSetup, SandboxError> {
     let channel = channel.ok_or_else(|| {
         SandboxError::Network("no channel to coder's egress proxy was inherited".to_string())
     })?;
@@ -177,7 +186,7 @@ mod tests {
     #[test]
     fn staying_in_the_hosts_namespace_fails_closed() {
         let host = current_namespace().unwrap();
-        let err = setup(&NetworkPolicy::default(), host, None).unwrap_err();
+        let err = enter_checked(host).unwrap_err();
         assert!(
             matches!(err, SandboxError::NetworkUnavailable { .. }),
             "{err}"
