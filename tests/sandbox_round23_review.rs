@@ -544,3 +544,30 @@ fn a_grant_of_the_home_directory_or_its_keys_is_refused() {
         );
     }
 }
+
+/// `find tools/checks -type f | while read f; do sh "$f"; done`: a loop over what `find`
+/// lists, fed by a pipe (round twenty-two held the `for f in $(find …)` form only); the
+/// agent appends to the user's `a.sh` and adds a `b.sh` of its own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "while read over find",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!find tools/checks -type f | while read f; do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
