@@ -28,7 +28,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open.
-const KNOWN_OPEN: &[&str] = &[];
+const KNOWN_OPEN: &[&str] = &["xargs -a"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -568,6 +568,84 @@ fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
             "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
              echo PLANTED"
         ),
+        &["fmt"],
+    );
+}
+
+/// A commit in `dir` as the fixture's user, with a fixed identity.
+fn commit_in(fx: &Fx, dir: &Path) {
+    fx.git(dir, &["add", "."]);
+    fx.git(
+        dir,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+    );
+}
+
+/// `git submodule foreach --recursive 'sh tools/x.sh'` runs `tools/x.sh` in a nested
+/// submodule too (`sub/inner`); round twenty-two reads the words in each directory the
+/// top's `.gitmodules` names, not in those of a submodule's own `.gitmodules`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_script_a_recursive_submodule_foreach_runs_is_not_the_agents_to_write() {
+    held_file_attack(
+        "submodule foreach --recursive",
+        |fx, ws| {
+            let sub = ws.join("sub");
+            fx.git(ws, &["init", "-q", "sub"]);
+            fx.git(&sub, &["init", "-q", "inner"]);
+            own_script(fx, ws, "sub/inner/tools/x.sh");
+            commit_in(fx, &sub.join("inner"));
+            fx.own_file(
+                ws,
+                "sub/.gitmodules",
+                "[submodule \"inner\"]\n\tpath = inner\n\turl = ./inner\n",
+            );
+            commit_in(fx, &sub);
+            fx.own_file(
+                ws,
+                ".gitmodules",
+                "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n",
+            );
+            fx.git(ws, &["add", ".gitmodules", "sub"]);
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!git submodule foreach -q --recursive 'sh tools/x.sh 2>/dev/null || :'",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/inner/tools/x.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// `xargs -a tools/checks.list sh`: the list is the user's file, held as a word of the
+/// line; the scripts it names are read by `xargs`, not by the shell, and are the
+/// agent's to write.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_list_names_are_not_the_agents_to_write() {
+    held_file_attack(
+        "xargs -a",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.git(
+                ws,
+                &["config", "alias.fmt", "!xargs -n1 -a tools/checks.list sh"],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/checks/a.sh; echo PLANTED"),
         &["fmt"],
     );
 }
