@@ -7,6 +7,22 @@
 //! binary (`coder sandbox`) as root and as uid 65534, each with its control: the same
 //! under `--mode danger-full-access`, where the user's git does run the payload.
 //!
+//! Found open and closed here (each test failed on the branch's start, `e81120f`):
+//! * **The `env` program's `PATH`.** `#!/usr/bin/env -Spython3` and `--split-string=`
+//!   (the program taken for an option); `PATH=:$PATH` and `PATH=.:$PATH` (dropped); a
+//!   `PATH` a sourced file sets (`. ./env.sh && tools/fmt.py`); a `PATH` another config's
+//!   line sets (read after the script's interpreter was looked for).
+//! * **The end-of-run walk of `/tmp`.** A pointer in another user's world-writable
+//!   directory (`/tmp/.X11-unix/x/.git`: passed over since round twenty-two); a `.git`
+//!   symlink to a `gitdir:` file (read without following).
+//! * **Grants and the home directory.** A mount of `~/.config` or `~/.ssh` below the
+//!   workspace or a grant; `--read ~`, `--read ~/.config`, `--write ~/.ssh` themselves.
+//! * **Loops over `find`.** `find d | while read f; do sh "$f"; done`; `git submodule
+//!   foreach --recursive` (nested submodules).
+//!
+//! Looked at and held: `export PATH=…`, `env PATH=…` after `cd`, a relative `gitdir:` in
+//! `/tmp`, a workspace `.git` symlink to a `gitdir:` file (the workspace's own guard).
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
@@ -27,7 +43,7 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open.
+/// Attacks still open: the scripts an `xargs -a LIST` list names.
 const KNOWN_OPEN: &[&str] = &["xargs -a"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
