@@ -7,6 +7,22 @@
 //! binary (`coder sandbox`) as root and as uid 65534, each with its control: the same
 //! under `--mode danger-full-access`, where the user's git does run the payload.
 //!
+//! Found open and closed here (each test failed on the branch's start, `e81120f`):
+//! * **The `env` program's `PATH`.** `#!/usr/bin/env -Spython3` and `--split-string=`
+//!   (the program taken for an option); `PATH=:$PATH` and `PATH=.:$PATH` (dropped); a
+//!   `PATH` a sourced file sets (`. ./env.sh && tools/fmt.py`); a `PATH` another config's
+//!   line sets (read after the script's interpreter was looked for).
+//! * **The end-of-run walk of `/tmp`.** A pointer in another user's world-writable
+//!   directory (`/tmp/.X11-unix/x/.git`: passed over since round twenty-two); a `.git`
+//!   symlink to a `gitdir:` file (read without following).
+//! * **Grants and the home directory.** A mount of `~/.config` or `~/.ssh` below the
+//!   workspace or a grant; `--read ~`, `--read ~/.config`, `--write ~/.ssh` themselves.
+//! * **Loops over `find`.** `find d | while read f; do sh "$f"; done`; `git submodule
+//!   foreach --recursive` (nested submodules).
+//!
+//! Looked at and held: `export PATH=…`, `env PATH=…` after `cd`, a relative `gitdir:` in
+//! `/tmp`, a workspace `.git` symlink to a `gitdir:` file (the workspace's own guard).
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
@@ -27,8 +43,8 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open.
-const KNOWN_OPEN: &[&str] = &[];
+/// Attacks still open: the scripts an `xargs -a LIST` list names.
+const KNOWN_OPEN: &[&str] = &["xargs -a"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -543,4 +559,109 @@ fn a_grant_of_the_home_directory_or_its_keys_is_refused() {
             "nobody={nobody}: control: {out}"
         );
     }
+}
+
+/// `find tools/checks -type f | while read f; do sh "$f"; done`: a loop over what `find`
+/// lists, fed by a pipe (round twenty-two held the `for f in $(find …)` form only); the
+/// agent appends to the user's `a.sh` and adds a `b.sh` of its own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "while read over find",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!find tools/checks -type f | while read f; do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!(
+            "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
+             echo PLANTED"
+        ),
+        &["fmt"],
+    );
+}
+
+/// A commit in `dir` as the fixture's user, with a fixed identity.
+fn commit_in(fx: &Fx, dir: &Path) {
+    fx.git(dir, &["add", "."]);
+    fx.git(
+        dir,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+    );
+}
+
+/// `git submodule foreach --recursive 'sh tools/x.sh'` runs `tools/x.sh` in a nested
+/// submodule too (`sub/inner`); round twenty-two reads the words in each directory the
+/// top's `.gitmodules` names, not in those of a submodule's own `.gitmodules`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_script_a_recursive_submodule_foreach_runs_is_not_the_agents_to_write() {
+    held_file_attack(
+        "submodule foreach --recursive",
+        |fx, ws| {
+            let sub = ws.join("sub");
+            fx.git(ws, &["init", "-q", "sub"]);
+            fx.git(&sub, &["init", "-q", "inner"]);
+            own_script(fx, ws, "sub/inner/tools/x.sh");
+            commit_in(fx, &sub.join("inner"));
+            fx.own_file(
+                ws,
+                "sub/.gitmodules",
+                "[submodule \"inner\"]\n\tpath = inner\n\turl = ./inner\n",
+            );
+            commit_in(fx, &sub);
+            fx.own_file(
+                ws,
+                ".gitmodules",
+                "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n",
+            );
+            fx.git(ws, &["add", ".gitmodules", "sub"]);
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!git submodule foreach -q --recursive 'sh tools/x.sh 2>/dev/null || :'",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> sub/inner/tools/x.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// `xargs -a tools/checks.list sh`: the list is the user's file, held as a word of the
+/// line; the scripts it names are read by `xargs`, not by the shell, and are the
+/// agent's to write.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_list_names_are_not_the_agents_to_write() {
+    held_file_attack(
+        "xargs -a",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.git(
+                ws,
+                &["config", "alias.fmt", "!xargs -n1 -a tools/checks.list sh"],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/checks/a.sh; echo PLANTED"),
+        &["fmt"],
+    );
 }

@@ -400,8 +400,11 @@ fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
             {}
             // A shell keyword ends the command (`` for f in `find d`; do ``: the
             // backquote's end is not a word).
+            // So does the program the list is piped to (`find d | while read f`, `find d |
+            // xargs sh`: the words keep no `|`).
             let ends = |w: &[u8]| {
-                w.starts_with(b"-") || [&b"!"[..], b"do", b"done", b"then", b"fi"].contains(&w)
+                const ENDS: &[&[u8]] = &[b"!", b"do", b"done", b"then", b"fi", b"while", b"xargs"];
+                w.starts_with(b"-") || ENDS.contains(&w)
             };
             while let Some(start) = words.next_if(|w| !ends(w)) {
                 dirs.push(start.clone());
@@ -421,11 +424,19 @@ fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
         b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
         b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
     ];
-    let vars = words
+    let for_vars = words
         .windows(3)
         .filter(|w| w[0] == b"for" && w[2] == b"in")
         .map(|w| w[1].clone());
-    for var in vars {
+    // `find d | while read f; do sh "$f"; done` (`read -r f`, `IFS= read -r f`): the
+    // variable `read` sets is run as a `for`'s is (round twenty-three's review).
+    let read_vars = words
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.as_slice() == b"read")
+        .filter_map(|(at, _)| words[at + 1..].iter().find(|w| !w.starts_with(b"-")))
+        .map(|w| w.strip_suffix(b";").unwrap_or(w).to_vec());
+    for var in for_vars.chain(read_vars) {
         let spellings = [
             [b"$", var.as_slice()].concat(),
             [b"${", var.as_slice(), b"}"].concat(),
@@ -1268,6 +1279,8 @@ mod tests {
             "for f in `find tools/c`; do \"${f}\"; done",
             "for s in $(find tools/c); do echo x && $s; done",
             "for f in $(find tools/c); do python3 $f; done",
+            "find tools/c -type f | while read f; do sh \"$f\"; done",
+            "find tools/c | while IFS= read -r f; do \"$f\"; done",
         ] {
             assert_eq!(dirs(runs), ["tools/c"], "{runs}");
         }
@@ -1275,6 +1288,7 @@ mod tests {
             "for f in $(find src -name x); do rustfmt \"$f\"; done",
             "for f in $(find src); do echo $foo; done",
             "find src -name x",
+            "find src | while read f; do rustfmt \"$f\"; done",
         ] {
             assert!(dirs(lists).is_empty(), "{lists}");
         }

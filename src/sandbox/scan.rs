@@ -2668,16 +2668,14 @@ fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
 }
 
 /// The words of what `git submodule foreach` runs ([`config_text::foreach_words`]), each
-/// read in every submodule's directory the work tree's `.gitmodules` names.
+/// read in every submodule's directory the work tree's `.gitmodules` names, and those
+/// their own `.gitmodules` name in turn ([`submodule_dirs`]).
 fn submodule_words(text: &[u8], top: &Path) -> Vec<CommandWord> {
     let words = config_text::foreach_words(text);
     if words.is_empty() {
         return Vec::new();
     }
-    let Some(gitmodules) = read_plain_file(&top.join(".gitmodules"), MAX_SCRIPT_BYTES) else {
-        return Vec::new();
-    };
-    let paths = config_text::submodule_paths(&gitmodules);
+    let paths = submodule_dirs(top);
     paths
         .iter()
         .flat_map(|path| {
@@ -2688,6 +2686,40 @@ fn submodule_words(text: &[u8], top: &Path) -> Vec<CommandWord> {
             })
         })
         .collect()
+}
+
+/// The submodule directories of the work tree at `top`, from its top: those its
+/// `.gitmodules` names, and those theirs name, four levels deep and 256 in all. `git
+/// submodule foreach --recursive` runs its command in a nested submodule too, and round
+/// twenty-two read the top's `.gitmodules` alone: the agent wrote `sub/inner/tools/x.sh`
+/// (round twenty-three's review). Without `--recursive` the nested ones are held for
+/// nothing, which costs little.
+fn submodule_dirs(top: &Path) -> Vec<Vec<u8>> {
+    const MAX_LEVELS: usize = 4;
+    const MAX_DIRS: usize = 256;
+    let mut dirs: Vec<Vec<u8>> = Vec::new();
+    let mut level: Vec<Vec<u8>> = vec![Vec::new()];
+    for _ in 0..MAX_LEVELS {
+        let mut next = Vec::new();
+        for base in &level {
+            let gitmodules = top.join(OsStr::from_bytes(base)).join(".gitmodules");
+            let Some(text) = read_plain_file(&gitmodules, MAX_SCRIPT_BYTES) else {
+                continue;
+            };
+            for path in config_text::submodule_paths(&text) {
+                let path = match base.is_empty() {
+                    true => path,
+                    false => [base.as_slice(), b"/", &path].concat(),
+                };
+                if dirs.len() < MAX_DIRS && !dirs.contains(&path) {
+                    dirs.push(path.clone());
+                    next.push(path);
+                }
+            }
+        }
+        level = next;
+    }
+    dirs
 }
 
 /// The words of `path`'s `#!` line (the interpreter path first), as the kernel reads it
