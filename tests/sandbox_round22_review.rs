@@ -119,69 +119,91 @@ fn the_metrics_line_prints_no_c1_control_of_the_agents() {
 /// as root and as uid 65534: the filter never runs, nothing forged reaches the envelope,
 /// and the Bash tool still works (the third call answers). Control: unconfined, with the
 /// same `TMPDIR`, the filter runs in the CLI's domain and its lines are in the envelope.
+/// The CLI gives up its snapshot when its git is slow (a loaded machine: the tool result
+/// says `"bashEditDiff":{…"unavailable":true}`), and then nothing runs a filter: such a
+/// control is tried again, up to [`CONTROL_TRIES`] times.
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_clis_own_git_runs_no_filter_a_tool_command_planted() {
+    for owner in owners() {
+        let who = format!("{owner:?} confined=true");
+        let (stdout, env, ran) = filter_attack(owner, true);
+        assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
+        assert!(
+            ran.is_empty() && !injected(&stdout),
+            "{who}: the CLI's own git ran the tool command's filter: {ran:?} {stdout}"
+        );
+        let who = format!("{owner:?} confined=false");
+        let mut tries = Vec::new();
+        for _ in 0..CONTROL_TRIES {
+            let (stdout, _, ran) = filter_attack(owner, false);
+            if injected(&stdout) && ran.contains("RAN-BY-filter") {
+                break;
+            }
+            let gave_up = stdout.contains("\"unavailable\":true");
+            tries.push(format!("{ran:?} (snapshot given up: {gave_up}) {stdout}"));
+            assert!(
+                gave_up && tries.len() < CONTROL_TRIES,
+                "{who}: control: the CLI's git runs the filter, whose lines get in: {tries:#?}"
+            );
+        }
+    }
+}
+
+/// How many times the filter attack's control is run before it counts as broken.
+const CONTROL_TRIES: usize = 4;
+
+/// One run of the filter attack as `owner`, confined or not: its stdout, its envelope,
+/// and what the filter noted in the workspace (`forge-ran`).
+fn filter_attack(owner: Option<u32>, confined: bool) -> (String, Value, String) {
     let claude = common::real_claude();
     let cassette = format!(
         "replay:{}/fixtures/sandbox/cli_git_dir_filter.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    for owner in owners() {
-        for confined in [true, false] {
-            let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
-            for d in ["ws", "home", "tmp"] {
-                std::fs::create_dir_all(root.join(d)).unwrap();
-            }
-            sandbox_fixture::must_run(
-                Command::new("git")
-                    .args(["init", "-q"])
-                    .arg(root.join("ws")),
-            );
-            if let Some(uid) = owner {
-                sandbox_fixture::chown_tree(&root, uid);
-            }
-            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-            if !confined {
-                extra.extend(["--sandbox", "danger-full-access"]);
-            }
-            let out = sandbox_fixture::coder_as(
-                &root,
-                owner,
-                &root.join("ws"),
-                &claude,
-                &extra,
-                "plant a filter in the CLI's git dir",
-            )
-            .env("TMPDIR", root.join("tmp"))
-            .output_bounded();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let who = format!("{owner:?} confined={confined}");
-            let env: Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
-            assert!(
-                stdout.contains("PLANTED") && stdout.contains("TRIGGERED"),
-                "{who}: the Bash calls did not all run: {stdout}"
-            );
-            let injected = stdout
-                .match_indices("INJECTED-")
-                .any(|(i, m)| stdout[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()));
-            let ran = std::fs::read_to_string(root.join("ws/forge-ran")).unwrap_or_default();
-            if !confined {
-                assert!(
-                    injected && ran.contains("RAN-BY-filter"),
-                    "{who}: control: the CLI's git runs the filter, whose lines get in: \
-                     {ran:?} {stdout}"
-                );
-                continue;
-            }
-            assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
-            assert!(
-                ran.is_empty() && !injected,
-                "{who}: the CLI's own git ran the tool command's filter: {ran:?} {stdout}"
-            );
-        }
+    let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
+    for d in ["ws", "home", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
     }
+    sandbox_fixture::must_run(
+        Command::new("git")
+            .args(["init", "-q"])
+            .arg(root.join("ws")),
+    );
+    if let Some(uid) = owner {
+        sandbox_fixture::chown_tree(&root, uid);
+    }
+    let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
+    if !confined {
+        extra.extend(["--sandbox", "danger-full-access"]);
+    }
+    let out = sandbox_fixture::coder_as(
+        &root,
+        owner,
+        &root.join("ws"),
+        &claude,
+        &extra,
+        "plant a filter in the CLI's git dir",
+    )
+    .env("TMPDIR", root.join("tmp"))
+    .output_bounded();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let who = format!("{owner:?} confined={confined}");
+    let env: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+    assert!(
+        stdout.contains("PLANTED") && stdout.contains("TRIGGERED"),
+        "{who}: the Bash calls did not all run: {stdout}"
+    );
+    let ran = std::fs::read_to_string(root.join("ws/forge-ran")).unwrap_or_default();
+    (stdout, env, ran)
+}
+
+/// Whether the forged `INJECTED-<pid>` result line reached the output.
+fn injected(stdout: &str) -> bool {
+    stdout
+        .match_indices("INJECTED-")
+        .any(|(i, m)| stdout[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// The egress proxy's matching, through `coder sandbox --allow-host 127.0.0.1:PORT`, as
