@@ -561,6 +561,45 @@ fn a_grant_of_the_home_directory_or_its_keys_is_refused() {
     }
 }
 
+/// A workspace that is, holds or lies in one of the home directory's never-visible
+/// entries (`--cd ~/.config` for a dotfiles checkout, `--cd ~/.config/gh`, `--cd ~/.ssh`):
+/// the secret scan masks by name, and `~/.config`'s `gh/hosts.yml` (the GitHub token) was
+/// read by the agent as any workspace file (the lead, after round twenty-three's review
+/// named the case). Refused now, as a grant of them is. Control: `--cd ~/.config/nvim`
+/// runs and reads its files.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_workspace_holding_the_home_directorys_keys_is_refused() {
+    use sandbox_fixture::{Fixture, run_text};
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fixture::new("coder-round23-cd-", nobody, &["ws", "home", "state"]);
+        let home = fx.root().join("home");
+        sandbox_fixture::write(&home.join(".config/gh/hosts.yml"), "GH-TOKEN\n");
+        sandbox_fixture::write(&home.join(".config/nvim/init.lua"), "NVIM\n");
+        sandbox_fixture::write(&home.join(".ssh/authorized_keys"), "HOME-KEYS\n");
+        fx.own(fx.root());
+        let script = "cat gh/hosts.yml hosts.yml authorized_keys 2>/dev/null; echo AGENT >> x";
+        for dir in [".config", ".config/gh", ".ssh"] {
+            let ws = home.join(dir);
+            let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], script));
+            assert!(
+                rc != 0 && !out.contains("GH-TOKEN") && !out.contains("HOME-KEYS"),
+                "nobody={nobody} --cd ~/{dir}: served: {out}"
+            );
+            assert!(
+                out.contains("never visible to an agent") && !ws.join("x").exists(),
+                "nobody={nobody} --cd ~/{dir}: {out}"
+            );
+        }
+        let nvim = home.join(".config/nvim");
+        let (rc, out) = run_text(&mut fx.sandbox_in(&nvim, &[], "cat init.lua"));
+        assert!(
+            rc == 0 && out.contains("NVIM"),
+            "nobody={nobody}: control: {out}"
+        );
+    }
+}
+
 /// `find tools/checks -type f | while read f; do sh "$f"; done`: a loop over what `find`
 /// lists, fed by a pipe (round twenty-two held the `for f in $(find …)` form only); the
 /// agent appends to the user's `a.sh` and adds a `b.sh` of its own.

@@ -1747,7 +1747,8 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 }
 
 /// Why the canonical directory `canonical` is never a confined run's workspace (`/`, a
-/// system tree, the home directory `home` or one of its ancestors), if it is not.
+/// system tree, the home directory `home` or one of its ancestors, a directory that is, holds
+/// or lies in one of its never-visible entries), if it is not.
 /// The run mode asks before anything reads the workspace; the policy asks again.
 pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String> {
     if canonical == Path::new("/") {
@@ -1771,6 +1772,16 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
         );
     }
     if let Some(home) = home
+        && touches_never_visible(canonical, home)
+    {
+        return Some(
+            "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
+             ~/.config/gh, ~/.aws, …), which are never visible to an agent; use a project \
+             directory without them"
+                .into(),
+        );
+    }
+    if let Some(home) = home
         && home_mounted_beneath(canonical, home)
     {
         return Some(
@@ -1781,6 +1792,18 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
         );
     }
     None
+}
+
+/// Whether the canonical directory `canonical` is, holds or lies in one of the home
+/// directory's never-visible entries ([`home::NEVER_VISIBLE`]: `~/.ssh`, `~/.config/gh`,
+/// …). As a workspace, `~/.config` showed `gh/hosts.yml` (the GitHub token) to the agent:
+/// the secret scan masks by name, and a token file's name is no secret's (round
+/// twenty-three).
+fn touches_never_visible(canonical: &Path, home: &Path) -> bool {
+    home::NEVER_VISIBLE
+        .iter()
+        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
 }
 
 /// Whether a mount strictly beneath `canonical` shows `home` (canonical) or a directory
@@ -2200,11 +2223,7 @@ fn refuse_home_mount(
     let reason = if home.starts_with(canonical) {
         "is the home directory or one of its ancestors, which hold keys and dotfiles; \
          grant a directory inside it"
-    } else if home::NEVER_VISIBLE
-        .iter()
-        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
-        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
-    {
+    } else if touches_never_visible(canonical, home) {
         "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
          ~/.config/gh, ~/.aws, …), which are never granted; grant a directory without them"
     } else if home_mounted_beneath(canonical, home) {
