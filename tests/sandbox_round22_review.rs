@@ -303,7 +303,7 @@ fn tool_commands_do_not_write_the_clis_own_scratch() {
     for owner in owners() {
         for confined in [true, false] {
             let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
-            for d in ["ws", "home"] {
+            for d in ["ws", "home", "tmp"] {
                 std::fs::create_dir_all(root.join(d)).unwrap();
             }
             if let Some(uid) = owner {
@@ -313,6 +313,7 @@ fn tool_commands_do_not_write_the_clis_own_scratch() {
             if !confined {
                 extra.extend(["--sandbox", "danger-full-access"]);
             }
+            // Unconfined, the CLI's scratch is then `root/tmp` (not the host's `/tmp`).
             let out = sandbox_fixture::coder_as(
                 &root,
                 owner,
@@ -321,6 +322,7 @@ fn tool_commands_do_not_write_the_clis_own_scratch() {
                 &extra,
                 "write the CLI's scratch",
             )
+            .env("TMPDIR", root.join("tmp"))
             .output_bounded();
             let stdout = String::from_utf8_lossy(&out.stdout);
             let who = format!("{owner:?} confined={confined}");
@@ -347,9 +349,7 @@ fn tool_commands_do_not_write_the_clis_own_scratch() {
                         denied && !wrote,
                         "{who}: a tool command wrote the CLI's {target}: {lines:?}"
                     );
-                } else if owner.is_none() || !target.starts_with("cc-socks") {
-                    // Unconfined as uid 65534 the CLI binds in `/tmp/cc-socks-65534` (the
-                    // shared `/tmp/cc-socks` is root's), not where the probe writes.
+                } else {
                     assert!(wrote, "{who}: control: {target} is written: {lines:?}");
                 }
             }
