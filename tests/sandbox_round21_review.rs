@@ -690,6 +690,30 @@ fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
     );
 }
 
+/// The same through a pipe: `find tools/checks -type f | while read -r f; do sh "$f";
+/// done` (round twenty-two's known limit; round twenty-three reads `read`'s variable as
+/// the loop's).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "while read over find",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!find tools/checks -type f | while read -r f; do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
 /// `git submodule foreach 'sh tools/x.sh'` runs `tools/x.sh` in each submodule: its words
 /// were read at the top of the work tree only, and the agent appended to the submodule's
 /// `sub/tools/x.sh` (round twenty-two: read in each directory `.gitmodules` names too).

@@ -401,7 +401,18 @@ fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
             // A shell keyword ends the command (`` for f in `find d`; do ``: the
             // backquote's end is not a word).
             let ends = |w: &[u8]| {
-                w.starts_with(b"-") || [&b"!"[..], b"do", b"done", b"then", b"fi"].contains(&w)
+                w.starts_with(b"-")
+                    || [
+                        &b"!"[..],
+                        b"do",
+                        b"done",
+                        b"then",
+                        b"fi",
+                        b"while",
+                        b"until",
+                        b"|",
+                    ]
+                    .contains(&w)
             };
             while let Some(start) = words.next_if(|w| !ends(w)) {
                 dirs.push(start.clone());
@@ -424,7 +435,8 @@ fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
     let vars = words
         .windows(3)
         .filter(|w| w[0] == b"for" && w[2] == b"in")
-        .map(|w| w[1].clone());
+        .map(|w| w[1].clone())
+        .chain(read_vars(words));
     for var in vars {
         let spellings = [
             [b"$", var.as_slice()].concat(),
@@ -455,6 +467,29 @@ fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
         }
     }
     false
+}
+
+/// The variables a `read` of the line sets (`find d | while read -r f; do sh "$f"; done`,
+/// round twenty-three): each word after `read` up to the command's end, options passed
+/// over (`IFS= read -r f`).
+fn read_vars(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut vars = Vec::new();
+    for (at, _) in words.iter().enumerate().filter(|(_, w)| *w == b"read") {
+        for word in &words[at + 1..] {
+            let name = word.strip_suffix(b";").unwrap_or(word);
+            if name.starts_with(b"-") {
+                continue;
+            }
+            if name.is_empty() || !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+                break;
+            }
+            vars.push(name.to_vec());
+            if name.len() != word.len() {
+                break;
+            }
+        }
+    }
+    vars
 }
 
 /// The bytes of a shell glob.
@@ -1240,12 +1275,15 @@ mod tests {
             "for f in `find tools/c`; do \"${f}\"; done",
             "for s in $(find tools/c); do echo x && $s; done",
             "for f in $(find tools/c); do python3 $f; done",
+            "find tools/c -type f | while read -r f; do sh \"$f\"; done",
+            "find tools/c | while IFS= read -r f; do \"$f\"; done",
         ] {
             assert_eq!(dirs(runs), ["tools/c"], "{runs}");
         }
         for lists in [
             "for f in $(find src -name x); do rustfmt \"$f\"; done",
             "for f in $(find src); do echo $foo; done",
+            "find src | while read -r f; do rustfmt \"$f\"; done",
             "find src -name x",
         ] {
             assert!(dirs(lists).is_empty(), "{lists}");
