@@ -66,6 +66,59 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
+/// A held script run by a virtualenv's interpreter (`. .venv/bin/activate && tools/fmt.py`,
+/// `#!/usr/bin/env python3`, the venv's `python3` a link to the system's): the script and
+/// the link were held, and the agent added a `.pth` file to the venv's `site-packages`,
+/// which `site` runs at every start of that interpreter, so the user's `git fmt` ran the
+/// agent's line (round twenty-two's known limit). Closed in round twenty-three.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_a_held_scripts_virtualenv_runs_at_start_is_not_the_agents_to_add() {
+    held_file_attack(
+        "venv pth",
+        |fx, ws| {
+            fx.own_file(
+                ws,
+                ".venv/bin/activate",
+                "PATH=\"$PWD/.venv/bin:$PATH\"; export PATH\n",
+            );
+            fx.own_file(
+                ws,
+                ".venv/pyvenv.cfg",
+                "home = /usr/bin\ninclude-system-site-packages = false\n",
+            );
+            let python = ws.join(".venv/bin/python3");
+            std::os::unix::fs::symlink("/usr/bin/python3", &python).unwrap();
+            fx.own_entry(&python);
+            let version = std::process::Command::new("/usr/bin/python3")
+                .args([
+                    "-c",
+                    "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')",
+                ])
+                .output()
+                .unwrap();
+            let version = String::from_utf8(version.stdout).unwrap();
+            fx.own_file(
+                ws,
+                &format!(".venv/lib/{}/site-packages/README.txt", version.trim()),
+                "",
+            );
+            let script = fx.own_file(ws, "tools/fmt.py", "#!/usr/bin/env python3\nprint(1)\n");
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!. .venv/bin/activate && tools/fmt.py",
+                ],
+            );
+        },
+        "for d in .venv/lib/python*/site-packages; do printf 'import os; os.system(\"touch %s\")\\n' \"$M\" > \"$d/x.pth\"; done; echo PLANTED",
+        &["fmt"],
+    );
+}
+
 /// Attacks still open: none (round twenty-two closed
 /// [`an_interpreter_found_through_the_lines_path_is_the_agents_to_replace`]).
 const KNOWN_OPEN: &[&str] = &[];
@@ -576,6 +629,30 @@ fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
             "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
              echo PLANTED"
         ),
+    );
+}
+
+/// The same through a pipe: `find tools/checks -type f | while read -r f; do sh "$f";
+/// done` (round twenty-two's known limit; round twenty-three reads `read`'s variable as
+/// the loop's).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "while read over find",
+        |fx, ws| {
+            own_script(fx, ws, "tools/checks/a.sh");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!find tools/checks -type f | while read -r f; do sh \"$f\"; done",
+                ],
+            );
+        },
+        &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
+        &["fmt"],
     );
 }
 

@@ -298,3 +298,106 @@ fn the_proxy_takes_no_other_spelling_of_an_allowed_address() {
         );
     }
 }
+
+/// The CLI's own scratch: `$CLAUDE_CODE_TMPDIR/claude-<uid>/` (task outputs it reads back,
+/// its snapshot git dirs, bundled skills, hook templates) and `$XDG_RUNTIME_DIR/cc-socks/`
+/// (its messaging socket), which the CLI's own sandbox keeps from tool commands. A Bash
+/// call appends to a running background task's output, makes a file in `claude-<uid>/`,
+/// in `cc-socks/` and in an `fswatch-probe-*` directory. Real CLI, offline against
+/// `fixtures/sandbox/cli_scratch_writes.json`. Confined, as root and as uid 65534: every
+/// write is denied, the background task completes with its own output, and later Bash
+/// calls run and keep their working directory (`cd sub` is seen by the next call). Control:
+/// unconfined, every write lands.
+#[test]
+#[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
+fn tool_commands_do_not_write_the_clis_own_scratch() {
+    let claude = common::real_claude();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/cli_scratch_writes.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let targets = [
+        "/planted",
+        "/tasks/",
+        "cc-socks/sock-planted",
+        "/fswatch-probe",
+    ];
+    for owner in owners() {
+        for confined in [true, false] {
+            let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
+            for d in ["ws", "home", "tmp"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            if let Some(uid) = owner {
+                sandbox_fixture::chown_tree(&root, uid);
+            }
+            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
+            if !confined {
+                extra.extend(["--sandbox", "danger-full-access"]);
+            }
+            // Unconfined, the CLI's scratch is then `root/tmp` (not the host's `/tmp`).
+            let out = sandbox_fixture::coder_as(
+                &root,
+                owner,
+                &root.join("ws"),
+                &claude,
+                &extra,
+                "write the CLI's scratch",
+            )
+            .env("TMPDIR", root.join("tmp"))
+            .output_bounded();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let who = format!("{owner:?} confined={confined}");
+            let env: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+            assert!(
+                stdout.contains("PROBED") && stdout.contains("WAITED"),
+                "{who}: the Bash calls did not all run: {stdout}"
+            );
+            let lines: Vec<&str> = stdout
+                .split("\\n")
+                .flat_map(|l| l.split('"'))
+                .filter(|l| l.starts_with("WROTE ") || l.starts_with("DENIED "))
+                .collect();
+            for target in targets {
+                let wrote = lines
+                    .iter()
+                    .any(|l| l.starts_with("WROTE") && l.contains(target));
+                let denied = lines
+                    .iter()
+                    .any(|l| l.starts_with("DENIED") && l.contains(target));
+                if confined {
+                    assert!(
+                        denied && !wrote,
+                        "{who}: a tool command wrote the CLI's {target}: {lines:?}"
+                    );
+                } else {
+                    assert!(wrote, "{who}: control: {target} is written: {lines:?}");
+                }
+            }
+            if !confined {
+                continue;
+            }
+            assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
+            let done = env["all_messages"].as_array().unwrap().iter().any(|m| {
+                m["subtype"] == "task_notification"
+                    && m["status"] == "completed"
+                    && m["output_file"]
+                        .as_str()
+                        .is_some_and(|f| f.ends_with(".output"))
+            });
+            assert!(
+                done,
+                "{who}: the background task did not complete: {stdout}"
+            );
+            assert!(
+                stdout.contains("/ws/sub\\n") || stdout.contains("/ws/sub\""),
+                "{who}: the working directory a Bash call left is lost: {stdout}"
+            );
+            assert!(
+                !stdout.contains("-cwd: Permission denied"),
+                "{who}: the shell could not note its working directory: {stdout}"
+            );
+        }
+    }
+}

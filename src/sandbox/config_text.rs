@@ -403,7 +403,9 @@ fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
             // So does the program the list is piped to (`find d | while read f`, `find d |
             // xargs sh`: the words keep no `|`).
             let ends = |w: &[u8]| {
-                const ENDS: &[&[u8]] = &[b"!", b"do", b"done", b"then", b"fi", b"while", b"xargs"];
+                const ENDS: &[&[u8]] = &[
+                    b"!", b"do", b"done", b"then", b"fi", b"while", b"until", b"|", b"xargs",
+                ];
                 w.starts_with(b"-") || ENDS.contains(&w)
             };
             while let Some(start) = words.next_if(|w| !ends(w)) {
@@ -429,14 +431,8 @@ fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
         .filter(|w| w[0] == b"for" && w[2] == b"in")
         .map(|w| w[1].clone());
     // `find d | while read f; do sh "$f"; done` (`read -r f`, `IFS= read -r f`): the
-    // variable `read` sets is run as a `for`'s is (round twenty-three's review).
-    let read_vars = words
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| w.as_slice() == b"read")
-        .filter_map(|(at, _)| words[at + 1..].iter().find(|w| !w.starts_with(b"-")))
-        .map(|w| w.strip_suffix(b";").unwrap_or(w).to_vec());
-    for var in for_vars.chain(read_vars) {
+    // variables `read` sets are run as a `for`'s is (round twenty-three).
+    for var in for_vars.chain(read_vars(words)) {
         let spellings = [
             [b"$", var.as_slice()].concat(),
             [b"${", var.as_slice(), b"}"].concat(),
@@ -466,6 +462,32 @@ fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
         }
     }
     false
+}
+
+/// The variables a `read` of the line sets (`find d | while read -r f; do sh "$f"; done`,
+/// round twenty-three): each word after `read` up to the command's end, options passed
+/// over (`IFS= read -r f`).
+fn read_vars(words: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut vars = Vec::new();
+    for (at, _) in words.iter().enumerate().filter(|(_, w)| *w == b"read") {
+        for word in &words[at + 1..] {
+            let name = word.strip_suffix(b";").unwrap_or(word);
+            // An option, or an option's quoted empty value (`-d ''`). An option's other
+            // value (`-n 1`, `-p PROMPT`) is taken for a variable too: one variable too
+            // many holds more, never less.
+            if name.starts_with(b"-") || name.is_empty() {
+                continue;
+            }
+            if !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+                break;
+            }
+            vars.push(name.to_vec());
+            if name.len() != word.len() {
+                break;
+            }
+        }
+    }
+    vars
 }
 
 /// The bytes of a shell glob.
@@ -1280,6 +1302,8 @@ mod tests {
             "for s in $(find tools/c); do echo x && $s; done",
             "for f in $(find tools/c); do python3 $f; done",
             "find tools/c -type f | while read f; do sh \"$f\"; done",
+            "find tools/c -type f | while read -r f; do sh \"$f\"; done",
+            "find tools/c -type f -print0 | while read -r -d '' f; do sh \"$f\"; done",
             "find tools/c | while IFS= read -r f; do \"$f\"; done",
         ] {
             assert_eq!(dirs(runs), ["tools/c"], "{runs}");
@@ -1287,6 +1311,7 @@ mod tests {
         for lists in [
             "for f in $(find src -name x); do rustfmt \"$f\"; done",
             "for f in $(find src); do echo $foo; done",
+            "find src | while read -r f; do rustfmt \"$f\"; done",
             "find src -name x",
             "find src | while read f; do rustfmt \"$f\"; done",
         ] {

@@ -140,11 +140,11 @@ pub fn policy_for_agent(
     let mut policy = Policy::resolve(&opts)?;
     if let Err(e) = policy
         .grant_program(program)
-        .and_then(|()| nest::prepare(&mut policy))
         .and_then(|()| match plan_file {
             Some(path) => policy.grant_plan_file(path),
             None => Ok(()),
         })
+        .and_then(|()| nest::prepare(&mut policy))
     {
         policy.cleanup();
         return Err(e);

@@ -528,12 +528,19 @@ impl Policy {
         let (tmp_dir, tmp_lock, made_tmp) =
             make_run_dir(&places.tmp.join(format!("{name}{TMP_SUFFIX}")))?;
         super::trash::make_owner_only_inherited(&tmp_dir);
+        let tools_tmp = tmp_dir.join(TOOLS_TMP);
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tools_tmp)
+            .map_err(|e| SandboxError::io(format!("create {}", tools_tmp.display()), e))?;
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
 
         let mut env_set = BTreeMap::new();
         let text = |p: &Path| p.to_string_lossy().into_owned();
         env_set.insert("CLAUDE_CONFIG_DIR".to_string(), text(&config_dir));
-        env_set.insert("TMPDIR".to_string(), text(&tmp_dir));
+        // The tool commands' `TMPDIR` is a directory of the CLI's scratch: the nested
+        // domain of tool commands writes there and not beside it (`nest`).
+        env_set.insert("TMPDIR".to_string(), text(&tools_tmp));
         env_set.insert("CLAUDE_CODE_TMPDIR".to_string(), text(&tmp_dir));
         // One private directory serves as both: it is created and deleted on every run,
         // and each directory more is work for the filesystem and one more tree to mount.
@@ -893,6 +900,18 @@ impl Policy {
                 .iter()
                 .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v))),
         );
+    }
+
+    /// The tool commands' `TMPDIR`: a directory in the run's scratch directory, which is
+    /// the CLI's `CLAUDE_CODE_TMPDIR` and `XDG_RUNTIME_DIR` (its `claude-<uid>/` and
+    /// `cc-socks/`, which tool commands do not write).
+    pub fn tools_tmp_dir(&self) -> PathBuf {
+        self.tmp_dir.join(TOOLS_TMP)
+    }
+
+    /// The private `/dev/shm` the helper makes in a private root, every right the agent's.
+    pub fn private_shm(&self) -> &'static Path {
+        Path::new(PRIVATE_SHM)
     }
 
     /// The empty read-only file bind-mounted over secrets.
@@ -2420,6 +2439,8 @@ pub(crate) struct RunPlaces {
 /// and of each `TMPDIR`'s name (so that a `TMPDIR` and its run's own directory never take
 /// one name in coder's trash).
 const TMP_SUFFIX: &str = "-tmp";
+/// The tool commands' `TMPDIR` in the run's scratch directory ([`Policy::tools_tmp_dir`]).
+const TOOLS_TMP: &str = "tmp";
 
 impl RunPlaces {
     /// With the caller's runs directory `given`, everything there (the `TMPDIR`s beside
@@ -2644,8 +2665,8 @@ mod tests {
         assert!(!secrets.contains(&ws.join("README.md").as_path()));
         assert!(policy.is_masked(&ws.join("secrets/new.txt")));
         assert_eq!(
-            policy.env_set["TMPDIR"],
-            policy.env_set["CLAUDE_CODE_TMPDIR"]
+            Path::new(&policy.env_set["TMPDIR"]).parent(),
+            Some(Path::new(&policy.env_set["CLAUDE_CODE_TMPDIR"]))
         );
         assert!(Path::new(&policy.env_set["TMPDIR"]).is_dir());
         policy.cleanup();

@@ -1377,6 +1377,9 @@ impl<'a> Walker<'a, '_> {
         let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
             return Ok(());
         };
+        if named_by == NamedBy::Command {
+            self.guard_venv(&path, depth, walk)?;
+        }
         match file_kind(&st) {
             Kind::File => {
                 self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
@@ -1534,6 +1537,56 @@ impl<'a> Walker<'a, '_> {
             for (name, depth) in walk.env_programs.clone() {
                 let interpreter = [dir.as_slice(), b"/", &name].concat();
                 self.guard_one_interpreter(&interpreter, depth, walk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What a virtualenv's interpreter reads at its start, held when a held command is
+    /// one (`VENV/bin/python*` beside a `VENV/pyvenv.cfg`): `pyvenv.cfg` (its `home`,
+    /// `include-system-site-packages`) and each `VENV/lib*/python*/site-packages/` whole,
+    /// whose `.pth` files `site` runs and whose `sitecustomize`/`usercustomize` it
+    /// imports: the held `tools/fmt.py` of `. .venv/bin/activate && tools/fmt.py` ran
+    /// the agent's `.venv/lib/python3.11/site-packages/x.pth` (round twenty-two's known
+    /// limit). The agent cannot install into that virtualenv during the run.
+    fn guard_venv(
+        &mut self,
+        program: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let is_python = program
+            .file_name()
+            .is_some_and(|n| n.as_bytes().starts_with(b"python"));
+        let Some(bin) = program
+            .parent()
+            .filter(|b| b.file_name() == Some(OsStr::new("bin")))
+        else {
+            return Ok(());
+        };
+        let Some(venv) = bin.parent().filter(|_| is_python) else {
+            return Ok(());
+        };
+        let cfg = venv.join("pyvenv.cfg");
+        if !walk.commands.insert(cfg.clone()) || fs::symlink_metadata(&cfg).is_err() {
+            return Ok(());
+        }
+        self.guard_include(&cfg, depth + 1, walk, NamedBy::Link)?;
+        let Ok(libs) = fs::read_dir(venv) else {
+            return Ok(());
+        };
+        for lib in libs
+            .flatten()
+            .filter(|e| e.file_name().as_bytes().starts_with(b"lib"))
+        {
+            let Ok(versions) = fs::read_dir(lib.path()) else {
+                continue;
+            };
+            for version in versions.flatten() {
+                if version.file_name().as_bytes().starts_with(b"python") {
+                    let site = version.path().join("site-packages");
+                    self.guard_include(&site, depth + 1, walk, NamedBy::HeldDir)?;
+                }
             }
         }
         Ok(())
