@@ -1758,3 +1758,48 @@ fn a_negative_runs_limit_is_named_as_the_limit() {
         );
     }
 }
+
+/// `coder --cd ws runs` started a real run with the task "runs": a task that is exactly a
+/// subcommand's name, after the run's flags, is refused with a tip that says the
+/// subcommand comes first and how to run that task all the same (`--`, `--prompt`).
+#[test]
+fn a_task_that_is_a_subcommand_name_is_refused_with_a_tip() {
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let ws = workspace.path().to_str().unwrap();
+    let coder = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", state.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            out.status.code(),
+            envelope["error"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    for sub in ["runs", "route", "doctor"] {
+        let (code, said) = coder(&["--cd", ws, sub]);
+        assert_eq!(code, Some(2), "{said}");
+        assert!(
+            said.contains(&format!(
+                "'{sub}' is a subcommand: name it first, before any option: coder {sub} …"
+            )) && said.contains(&format!("put -- before it (coder --cd DIR -- {sub})"))
+                && said.contains(&format!("--prompt {sub}")),
+            "{said}"
+        );
+    }
+    // The ways out the tip names are taken as the task (here they stop at the missing key).
+    for args in [
+        &["--cd", ws, "--", "runs"][..],
+        &["--cd", ws, "--prompt", "runs"],
+    ] {
+        let (code, said) = coder(args);
+        assert_eq!(code, Some(78), "{args:?}: {said}");
+        assert!(said.contains("has no credentials"), "{args:?}: {said}");
+    }
+}

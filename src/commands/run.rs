@@ -352,6 +352,8 @@ fn misplaced_subcommand(args: &[OsString]) -> Option<&'static str> {
             Some(flag) if !flag.contains('=') && takes_value(&command, flag) => {
                 words.next();
             }
+            // After `--` a word is the task, whatever it reads as.
+            Some("") => return None,
             Some(_) => {}
             None if word.starts_with('-') && word.len() > 1 => {}
             None => return super::SUBCOMMANDS.into_iter().find(|s| *s == word),
@@ -454,6 +456,20 @@ fn run_mode(args: &[OsString]) -> Output {
         panic!("CODER_DEBUG_PANIC=1 was set");
     }
     let limits = parsed.known_limits();
+    // `coder --cd ws runs`: the task is exactly a subcommand's name, after the run's flags.
+    if parsed.prompt.is_some()
+        && let Some(sub) = misplaced_subcommand(args)
+    {
+        return config_error(
+            format!(
+                "'{sub}' is a subcommand: name it first, before any option: coder {sub} … \
+                 (see coder {sub} --help); to run the task {sub:?}, put -- before it \
+                 (coder --cd DIR -- {sub}) or pass it as --prompt {sub}"
+            ),
+            USAGE_EXIT,
+            limits,
+        );
+    }
     // `coder doctr`: a misspelt subcommand reads as a task without `--cd`.
     let near = args
         .get(1)
