@@ -1648,7 +1648,9 @@ fn a_small_stack_limit_does_not_overflow_a_run() {
 /// '--json' as a value, use '-- --json'" (forget takes a backend name, not a task), `coder
 /// prompt --cd` offered the look-alike `--codex` (and showed it in the usage line), and
 /// `coder --cd ws runs list` read `runs` as the task ("put it in quotes"). They now name
-/// where the flag belongs, and say that a subcommand comes first.
+/// where the flag belongs, and say that a subcommand comes first. `route forget --json`
+/// named only `route stats` (explain reads its `--json` outside clap), and `route explain
+/// --jsn` offered the run's `--json_schema`.
 #[test]
 fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
     let state = tempfile::tempdir().unwrap();
@@ -1671,8 +1673,25 @@ fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
     let (stdout, _) = coder(&["route", "forget", "--json"]);
     let said = error(&stdout);
     assert!(
-        said.contains("--json is an option of coder route stats, not of coder route forget")
-            && !said.contains("-- --json"),
+        said.contains(
+            "--json is an option of coder route stats and coder route explain, not of coder \
+             route forget"
+        ) && !said.contains("-- --json"),
+        "{said}"
+    );
+    // explain takes --json outside clap: a look-alike of it is offered as --json, not as
+    // the run's --json_schema (nor shown as given in the usage line).
+    let (_, stderr) = coder(&["route", "explain", "--jsn"]);
+    assert!(
+        stderr.contains("a similar argument exists: '--json'")
+            && stderr.contains("Usage: coder route explain [OPTIONS] [PROMPT]")
+            && !stderr.contains("json_schema")
+            && !stderr.contains("json-schema"),
+        "{stderr}"
+    );
+    let said = error(&coder(&["route", "explain", "--jsn", "--json"]).0);
+    assert!(
+        said.contains("a similar argument exists: '--json'"),
         "{said}"
     );
     let (_, stderr) = coder(&["prompt", "--cd", "ws", "task"]);
