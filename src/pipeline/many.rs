@@ -137,13 +137,13 @@ fn worktree_resume_hint(
         "the session ran in the {flag} checkout, which is removed, so it cannot be resumed"
     );
     detail.resume_hint = Some(match from {
-        // The tool has no base branch to start a worktree from: the caller merges it.
         RequestFrom::McpTool => format!(
-            "{gone}; its work is on branch {} of {}: merge it, then {what} (the coder tool \
-             with cd {})",
-            report.branch,
+            "{gone}; its work is on branch {branch} of {}: {what} from it, the coder tool \
+             with cd {}, worktree true and worktree_base {}",
             origin.display(),
             serde_json::json!(origin),
+            serde_json::json!(report.branch),
+            branch = report.branch,
         ),
         RequestFrom::File => format!(
             "{gone}; {what} from the branch's work: coder --cd {} --worktree --worktree-base \
