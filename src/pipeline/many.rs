@@ -72,7 +72,7 @@ pub fn begin(
     }
     if let Some(base) = &request.worktree {
         let tree = Worktree::create(&request.workspace, state_dir, run_id, base.as_deref())
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(worktree_error_named(&e.to_string(), request.request_from)))?;
         request.workspace = tree.workspace();
         // Only a confined agent needs them; unconfined they were taken for the user's own
         // `--read` and named in a warning that it "had no effect".
@@ -107,6 +107,25 @@ impl Many {
             envelope.routing = Some(routed.report);
         }
     }
+}
+
+/// A worktree error names the flag it is about (`--worktree-base "x" names no commit`);
+/// the MCP tool's caller wrote the argument `worktree_base` (or `worktree`), never a flag.
+fn worktree_error_named(message: &str, from: RequestFrom) -> String {
+    let renamed = match from {
+        RequestFrom::File => None,
+        RequestFrom::McpTool => [
+            ("--worktree-base ", "worktree_base "),
+            ("--worktree:", "worktree:"),
+        ]
+        .into_iter()
+        .find_map(|(flag, arg)| {
+            message
+                .strip_prefix(flag)
+                .map(|rest| format!("{arg}{rest}"))
+        }),
+    };
+    renamed.unwrap_or_else(|| message.to_owned())
 }
 
 /// A `--worktree` run's session lived in its checkout, which is gone: the resume hint

@@ -286,6 +286,15 @@ async def worktree(session):
     tool_env = structured(tool)
     assert tool.is_error and tool_env["error_kind"] == "config_error", tool_env
     assert tool_env["error"].startswith("worktree_base needs worktree (true)"), tool_env
+    # A base that names no commit is named as the tool's argument, never as a flag.
+    bad = await session.call_tool("coder", {"PROMPT": "x", "cd": "repo", "backend": backend,
+                                            "worktree": True, "worktree_base": "no-such-ref",
+                                            "wait_s": 50},
+                                  read_timeout_seconds=90)
+    bad_env = structured(bad)
+    assert bad.is_error and bad_env["error_kind"] == "config_error", bad_env
+    assert bad_env["error"] == 'worktree_base "no-such-ref" names no commit in the repository', \
+        bad_env
     await wait_no_procs(BASE, 10)
 
 
