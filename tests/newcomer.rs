@@ -1779,7 +1779,7 @@ fn a_negative_runs_limit_is_named_as_the_limit() {
 }
 
 /// `coder --cd ws runs` started a real run with the task "runs": a task that is exactly a
-/// subcommand's name, after the run's flags, is refused with a tip that says the
+/// subcommand's name (or `help`), after the run's flags, is refused with a tip that says the
 /// subcommand comes first and how to run that task all the same (`--`, `--prompt`).
 #[test]
 fn a_task_that_is_a_subcommand_name_is_refused_with_a_tip() {
@@ -1812,6 +1812,13 @@ fn a_task_that_is_a_subcommand_name_is_refused_with_a_tip() {
             "{said}"
         );
     }
+    let (code, said) = coder(&["--cd", ws, "help"]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("'help' is a subcommand (see coder help [SUBCOMMAND] or coder --help)")
+            && said.contains("put -- before it (coder --cd DIR -- help)"),
+        "{said}"
+    );
     // The ways out the tip names are taken as the task (here they stop at the missing key).
     for args in [
         &["--cd", ws, "--", "runs"][..],
