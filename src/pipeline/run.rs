@@ -1206,6 +1206,19 @@ struct Stop {
     refusal: Option<String>,
 }
 
+/// What to do about a transient upstream failure of a run that allowed no retry and
+/// changed nothing, naming the retry setting as the caller gives it.
+fn transient_hint(from: RequestFrom) -> String {
+    let setting = match from {
+        RequestFrom::File => "--max-retries N",
+        RequestFrom::McpTool => "max_retries",
+    };
+    format!(
+        "a transient failure, and the attempt changed nothing: run again, or set {setting} \
+         to have coder retry it with backoff"
+    )
+}
+
 /// Decides whether a failed attempt is retried (DESIGN §6): a retryable kind, no side
 /// effects a retry could repeat, retries and time left. Upstream failures are classified
 /// per provider first ([`provider::classify`], DESIGN §12): that decides whether they are
@@ -1246,6 +1259,15 @@ fn after_failure(
     });
     if failure.hint.is_none() {
         failure.hint = provider_error.as_ref().and_then(provider::hint);
+    }
+    // A transient failure (a 5xx, a broken connection) of a run without retries said
+    // nothing of what to do: `retryable: true` alone does not name `--max-retries`.
+    if failure.hint.is_none()
+        && request.max_retries == 0
+        && attempt.effects.mutating_tools.is_empty()
+        && provider_error.as_ref().is_some_and(|e| e.retryable)
+    {
+        failure.hint = Some(transient_hint(request.request_from));
     }
     let retries_left = request.max_retries.saturating_sub(run.retries);
     let mut decision = retry::decide(
