@@ -2576,6 +2576,9 @@ impl Run {
                 if let Some(detail) = envelope.error_detail.as_mut() {
                     detail.provider_error = refused.provider_error;
                 }
+                if let Some(metrics) = envelope.metrics.as_mut() {
+                    metrics.queue_ms = refused.queue_ms;
+                }
                 envelope
             }
         }
