@@ -1478,6 +1478,25 @@ impl Run {
         }
     }
 
+    /// How to have the agent go on after its work failed the `--verify` check (its repair
+    /// turns spent): the same session, with the same check.
+    fn verify_hint(&self, id: &str, command: &str) -> String {
+        let what = "the check still fails after the agent's work";
+        let task = "the check still fails: fix it";
+        if self.request_from == RequestFrom::McpTool {
+            let arguments = self.tool_arguments(id, json!({"PROMPT": task, "verify": command}));
+            return format!(
+                "{what}; to have the agent go on, call the coder tool with {arguments}"
+            );
+        }
+        format!(
+            "{what}; to have the agent go on: coder --cd {}{} --session-id {id} --verify {} \"{task}\"",
+            crate::text::shell_quote(&self.workspace.display().to_string()),
+            self.backend_flag(),
+            crate::text::shell_quote(command),
+        )
+    }
+
     /// How to answer the questions of a `needs_input` run (see [`Run::continue_hint`]).
     fn answer_hint(&self, id: &str) -> String {
         if self.request_from == RequestFrom::McpTool {
@@ -2305,11 +2324,19 @@ impl PreparedRun {
                     check.error.clone().unwrap_or_else(|| "killed".to_owned())
                 ),
             };
+            let hint = envelope
+                .session_id
+                .clone()
+                // Only for a run whose own failure is the check's.
+                .filter(|_| !check.not_started && envelope.success)
+                .zip(request.checks.verify.as_ref())
+                .map(|(id, verify)| run.verify_hint(&id, &verify.command));
             envelope = run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
                 detail.exit_code = check.exit_code;
                 let from = check.tail.len().saturating_sub(outcome_tail_len());
                 detail.last_lines = check.tail[from..].to_vec();
                 detail.signal = check.signal.clone();
+                detail.resume_hint = detail.resume_hint.take().or(hint);
             });
         }
         envelope
