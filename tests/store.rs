@@ -208,6 +208,12 @@ fn a_live_run_keeps_its_slot_past_the_lease_and_a_queued_run_can_be_cancelled() 
         "{}",
         out.explain()
     );
+    // The run was all wait: `metrics.queue_ms` says how long (it was missing).
+    assert!(
+        out.envelope["metrics"]["queue_ms"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        out.explain()
+    );
     assert!(!waiter.has_record());
     std::fs::write(holder.file("release"), "go").unwrap();
     a.wait().assert_success("held");

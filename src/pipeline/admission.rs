@@ -30,8 +30,8 @@ use crate::text::Secrets;
 pub enum Refusal {
     /// It fails before any attempt: the envelope's kind, summary, message and details.
     Fail(Box<Refused>),
-    /// coder was cancelled (by this signal) while queued.
-    Cancelled(i32),
+    /// coder was cancelled (by this signal) while queued, after waiting this long (ms).
+    Cancelled(i32, u64),
 }
 
 pub struct Refused {
@@ -463,7 +463,9 @@ async fn take_slot(
         let nap = deadline.map_or(QUEUE_POLL, |d| QUEUE_POLL.min(d - now)) + jitter();
         tokio::select! {
             biased;
-            signo = signals.recv() => return Err(Refusal::Cancelled(signo)),
+            signo = signals.recv() => {
+                return Err(Refusal::Cancelled(signo, started.elapsed().as_millis() as u64));
+            }
             _ = tokio::time::sleep(nap) => {}
         }
     }

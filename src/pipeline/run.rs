@@ -2572,7 +2572,7 @@ impl Run {
 impl Run {
     /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
     /// had started, so there was no process tree to stop.
-    fn cancelled_while_queued(&self, signo: i32) -> Envelope {
+    fn cancelled_while_queued(&self, signo: i32, queue_ms: u64) -> Envelope {
         let name = signal_name(signo);
         let mut envelope = self.early_envelope(
             ErrorKind::Cancelled,
@@ -2584,6 +2584,9 @@ impl Run {
             None,
         );
         envelope.exit_code = cancelled_exit_code(signo);
+        if let Some(metrics) = envelope.metrics.as_mut() {
+            metrics.queue_ms = Some(queue_ms);
+        }
         envelope
     }
 
@@ -2591,7 +2594,9 @@ impl Run {
     /// time, or a signal while queued).
     fn refused(&self, refusal: admission::Refusal) -> Envelope {
         match refusal {
-            admission::Refusal::Cancelled(signo) => self.cancelled_while_queued(signo),
+            admission::Refusal::Cancelled(signo, queue_ms) => {
+                self.cancelled_while_queued(signo, queue_ms)
+            }
             admission::Refusal::Fail(refused) => {
                 let refused = *refused;
                 let mut envelope = self.early_envelope(
