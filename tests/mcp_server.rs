@@ -671,3 +671,19 @@ fn a_resume_in_another_cd_names_the_tools_arguments() {
         "{error}"
     );
 }
+
+/// A `--worktree` run's resume hint over MCP could not name the base to go on from (the
+/// tool had no `worktree_base`): it said to merge the branch by hand. The tool takes
+/// `worktree_base` now, the hint names it, and a new run started as the hint says starts
+/// from the branch; a base without `worktree` is refused, named as the tool's arguments.
+#[test]
+#[ignore = "needs the MCP Python SDK and the claude CLI: scripts/test runs it"]
+fn a_worktree_runs_hint_names_worktree_base_and_works() {
+    require_python_mcp();
+    let claude = common::real_claude();
+    let scene = Scene::new();
+    let repo = scene.base.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    common::git_init_with_a_commit(&repo);
+    scene.client("worktree", Some(&claude), Duration::from_secs(180));
+}

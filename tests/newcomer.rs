@@ -1648,7 +1648,9 @@ fn a_small_stack_limit_does_not_overflow_a_run() {
 /// '--json' as a value, use '-- --json'" (forget takes a backend name, not a task), `coder
 /// prompt --cd` offered the look-alike `--codex` (and showed it in the usage line), and
 /// `coder --cd ws runs list` read `runs` as the task ("put it in quotes"). They now name
-/// where the flag belongs, and say that a subcommand comes first.
+/// where the flag belongs, and say that a subcommand comes first. `route forget --json`
+/// named only `route stats` (explain reads its `--json` outside clap), and `route explain
+/// --jsn` offered the run's `--json_schema`.
 #[test]
 fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
     let state = tempfile::tempdir().unwrap();
@@ -1671,8 +1673,25 @@ fn usage_tips_name_where_a_flag_or_subcommand_belongs() {
     let (stdout, _) = coder(&["route", "forget", "--json"]);
     let said = error(&stdout);
     assert!(
-        said.contains("--json is an option of coder route stats, not of coder route forget")
-            && !said.contains("-- --json"),
+        said.contains(
+            "--json is an option of coder route stats and coder route explain, not of coder \
+             route forget"
+        ) && !said.contains("-- --json"),
+        "{said}"
+    );
+    // explain takes --json outside clap: a look-alike of it is offered as --json, not as
+    // the run's --json_schema (nor shown as given in the usage line).
+    let (_, stderr) = coder(&["route", "explain", "--jsn"]);
+    assert!(
+        stderr.contains("a similar argument exists: '--json'")
+            && stderr.contains("Usage: coder route explain [OPTIONS] [PROMPT]")
+            && !stderr.contains("json_schema")
+            && !stderr.contains("json-schema"),
+        "{stderr}"
+    );
+    let said = error(&coder(&["route", "explain", "--jsn", "--json"]).0);
+    assert!(
+        said.contains("a similar argument exists: '--json'"),
         "{said}"
     );
     let (_, stderr) = coder(&["prompt", "--cd", "ws", "task"]);
@@ -1756,5 +1775,57 @@ fn a_negative_runs_limit_is_named_as_the_limit() {
             said.contains("invalid value '-1' for '--limit <LIMIT>': -1 is not in 1..="),
             "{args:?}: {said}"
         );
+    }
+}
+
+/// `coder --cd ws runs` started a real run with the task "runs": a task that is exactly a
+/// subcommand's name (or `help`), after the run's flags, is refused with a tip that says the
+/// subcommand comes first and how to run that task all the same (`--`, `--prompt`).
+#[test]
+fn a_task_that_is_a_subcommand_name_is_refused_with_a_tip() {
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let ws = workspace.path().to_str().unwrap();
+    let coder = |args: &[&str]| {
+        let out = Command::new(common::CODER)
+            .args(args)
+            .env("CODER_STATE_DIR", state.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
+            .stdin(std::process::Stdio::null())
+            .output_bounded();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            out.status.code(),
+            envelope["error"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    for sub in ["runs", "route", "doctor"] {
+        let (code, said) = coder(&["--cd", ws, sub]);
+        assert_eq!(code, Some(2), "{said}");
+        assert!(
+            said.contains(&format!(
+                "'{sub}' is a subcommand: name it first, before any option: coder {sub} …"
+            )) && said.contains(&format!("put -- before it (coder --cd DIR -- {sub})"))
+                && said.contains(&format!("--prompt {sub}")),
+            "{said}"
+        );
+    }
+    let (code, said) = coder(&["--cd", ws, "help"]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("'help' is a subcommand (see coder help [SUBCOMMAND] or coder --help)")
+            && said.contains("put -- before it (coder --cd DIR -- help)"),
+        "{said}"
+    );
+    // The ways out the tip names are taken as the task (here they stop at the missing key).
+    for args in [
+        &["--cd", ws, "--", "runs"][..],
+        &["--cd", ws, "--prompt", "runs"],
+    ] {
+        let (code, said) = coder(args);
+        assert_eq!(code, Some(78), "{args:?}: {said}");
+        assert!(said.contains("has no credentials"), "{args:?}: {said}");
     }
 }

@@ -684,3 +684,26 @@ fn server_errors_and_broken_connections_are_retried() {
         assert_schema(&out.envelope);
     }
 }
+
+/// A transient failure (a 5xx) of a run without `--max-retries` said `retryable: true` and
+/// nothing more: the hint now says to run again or to let coder retry.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_transient_failure_without_retries_says_how_to_retry() {
+    let scene = Scene::new("http_500.json");
+    let out = scene.coder().args(["hi"]).run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(
+        detail["provider_error"]["retryable"],
+        true,
+        "{}",
+        out.explain()
+    );
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("run again, or set --max-retries N to have coder retry it"),
+        "{}",
+        out.explain()
+    );
+    assert_schema(&out.envelope);
+}

@@ -122,6 +122,9 @@ fn the_queue_counts_against_max_duration() {
         "{detail}"
     );
     assert!(started.elapsed() >= Duration::from_millis(2900));
+    // The whole run was the wait, and `metrics.queue_ms` says so (it was missing).
+    let queue_ms = b.envelope["metrics"]["queue_ms"].as_u64().unwrap_or(0);
+    assert!(queue_ms >= 2900, "queue_ms {queue_ms}: {}", b.explain());
     assert!(!waiter.has_record(), "the CLI never started");
     std::fs::write(holder.file("release"), "go").unwrap();
     a.wait().assert_success("held");
@@ -202,6 +205,12 @@ fn a_live_run_keeps_its_slot_past_the_lease_and_a_queued_run_can_be_cancelled() 
             .is_some_and(|m| m.contains("slot")
                 && m.contains("cancelled before it started")
                 && !m.contains("process tree")),
+        "{}",
+        out.explain()
+    );
+    // The run was all wait: `metrics.queue_ms` says how long (it was missing).
+    assert!(
+        out.envelope["metrics"]["queue_ms"].as_u64().unwrap_or(0) > 0,
         "{}",
         out.explain()
     );

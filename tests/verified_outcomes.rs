@@ -266,6 +266,22 @@ fn verify_still_failing_without_repair_is_verify_failed() {
     // The result of the agent is kept, and so are the changes.
     assert_eq!(out.envelope["result"], "Wrote ok.txt.");
     assert_eq!(out.envelope["changes"]["files_changed"], 1);
+    // The envelope says how to have the agent go on (it said nothing): the same session,
+    // on the same check.
+    let session = out.envelope["SESSION_ID"].as_str().unwrap_or_default();
+    let hint = detail["resume_hint"].as_str().unwrap_or_default();
+    assert!(
+        !session.is_empty()
+            && hint.starts_with(
+                "the check still fails after the agent's work; to have the agent go on: coder --cd "
+            )
+            && hint.contains(&format!(
+                "--session-id {session} --verify 'echo checking; grep -q fixed ok.txt' \"the \
+                 check still fails: fix it\""
+            )),
+        "{}",
+        out.explain()
+    );
 }
 
 #[test]

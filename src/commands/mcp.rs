@@ -240,6 +240,7 @@ struct CoderArgs {
     scope: Option<Vec<String>>,
     return_diff: Option<bool>,
     worktree: Option<bool>,
+    worktree_base: Option<String>,
     /// Structured results (DESIGN §9): the schema itself (never a file name: the server
     /// reads no files for its callers outside the jail).
     json_schema: Option<serde_json::Map<String, Value>>,
@@ -324,6 +325,7 @@ fn tools() -> Vec<Tool> {
                     "scope": {"type": "array", "items": {"type": "string"}, "description": "globs the run may change"},
                     "return_diff": {"type": "boolean"},
                     "worktree": {"type": "boolean", "description": "run on a new branch coder/<run-id> in a private checkout"},
+                    "worktree_base": {"type": "string", "description": "with worktree: the branch, tag or commit the new branch starts from (default HEAD)"},
                     "json_schema": {"type": "object", "description": "a JSON Schema (type object) the final answer must match; the envelope returns it as structured, or fails with schema_mismatch"},
                     "allow_questions": {"type": "boolean", "description": "offer the model ask_user: it may stop the run (needs_input) with questions; default on with a contract"},
                     "answers": {"type": "array", "items": {"type": "string"}, "description": "answers to the questions of the needs_input run of SESSION_ID, in order (PROMPT may then be empty)"},
@@ -524,7 +526,7 @@ impl ArgType {
 fn expected_type(key: &str) -> Option<ArgType> {
     Some(match key {
         "PROMPT" | "prompt" | "cd" | "sandbox" | "SESSION_ID" | "session_id" | "backend"
-        | "run_id" | "verify" => ArgType::String,
+        | "run_id" | "verify" | "worktree_base" => ArgType::String,
         "timeout" | "max_duration" | "wait_s" | "verify_timeout" => ArgType::Seconds,
         "max_retries" | "repair_turns" => ArgType::Count,
         "return_all_messages"
@@ -720,6 +722,7 @@ impl Server {
             ("scope", a.scope.as_ref().map(|v| json!(v))),
             ("return_diff", a.return_diff.map(|v| json!(v))),
             ("worktree", a.worktree.map(|v| json!(v))),
+            ("worktree_base", a.worktree_base.as_ref().map(|v| json!(v))),
             ("json_schema", a.json_schema.as_ref().map(|v| json!(v))),
             ("allow_questions", a.allow_questions.map(|v| json!(v))),
             ("answers", a.answers.clone()),

@@ -38,6 +38,10 @@ enum RouteCommand {
     /// would be chosen: `coder route explain [--json] [run flags] TASK`.
     #[command(disable_help_flag = true)]
     Explain {
+        /// Print the explanation as JSON. Read from anywhere among the run flags (see
+        /// [`Output::of`]); declared so that clap's tips name it as explain's too.
+        #[arg(long)]
+        json: bool,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         run_args: Vec<OsString>,
     },
@@ -121,7 +125,9 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
                 Err(e) => fail(&e.to_string()),
             }
         }
-        RouteCommand::Explain { run_args } => explain(run_args, &parsed.store, &state_dir, json),
+        RouteCommand::Explain { run_args, json: _ } => {
+            explain(run_args, &parsed.store, &state_dir, json)
+        }
     }
 }
 
@@ -230,8 +236,21 @@ fn stats_text(tallies: &[routing::ledger::Tally], json: bool) -> String {
 /// own description and with its `--json`. It printed the run mode's help, as if
 /// `coder route explain` ran a task.
 fn print_explain_help(long: bool) -> ExitCode {
+    let mut command = explain_command();
+    let help = if long {
+        command.render_long_help()
+    } else {
+        command.render_help()
+    };
+    super::print_then(&help.to_string(), ExitCode::SUCCESS)
+}
+
+/// The run's flags under explain's name and description, with its `--json`: its help, and
+/// the parser of its arguments (so that a look-alike of `--json` is offered as `--json`,
+/// not as the run's `--json_schema`).
+fn explain_command() -> clap::Command {
     use clap::CommandFactory as _;
-    let mut command = RunArgs::command()
+    RunArgs::command()
         .name("coder route explain")
         .bin_name("coder route explain")
         .about(
@@ -245,13 +264,7 @@ fn print_explain_help(long: bool) -> ExitCode {
                 .long("json")
                 .action(clap::ArgAction::SetTrue)
                 .help("Print the explanation as JSON (errors too, as a config_error envelope)"),
-        );
-    let help = if long {
-        command.render_long_help()
-    } else {
-        command.render_help()
-    };
-    super::print_then(&help.to_string(), ExitCode::SUCCESS)
+        )
 }
 
 /// `store`: the route-level `--store` (global, so clap takes it also when it comes first
@@ -272,8 +285,17 @@ fn explain(
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
         .chain(run_args)
         .collect();
-    let mut parsed = match RunArgs::parse_from_args(&argv) {
+    let mut parsed = match crate::config::parse_args_of::<RunArgs>(explain_command(), &argv) {
         Ok(p) => p,
+        Err(mut e) if e.kind() == clap::error::ErrorKind::UnknownArgument && !json => {
+            // clap's usage line shows the look-alike it offers as if it had been given.
+            let usage = explain_command().render_usage();
+            e.insert(
+                clap::error::ContextKind::Usage,
+                clap::error::ContextValue::StyledStr(usage),
+            );
+            return super::usage_exit::<RunArgs>("coder route explain", &e, &argv);
+        }
         Err(e) if json => {
             return run::finish(run::usage_error::<RunArgs>(
                 &e,

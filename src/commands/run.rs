@@ -345,6 +345,13 @@ fn has_flag(command: &clap::Command, name: &str) -> bool {
 /// The subcommand a run's arguments name after its flags (`coder --cd ws runs list`): a
 /// subcommand goes first, and this one was read as the task.
 fn misplaced_subcommand(args: &[OsString]) -> Option<&'static str> {
+    let word = first_positional(args)?;
+    super::SUBCOMMANDS.into_iter().find(|s| *s == word)
+}
+
+/// The first word of a run's arguments that is no flag nor a flag's value, unless it
+/// comes after `--` (then it is the task, whatever it reads as).
+fn first_positional(args: &[OsString]) -> Option<String> {
     let command = <RunArgs as clap::CommandFactory>::command();
     let mut words = args.iter().skip(1).map(|a| a.to_string_lossy());
     while let Some(word) = words.next() {
@@ -352,12 +359,35 @@ fn misplaced_subcommand(args: &[OsString]) -> Option<&'static str> {
             Some(flag) if !flag.contains('=') && takes_value(&command, flag) => {
                 words.next();
             }
+            Some("") => return None,
             Some(_) => {}
             None if word.starts_with('-') && word.len() > 1 => {}
-            None => return super::SUBCOMMANDS.into_iter().find(|s| *s == word),
+            None => return Some(word.into_owned()),
         }
     }
     None
+}
+
+/// A run whose whole task is a subcommand's name or `help`, written after the run's flags
+/// (`coder --cd ws runs`): the message that refuses it, with the ways to run that task.
+fn subcommand_as_task(args: &[OsString]) -> Option<String> {
+    let word = first_positional(args)?;
+    let (what, help) = if word == "help" {
+        (
+            "a subcommand".to_owned(),
+            "coder help [SUBCOMMAND] or coder --help".to_owned(),
+        )
+    } else {
+        let sub = super::SUBCOMMANDS.into_iter().find(|s| *s == word)?;
+        (
+            format!("a subcommand: name it first, before any option: coder {sub} …"),
+            format!("coder {sub} --help"),
+        )
+    };
+    Some(format!(
+        "'{word}' is {what} (see {help}); to run the task {word:?}, put -- before it \
+         (coder --cd DIR -- {word}) or pass it as --prompt {word}"
+    ))
 }
 
 /// clap says only that "one or more arguments" are not UTF-8: the first of `args` that
@@ -454,6 +484,12 @@ fn run_mode(args: &[OsString]) -> Output {
         panic!("CODER_DEBUG_PANIC=1 was set");
     }
     let limits = parsed.known_limits();
+    // `coder --cd ws runs`: the task is exactly a subcommand's name, after the run's flags.
+    if parsed.prompt.is_some()
+        && let Some(message) = subcommand_as_task(args)
+    {
+        return config_error(message, USAGE_EXIT, limits);
+    }
     // `coder doctr`: a misspelt subcommand reads as a task without `--cd`.
     let near = args
         .get(1)

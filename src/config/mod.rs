@@ -88,7 +88,15 @@ impl BackendArgs {
 pub fn parse_args<P: clap::Parser>(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> Result<P, clap::Error> {
-    let command = P::command().mut_args(|arg| {
+    parse_args_of::<P>(P::command(), args)
+}
+
+/// As [`parse_args`], with `command` (`P`'s own, extended) as the parser.
+pub fn parse_args_of<P: clap::FromArgMatches>(
+    command: clap::Command,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> Result<P, clap::Error> {
+    let command = command.mut_args(|arg| {
         let empty = arg
             .get_env()
             .and_then(std::env::var_os)

@@ -30,8 +30,8 @@ use crate::text::Secrets;
 pub enum Refusal {
     /// It fails before any attempt: the envelope's kind, summary, message and details.
     Fail(Box<Refused>),
-    /// coder was cancelled (by this signal) while queued.
-    Cancelled(i32),
+    /// coder was cancelled (by this signal) while queued, after waiting this long (ms).
+    Cancelled(i32, u64),
 }
 
 pub struct Refused {
@@ -40,6 +40,8 @@ pub struct Refused {
     pub message: String,
     pub hint: Option<String>,
     pub provider_error: Option<ProviderError>,
+    /// How long the run waited for a slot before it was refused (`metrics.queue_ms`).
+    pub queue_ms: Option<u64>,
 }
 
 fn refuse(kind: ErrorKind, message: String, hint: Option<String>) -> Refusal {
@@ -49,6 +51,7 @@ fn refuse(kind: ErrorKind, message: String, hint: Option<String>) -> Refusal {
         message,
         hint,
         provider_error: None,
+        queue_ms: None,
     }))
 }
 
@@ -385,6 +388,7 @@ fn cooling_refusal(c: &Cooldown) -> Refusal {
             retry_at: Some(c.retry_at.clone()),
             action: ProviderAction::WaitForReset,
         }),
+        queue_ms: None,
     }))
 }
 
@@ -440,7 +444,7 @@ async fn take_slot(
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return Err(refuse(
+            let mut refusal = refuse(
                 ErrorKind::Timeout,
                 format!(
                     "--max-duration reached after {:.1} s queued for a slot on backend '{}' \
@@ -449,12 +453,19 @@ async fn take_slot(
                     backend
                 ),
                 Some("raise max_concurrent for this backend, or --max-duration".to_owned()),
-            ));
+            );
+            // The whole run was the wait: `metrics.queue_ms` says so, as for an admitted run.
+            if let Refusal::Fail(refused) = &mut refusal {
+                refused.queue_ms = Some(started.elapsed().as_millis() as u64);
+            }
+            return Err(refusal);
         }
         let nap = deadline.map_or(QUEUE_POLL, |d| QUEUE_POLL.min(d - now)) + jitter();
         tokio::select! {
             biased;
-            signo = signals.recv() => return Err(Refusal::Cancelled(signo)),
+            signo = signals.recv() => {
+                return Err(Refusal::Cancelled(signo, started.elapsed().as_millis() as u64));
+            }
             _ = tokio::time::sleep(nap) => {}
         }
     }

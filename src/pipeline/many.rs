@@ -72,7 +72,7 @@ pub fn begin(
     }
     if let Some(base) = &request.worktree {
         let tree = Worktree::create(&request.workspace, state_dir, run_id, base.as_deref())
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(worktree_error_named(&e.to_string(), request.request_from)))?;
         request.workspace = tree.workspace();
         // Only a confined agent needs them; unconfined they were taken for the user's own
         // `--read` and named in a warning that it "had no effect".
@@ -109,6 +109,25 @@ impl Many {
     }
 }
 
+/// A worktree error names the flag it is about (`--worktree-base "x" names no commit`);
+/// the MCP tool's caller wrote the argument `worktree_base` (or `worktree`), never a flag.
+fn worktree_error_named(message: &str, from: RequestFrom) -> String {
+    let renamed = match from {
+        RequestFrom::File => None,
+        RequestFrom::McpTool => [
+            ("--worktree-base ", "worktree_base "),
+            ("--worktree:", "worktree:"),
+        ]
+        .into_iter()
+        .find_map(|(flag, arg)| {
+            message
+                .strip_prefix(flag)
+                .map(|rest| format!("{arg}{rest}"))
+        }),
+    };
+    renamed.unwrap_or_else(|| message.to_owned())
+}
+
 /// A `--worktree` run's session lived in its checkout, which is gone: the resume hint
 /// (`--cd <checkout> --session-id …`, to answer its questions or continue its work)
 /// pointed at a removed directory. It says now where the work is and how to go on.
@@ -137,13 +156,13 @@ fn worktree_resume_hint(
         "the session ran in the {flag} checkout, which is removed, so it cannot be resumed"
     );
     detail.resume_hint = Some(match from {
-        // The tool has no base branch to start a worktree from: the caller merges it.
         RequestFrom::McpTool => format!(
-            "{gone}; its work is on branch {} of {}: merge it, then {what} (the coder tool \
-             with cd {})",
-            report.branch,
+            "{gone}; its work is on branch {branch} of {}: {what} from it, the coder tool \
+             with cd {}, worktree true and worktree_base {}",
             origin.display(),
             serde_json::json!(origin),
+            serde_json::json!(report.branch),
+            branch = report.branch,
         ),
         RequestFrom::File => format!(
             "{gone}; {what} from the branch's work: coder --cd {} --worktree --worktree-base \

@@ -274,6 +274,7 @@ enum Key {
     Answers,
     SessionId,
     Worktree,
+    WorktreeBase,
     Scope,
     JsonSchema,
     Cd,
@@ -289,6 +290,7 @@ impl Key {
             Key::Answers => ("--answers", "answers"),
             Key::SessionId => ("--session-id", "SESSION_ID"),
             Key::Worktree => ("--worktree", "worktree"),
+            Key::WorktreeBase => ("--worktree-base", "worktree_base"),
             Key::Scope => ("--scope", "scope"),
             Key::JsonSchema => ("--json-schema", "json_schema"),
             Key::Cd => ("--cd", "cd"),
@@ -427,6 +429,34 @@ impl OutcomeArgs {
     }
 }
 
+/// The base of a worktree run: `--worktree-base`, else the request's `worktree_base`. A
+/// base without a worktree, or a blank one, is refused (the flag's own parser does so for
+/// the command line): it would be silently ignored.
+fn worktree_base(
+    many: &ManyRunsArgs,
+    from_file: Option<String>,
+    worktree: bool,
+    from: RequestFrom,
+) -> Result<Option<String>, ArgError> {
+    let Some(base) = many.worktree_base.clone().or(from_file) else {
+        return Ok(None);
+    };
+    let name = Key::WorktreeBase.name(many.worktree_base.is_some(), from);
+    if base.trim().is_empty() {
+        return Err(ArgError::Invalid(format!(
+            "{name} is empty: give a branch, tag or commit (or leave it out for HEAD)"
+        )));
+    }
+    if !worktree {
+        let needs = Key::Worktree.name(false, from);
+        return Err(ArgError::Invalid(format!(
+            "{name} needs {needs} (true): it is the commit a worktree run's branch starts \
+             from, and without a worktree it would be ignored"
+        )));
+    }
+    Ok(Some(base))
+}
+
 /// A caller's run id names a transcript file: plain characters only, bounded.
 pub fn parse_run_id(text: &str) -> Result<String, ArgError> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
@@ -473,6 +503,8 @@ pub struct RequestFile {
     pub scope: Option<Vec<String>>,
     /// `--worktree` (DESIGN §10).
     pub worktree: Option<bool>,
+    /// `--worktree-base`: the commit the worktree's branch starts from.
+    pub worktree_base: Option<String>,
     /// `--json-schema` (DESIGN §9): the schema as an object, or a string read like the
     /// flag's argument (a file, or the schema's JSON text).
     pub json_schema: Option<serde_json::Value>,
@@ -743,6 +775,7 @@ impl RunArgs {
             .or(file.sandbox)
             .unwrap_or(SandboxMode::WorkspaceWrite);
         let worktree = self.many.worktree || file.worktree == Some(true);
+        let worktree_base = worktree_base(&self.many, file.worktree_base.clone(), worktree, from)?;
         if sandbox == SandboxMode::WorkspaceWrite && !worktree {
             // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
             // `/proc/PID` of a coder that has ended by the time the user reads it).
@@ -775,7 +808,7 @@ impl RunArgs {
             run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
             max_turns: limits.max_turns,
             checks,
-            worktree: worktree.then_some(self.many.worktree_base),
+            worktree: worktree.then_some(worktree_base),
             task_title,
             targets,
             store: self.store,

@@ -1206,6 +1206,19 @@ struct Stop {
     refusal: Option<String>,
 }
 
+/// What to do about a transient upstream failure of a run that allowed no retry and
+/// changed nothing, naming the retry setting as the caller gives it.
+fn transient_hint(from: RequestFrom) -> String {
+    let setting = match from {
+        RequestFrom::File => "--max-retries N",
+        RequestFrom::McpTool => "max_retries",
+    };
+    format!(
+        "a transient failure, and the attempt changed nothing: run again, or set {setting} \
+         to have coder retry it with backoff"
+    )
+}
+
 /// Decides whether a failed attempt is retried (DESIGN §6): a retryable kind, no side
 /// effects a retry could repeat, retries and time left. Upstream failures are classified
 /// per provider first ([`provider::classify`], DESIGN §12): that decides whether they are
@@ -1246,6 +1259,15 @@ fn after_failure(
     });
     if failure.hint.is_none() {
         failure.hint = provider_error.as_ref().and_then(provider::hint);
+    }
+    // A transient failure (a 5xx, a broken connection) of a run without retries said
+    // nothing of what to do: `retryable: true` alone does not name `--max-retries`.
+    if failure.hint.is_none()
+        && request.max_retries == 0
+        && attempt.effects.mutating_tools.is_empty()
+        && provider_error.as_ref().is_some_and(|e| e.retryable)
+    {
+        failure.hint = Some(transient_hint(request.request_from));
     }
     let retries_left = request.max_retries.saturating_sub(run.retries);
     let mut decision = retry::decide(
@@ -1454,6 +1476,25 @@ impl Run {
                 self.backend_flag(),
             ),
         }
+    }
+
+    /// How to have the agent go on after its work failed the `--verify` check (its repair
+    /// turns spent): the same session, with the same check.
+    fn verify_hint(&self, id: &str, command: &str) -> String {
+        let what = "the check still fails after the agent's work";
+        let task = "the check still fails: fix it";
+        if self.request_from == RequestFrom::McpTool {
+            let arguments = self.tool_arguments(id, json!({"PROMPT": task, "verify": command}));
+            return format!(
+                "{what}; to have the agent go on, call the coder tool with {arguments}"
+            );
+        }
+        format!(
+            "{what}; to have the agent go on: coder --cd {}{} --session-id {id} --verify {} \"{task}\"",
+            crate::text::shell_quote(&self.workspace.display().to_string()),
+            self.backend_flag(),
+            crate::text::shell_quote(command),
+        )
     }
 
     /// How to answer the questions of a `needs_input` run (see [`Run::continue_hint`]).
@@ -2283,11 +2324,19 @@ impl PreparedRun {
                     check.error.clone().unwrap_or_else(|| "killed".to_owned())
                 ),
             };
+            let hint = envelope
+                .session_id
+                .clone()
+                // Only for a run whose own failure is the check's.
+                .filter(|_| !check.not_started && envelope.success)
+                .zip(request.checks.verify.as_ref())
+                .map(|(id, verify)| run.verify_hint(&id, &verify.command));
             envelope = run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
                 detail.exit_code = check.exit_code;
                 let from = check.tail.len().saturating_sub(outcome_tail_len());
                 detail.last_lines = check.tail[from..].to_vec();
                 detail.signal = check.signal.clone();
+                detail.resume_hint = detail.resume_hint.take().or(hint);
             });
         }
         envelope
@@ -2523,7 +2572,7 @@ impl Run {
 impl Run {
     /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
     /// had started, so there was no process tree to stop.
-    fn cancelled_while_queued(&self, signo: i32) -> Envelope {
+    fn cancelled_while_queued(&self, signo: i32, queue_ms: u64) -> Envelope {
         let name = signal_name(signo);
         let mut envelope = self.early_envelope(
             ErrorKind::Cancelled,
@@ -2535,6 +2584,9 @@ impl Run {
             None,
         );
         envelope.exit_code = cancelled_exit_code(signo);
+        if let Some(metrics) = envelope.metrics.as_mut() {
+            metrics.queue_ms = Some(queue_ms);
+        }
         envelope
     }
 
@@ -2542,7 +2594,9 @@ impl Run {
     /// time, or a signal while queued).
     fn refused(&self, refusal: admission::Refusal) -> Envelope {
         match refusal {
-            admission::Refusal::Cancelled(signo) => self.cancelled_while_queued(signo),
+            admission::Refusal::Cancelled(signo, queue_ms) => {
+                self.cancelled_while_queued(signo, queue_ms)
+            }
             admission::Refusal::Fail(refused) => {
                 let refused = *refused;
                 let mut envelope = self.early_envelope(
@@ -2553,6 +2607,9 @@ impl Run {
                 );
                 if let Some(detail) = envelope.error_detail.as_mut() {
                     detail.provider_error = refused.provider_error;
+                }
+                if let Some(metrics) = envelope.metrics.as_mut() {
+                    metrics.queue_ms = refused.queue_ms;
                 }
                 envelope
             }

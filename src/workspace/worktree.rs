@@ -260,9 +260,11 @@ impl Worktree {
         self.path.join(&self.prefix)
     }
 
-    /// The workspace the run was asked for (its place in the user's own work tree).
+    /// The workspace the run was asked for (its place in the user's own work tree). At the
+    /// repository's top the prefix is empty, and `join("")` would end the path in a `/`
+    /// (shown in the resume hint as `--cd /repo/`): the components are joined instead.
     pub fn origin(&self) -> PathBuf {
-        self.repo_top.join(&self.prefix)
+        self.repo_top.join(&self.prefix).components().collect()
     }
 
     /// The checkout's root.

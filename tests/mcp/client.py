@@ -254,6 +254,50 @@ async def long(session):
     assert len((await session.list_tools()).tools) == 11
 
 
+async def worktree(session):
+    """A worktree run that asks: its resume hint names the tool's arguments that start the
+    next run from its branch (worktree_base), and followed as written, they do."""
+    ask_backend = f"replay:{CASSETTES}/ask_user.json"
+    asked = await session.call_tool("coder", {"PROMPT": "paint the fence", "cd": "repo",
+                                              "backend": ask_backend, "worktree": True,
+                                              "allow_questions": True, "wait_s": 50},
+                                    read_timeout_seconds=90)
+    asked_env = structured(asked)
+    assert asked.is_error and asked_env["error_kind"] == "needs_input", asked_env
+    branch = asked_env["worktree"]["branch"]
+    hint = asked_env["error_detail"]["resume_hint"]
+    assert "--" not in hint and "coder tool" in hint, hint
+    assert f"worktree true and worktree_base {json.dumps(branch)}" in hint, hint
+    cd = json.loads(hint[hint.index("with cd ") + 8:hint.index(", worktree true")])
+    assert cd == os.path.join(BASE, "repo"), hint
+    # Followed: a new run in a worktree of that branch.
+    backend = f"replay:{CASSETTES}/plain.json"
+    next_run = await session.call_tool("coder", {"PROMPT": "blue, and not the gate", "cd": cd,
+                                                 "backend": backend, "worktree": True,
+                                                 "worktree_base": branch, "wait_s": 50},
+                                       read_timeout_seconds=90)
+    next_env = structured(next_run)
+    assert not next_run.is_error, next_env
+    assert next_env["worktree"]["base_ref"] == branch, next_env
+    # Without worktree, a base would be ignored: refused, named as the tool's arguments.
+    tool = await session.call_tool("coder", {"PROMPT": "x", "cd": "repo", "backend": backend,
+                                             "worktree_base": branch, "wait_s": 50},
+                                   read_timeout_seconds=90)
+    tool_env = structured(tool)
+    assert tool.is_error and tool_env["error_kind"] == "config_error", tool_env
+    assert tool_env["error"].startswith("worktree_base needs worktree (true)"), tool_env
+    # A base that names no commit is named as the tool's argument, never as a flag.
+    bad = await session.call_tool("coder", {"PROMPT": "x", "cd": "repo", "backend": backend,
+                                            "worktree": True, "worktree_base": "no-such-ref",
+                                            "wait_s": 50},
+                                  read_timeout_seconds=90)
+    bad_env = structured(bad)
+    assert bad.is_error and bad_env["error_kind"] == "config_error", bad_env
+    assert bad_env["error"] == 'worktree_base "no-such-ref" names no commit in the repository', \
+        bad_env
+    await wait_no_procs(BASE, 10)
+
+
 async def disconnect_start(session):
     backend = f"replay:{CASSETTES}/slow.json"
     r = structured(await session.call_tool(
@@ -271,6 +315,8 @@ async def main(scenario):
                 await basic(session)
             elif scenario == "run":
                 await run(session)
+            elif scenario == "worktree":
+                await worktree(session)
             elif scenario == "long":
                 await long(session)
             elif scenario == "disconnect":
