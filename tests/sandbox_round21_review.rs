@@ -638,21 +638,11 @@ fn the_scripts_a_loop_over_find_runs_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "while read over find",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!find tools/checks -type f | while read -r f; do sh \"$f\"; done",
-                ],
-            );
-        },
+        &["tools/checks/a.sh"],
+        "!find tools/checks -type f | while read -r f; do sh \"$f\"; done",
         &format!("{SCRIPT_PAYLOAD} > tools/checks/b.sh; echo PLANTED"),
-        &["fmt"],
     );
 }
 

@@ -47,8 +47,14 @@ const REPO: RepoStyle = RepoStyle {
 const KNOWN_OPEN: &[&str] = &["xargs -a"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
-fn held_file_attack(name: &str, setup: fn(&Fx, &Path), script: &str, user: &[&str]) {
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// [`sandbox_fixture::alias_attack`] on this file's repository and ratchet: the user's
+/// `scripts`, run by the alias `git fmt` = `alias`; the agent's command `attack`.
+fn alias_attack(name: &str, scripts: &[&str], alias: &str, attack: &str) {
+    sandbox_fixture::alias_attack(&REPO, KNOWN_OPEN, name, (scripts, alias), attack);
 }
 
 /// The user's `tools/fmt.py` (0755) whose `#!` line is `shebang`, and `alias.fmt = !LINE`.
@@ -606,24 +612,14 @@ fn a_workspace_holding_the_home_directorys_keys_is_refused() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_while_read_over_find_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    alias_attack(
         "while read over find",
-        |fx, ws| {
-            own_script(fx, ws, "tools/checks/a.sh");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!find tools/checks -type f | while read f; do sh \"$f\"; done",
-                ],
-            );
-        },
+        &["tools/checks/a.sh"],
+        "!find tools/checks -type f | while read f; do sh \"$f\"; done",
         &format!(
             "{SCRIPT_PAYLOAD} >> tools/checks/a.sh; {SCRIPT_PAYLOAD} > tools/checks/b.sh; \
              echo PLANTED"
         ),
-        &["fmt"],
     );
 }
 
