@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::Bounded;
 use common::sandbox_fixture::{self, owners};
 use serde_json::Value;
@@ -149,5 +151,113 @@ fn tool_commands_find_no_other_way_into_the_clis_scratch() {
                 assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
             }
         }
+    }
+}
+
+/// A never-visible entry of the home directory that does not exist yet counts where it
+/// would be made: `--cd ~/.config` without `gh/` let the agent make `gh/config.yml` (`gh`
+/// runs an alias's `!command`), and a workspace holding where a dangling `~/.aws` symlink
+/// points let it make `aws/config` (`credential_process` runs a command): the refusal
+/// compared only the entries that existed. Both refused now, nothing made. Control:
+/// `--cd ~/.config/nvim` runs and writes.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_absent_never_visible_entry_is_not_the_agents_to_make() {
+    use sandbox_fixture::{Fixture, run_text};
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fixture::new("coder-round23b-absent-", nobody, &["ws", "home", "state"]);
+        let home = fx.root().join("home");
+        sandbox_fixture::write(&home.join(".config/nvim/init.lua"), "NVIM\n");
+        std::fs::create_dir_all(home.join("data")).unwrap();
+        std::os::unix::fs::symlink("data/aws", home.join(".aws")).unwrap();
+        fx.own(fx.root());
+        let cases = [
+            (
+                ".config",
+                "mkdir gh && echo 'aliases: {co: \"!id\"}' > gh/config.yml",
+            ),
+            (
+                "data",
+                "mkdir aws && printf '[default]\\ncredential_process=id\\n' > aws/config",
+            ),
+        ];
+        for (dir, script) in cases {
+            let ws = home.join(dir);
+            let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], script));
+            assert!(
+                rc != 0 && out.contains("never visible to an agent"),
+                "nobody={nobody} --cd ~/{dir}: served: {out}"
+            );
+        }
+        assert!(
+            !home.join(".config/gh").exists(),
+            "nobody={nobody}: gh made"
+        );
+        assert!(!home.join("data/aws").exists(), "nobody={nobody}: aws made");
+        let nvim = home.join(".config/nvim");
+        let (rc, out) = run_text(&mut fx.sandbox_in(&nvim, &[], "cat init.lua; echo x > y"));
+        assert!(
+            rc == 0 && out.contains("NVIM") && nvim.join("y").exists(),
+            "nobody={nobody}: control: {out}"
+        );
+    }
+}
+
+/// `coder plan --plan-file ~/.ssh/authorized_keys` (or `~/.netrc`, absent) made the key
+/// file the one file the agent writes: its Bash tool appended a key of its own (checked
+/// by hand before the fix), though `--write ~/.ssh` is refused. Refused now, the file
+/// unchanged. Control: a plan file elsewhere in the home directory runs. Real CLI,
+/// offline against `fixtures/sandbox/plan_key_file.json`, root and uid 65534.
+#[test]
+#[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
+fn a_plan_file_among_the_home_directorys_keys_is_refused() {
+    use sandbox_fixture::{Fixture, run_text};
+    let claude = common::real_claude();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/plan_key_file.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fixture::new(
+            "coder-round23b-plan-",
+            nobody,
+            &["ws", "home/plans", "state"],
+        );
+        let home = fx.root().join("home");
+        let keys = home.join(".ssh/authorized_keys");
+        sandbox_fixture::write(&keys, "USER-KEY\n");
+        fx.own(fx.root());
+        let plan = |file: &Path| {
+            let mut cmd = fx.command(common::CODER);
+            cmd.args(["plan", "--cd"])
+                .arg(fx.root().join("ws"))
+                .arg("--plan-file")
+                .arg(file)
+                .arg("--claude-bin")
+                .arg(&claude)
+                .args(["--backend", &cassette, "make a plan"])
+                .env("PATH", sandbox_fixture::PATH)
+                .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+                .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
+            run_text(&mut cmd)
+        };
+        for file in [keys.clone(), home.join(".netrc")] {
+            let (rc, out) = plan(&file);
+            assert!(
+                rc != 0 && out.contains("keys and tokens"),
+                "nobody={nobody} --plan-file {}: {out}",
+                file.display()
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&keys).unwrap(), "USER-KEY\n");
+        assert!(
+            !home.join(".netrc").exists(),
+            "nobody={nobody}: .netrc made"
+        );
+        let (rc, out) = plan(&home.join("plans/p.md"));
+        assert!(
+            rc == 0 && out.contains("plan done"),
+            "nobody={nobody}: control: {out}"
+        );
     }
 }
