@@ -261,3 +261,55 @@ fn a_plan_file_among_the_home_directorys_keys_is_refused() {
         );
     }
 }
+
+/// Whether [`a_hard_link_to_a_home_key_in_a_grant_is_not_the_agents_to_write`] still
+/// finds the hole open: then it asserts the write lands, and fails once it is fixed
+/// (assert the refusal then, and drop the line in SECURITY.md's Known limits).
+const KNOWN_OPEN_HARD_LINKED_HOME_KEY: bool = true;
+
+/// A `--write` directory holding a hard link to `~/.ssh/authorized_keys` (one the user
+/// made: `cp -al`, a backup tool's snapshot) is granted, since the refusal compares paths,
+/// and the agent appends its key through the link. Open (a ratchet): finding it needs the
+/// inodes of every never-visible file compared with every file of every grant. Root and
+/// uid 65534; control: the same write with `--mode danger-full-access` lands.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hard_link_to_a_home_key_in_a_grant_is_not_the_agents_to_write() {
+    use sandbox_fixture::{Fixture, run_text};
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fixture::new(
+                "coder-round23b-link-",
+                nobody,
+                &["ws", "w", "home", "state"],
+            );
+            let keys = fx.root().join("home/.ssh/authorized_keys");
+            sandbox_fixture::write(&keys, "USER-KEY\n");
+            let link = fx.root().join("w/notes");
+            std::fs::hard_link(&keys, &link).unwrap();
+            fx.own(fx.root());
+            let w = fx.root().join("w");
+            let mut args = vec!["--write", w.to_str().unwrap()];
+            if !confined {
+                args.extend(["--mode", "danger-full-access"]);
+            }
+            let script = format!("echo AGENT-KEY >> '{}'", link.display());
+            let (_rc, out) = run_text(&mut fx.sandbox_in(&fx.root().join("ws"), &args, &script));
+            let written = std::fs::read_to_string(&keys)
+                .unwrap()
+                .contains("AGENT-KEY");
+            let who = format!("nobody={nobody} confined={confined}");
+            if confined {
+                assert_eq!(
+                    written,
+                    KNOWN_OPEN_HARD_LINKED_HOME_KEY,
+                    "{who}: the agent's key {} (KNOWN_OPEN_HARD_LINKED_HOME_KEY is out of \
+                     date): {out}",
+                    if written { "landed" } else { "did not land" }
+                );
+            } else {
+                assert!(written, "{who}: control: {out}");
+            }
+        }
+    }
+}
