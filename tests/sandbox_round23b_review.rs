@@ -313,3 +313,36 @@ fn a_hard_link_to_a_home_key_in_a_grant_is_not_the_agents_to_write() {
         }
     }
 }
+
+/// A run started without `HOME` (a service, an MCP host's bare environment) compared its
+/// workspace and grants with no home directory at all: `--cd /root` (root's own home, by
+/// its user entry) and `--read /root` were granted, every dotfile and key with them. The
+/// user entry's home counts now, as it does for `coder fs`'s base. Root only: uid 65534's
+/// entry names `/nonexistent`. Control: a project directory runs without `HOME`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_without_home_still_refuses_the_users_home() {
+    use sandbox_fixture::{Fixture, run_text};
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root: its user entry's home is /root"
+    );
+    let fx = Fixture::new("coder-round23b-nohome-", false, &["ws", "state"]);
+    let ws = fx.root().join("ws");
+    let cases: [(&Path, &[&str]); 2] = [
+        (Path::new("/root"), &["--mode", "read-only"]),
+        (&ws, &["--mode", "read-only", "--read", "/root"]),
+    ];
+    for (cd, args) in cases {
+        let mut cmd = fx.sandbox_in(cd, args, "ls -a /root >/dev/null && echo SERVED");
+        let (rc, out) = run_text(cmd.env_remove("HOME"));
+        assert!(
+            rc != 0 && !out.contains("SERVED") && out.contains("home directory"),
+            "--cd {} {args:?} without HOME: {out}",
+            cd.display()
+        );
+    }
+    let mut cmd = fx.sandbox_in(&ws, &[], "echo RAN");
+    let (rc, out) = run_text(cmd.env_remove("HOME"));
+    assert!(rc == 0 && out.contains("RAN"), "control: {out}");
+}
