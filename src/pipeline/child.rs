@@ -192,6 +192,7 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
         .deny_globs
         .iter()
         .map(|glob| format!("Edit({glob})"))
+        .chain(scratch_edit_denials(&policy.tmp_dir))
         .collect();
     let mut settings = serde_json::json!({"permissions": {"deny": deny}});
     if cli_sandbox_may_be_asked_for(&spec.cwd, &spec.env) {
@@ -217,6 +218,20 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
     spec.env.retain(|(k, _)| k != "IS_SANDBOX");
     spec.env.push(("IS_SANDBOX".into(), "1".into()));
     spec.policy = Some(policy);
+}
+
+/// The CLI's own names in its scratch directory (`CLAUDE_CODE_TMPDIR` and
+/// `XDG_RUNTIME_DIR`: `claude-<uid>/`, with the task outputs it reads back, and
+/// `cc-socks/`), denied to its file-editing tools. Those tools run in the CLI's own
+/// Landlock domain, which writes there, not in the nested one of tool commands that keeps
+/// them out: a Bash call linked `scratchlink` in the workspace to `claude-<uid>/` and the
+/// Write tool wrote through it (round twenty-three's second review). The CLI checks a
+/// path's symlink-resolved spelling against its rules too; `//` makes a rule absolute.
+fn scratch_edit_denials(scratch: &Path) -> impl Iterator<Item = String> + use<'_> {
+    ["claude-*", "cc-socks"].into_iter().flat_map(move |name| {
+        let base = format!("/{}/{name}", scratch.display());
+        [format!("Edit({base})"), format!("Edit({base}/**)")]
+    })
 }
 
 /// Whether anything the CLI reads could switch its own sandbox on, so that coder's

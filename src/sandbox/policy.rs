@@ -197,7 +197,7 @@ impl PolicyOptions {
         PolicyOptions {
             mode,
             workspace: workspace.into(),
-            home: env_path("HOME"),
+            home: home_or_account(),
             extra_read: Vec::new(),
             extra_write: Vec::new(),
             allow_tmp: false,
@@ -1818,11 +1818,33 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
 /// …). As a workspace, `~/.config` showed `gh/hosts.yml` (the GitHub token) to the agent:
 /// the secret scan masks by name, and a token file's name is no secret's (round
 /// twenty-three).
+///
+/// An entry that does not exist (yet) counts where it would be made
+/// ([`resolve_leniently`]): `--cd ~/.config` without `gh/`, or `coder plan --plan-file
+/// ~/.netrc`, let the agent make the entry (round twenty-three's second review).
 fn touches_never_visible(canonical: &Path, home: &Path) -> bool {
     home::NEVER_VISIBLE
         .iter()
-        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+        .map(|rel| resolve_leniently(&home.join(rel), 0))
         .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
+}
+
+/// `path` canonical where it exists; else its nearest existing ancestor canonical with
+/// the rest appended, a dangling symlink on the way followed (at most 40 of them) to
+/// where its target would be made.
+fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
+    if let Ok(real) = fs::canonicalize(path) {
+        return real;
+    }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return path.to_path_buf();
+    };
+    let parent = resolve_leniently(parent, hops);
+    let here = parent.join(name);
+    match fs::read_link(&here) {
+        Ok(target) if hops < 40 => resolve_leniently(&parent.join(target), hops + 1),
+        _ => here,
+    }
 }
 
 /// Whether a mount strictly beneath `canonical` shows `home` (canonical) or a directory
@@ -1850,10 +1872,37 @@ fn home_mounted_beneath(canonical: &Path, home: &Path) -> bool {
     })
 }
 
-/// [`workspace_refusal`] with the home directory of this process (`$HOME`, canonical).
+/// [`workspace_refusal`] with each home directory of this process: `$HOME`'s and the
+/// user's entry's (canonical). With `$HOME` alone, a run started without `HOME` (a
+/// service, an MCP host's bare environment) took `--cd ~` and `--cd ~/.ssh` as its
+/// workspace (round twenty-three's second review; `coder fs` had this since round
+/// twenty).
 pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
-    let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
-    workspace_refusal(canonical, home.as_deref())
+    let homes: Vec<PathBuf> = env_path("HOME")
+        .into_iter()
+        .chain(account_home())
+        .filter_map(|h| fs::canonicalize(h).ok())
+        .collect();
+    if homes.is_empty() {
+        return workspace_refusal(canonical, None);
+    }
+    homes
+        .iter()
+        .find_map(|home| workspace_refusal(canonical, Some(home)))
+}
+
+/// The home directory of this process's user entry (`/etc/passwd`), if it names one.
+fn account_home() -> Option<PathBuf> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|user| user.dir)
+        .filter(|dir| dir.is_absolute())
+}
+
+/// `$HOME`, else the user entry's home directory ([`account_home`]).
+fn home_or_account() -> Option<PathBuf> {
+    env_path("HOME").or_else(account_home)
 }
 
 /// coder's own directories: the state directory (the placeholder locks and registry of
@@ -2359,6 +2408,13 @@ pub fn check_plan_file(path: &Path) -> Result<PathBuf, String> {
     let canonical = dir.join(name);
     if canonical.to_str().is_none() {
         return Err(format!("--plan-file {shown}: the path is not valid UTF-8"));
+    }
+    let home = home_or_account().and_then(|h| fs::canonicalize(h).ok());
+    if home.is_some_and(|home| touches_never_visible(&canonical, &home)) {
+        return Err(format!(
+            "--plan-file {shown}: is or lies in one of the home directory's keys and tokens \
+             (~/.ssh, ~/.netrc, …), which the agent never writes; put the plan elsewhere"
+        ));
     }
     match fs::symlink_metadata(&canonical) {
         Ok(meta) if meta.file_type().is_symlink() => Err(format!(
