@@ -657,14 +657,14 @@ impl Policy {
         let mut scanned = Vec::new();
         for path in &opts.extra_read {
             let canonical = canonicalize(PathRole::ReadFlag, path)?;
-            refuse_home_mount(PathRole::ReadFlag, &canonical, home.as_deref())?;
+            refuse_home_secrets(PathRole::ReadFlag, &canonical, home.as_deref())?;
             grants.add(path, Access::Read)?;
             scanned.push((canonical, false));
         }
         for path in &opts.extra_write {
             let canonical = canonicalize(PathRole::WriteFlag, path)?;
             refuse_broad_write(&canonical, home.as_deref())?;
-            refuse_home_mount(PathRole::WriteFlag, &canonical, home.as_deref())?;
+            refuse_home_secrets(PathRole::WriteFlag, &canonical, home.as_deref())?;
             if opts.mode == Mode::ReadOnly && workspace.starts_with(&canonical) {
                 return Err(SandboxError::Path {
                     what: PathRole::WriteFlag,
@@ -1823,10 +1823,16 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
 /// ([`resolve_leniently`]): `--cd ~/.config` without `gh/`, or `coder plan --plan-file
 /// ~/.netrc`, let the agent make the entry (round twenty-three's second review).
 fn touches_never_visible(canonical: &Path, home: &Path) -> bool {
+    never_visible_places(home)
+        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
+}
+
+/// Where each of `home`'s never-visible entries is, or would be made
+/// ([`resolve_leniently`]).
+fn never_visible_places(home: &Path) -> impl Iterator<Item = PathBuf> + use<'_> {
     home::NEVER_VISIBLE
         .iter()
         .map(|rel| resolve_leniently(&home.join(rel), 0))
-        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
 }
 
 /// `path` canonical where it exists; else its nearest existing ancestor canonical with
@@ -1861,9 +1867,8 @@ fn home_mounted_beneath(canonical: &Path, home: &Path) -> bool {
     let Some(home_place) = mounts.place(home) else {
         return false;
     };
-    let secrets: Vec<FsPlace> = home::NEVER_VISIBLE
-        .iter()
-        .filter_map(|rel| fs::canonicalize(home.join(rel)).ok())
+    // An entry not made yet has no place in the mount table.
+    let secrets: Vec<FsPlace> = never_visible_places(home)
         .filter_map(|secret| mounts.place(&secret))
         .collect();
     mounts.beneath(canonical).any(|m| {
@@ -2280,7 +2285,7 @@ fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
 /// `gh/hosts.yml`, `--write ~/.ssh`), are refused the same way: each showed what the
 /// mount of it is refused for (round twenty-three's review), and the home allow-list
 /// drops such entries too ([`home::NEVER_VISIBLE`]).
-fn refuse_home_mount(
+fn refuse_home_secrets(
     what: PathRole,
     canonical: &Path,
     home: Option<&Path>,
