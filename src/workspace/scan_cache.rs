@@ -298,7 +298,7 @@ fn checksum(bytes: &[u8]) -> u64 {
     h ^ (h >> 32)
 }
 
-fn encode<'a>(scan: &'a Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
+fn encode(scan: &Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<[u8]>>) {
     // Exactly the head's size (entries that are left out make it smaller).
     let path_bytes: usize = scan.entries.keys().map(<[u8]>::len).sum();
     let mut out = Vec::with_capacity(
@@ -321,66 +321,17 @@ fn encode<'a>(scan: &'a Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<
     // The directories of entries left out: a later scan must list them again, or it would
     // not see those files at all.
     let mut left_out: Vec<&[u8]> = Vec::new();
-    let mut leave_out = |path: &'a [u8]| {
-        let dir = path
-            .iter()
-            .rposition(|b| *b == b'/')
-            .map_or(&path[..0], |at| &path[..at]);
-        left_out.push(dir);
-    };
     for (path, entry) in scan.entries.iter() {
-        let (Ok(mtime), Ok(ctime), Ok(path_len)) = (
-            i64::try_from(entry.mtime_ns),
-            i64::try_from(entry.ctime_ns),
-            u32::try_from(path.len()),
-        ) else {
-            leave_out(path);
+        let Some(content) = kept_content(entry, key, &mut old) else {
+            left_out.push(parent_of(path));
             continue;
         };
-        let content = match &entry.content {
-            None => None,
-            Some(Content::Bytes(bytes)) => Some(bytes.clone()),
-            Some(Content::Stored { file, offset, len }) => {
-                match stored(&mut old, file, *offset, *len) {
-                    Some(bytes) if Some(super::scan::hash(key, &bytes)) == entry.hash => {
-                        Some(bytes)
-                    }
-                    // Not what was hashed: leave the file out, the next scan reads it.
-                    _ => {
-                        leave_out(path);
-                        continue;
-                    }
-                }
-            }
-        };
-        let mut flags = 0;
-        if entry.hash.is_some() {
-            flags |= HAS_HASH;
+        if !write_entry(&mut out, path, entry, content.as_deref()) {
+            left_out.push(parent_of(path));
+            continue;
         }
-        if entry.binary {
-            flags |= BINARY;
-        }
-        if entry.lines.is_some() {
-            flags |= HAS_LINES;
-        }
-        if content.is_some() {
-            flags |= HAS_CONTENT;
-        }
-        out.extend_from_slice(&path_len.to_le_bytes());
-        out.extend_from_slice(path);
-        out.extend_from_slice(&entry.size.to_le_bytes());
-        out.extend_from_slice(&mtime.to_le_bytes());
-        out.extend_from_slice(&ctime.to_le_bytes());
-        out.extend_from_slice(&entry.mode.to_le_bytes());
-        out.extend_from_slice(&entry.dev.to_le_bytes());
-        out.extend_from_slice(&entry.ino.to_le_bytes());
-        out.push(flags);
-        out.extend_from_slice(&entry.hash.unwrap_or(0).to_le_bytes());
-        out.extend_from_slice(&entry.lines.unwrap_or(0).to_le_bytes());
-        let len = content.as_ref().map_or(0, |c| c.len() as u64);
-        out.extend_from_slice(&len.to_le_bytes());
         if let Some(content) = content {
-            blob_bytes += len;
+            blob_bytes += content.len() as u64;
             blobs.push(content);
         }
         count += 1;
@@ -388,6 +339,79 @@ fn encode<'a>(scan: &'a Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<
     out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
     left_out.sort_unstable();
     left_out.dedup();
+    write_dirs(&mut out, scan, &left_out);
+    out.extend_from_slice(&blob_bytes.to_le_bytes());
+    let head_len = out.len() as u64 + 8;
+    out[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&head_len.to_le_bytes());
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    (out, blobs)
+}
+
+/// The directory part of a relative `path` ("" at the top).
+fn parent_of(path: &[u8]) -> &[u8] {
+    path.iter()
+        .rposition(|b| *b == b'/')
+        .map_or(&path[..0], |at| &path[..at])
+}
+
+/// The content `entry` keeps for the next scan (`Some(None)`: none), or `None` when the
+/// entry must be left out: its stored content in an old cache file is not what was hashed,
+/// so the next scan reads the file again.
+fn kept_content(
+    entry: &Entry,
+    key: &Key,
+    old: &mut Option<(Arc<std::fs::File>, Vec<u8>)>,
+) -> Option<Option<Arc<[u8]>>> {
+    match &entry.content {
+        None => Some(None),
+        Some(Content::Bytes(bytes)) => Some(Some(bytes.clone())),
+        Some(Content::Stored { file, offset, len }) => match stored(old, file, *offset, *len) {
+            Some(bytes) if Some(super::scan::hash(key, &bytes)) == entry.hash => Some(Some(bytes)),
+            _ => None,
+        },
+    }
+}
+
+/// Appends one entry's record (its content goes to the blob area after the head); false,
+/// with nothing written, when a field does not fit the format (the entry is left out).
+fn write_entry(out: &mut Vec<u8>, path: &[u8], entry: &Entry, content: Option<&[u8]>) -> bool {
+    let (Ok(mtime), Ok(ctime), Ok(path_len)) = (
+        i64::try_from(entry.mtime_ns),
+        i64::try_from(entry.ctime_ns),
+        u32::try_from(path.len()),
+    ) else {
+        return false;
+    };
+    let mut flags = 0;
+    for (set, flag) in [
+        (entry.hash.is_some(), HAS_HASH),
+        (entry.binary, BINARY),
+        (entry.lines.is_some(), HAS_LINES),
+        (content.is_some(), HAS_CONTENT),
+    ] {
+        if set {
+            flags |= flag;
+        }
+    }
+    out.extend_from_slice(&path_len.to_le_bytes());
+    out.extend_from_slice(path);
+    out.extend_from_slice(&entry.size.to_le_bytes());
+    out.extend_from_slice(&mtime.to_le_bytes());
+    out.extend_from_slice(&ctime.to_le_bytes());
+    out.extend_from_slice(&entry.mode.to_le_bytes());
+    out.extend_from_slice(&entry.dev.to_le_bytes());
+    out.extend_from_slice(&entry.ino.to_le_bytes());
+    out.push(flags);
+    out.extend_from_slice(&entry.hash.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&entry.lines.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&content.map_or(0, |c| c.len() as u64).to_le_bytes());
+    true
+}
+
+/// Appends the directories listed whole, but those holding an entry that was left out
+/// (`left_out`, sorted): a later scan must list them again.
+fn write_dirs(out: &mut Vec<u8>, scan: &Scan, left_out: &[&[u8]]) {
     let dirs: Vec<(&Dir, i64, u32)> = scan
         .dirs
         .iter()
@@ -408,12 +432,6 @@ fn encode<'a>(scan: &'a Scan, key: &Key, workspace: &[u8]) -> (Vec<u8>, Vec<Arc<
         out.extend_from_slice(&dir.ino.to_le_bytes());
         out.extend_from_slice(&ctime.to_le_bytes());
     }
-    out.extend_from_slice(&blob_bytes.to_le_bytes());
-    let head_len = out.len() as u64 + 8;
-    out[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&head_len.to_le_bytes());
-    let sum = checksum(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    (out, blobs)
 }
 
 /// A stored content of an old cache file, from its blob area read whole once.
@@ -480,49 +498,79 @@ fn parse(
         .saturating_sub(count.saturating_mul(ENTRY_FIXED));
     let mut entries = Entries::with_capacity(count.min(1 << 20), path_bytes.min(64 << 20));
     for _ in 0..count {
-        let path_len = r.u32()? as usize;
-        let path = r.take(path_len)?;
-        let size = r.u64()?;
-        let mtime_ns = i128::from(r.i64()?);
-        let ctime_ns = i128::from(r.i64()?);
-        let mode = r.u32()?;
-        let dev = r.u64()?;
-        let ino = r.u64()?;
-        let flags = r.u8()?;
-        let hash = r.u64()?;
-        let lines = r.u64()?;
-        let content_len = r.u64()?;
-        let content = if flags & HAS_CONTENT != 0 {
-            let end = offset.checked_add(content_len)?;
-            if end > file_len {
-                return None;
-            }
-            let stored = Content::Stored {
-                file: file.clone(),
-                offset,
-                len: content_len,
-            };
-            offset = end;
-            Some(stored)
-        } else {
-            None
-        };
-        let entry = Entry {
-            size,
-            mtime_ns,
-            mode,
-            dev,
-            ino,
-            ctime_ns,
-            hash: (flags & HAS_HASH != 0).then_some(hash),
-            binary: flags & BINARY != 0,
-            lines: (flags & HAS_LINES != 0).then_some(lines),
-            content,
-        };
+        let (path, entry) = read_entry(&mut r, file, file_len, &mut offset)?;
         if !entries.push(path, entry) {
             return None;
         }
     }
+    let dirs = read_dirs(&mut r)?;
+    if r.position() != entries_end {
+        return None;
+    }
+    Some(Loaded {
+        scan: Scan {
+            entries,
+            dirs,
+            started_ns,
+            ..Scan::default()
+        },
+        key,
+    })
+}
+
+/// One entry's record; its content (if any) is at `offset` in the blob area, which moves
+/// past it. `None` when the record is cut short or its content runs past the file.
+fn read_entry<'a>(
+    r: &mut LeReader<'a>,
+    file: &Arc<std::fs::File>,
+    file_len: u64,
+    offset: &mut u64,
+) -> Option<(&'a [u8], Entry)> {
+    let path_len = r.u32()? as usize;
+    let path = r.take(path_len)?;
+    let size = r.u64()?;
+    let mtime_ns = i128::from(r.i64()?);
+    let ctime_ns = i128::from(r.i64()?);
+    let mode = r.u32()?;
+    let dev = r.u64()?;
+    let ino = r.u64()?;
+    let flags = r.u8()?;
+    let hash = r.u64()?;
+    let lines = r.u64()?;
+    let content_len = r.u64()?;
+    let content = if flags & HAS_CONTENT != 0 {
+        let end = offset.checked_add(content_len)?;
+        if end > file_len {
+            return None;
+        }
+        let stored = Content::Stored {
+            file: file.clone(),
+            offset: *offset,
+            len: content_len,
+        };
+        *offset = end;
+        Some(stored)
+    } else {
+        None
+    };
+    let entry = Entry {
+        size,
+        mtime_ns,
+        mode,
+        dev,
+        ino,
+        ctime_ns,
+        hash: (flags & HAS_HASH != 0).then_some(hash),
+        binary: flags & BINARY != 0,
+        lines: (flags & HAS_LINES != 0).then_some(lines),
+        content,
+    };
+    Some((path, entry))
+}
+
+/// The directories listed whole, each once and in walk order (the walk beside them relies
+/// on it); `None` otherwise.
+fn read_dirs(r: &mut LeReader<'_>) -> Option<Vec<Dir>> {
     let dir_count = r.u64()?;
     if dir_count > MAX_ENTRIES {
         return None;
@@ -538,7 +586,6 @@ fn parse(
             ctime_ns: i128::from(r.i64()?),
             whole: true,
         };
-        // In walk order, each once: the walk beside them relies on it.
         if dirs
             .last()
             .is_some_and(|last| !super::scan::walk_order(&last.path, &dir.path).is_lt())
@@ -547,18 +594,7 @@ fn parse(
         }
         dirs.push(dir);
     }
-    if r.position() != entries_end {
-        return None;
-    }
-    Some(Loaded {
-        scan: Scan {
-            entries,
-            dirs,
-            started_ns,
-            ..Scan::default()
-        },
-        key,
-    })
+    Some(dirs)
 }
 
 #[cfg(test)]
