@@ -282,36 +282,10 @@ fn explain(
         return print_explain_help(run_args.iter().any(|a| a == "--help"));
     }
     run_args.retain(|a| a != "--json");
-    let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
-        .chain(run_args)
-        .collect();
-    let mut parsed = match crate::config::parse_args_of::<RunArgs>(explain_command(), &argv) {
-        Ok(p) => p,
-        Err(mut e) if e.kind() == clap::error::ErrorKind::UnknownArgument && !json => {
-            // clap's usage line shows the look-alike it offers as if it had been given.
-            let usage = explain_command().render_usage();
-            e.insert(
-                clap::error::ContextKind::Usage,
-                clap::error::ContextValue::StyledStr(usage),
-            );
-            return super::usage_exit::<RunArgs>("coder route explain", &e, &argv);
-        }
-        Err(e) if json => {
-            return run::finish(run::usage_error::<RunArgs>(
-                &e,
-                &argv,
-                "coder route explain --help",
-            ));
-        }
-        Err(e) => return super::usage_exit::<RunArgs>("coder route explain", &e, &argv),
+    let parsed = match explain_run_args(run_args, store, json) {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
     };
-    if parsed.cd.is_none() {
-        parsed.cd = Some(std::path::PathBuf::from("."));
-    }
-    if parsed.store.store.is_none() {
-        parsed.store.store.clone_from(&store.store);
-    }
-    parsed.store.optional |= store.optional;
     let request = match parsed.into_request(&mut std::io::stdin()) {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
@@ -337,8 +311,8 @@ fn explain(
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
     };
-    let d = &routed.decision;
     if json {
+        let d = &routed.decision;
         let value = json!({
             "bucket": routed.report.bucket,
             "policy": d.policy,
@@ -347,6 +321,63 @@ fn explain(
         });
         return super::print_then(&format!("{value}\n"), ExitCode::SUCCESS);
     }
+    super::print_then(&explain_table(&routed), ExitCode::SUCCESS)
+}
+
+/// Explain's run flags parsed as `coder run` would (the workspace `.` when none is given,
+/// the route-level `--store` when the flags name none), or the exit of a usage error.
+fn explain_run_args(
+    run_args: Vec<OsString>,
+    store: &StoreArgs,
+    json: bool,
+) -> Result<RunArgs, ExitCode> {
+    let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
+        .chain(run_args)
+        .collect();
+    let mut parsed = match crate::config::parse_args_of::<RunArgs>(explain_command(), &argv) {
+        Ok(p) => p,
+        Err(mut e) if e.kind() == clap::error::ErrorKind::UnknownArgument && !json => {
+            // clap's usage line shows the look-alike it offers as if it had been given.
+            let usage = explain_command().render_usage();
+            e.insert(
+                clap::error::ContextKind::Usage,
+                clap::error::ContextValue::StyledStr(usage),
+            );
+            return Err(super::usage_exit::<RunArgs>(
+                "coder route explain",
+                &e,
+                &argv,
+            ));
+        }
+        Err(e) if json => {
+            return Err(run::finish(run::usage_error::<RunArgs>(
+                &e,
+                &argv,
+                "coder route explain --help",
+            )));
+        }
+        Err(e) => {
+            return Err(super::usage_exit::<RunArgs>(
+                "coder route explain",
+                &e,
+                &argv,
+            ));
+        }
+    };
+    if parsed.cd.is_none() {
+        parsed.cd = Some(std::path::PathBuf::from("."));
+    }
+    if parsed.store.store.is_none() {
+        parsed.store.store.clone_from(&store.store);
+    }
+    parsed.store.optional |= store.optional;
+    Ok(parsed)
+}
+
+/// The decision as a table: one row per backend (its posterior, the probability of being
+/// chosen, whether it is cooling down), then the warnings.
+fn explain_table(routed: &routing::Routed) -> String {
+    let d = &routed.decision;
     let width = backend_width(d.arms.iter().map(|a| a.backend.as_str()));
     let mut out = format!(
         "bucket {} (policy {}, would choose {} now)\n{:<width$} {:>8} {:>8} {:>6} {:>6} {:>6}  {}\n",
@@ -378,5 +409,5 @@ fn explain(
     for w in &routed.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
-    super::print_then(&out, ExitCode::SUCCESS)
+    out
 }
