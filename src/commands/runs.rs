@@ -2,12 +2,14 @@
 //! transcripts (see [`crate::journal::runs`]).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::journal::runs::{account, count_prefixed, find_run, list_runs, read_entries, render};
+use crate::journal::runs::{
+    RunSummary, account, count_prefixed, find_run, list_runs, read_entries, render,
+};
 use crate::text::{Secrets, json_terminal_safe, names::secret_values, terminal_safe};
 
 #[derive(Debug, Parser)]
@@ -65,93 +67,102 @@ pub fn runs_command(args: &[OsString]) -> ExitCode {
     };
     let dir = crate::journal::transcript::runs_dir(&state_dir);
     match parsed.command {
-        RunsCommand::List { json, limit } => {
-            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-            let runs = match list_runs(&dir, limit) {
-                Ok(runs) => runs,
-                Err(e) => {
-                    let message = format!("coder runs list: cannot read {}: {e}", dir.display());
-                    return super::fail_as_config_error(json, "", &message, 1);
-                }
-            };
-            let mut out = String::new();
-            if json {
-                let json = serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n";
-                return super::print_then(&json_terminal_safe(&json), ExitCode::SUCCESS);
-            } else if runs.is_empty() {
-                out = format!("no recorded runs in {}\n", dir.display());
-            } else {
-                // As wide as the longest backend (replay:PATH is long), so the workspace
-                // column lines up.
-                let width = runs
-                    .iter()
-                    .map(|r| r.backend.chars().count())
-                    .max()
-                    .unwrap_or(0)
-                    .max(10);
-                out += &format!(
-                    "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<width$} workspace\n",
-                    "run", "started", "outcome", "duration", "tokens", "backend"
-                );
-                for run in &runs {
-                    out += &format!(
-                        "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<width$} {}\n",
-                        run.run_id,
-                        run.started.get(..19).unwrap_or(&run.started),
-                        run.outcome,
-                        run.duration_ms
-                            .map_or("-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
-                        format!("{}/{}", run.tokens_in, run.tokens_out),
-                        run.backend,
-                        one_line_path(&run.workspace)
-                    );
-                }
-            }
-            // The table is for a terminal (JSON went out above, its own escapes used).
-            super::print_then(&terminal_safe(&out), ExitCode::SUCCESS)
-        }
-        RunsCommand::Show { run, json } => {
-            let Some(path) = find_run(&dir, &run) else {
-                // A prefix of several ids was reported as matching none.
-                let message = match count_prefixed(&dir, &run) {
-                    _ if run.trim().is_empty() => "coder runs show: RUN is empty: give a run id \
-                         (or a prefix of one) from coder runs list, or last"
-                        .to_owned(),
-                    n if n > 1 => format!(
-                        "coder runs show: {n} runs in {} start with {run:?}; give more of the \
-                         run id (see coder runs list)",
-                        dir.display()
-                    ),
-                    _ => format!(
-                        "coder runs show: no run matches {run:?} in {} (see coder runs list)",
-                        dir.display()
-                    ),
-                };
-                return super::fail_as_config_error(json, "", &message, 1);
-            };
-            match read_entries(&path) {
-                Ok(entries) => {
-                    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-                    let account = redacted_account(&entries, &env);
-                    let text = if json {
-                        let json = serde_json::to_string_pretty(&account).unwrap_or_default();
-                        json_terminal_safe(&json).into_owned() + "\n"
-                    } else {
-                        // The account holds the agent's text: its escapes must not reach
-                        // the user's terminal.
-                        terminal_safe(&render(&account)).into_owned()
-                    };
-                    super::print_then(&text, ExitCode::SUCCESS)
-                }
-                Err(e) => super::fail_as_config_error(
-                    json,
-                    "",
-                    &format!("coder runs show: cannot read {}: {e}", path.display()),
-                    1,
-                ),
-            }
-        }
+        RunsCommand::List { json, limit } => list_command(&dir, json, limit),
+        RunsCommand::Show { run, json } => show_command(&dir, &run, json),
     }
+}
+
+/// `coder runs list`: the newest `limit` runs of `dir`, as a table or JSON.
+fn list_command(dir: &Path, json: bool, limit: u32) -> ExitCode {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let runs = match list_runs(dir, limit) {
+        Ok(runs) => runs,
+        Err(e) => {
+            let message = format!("coder runs list: cannot read {}: {e}", dir.display());
+            return super::fail_as_config_error(json, "", &message, 1);
+        }
+    };
+    if json {
+        let json = serde_json::to_string_pretty(&runs).unwrap_or_default() + "\n";
+        return super::print_then(&json_terminal_safe(&json), ExitCode::SUCCESS);
+    }
+    let out = if runs.is_empty() {
+        format!("no recorded runs in {}\n", dir.display())
+    } else {
+        runs_table(&runs)
+    };
+    // The table is for a terminal (JSON went out above, its own escapes used).
+    super::print_then(&terminal_safe(&out), ExitCode::SUCCESS)
+}
+
+/// One row per run, the backend column as wide as the longest backend (replay:PATH is
+/// long), so the workspace column lines up.
+fn runs_table(runs: &[RunSummary]) -> String {
+    let width = runs
+        .iter()
+        .map(|r| r.backend.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(10);
+    let mut out = format!(
+        "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<width$} workspace\n",
+        "run", "started", "outcome", "duration", "tokens", "backend"
+    );
+    for run in runs {
+        out += &format!(
+            "{:<36} {:<20} {:<24} {:>9} {:>12}  {:<width$} {}\n",
+            run.run_id,
+            run.started.get(..19).unwrap_or(&run.started),
+            run.outcome,
+            run.duration_ms
+                .map_or("-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+            format!("{}/{}", run.tokens_in, run.tokens_out),
+            run.backend,
+            one_line_path(&run.workspace)
+        );
+    }
+    out
+}
+
+/// `coder runs show RUN`: the account of one run (an id, a unique prefix, `last` or a
+/// transcript path), redacted, as text or JSON.
+fn show_command(dir: &Path, run: &str, json: bool) -> ExitCode {
+    let Some(path) = find_run(dir, run) else {
+        // A prefix of several ids was reported as matching none.
+        let message = match count_prefixed(dir, run) {
+            _ if run.trim().is_empty() => "coder runs show: RUN is empty: give a run id \
+                 (or a prefix of one) from coder runs list, or last"
+                .to_owned(),
+            n if n > 1 => format!(
+                "coder runs show: {n} runs in {} start with {run:?}; give more of the \
+                 run id (see coder runs list)",
+                dir.display()
+            ),
+            _ => format!(
+                "coder runs show: no run matches {run:?} in {} (see coder runs list)",
+                dir.display()
+            ),
+        };
+        return super::fail_as_config_error(json, "", &message, 1);
+    };
+    let entries = match read_entries(&path) {
+        Ok(entries) => entries,
+        Err(e) => {
+            let message = format!("coder runs show: cannot read {}: {e}", path.display());
+            return super::fail_as_config_error(json, "", &message, 1);
+        }
+    };
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let account = redacted_account(&entries, &env);
+    let text = if json {
+        let json = serde_json::to_string_pretty(&account).unwrap_or_default();
+        json_terminal_safe(&json).into_owned() + "\n"
+    } else {
+        // The account holds the agent's text: its escapes must not reach the user's
+        // terminal.
+        terminal_safe(&render(&account)).into_owned()
+    };
+    super::print_then(&text, ExitCode::SUCCESS)
 }
 
 /// The state directory to read: `--state-dir`, which must be an existing directory (a
