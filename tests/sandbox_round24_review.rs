@@ -5,8 +5,11 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
 use common::Bounded;
-use common::sandbox_fixture::{self, owners};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, owners};
 use serde_json::Value;
 
 /// The CLI's `Edit` deny rules for its own scratch (`claude-<uid>/`, `cc-socks/`) spelled
@@ -76,4 +79,116 @@ fn the_scratch_rules_hold_for_a_state_directory_spelled_with_glob_characters() {
             );
         }
     }
+}
+
+/// Every git fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round24-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (each asserts that its payload still lands; the list only shrinks):
+/// a `sitecustomize.py` in a directory a held file's `PYTHONPATH=` names (SECURITY.md
+/// Known limits).
+const KNOWN_OPEN: &[&str] = &["venv pythonpath sitecustomize"];
+
+/// The system python's `pythonX.Y`.
+fn python_version() -> String {
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The user's virtualenv `.venv` (its `python3` a link to the system's, an `activate`
+/// that puts `.venv/bin` on `PATH` and `activate_extra` after) and `git fmt` =
+/// `!. .venv/bin/activate && tools/fmt.py`, a `#!/usr/bin/env python3` script: the
+/// round-twenty-three form whose `pyvenv.cfg` and `site-packages` are held.
+fn venv_fixture(fx: &Fx, ws: &Path, activate_extra: &str) {
+    fx.own_file(
+        ws,
+        ".venv/bin/activate",
+        &format!("PATH=\"$PWD/.venv/bin:$PATH\"; export PATH\n{activate_extra}"),
+    );
+    fx.own_file(
+        ws,
+        ".venv/pyvenv.cfg",
+        "home = /usr/bin\ninclude-system-site-packages = false\n",
+    );
+    let python = ws.join(".venv/bin/python3");
+    std::os::unix::fs::symlink("/usr/bin/python3", &python).unwrap();
+    fx.own_entry(&python);
+    let site = format!(".venv/lib/{}/site-packages/README.txt", python_version());
+    fx.own_file(ws, &site, "");
+    let script = fx.own_file(ws, "tools/fmt.py", "#!/usr/bin/env python3\nprint(1)\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fx.git(
+        ws,
+        &[
+            "config",
+            "alias.fmt",
+            "!. .venv/bin/activate && tools/fmt.py",
+        ],
+    );
+}
+
+/// The line the agent's `.pth` (or `sitecustomize.py`) holds: touch the marker.
+const PTH_LINE: &str = "printf 'import os; os.system(\"touch %s\")\\n' \"$M\"";
+
+fn venv_attack(name: &str, activate_extra: &'static str, script: &str) {
+    let setup = move |fx: &Fx, ws: &Path| venv_fixture(fx, ws, activate_extra);
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, &["fmt"]);
+}
+
+/// The held `site-packages` moved away with its parent (`lib/` renamed) and a new one made
+/// in its place, holding the agent's `.pth`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_held_site_packages_renamed_away_with_its_parent_is_not_replaced() {
+    venv_attack(
+        "venv lib renamed",
+        "",
+        &format!(
+            "v=$(basename .venv/lib/python*); mv .venv/lib .venv/lib.old; \
+             mkdir -p .venv/lib/$v/site-packages; {PTH_LINE} > .venv/lib/$v/site-packages/x.pth; \
+             echo PLANTED"
+        ),
+    );
+}
+
+/// The whole virtualenv renamed away (its held `pyvenv.cfg`, `activate` and
+/// `site-packages` with it) and a new `.venv` of the agent's made in its place.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_held_virtualenv_renamed_away_is_not_replaced() {
+    venv_attack(
+        "venv renamed",
+        "",
+        &format!(
+            "v=$(basename .venv/lib/python*); mv .venv .venv.old; \
+             mkdir -p .venv/bin .venv/lib/$v/site-packages; cp .venv.old/pyvenv.cfg .venv/; \
+             cp .venv.old/bin/activate .venv/bin/; ln -s /usr/bin/python3 .venv/bin/python3; \
+             {PTH_LINE} > .venv/lib/$v/site-packages/x.pth; echo PLANTED"
+        ),
+    );
+}
+
+/// `activate` (held, sourced by the line) also sets `PYTHONPATH=$PWD/src`, as many
+/// projects' do: `site` imports `sitecustomize` from any `sys.path` entry, and the agent
+/// writes `src/sitecustomize.py`. Open (a ratchet, [`KNOWN_OPEN`]): the scan reads a held
+/// line's `PATH=`, not its `PYTHONPATH=`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_sitecustomize_on_the_pythonpath_a_held_activate_sets_is_not_the_agents_to_add() {
+    venv_attack(
+        "venv pythonpath sitecustomize",
+        "PYTHONPATH=\"$PWD/src\"; export PYTHONPATH\n",
+        &format!("mkdir -p src; {PTH_LINE} > src/sitecustomize.py; echo PLANTED"),
+    );
 }
