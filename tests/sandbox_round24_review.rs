@@ -192,3 +192,74 @@ fn a_sitecustomize_on_the_pythonpath_a_held_activate_sets_is_not_the_agents_to_a
         &format!("mkdir -p src; {PTH_LINE} > src/sitecustomize.py; echo PLANTED"),
     );
 }
+
+/// The never-visible refusals compared grants with `$HOME`'s entries alone: root started
+/// with another `HOME` (sudo keeping the caller's, a service's, this suite's own) had
+/// `--read /root/.config` and `--write /root/.config` (where `gh/hosts.yml` is, or would
+/// be made) granted, and `coder plan --plan-file /root/.netrc` accepted, though each is
+/// refused with `HOME=/root`. The user entry's home directory counts too now (as it does
+/// for the workspace since round twenty-three's second review). Root only: uid 65534's
+/// entry names `/nonexistent`. Nothing in `/root` is written: the agent's script only
+/// says it was served. Control: `--read /root/.pyenv` (or another directory without keys) is still served.
+#[test]
+#[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
+fn the_user_entrys_home_keys_are_refused_under_another_home() {
+    use sandbox_fixture::{Fixture, run_text};
+    if !nix::unistd::geteuid().is_root() {
+        panic!("needs root: the user entry's home directory of root is /root");
+    }
+    let claude = common::real_claude();
+    let fx = Fixture::new("coder-round24-account-", false, &["ws", "home", "state"]);
+    let account = Path::new("/root");
+    for flag in ["--read", "--write"] {
+        let grant = account.join(".config");
+        let args = [flag, grant.to_str().unwrap()];
+        let (rc, out) = run_text(&mut fx.sandbox_in(&fx.ws(), &args, "echo SERVED"));
+        assert!(
+            rc != 0 && out.contains("never granted") && !out.contains("SERVED"),
+            "{flag} /root/.config with HOME elsewhere: {out}"
+        );
+    }
+    let plan_file = [".netrc", ".git-credentials", ".pypirc"]
+        .iter()
+        .map(|n| account.join(n))
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .expect("one of /root/.netrc, .git-credentials, .pypirc is absent");
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/plan_key_file.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut cmd = fx.command(common::CODER);
+    cmd.args(["plan", "--cd"])
+        .arg(fx.ws())
+        .arg("--plan-file")
+        .arg(&plan_file)
+        .arg("--claude-bin")
+        .arg(&claude)
+        .args(["--backend", &cassette, "make a plan"])
+        .env("PATH", sandbox_fixture::PATH)
+        .env("ANTHROPIC_AUTH_TOKEN", "test-token")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
+    let (rc, out) = run_text(&mut cmd);
+    let made = std::fs::symlink_metadata(&plan_file).is_ok();
+    if made {
+        std::fs::remove_file(&plan_file).unwrap();
+    }
+    assert!(
+        rc != 0 && out.contains("keys and tokens") && !made,
+        "--plan-file {} with HOME elsewhere: made={made}: {out}",
+        plan_file.display()
+    );
+    let other = [".pyenv", ".cargo", ".rustup", ".npm", ".cache", ".local"]
+        .iter()
+        .map(|n| account.join(n))
+        .find(|p| p.is_dir())
+        .expect("a directory of /root without keys (.pyenv, .cargo, .npm, …)");
+    let args = ["--read", other.to_str().unwrap()];
+    let (rc, out) = run_text(&mut fx.sandbox_in(&fx.ws(), &args, "echo SERVED"));
+    assert!(
+        rc == 0 && out.contains("SERVED"),
+        "control: --read {}: {out}",
+        other.display()
+    );
+}
