@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::Bounded;
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, owners};
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, owners};
 use serde_json::Value;
 
 /// The CLI's `Edit` deny rules for its own scratch (`claude-<uid>/`, `cc-socks/`) spelled
@@ -89,10 +89,16 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open (each asserts that its payload still lands; the list only shrinks):
-/// a `sitecustomize.py` in a directory a held file's `PYTHONPATH=` names (SECURITY.md
-/// Known limits).
-const KNOWN_OPEN: &[&str] = &["venv pythonpath sitecustomize"];
+/// Attacks still open (each asserts that its payload still lands; the list only shrinks;
+/// SECURITY.md Known limits): a `sitecustomize.py` in a directory a held file's
+/// `PYTHONPATH=` names; the scripts a list names when it reaches `xargs` or a `while read`
+/// loop on standard input (siblings of round twenty-three's `xargs -a`).
+const KNOWN_OPEN: &[&str] = &[
+    "venv pythonpath sitecustomize",
+    "xargs < list",
+    "cat list | xargs",
+    "while read < list",
+];
 
 /// The system python's `pythonX.Y`.
 fn python_version() -> String {
@@ -261,5 +267,41 @@ fn the_user_entrys_home_keys_are_refused_under_another_home() {
         rc == 0 && out.contains("SERVED"),
         "control: --read {}: {out}",
         other.display()
+    );
+}
+
+/// The user's `tools/checks.list` names `tools/checks/a.sh`, and the alias `git fmt` =
+/// `alias` runs what the list names; the agent appends its payload to `a.sh`.
+fn list_attack(name: &str, alias: &'static str) {
+    sandbox_fixture::held_file_attack(
+        &REPO,
+        KNOWN_OPEN,
+        name,
+        move |fx: &Fx, ws: &Path| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.git(ws, &["config", "alias.fmt", alias]);
+        },
+        &format!("{SCRIPT_PAYLOAD} >> tools/checks/a.sh; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
+/// Siblings of round twenty-three's open `xargs -a LIST sh`: the list given to `xargs`
+/// on its standard input, by a redirection or a pipe.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_list_fed_to_xargs_names_are_not_the_agents_to_write() {
+    list_attack("xargs < list", "!xargs -n1 sh < tools/checks.list");
+    list_attack("cat list | xargs", "!cat tools/checks.list | xargs -n1 sh");
+}
+
+/// Another sibling: a `while read` loop over the list by a redirection.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_while_read_over_a_list_runs_are_not_the_agents_to_write() {
+    list_attack(
+        "while read < list",
+        "!while read -r f; do sh \"$f\"; done < tools/checks.list",
     );
 }
