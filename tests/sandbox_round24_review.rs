@@ -374,3 +374,69 @@ fn the_write_tool_finds_no_other_spelling_of_the_clis_scratch() {
         }
     }
 }
+
+/// Siblings of round twenty-three's open hard link to `~/.ssh/authorized_keys` in a
+/// `--write` directory still open (each asserts that it lands; the list only shrinks;
+/// SECURITY.md Known limits): the same link in the workspace, and a link to
+/// `~/.config/gh/hosts.yml` (the GitHub token, under a name the secret scan does not
+/// mask) in a `--read` directory.
+const KNOWN_OPEN_HARD_LINKS: &[&str] = &["workspace key", "read token"];
+
+/// A hard link the user made (`cp -al`, a backup's snapshot) to a never-visible file of
+/// the home directory, inside the workspace (the agent appends its key to
+/// `authorized_keys`) or a `--read` directory (the agent reads the GitHub token). Root and
+/// uid 65534; control: the same with `--mode danger-full-access` lands.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hard_link_to_a_home_secret_in_the_workspace_or_a_read_grant_is_not_the_agents() {
+    use sandbox_fixture::{Fixture, run_text};
+    let cases = [
+        ("workspace key", ".ssh/authorized_keys", "ws/notes", None),
+        (
+            "read token",
+            ".config/gh/hosts.yml",
+            "r/notes",
+            Some("--read"),
+        ),
+    ];
+    for (name, secret, link_rel, flag) in cases {
+        for nobody in sandbox_fixture::arms() {
+            for confined in [true, false] {
+                let fx = Fixture::new("coder-round24-link-", nobody, &["ws", "r", "home", "state"]);
+                let secret = fx.root().join("home").join(secret);
+                sandbox_fixture::write(&secret, "USER-SECRET\n");
+                let link = fx.root().join(link_rel);
+                std::fs::hard_link(&secret, &link).unwrap();
+                fx.own(fx.root());
+                let r = fx.root().join("r");
+                let mut args = Vec::new();
+                if let Some(flag) = flag {
+                    args.extend([flag, r.to_str().unwrap()]);
+                }
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let script = format!(
+                    "cat '{0}'; echo AGENT-KEY >> '{0}'; echo DONE",
+                    link.display()
+                );
+                let (_rc, out) =
+                    run_text(&mut fx.sandbox_in(&fx.root().join("ws"), &args, &script));
+                let landed = if flag.is_some() {
+                    out.contains("USER-SECRET")
+                } else {
+                    std::fs::read_to_string(&secret)
+                        .unwrap()
+                        .contains("AGENT-KEY")
+                };
+                let who = format!("{name} nobody={nobody} confined={confined}");
+                let open = KNOWN_OPEN_HARD_LINKS.contains(&name);
+                assert_eq!(
+                    landed,
+                    !confined || open,
+                    "{who} (known open: {open}): the attack landed: {landed}: {out}"
+                );
+            }
+        }
+    }
+}
