@@ -440,3 +440,59 @@ fn a_hard_link_to_a_home_secret_in_the_workspace_or_a_read_grant_is_not_the_agen
         }
     }
 }
+
+/// The never-visible entries were looked for in the home directory only: with
+/// `XDG_CONFIG_HOME` elsewhere (`root/cfg`, as gh and git read it), `--read root/cfg` and
+/// `--cd root/cfg` showed `gh/hosts.yml` (the GitHub token) and `git/credentials`, and
+/// with `GH_CONFIG_DIR=root/tok` `--read root/tok` showed the token: `~/.config` is
+/// refused for the same files. The places those variables (and `GNUPGHOME`,
+/// `DOCKER_CONFIG`, `AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`) name count too now,
+/// where they exist. Both arms; control: the same directories without the variables are
+/// served (they are no one's keys then).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_relocated_config_home_keeps_its_keys_never_visible() {
+    use sandbox_fixture::{Fixture, run_text};
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fixture::new("coder-round24-xdg-", nobody, &["ws", "home", "state"]);
+        let cfg = fx.root().join("cfg");
+        let tok = fx.root().join("tok");
+        sandbox_fixture::write(&cfg.join("gh/hosts.yml"), "GH-TOKEN\n");
+        sandbox_fixture::write(&cfg.join("git/credentials"), "GIT-TOKEN\n");
+        sandbox_fixture::write(&tok.join("hosts.yml"), "GH-TOKEN\n");
+        fx.own(fx.root());
+        let ws = fx.ws();
+        let show = "cat gh/hosts.yml hosts.yml 2>/dev/null; echo SERVED";
+        let cases: [(&str, &Path, &Path, bool); 3] = [
+            ("XDG_CONFIG_HOME", &cfg, &ws, true),
+            ("XDG_CONFIG_HOME", &cfg, &cfg, false),
+            ("GH_CONFIG_DIR", &tok, &ws, true),
+        ];
+        for (var, dir, cd, read) in cases {
+            for set in [true, false] {
+                let dir_s = dir.to_str().unwrap();
+                let args: Vec<&str> = if read { vec!["--read", dir_s] } else { vec![] };
+                let script = format!("cd '{dir_s}' && {show}");
+                let mut cmd = fx.sandbox_in(cd, &args, &script);
+                if set {
+                    cmd.env(var, dir);
+                } else {
+                    cmd.env_remove(var);
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!(
+                    "nobody={nobody} {var} set={set} read={read} --cd {}",
+                    cd.display()
+                );
+                if set {
+                    assert!(
+                        rc != 0 && !out.contains("GH-TOKEN") && out.contains("never"),
+                        "{who}: the token was served: {out}"
+                    );
+                } else {
+                    assert!(rc == 0 && out.contains("GH-TOKEN"), "{who}: control: {out}");
+                }
+            }
+        }
+    }
+}

@@ -1828,12 +1828,36 @@ fn touches_never_visible(canonical: &Path, home: &Path) -> bool {
 }
 
 /// Where each of `home`'s never-visible entries is, or would be made
-/// ([`resolve_leniently`]).
+/// ([`resolve_leniently`]), and where this process's environment moves the same keys
+/// ([`RELOCATED_SECRETS`]).
 fn never_visible_places(home: &Path) -> impl Iterator<Item = PathBuf> + use<'_> {
+    let relocated = RELOCATED_SECRETS
+        .iter()
+        .filter_map(|(var, rel)| env_path(var).map(|dir| dir.join(rel)))
+        .filter(|path| fs::symlink_metadata(path).is_ok());
     home::NEVER_VISIBLE
         .iter()
-        .map(|rel| resolve_leniently(&home.join(rel), 0))
+        .map(|rel| home.join(rel))
+        .chain(relocated)
+        .map(|path| resolve_leniently(&path, 0))
 }
+
+/// The never-visible entries a variable moves out of the home directory (a variable,
+/// the entry relative to the path it names; `""` for the path itself). With
+/// `XDG_CONFIG_HOME=~/cfg`, `--read ~/cfg` and `--cd ~/cfg` showed `gh/hosts.yml` and
+/// `git/credentials`, which `~/.config` would not have (round twenty-four's review).
+/// Counted where they exist (or are a link) only: a variable may point anywhere, into a
+/// project too (a test's `XDG_CONFIG_HOME=<base>/.no-xdg`), and an absent one there
+/// refusing the project would be refusing it for a name.
+const RELOCATED_SECRETS: [(&str, &str); 7] = [
+    ("XDG_CONFIG_HOME", "gh"),
+    ("XDG_CONFIG_HOME", "git/credentials"),
+    ("GH_CONFIG_DIR", ""),
+    ("GNUPGHOME", ""),
+    ("DOCKER_CONFIG", ""),
+    ("AWS_SHARED_CREDENTIALS_FILE", ""),
+    ("AWS_CONFIG_FILE", ""),
+];
 
 /// `path` canonical where it exists; else its nearest existing ancestor canonical with
 /// the rest appended, a dangling symlink on the way followed (at most 40 of them) to
