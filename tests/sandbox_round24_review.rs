@@ -92,9 +92,11 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (each asserts that its payload still lands; the list only shrinks;
 /// SECURITY.md Known limits): a `sitecustomize.py` in a directory a held file's
 /// `PYTHONPATH=` names; the scripts a list names when it reaches `xargs` or a `while read`
-/// loop on standard input (siblings of round twenty-three's `xargs -a`).
+/// loop on standard input (siblings of round twenty-three's `xargs -a`); the
+/// `dist-packages` of a Python installed as a prefix in the work tree (not a virtualenv).
 const KNOWN_OPEN: &[&str] = &[
     "venv pythonpath sitecustomize",
+    "prefix python dist-packages",
     "xargs < list",
     "cat list | xargs",
     "while read < list",
@@ -495,4 +497,60 @@ fn a_relocated_config_home_keeps_its_keys_never_visible() {
             }
         }
     }
+}
+
+/// A Python installed in the work tree as a prefix, not a virtualenv (a conda `--prefix
+/// ./env`, pixi's `.pixi/envs/default`): its own `lib/python3.11/` (here links to the
+/// system's stdlib, one per entry) and the user's `git fmt` =
+/// `!.pixi/envs/default/bin/python3 tools/fmt.py`. The interpreter is held as the line's program, but round twenty-three's
+/// guard holds only a virtualenv's (`pyvenv.cfg` beside `bin/`): the agent adds
+/// `.pixi/envs/default/lib/python3/dist-packages/x.pth` (Debian's `site` reads a prefix's
+/// `dist-packages`, others its `lib/pythonX.Y/site-packages`), which runs at every start of
+/// that interpreter, and the user's `git fmt` ran it. Open (a ratchet, [`KNOWN_OPEN`]).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_a_held_prefix_installed_python_runs_at_start_is_not_the_agents_to_add() {
+    let version = python_version();
+    let stdlib = Path::new("/usr/lib").join(&version);
+    assert!(
+        stdlib.join("os.py").exists(),
+        "needs the system's stdlib at {}",
+        stdlib.display()
+    );
+    let setup = move |fx: &Fx, ws: &Path| {
+        let lib = ws.join(".pixi/envs/default/lib").join(&version);
+        fx.own_file(ws, &format!(".pixi/envs/default/lib/{version}/.keep"), "");
+        for entry in std::fs::read_dir(&stdlib).unwrap().flatten() {
+            let name = entry.file_name();
+            if name == "site-packages" || name == "dist-packages" {
+                continue;
+            }
+            let link = lib.join(&name);
+            std::os::unix::fs::symlink(entry.path(), &link).unwrap();
+            fx.own_entry(&link);
+        }
+        let python = fx.own_file(ws, ".pixi/envs/default/bin/python3", "");
+        std::fs::copy("/usr/bin/python3", &python).unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        fx.own_file(ws, "tools/fmt.py", "print(1)\n");
+        fx.git(
+            ws,
+            &[
+                "config",
+                "alias.fmt",
+                "!.pixi/envs/default/bin/python3 tools/fmt.py",
+            ],
+        );
+    };
+    sandbox_fixture::held_file_attack(
+        &REPO,
+        KNOWN_OPEN,
+        "prefix python dist-packages",
+        setup,
+        &format!(
+            "for d in .pixi/envs/default/lib/python3/dist-packages .pixi/envs/default/lib/python*/site-packages; do \
+             mkdir -p $d && {PTH_LINE} > $d/x.pth; done; echo PLANTED"
+        ),
+        &["fmt"],
+    );
 }
