@@ -554,3 +554,78 @@ fn what_a_held_prefix_installed_python_runs_at_start_is_not_the_agents_to_add() 
         &["fmt"],
     );
 }
+
+/// A bind mount of one key *file* (not its directory) in the workspace or a `--read`
+/// directory: `~/.ssh/authorized_keys` on `ws/keys`, `~/.config/gh/hosts.yml` on
+/// `r/hosts`. Held: both refused as mounts of a never-visible entry. Both arms (the
+/// mounts made by the test, as root); control: a mount of another file of the home
+/// directory is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_bind_mount_of_one_home_key_file_in_a_grant_is_refused() {
+    use sandbox_fixture::{Fixture, run_text};
+    for nobody in sandbox_fixture::arms() {
+        let mut fx = Fixture::new(
+            "coder-round24-mount-",
+            nobody,
+            &["ws", "r", "home", "state"],
+        );
+        let home = fx.root().join("home");
+        let keys = home.join(".ssh/authorized_keys");
+        let token = home.join(".config/gh/hosts.yml");
+        let other = home.join("notes.txt");
+        for (file, text) in [
+            (&keys, "USER-KEY\n"),
+            (&token, "GH-TOKEN\n"),
+            (&other, "OTHER\n"),
+        ] {
+            sandbox_fixture::write(file, text);
+        }
+        for name in ["ws/keys", "r/hosts", "r/other"] {
+            sandbox_fixture::write(&fx.root().join(name), "");
+        }
+        fx.own(fx.root());
+        let (ws, r) = (fx.ws(), fx.root().join("r"));
+        fx.mount(&["--bind"], &keys, &ws.join("keys"));
+        fx.mount(&["--bind"], &token, &r.join("hosts"));
+        let r_s = r.to_str().unwrap().to_string();
+        let script = "cat keys; echo AGENT-KEY >> keys; echo SERVED";
+        let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], script));
+        let who = format!("nobody={nobody}");
+        assert!(
+            rc != 0 && !out.contains("SERVED") && out.contains("mount"),
+            "{who}: a workspace holding a mount of authorized_keys: {out}"
+        );
+        let (rc, out) = run_text(&mut fx.sandbox_in(
+            &fx.root().join("state"),
+            &["--read", &r_s],
+            &format!("cat '{r_s}/hosts'; echo SERVED"),
+        ));
+        assert!(
+            rc != 0 && !out.contains("GH-TOKEN") && out.contains("mount"),
+            "{who}: --read of a directory holding a mount of hosts.yml: {out}"
+        );
+        assert_eq!(std::fs::read_to_string(&keys).unwrap(), "USER-KEY\n");
+        let mut fx2 = Fixture::new(
+            "coder-round24-mount2-",
+            nobody,
+            &["ws", "r", "home", "state"],
+        );
+        let other2 = fx2.root().join("home/notes.txt");
+        sandbox_fixture::write(&other2, "OTHER\n");
+        sandbox_fixture::write(&fx2.root().join("r/other"), "");
+        fx2.own(fx2.root());
+        let r2 = fx2.root().join("r");
+        fx2.mount(&["--bind"], &other2, &r2.join("other"));
+        let r2_s = r2.to_str().unwrap().to_string();
+        let (rc, out) = run_text(&mut fx2.sandbox_in(
+            &fx2.ws(),
+            &["--read", &r2_s],
+            &format!("cat '{r2_s}/other'; echo SERVED"),
+        ));
+        assert!(
+            rc == 0 && out.contains("OTHER"),
+            "{who}: control: a mount of another home file: {out}"
+        );
+    }
+}
