@@ -629,3 +629,28 @@ fn a_bind_mount_of_one_home_key_file_in_a_grant_is_refused() {
         );
     }
 }
+
+/// A held file with a second name the user made (`ln tools/pre-commit
+/// .git/hooks/pre-commit`, as some projects' setup scripts install hooks): the hook is
+/// held read-only by its path, but the same file under `tools/pre-commit` is the agent's
+/// to write, and the user's `git commit` would run the hook. A sibling of round
+/// twenty-three's hard-linked home key. Held: `tools/pre-commit` is read-only in the
+/// sandbox too (the scan holds the file's other name). Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_held_hook_hard_linked_from_the_work_tree_is_not_the_agents_to_write() {
+    let setup = |fx: &Fx, ws: &Path| {
+        sandbox_fixture::own_script(fx, ws, "tools/pre-commit");
+        let hook = ws.join(".git/hooks/pre-commit");
+        let _ = std::fs::remove_file(&hook);
+        std::fs::hard_link(ws.join("tools/pre-commit"), &hook).unwrap();
+    };
+    sandbox_fixture::held_file_attack(
+        &REPO,
+        KNOWN_OPEN,
+        "hard-linked hook",
+        setup,
+        &format!("{SCRIPT_PAYLOAD} >> tools/pre-commit; echo PLANTED"),
+        &["commit", "-q", "--allow-empty", "-m", "user"],
+    );
+}
