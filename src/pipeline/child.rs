@@ -229,9 +229,25 @@ pub fn confine(spec: &mut ChildSpec, policy: crate::sandbox::Policy) {
 /// path's symlink-resolved spelling against its rules too; `//` makes a rule absolute.
 fn scratch_edit_denials(scratch: &Path) -> impl Iterator<Item = String> + use<'_> {
     ["claude-*", "cc-socks"].into_iter().flat_map(move |name| {
-        let base = format!("/{}/{name}", scratch.display());
+        let base = format!("/{}/{name}", glob_literal(&scratch.to_string_lossy()));
         [format!("Edit({base})"), format!("Edit({base}/**)")]
     })
+}
+
+/// `path` as a rule's glob that matches it: each ASCII character other than a letter, a
+/// digit or `/._-` made `?` (one character but `/`), which matches it whatever it is. The
+/// CLI's matcher (gitignore syntax) took a state directory spelled `st[a]te` for a
+/// character class, and the scratch rules never matched the scratch: the Write tool wrote
+/// `claude-<uid>/` through a link again (round twenty-four's review). Its escapes do not
+/// all work (`\?`, `\\` matched nothing), and a rule a little wider denies nothing the
+/// agent needs.
+fn glob_literal(path: &str) -> String {
+    path.chars()
+        .map(|c| {
+            let plain = !c.is_ascii() || c.is_ascii_alphanumeric() || "/._-".contains(c);
+            if plain { c } else { '?' }
+        })
+        .collect()
 }
 
 /// Whether anything the CLI reads could switch its own sandbox on, so that coder's

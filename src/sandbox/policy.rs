@@ -1828,12 +1828,36 @@ fn touches_never_visible(canonical: &Path, home: &Path) -> bool {
 }
 
 /// Where each of `home`'s never-visible entries is, or would be made
-/// ([`resolve_leniently`]).
+/// ([`resolve_leniently`]), and where this process's environment moves the same keys
+/// ([`RELOCATED_SECRETS`]).
 fn never_visible_places(home: &Path) -> impl Iterator<Item = PathBuf> + use<'_> {
+    let relocated = RELOCATED_SECRETS
+        .iter()
+        .filter_map(|(var, rel)| env_path(var).map(|dir| dir.join(rel)))
+        .filter(|path| fs::symlink_metadata(path).is_ok());
     home::NEVER_VISIBLE
         .iter()
-        .map(|rel| resolve_leniently(&home.join(rel), 0))
+        .map(|rel| home.join(rel))
+        .chain(relocated)
+        .map(|path| resolve_leniently(&path, 0))
 }
+
+/// The never-visible entries a variable moves out of the home directory (a variable,
+/// the entry relative to the path it names; `""` for the path itself). With
+/// `XDG_CONFIG_HOME=~/cfg`, `--read ~/cfg` and `--cd ~/cfg` showed `gh/hosts.yml` and
+/// `git/credentials`, which `~/.config` would not have (round twenty-four's review).
+/// Counted where they exist (or are a link) only: a variable may point anywhere, into a
+/// project too (a test's `XDG_CONFIG_HOME=<base>/.no-xdg`), and an absent one there
+/// refusing the project would be refusing it for a name.
+const RELOCATED_SECRETS: [(&str, &str); 7] = [
+    ("XDG_CONFIG_HOME", "gh"),
+    ("XDG_CONFIG_HOME", "git/credentials"),
+    ("GH_CONFIG_DIR", ""),
+    ("GNUPGHOME", ""),
+    ("DOCKER_CONFIG", ""),
+    ("AWS_SHARED_CREDENTIALS_FILE", ""),
+    ("AWS_CONFIG_FILE", ""),
+];
 
 /// `path` canonical where it exists; else its nearest existing ancestor canonical with
 /// the rest appended, a dangling symlink on the way followed (at most 40 of them) to
@@ -2285,14 +2309,35 @@ fn same_tree_elsewhere(dir: &Path, root: &Path, mounts: &MountTable) -> bool {
 /// `gh/hosts.yml`, `--write ~/.ssh`), are refused the same way: each showed what the
 /// mount of it is refused for (round twenty-three's review), and the home allow-list
 /// drops such entries too ([`home::NEVER_VISIBLE`]).
+///
+/// Both home directories count: `home` (`$HOME`'s) and the user entry's
+/// ([`with_account_home`]). With `$HOME` alone, root started with another `HOME` (sudo
+/// keeping the caller's, a service's) had `--read /root/.config` and `--write /root/.ssh`
+/// granted (round twenty-four's review).
 fn refuse_home_secrets(
     what: PathRole,
     canonical: &Path,
     home: Option<&Path>,
 ) -> Result<(), SandboxError> {
-    let Some(home) = home else {
-        return Ok(());
-    };
+    with_account_home(home)
+        .iter()
+        .try_for_each(|home| refuse_secrets_of(what, canonical, home))
+}
+
+/// `home` (canonical) and the user entry's home directory ([`account_home`], canonical)
+/// when it is another.
+fn with_account_home(home: Option<&Path>) -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = home.map(Path::to_path_buf).into_iter().collect();
+    if let Some(account) = account_home().and_then(|h| fs::canonicalize(h).ok())
+        && !homes.contains(&account)
+    {
+        homes.push(account);
+    }
+    homes
+}
+
+/// [`refuse_home_secrets`] for one home directory.
+fn refuse_secrets_of(what: PathRole, canonical: &Path, home: &Path) -> Result<(), SandboxError> {
     let reason = if home.starts_with(canonical) {
         "is the home directory or one of its ancestors, which hold keys and dotfiles; \
          grant a directory inside it"
@@ -2414,8 +2459,11 @@ pub fn check_plan_file(path: &Path) -> Result<PathBuf, String> {
     if canonical.to_str().is_none() {
         return Err(format!("--plan-file {shown}: the path is not valid UTF-8"));
     }
-    let home = home_or_account().and_then(|h| fs::canonicalize(h).ok());
-    if home.is_some_and(|home| touches_never_visible(&canonical, &home)) {
+    let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
+    if with_account_home(home.as_deref())
+        .iter()
+        .any(|home| touches_never_visible(&canonical, home))
+    {
         return Err(format!(
             "--plan-file {shown}: is or lies in one of the home directory's keys and tokens \
              (~/.ssh, ~/.netrc, …), which the agent never writes; put the plan elsewhere"
