@@ -1790,8 +1790,9 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
                 .into(),
         );
     }
-    if let Some(home) = home
-        && touches_never_visible(canonical, home)
+    let home = home.map(|home| (home, never_visible_places(home)));
+    if let Some((_, places)) = &home
+        && touches_never_visible(canonical, places)
     {
         return Some(
             "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
@@ -1800,8 +1801,8 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
                 .into(),
         );
     }
-    if let Some(home) = home
-        && home_mounted_beneath(canonical, home)
+    if let Some((home, places)) = &home
+        && home_mounted_beneath(canonical, home, places)
     {
         return Some(
             "holds a mount of the home directory (or of a directory holding it, or of its \
@@ -1822,15 +1823,20 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
 /// An entry that does not exist (yet) counts where it would be made
 /// ([`resolve_leniently`]): `--cd ~/.config` without `gh/`, or `coder plan --plan-file
 /// ~/.netrc`, let the agent make the entry (round twenty-three's second review).
-fn touches_never_visible(canonical: &Path, home: &Path) -> bool {
-    never_visible_places(home)
-        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(&secret))
+/// `places` are [`never_visible_places`] of the home directory.
+fn touches_never_visible(canonical: &Path, places: &[PathBuf]) -> bool {
+    places
+        .iter()
+        .any(|secret| secret.starts_with(canonical) || canonical.starts_with(secret))
 }
 
 /// Where each of `home`'s never-visible entries is, or would be made
 /// ([`resolve_leniently`]), and where this process's environment moves the same keys
-/// ([`RELOCATED_SECRETS`]).
-fn never_visible_places(home: &Path) -> impl Iterator<Item = PathBuf> + use<'_> {
+/// ([`RELOCATED_SECRETS`]). Resolved once for the checks of one path that all need them
+/// ([`touches_never_visible`], [`home_mounted_beneath`]): each resolution canonicalizes
+/// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
+/// an entry, some 250 µs a list here), and the two checks resolved it each.
+fn never_visible_places(home: &Path) -> Vec<PathBuf> {
     let relocated = RELOCATED_SECRETS
         .iter()
         .filter_map(|(var, rel)| env_path(var).map(|dir| dir.join(rel)))
@@ -1840,6 +1846,7 @@ fn never_visible_places(home: &Path) -> impl Iterator<Item = PathBuf> + use<'_> 
         .map(|rel| home.join(rel))
         .chain(relocated)
         .map(|path| resolve_leniently(&path, 0))
+        .collect()
 }
 
 /// The never-visible entries a variable moves out of the home directory (a variable,
@@ -1886,14 +1893,17 @@ fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
 /// or of a directory holding or inside one, is refused too: a bind mount of `~/.config`
 /// showed `gh/hosts.yml` (the GitHub token), and one of `~/.ssh` its `authorized_keys`
 /// to a `--write` grant (round twenty-three's review).
-fn home_mounted_beneath(canonical: &Path, home: &Path) -> bool {
+///
+/// `places` are [`never_visible_places`] of `home`.
+fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bool {
     let mounts = MountTable::read();
     let Some(home_place) = mounts.place(home) else {
         return false;
     };
     // An entry not made yet has no place in the mount table.
-    let secrets: Vec<FsPlace> = never_visible_places(home)
-        .filter_map(|secret| mounts.place(&secret))
+    let secrets: Vec<FsPlace> = places
+        .iter()
+        .filter_map(|secret| mounts.place(secret))
         .collect();
     mounts.beneath(canonical).any(|m| {
         m.device == home_place.device && home_place.path.starts_with(&m.path)
@@ -2338,13 +2348,14 @@ fn with_account_home(home: Option<&Path>) -> Vec<PathBuf> {
 
 /// [`refuse_home_secrets`] for one home directory.
 fn refuse_secrets_of(what: PathRole, canonical: &Path, home: &Path) -> Result<(), SandboxError> {
+    let places = never_visible_places(home);
     let reason = if home.starts_with(canonical) {
         "is the home directory or one of its ancestors, which hold keys and dotfiles; \
          grant a directory inside it"
-    } else if touches_never_visible(canonical, home) {
+    } else if touches_never_visible(canonical, &places) {
         "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
          ~/.config/gh, ~/.aws, …), which are never granted; grant a directory without them"
-    } else if home_mounted_beneath(canonical, home) {
+    } else if home_mounted_beneath(canonical, home, &places) {
         HOME_MOUNT_REASON
     } else {
         return Ok(());
@@ -2399,7 +2410,7 @@ fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
             )
         });
     system.or_else(|| {
-        home.filter(|h| home_mounted_beneath(path, h))
+        home.filter(|h| home_mounted_beneath(path, h, &never_visible_places(h)))
             .map(|_| HOME_MOUNT_REASON.to_string())
     })
 }
@@ -2462,7 +2473,7 @@ pub fn check_plan_file(path: &Path) -> Result<PathBuf, String> {
     let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
     if with_account_home(home.as_deref())
         .iter()
-        .any(|home| touches_never_visible(&canonical, home))
+        .any(|home| touches_never_visible(&canonical, &never_visible_places(home)))
     {
         return Err(format!(
             "--plan-file {shown}: is or lies in one of the home directory's keys and tokens \
