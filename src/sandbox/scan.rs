@@ -232,6 +232,10 @@ pub(crate) struct ScanOutput {
     /// names (hard links) and, for hooks, symlinks, held by [`guard_held_links`] as those
     /// of a held directory.
     outside_held: HeldLook,
+    /// (dev, ino) of the files of the home directory's never-visible entries (`~/.ssh`,
+    /// …) that have more than one name ([`super::home::linked_never_visible`]): their
+    /// names in the trees are masked as secrets.
+    linked_home_keys: HashSet<(u64, u64)>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -258,9 +262,15 @@ pub(crate) fn scan_trees(
             fd: t.fd,
         })
         .collect();
+    // Read once: the agent cannot reach these files, so they hold still across attempts.
+    let mut home_keys = HashSet::new();
+    for home in super::policy::homes_here() {
+        home_keys.extend(super::home::linked_never_visible(&home)?);
+    }
     let mut attempt = 1;
     loop {
         let mut out = ScanOutput {
+            linked_home_keys: home_keys.clone(),
             listings: ScanListings::starting_now(),
             ..ScanOutput::default()
         };
@@ -394,10 +404,14 @@ fn scan_once(
             }
         }
     }
-    if !scan.out.linked_secrets.is_empty() || !held.is_empty() {
-        let wanted: HashSet<(u64, u64)> = scan.out.linked_secrets.union(&held).copied().collect();
+    let keys = std::mem::take(&mut scan.out.linked_home_keys);
+    if !scan.out.linked_secrets.is_empty() || !held.is_empty() || !keys.is_empty() {
+        let mut wanted: HashSet<(u64, u64)> =
+            scan.out.linked_secrets.union(&held).copied().collect();
+        wanted.extend(&keys);
         linked = other_names(trees, &wanted, limits)?;
     }
+    scan.mask_home_keys(&linked, &keys, trees)?;
     scan.add_hard_links(&linked);
     scan.hold_other_names(&linked, &held);
     Ok(())
@@ -2601,6 +2615,41 @@ impl LinkPass<'_> {
             }
         }
         self.out.masks.extend(extra);
+    }
+
+    /// Names in the trees of the home directory's never-visible files (`keys`, by dev and
+    /// ino; [`super::home::linked_never_visible`]) masked as secrets: a hard link to
+    /// `~/.ssh/authorized_keys` in a `--write` directory let the agent append its key
+    /// (round twenty-three's second review). One held read-only is hidden instead.
+    fn mask_home_keys(
+        &mut self,
+        linked: &HashMap<(u64, u64), Vec<PathBuf>>,
+        keys: &HashSet<(u64, u64)>,
+        trees: &[TreeScan<'_>],
+    ) -> Result<(), SandboxError> {
+        for id in keys {
+            for path in linked.get(id).into_iter().flatten() {
+                let hidden = Mask {
+                    path: path.clone(),
+                    kind: MaskKind::Empty,
+                    is_dir: false,
+                    dev: id.0,
+                    ino: id.1,
+                    secret: true,
+                };
+                match self.out.masks.iter_mut().find(|m| m.path == *path) {
+                    Some(held) => *held = hidden,
+                    None => {
+                        let root = trees
+                            .iter()
+                            .find(|t| path.starts_with(t.root))
+                            .map_or(Path::new("/"), |t| t.root);
+                        push_mask(self.out, self.limits, hidden, root)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Other names (hard links) of a masked file carry the same content: mask them too.
