@@ -221,6 +221,227 @@ pub(super) fn foreach_words(text: &[u8]) -> Vec<CommandWord> {
     words
 }
 
+/// The list files whose entries an `xargs` of a command the config runs hands to a
+/// program that runs them (`xargs -n1 -a tools/checks.list sh`, `xargs sh <
+/// tools/checks.list`, `cat tools/checks.list | xargs -n1 sh`): the list is a word of
+/// the line and held, but what it names is read by `xargs`, not by the shell, and was the
+/// agent's to write (round twenty-three's review, a ratchet until round twenty-four).
+/// The scan holds each entry of such a list ([`list_entries`]) as a word of the line.
+/// Quoted lines are read as [`line_words`] reads them.
+pub(super) fn xargs_lists(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut lists = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        line_xargs_lists(&top_read_as_dot(line), NESTED_LINES, &mut lists);
+    }
+    lists
+}
+
+/// The entries of an `xargs` list file ([`xargs_lists`]) that may name a file: each
+/// word as `xargs` splits it (blanks and newlines, quotes taken off), and each whole
+/// line (`-d '\n'`, `-0` lists of names with blanks).
+pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    for line in list.split(|b| *b == b'\n' || *b == 0) {
+        let whole = line.trim_ascii().to_vec();
+        for word in shell_tokens(line).into_iter().chain([whole]) {
+            if may_name_a_file(&word) && !found.contains(&word) {
+                found.push(word);
+            }
+        }
+    }
+    found
+}
+
+/// The list files of one shell line ([`xargs_lists`]), added to `lists`.
+fn line_xargs_lists(line: &[u8], depth: usize, lists: &mut Vec<Vec<u8>>) {
+    for pipeline in pipelines(line) {
+        let Some(xargs) = pipeline
+            .iter()
+            .map(|c| shell_tokens(c))
+            .find(|words| words.first().is_some_and(|w| program_name(w) == b"xargs"))
+        else {
+            continue;
+        };
+        let Some(named) = xargs_list_options(&xargs) else {
+            continue;
+        };
+        for command in &pipeline {
+            let words = shell_tokens(command);
+            if words.first().is_some_and(|w| program_name(w) == b"cat") {
+                lists.extend(words[1..].iter().filter(|w| !w.starts_with(b"-")).cloned());
+            }
+            lists.extend(redirected_from(command));
+        }
+        lists.extend(named);
+    }
+    lists.retain(|l| may_name_a_file(l));
+    let mut seen = Vec::new();
+    lists.retain(|l| {
+        let new = !seen.contains(l);
+        seen.push(l.clone());
+        new
+    });
+    if depth > 0 {
+        for inner in shell_tokens(line)
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_xargs_lists(inner, depth - 1, lists);
+        }
+    }
+}
+
+/// The last name of a program's word (`/usr/bin/xargs`: `xargs`).
+fn program_name(word: &[u8]) -> &[u8] {
+    word.rsplit(|b| *b == b'/').next().unwrap_or(word)
+}
+
+/// The options of `xargs` that take a value (attached or as the next word).
+const XARGS_VALUE_OPTIONS: &[&[u8]] = &[b"-a", b"-d", b"-E", b"-I", b"-L", b"-n", b"-P", b"-s"];
+
+/// The options of `xargs` whose value is optional, attached only (`-i`, `-i{}`).
+const XARGS_OPTIONAL_VALUE_OPTIONS: &[&[u8]] = &[b"-e", b"-i", b"-l"];
+
+/// The long options of `xargs` that take a value (`--opt=VALUE` or the next word).
+const XARGS_LONG_VALUE_OPTIONS: &[&[u8]] = &[
+    b"--arg-file",
+    b"--delimiter",
+    b"--max-args",
+    b"--max-procs",
+    b"--max-chars",
+    b"--process-slot-var",
+];
+
+/// The list files `xargs`'s own words name (`-a LIST`, `-aLIST`, `--arg-file[=]LIST`),
+/// when the program it runs runs its entries: a shell or interpreter ([`RUNNERS`],
+/// `python*`), the replace string itself (`-I{} {}`) or one of its arguments (`sh -c
+/// '{}'` is a shell already). `None` when it runs another program (`xargs -a files
+/// rustfmt` formats the files it names, which stay the agent's).
+fn xargs_list_options(words: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+    let mut lists = Vec::new();
+    let mut replace: Option<Vec<u8>> = None;
+    let mut rest = words.iter().skip(1);
+    let program = loop {
+        let word = rest.next()?;
+        if !word.starts_with(b"-") {
+            break word;
+        }
+        if let Some((long, value)) = XARGS_LONG_VALUE_OPTIONS.iter().find_map(|long| {
+            let tail = word.strip_prefix(*long)?;
+            match tail.strip_prefix(b"=") {
+                Some(value) => Some((*long, Some(value.to_vec()))),
+                None => tail.is_empty().then_some((*long, None)),
+            }
+        }) {
+            let value = match value {
+                Some(value) => value,
+                None => rest.next()?.clone(),
+            };
+            if long == b"--arg-file" {
+                lists.push(value);
+            }
+            continue;
+        }
+        if word == b"--replace" || word.starts_with(b"-i") {
+            replace = Some(b"{}".to_vec());
+        }
+        if let Some(value) = word.strip_prefix(b"--replace=") {
+            replace = Some(value.to_vec());
+        }
+        let optional = XARGS_OPTIONAL_VALUE_OPTIONS
+            .iter()
+            .any(|o| word.starts_with(o));
+        let short = XARGS_VALUE_OPTIONS
+            .iter()
+            .find(|o| word.starts_with(o))
+            .copied()
+            .filter(|_| !optional);
+        if let Some(short) = short {
+            let value = match &word[short.len()..] {
+                b"" => rest.next()?.clone(),
+                attached => attached.to_vec(),
+            };
+            match short {
+                b"-a" => lists.push(value),
+                b"-I" => replace = Some(value),
+                _ => {}
+            }
+        } else if let Some(value) = word.strip_prefix(b"-i").filter(|v| !v.is_empty()) {
+            replace = Some(value.to_vec());
+        }
+    };
+    let name = program_name(program);
+    let runs = RUNNERS.contains(&name)
+        || name.starts_with(b"python")
+        || replace.is_some_and(|r| program.windows(r.len().max(1)).any(|w| w == r.as_slice()));
+    runs.then_some(lists)
+}
+
+/// The commands of a line grouped by pipeline (`a | b; c` gives `[[a, b], [c]]`), split
+/// where a shell splits them outside quotes (`|`, `;`, `&`, `&&`, `||`, a line break).
+fn pipelines(line: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let mut pipelines = Vec::new();
+    let mut current = Vec::new();
+    let mut command = Vec::new();
+    let mut quote: Option<u8> = None;
+    let mut bytes = line.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if b == b'\\' => {
+                command.push(b);
+                if let Some(next) = bytes.next() {
+                    command.push(next);
+                }
+                continue;
+            }
+            None if b == b'|' && bytes.peek() != Some(&b'|') => {
+                current.push(std::mem::take(&mut command));
+                continue;
+            }
+            None if b"|;&\n".contains(&b) => {
+                while bytes.next_if(|n| b"|&".contains(n)).is_some() {}
+                current.push(std::mem::take(&mut command));
+                pipelines.push(std::mem::take(&mut current));
+                continue;
+            }
+            None => {}
+        }
+        command.push(b);
+    }
+    current.push(command);
+    pipelines.push(current);
+    pipelines.retain(|p| p.iter().any(|c| !c.trim_ascii().is_empty()));
+    pipelines
+}
+
+/// The files a command reads its standard input from (`< FILE`, `<FILE`), outside
+/// quotes; a here-document or here-string (`<<`, `<<<`) and `<(…)` name none.
+fn redirected_from(command: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    let mut quote: Option<u8> = None;
+    for (at, &b) in command.iter().enumerate() {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if b == b'<' => {
+                let rest = &command[at + 1..];
+                let before = command[..at].last();
+                if before == Some(&b'<') || rest.first().is_some_and(|n| b"<(&".contains(n)) {
+                    continue;
+                }
+                found.extend(shell_tokens(rest).into_iter().next());
+            }
+            None => {}
+        }
+    }
+    found
+}
+
 /// The `submodule.*.path` values of a `.gitmodules` text: the directories, from the top
 /// of the work tree, `git submodule foreach` runs its command in.
 pub(super) fn submodule_paths(gitmodules: &[u8]) -> Vec<Vec<u8>> {
@@ -417,15 +638,18 @@ fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
     dirs
 }
 
+/// The words after which a shell line runs what follows ([`loop_runs`],
+/// [`xargs_list_options`]): keywords that start a command, shells and interpreters.
+const RUNNERS: &[&[u8]] = &[
+    b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
+    b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
+];
+
 /// Whether a `for VAR in …` loop of the line runs its variable: `$VAR` (or `${VAR}`,
 /// quoted or not) where a command starts (after `do`, `then`, `else`, `;`, `&`, `|`) or
 /// after a program that runs its argument (`sh`, `.`, `python3`, `exec`, …). One that
 /// passes it to another program (`rustfmt "$f"`) does not run it.
 fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
-    const RUNNERS: &[&[u8]] = &[
-        b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
-        b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
-    ];
     let for_vars = words
         .windows(3)
         .filter(|w| w[0] == b"for" && w[2] == b"in")
@@ -1348,6 +1572,41 @@ mod tests {
         for want in [b".".as_slice(), b"t/."] {
             assert!(dots.iter().any(|d| d == want), "{dots:?}");
         }
+    }
+
+    #[test]
+    fn the_lists_an_xargs_runs_are_read() {
+        let lists = |text: &[u8]| -> Vec<String> {
+            xargs_lists(text)
+                .into_iter()
+                .map(|w| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        let text = b"[alias]\n\ta = !xargs -n1 -a tools/a.list sh\n\
+            \tb = !xargs -atools/b.list -r bash\n\
+            \tc = !xargs --arg-file=c.list python3\n\
+            \td = !cat d.list | xargs -I{} sh -c '{}'\n\
+            \te = !xargs -n1 sh < e.list && echo done\n\
+            \tf = !xargs -a f.list rustfmt\n\
+            \tg = !xargs -i -a g.list {}\n\
+            \th = \"!sh -c 'xargs -a h.list sh'\"\n";
+        assert_eq!(
+            lists(text),
+            [
+                "tools/a.list",
+                "tools/b.list",
+                "c.list",
+                "d.list",
+                "e.list",
+                "g.list",
+                "h.list"
+            ]
+        );
+        let entries: Vec<String> = list_entries(b"tools/a.sh\n'b c.sh' d.sh\n$HOME/x\n")
+            .into_iter()
+            .map(|w| String::from_utf8(w).unwrap())
+            .collect();
+        assert_eq!(entries, ["tools/a.sh", "b c.sh", "d.sh", "'b c.sh' d.sh"]);
     }
 
     #[test]

@@ -1641,50 +1641,101 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         self.add_path_dirs(config_text::path_dirs(text), walk)?;
-        for CommandWord {
-            word,
-            is_path,
-            whole_dir,
-        } in config_text::command_words(text)
+        for word in config_text::command_words(text)
             .into_iter()
             .chain(submodule_words(text, &top))
         {
-            let Some(target) = config_path(&word, Some(&top)) else {
+            self.guard_command_word(word, &top, depth, walk)?;
+        }
+        self.guard_xargs_lists(text, &top, depth, walk)
+    }
+
+    /// The entries of each list file an `xargs` of the text's commands runs
+    /// ([`config_text::xargs_lists`]), read from the top of the work tree, held as words
+    /// of the line: `xargs -n1 -a tools/checks.list sh` ran the agent's
+    /// `tools/checks/a.sh` (round twenty-three's review, a ratchet until round
+    /// twenty-four). The list itself is held too (`-atools/checks.list` is no word of
+    /// the line). A list larger than [`MAX_SCRIPT_BYTES`] is not read.
+    fn guard_xargs_lists(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for list in config_text::xargs_lists(text) {
+            let is_path = list.contains(&b'/');
+            let word = CommandWord {
+                word: list.clone(),
+                is_path,
+                whole_dir: false,
+            };
+            self.guard_command_word(word, top, depth, walk)?;
+            let Some(text) = config_path(&list, Some(top)).and_then(|p| read_script(&p)) else {
                 continue;
             };
-            // A glob's directory is keyed apart from a file of the same name: one command
-            // may name `ci` as a file, another read `ci/*`.
-            let key = if whole_dir {
-                target.join("*")
-            } else {
-                target.clone()
-            };
-            if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
-                continue;
+            for entry in config_text::list_entries(&text) {
+                let is_path = entry.contains(&b'/');
+                let word = CommandWord {
+                    word: entry,
+                    is_path,
+                    whole_dir: false,
+                };
+                self.guard_command_word(word, top, depth, walk)?;
             }
-            if walk.commands.len() > MAX_COMMAND_FILES {
-                return Err(SandboxError::ScanLimit {
-                    what: "the number of files the commands of git configs name",
-                    limit: MAX_COMMAND_FILES,
-                    path: target,
-                });
-            }
-            // A glob's directory is held whole, unless that is this tree or holds it
-            // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
-            let named_by = if !whole_dir {
-                NamedBy::Command
-            } else if fs::canonicalize(&target)
-                .ok()
-                .is_some_and(|dir| self.tree.root.starts_with(&dir))
-            {
-                continue;
-            } else {
-                NamedBy::HeldDir
-            };
-            self.guard_include(&target, depth, walk, named_by)?;
-            if named_by == NamedBy::Command {
-                self.guard_what_it_reads(&target, &top, depth, walk, 1)?;
-            }
+        }
+        Ok(())
+    }
+
+    /// One word of [`Walker::guard_command_files`]: the file it names held (a glob's
+    /// directory whole) and what that file reads in turn.
+    fn guard_command_word(
+        &mut self,
+        word: CommandWord,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let CommandWord {
+            word,
+            is_path,
+            whole_dir,
+        } = word;
+        let Some(target) = config_path(&word, Some(top)) else {
+            return Ok(());
+        };
+        // A glob's directory is keyed apart from a file of the same name: one command
+        // may name `ci` as a file, another read `ci/*`.
+        let key = if whole_dir {
+            target.join("*")
+        } else {
+            target.clone()
+        };
+        if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
+            return Ok(());
+        }
+        if walk.commands.len() > MAX_COMMAND_FILES {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of files the commands of git configs name",
+                limit: MAX_COMMAND_FILES,
+                path: target,
+            });
+        }
+        // A glob's directory is held whole, unless that is this tree or holds it
+        // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
+        let named_by = if !whole_dir {
+            NamedBy::Command
+        } else if fs::canonicalize(&target)
+            .ok()
+            .is_some_and(|dir| self.tree.root.starts_with(&dir))
+        {
+            return Ok(());
+        } else {
+            NamedBy::HeldDir
+        };
+        self.guard_include(&target, depth, walk, named_by)?;
+        if named_by == NamedBy::Command {
+            self.guard_what_it_reads(&target, top, depth, walk, 1)?;
         }
         Ok(())
     }
