@@ -15,8 +15,8 @@
 //! line, and a script runs others. So every word that could be a path is offered
 //! ([`command_words`]), and the scan holds those that name a file of a tree (one with a
 //! `/` even when it does not exist yet). What such a script sources is followed too
-//! ([`sourced_words`]), a few levels deep; what else it runs is not (SECURITY.md, Known
-//! limits).
+//! ([`sourced_words`]), a few levels deep, and what it runs by path ([`run_words`], held
+//! when present); what else it runs is not (SECURITY.md, Known limits).
 
 /// The hook names git runs (githooks(5)), held when the hooks directory is the
 /// workspace itself (`core.hooksPath = .`).
@@ -969,6 +969,21 @@ const VALUE_OPTIONS: &[&[u8]] = &[
 /// convention (`make`'s `Makefile`) are not followed (SECURITY.md, Known limits).
 fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let mut found = Vec::new();
+    for (word, interpreter) in interpreted_words(words) {
+        for main in interpreter.in_dir {
+            found.push(([&word[..], b"/", main].concat(), false));
+        }
+        for suffix in interpreter.suffixes {
+            found.push(([&word[..], suffix].concat(), false));
+        }
+    }
+    found
+}
+
+/// The words an interpreter of the line is given to run (`tools/fmt` of `node -r ./x
+/// tools/fmt`), each with the interpreter.
+fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> {
+    let mut found = Vec::new();
     let mut program: &[u8] = b"";
     let mut words = words.iter();
     while let Some(word) = words.next() {
@@ -985,28 +1000,82 @@ fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
         if word.starts_with(b"-") {
             continue;
         }
-        if let Some(mains) = interpreter(program)
+        if let Some(interpreter) = interpreter(program)
             && may_name_a_file(word)
         {
-            for main in mains {
-                found.push(([&word[..], b"/", main].concat(), false));
-            }
+            found.push((word.clone(), interpreter));
         }
         program = word;
     }
     found
 }
 
-/// The files an interpreter named `program` looks for in a directory it is given.
-fn interpreter(program: &[u8]) -> Option<&'static [&'static [u8]]> {
+/// What an interpreter looks for when it is given a word that is not a file.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Interpreter {
+    /// The files it runs (or reads for what to run) in the directory the word names.
+    pub(super) in_dir: &'static [&'static [u8]],
+    /// The suffixes it tries on the word before the directory (node: `tools/fmt.js`
+    /// before `tools/fmt/`).
+    pub(super) suffixes: &'static [&'static [u8]],
+}
+
+/// Python's: a directory's `__main__` (compiled too).
+const PYTHON: Interpreter = Interpreter {
+    in_dir: &[b"__main__.py", b"__main__.pyc"],
+    suffixes: &[],
+};
+
+/// node's (CommonJS resolution of the main module: `X.js`, `X.json`, `X.node`, then
+/// `X/package.json`'s `main`, `X/index.js`, `X/index.node`).
+const NODE: Interpreter = Interpreter {
+    in_dir: &[b"index.js", b"package.json", b"index.node"],
+    suffixes: &[b".js", b".node"],
+};
+
+/// The interpreter named `program`, if it is one that runs a directory it is given.
+fn interpreter(program: &[u8]) -> Option<&'static Interpreter> {
     let name = program.rsplit(|b| *b == b'/').next().unwrap_or(program);
     if name.starts_with(b"python") {
-        Some(&[b"__main__.py"])
+        Some(&PYTHON)
     } else if name == b"node" || name == b"nodejs" {
-        Some(&[b"index.js", b"package.json"])
+        Some(&NODE)
     } else {
         None
     }
+}
+
+/// The words the commands of the config give an interpreter to run (`node tools/fmt`,
+/// `python3 tools/fmt`), with the interpreter, read as [`line_words`] reads lines: when
+/// such a word names a directory (or nothing yet, for node), the scan holds the entry
+/// points it would run there present or not. Held only when present, node's
+/// `tools/fmt/index.js` and `package.json` absent at the start, and `tools/fmt.js`
+/// beside the directory, were the agent's to add (round twenty-three's Known limits).
+pub(super) fn interpreted_entries(text: &[u8]) -> Vec<(Vec<u8>, &'static Interpreter)> {
+    fn read(line: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, &'static Interpreter)>) {
+        for pair in interpreted_words(&shell_words(line))
+            .into_iter()
+            .chain(interpreted_words(&shell_tokens(line)))
+        {
+            if !found.contains(&pair) {
+                found.push(pair);
+            }
+        }
+        if depth > 0 {
+            for inner in shell_tokens(line)
+                .iter()
+                .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+            {
+                read(inner, depth - 1, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let value = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        read(&top_read_as_dot(value), NESTED_LINES, &mut found);
+    }
+    found
 }
 
 /// The files a shell script sources (`. ./tools/lib.sh`, `source tools/lib.sh`): they run
@@ -1017,6 +1086,84 @@ fn interpreter(program: &[u8]) -> Option<&'static [&'static [u8]]> {
 /// the script runs in, or the script's own when the word starts with it (`$(dirname
 /// "$0")`, `${0%/*}`, `BASH_SOURCE`'s, each read as `.`). Comment lines are passed over.
 pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for line in script_lines(script) {
+        let tokens = shell_tokens(&line);
+        for pair in tokens.windows(2) {
+            if pair[0] != b"." && pair[0] != b"source" {
+                continue;
+            }
+            if let Some(entry) = based(&pair[1])
+                && !found.contains(&entry)
+            {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// The scripts a shell script runs by path, read as [`sourced_words`] reads what it
+/// sources: a command's program when it has a `/` (`./tools/other.sh`, `"$(dirname
+/// "$0")"/other.sh`), and the file a shell or interpreter is given (`sh tools/other.sh`,
+/// `python3 tools/x.py`). A held hook's `sh tools/other.sh` ran the agent's
+/// `tools/other.sh` (round twenty-three's Known limits). The scan holds those present at
+/// the start (an absent one may be a build's output, `./target/debug/x`, which a
+/// placeholder would keep the agent's build from making).
+pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const SHELLS: &[&[u8]] = &[
+        b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
+    ];
+    const PREFIXES: &[&[u8]] = &[
+        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
+        b"nohup", b"time", b"{",
+    ];
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for line in script_lines(script) {
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let mut words = tokens
+                .iter()
+                .skip_while(|w| PREFIXES.contains(&w.as_slice()) || is_assignment(w));
+            let Some(program) = words.next() else {
+                continue;
+            };
+            let name = program_name(program);
+            let run = if program.contains(&b'/') {
+                Some(program)
+            } else if SHELLS.contains(&name) || name.starts_with(b"python") {
+                words.find(|w| !w.starts_with(b"-"))
+            } else {
+                None
+            };
+            if let Some(entry) = run.and_then(|w| based(w))
+                && !found.contains(&entry)
+            {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// `NAME=value` (a variable set for the command).
+fn is_assignment(word: &[u8]) -> bool {
+    word.iter().position(|b| *b == b'=').is_some_and(|at| {
+        at > 0
+            && word[..at]
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    })
+}
+
+/// Stands for a script's directory in its lines until their words are split
+/// ([`script_lines`]).
+const SCRIPT_DIR_MARK: &[u8] = b"\x01SCRIPT_DIR\x01";
+
+/// The lines of a shell script but its comment lines, the top spelled `$PWD` read as
+/// `.`, and its own directory (`$(dirname "$0")`, `${0%/*}`, `BASH_SOURCE`'s) as
+/// [`SCRIPT_DIR_MARK`].
+fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
     const SCRIPT_DIR: &[&[u8]] = &[
         b"$(dirname \"$0\")",
         b"$(dirname $0)",
@@ -1027,9 +1174,7 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         b"${BASH_SOURCE%/*}",
         b"${BASH_SOURCE[0]%/*}",
     ];
-    /// Stands for the script's directory in a line until its words are split.
-    const MARK: &[u8] = b"\x01SCRIPT_DIR\x01";
-    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    let mut lines = Vec::new();
     for line in script.split(|b| *b == b'\n') {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
@@ -1037,25 +1182,22 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         let mut line = top_read_as_dot(line);
         for spelling in SCRIPT_DIR {
             while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
-                line.splice(at..at + spelling.len(), MARK.iter().copied());
+                line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
         }
-        let tokens = shell_tokens(&line);
-        for pair in tokens.windows(2) {
-            if pair[0] != b"." && pair[0] != b"source" {
-                continue;
-            }
-            let (word, base) = match pair[1].strip_prefix(MARK) {
-                Some(rest) => ([b".", rest].concat(), SourceBase::ScriptDir),
-                None => (pair[1].clone(), SourceBase::WorkingDir),
-            };
-            let entry = (word, base);
-            if may_name_a_file(&entry.0) && !entry.0.contains(&1) && !found.contains(&entry) {
-                found.push(entry);
-            }
-        }
+        lines.push(line);
     }
-    found
+    lines
+}
+
+/// A word of [`script_lines`] with where the shell reads it from, when it may name a
+/// file.
+fn based(word: &[u8]) -> Option<(Vec<u8>, SourceBase)> {
+    let (word, base) = match word.strip_prefix(SCRIPT_DIR_MARK) {
+        Some(rest) => ([b".", rest].concat(), SourceBase::ScriptDir),
+        None => (word.to_vec(), SourceBase::WorkingDir),
+    };
+    (may_name_a_file(&word) && !word.contains(&1)).then_some((word, base))
 }
 
 /// Where the shell reads a sourced file's word from ([`sourced_words`]).
@@ -1607,6 +1749,29 @@ mod tests {
             .map(|w| String::from_utf8(w).unwrap())
             .collect();
         assert_eq!(entries, ["tools/a.sh", "b c.sh", "d.sh", "'b c.sh' d.sh"]);
+    }
+
+    #[test]
+    fn the_scripts_a_script_runs_by_path_are_read() {
+        let script = b"#!/bin/sh\n# sh tools/comment.sh\nset -e\nsh tools/a.sh\n\
+            ./b.sh --x && FOO=1 bash -e c.sh\nif true; then \"$(dirname \"$0\")\"/d.sh; fi\n\
+            rustfmt src/main.rs | tools/e.sh\npython3 -u x.py\n";
+        let words: Vec<(String, SourceBase)> = run_words(script)
+            .into_iter()
+            .map(|(w, b)| (String::from_utf8(w).unwrap(), b))
+            .collect();
+        let w = |s: &str| (s.to_string(), SourceBase::WorkingDir);
+        assert_eq!(
+            words,
+            [
+                w("tools/a.sh"),
+                w("./b.sh"),
+                w("c.sh"),
+                ("./d.sh".to_string(), SourceBase::ScriptDir),
+                w("tools/e.sh"),
+                w("x.py"),
+            ]
+        );
     }
 
     #[test]

@@ -1641,6 +1641,8 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         self.add_path_dirs(config_text::path_dirs(text), walk)?;
+        // First: a word met held-if-present is not looked at again.
+        self.guard_entry_points(text, &top, depth, walk)?;
         for word in config_text::command_words(text)
             .into_iter()
             .chain(submodule_words(text, &top))
@@ -1648,6 +1650,50 @@ impl<'a> Walker<'a, '_> {
             self.guard_command_word(word, &top, depth, walk)?;
         }
         self.guard_xargs_lists(text, &top, depth, walk)
+    }
+
+    /// The entry points an interpreter of the text's commands runs for a word that is no
+    /// file ([`config_text::interpreted_entries`]), held present or not: in the
+    /// directory the word names (`tools/fmt/index.js`, `package.json`, `__main__.py`),
+    /// and beside it for node (`tools/fmt.js`, tried first), also when the word names
+    /// nothing yet (a word with a `/`: the word itself is held absent then). Held only
+    /// when present, the agent added them (round twenty-three's Known limits).
+    fn guard_entry_points(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for (word, interpreter) in config_text::interpreted_entries(text) {
+            let Some(target) = config_path(&word, Some(top)) else {
+                continue;
+            };
+            let named: Vec<Vec<u8>> = match fs::metadata(&target) {
+                Ok(meta) if meta.is_dir() => interpreter
+                    .in_dir
+                    .iter()
+                    .map(|main| [&word[..], b"/", main].concat())
+                    .chain(interpreter.suffixes.iter().map(|s| [&word[..], s].concat()))
+                    .collect(),
+                Ok(_) => continue,
+                Err(_) if word.contains(&b'/') => interpreter
+                    .suffixes
+                    .iter()
+                    .map(|s| [&word[..], s].concat())
+                    .collect(),
+                Err(_) => continue,
+            };
+            for entry in named {
+                let word = CommandWord {
+                    word: entry,
+                    is_path: true,
+                    whole_dir: false,
+                };
+                self.guard_command_word(word, top, depth, walk)?;
+            }
+        }
+        Ok(())
     }
 
     /// The entries of each list file an `xargs` of the text's commands runs
@@ -1742,7 +1788,8 @@ impl<'a> Walker<'a, '_> {
 
     /// What a file the commands run makes run in turn, held like it: the files a shell
     /// script sources ([`config_text::sourced_words`], each read from the top of the work
-    /// tree and from the script's own directory), and the file a `package.json`'s `main`
+    /// tree and from the script's own directory) or runs by path
+    /// ([`config_text::run_words`], held only when present), and the file a `package.json`'s `main`
     /// names (node runs it for the directory). Then theirs, down to
     /// [`MAX_SOURCE_LEVELS`]; a file larger than [`MAX_SCRIPT_BYTES`] is not read.
     fn guard_what_it_reads(
@@ -1777,10 +1824,16 @@ impl<'a> Walker<'a, '_> {
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
+            // What it runs by path, only when there ([`config_text::run_words`]).
+            let run = config_text::run_words(&text)
+                .into_iter()
+                .map(|(word, base)| (word, base, false));
             config_text::sourced_words(&text)
                 .into_iter()
-                .flat_map(|(word, base)| {
-                    let is_path = word.contains(&b'/');
+                .map(|(word, base)| (word, base, true))
+                .chain(run)
+                .flat_map(|(word, base, sourced)| {
+                    let is_path = sourced && word.contains(&b'/');
                     let (first, other) = match base {
                         config_text::SourceBase::WorkingDir => (top, dir),
                         config_text::SourceBase::ScriptDir => (dir, top),
