@@ -173,3 +173,50 @@ fn the_scripts_a_held_script_runs_are_not_the_agents_to_write() {
         &["fmt"],
     );
 }
+
+/// The user's own `PATH` starts with `.` (or has an empty entry): git runs the alias at
+/// the top, so the held `tools/fmt.py`'s `#!/usr/bin/env python3` finds `./python3`
+/// there, which the agent adds. Both runs (coder's and the user's git) have that `PATH`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_interpreter_on_a_relative_entry_of_the_users_path_is_not_the_agents_to_add() {
+    for path in [
+        format!(".:{}", sandbox_fixture::PATH),
+        format!(":{}", sandbox_fixture::PATH),
+    ] {
+        for nobody in sandbox_fixture::arms() {
+            for mode in ["workspace-write", "danger-full-access"] {
+                let fx = Fx::new(&REPO, nobody);
+                let ws = fx.ws();
+                let script = fx.own_file(&ws, "tools/fmt.py", "#!/usr/bin/env python3\nprint(1)\n");
+                std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+                fx.git(&ws, &["config", "alias.fmt", "!tools/fmt.py"]);
+                let plant = format!(
+                    "{{ echo '#!/bin/sh'; {}; }} > python3; chmod +x python3; echo PLANTED",
+                    sandbox_fixture::SCRIPT_PAYLOAD
+                );
+                let (rc, out) = sandbox_fixture::run_text(
+                    fx.sandbox_in(&ws, &["--mode", mode], &plant)
+                        .env("PATH", &path)
+                        .env("M", fx.marker()),
+                );
+                let who = format!("PATH={path} nobody={nobody} {mode}");
+                assert!(rc == 0 && out.contains("PLANTED"), "{who}: {out}");
+                let _ = std::fs::remove_file(fx.marker());
+                let git = fx
+                    .command("git")
+                    .env("PATH", &path)
+                    .args(["fmt"])
+                    .current_dir(&ws)
+                    .output()
+                    .unwrap();
+                let ran = fx.marker().exists();
+                assert_eq!(
+                    ran,
+                    mode == "danger-full-access",
+                    "{who}: the user's git ran the payload: {ran}: {out} {git:?}"
+                );
+            }
+        }
+    }
+}

@@ -886,6 +886,20 @@ fn path_entry(dir: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The relative and empty entries of a `PATH` value (the user's own: `.:$PATH`,
+/// `bin:$PATH`), each read where git runs a command: the top of the work tree. A held
+/// script's `#!/usr/bin/env python3` found the agent's `./python3` there (round
+/// twenty-three's Known limits).
+pub(super) fn relative_path_entries(path: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs: Vec<Vec<u8>> = Vec::new();
+    for dir in path.split(|b| *b == b':').filter_map(path_entry) {
+        if !dir.starts_with(b"/") && !dir.starts_with(b"~") && !dirs.iter().any(|d| d == dir) {
+            dirs.push(dir.to_vec());
+        }
+    }
+    dirs
+}
+
 /// The directories of the work tree that the commands of the config put on `PATH`
 /// (`PATH=tools/bin:$PATH x`, `. .venv/bin/activate && x`), read where each line is
 /// then: a held script's interpreter found through `PATH` (`#!/usr/bin/env python3`)
@@ -1771,6 +1785,15 @@ mod tests {
                 w("tools/e.sh"),
                 w("x.py"),
             ]
+        );
+    }
+
+    #[test]
+    fn the_relative_entries_of_the_users_path_are_read() {
+        let dirs = relative_path_entries(b".:/usr/bin::bin:~/x:$HOME/y:./tools/bin:.");
+        assert_eq!(
+            dirs,
+            [b".".to_vec(), b"bin".to_vec(), b"./tools/bin".to_vec()]
         );
     }
 

@@ -2561,7 +2561,11 @@ impl ConfigWalk {
             seen: HashSet::new(),
             commands: HashSet::new(),
             work_tree,
-            path_dirs: Vec::new(),
+            // The user's own `PATH` (coder runs with it, as the user's git does): its
+            // relative entries name directories of the work tree.
+            path_dirs: std::env::var_os("PATH")
+                .map(|p| config_text::relative_path_entries(p.as_bytes()))
+                .unwrap_or_default(),
             env_programs: Vec::new(),
         }
     }
