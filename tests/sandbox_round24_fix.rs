@@ -220,3 +220,39 @@ fn an_interpreter_on_a_relative_entry_of_the_users_path_is_not_the_agents_to_add
         }
     }
 }
+
+/// The other spellings of an `xargs` list (round twenty-three's ratchet was `-a LIST`):
+/// attached `-aLIST`, `< LIST`, `cat LIST |`; the agent appends to the script it names.
+fn xargs_list_attack(name: &str, alias: &str) {
+    held_file_attack(
+        name,
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.git(ws, &["config", "alias.fmt", alias]);
+        },
+        &format!(
+            "{} >> tools/checks/a.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_attached_xargs_list_names_are_not_the_agents_to_write() {
+    xargs_list_attack("xargs -aLIST", "!xargs -n1 -atools/checks.list sh");
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_stdin_list_names_are_not_the_agents_to_write() {
+    xargs_list_attack("xargs < LIST", "!xargs -n1 sh < tools/checks.list");
+}
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_catted_xargs_list_names_are_not_the_agents_to_write() {
+    xargs_list_attack("cat LIST | xargs", "!cat tools/checks.list | xargs -n1 sh");
+}
