@@ -9,6 +9,9 @@
 //! * **`node DIR` with its entry points absent at the start** (`DIR/index.js`,
 //!   `DIR/package.json`) and **`node tools/fmt` beside a `tools/fmt.js`** the agent adds
 //!   (node tries `X.js` before the directory `X`).
+//! * **A held script's own commands** (`sh tools/other.sh` in it), **an `xargs` list**
+//!   in its other spellings, **relative entries of the user's own `PATH`**, and **a hard
+//!   link to a home key** in the workspace or a `--read` grant.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -255,4 +258,38 @@ fn the_scripts_an_xargs_stdin_list_names_are_not_the_agents_to_write() {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_catted_xargs_list_names_are_not_the_agents_to_write() {
     xargs_list_attack("cat LIST | xargs", "!cat tools/checks.list | xargs -n1 sh");
+}
+
+/// A hard link to a home key (`~/.aws/credentials`, a
+/// name no deny glob matches) in the workspace itself and in a `--read` directory: both
+/// read empty in the sandbox; control: read under `danger-full-access`. Root and uid
+/// 65534.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hard_link_to_a_home_key_in_the_workspace_or_a_read_grant_is_not_read() {
+    use sandbox_fixture::{Fixture, run_text};
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fixture::new("coder-round24-link-", nobody, &["ws", "r", "home", "state"]);
+            let key = fx.root().join("home/.aws/credentials");
+            sandbox_fixture::write(&key, "AWS-SECRET\n");
+            std::fs::hard_link(&key, fx.root().join("ws/notes")).unwrap();
+            std::fs::hard_link(&key, fx.root().join("r/notes")).unwrap();
+            fx.own(fx.root());
+            let r = fx.root().join("r");
+            let mut args = vec!["--read", r.to_str().unwrap()];
+            if !confined {
+                args.extend(["--mode", "danger-full-access"]);
+            }
+            let script = format!("cat notes '{}/notes'; echo SERVED", r.display());
+            let (_rc, out) = run_text(&mut fx.sandbox_in(&fx.root().join("ws"), &args, &script));
+            let who = format!("nobody={nobody} confined={confined}");
+            assert!(out.contains("SERVED"), "{who}: not served: {out}");
+            assert_eq!(
+                out.matches("AWS-SECRET").count(),
+                if confined { 0 } else { 2 },
+                "{who}: {out}"
+            );
+        }
+    }
 }
