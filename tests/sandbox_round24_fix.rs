@@ -2,7 +2,9 @@
 //! limits): what a held command line runs that the scan did not hold. Each attack runs
 //! through the built binary (`coder sandbox`) as root and as uid 65534, each with its
 //! control: the same under `--mode danger-full-access`, where the user's git does run
-//! the payload. Each failed before its fix.
+//! the payload. Each failed before its fix, but the virtualenv's (found held already, by
+//! round twenty-three's `guard_venv`) and the `xargs` lists by `<` and `cat |` (held by
+//! either fix: the list, a held word, is read as a script whose lines run by path).
 //!
 //! * **A virtualenv's interpreter by a bare name after `activate`** (`. .venv/bin/activate
 //!   && python3 tools/x.py`): what it reads at its start (`site-packages/*.pth`).
