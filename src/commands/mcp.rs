@@ -311,7 +311,7 @@ fn tools() -> Vec<Tool> {
             json!({"type": "object", "additionalProperties": false, "required": ["PROMPT"],
                 "properties": {
                     "PROMPT": {"type": "string", "description": "the task"},
-                    "cd": {"type": "string", "description": "workspace, relative to the server's base (default: the base)"},
+                    "cd": {"type": "string", "description": "workspace: a directory inside the server's base, relative to it or absolute (default: the base); resume hints give it absolute"},
                     "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"]},
                     "SESSION_ID": {"type": "string", "description": "resume this session"},
                     "return_all_messages": {"type": "boolean"},

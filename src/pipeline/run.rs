@@ -1497,20 +1497,27 @@ impl Run {
         )
     }
 
-    /// How to answer the questions of a `needs_input` run (see [`Run::continue_hint`]).
-    fn answer_hint(&self, id: &str) -> String {
+    /// How to answer the `asked` questions of a `needs_input` run (see
+    /// [`Run::continue_hint`]): the answers list has one `"…"` per question, so a caller
+    /// asked two sees it must give two.
+    fn answer_hint(&self, id: &str, asked: usize) -> String {
+        let answers = vec!["…"; asked.max(1)];
         if self.request_from == RequestFrom::McpTool {
-            let arguments = self.tool_arguments(id, json!({"PROMPT": "", "answers": ["…"]}));
+            let arguments = self.tool_arguments(id, json!({"PROMPT": "", "answers": answers}));
             return format!(
                 "answer with the coder tool's arguments {arguments} (one answer per question, \
                  in order)"
             );
         }
+        let list = serde_json::to_string(&answers)
+            .unwrap_or_default()
+            .replace("\",\"", "\", \"");
         format!(
-            "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
-             per question, in order)",
+            "answer with: coder --cd {}{} --session-id {id} --answers {} (one answer per \
+             question, in order)",
             crate::text::shell_quote(&self.workspace.display().to_string()),
             self.backend_flag(),
+            crate::text::shell_quote(&list),
         )
     }
 
@@ -1798,7 +1805,9 @@ impl Run {
         if failure.kind == ErrorKind::NeedsInput
             && let Some(id) = &session_id
         {
-            detail.resume_hint = Some(self.answer_hint(id));
+            let asked = observation.questions.as_ref().map_or(0, Vec::len);
+            detail.resume_hint = Some(self.answer_hint(id, asked));
+            detail.hint = Some(ANSWER_AS_HINTED.to_owned());
         }
         let asked = (failure.kind == ErrorKind::NeedsInput)
             .then(|| observation.questions.take())
@@ -2616,6 +2625,12 @@ impl Run {
         }
     }
 }
+
+/// The `hint` of a `needs_input` run whose `resume_hint` says how to answer: the generic
+/// one named `--session-id SESSION_ID` (a flag to a caller of the MCP tool, a resume a
+/// `--worktree` run cannot have) beside a resume hint that says it exactly.
+const ANSWER_AS_HINTED: &str = "the model's questions are in `questions`: answer each one, in \
+     order, as resume_hint says";
 
 #[cfg(test)]
 mod tests {

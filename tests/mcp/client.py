@@ -189,7 +189,10 @@ async def run(session):
     assert "--" not in hint and "coder tool" in hint, hint
     arguments = json.loads(hint[hint.index("{"):hint.rindex("}") + 1])
     assert arguments["SESSION_ID"] == asked_env["SESSION_ID"], hint
-    assert arguments["backend"] == ask_backend and arguments["answers"] == ["…"], hint
+    # One "…" for each of the two questions, so the caller sees it must answer both.
+    assert arguments["backend"] == ask_backend and arguments["answers"] == ["…", "…"], hint
+    # The plain hint beside it names no flag (it said --session-id SESSION_ID --answers).
+    assert "--" not in asked_env["error_detail"]["hint"], asked_env
     arguments.update({"answers": ["blue", "no, leave the gate"], "wait_s": 50})
     answered = await session.call_tool("coder", arguments, read_timeout_seconds=90)
     answered_env = structured(answered)
@@ -270,6 +273,13 @@ async def worktree(session):
     assert f"worktree true and worktree_base {json.dumps(branch)}" in hint, hint
     cd = json.loads(hint[hint.index("with cd ") + 8:hint.index(", worktree true")])
     assert cd == os.path.join(BASE, "repo"), hint
+    # The hint's cd is absolute; the tool's description says so too (it said "relative to
+    # the server's base" only, so a caller had no reason to pass the hint's path on).
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    described = tools["coder"].input_schema["properties"]["cd"]["description"]
+    assert "absolute" in described and "inside the server's base" in described, described
+    # The plain hint does not send the caller to resume a session a worktree run lost.
+    assert "--" not in asked_env["error_detail"]["hint"], asked_env
     # Followed: a new run in a worktree of that branch.
     backend = f"replay:{CASSETTES}/plain.json"
     next_run = await session.call_tool("coder", {"PROMPT": "blue, and not the gate", "cd": cd,
