@@ -1206,16 +1206,30 @@ struct Stop {
     refusal: Option<String>,
 }
 
-/// What to do about a transient upstream failure of a run that allowed no retry and
-/// changed nothing, naming the retry setting as the caller gives it.
-fn transient_hint(from: RequestFrom) -> String {
+/// What to do after a transient upstream failure ended a run that changed nothing, naming
+/// the retry setting as the caller gives it: run again, or let coder retry; after
+/// `retried` retries (of `allowed`), run again later, or allow more where the limit was
+/// what stopped them (a rate limit's own cap of three, or the clock, was not).
+fn transient_hint(from: RequestFrom, retried: u32, allowed: u32) -> String {
     let setting = match from {
         RequestFrom::File => "--max-retries N",
         RequestFrom::McpTool => "max_retries",
     };
+    if retried == 0 {
+        return format!(
+            "a transient failure, and the attempt changed nothing: run again, or set \
+             {setting} to have coder retry it with backoff"
+        );
+    }
+    let more = if retried >= allowed {
+        format!(", or with a higher {setting}")
+    } else {
+        String::new()
+    };
     format!(
-        "a transient failure, and the attempt changed nothing: run again, or set {setting} \
-         to have coder retry it with backoff"
+        "a transient failure that lasted through {retried} retr{}, and no attempt changed \
+         anything: run again later (the provider may be down for a while){more}",
+        if retried == 1 { "y" } else { "ies" }
     )
 }
 
@@ -1262,13 +1276,6 @@ fn after_failure(
     }
     // A transient failure (a 5xx, a broken connection) of a run without retries said
     // nothing of what to do: `retryable: true` alone does not name `--max-retries`.
-    if failure.hint.is_none()
-        && request.max_retries == 0
-        && attempt.effects.mutating_tools.is_empty()
-        && provider_error.as_ref().is_some_and(|e| e.retryable)
-    {
-        failure.hint = Some(transient_hint(request.request_from));
-    }
     let retries_left = request.max_retries.saturating_sub(run.retries);
     let mut decision = retry::decide(
         &failure,
@@ -1297,6 +1304,19 @@ fn after_failure(
         RetryDecision::Refuse(why) if !attempt.effects.mutating_tools.is_empty() => Some(why),
         RetryDecision::Refuse(_) => None,
     };
+    // A transient failure (a 5xx, a broken connection, a rate limit) that ends the run
+    // said nothing of what to do: `retryable: true` alone does not name `--max-retries`,
+    // and `retry_refused` only says that none are left.
+    if failure.hint.is_none()
+        && attempt.effects.mutating_tools.is_empty()
+        && provider_error.as_ref().is_some_and(|e| e.retryable)
+    {
+        failure.hint = Some(transient_hint(
+            request.request_from,
+            run.retries,
+            request.max_retries,
+        ));
+    }
     NextStep::Stop(Box::new(Stop {
         failure,
         upstream,
