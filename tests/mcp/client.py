@@ -246,13 +246,27 @@ async def long(session):
     result = await session.call_tool("coder_cancel", {"run_id": run_id}, read_timeout_seconds=60)
     env = structured(result)
     assert result.is_error and env["error_kind"] == "cancelled", env
+    # Said as who stopped it: it said "cancelled by SIGTERM", the signal the server uses.
+    assert env["error"] == "cancelled by coder_cancel", env
+    r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
+    assert r["envelope"]["error"] == "cancelled by coder_cancel", r
     await wait_no_procs(BASE, 10)
 
-    # A request the caller cancels cancels its run.
+    # A request the caller cancels cancels its run; its envelope says so (the run's id
+    # comes with the progress notifications).
+    seen.clear()
     with anyio.move_on_after(3):
-        await session.call_tool("coder", dict(args, wait_s=40), read_timeout_seconds=60)
+        await session.call_tool("coder", dict(args, wait_s=40), read_timeout_seconds=60,
+                                progress_callback=on_progress)
         raise AssertionError("the call should have been cancelled")
     await wait_no_procs(BASE, 20)
+    assert seen, "no progress before the cancel"
+    cancelled_id = seen[0][1].split(":")[0].split()[-1]
+    r = structured(await session.call_tool("coder_wait", {"run_id": cancelled_id, "wait_s": 10},
+                                           read_timeout_seconds=30))
+    r = structured(await session.call_tool("coder_status", {"run_id": cancelled_id}))
+    assert r["status"] == "done", (r, seen)
+    assert r["envelope"]["error"].startswith("cancelled by the MCP client"), r
     # The server is still fine.
     assert len((await session.list_tools()).tools) == 11
 
