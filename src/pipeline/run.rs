@@ -1532,11 +1532,24 @@ impl Run {
         let list = serde_json::to_string(&answers)
             .unwrap_or_default()
             .replace("\",\"", "\", \"");
+        // A plan run's questions are answered in a plan run, writing the same plan file:
+        // a plain `coder` resume would carry the plan session on in workspace-write.
+        let command = match &self.plan_file {
+            Some(plan) => format!(
+                "coder plan --cd {}{} --plan-file {}",
+                crate::text::shell_quote(&self.workspace.display().to_string()),
+                self.backend_flag(),
+                crate::text::shell_quote(&plan.display().to_string()),
+            ),
+            None => format!(
+                "coder --cd {}{}",
+                crate::text::shell_quote(&self.workspace.display().to_string()),
+                self.backend_flag(),
+            ),
+        };
         format!(
-            "answer with: coder --cd {}{} --session-id {id} --answers {} (one answer per \
-             question, in order)",
-            crate::text::shell_quote(&self.workspace.display().to_string()),
-            self.backend_flag(),
+            "answer with: {command} --session-id {id} --answers {} (one answer per question, \
+             in order)",
             crate::text::shell_quote(&list),
         )
     }
