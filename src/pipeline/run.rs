@@ -1233,6 +1233,24 @@ fn transient_hint(from: RequestFrom, retried: u32, allowed: u32) -> String {
     )
 }
 
+/// What to do about a `scope_violation`: the envelope said only what changed outside the
+/// scope, not that it is still there (coder reverts nothing), nor how to go on.
+fn scope_hint(from: RequestFrom, worktree: bool) -> String {
+    let scope = match from {
+        RequestFrom::File => "--scope",
+        RequestFrom::McpTool => "scope",
+    };
+    let place = if worktree {
+        "they are in the worktree branch's commit"
+    } else {
+        "they are still changed in the workspace"
+    };
+    format!(
+        "coder reverted nothing: {place} (out_of_scope lists them, changes has the rest); \
+         undo them if they do not belong to the task, or give a {scope} that covers them"
+    )
+}
+
 /// Decides whether a failed attempt is retried (DESIGN §6): a retryable kind, no side
 /// effects a retry could repeat, retries and time left. Upstream failures are classified
 /// per provider first ([`provider::classify`], DESIGN §12): that decides whether they are
@@ -2351,8 +2369,10 @@ impl PreparedRun {
                 out_of_scope.len(),
                 crate::text::one_line(&out_of_scope.join(", "), 200)
             );
+            let hint = scope_hint(request.request_from, request.worktree.is_some());
             envelope = run.fail(envelope, ErrorKind::ScopeViolation, summary, |detail| {
                 detail.out_of_scope = Some(out_of_scope);
+                detail.hint = Some(hint);
             });
         } else if let Some(check) = failed_check {
             let summary = match check.exit_code {
