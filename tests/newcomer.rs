@@ -1829,3 +1829,54 @@ fn a_task_that_is_a_subcommand_name_is_refused_with_a_tip() {
         assert!(said.contains("has no credentials"), "{args:?}: {said}");
     }
 }
+
+/// A worktree base from a `--request` file that names no commit was reported as
+/// `--worktree-base "nope"`, a flag the caller never wrote; it is named as the request's
+/// field now (and as the flag when the flag gave it). So is `worktree` outside a
+/// repository.
+#[test]
+fn a_request_files_worktree_keys_are_named_as_its_fields() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    common::git_init_with_a_commit(fake.workspace());
+    let request = fake.root().join("job.json");
+    let job = json!({"PROMPT": "x", "cd": fake.workspace(), "worktree": true,
+                     "worktree_base": "nope"});
+    std::fs::write(&request, job.to_string()).unwrap();
+    let from_file = fake.coder().no_cd().arg("--request").arg(&request).run();
+    from_file.assert_failure("config_error", 78);
+    assert_eq!(
+        from_file.envelope["error"],
+        r#""worktree_base": "nope" in the --request JSON names no commit in the repository"#,
+        "{}",
+        from_file.explain()
+    );
+    let by_flag = fake
+        .coder()
+        .no_cd()
+        .args(["--worktree", "--worktree-base", "nope", "--request"])
+        .arg(&request)
+        .run();
+    by_flag.assert_failure("config_error", 78);
+    assert_eq!(
+        by_flag.envelope["error"],
+        r#"--worktree-base "nope" names no commit in the repository"#,
+        "{}",
+        by_flag.explain()
+    );
+    let plain = fake.root().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::write(
+        &request,
+        json!({"PROMPT": "x", "cd": plain, "worktree": true}).to_string(),
+    )
+    .unwrap();
+    let outside = fake.coder().no_cd().arg("--request").arg(&request).run();
+    outside.assert_failure("config_error", 78);
+    let error = outside.envelope["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(r#""worktree" in the --request JSON: "#)
+            && error.ends_with("is not inside a git work tree"),
+        "{}",
+        outside.explain()
+    );
+}

@@ -844,4 +844,31 @@ fn a_plan_run_may_ask_instead_of_planning() {
     assert!(out.session_id().is_some(), "{}", out.explain());
     assert_eq!(snapshot(scene.ws()), before, "the workspace changed");
     assert_schema(&out.envelope);
+
+    // The hint answers in a plan run, on the same plan file: it said `coder --cd …`,
+    // which would carry the plan session on as a plain workspace-write run.
+    let plan_file = out.envelope["plan_file"].as_str().unwrap_or_default();
+    let session = out.session_id().unwrap_or_default();
+    let hint = out.detail()["resume_hint"].as_str().unwrap_or_default();
+    assert!(
+        !plan_file.is_empty()
+            && hint.starts_with("answer with: coder plan --cd ")
+            && hint.contains(&format!("--plan-file {plan_file} --session-id {session}"))
+            && hint.contains(r#"--answers '["…"]'"#),
+        "{}",
+        out.explain()
+    );
+    let answered = scene
+        .plan()
+        .args(["--plan-file", plan_file, "--session-id", session])
+        .args(["--answers", r#"["PostgreSQL"]"#])
+        .run();
+    answered.assert_success("Plan: migrate to PostgreSQL in two steps.");
+    assert_eq!(
+        answered.envelope["plan_file"],
+        plan_file,
+        "{}",
+        answered.explain()
+    );
+    assert_eq!(snapshot(scene.ws()), before, "the workspace changed");
 }

@@ -324,6 +324,36 @@ fn rate_limits_are_retried_at_most_three_times() {
             .is_some_and(|r| r.contains("at 3 for rate limits")),
         "{detail}"
     );
+    // What to do now: it said nothing once retries had been made. Not "a higher
+    // --max-retries": 10 were allowed, the rate limit's own cap stopped them.
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("lasted through 3 retries")
+            && hint.contains("run again later")
+            && !hint.contains("--max-retries"),
+        "{}",
+        out.explain()
+    );
+}
+
+/// A 5xx that outlasts the retries the caller allowed: the envelope said only that none
+/// were left (`retry_refused`), with no hint; it says to run again later, or allow more.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_transient_failure_that_outlasts_the_retries_says_what_to_do() {
+    let scene = Scene::new("http_500.json");
+    let out = scene.coder().args(["--max-retries", "1", "hi"]).run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(detail["provider_error"]["class"], "provider_unavailable");
+    assert_eq!(out.envelope["attempts"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        detail["hint"],
+        "a transient failure that lasted through 1 retry, and no attempt changed anything: \
+         run again later (the provider may be down for a while), or with a higher \
+         --max-retries N",
+        "{}",
+        out.explain()
+    );
 }
 
 /// A replay backend is not Anthropic: no cost, and the workarounds coder applied are listed.

@@ -72,10 +72,19 @@ fn a_question_ends_the_run_and_the_answers_resume_it() {
         asked.explain()
     );
     let session = asked.session_id().expect("SESSION_ID").to_owned();
+    // Two questions, two answers in the hint's list (it showed one `"…"`), and the plain
+    // hint beside it defers to it (it said `--session-id SESSION_ID`, a placeholder).
     assert!(
         detail["resume_hint"]
             .as_str()
-            .is_some_and(|h| h.contains(&session) && h.contains("--answers")),
+            .is_some_and(|h| h.contains(&session) && h.contains(r#"--answers '["…", "…"]'"#)),
+        "{}",
+        asked.explain()
+    );
+    assert!(
+        detail["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("resume_hint") && !h.contains("SESSION_ID")),
         "{}",
         asked.explain()
     );
@@ -457,5 +466,54 @@ fn a_worktree_run_that_asks_says_how_to_go_on_from_its_branch() {
             && !hint.contains("/worktrees/"),
         "{}",
         asked.explain()
+    );
+}
+
+/// A `--worktree` run started from a `--request` file that asks: its resume hint named
+/// `--worktree-base`, a flag the caller never wrote, and the plain hint said to resume the
+/// session, which a worktree run cannot. It gives the `--request` JSON to start the next
+/// run from the branch now, and followed as written (the task filled in), that run starts
+/// there.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_request_files_worktree_run_that_asks_names_the_request_fields() {
+    let scene = scene();
+    common::git_init_with_a_commit(scene.workspace());
+    let request = scene.fake.root().join("job.json");
+    let job = json!({"PROMPT": "paint the fence", "cd": scene.workspace(), "worktree": true,
+                     "allow_questions": true});
+    std::fs::write(&request, job.to_string()).unwrap();
+    let asked = coder(&scene).no_cd().arg("--request").arg(&request).run();
+    let detail = asked.assert_failure("needs_input", 5);
+    let branch = asked.envelope["worktree"]["branch"]
+        .as_str()
+        .unwrap_or_default();
+    let hint = detail["resume_hint"].as_str().unwrap_or_default();
+    assert!(
+        !branch.is_empty()
+            && hint.contains(&format!(r#""worktree_base": "{branch}""#))
+            && !hint.contains("--worktree"),
+        "{}",
+        asked.explain()
+    );
+    assert!(
+        !detail["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--session-id"),
+        "{}",
+        asked.explain()
+    );
+    // Followed: the JSON from the hint, with the task, in a new request file.
+    let mut next: Value = serde_json::from_str(&hint[hint.find('{').unwrap()..]).unwrap();
+    next["PROMPT"] = json!("plain task");
+    std::fs::write(&request, next.to_string()).unwrap();
+    let went_on = coder(&scene).no_cd().arg("--request").arg(&request).run();
+    went_on.assert_success("ask_user was not offered.");
+    assert_eq!(
+        went_on.envelope["worktree"]["base_ref"],
+        branch,
+        "{}",
+        went_on.explain()
     );
 }

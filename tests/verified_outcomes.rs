@@ -443,8 +443,16 @@ fn a_change_outside_the_scope_is_a_scope_violation() {
         "{}",
         out.explain()
     );
-    // Nothing is reverted.
+    // Nothing is reverted, and the hint says so, and what to do (there was none).
     assert!(!scene.ws().join("gone.txt").exists());
+    assert_eq!(
+        detail["hint"],
+        "coder reverted nothing: they are still changed in the workspace (out_of_scope lists \
+         them, changes has the rest); undo them if they do not belong to the task, or give a \
+         --scope that covers them",
+        "{}",
+        out.explain()
+    );
 }
 
 /// The same scope check asked through a `--request` JSON file, and its bad values.

@@ -172,6 +172,9 @@ fn initialize_failure(e: &rmcp::service::ServerInitializeError) -> String {
 struct Run {
     pid: i32,
     started: Instant,
+    /// Who had the server stop the run, for its `cancelled` envelope: the run itself only
+    /// saw a SIGTERM ("cancelled by SIGTERM"), which told the caller nothing.
+    stopped_by: Arc<Mutex<Option<StoppedBy>>>,
     /// `None` while running; the envelope (with `run_id`) once it ended.
     done: watch::Receiver<Option<Value>>,
     /// How far progress has read the run's journal, and what it found there.
@@ -311,7 +314,7 @@ fn tools() -> Vec<Tool> {
             json!({"type": "object", "additionalProperties": false, "required": ["PROMPT"],
                 "properties": {
                     "PROMPT": {"type": "string", "description": "the task"},
-                    "cd": {"type": "string", "description": "workspace, relative to the server's base (default: the base)"},
+                    "cd": {"type": "string", "description": "workspace: a directory inside the server's base, relative to it or absolute (default: the base); resume hints give it absolute"},
                     "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"]},
                     "SESSION_ID": {"type": "string", "description": "resume this session"},
                     "return_all_messages": {"type": "boolean"},
@@ -445,7 +448,7 @@ impl Server {
             }
             "coder_cancel" => {
                 let a: RunIdArgs = parse(args)?;
-                cancel(&a.run_id, &*self.find(&a.run_id)?).await
+                cancel(&a.run_id, &*self.find(&a.run_id)?, StoppedBy::Tool).await
             }
             name => match Verb::parse(name) {
                 Some(verb) => self.fs(verb, args).await,
@@ -773,6 +776,8 @@ impl Server {
         let mut stdout = child.stdout.take();
         let id = run_id.to_string();
         let text = request.to_string();
+        let stopped_by: Arc<Mutex<Option<StoppedBy>>> = Arc::new(Mutex::new(None));
+        let by = Arc::clone(&stopped_by);
         tokio::spawn(async move {
             if let Some(mut stdin) = stdin.take() {
                 let _ = stdin.write_all(text.as_bytes()).await;
@@ -783,12 +788,16 @@ impl Server {
                 let _ = stdout.read_to_end(&mut out).await;
             }
             let status = child.wait().await;
-            let envelope = envelope_of(&id, &out, status.ok().and_then(|s| s.code()));
+            let mut envelope = envelope_of(&id, &out, status.ok().and_then(|s| s.code()));
+            if let Some(by) = *by.lock().unwrap_or_else(|p| p.into_inner()) {
+                by.name_in(&mut envelope);
+            }
             let _ = tx.send(Some(envelope));
         });
         Ok(Arc::new(Run {
             pid,
             started: Instant::now(),
+            stopped_by,
             done: rx,
             journal: Mutex::new(JournalFollower::default()),
         }))
@@ -905,7 +914,7 @@ async fn wait_for(
             }
             () = context.ct.cancelled() => {
                 if wait.cancel_on_abort {
-                    return cancel(run_id, run).await;
+                    return cancel(run_id, run, StoppedBy::Client).await;
                 }
                 return CallToolResult::structured(running(run_id, run));
             }
@@ -922,9 +931,49 @@ fn status(run_id: &str, run: &Run) -> CallToolResult {
     }
 }
 
+/// Who had the server stop a run.
+#[derive(Debug, Clone, Copy)]
+enum StoppedBy {
+    /// A `coder_cancel` call.
+    Tool,
+    /// The client cancelled the `coder` request that started the run before it ended
+    /// (`notifications/cancelled`, which clients also send when their request times out).
+    Client,
+}
+
+impl StoppedBy {
+    /// Names the stop in a `cancelled` envelope, whose `error` said "cancelled by SIGTERM":
+    /// the signal the server stops runs with, not why.
+    fn name_in(self, envelope: &mut Value) {
+        if envelope["error_kind"] != "cancelled" {
+            return;
+        }
+        let (error, message) = match self {
+            StoppedBy::Tool => (
+                "cancelled by coder_cancel",
+                "coder_cancel stopped the run; the child process tree was stopped",
+            ),
+            StoppedBy::Client => (
+                "cancelled by the MCP client: it cancelled the coder request that started the \
+                 run (a client's request timeout does so too; a wait_s below that timeout, \
+                 then coder_wait, keeps the run going)",
+                "the client cancelled its request (notifications/cancelled), so the server \
+                 stopped the run; the child process tree was stopped",
+            ),
+        };
+        envelope["error"] = json!(error);
+        if envelope["error_detail"].is_object() {
+            envelope["error_detail"]["message"] = json!(message);
+        }
+    }
+}
+
 /// Stops a run: SIGTERM (coder kills its tree and prints `cancelled`), then SIGKILL to its
 /// group after [`STOP_GRACE`].
-async fn cancel(run_id: &str, run: &Run) -> CallToolResult {
+async fn cancel(run_id: &str, run: &Run, by: StoppedBy) -> CallToolResult {
+    if run.done.borrow().is_none() {
+        *run.stopped_by.lock().unwrap_or_else(|p| p.into_inner()) = Some(by);
+    }
     stop(run).await;
     match run.done.borrow().clone() {
         Some(envelope) => done_result(envelope),

@@ -10,13 +10,13 @@ use std::path::Path;
 
 use crate::exit::ErrorKind;
 use crate::pipeline::envelope::Envelope;
-use crate::pipeline::request::{RequestFrom, RunRequest, SandboxMode, SessionChoice};
+use crate::pipeline::request::{RequestFrom, RunRequest, SandboxMode, SessionChoice, WorktreeAsk};
 use crate::routing::bucket::BucketInput;
 use crate::routing::ledger::Verdict;
 use crate::routing::{self, RouteContext, Routed};
 use crate::text::Secrets;
 use crate::workspace::verify::VerdictKind;
-use crate::workspace::worktree::{Worktree, WorktreeReport};
+use crate::workspace::worktree::{Worktree, WorktreeError, WorktreeReport};
 
 /// What was set up for a run, to be finished with its envelope.
 #[derive(Default)]
@@ -70,9 +70,9 @@ pub fn begin(
         request.backend.backend = Some(routed.report.chosen.clone());
         many.routed = Some(routed);
     }
-    if let Some(base) = &request.worktree {
-        let tree = Worktree::create(&request.workspace, state_dir, run_id, base.as_deref())
-            .map_err(|e| fail(worktree_error_named(&e.to_string(), request.request_from)))?;
+    if let Some(ask) = &request.worktree {
+        let tree = Worktree::create(&request.workspace, state_dir, run_id, ask.base.as_deref())
+            .map_err(|e| fail(worktree_error_named(&e, ask)))?;
         request.workspace = tree.workspace();
         // Only a confined agent needs them; unconfined they were taken for the user's own
         // `--read` and named in a warning that it "had no effect".
@@ -98,7 +98,9 @@ impl Many {
             };
             let origin = tree.origin();
             let report = tree.finish(&message);
-            worktree_resume_hint(envelope, &origin, &report, request.request_from);
+            if let Some(ask) = &request.worktree {
+                worktree_resume_hint(envelope, &origin, &report, ask);
+            }
             envelope.worktree = Some(report);
         }
         if let Some(mut routed) = self.routed.take() {
@@ -109,33 +111,42 @@ impl Many {
     }
 }
 
-/// A worktree error names the flag it is about (`--worktree-base "x" names no commit`);
-/// the MCP tool's caller wrote the argument `worktree_base` (or `worktree`), never a flag.
-fn worktree_error_named(message: &str, from: RequestFrom) -> String {
-    let renamed = match from {
-        RequestFrom::File => None,
-        RequestFrom::McpTool => [
-            ("--worktree-base ", "worktree_base "),
-            ("--worktree:", "worktree:"),
-        ]
-        .into_iter()
-        .find_map(|(flag, arg)| {
-            message
-                .strip_prefix(flag)
-                .map(|rest| format!("{arg}{rest}"))
-        }),
+/// A worktree error names the key it is about as the caller gave it: the flag
+/// (`--worktree-base "x" names no commit`), the `--request` field, or the MCP tool's
+/// argument (`worktree_base "x" …`), never a flag the caller did not write.
+fn worktree_error_named(e: &WorktreeError, ask: &WorktreeAsk) -> String {
+    if let WorktreeError::MissingRef(base) = e {
+        let named = match (ask.base_by_flag, ask.from) {
+            (true, _) => format!("--worktree-base {base:?}"),
+            (false, RequestFrom::File) => {
+                format!("\"worktree_base\": {base:?} in the --request JSON")
+            }
+            (false, RequestFrom::McpTool) => format!("worktree_base {base:?}"),
+        };
+        return format!("{named} names no commit in the repository");
+    }
+    let text = e.to_string();
+    let worktree = match (ask.by_flag, ask.from) {
+        (true, _) => return text,
+        (false, RequestFrom::File) => "\"worktree\" in the --request JSON",
+        (false, RequestFrom::McpTool) => "worktree",
     };
-    renamed.unwrap_or_else(|| message.to_owned())
+    match text.strip_prefix("--worktree:") {
+        Some(rest) => format!("{worktree}:{rest}"),
+        None => text,
+    }
 }
 
 /// A `--worktree` run's session lived in its checkout, which is gone: the resume hint
 /// (`--cd <checkout> --session-id …`, to answer its questions or continue its work)
-/// pointed at a removed directory. It says now where the work is and how to go on.
+/// pointed at a removed directory. It says now where the work is and how to go on, in
+/// the caller's own terms: a command line, the `--request` JSON's fields, or the MCP
+/// tool's arguments.
 fn worktree_resume_hint(
     envelope: &mut Envelope,
     origin: &Path,
     report: &WorktreeReport,
-    from: RequestFrom,
+    ask: &WorktreeAsk,
 ) {
     let Some(detail) = envelope.error_detail.as_mut() else {
         return;
@@ -148,29 +159,42 @@ fn worktree_resume_hint(
     } else {
         "continue in a new run"
     };
-    let flag = match from {
-        RequestFrom::McpTool => "worktree",
-        RequestFrom::File => "--worktree",
+    let (flag, how) = match (ask.by_flag, ask.from) {
+        (_, RequestFrom::McpTool) => ("worktree", Spelling::Tool),
+        (true, RequestFrom::File) => ("--worktree", Spelling::Flags),
+        (false, RequestFrom::File) => ("worktree", Spelling::RequestJson),
     };
     let gone = format!(
         "the session ran in the {flag} checkout, which is removed, so it cannot be resumed"
     );
-    detail.resume_hint = Some(match from {
-        RequestFrom::McpTool => format!(
-            "{gone}; its work is on branch {branch} of {}: {what} from it, the coder tool \
-             with cd {}, worktree true and worktree_base {}",
+    let cd = serde_json::json!(origin);
+    let branch = serde_json::json!(report.branch);
+    detail.resume_hint = Some(match how {
+        Spelling::Tool => format!(
+            "{gone}; its work is on branch {} of {}: {what} from it, the coder tool \
+             with cd {cd}, worktree true and worktree_base {branch}",
+            report.branch,
             origin.display(),
-            serde_json::json!(origin),
-            serde_json::json!(report.branch),
-            branch = report.branch,
         ),
-        RequestFrom::File => format!(
+        Spelling::Flags => format!(
             "{gone}; {what} from the branch's work: coder --cd {} --worktree --worktree-base \
              {} \"…\"",
             crate::text::shell_quote(&origin.display().to_string()),
             crate::text::shell_quote(&report.branch),
         ),
+        Spelling::RequestJson => format!(
+            "{gone}; {what} from the branch's work: coder --request with the JSON \
+             {{\"PROMPT\": \"…\", \"cd\": {cd}, \"worktree\": true, \"worktree_base\": {branch}}}"
+        ),
     });
+}
+
+/// How a hint spells a new run: a command line, a `--request` JSON, or the MCP tool's
+/// arguments.
+enum Spelling {
+    Flags,
+    RequestJson,
+    Tool,
 }
 
 /// What a run says about its backend: the verify verdict when there was a final check,

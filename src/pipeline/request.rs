@@ -552,6 +552,20 @@ impl SessionChoice {
     }
 }
 
+/// A `--worktree` run's ask: the ref its branch starts from, and how the caller gave
+/// `worktree` and `worktree_base` (flags, `--request` fields or the MCP tool's arguments),
+/// so its errors and resume hint name them as given.
+#[derive(Debug, Clone)]
+pub struct WorktreeAsk {
+    /// The base ref; `None` for HEAD.
+    pub base: Option<String>,
+    pub from: RequestFrom,
+    /// `--worktree` was on the command line (not only in the request).
+    pub by_flag: bool,
+    /// `--worktree-base` was on the command line.
+    pub base_by_flag: bool,
+}
+
 /// A validated run: everything needed to build and supervise the child.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
@@ -585,8 +599,8 @@ pub struct RunRequest {
     pub max_turns: Option<u32>,
     /// Changes, verify, repair and scope (DESIGN §8).
     pub checks: OutcomeChecks,
-    /// `--worktree`: `Some(base ref)` (`None` inside for HEAD).
-    pub worktree: Option<Option<String>>,
+    /// `--worktree`: the base ref and how the caller gave it.
+    pub worktree: Option<WorktreeAsk>,
     /// The task's first line (a worktree commit's message).
     pub task_title: String,
     /// How many targets the task names (`--target` items and `--scope` globs): routing.
@@ -808,7 +822,12 @@ impl RunArgs {
             run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
             max_turns: limits.max_turns,
             checks,
-            worktree: worktree.then_some(worktree_base),
+            worktree: worktree.then(|| WorktreeAsk {
+                base: worktree_base,
+                from,
+                by_flag: self.many.worktree,
+                base_by_flag: self.many.worktree_base.is_some(),
+            }),
             task_title,
             targets,
             store: self.store,

@@ -1206,16 +1206,48 @@ struct Stop {
     refusal: Option<String>,
 }
 
-/// What to do about a transient upstream failure of a run that allowed no retry and
-/// changed nothing, naming the retry setting as the caller gives it.
-fn transient_hint(from: RequestFrom) -> String {
+/// What to do after a transient upstream failure ended a run that changed nothing, naming
+/// the retry setting as the caller gives it: run again, or let coder retry; after
+/// `retried` retries (of `allowed`), run again later, or allow more where the limit was
+/// what stopped them (a rate limit's own cap of three, or the clock, was not).
+fn transient_hint(from: RequestFrom, retried: u32, allowed: u32) -> String {
     let setting = match from {
         RequestFrom::File => "--max-retries N",
         RequestFrom::McpTool => "max_retries",
     };
+    if retried == 0 {
+        return format!(
+            "a transient failure, and the attempt changed nothing: run again, or set \
+             {setting} to have coder retry it with backoff"
+        );
+    }
+    let more = if retried >= allowed {
+        format!(", or with a higher {setting}")
+    } else {
+        String::new()
+    };
     format!(
-        "a transient failure, and the attempt changed nothing: run again, or set {setting} \
-         to have coder retry it with backoff"
+        "a transient failure that lasted through {retried} retr{}, and no attempt changed \
+         anything: run again later (the provider may be down for a while){more}",
+        if retried == 1 { "y" } else { "ies" }
+    )
+}
+
+/// What to do about a `scope_violation`: the envelope said only what changed outside the
+/// scope, not that it is still there (coder reverts nothing), nor how to go on.
+fn scope_hint(from: RequestFrom, worktree: bool) -> String {
+    let scope = match from {
+        RequestFrom::File => "--scope",
+        RequestFrom::McpTool => "scope",
+    };
+    let place = if worktree {
+        "they are in the worktree branch's commit"
+    } else {
+        "they are still changed in the workspace"
+    };
+    format!(
+        "coder reverted nothing: {place} (out_of_scope lists them, changes has the rest); \
+         undo them if they do not belong to the task, or give a {scope} that covers them"
     )
 }
 
@@ -1262,13 +1294,6 @@ fn after_failure(
     }
     // A transient failure (a 5xx, a broken connection) of a run without retries said
     // nothing of what to do: `retryable: true` alone does not name `--max-retries`.
-    if failure.hint.is_none()
-        && request.max_retries == 0
-        && attempt.effects.mutating_tools.is_empty()
-        && provider_error.as_ref().is_some_and(|e| e.retryable)
-    {
-        failure.hint = Some(transient_hint(request.request_from));
-    }
     let retries_left = request.max_retries.saturating_sub(run.retries);
     let mut decision = retry::decide(
         &failure,
@@ -1297,6 +1322,19 @@ fn after_failure(
         RetryDecision::Refuse(why) if !attempt.effects.mutating_tools.is_empty() => Some(why),
         RetryDecision::Refuse(_) => None,
     };
+    // A transient failure (a 5xx, a broken connection, a rate limit) that ends the run
+    // said nothing of what to do: `retryable: true` alone does not name `--max-retries`,
+    // and `retry_refused` only says that none are left.
+    if failure.hint.is_none()
+        && attempt.effects.mutating_tools.is_empty()
+        && provider_error.as_ref().is_some_and(|e| e.retryable)
+    {
+        failure.hint = Some(transient_hint(
+            request.request_from,
+            run.retries,
+            request.max_retries,
+        ));
+    }
     NextStep::Stop(Box::new(Stop {
         failure,
         upstream,
@@ -1497,20 +1535,40 @@ impl Run {
         )
     }
 
-    /// How to answer the questions of a `needs_input` run (see [`Run::continue_hint`]).
-    fn answer_hint(&self, id: &str) -> String {
+    /// How to answer the `asked` questions of a `needs_input` run (see
+    /// [`Run::continue_hint`]): the answers list has one `"…"` per question, so a caller
+    /// asked two sees it must give two.
+    fn answer_hint(&self, id: &str, asked: usize) -> String {
+        let answers = vec!["…"; asked.max(1)];
         if self.request_from == RequestFrom::McpTool {
-            let arguments = self.tool_arguments(id, json!({"PROMPT": "", "answers": ["…"]}));
+            let arguments = self.tool_arguments(id, json!({"PROMPT": "", "answers": answers}));
             return format!(
                 "answer with the coder tool's arguments {arguments} (one answer per question, \
                  in order)"
             );
         }
+        let list = serde_json::to_string(&answers)
+            .unwrap_or_default()
+            .replace("\",\"", "\", \"");
+        // A plan run's questions are answered in a plan run, writing the same plan file:
+        // a plain `coder` resume would carry the plan session on in workspace-write.
+        let command = match &self.plan_file {
+            Some(plan) => format!(
+                "coder plan --cd {}{} --plan-file {}",
+                crate::text::shell_quote(&self.workspace.display().to_string()),
+                self.backend_flag(),
+                crate::text::shell_quote(&plan.display().to_string()),
+            ),
+            None => format!(
+                "coder --cd {}{}",
+                crate::text::shell_quote(&self.workspace.display().to_string()),
+                self.backend_flag(),
+            ),
+        };
         format!(
-            "answer with: coder --cd {}{} --session-id {id} --answers '[\"…\"]' (one answer \
-             per question, in order)",
-            crate::text::shell_quote(&self.workspace.display().to_string()),
-            self.backend_flag(),
+            "answer with: {command} --session-id {id} --answers {} (one answer per question, \
+             in order)",
+            crate::text::shell_quote(&list),
         )
     }
 
@@ -1798,7 +1856,9 @@ impl Run {
         if failure.kind == ErrorKind::NeedsInput
             && let Some(id) = &session_id
         {
-            detail.resume_hint = Some(self.answer_hint(id));
+            let asked = observation.questions.as_ref().map_or(0, Vec::len);
+            detail.resume_hint = Some(self.answer_hint(id, asked));
+            detail.hint = Some(ANSWER_AS_HINTED.to_owned());
         }
         let asked = (failure.kind == ErrorKind::NeedsInput)
             .then(|| observation.questions.take())
@@ -2309,8 +2369,10 @@ impl PreparedRun {
                 out_of_scope.len(),
                 crate::text::one_line(&out_of_scope.join(", "), 200)
             );
+            let hint = scope_hint(request.request_from, request.worktree.is_some());
             envelope = run.fail(envelope, ErrorKind::ScopeViolation, summary, |detail| {
                 detail.out_of_scope = Some(out_of_scope);
+                detail.hint = Some(hint);
             });
         } else if let Some(check) = failed_check {
             let summary = match check.exit_code {
@@ -2616,6 +2678,12 @@ impl Run {
         }
     }
 }
+
+/// The `hint` of a `needs_input` run whose `resume_hint` says how to answer: the generic
+/// one named `--session-id SESSION_ID` (a flag to a caller of the MCP tool, a resume a
+/// `--worktree` run cannot have) beside a resume hint that says it exactly.
+const ANSWER_AS_HINTED: &str = "the model's questions are in `questions`: answer each one, in \
+     order, as resume_hint says";
 
 #[cfg(test)]
 mod tests {

@@ -189,7 +189,10 @@ async def run(session):
     assert "--" not in hint and "coder tool" in hint, hint
     arguments = json.loads(hint[hint.index("{"):hint.rindex("}") + 1])
     assert arguments["SESSION_ID"] == asked_env["SESSION_ID"], hint
-    assert arguments["backend"] == ask_backend and arguments["answers"] == ["…"], hint
+    # One "…" for each of the two questions, so the caller sees it must answer both.
+    assert arguments["backend"] == ask_backend and arguments["answers"] == ["…", "…"], hint
+    # The plain hint beside it names no flag (it said --session-id SESSION_ID --answers).
+    assert "--" not in asked_env["error_detail"]["hint"], asked_env
     arguments.update({"answers": ["blue", "no, leave the gate"], "wait_s": 50})
     answered = await session.call_tool("coder", arguments, read_timeout_seconds=90)
     answered_env = structured(answered)
@@ -243,13 +246,27 @@ async def long(session):
     result = await session.call_tool("coder_cancel", {"run_id": run_id}, read_timeout_seconds=60)
     env = structured(result)
     assert result.is_error and env["error_kind"] == "cancelled", env
+    # Said as who stopped it: it said "cancelled by SIGTERM", the signal the server uses.
+    assert env["error"] == "cancelled by coder_cancel", env
+    r = structured(await session.call_tool("coder_status", {"run_id": run_id}))
+    assert r["envelope"]["error"] == "cancelled by coder_cancel", r
     await wait_no_procs(BASE, 10)
 
-    # A request the caller cancels cancels its run.
+    # A request the caller cancels cancels its run; its envelope says so (the run's id
+    # comes with the progress notifications).
+    seen.clear()
     with anyio.move_on_after(3):
-        await session.call_tool("coder", dict(args, wait_s=40), read_timeout_seconds=60)
+        await session.call_tool("coder", dict(args, wait_s=40), read_timeout_seconds=60,
+                                progress_callback=on_progress)
         raise AssertionError("the call should have been cancelled")
     await wait_no_procs(BASE, 20)
+    assert seen, "no progress before the cancel"
+    cancelled_id = seen[0][1].split(":")[0].split()[-1]
+    r = structured(await session.call_tool("coder_wait", {"run_id": cancelled_id, "wait_s": 10},
+                                           read_timeout_seconds=30))
+    r = structured(await session.call_tool("coder_status", {"run_id": cancelled_id}))
+    assert r["status"] == "done", (r, seen)
+    assert r["envelope"]["error"].startswith("cancelled by the MCP client"), r
     # The server is still fine.
     assert len((await session.list_tools()).tools) == 11
 
@@ -270,6 +287,13 @@ async def worktree(session):
     assert f"worktree true and worktree_base {json.dumps(branch)}" in hint, hint
     cd = json.loads(hint[hint.index("with cd ") + 8:hint.index(", worktree true")])
     assert cd == os.path.join(BASE, "repo"), hint
+    # The hint's cd is absolute; the tool's description says so too (it said "relative to
+    # the server's base" only, so a caller had no reason to pass the hint's path on).
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    described = tools["coder"].input_schema["properties"]["cd"]["description"]
+    assert "absolute" in described and "inside the server's base" in described, described
+    # The plain hint does not send the caller to resume a session a worktree run lost.
+    assert "--" not in asked_env["error_detail"]["hint"], asked_env
     # Followed: a new run in a worktree of that branch.
     backend = f"replay:{CASSETTES}/plain.json"
     next_run = await session.call_tool("coder", {"PROMPT": "blue, and not the gate", "cd": cd,
