@@ -91,15 +91,13 @@ const REPO: RepoStyle = RepoStyle {
 
 /// Attacks still open (each asserts that its payload still lands; the list only shrinks;
 /// SECURITY.md Known limits): a `sitecustomize.py` in a directory a held file's
-/// `PYTHONPATH=` names; the scripts a list names when it reaches `xargs` or a `while read`
-/// loop on standard input (siblings of round twenty-three's `xargs -a`); the
-/// `dist-packages` of a Python installed as a prefix in the work tree (not a virtualenv).
+/// `PYTHONPATH=` names; the `dist-packages` of a Python installed as a prefix in the work
+/// tree (not a virtualenv). Closed in the same round by fix24: the scripts a list names
+/// when it reaches `xargs` or a `while read` loop on standard input (siblings of round
+/// twenty-three's `xargs -a`).
 const KNOWN_OPEN: &[&str] = &[
     "venv pythonpath sitecustomize",
     "prefix python dist-packages",
-    "xargs < list",
-    "cat list | xargs",
-    "while read < list",
 ];
 
 /// The system python's `pythonX.Y`.
@@ -377,12 +375,13 @@ fn the_write_tool_finds_no_other_spelling_of_the_clis_scratch() {
     }
 }
 
-/// Siblings of round twenty-three's open hard link to `~/.ssh/authorized_keys` in a
-/// `--write` directory still open (each asserts that it lands; the list only shrinks;
-/// SECURITY.md Known limits): the same link in the workspace, and a link to
-/// `~/.config/gh/hosts.yml` (the GitHub token, under a name the secret scan does not
-/// mask) in a `--read` directory.
-const KNOWN_OPEN_HARD_LINKS: &[&str] = &["workspace key", "read token"];
+/// Siblings of round twenty-three's hard link to `~/.ssh/authorized_keys` in a `--write`
+/// directory still open (each asserts that it lands; the list only shrinks): none. The
+/// same link in the workspace, and a link to `~/.config/gh/hosts.yml` (the GitHub token,
+/// under a name the secret scan does not mask) in a `--read` directory, were closed in
+/// the same round by fix24 (the home's never-visible files with other names are found
+/// and those names masked as secrets).
+const KNOWN_OPEN_HARD_LINKS: &[&str] = &[];
 
 /// A hard link the user made (`cp -al`, a backup's snapshot) to a never-visible file of
 /// the home directory, inside the workspace (the agent appends its key to
