@@ -1,0 +1,204 @@
+//! The run's changes: the ledger's "before" joined, the comparison made after the agent,
+//! the changes (and ignored paths) put in the envelope, and the times each took.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::journal::{Journal, Note};
+use crate::pipeline::envelope::Envelope;
+use crate::pipeline::request::RunRequest;
+use crate::pipeline::snapshot::Snapshot;
+use crate::supervise::CancelSignals;
+use crate::workspace::Ledger;
+use crate::workspace::verify::{Check, VerdictKind};
+
+use super::journal::RunJournal;
+use super::state::Run;
+
+/// The snapshot's times into the run's `outcome_ms` (once it is finished or given up).
+pub(super) fn note_snapshot_times(run: &mut Run, snapshot: &Snapshot) {
+    let (before, wait) = snapshot.times_ms();
+    run.outcome_times.ledger_before_ms = before;
+    run.outcome_times.ledger_wait_ms = Some(wait);
+}
+
+/// After the attempts: the finished ledger (awaited unless a signal comes first), its
+/// warnings in `envelope`.
+pub(super) async fn finished_ledger(
+    mut envelope: Envelope,
+    snapshot: &mut Snapshot,
+    run: &mut Run,
+    signals: &mut CancelSignals,
+) -> (Option<Ledger>, Envelope) {
+    let _ = snapshot.finish_or_cancel(signals).await;
+    note_snapshot_times(run, snapshot);
+    let (ledger, warnings) = snapshot.take();
+    envelope.warnings.extend(warnings);
+    (ledger, envelope)
+}
+
+/// `envelope` with [`attach_changes`] of the run's snapshot, on the ways out before the
+/// attempts: the snapshot is awaited first, unless a signal comes.
+pub(super) async fn with_snapshot(
+    mut envelope: Envelope,
+    snapshot: &mut Snapshot,
+    run: &mut Run,
+    request: &RunRequest,
+    exclude: &[String],
+    journal: &mut RunJournal,
+    signals: &mut CancelSignals,
+) -> Envelope {
+    let _ = snapshot.finish_or_cancel(signals).await;
+    note_snapshot_times(run, snapshot);
+    envelope.warnings.extend(snapshot.take_warnings());
+    attach_changes(&mut envelope, snapshot.ledger(), request, exclude, journal).await;
+    // These envelopes get no other outcome times: the snapshot's are still worth showing.
+    if let Some(times) = envelope
+        .metrics
+        .as_mut()
+        .and_then(|m| m.outcome_ms.as_mut())
+    {
+        times.ledger_before_ms = run.outcome_times.ledger_before_ms;
+        times.ledger_wait_ms = run.outcome_times.ledger_wait_ms;
+    }
+    envelope
+}
+
+/// `metrics.outcome_ms`: the times the run kept, the ledger's comparison measured when the
+/// changes were attached, and each check's own duration from `verification`.
+pub(super) fn with_outcome_times(
+    mut envelope: Envelope,
+    mut times: crate::pipeline::envelope::OutcomeTimes,
+) -> Envelope {
+    let check_ms = |c: &Option<Check>| c.as_ref().map(|c| c.duration_ms);
+    if let Some(v) = &envelope.verification {
+        times.verify_baseline_ms = check_ms(&v.baseline);
+        times.verify_after_agent_ms = check_ms(&v.after_agent);
+        times.verify_final_ms = check_ms(&v.final_check);
+    }
+    if let Some(metrics) = envelope.metrics.as_mut() {
+        times.ledger_after_ms = metrics.outcome_ms.as_ref().and_then(|t| t.ledger_after_ms);
+        metrics.outcome_ms = Some(times);
+    }
+    envelope
+}
+
+/// The workspace's changes since `ledger` (with the diff when asked), or a warning.
+pub(super) async fn measure(
+    ledger: Option<&Ledger>,
+    diff: bool,
+    exclude: &[String],
+) -> Result<
+    (
+        crate::workspace::Changes,
+        Option<crate::workspace::DiffText>,
+    ),
+    String,
+> {
+    let Some(ledger) = ledger else {
+        return Err("cannot measure the workspace's changes: the snapshot failed".to_owned());
+    };
+    // The ledger is borrowed: a blocking section on this thread (the runtime has others).
+    tokio::task::block_in_place(|| ledger.changes(diff, exclude)).map_err(|e| e.to_string())
+}
+
+/// The workspace's content changes since `ledger` ([`Ledger::content_changes`]: no walk
+/// of the ignored paths), `None` when they cannot be measured.
+pub(super) fn content_changes(
+    ledger: Option<&Ledger>,
+    exclude: &[String],
+) -> Option<crate::workspace::Changes> {
+    let ledger = ledger?;
+    tokio::task::block_in_place(|| ledger.content_changes(exclude)).ok()
+}
+
+/// Puts the run's `changes` (and `diff`) into `envelope`, and notes them.
+pub(super) async fn attach_changes(
+    envelope: &mut Envelope,
+    ledger: Option<&Ledger>,
+    request: &RunRequest,
+    exclude: &[String],
+    journal: &mut RunJournal,
+) {
+    let started = Instant::now();
+    let measured = measure(ledger, request.checks.return_diff, exclude).await;
+    if let Some(metrics) = envelope.metrics.as_mut() {
+        metrics.outcome_ms.get_or_insert_default().ledger_after_ms =
+            Some(started.elapsed().as_millis() as u64);
+    }
+    match measured {
+        Ok((mut changes, diff)) => {
+            envelope.warnings.append(&mut changes.warnings);
+            journal.note(Note::Changes(json!({
+                "method": ledger.map(Ledger::method),
+                "changes": changes,
+            })));
+            envelope.changes = Some(changes);
+            envelope.diff = diff;
+        }
+        Err(warning) => envelope.warnings.push(warning),
+    }
+}
+
+/// What changed under ignored paths (`changes.ignored`, DESIGN §8), said where it
+/// matters: with `--scope`, a warning naming those outside it (not a violation: ignored
+/// paths are the project's build outputs, which a scoped build writes; see SECURITY.md);
+/// with a verdict `passed` or `fixed`, `verification.ignored_changes` and a warning naming
+/// them (the check may have run what the agent wrote there).
+pub(super) fn note_ignored_changes(
+    envelope: &mut Envelope,
+    scope: Option<&crate::workspace::scope::Scope>,
+) {
+    let Some(ignored) = envelope.changes.as_ref().and_then(|c| c.ignored.clone()) else {
+        return;
+    };
+    if let Some(scope) = scope {
+        let outside = scope.outside(ignored.paths.iter().map(|c| c.path.trim_end_matches('/')));
+        let unlisted = ignored.count.saturating_sub(ignored.paths.len() as u64);
+        if !outside.is_empty() || unlisted > 0 {
+            let mut names = outside.iter().take(10).cloned().collect::<Vec<_>>();
+            if unlisted > 0 || outside.len() > names.len() {
+                names.push(format!(
+                    "and up to {} more",
+                    unlisted + (outside.len() - names.len()) as u64
+                ));
+            }
+            envelope.warnings.push(format!(
+                "the run changed {} path(s) under ignored paths (`changes.ignored`) outside \
+                 --scope, not checked as a scope violation: {}",
+                outside.len() as u64 + unlisted,
+                names.join(", ")
+            ));
+        }
+    }
+    if let Some(verification) = envelope.verification.as_mut()
+        && matches!(
+            verification.verdict,
+            VerdictKind::Passed | VerdictKind::Fixed
+        )
+    {
+        verification.ignored_changes = Some(ignored.count);
+        let verdict = match verification.verdict {
+            VerdictKind::Fixed => "fixed",
+            _ => "passed",
+        };
+        envelope.warnings.push(format!(
+            "the --verify verdict `{verdict}` comes after the run changed {} path(s) under \
+             ignored paths, which the check may have run (not in `changes.files`): {}",
+            ignored.count,
+            ignored.named(10)
+        ));
+    }
+}
+
+/// A run cancelled during a `--verify` check after the agent's turn keeps what that turn
+/// ended with: its confirmed session (to resume it) and its answer, and the stream events
+/// when asked for. They were lost before: the envelope said nothing of the work done.
+pub(super) fn keep_the_agents_turn(cancelled: &mut Envelope, agent: Envelope) {
+    cancelled.session_id = agent.session_id;
+    cancelled.result = agent.result;
+    if cancelled.all_messages.is_some() {
+        cancelled.all_messages = agent.all_messages;
+    }
+}

@@ -1,0 +1,532 @@
+//! What is checked after the agent's turn: the git guard, `--verify` with its repair
+//! turns, the structured answer against `--schema`, and the weak-model fallback.
+
+use std::time::Instant;
+
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::exit::ErrorKind;
+use crate::journal::{Journal, Note};
+use crate::pipeline::child;
+use crate::pipeline::envelope::{Envelope, SchemaRepair};
+use crate::pipeline::fallback::{self, Fallback};
+use crate::pipeline::request::{RunRequest, SessionChoice};
+use crate::pipeline::structured::{self, Answer, Judgement};
+use crate::supervise::CancelSignals;
+use crate::workspace::Ledger;
+use crate::workspace::verify::{self, Check, CheckEnd, VerdictKind, Verification};
+
+use super::attempt::PreparedRun;
+use super::changes::{attach_changes, content_changes, keep_the_agents_turn, note_ignored_changes};
+use super::journal::RunJournal;
+use super::scope_hint;
+use super::state::Run;
+
+/// A `--verify` check that a signal to coder stopped: the signal, and which check it was
+/// (the envelope's message says what was cancelled).
+pub(super) struct CheckCancelled {
+    pub(super) signo: i32,
+    pub(super) during: &'static str,
+    /// The checks that ran, the cancelled one last (as `final`, with what it printed until
+    /// then): the cancelled envelope still says what ran.
+    pub(super) verification: Option<Verification>,
+}
+
+impl PreparedRun {
+    /// The end-of-run git guard (`sandbox::gitguard`): git dirs the run made lose their
+    /// command-running config and hooks; when the guard cannot check everything, the run
+    /// fails closed (`sandbox_error`).
+    pub(super) fn guard_git(
+        &self,
+        mut envelope: Envelope,
+        run: &Run,
+        journal: &mut RunJournal,
+    ) -> Envelope {
+        let Some(policy) = &self.policy else {
+            return envelope;
+        };
+        let report = tokio::task::block_in_place(|| crate::sandbox::guard_git_after_run(policy));
+        if report.is_empty() {
+            return envelope;
+        }
+        journal.note(Note::GitGuard(json!(report)));
+        envelope.warnings.extend(report.lines());
+        let incomplete = report.incomplete.clone();
+        envelope.sandbox = Some(report);
+        match incomplete {
+            Some(why) => run.fail(
+                envelope,
+                ErrorKind::SandboxError,
+                format!("the end-of-run git guard could not check the workspace: {why}"),
+                |_| {},
+            ),
+            None => envelope,
+        }
+    }
+
+    /// The sandbox's placeholders for absent protected names, relative to the workspace:
+    /// coder made them, not the agent, and they go when the run ends.
+    pub(super) fn placeholders(&self, request: &RunRequest) -> Vec<String> {
+        self.policy
+            .iter()
+            .flat_map(|p| &p.placeholders)
+            .filter_map(|p| p.path.strip_prefix(&request.workspace).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Runs the `--verify` command once under the run's sandbox and notes it; `Err` with
+    /// the signal, and the check as far as it got, when coder was cancelled meanwhile.
+    pub(super) async fn check(
+        &mut self,
+        request: &RunRequest,
+        phase: &str,
+        run: &Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Result<Check, (i32, Option<Check>)> {
+        let Some(config) = &request.checks.verify else {
+            return Err((0, None));
+        };
+        let mut base = child::build(request, self.program.clone(), self.child_base_env.clone());
+        if let Some(policy) = &self.policy {
+            child::confine(&mut base, policy.clone());
+            base.egress = self.egress.clone();
+        }
+        let spec = verify::check_spec(&config.command, &base);
+        // The check's end stops every process coder started, an idle pre-started helper
+        // too: give it up now (the next attempt starts its own).
+        drop(self.helper.take());
+        if let Some(progress) = journal.progress.as_mut() {
+            progress.set_phase(format!("verify ({phase})"));
+        }
+        let end = verify::run_check(&spec, config.timeout, run.limits.kill_grace, signals).await;
+        let (check, cancelled) = match end {
+            CheckEnd::Done(check) => (check, None),
+            CheckEnd::Cancelled(check, signo) => (check, Some(signo)),
+        };
+        journal.note(Note::Verify(json!({
+            "phase": phase,
+            "command": config.command,
+            "exit_code": check.exit_code,
+            "passed": check.passed,
+            "duration_ms": check.duration_ms,
+            "timed_out": check.timed_out,
+            "signal": check.signal,
+            "output_bytes": check.output_bytes,
+            "error": check.error,
+            "tail": check.tail_text,
+        })));
+        match cancelled {
+            Some(signo) => Err((signo, Some(check))),
+            None => Ok(check),
+        }
+    }
+
+    /// The `--verify` check after the agent and, while it fails and the session can be
+    /// resumed, up to `repair_turns` repair turns each followed by the check again; `envelope`
+    /// becomes the last turn's. None without `--verify`.
+    pub(super) async fn checks_and_repairs(
+        &mut self,
+        envelope: &mut Envelope,
+        request: &RunRequest,
+        baseline: Option<Check>,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Result<Option<Verification>, CheckCancelled> {
+        let Some(config) = &request.checks.verify else {
+            return Ok(None);
+        };
+        let mut after_agent = None;
+        let mut final_check = None;
+        let mut repairs = 0;
+        // A cancelled check ends the run: what ran is reported, the cancelled check last.
+        let cancelled = |(signo, partial): (i32, Option<Check>),
+                         during: &'static str,
+                         baseline: &Option<Check>,
+                         after_agent: Option<Check>,
+                         repairs: u32| CheckCancelled {
+            signo,
+            during,
+            verification: Some(Verification {
+                command: config.command.clone(),
+                baseline: baseline.clone(),
+                after_agent,
+                final_check: partial,
+                verdict: VerdictKind::NotRun,
+                repair_turns: repairs,
+                ignored_changes: None,
+                repair_skipped: None,
+            }),
+        };
+        if envelope.success {
+            final_check = Some(
+                self.check(request, "after_agent", run, signals, journal)
+                    .await
+                    .map_err(|e| {
+                        cancelled(e, "the check after the agent", &baseline, None, repairs)
+                    })?,
+            );
+        }
+        // A check that could not be started is no failure the model can repair.
+        let not_started = |check: &Option<Check>| check.as_ref().is_some_and(|c| c.not_started);
+        while let Some(check) = final_check.as_ref().filter(|c| !c.passed && !c.not_started)
+            && repairs < config.repair_turns
+            && envelope.success
+            && let Some(session) = resumable(envelope)
+        {
+            repairs += 1;
+            let prompt = repair_prompt(&config.command, check);
+            journal.note(Note::Repair(
+                json!({"turn": repairs, "exit_code": check.exit_code}),
+            ));
+            let repair = RunRequest {
+                prompt: prompt.into(),
+                session,
+                ..request.clone()
+            };
+            let turn_started = Instant::now();
+            *envelope = self.attempt_loop(repair, run, signals, journal).await;
+            run.outcome_times
+                .repair_turns_ms
+                .push(turn_started.elapsed().as_millis() as u64);
+            if after_agent.is_none() {
+                after_agent = final_check.take();
+            }
+            // A repair turn a signal stopped ends the run: no check follows (it went on to
+            // run the whole check, minutes of a test suite, after the user's Ctrl-C).
+            if envelope.error_kind == Some(ErrorKind::Cancelled) {
+                final_check = None;
+                break;
+            }
+            final_check = Some(
+                self.check(request, "after_repair", run, signals, journal)
+                    .await
+                    .map_err(|e| {
+                        cancelled(
+                            e,
+                            "the check after a repair turn",
+                            &baseline,
+                            after_agent.clone(),
+                            repairs,
+                        )
+                    })?,
+            );
+        }
+        let repair_skipped = (not_started(&final_check) && repairs < config.repair_turns)
+            .then(|| crate::workspace::verify::NOT_STARTED_NO_REPAIR.to_owned());
+        Ok(Some(Verification {
+            command: config.command.clone(),
+            verdict: VerdictKind::of(baseline.as_ref(), final_check.as_ref()),
+            baseline,
+            after_agent,
+            final_check,
+            repair_turns: repairs,
+            ignored_changes: None,
+            repair_skipped,
+        }))
+    }
+
+    /// After the agent: the fallback turn, the checks and repair turns, the ledger and
+    /// the scope, each folded into `envelope`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn verified(
+        &mut self,
+        mut envelope: Envelope,
+        request: &RunRequest,
+        ledger: Option<Ledger>,
+        baseline: Option<Check>,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Envelope {
+        let ledger = ledger.as_ref();
+        let exclude = self.placeholders(request);
+        let fallback = self
+            .fallback(&mut envelope, request, ledger, run, signals, journal)
+            .await;
+        let verification = match self
+            .checks_and_repairs(&mut envelope, request, baseline, run, signals, journal)
+            .await
+        {
+            Ok(verification) => verification,
+            Err(CheckCancelled {
+                signo,
+                during,
+                verification,
+            }) => {
+                let mut cancelled = run.cancelled_outside_attempt(signo, during);
+                cancelled.verification = verification;
+                keep_the_agents_turn(&mut cancelled, envelope);
+                attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
+                return cancelled;
+            }
+        };
+        // The structured answer is judged last: a fallback or repair turn gives a new one.
+        let check_failed = verification
+            .as_ref()
+            .and_then(|v| v.final_check.as_ref())
+            .is_some_and(|c| !c.passed);
+        envelope = self
+            .structured(envelope, request, run, signals, journal, !check_failed)
+            .await;
+        attach_changes(&mut envelope, ledger, request, &exclude, journal).await;
+        envelope.fallback = fallback;
+        // A scope is checked against every change, or the run cannot be vouched for
+        // (round sixteen's review: the agent made the ledger fail, with a sparse file of
+        // more than the git ledger's read budget, or cut its walk, and what it changed
+        // outside the scope went unchecked).
+        let (out_of_scope, unchecked) = match (&request.checks.scope, &envelope.changes) {
+            (Some(_), None) => (
+                Vec::new(),
+                Some("the workspace's changes could not be measured"),
+            ),
+            (Some(_), Some(changes)) if changes.unseen => (
+                Vec::new(),
+                Some("part of the workspace was not looked at (see the warnings)"),
+            ),
+            (Some(scope), Some(changes)) => (scope.outside(changes.paths()), None),
+            _ => (Vec::new(), None),
+        };
+        let failed_check = verification
+            .as_ref()
+            .and_then(|v| v.final_check.as_ref())
+            .filter(|c| !c.passed)
+            .cloned();
+        envelope.verification = verification;
+        note_ignored_changes(&mut envelope, request.checks.scope.as_ref());
+        if let Some(why) = unchecked {
+            envelope = run.fail(
+                envelope,
+                ErrorKind::ScopeViolation,
+                format!("cannot check the run against --scope: {why}"),
+                |_| {},
+            );
+        } else if !out_of_scope.is_empty() {
+            let summary = format!(
+                "the run changed {} path(s) outside --scope: {}",
+                out_of_scope.len(),
+                crate::text::one_line(&out_of_scope.join(", "), 200)
+            );
+            let hint = scope_hint(request.request_from, request.worktree.is_some());
+            envelope = run.fail(envelope, ErrorKind::ScopeViolation, summary, |detail| {
+                detail.out_of_scope = Some(out_of_scope);
+                detail.hint = Some(hint);
+            });
+        } else if let Some(check) = failed_check {
+            let summary = match check.exit_code {
+                Some(code) => format!("the --verify check failed with exit code {code}"),
+                None if check.not_started => format!(
+                    "the --verify check could not run: {}; no repair turn was spent on it",
+                    check.error.clone().unwrap_or_default()
+                ),
+                None => format!(
+                    "the --verify check failed: {}",
+                    check.error.clone().unwrap_or_else(|| "killed".to_owned())
+                ),
+            };
+            let hint = envelope
+                .session_id
+                .clone()
+                // Only for a run whose own failure is the check's.
+                .filter(|_| !check.not_started && envelope.success)
+                .zip(request.checks.verify.as_ref())
+                .map(|(id, verify)| run.verify_hint(&id, &verify.command));
+            envelope = run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
+                detail.exit_code = check.exit_code;
+                let from = check.tail.len().saturating_sub(outcome_tail_len());
+                detail.last_lines = check.tail[from..].to_vec();
+                detail.signal = check.signal.clone();
+                detail.resume_hint = detail.resume_hint.take().or(hint);
+            });
+        }
+        envelope
+    }
+
+    /// Structured results (DESIGN §9): the final answer validated against `--json-schema`
+    /// and returned as `structured`; an invalid one gets one repair turn, then the run fails
+    /// with `schema_mismatch`. A run that failed for another reason keeps its failure, and
+    /// one that fails its `--verify` check anyway (`!may_repair`) only gets a warning.
+    pub(super) async fn structured(
+        &mut self,
+        envelope: Envelope,
+        request: &RunRequest,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+        may_repair: bool,
+    ) -> Envelope {
+        let Some(schema) = request.checks.json_schema.clone() else {
+            return envelope;
+        };
+        let answered = |e: &Envelope| e.success || e.error_kind == Some(ErrorKind::SchemaMismatch);
+        if !answered(&envelope) {
+            return envelope;
+        }
+        let mut envelope = envelope;
+        let mut errors = match judge(run.answer.as_ref(), &schema) {
+            Judgement::Valid { value, .. } => {
+                envelope.structured = Some(value);
+                return envelope;
+            }
+            Judgement::Invalid { errors } => errors,
+        };
+        if !may_repair && envelope.success {
+            // The run fails its --verify check anyway: that is its verdict; no turn is
+            // spent on the answer's form.
+            envelope.warnings.push(crate::text::one_line(
+                &format!(
+                    "the answer does not match --json-schema either ({})",
+                    errors.join("; ")
+                ),
+                300,
+            ));
+            return envelope;
+        }
+        if may_repair && let Some(session) = resumable(&envelope) {
+            journal.note(Note::Repair(json!({"turn": 1, "schema_errors": errors})));
+            let repair = RunRequest {
+                prompt: structured::repair_prompt(&schema, &errors).into(),
+                session,
+                ..request.clone()
+            };
+            run.answer = None;
+            let turn_started = Instant::now();
+            envelope = self.attempt_loop(repair, run, signals, journal).await;
+            run.outcome_times.schema_repair_ms = Some(turn_started.elapsed().as_millis() as u64);
+            let before = std::mem::take(&mut errors);
+            let judged = answered(&envelope).then(|| judge(run.answer.as_ref(), &schema));
+            envelope.schema_repair = Some(SchemaRepair {
+                errors: before,
+                fixed: matches!(judged, Some(Judgement::Valid { .. })),
+            });
+            match judged {
+                Some(Judgement::Valid { value, .. }) => {
+                    envelope.structured = Some(value);
+                    return envelope;
+                }
+                Some(Judgement::Invalid { errors: after }) => errors = after,
+                // The repair turn failed otherwise: that failure stands.
+                None => return envelope,
+            }
+        }
+        let summary = format!(
+            "the answer does not match --json-schema ({} error{}): {}",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" },
+            errors.first().map_or("", String::as_str)
+        );
+        let summary = crate::text::one_line(&summary, 300);
+        if envelope.error_kind == Some(ErrorKind::SchemaMismatch) {
+            // The CLI gave up on its own: coder's verdict is the envelope's summary, the
+            // CLI's words stay in error_detail.message.
+            envelope.error = Some(summary.clone());
+        }
+        run.fail(envelope, ErrorKind::SchemaMismatch, summary, |detail| {
+            detail.schema_errors = Some(errors)
+        })
+    }
+
+    /// The weak-model fallback (see `pipeline::fallback`): at most one extra turn.
+    pub(super) async fn fallback(
+        &mut self,
+        envelope: &mut Envelope,
+        request: &RunRequest,
+        ledger: Option<&Ledger>,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Option<Fallback> {
+        if !envelope.success {
+            return None;
+        }
+        let exclude = self.placeholders(request);
+        let changes = content_changes(ledger, &exclude)?;
+        let (trigger, files) = fallback::trigger(
+            &request.workspace,
+            &changes,
+            &run.failed_edits,
+            envelope.result.as_deref(),
+            run.read_only,
+        )?;
+        let session = resumable(envelope)?;
+        let used = envelope.metrics.as_ref().map_or(0, |m| m.turns);
+        let turns_left = match request.max_turns {
+            Some(max) if u64::from(max) <= used => {
+                envelope.warnings.push(format!(
+                    "the weak-model fallback ({}) was not tried: --max-turns {max} is used up",
+                    serde_json::to_value(trigger).map_or_else(|_| String::new(), |v| v.to_string())
+                ));
+                return None;
+            }
+            Some(max) => Some(max - used as u32),
+            None => None,
+        };
+        journal.note(Note::Fallback(json!({"trigger": trigger, "files": files})));
+        let turn = RunRequest {
+            prompt: fallback::prompt(trigger, &files).into(),
+            session,
+            max_turns: turns_left,
+            ..request.clone()
+        };
+        let turn_started = Instant::now();
+        *envelope = self.attempt_loop(turn, run, signals, journal).await;
+        run.outcome_times.fallback_ms = Some(turn_started.elapsed().as_millis() as u64);
+        let applied = content_changes(ledger, &exclude)
+            .is_some_and(|c| c.files_changed > changes.files_changed);
+        Some(Fallback {
+            trigger,
+            files,
+            applied,
+        })
+    }
+}
+
+/// The verdict on what the last attempt answered (no answer at all is invalid too).
+pub(super) fn judge(answer: Option<&Answer>, schema: &structured::JsonSchema) -> Judgement {
+    match answer {
+        Some(answer) => answer.judge(schema),
+        None => Judgement::Invalid {
+            errors: vec!["(root): the run ended without an answer".to_owned()],
+        },
+    }
+}
+
+/// The session a follow-up turn resumes: the one the envelope confirmed.
+pub(super) fn resumable(envelope: &Envelope) -> Option<SessionChoice> {
+    envelope
+        .session_id
+        .as_deref()
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .map(SessionChoice::Resume)
+}
+
+/// `error_detail.last_lines` holds at most this many lines of a failing check.
+pub(super) fn outcome_tail_len() -> usize {
+    crate::pipeline::observation::LAST_LINES
+}
+
+/// The repair turn's prompt: the command, its exit code and the end of its output.
+pub(super) fn repair_prompt(command: &str, check: &Check) -> String {
+    let tail = &check.tail_text;
+    let mut from = tail.len().saturating_sub(REPAIR_TAIL_BYTES);
+    while !tail.is_char_boundary(from) {
+        from += 1;
+    }
+    let status = match (check.exit_code, &check.error) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(error)) => error.clone(),
+        (None, None) => "no exit code (killed)".to_owned(),
+    };
+    format!(
+        "The check `{command}` fails after your changes ({status}). The end of its output:\n\
+         ```\n{}\n```\nFix the cause so that the check passes; do not change or skip the \
+         check itself. Answer in one line when done.",
+        tail[from..].trim_end()
+    )
+}
+
+/// Bytes of a failing check's output the repair prompt quotes at most (its end).
+pub(super) const REPAIR_TAIL_BYTES: usize = 8 * 1024;
