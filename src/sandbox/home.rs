@@ -248,6 +248,30 @@ fn config_value(raw: &str) -> String {
     out.trim().to_string()
 }
 
+/// Each home directory of this process, canonical: `$HOME`'s and the user entry's.
+pub(crate) fn homes_here() -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    let mut homes: Vec<PathBuf> = home
+        .into_iter()
+        .chain(account_home())
+        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .collect();
+    homes.dedup();
+    homes
+}
+
+/// The home directory of this process's user entry (`/etc/passwd`), if it names one.
+pub(crate) fn account_home() -> Option<PathBuf> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|user| user.dir)
+        .filter(|dir| dir.is_absolute())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::allow::HostPort;
+use super::home::{account_home, homes_here};
 use super::lease::{PlaceholderLease, remove_placeholders};
 use super::listing::ScanListings;
 use super::listing_cache;
@@ -1924,26 +1925,6 @@ pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
     homes
         .iter()
         .find_map(|home| workspace_refusal(canonical, Some(home)))
-}
-
-/// Each home directory of this process, canonical: `$HOME`'s and the user entry's.
-pub(super) fn homes_here() -> Vec<PathBuf> {
-    let mut homes: Vec<PathBuf> = env_path("HOME")
-        .into_iter()
-        .chain(account_home())
-        .filter_map(|h| fs::canonicalize(h).ok())
-        .collect();
-    homes.dedup();
-    homes
-}
-
-/// The home directory of this process's user entry (`/etc/passwd`), if it names one.
-fn account_home() -> Option<PathBuf> {
-    nix::unistd::User::from_uid(nix::unistd::geteuid())
-        .ok()
-        .flatten()
-        .map(|user| user.dir)
-        .filter(|dir| dir.is_absolute())
 }
 
 /// `$HOME`, else the user entry's home directory ([`account_home`]).

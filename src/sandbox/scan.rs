@@ -264,7 +264,7 @@ pub(crate) fn scan_trees(
         .collect();
     // Read once: the agent cannot reach these files, so they hold still across attempts.
     let mut home_keys = HashSet::new();
-    for home in super::policy::homes_here() {
+    for home in super::home::homes_here() {
         home_keys.extend(super::home::linked_never_visible(&home)?);
     }
     let mut attempt = 1;
