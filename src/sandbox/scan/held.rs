@@ -1,0 +1,1344 @@
+//! What the user's own programs run, found from what they read: git's configs and their
+//! includes (wherever they are, the home directory's too), the commands a config names
+//! (hooks, filters, aliases, `core.hooksPath`, templates) and, through bounded reads of
+//! those scripts, what they run in turn (an interpreter, a virtualenv, an `env`
+//! program on `PATH`, a sourced file, a list `xargs` reads). Each such file in a writable
+//! tree is held read-only, and an absent one is held as a placeholder, so the agent
+//! cannot plant what the user's next `git commit` would run outside the sandbox.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{Mode, fstat, fstatat};
+
+use crate::sandbox::SandboxError;
+use crate::sandbox::config_text::{self, CommandWord, include_paths};
+use crate::sandbox::listing::Kind;
+
+use super::dirs::{file_kind, is_plain_relative, open_beneath, walk_error};
+use super::links::linked_files_under;
+use super::{ABSENT_TARGET, MaskKind, PlaceholderKind, Walker, mask};
+
+impl<'a> Walker<'a, '_> {
+    /// The files of this tree that the git config at `config` includes (`include.path`,
+    /// `includeIf.*.path`), and those they include in turn: read-only, each directory
+    /// between the tree's root and them pinned (a renamed parent would let the agent put
+    /// a file of its own at the included path), a symlink on the last step guarded as a
+    /// link. A config that includes a work-tree file (`include.path =
+    /// ../shared.gitconfig`, a project's way to share settings) handed that file to the
+    /// agent, and a `core.fsmonitor` or filter driver it wrote there ran in the user's own
+    /// next `git status`, outside the sandbox. An included file that does not exist is
+    /// held absent ([`Walker::hold_absent_include`]), and one in another writable tree is
+    /// that tree's to hold ([`guard_foreign_includes`]).
+    ///
+    /// Each file is read once (`seen`): an agent of an earlier run that made the included
+    /// file include another fifty times, and that one another, had this walk git's 50^8
+    /// includes. More than [`MAX_INCLUDED`] files fail the scan closed, as more secrets
+    /// than its cap do.
+    ///
+    /// Relative includes are read against `base`, the directory of the name git opened
+    /// `config` by (git does not resolve a symlink to the included file first).
+    pub(super) fn guard_includes(
+        &mut self,
+        config: &Path,
+        base: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        // git's own limit on nested includes.
+        const MAX_INCLUDE_DEPTH: usize = 10;
+        if depth > MAX_INCLUDE_DEPTH
+            || !walk.seen.insert((config.to_path_buf(), base.to_path_buf()))
+        {
+            return Ok(());
+        }
+        if walk.seen.len() > MAX_INCLUDED {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of files git configs include",
+                limit: MAX_INCLUDED,
+                path: config.to_path_buf(),
+            });
+        }
+        let Some(text) = read_config(config) else {
+            return Ok(());
+        };
+        for value in include_paths(&text) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            self.guard_include(&base.join(named), depth, walk, NamedBy::Config)?;
+        }
+        self.guard_command_files(&text, depth, walk)
+    }
+
+    /// One included path, `target` as the config names it (unresolved): the file, or its
+    /// first missing name, when it lies in this tree; otherwise it is left to the
+    /// writable tree that holds it ([`ScanOutput::foreign_includes`]).
+    pub(super) fn guard_include(
+        &mut self,
+        target: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+        named_by: NamedBy,
+    ) -> Result<(), SandboxError> {
+        if let Some(absent) = self.guard_links_on_the_way(target, &mut 0)? {
+            return self.hold_absent_include(target, &absent, depth, walk, named_by);
+        }
+        let (Some(named_parent), Some(name)) = (target.parent(), target.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(named_parent) else {
+            return Ok(());
+        };
+        let Some(rel_parent) = self.rel_in_tree(&parent) else {
+            return self.guard_named_elsewhere(target, named_parent, depth, walk, named_by);
+        };
+        let Some(dir) = self.pinned_dir(&rel_parent) else {
+            return Ok(());
+        };
+        let path = parent.join(name);
+        let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return Ok(());
+        };
+        if named_by == NamedBy::Command {
+            self.guard_venv(&path, depth, walk)?;
+        }
+        match file_kind(&st) {
+            Kind::File => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+                if named_by == NamedBy::Config {
+                    self.guard_includes(&path, named_parent, depth + 1, walk)?;
+                }
+                if named_by == NamedBy::Command {
+                    self.guard_interpreter(&path, depth, walk)?;
+                }
+            }
+            Kind::Symlink => {
+                self.guard_link(path.clone(), &st)?;
+                if named_by == NamedBy::Config
+                    && let Ok(resolved) = fs::canonicalize(&path)
+                {
+                    self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
+                }
+                if named_by == NamedBy::Command
+                    && let Ok(resolved) = fs::canonicalize(&path)
+                {
+                    self.guard_interpreter(&resolved, depth, walk)?;
+                }
+            }
+            Kind::Dir if named_by == NamedBy::HeldDir => {
+                self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
+            }
+            Kind::Dir | Kind::Other => {}
+        }
+        Ok(())
+    }
+
+    /// [`Walker::guard_include`] of a `target` named outside this tree: a link there may
+    /// lead into it (a hook of a repository above the workspace, `.git/hooks/pre-commit
+    /// -> ../../sub/tools/pre-commit`), and the file it leads to is held here (the links
+    /// and directories on the way are, by [`Walker::guard_links_on_the_way`]); otherwise
+    /// an include is another writable tree's to hold.
+    pub(super) fn guard_named_elsewhere(
+        &mut self,
+        target: &Path,
+        named_parent: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+        named_by: NamedBy,
+    ) -> Result<(), SandboxError> {
+        let resolved = fs::canonicalize(target).ok();
+        let Some((resolved, rel)) = resolved.and_then(|r| Some((r.clone(), self.rel_in_tree(&r)?)))
+        else {
+            self.pass_on(target, depth, named_by, walk);
+            if named_by == NamedBy::Config {
+                // What a file outside this tree includes may be in it (`~/x.gitconfig`
+                // including `~/proj/shared.gitconfig`): not read until round seventeen's
+                // second review, so that file was the agent's.
+                if let Ok(resolved) = fs::canonicalize(target) {
+                    self.note_other_names(&resolved);
+                    self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
+                }
+            }
+            return Ok(());
+        };
+        if rel.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let Ok(fd) = open_beneath(self.tree.fd, &rel, OFlag::O_PATH) else {
+            return Ok(());
+        };
+        let st = fstat(fd.as_fd()).map_err(|e| walk_error(&resolved, "inspect", e))?;
+        if file_kind(&st) == Kind::Dir && named_by == NamedBy::HeldDir {
+            self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
+        } else if file_kind(&st) == Kind::File {
+            self.push(mask(resolved.clone(), MaskKind::ReadOnly, &st, false))?;
+            if named_by == NamedBy::Config {
+                self.guard_includes(&resolved, named_parent, depth + 1, walk)?;
+            }
+            if named_by == NamedBy::Command {
+                self.guard_interpreter(&resolved, depth, walk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The interpreter a held command file's `#!` line names by path, held as the file
+    /// is (a link to it guarded as a link): a virtualenv's console script
+    /// (`.venv/bin/fmt`, whose `#!` pip writes as the venv's own `python`, a link in the
+    /// work tree) was held, and the agent replaced the link with its own program, which
+    /// the kernel then ran for the user's `git fmt` (round twenty-one's review). A
+    /// relative one is read from the top of the work tree, where git runs commands. One
+    /// found through `PATH` (`#!/usr/bin/env python3`) is looked for in each directory
+    /// the configs' commands put on `PATH` ([`config_text::path_dirs`]), held there
+    /// present or not: `. .venv/bin/activate && tools/fmt.py` ran the venv's `python3`,
+    /// a link the agent replaced (round twenty-one's review, a ratchet until round
+    /// twenty-two). Chains are followed as far as the include depth.
+    pub(super) fn guard_interpreter(
+        &mut self,
+        script: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let Some(line) = read_shebang(script) else {
+            return Ok(());
+        };
+        let mut named: Vec<Vec<u8>> = line.first().cloned().into_iter().collect();
+        match env_program(&line) {
+            Some(name) if !name.contains(&b'/') => {
+                named.extend(
+                    walk.path_dirs
+                        .iter()
+                        .map(|dir| [dir.as_slice(), b"/", &name].concat()),
+                );
+                if !walk.env_programs.iter().any(|(known, _)| *known == name) {
+                    walk.env_programs.push((name, depth));
+                }
+            }
+            Some(path) => named.push(path),
+            None => {}
+        }
+        for interpreter in named {
+            self.guard_one_interpreter(&interpreter, depth, walk)?;
+        }
+        Ok(())
+    }
+
+    /// One interpreter of [`Walker::guard_interpreter`], read from the top of the work
+    /// tree; chains followed as far as the include depth.
+    pub(super) fn guard_one_interpreter(
+        &mut self,
+        interpreter: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const MAX_DEPTH: usize = 10;
+        let Some(target) = config_path(interpreter, walk.work_tree.as_deref()) else {
+            return Ok(());
+        };
+        if depth >= MAX_DEPTH || !walk.commands.insert(target.clone()) {
+            return Ok(());
+        }
+        self.guard_include(&target, depth + 1, walk, NamedBy::Command)
+    }
+
+    /// Directories put on `PATH` ([`config_text::path_dirs`], or a held script's
+    /// [`config_text::script_path_dirs`]) added to the walk's, each with the programs of
+    /// the `#!/usr/bin/env` lines met so far held in it: a `PATH` read after the script
+    /// (one a file the line sources sets, `. ./env.sh && tools/fmt.py`; another config's
+    /// line) was never searched for them (round twenty-three's review).
+    pub(super) fn add_path_dirs(
+        &mut self,
+        dirs: Vec<Vec<u8>>,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for dir in dirs {
+            if walk.path_dirs.contains(&dir) {
+                continue;
+            }
+            walk.path_dirs.push(dir.clone());
+            for (name, depth) in walk.env_programs.clone() {
+                let interpreter = [dir.as_slice(), b"/", &name].concat();
+                self.guard_one_interpreter(&interpreter, depth, walk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What a virtualenv's interpreter reads at its start, held when a held command is
+    /// one (`VENV/bin/python*` beside a `VENV/pyvenv.cfg`): `pyvenv.cfg` (its `home`,
+    /// `include-system-site-packages`) and each `VENV/lib*/python*/site-packages/` whole,
+    /// whose `.pth` files `site` runs and whose `sitecustomize`/`usercustomize` it
+    /// imports: the held `tools/fmt.py` of `. .venv/bin/activate && tools/fmt.py` ran
+    /// the agent's `.venv/lib/python3.11/site-packages/x.pth` (round twenty-two's known
+    /// limit). The agent cannot install into that virtualenv during the run.
+    pub(super) fn guard_venv(
+        &mut self,
+        program: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let is_python = program
+            .file_name()
+            .is_some_and(|n| n.as_bytes().starts_with(b"python"));
+        let Some(bin) = program
+            .parent()
+            .filter(|b| b.file_name() == Some(OsStr::new("bin")))
+        else {
+            return Ok(());
+        };
+        let Some(venv) = bin.parent().filter(|_| is_python) else {
+            return Ok(());
+        };
+        let cfg = venv.join("pyvenv.cfg");
+        if !walk.commands.insert(cfg.clone()) || fs::symlink_metadata(&cfg).is_err() {
+            return Ok(());
+        }
+        self.guard_include(&cfg, depth + 1, walk, NamedBy::Link)?;
+        let Ok(libs) = fs::read_dir(venv) else {
+            return Ok(());
+        };
+        for lib in libs
+            .flatten()
+            .filter(|e| e.file_name().as_bytes().starts_with(b"lib"))
+        {
+            let Ok(versions) = fs::read_dir(lib.path()) else {
+                continue;
+            };
+            for version in versions.flatten() {
+                if version.file_name().as_bytes().starts_with(b"python") {
+                    let site = version.path().join("site-packages");
+                    self.guard_include(&site, depth + 1, walk, NamedBy::HeldDir)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `target`, named by a config outside this tree or a command of one, handed to the
+    /// writable tree that holds it ([`ScanOutput::foreign_includes`]); what a link names
+    /// is asked of every writable tree already.
+    pub(super) fn pass_on(
+        &mut self,
+        target: &Path,
+        depth: usize,
+        named_by: NamedBy,
+        walk: &ConfigWalk,
+    ) {
+        if named_by != NamedBy::Link {
+            self.out.foreign_includes.push(ForeignName {
+                target: target.to_path_buf(),
+                depth,
+                named_by,
+                work_tree: walk.work_tree.clone(),
+            });
+        }
+    }
+
+    /// The files of the work tree that the commands of a config text run
+    /// ([`config_text::command_words`]), held as an included file is but not read as a
+    /// config: a filter driver's `clean = sh tools/strip.sh`, selected by the project's
+    /// `.gitattributes`, ran what the agent wrote in `tools/strip.sh` at the user's next
+    /// `git add`, outside the sandbox (round seventeen's review). A word is read against
+    /// the top of the work tree, where git runs these commands; a bare word (`sh
+    /// strip.sh`) is held only when a file is there, one with a `/` also when absent.
+    /// The directories the text names for git to run from (`core.hooksPath`,
+    /// `init.templateDir`) are held too.
+    pub(super) fn guard_command_files(
+        &mut self,
+        text: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        self.guard_hooks_paths(text, depth, walk)?;
+        self.guard_template_dirs(text, depth, walk)?;
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        self.add_path_dirs(config_text::path_dirs(text), walk)?;
+        // First: a word met held-if-present is not looked at again.
+        self.guard_entry_points(text, &top, depth, walk)?;
+        for word in config_text::command_words(text)
+            .into_iter()
+            .chain(submodule_words(text, &top))
+        {
+            self.guard_command_word(word, &top, depth, walk)?;
+        }
+        self.guard_xargs_lists(text, &top, depth, walk)
+    }
+
+    /// The entry points an interpreter of the text's commands runs for a word that is no
+    /// file ([`config_text::interpreted_entries`]), held present or not: in the
+    /// directory the word names (`tools/fmt/index.js`, `package.json`, `__main__.py`),
+    /// and beside it for node (`tools/fmt.js`, tried first), also when the word names
+    /// nothing yet (a word with a `/`: the word itself is held absent then). Held only
+    /// when present, the agent added them (round twenty-three's Known limits).
+    pub(super) fn guard_entry_points(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for (word, interpreter) in config_text::interpreted_entries(text) {
+            let Some(target) = config_path(&word, Some(top)) else {
+                continue;
+            };
+            let named: Vec<Vec<u8>> = match fs::metadata(&target) {
+                Ok(meta) if meta.is_dir() => interpreter
+                    .in_dir
+                    .iter()
+                    .map(|main| [&word[..], b"/", main].concat())
+                    .chain(interpreter.suffixes.iter().map(|s| [&word[..], s].concat()))
+                    .collect(),
+                Ok(_) => continue,
+                Err(_) if word.contains(&b'/') => interpreter
+                    .suffixes
+                    .iter()
+                    .map(|s| [&word[..], s].concat())
+                    .collect(),
+                Err(_) => continue,
+            };
+            for entry in named {
+                let word = CommandWord {
+                    word: entry,
+                    is_path: true,
+                    whole_dir: false,
+                };
+                self.guard_command_word(word, top, depth, walk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries of each list file an `xargs` of the text's commands runs
+    /// ([`config_text::xargs_lists`]), read from the top of the work tree, held as words
+    /// of the line: `xargs -n1 -a tools/checks.list sh` ran the agent's
+    /// `tools/checks/a.sh` (round twenty-three's review, a ratchet until round
+    /// twenty-four). The list itself is held too (`-atools/checks.list` is no word of
+    /// the line). A list larger than [`MAX_SCRIPT_BYTES`] is not read.
+    pub(super) fn guard_xargs_lists(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for list in config_text::xargs_lists(text) {
+            let is_path = list.contains(&b'/');
+            let word = CommandWord {
+                word: list.clone(),
+                is_path,
+                whole_dir: false,
+            };
+            self.guard_command_word(word, top, depth, walk)?;
+            let Some(text) = config_path(&list, Some(top)).and_then(|p| read_script(&p)) else {
+                continue;
+            };
+            for entry in config_text::list_entries(&text) {
+                let is_path = entry.contains(&b'/');
+                let word = CommandWord {
+                    word: entry,
+                    is_path,
+                    whole_dir: false,
+                };
+                self.guard_command_word(word, top, depth, walk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One word of [`Walker::guard_command_files`]: the file it names held (a glob's
+    /// directory whole) and what that file reads in turn.
+    pub(super) fn guard_command_word(
+        &mut self,
+        word: CommandWord,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let CommandWord {
+            word,
+            is_path,
+            whole_dir,
+        } = word;
+        let Some(target) = config_path(&word, Some(top)) else {
+            return Ok(());
+        };
+        // A glob's directory is keyed apart from a file of the same name: one command
+        // may name `ci` as a file, another read `ci/*`.
+        let key = if whole_dir {
+            target.join("*")
+        } else {
+            target.clone()
+        };
+        if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
+            return Ok(());
+        }
+        if walk.commands.len() > MAX_COMMAND_FILES {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of files the commands of git configs name",
+                limit: MAX_COMMAND_FILES,
+                path: target,
+            });
+        }
+        // A glob's directory is held whole, unless that is this tree or holds it
+        // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
+        let named_by = if !whole_dir {
+            NamedBy::Command
+        } else if fs::canonicalize(&target)
+            .ok()
+            .is_some_and(|dir| self.tree.root.starts_with(&dir))
+        {
+            return Ok(());
+        } else {
+            NamedBy::HeldDir
+        };
+        self.guard_include(&target, depth, walk, named_by)?;
+        if named_by == NamedBy::Command {
+            self.guard_what_it_reads(&target, top, depth, walk, 1)?;
+        }
+        Ok(())
+    }
+
+    /// What a file the commands run makes run in turn, held like it: the files a shell
+    /// script sources ([`config_text::sourced_words`], each read from the top of the work
+    /// tree and from the script's own directory) or runs by path
+    /// ([`config_text::run_words`], held only when present), and the file a `package.json`'s `main`
+    /// names (node runs it for the directory). Then theirs, down to
+    /// [`MAX_SOURCE_LEVELS`]; a file larger than [`MAX_SCRIPT_BYTES`] is not read.
+    pub(super) fn guard_what_it_reads(
+        &mut self,
+        file: &Path,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+        level: usize,
+    ) -> Result<(), SandboxError> {
+        if level > MAX_SOURCE_LEVELS {
+            return Ok(());
+        }
+        let (Some(text), Some(dir)) = (read_script(file), file.parent()) else {
+            return Ok(());
+        };
+        let named: Vec<(PathBuf, bool)> = if file.file_name() == Some(OsStr::new("package.json")) {
+            let Some(main) = config_text::package_main(&text) else {
+                return Ok(());
+            };
+            let main = PathBuf::from(OsStr::from_bytes(&main));
+            let mut with_js = main.clone().into_os_string();
+            with_js.push(".js");
+            vec![
+                (dir.join(&main), true),
+                (dir.join(with_js), false),
+                (dir.join(&main).join("index.js"), false),
+            ]
+        } else {
+            // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
+            // tools/fmt.py`), read from the top as the line's is.
+            self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
+            // Held when absent only from where the shell reads it (a placeholder made
+            // from the other would be made for nothing); from the other, when there.
+            // What it runs by path, only when there ([`config_text::run_words`]).
+            let run = config_text::run_words(&text)
+                .into_iter()
+                .map(|(word, base)| (word, base, false));
+            config_text::sourced_words(&text)
+                .into_iter()
+                .map(|(word, base)| (word, base, true))
+                .chain(run)
+                .flat_map(|(word, base, sourced)| {
+                    let is_path = sourced && word.contains(&b'/');
+                    let (first, other) = match base {
+                        config_text::SourceBase::WorkingDir => (top, dir),
+                        config_text::SourceBase::ScriptDir => (dir, top),
+                    };
+                    [(first, is_path), (other, false)]
+                        .into_iter()
+                        .filter_map(|(base, is_path)| {
+                            Some((config_path(&word, Some(base))?, is_path))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        for (target, is_path) in named {
+            if !walk.commands.insert(target.clone())
+                || !is_path && fs::symlink_metadata(&target).is_err()
+            {
+                continue;
+            }
+            // Past the cap, what is left is not followed, with a warning: a file sourced by
+            // a bare name absent at the start (`. lib.sh`) may be the agent's, and failing
+            // every later run on what it names would be the agent's to decide.
+            if walk.commands.len() > MAX_COMMAND_FILES {
+                const SAID: &str = "the scripts your git config runs source more than";
+                if !self.out.warnings.iter().any(|w| w.starts_with(SAID)) {
+                    self.out.warnings.push(format!(
+                        "{SAID} {MAX_COMMAND_FILES} files; {} and the rest are not held \
+                         read-only: check them before running git in this work tree",
+                        target.display()
+                    ));
+                }
+                return Ok(());
+            }
+            self.guard_include(&target, depth, walk, NamedBy::Command)?;
+            self.guard_what_it_reads(&target, top, depth, walk, level + 1)?;
+        }
+        Ok(())
+    }
+
+    /// The hooks directory (`core.hooksPath`): relative to the top of the work tree, held
+    /// whole. Only the workspace's own repository's was asked of the user's git
+    /// (`users_hooks_dir`): a nested repository's `core.hooksPath = scripts/hooks`, or the
+    /// user's global `core.hooksPath = git-hooks` in it, left `sub/scripts/hooks/pre-commit`
+    /// the agent's to write, and the user's next commit there ran it (round eighteen's
+    /// second review).
+    pub(super) fn guard_hooks_paths(
+        &mut self,
+        text: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for value in config_text::hooks_paths(text) {
+            let Some(target) = config_path(&value, walk.work_tree.as_deref()) else {
+                continue;
+            };
+            if !walk.commands.insert(target.clone()) {
+                continue;
+            }
+            // A hooks directory that is a work tree itself, or holds this tree
+            // (`core.hooksPath = .`): its hooks by name, where there are any, not the
+            // whole tree.
+            let whole = fs::canonicalize(&target).ok().is_some_and(|dir| {
+                Some(&dir) == walk.work_tree.as_ref() || self.tree.root.starts_with(&dir)
+            });
+            if !whole {
+                self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
+                continue;
+            }
+            for hook in config_text::GIT_HOOK_NAMES {
+                let hook = target.join(hook);
+                if fs::symlink_metadata(&hook).is_ok() && walk.commands.insert(hook.clone()) {
+                    self.guard_include(&hook, depth, walk, NamedBy::Command)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The template directory (`init.templateDir`), whose `hooks/` and `config` git copies
+    /// into every repository the user makes: the global `init.templateDir` of a dotfiles
+    /// workspace's `git-templates` let the agent write a `post-checkout` the user's next
+    /// `git clone` ran, anywhere (round eighteen's second review). Held whole, unless it
+    /// holds this tree.
+    pub(super) fn guard_template_dirs(
+        &mut self,
+        text: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for value in config_text::template_dirs(text) {
+            let Some(target) = config_path(&value, walk.work_tree.as_deref()) else {
+                continue;
+            };
+            let holds_tree = fs::canonicalize(&target)
+                .ok()
+                .is_some_and(|dir| self.tree.root.starts_with(&dir));
+            if !holds_tree && walk.commands.insert(target.clone()) {
+                self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A config file outside every tree (`path`, no symlink followed) with more than one
+    /// name: its names in the trees are held ([`ScanOutput::outside_held`]); a
+    /// `~/.gitconfig` hard-linked into a dotfiles workspace was the agent's to write
+    /// through that name (round seventeen's second review).
+    pub(super) fn note_other_names(&mut self, path: &Path) {
+        if let Ok(meta) = fs::symlink_metadata(path)
+            && meta.file_type().is_file()
+            && meta.nlink() > 1
+        {
+            self.out
+                .outside_held
+                .linked
+                .insert((meta.dev(), meta.ino()));
+        }
+    }
+
+    /// The directory at `rel` in this tree, opened `O_PATH`, with each directory from the
+    /// root down to it pinned; `None` when it cannot be reached.
+    pub(super) fn pinned_dir(&mut self, rel: &Path) -> Option<OwnedFd> {
+        self.pin_dirs_down_to(rel).ok()?;
+        open_beneath(self.tree.fd, rel, OFlag::O_PATH | OFlag::O_DIRECTORY).ok()
+    }
+
+    /// `dir` (canonical) relative to this tree's root, when it is in it.
+    pub(super) fn rel_in_tree(&self, dir: &Path) -> Option<PathBuf> {
+        let rel = dir.strip_prefix(self.tree.root).ok()?;
+        is_plain_relative(rel).then(|| rel.to_path_buf())
+    }
+
+    /// An included path whose name `absent.path` (the included file itself, or a directory
+    /// on the way to it) does not exist: a placeholder is made there and held read-only,
+    /// so the agent cannot make the file the user's git would read next; its kind is
+    /// [`AbsentAt`]'s. A name on the way that exists but is not a directory is pinned
+    /// instead. The link is visible to the agent's own `git add -A`, hence the warning.
+    pub(super) fn hold_absent_include(
+        &mut self,
+        target: &Path,
+        absent: &AbsentName,
+        depth: usize,
+        walk: &ConfigWalk,
+        named_by: NamedBy,
+    ) -> Result<(), SandboxError> {
+        let (Some(parent), Some(name)) = (absent.path.parent(), absent.path.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(parent) else {
+            return Ok(());
+        };
+        let Some(rel_parent) = self.rel_in_tree(&parent) else {
+            self.pass_on(target, depth, named_by, walk);
+            return Ok(());
+        };
+        let Some(dir) = self.pinned_dir(&rel_parent) else {
+            return Ok(());
+        };
+        let path = parent.join(name);
+        let kind = match absent.place {
+            AbsentAt::File | AbsentAt::DirThenUp => PlaceholderKind::Symlink,
+            AbsentAt::Dir => PlaceholderKind::Dir,
+            AbsentAt::NotADir => {
+                return match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) if file_kind(&st) != Kind::Dir => {
+                        self.push(mask(path, MaskKind::Pin, &st, false))
+                    }
+                    _ => Ok(()),
+                };
+            }
+        };
+        match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            // Held by an earlier include of the same path.
+            Ok(_) => return Ok(()),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(walk_error(&path, "inspect", e)),
+        }
+        let Some(st) = self.make_placeholder(dir.as_fd(), name, &path, kind)? else {
+            return Ok(());
+        };
+        if kind == PlaceholderKind::Symlink {
+            let by = match named_by {
+                NamedBy::Config => "the repository's git config includes",
+                NamedBy::Link => "a link in a directory held read-only names",
+                NamedBy::Command => "a command of the repository's git config names",
+                NamedBy::HeldDir => {
+                    "a `core.hooksPath` or `init.templateDir` of a git config names"
+                }
+            };
+            self.out.warnings.push(format!(
+                "{}, which {by}, did not exist: the sandbox holds it absent for this run \
+                 (a symlink to {ABSENT_TARGET}, removed afterwards), so the agent cannot \
+                 create it",
+                path.display()
+            ));
+        }
+        self.push(mask(path, MaskKind::ReadOnly, &st, false))
+    }
+
+    /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
+    /// above the tree (a workspace in a subdirectory of a repository), or named by the
+    /// tree's own `.git` file (a workspace that is a linked worktree of a repository
+    /// elsewhere): that git dir is out of the agent's reach, but what its config includes
+    /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
+    /// placeholder.)
+    pub(super) fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
+        // The user's global and system configs, read by every git the user runs: one
+        // that is (a link to) a file of this tree, or includes one (a dotfiles repository
+        // as the workspace, `[include] path = ~/dotfiles/gitconfig` in `~/.gitconfig`),
+        // handed that file to the agent (round seventeen's second review).
+        let own = self.tree.root.join(".git");
+        let dot_git = std::iter::once(own.clone())
+            .filter(|own| fs::symlink_metadata(own).is_ok_and(|m| m.is_file()))
+            .chain(
+                self.tree
+                    .root
+                    .ancestors()
+                    .skip(1)
+                    .map(|dir| dir.join(".git")),
+            )
+            .find(|dot_git| fs::symlink_metadata(dot_git).is_ok());
+        // Where git runs the commands of those configs for this tree: the top of its
+        // repository's work tree (this tree's root when it has a `.git` of its own).
+        let top = match &dot_git {
+            Some(enclosing) if fs::symlink_metadata(&own).is_err() => enclosing.parent(),
+            _ => None,
+        }
+        .unwrap_or(self.tree.root)
+        .to_path_buf();
+        let mut walk = ConfigWalk::new(Some(top));
+        for config in user_git_configs() {
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.guard_include(&config, 0, &mut walk, NamedBy::Config)?;
+            self.guard_includes(&config, &base, 0, &mut walk)?;
+        }
+        // The tree's own git dir's configs (the walk's too) read again with the user's,
+        // as git reads them together: the `PATH` one's line sets is the other's
+        // interpreters' (`alias.fmt = !PATH=tools/bin:$PATH git lint` in `~/.gitconfig`,
+        // the repository's `alias.lint = !tools/fmt.py`, `#!/usr/bin/env python3`: round
+        // twenty-three's review).
+        if fs::symlink_metadata(&own).is_ok_and(|m| m.is_dir()) {
+            for name in ["config", "config.worktree"] {
+                self.guard_includes(&own.join(name), &own, 0, &mut walk)?;
+            }
+        }
+        let Some(dot_git) = dot_git else {
+            return Ok(());
+        };
+        let git_dir = if dot_git.is_dir() {
+            Some(dot_git)
+        } else {
+            read_config(&dot_git).and_then(|text| {
+                let line = text
+                    .split(|b| *b == b'\n')
+                    .find_map(|l| l.strip_prefix(b"gitdir:"))?;
+                let parent = dot_git.parent()?;
+                fs::canonicalize(parent.join(OsStr::from_bytes(trim_ascii(line)))).ok()
+            })
+        };
+        let Some(git_dir) = git_dir else {
+            return Ok(());
+        };
+        let mut configs = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+        if let Some(common) = read_config(&git_dir.join("commondir")).and_then(|text| {
+            fs::canonicalize(git_dir.join(OsStr::from_bytes(trim_ascii(&text)))).ok()
+        }) {
+            configs.push(common.join("config"));
+        }
+        for config in &configs {
+            let base = config.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.note_other_names(config);
+            self.guard_includes(config, &base, 0, &mut walk)?;
+        }
+        // Its hooks: one with a second name in this tree (a hard link), or a symlink into
+        // it, was the agent's to write, and the user's next commit in the repository ran
+        // it (round seventeen's second review). The hooks are in the common dir.
+        for config in &configs {
+            let Some(hooks) = config
+                .parent()
+                .and_then(|dir| fs::canonicalize(dir.join("hooks")).ok())
+            else {
+                continue;
+            };
+            let Ok(dir) = nix::fcntl::open(
+                &hooks,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            let mut looked = 0;
+            linked_files_under(
+                dir,
+                &hooks,
+                self.limits,
+                &mut looked,
+                &mut self.out.outside_held,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Each symlink of this tree on the way to the included path `target` (as the config
+    /// names it, unresolved), guarded as a link, the directories above it pinned: the
+    /// included file itself is found through the resolved path, and `include.path =
+    /// ../link/shared.gitconfig` with `link -> conf` left `link` the agent's to replace
+    /// with a directory holding a `shared.gitconfig` of its own. A link is followed one hop
+    /// at a time (at most `MAX_HOPS`, the kernel's 40), so each link of a chain to the
+    /// included file is guarded, not just the first and the end.
+    ///
+    /// Returns the first name on the (resolved) way that does not exist, if one does not.
+    pub(super) fn guard_links_on_the_way(
+        &mut self,
+        target: &Path,
+        hops: &mut usize,
+    ) -> Result<Option<AbsentName>, SandboxError> {
+        const MAX_HOPS: usize = 40;
+        let mut so_far = PathBuf::new();
+        let mut parts = target.components();
+        while let Some(part) = parts.next() {
+            so_far.push(part);
+            let meta = match fs::symlink_metadata(&so_far) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let rest = parts.as_path();
+                    let place = if rest.as_os_str().is_empty() {
+                        AbsentAt::File
+                    } else if rest.components().any(|c| c == Component::ParentDir) {
+                        AbsentAt::DirThenUp
+                    } else {
+                        AbsentAt::Dir
+                    };
+                    return Ok(Some(AbsentName {
+                        path: so_far,
+                        place,
+                    }));
+                }
+                // A name on the way that is not a directory (`README` of `../README/x`):
+                // git finds nothing there, and the agent must not make it a directory.
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                    return Ok(so_far.parent().map(|entry| AbsentName {
+                        path: entry.to_path_buf(),
+                        place: AbsentAt::NotADir,
+                    }));
+                }
+                Err(_) => return Ok(None),
+            };
+            if !meta.file_type().is_symlink() {
+                if meta.is_dir() && parts.clone().next() == Some(Component::ParentDir) {
+                    // `conf/..`: `conf` renamed and replaced by a link would lead elsewhere.
+                    self.pin_dir_on_the_way(&so_far);
+                }
+                continue;
+            }
+            self.guard_link_on_the_way(&so_far)?;
+            *hops += 1;
+            let Ok(link) = fs::read_link(&so_far) else {
+                return Ok(None);
+            };
+            if *hops > MAX_HOPS {
+                return Ok(None);
+            }
+            let next = so_far
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(link)
+                .join(parts.as_path());
+            return self.guard_links_on_the_way(&next, hops);
+        }
+        // The directory the way ends in: a link to `conf/real.gitconfig` held the link and
+        // the file, and the agent renamed `conf` and made its own (round seventeen's
+        // second review).
+        if let Some(parent) = so_far.parent() {
+            self.pin_dir_on_the_way(parent);
+        }
+        Ok(None)
+    }
+
+    /// [`Walker::guard_links_on_the_way`]: the directory `dir` (and each above it) pinned,
+    /// when it is of this tree.
+    pub(super) fn pin_dir_on_the_way(&mut self, dir: &Path) {
+        let Some(rel) = fs::canonicalize(dir)
+            .ok()
+            .and_then(|dir| self.rel_in_tree(&dir))
+        else {
+            return;
+        };
+        // As for the other pins of this walk: a directory that cannot be opened is not
+        // one the way goes through.
+        let _ = self.pin_dirs_down_to(&rel);
+    }
+
+    /// [`Walker::guard_links_on_the_way`]: the symlink at `link`, when it is of this tree.
+    pub(super) fn guard_link_on_the_way(&mut self, link: &Path) -> Result<(), SandboxError> {
+        let (Some(parent), Some(name)) = (link.parent(), link.file_name()) else {
+            return Ok(());
+        };
+        let Ok(parent) = fs::canonicalize(parent) else {
+            return Ok(());
+        };
+        let Some(dir) = self
+            .rel_in_tree(&parent)
+            .and_then(|rel| self.pinned_dir(&rel))
+        else {
+            return Ok(());
+        };
+        let Ok(st) = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return Ok(());
+        };
+        if matches!(file_kind(&st), Kind::Symlink) {
+            self.guard_link(parent.join(name), &st)?;
+        }
+        Ok(())
+    }
+
+    /// Pins every directory of this tree from its root (excluded) down to `rel`.
+    pub(super) fn pin_dirs_down_to(&mut self, rel: &Path) -> Result<(), SandboxError> {
+        let mut so_far = PathBuf::new();
+        for name in rel.components() {
+            so_far.push(name);
+            let path = self.tree.root.join(&so_far);
+            if !self.out.pinned.insert(path.clone()) {
+                continue;
+            }
+            let fd = open_beneath(self.tree.fd, &so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)
+                .map_err(|e| walk_error(&path, "open", e))?;
+            let st =
+                nix::sys::stat::fstat(fd.as_fd()).map_err(|e| walk_error(&path, "inspect", e))?;
+            self.push(mask(path, MaskKind::Pin, &st, false))?;
+        }
+        Ok(())
+    }
+}
+
+/// The path a value of a git config names (`~/` expanded, as git does), relative to the
+/// top of the work tree `top`; without one, only an absolute path names anything.
+pub(super) fn config_path(value: &[u8], top: Option<&Path>) -> Option<PathBuf> {
+    let named = expand_user_path(Path::new(OsStr::from_bytes(value)))?;
+    match top {
+        Some(top) => Some(top.join(named)),
+        None if named.is_absolute() => Some(named),
+        None => None,
+    }
+}
+
+/// An include's path as git expands it (`interpolate_path`): `~/` (or `~` alone) from
+/// `HOME`, `~user/` from the user's entry; `None` when git cannot expand it either (it
+/// then skips the include). The scan skipped every include starting with `~` ("the home
+/// directory is never in a writable tree"), but a workspace under the home directory is
+/// the usual case: `include.path = ~/proj/shared.gitconfig` left the file the agent's
+/// (round seventeen's second review). coder runs with the user's `HOME`, as the user's git
+/// does.
+pub(super) fn expand_user_path(named: &Path) -> Option<PathBuf> {
+    let bytes = named.as_os_str().as_bytes();
+    let Some(rest) = bytes.strip_prefix(b"~") else {
+        return Some(named.to_path_buf());
+    };
+    let (user, tail) = match rest.iter().position(|b| *b == b'/') {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, &b""[..]),
+    };
+    let home = if user.is_empty() {
+        PathBuf::from(std::env::var_os("HOME")?)
+    } else {
+        let name = std::str::from_utf8(user).ok()?;
+        nix::unistd::User::from_name(name).ok()??.dir
+    };
+    Some(home.join(OsStr::from_bytes(tail)))
+}
+
+/// The config files every git of the user reads besides a repository's own, as git finds
+/// them in coder's environment (the user's): the system one (`GIT_CONFIG_SYSTEM` or
+/// `/etc/gitconfig`, unless `GIT_CONFIG_NOSYSTEM`) and the global ones
+/// (`GIT_CONFIG_GLOBAL`, or `$XDG_CONFIG_HOME/git/config` and `~/.gitconfig`).
+pub(super) fn user_git_configs() -> Vec<PathBuf> {
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let mut configs = Vec::new();
+    let no_system = env("GIT_CONFIG_NOSYSTEM").is_some_and(|v| {
+        !matches!(
+            v.to_string_lossy().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    });
+    if !no_system {
+        configs
+            .push(env("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
+    }
+    if let Some(global) = env("GIT_CONFIG_GLOBAL") {
+        configs.push(PathBuf::from(global));
+    } else {
+        let home = env("HOME").map(PathBuf::from);
+        if let Some(xdg) = env("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")))
+        {
+            configs.push(xdg.join("git/config"));
+        }
+        if let Some(home) = home {
+            configs.push(home.join(".gitconfig"));
+        }
+    }
+    configs.retain(|c| c.is_absolute());
+    configs
+}
+
+/// The first name on the way to an included path that does not exist, or the name that is
+/// not a directory where the way needs one ([`Walker::guard_links_on_the_way`]).
+pub(super) struct AbsentName {
+    pub(super) path: PathBuf,
+    pub(super) place: AbsentAt,
+}
+
+/// What names a path [`Walker::guard_include`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NamedBy {
+    /// A git config's include: the file is a config, whose own includes are held too, and
+    /// one outside this tree is another writable tree's to hold.
+    Config,
+    /// A symlink in a directory held read-only ([`guard_held_links`]), given as the path:
+    /// what it leads to is not read; every writable tree is asked already.
+    Link,
+    /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
+    /// is not read; one outside this tree is another writable tree's to hold.
+    Command,
+    /// A `core.hooksPath` or `init.templateDir` of a git config: the directory is held
+    /// whole (read-only), or absent; one outside this tree is another writable tree's to
+    /// hold.
+    HeldDir,
+}
+
+/// One walk of git configs and what they include ([`Walker::guard_includes`]).
+pub(super) struct ConfigWalk {
+    /// Each config read, with the directory its relative includes are read against: each
+    /// is read once.
+    pub(super) seen: HashSet<(PathBuf, PathBuf)>,
+    /// The files the configs' commands name, each looked at once.
+    pub(super) commands: HashSet<PathBuf>,
+    /// The top of the work tree git runs the configs' commands in, when there is one.
+    pub(super) work_tree: Option<PathBuf>,
+    /// The directories the configs' commands put on `PATH` ([`config_text::path_dirs`]).
+    pub(super) path_dirs: Vec<Vec<u8>>,
+    /// The programs held scripts' `#!/usr/bin/env` lines run, each with its depth: held
+    /// in every directory of `path_dirs`, those added later too.
+    pub(super) env_programs: Vec<(Vec<u8>, usize)>,
+}
+
+impl ConfigWalk {
+    pub(super) fn new(work_tree: Option<PathBuf>) -> ConfigWalk {
+        ConfigWalk {
+            seen: HashSet::new(),
+            commands: HashSet::new(),
+            work_tree,
+            // The user's own `PATH` (coder runs with it, as the user's git does): its
+            // relative entries name directories of the work tree.
+            path_dirs: std::env::var_os("PATH")
+                .map(|p| config_text::relative_path_entries(p.as_bytes()))
+                .unwrap_or_default(),
+            env_programs: Vec::new(),
+        }
+    }
+}
+
+/// A path a config or a command of one names outside the tree whose config it is, left
+/// to the writable tree that holds it ([`guard_foreign_includes`]).
+#[derive(Debug)]
+pub(super) struct ForeignName {
+    pub(super) target: PathBuf,
+    pub(super) depth: usize,
+    pub(super) named_by: NamedBy,
+    pub(super) work_tree: Option<PathBuf>,
+}
+
+/// Where on the way to an included path [`AbsentName`] is, which decides how it is held.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum AbsentAt {
+    /// The included file's own name: a symlink to nowhere (an empty directory there would
+    /// stop every git command).
+    File,
+    /// A directory above it: an empty directory (git shows none).
+    Dir,
+    /// A directory above it with `..` after it on the way (`missing/../x`): a symlink to
+    /// nowhere. An empty directory made the path resolve (to `x`) where git found nothing
+    /// at the start, and `x` was the agent's to write for as long as the placeholder
+    /// stayed (round seventeen's second review).
+    DirThenUp,
+    /// An existing name that is not a directory (`README` of `README/x`): git finds
+    /// nothing below it (`ENOTDIR`). It is pinned (still writable, not removed nor
+    /// replaced): the agent replaced `README` with a directory holding `x`.
+    NotADir,
+}
+
+/// The most files the git configs of one git dir may include, all levels together.
+pub(super) const MAX_INCLUDED: usize = 256;
+
+/// How many levels of sourced files (a script sourcing one that sources another) the
+/// scan follows from a file the commands run.
+pub(super) const MAX_SOURCE_LEVELS: usize = 4;
+
+/// The largest script (or `package.json`) the scan reads for what it sources.
+pub(super) const MAX_SCRIPT_BYTES: u64 = 256 * 1024;
+
+/// The text of the regular file `path` (symlinks followed: the shell follows them), when
+/// it is no larger than [`MAX_SCRIPT_BYTES`]; never waits on a FIFO.
+pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_SCRIPT_BYTES {
+        return None;
+    }
+    let mut text = Vec::new();
+    file.take(MAX_SCRIPT_BYTES).read_to_end(&mut text).ok()?;
+    Some(text)
+}
+
+/// The most files the commands of one git dir's configs may name, all levels together.
+pub(super) const MAX_COMMAND_FILES: usize = 1024;
+
+/// The text of the git config at `path`, a regular file of at most 1 MiB opened without
+/// following a symlink on its last step or waiting on a FIFO; `None` otherwise.
+pub(super) fn read_config(path: &Path) -> Option<Vec<u8>> {
+    read_plain_file(path, 1 << 20)
+}
+
+/// The first `cap` bytes of `path` when it is a plain file (no symlink followed at its
+/// end); `None` otherwise. Looked at before it is opened: opening a device may act (a
+/// watchdog starts its timer, a tape rewinds), and the scan reads files outside every
+/// tree too.
+pub(super) fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !fs::symlink_metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = Vec::new();
+    file.take(cap).read_to_end(&mut text).ok()?;
+    Some(text)
+}
+
+/// The words of what `git submodule foreach` runs ([`config_text::foreach_words`]), each
+/// read in every submodule's directory the work tree's `.gitmodules` names, and those
+/// their own `.gitmodules` name in turn ([`submodule_dirs`]).
+pub(super) fn submodule_words(text: &[u8], top: &Path) -> Vec<CommandWord> {
+    let words = config_text::foreach_words(text);
+    if words.is_empty() {
+        return Vec::new();
+    }
+    let paths = submodule_dirs(top);
+    paths
+        .iter()
+        .flat_map(|path| {
+            words.iter().map(move |w| CommandWord {
+                word: [path.as_slice(), b"/", &w.word].concat(),
+                is_path: w.is_path,
+                whole_dir: w.whole_dir,
+            })
+        })
+        .collect()
+}
+
+/// The submodule directories of the work tree at `top`, from its top: those its
+/// `.gitmodules` names, and those theirs name, four levels deep and 256 in all. `git
+/// submodule foreach --recursive` runs its command in a nested submodule too, and round
+/// twenty-two read the top's `.gitmodules` alone: the agent wrote `sub/inner/tools/x.sh`
+/// (round twenty-three's review). Without `--recursive` the nested ones are held for
+/// nothing, which costs little.
+pub(super) fn submodule_dirs(top: &Path) -> Vec<Vec<u8>> {
+    const MAX_LEVELS: usize = 4;
+    const MAX_DIRS: usize = 256;
+    let mut dirs: Vec<Vec<u8>> = Vec::new();
+    let mut level: Vec<Vec<u8>> = vec![Vec::new()];
+    for _ in 0..MAX_LEVELS {
+        let mut next = Vec::new();
+        for base in &level {
+            let gitmodules = top.join(OsStr::from_bytes(base)).join(".gitmodules");
+            let Some(text) = read_plain_file(&gitmodules, MAX_SCRIPT_BYTES) else {
+                continue;
+            };
+            for path in config_text::submodule_paths(&text) {
+                let path = match base.is_empty() {
+                    true => path,
+                    false => [base.as_slice(), b"/", &path].concat(),
+                };
+                if dirs.len() < MAX_DIRS && !dirs.contains(&path) {
+                    dirs.push(path.clone());
+                    next.push(path);
+                }
+            }
+        }
+        level = next;
+    }
+    dirs
+}
+
+/// The words of `path`'s `#!` line (the interpreter path first), as the kernel reads it
+/// (at most 256 bytes, blanks after `#!` skipped); `None` for a file without one.
+pub(super) fn read_shebang(path: &Path) -> Option<Vec<Vec<u8>>> {
+    let head = read_plain_file(path, 256)?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
+    let words: Vec<Vec<u8>> = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .filter(|w| !w.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    (!words.is_empty()).then_some(words)
+}
+
+/// The program a `#!` line runs through `env` (`python3` of `#!/usr/bin/env python3`,
+/// of `#!/usr/bin/env -S python3 -u`, of `#!/usr/bin/env -u X A=1 python3`); `None`
+/// when the interpreter is not `env`, or names no program. A split string attached to
+/// its option (`-Spython3`, `-vS python3`, `--split-string=python3 -u`: the kernel
+/// passes the rest of the line as one argument, and `env` splits it) is read as the
+/// words it holds: the program was taken for an option and passed over (round
+/// twenty-three's review).
+pub(super) fn env_program(line: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let (interpreter, args) = line.split_first()?;
+    if interpreter.rsplit(|b| *b == b'/').next() != Some(b"env".as_slice()) {
+        return None;
+    }
+    let mut args: std::collections::VecDeque<Vec<u8>> = args.iter().cloned().collect();
+    while let Some(arg) = args.pop_front() {
+        if let Some(option) = arg.strip_prefix(b"--") {
+            if let Some(split) = option.strip_prefix(b"split-string=") {
+                args.push_front(split.to_vec());
+            } else if [b"unset".as_slice(), b"chdir", b"argv0"].contains(&option) {
+                args.pop_front();
+            }
+        } else if let Some(cluster) = arg.strip_prefix(b"-") {
+            env_short_options(cluster, &mut args);
+        } else if !arg.contains(&b'=') {
+            return Some(arg);
+        }
+    }
+    None
+}
+
+/// One `-xyz` cluster of `env`'s short options ([`env_program`]): an option with a value
+/// takes the rest of the cluster, or the next argument; `-S`'s value goes back on `args`
+/// as words of their own.
+pub(super) fn env_short_options(cluster: &[u8], args: &mut std::collections::VecDeque<Vec<u8>>) {
+    const VALUE_OPTIONS: &[u8] = b"uCPaS";
+    let Some(at) = cluster.iter().position(|b| VALUE_OPTIONS.contains(b)) else {
+        return;
+    };
+    let rest = &cluster[at + 1..];
+    let value = if rest.is_empty() {
+        args.pop_front().unwrap_or_default()
+    } else {
+        rest.to_vec()
+    };
+    if cluster[at] == b'S' {
+        for word in value
+            .split(|b| *b == b' ' || *b == b'\t')
+            .filter(|w| !w.is_empty())
+            .rev()
+        {
+            args.push_front(word.to_vec());
+        }
+    }
+}
+
+pub(super) fn trim_ascii(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &bytes[start..end.max(start)]
+}
