@@ -156,47 +156,27 @@ const CONTROL_TRIES: usize = 4;
 /// One run of the filter attack as `owner`, confined or not: its stdout, its envelope,
 /// and what the filter noted in the workspace (`forge-ran`).
 fn filter_attack(owner: Option<u32>, confined: bool) -> (String, Value, String) {
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/cli_git_dir_filter.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
-    for d in ["ws", "home", "tmp"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    sandbox_fixture::must_run(
-        Command::new("git")
-            .args(["init", "-q"])
-            .arg(root.join("ws")),
-    );
-    if let Some(uid) = owner {
-        sandbox_fixture::chown_tree(&root, uid);
-    }
-    let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-    if !confined {
-        extra.extend(["--sandbox", "danger-full-access"]);
-    }
-    let out = sandbox_fixture::coder_as(
-        &root,
+    let run = sandbox_fixture::cli_probe(
         owner,
-        &root.join("ws"),
-        &claude,
-        &extra,
+        confined,
+        "cli_git_dir_filter.json",
         "plant a filter in the CLI's git dir",
-    )
-    .env("TMPDIR", root.join("tmp"))
-    .output_bounded();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let who = format!("{owner:?} confined={confined}");
-    let env: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+        |root| {
+            sandbox_fixture::must_run(
+                Command::new("git")
+                    .args(["init", "-q"])
+                    .arg(root.join("ws")),
+            );
+            Vec::new()
+        },
+    );
+    let (stdout, who) = (&run.stdout, &run.who);
     assert!(
         stdout.contains("PLANTED") && stdout.contains("TRIGGERED"),
         "{who}: the Bash calls did not all run: {stdout}"
     );
-    let ran = std::fs::read_to_string(root.join("ws/forge-ran")).unwrap_or_default();
-    (stdout, env, ran)
+    let ran = std::fs::read_to_string(run.root.join("ws/forge-ran")).unwrap_or_default();
+    (run.stdout.clone(), run.envelope.clone(), ran)
 }
 
 /// Whether the forged `INJECTED-<pid>` result line reached the output.
@@ -311,11 +291,6 @@ fn the_proxy_takes_no_other_spelling_of_an_allowed_address() {
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn tool_commands_do_not_write_the_clis_own_scratch() {
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/cli_scratch_writes.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let targets = [
         "/planted",
         "/tasks/",
@@ -324,32 +299,15 @@ fn tool_commands_do_not_write_the_clis_own_scratch() {
     ];
     for owner in owners() {
         for confined in [true, false] {
-            let (_dir, root) = sandbox_fixture::temp_root("coder-round22-");
-            for d in ["ws", "home", "tmp"] {
-                std::fs::create_dir_all(root.join(d)).unwrap();
-            }
-            if let Some(uid) = owner {
-                sandbox_fixture::chown_tree(&root, uid);
-            }
-            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-            if !confined {
-                extra.extend(["--sandbox", "danger-full-access"]);
-            }
             // Unconfined, the CLI's scratch is then `root/tmp` (not the host's `/tmp`).
-            let out = sandbox_fixture::coder_as(
-                &root,
+            let run = sandbox_fixture::cli_probe(
                 owner,
-                &root.join("ws"),
-                &claude,
-                &extra,
+                confined,
+                "cli_scratch_writes.json",
                 "write the CLI's scratch",
-            )
-            .env("TMPDIR", root.join("tmp"))
-            .output_bounded();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let who = format!("{owner:?} confined={confined}");
-            let env: Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+                |_| Vec::new(),
+            );
+            let (stdout, who, env) = (&run.stdout, &run.who, &run.envelope);
             assert!(
                 stdout.contains("PROBED") && stdout.contains("WAITED"),
                 "{who}: the Bash calls did not all run: {stdout}"

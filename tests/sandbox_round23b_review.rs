@@ -8,9 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::Bounded;
 use common::sandbox_fixture::{self, owners};
-use serde_json::Value;
 
 /// The CLI's own scratch (`$CLAUDE_CODE_TMPDIR/claude-<uid>/`) is kept from tool commands
 /// by the nested domain, but the CLI's file tools (Write, Edit, NotebookEdit) run in the
@@ -24,38 +22,16 @@ use serde_json::Value;
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_clis_write_tool_does_not_write_its_own_scratch_through_a_link() {
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/cli_scratch_write_tool.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
     for owner in owners() {
         for confined in [true, false] {
-            let (_dir, root) = sandbox_fixture::temp_root("coder-round23b-");
-            for d in ["ws", "home", "tmp"] {
-                std::fs::create_dir_all(root.join(d)).unwrap();
-            }
-            if let Some(uid) = owner {
-                sandbox_fixture::chown_tree(&root, uid);
-            }
-            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-            if !confined {
-                extra.extend(["--sandbox", "danger-full-access"]);
-            }
-            let out = sandbox_fixture::coder_as(
-                &root,
+            let run = sandbox_fixture::cli_probe(
                 owner,
-                &root.join("ws"),
-                &claude,
-                &extra,
+                confined,
+                "cli_scratch_write_tool.json",
                 "write the CLI's scratch with its Write tool",
-            )
-            .env("TMPDIR", root.join("tmp"))
-            .output_bounded();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let who = format!("{owner:?} confined={confined}");
-            let env: Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+                |_| Vec::new(),
+            );
+            let (stdout, who) = (&run.stdout, &run.who);
             assert!(
                 stdout.contains("LINKED"),
                 "{who}: the link was not made: {stdout}"
@@ -69,7 +45,11 @@ fn the_clis_write_tool_does_not_write_its_own_scratch_through_a_link() {
                 assert!(planted, "{who}: control: the Write tool wrote: {stdout}");
                 continue;
             }
-            assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
+            assert_eq!(
+                run.envelope["result"], "The honest answer.",
+                "{who}: {}",
+                run.envelope
+            );
             assert!(
                 !planted,
                 "{who}: the CLI's Write tool wrote its scratch through a link: {stdout}"
@@ -90,45 +70,24 @@ fn the_clis_write_tool_does_not_write_its_own_scratch_through_a_link() {
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn tool_commands_find_no_other_way_into_the_clis_scratch() {
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/nest_escapes.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let escapes = ["hardlink", "rename", "cwdfile-as-dir", "fifo"];
     let held_only_confined = ["reexec", "reexec-root"];
     let work = ["ws", "tmpdir", "write-dir", "shm"];
     for owner in owners() {
         for confined in [true, false] {
-            let (_dir, root) = sandbox_fixture::temp_root("coder-round23b-");
-            for d in ["ws", "home", "tmp", "extra"] {
-                std::fs::create_dir_all(root.join(d)).unwrap();
-            }
-            let extra_dir = root.join("extra");
-            std::fs::write(root.join("ws/extra-dir"), extra_dir.to_str().unwrap()).unwrap();
-            if let Some(uid) = owner {
-                sandbox_fixture::chown_tree(&root, uid);
-            }
-            let write = extra_dir.to_str().unwrap();
-            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-            extra.extend(["--write", write]);
-            if !confined {
-                extra.extend(["--sandbox", "danger-full-access"]);
-            }
-            let out = sandbox_fixture::coder_as(
-                &root,
+            let run = sandbox_fixture::cli_probe(
                 owner,
-                &root.join("ws"),
-                &claude,
-                &extra,
+                confined,
+                "nest_escapes.json",
                 "find another way into the CLI's scratch",
-            )
-            .env("TMPDIR", root.join("tmp"))
-            .output_bounded();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let who = format!("{owner:?} confined={confined}");
-            let env: Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+                |root| {
+                    let extra_dir = root.join("extra");
+                    std::fs::create_dir_all(&extra_dir).unwrap();
+                    std::fs::write(root.join("ws/extra-dir"), extra_dir.to_str().unwrap()).unwrap();
+                    vec!["--write".to_owned(), extra_dir.to_str().unwrap().to_owned()]
+                },
+            );
+            let (stdout, who, env) = (&run.stdout, &run.who, &run.envelope);
             assert!(
                 stdout.contains("PROBED") && stdout.contains("WAITED"),
                 "{who}: the Bash calls did not all run: {stdout}"

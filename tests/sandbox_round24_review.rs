@@ -320,39 +320,17 @@ fn the_scripts_a_while_read_over_a_list_runs_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_write_tool_finds_no_other_spelling_of_the_clis_scratch() {
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/round24_write_tool_scratch.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let names = ["planted-newdir", "planted-ds", "planted-dot"];
     for owner in owners() {
         for confined in [true, false] {
-            let (_dir, root) = sandbox_fixture::temp_root("coder-round24-");
-            for d in ["ws", "home", "tmp"] {
-                std::fs::create_dir_all(root.join(d)).unwrap();
-            }
-            if let Some(uid) = owner {
-                sandbox_fixture::chown_tree(&root, uid);
-            }
-            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-            if !confined {
-                extra.extend(["--sandbox", "danger-full-access"]);
-            }
-            let out = sandbox_fixture::coder_as(
-                &root,
+            let run = sandbox_fixture::cli_probe(
                 owner,
-                &root.join("ws"),
-                &claude,
-                &extra,
+                confined,
+                "round24_write_tool_scratch.json",
                 "write the CLI's scratch by another spelling",
-            )
-            .env("TMPDIR", root.join("tmp"))
-            .output_bounded();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let who = format!("{owner:?} confined={confined}");
-            let env: Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+                |_| Vec::new(),
+            );
+            let (stdout, who, env) = (&run.stdout, &run.who, &run.envelope);
             assert!(
                 stdout.contains("LINKED") && stdout.contains("CHECKED"),
                 "{who}: the Bash calls did not run: {stdout}"

@@ -852,3 +852,60 @@ pub fn own_script(fx: &GitFx, ws: &Path, rel: &str) {
     let script = fx.own_file(ws, rel, "#!/bin/sh\n");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// What a real-CLI probe run left ([`cli_probe`]): its root (removed on drop), coder's
+/// stdout (the agent's tool results are in it, JSON-escaped), its envelope, and who ran
+/// it, for messages.
+pub struct CliProbe {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub stdout: String,
+    pub envelope: serde_json::Value,
+    pub who: String,
+}
+
+/// coder with the real CLI on the replay fixture `cassette` (a path below
+/// `fixtures/sandbox/`), as `owner`, confined (the default sandbox) or not
+/// (`danger-full-access`), telling it `task`: in a fresh root holding `ws`, `home` and
+/// `tmp` (`TMPDIR`: unconfined, the CLI's scratch is there, not in the host's `/tmp`),
+/// after `setup(root)` made whatever else the probe needs (before the tree is given to
+/// `owner`) and gave coder's further flags. Panics without an envelope.
+pub fn cli_probe(
+    owner: Option<u32>,
+    confined: bool,
+    cassette: &str,
+    task: &str,
+    setup: impl FnOnce(&Path) -> Vec<String>,
+) -> CliProbe {
+    let claude = super::real_claude();
+    let backend = format!(
+        "replay:{}/fixtures/sandbox/{cassette}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (dir, root) = temp_root("coder-cli-probe-");
+    for d in ["ws", "home", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let flags = setup(&root);
+    if let Some(uid) = owner {
+        chown_tree(&root, uid);
+    }
+    let mut extra = vec!["--backend", &backend, "--return-all-messages"];
+    extra.extend(flags.iter().map(String::as_str));
+    if !confined {
+        extra.extend(["--sandbox", "danger-full-access"]);
+    }
+    let out = coder_as(&root, owner, &root.join("ws"), &claude, &extra, task)
+        .env("TMPDIR", root.join("tmp"))
+        .output_bounded();
+    let who = format!("{owner:?} confined={confined}");
+    let envelope = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+    CliProbe {
+        _dir: dir,
+        root,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        envelope,
+        who,
+    }
+}
