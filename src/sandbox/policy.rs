@@ -484,44 +484,55 @@ enum ConfigName {
     Dir,
 }
 
-impl Policy {
-    /// Resolve `opts` into a policy. Creates this run's private directory and the Claude
-    /// config directory; reads the workspace to find what must be masked.
-    pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
-        let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
-        let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
-        let ws_dir = WorkspaceDir::open(&workspace)?;
+/// What earlier runs left to do, done before this run's directories are made: the
+/// end-of-run git guard of a run whose coder was killed (its record goes with its
+/// directory), and a guard that stopped short checked again before this run's scan takes
+/// what it did not reach for the user's (a confined run over those trees is refused
+/// while that stops too); then dead runs' directories are pruned. Every place a run
+/// directory may be in is read: the environment that chose a killed run's place may
+/// differ from this run's. The warnings to pass on.
+fn finish_earlier_runs(
+    opts: &PolicyOptions,
+    places: &RunPlaces,
+    workspace: &Path,
+) -> Result<Vec<String>, SandboxError> {
+    let mut late_guard = Vec::new();
+    for dir in &places.every {
+        late_guard.extend(super::gitguard::finish_dead_runs(dir, &places.records));
+    }
+    let trees: Vec<PathBuf> = match opts.mode.is_confined() {
+        true => std::iter::once(workspace.to_path_buf())
+            .chain(
+                opts.extra_write
+                    .iter()
+                    .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.clone())),
+            )
+            .collect(),
+        false => Vec::new(),
+    };
+    for dir in &places.every {
+        late_guard.extend(super::gitguard::finish_stopped_guards(dir, &trees)?);
+    }
+    for dir in places.every.iter().chain([&places.tmp]) {
+        run_dirs::prune_dead_run_dirs(dir);
+    }
+    Ok(late_guard)
+}
 
-        let places = RunPlaces::choose(opts.runs_dir.as_deref())?;
-        create_private_dir(&places.own)?;
-        create_private_dir(&places.tmp)?;
-        // A run whose coder was killed never ran its end-of-run git guard: run it now,
-        // before its directory (and the record of what it knew) goes. Every place a run
-        // directory may be in is read: the environment that chose a killed run's place
-        // may differ from this run's.
-        let mut late_guard = Vec::new();
-        for dir in &places.every {
-            late_guard.extend(super::gitguard::finish_dead_runs(dir, &places.records));
-        }
-        // A guard that stopped short (a run's own, or a killed run's checked above) left
-        // what it did not reach: checked again before this run's scan takes it for the
-        // user's, and a confined run over those trees is refused while that stops too.
-        let trees: Vec<PathBuf> = match opts.mode.is_confined() {
-            true => std::iter::once(workspace.clone())
-                .chain(
-                    opts.extra_write
-                        .iter()
-                        .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.clone())),
-                )
-                .collect(),
-            false => Vec::new(),
-        };
-        for dir in &places.every {
-            late_guard.extend(super::gitguard::finish_stopped_guards(dir, &trees)?);
-        }
-        for dir in places.every.iter().chain([&places.tmp]) {
-            run_dirs::prune_dead_run_dirs(dir);
-        }
+/// This run's own directory and its `TMPDIR` directory (each locked, and removed on drop
+/// unless kept), and the tool commands' `TMPDIR` inside the latter.
+struct RunDirs {
+    run_dir: PathBuf,
+    run_lock: RunLock,
+    made: MadeRunDir,
+    tmp_dir: PathBuf,
+    tmp_lock: RunLock,
+    made_tmp: MadeRunDir,
+    tools_tmp: PathBuf,
+}
+
+impl RunDirs {
+    fn make(places: &RunPlaces) -> Result<RunDirs, SandboxError> {
         let name = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
         let (run_dir, run_lock, made) = make_run_dir(&places.own.join(&name))?;
         // What the agent and the CLI create in it is owner-only, as everything else in
@@ -534,18 +545,44 @@ impl Policy {
             .mode(0o700)
             .create(&tools_tmp)
             .map_err(|e| SandboxError::io(format!("create {}", tools_tmp.display()), e))?;
-        let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
+        Ok(RunDirs {
+            run_dir,
+            run_lock,
+            made,
+            tmp_dir,
+            tmp_lock,
+            made_tmp,
+            tools_tmp,
+        })
+    }
+}
 
-        let mut env_set = BTreeMap::new();
+/// The child's environment changes and its network: the CLI's config and scratch
+/// directories, the tools' `TMPDIR`, and in a confined run the proxy.
+struct RunEnv {
+    env_set: BTreeMap<String, String>,
+    env_remove: Vec<String>,
+    network: NetworkPolicy,
+    connect_ports: Vec<u16>,
+}
+
+impl RunEnv {
+    fn for_run(
+        opts: &PolicyOptions,
+        config_dir: &Path,
+        tools_tmp: &Path,
+        tmp_dir: &Path,
+    ) -> RunEnv {
         let text = |p: &Path| p.to_string_lossy().into_owned();
-        env_set.insert("CLAUDE_CONFIG_DIR".to_string(), text(&config_dir));
+        let mut env_set = BTreeMap::new();
+        env_set.insert("CLAUDE_CONFIG_DIR".to_string(), text(config_dir));
         // The tool commands' `TMPDIR` is a directory of the CLI's scratch: the nested
         // domain of tool commands writes there and not beside it (`nest`).
-        env_set.insert("TMPDIR".to_string(), text(&tools_tmp));
-        env_set.insert("CLAUDE_CODE_TMPDIR".to_string(), text(&tmp_dir));
+        env_set.insert("TMPDIR".to_string(), text(tools_tmp));
+        env_set.insert("CLAUDE_CODE_TMPDIR".to_string(), text(tmp_dir));
         // One private directory serves as both: it is created and deleted on every run,
         // and each directory more is work for the filesystem and one more tree to mount.
-        env_set.insert("XDG_RUNTIME_DIR".to_string(), text(&tmp_dir));
+        env_set.insert("XDG_RUNTIME_DIR".to_string(), text(tmp_dir));
         let mut env_remove: Vec<String> = ENV_REMOVE.iter().map(|s| s.to_string()).collect();
         let mut allow = opts.allow_hosts.clone();
         allow.sort();
@@ -562,6 +599,82 @@ impl Policy {
             env_remove.extend(NO_PROXY_VARS.iter().map(|s| s.to_string()));
             connect_ports.push(network.proxy_port);
         }
+        RunEnv {
+            env_set,
+            env_remove,
+            network,
+            connect_ports,
+        }
+    }
+}
+
+/// The user's `--read` and `--write` grants, each refused where it would hand the agent
+/// the home directory's keys, a system tree, or (read-only mode) the workspace; a
+/// writable directory is a tree of the end-of-run guard. The trees the scan must read
+/// (canonical, and whether writable).
+fn add_user_grants(
+    grants: &mut Grants,
+    policy: &mut Policy,
+    opts: &PolicyOptions,
+    home: Option<&Path>,
+) -> Result<Vec<(PathBuf, bool)>, SandboxError> {
+    let mut scanned = Vec::new();
+    for path in &opts.extra_read {
+        let canonical = canonicalize(PathRole::ReadFlag, path)?;
+        refuse_home_secrets(PathRole::ReadFlag, &canonical, home)?;
+        grants.add(path, Access::Read)?;
+        scanned.push((canonical, false));
+    }
+    for path in &opts.extra_write {
+        let canonical = canonicalize(PathRole::WriteFlag, path)?;
+        refuse_broad_write(&canonical, home)?;
+        refuse_home_secrets(PathRole::WriteFlag, &canonical, home)?;
+        if opts.mode == Mode::ReadOnly && policy.workspace.starts_with(&canonical) {
+            return Err(SandboxError::Path {
+                what: PathRole::WriteFlag,
+                path: canonical,
+                reason: "contains the workspace, which read-only mode keeps read-only".to_string(),
+            });
+        }
+        grants.add(path, Access::Write)?;
+        if canonical.is_dir() {
+            policy.guard_roots.push(canonical.clone());
+        }
+        scanned.push((canonical, true));
+    }
+    Ok(scanned)
+}
+
+impl Policy {
+    /// Resolve `opts` into a policy. Creates this run's private directory and the Claude
+    /// config directory; reads the workspace to find what must be masked.
+    pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
+        let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
+        let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
+        let ws_dir = WorkspaceDir::open(&workspace)?;
+
+        let places = RunPlaces::choose(opts.runs_dir.as_deref())?;
+        create_private_dir(&places.own)?;
+        create_private_dir(&places.tmp)?;
+        let late_guard = finish_earlier_runs(opts, &places, &workspace)?;
+        let RunDirs {
+            run_dir,
+            run_lock,
+            made,
+            tmp_dir,
+            tmp_lock,
+            made_tmp,
+            tools_tmp,
+        } = RunDirs::make(&places)?;
+        let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
+
+        let text = |p: &Path| p.to_string_lossy().into_owned();
+        let RunEnv {
+            env_set,
+            env_remove,
+            network,
+            connect_ports,
+        } = RunEnv::for_run(opts, &config_dir, &tools_tmp, &tmp_dir);
 
         let mut policy = Policy {
             mode: opts.mode,
@@ -655,31 +768,7 @@ impl Policy {
             policy.outside_roots.push(PathBuf::from("/tmp"));
         }
 
-        let mut scanned = Vec::new();
-        for path in &opts.extra_read {
-            let canonical = canonicalize(PathRole::ReadFlag, path)?;
-            refuse_home_secrets(PathRole::ReadFlag, &canonical, home.as_deref())?;
-            grants.add(path, Access::Read)?;
-            scanned.push((canonical, false));
-        }
-        for path in &opts.extra_write {
-            let canonical = canonicalize(PathRole::WriteFlag, path)?;
-            refuse_broad_write(&canonical, home.as_deref())?;
-            refuse_home_secrets(PathRole::WriteFlag, &canonical, home.as_deref())?;
-            if opts.mode == Mode::ReadOnly && workspace.starts_with(&canonical) {
-                return Err(SandboxError::Path {
-                    what: PathRole::WriteFlag,
-                    path: canonical,
-                    reason: "contains the workspace, which read-only mode keeps read-only"
-                        .to_string(),
-                });
-            }
-            grants.add(path, Access::Write)?;
-            if canonical.is_dir() {
-                policy.guard_roots.push(canonical.clone());
-            }
-            scanned.push((canonical, true));
-        }
+        let scanned = add_user_grants(&mut grants, &mut policy, opts, home.as_deref())?;
 
         if opts.mode == Mode::WorkspaceWrite {
             policy.guard_roots.insert(0, workspace.clone());
