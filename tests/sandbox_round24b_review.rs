@@ -1,0 +1,223 @@
+//! Round twenty-four's second review: this round's sandbox changes (the relocated
+//! never-visible places, the account home, the scratch rules' glob escaping, the
+//! placeholder registry written in place, and round twenty-four's fixes: hard links to
+//! home keys masked as secrets, `xargs` list files held) attacked by one who has read
+//! the code, through the built binary, root and uid 65534, each with an unconfined
+//! control (`--mode danger-full-access`) showing the attack works without the sandbox.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
+
+/// Every git fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round24b-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet).
+const KNOWN_OPEN: &[&str] = &[];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// A secret's other name in the workspace and in a `--read` directory, read by the
+/// agent: `prepare` writes the secret (returning its path and the variables that name
+/// it); confined, neither name may show `SECRET`, unconfined both do.
+fn linked_secret_attack(
+    name: &str,
+    prepare: impl Fn(&Path) -> (std::path::PathBuf, Vec<(&'static str, std::path::PathBuf)>),
+) {
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fixture::new("coder-round24b-link-", nobody, &["ws", "r", "home", "state"]);
+            let (secret, vars) = prepare(fx.root());
+            std::fs::hard_link(&secret, fx.root().join("ws/notes")).unwrap();
+            std::fs::hard_link(&secret, fx.root().join("r/notes")).unwrap();
+            fx.own(fx.root());
+            let r = fx.root().join("r");
+            let mut args = vec!["--read", r.to_str().unwrap()];
+            if !confined {
+                args.extend(["--mode", "danger-full-access"]);
+            }
+            let script = format!("cat notes '{}/notes'; echo SERVED", r.display());
+            let mut cmd = fx.sandbox_in(&fx.root().join("ws"), &args, &script);
+            for (var, value) in &vars {
+                cmd.env(var, value);
+            }
+            let (_rc, out) = run_text(&mut cmd);
+            let who = format!("{name}: nobody={nobody} confined={confined}");
+            assert!(out.contains("SERVED"), "{who}: not served: {out}");
+            let read = out.matches("SECRET").count();
+            if confined && KNOWN_OPEN.contains(&name) {
+                assert!(read > 0, "{who}: fixed? take it off KNOWN_OPEN: {out}");
+            } else {
+                assert_eq!(read, if confined { 0 } else { 2 }, "{who}: {out}");
+            }
+        }
+    }
+}
+
+/// `XDG_CONFIG_HOME` outside the home directory (round twenty-four counts its `gh/` and
+/// `git/credentials` as never visible): a hard link to its `gh/hosts.yml` in the
+/// workspace and in a `--read` directory. Round twenty-four's hard-link masking looked
+/// at the home directory's own entries only.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hard_link_to_a_relocated_config_homes_token_is_not_read() {
+    linked_secret_attack("relocated gh token", |root| {
+        let token = root.join("cfg/gh/hosts.yml");
+        sandbox_fixture::write(&token, "GH-SECRET\n");
+        (token, vec![("XDG_CONFIG_HOME", root.join("cfg"))])
+    });
+}
+
+/// `AWS_SHARED_CREDENTIALS_FILE` naming a file outside the home directory: a hard link to
+/// it in the workspace and in a `--read` directory.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hard_link_to_a_relocated_aws_credentials_file_is_not_read() {
+    linked_secret_attack("relocated aws credentials", |root| {
+        let creds = root.join("vault/aws-creds");
+        sandbox_fixture::write(&creds, "AWS-SECRET\n");
+        (creds.clone(), vec![("AWS_SHARED_CREDENTIALS_FILE", creds)])
+    });
+}
+
+/// A home key kept elsewhere and linked into place by a dotfiles manager (`stow`:
+/// `~/.aws/credentials` a symlink to `~/dotfiles/aws/credentials`): a hard link to the
+/// file in the workspace and in a `--read` directory. The masking stat'ed the entries of
+/// `~/.aws` without following their symlinks.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hard_link_to_a_home_key_a_symlink_leads_to_is_not_read() {
+    linked_secret_attack("stowed aws credentials", |root| {
+        let creds = root.join("home/dotfiles/aws/credentials");
+        sandbox_fixture::write(&creds, "AWS-SECRET\n");
+        std::fs::create_dir_all(root.join("home/.aws")).unwrap();
+        std::os::unix::fs::symlink(
+            "../dotfiles/aws/credentials",
+            root.join("home/.aws/credentials"),
+        )
+        .unwrap();
+        (creds, vec![])
+    });
+}
+
+/// The user's `tools/ci.sh`, run by `git fmt`, runs `xargs -n1 -a tools/checks.list sh`:
+/// round twenty-four holds a list an alias names, not one a held script names; the agent
+/// appends to the script the list names.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_list_in_a_held_script_names_are_not_the_agents_to_write() {
+    held_file_attack(
+        "xargs -a in a held script",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(ws, "tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n");
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} >> tools/checks/a.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
+/// The same list named by a held script, rewritten by the agent to name a script of its
+/// own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_xargs_list_a_held_script_names_is_not_the_agents_to_rewrite() {
+    held_file_attack(
+        "xargs list in a held script rewritten",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(ws, "tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n");
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
+/// `git fmt` = `!find tools -name checks.list -exec xargs -n1 -a {} sh ;`: the list is
+/// found, not named; the agent appends to the script it names.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_found_xargs_list_names_are_not_the_agents_to_write() {
+    held_file_attack(
+        "find -exec xargs -a",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!find tools -name checks.list -exec xargs -n1 -a {} sh \\;",
+                ],
+            );
+        },
+        &format!(
+            "{} >> tools/checks/a.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
+/// The same stowed key (`~/.aws/credentials` a symlink to `~/dotfiles/aws/credentials`),
+/// no hard link: `--read ~/dotfiles` (a directory inside the home directory, which may be
+/// granted) holds the file `~/.aws/credentials` names. The refusal compares the grant with
+/// the never-visible entries resolved (`~/.aws` itself), not with what their entries'
+/// symlinks lead to. Control: the same grant with `~/.aws/credentials` a file of its own.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_what_a_home_keys_symlink_leads_to_is_refused() {
+    let name = "read the stowed dir";
+    for nobody in sandbox_fixture::arms() {
+        for stowed in [true, false] {
+            let fx = Fixture::new("coder-round24b-stow-", nobody, &["ws", "home/.aws", "state"]);
+            let home = fx.root().join("home");
+            sandbox_fixture::write(&home.join("dotfiles/aws/credentials"), "AWS-SECRET\n");
+            if stowed {
+                std::os::unix::fs::symlink(
+                    "../dotfiles/aws/credentials",
+                    home.join(".aws/credentials"),
+                )
+                .unwrap();
+            } else {
+                sandbox_fixture::write(&home.join(".aws/credentials"), "OTHER\n");
+            }
+            fx.own(fx.root());
+            let dotfiles = home.join("dotfiles");
+            let script = format!("cat '{}/aws/credentials'; echo SERVED", dotfiles.display());
+            let (rc, out) = fx.sandbox(&["--read", dotfiles.to_str().unwrap()], &script);
+            let who = format!("{name}: nobody={nobody} stowed={stowed}");
+            if !stowed {
+                assert!(rc == 0 && out.contains("AWS-SECRET"), "{who}: control: {out}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(out.contains("AWS-SECRET"), "{who}: fixed? take it off KNOWN_OPEN: {out}");
+            } else {
+                assert!(!out.contains("AWS-SECRET"), "{who}: the key was read: {out}");
+            }
+        }
+    }
+}
