@@ -262,16 +262,13 @@ fn a_plan_file_among_the_home_directorys_keys_is_refused() {
     }
 }
 
-/// Whether [`a_hard_link_to_a_home_key_in_a_grant_is_not_the_agents_to_write`] still
-/// finds the hole open: then it asserts the write lands, and fails once it is fixed
-/// (assert the refusal then, and drop the line in SECURITY.md's Known limits).
-const KNOWN_OPEN_HARD_LINKED_HOME_KEY: bool = true;
-
 /// A `--write` directory holding a hard link to `~/.ssh/authorized_keys` (one the user
-/// made: `cp -al`, a backup tool's snapshot) is granted, since the refusal compares paths,
-/// and the agent appends its key through the link. Open (a ratchet): finding it needs the
-/// inodes of every never-visible file compared with every file of every grant. Root and
-/// uid 65534; control: the same write with `--mode danger-full-access` lands.
+/// made: `cp -al`, a backup tool's snapshot) was granted, since the refusal compares
+/// paths, and the agent appended its key through the link (a ratchet until round
+/// twenty-four). The scan now masks every name in the trees of a never-visible file with
+/// more than one link: the agent reads it empty and cannot write it; the run is served.
+/// Root and uid 65534; control: with `--mode danger-full-access` the key is read and the
+/// write lands.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_hard_link_to_a_home_key_in_a_grant_is_not_the_agents_to_write() {
@@ -293,22 +290,21 @@ fn a_hard_link_to_a_home_key_in_a_grant_is_not_the_agents_to_write() {
             if !confined {
                 args.extend(["--mode", "danger-full-access"]);
             }
-            let script = format!("echo AGENT-KEY >> '{}'", link.display());
+            let script = format!(
+                "cat '{0}'; echo AGENT-KEY >> '{0}'; echo SERVED",
+                link.display()
+            );
             let (_rc, out) = run_text(&mut fx.sandbox_in(&fx.root().join("ws"), &args, &script));
             let written = std::fs::read_to_string(&keys)
                 .unwrap()
                 .contains("AGENT-KEY");
             let who = format!("nobody={nobody} confined={confined}");
+            assert!(out.contains("SERVED"), "{who}: not served: {out}");
             if confined {
-                assert_eq!(
-                    written,
-                    KNOWN_OPEN_HARD_LINKED_HOME_KEY,
-                    "{who}: the agent's key {} (KNOWN_OPEN_HARD_LINKED_HOME_KEY is out of \
-                     date): {out}",
-                    if written { "landed" } else { "did not land" }
-                );
+                assert!(!written, "{who}: the agent's key landed: {out}");
+                assert!(!out.contains("USER-KEY"), "{who}: the key was read: {out}");
             } else {
-                assert!(written, "{who}: control: {out}");
+                assert!(written && out.contains("USER-KEY"), "{who}: control: {out}");
             }
         }
     }

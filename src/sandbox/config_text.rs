@@ -15,8 +15,8 @@
 //! line, and a script runs others. So every word that could be a path is offered
 //! ([`command_words`]), and the scan holds those that name a file of a tree (one with a
 //! `/` even when it does not exist yet). What such a script sources is followed too
-//! ([`sourced_words`]), a few levels deep; what else it runs is not (SECURITY.md, Known
-//! limits).
+//! ([`sourced_words`]), a few levels deep, and what it runs by path ([`run_words`], held
+//! when present); what else it runs is not (SECURITY.md, Known limits).
 
 /// The hook names git runs (githooks(5)), held when the hooks directory is the
 /// workspace itself (`core.hooksPath = .`).
@@ -221,6 +221,227 @@ pub(super) fn foreach_words(text: &[u8]) -> Vec<CommandWord> {
     words
 }
 
+/// The list files whose entries an `xargs` of a command the config runs hands to a
+/// program that runs them (`xargs -n1 -a tools/checks.list sh`, `xargs sh <
+/// tools/checks.list`, `cat tools/checks.list | xargs -n1 sh`): the list is a word of
+/// the line and held, but what it names is read by `xargs`, not by the shell, and was the
+/// agent's to write (round twenty-three's review, a ratchet until round twenty-four).
+/// The scan holds each entry of such a list ([`list_entries`]) as a word of the line.
+/// Quoted lines are read as [`line_words`] reads them.
+pub(super) fn xargs_lists(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut lists = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        line_xargs_lists(&top_read_as_dot(line), NESTED_LINES, &mut lists);
+    }
+    lists
+}
+
+/// The entries of an `xargs` list file ([`xargs_lists`]) that may name a file: each
+/// word as `xargs` splits it (blanks and newlines, quotes taken off), and each whole
+/// line (`-d '\n'`, `-0` lists of names with blanks).
+pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    for line in list.split(|b| *b == b'\n' || *b == 0) {
+        let whole = line.trim_ascii().to_vec();
+        for word in shell_tokens(line).into_iter().chain([whole]) {
+            if may_name_a_file(&word) && !found.contains(&word) {
+                found.push(word);
+            }
+        }
+    }
+    found
+}
+
+/// The list files of one shell line ([`xargs_lists`]), added to `lists`.
+fn line_xargs_lists(line: &[u8], depth: usize, lists: &mut Vec<Vec<u8>>) {
+    for pipeline in pipelines(line) {
+        let Some(xargs) = pipeline
+            .iter()
+            .map(|c| shell_tokens(c))
+            .find(|words| words.first().is_some_and(|w| program_name(w) == b"xargs"))
+        else {
+            continue;
+        };
+        let Some(named) = xargs_list_options(&xargs) else {
+            continue;
+        };
+        for command in &pipeline {
+            let words = shell_tokens(command);
+            if words.first().is_some_and(|w| program_name(w) == b"cat") {
+                lists.extend(words[1..].iter().filter(|w| !w.starts_with(b"-")).cloned());
+            }
+            lists.extend(redirected_from(command));
+        }
+        lists.extend(named);
+    }
+    lists.retain(|l| may_name_a_file(l));
+    let mut seen = Vec::new();
+    lists.retain(|l| {
+        let new = !seen.contains(l);
+        seen.push(l.clone());
+        new
+    });
+    if depth > 0 {
+        for inner in shell_tokens(line)
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_xargs_lists(inner, depth - 1, lists);
+        }
+    }
+}
+
+/// The last name of a program's word (`/usr/bin/xargs`: `xargs`).
+fn program_name(word: &[u8]) -> &[u8] {
+    word.rsplit(|b| *b == b'/').next().unwrap_or(word)
+}
+
+/// The options of `xargs` that take a value (attached or as the next word).
+const XARGS_VALUE_OPTIONS: &[&[u8]] = &[b"-a", b"-d", b"-E", b"-I", b"-L", b"-n", b"-P", b"-s"];
+
+/// The options of `xargs` whose value is optional, attached only (`-i`, `-i{}`).
+const XARGS_OPTIONAL_VALUE_OPTIONS: &[&[u8]] = &[b"-e", b"-i", b"-l"];
+
+/// The long options of `xargs` that take a value (`--opt=VALUE` or the next word).
+const XARGS_LONG_VALUE_OPTIONS: &[&[u8]] = &[
+    b"--arg-file",
+    b"--delimiter",
+    b"--max-args",
+    b"--max-procs",
+    b"--max-chars",
+    b"--process-slot-var",
+];
+
+/// The list files `xargs`'s own words name (`-a LIST`, `-aLIST`, `--arg-file[=]LIST`),
+/// when the program it runs runs its entries: a shell or interpreter ([`RUNNERS`],
+/// `python*`), the replace string itself (`-I{} {}`) or one of its arguments (`sh -c
+/// '{}'` is a shell already). `None` when it runs another program (`xargs -a files
+/// rustfmt` formats the files it names, which stay the agent's).
+fn xargs_list_options(words: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+    let mut lists = Vec::new();
+    let mut replace: Option<Vec<u8>> = None;
+    let mut rest = words.iter().skip(1);
+    let program = loop {
+        let word = rest.next()?;
+        if !word.starts_with(b"-") {
+            break word;
+        }
+        if let Some((long, value)) = XARGS_LONG_VALUE_OPTIONS.iter().find_map(|long| {
+            let tail = word.strip_prefix(*long)?;
+            match tail.strip_prefix(b"=") {
+                Some(value) => Some((*long, Some(value.to_vec()))),
+                None => tail.is_empty().then_some((*long, None)),
+            }
+        }) {
+            let value = match value {
+                Some(value) => value,
+                None => rest.next()?.clone(),
+            };
+            if long == b"--arg-file" {
+                lists.push(value);
+            }
+            continue;
+        }
+        if word == b"--replace" || word.starts_with(b"-i") {
+            replace = Some(b"{}".to_vec());
+        }
+        if let Some(value) = word.strip_prefix(b"--replace=") {
+            replace = Some(value.to_vec());
+        }
+        let optional = XARGS_OPTIONAL_VALUE_OPTIONS
+            .iter()
+            .any(|o| word.starts_with(o));
+        let short = XARGS_VALUE_OPTIONS
+            .iter()
+            .find(|o| word.starts_with(o))
+            .copied()
+            .filter(|_| !optional);
+        if let Some(short) = short {
+            let value = match &word[short.len()..] {
+                b"" => rest.next()?.clone(),
+                attached => attached.to_vec(),
+            };
+            match short {
+                b"-a" => lists.push(value),
+                b"-I" => replace = Some(value),
+                _ => {}
+            }
+        } else if let Some(value) = word.strip_prefix(b"-i").filter(|v| !v.is_empty()) {
+            replace = Some(value.to_vec());
+        }
+    };
+    let name = program_name(program);
+    let runs = RUNNERS.contains(&name)
+        || name.starts_with(b"python")
+        || replace.is_some_and(|r| program.windows(r.len().max(1)).any(|w| w == r.as_slice()));
+    runs.then_some(lists)
+}
+
+/// The commands of a line grouped by pipeline (`a | b; c` gives `[[a, b], [c]]`), split
+/// where a shell splits them outside quotes (`|`, `;`, `&`, `&&`, `||`, a line break).
+fn pipelines(line: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let mut pipelines = Vec::new();
+    let mut current = Vec::new();
+    let mut command = Vec::new();
+    let mut quote: Option<u8> = None;
+    let mut bytes = line.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if b == b'\\' => {
+                command.push(b);
+                if let Some(next) = bytes.next() {
+                    command.push(next);
+                }
+                continue;
+            }
+            None if b == b'|' && bytes.peek() != Some(&b'|') => {
+                current.push(std::mem::take(&mut command));
+                continue;
+            }
+            None if b"|;&\n".contains(&b) => {
+                while bytes.next_if(|n| b"|&".contains(n)).is_some() {}
+                current.push(std::mem::take(&mut command));
+                pipelines.push(std::mem::take(&mut current));
+                continue;
+            }
+            None => {}
+        }
+        command.push(b);
+    }
+    current.push(command);
+    pipelines.push(current);
+    pipelines.retain(|p| p.iter().any(|c| !c.trim_ascii().is_empty()));
+    pipelines
+}
+
+/// The files a command reads its standard input from (`< FILE`, `<FILE`), outside
+/// quotes; a here-document or here-string (`<<`, `<<<`) and `<(…)` name none.
+fn redirected_from(command: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    let mut quote: Option<u8> = None;
+    for (at, &b) in command.iter().enumerate() {
+        match quote {
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if b == b'<' => {
+                let rest = &command[at + 1..];
+                let before = command[..at].last();
+                if before == Some(&b'<') || rest.first().is_some_and(|n| b"<(&".contains(n)) {
+                    continue;
+                }
+                found.extend(shell_tokens(rest).into_iter().next());
+            }
+            None => {}
+        }
+    }
+    found
+}
+
 /// The `submodule.*.path` values of a `.gitmodules` text: the directories, from the top
 /// of the work tree, `git submodule foreach` runs its command in.
 pub(super) fn submodule_paths(gitmodules: &[u8]) -> Vec<Vec<u8>> {
@@ -417,15 +638,18 @@ fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
     dirs
 }
 
+/// The words after which a shell line runs what follows ([`loop_runs`],
+/// [`xargs_list_options`]): keywords that start a command, shells and interpreters.
+const RUNNERS: &[&[u8]] = &[
+    b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
+    b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
+];
+
 /// Whether a `for VAR in …` loop of the line runs its variable: `$VAR` (or `${VAR}`,
 /// quoted or not) where a command starts (after `do`, `then`, `else`, `;`, `&`, `|`) or
 /// after a program that runs its argument (`sh`, `.`, `python3`, `exec`, …). One that
 /// passes it to another program (`rustfmt "$f"`) does not run it.
 fn loop_runs(words: &[Vec<u8>], line: &[u8]) -> bool {
-    const RUNNERS: &[&[u8]] = &[
-        b"do", b"then", b"else", b"sh", b"bash", b"dash", b"zsh", b"ksh", b".", b"source", b"exec",
-        b"env", b"nohup", b"time", b"command", b"perl", b"ruby", b"node",
-    ];
     let for_vars = words
         .windows(3)
         .filter(|w| w[0] == b"for" && w[2] == b"in")
@@ -662,6 +886,20 @@ fn path_entry(dir: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The relative and empty entries of a `PATH` value (the user's own: `.:$PATH`,
+/// `bin:$PATH`), each read where git runs a command: the top of the work tree. A held
+/// script's `#!/usr/bin/env python3` found the agent's `./python3` there (round
+/// twenty-three's Known limits).
+pub(super) fn relative_path_entries(path: &[u8]) -> Vec<Vec<u8>> {
+    let mut dirs: Vec<Vec<u8>> = Vec::new();
+    for dir in path.split(|b| *b == b':').filter_map(path_entry) {
+        if !dir.starts_with(b"/") && !dir.starts_with(b"~") && !dirs.iter().any(|d| d == dir) {
+            dirs.push(dir.to_vec());
+        }
+    }
+    dirs
+}
+
 /// The directories of the work tree that the commands of the config put on `PATH`
 /// (`PATH=tools/bin:$PATH x`, `. .venv/bin/activate && x`), read where each line is
 /// then: a held script's interpreter found through `PATH` (`#!/usr/bin/env python3`)
@@ -745,6 +983,21 @@ const VALUE_OPTIONS: &[&[u8]] = &[
 /// convention (`make`'s `Makefile`) are not followed (SECURITY.md, Known limits).
 fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
     let mut found = Vec::new();
+    for (word, interpreter) in interpreted_words(words) {
+        for main in interpreter.in_dir {
+            found.push(([&word[..], b"/", main].concat(), false));
+        }
+        for suffix in interpreter.suffixes {
+            found.push(([&word[..], suffix].concat(), false));
+        }
+    }
+    found
+}
+
+/// The words an interpreter of the line is given to run (`tools/fmt` of `node -r ./x
+/// tools/fmt`), each with the interpreter.
+fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> {
+    let mut found = Vec::new();
     let mut program: &[u8] = b"";
     let mut words = words.iter();
     while let Some(word) = words.next() {
@@ -761,28 +1014,82 @@ fn entry_points(words: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
         if word.starts_with(b"-") {
             continue;
         }
-        if let Some(mains) = interpreter(program)
+        if let Some(interpreter) = interpreter(program)
             && may_name_a_file(word)
         {
-            for main in mains {
-                found.push(([&word[..], b"/", main].concat(), false));
-            }
+            found.push((word.clone(), interpreter));
         }
         program = word;
     }
     found
 }
 
-/// The files an interpreter named `program` looks for in a directory it is given.
-fn interpreter(program: &[u8]) -> Option<&'static [&'static [u8]]> {
+/// What an interpreter looks for when it is given a word that is not a file.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Interpreter {
+    /// The files it runs (or reads for what to run) in the directory the word names.
+    pub(super) in_dir: &'static [&'static [u8]],
+    /// The suffixes it tries on the word before the directory (node: `tools/fmt.js`
+    /// before `tools/fmt/`).
+    pub(super) suffixes: &'static [&'static [u8]],
+}
+
+/// Python's: a directory's `__main__` (compiled too).
+const PYTHON: Interpreter = Interpreter {
+    in_dir: &[b"__main__.py", b"__main__.pyc"],
+    suffixes: &[],
+};
+
+/// node's (CommonJS resolution of the main module: `X.js`, `X.json`, `X.node`, then
+/// `X/package.json`'s `main`, `X/index.js`, `X/index.node`).
+const NODE: Interpreter = Interpreter {
+    in_dir: &[b"index.js", b"package.json", b"index.node"],
+    suffixes: &[b".js", b".node"],
+};
+
+/// The interpreter named `program`, if it is one that runs a directory it is given.
+fn interpreter(program: &[u8]) -> Option<&'static Interpreter> {
     let name = program.rsplit(|b| *b == b'/').next().unwrap_or(program);
     if name.starts_with(b"python") {
-        Some(&[b"__main__.py"])
+        Some(&PYTHON)
     } else if name == b"node" || name == b"nodejs" {
-        Some(&[b"index.js", b"package.json"])
+        Some(&NODE)
     } else {
         None
     }
+}
+
+/// The words the commands of the config give an interpreter to run (`node tools/fmt`,
+/// `python3 tools/fmt`), with the interpreter, read as [`line_words`] reads lines: when
+/// such a word names a directory (or nothing yet, for node), the scan holds the entry
+/// points it would run there present or not. Held only when present, node's
+/// `tools/fmt/index.js` and `package.json` absent at the start, and `tools/fmt.js`
+/// beside the directory, were the agent's to add (round twenty-three's Known limits).
+pub(super) fn interpreted_entries(text: &[u8]) -> Vec<(Vec<u8>, &'static Interpreter)> {
+    fn read(line: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, &'static Interpreter)>) {
+        for pair in interpreted_words(&shell_words(line))
+            .into_iter()
+            .chain(interpreted_words(&shell_tokens(line)))
+        {
+            if !found.contains(&pair) {
+                found.push(pair);
+            }
+        }
+        if depth > 0 {
+            for inner in shell_tokens(line)
+                .iter()
+                .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+            {
+                read(inner, depth - 1, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let value = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        read(&top_read_as_dot(value), NESTED_LINES, &mut found);
+    }
+    found
 }
 
 /// The files a shell script sources (`. ./tools/lib.sh`, `source tools/lib.sh`): they run
@@ -793,6 +1100,84 @@ fn interpreter(program: &[u8]) -> Option<&'static [&'static [u8]]> {
 /// the script runs in, or the script's own when the word starts with it (`$(dirname
 /// "$0")`, `${0%/*}`, `BASH_SOURCE`'s, each read as `.`). Comment lines are passed over.
 pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for line in script_lines(script) {
+        let tokens = shell_tokens(&line);
+        for pair in tokens.windows(2) {
+            if pair[0] != b"." && pair[0] != b"source" {
+                continue;
+            }
+            if let Some(entry) = based(&pair[1])
+                && !found.contains(&entry)
+            {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// The scripts a shell script runs by path, read as [`sourced_words`] reads what it
+/// sources: a command's program when it has a `/` (`./tools/other.sh`, `"$(dirname
+/// "$0")"/other.sh`), and the file a shell or interpreter is given (`sh tools/other.sh`,
+/// `python3 tools/x.py`). A held hook's `sh tools/other.sh` ran the agent's
+/// `tools/other.sh` (round twenty-three's Known limits). The scan holds those present at
+/// the start (an absent one may be a build's output, `./target/debug/x`, which a
+/// placeholder would keep the agent's build from making).
+pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const SHELLS: &[&[u8]] = &[
+        b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
+    ];
+    const PREFIXES: &[&[u8]] = &[
+        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
+        b"nohup", b"time", b"{",
+    ];
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for line in script_lines(script) {
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let mut words = tokens
+                .iter()
+                .skip_while(|w| PREFIXES.contains(&w.as_slice()) || is_assignment(w));
+            let Some(program) = words.next() else {
+                continue;
+            };
+            let name = program_name(program);
+            let run = if program.contains(&b'/') {
+                Some(program)
+            } else if SHELLS.contains(&name) || name.starts_with(b"python") {
+                words.find(|w| !w.starts_with(b"-"))
+            } else {
+                None
+            };
+            if let Some(entry) = run.and_then(|w| based(w))
+                && !found.contains(&entry)
+            {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// `NAME=value` (a variable set for the command).
+fn is_assignment(word: &[u8]) -> bool {
+    word.iter().position(|b| *b == b'=').is_some_and(|at| {
+        at > 0
+            && word[..at]
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    })
+}
+
+/// Stands for a script's directory in its lines until their words are split
+/// ([`script_lines`]).
+const SCRIPT_DIR_MARK: &[u8] = b"\x01SCRIPT_DIR\x01";
+
+/// The lines of a shell script but its comment lines, the top spelled `$PWD` read as
+/// `.`, and its own directory (`$(dirname "$0")`, `${0%/*}`, `BASH_SOURCE`'s) as
+/// [`SCRIPT_DIR_MARK`].
+fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
     const SCRIPT_DIR: &[&[u8]] = &[
         b"$(dirname \"$0\")",
         b"$(dirname $0)",
@@ -803,9 +1188,7 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         b"${BASH_SOURCE%/*}",
         b"${BASH_SOURCE[0]%/*}",
     ];
-    /// Stands for the script's directory in a line until its words are split.
-    const MARK: &[u8] = b"\x01SCRIPT_DIR\x01";
-    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    let mut lines = Vec::new();
     for line in script.split(|b| *b == b'\n') {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
@@ -813,25 +1196,22 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         let mut line = top_read_as_dot(line);
         for spelling in SCRIPT_DIR {
             while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
-                line.splice(at..at + spelling.len(), MARK.iter().copied());
+                line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
         }
-        let tokens = shell_tokens(&line);
-        for pair in tokens.windows(2) {
-            if pair[0] != b"." && pair[0] != b"source" {
-                continue;
-            }
-            let (word, base) = match pair[1].strip_prefix(MARK) {
-                Some(rest) => ([b".", rest].concat(), SourceBase::ScriptDir),
-                None => (pair[1].clone(), SourceBase::WorkingDir),
-            };
-            let entry = (word, base);
-            if may_name_a_file(&entry.0) && !entry.0.contains(&1) && !found.contains(&entry) {
-                found.push(entry);
-            }
-        }
+        lines.push(line);
     }
-    found
+    lines
+}
+
+/// A word of [`script_lines`] with where the shell reads it from, when it may name a
+/// file.
+fn based(word: &[u8]) -> Option<(Vec<u8>, SourceBase)> {
+    let (word, base) = match word.strip_prefix(SCRIPT_DIR_MARK) {
+        Some(rest) => ([b".", rest].concat(), SourceBase::ScriptDir),
+        None => (word.to_vec(), SourceBase::WorkingDir),
+    };
+    (may_name_a_file(&word) && !word.contains(&1)).then_some((word, base))
 }
 
 /// Where the shell reads a sourced file's word from ([`sourced_words`]).
@@ -1348,6 +1728,73 @@ mod tests {
         for want in [b".".as_slice(), b"t/."] {
             assert!(dots.iter().any(|d| d == want), "{dots:?}");
         }
+    }
+
+    #[test]
+    fn the_lists_an_xargs_runs_are_read() {
+        let lists = |text: &[u8]| -> Vec<String> {
+            xargs_lists(text)
+                .into_iter()
+                .map(|w| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        let text = b"[alias]\n\ta = !xargs -n1 -a tools/a.list sh\n\
+            \tb = !xargs -atools/b.list -r bash\n\
+            \tc = !xargs --arg-file=c.list python3\n\
+            \td = !cat d.list | xargs -I{} sh -c '{}'\n\
+            \te = !xargs -n1 sh < e.list && echo done\n\
+            \tf = !xargs -a f.list rustfmt\n\
+            \tg = !xargs -i -a g.list {}\n\
+            \th = \"!sh -c 'xargs -a h.list sh'\"\n";
+        assert_eq!(
+            lists(text),
+            [
+                "tools/a.list",
+                "tools/b.list",
+                "c.list",
+                "d.list",
+                "e.list",
+                "g.list",
+                "h.list"
+            ]
+        );
+        let entries: Vec<String> = list_entries(b"tools/a.sh\n'b c.sh' d.sh\n$HOME/x\n")
+            .into_iter()
+            .map(|w| String::from_utf8(w).unwrap())
+            .collect();
+        assert_eq!(entries, ["tools/a.sh", "b c.sh", "d.sh", "'b c.sh' d.sh"]);
+    }
+
+    #[test]
+    fn the_scripts_a_script_runs_by_path_are_read() {
+        let script = b"#!/bin/sh\n# sh tools/comment.sh\nset -e\nsh tools/a.sh\n\
+            ./b.sh --x && FOO=1 bash -e c.sh\nif true; then \"$(dirname \"$0\")\"/d.sh; fi\n\
+            rustfmt src/main.rs | tools/e.sh\npython3 -u x.py\n";
+        let words: Vec<(String, SourceBase)> = run_words(script)
+            .into_iter()
+            .map(|(w, b)| (String::from_utf8(w).unwrap(), b))
+            .collect();
+        let w = |s: &str| (s.to_string(), SourceBase::WorkingDir);
+        assert_eq!(
+            words,
+            [
+                w("tools/a.sh"),
+                w("./b.sh"),
+                w("c.sh"),
+                ("./d.sh".to_string(), SourceBase::ScriptDir),
+                w("tools/e.sh"),
+                w("x.py"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_relative_entries_of_the_users_path_are_read() {
+        let dirs = relative_path_entries(b".:/usr/bin::bin:~/x:$HOME/y:./tools/bin:.");
+        assert_eq!(
+            dirs,
+            [b".".to_vec(), b"bin".to_vec(), b"./tools/bin".to_vec()]
+        );
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! `user.name`/`user.email` are copied into a file of the run's own, named by
 //! `GIT_CONFIG_GLOBAL`, and nothing else of the file is.
 
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// What the agent may do with a granted home path.
@@ -109,6 +111,54 @@ pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, H
         .chain(CACHES.iter().map(|rel| (home.join(rel), cache_access)))
         .filter(|(path, _)| safe(path))
         .collect()
+}
+
+/// Most entries [`linked_never_visible`] looks at below one home directory's
+/// never-visible entries; past it the run fails closed (a key's other name would go
+/// unseen).
+const MAX_NEVER_VISIBLE_ENTRIES: usize = 100_000;
+
+/// (dev, ino) of each regular file in `home`'s never-visible entries ([`NEVER_VISIBLE`],
+/// followed where they are symlinks; nothing below them is followed) that has more than
+/// one name. A hard link the user made to `~/.ssh/authorized_keys` inside a grant (`cp
+/// -al`, a snapshotting backup) passed the refusal of grants touching those entries,
+/// which compares paths, and the agent appended its key through it (round twenty-three's
+/// second review): the scan masks such names as secrets ([`super::scan`]). The agent
+/// cannot make one during the run (it sees none of these files), so the names that
+/// exist at the start are all there are. Cost: a `stat` of each file there (a few dozen
+/// in the usual home); the walk of the trees for the other names runs only when one has
+/// more than one link.
+pub(crate) fn linked_never_visible(
+    home: &Path,
+) -> Result<HashSet<(u64, u64)>, super::SandboxError> {
+    let mut found = HashSet::new();
+    let mut looked = 0usize;
+    let mut pending: Vec<(PathBuf, usize)> = NEVER_VISIBLE
+        .iter()
+        .filter_map(|rel| std::fs::canonicalize(home.join(rel)).ok())
+        .map(|path| (path, 0))
+        .collect();
+    while let Some((path, depth)) = pending.pop() {
+        looked += 1;
+        if looked > MAX_NEVER_VISIBLE_ENTRIES || depth > 64 {
+            return Err(super::SandboxError::ScanLimit {
+                what: "the entries of the home directory's keys and tokens (~/.ssh, …)",
+                limit: MAX_NEVER_VISIBLE_ENTRIES,
+                path,
+            });
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_file() && meta.nlink() > 1 {
+            found.insert((meta.dev(), meta.ino()));
+        } else if meta.is_dir()
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            pending.extend(entries.flatten().map(|e| (e.path(), depth + 1)));
+        }
+    }
+    Ok(found)
 }
 
 /// The user's git identity (`user.name`, `user.email`) from `~/.gitconfig` and

@@ -1917,17 +1917,24 @@ fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bo
 /// workspace (round twenty-three's second review; `coder fs` had this since round
 /// twenty).
 pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
-    let homes: Vec<PathBuf> = env_path("HOME")
-        .into_iter()
-        .chain(account_home())
-        .filter_map(|h| fs::canonicalize(h).ok())
-        .collect();
+    let homes = homes_here();
     if homes.is_empty() {
         return workspace_refusal(canonical, None);
     }
     homes
         .iter()
         .find_map(|home| workspace_refusal(canonical, Some(home)))
+}
+
+/// Each home directory of this process, canonical: `$HOME`'s and the user entry's.
+pub(super) fn homes_here() -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = env_path("HOME")
+        .into_iter()
+        .chain(account_home())
+        .filter_map(|h| fs::canonicalize(h).ok())
+        .collect();
+    homes.dedup();
+    homes
 }
 
 /// The home directory of this process's user entry (`/etc/passwd`), if it names one.

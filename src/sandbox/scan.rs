@@ -232,6 +232,10 @@ pub(crate) struct ScanOutput {
     /// names (hard links) and, for hooks, symlinks, held by [`guard_held_links`] as those
     /// of a held directory.
     outside_held: HeldLook,
+    /// (dev, ino) of the files of the home directory's never-visible entries (`~/.ssh`,
+    /// …) that have more than one name ([`super::home::linked_never_visible`]): their
+    /// names in the trees are masked as secrets.
+    linked_home_keys: HashSet<(u64, u64)>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -258,9 +262,15 @@ pub(crate) fn scan_trees(
             fd: t.fd,
         })
         .collect();
+    // Read once: the agent cannot reach these files, so they hold still across attempts.
+    let mut home_keys = HashSet::new();
+    for home in super::policy::homes_here() {
+        home_keys.extend(super::home::linked_never_visible(&home)?);
+    }
     let mut attempt = 1;
     loop {
         let mut out = ScanOutput {
+            linked_home_keys: home_keys.clone(),
             listings: ScanListings::starting_now(),
             ..ScanOutput::default()
         };
@@ -394,10 +404,14 @@ fn scan_once(
             }
         }
     }
-    if !scan.out.linked_secrets.is_empty() || !held.is_empty() {
-        let wanted: HashSet<(u64, u64)> = scan.out.linked_secrets.union(&held).copied().collect();
+    let keys = std::mem::take(&mut scan.out.linked_home_keys);
+    if !scan.out.linked_secrets.is_empty() || !held.is_empty() || !keys.is_empty() {
+        let mut wanted: HashSet<(u64, u64)> =
+            scan.out.linked_secrets.union(&held).copied().collect();
+        wanted.extend(&keys);
         linked = other_names(trees, &wanted, limits)?;
     }
+    scan.mask_home_keys(&linked, &keys, trees)?;
     scan.add_hard_links(&linked);
     scan.hold_other_names(&linked, &held);
     Ok(())
@@ -1627,57 +1641,155 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         self.add_path_dirs(config_text::path_dirs(text), walk)?;
-        for CommandWord {
-            word,
-            is_path,
-            whole_dir,
-        } in config_text::command_words(text)
+        // First: a word met held-if-present is not looked at again.
+        self.guard_entry_points(text, &top, depth, walk)?;
+        for word in config_text::command_words(text)
             .into_iter()
             .chain(submodule_words(text, &top))
         {
-            let Some(target) = config_path(&word, Some(&top)) else {
+            self.guard_command_word(word, &top, depth, walk)?;
+        }
+        self.guard_xargs_lists(text, &top, depth, walk)
+    }
+
+    /// The entry points an interpreter of the text's commands runs for a word that is no
+    /// file ([`config_text::interpreted_entries`]), held present or not: in the
+    /// directory the word names (`tools/fmt/index.js`, `package.json`, `__main__.py`),
+    /// and beside it for node (`tools/fmt.js`, tried first), also when the word names
+    /// nothing yet (a word with a `/`: the word itself is held absent then). Held only
+    /// when present, the agent added them (round twenty-three's Known limits).
+    fn guard_entry_points(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for (word, interpreter) in config_text::interpreted_entries(text) {
+            let Some(target) = config_path(&word, Some(top)) else {
                 continue;
             };
-            // A glob's directory is keyed apart from a file of the same name: one command
-            // may name `ci` as a file, another read `ci/*`.
-            let key = if whole_dir {
-                target.join("*")
-            } else {
-                target.clone()
+            let named: Vec<Vec<u8>> = match fs::metadata(&target) {
+                Ok(meta) if meta.is_dir() => interpreter
+                    .in_dir
+                    .iter()
+                    .map(|main| [&word[..], b"/", main].concat())
+                    .chain(interpreter.suffixes.iter().map(|s| [&word[..], s].concat()))
+                    .collect(),
+                Ok(_) => continue,
+                Err(_) if word.contains(&b'/') => interpreter
+                    .suffixes
+                    .iter()
+                    .map(|s| [&word[..], s].concat())
+                    .collect(),
+                Err(_) => continue,
             };
-            if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
-                continue;
+            for entry in named {
+                let word = CommandWord {
+                    word: entry,
+                    is_path: true,
+                    whole_dir: false,
+                };
+                self.guard_command_word(word, top, depth, walk)?;
             }
-            if walk.commands.len() > MAX_COMMAND_FILES {
-                return Err(SandboxError::ScanLimit {
-                    what: "the number of files the commands of git configs name",
-                    limit: MAX_COMMAND_FILES,
-                    path: target,
-                });
-            }
-            // A glob's directory is held whole, unless that is this tree or holds it
-            // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
-            let named_by = if !whole_dir {
-                NamedBy::Command
-            } else if fs::canonicalize(&target)
-                .ok()
-                .is_some_and(|dir| self.tree.root.starts_with(&dir))
-            {
-                continue;
-            } else {
-                NamedBy::HeldDir
+        }
+        Ok(())
+    }
+
+    /// The entries of each list file an `xargs` of the text's commands runs
+    /// ([`config_text::xargs_lists`]), read from the top of the work tree, held as words
+    /// of the line: `xargs -n1 -a tools/checks.list sh` ran the agent's
+    /// `tools/checks/a.sh` (round twenty-three's review, a ratchet until round
+    /// twenty-four). The list itself is held too (`-atools/checks.list` is no word of
+    /// the line). A list larger than [`MAX_SCRIPT_BYTES`] is not read.
+    fn guard_xargs_lists(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for list in config_text::xargs_lists(text) {
+            let is_path = list.contains(&b'/');
+            let word = CommandWord {
+                word: list.clone(),
+                is_path,
+                whole_dir: false,
             };
-            self.guard_include(&target, depth, walk, named_by)?;
-            if named_by == NamedBy::Command {
-                self.guard_what_it_reads(&target, &top, depth, walk, 1)?;
+            self.guard_command_word(word, top, depth, walk)?;
+            let Some(text) = config_path(&list, Some(top)).and_then(|p| read_script(&p)) else {
+                continue;
+            };
+            for entry in config_text::list_entries(&text) {
+                let is_path = entry.contains(&b'/');
+                let word = CommandWord {
+                    word: entry,
+                    is_path,
+                    whole_dir: false,
+                };
+                self.guard_command_word(word, top, depth, walk)?;
             }
+        }
+        Ok(())
+    }
+
+    /// One word of [`Walker::guard_command_files`]: the file it names held (a glob's
+    /// directory whole) and what that file reads in turn.
+    fn guard_command_word(
+        &mut self,
+        word: CommandWord,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let CommandWord {
+            word,
+            is_path,
+            whole_dir,
+        } = word;
+        let Some(target) = config_path(&word, Some(top)) else {
+            return Ok(());
+        };
+        // A glob's directory is keyed apart from a file of the same name: one command
+        // may name `ci` as a file, another read `ci/*`.
+        let key = if whole_dir {
+            target.join("*")
+        } else {
+            target.clone()
+        };
+        if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
+            return Ok(());
+        }
+        if walk.commands.len() > MAX_COMMAND_FILES {
+            return Err(SandboxError::ScanLimit {
+                what: "the number of files the commands of git configs name",
+                limit: MAX_COMMAND_FILES,
+                path: target,
+            });
+        }
+        // A glob's directory is held whole, unless that is this tree or holds it
+        // (`for f in sub/*` with the workspace in `sub`): as a hooks directory.
+        let named_by = if !whole_dir {
+            NamedBy::Command
+        } else if fs::canonicalize(&target)
+            .ok()
+            .is_some_and(|dir| self.tree.root.starts_with(&dir))
+        {
+            return Ok(());
+        } else {
+            NamedBy::HeldDir
+        };
+        self.guard_include(&target, depth, walk, named_by)?;
+        if named_by == NamedBy::Command {
+            self.guard_what_it_reads(&target, top, depth, walk, 1)?;
         }
         Ok(())
     }
 
     /// What a file the commands run makes run in turn, held like it: the files a shell
     /// script sources ([`config_text::sourced_words`], each read from the top of the work
-    /// tree and from the script's own directory), and the file a `package.json`'s `main`
+    /// tree and from the script's own directory) or runs by path
+    /// ([`config_text::run_words`], held only when present), and the file a `package.json`'s `main`
     /// names (node runs it for the directory). Then theirs, down to
     /// [`MAX_SOURCE_LEVELS`]; a file larger than [`MAX_SCRIPT_BYTES`] is not read.
     fn guard_what_it_reads(
@@ -1712,10 +1824,16 @@ impl<'a> Walker<'a, '_> {
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
+            // What it runs by path, only when there ([`config_text::run_words`]).
+            let run = config_text::run_words(&text)
+                .into_iter()
+                .map(|(word, base)| (word, base, false));
             config_text::sourced_words(&text)
                 .into_iter()
-                .flat_map(|(word, base)| {
-                    let is_path = word.contains(&b'/');
+                .map(|(word, base)| (word, base, true))
+                .chain(run)
+                .flat_map(|(word, base, sourced)| {
+                    let is_path = sourced && word.contains(&b'/');
                     let (first, other) = match base {
                         config_text::SourceBase::WorkingDir => (top, dir),
                         config_text::SourceBase::ScriptDir => (dir, top),
@@ -2443,7 +2561,11 @@ impl ConfigWalk {
             seen: HashSet::new(),
             commands: HashSet::new(),
             work_tree,
-            path_dirs: Vec::new(),
+            // The user's own `PATH` (coder runs with it, as the user's git does): its
+            // relative entries name directories of the work tree.
+            path_dirs: std::env::var_os("PATH")
+                .map(|p| config_text::relative_path_entries(p.as_bytes()))
+                .unwrap_or_default(),
             env_programs: Vec::new(),
         }
     }
@@ -2601,6 +2723,41 @@ impl LinkPass<'_> {
             }
         }
         self.out.masks.extend(extra);
+    }
+
+    /// Names in the trees of the home directory's never-visible files (`keys`, by dev and
+    /// ino; [`super::home::linked_never_visible`]) masked as secrets: a hard link to
+    /// `~/.ssh/authorized_keys` in a `--write` directory let the agent append its key
+    /// (round twenty-three's second review). One held read-only is hidden instead.
+    fn mask_home_keys(
+        &mut self,
+        linked: &HashMap<(u64, u64), Vec<PathBuf>>,
+        keys: &HashSet<(u64, u64)>,
+        trees: &[TreeScan<'_>],
+    ) -> Result<(), SandboxError> {
+        for id in keys {
+            for path in linked.get(id).into_iter().flatten() {
+                let hidden = Mask {
+                    path: path.clone(),
+                    kind: MaskKind::Empty,
+                    is_dir: false,
+                    dev: id.0,
+                    ino: id.1,
+                    secret: true,
+                };
+                match self.out.masks.iter_mut().find(|m| m.path == *path) {
+                    Some(held) => *held = hidden,
+                    None => {
+                        let root = trees
+                            .iter()
+                            .find(|t| path.starts_with(t.root))
+                            .map_or(Path::new("/"), |t| t.root);
+                        push_mask(self.out, self.limits, hidden, root)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Other names (hard links) of a masked file carry the same content: mask them too.
