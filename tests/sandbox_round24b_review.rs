@@ -39,7 +39,11 @@ fn linked_secret_attack(
 ) {
     for nobody in sandbox_fixture::arms() {
         for confined in [true, false] {
-            let fx = Fixture::new("coder-round24b-link-", nobody, &["ws", "r", "home", "state"]);
+            let fx = Fixture::new(
+                "coder-round24b-link-",
+                nobody,
+                &["ws", "r", "home", "state"],
+            );
             let (secret, vars) = prepare(fx.root());
             std::fs::hard_link(&secret, fx.root().join("ws/notes")).unwrap();
             std::fs::hard_link(&secret, fx.root().join("r/notes")).unwrap();
@@ -194,7 +198,11 @@ fn a_grant_holding_what_a_home_keys_symlink_leads_to_is_refused() {
     let name = "read the stowed dir";
     for nobody in sandbox_fixture::arms() {
         for stowed in [true, false] {
-            let fx = Fixture::new("coder-round24b-stow-", nobody, &["ws", "home/.aws", "state"]);
+            let fx = Fixture::new(
+                "coder-round24b-stow-",
+                nobody,
+                &["ws", "home/.aws", "state"],
+            );
             let home = fx.root().join("home");
             sandbox_fixture::write(&home.join("dotfiles/aws/credentials"), "AWS-SECRET\n");
             if stowed {
@@ -212,11 +220,58 @@ fn a_grant_holding_what_a_home_keys_symlink_leads_to_is_refused() {
             let (rc, out) = fx.sandbox(&["--read", dotfiles.to_str().unwrap()], &script);
             let who = format!("{name}: nobody={nobody} stowed={stowed}");
             if !stowed {
-                assert!(rc == 0 && out.contains("AWS-SECRET"), "{who}: control: {out}");
+                assert!(
+                    rc == 0 && out.contains("AWS-SECRET"),
+                    "{who}: control: {out}"
+                );
             } else if KNOWN_OPEN.contains(&name) {
-                assert!(out.contains("AWS-SECRET"), "{who}: fixed? take it off KNOWN_OPEN: {out}");
+                assert!(
+                    out.contains("AWS-SECRET"),
+                    "{who}: fixed? take it off KNOWN_OPEN: {out}"
+                );
             } else {
-                assert!(!out.contains("AWS-SECRET"), "{who}: the key was read: {out}");
+                assert!(
+                    !out.contains("AWS-SECRET"),
+                    "{who}: the key was read: {out}"
+                );
+            }
+        }
+    }
+}
+
+/// `AWS_SHARED_CREDENTIALS_FILE` (and `AWS_CONFIG_FILE`) naming a file outside the home
+/// directory: round twenty-four counts it never visible, but spelled it `FILE/` (a path
+/// joined with `""`), which names nothing, so `--read` of its directory was granted and
+/// the agent read the keys. Control: the same grant without the variable.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_relocated_aws_credentials_file_is_refused() {
+    for nobody in sandbox_fixture::arms() {
+        for var in ["AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"] {
+            for set in [true, false] {
+                let fx = Fixture::new("coder-round24b-aws-", nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join("vault");
+                sandbox_fixture::write(&vault.join("aws-creds"), "AWS-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/aws-creds'; echo SERVED", vault.display());
+                let mut cmd =
+                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+                if set {
+                    cmd.env(var, vault.join("aws-creds"));
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("nobody={nobody} {var} set={set}");
+                if set {
+                    assert!(
+                        rc != 0 && !out.contains("AWS-SECRET") && out.contains("never"),
+                        "{who}: the key was served: {out}"
+                    );
+                } else {
+                    assert!(
+                        rc == 0 && out.contains("AWS-SECRET"),
+                        "{who}: control: {out}"
+                    );
+                }
             }
         }
     }

@@ -1836,10 +1836,15 @@ fn touches_never_visible(canonical: &Path, places: &[PathBuf]) -> bool {
 /// ([`touches_never_visible`], [`home_mounted_beneath`]): each resolution canonicalizes
 /// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
 /// an entry, some 250 µs a list here), and the two checks resolved it each.
-fn never_visible_places(home: &Path) -> Vec<PathBuf> {
+pub(super) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
     let relocated = RELOCATED_SECRETS
         .iter()
-        .filter_map(|(var, rel)| env_path(var).map(|dir| dir.join(rel)))
+        // `""` is the path itself: `join("")` would add a `/`, and a file named so (the
+        // AWS variables') is no directory, so never there (round twenty-four's second
+        // review: `--read` of the directory holding it was granted).
+        .filter_map(|(var, rel)| {
+            env_path(var).map(|p| if rel.is_empty() { p } else { p.join(rel) })
+        })
         .filter(|path| fs::symlink_metadata(path).is_ok());
     home::NEVER_VISIBLE
         .iter()
