@@ -118,24 +118,29 @@ pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, H
 /// unseen).
 const MAX_NEVER_VISIBLE_ENTRIES: usize = 100_000;
 
-/// (dev, ino) of each regular file in `home`'s never-visible entries ([`NEVER_VISIBLE`],
-/// followed where they are symlinks; nothing below them is followed) that has more than
-/// one name. A hard link the user made to `~/.ssh/authorized_keys` inside a grant (`cp
-/// -al`, a snapshotting backup) passed the refusal of grants touching those entries,
-/// which compares paths, and the agent appended its key through it (round twenty-three's
-/// second review): the scan masks such names as secrets ([`super::scan`]). The agent
-/// cannot make one during the run (it sees none of these files), so the names that
-/// exist at the start are all there are. Cost: a `stat` of each file there (a few dozen
-/// in the usual home); the walk of the trees for the other names runs only when one has
-/// more than one link.
+/// (dev, ino) of each regular file in the never-visible `places` (the home directory's
+/// [`NEVER_VISIBLE`] entries and those a variable moves elsewhere, resolved:
+/// `policy::never_visible_places`; a symlink among their files followed to a file, as a
+/// dotfiles manager's `~/.aws/credentials` -> `~/dotfiles/aws/credentials`; nothing
+/// below them followed) that has more than one name. A hard link the user made to
+/// `~/.ssh/authorized_keys` inside a grant (`cp -al`, a snapshotting backup) passed the
+/// refusal of grants touching those entries, which compares paths, and the agent
+/// appended its key through it (round twenty-three's second review): the scan masks such
+/// names as secrets ([`super::scan`]). Round twenty-four's second review found the
+/// relocated ones (`$XDG_CONFIG_HOME/gh/hosts.yml` outside the home directory,
+/// `AWS_SHARED_CREDENTIALS_FILE`) and the stowed ones left out. The agent cannot make
+/// one during the run (it sees none of these files), so the names that exist at the
+/// start are all there are. Cost: a `stat` of each file there (a few dozen in the usual
+/// home); the walk of the trees for the other names runs only when one has more than one
+/// link.
 pub(crate) fn linked_never_visible(
-    home: &Path,
+    places: &[PathBuf],
 ) -> Result<HashSet<(u64, u64)>, super::SandboxError> {
     let mut found = HashSet::new();
     let mut looked = 0usize;
-    let mut pending: Vec<(PathBuf, usize)> = NEVER_VISIBLE
+    let mut pending: Vec<(PathBuf, usize)> = places
         .iter()
-        .filter_map(|rel| std::fs::canonicalize(home.join(rel)).ok())
+        .filter_map(|place| std::fs::canonicalize(place).ok())
         .map(|path| (path, 0))
         .collect();
     while let Some((path, depth)) = pending.pop() {
@@ -149,6 +154,16 @@ pub(crate) fn linked_never_visible(
         }
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
+        };
+        // A symlink to a file counts as the file (a dotfiles manager's); one to a
+        // directory is not followed (it may lead anywhere, `/` too).
+        let meta = if meta.is_symlink() {
+            std::fs::metadata(&path)
+                .ok()
+                .filter(|m| m.is_file())
+                .unwrap_or(meta)
+        } else {
+            meta
         };
         if meta.is_file() && meta.nlink() > 1 {
             found.insert((meta.dev(), meta.ino()));
