@@ -276,3 +276,29 @@ fn a_grant_holding_a_relocated_aws_credentials_file_is_refused() {
         }
     }
 }
+
+/// The list spelled from the held script's own directory (`xargs -n1 -a
+/// "$(dirname "$0")"/checks.list sh` in `tools/ci.sh`): the agent appends to the script
+/// it names.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_xargs_list_spelled_from_a_held_scripts_directory_is_held() {
+    held_file_attack(
+        "xargs -a from the script's dir",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(
+                ws,
+                "tools/ci.sh",
+                "xargs -n1 -a \"$(dirname \"$0\")\"/checks.list sh\n",
+            );
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
