@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
@@ -23,7 +24,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["read the stowed dir"];
+const KNOWN_OPEN: &[&str] = &["read the stowed dir", "relocated into /opt"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -440,6 +441,59 @@ fn the_scratch_rules_hold_for_a_state_directory_spelled_beyond_ascii() {
                     !planted,
                     "{who}: the Write tool wrote the scratch: {stdout}"
                 );
+            }
+        }
+    }
+}
+
+/// A relocated never-visible place inside a system directory the sandbox shows read-only
+/// (`AWS_SHARED_CREDENTIALS_FILE=/opt/ci/aws-creds`, `DOCKER_CONFIG=/opt/ci/docker`, as
+/// a CI image sets them): round twenty-four counts them never visible for the refusal of
+/// grants, but nothing masks them where the system's paths show them, and the agent reads
+/// them. Open (a ratchet, [`KNOWN_OPEN`]); control: unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_relocated_key_in_a_system_directory_is_not_read() {
+    let name = "relocated into /opt";
+    let opt = tempfile::Builder::new()
+        .prefix("coder-round24b-")
+        .tempdir_in("/opt")
+        .unwrap();
+    std::fs::set_permissions(opt.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let creds = opt.path().join("aws-creds");
+    let docker = opt.path().join("docker");
+    sandbox_fixture::write(&creds, "AWS-SECRET\n");
+    sandbox_fixture::write(&docker.join("config.json"), "DOCKER-SECRET\n");
+    for f in [&creds, &docker.join("config.json")] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fixture::new("coder-round24b-opt-", nobody, &["ws", "home", "state"]);
+            fx.own(fx.root());
+            let script = format!(
+                "cat '{}' '{}/config.json'; echo SERVED",
+                creds.display(),
+                docker.display()
+            );
+            let args: &[&str] = if confined {
+                &[]
+            } else {
+                &["--mode", "danger-full-access"]
+            };
+            let mut cmd = fx.sandbox_in(&fx.ws(), args, &script);
+            cmd.env("AWS_SHARED_CREDENTIALS_FILE", &creds)
+                .env("DOCKER_CONFIG", &docker);
+            let (_rc, out) = run_text(&mut cmd);
+            let who = format!("{name}: nobody={nobody} confined={confined}");
+            assert!(out.contains("SERVED"), "{who}: not served: {out}");
+            let read = out.matches("-SECRET").count();
+            if !confined {
+                assert_eq!(read, 2, "{who}: control: {out}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(read > 0, "{who}: fixed? take it off KNOWN_OPEN: {out}");
+            } else {
+                assert_eq!(read, 0, "{who}: the keys were read: {out}");
             }
         }
     }
