@@ -237,6 +237,24 @@ pub(super) fn xargs_lists(text: &[u8]) -> Vec<Vec<u8>> {
     lists
 }
 
+/// The list files an `xargs` of a shell script's lines runs ([`xargs_lists`] for a
+/// script a held line runs: `tools/ci.sh` holding `xargs -n1 -a tools/checks.list sh`
+/// left the list and its scripts the agent's, round twenty-four's second review), each
+/// with where it is read from (the script's own directory when spelled from it).
+pub(super) fn script_xargs_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut lists = Vec::new();
+    for line in script_lines(script) {
+        line_xargs_lists(&line, NESTED_LINES, &mut lists);
+    }
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for entry in lists.iter().filter_map(|list| based(list)) {
+        if !found.contains(&entry) {
+            found.push(entry);
+        }
+    }
+    found
+}
+
 /// The entries of an `xargs` list file ([`xargs_lists`]) that may name a file: each
 /// word as `xargs` splits it (blanks and newlines, quotes taken off), and each whole
 /// line (`-d '\n'`, `-0` lists of names with blanks).

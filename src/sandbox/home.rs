@@ -118,24 +118,29 @@ pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, H
 /// unseen).
 const MAX_NEVER_VISIBLE_ENTRIES: usize = 100_000;
 
-/// (dev, ino) of each regular file in `home`'s never-visible entries ([`NEVER_VISIBLE`],
-/// followed where they are symlinks; nothing below them is followed) that has more than
-/// one name. A hard link the user made to `~/.ssh/authorized_keys` inside a grant (`cp
-/// -al`, a snapshotting backup) passed the refusal of grants touching those entries,
-/// which compares paths, and the agent appended its key through it (round twenty-three's
-/// second review): the scan masks such names as secrets ([`super::scan`]). The agent
-/// cannot make one during the run (it sees none of these files), so the names that
-/// exist at the start are all there are. Cost: a `stat` of each file there (a few dozen
-/// in the usual home); the walk of the trees for the other names runs only when one has
-/// more than one link.
+/// (dev, ino) of each regular file in the never-visible `places` (the home directory's
+/// [`NEVER_VISIBLE`] entries and those a variable moves elsewhere, resolved:
+/// `policy::never_visible_places`; a symlink among their files followed to a file, as a
+/// dotfiles manager's `~/.aws/credentials` -> `~/dotfiles/aws/credentials`; nothing
+/// below them followed) that has more than one name. A hard link the user made to
+/// `~/.ssh/authorized_keys` inside a grant (`cp -al`, a snapshotting backup) passed the
+/// refusal of grants touching those entries, which compares paths, and the agent
+/// appended its key through it (round twenty-three's second review): the scan masks such
+/// names as secrets ([`super::scan`]). Round twenty-four's second review found the
+/// relocated ones (`$XDG_CONFIG_HOME/gh/hosts.yml` outside the home directory,
+/// `AWS_SHARED_CREDENTIALS_FILE`) and the stowed ones left out. The agent cannot make
+/// one during the run (it sees none of these files), so the names that exist at the
+/// start are all there are. Cost: a `stat` of each file there (a few dozen in the usual
+/// home); the walk of the trees for the other names runs only when one has more than one
+/// link.
 pub(crate) fn linked_never_visible(
-    home: &Path,
+    places: &[PathBuf],
 ) -> Result<HashSet<(u64, u64)>, super::SandboxError> {
     let mut found = HashSet::new();
     let mut looked = 0usize;
-    let mut pending: Vec<(PathBuf, usize)> = NEVER_VISIBLE
+    let mut pending: Vec<(PathBuf, usize)> = places
         .iter()
-        .filter_map(|rel| std::fs::canonicalize(home.join(rel)).ok())
+        .filter_map(|place| std::fs::canonicalize(place).ok())
         .map(|path| (path, 0))
         .collect();
     while let Some((path, depth)) = pending.pop() {
@@ -149,6 +154,16 @@ pub(crate) fn linked_never_visible(
         }
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
+        };
+        // A symlink to a file counts as the file (a dotfiles manager's); one to a
+        // directory is not followed (it may lead anywhere, `/` too).
+        let meta = if meta.is_symlink() {
+            std::fs::metadata(&path)
+                .ok()
+                .filter(|m| m.is_file())
+                .unwrap_or(meta)
+        } else {
+            meta
         };
         if meta.is_file() && meta.nlink() > 1 {
             found.insert((meta.dev(), meta.ino()));
@@ -250,11 +265,7 @@ fn config_value(raw: &str) -> String {
 
 /// Each home directory of this process, canonical: `$HOME`'s and the user entry's.
 pub(crate) fn homes_here() -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute());
-    let mut homes: Vec<PathBuf> = home
+    let mut homes: Vec<PathBuf> = env_path("HOME")
         .into_iter()
         .chain(account_home())
         .filter_map(|h| std::fs::canonicalize(h).ok())
@@ -270,6 +281,73 @@ pub(crate) fn account_home() -> Option<PathBuf> {
         .flatten()
         .map(|user| user.dir)
         .filter(|dir| dir.is_absolute())
+}
+
+/// Where each of `home`'s never-visible entries is, or would be made
+/// ([`resolve_leniently`]), and where this process's environment moves the same keys
+/// ([`RELOCATED_SECRETS`]). Resolved once for the checks of one path that all need them
+/// (the policy's `touches_never_visible` and `home_mounted_beneath`): each resolution canonicalizes
+/// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
+/// an entry, some 250 µs a list here), and the two checks resolved it each.
+pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
+    let relocated = RELOCATED_SECRETS
+        .iter()
+        // `""` is the path itself: `join("")` would add a `/`, and a file named so (the
+        // AWS variables') is no directory, so never there (round twenty-four's second
+        // review: `--read` of the directory holding it was granted).
+        .filter_map(|(var, rel)| {
+            env_path(var).map(|p| if rel.is_empty() { p } else { p.join(rel) })
+        })
+        .filter(|path| std::fs::symlink_metadata(path).is_ok());
+    NEVER_VISIBLE
+        .iter()
+        .map(|rel| home.join(rel))
+        .chain(relocated)
+        .map(|path| resolve_leniently(&path, 0))
+        .collect()
+}
+
+/// The never-visible entries a variable moves out of the home directory (a variable,
+/// the entry relative to the path it names; `""` for the path itself). With
+/// `XDG_CONFIG_HOME=~/cfg`, `--read ~/cfg` and `--cd ~/cfg` showed `gh/hosts.yml` and
+/// `git/credentials`, which `~/.config` would not have (round twenty-four's review).
+/// Counted where they exist (or are a link) only: a variable may point anywhere, into a
+/// project too (a test's `XDG_CONFIG_HOME=<base>/.no-xdg`), and an absent one there
+/// refusing the project would be refusing it for a name.
+const RELOCATED_SECRETS: [(&str, &str); 7] = [
+    ("XDG_CONFIG_HOME", "gh"),
+    ("XDG_CONFIG_HOME", "git/credentials"),
+    ("GH_CONFIG_DIR", ""),
+    ("GNUPGHOME", ""),
+    ("DOCKER_CONFIG", ""),
+    ("AWS_SHARED_CREDENTIALS_FILE", ""),
+    ("AWS_CONFIG_FILE", ""),
+];
+
+/// `path` canonical where it exists; else its nearest existing ancestor canonical with
+/// the rest appended, a dangling symlink on the way followed (at most 40 of them) to
+/// where its target would be made.
+fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return path.to_path_buf();
+    };
+    let parent = resolve_leniently(parent, hops);
+    let here = parent.join(name);
+    match std::fs::read_link(&here) {
+        Ok(target) if hops < 40 => resolve_leniently(&parent.join(target), hops + 1),
+        _ => here,
+    }
+}
+
+/// An absolute path a non-empty variable of this process's environment names.
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
 }
 
 #[cfg(test)]

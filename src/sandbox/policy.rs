@@ -21,7 +21,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::allow::HostPort;
-use super::home::{account_home, homes_here};
+use super::home::{account_home, homes_here, never_visible_places};
 use super::lease::{PlaceholderLease, remove_placeholders};
 use super::listing::ScanListings;
 use super::listing_cache;
@@ -1918,60 +1918,6 @@ fn touches_never_visible(canonical: &Path, places: &[PathBuf]) -> bool {
     places
         .iter()
         .any(|secret| secret.starts_with(canonical) || canonical.starts_with(secret))
-}
-
-/// Where each of `home`'s never-visible entries is, or would be made
-/// ([`resolve_leniently`]), and where this process's environment moves the same keys
-/// ([`RELOCATED_SECRETS`]). Resolved once for the checks of one path that all need them
-/// ([`touches_never_visible`], [`home_mounted_beneath`]): each resolution canonicalizes
-/// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
-/// an entry, some 250 µs a list here), and the two checks resolved it each.
-fn never_visible_places(home: &Path) -> Vec<PathBuf> {
-    let relocated = RELOCATED_SECRETS
-        .iter()
-        .filter_map(|(var, rel)| env_path(var).map(|dir| dir.join(rel)))
-        .filter(|path| fs::symlink_metadata(path).is_ok());
-    home::NEVER_VISIBLE
-        .iter()
-        .map(|rel| home.join(rel))
-        .chain(relocated)
-        .map(|path| resolve_leniently(&path, 0))
-        .collect()
-}
-
-/// The never-visible entries a variable moves out of the home directory (a variable,
-/// the entry relative to the path it names; `""` for the path itself). With
-/// `XDG_CONFIG_HOME=~/cfg`, `--read ~/cfg` and `--cd ~/cfg` showed `gh/hosts.yml` and
-/// `git/credentials`, which `~/.config` would not have (round twenty-four's review).
-/// Counted where they exist (or are a link) only: a variable may point anywhere, into a
-/// project too (a test's `XDG_CONFIG_HOME=<base>/.no-xdg`), and an absent one there
-/// refusing the project would be refusing it for a name.
-const RELOCATED_SECRETS: [(&str, &str); 7] = [
-    ("XDG_CONFIG_HOME", "gh"),
-    ("XDG_CONFIG_HOME", "git/credentials"),
-    ("GH_CONFIG_DIR", ""),
-    ("GNUPGHOME", ""),
-    ("DOCKER_CONFIG", ""),
-    ("AWS_SHARED_CREDENTIALS_FILE", ""),
-    ("AWS_CONFIG_FILE", ""),
-];
-
-/// `path` canonical where it exists; else its nearest existing ancestor canonical with
-/// the rest appended, a dangling symlink on the way followed (at most 40 of them) to
-/// where its target would be made.
-fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
-    if let Ok(real) = fs::canonicalize(path) {
-        return real;
-    }
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return path.to_path_buf();
-    };
-    let parent = resolve_leniently(parent, hops);
-    let here = parent.join(name);
-    match fs::read_link(&here) {
-        Ok(target) if hops < 40 => resolve_leniently(&parent.join(target), hops + 1),
-        _ => here,
-    }
 }
 
 /// Whether a mount strictly beneath `canonical` shows `home` (canonical) or a directory

@@ -432,15 +432,29 @@ impl<'a> Walker<'a, '_> {
         depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
-        for list in config_text::xargs_lists(text) {
+        let lists = config_text::xargs_lists(text).into_iter().map(|l| (l, top));
+        self.guard_lists(lists, top, depth, walk)
+    }
+
+    /// [`Walker::guard_xargs_lists`] for `lists`, each read from its own base directory
+    /// (a script's own lists may be spelled from its directory); their entries are words
+    /// of a line run from `top`.
+    fn guard_lists<'p>(
+        &mut self,
+        lists: impl IntoIterator<Item = (Vec<u8>, &'p Path)>,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for (list, base) in lists {
             let is_path = list.contains(&b'/');
             let word = CommandWord {
                 word: list.clone(),
                 is_path,
                 whole_dir: false,
             };
-            self.guard_command_word(word, top, depth, walk)?;
-            let Some(text) = config_path(&list, Some(top)).and_then(|p| read_script(&p)) else {
+            self.guard_command_word(word, base, depth, walk)?;
+            let Some(text) = config_path(&list, Some(base)).and_then(|p| read_script(&p)) else {
                 continue;
             };
             for entry in config_text::list_entries(&text) {
@@ -545,6 +559,15 @@ impl<'a> Walker<'a, '_> {
             // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
             // tools/fmt.py`), read from the top as the line's is.
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
+            // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]).
+            let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&text)
+                .into_iter()
+                .map(|(list, base)| match base {
+                    config_text::SourceBase::WorkingDir => (list, top),
+                    config_text::SourceBase::ScriptDir => (list, dir),
+                })
+                .collect();
+            self.guard_lists(lists, top, depth, walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).

@@ -283,7 +283,8 @@ pub(crate) fn scan_trees(
     // Read once: the agent cannot reach these files, so they hold still across attempts.
     let mut home_keys = HashSet::new();
     for home in super::home::homes_here() {
-        home_keys.extend(super::home::linked_never_visible(&home)?);
+        let places = super::home::never_visible_places(&home);
+        home_keys.extend(super::home::linked_never_visible(&places)?);
     }
     let mut attempt = 1;
     loop {
