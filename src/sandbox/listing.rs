@@ -19,7 +19,7 @@
 //! ([`super::listing_cache`]).
 //!
 //! Where a record could lie, none is kept or used:
-//! * a ctime not older than the scan's start by [`RACY_MARGIN`]: a change in the same
+//! * a ctime not older than the scan's start by [`RACY_MARGIN_NS`]: a change in the same
 //!   clock tick as the recorded one (or within a file system's timestamp granularity,
 //!   one second on ext4 with small inodes) could leave the ctime as it was ("racy git");
 //! * file systems whose ctime coder does not trust to move (network and FUSE file systems

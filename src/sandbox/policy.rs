@@ -1911,7 +1911,7 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
 /// twenty-three).
 ///
 /// An entry that does not exist (yet) counts where it would be made
-/// ([`resolve_leniently`]): `--cd ~/.config` without `gh/`, or `coder plan --plan-file
+/// (`home::resolve_leniently`): `--cd ~/.config` without `gh/`, or `coder plan --plan-file
 /// ~/.netrc`, let the agent make the entry (round twenty-three's second review).
 /// `places` are [`never_visible_places`] of the home directory.
 fn touches_never_visible(canonical: &Path, places: &[PathBuf]) -> bool {

@@ -4,7 +4,7 @@
 //! Strings are found by their quotes: outside a string every quote opens one, and inside
 //! one a quote closes it unless it is escaped. Two readings:
 //!
-//! - [`Elided::unchecked`], for lines too long to be recorded whole: what a left-out string
+//! - `Elided::unchecked`, for lines too long to be recorded whole: what a left-out string
 //!   holds is not looked at, only where it ends (exact for valid JSON; for invalid JSON,
 //!   what is left must still parse).
 //! - [`Elided::checked`], for lines recorded whole, whose syntax must hold: every string
@@ -43,7 +43,7 @@ impl Elided {
         Elided::unchecked_head(json, min_len, None).map(|(elided, _)| elided)
     }
 
-    /// [`Elided::unchecked`] of the head of `json` before the first key `stop` (its
+    /// `Elided::unchecked` of the head of `json` before the first key `stop` (its
     /// quotes and colon included) preceded by a comma, and whether there was one: found by
     /// the same scan of quotes, not by a search of its own through the strings. (In valid
     /// JSON the bytes `,"key":` cannot lie inside a string, whose quotes are escaped, so

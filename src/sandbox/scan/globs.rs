@@ -89,7 +89,7 @@ pub(super) const NOT_A_DEPENDENCY_DIR: &str = "coder-not-a-dependency-dir";
 /// (`.envrc`, `.mcp.json`) is that path; `NAME/**` (`.claude/**`) is the directory
 /// `NAME`; `**/` before either (`**/.envrc`, `**/.claude/**`: the name in every directory)
 /// is the name at the root. Globs with wildcards elsewhere protect what exists at the
-/// start; what appears during the run is moved aside at its end ([`super::gitguard`]).
+/// start; what appears during the run is moved aside at its end ([`gitguard`](crate::sandbox::gitguard)).
 pub(crate) fn literal_protected(globs: &[String]) -> Vec<PathBuf> {
     let is_literal =
         |part: &str| !part.is_empty() && !part.contains(['*', '?', '[', ']', '{', '}', '\\']);

@@ -37,7 +37,7 @@ impl<'a> Walker<'a, '_> {
     /// agent, and a `core.fsmonitor` or filter driver it wrote there ran in the user's own
     /// next `git status`, outside the sandbox. An included file that does not exist is
     /// held absent ([`Walker::hold_absent_include`]), and one in another writable tree is
-    /// that tree's to hold ([`guard_foreign_includes`]).
+    /// that tree's to hold ([`guard_foreign_includes`](crate::sandbox::scan::guard_foreign_includes)).
     ///
     /// Each file is read once (`seen`): an agent of an earlier run that made the included
     /// file include another fifty times, and that one another, had this walk git's 50^8
@@ -81,7 +81,7 @@ impl<'a> Walker<'a, '_> {
 
     /// One included path, `target` as the config names it (unresolved): the file, or its
     /// first missing name, when it lies in this tree; otherwise it is left to the
-    /// writable tree that holds it ([`ScanOutput::foreign_includes`]).
+    /// writable tree that holds it ([`ScanOutput::foreign_includes`](crate::sandbox::scan::ScanOutput::foreign_includes)).
     pub(super) fn guard_include(
         &mut self,
         target: &Path,
@@ -324,7 +324,7 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// `target`, named by a config outside this tree or a command of one, handed to the
-    /// writable tree that holds it ([`ScanOutput::foreign_includes`]); what a link names
+    /// writable tree that holds it ([`ScanOutput::foreign_includes`](crate::sandbox::scan::ScanOutput::foreign_includes)); what a link names
     /// is asked of every writable tree already.
     pub(super) fn pass_on(
         &mut self,
@@ -684,7 +684,7 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// A config file outside every tree (`path`, no symlink followed) with more than one
-    /// name: its names in the trees are held ([`ScanOutput::outside_held`]); a
+    /// name: its names in the trees are held ([`ScanOutput::outside_held`](crate::sandbox::scan::ScanOutput::outside_held)); a
     /// `~/.gitconfig` hard-linked into a dotfiles workspace was the agent's to write
     /// through that name (round seventeen's second review).
     pub(super) fn note_other_names(&mut self, path: &Path) {
@@ -1098,7 +1098,7 @@ pub(super) enum NamedBy {
     /// A git config's include: the file is a config, whose own includes are held too, and
     /// one outside this tree is another writable tree's to hold.
     Config,
-    /// A symlink in a directory held read-only ([`guard_held_links`]), given as the path:
+    /// A symlink in a directory held read-only ([`guard_held_links`](crate::sandbox::scan::guard_held_links)), given as the path:
     /// what it leads to is not read; every writable tree is asked already.
     Link,
     /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
@@ -1143,7 +1143,7 @@ impl ConfigWalk {
 }
 
 /// A path a config or a command of one names outside the tree whose config it is, left
-/// to the writable tree that holds it ([`guard_foreign_includes`]).
+/// to the writable tree that holds it ([`guard_foreign_includes`](crate::sandbox::scan::guard_foreign_includes)).
 #[derive(Debug)]
 pub(super) struct ForeignName {
     pub(super) target: PathBuf,

@@ -144,7 +144,7 @@ impl LinkPass<'_> {
     }
 
     /// Names in the trees of the home directory's never-visible files (`keys`, by dev and
-    /// ino; [`super::home::linked_never_visible`]) masked as secrets: a hard link to
+    /// ino; [`linked_never_visible`](crate::sandbox::home::linked_never_visible)) masked as secrets: a hard link to
     /// `~/.ssh/authorized_keys` in a `--write` directory let the agent append its key
     /// (round twenty-three's second review). One held read-only is hidden instead.
     pub(super) fn mask_home_keys(
@@ -279,7 +279,7 @@ pub(super) struct HeldLook {
     /// (dev, ino) of held regular files with more than one name.
     pub(super) linked: HashSet<(u64, u64)>,
     /// Symlinks inside held directories (a hook installed as `hooks/pre-commit ->
-    /// ../../tools/pre-commit`): what they lead to is held too ([`guard_held_links`]).
+    /// ../../tools/pre-commit`): what they lead to is held too ([`guard_held_links`](crate::sandbox::scan::guard_held_links)).
     pub(super) links: Vec<PathBuf>,
 }
 

@@ -90,11 +90,11 @@ impl Secrets {
     }
 
     /// True when a whole text ([`Ending::Whole`]) certainly holds nothing that
-    /// [`Secrets::redact_known`] or [`redact_tokens_bytes`] would change: no secret
+    /// [`Secrets::redact_known`] or [`redact_tokens_bytes`](crate::text::redact::tokens::redact_tokens_bytes) would change: no secret
     /// literally, no escape that could spell one of its characters (`\u` or a short
     /// escape a secret needs), no `…`, no token prefix written literally, no `\u` escape
     /// of printable ASCII (which could spell a prefix), no Z.ai key written literally, no
-    /// head of a word read in any case ([`CASELESS_WORDS`]) in any case. One
+    /// head of a word read in any case ([`CASELESS_WORDS`](crate::text::redact::tokens::CASELESS_WORDS)) in any case. One
     /// pass of one packed searcher, where those are four passes (and one more for each
     /// short escape that ends a secret, usually none), and the key's sampled pass
     /// (`glm_keys`); false (not known) where there is no such searcher.
@@ -138,7 +138,7 @@ impl Secrets {
 
     /// [`Secrets::redact`], and with [`Ending::Cut`] a partial secret at the end dropped.
     /// A token shape cut short at the end (or before a `…`) is dropped too, from its
-    /// [`MIN_PARTIAL`]th character on: fewer than [`MIN_TOKEN_LEN`] characters are left of
+    /// [`MIN_PARTIAL`](crate::text::redact::MIN_PARTIAL)th character on: fewer than [`MIN_TOKEN_LEN`](crate::text::redact::tokens::MIN_TOKEN_LEN) characters are left of
     /// it, too few to be taken for a token whole.
     pub fn redact_ending<'a>(&self, text: &'a str, ending: Ending) -> Cow<'a, str> {
         let known = self.redact_known(text.as_bytes(), ending);
@@ -301,11 +301,11 @@ pub(super) fn anything_searcher(secrets: &[String]) -> Option<aho_corasick::pack
 /// (of `bearer`) and at the first two bytes of `…` (which `—` and `“` share): about
 /// 130,000 candidates in 30 MB of tool results, two thirds of its instructions. So a
 /// short escape is searched with what follows it ([`short_escapes_of`]), the words read
-/// in any case by a rare head of theirs ([`CASELESS_WORDS`], every case), and Slack's four
+/// in any case by a rare head of theirs ([`CASELESS_WORDS`](crate::text::redact::tokens::CASELESS_WORDS), every case), and Slack's four
 /// prefixes by their common `xox`: any text holding a pattern holds every part of it, so
 /// searching a part still never calls a text clean that is not.
 ///
-/// The order sets Teddy's buckets (see [`TOKEN_PREFIXES`]). With more than 32 patterns
+/// The order sets Teddy's buckets (see [`TOKEN_PREFIXES`](crate::text::redact::tokens::TOKEN_PREFIXES)). With more than 32 patterns
 /// (always, with the heads' 20) Teddy has 16 buckets, and the first pattern of each of
 /// the 16 groups of [`ANYTHING_FIRST`] gets one of its own: only the escapes and the
 /// secrets after them share a bucket (with `glpat-`, `AKIA`, `AIza`, the rarest
@@ -335,7 +335,7 @@ pub(super) fn anything_patterns(secrets: &[String]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The first patterns of [`anything_patterns`], before the heads of [`CASELESS_WORDS`]:
+/// The first patterns of [`anything_patterns`], before the heads of [`CASELESS_WORDS`](crate::text::redact::tokens::CASELESS_WORDS):
 /// the token prefixes that are no such word (Slack's four as `xox`) and `…`, in the order
 /// that gave the fewest candidates (see there).
 pub(super) const ANYTHING_FIRST: [&str; 13] = [

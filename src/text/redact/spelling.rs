@@ -147,7 +147,7 @@ pub(super) fn hex4(text: &[u8], at: usize) -> Option<u32> {
     u32::from_str_radix(digits, 16).ok()
 }
 
-/// Whether `text` holds a `\u` escape of printable ASCII ([`TOKEN_CHAR_ESCAPES`]).
+/// Whether `text` holds a `\u` escape of printable ASCII ([`TOKEN_CHAR_ESCAPES`](crate::text::redact::tokens::TOKEN_CHAR_ESCAPES)).
 pub(super) fn spells_printable_ascii(text: &[u8]) -> bool {
     static ASCII_ESCAPE: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(b"\\u00"));

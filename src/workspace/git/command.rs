@@ -146,7 +146,7 @@ pub(super) fn limit_memory(cmd: &mut Command) {
     }
 }
 
-/// The output of `cmd`, a git of coder's watched by [`watched_run`], or why it failed.
+/// The output of `cmd`, a git of coder's watched by [`watched_run`](crate::workspace::git::watch::watched_run), or why it failed.
 pub(crate) fn output(what: &'static str, mut cmd: Command) -> Result<Vec<u8>, GitError> {
     let out = watched_output(&mut cmd)?;
     succeeded(what, out)

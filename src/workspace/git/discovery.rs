@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::command::{find_git, users_git};
 use super::watch::config_output;
 
-/// Whether `git rev-parse`, started in `workspace` by [`base_command`], could find a
+/// Whether `git rev-parse`, started in `workspace` by [`base_command`](crate::workspace::git::command::base_command), could find a
 /// repository: false only when no directory from the workspace up to `/` holds a `.git`
 /// entry or a `HEAD` entry (of any file type, or one that cannot be looked at; a `.git`
 /// symlink that leads nowhere does not count, as git does not take it either). That is
@@ -43,7 +43,7 @@ pub(crate) fn git_could_find_a_repository(workspace: &Path) -> bool {
 /// repository, as git names it, symlinks unresolved (absolute, or relative to the
 /// workspace): `git rev-parse --git-path hooks`, which reads `core.hooksPath` from every
 /// config the user's git reads (the system's and the user's global one included, which
-/// [`base_command`] leaves out; a relative value is the work tree's). The sandbox holds
+/// [`base_command`](crate::workspace::git::command::base_command) leaves out; a relative value is the work tree's). The sandbox holds
 /// it read-only when it lies in the workspace: a project's `git config core.hooksPath
 /// scripts/hooks` handed the agent the user's next `git commit` (round seventeen's
 /// review). Nothing runs: `rev-parse` and `config` read no index (no `core.fsmonitor`),

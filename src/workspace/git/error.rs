@@ -55,7 +55,7 @@ pub enum GitError {
 }
 
 impl GitError {
-    /// Whether coder's watcher killed the git (see [`watched_run`]).
+    /// Whether coder's watcher killed the git (see [`watched_run`](crate::workspace::git::watch::watched_run)).
     pub(crate) fn was_killed(&self) -> bool {
         matches!(
             self,

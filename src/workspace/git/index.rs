@@ -10,7 +10,7 @@ use super::objects::hex;
 pub(super) const KEPT_INDEXES: usize = 64;
 
 /// Where the ledger keeps the index of one work tree's last snapshot (see
-/// [`GitRepo::keep_index`]): `<state>/ledger-index/<key>.index`, and each nested part's as
+/// [`GitRepo::keep_index`](crate::workspace::git::GitRepo::keep_index)): `<state>/ledger-index/<key>.index`, and each nested part's as
 /// `<key>.<part key>.index`; the key is a hash of the workspace's and the git dir's
 /// canonical paths.
 #[derive(Debug)]

@@ -142,7 +142,7 @@ pub(crate) fn config_output(cmd: &mut Command) -> Result<std::process::Output, G
 ///
 /// A git is stopped when one of its threads sleeps in the kernel's FIFO open, waiting for
 /// a writer (`wait_for_partner`, what `/proc/PID/task/TID/wchan` names), or when the same
-/// descriptor of its own is [`suspect`] at two looks in a row, or when it has read more
+/// descriptor of its own is [`suspect`](OpenFd::suspect) at two looks in a row, or when it has read more
 /// than [`READ_BUDGET`], or when its deadline (if any) has passed. One look is not enough
 /// for a descriptor: `git` may be a wrapper script, and a shell reads the pipe of a
 /// command substitution (`$(...)`) for a moment after its writer has gone; a read that
@@ -243,7 +243,7 @@ thread_local! {
 /// While held, the gits of coder's that this thread runs ([`watched_run`]) share one
 /// [`CPU_BUDGET`]: each is stopped once they have spent it between them. A snapshot
 /// runs a `git add` for the workspace and one for each repository nested in it (up to
-/// [`MAX_NESTED`]), and a diff one git per part: with a budget per git, the agent gave
+/// [`MAX_NESTED`](crate::workspace::git::MAX_NESTED)), and a diff one git per part: with a budget per git, the agent gave
 /// each of 256 nested repositories a `.gitignore` that held its `git add` just under the
 /// budget, and the ledger's snapshot ran for 256 budgets, in its run and every later
 /// one's "before" (round eighteen's second review). A git that ends between two looks
@@ -378,7 +378,7 @@ pub(super) fn parent_of(pid: u32) -> Option<u32> {
         .and_then(|ppid| ppid.trim().parse().ok())
 }
 
-/// The descriptors (number, target) of process `pid` that are [`suspect`].
+/// The descriptors (number, target) of process `pid` that are [`suspect`](OpenFd::suspect).
 pub(super) fn suspects(pid: u32) -> Vec<(u32, PathBuf)> {
     let Some(table) = fd_table(pid) else {
         return Vec::new();

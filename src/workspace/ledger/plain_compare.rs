@@ -10,7 +10,7 @@ use super::{ChangeStatus, Changes, DIFF_CAP, DiffText, FileChange, excluded};
 pub(super) struct Sides<'a> {
     pub(super) before: &'a Scan,
     pub(super) after: &'a Scan,
-    /// Changed whatever their content says ([`Ledger::changed_since`]).
+    /// Changed whatever their content says ([`Ledger::changed_since`](crate::workspace::ledger::Ledger::changed_since)).
     pub(super) unknown: &'a std::collections::BTreeSet<Vec<u8>>,
     /// Not the agent's: left out on both sides.
     pub(super) exclude: &'a [String],
