@@ -28,6 +28,7 @@ const KNOWN_OPEN: &[&str] = &[
     "read the stowed dir",
     "relocated into /opt",
     "home key linked into /opt",
+    "xargs list named by a variable",
 ];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
@@ -134,6 +135,34 @@ fn the_scripts_an_xargs_list_in_a_held_script_names_are_not_the_agents_to_write(
             sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
             fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
             fx.own_file(ws, "tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n");
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} >> tools/checks/a.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
+/// The list named through a shell variable of the held script (`L=tools/checks.list;
+/// xargs -n1 -a "$L" sh`): the scan reads the script's words, not what its variables hold,
+/// so neither the list nor the script it names is held, and the agent's edit of
+/// `tools/checks/a.sh` runs at the user's `git fmt` (found by the lead's last pass, a
+/// ratchet in [`KNOWN_OPEN`]; SECURITY.md Known limits). Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_list_a_variable_names_are_not_the_agents_to_write() {
+    held_file_attack(
+        "xargs list named by a variable",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(
+                ws,
+                "tools/ci.sh",
+                "L=tools/checks.list\nxargs -n1 -a \"$L\" sh\n",
+            );
             fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
         },
         &format!(
