@@ -22,40 +22,7 @@ use common::sandbox_fixture::{self, owners};
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_clis_write_tool_does_not_write_its_own_scratch_through_a_link() {
-    for owner in owners() {
-        for confined in [true, false] {
-            let run = sandbox_fixture::cli_probe(
-                owner,
-                confined,
-                "cli_scratch_write_tool.json",
-                "write the CLI's scratch with its Write tool",
-                |_| Vec::new(),
-            );
-            let (stdout, who) = (&run.stdout, &run.who);
-            assert!(
-                stdout.contains("LINKED"),
-                "{who}: the link was not made: {stdout}"
-            );
-            let planted = stdout.contains("PLANTED-IN-SCRATCH");
-            assert!(
-                planted || stdout.contains("NOT-IN-SCRATCH"),
-                "{who}: the check did not run: {stdout}"
-            );
-            if !confined {
-                assert!(planted, "{who}: control: the Write tool wrote: {stdout}");
-                continue;
-            }
-            assert_eq!(
-                run.envelope["result"], "The honest answer.",
-                "{who}: {}",
-                run.envelope
-            );
-            assert!(
-                !planted,
-                "{who}: the CLI's Write tool wrote its scratch through a link: {stdout}"
-            );
-        }
-    }
+    sandbox_fixture::write_tool_scratch_attack(None);
 }
 
 /// Other ways for a tool command into the CLI's scratch, all held: a hard link of a file

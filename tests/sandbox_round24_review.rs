@@ -8,9 +8,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::Bounded;
 use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, owners};
-use serde_json::Value;
 
 /// The CLI's `Edit` deny rules for its own scratch (`claude-<uid>/`, `cc-socks/`) spelled
 /// the scratch's path as it is, and the CLI reads a rule as a gitignore glob: with the
@@ -22,63 +20,7 @@ use serde_json::Value;
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_scratch_rules_hold_for_a_state_directory_spelled_with_glob_characters() {
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/cli_scratch_write_tool.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    for owner in owners() {
-        for confined in [true, false] {
-            let (_dir, root) = sandbox_fixture::temp_root("coder-round24-");
-            let state = root.join("st[a]te?\\x");
-            for d in [
-                root.join("ws"),
-                root.join("home"),
-                root.join("tmp"),
-                state.clone(),
-            ] {
-                std::fs::create_dir_all(d).unwrap();
-            }
-            if let Some(uid) = owner {
-                sandbox_fixture::chown_tree(&root, uid);
-            }
-            let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-            if !confined {
-                extra.extend(["--sandbox", "danger-full-access"]);
-            }
-            let out = sandbox_fixture::coder_as(
-                &root,
-                owner,
-                &root.join("ws"),
-                &claude,
-                &extra,
-                "write the CLI's scratch with its Write tool",
-            )
-            .env("TMPDIR", root.join("tmp"))
-            .env("CODER_STATE_DIR", &state)
-            .output_bounded();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let who = format!("{owner:?} confined={confined}");
-            let env: Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
-            assert!(stdout.contains("LINKED"), "{who}: no link: {stdout}");
-            let planted = stdout.contains("PLANTED-IN-SCRATCH");
-            assert!(
-                planted || stdout.contains("NOT-IN-SCRATCH"),
-                "{who}: the check did not run: {stdout}"
-            );
-            if !confined {
-                assert!(planted, "{who}: control: the Write tool wrote: {stdout}");
-                continue;
-            }
-            assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
-            assert!(
-                !planted,
-                "{who}: the Write tool wrote the CLI's scratch under a state directory \
-                 spelled with glob characters: {stdout}"
-            );
-        }
-    }
+    sandbox_fixture::write_tool_scratch_attack(Some(std::ffi::OsStr::new("st[a]te?\\x")));
 }
 
 /// Every git fixture here: the user's repository on git's default branch.

@@ -413,70 +413,7 @@ fn a_registry_left_padded_long_or_torn_is_read_and_cut() {
 #[test]
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_scratch_rules_hold_for_a_state_directory_spelled_beyond_ascii() {
-    use common::Bounded;
-    use std::os::unix::ffi::OsStrExt;
-    let claude = common::real_claude();
-    let cassette = format!(
-        "replay:{}/fixtures/sandbox/cli_scratch_write_tool.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let names: [&[u8]; 1] = ["stäte-ü[é]*".as_bytes()];
-    for name in names {
-        for owner in sandbox_fixture::owners() {
-            for confined in [true, false] {
-                let (_dir, root) = sandbox_fixture::temp_root("coder-round24b-");
-                let state = root.join(std::ffi::OsStr::from_bytes(name));
-                for d in [
-                    root.join("ws"),
-                    root.join("home"),
-                    root.join("tmp"),
-                    state.clone(),
-                ] {
-                    std::fs::create_dir_all(d).unwrap();
-                }
-                if let Some(uid) = owner {
-                    sandbox_fixture::chown_tree(&root, uid);
-                }
-                let mut extra = vec!["--backend", &cassette, "--return-all-messages"];
-                if !confined {
-                    extra.extend(["--sandbox", "danger-full-access"]);
-                }
-                let out = sandbox_fixture::coder_as(
-                    &root,
-                    owner,
-                    &root.join("ws"),
-                    &claude,
-                    &extra,
-                    "write the CLI's scratch with its Write tool",
-                )
-                .env("TMPDIR", root.join("tmp"))
-                .env("CODER_STATE_DIR", &state)
-                .output_bounded();
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let who = format!(
-                    "{} {owner:?} confined={confined}",
-                    String::from_utf8_lossy(name)
-                );
-                let env: serde_json::Value = serde_json::from_slice(&out.stdout)
-                    .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
-                assert!(stdout.contains("LINKED"), "{who}: no link: {stdout}");
-                let planted = stdout.contains("PLANTED-IN-SCRATCH");
-                assert!(
-                    planted || stdout.contains("NOT-IN-SCRATCH"),
-                    "{who}: the check did not run: {stdout}"
-                );
-                if !confined {
-                    assert!(planted, "{who}: control: the Write tool wrote: {stdout}");
-                    continue;
-                }
-                assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
-                assert!(
-                    !planted,
-                    "{who}: the Write tool wrote the scratch: {stdout}"
-                );
-            }
-        }
-    }
+    sandbox_fixture::write_tool_scratch_attack(Some(std::ffi::OsStr::new("stäte-ü[é]*")));
 }
 
 /// A relocated never-visible place inside a system directory the sandbox shows read-only

@@ -877,6 +877,19 @@ pub fn cli_probe(
     task: &str,
     setup: impl FnOnce(&Path) -> Vec<String>,
 ) -> CliProbe {
+    cli_probe_in_state(owner, confined, cassette, task, setup, None)
+}
+
+/// [`cli_probe`] with coder's state directory (`CODER_STATE_DIR`) at `state` in the root,
+/// made with the rest, when given.
+pub fn cli_probe_in_state(
+    owner: Option<u32>,
+    confined: bool,
+    cassette: &str,
+    task: &str,
+    setup: impl FnOnce(&Path) -> Vec<String>,
+    state: Option<&OsStr>,
+) -> CliProbe {
     let claude = super::real_claude();
     let backend = format!(
         "replay:{}/fixtures/sandbox/{cassette}",
@@ -885,6 +898,10 @@ pub fn cli_probe(
     let (dir, root) = temp_root("coder-cli-probe-");
     for d in ["ws", "home", "tmp"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let state = state.map(|name| root.join(name));
+    if let Some(state) = &state {
+        std::fs::create_dir_all(state).unwrap();
     }
     let flags = setup(&root);
     if let Some(uid) = owner {
@@ -895,9 +912,12 @@ pub fn cli_probe(
     if !confined {
         extra.extend(["--sandbox", "danger-full-access"]);
     }
-    let out = coder_as(&root, owner, &root.join("ws"), &claude, &extra, task)
-        .env("TMPDIR", root.join("tmp"))
-        .output_bounded();
+    let mut cmd = coder_as(&root, owner, &root.join("ws"), &claude, &extra, task);
+    cmd.env("TMPDIR", root.join("tmp"));
+    if let Some(state) = &state {
+        cmd.env("CODER_STATE_DIR", state);
+    }
+    let out = cmd.output_bounded();
     let who = format!("{owner:?} confined={confined}");
     let envelope = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
@@ -907,5 +927,42 @@ pub fn cli_probe(
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         envelope,
         who,
+    }
+}
+
+/// The CLI's Write tool asked to write its own scratch (`claude-<uid>/`) through a link
+/// the agent made in the workspace (`fixtures/sandbox/cli_scratch_write_tool.json`), with
+/// coder's state directory at `state` in the root when given: confined, the write never
+/// lands (the scratch `Edit` rules hold) and the run is served; unconfined (the control),
+/// it lands. Root and uid 65534.
+pub fn write_tool_scratch_attack(state: Option<&OsStr>) {
+    for owner in owners() {
+        for confined in [true, false] {
+            let run = cli_probe_in_state(
+                owner,
+                confined,
+                "cli_scratch_write_tool.json",
+                "write the CLI's scratch with its Write tool",
+                |_| Vec::new(),
+                state,
+            );
+            let (stdout, env) = (&run.stdout, &run.envelope);
+            let who = format!("{} state={state:?}", run.who);
+            assert!(stdout.contains("LINKED"), "{who}: no link: {stdout}");
+            let planted = stdout.contains("PLANTED-IN-SCRATCH");
+            assert!(
+                planted || stdout.contains("NOT-IN-SCRATCH"),
+                "{who}: the check did not run: {stdout}"
+            );
+            if !confined {
+                assert!(planted, "{who}: control: the Write tool wrote: {stdout}");
+                continue;
+            }
+            assert_eq!(env["result"], "The honest answer.", "{who}: {env}");
+            assert!(
+                !planted,
+                "{who}: the CLI's Write tool wrote its scratch through a link: {stdout}"
+            );
+        }
     }
 }
