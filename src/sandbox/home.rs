@@ -343,7 +343,7 @@ fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
 }
 
 /// An absolute path a non-empty variable of this process's environment names.
-fn env_path(name: &str) -> Option<PathBuf> {
+pub(super) fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)

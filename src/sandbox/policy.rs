@@ -21,7 +21,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::allow::HostPort;
-use super::home::{account_home, homes_here, never_visible_places};
+use super::home::{account_home, env_path, homes_here, never_visible_places};
 use super::lease::{PlaceholderLease, remove_placeholders};
 use super::listing::ScanListings;
 use super::listing_cache;
@@ -2517,13 +2517,6 @@ pub fn check_plan_file(path: &Path) -> Result<PathBuf, String> {
         )),
         _ => Ok(canonical),
     }
-}
-
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
 }
 
 /// The CLI config dir of a run: the caller's (the run mode passes a fresh per-run one), or
