@@ -46,7 +46,7 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use serde::Serialize;
 
-use super::policy::{Access, Mode, PRIVATE_SHM, Policy, WorkspaceDir};
+use super::policy::{Access, Mode, PRIVATE_SHM, PlanFile, Policy, Root, WorkspaceDir};
 use super::scan::MaskKind;
 use super::{SandboxError, hostmask, pidns, scan, seccomp, sys};
 
@@ -391,11 +391,77 @@ fn build_private_root(
     policy: &Policy,
     workspace: &WorkspaceDir,
 ) -> Result<(usize, usize), SandboxError> {
+    let ClonedRoots { clones, bound } = clone_roots(policy, workspace)?;
+    let plan_tree = match &policy.plan_file {
+        Some(plan) => Some(clone_plan_file(plan)?),
+        None => None,
+    };
+    // The empty file secrets are masked with lives in the run dir, which the new root's
+    // tmpfs is about to cover.
+    let mask_source = if policy.needs_mask_source() && !policy.masks.is_empty() {
+        Some(mask_source_mount(&policy.mask_source())?)
+    } else {
+        None
+    };
+
+    let root = NewRoot::mount(policy.root_mount_point())?;
+    // Roots in `/dev/shm` (the run's CLI home in coder's scratch there) go onto the
+    // agent's private tmpfs once it is mounted, below.
+    let (in_shm, clones): (Vec<_>, Vec<_>) = clones
+        .into_iter()
+        .partition(|clone| clone.path.starts_with(PRIVATE_SHM));
+    for clone in &clones {
+        root.mount_clone(clone)?;
+    }
+    if let (Some(plan), Some(tree)) = (&policy.plan_file, plan_tree) {
+        root.mount_plan_file(plan, &tree)?;
+    }
+    let shm = root.mount_private_shm()?;
+    mount_in_private_shm(&shm, in_shm)?;
+    root.link_standard_streams()?;
+    root.make_home_and_aliases(policy, &bound)?;
+
+    mount_fresh_proc(&root.inside(Path::new("/proc")))?;
+    let masks = apply_masks(policy, mask_source.as_ref(), &root.path, &bound)?;
+    let mut host_masks = hostmask::hide_host_secrets(&root.path)?;
+    if policy.roots.iter().any(|r| r.path == Path::new("/tmp")) {
+        host_masks += hostmask::hide_tmp_sockets(&root.path)?;
+    }
+    // A plan run keeps the private root writable at the mount level: it is a tmpfs of
+    // this run alone, Landlock lets nothing be created in it, and the CLI's Write tool
+    // writes the plan in place only after its temporary sibling is refused with `EACCES`
+    // (Landlock) rather than `EROFS` (a read-only mount).
+    root.pivot_into(policy.plan_file.is_none())?;
+    Ok((masks, host_masks))
+}
+
+/// A granted root cloned for the private root, waiting to be mounted in it.
+struct ClonedRoot<'a> {
+    path: &'a Path,
+    is_dir: bool,
+    /// The (device, inode) its place must have when it is nested in another root (it is
+    /// then mounted over that place, reached by path through the outer clone).
+    identity: Option<(u64, u64)>,
+    tree: OwnedFd,
+}
+
+/// The granted roots cloned for the private root, in the policy's order, and the path of
+/// every root cloned (a root beneath one of them comes with it and is not listed).
+struct ClonedRoots<'a> {
+    clones: Vec<ClonedRoot<'a>>,
+    bound: Vec<&'a Path>,
+}
+
+/// Clone every granted root the private root is to show, read-only where the grant is.
+fn clone_roots<'a>(
+    policy: &'a Policy,
+    workspace: &WorkspaceDir,
+) -> Result<ClonedRoots<'a>, SandboxError> {
     let mut clones = Vec::new();
     // Each cloned root, and whether its mount is read-only.
     let mut bound: Vec<(&Path, bool)> = Vec::new();
     // The plan run whose plan file lies in the workspace keeps the workspace writable at
-    // the mount level (see below).
+    // the mount level (see `clone_root`).
     let plan_in_workspace = policy.plan_file.as_ref().is_some_and(|p| p.in_workspace);
     for root in &policy.roots {
         // Every read grant is read-only at the mount level too, not by Landlock alone:
@@ -419,7 +485,6 @@ fn build_private_root(
             .filter(|(b, _)| root.path.starts_with(b))
             .map(|(_, outer_read_only)| *outer_read_only)
             .next_back();
-        let nested = nested_in.is_some();
         if nested_in.is_some_and(|outer_read_only| !outer_read_only || read_only) {
             continue;
         }
@@ -427,108 +492,119 @@ fn build_private_root(
         if root.path == Path::new("/proc") {
             continue;
         }
-        // The workspace is cloned from the descriptor the policy was resolved with.
-        let source = if root.path == workspace.path {
-            workspace
-                .fd
-                .try_clone()
-                .map_err(|e| SandboxError::io("duplicate the workspace descriptor", e))?
-        } else {
-            sys::open_nofollow(&root.path)
-                .map_err(|e| SandboxError::sys("open", root.path.display(), e))?
-        };
-        let tree = sys::clone_tree(source.as_fd())
-            .map_err(|e| SandboxError::sys("open_tree", root.path.display(), e))?;
-        // A plan run (`coder plan`) whose plan file lies inside the workspace keeps the
-        // workspace writable here: the CLI's Write tool falls back to writing in place
-        // only after `EACCES`, which Landlock gives and a read-only mount does not.
-        if read_only {
-            let attrs = if root.is_dir {
-                sys::set_read_only(tree.as_fd())
-            } else {
-                sys::set_read_only_keep_devices(tree.as_fd())
-            };
-            attrs.map_err(|e| SandboxError::sys("mount_setattr", root.path.display(), e))?;
-        }
-        // A nested root is mounted over its place in the clone around it, reached by
-        // path: that place must be the very file it was cloned from.
-        let identity = if nested {
-            let stat = nix::sys::stat::fstat(source.as_fd())
-                .map_err(|e| SandboxError::sys("stat", root.path.display(), e))?;
-            Some((stat.st_dev, stat.st_ino))
-        } else {
-            None
-        };
-        clones.push((root.path.as_path(), root.is_dir, identity, tree));
+        clones.push(clone_root(root, workspace, read_only, nested_in.is_some())?);
         bound.push((&root.path, read_only));
     }
-    let bound: Vec<&Path> = bound.into_iter().map(|(path, _)| path).collect();
-    let plan_tree = match &policy.plan_file {
-        Some(plan) => Some(clone_plan_file(plan)?),
-        None => None,
+    let bound = bound.into_iter().map(|(path, _)| path).collect();
+    Ok(ClonedRoots { clones, bound })
+}
+
+/// Clone one granted root (the workspace from the descriptor the policy was resolved
+/// with), read-only if `read_only`, with its identity when it is `nested` in another.
+fn clone_root<'a>(
+    root: &'a Root,
+    workspace: &WorkspaceDir,
+    read_only: bool,
+    nested: bool,
+) -> Result<ClonedRoot<'a>, SandboxError> {
+    let source = if root.path == workspace.path {
+        workspace
+            .fd
+            .try_clone()
+            .map_err(|e| SandboxError::io("duplicate the workspace descriptor", e))?
+    } else {
+        sys::open_nofollow(&root.path)
+            .map_err(|e| SandboxError::sys("open", root.path.display(), e))?
     };
-    // The empty file secrets are masked with lives in the run dir, which the new root's
-    // tmpfs is about to cover.
-    let mask_source = if policy.needs_mask_source() && !policy.masks.is_empty() {
-        Some(mask_source_mount(&policy.mask_source())?)
+    let tree = sys::clone_tree(source.as_fd())
+        .map_err(|e| SandboxError::sys("open_tree", root.path.display(), e))?;
+    // A plan run (`coder plan`) whose plan file lies inside the workspace keeps the
+    // workspace writable here: the CLI's Write tool falls back to writing in place
+    // only after `EACCES`, which Landlock gives and a read-only mount does not.
+    if read_only {
+        let attrs = if root.is_dir {
+            sys::set_read_only(tree.as_fd())
+        } else {
+            sys::set_read_only_keep_devices(tree.as_fd())
+        };
+        attrs.map_err(|e| SandboxError::sys("mount_setattr", root.path.display(), e))?;
+    }
+    // A nested root is mounted over its place in the clone around it, reached by
+    // path: that place must be the very file it was cloned from.
+    let identity = if nested {
+        let stat = nix::sys::stat::fstat(source.as_fd())
+            .map_err(|e| SandboxError::sys("stat", root.path.display(), e))?;
+        Some((stat.st_dev, stat.st_ino))
     } else {
         None
     };
+    Ok(ClonedRoot {
+        path: &root.path,
+        is_dir: root.is_dir,
+        identity,
+        tree,
+    })
+}
 
-    let new_root = policy.root_mount_point();
-    nix::mount::mount(
-        Some("tmpfs"),
-        &new_root,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=0755,size=16m"),
-    )
-    .map_err(|e| SandboxError::sys("mount tmpfs", new_root.display(), e))?;
-    let inside = |path: &Path| -> PathBuf { new_root.join(path.strip_prefix("/").unwrap_or(path)) };
-    let mkdirs = |path: &Path| -> Result<(), SandboxError> {
-        fs::create_dir_all(path)
-            .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
-    };
+/// The private root being built: a tmpfs of this run alone at the policy's mount point,
+/// where the host's paths are made (`inside`) and the granted trees mounted.
+struct NewRoot {
+    path: PathBuf,
+}
 
-    // Roots in `/dev/shm` (the run's CLI home in coder's scratch there) go onto the
-    // agent's private tmpfs once it is mounted, below.
-    let (in_shm, clones): (Vec<_>, Vec<_>) = clones
-        .into_iter()
-        .partition(|(path, ..)| path.starts_with(PRIVATE_SHM));
-    for (path, is_dir, identity, tree) in &clones {
-        let point = inside(path);
-        // A nested root's place exists in the (read-only) clone it lies in; anything else
-        // gets its place made on the private root's tmpfs.
-        if identity.is_none() {
+impl NewRoot {
+    /// Mount the private root's tmpfs at `path`.
+    fn mount(path: PathBuf) -> Result<NewRoot, SandboxError> {
+        nix::mount::mount(
+            Some("tmpfs"),
+            &path,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755,size=16m"),
+        )
+        .map_err(|e| SandboxError::sys("mount tmpfs", path.display(), e))?;
+        Ok(NewRoot { path })
+    }
+
+    /// Where the host's absolute `path` is in the private root.
+    fn inside(&self, path: &Path) -> PathBuf {
+        self.path.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    /// Mount a cloned root at its place. A nested root's place exists in the (read-only)
+    /// clone it lies in and must be the file it was cloned from; anything else gets its
+    /// place made on the private root's tmpfs.
+    fn mount_clone(&self, clone: &ClonedRoot<'_>) -> Result<(), SandboxError> {
+        let point = self.inside(clone.path);
+        if clone.identity.is_none() {
             if let Some(parent) = point.parent() {
-                mkdirs(parent)?;
+                make_dirs(parent)?;
             }
-            if *is_dir {
-                mkdirs(&point)?;
+            if clone.is_dir {
+                make_dirs(&point)?;
             } else {
-                fs::File::create(&point)
-                    .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+                make_file(&point)?;
             }
         }
         let target = sys::open_nofollow(&point)
             .map_err(|e| SandboxError::sys("open", point.display(), e))?;
-        if let Some(identity) = identity {
+        if let Some(identity) = clone.identity {
             let stat = nix::sys::stat::fstat(target.as_fd())
                 .map_err(|e| SandboxError::sys("stat", point.display(), e))?;
-            if (stat.st_dev, stat.st_ino) != *identity {
+            if (stat.st_dev, stat.st_ino) != identity {
                 return Err(SandboxError::GrantMoved {
-                    path: path.to_path_buf(),
+                    path: clone.path.to_path_buf(),
                 });
             }
         }
-        sys::move_mount(tree.as_fd(), target.as_fd())
-            .map_err(|e| SandboxError::sys("move_mount", path.display(), e))?;
+        sys::move_mount(clone.tree.as_fd(), target.as_fd())
+            .map_err(|e| SandboxError::sys("move_mount", clone.path.display(), e))
     }
 
-    if let (Some(plan), Some(tree)) = (&policy.plan_file, plan_tree) {
-        // Over the file itself where a granted tree (the workspace) holds it, else on a
-        // name of its own in the private root.
-        let point = inside(&plan.path);
+    /// Mount the plan file's clone over the file itself where a granted tree (the
+    /// workspace) holds it, else on a name of its own in the private root.
+    fn mount_plan_file(&self, plan: &PlanFile, tree: &OwnedFd) -> Result<(), SandboxError> {
+        let point = self.inside(&plan.path);
         match fs::symlink_metadata(&point) {
             Ok(meta) if meta.is_file() => {}
             Ok(_) => {
@@ -538,86 +614,101 @@ fn build_private_root(
             }
             Err(_) => {
                 if let Some(parent) = point.parent() {
-                    mkdirs(parent)?;
+                    make_dirs(parent)?;
                 }
-                fs::File::create(&point)
-                    .map_err(|e| SandboxError::io(format!("create {}", point.display()), e))?;
+                make_file(&point)?;
             }
         }
         let target = sys::open_nofollow(&point)
             .map_err(|e| SandboxError::sys("open", point.display(), e))?;
         sys::move_mount(tree.as_fd(), target.as_fd())
-            .map_err(|e| SandboxError::sys("move_mount", plan.path.display(), e))?;
+            .map_err(|e| SandboxError::sys("move_mount", plan.path.display(), e))
     }
 
-    let shm = inside(Path::new(PRIVATE_SHM));
-    mkdirs(&shm)?;
-    nix::mount::mount(
-        Some("tmpfs"),
-        &shm,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=1777"),
-    )
-    .map_err(|e| SandboxError::sys("mount tmpfs", shm.display(), e))?;
-    mount_in_private_shm(&shm, in_shm)?;
-    for (name, target) in [
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        let link = inside(Path::new("/dev")).join(name);
-        if fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(target, &link)
+    /// Mount the agent's private `/dev/shm` (a tmpfs of its own) and return its place.
+    fn mount_private_shm(&self) -> Result<PathBuf, SandboxError> {
+        let shm = self.inside(Path::new(PRIVATE_SHM));
+        make_dirs(&shm)?;
+        nix::mount::mount(
+            Some("tmpfs"),
+            &shm,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=1777"),
+        )
+        .map_err(|e| SandboxError::sys("mount tmpfs", shm.display(), e))?;
+        Ok(shm)
+    }
+
+    /// `/dev/fd`, `/dev/stdin`, `/dev/stdout` and `/dev/stderr`, as a system's `/dev` has
+    /// them, where the granted `/dev` does not.
+    fn link_standard_streams(&self) -> Result<(), SandboxError> {
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            let link = self.inside(Path::new("/dev")).join(name);
+            if fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(target, &link)
+                    .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The home directory's place when no granted tree holds it, and the policy's
+    /// aliases (symlinks such as `/bin` -> `usr/bin`) where nothing granted covers them.
+    fn make_home_and_aliases(&self, policy: &Policy, bound: &[&Path]) -> Result<(), SandboxError> {
+        if let Some(home) = &policy.home
+            && !bound.iter().any(|b| home.starts_with(b))
+        {
+            make_dirs(&self.inside(home))?;
+        }
+        for alias in &policy.aliases {
+            let covered = bound.iter().any(|b| alias.path.starts_with(b));
+            let link = self.inside(&alias.path);
+            if covered || fs::symlink_metadata(&link).is_ok() {
+                continue;
+            }
+            if let Some(parent) = link.parent() {
+                make_dirs(parent)?;
+            }
+            std::os::unix::fs::symlink(&alias.target, &link)
                 .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
         }
-    }
-    if let Some(home) = &policy.home
-        && !bound.iter().any(|b| home.starts_with(b))
-    {
-        mkdirs(&inside(home))?;
-    }
-    for alias in &policy.aliases {
-        let covered = bound.iter().any(|b| alias.path.starts_with(b));
-        let link = inside(&alias.path);
-        if covered || fs::symlink_metadata(&link).is_ok() {
-            continue;
-        }
-        if let Some(parent) = link.parent() {
-            mkdirs(parent)?;
-        }
-        std::os::unix::fs::symlink(&alias.target, &link)
-            .map_err(|e| SandboxError::io(format!("create {}", link.display()), e))?;
+        Ok(())
     }
 
-    mount_fresh_proc(&inside(Path::new("/proc")))?;
-    let masks = apply_masks(policy, mask_source.as_ref(), &new_root, &bound)?;
-    let mut host_masks = hostmask::hide_host_secrets(&new_root)?;
-    if policy.roots.iter().any(|r| r.path == Path::new("/tmp")) {
-        host_masks += hostmask::hide_tmp_sockets(&new_root)?;
+    /// Pivot into the private root, then make it read-only at the mount level when
+    /// `read_only`.
+    fn pivot_into(self, read_only: bool) -> Result<(), SandboxError> {
+        let root_fd = sys::open_nofollow(&self.path)
+            .map_err(|e| SandboxError::sys("open", self.path.display(), e))?;
+        crate::phases::mark("sandbox.mounted");
+        sys::pivot_into(&root_fd)
+            .map_err(|e| SandboxError::sys("pivot_root", self.path.display(), e))?;
+        crate::phases::mark("sandbox.pivoted");
+        if read_only {
+            sys::remount_root_read_only()
+                .map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
+        }
+        Ok(())
     }
-
-    let root_fd = sys::open_nofollow(&new_root)
-        .map_err(|e| SandboxError::sys("open", new_root.display(), e))?;
-    crate::phases::mark("sandbox.mounted");
-    sys::pivot_into(&root_fd)
-        .map_err(|e| SandboxError::sys("pivot_root", new_root.display(), e))?;
-    crate::phases::mark("sandbox.pivoted");
-    // A plan run keeps the private root writable at the mount level: it is a tmpfs of
-    // this run alone, Landlock lets nothing be created in it, and the CLI's Write tool
-    // writes the plan in place only after its temporary sibling is refused with `EACCES`
-    // (Landlock) rather than `EROFS` (a read-only mount).
-    if policy.plan_file.is_none() {
-        sys::remount_root_read_only()
-            .map_err(|e| SandboxError::sys("remount read-only", "/", e))?;
-    }
-    Ok((masks, host_masks))
 }
 
-/// A granted root cloned for the private root: its path, whether it is a directory, the
-/// (device, inode) its place must have when it is nested in another root, the clone.
-type ClonedRoot<'a> = (&'a Path, bool, Option<(u64, u64)>, OwnedFd);
+/// `fs::create_dir_all`, its error naming the path.
+fn make_dirs(path: &Path) -> Result<(), SandboxError> {
+    fs::create_dir_all(path).map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
+}
+
+/// An empty file at `path` (made or truncated), its error naming the path.
+fn make_file(path: &Path) -> Result<(), SandboxError> {
+    fs::File::create(path)
+        .map(drop)
+        .map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
+}
 
 /// Mounts the granted roots that lie in `/dev/shm` (coder's own scratch: the run's CLI
 /// home, `/dev/shm/coder-<uid>/cli-runs/<pid>-<id>`) in the agent's private tmpfs mounted
@@ -630,7 +721,10 @@ type ClonedRoot<'a> = (&'a Path, bool, Option<(u64, u64)>, OwnedFd);
 /// there.
 fn mount_in_private_shm(shm: &Path, roots: Vec<ClonedRoot<'_>>) -> Result<(), SandboxError> {
     let mut skeletons: Vec<PathBuf> = Vec::new();
-    for (path, is_dir, _, tree) in roots {
+    for ClonedRoot {
+        path, is_dir, tree, ..
+    } in roots
+    {
         let below = path.strip_prefix(PRIVATE_SHM).unwrap_or(path);
         let Some(top) = below.components().next() else {
             continue;
@@ -687,7 +781,7 @@ fn mount_in_private_shm(shm: &Path, roots: Vec<ClonedRoot<'_>>) -> Result<(), Sa
 
 /// A detached mount of the plan file, refusing a path that no longer leads to the file
 /// the policy was resolved with (a symlink anywhere, another inode, not a regular file).
-fn clone_plan_file(plan: &super::policy::PlanFile) -> Result<OwnedFd, SandboxError> {
+fn clone_plan_file(plan: &PlanFile) -> Result<OwnedFd, SandboxError> {
     let changed = || SandboxError::PlanFileChanged {
         path: plan.path.clone(),
     };
