@@ -249,6 +249,7 @@ fn adopt_inherited(fd: RawFd) -> std::io::Result<std::fs::File> {
     Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
+/// A failure at `stage`, with the OS error number when there is one.
 fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> HelperFailure {
     HelperFailure {
         stage,
@@ -257,6 +258,8 @@ fn fail(stage: HelperStage, errno: Option<i32>, message: impl Into<String>) -> H
     }
 }
 
+/// The helper's life: read the spec, tie to the supervisor, enter the sandbox, exec the
+/// program. Returns only on failure (in the agent's process, or before it exists).
 fn run(
     args: &[OsString],
     status_fd: Option<RawFd>,
@@ -266,6 +269,52 @@ fn run(
     let spec_text = args
         .get(2)
         .ok_or_else(|| fail(HelperStage::Spec, None, "missing helper spec argument"))?;
+    let fds = InheritedFds {
+        status: status_fd,
+        net: net.map(|f| f.as_raw_fd()),
+        trace: trace_fd,
+    };
+    let Received {
+        spec,
+        prepared,
+        early_parent,
+    } = receive_spec(spec_text.as_bytes(), &fds)?;
+    detach_from_supervisor(&spec, early_parent, &fds)?;
+    // First mark after the descriptors are closed: its file stays open (close-on-exec).
+    crate::phases::mark("helper.spec");
+    if let Some(cwd) = &spec.cwd {
+        nix::unistd::chdir(cwd).map_err(|e| setup_failure("chdir", e))?;
+    }
+    enter_sandbox(&spec, prepared, net.map(|f| f.as_fd()))?;
+    exec_program(&spec)
+}
+
+/// The descriptors the helper inherited and keeps (every other one is closed).
+struct InheritedFds {
+    status: Option<RawFd>,
+    net: Option<RawFd>,
+    trace: Option<RawFd>,
+}
+
+/// The spec as read, with what the early helper did while it waited for it.
+struct Received {
+    spec: HelperSpec,
+    /// The sandbox's namespaces, made before the spec came (`&FD` only).
+    prepared: Option<super::confine::Prepared>,
+    /// The supervisor's pid as this process saw it when it armed its death signal (`&FD`
+    /// only; checked against the spec's).
+    early_parent: Option<i32>,
+}
+
+/// Read the spec its argument names.
+///
+/// `&FD`: the helper was started before its spec was known, for a confined child. While
+/// coder resolves the policy it does what needs none: its process setup, and the
+/// sandbox's namespaces with their init (`confine::prepare`; this then goes on in init).
+/// The spec pipe is read to its end after that, and the policy it brings is applied whole
+/// before anything is exec'd. `@PATH`: the spec was too large for an argument and waits in
+/// a file. Anything else is the spec itself.
+fn receive_spec(text: &[u8], fds: &InheritedFds) -> Result<Received, HelperFailure> {
     let unreadable = |e: std::io::Error| {
         fail(
             HelperStage::Spec,
@@ -273,48 +322,45 @@ fn run(
             format!("cannot read the helper spec: {e}"),
         )
     };
-    let setup = |what: &str, e: nix::Error| {
-        fail(HelperStage::Setup, Some(e as i32), format!("{what}: {e}"))
-    };
-    let sandbox_failure = |e: super::SandboxError| match e {
-        super::SandboxError::ParentGone => fail(HelperStage::Setup, None, e.to_string()),
-        e => fail(HelperStage::Sandbox, None, e.to_string()),
-    };
-    let net_fd = net.map(|f| f.as_raw_fd());
-    // `&FD`: the helper was started before its spec was known, for a confined child. While
-    // coder resolves the policy it does what needs none: its process setup, and the
-    // sandbox's namespaces with their init (`confine::prepare`; this then goes on in
-    // init). The spec pipe is read to its end after that, and the policy it brings is
-    // applied whole before anything is exec'd.
-    let mut prepared = None;
-    let early = match spec_text.as_bytes() {
+    let (bytes, prepared, early_parent) = match text {
         [b'&', fd @ ..] => {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+                .map_err(|e| setup_failure("PR_SET_PDEATHSIG", e))?;
             // Checked against the spec's pid once it is read: a parent that died before
             // the signal was armed never sends one.
             let parent = nix::unistd::getppid().as_raw();
-            nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
+            nix::unistd::setsid().map_err(|e| setup_failure("setsid", e))?;
             let spec_fd = inherited_fd(fd);
-            close_inherited_fds(&[status_fd, net_fd, spec_fd, trace_fd]);
-            prepared = Some(super::confine::prepare().map_err(sandbox_failure)?);
+            close_inherited_fds(&[fds.status, fds.net, spec_fd, fds.trace]);
+            let prepared = super::confine::prepare().map_err(sandbox_failure)?;
             crate::phases::mark("helper.prepared");
-            Some((read_spec_pipe(fd).map_err(unreadable)?, parent))
+            let bytes = read_spec_pipe(fd).map_err(unreadable)?;
+            (bytes, Some(prepared), Some(parent))
         }
-        _ => None,
-    };
-    let (spec_bytes, early_parent) = match (early, spec_text.as_bytes()) {
-        (Some((bytes, parent)), _) => (bytes, Some(parent)),
-        // `@PATH`: the spec was too large for an argument and waits in a file.
-        (None, [b'@', path @ ..]) => (
+        [b'@', path @ ..] => (
             std::fs::read(std::ffi::OsStr::from_bytes(path)).map_err(unreadable)?,
             None,
+            None,
         ),
-        (None, text) => (text.to_vec(), None),
+        text => (text.to_vec(), None, None),
     };
-    let spec: HelperSpec = serde_json::from_slice(&spec_bytes)
+    let spec: HelperSpec = serde_json::from_slice(&bytes)
         .map_err(|e| fail(HelperStage::Spec, None, format!("bad helper spec: {e}")))?;
+    Ok(Received {
+        spec,
+        prepared,
+        early_parent,
+    })
+}
 
+/// Tie this process to the supervisor the spec names: killed when it dies, in a session
+/// of its own, holding no descriptor but its own. The early helper did this before it read
+/// the spec and only checks that its parent then was the spec's.
+fn detach_from_supervisor(
+    spec: &HelperSpec,
+    early_parent: Option<i32>,
+    fds: &InheritedFds,
+) -> Result<(), HelperFailure> {
     let gone = || {
         fail(
             HelperStage::Setup,
@@ -323,31 +369,33 @@ fn run(
         )
     };
     match early_parent {
-        Some(parent) if u32::try_from(parent).ok() != Some(spec.parent_pid) => {
-            return Err(gone());
-        }
-        Some(_) => {}
+        Some(parent) if u32::try_from(parent).ok() != Some(spec.parent_pid) => Err(gone()),
+        Some(_) => Ok(()),
         None => {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                .map_err(|e| setup("PR_SET_PDEATHSIG", e))?;
+                .map_err(|e| setup_failure("PR_SET_PDEATHSIG", e))?;
             // The parent may have died before the death signal was armed.
             if nix::unistd::getppid().as_raw() as u32 != spec.parent_pid {
                 return Err(gone());
             }
-            nix::unistd::setsid().map_err(|e| setup("setsid", e))?;
-            close_inherited_fds(&[status_fd, net_fd]);
+            nix::unistd::setsid().map_err(|e| setup_failure("setsid", e))?;
+            close_inherited_fds(&[fds.status, fds.net]);
+            Ok(())
         }
     }
-    // First mark after the descriptors are closed: its file stays open (close-on-exec).
-    crate::phases::mark("helper.spec");
-    if let Some(cwd) = &spec.cwd {
-        nix::unistd::chdir(cwd).map_err(|e| setup("chdir", e))?;
-    }
-    // Returns in the agent's process only (PID 2 of a new PID namespace); this process
-    // (or, prepared, the helper's first one) stays outside as its waiter. Entering the
-    // namespaces re-arms the parent-death signal the user namespace clears and checks
-    // the supervisor is still there.
-    let net = net.map(|f| f.as_fd());
+}
+
+/// Confine this process by the spec's policy, if it has one.
+///
+/// Returns in the agent's process only (PID 2 of a new PID namespace); this process (or,
+/// prepared, the helper's first one) stays outside as its waiter. Entering the namespaces
+/// re-arms the parent-death signal the user namespace clears and checks the supervisor is
+/// still there.
+fn enter_sandbox(
+    spec: &HelperSpec,
+    prepared: Option<super::confine::Prepared>,
+    net: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<(), HelperFailure> {
     match (&spec.policy, prepared) {
         (Some(policy), Some(prepared)) => {
             super::confine::confine_prepared(prepared, policy, net).map_err(sandbox_failure)?;
@@ -360,7 +408,12 @@ fn run(
         (None, Some(_)) => return Err(sandbox_failure(super::SandboxError::PreparedUnconfined)),
         (None, None) => {}
     }
+    Ok(())
+}
 
+/// Exec the spec's program with its arguments and environment (this process's own when
+/// the spec has none); returns only on failure.
+fn exec_program(spec: &HelperSpec) -> Result<std::convert::Infallible, HelperFailure> {
     let program = CString::new(spec.program.as_os_str().as_bytes())
         .map_err(|_| fail(HelperStage::Exec, None, "program path contains a NUL byte"))?;
     let mut argv = vec![program.clone()];
@@ -402,6 +455,19 @@ fn run(
         Some(err as i32),
         format!("cannot execute {}: {}", spec.program.display(), err.desc()),
     ))
+}
+
+/// A system call of the helper's own setup failed.
+fn setup_failure(what: &str, e: nix::Error) -> HelperFailure {
+    fail(HelperStage::Setup, Some(e as i32), format!("{what}: {e}"))
+}
+
+/// The sandbox could not be set up (or, the supervisor gone meanwhile, need not be).
+fn sandbox_failure(e: super::SandboxError) -> HelperFailure {
+    match e {
+        super::SandboxError::ParentGone => fail(HelperStage::Setup, None, e.to_string()),
+        e => fail(HelperStage::Sandbox, None, e.to_string()),
+    }
 }
 
 /// Reads the spec from the inherited pipe `fd` (its number, as text) to its end.
