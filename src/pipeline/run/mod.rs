@@ -247,21 +247,7 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    // The change ledger's "before" (DESIGN §8): beside the sandbox's setup and the CLI's
-    // start where the proxy holds the agent until it is done, else first (see `snapshot`).
-    crate::phases::mark("ledger.start");
-    // A git snapshot too: a change that lands while it is taken, after the run's first
-    // process started, is reported with a warning, as the plain walk's (a child that
-    // writes before its first request, like the tests' fake CLI, had its edit taken for
-    // the "before" without a word before `GitRepo::changed_since`).
-    let alongside = request.sandbox.is_confined()
-        && !snapshot::cli_may_run_commands_at_start(&request.workspace);
-    let mut snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
-    crate::phases::mark(if alongside {
-        "ledger.started"
-    } else {
-        "ledger.done"
-    });
+    let (mut snapshot, alongside) = begin_snapshot(request, state_dir).await;
     let hold = snapshot.hold();
     let prepared = PreparedRun::prepare(
         request,
@@ -289,16 +275,7 @@ async fn run_attempts(
     };
     snapshot.set_up(prepared.denial_policy.clone());
     if !alongside || prepared.egress.is_none() {
-        // No proxy holds the agent: the snapshot is done before it starts.
-        snapshot.finish().await;
-        // The plain scan's cache holds its hash key: kept only where the agent cannot reach it.
-        let policy = prepared.policy.as_ref();
-        if let Some(ledger) = snapshot.ledger_mut() {
-            let exposed = ledger
-                .cache_path()
-                .is_some_and(|path| snapshot::agent_reaches(policy, path));
-            ledger.keep_cache(exposed);
-        }
+        finish_snapshot_before_agent(&mut snapshot, &prepared).await;
     }
     // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
     let admission = match admission::admit(
@@ -359,8 +336,55 @@ async fn run_attempts(
         .await;
     crate::phases::mark("verified");
     let envelope = with_outcome_times(envelope, run.outcome_times.clone());
-    // Every sandboxed process of the run (agent, checks, repairs) is gone.
-    let mut envelope = prepared.guard_git(envelope, &run, journal);
+    close_run(envelope, prepared, admission, &mut run, journal, teardown).await
+}
+
+/// Start the change ledger's "before" (DESIGN §8): beside the sandbox's setup and the
+/// CLI's start where the proxy holds the agent until it is done (`true` with it), else
+/// first (see `snapshot`).
+///
+/// A git snapshot too: a change that lands while it is taken, after the run's first
+/// process started, is reported with a warning, as the plain walk's (a child that writes
+/// before its first request, like the tests' fake CLI, had its edit taken for the
+/// "before" without a word before `GitRepo::changed_since`).
+async fn begin_snapshot(request: &RunRequest, state_dir: &std::path::Path) -> (Snapshot, bool) {
+    crate::phases::mark("ledger.start");
+    let alongside = request.sandbox.is_confined()
+        && !snapshot::cli_may_run_commands_at_start(&request.workspace);
+    let snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
+    crate::phases::mark(if alongside {
+        "ledger.started"
+    } else {
+        "ledger.done"
+    });
+    (snapshot, alongside)
+}
+
+/// No proxy holds the agent: the snapshot is done before it starts. The plain scan's
+/// cache holds its hash key: kept only where the agent cannot reach it.
+async fn finish_snapshot_before_agent(snapshot: &mut Snapshot, prepared: &PreparedRun) {
+    snapshot.finish().await;
+    let policy = prepared.policy.as_ref();
+    if let Some(ledger) = snapshot.ledger_mut() {
+        let exposed = ledger
+            .cache_path()
+            .is_some_and(|path| snapshot::agent_reaches(policy, path));
+        ledger.keep_cache(exposed);
+    }
+}
+
+/// The run's end once every sandboxed process of it (agent, checks, repairs) is gone:
+/// the git guard, the request shape learned, then the admission slot released (a quota
+/// failure starts the backend's cooldown), and the prepared run handed to the teardown.
+async fn close_run(
+    envelope: Envelope,
+    prepared: PreparedRun,
+    admission: admission::Admission,
+    run: &mut Run,
+    journal: &mut RunJournal,
+    teardown: &mut Teardown,
+) -> Envelope {
+    let mut envelope = prepared.guard_git(envelope, run, journal);
     if let Some(reason) = run.compat_learned.take() {
         admission
             .remember_compat_shape(&reason, &mut envelope, &journal.redaction)
