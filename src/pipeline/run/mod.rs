@@ -81,22 +81,7 @@ pub async fn run(request: RunRequest) -> Envelope {
     let mut request = request;
     let many = match crate::pipeline::many::begin(&mut request, &run_id, &state_dir) {
         Ok(many) => many,
-        Err(envelope) => {
-            // A Ctrl-C at a terminal reaches the git that makes the checkout too: its
-            // failure is then the signal's doing, and the run was cancelled.
-            return match pending_signal(&mut signals).await {
-                Some(signo) => {
-                    let name = signal_name(signo);
-                    let mut cancelled = Envelope::early_failure(
-                        ErrorKind::Cancelled,
-                        format!("cancelled by {name} before the run started"),
-                    );
-                    cancelled.exit_code = crate::exit::cancelled_exit_code(signo);
-                    with_limits(cancelled)
-                }
-                None => with_limits(*envelope),
-            };
-        }
+        Err(envelope) => return with_limits(cancelled_or(*envelope, &mut signals).await),
     };
     let runs_dir = transcript::runs_dir(&state_dir);
     let transcript_path = request
@@ -138,12 +123,56 @@ pub async fn run(request: RunRequest) -> Envelope {
     // The one place the finished envelope is redacted: before it is recorded or printed.
     envelope.redact(&redaction);
 
+    end_journal(
+        &mut envelope,
+        &mut journal,
+        &request,
+        &state_dir,
+        &transcript_path,
+        run_started,
+    );
+    crate::phases::mark("journal.done");
+    // The run's directories are gone before coder exits, as before; their removal only
+    // overlapped with the transcript's end and the sessions' retention above.
+    teardown.join();
+    crate::phases::mark("teardown.joined");
+    envelope
+}
+
+/// The envelope of a run that could not begin (its worktree, `--backend auto`), or, when
+/// a signal arrived meanwhile, a cancellation: a Ctrl-C at a terminal reaches the git that
+/// makes the checkout too, and its failure is then the signal's doing.
+async fn cancelled_or(envelope: Envelope, signals: &mut CancelSignals) -> Envelope {
+    match pending_signal(signals).await {
+        Some(signo) => {
+            let name = signal_name(signo);
+            let mut cancelled = Envelope::early_failure(
+                ErrorKind::Cancelled,
+                format!("cancelled by {name} before the run started"),
+            );
+            cancelled.exit_code = crate::exit::cancelled_exit_code(signo);
+            cancelled
+        }
+        None => envelope,
+    }
+}
+
+/// The transcript's end: the progress line cleared, the outcome noted, the file closed
+/// (its path in the envelope, or a warning why not), and the sessions' retention.
+fn end_journal(
+    envelope: &mut Envelope,
+    journal: &mut RunJournal,
+    request: &RunRequest,
+    state_dir: &std::path::Path,
+    transcript_path: &std::path::Path,
+    run_started: Instant,
+) {
     if let Some(progress) = &journal.progress {
         progress.clear();
     }
     journal
         .transcript
-        .note(Note::Outcome(outcome_note(&envelope, run_started)));
+        .note(Note::Outcome(outcome_note(envelope, run_started)));
     // The transcripts' retention ran beside the child (see [`HistoryStats`]); what is left
     // of it is waited for here, with the stat-ing of the sessions.
     let sessions_seen = journal.history.take();
@@ -153,7 +182,7 @@ pub async fn run(request: RunRequest) -> Envelope {
             envelope.transcript = Some(transcript_path.display().to_string());
             // Session records and histories age out with the same retention.
             let retention = transcript::Retention::default();
-            SessionStore::new(&state_dir).enforce_retention(
+            SessionStore::new(state_dir).enforce_retention(
                 retention.max_runs,
                 retention.max_bytes,
                 request.session.id(),
@@ -161,12 +190,6 @@ pub async fn run(request: RunRequest) -> Envelope {
             );
         }
     }
-    crate::phases::mark("journal.done");
-    // The run's directories are gone before coder exits, as before; their removal only
-    // overlapped with the transcript's end and the sessions' retention above.
-    teardown.join();
-    crate::phases::mark("teardown.joined");
-    envelope
 }
 
 /// The signal that arrived already, if any (not waiting for one).
