@@ -52,7 +52,7 @@ pub(super) fn check_config(args: &BackendArgs, env: &[(OsString, OsString)]) -> 
 }
 
 /// The model slots the child gets, for the report.
-pub(super) const MODEL_VARIABLES: [(&str, &str); 6] = [
+const MODEL_VARIABLES: [(&str, &str); 6] = [
     ("ANTHROPIC_MODEL", "main"),
     ("ANTHROPIC_DEFAULT_OPUS_MODEL", "opus"),
     ("ANTHROPIC_DEFAULT_SONNET_MODEL", "sonnet"),
@@ -155,7 +155,7 @@ pub(super) fn check_backend(
 
 /// The slots the CLI picks a model from on its own; each one a vendor cannot serve is a
 /// `400 [1211] Unknown Model` (or the vendor's equivalent) the first time the CLI uses it.
-pub(super) const SLOTS_THAT_MUST_BE_MAPPED: [(&str, &str, &str); 4] = [
+const SLOTS_THAT_MUST_BE_MAPPED: [(&str, &str, &str); 4] = [
     ("ANTHROPIC_MODEL", "main", "model"),
     ("ANTHROPIC_DEFAULT_OPUS_MODEL", "opus", "opus_model"),
     ("ANTHROPIC_DEFAULT_SONNET_MODEL", "sonnet", "sonnet_model"),
@@ -305,7 +305,7 @@ pub(super) fn remembered_shape(
 }
 
 /// For `inherit`: whether the child will have any way to authenticate.
-pub(super) fn inherit_credentials(
+fn inherit_credentials(
     mut check: Check,
     backend: &ResolvedBackend,
     child_env: &[(OsString, OsString)],

@@ -84,7 +84,7 @@ pub fn inspect_claude_binary(path: &Path) -> Result<PathBuf, BinaryProblem> {
 
 /// The platform package's binary next to an npm install of `@anthropic-ai/claude-code`
 /// (`node_modules/@anthropic-ai/claude-code-linux-x64/claude` and the like).
-pub(super) fn platform_binary_near(placeholder: &Path) -> Option<PathBuf> {
+fn platform_binary_near(placeholder: &Path) -> Option<PathBuf> {
     let scope = placeholder
         .ancestors()
         .find(|p| p.file_name() == Some(OsStr::new("@anthropic-ai")))?;
@@ -119,7 +119,7 @@ pub fn find_on_path(program: &str, env: &[(OsString, OsString)]) -> Option<PathB
 }
 
 /// Runs `claude --version` and returns its first line.
-pub(super) fn claude_version(path: &Path, env: &[(OsString, OsString)]) -> Result<String, String> {
+fn claude_version(path: &Path, env: &[(OsString, OsString)]) -> Result<String, String> {
     let keep = ["PATH", "HOME", "LANG"];
     let mut child = Command::new(path)
         .arg("--version")

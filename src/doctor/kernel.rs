@@ -73,7 +73,7 @@ pub(super) fn check_landlock(confined: bool, support: &SandboxSupport) -> Check 
     }
 }
 
-pub(super) fn read_sysctl(path: &str) -> Option<String> {
+fn read_sysctl(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim().to_owned())

@@ -197,7 +197,7 @@ impl PreparedRun {
 /// helper started early for the first attempt.
 pub(super) struct PreparedRun {
     pub(super) backend: config::ResolvedBackend,
-    pub(super) replay_server: Option<ReplayServer>,
+    replay_server: Option<ReplayServer>,
     /// The CLI's config dir, fresh for this run (removed when the run ends).
     pub(super) cli_home: CliHome,
     pub(super) child_base_env: Vec<(OsString, OsString)>,
@@ -211,7 +211,7 @@ pub(super) struct PreparedRun {
     /// `sandbox::proxy`), shared by every attempt.
     pub(super) egress: Option<Arc<Egress>>,
     /// Removes the policy's per-run directory when the run ends.
-    pub(super) _run_dir: RunDirCleanup,
+    _run_dir: RunDirCleanup,
 }
 
 impl PreparedRun {
@@ -332,7 +332,7 @@ impl PreparedRun {
     }
 
     /// Holds `session`'s lock for the rest of the run (best effort: a fresh id is unique).
-    pub(super) fn lock_session(&mut self, session: SessionChoice) {
+    fn lock_session(&mut self, session: SessionChoice) {
         if let Ok(lock) = self.store.lock(session.id()) {
             self.locks.push(lock);
         }
@@ -422,7 +422,7 @@ impl PreparedRun {
     }
 
     /// The cassette's own view: requests it could not answer as scripted, as warnings.
-    pub(super) fn report_replay_problems(&self, run: &mut Run) {
+    fn report_replay_problems(&self, run: &mut Run) {
         let Some(server) = &self.replay_server else {
             return;
         };
@@ -437,7 +437,7 @@ impl PreparedRun {
 
 /// Puts the provider remedies' flags and variables into the child's spec (a variable the
 /// backend already set is overridden).
-pub(super) fn apply_remedies(spec: &mut child::ChildSpec, remedies: &[provider::Remedy]) {
+fn apply_remedies(spec: &mut child::ChildSpec, remedies: &[provider::Remedy]) {
     for remedy in remedies {
         let (args, vars) = remedy.cli_changes();
         spec.args.extend(args.iter().map(OsString::from));
@@ -450,11 +450,7 @@ pub(super) fn apply_remedies(spec: &mut child::ChildSpec, remedies: &[provider::
 
 /// After an attempt: what the proxy refused becomes sandbox denials, and its counts go to
 /// the transcript (`egress` note), which shows that the backend was reached through it.
-pub(super) fn note_egress(
-    egress: Option<&Egress>,
-    observation: &mut Observation,
-    journal: &mut RunJournal,
-) {
+fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: &mut RunJournal) {
     let Some(log) = egress.map(Egress::take_log) else {
         return;
     };
@@ -495,10 +491,7 @@ pub(super) fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> En
 /// (a directory in the workspace another user owns, such as a container's data directory;
 /// a `--read` path of another user's) is a permission to fix, which `coder doctor` does
 /// not check.
-pub(super) fn sandbox_failure_hint(
-    e: &crate::sandbox::SandboxError,
-    workspace: &std::path::Path,
-) -> String {
+fn sandbox_failure_hint(e: &crate::sandbox::SandboxError, workspace: &std::path::Path) -> String {
     use nix::errno::Errno;
     match e {
         crate::sandbox::SandboxError::Syscall {
@@ -528,7 +521,7 @@ pub(super) fn sandbox_failure_hint(
 
 /// A replay backend gets its base URL from a local replay server, which lives as long as
 /// the run. `Ok(None)` for every other backend.
-pub(super) async fn start_replay_server(
+async fn start_replay_server(
     request: &RunRequest,
     backend: &mut config::ResolvedBackend,
 ) -> Result<Option<ReplayServer>, String> {
@@ -557,7 +550,7 @@ pub(super) async fn start_replay_server(
 }
 
 /// What follows a failed attempt.
-pub(super) enum NextStep {
+enum NextStep {
     /// Try again after `delay` (the provider's backoff) or the standard backoff.
     Retry {
         kind: ErrorKind,
@@ -577,7 +570,7 @@ pub(super) enum NextStep {
 /// the retry setting as the caller gives it: run again, or let coder retry; after
 /// `retried` retries (of `allowed`), run again later, or allow more where the limit was
 /// what stopped them (a rate limit's own cap of three, or the clock, was not).
-pub(super) fn transient_hint(from: RequestFrom, retried: u32, allowed: u32) -> String {
+fn transient_hint(from: RequestFrom, retried: u32, allowed: u32) -> String {
     let setting = match from {
         RequestFrom::File => "--max-retries N",
         RequestFrom::McpTool => "max_retries",
@@ -604,7 +597,7 @@ pub(super) fn transient_hint(from: RequestFrom, retried: u32, allowed: u32) -> S
 /// effects a retry could repeat, retries and time left. Upstream failures are classified
 /// per provider first ([`provider::classify`], DESIGN §12): that decides whether they are
 /// transient at all, and how long to wait.
-pub(super) fn after_failure(
+fn after_failure(
     request: &RunRequest,
     run: &Run,
     attempt: &AttemptRecord,
@@ -692,7 +685,7 @@ pub(super) fn after_failure(
     }))
 }
 
-pub(super) fn remember_session(
+fn remember_session(
     store: &SessionStore,
     session: SessionChoice,
     request: &RunRequest,
@@ -727,7 +720,7 @@ pub(super) fn remember_session(
 
 /// The run's sandbox arguments with the config file's: its `deny` globs first, then
 /// `--deny` (both add to the defaults); its `allow_hosts` join `--allow-host`.
-pub(super) fn agent_sandbox_args(
+fn agent_sandbox_args(
     request: &RunRequest,
     backend: &config::ResolvedBackend,
 ) -> crate::sandbox::AgentSandboxArgs {

@@ -17,7 +17,7 @@ use super::journal::RunJournal;
 use super::state::Run;
 
 /// The snapshot's times into the run's `outcome_ms` (once it is finished or given up).
-pub(super) fn note_snapshot_times(run: &mut Run, snapshot: &Snapshot) {
+fn note_snapshot_times(run: &mut Run, snapshot: &Snapshot) {
     let (before, wait) = snapshot.times_ms();
     run.outcome_times.ledger_before_ms = before;
     run.outcome_times.ledger_wait_ms = Some(wait);

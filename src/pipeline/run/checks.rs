@@ -25,7 +25,7 @@ use super::state::Run;
 
 /// A `--verify` check that a signal to coder stopped: the signal, and which check it was
 /// (the envelope's message says what was cancelled).
-pub(super) struct CheckCancelled {
+struct CheckCancelled {
     pub(super) signo: i32,
     pub(super) during: &'static str,
     /// The checks that ran, the cancelled one last (as `final`, with what it printed until
@@ -127,7 +127,7 @@ impl PreparedRun {
     /// The `--verify` check after the agent and, while it fails and the session can be
     /// resumed, up to `repair_turns` repair turns each followed by the check again; `envelope`
     /// becomes the last turn's. None without `--verify`.
-    pub(super) async fn checks_and_repairs(
+    async fn checks_and_repairs(
         &mut self,
         envelope: &mut Envelope,
         request: &RunRequest,
@@ -504,7 +504,7 @@ pub(super) fn resumable(envelope: &Envelope) -> Option<SessionChoice> {
 }
 
 /// `error_detail.last_lines` holds at most this many lines of a failing check.
-pub(super) fn outcome_tail_len() -> usize {
+fn outcome_tail_len() -> usize {
     crate::pipeline::observation::LAST_LINES
 }
 
@@ -529,4 +529,4 @@ pub(super) fn repair_prompt(command: &str, check: &Check) -> String {
 }
 
 /// Bytes of a failing check's output the repair prompt quotes at most (its end).
-pub(super) const REPAIR_TAIL_BYTES: usize = 8 * 1024;
+const REPAIR_TAIL_BYTES: usize = 8 * 1024;

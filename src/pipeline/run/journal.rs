@@ -153,7 +153,7 @@ impl HistoryStats {
 
 /// [`HistoryStats`]' work: the transcripts' retention in `runs` (the directory, and the
 /// run's own transcript, which it keeps), then the sessions' times and sizes.
-pub(super) fn retention_and_stats(
+fn retention_and_stats(
     runs: Option<(std::path::PathBuf, std::path::PathBuf)>,
     sessions: &std::path::Path,
 ) -> DirStats {
@@ -221,4 +221,4 @@ impl TrashPruning {
 
 /// How much of the prompt the transcript's `start` entry keeps (64 KiB); `prompt_bytes`
 /// gives the full size. The child always gets the whole prompt.
-pub(super) const TRANSCRIPT_PROMPT_BYTES: usize = 64 * 1024;
+const TRANSCRIPT_PROMPT_BYTES: usize = 64 * 1024;

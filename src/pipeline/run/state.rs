@@ -45,7 +45,7 @@ pub(super) struct Run {
     pub(super) backend: String,
     /// The backend was named (`--backend`, `CODER_BACKEND`), not the config's default: a
     /// resume hint must name it too, or the resume would run on the default one.
-    pub(super) backend_named: bool,
+    backend_named: bool,
     /// Files of failed Edit/MultiEdit calls (the fallback's trigger).
     pub(super) failed_edits: Vec<String>,
     /// Who serves the backend's API (how its errors are read, whether its cost is real).
@@ -129,7 +129,7 @@ impl Run {
 
     /// How to continue a run that stopped after `tools` may have changed things: a command
     /// line, or under `coder mcp` the `coder` tool's arguments (its caller has no shell).
-    pub(super) fn continue_hint(&self, tools: &str, id: &str) -> String {
+    fn continue_hint(&self, tools: &str, id: &str) -> String {
         let what = if self.read_only && self.plan_file.is_none() {
             format!(
                 "the agent tried to change things ({tools}); the read-only sandbox refused every write"
@@ -183,7 +183,7 @@ impl Run {
     /// How to answer the `asked` questions of a `needs_input` run (see
     /// [`Run::continue_hint`]): the answers list has one `"…"` per question, so a caller
     /// asked two sees it must give two.
-    pub(super) fn answer_hint(&self, id: &str, asked: usize) -> String {
+    fn answer_hint(&self, id: &str, asked: usize) -> String {
         let answers = vec!["…"; asked.max(1)];
         if self.request_from == RequestFrom::McpTool {
             let arguments = self.tool_arguments(id, json!({"PROMPT": "", "answers": answers}));
@@ -234,7 +234,7 @@ impl Run {
 
     /// ` --backend NAME` for a command that must run on this run's backend (a resume: the
     /// session record refuses another backend), when the run named it; else nothing.
-    pub(super) fn backend_flag(&self) -> String {
+    fn backend_flag(&self) -> String {
         if self.backend_named {
             format!(" --backend {}", crate::text::shell_quote(&self.backend))
         } else {
@@ -403,7 +403,7 @@ impl Run {
     /// and only if it is the one coder asked for. The child's word alone is not enough: a
     /// different id would make the caller resume a session coder never recorded for this
     /// workspace. The second value explains an id that was left out.
-    pub(super) fn confirmed_session(
+    fn confirmed_session(
         &self,
         session: SessionChoice,
         observation: &Observation,
@@ -593,7 +593,7 @@ impl Run {
 impl Run {
     /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
     /// had started, so there was no process tree to stop.
-    pub(super) fn cancelled_while_queued(&self, signo: i32, queue_ms: u64) -> Envelope {
+    fn cancelled_while_queued(&self, signo: i32, queue_ms: u64) -> Envelope {
         let name = signal_name(signo);
         let mut envelope = self.early_envelope(
             ErrorKind::Cancelled,

@@ -286,7 +286,7 @@ impl Secrets {
 /// The searcher behind [`Secrets::surely_clean`]: the secrets, the escapes that can spell
 /// one, `…`, and the token prefixes. Which pattern matches first does not matter, only
 /// whether any does.
-pub(super) fn anything_searcher(secrets: &[String]) -> Option<aho_corasick::packed::Searcher> {
+fn anything_searcher(secrets: &[String]) -> Option<aho_corasick::packed::Searcher> {
     let mut builder = aho_corasick::packed::Config::new().builder();
     builder.extend(anything_patterns(secrets));
     builder.build()
@@ -365,7 +365,7 @@ pub(super) const ANYTHING_FIRST: [&str; 13] = [
 /// every such spelling, and three bytes tell the packed searcher's candidates apart where
 /// two (`\/`) dropped it to two-byte fingerprints. A `/` that ends a secret has no next
 /// character, and its escape is searched alone.
-pub(super) fn short_escapes_of(secrets: &[String]) -> (Vec<Vec<u8>>, Vec<[u8; 2]>) {
+fn short_escapes_of(secrets: &[String]) -> (Vec<Vec<u8>>, Vec<[u8; 2]>) {
     let mut followed = Vec::new();
     let mut alone = Vec::new();
     for secret in secrets {
@@ -400,7 +400,7 @@ pub(super) fn short_escapes_of(secrets: &[String]) -> (Vec<Vec<u8>>, Vec<[u8; 2]
 /// Two digits, not `\u` alone or with one: `\u` stopped the searcher at every `\n`,
 /// and `\u` with any first digit took 22 patterns, which pushed the searcher into its
 /// slower form for more than 32 (half the bytes per step).
-pub(super) fn unicode_escapes_of(secrets: &[String]) -> Vec<[u8; 4]> {
+fn unicode_escapes_of(secrets: &[String]) -> Vec<[u8; 4]> {
     let cases = |digit: u8| {
         if digit.is_ascii_alphabetic() {
             vec![digit.to_ascii_lowercase(), digit.to_ascii_uppercase()]
@@ -429,7 +429,7 @@ pub(super) fn unicode_escapes_of(secrets: &[String]) -> Vec<[u8; 4]> {
 }
 
 /// Long enough, and not a plain word or number: a credential mixes character classes.
-pub(super) fn worth_redacting(value: &str) -> bool {
+fn worth_redacting(value: &str) -> bool {
     if value.len() < MIN_SECRET_LEN || value.chars().any(char::is_whitespace) {
         return false;
     }
@@ -449,7 +449,7 @@ pub(super) fn into_string(bytes: Vec<u8>) -> String {
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-pub(super) fn replace_literal(bytes: &[u8], finder: &memmem::Finder<'_>) -> Option<Vec<u8>> {
+fn replace_literal(bytes: &[u8], finder: &memmem::Finder<'_>) -> Option<Vec<u8>> {
     let secret = finder.needle();
     let first = finder.find(bytes)?;
     let mut out = Vec::with_capacity(bytes.len());
@@ -465,7 +465,7 @@ pub(super) fn replace_literal(bytes: &[u8], finder: &memmem::Finder<'_>) -> Opti
     Some(out)
 }
 
-pub(super) fn replace_spelled(bytes: &[u8], secret: &[u8]) -> Option<Vec<u8>> {
+fn replace_spelled(bytes: &[u8], secret: &[u8]) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut pos = 0;
     let mut from = 0;

@@ -57,7 +57,7 @@ pub(super) enum Step {
     None,
 }
 
-pub(super) fn match_at(bytes: &[u8], mut pos: usize, secret: &[u8]) -> Step {
+fn match_at(bytes: &[u8], mut pos: usize, secret: &[u8]) -> Step {
     let mut i = 0;
     while i < secret.len() {
         let Some(&b) = bytes.get(pos) else {
@@ -111,7 +111,7 @@ pub(super) fn unescape(text: &[u8]) -> Unescaped {
     }
 }
 
-pub(super) fn unescape_unicode(text: &[u8]) -> Unescaped {
+fn unescape_unicode(text: &[u8]) -> Unescaped {
     let Some(high) = hex4(text, 2) else {
         return if text.len() < 6 && text[2..].iter().all(u8::is_ascii_hexdigit) {
             Unescaped::Incomplete
@@ -142,7 +142,7 @@ pub(super) fn unescape_unicode(text: &[u8]) -> Unescaped {
     }
 }
 
-pub(super) fn hex4(text: &[u8], at: usize) -> Option<u32> {
+fn hex4(text: &[u8], at: usize) -> Option<u32> {
     let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
     u32::from_str_radix(digits, 16).ok()
 }
@@ -207,4 +207,4 @@ pub(super) fn char_before(text: &[u8], at: usize) -> Option<u8> {
 
 /// What a character spelled outside ASCII reads as: not a letter, a digit or a token
 /// character, as a literal one's bytes are not.
-pub(super) const NOT_ASCII: u8 = 0x80;
+const NOT_ASCII: u8 = 0x80;

@@ -153,10 +153,10 @@ pub(super) const TOKEN_PREFIXES: [(&str, Kind); 15] = [
 ];
 
 /// How many of [`TOKEN_PREFIXES`] start a group of their own (see there).
-pub(super) const TOKEN_PREFIX_GROUPS: usize = 12;
+const TOKEN_PREFIX_GROUPS: usize = 12;
 
 /// Every token prefix (the caseless words in lower case) and its kind.
-pub(super) fn all_prefixes() -> impl Iterator<Item = (&'static str, Kind)> {
+fn all_prefixes() -> impl Iterator<Item = (&'static str, Kind)> {
     TOKEN_PREFIXES
         .iter()
         .copied()
@@ -165,7 +165,7 @@ pub(super) fn all_prefixes() -> impl Iterator<Item = (&'static str, Kind)> {
 
 /// Whether a byte is the first of a token prefix, in any case for [`CASELESS_WORDS`] (a
 /// table: the spelled readings ask it of every byte).
-pub(super) const PREFIX_STARTS: [bool; 256] = {
+const PREFIX_STARTS: [bool; 256] = {
     let mut table = [false; 256];
     let mut i = 0;
     while i < TOKEN_PREFIXES.len() {
@@ -203,7 +203,7 @@ pub(super) const MIN_TOKEN_LEN: usize = 16;
 /// rest join them. No pattern is a prefix of another, nor does one end with what another
 /// starts with (`tests::no_pattern_hides_another`), so every prefix and head in a text is
 /// found, and its leftmost-first matches are the standard ones.
-pub(super) static TOKEN_STARTS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
+static TOKEN_STARTS: LazyLock<Option<PrefixSearcher>> = LazyLock::new(|| {
     let patterns = token_start_patterns();
     match aho_corasick::packed::Searcher::new(patterns.iter()) {
         Some(packed) => Some(PrefixSearcher::Packed(packed)),
@@ -228,7 +228,7 @@ pub(super) fn token_start_patterns() -> Vec<Vec<u8>> {
 }
 
 /// A packed searcher where the CPU has one, the general automaton elsewhere.
-pub(super) enum PrefixSearcher {
+enum PrefixSearcher {
     Packed(aho_corasick::packed::Searcher),
     General(AhoCorasick),
 }
@@ -243,7 +243,7 @@ impl PrefixSearcher {
     }
 }
 
-pub(super) fn is_token_byte(b: u8) -> bool {
+fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'+' | b'/' | b'=')
 }
 
@@ -340,7 +340,7 @@ pub fn url_without_password(url: &str) -> Cow<'_, str> {
 }
 
 /// A token [`awaits_token`] puts after a line to see whether it would be redacted there.
-pub(super) const PROBE: &str = "Pr0be7Tk9Lm3Np5Qr";
+const PROBE: &str = "Pr0be7Tk9Lm3Np5Qr";
 
 /// Whether a line ends where a token would follow on the next line a reader sees: after
 /// `Bearer`, or an `Authorization` header (and its scheme), with only blanks after it.
@@ -366,10 +366,7 @@ pub fn redact_continued(line: &str) -> Cow<'_, str> {
 
 /// `a` and `b` (each sorted, not overlapping) in one sorted list; of two that overlap,
 /// the earlier stays.
-pub(super) fn merge_matches(
-    mut a: Vec<(usize, usize)>,
-    b: Vec<(usize, usize)>,
-) -> Vec<(usize, usize)> {
+fn merge_matches(mut a: Vec<(usize, usize)>, b: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
     if b.is_empty() {
         return a;
     }
@@ -387,12 +384,12 @@ pub(super) fn merge_matches(
 }
 
 /// Whether a word starts at `at`: no letter or digit (as JSON decodes it) before it.
-pub(super) fn at_word_start(text: &[u8], at: usize) -> bool {
+fn at_word_start(text: &[u8], at: usize) -> bool {
     char_before(text, at).is_none_or(|c| !c.is_ascii_alphanumeric())
 }
 
 /// The token prefix spelled at `at`, if any: where it ends, the prefix, and its kind.
-pub(super) fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str, Kind)> {
+fn prefix_at(text: &[u8], at: usize) -> Option<(usize, &'static str, Kind)> {
     all_prefixes().find_map(|(prefix, kind)| {
         let caseless = kind.is_caseless();
         let mut pos = at;
@@ -433,7 +430,7 @@ pub(super) fn spelled_token_matches(text: &[u8]) -> Vec<(usize, usize)> {
 /// The tokens among `prefixes` (spelled at these ranges of `text`, of this kind): for
 /// each, the range redacted ([`token_after`]). The text is read as JSON decodes it
 /// ([`char_at`], [`char_before`]).
-pub(super) fn token_matches(
+fn token_matches(
     text: &[u8],
     prefixes: impl Iterator<Item = (usize, usize, Kind)>,
 ) -> Vec<(usize, usize)> {
@@ -455,12 +452,7 @@ pub(super) fn token_matches(
 /// (a vendor's prefix), or the token alone (after `Bearer` or a header), when the token
 /// is at least [`MIN_TOKEN_LEN`] characters long and, unless the prefix is a vendor's,
 /// looks random.
-pub(super) fn token_after(
-    text: &[u8],
-    start: usize,
-    end: usize,
-    kind: Kind,
-) -> Option<(usize, usize)> {
+fn token_after(text: &[u8], start: usize, end: usize, kind: Kind) -> Option<(usize, usize)> {
     let token_at = token_start(text, end, kind)?;
     let (stop, run) = read_run(text, token_at);
     let random = kind == Kind::Vendor || run.looks_random();
@@ -473,7 +465,7 @@ pub(super) fn token_after(
 /// Where the token after a prefix of `kind` ending at `end` starts: right there for a
 /// vendor's prefix, past one or more blanks after `Bearer`, past the separator (and a
 /// scheme word and its blanks) after `Authorization`.
-pub(super) fn token_start(text: &[u8], end: usize, kind: Kind) -> Option<usize> {
+fn token_start(text: &[u8], end: usize, kind: Kind) -> Option<usize> {
     match kind {
         Kind::Vendor | Kind::Weak => Some(end),
         Kind::Bearer => {
@@ -491,7 +483,7 @@ pub(super) fn token_start(text: &[u8], end: usize, kind: Kind) -> Option<usize> 
 }
 
 /// Past the spaces, tabs and line breaks at `at`.
-pub(super) fn skip_blanks(text: &[u8], at: usize) -> usize {
+fn skip_blanks(text: &[u8], at: usize) -> usize {
     skip_while(text, at, |c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')).0
 }
 
@@ -510,7 +502,7 @@ pub(super) fn skip_while(text: &[u8], mut at: usize, keep: impl Fn(u8) -> bool) 
 
 /// Past what separates a header's name from its value (`: `, `": "`, `=`, `' : '`): at
 /// most eight quotes, blanks, `:` and `=`, of which one `:` or `=`.
-pub(super) fn skip_header_separator(text: &[u8], mut at: usize) -> Option<usize> {
+fn skip_header_separator(text: &[u8], mut at: usize) -> Option<usize> {
     let mut assigned = false;
     for _ in 0..8 {
         match char_at(text, at) {
@@ -551,7 +543,7 @@ impl Run {
 
 /// The run of token characters at `at` (read as JSON decodes it): where it ends, and
 /// what it holds.
-pub(super) fn read_run(text: &[u8], mut at: usize) -> (usize, Run) {
+fn read_run(text: &[u8], mut at: usize) -> (usize, Run) {
     let mut run = Run::default();
     let mut last_upper: Option<bool> = None;
     while let Some((c, used)) = char_at(text, at)
@@ -577,21 +569,21 @@ pub(super) fn read_run(text: &[u8], mut at: usize) -> (usize, Run) {
 
 /// A Z.ai (Zhipu GLM) key's two parts: `<32 lower-case hex digits>.<16 letters and
 /// digits>` (the id and the secret a client signs its tokens with); it has no prefix.
-pub(super) const GLM_ID_LEN: usize = 32;
-pub(super) const GLM_SECRET_LEN: usize = 16;
+const GLM_ID_LEN: usize = 32;
+const GLM_SECRET_LEN: usize = 16;
 
 /// The bytes a text known clean in pieces must have on each side of a join for a Z.ai key
 /// across it to be seen whole: the key and the character before it.
 pub(super) const GLM_SPAN: usize = GLM_ID_LEN + 1 + GLM_SECRET_LEN + 1;
 
-pub(super) fn is_lower_hex(b: u8) -> bool {
+fn is_lower_hex(b: u8) -> bool {
     b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
 }
 
 /// Whether all eight bytes of `word` may be lower-case hex digits: a quick test that most
 /// text fails (every byte 0x30-0x3F or 0x60-0x6F: 0x20 set, 0x80 clear, 0x10 unlike 0x40),
 /// in a few operations on the whole word.
-pub(super) fn may_be_hex(word: u64) -> bool {
+fn may_be_hex(word: u64) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const SIXTEENS: u64 = ONES * 0x10;
     const SPACES: u64 = ONES * 0x20;
@@ -602,12 +594,12 @@ pub(super) fn may_be_hex(word: u64) -> bool {
 /// How far apart the 8-byte blocks [`glm_keys`] tests are: a key's 32 hex digits hold
 /// the block starting at every position from its first to its 25th, one of which is a
 /// multiple of 24.
-pub(super) const GLM_STRIDE: usize = 24;
+const GLM_STRIDE: usize = 24;
 
 /// The first block at or after `at` (a multiple of [`GLM_STRIDE`]) that may be made of
 /// hex digits ([`may_be_hex`]), testing blocks [`GLM_STRIDE`] bytes apart, four to a step
 /// of fixed size (bounds checks and the branch per block were most of the cost).
-pub(super) fn next_hex_block(text: &[u8], at: usize) -> Option<usize> {
+fn next_hex_block(text: &[u8], at: usize) -> Option<usize> {
     const STEP: usize = 4 * GLM_STRIDE;
     let mut skipped = 0;
     for chunk in text.get(at..)?.chunks_exact(STEP) {
@@ -664,7 +656,7 @@ pub(super) fn glm_keys(text: &[u8]) -> Vec<(usize, usize)> {
 
 /// The end of a Z.ai key spelled at `at` (read as JSON decodes it), if one is: 32
 /// lower-case hex digits, a dot, then 16 or more letters and digits.
-pub(super) fn glm_key_at(text: &[u8], at: usize) -> Option<usize> {
+fn glm_key_at(text: &[u8], at: usize) -> Option<usize> {
     let (dot, id) = skip_while(text, at, is_lower_hex);
     if id != GLM_ID_LEN || char_at(text, dot)?.0 != b'.' {
         return None;
@@ -676,7 +668,7 @@ pub(super) fn glm_key_at(text: &[u8], at: usize) -> Option<usize> {
 /// How far before a cut a token cut short may start: fewer than [`MIN_TOKEN_LEN`]
 /// characters of at most 6 bytes each (`\u00XX`), its prefix (as long, escaped), and the
 /// blanks after `Bearer` (or a header's separator and scheme).
-pub(super) const CUT_TOKEN_WINDOW: usize = 256;
+const CUT_TOKEN_WINDOW: usize = 256;
 
 /// `text` with every token shape cut short at a cut (its end, with [`Ending::Cut`], and
 /// each `…`) replaced by [`REDACTED`]; `None` when there is none. A token whole is
@@ -714,7 +706,7 @@ pub fn redact_cut_tokens_bytes(text: &[u8], ending: Ending) -> Option<Vec<u8>> {
 /// the cut (or into an escape the cut breaks off) with at least [`MIN_PARTIAL`]
 /// characters, and a digit among them unless the prefix is a vendor's. The text before
 /// the cut is read as JSON decodes it.
-pub(super) fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
+fn cut_token_start(text: &[u8], from: usize, cut: usize) -> Option<usize> {
     let head = &text[..cut];
     let lo = from.max(cut.saturating_sub(CUT_TOKEN_WINDOW));
     (lo..cut).find_map(|at| {

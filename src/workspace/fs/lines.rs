@@ -153,7 +153,7 @@ impl Lines {
     }
 }
 
-pub(super) fn bad_line(i: usize, msg: String) -> FsError {
+fn bad_line(i: usize, msg: String) -> FsError {
     FsError::new(FsCode::C210, format!("op {}: {msg}", i + 1))
 }
 
@@ -170,7 +170,7 @@ pub(super) fn overlaps(x: (usize, usize, usize), y: (usize, usize, usize)) -> bo
 }
 
 /// `content`'s lines: one trailing newline is not an extra empty line.
-pub(super) fn content_lines(content: &str) -> Vec<String> {
+fn content_lines(content: &str) -> Vec<String> {
     content
         .strip_suffix('\n')
         .unwrap_or(content)

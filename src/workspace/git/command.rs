@@ -11,7 +11,7 @@ use super::watch::{config_output, watched_output};
 
 /// `git` in `cwd` with the environment cleared but for a system `PATH` and the C locale,
 /// never prompting or taking optional locks, stdin closed.
-pub(super) fn cleared_git(program: &Path, cwd: &Path) -> Command {
+fn cleared_git(program: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.current_dir(cwd)
         .env_clear()
@@ -113,7 +113,7 @@ pub(crate) fn base_command(program: &Path, cwd: &Path) -> Command {
 }
 
 /// The heap a snapshot's or diff's git may take at most ([`limit_memory`]).
-pub(super) const MEMORY_LIMIT: u64 = 2 << 30;
+const MEMORY_LIMIT: u64 = 2 << 30;
 
 /// Caps the data segment (`RLIMIT_DATA`: the heap and private writable mappings, not the
 /// packs git maps read-only) of the git `cmd` starts at [`MEMORY_LIMIT`]. git's line diff

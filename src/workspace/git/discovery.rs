@@ -86,7 +86,7 @@ pub(crate) fn users_hooks_dir(workspace: &Path) -> Option<PathBuf> {
 
 /// The work tree and git dir of the nearest `.git` at or above `workspace` (a directory,
 /// or a file naming one), whether git takes it for a repository now or not.
-pub(super) fn nearest_repository(workspace: &Path) -> Option<(PathBuf, PathBuf)> {
+fn nearest_repository(workspace: &Path) -> Option<(PathBuf, PathBuf)> {
     let canonical = std::fs::canonicalize(workspace).ok()?;
     canonical.ancestors().find_map(|top| {
         let dot_git = top.join(".git");
@@ -112,7 +112,7 @@ pub(super) fn nearest_repository(workspace: &Path) -> Option<(PathBuf, PathBuf)>
 /// order (the work tree's `config.worktree`, the repository's `config`, the global, the
 /// system one), with their includes: joined to `top` when relative. `None` when none
 /// sets it (the hooks are then the git dir's, which the sandbox guards).
-pub(super) fn configured_hooks_path(
+fn configured_hooks_path(
     program: &Path,
     workspace: &Path,
     top: &Path,

@@ -12,7 +12,7 @@ use super::error::GitError;
 use crate::supervise::tree::{own_run, pidfd_kill, pidfd_open};
 
 /// How often [`watched_run`] looks at what its git waits for.
-pub(super) const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How long a git of coder's that reads nothing but the configuration ([`config_output`])
 /// may run: a config read takes milliseconds, and one that takes more is spinning on
@@ -41,7 +41,7 @@ pub(crate) fn watched_run<T>(
 }
 
 /// [`watched_run`], the git also killed once it has run for `deadline` (when given).
-pub(super) fn watched_run_within<T>(
+fn watched_run_within<T>(
     cmd: &mut Command,
     deadline: Option<std::time::Duration>,
     f: impl FnOnce(std::process::Child) -> std::io::Result<T>,
@@ -231,7 +231,7 @@ pub(super) const READ_BUDGET: u64 = 1 << 30;
 /// agent wrote one of 200,000 patterns and made 50,000 files, and the ledger's `git add`
 /// spun for hours, unconfined, with the run waiting on it and every later run in the
 /// workspace too (round eighteen). A real snapshot takes seconds at a million files.
-pub(super) const CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+const CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
 thread_local! {
     /// What the gits of coder's this thread runs may still spend on the CPU between them,
@@ -277,7 +277,7 @@ impl Drop for SharedCpuBudget {
 
 /// [`CPU_BUDGET`], or in a debug build the milliseconds `CODER_TEST_GIT_CPU_BUDGET_MS`
 /// names (TEST HOOK: a test cannot wait a minute).
-pub(super) fn cpu_budget() -> std::time::Duration {
+fn cpu_budget() -> std::time::Duration {
     #[cfg(debug_assertions)]
     if let Some(ms) = std::env::var("CODER_TEST_GIT_CPU_BUDGET_MS")
         .ok()
@@ -290,7 +290,7 @@ pub(super) fn cpu_budget() -> std::time::Duration {
 
 /// The CPU time process `pid` has used, with that of the children it has waited for
 /// (`utime`, `stime`, `cutime`, `cstime` of `/proc/PID/stat`).
-pub(super) fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+fn cpu_time(pid: u32) -> Option<std::time::Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command's name may hold spaces and parentheses: the fields follow the last `)`.
     let fields: Vec<&str> = stat
@@ -314,7 +314,7 @@ pub(super) fn cpu_time(pid: u32) -> Option<std::time::Duration> {
 }
 
 /// The bytes process `pid` has read (`rchar` of `/proc/PID/io`).
-pub(super) fn bytes_read(pid: u32) -> Option<u64> {
+fn bytes_read(pid: u32) -> Option<u64> {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
     io.lines()
         .find_map(|line| line.strip_prefix("rchar:"))
@@ -327,7 +327,7 @@ pub(super) fn bytes_read(pid: u32) -> Option<u64> {
 /// the one seen (a pid reused meanwhile has another parent); `pid` is signalled before
 /// them, so that it cannot end normally (and have its result taken) while they are
 /// signalled one by one.
-pub(super) fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) {
+fn kill_tree(pid: u32, pidfd: &std::os::fd::OwnedFd) {
     let mut below = Vec::new();
     let mut queue = vec![pid];
     while let Some(parent) = queue.pop() {
@@ -379,7 +379,7 @@ pub(super) fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// The descriptors (number, target) of process `pid` that are [`suspect`](OpenFd::suspect).
-pub(super) fn suspects(pid: u32) -> Vec<(u32, PathBuf)> {
+fn suspects(pid: u32) -> Vec<(u32, PathBuf)> {
     let Some(table) = fd_table(pid) else {
         return Vec::new();
     };
@@ -416,7 +416,7 @@ pub(super) fn suspects(pid: u32) -> Vec<(u32, PathBuf)> {
 }
 
 /// One open descriptor of a process.
-pub(super) struct OpenFd {
+struct OpenFd {
     number: u32,
     /// What `/proc/PID/fd/N` names: a path, or `pipe:[INODE]` and the like.
     target: PathBuf,
@@ -488,12 +488,12 @@ pub(super) fn on_pseudo_fs(path: &Path) -> bool {
     .contains(&found.filesystem_type())
 }
 
-pub(super) fn is_anonymous_pipe(target: &Path) -> bool {
+fn is_anonymous_pipe(target: &Path) -> bool {
     target.as_os_str().as_encoded_bytes().starts_with(b"pipe:[")
 }
 
 /// `pid`'s open descriptors; `None` when they cannot be read (it has exited).
-pub(super) fn fd_table(pid: u32) -> Option<Vec<OpenFd>> {
+fn fd_table(pid: u32) -> Option<Vec<OpenFd>> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     let table = dir
         .flatten()
@@ -517,7 +517,7 @@ pub(super) fn fd_table(pid: u32) -> Option<Vec<OpenFd>> {
 }
 
 /// The `flags:` (octal) of an `fdinfo` file.
-pub(super) fn fd_flags(fdinfo: &str) -> Option<u32> {
+fn fd_flags(fdinfo: &str) -> Option<u32> {
     let info = std::fs::read_to_string(fdinfo).ok()?;
     info.lines()
         .find_map(|line| line.strip_prefix("flags:"))
@@ -544,7 +544,7 @@ pub(super) fn descendants(pid: u32) -> Vec<u32> {
 /// so such a one was given to coder by its parent (a `make` jobserver's pipe); a git led
 /// to reopen it (through `/proc/self/fd`) gets another number, one coder's descriptor does
 /// not hold.
-pub(super) fn inherited_from_coder(number: u32, target: &Path) -> bool {
+fn inherited_from_coder(number: u32, target: &Path) -> bool {
     const O_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
     std::fs::read_link(format!("/proc/self/fd/{number}")).is_ok_and(|ours| ours == target)
         && fd_flags(&format!("/proc/self/fdinfo/{number}"))
@@ -553,14 +553,14 @@ pub(super) fn inherited_from_coder(number: u32, target: &Path) -> bool {
 
 /// Where (`/proc/PID/task/TID/wchan`) a thread sleeps in the kernel's FIFO open, waiting
 /// for a writer.
-pub(super) const FIFO_WAIT: &[u8] = b"wait_for_partner";
+const FIFO_WAIT: &[u8] = b"wait_for_partner";
 
 /// Where a thread sleeps whose `open` waits for the holder of a lease on the file
 /// (`F_SETLEASE`) to give it up.
-pub(super) const LEASE_WAIT: &[u8] = b"__break_lease";
+const LEASE_WAIT: &[u8] = b"__break_lease";
 
 /// Whether a thread of process `pid` sleeps in the kernel at `wchan`.
-pub(super) fn waits_in(pid: u32, wchan: &[u8]) -> bool {
+fn waits_in(pid: u32, wchan: &[u8]) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };

@@ -101,7 +101,7 @@ pub(super) fn git_changes(
 
 /// The workspace, then each nested repository (see [`crate::workspace::git::Part`]), compared part
 /// by part; a part on one side only is compared with the empty tree.
-pub(super) fn compare_parts(
+fn compare_parts(
     repo: &GitRepo,
     before_snapshot: &Snapshot,
     after_snapshot: &Snapshot,
@@ -168,7 +168,7 @@ pub(super) struct Part<'a> {
 
 /// What one part's comparison found (paths relative to the workspace).
 #[derive(Default)]
-pub(super) struct PartChanges {
+struct PartChanges {
     list: Vec<FileChange>,
     /// Files whose diff and line counts are left out.
     untrusted: std::collections::BTreeSet<Vec<u8>>,
@@ -180,7 +180,7 @@ pub(super) struct PartChanges {
 /// One entry per path: a file that left one part for another (a directory that became,
 /// or stopped being, a nested repository) is deleted from one and added to the other,
 /// so modified, with both sides' lines.
-pub(super) fn merge_sides(mut list: Vec<FileChange>) -> Vec<FileChange> {
+fn merge_sides(mut list: Vec<FileChange>) -> Vec<FileChange> {
     list.sort_by(|a, b| a.path.cmp(&b.path));
     let mut merged: Vec<FileChange> = Vec::with_capacity(list.len());
     for change in list {
@@ -202,7 +202,7 @@ pub(super) fn merge_sides(mut list: Vec<FileChange>) -> Vec<FileChange> {
 /// The files of `sides` (a part's changed files with their two index entries) whose
 /// blobs fail their check against their names (`GitRepo::unverified_blobs`); all of
 /// them, with a warning, when the check cannot run.
-pub(super) fn failing_blobs(
+fn failing_blobs(
     repo: &GitRepo,
     part: &[u8],
     sides: &[(&Vec<u8>, Side, Side)],
@@ -238,7 +238,7 @@ pub(super) fn failing_blobs(
 /// The files git's trees disagree on with coder's indexes (`sides`): another mode or
 /// object than an index names, or a change the trees do not show at all (their objects
 /// rewritten), leaving out `checked` (failed before git was asked).
-pub(super) fn disagreeing_with_trees(
+fn disagreeing_with_trees(
     raw: &[crate::workspace::git::RawChange],
     sides: &[(&Vec<u8>, Side, Side)],
     checked: &[Vec<u8>],
@@ -268,7 +268,7 @@ pub(super) fn disagreeing_with_trees(
 }
 
 /// The changes of one part, its diff within `cap` bytes (see [`git_changes`]).
-pub(super) fn part_changes(
+fn part_changes(
     repo: &GitRepo,
     part: Part<'_>,
     unknown: &std::collections::BTreeSet<Vec<u8>>,
@@ -398,7 +398,7 @@ pub(super) fn side(entries: &[Entry], path: &[u8]) -> Side {
 }
 
 /// The warning for files whose diff and line counts are left out.
-pub(super) fn untrusted_warning(paths: &std::collections::BTreeSet<Vec<u8>>) -> String {
+fn untrusted_warning(paths: &std::collections::BTreeSet<Vec<u8>>) -> String {
     const NAMED: usize = 20;
     let mut named: Vec<String> = paths
         .iter()

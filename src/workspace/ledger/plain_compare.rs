@@ -127,7 +127,7 @@ pub(super) fn below_any(dirs: &std::collections::BTreeSet<&[u8]>, path: &[u8]) -
 /// What a plain ledger says of the directories its walks did not go into (see
 /// [`scan::Scan::unwalked`]): those of the "after" walk by why, then those only the
 /// "before" walk missed.
-pub(super) fn unwalked_warnings<'a>(before: &'a Scan, after: &'a Scan) -> Vec<String> {
+fn unwalked_warnings<'a>(before: &'a Scan, after: &'a Scan) -> Vec<String> {
     let names = |dirs: &[&[u8]]| -> String {
         let shown: Vec<String> = dirs
             .iter()
@@ -198,7 +198,7 @@ pub(super) fn unwalked_warnings<'a>(before: &'a Scan, after: &'a Scan) -> Vec<St
 /// A unified diff of whole-file hunks (a plain directory keeps no history to diff
 /// against line by line), built within [`DIFF_CAP`].
 #[derive(Default)]
-pub(super) struct Patch {
+struct Patch {
     kept: Vec<u8>,
     total: u64,
 }
