@@ -71,6 +71,20 @@ use serde_json::Value;
 /// Attacks of this file measured open today.
 const KNOWN_OPEN: &[&str] = &[];
 
+/// The verdict on one arm of an attack whose payload `ran` (or not) at the user's git:
+/// the unconfined control must run it; a confined arm must not (`what` says what running
+/// it means), unless `name` is in [`KNOWN_OPEN`], where it must still run, so that a fix
+/// shows as this ratchet failing.
+fn judge_ran(case: &str, name: &str, unconfined: bool, ran: bool, what: &str, detail: &str) {
+    if unconfined {
+        assert!(ran, "{case}: control: the payload did not run: {detail}");
+    } else if KNOWN_OPEN.contains(&name) {
+        assert!(ran, "{case}: {name} is closed: {detail}");
+    } else {
+        assert!(!ran, "{case}: {what}: {detail}");
+    }
+}
+
 fn who(owner: Option<u32>) -> &'static str {
     if owner.is_some() { "nobody" } else { "root" }
 }
@@ -440,18 +454,14 @@ fn a_hooks_directory_the_repository_config_names_is_not_the_agents_to_write() {
                 );
                 let out = tree.user_git(&["commit", "--allow-empty", "-qm", "next"]);
                 let ran = marker.exists();
-                if mode == "danger-full-access" {
-                    assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
-                    continue;
-                }
-                if KNOWN_OPEN.contains(&name) {
-                    assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
-                } else {
-                    assert!(
-                        !ran,
-                        "{case}: the user's commit ran the agent's hook: {env}"
-                    );
-                }
+                judge_ran(
+                    &case,
+                    name,
+                    mode == "danger-full-access",
+                    ran,
+                    "the user's commit ran the agent's hook",
+                    &format!("{env}\n{out:?}"),
+                );
             }
         }
     }
@@ -626,18 +636,14 @@ fn protected_tool_configs_of_a_write_path_are_not_the_agents_to_write() {
                 sandbox_fixture::as_owner(&mut cmd, owner);
                 let out = common::run_bounded(&mut cmd, Duration::from_secs(60)).unwrap();
                 let ran = marker.exists();
-                if mode == "danger-full-access" {
-                    assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
-                    continue;
-                }
-                if KNOWN_OPEN.contains(&name) {
-                    assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
-                } else {
-                    assert!(
-                        !ran,
-                        "{case}: the user's commit ran the agent's hook: {env}"
-                    );
-                }
+                judge_ran(
+                    &case,
+                    name,
+                    mode == "danger-full-access",
+                    ran,
+                    "the user's commit ran the agent's hook",
+                    &format!("{env}\n{out:?}"),
+                );
             }
         }
     }
@@ -685,21 +691,14 @@ fn a_work_tree_script_a_filter_driver_runs_is_the_agents_to_write() {
             assert!(result(&env).contains("PLANTED"), "{case}: {env}");
             let out = tree.user_git(&["add", "-A"]);
             let ran = marker.exists();
-            if mode == "danger-full-access" {
-                assert!(
-                    ran,
-                    "{case}: control: the filter did not run: {env}\n{out:?}"
-                );
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
-            } else {
-                assert!(
-                    !ran,
-                    "{case}: the user's git add ran the agent's script: {env}"
-                );
-            }
+            judge_ran(
+                &case,
+                name,
+                mode == "danger-full-access",
+                ran,
+                "the user's git add ran the agent's script",
+                &format!("{env}\n{out:?}"),
+            );
         }
     }
 }
@@ -755,18 +754,14 @@ fn a_broken_head_does_not_hide_the_hooks_directory_from_the_next_run() {
             assert!(result(&env).contains("PLANTED"), "{case}: {env}");
             let out = tree.user_git(&["commit", "--allow-empty", "-qm", "next"]);
             let ran = marker.exists();
-            if mode == "danger-full-access" {
-                assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
-            } else {
-                assert!(
-                    !ran,
-                    "{case}: the user's commit ran the agent's hook: {env}\n{out:?}"
-                );
-            }
+            judge_ran(
+                &case,
+                name,
+                mode == "danger-full-access",
+                ran,
+                "the user's commit ran the agent's hook",
+                &format!("{env}\n{out:?}"),
+            );
         }
     }
 }
@@ -809,18 +804,14 @@ fn a_second_name_of_a_protected_file_is_not_the_agents_to_write() {
             assert!(result(&env).contains("PLANTED"), "{case}: {env}");
             let out = tree.user_git(&["commit", "--allow-empty", "-qm", "next"]);
             let ran = marker.exists();
-            if mode == "danger-full-access" {
-                assert!(ran, "{case}: control: the hook did not run: {env}\n{out:?}");
-                continue;
-            }
-            if KNOWN_OPEN.contains(&name) {
-                assert!(ran, "{case}: {name} is closed: {env}\n{out:?}");
-            } else {
-                assert!(
-                    !ran,
-                    "{case}: the user's commit ran the agent's hook: {env}\n{out:?}"
-                );
-            }
+            judge_ran(
+                &case,
+                name,
+                mode == "danger-full-access",
+                ran,
+                "the user's commit ran the agent's hook",
+                &format!("{env}\n{out:?}"),
+            );
         }
     }
 }
