@@ -94,101 +94,162 @@ impl PreparedRun {
         signals: &mut CancelSignals,
         journal: &mut RunJournal,
     ) -> Envelope {
-        let mut request = request;
-        let prepared = self;
-        let mut session = request.session;
-        let mut backoff = Backoff::standard();
+        let mut attempts = Attempts {
+            session: request.session,
+            request,
+            backoff: Backoff::standard(),
+            run,
+            signals,
+            journal,
+        };
         loop {
-            let (verdict, attempt) = prepared
-                .attempt(&request, session, run, signals, journal)
+            let (verdict, attempt) = self
+                .attempt(
+                    &attempts.request,
+                    attempts.session,
+                    attempts.run,
+                    attempts.signals,
+                    attempts.journal,
+                )
                 .await;
             let failure = match verdict {
                 Verdict::Success { result } => {
+                    let session = attempts.session;
+                    let run = attempts.run;
                     run.record_attempt(session, &attempt, AttemptOutcome::Success, None);
                     return run.success_envelope(session, result, attempt);
                 }
                 Verdict::Failure(failure) => failure,
             };
-            match after_failure(&request, run, &attempt, failure) {
+            match after_failure(&attempts.request, attempts.run, &attempt, failure) {
                 NextStep::Remedy {
                     kind,
                     remedy,
                     class,
-                } => {
-                    let action = provider::class_name(class);
-                    run.record_attempt(
-                        session,
-                        &attempt,
-                        AttemptOutcome::Failed(kind),
-                        Some(format!("{action}: {}", remedy.describe())),
-                    );
-                    run.apply_remedy(remedy);
-                    if remedy == provider::Remedy::CompatShape {
-                        run.compat_learned = Some(action.clone());
-                    }
-                    journal.note(Note::Remedy(
-                        json!({"class": action, "remedy": remedy.describe()}),
-                    ));
-                    // Work done so far lives in the session: resume it. A session that holds
-                    // only the prompt gains nothing over a fresh one with the same prompt.
-                    let ran_tools = !attempt.effects.mutating_tools.is_empty()
-                        || !attempt.effects.read_tools.is_empty();
-                    if ran_tools && attempt.observation.session_id.is_some() {
-                        session = SessionChoice::Resume(session.id());
-                        request.prompt = remedy.nudge(class).into();
-                    } else {
-                        session = SessionChoice::New(Uuid::new_v4());
-                        prepared.lock_session(session);
-                    }
-                }
-                NextStep::Stop(stop) => {
-                    if let Some(error) = stop.provider_error.as_ref().filter(|e| e.session_poisoned)
-                        && let Err(e) = prepared
-                            .store
-                            .mark_poisoned(session.id(), &provider::class_name(error.class))
-                    {
-                        run.warnings
-                            .push(format!("cannot mark the session as not resumable: {e}"));
-                    }
-                    run.record_attempt(
-                        session,
-                        &attempt,
-                        AttemptOutcome::Failed(stop.failure.kind),
-                        stop.refusal.clone(),
-                    );
-                    return run.failure_envelope(session, *stop, attempt);
-                }
+                } => attempts.remedied(self, &attempt, kind, remedy, class),
+                NextStep::Stop(stop) => return attempts.stopped(self, *stop, attempt),
                 NextStep::Retry { kind, delay } => {
-                    let standard = backoff.next().unwrap_or(Duration::from_secs(1));
-                    let delay = delay.unwrap_or(standard);
-                    run.record_attempt(
-                        session,
-                        &attempt,
-                        AttemptOutcome::Failed(kind),
-                        Some(format!("retried after {:.1} s", delay.as_secs_f64())),
-                    );
-                    journal.note(Note::Retry { delay });
-                    if let Some(progress) = journal.progress.as_mut() {
-                        progress.set_phase(format!("retrying in {:.1} s", delay.as_secs_f64()));
-                    }
-                    let cancelled = tokio::select! {
-                        biased;
-                        signo = signals.recv() => Some(signo),
-                        _ = tokio::time::sleep(delay) => None,
-                    };
-                    if let Some(signo) = cancelled {
-                        return run.cancelled_during_backoff(session, signo, attempt);
-                    }
-                    run.retries += 1;
-                    if let SessionChoice::New(_) = session {
-                        // The failed attempt may have created its session; a fresh attempt
-                        // needs a fresh id.
-                        session = SessionChoice::New(Uuid::new_v4());
-                        prepared.lock_session(session);
+                    if let Err(envelope) = attempts.wait_to_retry(self, attempt, kind, delay).await
+                    {
+                        return *envelope;
                     }
                 }
             }
         }
+    }
+}
+
+/// The state one run's attempts carry from one to the next: the request (its prompt a
+/// remedy's nudge once resumed), the session the next attempt uses, the backoff.
+struct Attempts<'a> {
+    request: RunRequest,
+    session: SessionChoice,
+    backoff: Backoff,
+    run: &'a mut Run,
+    signals: &'a mut CancelSignals,
+    journal: &'a mut RunJournal,
+}
+
+impl Attempts<'_> {
+    /// A provider remedy (DESIGN §12) changes a setting and the run goes on: in the same
+    /// session where the attempt did work, else in a fresh one.
+    fn remedied(
+        &mut self,
+        prepared: &mut PreparedRun,
+        attempt: &AttemptRecord,
+        kind: ErrorKind,
+        remedy: provider::Remedy,
+        class: provider::ProviderClass,
+    ) {
+        let action = provider::class_name(class);
+        self.run.record_attempt(
+            self.session,
+            attempt,
+            AttemptOutcome::Failed(kind),
+            Some(format!("{action}: {}", remedy.describe())),
+        );
+        self.run.apply_remedy(remedy);
+        if remedy == provider::Remedy::CompatShape {
+            self.run.compat_learned = Some(action.clone());
+        }
+        self.journal.note(Note::Remedy(
+            json!({"class": action, "remedy": remedy.describe()}),
+        ));
+        // Work done so far lives in the session: resume it. A session that holds only the
+        // prompt gains nothing over a fresh one with the same prompt.
+        let ran_tools =
+            !attempt.effects.mutating_tools.is_empty() || !attempt.effects.read_tools.is_empty();
+        if ran_tools && attempt.observation.session_id.is_some() {
+            self.session = SessionChoice::Resume(self.session.id());
+            self.request.prompt = remedy.nudge(class).into();
+        } else {
+            self.session = SessionChoice::New(Uuid::new_v4());
+            prepared.lock_session(self.session);
+        }
+    }
+
+    /// The run ends with `stop`: a session the vendor poisoned is marked not resumable.
+    fn stopped(&mut self, prepared: &PreparedRun, stop: Stop, attempt: AttemptRecord) -> Envelope {
+        let session = self.session;
+        if let Some(error) = stop.provider_error.as_ref().filter(|e| e.session_poisoned)
+            && let Err(e) = prepared
+                .store
+                .mark_poisoned(session.id(), &provider::class_name(error.class))
+        {
+            self.run
+                .warnings
+                .push(format!("cannot mark the session as not resumable: {e}"));
+        }
+        self.run.record_attempt(
+            session,
+            &attempt,
+            AttemptOutcome::Failed(stop.failure.kind),
+            stop.refusal.clone(),
+        );
+        self.run.failure_envelope(session, stop, attempt)
+    }
+
+    /// Wait out the provider's delay (or the standard backoff) before the next attempt;
+    /// `Err`: the run's envelope, cancelled meanwhile.
+    async fn wait_to_retry(
+        &mut self,
+        prepared: &mut PreparedRun,
+        attempt: AttemptRecord,
+        kind: ErrorKind,
+        delay: Option<Duration>,
+    ) -> Result<(), Box<Envelope>> {
+        let standard = self.backoff.next().unwrap_or(Duration::from_secs(1));
+        let delay = delay.unwrap_or(standard);
+        self.run.record_attempt(
+            self.session,
+            &attempt,
+            AttemptOutcome::Failed(kind),
+            Some(format!("retried after {:.1} s", delay.as_secs_f64())),
+        );
+        self.journal.note(Note::Retry { delay });
+        if let Some(progress) = self.journal.progress.as_mut() {
+            progress.set_phase(format!("retrying in {:.1} s", delay.as_secs_f64()));
+        }
+        let cancelled = tokio::select! {
+            biased;
+            signo = self.signals.recv() => Some(signo),
+            _ = tokio::time::sleep(delay) => None,
+        };
+        if let Some(signo) = cancelled {
+            return Err(Box::new(self.run.cancelled_during_backoff(
+                self.session,
+                signo,
+                attempt,
+            )));
+        }
+        self.run.retries += 1;
+        if let SessionChoice::New(_) = self.session {
+            // The failed attempt may have created its session; a fresh attempt needs a
+            // fresh id.
+            self.session = SessionChoice::New(Uuid::new_v4());
+            prepared.lock_session(self.session);
+        }
+        Ok(())
     }
 }
 
