@@ -287,59 +287,11 @@ impl PreparedRun {
         run: &mut Run,
         hold: Option<Hold>,
     ) -> Result<PreparedRun, Box<Envelope>> {
-        let early = |run: &Run, kind: ErrorKind, message: String| {
-            Box::new(run.early_envelope(kind, message.clone(), message, None))
-        };
-        // A run that cannot start for want of a backend or a CLI reports a mistake in the
-        // caller's own sandbox arguments first (a `--write` path that does not exist, a
-        // workspace holding coder's state): it is the cheaper one to fix, and the other
-        // error would come back once the first is fixed. On the way to the CLI the policy
-        // checks them all again.
-        let arguments_first =
-            |run: &Run, envelope: Box<Envelope>| match crate::sandbox::check_agent_arguments(
-                request.sandbox,
-                &request.workspace,
-                &request.sandbox_args,
-            ) {
-                Err(bad) => Box::new(sandbox_failure(run, &bad)),
-                Ok(()) => envelope,
-            };
-        let mut backend = backend
-            .map_err(|e| arguments_first(run, early(run, ErrorKind::ConfigError, e.to_string())))?;
-        let replay_server = start_replay_server(request, &mut backend)
-            .await
-            .map_err(|message| early(run, ErrorKind::ConfigError, message))?;
-        backend
-            .ensure_claude_config_dir()
-            .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        let (backend, replay_server) = backend_for_run(request, backend, run).await?;
         run.take_backend(&backend, request);
         let mut child_base_env = config::child_environment(process_env, &backend);
-
-        let path_var = std::env::var_os("PATH");
-        let program = child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref())
-            .map_err(|e| {
-                arguments_first(
-                    run,
-                    Box::new(run.early_envelope(
-                        ErrorKind::CommandNotFound,
-                        format!("claude CLI not found: {e}"),
-                        format!("cannot run the claude CLI: {e}"),
-                        Some(child::INSTALL_HINT.to_owned()),
-                    )),
-                )
-            })?;
-
-        // Session safety: one driver per session, and resumes only where the session lives.
-        let store = SessionStore::new(state_dir).redacting(secrets.clone());
-        if let SessionChoice::Resume(id) = request.session {
-            let tool_arguments = request.request_from == RequestFrom::McpTool;
-            store
-                .check_resume(id, &request.workspace, backend.name())
-                .map_err(|e| early(run, ErrorKind::ConfigError, e.message_for(tool_arguments)))?;
-        }
-        let lock = store
-            .lock(request.session.id())
-            .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+        let program = claude_program(request, run)?;
+        let (store, lock) = session_store(request, state_dir, secrets, &backend, run)?;
         // The CLI's config dir: fresh for this run, in every sandbox mode (see cli_home).
         let cli_home = CliHome::for_run(request, &backend, state_dir, &store)
             .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
@@ -608,6 +560,89 @@ async fn start_replay_server(
         }
         Err(e) => Err(format!("backend '{}': {e}", backend.name())),
     }
+}
+
+/// The envelope of a run stopped before any attempt, its message both short and long.
+fn early(run: &Run, kind: ErrorKind, message: String) -> Box<Envelope> {
+    Box::new(run.early_envelope(kind, message.clone(), message, None))
+}
+
+/// A run that cannot start for want of a backend or a CLI reports a mistake in the
+/// caller's own sandbox arguments first (a `--write` path that does not exist, a
+/// workspace holding coder's state): it is the cheaper one to fix, and the other error
+/// would come back once the first is fixed. On the way to the CLI the policy checks them
+/// all again.
+fn arguments_first(request: &RunRequest, run: &Run, envelope: Box<Envelope>) -> Box<Envelope> {
+    match crate::sandbox::check_agent_arguments(
+        request.sandbox,
+        &request.workspace,
+        &request.sandbox_args,
+    ) {
+        Err(bad) => Box::new(sandbox_failure(run, &bad)),
+        Ok(()) => envelope,
+    }
+}
+
+/// The run's backend, with its replay server started when it is coder's replay backend,
+/// and the CLI config dir it names made.
+async fn backend_for_run(
+    request: &RunRequest,
+    backend: Result<config::ResolvedBackend, config::ConfigError>,
+    run: &Run,
+) -> Result<(config::ResolvedBackend, Option<ReplayServer>), Box<Envelope>> {
+    let mut backend = backend.map_err(|e| {
+        arguments_first(
+            request,
+            run,
+            early(run, ErrorKind::ConfigError, e.to_string()),
+        )
+    })?;
+    let replay_server = start_replay_server(request, &mut backend)
+        .await
+        .map_err(|message| early(run, ErrorKind::ConfigError, message))?;
+    backend
+        .ensure_claude_config_dir()
+        .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+    Ok((backend, replay_server))
+}
+
+/// The claude CLI to run (`--claude-bin`, `CODER_CLAUDE_BIN`, or `claude` on `PATH`).
+fn claude_program(request: &RunRequest, run: &Run) -> Result<std::path::PathBuf, Box<Envelope>> {
+    let path_var = std::env::var_os("PATH");
+    child::resolve_program(request.claude_bin.as_deref(), path_var.as_deref()).map_err(|e| {
+        arguments_first(
+            request,
+            run,
+            Box::new(run.early_envelope(
+                ErrorKind::CommandNotFound,
+                format!("claude CLI not found: {e}"),
+                format!("cannot run the claude CLI: {e}"),
+                Some(child::INSTALL_HINT.to_owned()),
+            )),
+        )
+    })
+}
+
+/// Session safety: one driver per session (its lock), and resumes only where the session
+/// lives.
+fn session_store(
+    request: &RunRequest,
+    state_dir: &std::path::Path,
+    secrets: &crate::text::Secrets,
+    backend: &config::ResolvedBackend,
+    run: &Run,
+) -> Result<(SessionStore, SessionLock), Box<Envelope>> {
+    let store = SessionStore::new(state_dir).redacting(secrets.clone());
+    if let SessionChoice::Resume(id) = request.session {
+        let tool_arguments = request.request_from == RequestFrom::McpTool;
+        store
+            .check_resume(id, &request.workspace, backend.name())
+            .map_err(|e| early(run, ErrorKind::ConfigError, e.message_for(tool_arguments)))?;
+    }
+    let lock = store
+        .lock(request.session.id())
+        .map_err(|e| early(run, ErrorKind::ConfigError, e.to_string()))?;
+    Ok((store, lock))
 }
 
 /// What follows a failed attempt.
