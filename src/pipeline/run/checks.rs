@@ -278,18 +278,7 @@ impl PreparedRun {
         // (round sixteen's review: the agent made the ledger fail, with a sparse file of
         // more than the git ledger's read budget, or cut its walk, and what it changed
         // outside the scope went unchecked).
-        let (out_of_scope, unchecked) = match (&request.checks.scope, &envelope.changes) {
-            (Some(_), None) => (
-                Vec::new(),
-                Some("the workspace's changes could not be measured"),
-            ),
-            (Some(_), Some(changes)) if changes.unseen => (
-                Vec::new(),
-                Some("part of the workspace was not looked at (see the warnings)"),
-            ),
-            (Some(scope), Some(changes)) => (scope.outside(changes.paths()), None),
-            _ => (Vec::new(), None),
-        };
+        let (out_of_scope, unchecked) = scope_check(request, &envelope);
         let failed_check = verification
             .as_ref()
             .and_then(|v| v.final_check.as_ref())
@@ -305,42 +294,9 @@ impl PreparedRun {
                 |_| {},
             );
         } else if !out_of_scope.is_empty() {
-            let summary = format!(
-                "the run changed {} path(s) outside --scope: {}",
-                out_of_scope.len(),
-                crate::text::one_line(&out_of_scope.join(", "), 200)
-            );
-            let hint = scope_hint(request.request_from, request.worktree.is_some());
-            envelope = run.fail(envelope, ErrorKind::ScopeViolation, summary, |detail| {
-                detail.out_of_scope = Some(out_of_scope);
-                detail.hint = Some(hint);
-            });
+            envelope = scope_violation(run, envelope, request, out_of_scope);
         } else if let Some(check) = failed_check {
-            let summary = match check.exit_code {
-                Some(code) => format!("the --verify check failed with exit code {code}"),
-                None if check.not_started => format!(
-                    "the --verify check could not run: {}; no repair turn was spent on it",
-                    check.error.clone().unwrap_or_default()
-                ),
-                None => format!(
-                    "the --verify check failed: {}",
-                    check.error.clone().unwrap_or_else(|| "killed".to_owned())
-                ),
-            };
-            let hint = envelope
-                .session_id
-                .clone()
-                // Only for a run whose own failure is the check's.
-                .filter(|_| !check.not_started && envelope.success)
-                .zip(request.checks.verify.as_ref())
-                .map(|(id, verify)| run.verify_hint(&id, &verify.command));
-            envelope = run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
-                detail.exit_code = check.exit_code;
-                let from = check.tail.len().saturating_sub(outcome_tail_len());
-                detail.last_lines = check.tail[from..].to_vec();
-                detail.signal = check.signal.clone();
-                detail.resume_hint = detail.resume_hint.take().or(hint);
-            });
+            envelope = verify_failure(run, envelope, request, &check);
         }
         envelope
     }
@@ -530,3 +486,73 @@ pub(super) fn repair_prompt(command: &str, check: &Check) -> String {
 
 /// Bytes of a failing check's output the repair prompt quotes at most (its end).
 const REPAIR_TAIL_BYTES: usize = 8 * 1024;
+
+/// The paths the run changed outside `--scope`, or why they cannot be known.
+///
+/// A scope is checked against every change, or the run cannot be vouched for (round
+/// sixteen's review: the agent made the ledger fail, with a sparse file of more than the
+/// git ledger's read budget, or cut its walk, and what it changed outside the scope went
+/// unchecked).
+fn scope_check(request: &RunRequest, envelope: &Envelope) -> (Vec<String>, Option<&'static str>) {
+    match (&request.checks.scope, &envelope.changes) {
+        (Some(_), None) => (
+            Vec::new(),
+            Some("the workspace's changes could not be measured"),
+        ),
+        (Some(_), Some(changes)) if changes.unseen => (
+            Vec::new(),
+            Some("part of the workspace was not looked at (see the warnings)"),
+        ),
+        (Some(scope), Some(changes)) => (scope.outside(changes.paths()), None),
+        _ => (Vec::new(), None),
+    }
+}
+
+/// `envelope` failed with `scope_violation`, naming the paths outside `--scope`.
+fn scope_violation(
+    run: &Run,
+    envelope: Envelope,
+    request: &RunRequest,
+    out_of_scope: Vec<String>,
+) -> Envelope {
+    let summary = format!(
+        "the run changed {} path(s) outside --scope: {}",
+        out_of_scope.len(),
+        crate::text::one_line(&out_of_scope.join(", "), 200)
+    );
+    let hint = scope_hint(request.request_from, request.worktree.is_some());
+    run.fail(envelope, ErrorKind::ScopeViolation, summary, |detail| {
+        detail.out_of_scope = Some(out_of_scope);
+        detail.hint = Some(hint);
+    })
+}
+
+/// `envelope` failed with `verify_failed`: the check's exit, its last lines, and how to
+/// resume for a run whose own failure is the check's.
+fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &Check) -> Envelope {
+    let summary = match check.exit_code {
+        Some(code) => format!("the --verify check failed with exit code {code}"),
+        None if check.not_started => format!(
+            "the --verify check could not run: {}; no repair turn was spent on it",
+            check.error.clone().unwrap_or_default()
+        ),
+        None => format!(
+            "the --verify check failed: {}",
+            check.error.clone().unwrap_or_else(|| "killed".to_owned())
+        ),
+    };
+    let hint = envelope
+        .session_id
+        .clone()
+        // Only for a run whose own failure is the check's.
+        .filter(|_| !check.not_started && envelope.success)
+        .zip(request.checks.verify.as_ref())
+        .map(|(id, verify)| run.verify_hint(&id, &verify.command));
+    run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
+        detail.exit_code = check.exit_code;
+        let from = check.tail.len().saturating_sub(outcome_tail_len());
+        detail.last_lines = check.tail[from..].to_vec();
+        detail.signal = check.signal.clone();
+        detail.resume_hint = detail.resume_hint.take().or(hint);
+    })
+}
