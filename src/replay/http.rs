@@ -74,6 +74,48 @@ pub(crate) async fn read_request(
     stream: &mut TcpStream,
     buffer: &mut Vec<u8>,
 ) -> Result<Option<Request>, ReadError> {
+    let Some(head) = read_head(stream, buffer).await? else {
+        return Ok(None);
+    };
+    let mut request = parse_head(&head)?;
+    let chunked = request
+        .header("transfer-encoding")
+        .is_some_and(|te| te.to_ascii_lowercase().contains("chunked"));
+    let length = match request.header("content-length") {
+        Some(value) if !chunked => Some(
+            value
+                .parse::<usize>()
+                .map_err(|_| reject(400, format!("bad content-length {value:?}")))?,
+        ),
+        _ => None,
+    };
+    if length.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(reject(413, "request body larger than 64 MiB"));
+    }
+    let has_body = chunked || length.is_some_and(|n| n > 0);
+    if has_body
+        && request
+            .header("expect")
+            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+    {
+        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    }
+    if chunked {
+        request.body = read_chunked(stream, buffer).await?;
+    } else if let Some(length) = length {
+        fill(stream, buffer, length).await?;
+        request.body = buffer.drain(..length).collect();
+    }
+    Ok(Some(request))
+}
+
+/// The next request's head (request line and headers, without the blank line that ends
+/// them), taken out of `buffer`, reading more as needed; `None` when the client closed the
+/// connection cleanly between requests.
+async fn read_head(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+) -> Result<Option<String>, ReadError> {
     let head_end = loop {
         // Tolerate blank lines before a request line (RFC 9112 §2.2).
         let blank = buffer
@@ -98,7 +140,12 @@ pub(crate) async fn read_request(
         .map_err(|_| reject(400, "request head is not UTF-8"))?
         .to_string();
     buffer.drain(..head_end + 4);
+    Ok(Some(head))
+}
 
+/// The request a head describes (its body still to be read), and whether the connection
+/// ends after it.
+fn parse_head(head: &str) -> Result<Request, ReadError> {
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or("");
     let mut parts = request_line.split(' ');
@@ -138,36 +185,7 @@ pub(crate) async fn read_request(
     } else {
         connection.contains("close")
     };
-
-    let chunked = request
-        .header("transfer-encoding")
-        .is_some_and(|te| te.to_ascii_lowercase().contains("chunked"));
-    let length = match request.header("content-length") {
-        Some(value) if !chunked => Some(
-            value
-                .parse::<usize>()
-                .map_err(|_| reject(400, format!("bad content-length {value:?}")))?,
-        ),
-        _ => None,
-    };
-    if length.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return Err(reject(413, "request body larger than 64 MiB"));
-    }
-    let has_body = chunked || length.is_some_and(|n| n > 0);
-    if has_body
-        && request
-            .header("expect")
-            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
-    {
-        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-    }
-    if chunked {
-        request.body = read_chunked(stream, buffer).await?;
-    } else if let Some(length) = length {
-        fill(stream, buffer, length).await?;
-        request.body = buffer.drain(..length).collect();
-    }
-    Ok(Some(request))
+    Ok(request)
 }
 
 /// Decodes a chunked body, trailers included.
