@@ -488,28 +488,16 @@ async fn watch(
                     let Some(is_result) = lines.handle_next(observation, journal) else {
                         break;
                     };
-                    if lines.auth_rejected && !result_seen {
-                        cause = Some(StopCause::AuthRejected);
+                    if result_seen {
+                        continue;
+                    }
+                    cause = stop_for_line(lines, limits, observation);
+                    if cause.is_some() {
                         break;
                     }
-                    if limits
-                        .rate_limit_retries_allowed
-                        .is_some_and(|allowed| lines.rate_limit_retries >= allowed)
-                        && !result_seen
-                    {
-                        cause = Some(StopCause::RateLimited {
-                            cli_retries: lines.rate_limit_retries,
-                        });
-                        break;
-                    }
-                    if observation.questions.is_some() && !result_seen {
-                        cause = Some(StopCause::QuestionsAsked);
-                        break;
-                    }
-                    if is_result && !result_seen {
+                    if is_result {
                         result_seen = true;
-                        let at = Instant::now() + AFTER_RESULT_GRACE;
-                        wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
+                        wind_down = Some(earliest(wind_down, Instant::now() + AFTER_RESULT_GRACE));
                     }
                 }
                 journal.flush();
@@ -521,8 +509,7 @@ async fn watch(
                 crate::phases::mark("child.exited");
                 child_gone = true;
                 exit_status = status.ok();
-                let at = Instant::now() + AFTER_EXIT_DRAIN;
-                wind_down = Some(wind_down.map_or(at, |w| w.min(at)));
+                wind_down = Some(earliest(wind_down, Instant::now() + AFTER_EXIT_DRAIN));
             }
             _ = tokio::time::sleep_until(idle_at.into()), if wind_down.is_none() => {
                 if activity.last() + idle_limit <= Instant::now() {
@@ -551,6 +538,36 @@ async fn watch(
         child_gone,
         exit_status,
     }
+}
+
+/// Why the line just handled stops an attempt that has not answered yet, if it does: the
+/// backend refused the key, the CLI's rate-limit retries reached what this vendor
+/// tolerates, or the model asked questions.
+fn stop_for_line(
+    lines: &LineQueue,
+    limits: &Limits,
+    observation: &Observation,
+) -> Option<StopCause> {
+    if lines.auth_rejected {
+        return Some(StopCause::AuthRejected);
+    }
+    if limits
+        .rate_limit_retries_allowed
+        .is_some_and(|allowed| lines.rate_limit_retries >= allowed)
+    {
+        return Some(StopCause::RateLimited {
+            cli_retries: lines.rate_limit_retries,
+        });
+    }
+    observation
+        .questions
+        .is_some()
+        .then_some(StopCause::QuestionsAsked)
+}
+
+/// The earlier of a wind-down already set and `at`.
+fn earliest(wind_down: Option<Instant>, at: Instant) -> Instant {
+    wind_down.map_or(at, |w| w.min(at))
 }
 
 /// Ends the attempt in order: notes why it was stopped, stops whatever is left of the
