@@ -190,37 +190,7 @@ impl Shared {
                     .is_none_or(|when| when.unmet(body).is_empty())
         });
         let Some(index) = chosen else {
-            let request_number = state.requests.len() + 1;
-            let waiting: Vec<String> = (0..turns.len())
-                .filter(|&i| state.uses_left[i] > 0)
-                .map(|i| {
-                    let when = turns[i].when.as_ref().map(|w| w.describe());
-                    format!(
-                        "{} wants {}",
-                        turns[i].label(i),
-                        when.unwrap_or_else(|| "any request".into())
-                    )
-                })
-                .collect();
-            let (outcome, message) = if waiting.is_empty() {
-                (
-                    RequestOutcome::Exhausted,
-                    format!(
-                        "replay cassette {} exhausted after {} turns: request {request_number} has no turn left to answer it",
-                        self.cassette_label(),
-                        turns.len()
-                    ),
-                )
-            } else {
-                (
-                    RequestOutcome::NoMatchingTurn,
-                    format!(
-                        "replay cassette {}: no remaining turn matches request {request_number}; {}",
-                        self.cassette_label(),
-                        waiting.join("; ")
-                    ),
-                )
-            };
+            let (outcome, message) = self.no_turn_left(&state);
             state.record(request, None, 400, Some(stream), outcome, Some(&message));
             return error_reply(400, "invalid_request_error", &message, request_id, &[]);
         };
@@ -271,6 +241,43 @@ impl Shared {
             detail.as_deref(),
         );
         reply
+    }
+
+    /// Why no turn answers the next request: every turn is used up, or those left want
+    /// other requests (each named with what it wants).
+    fn no_turn_left(&self, state: &State) -> (RequestOutcome, String) {
+        let turns = &self.cassette.turns;
+        let request_number = state.requests.len() + 1;
+        let waiting: Vec<String> = (0..turns.len())
+            .filter(|&i| state.uses_left[i] > 0)
+            .map(|i| {
+                let when = turns[i].when.as_ref().map(|w| w.describe());
+                format!(
+                    "{} wants {}",
+                    turns[i].label(i),
+                    when.unwrap_or_else(|| "any request".into())
+                )
+            })
+            .collect();
+        if waiting.is_empty() {
+            (
+                RequestOutcome::Exhausted,
+                format!(
+                    "replay cassette {} exhausted after {} turns: request {request_number} has no turn left to answer it",
+                    self.cassette_label(),
+                    turns.len()
+                ),
+            )
+        } else {
+            (
+                RequestOutcome::NoMatchingTurn,
+                format!(
+                    "replay cassette {}: no remaining turn matches request {request_number}; {}",
+                    self.cassette_label(),
+                    waiting.join("; ")
+                ),
+            )
+        }
     }
 
     fn turn_reply(
