@@ -390,24 +390,7 @@ fn validate_turn(turn: &Turn, index: usize) -> Result<(), String> {
                 "{label}: a stream fault needs a `response` to cut, not an `error`"
             ));
         }
-        if !(400..=599).contains(&error.status) {
-            return Err(format!(
-                "{label}: error status {} is not in 400..=599",
-                error.status
-            ));
-        }
-        for name in error.headers.keys() {
-            if !is_header_name(name) {
-                return Err(format!("{label}: {name:?} is not a valid header name"));
-            }
-        }
-        for value in error.headers.values() {
-            if value.contains(['\r', '\n']) {
-                return Err(format!(
-                    "{label}: header value {value:?} contains a line break"
-                ));
-            }
-        }
+        validate_error(error, &label)?;
     }
     if let Some(stream_error) = &turn.stream_error
         && let Some(status) = stream_error.status
@@ -418,20 +401,49 @@ fn validate_turn(turn: &Turn, index: usize) -> Result<(), String> {
         ));
     }
     if let Some(response) = &turn.response {
-        for (position, block) in response.content.iter().enumerate() {
-            if let Block::ToolUse { name, input, .. } = block {
-                if name.is_empty() {
-                    return Err(format!(
-                        "{label}: tool_use block {} has an empty `name`",
-                        position + 1
-                    ));
-                }
-                if !input.is_object() {
-                    return Err(format!(
-                        "{label}: tool_use block {} (`{name}`): `input` must be a JSON object",
-                        position + 1
-                    ));
-                }
+        validate_tool_uses(response, &label)?;
+    }
+    Ok(())
+}
+
+/// An error turn's status is an HTTP error's, and its headers can be written as such.
+fn validate_error(error: &ErrorSpec, label: &str) -> Result<(), String> {
+    if !(400..=599).contains(&error.status) {
+        return Err(format!(
+            "{label}: error status {} is not in 400..=599",
+            error.status
+        ));
+    }
+    for name in error.headers.keys() {
+        if !is_header_name(name) {
+            return Err(format!("{label}: {name:?} is not a valid header name"));
+        }
+    }
+    for value in error.headers.values() {
+        if value.contains(['\r', '\n']) {
+            return Err(format!(
+                "{label}: header value {value:?} contains a line break"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every `tool_use` block of a response names its tool and gives it an object as input.
+fn validate_tool_uses(response: &ResponseSpec, label: &str) -> Result<(), String> {
+    for (position, block) in response.content.iter().enumerate() {
+        if let Block::ToolUse { name, input, .. } = block {
+            if name.is_empty() {
+                return Err(format!(
+                    "{label}: tool_use block {} has an empty `name`",
+                    position + 1
+                ));
+            }
+            if !input.is_object() {
+                return Err(format!(
+                    "{label}: tool_use block {} (`{name}`): `input` must be a JSON object",
+                    position + 1
+                ));
             }
         }
     }
