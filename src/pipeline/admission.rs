@@ -79,37 +79,17 @@ pub async fn admit(
     journal: &mut dyn Journal,
     warnings: &mut Vec<String>,
 ) -> Result<Admission, Refusal> {
-    let (args, workspace) = (&request.store, &request.workspace);
-    let location = match Location::resolve(args, backend.store(), backend.config_file(), state_dir)
-    {
-        Ok(location) => location,
-        // A named file in a directory that does not exist: a store inside the workspace
-        // or a grant is refused first, as it would be once the directory exists.
-        Err(e @ crate::store::StoreError::Unreachable { .. }) => {
-            if let Ok(unchecked) =
-                Location::resolve_unchecked(args, backend.store(), backend.config_file(), state_dir)
-            {
-                refuse_inside_workspace(&unchecked, workspace)?;
-                refuse_in_agent_grant(&unchecked, request)?;
-            }
-            if !args.optional {
-                return Err(refuse(ErrorKind::ConfigError, e.to_string(), None));
-            }
-            warnings.push(format!(
-                "{e}; running without slots, cooldowns or routing (--store-optional)"
-            ));
-            return Ok(Admission {
-                backend: backend.name().to_owned(),
-                holder: holder_id(),
-                location: None,
-                store: None,
-                slot: None,
-                queue_ms: None,
-            });
-        }
-        Err(e) => return Err(refuse(ErrorKind::ConfigError, e.to_string(), None)),
+    let Some(location) = store_location(request, backend, state_dir, warnings)? else {
+        return Ok(Admission {
+            backend: backend.name().to_owned(),
+            holder: holder_id(),
+            location: None,
+            store: None,
+            slot: None,
+            queue_ms: None,
+        });
     };
-    refuse_inside_workspace(&location, workspace)?;
+    refuse_inside_workspace(&location, &request.workspace)?;
     refuse_in_agent_grant(&location, request)?;
     let limit = backend.max_concurrent().filter(|n| *n > 0);
     let mut admission = Admission {
@@ -125,7 +105,7 @@ pub async fn admit(
     }
     let store = match open(location.clone()).await {
         Ok(store) => store,
-        Err(e) if args.optional => {
+        Err(e) if request.store.optional => {
             warnings.push(format!(
                 "{e}; running without slots, cooldowns or routing (--store-optional)"
             ));
@@ -162,6 +142,38 @@ pub async fn admit(
         check_cooldown(&store, &admission.backend).await?;
     }
     Ok(admission)
+}
+
+/// Where the run's store is; `None` when it cannot be reached and `--store-optional` lets
+/// the run go on without it (a warning says so).
+fn store_location(
+    request: &RunRequest,
+    backend: &ResolvedBackend,
+    state_dir: &std::path::Path,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Location>, Refusal> {
+    let args = &request.store;
+    match Location::resolve(args, backend.store(), backend.config_file(), state_dir) {
+        Ok(location) => Ok(Some(location)),
+        // A named file in a directory that does not exist: a store inside the workspace
+        // or a grant is refused first, as it would be once the directory exists.
+        Err(e @ crate::store::StoreError::Unreachable { .. }) => {
+            if let Ok(unchecked) =
+                Location::resolve_unchecked(args, backend.store(), backend.config_file(), state_dir)
+            {
+                refuse_inside_workspace(&unchecked, &request.workspace)?;
+                refuse_in_agent_grant(&unchecked, request)?;
+            }
+            if !args.optional {
+                return Err(refuse(ErrorKind::ConfigError, e.to_string(), None));
+            }
+            warnings.push(format!(
+                "{e}; running without slots, cooldowns or routing (--store-optional)"
+            ));
+            Ok(None)
+        }
+        Err(e) => Err(refuse(ErrorKind::ConfigError, e.to_string(), None)),
+    }
 }
 
 impl Admission {
