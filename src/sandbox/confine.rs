@@ -555,14 +555,11 @@ struct NewRoot {
 impl NewRoot {
     /// Mount the private root's tmpfs at `path`.
     fn mount(path: PathBuf) -> Result<NewRoot, SandboxError> {
-        nix::mount::mount(
-            Some("tmpfs"),
+        mount_tmpfs(
             &path,
-            Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("mode=0755,size=16m"),
-        )
-        .map_err(|e| SandboxError::sys("mount tmpfs", path.display(), e))?;
+            "mode=0755,size=16m",
+        )?;
         Ok(NewRoot { path })
     }
 
@@ -629,14 +626,7 @@ impl NewRoot {
     fn mount_private_shm(&self) -> Result<PathBuf, SandboxError> {
         let shm = self.inside(Path::new(PRIVATE_SHM));
         make_dirs(&shm)?;
-        nix::mount::mount(
-            Some("tmpfs"),
-            &shm,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("mode=1777"),
-        )
-        .map_err(|e| SandboxError::sys("mount tmpfs", shm.display(), e))?;
+        mount_tmpfs(&shm, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=1777")?;
         Ok(shm)
     }
 
@@ -698,6 +688,12 @@ impl NewRoot {
     }
 }
 
+/// Mount a tmpfs at `point` with `flags` and `options`, its error naming the place.
+fn mount_tmpfs(point: &Path, flags: MsFlags, options: &str) -> Result<(), SandboxError> {
+    nix::mount::mount(Some("tmpfs"), point, Some("tmpfs"), flags, Some(options))
+        .map_err(|e| SandboxError::sys("mount tmpfs", point.display(), e))
+}
+
 /// `fs::create_dir_all`, its error naming the path.
 fn make_dirs(path: &Path) -> Result<(), SandboxError> {
     fs::create_dir_all(path).map_err(|e| SandboxError::io(format!("create {}", path.display()), e))
@@ -735,14 +731,11 @@ fn mount_in_private_shm(shm: &Path, roots: Vec<ClonedRoot<'_>>) -> Result<(), Sa
         if !alone && !skeletons.contains(&top) {
             fs::create_dir(&top)
                 .map_err(|e| SandboxError::io(format!("create {}", top.display()), e))?;
-            nix::mount::mount(
-                Some("tmpfs"),
+            mount_tmpfs(
                 &top,
-                Some("tmpfs"),
                 MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                Some("mode=0755,size=64k,nr_inodes=64"),
-            )
-            .map_err(|e| SandboxError::sys("mount tmpfs", top.display(), e))?;
+                "mode=0755,size=64k,nr_inodes=64",
+            )?;
             skeletons.push(top);
         }
         let point = shm.join(below);
