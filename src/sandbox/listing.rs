@@ -221,8 +221,12 @@ impl ScanListings {
         }
     }
 
-    /// Take in the records of another thread of the same scan.
-    pub(crate) fn absorb(&mut self, other: ScanListings) {
+    /// Take in the records of another thread of the same scan (the larger map takes in
+    /// the smaller, so the whole tree's table is not grown step by step).
+    pub(crate) fn absorb(&mut self, mut other: ScanListings) {
+        if other.dirs.len() > self.dirs.len() {
+            std::mem::swap(&mut self.dirs, &mut other.dirs);
+        }
         self.dirs.extend(other.dirs);
         self.devices.extend(other.devices);
     }

@@ -43,6 +43,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::sys::stat::FileStat;
 
@@ -73,16 +74,23 @@ impl KeptDir {
     }
 }
 
-/// The kept directories of one scanned tree, by (dev, ino).
+/// The kept directories of one scanned tree, by (dev, ino). Shared (`Arc`): a listing
+/// still valid is carried from the loaded cache into the next one without a copy (at 1M
+/// files, 20k directories, the copies and their maps were a third of the scan's heap).
 #[derive(Debug, Default)]
 pub(crate) struct TreeKept {
-    dirs: HashMap<(u64, u64), KeptDir>,
+    dirs: HashMap<(u64, u64), Arc<KeptDir>>,
 }
 
 impl TreeKept {
     /// The kept listing of the directory `st` describes, found at `rel`, when its entries
     /// cannot have changed since (`trusted_before`: this scan's racy limit).
-    pub(crate) fn get(&self, st: &FileStat, rel: &Path, trusted_before: Ctime) -> Option<&KeptDir> {
+    pub(crate) fn get(
+        &self,
+        st: &FileStat,
+        rel: &Path,
+        trusted_before: Ctime,
+    ) -> Option<&Arc<KeptDir>> {
         let kept = self.dirs.get(&(st.st_dev, st.st_ino))?;
         (kept.ctime == ctime_of(st) && kept.ctime < trusted_before && kept.rel == rel)
             .then_some(kept)
@@ -110,7 +118,7 @@ impl Kept {
 pub(crate) struct Recorder {
     /// This scan's racy limit: ctimes from then on are not kept.
     trusted_before: Ctime,
-    dirs: HashMap<(u64, u64), KeptDir>,
+    dirs: HashMap<(u64, u64), Arc<KeptDir>>,
     /// Devices looked at, and whether their ctimes hold across runs.
     devices: HashMap<u64, bool>,
 }
@@ -134,17 +142,21 @@ impl Recorder {
             .entry(st.st_dev)
             .or_insert_with(|| ctime_held_across_runs(dir));
         if held && super::sys::is_encrypted(dir) == Ok(false) {
-            self.dirs.insert((st.st_dev, st.st_ino), kept);
+            self.dirs.insert((st.st_dev, st.st_ino), Arc::new(kept));
         }
     }
 
-    /// Keep again a listing found in the cache and still valid.
-    pub(crate) fn carry(&mut self, st: &FileStat, kept: &KeptDir) {
-        self.dirs.insert((st.st_dev, st.st_ino), kept.clone());
+    /// Keep again a listing found in the cache and still valid (shared, not copied).
+    pub(crate) fn carry(&mut self, st: &FileStat, kept: &Arc<KeptDir>) {
+        self.dirs.insert((st.st_dev, st.st_ino), Arc::clone(kept));
     }
 
-    /// Take in another thread's records of the same tree.
-    pub(crate) fn absorb(&mut self, other: Recorder) {
+    /// Take in another thread's records of the same tree. The larger map takes in the
+    /// smaller: growing a small one to the whole tree's size held both tables at each step.
+    pub(crate) fn absorb(&mut self, mut other: Recorder) {
+        if other.dirs.len() > self.dirs.len() {
+            std::mem::swap(&mut self.dirs, &mut other.dirs);
+        }
         self.dirs.extend(other.dirs);
         self.devices.extend(other.devices);
     }
@@ -421,10 +433,15 @@ fn parse(bytes: &[u8], fingerprint: u64, trees: usize) -> Option<Kept> {
         if count > MAX_RECORDS {
             return None;
         }
-        let mut tree = TreeKept::default();
+        // Sized once (a record takes at least 49 bytes): growing the map step by step held
+        // two tables at each step.
+        let room = usize::try_from(count).ok()?.min(r.remaining() / 49);
+        let mut tree = TreeKept {
+            dirs: HashMap::with_capacity(room),
+        };
         for _ in 0..count {
             let (key, dir) = parse_dir(&mut r)?;
-            tree.dirs.insert(key, dir);
+            tree.dirs.insert(key, Arc::new(dir));
         }
         kept.trees.push(tree);
     }
@@ -479,7 +496,7 @@ mod tests {
             ],
         };
         let mut tree = TreeKept::default();
-        tree.dirs.insert((7, 42), dir);
+        tree.dirs.insert((7, 42), Arc::new(dir));
         Kept {
             trees: vec![tree, TreeKept::default()],
         }
@@ -547,12 +564,12 @@ mod tests {
         let mut tree = TreeKept::default();
         tree.dirs.insert(
             (st.st_dev, st.st_ino),
-            KeptDir {
+            Arc::new(KeptDir {
                 rel: PathBuf::from("a"),
                 ctime: ctime_of(&st),
                 summary: DirSummary::default(),
                 attention: Vec::new(),
-            },
+            }),
         );
         let limit = ctime_of(&st) + 1;
         assert!(tree.get(&st, Path::new("a"), limit).is_some());

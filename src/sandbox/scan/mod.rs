@@ -843,7 +843,7 @@ impl<'a> Walker<'a, '_> {
 
     /// The last run's listing of the directory `st` describes at `rel`, when it is still
     /// what the directory holds and this walk may use it.
-    fn kept(&self, st: &FileStat, rel: &Path, inside: Inside) -> Option<&'a KeptDir> {
+    fn kept(&self, st: &FileStat, rel: &Path, inside: Inside) -> Option<&'a Arc<KeptDir>> {
         let tree: Option<&'a TreeKept> = self.tree.kept;
         if inside != Inside::default() || self.recorder.is_none() {
             return None;
@@ -852,7 +852,7 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// Use a kept listing: for the git guard, and to keep for the next run.
-    fn reuse(&mut self, st: &FileStat, rel: &Path, kept: &KeptDir) {
+    fn reuse(&mut self, st: &FileStat, rel: &Path, kept: &Arc<KeptDir>) {
         if self.tree.writable {
             let path = self.tree.root.join(rel);
             self.out
