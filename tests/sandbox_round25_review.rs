@@ -1,0 +1,232 @@
+//! Round twenty-five's review: round twenty-four's sandbox changes (the relocated
+//! never-visible places, the home directory's never-visible list, the hard-link masking
+//! of home keys) attacked by one who has read the code, through the built binary, root
+//! and uid 65534, each with a control showing the attack works without the sandbox (or
+//! without what makes the file a key).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use common::sandbox_fixture::{self, Fixture, run_text};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+const KNOWN_OPEN: &[&str] = &["home key linked into /tmp"];
+
+/// A key a variable moves outside the home directory: the variable, its value relative to
+/// the fixture's `vault/` (a `:` list for `KUBECONFIG`), and the file holding the key,
+/// relative to `vault/` (not named as a secret is, which the scan would mask anyway).
+struct Relocated {
+    var: &'static str,
+    value: &'static str,
+    key: &'static str,
+}
+
+/// Variables that move a key elsewhere, as the tools that read them do, that round
+/// twenty-four's `RELOCATED_SECRETS` did not list.
+const RELOCATED: &[Relocated] = &[
+    Relocated {
+        var: "KUBECONFIG",
+        value: "kube/prod.yaml",
+        key: "kube/prod.yaml",
+    },
+    // kubectl reads each file of a `:` list.
+    Relocated {
+        var: "KUBECONFIG",
+        value: "none.yaml:kube/prod.yaml",
+        key: "kube/prod.yaml",
+    },
+    Relocated {
+        var: "CARGO_HOME",
+        value: "cargo",
+        key: "cargo/credentials.toml",
+    },
+    // cargo still reads the old name when credentials.toml is absent.
+    Relocated {
+        var: "CARGO_HOME",
+        value: "cargo",
+        key: "cargo/credentials",
+    },
+    Relocated {
+        var: "NPM_CONFIG_USERCONFIG",
+        value: "npmrc",
+        key: "npmrc",
+    },
+    Relocated {
+        var: "npm_config_userconfig",
+        value: "npmrc",
+        key: "npmrc",
+    },
+    Relocated {
+        var: "NETRC",
+        value: "netrc",
+        key: "netrc",
+    },
+    Relocated {
+        var: "CLOUDSDK_CONFIG",
+        value: "gcloud",
+        key: "gcloud/credentials.db",
+    },
+    Relocated {
+        var: "GOOGLE_APPLICATION_CREDENTIALS",
+        value: "sa.json",
+        key: "sa.json",
+    },
+    Relocated {
+        var: "AZURE_CONFIG_DIR",
+        value: "azure",
+        key: "azure/msal_token_cache.json",
+    },
+    Relocated {
+        var: "PGPASSFILE",
+        value: "pgpass",
+        key: "pgpass",
+    },
+];
+
+/// A key moved out of the home directory by a variable round twenty-four did not list
+/// (`KUBECONFIG`, also as a `:` list; `CARGO_HOME`'s `credentials.toml` and
+/// `credentials`; `NPM_CONFIG_USERCONFIG`; `NETRC`; `CLOUDSDK_CONFIG`;
+/// `GOOGLE_APPLICATION_CREDENTIALS`; `AZURE_CONFIG_DIR`; `PGPASSFILE`): `--read` of the
+/// directory holding it was granted and the agent read the key, where `~/.kube/config`,
+/// `~/.cargo/credentials.toml`, `~/.npmrc`, `~/.netrc` would have been refused.
+/// Control: the same grant without the variable is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_key_another_variable_relocates_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for r in RELOCATED {
+            for set in [true, false] {
+                let fx = Fixture::new("coder-round25-reloc-", nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join("vault");
+                sandbox_fixture::write(&vault.join(r.key), "KEY-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/{}'; echo SERVED", vault.display(), r.key);
+                let mut cmd =
+                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+                if set {
+                    let value: Vec<String> = r
+                        .value
+                        .split(':')
+                        .map(|v| vault.join(v).display().to_string())
+                        .collect();
+                    cmd.env(r.var, value.join(":"));
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("nobody={nobody} {}={} set={set}", r.var, r.value);
+                let served = rc == 0 && out.contains("KEY-SECRET");
+                if set && out.contains("KEY-SECRET") {
+                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                } else if !set && !served {
+                    broken.push(format!("{who}: control: {out}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// Home files SECURITY.md itself names as holding passwords and tokens, and others that
+/// do, kept out of the default grants but missing from the never-visible list: a grant of
+/// the directory holding them (`--read ~/.m2`, `--read ~/.gradle`, a directory that is
+/// neither the home directory nor holds a listed key) showed them. Control: unconfined.
+const HOME_KEYS: &[(&str, &str)] = &[
+    (".m2", "settings.xml"),
+    (".m2", "settings-security.xml"),
+    (".gradle", "gradle.properties"),
+    (".azure", "msal_token_cache.json"),
+    (".terraform.d", "credentials.tfrc.json"),
+    (".gem", "credentials"),
+    (".local", "share/keyrings/login.keyring"),
+];
+
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_of_a_home_directory_holding_unlisted_keys_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (dir, key) in HOME_KEYS {
+            for confined in [true, false] {
+                let fx = Fixture::new("coder-round25-homekey-", nobody, &["ws", "home", "state"]);
+                let granted = fx.root().join("home").join(dir);
+                sandbox_fixture::write(&granted.join(key), "KEY-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/{key}'; echo SERVED", granted.display());
+                let mut args = vec!["--read", granted.to_str().unwrap()];
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let (rc, out) = fx.sandbox(&args, &script);
+                let who = format!("nobody={nobody} ~/{dir}/{key} confined={confined}");
+                let served = rc == 0 && out.contains("KEY-SECRET");
+                if confined && out.contains("KEY-SECRET") {
+                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                } else if !confined && !served {
+                    broken.push(format!("{who}: control: {out}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A tree outside `/tmp` (the home directory and coder's state must not be under a
+/// shared `/tmp` that `--allow-tmp` grants), removed when dropped.
+fn outside_tmp(prefix: &str, nobody: bool) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for d in ["home/.aws", "state"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    sandbox_fixture::write(&root.join("home/.aws/credentials"), "AWS-SECRET\n");
+    if nobody {
+        sandbox_fixture::give_to_nobody(&root);
+    }
+    (dir, root)
+}
+
+/// A hard link the user keeps to `~/.aws/credentials` in `/tmp` (a backup, `cp -al`),
+/// the home directory elsewhere on the same filesystem: with `--allow-tmp`, the agent
+/// reads it (and could write through it). Round twenty-four masks a key's other names in
+/// the scanned trees (workspace, `--read`, `--write`) only; `/tmp` is not one. Control:
+/// unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_home_keys_other_name_in_a_shared_tmp_is_not_read() {
+    let name = "home key linked into /tmp";
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let (_keep, outside) = outside_tmp("coder-round25-tmplink-", nobody);
+            let fx = Fixture::new("coder-round25-tmplink-", nobody, &["ws", "bak"]);
+            let link = fx.root().join("bak/credentials");
+            std::fs::hard_link(outside.join("home/.aws/credentials"), &link).unwrap();
+            fx.own(fx.root());
+            let script = format!("cat '{}'; echo SERVED", link.display());
+            let mut args = vec!["--allow-tmp"];
+            if !confined {
+                args.extend(["--mode", "danger-full-access"]);
+            }
+            let mut cmd = fx.sandbox_in(&fx.ws(), &args, &script);
+            cmd.env("HOME", outside.join("home"))
+                .env("CODER_STATE_DIR", outside.join("state"));
+            let (_rc, out) = run_text(&mut cmd);
+            let who = format!("{name}: nobody={nobody} confined={confined}");
+            assert!(out.contains("SERVED"), "{who}: not served: {out}");
+            let read = out.contains("AWS-SECRET");
+            if confined && KNOWN_OPEN.contains(&name) {
+                assert!(read, "{who}: fixed? take it off KNOWN_OPEN: {out}");
+            } else {
+                assert_eq!(read, !confined, "{who}: {out}");
+            }
+        }
+    }
+}
