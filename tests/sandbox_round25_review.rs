@@ -10,12 +10,28 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use common::sandbox_fixture::{self, Fixture, run_text};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
+
+/// Every git fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round25-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["home key linked into /tmp"];
+const KNOWN_OPEN: &[&str] = &[
+    "home key linked into /tmp",
+    "for over $(cat list)",
+    "mapfile list",
+    "while read in a held script",
+    "sed list | sh",
+    "awk system over list",
+    "chain of six scripts",
+];
 
 /// A key a variable moves outside the home directory: the variable, its value relative to
 /// the fixture's `vault/` (a `:` list for `KUBECONFIG`), and the file holding the key,
@@ -229,4 +245,175 @@ fn a_home_keys_other_name_in_a_shared_tmp_is_not_read() {
             }
         }
     }
+}
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// The agent appends its payload to `target`.
+fn append_to(target: &str) -> String {
+    format!(
+        "{} >> {target}; echo PLANTED",
+        sandbox_fixture::SCRIPT_PAYLOAD
+    )
+}
+
+/// The user's `tools/checks.list` names `tools/checks/a.sh`, and the user's held
+/// `tools/ci.sh` (run by `git fmt` = `!INTERP tools/ci.sh`) runs what the list names by
+/// `line`, a spelling other than the `xargs` ones round twenty-four holds: the agent
+/// appends to `tools/checks/a.sh`.
+fn list_run_by(name: &str, interp: &str, line: &str) {
+    held_file_attack(
+        name,
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+            fx.git(
+                ws,
+                &["config", "alias.fmt", &format!("!{interp} tools/ci.sh")],
+            );
+        },
+        &append_to("tools/checks/a.sh"),
+        &["fmt"],
+    );
+}
+
+/// `for f in $(cat tools/checks.list); do sh "$f"; done`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_for_loop_over_a_list_runs_are_not_the_agents_to_write() {
+    list_run_by(
+        "for over $(cat list)",
+        "sh",
+        "for f in $(cat tools/checks.list); do sh \"$f\"; done",
+    );
+}
+
+/// `mapfile -t L < tools/checks.list` (bash), then each run.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_mapfile_list_names_are_not_the_agents_to_write() {
+    list_run_by(
+        "mapfile list",
+        "bash",
+        "mapfile -t L < tools/checks.list; for f in \"${L[@]}\"; do sh \"$f\"; done",
+    );
+}
+
+/// `while read -r f; do sh "$f"; done < tools/checks.list` in a held script (round
+/// twenty-four holds it on an alias's line).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_read_loop_in_a_held_script_runs_are_not_the_agents_to_write() {
+    list_run_by(
+        "while read in a held script",
+        "sh",
+        "while read -r f; do sh \"$f\"; done < tools/checks.list",
+    );
+}
+
+/// `sed 's/^/sh /' tools/checks.list | sh`: the list made into a script.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_sed_made_script_runs_are_not_the_agents_to_write() {
+    list_run_by(
+        "sed list | sh",
+        "sh",
+        "sed 's/^/sh /' tools/checks.list | sh",
+    );
+}
+
+/// `awk '{ system("sh " $0) }' tools/checks.list`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_awk_loop_over_a_list_runs_are_not_the_agents_to_write() {
+    list_run_by(
+        "awk system over list",
+        "sh",
+        "awk '{ system(\"sh \" $0) }' tools/checks.list",
+    );
+}
+
+/// `xargs -I{} sh {} < tools/checks.list` on the alias's line (held since round
+/// twenty-four: a regression test).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_replace_string_runs_are_not_the_agents_to_write() {
+    held_file_attack(
+        "xargs -I{} < list",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.git(
+                ws,
+                &[
+                    "config",
+                    "alias.fmt",
+                    "!xargs -I{} sh {} < tools/checks.list",
+                ],
+            );
+        },
+        &append_to("tools/checks/a.sh"),
+        &["fmt"],
+    );
+}
+
+/// The user's `git fmt` = `!sh < tools/ci.sh`: the script read on a shell's standard
+/// input, not named as its argument.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_a_shell_reads_on_standard_input_is_not_the_agents_to_write() {
+    held_file_attack(
+        "sh < script",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/ci.sh");
+            fx.git(ws, &["config", "alias.fmt", "!sh < tools/ci.sh"]);
+        },
+        &append_to("tools/ci.sh"),
+        &["fmt"],
+    );
+}
+
+/// The user's `git fmt` = `!bash -c "$(cat tools/ci.sh)"`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_a_shell_runs_as_its_command_string_is_not_the_agents_to_write() {
+    held_file_attack(
+        "bash -c $(cat script)",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/ci.sh");
+            fx.git(
+                ws,
+                &["config", "alias.fmt", "!bash -c \"$(cat tools/ci.sh)\""],
+            );
+        },
+        &append_to("tools/ci.sh"),
+        &["fmt"],
+    );
+}
+
+/// A chain of held scripts run by path, six deep (`tools/s1.sh` runs `sh tools/s2.sh`,
+/// …): the last is past the walk's depth; the agent appends to it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_last_script_of_a_long_chain_is_not_the_agents_to_write() {
+    held_file_attack(
+        "chain of six scripts",
+        |fx, ws| {
+            for i in 1..6 {
+                fx.own_file(
+                    ws,
+                    &format!("tools/s{i}.sh"),
+                    &format!("sh tools/s{}.sh\n", i + 1),
+                );
+            }
+            sandbox_fixture::own_script(fx, ws, "tools/s6.sh");
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/s1.sh"]);
+        },
+        &append_to("tools/s6.sh"),
+        &["fmt"],
+    );
 }
