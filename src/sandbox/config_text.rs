@@ -255,6 +255,82 @@ pub(super) fn script_xargs_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     found
 }
 
+/// The files a shell script reads whose lines it may run, when it runs anything
+/// (a shell, an interpreter, `awk`'s `system`): what `cat`, `sed`, `awk`, `head`, `tail`,
+/// `sort` or `uniq` read (in a command substitution too), and what a command reads on
+/// standard input (`done < LIST`, `mapfile -t L < LIST`). Round twenty-five's review ran
+/// a held script's list by `for f in $(cat LIST)`, `mapfile`, `while read … done < LIST`,
+/// `sed 's/^/sh /' LIST | sh` and `awk '{ system("sh " $0) }' LIST`, where round
+/// twenty-four held `xargs`'s lists only. Each with where it is read from, as
+/// [`script_xargs_lists`]'s; a word that names no file there (`sed`'s program) is the
+/// caller's to drop.
+pub(super) fn script_read_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const READERS: &[&[u8]] = &[
+        b"cat", b"sed", b"awk", b"gawk", b"mawk", b"head", b"tail", b"sort", b"uniq",
+    ];
+    let lines: Vec<Vec<u8>> = script_lines(script)
+        .iter()
+        .map(|line| substitutions_split(line))
+        .collect();
+    if !lines.iter().any(|line| runs_its_input(line)) {
+        return Vec::new();
+    }
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for command in lines.iter().flat_map(|line| pipelines(line)).flatten() {
+        let words = shell_tokens(&command);
+        let reads = words
+            .first()
+            .is_some_and(|w| READERS.contains(&program_name(w)));
+        let operands = words
+            .iter()
+            .skip(1)
+            .filter(|w| reads && !w.starts_with(b"-"))
+            .cloned();
+        for entry in operands
+            .chain(redirected_from(&command))
+            .filter_map(|w| based(&w))
+        {
+            if !found.contains(&entry) {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// `line` with its command substitutions (`$(…)`, `` `…` ``) and double quotes opened
+/// into commands of their own (`for f in $(cat LIST)`: `cat LIST` a command).
+fn substitutions_split(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut bytes = line.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'$' if bytes.peek() == Some(&b'(') => {
+                bytes.next();
+                out.extend_from_slice(b" ; ");
+            }
+            b'`' | b')' => out.extend_from_slice(b" ; "),
+            b'"' => out.push(b' '),
+            b => out.push(b),
+        }
+    }
+    out
+}
+
+/// Whether a line ([`substitutions_split`]) runs a program that may run what it is
+/// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), or `awk`'s
+/// `system(`.
+fn runs_its_input(line: &[u8]) -> bool {
+    const NOT_PROGRAMS: &[&[u8]] = &[
+        b"do", b"then", b"else", b"time", b"nohup", b"env", b"command", b"exec",
+    ];
+    line.windows(7).any(|w| w == b"system(")
+        || shell_tokens(line).iter().any(|w| {
+            let name = program_name(w);
+            name.starts_with(b"python") || RUNNERS.contains(&name) && !NOT_PROGRAMS.contains(&name)
+        })
+}
+
 /// The entries of an `xargs` list file ([`xargs_lists`]) that may name a file: each
 /// word as `xargs` splits it (blanks and newlines, quotes taken off), and each whole
 /// line (`-d '\n'`, `-0` lists of names with blanks).
@@ -1474,6 +1550,37 @@ fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_files_a_script_that_runs_its_input_reads_are_lists() {
+        let wd = |w: &str| (w.as_bytes().to_vec(), SourceBase::WorkingDir);
+        for (script, lists) in [
+            (
+                "for f in $(cat a.list); do sh \"$f\"; done\n",
+                vec![wd("a.list")],
+            ),
+            (
+                "for f in `cat a.list`; do sh $f; done\n",
+                vec![wd("a.list")],
+            ),
+            (
+                "while read -r f; do\n  sh \"$f\"\ndone < a.list\n",
+                vec![wd("a.list")],
+            ),
+            (
+                "sed 's/^/sh /' a.list | sh\n",
+                vec![wd("s/^/sh /"), wd("a.list")],
+            ),
+            ("awk '{ system(\"sh \" $0) }' a.list\n", vec![wd("a.list")]),
+            // Nothing runs what it reads.
+            (
+                "cat a.list | sort > b.list\nrustfmt $(cat a.list)\n",
+                vec![],
+            ),
+        ] {
+            assert_eq!(script_read_lists(script.as_bytes()), lists, "{script}");
+        }
+    }
 
     #[test]
     fn include_values_are_read_as_git_reads_them() {
