@@ -23,7 +23,11 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["home key linked into /tmp", "chain of six scripts"];
+const KNOWN_OPEN: &[&str] = &[
+    "home key linked into /tmp",
+    "chain of six scripts",
+    "grep list | while read in a script",
+];
 
 /// A key a variable moves outside the home directory: the variable, its value relative to
 /// the fixture's `vault/` (a `:` list for `KUBECONFIG`), and the file holding the key,
@@ -407,5 +411,84 @@ fn the_last_script_of_a_long_chain_is_not_the_agents_to_write() {
         },
         &append_to("tools/s6.sh"),
         &["fmt"],
+    );
+}
+
+/// `AWS_SHARED_CREDENTIALS_FILE=~/vault/aws-creds`, the `~` left for the AWS tools to
+/// expand (botocore does; a quoted shell assignment, a systemd unit, a `.env` file leave
+/// it so): round twenty-four counts a relocated key only when its variable is absolute,
+/// so `--read ~/vault` (a directory of the home directory that holds no listed key) was
+/// granted and the agent read the keys. Control: the same grant without the variable.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_relocated_key_spelled_from_home_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for set in [true, false] {
+            let fx = Fixture::new("coder-round25-tilde-", nobody, &["ws", "home", "state"]);
+            let vault = fx.root().join("home/vault");
+            sandbox_fixture::write(&vault.join("aws-creds"), "AWS-SECRET\n");
+            fx.own(fx.root());
+            let script = format!("cat '{}/aws-creds'; echo SERVED", vault.display());
+            let mut cmd = fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+            if set {
+                cmd.env("AWS_SHARED_CREDENTIALS_FILE", "~/vault/aws-creds");
+            }
+            let (rc, out) = run_text(&mut cmd);
+            let who = format!("nobody={nobody} set={set}");
+            if set && out.contains("AWS-SECRET") {
+                broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+            } else if !set && !(rc == 0 && out.contains("AWS-SECRET")) {
+                broken.push(format!("{who}: control: {out}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// `list_alias`: the user's `tools/checks.list` names `tools/checks/a.sh`, run by the
+/// alias line `git fmt` = `alias`; the agent appends to `tools/checks/a.sh`.
+fn list_run_by_alias(name: &str, alias: &str) {
+    held_file_attack(
+        name,
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "# checks\ntools/checks/a.sh\n");
+            fx.git(ws, &["config", "alias.fmt", alias]);
+        },
+        &append_to("tools/checks/a.sh"),
+        &["fmt"],
+    );
+}
+
+/// `git fmt` = `!grep -v '^#' tools/checks.list | xargs -n1 sh`: the list filtered
+/// before `xargs` (round twenty-four read `cat`'s and `<`'s lists only).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_filtered_list_fed_to_xargs_names_are_not_the_agents_to_write() {
+    list_run_by_alias(
+        "grep list | xargs",
+        "!grep -v '^#' tools/checks.list | xargs -n1 sh",
+    );
+}
+
+/// `git fmt` = `!for f in $(grep -v '^#' tools/checks.list); do sh $f; done`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_alias_for_loop_over_a_list_runs_are_not_the_agents_to_write() {
+    list_run_by_alias(
+        "alias for over $(grep list)",
+        "!for f in $(grep -v '^#' tools/checks.list); do sh $f; done",
+    );
+}
+
+/// A held script: `grep -v '^#' tools/checks.list | while read -r f; do sh "$f"; done`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_grep_fed_loop_in_a_held_script_runs_are_not_the_agents_to_write() {
+    list_run_by(
+        "grep list | while read in a script",
+        "sh",
+        "grep -v '^#' tools/checks.list | while read -r f; do sh \"$f\"; done",
     );
 }

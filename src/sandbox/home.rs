@@ -355,19 +355,30 @@ const RELOCATED_SECRETS: [(&str, &str); 17] = [
     ("PGPASSFILE", ""),
 ];
 
-/// The absolute paths a variable of this process's environment names: [`env_path`],
-/// or each absolute entry of a `:` list for the variables read as one (`KUBECONFIG`).
+/// The paths a variable of this process's environment names: absolute, or spelled from
+/// `$HOME` with a leading `~` left for the tool to expand (botocore expands
+/// `AWS_SHARED_CREDENTIALS_FILE=~/vault/creds`; round twenty-five's review: a relative
+/// spelling was skipped and `--read ~/vault` granted); each entry of a `:` list for the
+/// variables read as one (`KUBECONFIG`).
 fn env_paths(name: &str) -> Vec<PathBuf> {
-    if name != "KUBECONFIG" {
-        return env_path(name).into_iter().collect();
+    let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) else {
+        return Vec::new();
+    };
+    let values: Vec<PathBuf> = if name == "KUBECONFIG" {
+        std::env::split_paths(&value).collect()
+    } else {
+        vec![PathBuf::from(value)]
+    };
+    values.into_iter().filter_map(tilde_expanded).collect()
+}
+
+/// `path` when absolute; `~/REST` (or `~`) as `$HOME/REST`; else `None`.
+fn tilde_expanded(path: PathBuf) -> Option<PathBuf> {
+    if path.is_absolute() {
+        return Some(path);
     }
-    std::env::var_os(name)
-        .map(|v| {
-            std::env::split_paths(&v)
-                .filter(|p| p.is_absolute())
-                .collect()
-        })
-        .unwrap_or_default()
+    let rest = path.strip_prefix("~").ok()?;
+    env_path("HOME").map(|home| home.join(rest))
 }
 
 /// `path` canonical where it exists; else its nearest existing ancestor canonical with
