@@ -256,8 +256,8 @@ pub(super) fn script_xargs_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 }
 
 /// The files a shell script reads whose lines it may run, when it runs anything
-/// (a shell, an interpreter, `awk`'s `system`): what `cat`, `sed`, `awk`, `head`, `tail`,
-/// `sort` or `uniq` read (in a command substitution too), and what a command reads on
+/// (a shell, an interpreter, `awk`'s `system`): what `cat`, `sed`, `awk`, `grep`, `cut`,
+/// `head`, `tail`, `sort`, … read (in a command substitution too), and what a command reads on
 /// standard input (`done < LIST`, `mapfile -t L < LIST`). Round twenty-five's review ran
 /// a held script's list by `for f in $(cat LIST)`, `mapfile`, `while read … done < LIST`,
 /// `sed 's/^/sh /' LIST | sh` and `awk '{ system("sh " $0) }' LIST`, where round
@@ -266,7 +266,8 @@ pub(super) fn script_xargs_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// caller's to drop.
 pub(super) fn script_read_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     const READERS: &[&[u8]] = &[
-        b"cat", b"sed", b"awk", b"gawk", b"mawk", b"head", b"tail", b"sort", b"uniq",
+        b"cat", b"sed", b"awk", b"gawk", b"mawk", b"head", b"tail", b"sort", b"uniq", b"grep",
+        b"egrep", b"fgrep", b"cut", b"tac", b"nl", b"paste",
     ];
     let lines: Vec<Vec<u8>> = script_lines(script)
         .iter()
@@ -1572,6 +1573,10 @@ mod tests {
                 vec![wd("s/^/sh /"), wd("a.list")],
             ),
             ("awk '{ system(\"sh \" $0) }' a.list\n", vec![wd("a.list")]),
+            (
+                "grep -v '^#' a.list | while read -r f; do sh \"$f\"; done\n",
+                vec![wd("^#"), wd("a.list")],
+            ),
             // Nothing runs what it reads.
             (
                 "cat a.list | sort > b.list\nrustfmt $(cat a.list)\n",
