@@ -489,3 +489,13 @@ fn the_scripts_a_grep_fed_loop_in_a_held_script_runs_are_not_the_agents_to_write
         "grep -v '^#' tools/checks.list | while read -r f; do sh \"$f\"; done",
     );
 }
+
+/// The state directory spelled with `..` and with `!` and `\` (characters gitignore's
+/// matcher treats specially, negation and escape): the scratch rules name the canonical
+/// run directory, each such character made `?`, so they still deny the CLI's Write tool
+/// its scratch through a link (held). Real CLI, both arms, control unconfined.
+#[test]
+#[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
+fn the_scratch_rules_hold_for_a_state_directory_spelled_with_dots_and_escapes() {
+    sandbox_fixture::write_tool_scratch_attack(Some(std::ffi::OsStr::new("sub/../!st\\a**te")));
+}
