@@ -23,7 +23,11 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["home key linked into /tmp", "chain of six scripts"];
+const KNOWN_OPEN: &[&str] = &[
+    "home key linked into /tmp",
+    "chain of six scripts",
+    "read a stowed key directory",
+];
 
 /// A key a variable moves outside the home directory: the variable, its value relative to
 /// the fixture's `vault/` (a `:` list for `KUBECONFIG`), and the file holding the key,
@@ -498,4 +502,52 @@ fn the_scripts_a_grep_fed_loop_in_a_held_script_runs_are_not_the_agents_to_write
 #[ignore = "needs the claude CLI, root and user namespaces: scripts/test runs it"]
 fn the_scratch_rules_hold_for_a_state_directory_spelled_with_dots_and_escapes() {
     sandbox_fixture::write_tool_scratch_attack(Some(std::ffi::OsStr::new("sub/../!st\\a**te")));
+}
+
+/// A home key's *directory* kept elsewhere and linked into place (`~/.aws/sso` a symlink
+/// to `~/dotfiles/aws-sso/`, its `cache/token.json` the SSO token): `--read ~/dotfiles`
+/// shows the token (the refusal compares the never-visible entries resolved, `~/.aws`),
+/// and a hard link to it in the workspace is read (the hard-link walk follows a symlink
+/// to a file, not to a directory). The file form is round twenty-four's second review's
+/// ratchet; a fix counting file symlinks' targets only would leave this one. Control: the
+/// same with `~/.aws/sso` a directory of its own (the grant then holds no key).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_home_keys_directory_a_symlink_leads_to_is_not_read() {
+    let name = "read a stowed key directory";
+    for nobody in sandbox_fixture::arms() {
+        for stowed in [true, false] {
+            let fx = Fixture::new(
+                "coder-round25-stowdir-",
+                nobody,
+                &["ws", "home/.aws", "state"],
+            );
+            let home = fx.root().join("home");
+            let token = home.join("dotfiles/aws-sso/cache/token.json");
+            sandbox_fixture::write(&token, "SSO-SECRET\n");
+            if stowed {
+                std::os::unix::fs::symlink("../dotfiles/aws-sso", home.join(".aws/sso")).unwrap();
+                std::fs::hard_link(&token, fx.ws().join("notes")).unwrap();
+            } else {
+                sandbox_fixture::write(&home.join(".aws/sso/cache/token.json"), "OTHER\n");
+                sandbox_fixture::write(&fx.ws().join("notes"), "none\n");
+            }
+            fx.own(fx.root());
+            let dotfiles = home.join("dotfiles");
+            let script = format!(
+                "cat notes '{}/aws-sso/cache/token.json'; echo SERVED",
+                dotfiles.display()
+            );
+            let (rc, out) = fx.sandbox(&["--read", dotfiles.to_str().unwrap()], &script);
+            let who = format!("{name}: nobody={nobody} stowed={stowed}");
+            let read = out.matches("SSO-SECRET").count();
+            if !stowed {
+                assert!(rc == 0 && read == 1, "{who}: control: {out}");
+            } else if KNOWN_OPEN.contains(&name) {
+                assert!(read > 0, "{who}: fixed? take it off KNOWN_OPEN: {out}");
+            } else {
+                assert_eq!(read, 0, "{who}: the token was read: {out}");
+            }
+        }
+    }
 }
