@@ -551,3 +551,104 @@ fn a_home_keys_directory_a_symlink_leads_to_is_not_read() {
         }
     }
 }
+
+/// The agent's line that makes `file` (JS) write the marker when loaded.
+fn js_payload(file: &str) -> String {
+    format!(
+        "printf \"import('fs').then(f => f.writeFileSync('%s', ''))\\n\" \"$M\" >> {file}; echo PLANTED"
+    )
+}
+
+/// The agent's line that makes `file` (Python) write the marker when run or imported.
+fn py_payload(file: &str) -> String {
+    format!("printf \"open('%s', 'w')\\n\" \"$M\" >> {file}; echo PLANTED")
+}
+
+/// The user's files (path, text) and `git fmt` = `alias`; the agent's `attack`.
+fn entry_point_attack(name: &str, files: &[(&str, &str)], alias: &str, attack: &str) {
+    held_file_attack(
+        name,
+        |fx, ws| {
+            for (rel, text) in files {
+                fx.own_file(ws, rel, text);
+            }
+            fx.git(ws, &["config", "alias.fmt", alias]);
+        },
+        attack,
+        &["fmt"],
+    );
+}
+
+/// `git fmt` = `!node --import ./tools/hook.mjs tools/fmt.js`: node loads the module
+/// `--import` names before the script.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_module_node_imports_first_is_not_the_agents_to_write() {
+    entry_point_attack(
+        "node --import",
+        &[("tools/hook.mjs", "\n"), ("tools/fmt.js", "\n")],
+        "!node --import ./tools/hook.mjs tools/fmt.js",
+        &js_payload("tools/hook.mjs"),
+    );
+}
+
+/// `git fmt` = `!node -r ./tools/hook.js tools/fmt.js`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_module_node_requires_first_is_not_the_agents_to_write() {
+    entry_point_attack(
+        "node -r",
+        &[("tools/hook.js", "\n"), ("tools/fmt.js", "\n")],
+        "!node -r ./tools/hook.js tools/fmt.js",
+        &js_payload("tools/hook.js"),
+    );
+}
+
+/// `git fmt` = `!NODE_OPTIONS=--require=./tools/hook.js node tools/fmt.js`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_module_node_options_requires_is_not_the_agents_to_write() {
+    entry_point_attack(
+        "NODE_OPTIONS --require",
+        &[("tools/hook.js", "\n"), ("tools/fmt.js", "\n")],
+        "!NODE_OPTIONS=--require=./tools/hook.js node tools/fmt.js",
+        &js_payload("tools/hook.js"),
+    );
+}
+
+/// `git fmt` = `!node tools/fmt.mjs`: the ES module itself.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_es_module_node_runs_is_not_the_agents_to_write() {
+    entry_point_attack(
+        "node x.mjs",
+        &[("tools/fmt.mjs", "\n")],
+        "!node tools/fmt.mjs",
+        &js_payload("tools/fmt.mjs"),
+    );
+}
+
+/// `git fmt` = `!/usr/bin/python3 -m tools.fmt`: the module `-m` names, `tools/fmt.py`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_module_python_m_runs_is_not_the_agents_to_write() {
+    entry_point_attack(
+        "python -m module",
+        &[("tools/fmt.py", "\n")],
+        "!/usr/bin/python3 -m tools.fmt",
+        &py_payload("tools/fmt.py"),
+    );
+}
+
+/// `git fmt` = `!/usr/bin/python3 -m tools.fmt` without `tools/__init__.py`: python
+/// imports the package's `__init__.py` first when there is one; the agent adds it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_package_init_python_m_imports_is_not_the_agents_to_add() {
+    entry_point_attack(
+        "python -m package __init__",
+        &[("tools/fmt.py", "\n")],
+        "!/usr/bin/python3 -m tools.fmt",
+        &py_payload("tools/__init__.py"),
+    );
+}

@@ -1096,7 +1096,14 @@ fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> 
     let mut program: &[u8] = b"";
     let mut words = words.iter();
     while let Some(word) = words.next() {
-        // `python3 -m mod`, `-c code`, `node -e code`: no directory follows.
+        // `python3 -m tools.fmt` runs `tools/fmt.py` (or the package's `__main__.py`)
+        // after the `__init__.py` of each package on the way ([`python_module_words`]).
+        if let Some(module) = python_module(program, word, &mut words) {
+            found.extend(python_module_words(&module));
+            program = b"";
+            continue;
+        }
+        // `-c code`, `node -e code`: no directory follows.
         if [&b"-m"[..], b"-c", b"-e"].contains(&word.as_slice()) {
             words.next();
             program = b"";
@@ -1119,6 +1126,48 @@ fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> 
     found
 }
 
+/// The module of python's `-m MOD` (or `-mMOD`) when `program` is a python.
+fn python_module<'a>(
+    program: &[u8],
+    word: &[u8],
+    words: &mut impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<Vec<u8>> {
+    if interpreter(program) != Some(&PYTHON) {
+        return None;
+    }
+    match word.strip_prefix(b"-m")? {
+        b"" => words.next().cloned(),
+        attached => Some(attached.to_vec()),
+    }
+}
+
+/// The words [`interpreted_words`] gives for python's `-m a.b.c`, read from the
+/// working directory (the first entry of `sys.path` then): `./a/b/c` as a module (`.py`,
+/// or a package's `__init__.py` and `__main__.py`) and `./a`, `./a/b` as packages (their
+/// `__init__.py`, imported first). Round twenty-five's review: `git fmt` =
+/// `!python3 -m tools.fmt` held neither `tools/fmt.py` nor `tools/__init__.py`, and the
+/// agent's edit of either ran.
+fn python_module_words(module: &[u8]) -> Vec<(Vec<u8>, &'static Interpreter)> {
+    if !may_name_a_file(module) || module.contains(&b'/') {
+        return Vec::new();
+    }
+    let parts: Vec<&[u8]> = module.split(|b| *b == b'.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Vec::new();
+    }
+    (1..=parts.len())
+        .map(|n| {
+            let word = [&b"./"[..], &parts[..n].join(&b'/')].concat();
+            let kind = if n == parts.len() {
+                &PYTHON_MODULE
+            } else {
+                &PYTHON_PACKAGE
+            };
+            (word, kind)
+        })
+        .collect()
+}
+
 /// What an interpreter looks for when it is given a word that is not a file.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Interpreter {
@@ -1132,6 +1181,19 @@ pub(super) struct Interpreter {
 /// Python's: a directory's `__main__` (compiled too).
 const PYTHON: Interpreter = Interpreter {
     in_dir: &[b"__main__.py", b"__main__.pyc"],
+    suffixes: &[],
+};
+
+/// Python's for the module `-m` names: `X.py`, or the package `X/`'s `__init__.py`
+/// and `__main__.py`.
+const PYTHON_MODULE: Interpreter = Interpreter {
+    in_dir: &[b"__init__.py", b"__main__.py", b"__main__.pyc"],
+    suffixes: &[b".py"],
+};
+
+/// Python's for a package on the way to the module `-m` names: its `__init__.py`.
+const PYTHON_PACKAGE: Interpreter = Interpreter {
+    in_dir: &[b"__init__.py"],
     suffixes: &[],
 };
 
@@ -1646,6 +1708,11 @@ mod tests {
                 ("python3".into(), false),
                 ("nbstrip".into(), false),
                 ("./nb.py".into(), true),
+                // The module `-m` runs, offered where python looks for it.
+                ("./nbstrip/__init__.py".into(), false),
+                ("./nbstrip/__main__.py".into(), false),
+                ("./nbstrip/__main__.pyc".into(), false),
+                ("./nbstrip.py".into(), false),
                 ("run.sh".into(), false),
             ]
         );
