@@ -652,3 +652,40 @@ fn the_package_init_python_m_imports_is_not_the_agents_to_add() {
         &py_payload("tools/__init__.py"),
     );
 }
+
+/// The spellings by which a held script (`tools/ci.sh`, run by `git fmt` = `!sh
+/// tools/ci.sh`) runs the user's `tools/x.sh` through another program: each named
+/// attack appends to `tools/x.sh`.
+const RUN_BY_PATH: &[(&str, &str)] = &[
+    ("exec sh", "exec sh tools/x.sh"),
+    ("command sh", "command sh tools/x.sh"),
+    ("env sh", "env sh tools/x.sh"),
+    ("env VAR=1 sh", "env FOO=1 sh tools/x.sh"),
+    ("bash -c", "bash -c 'sh tools/x.sh'"),
+    ("nohup sh", "nohup sh tools/x.sh"),
+    ("timeout sh", "timeout 30 sh tools/x.sh"),
+    ("nice sh", "nice -n 5 sh tools/x.sh"),
+    ("if then sh", "if true; then sh tools/x.sh; fi"),
+    ("function body", "f() { sh tools/x.sh; }\nf"),
+    ("subshell", "( sh tools/x.sh )"),
+    ("cd then ./", "cd tools && ./x.sh"),
+];
+
+/// A held script running the user's `tools/x.sh` by each of [`RUN_BY_PATH`]'s spellings:
+/// the agent appends to it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_held_script_runs_through_another_program_are_not_the_agents_to_write() {
+    for (name, line) in RUN_BY_PATH {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+            },
+            &append_to("tools/x.sh"),
+            &["fmt"],
+        );
+    }
+}

@@ -1282,27 +1282,49 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// the start (an absent one may be a build's output, `./target/debug/x`, which a
 /// placeholder would keep the agent's build from making).
 pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    script_run_words(script, NESTED_LINES, &mut found);
+    found
+}
+
+/// [`run_words`] of `script`, added to `found`; a shell's `-c` string read as a script
+/// of its own, `depth` levels down.
+fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, SourceBase)>) {
     const SHELLS: &[&[u8]] = &[
         b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
     ];
-    const PREFIXES: &[&[u8]] = &[
-        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
-        b"nohup", b"time", b"{",
-    ];
-    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     for line in script_lines(script) {
         for command in pipelines(&line).into_iter().flatten() {
-            let tokens = shell_tokens(&command);
-            let mut words = tokens
-                .iter()
-                .skip_while(|w| PREFIXES.contains(&w.as_slice()) || is_assignment(w));
+            let mut tokens = shell_tokens(&command);
+            // A function's body (`f() { sh tools/x.sh; }`: the tokens lose the `()`).
+            if command.windows(2).any(|w| w == b"()")
+                && let Some(at) = tokens.iter().position(|w| w == b"{")
+            {
+                tokens.drain(..=at);
+            }
+            let mut words = tokens.iter().skip_while(|w| runs_the_next_word(w));
             let Some(program) = words.next() else {
                 continue;
             };
             let name = program_name(program);
+            let shell = SHELLS.contains(&name) || name.starts_with(b"python");
+            if shell
+                && depth > 0
+                && name != b"perl"
+                && name != b"ruby"
+                && !name.starts_with(b"node")
+            {
+                let mut rest = words.clone();
+                if rest.any(|w| w == b"-c")
+                    && let Some(inner) = rest.next()
+                {
+                    script_run_words(inner, depth - 1, found);
+                    continue;
+                }
+            }
             let run = if program.contains(&b'/') {
                 Some(program)
-            } else if SHELLS.contains(&name) || name.starts_with(b"python") {
+            } else if shell {
                 words.find(|w| !w.starts_with(b"-"))
             } else {
                 None
@@ -1314,7 +1336,26 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
             }
         }
     }
-    found
+}
+
+/// Whether a word before a command's program leaves the program to come: a keyword
+/// (`if`, `then`, `do`, `{`), a function's head (`f()`), a variable set for the command,
+/// a program that runs the rest of its words (`exec`, `command`, `env`, `nice`,
+/// `timeout`, `nohup`, `setsid`, `stdbuf`, `sudo`, …) or an option or number of one
+/// (`nice -n 5`, `timeout 30`). Round twenty-five's review: `env sh tools/x.sh`,
+/// `timeout 30 sh …`, `nice -n 5 sh …` and `f() { sh …; }` in a held script ran the
+/// agent's edit of `tools/x.sh`.
+fn runs_the_next_word(word: &[u8]) -> bool {
+    const PREFIXES: &[&[u8]] = &[
+        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
+        b"nohup", b"time", b"{", b"(", b"()", b"env", b"nice", b"timeout", b"stdbuf", b"ionice",
+        b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin",
+    ];
+    PREFIXES.contains(&word)
+        || is_assignment(word)
+        || word.ends_with(b"()")
+        || word.starts_with(b"-")
+        || word.first().is_some_and(u8::is_ascii_digit)
 }
 
 /// `NAME=value` (a variable set for the command).
@@ -1982,6 +2023,16 @@ mod tests {
                 w("tools/e.sh"),
                 w("x.py"),
             ]
+        );
+        let script = b"env sh t/a.sh\nenv -i FOO=1 sh t/b.sh\ntimeout 30 sh t/c.sh\n\
+            nice -n 5 t/d.sh\nbash -c 'sh t/e.sh'\nf() { sh t/f.sh; }\n";
+        let words: Vec<String> = run_words(script)
+            .into_iter()
+            .map(|(w, _)| String::from_utf8(w).unwrap())
+            .collect();
+        assert_eq!(
+            words,
+            ["t/a.sh", "t/b.sh", "t/c.sh", "t/d.sh", "t/e.sh", "t/f.sh"]
         );
     }
 
