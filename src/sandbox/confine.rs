@@ -593,7 +593,7 @@ fn build_private_root(
 
     mount_fresh_proc(&inside(Path::new("/proc")))?;
     let masks = apply_masks(policy, mask_source.as_ref(), &new_root, &bound)?;
-    let mut host_masks = hostmask::hide_host_secrets(&new_root)?;
+    let mut host_masks = hostmask::hide_host_secrets(&new_root, policy)?;
     if policy.roots.iter().any(|r| r.path == Path::new("/tmp")) {
         host_masks += hostmask::hide_tmp_sockets(&new_root)?;
     }
