@@ -291,12 +291,52 @@ pub(crate) fn account_home() -> Option<PathBuf> {
 /// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
 /// an entry, some 250 µs a list here), and the two checks resolved it each.
 pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
-    NEVER_VISIBLE
+    let mut places: Vec<PathBuf> = NEVER_VISIBLE
         .iter()
         .map(|rel| home.join(rel))
         .chain(relocated_unresolved())
         .map(|path| resolve_leniently(&path, 0))
-        .collect()
+        .collect();
+    let linked = symlinked_from(&places, home);
+    places.extend(linked);
+    places
+}
+
+/// Where the symlinks among the entries of the never-visible `places` lead (resolved,
+/// or where a dangling one's target would be made), but for the home directory and its
+/// ancestors: a dotfiles manager's `~/.aws/credentials` -> `~/dotfiles/aws/credentials`
+/// (`stow`) made `--read ~/dotfiles` show the credentials, the refusal of grants having
+/// compared them with `~/.aws` alone (round twenty-four's second review). What such a
+/// symlink leads to is not entered. A bounded walk (as [`linked_never_visible`]'s, which
+/// fails the run closed past the same cap: what is left unseen here never reaches an
+/// agent); a few dozen `lstat`s in the usual home.
+fn symlinked_from(places: &[PathBuf], home: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending: Vec<(PathBuf, usize)> = places.iter().map(|p| (p.clone(), 0)).collect();
+    let mut looked = 0usize;
+    while let Some((dir, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            looked += 1;
+            if looked > MAX_NEVER_VISIBLE_ENTRIES {
+                return found;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() && depth < 64 {
+                pending.push((entry.path(), depth + 1));
+            } else if kind.is_symlink() {
+                let target = resolve_leniently(&entry.path(), 0);
+                if !home.starts_with(&target) {
+                    found.push(target);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The never-visible places this process's environment moves out of the home directory
