@@ -1256,11 +1256,38 @@ fn scan_workspace(
     }
     refuse_kernel_mounts(&trees)?;
     let found = scan::scan_trees(&trees, &deny, opts.scan_limits, created)?;
+    add_python_startup_trees(&found.python_startup_globs, &mut tool_trees)?;
     if let Some((path, fingerprint, _)) = &cache {
         // A cache that cannot be written only costs the next run its listings.
         let _ = listing_cache::store(path, *fingerprint, &found.kept);
     }
     Ok((found, tool_trees))
+}
+
+/// The end-of-run guard's share of the names Python imports at start in a directory a
+/// held line puts on `PYTHONPATH` (`src/sitecustomize*`; the scan held those there):
+/// one more tree entry per writable tree, its globs compiled once.
+fn add_python_startup_trees(
+    globs: &[(PathBuf, String)],
+    tool_trees: &mut Vec<super::gitguard::ToolTree>,
+) -> Result<(), SandboxError> {
+    let mut roots: Vec<&PathBuf> = globs.iter().map(|(root, _)| root).collect();
+    roots.sort();
+    roots.dedup();
+    for root in roots {
+        let mine: Vec<String> = globs
+            .iter()
+            .filter(|(r, _)| r == root)
+            .map(|(_, g)| g.clone())
+            .collect();
+        let set = scan::compile_globs(super::GlobList::Protect, &mine)?;
+        tool_trees.push(super::gitguard::ToolTree {
+            root: root.clone(),
+            globs: mine,
+            compiled: super::gitguard::CompiledGlobs(Some(Arc::new(set))),
+        });
+    }
+    Ok(())
 }
 
 /// Protected globs for the directory the user's own git runs hooks from, when it lies in

@@ -361,6 +361,72 @@ impl<'a> Walker<'a, '_> {
         self.guard_include(prefix, depth + 1, walk, NamedBy::HeldDir)
     }
 
+    /// The names Python's `site` imports at every start (`sitecustomize*`,
+    /// `usercustomize*`) in each directory a held line puts on `PYTHONPATH`
+    /// ([`config_text::pythonpath_dirs`]; `top` the line's working directory, `own` the
+    /// script's): those there held read-only, and each such name made during the run
+    /// moved aside by the end-of-run guard, as a protected name is (its glob given to the
+    /// guard, [`ScanOutput::python_startup_globs`](crate::sandbox::scan::ScanOutput::python_startup_globs)).
+    /// Any other module the line's script imports from there is the agent's, as a held
+    /// script's own imports are.
+    pub(super) fn guard_python_path(
+        &mut self,
+        dirs: Vec<(Vec<u8>, config_text::SourceBase)>,
+        top: &Path,
+        own: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const STARTUP: [&str; 2] = ["sitecustomize", "usercustomize"];
+        for (dir, base) in dirs {
+            let base = match base {
+                config_text::SourceBase::WorkingDir => top,
+                config_text::SourceBase::ScriptDir => own,
+            };
+            let Some(path) = config_path(&dir, Some(base)) else {
+                continue;
+            };
+            let path = fs::canonicalize(&path).unwrap_or(path);
+            let Some(rel) = path
+                .strip_prefix(self.tree.root)
+                .ok()
+                .filter(|rel| is_plain_relative(rel))
+                .and_then(Path::to_str)
+            else {
+                continue;
+            };
+            let prefix = match rel {
+                "" => String::new(),
+                rel => format!("{}/", globset::escape(rel)),
+            };
+            for name in STARTUP {
+                let glob = format!("{prefix}{name}*");
+                let root = self.tree.root.to_path_buf();
+                if self.tree.writable
+                    && !self
+                        .out
+                        .python_startup_globs
+                        .contains(&(root.clone(), glob.clone()))
+                {
+                    self.out.python_startup_globs.push((root, glob));
+                }
+            }
+            let Ok(entries) = fs::read_dir(&path) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if STARTUP
+                    .iter()
+                    .any(|s| name.as_bytes().starts_with(s.as_bytes()))
+                {
+                    self.guard_include(&entry.path(), depth + 1, walk, NamedBy::HeldDir)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `target`, named by a config outside this tree or a command of one, handed to the
     /// writable tree that holds it ([`ScanOutput::foreign_includes`](crate::sandbox::scan::ScanOutput::foreign_includes)); what a link names
     /// is asked of every writable tree already.
@@ -402,6 +468,8 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         self.add_path_dirs(config_text::path_dirs(text), walk)?;
+        let python_path = config_text::pythonpath_dirs(text);
+        self.guard_python_path(python_path, &top, &top, depth, walk)?;
         // First: a word met held-if-present is not looked at again.
         self.guard_entry_points(text, &top, depth, walk)?;
         for word in config_text::command_words(text)
@@ -597,6 +665,8 @@ impl<'a> Walker<'a, '_> {
             // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
             // tools/fmt.py`), read from the top as the line's is.
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
+            let python_path = config_text::script_pythonpath_dirs(&text);
+            self.guard_python_path(python_path, top, dir, depth, walk)?;
             // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]).
             let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&text)
                 .into_iter()
