@@ -274,9 +274,17 @@ fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathB
         return Ok(Vec::new());
     }
     let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
-    // A file granted alone is a mount on a file of the private root: its listing shows
-    // that file's inode number, not the granted one's.
-    let file_roots = policy.roots.iter().filter(|r| !r.is_dir);
+    // A file mounted on a file (one granted alone; a bind mount the host had in a
+    // granted tree) shows in its directory's listing by the inode number of the file
+    // beneath: each mount point of the private root is looked at itself.
+    let table = crate::workspace::mountinfo::table()
+        .map_err(|e| SandboxError::io("read /proc/self/mountinfo", e))?;
+    let mount_points: Vec<PathBuf> = table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+        .map(super::policy::unescape_mountinfo)
+        .filter(|point| point.starts_with(new_root) && point != new_root)
+        .collect();
     let mut left: HashMap<(u64, u64), u64> = users
         .linked
         .iter()
@@ -284,9 +292,12 @@ fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathB
         .collect();
     let skip: Vec<PathBuf> = users.scanned.iter().map(|p| inside(p)).collect();
     let mut found = Vec::new();
-    for root in file_roots.map(|r| inside(&r.path)) {
+    for root in mount_points {
         if let Ok(meta) = fs::symlink_metadata(&root)
             && let Some(n) = left.get_mut(&(meta.dev(), meta.ino()))
+            && meta.is_file()
+            && !skip.iter().any(|s| root.starts_with(s))
+            && !found.contains(&root)
         {
             *n = n.saturating_sub(1);
             found.push(root);

@@ -1773,7 +1773,7 @@ impl MountTable {
 
 /// A path field of `/proc/self/mountinfo`: space, tab, newline and backslash are written
 /// as `\ooo` octal escapes.
-fn unescape_mountinfo(field: &[u8]) -> PathBuf {
+pub(super) fn unescape_mountinfo(field: &[u8]) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
     let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
