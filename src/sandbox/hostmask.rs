@@ -282,7 +282,7 @@ fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathB
     let mount_points: Vec<PathBuf> = table
         .split(|&b| b == b'\n')
         .filter_map(|line| line.split(|&b| b == b' ').nth(4))
-        .map(super::policy::unescape_mountinfo)
+        .map(crate::workspace::mountinfo::unescape)
         .filter(|point| point.starts_with(new_root) && point != new_root)
         .collect();
     let mut left: HashMap<(u64, u64), u64> = users

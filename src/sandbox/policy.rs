@@ -1738,8 +1738,8 @@ impl MountTable {
                 let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
                 let _parent = fields.next()?;
                 let device = String::from_utf8_lossy(fields.next()?).into_owned();
-                let root = unescape_mountinfo(fields.next()?);
-                let point = unescape_mountinfo(fields.next()?);
+                let root = crate::workspace::mountinfo::unescape(fields.next()?);
+                let point = crate::workspace::mountinfo::unescape(fields.next()?);
                 Some((id, (device, root, point)))
             })
             .collect();
@@ -1769,31 +1769,6 @@ impl MountTable {
             path: root.join(rest),
         })
     }
-}
-
-/// A path field of `/proc/self/mountinfo`: space, tab, newline and backslash are written
-/// as `\ooo` octal escapes.
-pub(super) fn unescape_mountinfo(field: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field
-            .get(i + 1..i + 4)
-            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Canonicalise `path` one component at a time, recording every symlink met as an alias
