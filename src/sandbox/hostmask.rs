@@ -266,8 +266,9 @@ fn listing_of(dir: &Path) -> Listing {
 /// (its link count less its own name). Cost: nothing when no key has another name; else
 /// a listing of every directory the private root shows, a `stat` only for an entry
 /// whose inode number is a key's on the usual file systems (every file on others):
-/// measured on this machine's 134,000 entries of `/usr`, `/etc` and `/opt`, see
-/// BENCHMARKS.md.
+/// on this machine's 134,000 entries of `/usr`, `/etc` and `/opt`, 0.5 to 1 s a run
+/// when the other names are all where the private root does not show them
+/// (BENCHMARKS.md, round twenty-five).
 fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathBuf>, SandboxError> {
     let users = &policy.host_secrets;
     if users.linked.is_empty() {
