@@ -1348,6 +1348,21 @@ impl ScriptVars {
     }
 }
 
+/// The lines of a shell script that only assign variables ([`ScriptVars`]), each ended
+/// by a newline: what a script that sources it knows of its variables.
+pub(super) fn assignment_lines(script: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in script.split(|b| *b == b'\n') {
+        let mut vars = ScriptVars::default();
+        vars.record(line);
+        if !vars.0.is_empty() {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
 /// Whether `line` names the variable `name` (`$NAME` not followed by more of a name, or
 /// `${NAME}`).
 fn mentions(line: &[u8], name: &[u8]) -> bool {

@@ -667,8 +667,10 @@ impl<'a> Walker<'a, '_> {
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
             let python_path = config_text::script_pythonpath_dirs(&text);
             self.guard_python_path(python_path, top, dir, depth, walk)?;
-            // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]).
-            let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&text)
+            // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]),
+            // its variables read with those the files it sources set.
+            let with_sourced = [sourced_assignments(&text, top, dir), text.clone()].concat();
+            let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&with_sourced)
                 .into_iter()
                 .map(|(list, base)| match base {
                     config_text::SourceBase::WorkingDir => (list, top),
@@ -1191,6 +1193,24 @@ pub(super) fn user_git_configs() -> Vec<PathBuf> {
     }
     configs.retain(|c| c.is_absolute());
     configs
+}
+
+/// The simple assignments of the files a shell script sources ([`config_text::sourced_words`],
+/// read from the top and from the script's directory), one a line: a held `tools/ci.sh`
+/// of `. tools/vars.sh` then `xargs -n1 -a "$L" sh`, `L` set in `vars.sh`. One level.
+fn sourced_assignments(text: &[u8], top: &Path, dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (word, base) in config_text::sourced_words(text) {
+        let base = match base {
+            config_text::SourceBase::WorkingDir => top,
+            config_text::SourceBase::ScriptDir => dir,
+        };
+        let Some(sourced) = config_path(&word, Some(base)).and_then(|p| read_script(&p)) else {
+            continue;
+        };
+        out.extend(config_text::assignment_lines(&sourced));
+    }
+    out
 }
 
 /// The first name on the way to an included path that does not exist, or the name that is
