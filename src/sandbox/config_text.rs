@@ -1025,6 +1025,60 @@ pub(super) fn script_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
     dirs
 }
 
+/// The directories a config's command lines put on `PYTHONPATH` (`PYTHONPATH=src
+/// tools/fmt.py`), read from the top of the work tree: Python's `site` imports
+/// `sitecustomize` and `usercustomize` from any entry of `sys.path` at every start, and
+/// with a held `activate` setting `PYTHONPATH=$PWD/src` the agent's `src/sitecustomize.py`
+/// ran at the user's `git fmt` (round twenty-four's review, a ratchet until round
+/// twenty-five). Only entries that may name a directory of the tree.
+pub(super) fn pythonpath_dirs(text: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut dirs = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        line_pythonpath_dirs(&top_read_as_dot(line), &mut dirs);
+    }
+    dirs
+}
+
+/// [`pythonpath_dirs`] of a shell script's lines (a held `activate`, a sourced
+/// `env.sh`), its variables read ([`script_lines`]); an entry spelled from the script's
+/// own directory read from there.
+pub(super) fn script_pythonpath_dirs(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut dirs = Vec::new();
+    if !script.windows(11).any(|w| w == b"PYTHONPATH=") {
+        return dirs;
+    }
+    for line in script_lines(script) {
+        line_pythonpath_dirs(&line, &mut dirs);
+    }
+    dirs
+}
+
+/// The `PYTHONPATH=` entries of one shell line, each with where it is read from.
+fn line_pythonpath_dirs(line: &[u8], dirs: &mut Vec<(Vec<u8>, SourceBase)>) {
+    for token in shell_tokens(line) {
+        let Some(value) = token.strip_prefix(b"PYTHONPATH=".as_slice()) else {
+            continue;
+        };
+        for entry in value.split(|b| *b == b':') {
+            let entry = if entry.is_empty() {
+                b".".as_slice()
+            } else {
+                entry
+            };
+            let based = match entry.strip_prefix(SCRIPT_DIR_MARK) {
+                Some(rest) => Some(([b".", rest].concat(), SourceBase::ScriptDir)),
+                None => path_entry(entry).map(|e| (e.to_vec(), SourceBase::WorkingDir)),
+            };
+            if let Some(found) = based.filter(|(e, _)| !e.starts_with(b"~") && !e.contains(&1))
+                && !dirs.contains(&found)
+            {
+                dirs.push(found);
+            }
+        }
+    }
+}
+
 /// The `PATH` directories of one shell line ([`path_dirs`]), added to `dirs`.
 fn line_path_dirs(line: &[u8], depth: usize, dirs: &mut Vec<Vec<u8>>) {
     let tokens = shell_tokens(line);
@@ -1387,6 +1441,7 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         b"${BASH_SOURCE[0]%/*}",
     ];
     let mut lines = Vec::new();
+    let mut vars = ScriptVars::default();
     for line in script.split(|b| *b == b'\n') {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
@@ -1397,9 +1452,127 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
                 line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
         }
-        lines.push(line);
+        // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`).
+        for line in vars.substitute(&line) {
+            vars.record(&line);
+        }
+        lines.extend(vars.substitute(&line));
     }
     lines
+}
+
+/// The simple assignments of a shell script met so far (`L=tools/checks.list`, `export
+/// L=…`), each variable with every value it was given: a held `tools/ci.sh` of `L=
+/// tools/checks.list` then `xargs -n1 -a "$L" sh` left the list and the scripts it names
+/// the agent's, the scan reading the script's words and not what its variables hold
+/// (round twenty-four's second review, a ratchet until round twenty-five). A value that
+/// still holds a `$` or a backquote once the variables known are put in is not known.
+#[derive(Default)]
+struct ScriptVars(Vec<(Vec<u8>, Vec<Vec<u8>>)>);
+
+/// Most readings of one line [`ScriptVars::substitute`] makes (a variable given several
+/// values is read with each).
+const MAX_LINE_READINGS: usize = 16;
+
+impl ScriptVars {
+    /// `line` with each known variable (`$NAME`, `${NAME}`) put in, once per value.
+    fn substitute(&self, line: &[u8]) -> Vec<Vec<u8>> {
+        let mut readings = vec![line.to_vec()];
+        for (name, values) in &self.0 {
+            let mut next = Vec::new();
+            for reading in &readings {
+                if !mentions(reading, name) {
+                    next.push(reading.clone());
+                    continue;
+                }
+                for value in values {
+                    if next.len() < MAX_LINE_READINGS {
+                        next.push(put_in(reading, name, value));
+                    }
+                }
+            }
+            readings = next;
+        }
+        readings
+    }
+
+    /// Record the assignments of `line`'s commands that do nothing else.
+    fn record(&mut self, line: &[u8]) {
+        const DECLARE: &[&[u8]] = &[b"export", b"readonly", b"local", b"declare", b"typeset"];
+        for command in pipelines(line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let words: Vec<&Vec<u8>> = tokens
+                .iter()
+                .skip_while(|w| DECLARE.contains(&w.as_slice()))
+                .collect();
+            if words.is_empty() || !words.iter().all(|w| is_assignment(w)) {
+                continue;
+            }
+            for word in words {
+                let Some(at) = word.iter().position(|b| *b == b'=') else {
+                    continue;
+                };
+                let (name, value) = (&word[..at], &word[at + 1..]);
+                if value.is_empty() || value.contains(&b'$') || value.contains(&b'`') {
+                    continue;
+                }
+                match self.0.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, values)) if !values.iter().any(|v| v == value) => {
+                        values.push(value.to_vec());
+                    }
+                    Some(_) => {}
+                    None => self.0.push((name.to_vec(), vec![value.to_vec()])),
+                }
+            }
+        }
+    }
+}
+
+/// The lines of a shell script that only assign variables ([`ScriptVars`]), each ended
+/// by a newline: what a script that sources it knows of its variables.
+pub(super) fn assignment_lines(script: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in script.split(|b| *b == b'\n') {
+        let mut vars = ScriptVars::default();
+        vars.record(line);
+        if !vars.0.is_empty() {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// Whether `line` names the variable `name` (`$NAME` not followed by more of a name, or
+/// `${NAME}`).
+fn mentions(line: &[u8], name: &[u8]) -> bool {
+    put_in(line, name, b"") != line
+}
+
+/// `line` with `$NAME` (not followed by more of a name) and `${NAME}` read as `value`.
+fn put_in(line: &[u8], name: &[u8], value: &[u8]) -> Vec<u8> {
+    let braced = [b"${".as_slice(), name, b"}"].concat();
+    let plain = [b"$".as_slice(), name].concat();
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let rest = &line[i..];
+        if rest.starts_with(&braced) {
+            out.extend_from_slice(value);
+            i += braced.len();
+        } else if rest.starts_with(&plain)
+            && !rest
+                .get(plain.len())
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        {
+            out.extend_from_slice(value);
+            i += plain.len();
+        } else {
+            out.push(line[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// A word of [`script_lines`] with where the shell reads it from, when it may name a
@@ -2001,6 +2174,51 @@ mod tests {
             .map(|w| String::from_utf8(w).unwrap())
             .collect();
         assert_eq!(entries, ["tools/a.sh", "b c.sh", "d.sh", "'b c.sh' d.sh"]);
+    }
+
+    #[test]
+    fn the_pythonpath_a_line_sets_is_read() {
+        let w = |s: &str| (s.as_bytes().to_vec(), SourceBase::WorkingDir);
+        let config = b"[alias]\n\tfmt = !PYTHONPATH=src:lib:$PYTHONPATH tools/fmt.py\n";
+        assert_eq!(pythonpath_dirs(config), [w("src"), w("lib")]);
+        let script = b"S=\"$PWD/pkg\"\nPYTHONPATH=\"$PWD/src:$S\"; export PYTHONPATH\n\
+            export PYTHONPATH=\"$(dirname \"$0\")\"/py:/abs\n# PYTHONPATH=no\n";
+        assert_eq!(
+            script_pythonpath_dirs(script),
+            [
+                w("./src"),
+                w("./pkg"),
+                (b"./py".to_vec(), SourceBase::ScriptDir),
+                w("/abs")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_scripts_variables_are_read_in_its_lines() {
+        let lists = |text: &[u8]| -> Vec<(String, SourceBase)> {
+            script_xargs_lists(text)
+                .into_iter()
+                .map(|(w, b)| (String::from_utf8(w).unwrap(), b))
+                .collect()
+        };
+        let w = |s: &str| (s.to_string(), SourceBase::WorkingDir);
+        let script = b"L=tools/a.list\nxargs -n1 -a \"$L\" sh\n\
+            export M=\"b.list\" N=c.list; xargs -a ${M} sh && xargs -a $N sh\n\
+            D=\"$(dirname \"$0\")\"/d.list\nxargs -a \"$D\" sh\n\
+            E=e1.list\nE=e2.list\nxargs -a $E sh\nxargs -a $LX sh\n\
+            F=$(cat x)\nxargs -a \"$F\" sh\n";
+        assert_eq!(
+            lists(script),
+            [
+                w("tools/a.list"),
+                w("b.list"),
+                w("c.list"),
+                ("./d.list".to_string(), SourceBase::ScriptDir),
+                w("e1.list"),
+                w("e2.list"),
+            ]
+        );
     }
 
     #[test]
