@@ -170,6 +170,13 @@ fn an_answer_that_stays_out_of_schema_is_schema_mismatch() {
     );
     // The answer tool changes nothing: no resume hint about side effects.
     assert!(detail.get("resume_hint").is_none(), "{}", out.explain());
+    // What to do next: where it did not match, and the two ways out.
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("error_detail.schema_errors") && hint.contains("loosen --json-schema"),
+        "{}",
+        out.explain()
+    );
     assert!(
         env["warnings"].as_array().is_none_or(Vec::is_empty),
         "{}",

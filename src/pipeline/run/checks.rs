@@ -11,7 +11,7 @@ use crate::journal::{Journal, Note};
 use crate::pipeline::child;
 use crate::pipeline::envelope::{Envelope, SchemaRepair};
 use crate::pipeline::fallback::{self, Fallback};
-use crate::pipeline::request::{RunRequest, SessionChoice};
+use crate::pipeline::request::{RequestFrom, RunRequest, SessionChoice};
 use crate::pipeline::structured::{self, Answer, Judgement};
 use crate::supervise::CancelSignals;
 use crate::workspace::Ledger;
@@ -380,8 +380,10 @@ impl PreparedRun {
             // CLI's words stay in error_detail.message.
             envelope.error = Some(summary.clone());
         }
+        let hint = schema_hint(request.request_from, envelope.result.is_some());
         run.fail(envelope, ErrorKind::SchemaMismatch, summary, |detail| {
-            detail.schema_errors = Some(errors)
+            detail.schema_errors = Some(errors);
+            detail.hint = Some(hint);
         })
     }
 
@@ -486,6 +488,26 @@ pub(super) fn repair_prompt(command: &str, check: &Check) -> String {
 
 /// Bytes of a failing check's output the repair prompt quotes at most (its end).
 const REPAIR_TAIL_BYTES: usize = 8 * 1024;
+
+/// What to do about an answer that never matched the schema, naming the schema as the
+/// caller gave it; whether the model's last answer is in `result` (it is not when the CLI
+/// gave up on a structured answer itself).
+fn schema_hint(from: RequestFrom, answered: bool) -> String {
+    let schema = match from {
+        RequestFrom::File => "--json-schema",
+        RequestFrom::McpTool => "json_schema",
+    };
+    let raw = if answered {
+        "the model's last answer is in `result`; "
+    } else {
+        ""
+    };
+    format!(
+        "{raw}error_detail.schema_errors says where it did not match: name the fields and \
+         their types in the prompt, or loosen {schema} if it asks for more than the task \
+         gives, then run again"
+    )
+}
 
 /// The paths the run changed outside `--scope`, or why they cannot be known.
 ///
