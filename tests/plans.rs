@@ -858,6 +858,24 @@ fn a_plan_run_may_ask_instead_of_planning() {
         "{}",
         out.explain()
     );
+    // Answered by a plain run, the plan session would go on as a run that may write the
+    // workspace: refused, naming how to go on planning and how to carry the plan out.
+    let plain = scene
+        .run()
+        .args(["--session-id", session, "--answers", r#"["PostgreSQL"]"#])
+        .run();
+    plain.assert_failure("config_error", 78);
+    let error = plain.envelope["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("is a plan session")
+            && error.contains(&format!(
+                "coder plan --plan-file {plan_file} --session-id {session}"
+            ))
+            && error.contains(&format!("coder --plan {plan_file}")),
+        "{}",
+        plain.explain()
+    );
+    assert_eq!(snapshot(scene.ws()), before, "the workspace changed");
     let answered = scene
         .plan()
         .args(["--plan-file", plan_file, "--session-id", session])

@@ -51,6 +51,10 @@ pub struct SessionRecord {
     /// run of the session succeeds or asks again; `--answers` answers them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub questions: Option<Vec<super::questions::Question>>,
+    /// The plan file of a `coder plan` session (DESIGN §9): such a session is resumed by
+    /// `coder plan` only, never as a run that may write the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_file: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +83,10 @@ pub enum SessionError {
         "session {id} cannot be resumed: the provider rejects its history ({reason}); omit --session-id to start a new session"
     )]
     Poisoned { id: Uuid, reason: String },
+    #[error(
+        "session {id} is a plan session (coder plan, its plan in {plan}); go on planning with `coder plan --plan-file {plan} --session-id {id}`, carry the plan out in a fresh session with `coder --plan {plan}`, or omit --session-id to start a new session"
+    , plan = plan_file.display())]
+    PlanSession { id: Uuid, plan_file: PathBuf },
     #[error("session state in {path}: {source}")]
     Io {
         path: PathBuf,
@@ -115,6 +123,14 @@ impl SessionError {
             SessionError::Poisoned { id, reason } => format!(
                 "session {id} cannot be resumed: the provider rejects its history ({reason}); \
                  leave SESSION_ID out to start a new session"
+            ),
+            SessionError::PlanSession { id, plan_file } => format!(
+                "session {id} is a plan session (coder plan, its plan in {plan}), which this \
+                 tool does not resume as a run that may write the workspace; go on planning \
+                 with `coder plan --plan-file {plan} --session-id {id}` on the command line, \
+                 carry the plan out with `coder --plan {plan}`, or leave SESSION_ID out to \
+                 start a new session",
+                plan = plan_file.display()
             ),
             other => other.to_string(),
         }
@@ -346,6 +362,7 @@ impl SessionStore {
         id: Uuid,
         workspace: &Path,
         backend: &str,
+        plan_run: bool,
     ) -> Result<Option<SessionRecord>, SessionError> {
         let Some(record) = self.load(id)? else {
             return Ok(None);
@@ -366,6 +383,9 @@ impl SessionStore {
         }
         if let Some(reason) = record.poisoned {
             return Err(SessionError::Poisoned { id, reason });
+        }
+        if let Some(plan_file) = record.plan_file.clone().filter(|_| !plan_run) {
+            return Err(SessionError::PlanSession { id, plan_file });
         }
         Ok(Some(record))
     }
@@ -505,6 +525,7 @@ mod tests {
             updated_at: 1,
             poisoned: None,
             questions: None,
+            plan_file: None,
         }
     }
 
@@ -581,17 +602,23 @@ mod tests {
         let store = SessionStore::new(dir.path());
         let id = Uuid::new_v4();
         assert_eq!(
-            store.check_resume(id, Path::new("/ws"), "glm").unwrap(),
+            store
+                .check_resume(id, Path::new("/ws"), "glm", false)
+                .unwrap(),
             None
         );
         store.save(&record(id, "/ws")).unwrap();
-        assert!(store.check_resume(id, Path::new("/ws"), "glm").is_ok());
+        assert!(
+            store
+                .check_resume(id, Path::new("/ws"), "glm", false)
+                .is_ok()
+        );
         let err = store
-            .check_resume(id, Path::new("/other"), "glm")
+            .check_resume(id, Path::new("/other"), "glm", false)
             .unwrap_err();
         assert!(err.to_string().contains("--cd /ws"), "{err}");
         assert!(matches!(
-            store.check_resume(id, Path::new("/ws"), "deepseek"),
+            store.check_resume(id, Path::new("/ws"), "deepseek", false),
             Err(SessionError::WrongBackend { .. })
         ));
         // No temporary files are left behind.

@@ -4,6 +4,7 @@
 //! what was prepared.
 
 use std::ffi::OsString;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
@@ -633,10 +634,11 @@ fn session_store(
     run: &Run,
 ) -> Result<(SessionStore, SessionLock), Box<Envelope>> {
     let store = SessionStore::new(state_dir).redacting(secrets.clone());
+    let plan_file = plan_written(request);
     if let SessionChoice::Resume(id) = request.session {
         let tool_arguments = request.request_from == RequestFrom::McpTool;
         store
-            .check_resume(id, &request.workspace, backend.name())
+            .check_resume(id, &request.workspace, backend.name(), plan_file.is_some())
             .map_err(|e| early(run, ErrorKind::ConfigError, e.message_for(tool_arguments)))?;
     }
     let lock = store
@@ -781,6 +783,14 @@ fn after_failure(
     }))
 }
 
+/// The plan file a `coder plan` run writes (`None` for any other run).
+fn plan_written(request: &RunRequest) -> Option<&Path> {
+    match &request.plan {
+        Some(crate::pipeline::request::PlanRole::Write { file }) => Some(file),
+        _ => None,
+    }
+}
+
 fn remember_session(
     store: &SessionStore,
     session: SessionChoice,
@@ -804,6 +814,9 @@ fn remember_session(
         backend: backend.to_owned(),
         cli_version: observation.cli_version.clone(),
         poisoned: existing.as_ref().and_then(|r| r.poisoned.clone()),
+        plan_file: plan_written(request)
+            .map(Path::to_path_buf)
+            .or_else(|| existing.as_ref().and_then(|r| r.plan_file.clone())),
         created_at: existing.map_or(now, |r| r.created_at),
         updated_at: now,
         questions,
