@@ -280,21 +280,52 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
             )),
         };
     }
-    if result.subtype == Some(ResultSubtype::ErrorMaxStructuredOutputRetries)
-        || result.terminal_reason == Some(TerminalReason::StructuredOutputRetryExhausted)
+    let failure = structured_gave_up(result, &errors)
+        .or_else(|| at_limit(result, subtype, &errors))
+        .or_else(|| missing_session(result, &errors))
+        .or_else(|| upstream_failure(result, obs, &errors))
+        .unwrap_or_else(|| {
+            let text = result_text(result, &errors);
+            Failure::new(
+                ErrorKind::SubprocessError,
+                crate::text::one_line(&format!("claude failed ({subtype}): {text}"), 200),
+                format!("the claude CLI ended with an error result ({subtype}, {reason}): {text}"),
+            )
+        });
+    Verdict::Failure(failure)
+}
+
+/// The result's text, or its errors where it has none.
+fn result_text(result: &crate::stream::ResultEvent, errors: &str) -> String {
+    result
+        .result
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| errors.to_owned())
+}
+
+/// `--json-schema` (DESIGN §9): the CLI gave up on a structured answer; the run decides
+/// on a repair turn from here.
+fn structured_gave_up(result: &crate::stream::ResultEvent, errors: &str) -> Option<Failure> {
+    if result.subtype != Some(ResultSubtype::ErrorMaxStructuredOutputRetries)
+        && result.terminal_reason != Some(TerminalReason::StructuredOutputRetryExhausted)
     {
-        // `--json-schema` (DESIGN §9): the run decides on a repair turn from here.
-        let what = if errors.is_empty() {
-            "the model gave no answer matching --json-schema".to_owned()
-        } else {
-            errors.clone()
-        };
-        return Verdict::Failure(Failure::new(
-            ErrorKind::SchemaMismatch,
-            crate::text::one_line(&what, 200),
-            format!("the claude CLI gave up on a structured answer: {what}"),
-        ));
+        return None;
     }
+    let what = if errors.is_empty() {
+        "the model gave no answer matching --json-schema".to_owned()
+    } else {
+        errors.to_owned()
+    };
+    Some(Failure::new(
+        ErrorKind::SchemaMismatch,
+        crate::text::one_line(&what, 200),
+        format!("the claude CLI gave up on a structured answer: {what}"),
+    ))
+}
+
+/// The run stopped at its turn or budget limit.
+fn at_limit(result: &crate::stream::ResultEvent, subtype: &str, errors: &str) -> Option<Failure> {
     let at_limit = matches!(
         result.subtype,
         Some(ResultSubtype::ErrorMaxTurns | ResultSubtype::ErrorMaxBudgetUsd)
@@ -302,48 +333,59 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
         result.terminal_reason,
         Some(TerminalReason::MaxTurns | TerminalReason::BudgetExhausted)
     );
-    if at_limit {
-        let what = if errors.is_empty() {
-            format!("stopped at its limit ({subtype})")
-        } else {
-            errors.clone()
-        };
-        return Verdict::Failure(
-            Failure::new(
-                ErrorKind::MaxTurns,
-                what.clone(),
-                format!("the claude CLI {what}"),
-            )
-            .hint("resume the session with SESSION_ID to continue, or raise the limit"),
-        );
+    if !at_limit {
+        return None;
     }
-    let missing_session = result.errors.iter().any(|e| {
+    let what = if errors.is_empty() {
+        format!("stopped at its limit ({subtype})")
+    } else {
+        errors.to_owned()
+    };
+    Some(
+        Failure::new(
+            ErrorKind::MaxTurns,
+            what.clone(),
+            format!("the claude CLI {what}"),
+        )
+        .hint("resume the session with SESSION_ID to continue, or raise the limit"),
+    )
+}
+
+/// The session to resume does not exist (for the CLI).
+fn missing_session(result: &crate::stream::ResultEvent, errors: &str) -> Option<Failure> {
+    let missing = result.errors.iter().any(|e| {
         e.contains("No conversation found") || e.contains("--resume requires a valid session")
     });
-    if missing_session {
-        return Verdict::Failure(
-            Failure::new(
-                ErrorKind::ProtocolMissingSession,
-                crate::text::one_line(&errors, 200),
-                format!("the session to resume does not exist: {errors}"),
-            )
-            .hint("resume only a SESSION_ID from an earlier run with the same backend and config; omit --session-id to start a new session"),
-        );
+    missing.then(|| {
+        Failure::new(
+            ErrorKind::ProtocolMissingSession,
+            crate::text::one_line(errors, 200),
+            format!("the session to resume does not exist: {errors}"),
+        )
+        .hint("resume only a SESSION_ID from an earlier run with the same backend and config; omit --session-id to start a new session")
+    })
+}
+
+/// The backend's API failed (a status, an error type, or the CLI's synthetic message): a
+/// prompt over the context window is told apart.
+fn upstream_failure(
+    result: &crate::stream::ResultEvent,
+    obs: &Observation,
+    errors: &str,
+) -> Option<Failure> {
+    let upstream = result.terminal_reason == Some(TerminalReason::ApiError)
+        || result.api_error_status.is_some()
+        || result.api_error_type.is_some()
+        || obs.synthetic_error.is_some();
+    if !upstream {
+        return None;
     }
     let status = result
         .api_error_status
         .or_else(|| obs.synthetic_error.as_ref().and_then(|s| s.http_status))
         .or(obs.last_retry_status);
-    let upstream = result.terminal_reason == Some(TerminalReason::ApiError)
-        || result.api_error_status.is_some()
-        || result.api_error_type.is_some()
-        || obs.synthetic_error.is_some();
-    let text = result
-        .result
-        .clone()
-        .filter(|t| !t.trim().is_empty())
-        .unwrap_or_else(|| errors.clone());
-    if upstream && is_context_overflow(&text) {
+    let text = result_text(result, errors);
+    if is_context_overflow(&text) {
         let mut failure = Failure::new(
             ErrorKind::UpstreamError,
             crate::text::one_line(
@@ -357,33 +399,25 @@ fn classify_result(result: &crate::stream::ResultEvent, obs: &Observation) -> Ve
         )
         .hint("shorten the task or its documents, or start a fresh session instead of resuming");
         failure.http_status = status;
-        return Verdict::Failure(failure);
+        return Some(failure);
     }
-    if upstream {
-        let mut failure = Failure::new(
-            ErrorKind::UpstreamError,
-            crate::text::one_line(&text, 200),
-            format!("the backend API failed: {text}"),
-        );
-        failure.http_status = status;
-        failure.upstream_error = obs
-            .synthetic_error
-            .as_ref()
-            .and_then(|s| s.error.clone())
-            .or_else(|| result.api_error_type.clone());
-        if matches!(status, Some(401 | 403))
-            || failure.upstream_error == Some(UpstreamErrorType::AuthenticationFailed)
-        {
-            failure =
-                failure.hint("check the backend's API key variable and base URL (coder doctor)");
-        }
-        return Verdict::Failure(failure);
+    let mut failure = Failure::new(
+        ErrorKind::UpstreamError,
+        crate::text::one_line(&text, 200),
+        format!("the backend API failed: {text}"),
+    );
+    failure.http_status = status;
+    failure.upstream_error = obs
+        .synthetic_error
+        .as_ref()
+        .and_then(|s| s.error.clone())
+        .or_else(|| result.api_error_type.clone());
+    if matches!(status, Some(401 | 403))
+        || failure.upstream_error == Some(UpstreamErrorType::AuthenticationFailed)
+    {
+        failure = failure.hint("check the backend's API key variable and base URL (coder doctor)");
     }
-    Verdict::Failure(Failure::new(
-        ErrorKind::SubprocessError,
-        crate::text::one_line(&format!("claude failed ({subtype}): {text}"), 200),
-        format!("the claude CLI ended with an error result ({subtype}, {reason}): {text}"),
-    ))
+    Some(failure)
 }
 
 /// The CLI's or the vendor's words for a request over the context window ("Prompt is too
