@@ -425,7 +425,8 @@ impl PreparedRun {
             envelope.error = Some(summary.clone());
         }
         run.fail(envelope, ErrorKind::SchemaMismatch, summary, |detail| {
-            detail.schema_errors = Some(errors)
+            detail.schema_errors = Some(errors);
+            detail.hint = Some(SCHEMA_MISMATCH_HINT.to_owned());
         })
     }
 
@@ -530,3 +531,8 @@ pub(super) fn repair_prompt(command: &str, check: &Check) -> String {
 
 /// Bytes of a failing check's output the repair prompt quotes at most (its end).
 pub(super) const REPAIR_TAIL_BYTES: usize = 8 * 1024;
+
+/// The `hint` of a `schema_mismatch` envelope: where the answer is and what to do next.
+const SCHEMA_MISMATCH_HINT: &str = "the model's raw answer (if it gave one) is in `result` and \
+     schema_errors says what is wrong: tighten the prompt, loosen --json-schema, or resume \
+     with --session-id SESSION_ID and ask for an answer that fixes those errors";
