@@ -300,6 +300,22 @@ fn an_answer_that_is_not_json_fails_after_its_repair_turn() {
     );
     assert_eq!(out.envelope["schema_repair"]["fixed"], false);
     assert_eq!(out.envelope["attempts"].as_array().unwrap().len(), 2);
+    // An orchestrator reading only the envelope learns where the answer is and what to do.
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("`result`")
+            && hint.contains("--json-schema")
+            && hint.contains("--session-id"),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        out.envelope["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("could not decide")),
+        "{}",
+        out.explain()
+    );
 }
 
 #[test]

@@ -493,9 +493,9 @@ const REPAIR_TAIL_BYTES: usize = 8 * 1024;
 /// caller gave it; whether the model's last answer is in `result` (it is not when the CLI
 /// gave up on a structured answer itself).
 fn schema_hint(from: RequestFrom, answered: bool) -> String {
-    let schema = match from {
-        RequestFrom::File => "--json-schema",
-        RequestFrom::McpTool => "json_schema",
+    let (schema, session) = match from {
+        RequestFrom::File => ("--json-schema", "--session-id SESSION_ID"),
+        RequestFrom::McpTool => ("json_schema", "SESSION_ID"),
     };
     let raw = if answered {
         "the model's last answer is in `result`; "
@@ -505,7 +505,8 @@ fn schema_hint(from: RequestFrom, answered: bool) -> String {
     format!(
         "{raw}error_detail.schema_errors says where it did not match: name the fields and \
          their types in the prompt, or loosen {schema} if it asks for more than the task \
-         gives, then run again"
+         gives, then run again; or resume with {session} and ask for an answer that fixes \
+         those errors"
     )
 }
 
