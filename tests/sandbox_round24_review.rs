@@ -37,10 +37,7 @@ const REPO: RepoStyle = RepoStyle {
 /// tree (not a virtualenv). Closed in the same round by fix24: the scripts a list names
 /// when it reaches `xargs` or a `while read` loop on standard input (siblings of round
 /// twenty-three's `xargs -a`).
-const KNOWN_OPEN: &[&str] = &[
-    "venv pythonpath sitecustomize",
-    "prefix python dist-packages",
-];
+const KNOWN_OPEN: &[&str] = &["venv pythonpath sitecustomize"];
 
 /// The system python's `pythonX.Y`.
 fn python_version() -> String {
@@ -425,10 +422,42 @@ fn a_relocated_config_home_keeps_its_keys_never_visible() {
 /// guard holds only a virtualenv's (`pyvenv.cfg` beside `bin/`): the agent adds
 /// `.pixi/envs/default/lib/python3/dist-packages/x.pth` (Debian's `site` reads a prefix's
 /// `dist-packages`, others its `lib/pythonX.Y/site-packages`), which runs at every start of
-/// that interpreter, and the user's `git fmt` ran it. Open (a ratchet, [`KNOWN_OPEN`]).
+/// that interpreter, and the user's `git fmt` ran it. A ratchet until round twenty-five,
+/// which holds such a prefix whole when a held command is its interpreter.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn what_a_held_prefix_installed_python_runs_at_start_is_not_the_agents_to_add() {
+    prefix_python_attack(
+        "prefix python dist-packages",
+        &format!(
+            "for d in .pixi/envs/default/lib/python3/dist-packages .pixi/envs/default/lib/python*/site-packages; do \
+             mkdir -p $d && {PTH_LINE} > $d/x.pth; done; echo PLANTED"
+        ),
+    );
+}
+
+/// The same prefix moved away whole (`.pixi` renamed) and one of the agent's made in its
+/// place: a copy of the system's `python3` and the same stdlib links, with its `.pth`.
+/// Held since round twenty-five (the names on the way to the held prefix are pinned).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_held_prefix_installed_python_renamed_away_is_not_replaced() {
+    prefix_python_attack(
+        "prefix python renamed away",
+        &format!(
+            "mv .pixi .pixi.old; mkdir -p .pixi/envs/default/bin; \
+             cp -a .pixi.old/envs/default/lib .pixi/envs/default/; \
+             cp /usr/bin/python3 .pixi/envs/default/bin/python3; \
+             for d in .pixi/envs/default/lib/python3/dist-packages .pixi/envs/default/lib/python*/site-packages; do \
+             mkdir -p $d && {PTH_LINE} > $d/x.pth; done; echo PLANTED"
+        ),
+    );
+}
+
+/// [`what_a_held_prefix_installed_python_runs_at_start_is_not_the_agents_to_add`]'s
+/// prefix (`.pixi/envs/default`, its stdlib links to the system's) and `git fmt`, attacked
+/// by `script`.
+fn prefix_python_attack(name: &str, script: &str) {
     let version = python_version();
     let stdlib = Path::new("/usr/lib").join(&version);
     assert!(
@@ -461,17 +490,7 @@ fn what_a_held_prefix_installed_python_runs_at_start_is_not_the_agents_to_add() 
             ],
         );
     };
-    sandbox_fixture::held_file_attack(
-        &REPO,
-        KNOWN_OPEN,
-        "prefix python dist-packages",
-        setup,
-        &format!(
-            "for d in .pixi/envs/default/lib/python3/dist-packages .pixi/envs/default/lib/python*/site-packages; do \
-             mkdir -p $d && {PTH_LINE} > $d/x.pth; done; echo PLANTED"
-        ),
-        &["fmt"],
-    );
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, &["fmt"]);
 }
 
 /// A bind mount of one key *file* (not its directory) in the workspace or a `--read`

@@ -24,12 +24,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[
-    "read the stowed dir",
-    "relocated into /opt",
-    "home key linked into /opt",
-    "xargs list named by a variable",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -149,7 +144,8 @@ fn the_scripts_an_xargs_list_in_a_held_script_names_are_not_the_agents_to_write(
 /// xargs -n1 -a "$L" sh`): the scan reads the script's words, not what its variables hold,
 /// so neither the list nor the script it names is held, and the agent's edit of
 /// `tools/checks/a.sh` runs at the user's `git fmt` (found by the lead's last pass, a
-/// ratchet in [`KNOWN_OPEN`]; SECURITY.md Known limits). Both arms; control unconfined.
+/// ratchet until round twenty-five, which reads the script's simple assignments before
+/// its commands). Both arms; control unconfined.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_an_xargs_list_a_variable_names_are_not_the_agents_to_write() {
@@ -167,6 +163,33 @@ fn the_scripts_an_xargs_list_a_variable_names_are_not_the_agents_to_write() {
         },
         &format!(
             "{} >> tools/checks/a.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
+/// The same, the variable exported and spelled braced (`export L=tools/checks.list;
+/// xargs -n1 -a ${L} sh`), the agent rewriting the list to name a script of its own.
+/// Held since round twenty-five (the script's simple assignments are read before its
+/// commands). Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_xargs_list_a_braced_exported_variable_names_is_not_the_agents_to_rewrite() {
+    held_file_attack(
+        "xargs list named by ${L}",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(
+                ws,
+                "tools/ci.sh",
+                "export L=tools/checks.list; xargs -n1 -a ${L} sh\n",
+            );
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED",
             sandbox_fixture::SCRIPT_PAYLOAD
         ),
         &["fmt"],
@@ -226,7 +249,7 @@ fn the_scripts_a_found_xargs_list_names_are_not_the_agents_to_write() {
 /// granted) holds the file `~/.aws/credentials` names. The refusal compares the grant with
 /// the never-visible entries resolved (`~/.aws` itself), not with what their entries'
 /// symlinks lead to. Control: the same grant with `~/.aws/credentials` a file of its own.
-/// Open (a ratchet, [`KNOWN_OPEN`]).
+/// Closed in round twenty-five (the symlinks' targets count as never visible): refused.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_grant_holding_what_a_home_keys_symlink_leads_to_is_refused() {
@@ -266,8 +289,8 @@ fn a_grant_holding_what_a_home_keys_symlink_leads_to_is_refused() {
                 );
             } else {
                 assert!(
-                    !out.contains("AWS-SECRET"),
-                    "{who}: the key was read: {out}"
+                    rc != 0 && !out.contains("AWS-SECRET") && out.contains("never"),
+                    "{who}: the key was read, or not refused: {out}"
                 );
             }
         }

@@ -1207,6 +1207,7 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         b"${BASH_SOURCE[0]%/*}",
     ];
     let mut lines = Vec::new();
+    let mut vars = ScriptVars::default();
     for line in script.split(|b| *b == b'\n') {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
@@ -1217,9 +1218,112 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
                 line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
         }
-        lines.push(line);
+        // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`).
+        for line in vars.substitute(&line) {
+            vars.record(&line);
+        }
+        lines.extend(vars.substitute(&line));
     }
     lines
+}
+
+/// The simple assignments of a shell script met so far (`L=tools/checks.list`, `export
+/// L=…`), each variable with every value it was given: a held `tools/ci.sh` of `L=
+/// tools/checks.list` then `xargs -n1 -a "$L" sh` left the list and the scripts it names
+/// the agent's, the scan reading the script's words and not what its variables hold
+/// (round twenty-four's second review, a ratchet until round twenty-five). A value that
+/// still holds a `$` or a backquote once the variables known are put in is not known.
+#[derive(Default)]
+struct ScriptVars(Vec<(Vec<u8>, Vec<Vec<u8>>)>);
+
+/// Most readings of one line [`ScriptVars::substitute`] makes (a variable given several
+/// values is read with each).
+const MAX_LINE_READINGS: usize = 16;
+
+impl ScriptVars {
+    /// `line` with each known variable (`$NAME`, `${NAME}`) put in, once per value.
+    fn substitute(&self, line: &[u8]) -> Vec<Vec<u8>> {
+        let mut readings = vec![line.to_vec()];
+        for (name, values) in &self.0 {
+            let mut next = Vec::new();
+            for reading in &readings {
+                if !mentions(reading, name) {
+                    next.push(reading.clone());
+                    continue;
+                }
+                for value in values {
+                    if next.len() < MAX_LINE_READINGS {
+                        next.push(put_in(reading, name, value));
+                    }
+                }
+            }
+            readings = next;
+        }
+        readings
+    }
+
+    /// Record the assignments of `line`'s commands that do nothing else.
+    fn record(&mut self, line: &[u8]) {
+        const DECLARE: &[&[u8]] = &[b"export", b"readonly", b"local", b"declare", b"typeset"];
+        for command in pipelines(line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let words: Vec<&Vec<u8>> = tokens
+                .iter()
+                .skip_while(|w| DECLARE.contains(&w.as_slice()))
+                .collect();
+            if words.is_empty() || !words.iter().all(|w| is_assignment(w)) {
+                continue;
+            }
+            for word in words {
+                let Some(at) = word.iter().position(|b| *b == b'=') else {
+                    continue;
+                };
+                let (name, value) = (&word[..at], &word[at + 1..]);
+                if value.is_empty() || value.contains(&b'$') || value.contains(&b'`') {
+                    continue;
+                }
+                match self.0.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, values)) if !values.iter().any(|v| v == value) => {
+                        values.push(value.to_vec());
+                    }
+                    Some(_) => {}
+                    None => self.0.push((name.to_vec(), vec![value.to_vec()])),
+                }
+            }
+        }
+    }
+}
+
+/// Whether `line` names the variable `name` (`$NAME` not followed by more of a name, or
+/// `${NAME}`).
+fn mentions(line: &[u8], name: &[u8]) -> bool {
+    put_in(line, name, b"") != line
+}
+
+/// `line` with `$NAME` (not followed by more of a name) and `${NAME}` read as `value`.
+fn put_in(line: &[u8], name: &[u8], value: &[u8]) -> Vec<u8> {
+    let braced = [b"${".as_slice(), name, b"}"].concat();
+    let plain = [b"$".as_slice(), name].concat();
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let rest = &line[i..];
+        if rest.starts_with(&braced) {
+            out.extend_from_slice(value);
+            i += braced.len();
+        } else if rest.starts_with(&plain)
+            && !rest
+                .get(plain.len())
+                .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        {
+            out.extend_from_slice(value);
+            i += plain.len();
+        } else {
+            out.push(line[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// A word of [`script_lines`] with where the shell reads it from, when it may name a
@@ -1781,6 +1885,33 @@ mod tests {
             .map(|w| String::from_utf8(w).unwrap())
             .collect();
         assert_eq!(entries, ["tools/a.sh", "b c.sh", "d.sh", "'b c.sh' d.sh"]);
+    }
+
+    #[test]
+    fn a_scripts_variables_are_read_in_its_lines() {
+        let lists = |text: &[u8]| -> Vec<(String, SourceBase)> {
+            script_xargs_lists(text)
+                .into_iter()
+                .map(|(w, b)| (String::from_utf8(w).unwrap(), b))
+                .collect()
+        };
+        let w = |s: &str| (s.to_string(), SourceBase::WorkingDir);
+        let script = b"L=tools/a.list\nxargs -n1 -a \"$L\" sh\n\
+            export M=\"b.list\" N=c.list; xargs -a ${M} sh && xargs -a $N sh\n\
+            D=\"$(dirname \"$0\")\"/d.list\nxargs -a \"$D\" sh\n\
+            E=e1.list\nE=e2.list\nxargs -a $E sh\nxargs -a $LX sh\n\
+            F=$(cat x)\nxargs -a \"$F\" sh\n";
+        assert_eq!(
+            lists(script),
+            [
+                w("tools/a.list"),
+                w("b.list"),
+                w("c.list"),
+                ("./d.list".to_string(), SourceBase::ScriptDir),
+                w("e1.list"),
+                w("e2.list"),
+            ]
+        );
     }
 
     #[test]

@@ -423,7 +423,7 @@ fn build_private_root(
 
     mount_fresh_proc(&root.inside(Path::new("/proc")))?;
     let masks = apply_masks(policy, mask_source.as_ref(), &root.path, &bound)?;
-    let mut host_masks = hostmask::hide_host_secrets(&root.path)?;
+    let mut host_masks = hostmask::hide_host_secrets(&root.path, policy)?;
     if policy.roots.iter().any(|r| r.path == Path::new("/tmp")) {
         host_masks += hostmask::hide_tmp_sockets(&root.path)?;
     }

@@ -14,7 +14,7 @@
 //! `user.name`/`user.email` are copied into a file of the run's own, named by
 //! `GIT_CONFIG_GLOBAL`, and nothing else of the file is.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -132,11 +132,12 @@ const MAX_NEVER_VISIBLE_ENTRIES: usize = 100_000;
 /// one during the run (it sees none of these files), so the names that exist at the
 /// start are all there are. Cost: a `stat` of each file there (a few dozen in the usual
 /// home); the walk of the trees for the other names runs only when one has more than one
-/// link.
+/// link. Each with its link count: the other names the private root shows are looked
+/// for there too ([`super::hostmask`]), and the count tells when all are found.
 pub(crate) fn linked_never_visible(
     places: &[PathBuf],
-) -> Result<HashSet<(u64, u64)>, super::SandboxError> {
-    let mut found = HashSet::new();
+) -> Result<HashMap<(u64, u64), u64>, super::SandboxError> {
+    let mut found = HashMap::new();
     let mut looked = 0usize;
     let mut pending: Vec<(PathBuf, usize)> = places
         .iter()
@@ -166,7 +167,7 @@ pub(crate) fn linked_never_visible(
             meta
         };
         if meta.is_file() && meta.nlink() > 1 {
-            found.insert((meta.dev(), meta.ino()));
+            found.insert((meta.dev(), meta.ino()), meta.nlink());
         } else if meta.is_dir()
             && let Ok(entries) = std::fs::read_dir(&path)
         {
@@ -290,7 +291,67 @@ pub(crate) fn account_home() -> Option<PathBuf> {
 /// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
 /// an entry, some 250 µs a list here), and the two checks resolved it each.
 pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
-    let relocated = RELOCATED_SECRETS
+    let mut places: Vec<PathBuf> = NEVER_VISIBLE
+        .iter()
+        .map(|rel| home.join(rel))
+        .chain(relocated_unresolved())
+        .map(|path| resolve_leniently(&path, 0))
+        .collect();
+    let linked = symlinked_from(&places, home);
+    places.extend(linked);
+    places
+}
+
+/// Where the symlinks among the entries of the never-visible `places` lead (resolved,
+/// or where a dangling one's target would be made), but for the home directory and its
+/// ancestors: a dotfiles manager's `~/.aws/credentials` -> `~/dotfiles/aws/credentials`
+/// (`stow`) made `--read ~/dotfiles` show the credentials, the refusal of grants having
+/// compared them with `~/.aws` alone (round twenty-four's second review). What such a
+/// symlink leads to is not entered. A bounded walk (as [`linked_never_visible`]'s, which
+/// fails the run closed past the same cap: what is left unseen here never reaches an
+/// agent); a few dozen `lstat`s in the usual home.
+fn symlinked_from(places: &[PathBuf], home: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending: Vec<(PathBuf, usize)> = places.iter().map(|p| (p.clone(), 0)).collect();
+    let mut looked = 0usize;
+    while let Some((dir, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            looked += 1;
+            if looked > MAX_NEVER_VISIBLE_ENTRIES {
+                return found;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() && depth < 64 {
+                pending.push((entry.path(), depth + 1));
+            } else if kind.is_symlink() {
+                let target = resolve_leniently(&entry.path(), 0);
+                if !home.starts_with(&target) {
+                    found.push(target);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The never-visible places this process's environment moves out of the home directory
+/// ([`RELOCATED_SECRETS`]) that exist, canonical: masked where the private root shows
+/// them ([`super::hostmask`]; a CI image's `AWS_SHARED_CREDENTIALS_FILE=/opt/ci/aws-creds`
+/// was read through the system's `/opt`, round twenty-four's second review).
+pub(crate) fn relocated_places() -> Vec<PathBuf> {
+    relocated_unresolved()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect()
+}
+
+/// [`RELOCATED_SECRETS`] as this process's environment spells them, where something is.
+fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
+    RELOCATED_SECRETS
         .iter()
         // `""` is the path itself: `join("")` would add a `/`, and a file named so (the
         // AWS variables') is no directory, so never there (round twenty-four's second
@@ -298,13 +359,7 @@ pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
         .filter_map(|(var, rel)| {
             env_path(var).map(|p| if rel.is_empty() { p } else { p.join(rel) })
         })
-        .filter(|path| std::fs::symlink_metadata(path).is_ok());
-    NEVER_VISIBLE
-        .iter()
-        .map(|rel| home.join(rel))
-        .chain(relocated)
-        .map(|path| resolve_leniently(&path, 0))
-        .collect()
+        .filter(|path| std::fs::symlink_metadata(path).is_ok())
 }
 
 /// The never-visible entries a variable moves out of the home directory (a variable,

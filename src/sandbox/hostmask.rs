@@ -9,15 +9,39 @@
 //! private root holds only granted paths, so it exists there only when it is the granted
 //! home or holds a granted toolchain.
 
+use std::collections::HashMap;
 use std::fs;
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::MsFlags;
+use serde::{Deserialize, Serialize};
 
 use super::{SandboxError, sys};
+
+/// The user's keys that the private root may show through a system path (round
+/// twenty-four's second review): the never-visible places a variable moves out of the
+/// home directory ([`super::home::relocated_places`]: `AWS_SHARED_CREDENTIALS_FILE=
+/// /opt/ci/aws-creds`, `DOCKER_CONFIG=/opt/ci/docker`), masked where they exist in the
+/// private root as the host's secrets are; and the home keys that have other names
+/// ([`super::home::linked_never_visible`]), whose names in the private root outside the
+/// scanned trees (`/opt/backup/credentials`) are looked for and masked
+/// ([`hide_linked_keys`]). Made by the policy, used by the helper.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSecrets {
+    /// The relocated places that exist, canonical.
+    #[serde(default, with = "super::bytes::vec")]
+    pub places: Vec<PathBuf>,
+    /// (dev, ino, link count) of each home key with more than one name.
+    #[serde(default)]
+    pub linked: Vec<(u64, u64, u64)>,
+    /// The trees the scan walked, canonical: their names of the keys are the scan's to
+    /// mask, and the look here does not enter them.
+    #[serde(default, with = "super::bytes::vec")]
+    pub scanned: Vec<PathBuf>,
+}
 
 /// Files read as empty in every confined mode.
 pub(crate) const HOST_SECRET_FILES: [&str; 9] = [
@@ -39,10 +63,16 @@ pub(crate) const HOST_SECRET_DIRS: [&str; 1] = ["/etc/ssl/private"];
 
 /// Mask the host's secrets inside the private root being built at `new_root` (before the
 /// pivot). Returns how many masks were mounted.
-pub(crate) fn hide_host_secrets(new_root: &Path) -> Result<usize, SandboxError> {
+pub(crate) fn hide_host_secrets(
+    new_root: &Path,
+    policy: &super::Policy,
+) -> Result<usize, SandboxError> {
+    let users = &policy.host_secrets;
     let inside = |path: &Path| -> PathBuf { new_root.join(path.strip_prefix("/").unwrap_or(path)) };
     let mut files: Vec<PathBuf> = HOST_SECRET_FILES.iter().map(PathBuf::from).collect();
     files.extend(ssh_host_keys(&inside(Path::new("/etc/ssh"))));
+    files.extend(users.places.iter().cloned());
+    files.extend(linked_key_names(new_root, policy)?);
     let files: Vec<PathBuf> = files
         .iter()
         .map(|f| {
@@ -56,8 +86,9 @@ pub(crate) fn hide_host_secrets(new_root: &Path) -> Result<usize, SandboxError> 
         .collect();
 
     let mut count = bind_empties(new_root, &files, false)?;
-    for dir in HOST_SECRET_DIRS {
-        let target = inside(Path::new(dir));
+    let dirs = HOST_SECRET_DIRS.iter().map(Path::new);
+    for dir in dirs.chain(users.places.iter().map(PathBuf::as_path)) {
+        let target = inside(dir);
         if !fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
             continue;
         }
@@ -179,4 +210,137 @@ fn bind_empty(empty: &Path, target: &Path) -> Result<(), Bind> {
     sys::set_read_only(tree.as_fd()).map_err(|e| Bind::Step("mount_setattr", e))?;
     let target_fd = sys::open_nofollow(target).map_err(Bind::Target)?;
     sys::move_mount(tree.as_fd(), target_fd.as_fd()).map_err(|e| Bind::Step("move_mount", e))
+}
+
+/// Most entries [`linked_key_names`] looks at in the private root; past it the run fails
+/// closed (a key's other name would go unseen).
+const MAX_LINK_LOOK_ENTRIES: usize = 4_000_000;
+
+/// How a directory's entries are looked at by [`linked_key_names`], by its file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// Nothing of the user's files (`/proc`, `/sys`): not entered.
+    Kernel,
+    /// The inode number in a listing is the file's (ext4, xfs, btrfs, tmpfs, f2fs): only
+    /// an entry with a key's number is `stat`ed.
+    InodeTrusted,
+    /// Anything else (overlayfs, FUSE, NFS): every file is `stat`ed.
+    StatEach,
+}
+
+fn listing_of(dir: &Path) -> Listing {
+    use nix::sys::statfs as sfs;
+    let Ok(fs) = sfs::statfs(dir) else {
+        return Listing::StatEach;
+    };
+    let kind = fs.filesystem_type();
+    if [
+        sfs::PROC_SUPER_MAGIC,
+        sfs::SYSFS_MAGIC,
+        sfs::CGROUP2_SUPER_MAGIC,
+    ]
+    .contains(&kind)
+    {
+        Listing::Kernel
+    } else if [
+        sfs::EXT4_SUPER_MAGIC,
+        sfs::XFS_SUPER_MAGIC,
+        sfs::BTRFS_SUPER_MAGIC,
+        sfs::TMPFS_MAGIC,
+        sfs::F2FS_SUPER_MAGIC,
+    ]
+    .contains(&kind)
+    {
+        Listing::InodeTrusted
+    } else {
+        Listing::StatEach
+    }
+}
+
+/// The names, in the private root being built at `new_root`, of the home keys that have
+/// other names (`users.linked`), outside the scanned trees: a hard link the user made to
+/// `~/.aws/credentials` at `/opt/backup/credentials` (a backup's snapshot) was read
+/// through the system's `/opt` (round twenty-four's second review). The walk covers
+/// what the agent will see (the system's paths, the home directory's toolchains and
+/// caches, coder's own directories), and ends once every key's other names are found
+/// (its link count less its own name). Cost: nothing when no key has another name; else
+/// a listing of every directory the private root shows, a `stat` only for an entry
+/// whose inode number is a key's on the usual file systems (every file on others):
+/// measured on this machine's 134,000 entries of `/usr`, `/etc` and `/opt`, see
+/// BENCHMARKS.md.
+fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathBuf>, SandboxError> {
+    let users = &policy.host_secrets;
+    if users.linked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
+    // A file granted alone is a mount on a file of the private root: its listing shows
+    // that file's inode number, not the granted one's.
+    let file_roots = policy.roots.iter().filter(|r| !r.is_dir);
+    let mut left: HashMap<(u64, u64), u64> = users
+        .linked
+        .iter()
+        .map(|&(dev, ino, links)| ((dev, ino), links.saturating_sub(1)))
+        .collect();
+    let skip: Vec<PathBuf> = users.scanned.iter().map(|p| inside(p)).collect();
+    let mut found = Vec::new();
+    for root in file_roots.map(|r| inside(&r.path)) {
+        if let Ok(meta) = fs::symlink_metadata(&root)
+            && let Some(n) = left.get_mut(&(meta.dev(), meta.ino()))
+        {
+            *n = n.saturating_sub(1);
+            found.push(root);
+        }
+    }
+    let mut pending = vec![new_root.to_path_buf()];
+    let mut looked = 0usize;
+    while let Some(dir) = pending.pop() {
+        let listing = listing_of(&dir);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        if listing == Listing::Kernel {
+            continue;
+        }
+        for entry in entries.flatten() {
+            looked += 1;
+            if looked > MAX_LINK_LOOK_ENTRIES {
+                return Err(SandboxError::ScanLimit {
+                    what: "the entries the sandbox shows, looking for other names of a home key",
+                    limit: MAX_LINK_LOOK_ENTRIES,
+                    path: dir,
+                });
+            }
+            let path = entry.path();
+            let kind = entry.file_type().ok();
+            if kind.is_some_and(|k| k.is_dir()) {
+                if !skip.contains(&path) {
+                    pending.push(path);
+                }
+                continue;
+            }
+            let may_be_file = kind.is_none_or(|k| k.is_file());
+            let maybe_key =
+                listing != Listing::InodeTrusted || left.keys().any(|&(_, ino)| ino == entry.ino());
+            if !may_be_file || !maybe_key {
+                continue;
+            }
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() && !skip.contains(&path) {
+                pending.push(path);
+            } else if let Some(n) = left.get_mut(&(meta.dev(), meta.ino()))
+                && meta.is_file()
+                && !found.contains(&path)
+            {
+                found.push(path);
+                *n = n.saturating_sub(1);
+                if left.values().all(|n| *n == 0) {
+                    return Ok(found);
+                }
+            }
+        }
+    }
+    Ok(found)
 }

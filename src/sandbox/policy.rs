@@ -303,6 +303,10 @@ pub struct Policy {
     /// in them ([`super::lease`]); none without a writable tree.
     #[serde(skip)]
     pub(crate) lease: Held<PlaceholderLease>,
+    /// The user's keys the private root may show through a system path, masked there by
+    /// the helper ([`super::hostmask::HostSecrets`]).
+    #[serde(default)]
+    pub host_secrets: super::hostmask::HostSecrets,
     /// This run's lock on its run directory ([`crate::config::run_dirs`]): no other
     /// coder prunes the directory while it is held.
     #[serde(skip)]
@@ -703,6 +707,7 @@ impl Policy {
             dir_listings: ScanListings::default(),
             reachable_listings: None,
             plan_file: None,
+            host_secrets: Default::default(),
             lease: Held::default(),
             run_lock: Held(Some(Arc::new(run_lock))),
             tmp_lock: Held(Some(Arc::new(tmp_lock))),
@@ -823,6 +828,13 @@ impl Policy {
             }
         };
         policy.git_known = found.git_known;
+        policy.host_secrets = super::hostmask::HostSecrets {
+            places: super::home::relocated_places(),
+            linked: found.home_key_links,
+            scanned: std::iter::once(workspace.clone())
+                .chain(scanned.iter().map(|(path, _)| path.clone()))
+                .collect(),
+        };
         policy.dir_listings = found.listings;
         policy.warnings = found.warnings;
         policy.warnings.extend(late_guard);

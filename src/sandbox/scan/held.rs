@@ -299,8 +299,11 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         let cfg = venv.join("pyvenv.cfg");
-        if !walk.commands.insert(cfg.clone()) || fs::symlink_metadata(&cfg).is_err() {
+        if !walk.commands.insert(cfg.clone()) {
             return Ok(());
+        }
+        if fs::symlink_metadata(&cfg).is_err() {
+            return self.guard_python_prefix(venv, depth, walk);
         }
         self.guard_include(&cfg, depth + 1, walk, NamedBy::Link)?;
         let Ok(libs) = fs::read_dir(venv) else {
@@ -321,6 +324,41 @@ impl<'a> Walker<'a, '_> {
             }
         }
         Ok(())
+    }
+
+    /// A Python installed as a prefix (`PREFIX/bin/python*` beside a
+    /// `PREFIX/lib*/python*/os.py`, no `pyvenv.cfg`: conda's `--prefix ./env`, pixi's
+    /// `.pixi/envs/default`), held whole when a held command is its interpreter: it reads
+    /// its stdlib, `site-packages` and (Debian's `site`) `lib/python3/dist-packages` from
+    /// there at every start, and the agent's `.pth` there ran at the user's `git fmt`
+    /// (round twenty-four's review, a ratchet until round twenty-five). Not when the
+    /// prefix is the tree's top (that would hold the whole tree).
+    fn guard_python_prefix(
+        &mut self,
+        prefix: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let Ok(libs) = fs::read_dir(prefix) else {
+            return Ok(());
+        };
+        let stdlib = libs
+            .flatten()
+            .filter(|e| e.file_name().as_bytes().starts_with(b"lib"))
+            .filter_map(|lib| fs::read_dir(lib.path()).ok())
+            .flat_map(|versions| versions.flatten())
+            .any(|v| {
+                v.file_name().as_bytes().starts_with(b"python")
+                    && fs::symlink_metadata(v.path().join("os.py")).is_ok()
+            });
+        let at_top = fs::canonicalize(prefix)
+            .ok()
+            .and_then(|p| self.rel_in_tree(&p))
+            .is_some_and(|rel| rel.as_os_str().is_empty());
+        if !stdlib || at_top {
+            return Ok(());
+        }
+        self.guard_include(prefix, depth + 1, walk, NamedBy::HeldDir)
     }
 
     /// `target`, named by a config outside this tree or a command of one, handed to the

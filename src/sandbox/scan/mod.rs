@@ -254,6 +254,9 @@ pub(crate) struct ScanOutput {
     /// …) that have more than one name ([`super::home::linked_never_visible`]): their
     /// names in the trees are masked as secrets.
     linked_home_keys: HashSet<(u64, u64)>,
+    /// The same keys with their link counts (dev, ino, nlink), for the look for their
+    /// other names in the private root ([`super::hostmask::HostSecrets`]).
+    pub home_key_links: Vec<(u64, u64, u64)>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
@@ -281,15 +284,21 @@ pub(crate) fn scan_trees(
         })
         .collect();
     // Read once: the agent cannot reach these files, so they hold still across attempts.
-    let mut home_keys = HashSet::new();
+    let mut home_keys = HashMap::new();
     for home in super::home::homes_here() {
         let places = super::home::never_visible_places(&home);
         home_keys.extend(super::home::linked_never_visible(&places)?);
     }
+    let home_key_links: Vec<(u64, u64, u64)> = home_keys
+        .iter()
+        .map(|(&(dev, ino), &links)| (dev, ino, links))
+        .collect();
+    let home_keys: HashSet<(u64, u64)> = home_keys.into_keys().collect();
     let mut attempt = 1;
     loop {
         let mut out = ScanOutput {
             linked_home_keys: home_keys.clone(),
+            home_key_links: home_key_links.clone(),
             listings: ScanListings::starting_now(),
             ..ScanOutput::default()
         };
