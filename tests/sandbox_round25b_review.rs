@@ -201,3 +201,46 @@ fn a_home_keys_other_name_shown_at_two_places_is_read_at_neither() {
         }
     }
 }
+
+/// A relocated key that has another name in a system directory
+/// (`AWS_SHARED_CREDENTIALS_FILE=/opt/ci/aws-creds`, hard-linked at
+/// `/opt/ci/backup/aws-creds`): fix25 masked its path twice, as a relocated place and as
+/// a name its look found, and the second mask made the empty file a mount point, so
+/// every run failed ("remove the empty mask: Device or resource busy"). The run goes on,
+/// and neither name is read. Control: unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_relocated_key_with_another_name_is_masked_and_the_run_goes_on() {
+    let name = "relocated key with a hard link in /opt";
+    let opt = opt_dir(0o755);
+    let creds = opt.path().join("aws-creds");
+    let backup = opt.path().join("backup");
+    sandbox_fixture::write(&creds, "AWS-SECRET\n");
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir(&backup).unwrap();
+    std::fs::set_permissions(&backup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::hard_link(&creds, backup.join("aws-creds")).unwrap();
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fixture::new("coder-round25b-rellink-", nobody, &["ws", "home", "state"]);
+            fx.own(fx.root());
+            let script = format!(
+                "cat '{}' '{}/aws-creds'; echo SERVED",
+                creds.display(),
+                backup.display()
+            );
+            let args: &[&str] = if confined {
+                &[]
+            } else {
+                &["--mode", "danger-full-access"]
+            };
+            let mut cmd = fx.sandbox_in(&fx.ws(), args, &script);
+            cmd.env("AWS_SHARED_CREDENTIALS_FILE", &creds);
+            let (_rc, out) = run_text(&mut cmd);
+            let who = format!("{name}: nobody={nobody} confined={confined}");
+            assert!(out.contains("SERVED"), "{who}: not served: {out}");
+            let read = out.contains("AWS-SECRET");
+            assert_eq!(read, !confined, "{who}: {out}");
+        }
+    }
+}
