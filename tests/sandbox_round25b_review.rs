@@ -16,7 +16,7 @@ use std::process::Command;
 use common::sandbox_fixture::{self, Fixture, run_text};
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+const KNOWN_OPEN: &[&str] = &["relocated key spelled with $HOME"];
 
 /// A directory of this test's own in `/opt` (a system directory the sandbox shows),
 /// with `mode`.
@@ -241,6 +241,47 @@ fn a_relocated_key_with_another_name_is_masked_and_the_run_goes_on() {
             assert!(out.contains("SERVED"), "{who}: not served: {out}");
             let read = out.contains("AWS-SECRET");
             assert_eq!(read, !confined, "{who}: {out}");
+        }
+    }
+}
+
+/// `AWS_SHARED_CREDENTIALS_FILE=$HOME/vault/aws-creds` (and `${HOME}/…`), the variable
+/// left for botocore to expand (its `raw_config_parse` runs `os.path.expandvars` before
+/// `expanduser`; a quoted assignment in a `.env` file or a systemd unit leaves it so):
+/// attack25 counts absolute and `~`-spelled values only, so `--read ~/vault` is granted
+/// and the agent reads the key. Open (a ratchet, [`KNOWN_OPEN`]); control: the same
+/// grant without the variable.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_relocated_key_spelled_with_home_variable_is_refused() {
+    let name = "relocated key spelled with $HOME";
+    for spelling in ["$HOME/vault/aws-creds", "${HOME}/vault/aws-creds"] {
+        for nobody in sandbox_fixture::arms() {
+            for set in [true, false] {
+                let fx = Fixture::new("coder-round25b-homevar-", nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join("home/vault");
+                sandbox_fixture::write(&vault.join("aws-creds"), "AWS-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/aws-creds'; echo SERVED", vault.display());
+                let grant = ["--read", vault.to_str().unwrap()];
+                let mut cmd = fx.sandbox_in(&fx.ws(), &grant, &script);
+                if set {
+                    cmd.env("AWS_SHARED_CREDENTIALS_FILE", spelling);
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("{name} ({spelling}): nobody={nobody} set={set}");
+                let served = rc == 0 && out.contains("AWS-SECRET");
+                if !set {
+                    assert!(served, "{who}: control: {out}");
+                } else if KNOWN_OPEN.contains(&name) {
+                    assert!(served, "{who}: fixed? take it off KNOWN_OPEN: {out}");
+                } else {
+                    assert!(
+                        !out.contains("AWS-SECRET"),
+                        "{who}: the key was served: {out}"
+                    );
+                }
+            }
         }
     }
 }
