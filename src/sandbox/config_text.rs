@@ -255,6 +255,83 @@ pub(super) fn script_xargs_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     found
 }
 
+/// The files a shell script reads whose lines it may run, when it runs anything
+/// (a shell, an interpreter, `awk`'s `system`): what `cat`, `sed`, `awk`, `grep`, `cut`,
+/// `head`, `tail`, `sort`, … read (in a command substitution too), and what a command reads on
+/// standard input (`done < LIST`, `mapfile -t L < LIST`). Round twenty-five's review ran
+/// a held script's list by `for f in $(cat LIST)`, `mapfile`, `while read … done < LIST`,
+/// `sed 's/^/sh /' LIST | sh` and `awk '{ system("sh " $0) }' LIST`, where round
+/// twenty-four held `xargs`'s lists only. Each with where it is read from, as
+/// [`script_xargs_lists`]'s; a word that names no file there (`sed`'s program) is the
+/// caller's to drop.
+pub(super) fn script_read_lists(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const READERS: &[&[u8]] = &[
+        b"cat", b"sed", b"awk", b"gawk", b"mawk", b"head", b"tail", b"sort", b"uniq", b"grep",
+        b"egrep", b"fgrep", b"cut", b"tac", b"nl", b"paste",
+    ];
+    let lines: Vec<Vec<u8>> = script_lines(script)
+        .iter()
+        .map(|line| substitutions_split(line))
+        .collect();
+    if !lines.iter().any(|line| runs_its_input(line)) {
+        return Vec::new();
+    }
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    for command in lines.iter().flat_map(|line| pipelines(line)).flatten() {
+        let words = shell_tokens(&command);
+        let reads = words
+            .first()
+            .is_some_and(|w| READERS.contains(&program_name(w)));
+        let operands = words
+            .iter()
+            .skip(1)
+            .filter(|w| reads && !w.starts_with(b"-"))
+            .cloned();
+        for entry in operands
+            .chain(redirected_from(&command))
+            .filter_map(|w| based(&w))
+        {
+            if !found.contains(&entry) {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// `line` with its command substitutions (`$(…)`, `` `…` ``) and double quotes opened
+/// into commands of their own (`for f in $(cat LIST)`: `cat LIST` a command).
+fn substitutions_split(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut bytes = line.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'$' if bytes.peek() == Some(&b'(') => {
+                bytes.next();
+                out.extend_from_slice(b" ; ");
+            }
+            b'`' | b')' => out.extend_from_slice(b" ; "),
+            b'"' => out.push(b' '),
+            b => out.push(b),
+        }
+    }
+    out
+}
+
+/// Whether a line ([`substitutions_split`]) runs a program that may run what it is
+/// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), or `awk`'s
+/// `system(`.
+fn runs_its_input(line: &[u8]) -> bool {
+    const NOT_PROGRAMS: &[&[u8]] = &[
+        b"do", b"then", b"else", b"time", b"nohup", b"env", b"command", b"exec",
+    ];
+    line.windows(7).any(|w| w == b"system(")
+        || shell_tokens(line).iter().any(|w| {
+            let name = program_name(w);
+            name.starts_with(b"python") || RUNNERS.contains(&name) && !NOT_PROGRAMS.contains(&name)
+        })
+}
+
 /// The entries of an `xargs` list file ([`xargs_lists`]) that may name a file: each
 /// word as `xargs` splits it (blanks and newlines, quotes taken off), and each whole
 /// line (`-d '\n'`, `-0` lists of names with blanks).
@@ -1019,7 +1096,14 @@ fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> 
     let mut program: &[u8] = b"";
     let mut words = words.iter();
     while let Some(word) = words.next() {
-        // `python3 -m mod`, `-c code`, `node -e code`: no directory follows.
+        // `python3 -m tools.fmt` runs `tools/fmt.py` (or the package's `__main__.py`)
+        // after the `__init__.py` of each package on the way ([`python_module_words`]).
+        if let Some(module) = python_module(program, word, &mut words) {
+            found.extend(python_module_words(&module));
+            program = b"";
+            continue;
+        }
+        // `-c code`, `node -e code`: no directory follows.
         if [&b"-m"[..], b"-c", b"-e"].contains(&word.as_slice()) {
             words.next();
             program = b"";
@@ -1042,6 +1126,48 @@ fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> 
     found
 }
 
+/// The module of python's `-m MOD` (or `-mMOD`) when `program` is a python.
+fn python_module<'a>(
+    program: &[u8],
+    word: &[u8],
+    words: &mut impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<Vec<u8>> {
+    if interpreter(program) != Some(&PYTHON) {
+        return None;
+    }
+    match word.strip_prefix(b"-m")? {
+        b"" => words.next().cloned(),
+        attached => Some(attached.to_vec()),
+    }
+}
+
+/// The words [`interpreted_words`] gives for python's `-m a.b.c`, read from the
+/// working directory (the first entry of `sys.path` then): `./a/b/c` as a module (`.py`,
+/// or a package's `__init__.py` and `__main__.py`) and `./a`, `./a/b` as packages (their
+/// `__init__.py`, imported first). Round twenty-five's review: `git fmt` =
+/// `!python3 -m tools.fmt` held neither `tools/fmt.py` nor `tools/__init__.py`, and the
+/// agent's edit of either ran.
+fn python_module_words(module: &[u8]) -> Vec<(Vec<u8>, &'static Interpreter)> {
+    if !may_name_a_file(module) || module.contains(&b'/') {
+        return Vec::new();
+    }
+    let parts: Vec<&[u8]> = module.split(|b| *b == b'.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Vec::new();
+    }
+    (1..=parts.len())
+        .map(|n| {
+            let word = [&b"./"[..], &parts[..n].join(&b'/')].concat();
+            let kind = if n == parts.len() {
+                &PYTHON_MODULE
+            } else {
+                &PYTHON_PACKAGE
+            };
+            (word, kind)
+        })
+        .collect()
+}
+
 /// What an interpreter looks for when it is given a word that is not a file.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Interpreter {
@@ -1055,6 +1181,19 @@ pub(super) struct Interpreter {
 /// Python's: a directory's `__main__` (compiled too).
 const PYTHON: Interpreter = Interpreter {
     in_dir: &[b"__main__.py", b"__main__.pyc"],
+    suffixes: &[],
+};
+
+/// Python's for the module `-m` names: `X.py`, or the package `X/`'s `__init__.py`
+/// and `__main__.py`.
+const PYTHON_MODULE: Interpreter = Interpreter {
+    in_dir: &[b"__init__.py", b"__main__.py", b"__main__.pyc"],
+    suffixes: &[b".py"],
+};
+
+/// Python's for a package on the way to the module `-m` names: its `__init__.py`.
+const PYTHON_PACKAGE: Interpreter = Interpreter {
+    in_dir: &[b"__init__.py"],
     suffixes: &[],
 };
 
@@ -1143,27 +1282,49 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// the start (an absent one may be a build's output, `./target/debug/x`, which a
 /// placeholder would keep the agent's build from making).
 pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
+    script_run_words(script, NESTED_LINES, &mut found);
+    found
+}
+
+/// [`run_words`] of `script`, added to `found`; a shell's `-c` string read as a script
+/// of its own, `depth` levels down.
+fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, SourceBase)>) {
     const SHELLS: &[&[u8]] = &[
         b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
     ];
-    const PREFIXES: &[&[u8]] = &[
-        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
-        b"nohup", b"time", b"{",
-    ];
-    let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     for line in script_lines(script) {
         for command in pipelines(&line).into_iter().flatten() {
-            let tokens = shell_tokens(&command);
-            let mut words = tokens
-                .iter()
-                .skip_while(|w| PREFIXES.contains(&w.as_slice()) || is_assignment(w));
+            let mut tokens = shell_tokens(&command);
+            // A function's body (`f() { sh tools/x.sh; }`: the tokens lose the `()`).
+            if command.windows(2).any(|w| w == b"()")
+                && let Some(at) = tokens.iter().position(|w| w == b"{")
+            {
+                tokens.drain(..=at);
+            }
+            let mut words = tokens.iter().skip_while(|w| runs_the_next_word(w));
             let Some(program) = words.next() else {
                 continue;
             };
             let name = program_name(program);
+            let shell = SHELLS.contains(&name) || name.starts_with(b"python");
+            if shell
+                && depth > 0
+                && name != b"perl"
+                && name != b"ruby"
+                && !name.starts_with(b"node")
+            {
+                let mut rest = words.clone();
+                if rest.any(|w| w == b"-c")
+                    && let Some(inner) = rest.next()
+                {
+                    script_run_words(inner, depth - 1, found);
+                    continue;
+                }
+            }
             let run = if program.contains(&b'/') {
                 Some(program)
-            } else if SHELLS.contains(&name) || name.starts_with(b"python") {
+            } else if shell {
                 words.find(|w| !w.starts_with(b"-"))
             } else {
                 None
@@ -1175,7 +1336,26 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
             }
         }
     }
-    found
+}
+
+/// Whether a word before a command's program leaves the program to come: a keyword
+/// (`if`, `then`, `do`, `{`), a function's head (`f()`), a variable set for the command,
+/// a program that runs the rest of its words (`exec`, `command`, `env`, `nice`,
+/// `timeout`, `nohup`, `setsid`, `stdbuf`, `sudo`, …) or an option or number of one
+/// (`nice -n 5`, `timeout 30`). Round twenty-five's review: `env sh tools/x.sh`,
+/// `timeout 30 sh …`, `nice -n 5 sh …` and `f() { sh …; }` in a held script ran the
+/// agent's edit of `tools/x.sh`.
+fn runs_the_next_word(word: &[u8]) -> bool {
+    const PREFIXES: &[&[u8]] = &[
+        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
+        b"nohup", b"time", b"{", b"(", b"()", b"env", b"nice", b"timeout", b"stdbuf", b"ionice",
+        b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin",
+    ];
+    PREFIXES.contains(&word)
+        || is_assignment(word)
+        || word.ends_with(b"()")
+        || word.starts_with(b"-")
+        || word.first().is_some_and(u8::is_ascii_digit)
 }
 
 /// `NAME=value` (a variable set for the command).
@@ -1580,6 +1760,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_files_a_script_that_runs_its_input_reads_are_lists() {
+        let wd = |w: &str| (w.as_bytes().to_vec(), SourceBase::WorkingDir);
+        for (script, lists) in [
+            (
+                "for f in $(cat a.list); do sh \"$f\"; done\n",
+                vec![wd("a.list")],
+            ),
+            (
+                "for f in `cat a.list`; do sh $f; done\n",
+                vec![wd("a.list")],
+            ),
+            (
+                "while read -r f; do\n  sh \"$f\"\ndone < a.list\n",
+                vec![wd("a.list")],
+            ),
+            (
+                "sed 's/^/sh /' a.list | sh\n",
+                vec![wd("s/^/sh /"), wd("a.list")],
+            ),
+            ("awk '{ system(\"sh \" $0) }' a.list\n", vec![wd("a.list")]),
+            (
+                "grep -v '^#' a.list | while read -r f; do sh \"$f\"; done\n",
+                vec![wd("^#"), wd("a.list")],
+            ),
+            // Nothing runs what it reads.
+            (
+                "cat a.list | sort > b.list\nrustfmt $(cat a.list)\n",
+                vec![],
+            ),
+        ] {
+            assert_eq!(script_read_lists(script.as_bytes()), lists, "{script}");
+        }
+    }
+
+    #[test]
     fn include_values_are_read_as_git_reads_them() {
         let text = b"[include] path = ../one\n[include]\n\tpath = \"../a;b\" # c\n\
             \tpath = ../co\\\nnt\n\tpath = \"../q\\\"x\"\n\tpath = a  b \n[core] path = no\n";
@@ -1638,6 +1853,11 @@ mod tests {
                 ("python3".into(), false),
                 ("nbstrip".into(), false),
                 ("./nb.py".into(), true),
+                // The module `-m` runs, offered where python looks for it.
+                ("./nbstrip/__init__.py".into(), false),
+                ("./nbstrip/__main__.py".into(), false),
+                ("./nbstrip/__main__.pyc".into(), false),
+                ("./nbstrip.py".into(), false),
                 ("run.sh".into(), false),
             ]
         );
@@ -1934,6 +2154,16 @@ mod tests {
                 w("tools/e.sh"),
                 w("x.py"),
             ]
+        );
+        let script = b"env sh t/a.sh\nenv -i FOO=1 sh t/b.sh\ntimeout 30 sh t/c.sh\n\
+            nice -n 5 t/d.sh\nbash -c 'sh t/e.sh'\nf() { sh t/f.sh; }\n";
+        let words: Vec<String> = run_words(script)
+            .into_iter()
+            .map(|(w, _)| String::from_utf8(w).unwrap())
+            .collect();
+        assert_eq!(
+            words,
+            ["t/a.sh", "t/b.sh", "t/c.sh", "t/d.sh", "t/e.sh", "t/f.sh"]
         );
     }
 

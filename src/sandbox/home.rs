@@ -66,8 +66,12 @@ pub const CACHES: [&str; 14] = [
     ".gradle/wrapper",
 ];
 
-/// Home entries that are never visible, whatever is granted.
-pub const NEVER_VISIBLE: [&str; 12] = [
+/// Home entries that are never visible, whatever is granted. Round twenty-five's review
+/// added the files this module's own notes name as holding passwords and tokens
+/// (`~/.m2/settings.xml`, `~/.gradle/gradle.properties`), cargo's older
+/// `~/.cargo/credentials`, and the cloud, registry and database tools' keys: `--read
+/// ~/.m2` or `--read ~/.gradle` had shown them.
+pub const NEVER_VISIBLE: [&str; 23] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -80,6 +84,17 @@ pub const NEVER_VISIBLE: [&str; 12] = [
     ".docker",
     ".kube",
     ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".config/gcloud",
+    ".azure",
+    ".terraform.d/credentials.tfrc.json",
+    ".gem/credentials",
+    ".local/share/keyrings",
+    ".pgpass",
+    ".vault-token",
 ];
 
 /// The home paths to grant, with their access. Missing entries are skipped; an entry that
@@ -378,8 +393,10 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
         // `""` is the path itself: `join("")` would add a `/`, and a file named so (the
         // AWS variables') is no directory, so never there (round twenty-four's second
         // review: `--read` of the directory holding it was granted).
-        .filter_map(|(var, rel)| {
-            env_path(var).map(|p| if rel.is_empty() { p } else { p.join(rel) })
+        .flat_map(|(var, rel)| {
+            env_paths(var)
+                .into_iter()
+                .map(move |p| if rel.is_empty() { p } else { p.join(rel) })
         })
         .filter(|path| std::fs::symlink_metadata(path).is_ok())
 }
@@ -390,8 +407,12 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// `git/credentials`, which `~/.config` would not have (round twenty-four's review).
 /// Counted where they exist (or are a link) only: a variable may point anywhere, into a
 /// project too (a test's `XDG_CONFIG_HOME=<base>/.no-xdg`), and an absent one there
-/// refusing the project would be refusing it for a name.
-const RELOCATED_SECRETS: [(&str, &str); 7] = [
+/// refusing the project would be refusing it for a name. Round twenty-five's review
+/// added the variables of the other keys [`NEVER_VISIBLE`] lists (`KUBECONFIG`, a `:`
+/// list as kubectl reads it; `CARGO_HOME`; npm's user config; `NETRC`) and of the cloud
+/// and database tools' (`CLOUDSDK_CONFIG`, `GOOGLE_APPLICATION_CREDENTIALS`,
+/// `AZURE_CONFIG_DIR`, `PGPASSFILE`): `--read` of the directory holding one showed it.
+const RELOCATED_SECRETS: [(&str, &str); 17] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -399,7 +420,43 @@ const RELOCATED_SECRETS: [(&str, &str); 7] = [
     ("DOCKER_CONFIG", ""),
     ("AWS_SHARED_CREDENTIALS_FILE", ""),
     ("AWS_CONFIG_FILE", ""),
+    ("KUBECONFIG", ""),
+    ("CARGO_HOME", "credentials.toml"),
+    ("CARGO_HOME", "credentials"),
+    ("NPM_CONFIG_USERCONFIG", ""),
+    ("npm_config_userconfig", ""),
+    ("NETRC", ""),
+    ("CLOUDSDK_CONFIG", ""),
+    ("GOOGLE_APPLICATION_CREDENTIALS", ""),
+    ("AZURE_CONFIG_DIR", ""),
+    ("PGPASSFILE", ""),
 ];
+
+/// The paths a variable of this process's environment names: absolute, or spelled from
+/// `$HOME` with a leading `~` left for the tool to expand (botocore expands
+/// `AWS_SHARED_CREDENTIALS_FILE=~/vault/creds`; round twenty-five's review: a relative
+/// spelling was skipped and `--read ~/vault` granted); each entry of a `:` list for the
+/// variables read as one (`KUBECONFIG`).
+fn env_paths(name: &str) -> Vec<PathBuf> {
+    let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) else {
+        return Vec::new();
+    };
+    let values: Vec<PathBuf> = if name == "KUBECONFIG" {
+        std::env::split_paths(&value).collect()
+    } else {
+        vec![PathBuf::from(value)]
+    };
+    values.into_iter().filter_map(tilde_expanded).collect()
+}
+
+/// `path` when absolute; `~/REST` (or `~`) as `$HOME/REST`; else `None`.
+fn tilde_expanded(path: PathBuf) -> Option<PathBuf> {
+    if path.is_absolute() {
+        return Some(path);
+    }
+    let rest = path.strip_prefix("~").ok()?;
+    env_path("HOME").map(|home| home.join(rest))
+}
 
 /// `path` canonical where it exists; else its nearest existing ancestor canonical with
 /// the rest appended, a dangling symlink on the way followed (at most 40 of them) to

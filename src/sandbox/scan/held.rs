@@ -471,18 +471,20 @@ impl<'a> Walker<'a, '_> {
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
         let lists = config_text::xargs_lists(text).into_iter().map(|l| (l, top));
-        self.guard_lists(lists, top, depth, walk)
+        self.guard_lists(lists, top, depth, walk, false)
     }
 
     /// [`Walker::guard_xargs_lists`] for `lists`, each read from its own base directory
     /// (a script's own lists may be spelled from its directory); their entries are words
-    /// of a line run from `top`.
+    /// of a line run from `top`; with `present_only`, only those that exist (a file a
+    /// script merely reads may list anything).
     fn guard_lists<'p>(
         &mut self,
         lists: impl IntoIterator<Item = (Vec<u8>, &'p Path)>,
         top: &Path,
         depth: usize,
         walk: &mut ConfigWalk,
+        present_only: bool,
     ) -> Result<(), SandboxError> {
         for (list, base) in lists {
             let is_path = list.contains(&b'/');
@@ -496,7 +498,7 @@ impl<'a> Walker<'a, '_> {
                 continue;
             };
             for entry in config_text::list_entries(&text) {
-                let is_path = entry.contains(&b'/');
+                let is_path = entry.contains(&b'/') && !present_only;
                 let word = CommandWord {
                     word: entry,
                     is_path,
@@ -598,14 +600,24 @@ impl<'a> Walker<'a, '_> {
             // tools/fmt.py`), read from the top as the line's is.
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
             // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]).
+            // And the files it reads when it runs anything (`for f in $(cat LIST)`,
+            // `done < LIST`): those that are files ([`config_text::script_read_lists`]).
+            let based = |(list, base): (Vec<u8>, config_text::SourceBase)| match base {
+                config_text::SourceBase::WorkingDir => (list, top),
+                config_text::SourceBase::ScriptDir => (list, dir),
+            };
             let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&text)
                 .into_iter()
-                .map(|(list, base)| match base {
-                    config_text::SourceBase::WorkingDir => (list, top),
-                    config_text::SourceBase::ScriptDir => (list, dir),
-                })
+                .map(based)
                 .collect();
-            self.guard_lists(lists, top, depth, walk)?;
+            self.guard_lists(lists, top, depth, walk, false)?;
+            // Any file's lines may be read so: only its entries that exist are held.
+            let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&text)
+                .into_iter()
+                .map(based)
+                .filter(|(list, base)| config_path(list, Some(base)).is_some_and(|p| p.is_file()))
+                .collect();
+            self.guard_lists(read, top, depth, walk, true)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).
