@@ -285,3 +285,30 @@ fn a_grant_holding_a_relocated_key_spelled_with_home_variable_is_refused() {
         }
     }
 }
+
+/// A home key's *directory* linked into place (`~/.aws/sso` -> `~/dotfiles/aws-sso/`)
+/// whose token has a hard link in the workspace, with no grant: attack25's ratchet
+/// (`sandbox_round25_review::a_home_keys_directory_a_symlink_leads_to_is_not_read`) stops
+/// at the refusal of `--read ~/dotfiles` once fix25 counts symlink targets, so the hard
+/// link is checked here on its own. Control: unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_stowed_key_directorys_token_linked_into_the_workspace_is_not_read() {
+    let name = "stowed key directory's token linked into the workspace";
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fixture::new(
+                "coder-round25b-stowlink-",
+                nobody,
+                &["ws", "home/.aws", "state"],
+            );
+            let home = fx.root().join("home");
+            let token = home.join("dotfiles/aws-sso/cache/token.json");
+            sandbox_fixture::write(&token, "AWS-SECRET\n");
+            std::os::unix::fs::symlink("../dotfiles/aws-sso", home.join(".aws/sso")).unwrap();
+            std::fs::hard_link(&token, fx.ws().join("notes")).unwrap();
+            fx.own(fx.root());
+            key_read(&fx, name, nobody, confined, "cat notes; echo SERVED");
+        }
+    }
+}
