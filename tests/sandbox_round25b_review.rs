@@ -10,13 +10,25 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::sandbox_fixture::{self, Fixture, run_text};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
+
+/// Every git fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round25b-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["relocated key spelled with $HOME"];
+const KNOWN_OPEN: &[&str] = &[
+    "relocated key spelled with $HOME",
+    "list without suffix",
+    "list of directories",
+];
 
 /// A directory of this test's own in `/opt` (a system directory the sandbox shows),
 /// with `mode`.
@@ -311,4 +323,119 @@ fn a_stowed_key_directorys_token_linked_into_the_workspace_is_not_read() {
             key_read(&fx, name, nobody, confined, "cat notes; echo SERVED");
         }
     }
+}
+
+/// The user's `tools/checks.list` holds `list`; the user's held `tools/ci.sh` (run by
+/// `git fmt` = `!INTERP tools/ci.sh`) is `script`, which runs the scripts the list names
+/// (`tools/checks/a.sh` among them); the agent appends to `tools/checks/a.sh`. Control:
+/// unconfined (the harness's).
+fn list_attack(name: &str, interp: &str, list: &str, script: &str) {
+    let setup = |fx: &Fx, ws: &Path| {
+        sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+        fx.own_file(ws, "tools/checks.list", list);
+        fx.own_file(ws, "tools/ci.sh", script);
+        let alias = format!("!{interp} tools/ci.sh");
+        fx.git(ws, &["config", "alias.fmt", &alias]);
+    };
+    let attack = format!(
+        "{} >> tools/checks/a.sh; echo PLANTED",
+        sandbox_fixture::SCRIPT_PAYLOAD
+    );
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, &attack, &["fmt"]);
+}
+
+/// `for f in $(< LIST)` (bash's cat-less spelling).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_bash_redirect_substitution_lists_are_not_the_agents_to_write() {
+    list_attack(
+        "for over $(< list)",
+        "bash",
+        "tools/checks/a.sh\n",
+        "for f in $(< tools/checks.list); do sh \"$f\"; done\n",
+    );
+}
+
+/// A list of `:`-separated entries split by `IFS=:`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_ifs_split_list_names_are_not_the_agents_to_write() {
+    list_attack(
+        "IFS=: list",
+        "sh",
+        "tools/checks/a.sh:tools/checks/a.sh\n",
+        "IFS=:\nfor f in $(cat tools/checks.list); do sh \"$f\"; done\n",
+    );
+}
+
+/// A list of `,`-separated entries split by `tr` before `xargs`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_comma_list_tr_splits_names_are_not_the_agents_to_write() {
+    list_attack(
+        "tr-split comma list",
+        "sh",
+        "tools/checks/a.sh,tools/checks/a.sh\n",
+        "tr , '\\n' < tools/checks.list | xargs -n1 sh\n",
+    );
+}
+
+/// A list naming a directory whose scripts the held script runs.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_in_a_directory_a_list_names_are_not_the_agents_to_write() {
+    list_attack(
+        "list of directories",
+        "sh",
+        "tools/checks\n",
+        "for d in $(cat tools/checks.list); do for f in \"$d\"/*.sh; do sh \"$f\"; done; done\n",
+    );
+}
+
+/// `while read` over a list named through a variable (`L=…; done < "$L"`).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_read_loop_over_a_variables_list_runs_are_not_the_agents_to_write() {
+    list_attack(
+        "read loop < $L",
+        "sh",
+        "tools/checks/a.sh\n",
+        "L=tools/checks.list\nwhile read -r f; do sh \"$f\"; done < \"$L\"\n",
+    );
+}
+
+/// `xargs -a LIST` inside a shell function the script calls.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_list_in_a_function_names_are_not_the_agents_to_write() {
+    list_attack(
+        "xargs -a in a function",
+        "bash",
+        "tools/checks/a.sh\n",
+        "run() {\n  xargs -n1 -a tools/checks.list sh\n}\nrun\n",
+    );
+}
+
+/// A here-document's lines fed to `xargs`, the script's names in it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_here_document_names_are_not_the_agents_to_write() {
+    list_attack(
+        "here-document to xargs",
+        "sh",
+        "\n",
+        "xargs -n1 sh <<EOF\ntools/checks/a.sh\nEOF\n",
+    );
+}
+
+/// The list's entries without their `.sh`, the script adding it.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_list_names_without_their_suffix_are_not_the_agents_to_write() {
+    list_attack(
+        "list without suffix",
+        "sh",
+        "tools/checks/a\n",
+        "for f in $(cat tools/checks.list); do sh \"$f.sh\"; done\n",
+    );
 }
