@@ -37,7 +37,7 @@ const REPO: RepoStyle = RepoStyle {
 /// tree (not a virtualenv). Closed in the same round by fix24: the scripts a list names
 /// when it reaches `xargs` or a `while read` loop on standard input (siblings of round
 /// twenty-three's `xargs -a`).
-const KNOWN_OPEN: &[&str] = &["venv pythonpath sitecustomize"];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// The system python's `pythonX.Y`.
 fn python_version() -> String {
@@ -91,6 +91,36 @@ fn venv_attack(name: &str, activate_extra: &'static str, script: &str) {
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, &["fmt"]);
 }
 
+/// The same `PYTHONPATH=$PWD/src`, the agent's `sitecustomize` a package
+/// (`src/sitecustomize/__init__.py`), or the user's own `src/sitecustomize.py` appended
+/// to. Held since round twenty-five (the names `sitecustomize*`/`usercustomize*` there
+/// are held when present, and moved aside by the end-of-run guard when made). Both
+/// arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_sitecustomize_package_or_the_users_own_on_a_held_pythonpath_is_not_the_agents() {
+    const EXTRA: &str = "PYTHONPATH=\"$PWD/src\"; export PYTHONPATH\n";
+    venv_attack(
+        "venv pythonpath sitecustomize package",
+        EXTRA,
+        &format!(
+            "mkdir -p src/sitecustomize; {PTH_LINE} > src/sitecustomize/__init__.py; echo PLANTED"
+        ),
+    );
+    let setup = |fx: &Fx, ws: &Path| {
+        venv_fixture(fx, ws, EXTRA);
+        fx.own_file(ws, "src/sitecustomize.py", "pass\n");
+    };
+    sandbox_fixture::held_file_attack(
+        &REPO,
+        KNOWN_OPEN,
+        "venv pythonpath users sitecustomize",
+        setup,
+        &format!("{PTH_LINE} >> src/sitecustomize.py; echo PLANTED"),
+        &["fmt"],
+    );
+}
+
 /// The held `site-packages` moved away with its parent (`lib/` renamed) and a new one made
 /// in its place, holding the agent's `.pth`.
 #[test]
@@ -126,7 +156,7 @@ fn a_held_virtualenv_renamed_away_is_not_replaced() {
 
 /// `activate` (held, sourced by the line) also sets `PYTHONPATH=$PWD/src`, as many
 /// projects' do: `site` imports `sitecustomize` from any `sys.path` entry, and the agent
-/// writes `src/sitecustomize.py`. Open (a ratchet, [`KNOWN_OPEN`]): the scan reads a held
+/// writes `src/sitecustomize.py`. A ratchet until round twenty-five: the scan read a held
 /// line's `PATH=`, not its `PYTHONPATH=`.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]

@@ -196,6 +196,34 @@ fn an_xargs_list_a_braced_exported_variable_names_is_not_the_agents_to_rewrite()
     );
 }
 
+/// The variable set in a file the held script sources (`. tools/vars.sh` holding
+/// `L=tools/checks.list`, then `xargs -n1 -a "$L" sh`): the agent appends to the script
+/// the list names. Held since round twenty-five (the sourced files' simple assignments
+/// are read with the script's, one level). Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_xargs_list_a_sourced_variable_names_are_not_the_agents_to_write() {
+    held_file_attack(
+        "xargs list named by a sourced variable",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
+            fx.own_file(ws, "tools/vars.sh", "L=tools/checks.list\n");
+            fx.own_file(
+                ws,
+                "tools/ci.sh",
+                ". tools/vars.sh\nxargs -n1 -a \"$L\" sh\n",
+            );
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} >> tools/checks/a.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
+}
+
 /// The same list named by a held script, rewritten by the agent to name a script of its
 /// own.
 #[test]

@@ -1033,6 +1033,60 @@ pub(super) fn script_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
     dirs
 }
 
+/// The directories a config's command lines put on `PYTHONPATH` (`PYTHONPATH=src
+/// tools/fmt.py`), read from the top of the work tree: Python's `site` imports
+/// `sitecustomize` and `usercustomize` from any entry of `sys.path` at every start, and
+/// with a held `activate` setting `PYTHONPATH=$PWD/src` the agent's `src/sitecustomize.py`
+/// ran at the user's `git fmt` (round twenty-four's review, a ratchet until round
+/// twenty-five). Only entries that may name a directory of the tree.
+pub(super) fn pythonpath_dirs(text: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut dirs = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        line_pythonpath_dirs(&top_read_as_dot(line), &mut dirs);
+    }
+    dirs
+}
+
+/// [`pythonpath_dirs`] of a shell script's lines (a held `activate`, a sourced
+/// `env.sh`), its variables read ([`script_lines`]); an entry spelled from the script's
+/// own directory read from there.
+pub(super) fn script_pythonpath_dirs(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut dirs = Vec::new();
+    if !script.windows(11).any(|w| w == b"PYTHONPATH=") {
+        return dirs;
+    }
+    for line in script_lines(script) {
+        line_pythonpath_dirs(&line, &mut dirs);
+    }
+    dirs
+}
+
+/// The `PYTHONPATH=` entries of one shell line, each with where it is read from.
+fn line_pythonpath_dirs(line: &[u8], dirs: &mut Vec<(Vec<u8>, SourceBase)>) {
+    for token in shell_tokens(line) {
+        let Some(value) = token.strip_prefix(b"PYTHONPATH=".as_slice()) else {
+            continue;
+        };
+        for entry in value.split(|b| *b == b':') {
+            let entry = if entry.is_empty() {
+                b".".as_slice()
+            } else {
+                entry
+            };
+            let based = match entry.strip_prefix(SCRIPT_DIR_MARK) {
+                Some(rest) => Some(([b".", rest].concat(), SourceBase::ScriptDir)),
+                None => path_entry(entry).map(|e| (e.to_vec(), SourceBase::WorkingDir)),
+            };
+            if let Some(found) = based.filter(|(e, _)| !e.starts_with(b"~") && !e.contains(&1))
+                && !dirs.contains(&found)
+            {
+                dirs.push(found);
+            }
+        }
+    }
+}
+
 /// The `PATH` directories of one shell line ([`path_dirs`]), added to `dirs`.
 fn line_path_dirs(line: &[u8], depth: usize, dirs: &mut Vec<Vec<u8>>) {
     let tokens = shell_tokens(line);
@@ -1480,6 +1534,21 @@ impl ScriptVars {
             }
         }
     }
+}
+
+/// The lines of a shell script that only assign variables ([`ScriptVars`]), each ended
+/// by a newline: what a script that sources it knows of its variables.
+pub(super) fn assignment_lines(script: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in script.split(|b| *b == b'\n') {
+        let mut vars = ScriptVars::default();
+        vars.record(line);
+        if !vars.0.is_empty() {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out
 }
 
 /// Whether `line` names the variable `name` (`$NAME` not followed by more of a name, or
@@ -2124,6 +2193,24 @@ mod tests {
             .map(|w| String::from_utf8(w).unwrap())
             .collect();
         assert_eq!(entries, ["tools/a.sh", "b c.sh", "d.sh", "'b c.sh' d.sh"]);
+    }
+
+    #[test]
+    fn the_pythonpath_a_line_sets_is_read() {
+        let w = |s: &str| (s.as_bytes().to_vec(), SourceBase::WorkingDir);
+        let config = b"[alias]\n\tfmt = !PYTHONPATH=src:lib:$PYTHONPATH tools/fmt.py\n";
+        assert_eq!(pythonpath_dirs(config), [w("src"), w("lib")]);
+        let script = b"S=\"$PWD/pkg\"\nPYTHONPATH=\"$PWD/src:$S\"; export PYTHONPATH\n\
+            export PYTHONPATH=\"$(dirname \"$0\")\"/py:/abs\n# PYTHONPATH=no\n";
+        assert_eq!(
+            script_pythonpath_dirs(script),
+            [
+                w("./src"),
+                w("./pkg"),
+                (b"./py".to_vec(), SourceBase::ScriptDir),
+                w("/abs")
+            ]
+        );
     }
 
     #[test]

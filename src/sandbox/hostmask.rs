@@ -271,11 +271,12 @@ fn listing_of(dir: &Path) -> Listing {
 /// through the system's `/opt` (round twenty-four's second review). The walk covers
 /// what the agent will see (the system's paths, the home directory's toolchains and
 /// caches, coder's own directories), whole: the link counts cannot tell when every
-/// name is found, the private root showing one name at more than one place. Cost: nothing when no key has another name; else
+/// name is found, the private root showing one name at more than one place. Cost:
+/// nothing when no key has another name; else
 /// a listing of every directory the private root shows, a `stat` only for an entry
 /// whose inode number is a key's on the usual file systems (every file on others):
-/// measured on this machine's 134,000 entries of `/usr`, `/etc` and `/opt`, see
-/// BENCHMARKS.md.
+/// on this machine's 134,000 entries of `/usr`, `/etc` and `/opt`, 0.5 to 1 s a run
+/// (BENCHMARKS.md, round twenty-five).
 ///
 /// With them, the directories the look could enter but not list (mode 0711, another
 /// user's): the agent opens a name it knows there (`/opt/backup/credentials`, round
@@ -290,9 +291,17 @@ fn linked_key_names(
         return Ok((Vec::new(), Vec::new()));
     }
     let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
-    // A file granted alone is a mount on a file of the private root: its listing shows
-    // that file's inode number, not the granted one's.
-    let file_roots = policy.roots.iter().filter(|r| !r.is_dir);
+    // A file mounted on a file (one granted alone; a bind mount the host had in a
+    // granted tree) shows in its directory's listing by the inode number of the file
+    // beneath: each mount point of the private root is looked at itself.
+    let table = crate::workspace::mountinfo::table()
+        .map_err(|e| SandboxError::io("read /proc/self/mountinfo", e))?;
+    let mount_points: Vec<PathBuf> = table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+        .map(crate::workspace::mountinfo::unescape)
+        .filter(|point| point.starts_with(new_root) && point != new_root)
+        .collect();
     let mut left: HashMap<(u64, u64), u64> = users
         .linked
         .iter()
@@ -300,9 +309,12 @@ fn linked_key_names(
         .collect();
     let skip: Vec<PathBuf> = users.scanned.iter().map(|p| inside(p)).collect();
     let mut found = Vec::new();
-    for root in file_roots.map(|r| inside(&r.path)) {
+    for root in mount_points {
         if let Ok(meta) = fs::symlink_metadata(&root)
             && let Some(n) = left.get_mut(&(meta.dev(), meta.ino()))
+            && meta.is_file()
+            && !skip.iter().any(|s| root.starts_with(s))
+            && !found.contains(&root)
         {
             *n = n.saturating_sub(1);
             found.push(root);

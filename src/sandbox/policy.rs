@@ -1256,11 +1256,38 @@ fn scan_workspace(
     }
     refuse_kernel_mounts(&trees)?;
     let found = scan::scan_trees(&trees, &deny, opts.scan_limits, created)?;
+    add_python_startup_trees(&found.python_startup_globs, &mut tool_trees)?;
     if let Some((path, fingerprint, _)) = &cache {
         // A cache that cannot be written only costs the next run its listings.
         let _ = listing_cache::store(path, *fingerprint, &found.kept);
     }
     Ok((found, tool_trees))
+}
+
+/// The end-of-run guard's share of the names Python imports at start in a directory a
+/// held line puts on `PYTHONPATH` (`src/sitecustomize*`; the scan held those there):
+/// one more tree entry per writable tree, its globs compiled once.
+fn add_python_startup_trees(
+    globs: &[(PathBuf, String)],
+    tool_trees: &mut Vec<super::gitguard::ToolTree>,
+) -> Result<(), SandboxError> {
+    let mut roots: Vec<&PathBuf> = globs.iter().map(|(root, _)| root).collect();
+    roots.sort();
+    roots.dedup();
+    for root in roots {
+        let mine: Vec<String> = globs
+            .iter()
+            .filter(|(r, _)| r == root)
+            .map(|(_, g)| g.clone())
+            .collect();
+        let set = scan::compile_globs(super::GlobList::Protect, &mine)?;
+        tool_trees.push(super::gitguard::ToolTree {
+            root: root.clone(),
+            globs: mine,
+            compiled: super::gitguard::CompiledGlobs(Some(Arc::new(set))),
+        });
+    }
+    Ok(())
 }
 
 /// Protected globs for the directory the user's own git runs hooks from, when it lies in
@@ -1711,8 +1738,8 @@ impl MountTable {
                 let id = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
                 let _parent = fields.next()?;
                 let device = String::from_utf8_lossy(fields.next()?).into_owned();
-                let root = unescape_mountinfo(fields.next()?);
-                let point = unescape_mountinfo(fields.next()?);
+                let root = crate::workspace::mountinfo::unescape(fields.next()?);
+                let point = crate::workspace::mountinfo::unescape(fields.next()?);
                 Some((id, (device, root, point)))
             })
             .collect();
@@ -1742,31 +1769,6 @@ impl MountTable {
             path: root.join(rest),
         })
     }
-}
-
-/// A path field of `/proc/self/mountinfo`: space, tab, newline and backslash are written
-/// as `\ooo` octal escapes.
-fn unescape_mountinfo(field: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field
-            .get(i + 1..i + 4)
-            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Canonicalise `path` one component at a time, recording every symlink met as an alias

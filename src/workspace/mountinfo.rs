@@ -78,6 +78,31 @@ fn changed_since_open(file: &std::fs::File) -> bool {
     }
 }
 
+/// A path field of `/proc/self/mountinfo`: space, tab, newline and backslash are written
+/// as `\ooo` octal escapes.
+pub(crate) fn unescape(field: &[u8]) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    std::path::PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

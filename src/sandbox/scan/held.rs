@@ -361,6 +361,72 @@ impl<'a> Walker<'a, '_> {
         self.guard_include(prefix, depth + 1, walk, NamedBy::HeldDir)
     }
 
+    /// The names Python's `site` imports at every start (`sitecustomize*`,
+    /// `usercustomize*`) in each directory a held line puts on `PYTHONPATH`
+    /// ([`config_text::pythonpath_dirs`]; `top` the line's working directory, `own` the
+    /// script's): those there held read-only, and each such name made during the run
+    /// moved aside by the end-of-run guard, as a protected name is (its glob given to the
+    /// guard, [`ScanOutput::python_startup_globs`](crate::sandbox::scan::ScanOutput::python_startup_globs)).
+    /// Any other module the line's script imports from there is the agent's, as a held
+    /// script's own imports are.
+    pub(super) fn guard_python_path(
+        &mut self,
+        dirs: Vec<(Vec<u8>, config_text::SourceBase)>,
+        top: &Path,
+        own: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const STARTUP: [&str; 2] = ["sitecustomize", "usercustomize"];
+        for (dir, base) in dirs {
+            let base = match base {
+                config_text::SourceBase::WorkingDir => top,
+                config_text::SourceBase::ScriptDir => own,
+            };
+            let Some(path) = config_path(&dir, Some(base)) else {
+                continue;
+            };
+            let path = fs::canonicalize(&path).unwrap_or(path);
+            let Some(rel) = path
+                .strip_prefix(self.tree.root)
+                .ok()
+                .filter(|rel| is_plain_relative(rel))
+                .and_then(Path::to_str)
+            else {
+                continue;
+            };
+            let prefix = match rel {
+                "" => String::new(),
+                rel => format!("{}/", globset::escape(rel)),
+            };
+            for name in STARTUP {
+                let glob = format!("{prefix}{name}*");
+                let root = self.tree.root.to_path_buf();
+                if self.tree.writable
+                    && !self
+                        .out
+                        .python_startup_globs
+                        .contains(&(root.clone(), glob.clone()))
+                {
+                    self.out.python_startup_globs.push((root, glob));
+                }
+            }
+            let Ok(entries) = fs::read_dir(&path) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if STARTUP
+                    .iter()
+                    .any(|s| name.as_bytes().starts_with(s.as_bytes()))
+                {
+                    self.guard_include(&entry.path(), depth + 1, walk, NamedBy::HeldDir)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `target`, named by a config outside this tree or a command of one, handed to the
     /// writable tree that holds it ([`ScanOutput::foreign_includes`](crate::sandbox::scan::ScanOutput::foreign_includes)); what a link names
     /// is asked of every writable tree already.
@@ -402,6 +468,8 @@ impl<'a> Walker<'a, '_> {
             return Ok(());
         };
         self.add_path_dirs(config_text::path_dirs(text), walk)?;
+        let python_path = config_text::pythonpath_dirs(text);
+        self.guard_python_path(python_path, &top, &top, depth, walk)?;
         // First: a word met held-if-present is not looked at again.
         self.guard_entry_points(text, &top, depth, walk)?;
         for word in config_text::command_words(text)
@@ -599,20 +667,24 @@ impl<'a> Walker<'a, '_> {
             // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
             // tools/fmt.py`), read from the top as the line's is.
             self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
-            // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]).
-            // And the files it reads when it runs anything (`for f in $(cat LIST)`,
-            // `done < LIST`): those that are files ([`config_text::script_read_lists`]).
+            let python_path = config_text::script_pythonpath_dirs(&text);
+            self.guard_python_path(python_path, top, dir, depth, walk)?;
+            // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]),
+            // its variables read with those the files it sources set. And the files it
+            // reads when it runs anything (`for f in $(cat LIST)`, `done < LIST`): those
+            // that are files ([`config_text::script_read_lists`]).
             let based = |(list, base): (Vec<u8>, config_text::SourceBase)| match base {
                 config_text::SourceBase::WorkingDir => (list, top),
                 config_text::SourceBase::ScriptDir => (list, dir),
             };
-            let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&text)
+            let with_sourced = [sourced_assignments(&text, top, dir), text.clone()].concat();
+            let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&with_sourced)
                 .into_iter()
                 .map(based)
                 .collect();
             self.guard_lists(lists, top, depth, walk, false)?;
             // Any file's lines may be read so: only its entries that exist are held.
-            let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&text)
+            let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&with_sourced)
                 .into_iter()
                 .map(based)
                 .filter(|(list, base)| config_path(list, Some(base)).is_some_and(|p| p.is_file()))
@@ -1133,6 +1205,24 @@ pub(super) fn user_git_configs() -> Vec<PathBuf> {
     }
     configs.retain(|c| c.is_absolute());
     configs
+}
+
+/// The simple assignments of the files a shell script sources ([`config_text::sourced_words`],
+/// read from the top and from the script's directory), one a line: a held `tools/ci.sh`
+/// of `. tools/vars.sh` then `xargs -n1 -a "$L" sh`, `L` set in `vars.sh`. One level.
+fn sourced_assignments(text: &[u8], top: &Path, dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (word, base) in config_text::sourced_words(text) {
+        let base = match base {
+            config_text::SourceBase::WorkingDir => top,
+            config_text::SourceBase::ScriptDir => dir,
+        };
+        let Some(sourced) = config_path(&word, Some(base)).and_then(|p| read_script(&p)) else {
+            continue;
+        };
+        out.extend(config_text::assignment_lines(&sourced));
+    }
+    out
 }
 
 /// The first name on the way to an included path that does not exist, or the name that is

@@ -257,6 +257,11 @@ pub(crate) struct ScanOutput {
     /// The same keys with their link counts (dev, ino, nlink), for the look for their
     /// other names in the private root ([`super::hostmask::HostSecrets`]).
     pub home_key_links: Vec<(u64, u64, u64)>,
+    /// Protected globs (a writable tree's root, the glob relative to it) for the names
+    /// Python imports at start in a directory a held line puts on `PYTHONPATH`
+    /// ([`held`]'s `guard_python_path`): the end-of-run guard moves aside what the run
+    /// made there.
+    pub python_startup_globs: Vec<(PathBuf, String)>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.
