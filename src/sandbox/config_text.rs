@@ -339,7 +339,15 @@ pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
     let mut found: Vec<Vec<u8>> = Vec::new();
     for line in list.split(|b| *b == b'\n' || *b == 0) {
         let whole = line.trim_ascii().to_vec();
-        for word in shell_tokens(line).into_iter().chain([whole]) {
+        let words: Vec<Vec<u8>> = shell_tokens(line).into_iter().chain([whole]).collect();
+        // And each piece between `:`, `,` and `;`: a script may split its list so
+        // (`IFS=:`, `tr , '\n'`), and the whole word named no file (round twenty-five's
+        // second review).
+        let pieces = words
+            .iter()
+            .flat_map(|w| w.split(|b| matches!(b, b':' | b',' | b';')))
+            .map(<[u8]>::to_vec);
+        for word in words.clone().into_iter().chain(pieces) {
             if may_name_a_file(&word) && !found.contains(&word) {
                 found.push(word);
             }
@@ -2138,6 +2146,17 @@ mod tests {
         assert!(!dirs.iter().any(|d| d.contains('$')), "{dirs:?}");
         for want in [b".".as_slice(), b"t/."] {
             assert!(dots.iter().any(|d| d == want), "{dots:?}");
+        }
+    }
+
+    #[test]
+    fn a_lists_entries_split_by_colons_commas_and_semicolons_are_entries() {
+        let found = list_entries(b"tools/a.sh:tools/b.sh,tools/c.sh;tools/d.sh\n");
+        for want in ["tools/a.sh", "tools/b.sh", "tools/c.sh", "tools/d.sh"] {
+            assert!(
+                found.contains(&want.as_bytes().to_vec()),
+                "{want}: {found:?}"
+            );
         }
     }
 

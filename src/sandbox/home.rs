@@ -364,6 +364,28 @@ pub(crate) fn relocated_places() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The never-visible places outside every home directory that exist, canonical: those a
+/// variable moves ([`relocated_places`]) and where a home key's symlink leads
+/// ([`never_visible_places`]: `~/.aws/credentials` -> `/opt/dotfiles/aws/credentials`,
+/// or `config.json` in `DOCKER_CONFIG=/opt/ci/docker` -> `/opt/ci/shared/docker.json`):
+/// the private root shows system directories without a grant, and such a target was
+/// read by its own name there (round twenty-five's second review). Masked by
+/// [`super::hostmask`].
+pub(crate) fn places_outside_home() -> Vec<PathBuf> {
+    let homes = homes_here();
+    let mut places = relocated_places();
+    for home in &homes {
+        let outside = never_visible_places(home)
+            .into_iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter(|p| !homes.iter().any(|h| p.starts_with(h)));
+        places.extend(outside);
+    }
+    places.sort();
+    places.dedup();
+    places
+}
+
 /// [`RELOCATED_SECRETS`] as this process's environment spells them, where something is.
 fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
     RELOCATED_SECRETS

@@ -23,7 +23,8 @@ use super::{SandboxError, sys};
 
 /// The user's keys that the private root may show through a system path (round
 /// twenty-four's second review): the never-visible places a variable moves out of the
-/// home directory ([`super::home::relocated_places`]: `AWS_SHARED_CREDENTIALS_FILE=
+/// home directory or a home key's symlink leads out of it
+/// ([`super::home::places_outside_home`]: `AWS_SHARED_CREDENTIALS_FILE=
 /// /opt/ci/aws-creds`, `DOCKER_CONFIG=/opt/ci/docker`), masked where they exist in the
 /// private root as the host's secrets are; and the home keys that have other names
 /// ([`super::home::linked_never_visible`]), whose names in the private root outside the
@@ -72,7 +73,8 @@ pub(crate) fn hide_host_secrets(
     let mut files: Vec<PathBuf> = HOST_SECRET_FILES.iter().map(PathBuf::from).collect();
     files.extend(ssh_host_keys(&inside(Path::new("/etc/ssh"))));
     files.extend(users.places.iter().cloned());
-    files.extend(linked_key_names(new_root, policy)?);
+    let (linked, unlisted) = linked_key_names(new_root, policy)?;
+    files.extend(linked);
     let files: Vec<PathBuf> = files
         .iter()
         .map(|f| {
@@ -84,11 +86,17 @@ pub(crate) fn hide_host_secrets(
         })
         .filter(|f| fs::symlink_metadata(f).is_ok_and(|m| m.is_file()))
         .collect();
+    // Each once: a second mask on a path mounts on the empty file's own name, which then
+    // cannot be removed, and the run failed (a relocated key with another name is both a
+    // place and a name the look finds; round twenty-five's second review).
+    let mut files = files;
+    files.sort();
+    files.dedup();
 
     let mut count = bind_empties(new_root, &files, false)?;
     let dirs = HOST_SECRET_DIRS.iter().map(Path::new);
-    for dir in dirs.chain(users.places.iter().map(PathBuf::as_path)) {
-        let target = inside(dir);
+    let places = users.places.iter().map(|dir| inside(dir));
+    for target in dirs.map(inside).chain(places).chain(unlisted) {
         if !fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
             continue;
         }
@@ -262,17 +270,25 @@ fn listing_of(dir: &Path) -> Listing {
 /// `~/.aws/credentials` at `/opt/backup/credentials` (a backup's snapshot) was read
 /// through the system's `/opt` (round twenty-four's second review). The walk covers
 /// what the agent will see (the system's paths, the home directory's toolchains and
-/// caches, coder's own directories), and ends once every key's other names are found
-/// (its link count less its own name). Cost: nothing when no key has another name; else
+/// caches, coder's own directories), whole: the link counts cannot tell when every
+/// name is found, the private root showing one name at more than one place. Cost:
+/// nothing when no key has another name; else
 /// a listing of every directory the private root shows, a `stat` only for an entry
 /// whose inode number is a key's on the usual file systems (every file on others):
 /// on this machine's 134,000 entries of `/usr`, `/etc` and `/opt`, 0.5 to 1 s a run
-/// when the other names are all where the private root does not show them
 /// (BENCHMARKS.md, round twenty-five).
-fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathBuf>, SandboxError> {
+///
+/// With them, the directories the look could enter but not list (mode 0711, another
+/// user's): the agent opens a name it knows there (`/opt/backup/credentials`, round
+/// twenty-five's second review), so they are shown empty, but for one holding a granted
+/// path or the home directory.
+fn linked_key_names(
+    new_root: &Path,
+    policy: &super::Policy,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), SandboxError> {
     let users = &policy.host_secrets;
     if users.linked.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
     // A file mounted on a file (one granted alone; a bind mount the host had in a
@@ -306,10 +322,17 @@ fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathB
     }
     let mut pending = vec![new_root.to_path_buf()];
     let mut looked = 0usize;
+    let mut unlisted = Vec::new();
     while let Some(dir) = pending.pop() {
         let listing = listing_of(&dir);
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(_) => {
+                if entered_unlisted(&dir, new_root, policy) {
+                    unlisted.push(dir);
+                }
+                continue;
+            }
         };
         if listing == Listing::Kernel {
             continue;
@@ -346,13 +369,28 @@ fn linked_key_names(new_root: &Path, policy: &super::Policy) -> Result<Vec<PathB
                 && meta.is_file()
                 && !found.contains(&path)
             {
+                // No end once the link counts are accounted for: one name shown at two
+                // places (a directory the host bind-mounts twice, the binds here being
+                // recursive) counts twice, and the second stayed readable (round
+                // twenty-five's second review).
                 found.push(path);
                 *n = n.saturating_sub(1);
-                if left.values().all(|n| *n == 0) {
-                    return Ok(found);
-                }
             }
         }
     }
-    Ok(found)
+    Ok((found, unlisted))
+}
+
+/// Whether `dir` (in the private root at `new_root`), which the look could not list, can
+/// be entered, and holds neither a granted path nor the home directory (shown empty, it
+/// would hide them).
+fn entered_unlisted(dir: &Path, new_root: &Path, policy: &super::Policy) -> bool {
+    let Ok(outside) = dir.strip_prefix(new_root).map(|p| Path::new("/").join(p)) else {
+        return false;
+    };
+    let holds = |path: &Path| path.starts_with(&outside);
+    outside != Path::new("/")
+        && nix::unistd::access(dir, nix::unistd::AccessFlags::X_OK).is_ok()
+        && !policy.roots.iter().any(|r| holds(&r.path))
+        && !policy.home.as_deref().is_some_and(holds)
 }

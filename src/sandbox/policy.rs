@@ -829,7 +829,7 @@ impl Policy {
         };
         policy.git_known = found.git_known;
         policy.host_secrets = super::hostmask::HostSecrets {
-            places: super::home::relocated_places(),
+            places: super::home::places_outside_home(),
             linked: found.home_key_links,
             scanned: std::iter::once(workspace.clone())
                 .chain(scanned.iter().map(|(path, _)| path.clone()))
