@@ -95,108 +95,126 @@ fn stopped_failure(
         .map(|t| format!(" while {t} was running"))
         .unwrap_or_default();
     let failure = match cause {
-        StopCause::Cancelled(signal) => {
-            let name = signal_name(*signal);
-            let mut failure = Failure::new(
-                ErrorKind::Cancelled,
-                format!("cancelled by {name}"),
-                format!("coder received {name}{pending}; the child process tree was stopped"),
-            );
-            failure.cancel_signal = Some(*signal);
-            failure
-        }
+        StopCause::Cancelled(signal) => cancelled(*signal, &pending),
         StopCause::IdleTimeout {
             provider_wait: Some(wait),
-        } => {
-            let secs = wait.as_secs_f64();
-            Failure::new(
-                ErrorKind::IdleTimeout,
-                format!("no answer from the provider for {secs} s"),
-                format!(
-                    "a request to the provider stayed unanswered for {secs} s (the backend's \
-                     provider_wait_s, which extends --timeout while a request is in flight); \
-                     the run was stopped"
-                ),
-            )
-            .hint("the provider is queueing requests: try later, or raise provider_wait_s in the backend's config")
-        }
+        } => provider_unanswered(wait.as_secs_f64()),
         StopCause::IdleTimeout {
             provider_wait: None,
-        } => {
-            let secs = limits.idle_timeout_s;
-            Failure::new(
-                ErrorKind::IdleTimeout,
-                format!("no output for {secs} s{pending}"),
-                format!(
-                    "the claude CLI printed nothing on stdout or stderr for {secs} s{pending}; the run was stopped"
-                ),
-            )
-            .hint("raise --timeout if the task legitimately runs silent that long, or check the backend")
-        }
-        StopCause::TotalTimeout => {
-            let secs = limits.max_duration_s;
-            Failure::new(
-                ErrorKind::Timeout,
-                format!("run exceeded --max-duration of {secs} s{pending}"),
-                format!("the run reached its --max-duration of {secs} s{pending} and was stopped"),
-            )
-            .hint("raise --max-duration (0 means no cap) or split the task")
-        }
+        } => silent_for(limits.idle_timeout_s, &pending),
+        StopCause::TotalTimeout => over_max_duration(limits.max_duration_s, &pending),
         StopCause::SpawnFailed(error) => spawn_failure(error),
-        StopCause::AuthRejected => {
-            let mut failure = Failure::new(
-                ErrorKind::UpstreamError,
-                "API Error: 401 the backend rejected the key",
-                "the backend API failed: API Error: 401 the backend rejected the key; coder \
-                 stopped the claude CLI at its first retry (a retry with the same key fails \
-                 the same way)",
-            )
-            .hint("check the backend's API key variable and base URL (coder doctor)");
-            failure.http_status = Some(401);
-            failure.upstream_error = Some(UpstreamErrorType::AuthenticationFailed);
-            failure
-        }
-        StopCause::RateLimited { cli_retries } => {
-            let mut failure = Failure::new(
-                ErrorKind::UpstreamError,
-                "API Error: 429 rate limit reached",
-                format!(
-                    "the backend API failed: API Error: 429 rate limit reached; the claude CLI \
-                     retried {cli_retries} times and coder stopped it: this vendor counts fast \
-                     retries toward its risk control, so coder backs off itself"
-                ),
-            );
-            failure.http_status = Some(429);
-            failure.upstream_error = Some(UpstreamErrorType::RateLimit);
-            failure
-        }
-        StopCause::QuestionsAsked => {
-            let asked = obs.questions.as_ref().map_or(0, Vec::len);
-            let heads: Vec<String> = obs
-                .questions
-                .iter()
-                .flatten()
-                .map(|q| crate::text::one_line(&q.question, 80))
-                .collect();
-            Failure::new(
-                ErrorKind::NeedsInput,
-                format!(
-                    "the model asked {asked} question(s) and waits for answers: {}",
-                    crate::text::one_line(&heads.join(" | "), 200)
-                ),
-                format!(
-                    "the model called ask_user with {asked} question(s) (in `questions`); \
-                     coder stopped the run there"
-                ),
-            )
-            .hint(
-                "resume this session with --session-id SESSION_ID --answers '[\"answer 1\", …]' \
-                 (one answer per question, in order)",
-            )
-        }
+        StopCause::AuthRejected => auth_rejected(),
+        StopCause::RateLimited { cli_retries } => rate_limited(*cli_retries),
+        StopCause::QuestionsAsked => questions_asked(obs),
         StopCause::Finished | StopCause::LingeredAfterResult => return None,
     };
     Some(failure)
+}
+
+/// Coder received `signal` and stopped the tree.
+fn cancelled(signal: i32, pending: &str) -> Failure {
+    let name = signal_name(signal);
+    let mut failure = Failure::new(
+        ErrorKind::Cancelled,
+        format!("cancelled by {name}"),
+        format!("coder received {name}{pending}; the child process tree was stopped"),
+    );
+    failure.cancel_signal = Some(signal);
+    failure
+}
+
+/// A request to the provider stayed unanswered past the backend's `provider_wait_s`.
+fn provider_unanswered(secs: f64) -> Failure {
+    Failure::new(
+        ErrorKind::IdleTimeout,
+        format!("no answer from the provider for {secs} s"),
+        format!(
+            "a request to the provider stayed unanswered for {secs} s (the backend's \
+             provider_wait_s, which extends --timeout while a request is in flight); \
+             the run was stopped"
+        ),
+    )
+    .hint("the provider is queueing requests: try later, or raise provider_wait_s in the backend's config")
+}
+
+/// The CLI printed nothing for `--timeout` seconds.
+fn silent_for(secs: f64, pending: &str) -> Failure {
+    Failure::new(
+        ErrorKind::IdleTimeout,
+        format!("no output for {secs} s{pending}"),
+        format!(
+            "the claude CLI printed nothing on stdout or stderr for {secs} s{pending}; the run was stopped"
+        ),
+    )
+    .hint("raise --timeout if the task legitimately runs silent that long, or check the backend")
+}
+
+/// The run reached `--max-duration`.
+fn over_max_duration(secs: f64, pending: &str) -> Failure {
+    Failure::new(
+        ErrorKind::Timeout,
+        format!("run exceeded --max-duration of {secs} s{pending}"),
+        format!("the run reached its --max-duration of {secs} s{pending} and was stopped"),
+    )
+    .hint("raise --max-duration (0 means no cap) or split the task")
+}
+
+/// The backend answered 401 and coder stopped the CLI at its first retry.
+fn auth_rejected() -> Failure {
+    let mut failure = Failure::new(
+        ErrorKind::UpstreamError,
+        "API Error: 401 the backend rejected the key",
+        "the backend API failed: API Error: 401 the backend rejected the key; coder \
+         stopped the claude CLI at its first retry (a retry with the same key fails \
+         the same way)",
+    )
+    .hint("check the backend's API key variable and base URL (coder doctor)");
+    failure.http_status = Some(401);
+    failure.upstream_error = Some(UpstreamErrorType::AuthenticationFailed);
+    failure
+}
+
+/// The backend answered 429 and coder stopped the CLI's fast retries.
+fn rate_limited(cli_retries: u32) -> Failure {
+    let mut failure = Failure::new(
+        ErrorKind::UpstreamError,
+        "API Error: 429 rate limit reached",
+        format!(
+            "the backend API failed: API Error: 429 rate limit reached; the claude CLI \
+             retried {cli_retries} times and coder stopped it: this vendor counts fast \
+             retries toward its risk control, so coder backs off itself"
+        ),
+    );
+    failure.http_status = Some(429);
+    failure.upstream_error = Some(UpstreamErrorType::RateLimit);
+    failure
+}
+
+/// The model called `ask_user`; coder stopped the run to hand the questions over.
+fn questions_asked(obs: &Observation) -> Failure {
+    let asked = obs.questions.as_ref().map_or(0, Vec::len);
+    let heads: Vec<String> = obs
+        .questions
+        .iter()
+        .flatten()
+        .map(|q| crate::text::one_line(&q.question, 80))
+        .collect();
+    Failure::new(
+        ErrorKind::NeedsInput,
+        format!(
+            "the model asked {asked} question(s) and waits for answers: {}",
+            crate::text::one_line(&heads.join(" | "), 200)
+        ),
+        format!(
+            "the model called ask_user with {asked} question(s) (in `questions`); \
+             coder stopped the run there"
+        ),
+    )
+    .hint(
+        "resume this session with --session-id SESSION_ID --answers '[\"answer 1\", …]' \
+         (one answer per question, in order)",
+    )
 }
 
 /// The failure of an attempt whose child ended on its own without a result line.
