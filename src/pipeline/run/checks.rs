@@ -33,6 +33,74 @@ struct CheckCancelled {
     pub(super) verification: Option<Verification>,
 }
 
+/// The `--verify` checks of one run so far, folded into its [`Verification`] at the end.
+struct ChecksSoFar {
+    command: String,
+    baseline: Option<Check>,
+    after_agent: Option<Check>,
+    final_check: Option<Check>,
+    repairs: u32,
+}
+
+impl ChecksSoFar {
+    fn new(command: &str, baseline: Option<Check>) -> Self {
+        ChecksSoFar {
+            command: command.to_owned(),
+            baseline,
+            after_agent: None,
+            final_check: None,
+            repairs: 0,
+        }
+    }
+
+    /// The last check when a repair turn may follow it: it failed, it was started (a
+    /// check that could not be started is no failure the model can repair), and turns are
+    /// left.
+    fn repairable(&self, repair_turns: u32) -> Option<&Check> {
+        self.final_check
+            .as_ref()
+            .filter(|c| !c.passed && !c.not_started && self.repairs < repair_turns)
+    }
+
+    /// A cancelled check ends the run: what ran is reported, the cancelled check last.
+    fn cancelled(
+        &self,
+        (signo, partial): (i32, Option<Check>),
+        during: &'static str,
+    ) -> CheckCancelled {
+        CheckCancelled {
+            signo,
+            during,
+            verification: Some(Verification {
+                command: self.command.clone(),
+                baseline: self.baseline.clone(),
+                after_agent: self.after_agent.clone(),
+                final_check: partial,
+                verdict: VerdictKind::NotRun,
+                repair_turns: self.repairs,
+                ignored_changes: None,
+                repair_skipped: None,
+            }),
+        }
+    }
+
+    fn into_verification(self, repair_turns: u32) -> Verification {
+        let not_started = self.final_check.as_ref().is_some_and(|c| c.not_started);
+        let repair_skipped = (not_started && self.repairs < repair_turns)
+            .then(|| crate::workspace::verify::NOT_STARTED_NO_REPAIR.to_owned());
+        Verification {
+            command: self.command,
+            verdict: VerdictKind::of(self.baseline.as_ref(), self.final_check.as_ref()),
+            baseline: self.baseline,
+            after_agent: self.after_agent,
+            final_check: self.final_check,
+            repair_turns: self.repairs,
+            ignored_changes: None,
+            repair_skipped,
+        }
+    }
+}
+
 impl PreparedRun {
     /// The end-of-run git guard (`sandbox::gitguard`): git dirs the run made lose their
     /// command-running config and hooks; when the guard cannot check everything, the run
@@ -139,94 +207,67 @@ impl PreparedRun {
         let Some(config) = &request.checks.verify else {
             return Ok(None);
         };
-        let mut after_agent = None;
-        let mut final_check = None;
-        let mut repairs = 0;
-        // A cancelled check ends the run: what ran is reported, the cancelled check last.
-        let cancelled = |(signo, partial): (i32, Option<Check>),
-                         during: &'static str,
-                         baseline: &Option<Check>,
-                         after_agent: Option<Check>,
-                         repairs: u32| CheckCancelled {
-            signo,
-            during,
-            verification: Some(Verification {
-                command: config.command.clone(),
-                baseline: baseline.clone(),
-                after_agent,
-                final_check: partial,
-                verdict: VerdictKind::NotRun,
-                repair_turns: repairs,
-                ignored_changes: None,
-                repair_skipped: None,
-            }),
-        };
+        let mut checks = ChecksSoFar::new(&config.command, baseline);
         if envelope.success {
-            final_check = Some(
-                self.check(request, "after_agent", run, signals, journal)
-                    .await
-                    .map_err(|e| {
-                        cancelled(e, "the check after the agent", &baseline, None, repairs)
-                    })?,
-            );
+            let check = self
+                .check(request, "after_agent", run, signals, journal)
+                .await;
+            checks.final_check =
+                Some(check.map_err(|e| checks.cancelled(e, "the check after the agent"))?);
         }
-        // A check that could not be started is no failure the model can repair.
-        let not_started = |check: &Option<Check>| check.as_ref().is_some_and(|c| c.not_started);
-        while let Some(check) = final_check.as_ref().filter(|c| !c.passed && !c.not_started)
-            && repairs < config.repair_turns
+        while let Some(check) = checks.repairable(config.repair_turns)
             && envelope.success
             && let Some(session) = resumable(envelope)
         {
-            repairs += 1;
             let prompt = repair_prompt(&config.command, check);
+            let exit_code = check.exit_code;
+            checks.repairs += 1;
             journal.note(Note::Repair(
-                json!({"turn": repairs, "exit_code": check.exit_code}),
+                json!({"turn": checks.repairs, "exit_code": exit_code}),
             ));
-            let repair = RunRequest {
-                prompt: prompt.into(),
-                session,
-                ..request.clone()
-            };
-            let turn_started = Instant::now();
-            *envelope = self.attempt_loop(repair, run, signals, journal).await;
-            run.outcome_times
-                .repair_turns_ms
-                .push(turn_started.elapsed().as_millis() as u64);
-            if after_agent.is_none() {
-                after_agent = final_check.take();
+            *envelope = self
+                .repair_turn(prompt, session, request, run, signals, journal)
+                .await;
+            if checks.after_agent.is_none() {
+                checks.after_agent = checks.final_check.take();
             }
             // A repair turn a signal stopped ends the run: no check follows (it went on to
             // run the whole check, minutes of a test suite, after the user's Ctrl-C).
             if envelope.error_kind == Some(ErrorKind::Cancelled) {
-                final_check = None;
+                checks.final_check = None;
                 break;
             }
-            final_check = Some(
-                self.check(request, "after_repair", run, signals, journal)
-                    .await
-                    .map_err(|e| {
-                        cancelled(
-                            e,
-                            "the check after a repair turn",
-                            &baseline,
-                            after_agent.clone(),
-                            repairs,
-                        )
-                    })?,
-            );
+            let check = self
+                .check(request, "after_repair", run, signals, journal)
+                .await;
+            checks.final_check =
+                Some(check.map_err(|e| checks.cancelled(e, "the check after a repair turn"))?);
         }
-        let repair_skipped = (not_started(&final_check) && repairs < config.repair_turns)
-            .then(|| crate::workspace::verify::NOT_STARTED_NO_REPAIR.to_owned());
-        Ok(Some(Verification {
-            command: config.command.clone(),
-            verdict: VerdictKind::of(baseline.as_ref(), final_check.as_ref()),
-            baseline,
-            after_agent,
-            final_check,
-            repair_turns: repairs,
-            ignored_changes: None,
-            repair_skipped,
-        }))
+        Ok(Some(checks.into_verification(config.repair_turns)))
+    }
+
+    /// One repair turn: the session resumed with `prompt`, timed into the run's outcome
+    /// times; the turn's envelope.
+    async fn repair_turn(
+        &mut self,
+        prompt: String,
+        session: SessionChoice,
+        request: &RunRequest,
+        run: &mut Run,
+        signals: &mut CancelSignals,
+        journal: &mut RunJournal,
+    ) -> Envelope {
+        let repair = RunRequest {
+            prompt: prompt.into(),
+            session,
+            ..request.clone()
+        };
+        let turn_started = Instant::now();
+        let envelope = self.attempt_loop(repair, run, signals, journal).await;
+        run.outcome_times
+            .repair_turns_ms
+            .push(turn_started.elapsed().as_millis() as u64);
+        envelope
     }
 
     /// After the agent: the fallback turn, the checks and repair turns, the ledger and
