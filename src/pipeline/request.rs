@@ -630,6 +630,27 @@ impl RunRequest {
     }
 }
 
+/// The task's first non-empty line, on one line (a worktree commit's message).
+fn task_title(prompt: &str) -> String {
+    prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map_or_else(String::new, |l| crate::text::one_line(l, 200))
+}
+
+/// The `json_schema` field of a request file or the MCP tool's call.
+fn schema_of_request(
+    value: &serde_json::Value,
+    from: RequestFrom,
+) -> Result<crate::pipeline::structured::JsonSchema, ArgError> {
+    crate::pipeline::structured::JsonSchema::from_request_value(
+        value,
+        &Key::JsonSchema.name(false, from),
+    )
+    .map_err(|e| ArgError::Invalid(e.to_string()))
+}
+
 /// How a run relates to a plan (DESIGN §9).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanRole {
@@ -703,40 +724,15 @@ impl RunArgs {
             let e = crate::config::ConfigError::EmptyFlag { flag };
             return Err(ArgError::Invalid(e.to_string()));
         }
-        let mut stdin_used = false;
-        let file = match &self.request {
-            Some(path) => {
-                stdin_used = path.as_os_str() == "-";
-                read_request_file(path, stdin)?
-            }
-            None => RequestFile::default(),
-        };
-        // An empty list is no scope at all: a caller that built it from "the files the
-        // task may touch" and found none would have had the run change anything, unbounded.
+        let (file, stdin_used) = self.request_file(stdin)?;
         let from = self.request_from;
-        if file.scope.as_ref().is_some_and(Vec::is_empty) && self.outcome_args.scope.is_empty() {
-            return Err(ArgError::Invalid(format!(
-                "{} is an empty list, which would bound nothing: give at least one glob (like \
-                 \"src/**\"), leave \"scope\" out for no bound, or use \"sandbox\": \
-                 \"read-only\" for a run that may change nothing",
-                Key::Scope.name(false, from)
-            )));
-        }
         let outcome_names = OutcomeNames::new(&self.outcome_args, from);
         let outcome_args = file.fill_outcome_args(self.outcome_args.clone());
 
         let limits = self.limits(&file)?;
         let (session, answered) = self.session_and_answers(&file)?;
         self.refuse_worktree_resume(&file, session)?;
-        let flag = match (self.cd.is_some(), from) {
-            (true, _) => "--cd".to_owned(),
-            (false, RequestFrom::File) => "\"cd\" of the --request JSON,".to_owned(),
-            (false, RequestFrom::McpTool) => Key::Cd.name(false, from),
-        };
-        let read_only = match (self.sandbox.is_some(), from) {
-            (false, RequestFrom::McpTool) => "sandbox: \"read-only\"",
-            _ => "--sandbox read-only",
-        };
+        let (flag, read_only) = self.workspace_names();
         let cd = self.cd.clone().or_else(|| file.cd.clone()).ok_or_else(|| {
             ArgError::Invalid(
                 "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
@@ -750,11 +746,7 @@ impl RunArgs {
         }
 
         let prompt = self.task_prompt(&file, stdin_used, answered.as_ref(), stdin)?;
-        let task_title = prompt
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map_or_else(String::new, |l| crate::text::one_line(l, 200));
+        let task_title = task_title(&prompt);
         let prompt = assemble_prompt(&prompt, &self.prompt_framing)
             .map_err(|e| ArgError::Invalid(e.to_string()))?;
         let plan = self.plan_role(&file, session)?;
@@ -762,27 +754,13 @@ impl RunArgs {
         if checks.json_schema.is_none()
             && let Some(value) = &file.json_schema
         {
-            checks.json_schema = Some(
-                crate::pipeline::structured::JsonSchema::from_request_value(
-                    value,
-                    &Key::JsonSchema.name(false, from),
-                )
-                .map_err(|e| ArgError::Invalid(e.to_string()))?,
-            );
+            checks.json_schema = Some(schema_of_request(value, from)?);
         }
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
         let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
-        // Questions are on by default where the model is asked to respect something it may
-        // find unclear (a contract, guardrails) and when it plans (DESIGN §9).
-        let allow_questions = self.questions.enabled(
-            file.allow_questions,
-            self.prompt_framing.contract.is_some()
-                || self.prompt_framing.guardrails.is_some()
-                || matches!(plan, Some(PlanRole::Write { .. })),
-            answered.is_some(),
-        );
+        let allow_questions = self.allow_questions(&file, plan.as_ref(), answered.is_some());
 
         let sandbox = self
             .sandbox
@@ -834,6 +812,55 @@ impl RunArgs {
             plan,
             allow_questions,
         })
+    }
+
+    /// The `--request` file (`-` reads it from stdin: then `true`), or none; an empty
+    /// `scope` list in it is refused.
+    fn request_file(&self, stdin: &mut dyn Read) -> Result<(RequestFile, bool), ArgError> {
+        let Some(path) = &self.request else {
+            return Ok((RequestFile::default(), false));
+        };
+        let file = read_request_file(path, stdin)?;
+        // An empty list is no scope at all: a caller that built it from "the files the
+        // task may touch" and found none would have had the run change anything, unbounded.
+        if file.scope.as_ref().is_some_and(Vec::is_empty) && self.outcome_args.scope.is_empty() {
+            return Err(ArgError::Invalid(format!(
+                "{} is an empty list, which would bound nothing: give at least one glob (like \
+                 \"src/**\"), leave \"scope\" out for no bound, or use \"sandbox\": \
+                 \"read-only\" for a run that may change nothing",
+                Key::Scope.name(false, self.request_from)
+            )));
+        }
+        Ok((file, path.as_os_str() == "-"))
+    }
+
+    /// How messages about the workspace name it and the read-only way out, as the caller
+    /// gave them: `--cd` or the request file's or the MCP tool's `cd`.
+    fn workspace_names(&self) -> (String, &'static str) {
+        let from = self.request_from;
+        let flag = match (self.cd.is_some(), from) {
+            (true, _) => "--cd".to_owned(),
+            (false, RequestFrom::File) => "\"cd\" of the --request JSON,".to_owned(),
+            (false, RequestFrom::McpTool) => Key::Cd.name(false, from),
+        };
+        let read_only = match (self.sandbox.is_some(), from) {
+            (false, RequestFrom::McpTool) => "sandbox: \"read-only\"",
+            _ => "--sandbox read-only",
+        };
+        (flag, read_only)
+    }
+
+    /// Whether the model is offered `ask_user`. Questions are on by default where the
+    /// model is asked to respect something it may find unclear (a contract, guardrails)
+    /// and when it plans (DESIGN §9).
+    fn allow_questions(&self, file: &RequestFile, plan: Option<&PlanRole>, answered: bool) -> bool {
+        self.questions.enabled(
+            file.allow_questions,
+            self.prompt_framing.contract.is_some()
+                || self.prompt_framing.guardrails.is_some()
+                || matches!(plan, Some(PlanRole::Write { .. })),
+            answered,
+        )
     }
 
     /// The run's limits: flags first, then the request file's fields, then the defaults.
