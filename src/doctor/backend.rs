@@ -61,6 +61,8 @@ const MODEL_VARIABLES: [(&str, &str); 6] = [
     ("CLAUDE_CODE_SUBAGENT_MODEL", "subagent"),
 ];
 
+/// The backend a run would use: resolved, its replay cassette loadable, its key found,
+/// its warnings, and (for `inherit`) the caller's own credentials.
 pub(super) fn check_backend(
     resolution: &Result<Resolution, ConfigError>,
     env: &[(OsString, OsString)],
@@ -85,12 +87,31 @@ pub(super) fn check_backend(
         );
     }
     let child_env = config::child_environment(env, backend);
-    let var = |name: &str| {
-        child_env
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.to_string_lossy().into_owned())
-    };
+    let mut check = with_models(backend_check(backend), &child_env);
+    let names: Vec<String> = child_env
+        .iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    check = check.detail("child_env_names", names);
+
+    if let Some(problem) = &resolution.key_problem {
+        check.status = Status::Fail;
+        check.summary = problem.to_string();
+        return check;
+    }
+    for warning in backend.warnings() {
+        check.status = Status::Warn;
+        check = check.hint(warning.clone());
+    }
+    if backend.kind() == BackendKind::Inherit {
+        check = inherit_credentials(check, backend, &child_env);
+    }
+    check
+}
+
+/// The backend as a passing check: its name, kind, URL (without a password), where the
+/// key comes from, and the CLI config directory.
+fn backend_check(backend: &ResolvedBackend) -> Check {
     let url = backend.base_url().map_or(
         "served on 127.0.0.1 by coder once a run starts".into(),
         crate::text::redact::url_without_password,
@@ -99,7 +120,7 @@ pub(super) fn check_backend(
         Some(c) => format!("key from {} as {}", c.source, c.scheme.variable()),
         None => "the caller's own credentials".to_owned(),
     };
-    let mut check = Check::new(
+    Check::new(
         "backend",
         Status::Ok,
         format!(
@@ -119,11 +140,19 @@ pub(super) fn check_backend(
     .detail(
         "claude_config_dir",
         backend.claude_config_dir().path.display().to_string(),
-    );
+    )
+}
+
+/// `check` with the model slots the child gets (a hint and a `models` detail), if any.
+fn with_models(mut check: Check, child_env: &[(OsString, OsString)]) -> Check {
     let mut models = Map::new();
     let mut shown = Vec::new();
     for (name, slot) in MODEL_VARIABLES {
-        if let Some(value) = var(name) {
+        let value = child_env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.to_string_lossy().into_owned());
+        if let Some(value) = value {
             shown.push(format!("{slot}={value}"));
             models.insert(slot.to_owned(), value.into());
         }
@@ -131,24 +160,6 @@ pub(super) fn check_backend(
     if !models.is_empty() {
         check = check.hint(format!("models: {}", shown.join(", ")));
         check = check.detail("models", Value::Object(models));
-    }
-    let names: Vec<String> = child_env
-        .iter()
-        .map(|(k, _)| k.to_string_lossy().into_owned())
-        .collect();
-    check = check.detail("child_env_names", names);
-
-    if let Some(problem) = &resolution.key_problem {
-        check.status = Status::Fail;
-        check.summary = problem.to_string();
-        return check;
-    }
-    for warning in backend.warnings() {
-        check.status = Status::Warn;
-        check = check.hint(warning.clone());
-    }
-    if backend.kind() == BackendKind::Inherit {
-        check = inherit_credentials(check, backend, &child_env);
     }
     check
 }

@@ -176,6 +176,9 @@ pub fn parse_claude_version(line: &str) -> Option<(u32, u32, u32)> {
     Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
+/// The `claude` a run would start (`--claude-bin` or the first on `PATH`): a native
+/// binary, not an npm placeholder or a wrapper script, that says it is Claude Code of the
+/// release line coder was tested with.
 pub(super) fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]) -> Check {
     let path = match explicit {
         Some(p) => p.to_owned(),
@@ -200,55 +203,11 @@ pub(super) fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]
             ));
             std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone())
         }
-        Err(problem) => {
-            let mut check = Check::new("claude", Status::Fail, format!("{shown} {problem}"))
-                .detail("path", shown.clone());
-            check = match &problem {
-                BinaryProblem::NpmPlaceholder {
-                    platform_binary: Some(real),
-                } => check.hint(format!(
-                    "use the platform binary: --claude-bin {}",
-                    real.display()
-                )),
-                BinaryProblem::NpmPlaceholder {
-                    platform_binary: None,
-                } => check.hint(
-                    "reinstall without --ignore-scripts, or point --claude-bin at \
-                     node_modules/@anthropic-ai/claude-code-<platform>/claude",
-                ),
-                BinaryProblem::Script { .. } => check.hint(
-                    "point --claude-bin at the native binary (in an npm install: \
-                     node_modules/@anthropic-ai/claude-code-<platform>/claude)",
-                ),
-                _ => check,
-            };
-            return check;
-        }
+        Err(problem) => return unusable_binary(&shown, &problem),
     };
     let mut check = match claude_version(&resolved, env) {
         Err(e) => Check::new("claude", Status::Fail, format!("{shown} {e}")),
-        Ok(line) => match parse_claude_version(&line) {
-            None => Check::new(
-                "claude",
-                Status::Fail,
-                format!("{shown} does not identify itself as Claude Code: {line:?}"),
-            ),
-            Some(version) => {
-                let tested =
-                    parse_claude_version(&format!("{TESTED_CLAUDE_VERSION} (Claude Code)"));
-                let text = format!("{}.{}.{}", version.0, version.1, version.2);
-                let same_line = tested.is_some_and(|t| (t.0, t.1) == (version.0, version.1));
-                let status = if same_line { Status::Ok } else { Status::Warn };
-                let mut c = Check::new("claude", status, format!("{shown}: Claude Code {text}"))
-                    .detail("version", text);
-                if !same_line {
-                    c = c.hint(format!(
-                        "coder was tested with {TESTED_CLAUDE_VERSION}; other release lines may differ"
-                    ));
-                }
-                c
-            }
-        },
+        Ok(line) => version_check(&shown, &line),
     };
     check = check.detail("path", shown);
     if let Some(hint) = script_hint
@@ -260,4 +219,54 @@ pub(super) fn check_claude(explicit: Option<&Path>, env: &[(OsString, OsString)]
         check = check.detail("resolved", resolved.display().to_string());
     }
     check
+}
+
+/// The check of a `claude` that cannot be run as it is, with the way out.
+fn unusable_binary(shown: &str, problem: &BinaryProblem) -> Check {
+    let check = Check::new("claude", Status::Fail, format!("{shown} {problem}"))
+        .detail("path", shown.to_owned());
+    match problem {
+        BinaryProblem::NpmPlaceholder {
+            platform_binary: Some(real),
+        } => check.hint(format!(
+            "use the platform binary: --claude-bin {}",
+            real.display()
+        )),
+        BinaryProblem::NpmPlaceholder {
+            platform_binary: None,
+        } => check.hint(
+            "reinstall without --ignore-scripts, or point --claude-bin at \
+             node_modules/@anthropic-ai/claude-code-<platform>/claude",
+        ),
+        BinaryProblem::Script { .. } => check.hint(
+            "point --claude-bin at the native binary (in an npm install: \
+             node_modules/@anthropic-ai/claude-code-<platform>/claude)",
+        ),
+        _ => check,
+    }
+}
+
+/// The check of what `claude --version` printed: Claude Code of the tested release line
+/// passes, another line warns, anything else fails.
+fn version_check(shown: &str, line: &str) -> Check {
+    let Some(version) = parse_claude_version(line) else {
+        return Check::new(
+            "claude",
+            Status::Fail,
+            format!("{shown} does not identify itself as Claude Code: {line:?}"),
+        );
+    };
+    let tested = parse_claude_version(&format!("{TESTED_CLAUDE_VERSION} (Claude Code)"));
+    let text = format!("{}.{}.{}", version.0, version.1, version.2);
+    let same_line = tested.is_some_and(|t| (t.0, t.1) == (version.0, version.1));
+    let status = if same_line { Status::Ok } else { Status::Warn };
+    let check = Check::new("claude", status, format!("{shown}: Claude Code {text}"))
+        .detail("version", text);
+    if same_line {
+        check
+    } else {
+        check.hint(format!(
+            "coder was tested with {TESTED_CLAUDE_VERSION}; other release lines may differ"
+        ))
+    }
 }
