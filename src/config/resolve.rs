@@ -86,13 +86,51 @@ pub fn resolve_backend_allowing_missing_key(
         file.as_ref(),
     ));
 
-    let profile = layered.profile;
-    let description = profile.description.clone().unwrap_or_else(|| match &file {
-        Some(f) => format!("[backends.{name}] of {}", f.path.display()),
-        None => name.clone(),
-    });
+    let key_problem = connection.key_problem.take();
+    let backend = Resolved {
+        name,
+        kind,
+        profile: layered.profile,
+        connection,
+        endpoint,
+        claude_config,
+        warnings,
+    }
+    .into_backend(file, env);
     Ok(Resolution {
-        backend: ResolvedBackend {
+        backend,
+        key_problem,
+    })
+}
+
+/// What [`resolve_backend_allowing_missing_key`] found, before it becomes a
+/// [`ResolvedBackend`] with the config file's run-wide settings.
+struct Resolved {
+    name: String,
+    kind: BackendKind,
+    profile: Profile,
+    connection: Connection,
+    endpoint: Option<Endpoint>,
+    claude_config: ClaudeConfigDir,
+    warnings: Vec<String>,
+}
+
+impl Resolved {
+    fn into_backend(self, file: Option<ConfigFile>, env: EnvView<'_>) -> ResolvedBackend {
+        let Resolved {
+            name,
+            kind,
+            profile,
+            connection,
+            endpoint,
+            claude_config,
+            warnings,
+        } = self;
+        let description = profile.description.clone().unwrap_or_else(|| match &file {
+            Some(f) => format!("[backends.{name}] of {}", f.path.display()),
+            None => name.clone(),
+        });
+        ResolvedBackend {
             description,
             kind,
             base_url: connection.base_url,
@@ -122,12 +160,10 @@ pub fn resolve_backend_allowing_missing_key(
             config_file: file.map(|f| f.path),
             warnings,
             name,
-        },
-        key_problem: connection.key_problem,
-    })
+        }
+    }
 }
 
-/// The config file, when one is named (it must exist) or the default one exists.
 /// For routing (`--backend auto`, DESIGN §10): the config file's default backend (else
 /// `inherit`), which `CODER_ROUTING=off` pins, and the names of its `[backends.NAME]` tables.
 pub fn routing_names(
@@ -159,6 +195,7 @@ pub fn store_setting(
     })
 }
 
+/// The config file, when one is named (it must exist) or the default one exists.
 fn load_config_file(
     args: &BackendArgs,
     process_env: &[(OsString, OsString)],
@@ -293,51 +330,16 @@ fn api_connection(
             backend: name.to_owned(),
         })?;
     let scheme = profile.auth.unwrap_or(AuthScheme::Bearer);
-    let mut key_problem = None;
-    let credential = if let Some(key) = profile.api_key.clone().filter(|k| !k.is_empty()) {
-        Some(Credential {
-            scheme,
-            source: KeySource::ConfigFile,
-            secret: Secret(key.into()),
-        })
-    } else {
-        let var = profile
-            .key_env
-            .clone()
-            .ok_or_else(|| ConfigError::InvalidValue {
-                origin: format!("backend '{name}'"),
-                message: format!(
-                    "no key: set key_env to the name of the variable that holds the API key, \
-                 in [backends.{name}]"
-                ),
-            })?;
-        match env.get(&var) {
-            None if looks_like_a_key(&var) => {
-                return Err(ConfigError::KeyEnvLooksLikeKey {
-                    backend: name.to_owned(),
-                    shown: shown_url(&var),
-                });
-            }
-            None => {
-                key_problem = Some(ConfigError::KeyUnset {
-                    backend: name.to_owned(),
-                    var,
-                });
-                None
-            }
-            Some(v) if v.is_empty() => {
-                key_problem = Some(ConfigError::KeyEmpty {
-                    backend: name.to_owned(),
-                    var,
-                });
-                None
-            }
-            Some(v) => Some(Credential {
+    let (credential, key_problem) = match profile.api_key.clone().filter(|k| !k.is_empty()) {
+        Some(key) => (
+            Some(Credential {
                 scheme,
-                source: KeySource::Variable(var),
-                secret: Secret(v.to_owned()),
+                source: KeySource::ConfigFile,
+                secret: Secret(key.into()),
             }),
-        }
+            None,
+        ),
+        None => key_from_variable(name, profile, scheme, env)?,
     };
     let mut warnings = Vec::new();
     let key_is_callers_api_key = profile.api_key.is_none()
@@ -361,6 +363,46 @@ fn api_connection(
         key_problem,
         drops_caller_api_key: false,
         warnings,
+    })
+}
+
+/// An API backend's key from the variable its `key_env` names: the credential, or why
+/// the variable is not usable (returned beside the backend: `coder doctor` reports it).
+/// A `key_env` that looks like a key itself is refused.
+fn key_from_variable(
+    name: &str,
+    profile: &Profile,
+    scheme: AuthScheme,
+    env: EnvView<'_>,
+) -> Result<(Option<Credential>, Option<ConfigError>), ConfigError> {
+    let var = profile
+        .key_env
+        .clone()
+        .ok_or_else(|| ConfigError::InvalidValue {
+            origin: format!("backend '{name}'"),
+            message: format!(
+                "no key: set key_env to the name of the variable that holds the API key, \
+                 in [backends.{name}]"
+            ),
+        })?;
+    let backend = name.to_owned();
+    Ok(match env.get(&var) {
+        None if looks_like_a_key(&var) => {
+            return Err(ConfigError::KeyEnvLooksLikeKey {
+                backend,
+                shown: shown_url(&var),
+            });
+        }
+        None => (None, Some(ConfigError::KeyUnset { backend, var })),
+        Some(v) if v.is_empty() => (None, Some(ConfigError::KeyEmpty { backend, var })),
+        Some(v) => (
+            Some(Credential {
+                scheme,
+                source: KeySource::Variable(var),
+                secret: Secret(v.to_owned()),
+            }),
+            None,
+        ),
     })
 }
 
