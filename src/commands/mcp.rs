@@ -702,45 +702,19 @@ impl Server {
         Ok(wait_for(&run_id, &run, wait, progress, context).await)
     }
 
-    fn spawn_run(&self, run_id: &str, a: &CoderArgs, cd: &Path) -> std::io::Result<Arc<Run>> {
-        let mut request = json!({"PROMPT": a.prompt, "cd": cd});
-        let fields = [
-            ("sandbox", a.sandbox.as_ref().map(|v| json!(v))),
-            ("SESSION_ID", a.session_id.as_ref().map(|v| json!(v))),
-            (
-                "return_all_messages",
-                a.return_all_messages.map(|v| json!(v)),
-            ),
-            ("return_metrics", a.return_metrics.map(|v| json!(v))),
-            ("timeout", a.timeout.as_ref().map(|v| json!(v))),
-            ("max_duration", a.max_duration.as_ref().map(|v| json!(v))),
-            ("max_retries", a.max_retries.as_ref().map(|v| json!(v))),
-            ("verify", a.verify.as_ref().map(|v| json!(v))),
-            (
-                "verify_timeout",
-                a.verify_timeout.as_ref().map(|v| json!(v)),
-            ),
-            ("repair_turns", a.repair_turns.as_ref().map(|v| json!(v))),
-            ("no_verify_baseline", a.no_verify_baseline.map(|v| json!(v))),
-            ("scope", a.scope.as_ref().map(|v| json!(v))),
-            ("return_diff", a.return_diff.map(|v| json!(v))),
-            ("worktree", a.worktree.map(|v| json!(v))),
-            ("worktree_base", a.worktree_base.as_ref().map(|v| json!(v))),
-            ("json_schema", a.json_schema.as_ref().map(|v| json!(v))),
-            ("allow_questions", a.allow_questions.map(|v| json!(v))),
-            ("answers", a.answers.clone()),
-        ];
-        for (key, value) in fields {
-            if let Some(value) = value {
-                request[key] = value;
-            }
-        }
+    /// The command line of a run's child: coder itself, reading the request on stdin.
+    fn run_command(
+        &self,
+        run_id: &str,
+        backend: Option<&str>,
+        cd: &Path,
+    ) -> std::io::Result<tokio::process::Command> {
         let exe = std::env::current_exe()?;
         let mut cmd = tokio::process::Command::new(exe);
         cmd.arg("--request").arg("-").arg("--run-id").arg(run_id);
         // Messages about the arguments name them as the caller wrote them.
         cmd.arg("--request-from").arg("mcp-tool");
-        if let Some(backend) = &a.backend {
+        if let Some(backend) = backend {
             cmd.arg("--backend").arg(backend);
         }
         if let Some(config) = &self.config {
@@ -766,6 +740,14 @@ impl Server {
                 Ok(())
             });
         }
+        Ok(cmd)
+    }
+
+    /// Starts the run as a `coder --request -` child of its own process group, which
+    /// the server signals to stop it; its envelope is sent on the run's `done` channel.
+    fn spawn_run(&self, run_id: &str, a: &CoderArgs, cd: &Path) -> std::io::Result<Arc<Run>> {
+        let request = request_json(a, cd);
+        let mut cmd = self.run_command(run_id, a.backend.as_deref(), cd)?;
         let mut child = cmd.spawn()?;
         let pid = child
             .id()
@@ -802,6 +784,44 @@ impl Server {
             journal: Mutex::new(JournalFollower::default()),
         }))
     }
+}
+
+/// The `--request` JSON of an MCP tool call: the prompt, the workspace, and each field
+/// the caller gave.
+fn request_json(a: &CoderArgs, cd: &Path) -> Value {
+    let mut request = json!({"PROMPT": a.prompt, "cd": cd});
+    let fields = [
+        ("sandbox", a.sandbox.as_ref().map(|v| json!(v))),
+        ("SESSION_ID", a.session_id.as_ref().map(|v| json!(v))),
+        (
+            "return_all_messages",
+            a.return_all_messages.map(|v| json!(v)),
+        ),
+        ("return_metrics", a.return_metrics.map(|v| json!(v))),
+        ("timeout", a.timeout.as_ref().map(|v| json!(v))),
+        ("max_duration", a.max_duration.as_ref().map(|v| json!(v))),
+        ("max_retries", a.max_retries.as_ref().map(|v| json!(v))),
+        ("verify", a.verify.as_ref().map(|v| json!(v))),
+        (
+            "verify_timeout",
+            a.verify_timeout.as_ref().map(|v| json!(v)),
+        ),
+        ("repair_turns", a.repair_turns.as_ref().map(|v| json!(v))),
+        ("no_verify_baseline", a.no_verify_baseline.map(|v| json!(v))),
+        ("scope", a.scope.as_ref().map(|v| json!(v))),
+        ("return_diff", a.return_diff.map(|v| json!(v))),
+        ("worktree", a.worktree.map(|v| json!(v))),
+        ("worktree_base", a.worktree_base.as_ref().map(|v| json!(v))),
+        ("json_schema", a.json_schema.as_ref().map(|v| json!(v))),
+        ("allow_questions", a.allow_questions.map(|v| json!(v))),
+        ("answers", a.answers.clone()),
+    ];
+    for (key, value) in fields {
+        if let Some(value) = value {
+            request[key] = value;
+        }
+    }
+    request
 }
 
 /// The run's envelope with its `run_id`; a synthesized `unexpected_exception` envelope
