@@ -45,16 +45,8 @@ pub async fn run(request: RunRequest) -> Envelope {
     crate::phases::mark("run.start");
     let run_started = Instant::now();
     let run_id = request.run_id.clone().unwrap_or_else(new_run_id);
-    // An envelope of a run that ends before it starts still reports the run's limits
-    // (DESIGN §2's error_detail), not zeros.
     let (idle_timeout, max_duration) = (request.idle_timeout, request.max_duration);
-    let with_limits = |mut envelope: Envelope| {
-        if let Some(detail) = envelope.error_detail.as_mut() {
-            detail.idle_timeout_s = idle_timeout.as_secs_f64();
-            detail.max_duration_s = max_duration.unwrap_or_default().as_secs_f64();
-        }
-        envelope
-    };
+    let with_limits = |envelope| with_limits(envelope, idle_timeout, max_duration);
     let state_dir = match config::state_dir() {
         Ok(dir) => dir,
         Err(e) => {
@@ -83,15 +75,7 @@ pub async fn run(request: RunRequest) -> Envelope {
         Ok(many) => many,
         Err(envelope) => return with_limits(cancelled_or(*envelope, &mut signals).await),
     };
-    let runs_dir = transcript::runs_dir(&state_dir);
-    let transcript_path = request
-        .transcript
-        .clone()
-        .unwrap_or_else(|| runs_dir.join(format!("{run_id}.jsonl")));
-    if request.transcript.is_none() {
-        // Owner-only, and made so if an older coder left it readable to others.
-        let _ = session::private_dir(&runs_dir);
-    }
+    let transcript_path = transcript_path(&request, &run_id, &state_dir);
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let backend = config::resolve_backend(&request.backend, &process_env);
     let mut journal = RunJournal::start(
@@ -137,6 +121,36 @@ pub async fn run(request: RunRequest) -> Envelope {
     teardown.join();
     crate::phases::mark("teardown.joined");
     envelope
+}
+
+/// An envelope of a run that ends before it starts still reports the run's limits
+/// (DESIGN §2's `error_detail`), not zeros.
+fn with_limits(
+    mut envelope: Envelope,
+    idle_timeout: std::time::Duration,
+    max_duration: Option<std::time::Duration>,
+) -> Envelope {
+    if let Some(detail) = envelope.error_detail.as_mut() {
+        detail.idle_timeout_s = idle_timeout.as_secs_f64();
+        detail.max_duration_s = max_duration.unwrap_or_default().as_secs_f64();
+    }
+    envelope
+}
+
+/// Where the run's transcript goes: `--transcript`, else `RUN_ID.jsonl` in the state
+/// directory's owner-only `runs/`.
+fn transcript_path(
+    request: &RunRequest,
+    run_id: &str,
+    state_dir: &std::path::Path,
+) -> std::path::PathBuf {
+    if let Some(path) = &request.transcript {
+        return path.clone();
+    }
+    let runs_dir = transcript::runs_dir(state_dir);
+    // Owner-only, and made so if an older coder left it readable to others.
+    let _ = session::private_dir(&runs_dir);
+    runs_dir.join(format!("{run_id}.jsonl"))
 }
 
 /// The envelope of a run that could not begin (its worktree, `--backend auto`), or, when
