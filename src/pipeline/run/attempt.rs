@@ -707,24 +707,11 @@ fn after_failure(
         .limits
         .deadline
         .is_some_and(|deadline| Instant::now() >= deadline);
-    // A provider remedy changes the request, so it is not a retry: it goes first, once.
-    let mut remedy_refusal = None;
-    if let Some(error) = provider_error.as_mut()
-        && let Some(remedy) = provider::Remedy::for_class(error.class)
+    let remedy_refusal = match remedy_first(run, provider_error.as_mut(), &mut failure, out_of_time)
     {
-        if run.remedies.contains(&remedy) {
-            provider::after_remedy_failed(error, remedy);
-            let why = format!("coder already tried: {}", remedy.exhausted());
-            failure.hint = Some(why.clone());
-            remedy_refusal = Some(why);
-        } else if !out_of_time {
-            return NextStep::Remedy {
-                kind: failure.kind,
-                remedy,
-                class: error.class,
-            };
-        }
-    }
+        Ok(refusal) => refusal,
+        Err(remedy) => return remedy,
+    };
     let upstream = provider_error.as_ref().map(|e| retry::UpstreamClass {
         retryable: e.retryable,
         session_poisoned: e.session_poisoned,
@@ -732,8 +719,6 @@ fn after_failure(
     if failure.hint.is_none() {
         failure.hint = provider_error.as_ref().and_then(provider::hint);
     }
-    // A transient failure (a 5xx, a broken connection) of a run without retries said
-    // nothing of what to do: `retryable: true` alone does not name `--max-retries`.
     let retries_left = request.max_retries.saturating_sub(run.retries);
     let mut decision = retry::decide(
         &failure,
@@ -781,6 +766,38 @@ fn after_failure(
         provider_error,
         refusal: remedy_refusal.or(refusal),
     }))
+}
+
+/// A provider remedy changes the request, so it is not a retry: it goes first, once.
+/// `Err` with the step that takes it; `Ok` with why it is not taken again (also the
+/// failure's hint) when it was, or `None` when the error has no remedy or the run is out
+/// of time.
+fn remedy_first(
+    run: &Run,
+    provider_error: Option<&mut provider::ProviderError>,
+    failure: &mut Failure,
+    out_of_time: bool,
+) -> Result<Option<String>, NextStep> {
+    let Some(error) = provider_error else {
+        return Ok(None);
+    };
+    let Some(remedy) = provider::Remedy::for_class(error.class) else {
+        return Ok(None);
+    };
+    if run.remedies.contains(&remedy) {
+        provider::after_remedy_failed(error, remedy);
+        let why = format!("coder already tried: {}", remedy.exhausted());
+        failure.hint = Some(why.clone());
+        return Ok(Some(why));
+    }
+    if out_of_time {
+        return Ok(None);
+    }
+    Err(NextStep::Remedy {
+        kind: failure.kind,
+        remedy,
+        class: error.class,
+    })
 }
 
 /// The plan file a `coder plan` run writes (`None` for any other run).
