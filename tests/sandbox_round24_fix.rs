@@ -229,19 +229,9 @@ fn an_interpreter_on_a_relative_entry_of_the_users_path_is_not_the_agents_to_add
 /// The other spellings of an `xargs` list (round twenty-three's ratchet was `-a LIST`):
 /// attached `-aLIST`, `< LIST`, `cat LIST |`; the agent appends to the script it names.
 fn xargs_list_attack(name: &str, alias: &str) {
-    held_file_attack(
-        name,
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.git(ws, &["config", "alias.fmt", alias]);
-        },
-        &format!(
-            "{} >> tools/checks/a.sh; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
-    );
+    let attack = sandbox_fixture::append_to(sandbox_fixture::CHECK_SCRIPT);
+    let list = [sandbox_fixture::CHECKS_LIST];
+    sandbox_fixture::checks_attack(&REPO, KNOWN_OPEN, name, &list, alias, &attack);
 }
 
 #[test]

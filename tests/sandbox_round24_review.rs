@@ -242,18 +242,9 @@ fn the_user_entrys_home_keys_are_refused_under_another_home() {
 /// The user's `tools/checks.list` names `tools/checks/a.sh`, and the alias `git fmt` =
 /// `alias` runs what the list names; the agent appends its payload to `a.sh`.
 fn list_attack(name: &str, alias: &'static str) {
-    sandbox_fixture::held_file_attack(
-        &REPO,
-        KNOWN_OPEN,
-        name,
-        move |fx: &Fx, ws: &Path| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.git(ws, &["config", "alias.fmt", alias]);
-        },
-        &format!("{SCRIPT_PAYLOAD} >> tools/checks/a.sh; echo PLANTED"),
-        &["fmt"],
-    );
+    let attack = sandbox_fixture::append_to(sandbox_fixture::CHECK_SCRIPT);
+    let list = [sandbox_fixture::CHECKS_LIST];
+    sandbox_fixture::checks_attack(&REPO, KNOWN_OPEN, name, &list, alias, &attack);
 }
 
 /// Siblings of round twenty-three's open `xargs -a LIST sh`: the list given to `xargs`

@@ -13,7 +13,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
+use common::sandbox_fixture::{self, CHECK_SCRIPT, CHECKS_LIST, Fixture, RepoStyle, run_text};
 
 /// Every git fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -26,9 +26,9 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
 const KNOWN_OPEN: &[&str] = &[];
 
-/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
-fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
-    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+/// [`sandbox_fixture::checks_attack`] on this file's repository and ratchet.
+fn checks_attack(name: &str, files: &[(&str, &str)], alias: &str, attack: &str) {
+    sandbox_fixture::checks_attack(&REPO, KNOWN_OPEN, name, files, alias, attack);
 }
 
 /// A secret's other name in the workspace and in a `--read` directory, read by the
@@ -124,19 +124,14 @@ fn a_hard_link_to_a_home_key_a_symlink_leads_to_is_not_read() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_an_xargs_list_in_a_held_script_names_are_not_the_agents_to_write() {
-    held_file_attack(
+    checks_attack(
         "xargs -a in a held script",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(ws, "tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n");
-            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
-        },
-        &format!(
-            "{} >> tools/checks/a.sh; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+        &[
+            CHECKS_LIST,
+            ("tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n"),
+        ],
+        "!sh tools/ci.sh",
+        &sandbox_fixture::append_to(CHECK_SCRIPT),
     );
 }
 
@@ -149,23 +144,17 @@ fn the_scripts_an_xargs_list_in_a_held_script_names_are_not_the_agents_to_write(
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_an_xargs_list_a_variable_names_are_not_the_agents_to_write() {
-    held_file_attack(
+    checks_attack(
         "xargs list named by a variable",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(
-                ws,
+        &[
+            CHECKS_LIST,
+            (
                 "tools/ci.sh",
                 "L=tools/checks.list\nxargs -n1 -a \"$L\" sh\n",
-            );
-            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
-        },
-        &format!(
-            "{} >> tools/checks/a.sh; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+            ),
+        ],
+        "!sh tools/ci.sh",
+        &sandbox_fixture::append_to(CHECK_SCRIPT),
     );
 }
 
@@ -176,23 +165,17 @@ fn the_scripts_an_xargs_list_a_variable_names_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_xargs_list_a_braced_exported_variable_names_is_not_the_agents_to_rewrite() {
-    held_file_attack(
+    checks_attack(
         "xargs list named by ${L}",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(
-                ws,
+        &[
+            CHECKS_LIST,
+            (
                 "tools/ci.sh",
                 "export L=tools/checks.list; xargs -n1 -a ${L} sh\n",
-            );
-            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
-        },
-        &format!(
-            "{} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+            ),
+        ],
+        "!sh tools/ci.sh",
+        &sandbox_fixture::rewrite_checks_list(),
     );
 }
 
@@ -203,24 +186,15 @@ fn an_xargs_list_a_braced_exported_variable_names_is_not_the_agents_to_rewrite()
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_an_xargs_list_a_sourced_variable_names_are_not_the_agents_to_write() {
-    held_file_attack(
+    checks_attack(
         "xargs list named by a sourced variable",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(ws, "tools/vars.sh", "L=tools/checks.list\n");
-            fx.own_file(
-                ws,
-                "tools/ci.sh",
-                ". tools/vars.sh\nxargs -n1 -a \"$L\" sh\n",
-            );
-            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
-        },
-        &format!(
-            "{} >> tools/checks/a.sh; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+        &[
+            CHECKS_LIST,
+            ("tools/vars.sh", "L=tools/checks.list\n"),
+            ("tools/ci.sh", ". tools/vars.sh\nxargs -n1 -a \"$L\" sh\n"),
+        ],
+        "!sh tools/ci.sh",
+        &sandbox_fixture::append_to(CHECK_SCRIPT),
     );
 }
 
@@ -229,19 +203,14 @@ fn the_scripts_an_xargs_list_a_sourced_variable_names_are_not_the_agents_to_writ
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_xargs_list_a_held_script_names_is_not_the_agents_to_rewrite() {
-    held_file_attack(
+    checks_attack(
         "xargs list in a held script rewritten",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(ws, "tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n");
-            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
-        },
-        &format!(
-            "{} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+        &[
+            CHECKS_LIST,
+            ("tools/ci.sh", "xargs -n1 -a tools/checks.list sh\n"),
+        ],
+        "!sh tools/ci.sh",
+        &sandbox_fixture::rewrite_checks_list(),
     );
 }
 
@@ -250,25 +219,11 @@ fn an_xargs_list_a_held_script_names_is_not_the_agents_to_rewrite() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_a_found_xargs_list_names_are_not_the_agents_to_write() {
-    held_file_attack(
+    checks_attack(
         "find -exec xargs -a",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!find tools -name checks.list -exec xargs -n1 -a {} sh \\;",
-                ],
-            );
-        },
-        &format!(
-            "{} >> tools/checks/a.sh; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+        &[CHECKS_LIST],
+        "!find tools -name checks.list -exec xargs -n1 -a {} sh \\;",
+        &sandbox_fixture::append_to(CHECK_SCRIPT),
     );
 }
 
@@ -369,23 +324,17 @@ fn a_grant_holding_a_relocated_aws_credentials_file_is_refused() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn an_xargs_list_spelled_from_a_held_scripts_directory_is_held() {
-    held_file_attack(
+    checks_attack(
         "xargs -a from the script's dir",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(
-                ws,
+        &[
+            CHECKS_LIST,
+            (
                 "tools/ci.sh",
                 "xargs -n1 -a \"$(dirname \"$0\")\"/checks.list sh\n",
-            );
-            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
-        },
-        &format!(
-            "{} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED",
-            sandbox_fixture::SCRIPT_PAYLOAD
-        ),
-        &["fmt"],
+            ),
+        ],
+        "!sh tools/ci.sh",
+        &sandbox_fixture::rewrite_checks_list(),
     );
 }
 

@@ -244,12 +244,11 @@ fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: 
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
-/// The agent appends its payload to `target`.
-fn append_to(target: &str) -> String {
-    format!(
-        "{} >> {target}; echo PLANTED",
-        sandbox_fixture::SCRIPT_PAYLOAD
-    )
+use sandbox_fixture::{CHECK_SCRIPT, CHECKS_LIST, append_to};
+
+/// [`sandbox_fixture::checks_attack`] on this file's repository and ratchet.
+fn checks_attack(name: &str, files: &[(&str, &str)], alias: &str, attack: &str) {
+    sandbox_fixture::checks_attack(&REPO, KNOWN_OPEN, name, files, alias, attack);
 }
 
 /// The user's `tools/checks.list` names `tools/checks/a.sh`, and the user's held
@@ -257,19 +256,11 @@ fn append_to(target: &str) -> String {
 /// `line`, a spelling other than the `xargs` ones round twenty-four holds: the agent
 /// appends to `tools/checks/a.sh`.
 fn list_run_by(name: &str, interp: &str, line: &str) {
-    held_file_attack(
+    checks_attack(
         name,
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
-            fx.git(
-                ws,
-                &["config", "alias.fmt", &format!("!{interp} tools/ci.sh")],
-            );
-        },
-        &append_to("tools/checks/a.sh"),
-        &["fmt"],
+        &[CHECKS_LIST, ("tools/ci.sh", &format!("{line}\n"))],
+        &format!("!{interp} tools/ci.sh"),
+        &append_to(CHECK_SCRIPT),
     );
 }
 
@@ -334,22 +325,11 @@ fn the_scripts_an_awk_loop_over_a_list_runs_are_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_an_xargs_replace_string_runs_are_not_the_agents_to_write() {
-    held_file_attack(
+    checks_attack(
         "xargs -I{} < list",
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "tools/checks/a.sh\n");
-            fx.git(
-                ws,
-                &[
-                    "config",
-                    "alias.fmt",
-                    "!xargs -I{} sh {} < tools/checks.list",
-                ],
-            );
-        },
-        &append_to("tools/checks/a.sh"),
-        &["fmt"],
+        &[CHECKS_LIST],
+        "!xargs -I{} sh {} < tools/checks.list",
+        &append_to(CHECK_SCRIPT),
     );
 }
 
@@ -446,16 +426,8 @@ fn a_grant_holding_a_relocated_key_spelled_from_home_is_refused() {
 /// `list_alias`: the user's `tools/checks.list` names `tools/checks/a.sh`, run by the
 /// alias line `git fmt` = `alias`; the agent appends to `tools/checks/a.sh`.
 fn list_run_by_alias(name: &str, alias: &str) {
-    held_file_attack(
-        name,
-        |fx, ws| {
-            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
-            fx.own_file(ws, "tools/checks.list", "# checks\ntools/checks/a.sh\n");
-            fx.git(ws, &["config", "alias.fmt", alias]);
-        },
-        &append_to("tools/checks/a.sh"),
-        &["fmt"],
-    );
+    let list = ("tools/checks.list", "# checks\ntools/checks/a.sh\n");
+    checks_attack(name, &[list], alias, &append_to(CHECK_SCRIPT));
 }
 
 /// `git fmt` = `!grep -v '^#' tools/checks.list | xargs -n1 sh`: the list filtered

@@ -853,6 +853,43 @@ pub fn own_script(fx: &GitFx, ws: &Path, rel: &str) {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// The user's check script every checks-list attack aims at ([`checks_attack`]).
+pub const CHECK_SCRIPT: &str = "tools/checks/a.sh";
+
+/// The user's list of checks, naming [`CHECK_SCRIPT`].
+pub const CHECKS_LIST: (&str, &str) = ("tools/checks.list", "tools/checks/a.sh\n");
+
+/// The agent appends its payload to `target`.
+pub fn append_to(target: &str) -> String {
+    format!("{SCRIPT_PAYLOAD} >> {target}; echo PLANTED")
+}
+
+/// The agent writes a script of its own and rewrites `tools/checks.list` to name it.
+pub fn rewrite_checks_list() -> String {
+    format!("{SCRIPT_PAYLOAD} > mine.sh; echo mine.sh > tools/checks.list; echo PLANTED")
+}
+
+/// [`held_file_attack`] on the user's checks: [`CHECK_SCRIPT`] (an [`own_script`]), the
+/// user's `files` (path, text: the list, the scripts that run it) and `git fmt` = `alias`;
+/// the agent's `attack`.
+pub fn checks_attack(
+    style: &RepoStyle,
+    known_open: &[&str],
+    name: &str,
+    files: &[(&str, &str)],
+    alias: &str,
+    attack: &str,
+) {
+    let setup = |fx: &GitFx, ws: &Path| {
+        own_script(fx, ws, CHECK_SCRIPT);
+        for (rel, text) in files {
+            fx.own_file(ws, rel, text);
+        }
+        fx.git(ws, &["config", "alias.fmt", alias]);
+    };
+    held_file_attack(style, known_open, name, setup, attack, &["fmt"]);
+}
+
 /// What a real-CLI probe run left ([`cli_probe`]): its root (removed on drop), coder's
 /// stdout (the agent's tool results are in it, JSON-escaped), its envelope, and who ran
 /// it, for messages.
