@@ -108,6 +108,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn octal_escapes_are_decoded_and_other_backslashes_kept() {
+        assert_eq!(
+            unescape(b"a\\011b\\040c\\\\d\\9"),
+            std::path::Path::new("a\tb c\\\\d\\9")
+        );
+    }
+
+    #[test]
     fn the_table_is_read_once_while_nothing_mounts() {
         let first = table().unwrap();
         let again = table().unwrap();

@@ -1215,7 +1215,8 @@ fn mounts_below(table: &[u8], root: &[u8]) -> Vec<KernelMount> {
         .split(|b| *b == b'\n')
         .filter_map(|line| {
             let fields: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
-            let point = unescape_octal(fields.get(4)?);
+            let point = super::mountinfo::unescape(fields.get(4)?).into_os_string();
+            let point = std::os::unix::ffi::OsStrExt::as_bytes(point.as_os_str());
             let dash = fields.iter().position(|f| *f == b"-")?;
             let fstype = std::str::from_utf8(fields.get(dash + 1)?).ok()?;
             let rel = point.strip_prefix(root)?.strip_prefix(b"/")?;
@@ -1225,28 +1226,6 @@ fn mounts_below(table: &[u8], root: &[u8]) -> Vec<KernelMount> {
             })
         })
         .collect()
-}
-
-/// A `mountinfo` path with its `\NNN` (octal) escapes decoded.
-fn unescape_octal(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let digits = field
-            .get(i + 1..i + 4)
-            .filter(|d| field[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match digits {
-            Some(d) => {
-                out.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// The directory `name` in the one open as `parent`, opened without following a symlink.
@@ -1564,7 +1543,6 @@ mod tests {
         assert_eq!(mount_type(table, b"25").as_deref(), Some("proc"));
         assert_eq!(mount_type(table, b"26").as_deref(), Some("ext4"));
         assert_eq!(mount_type(table, b"2"), None);
-        assert_eq!(unescape_octal(b"a\\011b\\\\c\\9"), b"a\tb\\\\c\\9");
     }
 
     #[test]
