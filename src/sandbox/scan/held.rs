@@ -626,28 +626,56 @@ impl<'a> Walker<'a, '_> {
         };
         self.guard_include(&target, depth, walk, named_by)?;
         if named_by == NamedBy::Command {
-            self.guard_what_it_reads(&target, top, depth, walk, 1)?;
+            self.guard_what_it_reads(&target, top, depth, walk)?;
         }
         Ok(())
     }
 
-    /// What a file the commands run makes run in turn, held like it: the files a shell
-    /// script sources ([`config_text::sourced_words`], each read from the top of the work
-    /// tree and from the script's own directory) or runs by path
-    /// ([`config_text::run_words`], held only when present), and the file a `package.json`'s `main`
-    /// names (node runs it for the directory). Then theirs, down to
-    /// [`MAX_SOURCE_LEVELS`]; a file larger than [`MAX_SCRIPT_BYTES`] is not read.
+    /// What a file the commands run makes run in turn, held like it
+    /// ([`Walker::guard_one_script`]), then theirs, however deep: a file is read once
+    /// (`walk.commands`), and more than [`MAX_COMMAND_FILES`] of them refuse the run
+    /// ([`SandboxError::HeldScripts`]). Until round twenty-six the walk stopped four
+    /// scripts down without a word, and the agent rewrote the sixth script of the user's
+    /// `sh tools/s1.sh` chain. The files are taken from a queue, not by recursion, so a
+    /// long chain costs no stack.
     pub(super) fn guard_what_it_reads(
         &mut self,
         file: &Path,
         top: &Path,
         depth: usize,
         walk: &mut ConfigWalk,
-        level: usize,
     ) -> Result<(), SandboxError> {
-        if level > MAX_SOURCE_LEVELS {
+        walk.scripts
+            .push((file.to_path_buf(), top.to_path_buf(), depth));
+        if walk.reading_scripts {
             return Ok(());
         }
+        walk.reading_scripts = true;
+        let mut result = Ok(());
+        while let Some((file, top, depth)) = walk.scripts.pop() {
+            result = self.guard_one_script(&file, &top, depth, walk);
+            if result.is_err() {
+                walk.scripts.clear();
+                break;
+            }
+        }
+        walk.reading_scripts = false;
+        result
+    }
+
+    /// One file of [`Walker::guard_what_it_reads`]: the files a shell script sources
+    /// ([`config_text::sourced_words`], each read from the top of the work tree and from
+    /// the script's own directory) or runs by path ([`config_text::run_words`], held only
+    /// when present), and the file a `package.json`'s `main` names (node runs it for the
+    /// directory), each held and queued; a file larger than [`MAX_SCRIPT_BYTES`] is not
+    /// read.
+    fn guard_one_script(
+        &mut self,
+        file: &Path,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
         let (Some(text), Some(dir)) = (read_script(file), file.parent()) else {
             return Ok(());
         };
@@ -721,22 +749,16 @@ impl<'a> Walker<'a, '_> {
             {
                 continue;
             }
-            // Past the cap, what is left is not followed, with a warning: a file sourced by
-            // a bare name absent at the start (`. lib.sh`) may be the agent's, and failing
-            // every later run on what it names would be the agent's to decide.
+            // Past the cap the run is refused: what is left would be the agent's to write.
+            // (Until round twenty-six a warning said so and the run went on.)
             if walk.commands.len() > MAX_COMMAND_FILES {
-                const SAID: &str = "the scripts your git config runs source more than";
-                if !self.out.warnings.iter().any(|w| w.starts_with(SAID)) {
-                    self.out.warnings.push(format!(
-                        "{SAID} {MAX_COMMAND_FILES} files; {} and the rest are not held \
-                         read-only: check them before running git in this work tree",
-                        target.display()
-                    ));
-                }
-                return Ok(());
+                return Err(SandboxError::HeldScripts {
+                    limit: MAX_COMMAND_FILES,
+                    path: target,
+                });
             }
             self.guard_include(&target, depth, walk, NamedBy::Command)?;
-            self.guard_what_it_reads(&target, top, depth, walk, level + 1)?;
+            self.guard_what_it_reads(&target, top, depth, walk)?;
         }
         Ok(())
     }
@@ -1264,6 +1286,12 @@ pub(super) struct ConfigWalk {
     /// The programs held scripts' `#!/usr/bin/env` lines run, each with its depth: held
     /// in every directory of `path_dirs`, those added later too.
     pub(super) env_programs: Vec<(Vec<u8>, usize)>,
+    /// The scripts [`Walker::guard_what_it_reads`] has yet to read, each with the top of
+    /// the work tree it runs in and its config's depth.
+    pub(super) scripts: Vec<(PathBuf, PathBuf, usize)>,
+    /// Whether a [`Walker::guard_what_it_reads`] is taking files from `scripts` (one
+    /// further down only adds to it).
+    pub(super) reading_scripts: bool,
 }
 
 impl ConfigWalk {
@@ -1278,6 +1306,8 @@ impl ConfigWalk {
                 .map(|p| config_text::relative_path_entries(p.as_bytes()))
                 .unwrap_or_default(),
             env_programs: Vec::new(),
+            scripts: Vec::new(),
+            reading_scripts: false,
         }
     }
 }
@@ -1313,10 +1343,6 @@ pub(super) enum AbsentAt {
 
 /// The most files the git configs of one git dir may include, all levels together.
 pub(super) const MAX_INCLUDED: usize = 256;
-
-/// How many levels of sourced files (a script sourcing one that sources another) the
-/// scan follows from a file the commands run.
-pub(super) const MAX_SOURCE_LEVELS: usize = 4;
 
 /// The largest script (or `package.json`) the scan reads for what it sources.
 pub(super) const MAX_SCRIPT_BYTES: u64 = 256 * 1024;

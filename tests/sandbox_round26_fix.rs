@@ -1,0 +1,94 @@
+//! Round twenty-six's fixes of what round twenty-five left open (SECURITY.md, Known
+//! limits). Each attack runs through the built binary (`coder sandbox`) as root and as
+//! uid 65534, each with its control: the same under `--mode danger-full-access` (or
+//! without what makes the file a key), where the attack works.
+//!
+//! * **A held script's chain of any length**: followed script by script, past the four
+//!   levels of round twenty-five; more files than the scan holds refuse the run.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, run_text};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round26-fix-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open: none.
+const KNOWN_OPEN: &[&str] = &[];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// The agent appends its payload to `target`.
+fn append_to(target: &str) -> String {
+    format!(
+        "{} >> {target}; echo PLANTED",
+        sandbox_fixture::SCRIPT_PAYLOAD
+    )
+}
+
+/// The user's `git fmt` = `!sh tools/s1.sh`, and `tools/s1.sh` … `tools/s{n-1}.sh` each
+/// running the next by path (alternating `sh tools/sN.sh` and `. tools/sN.sh`), the last
+/// a script of the user's.
+fn chain(fx: &Fx, ws: &Path, n: usize) {
+    for i in 1..n {
+        let how = if i % 2 == 0 { "." } else { "sh" };
+        let next = format!("{how} tools/s{}.sh\n", i + 1);
+        fx.own_file(ws, &format!("tools/s{i}.sh"), &next);
+    }
+    sandbox_fixture::own_script(fx, ws, &format!("tools/s{n}.sh"));
+    fx.git(ws, &["config", "alias.fmt", "!sh tools/s1.sh"]);
+}
+
+/// A chain of forty held scripts: the agent appends to the last. Round twenty-five
+/// followed four levels and stopped without a word.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_last_script_of_a_chain_of_forty_is_not_the_agents_to_write() {
+    held_file_attack(
+        "chain of forty scripts",
+        |fx, ws| chain(fx, ws, 40),
+        &append_to("tools/s40.sh"),
+        &["fmt"],
+    );
+}
+
+/// A chain of more scripts than the scan holds (1,100 against its 1,024 files): the run
+/// is refused with a `config_error` (exit 78) naming the cause, and the agent's command
+/// never runs; unconfined, it runs.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_chain_longer_than_the_scan_holds_refuses_the_run() {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            chain(&fx, &ws, 1100);
+            let cmd = fx.sandbox_in(&ws, &["--mode", mode], &append_to("tools/s1100.sh"));
+            let (rc, out) = run_text(&mut { cmd });
+            let who = format!("nobody={nobody} {mode}");
+            if mode == "danger-full-access" {
+                assert!(rc == 0 && out.contains("PLANTED"), "{who}: control: {out}");
+                continue;
+            }
+            assert_eq!(rc, 78, "{who}: {out}");
+            assert!(!out.contains("PLANTED"), "{who}: the agent ran: {out}");
+            assert!(
+                out.contains("the scripts your git config's commands run name more than 1024"),
+                "{who}: {out}"
+            );
+        }
+    }
+}
