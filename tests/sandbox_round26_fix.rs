@@ -5,6 +5,8 @@
 //!
 //! * **A held script's chain of any length**: followed script by script, past the four
 //!   levels of round twenty-five; more files than the scan holds refuse the run.
+//! * **A relocated key named by a relative value** (`AWS_SHARED_CREDENTIALS_FILE=
+//!   vault/aws-creds`): read against coder's working directory and the home directory.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -13,7 +15,7 @@ mod common;
 
 use std::path::Path;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, run_text};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -91,4 +93,41 @@ fn a_chain_longer_than_the_scan_holds_refuses_the_run() {
             );
         }
     }
+}
+
+/// `AWS_SHARED_CREDENTIALS_FILE` relative (a `.env` file's, read by botocore against the
+/// working directory of the process): `vault/aws-creds` from the home directory, and
+/// `home/vault/aws-creds` from coder's own working directory; round twenty-five counted
+/// absolute and `~`-spelled values only, so `--read ~/vault` was granted and the agent
+/// read the key. Control: the same grant without the variable is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_a_relocated_key_named_by_a_relative_value_is_refused() {
+    let mut broken = Vec::new();
+    for (value, from_root) in [("vault/aws-creds", false), ("home/vault/aws-creds", true)] {
+        for nobody in sandbox_fixture::arms() {
+            for set in [true, false] {
+                let fx = Fixture::new("coder-round26-relkey-", nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join("home/vault");
+                sandbox_fixture::write(&vault.join("aws-creds"), "AWS-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/aws-creds'; echo SERVED", vault.display());
+                let grant = ["--read", vault.to_str().unwrap()];
+                let mut cmd = fx.sandbox_in(&fx.ws(), &grant, &script);
+                cmd.current_dir(if from_root { fx.root() } else { Path::new("/") });
+                if set {
+                    cmd.env("AWS_SHARED_CREDENTIALS_FILE", value);
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("{value}: nobody={nobody} set={set}");
+                let served = rc == 0 && out.contains("AWS-SECRET");
+                if !set && !served {
+                    broken.push(format!("{who}: control: {out}"));
+                } else if set && out.contains("AWS-SECRET") {
+                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

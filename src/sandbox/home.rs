@@ -15,6 +15,8 @@
 //! `GIT_CONFIG_GLOBAL`, and nothing else of the file is.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -436,17 +438,67 @@ const RELOCATED_SECRETS: [(&str, &str); 17] = [
 /// `$HOME` with a leading `~` left for the tool to expand (botocore expands
 /// `AWS_SHARED_CREDENTIALS_FILE=~/vault/creds`; round twenty-five's review: a relative
 /// spelling was skipped and `--read ~/vault` granted); each entry of a `:` list for the
-/// variables read as one (`KUBECONFIG`).
+/// variables read as one (`KUBECONFIG`). Variables in the value (`$HOME/vault/creds`,
+/// `${HOME}/…`, any set in this environment) are expanded first, as botocore's
+/// `os.path.expandvars` does; a value still relative then is read against this process's
+/// working directory (the user's shell's, which holds the variable and starts the user's
+/// tools) and against the home directory (a login shell's, a user service's): until round
+/// twenty-six neither spelling was counted and `--read ~/vault` showed the key.
 fn env_paths(name: &str) -> Vec<PathBuf> {
     let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) else {
         return Vec::new();
     };
+    let value = expand_vars(value.as_bytes(), |var| std::env::var_os(var));
     let values: Vec<PathBuf> = if name == "KUBECONFIG" {
         std::env::split_paths(&value).collect()
     } else {
         vec![PathBuf::from(value)]
     };
-    values.into_iter().filter_map(tilde_expanded).collect()
+    let bases: Vec<PathBuf> = std::env::current_dir()
+        .ok()
+        .into_iter()
+        .chain(env_path("HOME"))
+        .collect();
+    values
+        .into_iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .flat_map(|p| match tilde_expanded(p.clone()) {
+            Some(path) => vec![path],
+            None => bases.iter().map(|base| base.join(&p)).collect(),
+        })
+        .collect()
+}
+
+/// `value` with each `$NAME` and `${NAME}` (`NAME` of ASCII letters, digits and `_`)
+/// that `lookup` knows replaced by its value, the rest left as written: Python's
+/// `os.path.expandvars`.
+fn expand_vars(value: &[u8], lookup: impl Fn(&OsStr) -> Option<OsString>) -> OsString {
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let mut out = Vec::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.iter().position(|b| *b == b'$') {
+        out.extend_from_slice(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, len) = if let Some(braced) = after.strip_prefix(b"{") {
+            match braced.iter().position(|b| *b == b'}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => (&after[..0], 0),
+            }
+        } else {
+            let end = after
+                .iter()
+                .position(|b| !is_name(b))
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        match (len, lookup(OsStr::from_bytes(name))) {
+            (1.., Some(found)) if !name.is_empty() => out.extend_from_slice(found.as_bytes()),
+            _ => out.extend_from_slice(&rest[at..at + 1 + len]),
+        }
+        rest = &after[len..];
+    }
+    out.extend_from_slice(rest);
+    OsString::from_vec(out)
 }
 
 /// `path` when absolute; `~/REST` (or `~`) as `$HOME/REST`; else `None`.
@@ -521,6 +573,27 @@ mod tests {
             grants,
             vec![(home.join(".cargo/registry"), HomeAccess::Write)]
         );
+    }
+
+    #[test]
+    fn variables_in_a_relocating_value_are_expanded_as_python_does() {
+        let lookup = |name: &OsStr| match name.as_bytes() {
+            b"HOME" => Some(OsString::from("/h")),
+            b"X_1" => Some(OsString::from("x")),
+            _ => None,
+        };
+        for (value, want) in [
+            ("$HOME/vault/c", "/h/vault/c"),
+            ("${HOME}/vault/c", "/h/vault/c"),
+            ("$HOME$X_1/${X_1}y", "/hx/xy"),
+            ("$NOPE/a/${NOPE}", "$NOPE/a/${NOPE}"),
+            ("a$/b/$", "a$/b/$"),
+            ("${HOME/x", "${HOME/x"),
+            ("${}/x", "${}/x"),
+        ] {
+            let got = expand_vars(value.as_bytes(), lookup);
+            assert_eq!(got, OsString::from(want), "{value}");
+        }
     }
 
     #[test]
