@@ -24,7 +24,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["list without suffix", "list of directories"];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// A directory of this test's own in `/opt` (a system directory the sandbox shows),
 /// with `mode`.

@@ -7,6 +7,8 @@
 //!   levels of round twenty-five; more files than the scan holds refuse the run.
 //! * **A relocated key named by a relative value** (`AWS_SHARED_CREDENTIALS_FILE=
 //!   vault/aws-creds`): read against coder's working directory and the home directory.
+//! * **A list naming directories whose scripts a held script runs**: the agent adds a
+//!   script of its own there (the directory is held whole).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -130,4 +132,28 @@ fn a_grant_holding_a_relocated_key_named_by_a_relative_value_is_refused() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The user's `tools/checks.list` names the directory `tools/checks`, and the user's held
+/// `tools/ci.sh` (run by `git fmt` = `!sh tools/ci.sh`) runs every `*.sh` there: the
+/// agent adds `tools/checks/b.sh` of its own (holding the user's `a.sh` is not enough).
+/// Control: unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_added_to_a_directory_a_list_names_is_not_run() {
+    held_file_attack(
+        "new script in a listed directory",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/checks/a.sh");
+            fx.own_file(ws, "tools/checks.list", "tools/checks\n");
+            let ci = "for d in $(cat tools/checks.list); do\n  for f in \"$d\"/*.sh; do sh \"$f\"; done\ndone\n";
+            fx.own_file(ws, "tools/ci.sh", ci);
+            fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+        },
+        &format!(
+            "{} > tools/checks/b.sh; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        ),
+        &["fmt"],
+    );
 }

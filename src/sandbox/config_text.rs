@@ -356,6 +356,87 @@ pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
     found
 }
 
+/// What a script makes of a variable's value in its words: each word holding one
+/// `$NAME` (or `${NAME}`) with text beside it (`"$f.sh"`: `("", ".sh")`; `"$d"/*.sh`:
+/// `("", "/*.sh")`; `tools/$f`: `("tools/", "")`), at most [`MAX_AFFIXES`]. A list's
+/// entries are held as the script completes them ([`completed_entries`]): a list naming
+/// `tools/checks/a` for `sh "$f.sh"`, or the directory `tools/checks` for `for f in
+/// "$d"/*.sh`, left the scripts run the agent's to write (round twenty-five's second
+/// review).
+pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for line in script_lines(script) {
+        for word in shell_tokens(&line) {
+            let word = match word.iter().position(|b| *b == b'=') {
+                Some(at) if is_assignment(&word) => word[at + 1..].to_vec(),
+                _ => word,
+            };
+            let Some(affix) = one_expansion(&word) else {
+                continue;
+            };
+            if found.len() < MAX_AFFIXES && !found.contains(&affix) {
+                found.push(affix);
+            }
+        }
+    }
+    found
+}
+
+/// The most [`variable_affixes`] read from one script.
+const MAX_AFFIXES: usize = 16;
+
+/// The text before and after the one `$NAME` or `${NAME}` of `word`, when it has one
+/// expansion only and text beside it.
+fn one_expansion(word: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let at = word.iter().position(|b| *b == b'$')?;
+    let after = &word[at + 1..];
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let (name, rest) = match after.strip_prefix(b"{") {
+        Some(braced) => {
+            let end = braced.iter().position(|b| *b == b'}')?;
+            (&braced[..end], &braced[end + 1..])
+        }
+        None => {
+            let end = after
+                .iter()
+                .position(|b| !is_name(b))
+                .unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        }
+    };
+    let (before, rest) = (&word[..at], rest);
+    let plain = |t: &[u8]| !t.iter().any(|b| b"$`\x01".contains(b));
+    let named = !name.is_empty() && name.iter().all(is_name) && !name[0].is_ascii_digit();
+    (named && plain(before) && plain(rest) && !(before.is_empty() && rest.is_empty()))
+        .then(|| (before.to_vec(), rest.to_vec()))
+}
+
+/// `entry` of a list as a script completes it with each of `affixes`
+/// ([`variable_affixes`]): a file held when there, or a glob's directory held whole
+/// (`tools/checks` of `tools/checks/*.sh`).
+pub(super) fn completed_entries(entry: &[u8], affixes: &[(Vec<u8>, Vec<u8>)]) -> Vec<CommandWord> {
+    let mut words: Vec<CommandWord> = Vec::new();
+    for (before, after) in affixes {
+        let word = [before.as_slice(), entry, after.as_slice()].concat();
+        let (word, whole_dir) = match glob_dir(&word) {
+            Some(dir) => (dir, true),
+            None if may_name_a_file(&word) => (word, false),
+            None => continue,
+        };
+        if !words
+            .iter()
+            .any(|w| w.word == word && w.whole_dir == whole_dir)
+        {
+            words.push(CommandWord {
+                word,
+                is_path: false,
+                whole_dir,
+            });
+        }
+    }
+    words
+}
+
 /// The list files of one shell line ([`xargs_lists`]), added to `lists`.
 fn line_xargs_lists(line: &[u8], depth: usize, lists: &mut Vec<Vec<u8>>) {
     for pipeline in pipelines(line) {
@@ -1835,6 +1916,34 @@ fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lists_entries_are_held_as_the_script_completes_them() {
+        let script = b"for d in $(cat L); do for f in \"$d\"/*.sh; do sh \"$f\"; done; done\n\
+                       for f in $(cat M); do sh \"${f}.sh\" tools/$f; X=$HOME; done\n";
+        let affixes = variable_affixes(script);
+        let pairs: Vec<(&[u8], &[u8])> = affixes
+            .iter()
+            .map(|(a, b)| (a.as_slice(), b.as_slice()))
+            .collect();
+        assert_eq!(
+            pairs,
+            vec![(&b""[..], &b"/*.sh"[..]), (b"", b".sh"), (b"tools/", b"")]
+        );
+        let words = completed_entries(b"tools/checks", &affixes);
+        let got: Vec<(&[u8], bool)> = words
+            .iter()
+            .map(|w| (w.word.as_slice(), w.whole_dir))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (&b"tools/checks"[..], true),
+                (b"tools/checks.sh", false),
+                (b"tools/tools/checks", false)
+            ]
+        );
+    }
 
     #[test]
     fn the_files_a_script_that_runs_its_input_reads_are_lists() {

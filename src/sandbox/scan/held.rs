@@ -539,21 +539,30 @@ impl<'a> Walker<'a, '_> {
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
         let lists = config_text::xargs_lists(text).into_iter().map(|l| (l, top));
-        self.guard_lists(lists, top, depth, walk, false)
+        let entries = ListEntries {
+            present_only: false,
+            affixes: &[],
+        };
+        self.guard_lists(lists, top, depth, walk, entries)
     }
 
     /// [`Walker::guard_xargs_lists`] for `lists`, each read from its own base directory
     /// (a script's own lists may be spelled from its directory); their entries are words
     /// of a line run from `top`; with `present_only`, only those that exist (a file a
-    /// script merely reads may list anything).
+    /// script merely reads may list anything); each entry also as the script completes
+    /// it ([`ListEntries::affixes`]).
     fn guard_lists<'p>(
         &mut self,
         lists: impl IntoIterator<Item = (Vec<u8>, &'p Path)>,
         top: &Path,
         depth: usize,
         walk: &mut ConfigWalk,
-        present_only: bool,
+        entries: ListEntries<'_>,
     ) -> Result<(), SandboxError> {
+        let ListEntries {
+            present_only,
+            affixes,
+        } = entries;
         for (list, base) in lists {
             let is_path = list.contains(&b'/');
             let word = CommandWord {
@@ -566,6 +575,9 @@ impl<'a> Walker<'a, '_> {
                 continue;
             };
             for entry in config_text::list_entries(&text) {
+                for word in config_text::completed_entries(&entry, affixes) {
+                    self.guard_command_word(word, top, depth, walk)?;
+                }
                 let is_path = entry.contains(&b'/') && !present_only;
                 let word = CommandWord {
                     word: entry,
@@ -710,14 +722,23 @@ impl<'a> Walker<'a, '_> {
                 .into_iter()
                 .map(based)
                 .collect();
-            self.guard_lists(lists, top, depth, walk, false)?;
+            let affixes = config_text::variable_affixes(&with_sourced);
+            let entries = ListEntries {
+                present_only: false,
+                affixes: &affixes,
+            };
+            self.guard_lists(lists, top, depth, walk, entries)?;
             // Any file's lines may be read so: only its entries that exist are held.
             let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&with_sourced)
                 .into_iter()
                 .map(based)
                 .filter(|(list, base)| config_path(list, Some(base)).is_some_and(|p| p.is_file()))
                 .collect();
-            self.guard_lists(read, top, depth, walk, true)?;
+            let entries = ListEntries {
+                present_only: true,
+                affixes: &affixes,
+            };
+            self.guard_lists(read, top, depth, walk, entries)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).
@@ -1310,6 +1331,16 @@ impl ConfigWalk {
             reading_scripts: false,
         }
     }
+}
+
+/// How [`Walker::guard_lists`] reads the entries of its lists.
+#[derive(Clone, Copy)]
+pub(super) struct ListEntries<'a> {
+    /// Only entries that exist are held (a file a script merely reads may list anything).
+    pub(super) present_only: bool,
+    /// What the script puts before and after a variable's value
+    /// ([`config_text::variable_affixes`]): each entry is held as completed so too.
+    pub(super) affixes: &'a [(Vec<u8>, Vec<u8>)],
 }
 
 /// A path a config or a command of one names outside the tree whose config it is, left
