@@ -9,6 +9,8 @@
 //!   vault/aws-creds`): read against coder's working directory and the home directory.
 //! * **A list naming directories whose scripts a held script runs**: the agent adds a
 //!   script of its own there (the directory is held whole).
+//! * **A wrapper's option whose value is no number** (`env -u X sh tools/x.sh`, `timeout
+//!   -s KILL 5 sh …`): the wrapped command is read.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -156,4 +158,35 @@ fn a_script_added_to_a_directory_a_list_names_is_not_run() {
         ),
         &["fmt"],
     );
+}
+
+/// Spellings of a wrapped command whose wrapper's option value is no number, each
+/// running `tools/x.sh`: round twenty-five read the value as the program and stopped.
+const WRAPPED: &[(&str, &str)] = &[
+    ("env -u", "env -u NOPE sh tools/x.sh"),
+    ("env -C", "env -C . sh tools/x.sh"),
+    ("timeout -s", "timeout -s KILL 30 sh tools/x.sh"),
+    ("timeout -k", "timeout -k 1m 30 sh tools/x.sh"),
+    ("ionice -c idle", "ionice -c idle sh tools/x.sh"),
+    ("nice -n then env -u", "nice -n 5 env -u NOPE sh tools/x.sh"),
+    ("stdbuf -o L", "stdbuf -o L sh tools/x.sh"),
+];
+
+/// A held script running the user's `tools/x.sh` by each of [`WRAPPED`]'s spellings: the
+/// agent appends to it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_wrapper_with_an_option_value_runs_are_not_the_agents_to_write() {
+    for (name, line) in WRAPPED {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+            },
+            &append_to("tools/x.sh"),
+            &["fmt"],
+        );
+    }
 }

@@ -1445,7 +1445,7 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             {
                 tokens.drain(..=at);
             }
-            let mut words = tokens.iter().skip_while(|w| runs_the_next_word(w));
+            let mut words = tokens.iter().skip(wrapped_program_at(&tokens));
             let Some(program) = words.next() else {
                 continue;
             };
@@ -1500,6 +1500,84 @@ fn runs_the_next_word(word: &[u8]) -> bool {
         || word.starts_with(b"-")
         || word.first().is_some_and(u8::is_ascii_digit)
 }
+
+/// Where a command's program is among its `tokens`: past the words that leave it to come
+/// ([`runs_the_next_word`]), and past the value of a wrapper's option that takes one
+/// ([`WRAPPER_VALUE_OPTIONS`]: `env -u X`, `timeout -s KILL`, `ionice -c idle`, `sudo -u
+/// bob`), which ended the reading until round twenty-six: the value was taken for the
+/// program and `env -u X sh tools/x.sh` ran the agent's edit of `tools/x.sh`.
+fn wrapped_program_at(tokens: &[Vec<u8>]) -> usize {
+    let mut wrapper: &[u8] = b"";
+    let mut at = 0;
+    while let Some(word) = tokens.get(at) {
+        if !runs_the_next_word(word) {
+            break;
+        }
+        let takes_value = WRAPPER_VALUE_OPTIONS
+            .iter()
+            .any(|(name, options)| *name == wrapper && options.contains(&word.as_slice()));
+        if !word.starts_with(b"-") && !word.first().is_some_and(u8::is_ascii_digit) {
+            wrapper = program_name(word);
+        }
+        at += if takes_value { 2 } else { 1 };
+    }
+    at
+}
+
+/// The options of [`runs_the_next_word`]'s wrappers that take the next word as their
+/// value (spelled apart; `-uX` and `--unset=X` are one word).
+const WRAPPER_VALUE_OPTIONS: &[(&[u8], &[&[u8]])] = &[
+    (b"env", &[b"-u", b"--unset", b"-C", b"--chdir"]),
+    (b"timeout", &[b"-s", b"--signal", b"-k", b"--kill-after"]),
+    (b"nice", &[b"-n", b"--adjustment"]),
+    (
+        b"ionice",
+        &[
+            b"-c",
+            b"--class",
+            b"-n",
+            b"--classdata",
+            b"-p",
+            b"--pid",
+            b"-P",
+            b"--pgid",
+            b"-u",
+            b"--uid",
+        ],
+    ),
+    (
+        b"stdbuf",
+        &[b"-i", b"-o", b"-e", b"--input", b"--output", b"--error"],
+    ),
+    (
+        b"sudo",
+        &[
+            b"-u",
+            b"--user",
+            b"-g",
+            b"--group",
+            b"-C",
+            b"--close-from",
+            b"-D",
+            b"--chdir",
+            b"-h",
+            b"--host",
+            b"-p",
+            b"--prompt",
+            b"-r",
+            b"--role",
+            b"-t",
+            b"--type",
+            b"-U",
+            b"--other-user",
+            b"-T",
+            b"--command-timeout",
+            b"-R",
+            b"--chroot",
+        ],
+    ),
+    (b"doas", &[b"-u", b"-C"]),
+];
 
 /// `NAME=value` (a variable set for the command).
 fn is_assignment(word: &[u8]) -> bool {
@@ -1916,6 +1994,24 @@ fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrappers_option_value_is_not_its_program() {
+        for line in [
+            "env -u X sh tools/x.sh",
+            "timeout -s KILL 5 sh tools/x.sh",
+            "nice -n 5 sh tools/x.sh",
+            "ionice -c3 sh tools/x.sh",
+            "ionice -c idle -n 7 sh tools/x.sh",
+            "sudo -u bob env -C . FOO=1 sh tools/x.sh",
+        ] {
+            let words: Vec<Vec<u8>> = run_words(line.as_bytes())
+                .into_iter()
+                .map(|(w, _)| w)
+                .collect();
+            assert_eq!(words, vec![b"tools/x.sh".to_vec()], "{line}");
+        }
+    }
 
     #[test]
     fn a_lists_entries_are_held_as_the_script_completes_them() {
