@@ -9,6 +9,9 @@
 //!   vault/aws-creds`): read against coder's working directory and the home directory.
 //! * **A list naming directories whose scripts a held script runs**: the agent adds a
 //!   script of its own there (the directory is held whole).
+//! * **Keys the never-visible list did not know** (pip's, rclone's, poetry's, helm's, …,
+//!   in the home directory or where `PIP_CONFIG_FILE`, `RCLONE_CONFIG`, `XDG_CONFIG_HOME`
+//!   move them), and **the invoking user's home under `sudo`** (`SUDO_USER`).
 //! * **A wrapper's option whose value is no number** (`env -u X sh tools/x.sh`, `timeout
 //!   -s KILL 5 sh …`): the wrapped command is read.
 //!
@@ -189,4 +192,150 @@ fn the_scripts_a_wrapper_with_an_option_value_runs_are_not_the_agents_to_write()
             &["fmt"],
         );
     }
+}
+
+/// Home keys the never-visible list did not hold until round twenty-six: the directory
+/// granted, the key in it. Control: unconfined.
+const HOME_KEYS: &[(&str, &str)] = &[
+    (".config/rclone", "rclone.conf"),
+    (".config/pip", "pip.conf"),
+    (".pip", "pip.conf"),
+    (".config/pypoetry", "auth.toml"),
+    (".config/helm", "registry/config.json"),
+    (".config/containers", "auth.json"),
+    (".bundle", "config"),
+    (".kaggle", "kaggle.json"),
+    (".oci", "config"),
+    (".ivy2", ".credentials"),
+];
+
+/// `--read ~/DIR` of a home directory holding one of [`HOME_KEYS`]: refused (or the key
+/// not shown). Control: unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_of_a_home_directory_holding_other_tools_keys_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (dir, key) in HOME_KEYS {
+            for confined in [true, false] {
+                let fx = Fixture::new("coder-round26-homekey-", nobody, &["ws", "home", "state"]);
+                let granted = fx.root().join("home").join(dir);
+                sandbox_fixture::write(&granted.join(key), "KEY-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/{key}'; echo SERVED", granted.display());
+                let mut args = vec!["--read", granted.to_str().unwrap()];
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let (rc, out) = fx.sandbox(&args, &script);
+                let who = format!("nobody={nobody} ~/{dir}/{key} confined={confined}");
+                let served = rc == 0 && out.contains("KEY-SECRET");
+                if confined && out.contains("KEY-SECRET") {
+                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                } else if !confined && !served {
+                    broken.push(format!("{who}: control: {out}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// Variables that move one of those keys (the variable, its value relative to the
+/// fixture's `vault/`, the key relative to `vault/`).
+const RELOCATED: &[(&str, &str, &str)] = &[
+    ("PIP_CONFIG_FILE", "pip.conf", "pip.conf"),
+    ("RCLONE_CONFIG", "rclone.conf", "rclone.conf"),
+    ("XDG_CONFIG_HOME", "", "rclone/rclone.conf"),
+    ("XDG_CONFIG_HOME", "", "pip/pip.conf"),
+    ("POETRY_CONFIG_DIR", "", "auth.toml"),
+];
+
+/// `--read vault` where a variable of [`RELOCATED`] puts the key: refused. Control: the
+/// same grant without the variable is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_holding_another_tools_relocated_key_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (var, value, key) in RELOCATED {
+            for set in [true, false] {
+                let fx = Fixture::new("coder-round26-reloc-", nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join("vault");
+                sandbox_fixture::write(&vault.join(key), "KEY-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/{key}'; echo SERVED", vault.display());
+                let mut cmd =
+                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+                if set {
+                    cmd.env(var, vault.join(value));
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("nobody={nobody} {var}={value} set={set}");
+                let served = rc == 0 && out.contains("KEY-SECRET");
+                if set && out.contains("KEY-SECRET") {
+                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                } else if !set && !served {
+                    broken.push(format!("{who}: control: {out}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A user entry made for one test (`useradd`), removed when dropped.
+struct TestUser(String);
+
+impl TestUser {
+    fn new(home: &Path) -> TestUser {
+        let name = format!("c26s{}", std::process::id());
+        let ok = std::process::Command::new("useradd")
+            .args(["-M", "-N", "-s", "/usr/sbin/nologin", "-d"])
+            .arg(home)
+            .arg(&name)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "useradd {name}");
+        TestUser(name)
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel").arg(&self.0).status();
+    }
+}
+
+/// coder started through `sudo` by a user whose home is neither `$HOME` (root's, as
+/// `sudo` sets it) nor the process's user entry's: `SUDO_USER` names them, and `--read`
+/// of their `~/.ssh` was granted. Refused now. Control: without `SUDO_USER`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_sudo_users_keys_are_not_granted() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for set in [true, false] {
+            let fx = Fixture::new("coder-round26-sudo-", nobody, &["ws", "home", "state"]);
+            let alice = fx.root().join("alice");
+            let ssh = alice.join(".ssh");
+            sandbox_fixture::write(&ssh.join("authorized_keys"), "KEY-SECRET\n");
+            fx.own(fx.root());
+            let user = TestUser::new(&alice);
+            let script = format!("cat '{}/authorized_keys'; echo SERVED", ssh.display());
+            let mut cmd = fx.sandbox_in(&fx.ws(), &["--read", ssh.to_str().unwrap()], &script);
+            if set {
+                cmd.env("SUDO_USER", &user.0);
+            }
+            let (rc, out) = run_text(&mut cmd);
+            let who = format!("nobody={nobody} set={set}");
+            let served = rc == 0 && out.contains("KEY-SECRET");
+            if set && out.contains("KEY-SECRET") {
+                broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+            } else if !set && !served {
+                broken.push(format!("{who}: control: {out}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -72,8 +72,14 @@ pub const CACHES: [&str; 14] = [
 /// added the files this module's own notes name as holding passwords and tokens
 /// (`~/.m2/settings.xml`, `~/.gradle/gradle.properties`), cargo's older
 /// `~/.cargo/credentials`, and the cloud, registry and database tools' keys: `--read
-/// ~/.m2` or `--read ~/.gradle` had shown them.
-pub const NEVER_VISIBLE: [&str; 23] = [
+/// ~/.m2` or `--read ~/.gradle` had shown them. Round twenty-six added those of the other
+/// tools that keep a password or token in the home directory: pip's config (an index URL
+/// with credentials), rclone's, poetry's `auth.toml`, yarn's, bundler's, composer's,
+/// helm's, terraform's, hub's and glab's, Copilot's, podman's `auth.json`, sops' age
+/// keys, `pass`'s store, MySQL's, s3cmd's, boto's, OCI's, Databricks', Pulumi's,
+/// Kaggle's, Hugging Face's token, sbt's, NuGet's, doctl's, fly's, uv's, 1Password's and
+/// hcloud's.
+pub const NEVER_VISIBLE: [&str; 58] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -97,6 +103,41 @@ pub const NEVER_VISIBLE: [&str; 23] = [
     ".local/share/keyrings",
     ".pgpass",
     ".vault-token",
+    ".config/pip",
+    ".pip",
+    ".config/rclone",
+    ".config/pypoetry/auth.toml",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".bundle/config",
+    ".config/composer/auth.json",
+    ".composer/auth.json",
+    ".config/helm",
+    ".terraformrc",
+    ".config/hub",
+    ".config/glab-cli",
+    ".config/github-copilot",
+    ".config/containers/auth.json",
+    ".config/sops",
+    ".password-store",
+    ".my.cnf",
+    ".mylogin.cnf",
+    ".s3cfg",
+    ".boto",
+    ".oci",
+    ".databrickscfg",
+    ".pulumi/credentials.json",
+    ".kaggle",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    ".ivy2/.credentials",
+    ".sbt/.credentials",
+    ".nuget/NuGet/NuGet.Config",
+    ".config/doctl",
+    ".fly/config.yml",
+    ".local/share/uv/credentials",
+    ".config/op",
+    ".config/hcloud",
 ];
 
 /// The home paths to grant, with their access. Missing entries are skipped; an entry that
@@ -281,15 +322,37 @@ fn config_value(raw: &str) -> String {
     out.trim().to_string()
 }
 
-/// Each home directory of this process, canonical: `$HOME`'s and the user entry's.
+/// Each home directory of this process, canonical: `$HOME`'s, the user entry's and the
+/// invoking user's ([`invoking_user_home`]).
 pub(crate) fn homes_here() -> Vec<PathBuf> {
-    let mut homes: Vec<PathBuf> = env_path("HOME")
+    let mut homes: Vec<PathBuf> = Vec::new();
+    let found = env_path("HOME")
         .into_iter()
         .chain(account_home())
-        .filter_map(|h| std::fs::canonicalize(h).ok())
-        .collect();
-    homes.dedup();
+        .chain(invoking_user_home())
+        .filter_map(|h| std::fs::canonicalize(h).ok());
+    for home in found {
+        if !homes.contains(&home) {
+            homes.push(home);
+        }
+    }
     homes
+}
+
+/// The home directory (its user entry's) of the user who started coder through `sudo`
+/// or `doas` (`SUDO_USER`, `DOAS_USER`): that user's keys are as much the caller's as
+/// the process's own. Until round twenty-six a `sudo coder …` counted `$HOME` (root's,
+/// as `sudo` sets it) and root's entry only, and `--read /home/alice/.ssh` was granted.
+/// Only ever adds refusals and masks, so a variable set by hand is harmless.
+pub(crate) fn invoking_user_home() -> Option<PathBuf> {
+    ["SUDO_USER", "DOAS_USER"].iter().find_map(|var| {
+        let name = std::env::var(var).ok().filter(|n| !n.is_empty())?;
+        nix::unistd::User::from_name(&name)
+            .ok()
+            .flatten()
+            .map(|user| user.dir)
+            .filter(|dir| dir.is_absolute())
+    })
 }
 
 /// The home directory of this process's user entry (`/etc/passwd`), if it names one.
@@ -414,7 +477,10 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// list as kubectl reads it; `CARGO_HOME`; npm's user config; `NETRC`) and of the cloud
 /// and database tools' (`CLOUDSDK_CONFIG`, `GOOGLE_APPLICATION_CREDENTIALS`,
 /// `AZURE_CONFIG_DIR`, `PGPASSFILE`): `--read` of the directory holding one showed it.
-const RELOCATED_SECRETS: [(&str, &str); 17] = [
+///
+/// Round twenty-six added those of the keys it added to [`NEVER_VISIBLE`]
+/// (`PIP_CONFIG_FILE`, `RCLONE_CONFIG`, `XDG_CONFIG_HOME`'s `pip/`, `rclone/`, …).
+const RELOCATED_SECRETS: [(&str, &str); 45] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -432,6 +498,34 @@ const RELOCATED_SECRETS: [(&str, &str); 17] = [
     ("GOOGLE_APPLICATION_CREDENTIALS", ""),
     ("AZURE_CONFIG_DIR", ""),
     ("PGPASSFILE", ""),
+    ("PIP_CONFIG_FILE", ""),
+    ("RCLONE_CONFIG", ""),
+    ("POETRY_CONFIG_DIR", "auth.toml"),
+    ("COMPOSER_HOME", "auth.json"),
+    ("BUNDLE_USER_CONFIG", ""),
+    ("TF_CLI_CONFIG_FILE", ""),
+    ("REGISTRY_AUTH_FILE", ""),
+    ("HELM_REGISTRY_CONFIG", ""),
+    ("HELM_REPOSITORY_CONFIG", ""),
+    ("HF_TOKEN_PATH", ""),
+    ("HF_HOME", "token"),
+    ("KAGGLE_CONFIG_DIR", ""),
+    ("MYSQL_TEST_LOGIN_FILE", ""),
+    ("BOTO_CONFIG", ""),
+    ("XDG_CONFIG_HOME", "pip"),
+    ("XDG_CONFIG_HOME", "rclone"),
+    ("XDG_CONFIG_HOME", "pypoetry/auth.toml"),
+    ("XDG_CONFIG_HOME", "composer/auth.json"),
+    ("XDG_CONFIG_HOME", "helm"),
+    ("XDG_CONFIG_HOME", "hub"),
+    ("XDG_CONFIG_HOME", "glab-cli"),
+    ("XDG_CONFIG_HOME", "github-copilot"),
+    ("XDG_CONFIG_HOME", "containers/auth.json"),
+    ("XDG_CONFIG_HOME", "sops"),
+    ("XDG_CONFIG_HOME", "doctl"),
+    ("XDG_CONFIG_HOME", "op"),
+    ("XDG_CONFIG_HOME", "hcloud"),
+    ("XDG_DATA_HOME", "uv/credentials"),
 ];
 
 /// The paths a variable of this process's environment names: absolute, or spelled from

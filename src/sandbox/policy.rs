@@ -2371,14 +2371,17 @@ fn refuse_home_secrets(
         .try_for_each(|home| refuse_secrets_of(what, canonical, home))
 }
 
-/// `home` (canonical) and the user entry's home directory ([`account_home`], canonical)
-/// when it is another.
+/// `home` (canonical), the user entry's home directory ([`account_home`], canonical) and
+/// the invoking user's under `sudo` ([`super::home::invoking_user_home`]) when another.
 fn with_account_home(home: Option<&Path>) -> Vec<PathBuf> {
     let mut homes: Vec<PathBuf> = home.map(Path::to_path_buf).into_iter().collect();
-    if let Some(account) = account_home().and_then(|h| fs::canonicalize(h).ok())
-        && !homes.contains(&account)
-    {
-        homes.push(account);
+    let others = account_home()
+        .into_iter()
+        .chain(super::home::invoking_user_home());
+    for other in others.filter_map(|h| fs::canonicalize(h).ok()) {
+        if !homes.contains(&other) {
+            homes.push(other);
+        }
     }
     homes
 }
