@@ -382,6 +382,39 @@ pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
     places
 }
 
+/// The never-visible places ([`never_visible_places`]) of each home directory a run
+/// counts, resolved once per run: the policy's checks of each path (the workspace, each
+/// `--read` and `--write`), the scan's look for keys' other names and the masks of places
+/// outside the home directory ([`places_outside_home`]) each resolved them again, some
+/// 250 `readlink`s a run (round twenty-six's review). A home not among them (a caller
+/// without a run) is resolved when asked, as before.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyPlaces {
+    homes: Vec<(PathBuf, Vec<PathBuf>)>,
+}
+
+impl KeyPlaces {
+    /// The places of each of `homes` (canonical), resolved now.
+    pub(crate) fn of(homes: impl IntoIterator<Item = PathBuf>) -> KeyPlaces {
+        let mut keys = KeyPlaces::default();
+        for home in homes {
+            if !keys.homes.iter().any(|(h, _)| *h == home) {
+                let places = never_visible_places(&home);
+                keys.homes.push((home, places));
+            }
+        }
+        keys
+    }
+
+    /// `home`'s never-visible places: those resolved for it, or resolved now.
+    pub(crate) fn places(&self, home: &Path) -> std::borrow::Cow<'_, [PathBuf]> {
+        match self.homes.iter().find(|(h, _)| h == home) {
+            Some((_, places)) => std::borrow::Cow::Borrowed(places),
+            None => std::borrow::Cow::Owned(never_visible_places(home)),
+        }
+    }
+}
+
 /// Where the symlinks among the entries of the never-visible `places` lead (resolved,
 /// or where a dangling one's target would be made), but for the home directory and its
 /// ancestors: a dotfiles manager's `~/.aws/credentials` -> `~/dotfiles/aws/credentials`
@@ -436,14 +469,17 @@ pub(crate) fn relocated_places() -> Vec<PathBuf> {
 /// the private root shows system directories without a grant, and such a target was
 /// read by its own name there (round twenty-five's second review). Masked by
 /// [`super::hostmask`].
-pub(crate) fn places_outside_home() -> Vec<PathBuf> {
+pub(crate) fn places_outside_home(keys: &KeyPlaces) -> Vec<PathBuf> {
     let homes = homes_here();
     let mut places = relocated_places();
     for home in &homes {
-        let outside = never_visible_places(home)
-            .into_iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .filter(|p| !homes.iter().any(|h| p.starts_with(h)));
+        let outside = keys
+            .places(home)
+            .iter()
+            // Canonical where they exist ([`resolve_leniently`]).
+            .filter(|p| p.exists() && !homes.iter().any(|h| p.starts_with(h)))
+            .cloned()
+            .collect::<Vec<_>>();
         places.extend(outside);
     }
     places.sort();
