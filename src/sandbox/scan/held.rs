@@ -575,8 +575,13 @@ impl<'a> Walker<'a, '_> {
                 continue;
             };
             for entry in config_text::list_entries(&text) {
+                // Only those there: an absent one would count towards the cap for nothing.
                 for word in config_text::completed_entries(&entry, affixes) {
-                    self.guard_command_word(word, top, depth, walk)?;
+                    if config_path(&word.word, Some(top))
+                        .is_some_and(|p| fs::symlink_metadata(p).is_ok())
+                    {
+                        self.guard_command_word(word, top, depth, walk)?;
+                    }
                 }
                 let is_path = entry.contains(&b'/') && !present_only;
                 let word = CommandWord {
