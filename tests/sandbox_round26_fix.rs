@@ -102,6 +102,18 @@ fn a_chain_longer_than_the_scan_holds_refuses_the_run() {
     }
 }
 
+/// Adds to `broken` what is wrong with one run that printed `out` and exited `rc`: in
+/// the `guarded` case (the variable set, or confined) `key` must not show; in the control
+/// the run must succeed and show it.
+fn judge(broken: &mut Vec<String>, who: &str, guarded: bool, (rc, out): (i32, &str), key: &str) {
+    let served = rc == 0 && out.contains(key);
+    if guarded && out.contains(key) {
+        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+    } else if !guarded && !served {
+        broken.push(format!("{who}: control: {out}"));
+    }
+}
+
 /// `AWS_SHARED_CREDENTIALS_FILE` relative (a `.env` file's, read by botocore against the
 /// working directory of the process): `vault/aws-creds` from the home directory, and
 /// `home/vault/aws-creds` from coder's own working directory; round twenty-five counted
@@ -127,12 +139,7 @@ fn a_grant_holding_a_relocated_key_named_by_a_relative_value_is_refused() {
                 }
                 let (rc, out) = run_text(&mut cmd);
                 let who = format!("{value}: nobody={nobody} set={set}");
-                let served = rc == 0 && out.contains("AWS-SECRET");
-                if !set && !served {
-                    broken.push(format!("{who}: control: {out}"));
-                } else if set && out.contains("AWS-SECRET") {
-                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                }
+                judge(&mut broken, &who, set, (rc, &out), "AWS-SECRET");
             }
         }
     }
@@ -229,12 +236,7 @@ fn a_grant_of_a_home_directory_holding_other_tools_keys_is_refused() {
                 }
                 let (rc, out) = fx.sandbox(&args, &script);
                 let who = format!("nobody={nobody} ~/{dir}/{key} confined={confined}");
-                let served = rc == 0 && out.contains("KEY-SECRET");
-                if confined && out.contains("KEY-SECRET") {
-                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                } else if !confined && !served {
-                    broken.push(format!("{who}: control: {out}"));
-                }
+                judge(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
             }
         }
     }
@@ -272,12 +274,7 @@ fn a_grant_holding_another_tools_relocated_key_is_refused() {
                 }
                 let (rc, out) = run_text(&mut cmd);
                 let who = format!("nobody={nobody} {var}={value} set={set}");
-                let served = rc == 0 && out.contains("KEY-SECRET");
-                if set && out.contains("KEY-SECRET") {
-                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                } else if !set && !served {
-                    broken.push(format!("{who}: control: {out}"));
-                }
+                judge(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
             }
         }
     }
@@ -329,12 +326,7 @@ fn the_sudo_users_keys_are_not_granted() {
             }
             let (rc, out) = run_text(&mut cmd);
             let who = format!("nobody={nobody} set={set}");
-            let served = rc == 0 && out.contains("KEY-SECRET");
-            if set && out.contains("KEY-SECRET") {
-                broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-            } else if !set && !served {
-                broken.push(format!("{who}: control: {out}"));
-            }
+            judge(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
