@@ -20,8 +20,10 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use common::Bounded;
 use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, run_text};
 
 /// Every fixture here: the user's repository on git's default branch.
@@ -97,6 +99,46 @@ fn a_chain_longer_than_the_scan_holds_refuses_the_run() {
             assert!(
                 out.contains("the scripts your git config's commands run name more than 1024"),
                 "{who}: {out}"
+            );
+        }
+    }
+}
+
+/// The same chain in the run mode (`coder --cd WS --claude-bin FAKE TASK`): a
+/// `config_error` envelope naming the cause, and the agent (a fake CLI that plants a
+/// marker) never starts; unconfined, it runs.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_chain_longer_than_the_scan_holds_is_a_config_error_of_the_run() {
+    for nobody in sandbox_fixture::arms() {
+        for confined in [true, false] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            chain(&fx, &ws, 1100);
+            let bin = fx.root().join("fake-claude");
+            std::fs::write(&bin, sandbox_fixture::payload_claude("touch AGENT-RAN")).unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let owner = nobody.then_some(65534);
+            let extra: &[&str] = if confined {
+                &[]
+            } else {
+                &["--sandbox", "danger-full-access"]
+            };
+            let out = sandbox_fixture::coder_as(fx.root(), owner, &ws, &bin, extra, "go")
+                .output_bounded();
+            let env: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("no envelope ({e}): {out:?}"));
+            let who = format!("nobody={nobody} confined={confined}");
+            let ran = ws.join("AGENT-RAN").exists();
+            if !confined {
+                assert!(ran, "{who}: control: {env}");
+                continue;
+            }
+            assert!(!ran, "{who}: the agent ran: {env}");
+            assert_eq!(env["error_kind"], "config_error", "{who}: {env}");
+            assert!(
+                env.to_string().contains("name more than 1024 files"),
+                "{who}: {env}"
             );
         }
     }
