@@ -256,6 +256,7 @@ const HOME_KEYS: &[(&str, &str)] = &[
     (".kaggle", "kaggle.json"),
     (".oci", "config"),
     (".ivy2", ".credentials"),
+    (".claude", ".credentials.json"),
 ];
 
 /// `--read ~/DIR` of a home directory holding one of [`HOME_KEYS`]: refused (or the key

@@ -78,8 +78,8 @@ pub const CACHES: [&str; 14] = [
 /// helm's, terraform's, hub's and glab's, Copilot's, podman's `auth.json`, sops' age
 /// keys, `pass`'s store, MySQL's, s3cmd's, boto's, OCI's, Databricks', Pulumi's,
 /// Kaggle's, Hugging Face's token, sbt's, NuGet's, doctl's, fly's, uv's, 1Password's and
-/// hcloud's.
-pub const NEVER_VISIBLE: [&str; 58] = [
+/// hcloud's, and Claude Code's own login (`~/.claude/.credentials.json`).
+pub const NEVER_VISIBLE: [&str; 59] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -138,6 +138,7 @@ pub const NEVER_VISIBLE: [&str; 58] = [
     ".local/share/uv/credentials",
     ".config/op",
     ".config/hcloud",
+    ".claude/.credentials.json",
 ];
 
 /// The home paths to grant, with their access. Missing entries are skipped; an entry that
