@@ -649,6 +649,94 @@ fn add_user_grants(
     Ok(scanned)
 }
 
+/// What [`Policy::take_scan`] takes of the scan and the run's setup.
+struct ScanResult<'a> {
+    found: Result<(scan::ScanOutput, Vec<super::gitguard::ToolTree>), SandboxError>,
+    /// The `--read`/`--write` trees the scan read (canonical, and whether writable).
+    scanned: &'a [(PathBuf, bool)],
+    keys: &'a home::KeyPlaces,
+    /// What finishing earlier runs' guards reported.
+    late_guard: Vec<String>,
+    config: ConfigDir<'a>,
+}
+
+/// What every confined run may read of the system, and the harmless devices.
+fn system_grants() -> Result<Grants, SandboxError> {
+    let mut grants = Grants::default();
+    for path in SYSTEM_READ {
+        grants.add_optional(Path::new(path), Access::Read)?;
+    }
+    for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
+        grants.add_optional(Path::new(dev), Access::Device)?;
+    }
+    for dev in ["/dev/random", "/dev/urandom"] {
+        grants.add_optional(Path::new(dev), Access::Read)?;
+    }
+    Ok(grants)
+}
+
+/// The home directory's grants ([`home::home_grants`]; the tool caches writable when
+/// asked, in workspace-write mode) and the run's git identity as `GIT_CONFIG_GLOBAL`.
+fn add_home_grants(
+    grants: &mut Grants,
+    policy: &mut Policy,
+    opts: &PolicyOptions,
+    home: &Path,
+) -> Result<(), SandboxError> {
+    let writable_caches = opts.tool_caches && opts.mode == Mode::WorkspaceWrite;
+    for (path, access) in home::home_grants(home, writable_caches) {
+        let access = match access {
+            home::HomeAccess::Read => Access::Read,
+            home::HomeAccess::Write => Access::Write,
+        };
+        grants.add(&path, access)?;
+    }
+    let identity = write_git_identity(&policy.run_dir, home)?;
+    grants.add_own(&identity, Access::Read)?;
+    policy.env_set.insert(
+        "GIT_CONFIG_GLOBAL".to_string(),
+        identity.to_string_lossy().into_owned(),
+    );
+    Ok(())
+}
+
+/// The run's own grants: the workspace (writable in workspace-write mode), the CLI's
+/// config directory (and its parent, when it holds nothing else), the run's TMPDIR, and
+/// `/tmp` with `--allow-tmp`. Whether the config directory's parent is writable.
+fn add_run_grants(
+    grants: &mut Grants,
+    policy: &mut Policy,
+    opts: &PolicyOptions,
+    config_dir: &Path,
+) -> Result<bool, SandboxError> {
+    let ws_access = match opts.mode {
+        Mode::WorkspaceWrite => Access::Write,
+        _ => Access::Read,
+    };
+    // Only the workspace itself: nothing read from it (a `.git` file, `commondir`)
+    // widens a grant; git metadata elsewhere needs the user's own `--write`.
+    grants.add(&policy.workspace, ws_access)?;
+    // Claude takes `<dir>.lock` beside its config dir when it refreshes an OAuth login,
+    // so the parent is writable too, but only when it holds nothing else (coder's own
+    // state, or the home directory, must stay out of reach).
+    grants.add_own(config_dir, Access::Write)?;
+    let mut config_in_writable_parent = false;
+    if let Some(parent) = config_dir.parent()
+        && !is_broad(parent, policy.home.as_deref())
+        && parent != Path::new(PRIVATE_SHM)
+        && holds_only(parent, config_dir)
+    {
+        grants.add_own(parent, Access::Write)?;
+        config_in_writable_parent = true;
+    }
+    grants.add(&policy.tmp_dir, Access::Write)?;
+    if opts.allow_tmp {
+        grants.add(Path::new("/tmp"), Access::Write)?;
+        policy.outside_roots.push(PathBuf::from("/tmp"));
+    }
+    Ok(config_in_writable_parent)
+}
+
 impl Policy {
     /// Resolve `opts` into a policy. Creates this run's private directory and the Claude
     /// config directory; reads the workspace to find what must be masked.
@@ -678,7 +766,6 @@ impl Policy {
         } = RunDirs::make(&places)?;
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
 
-        let text = |p: &Path| p.to_string_lossy().into_owned();
         let RunEnv {
             env_set,
             env_remove,
@@ -728,56 +815,12 @@ impl Policy {
             return Ok(policy);
         }
 
-        let mut grants = Grants::default();
-        for path in SYSTEM_READ {
-            grants.add_optional(Path::new(path), Access::Read)?;
-        }
-        for dev in ["/dev/null", "/dev/zero", "/dev/full"] {
-            grants.add_optional(Path::new(dev), Access::Device)?;
-        }
-        for dev in ["/dev/random", "/dev/urandom"] {
-            grants.add_optional(Path::new(dev), Access::Read)?;
-        }
+        let mut grants = system_grants()?;
         if let Some(home) = &home {
-            let writable_caches = opts.tool_caches && opts.mode == Mode::WorkspaceWrite;
-            for (path, access) in home::home_grants(home, writable_caches) {
-                let access = match access {
-                    home::HomeAccess::Read => Access::Read,
-                    home::HomeAccess::Write => Access::Write,
-                };
-                grants.add(&path, access)?;
-            }
-            let identity = write_git_identity(&run_dir, home)?;
-            grants.add_own(&identity, Access::Read)?;
-            policy
-                .env_set
-                .insert("GIT_CONFIG_GLOBAL".to_string(), text(&identity));
+            add_home_grants(&mut grants, &mut policy, opts, home)?;
         }
-        let ws_access = match opts.mode {
-            Mode::WorkspaceWrite => Access::Write,
-            _ => Access::Read,
-        };
-        // Only the workspace itself: nothing read from it (a `.git` file, `commondir`)
-        // widens a grant; git metadata elsewhere needs the user's own `--write`.
-        grants.add(&workspace, ws_access)?;
-        // Claude takes `<dir>.lock` beside its config dir when it refreshes an OAuth login,
-        // so the parent is writable too, but only when it holds nothing else (coder's own
-        // state, or the home directory, must stay out of reach).
-        grants.add_own(&config_dir, Access::Write)?;
-        let mut config_in_writable_parent = false;
-        if let Some(parent) = config_dir.parent()
-            && !is_broad(parent, home.as_deref())
-            && parent != Path::new(PRIVATE_SHM)
-            && holds_only(parent, &config_dir)
-        {
-            grants.add_own(parent, Access::Write)?;
-            config_in_writable_parent = true;
-        }
-        grants.add(&tmp_dir, Access::Write)?;
-        if opts.allow_tmp {
-            grants.add(Path::new("/tmp"), Access::Write)?;
-            policy.outside_roots.push(PathBuf::from("/tmp"));
-        }
+        let config_in_writable_parent =
+            add_run_grants(&mut grants, &mut policy, opts, &config_dir)?;
 
         let scanned = add_user_grants(&mut grants, &mut policy, opts, (home.as_deref(), &keys))?;
 
@@ -800,17 +843,7 @@ impl Policy {
             .collect();
         refuse_kernel_trees(&named)?;
         refuse_reachable_coder_state(&grants, &opts.extra_read, own, &places)?;
-        // Any workspace's cache, not only this one's: the agent could write the file a
-        // later run of another workspace reads.
-        let listings = match listings_dir() {
-            Some(dir) if grants.writes_into(&dir) => {
-                policy.reachable_listings = Some(dir);
-                policy.forget_reachable_listings();
-                None
-            }
-            Some(dir) => Some(listing_cache::cache_path_in(&dir, &workspace)),
-            None => None,
-        };
+        let listings = policy.listings_cache(&grants);
         // Held from before the scan looks at any placeholder until the run is over.
         // The writable trees are the ones the scan makes placeholders in.
         if !policy.guard_roots.is_empty() {
@@ -828,63 +861,86 @@ impl Policy {
         );
         crate::phases::mark("scan.done");
         policy.placeholders = created;
-        let registered = match &policy.lease.0 {
-            Some(lease) => lease.register(&policy.placeholders),
-            None => Ok(()),
+        let scan = ScanResult {
+            found,
+            scanned: &scanned,
+            keys: &keys,
+            late_guard,
+            config: ConfigDir {
+                path: &config_dir,
+                pin: config_in_writable_parent,
+            },
         };
-        let (found, tool_trees) = match registered.and(found) {
-            Ok(found) => found,
-            Err(e) => {
-                policy.cleanup();
-                return Err(e);
-            }
-        };
-        policy.git_known = found.git_known;
-        policy.host_secrets = super::hostmask::HostSecrets {
-            places: super::home::places_outside_home(&keys),
-            linked: found.home_key_links,
-            scanned: std::iter::once(workspace.clone())
-                .chain(scanned.iter().map(|(path, _)| path.clone()))
-                .collect(),
-        };
-        policy.dir_listings = found.listings;
-        policy.warnings = found.warnings;
-        policy.warnings.extend(late_guard);
-        let mut masks = found.masks;
-        let config = ConfigDir {
-            path: &config_dir,
-            pin: config_in_writable_parent,
-        };
-        if let Err(e) = finish_masks(&policy, &mut masks, config, opts) {
-            policy.cleanup();
-            return Err(e);
-        }
-        policy.roots = grants.roots();
-        policy.aliases = grants.aliases.into_iter().collect();
-        // Everything held read-only, whole (a pin's contents change): what the scan held
-        // is not the agent's, and nothing below a held directory can have changed.
-        let held = masks
-            .iter()
-            .filter(|m| matches!(m.kind, MaskKind::ReadOnly | MaskKind::Empty))
-            .map(|m| (m.dev, m.ino));
-        policy.tool_guard = super::gitguard::ToolGuard {
-            held: held.collect(),
-            trees: tool_trees,
-        };
-        policy.masks = masks;
-        if let Err(e) = super::gitguard::record_pending(&policy) {
-            policy.cleanup();
-            return Err(e);
-        }
-        if policy.needs_mask_source()
-            && let Err(e) = write_mask_source(&policy.run_dir)
-        {
+        if let Err(e) = policy.take_scan(scan, grants, opts) {
             policy.cleanup();
             return Err(e);
         }
         made.keep();
         made_tmp.keep();
         Ok(policy)
+    }
+
+    /// Where this workspace's listings cache is, or `None` when there is none or the
+    /// grants let the agent write the caches' directory (then it is forgotten). Any
+    /// workspace's cache counts, not only this one's: the agent could write the file a
+    /// later run of another workspace reads.
+    fn listings_cache(&mut self, grants: &Grants) -> Option<PathBuf> {
+        match listings_dir() {
+            Some(dir) if grants.writes_into(&dir) => {
+                self.reachable_listings = Some(dir);
+                self.forget_reachable_listings();
+                None
+            }
+            Some(dir) => Some(listing_cache::cache_path_in(&dir, &self.workspace)),
+            None => None,
+        }
+    }
+
+    /// What the scan found, taken into the policy with the grants: the masks finished,
+    /// the roots, what the end-of-run guard holds, the pending guard record and the mask
+    /// source written. On `Err` the caller cleans up.
+    fn take_scan(
+        &mut self,
+        scan: ScanResult<'_>,
+        grants: Grants,
+        opts: &PolicyOptions,
+    ) -> Result<(), SandboxError> {
+        let registered = match &self.lease.0 {
+            Some(lease) => lease.register(&self.placeholders),
+            None => Ok(()),
+        };
+        let (found, tool_trees) = registered.and(scan.found)?;
+        self.git_known = found.git_known;
+        self.host_secrets = super::hostmask::HostSecrets {
+            places: super::home::places_outside_home(scan.keys),
+            linked: found.home_key_links,
+            scanned: std::iter::once(self.workspace.clone())
+                .chain(scan.scanned.iter().map(|(path, _)| path.clone()))
+                .collect(),
+        };
+        self.dir_listings = found.listings;
+        self.warnings = found.warnings;
+        self.warnings.extend(scan.late_guard);
+        let mut masks = found.masks;
+        finish_masks(self, &mut masks, scan.config, opts)?;
+        self.roots = grants.roots();
+        self.aliases = grants.aliases.into_iter().collect();
+        // Everything held read-only, whole (a pin's contents change): what the scan held
+        // is not the agent's, and nothing below a held directory can have changed.
+        let held = masks
+            .iter()
+            .filter(|m| matches!(m.kind, MaskKind::ReadOnly | MaskKind::Empty))
+            .map(|m| (m.dev, m.ino));
+        self.tool_guard = super::gitguard::ToolGuard {
+            held: held.collect(),
+            trees: tool_trees,
+        };
+        self.masks = masks;
+        super::gitguard::record_pending(self)?;
+        if self.needs_mask_source() {
+            write_mask_source(&self.run_dir)?;
+        }
+        Ok(())
     }
 
     /// Grant reading `path` (a file or a directory) in addition to what the mode grants:
