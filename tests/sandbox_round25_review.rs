@@ -23,7 +23,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &["chain of six scripts"];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// A key a variable moves outside the home directory: the variable, its value relative to
 /// the fixture's `vault/` (a `:` list for `KUBECONFIG`), and the file holding the key,

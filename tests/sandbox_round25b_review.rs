@@ -24,11 +24,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[
-    "relocated key spelled with $HOME",
-    "list without suffix",
-    "list of directories",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// A directory of this test's own in `/opt` (a system directory the sandbox shows),
 /// with `mode`.
@@ -260,9 +256,9 @@ fn a_relocated_key_with_another_name_is_masked_and_the_run_goes_on() {
 /// `AWS_SHARED_CREDENTIALS_FILE=$HOME/vault/aws-creds` (and `${HOME}/…`), the variable
 /// left for botocore to expand (its `raw_config_parse` runs `os.path.expandvars` before
 /// `expanduser`; a quoted assignment in a `.env` file or a systemd unit leaves it so):
-/// attack25 counts absolute and `~`-spelled values only, so `--read ~/vault` is granted
-/// and the agent reads the key. Open (a ratchet, [`KNOWN_OPEN`]); control: the same
-/// grant without the variable.
+/// attack25 counted absolute and `~`-spelled values only, so `--read ~/vault` was granted
+/// and the agent read the key (closed in round twenty-six: the value's variables are
+/// expanded); control: the same grant without the variable.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_grant_holding_a_relocated_key_spelled_with_home_variable_is_refused() {

@@ -356,6 +356,87 @@ pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
     found
 }
 
+/// What a script makes of a variable's value in its words: each word holding one
+/// `$NAME` (or `${NAME}`) with text beside it (`"$f.sh"`: `("", ".sh")`; `"$d"/*.sh`:
+/// `("", "/*.sh")`; `tools/$f`: `("tools/", "")`), at most [`MAX_AFFIXES`]. A list's
+/// entries are held as the script completes them ([`completed_entries`]): a list naming
+/// `tools/checks/a` for `sh "$f.sh"`, or the directory `tools/checks` for `for f in
+/// "$d"/*.sh`, left the scripts run the agent's to write (round twenty-five's second
+/// review).
+pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for line in script_lines(script) {
+        for word in shell_tokens(&line) {
+            let word = match word.iter().position(|b| *b == b'=') {
+                Some(at) if is_assignment(&word) => word[at + 1..].to_vec(),
+                _ => word,
+            };
+            let Some(affix) = one_expansion(&word) else {
+                continue;
+            };
+            if found.len() < MAX_AFFIXES && !found.contains(&affix) {
+                found.push(affix);
+            }
+        }
+    }
+    found
+}
+
+/// The most [`variable_affixes`] read from one script.
+const MAX_AFFIXES: usize = 16;
+
+/// The text before and after the one `$NAME` or `${NAME}` of `word`, when it has one
+/// expansion only and text beside it.
+fn one_expansion(word: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let at = word.iter().position(|b| *b == b'$')?;
+    let after = &word[at + 1..];
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let (name, rest) = match after.strip_prefix(b"{") {
+        Some(braced) => {
+            let end = braced.iter().position(|b| *b == b'}')?;
+            (&braced[..end], &braced[end + 1..])
+        }
+        None => {
+            let end = after
+                .iter()
+                .position(|b| !is_name(b))
+                .unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        }
+    };
+    let (before, rest) = (&word[..at], rest);
+    let plain = |t: &[u8]| !t.iter().any(|b| b"$`\x01".contains(b));
+    let named = !name.is_empty() && name.iter().all(is_name) && !name[0].is_ascii_digit();
+    (named && plain(before) && plain(rest) && !(before.is_empty() && rest.is_empty()))
+        .then(|| (before.to_vec(), rest.to_vec()))
+}
+
+/// `entry` of a list as a script completes it with each of `affixes`
+/// ([`variable_affixes`]): a file held when there, or a glob's directory held whole
+/// (`tools/checks` of `tools/checks/*.sh`).
+pub(super) fn completed_entries(entry: &[u8], affixes: &[(Vec<u8>, Vec<u8>)]) -> Vec<CommandWord> {
+    let mut words: Vec<CommandWord> = Vec::new();
+    for (before, after) in affixes {
+        let word = [before.as_slice(), entry, after.as_slice()].concat();
+        let (word, whole_dir) = match glob_dir(&word) {
+            Some(dir) => (dir, true),
+            None if may_name_a_file(&word) => (word, false),
+            None => continue,
+        };
+        if !words
+            .iter()
+            .any(|w| w.word == word && w.whole_dir == whole_dir)
+        {
+            words.push(CommandWord {
+                word,
+                is_path: false,
+                whole_dir,
+            });
+        }
+    }
+    words
+}
+
 /// The list files of one shell line ([`xargs_lists`]), added to `lists`.
 fn line_xargs_lists(line: &[u8], depth: usize, lists: &mut Vec<Vec<u8>>) {
     for pipeline in pipelines(line) {
@@ -1364,7 +1445,7 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             {
                 tokens.drain(..=at);
             }
-            let mut words = tokens.iter().skip_while(|w| runs_the_next_word(w));
+            let mut words = tokens.iter().skip(wrapped_program_at(&tokens));
             let Some(program) = words.next() else {
                 continue;
             };
@@ -1419,6 +1500,84 @@ fn runs_the_next_word(word: &[u8]) -> bool {
         || word.starts_with(b"-")
         || word.first().is_some_and(u8::is_ascii_digit)
 }
+
+/// Where a command's program is among its `tokens`: past the words that leave it to come
+/// ([`runs_the_next_word`]), and past the value of a wrapper's option that takes one
+/// ([`WRAPPER_VALUE_OPTIONS`]: `env -u X`, `timeout -s KILL`, `ionice -c idle`, `sudo -u
+/// bob`), which ended the reading until round twenty-six: the value was taken for the
+/// program and `env -u X sh tools/x.sh` ran the agent's edit of `tools/x.sh`.
+fn wrapped_program_at(tokens: &[Vec<u8>]) -> usize {
+    let mut wrapper: &[u8] = b"";
+    let mut at = 0;
+    while let Some(word) = tokens.get(at) {
+        if !runs_the_next_word(word) {
+            break;
+        }
+        let takes_value = WRAPPER_VALUE_OPTIONS
+            .iter()
+            .any(|(name, options)| *name == wrapper && options.contains(&word.as_slice()));
+        if !word.starts_with(b"-") && !word.first().is_some_and(u8::is_ascii_digit) {
+            wrapper = program_name(word);
+        }
+        at += if takes_value { 2 } else { 1 };
+    }
+    at
+}
+
+/// The options of [`runs_the_next_word`]'s wrappers that take the next word as their
+/// value (spelled apart; `-uX` and `--unset=X` are one word).
+const WRAPPER_VALUE_OPTIONS: &[(&[u8], &[&[u8]])] = &[
+    (b"env", &[b"-u", b"--unset", b"-C", b"--chdir"]),
+    (b"timeout", &[b"-s", b"--signal", b"-k", b"--kill-after"]),
+    (b"nice", &[b"-n", b"--adjustment"]),
+    (
+        b"ionice",
+        &[
+            b"-c",
+            b"--class",
+            b"-n",
+            b"--classdata",
+            b"-p",
+            b"--pid",
+            b"-P",
+            b"--pgid",
+            b"-u",
+            b"--uid",
+        ],
+    ),
+    (
+        b"stdbuf",
+        &[b"-i", b"-o", b"-e", b"--input", b"--output", b"--error"],
+    ),
+    (
+        b"sudo",
+        &[
+            b"-u",
+            b"--user",
+            b"-g",
+            b"--group",
+            b"-C",
+            b"--close-from",
+            b"-D",
+            b"--chdir",
+            b"-h",
+            b"--host",
+            b"-p",
+            b"--prompt",
+            b"-r",
+            b"--role",
+            b"-t",
+            b"--type",
+            b"-U",
+            b"--other-user",
+            b"-T",
+            b"--command-timeout",
+            b"-R",
+            b"--chroot",
+        ],
+    ),
+    (b"doas", &[b"-u", b"-C"]),
+];
 
 /// `NAME=value` (a variable set for the command).
 fn is_assignment(word: &[u8]) -> bool {
@@ -1835,6 +1994,52 @@ fn config_value(text: &[u8], mut i: usize) -> (Vec<u8>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrappers_option_value_is_not_its_program() {
+        for line in [
+            "env -u X sh tools/x.sh",
+            "timeout -s KILL 5 sh tools/x.sh",
+            "nice -n 5 sh tools/x.sh",
+            "ionice -c3 sh tools/x.sh",
+            "ionice -c idle -n 7 sh tools/x.sh",
+            "sudo -u bob env -C . FOO=1 sh tools/x.sh",
+        ] {
+            let words: Vec<Vec<u8>> = run_words(line.as_bytes())
+                .into_iter()
+                .map(|(w, _)| w)
+                .collect();
+            assert_eq!(words, vec![b"tools/x.sh".to_vec()], "{line}");
+        }
+    }
+
+    #[test]
+    fn a_lists_entries_are_held_as_the_script_completes_them() {
+        let script = b"for d in $(cat L); do for f in \"$d\"/*.sh; do sh \"$f\"; done; done\n\
+                       for f in $(cat M); do sh \"${f}.sh\" tools/$f; X=$HOME; done\n";
+        let affixes = variable_affixes(script);
+        let pairs: Vec<(&[u8], &[u8])> = affixes
+            .iter()
+            .map(|(a, b)| (a.as_slice(), b.as_slice()))
+            .collect();
+        assert_eq!(
+            pairs,
+            vec![(&b""[..], &b"/*.sh"[..]), (b"", b".sh"), (b"tools/", b"")]
+        );
+        let words = completed_entries(b"tools/checks", &affixes);
+        let got: Vec<(&[u8], bool)> = words
+            .iter()
+            .map(|w| (w.word.as_slice(), w.whole_dir))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (&b"tools/checks"[..], true),
+                (b"tools/checks.sh", false),
+                (b"tools/tools/checks", false)
+            ]
+        );
+    }
 
     #[test]
     fn the_files_a_script_that_runs_its_input_reads_are_lists() {

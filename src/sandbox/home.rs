@@ -15,6 +15,8 @@
 //! `GIT_CONFIG_GLOBAL`, and nothing else of the file is.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -70,8 +72,14 @@ pub const CACHES: [&str; 14] = [
 /// added the files this module's own notes name as holding passwords and tokens
 /// (`~/.m2/settings.xml`, `~/.gradle/gradle.properties`), cargo's older
 /// `~/.cargo/credentials`, and the cloud, registry and database tools' keys: `--read
-/// ~/.m2` or `--read ~/.gradle` had shown them.
-pub const NEVER_VISIBLE: [&str; 23] = [
+/// ~/.m2` or `--read ~/.gradle` had shown them. Round twenty-six added those of the other
+/// tools that keep a password or token in the home directory: pip's config (an index URL
+/// with credentials), rclone's, poetry's `auth.toml`, yarn's, bundler's, composer's,
+/// helm's, terraform's, hub's and glab's, Copilot's, podman's `auth.json`, sops' age
+/// keys, `pass`'s store, MySQL's, s3cmd's, boto's, OCI's, Databricks', Pulumi's,
+/// Kaggle's, Hugging Face's token, sbt's, NuGet's, doctl's, fly's, uv's, 1Password's and
+/// hcloud's, and Claude Code's own login (`~/.claude/.credentials.json`).
+pub const NEVER_VISIBLE: [&str; 59] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -95,6 +103,42 @@ pub const NEVER_VISIBLE: [&str; 23] = [
     ".local/share/keyrings",
     ".pgpass",
     ".vault-token",
+    ".config/pip",
+    ".pip",
+    ".config/rclone",
+    ".config/pypoetry/auth.toml",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".bundle/config",
+    ".config/composer/auth.json",
+    ".composer/auth.json",
+    ".config/helm",
+    ".terraformrc",
+    ".config/hub",
+    ".config/glab-cli",
+    ".config/github-copilot",
+    ".config/containers/auth.json",
+    ".config/sops",
+    ".password-store",
+    ".my.cnf",
+    ".mylogin.cnf",
+    ".s3cfg",
+    ".boto",
+    ".oci",
+    ".databrickscfg",
+    ".pulumi/credentials.json",
+    ".kaggle",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    ".ivy2/.credentials",
+    ".sbt/.credentials",
+    ".nuget/NuGet/NuGet.Config",
+    ".config/doctl",
+    ".fly/config.yml",
+    ".local/share/uv/credentials",
+    ".config/op",
+    ".config/hcloud",
+    ".claude/.credentials.json",
 ];
 
 /// The home paths to grant, with their access. Missing entries are skipped; an entry that
@@ -279,15 +323,37 @@ fn config_value(raw: &str) -> String {
     out.trim().to_string()
 }
 
-/// Each home directory of this process, canonical: `$HOME`'s and the user entry's.
+/// Each home directory of this process, canonical: `$HOME`'s, the user entry's and the
+/// invoking user's ([`invoking_user_home`]).
 pub(crate) fn homes_here() -> Vec<PathBuf> {
-    let mut homes: Vec<PathBuf> = env_path("HOME")
+    let mut homes: Vec<PathBuf> = Vec::new();
+    let found = env_path("HOME")
         .into_iter()
         .chain(account_home())
-        .filter_map(|h| std::fs::canonicalize(h).ok())
-        .collect();
-    homes.dedup();
+        .chain(invoking_user_home())
+        .filter_map(|h| std::fs::canonicalize(h).ok());
+    for home in found {
+        if !homes.contains(&home) {
+            homes.push(home);
+        }
+    }
     homes
+}
+
+/// The home directory (its user entry's) of the user who started coder through `sudo`
+/// or `doas` (`SUDO_USER`, `DOAS_USER`): that user's keys are as much the caller's as
+/// the process's own. Until round twenty-six a `sudo coder …` counted `$HOME` (root's,
+/// as `sudo` sets it) and root's entry only, and `--read /home/alice/.ssh` was granted.
+/// Only ever adds refusals and masks, so a variable set by hand is harmless.
+pub(crate) fn invoking_user_home() -> Option<PathBuf> {
+    ["SUDO_USER", "DOAS_USER"].iter().find_map(|var| {
+        let name = std::env::var(var).ok().filter(|n| !n.is_empty())?;
+        nix::unistd::User::from_name(&name)
+            .ok()
+            .flatten()
+            .map(|user| user.dir)
+            .filter(|dir| dir.is_absolute())
+    })
 }
 
 /// The home directory of this process's user entry (`/etc/passwd`), if it names one.
@@ -315,6 +381,39 @@ pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
     let linked = symlinked_from(&places, home);
     places.extend(linked);
     places
+}
+
+/// The never-visible places ([`never_visible_places`]) of each home directory a run
+/// counts, resolved once per run: the policy's checks of each path (the workspace, each
+/// `--read` and `--write`), the scan's look for keys' other names and the masks of places
+/// outside the home directory ([`places_outside_home`]) each resolved them again, some
+/// 250 `readlink`s a run (round twenty-six's review). A home not among them (a caller
+/// without a run) is resolved when asked, as before.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyPlaces {
+    homes: Vec<(PathBuf, Vec<PathBuf>)>,
+}
+
+impl KeyPlaces {
+    /// The places of each of `homes` (canonical), resolved now.
+    pub(crate) fn of(homes: impl IntoIterator<Item = PathBuf>) -> KeyPlaces {
+        let mut keys = KeyPlaces::default();
+        for home in homes {
+            if !keys.homes.iter().any(|(h, _)| *h == home) {
+                let places = never_visible_places(&home);
+                keys.homes.push((home, places));
+            }
+        }
+        keys
+    }
+
+    /// `home`'s never-visible places: those resolved for it, or resolved now.
+    pub(crate) fn places(&self, home: &Path) -> std::borrow::Cow<'_, [PathBuf]> {
+        match self.homes.iter().find(|(h, _)| h == home) {
+            Some((_, places)) => std::borrow::Cow::Borrowed(places),
+            None => std::borrow::Cow::Owned(never_visible_places(home)),
+        }
+    }
 }
 
 /// Where the symlinks among the entries of the never-visible `places` lead (resolved,
@@ -371,14 +470,17 @@ pub(crate) fn relocated_places() -> Vec<PathBuf> {
 /// the private root shows system directories without a grant, and such a target was
 /// read by its own name there (round twenty-five's second review). Masked by
 /// [`super::hostmask`].
-pub(crate) fn places_outside_home() -> Vec<PathBuf> {
+pub(crate) fn places_outside_home(keys: &KeyPlaces) -> Vec<PathBuf> {
     let homes = homes_here();
     let mut places = relocated_places();
     for home in &homes {
-        let outside = never_visible_places(home)
-            .into_iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .filter(|p| !homes.iter().any(|h| p.starts_with(h)));
+        let outside = keys
+            .places(home)
+            .iter()
+            // Canonical where they exist ([`resolve_leniently`]).
+            .filter(|p| p.exists() && !homes.iter().any(|h| p.starts_with(h)))
+            .cloned()
+            .collect::<Vec<_>>();
         places.extend(outside);
     }
     places.sort();
@@ -412,7 +514,10 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// list as kubectl reads it; `CARGO_HOME`; npm's user config; `NETRC`) and of the cloud
 /// and database tools' (`CLOUDSDK_CONFIG`, `GOOGLE_APPLICATION_CREDENTIALS`,
 /// `AZURE_CONFIG_DIR`, `PGPASSFILE`): `--read` of the directory holding one showed it.
-const RELOCATED_SECRETS: [(&str, &str); 17] = [
+///
+/// Round twenty-six added those of the keys it added to [`NEVER_VISIBLE`]
+/// (`PIP_CONFIG_FILE`, `RCLONE_CONFIG`, `XDG_CONFIG_HOME`'s `pip/`, `rclone/`, …).
+const RELOCATED_SECRETS: [(&str, &str); 45] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -430,23 +535,101 @@ const RELOCATED_SECRETS: [(&str, &str); 17] = [
     ("GOOGLE_APPLICATION_CREDENTIALS", ""),
     ("AZURE_CONFIG_DIR", ""),
     ("PGPASSFILE", ""),
+    ("PIP_CONFIG_FILE", ""),
+    ("RCLONE_CONFIG", ""),
+    ("POETRY_CONFIG_DIR", "auth.toml"),
+    ("COMPOSER_HOME", "auth.json"),
+    ("BUNDLE_USER_CONFIG", ""),
+    ("TF_CLI_CONFIG_FILE", ""),
+    ("REGISTRY_AUTH_FILE", ""),
+    ("HELM_REGISTRY_CONFIG", ""),
+    ("HELM_REPOSITORY_CONFIG", ""),
+    ("HF_TOKEN_PATH", ""),
+    ("HF_HOME", "token"),
+    ("KAGGLE_CONFIG_DIR", ""),
+    ("MYSQL_TEST_LOGIN_FILE", ""),
+    ("BOTO_CONFIG", ""),
+    ("XDG_CONFIG_HOME", "pip"),
+    ("XDG_CONFIG_HOME", "rclone"),
+    ("XDG_CONFIG_HOME", "pypoetry/auth.toml"),
+    ("XDG_CONFIG_HOME", "composer/auth.json"),
+    ("XDG_CONFIG_HOME", "helm"),
+    ("XDG_CONFIG_HOME", "hub"),
+    ("XDG_CONFIG_HOME", "glab-cli"),
+    ("XDG_CONFIG_HOME", "github-copilot"),
+    ("XDG_CONFIG_HOME", "containers/auth.json"),
+    ("XDG_CONFIG_HOME", "sops"),
+    ("XDG_CONFIG_HOME", "doctl"),
+    ("XDG_CONFIG_HOME", "op"),
+    ("XDG_CONFIG_HOME", "hcloud"),
+    ("XDG_DATA_HOME", "uv/credentials"),
 ];
 
 /// The paths a variable of this process's environment names: absolute, or spelled from
 /// `$HOME` with a leading `~` left for the tool to expand (botocore expands
 /// `AWS_SHARED_CREDENTIALS_FILE=~/vault/creds`; round twenty-five's review: a relative
 /// spelling was skipped and `--read ~/vault` granted); each entry of a `:` list for the
-/// variables read as one (`KUBECONFIG`).
+/// variables read as one (`KUBECONFIG`). Variables in the value (`$HOME/vault/creds`,
+/// `${HOME}/…`, any set in this environment) are expanded first, as botocore's
+/// `os.path.expandvars` does; a value still relative then is read against this process's
+/// working directory (the user's shell's, which holds the variable and starts the user's
+/// tools) and against the home directory (a login shell's, a user service's): until round
+/// twenty-six neither spelling was counted and `--read ~/vault` showed the key.
 fn env_paths(name: &str) -> Vec<PathBuf> {
     let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) else {
         return Vec::new();
     };
+    let value = expand_vars(value.as_bytes(), |var| std::env::var_os(var));
     let values: Vec<PathBuf> = if name == "KUBECONFIG" {
         std::env::split_paths(&value).collect()
     } else {
         vec![PathBuf::from(value)]
     };
-    values.into_iter().filter_map(tilde_expanded).collect()
+    let bases: Vec<PathBuf> = std::env::current_dir()
+        .ok()
+        .into_iter()
+        .chain(env_path("HOME"))
+        .collect();
+    values
+        .into_iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .flat_map(|p| match tilde_expanded(p.clone()) {
+            Some(path) => vec![path],
+            None => bases.iter().map(|base| base.join(&p)).collect(),
+        })
+        .collect()
+}
+
+/// `value` with each `$NAME` and `${NAME}` (`NAME` of ASCII letters, digits and `_`)
+/// that `lookup` knows replaced by its value, the rest left as written: Python's
+/// `os.path.expandvars`.
+fn expand_vars(value: &[u8], lookup: impl Fn(&OsStr) -> Option<OsString>) -> OsString {
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let mut out = Vec::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.iter().position(|b| *b == b'$') {
+        out.extend_from_slice(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, len) = if let Some(braced) = after.strip_prefix(b"{") {
+            match braced.iter().position(|b| *b == b'}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => (&after[..0], 0),
+            }
+        } else {
+            let end = after
+                .iter()
+                .position(|b| !is_name(b))
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        match (len, lookup(OsStr::from_bytes(name))) {
+            (1.., Some(found)) if !name.is_empty() => out.extend_from_slice(found.as_bytes()),
+            _ => out.extend_from_slice(&rest[at..at + 1 + len]),
+        }
+        rest = &after[len..];
+    }
+    out.extend_from_slice(rest);
+    OsString::from_vec(out)
 }
 
 /// `path` when absolute; `~/REST` (or `~`) as `$HOME/REST`; else `None`.
@@ -521,6 +704,27 @@ mod tests {
             grants,
             vec![(home.join(".cargo/registry"), HomeAccess::Write)]
         );
+    }
+
+    #[test]
+    fn variables_in_a_relocating_value_are_expanded_as_python_does() {
+        let lookup = |name: &OsStr| match name.as_bytes() {
+            b"HOME" => Some(OsString::from("/h")),
+            b"X_1" => Some(OsString::from("x")),
+            _ => None,
+        };
+        for (value, want) in [
+            ("$HOME/vault/c", "/h/vault/c"),
+            ("${HOME}/vault/c", "/h/vault/c"),
+            ("$HOME$X_1/${X_1}y", "/hx/xy"),
+            ("$NOPE/a/${NOPE}", "$NOPE/a/${NOPE}"),
+            ("a$/b/$", "a$/b/$"),
+            ("${HOME/x", "${HOME/x"),
+            ("${}/x", "${}/x"),
+        ] {
+            let got = expand_vars(value.as_bytes(), lookup);
+            assert_eq!(got, OsString::from(want), "{value}");
+        }
     }
 
     #[test]

@@ -406,6 +406,20 @@ pub enum SandboxError {
         path: PathBuf,
     },
 
+    /// The scripts the commands of the user's git configs run, followed script by script
+    /// (`sh tools/s1.sh` running `sh tools/s2.sh`, …), name more files than the scan
+    /// holds: a script left out would be the agent's to rewrite for the user's next git
+    /// command, so the run is refused (a `config_error`: the work tree's scripts are the
+    /// user's to change).
+    #[error(
+        "the scripts your git config's commands run name more than {limit} files (the \
+         last one reached: {}): coder cannot hold them all read-only, and one left \
+         writable would run at your next git command. Shorten the chain of scripts (or \
+         remove what was planted there), or use --sandbox danger-full-access",
+        bytes::short(.path)
+    )]
+    HeldScripts { limit: usize, path: PathBuf },
+
     /// The end-of-run guard of an earlier run over this run's trees stopped short, and
     /// checking its trees again before this run stopped short too.
     #[error(
@@ -632,7 +646,8 @@ impl SandboxError {
             | SandboxError::StateDirReachable { .. }
             | SandboxError::RefusedWorkspace { .. }
             | SandboxError::KernelMount { .. }
-            | SandboxError::OnKernelMount { .. } => true,
+            | SandboxError::OnKernelMount { .. }
+            | SandboxError::HeldScripts { .. } => true,
             _ => false,
         }
     }

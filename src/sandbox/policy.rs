@@ -620,19 +620,19 @@ fn add_user_grants(
     grants: &mut Grants,
     policy: &mut Policy,
     opts: &PolicyOptions,
-    home: Option<&Path>,
+    (home, keys): (Option<&Path>, &home::KeyPlaces),
 ) -> Result<Vec<(PathBuf, bool)>, SandboxError> {
     let mut scanned = Vec::new();
     for path in &opts.extra_read {
         let canonical = canonicalize(PathRole::ReadFlag, path)?;
-        refuse_home_secrets(PathRole::ReadFlag, &canonical, home)?;
+        refuse_home_secrets(PathRole::ReadFlag, &canonical, home, keys)?;
         grants.add(path, Access::Read)?;
         scanned.push((canonical, false));
     }
     for path in &opts.extra_write {
         let canonical = canonicalize(PathRole::WriteFlag, path)?;
-        refuse_broad_write(&canonical, home)?;
-        refuse_home_secrets(PathRole::WriteFlag, &canonical, home)?;
+        refuse_broad_write(&canonical, home, keys)?;
+        refuse_home_secrets(PathRole::WriteFlag, &canonical, home, keys)?;
         if opts.mode == Mode::ReadOnly && policy.workspace.starts_with(&canonical) {
             return Err(SandboxError::Path {
                 what: PathRole::WriteFlag,
@@ -654,7 +654,13 @@ impl Policy {
     /// config directory; reads the workspace to find what must be masked.
     pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
-        let workspace = canonical_workspace(&opts.workspace, home.as_deref())?;
+        // Every home's never-visible places, resolved once for the run's checks.
+        let keys = home::KeyPlaces::of(
+            with_account_home(home.as_deref())
+                .into_iter()
+                .chain(homes_here()),
+        );
+        let workspace = canonical_workspace(&opts.workspace, home.as_deref(), &keys)?;
         let ws_dir = WorkspaceDir::open(&workspace)?;
 
         let places = RunPlaces::choose(opts.runs_dir.as_deref())?;
@@ -773,7 +779,7 @@ impl Policy {
             policy.outside_roots.push(PathBuf::from("/tmp"));
         }
 
-        let scanned = add_user_grants(&mut grants, &mut policy, opts, home.as_deref())?;
+        let scanned = add_user_grants(&mut grants, &mut policy, opts, (home.as_deref(), &keys))?;
 
         if opts.mode == Mode::WorkspaceWrite {
             policy.guard_roots.insert(0, workspace.clone());
@@ -813,7 +819,13 @@ impl Policy {
         }
         crate::phases::mark("scan.start");
         let mut created = Vec::new();
-        let found = scan_workspace(opts, &ws_dir, &scanned, listings.as_deref(), &mut created);
+        let found = scan_workspace(
+            opts,
+            (&ws_dir, &keys),
+            &scanned,
+            listings.as_deref(),
+            &mut created,
+        );
         crate::phases::mark("scan.done");
         policy.placeholders = created;
         let registered = match &policy.lease.0 {
@@ -829,7 +841,7 @@ impl Policy {
         };
         policy.git_known = found.git_known;
         policy.host_secrets = super::hostmask::HostSecrets {
-            places: super::home::places_outside_home(),
+            places: super::home::places_outside_home(&keys),
             linked: found.home_key_links,
             scanned: std::iter::once(workspace.clone())
                 .chain(scanned.iter().map(|(path, _)| path.clone()))
@@ -1156,7 +1168,7 @@ impl Drop for MadeRunDir {
 /// (for the end-of-run guard, [`super::gitguard::ToolGuard`]).
 fn scan_workspace(
     opts: &PolicyOptions,
-    ws_dir: &WorkspaceDir,
+    (ws_dir, keys): (&WorkspaceDir, &home::KeyPlaces),
     extra: &[(PathBuf, bool)],
     listings: Option<&Path>,
     created: &mut Vec<Placeholder>,
@@ -1255,7 +1267,7 @@ fn scan_workspace(
         });
     }
     refuse_kernel_mounts(&trees)?;
-    let found = scan::scan_trees(&trees, &deny, opts.scan_limits, created)?;
+    let found = scan::scan_trees_with(&trees, &deny, (opts.scan_limits, keys), created)?;
     add_python_startup_trees(&found.python_startup_globs, &mut tool_trees)?;
     if let Some((path, fingerprint, _)) = &cache {
         // A cache that cannot be written only costs the next run its listings.
@@ -1851,7 +1863,11 @@ fn canonicalize(what: PathRole, path: &Path) -> Result<PathBuf, SandboxError> {
 
 /// The canonical workspace, refusing `/`, the home directory and its ancestors: granting
 /// any of them would hand the agent every dotfile and key the user has.
-fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, SandboxError> {
+fn canonical_workspace(
+    path: &Path,
+    home: Option<&Path>,
+    keys: &home::KeyPlaces,
+) -> Result<PathBuf, SandboxError> {
     let refuse = |reason: &str| SandboxError::Workspace {
         path: path.to_path_buf(),
         reason: reason.to_string(),
@@ -1860,7 +1876,7 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
     if !canonical.is_dir() {
         return Err(refuse("not a directory"));
     }
-    if let Some(reason) = workspace_refusal(&canonical, home) {
+    if let Some(reason) = workspace_refusal_with(&canonical, home, keys) {
         return Err(SandboxError::RefusedWorkspace {
             path: path.to_path_buf(),
             reason,
@@ -1874,6 +1890,15 @@ fn canonical_workspace(path: &Path, home: Option<&Path>) -> Result<PathBuf, Sand
 /// or lies in one of its never-visible entries), if it is not.
 /// The run mode asks before anything reads the workspace; the policy asks again.
 pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String> {
+    workspace_refusal_with(canonical, home, &home::KeyPlaces::default())
+}
+
+/// [`workspace_refusal`] with the home's never-visible places resolved in `keys`.
+fn workspace_refusal_with(
+    canonical: &Path,
+    home: Option<&Path>,
+    keys: &home::KeyPlaces,
+) -> Option<String> {
     if canonical == Path::new("/") {
         return Some("the filesystem root cannot be a workspace; use a project directory".into());
     }
@@ -1894,7 +1919,7 @@ pub fn workspace_refusal(canonical: &Path, home: Option<&Path>) -> Option<String
                 .into(),
         );
     }
-    let home = home.map(|home| (home, never_visible_places(home)));
+    let home = home.map(|home| (home, keys.places(home)));
     if let Some((_, places)) = &home
         && touches_never_visible(canonical, places)
     {
@@ -2365,34 +2390,42 @@ fn refuse_home_secrets(
     what: PathRole,
     canonical: &Path,
     home: Option<&Path>,
+    keys: &home::KeyPlaces,
 ) -> Result<(), SandboxError> {
     with_account_home(home)
         .iter()
-        .try_for_each(|home| refuse_secrets_of(what, canonical, home))
+        .try_for_each(|home| refuse_secrets_of(what, canonical, home, &keys.places(home)))
 }
 
-/// `home` (canonical) and the user entry's home directory ([`account_home`], canonical)
-/// when it is another.
+/// `home` (canonical), the user entry's home directory ([`account_home`], canonical) and
+/// the invoking user's under `sudo` ([`super::home::invoking_user_home`]) when another.
 fn with_account_home(home: Option<&Path>) -> Vec<PathBuf> {
     let mut homes: Vec<PathBuf> = home.map(Path::to_path_buf).into_iter().collect();
-    if let Some(account) = account_home().and_then(|h| fs::canonicalize(h).ok())
-        && !homes.contains(&account)
-    {
-        homes.push(account);
+    let others = account_home()
+        .into_iter()
+        .chain(super::home::invoking_user_home());
+    for other in others.filter_map(|h| fs::canonicalize(h).ok()) {
+        if !homes.contains(&other) {
+            homes.push(other);
+        }
     }
     homes
 }
 
 /// [`refuse_home_secrets`] for one home directory.
-fn refuse_secrets_of(what: PathRole, canonical: &Path, home: &Path) -> Result<(), SandboxError> {
-    let places = never_visible_places(home);
+fn refuse_secrets_of(
+    what: PathRole,
+    canonical: &Path,
+    home: &Path,
+    places: &[PathBuf],
+) -> Result<(), SandboxError> {
     let reason = if home.starts_with(canonical) {
         "is the home directory or one of its ancestors, which hold keys and dotfiles; \
          grant a directory inside it"
-    } else if touches_never_visible(canonical, &places) {
+    } else if touches_never_visible(canonical, places) {
         "is, holds or lies in one of the home directory's keys and tokens (~/.ssh, \
          ~/.config/gh, ~/.aws, …), which are never granted; grant a directory without them"
-    } else if home_mounted_beneath(canonical, home, &places) {
+    } else if home_mounted_beneath(canonical, home, places) {
         HOME_MOUNT_REASON
     } else {
         return Ok(());
@@ -2409,8 +2442,12 @@ const HOME_MOUNT_REASON: &str = "holds a mount of the home directory (or of a di
      holding it, or of its keys such as ~/.ssh), which holds keys and dotfiles; grant a \
      directory without it";
 
-fn refuse_broad_write(path: &Path, home: Option<&Path>) -> Result<(), SandboxError> {
-    match write_root_refusal(path, home) {
+fn refuse_broad_write(
+    path: &Path,
+    home: Option<&Path>,
+    keys: &home::KeyPlaces,
+) -> Result<(), SandboxError> {
+    match write_root_refusal(path, home, keys) {
         Some(reason) => Err(SandboxError::Path {
             what: PathRole::WriteFlag,
             path: path.to_path_buf(),
@@ -2429,7 +2466,7 @@ const REFUSED_WRITE_TREES: [&str; 13] = [
 
 /// Why the canonical `path` may not be a `--write` root, if it may not: the filesystem
 /// root, the home directory or an ancestor of it, or a system tree.
-fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
+fn write_root_refusal(path: &Path, home: Option<&Path>, keys: &home::KeyPlaces) -> Option<String> {
     if is_broad(path, home) {
         return Some(
             "is the filesystem root, the home directory or an ancestor of it; \
@@ -2447,7 +2484,7 @@ fn write_root_refusal(path: &Path, home: Option<&Path>) -> Option<String> {
             )
         });
     system.or_else(|| {
-        home.filter(|h| home_mounted_beneath(path, h, &never_visible_places(h)))
+        home.filter(|h| home_mounted_beneath(path, h, &keys.places(h)))
             .map(|_| HOME_MOUNT_REASON.to_string())
     })
 }
@@ -2459,7 +2496,7 @@ pub fn check_write_root(path: &Path) -> Result<(), String> {
         return Ok(());
     };
     let home = env_path("HOME").and_then(|h| fs::canonicalize(h).ok());
-    match write_root_refusal(&canonical, home.as_deref()) {
+    match write_root_refusal(&canonical, home.as_deref(), &home::KeyPlaces::default()) {
         Some(reason) => Err(format!("--write {}: {reason}", path.display())),
         None => Ok(()),
     }

@@ -539,21 +539,30 @@ impl<'a> Walker<'a, '_> {
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
         let lists = config_text::xargs_lists(text).into_iter().map(|l| (l, top));
-        self.guard_lists(lists, top, depth, walk, false)
+        let entries = ListEntries {
+            present_only: false,
+            affixes: &[],
+        };
+        self.guard_lists(lists, top, depth, walk, entries)
     }
 
     /// [`Walker::guard_xargs_lists`] for `lists`, each read from its own base directory
     /// (a script's own lists may be spelled from its directory); their entries are words
     /// of a line run from `top`; with `present_only`, only those that exist (a file a
-    /// script merely reads may list anything).
+    /// script merely reads may list anything); each entry also as the script completes
+    /// it ([`ListEntries::affixes`]).
     fn guard_lists<'p>(
         &mut self,
         lists: impl IntoIterator<Item = (Vec<u8>, &'p Path)>,
         top: &Path,
         depth: usize,
         walk: &mut ConfigWalk,
-        present_only: bool,
+        entries: ListEntries<'_>,
     ) -> Result<(), SandboxError> {
+        let ListEntries {
+            present_only,
+            affixes,
+        } = entries;
         for (list, base) in lists {
             let is_path = list.contains(&b'/');
             let word = CommandWord {
@@ -566,6 +575,14 @@ impl<'a> Walker<'a, '_> {
                 continue;
             };
             for entry in config_text::list_entries(&text) {
+                // Only those there: an absent one would count towards the cap for nothing.
+                for word in config_text::completed_entries(&entry, affixes) {
+                    if config_path(&word.word, Some(top))
+                        .is_some_and(|p| fs::symlink_metadata(p).is_ok())
+                    {
+                        self.guard_command_word(word, top, depth, walk)?;
+                    }
+                }
                 let is_path = entry.contains(&b'/') && !present_only;
                 let word = CommandWord {
                     word: entry,
@@ -626,28 +643,56 @@ impl<'a> Walker<'a, '_> {
         };
         self.guard_include(&target, depth, walk, named_by)?;
         if named_by == NamedBy::Command {
-            self.guard_what_it_reads(&target, top, depth, walk, 1)?;
+            self.guard_what_it_reads(&target, top, depth, walk)?;
         }
         Ok(())
     }
 
-    /// What a file the commands run makes run in turn, held like it: the files a shell
-    /// script sources ([`config_text::sourced_words`], each read from the top of the work
-    /// tree and from the script's own directory) or runs by path
-    /// ([`config_text::run_words`], held only when present), and the file a `package.json`'s `main`
-    /// names (node runs it for the directory). Then theirs, down to
-    /// [`MAX_SOURCE_LEVELS`]; a file larger than [`MAX_SCRIPT_BYTES`] is not read.
+    /// What a file the commands run makes run in turn, held like it
+    /// ([`Walker::guard_one_script`]), then theirs, however deep: a file is read once
+    /// (`walk.commands`), and more than [`MAX_COMMAND_FILES`] of them refuse the run
+    /// ([`SandboxError::HeldScripts`]). Until round twenty-six the walk stopped four
+    /// scripts down without a word, and the agent rewrote the sixth script of the user's
+    /// `sh tools/s1.sh` chain. The files are taken from a queue, not by recursion, so a
+    /// long chain costs no stack.
     pub(super) fn guard_what_it_reads(
         &mut self,
         file: &Path,
         top: &Path,
         depth: usize,
         walk: &mut ConfigWalk,
-        level: usize,
     ) -> Result<(), SandboxError> {
-        if level > MAX_SOURCE_LEVELS {
+        walk.scripts
+            .push((file.to_path_buf(), top.to_path_buf(), depth));
+        if walk.reading_scripts {
             return Ok(());
         }
+        walk.reading_scripts = true;
+        let mut result = Ok(());
+        while let Some((file, top, depth)) = walk.scripts.pop() {
+            result = self.guard_one_script(&file, &top, depth, walk);
+            if result.is_err() {
+                walk.scripts.clear();
+                break;
+            }
+        }
+        walk.reading_scripts = false;
+        result
+    }
+
+    /// One file of [`Walker::guard_what_it_reads`]: the files a shell script sources
+    /// ([`config_text::sourced_words`], each read from the top of the work tree and from
+    /// the script's own directory) or runs by path ([`config_text::run_words`], held only
+    /// when present), and the file a `package.json`'s `main` names (node runs it for the
+    /// directory), each held and queued; a file larger than [`MAX_SCRIPT_BYTES`] is not
+    /// read.
+    fn guard_one_script(
+        &mut self,
+        file: &Path,
+        top: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
         let (Some(text), Some(dir)) = (read_script(file), file.parent()) else {
             return Ok(());
         };
@@ -682,14 +727,23 @@ impl<'a> Walker<'a, '_> {
                 .into_iter()
                 .map(based)
                 .collect();
-            self.guard_lists(lists, top, depth, walk, false)?;
+            let affixes = config_text::variable_affixes(&with_sourced);
+            let entries = ListEntries {
+                present_only: false,
+                affixes: &affixes,
+            };
+            self.guard_lists(lists, top, depth, walk, entries)?;
             // Any file's lines may be read so: only its entries that exist are held.
             let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&with_sourced)
                 .into_iter()
                 .map(based)
                 .filter(|(list, base)| config_path(list, Some(base)).is_some_and(|p| p.is_file()))
                 .collect();
-            self.guard_lists(read, top, depth, walk, true)?;
+            let entries = ListEntries {
+                present_only: true,
+                affixes: &affixes,
+            };
+            self.guard_lists(read, top, depth, walk, entries)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).
@@ -721,22 +775,16 @@ impl<'a> Walker<'a, '_> {
             {
                 continue;
             }
-            // Past the cap, what is left is not followed, with a warning: a file sourced by
-            // a bare name absent at the start (`. lib.sh`) may be the agent's, and failing
-            // every later run on what it names would be the agent's to decide.
+            // Past the cap the run is refused: what is left would be the agent's to write.
+            // (Until round twenty-six a warning said so and the run went on.)
             if walk.commands.len() > MAX_COMMAND_FILES {
-                const SAID: &str = "the scripts your git config runs source more than";
-                if !self.out.warnings.iter().any(|w| w.starts_with(SAID)) {
-                    self.out.warnings.push(format!(
-                        "{SAID} {MAX_COMMAND_FILES} files; {} and the rest are not held \
-                         read-only: check them before running git in this work tree",
-                        target.display()
-                    ));
-                }
-                return Ok(());
+                return Err(SandboxError::HeldScripts {
+                    limit: MAX_COMMAND_FILES,
+                    path: target,
+                });
             }
             self.guard_include(&target, depth, walk, NamedBy::Command)?;
-            self.guard_what_it_reads(&target, top, depth, walk, level + 1)?;
+            self.guard_what_it_reads(&target, top, depth, walk)?;
         }
         Ok(())
     }
@@ -1264,6 +1312,12 @@ pub(super) struct ConfigWalk {
     /// The programs held scripts' `#!/usr/bin/env` lines run, each with its depth: held
     /// in every directory of `path_dirs`, those added later too.
     pub(super) env_programs: Vec<(Vec<u8>, usize)>,
+    /// The scripts [`Walker::guard_what_it_reads`] has yet to read, each with the top of
+    /// the work tree it runs in and its config's depth.
+    pub(super) scripts: Vec<(PathBuf, PathBuf, usize)>,
+    /// Whether a [`Walker::guard_what_it_reads`] is taking files from `scripts` (one
+    /// further down only adds to it).
+    pub(super) reading_scripts: bool,
 }
 
 impl ConfigWalk {
@@ -1278,8 +1332,20 @@ impl ConfigWalk {
                 .map(|p| config_text::relative_path_entries(p.as_bytes()))
                 .unwrap_or_default(),
             env_programs: Vec::new(),
+            scripts: Vec::new(),
+            reading_scripts: false,
         }
     }
+}
+
+/// How [`Walker::guard_lists`] reads the entries of its lists.
+#[derive(Clone, Copy)]
+pub(super) struct ListEntries<'a> {
+    /// Only entries that exist are held (a file a script merely reads may list anything).
+    pub(super) present_only: bool,
+    /// What the script puts before and after a variable's value
+    /// ([`config_text::variable_affixes`]): each entry is held as completed so too.
+    pub(super) affixes: &'a [(Vec<u8>, Vec<u8>)],
 }
 
 /// A path a config or a command of one names outside the tree whose config it is, left
@@ -1313,10 +1379,6 @@ pub(super) enum AbsentAt {
 
 /// The most files the git configs of one git dir may include, all levels together.
 pub(super) const MAX_INCLUDED: usize = 256;
-
-/// How many levels of sourced files (a script sourcing one that sources another) the
-/// scan follows from a file the commands run.
-pub(super) const MAX_SOURCE_LEVELS: usize = 4;
 
 /// The largest script (or `package.json`) the scan reads for what it sources.
 pub(super) const MAX_SCRIPT_BYTES: u64 = 256 * 1024;

@@ -281,6 +281,18 @@ pub(crate) fn scan_trees(
     limits: ScanLimits,
     created: &mut Vec<Placeholder>,
 ) -> Result<ScanOutput, SandboxError> {
+    let keys = super::home::KeyPlaces::default();
+    scan_trees_with(trees, deny, (limits, &keys), created)
+}
+
+/// [`scan_trees`] with the home directories' never-visible places resolved once for the
+/// run (`keys`, [`super::home::KeyPlaces`]).
+pub(crate) fn scan_trees_with(
+    trees: &[TreeScan<'_>],
+    deny: &GlobSet,
+    (limits, keys): (ScanLimits, &super::home::KeyPlaces),
+    created: &mut Vec<Placeholder>,
+) -> Result<ScanOutput, SandboxError> {
     let checked: Vec<CheckedTree<'_>> = trees
         .iter()
         .map(|t| CheckedTree {
@@ -291,7 +303,7 @@ pub(crate) fn scan_trees(
     // Read once: the agent cannot reach these files, so they hold still across attempts.
     let mut home_keys = HashMap::new();
     for home in super::home::homes_here() {
-        let places = super::home::never_visible_places(&home);
+        let places = keys.places(&home);
         home_keys.extend(super::home::linked_never_visible(&places)?);
     }
     let home_key_links: Vec<(u64, u64, u64)> = home_keys
