@@ -1,0 +1,84 @@
+//! Round twenty-six's second review: fix26's changes (held scripts followed however deep,
+//! relocating variables expanded, list entries held as the script completes them,
+//! wrappers' option values passed over, the home's never-visible places resolved once per
+//! run) and round twenty-five's second review's own (the key-link walk, unlisted
+//! directories shown empty), attacked by one who has read the code, through the built
+//! binary, root and uid 65534, each with a control (`--mode danger-full-access`, or
+//! without what makes the attack) showing the attack works without the sandbox.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, append_to};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round26b-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+/// A wrapper the held scripts' reader does not know (`flock FILE`, `setpriv`, `taskset`
+/// with a mask in letters), `env -S`'s command string, and a shell named by a variable:
+/// the wrapped script is not held.
+const KNOWN_OPEN: &[&str] = &[
+    "flock",
+    "setpriv",
+    "taskset hex mask",
+    "env -S",
+    "shell from a variable",
+];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// Lines of a held script (run by `git fmt` = `!bash tools/ci.sh`) that run the user's
+/// `tools/x.sh`, each spelled in a way the held scripts' reader
+/// (`config_text::script_run_words`) did not follow: the program named by its path
+/// (`/bin/sh`, `/usr/bin/env`), an interpreter's option that takes a value (`bash -o
+/// pipefail`), and wrappers the reader does not know (`flock`, `setpriv`, `eval`, `exec
+/// -a`, `taskset` with a mask in letters, `env -S`).
+const SPELLINGS: &[(&str, &str)] = &[
+    ("plain", "sh tools/x.sh"),
+    ("shell by path", "/bin/sh tools/x.sh"),
+    ("env by path", "/usr/bin/env sh tools/x.sh"),
+    ("bash -o value", "bash -o pipefail tools/x.sh"),
+    ("bash -O value", "bash -O extglob tools/x.sh"),
+    ("bash --rcfile value", "bash --rcfile /dev/null tools/x.sh"),
+    ("flock", "flock tools sh tools/x.sh"),
+    ("setpriv", "setpriv --nnp sh tools/x.sh"),
+    ("eval", "eval sh tools/x.sh"),
+    ("exec -a", "exec -a ci sh tools/x.sh"),
+    ("taskset hex mask", "taskset f sh tools/x.sh"),
+    ("env -S", "env -S 'sh tools/x.sh'"),
+    ("shell from a variable", "${SHELL:-sh} tools/x.sh"),
+];
+
+/// A held script running the user's `tools/x.sh` by each of [`SPELLINGS`]: the agent
+/// appends to `tools/x.sh`, the user's `git fmt` runs it. Both arms; control unconfined.
+/// Every spelling but `plain` ran the payload before this round's second review; those
+/// on [`KNOWN_OPEN`] still do.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_held_script_runs_by_other_spellings_are_not_the_agents_to_write() {
+    for (name, line) in SPELLINGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            &append_to("tools/x.sh"),
+            &["fmt"],
+        );
+    }
+}
