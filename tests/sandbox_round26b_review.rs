@@ -11,9 +11,10 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, append_to};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, append_to, run_text};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -33,6 +34,7 @@ const KNOWN_OPEN: &[&str] = &[
     "taskset hex mask",
     "env -S",
     "shell from a variable",
+    "tool in an unlistable directory",
 ];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
@@ -80,5 +82,60 @@ fn the_scripts_a_held_script_runs_by_other_spellings_are_not_the_agents_to_write
             &append_to("tools/x.sh"),
             &["fmt"],
         );
+    }
+}
+
+/// A directory of this test's own in `/opt` (a system directory the sandbox shows), with
+/// `mode`.
+fn opt_dir(mode: u32) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("coder-round26b-")
+        .tempdir_in("/opt")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    dir
+}
+
+/// A program the user runs from a system directory others can enter but not list
+/// (`/opt/tools`, mode 0711, root's: `/opt/tools/bin/tool`). Once any home key has another
+/// name (`~/.aws/credentials` hard-linked at `/opt/backup/credentials`), round twenty-five's
+/// second review shows every such directory empty to a run whose helper cannot list it
+/// (uid 65534), so the tool is gone, with no word of why (`No such file or directory`;
+/// the agent's build or the user's checks fail). Open (a ratchet, [`KNOWN_OPEN`]): for
+/// uid 65534 with the link, the tool does not run. Control: without the link it runs;
+/// root lists the directory and runs it either way.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_tool_in_a_directory_the_user_cannot_list_still_runs_when_a_key_has_another_name() {
+    let name = "tool in an unlistable directory";
+    let tools = opt_dir(0o711);
+    let tool = tools.path().join("bin/tool");
+    sandbox_fixture::write(&tool, "#!/bin/sh\necho TOOL-RAN\n");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = tools.path().join("bin");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let backup = opt_dir(0o755);
+    for nobody in sandbox_fixture::arms() {
+        for linked in [true, false] {
+            let fx = Fixture::new("coder-round26b-tool-", nobody, &["ws", "home", "state"]);
+            let key = fx.root().join("home/.aws/credentials");
+            sandbox_fixture::write(&key, "AWS-SECRET\n");
+            fx.own(fx.root());
+            let link = backup.path().join("credentials");
+            let _ = std::fs::remove_file(&link);
+            if linked {
+                std::fs::hard_link(&key, &link).unwrap();
+            }
+            let (rc, out) = fx.sandbox(&[], &format!("'{}'; echo SERVED", tool.display()));
+            let who = format!("{name}: nobody={nobody} linked={linked}");
+            assert!(out.contains("SERVED"), "{who}: rc={rc}: {out}");
+            let ran = out.contains("TOOL-RAN");
+            if nobody && linked && KNOWN_OPEN.contains(&name) {
+                assert!(!ran, "{who}: fixed? take it off KNOWN_OPEN: {out}");
+            } else {
+                assert!(ran, "{who}: the tool did not run: {out}");
+            }
+            let _ = std::fs::remove_file(&link);
+        }
     }
 }
