@@ -14,7 +14,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, append_to, run_text};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, append_to};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
