@@ -14,7 +14,8 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, append_to};
+use common::Bounded;
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, append_to, run_text};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -136,6 +137,62 @@ fn a_tool_in_a_directory_the_user_cannot_list_still_runs_when_a_key_has_another_
                 assert!(ran, "{who}: the tool did not run: {out}");
             }
             let _ = std::fs::remove_file(&link);
+        }
+    }
+}
+
+/// A relocating variable that names a system directory the sandbox shows, or one that
+/// holds one (`DOCKER_CONFIG=/etc`, `=/usr`, `=/`): the whole place is a key, so the
+/// private root would show `/etc` empty (the agent's DNS, TLS roots and user names gone;
+/// the run fails in ways that do not name the variable), or the secret scan of `/usr`
+/// stopped with a `sandbox_error` blaming the workspace. A `config_error` (exit 78)
+/// naming the variable, in the run mode too (the agent never starts). Control: the same
+/// runs with the variable naming a place of its own in `/opt`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_relocating_variable_naming_a_system_directory_is_a_config_error() {
+    let own = opt_dir(0o755);
+    for nobody in sandbox_fixture::arms() {
+        for value in ["/etc", "/usr", "/", ""] {
+            let fx = Fixture::new("coder-round26b-sysvar-", nobody, &["ws", "home", "state"]);
+            let bin = fx.root().join("fake-claude");
+            std::fs::write(&bin, sandbox_fixture::payload_claude("touch AGENT-RAN")).unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            fx.own(fx.root());
+            let control = value.is_empty();
+            let var = if control {
+                own.path().to_str().unwrap()
+            } else {
+                value
+            };
+            let who = format!("nobody={nobody} DOCKER_CONFIG={var}");
+            let (rc, out) = run_text(
+                fx.sandbox_in(&fx.ws(), &[], "cat /etc/hostname >/dev/null && echo SERVED")
+                    .env("DOCKER_CONFIG", var),
+            );
+            if control {
+                assert!(rc == 0 && out.contains("SERVED"), "{who}: control: {out}");
+            } else {
+                assert_eq!(rc, 78, "{who}: {out}");
+                // `/` holds the workspace too, refused as such before this review.
+                assert!(var == "/" || out.contains("DOCKER_CONFIG"), "{who}: {out}");
+            }
+            let ws = fx.ws();
+            let owner = nobody.then_some(65534);
+            let out = sandbox_fixture::coder_as(fx.root(), owner, &ws, &bin, &[], "go")
+                .env("DOCKER_CONFIG", var)
+                .output_bounded();
+            let env: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{who}: no envelope ({e}): {out:?}"));
+            let ran = ws.join("AGENT-RAN").exists();
+            if control {
+                assert!(ran, "{who}: control: {env}");
+                continue;
+            }
+            assert!(!ran, "{who}: the agent ran: {env}");
+            assert_eq!(env["error_kind"], "config_error", "{who}: {env}");
+            let named = env.to_string().contains("DOCKER_CONFIG");
+            assert!(var == "/" || named, "{who}: {env}");
         }
     }
 }
