@@ -26,13 +26,9 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-/// A wrapper the held scripts' reader does not know (`flock FILE`, `setpriv`, `taskset`
-/// with a mask in letters), `env -S`'s command string, and a shell named by a variable:
-/// the wrapped script is not held.
+/// `env -S`'s command string inside a script and a shell named by a variable: the
+/// wrapped script is not held; and a tool in a directory the helper cannot list.
 const KNOWN_OPEN: &[&str] = &[
-    "flock",
-    "setpriv",
-    "taskset hex mask",
     "env -S",
     "shell from a variable",
     "tool in an unlistable directory",

@@ -1526,7 +1526,8 @@ fn runs_the_next_word(word: &[u8]) -> bool {
     const PREFIXES: &[&[u8]] = &[
         b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
         b"nohup", b"time", b"{", b"(", b"()", b"env", b"nice", b"timeout", b"stdbuf", b"ionice",
-        b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin", b"eval",
+        b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin", b"eval", b"flock",
+        b"setpriv",
     ];
     // Named by its path too (`/usr/bin/env sh tools/x.sh`; round twenty-six's second
     // review), and `eval sh tools/x.sh` runs its words as a command.
@@ -1544,8 +1545,17 @@ fn runs_the_next_word(word: &[u8]) -> bool {
 /// program and `env -u X sh tools/x.sh` ran the agent's edit of `tools/x.sh`.
 fn wrapped_program_at(tokens: &[Vec<u8>]) -> usize {
     let mut wrapper: &[u8] = b"";
+    // A wrapper's operand before its command (`flock FILE`, `taskset MASK`, `chrt
+    // PRIORITY`) still to come: `taskset f sh tools/x.sh` took `f` for the program
+    // (round twenty-six's second review).
+    let mut operand = false;
     let mut at = 0;
     while let Some(word) = tokens.get(at) {
+        if operand && !word.starts_with(b"-") {
+            operand = false;
+            at += 1;
+            continue;
+        }
         if !runs_the_next_word(word) {
             break;
         }
@@ -1554,11 +1564,15 @@ fn wrapped_program_at(tokens: &[Vec<u8>]) -> usize {
             .any(|(name, options)| *name == wrapper && options.contains(&word.as_slice()));
         if !word.starts_with(b"-") && !word.first().is_some_and(u8::is_ascii_digit) {
             wrapper = program_name(word);
+            operand = WRAPPER_OPERAND.contains(&wrapper);
         }
         at += if takes_value { 2 } else { 1 };
     }
     at
 }
+
+/// The wrappers that take one operand before the command they run.
+const WRAPPER_OPERAND: &[&[u8]] = &[b"flock", b"taskset", b"chrt"];
 
 /// The options of [`runs_the_next_word`]'s wrappers that take the next word as their
 /// value (spelled apart; `-uX` and `--unset=X` are one word).
@@ -1614,6 +1628,37 @@ const WRAPPER_VALUE_OPTIONS: &[(&[u8], &[&[u8]])] = &[
     ),
     (b"doas", &[b"-u", b"-C"]),
     (b"exec", &[b"-a"]),
+    (
+        b"flock",
+        &[
+            b"-w",
+            b"--wait",
+            b"--timeout",
+            b"-E",
+            b"--conflict-exit-code",
+        ],
+    ),
+    (
+        b"setpriv",
+        &[
+            b"--reuid",
+            b"--regid",
+            b"--euid",
+            b"--egid",
+            b"--ruid",
+            b"--rgid",
+            b"--groups",
+            b"--inh-caps",
+            b"--ambient-caps",
+            b"--bounding-set",
+            b"--securebits",
+            b"--pdeathsig",
+            b"--selinux-label",
+            b"--apparmor-profile",
+            b"--landlock-access",
+            b"--landlock-rule",
+        ],
+    ),
 ];
 
 /// `NAME=value` (a variable set for the command).
@@ -2047,6 +2092,12 @@ mod tests {
             "bash -O extglob +o errexit tools/x.sh",
             "eval sh tools/x.sh",
             "exec -a ci sh tools/x.sh",
+            "flock tools sh tools/x.sh",
+            "flock -w 5 .git/lock sh tools/x.sh",
+            "taskset f sh tools/x.sh",
+            "taskset -c 0-1 sh tools/x.sh",
+            "chrt -f 10 sh tools/x.sh",
+            "setpriv --reuid 1000 --nnp sh tools/x.sh",
         ] {
             let words: Vec<Vec<u8>> = run_words(line.as_bytes())
                 .into_iter()
