@@ -1465,20 +1465,54 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
                     continue;
                 }
             }
-            let run = if program.contains(&b'/') {
-                Some(program)
-            } else if shell {
-                words.find(|w| !w.starts_with(b"-"))
+            // A shell named by its path (`/bin/sh tools/x.sh`) runs its file all the
+            // same: until round twenty-six's second review only `/bin/sh` was held.
+            let by_path = program.contains(&b'/').then_some(program);
+            let file = if shell {
+                interpreted_file(name, words)
             } else {
                 None
             };
-            if let Some(entry) = run.and_then(|w| based(w))
-                && !found.contains(&entry)
+            for entry in [by_path, file]
+                .into_iter()
+                .flatten()
+                .filter_map(|w| based(w))
             {
-                found.push(entry);
+                if !found.contains(&entry) {
+                    found.push(entry);
+                }
             }
         }
     }
+}
+
+/// The file a shell or interpreter runs among its `words` (those after its name): the
+/// first that is neither an option nor an option's value (`bash -o pipefail tools/x.sh`:
+/// round twenty-six's second review found `pipefail` taken for the file, and the agent's
+/// edit of `tools/x.sh` ran).
+fn interpreted_file<'a>(
+    name: &[u8],
+    mut words: impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<&'a Vec<u8>> {
+    let value_options: &[&[u8]] = if name.starts_with(b"python") {
+        &[b"-W", b"-X"]
+    } else if name.starts_with(b"node") {
+        &[b"-r", b"--require", b"--import", b"--loader"]
+    } else if name == b"ruby" {
+        &[b"-I", b"-r"]
+    } else if name == b"perl" {
+        &[]
+    } else {
+        &[b"-o", b"+o", b"-O", b"+O", b"--rcfile", b"--init-file"]
+    };
+    while let Some(word) = words.next() {
+        if value_options.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") && !word.starts_with(b"+") {
+            return Some(word);
+        }
+    }
+    None
 }
 
 /// Whether a word before a command's program leaves the program to come: a keyword
@@ -1492,9 +1526,12 @@ fn runs_the_next_word(word: &[u8]) -> bool {
     const PREFIXES: &[&[u8]] = &[
         b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
         b"nohup", b"time", b"{", b"(", b"()", b"env", b"nice", b"timeout", b"stdbuf", b"ionice",
-        b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin",
+        b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin", b"eval", b"flock",
+        b"setpriv",
     ];
-    PREFIXES.contains(&word)
+    // Named by its path too (`/usr/bin/env sh tools/x.sh`; round twenty-six's second
+    // review), and `eval sh tools/x.sh` runs its words as a command.
+    PREFIXES.contains(&program_name(word))
         || is_assignment(word)
         || word.ends_with(b"()")
         || word.starts_with(b"-")
@@ -1508,8 +1545,17 @@ fn runs_the_next_word(word: &[u8]) -> bool {
 /// program and `env -u X sh tools/x.sh` ran the agent's edit of `tools/x.sh`.
 fn wrapped_program_at(tokens: &[Vec<u8>]) -> usize {
     let mut wrapper: &[u8] = b"";
+    // A wrapper's operand before its command (`flock FILE`, `taskset MASK`, `chrt
+    // PRIORITY`) still to come: `taskset f sh tools/x.sh` took `f` for the program
+    // (round twenty-six's second review).
+    let mut operand = false;
     let mut at = 0;
     while let Some(word) = tokens.get(at) {
+        if operand && !word.starts_with(b"-") {
+            operand = false;
+            at += 1;
+            continue;
+        }
         if !runs_the_next_word(word) {
             break;
         }
@@ -1518,11 +1564,15 @@ fn wrapped_program_at(tokens: &[Vec<u8>]) -> usize {
             .any(|(name, options)| *name == wrapper && options.contains(&word.as_slice()));
         if !word.starts_with(b"-") && !word.first().is_some_and(u8::is_ascii_digit) {
             wrapper = program_name(word);
+            operand = WRAPPER_OPERAND.contains(&wrapper);
         }
         at += if takes_value { 2 } else { 1 };
     }
     at
 }
+
+/// The wrappers that take one operand before the command they run.
+const WRAPPER_OPERAND: &[&[u8]] = &[b"flock", b"taskset", b"chrt"];
 
 /// The options of [`runs_the_next_word`]'s wrappers that take the next word as their
 /// value (spelled apart; `-uX` and `--unset=X` are one word).
@@ -1577,6 +1627,38 @@ const WRAPPER_VALUE_OPTIONS: &[(&[u8], &[&[u8]])] = &[
         ],
     ),
     (b"doas", &[b"-u", b"-C"]),
+    (b"exec", &[b"-a"]),
+    (
+        b"flock",
+        &[
+            b"-w",
+            b"--wait",
+            b"--timeout",
+            b"-E",
+            b"--conflict-exit-code",
+        ],
+    ),
+    (
+        b"setpriv",
+        &[
+            b"--reuid",
+            b"--regid",
+            b"--euid",
+            b"--egid",
+            b"--ruid",
+            b"--rgid",
+            b"--groups",
+            b"--inh-caps",
+            b"--ambient-caps",
+            b"--bounding-set",
+            b"--securebits",
+            b"--pdeathsig",
+            b"--selinux-label",
+            b"--apparmor-profile",
+            b"--landlock-access",
+            b"--landlock-rule",
+        ],
+    ),
 ];
 
 /// `NAME=value` (a variable set for the command).
@@ -2004,12 +2086,26 @@ mod tests {
             "ionice -c3 sh tools/x.sh",
             "ionice -c idle -n 7 sh tools/x.sh",
             "sudo -u bob env -C . FOO=1 sh tools/x.sh",
+            "/bin/sh tools/x.sh",
+            "/usr/bin/env sh tools/x.sh",
+            "bash -o pipefail tools/x.sh",
+            "bash -O extglob +o errexit tools/x.sh",
+            "eval sh tools/x.sh",
+            "exec -a ci sh tools/x.sh",
+            "flock tools sh tools/x.sh",
+            "flock -w 5 .git/lock sh tools/x.sh",
+            "taskset f sh tools/x.sh",
+            "taskset -c 0-1 sh tools/x.sh",
+            "chrt -f 10 sh tools/x.sh",
+            "setpriv --reuid 1000 --nnp sh tools/x.sh",
         ] {
             let words: Vec<Vec<u8>> = run_words(line.as_bytes())
                 .into_iter()
                 .map(|(w, _)| w)
                 .collect();
-            assert_eq!(words, vec![b"tools/x.sh".to_vec()], "{line}");
+            // A program named by its path is held too (`/bin/sh`, `/usr/bin/env`).
+            let scripts: Vec<&Vec<u8>> = words.iter().filter(|w| w[0] != b'/').collect();
+            assert_eq!(scripts, vec![&b"tools/x.sh".to_vec()], "{line}");
         }
     }
 

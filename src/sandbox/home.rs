@@ -488,6 +488,30 @@ pub(crate) fn places_outside_home(keys: &KeyPlaces) -> Vec<PathBuf> {
     places
 }
 
+/// The first of [`RELOCATED_SECRETS`]'s places that is, or holds, one of the `system`
+/// directories the private root shows: its variable, the place (canonical) and the system
+/// directory. `DOCKER_CONFIG=/etc` made all of `/etc` a key, shown empty (the agent's
+/// DNS, TLS roots and user names gone, failing in ways that did not name the variable),
+/// and `DOCKER_CONFIG=/usr` stopped the secret scan with a `sandbox_error` blaming the
+/// workspace (round twenty-six's second review). A place inside one (`/etc/docker`) is
+/// masked as before.
+pub(crate) fn relocated_over_system(system: &[&str]) -> Option<(&'static str, PathBuf, PathBuf)> {
+    let system: Vec<PathBuf> = system
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .collect();
+    RELOCATED_SECRETS.iter().find_map(|(var, rel)| {
+        env_paths(var)
+            .into_iter()
+            .map(|p| if rel.is_empty() { p } else { p.join(rel) })
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .find_map(|place| {
+                let held = system.iter().find(|dir| dir.starts_with(&place))?;
+                Some((*var, place.clone(), held.clone()))
+            })
+    })
+}
+
 /// [`RELOCATED_SECRETS`] as this process's environment spells them, where something is.
 fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
     RELOCATED_SECRETS

@@ -420,6 +420,22 @@ pub enum SandboxError {
     )]
     HeldScripts { limit: usize, path: PathBuf },
 
+    /// A variable that moves a key (`DOCKER_CONFIG`, `AWS_CONFIG_FILE`, …) names a system
+    /// directory the sandbox shows, or one holding one (`DOCKER_CONFIG=/etc`): all of it
+    /// would be hidden as a key.
+    #[error(
+        "{var} names {}, which is or holds {}, a system directory the sandbox shows: \
+         everything there would be hidden from the agent as {var}'s keys. Point {var} at \
+         the tool's own directory or file, or unset it for coder",
+        bytes::short(.place),
+        bytes::short(.system)
+    )]
+    KeyVariableOverSystem {
+        var: &'static str,
+        place: PathBuf,
+        system: PathBuf,
+    },
+
     /// The end-of-run guard of an earlier run over this run's trees stopped short, and
     /// checking its trees again before this run stopped short too.
     #[error(
@@ -647,7 +663,8 @@ impl SandboxError {
             | SandboxError::RefusedWorkspace { .. }
             | SandboxError::KernelMount { .. }
             | SandboxError::OnKernelMount { .. }
-            | SandboxError::HeldScripts { .. } => true,
+            | SandboxError::HeldScripts { .. }
+            | SandboxError::KeyVariableOverSystem { .. } => true,
             _ => false,
         }
     }

@@ -748,6 +748,9 @@ impl Policy {
                 .into_iter()
                 .chain(homes_here()),
         );
+        if let Some((var, place, system)) = home::relocated_over_system(&SYSTEM_READ) {
+            return Err(SandboxError::KeyVariableOverSystem { var, place, system });
+        }
         let workspace = canonical_workspace(&opts.workspace, home.as_deref(), &keys)?;
         let ws_dir = WorkspaceDir::open(&workspace)?;
 
