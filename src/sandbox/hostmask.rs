@@ -9,7 +9,7 @@
 //! private root holds only granted paths, so it exists there only when it is the granted
 //! home or holds a granted toolchain.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fs;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
@@ -35,9 +35,9 @@ pub struct HostSecrets {
     /// The relocated places that exist, canonical.
     #[serde(default, with = "super::bytes::vec")]
     pub places: Vec<PathBuf>,
-    /// (dev, ino, link count) of each home key with more than one name.
+    /// (dev, ino) of each home key with more than one name.
     #[serde(default)]
-    pub linked: Vec<(u64, u64, u64)>,
+    pub linked: Vec<(u64, u64)>,
     /// The trees the scan walked, canonical: their names of the keys are the scan's to
     /// mask, and the look here does not enter them.
     #[serde(default, with = "super::bytes::vec")]
@@ -302,21 +302,17 @@ fn linked_key_names(
         .map(crate::workspace::mountinfo::unescape)
         .filter(|point| point.starts_with(new_root) && point != new_root)
         .collect();
-    let mut left: HashMap<(u64, u64), u64> = users
-        .linked
-        .iter()
-        .map(|&(dev, ino, links)| ((dev, ino), links.saturating_sub(1)))
-        .collect();
+    // The walk runs whole (see above): no link counts to account for.
+    let keys: HashSet<(u64, u64)> = users.linked.iter().copied().collect();
     let skip: Vec<PathBuf> = users.scanned.iter().map(|p| inside(p)).collect();
     let mut found = Vec::new();
     for root in mount_points {
         if let Ok(meta) = fs::symlink_metadata(&root)
-            && let Some(n) = left.get_mut(&(meta.dev(), meta.ino()))
+            && keys.contains(&(meta.dev(), meta.ino()))
             && meta.is_file()
             && !skip.iter().any(|s| root.starts_with(s))
             && !found.contains(&root)
         {
-            *n = n.saturating_sub(1);
             found.push(root);
         }
     }
@@ -356,7 +352,7 @@ fn linked_key_names(
             }
             let may_be_file = kind.is_none_or(|k| k.is_file());
             let maybe_key =
-                listing != Listing::InodeTrusted || left.keys().any(|&(_, ino)| ino == entry.ino());
+                listing != Listing::InodeTrusted || keys.iter().any(|&(_, ino)| ino == entry.ino());
             if !may_be_file || !maybe_key {
                 continue;
             }
@@ -365,7 +361,7 @@ fn linked_key_names(
             };
             if meta.is_dir() && !skip.contains(&path) {
                 pending.push(path);
-            } else if let Some(n) = left.get_mut(&(meta.dev(), meta.ino()))
+            } else if keys.contains(&(meta.dev(), meta.ino()))
                 && meta.is_file()
                 && !found.contains(&path)
             {
@@ -374,7 +370,6 @@ fn linked_key_names(
                 // recursive) counts twice, and the second stayed readable (round
                 // twenty-five's second review).
                 found.push(path);
-                *n = n.saturating_sub(1);
             }
         }
     }

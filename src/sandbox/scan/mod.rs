@@ -254,9 +254,9 @@ pub(crate) struct ScanOutput {
     /// …) that have more than one name ([`super::home::linked_never_visible`]): their
     /// names in the trees are masked as secrets.
     linked_home_keys: HashSet<(u64, u64)>,
-    /// The same keys with their link counts (dev, ino, nlink), for the look for their
-    /// other names in the private root ([`super::hostmask::HostSecrets`]).
-    pub home_key_links: Vec<(u64, u64, u64)>,
+    /// The same keys (dev, ino), for the look for their other names in the private root
+    /// ([`super::hostmask::HostSecrets`]).
+    pub home_key_links: Vec<(u64, u64)>,
     /// Protected globs (a writable tree's root, the glob relative to it) for the names
     /// Python imports at start in a directory a held line puts on `PYTHONPATH`
     /// ([`held`]'s `guard_python_path`): the end-of-run guard moves aside what the run
@@ -306,11 +306,8 @@ pub(crate) fn scan_trees_with(
         let places = keys.places(&home);
         home_keys.extend(super::home::linked_never_visible(&places)?);
     }
-    let home_key_links: Vec<(u64, u64, u64)> = home_keys
-        .iter()
-        .map(|(&(dev, ino), &links)| (dev, ino, links))
-        .collect();
     let home_keys: HashSet<(u64, u64)> = home_keys.into_keys().collect();
+    let home_key_links: Vec<(u64, u64)> = home_keys.iter().copied().collect();
     let mut attempt = 1;
     loop {
         let mut out = ScanOutput {
