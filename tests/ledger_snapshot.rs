@@ -1100,3 +1100,49 @@ fn a_lease_the_agent_holds_does_not_hold_the_ledgers_git() {
         );
     }
 }
+
+/// A run whose setup fails (here: coder's state directory inside the workspace, refused
+/// before anything runs) waited for the whole "before" snapshot under way beside the
+/// setup, a walk of the workspace: 2.4 to 3 s for a `config_error` at 100k files, every
+/// time (perf26b, round twenty-six). Nothing of the run started in the workspace, so its
+/// changes are none, said at once: with the snapshot held back ten minutes by the test
+/// hook, the envelope still comes within the test's deadline, `changes` empty.
+#[test]
+fn a_run_whose_setup_fails_does_not_wait_for_the_snapshot() {
+    for with_git in [true, false] {
+        let fake = Fake::new(json!([
+            common::steps::init(),
+            common::steps::result_ok("done"),
+        ]));
+        let ws = fake.workspace();
+        write(ws, "a.txt", "a\n");
+        if with_git {
+            for args in [
+                &["init", "-q"][..],
+                &["add", "-A"],
+                &["commit", "-qm", "start"],
+            ] {
+                git_in(ws, args);
+            }
+        }
+        let out = fake
+            .coder()
+            .deadline(Duration::from_secs(60))
+            .env("CODER_STATE_DIR", ws.join(".coder-state"))
+            .env(DELAY_VAR, "600000")
+            .args(["task"])
+            .run();
+        assert_eq!(
+            out.envelope["error_kind"],
+            "config_error",
+            "git: {with_git}: {}",
+            out.explain()
+        );
+        assert_eq!(
+            files(&out.envelope),
+            [],
+            "git: {with_git}: {}",
+            out.explain()
+        );
+    }
+}
