@@ -687,3 +687,64 @@ fn a_worktree_runs_hint_names_worktree_base_and_works() {
     common::git_init_with_a_commit(&repo);
     scene.client("worktree", Some(&claude), Duration::from_secs(180));
 }
+
+/// A plain run of the `coder` tool resuming a `coder plan` session would carry the
+/// read-only planning on as a run that may write the workspace: refused, worded for the
+/// tool's caller (its `SESSION_ID`, "this tool"), naming how to go on planning and how to
+/// carry the plan out. The plan session is made by `coder plan` on the command line, in
+/// the server's state directory.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn the_coder_tool_does_not_resume_a_plan_session_as_a_run() {
+    let scene = Scene::new();
+    let ws = scene.base.join("a");
+    std::fs::create_dir_all(&ws).unwrap();
+    let backend = format!("replay:{CASSETTES}/plan_question.json");
+    let claude = common::real_claude();
+    let plan = Command::new(env!("CARGO_BIN_EXE_coder"))
+        .args(["plan", "--cd"])
+        .arg(&ws)
+        .args(["--backend", &backend, "--claude-bin"])
+        .arg(&claude)
+        .arg("plan the migration")
+        .env("CODER_STATE_DIR", scene.root.path().join("state"))
+        .env("XDG_CONFIG_HOME", scene.root.path().join("xdg"))
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_BACKEND")
+        .stdin(Stdio::null())
+        .output_within(Duration::from_secs(120));
+    let planned: serde_json::Value = String::from_utf8_lossy(&plan.stdout)
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no envelope: {plan:?}"));
+    let session = planned["SESSION_ID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let plan_file = planned["plan_file"].as_str().unwrap_or_default().to_owned();
+    assert!(!session.is_empty() && !plan_file.is_empty(), "{planned}");
+    let resumed = raw_session(
+        &scene,
+        &[(
+            "coder",
+            serde_json::json!({"PROMPT": "go on", "cd": "a", "backend": backend,
+                               "SESSION_ID": session}),
+        )],
+        Some(&claude),
+    );
+    let envelope = &resumed[0]["structuredContent"];
+    assert_eq!(envelope["error_kind"], "config_error", "{envelope}");
+    let error = envelope["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("is a plan session")
+            && error.contains("this tool does not resume")
+            && error.contains(&format!(
+                "coder plan --plan-file {plan_file} --session-id {session}"
+            ))
+            && error.contains(&format!("coder --plan {plan_file}"))
+            && error.contains("leave SESSION_ID out")
+            && !error.contains("--cd"),
+        "{error}"
+    );
+}
