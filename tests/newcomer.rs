@@ -785,13 +785,16 @@ fn a_bad_path_is_reported_before_missing_credentials() {
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("CLAUDE_CODE_OAUTH_TOKEN")
     };
-    // The credentials error itself, with nothing else wrong.
+    // The credentials error itself, with nothing else wrong, worded for the command line
+    // (it named the MCP tool's argument too, to a caller who never started `coder mcp`).
     let out = without_credentials(fake.coder()).arg("task").run();
     let detail = out.assert_failure("config_error", 78);
     assert!(
         detail["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("backend 'inherit' has no credentials")),
+            .is_some_and(|m| m.starts_with("backend 'inherit' has no credentials")
+                && m.contains("pick another backend (--backend: glm,")
+                && !m.contains("mcp")),
         "{}",
         out.explain()
     );

@@ -62,15 +62,7 @@ pub enum ConfigError {
 
     /// The `inherit` backend found no credentials at all: the CLI would only answer "Not
     /// logged in", and `/login` cannot work in coder's private config dir.
-    #[error(
-        "backend 'inherit' has no credentials: no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or \
-         CLAUDE_CODE_OAUTH_TOKEN in the environment and no login in {}; export one of them, \
-         pick another backend (--backend, or the backend argument of coder mcp's coder \
-         tool: glm, deepseek, minimax, anthropic, or replay:CASSETTE to try coder without a \
-         key), or set claude_config_dir = \"user\" in the config file to use your own \
-         claude login",
-        config_dir.display()
-    )]
+    #[error("{}", inherit_without_credentials(config_dir, "--backend"))]
     InheritWithoutCredentials { config_dir: std::path::PathBuf },
 
     /// A profile of kind `api` without a base URL.
@@ -139,4 +131,31 @@ pub enum ConfigError {
          in the workspace and name that file in the prompt"
     )]
     PromptTooLarge { what: String, limit: usize },
+}
+
+/// The message of [`ConfigError::InheritWithoutCredentials`], naming how to pick another
+/// backend as the caller does (`--backend`, or the MCP tool's `backend` argument).
+fn inherit_without_credentials(config_dir: &std::path::Path, pick: &str) -> String {
+    format!(
+        "backend 'inherit' has no credentials: no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or \
+         CLAUDE_CODE_OAUTH_TOKEN in the environment and no login in {}; export one of them, \
+         pick another backend ({pick}: glm, deepseek, minimax, anthropic, or replay:CASSETTE \
+         to try coder without a key), or set claude_config_dir = \"user\" in the config file \
+         to use your own claude login",
+        config_dir.display()
+    )
+}
+
+impl ConfigError {
+    /// The message, worded for the caller: the command line's flags (as `Display`), or
+    /// (`tool_arguments`) the arguments of `coder mcp`'s `coder` tool, whose caller never
+    /// wrote `--backend`.
+    pub fn message_for(&self, tool_arguments: bool) -> String {
+        match self {
+            ConfigError::InheritWithoutCredentials { config_dir } if tool_arguments => {
+                inherit_without_credentials(config_dir, "the backend argument of the coder tool")
+            }
+            other => other.to_string(),
+        }
+    }
 }

@@ -591,11 +591,12 @@ async fn backend_for_run(
     backend: Result<config::ResolvedBackend, config::ConfigError>,
     run: &Run,
 ) -> Result<(config::ResolvedBackend, Option<ReplayServer>), Box<Envelope>> {
+    let tool_arguments = request.request_from == RequestFrom::McpTool;
     let mut backend = backend.map_err(|e| {
         arguments_first(
             request,
             run,
-            early(run, ErrorKind::ConfigError, e.to_string()),
+            early(run, ErrorKind::ConfigError, e.message_for(tool_arguments)),
         )
     })?;
     let replay_server = start_replay_server(request, &mut backend)
