@@ -744,22 +744,8 @@ fn a_file_the_last_run_made_is_measured_by_the_next_with_its_lines() {
 #[test]
 fn coders_own_state_directory_in_the_workspace_is_not_in_the_changes() {
     for with_git in [true, false] {
-        let fake = Fake::new(json!([
-            common::steps::init(),
-            common::steps::result_ok("done"),
-        ]));
+        let fake = one_file_workspace(with_git);
         let ws = fake.workspace();
-        write(ws, "a.txt", "a\n");
-        if with_git {
-            write(ws, ".gitignore", ".fake-claude/\n");
-            for args in [
-                &["init", "-q"][..],
-                &["add", "-A"],
-                &["commit", "-qm", "start"],
-            ] {
-                git_in(ws, args);
-            }
-        }
         let out = fake
             .coder()
             .env("CODER_STATE_DIR", ws.join(".coder-state"))
@@ -1110,21 +1096,8 @@ fn a_lease_the_agent_holds_does_not_hold_the_ledgers_git() {
 #[test]
 fn a_run_whose_setup_fails_does_not_wait_for_the_snapshot() {
     for with_git in [true, false] {
-        let fake = Fake::new(json!([
-            common::steps::init(),
-            common::steps::result_ok("done"),
-        ]));
+        let fake = one_file_workspace(with_git);
         let ws = fake.workspace();
-        write(ws, "a.txt", "a\n");
-        if with_git {
-            for args in [
-                &["init", "-q"][..],
-                &["add", "-A"],
-                &["commit", "-qm", "start"],
-            ] {
-                git_in(ws, args);
-            }
-        }
         let out = fake
             .coder()
             .deadline(Duration::from_secs(60))
@@ -1145,4 +1118,26 @@ fn a_run_whose_setup_fails_does_not_wait_for_the_snapshot() {
             out.explain()
         );
     }
+}
+
+/// A fake whose model ends at once ("done"), in a workspace holding `a.txt` (committed,
+/// the fake's own files ignored, when `with_git`).
+fn one_file_workspace(with_git: bool) -> Fake {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        common::steps::result_ok("done"),
+    ]));
+    let ws = fake.workspace();
+    write(ws, "a.txt", "a\n");
+    if with_git {
+        write(ws, ".gitignore", ".fake-claude/\n");
+        for args in [
+            &["init", "-q"][..],
+            &["add", "-A"],
+            &["commit", "-qm", "start"],
+        ] {
+            git_in(ws, args);
+        }
+    }
+    fake
 }
