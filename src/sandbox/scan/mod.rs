@@ -829,6 +829,11 @@ struct TreeWatch<'b> {
     tree: usize,
 }
 
+/// A directory as the walk reads it: the entries it looks at (with their kinds when
+/// the listing gave them), whether git would take it for a git dir, and the start of its
+/// record for the next run.
+type ListedDir = (Vec<(OsString, Option<Kind>)>, bool, Option<KeptDir>);
+
 impl<'a> Walker<'a, '_> {
     /// Walk a directory taken from the queue.
     fn task(&mut self, task: Task) -> Result<(), SandboxError> {
@@ -906,34 +911,8 @@ impl<'a> Walker<'a, '_> {
         }
         // Taken before the listing: a change while it is read moves the ctime past this.
         let st = fstat(dir.as_fd()).map_err(|e| walk_error(&here, "inspect", e))?;
-        let (entries, git_dir, mut fresh) = match self.kept(&st, rel, inside) {
-            Some(kept) => {
-                if let Some(w) = self.watch {
-                    w.watch.kept(w.tree, &st, rel);
-                }
-                self.reuse(&st, rel, kept);
-                let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
-                (entries.collect(), kept.summary.git_dir, None)
-            }
-            None => {
-                // Opened `O_PATH` on the strength of a record that no longer holds:
-                // reopen the same directory (its `fstat` above stays the one before the
-                // listing) to read it.
-                let readable = if path_only {
-                    let fd = open_dir_beneath(dir.as_fd(), Path::new("."))
-                        .map_err(|e| walk_error(&here, "open", e))?;
-                    Some(fd)
-                } else {
-                    None
-                };
-                if let Some(w) = self.watch {
-                    let special = inside != Inside::default();
-                    w.watch
-                        .before_listing(w.tree, dir.as_fd(), &st, rel, special, &here)?;
-                }
-                self.list(readable.as_ref().unwrap_or(&dir), &st, rel, &here)?
-            }
-        };
+        let (entries, git_dir, mut fresh) =
+            self.entries_here(&dir, &st, (path_only, inside), rel, &here)?;
         let dir = Arc::new(dir);
         // A git dir not named `.git` (a bare repository, a separate git dir): git finds
         // it by discovery or through a `.git` file, so it is guarded like one.
@@ -1016,37 +995,79 @@ impl<'a> Walker<'a, '_> {
                         None => self.walk(child()?, false, &rel_child, depth + 1, next)?,
                     }
                 }
-                Kind::File => {
-                    if st.st_nlink > 1 {
-                        self.linked
-                            .entry((st.st_dev, st.st_ino))
-                            .or_default()
-                            .push(path.clone());
-                    }
-                    if secret {
-                        if st.st_nlink > 1 {
-                            self.out.linked_secrets.insert((st.st_dev, st.st_ino));
-                        }
-                        self.push(mask(path, MaskKind::Empty, &st, true))?;
-                    } else if protected {
-                        self.push(mask(path, MaskKind::ReadOnly, &st, false))?;
-                    }
-                }
-                Kind::Symlink => {
-                    if secret {
-                        self.symlinks.push(path.clone());
-                    }
-                    if protected && !secret {
-                        self.guard_link(path, &st)?;
-                    }
-                }
-                Kind::Other => {}
+                Kind::File => self.file_entry(path, &st, secret, protected)?,
+                Kind::Symlink if secret => self.symlinks.push(path),
+                Kind::Symlink if protected => self.guard_link(path, &st)?,
+                Kind::Symlink | Kind::Other => {}
             }
         }
         if let (Some(fresh), Some(recorder)) = (fresh, self.recorder.as_deref_mut())
             && inside == Inside::default()
         {
             recorder.record(dir.as_fd(), &st, fresh);
+        }
+        Ok(())
+    }
+
+    /// The entries of `dir` (described by `st`) the walk looks at, whether git would take it
+    /// for a git dir, and the start of its record for the next run: those a run before
+    /// kept, when its record still holds, else a fresh listing (`path_only`: `dir` was
+    /// opened `O_PATH`, and is reopened to be read).
+    fn entries_here(
+        &mut self,
+        dir: &OwnedFd,
+        st: &FileStat,
+        (path_only, inside): (bool, Inside),
+        rel: &Path,
+        here: &Path,
+    ) -> Result<ListedDir, SandboxError> {
+        if let Some(kept) = self.kept(st, rel, inside) {
+            if let Some(w) = self.watch {
+                w.watch.kept(w.tree, st, rel);
+            }
+            self.reuse(st, rel, kept);
+            let entries = kept.attention.iter().map(|(n, k)| (n.clone(), Some(*k)));
+            return Ok((entries.collect(), kept.summary.git_dir, None));
+        }
+        // Opened `O_PATH` on the strength of a record that no longer holds: reopen the
+        // same directory (its `fstat` above stays the one before the listing) to read it.
+        let readable = if path_only {
+            let fd = open_dir_beneath(dir.as_fd(), Path::new("."))
+                .map_err(|e| walk_error(here, "open", e))?;
+            Some(fd)
+        } else {
+            None
+        };
+        if let Some(w) = self.watch {
+            let special = inside != Inside::default();
+            w.watch
+                .before_listing(w.tree, dir.as_fd(), st, rel, special, here)?;
+        }
+        self.list(readable.as_ref().unwrap_or(dir), st, rel, here)
+    }
+
+    /// A file the walk met at `path`: its other names noted when it has more than one;
+    /// masked empty when `secret`, held read-only when `protected`.
+    fn file_entry(
+        &mut self,
+        path: PathBuf,
+        st: &FileStat,
+        secret: bool,
+        protected: bool,
+    ) -> Result<(), SandboxError> {
+        if st.st_nlink > 1 {
+            self.linked
+                .entry((st.st_dev, st.st_ino))
+                .or_default()
+                .push(path.clone());
+        }
+        if secret {
+            if st.st_nlink > 1 {
+                self.out.linked_secrets.insert((st.st_dev, st.st_ino));
+            }
+            self.push(mask(path, MaskKind::Empty, st, true))?;
+        } else if protected {
+            self.push(mask(path, MaskKind::ReadOnly, st, false))?;
         }
         Ok(())
     }
@@ -1063,7 +1084,7 @@ impl<'a> Walker<'a, '_> {
         st: &FileStat,
         rel: &Path,
         here: &Path,
-    ) -> Result<(Vec<(OsString, Option<Kind>)>, bool, Option<KeptDir>), SandboxError> {
+    ) -> Result<ListedDir, SandboxError> {
         let entries = list_dir_kinds(dir).map_err(|e| walk_error(here, "list", e))?;
         let git_dir = is_git_dir_listing(entries.iter().map(|(n, _)| n));
         if !entries.iter().all(|(_, kind)| kind.is_some()) {
