@@ -390,25 +390,31 @@ const MAX_AFFIXES: usize = 16;
 fn one_expansion(word: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let at = word.iter().position(|b| *b == b'$')?;
     let after = &word[at + 1..];
+    let (name, len) = variable_reference(after)?;
+    let (before, rest) = (&word[..at], &after[len..]);
     let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
-    let (name, rest) = match after.strip_prefix(b"{") {
-        Some(braced) => {
-            let end = braced.iter().position(|b| *b == b'}')?;
-            (&braced[..end], &braced[end + 1..])
-        }
-        None => {
-            let end = after
-                .iter()
-                .position(|b| !is_name(b))
-                .unwrap_or(after.len());
-            (&after[..end], &after[end..])
-        }
-    };
-    let (before, rest) = (&word[..at], rest);
     let plain = |t: &[u8]| !t.iter().any(|b| b"$`\x01".contains(b));
     let named = !name.is_empty() && name.iter().all(is_name) && !name[0].is_ascii_digit();
     (named && plain(before) && plain(rest) && !(before.is_empty() && rest.is_empty()))
         .then(|| (before.to_vec(), rest.to_vec()))
+}
+
+/// The variable a `$` refers to, read from `after` (what follows the `$`): `{NAME}`'s
+/// `NAME` (whatever is before the first `}`), or the longest run of ASCII letters, digits
+/// and `_` (maybe empty); with how many bytes of `after` the reference takes. `None` for
+/// a `{` never closed. Python's `os.path.expandvars` reads references so
+/// ([`super::home`]'s relocating values); a script's words are read with it too.
+pub(super) fn variable_reference(after: &[u8]) -> Option<(&[u8], usize)> {
+    if let Some(braced) = after.strip_prefix(b"{") {
+        let end = braced.iter().position(|b| *b == b'}')?;
+        return Some((&braced[..end], end + 2));
+    }
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let end = after
+        .iter()
+        .position(|b| !is_name(b))
+        .unwrap_or(after.len());
+    Some((&after[..end], end))
 }
 
 /// `entry` of a list as a script completes it with each of `affixes`

@@ -628,29 +628,25 @@ fn env_paths(name: &str) -> Vec<PathBuf> {
 /// that `lookup` knows replaced by its value, the rest left as written: Python's
 /// `os.path.expandvars`.
 fn expand_vars(value: &[u8], lookup: impl Fn(&OsStr) -> Option<OsString>) -> OsString {
-    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
     let mut out = Vec::with_capacity(value.len());
     let mut rest = value;
     while let Some(at) = rest.iter().position(|b| *b == b'$') {
         out.extend_from_slice(&rest[..at]);
         let after = &rest[at + 1..];
-        let (name, len) = if let Some(braced) = after.strip_prefix(b"{") {
-            match braced.iter().position(|b| *b == b'}') {
-                Some(end) => (&braced[..end], end + 2),
-                None => (&after[..0], 0),
+        let known = super::config_text::variable_reference(after)
+            .filter(|(name, _)| !name.is_empty())
+            .and_then(|(name, len)| Some((lookup(OsStr::from_bytes(name))?, len)));
+        // An unknown one is left as written: its `$` here, the rest read on.
+        rest = match known {
+            Some((found, len)) => {
+                out.extend_from_slice(found.as_bytes());
+                &after[len..]
             }
-        } else {
-            let end = after
-                .iter()
-                .position(|b| !is_name(b))
-                .unwrap_or(after.len());
-            (&after[..end], end)
+            None => {
+                out.push(b'$');
+                after
+            }
         };
-        match (len, lookup(OsStr::from_bytes(name))) {
-            (1.., Some(found)) if !name.is_empty() => out.extend_from_slice(found.as_bytes()),
-            _ => out.extend_from_slice(&rest[at..at + 1 + len]),
-        }
-        rest = &after[len..];
     }
     out.extend_from_slice(rest);
     OsString::from_vec(out)
