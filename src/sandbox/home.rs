@@ -14,7 +14,7 @@
 //! `user.name`/`user.email` are copied into a file of the run's own, named by
 //! `GIT_CONFIG_GLOBAL`, and nothing else of the file is.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
@@ -191,12 +191,12 @@ const MAX_NEVER_VISIBLE_ENTRIES: usize = 100_000;
 /// one during the run (it sees none of these files), so the names that exist at the
 /// start are all there are. Cost: a `stat` of each file there (a few dozen in the usual
 /// home); the walk of the trees for the other names runs only when one has more than one
-/// link. Each with its link count: the other names the private root shows are looked
-/// for there too ([`super::hostmask`]), and the count tells when all are found.
+/// link. The other names the private root shows are looked for there too
+/// ([`super::hostmask`], which walks it whole: no link count tells when all are found).
 pub(crate) fn linked_never_visible(
     places: &[PathBuf],
-) -> Result<HashMap<(u64, u64), u64>, super::SandboxError> {
-    let mut found = HashMap::new();
+) -> Result<HashSet<(u64, u64)>, super::SandboxError> {
+    let mut found = HashSet::new();
     let mut looked = 0usize;
     let mut pending: Vec<(PathBuf, usize)> = places
         .iter()
@@ -226,7 +226,7 @@ pub(crate) fn linked_never_visible(
             meta
         };
         if meta.is_file() && meta.nlink() > 1 {
-            found.insert((meta.dev(), meta.ino()), meta.nlink());
+            found.insert((meta.dev(), meta.ino()));
         } else if meta.is_dir()
             && let Ok(entries) = std::fs::read_dir(&path)
         {

@@ -301,12 +301,11 @@ pub(crate) fn scan_trees_with(
         })
         .collect();
     // Read once: the agent cannot reach these files, so they hold still across attempts.
-    let mut home_keys = HashMap::new();
+    let mut home_keys = HashSet::new();
     for home in super::home::homes_here() {
         let places = keys.places(&home);
         home_keys.extend(super::home::linked_never_visible(&places)?);
     }
-    let home_keys: HashSet<(u64, u64)> = home_keys.into_keys().collect();
     let home_key_links: Vec<(u64, u64)> = home_keys.iter().copied().collect();
     let mut attempt = 1;
     loop {
