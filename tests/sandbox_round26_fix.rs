@@ -264,25 +264,7 @@ const HOME_KEYS: &[(&str, &str)] = &[
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_grant_of_a_home_directory_holding_other_tools_keys_is_refused() {
-    let mut broken = Vec::new();
-    for nobody in sandbox_fixture::arms() {
-        for (dir, key) in HOME_KEYS {
-            for confined in [true, false] {
-                let fx = Fixture::new("coder-round26-homekey-", nobody, &["ws", "home", "state"]);
-                let granted = fx.root().join("home").join(dir);
-                sandbox_fixture::write(&granted.join(key), "KEY-SECRET\n");
-                fx.own(fx.root());
-                let script = format!("cat '{}/{key}'; echo SERVED", granted.display());
-                let mut args = vec!["--read", granted.to_str().unwrap()];
-                if !confined {
-                    args.extend(["--mode", "danger-full-access"]);
-                }
-                let (rc, out) = fx.sandbox(&args, &script);
-                let who = format!("nobody={nobody} ~/{dir}/{key} confined={confined}");
-                judge(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
-            }
-        }
-    }
+    let broken = sandbox_fixture::home_key_grants("coder-round26-homekey-", HOME_KEYS);
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 

@@ -853,6 +853,38 @@ pub fn own_script(fx: &GitFx, ws: &Path, rel: &str) {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// `--read ~/DIR` of a home directory holding one of `keys` (each `(DIR, file)`, the file
+/// holding `KEY-SECRET`), for each arm, confined and (the control) unconfined: what went
+/// wrong, one line each. Confined, the key must not show (the grant refused, or the key
+/// masked); unconfined, the run must succeed and show it. `prefix` names the fixtures.
+pub fn home_key_grants(prefix: &str, keys: &[(&str, &str)]) -> Vec<String> {
+    let mut broken = Vec::new();
+    for nobody in arms() {
+        for (dir, key) in keys {
+            for confined in [true, false] {
+                let fx = Fixture::new(prefix, nobody, &["ws", "home", "state"]);
+                let granted = fx.root().join("home").join(dir);
+                write(&granted.join(key), "KEY-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/{key}'; echo SERVED", granted.display());
+                let mut args = vec!["--read", granted.to_str().unwrap()];
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let (rc, out) = fx.sandbox(&args, &script);
+                let who = format!("nobody={nobody} ~/{dir}/{key} confined={confined}");
+                let served = rc == 0 && out.contains("KEY-SECRET");
+                if confined && out.contains("KEY-SECRET") {
+                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                } else if !confined && !served {
+                    broken.push(format!("{who}: control: {out}"));
+                }
+            }
+        }
+    }
+    broken
+}
+
 /// The user's check script every checks-list attack aims at ([`checks_attack`]).
 pub const CHECK_SCRIPT: &str = "tools/checks/a.sh";
 
