@@ -58,7 +58,9 @@ const SPELLINGS: &[(&str, &str)] = &[
     ("exec -a", "exec -a ci sh tools/x.sh"),
     ("taskset hex mask", "taskset f sh tools/x.sh"),
     ("env -S", "env -S 'sh tools/x.sh'"),
-    ("shell from a variable", "${SHELL:-sh} tools/x.sh"),
+    // An unset variable with a default: `$SHELL` itself is the test user's login shell
+    // (`nologin` for uid 65534 on some machines), which made the control fail there.
+    ("shell from a variable", "${CI_SHELL:-sh} tools/x.sh"),
 ];
 
 /// A held script running the user's `tools/x.sh` by each of [`SPELLINGS`]: the agent
@@ -190,5 +192,38 @@ fn a_relocating_variable_naming_a_system_directory_is_a_config_error() {
             let named = env.to_string().contains("DOCKER_CONFIG");
             assert!(var == "/" || named, "{who}: {env}");
         }
+    }
+}
+
+/// The module a held script's `node -r` (`--require`, `--import`) preloads: round
+/// twenty-six's second review taught the held scripts' reader to pass over an
+/// interpreter's option value to find the file run, and so passed over `./tools/hook.js`
+/// in `node -r ./tools/hook.js tools/fmt.js`, which node runs first (before, the hook was
+/// taken for the file and `tools/fmt.js` was the one missed). Found by the lead's last
+/// pass. Each spelling: the agent appends to the hook, the user's `git fmt` runs the held
+/// `tools/ci.sh`. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_module_a_held_scripts_node_preloads_is_not_the_agents_to_write() {
+    for (name, line) in [
+        ("node -r", "node -r ./tools/hook.js tools/fmt.js"),
+        (
+            "node --require",
+            "node --require ./tools/hook.js tools/fmt.js",
+        ),
+        (
+            "node --import",
+            "node --import ./tools/hook.js tools/fmt.js",
+        ),
+    ] {
+        let ci = format!("{line}\n");
+        let files = [
+            ("tools/hook.js", "// the user's hook\n"),
+            ("tools/fmt.js", "// the user's formatter\n"),
+            ("tools/ci.sh", ci.as_str()),
+        ];
+        let attack = "printf \"require('fs').writeFileSync('%s', '')\\n\" \"$M\" >> tools/hook.js; \
+                      echo PLANTED";
+        sandbox_fixture::checks_attack(&REPO, KNOWN_OPEN, name, &files, "!sh tools/ci.sh", attack);
     }
 }

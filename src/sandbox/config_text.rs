@@ -1474,16 +1474,12 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             // A shell named by its path (`/bin/sh tools/x.sh`) runs its file all the
             // same: until round twenty-six's second review only `/bin/sh` was held.
             let by_path = program.contains(&b'/').then_some(program);
-            let file = if shell {
-                interpreted_file(name, words)
+            let files = if shell {
+                interpreted_files(name, words)
             } else {
-                None
+                Vec::new()
             };
-            for entry in [by_path, file]
-                .into_iter()
-                .flatten()
-                .filter_map(|w| based(w))
-            {
+            for entry in by_path.into_iter().chain(files).filter_map(|w| based(w)) {
                 if !found.contains(&entry) {
                     found.push(entry);
                 }
@@ -1492,33 +1488,50 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
     }
 }
 
-/// The file a shell or interpreter runs among its `words` (those after its name): the
-/// first that is neither an option nor an option's value (`bash -o pipefail tools/x.sh`:
-/// round twenty-six's second review found `pipefail` taken for the file, and the agent's
-/// edit of `tools/x.sh` ran).
-fn interpreted_file<'a>(
+/// The files a shell or interpreter runs among its `words` (those after its name): the
+/// first word that is neither an option nor an option's value (`bash -o pipefail
+/// tools/x.sh`: round twenty-six's second review found `pipefail` taken for the file, and
+/// the agent's edit of `tools/x.sh` ran), and before it the modules node preloads and ruby
+/// requires (`node -r ./tools/hook.js tools/fmt.js` runs the hook first: passed over as
+/// an option's value, it was the agent's to write; the lead's last pass of round
+/// twenty-six). Python's and node's options that take a value are [`VALUE_OPTIONS`].
+fn interpreted_files<'a>(
     name: &[u8],
     mut words: impl Iterator<Item = &'a Vec<u8>>,
-) -> Option<&'a Vec<u8>> {
-    let value_options: &[&[u8]] = if name.starts_with(b"python") {
-        &[b"-W", b"-X"]
+) -> Vec<&'a Vec<u8>> {
+    const SHELL_VALUE_OPTIONS: &[&[u8]] =
+        &[b"-o", b"+o", b"-O", b"+O", b"--rcfile", b"--init-file"];
+    const NODE_PRELOADS: &[&[u8]] = &[
+        b"-r",
+        b"--require",
+        b"--import",
+        b"--loader",
+        b"--experimental-loader",
+    ];
+    let (value_options, preloads): (&[&[u8]], &[&[u8]]) = if name.starts_with(b"python") {
+        (VALUE_OPTIONS, &[])
     } else if name.starts_with(b"node") {
-        &[b"-r", b"--require", b"--import", b"--loader"]
+        (VALUE_OPTIONS, NODE_PRELOADS)
     } else if name == b"ruby" {
-        &[b"-I", b"-r"]
+        (&[b"-I", b"-r"], &[b"-r"])
     } else if name == b"perl" {
-        &[]
+        (&[], &[])
     } else {
-        &[b"-o", b"+o", b"-O", b"+O", b"--rcfile", b"--init-file"]
+        (SHELL_VALUE_OPTIONS, &[])
     };
+    let mut files = Vec::new();
     while let Some(word) = words.next() {
         if value_options.contains(&word.as_slice()) {
-            words.next();
+            let value = words.next();
+            if preloads.contains(&word.as_slice()) {
+                files.extend(value);
+            }
         } else if !word.starts_with(b"-") && !word.starts_with(b"+") {
-            return Some(word);
+            files.push(word);
+            break;
         }
     }
-    None
+    files
 }
 
 /// Whether a word before a command's program leaves the program to come: a keyword
@@ -2112,6 +2125,22 @@ mod tests {
             // A program named by its path is held too (`/bin/sh`, `/usr/bin/env`).
             let scripts: Vec<&Vec<u8>> = words.iter().filter(|w| w[0] != b'/').collect();
             assert_eq!(scripts, vec![&b"tools/x.sh".to_vec()], "{line}");
+        }
+    }
+
+    #[test]
+    fn the_modules_node_preloads_are_run_words_with_its_file() {
+        for option in ["-r", "--require", "--import"] {
+            let line = format!("node {option} ./tools/hook.js --title ci tools/fmt.js");
+            let words: Vec<Vec<u8>> = run_words(line.as_bytes())
+                .into_iter()
+                .map(|(w, _)| w)
+                .collect();
+            assert_eq!(
+                words,
+                vec![b"./tools/hook.js".to_vec(), b"tools/fmt.js".to_vec()],
+                "{line}"
+            );
         }
     }
 
