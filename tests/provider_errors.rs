@@ -597,26 +597,27 @@ fn a_queued_request_extends_the_idle_clock_but_not_the_total_one() {
         }
         scene
     };
-    // The queue lasts 10 s; the CLI takes a few seconds to start (its init line, before
-    // any request, is under the plain idle limit), hence 6 s.
-    let queued = with_wait(Some(30));
-    let out = queued.coder().args(["--timeout", "6", "hi"]).run();
+    // The queue lasts 20 s. The CLI's init line, before any request, is under the plain
+    // idle limit: on a loaded machine the CLI took over 6 s to print it (the queued run
+    // then stopped as idle before the request was sent), hence 10 s.
+    let queued = with_wait(Some(40));
+    let out = queued.coder().args(["--timeout", "10", "hi"]).run();
     out.assert_success("Answered after the queue.");
 
     let plain = with_wait(None);
-    let out = plain.coder().args(["--timeout", "6", "hi"]).run();
+    let out = plain.coder().args(["--timeout", "10", "hi"]).run();
     let detail = out.assert_failure("idle_timeout", 124);
     assert!(
         detail["message"]
             .as_str()
-            .is_some_and(|m| m.contains("for 6 s")),
+            .is_some_and(|m| m.contains("for 10 s")),
         "{detail}"
     );
 
-    let capped = with_wait(Some(30));
+    let capped = with_wait(Some(40));
     let out = capped
         .coder()
-        .args(["--timeout", "6", "--max-duration", "9", "hi"])
+        .args(["--timeout", "10", "--max-duration", "15", "hi"])
         .run();
     out.assert_failure("timeout", 124);
 }
