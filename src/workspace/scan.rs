@@ -527,33 +527,57 @@ pub fn finish(
             keep_left: caps.keep_bytes,
         },
     };
-    let path_into = |found: &Found, path: &mut Vec<u8>| {
-        let dir = &listing.dirs[found.dir];
-        path.clear();
-        path.extend_from_slice(dir);
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(&listing.names[found.name.clone()]);
-    };
     // The last path scanned, whatever became of it.
     out.last = listing.found.last().map(|found| {
         let mut path = Vec::new();
-        path_into(found, &mut path);
+        listing.path_into(found, &mut path);
         path
     });
+    let looked = LookedAt { root, key };
     // The common warm case: the listing is the used-up prior's own paths one for one
     // (nothing added, removed or gone): its entries are brought up to date where they lie,
     // not moved into a new scan (13 MB of fresh memory at 100k files).
-    if let Some(mut entries) = same_paths(&listing, &stats, walker.prior.as_deref_mut()) {
+    match same_paths(&listing, &stats, walker.prior.as_deref_mut()) {
+        Some(entries) => looked.update_in_place(&listing, &stats, entries, &mut walker, &mut out),
+        None => looked.fill(&mut listing, stats, &mut walker, &mut out),
+    }
+    crate::phases::mark("ledger.scan.looked");
+    out.listed = listing.listed;
+    out.dirs = listing.seen;
+    crate::phases::mark("ledger.scan.done");
+    out
+}
+
+/// Where the files of a [`finish`] are read, and the key their content is hashed with.
+struct LookedAt<'a> {
+    root: &'a Path,
+    key: &'a Key,
+}
+
+impl LookedAt<'_> {
+    /// Reads the file at `path` (relative to the root) for its entry.
+    fn read(&self, path: &[u8], stat: &Stat, walker: &mut Walker<'_, '_>) -> Entry {
+        let full = self.root.join(std::ffi::OsStr::from_bytes(path));
+        look(&full, stat, walker.caps, self.key, &mut walker.budget)
+    }
+
+    /// The warm case of [`finish`]: `entries` (the prior's, one per listed path) kept where
+    /// they lie (moving 100k entries out and back in rewrote 13 MB that did not change);
+    /// only a file read again replaces its entry.
+    fn update_in_place(
+        &self,
+        listing: &Listing,
+        stats: &[Option<Stat>],
+        mut entries: Entries,
+        walker: &mut Walker<'_, '_>,
+        out: &mut Scan,
+    ) {
         let trusted = walker
             .prior
             .as_deref()
             .map_or(i128::MIN, Prior::trusted_before_ns);
-        // A reused entry is left where it lies (moving 100k entries out and back in
-        // rewrote 13 MB that did not change); only a file read again replaces its entry.
         let mut path = Vec::new();
-        for ((found, stat), item) in listing.found.iter().zip(&stats).zip(&mut entries.items) {
+        for ((found, stat), item) in listing.found.iter().zip(stats).zip(&mut entries.items) {
             let Some(stat) = stat else {
                 continue;
             };
@@ -562,58 +586,56 @@ pub fn finish(
                 out.reused += 1;
             } else {
                 out.read += 1;
-                path_into(found, &mut path);
-                let full = root.join(std::ffi::OsStr::from_bytes(&path));
-                *item = look(&full, stat, caps, key, &mut walker.budget);
+                listing.path_into(found, &mut path);
+                *item = self.read(&path, stat, walker);
             }
         }
         out.entries = entries;
-        crate::phases::mark("ledger.scan.looked");
-        out.listed = listing.listed;
-        out.dirs = listing.seen;
-        crate::phases::mark("ledger.scan.done");
-        return out;
     }
-    // The listing's order is the walk's: appended as they come (a path out of that order,
-    // which the listing never gives, would be left out and the scan called cut).
-    let path_bytes = listing.names.len()
-        + listing
-            .found
-            .iter()
-            .map(|f| listing.dirs[f.dir].len() + 1)
-            .sum::<usize>();
-    out.entries = Entries::with_capacity(listing.found.len(), path_bytes);
-    let mut path = Vec::new();
-    for (found, stat) in listing.found.iter().zip(stats) {
-        path_into(found, &mut path);
-        // What the listing said is a file may be gone, or something else, by now.
-        let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
-            out.vanished.push(path.clone());
-            // Its directory's listing no longer says what is there.
-            Listing::not_whole(&listing.dir_seen, &mut listing.seen, found.dir);
-            continue;
-        };
-        let entry = match walker.reuse(&path, &stat) {
-            Some(entry) => {
-                out.reused += 1;
-                entry
+
+    /// The general case of [`finish`]: a new scan's entries appended in the listing's
+    /// order, which is the walk's (a path out of that order, which the listing never
+    /// gives, would be left out and the scan called cut).
+    fn fill(
+        &self,
+        listing: &mut Listing,
+        stats: Vec<Option<Stat>>,
+        walker: &mut Walker<'_, '_>,
+        out: &mut Scan,
+    ) {
+        let path_bytes = listing.names.len()
+            + listing
+                .found
+                .iter()
+                .map(|f| listing.dirs[f.dir].len() + 1)
+                .sum::<usize>();
+        out.entries = Entries::with_capacity(listing.found.len(), path_bytes);
+        let mut path = Vec::new();
+        for (found, stat) in listing.found.iter().zip(stats) {
+            listing.path_into(found, &mut path);
+            // What the listing said is a file may be gone, or something else, by now.
+            let Some(stat) = stat.filter(|s| s.is_file() || s.is_symlink()) else {
+                out.vanished.push(path.clone());
+                // Its directory's listing no longer says what is there.
+                Listing::not_whole(&listing.dir_seen, &mut listing.seen, found.dir);
+                continue;
+            };
+            let entry = match walker.reuse(&path, &stat) {
+                Some(entry) => {
+                    out.reused += 1;
+                    entry
+                }
+                None => {
+                    out.read += 1;
+                    self.read(&path, &stat, walker)
+                }
+            };
+            if !out.entries.push(&path, entry) {
+                out.truncated = true;
+                Listing::not_whole(&listing.dir_seen, &mut listing.seen, found.dir);
             }
-            None => {
-                out.read += 1;
-                let full = root.join(std::ffi::OsStr::from_bytes(&path));
-                look(&full, &stat, caps, key, &mut walker.budget)
-            }
-        };
-        if !out.entries.push(&path, entry) {
-            out.truncated = true;
-            Listing::not_whole(&listing.dir_seen, &mut listing.seen, found.dir);
         }
     }
-    crate::phases::mark("ledger.scan.looked");
-    out.listed = listing.listed;
-    out.dirs = listing.seen;
-    crate::phases::mark("ledger.scan.done");
-    out
 }
 
 /// Directories nested deeper than this are not entered (no real tree is that deep).
@@ -703,6 +725,17 @@ struct Listing {
 }
 
 impl Listing {
+    /// Writes the path of `found` (relative to the root) into `path`.
+    fn path_into(&self, found: &Found, path: &mut Vec<u8>) {
+        let dir = &self.dirs[found.dir];
+        path.clear();
+        path.extend_from_slice(dir);
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(&self.names[found.name.clone()]);
+    }
+
     /// Marks directory `dir` (an index into `dirs`) of a listing's `dir_seen` and `seen`
     /// as not walked whole: a file of it vanished before its stat, or the scan left it
     /// out. (Fields, not `&mut self`: the caller holds the listing's files meanwhile.)
@@ -727,32 +760,11 @@ impl Listing {
         depth: usize,
         kept: &mut Option<KeptDirs<'_>>,
     ) -> bool {
-        use std::os::fd::AsFd;
         // The names one after the other in one buffer, with their types.
         let mut buf: Vec<u8> = Vec::new();
         let mut items: Vec<(std::ops::Range<usize>, Kind)> = Vec::new();
         let mut whole = true;
-        // Before anything is read: a change after this look moves the change time past it.
-        let now = match kept {
-            Some(_) => nix::sys::stat::fstat(&dir).ok(),
-            None => None,
-        };
-        let from_kept = match (kept.as_mut(), &now) {
-            (Some(kept), Some(st)) => kept.entries_of(rel, st, dir.as_fd(), &mut buf, &mut items),
-            _ => false,
-        };
-        let (fd, st) = if from_kept {
-            (Some(dir), now)
-        } else {
-            self.listed += 1;
-            buf.clear();
-            items.clear();
-            let fd = read_dir(dir, &mut buf, &mut items, &mut whole);
-            items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
-            // After the listing: a removal it missed moves the change time past this look.
-            let st = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok());
-            (fd, st)
-        };
+        let (fd, st) = self.entries_now(dir, rel, kept, &mut buf, &mut items, &mut whole);
         let me = st.as_ref().map(|st| {
             self.seen.push(Dir {
                 path: rel.to_vec(),
@@ -769,37 +781,10 @@ impl Listing {
             let name = &buf[range];
             match kind {
                 Kind::Dir => {
-                    let mut path = rel.to_vec();
-                    if !path.is_empty() {
-                        path.push(b'/');
+                    match self.list_subdir(fd.as_ref(), rel, name, depth, kept) {
+                        Some(walked_whole) => whole &= walked_whole,
+                        None => return false,
                     }
-                    path.extend_from_slice(name);
-                    if self.skipped.contains(&path) {
-                        whole = false;
-                        continue;
-                    }
-                    if depth >= MAX_DEPTH {
-                        whole = false;
-                        self.unwalked.push((path, Unwalked::TooDeep));
-                        continue;
-                    }
-                    // One the walk cannot open (the agent's `chmod 311`, its files still
-                    // usable by name) was passed over in silence: its new files missed,
-                    // its old ones taken as deleted (round twenty's second review). It is
-                    // named now, and the comparison leaves what it held alone.
-                    let Some(child) = fd.as_ref().and_then(|fd| open_dir_at(fd.as_fd(), name))
-                    else {
-                        whole = false;
-                        self.unwalked.push((path, Unwalked::Unreadable));
-                        continue;
-                    };
-                    let before = self.seen.len();
-                    if !self.list(child, &path, depth + 1, kept) {
-                        return false;
-                    }
-                    // A subdirectory without a record of its own would be left out of a
-                    // later walk that takes this directory's entries from this one.
-                    whole &= self.seen.len() > before;
                     continue;
                 }
                 Kind::Other => continue,
@@ -829,6 +814,79 @@ impl Listing {
             self.seen[me].whole = whole;
         }
         true
+    }
+
+    /// The entries of directory `rel` into `buf` and `items`, in name order: taken from
+    /// `kept` when the directory has not changed since, else read (counted in `listed`;
+    /// `whole` cleared when the read was cut). Returns the directory (`None`: its read
+    /// failed) and its stat data, taken before the entries are taken from `kept` (a change
+    /// after that look moves the change time past it) or after they are read (a removal
+    /// the read missed does).
+    fn entries_now(
+        &mut self,
+        dir: std::os::fd::OwnedFd,
+        rel: &[u8],
+        kept: &mut Option<KeptDirs<'_>>,
+        buf: &mut Vec<u8>,
+        items: &mut Vec<(std::ops::Range<usize>, Kind)>,
+        whole: &mut bool,
+    ) -> (Option<std::os::fd::OwnedFd>, Option<libc::stat>) {
+        use std::os::fd::AsFd;
+        if let Some(kept) = kept.as_mut()
+            && let Ok(now) = nix::sys::stat::fstat(&dir)
+            && kept.entries_of(rel, &now, dir.as_fd(), buf, items)
+        {
+            return (Some(dir), Some(now));
+        }
+        self.listed += 1;
+        buf.clear();
+        items.clear();
+        let fd = read_dir(dir, buf, items, whole);
+        items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
+        let st = fd.as_ref().and_then(|fd| nix::sys::stat::fstat(fd).ok());
+        (fd, st)
+    }
+
+    /// Walks subdirectory `name` of `rel` (open as `parent`): whether it was walked whole
+    /// (a mount of the kernel's, one too deep or one that cannot be opened is not, and is
+    /// named in `unwalked` where the comparison must leave it alone), or `None` when the
+    /// walk stops at the cap.
+    fn list_subdir(
+        &mut self,
+        parent: Option<&std::os::fd::OwnedFd>,
+        rel: &[u8],
+        name: &[u8],
+        depth: usize,
+        kept: &mut Option<KeptDirs<'_>>,
+    ) -> Option<bool> {
+        use std::os::fd::AsFd;
+        let mut path = rel.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        if self.skipped.contains(&path) {
+            return Some(false);
+        }
+        if depth >= MAX_DEPTH {
+            self.unwalked.push((path, Unwalked::TooDeep));
+            return Some(false);
+        }
+        // One the walk cannot open (the agent's `chmod 311`, its files still usable by
+        // name) was passed over in silence: its new files missed, its old ones taken as
+        // deleted (round twenty's second review). It is named now, and the comparison
+        // leaves what it held alone.
+        let Some(child) = parent.and_then(|fd| open_dir_at(fd.as_fd(), name)) else {
+            self.unwalked.push((path, Unwalked::Unreadable));
+            return Some(false);
+        };
+        let before = self.seen.len();
+        if !self.list(child, &path, depth + 1, kept) {
+            return None;
+        }
+        // A subdirectory without a record of its own would be left out of a later walk
+        // that takes this directory's entries from this one.
+        Some(self.seen.len() > before)
     }
 
     /// Every found file's stat data (`None`: gone), on two threads for a big listing.
