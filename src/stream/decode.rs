@@ -437,90 +437,106 @@ impl<'a, C: ContentBlocks<'a>> WireEvent<'a, C> {
                     .as_deref()
                     .map(UpstreamErrorType::parse),
             },
-            ("assistant", _) => {
-                let mut event = AssistantEvent {
-                    session_id: self.session_id,
-                    error: string_of(self.error)
-                        .as_deref()
-                        .map(UpstreamErrorType::parse),
-                    api_error_status: status_code(self.api_error_status),
-                    ..AssistantEvent::default()
-                };
-                if let Some(message) = self.message {
-                    event.message_id = message.id.clone();
-                    event.model = message.model.clone();
-                    event.usage = usage_of(message.usage);
-                    for block in message.blocks() {
-                        match block.kind.as_deref() {
-                            Some("text") => event.texts.extend(block.text),
-                            Some("tool_use") => event.tool_uses.push(ToolUse {
-                                summary: tool_summary(
-                                    block.name.as_deref().unwrap_or("?"),
-                                    summary_detail_and_path(block.input.as_ref()).0,
-                                ),
-                                path: summary_detail_and_path(block.input.as_ref())
-                                    .1
-                                    .map(str::to_owned),
-                                structured_input: (block.name.as_deref() == Some(STRUCTURED_TOOL))
-                                    .then(|| block.input.clone())
-                                    .flatten(),
-                                input: block.input.filter(|_| {
-                                    block
-                                        .name
-                                        .as_deref()
-                                        .is_some_and(|n| n.starts_with(CODER_TOOL_PREFIX))
-                                }),
-                                id: block.id.unwrap_or_default(),
-                                name: block.name.unwrap_or_else(|| "?".to_owned()),
-                            }),
-                            _ => {}
-                        }
-                    }
-                }
-                Event::Assistant(event)
-            }
+            ("assistant", _) => Event::Assistant(self.assistant_event()),
             ("user", _) => Event::User {
-                tool_results: self
-                    .message
-                    .map(|m| {
-                        m.blocks()
-                            .filter(|b| b.kind.as_deref() == Some("tool_result"))
-                            .map(|b| ToolResult {
-                                content: b.content.as_ref().and_then(|c| c.span(line)),
-                                tool_use_id: b.tool_use_id.unwrap_or_default(),
-                                is_error: b.is_error.unwrap_or(false),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                tool_results: self.tool_results(line),
             },
-            ("result", _) => Event::Result(ResultEvent {
-                subtype: self.subtype.as_deref().map(ResultSubtype::parse),
-                is_error: self.is_error.unwrap_or(false),
-                result: string_of(self.result),
-                session_id: self.session_id,
-                num_turns: self.num_turns,
-                terminal_reason: self.terminal_reason.as_deref().map(TerminalReason::parse),
-                api_error_status: status_code(self.api_error_status),
-                api_error_type: self.api_error_type.as_deref().map(UpstreamErrorType::parse),
-                errors: self
-                    .errors
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|e| string_of(Some(e)))
-                    .collect(),
-                structured_output: self.structured_output.filter(|v| !v.is_null()),
-                usage: usage_of(self.usage),
-                duration_ms: self.duration_ms,
-                duration_api_ms: self.duration_api_ms,
-                total_cost_usd: self.total_cost_usd,
-            }),
+            ("result", _) => Event::Result(self.result_event()),
             (kind, _) => Event::Other {
                 kind: kind.to_owned(),
                 subtype: self.subtype,
                 session_id: self.session_id,
             },
         }
+    }
+
+    /// An assistant event: its texts and tool calls, and the error the CLI set on it.
+    fn assistant_event(self) -> AssistantEvent {
+        let mut event = AssistantEvent {
+            session_id: self.session_id,
+            error: string_of(self.error)
+                .as_deref()
+                .map(UpstreamErrorType::parse),
+            api_error_status: status_code(self.api_error_status),
+            ..AssistantEvent::default()
+        };
+        let Some(message) = self.message else {
+            return event;
+        };
+        event.message_id = message.id.clone();
+        event.model = message.model.clone();
+        event.usage = usage_of(message.usage);
+        for block in message.blocks() {
+            match block.kind.as_deref() {
+                Some("text") => event.texts.extend(block.text),
+                Some("tool_use") => event.tool_uses.push(tool_use(block)),
+                _ => {}
+            }
+        }
+        event
+    }
+
+    /// A user event's tool results, their content as spans of `line`.
+    fn tool_results(self, line: &[u8]) -> Vec<ToolResult> {
+        let Some(message) = self.message else {
+            return Vec::new();
+        };
+        message
+            .blocks()
+            .filter(|b| b.kind.as_deref() == Some("tool_result"))
+            .map(|b| ToolResult {
+                content: b.content.as_ref().and_then(|c| c.span(line)),
+                tool_use_id: b.tool_use_id.unwrap_or_default(),
+                is_error: b.is_error.unwrap_or(false),
+            })
+            .collect()
+    }
+
+    /// The run's result event.
+    fn result_event(self) -> ResultEvent {
+        ResultEvent {
+            subtype: self.subtype.as_deref().map(ResultSubtype::parse),
+            is_error: self.is_error.unwrap_or(false),
+            result: string_of(self.result),
+            session_id: self.session_id,
+            num_turns: self.num_turns,
+            terminal_reason: self.terminal_reason.as_deref().map(TerminalReason::parse),
+            api_error_status: status_code(self.api_error_status),
+            api_error_type: self.api_error_type.as_deref().map(UpstreamErrorType::parse),
+            errors: self
+                .errors
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|e| string_of(Some(e)))
+                .collect(),
+            structured_output: self.structured_output.filter(|v| !v.is_null()),
+            usage: usage_of(self.usage),
+            duration_ms: self.duration_ms,
+            duration_api_ms: self.duration_api_ms,
+            total_cost_usd: self.total_cost_usd,
+        }
+    }
+}
+
+/// An assistant's `tool_use` block: its one-line summary and path, and its input where
+/// coder reads it (the structured-answer tool's, and coder's own tools').
+fn tool_use<C>(block: WireBlock<C>) -> ToolUse {
+    let name = block.name.as_deref().unwrap_or("?");
+    let (detail, path) = summary_detail_and_path(block.input.as_ref());
+    let summary = tool_summary(name, detail);
+    let path = path.map(str::to_owned);
+    let structured = name == STRUCTURED_TOOL;
+    let ours = block
+        .name
+        .as_deref()
+        .is_some_and(|n| n.starts_with(CODER_TOOL_PREFIX));
+    ToolUse {
+        summary,
+        path,
+        structured_input: structured.then(|| block.input.clone()).flatten(),
+        input: block.input.filter(|_| ours),
+        id: block.id.unwrap_or_default(),
+        name: block.name.unwrap_or_else(|| "?".to_owned()),
     }
 }
 
