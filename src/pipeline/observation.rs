@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 use crate::sandbox::{Denial, DenialClass, Policy, detect_denials};
 
 use crate::stream::{
-    DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, Pipe, ResultEvent, ToolResult,
-    UpstreamErrorType, Usage, decode_line, decode_long_line,
+    AssistantEvent, DecodeError, Decoded, Event, LONG_LINE_BYTES, Line, Pipe, ResultEvent,
+    ToolResult, ToolUse, UpstreamErrorType, Usage, decode_line, decode_long_line,
 };
 use crate::text::one_line;
 use crate::text::redact::{Ending, Secrets};
@@ -310,76 +310,87 @@ impl Observation {
                 self.api_retries += 1;
                 self.last_retry_status = *error_status;
             }
-            Event::Assistant(message) => {
-                if message.is_synthetic() {
-                    let text = message.texts.join(" ");
-                    self.synthetic_error = Some(SyntheticError {
-                        error: message.error.clone(),
-                        http_status: message.api_error_status,
-                        text,
-                    });
-                    return;
-                }
-                if let Some(id) = &message.message_id
-                    && !self.assistant_messages.contains(id)
-                {
-                    self.assistant_messages.insert(id.clone());
-                    if let Some(usage) = message.usage {
-                        add_usage(&mut self.streamed_usage, usage);
-                    }
-                }
-                if self.first_token_after.is_none()
-                    && (!message.texts.is_empty() || !message.tool_uses.is_empty())
-                {
-                    self.first_token_after = Some(self.started.elapsed());
-                }
-                for tool in &message.tool_uses {
-                    if let Some(input) = &tool.structured_input {
-                        self.last_structured_call = Some(input.clone());
-                    }
-                    if self.questions_enabled
-                        && self.questions.is_none()
-                        && tool.name == crate::pipeline::questions::CLI_TOOL_NAME
-                        && let Some(input) = &tool.input
-                    {
-                        // An invalid call is answered with an error by the server (the
-                        // same check), and the model may call again.
-                        self.questions = crate::pipeline::questions::parse_questions(input).ok();
-                    }
-                    self.note_masked_access(&tool.name, tool.path.as_deref());
-                    *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
-                    self.pending_tools.push(PendingTool {
-                        id: tool.id.clone(),
-                        name: tool.name.clone(),
-                        summary: tool.summary.clone(),
-                        path: tool.path.clone(),
-                        since: Instant::now(),
-                    });
-                }
-            }
-            Event::User { tool_results } => {
-                for result in tool_results {
-                    if let Some(index) = self
-                        .pending_tools
-                        .iter()
-                        .position(|p| p.id == result.tool_use_id)
-                    {
-                        let done = self.pending_tools.remove(index);
-                        if result.is_error
-                            && matches!(done.name.as_str(), "Edit" | "MultiEdit")
-                            && let Some(path) = &done.path
-                            && !self.failed_edits.contains(path)
-                        {
-                            self.failed_edits.push(path.clone());
-                        }
-                        *self.tool_time.entry(done.name).or_default() += done.since.elapsed();
-                    }
-                }
-            }
+            Event::Assistant(message) => self.apply_assistant(message),
+            Event::User { tool_results } => self.finish_tools(tool_results),
             Event::Result(result) => {
                 self.result = Some(result.clone());
             }
             Event::Other { .. } => {}
+        }
+    }
+
+    /// An assistant message: a synthetic error noted; a real one's usage counted once per
+    /// message id (the CLI prints a message once per content block), its tool calls
+    /// counted and pending until their results.
+    fn apply_assistant(&mut self, message: &AssistantEvent) {
+        if message.is_synthetic() {
+            self.synthetic_error = Some(SyntheticError {
+                error: message.error.clone(),
+                http_status: message.api_error_status,
+                text: message.texts.join(" "),
+            });
+            return;
+        }
+        if let Some(id) = &message.message_id
+            && self.assistant_messages.insert(id.clone())
+            && let Some(usage) = message.usage
+        {
+            add_usage(&mut self.streamed_usage, usage);
+        }
+        if self.first_token_after.is_none()
+            && (!message.texts.is_empty() || !message.tool_uses.is_empty())
+        {
+            self.first_token_after = Some(self.started.elapsed());
+        }
+        for tool in &message.tool_uses {
+            self.apply_tool_call(tool);
+        }
+    }
+
+    fn apply_tool_call(&mut self, tool: &ToolUse) {
+        if let Some(input) = &tool.structured_input {
+            self.last_structured_call = Some(input.clone());
+        }
+        if self.questions_enabled
+            && self.questions.is_none()
+            && tool.name == crate::pipeline::questions::CLI_TOOL_NAME
+            && let Some(input) = &tool.input
+        {
+            // An invalid call is answered with an error by the server (the same check),
+            // and the model may call again.
+            self.questions = crate::pipeline::questions::parse_questions(input).ok();
+        }
+        self.note_masked_access(&tool.name, tool.path.as_deref());
+        *self.tool_calls.entry(tool.name.clone()).or_default() += 1;
+        self.pending_tools.push(PendingTool {
+            id: tool.id.clone(),
+            name: tool.name.clone(),
+            summary: tool.summary.clone(),
+            path: tool.path.clone(),
+            since: Instant::now(),
+        });
+    }
+
+    /// Tool results: each ends its pending call (its time counted); a failed edit's path
+    /// noted once.
+    fn finish_tools(&mut self, tool_results: &[ToolResult]) {
+        for result in tool_results {
+            let Some(index) = self
+                .pending_tools
+                .iter()
+                .position(|p| p.id == result.tool_use_id)
+            else {
+                continue;
+            };
+            let done = self.pending_tools.remove(index);
+            if result.is_error
+                && matches!(done.name.as_str(), "Edit" | "MultiEdit")
+                && let Some(path) = &done.path
+                && !self.failed_edits.contains(path)
+            {
+                self.failed_edits.push(path.clone());
+            }
+            *self.tool_time.entry(done.name).or_default() += done.since.elapsed();
         }
     }
 
