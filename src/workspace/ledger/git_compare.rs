@@ -290,36 +290,11 @@ fn part_changes(
     if statuses.is_empty() && unknown.is_empty() {
         return Ok(PartChanges::default());
     }
-    // The objects the diff reads are the repository's, which the agent may rewrite: the
-    // "before" blob of an edited file made to hold the edit's content hid it from the
-    // diff and the line counts. Each blob coder's indexes name for a changed file is
-    // checked against its name first; a file whose objects fail, or whose trees name
-    // other blobs than the indexes (a rewritten tree), has no diff and no line counts,
-    // and a warning names it.
-    let sides: Vec<(&Vec<u8>, Side, Side)> = statuses
-        .iter()
-        .map(|(_, path)| (path, side(before_entries, path), side(after_entries, path)))
-        .collect();
-    let mut warnings = Vec::new();
-    let mut untrusted = failing_blobs(repo, part.path, &sides, &mut warnings)?;
-    // git is not asked to read what failed (an object it cannot read fails the diff).
-    let checked: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
-    let stat = match repo.diff_stat(part.path, before, after, exclude, &checked) {
-        Ok(stat) => stat,
-        Err(e) if e.was_killed() => return Err(err(e)),
-        Err(e) => {
-            // An object git cannot read (the agent wrote one that is not even an object).
-            warnings.push(format!("cannot compare the snapshots' trees: {e}"));
-            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
-            Default::default()
-        }
-    };
-    untrusted.extend(disagreeing_with_trees(&stat.raw, &sides, &checked));
-    let mut counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> =
-        stat.counts.into_iter().collect();
-    for path in &untrusted {
-        counts.insert(path.clone(), Some((0, 0)));
-    }
+    let Counted {
+        mut counts,
+        untrusted,
+        warnings,
+    } = counted(repo, &part, &statuses, exclude)?;
     let listed: std::collections::HashSet<&[u8]> =
         statuses.iter().map(|(_, path)| path.as_slice()).collect();
     // In both trees alike (a file gone now is in git's list, deleted).
@@ -333,19 +308,7 @@ fn part_changes(
         .into_iter()
         .chain(unlisted)
         .map(|(letter, path)| {
-            let status = match letter {
-                b'A' => ChangeStatus::Added,
-                b'D' => ChangeStatus::Deleted,
-                _ => ChangeStatus::Modified,
-            };
-            let count = counts.get(&path).copied().flatten();
-            FileChange {
-                path: String::from_utf8_lossy(&full(&path)).into_owned(),
-                status,
-                lines_added: count.map_or(0, |c| c.0),
-                lines_removed: count.map_or(0, |c| c.1),
-                binary: count.is_none(),
-            }
+            file_change(letter, full(&path), counts.get(&path).copied().flatten())
         })
         .collect();
     let (kept, total) = if want_diff {
@@ -362,6 +325,79 @@ fn part_changes(
         kept,
         total,
     })
+}
+
+/// The line counts of a part's changed files, as far as their objects can be trusted.
+struct Counted {
+    /// Lines added and removed per path (`None`: binary).
+    counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>>,
+    /// Files whose objects failed the checks: no diff, no line counts (`(0, 0)`).
+    untrusted: std::collections::BTreeSet<Vec<u8>>,
+    /// What names them.
+    warnings: Vec<String>,
+}
+
+/// Counts the lines of the changed files (`statuses`) of `part` with git's diff.
+///
+/// The objects the diff reads are the repository's, which the agent may rewrite: the
+/// "before" blob of an edited file made to hold the edit's content hid it from the diff
+/// and the line counts. Each blob coder's indexes name for a changed file is checked
+/// against its name first; a file whose objects fail, or whose trees name other blobs
+/// than the indexes (a rewritten tree), has no diff and no line counts, and a warning
+/// names it.
+fn counted(
+    repo: &GitRepo,
+    part: &Part<'_>,
+    statuses: &[(u8, Vec<u8>)],
+    exclude: &[String],
+) -> Result<Counted, LedgerError> {
+    let (before_entries, after_entries) = (part.before.1, part.after.1);
+    let sides: Vec<(&Vec<u8>, Side, Side)> = statuses
+        .iter()
+        .map(|(_, path)| (path, side(before_entries, path), side(after_entries, path)))
+        .collect();
+    let mut warnings = Vec::new();
+    let mut untrusted = failing_blobs(repo, part.path, &sides, &mut warnings)?;
+    // git is not asked to read what failed (an object it cannot read fails the diff).
+    let checked: Vec<Vec<u8>> = untrusted.iter().cloned().collect();
+    let stat = match repo.diff_stat(part.path, part.before.0, part.after.0, exclude, &checked) {
+        Ok(stat) => stat,
+        Err(e) if e.was_killed() => return Err(LedgerError(e.to_string())),
+        Err(e) => {
+            // An object git cannot read (the agent wrote one that is not even an object).
+            warnings.push(format!("cannot compare the snapshots' trees: {e}"));
+            untrusted.extend(statuses.iter().map(|(_, path)| path.clone()));
+            Default::default()
+        }
+    };
+    untrusted.extend(disagreeing_with_trees(&stat.raw, &sides, &checked));
+    let mut counts: std::collections::HashMap<Vec<u8>, Option<(u64, u64)>> =
+        stat.counts.into_iter().collect();
+    for path in &untrusted {
+        counts.insert(path.clone(), Some((0, 0)));
+    }
+    Ok(Counted {
+        counts,
+        untrusted,
+        warnings,
+    })
+}
+
+/// One file's change: git's status letter, its full path, its line counts (`None`:
+/// binary).
+fn file_change(letter: u8, path: Vec<u8>, count: Option<(u64, u64)>) -> FileChange {
+    let status = match letter {
+        b'A' => ChangeStatus::Added,
+        b'D' => ChangeStatus::Deleted,
+        _ => ChangeStatus::Modified,
+    };
+    FileChange {
+        path: String::from_utf8_lossy(&path).into_owned(),
+        status,
+        lines_added: count.map_or(0, |c| c.0),
+        lines_removed: count.map_or(0, |c| c.1),
+        binary: count.is_none(),
+    }
 }
 
 /// What one snapshot's index says of a file: its mode and object id, if it has the file.
