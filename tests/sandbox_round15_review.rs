@@ -532,25 +532,47 @@ i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; echo
 }
 
 /// A tracefs instance of this test's own (its `trace_pipe` holds nothing anyone else
-/// traces), removed on drop.
-struct TraceInstance(PathBuf);
+/// traces), made through a tracefs mount of the test's own (instances are the kernel's,
+/// seen in every tracefs mount: `/sys/kernel/tracing` is not always mounted, and was
+/// found empty on a CI machine), removed and unmounted on drop.
+struct TraceInstance {
+    mount: tempfile::TempDir,
+    name: String,
+}
 
 impl TraceInstance {
     fn new() -> TraceInstance {
-        let dir = PathBuf::from("/sys/kernel/tracing/instances")
-            .join(format!("coder-r15-{}", uuid::Uuid::new_v4().simple()));
+        let mount = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tracefs", "nodev"])
+            .arg(mount.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t tracefs: {status}");
+        let instance = TraceInstance {
+            mount,
+            name: format!("coder-r15-{}", uuid::Uuid::new_v4().simple()),
+        };
+        let dir = instance.dir();
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        TraceInstance(dir)
+        instance
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.mount.path().join("instances").join(&self.name)
     }
 
     fn name(&self) -> &str {
-        self.0.file_name().and_then(|n| n.to_str()).unwrap()
+        &self.name
     }
 }
 
 impl Drop for TraceInstance {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
+        let _ = std::fs::remove_dir(self.dir());
+        let _ = std::process::Command::new("umount")
+            .arg(self.mount.path())
+            .status();
     }
 }
 
