@@ -398,15 +398,36 @@ async fn start(
         program: &spec.program,
     });
 
-    let prompt = spec.stdin.clone();
+    feed_prompt(stdin, spec.stdin.clone());
+    let (lines, activity) = read_pipes(stdout, stderr, started, limits);
+    Ok(Running {
+        started,
+        child,
+        pid,
+        guard,
+        lines,
+        activity,
+    })
+}
+
+/// Writes the prompt to the child's stdin and closes it, on a task of its own.
+fn feed_prompt(mut stdin: tokio::process::ChildStdin, prompt: Arc<str>) {
     tokio::spawn(async move {
-        let mut stdin = stdin;
         // A child that exits without reading its stdin is not an error here; its exit
         // status tells the story.
         let _ = stdin.write_all(prompt.as_bytes()).await;
         let _ = stdin.shutdown().await;
     });
+}
 
+/// Starts a reader task on each of the child's pipes: their lines reach the returned
+/// queue within its byte budget; the activity records when each last spoke.
+fn read_pipes(
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    started: Instant,
+    limits: &Limits,
+) -> (LineQueue, Arc<Activity>) {
     let activity = Arc::new(Activity {
         started,
         last_ms: AtomicU64::new(0),
@@ -432,23 +453,17 @@ async fn start(
             LineSplitter::with_spare(limits.max_line_bytes, spare.clone()),
         ));
     }
-    Ok(Running {
-        started,
-        child,
-        pid,
-        guard,
-        lines: LineQueue {
-            rx,
-            current: None,
-            budget,
-            spare,
-            open_pipes: 2,
-            auth_rejected: false,
-            awaiting_provider: false,
-            rate_limit_retries: 0,
-        },
-        activity,
-    })
+    let lines = LineQueue {
+        rx,
+        current: None,
+        budget,
+        spare,
+        open_pipes: 2,
+        auth_rejected: false,
+        awaiting_provider: false,
+        rate_limit_retries: 0,
+    };
+    (lines, activity)
 }
 
 /// The supervision loop: wakes for a line, the child's exit, a deadline or a signal, until
