@@ -541,7 +541,10 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 ///
 /// Round twenty-six added those of the keys it added to [`NEVER_VISIBLE`]
 /// (`PIP_CONFIG_FILE`, `RCLONE_CONFIG`, `XDG_CONFIG_HOME`'s `pip/`, `rclone/`, …).
-const RELOCATED_SECRETS: [(&str, &str); 45] = [
+/// Round twenty-seven's review added Claude Code's own login where the CLI reads it
+/// through a variable (`CLAUDE_CONFIG_DIR`, `CLAUDE_SECURESTORAGE_CONFIG_DIR`,
+/// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
+const RELOCATED_SECRETS: [(&str, &str); 48] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -587,6 +590,9 @@ const RELOCATED_SECRETS: [(&str, &str); 45] = [
     ("XDG_CONFIG_HOME", "op"),
     ("XDG_CONFIG_HOME", "hcloud"),
     ("XDG_DATA_HOME", "uv/credentials"),
+    ("CLAUDE_CONFIG_DIR", ".credentials.json"),
+    ("CLAUDE_SECURESTORAGE_CONFIG_DIR", ".credentials.json"),
+    ("CLAUDE_CODE_HOST_CREDS_FILE", ""),
 ];
 
 /// The paths a variable of this process's environment names: absolute, or spelled from

@@ -1,0 +1,219 @@
+//! Round twenty-seven's review: round twenty-six's second review's fixes (held scripts run
+//! by other spellings, wrappers with operands, relocating variables over system
+//! directories), the node preloads, and the lead's refactors of the scan, the policy and
+//! the key-link walk, attacked by one who has read the code, through the built binary,
+//! root and uid 65534, each with a control (`--mode danger-full-access`, or without what
+//! makes the attack) showing the attack works without the sandbox.
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, run_text};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round27-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+const KNOWN_OPEN: &[&str] = &[
+    "python -m in a script",
+    "node without its suffix",
+    "node preload without its suffix",
+    "node --require=",
+    "BASH_ENV",
+    "perl -M from -I",
+    "perl -I spaced",
+    "time -o",
+    "prlimit",
+    "script -qec",
+];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// The agent's payload appended to `target`, in the language the file is read as: it
+/// creates the marker `$M` when run, then prints `PLANTED`.
+fn append_payload(target: &str) -> String {
+    let line = match Path::new(target).extension().and_then(|e| e.to_str()) {
+        Some("py") => r#"printf 'open("%s", "w")\n' "$M""#.to_string(),
+        Some("js") => r#"printf 'require("fs").writeFileSync("%s", "")\n' "$M""#.to_string(),
+        Some("pl" | "pm") => r#"printf 'open(my $f, ">", "%s");\n' "$M""#.to_string(),
+        _ => SCRIPT_PAYLOAD.to_string(),
+    };
+    format!("{line} >> {target}; echo PLANTED")
+}
+
+/// Lines of a held script (`tools/ci.sh`, run by `git fmt` = `!bash tools/ci.sh`) that
+/// run a file of the user's (the last of `files`, each made by the user) by a spelling the
+/// held scripts' reader (`config_text::script_run_words`) may not follow: an interpreter
+/// that completes the name it is given (`python3 -m`, node's suffixes), an option whose
+/// value is a file it runs (`--require=`, `BASH_ENV`, perl's `-I`/`-M`), a script fed on
+/// standard input, and wrappers the reader does not know. Each: (name, line, the user's
+/// files, the file the agent appends its payload to).
+const SPELLINGS: &[(&str, &str, &[&str], &str)] = &[
+    (
+        "python -m in a script",
+        "python3 -m tools.strip",
+        &["tools/strip.py"],
+        "tools/strip.py",
+    ),
+    (
+        "node without its suffix",
+        "node tools/fmt",
+        &["tools/fmt.js"],
+        "tools/fmt.js",
+    ),
+    (
+        "node preload without its suffix",
+        "node -r ./tools/hook tools/fmt.js",
+        &["tools/hook.js", "tools/fmt.js"],
+        "tools/hook.js",
+    ),
+    (
+        "node --require=",
+        "node --require=./tools/hook.js tools/fmt.js",
+        &["tools/hook.js", "tools/fmt.js"],
+        "tools/hook.js",
+    ),
+    (
+        "BASH_ENV",
+        "BASH_ENV=tools/env.sh bash tools/x.sh",
+        &["tools/env.sh", "tools/x.sh"],
+        "tools/env.sh",
+    ),
+    (
+        "perl -M from -I",
+        "perl -Itools -MHook tools/x.pl",
+        &["tools/Hook.pm", "tools/x.pl"],
+        "tools/Hook.pm",
+    ),
+    (
+        "perl -I spaced",
+        "perl -I tools tools/x.pl",
+        &["tools/x.pl"],
+        "tools/x.pl",
+    ),
+    (
+        "sh reading stdin",
+        "sh < tools/x.sh",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "cat into sh",
+        "cat tools/x.sh | sh",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "time -o",
+        "/usr/bin/time -o /dev/null sh tools/x.sh",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "prlimit",
+        "prlimit --nofile=1024 sh tools/x.sh",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "script -qec",
+        "script -qec 'sh tools/x.sh' /dev/null",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+];
+
+/// A file of the user's for [`SPELLINGS`]: a script (`#!/bin/sh`, mode 0755), or for
+/// perl one whose `#!` names perl (perl hands a file whose `#!` does not to that program).
+fn user_file(fx: &Fx, ws: &Path, rel: &str) {
+    if rel.ends_with(".pl") || rel.ends_with(".pm") {
+        fx.own_file(ws, rel, "#!/usr/bin/perl\n");
+    } else {
+        sandbox_fixture::own_script(fx, ws, rel);
+    }
+}
+
+/// A held script running the user's file by each of [`SPELLINGS`]: the agent appends its
+/// payload to the file, the user's `git fmt` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_files_a_held_script_runs_by_other_spellings_are_not_the_agents_to_write() {
+    for (name, line, files, target) in SPELLINGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                for file in *files {
+                    user_file(fx, ws, file);
+                }
+                fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            &append_payload(target),
+            &["fmt"],
+        );
+    }
+}
+
+/// Claude Code's login moved by the variables the CLI reads it through: `CLAUDE_CONFIG_DIR`
+/// (its `.credentials.json`), `CLAUDE_SECURESTORAGE_CONFIG_DIR` (the same) and
+/// `CLAUDE_CODE_HOST_CREDS_FILE` (the file itself). Each: (variable, its value in the
+/// vault, the key's name in the vault).
+const CLAUDE_LOGINS: &[(&str, &str, &str)] = &[
+    ("CLAUDE_CONFIG_DIR", "", ".credentials.json"),
+    ("CLAUDE_SECURESTORAGE_CONFIG_DIR", "", ".credentials.json"),
+    ("CLAUDE_CODE_HOST_CREDS_FILE", "creds.json", "creds.json"),
+];
+
+/// Adds to `broken` what is wrong with one run that printed `out` and exited `rc`: in
+/// the `guarded` case (the variable set) `key` must not show; in the control the run must
+/// succeed and show it.
+fn judge(broken: &mut Vec<String>, who: &str, guarded: bool, (rc, out): (i32, &str), key: &str) {
+    let served = rc == 0 && out.contains(key);
+    if guarded && out.contains(key) {
+        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+    } else if !guarded && !served {
+        broken.push(format!("{who}: control: {out}"));
+    }
+}
+
+/// `--read vault` where one of [`CLAUDE_LOGINS`]'s variables puts the user's Claude login
+/// (a second Claude Code profile, `CLAUDE_CONFIG_DIR=~/.claude-work`): the home's
+/// `~/.claude/.credentials.json` has been never visible since round twenty-six, the
+/// relocated one was served. Control: the same grant without the variable is served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_claude_login_a_variable_moves_is_not_granted() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (var, value, key) in CLAUDE_LOGINS {
+            for set in [true, false] {
+                let fx = Fixture::new("coder-round27-login-", nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join("home/claude-work");
+                sandbox_fixture::write(&vault.join(key), "LOGIN-SECRET\n");
+                fx.own(fx.root());
+                let script = format!("cat '{}/{key}'; echo SERVED", vault.display());
+                let mut cmd =
+                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+                if set {
+                    cmd.env(var, vault.join(value));
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("nobody={nobody} {var} set={set}");
+                judge(&mut broken, &who, set, (rc, &out), "LOGIN-SECRET");
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
