@@ -23,18 +23,7 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[
-    "python -m in a script",
-    "node without its suffix",
-    "node preload without its suffix",
-    "node --require=",
-    "BASH_ENV",
-    "perl -M from -I",
-    "perl -I spaced",
-    "time -o",
-    "prlimit",
-    "script -qec",
-];
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {

@@ -1451,11 +1451,24 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             {
                 tokens.drain(..=at);
             }
-            let mut words = tokens.iter().skip(wrapped_program_at(&tokens));
+            // `BASH_ENV=tools/env.sh bash …` (or exported before): every bash that runs
+            // a script sources it first (round twenty-seven's review).
+            for value in tokens.iter().filter_map(|t| t.strip_prefix(b"BASH_ENV=")) {
+                push_based(value, found);
+            }
+            let at = wrapped_program_at(&tokens);
+            let mut words = tokens.iter().skip(at);
             let Some(program) = words.next() else {
                 continue;
             };
             let name = program_name(program);
+            // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`: a command string.
+            if depth > 0
+                && let Some(inner) = command_string(name, words.clone())
+            {
+                script_run_words(inner, depth - 1, found);
+                continue;
+            }
             let shell = SHELLS.contains(&name) || name.starts_with(b"python");
             if shell
                 && depth > 0
@@ -1479,13 +1492,42 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             } else {
                 Vec::new()
             };
-            for entry in by_path.into_iter().chain(files).filter_map(|w| based(w)) {
-                if !found.contains(&entry) {
-                    found.push(entry);
-                }
+            for word in by_path.into_iter().cloned().chain(files) {
+                push_based(&word, found);
             }
         }
     }
+}
+
+/// `word` read as [`based`] reads it, added to `found` once.
+fn push_based(word: &[u8], found: &mut Vec<(Vec<u8>, SourceBase)>) {
+    if let Some(entry) = based(word)
+        && !found.contains(&entry)
+    {
+        found.push(entry);
+    }
+}
+
+/// The command string of a program that runs one through a shell, `name` (`script -c
+/// CMD`, `su -c CMD`, `runuser -c CMD`; `-c` may end a cluster of short options, as
+/// in `script -qec`, or be spelled `--command[=]CMD`), among its `words`.
+fn command_string<'a>(
+    name: &[u8],
+    mut words: impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<&'a [u8]> {
+    if ![&b"script"[..], b"su", b"runuser"].contains(&name) {
+        return None;
+    }
+    while let Some(word) = words.next() {
+        if let Some(value) = word.strip_prefix(b"--command=") {
+            return Some(value);
+        }
+        let cluster = word.starts_with(b"-") && !word.starts_with(b"--") && word.ends_with(b"c");
+        if cluster || word == b"--command" {
+            return words.next().map(Vec::as_slice);
+        }
+    }
+    None
 }
 
 /// The files a shell or interpreter runs among its `words` (those after its name): the
@@ -1495,12 +1537,68 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
 /// requires (`node -r ./tools/hook.js tools/fmt.js` runs the hook first: passed over as
 /// an option's value, it was the agent's to write; the lead's last pass of round
 /// twenty-six). Python's and node's options that take a value are [`VALUE_OPTIONS`].
-fn interpreted_files<'a>(
-    name: &[u8],
-    mut words: impl Iterator<Item = &'a Vec<u8>>,
-) -> Vec<&'a Vec<u8>> {
+///
+/// Round twenty-seven's review: each as the interpreter completes it (held when there):
+/// python's `-m tools.strip` (`tools/strip.py`, the packages' `__init__.py`), node's
+/// suffixes and directory (`node tools/fmt` runs `tools/fmt.js`, `-r ./tools/hook` loads
+/// `tools/hook.js`), node's `--require=FILE` spelled in one word and the `--env-file`
+/// (whose `NODE_OPTIONS` node obeys), and perl's modules (`-Itools -MHook` loads
+/// `tools/Hook.pm`) and `-I DIR` spelled apart; each ran the agent's edit before.
+fn interpreted_files<'a>(name: &[u8], words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    if name.starts_with(b"python") {
+        python_files(words)
+    } else if name.starts_with(b"node") {
+        node_files(words)
+    } else if name == b"perl" {
+        perl_files(words)
+    } else if name == b"ruby" {
+        ruby_files(words)
+    } else {
+        shell_files(words)
+    }
+}
+
+/// [`interpreted_files`] of a shell: the first word past its options and their values.
+fn shell_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
     const SHELL_VALUE_OPTIONS: &[&[u8]] =
         &[b"-o", b"+o", b"-O", b"+O", b"--rcfile", b"--init-file"];
+    while let Some(word) = words.next() {
+        if SHELL_VALUE_OPTIONS.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") && !word.starts_with(b"+") {
+            return vec![word.clone()];
+        }
+    }
+    Vec::new()
+}
+
+/// [`interpreted_files`] of python: its file, or the module `-m` names as python finds
+/// it from the working directory ([`python_module_words`]: `tools/strip.py`, the
+/// package's `__init__.py` and `__main__.py`, each package's `__init__.py` on the way).
+fn python_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    while let Some(word) = words.next() {
+        if let Some(module) = python_module(b"python", word, &mut words) {
+            return python_module_words(&module)
+                .into_iter()
+                .flat_map(|(word, kind)| completions(&word, kind))
+                .collect();
+        }
+        if word == b"-c" {
+            break;
+        }
+        if VALUE_OPTIONS.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") {
+            return vec![word.clone()];
+        }
+    }
+    Vec::new()
+}
+
+/// [`interpreted_files`] of node: the modules it preloads (`-r`, `--require`, `--import`,
+/// `--loader`, spelled apart or with `=`), its `--env-file`, and its main file, each as
+/// node completes it ([`NODE`]'s suffixes and directory).
+fn node_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
     const NODE_PRELOADS: &[&[u8]] = &[
         b"-r",
         b"--require",
@@ -1508,30 +1606,120 @@ fn interpreted_files<'a>(
         b"--loader",
         b"--experimental-loader",
     ];
-    let (value_options, preloads): (&[&[u8]], &[&[u8]]) = if name.starts_with(b"python") {
-        (VALUE_OPTIONS, &[])
-    } else if name.starts_with(b"node") {
-        (VALUE_OPTIONS, NODE_PRELOADS)
-    } else if name == b"ruby" {
-        (&[b"-I", b"-r"], &[b"-r"])
-    } else if name == b"perl" {
-        (&[], &[])
-    } else {
-        (SHELL_VALUE_OPTIONS, &[])
-    };
     let mut files = Vec::new();
     while let Some(word) = words.next() {
-        if value_options.contains(&word.as_slice()) {
-            let value = words.next();
-            if preloads.contains(&word.as_slice()) {
-                files.extend(value);
+        if [&b"-e"[..], b"-p", b"--eval", b"--print"].contains(&word.as_slice()) {
+            break;
+        }
+        let (option, attached) = match word.iter().position(|b| *b == b'=') {
+            Some(at) if word.starts_with(b"--") => (&word[..at], Some(word[at + 1..].to_vec())),
+            _ => (word.as_slice(), None),
+        };
+        let preload = NODE_PRELOADS.contains(&option);
+        if preload || option == b"--env-file" {
+            let value = attached.or_else(|| words.next().cloned());
+            match value {
+                Some(value) if preload => files.extend(completions(&value, &NODE)),
+                Some(value) => files.push(value),
+                None => {}
             }
-        } else if !word.starts_with(b"-") && !word.starts_with(b"+") {
-            files.push(word);
+        } else if VALUE_OPTIONS.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") {
+            files.extend(completions(word, &NODE));
             break;
         }
     }
     files
+}
+
+/// [`interpreted_files`] of perl: its file, and the modules it loads (`-MMod`, `-mMod`)
+/// in each directory `-I` puts first (`-Itools -MHook`: `tools/Hook.pm`).
+fn perl_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    let (mut dirs, mut modules, mut files) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(word) = words.next() {
+        if word == b"-e" || word == b"-E" {
+            break;
+        }
+        if let Some(dir) = word.strip_prefix(b"-I") {
+            let dir = if dir.is_empty() {
+                words.next().cloned()
+            } else {
+                Some(dir.to_vec())
+            };
+            dirs.extend(dir);
+        } else if let Some(module) = word.strip_prefix(b"-M").or(word.strip_prefix(b"-m")) {
+            let module = module.strip_prefix(b"-").unwrap_or(module);
+            let module = module.split(|b| *b == b'=').next().unwrap_or(module);
+            modules.push(
+                module
+                    .split(|b| *b == b':')
+                    .filter(|p| !p.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(&b'/'),
+            );
+        } else if !word.starts_with(b"-") {
+            files.push(word.clone());
+            break;
+        }
+    }
+    for dir in &dirs {
+        for module in &modules {
+            files.push([dir.as_slice(), b"/", module, b".pm"].concat());
+        }
+    }
+    files
+}
+
+/// [`interpreted_files`] of ruby: the files it requires (`-r FILE`, `-rFILE`; `.rb`
+/// added, also in each `-I` directory), then its file.
+fn ruby_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    let (mut dirs, mut required, mut files) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(word) = words.next() {
+        if word == b"-e" {
+            break;
+        }
+        if let Some(dir) = word.strip_prefix(b"-I") {
+            let dir = if dir.is_empty() {
+                words.next().cloned()
+            } else {
+                Some(dir.to_vec())
+            };
+            dirs.extend(dir);
+        } else if let Some(file) = word.strip_prefix(b"-r") {
+            let file = if file.is_empty() {
+                words.next().cloned()
+            } else {
+                Some(file.to_vec())
+            };
+            required.extend(file);
+        } else if !word.starts_with(b"-") {
+            files.push(word.clone());
+            break;
+        }
+    }
+    for file in required {
+        for dir in &dirs {
+            files.push([dir.as_slice(), b"/", &file, b".rb"].concat());
+        }
+        files.push([file.as_slice(), b".rb"].concat());
+        files.push(file);
+    }
+    files
+}
+
+/// `word` and what `interpreter` tries for it: the word with each suffix, and the files
+/// it runs in the directory the word names.
+fn completions(word: &[u8], interpreter: &Interpreter) -> Vec<Vec<u8>> {
+    // A name with a suffix is run as it is (`tools/fmt.js`).
+    let name = program_name(word);
+    if name.contains(&b'.') && name != b"." && name != b".." {
+        return vec![word.to_vec()];
+    }
+    std::iter::once(word.to_vec())
+        .chain(interpreter.suffixes.iter().map(|s| [word, s].concat()))
+        .chain(interpreter.in_dir.iter().map(|m| [word, b"/", m].concat()))
+        .collect()
 }
 
 /// Whether a word before a command's program leaves the program to come: a keyword
@@ -1546,7 +1734,7 @@ fn runs_the_next_word(word: &[u8]) -> bool {
         b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
         b"nohup", b"time", b"{", b"(", b"()", b"env", b"nice", b"timeout", b"stdbuf", b"ionice",
         b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin", b"eval", b"flock",
-        b"setpriv",
+        b"setpriv", b"prlimit",
     ];
     // Named by its path too (`/usr/bin/env sh tools/x.sh`; round twenty-six's second
     // review), and `eval sh tools/x.sh` runs its words as a command.
@@ -1647,6 +1835,9 @@ const WRAPPER_VALUE_OPTIONS: &[(&[u8], &[&[u8]])] = &[
     ),
     (b"doas", &[b"-u", b"-C"]),
     (b"exec", &[b"-a"]),
+    // GNU time (`/usr/bin/time -o LOG`; round twenty-seven's review).
+    (b"time", &[b"-o", b"--output", b"-f", b"--format"]),
+    (b"prlimit", &[b"-p", b"--pid"]),
     (
         b"flock",
         &[
@@ -2142,6 +2333,58 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn the_files_an_interpreter_completes_are_run_words() {
+        let words = |line: &str| -> Vec<String> {
+            run_words(line.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        let has = |line: &str, want: &[&str]| {
+            let got = words(line);
+            for w in want {
+                assert!(got.iter().any(|g| g == w), "{line}: {w} not in {got:?}");
+            }
+        };
+        has(
+            "python3 -m tools.strip",
+            &["./tools/strip.py", "./tools/__init__.py"],
+        );
+        has("node tools/fmt", &["tools/fmt.js", "tools/fmt/index.js"]);
+        has(
+            "node -r ./tools/hook tools/fmt.js",
+            &["./tools/hook.js", "tools/fmt.js"],
+        );
+        has(
+            "node --require=./tools/hook.js x.js",
+            &["./tools/hook.js", "x.js"],
+        );
+        has(
+            "node --env-file tools/ci.env x.js",
+            &["tools/ci.env", "x.js"],
+        );
+        has(
+            "BASH_ENV=tools/env.sh bash tools/x.sh",
+            &["tools/env.sh", "tools/x.sh"],
+        );
+        has("export BASH_ENV=tools/env.sh", &["tools/env.sh"]);
+        has(
+            "perl -Itools -MHook::Sub=x tools/x.pl",
+            &["tools/Hook/Sub.pm", "tools/x.pl"],
+        );
+        has("perl -I tools tools/x.pl", &["tools/x.pl"]);
+        has("ruby -Itools -rhook x.rb", &["tools/hook.rb", "x.rb"]);
+        has("/usr/bin/time -o log sh tools/x.sh", &["tools/x.sh"]);
+        has("prlimit --nofile=1024 sh tools/x.sh", &["tools/x.sh"]);
+        has("script -qec 'sh tools/x.sh' /dev/null", &["tools/x.sh"]);
+        has("su -c 'sh tools/x.sh' bob", &["tools/x.sh"]);
+        // What is no file the interpreter runs stays out.
+        assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
+        assert_eq!(words("node -e 1"), Vec::<String>::new());
+        assert_eq!(words("node x.js"), ["x.js"]);
     }
 
     #[test]
