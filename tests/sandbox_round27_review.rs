@@ -206,3 +206,69 @@ fn a_claude_login_a_variable_moves_is_not_granted() {
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
+
+/// The agent's `NODE_OPTIONS` in the user's env file `tools/ci.env`, preloading a module
+/// of its own that makes the marker.
+const ENV_FILE_ATTACK: &str = r#"printf 'require("fs").writeFileSync("%s", "")\n' "$M" > tools/mine.js; printf 'NODE_OPTIONS=--require ./tools/mine.js\n' > tools/ci.env; echo PLANTED"#;
+
+/// A held script's `node --env-file tools/ci.env tools/fmt.js`: node obeys the
+/// `NODE_OPTIONS` of the file, and the agent rewrote it to preload its own module. Both
+/// arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_env_file_a_held_script_gives_node_is_not_the_agents_to_write() {
+    for (name, line) in [
+        (
+            "env file apart",
+            "node --env-file tools/ci.env tools/fmt.js",
+        ),
+        (
+            "env file with =",
+            "node --env-file=tools/ci.env tools/fmt.js",
+        ),
+    ] {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/fmt.js");
+                fx.own_file(ws, "tools/ci.env", "CI=1\n");
+                fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            ENV_FILE_ATTACK,
+            &["fmt"],
+        );
+    }
+}
+
+/// [`SPELLINGS`] as the line of the alias itself (`git fmt` = `!LINE`), read by the
+/// config's own reader (`config_text::command_words`), not the held scripts'.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_files_an_alias_runs_by_other_spellings_are_not_the_agents_to_write() {
+    for (name, line, files, target) in SPELLINGS {
+        let name = format!("alias: {name}");
+        held_file_attack(
+            &name,
+            |fx, ws| {
+                for file in *files {
+                    user_file(fx, ws, file);
+                }
+                fx.git(ws, &["config", "alias.fmt", &format!("!{line}")]);
+            },
+            &append_payload(target),
+            &["fmt"],
+        );
+    }
+    held_file_attack(
+        "alias: env file",
+        |fx, ws| {
+            sandbox_fixture::own_script(fx, ws, "tools/fmt.js");
+            fx.own_file(ws, "tools/ci.env", "CI=1\n");
+            let line = "!node --env-file tools/ci.env tools/fmt.js";
+            fx.git(ws, &["config", "alias.fmt", line]);
+        },
+        ENV_FILE_ATTACK,
+        &["fmt"],
+    );
+}

@@ -688,8 +688,15 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             .iter()
             .any(|p| w == p.as_slice() || w.ends_with(&[b"/", p.as_slice()].concat()))
     };
+    // What a held script's reader finds in a line (`node -r ./tools/hook` loads
+    // `tools/hook.js`, `perl -Itools -MHook` `tools/Hook.pm`), when there: the plain
+    // words offered only `./tools/hook` and `-MHook` (round twenty-seven's review).
+    let run = run_words(line)
+        .into_iter()
+        .filter(|(_, base)| *base == SourceBase::WorkingDir)
+        .map(|(w, _)| (w, false));
     let plain = plain.iter().map(|w| (w.clone(), true));
-    for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
+    for (word, may_be_absent) in plain.chain(moved).chain(quoted).chain(run) {
         let word = match word.iter().rposition(|b| *b == b'=') {
             Some(at) => word[at + 1..].to_vec(),
             None if word.first() == Some(&b'-') => continue,
@@ -1578,9 +1585,10 @@ fn shell_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>>
 fn python_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
     while let Some(word) = words.next() {
         if let Some(module) = python_module(b"python", word, &mut words) {
+            // Not the module's word itself: a package's directory is no file it runs.
             return python_module_words(&module)
                 .into_iter()
-                .flat_map(|(word, kind)| completions(&word, kind))
+                .flat_map(|(word, kind)| completions(&word, kind).into_iter().skip(1))
                 .collect();
         }
         if word == b"-c" {
