@@ -23,7 +23,9 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+/// The held scripts' cap reached by a script the agent makes where the user's names an
+/// absent one.
+const KNOWN_OPEN: &[&str] = &["cap pushed by the agent"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -271,4 +273,52 @@ fn the_files_an_alias_runs_by_other_spellings_are_not_the_agents_to_write() {
         ENV_FILE_ATTACK,
         &["fmt"],
     );
+}
+
+/// The agent's plant for [`the_scripts_cap_is_the_agents_to_push`]: the script the
+/// user's held `tools/ci.sh` names but that is absent at the start (`tools/gen.sh`, a
+/// build's output), made to run 1,100 scripts of the agent's.
+const CAP_PLANT: &str = r#"mkdir -p tools/g && i=0 && while [ $i -lt 1100 ]; do i=$((i+1)); : > tools/g/$i.sh; echo "sh tools/g/$i.sh"; done > tools/gen.sh && echo PLANTED"#;
+
+/// The 1,024 files' cap of the held scripts (round twenty-six refuses a run past it, the
+/// rest would be the agent's to write) is the agent's to reach: a script the user's held
+/// script runs by path but that is absent at the start is not held (SECURITY.md, Known
+/// limits: a placeholder would keep a build from making it), and the agent makes it name
+/// 1,100 scripts. Every later run in the workspace is refused (`config_error`) until the
+/// user removes them. Open (a ratchet, [`KNOWN_OPEN`]): the agent could as well write a
+/// payload there, which the user's `git fmt` runs. Control: the same later run without
+/// the plant starts. Both arms.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_cap_is_the_agents_to_push() {
+    let name = "cap pushed by the agent";
+    for nobody in sandbox_fixture::arms() {
+        for planted in [true, false] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.own_file(&ws, "tools/ci.sh", "sh tools/gen.sh\n");
+            fx.git(&ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+            let plant = if planted { CAP_PLANT } else { "echo PLANTED" };
+            let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], plant));
+            let who = format!("{name}: nobody={nobody} planted={planted}");
+            assert!(
+                rc == 0 && out.contains("PLANTED"),
+                "{who}: first run: {out}"
+            );
+            let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], "echo LATER-RAN"));
+            let refused = rc == 78 && out.contains("name more than 1024");
+            if planted && KNOWN_OPEN.contains(&name) {
+                assert!(
+                    refused,
+                    "{who}: closed? take it off KNOWN_OPEN: rc {rc}: {out}"
+                );
+                assert!(!out.contains("LATER-RAN"), "{who}: {out}");
+            } else {
+                assert!(
+                    rc == 0 && out.contains("LATER-RAN"),
+                    "{who}: rc {rc}: {out}"
+                );
+            }
+        }
+    }
 }
