@@ -119,6 +119,12 @@ const SPELLINGS: &[(&str, &str, &[&str], &str)] = &[
         "tools/x.sh",
     ),
     (
+        "flock -c",
+        "flock tools -c 'sh tools/x.sh'",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
         "script -qec",
         "script -qec 'sh tools/x.sh' /dev/null",
         &["tools/x.sh"],

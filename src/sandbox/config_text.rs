@@ -1464,18 +1464,24 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
                 push_based(value, found);
             }
             let at = wrapped_program_at(&tokens);
+            // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`, `flock LOCK -c
+            // '…'` (a wrapper, its string past its operand): a command string.
+            let inner = tokens
+                .iter()
+                .take(at + 1)
+                .enumerate()
+                .find_map(|(i, word)| command_string(program_name(word), tokens[i + 1..].iter()));
+            if depth > 0
+                && let Some(inner) = inner
+            {
+                script_run_words(inner, depth - 1, found);
+                continue;
+            }
             let mut words = tokens.iter().skip(at);
             let Some(program) = words.next() else {
                 continue;
             };
             let name = program_name(program);
-            // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`: a command string.
-            if depth > 0
-                && let Some(inner) = command_string(name, words.clone())
-            {
-                script_run_words(inner, depth - 1, found);
-                continue;
-            }
             let shell = SHELLS.contains(&name) || name.starts_with(b"python");
             if shell
                 && depth > 0
@@ -1516,13 +1522,13 @@ fn push_based(word: &[u8], found: &mut Vec<(Vec<u8>, SourceBase)>) {
 }
 
 /// The command string of a program that runs one through a shell, `name` (`script -c
-/// CMD`, `su -c CMD`, `runuser -c CMD`; `-c` may end a cluster of short options, as
+/// CMD`, `su -c CMD`, `runuser -c CMD`, `flock LOCK -c CMD`; `-c` may end a cluster of short options, as
 /// in `script -qec`, or be spelled `--command[=]CMD`), among its `words`.
 fn command_string<'a>(
     name: &[u8],
     mut words: impl Iterator<Item = &'a Vec<u8>>,
 ) -> Option<&'a [u8]> {
-    if ![&b"script"[..], b"su", b"runuser"].contains(&name) {
+    if ![&b"script"[..], b"su", b"runuser", b"flock"].contains(&name) {
         return None;
     }
     while let Some(word) = words.next() {
@@ -2389,6 +2395,7 @@ mod tests {
         has("prlimit --nofile=1024 sh tools/x.sh", &["tools/x.sh"]);
         has("script -qec 'sh tools/x.sh' /dev/null", &["tools/x.sh"]);
         has("su -c 'sh tools/x.sh' bob", &["tools/x.sh"]);
+        has("flock -w 5 tools -c 'sh tools/x.sh'", &["tools/x.sh"]);
         // What is no file the interpreter runs stays out.
         assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
         assert_eq!(words("node -e 1"), Vec::<String>::new());
