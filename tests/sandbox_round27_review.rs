@@ -399,3 +399,82 @@ fn every_other_name_of_two_home_keys_is_masked() {
         }
     }
 }
+
+/// A user entry made for one test (`useradd`), removed when dropped.
+struct TestUser(String);
+
+impl TestUser {
+    fn new(home: &Path) -> TestUser {
+        let name = format!("c27d{}", std::process::id());
+        let ok = std::process::Command::new("useradd")
+            .args(["-M", "-N", "-s", "/usr/sbin/nologin", "-d"])
+            .arg(home)
+            .arg(&name)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "useradd {name}");
+        TestUser(name)
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel").arg(&self.0).status();
+    }
+}
+
+/// coder started through `doas` (round twenty-six counted `DOAS_USER`'s home with
+/// `SUDO_USER`'s, tested under `sudo` only): `--read` of the invoking user's `~/.ssh`
+/// and of their `~/.config` (holding `gh/hosts.yml`) is refused, and a hard link to their key in
+/// the workspace is masked. Held. Control: without `DOAS_USER`, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_doas_users_keys_are_not_granted() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for set in [true, false] {
+            let fx = Fixture::new("coder-round27-doas-", nobody, &["ws", "home", "state"]);
+            let alice = fx.root().join("alice");
+            let key = alice.join(".ssh/authorized_keys");
+            sandbox_fixture::write(&key, "KEY-SECRET\n");
+            sandbox_fixture::write(&alice.join(".config/gh/hosts.yml"), "GH-SECRET\n");
+            std::fs::hard_link(&key, fx.ws().join("notes")).unwrap();
+            fx.own(fx.root());
+            let user = TestUser::new(&alice);
+            let grants: [(&str, String, &str); 3] = [
+                (
+                    "--read",
+                    alice.join(".ssh").display().to_string(),
+                    "KEY-SECRET",
+                ),
+                (
+                    "--read",
+                    alice.join(".config").display().to_string(),
+                    "GH-SECRET",
+                ),
+                ("--cd", fx.ws().display().to_string(), "KEY-SECRET"),
+            ];
+            for (flag, path, secret) in grants {
+                let script = format!(
+                    "cat '{path}/authorized_keys' '{path}/gh/hosts.yml' '{path}/notes' \
+                     2>/dev/null; echo SERVED"
+                );
+                let args: Vec<&str> = if flag == "--read" {
+                    vec!["--read", &path]
+                } else {
+                    Vec::new()
+                };
+                let mut cmd = fx.sandbox_in(&fx.ws(), &args, &script);
+                if set {
+                    // Alice's key is in the workspace by its other name: served unless
+                    // her home counts.
+                    cmd.env("DOAS_USER", &user.0);
+                }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("nobody={nobody} {flag} {path} set={set}");
+                judge(&mut broken, &who, set, (rc, &out), secret);
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
