@@ -39,6 +39,8 @@ fn append_payload(target: &str) -> String {
         Some("py") => r#"printf 'open("%s", "w")\n' "$M""#.to_string(),
         Some("js") => r#"printf 'require("fs").writeFileSync("%s", "")\n' "$M""#.to_string(),
         Some("pl" | "pm") => r#"printf 'open(my $f, ">", "%s");\n' "$M""#.to_string(),
+        Some("mk") => r#"printf '$(shell touch %s)\n' "$M""#.to_string(),
+        Some("awk") => r#"printf 'BEGIN { system("touch %s") }\n' "$M""#.to_string(),
         _ => SCRIPT_PAYLOAD.to_string(),
     };
     format!("{line} >> {target}; echo PLANTED")
@@ -119,6 +121,30 @@ const SPELLINGS: &[(&str, &str, &[&str], &str)] = &[
         "tools/x.sh",
     ),
     (
+        "make -f",
+        "make -s -f tools/ci.mk",
+        &["tools/ci.mk"],
+        "tools/ci.mk",
+    ),
+    (
+        "awk -f",
+        "awk -f tools/x.awk /dev/null",
+        &["tools/x.awk"],
+        "tools/x.awk",
+    ),
+    (
+        "process substitution",
+        "bash <(cat tools/x.sh)",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "source stdin",
+        ". /dev/stdin < tools/x.sh",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
         "flock -c",
         "flock tools -c 'sh tools/x.sh'",
         &["tools/x.sh"],
@@ -135,7 +161,9 @@ const SPELLINGS: &[(&str, &str, &[&str], &str)] = &[
 /// A file of the user's for [`SPELLINGS`]: a script (`#!/bin/sh`, mode 0755), or for
 /// perl one whose `#!` names perl (perl hands a file whose `#!` does not to that program).
 fn user_file(fx: &Fx, ws: &Path, rel: &str) {
-    if rel.ends_with(".pl") || rel.ends_with(".pm") {
+    if rel.ends_with(".mk") {
+        fx.own_file(ws, rel, "all:\n\t@true\n");
+    } else if rel.ends_with(".pl") || rel.ends_with(".pm") {
         fx.own_file(ws, rel, "#!/usr/bin/perl\n");
     } else {
         sandbox_fixture::own_script(fx, ws, rel);
@@ -254,7 +282,11 @@ fn the_env_file_a_held_script_gives_node_is_not_the_agents_to_write() {
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_files_an_alias_runs_by_other_spellings_are_not_the_agents_to_write() {
-    for (name, line, files, target) in SPELLINGS {
+    // git runs an alias with `sh`, which has no process substitution.
+    let spellings = SPELLINGS
+        .iter()
+        .filter(|(name, ..)| *name != "process substitution");
+    for (name, line, files, target) in spellings {
         let name = format!("alias: {name}");
         held_file_attack(
             &name,

@@ -310,6 +310,12 @@ fn substitutions_split(line: &[u8]) -> Vec<u8> {
                 bytes.next();
                 out.extend_from_slice(b" ; ");
             }
+            // A process substitution too (`bash <(cat tools/x.sh)`: round twenty-seven's
+            // review found its file the agent's to write).
+            b'<' | b'>' if bytes.peek() == Some(&b'(') => {
+                bytes.next();
+                out.extend_from_slice(b" ; ");
+            }
             b'`' | b')' => out.extend_from_slice(b" ; "),
             b'"' => out.push(b' '),
             b => out.push(b),
@@ -1503,13 +1509,40 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             let files = if shell {
                 interpreted_files(name, words)
             } else {
-                Vec::new()
+                program_files(name, words)
             };
             for word in by_path.into_iter().cloned().chain(files) {
                 push_based(&word, found);
             }
         }
     }
+}
+
+/// The files a program that reads its own program from one runs (`make -f tools/ci.mk`,
+/// `awk -f tools/x.awk`, `sed -f tools/x.sed`, whose `e` command runs a shell): `-f FILE`,
+/// `-fFILE`, `--file[=]FILE` (make's `--makefile` too). Until round twenty-seven's review
+/// the file was the agent's to write, and its recipe ran at the user's `git fmt`.
+fn program_files<'a>(name: &[u8], mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    const PROGRAM_FILE_READERS: &[&[u8]] = &[
+        b"make", b"gmake", b"awk", b"gawk", b"mawk", b"nawk", b"sed", b"gsed",
+    ];
+    if !PROGRAM_FILE_READERS.contains(&name) {
+        return Vec::new();
+    }
+    let mut files = Vec::new();
+    while let Some(word) = words.next() {
+        let long = [&b"--file"[..], b"--makefile"]
+            .iter()
+            .find_map(|o| word.strip_prefix(*o));
+        let value = match (long, word.strip_prefix(b"-f")) {
+            (Some(b""), _) | (None, Some(b"")) => words.next().cloned(),
+            (Some(rest), _) => rest.strip_prefix(b"=").map(<[u8]>::to_vec),
+            (None, Some(attached)) if !word.starts_with(b"--") => Some(attached.to_vec()),
+            _ => None,
+        };
+        files.extend(value);
+    }
+    files
 }
 
 /// `word` read as [`based`] reads it, added to `found` once.
@@ -2396,6 +2429,10 @@ mod tests {
         has("script -qec 'sh tools/x.sh' /dev/null", &["tools/x.sh"]);
         has("su -c 'sh tools/x.sh' bob", &["tools/x.sh"]);
         has("flock -w 5 tools -c 'sh tools/x.sh'", &["tools/x.sh"]);
+        has("make -s -f tools/ci.mk lint", &["tools/ci.mk"]);
+        has("make --makefile=tools/b.mk", &["tools/b.mk"]);
+        has("awk -ftools/x.awk in", &["tools/x.awk"]);
+        has("sed -n --file tools/x.sed in", &["tools/x.sed"]);
         // What is no file the interpreter runs stays out.
         assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
         assert_eq!(words("node -e 1"), Vec::<String>::new());
