@@ -25,7 +25,11 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
 /// The held scripts' cap reached by a script the agent makes where the user's names an
 /// absent one.
-const KNOWN_OPEN: &[&str] = &["cap pushed by the agent"];
+const KNOWN_OPEN: &[&str] = &[
+    "cap pushed by the agent",
+    "cd into a listed directory",
+    "suffix swapped by the shell",
+];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -509,4 +513,57 @@ fn the_doas_users_keys_are_not_granted() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// Round twenty-six's own list of what its list entries' rule leaves (SECURITY.md, Known
+/// limits): a held script (`git fmt` = `!bash tools/ci.sh`) that runs the scripts of the
+/// directories `tools/checks.list` names, or a completion the shell builds by other means,
+/// each: (name, the list's text, the script's text, the user's script the agent appends
+/// to).
+const LISTED_DIRS: &[(&str, &str, &str, &str)] = &[
+    (
+        "run-parts over a listed directory",
+        "tools/checks\n",
+        "for d in $(cat tools/checks.list); do run-parts \"$d\"; done\n",
+        "tools/checks/a",
+    ),
+    (
+        "find -exec over a listed directory",
+        "tools/checks\n",
+        "for d in $(cat tools/checks.list); do find \"$d\" -name '*.sh' -exec sh {} \\; ; done\n",
+        "tools/checks/a.sh",
+    ),
+    (
+        "cd into a listed directory",
+        "tools/checks\n",
+        "for d in $(cat tools/checks.list); do (cd \"$d\" && for f in *.sh; do sh \"$f\"; done); done\n",
+        "tools/checks/a.sh",
+    ),
+    (
+        "suffix swapped by the shell",
+        "tools/checks/a.x\n",
+        "for f in $(cat tools/checks.list); do sh \"${f%.x}.sh\"; done\n",
+        "tools/checks/a.sh",
+    ),
+];
+
+/// Each of [`LISTED_DIRS`]: the agent appends its payload to the user's script there,
+/// the user's `git fmt` runs it. Both arms; control unconfined. Open ones are on
+/// [`KNOWN_OPEN`].
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_of_a_listed_directory_run_other_ways_are_not_the_agents_to_write() {
+    for (name, list, script, target) in LISTED_DIRS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, target);
+                fx.own_file(ws, "tools/checks.list", list);
+                fx.own_file(ws, "tools/ci.sh", script);
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            &append_payload(target),
+            &["fmt"],
+        );
+    }
 }

@@ -325,8 +325,8 @@ fn substitutions_split(line: &[u8]) -> Vec<u8> {
 }
 
 /// Whether a line ([`substitutions_split`]) runs a program that may run what it is
-/// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), or `awk`'s
-/// `system(`.
+/// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), `run-parts` (round
+/// twenty-seven's review), or `awk`'s `system(`.
 fn runs_its_input(line: &[u8]) -> bool {
     const NOT_PROGRAMS: &[&[u8]] = &[
         b"do", b"then", b"else", b"time", b"nohup", b"env", b"command", b"exec",
@@ -334,7 +334,9 @@ fn runs_its_input(line: &[u8]) -> bool {
     line.windows(7).any(|w| w == b"system(")
         || shell_tokens(line).iter().any(|w| {
             let name = program_name(w);
-            name.starts_with(b"python") || RUNNERS.contains(&name) && !NOT_PROGRAMS.contains(&name)
+            name.starts_with(b"python")
+                || name == b"run-parts"
+                || RUNNERS.contains(&name) && !NOT_PROGRAMS.contains(&name)
         })
 }
 
@@ -372,12 +374,23 @@ pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
 pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for line in script_lines(script) {
-        for word in shell_tokens(&line) {
+        let tokens = shell_tokens(&line);
+        for (at, word) in tokens.iter().enumerate() {
             let word = match word.iter().position(|b| *b == b'=') {
-                Some(at) if is_assignment(&word) => word[at + 1..].to_vec(),
-                _ => word,
+                Some(at) if is_assignment(word) => word[at + 1..].to_vec(),
+                _ => word.clone(),
             };
-            let Some(affix) = one_expansion(&word) else {
+            // A directory a program runs the files of (`run-parts "$d"`, `find "$d"
+            // -exec sh {} \;`): the listed directory held whole, as for `"$d"/*.sh`
+            // (round twenty-seven's review).
+            let walked =
+                at > 0 && runs_dir(&tokens[at - 1], &tokens[at..]) && lone_reference(&word);
+            let affix = if walked {
+                Some((Vec::new(), b"/*".to_vec()))
+            } else {
+                one_expansion(&word)
+            };
+            let Some(affix) = affix else {
                 continue;
             };
             if found.len() < MAX_AFFIXES && !found.contains(&affix) {
@@ -386,6 +399,36 @@ pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         }
     }
     found
+}
+
+/// Whether `program`, given the directory `rest[0]` and the words after it, runs the
+/// files it holds: `run-parts`, or `find` whose `-exec` (`-execdir`, `-ok`) runs a shell,
+/// an interpreter or the file found (`{}`). A `find -exec rm` leaves it be (holding the
+/// directory whole would stop the agent's work there).
+fn runs_dir(program: &[u8], rest: &[Vec<u8>]) -> bool {
+    match program_name(program) {
+        b"run-parts" => true,
+        b"find" => rest.windows(2).any(|pair| {
+            let exec =
+                [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir"].contains(&pair[0].as_slice());
+            let name = program_name(&pair[1]);
+            exec && (RUNNERS.contains(&name) || name.starts_with(b"python") || pair[1] == b"{}")
+        }),
+        _ => false,
+    }
+}
+
+/// Whether `word` is one `$NAME` or `${NAME}` and nothing else.
+fn lone_reference(word: &[u8]) -> bool {
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    word.strip_prefix(b"$")
+        .and_then(variable_reference)
+        .is_some_and(|(name, len)| {
+            len == word.len() - 1
+                && !name.is_empty()
+                && name.iter().all(is_name)
+                && !name[0].is_ascii_digit()
+        })
 }
 
 /// The most [`variable_affixes`] read from one script.
@@ -2437,6 +2480,25 @@ mod tests {
         assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
         assert_eq!(words("node -e 1"), Vec::<String>::new());
         assert_eq!(words("node x.js"), ["x.js"]);
+    }
+
+    #[test]
+    fn a_listed_directory_a_program_runs_is_held_whole() {
+        let whole = |script: &str| {
+            variable_affixes(script.as_bytes()).contains(&(Vec::new(), b"/*".to_vec()))
+        };
+        assert!(whole("for d in $(cat L); do run-parts \"$d\"; done"));
+        assert!(whole(
+            "for d in $(cat L); do find \"$d\" -name '*.sh' -exec sh {} \\; ; done"
+        ));
+        assert!(whole(
+            "for d in $(cat L); do find $d -type f -execdir {} \\; ; done"
+        ));
+        assert!(!whole(
+            "for d in $(cat L); do find \"$d\" -name '*.o' -exec rm {} +; done"
+        ));
+        assert!(!whole("for d in $(cat L); do find \"$d\" -delete; done"));
+        assert!(!whole("for d in $(cat L); do cd \"$d\"; done"));
     }
 
     #[test]
