@@ -1530,6 +1530,7 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             let Some(program) = words.next() else {
                 continue;
             };
+            let program = default_program(program).unwrap_or(program);
             let name = program_name(program);
             let shell = SHELLS.contains(&name) || name.starts_with(b"python");
             if shell
@@ -1554,7 +1555,7 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             } else {
                 program_files(name, words)
             };
-            for word in by_path.into_iter().cloned().chain(files) {
+            for word in by_path.into_iter().map(<[u8]>::to_vec).chain(files) {
                 push_based(&word, found);
             }
         }
@@ -1604,6 +1605,9 @@ fn command_string<'a>(
     name: &[u8],
     mut words: impl Iterator<Item = &'a Vec<u8>>,
 ) -> Option<&'a [u8]> {
+    if name == b"env" {
+        return split_string(words);
+    }
     if ![&b"script"[..], b"su", b"runuser", b"flock"].contains(&name) {
         return None;
     }
@@ -1617,6 +1621,47 @@ fn command_string<'a>(
         }
     }
     None
+}
+
+/// The string `env -S STRING` (`-SSTRING`, `--split-string[=]STRING`) splits into a
+/// command line, among `env`'s `words`: `env -S 'sh tools/x.sh'` in a held script ran the
+/// agent's edit of `tools/x.sh` (round twenty-six's second review, a ratchet until round
+/// twenty-seven's).
+fn split_string<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Option<&'a [u8]> {
+    while let Some(word) = words.next() {
+        if word == b"-S" || word == b"--split-string" {
+            return words.next().map(Vec::as_slice);
+        }
+        if let Some(value) = word.strip_prefix(b"--split-string=") {
+            return Some(value);
+        }
+        if let Some(value) = word
+            .strip_prefix(b"-S")
+            .filter(|_| !word.starts_with(b"--"))
+        {
+            return Some(value);
+        }
+        if !word.starts_with(b"-") {
+            return None;
+        }
+    }
+    None
+}
+
+/// The default of a program word spelled `${NAME:-default}` (or `${NAME-default}`): the
+/// program run when the variable is unset, which the held scripts' reader took for no
+/// program at all (`${CI_SHELL:-sh} tools/x.sh`; round twenty-six's second review, a
+/// ratchet until round twenty-seven's).
+fn default_program(word: &[u8]) -> Option<&[u8]> {
+    let inner = word.strip_prefix(b"${")?.strip_suffix(b"}")?;
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let end = inner.iter().position(|b| !is_name(b))?;
+    let rest = &inner[end..];
+    let default = rest
+        .strip_prefix(b":-")
+        .or_else(|| rest.strip_prefix(b"-"))?;
+    (end > 0 && !default.is_empty() && !default.iter().any(|b| b"${}`".contains(b)))
+        .then_some(default)
 }
 
 /// The files a shell or interpreter runs among its `words` (those after its name): the
@@ -2472,6 +2517,10 @@ mod tests {
         has("script -qec 'sh tools/x.sh' /dev/null", &["tools/x.sh"]);
         has("su -c 'sh tools/x.sh' bob", &["tools/x.sh"]);
         has("flock -w 5 tools -c 'sh tools/x.sh'", &["tools/x.sh"]);
+        has("env -S 'sh tools/e.sh'", &["tools/e.sh"]);
+        has("env -i -S'FOO=1 sh tools/f.sh'", &["tools/f.sh"]);
+        has("${CI_SHELL:-sh} tools/g.sh", &["tools/g.sh"]);
+        has("${PY-python3} -m tools.h", &["./tools/h.py"]);
         has("make -s -f tools/ci.mk lint", &["tools/ci.mk"]);
         has("make --makefile=tools/b.mk", &["tools/b.mk"]);
         has("awk -ftools/x.awk in", &["tools/x.awk"]);
