@@ -567,3 +567,28 @@ fn the_scripts_of_a_listed_directory_run_other_ways_are_not_the_agents_to_write(
         );
     }
 }
+
+/// The logins of the other coding agents and deploy CLIs a user of this tool keeps in
+/// the home directory, which round twenty-six's lists did not name: OpenAI Codex's
+/// `~/.codex/auth.json`, Gemini CLI's `~/.gemini/oauth_creds.json`, Supabase's
+/// `~/.supabase/access-token`, firebase-tools' `configstore/firebase-tools.json`,
+/// Vercel's `auth.json`, Cloudflare wrangler's `config/default.toml`. Each: (directory
+/// granted, the key in it).
+const AGENT_LOGINS: &[(&str, &str)] = &[
+    (".codex", "auth.json"),
+    (".gemini", "oauth_creds.json"),
+    (".supabase", "access-token"),
+    (".config/configstore", "firebase-tools.json"),
+    (".local/share/com.vercel.cli", "auth.json"),
+    (".config/.wrangler", "config/default.toml"),
+    (".wrangler", "config/default.toml"),
+];
+
+/// `--read ~/DIR` of each of [`AGENT_LOGINS`]: refused (or the key masked). Both arms;
+/// control unconfined, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_of_another_coding_agents_login_is_refused() {
+    let broken = sandbox_fixture::home_key_grants("coder-round27-agentkey-", AGENT_LOGINS);
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
