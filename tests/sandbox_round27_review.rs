@@ -592,3 +592,38 @@ fn a_grant_of_another_coding_agents_login_is_refused() {
     let broken = sandbox_fixture::home_key_grants("coder-round27-agentkey-", AGENT_LOGINS);
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
+
+/// A file one held script sources (`. tools/lib.sh`, held even when absent: a placeholder
+/// keeps the agent from making it) and another runs (`sh tools/lib.sh`, held only when
+/// there), absent at the start. The scan keys each file it reads once; the run word,
+/// read first, must not take the place of the sourced one. The agent makes
+/// `tools/lib.sh`, the user's `git fmt` sources it. Both orders; both arms; control
+/// unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_absent_file_one_script_sources_and_another_runs_is_not_the_agents_to_make() {
+    for (name, first, second) in [
+        (
+            "run then sourced",
+            "sh tools/lib.sh 2>/dev/null",
+            ". tools/lib.sh",
+        ),
+        (
+            "sourced then run",
+            ". tools/lib.sh",
+            "sh tools/lib.sh 2>/dev/null",
+        ),
+    ] {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/a.sh", &format!("{first}\n"));
+                fx.own_file(ws, "tools/b.sh", &format!("{second}\n"));
+                fx.own_file(ws, "tools/ci.sh", "sh tools/a.sh; sh tools/b.sh\n");
+                fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+            },
+            &format!("{SCRIPT_PAYLOAD} > tools/lib.sh; echo PLANTED"),
+            &["fmt"],
+        );
+    }
+}
