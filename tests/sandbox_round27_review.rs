@@ -627,3 +627,34 @@ fn an_absent_file_one_script_sources_and_another_runs_is_not_the_agents_to_make(
         );
     }
 }
+
+/// A held script (`tools/ci.sh`) that enters another directory of the work tree before
+/// running the user's `scripts/x.sh` by a name relative to it (`cd scripts && sh x.sh`,
+/// `./x.sh`, in a subshell, through `pushd`). The alias's own line reads the words after
+/// `cd` in its directory (round twenty's review); a held script's lines are read in the
+/// top and in the script's own directory only. Each: (name, the script's line).
+const ENTERED: &[(&str, &str)] = &[
+    ("cd then sh", "cd scripts && sh x.sh"),
+    ("cd then by path", "cd scripts; ./x.sh"),
+    ("subshell cd", "(cd scripts && sh x.sh)"),
+    ("pushd", "pushd scripts >/dev/null && sh x.sh"),
+];
+
+/// Each of [`ENTERED`]: the agent appends its payload to `scripts/x.sh`, the user's `git
+/// fmt` runs it. Both arms; control unconfined. Open ones are on [`KNOWN_OPEN`].
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_held_script_runs_after_cd_are_not_the_agents_to_write() {
+    for (name, line) in ENTERED {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "scripts/x.sh");
+                fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            &append_payload("scripts/x.sh"),
+            &["fmt"],
+        );
+    }
+}

@@ -1495,71 +1495,113 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// [`run_words`] of `script`, added to `found`; a shell's `-c` string read as a script
 /// of its own, `depth` levels down.
 fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, SourceBase)>) {
-    const SHELLS: &[&[u8]] = &[
-        b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
-    ];
+    // The directory the script has entered (`cd scripts`, `pushd scripts`), from the
+    // top: what it runs by a relative name is offered there too (round twenty-seven's
+    // review: `cd scripts && sh x.sh` left `scripts/x.sh` the agent's to write). Kept
+    // to the script's end (a subshell's `cd` too): a word offered where it does not run
+    // is held for nothing.
+    let mut entered: Option<Vec<u8>> = None;
     for line in script_lines(script) {
         for command in pipelines(&line).into_iter().flatten() {
-            let mut tokens = shell_tokens(&command);
-            // A function's body (`f() { sh tools/x.sh; }`: the tokens lose the `()`).
-            if command.windows(2).any(|w| w == b"()")
-                && let Some(at) = tokens.iter().position(|w| w == b"{")
-            {
-                tokens.drain(..=at);
+            let mark = found.len();
+            if let Some(dir) = command_run_words(&command, depth, found) {
+                entered = match (&entered, dir) {
+                    (_, None) => None,
+                    (Some(base), Some(dir)) => Some([base.as_slice(), b"/", &dir].concat()),
+                    (None, Some(dir)) => Some(dir),
+                };
             }
-            // `BASH_ENV=tools/env.sh bash …` (or exported before): every bash that runs
-            // a script sources it first (round twenty-seven's review).
-            for value in tokens.iter().filter_map(|t| t.strip_prefix(b"BASH_ENV=")) {
-                push_based(value, found);
-            }
-            let at = wrapped_program_at(&tokens);
-            // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`, `flock LOCK -c
-            // '…'` (a wrapper, its string past its operand): a command string.
-            let inner = tokens
+            let Some(dir) = &entered else {
+                continue;
+            };
+            let moved: Vec<Vec<u8>> = found[mark..]
                 .iter()
-                .take(at + 1)
-                .enumerate()
-                .find_map(|(i, word)| command_string(program_name(word), tokens[i + 1..].iter()));
-            if depth > 0
-                && let Some(inner) = inner
-            {
-                script_run_words(inner, depth - 1, found);
-                continue;
-            }
-            let mut words = tokens.iter().skip(at);
-            let Some(program) = words.next() else {
-                continue;
-            };
-            let program = default_program(program).unwrap_or(program);
-            let name = program_name(program);
-            let shell = SHELLS.contains(&name) || name.starts_with(b"python");
-            if shell
-                && depth > 0
-                && name != b"perl"
-                && name != b"ruby"
-                && !name.starts_with(b"node")
-            {
-                let mut rest = words.clone();
-                if rest.any(|w| w == b"-c")
-                    && let Some(inner) = rest.next()
-                {
-                    script_run_words(inner, depth - 1, found);
-                    continue;
-                }
-            }
-            // A shell named by its path (`/bin/sh tools/x.sh`) runs its file all the
-            // same: until round twenty-six's second review only `/bin/sh` was held.
-            let by_path = program.contains(&b'/').then_some(program);
-            let files = if shell {
-                interpreted_files(name, words)
-            } else {
-                program_files(name, words)
-            };
-            for word in by_path.into_iter().map(<[u8]>::to_vec).chain(files) {
+                .filter(|(w, base)| *base == SourceBase::WorkingDir && !w.starts_with(b"/"))
+                .map(|(w, _)| [dir.as_slice(), b"/", w].concat())
+                .collect();
+            for word in moved {
                 push_based(&word, found);
             }
         }
     }
+}
+
+/// The directory a `cd DIR` or `pushd DIR` command enters (`Some(None)`: one that cannot
+/// be read, absolute or built by the shell, so the words after it are not moved).
+fn entered_by(name: &[u8], mut words: impl Iterator<Item = Vec<u8>>) -> Option<Option<Vec<u8>>> {
+    if name != b"cd" && name != b"pushd" {
+        return None;
+    }
+    let dir = words.find(|w| !w.starts_with(b"-"))?;
+    let literal = !dir.starts_with(b"/") && !dir.iter().any(|b| b"$`~\x01".contains(b));
+    Some((literal && may_name_a_file(&dir)).then_some(dir))
+}
+
+/// [`script_run_words`] of one command: the files it runs added to `found`; the
+/// directory it enters, if it is a `cd` ([`entered_by`]).
+fn command_run_words(
+    command: &[u8],
+    depth: usize,
+    found: &mut Vec<(Vec<u8>, SourceBase)>,
+) -> Option<Option<Vec<u8>>> {
+    const SHELLS: &[&[u8]] = &[
+        b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
+    ];
+    let mut tokens = shell_tokens(command);
+    // A function's body (`f() { sh tools/x.sh; }`: the tokens lose the `()`).
+    if command.windows(2).any(|w| w == b"()")
+        && let Some(at) = tokens.iter().position(|w| w == b"{")
+    {
+        tokens.drain(..=at);
+    }
+    // `BASH_ENV=tools/env.sh bash …` (or exported before): every bash that runs
+    // a script sources it first (round twenty-seven's review).
+    for value in tokens.iter().filter_map(|t| t.strip_prefix(b"BASH_ENV=")) {
+        push_based(value, found);
+    }
+    let at = wrapped_program_at(&tokens);
+    // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`, `flock LOCK -c
+    // '…'` (a wrapper, its string past its operand): a command string.
+    let inner = tokens
+        .iter()
+        .take(at + 1)
+        .enumerate()
+        .find_map(|(i, word)| command_string(program_name(word), tokens[i + 1..].iter()));
+    if depth > 0
+        && let Some(inner) = inner
+    {
+        script_run_words(inner, depth - 1, found);
+        return None;
+    }
+    let mut words = tokens.iter().skip(at);
+    let program = words.next()?;
+    let program = default_program(program).unwrap_or(program);
+    let name = program_name(program);
+    if let Some(dir) = entered_by(name, words.clone().cloned()) {
+        return Some(dir);
+    }
+    let shell = SHELLS.contains(&name) || name.starts_with(b"python");
+    if shell && depth > 0 && name != b"perl" && name != b"ruby" && !name.starts_with(b"node") {
+        let mut rest = words.clone();
+        if rest.any(|w| w == b"-c")
+            && let Some(inner) = rest.next()
+        {
+            script_run_words(inner, depth - 1, found);
+            return None;
+        }
+    }
+    // A shell named by its path (`/bin/sh tools/x.sh`) runs its file all the
+    // same: until round twenty-six's second review only `/bin/sh` was held.
+    let by_path = program.contains(&b'/').then_some(program);
+    let files = if shell {
+        interpreted_files(name, words)
+    } else {
+        program_files(name, words)
+    };
+    for word in by_path.into_iter().map(<[u8]>::to_vec).chain(files) {
+        push_based(&word, found);
+    }
+    None
 }
 
 /// The files a program that reads its own program from one runs (`make -f tools/ci.mk`,
@@ -2521,6 +2563,12 @@ mod tests {
         has("env -i -S'FOO=1 sh tools/f.sh'", &["tools/f.sh"]);
         has("${CI_SHELL:-sh} tools/g.sh", &["tools/g.sh"]);
         has("${PY-python3} -m tools.h", &["./tools/h.py"]);
+        has("cd scripts && sh x.sh", &["scripts/x.sh"]);
+        has(
+            "cd scripts\n./y.sh\ncd sub; sh z.sh",
+            &["scripts/./y.sh", "scripts/sub/z.sh"],
+        );
+        assert!(!words("cd \"$d\"; sh x.sh").iter().any(|w| w.contains('$')));
         has("make -s -f tools/ci.mk lint", &["tools/ci.mk"]);
         has("make --makefile=tools/b.mk", &["tools/b.mk"]);
         has("awk -ftools/x.awk in", &["tools/x.awk"]);
