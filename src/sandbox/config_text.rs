@@ -310,6 +310,12 @@ fn substitutions_split(line: &[u8]) -> Vec<u8> {
                 bytes.next();
                 out.extend_from_slice(b" ; ");
             }
+            // A process substitution too (`bash <(cat tools/x.sh)`: round twenty-seven's
+            // review found its file the agent's to write).
+            b'<' | b'>' if bytes.peek() == Some(&b'(') => {
+                bytes.next();
+                out.extend_from_slice(b" ; ");
+            }
             b'`' | b')' => out.extend_from_slice(b" ; "),
             b'"' => out.push(b' '),
             b => out.push(b),
@@ -319,8 +325,8 @@ fn substitutions_split(line: &[u8]) -> Vec<u8> {
 }
 
 /// Whether a line ([`substitutions_split`]) runs a program that may run what it is
-/// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), or `awk`'s
-/// `system(`.
+/// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), `run-parts` (round
+/// twenty-seven's review), or `awk`'s `system(`.
 fn runs_its_input(line: &[u8]) -> bool {
     const NOT_PROGRAMS: &[&[u8]] = &[
         b"do", b"then", b"else", b"time", b"nohup", b"env", b"command", b"exec",
@@ -328,7 +334,9 @@ fn runs_its_input(line: &[u8]) -> bool {
     line.windows(7).any(|w| w == b"system(")
         || shell_tokens(line).iter().any(|w| {
             let name = program_name(w);
-            name.starts_with(b"python") || RUNNERS.contains(&name) && !NOT_PROGRAMS.contains(&name)
+            name.starts_with(b"python")
+                || name == b"run-parts"
+                || RUNNERS.contains(&name) && !NOT_PROGRAMS.contains(&name)
         })
 }
 
@@ -366,12 +374,23 @@ pub(super) fn list_entries(list: &[u8]) -> Vec<Vec<u8>> {
 pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for line in script_lines(script) {
-        for word in shell_tokens(&line) {
+        let tokens = shell_tokens(&line);
+        for (at, word) in tokens.iter().enumerate() {
             let word = match word.iter().position(|b| *b == b'=') {
-                Some(at) if is_assignment(&word) => word[at + 1..].to_vec(),
-                _ => word,
+                Some(at) if is_assignment(word) => word[at + 1..].to_vec(),
+                _ => word.clone(),
             };
-            let Some(affix) = one_expansion(&word) else {
+            // A directory a program runs the files of (`run-parts "$d"`, `find "$d"
+            // -exec sh {} \;`): the listed directory held whole, as for `"$d"/*.sh`
+            // (round twenty-seven's review).
+            let walked =
+                at > 0 && runs_dir(&tokens[at - 1], &tokens[at..]) && lone_reference(&word);
+            let affix = if walked {
+                Some((Vec::new(), b"/*".to_vec()))
+            } else {
+                one_expansion(&word)
+            };
+            let Some(affix) = affix else {
                 continue;
             };
             if found.len() < MAX_AFFIXES && !found.contains(&affix) {
@@ -380,6 +399,36 @@ pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         }
     }
     found
+}
+
+/// Whether `program`, given the directory `rest[0]` and the words after it, runs the
+/// files it holds: `run-parts`, or `find` whose `-exec` (`-execdir`, `-ok`) runs a shell,
+/// an interpreter or the file found (`{}`). A `find -exec rm` leaves it be (holding the
+/// directory whole would stop the agent's work there).
+fn runs_dir(program: &[u8], rest: &[Vec<u8>]) -> bool {
+    match program_name(program) {
+        b"run-parts" => true,
+        b"find" => rest.windows(2).any(|pair| {
+            let exec =
+                [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir"].contains(&pair[0].as_slice());
+            let name = program_name(&pair[1]);
+            exec && (RUNNERS.contains(&name) || name.starts_with(b"python") || pair[1] == b"{}")
+        }),
+        _ => false,
+    }
+}
+
+/// Whether `word` is one `$NAME` or `${NAME}` and nothing else.
+fn lone_reference(word: &[u8]) -> bool {
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    word.strip_prefix(b"$")
+        .and_then(variable_reference)
+        .is_some_and(|(name, len)| {
+            len == word.len() - 1
+                && !name.is_empty()
+                && name.iter().all(is_name)
+                && !name[0].is_ascii_digit()
+        })
 }
 
 /// The most [`variable_affixes`] read from one script.
@@ -688,8 +737,15 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             .iter()
             .any(|p| w == p.as_slice() || w.ends_with(&[b"/", p.as_slice()].concat()))
     };
+    // What a held script's reader finds in a line (`node -r ./tools/hook` loads
+    // `tools/hook.js`, `perl -Itools -MHook` `tools/Hook.pm`), when there: the plain
+    // words offered only `./tools/hook` and `-MHook` (round twenty-seven's review).
+    let run = run_words(line)
+        .into_iter()
+        .filter(|(_, base)| *base == SourceBase::WorkingDir)
+        .map(|(w, _)| (w, false));
     let plain = plain.iter().map(|w| (w.clone(), true));
-    for (word, may_be_absent) in plain.chain(moved).chain(quoted) {
+    for (word, may_be_absent) in plain.chain(moved).chain(quoted).chain(run) {
         let word = match word.iter().rposition(|b| *b == b'=') {
             Some(at) => word[at + 1..].to_vec(),
             None if word.first() == Some(&b'-') => continue,
@@ -1439,53 +1495,215 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// [`run_words`] of `script`, added to `found`; a shell's `-c` string read as a script
 /// of its own, `depth` levels down.
 fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, SourceBase)>) {
-    const SHELLS: &[&[u8]] = &[
-        b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
-    ];
+    // The directory the script has entered (`cd scripts`, `pushd scripts`), from the
+    // top: what it runs by a relative name is offered there too (round twenty-seven's
+    // review: `cd scripts && sh x.sh` left `scripts/x.sh` the agent's to write). Kept
+    // to the script's end (a subshell's `cd` too): a word offered where it does not run
+    // is held for nothing.
+    let mut entered: Option<Vec<u8>> = None;
     for line in script_lines(script) {
         for command in pipelines(&line).into_iter().flatten() {
-            let mut tokens = shell_tokens(&command);
-            // A function's body (`f() { sh tools/x.sh; }`: the tokens lose the `()`).
-            if command.windows(2).any(|w| w == b"()")
-                && let Some(at) = tokens.iter().position(|w| w == b"{")
-            {
-                tokens.drain(..=at);
+            let mark = found.len();
+            if let Some(dir) = command_run_words(&command, depth, found) {
+                entered = match (&entered, dir) {
+                    (_, None) => None,
+                    (Some(base), Some(dir)) => Some([base.as_slice(), b"/", &dir].concat()),
+                    (None, Some(dir)) => Some(dir),
+                };
             }
-            let mut words = tokens.iter().skip(wrapped_program_at(&tokens));
-            let Some(program) = words.next() else {
+            let Some(dir) = &entered else {
                 continue;
             };
-            let name = program_name(program);
-            let shell = SHELLS.contains(&name) || name.starts_with(b"python");
-            if shell
-                && depth > 0
-                && name != b"perl"
-                && name != b"ruby"
-                && !name.starts_with(b"node")
-            {
-                let mut rest = words.clone();
-                if rest.any(|w| w == b"-c")
-                    && let Some(inner) = rest.next()
-                {
-                    script_run_words(inner, depth - 1, found);
-                    continue;
-                }
-            }
-            // A shell named by its path (`/bin/sh tools/x.sh`) runs its file all the
-            // same: until round twenty-six's second review only `/bin/sh` was held.
-            let by_path = program.contains(&b'/').then_some(program);
-            let files = if shell {
-                interpreted_files(name, words)
-            } else {
-                Vec::new()
-            };
-            for entry in by_path.into_iter().chain(files).filter_map(|w| based(w)) {
-                if !found.contains(&entry) {
-                    found.push(entry);
-                }
+            let moved: Vec<Vec<u8>> = found[mark..]
+                .iter()
+                .filter(|(w, base)| *base == SourceBase::WorkingDir && !w.starts_with(b"/"))
+                .map(|(w, _)| [dir.as_slice(), b"/", w].concat())
+                .collect();
+            for word in moved {
+                push_based(&word, found);
             }
         }
     }
+}
+
+/// The directory a `cd DIR` or `pushd DIR` command enters (`Some(None)`: one that cannot
+/// be read, absolute or built by the shell, so the words after it are not moved).
+fn entered_by(name: &[u8], mut words: impl Iterator<Item = Vec<u8>>) -> Option<Option<Vec<u8>>> {
+    if name != b"cd" && name != b"pushd" {
+        return None;
+    }
+    let dir = words.find(|w| !w.starts_with(b"-"))?;
+    let literal = !dir.starts_with(b"/") && !dir.iter().any(|b| b"$`~\x01".contains(b));
+    Some((literal && may_name_a_file(&dir)).then_some(dir))
+}
+
+/// [`script_run_words`] of one command: the files it runs added to `found`; the
+/// directory it enters, if it is a `cd` ([`entered_by`]).
+fn command_run_words(
+    command: &[u8],
+    depth: usize,
+    found: &mut Vec<(Vec<u8>, SourceBase)>,
+) -> Option<Option<Vec<u8>>> {
+    const SHELLS: &[&[u8]] = &[
+        b"sh", b"bash", b"dash", b"zsh", b"ksh", b"perl", b"ruby", b"node", b"nodejs",
+    ];
+    let mut tokens = shell_tokens(command);
+    // A function's body (`f() { sh tools/x.sh; }`: the tokens lose the `()`).
+    if command.windows(2).any(|w| w == b"()")
+        && let Some(at) = tokens.iter().position(|w| w == b"{")
+    {
+        tokens.drain(..=at);
+    }
+    // `BASH_ENV=tools/env.sh bash …` (or exported before): every bash that runs
+    // a script sources it first (round twenty-seven's review).
+    for value in tokens.iter().filter_map(|t| t.strip_prefix(b"BASH_ENV=")) {
+        push_based(value, found);
+    }
+    let at = wrapped_program_at(&tokens);
+    // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`, `flock LOCK -c
+    // '…'` (a wrapper, its string past its operand): a command string.
+    let inner = tokens
+        .iter()
+        .take(at + 1)
+        .enumerate()
+        .find_map(|(i, word)| command_string(program_name(word), tokens[i + 1..].iter()));
+    if depth > 0
+        && let Some(inner) = inner
+    {
+        script_run_words(inner, depth - 1, found);
+        return None;
+    }
+    let mut words = tokens.iter().skip(at);
+    let program = words.next()?;
+    let program = default_program(program).unwrap_or(program);
+    let name = program_name(program);
+    if let Some(dir) = entered_by(name, words.clone().cloned()) {
+        return Some(dir);
+    }
+    let shell = SHELLS.contains(&name) || name.starts_with(b"python");
+    if shell && depth > 0 && name != b"perl" && name != b"ruby" && !name.starts_with(b"node") {
+        let mut rest = words.clone();
+        if rest.any(|w| w == b"-c")
+            && let Some(inner) = rest.next()
+        {
+            script_run_words(inner, depth - 1, found);
+            return None;
+        }
+    }
+    // A shell named by its path (`/bin/sh tools/x.sh`) runs its file all the
+    // same: until round twenty-six's second review only `/bin/sh` was held.
+    let by_path = program.contains(&b'/').then_some(program);
+    let files = if shell {
+        interpreted_files(name, words)
+    } else {
+        program_files(name, words)
+    };
+    for word in by_path.into_iter().map(<[u8]>::to_vec).chain(files) {
+        push_based(&word, found);
+    }
+    None
+}
+
+/// The files a program that reads its own program from one runs (`make -f tools/ci.mk`,
+/// `awk -f tools/x.awk`, `sed -f tools/x.sed`, whose `e` command runs a shell): `-f FILE`,
+/// `-fFILE`, `--file[=]FILE` (make's `--makefile` too). Until round twenty-seven's review
+/// the file was the agent's to write, and its recipe ran at the user's `git fmt`.
+fn program_files<'a>(name: &[u8], mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    const PROGRAM_FILE_READERS: &[&[u8]] = &[
+        b"make", b"gmake", b"awk", b"gawk", b"mawk", b"nawk", b"sed", b"gsed",
+    ];
+    if !PROGRAM_FILE_READERS.contains(&name) {
+        return Vec::new();
+    }
+    let mut files = Vec::new();
+    while let Some(word) = words.next() {
+        let long = [&b"--file"[..], b"--makefile"]
+            .iter()
+            .find_map(|o| word.strip_prefix(*o));
+        let value = match (long, word.strip_prefix(b"-f")) {
+            (Some(b""), _) | (None, Some(b"")) => words.next().cloned(),
+            (Some(rest), _) => rest.strip_prefix(b"=").map(<[u8]>::to_vec),
+            (None, Some(attached)) if !word.starts_with(b"--") => Some(attached.to_vec()),
+            _ => None,
+        };
+        files.extend(value);
+    }
+    files
+}
+
+/// `word` read as [`based`] reads it, added to `found` once.
+fn push_based(word: &[u8], found: &mut Vec<(Vec<u8>, SourceBase)>) {
+    if let Some(entry) = based(word)
+        && !found.contains(&entry)
+    {
+        found.push(entry);
+    }
+}
+
+/// The command string of a program that runs one through a shell, `name` (`script -c
+/// CMD`, `su -c CMD`, `runuser -c CMD`, `flock LOCK -c CMD`; `-c` may end a cluster of short options, as
+/// in `script -qec`, or be spelled `--command[=]CMD`), among its `words`.
+fn command_string<'a>(
+    name: &[u8],
+    mut words: impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<&'a [u8]> {
+    if name == b"env" {
+        return split_string(words);
+    }
+    if ![&b"script"[..], b"su", b"runuser", b"flock"].contains(&name) {
+        return None;
+    }
+    while let Some(word) = words.next() {
+        if let Some(value) = word.strip_prefix(b"--command=") {
+            return Some(value);
+        }
+        let cluster = word.starts_with(b"-") && !word.starts_with(b"--") && word.ends_with(b"c");
+        if cluster || word == b"--command" {
+            return words.next().map(Vec::as_slice);
+        }
+    }
+    None
+}
+
+/// The string `env -S STRING` (`-SSTRING`, `--split-string[=]STRING`) splits into a
+/// command line, among `env`'s `words`: `env -S 'sh tools/x.sh'` in a held script ran the
+/// agent's edit of `tools/x.sh` (round twenty-six's second review, a ratchet until round
+/// twenty-seven's).
+fn split_string<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Option<&'a [u8]> {
+    while let Some(word) = words.next() {
+        if word == b"-S" || word == b"--split-string" {
+            return words.next().map(Vec::as_slice);
+        }
+        if let Some(value) = word.strip_prefix(b"--split-string=") {
+            return Some(value);
+        }
+        if let Some(value) = word
+            .strip_prefix(b"-S")
+            .filter(|_| !word.starts_with(b"--"))
+        {
+            return Some(value);
+        }
+        if !word.starts_with(b"-") {
+            return None;
+        }
+    }
+    None
+}
+
+/// The default of a program word spelled `${NAME:-default}` (or `${NAME-default}`): the
+/// program run when the variable is unset, which the held scripts' reader took for no
+/// program at all (`${CI_SHELL:-sh} tools/x.sh`; round twenty-six's second review, a
+/// ratchet until round twenty-seven's).
+fn default_program(word: &[u8]) -> Option<&[u8]> {
+    let inner = word.strip_prefix(b"${")?.strip_suffix(b"}")?;
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let end = inner.iter().position(|b| !is_name(b))?;
+    let rest = &inner[end..];
+    let default = rest
+        .strip_prefix(b":-")
+        .or_else(|| rest.strip_prefix(b"-"))?;
+    (end > 0 && !default.is_empty() && !default.iter().any(|b| b"${}`".contains(b)))
+        .then_some(default)
 }
 
 /// The files a shell or interpreter runs among its `words` (those after its name): the
@@ -1495,12 +1713,69 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
 /// requires (`node -r ./tools/hook.js tools/fmt.js` runs the hook first: passed over as
 /// an option's value, it was the agent's to write; the lead's last pass of round
 /// twenty-six). Python's and node's options that take a value are [`VALUE_OPTIONS`].
-fn interpreted_files<'a>(
-    name: &[u8],
-    mut words: impl Iterator<Item = &'a Vec<u8>>,
-) -> Vec<&'a Vec<u8>> {
+///
+/// Round twenty-seven's review: each as the interpreter completes it (held when there):
+/// python's `-m tools.strip` (`tools/strip.py`, the packages' `__init__.py`), node's
+/// suffixes and directory (`node tools/fmt` runs `tools/fmt.js`, `-r ./tools/hook` loads
+/// `tools/hook.js`), node's `--require=FILE` spelled in one word and the `--env-file`
+/// (whose `NODE_OPTIONS` node obeys), and perl's modules (`-Itools -MHook` loads
+/// `tools/Hook.pm`) and `-I DIR` spelled apart; each ran the agent's edit before.
+fn interpreted_files<'a>(name: &[u8], words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    if name.starts_with(b"python") {
+        python_files(words)
+    } else if name.starts_with(b"node") {
+        node_files(words)
+    } else if name == b"perl" {
+        perl_files(words)
+    } else if name == b"ruby" {
+        ruby_files(words)
+    } else {
+        shell_files(words)
+    }
+}
+
+/// [`interpreted_files`] of a shell: the first word past its options and their values.
+fn shell_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
     const SHELL_VALUE_OPTIONS: &[&[u8]] =
         &[b"-o", b"+o", b"-O", b"+O", b"--rcfile", b"--init-file"];
+    while let Some(word) = words.next() {
+        if SHELL_VALUE_OPTIONS.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") && !word.starts_with(b"+") {
+            return vec![word.clone()];
+        }
+    }
+    Vec::new()
+}
+
+/// [`interpreted_files`] of python: its file, or the module `-m` names as python finds
+/// it from the working directory ([`python_module_words`]: `tools/strip.py`, the
+/// package's `__init__.py` and `__main__.py`, each package's `__init__.py` on the way).
+fn python_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    while let Some(word) = words.next() {
+        if let Some(module) = python_module(b"python", word, &mut words) {
+            // Not the module's word itself: a package's directory is no file it runs.
+            return python_module_words(&module)
+                .into_iter()
+                .flat_map(|(word, kind)| completions(&word, kind).into_iter().skip(1))
+                .collect();
+        }
+        if word == b"-c" {
+            break;
+        }
+        if VALUE_OPTIONS.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") {
+            return vec![word.clone()];
+        }
+    }
+    Vec::new()
+}
+
+/// [`interpreted_files`] of node: the modules it preloads (`-r`, `--require`, `--import`,
+/// `--loader`, spelled apart or with `=`), its `--env-file`, and its main file, each as
+/// node completes it ([`NODE`]'s suffixes and directory).
+fn node_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
     const NODE_PRELOADS: &[&[u8]] = &[
         b"-r",
         b"--require",
@@ -1508,30 +1783,120 @@ fn interpreted_files<'a>(
         b"--loader",
         b"--experimental-loader",
     ];
-    let (value_options, preloads): (&[&[u8]], &[&[u8]]) = if name.starts_with(b"python") {
-        (VALUE_OPTIONS, &[])
-    } else if name.starts_with(b"node") {
-        (VALUE_OPTIONS, NODE_PRELOADS)
-    } else if name == b"ruby" {
-        (&[b"-I", b"-r"], &[b"-r"])
-    } else if name == b"perl" {
-        (&[], &[])
-    } else {
-        (SHELL_VALUE_OPTIONS, &[])
-    };
     let mut files = Vec::new();
     while let Some(word) = words.next() {
-        if value_options.contains(&word.as_slice()) {
-            let value = words.next();
-            if preloads.contains(&word.as_slice()) {
-                files.extend(value);
+        if [&b"-e"[..], b"-p", b"--eval", b"--print"].contains(&word.as_slice()) {
+            break;
+        }
+        let (option, attached) = match word.iter().position(|b| *b == b'=') {
+            Some(at) if word.starts_with(b"--") => (&word[..at], Some(word[at + 1..].to_vec())),
+            _ => (word.as_slice(), None),
+        };
+        let preload = NODE_PRELOADS.contains(&option);
+        if preload || option == b"--env-file" {
+            let value = attached.or_else(|| words.next().cloned());
+            match value {
+                Some(value) if preload => files.extend(completions(&value, &NODE)),
+                Some(value) => files.push(value),
+                None => {}
             }
-        } else if !word.starts_with(b"-") && !word.starts_with(b"+") {
-            files.push(word);
+        } else if VALUE_OPTIONS.contains(&word.as_slice()) {
+            words.next();
+        } else if !word.starts_with(b"-") {
+            files.extend(completions(word, &NODE));
             break;
         }
     }
     files
+}
+
+/// [`interpreted_files`] of perl: its file, and the modules it loads (`-MMod`, `-mMod`)
+/// in each directory `-I` puts first (`-Itools -MHook`: `tools/Hook.pm`).
+fn perl_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    let (mut dirs, mut modules, mut files) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(word) = words.next() {
+        if word == b"-e" || word == b"-E" {
+            break;
+        }
+        if let Some(dir) = word.strip_prefix(b"-I") {
+            let dir = if dir.is_empty() {
+                words.next().cloned()
+            } else {
+                Some(dir.to_vec())
+            };
+            dirs.extend(dir);
+        } else if let Some(module) = word.strip_prefix(b"-M").or(word.strip_prefix(b"-m")) {
+            let module = module.strip_prefix(b"-").unwrap_or(module);
+            let module = module.split(|b| *b == b'=').next().unwrap_or(module);
+            modules.push(
+                module
+                    .split(|b| *b == b':')
+                    .filter(|p| !p.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(&b'/'),
+            );
+        } else if !word.starts_with(b"-") {
+            files.push(word.clone());
+            break;
+        }
+    }
+    for dir in &dirs {
+        for module in &modules {
+            files.push([dir.as_slice(), b"/", module, b".pm"].concat());
+        }
+    }
+    files
+}
+
+/// [`interpreted_files`] of ruby: the files it requires (`-r FILE`, `-rFILE`; `.rb`
+/// added, also in each `-I` directory), then its file.
+fn ruby_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    let (mut dirs, mut required, mut files) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(word) = words.next() {
+        if word == b"-e" {
+            break;
+        }
+        if let Some(dir) = word.strip_prefix(b"-I") {
+            let dir = if dir.is_empty() {
+                words.next().cloned()
+            } else {
+                Some(dir.to_vec())
+            };
+            dirs.extend(dir);
+        } else if let Some(file) = word.strip_prefix(b"-r") {
+            let file = if file.is_empty() {
+                words.next().cloned()
+            } else {
+                Some(file.to_vec())
+            };
+            required.extend(file);
+        } else if !word.starts_with(b"-") {
+            files.push(word.clone());
+            break;
+        }
+    }
+    for file in required {
+        for dir in &dirs {
+            files.push([dir.as_slice(), b"/", &file, b".rb"].concat());
+        }
+        files.push([file.as_slice(), b".rb"].concat());
+        files.push(file);
+    }
+    files
+}
+
+/// `word` and what `interpreter` tries for it: the word with each suffix, and the files
+/// it runs in the directory the word names.
+fn completions(word: &[u8], interpreter: &Interpreter) -> Vec<Vec<u8>> {
+    // A name with a suffix is run as it is (`tools/fmt.js`).
+    let name = program_name(word);
+    if name.contains(&b'.') && name != b"." && name != b".." {
+        return vec![word.to_vec()];
+    }
+    std::iter::once(word.to_vec())
+        .chain(interpreter.suffixes.iter().map(|s| [word, s].concat()))
+        .chain(interpreter.in_dir.iter().map(|m| [word, b"/", m].concat()))
+        .collect()
 }
 
 /// Whether a word before a command's program leaves the program to come: a keyword
@@ -1546,7 +1911,7 @@ fn runs_the_next_word(word: &[u8]) -> bool {
         b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"!", b"exec", b"command",
         b"nohup", b"time", b"{", b"(", b"()", b"env", b"nice", b"timeout", b"stdbuf", b"ionice",
         b"setsid", b"chrt", b"taskset", b"sudo", b"doas", b"builtin", b"eval", b"flock",
-        b"setpriv",
+        b"setpriv", b"prlimit",
     ];
     // Named by its path too (`/usr/bin/env sh tools/x.sh`; round twenty-six's second
     // review), and `eval sh tools/x.sh` runs its words as a command.
@@ -1647,6 +2012,9 @@ const WRAPPER_VALUE_OPTIONS: &[(&[u8], &[&[u8]])] = &[
     ),
     (b"doas", &[b"-u", b"-C"]),
     (b"exec", &[b"-a"]),
+    // GNU time (`/usr/bin/time -o LOG`; round twenty-seven's review).
+    (b"time", &[b"-o", b"--output", b"-f", b"--format"]),
+    (b"prlimit", &[b"-p", b"--pid"]),
     (
         b"flock",
         &[
@@ -2142,6 +2510,92 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn the_files_an_interpreter_completes_are_run_words() {
+        let words = |line: &str| -> Vec<String> {
+            run_words(line.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        let has = |line: &str, want: &[&str]| {
+            let got = words(line);
+            for w in want {
+                assert!(got.iter().any(|g| g == w), "{line}: {w} not in {got:?}");
+            }
+        };
+        has(
+            "python3 -m tools.strip",
+            &["./tools/strip.py", "./tools/__init__.py"],
+        );
+        has("node tools/fmt", &["tools/fmt.js", "tools/fmt/index.js"]);
+        has(
+            "node -r ./tools/hook tools/fmt.js",
+            &["./tools/hook.js", "tools/fmt.js"],
+        );
+        has(
+            "node --require=./tools/hook.js x.js",
+            &["./tools/hook.js", "x.js"],
+        );
+        has(
+            "node --env-file tools/ci.env x.js",
+            &["tools/ci.env", "x.js"],
+        );
+        has(
+            "BASH_ENV=tools/env.sh bash tools/x.sh",
+            &["tools/env.sh", "tools/x.sh"],
+        );
+        has("export BASH_ENV=tools/env.sh", &["tools/env.sh"]);
+        has(
+            "perl -Itools -MHook::Sub=x tools/x.pl",
+            &["tools/Hook/Sub.pm", "tools/x.pl"],
+        );
+        has("perl -I tools tools/x.pl", &["tools/x.pl"]);
+        has("ruby -Itools -rhook x.rb", &["tools/hook.rb", "x.rb"]);
+        has("/usr/bin/time -o log sh tools/x.sh", &["tools/x.sh"]);
+        has("prlimit --nofile=1024 sh tools/x.sh", &["tools/x.sh"]);
+        has("script -qec 'sh tools/x.sh' /dev/null", &["tools/x.sh"]);
+        has("su -c 'sh tools/x.sh' bob", &["tools/x.sh"]);
+        has("flock -w 5 tools -c 'sh tools/x.sh'", &["tools/x.sh"]);
+        has("env -S 'sh tools/e.sh'", &["tools/e.sh"]);
+        has("env -i -S'FOO=1 sh tools/f.sh'", &["tools/f.sh"]);
+        has("${CI_SHELL:-sh} tools/g.sh", &["tools/g.sh"]);
+        has("${PY-python3} -m tools.h", &["./tools/h.py"]);
+        has("cd scripts && sh x.sh", &["scripts/x.sh"]);
+        has(
+            "cd scripts\n./y.sh\ncd sub; sh z.sh",
+            &["scripts/./y.sh", "scripts/sub/z.sh"],
+        );
+        assert!(!words("cd \"$d\"; sh x.sh").iter().any(|w| w.contains('$')));
+        has("make -s -f tools/ci.mk lint", &["tools/ci.mk"]);
+        has("make --makefile=tools/b.mk", &["tools/b.mk"]);
+        has("awk -ftools/x.awk in", &["tools/x.awk"]);
+        has("sed -n --file tools/x.sed in", &["tools/x.sed"]);
+        // What is no file the interpreter runs stays out.
+        assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
+        assert_eq!(words("node -e 1"), Vec::<String>::new());
+        assert_eq!(words("node x.js"), ["x.js"]);
+    }
+
+    #[test]
+    fn a_listed_directory_a_program_runs_is_held_whole() {
+        let whole = |script: &str| {
+            variable_affixes(script.as_bytes()).contains(&(Vec::new(), b"/*".to_vec()))
+        };
+        assert!(whole("for d in $(cat L); do run-parts \"$d\"; done"));
+        assert!(whole(
+            "for d in $(cat L); do find \"$d\" -name '*.sh' -exec sh {} \\; ; done"
+        ));
+        assert!(whole(
+            "for d in $(cat L); do find $d -type f -execdir {} \\; ; done"
+        ));
+        assert!(!whole(
+            "for d in $(cat L); do find \"$d\" -name '*.o' -exec rm {} +; done"
+        ));
+        assert!(!whole("for d in $(cat L); do find \"$d\" -delete; done"));
+        assert!(!whole("for d in $(cat L); do cd \"$d\"; done"));
     }
 
     #[test]

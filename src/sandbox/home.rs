@@ -78,8 +78,11 @@ pub const CACHES: [&str; 14] = [
 /// helm's, terraform's, hub's and glab's, Copilot's, podman's `auth.json`, sops' age
 /// keys, `pass`'s store, MySQL's, s3cmd's, boto's, OCI's, Databricks', Pulumi's,
 /// Kaggle's, Hugging Face's token, sbt's, NuGet's, doctl's, fly's, uv's, 1Password's and
-/// hcloud's, and Claude Code's own login (`~/.claude/.credentials.json`).
-pub const NEVER_VISIBLE: [&str; 59] = [
+/// hcloud's, and Claude Code's own login (`~/.claude/.credentials.json`). Round
+/// twenty-seven's review added the other coding agents' logins (OpenAI Codex's, Gemini
+/// CLI's) and the deploy CLIs' (Supabase's, firebase-tools', Vercel's, wrangler's):
+/// `--read ~/.codex` showed its token.
+pub const NEVER_VISIBLE: [&str; 66] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -139,6 +142,13 @@ pub const NEVER_VISIBLE: [&str; 59] = [
     ".config/op",
     ".config/hcloud",
     ".claude/.credentials.json",
+    ".codex/auth.json",
+    ".gemini/oauth_creds.json",
+    ".supabase/access-token",
+    ".config/configstore/firebase-tools.json",
+    ".local/share/com.vercel.cli/auth.json",
+    ".config/.wrangler",
+    ".wrangler",
 ];
 
 /// The home paths to grant, with their access. Missing entries are skipped; an entry that
@@ -541,7 +551,11 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 ///
 /// Round twenty-six added those of the keys it added to [`NEVER_VISIBLE`]
 /// (`PIP_CONFIG_FILE`, `RCLONE_CONFIG`, `XDG_CONFIG_HOME`'s `pip/`, `rclone/`, …).
-const RELOCATED_SECRETS: [(&str, &str); 45] = [
+/// Round twenty-seven's review added Codex's `CODEX_HOME` and the XDG places of the
+/// deploy CLIs' logins it added to [`NEVER_VISIBLE`], and Claude Code's own login where the CLI reads it
+/// through a variable (`CLAUDE_CONFIG_DIR`, `CLAUDE_SECURESTORAGE_CONFIG_DIR`,
+/// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
+const RELOCATED_SECRETS: [(&str, &str); 52] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -587,6 +601,13 @@ const RELOCATED_SECRETS: [(&str, &str); 45] = [
     ("XDG_CONFIG_HOME", "op"),
     ("XDG_CONFIG_HOME", "hcloud"),
     ("XDG_DATA_HOME", "uv/credentials"),
+    ("CLAUDE_CONFIG_DIR", ".credentials.json"),
+    ("CLAUDE_SECURESTORAGE_CONFIG_DIR", ".credentials.json"),
+    ("CLAUDE_CODE_HOST_CREDS_FILE", ""),
+    ("CODEX_HOME", "auth.json"),
+    ("XDG_CONFIG_HOME", "configstore/firebase-tools.json"),
+    ("XDG_CONFIG_HOME", ".wrangler"),
+    ("XDG_DATA_HOME", "com.vercel.cli/auth.json"),
 ];
 
 /// The paths a variable of this process's environment names: absolute, or spelled from

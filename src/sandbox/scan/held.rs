@@ -619,7 +619,8 @@ impl<'a> Walker<'a, '_> {
         } else {
             target.clone()
         };
-        if !walk.commands.insert(key) || !is_path && fs::symlink_metadata(&target).is_err() {
+        // Absent and held only when there: not keyed (see [`Walker::guard_one_script`]).
+        if !is_path && fs::symlink_metadata(&target).is_err() || !walk.commands.insert(key) {
             return Ok(());
         }
         if walk.commands.len() > MAX_COMMAND_FILES {
@@ -770,8 +771,12 @@ impl<'a> Walker<'a, '_> {
                 .collect()
         };
         for (target, is_path) in named {
-            if !walk.commands.insert(target.clone())
-                || !is_path && fs::symlink_metadata(&target).is_err()
+            // Absent and held only when there: not keyed, or a later word naming it to be
+            // held absent (`. tools/lib.sh` in another script) found it taken, and the
+            // agent made the file the user's script sources (round twenty-seven's
+            // review). Nor counted towards the cap.
+            if !is_path && fs::symlink_metadata(&target).is_err()
+                || !walk.commands.insert(target.clone())
             {
                 continue;
             }
