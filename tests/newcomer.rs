@@ -915,26 +915,52 @@ fn a_misspelt_subcommand_is_named() {
     assert!(run("refactor").starts_with("--cd is required"));
 }
 
-/// A value of the wrong type in a `--request` JSON names its key: serde's own message
-/// named only the types ("invalid type: integer `5`, expected path string"), and the user
-/// had to guess which of the fields it meant.
+/// A value of the wrong type in a `--request` JSON names its key and what the key takes, as
+/// README says (`"repair_turns" in the --request JSON must be …`): serde's own message
+/// named only the types ("invalid type: integer `5`, expected path string"), and then, with
+/// the key, still in serde's words ("expected a JSON number", "expected a sequence").
 #[test]
 fn a_request_value_of_the_wrong_type_names_its_key() {
     let fake = Fake::new(json!(steps::answer("should not run")));
     for (body, said) in [
         (
             json!({"PROMPT": "task", "cd": 5}),
-            "bad --request JSON in stdin: \"cd\": invalid type: integer `5`, expected path string",
+            "\"cd\" in the --request JSON must be a string (got 5, a number)",
         ),
         (
             json!({"PROMPT": "task", "timeout": "10"}),
-            "bad --request JSON in stdin: \"timeout\": invalid type: string \"10\", expected a \
-             JSON number",
+            "\"timeout\" in the --request JSON must be a number of seconds greater than 0, \
+             like 300 or 0.5 (got \"10\", a string)",
         ),
         (
             json!({"PROMPT": "task", "scope": "src"}),
-            "bad --request JSON in stdin: \"scope\": invalid type: string \"src\", expected a \
-             sequence",
+            "\"scope\" in the --request JSON must be a list of globs, like [\"src/**\"] (got \
+             \"src\", a string)",
+        ),
+        (
+            json!({"PROMPT": "task", "verify": "true", "repair_turns": "x"}),
+            "\"repair_turns\" in the --request JSON must be a whole number from 0 to 10 (got \
+             \"x\", a string)",
+        ),
+        (
+            json!({"PROMPT": "task", "return_metrics": "yes"}),
+            "\"return_metrics\" in the --request JSON must be true or false (got \"yes\", a \
+             string)",
+        ),
+        (
+            json!({"PROMPT": "task", "sandbox": "readonly"}),
+            "\"sandbox\" in the --request JSON must be \"read-only\", \"workspace-write\" or \
+             \"danger-full-access\" (got \"readonly\")",
+        ),
+        (
+            json!({"PROMPT": "task", "max_retries": 1.5}),
+            "\"max_retries\" in the --request JSON must be a whole number from 0 to 100 (got \
+             \"1.5\")",
+        ),
+        (
+            json!({"PROMPT": "task", "Return-Metrics": true}),
+            "\"Return-Metrics\" is no key of the --request JSON: did you mean \
+             \"return_metrics\"?",
         ),
     ] {
         let out = fake
@@ -943,8 +969,47 @@ fn a_request_value_of_the_wrong_type_names_its_key() {
             .stdin(body.to_string())
             .run();
         out.assert_failure("config_error", 78);
-        assert_eq!(out.envelope["error"], said, "{}", out.explain());
+        assert_eq!(
+            out.envelope["error_detail"]["message"],
+            said,
+            "{}",
+            out.explain()
+        );
     }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A `--request` JSON with several bad fields names them all in one message, in the file's
+/// order: it named the first only, and the user fixed them one run at a time.
+#[test]
+fn every_problem_of_a_request_file_is_named_at_once() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let request = fake.root().join("request.json");
+    std::fs::write(
+        &request,
+        r#"{"PROMPT": "task", "timeout": -1, "sandbox": "foo", "bogus": 1, "repair_turns": 11}"#,
+    )
+    .unwrap();
+    let out = fake.coder().arg("--request").arg(&request).run();
+    out.assert_failure("config_error", 78);
+    let message = out.envelope["error_detail"]["message"].as_str().unwrap();
+    let expected = format!(
+        "the --request JSON in {} has 4 problems: \
+         \"timeout\" in the --request JSON must be a non-negative number of seconds (got \"-1\"); \
+         \"sandbox\" in the --request JSON must be \"read-only\", \"workspace-write\" or \
+         \"danger-full-access\" (got \"foo\"); \
+         \"bogus\" is no key of the --request JSON (its keys: PROMPT, prompt, cd, ",
+        request.display()
+    );
+    assert!(message.starts_with(&expected), "{}", out.explain());
+    assert!(
+        message.ends_with(
+            "; \"repair_turns\" in the --request JSON must be a whole number from 0 to 10 \
+             (got \"11\")"
+        ),
+        "{}",
+        out.explain()
+    );
     assert!(!fake.has_record(), "the child ran");
 }
 
