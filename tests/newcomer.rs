@@ -1948,3 +1948,43 @@ fn a_request_files_worktree_keys_are_named_as_its_fields() {
         outside.explain()
     );
 }
+
+/// A config file value of the wrong type names its key and table and what the key takes:
+/// serde's words named Rust's types ("expected u32", "expected struct RawProfile") and no
+/// key, so the user had to count lines and guess what "u32" meant.
+#[test]
+fn a_config_value_of_the_wrong_type_names_its_key_in_words() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let config = fake.root().join("coder.toml");
+    for (text, said) in [
+        (
+            "[backends.glm]\nmax_concurrent = \"two\"\n",
+            "line 2: max_concurrent in [backends.glm] must be a whole number, 0 or more (got \
+             string \"two\")",
+        ),
+        (
+            "[backends]\nglm = 5\n",
+            "line 2: glm in [backends] must be a table (got integer `5`)",
+        ),
+        (
+            "deny = [\"*.pem\", 5]\n",
+            "line 1: each item of deny must be a string (got integer `5`)",
+        ),
+        (
+            "pass_env = \"HOME\"\n",
+            "line 1: pass_env must be a list (got string \"HOME\")",
+        ),
+        (
+            "[backends.glm]\nprovider = \"nope\"\n",
+            "line 2: provider in [backends.glm] must be one of \"anthropic\", \"zai\", \
+             \"deepseek\", \"minimax\", \"other\" (got \"nope\")",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let out = fake.coder().arg("--config").arg(&config).arg("task").run();
+        out.assert_failure("config_error", 78);
+        let expected = format!("config file {}, {said}", config.display());
+        assert_eq!(out.envelope["error"], json!(expected), "{}", out.explain());
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
