@@ -1988,3 +1988,43 @@ fn a_config_value_of_the_wrong_type_names_its_key_in_words() {
     }
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A relative `CODER_STATE_DIR` is refused naming it: it was ignored as the XDG variables'
+/// relative values are, and the state (transcripts, sessions) went to the home directory
+/// while the user looked for it where the variable said.
+#[test]
+fn a_relative_state_dir_is_refused_not_ignored() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let home = fake.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = fake
+        .coder()
+        .env("CODER_STATE_DIR", "state")
+        .env("HOME", &home)
+        .env_remove("XDG_STATE_HOME")
+        .arg("task")
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("CODER_STATE_DIR=\"state\" is a relative path: set it to an absolute one"),
+        "{}",
+        out.explain()
+    );
+    assert!(!home.join(".local").exists(), "the state went to the home");
+    assert!(!fake.has_record(), "the child ran");
+    // `coder runs` says the same.
+    let runs = std::process::Command::new(common::CODER)
+        .args(["runs", "list"])
+        .env("CODER_STATE_DIR", "state")
+        .env("HOME", &home)
+        .output_bounded();
+    assert_eq!(runs.status.code(), Some(78), "{runs:?}");
+    assert!(
+        String::from_utf8_lossy(&runs.stderr)
+            .contains("CODER_STATE_DIR=\"state\" is a relative path"),
+        "{runs:?}"
+    );
+}

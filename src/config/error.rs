@@ -99,6 +99,14 @@ pub enum ConfigError {
     )]
     NoHome,
 
+    /// `CODER_STATE_DIR` is a relative path: which directory it meant would depend on where
+    /// each coder (and `coder runs`) is started.
+    #[error(
+        "CODER_STATE_DIR={value:?} is a relative path: set it to an absolute one (like \
+         \"$PWD/{value}\"), so every coder and coder runs find the same state directory"
+    )]
+    RelativeStateDir { value: String },
+
     /// The private `CLAUDE_CONFIG_DIR` cannot be created.
     #[error("cannot create the claude config directory {}: {source}", path.display())]
     StateDir {
