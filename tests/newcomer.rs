@@ -2028,3 +2028,39 @@ fn a_relative_state_dir_is_refused_not_ignored() {
         "{runs:?}"
     );
 }
+
+/// An unknown backend a user did not type says where it came from: the config file's
+/// `default_backend` (with its line) or `CODER_BACKEND`. The message was the one of a
+/// mistyped `--backend`, and a user who gave no `--backend` had nothing to look for.
+#[test]
+fn an_unknown_backend_not_typed_says_where_it_came_from() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let config = fake.root().join("coder.toml");
+    std::fs::write(&config, "\ndefault_backend = \"glmm\"\n").unwrap();
+    let out = fake.coder().arg("--config").arg(&config).arg("task").run();
+    out.assert_failure("config_error", 78);
+    let expected = format!(
+        "unknown backend 'glmm' (the default_backend of config file {}, line 2); known \
+         backends: ",
+        config.display()
+    );
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(error.starts_with(&expected), "{}", out.explain());
+    let out = fake.coder().env("CODER_BACKEND", "glmm").arg("task").run();
+    out.assert_failure("config_error", 78);
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(
+        error.starts_with("unknown backend 'glmm' (CODER_BACKEND is set to it); known backends: "),
+        "{}",
+        out.explain()
+    );
+    // A typed one stays as it was.
+    let out = fake.coder().args(["--backend", "glmm", "task"]).run();
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(
+        error.starts_with("unknown backend 'glmm'; known backends: "),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

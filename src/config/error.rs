@@ -34,9 +34,14 @@ pub enum ConfigError {
     )]
     EmptyFlag { flag: &'static str },
 
-    /// No built-in preset or config-file profile has this name.
-    #[error("unknown backend '{name}'; known backends: {known} (or replay:CASSETTE)")]
-    UnknownBackend { name: String, known: String },
+    /// No built-in preset or config-file profile has this name; `origin` says where the
+    /// name came from when that was not `--backend` (" (CODER_BACKEND is set to it)").
+    #[error("unknown backend '{name}'{origin}; known backends: {known} (or replay:CASSETTE)")]
+    UnknownBackend {
+        name: String,
+        origin: String,
+        known: String,
+    },
 
     /// The variable that should hold the backend's API key is not set.
     #[error(
