@@ -2027,6 +2027,21 @@ fn a_relative_state_dir_is_refused_not_ignored() {
             .contains("CODER_STATE_DIR=\"state\" is a relative path"),
         "{runs:?}"
     );
+    // `coder sandbox` too, with the run mode's exit code for it (78; it was 71, "the
+    // sandbox cannot be set up", for a state directory that cannot be placed).
+    let sandbox = std::process::Command::new(common::CODER)
+        .args(["sandbox", "--cd"])
+        .arg(fake.workspace())
+        .args(["--", "true"])
+        .env("CODER_STATE_DIR", "state")
+        .env("HOME", &home)
+        .output_bounded();
+    assert_eq!(sandbox.status.code(), Some(78), "{sandbox:?}");
+    assert!(
+        String::from_utf8_lossy(&sandbox.stderr)
+            .contains("CODER_STATE_DIR=\"state\" is a relative path"),
+        "{sandbox:?}"
+    );
 }
 
 /// An unknown backend a user did not type says where it came from: the config file's
