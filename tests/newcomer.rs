@@ -2079,3 +2079,32 @@ fn an_unknown_backend_not_typed_says_where_it_came_from() {
     );
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A `--store` URL that names no store (`ftp://…`) is a mistake in the arguments and is
+/// reported before a missing key, as README says of argument mistakes: the user who set
+/// the key met it only then, one run later.
+#[test]
+fn a_bad_store_url_is_reported_before_a_missing_key() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake
+        .coder()
+        .env_remove("ZAI_API_KEY")
+        .args([
+            "--backend",
+            "glm",
+            "--store",
+            "ftp://db.example/coder",
+            "task",
+        ])
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad store URL: unsupported store scheme 'ftp://'"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}

@@ -769,6 +769,7 @@ impl RunArgs {
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
+        self.refuse_bad_store_url()?;
         let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
         let allow_questions = self.allow_questions(&file, plan.as_ref(), answered.is_some());
 
@@ -842,6 +843,19 @@ impl RunArgs {
             )));
         }
         Ok((file, path.as_os_str() == "-"))
+    }
+
+    /// A `--store` (or `CODER_STORE`) URL that cannot name a store (`ftp://…`) is a
+    /// mistake in the arguments, reported with them: it came after a missing key, so the
+    /// user who set the key met it only then. (As before, `--store-optional` skips a store
+    /// that cannot be reached, not one that cannot be named.)
+    fn refuse_bad_store_url(&self) -> Result<(), ArgError> {
+        match &self.store.store {
+            Some(url) => crate::store::Location::parse(url, Path::new("."))
+                .map(drop)
+                .map_err(|e| ArgError::Invalid(e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// How messages about the workspace name it and the read-only way out, as the caller
