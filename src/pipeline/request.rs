@@ -1312,6 +1312,14 @@ fn field_problems(
         };
         problems.extend(problem);
     }
+    for (key, alias) in [("PROMPT", "prompt"), ("SESSION_ID", "session_id")] {
+        if fields.contains_key(key) && fields.contains_key(alias) {
+            problems.push(format!(
+                "{} and {alias:?} are one key given twice: keep one",
+                field_name(key, from)
+            ));
+        }
+    }
     problems
 }
 
