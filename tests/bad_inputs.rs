@@ -269,6 +269,10 @@ fn config_errors_carry_changes_and_transcript_by_one_rule() {
         });
         let text = std::fs::read_to_string(transcript).unwrap();
         assert!(text.contains("\"config_error\""), "{args:?}: {text}");
+        // The backend is named as a run's transcript names it (it said "default").
+        if args == ["--worktree"] {
+            assert!(text.contains("\"backend\":\"inherit\""), "{text}");
+        }
     }
     let request_refusals: [&[&str]; 2] = [&["--timeout", "abc"], &["--max-turns", "0"]];
     for args in request_refusals {

@@ -393,10 +393,12 @@ fn recorded_before_start(
     let run_started = Instant::now();
     let transcript_path = transcript_path(request, run_id, state_dir);
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    // Named as a run's transcript names it, and its key redacted, where it resolves.
+    let backend = config::resolve_backend(&request.backend, &process_env).ok();
     let mut journal = RunJournal::start(
         request,
         run_id,
-        None,
+        backend.as_ref(),
         &process_env,
         state_dir,
         &transcript_path,
