@@ -241,3 +241,48 @@ fn help_for_an_unknown_subcommand_fails_and_names_the_known_ones() {
     );
     assert!(out.stdout.is_empty(), "{out:?}");
 }
+
+/// A `config_error` follows one rule for `changes` and `transcript`: one about the request
+/// itself (a flag, the prompt, `--cd`) comes before any run and has neither; one of a run
+/// whose setup failed has `changes` (none: nothing of it started) and its transcript. A
+/// `--worktree` outside git and an unknown `--backend auto:` name had neither, while a
+/// missing key or cassette, failing at the same point of a valid request, had both.
+#[test]
+fn config_errors_carry_changes_and_transcript_by_one_rule() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let setup_failures: [&[&str]; 3] = [
+        &["--worktree"],
+        &["--backend", "auto:nosuch"],
+        &["--backend", "replay:/nonexistent/cassette.json"],
+    ];
+    for args in setup_failures {
+        let out = fake.coder().args(args).arg("task").run();
+        out.assert_failure("config_error", 78);
+        assert_eq!(
+            out.envelope["changes"]["files_changed"],
+            json!(0),
+            "{args:?}: {}",
+            out.explain()
+        );
+        let transcript = out.envelope["transcript"].as_str().unwrap_or_else(|| {
+            panic!("{args:?}: no transcript: {}", out.explain());
+        });
+        let text = std::fs::read_to_string(transcript).unwrap();
+        assert!(text.contains("\"config_error\""), "{args:?}: {text}");
+        // The backend is named as a run's transcript names it (it said "default").
+        if args == ["--worktree"] {
+            assert!(text.contains("\"backend\":\"inherit\""), "{text}");
+        }
+    }
+    let request_refusals: [&[&str]; 2] = [&["--timeout", "abc"], &["--max-turns", "0"]];
+    for args in request_refusals {
+        let out = fake.coder().args(args).arg("task").run();
+        out.assert_failure("config_error", 78);
+        assert!(
+            out.envelope.get("changes").is_none() && out.envelope.get("transcript").is_none(),
+            "{args:?}: {}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}

@@ -528,7 +528,7 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
         ),
         (
             json_args(r#"{"PROMPT":"t","repair_turns":"2"}"#),
-            "bad arguments: repair_turns must be a whole number (got \"2\")",
+            "bad arguments: repair_turns must be a whole number from 0 to 10 (got \"2\")",
         ),
         (
             json_args(r#"{"PROMPT":"t","scope":"src"}"#),

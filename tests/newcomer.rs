@@ -915,26 +915,57 @@ fn a_misspelt_subcommand_is_named() {
     assert!(run("refactor").starts_with("--cd is required"));
 }
 
-/// A value of the wrong type in a `--request` JSON names its key: serde's own message
-/// named only the types ("invalid type: integer `5`, expected path string"), and the user
-/// had to guess which of the fields it meant.
+/// A value of the wrong type in a `--request` JSON names its key and what the key takes, as
+/// README says (`"repair_turns" in the --request JSON must be …`): serde's own message
+/// named only the types ("invalid type: integer `5`, expected path string"), and then, with
+/// the key, still in serde's words ("expected a JSON number", "expected a sequence").
 #[test]
 fn a_request_value_of_the_wrong_type_names_its_key() {
     let fake = Fake::new(json!(steps::answer("should not run")));
     for (body, said) in [
         (
             json!({"PROMPT": "task", "cd": 5}),
-            "bad --request JSON in stdin: \"cd\": invalid type: integer `5`, expected path string",
+            "\"cd\" in the --request JSON must be a string (got 5, a number)",
         ),
         (
             json!({"PROMPT": "task", "timeout": "10"}),
-            "bad --request JSON in stdin: \"timeout\": invalid type: string \"10\", expected a \
-             JSON number",
+            "\"timeout\" in the --request JSON must be a number of seconds greater than 0, \
+             like 300 or 0.5 (got \"10\", a string)",
         ),
         (
             json!({"PROMPT": "task", "scope": "src"}),
-            "bad --request JSON in stdin: \"scope\": invalid type: string \"src\", expected a \
-             sequence",
+            "\"scope\" in the --request JSON must be a list of globs, like [\"src/**\"] (got \
+             \"src\", a string)",
+        ),
+        (
+            json!({"PROMPT": "task", "verify": "true", "repair_turns": "x"}),
+            "\"repair_turns\" in the --request JSON must be a whole number from 0 to 10 (got \
+             \"x\", a string)",
+        ),
+        (
+            json!({"PROMPT": "task", "return_metrics": "yes"}),
+            "\"return_metrics\" in the --request JSON must be true or false (got \"yes\", a \
+             string)",
+        ),
+        (
+            json!({"PROMPT": "task", "sandbox": "readonly"}),
+            "\"sandbox\" in the --request JSON must be \"read-only\", \"workspace-write\" or \
+             \"danger-full-access\" (got \"readonly\")",
+        ),
+        (
+            json!({"PROMPT": "task", "max_retries": 1.5}),
+            "\"max_retries\" in the --request JSON must be a whole number from 0 to 100 (got \
+             \"1.5\")",
+        ),
+        (
+            json!({"PROMPT": "task", "Return-Metrics": true}),
+            "\"Return-Metrics\" is no key of the --request JSON: did you mean \
+             \"return_metrics\"?",
+        ),
+        // Both spellings of one key: serde's "duplicate field `PROMPT`" named one.
+        (
+            json!({"PROMPT": "task", "prompt": "other task"}),
+            "\"PROMPT\" in the --request JSON and \"prompt\" are one key given twice: keep one",
         ),
     ] {
         let out = fake
@@ -943,8 +974,47 @@ fn a_request_value_of_the_wrong_type_names_its_key() {
             .stdin(body.to_string())
             .run();
         out.assert_failure("config_error", 78);
-        assert_eq!(out.envelope["error"], said, "{}", out.explain());
+        assert_eq!(
+            out.envelope["error_detail"]["message"],
+            said,
+            "{}",
+            out.explain()
+        );
     }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A `--request` JSON with several bad fields names them all in one message, in the file's
+/// order: it named the first only, and the user fixed them one run at a time.
+#[test]
+fn every_problem_of_a_request_file_is_named_at_once() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let request = fake.root().join("request.json");
+    std::fs::write(
+        &request,
+        r#"{"PROMPT": "task", "timeout": -1, "sandbox": "foo", "bogus": 1, "repair_turns": 11}"#,
+    )
+    .unwrap();
+    let out = fake.coder().arg("--request").arg(&request).run();
+    out.assert_failure("config_error", 78);
+    let message = out.envelope["error_detail"]["message"].as_str().unwrap();
+    let expected = format!(
+        "the --request JSON in {} has 4 problems: \
+         \"timeout\" in the --request JSON must be a non-negative number of seconds (got \"-1\"); \
+         \"sandbox\" in the --request JSON must be \"read-only\", \"workspace-write\" or \
+         \"danger-full-access\" (got \"foo\"); \
+         \"bogus\" is no key of the --request JSON (its keys: PROMPT, prompt, cd, ",
+        request.display()
+    );
+    assert!(message.starts_with(&expected), "{}", out.explain());
+    assert!(
+        message.ends_with(
+            "; \"repair_turns\" in the --request JSON must be a whole number from 0 to 10 \
+             (got \"11\")"
+        ),
+        "{}",
+        out.explain()
+    );
     assert!(!fake.has_record(), "the child ran");
 }
 
@@ -1882,4 +1952,164 @@ fn a_request_files_worktree_keys_are_named_as_its_fields() {
         "{}",
         outside.explain()
     );
+}
+
+/// A config file value of the wrong type names its key and table and what the key takes:
+/// serde's words named Rust's types ("expected u32", "expected struct RawProfile") and no
+/// key, so the user had to count lines and guess what "u32" meant.
+#[test]
+fn a_config_value_of_the_wrong_type_names_its_key_in_words() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let config = fake.root().join("coder.toml");
+    for (text, said) in [
+        (
+            "[backends.glm]\nmax_concurrent = \"two\"\n",
+            "line 2: max_concurrent in [backends.glm] must be a whole number, 0 or more (got \
+             string \"two\")",
+        ),
+        (
+            "[backends]\nglm = 5\n",
+            "line 2: glm in [backends] must be a table (got integer `5`)",
+        ),
+        (
+            "deny = [\"*.pem\", 5]\n",
+            "line 1: each item of deny must be a string (got integer `5`)",
+        ),
+        (
+            "pass_env = \"HOME\"\n",
+            "line 1: pass_env must be a list (got string \"HOME\")",
+        ),
+        (
+            "[backends.glm]\nprovider = \"nope\"\n",
+            "line 2: provider in [backends.glm] must be one of \"anthropic\", \"zai\", \
+             \"deepseek\", \"minimax\", \"other\" (got \"nope\")",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let out = fake.coder().arg("--config").arg(&config).arg("task").run();
+        out.assert_failure("config_error", 78);
+        let expected = format!("config file {}, {said}", config.display());
+        assert_eq!(out.envelope["error"], json!(expected), "{}", out.explain());
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A relative `CODER_STATE_DIR` is refused naming it: it was ignored as the XDG variables'
+/// relative values are, and the state (transcripts, sessions) went to the home directory
+/// while the user looked for it where the variable said.
+#[test]
+fn a_relative_state_dir_is_refused_not_ignored() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let home = fake.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = fake
+        .coder()
+        .env("CODER_STATE_DIR", "state")
+        .env("HOME", &home)
+        .env_remove("XDG_STATE_HOME")
+        .arg("task")
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("CODER_STATE_DIR=\"state\" is a relative path: set it to an absolute one"),
+        "{}",
+        out.explain()
+    );
+    assert!(!home.join(".local").exists(), "the state went to the home");
+    assert!(!fake.has_record(), "the child ran");
+    // `coder runs` says the same.
+    let runs = std::process::Command::new(common::CODER)
+        .args(["runs", "list"])
+        .env("CODER_STATE_DIR", "state")
+        .env("HOME", &home)
+        .output_bounded();
+    assert_eq!(runs.status.code(), Some(78), "{runs:?}");
+    assert!(
+        String::from_utf8_lossy(&runs.stderr)
+            .contains("CODER_STATE_DIR=\"state\" is a relative path"),
+        "{runs:?}"
+    );
+    // `coder sandbox` too, with the run mode's exit code for it (78; it was 71, "the
+    // sandbox cannot be set up", for a state directory that cannot be placed).
+    let sandbox = std::process::Command::new(common::CODER)
+        .args(["sandbox", "--cd"])
+        .arg(fake.workspace())
+        .args(["--", "true"])
+        .env("CODER_STATE_DIR", "state")
+        .env("HOME", &home)
+        .output_bounded();
+    assert_eq!(sandbox.status.code(), Some(78), "{sandbox:?}");
+    assert!(
+        String::from_utf8_lossy(&sandbox.stderr)
+            .contains("CODER_STATE_DIR=\"state\" is a relative path"),
+        "{sandbox:?}"
+    );
+}
+
+/// An unknown backend a user did not type says where it came from: the config file's
+/// `default_backend` (with its line) or `CODER_BACKEND`. The message was the one of a
+/// mistyped `--backend`, and a user who gave no `--backend` had nothing to look for.
+#[test]
+fn an_unknown_backend_not_typed_says_where_it_came_from() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let config = fake.root().join("coder.toml");
+    std::fs::write(&config, "\ndefault_backend = \"glmm\"\n").unwrap();
+    let out = fake.coder().arg("--config").arg(&config).arg("task").run();
+    out.assert_failure("config_error", 78);
+    let expected = format!(
+        "unknown backend 'glmm' (the default_backend of config file {}, line 2); known \
+         backends: ",
+        config.display()
+    );
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(error.starts_with(&expected), "{}", out.explain());
+    let out = fake.coder().env("CODER_BACKEND", "glmm").arg("task").run();
+    out.assert_failure("config_error", 78);
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(
+        error.starts_with("unknown backend 'glmm' (CODER_BACKEND is set to it); known backends: "),
+        "{}",
+        out.explain()
+    );
+    // A typed one stays as it was.
+    let out = fake.coder().args(["--backend", "glmm", "task"]).run();
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(
+        error.starts_with("unknown backend 'glmm'; known backends: "),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A `--store` URL that names no store (`ftp://…`) is a mistake in the arguments and is
+/// reported before a missing key, as README says of argument mistakes: the user who set
+/// the key met it only then, one run later.
+#[test]
+fn a_bad_store_url_is_reported_before_a_missing_key() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake
+        .coder()
+        .env_remove("ZAI_API_KEY")
+        .args([
+            "--backend",
+            "glm",
+            "--store",
+            "ftp://db.example/coder",
+            "task",
+        ])
+        .run();
+    out.assert_failure("config_error", 78);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad store URL: unsupported store scheme 'ftp://'"),
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
 }

@@ -382,7 +382,9 @@ fn no_fallback_when_max_turns_is_used_up() {
         std::fs::read_to_string(scene.ws().join("a.txt")).unwrap(),
         "alpha\n"
     );
-    // With one more turn of budget, the fallback runs and fits in it.
+    // With one more turn of budget, the fallback runs: its Write fits in it, its answer
+    // does not. The error names the user's --max-turns 3, not the CLI's "(1)" (the turns
+    // the fallback had left), and says the fallback counts against it.
     let scene = Scene::new("edit_fails.json");
     scene.write("a.txt", "alpha\n");
     let out = scene
@@ -392,6 +394,21 @@ fn no_fallback_when_max_turns_is_used_up() {
     assert_eq!(
         out.envelope["fallback"]["applied"],
         true,
+        "{}",
+        out.explain()
+    );
+    let detail = out.assert_failure("max_turns", 1);
+    assert_eq!(
+        out.envelope["error"],
+        "the weak-model fallback turn reached --max-turns 3: the agent's turns left it 1 of \
+         them",
+        "{}",
+        out.explain()
+    );
+    assert!(
+        detail["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("raise --max-turns (the fallback turn counts against it)")),
         "{}",
         out.explain()
     );

@@ -472,15 +472,26 @@ fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
     serde_json::from_value(args).map_err(|e| format!("bad arguments: {e}"))
 }
 
-/// Names the first argument of a known name whose JSON type is wrong (serde's own message
-/// does not say which field it was). `null` is taken as left out, as serde takes it.
+/// Names every argument of a known name whose JSON type is wrong (serde's own message
+/// does not say which field it was, and stopped at the first). `null` is taken as left
+/// out, as serde takes it.
 fn field_type_error(args: &Value) -> Option<String> {
     let map = args.as_object()?;
-    map.iter().find_map(|(key, value)| {
-        let expected = expected_type(key)?;
-        (!expected.fits(value) && !value.is_null())
-            .then(|| format!("{key} must be {} (got {value})", expected.describe()))
-    })
+    let wrong: Vec<String> = map
+        .iter()
+        .filter_map(|(key, value)| {
+            let expected = expected_type(key)?;
+            (!expected.fits(value) && !value.is_null()).then(|| {
+                let range = match key.as_str() {
+                    "max_retries" => " from 0 to 100",
+                    "repair_turns" => " from 0 to 10",
+                    _ => "",
+                };
+                format!("{key} must be {}{range} (got {value})", expected.describe())
+            })
+        })
+        .collect();
+    (!wrong.is_empty()).then(|| wrong.join("; "))
 }
 
 /// The JSON types of the run tools' arguments.

@@ -56,9 +56,13 @@ pub(crate) fn default_config_path(env: EnvView<'_>) -> Option<PathBuf> {
 
 /// coder's state directory: `$CODER_STATE_DIR`, else `$XDG_STATE_HOME/coder`, else
 /// `$HOME/.local/state/coder` (where the session records live too).
+/// A relative `CODER_STATE_DIR` places none: it is no XDG variable, and ignoring it, as
+/// the XDG ones are, put the state in the home directory while the user looked in the
+/// directory named ([`crate::config::state_dir`] says why).
 pub(crate) fn state_dir(env: EnvView<'_>) -> Option<PathBuf> {
-    if let Some(dir) = env.abs_path("CODER_STATE_DIR") {
-        return Some(dir);
+    if let Some(dir) = env.get("CODER_STATE_DIR").filter(|v| !v.is_empty()) {
+        let dir = PathBuf::from(dir);
+        return dir.is_absolute().then_some(dir);
     }
     let base = env
         .abs_path("XDG_STATE_HOME")

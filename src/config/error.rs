@@ -34,9 +34,14 @@ pub enum ConfigError {
     )]
     EmptyFlag { flag: &'static str },
 
-    /// No built-in preset or config-file profile has this name.
-    #[error("unknown backend '{name}'; known backends: {known} (or replay:CASSETTE)")]
-    UnknownBackend { name: String, known: String },
+    /// No built-in preset or config-file profile has this name; `origin` says where the
+    /// name came from when that was not `--backend` (" (CODER_BACKEND is set to it)").
+    #[error("unknown backend '{name}'{origin}; known backends: {known} (or replay:CASSETTE)")]
+    UnknownBackend {
+        name: String,
+        origin: String,
+        known: String,
+    },
 
     /// The variable that should hold the backend's API key is not set.
     #[error(
@@ -98,6 +103,14 @@ pub enum ConfigError {
          such as /tmp)"
     )]
     NoHome,
+
+    /// `CODER_STATE_DIR` is a relative path: which directory it meant would depend on where
+    /// each coder (and `coder runs`) is started.
+    #[error(
+        "CODER_STATE_DIR={value:?} is a relative path: set it to an absolute one (like \
+         \"$PWD/{value}\"), so every coder and coder runs find the same state directory"
+    )]
+    RelativeStateDir { value: String },
 
     /// The private `CLAUDE_CONFIG_DIR` cannot be created.
     #[error("cannot create the claude config directory {}: {source}", path.display())]

@@ -234,6 +234,62 @@ impl Source<'_> {
 }
 
 /// 1-based line of a byte offset.
+/// serde's message of a value of the wrong type ("invalid type: string \"two\", expected
+/// u32", "expected struct RawProfile") in a user's words, naming the key and its table as
+/// the file spells them: `max_concurrent in [backends.glm] must be a whole number, 0 or more
+/// (got string "two")`; an unknown name of a fixed set too (`kind`, `provider`). Other
+/// messages are kept.
+fn readable_type_error(text: &str, offset: usize, message: &str) -> String {
+    let Some((got, expected)) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .or_else(|| message.strip_prefix("unknown variant "))
+        .and_then(|rest| rest.rsplit_once(", expected "))
+    else {
+        return message.to_owned();
+    };
+    let names = expected
+        .starts_with("one of ")
+        .then(|| expected.replace('`', "\""));
+    let got = match names {
+        Some(_) => got.replace('`', "\""),
+        None => got.to_owned(),
+    };
+    let takes = match expected {
+        _ if let Some(names) = &names => names.as_str(),
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number, 0 or more",
+        "a sequence" => "a list",
+        "a boolean" => "true or false",
+        "a map" => "a table",
+        e if e.starts_with("struct ") => "a table",
+        e => e,
+    };
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let before = text.get(line_start..offset).unwrap_or("");
+    let Some((left, between)) = before.rsplit_once('=') else {
+        return format!("{message} (expected {takes})");
+    };
+    let key = left
+        .rsplit(['{', ','])
+        .next()
+        .unwrap_or(left)
+        .trim()
+        .trim_matches('"');
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|header| format!(" in {header}"))
+        .unwrap_or_default();
+    let what = match between.contains('[') {
+        true => format!("each item of {key}{table}"),
+        false => format!("{key}{table}"),
+    };
+    format!("{what} must be {takes} (got {got})")
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
     text.as_bytes()[..end]
@@ -266,7 +322,12 @@ impl ConfigFile {
         let source = Source { path, text };
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map_or(1, |span| line_of(text, span.start));
-            source.malformed(line, e.message().trim().replace('\n', " "))
+            let message = e.message().trim().replace('\n', " ");
+            let message = match e.span() {
+                Some(span) => readable_type_error(text, span.start, &message),
+                None => message,
+            };
+            source.malformed(line, message)
         })?;
         let mut backends = BTreeMap::new();
         for (name, spanned) in raw.backends {
@@ -367,6 +428,11 @@ mod tests {
         assert!(
             matches!(err, ConfigError::Malformed { line: 3, .. }),
             "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "config file /etc/coder/config.toml, line 3: api_timeout_ms in [backends.x] must be \
+             a whole number, 0 or more (got string \"soon\")"
         );
         let err = parse("[backends.x]\nkey_env = \"A=B\"\n").unwrap_err();
         assert!(

@@ -503,7 +503,7 @@ fn claude_config_dir(
     let home = env.abs_path("HOME");
     match value.as_str() {
         "private" => {
-            let state = env::state_dir(env).ok_or(ConfigError::NoHome)?;
+            let state = env::state_dir(env).ok_or_else(|| no_state_dir(env.0))?;
             Ok(ClaudeConfigDir {
                 path: state.join("claude"),
                 set_variable: true,
@@ -554,5 +554,15 @@ pub fn state_dir_of(env: &[(OsString, OsString)]) -> Option<PathBuf> {
 /// fallback such as `/tmp`) when it cannot be placed.
 pub fn state_dir() -> Result<PathBuf, ConfigError> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    state_dir_of(&env).ok_or(ConfigError::NoHome)
+    state_dir_of(&env).ok_or_else(|| no_state_dir(&env))
+}
+
+/// Why `env` places no state directory: a relative `CODER_STATE_DIR`, or nothing set.
+pub fn no_state_dir(env: &[(OsString, OsString)]) -> ConfigError {
+    match env::EnvView(env).get("CODER_STATE_DIR") {
+        Some(value) if !value.is_empty() => ConfigError::RelativeStateDir {
+            value: value.to_string_lossy().into_owned(),
+        },
+        _ => ConfigError::NoHome,
+    }
 }

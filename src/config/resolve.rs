@@ -51,7 +51,8 @@ pub fn resolve_backend_allowing_missing_key(
     let env = EnvView(process_env);
     let file = load_config_file(args, process_env)?;
     let name = backend_name(args, env, file.as_ref());
-    let mut layered = layered_profile(&name, file.as_ref())?;
+    let mut layered = layered_profile(&name, file.as_ref())
+        .map_err(|e| named_where(e, args, env, file.as_ref()))?;
     apply_overrides(&mut layered, args, env);
 
     let kind = layered.profile.kind.unwrap_or(BackendKind::Api);
@@ -220,6 +221,38 @@ fn backend_name(args: &BackendArgs, env: EnvView<'_>, file: Option<&ConfigFile>)
         .unwrap_or_else(|| "inherit".to_owned())
 }
 
+/// An unknown backend named where it was chosen when that was not `--backend`: a name
+/// from `CODER_BACKEND` or the file's `default_backend` read as if the user had typed it.
+fn named_where(
+    e: ConfigError,
+    args: &BackendArgs,
+    env: EnvView<'_>,
+    file: Option<&ConfigFile>,
+) -> ConfigError {
+    let ConfigError::UnknownBackend { name, known, .. } = e else {
+        return e;
+    };
+    // clap fills `--backend` from CODER_BACKEND too: say what is true either way.
+    let origin = if env.text("CODER_BACKEND") == Some(name.as_str()) {
+        " (CODER_BACKEND is set to it)".to_owned()
+    } else if nonempty(&args.backend).is_some() {
+        String::new()
+    } else {
+        match file.and_then(|f| f.default_backend.as_ref().map(|(_, line)| (f, line))) {
+            Some((f, line)) => format!(
+                " (the default_backend of config file {}, line {line})",
+                f.path.display()
+            ),
+            None => String::new(),
+        }
+    };
+    ConfigError::UnknownBackend {
+        name,
+        origin,
+        known,
+    }
+}
+
 /// The preset (or a `replay:PATH` profile) overlaid by the file's `[backends.NAME]`.
 fn layered_profile(name: &str, file: Option<&ConfigFile>) -> Result<Layered, ConfigError> {
     let mut layered = Layered {
@@ -282,6 +315,7 @@ fn unknown_backend(name: &str, file: Option<&ConfigFile>) -> ConfigError {
     known.dedup();
     ConfigError::UnknownBackend {
         name: name.to_owned(),
+        origin: String::new(),
         known: known.join(", "),
     }
 }

@@ -12,11 +12,7 @@ use super::{Check, Status};
 /// transcript, session records and the CLI's config dir there and stops without them.
 pub(super) fn check_state_dir(env: &[(OsString, OsString)]) -> Check {
     let Some(dir) = config::state_dir_of(env) else {
-        return Check::new(
-            "state",
-            Status::Fail,
-            config::ConfigError::NoHome.to_string(),
-        );
+        return Check::new("state", Status::Fail, config::no_state_dir(env).to_string());
     };
     let shown = dir.display().to_string();
     let probe = dir.join(format!(".doctor-{}", std::process::id()));

@@ -470,10 +470,20 @@ pub fn parse_run_id(text: &str) -> Result<String, ArgError> {
 }
 
 fn parse_repair_turns(name: &str, text: &str) -> Result<u32, ArgError> {
+    parse_whole(name, text, MAX_REPAIR_TURNS)
+}
+
+/// The most repair turns a check may have.
+const MAX_REPAIR_TURNS: u32 = 10;
+/// The most retries a run may have.
+const MAX_RETRIES: u32 = 100;
+
+/// A whole number from 0 to `max`, given as text.
+fn parse_whole(name: &str, text: &str, max: u32) -> Result<u32, ArgError> {
     match text.trim().parse::<u32>() {
-        Ok(n) if n <= 10 => Ok(n),
+        Ok(n) if n <= max => Ok(n),
         _ => Err(ArgError::Invalid(format!(
-            "{name} must be a whole number from 0 to 10 (got {text:?})"
+            "{name} must be a whole number from 0 to {max} (got {text:?})"
         ))),
     }
 }
@@ -759,6 +769,7 @@ impl RunArgs {
         for path in &self.sandbox_args.write {
             crate::sandbox::check_write_root(path).map_err(ArgError::Invalid)?;
         }
+        self.refuse_bad_store_url()?;
         let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
         let allow_questions = self.allow_questions(&file, plan.as_ref(), answered.is_some());
 
@@ -820,7 +831,7 @@ impl RunArgs {
         let Some(path) = &self.request else {
             return Ok((RequestFile::default(), false));
         };
-        let file = read_request_file(path, stdin)?;
+        let file = read_request_file(path, self.request_from, stdin)?;
         // An empty list is no scope at all: a caller that built it from "the files the
         // task may touch" and found none would have had the run change anything, unbounded.
         if file.scope.as_ref().is_some_and(Vec::is_empty) && self.outcome_args.scope.is_empty() {
@@ -832,6 +843,19 @@ impl RunArgs {
             )));
         }
         Ok((file, path.as_os_str() == "-"))
+    }
+
+    /// A `--store` (or `CODER_STORE`) URL that cannot name a store (`ftp://…`) is a
+    /// mistake in the arguments, reported with them: it came after a missing key, so the
+    /// user who set the key met it only then. (As before, `--store-optional` skips a store
+    /// that cannot be reached, not one that cannot be named.)
+    fn refuse_bad_store_url(&self) -> Result<(), ArgError> {
+        match &self.store.store {
+            Some(url) => crate::store::Location::parse(url, Path::new("."))
+                .map(drop)
+                .map_err(|e| ArgError::Invalid(e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// How messages about the workspace name it and the read-only way out, as the caller
@@ -1127,7 +1151,11 @@ fn asked_questions(
     Ok(questions)
 }
 
-fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, ArgError> {
+fn read_request_file(
+    path: &Path,
+    from: RequestFrom,
+    stdin: &mut dyn Read,
+) -> Result<RequestFile, ArgError> {
     // Room for the longest prompt the CLI takes, escaped, and the other fields; an endless
     // source (`--request /dev/zero`, a pipe that never ends) is refused at this size.
     const MAX_REQUEST_BYTES: u64 = 64 * 1024 * 1024;
@@ -1181,29 +1209,206 @@ fn read_request_file(path: &Path, stdin: &mut dyn Read) -> Result<RequestFile, A
             json_type_name(&value)
         )));
     }
-    let file: RequestFile = serde_json::from_value(value.clone()).map_err(|e| {
-        // serde names the type it wanted, not the key: find the key whose value alone
-        // does not fit ("cd": 5 said "invalid type: integer `5`, expected path string").
-        let culprit = value.as_object().and_then(|fields| {
-            fields.iter().find_map(|(key, field)| {
-                let alone =
-                    serde_json::Value::Object([(key.clone(), field.clone())].into_iter().collect());
-                serde_json::from_value::<RequestFile>(alone)
-                    .err()
-                    .map(|e| (key.clone(), e))
-            })
-        });
-        ArgError::Invalid(match culprit {
-            Some((key, e)) if !e.to_string().starts_with("unknown field") => {
-                format!("bad --request JSON in {name}: {key:?}: {e}")
-            }
-            _ => format!("bad --request JSON in {name}: {e} (expected an object with {FIELDS})"),
-        })
+    let problems = value
+        .as_object()
+        .map(|fields| field_problems(fields, from))
+        .unwrap_or_default();
+    match problems.as_slice() {
+        [] => {}
+        [one] => return Err(ArgError::Invalid(one.clone())),
+        many => {
+            let whose = match from {
+                RequestFrom::File => format!("the --request JSON in {name} has"),
+                RequestFrom::McpTool => "the coder tool's arguments have".to_owned(),
+            };
+            return Err(ArgError::Invalid(format!(
+                "{whose} {} problems: {}",
+                many.len(),
+                many.join("; ")
+            )));
+        }
+    }
+    // Every field's type was checked above; serde's own words are the last resort.
+    let file: RequestFile = serde_json::from_value(value).map_err(|e| {
+        ArgError::Invalid(format!(
+            "bad --request JSON in {name}: {e} (expected an object with {FIELDS})"
+        ))
     })?;
     Ok(match path.as_os_str() == "-" {
         true => file,
         false => file.relative_to(path.parent().unwrap_or(Path::new(""))),
     })
+}
+
+/// What a `--request` field must hold, for messages that name the field and what it takes.
+#[derive(Debug, Clone, Copy)]
+enum FieldKind {
+    Text,
+    Flag,
+    Sandbox,
+    SessionId,
+    /// Seconds; 0 allowed where it means "no limit".
+    Seconds {
+        zero_ok: bool,
+    },
+    Whole {
+        max: u32,
+    },
+    Globs,
+    /// A value of several shapes, checked where it is read (`json_schema`, `answers`).
+    Checked,
+}
+
+/// Every key of the `--request` JSON and what it takes.
+const REQUEST_FIELDS: &[(&str, FieldKind)] = &[
+    ("PROMPT", FieldKind::Text),
+    ("prompt", FieldKind::Text),
+    ("cd", FieldKind::Text),
+    ("sandbox", FieldKind::Sandbox),
+    ("SESSION_ID", FieldKind::SessionId),
+    ("session_id", FieldKind::SessionId),
+    ("return_all_messages", FieldKind::Flag),
+    ("return_metrics", FieldKind::Flag),
+    ("timeout", FieldKind::Seconds { zero_ok: false }),
+    ("max_duration", FieldKind::Seconds { zero_ok: true }),
+    ("max_retries", FieldKind::Whole { max: MAX_RETRIES }),
+    ("log_metrics", FieldKind::Flag),
+    ("return_diff", FieldKind::Flag),
+    ("verify", FieldKind::Text),
+    ("no_verify_baseline", FieldKind::Flag),
+    ("verify_timeout", FieldKind::Seconds { zero_ok: false }),
+    (
+        "repair_turns",
+        FieldKind::Whole {
+            max: MAX_REPAIR_TURNS,
+        },
+    ),
+    ("scope", FieldKind::Globs),
+    ("worktree", FieldKind::Flag),
+    ("worktree_base", FieldKind::Text),
+    ("json_schema", FieldKind::Checked),
+    ("allow_questions", FieldKind::Flag),
+    ("answers", FieldKind::Checked),
+];
+
+/// Every problem of the `--request` JSON's fields, each naming its field and what it
+/// takes: an unknown key, a value of the wrong type, a number out of its range. (serde
+/// stopped at the first, in its own words: "invalid type: string \"x\", expected a JSON
+/// number".) A `null` is an absent field.
+fn field_problems(
+    fields: &serde_json::Map<String, serde_json::Value>,
+    from: RequestFrom,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (key, value) in fields {
+        let kind = REQUEST_FIELDS
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, kind)| *kind);
+        let problem = match kind {
+            None => Some(unknown_key(key, from)),
+            Some(_) if value.is_null() => None,
+            Some(kind) => field_problem(&field_name(key, from), kind, value),
+        };
+        problems.extend(problem);
+    }
+    for (key, alias) in [("PROMPT", "prompt"), ("SESSION_ID", "session_id")] {
+        if fields.contains_key(key) && fields.contains_key(alias) {
+            problems.push(format!(
+                "{} and {alias:?} are one key given twice: keep one",
+                field_name(key, from)
+            ));
+        }
+    }
+    problems
+}
+
+/// A request field as messages name it: `"timeout" in the --request JSON`, or the MCP
+/// tool's argument `timeout`.
+fn field_name(key: &str, from: RequestFrom) -> String {
+    match from {
+        RequestFrom::File => format!("\"{key}\" in the --request JSON"),
+        RequestFrom::McpTool => key.to_owned(),
+    }
+}
+
+/// An unknown key, with the known one it is most likely meant for (`Prompt`,
+/// `return-metrics`), else the list.
+fn unknown_key(key: &str, from: RequestFrom) -> String {
+    let plain = |k: &str| k.to_ascii_lowercase().replace('-', "_");
+    let what = match from {
+        RequestFrom::File => "the --request JSON",
+        RequestFrom::McpTool => "the coder tool",
+    };
+    match REQUEST_FIELDS.iter().find(|(k, _)| plain(k) == plain(key)) {
+        Some((meant, _)) => format!("{key:?} is no key of {what}: did you mean {meant:?}?"),
+        None => {
+            let known: Vec<&str> = REQUEST_FIELDS.iter().map(|(k, _)| *k).collect();
+            format!(
+                "{key:?} is no key of {what} (its keys: {})",
+                known.join(", ")
+            )
+        }
+    }
+}
+
+/// What is wrong with `value` for a field of `kind` named `name`, if anything.
+fn field_problem(name: &str, kind: FieldKind, value: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    let number = |check: &dyn Fn(&str) -> Result<(), ArgError>| match value {
+        Value::Number(n) => check(&n.to_string()).err().map(|ArgError::Invalid(m)| m),
+        _ => Some(wrong_type(name, kind, value)),
+    };
+    match (kind, value) {
+        (FieldKind::Text | FieldKind::Checked, Value::String(_))
+        | (FieldKind::Flag, Value::Bool(_))
+        | (FieldKind::Checked, _) => None,
+        (FieldKind::Sandbox, Value::String(mode))
+            if <SandboxMode as clap::ValueEnum>::from_str(mode, false).is_ok() =>
+        {
+            None
+        }
+        (FieldKind::SessionId, Value::String(id)) => parse_session_id(name, id)
+            .err()
+            .map(|ArgError::Invalid(m)| m),
+        (FieldKind::Seconds { zero_ok }, _) => {
+            number(&|text| parse_seconds(name, text, zero_ok).map(drop))
+        }
+        (FieldKind::Whole { max }, _) => number(&|text| parse_whole(name, text, max).map(drop)),
+        (FieldKind::Globs, Value::Array(items)) if items.iter().all(Value::is_string) => None,
+        _ => Some(wrong_type(name, kind, value)),
+    }
+}
+
+/// "`name` must be WHAT KIND TAKES (got VALUE)".
+fn wrong_type(name: &str, kind: FieldKind, value: &serde_json::Value) -> String {
+    let takes = match kind {
+        FieldKind::Text | FieldKind::Checked => "a string".to_owned(),
+        FieldKind::Flag => "true or false".to_owned(),
+        FieldKind::Sandbox => {
+            "\"read-only\", \"workspace-write\" or \"danger-full-access\"".to_owned()
+        }
+        FieldKind::SessionId => "a session UUID as printed in SESSION_ID, a string".to_owned(),
+        FieldKind::Seconds { zero_ok: false } => {
+            "a number of seconds greater than 0, like 300 or 0.5".to_owned()
+        }
+        FieldKind::Seconds { zero_ok: true } => {
+            "a number of seconds, like 1800 or 0.5 (0 for no limit)".to_owned()
+        }
+        FieldKind::Whole { max } => format!("a whole number from 0 to {max}"),
+        FieldKind::Globs => "a list of globs, like [\"src/**\"]".to_owned(),
+    };
+    let shown = crate::text::one_line(&value.to_string(), 60);
+    match (kind, value) {
+        // The right type, not one of the names.
+        (FieldKind::Sandbox, serde_json::Value::String(_)) => {
+            format!("{name} must be {takes} (got {shown})")
+        }
+        _ => format!(
+            "{name} must be {takes} (got {shown}, {})",
+            json_type_name(value)
+        ),
+    }
 }
 
 impl RequestFile {
@@ -1310,12 +1515,7 @@ pub fn parse_seconds(name: &str, text: &str, zero_ok: bool) -> Result<Duration, 
 }
 
 fn parse_count(name: &str, text: &str) -> Result<u32, ArgError> {
-    match text.trim().parse::<u32>() {
-        Ok(n) if n <= 100 => Ok(n),
-        _ => Err(ArgError::Invalid(format!(
-            "{name} must be a whole number from 0 to 100 (got {text:?})"
-        ))),
-    }
+    parse_whole(name, text, MAX_RETRIES)
 }
 
 /// `origin` names where the id came from, for the message.

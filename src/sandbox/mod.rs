@@ -652,13 +652,15 @@ impl std::fmt::Display for GlobList {
 
 impl SandboxError {
     /// Whether this is the caller's bad argument (a `--read`/`--write` path, a glob, an
-    /// `--allow-host` value, a plan file, a grant reaching coder's state): a
+    /// `--allow-host` value, a plan file, a grant reaching coder's state, a state directory
+    /// that cannot be placed, as the run mode's `config_error`): a
     /// `config_error` (exit 78), not a sandbox that cannot be set up (71).
     pub fn is_bad_argument(&self) -> bool {
         match self {
             SandboxError::Path { what, .. } => what.is_argument(),
             SandboxError::Glob { .. }
             | SandboxError::AllowHost(_)
+            | SandboxError::StateDir(_)
             | SandboxError::StateDirReachable { .. }
             | SandboxError::RefusedWorkspace { .. }
             | SandboxError::KernelMount { .. }

@@ -131,6 +131,11 @@ async def basic(session):
     tool_error(await session.call_tool("coder", {"PROMPT": "x", "timeout": "soon"}), "timeout")
     tool_error(await session.call_tool("coder", {"PROMPT": "x", "cd": "../.."}), "outside")
     tool_error(await session.call_tool("coder", {"PROMPT": "x", "bogus": 1}), "bogus")
+    # Every argument of the wrong type is named at once, a count with its range.
+    tool_error(await session.call_tool("coder", {"PROMPT": "x", "timeout": "soon",
+                                                 "repair_turns": "x", "worktree": "yes"}),
+               'timeout must be a number of seconds (got "soon"); repair_turns must be a '
+               'whole number from 0 to 10 (got "x"); worktree must be true or false (got "yes")')
     tool_error(await session.call_tool("coder_status", {"run_id": "nope"}), "unknown run_id")
     tool_error(await session.call_tool("coder_wait", {"run_id": "nope"}), "unknown run_id")
     tool_error(await session.call_tool("coder_cancel", {}), "run_id")

@@ -473,6 +473,9 @@ impl PreparedRun {
         let turn_started = Instant::now();
         *envelope = self.attempt_loop(turn, run, signals, journal).await;
         run.outcome_times.fallback_ms = Some(turn_started.elapsed().as_millis() as u64);
+        if let (Some(max), Some(left)) = (request.max_turns, turns_left) {
+            fallback_out_of_turns(envelope, max, left);
+        }
         let applied = content_changes(ledger, &exclude)
             .is_some_and(|c| c.files_changed > changes.files_changed);
         Some(Fallback {
@@ -480,6 +483,28 @@ impl PreparedRun {
             files,
             applied,
         })
+    }
+}
+
+/// A fallback turn stopped by `--max-turns` says so with the user's own limit: the CLI's
+/// "Reached maximum number of turns (1)" named the turns the fallback had left, not the
+/// `--max-turns 3` the user gave, and "raise the limit" did not say the fallback counts.
+fn fallback_out_of_turns(envelope: &mut Envelope, max: u32, left: u32) {
+    if envelope.error_kind != Some(ErrorKind::MaxTurns) {
+        return;
+    }
+    let summary = format!(
+        "the weak-model fallback turn reached --max-turns {max}: the agent's turns left it \
+         {left} of them"
+    );
+    envelope.error = Some(summary.clone());
+    if let Some(detail) = envelope.error_detail.as_mut() {
+        detail.message = format!("{summary} ({})", detail.message);
+        detail.hint = Some(
+            "resume the session with SESSION_ID to continue, or raise --max-turns (the \
+             fallback turn counts against it)"
+                .to_owned(),
+        );
     }
 }
 

@@ -50,10 +50,11 @@ pub async fn run(request: RunRequest) -> Envelope {
     let state_dir = match config::state_dir() {
         Ok(dir) => dir,
         Err(e) => {
-            return with_limits(Envelope::early_failure(
+            // No transcript: there is no state directory to write it in.
+            return with_limits(failed_before_start(Envelope::early_failure(
                 ErrorKind::ConfigError,
                 e.to_string(),
-            ));
+            )));
         }
     };
     // From here on SIGINT, SIGTERM and SIGHUP only cancel: one that arrives while the
@@ -73,7 +74,11 @@ pub async fn run(request: RunRequest) -> Envelope {
     let mut request = request;
     let many = match crate::pipeline::many::begin(&mut request, &run_id, &state_dir) {
         Ok(many) => many,
-        Err(envelope) => return with_limits(cancelled_or(*envelope, &mut signals).await),
+        Err(envelope) => {
+            let envelope = cancelled_or(*envelope, &mut signals).await;
+            let envelope = recorded_before_start(envelope, &request, &run_id, &state_dir);
+            return with_limits(envelope);
+        }
     };
     let transcript_path = transcript_path(&request, &run_id, &state_dir);
     let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
@@ -373,6 +378,41 @@ async fn run_attempts(
 /// round twenty-six). The snapshot's thread is left to the runtime's end.
 fn failed_before_start(mut envelope: Envelope) -> Envelope {
     envelope.changes = Some(crate::workspace::Changes::default());
+    envelope
+}
+
+/// The envelope of a run that could not begin (its worktree, `--backend auto`), made as
+/// every other setup failure's (a missing key, a bad cassette): no changes, said at once,
+/// and a transcript, so `coder runs` lists it. These had neither, unlike the rest.
+fn recorded_before_start(
+    envelope: Envelope,
+    request: &RunRequest,
+    run_id: &str,
+    state_dir: &std::path::Path,
+) -> Envelope {
+    let run_started = Instant::now();
+    let transcript_path = transcript_path(request, run_id, state_dir);
+    let process_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    // Named as a run's transcript names it, and its key redacted, where it resolves.
+    let backend = config::resolve_backend(&request.backend, &process_env).ok();
+    let mut journal = RunJournal::start(
+        request,
+        run_id,
+        backend.as_ref(),
+        &process_env,
+        state_dir,
+        &transcript_path,
+    );
+    let mut envelope = failed_before_start(envelope);
+    envelope.redact(&journal.redaction);
+    end_journal(
+        &mut envelope,
+        &mut journal,
+        request,
+        state_dir,
+        &transcript_path,
+        run_started,
+    );
     envelope
 }
 
