@@ -5,6 +5,17 @@
 //! root and uid 65534, each with a control (`--mode danger-full-access`, or without what
 //! makes the attack) showing the attack works without the sandbox.
 //!
+//! * **A held script's files by other spellings**: what an interpreter completes
+//!   (`python3 -m`, node's suffixes), `--require=`, `--env-file`, `BASH_ENV`, perl's
+//!   `-I`/`-M`, `make -f`, `awk -f`, a process substitution, wrappers (`time -o`,
+//!   `prlimit`, `script -c`, `flock -c`), a directory entered by `cd`; the alias's own
+//!   line too; a listed directory run by `run-parts` or `find -exec`.
+//! * **An absent file one script sources and another runs**: the walk's keying.
+//! * **Logins**: Claude Code's where a variable moves it, the other coding agents' and the
+//!   deploy CLIs'; the `doas` user's keys (held).
+//! * **Refactor guards**: every other name of two home keys masked (held).
+//! * **The held scripts' cap pushed by the agent** (open, a ratchet).
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
@@ -51,12 +62,13 @@ fn append_payload(target: &str) -> String {
 }
 
 /// Lines of a held script (`tools/ci.sh`, run by `git fmt` = `!bash tools/ci.sh`) that
-/// run a file of the user's (the last of `files`, each made by the user) by a spelling the
-/// held scripts' reader (`config_text::script_run_words`) may not follow: an interpreter
+/// run a file of the user's by a spelling the held scripts' reader
+/// (`config_text::script_run_words`) did not follow before this review: an interpreter
 /// that completes the name it is given (`python3 -m`, node's suffixes), an option whose
-/// value is a file it runs (`--require=`, `BASH_ENV`, perl's `-I`/`-M`), a script fed on
-/// standard input, and wrappers the reader does not know. Each: (name, line, the user's
-/// files, the file the agent appends its payload to).
+/// value is a file it runs (`--require=`, `BASH_ENV`, perl's `-I`/`-M`), a program file
+/// (`make -f`, `awk -f`), a process substitution, and wrappers the reader did not know;
+/// and two that were held already (a script fed on standard input). Each: (name, line,
+/// the user's files, the file the agent appends its payload to).
 const SPELLINGS: &[(&str, &str, &[&str], &str)] = &[
     (
         "python -m in a script",
