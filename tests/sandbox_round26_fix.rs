@@ -306,29 +306,6 @@ fn a_grant_holding_another_tools_relocated_key_is_refused() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
-/// A user entry made for one test (`useradd`), removed when dropped.
-struct TestUser(String);
-
-impl TestUser {
-    fn new(home: &Path) -> TestUser {
-        let name = format!("c26s{}", std::process::id());
-        let ok = std::process::Command::new("useradd")
-            .args(["-M", "-N", "-s", "/usr/sbin/nologin", "-d"])
-            .arg(home)
-            .arg(&name)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "useradd {name}");
-        TestUser(name)
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("userdel").arg(&self.0).status();
-    }
-}
-
 /// coder started through `sudo` by a user whose home is neither `$HOME` (root's, as
 /// `sudo` sets it) nor the process's user entry's: `SUDO_USER` names them, and `--read`
 /// of their `~/.ssh` was granted. Refused now. Control: without `SUDO_USER`.
@@ -343,7 +320,7 @@ fn the_sudo_users_keys_are_not_granted() {
             let ssh = alice.join(".ssh");
             sandbox_fixture::write(&ssh.join("authorized_keys"), "KEY-SECRET\n");
             fx.own(fx.root());
-            let user = TestUser::new(&alice);
+            let user = sandbox_fixture::TestUser::new("c26s", &alice);
             let script = format!("cat '{}/authorized_keys'; echo SERVED", ssh.display());
             let mut cmd = fx.sandbox_in(&fx.ws(), &["--read", ssh.to_str().unwrap()], &script);
             if set {

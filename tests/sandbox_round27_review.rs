@@ -448,29 +448,6 @@ fn every_other_name_of_two_home_keys_is_masked() {
     }
 }
 
-/// A user entry made for one test (`useradd`), removed when dropped.
-struct TestUser(String);
-
-impl TestUser {
-    fn new(home: &Path) -> TestUser {
-        let name = format!("c27d{}", std::process::id());
-        let ok = std::process::Command::new("useradd")
-            .args(["-M", "-N", "-s", "/usr/sbin/nologin", "-d"])
-            .arg(home)
-            .arg(&name)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "useradd {name}");
-        TestUser(name)
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("userdel").arg(&self.0).status();
-    }
-}
-
 /// coder started through `doas` (round twenty-six counted `DOAS_USER`'s home with
 /// `SUDO_USER`'s, tested under `sudo` only): `--read` of the invoking user's `~/.ssh`
 /// and of their `~/.config` (holding `gh/hosts.yml`) is refused, and a hard link to their key in
@@ -488,7 +465,7 @@ fn the_doas_users_keys_are_not_granted() {
             sandbox_fixture::write(&alice.join(".config/gh/hosts.yml"), "GH-SECRET\n");
             std::fs::hard_link(&key, fx.ws().join("notes")).unwrap();
             fx.own(fx.root());
-            let user = TestUser::new(&alice);
+            let user = sandbox_fixture::TestUser::new("c27d", &alice);
             let grants: [(&str, String, &str); 3] = [
                 (
                     "--read",

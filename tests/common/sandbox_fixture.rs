@@ -1035,3 +1035,27 @@ pub fn write_tool_scratch_attack(state: Option<&OsStr>) {
         }
     }
 }
+
+/// A user entry made for one test (`useradd`, named `PREFIX<pid>`, its home `home`, not
+/// made), removed when dropped: the invoking user of a `sudo` or `doas` run.
+pub struct TestUser(pub String);
+
+impl TestUser {
+    pub fn new(prefix: &str, home: &Path) -> TestUser {
+        let name = format!("{prefix}{}", std::process::id());
+        let ok = Command::new("useradd")
+            .args(["-M", "-N", "-s", "/usr/sbin/nologin", "-d"])
+            .arg(home)
+            .arg(&name)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "useradd {name}");
+        TestUser(name)
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.0).status();
+    }
+}
