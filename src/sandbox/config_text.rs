@@ -1810,6 +1810,18 @@ fn node_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> 
     files
 }
 
+/// An option's value: attached to the option (`-Itools`), else the next word (`-I tools`).
+fn attached_or_next<'a>(
+    attached: &[u8],
+    words: &mut impl Iterator<Item = &'a Vec<u8>>,
+) -> Option<Vec<u8>> {
+    if attached.is_empty() {
+        words.next().cloned()
+    } else {
+        Some(attached.to_vec())
+    }
+}
+
 /// [`interpreted_files`] of perl: its file, and the modules it loads (`-MMod`, `-mMod`)
 /// in each directory `-I` puts first (`-Itools -MHook`: `tools/Hook.pm`).
 fn perl_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
@@ -1819,11 +1831,7 @@ fn perl_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> 
             break;
         }
         if let Some(dir) = word.strip_prefix(b"-I") {
-            let dir = if dir.is_empty() {
-                words.next().cloned()
-            } else {
-                Some(dir.to_vec())
-            };
+            let dir = attached_or_next(dir, &mut words);
             dirs.extend(dir);
         } else if let Some(module) = word.strip_prefix(b"-M").or(word.strip_prefix(b"-m")) {
             let module = module.strip_prefix(b"-").unwrap_or(module);
@@ -1857,18 +1865,10 @@ fn ruby_files<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> 
             break;
         }
         if let Some(dir) = word.strip_prefix(b"-I") {
-            let dir = if dir.is_empty() {
-                words.next().cloned()
-            } else {
-                Some(dir.to_vec())
-            };
+            let dir = attached_or_next(dir, &mut words);
             dirs.extend(dir);
         } else if let Some(file) = word.strip_prefix(b"-r") {
-            let file = if file.is_empty() {
-                words.next().cloned()
-            } else {
-                Some(file.to_vec())
-            };
+            let file = attached_or_next(file, &mut words);
             required.extend(file);
         } else if !word.starts_with(b"-") {
             files.push(word.clone());
