@@ -37,6 +37,8 @@ use super::scan::{Content, Dir, Entries, Entry, Key, Scan};
 use crate::le_reader::LeReader;
 
 const MAGIC: &[u8; 16] = b"coder-ledger\0v2\n";
+/// The buffer the cache's kept contents are written through (see [`CacheFile::store`]).
+const STORE_BUFFER_BYTES: usize = 256 * 1024;
 
 /// Entries held at most (a larger file is not a cache this coder wrote).
 const MAX_ENTRIES: u64 = 10_000_000;
@@ -129,16 +131,20 @@ impl CacheFile {
             uuid::Uuid::new_v4().simple()
         ));
         let written = (|| {
-            let mut out = std::fs::OpenOptions::new()
+            let file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)?;
+            // The kept contents are small files' (one blob each, 100k of them at 100k
+            // files): written through a buffer, a few hundred system calls, not one each.
+            let mut out = std::io::BufWriter::with_capacity(STORE_BUFFER_BYTES, file);
             out.write_all(&head)?;
             for blob in blobs {
                 out.write_all(&blob)?;
             }
+            out.flush()?;
             drop(out);
             std::fs::rename(&tmp, &self.path)
         })();
