@@ -543,6 +543,21 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
             "bad arguments: json_schema must be a JSON Schema object",
         ),
         (
+            // Unknown arguments are named with the one they likely mean, all at once and
+            // beside the wrong types (serde named the first, as "unknown field").
+            json_args(r#"{"PROMPT":"t","promt":"t"}"#),
+            "bad arguments: unknown argument \"promt\": did you mean \"PROMPT\"?",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","sandbx":"read-only","repair_turns":"2"}"#),
+            "bad arguments: unknown argument \"sandbx\": did you mean \"sandbox\"?; \
+             repair_turns must be a whole number from 0 to 10 (got \"2\")",
+        ),
+        (
+            json_args(r#"{"PROMPT":"t","colour":"red"}"#),
+            "bad arguments: unknown argument \"colour\" (the coder tool takes: ",
+        ),
+        (
             // A string was read as a file name by the run: any JSON file the server could
             // read, outside its base, went to the model as the answers.
             json_args(&format!(
@@ -567,6 +582,33 @@ fn the_coder_tool_names_its_own_arguments_never_flags() {
             !message.contains("--backend") || message.contains("the backend argument"),
             "{args}: {message}"
         );
+    }
+}
+
+/// The follow-up tools name an unknown argument too, with the one it likely means or the
+/// arguments they take, before looking for the run (serde's "unknown field `wait`,
+/// expected `run_id` or `wait_s`" named no tool).
+#[test]
+fn the_follow_up_tools_name_an_unknown_argument() {
+    let scene = Scene::new();
+    let cases = [
+        (
+            "coder_wait",
+            serde_json::json!({"run_id": "nope", "wait": 3}),
+            "bad arguments: unknown argument \"wait\": did you mean \"wait_s\"?",
+        ),
+        (
+            "coder_status",
+            serde_json::json!({"run_id": "nope", "verbose": true}),
+            "bad arguments: unknown argument \"verbose\" (the coder_status tool takes: run_id)",
+        ),
+    ];
+    let calls: Vec<(&str, serde_json::Value)> = cases
+        .iter()
+        .map(|(tool, args, _)| (*tool, args.clone()))
+        .collect();
+    for ((tool, _, says), text) in cases.iter().zip(tool_texts(&scene, &calls)) {
+        assert_eq!(text, *says, "{tool}");
     }
 }
 

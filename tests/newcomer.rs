@@ -962,6 +962,11 @@ fn a_request_value_of_the_wrong_type_names_its_key() {
             "\"Return-Metrics\" is no key of the --request JSON: did you mean \
              \"return_metrics\"?",
         ),
+        (
+            json!({"PROMPT": "task", "verify": "true", "repiar_turns": 1}),
+            "\"repiar_turns\" is no key of the --request JSON: did you mean \
+             \"repair_turns\"?",
+        ),
         // Both spellings of one key: serde's "duplicate field `PROMPT`" named one.
         (
             json!({"PROMPT": "task", "prompt": "other task"}),

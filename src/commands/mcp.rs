@@ -431,9 +431,9 @@ impl Server {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, String> {
         Ok(match name {
-            "coder" => self.coder(parse(args)?, progress, context).await?,
+            "coder" => self.coder(parse(name, args)?, progress, context).await?,
             "coder_wait" => {
-                let a: WaitArgs = parse(args)?;
+                let a: WaitArgs = parse(name, args)?;
                 let limit = wait_s(a.wait_s.as_ref())?;
                 let run = self.find(&a.run_id)?;
                 let wait = Wait {
@@ -443,11 +443,11 @@ impl Server {
                 wait_for(&a.run_id, &run, wait, progress, context).await
             }
             "coder_status" => {
-                let a: RunIdArgs = parse(args)?;
+                let a: RunIdArgs = parse(name, args)?;
                 status(&a.run_id, &*self.find(&a.run_id)?)
             }
             "coder_cancel" => {
-                let a: RunIdArgs = parse(args)?;
+                let a: RunIdArgs = parse(name, args)?;
                 cancel(&a.run_id, &*self.find(&a.run_id)?, StoppedBy::Tool).await
             }
             name => match Verb::parse(name) {
@@ -464,12 +464,45 @@ struct Progress {
     token: ProgressToken,
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
-    // Checked first: an argument kept as any JSON (`answers`) passes serde whatever it is.
-    if let Some(named) = field_type_error(&args) {
-        return Err(format!("bad arguments: {named}"));
+/// The arguments of run tool `tool`, or a message naming every unknown argument and every
+/// value of the wrong type at once.
+fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: Value) -> Result<T, String> {
+    // Checked first: an argument kept as any JSON (`answers`) passes serde whatever it is,
+    // and serde named only the first unknown argument, in its own words.
+    let problems: Vec<String> = [unknown_arguments(tool, &args), field_type_error(&args)]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !problems.is_empty() {
+        return Err(format!("bad arguments: {}", problems.join("; ")));
     }
     serde_json::from_value(args).map_err(|e| format!("bad arguments: {e}"))
+}
+
+/// The other spellings the `coder` tool takes (as `--request` does), not in its schema.
+const CODER_ALIASES: [&str; 2] = ["prompt", "session_id"];
+
+/// Names every argument `tool` does not take, with the one it likely means (`promt`,
+/// `wait`), else the arguments it takes.
+fn unknown_arguments(tool: &str, args: &Value) -> Option<String> {
+    let tools = tools();
+    let schema = tools.iter().find(|t| t.name == tool)?;
+    let properties = schema.input_schema.get("properties")?.as_object()?;
+    let known: Vec<&str> = properties.keys().map(String::as_str).collect();
+    let aliases: &[&str] = if tool == "coder" { &CODER_ALIASES } else { &[] };
+    let unknown: Vec<String> = args
+        .as_object()?
+        .keys()
+        .filter(|key| !known.contains(&key.as_str()) && !aliases.contains(&key.as_str()))
+        .map(|key| match crate::text::near_miss(key, &known) {
+            Some(meant) => format!("unknown argument {key:?}: did you mean {meant:?}?"),
+            None => format!(
+                "unknown argument {key:?} (the {tool} tool takes: {})",
+                known.join(", ")
+            ),
+        })
+        .collect();
+    (!unknown.is_empty()).then(|| unknown.join("; "))
 }
 
 /// Names every argument of a known name whose JSON type is wrong (serde's own message

@@ -37,33 +37,8 @@ pub fn near_subcommand(word: &str) -> Option<&'static str> {
     let word = word.to_ascii_lowercase();
     SUBCOMMANDS.into_iter().find(|name| {
         let allowed = if name.len() < 4 { 1 } else { 2 };
-        *name != word && edit_distance(&word, name) <= allowed
+        *name != word && crate::text::edit_distance(&word, name) <= allowed
     })
-}
-
-/// Levenshtein distance with adjacent transpositions (`rnus` is one edit from `runs`).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in rows.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (rows[i - 1][j] + 1)
-                .min(rows[i][j - 1] + 1)
-                .min(rows[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = best;
-        }
-    }
-    rows[a.len()][b.len()]
 }
 
 /// Exit status when stdout cannot be written for a reason other than a closed pipe

@@ -1333,22 +1333,19 @@ fn field_name(key: &str, from: RequestFrom) -> String {
 }
 
 /// An unknown key, with the known one it is most likely meant for (`Prompt`,
-/// `return-metrics`), else the list.
+/// `return-metrics`, `repiar_turns`), else the list.
 fn unknown_key(key: &str, from: RequestFrom) -> String {
-    let plain = |k: &str| k.to_ascii_lowercase().replace('-', "_");
     let what = match from {
         RequestFrom::File => "the --request JSON",
         RequestFrom::McpTool => "the coder tool",
     };
-    match REQUEST_FIELDS.iter().find(|(k, _)| plain(k) == plain(key)) {
-        Some((meant, _)) => format!("{key:?} is no key of {what}: did you mean {meant:?}?"),
-        None => {
-            let known: Vec<&str> = REQUEST_FIELDS.iter().map(|(k, _)| *k).collect();
-            format!(
-                "{key:?} is no key of {what} (its keys: {})",
-                known.join(", ")
-            )
-        }
+    let known: Vec<&str> = REQUEST_FIELDS.iter().map(|(k, _)| *k).collect();
+    match crate::text::near_miss(key, &known) {
+        Some(meant) => format!("{key:?} is no key of {what}: did you mean {meant:?}?"),
+        None => format!(
+            "{key:?} is no key of {what} (its keys: {})",
+            known.join(", ")
+        ),
     }
 }
 

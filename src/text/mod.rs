@@ -10,7 +10,8 @@
 //! - [`one_line`]: shortening text to one line for messages;
 //! - [`shell_quote`]: a word for a copy-pasteable shell command in a hint;
 //! - [`terminal_safe`]: text for a terminal, its control characters made visible;
-//! - [`json`]: parsing the JSON a user gives, refusing a key given twice.
+//! - [`json`]: parsing the JSON a user gives, refusing a key given twice;
+//! - [`near_miss`]: the known name a mistyped one likely means.
 //!
 //! This module is a leaf: it depends on nothing else in the crate (only `std`, `serde`,
 //! `serde_json`, `memchr` and `aho-corasick`), so any module may use it without an import cycle.
@@ -24,6 +25,49 @@ pub mod tool_result;
 
 pub use names::is_secret_name;
 pub use redact::{REDACTED, Secrets};
+
+/// Levenshtein distance with adjacent transpositions (`rnus` is one edit from `runs`).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
+/// The name in `known` that `given` likely means: the same once case and `-`/`_` are set
+/// aside (`Prompt`, `return-metrics`), else the nearest within two edits (one for names
+/// under four letters), when only one name is that near.
+pub fn near_miss<'a>(given: &str, known: &[&'a str]) -> Option<&'a str> {
+    let plain = |k: &str| k.to_ascii_lowercase().replace('-', "_");
+    let given = plain(given);
+    if let Some(same) = known.iter().find(|k| plain(k) == given) {
+        return Some(same);
+    }
+    let mut near = known.iter().copied().filter(|k| {
+        let allowed = if k.len() < 4 { 1 } else { 2 };
+        edit_distance(&given, &plain(k)) <= allowed
+    });
+    let first = near.next()?;
+    // Two spellings of one name (`PROMPT`, `prompt`) are one candidate.
+    near.all(|k| plain(k) == plain(first)).then_some(first)
+}
 
 /// A flag's value that is not empty or only white space (a clap `value_parser`): an empty
 /// `--target ""` (a shell variable that was not set) would otherwise be taken silently,
@@ -173,7 +217,33 @@ mod head_tests {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use super::{near_miss, one_line};
+
+    #[test]
+    fn a_near_miss_names_the_one_name_it_likely_means() {
+        let known = [
+            "PROMPT",
+            "prompt",
+            "cd",
+            "sandbox",
+            "wait_s",
+            "repair_turns",
+            "return_diff",
+        ];
+        assert_eq!(near_miss("Prompt", &known), Some("PROMPT"));
+        assert_eq!(near_miss("promt", &known), Some("PROMPT"));
+        assert_eq!(near_miss("repiar-turns", &known), Some("repair_turns"));
+        assert_eq!(near_miss("wait", &known), Some("wait_s"));
+        assert_eq!(near_miss("sandbx", &known), Some("sandbox"));
+        // Short names allow one edit; far names and ties give nothing.
+        assert_eq!(near_miss("cx", &known), Some("cd"));
+        assert_eq!(near_miss("xy", &known), None);
+        assert_eq!(near_miss("colour", &known), None);
+        assert_eq!(
+            near_miss("return_diffs", &["return_diff", "return_diffz"]),
+            None
+        );
+    }
 
     #[test]
     fn one_line_keeps_the_first_line_cut_with_an_ellipsis() {
