@@ -1989,6 +1989,13 @@ fn a_config_value_of_the_wrong_type_names_its_key_in_words() {
             "line 2: provider in [backends.glm] must be one of \"anthropic\", \"zai\", \
              \"deepseek\", \"minimax\", \"other\" (got \"nope\")",
         ),
+        // A misspelt key: serde listed the table's 23 keys as "unknown field `…`, expected
+        // one of `description`, …".
+        (
+            "[backends.glm]\nmax_concurent = 2\n",
+            "line 2: unknown key \"max_concurent\" in [backends.glm]: did you mean \
+             \"max_concurrent\"?",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let out = fake.coder().arg("--config").arg(&config).arg("task").run();

@@ -240,6 +240,9 @@ impl Source<'_> {
 /// (got string "two")`; an unknown name of a fixed set too (`kind`, `provider`). Other
 /// messages are kept.
 fn readable_type_error(text: &str, offset: usize, message: &str) -> String {
+    if let Some(unknown) = readable_unknown_key(text, offset, message) {
+        return unknown;
+    }
     let Some((got, expected)) = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "))
@@ -276,11 +279,7 @@ fn readable_type_error(text: &str, offset: usize, message: &str) -> String {
         .unwrap_or(left)
         .trim()
         .trim_matches('"');
-    let table = text[..line_start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
+    let table = table_header_before(text, offset)
         .map(|header| format!(" in {header}"))
         .unwrap_or_default();
     let what = match between.contains('[') {
@@ -288,6 +287,43 @@ fn readable_type_error(text: &str, offset: usize, message: &str) -> String {
         false => format!("{key}{table}"),
     };
     format!("{what} must be {takes} (got {got})")
+}
+
+/// serde's "unknown field `max_concurent`, expected one of `description`, …" (every key
+/// of the table, in its own words) as the key and its table, with the key it likely means:
+/// `unknown key "max_concurent" in [backends.glm]: did you mean "max_concurrent"?`, else
+/// the table's keys.
+fn readable_unknown_key(text: &str, offset: usize, message: &str) -> Option<String> {
+    let (field, expected) = message
+        .strip_prefix("unknown field ")?
+        .split_once(", expected ")?;
+    let key = field.trim_matches('`');
+    let known: Vec<&str> = expected
+        .trim_start_matches("one of ")
+        .split(['`', ',', ' '])
+        .filter(|word| !word.is_empty() && *word != "or")
+        .collect();
+    let table = table_header_before(text, offset)
+        .map(|header| format!(" in {header}"))
+        .unwrap_or_default();
+    Some(match crate::text::near_miss(key, &known) {
+        Some(meant) => format!("unknown key {key:?}{table}: did you mean {meant:?}?"),
+        None => format!(
+            "unknown key {key:?}{table} (its keys: {})",
+            known.join(", ")
+        ),
+    })
+}
+
+/// The `[table]` header above byte `offset` of `text`, if any.
+fn table_header_before(text: &str, offset: usize) -> Option<&str> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -409,8 +445,21 @@ mod tests {
             msg.starts_with("config file /etc/coder/config.toml, line 3: "),
             "{msg}"
         );
-        assert!(msg.contains("bse_url"), "{msg}");
+        assert!(
+            msg.ends_with(
+                "line 3: unknown key \"bse_url\" in [backends.x]: did you mean \"base_url\"?"
+            ),
+            "{msg}"
+        );
         assert!(!msg.contains('\n'), "{msg}");
+        let msg = parse("colour = 1\n").unwrap_err().to_string();
+        assert!(
+            msg.ends_with(
+                "line 1: unknown key \"colour\" (its keys: default_backend, claude_config_dir, \
+                 pass_env, deny, allow_hosts, store, backends)"
+            ),
+            "{msg}"
+        );
     }
 
     #[test]
