@@ -195,6 +195,29 @@ fn coder_prompt_prints_the_same_prompt_a_run_would_send() {
     assert_eq!(out.stdout, b"exact task\n");
 }
 
+/// On a terminal the prompt ends with a newline (the shell's prompt started on its last
+/// line); into a pipe it stays the very bytes (above). The terminal is `script`'s pty.
+#[test]
+fn coder_prompt_ends_its_line_on_a_terminal() {
+    let command = format!("'{}' prompt 'a task'", env!("CARGO_BIN_EXE_coder"));
+    let child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs coder on a pseudo-terminal");
+    let _deadline = common::Deadline::kill_after(&child, common::COMMAND_DEADLINE);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The terminal writes a newline as CR LF.
+    assert!(
+        out.stdout.ends_with(b"a task\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 #[test]
 fn coder_prompt_reports_errors_on_one_line_with_the_config_exit_code() {
     let out = coder_prompt(&["--codex", "fixtures/prompt/nope.md", "task"], "");

@@ -1,4 +1,5 @@
-//! `coder prompt`: print the prompt a run would send, without running anything.
+//! `coder prompt`: print the prompt a run would send, without running anything (the very
+//! bytes into a pipe or a file; a newline added on a terminal when it ends without one).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -22,6 +23,17 @@ struct PromptCommand {
     task: Option<String>,
 }
 
+/// The prompt as printed: exactly as sent into a pipe or a file, so a script gets the very
+/// bytes; on a terminal with a newline after it when it has none, so the shell's prompt
+/// does not start on its last line.
+fn for_stdout(prompt: String) -> String {
+    use std::io::IsTerminal;
+    if prompt.ends_with('\n') || !std::io::stdout().is_terminal() {
+        return prompt;
+    }
+    prompt + "\n"
+}
+
 /// Entry point of `coder prompt`; `args` are the arguments after `prompt`. Prints the
 /// assembled prompt on stdout; exit 0, 2 for usage errors, 78 for a `config_error`.
 pub fn prompt_command(args: &[OsString]) -> ExitCode {
@@ -34,7 +46,7 @@ pub fn prompt_command(args: &[OsString]) -> ExitCode {
         _ => read_task_from_stdin(),
     };
     match task.and_then(|task| assemble_prompt(&task, &command.prompt)) {
-        Ok(prompt) => super::print_then(&prompt, ExitCode::SUCCESS),
+        Ok(prompt) => super::print_then(&for_stdout(prompt), ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("coder prompt: {e}");
             ExitCode::from(ErrorKind::ConfigError.exit_code())
