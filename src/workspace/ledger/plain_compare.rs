@@ -2,7 +2,7 @@
 //! files with their line counts from the scans' kept text, the unified diff when asked for,
 //! and warnings for what either walk could not read.
 
-use crate::workspace::scan::{self, Key, Scan};
+use crate::workspace::scan::{self, Entry, Key, Scan};
 
 use super::{ChangeStatus, Changes, DIFF_CAP, DiffText, FileChange, excluded};
 
@@ -56,49 +56,13 @@ pub(super) fn plain_changes<'a>(
             continue;
         }
         let unknown = sides.unknown.contains(path) || below_any(&unseen_before, path);
-        let name = String::from_utf8_lossy(path).into_owned();
-        let change = match (before.entries.get(path), after.entries.get(path)) {
-            (None, Some(new)) if !unknown => FileChange {
-                path: name,
-                status: ChangeStatus::Added,
-                lines_added: new.lines.unwrap_or(0),
-                lines_removed: 0,
-                binary: new.binary,
-            },
-            (old, None) => FileChange {
-                path: name,
-                status: ChangeStatus::Deleted,
-                lines_added: 0,
-                lines_removed: old.and_then(|o| o.lines).unwrap_or(0),
-                binary: old.is_some_and(|o| o.binary),
-            },
-            (None, Some(new)) => FileChange {
-                // Gone while the "before" walk looked: its content then is not known.
-                path: name,
-                status: ChangeStatus::Modified,
-                lines_added: new.lines.unwrap_or(0),
-                lines_removed: 0,
-                binary: new.binary,
-            },
-            (Some(old), Some(new)) if unknown || old.differs(new) => {
-                let (added, removed) = match (old.content_bytes(key), new.content_bytes(key)) {
-                    (Some(a), Some(b)) => scan::line_delta(&a, &b),
-                    // Too large to keep: the whole files' line counts.
-                    _ => (new.lines.unwrap_or(0), old.lines.unwrap_or(0)),
-                };
-                FileChange {
-                    path: name,
-                    status: ChangeStatus::Modified,
-                    lines_added: added,
-                    lines_removed: removed,
-                    binary: old.binary || new.binary,
-                }
-            }
-            _ => continue,
+        let (old, new) = (before.entries.get(path), after.entries.get(path));
+        let Some(change) = file_change(path, old, new, unknown, key) else {
+            continue;
         };
         if want_diff {
-            let old = before.entries.get(path).and_then(|e| e.content_bytes(key));
-            let new = after.entries.get(path).and_then(|e| e.content_bytes(key));
+            let old = old.and_then(|e| e.content_bytes(key));
+            let new = new.and_then(|e| e.content_bytes(key));
             patch.add(&change, old.as_deref(), new.as_deref());
         }
         list.push(change);
@@ -109,6 +73,60 @@ pub(super) fn plain_changes<'a>(
     changes.warnings.extend(unwalked_warnings(before, after));
     changes.unseen |= !unseen_before.is_empty() || !unseen_after.is_empty();
     (changes, diff)
+}
+
+/// What became of `path` between the two sides (`old`, `new`: its entries, when present),
+/// or `None` when nothing did. `unknown`: its "before" is not known (it changed while the
+/// walk looked, or lies below a directory the walk could not go into), so it counts as
+/// modified when it is there after.
+fn file_change(
+    path: &[u8],
+    old: Option<&Entry>,
+    new: Option<&Entry>,
+    unknown: bool,
+    key: &Key,
+) -> Option<FileChange> {
+    let name = String::from_utf8_lossy(path).into_owned();
+    let change = match (old, new) {
+        (None, Some(new)) if !unknown => FileChange {
+            path: name,
+            status: ChangeStatus::Added,
+            lines_added: new.lines.unwrap_or(0),
+            lines_removed: 0,
+            binary: new.binary,
+        },
+        (old, None) => FileChange {
+            path: name,
+            status: ChangeStatus::Deleted,
+            lines_added: 0,
+            lines_removed: old.and_then(|o| o.lines).unwrap_or(0),
+            binary: old.is_some_and(|o| o.binary),
+        },
+        (None, Some(new)) => FileChange {
+            // Gone while the "before" walk looked: its content then is not known.
+            path: name,
+            status: ChangeStatus::Modified,
+            lines_added: new.lines.unwrap_or(0),
+            lines_removed: 0,
+            binary: new.binary,
+        },
+        (Some(old), Some(new)) if unknown || old.differs(new) => {
+            let (added, removed) = match (old.content_bytes(key), new.content_bytes(key)) {
+                (Some(a), Some(b)) => scan::line_delta(&a, &b),
+                // Too large to keep: the whole files' line counts.
+                _ => (new.lines.unwrap_or(0), old.lines.unwrap_or(0)),
+            };
+            FileChange {
+                path: name,
+                status: ChangeStatus::Modified,
+                lines_added: added,
+                lines_removed: removed,
+                binary: old.binary || new.binary,
+            }
+        }
+        _ => return None,
+    };
+    Some(change)
 }
 
 /// Whether `path` lies below one of `dirs` (`""`: the root, below which is everything).
