@@ -742,18 +742,7 @@ impl RunArgs {
         let limits = self.limits(&file)?;
         let (session, answered) = self.session_and_answers(&file)?;
         self.refuse_worktree_resume(&file, session)?;
-        let (flag, read_only) = self.workspace_names();
-        let cd = self.cd.clone().or_else(|| file.cd.clone()).ok_or_else(|| {
-            ArgError::Invalid(
-                "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
-                    .into(),
-            )
-        })?;
-        let workspace = check_workspace(&cd, &flag)?;
-        if let Some(path) = &self.transcript {
-            crate::journal::transcript::check_location(path, &workspace)
-                .map_err(ArgError::Invalid)?;
-        }
+        let (cd, workspace) = self.workspace(&file)?;
 
         let prompt = self.task_prompt(&file, stdin_used, answered.as_ref(), stdin)?;
         let task_title = task_title(&prompt);
@@ -772,21 +761,7 @@ impl RunArgs {
         self.refuse_bad_store_url()?;
         let targets = self.prompt_framing.targets.len() + outcome_args.scope.len();
         let allow_questions = self.allow_questions(&file, plan.as_ref(), answered.is_some());
-
-        let sandbox = self
-            .sandbox
-            .or(file.sandbox)
-            .unwrap_or(SandboxMode::WorkspaceWrite);
-        let worktree = self.many.worktree || file.worktree == Some(true);
-        let worktree_base = worktree_base(&self.many, file.worktree_base.clone(), worktree, from)?;
-        if sandbox == SandboxMode::WorkspaceWrite && !worktree {
-            // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
-            // `/proc/PID` of a coder that has ended by the time the user reads it).
-            check_workspace_writable(&cd, &flag, read_only).map_err(ArgError::Invalid)?;
-        }
-        if let Some(path) = &self.transcript {
-            refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
-        }
+        let (sandbox, worktree) = self.confinement(&file, &cd)?;
 
         Ok(RunRequest {
             prompt: prompt.into(),
@@ -811,18 +786,64 @@ impl RunArgs {
             run_id: self.run_id.map(|id| parse_run_id(&id)).transpose()?,
             max_turns: limits.max_turns,
             checks,
-            worktree: worktree.then(|| WorktreeAsk {
-                base: worktree_base,
-                from,
-                by_flag: self.many.worktree,
-                base_by_flag: self.many.worktree_base.is_some(),
-            }),
+            worktree,
             task_title,
             targets,
             store: self.store,
             plan,
             allow_questions,
         })
+    }
+
+    /// The workspace as given (`--cd`, else the request's `cd`) and as checked (it exists,
+    /// is a directory, is no place coder refuses); a `--transcript` inside it is refused.
+    fn workspace(&self, file: &RequestFile) -> Result<(PathBuf, PathBuf), ArgError> {
+        let (flag, _) = self.workspace_names();
+        let cd = self.cd.clone().or_else(|| file.cd.clone()).ok_or_else(|| {
+            ArgError::Invalid(
+                "--cd is required: pass the workspace directory the agent should work in, e.g. --cd ./my-repo"
+                    .into(),
+            )
+        })?;
+        let workspace = check_workspace(&cd, &flag)?;
+        if let Some(path) = &self.transcript {
+            crate::journal::transcript::check_location(path, &workspace)
+                .map_err(ArgError::Invalid)?;
+        }
+        Ok((cd, workspace))
+    }
+
+    /// The sandbox mode and the worktree asked for, by flag or by the request: a
+    /// `workspace-write` run in place needs a writable workspace (`cd`), and a
+    /// `--transcript` the agent could write is refused.
+    fn confinement(
+        &self,
+        file: &RequestFile,
+        cd: &Path,
+    ) -> Result<(SandboxMode, Option<WorktreeAsk>), ArgError> {
+        let from = self.request_from;
+        let sandbox = self
+            .sandbox
+            .or(file.sandbox)
+            .unwrap_or(SandboxMode::WorkspaceWrite);
+        let worktree = self.many.worktree || file.worktree == Some(true);
+        let base = worktree_base(&self.many, file.worktree_base.clone(), worktree, from)?;
+        if sandbox == SandboxMode::WorkspaceWrite && !worktree {
+            // Named as given, as the other checks of `--cd` do (`/proc/self`, not the
+            // `/proc/PID` of a coder that has ended by the time the user reads it).
+            let (flag, read_only) = self.workspace_names();
+            check_workspace_writable(cd, &flag, read_only).map_err(ArgError::Invalid)?;
+        }
+        if let Some(path) = &self.transcript {
+            refuse_in_agent_grant(path, sandbox, &self.sandbox_args)?;
+        }
+        let worktree = worktree.then(|| WorktreeAsk {
+            base,
+            from,
+            by_flag: self.many.worktree,
+            base_by_flag: self.many.worktree_base.is_some(),
+        });
+        Ok((sandbox, worktree))
     }
 
     /// The `--request` file (`-` reads it from stdin: then `true`), or none; an empty
