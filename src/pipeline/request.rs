@@ -1177,45 +1177,7 @@ fn read_request_file(
     from: RequestFrom,
     stdin: &mut dyn Read,
 ) -> Result<RequestFile, ArgError> {
-    // Room for the longest prompt the CLI takes, escaped, and the other fields; an endless
-    // source (`--request /dev/zero`, a pipe that never ends) is refused at this size.
-    const MAX_REQUEST_BYTES: u64 = 64 * 1024 * 1024;
-    let read = |input: &mut dyn Read| -> std::io::Result<String> {
-        let mut text = String::new();
-        input
-            .take(MAX_REQUEST_BYTES + 1)
-            .read_to_string(&mut text)?;
-        if text.len() as u64 > MAX_REQUEST_BYTES {
-            return Err(std::io::Error::other(
-                "larger than 64 MiB (a --request JSON holds a prompt of at most 10 MiB)",
-            ));
-        }
-        Ok(text)
-    };
-    let (text, name) = if path.as_os_str() == "-" {
-        let text = read(stdin).map_err(|e| {
-            ArgError::Invalid(format!("cannot read the --request JSON from stdin: {e}"))
-        })?;
-        (text, "stdin".to_owned())
-    } else {
-        let text = std::fs::File::open(path)
-            .and_then(|mut file| read(&mut file))
-            .map_err(|e| {
-                let why = match e.kind() {
-                    std::io::ErrorKind::NotFound => "no such file".to_owned(),
-                    std::io::ErrorKind::IsADirectory => {
-                        "it is a directory; name the JSON file (or - for stdin)".to_owned()
-                    }
-                    std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-                    _ => e.to_string(),
-                };
-                ArgError::Invalid(format!(
-                    "cannot read --request file {}: {why}",
-                    path.display()
-                ))
-            })?;
-        (text, path.display().to_string())
-    };
+    let (text, name) = request_text(path, stdin)?;
     const FIELDS: &str = "PROMPT, cd, sandbox, SESSION_ID, return_all_messages, \
                           return_metrics, timeout, max_duration, max_retries, log_metrics";
     let value: serde_json::Value = crate::text::json::parse_strict(&text).map_err(|e| {
@@ -1259,6 +1221,49 @@ fn read_request_file(
         true => file,
         false => file.relative_to(path.parent().unwrap_or(Path::new(""))),
     })
+}
+
+/// The `--request` JSON's text (from stdin for `-`) and its name for messages, refused past
+/// 64 MiB.
+fn request_text(path: &Path, stdin: &mut dyn Read) -> Result<(String, String), ArgError> {
+    // Room for the longest prompt the CLI takes, escaped, and the other fields; an endless
+    // source (`--request /dev/zero`, a pipe that never ends) is refused at this size.
+    const MAX_REQUEST_BYTES: u64 = 64 * 1024 * 1024;
+    let read = |input: &mut dyn Read| -> std::io::Result<String> {
+        let mut text = String::new();
+        input
+            .take(MAX_REQUEST_BYTES + 1)
+            .read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_REQUEST_BYTES {
+            return Err(std::io::Error::other(
+                "larger than 64 MiB (a --request JSON holds a prompt of at most 10 MiB)",
+            ));
+        }
+        Ok(text)
+    };
+    if path.as_os_str() == "-" {
+        let text = read(stdin).map_err(|e| {
+            ArgError::Invalid(format!("cannot read the --request JSON from stdin: {e}"))
+        })?;
+        return Ok((text, "stdin".to_owned()));
+    }
+    let text = std::fs::File::open(path)
+        .and_then(|mut file| read(&mut file))
+        .map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".to_owned(),
+                std::io::ErrorKind::IsADirectory => {
+                    "it is a directory; name the JSON file (or - for stdin)".to_owned()
+                }
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                _ => e.to_string(),
+            };
+            ArgError::Invalid(format!(
+                "cannot read --request file {}: {why}",
+                path.display()
+            ))
+        })?;
+    Ok((text, path.display().to_string()))
 }
 
 /// What a `--request` field must hold, for messages that name the field and what it takes.
