@@ -144,18 +144,6 @@ fn a_chain_longer_than_the_scan_holds_is_a_config_error_of_the_run() {
     }
 }
 
-/// Adds to `broken` what is wrong with one run that printed `out` and exited `rc`: in
-/// the `guarded` case (the variable set, or confined) `key` must not show; in the control
-/// the run must succeed and show it.
-fn judge(broken: &mut Vec<String>, who: &str, guarded: bool, (rc, out): (i32, &str), key: &str) {
-    let served = rc == 0 && out.contains(key);
-    if guarded && out.contains(key) {
-        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-    } else if !guarded && !served {
-        broken.push(format!("{who}: control: {out}"));
-    }
-}
-
 /// `AWS_SHARED_CREDENTIALS_FILE` relative (a `.env` file's, read by botocore against the
 /// working directory of the process): `vault/aws-creds` from the home directory, and
 /// `home/vault/aws-creds` from coder's own working directory; round twenty-five counted
@@ -181,7 +169,7 @@ fn a_grant_holding_a_relocated_key_named_by_a_relative_value_is_refused() {
                 }
                 let (rc, out) = run_text(&mut cmd);
                 let who = format!("{value}: nobody={nobody} set={set}");
-                judge(&mut broken, &who, set, (rc, &out), "AWS-SECRET");
+                sandbox_fixture::judge_key(&mut broken, &who, set, (rc, &out), "AWS-SECRET");
             }
         }
     }
@@ -283,26 +271,12 @@ const RELOCATED: &[(&str, &str, &str)] = &[
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_grant_holding_another_tools_relocated_key_is_refused() {
-    let mut broken = Vec::new();
-    for nobody in sandbox_fixture::arms() {
-        for (var, value, key) in RELOCATED {
-            for set in [true, false] {
-                let fx = Fixture::new("coder-round26-reloc-", nobody, &["ws", "home", "state"]);
-                let vault = fx.root().join("vault");
-                sandbox_fixture::write(&vault.join(key), "KEY-SECRET\n");
-                fx.own(fx.root());
-                let script = format!("cat '{}/{key}'; echo SERVED", vault.display());
-                let mut cmd =
-                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
-                if set {
-                    cmd.env(var, vault.join(value));
-                }
-                let (rc, out) = run_text(&mut cmd);
-                let who = format!("nobody={nobody} {var}={value} set={set}");
-                judge(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
-            }
-        }
-    }
+    let broken = sandbox_fixture::relocated_key_grants(
+        "coder-round26-reloc-",
+        "vault",
+        RELOCATED,
+        "KEY-SECRET",
+    );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
@@ -328,7 +302,7 @@ fn the_sudo_users_keys_are_not_granted() {
             }
             let (rc, out) = run_text(&mut cmd);
             let who = format!("nobody={nobody} set={set}");
-            judge(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
+            sandbox_fixture::judge_key(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));

@@ -217,18 +217,6 @@ const CLAUDE_LOGINS: &[(&str, &str, &str)] = &[
     ("CLAUDE_CODE_HOST_CREDS_FILE", "creds.json", "creds.json"),
 ];
 
-/// Adds to `broken` what is wrong with one run that printed `out` and exited `rc`: in
-/// the `guarded` case (the variable set) `key` must not show; in the control the run must
-/// succeed and show it.
-fn judge(broken: &mut Vec<String>, who: &str, guarded: bool, (rc, out): (i32, &str), key: &str) {
-    let served = rc == 0 && out.contains(key);
-    if guarded && out.contains(key) {
-        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-    } else if !guarded && !served {
-        broken.push(format!("{who}: control: {out}"));
-    }
-}
-
 /// `--read vault` where one of [`CLAUDE_LOGINS`]'s variables puts the user's Claude login
 /// (a second Claude Code profile, `CLAUDE_CONFIG_DIR=~/.claude-work`): the home's
 /// `~/.claude/.credentials.json` has been never visible since round twenty-six, the
@@ -236,26 +224,12 @@ fn judge(broken: &mut Vec<String>, who: &str, guarded: bool, (rc, out): (i32, &s
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_claude_login_a_variable_moves_is_not_granted() {
-    let mut broken = Vec::new();
-    for nobody in sandbox_fixture::arms() {
-        for (var, value, key) in CLAUDE_LOGINS {
-            for set in [true, false] {
-                let fx = Fixture::new("coder-round27-login-", nobody, &["ws", "home", "state"]);
-                let vault = fx.root().join("home/claude-work");
-                sandbox_fixture::write(&vault.join(key), "LOGIN-SECRET\n");
-                fx.own(fx.root());
-                let script = format!("cat '{}/{key}'; echo SERVED", vault.display());
-                let mut cmd =
-                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
-                if set {
-                    cmd.env(var, vault.join(value));
-                }
-                let (rc, out) = run_text(&mut cmd);
-                let who = format!("nobody={nobody} {var} set={set}");
-                judge(&mut broken, &who, set, (rc, &out), "LOGIN-SECRET");
-            }
-        }
-    }
+    let broken = sandbox_fixture::relocated_key_grants(
+        "coder-round27-login-",
+        "home/claude-work",
+        CLAUDE_LOGINS,
+        "LOGIN-SECRET",
+    );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
@@ -497,7 +471,7 @@ fn the_doas_users_keys_are_not_granted() {
                 }
                 let (rc, out) = run_text(&mut cmd);
                 let who = format!("nobody={nobody} {flag} {path} set={set}");
-                judge(&mut broken, &who, set, (rc, &out), secret);
+                sandbox_fixture::judge_key(&mut broken, &who, set, (rc, &out), secret);
             }
         }
     }

@@ -873,12 +873,57 @@ pub fn home_key_grants(prefix: &str, keys: &[(&str, &str)]) -> Vec<String> {
                 }
                 let (rc, out) = fx.sandbox(&args, &script);
                 let who = format!("nobody={nobody} ~/{dir}/{key} confined={confined}");
-                let served = rc == 0 && out.contains("KEY-SECRET");
-                if confined && out.contains("KEY-SECRET") {
-                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                } else if !confined && !served {
-                    broken.push(format!("{who}: control: {out}"));
+                judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+            }
+        }
+    }
+    broken
+}
+
+/// One run of a key attack judged: `guarded`, the key `secret` must not show; unguarded
+/// (the control), the run must succeed and show it. What went wrong goes to `broken`.
+pub fn judge_key(
+    broken: &mut Vec<String>,
+    who: &str,
+    guarded: bool,
+    (rc, out): (i32, &str),
+    secret: &str,
+) {
+    let served = rc == 0 && out.contains(secret);
+    if guarded && out.contains(secret) {
+        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+    } else if !guarded && !served {
+        broken.push(format!("{who}: control: {out}"));
+    }
+}
+
+/// `--read VAULT` (`vault`, relative to the fixture's root) holding a key where a variable
+/// moves another tool's key (each `(VAR, value relative to the vault, key file)`): with
+/// the variable set the key must not show; without it (the control) the grant is served.
+/// Both arms; what went wrong, one line each. `prefix` names the fixtures.
+pub fn relocated_key_grants(
+    prefix: &str,
+    vault: &str,
+    keys: &[(&str, &str, &str)],
+    secret: &str,
+) -> Vec<String> {
+    let mut broken = Vec::new();
+    for nobody in arms() {
+        for (var, value, key) in keys {
+            for set in [true, false] {
+                let fx = Fixture::new(prefix, nobody, &["ws", "home", "state"]);
+                let vault = fx.root().join(vault);
+                write(&vault.join(key), &format!("{secret}\n"));
+                fx.own(fx.root());
+                let script = format!("cat '{}/{key}'; echo SERVED", vault.display());
+                let mut cmd =
+                    fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+                if set {
+                    cmd.env(var, vault.join(value));
                 }
+                let (rc, out) = run_text(&mut cmd);
+                let who = format!("nobody={nobody} {var}={value} set={set}");
+                judge_key(&mut broken, &who, set, (rc, &out), secret);
             }
         }
     }
