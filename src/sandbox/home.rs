@@ -388,16 +388,24 @@ pub(crate) fn account_home() -> Option<PathBuf> {
 /// twice a run: about 1 ms on the run's path each time, round twenty-eight).
 pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
     let base = std::fs::canonicalize(home).ok();
-    let mut places: Vec<PathBuf> = NEVER_VISIBLE
+    let resolved: Vec<(PathBuf, bool)> = NEVER_VISIBLE
         .iter()
         .map(|rel| {
             base.as_deref()
                 .and_then(|base| resolve_beneath(base, Path::new(rel)))
-                .unwrap_or_else(|| resolve_leniently(&home.join(rel), 0))
+                .unwrap_or_else(|| (resolve_leniently(&home.join(rel), 0), true))
         })
-        .chain(relocated_unresolved().map(|path| resolve_leniently(&path, 0)))
+        .chain(relocated_unresolved().map(|path| (resolve_leniently(&path, 0), true)))
         .collect();
-    let linked = symlinked_from(&places, home);
+    // Where a name was found missing there is nothing to list (an `opendir` a place,
+    // most of them missing, twice a run).
+    let there: Vec<PathBuf> = resolved
+        .iter()
+        .filter(|(_, there)| *there)
+        .map(|(place, _)| place.clone())
+        .collect();
+    let linked = symlinked_from(&there, home);
+    let mut places: Vec<PathBuf> = resolved.into_iter().map(|(place, _)| place).collect();
     places.extend(linked);
     places
 }
@@ -713,9 +721,10 @@ fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
 /// with one `readlink` a name: where a name is there and no symlink, the path so far is
 /// still canonical; where it is missing (or cannot be looked up: a file, a directory
 /// without search permission), nothing beneath it is there either, and the rest is
-/// joined as it is, as [`resolve_leniently`] does. `None` where a name is a symlink or
-/// `rel` holds anything but plain names: the caller resolves the whole path then.
-fn resolve_beneath(base: &Path, rel: &Path) -> Option<PathBuf> {
+/// joined as it is, as [`resolve_leniently`] does, and the path is said not to be there
+/// (`false`). `None` where a name is a symlink or `rel` holds anything but plain names:
+/// the caller resolves the whole path then.
+fn resolve_beneath(base: &Path, rel: &Path) -> Option<(PathBuf, bool)> {
     use std::path::Component;
     let mut here = base.to_path_buf();
     let mut names = rel.components();
@@ -735,11 +744,11 @@ fn resolve_beneath(base: &Path, rel: &Path) -> Option<PathBuf> {
                     };
                     here.push(name);
                 }
-                return Some(here);
+                return Some((here, false));
             }
         }
     }
-    Some(here)
+    Some((here, true))
 }
 
 /// An absolute path a non-empty variable of this process's environment names.
@@ -798,18 +807,19 @@ mod tests {
         std::fs::create_dir_all(home.join(".docker")).unwrap();
         let linked_home = dir.path().join("linked-home");
         symlink(&home, &linked_home).unwrap();
+        std::fs::write(elsewhere.join("files/key"), "k").unwrap();
+        symlink("../../elsewhere/files/key", home.join(".ssh/id_linked")).unwrap();
+        symlink(elsewhere.join("files"), home.join(".docker/linked-dir")).unwrap();
         for home in [&home, &linked_home] {
-            let whole: Vec<PathBuf> = NEVER_VISIBLE
+            let mut whole: Vec<PathBuf> = NEVER_VISIBLE
                 .iter()
-                .map(|rel| resolve_leniently(&home.join(rel), 0))
+                .map(|rel| home.join(rel))
+                .chain(relocated_unresolved())
+                .map(|path| resolve_leniently(&path, 0))
                 .collect();
-            let places = never_visible_places(home);
-            assert_eq!(
-                &places[..NEVER_VISIBLE.len()],
-                &whole[..],
-                "{}",
-                home.display()
-            );
+            let linked = symlinked_from(&whole, home);
+            whole.extend(linked);
+            assert_eq!(never_visible_places(home), whole, "{}", home.display());
         }
         let canonical = std::fs::canonicalize(&home).unwrap();
         let places = never_visible_places(&home);
@@ -821,6 +831,9 @@ mod tests {
         );
         assert_eq!(at(".aws"), PathBuf::from("/nonexistent-coder-test/aws"));
         assert_eq!(at(".gnupg"), canonical.join(".gnupg"));
+        // The symlinks inside the keys that are there are followed.
+        let key = std::fs::canonicalize(elsewhere.join("files/key")).unwrap();
+        assert!(places.contains(&key), "{places:?}");
     }
 
     #[test]
