@@ -381,14 +381,31 @@ pub(crate) fn account_home() -> Option<PathBuf> {
 /// (the policy's `touches_never_visible` and `home_mounted_beneath`): each resolution canonicalizes
 /// every entry (glibc's `realpath`, a `readlink` per component: about ten system calls
 /// an entry, some 250 µs a list here), and the two checks resolved it each.
+///
+/// The entries are resolved from the home directory's canonical path one name at a time
+/// ([`resolve_beneath`]): a `realpath` of each entry, and of each missing entry's parent
+/// again, read every ancestor's link anew (some 700 `readlink`s a home, two homes a run,
+/// twice a run: about 1 ms on the run's path each time, round twenty-eight).
 pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
-    let mut places: Vec<PathBuf> = NEVER_VISIBLE
+    let base = std::fs::canonicalize(home).ok();
+    let resolved: Vec<(PathBuf, bool)> = NEVER_VISIBLE
         .iter()
-        .map(|rel| home.join(rel))
-        .chain(relocated_unresolved())
-        .map(|path| resolve_leniently(&path, 0))
+        .map(|rel| {
+            base.as_deref()
+                .and_then(|base| resolve_beneath(base, Path::new(rel)))
+                .unwrap_or_else(|| (resolve_leniently(&home.join(rel), 0), true))
+        })
+        .chain(relocated_unresolved().map(|path| (resolve_leniently(&path, 0), true)))
         .collect();
-    let linked = symlinked_from(&places, home);
+    // Where a name was found missing there is nothing to list (an `opendir` a place,
+    // most of them missing, twice a run).
+    let there: Vec<PathBuf> = resolved
+        .iter()
+        .filter(|(_, there)| *there)
+        .map(|(place, _)| place.clone())
+        .collect();
+    let linked = symlinked_from(&there, home);
+    let mut places: Vec<PathBuf> = resolved.into_iter().map(|(place, _)| place).collect();
     places.extend(linked);
     places
 }
@@ -700,6 +717,40 @@ fn resolve_leniently(path: &Path, hops: u32) -> PathBuf {
     }
 }
 
+/// `base` (canonical) joined with `rel`, resolved as [`resolve_leniently`] resolves it,
+/// with one `readlink` a name: where a name is there and no symlink, the path so far is
+/// still canonical; where it is missing (or cannot be looked up: a file, a directory
+/// without search permission), nothing beneath it is there either, and the rest is
+/// joined as it is, as [`resolve_leniently`] does, and the path is said not to be there
+/// (`false`). `None` where a name is a symlink or `rel` holds anything but plain names:
+/// the caller resolves the whole path then.
+fn resolve_beneath(base: &Path, rel: &Path) -> Option<(PathBuf, bool)> {
+    use std::path::Component;
+    let mut here = base.to_path_buf();
+    let mut names = rel.components();
+    while let Some(component) = names.next() {
+        let Component::Normal(name) = component else {
+            return None;
+        };
+        here.push(name);
+        match std::fs::read_link(&here) {
+            Ok(_) => return None,
+            // There, and not a symlink.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(_) => {
+                for component in names {
+                    let Component::Normal(name) = component else {
+                        return None;
+                    };
+                    here.push(name);
+                }
+                return Some((here, false));
+            }
+        }
+    }
+    Some((here, true))
+}
+
 /// An absolute path a non-empty variable of this process's environment names.
 pub(super) fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
@@ -723,6 +774,66 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Resolved name by name from the canonical home ([`resolve_beneath`]), every entry
+    /// is where a `realpath` of the whole path puts it ([`resolve_leniently`], what
+    /// [`never_visible_places`] did before round twenty-eight): a relative symlink with
+    /// `..`, a dangling one, a loop, a file where a directory would be, a symlinked file
+    /// in a directory that is there, entries missing at every depth; from the home's own
+    /// path and from a symlink to it.
+    #[test]
+    fn never_visible_places_are_where_a_whole_path_resolution_puts_them() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/authorized_keys"), "k").unwrap();
+        std::fs::create_dir_all(elsewhere.join("cfg/gh")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("files")).unwrap();
+        std::fs::write(elsewhere.join("files/settings.xml"), "s").unwrap();
+        symlink("../elsewhere/cfg", home.join(".config")).unwrap();
+        symlink("/nonexistent-coder-test/aws", home.join(".aws")).unwrap();
+        symlink(".kube", home.join(".kube")).unwrap();
+        std::fs::write(home.join(".local"), "a file").unwrap();
+        std::fs::create_dir_all(home.join(".m2")).unwrap();
+        symlink(
+            elsewhere.join("files/settings.xml"),
+            home.join(".m2/settings.xml"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(home.join(".gradle")).unwrap();
+        std::fs::create_dir_all(home.join(".docker")).unwrap();
+        let linked_home = dir.path().join("linked-home");
+        symlink(&home, &linked_home).unwrap();
+        std::fs::write(elsewhere.join("files/key"), "k").unwrap();
+        symlink("../../elsewhere/files/key", home.join(".ssh/id_linked")).unwrap();
+        symlink(elsewhere.join("files"), home.join(".docker/linked-dir")).unwrap();
+        for home in [&home, &linked_home] {
+            let mut whole: Vec<PathBuf> = NEVER_VISIBLE
+                .iter()
+                .map(|rel| home.join(rel))
+                .chain(relocated_unresolved())
+                .map(|path| resolve_leniently(&path, 0))
+                .collect();
+            let linked = symlinked_from(&whole, home);
+            whole.extend(linked);
+            assert_eq!(never_visible_places(home), whole, "{}", home.display());
+        }
+        let canonical = std::fs::canonicalize(&home).unwrap();
+        let places = never_visible_places(&home);
+        let at = |rel: &str| places[NEVER_VISIBLE.iter().position(|n| *n == rel).unwrap()].clone();
+        assert_eq!(at(".ssh"), canonical.join(".ssh"));
+        assert_eq!(
+            at(".config/gh"),
+            std::fs::canonicalize(elsewhere.join("cfg/gh")).unwrap()
+        );
+        assert_eq!(at(".aws"), PathBuf::from("/nonexistent-coder-test/aws"));
+        assert_eq!(at(".gnupg"), canonical.join(".gnupg"));
+        // The symlinks inside the keys that are there are followed.
+        let key = std::fs::canonicalize(elsewhere.join("files/key")).unwrap();
+        assert!(places.contains(&key), "{places:?}");
     }
 
     #[test]

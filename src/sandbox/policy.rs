@@ -741,6 +741,7 @@ impl Policy {
     /// Resolve `opts` into a policy. Creates this run's private directory and the Claude
     /// config directory; reads the workspace to find what must be masked.
     pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
+        let deny = DenyGlobs::begin(opts);
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
         // Every home's never-visible places, resolved once for the run's checks.
         let keys = home::KeyPlaces::of(
@@ -856,7 +857,7 @@ impl Policy {
         crate::phases::mark("scan.start");
         let mut created = Vec::new();
         let found = scan_workspace(
-            opts,
+            (opts, deny),
             (&ws_dir, &keys),
             &scanned,
             listings.as_deref(),
@@ -1222,18 +1223,52 @@ impl Drop for MadeRunDir {
     }
 }
 
+/// The deny globs ([`PolicyOptions::deny_globs`]) compiled on a thread of their own, begun
+/// with the policy: building their regular expressions took some 0.3 ms of the run's path
+/// (`globset`'s `regex_set`, round twenty-eight's profile), and the policy's checks before
+/// the scan (the run's directories, the grants, the coder-directory checks) take longer
+/// than that beside it. The same globs, compiled the same way; an error is reported where
+/// it was (the scan), and a thread that cannot be had, or that panicked, leaves the
+/// compiling to the scan as before.
+struct DenyGlobs(Option<std::thread::JoinHandle<Result<globset::GlobSet, SandboxError>>>);
+
+impl DenyGlobs {
+    /// Starts compiling `opts`' deny globs, for a confined run (no other run scans).
+    fn begin(opts: &PolicyOptions) -> DenyGlobs {
+        if !opts.mode.is_confined() {
+            return DenyGlobs(None);
+        }
+        let globs = opts.deny_globs.clone();
+        let compile = move || scan::compile_globs(super::GlobList::Deny, &globs);
+        DenyGlobs(
+            std::thread::Builder::new()
+                .name("coder-globs".into())
+                .spawn(compile)
+                .ok(),
+        )
+    }
+
+    /// The compiled set (waiting for the thread), or compiled now.
+    fn finish(self, opts: &PolicyOptions) -> Result<globset::GlobSet, SandboxError> {
+        match self.0.map(std::thread::JoinHandle::join) {
+            Some(Ok(compiled)) => compiled,
+            _ => scan::compile_globs(super::GlobList::Deny, &opts.deny_globs),
+        }
+    }
+}
+
 /// Scan the workspace (from its descriptor) and the extra roots: secrets, protected names,
 /// git dirs. Also the writable trees whose protected names the scan held, with their globs
 /// (for the end-of-run guard, [`super::gitguard::ToolGuard`]).
 fn scan_workspace(
-    opts: &PolicyOptions,
+    (opts, deny): (&PolicyOptions, DenyGlobs),
     (ws_dir, keys): (&WorkspaceDir, &home::KeyPlaces),
     extra: &[(PathBuf, bool)],
     listings: Option<&Path>,
     created: &mut Vec<Placeholder>,
 ) -> Result<(scan::ScanOutput, Vec<super::gitguard::ToolTree>), SandboxError> {
     let writable = opts.mode == Mode::WorkspaceWrite;
-    let deny = scan::compile_globs(super::GlobList::Deny, &opts.deny_globs)?;
+    let deny = deny.finish(opts)?;
     let mut protect_globs = opts.protect_globs.clone();
     if writable {
         protect_globs.extend(users_hooks_globs(&ws_dir.path));
@@ -1723,21 +1758,24 @@ impl Grants {
     /// (dev, ino): a bind mount is another path to the same directory, and a grant holds
     /// whichever path named it.
     fn writes_into(&self, dir: &Path) -> bool {
-        self.root_into(dir, Access::Write, &MountTable::read(), |_| false)
+        let mounts = MountTable::read();
+        let facts = PathFacts::new(&mounts);
+        self.root_into(dir, Access::Write, &facts, |_| false)
             .is_some()
     }
 
     /// The first grant of at least `at_least` that reaches into `dir` (as
-    /// [`Grants::writes_into`]), leaving out those for which `except` holds; `mounts` places
+    /// [`Grants::writes_into`]), leaving out those for which `except` holds; `facts` places
     /// paths in their file systems.
     fn root_into(
         &self,
         dir: &Path,
         at_least: Access,
-        mounts: &MountTable,
+        facts: &PathFacts<'_>,
         except: impl Fn(&Path) -> bool,
     ) -> Option<&Path> {
-        let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let id = |p: &Path| facts.id(p);
+        let mounts = facts.mounts;
         let ancestors: BTreeSet<(u64, u64)> = dir.ancestors().filter_map(id).collect();
         let dir_id = id(dir);
         let dir_place = mounts.place(dir);
@@ -1755,7 +1793,7 @@ impl Grants {
                     // same place in the same file system under another path.
                     || dir_place
                         .as_ref()
-                        .zip(mounts.place(root))
+                        .zip(facts.place(root))
                         .is_some_and(|(dir, root)| root.overlaps(dir))
                     // A mount beneath the grant that shows `dir` (or a directory holding
                     // it): the sandbox mounts a grant with its submounts.
@@ -1777,11 +1815,50 @@ impl Grants {
     }
 }
 
+/// What [`Grants::root_into`] looks up of a path ((dev, ino) and its [`FsPlace`]), kept
+/// for one check of every coder directory against every grant: the same grants and their
+/// ancestors were looked up again for each directory and each reach, some 1,000 `statx`
+/// a run on the run's path (round twenty-eight). The answers are those of one moment, as
+/// before (the checks ran within a millisecond); nothing the agent runs exists yet.
+struct PathFacts<'a> {
+    mounts: &'a MountTable,
+    ids: std::cell::RefCell<BTreeMap<PathBuf, Option<(u64, u64)>>>,
+    places: std::cell::RefCell<BTreeMap<PathBuf, Option<FsPlace>>>,
+}
+
+impl<'a> PathFacts<'a> {
+    fn new(mounts: &'a MountTable) -> PathFacts<'a> {
+        PathFacts {
+            mounts,
+            ids: std::cell::RefCell::default(),
+            places: std::cell::RefCell::default(),
+        }
+    }
+
+    /// `path`'s (dev, ino), following symlinks; `None` where it cannot be had.
+    fn id(&self, path: &Path) -> Option<(u64, u64)> {
+        *self
+            .ids
+            .borrow_mut()
+            .entry(path.to_path_buf())
+            .or_insert_with(|| fs::metadata(path).ok().map(|m| (m.dev(), m.ino())))
+    }
+
+    /// `path`'s place in its file system ([`MountTable::place`]).
+    fn place(&self, path: &Path) -> Option<FsPlace> {
+        self.places
+            .borrow_mut()
+            .entry(path.to_path_buf())
+            .or_insert_with(|| self.mounts.place(path))
+            .clone()
+    }
+}
+
 /// Where a path lies in its file system whatever mount shows it: the file system's device
 /// (`major:minor` in `/proc/self/mountinfo`) and the path from that file system's root. A
 /// bind mount shows the directory it was made of, so a path through it has the same place
 /// as the directory's own path.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct FsPlace {
     device: String,
     path: PathBuf,
@@ -2031,6 +2108,11 @@ fn touches_never_visible(canonical: &Path, places: &[PathBuf]) -> bool {
 /// `places` are [`never_visible_places`] of `home`.
 fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bool {
     let mounts = MountTable::read();
+    // Most workspaces have no mount beneath them: then no place is looked up (a `statx`
+    // for each of some 70 entries, twice a run; round twenty-eight).
+    if mounts.beneath(canonical).next().is_none() {
+        return false;
+    }
     let Some(home_place) = mounts.place(home) else {
         return false;
     };
@@ -2113,7 +2195,8 @@ fn refuse_reachable_coder_state(
                 .map(|d| (d.as_path(), scratch_role(d, own.state))),
         )
         .collect();
-    refuse_coder_dirs_reached(grants, Reach::Write, &mounts, own, &coder_dirs)?;
+    let facts = PathFacts::new(&mounts);
+    refuse_coder_dirs_reached(grants, Reach::Write, &facts, own, &coder_dirs)?;
     let mut user_reads = Grants::default();
     for path in extra_read {
         user_reads.add(path, Access::Read)?;
@@ -2124,13 +2207,7 @@ fn refuse_reachable_coder_state(
             default_reads.roots.insert(path.clone(), *grant);
         }
     }
-    refuse_coder_dirs_reached(
-        &default_reads,
-        Reach::DefaultRead,
-        &mounts,
-        own,
-        &coder_dirs,
-    )?;
+    refuse_coder_dirs_reached(&default_reads, Reach::DefaultRead, &facts, own, &coder_dirs)?;
     let cli_runs: Vec<PathBuf> = scratch.iter().map(|d| d.join(CLI_RUNS_DIR)).collect();
     let worktrees = own.state.join(WORKTREES_DIR);
     let lock_dirs: Vec<(&Path, CoderDir)> = [lease_dir.as_path(), &worktrees]
@@ -2144,7 +2221,7 @@ fn refuse_reachable_coder_state(
         )
         .filter(|(d, _)| d.exists())
         .collect();
-    refuse_coder_dirs_reached(&user_reads, Reach::UserRead, &mounts, own, &lock_dirs)
+    refuse_coder_dirs_reached(&user_reads, Reach::UserRead, &facts, own, &lock_dirs)
 }
 
 /// Which grants [`refuse_coder_dirs_reached`] checks, which says why they may not reach
@@ -2164,7 +2241,7 @@ enum Reach {
 fn refuse_coder_dirs_reached(
     grants: &Grants,
     reach: Reach,
-    mounts: &MountTable,
+    facts: &PathFacts<'_>,
     own: OwnDirs<'_>,
     coder_dirs: &[(&Path, CoderDir)],
 ) -> Result<(), SandboxError> {
@@ -2188,7 +2265,7 @@ fn refuse_coder_dirs_reached(
             Reach::Write => Access::Write,
             Reach::UserRead | Reach::DefaultRead => Access::Read,
         };
-        let Some(grant) = grants.root_into(&canonical, at_least, mounts, is_own) else {
+        let Some(grant) = grants.root_into(&canonical, at_least, facts, is_own) else {
             continue;
         };
         let reason = if reach == Reach::DefaultRead {
