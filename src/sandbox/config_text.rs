@@ -1331,16 +1331,23 @@ fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> 
     found
 }
 
-/// The module of python's `-m MOD` (or `-mMOD`) when `program` is a python.
+/// The module of python's `-m MOD` (or `-mMOD`, or `m` ending a cluster of python's
+/// options that take no value: `-um MOD`, `-Bm MOD`) when `program` is a python. Round
+/// twenty-eight's review: `python3 -um tools.strip` left `tools/strip.py` the agent's.
 fn python_module<'a>(
     program: &[u8],
     word: &[u8],
     words: &mut impl Iterator<Item = &'a Vec<u8>>,
 ) -> Option<Vec<u8>> {
+    const FLAGS: &[u8] = b"bBdEiIOPqRsSuvx";
     if interpreter(program) != Some(&PYTHON) {
         return None;
     }
-    match word.strip_prefix(b"-m")? {
+    let cluster = word
+        .strip_prefix(b"-")
+        .filter(|_| !word.starts_with(b"--"))?;
+    let at = cluster.iter().position(|b| !FLAGS.contains(b))?;
+    match cluster[at..].strip_prefix(b"m")? {
         b"" => words.next().cloned(),
         attached => Some(attached.to_vec()),
     }
@@ -1489,6 +1496,42 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     script_run_words(script, NESTED_LINES, &mut found);
+    found
+}
+
+/// Every word of a shell script's lines that may name a file, read as the line of a
+/// config's command is read ([`line_words`]: quoted lines within, `=` values, words after
+/// `cd DIR` or `-C DIR` read there too), with where the shell reads it from. Round
+/// twenty-eight's review found a held script's file run by spellings the run words
+/// ([`run_words`]) do not follow, one program or syntax at a time (`bash -lc 'sh
+/// tools/x.sh'`, `sh -c '. tools/x.sh'`, `xargs sh tools/x.sh`, `strace -o LOG sh …`,
+/// `setarch`, `sg -c`, `unshare`, `watch`, `coproc`, `trap '…' EXIT`, a `case` arm,
+/// backquotes, `eval '…'`, a function of the script's own that runs `"$@"`,
+/// `NODE_OPTIONS='--require ./tools/hook.js'`, `env -C scripts sh x.sh`, `tclsh`): the
+/// scan holds each of these words that names a script of the tree when the run starts,
+/// whatever the program around it ([`super::scan`]'s `looks_like_a_script`).
+/// Not an absolute word (a system file: `/usr/bin/time`), and nothing of a binary file (a
+/// NUL in it: an executable's strings are no shell words, and reading its long lines as
+/// words took minutes). Each line read apart, the words kept once by a set, so the
+/// reading stays linear in the script's size.
+pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    if script.contains(&0) {
+        return Vec::new();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for line in script_lines(script) {
+        let mut words = Vec::new();
+        line_words(&line, NESTED_LINES, &mut words);
+        for word in words.into_iter().filter(|w| !w.whole_dir) {
+            if let Some(entry) = based(&word.word)
+                && !entry.0.starts_with(b"/")
+                && seen.insert(entry.clone())
+            {
+                found.push(entry);
+            }
+        }
+    }
     found
 }
 
@@ -2222,7 +2265,7 @@ fn based(word: &[u8]) -> Option<(Vec<u8>, SourceBase)> {
 }
 
 /// Where the shell reads a sourced file's word from ([`sourced_words`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum SourceBase {
     /// The directory the script runs in (git's: the top of the work tree).
     WorkingDir,
@@ -2577,6 +2620,51 @@ mod tests {
         assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
         assert_eq!(words("node -e 1"), Vec::<String>::new());
         assert_eq!(words("node x.js"), ["x.js"]);
+        // Round twenty-eight's review: `m` ending a cluster of flags.
+        has("python3 -um tools.strip", &["./tools/strip.py"]);
+        has("python3 -BIm tools.s", &["./tools/s.py"]);
+        assert!(
+            !words("python3 -Wm x.py")
+                .iter()
+                .any(|w| w.ends_with("m.py"))
+        );
+    }
+
+    #[test]
+    fn a_scripts_words_name_its_files_wherever_they_stand() {
+        let words = |script: &str| -> Vec<String> {
+            script_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        let has = |script: &str, want: &str| {
+            let got = words(script);
+            assert!(
+                got.iter().any(|g| g == want),
+                "{script}: {want} not in {got:?}"
+            );
+        };
+        has("bash -lc 'sh tools/x.sh'", "tools/x.sh");
+        has("sh -c '. tools/x.sh'", "tools/x.sh");
+        has("xargs sh tools/x.sh < /dev/null", "tools/x.sh");
+        has("run() { \"$@\"; }\nrun sh tools/x.sh", "tools/x.sh");
+        has("trap 'sh tools/x.sh' EXIT", "tools/x.sh");
+        has("echo `sh tools/x.sh`", "tools/x.sh");
+        has(
+            "NODE_OPTIONS='--require ./tools/h.js' node x.js",
+            "./tools/h.js",
+        );
+        has("export NODE_OPTIONS=--require=./tools/h.js", "./tools/h.js");
+        has("env -C scripts sh x.sh", "scripts/x.sh");
+        has("cd scripts && . ./x.sh", "scripts/./x.sh");
+        // No absolute word, nothing of a binary.
+        assert!(
+            words("/usr/bin/time sh x.sh")
+                .iter()
+                .all(|w| !w.starts_with('/'))
+        );
+        assert_eq!(words("\u{7f}ELF\0 sh tools/x.sh"), Vec::<String>::new());
     }
 
     #[test]
