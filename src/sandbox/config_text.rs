@@ -1510,14 +1510,13 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// `NODE_OPTIONS='--require ./tools/hook.js'`, `env -C scripts sh x.sh`, `tclsh`): the
 /// scan holds each of these words that names a script of the tree when the run starts,
 /// whatever the program around it ([`super::scan`]'s `looks_like_a_script`).
-/// Not an absolute word (a system file: `/usr/bin/time`), and nothing of a binary file (a
-/// NUL in it: an executable's strings are no shell words, and reading its long lines as
-/// words took minutes). Each line read apart, the words kept once by a set, so the
-/// reading stays linear in the script's size.
+/// Not an absolute word (a system file: `/usr/bin/time`), and nothing past a file's first
+/// NUL (an executable's strings are no shell words, and reading its long lines as words
+/// took minutes; a shell script with a payload appended, `makeself`'s, keeps its lines).
+/// Each line read apart, the words kept once by a set, so the reading stays linear in
+/// the script's size.
 pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
-    if script.contains(&0) {
-        return Vec::new();
-    }
+    let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
     let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
     for line in script_lines(script) {
@@ -2664,7 +2663,8 @@ mod tests {
                 .iter()
                 .all(|w| !w.starts_with('/'))
         );
-        assert_eq!(words("\u{7f}ELF\0 sh tools/x.sh"), Vec::<String>::new());
+        assert!(!words("\u{7f}ELF\0 sh tools/x.sh").contains(&"tools/x.sh".to_string()));
+        has("sh tools/x.sh\nexit\n\0\u{1}payload", "tools/x.sh");
     }
 
     #[test]
