@@ -384,39 +384,51 @@ fn a_data_file_a_held_script_names_stays_the_agents_to_edit() {
     }
 }
 
-/// Claude Code's device keys (`~/.claude/.device-keys.json`: the CLI's own list of the
-/// files it protects names it beside `.credentials.json`; always in the home directory,
-/// no variable moves it). Round twenty-six made the login never visible, not the keys: a
-/// grant of `~/.claude` is refused for the login's sake, but `--read` of the keys' file
-/// itself, or a hard link to it in the workspace (`cp -al` of a home backup), showed
-/// them. Both arms; control unconfined, served.
+/// Claude Code's files beside its login that hold a key: its device keys
+/// (`~/.claude/.device-keys.json`) and its global config (`~/.claude.json`, and the older
+/// `~/.claude/.config.json`), whose `primaryApiKey` is where the CLI keeps a Console API
+/// key without a keychain (Linux), and whose MCP servers' `env` holds theirs. The CLI's
+/// own list of the files it protects names each beside `.credentials.json`. Each: the
+/// file, relative to the home directory.
+const CLAUDE_KEYS: &[&str] = &[
+    ".claude/.device-keys.json",
+    ".claude.json",
+    ".claude/.config.json",
+];
+
+/// Each of [`CLAUDE_KEYS`]: `--read` of the file itself, and a hard link to it in the
+/// workspace (`cp -al` of a home backup). Round twenty-six made the login never visible,
+/// not these: a grant of `~/.claude` was refused for the login's sake, the file or its
+/// link was served. Both arms; control unconfined, served.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
-fn claude_codes_device_keys_are_never_visible() {
+fn claude_codes_other_keys_are_never_visible() {
     let mut broken = Vec::new();
     for nobody in sandbox_fixture::arms() {
-        for confined in [true, false] {
-            let fx = Fixture::new("coder-round28-devkeys-", nobody, &["ws", "home", "state"]);
-            let keys = fx.root().join("home/.claude/.device-keys.json");
-            sandbox_fixture::write(&keys, "KEY-SECRET\n");
-            std::fs::hard_link(&keys, fx.ws().join("notes")).unwrap();
-            fx.own(fx.root());
-            let keys = keys.display().to_string();
-            for (grant, path) in [
-                (vec!["--read", keys.as_str()], keys.clone()),
-                (Vec::new(), "notes".into()),
-            ] {
-                let mut args = grant.clone();
-                if !confined {
-                    args.extend(["--mode", "danger-full-access"]);
-                }
-                let (rc, out) = fx.sandbox(&args, &format!("cat '{path}'; echo SERVED"));
-                let who = format!("nobody={nobody} {path} confined={confined}");
-                let served = rc == 0 && out.contains("KEY-SECRET");
-                if confined && out.contains("KEY-SECRET") {
-                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                } else if !confined && !served {
-                    broken.push(format!("{who}: control: {out}"));
+        for rel in CLAUDE_KEYS {
+            for confined in [true, false] {
+                let fx = Fixture::new("coder-round28-claude-", nobody, &["ws", "home", "state"]);
+                let key = fx.root().join("home").join(rel);
+                sandbox_fixture::write(&key, "{\"primaryApiKey\": \"KEY-SECRET\"}\n");
+                std::fs::hard_link(&key, fx.ws().join("notes")).unwrap();
+                fx.own(fx.root());
+                let key = key.display().to_string();
+                let reads = [
+                    (vec!["--read", key.as_str()], key.clone()),
+                    (Vec::new(), "notes".to_string()),
+                ];
+                for (mut args, path) in reads {
+                    if !confined {
+                        args.extend(["--mode", "danger-full-access"]);
+                    }
+                    let (rc, out) = fx.sandbox(&args, &format!("cat '{path}'; echo SERVED"));
+                    let who = format!("nobody={nobody} {rel} as {path} confined={confined}");
+                    let served = rc == 0 && out.contains("KEY-SECRET");
+                    if confined && out.contains("KEY-SECRET") {
+                        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+                    } else if !confined && !served {
+                        broken.push(format!("{who}: control: {out}"));
+                    }
                 }
             }
         }
@@ -463,6 +475,39 @@ fn the_pkexec_callers_keys_are_not_granted() {
                 } else if !set && !served {
                     broken.push(format!("{who}: control: {out}"));
                 }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// `--read vault` where `CLAUDE_CONFIG_DIR=vault` (a second Claude Code profile) holds the
+/// CLI's global config with its `primaryApiKey` (`vault/.claude.json`): counted as the
+/// home's `~/.claude.json` is ([`claude_codes_other_keys_are_never_visible`]). Both arms;
+/// control without the variable, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_claude_config_a_variable_moves_is_not_granted() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for set in [true, false] {
+            let fx = Fixture::new("coder-round28-cfgdir-", nobody, &["ws", "home", "state"]);
+            let vault = fx.root().join("home/claude-work");
+            let key = "{\"primaryApiKey\": \"KEY-SECRET\"}\n";
+            sandbox_fixture::write(&vault.join(".claude.json"), key);
+            fx.own(fx.root());
+            let script = format!("cat '{}/.claude.json'; echo SERVED", vault.display());
+            let mut cmd = fx.sandbox_in(&fx.ws(), &["--read", vault.to_str().unwrap()], &script);
+            if set {
+                cmd.env("CLAUDE_CONFIG_DIR", &vault);
+            }
+            let (rc, out) = run_text(&mut cmd);
+            let who = format!("nobody={nobody} set={set}");
+            let served = rc == 0 && out.contains("KEY-SECRET");
+            if set && out.contains("KEY-SECRET") {
+                broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
+            } else if !set && !served {
+                broken.push(format!("{who}: control: {out}"));
             }
         }
     }

@@ -82,9 +82,12 @@ pub const CACHES: [&str; 14] = [
 /// twenty-seven's review added the other coding agents' logins (OpenAI Codex's, Gemini
 /// CLI's) and the deploy CLIs' (Supabase's, firebase-tools', Vercel's, wrangler's):
 /// `--read ~/.codex` showed its token. Round twenty-eight's review added Claude Code's
-/// device keys (`~/.claude/.device-keys.json`, which the CLI protects with its login):
-/// `--read` of the file, or its hard link in the workspace, showed them.
-pub const NEVER_VISIBLE: [&str; 67] = [
+/// device keys (`~/.claude/.device-keys.json`) and its global config (`~/.claude.json`,
+/// the older `~/.claude/.config.json`: a Console API key is kept there as
+/// `primaryApiKey` without a keychain, and MCP servers' `env` holds theirs), which the
+/// CLI protects with its login: `--read` of the file, or its hard link in the workspace,
+/// showed them.
+pub const NEVER_VISIBLE: [&str; 69] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -145,6 +148,8 @@ pub const NEVER_VISIBLE: [&str; 67] = [
     ".config/hcloud",
     ".claude/.credentials.json",
     ".claude/.device-keys.json",
+    ".claude.json",
+    ".claude/.config.json",
     ".codex/auth.json",
     ".gemini/oauth_creds.json",
     ".supabase/access-token",
@@ -565,7 +570,9 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// deploy CLIs' logins it added to [`NEVER_VISIBLE`], and Claude Code's own login where the CLI reads it
 /// through a variable (`CLAUDE_CONFIG_DIR`, `CLAUDE_SECURESTORAGE_CONFIG_DIR`,
 /// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
-const RELOCATED_SECRETS: [(&str, &str); 52] = [
+/// Round twenty-eight's review added the CLI's global config in `CLAUDE_CONFIG_DIR`
+/// (`.claude.json`, `.config.json`), which holds a Console API key.
+const RELOCATED_SECRETS: [(&str, &str); 54] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -614,6 +621,8 @@ const RELOCATED_SECRETS: [(&str, &str); 52] = [
     ("CLAUDE_CONFIG_DIR", ".credentials.json"),
     ("CLAUDE_SECURESTORAGE_CONFIG_DIR", ".credentials.json"),
     ("CLAUDE_CODE_HOST_CREDS_FILE", ""),
+    ("CLAUDE_CONFIG_DIR", ".claude.json"),
+    ("CLAUDE_CONFIG_DIR", ".config.json"),
     ("CODEX_HOME", "auth.json"),
     ("XDG_CONFIG_HOME", "configstore/firebase-tools.json"),
     ("XDG_CONFIG_HOME", ".wrangler"),
