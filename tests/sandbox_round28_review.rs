@@ -32,7 +32,8 @@ const REPO: RepoStyle = RepoStyle {
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits): a module perl loads by
 /// `PERL5OPT` from a `PERL5LIB` directory (a file no word of the script names).
-const KNOWN_OPEN: &[&str] = &["perl PERL5OPT"];
+/// And a directory a program of the project's runs the files of (python's `glob`).
+const KNOWN_OPEN: &[&str] = &["perl PERL5OPT", "python globs a directory"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -353,8 +354,9 @@ fn spellings_next_to_round_twenty_sevens_fixes_are_held() {
 
 /// What the class rule of [`ANY_SPELLINGS`] leaves the agent's to write: a file a held
 /// script names that is no script (`tools/release.sh` counting `Cargo.toml`'s lines and
-/// appending to `CHANGELOG.md`), so a project's release or version script does not
-/// freeze what the agent is there to change. Both arms: the agent's edit lands, as
+/// appending to `CHANGELOG.md`), and a directory whose files it finds but runs none of
+/// (`find src -name '*.orig' -exec rm {} \;`), so a project's release or version script
+/// does not freeze what the agent is there to change. Both arms: the agent's edit lands, as
 /// unconfined. (A file such a script reads with `sed`, `cat`, `grep` and kin is held as
 /// a list since round twenty-five, before this review: `sed -i … Cargo.toml` holds it.)
 #[test]
@@ -365,14 +367,17 @@ fn a_data_file_a_held_script_names_stays_the_agents_to_edit() {
         let ws = fx.ws();
         fx.own_file(&ws, "CHANGELOG.md", "# Changes\n");
         fx.own_file(&ws, "Cargo.toml", "[package]\n");
-        let release = "wc -l Cargo.toml\nprintf '## 1\\n' >> CHANGELOG.md\nsh tools/x.sh\n";
+        fx.own_file(&ws, "src/lib.rs", "\n");
+        let release = "wc -l Cargo.toml\nprintf '## 1\\n' >> CHANGELOG.md\n\
+                       find src -name '*.orig' -exec rm {} \\;\nsh tools/x.sh\n";
         fx.own_file(&ws, "tools/release.sh", release);
         sandbox_fixture::own_script(&fx, &ws, "tools/x.sh");
         fx.git(&ws, &["config", "alias.release", "!sh tools/release.sh"]);
-        let edit = "echo EDITED >> CHANGELOG.md && echo EDITED >> Cargo.toml && echo DONE";
+        let edit = "echo EDITED >> CHANGELOG.md && echo EDITED >> Cargo.toml && \
+                    echo EDITED > src/new.rs && echo DONE";
         let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], edit));
         assert!(rc == 0 && out.contains("DONE"), "nobody={nobody}: {out}");
-        for file in ["CHANGELOG.md", "Cargo.toml"] {
+        for file in ["CHANGELOG.md", "Cargo.toml", "src/new.rs"] {
             let text = std::fs::read_to_string(ws.join(file)).unwrap();
             assert!(text.contains("EDITED"), "nobody={nobody}: {file}: {text}");
         }
@@ -512,4 +517,136 @@ fn a_claude_config_a_variable_moves_is_not_granted() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script (`tools/ci.sh`, run by `git fmt` = `!bash tools/ci.sh`) that runs every
+/// file of a directory: (name, the script's text, the user's files, the agent's command).
+/// The directory named literally was not held at all (only one a list names, `"$d"`,
+/// since round twenty-seven's review), and a listed one run by some spellings was not:
+/// the agent rewrote `tools/checks/a.sh` or added `tools/checks/b.sh`, the user's `git
+/// fmt` ran it. Each failed before this review's change (checked).
+const DIRS_RUN: &[(&str, &str, &[&str], &str)] = &[
+    (
+        "run-parts of a directory",
+        "run-parts tools/checks",
+        &["tools/checks/a"],
+        "APPEND tools/checks/a",
+    ),
+    (
+        "run-parts: a script added",
+        "run-parts tools/checks",
+        &["tools/checks/a"],
+        "ADD tools/checks/b",
+    ),
+    (
+        "a for loop over a glob: a script added",
+        "for f in tools/checks/*.sh; do sh \"$f\"; done",
+        &["tools/checks/a.sh"],
+        "ADD tools/checks/b.sh",
+    ),
+    (
+        "a for loop over a glob on three lines",
+        "for f in tools/checks/*.sh; do\n  sh \"$f\"\ndone",
+        &["tools/checks/a.sh"],
+        "ADD tools/checks/b.sh",
+    ),
+    (
+        "a glob in bash -c",
+        "bash -c 'for f in tools/checks/*.sh; do sh \"$f\"; done'",
+        &["tools/checks/a.sh"],
+        "ADD tools/checks/b.sh",
+    ),
+    (
+        "a glob given to xargs",
+        "ls tools/checks/*.sh | xargs -n1 sh",
+        &["tools/checks/a.sh"],
+        "ADD tools/checks/b.sh",
+    ),
+    (
+        "find -exec sh of a directory",
+        "find tools/checks -name '*.sh' -exec sh {} \\;",
+        &["tools/checks/a.sh"],
+        "APPEND tools/checks/a.sh",
+    ),
+    (
+        "find piped to a read loop",
+        "find tools/checks -name '*.sh' | while read -r f; do sh \"$f\"; done",
+        &["tools/checks/a.sh"],
+        "ADD tools/checks/b.sh",
+    ),
+    (
+        "a directory in a variable",
+        "D=tools/checks; find \"$D\" -name '*.sh' -exec sh {} \\;",
+        &["tools/checks/a.sh"],
+        "APPEND tools/checks/a.sh",
+    ),
+    (
+        "a listed directory run by run-parts with an option",
+        "while read -r d; do run-parts --exit-on-error \"$d\"; done < tools/checks.list",
+        &["tools/checks/a", "LIST"],
+        "APPEND tools/checks/a",
+    ),
+    (
+        "a listed directory run by run-parts --regex RE",
+        "for d in $(cat tools/checks.list); do run-parts --regex '.*' \"$d\"; done",
+        &["tools/checks/a", "LIST"],
+        "APPEND tools/checks/a",
+    ),
+    (
+        "a listed directory found and piped to xargs",
+        "for d in $(cat tools/checks.list); do find \"$d\" -print0 | xargs -0 -n1 sh; done",
+        &["tools/checks/a.sh", "LIST"],
+        "APPEND tools/checks/a.sh",
+    ),
+    (
+        "a listed directory's files run by find -exec {}",
+        "for d in $(cat tools/checks.list); do find \"$d\" -type f -exec {} \\; ; done",
+        &["tools/checks/a.sh", "LIST"],
+        "APPEND tools/checks/a.sh",
+    ),
+    (
+        "a listed directory's files run as commands",
+        "for d in $(cat tools/checks.list); do for f in \"$d\"/*; do \"$f\"; done; done",
+        &["tools/checks/a.sh", "LIST"],
+        "APPEND tools/checks/a.sh",
+    ),
+    (
+        "python globs a directory",
+        "python3 -c 'import glob, subprocess; [subprocess.run([\"sh\", f]) for f in glob.glob(\"tools/checks/*.sh\")]'",
+        &["tools/checks/a.sh"],
+        "ADD tools/checks/b.sh",
+    ),
+];
+
+/// Each of [`DIRS_RUN`]: `LIST` is the user's `tools/checks.list` naming `tools/checks`;
+/// the agent appends its payload to a script there (`APPEND`) or adds one (`ADD`, a `#!`
+/// line and executable, as `run-parts` needs). Both arms; control unconfined. Open ones are on [`KNOWN_OPEN`].
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_of_a_directory_a_held_script_runs_are_not_the_agents_to_write() {
+    for (name, script, files, attack) in DIRS_RUN {
+        let (how, target) = attack.split_once(' ').unwrap();
+        let attack = match how {
+            "ADD" => format!(
+                "echo '#!/bin/sh' > {target}; {SCRIPT_PAYLOAD} >> {target}; chmod +x {target}; \
+                 echo PLANTED"
+            ),
+            _ => append_payload(target),
+        };
+        held_file_attack(
+            name,
+            |fx, ws| {
+                for file in *files {
+                    match *file {
+                        "LIST" => drop(fx.own_file(ws, "tools/checks.list", "tools/checks\n")),
+                        file => sandbox_fixture::own_script(fx, ws, file),
+                    }
+                }
+                fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            &attack,
+            &["fmt"],
+        );
+    }
 }

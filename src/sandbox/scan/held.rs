@@ -745,6 +745,7 @@ impl<'a> Walker<'a, '_> {
                 affixes: &affixes,
             };
             self.guard_lists(read, top, depth, walk, entries)?;
+            self.guard_dirs_run_whole(&text, top, dir, depth, walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).
@@ -793,6 +794,38 @@ impl<'a> Walker<'a, '_> {
             }
             self.guard_include(&target, depth, walk, NamedBy::Command)?;
             self.guard_what_it_reads(&target, top, depth, walk)?;
+        }
+        Ok(())
+    }
+
+    /// The directories a held shell script runs every file of, named literally
+    /// ([`config_text::script_dirs_run_whole`]: `run-parts tools/checks`, `for f in
+    /// tools/checks/*.sh; do sh "$f"; done`), read from the top and from the script's
+    /// `dir`, held whole when there, as a glob of a config's own line is.
+    fn guard_dirs_run_whole(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        dir: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for (word, base) in config_text::script_dirs_run_whole(text) {
+            let bases = match base {
+                config_text::SourceBase::WorkingDir => [top, dir],
+                config_text::SourceBase::ScriptDir => [dir, top],
+            };
+            for base in bases {
+                if !config_path(&word, Some(base)).is_some_and(|p| p.is_dir()) {
+                    continue;
+                }
+                let word = CommandWord {
+                    word: word.clone(),
+                    is_path: false,
+                    whole_dir: true,
+                };
+                self.guard_command_word(word, base, depth, walk)?;
+            }
         }
         Ok(())
     }
