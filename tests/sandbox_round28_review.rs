@@ -393,12 +393,15 @@ fn a_data_file_a_held_script_names_stays_the_agents_to_edit() {
 /// (`~/.claude/.device-keys.json`) and its global config (`~/.claude.json`, and the older
 /// `~/.claude/.config.json`), whose `primaryApiKey` is where the CLI keeps a Console API
 /// key without a keychain (Linux), and whose MCP servers' `env` holds theirs. The CLI's
-/// own list of the files it protects names each beside `.credentials.json`. Each: the
-/// file, relative to the home directory.
+/// own list of the files it protects names each beside `.credentials.json`. And Gemini
+/// CLI's beside its login (`~/.gemini/.env`, where its `GEMINI_API_KEY` is kept, and its
+/// MCP servers' OAuth tokens). Each: the file, relative to the home directory.
 const CLAUDE_KEYS: &[&str] = &[
     ".claude/.device-keys.json",
     ".claude.json",
     ".claude/.config.json",
+    ".gemini/.env",
+    ".gemini/mcp-oauth-tokens.json",
 ];
 
 /// Each of [`CLAUDE_KEYS`]: `--read` of the file itself, and a hard link to it in the

@@ -85,9 +85,10 @@ pub const CACHES: [&str; 14] = [
 /// device keys (`~/.claude/.device-keys.json`) and its global config (`~/.claude.json`,
 /// the older `~/.claude/.config.json`: a Console API key is kept there as
 /// `primaryApiKey` without a keychain, and MCP servers' `env` holds theirs), which the
-/// CLI protects with its login: `--read` of the file, or its hard link in the workspace,
-/// showed them.
-pub const NEVER_VISIBLE: [&str; 69] = [
+/// CLI protects with its login, and Gemini CLI's `~/.gemini/.env` (its `GEMINI_API_KEY`)
+/// and MCP OAuth tokens: `--read` of the file, or its hard link in the workspace, showed
+/// them.
+pub const NEVER_VISIBLE: [&str; 71] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -152,6 +153,8 @@ pub const NEVER_VISIBLE: [&str; 69] = [
     ".claude/.config.json",
     ".codex/auth.json",
     ".gemini/oauth_creds.json",
+    ".gemini/.env",
+    ".gemini/mcp-oauth-tokens.json",
     ".supabase/access-token",
     ".config/configstore/firebase-tools.json",
     ".local/share/com.vercel.cli/auth.json",
