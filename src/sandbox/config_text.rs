@@ -326,13 +326,22 @@ fn substitutions_split(line: &[u8]) -> Vec<u8> {
 
 /// Whether a line ([`substitutions_split`]) runs a program that may run what it is
 /// given: a shell, an interpreter ([`RUNNERS`]' programs, `python*`), `run-parts` (round
-/// twenty-seven's review), or `awk`'s `system(`.
+/// twenty-seven's review), or `awk`'s `system(`; since round twenty-eight's review also
+/// `find … -exec {}` (the files found run themselves) and a loop that runs its variable
+/// as a command (`for f in "$d"/*; do "$f"; done`), which named no such program.
 fn runs_its_input(line: &[u8]) -> bool {
     const NOT_PROGRAMS: &[&[u8]] = &[
         b"do", b"then", b"else", b"time", b"nohup", b"env", b"command", b"exec",
     ];
+    let tokens = shell_tokens(line);
+    let runs_found = tokens.windows(2).any(|pair| {
+        [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir"].contains(&pair[0].as_slice())
+            && pair[1] == b"{}"
+    });
     line.windows(7).any(|w| w == b"system(")
-        || shell_tokens(line).iter().any(|w| {
+        || runs_found
+        || loop_runs(&shell_words(line), line)
+        || tokens.iter().any(|w| {
             let name = program_name(w);
             name.starts_with(b"python")
                 || name == b"run-parts"
@@ -383,8 +392,9 @@ pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
             // A directory a program runs the files of (`run-parts "$d"`, `find "$d"
             // -exec sh {} \;`): the listed directory held whole, as for `"$d"/*.sh`
             // (round twenty-seven's review).
-            let walked =
-                at > 0 && runs_dir(&tokens[at - 1], &tokens[at..]) && lone_reference(&word);
+            let walked = operand_of(&tokens, at)
+                .is_some_and(|program| runs_dir(program, &tokens[at..]))
+                && lone_reference(&word);
             let affix = if walked {
                 Some((Vec::new(), b"/*".to_vec()))
             } else {
@@ -401,6 +411,23 @@ pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     found
 }
 
+/// The program whose operand `tokens[at]` is, past the options between them and the
+/// values of `run-parts`' options spelled apart (`run-parts --exit-on-error "$d"`,
+/// `run-parts --regex RE "$d"`: round twenty-eight's review found only the word right
+/// after the program read as its directory).
+fn operand_of(tokens: &[Vec<u8>], at: usize) -> Option<&[u8]> {
+    const VALUED: &[&[u8]] = &[b"-a", b"-u", b"--arg", b"--umask", b"--regex"];
+    let mut i = at.checked_sub(1)?;
+    loop {
+        let option = tokens[i].starts_with(b"-");
+        let value = i > 0 && VALUED.contains(&tokens[i - 1].as_slice());
+        if !(option || value) || i == 0 {
+            return Some(&tokens[i]);
+        }
+        i -= 1;
+    }
+}
+
 /// Whether `program`, given the directory `rest[0]` and the words after it, runs the
 /// files it holds: `run-parts`, or `find` whose `-exec` (`-execdir`, `-ok`) runs a shell,
 /// an interpreter or the file found (`{}`). A `find -exec rm` leaves it be (holding the
@@ -408,12 +435,21 @@ pub(super) fn variable_affixes(script: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
 fn runs_dir(program: &[u8], rest: &[Vec<u8>]) -> bool {
     match program_name(program) {
         b"run-parts" => true,
-        b"find" => rest.windows(2).any(|pair| {
-            let exec =
-                [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir"].contains(&pair[0].as_slice());
-            let name = program_name(&pair[1]);
-            exec && (RUNNERS.contains(&name) || name.starts_with(b"python") || pair[1] == b"{}")
-        }),
+        b"find" => {
+            let runs = |w: &Vec<u8>| {
+                let name = program_name(w);
+                RUNNERS.contains(&name) || name.starts_with(b"python")
+            };
+            // Or piped to an `xargs` that runs them (`find "$d" -print0 | xargs -0 sh`;
+            // round twenty-eight's review).
+            let xargs = rest.iter().position(|w| program_name(w) == b"xargs");
+            xargs.is_some_and(|at| rest[at..].iter().any(runs))
+                || rest.windows(2).any(|pair| {
+                    let exec = [&b"-exec"[..], b"-execdir", b"-ok", b"-okdir"]
+                        .contains(&pair[0].as_slice());
+                    exec && (runs(&pair[1]) || pair[1] == b"{}")
+                })
+        }
         _ => false,
     }
 }
@@ -853,9 +889,11 @@ fn dirs_run_whole(words: &[Vec<u8>], line: &[u8]) -> Vec<Vec<u8>> {
     while let Some(word) = words.next() {
         let name = word.rsplit(|b| *b == b'/').next().unwrap_or(word);
         if name == b"run-parts" {
-            // Its options with a separate value (`-a ARG`, `-u UMASK`) are passed over.
+            // Its options with a separate value (`-a ARG`, `-u UMASK`, `--regex RE`: round
+            // twenty-eight's review found the `RE` taken for the directory) are passed over.
+            const VALUED: &[&[u8]] = &[b"-a", b"-u", b"--arg", b"--umask", b"--regex"];
             while let Some(next) = words.next_if(|w| w.starts_with(b"-")) {
-                if [&b"-a"[..], b"-u"].contains(&next.as_slice()) {
+                if VALUED.contains(&next.as_slice()) {
                     words.next();
                 }
             }
@@ -1331,16 +1369,23 @@ fn interpreted_words(words: &[Vec<u8>]) -> Vec<(Vec<u8>, &'static Interpreter)> 
     found
 }
 
-/// The module of python's `-m MOD` (or `-mMOD`) when `program` is a python.
+/// The module of python's `-m MOD` (or `-mMOD`, or `m` ending a cluster of python's
+/// options that take no value: `-um MOD`, `-Bm MOD`) when `program` is a python. Round
+/// twenty-eight's review: `python3 -um tools.strip` left `tools/strip.py` the agent's.
 fn python_module<'a>(
     program: &[u8],
     word: &[u8],
     words: &mut impl Iterator<Item = &'a Vec<u8>>,
 ) -> Option<Vec<u8>> {
+    const FLAGS: &[u8] = b"bBdEiIOPqRsSuvx";
     if interpreter(program) != Some(&PYTHON) {
         return None;
     }
-    match word.strip_prefix(b"-m")? {
+    let cluster = word
+        .strip_prefix(b"-")
+        .filter(|_| !word.starts_with(b"--"))?;
+    let at = cluster.iter().position(|b| !FLAGS.contains(b))?;
+    match cluster[at..].strip_prefix(b"m")? {
         b"" => words.next().cloned(),
         attached => Some(attached.to_vec()),
     }
@@ -1490,6 +1535,104 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     script_run_words(script, NESTED_LINES, &mut found);
     found
+}
+
+/// Every word of a shell script's lines that may name a file, read as the line of a
+/// config's command is read ([`line_words`]: quoted lines within, `=` values, words after
+/// `cd DIR` or `-C DIR` read there too), with where the shell reads it from. Round
+/// twenty-eight's review found a held script's file run by spellings the run words
+/// ([`run_words`]) do not follow, one program or syntax at a time (`bash -lc 'sh
+/// tools/x.sh'`, `sh -c '. tools/x.sh'`, `xargs sh tools/x.sh`, `strace -o LOG sh …`,
+/// `setarch`, `sg -c`, `unshare`, `watch`, `coproc`, `trap '…' EXIT`, a `case` arm,
+/// backquotes, `eval '…'`, a function of the script's own that runs `"$@"`,
+/// `NODE_OPTIONS='--require ./tools/hook.js'`, `env -C scripts sh x.sh`, `tclsh`): the
+/// scan holds each of these words that names a script of the tree when the run starts,
+/// whatever the program around it ([`super::scan`]'s `looks_like_a_script`).
+/// Not an absolute word (a system file: `/usr/bin/time`), and nothing past a file's first
+/// NUL (an executable's strings are no shell words, and reading its long lines as words
+/// took minutes; a shell script with a payload appended, `makeself`'s, keeps its lines).
+/// Each line read apart, the words kept once by a set, so the reading stays linear in
+/// the script's size.
+pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for line in script_lines(script) {
+        let mut words = Vec::new();
+        line_words(&line, NESTED_LINES, &mut words);
+        for word in words.into_iter().filter(|w| !w.whole_dir) {
+            if let Some(entry) = based(&word.word)
+                && !entry.0.starts_with(b"/")
+                && seen.insert(entry.clone())
+            {
+                found.push(entry);
+            }
+        }
+    }
+    found
+}
+
+/// The directories of the tree a shell script runs every file of, named literally:
+/// `run-parts DIR`, `find DIR … -exec sh {}` (or piped to `xargs`, or to a loop that runs
+/// its variable), and the directory of a glob in a line of a `for` loop when the script
+/// runs a loop's variable (`for f in tools/checks/*.sh; do sh "$f"; done`, one line or
+/// several) or hands it to `xargs` (`ls tools/checks/*.sh | xargs -n1 sh`). Round
+/// twenty-eight's review: each left `tools/checks/a.sh` the agent's to rewrite, and a new
+/// `tools/checks/b.sh` its to add, and the user's `git fmt` ran them (only a directory a
+/// list names, `"$d"`, was held whole). Held whole by the scan when there. Relative
+/// words only; nothing past a NUL (as [`script_words`]).
+pub(super) fn script_dirs_run_whole(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
+    let lines = script_lines(script);
+    let joined = lines.join(&b';');
+    let runs_a_loop = loop_runs(&shell_words(&joined), &joined);
+    let mut found = Vec::new();
+    for line in &lines {
+        line_dirs_run_whole(line, runs_a_loop, NESTED_LINES, &mut found);
+    }
+    found
+}
+
+/// [`script_dirs_run_whole`] of one line, added to `found`; a quoted word with a blank
+/// in it read as a line of its own (`bash -c 'for f in tools/checks/*.sh; do …'`),
+/// `depth` levels down.
+fn line_dirs_run_whole(
+    line: &[u8],
+    runs_a_loop: bool,
+    depth: usize,
+    found: &mut Vec<(Vec<u8>, SourceBase)>,
+) {
+    let words = shell_words(line);
+    let line_loop = loop_runs(&words, line);
+    let runs_a_loop = runs_a_loop || line_loop;
+    let globs_run = (runs_a_loop && words.iter().any(|w| w == b"for"))
+        || words.iter().any(|w| program_name(w) == b"xargs");
+    let tokens = marked_shell_tokens(line);
+    let globs = tokens
+        .iter()
+        .filter(|(_, quoted)| globs_run && !quoted)
+        .filter_map(|(w, _)| glob_dir(w));
+    // A `find` whose `-exec` runs no shell, interpreter or found file (`find src -exec rm
+    // {} \;`) holds nothing: [`dirs_run_whole`] of an alias's line holds it for any.
+    let finds = words.iter().any(|w| program_name(w) == b"find");
+    let runners = if !finds || runs_dir(b"find", &words) || line_loop {
+        dirs_run_whole(&words, line)
+    } else {
+        Vec::new()
+    };
+    for dir in runners.into_iter().chain(globs) {
+        if !dir.starts_with(b"/") {
+            push_based(&dir, found);
+        }
+    }
+    if depth > 0 {
+        for (inner, _) in tokens
+            .iter()
+            .filter(|(t, _)| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_dirs_run_whole(inner, runs_a_loop, depth - 1, found);
+        }
+    }
 }
 
 /// [`run_words`] of `script`, added to `found`; a shell's `-c` string read as a script
@@ -2222,7 +2365,7 @@ fn based(word: &[u8]) -> Option<(Vec<u8>, SourceBase)> {
 }
 
 /// Where the shell reads a sourced file's word from ([`sourced_words`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum SourceBase {
     /// The directory the script runs in (git's: the top of the work tree).
     WorkingDir,
@@ -2577,6 +2720,99 @@ mod tests {
         assert_eq!(words("python3 -c 'print(1)'"), Vec::<String>::new());
         assert_eq!(words("node -e 1"), Vec::<String>::new());
         assert_eq!(words("node x.js"), ["x.js"]);
+        // Round twenty-eight's review: `m` ending a cluster of flags.
+        has("python3 -um tools.strip", &["./tools/strip.py"]);
+        has("python3 -BIm tools.s", &["./tools/s.py"]);
+        assert!(
+            !words("python3 -Wm x.py")
+                .iter()
+                .any(|w| w.ends_with("m.py"))
+        );
+    }
+
+    #[test]
+    fn the_dirs_a_script_runs_every_file_of_are_read() {
+        let dirs = |script: &str| -> Vec<String> {
+            script_dirs_run_whole(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        for script in [
+            "run-parts tools/checks",
+            "run-parts --regex '.*' tools/checks",
+            "for f in tools/checks/*.sh; do sh \"$f\"; done",
+            "for f in tools/checks/*.sh; do\n sh \"$f\"\ndone",
+            "bash -c 'for f in tools/checks/*.sh; do sh \"$f\"; done'",
+            "ls tools/checks/*.sh | xargs -n1 sh",
+            "find tools/checks -name '*.sh' -exec sh {} \\;",
+        ] {
+            assert_eq!(dirs(script), ["tools/checks"], "{script}");
+        }
+        // A glob no loop runs, or a pattern, holds nothing whole.
+        assert_eq!(dirs("rm -f build/*.o"), Vec::<String>::new());
+        assert_eq!(
+            dirs("for f in src/*.rs; do rustfmt \"$f\"; done"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            dirs("find src -name '*.rs' -exec rm {} \\;"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            dirs("find src -name '*.orig' -exec rm {} \\;\nfor f in t/*.sh; do sh \"$f\"; done"),
+            ["t"]
+        );
+        // A listed directory's program found past its options and their values.
+        let affixes = |script: &str| variable_affixes(script.as_bytes());
+        let whole = (Vec::new(), b"/*".to_vec());
+        for script in [
+            "run-parts --exit-on-error \"$d\"",
+            "run-parts --regex '.*' \"$d\"",
+            "find \"$d\" -print0 | xargs -0 -n1 sh",
+        ] {
+            assert!(affixes(script).contains(&whole), "{script}");
+        }
+        assert!(runs_its_input(b"find d -type f -exec {} ;"));
+        assert!(runs_its_input(b"for f in d/*; do \"$f\"; done"));
+    }
+
+    #[test]
+    fn a_scripts_words_name_its_files_wherever_they_stand() {
+        let words = |script: &str| -> Vec<String> {
+            script_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        let has = |script: &str, want: &str| {
+            let got = words(script);
+            assert!(
+                got.iter().any(|g| g == want),
+                "{script}: {want} not in {got:?}"
+            );
+        };
+        has("bash -lc 'sh tools/x.sh'", "tools/x.sh");
+        has("sh -c '. tools/x.sh'", "tools/x.sh");
+        has("xargs sh tools/x.sh < /dev/null", "tools/x.sh");
+        has("run() { \"$@\"; }\nrun sh tools/x.sh", "tools/x.sh");
+        has("trap 'sh tools/x.sh' EXIT", "tools/x.sh");
+        has("echo `sh tools/x.sh`", "tools/x.sh");
+        has(
+            "NODE_OPTIONS='--require ./tools/h.js' node x.js",
+            "./tools/h.js",
+        );
+        has("export NODE_OPTIONS=--require=./tools/h.js", "./tools/h.js");
+        has("env -C scripts sh x.sh", "scripts/x.sh");
+        has("cd scripts && . ./x.sh", "scripts/./x.sh");
+        // No absolute word, nothing of a binary.
+        assert!(
+            words("/usr/bin/time sh x.sh")
+                .iter()
+                .all(|w| !w.starts_with('/'))
+        );
+        assert!(!words("\u{7f}ELF\0 sh tools/x.sh").contains(&"tools/x.sh".to_string()));
+        has("sh tools/x.sh\nexit\n\0\u{1}payload", "tools/x.sh");
     }
 
     #[test]

@@ -81,8 +81,14 @@ pub const CACHES: [&str; 14] = [
 /// hcloud's, and Claude Code's own login (`~/.claude/.credentials.json`). Round
 /// twenty-seven's review added the other coding agents' logins (OpenAI Codex's, Gemini
 /// CLI's) and the deploy CLIs' (Supabase's, firebase-tools', Vercel's, wrangler's):
-/// `--read ~/.codex` showed its token.
-pub const NEVER_VISIBLE: [&str; 66] = [
+/// `--read ~/.codex` showed its token. Round twenty-eight's review added Claude Code's
+/// device keys (`~/.claude/.device-keys.json`) and its global config (`~/.claude.json`,
+/// the older `~/.claude/.config.json`: a Console API key is kept there as
+/// `primaryApiKey` without a keychain, and MCP servers' `env` holds theirs), which the
+/// CLI protects with its login, and Gemini CLI's `~/.gemini/.env` (its `GEMINI_API_KEY`)
+/// and MCP OAuth tokens: `--read` of the file, or its hard link in the workspace, showed
+/// them.
+pub const NEVER_VISIBLE: [&str; 71] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -142,8 +148,13 @@ pub const NEVER_VISIBLE: [&str; 66] = [
     ".config/op",
     ".config/hcloud",
     ".claude/.credentials.json",
+    ".claude/.device-keys.json",
+    ".claude.json",
+    ".claude/.config.json",
     ".codex/auth.json",
     ".gemini/oauth_creds.json",
+    ".gemini/.env",
+    ".gemini/mcp-oauth-tokens.json",
     ".supabase/access-token",
     ".config/configstore/firebase-tools.json",
     ".local/share/com.vercel.cli/auth.json",
@@ -350,20 +361,27 @@ pub(crate) fn homes_here() -> Vec<PathBuf> {
     homes
 }
 
-/// The home directory (its user entry's) of the user who started coder through `sudo`
-/// or `doas` (`SUDO_USER`, `DOAS_USER`): that user's keys are as much the caller's as
-/// the process's own. Until round twenty-six a `sudo coder …` counted `$HOME` (root's,
-/// as `sudo` sets it) and root's entry only, and `--read /home/alice/.ssh` was granted.
-/// Only ever adds refusals and masks, so a variable set by hand is harmless.
+/// The home directory (its user entry's) of the user who started coder through `sudo`,
+/// `doas` or `pkexec` (`SUDO_USER`, `DOAS_USER`, the number `PKEXEC_UID`): that user's
+/// keys are as much the caller's as the process's own. Until round twenty-six a `sudo
+/// coder …` counted `$HOME` (root's, as `sudo` sets it) and root's entry only, and
+/// `--read /home/alice/.ssh` was granted; under `pkexec` until round twenty-eight's
+/// review. Only ever adds refusals and masks, so a variable set by hand is harmless.
 pub(crate) fn invoking_user_home() -> Option<PathBuf> {
-    ["SUDO_USER", "DOAS_USER"].iter().find_map(|var| {
-        let name = std::env::var(var).ok().filter(|n| !n.is_empty())?;
-        nix::unistd::User::from_name(&name)
+    let var = |name: &str| std::env::var(name).ok().filter(|n| !n.is_empty());
+    let by_name = ["SUDO_USER", "DOAS_USER"]
+        .iter()
+        .find_map(|name| nix::unistd::User::from_name(&var(name)?).ok().flatten());
+    let by_uid = || {
+        let uid = var("PKEXEC_UID")?.parse().ok()?;
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
             .ok()
             .flatten()
-            .map(|user| user.dir)
-            .filter(|dir| dir.is_absolute())
-    })
+    };
+    by_name
+        .or_else(by_uid)
+        .map(|user| user.dir)
+        .filter(|dir| dir.is_absolute())
 }
 
 /// The home directory of this process's user entry (`/etc/passwd`), if it names one.
@@ -572,7 +590,9 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// deploy CLIs' logins it added to [`NEVER_VISIBLE`], and Claude Code's own login where the CLI reads it
 /// through a variable (`CLAUDE_CONFIG_DIR`, `CLAUDE_SECURESTORAGE_CONFIG_DIR`,
 /// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
-const RELOCATED_SECRETS: [(&str, &str); 52] = [
+/// Round twenty-eight's review added the CLI's global config in `CLAUDE_CONFIG_DIR`
+/// (`.claude.json`, `.config.json`), which holds a Console API key.
+const RELOCATED_SECRETS: [(&str, &str); 54] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -621,6 +641,8 @@ const RELOCATED_SECRETS: [(&str, &str); 52] = [
     ("CLAUDE_CONFIG_DIR", ".credentials.json"),
     ("CLAUDE_SECURESTORAGE_CONFIG_DIR", ".credentials.json"),
     ("CLAUDE_CODE_HOST_CREDS_FILE", ""),
+    ("CLAUDE_CONFIG_DIR", ".claude.json"),
+    ("CLAUDE_CONFIG_DIR", ".config.json"),
     ("CODEX_HOME", "auth.json"),
     ("XDG_CONFIG_HOME", "configstore/firebase-tools.json"),
     ("XDG_CONFIG_HOME", ".wrangler"),

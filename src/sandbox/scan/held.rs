@@ -745,6 +745,7 @@ impl<'a> Walker<'a, '_> {
                 affixes: &affixes,
             };
             self.guard_lists(read, top, depth, walk, entries)?;
+            self.guard_dirs_run_whole(&text, top, dir, depth, walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).
@@ -768,6 +769,9 @@ impl<'a> Walker<'a, '_> {
                         })
                         .collect::<Vec<_>>()
                 })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .chain(scripts_named(&text, top, dir))
                 .collect()
         };
         for (target, is_path) in named {
@@ -790,6 +794,38 @@ impl<'a> Walker<'a, '_> {
             }
             self.guard_include(&target, depth, walk, NamedBy::Command)?;
             self.guard_what_it_reads(&target, top, depth, walk)?;
+        }
+        Ok(())
+    }
+
+    /// The directories a held shell script runs every file of, named literally
+    /// ([`config_text::script_dirs_run_whole`]: `run-parts tools/checks`, `for f in
+    /// tools/checks/*.sh; do sh "$f"; done`), read from the top and from the script's
+    /// `dir`, held whole when there, as a glob of a config's own line is.
+    fn guard_dirs_run_whole(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        dir: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for (word, base) in config_text::script_dirs_run_whole(text) {
+            let bases = match base {
+                config_text::SourceBase::WorkingDir => [top, dir],
+                config_text::SourceBase::ScriptDir => [dir, top],
+            };
+            for base in bases {
+                if !config_path(&word, Some(base)).is_some_and(|p| p.is_dir()) {
+                    continue;
+                }
+                let word = CommandWord {
+                    word: word.clone(),
+                    is_path: false,
+                    whole_dir: true,
+                };
+                self.guard_command_word(word, base, depth, walk)?;
+            }
         }
         Ok(())
     }
@@ -1405,6 +1441,70 @@ pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
     let mut text = Vec::new();
     file.take(MAX_SCRIPT_BYTES).read_to_end(&mut text).ok()?;
     Some(text)
+}
+
+/// The scripts of the tree a shell script names by any word, wherever the word stands
+/// ([`config_text::script_words`], read from the top and from the script's `dir`), held
+/// only when there, as what it runs by path is: round twenty-eight's review ran a held
+/// script's `tools/x.sh` through some twenty programs and syntaxes the run words did not
+/// know (`bash -lc '…'`, `xargs sh …`, `strace -o LOG sh …`, a function of the script's
+/// own), one spelling closed at a time before. Only a file that looks like a script
+/// ([`looks_like_a_script`]): a `Cargo.toml` or `CHANGELOG.md` a release script edits
+/// stays the agent's to edit.
+fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
+    let mut seen = HashSet::new();
+    let mut found = Vec::new();
+    for (word, base) in config_text::script_words(text) {
+        let bases = match base {
+            config_text::SourceBase::WorkingDir => [top, dir],
+            config_text::SourceBase::ScriptDir => [dir, top],
+        };
+        for base in bases {
+            if let Some(path) = config_path(&word, Some(base))
+                && seen.insert(path.clone())
+                && looks_like_a_script(&path)
+            {
+                found.push((path, false));
+            }
+        }
+    }
+    found
+}
+
+/// Whether `path` (symlinks followed) is a regular file a program may run: executable by
+/// anyone, a `#!` line, or a name an interpreter or a program-file reader is given
+/// (`.sh`, `.py`, `.js`, `.pm`, `.mk`, `.awk`, …; `.env`, whose `NODE_OPTIONS` node obeys).
+fn looks_like_a_script(path: &Path) -> bool {
+    const SUFFIXES: &[&str] = &[
+        "sh", "bash", "zsh", "ksh", "dash", "fish", "py", "pyc", "pyw", "js", "mjs", "cjs", "ts",
+        "mts", "cts", "jsx", "tsx", "node", "pl", "pm", "rb", "mk", "make", "awk", "sed", "tcl",
+        "lua", "php", "r", "jl", "ps1", "env",
+    ];
+    let Ok(meta) = fs::metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() {
+        return false;
+    }
+    let suffix = path
+        .extension()
+        .and_then(OsStr::to_str)
+        .is_some_and(|e| SUFFIXES.contains(&e.to_ascii_lowercase().as_str()));
+    suffix || meta.mode() & 0o111 != 0 || starts_with_hash_bang(path)
+}
+
+/// Whether the file at `path` starts with `#!` (read without waiting on a FIFO).
+fn starts_with_hash_bang(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return false;
+    };
+    let mut head = [0u8; 2];
+    file.take(2).read_exact(&mut head).is_ok() && head == *b"#!"
 }
 
 /// The most files the commands of one git dir's configs may name, all levels together.
