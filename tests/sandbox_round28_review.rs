@@ -33,7 +33,12 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (a ratchet; SECURITY.md, Known limits): a module perl loads by
 /// `PERL5OPT` from a `PERL5LIB` directory (a file no word of the script names).
 /// And a directory a program of the project's runs the files of (python's `glob`).
-const KNOWN_OPEN: &[&str] = &["perl PERL5OPT", "python globs a directory"];
+/// And a glob a held script runs without a loop (`sh tools/x.s?`).
+const KNOWN_OPEN: &[&str] = &[
+    "perl PERL5OPT",
+    "python globs a directory",
+    "a glob in a run word",
+];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -247,6 +252,30 @@ const ANY_SPELLINGS: &[Spelling] = &[
         "python3 -um tools.strip",
         &["tools/strip.py"],
         "tools/strip.py",
+    ),
+    (
+        "brace expansion",
+        "sh tools/{x,y}.sh",
+        &["tools/x.sh", "tools/y.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "ANSI-C quoting",
+        "sh $'tools/x.sh'",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "a for loop's literal words",
+        "for s in x y; do sh tools/$s.sh; done",
+        &["tools/x.sh", "tools/y.sh"],
+        "tools/y.sh",
+    ),
+    (
+        "a glob in a run word",
+        "sh tools/x.s?",
+        &["tools/x.sh"],
+        "tools/x.sh",
     ),
     (
         "perl PERL5OPT",
