@@ -298,7 +298,8 @@ fn the_files_a_held_script_names_by_any_spelling_are_not_the_agents_to_write() {
 /// tried them (guards against a regression): python's `-mMOD`, a line continued, `cd
 /// dir/` and `cd a/../b`, a redirection or `&&` touching the word, a command
 /// substitution in an assignment, node's `-C` value, a quoted program, `exec ./x`, a
-/// quoted name inside `bash -c "…"`, `sh -s < "x"`.
+/// quoted name inside `bash -c "…"`, `sh -s < "x"`; and six more ways into a directory
+/// before a relative run (round twenty-seven's `cd` fix, f9bb18f).
 const HELD_SPELLINGS: &[Spelling] = &[
     (
         "python -mMOD",
@@ -365,6 +366,42 @@ const HELD_SPELLINGS: &[Spelling] = &[
         "bash -c \"sh 'tools/x.sh'\"",
         &["tools/x.sh"],
         "tools/x.sh",
+    ),
+    (
+        "cd up from the script's directory",
+        "cd \"$(dirname \"$0\")/../scripts\" && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "cd from rev-parse's top",
+        "cd \"$(git rev-parse --show-toplevel)/scripts\" && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "cd through a variable",
+        "D=scripts; cd \"$D\" && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "cd inside sh -c",
+        "sh -c \"cd scripts && sh x.sh\"",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "builtin cd",
+        "builtin cd scripts && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "pushd then source",
+        "pushd scripts >/dev/null && source x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
     ),
     (
         "sh -s from a quoted file",
