@@ -9,9 +9,15 @@
 //!   `strace -o`, `setarch`, `sg -c`, `unshare`, `watch`, `tclsh`, `coproc`, `trap`, a
 //!   `case` arm, backquotes, `eval`, a function of the script's, `NODE_OPTIONS`, `env -C`,
 //!   `make -C`, `cd` then `.`): closed as a class (any word naming a script of the tree).
-//! * **What the class rule leaves the agent's**: a data file a held script edits (held).
+//!   Brace expansions, `$'…'` and a `for` loop's words, on the alias's line too.
+//! * **A directory a held script runs every file of**: named literally (`run-parts
+//!   tools/checks`, a `for` over a glob, `find … -exec sh`), or listed and run by
+//!   spellings the reader passed over.
+//! * **What the class rules leave the agent's**: a data file a held script edits, a
+//!   directory it finds files in but runs none of (held).
 //! * **Spellings found held** before this review (held, guards against a regression).
-//! * **Logins**: Claude Code's device keys; the `pkexec` caller's keys.
+//! * **Logins**: Claude Code's device keys and global config (`primaryApiKey`), also where
+//!   `CLAUDE_CONFIG_DIR` moves it; Gemini CLI's `.env`; the `pkexec` caller's keys.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -715,6 +721,49 @@ fn the_scripts_of_a_directory_a_held_script_runs_are_not_the_agents_to_write() {
                 fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
             },
             &attack,
+            &["fmt"],
+        );
+    }
+}
+
+/// Spellings of the alias's own line (`git fmt` = `!LINE`, read by `config_text::command_words`,
+/// not the held scripts' reader): a bash it runs expands braces and `$'…'`, which `sh`
+/// does not; held are a `for` loop's words and a glob. Each: (name, the line, the user's
+/// file the agent appends its payload to).
+const ALIAS_SPELLINGS: &[(&str, &str, &str)] = &[
+    (
+        "alias: brace expansion in bash -c",
+        "!bash -c \"sh tools/{x,y}.sh\"",
+        "tools/x.sh",
+    ),
+    (
+        "alias: ANSI-C quoting in bash -c",
+        "!bash -c \"sh $'tools/x.sh'\"",
+        "tools/x.sh",
+    ),
+    (
+        "alias: a for loop's words",
+        "!for s in x y; do sh tools/$s.sh; done",
+        "tools/y.sh",
+    ),
+    ("alias: a glob run", "!sh tools/x.s?", "tools/x.sh"),
+];
+
+/// Each of [`ALIAS_SPELLINGS`]: the agent appends its payload to the user's script, the
+/// user's `git fmt` runs it. Both arms; control unconfined. The first two failed before
+/// this review's change (checked).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_files_an_alias_runs_by_bash_spellings_are_not_the_agents_to_write() {
+    for (name, line, target) in ALIAS_SPELLINGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                sandbox_fixture::own_script(fx, ws, "tools/y.sh");
+                fx.git(ws, &["config", "alias.fmt", line]);
+            },
+            &append_payload(target),
             &["fmt"],
         );
     }

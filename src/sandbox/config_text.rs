@@ -185,7 +185,11 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     let mut words: Vec<CommandWord> = Vec::new();
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
-        line_words(&top_read_as_dot(line), NESTED_LINES, &mut words);
+        // A brace expansion and `$'…'` of a bash the line runs (`!bash -c "sh
+        // tools/{x,y}.sh"`; round twenty-eight's review) read as bash reads them.
+        for reading in brace_readings(&top_read_as_dot(line)) {
+            line_words(&reading, NESTED_LINES, &mut words);
+        }
     }
     words
 }
