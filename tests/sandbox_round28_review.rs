@@ -9,9 +9,15 @@
 //!   `strace -o`, `setarch`, `sg -c`, `unshare`, `watch`, `tclsh`, `coproc`, `trap`, a
 //!   `case` arm, backquotes, `eval`, a function of the script's, `NODE_OPTIONS`, `env -C`,
 //!   `make -C`, `cd` then `.`): closed as a class (any word naming a script of the tree).
-//! * **What the class rule leaves the agent's**: a data file a held script edits (held).
+//!   Brace expansions, `$'…'` and a `for` loop's words, on the alias's line too.
+//! * **A directory a held script runs every file of**: named literally (`run-parts
+//!   tools/checks`, a `for` over a glob, `find … -exec sh`), or listed and run by
+//!   spellings the reader passed over.
+//! * **What the class rules leave the agent's**: a data file a held script edits, a
+//!   directory it finds files in but runs none of (held).
 //! * **Spellings found held** before this review (held, guards against a regression).
-//! * **Logins**: Claude Code's device keys; the `pkexec` caller's keys.
+//! * **Logins**: Claude Code's device keys and global config (`primaryApiKey`), also where
+//!   `CLAUDE_CONFIG_DIR` moves it; Gemini CLI's `.env`; the `pkexec` caller's keys.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -33,7 +39,12 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (a ratchet; SECURITY.md, Known limits): a module perl loads by
 /// `PERL5OPT` from a `PERL5LIB` directory (a file no word of the script names).
 /// And a directory a program of the project's runs the files of (python's `glob`).
-const KNOWN_OPEN: &[&str] = &["perl PERL5OPT", "python globs a directory"];
+/// And a glob a held script runs without a loop (`sh tools/x.s?`).
+const KNOWN_OPEN: &[&str] = &[
+    "perl PERL5OPT",
+    "python globs a directory",
+    "a glob in a run word",
+];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -249,6 +260,30 @@ const ANY_SPELLINGS: &[Spelling] = &[
         "tools/strip.py",
     ),
     (
+        "brace expansion",
+        "sh tools/{x,y}.sh",
+        &["tools/x.sh", "tools/y.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "ANSI-C quoting",
+        "sh $'tools/x.sh'",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
+        "a for loop's literal words",
+        "for s in x y; do sh tools/$s.sh; done",
+        &["tools/x.sh", "tools/y.sh"],
+        "tools/y.sh",
+    ),
+    (
+        "a glob in a run word",
+        "sh tools/x.s?",
+        &["tools/x.sh"],
+        "tools/x.sh",
+    ),
+    (
         "perl PERL5OPT",
         "PERL5LIB=tools PERL5OPT=-MHook perl tools/x.pl",
         &["tools/Hook.pm", "tools/x.pl"],
@@ -269,7 +304,8 @@ fn the_files_a_held_script_names_by_any_spelling_are_not_the_agents_to_write() {
 /// tried them (guards against a regression): python's `-mMOD`, a line continued, `cd
 /// dir/` and `cd a/../b`, a redirection or `&&` touching the word, a command
 /// substitution in an assignment, node's `-C` value, a quoted program, `exec ./x`, a
-/// quoted name inside `bash -c "…"`, `sh -s < "x"`.
+/// quoted name inside `bash -c "…"`, `sh -s < "x"`; and six more ways into a directory
+/// before a relative run (round twenty-seven's `cd` fix, f9bb18f).
 const HELD_SPELLINGS: &[Spelling] = &[
     (
         "python -mMOD",
@@ -336,6 +372,42 @@ const HELD_SPELLINGS: &[Spelling] = &[
         "bash -c \"sh 'tools/x.sh'\"",
         &["tools/x.sh"],
         "tools/x.sh",
+    ),
+    (
+        "cd up from the script's directory",
+        "cd \"$(dirname \"$0\")/../scripts\" && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "cd from rev-parse's top",
+        "cd \"$(git rev-parse --show-toplevel)/scripts\" && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "cd through a variable",
+        "D=scripts; cd \"$D\" && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "cd inside sh -c",
+        "sh -c \"cd scripts && sh x.sh\"",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "builtin cd",
+        "builtin cd scripts && sh x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
+    ),
+    (
+        "pushd then source",
+        "pushd scripts >/dev/null && source x.sh",
+        &["scripts/x.sh"],
+        "scripts/x.sh",
     ),
     (
         "sh -s from a quoted file",
@@ -649,6 +721,49 @@ fn the_scripts_of_a_directory_a_held_script_runs_are_not_the_agents_to_write() {
                 fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
             },
             &attack,
+            &["fmt"],
+        );
+    }
+}
+
+/// Spellings of the alias's own line (`git fmt` = `!LINE`, read by `config_text::command_words`,
+/// not the held scripts' reader): a bash it runs expands braces and `$'…'`, which `sh`
+/// does not; held are a `for` loop's words and a glob. Each: (name, the line, the user's
+/// file the agent appends its payload to).
+const ALIAS_SPELLINGS: &[(&str, &str, &str)] = &[
+    (
+        "alias: brace expansion in bash -c",
+        "!bash -c \"sh tools/{x,y}.sh\"",
+        "tools/x.sh",
+    ),
+    (
+        "alias: ANSI-C quoting in bash -c",
+        "!bash -c \"sh $'tools/x.sh'\"",
+        "tools/x.sh",
+    ),
+    (
+        "alias: a for loop's words",
+        "!for s in x y; do sh tools/$s.sh; done",
+        "tools/y.sh",
+    ),
+    ("alias: a glob run", "!sh tools/x.s?", "tools/x.sh"),
+];
+
+/// Each of [`ALIAS_SPELLINGS`]: the agent appends its payload to the user's script, the
+/// user's `git fmt` runs it. Both arms; control unconfined. The first two failed before
+/// this review's change (checked).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_files_an_alias_runs_by_bash_spellings_are_not_the_agents_to_write() {
+    for (name, line, target) in ALIAS_SPELLINGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                sandbox_fixture::own_script(fx, ws, "tools/y.sh");
+                fx.git(ws, &["config", "alias.fmt", line]);
+            },
+            &append_payload(target),
             &["fmt"],
         );
     }

@@ -185,7 +185,11 @@ pub(super) fn command_words(text: &[u8]) -> Vec<CommandWord> {
     let mut words: Vec<CommandWord> = Vec::new();
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
-        line_words(&top_read_as_dot(line), NESTED_LINES, &mut words);
+        // A brace expansion and `$'…'` of a bash the line runs (`!bash -c "sh
+        // tools/{x,y}.sh"`; round twenty-eight's review) read as bash reads them.
+        for reading in brace_readings(&top_read_as_dot(line)) {
+            line_words(&reading, NESTED_LINES, &mut words);
+        }
     }
     words
 }
@@ -1557,7 +1561,7 @@ pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
     let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
     let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
-    for line in script_lines(script) {
+    for line in script_lines(script).iter().flat_map(|l| brace_readings(l)) {
         let mut words = Vec::new();
         line_words(&line, NESTED_LINES, &mut words);
         for word in words.into_iter().filter(|w| !w.whole_dir) {
@@ -1570,6 +1574,59 @@ pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         }
     }
     found
+}
+
+/// `line` as the shell reads its words for [`script_words`]: `$'…'` read as `'…'`, and
+/// once for each word of a brace expansion (`sh tools/{fmt,lint}.sh`; the first groups
+/// without a `$` before them, at most [`MAX_LINE_READINGS`] readings). Round
+/// twenty-eight's review found both spellings' `tools/fmt.sh` the agent's.
+fn brace_readings(line: &[u8]) -> Vec<Vec<u8>> {
+    let mut plain = Vec::with_capacity(line.len());
+    let mut bytes = line.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        if b == b'$' && bytes.peek() == Some(&b'\'') {
+            continue;
+        }
+        plain.push(b);
+    }
+    let mut readings = vec![plain];
+    let mut done = Vec::new();
+    while let Some(reading) = readings.pop() {
+        let Some((open, close)) = brace_group(&reading) else {
+            done.push(reading);
+            continue;
+        };
+        for word in reading[open + 1..close].split(|b| *b == b',') {
+            if readings.len() + done.len() >= MAX_LINE_READINGS {
+                break;
+            }
+            readings.push([&reading[..open], word, &reading[close + 1..]].concat());
+        }
+    }
+    done
+}
+
+/// The first `{…,…}` of `line` not after a `$` and holding no `$`, `{` or blank: where
+/// its braces are.
+fn brace_group(line: &[u8]) -> Option<(usize, usize)> {
+    let mut from = 0;
+    while let Some(open) = line[from..]
+        .iter()
+        .position(|b| *b == b'{')
+        .map(|i| i + from)
+    {
+        from = open + 1;
+        if open > 0 && line[open - 1] == b'$' {
+            continue;
+        }
+        let len = line[open + 1..].iter().position(|b| *b == b'}')?;
+        let inner = &line[open + 1..open + 1 + len];
+        let plain = !inner.iter().any(|b| b"${ \t".contains(b));
+        if plain && inner.contains(&b',') {
+            return Some((open, open + 1 + len));
+        }
+    }
+    None
 }
 
 /// The directories of the tree a shell script runs every file of, named literally:
@@ -2231,9 +2288,12 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
                 line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
         }
-        // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`).
+        // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`), and
+        // a `for` loop's words (`for s in fmt lint; do sh tools/$s.sh; done`: round
+        // twenty-eight's review found `tools/fmt.sh` the agent's).
         for line in vars.substitute(&line) {
             vars.record(&line);
+            vars.record_loop(&line);
         }
         lines.extend(vars.substitute(&line));
     }
@@ -2275,6 +2335,47 @@ impl ScriptVars {
         readings
     }
 
+    /// Record the words a `for NAME in WORDS` of `line` gives its variable, when each is
+    /// literal (no `$`, no backquote, no glob: a glob's loop is read whole, its
+    /// directory held, [`script_dirs_run_whole`], which the variable put in would hide).
+    fn record_loop(&mut self, line: &[u8]) {
+        for command in pipelines(line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let Some(at) = tokens
+                .windows(3)
+                .position(|w| w[0] == b"for" && w[2] == b"in" && !w[1].is_empty())
+            else {
+                continue;
+            };
+            let name = &tokens[at + 1];
+            if !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+                continue;
+            }
+            let values = &tokens[at + 3..];
+            let end = values
+                .iter()
+                .position(|v| v == b"do")
+                .unwrap_or(values.len());
+            let literal = |v: &Vec<u8>| !v.iter().any(|b| b"$`".contains(b)) && !is_glob(v);
+            if values[..end].iter().all(literal) {
+                for value in &values[..end] {
+                    self.add(name, value);
+                }
+            }
+        }
+    }
+
+    /// `value` recorded for the variable `name`, once.
+    fn add(&mut self, name: &[u8], value: &[u8]) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, values)) if !values.iter().any(|v| v == value) => {
+                values.push(value.to_vec());
+            }
+            Some(_) => {}
+            None => self.0.push((name.to_vec(), vec![value.to_vec()])),
+        }
+    }
+
     /// Record the assignments of `line`'s commands that do nothing else.
     fn record(&mut self, line: &[u8]) {
         const DECLARE: &[&[u8]] = &[b"export", b"readonly", b"local", b"declare", b"typeset"];
@@ -2295,13 +2396,7 @@ impl ScriptVars {
                 if value.is_empty() || value.contains(&b'$') || value.contains(&b'`') {
                     continue;
                 }
-                match self.0.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, values)) if !values.iter().any(|v| v == value) => {
-                        values.push(value.to_vec());
-                    }
-                    Some(_) => {}
-                    None => self.0.push((name.to_vec(), vec![value.to_vec()])),
-                }
+                self.add(name, value);
             }
         }
     }
@@ -2805,6 +2900,18 @@ mod tests {
         has("export NODE_OPTIONS=--require=./tools/h.js", "./tools/h.js");
         has("env -C scripts sh x.sh", "scripts/x.sh");
         has("cd scripts && . ./x.sh", "scripts/./x.sh");
+        has("sh tools/{fmt,lint}.sh", "tools/lint.sh");
+        has("sh tools/{fmt,lint}.sh", "tools/fmt.sh");
+        has("sh $'tools/x.sh'", "tools/x.sh");
+        has(
+            "for s in fmt lint; do sh tools/$s.sh; done",
+            "tools/lint.sh",
+        );
+        has(
+            "for s in fmt lint\ndo\n  sh \"tools/$s.sh\"\ndone",
+            "tools/fmt.sh",
+        );
+        assert_eq!(brace_readings(b"echo ${X} {}"), [b"echo ${X} {}".to_vec()]);
         // No absolute word, nothing of a binary.
         assert!(
             words("/usr/bin/time sh x.sh")
