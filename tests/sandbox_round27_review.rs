@@ -47,20 +47,6 @@ fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: 
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
-/// The agent's payload appended to `target`, in the language the file is read as: it
-/// creates the marker `$M` when run, then prints `PLANTED`.
-fn append_payload(target: &str) -> String {
-    let line = match Path::new(target).extension().and_then(|e| e.to_str()) {
-        Some("py") => r#"printf 'open("%s", "w")\n' "$M""#.to_string(),
-        Some("js") => r#"printf 'require("fs").writeFileSync("%s", "")\n' "$M""#.to_string(),
-        Some("pl" | "pm") => r#"printf 'open(my $f, ">", "%s");\n' "$M""#.to_string(),
-        Some("mk") => r#"printf '$(shell touch %s)\n' "$M""#.to_string(),
-        Some("awk") => r#"printf 'BEGIN { system("touch %s") }\n' "$M""#.to_string(),
-        _ => SCRIPT_PAYLOAD.to_string(),
-    };
-    format!("{line} >> {target}; echo PLANTED")
-}
-
 /// Lines of a held script (`tools/ci.sh`, run by `git fmt` = `!bash tools/ci.sh`) that
 /// run a file of the user's by a spelling the held scripts' reader
 /// (`config_text::script_run_words`) did not follow before this review: an interpreter
@@ -201,7 +187,7 @@ fn the_files_a_held_script_runs_by_other_spellings_are_not_the_agents_to_write()
                 fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
                 fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
             },
-            &append_payload(target),
+            &sandbox_fixture::append_payload(target),
             &["fmt"],
         );
     }
@@ -286,7 +272,7 @@ fn the_files_an_alias_runs_by_other_spellings_are_not_the_agents_to_write() {
                 }
                 fx.git(ws, &["config", "alias.fmt", &format!("!{line}")]);
             },
-            &append_payload(target),
+            &sandbox_fixture::append_payload(target),
             &["fmt"],
         );
     }
@@ -525,7 +511,7 @@ fn the_scripts_of_a_listed_directory_run_other_ways_are_not_the_agents_to_write(
                 fx.own_file(ws, "tools/ci.sh", script);
                 fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
             },
-            &append_payload(target),
+            &sandbox_fixture::append_payload(target),
             &["fmt"],
         );
     }
@@ -616,7 +602,7 @@ fn the_scripts_a_held_script_runs_after_cd_are_not_the_agents_to_write() {
                 fx.own_file(ws, "tools/ci.sh", &format!("{line}\n"));
                 fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
             },
-            &append_payload("scripts/x.sh"),
+            &sandbox_fixture::append_payload("scripts/x.sh"),
             &["fmt"],
         );
     }

@@ -51,20 +51,6 @@ fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: 
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
-/// The agent's payload appended to `target`, in the language the file is read as: it
-/// creates the marker `$M` when run, then prints `PLANTED`.
-fn append_payload(target: &str) -> String {
-    let line = match Path::new(target).extension().and_then(|e| e.to_str()) {
-        Some("py") => r#"printf 'open("%s", "w")\n' "$M""#.to_string(),
-        Some("js") => r#"printf 'require("fs").writeFileSync("%s", "")\n' "$M""#.to_string(),
-        Some("pl" | "pm") => r#"printf 'open(my $f, ">", "%s");\n' "$M""#.to_string(),
-        Some("mk") => r#"printf '$(shell touch %s)\n' "$M""#.to_string(),
-        Some("tcl") => r#"printf 'close [open "%s" w]\n' "$M""#.to_string(),
-        _ => SCRIPT_PAYLOAD.to_string(),
-    };
-    format!("{line} >> {target}; echo PLANTED")
-}
-
 /// A file of the user's: a script (`#!/bin/sh`, mode 0755); a makefile; perl's (a `#!`
 /// naming perl, a module ending true); a Tcl script (no `#!`, not executable: its
 /// suffix alone says what it is).
@@ -102,7 +88,7 @@ fn held_script_attacks(spellings: &[Spelling]) {
                 fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
                 fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
             },
-            &append_payload(target),
+            &sandbox_fixture::append_payload(target),
             &["fmt"],
         );
     }
@@ -454,7 +440,8 @@ fn a_data_file_a_held_script_names_stays_the_agents_to_edit() {
             assert!(text.contains("EDITED"), "nobody={nobody}: {file}: {text}");
         }
         // The script it runs is held all the same.
-        let (_, out) = run_text(&mut fx.sandbox_in(&ws, &[], &append_payload("tools/x.sh")));
+        let (_, out) =
+            run_text(&mut fx.sandbox_in(&ws, &[], &sandbox_fixture::append_payload("tools/x.sh")));
         assert!(out.contains("PLANTED"), "nobody={nobody}: {out}");
         let text = std::fs::read_to_string(ws.join("tools/x.sh")).unwrap();
         assert_eq!(text, "#!/bin/sh\n", "nobody={nobody}: {out}");
@@ -706,7 +693,7 @@ fn the_scripts_of_a_directory_a_held_script_runs_are_not_the_agents_to_write() {
                 "echo '#!/bin/sh' > {target}; {SCRIPT_PAYLOAD} >> {target}; chmod +x {target}; \
                  echo PLANTED"
             ),
-            _ => append_payload(target),
+            _ => sandbox_fixture::append_payload(target),
         };
         held_file_attack(
             name,
@@ -763,7 +750,7 @@ fn the_files_an_alias_runs_by_bash_spellings_are_not_the_agents_to_write() {
                 sandbox_fixture::own_script(fx, ws, "tools/y.sh");
                 fx.git(ws, &["config", "alias.fmt", line]);
             },
-            &append_payload(target),
+            &sandbox_fixture::append_payload(target),
             &["fmt"],
         );
     }

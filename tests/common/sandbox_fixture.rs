@@ -880,6 +880,22 @@ pub fn home_key_grants(prefix: &str, keys: &[(&str, &str)]) -> Vec<String> {
     broken
 }
 
+/// The agent's payload appended to `target`, in the language the file is read as (by its
+/// suffix; a shell line otherwise): it creates the marker `$M` when run, then prints
+/// `PLANTED`.
+pub fn append_payload(target: &str) -> String {
+    let line = match Path::new(target).extension().and_then(|e| e.to_str()) {
+        Some("py") => r#"printf 'open("%s", "w")\n' "$M""#.to_string(),
+        Some("js") => r#"printf 'require("fs").writeFileSync("%s", "")\n' "$M""#.to_string(),
+        Some("pl" | "pm") => r#"printf 'open(my $f, ">", "%s");\n' "$M""#.to_string(),
+        Some("mk") => r#"printf '$(shell touch %s)\n' "$M""#.to_string(),
+        Some("awk") => r#"printf 'BEGIN { system("touch %s") }\n' "$M""#.to_string(),
+        Some("tcl") => r#"printf 'close [open "%s" w]\n' "$M""#.to_string(),
+        _ => SCRIPT_PAYLOAD.to_string(),
+    };
+    format!("{line} >> {target}; echo PLANTED")
+}
+
 /// One run of a key attack judged: `guarded`, the key `secret` must not show; unguarded
 /// (the control), the run must succeed and show it. What went wrong goes to `broken`.
 pub fn judge_key(
