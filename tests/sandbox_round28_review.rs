@@ -490,12 +490,13 @@ fn claude_codes_other_keys_are_never_visible() {
                     }
                     let (rc, out) = fx.sandbox(&args, &format!("cat '{path}'; echo SERVED"));
                     let who = format!("nobody={nobody} {rel} as {path} confined={confined}");
-                    let served = rc == 0 && out.contains("KEY-SECRET");
-                    if confined && out.contains("KEY-SECRET") {
-                        broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                    } else if !confined && !served {
-                        broken.push(format!("{who}: control: {out}"));
-                    }
+                    sandbox_fixture::judge_key(
+                        &mut broken,
+                        &who,
+                        confined,
+                        (rc, &out),
+                        "KEY-SECRET",
+                    );
                 }
             }
         }
@@ -536,12 +537,7 @@ fn the_pkexec_callers_keys_are_not_granted() {
                 }
                 let (rc, out) = run_text(&mut cmd);
                 let who = format!("nobody={nobody} {args:?} {path} set={set}");
-                let served = rc == 0 && out.contains("KEY-SECRET");
-                if set && out.contains("KEY-SECRET") {
-                    broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-                } else if !set && !served {
-                    broken.push(format!("{who}: control: {out}"));
-                }
+                sandbox_fixture::judge_key(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
             }
         }
     }
@@ -570,12 +566,7 @@ fn a_claude_config_a_variable_moves_is_not_granted() {
             }
             let (rc, out) = run_text(&mut cmd);
             let who = format!("nobody={nobody} set={set}");
-            let served = rc == 0 && out.contains("KEY-SECRET");
-            if set && out.contains("KEY-SECRET") {
-                broken.push(format!("{who}: the key was served (rc {rc}): {out}"));
-            } else if !set && !served {
-                broken.push(format!("{who}: control: {out}"));
-            }
+            sandbox_fixture::judge_key(&mut broken, &who, set, (rc, &out), "KEY-SECRET");
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
