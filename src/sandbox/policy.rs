@@ -464,6 +464,19 @@ const SYSTEM_READ: [&str; 16] = [
     "/sys",
 ];
 
+/// The system's TLS trust stores (skipped when missing), which a key variable may not
+/// cover either: `DOCKER_CONFIG=/etc/ssl/certs` hid the CA roots as Docker's keys, and
+/// every HTTPS call the agent made failed with a certificate error naming nothing of
+/// coder's (round twenty-eight's review).
+const TRUST_STORES: [&str; 6] = [
+    "/etc/ssl/certs",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust",
+    "/etc/ca-certificates",
+    "/usr/share/ca-certificates",
+    "/usr/local/share/ca-certificates",
+];
+
 /// Names in the private Claude config dir the CLI loads code or instructions from
 /// (hooks, agents, commands, skills): read-only for the agent, and made first when absent
 /// (see [`hold_config_names`]).
@@ -749,7 +762,9 @@ impl Policy {
                 .into_iter()
                 .chain(homes_here()),
         );
-        if let Some((var, place, system)) = home::relocated_over_system(&SYSTEM_READ) {
+        let vital = SYSTEM_READ.iter().chain(TRUST_STORES.iter()).copied();
+        if let Some((var, place, system)) = home::relocated_over_system(&vital.collect::<Vec<_>>())
+        {
             return Err(SandboxError::KeyVariableOverSystem { var, place, system });
         }
         let workspace = canonical_workspace(&opts.workspace, home.as_deref(), &keys)?;
