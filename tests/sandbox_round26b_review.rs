@@ -141,16 +141,32 @@ fn a_tool_in_a_directory_the_user_cannot_list_still_runs_when_a_key_has_another_
 /// the run fails in ways that do not name the variable), or the secret scan of `/usr`
 /// stopped with a `sandbox_error` blaming the workspace. A `config_error` (exit 78)
 /// naming the variable, in the run mode too (the agent never starts). Round
-/// twenty-eight: a TLS trust store, or a place holding one (`=/etc/ssl/certs`, `=/etc/ssl`),
-/// likewise: its CA roots were hidden and every HTTPS call of the agent failed on a
-/// certificate, naming nothing. Control: the same runs with the variable naming a place
+/// twenty-eight: a TLS trust store, a place holding one or a file in one
+/// (`=/etc/ssl/certs`, `=/etc/ssl`, its CA bundle), likewise: its CA roots were hidden
+/// and every HTTPS call of the agent failed on a certificate, naming nothing. Control: the same runs with the variable naming a place
 /// of its own in `/opt`.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_relocating_variable_naming_a_system_directory_is_a_config_error() {
     let own = opt_dir(0o755);
     for nobody in sandbox_fixture::arms() {
-        for value in ["/etc", "/usr", "/", "/etc/ssl/certs", "/etc/ssl", ""] {
+        // A file of the trust store too (its CA bundle): the first one there is.
+        let store_file = std::fs::read_dir("/etc/ssl/certs")
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.is_file())
+            .unwrap();
+        let store_file = store_file.to_str().unwrap();
+        for value in [
+            "/etc",
+            "/usr",
+            "/",
+            "/etc/ssl/certs",
+            "/etc/ssl",
+            store_file,
+            "",
+        ] {
             let fx = Fixture::new("coder-round26b-sysvar-", nobody, &["ws", "home", "state"]);
             let bin = fx.root().join("fake-claude");
             std::fs::write(&bin, sandbox_fixture::payload_claude("touch AGENT-RAN")).unwrap();

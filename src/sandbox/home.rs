@@ -539,19 +539,31 @@ pub(crate) fn places_outside_home(keys: &KeyPlaces) -> Vec<PathBuf> {
 /// DNS, TLS roots and user names gone, failing in ways that did not name the variable),
 /// and `DOCKER_CONFIG=/usr` stopped the secret scan with a `sandbox_error` blaming the
 /// workspace (round twenty-six's second review). A place inside one (`/etc/docker`) is
-/// masked as before.
-pub(crate) fn relocated_over_system(system: &[&str]) -> Option<(&'static str, PathBuf, PathBuf)> {
-    let system: Vec<PathBuf> = system
-        .iter()
-        .filter_map(|dir| std::fs::canonicalize(dir).ok())
-        .collect();
+/// masked as before, but not one inside a `whole` directory, every file of which the
+/// system needs (the TLS trust stores: `DOCKER_CONFIG=/etc/ssl/certs/ca-certificates.crt`
+/// hid the CA bundle as a key, round twenty-eight).
+pub(crate) fn relocated_over_system(
+    system: &[&str],
+    whole: &[&str],
+) -> Option<(&'static str, PathBuf, PathBuf)> {
+    let canonical = |dirs: &[&str]| -> Vec<PathBuf> {
+        dirs.iter()
+            .filter_map(|dir| std::fs::canonicalize(dir).ok())
+            .collect()
+    };
+    let (system, whole) = (canonical(system), canonical(whole));
     RELOCATED_SECRETS.iter().find_map(|(var, rel)| {
         env_paths(var)
             .into_iter()
             .map(|p| if rel.is_empty() { p } else { p.join(rel) })
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .find_map(|place| {
-                let held = system.iter().find(|dir| dir.starts_with(&place))?;
+                let holds = |dir: &&PathBuf| dir.starts_with(&place);
+                let held = (system.iter().find(holds)).or_else(|| {
+                    whole
+                        .iter()
+                        .find(|dir| holds(dir) || place.starts_with(dir))
+                })?;
                 Some((*var, place.clone(), held.clone()))
             })
     })

@@ -421,10 +421,10 @@ pub enum SandboxError {
     HeldScripts { limit: usize, path: PathBuf },
 
     /// A variable that moves a key (`DOCKER_CONFIG`, `AWS_CONFIG_FILE`, …) names a system
-    /// directory the sandbox shows, or one holding one (`DOCKER_CONFIG=/etc`): all of it
-    /// would be hidden as a key.
+    /// directory the sandbox shows, or one holding one (`DOCKER_CONFIG=/etc`), or a file of
+    /// a TLS trust store: all of it would be hidden as a key.
     #[error(
-        "{var} names {}, which is or holds {}, a system directory the sandbox shows: \
+        "{var} names {}, which is, holds or lies in {}, a system directory the sandbox shows: \
          everything there would be hidden from the agent as {var}'s keys. Point {var} at \
          the tool's own directory or file, or unset it for coder",
         bytes::short(.place),

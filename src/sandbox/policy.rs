@@ -465,9 +465,9 @@ const SYSTEM_READ: [&str; 16] = [
 ];
 
 /// The system's TLS trust stores (skipped when missing), which a key variable may not
-/// cover either: `DOCKER_CONFIG=/etc/ssl/certs` hid the CA roots as Docker's keys, and
-/// every HTTPS call the agent made failed with a certificate error naming nothing of
-/// coder's (round twenty-eight's review).
+/// cover, hold, nor name a file of: `DOCKER_CONFIG=/etc/ssl/certs` hid the CA roots as
+/// Docker's keys, and every HTTPS call the agent made failed with a certificate error
+/// naming nothing of coder's (round twenty-eight's review).
 const TRUST_STORES: [&str; 6] = [
     "/etc/ssl/certs",
     "/etc/pki/tls/certs",
@@ -762,8 +762,7 @@ impl Policy {
                 .into_iter()
                 .chain(homes_here()),
         );
-        let vital = SYSTEM_READ.iter().chain(TRUST_STORES.iter()).copied();
-        if let Some((var, place, system)) = home::relocated_over_system(&vital.collect::<Vec<_>>())
+        if let Some((var, place, system)) = home::relocated_over_system(&SYSTEM_READ, &TRUST_STORES)
         {
             return Err(SandboxError::KeyVariableOverSystem { var, place, system });
         }
