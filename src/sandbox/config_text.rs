@@ -1056,6 +1056,15 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
     let mut i = 0;
     'bytes: while i < line.len() {
+        // Every spelling starts with `$` or a backquote: the bytes up to the next one
+        // are copied as they are (a held script of 256 KiB was read byte by byte against
+        // each spelling, some ten times over).
+        let Some(next) = line[i..].iter().position(|b| matches!(b, b'$' | b'`')) else {
+            out.extend_from_slice(&line[i..]);
+            break;
+        };
+        out.extend_from_slice(&line[i..i + next]);
+        i += next;
         for (spelling, read_as) in TOP_SPELLINGS {
             let name_goes_on = || {
                 spelling.last().is_some_and(u8::is_ascii_alphabetic)
@@ -2283,7 +2292,12 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
             continue;
         }
         let mut line = top_read_as_dot(line);
-        for spelling in SCRIPT_DIR {
+        let spellings = if line.contains(&b'$') {
+            SCRIPT_DIR
+        } else {
+            &[]
+        };
+        for spelling in spellings {
             while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
                 line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
