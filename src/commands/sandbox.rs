@@ -177,7 +177,7 @@ fn run(args: SandboxArgs, held: HeldSignals) -> Result<ExitCode, SandboxError> {
     deny.extend(args.deny);
     opts.deny_globs = crate::sandbox::deny_globs(deny);
     opts.protect_globs = crate::sandbox::protect_globs(args.no_protect, &args.protect);
-    let mut policy = Policy::resolve(&opts)?;
+    let mut policy = held.resolve(&opts)?;
     for line in &policy.warnings {
         if line.starts_with(crate::sandbox::gitguard::LATE_PREFIX)
             || line.starts_with(crate::sandbox::gitguard::STOPPED_PREFIX)

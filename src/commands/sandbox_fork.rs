@@ -14,7 +14,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 use crate::sandbox::proxy::Egress;
-use crate::sandbox::{Policy, SandboxError, confine};
+use crate::sandbox::{Policy, PolicyOptions, SandboxError, confine};
 use crate::supervise::signals::is_ignored;
 
 /// Exit code when the sandbox cannot be set up (the run mode's `sandbox_error`).
@@ -77,6 +77,53 @@ impl HeldSignals {
     /// its exit status is the command's, whatever arrives after).
     fn keep(self) {
         std::mem::forget(self);
+    }
+
+    /// Resolves the policy for `opts`, stopping its setup scan when a forwarded signal
+    /// arrives meanwhile ([`crate::sandbox::SetupCancel`]): a thread of its own waits for
+    /// one without taking it, so that it stays pending and ends the process, as held
+    /// ones do, once the policy has removed what it made (`Err(Cancelled)` drops `self`).
+    /// The scan of a workspace an earlier agent filled with big scripts took minutes, and
+    /// a `SIGTERM` waited for its end.
+    pub(super) fn resolve(&self, opts: &PolicyOptions) -> Result<Policy, SandboxError> {
+        let mut forwarded = SigSet::empty();
+        for signal in FORWARDED.into_iter().filter(|s| !is_ignored(*s)) {
+            forwarded.add(signal);
+        }
+        let (Ok(signals), Ok((stop_read, stop_write))) = (
+            SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK),
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC),
+        ) else {
+            return Policy::resolve(opts);
+        };
+        let cancel = opts.cancel.clone();
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+                let mut fds = [
+                    PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(stop_read.as_fd(), PollFlags::POLLIN),
+                ];
+                loop {
+                    match poll(&mut fds, PollTimeout::NONE) {
+                        Err(Errno::EINTR) => continue,
+                        Err(_) => return,
+                        Ok(_) => break,
+                    }
+                }
+                // Which signal is not read here: it stays pending and ends the process.
+                if fds[0]
+                    .revents()
+                    .is_some_and(|r| r.contains(PollFlags::POLLIN))
+                {
+                    cancel.cancel(libc::SIGTERM);
+                }
+            });
+            let resolved = Policy::resolve(opts);
+            // Ends the waiting thread (a closed pipe reads as ready).
+            drop(stop_write);
+            resolved
+        })
     }
 
     /// A forwarded signal that arrived while held (taken), if any.

@@ -100,6 +100,7 @@ impl DenyMatcher {
             protect: None,
             protect_literal: &[],
             kept: None,
+            cancel: &super::SetupCancel::default(),
         };
         let mut created = Vec::new();
         let found = scan::scan_trees(&[tree], &self.set, ScanLimits::default(), &mut created);

@@ -48,6 +48,7 @@
 
 pub mod allow;
 mod bytes;
+mod cancel;
 mod config_text;
 mod confine;
 pub(crate) mod denial;
@@ -75,6 +76,7 @@ mod trash;
 
 use std::path::{Path, PathBuf};
 
+pub use cancel::SetupCancel;
 pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials};
 pub use deny::{DEFAULT_DENY_GLOBS, DenyMatcher, deny_globs};
@@ -108,11 +110,13 @@ pub fn policy_for_agent(
     env: &[(std::ffi::OsString, std::ffi::OsString)],
     extras: &AgentSandboxArgs,
     plan_file: Option<&Path>,
+    cancel: &SetupCancel,
 ) -> Result<Option<Policy>, SandboxError> {
     if !mode.is_confined() {
         return Ok(None);
     }
     let mut opts = PolicyOptions::new(mode, workspace);
+    opts.cancel = cancel.clone();
     opts.allow_hosts = agent_allow_hosts(env, &extras.allow_hosts)?;
     opts.extra_read.clone_from(&extras.read);
     opts.extra_write.clone_from(&extras.write);
@@ -420,6 +424,25 @@ pub enum SandboxError {
     )]
     HeldScripts { limit: usize, path: PathBuf },
 
+    /// The scripts the commands of the user's git configs run hold more text than the
+    /// scan reads in one run: reading on would make every run's setup take minutes (an
+    /// agent's plant of big scripts a held script names), and a script left unread could
+    /// name one that is then the agent's to rewrite, so the run is refused
+    /// (a `config_error`, as [`SandboxError::HeldScripts`]).
+    #[error(
+        "the scripts your git config's commands run hold more than {limit_mib} MiB of text \
+         (the last one read: {}): coder reads them all to hold what they run, and stops \
+         here rather than make every run's setup slow. Remove what was planted there, or \
+         shorten the scripts, or use --sandbox danger-full-access",
+        bytes::short(.path)
+    )]
+    HeldScriptBytes { limit_mib: u64, path: PathBuf },
+
+    /// The setup was stopped by a signal the caller sent ([`SetupCancel`]); what it had
+    /// made is removed.
+    #[error("the sandbox's setup was stopped by signal {signal}")]
+    Cancelled { signal: i32 },
+
     /// A variable that moves a key (`DOCKER_CONFIG`, `AWS_CONFIG_FILE`, …) names a system
     /// directory the sandbox shows, or one holding one (`DOCKER_CONFIG=/etc`), or a file of
     /// a TLS trust store: all of it would be hidden as a key.
@@ -666,6 +689,7 @@ impl SandboxError {
             | SandboxError::KernelMount { .. }
             | SandboxError::OnKernelMount { .. }
             | SandboxError::HeldScripts { .. }
+            | SandboxError::HeldScriptBytes { .. }
             | SandboxError::KeyVariableOverSystem { .. } => true,
             _ => false,
         }

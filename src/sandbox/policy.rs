@@ -182,6 +182,8 @@ pub struct PolicyOptions {
     /// Protected globs, relative to the workspace (`--protect`, `--no-protect`).
     pub protect_globs: Vec<String>,
     pub scan_limits: ScanLimits,
+    /// Stops the setup scan midway when the caller is stopped ([`super::SetupCancel`]).
+    pub cancel: super::SetupCancel,
     /// `CLAUDE_CONFIG_DIR` for the agent; default `claude` in coder's state
     /// directory (`$CODER_STATE_DIR`, `$XDG_STATE_HOME/coder`, `~/.local/state/coder`).
     pub config_dir: Option<PathBuf>,
@@ -211,6 +213,7 @@ impl PolicyOptions {
                 .map(|g| g.to_string())
                 .collect(),
             scan_limits: ScanLimits::default(),
+            cancel: super::SetupCancel::default(),
             config_dir: None,
             runs_dir: None,
         }
@@ -1363,6 +1366,7 @@ fn scan_workspace(
         protect: Some(&*protect),
         protect_literal: &literal,
         kept: kept_of(0),
+        cancel: &opts.cancel,
     }];
     for (i, ((path, w, fd), (set, literal))) in extra_fds.iter().zip(&extra_protect).enumerate() {
         trees.push(scan::TreeScan {
@@ -1372,6 +1376,7 @@ fn scan_workspace(
             protect: w.then_some(&**set),
             protect_literal: if *w { literal } else { &[] },
             kept: kept_of(i + 1),
+            cancel: &opts.cancel,
         });
     }
     refuse_kernel_mounts(&trees)?;

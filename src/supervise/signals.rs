@@ -43,18 +43,39 @@ impl CancelSignals {
     /// in this thread, those [`hold_cancelling`] held: one already pending is delivered
     /// now and seen by [`CancelSignals::recv`].
     pub fn install() -> std::io::Result<Self> {
+        let signals = CancelSignals::listen()?;
+        release_cancelling()?;
+        Ok(signals)
+    }
+
+    /// Listeners for the signals not ignored at start; each listener sees the signals
+    /// that arrive after it is made.
+    fn listen() -> std::io::Result<Self> {
         let listen = |kind: SignalKind, which: nix::sys::signal::Signal| {
             (!ignored_at_start(which)).then(|| signal(kind)).transpose()
         };
         use nix::sys::signal::Signal as S;
-        let signals = CancelSignals {
+        Ok(CancelSignals {
             int: listen(SignalKind::interrupt(), S::SIGINT)?,
             term: listen(SignalKind::terminate(), S::SIGTERM)?,
             hup: listen(SignalKind::hangup(), S::SIGHUP)?,
             received: None,
-        };
-        release_cancelling()?;
-        Ok(signals)
+        })
+    }
+
+    /// Cancels `setup` when a cancelling signal arrives, until the returned guard is
+    /// dropped: the sandbox's setup runs on the run's own thread without a wait in it, so
+    /// a task of the runtime's worker listens beside it (a second set of listeners: the
+    /// run's own still sees the signal at its next wait). Made here, before the setup
+    /// starts, so that no signal falls between the two.
+    pub fn cancel_setup(
+        setup: crate::sandbox::SetupCancel,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let mut signals = CancelSignals::listen()?;
+        Ok(tokio::spawn(async move {
+            let signo = signals.recv().await;
+            setup.cancel(signo);
+        }))
     }
 
     /// Waits for the next cancelling signal and returns its number.

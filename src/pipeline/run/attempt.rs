@@ -28,7 +28,7 @@ use crate::pipeline::structured::Answer;
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::sandbox::proxy::{Egress, Hold};
 use crate::sandbox::{Policy, RunDirCleanup};
-use crate::supervise::{self, CancelSignals, StopCause};
+use crate::supervise::{self, CancelSignals, StopCause, signals::signal_name};
 
 use super::journal::RunJournal;
 use super::state::{AttemptRecord, Run, Stop};
@@ -311,7 +311,10 @@ impl PreparedRun {
         crate::phases::mark("helper.spawned");
 
         // The sandbox: resolved once per run here, applied by the helper to every attempt.
+        // A signal meanwhile stops its scan (see `SetupCancel`).
         let preview = child::build(request, program.clone(), child_base_env.clone());
+        let cancel = crate::sandbox::SetupCancel::default();
+        let listening = CancelSignals::cancel_setup(cancel.clone());
         let policy = crate::sandbox::policy_for_agent(
             request.sandbox,
             &request.workspace,
@@ -319,8 +322,12 @@ impl PreparedRun {
             &preview.env,
             &agent_sandbox_args(request, &backend),
             request.plan.as_ref().and_then(|p| p.writable_file()),
-        )
-        .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
+            &cancel,
+        );
+        if let Ok(listening) = listening {
+            listening.abort();
+        }
+        let policy = policy.map_err(|e| Box::new(sandbox_failure(run, &e)))?;
         crate::phases::mark("policy.done");
         if let Some(policy) = &policy {
             run.warnings.extend(policy.warnings.iter().cloned());
@@ -480,6 +487,15 @@ fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: 
 
 /// The envelope of a sandbox that cannot be set up (fail closed).
 pub(super) fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
+    if let crate::sandbox::SandboxError::Cancelled { signal } = *e {
+        let message = format!(
+            "cancelled by {} while the sandbox was set up",
+            signal_name(signal)
+        );
+        let mut envelope = run.early_envelope(ErrorKind::Cancelled, message.clone(), message, None);
+        envelope.exit_code = crate::exit::cancelled_exit_code(signal);
+        return envelope;
+    }
     // A bad argument (a --read/--write path, a glob, an --allow-host value, a plan file
     // the policy cannot take, a grant reaching coder's state) is the caller's to change,
     // not a sandbox that cannot be had.

@@ -571,7 +571,7 @@ impl<'a> Walker<'a, '_> {
                 whole_dir: false,
             };
             self.guard_command_word(word, base, depth, walk)?;
-            let Some(text) = config_path(&list, Some(base)).and_then(|p| read_script(&p)) else {
+            let Some(text) = walk.read_script(config_path(&list, Some(base)))? else {
                 continue;
             };
             for entry in config_text::list_entries(&text) {
@@ -671,7 +671,11 @@ impl<'a> Walker<'a, '_> {
         walk.reading_scripts = true;
         let mut result = Ok(());
         while let Some((file, top, depth)) = walk.scripts.pop() {
-            result = self.guard_one_script(&file, &top, depth, walk);
+            result = self
+                .tree
+                .cancel
+                .check()
+                .and_then(|()| self.guard_one_script(&file, &top, depth, walk));
             if result.is_err() {
                 walk.scripts.clear();
                 break;
@@ -694,7 +698,8 @@ impl<'a> Walker<'a, '_> {
         depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
-        let (Some(text), Some(dir)) = (read_script(file), file.parent()) else {
+        let (Some(text), Some(dir)) = (walk.read_script(Some(file.to_path_buf()))?, file.parent())
+        else {
             return Ok(());
         };
         let named: Vec<(PathBuf, bool)> = if file.file_name() == Some(OsStr::new("package.json")) {
@@ -723,7 +728,7 @@ impl<'a> Walker<'a, '_> {
                 config_text::SourceBase::WorkingDir => (list, top),
                 config_text::SourceBase::ScriptDir => (list, dir),
             };
-            let with_sourced = [sourced_assignments(&text, top, dir), text.clone()].concat();
+            let with_sourced = [sourced_assignments(&text, top, dir, walk)?, text.clone()].concat();
             let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&with_sourced)
                 .into_iter()
                 .map(based)
@@ -1299,19 +1304,24 @@ pub(super) fn user_git_configs() -> Vec<PathBuf> {
 /// The simple assignments of the files a shell script sources ([`config_text::sourced_words`],
 /// read from the top and from the script's directory), one a line: a held `tools/ci.sh`
 /// of `. tools/vars.sh` then `xargs -n1 -a "$L" sh`, `L` set in `vars.sh`. One level.
-fn sourced_assignments(text: &[u8], top: &Path, dir: &Path) -> Vec<u8> {
+fn sourced_assignments(
+    text: &[u8],
+    top: &Path,
+    dir: &Path,
+    walk: &mut ConfigWalk,
+) -> Result<Vec<u8>, SandboxError> {
     let mut out = Vec::new();
     for (word, base) in config_text::sourced_words(text) {
         let base = match base {
             config_text::SourceBase::WorkingDir => top,
             config_text::SourceBase::ScriptDir => dir,
         };
-        let Some(sourced) = config_path(&word, Some(base)).and_then(|p| read_script(&p)) else {
+        let Some(sourced) = walk.read_script(config_path(&word, Some(base)))? else {
             continue;
         };
         out.extend(config_text::assignment_lines(&sourced));
     }
-    out
+    Ok(out)
 }
 
 /// The first name on the way to an included path that does not exist, or the name that is
@@ -1359,6 +1369,8 @@ pub(super) struct ConfigWalk {
     /// Whether a [`Walker::guard_what_it_reads`] is taking files from `scripts` (one
     /// further down only adds to it).
     pub(super) reading_scripts: bool,
+    /// The bytes of scripts and lists read so far ([`ConfigWalk::read_script`]).
+    script_bytes: u64,
 }
 
 impl ConfigWalk {
@@ -1375,9 +1387,40 @@ impl ConfigWalk {
             env_programs: Vec::new(),
             scripts: Vec::new(),
             reading_scripts: false,
+            script_bytes: 0,
         }
     }
+
+    /// The text of the script or list at `path` ([`read_script`]), counted towards
+    /// [`MAX_WALK_SCRIPT_BYTES`]: past it the run is refused. The count of files alone
+    /// bounded the walk at 1,024 scripts of 256 KiB, and round twenty-eight's review made
+    /// every later run's setup take minutes with sixty such scripts the agent had planted
+    /// where a held script's words named them.
+    pub(super) fn read_script(
+        &mut self,
+        path: Option<PathBuf>,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        let Some(path) = path else {
+            return Ok(None);
+        };
+        let Some(text) = read_script(&path) else {
+            return Ok(None);
+        };
+        self.script_bytes += text.len() as u64;
+        if self.script_bytes > MAX_WALK_SCRIPT_BYTES {
+            return Err(SandboxError::HeldScriptBytes {
+                limit_mib: MAX_WALK_SCRIPT_BYTES >> 20,
+                path,
+            });
+        }
+        Ok(Some(text))
+    }
 }
+
+/// The most bytes of scripts and lists one git dir's walk reads, all of them together
+/// ([`ConfigWalk::read_script`]): thirty-two scripts of the largest size read, 8 MiB (the
+/// 1,024 files of [`MAX_COMMAND_FILES`] at 8 KiB each).
+pub(super) const MAX_WALK_SCRIPT_BYTES: u64 = 32 * MAX_SCRIPT_BYTES;
 
 /// How [`Walker::guard_lists`] reads the entries of its lists.
 #[derive(Clone, Copy)]

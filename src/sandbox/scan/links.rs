@@ -73,6 +73,7 @@ impl LinkPass<'_> {
                         protect: None,
                         protect_literal: &[],
                         kept: None,
+                        cancel: tree.cancel,
                     };
                     let mut walker = Walker {
                         tree: &sub,

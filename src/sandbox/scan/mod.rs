@@ -213,6 +213,8 @@ pub(crate) struct TreeScan<'a> {
     pub protect_literal: &'a [PathBuf],
     /// This tree's listings kept from the last run ([`super::listing_cache`]).
     pub kept: Option<&'a TreeKept>,
+    /// Looked at once per directory and per held script: the caller was stopped.
+    pub cancel: &'a super::SetupCancel,
 }
 
 /// What a scan found.
@@ -900,6 +902,7 @@ impl<'a> Walker<'a, '_> {
         depth: usize,
         inside: Inside,
     ) -> Result<(), SandboxError> {
+        self.tree.cancel.check()?;
         let here = self.tree.root.join(rel);
         if depth > self.limits.max_depth {
             return Err(SandboxError::ScanLimit {
@@ -1287,6 +1290,7 @@ mod tests {
             protect: Some(&protect_set),
             protect_literal: &literal,
             kept: None,
+            cancel: &crate::sandbox::SetupCancel::default(),
         };
         let mut created = Vec::new();
         let scanned = scan_trees(&[tree], &deny, limits, &mut created);
