@@ -33,14 +33,10 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open (a ratchet; SECURITY.md, Known limits).
-/// The held scripts' cap reached by a script the agent makes where the user's names an
-/// absent one.
-const KNOWN_OPEN: &[&str] = &[
-    "cap pushed by the agent",
-    "cd into a listed directory",
-    "suffix swapped by the shell",
-];
+/// Attacks still open (a ratchet; SECURITY.md, Known limits). The held scripts' cap
+/// reached by a script the agent makes where the user's names an absent one was closed
+/// in round twenty-nine (the made script is moved aside at the run's end).
+const KNOWN_OPEN: &[&str] = &["cd into a listed directory", "suffix swapped by the shell"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -298,10 +294,10 @@ const CAP_PLANT: &str = r#"mkdir -p tools/g && i=0 && while [ $i -lt 1100 ]; do 
 /// rest would be the agent's to write) is the agent's to reach: a script the user's held
 /// script runs by path but that is absent at the start is not held (SECURITY.md, Known
 /// limits: a placeholder would keep a build from making it), and the agent makes it name
-/// 1,100 scripts. Every later run in the workspace is refused (`config_error`) until the
-/// user removes them. Open (a ratchet, [`KNOWN_OPEN`]): the agent could as well write a
-/// payload there, which the user's `git fmt` runs. Control: the same later run without
-/// the plant starts. Both arms.
+/// 1,100 scripts. Every later run in the workspace was refused (`config_error`) until the
+/// user removed them. Closed in round twenty-nine: the script the run made is moved aside
+/// at its end, and the later run starts (off [`KNOWN_OPEN`]). Control: the same later run
+/// without the plant starts. Both arms.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_scripts_cap_is_the_agents_to_push() {

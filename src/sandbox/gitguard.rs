@@ -139,7 +139,8 @@ pub enum QuarantineKind {
     /// Config, hooks or operation state of a git dir, or a `.git` file or symlink.
     Git,
     /// A name matching a protected glob (`.claude/`, `.envrc`, `lefthook.yml`, ...) that
-    /// appeared or changed during the run.
+    /// appeared or changed during the run, or a script a held script runs that was absent
+    /// at the start.
     ToolConfig,
 }
 
@@ -251,10 +252,11 @@ impl GuardReport {
                     q.to
                 ),
                 QuarantineKind::ToolConfig => format!(
-                    "tool-config guard: moved {} (a protected tool config the sandboxed \
-                     command made or changed) to {} so that the programs that read it \
-                     outside the sandbox (Claude Code, editors, direnv, git hook managers) \
-                     cannot run what it says; check it before putting it back",
+                    "tool-config guard: moved {} (a protected tool config, or a script \
+                     your git commands run, that the sandboxed command made or changed) to \
+                     {} so that the programs that read it outside the sandbox (Claude Code, \
+                     editors, direnv, git and its hooks) cannot run what it says; check it \
+                     before putting it back",
                     q.path, q.to
                 ),
             })

@@ -1381,7 +1381,7 @@ fn scan_workspace(
     }
     refuse_kernel_mounts(&trees)?;
     let found = scan::scan_trees_with(&trees, &deny, (opts.scan_limits, keys), created)?;
-    add_python_startup_trees(&found.python_startup_globs, &mut tool_trees)?;
+    add_made_aside_trees(&found.made_aside_globs, &mut tool_trees)?;
     if let Some((path, fingerprint, _)) = &cache {
         // A cache that cannot be written only costs the next run its listings.
         let _ = listing_cache::store(path, *fingerprint, &found.kept);
@@ -1389,10 +1389,11 @@ fn scan_workspace(
     Ok((found, tool_trees))
 }
 
-/// The end-of-run guard's share of the names Python imports at start in a directory a
-/// held line puts on `PYTHONPATH` (`src/sitecustomize*`; the scan held those there):
-/// one more tree entry per writable tree, its globs compiled once.
-fn add_python_startup_trees(
+/// The end-of-run guard's share of what the scan found held scripts would run if the
+/// agent made it ([`scan::ScanOutput::made_aside_globs`]: the names Python imports at
+/// start in a directory a held line puts on `PYTHONPATH`, the absent files held scripts
+/// run by path): one more tree entry per writable tree, its globs compiled once.
+fn add_made_aside_trees(
     globs: &[(PathBuf, String)],
     tool_trees: &mut Vec<super::gitguard::ToolTree>,
 ) -> Result<(), SandboxError> {

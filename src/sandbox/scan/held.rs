@@ -366,7 +366,7 @@ impl<'a> Walker<'a, '_> {
     /// ([`config_text::pythonpath_dirs`]; `top` the line's working directory, `own` the
     /// script's): those there held read-only, and each such name made during the run
     /// moved aside by the end-of-run guard, as a protected name is (its glob given to the
-    /// guard, [`ScanOutput::python_startup_globs`](crate::sandbox::scan::ScanOutput::python_startup_globs)).
+    /// guard, [`ScanOutput::made_aside_globs`](crate::sandbox::scan::ScanOutput::made_aside_globs)).
     /// Any other module the line's script imports from there is the agent's, as a held
     /// script's own imports are.
     pub(super) fn guard_python_path(
@@ -405,10 +405,10 @@ impl<'a> Walker<'a, '_> {
                 if self.tree.writable
                     && !self
                         .out
-                        .python_startup_globs
+                        .made_aside_globs
                         .contains(&(root.clone(), glob.clone()))
                 {
-                    self.out.python_startup_globs.push((root, glob));
+                    self.out.made_aside_globs.push((root, glob));
                 }
             }
             let Ok(entries) = fs::read_dir(&path) else {
@@ -702,7 +702,9 @@ impl<'a> Walker<'a, '_> {
         else {
             return Ok(());
         };
-        let named: Vec<(PathBuf, bool)> = if file.file_name() == Some(OsStr::new("package.json")) {
+        let named: Vec<(PathBuf, WhenAbsent)> = if file.file_name()
+            == Some(OsStr::new("package.json"))
+        {
             let Some(main) = config_text::package_main(&text) else {
                 return Ok(());
             };
@@ -710,9 +712,9 @@ impl<'a> Walker<'a, '_> {
             let mut with_js = main.clone().into_os_string();
             with_js.push(".js");
             vec![
-                (dir.join(&main), true),
-                (dir.join(with_js), false),
-                (dir.join(&main).join("index.js"), false),
+                (dir.join(&main), WhenAbsent::Held),
+                (dir.join(with_js), WhenAbsent::Skipped),
+                (dir.join(&main).join("index.js"), WhenAbsent::Skipped),
             ]
         } else {
             // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
@@ -753,7 +755,8 @@ impl<'a> Walker<'a, '_> {
             self.guard_dirs_run_whole(&text, top, dir, depth, walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
-            // What it runs by path, only when there ([`config_text::run_words`]).
+            // What it runs by path ([`config_text::run_words`]), from where the shell
+            // finds it, moved aside at the run's end if the run made it.
             let run = config_text::run_words(&text)
                 .into_iter()
                 .map(|(word, base)| (word, base, false));
@@ -762,31 +765,47 @@ impl<'a> Walker<'a, '_> {
                 .map(|(word, base)| (word, base, true))
                 .chain(run)
                 .flat_map(|(word, base, sourced)| {
-                    let is_path = sourced && word.contains(&b'/');
+                    let first_absent = match sourced {
+                        true if word.contains(&b'/') => WhenAbsent::Held,
+                        true => WhenAbsent::Skipped,
+                        false => WhenAbsent::MovedAsideIfMade,
+                    };
                     let (first, other) = match base {
                         config_text::SourceBase::WorkingDir => (top, dir),
                         config_text::SourceBase::ScriptDir => (dir, top),
                     };
-                    [(first, is_path), (other, false)]
+                    [(first, first_absent), (other, WhenAbsent::Skipped)]
                         .into_iter()
-                        .filter_map(|(base, is_path)| {
-                            Some((config_path(&word, Some(base))?, is_path))
+                        .filter_map(|(base, absent)| {
+                            Some((config_path(&word, Some(base))?, absent))
                         })
                         .collect::<Vec<_>>()
                 })
                 .collect::<Vec<_>>()
                 .into_iter()
-                .chain(scripts_named(&text, top, dir))
+                .chain(
+                    scripts_named(&text, top, dir)
+                        .into_iter()
+                        .map(|(path, _)| (path, WhenAbsent::Skipped)),
+                )
                 .collect()
         };
-        for (target, is_path) in named {
+        for (target, when_absent) in named {
             // Absent and held only when there: not keyed, or a later word naming it to be
             // held absent (`. tools/lib.sh` in another script) found it taken, and the
             // agent made the file the user's script sources (round twenty-seven's
             // review). Nor counted towards the cap.
-            if !is_path && fs::symlink_metadata(&target).is_err()
-                || !walk.commands.insert(target.clone())
-            {
+            if fs::symlink_metadata(&target).is_err() {
+                match when_absent {
+                    WhenAbsent::Held => {}
+                    WhenAbsent::Skipped => continue,
+                    WhenAbsent::MovedAsideIfMade => {
+                        self.move_aside_if_made(&target);
+                        continue;
+                    }
+                }
+            }
+            if !walk.commands.insert(target.clone()) {
                 continue;
             }
             // Past the cap the run is refused: what is left would be the agent's to write.
@@ -1414,6 +1433,70 @@ impl ConfigWalk {
             });
         }
         Ok(Some(text))
+    }
+}
+
+/// What becomes of a file a held script names that is absent at the start.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WhenAbsent {
+    /// Held absent, a placeholder: what the script sources by a path.
+    Held,
+    /// Nothing: a name read from the other directory (a placeholder would be made for
+    /// nothing), a word that only names a script.
+    Skipped,
+    /// Moved aside at the run's end if the run made it
+    /// ([`Walker::move_aside_if_made`]): what the script runs by path. A placeholder
+    /// would stop the agent's build from making it (`./target/debug/x`).
+    MovedAsideIfMade,
+}
+
+/// Directories whose files a build or an installer makes (npm's `node_modules`, Cargo's
+/// `target`, a virtualenv): a held script's program absent there at the start is the
+/// build's to make, not moved aside ([`Walker::move_aside_if_made`]).
+const BUILD_OUTPUT_DIRS: [&str; 6] = [
+    "node_modules",
+    "vendor",
+    "site-packages",
+    "target",
+    ".venv",
+    "venv",
+];
+
+impl Walker<'_, '_> {
+    /// A file a held script runs by path, absent at the start: the end-of-run guard moves
+    /// it aside if the run made it (its literal name one of
+    /// [`ScanOutput::made_aside_globs`](crate::sandbox::scan::ScanOutput::made_aside_globs)).
+    /// Before round twenty-nine it was the agent's to make: a user's `tools/ci.sh` that
+    /// runs an optional `tools/local.sh` ran the agent's payload at the user's next `git
+    /// fmt`, and a `tools/gen.sh` the agent made to name 1,100 scripts refused every later
+    /// run (the held scripts' cap). Not for a name in a tree the agent may not write, nor
+    /// below one of [`BUILD_OUTPUT_DIRS`], nor one with `..` in it (a Known limit).
+    fn move_aside_if_made(&mut self, target: &Path) {
+        if !self.tree.writable {
+            return;
+        }
+        // Rebuilt from its components: `tools/./x.sh` (a script's own directory, read as
+        // `./x.sh` there) is git's and the guard's `tools/x.sh`.
+        let Some(rel) = target
+            .strip_prefix(self.tree.root)
+            .ok()
+            .filter(|rel| is_plain_relative(rel))
+            .map(|rel| rel.components().collect::<PathBuf>())
+        else {
+            return;
+        };
+        let built = rel.components().any(|c| {
+            BUILD_OUTPUT_DIRS
+                .iter()
+                .any(|dir| c.as_os_str() == OsStr::new(dir))
+        });
+        let Some(rel) = rel.to_str().filter(|_| !built) else {
+            return;
+        };
+        let entry = (self.tree.root.to_path_buf(), globset::escape(rel));
+        if !self.out.made_aside_globs.contains(&entry) {
+            self.out.made_aside_globs.push(entry);
+        }
     }
 }
 

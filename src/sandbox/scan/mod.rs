@@ -259,11 +259,12 @@ pub(crate) struct ScanOutput {
     /// The same keys (dev, ino), for the look for their other names in the private root
     /// ([`super::hostmask::HostSecrets`]).
     pub home_key_links: Vec<(u64, u64)>,
-    /// Protected globs (a writable tree's root, the glob relative to it) for the names
-    /// Python imports at start in a directory a held line puts on `PYTHONPATH`
-    /// ([`held`]'s `guard_python_path`): the end-of-run guard moves aside what the run
-    /// made there.
-    pub python_startup_globs: Vec<(PathBuf, String)>,
+    /// Protected globs (a writable tree's root, the glob relative to it) the end-of-run
+    /// guard moves aside what the run made or changed at: the names Python imports at
+    /// start in a directory a held line puts on `PYTHONPATH` ([`held`]'s
+    /// `guard_python_path`), and the files held scripts run by path that were absent at
+    /// the start (`Walker::move_aside_if_made`).
+    pub made_aside_globs: Vec<(PathBuf, String)>,
 }
 
 /// Scans of trees that kept changing under them before coder gives up.

@@ -1,0 +1,123 @@
+//! A script a held script runs by path that is absent at the start (an optional
+//! `tools/local.sh`, a generated `tools/gen.sh`) is moved aside at the run's end if the
+//! run made it. Until round twenty-nine it was the agent's to make (a Known limit since
+//! round twenty-one: a placeholder would stop the agent's build from making such a
+//! file), and the user's next `git fmt` ran the agent's payload outside the sandbox; the
+//! same plant naming 1,100 scripts refused every later run (the held scripts' cap, round
+//! twenty-seven's ratchet). Through the built binary, root and uid 65534, each with an
+//! unconfined control (`--mode danger-full-access`), and what stays the agent's: a
+//! program of a build's output directory (`target/`, `node_modules/`), and a script the
+//! held script only reads where it exists.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle, SCRIPT_PAYLOAD, run_text};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-made-scripts-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// The user's `git fmt` runs `tools/ci.sh`, whose text is `ci`.
+fn user_ci(fx: &Fx, ws: &Path, ci: &str) {
+    fx.own_file(ws, "tools/ci.sh", ci);
+    fx.git(ws, &["config", "alias.fmt", "!sh tools/ci.sh"]);
+}
+
+/// The agent makes the script the user's held `tools/ci.sh` runs when it is there, in
+/// three spellings (a test first, a path from the top, the script's own directory);
+/// the user's `git fmt` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_a_held_script_runs_that_the_agent_made_is_moved_aside() {
+    let spellings: [(&str, &str, &str); 3] = [
+        (
+            "optional local script",
+            "[ -f tools/local.sh ] && sh tools/local.sh\necho ci\n",
+            "tools/local.sh",
+        ),
+        (
+            "generated script",
+            "sh tools/gen/all.sh\n",
+            "tools/gen/all.sh",
+        ),
+        (
+            "beside the script",
+            "sh \"$(dirname \"$0\")/hook.sh\"\n",
+            "tools/hook.sh",
+        ),
+    ];
+    for (name, ci, made) in spellings {
+        let setup = |fx: &Fx, ws: &Path| user_ci(fx, ws, ci);
+        let plant = format!(
+            "mkdir -p \"$(dirname {made})\" && {{ {SCRIPT_PAYLOAD}; }} > {made} && echo PLANTED"
+        );
+        sandbox_fixture::held_file_attack(&REPO, &[], name, setup, &plant, &["fmt"]);
+    }
+}
+
+/// The guard says what it moved and where, and the file is kept there for the user to
+/// look at; a later run in the same workspace starts (the plant of round twenty-seven's
+/// cap ratchet no longer refuses it). Both arms.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_moved_script_is_reported_and_kept_and_later_runs_start() {
+    const CAP_PLANT: &str = r#"mkdir -p tools/g && i=0 && while [ $i -lt 1100 ]; do i=$((i+1)); : > tools/g/$i.sh; echo "sh tools/g/$i.sh"; done > tools/gen.sh && echo PLANTED"#;
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        user_ci(&fx, &ws, "sh tools/gen.sh\n");
+        let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], CAP_PLANT));
+        assert!(rc == 0 && out.contains("PLANTED"), "nobody={nobody}: {out}");
+        assert!(
+            out.contains("tool-config guard: moved") && out.contains("tools/gen.sh"),
+            "nobody={nobody}: the move is reported: {out}"
+        );
+        assert!(!ws.join("tools/gen.sh").exists(), "nobody={nobody}: moved");
+        let kept = std::fs::read_dir(ws.join("tools"))
+            .unwrap()
+            .flatten()
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("gen.sh.coder-quarantine")
+            });
+        assert!(kept, "nobody={nobody}: kept beside its place for the user");
+        let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], "echo LATER-RAN"));
+        assert!(
+            rc == 0 && out.contains("LATER-RAN"),
+            "nobody={nobody}: a later run starts: rc {rc}: {out}"
+        );
+    }
+}
+
+/// What stays the agent's: a program of a build's output directory absent at the start
+/// (`target/debug/fmt`, `node_modules/.bin/lint`: the agent's build makes it, and the
+/// user's hook runs what the build made), and a script that was there at the start and
+/// the agent may not write anyway (held, unchanged by this rule). Both arms.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_build_output_a_held_script_runs_stays_where_the_agent_built_it() {
+    for nobody in sandbox_fixture::arms() {
+        let fx = Fx::new(&REPO, nobody);
+        let ws = fx.ws();
+        user_ci(&fx, &ws, "./target/debug/fmt\n./node_modules/.bin/lint\n");
+        let build = "mkdir -p target/debug node_modules/.bin && \
+                     printf '#!/bin/sh\\n' > target/debug/fmt && \
+                     printf '#!/bin/sh\\n' > node_modules/.bin/lint && \
+                     chmod +x target/debug/fmt node_modules/.bin/lint && echo BUILT";
+        let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], build));
+        assert!(rc == 0 && out.contains("BUILT"), "nobody={nobody}: {out}");
+        assert!(!out.contains("guard: moved"), "nobody={nobody}: {out}");
+        assert!(ws.join("target/debug/fmt").exists(), "nobody={nobody}");
+        assert!(
+            ws.join("node_modules/.bin/lint").exists(),
+            "nobody={nobody}"
+        );
+    }
+}
