@@ -189,6 +189,9 @@ pub struct PolicyOptions {
     /// same name with `-tmp`); default: coder's own in the scratch place
     /// (`config::scratch`), the `TMPDIR`s in the state directory ([`RunPlaces::choose`]).
     pub runs_dir: Option<PathBuf>,
+    /// The home keys' places the run mode's check resolved ([`workspace_refusal_keeping`]),
+    /// taken by the first policy resolved with these options.
+    pub keys: home::KeyHandoff,
 }
 
 impl PolicyOptions {
@@ -213,6 +216,7 @@ impl PolicyOptions {
             scan_limits: ScanLimits::default(),
             config_dir: None,
             runs_dir: None,
+            keys: home::KeyHandoff::default(),
         }
     }
 }
@@ -694,10 +698,11 @@ fn add_home_grants(
     grants: &mut Grants,
     policy: &mut Policy,
     opts: &PolicyOptions,
-    home: &Path,
+    (home, keys): (&Path, &home::KeyPlaces),
 ) -> Result<(), SandboxError> {
     let writable_caches = opts.tool_caches && opts.mode == Mode::WorkspaceWrite;
-    for (path, access) in home::home_grants(home, writable_caches) {
+    let never = keys.grant_entries(home);
+    for (path, access) in home::home_grants_with(home, writable_caches, &never) {
         let access = match access {
             home::HomeAccess::Read => Access::Read,
             home::HomeAccess::Write => Access::Write,
@@ -756,12 +761,18 @@ impl Policy {
     pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
         let deny = DenyGlobs::begin(opts);
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
-        // Every home's never-visible places, resolved once for the run's checks.
-        let keys = home::KeyPlaces::of(
-            with_account_home(home.as_deref())
-                .into_iter()
-                .chain(homes_here()),
-        );
+        // Every home's never-visible places, resolved once for the run's checks (by the
+        // run mode's check of the workspace, when it made one).
+        let homes = with_account_home(home.as_deref())
+            .into_iter()
+            .chain(homes_here());
+        let keys = match opts.keys.take() {
+            Some(mut keys) => {
+                keys.add(homes);
+                keys
+            }
+            None => home::KeyPlaces::of(homes),
+        };
         if let Some((var, place, system)) = home::relocated_over_system(&SYSTEM_READ, &TRUST_STORES)
         {
             return Err(SandboxError::KeyVariableOverSystem { var, place, system });
@@ -835,7 +846,7 @@ impl Policy {
 
         let mut grants = system_grants()?;
         if let Some(home) = &home {
-            add_home_grants(&mut grants, &mut policy, opts, home)?;
+            add_home_grants(&mut grants, &mut policy, opts, (home, &keys))?;
         }
         let config_in_writable_parent =
             add_run_grants(&mut grants, &mut policy, opts, &config_dir)?;
@@ -2147,13 +2158,23 @@ fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bo
 /// workspace (round twenty-three's second review; `coder fs` had this since round
 /// twenty).
 pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
+    workspace_refusal_keeping(canonical, &home::KeyHandoff::default())
+}
+
+/// [`workspace_refusal_here`], leaving the home keys' places it resolved in `keep` for
+/// the run's policy ([`PolicyOptions::keys`]): the policy resolved the same places again
+/// a millisecond later (round twenty-nine).
+pub fn workspace_refusal_keeping(canonical: &Path, keep: &home::KeyHandoff) -> Option<String> {
     let homes = homes_here();
     if homes.is_empty() {
         return workspace_refusal(canonical, None);
     }
-    homes
+    let keys = home::KeyPlaces::of(homes.iter().cloned());
+    let refusal = homes
         .iter()
-        .find_map(|home| workspace_refusal(canonical, Some(home)))
+        .find_map(|home| workspace_refusal_with(canonical, Some(home), &keys));
+    keep.put(keys);
+    refusal
 }
 
 /// `$HOME`, else the user entry's home directory ([`account_home`]).

@@ -318,7 +318,10 @@ impl PreparedRun {
             &program,
             &preview.env,
             &agent_sandbox_args(request, &backend),
-            request.plan.as_ref().and_then(|p| p.writable_file()),
+            (
+                request.plan.as_ref().and_then(|p| p.writable_file()),
+                &request.key_places,
+            ),
         )
         .map_err(|e| Box::new(sandbox_failure(run, &e)))?;
         crate::phases::mark("policy.done");
