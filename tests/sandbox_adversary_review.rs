@@ -99,13 +99,17 @@ fn who(owner: Option<u32>) -> &'static str {
 }
 
 /// What the config-dir payload managed: `WROTE-<name>` for each name it created or
-/// replaced in `$CLAUDE_CONFIG_DIR`, `WROTE-moved` when it renamed the dir itself away and
-/// put a new one with a `settings.json` in its place.
+/// replaced in `$CLAUDE_CONFIG_DIR` (for the directories the CLI lists: a directory made
+/// there, over whatever holds the name, or the held name written), `WROTE-moved` when it
+/// renamed the dir itself away and put a new one with a `settings.json` in its place.
 const CONFIG_DIR_PAYLOAD: &str = r#"c="$CLAUDE_CONFIG_DIR"
 for n in settings.json settings.local.json CLAUDE.md; do
   rm -f "$c/$n" 2>/dev/null; echo '{"hooks":{}}' > "$c/$n" 2>/dev/null && echo "WROTE-$n"
 done
-for n in agents commands skills; do mkdir -p "$c/$n/x" 2>/dev/null && echo "WROTE-$n"; done
+for n in agents commands skills; do
+  { mkdir -p "$c/$n/x" || { rm -rf "$c/$n" && mkdir -p "$c/$n/x"; } \
+    || { printf 'x' > "$c/$n" && test -s "$c/$n"; }; } 2>/dev/null && echo "WROTE-$n"
+done
 mv "$c" "$c.moved" 2>/dev/null && mkdir "$c" && echo '{"hooks":{}}' > "$c/settings.json" \
   && echo WROTE-moved"#;
 

@@ -279,6 +279,8 @@ fn a_sandbox_config_dir_is_fresh_for_every_run() {
                      echo '{\"mcpServers\":{\"x\":{}}}' > .claude.json; } 2>/dev/null; ls -A";
         let fresh = |mode: &str| match mode {
             "workspace-write" => {
+                // `agents`, `commands`, `skills` are empty files (the CLI reads them as no
+                // directory).
                 "CLAUDE.md\nagents\ncommands\nsettings.json\nsettings.local.json\nskills\n{}\n"
             }
             _ => "",

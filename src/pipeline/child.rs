@@ -384,6 +384,7 @@ mod tests {
             targets: 0,
             store: Default::default(),
             allow_questions: false,
+            key_places: Default::default(),
         }
     }
 

@@ -622,6 +622,9 @@ pub struct RunRequest {
     /// Offer the model the `ask_user` tool (DESIGN §9): a call ends the run `needs_input`.
     /// Set by `--allow-questions` and its defaults; other run modes (plans) may set it.
     pub allow_questions: bool,
+    /// The home keys' places [`RunRequest::refuse_unsuitable_workspace`] resolved, for the
+    /// run's sandbox policy (taken once).
+    pub key_places: crate::sandbox::KeyHandoff,
 }
 
 impl RunRequest {
@@ -630,7 +633,12 @@ impl RunRequest {
     /// change ledger walks all of it. Not part of [`RunArgs::into_request`]: `coder route
     /// explain` resolves a request only to describe its routing, from any directory.
     pub fn refuse_unsuitable_workspace(&self) -> Result<(), ArgError> {
-        match crate::sandbox::workspace_refusal_here(&self.workspace) {
+        // A confined run's policy takes the home keys' places resolved here.
+        let refusal = match self.sandbox.is_confined() {
+            true => crate::sandbox::workspace_refusal_keeping(&self.workspace, &self.key_places),
+            false => crate::sandbox::workspace_refusal_here(&self.workspace),
+        };
+        match refusal {
             Some(reason) if self.sandbox.is_confined() => Err(ArgError::Invalid(format!(
                 "--cd {}: {reason}",
                 self.workspace.display()
@@ -792,6 +800,7 @@ impl RunArgs {
             store: self.store,
             plan,
             allow_questions,
+            key_places: Default::default(),
         })
     }
 

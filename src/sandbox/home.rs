@@ -166,19 +166,42 @@ pub const NEVER_VISIBLE: [&str; 71] = [
 /// resolves (through symlinks) to the home directory or an ancestor of it, or to a path
 /// that holds or lies in a never-visible entry, is dropped.
 pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, HomeAccess)> {
-    let never: Vec<PathBuf> = NEVER_VISIBLE
-        .iter()
-        .map(|rel| home.join(rel))
-        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
-        .collect();
-    let safe = |path: &Path| -> bool {
-        let Ok(canonical) = std::fs::canonicalize(path) else {
-            return false;
+    home_grants_with(
+        home,
+        writable_caches,
+        &KeyPlaces::default().grant_entries(home),
+    )
+}
+
+/// [`home_grants`] with the never-visible entries as [`grant_entries_of`] gives them
+/// (`never`, one a [`NEVER_VISIBLE`] entry): the policy takes them from the places it
+/// resolved for the run ([`KeyPlaces::grant_entries`]) instead of a `realpath` of each
+/// entry again (some 200 `readlink`s, round twenty-nine).
+///
+/// Each candidate is resolved from the home's canonical path one name at a time
+/// ([`resolve_beneath`]), as a `realpath` of the whole path would put it: most are
+/// missing, and a `realpath` read every ancestor's link again (some 100 `readlink`s).
+pub(crate) fn home_grants_with(
+    home: &Path,
+    writable_caches: bool,
+    never: &[PathBuf],
+) -> Vec<(PathBuf, HomeAccess)> {
+    let base = std::fs::canonicalize(home).ok();
+    let safe = |rel: &str| -> Option<PathBuf> {
+        let canonical = match base
+            .as_deref()
+            .and_then(|b| resolve_beneath(b, Path::new(rel)))
+        {
+            Some((path, true)) => path,
+            // A name on the way is missing: so is the entry (`realpath` fails).
+            Some((_, false)) => return None,
+            None => std::fs::canonicalize(home.join(rel)).ok()?,
         };
-        !home.starts_with(&canonical)
-            && !never
+        let reaches = home.starts_with(&canonical)
+            || never
                 .iter()
-                .any(|n| n.starts_with(&canonical) || canonical.starts_with(n))
+                .any(|n| n.starts_with(&canonical) || canonical.starts_with(n));
+        (!reaches).then(|| home.join(rel))
     };
     let cache_access = if writable_caches {
         HomeAccess::Write
@@ -187,9 +210,19 @@ pub(crate) fn home_grants(home: &Path, writable_caches: bool) -> Vec<(PathBuf, H
     };
     TOOLCHAINS
         .iter()
-        .map(|rel| (home.join(rel), HomeAccess::Read))
-        .chain(CACHES.iter().map(|rel| (home.join(rel), cache_access)))
-        .filter(|(path, _)| safe(path))
+        .map(|rel| (*rel, HomeAccess::Read))
+        .chain(CACHES.iter().map(|rel| (*rel, cache_access)))
+        .filter_map(|(rel, access)| Some((safe(rel)?, access)))
+        .collect()
+}
+
+/// `home`'s [`NEVER_VISIBLE`] entries as [`home_grants`] compares them: canonical where
+/// they are, as written (`home` joined with the entry) where they are not.
+fn grant_entries_of(home: &Path) -> Vec<PathBuf> {
+    NEVER_VISIBLE
+        .iter()
+        .map(|rel| home.join(rel))
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect()
 }
 
@@ -219,11 +252,11 @@ pub(crate) fn linked_never_visible(
 ) -> Result<HashSet<(u64, u64)>, super::SandboxError> {
     let mut found = HashSet::new();
     let mut looked = 0usize;
-    let mut pending: Vec<(PathBuf, usize)> = places
-        .iter()
-        .filter_map(|place| std::fs::canonicalize(place).ok())
-        .map(|path| (path, 0))
-        .collect();
+    // The places are canonical where they are ([`never_visible_places`]): a `realpath`
+    // of each again (some 500 `readlink`s a run, round twenty-nine) changed none, and
+    // one not there fails its `lstat` below as it failed the `realpath`.
+    let mut pending: Vec<(PathBuf, usize)> =
+        places.iter().map(|place| (place.clone(), 0)).collect();
     while let Some((path, depth)) = pending.pop() {
         looked += 1;
         if looked > MAX_NEVER_VISIBLE_ENTRIES || depth > 64 {
@@ -405,27 +438,61 @@ pub(crate) fn account_home() -> Option<PathBuf> {
 /// again, read every ancestor's link anew (some 700 `readlink`s a home, two homes a run,
 /// twice a run: about 1 ms on the run's path each time, round twenty-eight).
 pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
-    let base = std::fs::canonicalize(home).ok();
-    let resolved: Vec<(PathBuf, bool)> = NEVER_VISIBLE
-        .iter()
-        .map(|rel| {
-            base.as_deref()
-                .and_then(|base| resolve_beneath(base, Path::new(rel)))
-                .unwrap_or_else(|| (resolve_leniently(&home.join(rel), 0), true))
-        })
-        .chain(relocated_unresolved().map(|path| (resolve_leniently(&path, 0), true)))
-        .collect();
-    // Where a name was found missing there is nothing to list (an `opendir` a place,
-    // most of them missing, twice a run).
-    let there: Vec<PathBuf> = resolved
-        .iter()
-        .filter(|(_, there)| *there)
-        .map(|(place, _)| place.clone())
-        .collect();
-    let linked = symlinked_from(&there, home);
-    let mut places: Vec<PathBuf> = resolved.into_iter().map(|(place, _)| place).collect();
-    places.extend(linked);
-    places
+    HomeKeys::resolve(home).places
+}
+
+/// One home directory's never-visible places ([`never_visible_places`]) and its
+/// [`NEVER_VISIBLE`] entries as [`home_grants`] compares them ([`grant_entries_of`]),
+/// from one resolution.
+#[derive(Debug, Clone)]
+struct HomeKeys {
+    places: Vec<PathBuf>,
+    /// Whether each of `places` may be there: `false` where a name on the way to it was
+    /// found missing.
+    there: Vec<bool>,
+    grant_entries: Vec<PathBuf>,
+}
+
+impl HomeKeys {
+    fn resolve(home: &Path) -> HomeKeys {
+        let base = std::fs::canonicalize(home).ok();
+        let mut grant_entries = Vec::with_capacity(NEVER_VISIBLE.len());
+        let mut resolved: Vec<(PathBuf, bool)> = Vec::with_capacity(NEVER_VISIBLE.len());
+        for rel in NEVER_VISIBLE {
+            let path = home.join(rel);
+            match base
+                .as_deref()
+                .and_then(|b| resolve_beneath(b, Path::new(rel)))
+            {
+                Some((place, there)) => {
+                    // Missing (`realpath` fails): the entry as written.
+                    grant_entries.push(if there { place.clone() } else { path });
+                    resolved.push((place, there));
+                }
+                None => {
+                    grant_entries.push(std::fs::canonicalize(&path).unwrap_or(path.clone()));
+                    resolved.push((resolve_leniently(&path, 0), true));
+                }
+            }
+        }
+        resolved.extend(relocated_unresolved().map(|path| (resolve_leniently(&path, 0), true)));
+        // Where a name was found missing there is nothing to list (an `opendir` a place,
+        // most of them missing, twice a run).
+        let there: Vec<PathBuf> = resolved
+            .iter()
+            .filter(|(_, there)| *there)
+            .map(|(place, _)| place.clone())
+            .collect();
+        let linked = symlinked_from(&there, home);
+        let (mut places, mut there): (Vec<PathBuf>, Vec<bool>) = resolved.into_iter().unzip();
+        there.extend(linked.iter().map(|_| true));
+        places.extend(linked);
+        HomeKeys {
+            places,
+            there,
+            grant_entries,
+        }
+    }
 }
 
 /// The never-visible places ([`never_visible_places`]) of each home directory a run
@@ -434,30 +501,85 @@ pub(crate) fn never_visible_places(home: &Path) -> Vec<PathBuf> {
 /// outside the home directory ([`places_outside_home`]) each resolved them again, some
 /// 250 `readlink`s a run (round twenty-six's review). A home not among them (a caller
 /// without a run) is resolved when asked, as before.
+///
+/// The run mode's check of the workspace resolves them too, a millisecond before the
+/// policy: it hands them over ([`KeyHandoff`]) instead of the policy resolving them again
+/// (round twenty-nine).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct KeyPlaces {
-    homes: Vec<(PathBuf, Vec<PathBuf>)>,
+    homes: Vec<(PathBuf, HomeKeys)>,
 }
 
 impl KeyPlaces {
     /// The places of each of `homes` (canonical), resolved now.
     pub(crate) fn of(homes: impl IntoIterator<Item = PathBuf>) -> KeyPlaces {
         let mut keys = KeyPlaces::default();
+        keys.add(homes);
+        keys
+    }
+
+    /// The places of each of `homes` (canonical) not resolved yet, resolved now.
+    pub(crate) fn add(&mut self, homes: impl IntoIterator<Item = PathBuf>) {
         for home in homes {
-            if !keys.homes.iter().any(|(h, _)| *h == home) {
-                let places = never_visible_places(&home);
-                keys.homes.push((home, places));
+            if !self.homes.iter().any(|(h, _)| *h == home) {
+                let keys = HomeKeys::resolve(&home);
+                self.homes.push((home, keys));
             }
         }
-        keys
+    }
+
+    fn of_home(&self, home: &Path) -> Option<&HomeKeys> {
+        self.homes.iter().find(|(h, _)| h == home).map(|(_, k)| k)
     }
 
     /// `home`'s never-visible places: those resolved for it, or resolved now.
     pub(crate) fn places(&self, home: &Path) -> std::borrow::Cow<'_, [PathBuf]> {
-        match self.homes.iter().find(|(h, _)| h == home) {
-            Some((_, places)) => std::borrow::Cow::Borrowed(places),
+        match self.of_home(home) {
+            Some(keys) => std::borrow::Cow::Borrowed(&keys.places),
             None => std::borrow::Cow::Owned(never_visible_places(home)),
         }
+    }
+
+    /// `home`'s never-visible places that may be there ([`KeyPlaces::places`] without those
+    /// a name on the way to was found missing): the look for their other names
+    /// ([`linked_never_visible`]) `lstat`s each.
+    pub(crate) fn places_there(&self, home: &Path) -> Vec<PathBuf> {
+        match self.of_home(home) {
+            Some(keys) => (keys.places.iter().zip(&keys.there))
+                .filter(|(_, there)| **there)
+                .map(|(place, _)| place.clone())
+                .collect(),
+            None => never_visible_places(home),
+        }
+    }
+
+    /// `home`'s [`NEVER_VISIBLE`] entries as [`home_grants_with`] compares them: from the
+    /// resolution made for it, or resolved now ([`grant_entries_of`]).
+    pub(crate) fn grant_entries(&self, home: &Path) -> Vec<PathBuf> {
+        match self.of_home(home) {
+            Some(keys) => keys.grant_entries.clone(),
+            None => grant_entries_of(home),
+        }
+    }
+}
+
+/// The never-visible places the run mode's check of the workspace resolved
+/// ([`super::policy::workspace_refusal_keeping`]), handed to the run's policy once
+/// ([`KeyHandoff::take`]): a copy of the request (a repair, a later turn) starts a run
+/// later than the check, after an agent ran, and resolves them anew.
+#[derive(Debug, Clone, Default)]
+pub struct KeyHandoff(std::sync::Arc<std::sync::Mutex<Option<KeyPlaces>>>);
+
+impl KeyHandoff {
+    pub(crate) fn put(&self, keys: KeyPlaces) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(keys);
+        }
+    }
+
+    /// What the check left, if nothing took it yet.
+    pub(crate) fn take(&self) -> Option<KeyPlaces> {
+        self.0.lock().ok().and_then(|mut slot| slot.take())
     }
 }
 
@@ -868,6 +990,90 @@ mod tests {
         // The symlinks inside the keys that are there are followed.
         let key = std::fs::canonicalize(elsewhere.join("files/key")).unwrap();
         assert!(places.contains(&key), "{places:?}");
+    }
+
+    /// [`home_grants`] as it was before round twenty-nine: every candidate and every
+    /// never-visible entry resolved by a `realpath` of the whole path.
+    fn home_grants_whole(home: &Path, writable_caches: bool) -> Vec<(PathBuf, HomeAccess)> {
+        let never = grant_entries_of(home);
+        let safe = |path: &Path| -> bool {
+            let Ok(canonical) = std::fs::canonicalize(path) else {
+                return false;
+            };
+            !home.starts_with(&canonical)
+                && !never
+                    .iter()
+                    .any(|n| n.starts_with(&canonical) || canonical.starts_with(n))
+        };
+        let cache = match writable_caches {
+            true => HomeAccess::Write,
+            false => HomeAccess::Read,
+        };
+        TOOLCHAINS
+            .iter()
+            .map(|rel| (home.join(rel), HomeAccess::Read))
+            .chain(CACHES.iter().map(|rel| (home.join(rel), cache)))
+            .filter(|(path, _)| safe(path))
+            .collect()
+    }
+
+    /// The grants and the keys' other names from the places resolved once for the run
+    /// ([`KeyPlaces`], the handoff of the run mode's check) are those a `realpath` of
+    /// every path gave: grants that are there, missing, a file where a directory would
+    /// be, symlinked to the home, into a key, into a key beneath a symlinked ancestor,
+    /// dangling, in a loop; keys with other names (a hard link, a symlink to one); from
+    /// the home's own path and from a symlink to it.
+    #[test]
+    fn grants_and_key_links_from_the_run_s_places_are_those_of_whole_path_resolutions() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let elsewhere = dir.path().join("elsewhere");
+        for d in [".ssh", ".cargo/registry", ".local", ".m2", ".cache"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::create_dir_all(elsewhere.join("cfg/git")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("cfg/gh")).unwrap();
+        std::fs::write(elsewhere.join("cfg/git/ignore"), "*.o").unwrap();
+        std::fs::write(home.join(".ssh/authorized_keys"), "k").unwrap();
+        std::fs::hard_link(home.join(".ssh/authorized_keys"), elsewhere.join("ak")).unwrap();
+        std::fs::write(elsewhere.join("token"), "t").unwrap();
+        std::fs::hard_link(elsewhere.join("token"), elsewhere.join("token2")).unwrap();
+        symlink(elsewhere.join("token"), home.join(".netrc")).unwrap();
+        symlink("../elsewhere/cfg", home.join(".config")).unwrap();
+        symlink(&home, home.join(".local/bin")).unwrap();
+        symlink(home.join(".ssh"), home.join(".rustup")).unwrap();
+        symlink("../../elsewhere/cfg/gh", home.join(".cache/pip")).unwrap();
+        symlink("/nonexistent-coder-test/repo", home.join(".m2/repository")).unwrap();
+        symlink(".nvm", home.join(".nvm")).unwrap();
+        std::fs::write(home.join(".npm"), "a file").unwrap();
+        std::fs::create_dir_all(elsewhere.join("rustup")).unwrap();
+        symlink(elsewhere.join("rustup"), home.join(".elan")).unwrap();
+        let linked_home = dir.path().join("linked-home");
+        symlink(&home, &linked_home).unwrap();
+        for home in [&home, &linked_home] {
+            let keys = KeyPlaces::of([home.clone()]);
+            for writable in [false, true] {
+                let got = home_grants_with(home, writable, &keys.grant_entries(home));
+                assert_eq!(got, home_grants_whole(home, writable), "{}", home.display());
+            }
+            let places = keys.places(home);
+            let canonical: Vec<PathBuf> = places
+                .iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .collect();
+            let links = linked_never_visible(&keys.places_there(home)).unwrap();
+            assert_eq!(links, linked_never_visible(&canonical).unwrap());
+            assert_eq!(links, linked_never_visible(&places).unwrap());
+            assert_eq!(links.len(), 2, "{links:?}");
+        }
+        let grants: Vec<PathBuf> = home_grants(&home, false).into_iter().map(|g| g.0).collect();
+        assert!(
+            grants.contains(&home.join(".config/git/ignore")),
+            "{grants:?}"
+        );
+        assert!(grants.contains(&home.join(".elan")), "{grants:?}");
+        assert!(!grants.contains(&home.join(".cache/pip")), "{grants:?}");
     }
 
     #[test]

@@ -81,14 +81,15 @@ pub use confine::{Confinement, confine};
 pub use denial::{Denial, DenialClass, classify_denial, denial_paths, detect_denials};
 pub use deny::{DEFAULT_DENY_GLOBS, DenyMatcher, deny_globs};
 pub use home::{
-    CACHES as HOME_CACHES, NEVER_VISIBLE as HOME_NEVER_VISIBLE, TOOLCHAINS as HOME_TOOLCHAINS,
+    CACHES as HOME_CACHES, KeyHandoff, NEVER_VISIBLE as HOME_NEVER_VISIBLE,
+    TOOLCHAINS as HOME_TOOLCHAINS,
 };
 pub use netns::{DEFAULT_PROXY_PORT, NetworkPolicy};
 pub use note::system_prompt_note;
 pub use policy::{
     Access, DEFAULT_PROTECT_GLOBS, Mode, PlanFile, Policy, PolicyOptions, Root, SymlinkAlias,
     agent_write_roots, check_agent_arguments, check_plan_file, check_write_root, root_holding,
-    workspace_refusal, workspace_refusal_here,
+    workspace_refusal, workspace_refusal_here, workspace_refusal_keeping,
 };
 pub use probe::{SandboxSupport, probe, probe_network};
 pub use scan::{ABSENT_TARGET, Mask, MaskKind, Placeholder, PlaceholderKind, ScanLimits};
@@ -109,7 +110,7 @@ pub fn policy_for_agent(
     program: &Path,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
     extras: &AgentSandboxArgs,
-    plan_file: Option<&Path>,
+    (plan_file, keys): (Option<&Path>, &KeyHandoff),
     cancel: &SetupCancel,
 ) -> Result<Option<Policy>, SandboxError> {
     if !mode.is_confined() {
@@ -117,6 +118,7 @@ pub fn policy_for_agent(
     }
     let mut opts = PolicyOptions::new(mode, workspace);
     opts.cancel = cancel.clone();
+    opts.keys = keys.clone();
     opts.allow_hosts = agent_allow_hosts(env, &extras.allow_hosts)?;
     opts.extra_read.clone_from(&extras.read);
     opts.extra_write.clone_from(&extras.write);

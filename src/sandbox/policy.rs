@@ -191,6 +191,9 @@ pub struct PolicyOptions {
     /// same name with `-tmp`); default: coder's own in the scratch place
     /// (`config::scratch`), the `TMPDIR`s in the state directory ([`RunPlaces::choose`]).
     pub runs_dir: Option<PathBuf>,
+    /// The home keys' places the run mode's check resolved ([`workspace_refusal_keeping`]),
+    /// taken by the first policy resolved with these options.
+    pub keys: home::KeyHandoff,
 }
 
 impl PolicyOptions {
@@ -216,6 +219,7 @@ impl PolicyOptions {
             cancel: super::SetupCancel::default(),
             config_dir: None,
             runs_dir: None,
+            keys: home::KeyHandoff::default(),
         }
     }
 }
@@ -487,21 +491,28 @@ const CONFIG_GUARDED: [(&str, ConfigName); 6] = [
     ("settings.json", ConfigName::Settings),
     ("settings.local.json", ConfigName::Settings),
     ("CLAUDE.md", ConfigName::Text),
-    ("agents", ConfigName::Dir),
-    ("commands", ConfigName::Dir),
-    ("skills", ConfigName::Dir),
+    ("agents", ConfigName::Listed),
+    ("commands", ConfigName::Listed),
+    ("skills", ConfigName::Listed),
 ];
 
 /// What an absent guarded name of the config dir is made as: what the CLI reads as
 /// nothing configured.
 #[derive(Clone, Copy)]
 enum ConfigName {
-    /// A settings file: `{}`.
+    /// A settings file: `{}`. (An empty file reads as no settings too, and saves the bare
+    /// CLI 1.2 ms of its start, but nothing measurable inside coder, whose `--settings`
+    /// already costs what a settings object does: round twenty-nine.)
     Settings,
     /// An empty file.
     Text,
-    /// An empty directory.
-    Dir,
+    /// A directory the CLI lists (`agents/`, `commands/`, `skills/`): an empty file in its
+    /// place, which the CLI (2.1.330) reads as no directory, with the same agents,
+    /// commands and skills in its `init` event. Held as empty directories until round
+    /// twenty-nine, they cost the CLI 2.4 ms of its start (their listings, in its
+    /// `setup_uds` phase, `scripts/bench-layers --profile`, arms `fresh_hd` and
+    /// `fresh_hdf`); held read-only either way, so nothing can be made in their place.
+    Listed,
 }
 
 /// What earlier runs left to do, done before this run's directories are made: the
@@ -697,10 +708,11 @@ fn add_home_grants(
     grants: &mut Grants,
     policy: &mut Policy,
     opts: &PolicyOptions,
-    home: &Path,
+    (home, keys): (&Path, &home::KeyPlaces),
 ) -> Result<(), SandboxError> {
     let writable_caches = opts.tool_caches && opts.mode == Mode::WorkspaceWrite;
-    for (path, access) in home::home_grants(home, writable_caches) {
+    let never = keys.grant_entries(home);
+    for (path, access) in home::home_grants_with(home, writable_caches, &never) {
         let access = match access {
             home::HomeAccess::Read => Access::Read,
             home::HomeAccess::Write => Access::Write,
@@ -759,12 +771,18 @@ impl Policy {
     pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
         let deny = DenyGlobs::begin(opts);
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
-        // Every home's never-visible places, resolved once for the run's checks.
-        let keys = home::KeyPlaces::of(
-            with_account_home(home.as_deref())
-                .into_iter()
-                .chain(homes_here()),
-        );
+        // Every home's never-visible places, resolved once for the run's checks (by the
+        // run mode's check of the workspace, when it made one).
+        let homes = with_account_home(home.as_deref())
+            .into_iter()
+            .chain(homes_here());
+        let keys = match opts.keys.take() {
+            Some(mut keys) => {
+                keys.add(homes);
+                keys
+            }
+            None => home::KeyPlaces::of(homes),
+        };
         if let Some((var, place, system)) = home::relocated_over_system(&SYSTEM_READ, &TRUST_STORES)
         {
             return Err(SandboxError::KeyVariableOverSystem { var, place, system });
@@ -838,7 +856,7 @@ impl Policy {
 
         let mut grants = system_grants()?;
         if let Some(home) = &home {
-            add_home_grants(&mut grants, &mut policy, opts, home)?;
+            add_home_grants(&mut grants, &mut policy, opts, (home, &keys))?;
         }
         let config_in_writable_parent =
             add_run_grants(&mut grants, &mut policy, opts, &config_dir)?;
@@ -1633,7 +1651,7 @@ fn hold_config_names(config_dir: &Path) -> Result<(), SandboxError> {
         let made = match kind {
             ConfigName::Settings => file(b"{}\n"),
             ConfigName::Text => file(b""),
-            ConfigName::Dir => fs::DirBuilder::new().mode(0o700).create(&path),
+            ConfigName::Listed => file(b""),
         };
         match made {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
@@ -2153,13 +2171,23 @@ fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bo
 /// workspace (round twenty-three's second review; `coder fs` had this since round
 /// twenty).
 pub fn workspace_refusal_here(canonical: &Path) -> Option<String> {
+    workspace_refusal_keeping(canonical, &home::KeyHandoff::default())
+}
+
+/// [`workspace_refusal_here`], leaving the home keys' places it resolved in `keep` for
+/// the run's policy ([`PolicyOptions::keys`]): the policy resolved the same places again
+/// a millisecond later (round twenty-nine).
+pub fn workspace_refusal_keeping(canonical: &Path, keep: &home::KeyHandoff) -> Option<String> {
     let homes = homes_here();
     if homes.is_empty() {
         return workspace_refusal(canonical, None);
     }
-    homes
+    let keys = home::KeyPlaces::of(homes.iter().cloned());
+    let refusal = homes
         .iter()
-        .find_map(|home| workspace_refusal(canonical, Some(home)))
+        .find_map(|home| workspace_refusal_with(canonical, Some(home), &keys));
+    keep.put(keys);
+    refusal
 }
 
 /// `$HOME`, else the user entry's home directory ([`account_home`]).

@@ -321,7 +321,10 @@ impl PreparedRun {
             &program,
             &preview.env,
             &agent_sandbox_args(request, &backend),
-            request.plan.as_ref().and_then(|p| p.writable_file()),
+            (
+                request.plan.as_ref().and_then(|p| p.writable_file()),
+                &request.key_places,
+            ),
             &cancel,
         );
         if let Ok(listening) = listening {

@@ -306,7 +306,7 @@ pub(crate) fn scan_trees_with(
     // Read once: the agent cannot reach these files, so they hold still across attempts.
     let mut home_keys = HashSet::new();
     for home in super::home::homes_here() {
-        let places = keys.places(&home);
+        let places = keys.places_there(&home);
         home_keys.extend(super::home::linked_never_visible(&places)?);
     }
     let home_key_links: Vec<(u64, u64)> = home_keys.iter().copied().collect();
