@@ -30,33 +30,62 @@ fn user_ci(fx: &Fx, ws: &Path, ci: &str) {
 }
 
 /// The agent makes the script the user's held `tools/ci.sh` runs when it is there, in
-/// three spellings (a test first, a path from the top, the script's own directory);
-/// the user's `git fmt` runs it. Both arms; control unconfined.
+/// three spellings (a test first, a path from the top, the script's own directory), and
+/// by the way to it: a directory absent at the start made a link to one of the agent's,
+/// and one that was there renamed and replaced by such a link. The user's `git fmt` runs
+/// it. Both arms; control unconfined.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_script_a_held_script_runs_that_the_agent_made_is_moved_aside() {
-    let spellings: [(&str, &str, &str); 3] = [
+    let made = |path: &str| {
+        format!(
+            "mkdir -p \"$(dirname {path})\" && {{ {SCRIPT_PAYLOAD}; }} > {path} && echo PLANTED"
+        )
+    };
+    let linked = format!(
+        "mkdir -p elsewhere && {{ {SCRIPT_PAYLOAD}; }} > elsewhere/all.sh && \
+         {{ mv tools/gen tools/old; ln -s ../elsewhere tools/gen; }} 2>/dev/null; echo PLANTED"
+    );
+    // (name, the held script, a directory of the user's, the agent's plant)
+    let attacks: [(&str, &str, Option<&str>, String); 5] = [
         (
             "optional local script",
             "[ -f tools/local.sh ] && sh tools/local.sh\necho ci\n",
-            "tools/local.sh",
+            None,
+            made("tools/local.sh"),
         ),
         (
             "generated script",
             "sh tools/gen/all.sh\n",
-            "tools/gen/all.sh",
+            None,
+            made("tools/gen/all.sh"),
         ),
         (
             "beside the script",
             "sh \"$(dirname \"$0\")/hook.sh\"\n",
-            "tools/hook.sh",
+            None,
+            made("tools/hook.sh"),
+        ),
+        (
+            "a link made on the way",
+            "sh tools/gen/all.sh\n",
+            None,
+            linked.clone(),
+        ),
+        (
+            "a directory on the way replaced by a link",
+            "sh tools/gen/all.sh\n",
+            Some("tools/gen/README"),
+            linked,
         ),
     ];
-    for (name, ci, made) in spellings {
-        let setup = |fx: &Fx, ws: &Path| user_ci(fx, ws, ci);
-        let plant = format!(
-            "mkdir -p \"$(dirname {made})\" && {{ {SCRIPT_PAYLOAD}; }} > {made} && echo PLANTED"
-        );
+    for (name, ci, user_dir, plant) in attacks {
+        let setup = |fx: &Fx, ws: &Path| {
+            user_ci(fx, ws, ci);
+            if let Some(file) = user_dir {
+                fx.own_file(ws, file, "the user's\n");
+            }
+        };
         sandbox_fixture::held_file_attack(&REPO, &[], name, setup, &plant, &["fmt"]);
     }
 }

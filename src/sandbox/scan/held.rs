@@ -800,7 +800,7 @@ impl<'a> Walker<'a, '_> {
                     WhenAbsent::Held => {}
                     WhenAbsent::Skipped => continue,
                     WhenAbsent::MovedAsideIfMade => {
-                        self.move_aside_if_made(&target);
+                        self.move_aside_if_made(&target)?;
                         continue;
                     }
                 }
@@ -1464,16 +1464,21 @@ const BUILD_OUTPUT_DIRS: [&str; 6] = [
 
 impl Walker<'_, '_> {
     /// A file a held script runs by path, absent at the start: the end-of-run guard moves
-    /// it aside if the run made it (its literal name one of
-    /// [`ScanOutput::made_aside_globs`](crate::sandbox::scan::ScanOutput::made_aside_globs)).
-    /// Before round twenty-nine it was the agent's to make: a user's `tools/ci.sh` that
-    /// runs an optional `tools/local.sh` ran the agent's payload at the user's next `git
-    /// fmt`, and a `tools/gen.sh` the agent made to name 1,100 scripts refused every later
-    /// run (the held scripts' cap). Not for a name in a tree the agent may not write, nor
-    /// below one of [`BUILD_OUTPUT_DIRS`], nor one with `..` in it (a Known limit).
-    fn move_aside_if_made(&mut self, target: &Path) {
+    /// it aside if the run made it, or the first name on its way that was absent (its
+    /// literal name one of
+    /// [`ScanOutput::made_aside_globs`](crate::sandbox::scan::ScanOutput::made_aside_globs)),
+    /// and the directories on its way that were there are pinned (not renamed nor
+    /// replaced). Before round twenty-nine it was the agent's to make: a user's
+    /// `tools/ci.sh` that runs an optional `tools/local.sh` ran the agent's payload at the
+    /// user's next `git fmt`, and a `tools/gen.sh` the agent made to name 1,100 scripts
+    /// refused every later run (the held scripts' cap). The way matters as much as the
+    /// name: a `tools/gen` the agent made a link to a directory of its own held the
+    /// `all.sh` the user's script runs where no name of the guard's looked. Not for a name
+    /// in a tree the agent may not write, below one of [`BUILD_OUTPUT_DIRS`], with `..` in
+    /// it, or with a link or a file on its way at the start (Known limits).
+    fn move_aside_if_made(&mut self, target: &Path) -> Result<(), SandboxError> {
         if !self.tree.writable {
-            return;
+            return Ok(());
         }
         // Rebuilt from its components: `tools/./x.sh` (a script's own directory, read as
         // `./x.sh` there) is git's and the guard's `tools/x.sh`.
@@ -1483,20 +1488,36 @@ impl Walker<'_, '_> {
             .filter(|rel| is_plain_relative(rel))
             .map(|rel| rel.components().collect::<PathBuf>())
         else {
-            return;
+            return Ok(());
         };
         let built = rel.components().any(|c| {
             BUILD_OUTPUT_DIRS
                 .iter()
                 .any(|dir| c.as_os_str() == OsStr::new(dir))
         });
-        let Some(rel) = rel.to_str().filter(|_| !built) else {
-            return;
+        if built {
+            return Ok(());
+        }
+        let mut so_far = PathBuf::new();
+        for name in rel.components() {
+            so_far.push(name);
+            match fs::symlink_metadata(self.tree.root.join(&so_far)) {
+                Err(_) => break,
+                Ok(meta) if meta.is_dir() && so_far != rel => {}
+                Ok(_) => return Ok(()),
+            }
+        }
+        if let Some(parent) = so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.pin_dirs_down_to(parent)?;
+        }
+        let Some(first_absent) = so_far.to_str() else {
+            return Ok(());
         };
-        let entry = (self.tree.root.to_path_buf(), globset::escape(rel));
+        let entry = (self.tree.root.to_path_buf(), globset::escape(first_absent));
         if !self.out.made_aside_globs.contains(&entry) {
             self.out.made_aside_globs.push(entry);
         }
+        Ok(())
     }
 }
 
