@@ -283,3 +283,44 @@ fn sigterm_cancels_a_run_whose_sigint_is_ignored() {
     running.wait().assert_failure("cancelled", 143);
     common::assert_no_process_left(fake.marker());
 }
+
+/// A run whose change ledger is snapshotted before the CLI starts (`danger-full-access`:
+/// no proxy holds the CLI while it is taken) is cancelled by a SIGTERM during that
+/// snapshot at once. The first snapshot of a big workspace takes seconds (9 s at 100k
+/// files on a cold cache), and the signal waited for its end; the test stretches it to a
+/// minute (`CODER_TEST_LEDGER_DELAY_MS`).
+#[test]
+fn sigterm_during_the_ledgers_snapshot_cancels_the_run_at_once() {
+    let fake = Fake::new(json!([steps::init()]));
+    let trace = fake.root().join("phases.trace");
+    let running = fake
+        .coder()
+        .args(["--sandbox", "danger-full-access", "task"])
+        .env("CODER_TEST_LEDGER_DELAY_MS", "60000")
+        .env("CODER_TRACE_PHASES", &trace)
+        .deadline(Duration::from_secs(50))
+        .spawn();
+    common::wait_for_path(&trace, Duration::from_secs(20));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("ledger.start")) {
+        assert!(std::time::Instant::now() < deadline, "no ledger.start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let signalled = std::time::Instant::now();
+    running.signal(Signal::SIGTERM);
+    let out = running.wait();
+    let detail = out.assert_failure("cancelled", 143);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("during the change ledger's snapshot")),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        signalled.elapsed() < Duration::from_secs(20),
+        "answered {:?} after the signal",
+        signalled.elapsed()
+    );
+    assert!(!fake.has_record(), "the CLI never started");
+}

@@ -200,7 +200,7 @@ fn sigterm_during_the_setup_scan_cancels_the_run_at_once() {
     assert!(
         detail["message"]
             .as_str()
-            .is_some_and(|m| m.contains("while the sandbox was set up")),
+            .is_some_and(|m| m.contains("during the sandbox's setup")),
         "cancelled during the setup, not at the run's first wait after it: {}",
         out.explain()
     );

@@ -74,8 +74,9 @@ pub struct Setup {
 
 impl Snapshot {
     /// Starts the snapshot of `workspace`: beside the run when `alongside` (the caller
-    /// then gives [`Snapshot::hold`] to the proxy), else serially, awaited here.
-    pub async fn start(workspace: &Path, state_dir: &Path, alongside: bool) -> Snapshot {
+    /// then gives [`Snapshot::hold`] to the proxy), else serially: the caller awaits it
+    /// ([`Snapshot::finish_or_cancel`]) before anything else of the run starts.
+    pub fn start(workspace: &Path, state_dir: &Path, alongside: bool) -> Snapshot {
         let started_ns = Arc::new(AtomicI64::new(NOT_STARTED));
         let (hold, release) = Hold::new();
         let (setup_tx, setup_rx) = tokio::sync::oneshot::channel();
@@ -86,17 +87,13 @@ impl Snapshot {
             setup: alongside.then_some(setup_rx),
             release,
         };
-        let mut snapshot = Snapshot {
+        Snapshot {
             state: State::Pending(tokio::task::spawn_blocking(move || job.run())),
             hold: alongside.then_some(hold),
             setup: alongside.then_some(setup_tx),
             started_ns,
             awaited: Duration::ZERO,
-        };
-        if !alongside {
-            snapshot.finish().await;
         }
-        snapshot
     }
 
     /// What the proxy must hold requests with (beside the run only).

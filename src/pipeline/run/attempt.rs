@@ -28,7 +28,7 @@ use crate::pipeline::structured::Answer;
 use crate::replay::{Cassette, ReplayServer, ServeOptions};
 use crate::sandbox::proxy::{Egress, Hold};
 use crate::sandbox::{Policy, RunDirCleanup};
-use crate::supervise::{self, CancelSignals, StopCause, signals::signal_name};
+use crate::supervise::{self, CancelSignals, StopCause};
 
 use super::journal::RunJournal;
 use super::state::{AttemptRecord, Run, Stop};
@@ -491,13 +491,7 @@ fn note_egress(egress: Option<&Egress>, observation: &mut Observation, journal: 
 /// The envelope of a sandbox that cannot be set up (fail closed).
 pub(super) fn sandbox_failure(run: &Run, e: &crate::sandbox::SandboxError) -> Envelope {
     if let crate::sandbox::SandboxError::Cancelled { signal } = *e {
-        let message = format!(
-            "cancelled by {} while the sandbox was set up",
-            signal_name(signal)
-        );
-        let mut envelope = run.early_envelope(ErrorKind::Cancelled, message.clone(), message, None);
-        envelope.exit_code = crate::exit::cancelled_exit_code(signal);
-        return envelope;
+        return run.cancelled_during_setup(signal, "the sandbox's setup");
     }
     // A bad argument (a --read/--write path, a glob, an --allow-host value, a plan file
     // the policy cannot take, a grant reaching coder's state) is the caller's to change,

@@ -289,7 +289,14 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    let (mut snapshot, alongside) = begin_snapshot(request, state_dir).await;
+    let (mut snapshot, alongside) = match begin_snapshot(request, state_dir, signals).await {
+        Ok(begun) => begun,
+        Err(signo) => {
+            return failed_before_start(
+                run.cancelled_during_setup(signo, "the change ledger's snapshot"),
+            );
+        }
+    };
     let hold = snapshot.hold();
     let prepared = PreparedRun::prepare(
         request,
@@ -305,8 +312,12 @@ async fn run_attempts(
         Err(envelope) => return failed_before_start(*envelope),
     };
     snapshot.set_up(prepared.denial_policy.clone());
-    if !alongside || prepared.egress.is_none() {
-        finish_snapshot_before_agent(&mut snapshot, &prepared).await;
+    if (!alongside || prepared.egress.is_none())
+        && let Err(signo) = finish_snapshot_before_agent(&mut snapshot, &prepared, signals).await
+    {
+        return failed_before_start(
+            run.cancelled_during_setup(signo, "the change ledger's snapshot"),
+        );
     }
     // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
     let admission = match admission::admit(
@@ -424,23 +435,38 @@ fn recorded_before_start(
 /// process started, is reported with a warning, as the plain walk's (a child that writes
 /// before its first request, like the tests' fake CLI, had its edit taken for the
 /// "before" without a word before `GitRepo::changed_since`).
-async fn begin_snapshot(request: &RunRequest, state_dir: &std::path::Path) -> (Snapshot, bool) {
+/// A signal while a serial snapshot is taken gives it up (`Err(signal)`): the first
+/// snapshot of a big workspace takes seconds, and the signal waited for its end.
+async fn begin_snapshot(
+    request: &RunRequest,
+    state_dir: &std::path::Path,
+    signals: &mut CancelSignals,
+) -> Result<(Snapshot, bool), i32> {
     crate::phases::mark("ledger.start");
     let alongside = request.sandbox.is_confined()
         && !snapshot::cli_may_run_commands_at_start(&request.workspace);
-    let snapshot = Snapshot::start(&request.workspace, state_dir, alongside).await;
+    let mut snapshot = Snapshot::start(&request.workspace, state_dir, alongside);
+    if !alongside {
+        snapshot.finish_or_cancel(signals).await?;
+    }
     crate::phases::mark(if alongside {
         "ledger.started"
     } else {
         "ledger.done"
     });
-    (snapshot, alongside)
+    Ok((snapshot, alongside))
 }
 
-/// No proxy holds the agent: the snapshot is done before it starts. The plain scan's
-/// cache holds its hash key: kept only where the agent cannot reach it.
-async fn finish_snapshot_before_agent(snapshot: &mut Snapshot, prepared: &PreparedRun) {
-    snapshot.finish().await;
+/// No proxy holds the agent: the snapshot is done before it starts, unless a cancelling
+/// signal comes first (`Err(signal)`: the first run's snapshot of a big workspace takes
+/// seconds, and the signal waited for it). The plain scan's cache holds its hash key:
+/// kept only where the agent cannot reach it.
+async fn finish_snapshot_before_agent(
+    snapshot: &mut Snapshot,
+    prepared: &PreparedRun,
+    signals: &mut CancelSignals,
+) -> Result<(), i32> {
+    snapshot.finish_or_cancel(signals).await?;
     let policy = prepared.policy.as_ref();
     if let Some(ledger) = snapshot.ledger_mut() {
         let exposed = ledger
@@ -448,6 +474,7 @@ async fn finish_snapshot_before_agent(snapshot: &mut Snapshot, prepared: &Prepar
             .is_some_and(|path| snapshot::agent_reaches(policy, path));
         ledger.keep_cache(exposed);
     }
+    Ok(())
 }
 
 /// The run's end once every sandboxed process of it (agent, checks, repairs) is gone:

@@ -593,6 +593,24 @@ impl Run {
 impl Run {
     /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
     /// had started, so there was no process tree to stop.
+    /// The envelope of a run a signal stopped before the CLI started, `during` a step of
+    /// its setup (`the sandbox's setup`, `the change ledger's snapshot`) that used to hold
+    /// the signal until it ended (seconds, on a big workspace).
+    pub(super) fn cancelled_during_setup(&self, signo: i32, during: &str) -> Envelope {
+        let name = signal_name(signo);
+        let mut envelope = self.early_envelope(
+            ErrorKind::Cancelled,
+            format!("cancelled by {name} during {during}"),
+            format!(
+                "coder received {name} during {during}; the run was cancelled before it \
+                 started: the claude CLI never ran"
+            ),
+            None,
+        );
+        envelope.exit_code = cancelled_exit_code(signo);
+        envelope
+    }
+
     fn cancelled_while_queued(&self, signo: i32, queue_ms: u64) -> Envelope {
         let name = signal_name(signo);
         let mut envelope = self.early_envelope(
