@@ -300,27 +300,7 @@ fn sigterm_during_the_ledgers_snapshot_cancels_the_run_at_once() {
         .env("CODER_TRACE_PHASES", &trace)
         .deadline(Duration::from_secs(50))
         .spawn();
-    common::wait_for_path(&trace, Duration::from_secs(20));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("ledger.start")) {
-        assert!(std::time::Instant::now() < deadline, "no ledger.start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let signalled = std::time::Instant::now();
-    running.signal(Signal::SIGTERM);
-    let out = running.wait();
-    let detail = out.assert_failure("cancelled", 143);
-    assert!(
-        detail["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("during the change ledger's snapshot")),
-        "{}",
-        out.explain()
-    );
-    assert!(
-        signalled.elapsed() < Duration::from_secs(20),
-        "answered {:?} after the signal",
-        signalled.elapsed()
-    );
-    assert!(!fake.has_record(), "the CLI never started");
+    common::wait_for_phase(&trace, "ledger.start", Duration::from_secs(20));
+    let within = Duration::from_secs(20);
+    common::cancel_during_setup(&fake, running, "the change ledger's snapshot", within);
 }

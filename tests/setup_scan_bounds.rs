@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{CODER, Fake};
+use common::{CODER, Fake, wait_for_phase};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -62,22 +62,6 @@ fn names(dir: &Path) -> Vec<String> {
     }
     out.sort();
     out
-}
-
-/// Waits until the phase trace at `trace` names `phase`.
-fn wait_for_phase(trace: &Path, phase: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let text = std::fs::read_to_string(trace).unwrap_or_default();
-        if text.lines().any(|l| l.ends_with(phase)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {phase} in the trace within {timeout:?}: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]
@@ -193,23 +177,8 @@ fn sigterm_during_the_setup_scan_cancels_the_run_at_once() {
         .deadline(Duration::from_secs(60))
         .spawn();
     wait_for_phase(&trace, "scan.start", Duration::from_secs(30));
-    let signalled = Instant::now();
-    running.signal(Signal::SIGTERM);
-    let out = running.wait();
-    let detail = out.assert_failure("cancelled", 143);
-    assert!(
-        detail["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("during the sandbox's setup")),
-        "cancelled during the setup, not at the run's first wait after it: {}",
-        out.explain()
-    );
-    assert!(
-        signalled.elapsed() < Duration::from_secs(30),
-        "answered {:?} after the signal",
-        signalled.elapsed()
-    );
-    assert!(!fake.has_record(), "the CLI never started");
+    let within = Duration::from_secs(30);
+    common::cancel_during_setup(&fake, running, "the sandbox's setup", within);
     assert_eq!(
         names(fake.workspace()),
         before,

@@ -303,6 +303,46 @@ pub fn wait_for_path(path: &Path, timeout: Duration) {
     }
 }
 
+/// Waits until coder's phase trace at `trace` (`CODER_TRACE_PHASES`) names `phase`;
+/// panics after `timeout`.
+pub fn wait_for_phase(trace: &Path, phase: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(trace).unwrap_or_default();
+        if text.lines().any(|l| l.ends_with(phase)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {phase} in the trace within {timeout:?}: {text}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends SIGTERM to a run waiting in a step of its setup and asserts it answers
+/// `cancelled` at once (within `within`), saying it was cancelled `during` that step,
+/// with the CLI (the fake's) never started.
+pub fn cancel_during_setup(fake: &Fake, running: Running, during: &str, within: Duration) {
+    let signalled = Instant::now();
+    running.signal(Signal::SIGTERM);
+    let out = running.wait();
+    let detail = out.assert_failure("cancelled", 143);
+    assert!(
+        detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("during {during}"))),
+        "cancelled during {during}, not at the run's first wait after it: {}",
+        out.explain()
+    );
+    assert!(
+        signalled.elapsed() < within,
+        "answered {:?} after the signal",
+        signalled.elapsed()
+    );
+    assert!(!fake.has_record(), "the CLI never started");
+}
+
 /// What the fake child recorded about its start.
 #[derive(Debug, Clone)]
 pub struct Record(pub Value);
