@@ -1629,6 +1629,145 @@ fn brace_group(line: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
+/// The git config a shell script's lines give the git they run or keep for good, as a
+/// config text: `git -c KEY=VALUE`, `git config [--add] KEY VALUE` (and `set`),
+/// `GIT_CONFIG_KEY_n=KEY GIT_CONFIG_VALUE_n=VALUE`, each `KEY VALUE` pair of a line (a
+/// dotted key next to its value), quoted lines read within, `$PWD` and the script's
+/// own directory (`$(dirname "$0")`) read as `script_dir`. Round twenty-nine's review:
+/// a `core.hooksPath` or an `include.path` set so named a directory or a config file,
+/// which no "script" look tells ([`script_words`]), and the agent's hook or
+/// `core.fsmonitor` there ran at the user's `git ci`. The scan reads the text as a
+/// config of the repository (hooks, includes, commands).
+pub(super) fn script_git_settings(script: &[u8], script_dir: &[u8]) -> Vec<u8> {
+    let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
+    let mut out = Vec::new();
+    for line in script_lines(script) {
+        let line = line_with_script_dir(&line, script_dir);
+        for reading in brace_readings(&line) {
+            line_git_settings(&reading, NESTED_LINES, &mut out);
+        }
+    }
+    out
+}
+
+/// [`script_git_settings`] of the command lines of a config text (an alias's `!git -c
+/// core.hooksPath=ci/hooks commit`), read at the top of the work tree.
+pub(super) fn command_git_settings(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        for reading in brace_readings(&top_read_as_dot(line)) {
+            line_git_settings(&reading, NESTED_LINES, &mut out);
+        }
+    }
+    out
+}
+
+/// `line` with [`SCRIPT_DIR_MARK`] read as `dir`.
+fn line_with_script_dir(line: &[u8], dir: &[u8]) -> Vec<u8> {
+    let mut line = line.to_vec();
+    while let Some(at) = line
+        .windows(SCRIPT_DIR_MARK.len())
+        .position(|w| w == SCRIPT_DIR_MARK)
+    {
+        line.splice(at..at + SCRIPT_DIR_MARK.len(), dir.iter().copied());
+    }
+    line
+}
+
+/// The `KEY VALUE` pairs of one shell line ([`script_git_settings`]) added to `out` as
+/// config lines; a quoted word with a blank in it read as a line too, `depth` levels down.
+fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
+    let tokens = shell_tokens(line);
+    for at in 0..tokens.len() {
+        if let Some((key, value)) = setting_at(&tokens, at) {
+            push_setting(out, &key, value);
+        }
+    }
+    if depth > 0 {
+        for inner in tokens
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_git_settings(inner, depth - 1, out);
+        }
+    }
+}
+
+/// The setting the token at `at` makes, when it is one: `KEY=VALUE` (`git -c`), `KEY`
+/// then `VALUE` (`git config`), `GIT_CONFIG_KEY_n=KEY` then `GIT_CONFIG_VALUE_n=VALUE`.
+/// Not a value the shell builds, an option or a test's operator: those name nothing here.
+fn setting_at(tokens: &[Vec<u8>], at: usize) -> Option<(ConfigKey<'_>, &[u8])> {
+    let token = &tokens[at];
+    let next = || -> Option<&[u8]> {
+        let next = tokens.get(at + 1)?;
+        Some(match next.iter().position(|b| *b == b'=') {
+            Some(eq) if next[..eq].starts_with(b"GIT_CONFIG_VALUE_") => &next[eq + 1..],
+            _ => next,
+        })
+    };
+    let (key, value) = match token.iter().position(|b| *b == b'=') {
+        Some(eq) if config_key(&token[..eq]).is_some() => (&token[..eq], &token[eq + 1..]),
+        Some(eq) if token[..eq].starts_with(b"GIT_CONFIG_KEY_") => (&token[eq + 1..], next()?),
+        None => (token.as_slice(), next()?),
+        Some(_) => return None,
+    };
+    let names = value.iter().any(u8::is_ascii_alphanumeric)
+        && !value.starts_with(b"-")
+        && !value.iter().any(|b| b"$`".contains(b));
+    Some((config_key(key).filter(|_| names)?, value))
+}
+
+/// `key = "value"` in its section, as a config text's lines, added to `out`.
+fn push_setting(out: &mut Vec<u8>, key: &ConfigKey<'_>, value: &[u8]) {
+    let quoted: Vec<u8> = value
+        .iter()
+        .filter(|b| **b != b'\n')
+        .flat_map(|b| match b {
+            b'"' | b'\\' => vec![b'\\', *b],
+            _ => vec![*b],
+        })
+        .collect();
+    let sub = match key.sub {
+        Some(sub) => [b" \"", sub, b"\""].concat(),
+        None => Vec::new(),
+    };
+    let line = [
+        b"[",
+        key.section,
+        &sub,
+        b"]\n\t",
+        key.name,
+        b" = \"",
+        &quoted,
+        b"\"\n",
+    ];
+    out.extend_from_slice(&line.concat());
+}
+
+/// A git config key (`core.hooksPath`, `includeIf.gitdir:x/.path`) in its parts.
+struct ConfigKey<'a> {
+    section: &'a [u8],
+    sub: Option<&'a [u8]>,
+    name: &'a [u8],
+}
+
+/// `word` as a git config key: a section of letters, digits and `-`, a name starting
+/// with a letter; `None` for any other word.
+fn config_key(word: &[u8]) -> Option<ConfigKey<'_>> {
+    let first = word.iter().position(|b| *b == b'.')?;
+    let last = word.iter().rposition(|b| *b == b'.')?;
+    let (section, name) = (&word[..first], &word[last + 1..]);
+    let plain = |s: &[u8]| s.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-');
+    let sub = (first != last).then(|| &word[first + 1..last]);
+    let good = !section.is_empty()
+        && plain(section)
+        && name.first().is_some_and(u8::is_ascii_alphabetic)
+        && plain(name)
+        && sub.is_none_or(|s| !s.contains(&b'"') && !s.contains(&b'\n'));
+    good.then_some(ConfigKey { section, sub, name })
+}
+
 /// The directories of the tree a shell script runs every file of, named literally:
 /// `run-parts DIR`, `find DIR … -exec sh {}` (or piped to `xargs`, or to a loop that runs
 /// its variable), and the directory of a glob in a line of a `for` loop when the script
@@ -2870,6 +3009,40 @@ mod tests {
         }
         assert!(runs_its_input(b"find d -type f -exec {} ;"));
         assert!(runs_its_input(b"for f in d/*; do \"$f\"; done"));
+    }
+
+    #[test]
+    fn the_git_config_a_line_sets_is_read_as_a_config() {
+        let hooks = |script: &str| -> Vec<String> {
+            let text = script_git_settings(script.as_bytes(), b"/w/tools");
+            hooks_paths(&text)
+                .into_iter()
+                .map(|v| String::from_utf8(v).unwrap())
+                .collect()
+        };
+        assert_eq!(hooks("git -c core.hooksPath=ci/gh commit"), ["ci/gh"]);
+        assert_eq!(hooks("git config core.hooksPath ci/gh"), ["ci/gh"]);
+        assert_eq!(
+            hooks("git config --local core.hookspath 'ci/my hooks'"),
+            ["ci/my hooks"]
+        );
+        assert_eq!(
+            hooks("GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=h git x"),
+            ["h"]
+        );
+        assert_eq!(hooks("bash -c 'git config core.hooksPath h'"), ["h"]);
+        assert_eq!(
+            hooks("git config core.hooksPath \"$(dirname \"$0\")/h\""),
+            ["/w/tools/h"]
+        );
+        // Nothing the shell builds, no option, no operator.
+        assert!(hooks("git config core.hooksPath \"$H\"").is_empty());
+        assert!(hooks("[ \"$(git config core.hooksPath)\" = x ]").is_empty());
+        assert!(hooks("python3 -m tools.strip x").is_empty());
+        let text = script_git_settings(b"git -c include.path=$PWD/ci/x status", b"/w");
+        assert_eq!(include_paths(&text), [b"./ci/x".to_vec()]);
+        let text = command_git_settings(b"[alias]\n\tci = !git -c core.hooksPath=ci/gh commit\n");
+        assert_eq!(hooks_paths(&text), [b"ci/gh".to_vec()]);
     }
 
     #[test]

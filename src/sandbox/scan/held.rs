@@ -464,6 +464,7 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         self.guard_hooks_paths(text, depth, walk)?;
         self.guard_template_dirs(text, depth, walk)?;
+        self.guard_git_settings(&config_text::command_git_settings(text), depth, walk)?;
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
@@ -746,6 +747,8 @@ impl<'a> Walker<'a, '_> {
             };
             self.guard_lists(read, top, depth, walk, entries)?;
             self.guard_dirs_run_whole(&text, top, dir, depth, walk)?;
+            let settings = config_text::script_git_settings(&text, dir.as_os_str().as_bytes());
+            self.guard_git_settings(&settings, depth, walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path, only when there ([`config_text::run_words`]).
@@ -796,6 +799,39 @@ impl<'a> Walker<'a, '_> {
             self.guard_what_it_reads(&target, top, depth, walk)?;
         }
         Ok(())
+    }
+
+    /// The git config a command of the configs or a held script sets (`git -c
+    /// core.hooksPath=ci/hooks`, `git config include.path ../ci/team.gitconfig`:
+    /// [`config_text::script_git_settings`]), read as a config of the work tree's
+    /// repository: its hooks directories and template directories held whole, the files
+    /// it includes held and read as configs (a relative one from the git dir, where `git
+    /// config` keeps it, and from the top), its commands' files held. Round twenty-nine's
+    /// review: neither a directory nor a config file looks like a script, and the agent's
+    /// `ci/hooks/pre-commit` or `core.fsmonitor` ran at the user's `git ci`. A text met
+    /// [`MAX_SETTINGS_DEPTH`] settings down is not read (an alias setting an alias…).
+    fn guard_git_settings(
+        &mut self,
+        settings: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const MAX_SETTINGS_DEPTH: usize = 10;
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        if settings.is_empty() || depth > MAX_SETTINGS_DEPTH {
+            return Ok(());
+        }
+        for value in include_paths(settings) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            for base in [top.join(".git"), top.clone()] {
+                self.guard_include(&base.join(&named), depth + 1, walk, NamedBy::Config)?;
+            }
+        }
+        self.guard_command_files(settings, depth + 1, walk)
     }
 
     /// The directories a held shell script runs every file of, named literally

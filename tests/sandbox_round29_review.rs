@@ -1,0 +1,212 @@
+//! Round twenty-nine's review: round twenty-eight's held-scripts class (any word of a
+//! held script naming a script of the tree), its keys (Claude Code's global config and
+//! device keys, Gemini CLI's, `pkexec`'s caller, key variables over the TLS trust stores)
+//! and perf28's speed levers, attacked by one who has read the code, through the built
+//! binary, root and uid 65534, each with a control (`--mode danger-full-access`, or
+//! without what makes the attack) showing the attack works without the sandbox.
+//!
+//! * **The git config a held command sets**: `git -c core.hooksPath=DIR`, `git config
+//!   core.hooksPath DIR`, `GIT_CONFIG_KEY_n`, `git config include.path FILE` on an
+//!   alias's line or in a held script: a hooks directory or an included config is no
+//!   "script" by its look, and was the agent's to fill.
+//! * **Logins**: Claude Code's backups of its global config (`primaryApiKey`).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round29-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+const KNOWN_OPEN: &[&str] = &[];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// The agent's hook: `ci/gh/pre-commit`, a `#!` line and executable, that creates the
+/// marker `$M`.
+const PLANT_HOOK: &str = "mkdir -p ci/gh && printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
+                          > ci/gh/pre-commit; chmod +x ci/gh/pre-commit; echo PLANTED";
+
+/// The agent's config: `ci/team.gitconfig` with a `core.fsmonitor` that creates the
+/// marker `$M` at the next `git status`.
+const PLANT_CONFIG: &str = "mkdir -p ci && printf '[core]\\n\\tfsmonitor = \"touch %s; \
+                            false\"\\n' \"$M\" > ci/team.gitconfig; echo PLANTED";
+
+/// One attack through git's own settings: (name, `git ci`'s alias, the held script
+/// `tools/ci.sh` it may run, what the user has at the start, the agent's plant).
+type Setting = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+);
+
+/// A command the user's config runs sets git's config for the git it runs, or for good:
+/// a hooks directory (`core.hooksPath`) or an included config (`include.path`) it names
+/// holds no file that "looks like a script" (round twenty-eight's class): a directory,
+/// and a config with no suffix, no `#!`, not executable. git runs the hooks of the one
+/// and the `core.fsmonitor` of the other. `HOOK` is the user's `ci/gh/pre-commit`,
+/// `CONFIG` the user's `ci/team.gitconfig`.
+const SETTINGS: &[Setting] = &[
+    (
+        "alias: git -c core.hooksPath, the hooks there",
+        "!git -c core.hooksPath=ci/gh commit -q --allow-empty -m x",
+        "",
+        &["HOOK"],
+        PLANT_HOOK,
+    ),
+    (
+        "script: git -c core.hooksPath, the hooks there",
+        "!sh tools/ci.sh",
+        "git -c core.hooksPath=ci/gh commit -q --allow-empty -m x",
+        &["HOOK"],
+        PLANT_HOOK,
+    ),
+    (
+        "script: git -c core.hooksPath, no hooks yet",
+        "!sh tools/ci.sh",
+        "git -c core.hooksPath=ci/gh commit -q --allow-empty -m x",
+        &[],
+        PLANT_HOOK,
+    ),
+    (
+        "script: git config core.hooksPath",
+        "!sh tools/ci.sh",
+        "git config core.hooksPath ci/gh\ngit commit -q --allow-empty -m x",
+        &[],
+        PLANT_HOOK,
+    ),
+    (
+        "script: GIT_CONFIG_KEY_0",
+        "!sh tools/ci.sh",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=ci/gh \
+         git commit -q --allow-empty -m x",
+        &["HOOK"],
+        PLANT_HOOK,
+    ),
+    (
+        "script: git config include.path, the config there",
+        "!sh tools/ci.sh",
+        "git config include.path ../ci/team.gitconfig\ngit status >/dev/null",
+        &["CONFIG"],
+        PLANT_CONFIG,
+    ),
+    (
+        "script: git config include.path, no config yet",
+        "!sh tools/ci.sh",
+        "git config include.path ../ci/team.gitconfig\ngit status >/dev/null",
+        &[],
+        PLANT_CONFIG,
+    ),
+    (
+        "script: git -c include.path=$PWD/…",
+        "!sh tools/ci.sh",
+        "git -c include.path=\"$PWD/ci/team.gitconfig\" status >/dev/null",
+        &["CONFIG"],
+        PLANT_CONFIG,
+    ),
+    (
+        "alias: git -c include.path=$PWD/…",
+        "!git -c include.path=\"$PWD/ci/team.gitconfig\" status >/dev/null",
+        "",
+        &["CONFIG"],
+        PLANT_CONFIG,
+    ),
+];
+
+/// Each of [`SETTINGS`]: the agent plants its hook or config, the user's `git ci` runs
+/// it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_git_config_a_held_command_sets_is_not_the_agents_to_fill() {
+    for (name, alias, script, files, plant) in SETTINGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                for file in *files {
+                    match *file {
+                        "HOOK" => sandbox_fixture::own_script(fx, ws, "ci/gh/pre-commit"),
+                        _ => drop(fx.own_file(ws, "ci/team.gitconfig", "[user]\n\tx = 1\n")),
+                    }
+                }
+                if !script.is_empty() {
+                    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+                }
+                fx.git(ws, &["config", "alias.ci", alias]);
+            },
+            plant,
+            &["ci"],
+        );
+    }
+}
+
+/// Claude Code's backups of its global config (`~/.claude.json`, whose `primaryApiKey`
+/// round twenty-eight made never visible): the CLI copies it to
+/// `~/.claude/backups/.claude.json.backup.<ms>` (and `.corrupted.<ms>`), five kept, and
+/// older CLIs to `~/.claude.json.backup`. Each: (the directory granted, the file),
+/// relative to the home directory.
+const CLAUDE_BACKUPS: &[(&str, &str)] = &[
+    (".claude/backups", ".claude.json.backup.1764400000000"),
+    (".claude/backups", ".claude.json.corrupted.1764400000000"),
+    ("", ".claude.json.backup"),
+];
+
+/// Each of [`CLAUDE_BACKUPS`]: `--read` of its directory (of the file, for the home's
+/// own) and a hard link to it in the workspace. Both arms; control unconfined, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn claude_codes_config_backups_are_never_visible() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (dir, file) in CLAUDE_BACKUPS {
+            for confined in [true, false] {
+                let fx = Fixture::new("coder-round29-backup-", nobody, &["ws", "home", "state"]);
+                let key = fx.root().join("home").join(dir).join(file);
+                sandbox_fixture::write(&key, "{\"primaryApiKey\": \"KEY-SECRET\"}\n");
+                std::fs::hard_link(&key, fx.ws().join("notes")).unwrap();
+                fx.own(fx.root());
+                let granted = match *dir {
+                    "" => key.clone(),
+                    _ => key.parent().unwrap().to_path_buf(),
+                };
+                let granted = granted.display().to_string();
+                let key = key.display().to_string();
+                let reads = [
+                    (vec!["--read", granted.as_str()], key.clone()),
+                    (Vec::new(), "notes".to_string()),
+                ];
+                for (mut args, path) in reads {
+                    if !confined {
+                        args.extend(["--mode", "danger-full-access"]);
+                    }
+                    let (rc, out) = fx.sandbox(&args, &format!("cat '{path}'; echo SERVED"));
+                    let who =
+                        format!("nobody={nobody} ~/{dir}/{file} as {path} confined={confined}");
+                    sandbox_fixture::judge_key(
+                        &mut broken,
+                        &who,
+                        confined,
+                        (rc, &out),
+                        "KEY-SECRET",
+                    );
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
