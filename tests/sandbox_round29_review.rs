@@ -210,3 +210,26 @@ fn claude_codes_config_backups_are_never_visible() {
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
+
+/// `--read vault` where `CLAUDE_CONFIG_DIR=vault` holds the CLI's backups of its global
+/// config (`vault/backups/.claude.json.backup.<ms>`, and the older CLIs'
+/// `vault/.claude.json.backup`). Both arms; control without the variable, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn claude_config_backups_a_variable_moves_are_not_granted() {
+    let keys = [
+        (
+            "CLAUDE_CONFIG_DIR",
+            "",
+            "backups/.claude.json.backup.1764400000000",
+        ),
+        ("CLAUDE_CONFIG_DIR", "", ".claude.json.backup"),
+    ];
+    let broken = sandbox_fixture::relocated_key_grants(
+        "coder-round29-cfgdir-",
+        "home/claude-work",
+        &keys,
+        "{\"primaryApiKey\": \"KEY-SECRET\"}",
+    );
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}

@@ -87,8 +87,10 @@ pub const CACHES: [&str; 14] = [
 /// `primaryApiKey` without a keychain, and MCP servers' `env` holds theirs), which the
 /// CLI protects with its login, and Gemini CLI's `~/.gemini/.env` (its `GEMINI_API_KEY`)
 /// and MCP OAuth tokens: `--read` of the file, or its hard link in the workspace, showed
-/// them.
-pub const NEVER_VISIBLE: [&str; 71] = [
+/// them. Round twenty-nine's review added the global config's copies the CLI keeps
+/// (`~/.claude/backups/.claude.json.backup.<ms>` and `.corrupted.<ms>`, the older CLIs'
+/// `~/.claude.json.backup`), each with the same `primaryApiKey`.
+pub const NEVER_VISIBLE: [&str; 73] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -151,6 +153,8 @@ pub const NEVER_VISIBLE: [&str; 71] = [
     ".claude/.device-keys.json",
     ".claude.json",
     ".claude/.config.json",
+    ".claude/backups",
+    ".claude.json.backup",
     ".codex/auth.json",
     ".gemini/oauth_creds.json",
     ".gemini/.env",
@@ -604,7 +608,7 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
 /// Round twenty-eight's review added the CLI's global config in `CLAUDE_CONFIG_DIR`
 /// (`.claude.json`, `.config.json`), which holds a Console API key.
-const RELOCATED_SECRETS: [(&str, &str); 54] = [
+const RELOCATED_SECRETS: [(&str, &str); 56] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -655,6 +659,8 @@ const RELOCATED_SECRETS: [(&str, &str); 54] = [
     ("CLAUDE_CODE_HOST_CREDS_FILE", ""),
     ("CLAUDE_CONFIG_DIR", ".claude.json"),
     ("CLAUDE_CONFIG_DIR", ".config.json"),
+    ("CLAUDE_CONFIG_DIR", "backups"),
+    ("CLAUDE_CONFIG_DIR", ".claude.json.backup"),
     ("CODEX_HOME", "auth.json"),
     ("XDG_CONFIG_HOME", "configstore/firebase-tools.json"),
     ("XDG_CONFIG_HOME", ".wrangler"),
