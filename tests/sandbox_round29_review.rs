@@ -171,11 +171,19 @@ const CLAUDE_BACKUPS: &[(&str, &str)] = &[
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn claude_codes_config_backups_are_never_visible() {
+    let broken = keys_never_visible(CLAUDE_BACKUPS);
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// `--read` of `dir` (of the file, where `dir` is empty) of a home holding each of `keys`
+/// (`(dir, file)`), and a hard link to the file in the workspace: what went wrong, one
+/// line each. Both arms; control unconfined, served.
+fn keys_never_visible(keys: &[(&str, &str)]) -> Vec<String> {
     let mut broken = Vec::new();
     for nobody in sandbox_fixture::arms() {
-        for (dir, file) in CLAUDE_BACKUPS {
+        for (dir, file) in keys {
             for confined in [true, false] {
-                let fx = Fixture::new("coder-round29-backup-", nobody, &["ws", "home", "state"]);
+                let fx = Fixture::new("coder-round29-key-", nobody, &["ws", "home", "state"]);
                 let key = fx.root().join("home").join(dir).join(file);
                 sandbox_fixture::write(&key, "{\"primaryApiKey\": \"KEY-SECRET\"}\n");
                 std::fs::hard_link(&key, fx.ws().join("notes")).unwrap();
@@ -208,6 +216,25 @@ fn claude_codes_config_backups_are_never_visible() {
             }
         }
     }
+    broken
+}
+
+/// The other agents' token files beside the logins round twenty-seven hid: Codex's MCP
+/// servers' OAuth tokens where there is no keyring (`~/.codex/.credentials.json`), and
+/// Gemini CLI's encrypted token store (`~/.gemini/mcp-oauth-tokens-v2.json`, its key
+/// derived from the host and user names, which its newer versions also keep the login
+/// in). Each: (the directory granted, the file).
+const AGENT_TOKENS: &[(&str, &str)] = &[
+    (".codex", ".credentials.json"),
+    (".gemini", "mcp-oauth-tokens-v2.json"),
+];
+
+/// Each of [`AGENT_TOKENS`], as [`claude_codes_config_backups_are_never_visible`]. Both
+/// arms; control unconfined, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_other_agents_token_stores_are_never_visible() {
+    let broken = keys_never_visible(AGENT_TOKENS);
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 

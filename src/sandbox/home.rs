@@ -89,8 +89,11 @@ pub const CACHES: [&str; 14] = [
 /// and MCP OAuth tokens: `--read` of the file, or its hard link in the workspace, showed
 /// them. Round twenty-nine's review added the global config's copies the CLI keeps
 /// (`~/.claude/backups/.claude.json.backup.<ms>` and `.corrupted.<ms>`, the older CLIs'
-/// `~/.claude.json.backup`), each with the same `primaryApiKey`.
-pub const NEVER_VISIBLE: [&str; 73] = [
+/// `~/.claude.json.backup`), each with the same `primaryApiKey`, Codex's MCP OAuth tokens
+/// without a keyring (`~/.codex/.credentials.json`) and Gemini CLI's token store
+/// (`~/.gemini/mcp-oauth-tokens-v2.json`, encrypted with a key of the host and user
+/// names): a hard link in the workspace showed them.
+pub const NEVER_VISIBLE: [&str; 75] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -156,9 +159,11 @@ pub const NEVER_VISIBLE: [&str; 73] = [
     ".claude/backups",
     ".claude.json.backup",
     ".codex/auth.json",
+    ".codex/.credentials.json",
     ".gemini/oauth_creds.json",
     ".gemini/.env",
     ".gemini/mcp-oauth-tokens.json",
+    ".gemini/mcp-oauth-tokens-v2.json",
     ".supabase/access-token",
     ".config/configstore/firebase-tools.json",
     ".local/share/com.vercel.cli/auth.json",
@@ -608,7 +613,7 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
 /// Round twenty-eight's review added the CLI's global config in `CLAUDE_CONFIG_DIR`
 /// (`.claude.json`, `.config.json`), which holds a Console API key.
-const RELOCATED_SECRETS: [(&str, &str); 56] = [
+const RELOCATED_SECRETS: [(&str, &str); 57] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -662,6 +667,7 @@ const RELOCATED_SECRETS: [(&str, &str); 56] = [
     ("CLAUDE_CONFIG_DIR", "backups"),
     ("CLAUDE_CONFIG_DIR", ".claude.json.backup"),
     ("CODEX_HOME", "auth.json"),
+    ("CODEX_HOME", ".credentials.json"),
     ("XDG_CONFIG_HOME", "configstore/firebase-tools.json"),
     ("XDG_CONFIG_HOME", ".wrangler"),
     ("XDG_DATA_HOME", "com.vercel.cli/auth.json"),
