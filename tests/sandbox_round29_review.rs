@@ -155,6 +155,102 @@ fn the_git_config_a_held_command_sets_is_not_the_agents_to_fill() {
     }
 }
 
+/// Spellings of a held script's word that round twenty-eight's class ("any word naming a
+/// script of the tree") did not read (its reading, not its idea): the script named by its
+/// absolute path (dropped with the system's `/usr/bin/time`), bash's tilde-plus (`~+`,
+/// the working directory) and its `$"…"` (a translated string). Each: (name, the held
+/// script `tools/ci.sh` run by `git fmt` = `!bash tools/ci.sh`, `@WS@` the workspace's
+/// path). The agent appends its payload to the user's `tools/x.sh`.
+const WORD_SPELLINGS: &[(&str, &str)] = &[
+    (
+        "an absolute word behind strace",
+        "strace -f -o /dev/null sh @WS@/tools/x.sh",
+    ),
+    ("tilde-plus", "sh ~+/tools/x.sh"),
+    ("a translated string", "sh $\"tools/x.sh\""),
+];
+
+/// Each of [`WORD_SPELLINGS`]: the user's `git fmt` runs the agent's edit of
+/// `tools/x.sh`. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_files_a_held_script_names_by_bash_words_are_not_the_agents_to_write() {
+    for (name, script) in WORD_SPELLINGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                let script = script.replace("@WS@", ws.to_str().unwrap());
+                fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+                fx.git(ws, &["config", "alias.fmt", "!bash tools/ci.sh"]);
+            },
+            &sandbox_fixture::append_payload("tools/x.sh"),
+            &["fmt"],
+        );
+    }
+}
+
+/// The user's `pre-commit` hook runs a script of the work tree: the hook was held, what
+/// it runs was not read at all (an alias's script is, and a hook that is a symlink into
+/// the tree). Each: (name, where the hook is: the git dir's `hooks/`, a `core.hooksPath`
+/// of the repository's config, or of the user's `~/.gitconfig` outside every tree; the
+/// hook's line, `@WS@` the workspace's path). Absolute paths are what hook managers write.
+const HOOKS: &[(&str, &str, &str)] = &[
+    ("a hook runs a script", "hooks", "sh tools/x.sh"),
+    ("a hook execs a script", "hooks", "exec ./tools/x.sh \"$@\""),
+    (
+        "a hook's absolute word",
+        "hooks",
+        "strace -f -o /dev/null sh @WS@/tools/x.sh",
+    ),
+    (
+        "a hooksPath hook runs a script",
+        "hooksPath",
+        "sh tools/x.sh",
+    ),
+    (
+        "a global hooksPath hook execs a script",
+        "global",
+        "exec ./tools/x.sh",
+    ),
+];
+
+/// Each of [`HOOKS`]: the agent appends its payload to the user's `tools/x.sh`, the user's
+/// `git commit` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_a_hook_runs_are_not_the_agents_to_write() {
+    for (name, place, line) in HOOKS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                sandbox_fixture::own_script(fx, ws, "tools/x.sh");
+                let line = line.replace("@WS@", ws.to_str().unwrap());
+                let dir = match *place {
+                    "hooks" => ws.join(".git/hooks"),
+                    "hooksPath" => {
+                        fx.git(ws, &["config", "core.hooksPath", "ci/hooks"]);
+                        ws.join("ci/hooks")
+                    }
+                    _ => {
+                        let dir = fx.root().join("home/githooks");
+                        let global = format!("[core]\n\thooksPath = {}\n", dir.display());
+                        sandbox_fixture::write(&fx.root().join("home/.gitconfig"), &global);
+                        dir
+                    }
+                };
+                let hook = dir.join("pre-commit");
+                sandbox_fixture::write(&hook, &format!("#!/bin/sh\n{line}\n"));
+                let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+                std::fs::set_permissions(&hook, executable).unwrap();
+                fx.own(&dir);
+            },
+            &sandbox_fixture::append_payload("tools/x.sh"),
+            &["commit", "-q", "--allow-empty", "-m", "x"],
+        );
+    }
+}
+
 /// Claude Code's backups of its global config (`~/.claude.json`, whose `primaryApiKey`
 /// round twenty-eight made never visible): the CLI copies it to
 /// `~/.claude/backups/.claude.json.backup.<ms>` (and `.corrupted.<ms>`), five kept, and

@@ -1048,6 +1048,8 @@ const TOP_SPELLINGS: &[(&[u8], &[u8])] = &[
     (b"$(pwd -P)", b"."),
     (b"$(pwd -L)", b"."),
     (b"$PWD", b"."),
+    // bash's tilde-plus (round twenty-nine's review: `sh ~+/tools/x.sh`).
+    (b"~+/", b"./"),
 ];
 
 /// `line` with each of [`TOP_SPELLINGS`] read as what it names. A spelling ending in a
@@ -1552,8 +1554,10 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// `NODE_OPTIONS='--require ./tools/hook.js'`, `env -C scripts sh x.sh`, `tclsh`): the
 /// scan holds each of these words that names a script of the tree when the run starts,
 /// whatever the program around it ([`super::scan`]'s `looks_like_a_script`).
-/// Not an absolute word (a system file: `/usr/bin/time`), and nothing past a file's first
-/// NUL (an executable's strings are no shell words, and reading its long lines as words
+/// An absolute word too: the scan holds one only where it lies in the work tree (round
+/// twenty-nine's review: a hook naming the user's script by its absolute path, `strace -o
+/// LOG sh /home/u/proj/tools/x.sh`, left it the agent's; a system file, `/usr/bin/time`,
+/// is not read for words). Nothing past a file's first NUL (an executable's strings are no shell words, and reading its long lines as words
 /// took minutes; a shell script with a payload appended, `makeself`'s, keeps its lines).
 /// Each line read apart, the words kept once by a set, so the reading stays linear in
 /// the script's size.
@@ -1566,7 +1570,6 @@ pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         line_words(&line, NESTED_LINES, &mut words);
         for word in words.into_iter().filter(|w| !w.whole_dir) {
             if let Some(entry) = based(&word.word)
-                && !entry.0.starts_with(b"/")
                 && seen.insert(entry.clone())
             {
                 found.push(entry);
@@ -1584,7 +1587,8 @@ fn brace_readings(line: &[u8]) -> Vec<Vec<u8>> {
     let mut plain = Vec::with_capacity(line.len());
     let mut bytes = line.iter().copied().peekable();
     while let Some(b) = bytes.next() {
-        if b == b'$' && bytes.peek() == Some(&b'\'') {
+        // `$'…'`, and bash's `$"…"` (a string it translates; round twenty-nine's review).
+        if b == b'$' && matches!(bytes.peek(), Some(b'\'' | b'"')) {
             continue;
         }
         plain.push(b);
@@ -3085,12 +3089,8 @@ mod tests {
             "tools/fmt.sh",
         );
         assert_eq!(brace_readings(b"echo ${X} {}"), [b"echo ${X} {}".to_vec()]);
-        // No absolute word, nothing of a binary.
-        assert!(
-            words("/usr/bin/time sh x.sh")
-                .iter()
-                .all(|w| !w.starts_with('/'))
-        );
+        // An absolute word (the scan holds it only in the work tree); nothing of a binary.
+        has("strace -o /dev/null sh /w/tools/x.sh", "/w/tools/x.sh");
         assert!(!words("\u{7f}ELF\0 sh tools/x.sh").contains(&"tools/x.sh".to_string()));
         has("sh tools/x.sh\nexit\n\0\u{1}payload", "tools/x.sh");
     }

@@ -893,6 +893,7 @@ impl<'a> Walker<'a, '_> {
             });
             if !whole {
                 self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
+                self.guard_hook_scripts(&target, depth, walk)?;
                 continue;
             }
             for hook in config_text::GIT_HOOK_NAMES {
@@ -901,6 +902,40 @@ impl<'a> Walker<'a, '_> {
                     self.guard_include(&hook, depth, walk, NamedBy::Command)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// What the hooks in `dir` (a git dir's `hooks/`, a `core.hooksPath`) run, read as a
+    /// held script's ([`Walker::guard_what_it_reads`], at the top of the work tree, where
+    /// git runs hooks): the hooks were held, what they run by path was not, and the user's
+    /// `pre-commit` of `sh tools/lint.sh` (or `exec ./scripts/pre-commit`, a hook manager's
+    /// absolute path) ran the agent's edit of it at the next commit (round twenty-nine's
+    /// review). One listing of the directory; only git's hook names.
+    pub(super) fn guard_hook_scripts(
+        &mut self,
+        dir: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Ok(());
+        };
+        let hooks: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name();
+                config_text::GIT_HOOK_NAMES
+                    .iter()
+                    .any(|hook| OsStr::new(hook) == name)
+            })
+            .map(|e| e.path())
+            .collect();
+        for hook in hooks {
+            self.guard_what_it_reads(&hook, &top, depth, walk)?;
         }
         Ok(())
     }
@@ -1486,11 +1521,19 @@ pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
 /// know (`bash -lc '…'`, `xargs sh …`, `strace -o LOG sh …`, a function of the script's
 /// own), one spelling closed at a time before. Only a file that looks like a script
 /// ([`looks_like_a_script`]): a `Cargo.toml` or `CHANGELOG.md` a release script edits
-/// stays the agent's to edit.
+/// stays the agent's to edit. An absolute word only where it names a file of the work
+/// tree: a system program's strings are no shell words (`/usr/bin/time`'s took minutes).
 fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
+    let real_top = fs::canonicalize(top).unwrap_or_else(|_| top.to_path_buf());
+    let in_tree = |word: &[u8]| {
+        fs::canonicalize(OsStr::from_bytes(word)).is_ok_and(|real| real.starts_with(&real_top))
+    };
     for (word, base) in config_text::script_words(text) {
+        if word.starts_with(b"/") && !in_tree(&word) {
+            continue;
+        }
         let bases = match base {
             config_text::SourceBase::WorkingDir => [top, dir],
             config_text::SourceBase::ScriptDir => [dir, top],
