@@ -29,7 +29,10 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+/// A file a held script hands to a program that runs it as code but that no look tells
+/// from data (`ssh -F ci/ssh_config`, whose `ProxyCommand` runs): the class holds files
+/// that look like scripts (its idea, not its reading).
+const KNOWN_OPEN: &[&str] = &["ssh -F config"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -355,4 +358,209 @@ fn claude_config_backups_a_variable_moves_are_not_granted() {
         "{\"primaryApiKey\": \"KEY-SECRET\"}",
     );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// Another path to the home directory or to one of its keys, made by a bind mount (a
+/// second mount of the home, an automounter's, a container's): `mnt` shows `~/.ssh`, `h`
+/// the home directory. Each: (what is granted, relative to the fixture's root, as
+/// `--read` or as the workspace; the file read there). Only a mount strictly beneath a
+/// grant was looked at.
+const MOUNTED_KEYS: &[(&str, &str, &str)] = &[
+    ("--read", "mnt", "id_x"),
+    ("--read", "h", ".ssh/id_x"),
+    ("--read", "h/.ssh", "id_x"),
+    ("--read", "h/.config", "gh/hosts.yml"),
+    ("--cd", "mnt", "id_x"),
+    ("--cd", "h/.config", "gh/hosts.yml"),
+];
+
+/// Each of [`MOUNTED_KEYS`]: the key must not show (the grant refused). Both arms;
+/// control unconfined (`--read`), or the user's own `cat` through the mount (`--cd`),
+/// served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_that_is_or_lies_in_a_mount_of_the_home_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (how, granted, file) in MOUNTED_KEYS {
+            for confined in [true, false] {
+                let mut fx = Fixture::new("coder-round29-mnt-", nobody, &["ws", "home", "state"]);
+                let home = fx.root().join("home");
+                sandbox_fixture::write(&home.join(".ssh/id_x"), "KEY-SECRET\n");
+                sandbox_fixture::write(&home.join(".config/gh/hosts.yml"), "KEY-SECRET\n");
+                for (dir, shown) in [("mnt", home.join(".ssh")), ("h", home.clone())] {
+                    let at = fx.root().join(dir);
+                    std::fs::create_dir(&at).unwrap();
+                    fx.mount(&["--bind"], &shown, &at);
+                }
+                fx.own(fx.root());
+                let granted = fx.root().join(granted);
+                let path = granted.join(file).display().to_string();
+                let mut args = match *how {
+                    "--read" => vec!["--read", granted.to_str().unwrap()],
+                    _ => Vec::new(),
+                };
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let ws = match *how {
+                    "--cd" => granted.clone(),
+                    _ => fx.ws(),
+                };
+                let script = format!("cat '{path}'; echo SERVED");
+                // A workspace of keys is refused in every mode (`--cd ~/.ssh` is): its
+                // control is the user's own `cat` through the mount.
+                let mut cmd = match (*how, confined) {
+                    ("--cd", false) => {
+                        let mut cat = fx.command("sh");
+                        cat.args(["-c", &script]);
+                        cat
+                    }
+                    _ => fx.sandbox_in(&ws, &args, &script),
+                };
+                let (rc, out) = sandbox_fixture::run_text(&mut cmd);
+                let who = format!(
+                    "nobody={nobody} {how} {} confined={confined}",
+                    granted.display()
+                );
+                sandbox_fixture::judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The home's keys reached through symlinks, as perf28's levers resolve them (name by
+/// name from the canonical home, `home::resolve_beneath`, a symlink falling back to the
+/// whole-path resolution; the symlinks under a key looked for only in the keys that are
+/// there). Each: (name, the home's layout as `(path, target)` pairs relative to the
+/// fixture's root, a target of `KEY` a file holding the key and any other a symlink's
+/// target, then the `--read` grant and the file read, relative to the root).
+type LinkedKey = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+    &'static str,
+);
+
+/// Found held: the home itself a symlink (`HOME=root/home -> realhome`), a key directory a
+/// relative symlink with `..` out of the home, a file under a key a symlink out of it, a
+/// key a symlink through a symlinked directory.
+const LINKED_KEYS: &[LinkedKey] = &[
+    (
+        "a symlinked home",
+        &[("realhome/.ssh/id_x", "KEY"), ("home", "realhome")],
+        "realhome/.ssh",
+        "realhome/.ssh/id_x",
+    ),
+    (
+        "a key dir a relative symlink out of the home",
+        &[
+            ("dotfiles/cfg/gh/hosts.yml", "KEY"),
+            ("home/.config", "../dotfiles/cfg"),
+        ],
+        "dotfiles/cfg",
+        "dotfiles/cfg/gh/hosts.yml",
+    ),
+    (
+        "a file under a key a symlink out of it",
+        &[
+            ("elsewhere/files/id_x", "KEY"),
+            ("home/.ssh/id_linked", "../../elsewhere/files/id_x"),
+        ],
+        "elsewhere/files",
+        "elsewhere/files/id_x",
+    ),
+    (
+        "a key through a symlinked directory",
+        &[
+            ("vault/real/aws/credentials", "KEY"),
+            ("vault/link", "real"),
+            ("home/.aws", "../vault/link/aws"),
+        ],
+        "vault",
+        "vault/real/aws/credentials",
+    ),
+];
+
+/// Each of [`LINKED_KEYS`]: the key must not show. Both arms; control unconfined, served.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_home_keys_reached_through_symlinks_stay_hidden() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (name, layout, granted, file) in LINKED_KEYS {
+            for confined in [true, false] {
+                let fx = Fixture::new("coder-round29-link-", nobody, &["ws", "state"]);
+                for (path, target) in *layout {
+                    let path = fx.root().join(path);
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    match *target {
+                        "KEY" => sandbox_fixture::write(&path, "KEY-SECRET\n"),
+                        target => std::os::unix::fs::symlink(target, &path).unwrap(),
+                    }
+                }
+                std::fs::create_dir_all(fx.root().join("home")).unwrap();
+                fx.own(fx.root());
+                let granted = fx.root().join(granted);
+                let mut args = vec!["--read", granted.to_str().unwrap()];
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let script = format!("cat '{}'; echo SERVED", fx.root().join(file).display());
+                let (rc, out) = fx.sandbox(&args, &script);
+                let who = format!("nobody={nobody} {name} confined={confined}");
+                sandbox_fixture::judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A key variable set to `/dev/null` (pip's documented way to read no config,
+/// `PIP_CONFIG_FILE=/dev/null`; `KUBECONFIG=/dev/null` alike) masks nothing the agent
+/// needs: `/dev/null` stays the null device inside. Both arms (found held).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_key_variable_naming_dev_null_leaves_the_null_device() {
+    for nobody in sandbox_fixture::arms() {
+        for var in [
+            "PIP_CONFIG_FILE",
+            "KUBECONFIG",
+            "AWS_SHARED_CREDENTIALS_FILE",
+        ] {
+            let fx = Fixture::new("coder-round29-null-", nobody, &["ws", "home", "state"])
+                .with_var(var, "/dev/null");
+            fx.own(fx.root());
+            let script = "test -c /dev/null && echo x > /dev/null && echo NULL-OK";
+            let (rc, out) = fx.sandbox(&[], script);
+            assert!(
+                rc == 0 && out.contains("NULL-OK"),
+                "nobody={nobody} {var}: {out}"
+            );
+        }
+    }
+}
+
+/// The class's idea, not its reading: a held script (`tools/sync.sh`, run by `git sync`)
+/// hands the user's `ci/ssh_config` to ssh (`GIT_SSH_COMMAND='ssh -F ci/ssh_config'`),
+/// which runs its `ProxyCommand`; no suffix, no `#!`, not executable, so no script by its
+/// look. The agent writes a `ProxyCommand` there, the user's `git sync` runs it. Open (on
+/// [`KNOWN_OPEN`]). Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_config_a_held_script_hands_to_ssh_is_the_agents_to_write() {
+    let sync = "GIT_SSH_COMMAND='ssh -F ci/ssh_config' git ls-remote \
+                ssh://git@example.invalid/x.git >/dev/null 2>&1; true";
+    held_file_attack(
+        "ssh -F config",
+        |fx, ws| {
+            fx.own_file(ws, "ci/ssh_config", "Host *\n  User git\n");
+            fx.own_file(ws, "tools/sync.sh", &format!("{sync}\n"));
+            fx.git(ws, &["config", "alias.sync", "!sh tools/sync.sh"]);
+        },
+        "printf 'Host *\\n  ProxyCommand sh -c \"touch %s\"\\n' \"$M\" > ci/ssh_config; \
+         echo PLANTED",
+        &["sync"],
+    );
 }
