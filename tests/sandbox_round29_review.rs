@@ -9,7 +9,14 @@
 //!   core.hooksPath DIR`, `GIT_CONFIG_KEY_n`, `git config include.path FILE` on an
 //!   alias's line or in a held script: a hooks directory or an included config is no
 //!   "script" by its look, and was the agent's to fill.
-//! * **Logins**: Claude Code's backups of its global config (`primaryApiKey`).
+//! * **What a held script names, as bash reads it**: an absolute word, `~+/`, `$"…"`;
+//!   and what a hook runs (a git dir's hooks and a `core.hooksPath`'s were never read).
+//! * **The class's idea** (open, a ratchet): a file held by its look, and ssh run with
+//!   `-F` on the user's config.
+//! * **Logins**: Claude Code's backups of its global config (`primaryApiKey`), Codex's
+//!   and Gemini CLI's token stores; a grant that is, or lies in, a mount of the home or of
+//!   a key; the home keys through symlinks (perf28's levers, held); a key variable at
+//!   `/dev/null` (held); an absent key a variable names in the workspace (open, a ratchet).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -31,7 +38,9 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
 /// A file a held script hands to a program that runs it as code but that no look tells
 /// from data (`ssh -F ci/ssh_config`, whose `ProxyCommand` runs): the class holds files
-/// that look like scripts (its idea, not its reading).
+/// that look like scripts (its idea, not its reading). (A key a variable names absent in
+/// the workspace is a ratchet of its own:
+/// [`an_absent_key_a_variable_names_in_the_workspace_is_the_agents_to_make`].)
 const KNOWN_OPEN: &[&str] = &["ssh -F config"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
@@ -563,4 +572,67 @@ fn a_config_a_held_script_hands_to_ssh_is_the_agents_to_write() {
          echo PLANTED",
         &["sync"],
     );
+}
+
+/// The agent's kubeconfig at `kubeconfig` in its working directory: a user whose exec
+/// credential plugin creates the marker `$M` (kubectl runs it before it connects).
+const PLANT_KUBECONFIG: &str = r#"cat > kubeconfig <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:9"}
+users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: sh
+      args: ["-c", "touch $M; echo '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"x\"}}'"]
+      interactiveMode: Never
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+YAML
+echo PLANTED"#;
+
+/// A key variable naming a file of the workspace that is not there yet
+/// (`KUBECONFIG=$PWD/kubeconfig` from a project's `.envrc`, before the cluster is made):
+/// the relocated keys count where they exist only (round twenty-four's choice: an absent
+/// one would refuse the project for a name), so the agent makes the file, and the user's
+/// next `kubectl` (the same variable) runs its exec credential plugin. Open (a ratchet:
+/// the payload runs confined too). Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_absent_key_a_variable_names_in_the_workspace_is_the_agents_to_make() {
+    let kubectl = Path::new("/usr/bin/kubectl");
+    assert!(kubectl.exists(), "this attack needs kubectl");
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fixture::new("coder-round29-kube-", nobody, &["ws", "home", "state"]);
+            let marker = fx.root().join("home/PWNED");
+            let kubeconfig = fx.ws().join("kubeconfig");
+            let fx = fx.with_var("KUBECONFIG", kubeconfig).with_var("M", &marker);
+            fx.own(fx.root());
+            let (rc, out) = fx.sandbox(&["--mode", mode], PLANT_KUBECONFIG);
+            assert!(
+                rc == 0 && out.contains("PLANTED"),
+                "nobody={nobody} {mode}: {out}"
+            );
+            let _ = std::fs::remove_file(&marker);
+            let user = sandbox_fixture::printed(
+                &fx.command(kubectl)
+                    .args(["get", "pods", "--request-timeout=2s"])
+                    .output()
+                    .unwrap(),
+            );
+            // Open: the payload runs confined as well as unconfined (a ratchet).
+            assert!(
+                marker.exists(),
+                "nobody={nobody} {mode}: kubectl ran no plugin (closed now? move it off \
+                 the ratchet): {out}\n{user}"
+            );
+        }
+    }
 }
