@@ -133,6 +133,13 @@ const SETTINGS: &[Setting] = &[
         PLANT_CONFIG,
     ),
     (
+        "script: GIT_CONFIG_GLOBAL",
+        "!sh tools/ci.sh",
+        "GIT_CONFIG_GLOBAL=ci/team.gitconfig git status >/dev/null",
+        &["CONFIG"],
+        PLANT_CONFIG,
+    ),
+    (
         "alias: git -c include.path=$PWD/…",
         "!git -c include.path=\"$PWD/ci/team.gitconfig\" status >/dev/null",
         "",

@@ -1699,7 +1699,8 @@ fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
 }
 
 /// The setting the token at `at` makes, when it is one: `KEY=VALUE` (`git -c`), `KEY`
-/// then `VALUE` (`git config`), `GIT_CONFIG_KEY_n=KEY` then `GIT_CONFIG_VALUE_n=VALUE`.
+/// then `VALUE` (`git config`), `GIT_CONFIG_KEY_n=KEY` then `GIT_CONFIG_VALUE_n=VALUE`;
+/// `GIT_CONFIG_GLOBAL=FILE` (and `_SYSTEM`, `GIT_CONFIG`) an include of `FILE`.
 /// Not a value the shell builds, an option or a test's operator: those name nothing here.
 fn setting_at(tokens: &[Vec<u8>], at: usize) -> Option<(ConfigKey<'_>, &[u8])> {
     let token = &tokens[at];
@@ -1710,7 +1711,12 @@ fn setting_at(tokens: &[Vec<u8>], at: usize) -> Option<(ConfigKey<'_>, &[u8])> {
             _ => next,
         })
     };
+    // A config file git reads whole: as if included.
+    const CONFIG_FILES: &[&[u8]] = &[b"GIT_CONFIG_GLOBAL", b"GIT_CONFIG_SYSTEM", b"GIT_CONFIG"];
     let (key, value) = match token.iter().position(|b| *b == b'=') {
+        Some(eq) if CONFIG_FILES.contains(&&token[..eq]) => {
+            (&b"include.path"[..], &token[eq + 1..])
+        }
         Some(eq) if config_key(&token[..eq]).is_some() => (&token[..eq], &token[eq + 1..]),
         Some(eq) if token[..eq].starts_with(b"GIT_CONFIG_KEY_") => (&token[eq + 1..], next()?),
         None => (token.as_slice(), next()?),
@@ -3045,6 +3051,8 @@ mod tests {
         assert!(hooks("python3 -m tools.strip x").is_empty());
         let text = script_git_settings(b"git -c include.path=$PWD/ci/x status", b"/w");
         assert_eq!(include_paths(&text), [b"./ci/x".to_vec()]);
+        let text = script_git_settings(b"GIT_CONFIG_GLOBAL=ci/g git status", b"/w");
+        assert_eq!(include_paths(&text), [b"ci/g".to_vec()]);
         let text = command_git_settings(b"[alias]\n\tci = !git -c core.hooksPath=ci/gh commit\n");
         assert_eq!(hooks_paths(&text), [b"ci/gh".to_vec()]);
     }
