@@ -643,3 +643,49 @@ fn an_absent_key_a_variable_names_in_the_workspace_is_the_agents_to_make() {
         }
     }
 }
+
+/// A held makefile's optional include of a makefile that is not there yet (`-include
+/// tools/local.mk`, `sinclude`, the usual way to let a developer override settings): the
+/// agent makes it, the user's `make` (`git ci` = `!make -s -f tools/ci.mk`, or a held
+/// script's `strace -o LOG make …`) runs its `$(shell …)`. Each: (name, the alias, the
+/// held script `tools/ci.sh` if any, the include line). Both arms; control unconfined.
+const MAKE_INCLUDES: &[(&str, &str, &str, &str)] = &[
+    (
+        "make -include",
+        "!make -s -f tools/ci.mk",
+        "",
+        "-include tools/local.mk",
+    ),
+    (
+        "make sinclude",
+        "!make -s -f tools/ci.mk",
+        "",
+        "sinclude tools/local.mk",
+    ),
+    (
+        "make -include through a held script",
+        "!sh tools/ci.sh",
+        "strace -f -o /dev/null make -s -f tools/ci.mk",
+        "-include tools/local.mk",
+    ),
+];
+
+/// Each of [`MAKE_INCLUDES`]. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_makefile_a_held_makefile_includes_is_not_the_agents_to_make() {
+    for (name, alias, script, include) in MAKE_INCLUDES {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/ci.mk", &format!("{include}\nall:\n\t@true\n"));
+                if !script.is_empty() {
+                    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+                }
+                fx.git(ws, &["config", "alias.ci", alias]);
+            },
+            &sandbox_fixture::append_payload("tools/local.mk"),
+            &["ci"],
+        );
+    }
+}

@@ -1512,15 +1512,31 @@ pub(super) fn interpreted_entries(text: &[u8]) -> Vec<(Vec<u8>, &'static Interpr
 /// top spelled `$PWD` read as `.`), with where the shell reads it from: the directory
 /// the script runs in, or the script's own when the word starts with it (`$(dirname
 /// "$0")`, `${0%/*}`, `BASH_SOURCE`'s, each read as `.`). Comment lines are passed over.
+/// A makefile's `include`, `-include` and `sinclude` lines are read so too (round
+/// twenty-nine's review: a held `tools/ci.mk`'s `-include tools/local.mk`, absent, was the
+/// agent's to make, and the user's `make -f tools/ci.mk` ran its `$(shell …)`).
 pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const MAKE_INCLUDES: &[&[u8]] = &[b"include", b"-include", b"sinclude"];
     let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     for line in script_lines(script) {
         let tokens = shell_tokens(&line);
-        for pair in tokens.windows(2) {
-            if pair[0] != b"." && pair[0] != b"source" {
-                continue;
-            }
-            if let Some(entry) = based(&pair[1])
+        // make splits at blanks alone (`$(DEPS)` is one word, and names nothing here).
+        let make_words: Vec<Vec<u8>> = line
+            .split(u8::is_ascii_whitespace)
+            .filter(|w| !w.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        let included = make_words
+            .first()
+            .filter(|first| MAKE_INCLUDES.contains(&first.as_slice()))
+            .map(|_| &make_words[1..])
+            .unwrap_or_default();
+        let sourced = tokens
+            .windows(2)
+            .filter(|pair| pair[0] == b"." || pair[0] == b"source")
+            .map(|pair| &pair[1]);
+        for word in included.iter().chain(sourced) {
+            if let Some(entry) = based(word)
                 && !found.contains(&entry)
             {
                 found.push(entry);
@@ -3614,6 +3630,14 @@ mod tests {
                 at("./lib3.sh", SourceBase::ScriptDir),
                 at("./x.sh", SourceBase::WorkingDir),
             ]
+        );
+        // A makefile's includes (round twenty-nine's review), at a line's start only.
+        let make = b"-include tools/local.mk $(DEPS)\nsinclude a.mk\ninclude b.mk c.mk\n\
+            echo include d.mk\n";
+        let found: Vec<Vec<u8>> = sourced_words(make).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(
+            found,
+            [&b"tools/local.mk"[..], b"a.mk", b"b.mk", b"c.mk"].map(<[u8]>::to_vec)
         );
     }
 
