@@ -16,7 +16,7 @@
 //! * **Logins**: Claude Code's backups of its global config (`primaryApiKey`), Codex's
 //!   and Gemini CLI's token stores; a grant that is, or lies in, a mount of the home or of
 //!   a key; the home keys through symlinks (perf28's levers, held); a key variable at
-//!   `/dev/null` (held); an absent key a variable names in the workspace (open, a ratchet).
+//!   `/dev/null` (held); an absent key a variable names in the workspace.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -38,9 +38,7 @@ const REPO: RepoStyle = RepoStyle {
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
 /// A file a held script hands to a program that runs it as code but that no look tells
 /// from data (`ssh -F ci/ssh_config`, whose `ProxyCommand` runs): the class holds files
-/// that look like scripts (its idea, not its reading). (A key a variable names absent in
-/// the workspace is a ratchet of its own:
-/// [`an_absent_key_a_variable_names_in_the_workspace_is_the_agents_to_make`].)
+/// that look like scripts (its idea, not its reading).
 const KNOWN_OPEN: &[&str] = &["ssh -F config"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
@@ -607,12 +605,12 @@ echo PLANTED"#;
 /// A key variable naming a file of the workspace that is not there yet
 /// (`KUBECONFIG=$PWD/kubeconfig` from a project's `.envrc`, before the cluster is made):
 /// the relocated keys count where they exist only (round twenty-four's choice: an absent
-/// one would refuse the project for a name), so the agent makes the file, and the user's
-/// next `kubectl` (the same variable) runs its exec credential plugin. Open (a ratchet:
-/// the payload runs confined too). Both arms; control unconfined.
+/// one would refuse the project for a name), and the agent made the file; the user's
+/// next `kubectl` (the same variable) ran its exec credential plugin. Now held absent.
+/// Both arms; control unconfined.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
-fn an_absent_key_a_variable_names_in_the_workspace_is_the_agents_to_make() {
+fn an_absent_key_a_variable_names_in_the_workspace_is_not_the_agents_to_make() {
     let kubectl = Path::new("/usr/bin/kubectl");
     assert!(kubectl.exists(), "this attack needs kubectl");
     for nobody in sandbox_fixture::arms() {
@@ -634,11 +632,12 @@ fn an_absent_key_a_variable_names_in_the_workspace_is_the_agents_to_make() {
                     .output()
                     .unwrap(),
             );
-            // Open: the payload runs confined as well as unconfined (a ratchet).
-            assert!(
+            let unconfined = mode == "danger-full-access";
+            assert_eq!(
                 marker.exists(),
-                "nobody={nobody} {mode}: kubectl ran no plugin (closed now? move it off \
-                 the ratchet): {out}\n{user}"
+                unconfined,
+                "nobody={nobody} {mode}: the user's kubectl ran the agent's plugin: {}\n{out}\n{user}",
+                marker.exists()
             );
         }
     }

@@ -580,6 +580,11 @@ pub(crate) fn relocated_over_system(
 
 /// [`RELOCATED_SECRETS`] as this process's environment spells them, where something is.
 fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
+    relocated_named().filter(|path| std::fs::symlink_metadata(path).is_ok())
+}
+
+/// Every place [`RELOCATED_SECRETS`] names in this process's environment, there or not.
+fn relocated_named() -> impl Iterator<Item = PathBuf> {
     RELOCATED_SECRETS
         .iter()
         // `""` is the path itself: `join("")` would add a `/`, and a file named so (the
@@ -590,7 +595,18 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
                 .into_iter()
                 .map(move |p| if rel.is_empty() { p } else { p.join(rel) })
         })
-        .filter(|path| std::fs::symlink_metadata(path).is_ok())
+}
+
+/// The places of [`RELOCATED_SECRETS`] where nothing is yet: they count where they exist
+/// only (a variable may point into a project), and the scan holds them absent where they
+/// lie in a writable tree (round twenty-nine's review: with `KUBECONFIG=$PWD/kubeconfig`
+/// before the cluster was made, the agent made the kubeconfig and the user's next
+/// `kubectl` ran its exec credential plugin; `AWS_CONFIG_FILE`'s `credential_process`
+/// alike).
+pub(crate) fn relocated_absent() -> Vec<PathBuf> {
+    relocated_named()
+        .filter(|path| path.is_absolute() && std::fs::symlink_metadata(path).is_err())
+        .collect()
 }
 
 /// The never-visible entries a variable moves out of the home directory (a variable,

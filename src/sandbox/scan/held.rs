@@ -19,9 +19,9 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, fstat, fstatat};
 
-use crate::sandbox::SandboxError;
 use crate::sandbox::config_text::{self, CommandWord, include_paths};
 use crate::sandbox::listing::Kind;
+use crate::sandbox::{SandboxError, home};
 
 use super::dirs::{file_kind, is_plain_relative, open_beneath, walk_error};
 use super::links::linked_files_under;
@@ -1045,6 +1045,7 @@ impl<'a> Walker<'a, '_> {
         if kind == PlaceholderKind::Symlink {
             let by = match named_by {
                 NamedBy::Config => "the repository's git config includes",
+                NamedBy::Key => "a key variable of coder's environment names",
                 NamedBy::Link => "a link in a directory held read-only names",
                 NamedBy::Command => "a command of the repository's git config names",
                 NamedBy::HeldDir => {
@@ -1061,6 +1062,24 @@ impl<'a> Walker<'a, '_> {
         self.push(mask(path, MaskKind::ReadOnly, &st, false))
     }
 
+    /// The places a key variable names where nothing is yet ([`home::relocated_absent`]),
+    /// held absent where they lie in this tree: the agent made the user's
+    /// `KUBECONFIG=$PWD/kubeconfig` before the cluster was, with an exec credential plugin
+    /// the user's next `kubectl` ran (round twenty-nine's review).
+    fn hold_absent_keys(&mut self) -> Result<(), SandboxError> {
+        let mut walk = ConfigWalk::new(None);
+        for place in home::relocated_absent() {
+            let in_tree = place
+                .ancestors()
+                .find_map(|dir| fs::canonicalize(dir).ok())
+                .is_some_and(|dir| dir.starts_with(self.tree.root));
+            if in_tree {
+                self.guard_include(&place, 0, &mut walk, NamedBy::Key)?;
+            }
+        }
+        Ok(())
+    }
+
     /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
     /// above the tree (a workspace in a subdirectory of a repository), or named by the
     /// tree's own `.git` file (a workspace that is a linked worktree of a repository
@@ -1068,6 +1087,7 @@ impl<'a> Walker<'a, '_> {
     /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
     /// placeholder.)
     pub(super) fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
+        self.hold_absent_keys()?;
         // The user's global and system configs, read by every git the user runs: one
         // that is (a link to) a file of this tree, or includes one (a dotfiles repository
         // as the workspace, `[include] path = ~/dotfiles/gitconfig` in `~/.gitconfig`),
@@ -1404,6 +1424,9 @@ pub(super) enum NamedBy {
     /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
     /// is not read; one outside this tree is another writable tree's to hold.
     Command,
+    /// A key variable of coder's environment (`KUBECONFIG`, `AWS_CONFIG_FILE`, …) names
+    /// it, and nothing is there: held absent ([`Walker::hold_absent_keys`]).
+    Key,
     /// A `core.hooksPath` or `init.templateDir` of a git config: the directory is held
     /// whole (read-only), or absent; one outside this tree is another writable tree's to
     /// hold.
