@@ -688,3 +688,54 @@ fn a_makefile_a_held_makefile_includes_is_not_the_agents_to_make() {
         );
     }
 }
+
+/// The workspace is a directory of the user's repository (`--cd sub`): the repository's
+/// `pre-commit` (or alias) runs `sh sub/tools/x.sh`, read against the repository's top,
+/// where git runs it. The sandbox's placeholder `.git` in `sub` was taken for a
+/// repository of its own, so the enclosing one's commands were read against `sub`
+/// (`sub/sub/tools/x.sh`), and its hooks not at all. Each: (name, how the user's
+/// repository runs it, the user's git). Both arms; control unconfined.
+const ENCLOSING: &[(&str, &str, &[&str])] = &[
+    (
+        "an enclosing repository's hook",
+        "HOOK",
+        &["commit", "-q", "--allow-empty", "-m", "x"],
+    ),
+    (
+        "an enclosing repository's alias",
+        "!sh sub/tools/x.sh",
+        &["fmt"],
+    ),
+];
+
+/// Each of [`ENCLOSING`]: the agent, in `sub`, appends its payload to `tools/x.sh`.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_scripts_an_enclosing_repository_runs_are_not_the_agents_to_write() {
+    for (name, how, user) in ENCLOSING {
+        let setup = |fx: &Fx, ws: &Path| {
+            sandbox_fixture::own_script(fx, ws, "sub/tools/x.sh");
+            match *how {
+                "HOOK" => {
+                    let hook = ws.join(".git/hooks/pre-commit");
+                    sandbox_fixture::write(&hook, "#!/bin/sh\nsh sub/tools/x.sh\n");
+                    let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+                    std::fs::set_permissions(&hook, executable).unwrap();
+                }
+                alias => drop(fx.git(ws, &["config", "alias.fmt", alias])),
+            }
+            sandbox_fixture::Launch {
+                cd: "sub".into(),
+                args: Vec::new(),
+            }
+        };
+        sandbox_fixture::held_attack(
+            name,
+            KNOWN_OPEN.contains(name),
+            &|nobody| Fx::new(&REPO, nobody),
+            &setup,
+            &sandbox_fixture::append_payload("tools/x.sh"),
+            user,
+        );
+    }
+}

@@ -1104,9 +1104,16 @@ impl<'a> Walker<'a, '_> {
             )
             .find(|dot_git| fs::symlink_metadata(dot_git).is_ok());
         // Where git runs the commands of those configs for this tree: the top of its
-        // repository's work tree (this tree's root when it has a `.git` of its own).
+        // repository's work tree (this tree's root when it has a `.git` of its own). The
+        // sandbox's placeholder `.git` (a link to nowhere, made before this) is none: git
+        // passes it by, and with it taken for the tree's own the enclosing repository's
+        // hooks and aliases were read at this tree's root, and `sh sub/tools/x.sh` of its
+        // `pre-commit` held nothing (round twenty-nine's review).
+        let placeholder = fs::read_link(&own).is_ok_and(|t| t == Path::new(ABSENT_TARGET));
         let top = match &dot_git {
-            Some(enclosing) if fs::symlink_metadata(&own).is_err() => enclosing.parent(),
+            Some(enclosing) if placeholder || fs::symlink_metadata(&own).is_err() => {
+                enclosing.parent()
+            }
             _ => None,
         }
         .unwrap_or(self.tree.root)
@@ -1180,6 +1187,9 @@ impl<'a> Walker<'a, '_> {
                 &mut looked,
                 &mut self.out.outside_held,
             )?;
+            // And what they run in this tree (`sh sub/tools/x.sh` of the repository's
+            // `pre-commit`, the workspace in `sub`: round twenty-nine's review).
+            self.guard_hook_scripts(&hooks, 0, &mut walk)?;
         }
         Ok(())
     }
