@@ -1048,6 +1048,8 @@ const TOP_SPELLINGS: &[(&[u8], &[u8])] = &[
     (b"$(pwd -P)", b"."),
     (b"$(pwd -L)", b"."),
     (b"$PWD", b"."),
+    // bash's tilde-plus (round twenty-nine's review: `sh ~+/tools/x.sh`).
+    (b"~+/", b"./"),
 ];
 
 /// `line` with each of [`TOP_SPELLINGS`] read as what it names. A spelling ending in a
@@ -1519,15 +1521,31 @@ pub(super) fn interpreted_entries(text: &[u8]) -> Vec<(Vec<u8>, &'static Interpr
 /// top spelled `$PWD` read as `.`), with where the shell reads it from: the directory
 /// the script runs in, or the script's own when the word starts with it (`$(dirname
 /// "$0")`, `${0%/*}`, `BASH_SOURCE`'s, each read as `.`). Comment lines are passed over.
+/// A makefile's `include`, `-include` and `sinclude` lines are read so too (round
+/// twenty-nine's review: a held `tools/ci.mk`'s `-include tools/local.mk`, absent, was the
+/// agent's to make, and the user's `make -f tools/ci.mk` ran its `$(shell …)`).
 pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    const MAKE_INCLUDES: &[&[u8]] = &[b"include", b"-include", b"sinclude"];
     let mut found: Vec<(Vec<u8>, SourceBase)> = Vec::new();
     for line in script_lines(script) {
         let tokens = shell_tokens(&line);
-        for pair in tokens.windows(2) {
-            if pair[0] != b"." && pair[0] != b"source" {
-                continue;
-            }
-            if let Some(entry) = based(&pair[1])
+        // make splits at blanks alone (`$(DEPS)` is one word, and names nothing here).
+        let make_words: Vec<Vec<u8>> = line
+            .split(u8::is_ascii_whitespace)
+            .filter(|w| !w.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        let included = make_words
+            .first()
+            .filter(|first| MAKE_INCLUDES.contains(&first.as_slice()))
+            .map(|_| &make_words[1..])
+            .unwrap_or_default();
+        let sourced = tokens
+            .windows(2)
+            .filter(|pair| pair[0] == b"." || pair[0] == b"source")
+            .map(|pair| &pair[1]);
+        for word in included.iter().chain(sourced) {
+            if let Some(entry) = based(word)
                 && !found.contains(&entry)
             {
                 found.push(entry);
@@ -1561,8 +1579,10 @@ pub(super) fn run_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
 /// `NODE_OPTIONS='--require ./tools/hook.js'`, `env -C scripts sh x.sh`, `tclsh`): the
 /// scan holds each of these words that names a script of the tree when the run starts,
 /// whatever the program around it ([`super::scan`]'s `looks_like_a_script`).
-/// Not an absolute word (a system file: `/usr/bin/time`), and nothing past a file's first
-/// NUL (an executable's strings are no shell words, and reading its long lines as words
+/// An absolute word too: the scan holds one only where it lies in the work tree (round
+/// twenty-nine's review: a hook naming the user's script by its absolute path, `strace -o
+/// LOG sh /home/u/proj/tools/x.sh`, left it the agent's; a system file, `/usr/bin/time`,
+/// is not read for words). Nothing past a file's first NUL (an executable's strings are no shell words, and reading its long lines as words
 /// took minutes; a shell script with a payload appended, `makeself`'s, keeps its lines).
 /// Each line read apart, the words kept once by a set, so the reading stays linear in
 /// the script's size.
@@ -1575,7 +1595,6 @@ pub(super) fn script_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         line_words(&line, NESTED_LINES, &mut words);
         for word in words.into_iter().filter(|w| !w.whole_dir) {
             if let Some(entry) = based(&word.word)
-                && !entry.0.starts_with(b"/")
                 && seen.insert(entry.clone())
             {
                 found.push(entry);
@@ -1593,7 +1612,8 @@ fn brace_readings(line: &[u8]) -> Vec<Vec<u8>> {
     let mut plain = Vec::with_capacity(line.len());
     let mut bytes = line.iter().copied().peekable();
     while let Some(b) = bytes.next() {
-        if b == b'$' && bytes.peek() == Some(&b'\'') {
+        // `$'…'`, and bash's `$"…"` (a string it translates; round twenty-nine's review).
+        if b == b'$' && matches!(bytes.peek(), Some(b'\'' | b'"')) {
             continue;
         }
         plain.push(b);
@@ -1636,6 +1656,151 @@ fn brace_group(line: &[u8]) -> Option<(usize, usize)> {
         }
     }
     None
+}
+
+/// The git config a shell script's lines give the git they run or keep for good, as a
+/// config text: `git -c KEY=VALUE`, `git config [--add] KEY VALUE` (and `set`),
+/// `GIT_CONFIG_KEY_n=KEY GIT_CONFIG_VALUE_n=VALUE`, each `KEY VALUE` pair of a line (a
+/// dotted key next to its value), quoted lines read within, `$PWD` and the script's
+/// own directory (`$(dirname "$0")`) read as `script_dir`. Round twenty-nine's review:
+/// a `core.hooksPath` or an `include.path` set so named a directory or a config file,
+/// which no "script" look tells ([`script_words`]), and the agent's hook or
+/// `core.fsmonitor` there ran at the user's `git ci`. The scan reads the text as a
+/// config of the repository (hooks, includes, commands).
+pub(super) fn script_git_settings(script: &[u8], script_dir: &[u8]) -> Vec<u8> {
+    let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
+    let mut out = Vec::new();
+    for line in script_lines(script) {
+        let line = line_with_script_dir(&line, script_dir);
+        for reading in brace_readings(&line) {
+            line_git_settings(&reading, NESTED_LINES, &mut out);
+        }
+    }
+    out
+}
+
+/// [`script_git_settings`] of the command lines of a config text (an alias's `!git -c
+/// core.hooksPath=ci/hooks commit`), read at the top of the work tree.
+pub(super) fn command_git_settings(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in entries(text).into_iter().filter(runs_a_command) {
+        let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        for reading in brace_readings(&top_read_as_dot(line)) {
+            line_git_settings(&reading, NESTED_LINES, &mut out);
+        }
+    }
+    out
+}
+
+/// `line` with [`SCRIPT_DIR_MARK`] read as `dir`.
+fn line_with_script_dir(line: &[u8], dir: &[u8]) -> Vec<u8> {
+    let mut line = line.to_vec();
+    while let Some(at) = line
+        .windows(SCRIPT_DIR_MARK.len())
+        .position(|w| w == SCRIPT_DIR_MARK)
+    {
+        line.splice(at..at + SCRIPT_DIR_MARK.len(), dir.iter().copied());
+    }
+    line
+}
+
+/// The `KEY VALUE` pairs of one shell line ([`script_git_settings`]) added to `out` as
+/// config lines; a quoted word with a blank in it read as a line too, `depth` levels down.
+fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
+    let tokens = shell_tokens(line);
+    for at in 0..tokens.len() {
+        if let Some((key, value)) = setting_at(&tokens, at) {
+            push_setting(out, &key, value);
+        }
+    }
+    if depth > 0 {
+        for inner in tokens
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            line_git_settings(inner, depth - 1, out);
+        }
+    }
+}
+
+/// The setting the token at `at` makes, when it is one: `KEY=VALUE` (`git -c`), `KEY`
+/// then `VALUE` (`git config`), `GIT_CONFIG_KEY_n=KEY` then `GIT_CONFIG_VALUE_n=VALUE`;
+/// `GIT_CONFIG_GLOBAL=FILE` (and `_SYSTEM`, `GIT_CONFIG`) an include of `FILE`.
+/// Not a value the shell builds, an option or a test's operator: those name nothing here.
+fn setting_at(tokens: &[Vec<u8>], at: usize) -> Option<(ConfigKey<'_>, &[u8])> {
+    let token = &tokens[at];
+    let next = || -> Option<&[u8]> {
+        let next = tokens.get(at + 1)?;
+        Some(match next.iter().position(|b| *b == b'=') {
+            Some(eq) if next[..eq].starts_with(b"GIT_CONFIG_VALUE_") => &next[eq + 1..],
+            _ => next,
+        })
+    };
+    // A config file git reads whole: as if included.
+    const CONFIG_FILES: &[&[u8]] = &[b"GIT_CONFIG_GLOBAL", b"GIT_CONFIG_SYSTEM", b"GIT_CONFIG"];
+    let (key, value) = match token.iter().position(|b| *b == b'=') {
+        Some(eq) if CONFIG_FILES.contains(&&token[..eq]) => {
+            (&b"include.path"[..], &token[eq + 1..])
+        }
+        Some(eq) if config_key(&token[..eq]).is_some() => (&token[..eq], &token[eq + 1..]),
+        Some(eq) if token[..eq].starts_with(b"GIT_CONFIG_KEY_") => (&token[eq + 1..], next()?),
+        None => (token.as_slice(), next()?),
+        Some(_) => return None,
+    };
+    let names = value.iter().any(u8::is_ascii_alphanumeric)
+        && !value.starts_with(b"-")
+        && !value.iter().any(|b| b"$`".contains(b));
+    Some((config_key(key).filter(|_| names)?, value))
+}
+
+/// `key = "value"` in its section, as a config text's lines, added to `out`.
+fn push_setting(out: &mut Vec<u8>, key: &ConfigKey<'_>, value: &[u8]) {
+    let quoted: Vec<u8> = value
+        .iter()
+        .filter(|b| **b != b'\n')
+        .flat_map(|b| match b {
+            b'"' | b'\\' => vec![b'\\', *b],
+            _ => vec![*b],
+        })
+        .collect();
+    let sub = match key.sub {
+        Some(sub) => [b" \"", sub, b"\""].concat(),
+        None => Vec::new(),
+    };
+    let line = [
+        b"[",
+        key.section,
+        &sub,
+        b"]\n\t",
+        key.name,
+        b" = \"",
+        &quoted,
+        b"\"\n",
+    ];
+    out.extend_from_slice(&line.concat());
+}
+
+/// A git config key (`core.hooksPath`, `includeIf.gitdir:x/.path`) in its parts.
+struct ConfigKey<'a> {
+    section: &'a [u8],
+    sub: Option<&'a [u8]>,
+    name: &'a [u8],
+}
+
+/// `word` as a git config key: a section of letters, digits and `-`, a name starting
+/// with a letter; `None` for any other word.
+fn config_key(word: &[u8]) -> Option<ConfigKey<'_>> {
+    let first = word.iter().position(|b| *b == b'.')?;
+    let last = word.iter().rposition(|b| *b == b'.')?;
+    let (section, name) = (&word[..first], &word[last + 1..]);
+    let plain = |s: &[u8]| s.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-');
+    let sub = (first != last).then(|| &word[first + 1..last]);
+    let good = !section.is_empty()
+        && plain(section)
+        && name.first().is_some_and(u8::is_ascii_alphabetic)
+        && plain(name)
+        && sub.is_none_or(|s| !s.contains(&b'"') && !s.contains(&b'\n'));
+    good.then_some(ConfigKey { section, sub, name })
 }
 
 /// The directories of the tree a shell script runs every file of, named literally:
@@ -2887,6 +3052,42 @@ mod tests {
     }
 
     #[test]
+    fn the_git_config_a_line_sets_is_read_as_a_config() {
+        let hooks = |script: &str| -> Vec<String> {
+            let text = script_git_settings(script.as_bytes(), b"/w/tools");
+            hooks_paths(&text)
+                .into_iter()
+                .map(|v| String::from_utf8(v).unwrap())
+                .collect()
+        };
+        assert_eq!(hooks("git -c core.hooksPath=ci/gh commit"), ["ci/gh"]);
+        assert_eq!(hooks("git config core.hooksPath ci/gh"), ["ci/gh"]);
+        assert_eq!(
+            hooks("git config --local core.hookspath 'ci/my hooks'"),
+            ["ci/my hooks"]
+        );
+        assert_eq!(
+            hooks("GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=h git x"),
+            ["h"]
+        );
+        assert_eq!(hooks("bash -c 'git config core.hooksPath h'"), ["h"]);
+        assert_eq!(
+            hooks("git config core.hooksPath \"$(dirname \"$0\")/h\""),
+            ["/w/tools/h"]
+        );
+        // Nothing the shell builds, no option, no operator.
+        assert!(hooks("git config core.hooksPath \"$H\"").is_empty());
+        assert!(hooks("[ \"$(git config core.hooksPath)\" = x ]").is_empty());
+        assert!(hooks("python3 -m tools.strip x").is_empty());
+        let text = script_git_settings(b"git -c include.path=$PWD/ci/x status", b"/w");
+        assert_eq!(include_paths(&text), [b"./ci/x".to_vec()]);
+        let text = script_git_settings(b"GIT_CONFIG_GLOBAL=ci/g git status", b"/w");
+        assert_eq!(include_paths(&text), [b"ci/g".to_vec()]);
+        let text = command_git_settings(b"[alias]\n\tci = !git -c core.hooksPath=ci/gh commit\n");
+        assert_eq!(hooks_paths(&text), [b"ci/gh".to_vec()]);
+    }
+
+    #[test]
     fn a_scripts_words_name_its_files_wherever_they_stand() {
         let words = |script: &str| -> Vec<String> {
             script_words(script.as_bytes())
@@ -2926,12 +3127,8 @@ mod tests {
             "tools/fmt.sh",
         );
         assert_eq!(brace_readings(b"echo ${X} {}"), [b"echo ${X} {}".to_vec()]);
-        // No absolute word, nothing of a binary.
-        assert!(
-            words("/usr/bin/time sh x.sh")
-                .iter()
-                .all(|w| !w.starts_with('/'))
-        );
+        // An absolute word (the scan holds it only in the work tree); nothing of a binary.
+        has("strace -o /dev/null sh /w/tools/x.sh", "/w/tools/x.sh");
         assert!(!words("\u{7f}ELF\0 sh tools/x.sh").contains(&"tools/x.sh".to_string()));
         has("sh tools/x.sh\nexit\n\0\u{1}payload", "tools/x.sh");
     }
@@ -3447,6 +3644,14 @@ mod tests {
                 at("./lib3.sh", SourceBase::ScriptDir),
                 at("./x.sh", SourceBase::WorkingDir),
             ]
+        );
+        // A makefile's includes (round twenty-nine's review), at a line's start only.
+        let make = b"-include tools/local.mk $(DEPS)\nsinclude a.mk\ninclude b.mk c.mk\n\
+            echo include d.mk\n";
+        let found: Vec<Vec<u8>> = sourced_words(make).into_iter().map(|(w, _)| w).collect();
+        assert_eq!(
+            found,
+            [&b"tools/local.mk"[..], b"a.mk", b"b.mk", b"c.mk"].map(<[u8]>::to_vec)
         );
     }
 

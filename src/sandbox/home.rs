@@ -87,8 +87,13 @@ pub const CACHES: [&str; 14] = [
 /// `primaryApiKey` without a keychain, and MCP servers' `env` holds theirs), which the
 /// CLI protects with its login, and Gemini CLI's `~/.gemini/.env` (its `GEMINI_API_KEY`)
 /// and MCP OAuth tokens: `--read` of the file, or its hard link in the workspace, showed
-/// them.
-pub const NEVER_VISIBLE: [&str; 71] = [
+/// them. Round twenty-nine's review added the global config's copies the CLI keeps
+/// (`~/.claude/backups/.claude.json.backup.<ms>` and `.corrupted.<ms>`, the older CLIs'
+/// `~/.claude.json.backup`), each with the same `primaryApiKey`, Codex's MCP OAuth tokens
+/// without a keyring (`~/.codex/.credentials.json`) and Gemini CLI's token store
+/// (`~/.gemini/mcp-oauth-tokens-v2.json`, encrypted with a key of the host and user
+/// names): a hard link in the workspace showed them.
+pub const NEVER_VISIBLE: [&str; 75] = [
     ".ssh",
     ".gnupg",
     ".aws",
@@ -151,10 +156,14 @@ pub const NEVER_VISIBLE: [&str; 71] = [
     ".claude/.device-keys.json",
     ".claude.json",
     ".claude/.config.json",
+    ".claude/backups",
+    ".claude.json.backup",
     ".codex/auth.json",
+    ".codex/.credentials.json",
     ".gemini/oauth_creds.json",
     ".gemini/.env",
     ".gemini/mcp-oauth-tokens.json",
+    ".gemini/mcp-oauth-tokens-v2.json",
     ".supabase/access-token",
     ".config/configstore/firebase-tools.json",
     ".local/share/com.vercel.cli/auth.json",
@@ -693,6 +702,11 @@ pub(crate) fn relocated_over_system(
 
 /// [`RELOCATED_SECRETS`] as this process's environment spells them, where something is.
 fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
+    relocated_named().filter(|path| std::fs::symlink_metadata(path).is_ok())
+}
+
+/// Every place [`RELOCATED_SECRETS`] names in this process's environment, there or not.
+fn relocated_named() -> impl Iterator<Item = PathBuf> {
     RELOCATED_SECRETS
         .iter()
         // `""` is the path itself: `join("")` would add a `/`, and a file named so (the
@@ -703,7 +717,18 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
                 .into_iter()
                 .map(move |p| if rel.is_empty() { p } else { p.join(rel) })
         })
-        .filter(|path| std::fs::symlink_metadata(path).is_ok())
+}
+
+/// The places of [`RELOCATED_SECRETS`] where nothing is yet: they count where they exist
+/// only (a variable may point into a project), and the scan holds them absent where they
+/// lie in a writable tree (round twenty-nine's review: with `KUBECONFIG=$PWD/kubeconfig`
+/// before the cluster was made, the agent made the kubeconfig and the user's next
+/// `kubectl` ran its exec credential plugin; `AWS_CONFIG_FILE`'s `credential_process`
+/// alike).
+pub(crate) fn relocated_absent() -> Vec<PathBuf> {
+    relocated_named()
+        .filter(|path| path.is_absolute() && std::fs::symlink_metadata(path).is_err())
+        .collect()
 }
 
 /// The never-visible entries a variable moves out of the home directory (a variable,
@@ -726,7 +751,7 @@ fn relocated_unresolved() -> impl Iterator<Item = PathBuf> {
 /// `CLAUDE_CODE_HOST_CREDS_FILE`): `--read` of a second profile's directory showed it.
 /// Round twenty-eight's review added the CLI's global config in `CLAUDE_CONFIG_DIR`
 /// (`.claude.json`, `.config.json`), which holds a Console API key.
-const RELOCATED_SECRETS: [(&str, &str); 54] = [
+const RELOCATED_SECRETS: [(&str, &str); 57] = [
     ("XDG_CONFIG_HOME", "gh"),
     ("XDG_CONFIG_HOME", "git/credentials"),
     ("GH_CONFIG_DIR", ""),
@@ -777,7 +802,10 @@ const RELOCATED_SECRETS: [(&str, &str); 54] = [
     ("CLAUDE_CODE_HOST_CREDS_FILE", ""),
     ("CLAUDE_CONFIG_DIR", ".claude.json"),
     ("CLAUDE_CONFIG_DIR", ".config.json"),
+    ("CLAUDE_CONFIG_DIR", "backups"),
+    ("CLAUDE_CONFIG_DIR", ".claude.json.backup"),
     ("CODEX_HOME", "auth.json"),
+    ("CODEX_HOME", ".credentials.json"),
     ("XDG_CONFIG_HOME", "configstore/firebase-tools.json"),
     ("XDG_CONFIG_HOME", ".wrangler"),
     ("XDG_DATA_HOME", "com.vercel.cli/auth.json"),

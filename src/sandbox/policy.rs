@@ -1944,6 +1944,27 @@ impl MountTable {
             })
     }
 
+    /// Whether the mount showing `path` shows its file system whole (its root `/`) and no
+    /// other mount of that file system shows a directory holding `path`'s place or one
+    /// inside it: then `path` is the only path to its files (but hard links), and to
+    /// anything that holds them, and comparing paths tells what comparing places would.
+    fn only_path(&self, path: &Path) -> bool {
+        let Ok(id) = super::sys::mount_id(path) else {
+            return false;
+        };
+        let Some((device, root, point)) = self.0.get(&id) else {
+            return false;
+        };
+        let Ok(rest) = path.strip_prefix(point) else {
+            return false;
+        };
+        let place = Path::new("/").join(rest);
+        root == Path::new("/")
+            && self.0.iter().all(|(other, (d, r, _))| {
+                *other == id || d != device || !(r.starts_with(&place) || place.starts_with(r))
+            })
+    }
+
     /// The place of `path` (canonical): its mount's root joined with the rest of the path
     /// below that mount's mount point.
     fn place(&self, path: &Path) -> Option<FsPlace> {
@@ -2108,9 +2129,9 @@ fn workspace_refusal_with(
         && home_mounted_beneath(canonical, home, places)
     {
         return Some(
-            "holds a mount of the home directory (or of a directory holding it, or of its \
-             keys such as ~/.ssh), which holds keys and dotfiles; use a project directory \
-             without it"
+            "is, holds or lies in a mount of the home directory (or of a directory holding \
+             it, or of its keys such as ~/.ssh), which holds keys and dotfiles; use a \
+             project directory without it"
                 .into(),
         );
     }
@@ -2143,12 +2164,19 @@ fn touches_never_visible(canonical: &Path, places: &[PathBuf]) -> bool {
 /// showed `gh/hosts.yml` (the GitHub token), and one of `~/.ssh` its `authorized_keys`
 /// to a `--write` grant (round twenty-three's review).
 ///
+/// `canonical` itself is such a path too when it is, or lies in, a mount showing them: a
+/// bind mount of `~/.ssh` at `/mnt/ssh`, or of the home directory at `/mnt/h`, and
+/// `--read /mnt/ssh`, `--read /mnt/h` or `--read /mnt/h/.ssh` showed the keys (round
+/// twenty-nine's review: only mounts strictly beneath were looked at).
+///
 /// `places` are [`never_visible_places`] of `home`.
 fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bool {
     let mounts = MountTable::read();
-    // Most workspaces have no mount beneath them: then no place is looked up (a `statx`
-    // for each of some 70 entries, twice a run; round twenty-eight).
-    if mounts.beneath(canonical).next().is_none() {
+    // Most workspaces have no mount beneath them, and lie in a file system mounted whole
+    // and once, where their path is their files' only one: then no place is looked up (a
+    // `statx` for each of some 70 entries, twice a run; round twenty-eight).
+    let own = !mounts.only_path(canonical);
+    if !own && mounts.beneath(canonical).next().is_none() {
         return false;
     }
     let Some(home_place) = mounts.place(home) else {
@@ -2159,10 +2187,12 @@ fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bo
         .iter()
         .filter_map(|secret| mounts.place(secret))
         .collect();
-    mounts.beneath(canonical).any(|m| {
+    let shows = |m: &FsPlace| {
         m.device == home_place.device && home_place.path.starts_with(&m.path)
-            || secrets.iter().any(|secret| secret.overlaps(&m))
-    })
+            || secrets.iter().any(|secret| secret.overlaps(m))
+    };
+    mounts.beneath(canonical).any(|m| shows(&m))
+        || own && mounts.place(canonical).is_some_and(|m| shows(&m))
 }
 
 /// [`workspace_refusal`] with each home directory of this process: `$HOME`'s and the
@@ -2622,9 +2652,9 @@ fn refuse_secrets_of(
 }
 
 /// Why a grant holding a mount of the home directory is refused.
-const HOME_MOUNT_REASON: &str = "holds a mount of the home directory (or of a directory \
-     holding it, or of its keys such as ~/.ssh), which holds keys and dotfiles; grant a \
-     directory without it";
+const HOME_MOUNT_REASON: &str = "is, holds or lies in a mount of the home directory (or of \
+     a directory holding it, or of its keys such as ~/.ssh), which holds keys and dotfiles; \
+     grant a directory without it";
 
 fn refuse_broad_write(
     path: &Path,

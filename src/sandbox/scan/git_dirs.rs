@@ -281,6 +281,7 @@ impl<'a> Walker<'a, '_> {
             for name in ["config", "config.worktree"] {
                 self.guard_includes(&path.join(name), &path, 0, &mut walk)?;
             }
+            self.guard_hook_scripts(&path.join("hooks"), 0, &mut walk)?;
         }
         Ok(is_git_dir)
     }

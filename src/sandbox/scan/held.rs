@@ -19,9 +19,9 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, fstat, fstatat};
 
-use crate::sandbox::SandboxError;
 use crate::sandbox::config_text::{self, CommandWord, include_paths};
 use crate::sandbox::listing::Kind;
+use crate::sandbox::{SandboxError, home};
 
 use super::dirs::{file_kind, is_plain_relative, open_beneath, walk_error};
 use super::links::linked_files_under;
@@ -464,6 +464,7 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         self.guard_hooks_paths(text, depth, walk)?;
         self.guard_template_dirs(text, depth, walk)?;
+        self.guard_git_settings(&config_text::command_git_settings(text), depth, walk)?;
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
@@ -753,6 +754,8 @@ impl<'a> Walker<'a, '_> {
             };
             self.guard_lists(read, top, depth, walk, entries)?;
             self.guard_dirs_run_whole(&text, top, dir, depth, walk)?;
+            let settings = config_text::script_git_settings(&text, dir.as_os_str().as_bytes());
+            self.guard_git_settings(&settings, depth, walk)?;
             // Held when absent only from where the shell reads it (a placeholder made
             // from the other would be made for nothing); from the other, when there.
             // What it runs by path ([`config_text::run_words`]), from where the shell
@@ -822,6 +825,39 @@ impl<'a> Walker<'a, '_> {
         Ok(())
     }
 
+    /// The git config a command of the configs or a held script sets (`git -c
+    /// core.hooksPath=ci/hooks`, `git config include.path ../ci/team.gitconfig`:
+    /// [`config_text::script_git_settings`]), read as a config of the work tree's
+    /// repository: its hooks directories and template directories held whole, the files
+    /// it includes held and read as configs (a relative one from the git dir, where `git
+    /// config` keeps it, and from the top), its commands' files held. Round twenty-nine's
+    /// review: neither a directory nor a config file looks like a script, and the agent's
+    /// `ci/hooks/pre-commit` or `core.fsmonitor` ran at the user's `git ci`. A text met
+    /// [`MAX_SETTINGS_DEPTH`] settings down is not read (an alias setting an alias…).
+    fn guard_git_settings(
+        &mut self,
+        settings: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        const MAX_SETTINGS_DEPTH: usize = 10;
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        if settings.is_empty() || depth > MAX_SETTINGS_DEPTH {
+            return Ok(());
+        }
+        for value in include_paths(settings) {
+            let Some(named) = expand_user_path(Path::new(OsStr::from_bytes(&value))) else {
+                continue;
+            };
+            for base in [top.join(".git"), top.clone()] {
+                self.guard_include(&base.join(&named), depth + 1, walk, NamedBy::Config)?;
+            }
+        }
+        self.guard_command_files(settings, depth + 1, walk)
+    }
+
     /// The directories a held shell script runs every file of, named literally
     /// ([`config_text::script_dirs_run_whole`]: `run-parts tools/checks`, `for f in
     /// tools/checks/*.sh; do sh "$f"; done`), read from the top and from the script's
@@ -881,6 +917,7 @@ impl<'a> Walker<'a, '_> {
             });
             if !whole {
                 self.guard_include(&target, depth, walk, NamedBy::HeldDir)?;
+                self.guard_hook_scripts(&target, depth, walk)?;
                 continue;
             }
             for hook in config_text::GIT_HOOK_NAMES {
@@ -889,6 +926,40 @@ impl<'a> Walker<'a, '_> {
                     self.guard_include(&hook, depth, walk, NamedBy::Command)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// What the hooks in `dir` (a git dir's `hooks/`, a `core.hooksPath`) run, read as a
+    /// held script's ([`Walker::guard_what_it_reads`], at the top of the work tree, where
+    /// git runs hooks): the hooks were held, what they run by path was not, and the user's
+    /// `pre-commit` of `sh tools/lint.sh` (or `exec ./scripts/pre-commit`, a hook manager's
+    /// absolute path) ran the agent's edit of it at the next commit (round twenty-nine's
+    /// review). One listing of the directory; only git's hook names.
+    pub(super) fn guard_hook_scripts(
+        &mut self,
+        dir: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let Some(top) = walk.work_tree.clone() else {
+            return Ok(());
+        };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Ok(());
+        };
+        let hooks: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name();
+                config_text::GIT_HOOK_NAMES
+                    .iter()
+                    .any(|hook| OsStr::new(hook) == name)
+            })
+            .map(|e| e.path())
+            .collect();
+        for hook in hooks {
+            self.guard_what_it_reads(&hook, &top, depth, walk)?;
         }
         Ok(())
     }
@@ -998,6 +1069,7 @@ impl<'a> Walker<'a, '_> {
         if kind == PlaceholderKind::Symlink {
             let by = match named_by {
                 NamedBy::Config => "the repository's git config includes",
+                NamedBy::Key => "a key variable of coder's environment names",
                 NamedBy::Link => "a link in a directory held read-only names",
                 NamedBy::Command => "a command of the repository's git config names",
                 NamedBy::HeldDir => {
@@ -1014,6 +1086,24 @@ impl<'a> Walker<'a, '_> {
         self.push(mask(path, MaskKind::ReadOnly, &st, false))
     }
 
+    /// The places a key variable names where nothing is yet ([`home::relocated_absent`]),
+    /// held absent where they lie in this tree: the agent made the user's
+    /// `KUBECONFIG=$PWD/kubeconfig` before the cluster was, with an exec credential plugin
+    /// the user's next `kubectl` ran (round twenty-nine's review).
+    fn hold_absent_keys(&mut self) -> Result<(), SandboxError> {
+        let mut walk = ConfigWalk::new(None);
+        for place in home::relocated_absent() {
+            let in_tree = place
+                .ancestors()
+                .find_map(|dir| fs::canonicalize(dir).ok())
+                .is_some_and(|dir| dir.starts_with(self.tree.root));
+            if in_tree {
+                self.guard_include(&place, 0, &mut walk, NamedBy::Key)?;
+            }
+        }
+        Ok(())
+    }
+
     /// [`Walker::guard_includes`] of the repository this tree lies in, when its git dir is
     /// above the tree (a workspace in a subdirectory of a repository), or named by the
     /// tree's own `.git` file (a workspace that is a linked worktree of a repository
@@ -1021,6 +1111,7 @@ impl<'a> Walker<'a, '_> {
     /// from the tree is not. (A `.git` directory at the root is the walk's, or the sandbox's
     /// placeholder.)
     pub(super) fn guard_enclosing_includes(&mut self) -> Result<(), SandboxError> {
+        self.hold_absent_keys()?;
         // The user's global and system configs, read by every git the user runs: one
         // that is (a link to) a file of this tree, or includes one (a dotfiles repository
         // as the workspace, `[include] path = ~/dotfiles/gitconfig` in `~/.gitconfig`),
@@ -1037,9 +1128,16 @@ impl<'a> Walker<'a, '_> {
             )
             .find(|dot_git| fs::symlink_metadata(dot_git).is_ok());
         // Where git runs the commands of those configs for this tree: the top of its
-        // repository's work tree (this tree's root when it has a `.git` of its own).
+        // repository's work tree (this tree's root when it has a `.git` of its own). The
+        // sandbox's placeholder `.git` (a link to nowhere, made before this) is none: git
+        // passes it by, and with it taken for the tree's own the enclosing repository's
+        // hooks and aliases were read at this tree's root, and `sh sub/tools/x.sh` of its
+        // `pre-commit` held nothing (round twenty-nine's review).
+        let placeholder = fs::read_link(&own).is_ok_and(|t| t == Path::new(ABSENT_TARGET));
         let top = match &dot_git {
-            Some(enclosing) if fs::symlink_metadata(&own).is_err() => enclosing.parent(),
+            Some(enclosing) if placeholder || fs::symlink_metadata(&own).is_err() => {
+                enclosing.parent()
+            }
             _ => None,
         }
         .unwrap_or(self.tree.root)
@@ -1113,6 +1211,9 @@ impl<'a> Walker<'a, '_> {
                 &mut looked,
                 &mut self.out.outside_held,
             )?;
+            // And what they run in this tree (`sh sub/tools/x.sh` of the repository's
+            // `pre-commit`, the workspace in `sub`: round twenty-nine's review).
+            self.guard_hook_scripts(&hooks, 0, &mut walk)?;
         }
         Ok(())
     }
@@ -1362,6 +1463,9 @@ pub(super) enum NamedBy {
     /// A word of a command a git config runs ([`Walker::guard_command_files`]): the file
     /// is not read; one outside this tree is another writable tree's to hold.
     Command,
+    /// A key variable of coder's environment (`KUBECONFIG`, `AWS_CONFIG_FILE`, …) names
+    /// it, and nothing is there: held absent ([`Walker::hold_absent_keys`]).
+    Key,
     /// A `core.hooksPath` or `init.templateDir` of a git config: the directory is held
     /// whole (read-only), or absent; one outside this tree is another writable tree's to
     /// hold.
@@ -1597,11 +1701,19 @@ pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
 /// know (`bash -lc '…'`, `xargs sh …`, `strace -o LOG sh …`, a function of the script's
 /// own), one spelling closed at a time before. Only a file that looks like a script
 /// ([`looks_like_a_script`]): a `Cargo.toml` or `CHANGELOG.md` a release script edits
-/// stays the agent's to edit.
+/// stays the agent's to edit. An absolute word only where it names a file of the work
+/// tree: a system program's strings are no shell words (`/usr/bin/time`'s took minutes).
 fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
+    let real_top = fs::canonicalize(top).unwrap_or_else(|_| top.to_path_buf());
+    let in_tree = |word: &[u8]| {
+        fs::canonicalize(OsStr::from_bytes(word)).is_ok_and(|real| real.starts_with(&real_top))
+    };
     for (word, base) in config_text::script_words(text) {
+        if word.starts_with(b"/") && !in_tree(&word) {
+            continue;
+        }
         let bases = match base {
             config_text::SourceBase::WorkingDir => [top, dir],
             config_text::SourceBase::ScriptDir => [dir, top],
