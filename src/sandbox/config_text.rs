@@ -1058,10 +1058,11 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
     let mut i = 0;
     'bytes: while i < line.len() {
-        // Every spelling starts with `$` or a backquote: the bytes up to the next one
-        // are copied as they are (a held script of 256 KiB was read byte by byte against
-        // each spelling, some ten times over).
-        let Some(next) = line[i..].iter().position(|b| matches!(b, b'$' | b'`')) else {
+        // The bytes up to the next one a spelling starts with (`$`, a backquote, `~`) are
+        // copied as they are: a held script of 256 KiB was read byte by byte against each
+        // spelling, some ten times over.
+        let starts_one = |b: &u8| TOP_SPELLINGS.iter().any(|(s, _)| s.first() == Some(b));
+        let Some(next) = line[i..].iter().position(starts_one) else {
             out.extend_from_slice(&line[i..]);
             break;
         };
