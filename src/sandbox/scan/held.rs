@@ -703,95 +703,11 @@ impl<'a> Walker<'a, '_> {
         else {
             return Ok(());
         };
-        let named: Vec<(PathBuf, WhenAbsent)> = if file.file_name()
-            == Some(OsStr::new("package.json"))
-        {
-            let Some(main) = config_text::package_main(&text) else {
-                return Ok(());
-            };
-            let main = PathBuf::from(OsStr::from_bytes(&main));
-            let mut with_js = main.clone().into_os_string();
-            with_js.push(".js");
-            vec![
-                (dir.join(&main), WhenAbsent::Held),
-                (dir.join(with_js), WhenAbsent::Skipped),
-                (dir.join(&main).join("index.js"), WhenAbsent::Skipped),
-            ]
+        let named = if file.file_name() == Some(OsStr::new("package.json")) {
+            package_main_names(&text, dir)
         } else {
-            // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
-            // tools/fmt.py`), read from the top as the line's is.
-            self.add_path_dirs(config_text::script_path_dirs(&text), walk)?;
-            let python_path = config_text::script_pythonpath_dirs(&text);
-            self.guard_python_path(python_path, top, dir, depth, walk)?;
-            // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]),
-            // its variables read with those the files it sources set. And the files it
-            // reads when it runs anything (`for f in $(cat LIST)`, `done < LIST`): those
-            // that are files ([`config_text::script_read_lists`]).
-            let based = |(list, base): (Vec<u8>, config_text::SourceBase)| match base {
-                config_text::SourceBase::WorkingDir => (list, top),
-                config_text::SourceBase::ScriptDir => (list, dir),
-            };
-            let with_sourced = [sourced_assignments(&text, top, dir, walk)?, text.clone()].concat();
-            let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&with_sourced)
-                .into_iter()
-                .map(based)
-                .collect();
-            let affixes = config_text::variable_affixes(&with_sourced);
-            let entries = ListEntries {
-                present_only: false,
-                affixes: &affixes,
-            };
-            self.guard_lists(lists, top, depth, walk, entries)?;
-            // Any file's lines may be read so: only its entries that exist are held.
-            let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&with_sourced)
-                .into_iter()
-                .map(based)
-                .filter(|(list, base)| config_path(list, Some(base)).is_some_and(|p| p.is_file()))
-                .collect();
-            let entries = ListEntries {
-                present_only: true,
-                affixes: &affixes,
-            };
-            self.guard_lists(read, top, depth, walk, entries)?;
-            self.guard_dirs_run_whole(&text, top, dir, depth, walk)?;
-            let settings = config_text::script_git_settings(&text, dir.as_os_str().as_bytes());
-            self.guard_git_settings(&settings, depth, walk)?;
-            // Held when absent only from where the shell reads it (a placeholder made
-            // from the other would be made for nothing); from the other, when there.
-            // What it runs by path ([`config_text::run_words`]), from where the shell
-            // finds it, moved aside at the run's end if the run made it.
-            let run = config_text::run_words(&text)
-                .into_iter()
-                .map(|(word, base)| (word, base, false));
-            config_text::sourced_words(&text)
-                .into_iter()
-                .map(|(word, base)| (word, base, true))
-                .chain(run)
-                .flat_map(|(word, base, sourced)| {
-                    let first_absent = match sourced {
-                        true if word.contains(&b'/') => WhenAbsent::Held,
-                        true => WhenAbsent::Skipped,
-                        false => WhenAbsent::MovedAsideIfMade,
-                    };
-                    let (first, other) = match base {
-                        config_text::SourceBase::WorkingDir => (top, dir),
-                        config_text::SourceBase::ScriptDir => (dir, top),
-                    };
-                    [(first, first_absent), (other, WhenAbsent::Skipped)]
-                        .into_iter()
-                        .filter_map(|(base, absent)| {
-                            Some((config_path(&word, Some(base))?, absent))
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .collect::<Vec<_>>()
-                .into_iter()
-                .chain(
-                    scripts_named(&text, top, dir)
-                        .into_iter()
-                        .map(|(path, _)| (path, WhenAbsent::Skipped)),
-                )
-                .collect()
+            self.guard_what_a_shell_script_sets(&text, top, dir, depth, walk)?;
+            shell_script_names(&text, top, dir)
         };
         for (target, when_absent) in named {
             // Absent and held only when there: not keyed, or a later word naming it to be
@@ -823,6 +739,58 @@ impl<'a> Walker<'a, '_> {
             self.guard_what_it_reads(&target, top, depth, walk)?;
         }
         Ok(())
+    }
+
+    /// What a shell script held in [`Walker::guard_one_script`] sets up for what it runs,
+    /// held: the `PATH` and `PYTHONPATH` entries it sets, the lists it feeds to `xargs`
+    /// or reads its words from, the directories it runs every file of, and the git
+    /// config it sets.
+    fn guard_what_a_shell_script_sets(
+        &mut self,
+        text: &[u8],
+        top: &Path,
+        dir: &Path,
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
+        // tools/fmt.py`), read from the top as the line's is.
+        self.add_path_dirs(config_text::script_path_dirs(text), walk)?;
+        let python_path = config_text::script_pythonpath_dirs(text);
+        self.guard_python_path(python_path, top, dir, depth, walk)?;
+        // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]), its
+        // variables read with those the files it sources set. And the files it reads
+        // when it runs anything (`for f in $(cat LIST)`, `done < LIST`): those that are
+        // files ([`config_text::script_read_lists`]).
+        let based = |(list, base): (Vec<u8>, config_text::SourceBase)| match base {
+            config_text::SourceBase::WorkingDir => (list, top),
+            config_text::SourceBase::ScriptDir => (list, dir),
+        };
+        let with_sourced = [sourced_assignments(text, top, dir, walk)?, text.to_vec()].concat();
+        let lists: Vec<(Vec<u8>, &Path)> = config_text::script_xargs_lists(&with_sourced)
+            .into_iter()
+            .map(based)
+            .collect();
+        let affixes = config_text::variable_affixes(&with_sourced);
+        let entries = ListEntries {
+            present_only: false,
+            affixes: &affixes,
+        };
+        self.guard_lists(lists, top, depth, walk, entries)?;
+        // Any file's lines may be read so: only its entries that exist are held.
+        let read: Vec<(Vec<u8>, &Path)> = config_text::script_read_lists(&with_sourced)
+            .into_iter()
+            .map(based)
+            .filter(|(list, base)| config_path(list, Some(base)).is_some_and(|p| p.is_file()))
+            .collect();
+        let entries = ListEntries {
+            present_only: true,
+            affixes: &affixes,
+        };
+        self.guard_lists(read, top, depth, walk, entries)?;
+        self.guard_dirs_run_whole(text, top, dir, depth, walk)?;
+        let settings = config_text::script_git_settings(text, dir.as_os_str().as_bytes());
+        self.guard_git_settings(&settings, depth, walk)
     }
 
     /// The git config a command of the configs or a held script sets (`git -c
@@ -1540,6 +1508,57 @@ impl ConfigWalk {
     }
 }
 
+/// The files node runs for a `package.json` held script's directory: its `main` (held
+/// absent), and `main.js` and `main/index.js` when there.
+fn package_main_names(text: &[u8], dir: &Path) -> Vec<(PathBuf, WhenAbsent)> {
+    let Some(main) = config_text::package_main(text) else {
+        return Vec::new();
+    };
+    let main = PathBuf::from(OsStr::from_bytes(&main));
+    let mut with_js = main.clone().into_os_string();
+    with_js.push(".js");
+    vec![
+        (dir.join(&main), WhenAbsent::Held),
+        (dir.join(with_js), WhenAbsent::Skipped),
+        (dir.join(&main).join("index.js"), WhenAbsent::Skipped),
+    ]
+}
+
+/// The files a held shell script sources ([`config_text::sourced_words`]) or runs by path
+/// ([`config_text::run_words`]), each read from where the shell reads it (`top`, the work
+/// tree's, or the script's `dir`) and from the other, and the scripts it names by any word
+/// ([`scripts_named`]), with what becomes of each when absent: held absent only from
+/// where the shell reads it (a placeholder made from the other would be made for
+/// nothing); what it runs by path moved aside at the run's end if the run made it.
+fn shell_script_names(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, WhenAbsent)> {
+    let run = config_text::run_words(text)
+        .into_iter()
+        .map(|(word, base)| (word, base, false));
+    let read = config_text::sourced_words(text)
+        .into_iter()
+        .map(|(word, base)| (word, base, true))
+        .chain(run)
+        .flat_map(|(word, base, sourced)| {
+            let first_absent = match sourced {
+                true if word.contains(&b'/') => WhenAbsent::Held,
+                true => WhenAbsent::Skipped,
+                false => WhenAbsent::MovedAsideIfMade,
+            };
+            let (first, other) = match base {
+                config_text::SourceBase::WorkingDir => (top, dir),
+                config_text::SourceBase::ScriptDir => (dir, top),
+            };
+            [(first, first_absent), (other, WhenAbsent::Skipped)]
+                .into_iter()
+                .filter_map(|(base, absent)| Some((config_path(&word, Some(base))?, absent)))
+                .collect::<Vec<_>>()
+        });
+    let named = scripts_named(text, top, dir)
+        .into_iter()
+        .map(|path| (path, WhenAbsent::Skipped));
+    read.chain(named).collect()
+}
+
 /// What becomes of a file a held script names that is absent at the start.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum WhenAbsent {
@@ -1703,7 +1722,7 @@ pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
 /// ([`looks_like_a_script`]): a `Cargo.toml` or `CHANGELOG.md` a release script edits
 /// stays the agent's to edit. An absolute word only where it names a file of the work
 /// tree: a system program's strings are no shell words (`/usr/bin/time`'s took minutes).
-fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
+fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<PathBuf> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
     let real_top = fs::canonicalize(top).unwrap_or_else(|_| top.to_path_buf());
@@ -1723,7 +1742,7 @@ fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
                 && seen.insert(path.clone())
                 && looks_like_a_script(&path)
             {
-                found.push((path, false));
+                found.push(path);
             }
         }
     }
