@@ -63,8 +63,8 @@ impl CancelSignals {
         })
     }
 
-    /// Cancels `setup` when a cancelling signal arrives, until the returned guard is
-    /// dropped: the sandbox's setup runs on the run's own thread without a wait in it, so
+    /// Cancels `setup` when a cancelling signal arrives, until the returned task is
+    /// aborted (dropping its handle would leave it listening): the sandbox's setup runs on the run's own thread without a wait in it, so
     /// a task of the runtime's worker listens beside it (a second set of listeners: the
     /// run's own still sees the signal at its next wait). Made here, before the setup
     /// starts, so that no signal falls between the two.
