@@ -1716,6 +1716,7 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
                     (_, None) => None,
+                    (_, Some(dir)) if dir.starts_with(SCRIPT_DIR_MARK) => Some(dir),
                     (Some(base), Some(dir)) => Some([base.as_slice(), b"/", &dir].concat()),
                     (None, Some(dir)) => Some(dir),
                 };
@@ -1742,6 +1743,13 @@ fn entered_by(name: &[u8], mut words: impl Iterator<Item = Vec<u8>>) -> Option<O
         return None;
     }
     let dir = words.find(|w| !w.starts_with(b"-"))?;
+    // The script's own directory (`cd "$(dirname "$0")"`, `cd "$(dirname "$0")/.."`):
+    // what it runs after is read from there (round twenty-nine's second review: its
+    // `sh ./local.sh` was read from the top alone, and the agent's `tools/local.sh` ran).
+    if let Some(rest) = dir.strip_prefix(SCRIPT_DIR_MARK) {
+        let plain = !rest.iter().any(|b| b"$`~\x01".contains(b));
+        return Some((plain && (rest.is_empty() || rest.starts_with(b"/"))).then_some(dir));
+    }
     let literal = !dir.starts_with(b"/") && !dir.iter().any(|b| b"$`~\x01".contains(b));
     Some((literal && may_name_a_file(&dir)).then_some(dir))
 }

@@ -1481,13 +1481,12 @@ impl Walker<'_, '_> {
             return Ok(());
         }
         // Rebuilt from its components: `tools/./x.sh` (a script's own directory, read as
-        // `./x.sh` there) is git's and the guard's `tools/x.sh`.
-        let Some(rel) = target
-            .strip_prefix(self.tree.root)
-            .ok()
-            .filter(|rel| is_plain_relative(rel))
-            .map(|rel| rel.components().collect::<PathBuf>())
-        else {
+        // `./x.sh` there) is git's and the guard's `tools/x.sh`, `tools/../x.sh` is
+        // `x.sh` ([`Walker::lexical_at_start`]).
+        let Some(rel) = (match target.strip_prefix(self.tree.root) {
+            Ok(rel) => self.lexical_at_start(rel)?,
+            Err(_) => None,
+        }) else {
             return Ok(());
         };
         let built = rel.components().any(|c| {
@@ -1510,15 +1509,68 @@ impl Walker<'_, '_> {
         if let Some(parent) = so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
             self.pin_dirs_down_to(parent)?;
         }
-        let Some(first_absent) = so_far.to_str() else {
-            return Ok(());
-        };
-        let entry = (self.tree.root.to_path_buf(), globset::escape(first_absent));
+        let entry = (self.tree.root.to_path_buf(), literal_glob(&so_far));
         if !self.out.made_aside_globs.contains(&entry) {
             self.out.made_aside_globs.push(entry);
         }
         Ok(())
     }
+}
+
+impl Walker<'_, '_> {
+    /// `rel` (relative to the tree's root) with each `..` taken lexically, when every
+    /// directory a `..` leaves was there at the start as a directory, not a link, from the
+    /// root down: those are pinned, so that the kernel's walk at the user's next git
+    /// command ends where this one does. Round twenty-nine's second review: `sh
+    /// "$(dirname "$0")/../scripts/lint.sh"` in the user's `tools/ci.sh`, the file absent
+    /// at the start, was left the agent's to make. `None` when a `..` leaves the tree or
+    /// what it leaves was not such a directory.
+    fn lexical_at_start(&mut self, rel: &Path) -> Result<Option<PathBuf>, SandboxError> {
+        let mut out = PathBuf::new();
+        for part in rel.components() {
+            match part {
+                Component::Normal(name) => out.push(name),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if out.as_os_str().is_empty() || !self.real_dirs_down_to(&out) {
+                        return Ok(None);
+                    }
+                    self.pin_dirs_down_to(&out)?;
+                    out.pop();
+                }
+                Component::RootDir | Component::Prefix(_) => return Ok(None),
+            }
+        }
+        Ok((!out.as_os_str().is_empty()).then_some(out))
+    }
+
+    /// Whether every name from the tree's root down to `rel` is a directory, not a link.
+    fn real_dirs_down_to(&self, rel: &Path) -> bool {
+        let mut so_far = PathBuf::new();
+        rel.components().all(|name| {
+            so_far.push(name);
+            fs::symlink_metadata(self.tree.root.join(&so_far)).is_ok_and(|m| m.is_dir())
+        })
+    }
+}
+
+/// A glob that matches `rel` alone, whatever its bytes (the guard's globs are
+/// case-insensitive, backslash escapes): each glob character and backslash escaped, each
+/// byte that is not UTF-8 matched by `?` (one byte: globset matches bytes). Round
+/// twenty-nine's second review: a name that is not UTF-8 had no glob, and the file the
+/// user's `tools/ci.sh` runs by it stayed where the agent made it.
+fn literal_glob(rel: &Path) -> String {
+    let mut glob = String::new();
+    for chunk in rel.as_os_str().as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if "?*[]{}\\".contains(c) {
+                glob.push('\\');
+            }
+            glob.push(c);
+        }
+        glob.extend(std::iter::repeat_n('?', chunk.invalid().len()));
+    }
+    glob
 }
 
 /// The most bytes of scripts and lists one git dir's walk reads, all of them together
