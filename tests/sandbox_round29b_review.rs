@@ -114,3 +114,229 @@ fn made_scripts_by_other_ways_are_moved_aside() {
         ),
     );
 }
+
+/// A git work tree at `dir` (given to uid 65534 when `nobody`) whose `git fmt` runs
+/// `tools/ci.sh`, which runs `count` scripts of busy shell lines (250 KiB each, about two
+/// seconds each to read in a debug build; 31 stay under the scan's byte budget), so a
+/// signal finds the setup scanning (as `tests/setup_scan_bounds.rs` plants).
+fn slow_plant(dir: &Path, nobody: bool, count: usize) {
+    const LINE: &str = "echo built $n && test -f data/file.txt || cp src/a.c build/b.o\n";
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "alias.fmt", "!sh tools/ci.sh"]);
+    std::fs::create_dir_all(dir.join("tools/gen")).unwrap();
+    let runs: String = (0..count).map(|i| format!("sh tools/gen/s{i}.sh\n")).collect();
+    std::fs::write(dir.join("tools/ci.sh"), runs).unwrap();
+    let big = LINE.repeat(250 * 1024 / LINE.len());
+    for i in 0..count {
+        std::fs::write(dir.join(format!("tools/gen/s{i}.sh")), &big).unwrap();
+    }
+    if nobody {
+        sandbox_fixture::chown_tree(dir, sandbox_fixture::NOBODY);
+    }
+}
+
+/// Every name under `dir` (`.git`'s own files left out), sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if entry.file_type().unwrap().is_dir() && entry.file_name() != ".git" {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `coder sandbox --cd WS -- true` as the arm's user (`nohup` before coder when
+/// `nohup`), its phases traced to `trace`, its state in `state`.
+fn coder_sandbox(nobody: bool, nohup: bool, ws: &Path, trace: &Path, state: &Path) -> std::process::Child {
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if nobody {
+        for a in ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] {
+            argv.push(a.into());
+        }
+    }
+    if nohup {
+        argv.push("nohup".into());
+    }
+    argv.push(common::CODER.into());
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .args(["sandbox", "--cd"])
+        .arg(ws)
+        .args(["--", "true"])
+        .env("CODER_TRACE_PHASES", trace)
+        .env("CODER_STATE_DIR", state)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    cmd.spawn().unwrap()
+}
+
+/// Waits until the phase trace at `trace` names `phase` (30 s at most).
+fn wait_for_phase(trace: &Path, phase: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(trace).unwrap_or_default();
+        if text.lines().any(|l| l.ends_with(phase)) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no {phase}: {text}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Waits for `child` (`secs` at most, else kills it and panics).
+fn wait_within(child: &mut std::process::Child, secs: u64, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// SIGINT, SIGQUIT, SIGUSR1 and SIGHUP sent to `coder sandbox` while its setup scans end
+/// it at once, of that signal, and leave nothing: no placeholder or quarantine in the
+/// workspace, no run directory in coder's state directory. Both arms.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn other_signals_during_the_setup_scan_end_it_and_leave_nothing() {
+    use std::os::unix::process::ExitStatusExt;
+    for nobody in sandbox_fixture::arms() {
+        for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGUSR1, libc::SIGHUP] {
+            let root = tempfile::tempdir().unwrap();
+            let (ws, state) = (root.path().join("ws"), root.path().join("state"));
+            std::fs::create_dir_all(&ws).unwrap();
+            std::fs::create_dir_all(&state).unwrap();
+            slow_plant(&ws, nobody, 31);
+            if nobody {
+                sandbox_fixture::chown_tree(&state, sandbox_fixture::NOBODY);
+                sandbox_fixture::chown_tree(root.path(), sandbox_fixture::NOBODY);
+            }
+            let (before, state_before) = (names(&ws), names(&state));
+            let trace = root.path().join("trace");
+            let mut child = coder_sandbox(nobody, false, &ws, &trace, &state);
+            wait_for_phase(&trace, "scan.start");
+            unsafe { libc::kill(child.id() as i32, signal) };
+            let status = wait_within(&mut child, 30, "after the signal");
+            let what = format!("nobody={nobody} signal={signal}");
+            assert_eq!(status.signal(), Some(signal), "{what}: {status:?}");
+            assert_eq!(names(&ws), before, "{what}: the workspace");
+            let left: Vec<String> = names(&state)
+                .into_iter()
+                .filter(|n| !state_before.contains(n))
+                .collect();
+            eprintln!("{what}: state after: {left:?}");
+            // A normal run leaves its private tmp in coder's trash too; a run directory
+            // (under `sandbox/`) or a placeholder's lock in use would be the cancel's.
+            assert!(
+                !left.iter().any(|n| n.starts_with("sandbox/")),
+                "{what}: a run directory left: {left:?}"
+            );
+        }
+    }
+}
+
+/// `nohup coder sandbox`: a SIGHUP while the setup scans is ignored, as the caller asked
+/// (it must not stop the setup), and the command runs. Control: without `nohup` the same
+/// SIGHUP ends it. Both arms.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ignored_sighup_during_the_setup_scan_stays_ignored() {
+    use std::os::unix::process::ExitStatusExt;
+    for nobody in sandbox_fixture::arms() {
+        for nohup in [true, false] {
+            let root = tempfile::tempdir().unwrap();
+            let (ws, state) = (root.path().join("ws"), root.path().join("state"));
+            std::fs::create_dir_all(&ws).unwrap();
+            std::fs::create_dir_all(&state).unwrap();
+            slow_plant(&ws, nobody, 4);
+            if nobody {
+                sandbox_fixture::chown_tree(root.path(), sandbox_fixture::NOBODY);
+            }
+            let trace = root.path().join("trace");
+            let mut child = coder_sandbox(nobody, nohup, &ws, &trace, &state);
+            wait_for_phase(&trace, "scan.start");
+            unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+            let status = wait_within(&mut child, 600, "the setup");
+            let what = format!("nobody={nobody} nohup={nohup}");
+            if nohup {
+                let mut err = String::new();
+                use std::io::Read;
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                assert!(status.success(), "{what}: {status:?}: {err}");
+                let trace = std::fs::read_to_string(&trace).unwrap();
+                assert!(trace.contains("sandbox.exited"), "{what}: {trace}");
+            } else {
+                assert_eq!(status.signal(), Some(libc::SIGHUP), "{what}: {status:?}");
+            }
+        }
+    }
+}
+
+/// A run (`coder task`) sent SIGINT or SIGHUP while its setup scans answers `cancelled`
+/// at once and leaves the workspace as it was; under `nohup` a SIGHUP then is ignored and
+/// the run goes on to its CLI (root: the fake CLI's harness runs as root).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_run_signalled_during_the_setup_scan_is_cancelled_and_leaves_nothing() {
+    use common::Fake;
+    use nix::sys::signal::Signal;
+    for (signal, code, nohup) in [
+        (Signal::SIGINT, 130, false),
+        (Signal::SIGHUP, 129, false),
+        (Signal::SIGHUP, 0, true),
+    ] {
+        let fake = Fake::new(serde_json::json!([common::steps::init()]));
+        slow_plant(fake.workspace(), false, 31);
+        let before = names(fake.workspace());
+        let trace = fake.root().join("phases.trace");
+        let mut coder = fake
+            .coder()
+            .arg("task")
+            .env("CODER_TRACE_PHASES", &trace)
+            .deadline(std::time::Duration::from_secs(600));
+        if nohup {
+            coder = coder.through(["nohup"]);
+        }
+        let running = coder.spawn();
+        wait_for_phase(&trace, "scan.start");
+        running.signal(signal);
+        let out = running.wait();
+        let what = format!("{signal:?} nohup={nohup}");
+        if nohup {
+            assert!(fake.has_record(), "{what}: the CLI ran: {}", out.explain());
+            continue;
+        }
+        let detail = out.assert_failure("cancelled", code);
+        assert!(
+            detail["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("while the sandbox was set up")),
+            "{what}: {}",
+            out.explain()
+        );
+        assert!(!fake.has_record(), "{what}: the CLI never started");
+        assert_eq!(names(fake.workspace()), before, "{what}: the workspace");
+    }
+}
