@@ -783,11 +783,12 @@ impl<'a> Walker<'a, '_> {
                 })
                 .collect::<Vec<_>>()
                 .into_iter()
-                .chain(
-                    scripts_named(&text, top, dir)
-                        .into_iter()
-                        .map(|(path, _)| (path, WhenAbsent::Skipped)),
-                )
+                .chain(scripts_named(&text, top, dir).into_iter().map(
+                    |(path, absent)| match absent {
+                        true => (path, WhenAbsent::MovedAsideIfMade),
+                        false => (path, WhenAbsent::Skipped),
+                    },
+                ))
                 .collect()
         };
         for (target, when_absent) in named {
@@ -1649,7 +1650,11 @@ pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
 /// know (`bash -lc '…'`, `xargs sh …`, `strace -o LOG sh …`, a function of the script's
 /// own), one spelling closed at a time before. Only a file that looks like a script
 /// ([`looks_like_a_script`]): a `Cargo.toml` or `CHANGELOG.md` a release script edits
-/// stays the agent's to edit.
+/// stays the agent's to edit. With each, whether it is absent with a script's name
+/// (`tools/local.sh`): moved aside at the run's end if the run made it, as what the run
+/// words name (round twenty-nine's second review: `xargs sh tools/local.sh`, `eval '…'`,
+/// `trap '…' EXIT`, `bash -lc '…'`, a function's `"$@"`, a `case` arm ran the agent's
+/// `tools/local.sh`, absent at the start).
 fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
@@ -1659,11 +1664,16 @@ fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
             config_text::SourceBase::ScriptDir => [dir, top],
         };
         for base in bases {
-            if let Some(path) = config_path(&word, Some(base))
-                && seen.insert(path.clone())
-                && looks_like_a_script(&path)
-            {
+            let Some(path) = config_path(&word, Some(base)) else {
+                continue;
+            };
+            if !seen.insert(path.clone()) {
+                continue;
+            }
+            if looks_like_a_script(&path) {
                 found.push((path, false));
+            } else if has_script_suffix(&path) && fs::symlink_metadata(&path).is_err() {
+                found.push((path, true));
             }
         }
     }
@@ -1674,22 +1684,25 @@ fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
 /// anyone, a `#!` line, or a name an interpreter or a program-file reader is given
 /// (`.sh`, `.py`, `.js`, `.pm`, `.mk`, `.awk`, …; `.env`, whose `NODE_OPTIONS` node obeys).
 fn looks_like_a_script(path: &Path) -> bool {
-    const SUFFIXES: &[&str] = &[
-        "sh", "bash", "zsh", "ksh", "dash", "fish", "py", "pyc", "pyw", "js", "mjs", "cjs", "ts",
-        "mts", "cts", "jsx", "tsx", "node", "pl", "pm", "rb", "mk", "make", "awk", "sed", "tcl",
-        "lua", "php", "r", "jl", "ps1", "env",
-    ];
     let Ok(meta) = fs::metadata(path) else {
         return false;
     };
     if !meta.is_file() {
         return false;
     }
-    let suffix = path
-        .extension()
+    has_script_suffix(path) || meta.mode() & 0o111 != 0 || starts_with_hash_bang(path)
+}
+
+/// Whether `path`'s name is one an interpreter or a program-file reader is given.
+fn has_script_suffix(path: &Path) -> bool {
+    const SUFFIXES: &[&str] = &[
+        "sh", "bash", "zsh", "ksh", "dash", "fish", "py", "pyc", "pyw", "js", "mjs", "cjs", "ts",
+        "mts", "cts", "jsx", "tsx", "node", "pl", "pm", "rb", "mk", "make", "awk", "sed", "tcl",
+        "lua", "php", "r", "jl", "ps1", "env",
+    ];
+    path.extension()
         .and_then(OsStr::to_str)
-        .is_some_and(|e| SUFFIXES.contains(&e.to_ascii_lowercase().as_str()));
-    suffix || meta.mode() & 0o111 != 0 || starts_with_hash_bang(path)
+        .is_some_and(|e| SUFFIXES.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// Whether the file at `path` starts with `#!` (read without waiting on a FIFO).
