@@ -126,27 +126,36 @@ fn the_moved_script_is_reported_and_kept_and_later_runs_start() {
 }
 
 /// What stays the agent's: a program of a build's output directory absent at the start
-/// (`target/debug/fmt`, `node_modules/.bin/lint`: the agent's build makes it, and the
-/// user's hook runs what the build made), and a script that was there at the start and
-/// the agent may not write anyway (held, unchanged by this rule). Both arms.
+/// (`target/debug/fmt`, `node_modules/.bin/lint`, `build/bin/tool`, `out/x`: the agent's
+/// build makes it, and the user's hook runs what the build made), and an `out/` there at
+/// the start, which the agent's clean build removes whole (round twenty-nine's second
+/// review: a `build/` so pinned failed `rm -rf build`). Both arms.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_build_output_a_held_script_runs_stays_where_the_agent_built_it() {
+    const BUILT: [&str; 4] = [
+        "target/debug/fmt",
+        "node_modules/.bin/lint",
+        "build/bin/tool",
+        "out/x",
+    ];
     for nobody in sandbox_fixture::arms() {
         let fx = Fx::new(&REPO, nobody);
         let ws = fx.ws();
-        user_ci(&fx, &ws, "./target/debug/fmt\n./node_modules/.bin/lint\n");
-        let build = "mkdir -p target/debug node_modules/.bin && \
-                     printf '#!/bin/sh\\n' > target/debug/fmt && \
-                     printf '#!/bin/sh\\n' > node_modules/.bin/lint && \
-                     chmod +x target/debug/fmt node_modules/.bin/lint && echo BUILT";
-        let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], build));
+        let runs: String = BUILT.iter().map(|p| format!("./{p}\n")).collect();
+        user_ci(&fx, &ws, &runs);
+        fx.own_file(&ws, "out/README", "old output\n");
+        let build = format!(
+            "rm -rf out && for f in {}; do mkdir -p \"$(dirname $f)\" && \
+             printf '#!/bin/sh\\n' > $f && chmod +x $f; done && echo BUILT",
+            BUILT.join(" ")
+        );
+        let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], &build));
         assert!(rc == 0 && out.contains("BUILT"), "nobody={nobody}: {out}");
         assert!(!out.contains("guard: moved"), "nobody={nobody}: {out}");
-        assert!(ws.join("target/debug/fmt").exists(), "nobody={nobody}");
-        assert!(
-            ws.join("node_modules/.bin/lint").exists(),
-            "nobody={nobody}"
-        );
+        for path in BUILT {
+            assert!(ws.join(path).exists(), "nobody={nobody}: {path}: {out}");
+        }
+        assert!(!ws.join("out/README").exists(), "nobody={nobody}: {out}");
     }
 }

@@ -1619,10 +1619,15 @@ fn brace_readings(line: &[u8]) -> Vec<Vec<u8>> {
         }
         plain.push(b);
     }
-    let mut readings = vec![plain];
+    // With the groups each reading has had expanded: at most [`MAX_BRACE_GROUPS`], so
+    // that a line of many groups costs a bounded number of copies and scans of it.
+    let mut readings = vec![(plain, 0)];
     let mut done = Vec::new();
-    while let Some(reading) = readings.pop() {
-        let Some((open, close)) = brace_group(&reading) else {
+    while let Some((reading, groups)) = readings.pop() {
+        let group = (groups < MAX_BRACE_GROUPS)
+            .then(|| brace_group(&reading))
+            .flatten();
+        let Some((open, close)) = group else {
             done.push(reading);
             continue;
         };
@@ -1630,16 +1635,26 @@ fn brace_readings(line: &[u8]) -> Vec<Vec<u8>> {
             if readings.len() + done.len() >= MAX_LINE_READINGS {
                 break;
             }
-            readings.push([&reading[..open], word, &reading[close + 1..]].concat());
+            let next = [&reading[..open], word, &reading[close + 1..]].concat();
+            readings.push((next, groups + 1));
         }
     }
     done
 }
 
+/// The most brace groups of one line [`brace_readings`] expands, one after the other
+/// (past [`MAX_LINE_READINGS`] readings the later ones would not be read anyway). Round
+/// twenty-nine's second review: a 250 KiB line of groups was scanned and copied once per
+/// group, 45 s of the setup (debug build) for one script under the scan's byte budget.
+const MAX_BRACE_GROUPS: usize = 8;
+
 /// The first `{…,…}` of `line` not after a `$` and holding no `$`, `{` or blank: where
 /// its braces are.
 fn brace_group(line: &[u8]) -> Option<(usize, usize)> {
     let mut from = 0;
+    // The first `}` after the last `{` looked at: the same for every `{` before it, found
+    // once (a line of 128 KiB of `{` took 30 s, a scan to its end for each).
+    let mut close_at = 0;
     while let Some(open) = line[from..]
         .iter()
         .position(|b| *b == b'{')
@@ -1649,7 +1664,10 @@ fn brace_group(line: &[u8]) -> Option<(usize, usize)> {
         if open > 0 && line[open - 1] == b'$' {
             continue;
         }
-        let len = line[open + 1..].iter().position(|b| *b == b'}')?;
+        if close_at <= open {
+            close_at = open + 1 + line[open + 1..].iter().position(|b| *b == b'}')?;
+        }
+        let len = close_at - open - 1;
         let inner = &line[open + 1..open + 1 + len];
         let plain = !inner.iter().any(|b| b"${ \t".contains(b));
         if plain && inner.contains(&b',') {
@@ -1882,6 +1900,7 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
                     (_, None) => None,
+                    (_, Some(dir)) if dir.starts_with(SCRIPT_DIR_MARK) => Some(dir),
                     (Some(base), Some(dir)) => Some([base.as_slice(), b"/", &dir].concat()),
                     (None, Some(dir)) => Some(dir),
                 };
@@ -1908,6 +1927,13 @@ fn entered_by(name: &[u8], mut words: impl Iterator<Item = Vec<u8>>) -> Option<O
         return None;
     }
     let dir = words.find(|w| !w.starts_with(b"-"))?;
+    // The script's own directory (`cd "$(dirname "$0")"`, `cd "$(dirname "$0")/.."`):
+    // what it runs after is read from there (round twenty-nine's second review: its
+    // `sh ./local.sh` was read from the top alone, and the agent's `tools/local.sh` ran).
+    if let Some(rest) = dir.strip_prefix(SCRIPT_DIR_MARK) {
+        let plain = !rest.iter().any(|b| b"$`~\x01".contains(b));
+        return Some((plain && (rest.is_empty() || rest.starts_with(b"/"))).then_some(dir));
+    }
     let literal = !dir.starts_with(b"/") && !dir.iter().any(|b| b"$`~\x01".contains(b));
     Some((literal && may_name_a_file(&dir)).then_some(dir))
 }

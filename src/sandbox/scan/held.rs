@@ -1555,7 +1555,10 @@ fn shell_script_names(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, When
         });
     let named = scripts_named(text, top, dir)
         .into_iter()
-        .map(|path| (path, WhenAbsent::Skipped));
+        .map(|(path, absent)| match absent {
+            true => (path, WhenAbsent::MovedAsideIfMade),
+            false => (path, WhenAbsent::Skipped),
+        });
     read.chain(named).collect()
 }
 
@@ -1576,13 +1579,19 @@ enum WhenAbsent {
 /// Directories whose files a build or an installer makes (npm's `node_modules`, Cargo's
 /// `target`, a virtualenv): a held script's program absent there at the start is the
 /// build's to make, not moved aside ([`Walker::move_aside_if_made`]).
-const BUILD_OUTPUT_DIRS: [&str; 6] = [
+const BUILD_OUTPUT_DIRS: [&str; 9] = [
     "node_modules",
     "vendor",
     "site-packages",
     "target",
     ".venv",
     "venv",
+    // CMake's, Gradle's and most JavaScript bundlers' (round twenty-nine's second review:
+    // a hook running `./build/bin/tool` had the agent's whole `build/` moved aside, and a
+    // `build/` there at the start pinned, so the agent's `rm -rf build` failed).
+    "build",
+    "dist",
+    "out",
 ];
 
 impl Walker<'_, '_> {
@@ -1604,13 +1613,12 @@ impl Walker<'_, '_> {
             return Ok(());
         }
         // Rebuilt from its components: `tools/./x.sh` (a script's own directory, read as
-        // `./x.sh` there) is git's and the guard's `tools/x.sh`.
-        let Some(rel) = target
-            .strip_prefix(self.tree.root)
-            .ok()
-            .filter(|rel| is_plain_relative(rel))
-            .map(|rel| rel.components().collect::<PathBuf>())
-        else {
+        // `./x.sh` there) is git's and the guard's `tools/x.sh`, `tools/../x.sh` is
+        // `x.sh` ([`Walker::lexical_at_start`]).
+        let Some(rel) = (match target.strip_prefix(self.tree.root) {
+            Ok(rel) => self.lexical_at_start(rel)?,
+            Err(_) => None,
+        }) else {
             return Ok(());
         };
         let built = rel.components().any(|c| {
@@ -1633,15 +1641,68 @@ impl Walker<'_, '_> {
         if let Some(parent) = so_far.parent().filter(|p| !p.as_os_str().is_empty()) {
             self.pin_dirs_down_to(parent)?;
         }
-        let Some(first_absent) = so_far.to_str() else {
-            return Ok(());
-        };
-        let entry = (self.tree.root.to_path_buf(), globset::escape(first_absent));
+        let entry = (self.tree.root.to_path_buf(), literal_glob(&so_far));
         if !self.out.made_aside_globs.contains(&entry) {
             self.out.made_aside_globs.push(entry);
         }
         Ok(())
     }
+}
+
+impl Walker<'_, '_> {
+    /// `rel` (relative to the tree's root) with each `..` taken lexically, when every
+    /// directory a `..` leaves was there at the start as a directory, not a link, from the
+    /// root down: those are pinned, so that the kernel's walk at the user's next git
+    /// command ends where this one does. Round twenty-nine's second review: `sh
+    /// "$(dirname "$0")/../scripts/lint.sh"` in the user's `tools/ci.sh`, the file absent
+    /// at the start, was left the agent's to make. `None` when a `..` leaves the tree or
+    /// what it leaves was not such a directory.
+    fn lexical_at_start(&mut self, rel: &Path) -> Result<Option<PathBuf>, SandboxError> {
+        let mut out = PathBuf::new();
+        for part in rel.components() {
+            match part {
+                Component::Normal(name) => out.push(name),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if out.as_os_str().is_empty() || !self.real_dirs_down_to(&out) {
+                        return Ok(None);
+                    }
+                    self.pin_dirs_down_to(&out)?;
+                    out.pop();
+                }
+                Component::RootDir | Component::Prefix(_) => return Ok(None),
+            }
+        }
+        Ok((!out.as_os_str().is_empty()).then_some(out))
+    }
+
+    /// Whether every name from the tree's root down to `rel` is a directory, not a link.
+    fn real_dirs_down_to(&self, rel: &Path) -> bool {
+        let mut so_far = PathBuf::new();
+        rel.components().all(|name| {
+            so_far.push(name);
+            fs::symlink_metadata(self.tree.root.join(&so_far)).is_ok_and(|m| m.is_dir())
+        })
+    }
+}
+
+/// A glob that matches `rel` alone, whatever its bytes (the guard's globs are
+/// case-insensitive, backslash escapes): each glob character and backslash escaped, each
+/// byte that is not UTF-8 matched by `?` (one byte: globset matches bytes). Round
+/// twenty-nine's second review: a name that is not UTF-8 had no glob, and the file the
+/// user's `tools/ci.sh` runs by it stayed where the agent made it.
+fn literal_glob(rel: &Path) -> String {
+    let mut glob = String::new();
+    for chunk in rel.as_os_str().as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if "?*[]{}\\".contains(c) {
+                glob.push('\\');
+            }
+            glob.push(c);
+        }
+        glob.extend(std::iter::repeat_n('?', chunk.invalid().len()));
+    }
+    glob
 }
 
 /// The most bytes of scripts and lists one git dir's walk reads, all of them together
@@ -1722,7 +1783,12 @@ pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
 /// ([`looks_like_a_script`]): a `Cargo.toml` or `CHANGELOG.md` a release script edits
 /// stays the agent's to edit. An absolute word only where it names a file of the work
 /// tree: a system program's strings are no shell words (`/usr/bin/time`'s took minutes).
-fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<PathBuf> {
+/// With each, whether it is absent with a script's name (`tools/local.sh`): moved aside
+/// at the run's end if the run made it, as what the run words name (round twenty-nine's
+/// second review: `xargs sh tools/local.sh`, `eval '…'`, `trap '…' EXIT`, `bash -lc
+/// '…'`, a function's `"$@"`, a `case` arm ran the agent's `tools/local.sh`, absent at
+/// the start).
+fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<(PathBuf, bool)> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
     let real_top = fs::canonicalize(top).unwrap_or_else(|_| top.to_path_buf());
@@ -1738,11 +1804,16 @@ fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<PathBuf> {
             config_text::SourceBase::ScriptDir => [dir, top],
         };
         for base in bases {
-            if let Some(path) = config_path(&word, Some(base))
-                && seen.insert(path.clone())
-                && looks_like_a_script(&path)
-            {
-                found.push(path);
+            let Some(path) = config_path(&word, Some(base)) else {
+                continue;
+            };
+            if !seen.insert(path.clone()) {
+                continue;
+            }
+            if looks_like_a_script(&path) {
+                found.push((path, false));
+            } else if has_script_suffix(&path) && fs::symlink_metadata(&path).is_err() {
+                found.push((path, true));
             }
         }
     }
@@ -1753,22 +1824,25 @@ fn scripts_named(text: &[u8], top: &Path, dir: &Path) -> Vec<PathBuf> {
 /// anyone, a `#!` line, or a name an interpreter or a program-file reader is given
 /// (`.sh`, `.py`, `.js`, `.pm`, `.mk`, `.awk`, …; `.env`, whose `NODE_OPTIONS` node obeys).
 fn looks_like_a_script(path: &Path) -> bool {
-    const SUFFIXES: &[&str] = &[
-        "sh", "bash", "zsh", "ksh", "dash", "fish", "py", "pyc", "pyw", "js", "mjs", "cjs", "ts",
-        "mts", "cts", "jsx", "tsx", "node", "pl", "pm", "rb", "mk", "make", "awk", "sed", "tcl",
-        "lua", "php", "r", "jl", "ps1", "env",
-    ];
     let Ok(meta) = fs::metadata(path) else {
         return false;
     };
     if !meta.is_file() {
         return false;
     }
-    let suffix = path
-        .extension()
+    has_script_suffix(path) || meta.mode() & 0o111 != 0 || starts_with_hash_bang(path)
+}
+
+/// Whether `path`'s name is one an interpreter or a program-file reader is given.
+fn has_script_suffix(path: &Path) -> bool {
+    const SUFFIXES: &[&str] = &[
+        "sh", "bash", "zsh", "ksh", "dash", "fish", "py", "pyc", "pyw", "js", "mjs", "cjs", "ts",
+        "mts", "cts", "jsx", "tsx", "node", "pl", "pm", "rb", "mk", "make", "awk", "sed", "tcl",
+        "lua", "php", "r", "jl", "ps1", "env",
+    ];
+    path.extension()
         .and_then(OsStr::to_str)
-        .is_some_and(|e| SUFFIXES.contains(&e.to_ascii_lowercase().as_str()));
-    suffix || meta.mode() & 0o111 != 0 || starts_with_hash_bang(path)
+        .is_some_and(|e| SUFFIXES.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// Whether the file at `path` starts with `#!` (read without waiting on a FIFO).
