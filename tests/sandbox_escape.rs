@@ -37,6 +37,28 @@ struct Fixture {
     owner: Option<u32>,
 }
 
+/// The unconfined control's attacks act on the host: `U4`'s `mount --bind README.md .env`
+/// left a bind mount in the host's mount namespace for every run of the suite (and the
+/// temporary directory, busy, behind it). Detached here, before the directory goes.
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let Ok(table) = fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
+        let root = self.root.to_string_lossy().into_owned();
+        let mut points: Vec<&str> = table
+            .lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .filter(|point| point.starts_with(&format!("{root}/")))
+            .collect();
+        // The deepest first.
+        points.sort_by_key(|point| std::cmp::Reverse(point.len()));
+        for point in points {
+            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
 fn git(ws: &Path, args: &[&str]) {
     let status = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
