@@ -34,6 +34,8 @@ pub struct CancelSignals {
     term: Option<Signal>,
     hup: Option<Signal>,
     received: Option<i32>,
+    /// A signal [`CancelSignals::arrived`] saw and the next [`CancelSignals::recv`] returns.
+    pending: Option<i32>,
 }
 
 impl CancelSignals {
@@ -60,26 +62,51 @@ impl CancelSignals {
             term: listen(SignalKind::terminate(), S::SIGTERM)?,
             hup: listen(SignalKind::hangup(), S::SIGHUP)?,
             received: None,
+            pending: None,
         })
     }
 
     /// Cancels `setup` when a cancelling signal arrives, until the returned task is
-    /// aborted (dropping its handle would leave it listening): the sandbox's setup runs on the run's own thread without a wait in it, so
-    /// a task of the runtime's worker listens beside it (a second set of listeners: the
-    /// run's own still sees the signal at its next wait). Made here, before the setup
-    /// starts, so that no signal falls between the two.
+    /// aborted (dropping its handle would leave it listening). The sandbox's setup runs on
+    /// the run's own thread without a wait in it, so a task of the runtime's worker
+    /// listens beside it, with a second set of listeners: the run's own still sees the
+    /// signal at its next wait. A listener sees only the signals that come after it is
+    /// made, so one that these (the run's) listeners already got (while the worktree was
+    /// made, the store reached, the ledger's snapshot begun) cancels `setup` at once: it
+    /// used to wait for the whole setup, seconds on a tree an earlier agent filled with
+    /// scripts its held scripts name. Call it before the setup starts.
     pub fn cancel_setup(
+        &mut self,
         setup: crate::sandbox::SetupCancel,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
         let mut signals = CancelSignals::listen()?;
+        if let Some(signo) = self.arrived() {
+            setup.cancel(signo);
+        }
         Ok(tokio::spawn(async move {
             let signo = signals.recv().await;
             setup.cancel(signo);
         }))
     }
 
+    /// A cancelling signal that has already arrived, without waiting for one; the next
+    /// [`CancelSignals::recv`] still returns it.
+    pub fn arrived(&mut self) -> Option<i32> {
+        if self.pending.is_none() {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let polled = std::pin::pin!(self.recv()).as_mut().poll(&mut cx);
+            if let std::task::Poll::Ready(signo) = polled {
+                self.pending = Some(signo);
+            }
+        }
+        self.pending
+    }
+
     /// Waits for the next cancelling signal and returns its number.
     pub async fn recv(&mut self) -> i32 {
+        if let Some(signo) = self.pending.take() {
+            return signo;
+        }
         async fn next(signal: &mut Option<Signal>) {
             match signal {
                 Some(signal) => {
@@ -243,4 +270,34 @@ pub fn signal_name(signo: i32) -> String {
     nix::sys::signal::Signal::try_from(signo)
         .map(|s| s.as_str().to_owned())
         .unwrap_or_else(|_| format!("signal {signo}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A signal the run's listeners got before the setup's listener was made (while the
+    /// worktree was made, say) stops the setup at once, and the run's next wait still
+    /// sees it. Before, the setup's fresh listener never saw it: the setup ran to its end.
+    #[tokio::test]
+    async fn a_signal_that_came_before_the_setups_listener_cancels_the_setup() {
+        let mut signals = CancelSignals::listen().expect("listen");
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM).expect("raise");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while signals.arrived().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "SIGTERM never reached the listener"
+            );
+            tokio::task::yield_now().await;
+        }
+        let setup = crate::sandbox::SetupCancel::default();
+        let listening = signals.cancel_setup(setup.clone()).expect("listen");
+        listening.abort();
+        assert_eq!(setup.cancelled_by(), Some(libc::SIGTERM));
+        let next = tokio::time::timeout(Duration::from_secs(10), signals.recv()).await;
+        assert_eq!(next.ok(), Some(libc::SIGTERM));
+        assert_eq!(signals.received(), Some(libc::SIGTERM));
+    }
 }

@@ -311,10 +311,8 @@ impl PreparedRun {
         crate::phases::mark("helper.spawned");
 
         // The sandbox: resolved once per run here, applied by the helper to every attempt.
-        // A signal meanwhile stops its scan (see `SetupCancel`).
+        // A signal meanwhile stops its scan (`run.setup_cancel`, see `run_attempts`).
         let preview = child::build(request, program.clone(), child_base_env.clone());
-        let cancel = crate::sandbox::SetupCancel::default();
-        let listening = CancelSignals::cancel_setup(cancel.clone());
         let policy = crate::sandbox::policy_for_agent(
             request.sandbox,
             &request.workspace,
@@ -325,11 +323,8 @@ impl PreparedRun {
                 request.plan.as_ref().and_then(|p| p.writable_file()),
                 &request.key_places,
             ),
-            &cancel,
+            &run.setup_cancel,
         );
-        if let Ok(listening) = listening {
-            listening.abort();
-        }
         let policy = policy.map_err(|e| Box::new(sandbox_failure(run, &e)))?;
         crate::phases::mark("policy.done");
         if let Some(policy) = &policy {

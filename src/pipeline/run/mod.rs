@@ -298,6 +298,9 @@ async fn run_attempts(
         }
     };
     let hold = snapshot.hold();
+    // A signal from here to the policy's end stops the sandbox's setup midway; one that
+    // came before (while the worktree was made, the snapshot begun) stops it at once.
+    let listening = signals.cancel_setup(run.setup_cancel.clone());
     let prepared = PreparedRun::prepare(
         request,
         backend,
@@ -306,8 +309,12 @@ async fn run_attempts(
         &journal.redaction,
         &mut run,
         hold,
-    );
-    let mut prepared = match prepared.await {
+    )
+    .await;
+    if let Ok(listening) = listening {
+        listening.abort();
+    }
+    let mut prepared = match prepared {
         Ok(prepared) => prepared,
         Err(envelope) => return failed_before_start(*envelope),
     };

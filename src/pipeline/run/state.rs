@@ -61,6 +61,9 @@ pub(super) struct Run {
     pub(super) compat_learned: Option<String>,
     /// `--json-schema`: what the last attempt offered as its answer.
     pub(super) answer: Option<Answer>,
+    /// Stops the sandbox's setup midway when a cancelling signal arrives (see
+    /// `CancelSignals::cancel_setup`).
+    pub(super) setup_cancel: crate::sandbox::SetupCancel,
 }
 
 impl Run {
@@ -124,6 +127,7 @@ impl Run {
             remedies: Vec::new(),
             compat_learned: None,
             answer: None,
+            setup_cancel: Default::default(),
         }
     }
 
@@ -591,8 +595,6 @@ impl Run {
 }
 
 impl Run {
-    /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
-    /// had started, so there was no process tree to stop.
     /// The envelope of a run a signal stopped before the CLI started, `during` a step of
     /// its setup (`the sandbox's setup`, `the change ledger's snapshot`) that used to hold
     /// the signal until it ended (seconds, on a big workspace).
@@ -611,6 +613,8 @@ impl Run {
         envelope
     }
 
+    /// coder was cancelled by `signo` while the run waited for a backend slot: nothing
+    /// had started, so there was no process tree to stop.
     fn cancelled_while_queued(&self, signo: i32, queue_ms: u64) -> Envelope {
         let name = signal_name(signo);
         let mut envelope = self.early_envelope(
