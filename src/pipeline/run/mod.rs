@@ -289,43 +289,19 @@ async fn run_attempts(
             "cannot become a child subreaper ({e}); detached descendants may escape cleanup"
         ));
     }
-    let (mut snapshot, alongside) = match begin_snapshot(request, state_dir, signals).await {
-        Ok(begun) => begun,
-        Err(signo) => {
-            return failed_before_start(
-                run.cancelled_during_setup(signo, "the change ledger's snapshot"),
-            );
-        }
-    };
-    let hold = snapshot.hold();
-    // A signal from here to the policy's end stops the sandbox's setup midway; one that
-    // came before (while the worktree was made, the snapshot begun) stops it at once.
-    let listening = signals.cancel_setup(run.setup_cancel.clone());
-    let prepared = PreparedRun::prepare(
+    let set_up = set_up_run(
         request,
         backend,
         process_env,
         state_dir,
-        &journal.redaction,
         &mut run,
-        hold,
-    )
-    .await;
-    if let Ok(listening) = listening {
-        listening.abort();
-    }
-    let mut prepared = match prepared {
-        Ok(prepared) => prepared,
+        signals,
+        journal,
+    );
+    let (mut snapshot, mut prepared) = match set_up.await {
+        Ok(set_up) => set_up,
         Err(envelope) => return failed_before_start(*envelope),
     };
-    snapshot.set_up(prepared.denial_policy.clone());
-    if (!alongside || prepared.egress.is_none())
-        && let Err(signo) = finish_snapshot_before_agent(&mut snapshot, &prepared, signals).await
-    {
-        return failed_before_start(
-            run.cancelled_during_setup(signo, "the change ledger's snapshot"),
-        );
-    }
     // Slots and cooldowns (DESIGN §10): may wait in phase `queued`, or refuse to start.
     let admission = match admission::admit(
         request,
@@ -386,6 +362,56 @@ async fn run_attempts(
     crate::phases::mark("verified");
     let envelope = with_outcome_times(envelope, run.outcome_times.clone());
     close_run(envelope, prepared, admission, &mut run, journal, teardown).await
+}
+
+/// The run's setup before any wait for a slot: the ledger's "before" snapshot begun, the
+/// run's fixed parts prepared (the backend, the CLI, the session, the sandbox's policy,
+/// which a signal stops midway), and the snapshot finished first where the agent could
+/// act before it would be.
+async fn set_up_run(
+    request: &RunRequest,
+    backend: Result<config::ResolvedBackend, config::ConfigError>,
+    process_env: &[(OsString, OsString)],
+    state_dir: &std::path::Path,
+    run: &mut Run,
+    signals: &mut CancelSignals,
+    journal: &RunJournal,
+) -> Result<(Snapshot, PreparedRun), Box<Envelope>> {
+    let (mut snapshot, alongside) = match begin_snapshot(request, state_dir, signals).await {
+        Ok(begun) => begun,
+        Err(signo) => {
+            return Err(Box::new(
+                run.cancelled_during_setup(signo, "the change ledger's snapshot"),
+            ));
+        }
+    };
+    let hold = snapshot.hold();
+    // A signal from here to the policy's end stops the sandbox's setup midway; one that
+    // came before (while the worktree was made, the snapshot begun) stops it at once.
+    let listening = signals.cancel_setup(run.setup_cancel.clone());
+    let prepared = PreparedRun::prepare(
+        request,
+        backend,
+        process_env,
+        state_dir,
+        &journal.redaction,
+        run,
+        hold,
+    )
+    .await;
+    if let Ok(listening) = listening {
+        listening.abort();
+    }
+    let prepared = prepared?;
+    snapshot.set_up(prepared.denial_policy.clone());
+    if (!alongside || prepared.egress.is_none())
+        && let Err(signo) = finish_snapshot_before_agent(&mut snapshot, &prepared, signals).await
+    {
+        return Err(Box::new(
+            run.cancelled_during_setup(signo, "the change ledger's snapshot"),
+        ));
+    }
+    Ok((snapshot, prepared))
 }
 
 /// The envelope of a run whose setup failed (a missing key, a refused grant, a bad
