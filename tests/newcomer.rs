@@ -542,18 +542,29 @@ fn route_forget_ends_a_cooldown_the_hint_names() {
     let next = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "back"}]));
     let out = on_store(&next).arg("two").run();
     let detail = out.assert_failure("upstream_error", 1);
-    assert!(
-        detail["hint"]
-            .as_str()
-            .is_some_and(|h| h.contains("`coder route forget solo` ends the cooldown")),
+    // The command names the run's store: a bare `coder route forget solo` looked in the
+    // default store, found nothing to forget, and the next run was refused all the same.
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    let command = hint
+        .split('`')
+        .nth(1)
+        .filter(|_| hint.contains("` ends the cooldown"))
+        .unwrap_or_else(|| panic!("no command in the hint: {}", out.explain()));
+    assert_eq!(
+        command,
+        format!("coder route --store {} forget solo", store.display()),
         "{}",
         out.explain()
     );
-    let out = Command::new(common::CODER)
-        .args(["route", "--store"])
-        .arg(&store)
-        .args(["forget", "solo"])
-        .env("CODER_CONFIG", &config)
+    // Pasted as it is, with neither the config file nor the store in the environment.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!("coder() {{ \"$CODER\" \"$@\"; }}; {command}"),
+        ])
+        .env("CODER", common::CODER)
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_STORE")
         .env("CODER_STATE_DIR", dir.path().join("state"))
         .stdin(std::process::Stdio::null())
         .output_bounded();
