@@ -1142,3 +1142,43 @@ fn one_file_workspace(with_git: bool) -> Fake {
     }
     fake
 }
+
+/// A directory the last run's agent made and the user removed before this run (`rm -rf`,
+/// `git clean -fd`) is named by the index the last run kept, but it was gone before this
+/// run's first process started: no change while the snapshot was taken. Whenever the
+/// child started before the snapshot was done, every such directory was named in a
+/// warning that "the workspace changed while the change ledger's snapshot was taken".
+/// A directory that does go while the snapshot is taken is still named.
+#[test]
+fn a_directory_removed_between_runs_is_no_change_during_the_snapshot() {
+    let fake = Fake::new(json!([
+        common::steps::init(),
+        {"step": "touch", "path": "../made/deep/f.txt", "text": "made\n"},
+        {"step": "touch", "path": "../keep/inner/k.txt", "text": "kept\n"},
+        common::steps::result_ok("made"),
+    ]));
+    committed(&fake, &[("a.txt", "a\n")]);
+    fake.coder().arg("task").run().assert_success("made");
+    let ws = fake.workspace();
+    std::fs::remove_dir_all(ws.join("made")).unwrap();
+    // The next run's child removes keep/inner while the snapshot is held back.
+    std::fs::write(
+        fake.file("scenario.json"),
+        serde_json::to_vec(&json!([
+            common::steps::init(),
+            {"step": "run_tool", "command": "rm -rf keep/inner"},
+            common::steps::result_ok("done"),
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = fake.coder().env(DELAY_VAR, "1500").arg("task").run();
+    out.assert_success("done");
+    assert!(!ws.join("keep/inner").exists(), "{}", out.explain());
+    let warnings = concurrent_warnings(&out.envelope);
+    assert_eq!(warnings.len(), 1, "{}", out.explain());
+    assert!(
+        warnings[0].ends_with("may be missing from the changes: keep, keep/inner"),
+        "{warnings:?}"
+    );
+}

@@ -542,18 +542,29 @@ fn route_forget_ends_a_cooldown_the_hint_names() {
     let next = Fake::new(json!([{"step": "init"}, {"step": "result", "text": "back"}]));
     let out = on_store(&next).arg("two").run();
     let detail = out.assert_failure("upstream_error", 1);
-    assert!(
-        detail["hint"]
-            .as_str()
-            .is_some_and(|h| h.contains("`coder route forget solo` ends the cooldown")),
+    // The command names the run's store: a bare `coder route forget solo` looked in the
+    // default store, found nothing to forget, and the next run was refused all the same.
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    let command = hint
+        .split('`')
+        .nth(1)
+        .filter(|_| hint.contains("` ends the cooldown"))
+        .unwrap_or_else(|| panic!("no command in the hint: {}", out.explain()));
+    assert_eq!(
+        command,
+        format!("coder route --store {} forget solo", store.display()),
         "{}",
         out.explain()
     );
-    let out = Command::new(common::CODER)
-        .args(["route", "--store"])
-        .arg(&store)
-        .args(["forget", "solo"])
-        .env("CODER_CONFIG", &config)
+    // Pasted as it is, with neither the config file nor the store in the environment.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!("coder() {{ \"$CODER\" \"$@\"; }}; {command}"),
+        ])
+        .env("CODER", common::CODER)
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_STORE")
         .env("CODER_STATE_DIR", dir.path().join("state"))
         .stdin(std::process::Stdio::null())
         .output_bounded();
@@ -2123,5 +2134,52 @@ fn a_bad_store_url_is_reported_before_a_missing_key() {
         "{}",
         out.explain()
     );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A `--request` key that is one of the run's flags (`backend`, `model`, `deny`: the
+/// MCP tool takes `backend`, so a request file is written with it) is named as the flag
+/// to give beside `--request`; it was "no key of the --request JSON" followed by the list
+/// of keys, once for each such key, and the envelope's `error` was cut inside the first
+/// list. Keys that are just unknown get the list once.
+#[test]
+fn a_request_key_that_is_a_flag_is_named_as_the_flag() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let body = json!({"PROMPT": "task", "backend": "glm", "zzz": 1, "base-url": "u", "qqq": 2});
+    let out = fake
+        .coder()
+        .args(["--request", "-"])
+        .stdin(body.to_string())
+        .run();
+    out.assert_failure("config_error", 78);
+    let message = out.envelope["error_detail"]["message"].as_str().unwrap();
+    let parts: Vec<&str> = message
+        .strip_prefix("the --request JSON in stdin has 4 problems: ")
+        .unwrap_or_else(|| panic!("{}", out.explain()))
+        .split("; ")
+        .collect();
+    assert_eq!(
+        parts[0],
+        "\"backend\" is a flag, not a key of the --request JSON: give --backend beside \
+         --request",
+        "{message}"
+    );
+    assert!(
+        parts[1].starts_with("\"zzz\" is no key of the --request JSON (its keys: PROMPT, "),
+        "{message}"
+    );
+    assert_eq!(
+        parts[2],
+        "\"base-url\" is a flag, not a key of the --request JSON: give --base-url beside \
+         --request",
+        "{message}"
+    );
+    assert_eq!(
+        parts[3], "\"qqq\" is no key of the --request JSON",
+        "{message}"
+    );
+    // What the envelope's short `error` keeps names what to do about the first key.
+    let error = out.envelope["error"].as_str().unwrap();
+    assert!(error.contains("give --backend beside --request"), "{error}");
     assert!(!fake.has_record(), "the child ran");
 }

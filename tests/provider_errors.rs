@@ -284,6 +284,14 @@ fn an_exhausted_quota_is_not_retried_and_says_when_it_resets() {
     );
     let text = out.envelope["error"].as_str().unwrap_or_default();
     assert!(text.contains("Usage limit reached"), "{text}");
+    // The hint says when, and what else to do: it said "run again after retry_at", which
+    // sent the user looking for the field.
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.starts_with("the usage quota is used up until 2026-11-23T19:00:00Z")
+            && hint.contains("--backend"),
+        "{hint}"
+    );
 }
 
 /// A rate limit with the vendor's delay in the text: coder waits that long (1 s, not its

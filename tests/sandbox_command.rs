@@ -321,3 +321,39 @@ fn danger_full_access_still_gets_private_dirs() {
         assert!(part.starts_with(&home) || scratch, "{text}");
     }
 }
+
+/// Commands started at once in one workspace (an orchestrator's parallel calls, two MCP
+/// calls on one project): each scan may find a protected name absent (`.claude`,
+/// `.envrc`, `.git`) just before another run made its placeholder there. That run's
+/// setup failed with `sandbox setup: create placeholder …/.claude: EEXIST: File exists`
+/// (here within the first 25 rounds of six); it scans again and masks the name it finds.
+#[test]
+fn commands_started_at_once_in_one_workspace_all_run() {
+    let d = dirs();
+    let started = std::time::Instant::now();
+    for round in 0..100 {
+        let outs: Vec<Output> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..6)
+                .map(|_| s.spawn(|| sandbox(&d, &[], &["true"])))
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        for out in outs {
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: {}",
+                stderr(&out)
+            );
+        }
+        // Placeholders are the runs' own: none is left once they are all gone.
+        let left: Vec<String> = fs::read_dir(&d.ws)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["README.md"], "round {round}");
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            break;
+        }
+    }
+}

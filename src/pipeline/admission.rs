@@ -125,7 +125,8 @@ pub async fn admit(
         }
     };
     admission.store = Some(store.clone());
-    check_cooldown(&store, &admission.backend).await?;
+    let forget = forget_command(&admission.backend, &location, state_dir);
+    check_cooldown(&store, &admission.backend, &forget).await?;
     if let Some(max) = limit {
         let (slot, queue_ms) = take_slot(
             &store,
@@ -139,7 +140,7 @@ pub async fn admit(
         admission.slot = Some(slot);
         admission.queue_ms = Some(queue_ms);
         // Another coder may have hit the quota while this one waited.
-        check_cooldown(&store, &admission.backend).await?;
+        check_cooldown(&store, &admission.backend, &forget).await?;
     }
     Ok(admission)
 }
@@ -344,16 +345,38 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or(Err(StoreError::Closed))
 }
 
-async fn check_cooldown(store: &Arc<Store>, backend: &str) -> Result<(), Refusal> {
+/// The command that ends `backend`'s cooldown in the store at `location`, to be pasted
+/// as it is: with `--store` unless the store is the default one (a cooldown recorded in a
+/// store the run named, by `--store` or the config file's `store`, was not found by a bare
+/// `coder route forget NAME`, which said it forgot nothing).
+fn forget_command(backend: &str, location: &Location, state_dir: &std::path::Path) -> String {
+    let quoted = crate::text::shell_quote(backend);
+    if *location == Location::Sqlite(state_dir.join("coder.db")) {
+        return format!("`coder route forget {quoted}`");
+    }
+    let shown = location.display();
+    let command = format!(
+        "`coder route --store {} forget {quoted}`",
+        crate::text::shell_quote(&shown)
+    );
+    match location {
+        Location::Postgres(url) if *url != shown => {
+            format!("{command} (with the store's password in place of ***)")
+        }
+        _ => command,
+    }
+}
+
+async fn check_cooldown(store: &Arc<Store>, backend: &str, forget: &str) -> Result<(), Refusal> {
     let (s, b) = (store.clone(), backend.to_owned());
     // A store that fails now (it did open) must not stop the run: no cooldown is known.
     let Ok(Some(cooldown)) = blocking(move || s.cooldown(&b)).await else {
         return Ok(());
     };
-    Err(cooling_refusal(&cooldown))
+    Err(cooling_refusal(&cooldown, forget))
 }
 
-fn cooling_refusal(c: &Cooldown) -> Refusal {
+fn cooling_refusal(c: &Cooldown, forget: &str) -> Refusal {
     let class = match c.class.as_str() {
         "rate_limited" => ProviderClass::RateLimited,
         _ => ProviderClass::QuotaExhausted,
@@ -384,10 +407,8 @@ fn cooling_refusal(c: &Cooldown) -> Refusal {
         message,
         hint: Some(format!(
             "wait until {}, or run on another backend (--backend NAME or --backend auto); \
-             if the quota is back sooner (a plan changed), `coder route forget {}` ends the \
-             cooldown",
+             if the quota is back sooner (a plan changed), {forget} ends the cooldown",
             c.retry_at,
-            crate::text::shell_quote(&c.backend)
         )),
         provider_error: Some(ProviderError {
             class,
@@ -529,4 +550,32 @@ fn cooldown_from(envelope: &Envelope, backend: &str, holder: &str) -> Option<Coo
         message: envelope.error.clone().unwrap_or_default(),
         set_by: holder.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_forget_command_names_any_store_but_the_default_and_never_its_password() {
+        let state = std::path::Path::new("/s");
+        let at = |l: Location| forget_command("glm", &l, state);
+        assert_eq!(
+            at(Location::Sqlite(state.join("coder.db"))),
+            "`coder route forget glm`"
+        );
+        assert_eq!(
+            at(Location::Sqlite("/shared/c.db".into())),
+            "`coder route --store /shared/c.db forget glm`"
+        );
+        assert_eq!(
+            at(Location::Postgres("postgres://u:pw@db/c".into())),
+            "`coder route --store 'postgres://u:***@db/c' forget glm` (with the store's \
+             password in place of ***)"
+        );
+        assert_eq!(
+            at(Location::Postgres("postgres://u@db/c".into())),
+            "`coder route --store postgres://u@db/c forget glm`"
+        );
+    }
 }

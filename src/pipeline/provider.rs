@@ -589,9 +589,7 @@ pub fn hint(error: &ProviderError) -> Option<String> {
         ProviderClass::ProviderThrottled => {
             "the vendor is throttling this key for fair use; retrying makes it worse (risk control can end in a ban): wait, and lower the request rate"
         }
-        ProviderClass::QuotaExhausted => {
-            "the usage quota is used up; run again after retry_at (or the next 5-hour window)"
-        }
+        ProviderClass::QuotaExhausted => return Some(quota_hint(error.retry_at.as_deref())),
         ProviderClass::ModelNotFound => {
             "the vendor does not know a model id: set every slot (model, opus, sonnet, haiku, subagent) in the backend profile"
         }
@@ -625,6 +623,21 @@ pub fn hint(error: &ProviderError) -> Option<String> {
         | ProviderClass::Unknown => return None,
     };
     Some(text.to_owned())
+}
+
+/// A used-up quota's hint, with the reset time when the vendor gave one: "after
+/// retry_at" sent the user looking for the field.
+fn quota_hint(retry_at: Option<&str>) -> String {
+    match retry_at {
+        Some(at) => format!(
+            "the usage quota is used up until {at} (provider_error.retry_at): run again \
+             then, or on another backend (--backend NAME or --backend auto)"
+        ),
+        None => "the usage quota is used up: run again when it resets (the vendor did not \
+                 say when; Z.ai's quotas are per 5 hours), or on another backend \
+                 (--backend NAME or --backend auto)"
+            .to_owned(),
+    }
 }
 
 /// Whether `code` occurs in `lower` as a whole number (no digit on either side).

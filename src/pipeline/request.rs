@@ -1335,13 +1335,21 @@ fn field_problems(
     from: RequestFrom,
 ) -> Vec<String> {
     let mut problems = Vec::new();
+    // The keys it takes are listed once, after the first key that is just unknown.
+    let mut listed = false;
     for (key, value) in fields {
         let kind = REQUEST_FIELDS
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, kind)| *kind);
         let problem = match kind {
-            None => Some(unknown_key(key, from)),
+            None => Some(unknown_key(key, from).unwrap_or_else(|| {
+                let plain = format!("{key:?} is no key of {}", request_what(from));
+                match std::mem::replace(&mut listed, true) {
+                    true => plain,
+                    false => format!("{plain} (its keys: {})", known_keys().join(", ")),
+                }
+            })),
             Some(_) if value.is_null() => None,
             Some(kind) => field_problem(&field_name(key, from), kind, value),
         };
@@ -1367,21 +1375,50 @@ fn field_name(key: &str, from: RequestFrom) -> String {
     }
 }
 
-/// An unknown key, with the known one it is most likely meant for (`Prompt`,
-/// `return-metrics`, `repiar_turns`), else the list.
-fn unknown_key(key: &str, from: RequestFrom) -> String {
-    let what = match from {
+/// What `--request` JSON (or the coder tool's arguments) is called in messages.
+fn request_what(from: RequestFrom) -> &'static str {
+    match from {
         RequestFrom::File => "the --request JSON",
         RequestFrom::McpTool => "the coder tool",
-    };
-    let known: Vec<&str> = REQUEST_FIELDS.iter().map(|(k, _)| *k).collect();
-    match crate::text::near_miss(key, &known) {
-        Some(meant) => format!("{key:?} is no key of {what}: did you mean {meant:?}?"),
-        None => format!(
-            "{key:?} is no key of {what} (its keys: {})",
-            known.join(", ")
-        ),
     }
+}
+
+/// An unknown key, with the known one it is most likely meant for (`Prompt`,
+/// `return-metrics`, `repiar_turns`), or in a `--request` file the command-line flag it
+/// names (`backend`, `model`, `deny`: flags only, given beside `--request`); `None`: just
+/// unknown.
+fn unknown_key(key: &str, from: RequestFrom) -> Option<String> {
+    let what = request_what(from);
+    if let Some(meant) = crate::text::near_miss(key, &known_keys()) {
+        return Some(format!(
+            "{key:?} is no key of {what}: did you mean {meant:?}?"
+        ));
+    }
+    let flag = flag_named(key).filter(|_| from == RequestFrom::File)?;
+    Some(format!(
+        "{key:?} is a flag, not a key of {what}: give {flag} beside --request"
+    ))
+}
+
+/// The keys a request takes.
+fn known_keys() -> Vec<&'static str> {
+    REQUEST_FIELDS.iter().map(|(k, _)| *k).collect()
+}
+
+/// The run's command-line flag that `key` spells (`backend`, `base-url`, `--deny`), as
+/// `--backend`.
+fn flag_named(key: &str) -> Option<String> {
+    let plain = |k: &str| {
+        k.trim_start_matches('-')
+            .to_ascii_lowercase()
+            .replace('-', "_")
+    };
+    let given = plain(key);
+    <RunArgs as clap::CommandFactory>::command()
+        .get_arguments()
+        .filter_map(clap::Arg::get_long)
+        .find(|long| plain(long) == given)
+        .map(|long| format!("--{long}"))
 }
 
 /// What is wrong with `value` for a field of `kind` named `name`, if anything.

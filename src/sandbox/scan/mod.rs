@@ -352,10 +352,20 @@ pub(crate) fn scan_trees_with(
 
 /// A walk that failed because what it had listed was no longer there (gone, or now a
 /// symlink or a file), or because `openat2` met a rename on its way (`EAGAIN`, and
-/// `EXDEV` for a path that a rename took out from beneath its directory): the tree
-/// changed under it.
+/// `EXDEV` for a path that a rename took out from beneath its directory), or because a
+/// name it found absent was there when it made its placeholder (`EEXIST`: another run
+/// starting in the same tree made its own placeholder there a moment before; the next
+/// attempt masks it as the name it now is): the tree changed under it.
 fn raced(e: &SandboxError) -> Option<TreeMoved> {
     match e {
+        SandboxError::Syscall {
+            op: "create placeholder",
+            errno: Errno::EEXIST,
+            path,
+        } => Some(TreeMoved {
+            path: PathBuf::from(path),
+            what: "appeared",
+        }),
         SandboxError::Syscall {
             errno: Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EAGAIN | Errno::EXDEV,
             path,

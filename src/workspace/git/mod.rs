@@ -637,26 +637,41 @@ impl GitRepo {
     /// takes it before it reads the file, and keeps whole seconds unless built with
     /// `USE_NSEC`). That covers untracked files `git add` picked up too. Directories: the
     /// workspace and every directory above an entry of the snapshot's index or of the
-    /// user's index as it was when it began, whose ctime is at or after `since_ns` or
-    /// which is gone: a file deleted from one may be missing from the "before" and so from
-    /// the changes. Untracked files that were the only ones of their directory, deleted
-    /// before `git add` looked, are not seen.
+    /// user's index as it was when it began, whose ctime is at or after `since_ns`, or
+    /// which is gone and whose nearest directory still there has such a ctime: a file
+    /// deleted from one may be missing from the "before" and so from the changes.
+    /// Untracked files that were the only ones of their directory, deleted before `git
+    /// add` looked, are not seen.
+    ///
+    /// A directory gone from a directory whose ctime is older than `since_ns` was gone
+    /// before the run's first process started (removing or renaming it sets its parent's
+    /// ctime): one the last run's agent made and the user removed between the runs (`git
+    /// clean -fd`, `rm -rf build`) is no change during this snapshot. It was reported as
+    /// one whenever the CLI started before the snapshot was done.
     pub fn changed_since(&self, since_ns: i128) -> Result<Changed, GitError> {
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::fs::MetadataExt;
         let staged = self.listed(&self.index())?;
         // An index this git cannot read (the snapshot's own started afresh then): the
         // directories of the snapshot's entries only.
         let earlier = self.listed(&self.start_index()).unwrap_or_default();
         let changed_at = |relative: &[u8]| -> bool {
-            let path = self.workspace.join(std::ffi::OsStr::from_bytes(relative));
-            match std::fs::symlink_metadata(path) {
-                Ok(meta) => {
-                    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
-                        >= since_ns
+            // Gone, or cannot be looked at: assume the worst.
+            self.ctime_ns(relative)
+                .is_none_or(|ctime| ctime >= since_ns)
+        };
+        let dir_changed_at = |relative: &[u8]| -> bool {
+            let mut at = relative;
+            loop {
+                if let Some(ctime) = self.ctime_ns(at) {
+                    return ctime >= since_ns;
                 }
-                // Gone, or cannot be looked at: assume the worst.
-                Err(_) => true,
+                if at.is_empty() || !self.is_gone(at) {
+                    return true;
+                }
+                // Gone: its nearest directory still there says when.
+                at = at
+                    .iter()
+                    .rposition(|b| *b == b'/')
+                    .map_or(&[][..], |i| &at[..i]);
             }
         };
         let mut dirs = std::collections::BTreeSet::new();
@@ -670,8 +685,29 @@ impl GitRepo {
         }
         Ok(Changed {
             files: staged.into_iter().filter(|p| changed_at(p)).collect(),
-            dirs: dirs.into_iter().filter(|d| changed_at(d)).collect(),
+            dirs: dirs.into_iter().filter(|d| dir_changed_at(d)).collect(),
         })
+    }
+
+    /// The ctime (ns since the epoch) of `relative` in the workspace, not following a
+    /// symlink there; `None` when it cannot be looked at.
+    fn ctime_ns(&self, relative: &[u8]) -> Option<i128> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::MetadataExt;
+        let path = self.workspace.join(std::ffi::OsStr::from_bytes(relative));
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        Some(i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()))
+    }
+
+    /// Whether `relative` is not in the workspace (no such entry, or a file where a
+    /// directory on its way was), as opposed to there but not to be looked at.
+    fn is_gone(&self, relative: &[u8]) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let path = self.workspace.join(std::ffi::OsStr::from_bytes(relative));
+        matches!(
+            std::fs::symlink_metadata(path).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::ENOENT | libc::ENOTDIR))
+        )
     }
 
     /// What `.gitignore` leaves out of nested part `part` (`""`: the workspace), relative to
