@@ -2183,3 +2183,39 @@ fn a_request_key_that_is_a_flag_is_named_as_the_flag() {
     assert!(error.contains("give --backend beside --request"), "{error}");
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A key the vendor rejects (401), the usual first run with a new key: the hint names the
+/// variable the key came from, where it was sent and the doctor command for that backend.
+/// It said "check the backend's API key variable and base URL (coder doctor)", naming
+/// neither, and `coder doctor` alone checks the default backend.
+#[test]
+fn a_rejected_key_is_named_with_where_it_went() {
+    let fake = Fake::new(json!([
+        {"step": "init"},
+        {"step": "result", "is_error": true, "api_error_status": 401,
+         "text": "API Error: 401 {\"error\":{\"message\":\"token expired or incorrect\"}}"},
+    ]));
+    let config = fake.root().join("coder.toml");
+    std::fs::write(
+        &config,
+        "[backends.work]\npreset = \"glm\"\nkey_env = \"WORK_GLM_KEY\"\n",
+    )
+    .unwrap();
+    let out = fake
+        .coder()
+        .arg("--config")
+        .arg(&config)
+        .env("WORK_GLM_KEY", "k3y-not-a-real-one-0123456789")
+        .args(["--backend", "work", "task"])
+        .run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(detail["provider_error"]["class"], "auth_error");
+    assert_eq!(
+        detail["hint"],
+        "backend 'work' sent the key in $WORK_GLM_KEY to https://api.z.ai/api/anthropic, and \
+         the vendor refused it: check that it is this vendor's key, valid, and for this base \
+         URL (coder doctor --backend work); a 401 is never retried",
+        "{}",
+        out.explain()
+    );
+}

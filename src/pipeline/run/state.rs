@@ -61,6 +61,8 @@ pub(super) struct Run {
     pub(super) compat_learned: Option<String>,
     /// `--json-schema`: what the last attempt offered as its answer.
     pub(super) answer: Option<Answer>,
+    /// What to check when the backend rejects the key: which key, sent where.
+    pub(super) auth_hint: Option<String>,
 }
 
 impl Run {
@@ -82,6 +84,11 @@ impl Run {
         self.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();
         self.workarounds = backend.applied_workarounds();
         self.limits.provider_wait = backend.provider_wait();
+        self.auth_hint = Some(provider::auth_hint(
+            backend.name(),
+            backend.credential().map(|c| &c.source),
+            backend.base_url(),
+        ));
     }
 
     pub(super) fn new(request: &RunRequest, started: Instant) -> Self {
@@ -124,6 +131,7 @@ impl Run {
             remedies: Vec::new(),
             compat_learned: None,
             answer: None,
+            auth_hint: None,
         }
     }
 
