@@ -2219,3 +2219,53 @@ fn a_rejected_key_is_named_with_where_it_went() {
         out.explain()
     );
 }
+
+/// `--cd /tmp` with coder's state directory under /tmp is refused (the agent could write
+/// it), and the refusal says why: the workspace reaches it. It said the state directory
+/// "lies under /tmp, which --allow-tmp gives the agent", and to drop a flag the user had
+/// not given. With --allow-tmp and another workspace, that is what it says.
+#[test]
+fn a_workspace_holding_the_state_directory_is_named_not_allow_tmp() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let own = tempfile::Builder::new()
+        .prefix("coder-test-state-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state = own.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let state = std::fs::canonicalize(&state).unwrap();
+    let refusal = |coder: Coder| {
+        let out = coder.env("CODER_STATE_DIR", &state).arg("task").run();
+        out.assert_failure("config_error", 78);
+        out.envelope["error"].as_str().unwrap().to_owned()
+    };
+    let error = refusal(fake.coder().cd("/tmp"));
+    assert_eq!(
+        error,
+        format!(
+            "coder's state directory {}: the agent may write /tmp (the workspace, a --write \
+             path or a writable cache), which reaches it: it could unlock the placeholders \
+             other runs rely on and read their transcripts; set CODER_STATE_DIR elsewhere or \
+             narrow the grant",
+            state.display()
+        )
+    );
+    let error = refusal(fake.coder().arg("--allow-tmp"));
+    assert!(
+        error.contains("it lies under /tmp, which --allow-tmp gives the agent"),
+        "{error}"
+    );
+    // `coder sandbox` says the same.
+    let out = Command::new(common::CODER)
+        .args(["sandbox", "--cd", "/tmp", "--", "true"])
+        .env("CODER_STATE_DIR", &state)
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(78));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("the agent may write /tmp (the workspace") && !said.contains("--allow-tmp"),
+        "{said}"
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
