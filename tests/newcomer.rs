@@ -2269,3 +2269,66 @@ fn a_workspace_holding_the_state_directory_is_named_not_allow_tmp() {
     );
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A `--verify` command the shell cannot find (a typo, a tool not installed in the
+/// sandbox's view) failed as "the --verify check failed with exit code 127", which reads as
+/// the project's tests failing. It now says what 127 with "not found" means, and the hint
+/// gives the `coder sandbox` command that runs the check as the run did; that command,
+/// pasted, shows the same. A check that exits 127 on its own says nothing more.
+#[test]
+fn a_check_the_shell_cannot_find_says_so() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let out = fake
+        .coder()
+        .args([
+            "--verify",
+            "nosuchcmd-xyz --all",
+            "--repair-turns",
+            "0",
+            "task",
+        ])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    assert_eq!(
+        out.envelope["error"],
+        "the --verify check failed with exit code 127: the shell did not find a command of it \
+         (a typo, or a tool that is not installed or not on PATH inside the sandbox)",
+        "{}",
+        out.explain()
+    );
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    let command = hint.split('`').nth(1).unwrap_or_default();
+    assert_eq!(
+        command,
+        format!(
+            "coder sandbox --cd {} -- sh -c 'nosuchcmd-xyz --all'",
+            fake.workspace().display()
+        ),
+        "{hint}"
+    );
+    let pasted = Command::new("sh")
+        .args([
+            "-c",
+            &format!("coder() {{ \"$CODER\" \"$@\"; }}; {command}"),
+        ])
+        .env("CODER", common::CODER)
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(pasted.status.code(), Some(127), "{pasted:?}");
+    assert!(
+        String::from_utf8_lossy(&pasted.stderr).contains("nosuchcmd-xyz: not found"),
+        "{pasted:?}"
+    );
+    // Its own exit code 127: no guess about the shell.
+    let out = fake
+        .coder()
+        .args(["--verify", "exit 127", "--repair-turns", "0", "task"])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    assert_eq!(
+        out.envelope["error"],
+        "the --verify check failed with exit code 127"
+    );
+    assert!(detail.get("hint").is_none(), "{detail}");
+}
