@@ -763,3 +763,28 @@ fn a_payload_that_is_not_an_object_is_named_as_such() {
         );
     }
 }
+
+/// A regex that does not compile is named in one line, the fault included: the message
+/// carried the regex crate's lines (the pattern, a caret under the fault) as they were.
+#[test]
+fn a_bad_regex_is_one_line_naming_the_fault() {
+    let (_t, base) = workspace();
+    let (code, v) = fs(&base, "search", json!({"pattern": "("}));
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(
+        v["message"], "bad pattern: regex parse error: ( ^ error: unclosed group",
+        "{v}"
+    );
+    let (code, v) = fs(
+        &base,
+        "update-file",
+        json!({"path": "src/a.txt", "replace": [{"pattern": "a{2,1}", "replacement": "x"}]}),
+    );
+    assert_eq!(code, 1, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("bad replace pattern: regex parse error: a{2,1} ")
+            && !message.contains('\n'),
+        "{v}"
+    );
+}

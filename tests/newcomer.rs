@@ -2183,3 +2183,152 @@ fn a_request_key_that_is_a_flag_is_named_as_the_flag() {
     assert!(error.contains("give --backend beside --request"), "{error}");
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// A key the vendor rejects (401), the usual first run with a new key: the hint names the
+/// variable the key came from, where it was sent and the doctor command for that backend.
+/// It said "check the backend's API key variable and base URL (coder doctor)", naming
+/// neither, and `coder doctor` alone checks the default backend.
+#[test]
+fn a_rejected_key_is_named_with_where_it_went() {
+    let fake = Fake::new(json!([
+        {"step": "init"},
+        {"step": "result", "is_error": true, "api_error_status": 401,
+         "text": "API Error: 401 {\"error\":{\"message\":\"token expired or incorrect\"}}"},
+    ]));
+    let config = fake.root().join("coder.toml");
+    std::fs::write(
+        &config,
+        "[backends.work]\npreset = \"glm\"\nkey_env = \"WORK_GLM_KEY\"\n",
+    )
+    .unwrap();
+    let out = fake
+        .coder()
+        .arg("--config")
+        .arg(&config)
+        .env("WORK_GLM_KEY", "k3y-not-a-real-one-0123456789")
+        .args(["--backend", "work", "task"])
+        .run();
+    let detail = out.assert_failure("upstream_error", 1);
+    assert_eq!(detail["provider_error"]["class"], "auth_error");
+    assert_eq!(
+        detail["hint"],
+        "backend 'work' sent the key in $WORK_GLM_KEY to https://api.z.ai/api/anthropic, and \
+         the vendor refused it: check that it is this vendor's key, valid, and for this base \
+         URL (coder doctor --backend work); a 401 is never retried",
+        "{}",
+        out.explain()
+    );
+}
+
+/// `--cd /tmp` with coder's state directory under /tmp is refused (the agent could write
+/// it), and the refusal says why: the workspace reaches it. It said the state directory
+/// "lies under /tmp, which --allow-tmp gives the agent", and to drop a flag the user had
+/// not given. With --allow-tmp and another workspace, that is what it says.
+#[test]
+fn a_workspace_holding_the_state_directory_is_named_not_allow_tmp() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let own = tempfile::Builder::new()
+        .prefix("coder-test-state-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state = own.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let state = std::fs::canonicalize(&state).unwrap();
+    let refusal = |coder: Coder| {
+        let out = coder.env("CODER_STATE_DIR", &state).arg("task").run();
+        out.assert_failure("config_error", 78);
+        out.envelope["error"].as_str().unwrap().to_owned()
+    };
+    let error = refusal(fake.coder().cd("/tmp"));
+    assert_eq!(
+        error,
+        format!(
+            "coder's state directory {}: the agent may write /tmp (the workspace, a --write \
+             path or a writable cache), which reaches it: it could unlock the placeholders \
+             other runs rely on and read their transcripts; set CODER_STATE_DIR elsewhere or \
+             narrow the grant",
+            state.display()
+        )
+    );
+    let error = refusal(fake.coder().arg("--allow-tmp"));
+    assert!(
+        error.contains("it lies under /tmp, which --allow-tmp gives the agent"),
+        "{error}"
+    );
+    // `coder sandbox` says the same.
+    let out = Command::new(common::CODER)
+        .args(["sandbox", "--cd", "/tmp", "--", "true"])
+        .env("CODER_STATE_DIR", &state)
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(out.status.code(), Some(78));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("the agent may write /tmp (the workspace") && !said.contains("--allow-tmp"),
+        "{said}"
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
+
+/// A `--verify` command the shell cannot find (a typo, a tool not installed in the
+/// sandbox's view) failed as "the --verify check failed with exit code 127", which reads as
+/// the project's tests failing. It now says what 127 with "not found" means, and the hint
+/// gives the `coder sandbox` command that runs the check as the run did; that command,
+/// pasted, shows the same. A check that exits 127 on its own says nothing more.
+#[test]
+fn a_check_the_shell_cannot_find_says_so() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let out = fake
+        .coder()
+        .args([
+            "--verify",
+            "nosuchcmd-xyz --all",
+            "--repair-turns",
+            "0",
+            "task",
+        ])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    assert_eq!(
+        out.envelope["error"],
+        "the --verify check failed with exit code 127: the shell did not find a command of it \
+         (a typo, or a tool that is not installed or not on PATH inside the sandbox)",
+        "{}",
+        out.explain()
+    );
+    let hint = detail["hint"].as_str().unwrap_or_default();
+    let command = hint.split('`').nth(1).unwrap_or_default();
+    assert_eq!(
+        command,
+        format!(
+            "coder sandbox --cd {} -- sh -c 'nosuchcmd-xyz --all'",
+            fake.workspace().display()
+        ),
+        "{hint}"
+    );
+    let pasted = Command::new("sh")
+        .args([
+            "-c",
+            &format!("coder() {{ \"$CODER\" \"$@\"; }}; {command}"),
+        ])
+        .env("CODER", common::CODER)
+        .env("CODER_STATE_DIR", fake.state_dir())
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert_eq!(pasted.status.code(), Some(127), "{pasted:?}");
+    assert!(
+        String::from_utf8_lossy(&pasted.stderr).contains("nosuchcmd-xyz: not found"),
+        "{pasted:?}"
+    );
+    // Its own exit code 127: no guess about the shell.
+    let out = fake
+        .coder()
+        .args(["--verify", "exit 127", "--repair-turns", "0", "task"])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    assert_eq!(
+        out.envelope["error"],
+        "the --verify check failed with exit code 127"
+    );
+    assert!(detail.get("hint").is_none(), "{detail}");
+}

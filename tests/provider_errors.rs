@@ -12,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Coder, ReplayScene};
+use common::{Bounded, Coder, ReplayScene};
 use serde_json::{Value, json};
 
 /// The shared replay scene, with this file's helpers.
@@ -540,6 +540,19 @@ fn a_rejected_request_shape_switches_the_backend_to_compat_and_is_remembered() {
         "{}",
         second.explain()
     );
+    // `coder route forget NAME` forgets it, also for a backend of a config file the runs
+    // named with --config and the forget does not read: it answered "no such backend"
+    // (exit 78), and the shape stayed.
+    let forget = std::process::Command::new(common::CODER)
+        .args(["route", "forget", "e2e"])
+        .env("CODER_STATE_DIR", scene.fake.state_dir())
+        .env_remove("CODER_CONFIG")
+        .env_remove("CODER_STORE")
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    let said = String::from_utf8_lossy(&forget.stdout);
+    assert_eq!(forget.status.code(), Some(0), "{forget:?}");
+    assert!(said.contains("1 remembered request shape(s)"), "{said}");
 }
 
 /// Row 2: the thinking-schema 400 after a tool ran. coder resumes the session (its work is

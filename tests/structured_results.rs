@@ -374,6 +374,18 @@ fn bad_schemas_are_config_errors_before_the_run() {
             vec!["--json-schema".into(), r#"{"type": "array"}"#.into()],
             "must describe a JSON object",
         ),
+        // JSON that is no object, and no file of that name: the schema is what is wrong,
+        // not a file. It was "--json-schema [1]: cannot read the file: no such file".
+        (
+            vec!["--json-schema".into(), r#"[{"type": "object"}]"#.into()],
+            "--json-schema is not a valid JSON Schema (inline JSON): a schema is a JSON \
+             object, not an array",
+        ),
+        (
+            vec!["--json-schema".into(), "true".into()],
+            "--json-schema is not a valid JSON Schema (inline JSON): a schema is a JSON \
+             object, not a boolean",
+        ),
     ];
     for (args, expected) in cases {
         let fake = Fake::new(json!(steps::answer("unused")));

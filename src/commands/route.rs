@@ -147,7 +147,12 @@ fn check_known(
         .chain(tables)
         .chain(learnt.into_iter().map(|t| t.backend))
         .collect();
-    if known.iter().any(|k| k == name) || ledger.cooldown(name).is_ok_and(|c| c.is_some()) {
+    // A cooldown or a remembered request shape is something learnt about the name too,
+    // also of a backend defined only in a config file named by `--config` at its run.
+    if known.iter().any(|k| k == name)
+        || ledger.cooldown(name).is_ok_and(|c| c.is_some())
+        || ledger.compat_shape(name).is_ok_and(|s| s.is_some())
+    {
         return Ok(());
     }
     known.sort_unstable();

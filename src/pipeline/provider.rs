@@ -625,6 +625,36 @@ pub fn hint(error: &ProviderError) -> Option<String> {
     Some(text.to_owned())
 }
 
+/// What to check when backend `name` rejects its key (401/403): the key it sent (the
+/// variable that holds it) and where it sent it, and the doctor command for that backend.
+/// It said "check the backend's API key variable and base URL", naming neither.
+pub fn auth_hint(
+    name: &str,
+    source: Option<&crate::config::KeySource>,
+    base_url: Option<&str>,
+) -> String {
+    use crate::config::KeySource;
+    let to = base_url.map(|url| format!(" to {url}")).unwrap_or_default();
+    let doctor = format!("coder doctor --backend {}", crate::text::shell_quote(name));
+    let key = match source {
+        Some(KeySource::Replay) => {
+            return format!(
+                "the replay cassette of backend '{name}' answered with an auth error (a \
+                 replay backend sends a dummy token and checks none)"
+            );
+        }
+        Some(KeySource::Variable(var)) => format!("the key in ${var}"),
+        Some(KeySource::ConfigFile) => "the key in the config file (api_key)".to_owned(),
+        None => "the caller's own key (ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, \
+                 CLAUDE_CODE_OAUTH_TOKEN, or the claude login)"
+            .to_owned(),
+    };
+    format!(
+        "backend '{name}' sent {key}{to}, and the vendor refused it: check that it is this \
+         vendor's key, valid, and for this base URL ({doctor}); a 401 is never retried"
+    )
+}
+
 /// A used-up quota's hint, with the reset time when the vendor gave one: "after
 /// retry_at" sent the user looking for the field.
 fn quota_hint(retry_at: Option<&str>) -> String {

@@ -75,6 +75,11 @@ pub enum SchemaError {
     },
 }
 
+/// Whether `text` is JSON (of any type).
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok()
+}
+
 /// A checked JSON Schema: what the CLI is given, and coder's own validator for it.
 #[derive(Clone)]
 pub struct JsonSchema {
@@ -110,7 +115,15 @@ impl JsonSchema {
             path: arg.to_owned(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| unreadable(io_reason(&e)))?;
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            // JSON that is no object (`[…]`, `true`) and names no file: the schema is what
+            // is wrong, and its check says so.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && is_json(arg) => {
+                return JsonSchema::from_text(arg, what, "inline JSON");
+            }
+            Err(e) => return Err(unreadable(io_reason(&e))),
+        };
         if !meta.is_file() {
             return Err(unreadable("not a regular file".to_owned()));
         }

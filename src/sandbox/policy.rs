@@ -2361,7 +2361,7 @@ fn refuse_coder_dirs_reached(
                  {var} elsewhere",
                 grant.display()
             )
-        } else if grant == Path::new("/tmp") {
+        } else if grant == Path::new("/tmp") && !is_workspace(own.workspace, grant) {
             format!(
                 "it lies under /tmp, which --allow-tmp gives the agent: it could unlock the \
                  placeholders other runs rely on and read their transcripts; set {var} to a \
@@ -2377,6 +2377,11 @@ fn refuse_coder_dirs_reached(
         });
     }
     Ok(())
+}
+
+/// Whether `grant` is the workspace (`--cd /tmp`: then not `--allow-tmp`'s grant).
+fn is_workspace(workspace: &Path, grant: &Path) -> bool {
+    fs::canonicalize(workspace).is_ok_and(|w| w == grant)
 }
 
 /// Why a writable grant (the workspace, a `--write` path, a cache) holding coder's state
@@ -2441,14 +2446,17 @@ pub fn check_agent_arguments(
         roots.push(fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf()));
     }
     match roots.iter().find(|root| state.starts_with(root)) {
-        Some(root) if root.as_path() == Path::new("/tmp") => Err(SandboxError::StateDirReachable {
-            what: CoderDir::State,
-            path: state.clone(),
-            reason: "it lies under /tmp, which --allow-tmp gives the agent: it could unlock \
+        // The workspace itself may be /tmp (`--cd /tmp`), without --allow-tmp.
+        Some(root) if root.as_path() == Path::new("/tmp") && args.allow_tmp => {
+            Err(SandboxError::StateDirReachable {
+                what: CoderDir::State,
+                path: state.clone(),
+                reason: "it lies under /tmp, which --allow-tmp gives the agent: it could unlock \
                      the placeholders other runs rely on and read their transcripts; set \
                      CODER_STATE_DIR to a directory outside /tmp, or drop --allow-tmp"
-                .to_string(),
-        }),
+                    .to_string(),
+            })
+        }
         Some(root) => Err(SandboxError::StateDirReachable {
             what: CoderDir::State,
             path: state.clone(),

@@ -725,6 +725,14 @@ fn after_failure(
         retryable: e.retryable,
         session_poisoned: e.session_poisoned,
     });
+    // A rejected key: which key, sent where (the outcome's own hint names neither).
+    if provider_error
+        .as_ref()
+        .is_some_and(|e| e.class == provider::ProviderClass::AuthError)
+        && run.auth_hint.is_some()
+    {
+        failure.hint = run.auth_hint.clone();
+    }
     if failure.hint.is_none() {
         failure.hint = provider_error.as_ref().and_then(provider::hint);
     }

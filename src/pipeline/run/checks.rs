@@ -620,7 +620,10 @@ fn scope_violation(
 /// resume for a run whose own failure is the check's.
 fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &Check) -> Envelope {
     let summary = match check.exit_code {
-        Some(code) => format!("the --verify check failed with exit code {code}"),
+        Some(code) => format!(
+            "the --verify check failed with exit code {code}{}",
+            shell_could_not(check)
+        ),
         None if check.not_started => format!(
             "the --verify check could not run: {}; no repair turn was spent on it",
             check.error.clone().unwrap_or_default()
@@ -643,5 +646,33 @@ fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &C
         detail.last_lines = check.tail[from..].to_vec();
         detail.signal = check.signal.clone();
         detail.resume_hint = detail.resume_hint.take().or(hint);
+        if !shell_could_not(check).is_empty()
+            && let Some(verify) = &request.checks.verify
+        {
+            detail.hint = Some(format!(
+                "`coder sandbox --cd {} -- sh -c {}` runs the check as the run did, to see \
+                 what it finds",
+                crate::text::shell_quote(&request.workspace.display().to_string()),
+                crate::text::shell_quote(&verify.command)
+            ));
+        }
     })
+}
+
+/// What the shell's own exit codes say of a failed check: 127 with "not found" in its
+/// output (a command of it was not found: a typo, or a tool that is not installed or not
+/// on PATH in the sandbox), 126 (found but not executable); else nothing. The envelope
+/// said "exit code 127" alone.
+fn shell_could_not(check: &Check) -> &'static str {
+    let said = |words: &str| check.tail.iter().any(|line| line.contains(words));
+    match check.exit_code {
+        Some(127) if said("not found") => {
+            ": the shell did not find a command of it (a typo, or a tool that is not \
+             installed or not on PATH inside the sandbox)"
+        }
+        Some(126) if said("ermission denied") || said("s a directory") => {
+            ": a command of it could not be executed (no execute permission, or a directory)"
+        }
+        _ => "",
+    }
 }

@@ -64,6 +64,8 @@ pub(super) struct Run {
     /// Stops the sandbox's setup midway when a cancelling signal arrives (see
     /// `CancelSignals::cancel_setup`).
     pub(super) setup_cancel: crate::sandbox::SetupCancel,
+    /// What to check when the backend rejects the key: which key, sent where.
+    pub(super) auth_hint: Option<String>,
 }
 
 impl Run {
@@ -85,6 +87,11 @@ impl Run {
         self.limits.rate_limit_retries_allowed = backend.rate_limit_retries_allowed();
         self.workarounds = backend.applied_workarounds();
         self.limits.provider_wait = backend.provider_wait();
+        self.auth_hint = Some(provider::auth_hint(
+            backend.name(),
+            backend.credential().map(|c| &c.source),
+            backend.base_url(),
+        ));
     }
 
     pub(super) fn new(request: &RunRequest, started: Instant) -> Self {
@@ -128,6 +135,7 @@ impl Run {
             compat_learned: None,
             answer: None,
             setup_cancel: Default::default(),
+            auth_hint: None,
         }
     }
 

@@ -42,7 +42,7 @@ pub(super) fn replace(text: &str, rep: &Replace) -> Result<(String, usize), FsEr
         .multi_line(true)
         .size_limit(1 << 22)
         .build()
-        .map_err(|e| FsError::new(FsCode::C210, format!("bad replace pattern: {e}")))?;
+        .map_err(|e| super::bad_regex("bad replace pattern", &e))?;
     let limit = rep.count.unwrap_or(0);
     let found = re.find_iter(text).count();
     let n = if limit == 0 { found } else { found.min(limit) };

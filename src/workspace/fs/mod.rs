@@ -643,6 +643,15 @@ fn culprit_key<T: DeserializeOwned>(payload: &Value) -> Option<String> {
         .cloned()
 }
 
+/// A regex that does not compile, as one line (`what: regex parse error: ( ^ error:
+/// unclosed group`): the regex crate's message spans lines, with the pattern and a caret
+/// under the fault, and came out with its line breaks in the JSON message.
+fn bad_regex(what: &str, e: &regex::Error) -> FsError {
+    let text = e.to_string();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    FsError::new(FsCode::C210, format!("{what}: {}", words.join(" ")))
+}
+
 fn too_large(input: &str, len: u64, max: u64) -> FsError {
     FsError::new(
         FsCode::C213,

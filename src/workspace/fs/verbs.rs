@@ -64,7 +64,7 @@ impl Call<'_> {
             .case_insensitive(a.ignore_case)
             .size_limit(1 << 22)
             .build()
-            .map_err(|e| FsError::new(FsCode::C210, format!("bad pattern: {e}")))?;
+            .map_err(|e| super::bad_regex("bad pattern", &e))?;
         let glob = match &a.glob {
             Some(g) => Some(
                 globset::Glob::new(g)
