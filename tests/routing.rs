@@ -505,3 +505,45 @@ fn a_verdict_fixed_through_ignored_paths_alone_is_not_learnt() {
     assert_eq!(recorded[1]["outcome"], "success", "{recorded:?}");
     assert_eq!(learnt(), (1, 0));
 }
+
+/// `coder route explain` names only what the caller gave: with no `--backend` and no key
+/// set, the refusal said "--backend auto: no backend is usable", a flag they never wrote;
+/// with `--backend glm` (or `CODER_BACKEND=glm`) it explained `auto`'s routing without a
+/// word that a run on one named backend is not routed.
+#[test]
+fn route_explain_names_only_the_backend_the_caller_gave() {
+    let fx = Fx::new("deepseek");
+    let mut cmd = fx.command(&["route", "explain", "a task"]);
+    for key in ["ZAI_API_KEY", "DEEPSEEK_API_KEY", "MINIMAX_API_KEY"] {
+        cmd.env_remove(key);
+    }
+    let out = cmd.output_bounded();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(
+        stderr.contains("the default candidates") && stderr.contains("no backend is usable"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--backend auto:"), "{stderr}");
+
+    for (args, env) in [
+        (
+            &["explain", "--json", "--backend", "glm", "a task"][..],
+            None,
+        ),
+        (&["explain", "--json", "a task"][..], Some("glm")),
+    ] {
+        let mut cmd = fx.command(&[&["route"][..], args].concat());
+        if let Some(name) = env {
+            cmd.env("CODER_BACKEND", name);
+        }
+        let out = cmd.output_bounded();
+        assert!(out.status.success(), "{args:?} {env:?}: {out:?}");
+        let explain: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let warnings = explain["warnings"].to_string();
+        assert!(
+            warnings.contains("\\\"glm\\\"") && warnings.contains("is not routed"),
+            "{args:?} {env:?}: {explain}"
+        );
+    }
+}

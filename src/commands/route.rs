@@ -295,11 +295,14 @@ fn explain(
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
     };
-    let spec = request.backend.backend.clone().unwrap_or_default();
-    let (spec, list) = match routing::parse_auto(&spec) {
-        Some(list) => (spec, list),
-        None => ("auto".to_owned(), None),
-    };
+    // A name that is not `auto…` (from `--backend` or `CODER_BACKEND`) is not routed: what
+    // is explained then is the default candidates', and said so.
+    let given = request.backend.backend.clone();
+    let routed_spec = given
+        .as_deref()
+        .and_then(|spec| routing::parse_auto(spec).map(|list| (spec.to_owned(), list)));
+    let default_candidates = routed_spec.is_none();
+    let (spec, list) = routed_spec.unwrap_or(("auto".to_owned(), None));
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let ctx = RouteContext {
         spec: &spec,
@@ -312,10 +315,23 @@ fn explain(
         run_id: "explain",
         session_backend: None,
     };
-    let routed = match routing::decide(&ctx) {
+    let mut routed = match routing::decide(&ctx) {
         Ok(r) => r,
+        // Named as what the caller gave: no `--backend auto` is theirs to blame.
+        Err(e) if default_candidates => {
+            return fail(&format!(
+                "routing among the default candidates (as --backend auto): {}",
+                e.detail()
+            ));
+        }
         Err(e) => return fail(&e.to_string()),
     };
+    if let Some(name) = given.filter(|_| default_candidates) {
+        routed.warnings.push(format!(
+            "backend {name:?} (--backend or CODER_BACKEND) names one backend, and a run with \
+             it is not routed: this is what --backend auto would do"
+        ));
+    }
     if json {
         let d = &routed.decision;
         let value = json!({

@@ -58,6 +58,17 @@ pub enum RouteError {
 }
 
 impl RouteError {
+    /// What is wrong, without the `--backend SPEC: ` the message starts with: for a
+    /// caller that routed among the default candidates without any `--backend` given.
+    pub fn detail(&self) -> String {
+        match self {
+            RouteError::Unusable { name, reason, .. } => {
+                format!("{name:?} is not a usable backend: {reason}")
+            }
+            RouteError::Bad { message, .. } => message.clone(),
+        }
+    }
+
     fn bad(spec: &str, message: impl Into<String>) -> Self {
         RouteError::Bad {
             spec: spec.to_owned(),
