@@ -1,0 +1,82 @@
+//! Round thirty's review: round twenty-nine's fixes (the git settings a held command sets,
+//! hooks read as held scripts, the made-scripts guard and its build-output exemption, the
+//! config dir's `agents`/`commands`/`skills` held as files, the home keys resolved once),
+//! attacked by one who has read the code, through the built binary, root and uid 65534,
+//! each with an unconfined control (`--mode danger-full-access`).
+//!
+//! * **Other spellings of the git settings a held script gives its git**:
+//!   `GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` exported on lines of their own,
+//!   `GIT_CONFIG_PARAMETERS`, `git --config-env=KEY=NAME` (closed here).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round30-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+const KNOWN_OPEN: &[&str] = &[];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
+/// when `A30_ONLY` is unset or names it.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    if std::env::var("A30_ONLY").is_ok_and(|o| o != name) {
+        return;
+    }
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// The agent's hook: `ci/gh/pre-commit`, a `#!` line and executable, that creates the
+/// marker `$M`.
+const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
+                          > ci/gh/pre-commit; chmod +x ci/gh/pre-commit; echo PLANTED";
+
+/// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
+fn user_ci(fx: &Fx, ws: &Path, script: &str) {
+    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+    fx.git(ws, &["config", "alias.ci", "!sh tools/ci.sh"]);
+}
+
+/// Spellings of `core.hooksPath=ci/gh` for the git a held script runs that round
+/// twenty-nine's reader (`KEY=VALUE`, `KEY VALUE`, a numbered key and value on one line)
+/// did not read: (name, the held `tools/ci.sh`).
+const HOOKS_PATH_SPELLINGS: &[(&str, &str)] = &[
+    (
+        "numbered key and value exported on lines of their own",
+        "export GIT_CONFIG_COUNT=1\nexport GIT_CONFIG_KEY_0=core.hooksPath\n\
+         export GIT_CONFIG_VALUE_0=ci/gh\ngit commit -q --allow-empty -m x",
+    ),
+    (
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_PARAMETERS=\"'core.hooksPath'='ci/gh'\" git commit -q --allow-empty -m x",
+    ),
+    (
+        "--config-env with the variable on the line",
+        "HP=ci/gh git --config-env=core.hooksPath=HP commit -q --allow-empty -m x",
+    ),
+    (
+        "--config-env with the variable exported before",
+        "export HP=ci/gh\ngit --config-env core.hooksPath=HP commit -q --allow-empty -m x",
+    ),
+];
+
+/// Each of [`HOOKS_PATH_SPELLINGS`]: no `ci/gh` at the start; the agent makes
+/// `ci/gh/pre-commit`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hooks_path_a_held_script_gives_its_git_by_other_spellings_is_not_the_agents_to_fill() {
+    for (name, script) in HOOKS_PATH_SPELLINGS {
+        held_file_attack(name, |fx, ws| user_ci(fx, ws, script), PLANT_HOOK, &["ci"]);
+    }
+}
