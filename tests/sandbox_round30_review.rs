@@ -7,6 +7,9 @@
 //! * **Other spellings of the git settings a held script gives its git**:
 //!   `GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` exported on lines of their own,
 //!   `GIT_CONFIG_PARAMETERS`, `git --config-env=KEY=NAME` (closed here).
+//! * **A program a held script finds through the `PATH` it sets**: absent at the start
+//!   in `tools/bin` (or with `tools/bin` itself absent), the agent's to make; a `git`
+//!   there shadowed the user's (closed here).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -78,5 +81,48 @@ const HOOKS_PATH_SPELLINGS: &[(&str, &str)] = &[
 fn a_hooks_path_a_held_script_gives_its_git_by_other_spellings_is_not_the_agents_to_fill() {
     for (name, script) in HOOKS_PATH_SPELLINGS {
         held_file_attack(name, |fx, ws| user_ci(fx, ws, script), PLANT_HOOK, &["ci"]);
+    }
+}
+
+/// A held script puts a directory of the tree on `PATH` and runs a program by its bare
+/// name: (name, the held `tools/ci.sh`, the program the agent makes). `tools/bin` holds
+/// the user's `.keep` at the start; `scripts/bin` is absent.
+const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
+    (
+        "an optional program in a PATH directory",
+        "PATH=\"$PWD/tools/bin:$PATH\"\ncommand -v fmt-local >/dev/null && fmt-local",
+        "tools/bin/fmt-local",
+    ),
+    (
+        "git shadowed in a PATH directory",
+        "export PATH=tools/bin:$PATH\ngit status >/dev/null",
+        "tools/bin/git",
+    ),
+    (
+        "a PATH directory absent at the start",
+        "export PATH=$PWD/scripts/bin:$PATH\ncommand -v lint-local >/dev/null && lint-local",
+        "scripts/bin/lint-local",
+    ),
+];
+
+/// Each of [`PATH_PROGRAMS`]: the agent makes the program (a `#!/bin/sh` that creates
+/// the marker), the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_a_held_script_finds_on_the_path_it_sets_is_not_the_agents_to_make() {
+    for (name, script, program) in PATH_PROGRAMS {
+        let plant = format!(
+            "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
+             \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
+        );
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/bin/.keep", "");
+                user_ci(fx, ws, script);
+            },
+            &plant,
+            &["ci"],
+        );
     }
 }
