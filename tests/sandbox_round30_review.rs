@@ -10,6 +10,8 @@
 //! * **A program a held script finds through the `PATH` it sets**: absent at the start
 //!   in `tools/bin` (or with `tools/bin` itself absent), the agent's to make; a `git`
 //!   there shadowed the user's (closed here).
+//! * **A config a held command hands to `ssh -F`** (round twenty-nine's ratchet, closed
+//!   here): `ProxyCommand` is code in a file no look tells from data.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -123,6 +125,53 @@ fn a_program_a_held_script_finds_on_the_path_it_sets_is_not_the_agents_to_make()
             },
             &plant,
             &["ci"],
+        );
+    }
+}
+
+/// The agent's `ci/ssh_config`: a `ProxyCommand` that creates the marker `$M`.
+const PLANT_SSH_CONFIG: &str = "mkdir -p ci; printf 'Host *\\n  ProxyCommand sh -c \"touch %s\"\\n' \
+                                \"$M\" > ci/ssh_config; echo PLANTED";
+
+/// ssh's `-F` config named by a held command: (name, `git sync`'s alias, the held
+/// `tools/sync.sh` it may run). ssh never reaches a host: the `ProxyCommand` runs first.
+const SSH_CONFIGS: &[(&str, &str, &str)] = &[
+    (
+        "git -c core.sshCommand in a held script",
+        "!sh tools/sync.sh",
+        "git -c core.sshCommand='ssh -F ci/ssh_config' ls-remote ssh://git@example.invalid/x          >/dev/null 2>&1; true",
+    ),
+    (
+        "ssh -qF with options in a held script",
+        "!sh tools/sync.sh",
+        "ssh -qF ci/ssh_config -o BatchMode=yes git@example.invalid true >/dev/null 2>&1; true",
+    ),
+    (
+        "GIT_SSH_COMMAND on the alias's line",
+        "!GIT_SSH_COMMAND='ssh -F ci/ssh_config' git ls-remote ssh://git@example.invalid/x          >/dev/null 2>&1; true",
+        "",
+    ),
+];
+
+/// Each of [`SSH_CONFIGS`]: the user's `ci/ssh_config` is there at the start; the agent
+/// writes a `ProxyCommand` into it, the user's `git sync` runs it. Both arms; control
+/// unconfined. `ssh -qF` ran the payload confined before this round's change (checked);
+/// the other two were held before (a git setting's command words), kept as found held.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ssh_config_a_held_command_names_is_not_the_agents_to_write() {
+    for (name, alias, script) in SSH_CONFIGS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "ci/ssh_config", "Host *\n  User git\n");
+                if !script.is_empty() {
+                    fx.own_file(ws, "tools/sync.sh", &format!("{script}\n"));
+                }
+                fx.git(ws, &["config", "alias.sync", alias]);
+            },
+            PLANT_SSH_CONFIG,
+            &["sync"],
         );
     }
 }

@@ -1544,9 +1544,11 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         let sourced = tokens
             .windows(2)
             .filter(|pair| pair[0] == b"." || pair[0] == b"source")
-            .map(|pair| &pair[1]);
-        for word in included.iter().chain(sourced) {
-            if let Some(entry) = based(word)
+            .map(|pair| pair[1].clone());
+        let mut ssh_configs = Vec::new();
+        ssh_config_words(&tokens, NESTED_LINES, &mut ssh_configs);
+        for word in included.iter().cloned().chain(sourced).chain(ssh_configs) {
+            if let Some(entry) = based(&word)
                 && !found.contains(&entry)
             {
                 found.push(entry);
@@ -1554,6 +1556,51 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         }
     }
     found
+}
+
+/// The config files `ssh` (or `scp`, `sftp`) is given by `-F FILE` (`-FFILE`) in
+/// `tokens`, and in their quoted lines `depth` levels down (`GIT_SSH_COMMAND='ssh -F
+/// ci/ssh_config'`), added to `out`: ssh runs its `ProxyCommand`, `LocalCommand`,
+/// `KnownHostsCommand` and `Match exec` as the user, so such a file is code, which no look
+/// tells from data (round twenty-nine's review, a ratchet until round thirty's: the
+/// agent's `ProxyCommand` in `ci/ssh_config` ran at the user's `git sync`). Read as a
+/// sourced file is: held, or held absent when named with a `/`.
+fn ssh_config_words(tokens: &[Vec<u8>], depth: usize, out: &mut Vec<Vec<u8>>) {
+    const SSH: &[&[u8]] = &[b"ssh", b"scp", b"sftp", b"autossh"];
+    let is_ssh = |t: &[u8]| SSH.contains(&t.rsplit(|b| *b == b'/').next().unwrap_or(t));
+    // ssh's options that take a value (the next word when not attached).
+    const VALUED: &[u8] = b"BbcDEeFIiJLlmOoPpQRSWw";
+    if let Some(at) = tokens.iter().position(|t| is_ssh(t)) {
+        let mut rest = tokens[at + 1..].iter();
+        // Its options, up to the host (what follows is the remote command's).
+        while let Some(token) = rest.next() {
+            let Some(cluster) = token.strip_prefix(b"-".as_slice()) else {
+                break;
+            };
+            let Some(at) = cluster.iter().position(|b| VALUED.contains(b)) else {
+                continue;
+            };
+            let value = match &cluster[at + 1..] {
+                [] => rest.next().cloned(),
+                attached => Some(attached.to_vec()),
+            };
+            if cluster[at] == b'F' {
+                out.extend(value);
+            }
+        }
+    }
+    if depth > 0 {
+        for token in tokens
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            let line = match token.iter().position(|b| *b == b'=') {
+                Some(eq) if is_assignment(token) => &token[eq + 1..],
+                _ => token.as_slice(),
+            };
+            ssh_config_words(&shell_tokens(line), depth - 1, out);
+        }
+    }
 }
 
 /// The scripts a shell script runs by path, read as [`sourced_words`] reads what it
@@ -3190,6 +3237,26 @@ mod tests {
         }
         assert!(runs_its_input(b"find d -type f -exec {} ;"));
         assert!(runs_its_input(b"for f in d/*; do \"$f\"; done"));
+    }
+
+    #[test]
+    fn an_ssh_config_given_by_dash_f_is_read_as_sourced() {
+        let sourced = |script: &str| -> Vec<String> {
+            sourced_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        assert_eq!(sourced("ssh -F ci/c host true"), ["ci/c"]);
+        assert_eq!(sourced("ssh -qFci/c -o X=y host"), ["ci/c"]);
+        assert_eq!(
+            sourced("GIT_SSH_COMMAND='ssh -i k -F ci/c' git fetch"),
+            ["ci/c"]
+        );
+        assert_eq!(sourced("rsync -e \"/usr/bin/scp -F ci/c\" a b"), ["ci/c"]);
+        // The remote command's options are not ssh's.
+        assert!(sourced("ssh host grep -F x y").is_empty());
+        assert!(sourced("ssh -o F=1 host").is_empty());
     }
 
     #[test]
