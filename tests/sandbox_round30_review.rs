@@ -10,6 +10,8 @@
 //! * **A program a held script finds through the `PATH` it sets**: absent at the start
 //!   in `tools/bin` (or with `tools/bin` itself absent), the agent's to make; a `git`
 //!   there shadowed the user's (closed here).
+//! * **A made script without a script's suffix**, run by `eval`, `trap`, `xargs`, `bash
+//!   -lc` (closed here: read as run words); by a function's `"$@"` (open, a ratchet).
 //! * **A config a held command hands to `ssh -F`** (round twenty-nine's ratchet, closed
 //!   here): `ProxyCommand` is code in a file no look tells from data.
 //!
@@ -31,7 +33,11 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+/// A made script without a script's suffix that a held script runs through a function of
+/// its own (`run() { "$@"; }; run sh tools/local`): the run words do not follow the
+/// function, and the any-word reader moves aside absent names with a script's suffix
+/// only.
+const KNOWN_OPEN: &[&str] = &["a function's \"$@\""];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
 /// when `A30_ONLY` is unset or names it.
@@ -172,6 +178,38 @@ fn an_ssh_config_a_held_command_names_is_not_the_agents_to_write() {
             },
             PLANT_SSH_CONFIG,
             &["sync"],
+        );
+    }
+}
+
+/// A held script runs `tools/local`, absent at the start and without a script's suffix,
+/// by a spelling the run words did not follow (round twenty-nine's second review moved
+/// aside only names with a script's suffix so spelled): (name, the held `tools/ci.sh`).
+const SUFFIXLESS_RUNS: &[(&str, &str)] = &[
+    ("eval", "eval 'sh tools/local'"),
+    ("trap", "trap 'sh tools/local' EXIT"),
+    ("xargs", "echo | xargs -n1 sh tools/local"),
+    ("bash -lc", "bash -lc 'sh tools/local'"),
+    (
+        "a function's \"$@\"",
+        "run() { \"$@\"; }\nrun sh tools/local",
+    ),
+];
+
+/// Each of [`SUFFIXLESS_RUNS`]: the agent makes `tools/local`, the user's `git ci` runs
+/// it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_made_script_without_a_suffix_run_by_other_spellings_is_moved_aside() {
+    for (name, script) in SUFFIXLESS_RUNS {
+        held_file_attack(
+            name,
+            |fx, ws| user_ci(fx, ws, script),
+            &format!(
+                "mkdir -p tools; {{ {}; }} > tools/local; echo PLANTED",
+                sandbox_fixture::SCRIPT_PAYLOAD
+            ),
+            &["ci"],
         );
     }
 }

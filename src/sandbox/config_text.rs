@@ -2135,6 +2135,17 @@ fn command_run_words(
         script_run_words(inner, depth - 1, found);
         return None;
     }
+    // `eval` is a wrapper there too (`eval sh tools/x.sh`); its words are one line.
+    let from = match at.checked_sub(1) {
+        Some(before) if program_name(&tokens[before]) == b"eval" => before,
+        _ => at.min(tokens.len()),
+    };
+    if depth > 0
+        && let Some(inner) = inner_command_line(&tokens[from..])
+    {
+        script_run_words(&inner, depth - 1, found);
+        return None;
+    }
     let mut words = tokens.iter().skip(at);
     let program = words.next()?;
     let program = default_program(program).unwrap_or(program);
@@ -2164,6 +2175,50 @@ fn command_run_words(
         push_based(&word, found);
     }
     None
+}
+
+/// The command line a command (`tokens`, from its program) runs of its own words, when
+/// it is one that does: `eval WORDS`, `trap 'LINE' SIGNALS`, `xargs [OPTIONS] PROGRAM
+/// ARGS` (the program and its arguments), a shell's `-c` in a cluster of options (`bash
+/// -lc 'LINE'`, `sh -ec 'LINE'`). Round thirty's review: a file without a script's
+/// suffix (`tools/local`) so run, absent at the start, was the agent's to make (the any
+/// word reader moves aside absent names with a script's suffix only), and the user's
+/// `git ci` ran it.
+fn inner_command_line(tokens: &[Vec<u8>]) -> Option<Vec<u8>> {
+    const SHELLS: &[&[u8]] = &[b"sh", b"bash", b"dash", b"zsh", b"ksh"];
+    let (program, rest) = tokens.split_first()?;
+    let name = program_name(program);
+    let line = |words: &[Vec<u8>]| Some(words.join(&b' ')).filter(|l| !l.is_empty());
+    match name {
+        b"eval" => line(rest),
+        b"trap" => rest.iter().find(|w| !w.starts_with(b"-")).cloned(),
+        b"xargs" => line(&rest[xargs_options_len(rest)..]),
+        _ if SHELLS.contains(&name) => {
+            let cluster = |w: &&Vec<u8>| {
+                w.len() > 2 && w.starts_with(b"-") && w[1] != b'-' && w.contains(&b'c')
+            };
+            let at = rest
+                .iter()
+                .take_while(|w| w.starts_with(b"-"))
+                .position(|w| cluster(&w))?;
+            rest.get(at + 1).cloned()
+        }
+        _ => None,
+    }
+}
+
+/// How many of `words` (after `xargs`) are its options and their values.
+fn xargs_options_len(words: &[Vec<u8>]) -> usize {
+    let mut at = 0;
+    while let Some(word) = words.get(at) {
+        if !word.starts_with(b"-") {
+            break;
+        }
+        let separate = XARGS_LONG_VALUE_OPTIONS.contains(&word.as_slice())
+            || XARGS_VALUE_OPTIONS.contains(&word.as_slice());
+        at += if separate { 2 } else { 1 };
+    }
+    at.min(words.len())
 }
 
 /// The files a program that reads its own program from one runs (`make -f tools/ci.mk`,
@@ -3237,6 +3292,27 @@ mod tests {
         }
         assert!(runs_its_input(b"find d -type f -exec {} ;"));
         assert!(runs_its_input(b"for f in d/*; do \"$f\"; done"));
+    }
+
+    #[test]
+    fn the_lines_eval_trap_xargs_and_a_shells_option_cluster_run_are_read() {
+        let runs = |script: &str| -> Vec<String> {
+            run_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        for script in [
+            "eval 'sh tools/local'",
+            "eval sh tools/local",
+            "trap 'sh tools/local' EXIT",
+            "echo | xargs -n 1 -P4 sh tools/local",
+            "bash -lc 'sh tools/local'",
+            "sh -ec 'sh tools/local'",
+        ] {
+            assert!(runs(script).contains(&"tools/local".to_owned()), "{script}");
+        }
+        assert!(runs("trap - EXIT").is_empty());
     }
 
     #[test]
