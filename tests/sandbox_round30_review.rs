@@ -9,7 +9,7 @@
 //!   `GIT_CONFIG_PARAMETERS`, `git --config-env=KEY=NAME` (closed here).
 //! * **A program a held script finds through the `PATH` it sets**: absent at the start
 //!   in `tools/bin` (or with `tools/bin` itself absent), the agent's to make; a `git`
-//!   there shadowed the user's (closed here).
+//!   there shadowed the user's (closed here); the top itself on `PATH` (open, a ratchet).
 //! * **A made script without a script's suffix**, run by `eval`, `trap`, `xargs`, `bash
 //!   -lc` (closed here: read as run words); by a function's `"$@"` (open, a ratchet).
 //! * **A config a held command hands to `ssh -F`** (round twenty-nine's ratchet, closed
@@ -37,7 +37,9 @@ const REPO: RepoStyle = RepoStyle {
 /// its own (`run() { "$@"; }; run sh tools/local`): the run words do not follow the
 /// function, and the any-word reader moves aside absent names with a script's suffix
 /// only.
-const KNOWN_OPEN: &[&str] = &["a function's \"$@\""];
+/// A program a held script finds on a `PATH` holding the top of the tree
+/// (`PATH="$PWD:$PATH"`): the top is not held whole (it is the workspace).
+const KNOWN_OPEN: &[&str] = &["a function's \"$@\"", "the top on PATH"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
 /// when `A30_ONLY` is unset or names it.
@@ -105,6 +107,11 @@ const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
         "git shadowed in a PATH directory",
         "export PATH=tools/bin:$PATH\ngit status >/dev/null",
         "tools/bin/git",
+    ),
+    (
+        "the top on PATH",
+        "PATH=\"$PWD:$PATH\"\ncommand -v fmt-local >/dev/null && fmt-local",
+        "fmt-local",
     ),
     (
         "a PATH directory absent at the start",
@@ -210,6 +217,66 @@ fn a_made_script_without_a_suffix_run_by_other_spellings_is_moved_aside() {
                 sandbox_fixture::SCRIPT_PAYLOAD
             ),
             &["ci"],
+        );
+    }
+}
+
+/// Found held: a held script's git pointed at another git dir of the tree, and a git
+/// dir's `hooks` that is a symlink into the work tree. Each: (name, setup run by `sh` in
+/// the workspace as the arm's user, the agent's plant, the user's git). Both arms;
+/// control unconfined.
+const HELD_GIT_DIRS: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "a bare git dir a held script's --git-dir names",
+        "git init -q --bare ci/m.git && mkdir -p tools && \
+         echo 'git --git-dir=ci/m.git --work-tree=. status >/dev/null 2>&1; true' > tools/ci.sh \
+         && git config alias.ci '!sh tools/ci.sh'",
+        "printf '[core]\\n\\tbare = false\\n\\tfsmonitor = \"touch %s; false\"\\n' \"$M\" \
+         > ci/m.git/config; echo PLANTED",
+        &["ci"],
+    ),
+    (
+        "a bare git dir a held script's GIT_DIR names",
+        "git init -q --bare ci/m.git && mkdir -p tools && \
+         echo 'GIT_DIR=ci/m.git GIT_WORK_TREE=. git status >/dev/null 2>&1; true' > tools/ci.sh \
+         && git config alias.ci '!sh tools/ci.sh'",
+        "printf '[core]\\n\\tbare = false\\n\\tfsmonitor = \"touch %s; false\"\\n' \"$M\" \
+         > ci/m.git/config; echo PLANTED",
+        &["ci"],
+    ),
+    (
+        ".git/hooks a symlink to the work tree's githooks, the hook there",
+        "mkdir githooks && printf '#!/bin/sh\\ntrue\\n' > githooks/pre-commit && \
+         chmod +x githooks/pre-commit && rm -rf .git/hooks && ln -s ../githooks .git/hooks",
+        "printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > githooks/pre-commit; echo PLANTED",
+        &["commit", "-q", "--allow-empty", "-m", "x"],
+    ),
+    (
+        ".git/hooks a symlink to the work tree's githooks, no hook yet",
+        "mkdir githooks && rm -rf .git/hooks && ln -s ../githooks .git/hooks",
+        "printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > githooks/pre-commit; \
+         chmod +x githooks/pre-commit; echo PLANTED",
+        &["commit", "-q", "--allow-empty", "-m", "x"],
+    ),
+];
+
+/// Each of [`HELD_GIT_DIRS`] (found held).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn other_git_dirs_a_held_command_reaches_are_not_the_agents_to_fill() {
+    for (name, setup, plant, user) in HELD_GIT_DIRS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                let out = fx
+                    .command("sh")
+                    .args(["-c", setup])
+                    .current_dir(ws)
+                    .output();
+                assert!(out.unwrap().status.success(), "{name}: setup");
+            },
+            plant,
+            user,
         );
     }
 }
