@@ -12,6 +12,8 @@
 //!   there shadowed the user's (closed here); the top itself on `PATH` (open, a ratchet).
 //! * **A made script without a script's suffix**, run by `eval`, `trap`, `xargs`, `bash
 //!   -lc` (closed here: read as run words); by a function's `"$@"` (open, a ratchet).
+//! * **Other mount shapes showing a home key** than round twenty-nine's bind of the home:
+//!   a bind of the home's parent, an overlay whose lower layer is the home.
 //! * **A config a held command hands to `ssh -F`** (round twenty-nine's ratchet, closed
 //!   here): `ProxyCommand` is code in a file no look tells from data.
 //!
@@ -22,7 +24,7 @@ mod common;
 
 use std::path::Path;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -279,4 +281,86 @@ fn other_git_dirs_a_held_command_reaches_are_not_the_agents_to_fill() {
             user,
         );
     }
+}
+
+/// How a fixture's root shows the home another way: a bind mount of the fixture's root
+/// (the home's parent) at `p`, or an overlay whose lower layer is the home at `o`.
+/// Each: (name, the mount, the `--read` grant relative to the root, the file read there).
+const MOUNT_SHAPES: &[(&str, &str, &str, &str)] = &[
+    (
+        "a bind of the home's parent, its home",
+        "parent",
+        "p/home",
+        ".ssh/id_x",
+    ),
+    (
+        "a bind of the home's parent, its key",
+        "parent",
+        "p/home/.ssh",
+        "id_x",
+    ),
+    (
+        "a bind of the home's parent, whole",
+        "parent",
+        "p",
+        "home/.ssh/id_x",
+    ),
+    ("an overlay of the home", "overlay", "o", ".ssh/id_x"),
+    (
+        "an overlay of the home, its key",
+        "overlay",
+        "o/.ssh",
+        "id_x",
+    ),
+];
+
+/// Each of [`MOUNT_SHAPES`]: `--read` of the grant must not show `~/.ssh/id_x`. Both
+/// arms; control unconfined. The binds of the parent were held; both overlays served the
+/// key confined before this round's change (observed, both arms).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_grant_showing_the_home_through_other_mount_shapes_is_refused() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (name, shape, granted, file) in MOUNT_SHAPES {
+            for confined in [true, false] {
+                let mut fx = Fixture::new("coder-round30-mnt-", nobody, &["ws", "home", "state"]);
+                let (root, home) = (fx.root().to_path_buf(), fx.root().join("home"));
+                sandbox_fixture::write(&home.join(".ssh/id_x"), "KEY-SECRET\n");
+                for d in ["p", "o", "up", "work"] {
+                    std::fs::create_dir(root.join(d)).unwrap();
+                }
+                fx.own(fx.root());
+                match *shape {
+                    "parent" => {
+                        fx.mount(&["--bind"], &root, &root.join("p"));
+                    }
+                    _ => {
+                        let options = format!(
+                            "lowerdir={},upperdir={},workdir={}",
+                            home.display(),
+                            root.join("up").display(),
+                            root.join("work").display()
+                        );
+                        fx.mount(
+                            &["-t", "overlay", "-o", &options],
+                            Path::new("overlay"),
+                            &root.join("o"),
+                        );
+                    }
+                }
+                let granted = root.join(granted);
+                let mut args = vec!["--read", granted.to_str().unwrap()];
+                if !confined {
+                    args.extend(["--mode", "danger-full-access"]);
+                }
+                let script = format!("cat '{}'; echo SERVED", granted.join(file).display());
+                let (rc, out) =
+                    sandbox_fixture::run_text(&mut fx.sandbox_in(&fx.ws(), &args, &script));
+                let who = format!("nobody={nobody} {name} confined={confined}");
+                sandbox_fixture::judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -1911,12 +1911,18 @@ impl FsPlace {
 }
 
 /// This process's mounts by id (`/proc/self/mountinfo`): each one's device, the path in
-/// its file system it shows (its root) and where it is mounted. Empty when unreadable.
-struct MountTable(std::collections::HashMap<u64, (String, PathBuf, PathBuf)>);
+/// its file system it shows (its root) and where it is mounted; and the layers of each
+/// overlay mount (its `lowerdir`s and `upperdir`, by path), which it shows as a bind
+/// mount shows its directory. Empty when unreadable.
+struct MountTable(
+    std::collections::HashMap<u64, (String, PathBuf, PathBuf)>,
+    std::collections::HashMap<u64, Vec<PathBuf>>,
+);
 
 impl MountTable {
     fn read() -> MountTable {
         let text = crate::workspace::mountinfo::table().unwrap_or_default();
+        let mut layers = std::collections::HashMap::new();
         let mounts = text
             .split(|&b| b == b'\n')
             .filter_map(|line| {
@@ -1926,10 +1932,34 @@ impl MountTable {
                 let device = String::from_utf8_lossy(fields.next()?).into_owned();
                 let root = crate::workspace::mountinfo::unescape(fields.next()?);
                 let point = crate::workspace::mountinfo::unescape(fields.next()?);
+                let overlay = overlay_layers(line);
+                if !overlay.is_empty() {
+                    layers.insert(id, overlay);
+                }
                 Some((id, (device, root, point)))
             })
             .collect();
-        MountTable(mounts)
+        MountTable(mounts, layers)
+    }
+
+    /// The directories the overlay mounts at or beneath `path` show (each layer whole),
+    /// and those of the overlay mount holding `path` (each layer joined with the rest of
+    /// `path` below its mount point). Round thirty's review: an overlay whose lower layer
+    /// is the home directory showed `~/.ssh` to `--read` of its mount point, a file
+    /// system of its own that no place compared with the home's.
+    fn overlay_paths(&self, path: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for (id, layers) in &self.1 {
+            let Some((_, _, point)) = self.0.get(id) else {
+                continue;
+            };
+            if point.starts_with(path) {
+                out.extend(layers.iter().cloned());
+            } else if let Ok(rest) = path.strip_prefix(point) {
+                out.extend(layers.iter().map(|layer| layer.join(rest)));
+            }
+        }
+        out
     }
 
     /// The places shown by the mounts whose mount points lie strictly beneath `path`
@@ -1959,7 +1989,8 @@ impl MountTable {
             return false;
         };
         let place = Path::new("/").join(rest);
-        root == Path::new("/")
+        !self.1.contains_key(&id)
+            && root == Path::new("/")
             && self.0.iter().all(|(other, (d, r, _))| {
                 *other == id || d != device || !(r.starts_with(&place) || place.starts_with(r))
             })
@@ -1976,6 +2007,31 @@ impl MountTable {
             path: root.join(rest),
         })
     }
+}
+
+/// The layers an overlay mount's line of `/proc/self/mountinfo` names in its super
+/// options (`lowerdir=A:B`, `lowerdir+=A`, `upperdir=C`, `datadir+=D`); none for another
+/// file system.
+fn overlay_layers(line: &[u8]) -> Vec<PathBuf> {
+    let Some(at) = line.windows(3).position(|w| w == b" - ") else {
+        return Vec::new();
+    };
+    let mut fields = line[at + 3..].split(|&b| b == b' ');
+    if fields.next() != Some(b"overlay".as_slice()) {
+        return Vec::new();
+    }
+    let options = fields.nth(1).unwrap_or_default();
+    let mut layers = Vec::new();
+    for option in options.split(|&b| b == b',') {
+        const KEYS: &[&[u8]] = &[b"lowerdir=", b"lowerdir+=", b"upperdir=", b"datadir+="];
+        let Some(value) = KEYS.iter().find_map(|k| option.strip_prefix(*k)) else {
+            continue;
+        };
+        for layer in value.split(|&b| b == b':').filter(|l| l.starts_with(b"/")) {
+            layers.push(crate::workspace::mountinfo::unescape(layer));
+        }
+    }
+    layers
 }
 
 /// Canonicalise `path` one component at a time, recording every symlink met as an alias
@@ -2191,8 +2247,14 @@ fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bo
         m.device == home_place.device && home_place.path.starts_with(&m.path)
             || secrets.iter().any(|secret| secret.overlaps(m))
     };
+    let layer_shows = |layer: &PathBuf| {
+        home.starts_with(layer)
+            || touches_never_visible(layer, places)
+            || mounts.place(layer).is_some_and(|m| shows(&m))
+    };
     mounts.beneath(canonical).any(|m| shows(&m))
         || own && mounts.place(canonical).is_some_and(|m| shows(&m))
+        || mounts.overlay_paths(canonical).iter().any(layer_shows)
 }
 
 /// [`workspace_refusal`] with each home directory of this process: `$HOME`'s and the
