@@ -14,6 +14,9 @@
 //!   -lc` (closed here: read as run words); by a function's `"$@"` (open, a ratchet).
 //! * **Other mount shapes showing a home key** than round twenty-nine's bind of the home:
 //!   a bind of the home's parent, an overlay whose lower layer is the home.
+//! * **A view of the home under a system tree the private root shows** (`/opt/h` a bind of
+//!   the home, `/opt/ssh` of `~/.ssh`, an overlay of the home): read in
+//!   `workspace-write`, no grant asked (closed here: masked).
 //! * **A config a held command hands to `ssh -F`** (round twenty-nine's ratchet, closed
 //!   here): `ProxyCommand` is code in a file no look tells from data.
 //!
@@ -359,6 +362,71 @@ fn a_grant_showing_the_home_through_other_mount_shapes_is_refused() {
                     sandbox_fixture::run_text(&mut fx.sandbox_in(&fx.ws(), &args, &script));
                 let who = format!("nobody={nobody} {name} confined={confined}");
                 sandbox_fixture::judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// How the host shows the home under `/opt` (a system tree every confined mode shows
+/// read-only, with its submounts): (name, the mount, the file read below the mount).
+const OPT_VIEWS: &[(&str, &str, &str)] = &[
+    ("a bind of the home", "home", ".ssh/id_x"),
+    ("a bind of ~/.ssh", "ssh", "id_x"),
+    ("an overlay of the home", "overlay", ".ssh/id_x"),
+];
+
+/// Each of [`OPT_VIEWS`]: a `workspace-write` run with no grant must not read
+/// `~/.ssh/id_x` there. Both arms; control unconfined. Each served the key confined
+/// before this round's change (observed).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_view_of_the_home_under_a_system_tree_is_not_read() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (name, shape, file) in OPT_VIEWS {
+            for confined in [true, false] {
+                // Dropped after the fixture, which unmounts first.
+                let opt = tempfile::Builder::new()
+                    .prefix("coder-round30-")
+                    .tempdir_in("/opt")
+                    .unwrap();
+                let mut fx = Fixture::new("coder-round30-opt-", nobody, &["ws", "home", "state"]);
+                let (root, home) = (fx.root().to_path_buf(), fx.root().join("home"));
+                sandbox_fixture::write(&home.join(".ssh/id_x"), "KEY-SECRET\n");
+                for d in ["up", "work"] {
+                    std::fs::create_dir(root.join(d)).unwrap();
+                }
+                fx.own(fx.root());
+                let at = opt.path().to_path_buf();
+                match *shape {
+                    "home" => fx.mount(&["--bind"], &home, &at),
+                    "ssh" => fx.mount(&["--bind"], &home.join(".ssh"), &at),
+                    _ => {
+                        let options = format!(
+                            "lowerdir={},upperdir={},workdir={}",
+                            home.display(),
+                            root.join("up").display(),
+                            root.join("work").display()
+                        );
+                        fx.mount(
+                            &["-t", "overlay", "-o", &options],
+                            Path::new("overlay"),
+                            &at,
+                        );
+                    }
+                }
+                let args: &[&str] = if confined {
+                    &["--mode", "workspace-write"]
+                } else {
+                    &["--mode", "danger-full-access"]
+                };
+                let script = format!("cat '{}'; echo SERVED", at.join(file).display());
+                let (rc, out) =
+                    sandbox_fixture::run_text(&mut fx.sandbox_in(&fx.ws(), args, &script));
+                let who = format!("nobody={nobody} {name} confined={confined}");
+                sandbox_fixture::judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+                drop(fx);
             }
         }
     }

@@ -950,8 +950,10 @@ impl Policy {
         };
         let (found, tool_trees) = registered.and(scan.found)?;
         self.git_known = found.git_known;
+        let mut places = super::home::places_outside_home(scan.keys);
+        places.extend(other_views_of_the_homes());
         self.host_secrets = super::hostmask::HostSecrets {
-            places: super::home::places_outside_home(scan.keys),
+            places,
             linked: found.home_key_links,
             scanned: std::iter::once(self.workspace.clone())
                 .chain(scan.scanned.iter().map(|(path, _)| path.clone()))
@@ -2007,6 +2009,79 @@ impl MountTable {
             path: root.join(rest),
         })
     }
+}
+
+/// Where a mount of this process shows a home directory of its ([`home::homes_here`]) or
+/// one of its keys at another path than its own: a bind mount of the home at `/opt/h` or
+/// of `~/.ssh` at `/opt/ssh`, an overlay with the home as a layer. The private root shows
+/// the system trees read-only, with their submounts: round thirty's review read
+/// `~/.ssh/id_x` at `/opt/h/.ssh/id_x`, `/opt/ssh/id_x` and through such an overlay in
+/// `workspace-write` mode, no grant asked. Masked there as the relocated keys are
+/// ([`super::hostmask::HostSecrets::places`]): the home's view whole, a key's alone.
+/// Nothing is looked up when no mount but the home's own shows its file system.
+fn other_views_of_the_homes() -> Vec<PathBuf> {
+    let mounts = MountTable::read();
+    let mut views = Vec::new();
+    for home in home::homes_here() {
+        views.extend(other_views_of(&mounts, &home));
+    }
+    views
+}
+
+/// [`other_views_of_the_homes`] for one `home` (canonical).
+fn other_views_of(mounts: &MountTable, home: &Path) -> Vec<PathBuf> {
+    let Some(home_place) = mounts.place(home) else {
+        return Vec::new();
+    };
+    // The home at its own path, and what lies there, are the home's masks' to hide.
+    let own = |view: &Path| view.starts_with(home) || home.starts_with(view);
+    let candidates: Vec<(Option<PathBuf>, PathBuf, Vec<PathBuf>)> = mounts
+        .0
+        .iter()
+        .filter_map(|(id, (device, root, point))| {
+            let layers = mounts.1.get(id).cloned().unwrap_or_default();
+            let same = (*device == home_place.device).then(|| root.clone());
+            let shown = same.is_some() || !layers.is_empty();
+            (shown && !own(point)).then(|| (same, point.clone(), layers))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let keys: Vec<(PathBuf, Option<FsPlace>)> = home::never_visible_places(home)
+        .into_iter()
+        .map(|key| {
+            let place = mounts.place(&key);
+            (key, place)
+        })
+        .collect();
+    let mut views = Vec::new();
+    for (root, point, layers) in candidates {
+        // What of the home and its keys the mount shows, by place (same device) and by
+        // each overlay layer's path.
+        let mut shows: Vec<(PathBuf, PathBuf)> = Vec::new();
+        if let Some(root) = &root {
+            shows.push((home_place.path.clone(), root.clone()));
+            let same = keys.iter().filter_map(|(_, p)| p.clone());
+            let same = same.filter(|p| p.device == home_place.device);
+            shows.extend(same.map(|p| (p.path, root.clone())));
+        }
+        for layer in &layers {
+            shows.push((home.to_path_buf(), layer.clone()));
+            shows.extend(keys.iter().map(|(key, _)| (key.clone(), layer.clone())));
+        }
+        for (target, shown) in shows {
+            if let Ok(rest) = target.strip_prefix(&shown) {
+                views.push(point.join(rest));
+            } else if shown.starts_with(&target) {
+                views.push(point.clone());
+            }
+        }
+    }
+    views.retain(|view| !own(view));
+    views.sort();
+    views.dedup();
+    views
 }
 
 /// The layers an overlay mount's line of `/proc/self/mountinfo` names in its super
