@@ -2059,21 +2059,26 @@ fn other_views_of(mounts: &MountTable, home: &Path) -> Vec<PathBuf> {
     for (root, point, layers) in candidates {
         // What of the home and its keys the mount shows, by place (same device) and by
         // each overlay layer's path.
-        let mut shows: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // (what, the directory the mount shows, whether a mount inside `what` counts: a
+        // key's part is a key, the home's other parts are no secret).
+        let mut shows: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
         if let Some(root) = &root {
-            shows.push((home_place.path.clone(), root.clone()));
+            shows.push((home_place.path.clone(), root.clone(), false));
             let same = keys.iter().filter_map(|(_, p)| p.clone());
             let same = same.filter(|p| p.device == home_place.device);
-            shows.extend(same.map(|p| (p.path, root.clone())));
+            shows.extend(same.map(|p| (p.path, root.clone(), true)));
         }
         for layer in &layers {
-            shows.push((home.to_path_buf(), layer.clone()));
-            shows.extend(keys.iter().map(|(key, _)| (key.clone(), layer.clone())));
+            shows.push((home.to_path_buf(), layer.clone(), false));
+            shows.extend(
+                keys.iter()
+                    .map(|(key, _)| (key.clone(), layer.clone(), true)),
+            );
         }
-        for (target, shown) in shows {
+        for (target, shown, inside_counts) in shows {
             if let Ok(rest) = target.strip_prefix(&shown) {
                 views.push(point.join(rest));
-            } else if shown.starts_with(&target) {
+            } else if inside_counts && shown.starts_with(&target) {
                 views.push(point.clone());
             }
         }
