@@ -1662,7 +1662,7 @@ impl Walker<'_, '_> {
         }) else {
             return Ok(());
         };
-        if below_build_output(&rel) {
+        if below_build_output(&rel) && !below_a_virtualenv(&rel) {
             return Ok(());
         }
         let mut so_far = PathBuf::new();
@@ -1683,6 +1683,19 @@ impl Walker<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// Whether a name of `rel` is a virtualenv's directory (`.venv`, `venv`): what a held
+/// script runs there absent at the start is moved aside if the run made it, though the
+/// directory is one of [`BUILD_OUTPUT_DIRS`]. Round thirty's review: the hook `pre-commit
+/// install` writes (`INSTALL_PYTHON=/home/u/proj/.venv/bin/python3`, then `exec
+/// "$INSTALL_PYTHON" -mpre_commit …` when it is there), with no `.venv` at the start,
+/// ran the agent's `.venv/bin/python3` at the user's next commit. A virtualenv is no
+/// output of the project's sources: what runs from it is the installer's, whatever the
+/// agent wrote in the tree.
+fn below_a_virtualenv(rel: &Path) -> bool {
+    rel.components()
+        .any(|c| c.as_os_str() == OsStr::new(".venv") || c.as_os_str() == OsStr::new("venv"))
 }
 
 /// Whether a name of `rel` is one of [`BUILD_OUTPUT_DIRS`].
