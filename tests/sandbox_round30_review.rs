@@ -22,6 +22,15 @@
 //!   was exempt like a build's output (the hook `pre-commit install` writes).
 //! * **A config a held command hands to `ssh -F`** (round twenty-nine's ratchet, closed
 //!   here): `ProxyCommand` is code in a file no look tells from data.
+//! * **Found held** (kept as passing tests): a bare git dir a held script's `--git-dir`
+//!   or `GIT_DIR` names, `.git/hooks` a symlink into the work tree, a bind of the home's
+//!   parent, `git -c core.sshCommand='ssh -F …'` in a held script and `GIT_SSH_COMMAND`
+//!   on an alias's line. Tried by hand and held, no test: `includeIf.onbranch:…path` and
+//!   `export GIT_CONFIG_GLOBAL` in a held script, `python3 -m tools.local` guarded by
+//!   `[ -f tools/local.py ]`, `KUBECONFIG` through a symlinked directory the agent
+//!   re-points or naming a list of absent files, a dangling `KUBECONFIG` symlink into
+//!   the workspace (the workspace refused), an outside config included by the
+//!   repository with a hard link in the workspace.
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
