@@ -35,11 +35,9 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open (a ratchet; SECURITY.md, Known limits).
-/// A file a held script hands to a program that runs it as code but that no look tells
-/// from data (`ssh -F ci/ssh_config`, whose `ProxyCommand` runs): the class holds files
-/// that look like scripts (its idea, not its reading).
-const KNOWN_OPEN: &[&str] = &["ssh -F config"];
+/// Attacks still open (a ratchet; SECURITY.md, Known limits). `ssh -F config` was
+/// here until round thirty's review (`ssh -F FILE` read as a sourced file).
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet.
 fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
@@ -559,11 +557,12 @@ fn a_key_variable_naming_dev_null_leaves_the_null_device() {
 /// The class's idea, not its reading: a held script (`tools/sync.sh`, run by `git sync`)
 /// hands the user's `ci/ssh_config` to ssh (`GIT_SSH_COMMAND='ssh -F ci/ssh_config'`),
 /// which runs its `ProxyCommand`; no suffix, no `#!`, not executable, so no script by its
-/// look. The agent writes a `ProxyCommand` there, the user's `git sync` runs it. Open (on
-/// [`KNOWN_OPEN`]). Both arms; control unconfined.
+/// look. The agent writes a `ProxyCommand` there, the user's `git sync` ran it (a ratchet
+/// until round thirty: `ssh -F FILE` is read as a sourced file now). Both arms; control
+/// unconfined.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
-fn a_config_a_held_script_hands_to_ssh_is_the_agents_to_write() {
+fn a_config_a_held_script_hands_to_ssh_is_not_the_agents_to_write() {
     let sync = "GIT_SSH_COMMAND='ssh -F ci/ssh_config' git ls-remote \
                 ssh://git@example.invalid/x.git >/dev/null 2>&1; true";
     held_file_attack(

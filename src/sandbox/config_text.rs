@@ -1544,9 +1544,11 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         let sourced = tokens
             .windows(2)
             .filter(|pair| pair[0] == b"." || pair[0] == b"source")
-            .map(|pair| &pair[1]);
-        for word in included.iter().chain(sourced) {
-            if let Some(entry) = based(word)
+            .map(|pair| pair[1].clone());
+        let mut ssh_configs = Vec::new();
+        ssh_config_words(&tokens, NESTED_LINES, &mut ssh_configs);
+        for word in included.iter().cloned().chain(sourced).chain(ssh_configs) {
+            if let Some(entry) = based(&word)
                 && !found.contains(&entry)
             {
                 found.push(entry);
@@ -1554,6 +1556,51 @@ pub(super) fn sourced_words(script: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
         }
     }
     found
+}
+
+/// The config files `ssh` (or `scp`, `sftp`) is given by `-F FILE` (`-FFILE`) in
+/// `tokens`, and in their quoted lines `depth` levels down (`GIT_SSH_COMMAND='ssh -F
+/// ci/ssh_config'`), added to `out`: ssh runs its `ProxyCommand`, `LocalCommand`,
+/// `KnownHostsCommand` and `Match exec` as the user, so such a file is code, which no look
+/// tells from data (round twenty-nine's review, a ratchet until round thirty's: the
+/// agent's `ProxyCommand` in `ci/ssh_config` ran at the user's `git sync`). Read as a
+/// sourced file is: held, or held absent when named with a `/`.
+fn ssh_config_words(tokens: &[Vec<u8>], depth: usize, out: &mut Vec<Vec<u8>>) {
+    const SSH: &[&[u8]] = &[b"ssh", b"scp", b"sftp", b"autossh"];
+    let is_ssh = |t: &[u8]| SSH.contains(&t.rsplit(|b| *b == b'/').next().unwrap_or(t));
+    // ssh's options that take a value (the next word when not attached).
+    const VALUED: &[u8] = b"BbcDEeFIiJLlmOoPpQRSWw";
+    if let Some(at) = tokens.iter().position(|t| is_ssh(t)) {
+        let mut rest = tokens[at + 1..].iter();
+        // Its options, up to the host (what follows is the remote command's).
+        while let Some(token) = rest.next() {
+            let Some(cluster) = token.strip_prefix(b"-".as_slice()) else {
+                break;
+            };
+            let Some(at) = cluster.iter().position(|b| VALUED.contains(b)) else {
+                continue;
+            };
+            let value = match &cluster[at + 1..] {
+                [] => rest.next().cloned(),
+                attached => Some(attached.to_vec()),
+            };
+            if cluster[at] == b'F' {
+                out.extend(value);
+            }
+        }
+    }
+    if depth > 0 {
+        for token in tokens
+            .iter()
+            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
+        {
+            let line = match token.iter().position(|b| *b == b'=') {
+                Some(eq) if is_assignment(token) => &token[eq + 1..],
+                _ => token.as_slice(),
+            };
+            ssh_config_words(&shell_tokens(line), depth - 1, out);
+        }
+    }
 }
 
 /// The scripts a shell script runs by path, read as [`sourced_words`] reads what it
@@ -1686,14 +1733,64 @@ fn brace_group(line: &[u8]) -> Option<(usize, usize)> {
 /// which no "script" look tells ([`script_words`]), and the agent's hook or
 /// `core.fsmonitor` there ran at the user's `git ci`. The scan reads the text as a
 /// config of the repository (hooks, includes, commands).
+///
+/// Round thirty's review: `GIT_CONFIG_KEY_n` and `GIT_CONFIG_VALUE_n` exported on lines
+/// of their own, `GIT_CONFIG_PARAMETERS`, and `git --config-env=KEY=NAME` each left
+/// `core.hooksPath=ci/gh` unread; they are read as the settings they give.
 pub(super) fn script_git_settings(script: &[u8], script_dir: &[u8]) -> Vec<u8> {
     let script = &script[..script.iter().position(|b| *b == 0).unwrap_or(script.len())];
+    let script = config_env_read_as_c(script);
     let mut out = Vec::new();
-    for line in script_lines(script) {
+    let mut numbered = NumberedSettings::default();
+    for line in script_lines(&script) {
         let line = line_with_script_dir(&line, script_dir);
         for reading in brace_readings(&line) {
+            numbered.record(&reading);
             line_git_settings(&reading, NESTED_LINES, &mut out);
         }
+    }
+    numbered.push_to(&mut out);
+    out
+}
+
+/// `script` with each `--config-env=KEY=NAME` (or `--config-env KEY=NAME`: git takes
+/// `KEY`'s value from the variable `NAME`) spelled `-c KEY=${NAME}`, for the script's
+/// variables to be read in.
+fn config_env_read_as_c(script: &[u8]) -> Vec<u8> {
+    const SPELLINGS: &[&[u8]] = &[b"--config-env=", b"--config-env "];
+    let mut out = Vec::with_capacity(script.len());
+    let mut i = 0;
+    while i < script.len() {
+        let rest = &script[i..];
+        let Some(spelling) = SPELLINGS.iter().find(|s| rest.starts_with(s)) else {
+            out.push(script[i]);
+            i += 1;
+            continue;
+        };
+        let arg = &rest[spelling.len()..];
+        let end = arg
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || b";&|()<>`\"'".contains(b))
+            .unwrap_or(arg.len());
+        let word = &arg[..end];
+        let name_at = word.iter().rposition(|b| *b == b'=').map(|eq| eq + 1);
+        let is_name =
+            |n: &[u8]| !n.is_empty() && n.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
+        match name_at {
+            Some(at) if at > 1 && is_name(&word[at..]) => {
+                let eq = at - 1;
+                out.extend_from_slice(b"-c ");
+                out.extend_from_slice(&word[..=eq]);
+                out.extend_from_slice(b"${");
+                out.extend_from_slice(&word[at..]);
+                out.push(b'}');
+            }
+            _ => {
+                out.extend_from_slice(spelling);
+                out.extend_from_slice(word);
+            }
+        }
+        i += spelling.len() + end;
     }
     out
 }
@@ -1704,9 +1801,12 @@ pub(super) fn command_git_settings(text: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for entry in entries(text).into_iter().filter(runs_a_command) {
         let line = entry.value.strip_prefix(b"!").unwrap_or(&entry.value);
+        let mut numbered = NumberedSettings::default();
         for reading in brace_readings(&top_read_as_dot(line)) {
+            numbered.record(&reading);
             line_git_settings(&reading, NESTED_LINES, &mut out);
         }
+        numbered.push_to(&mut out);
     }
     out
 }
@@ -1726,35 +1826,97 @@ fn line_with_script_dir(line: &[u8], dir: &[u8]) -> Vec<u8> {
 /// The `KEY VALUE` pairs of one shell line ([`script_git_settings`]) added to `out` as
 /// config lines; a quoted word with a blank in it read as a line too, `depth` levels down.
 fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
-    let tokens = shell_tokens(line);
-    for at in 0..tokens.len() {
-        if let Some((key, value)) = setting_at(&tokens, at) {
-            push_setting(out, &key, value);
+    // The line's own assignments put in (`HP=ci/gh git --config-env=core.hooksPath=HP`).
+    // At most a few, each read over the whole line.
+    let mut vars = ScriptVars::default();
+    let assignments = shell_tokens(line).into_iter().filter(|t| is_assignment(t));
+    for token in assignments.take(MAX_LINE_ASSIGNMENTS) {
+        if let Some(eq) = token.iter().position(|b| *b == b'=') {
+            let value = &token[eq + 1..];
+            if !value.is_empty() && !value.iter().any(|b| b"$`".contains(b)) {
+                vars.add(&token[..eq], value);
+            }
         }
     }
-    if depth > 0 {
-        for inner in tokens
-            .iter()
-            .filter(|t| t.iter().any(u8::is_ascii_whitespace))
-        {
-            line_git_settings(inner, depth - 1, out);
+    for reading in vars.substitute(line) {
+        let tokens = shell_tokens(&reading);
+        for at in 0..tokens.len() {
+            if let Some((key, value)) = setting_at(&tokens, at) {
+                push_setting(out, &key, value);
+            }
+        }
+        if depth > 0 {
+            // A quoted line, and `GIT_CONFIG_PARAMETERS`' `'KEY'='VALUE'` list.
+            let inner = tokens.iter().filter_map(|t| {
+                t.strip_prefix(b"GIT_CONFIG_PARAMETERS=".as_slice()).or(t
+                    .iter()
+                    .any(u8::is_ascii_whitespace)
+                    .then_some(t.as_slice()))
+            });
+            for inner in inner {
+                line_git_settings(inner, depth - 1, out);
+            }
+        }
+    }
+}
+
+/// Most assignments of one line [`line_git_settings`] puts in.
+const MAX_LINE_ASSIGNMENTS: usize = 8;
+
+/// Most numbered keys, and values, [`NumberedSettings`] keeps: each key is paired with
+/// each value of its number.
+const MAX_NUMBERED: usize = 64;
+
+/// The `GIT_CONFIG_KEY_n=KEY` and `GIT_CONFIG_VALUE_n=VALUE` of a script's lines, paired
+/// by `n` across lines (`export GIT_CONFIG_KEY_0=core.hooksPath` on a line of its own).
+#[derive(Default)]
+struct NumberedSettings {
+    keys: Vec<(Vec<u8>, Vec<u8>)>,
+    values: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl NumberedSettings {
+    /// Record the numbered keys and values of `line`.
+    fn record(&mut self, line: &[u8]) {
+        for token in shell_tokens(line) {
+            let Some(eq) = token.iter().position(|b| *b == b'=') else {
+                continue;
+            };
+            let (name, value) = (&token[..eq], token[eq + 1..].to_vec());
+            let (list, n) = match (
+                name.strip_prefix(b"GIT_CONFIG_KEY_".as_slice()),
+                name.strip_prefix(b"GIT_CONFIG_VALUE_".as_slice()),
+            ) {
+                (Some(n), _) => (&mut self.keys, n),
+                (_, Some(n)) => (&mut self.values, n),
+                _ => continue,
+            };
+            if list.len() < MAX_NUMBERED && !list.iter().any(|(m, v)| m == n && *v == value) {
+                list.push((n.to_vec(), value));
+            }
+        }
+    }
+
+    /// Each key with each value of its number, as config lines added to `out`.
+    fn push_to(&self, out: &mut Vec<u8>) {
+        for (n, key) in &self.keys {
+            for (_, value) in self.values.iter().filter(|(m, _)| m == n) {
+                let tokens = [[key.as_slice(), b"=", value].concat()];
+                if let Some((key, value)) = setting_at(&tokens, 0) {
+                    push_setting(out, &key, value);
+                }
+            }
         }
     }
 }
 
 /// The setting the token at `at` makes, when it is one: `KEY=VALUE` (`git -c`), `KEY`
-/// then `VALUE` (`git config`), `GIT_CONFIG_KEY_n=KEY` then `GIT_CONFIG_VALUE_n=VALUE`;
+/// then `VALUE` (`git config`) (`GIT_CONFIG_KEY_n`: [`NumberedSettings`]);
 /// `GIT_CONFIG_GLOBAL=FILE` (and `_SYSTEM`, `GIT_CONFIG`) an include of `FILE`.
 /// Not a value the shell builds, an option or a test's operator: those name nothing here.
 fn setting_at(tokens: &[Vec<u8>], at: usize) -> Option<(ConfigKey<'_>, &[u8])> {
     let token = &tokens[at];
-    let next = || -> Option<&[u8]> {
-        let next = tokens.get(at + 1)?;
-        Some(match next.iter().position(|b| *b == b'=') {
-            Some(eq) if next[..eq].starts_with(b"GIT_CONFIG_VALUE_") => &next[eq + 1..],
-            _ => next,
-        })
-    };
+    let next = || tokens.get(at + 1).map(Vec::as_slice);
     // A config file git reads whole: as if included.
     const CONFIG_FILES: &[&[u8]] = &[b"GIT_CONFIG_GLOBAL", b"GIT_CONFIG_SYSTEM", b"GIT_CONFIG"];
     let (key, value) = match token.iter().position(|b| *b == b'=') {
@@ -1762,7 +1924,6 @@ fn setting_at(tokens: &[Vec<u8>], at: usize) -> Option<(ConfigKey<'_>, &[u8])> {
             (&b"include.path"[..], &token[eq + 1..])
         }
         Some(eq) if config_key(&token[..eq]).is_some() => (&token[..eq], &token[eq + 1..]),
-        Some(eq) if token[..eq].starts_with(b"GIT_CONFIG_KEY_") => (&token[eq + 1..], next()?),
         None => (token.as_slice(), next()?),
         Some(_) => return None,
     };
@@ -1974,6 +2135,17 @@ fn command_run_words(
         script_run_words(inner, depth - 1, found);
         return None;
     }
+    // `eval` is a wrapper there too (`eval sh tools/x.sh`); its words are one line.
+    let from = match at.checked_sub(1) {
+        Some(before) if program_name(&tokens[before]) == b"eval" => before,
+        _ => at.min(tokens.len()),
+    };
+    if depth > 0
+        && let Some(inner) = inner_command_line(&tokens[from..])
+    {
+        script_run_words(&inner, depth - 1, found);
+        return None;
+    }
     let mut words = tokens.iter().skip(at);
     let program = words.next()?;
     let program = default_program(program).unwrap_or(program);
@@ -2003,6 +2175,50 @@ fn command_run_words(
         push_based(&word, found);
     }
     None
+}
+
+/// The command line a command (`tokens`, from its program) runs of its own words, when
+/// it is one that does: `eval WORDS`, `trap 'LINE' SIGNALS`, `xargs [OPTIONS] PROGRAM
+/// ARGS` (the program and its arguments), a shell's `-c` in a cluster of options (`bash
+/// -lc 'LINE'`, `sh -ec 'LINE'`). Round thirty's review: a file without a script's
+/// suffix (`tools/local`) so run, absent at the start, was the agent's to make (the any
+/// word reader moves aside absent names with a script's suffix only), and the user's
+/// `git ci` ran it.
+fn inner_command_line(tokens: &[Vec<u8>]) -> Option<Vec<u8>> {
+    const SHELLS: &[&[u8]] = &[b"sh", b"bash", b"dash", b"zsh", b"ksh"];
+    let (program, rest) = tokens.split_first()?;
+    let name = program_name(program);
+    let line = |words: &[Vec<u8>]| Some(words.join(&b' ')).filter(|l| !l.is_empty());
+    match name {
+        b"eval" => line(rest),
+        b"trap" => rest.iter().find(|w| !w.starts_with(b"-")).cloned(),
+        b"xargs" => line(&rest[xargs_options_len(rest)..]),
+        _ if SHELLS.contains(&name) => {
+            let cluster = |w: &&Vec<u8>| {
+                w.len() > 2 && w.starts_with(b"-") && w[1] != b'-' && w.contains(&b'c')
+            };
+            let at = rest
+                .iter()
+                .take_while(|w| w.starts_with(b"-"))
+                .position(|w| cluster(&w))?;
+            rest.get(at + 1).cloned()
+        }
+        _ => None,
+    }
+}
+
+/// How many of `words` (after `xargs`) are its options and their values.
+fn xargs_options_len(words: &[Vec<u8>]) -> usize {
+    let mut at = 0;
+    while let Some(word) = words.get(at) {
+        if !word.starts_with(b"-") {
+            break;
+        }
+        let separate = XARGS_LONG_VALUE_OPTIONS.contains(&word.as_slice())
+            || XARGS_VALUE_OPTIONS.contains(&word.as_slice());
+        at += if separate { 2 } else { 1 };
+    }
+    at.min(words.len())
 }
 
 /// The files a program that reads its own program from one runs (`make -f tools/ci.mk`,
@@ -3079,6 +3295,47 @@ mod tests {
     }
 
     #[test]
+    fn the_lines_eval_trap_xargs_and_a_shells_option_cluster_run_are_read() {
+        let runs = |script: &str| -> Vec<String> {
+            run_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        for script in [
+            "eval 'sh tools/local'",
+            "eval sh tools/local",
+            "trap 'sh tools/local' EXIT",
+            "echo | xargs -n 1 -P4 sh tools/local",
+            "bash -lc 'sh tools/local'",
+            "sh -ec 'sh tools/local'",
+        ] {
+            assert!(runs(script).contains(&"tools/local".to_owned()), "{script}");
+        }
+        assert!(runs("trap - EXIT").is_empty());
+    }
+
+    #[test]
+    fn an_ssh_config_given_by_dash_f_is_read_as_sourced() {
+        let sourced = |script: &str| -> Vec<String> {
+            sourced_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| String::from_utf8(w).unwrap())
+                .collect()
+        };
+        assert_eq!(sourced("ssh -F ci/c host true"), ["ci/c"]);
+        assert_eq!(sourced("ssh -qFci/c -o X=y host"), ["ci/c"]);
+        assert_eq!(
+            sourced("GIT_SSH_COMMAND='ssh -i k -F ci/c' git fetch"),
+            ["ci/c"]
+        );
+        assert_eq!(sourced("rsync -e \"/usr/bin/scp -F ci/c\" a b"), ["ci/c"]);
+        // The remote command's options are not ssh's.
+        assert!(sourced("ssh host grep -F x y").is_empty());
+        assert!(sourced("ssh -o F=1 host").is_empty());
+    }
+
+    #[test]
     fn the_git_config_a_line_sets_is_read_as_a_config() {
         let hooks = |script: &str| -> Vec<String> {
             let text = script_git_settings(script.as_bytes(), b"/w/tools");
@@ -3112,6 +3369,18 @@ mod tests {
         assert_eq!(include_paths(&text), [b"ci/g".to_vec()]);
         let text = command_git_settings(b"[alias]\n\tci = !git -c core.hooksPath=ci/gh commit\n");
         assert_eq!(hooks_paths(&text), [b"ci/gh".to_vec()]);
+        // Round thirty's review: other spellings of the same settings.
+        assert_eq!(
+            hooks("export GIT_CONFIG_KEY_0=core.hooksPath\nexport GIT_CONFIG_VALUE_0=h\ngit x"),
+            ["h"]
+        );
+        assert_eq!(
+            hooks("GIT_CONFIG_PARAMETERS=\"'core.hooksPath'='h' 'a.b'='c'\" git x"),
+            ["h"]
+        );
+        assert_eq!(hooks("H=h git --config-env=core.hooksPath=H x"), ["h"]);
+        assert_eq!(hooks("H=h\ngit --config-env core.hooksPath=H x"), ["h"]);
+        assert!(hooks("git --config-env=core.hooksPath=H x").is_empty());
     }
 
     #[test]

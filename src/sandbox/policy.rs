@@ -950,8 +950,10 @@ impl Policy {
         };
         let (found, tool_trees) = registered.and(scan.found)?;
         self.git_known = found.git_known;
+        let mut places = super::home::places_outside_home(scan.keys);
+        places.extend(other_views_of_the_homes());
         self.host_secrets = super::hostmask::HostSecrets {
-            places: super::home::places_outside_home(scan.keys),
+            places,
             linked: found.home_key_links,
             scanned: std::iter::once(self.workspace.clone())
                 .chain(scan.scanned.iter().map(|(path, _)| path.clone()))
@@ -1911,12 +1913,18 @@ impl FsPlace {
 }
 
 /// This process's mounts by id (`/proc/self/mountinfo`): each one's device, the path in
-/// its file system it shows (its root) and where it is mounted. Empty when unreadable.
-struct MountTable(std::collections::HashMap<u64, (String, PathBuf, PathBuf)>);
+/// its file system it shows (its root) and where it is mounted; and the layers of each
+/// overlay mount (its `lowerdir`s and `upperdir`, by path), which it shows as a bind
+/// mount shows its directory. Empty when unreadable.
+struct MountTable(
+    std::collections::HashMap<u64, (String, PathBuf, PathBuf)>,
+    std::collections::HashMap<u64, Vec<PathBuf>>,
+);
 
 impl MountTable {
     fn read() -> MountTable {
         let text = crate::workspace::mountinfo::table().unwrap_or_default();
+        let mut layers = std::collections::HashMap::new();
         let mounts = text
             .split(|&b| b == b'\n')
             .filter_map(|line| {
@@ -1926,10 +1934,34 @@ impl MountTable {
                 let device = String::from_utf8_lossy(fields.next()?).into_owned();
                 let root = crate::workspace::mountinfo::unescape(fields.next()?);
                 let point = crate::workspace::mountinfo::unescape(fields.next()?);
+                let overlay = overlay_layers(line);
+                if !overlay.is_empty() {
+                    layers.insert(id, overlay);
+                }
                 Some((id, (device, root, point)))
             })
             .collect();
-        MountTable(mounts)
+        MountTable(mounts, layers)
+    }
+
+    /// The directories the overlay mounts at or beneath `path` show (each layer whole),
+    /// and those of the overlay mount holding `path` (each layer joined with the rest of
+    /// `path` below its mount point). Round thirty's review: an overlay whose lower layer
+    /// is the home directory showed `~/.ssh` to `--read` of its mount point, a file
+    /// system of its own that no place compared with the home's.
+    fn overlay_paths(&self, path: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for (id, layers) in &self.1 {
+            let Some((_, _, point)) = self.0.get(id) else {
+                continue;
+            };
+            if point.starts_with(path) {
+                out.extend(layers.iter().cloned());
+            } else if let Ok(rest) = path.strip_prefix(point) {
+                out.extend(layers.iter().map(|layer| layer.join(rest)));
+            }
+        }
+        out
     }
 
     /// The places shown by the mounts whose mount points lie strictly beneath `path`
@@ -1959,7 +1991,8 @@ impl MountTable {
             return false;
         };
         let place = Path::new("/").join(rest);
-        root == Path::new("/")
+        !self.1.contains_key(&id)
+            && root == Path::new("/")
             && self.0.iter().all(|(other, (d, r, _))| {
                 *other == id || d != device || !(r.starts_with(&place) || place.starts_with(r))
             })
@@ -1976,6 +2009,109 @@ impl MountTable {
             path: root.join(rest),
         })
     }
+}
+
+/// Where a mount of this process shows a home directory of its ([`home::homes_here`]) or
+/// one of its keys at another path than its own: a bind mount of the home at `/opt/h` or
+/// of `~/.ssh` at `/opt/ssh`, an overlay with the home as a layer. The private root shows
+/// the system trees read-only, with their submounts: round thirty's review read
+/// `~/.ssh/id_x` at `/opt/h/.ssh/id_x`, `/opt/ssh/id_x` and through such an overlay in
+/// `workspace-write` mode, no grant asked. Masked there as the relocated keys are
+/// ([`super::hostmask::HostSecrets::places`]): the home's view whole, a key's alone.
+/// Nothing is looked up when no mount but the home's own shows its file system.
+fn other_views_of_the_homes() -> Vec<PathBuf> {
+    let mounts = MountTable::read();
+    let mut views = Vec::new();
+    for home in home::homes_here() {
+        views.extend(other_views_of(&mounts, &home));
+    }
+    views
+}
+
+/// [`other_views_of_the_homes`] for one `home` (canonical).
+fn other_views_of(mounts: &MountTable, home: &Path) -> Vec<PathBuf> {
+    let Some(home_place) = mounts.place(home) else {
+        return Vec::new();
+    };
+    // The home at its own path, and what lies there, are the home's masks' to hide.
+    let own = |view: &Path| view.starts_with(home) || home.starts_with(view);
+    let candidates: Vec<(Option<PathBuf>, PathBuf, Vec<PathBuf>)> = mounts
+        .0
+        .iter()
+        .filter_map(|(id, (device, root, point))| {
+            let layers = mounts.1.get(id).cloned().unwrap_or_default();
+            let same = (*device == home_place.device).then(|| root.clone());
+            let shown = same.is_some() || !layers.is_empty();
+            (shown && !own(point)).then(|| (same, point.clone(), layers))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let keys: Vec<(PathBuf, Option<FsPlace>)> = home::never_visible_places(home)
+        .into_iter()
+        .map(|key| {
+            let place = mounts.place(&key);
+            (key, place)
+        })
+        .collect();
+    let mut views = Vec::new();
+    for (root, point, layers) in candidates {
+        // What of the home and its keys the mount shows, by place (same device) and by
+        // each overlay layer's path.
+        // (what, the directory the mount shows, whether a mount inside `what` counts: a
+        // key's part is a key, the home's other parts are no secret).
+        let mut shows: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
+        if let Some(root) = &root {
+            shows.push((home_place.path.clone(), root.clone(), false));
+            let same = keys.iter().filter_map(|(_, p)| p.clone());
+            let same = same.filter(|p| p.device == home_place.device);
+            shows.extend(same.map(|p| (p.path, root.clone(), true)));
+        }
+        for layer in &layers {
+            shows.push((home.to_path_buf(), layer.clone(), false));
+            shows.extend(
+                keys.iter()
+                    .map(|(key, _)| (key.clone(), layer.clone(), true)),
+            );
+        }
+        for (target, shown, inside_counts) in shows {
+            if let Ok(rest) = target.strip_prefix(&shown) {
+                views.push(point.join(rest));
+            } else if inside_counts && shown.starts_with(&target) {
+                views.push(point.clone());
+            }
+        }
+    }
+    views.retain(|view| !own(view));
+    views.sort();
+    views.dedup();
+    views
+}
+
+/// The layers an overlay mount's line of `/proc/self/mountinfo` names in its super
+/// options (`lowerdir=A:B`, `lowerdir+=A`, `upperdir=C`, `datadir+=D`); none for another
+/// file system.
+fn overlay_layers(line: &[u8]) -> Vec<PathBuf> {
+    let Some(at) = line.windows(3).position(|w| w == b" - ") else {
+        return Vec::new();
+    };
+    let mut fields = line[at + 3..].split(|&b| b == b' ');
+    if fields.next() != Some(b"overlay".as_slice()) {
+        return Vec::new();
+    }
+    let options = fields.nth(1).unwrap_or_default();
+    let mut layers = Vec::new();
+    for option in options.split(|&b| b == b',') {
+        const KEYS: &[&[u8]] = &[b"lowerdir=", b"lowerdir+=", b"upperdir=", b"datadir+="];
+        let Some(value) = KEYS.iter().find_map(|k| option.strip_prefix(*k)) else {
+            continue;
+        };
+        for layer in value.split(|&b| b == b':').filter(|l| l.starts_with(b"/")) {
+            layers.push(crate::workspace::mountinfo::unescape(layer));
+        }
+    }
+    layers
 }
 
 /// Canonicalise `path` one component at a time, recording every symlink met as an alias
@@ -2191,8 +2327,14 @@ fn home_mounted_beneath(canonical: &Path, home: &Path, places: &[PathBuf]) -> bo
         m.device == home_place.device && home_place.path.starts_with(&m.path)
             || secrets.iter().any(|secret| secret.overlaps(m))
     };
+    let layer_shows = |layer: &PathBuf| {
+        home.starts_with(layer)
+            || touches_never_visible(layer, places)
+            || mounts.place(layer).is_some_and(|m| shows(&m))
+    };
     mounts.beneath(canonical).any(|m| shows(&m))
         || own && mounts.place(canonical).is_some_and(|m| shows(&m))
+        || mounts.overlay_paths(canonical).iter().any(layer_shows)
 }
 
 /// [`workspace_refusal`] with each home directory of this process: `$HOME`'s and the

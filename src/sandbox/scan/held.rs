@@ -258,6 +258,7 @@ impl<'a> Walker<'a, '_> {
     pub(super) fn add_path_dirs(
         &mut self,
         dirs: Vec<Vec<u8>>,
+        depth: usize,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
         for dir in dirs {
@@ -265,10 +266,50 @@ impl<'a> Walker<'a, '_> {
                 continue;
             }
             walk.path_dirs.push(dir.clone());
+            self.guard_path_dir(&dir, depth, walk)?;
             for (name, depth) in walk.env_programs.clone() {
                 let interpreter = [dir.as_slice(), b"/", &name].concat();
                 self.guard_one_interpreter(&interpreter, depth, walk)?;
             }
+        }
+        Ok(())
+    }
+
+    /// A directory of a writable tree that a held line or script puts on `PATH`
+    /// (`PATH="$PWD/tools/bin:$PATH"`, read from the top): held whole when it is there,
+    /// moved aside at the run's end if the run made it ([`Walker::move_aside_if_made`]).
+    /// Round thirty's review: a program there absent at the start was the agent's to
+    /// make, a `fmt-local` the script runs when there, or a `git` or `make` that the
+    /// script's next `git …` found first, and the user's `git ci` ran it. Not the top of
+    /// the tree nor what holds it (`PATH=.:$PATH`: the whole tree), nor a directory below
+    /// one of [`BUILD_OUTPUT_DIRS`] (`node_modules/.bin`, an activated `.venv/bin`: the
+    /// installers' to fill).
+    fn guard_path_dir(
+        &mut self,
+        dir: &[u8],
+        depth: usize,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        let Some(target) = config_path(dir, walk.work_tree.as_deref()) else {
+            return Ok(());
+        };
+        let Some(rel) = target
+            .strip_prefix(self.tree.root)
+            .ok()
+            .and_then(|rel| self.lexical_at_start(rel).transpose())
+            .transpose()?
+        else {
+            return Ok(());
+        };
+        if below_build_output(&rel) {
+            return Ok(());
+        }
+        let path = self.tree.root.join(&rel);
+        if fs::symlink_metadata(&path).is_err() {
+            return self.move_aside_if_made(&path);
+        }
+        if walk.commands.insert(path.clone()) {
+            self.guard_include(&path, depth, walk, NamedBy::HeldDir)?;
         }
         Ok(())
     }
@@ -468,7 +509,7 @@ impl<'a> Walker<'a, '_> {
         let Some(top) = walk.work_tree.clone() else {
             return Ok(());
         };
-        self.add_path_dirs(config_text::path_dirs(text), walk)?;
+        self.add_path_dirs(config_text::path_dirs(text), depth, walk)?;
         let python_path = config_text::pythonpath_dirs(text);
         self.guard_python_path(python_path, &top, &top, depth, walk)?;
         // First: a word met held-if-present is not looked at again.
@@ -755,7 +796,7 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
         // tools/fmt.py`), read from the top as the line's is.
-        self.add_path_dirs(config_text::script_path_dirs(text), walk)?;
+        self.add_path_dirs(config_text::script_path_dirs(text), depth, walk)?;
         let python_path = config_text::script_pythonpath_dirs(text);
         self.guard_python_path(python_path, top, dir, depth, walk)?;
         // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]), its
@@ -1621,12 +1662,7 @@ impl Walker<'_, '_> {
         }) else {
             return Ok(());
         };
-        let built = rel.components().any(|c| {
-            BUILD_OUTPUT_DIRS
-                .iter()
-                .any(|dir| c.as_os_str() == OsStr::new(dir))
-        });
-        if built {
+        if below_build_output(&rel) && !below_a_virtualenv(&rel) {
             return Ok(());
         }
         let mut so_far = PathBuf::new();
@@ -1647,6 +1683,28 @@ impl Walker<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// Whether a name of `rel` is a virtualenv's directory (`.venv`, `venv`): what a held
+/// script runs there absent at the start is moved aside if the run made it, though the
+/// directory is one of [`BUILD_OUTPUT_DIRS`]. Round thirty's review: the hook `pre-commit
+/// install` writes (`INSTALL_PYTHON=/home/u/proj/.venv/bin/python3`, then `exec
+/// "$INSTALL_PYTHON" -mpre_commit …` when it is there), with no `.venv` at the start,
+/// ran the agent's `.venv/bin/python3` at the user's next commit. A virtualenv is no
+/// output of the project's sources: what runs from it is the installer's, whatever the
+/// agent wrote in the tree.
+fn below_a_virtualenv(rel: &Path) -> bool {
+    rel.components()
+        .any(|c| c.as_os_str() == OsStr::new(".venv") || c.as_os_str() == OsStr::new("venv"))
+}
+
+/// Whether a name of `rel` is one of [`BUILD_OUTPUT_DIRS`].
+fn below_build_output(rel: &Path) -> bool {
+    rel.components().any(|c| {
+        BUILD_OUTPUT_DIRS
+            .iter()
+            .any(|dir| c.as_os_str() == OsStr::new(dir))
+    })
 }
 
 impl Walker<'_, '_> {

@@ -617,6 +617,15 @@ impl ScanOutput {
         self.foreign_includes.extend(part.foreign_includes);
         self.pinned.extend(part.pinned);
         self.out_of_reach.extend(part.out_of_reach);
+        // Those of a git dir met by the walk (its hooks' scripts, its configs'
+        // `PYTHONPATH`): round thirty's review found them dropped here, and the agent's
+        // `tools/local.sh` that the user's `.git/hooks/pre-commit` runs when there ran at
+        // the next commit.
+        for glob in part.made_aside_globs {
+            if !self.made_aside_globs.contains(&glob) {
+                self.made_aside_globs.push(glob);
+            }
+        }
         Ok(())
     }
 }
