@@ -162,6 +162,64 @@ fn denials_the_agent_hits_are_reported_without_the_secret() {
     );
 }
 
+/// A script the user's git commands run that was absent at the start is held absent (a
+/// symlink to `/dev/null/coder-absent`): making it fails with "Directory nonexistent"
+/// (dash's redirection) or "ENOTDIR: not a directory" (the Write tool), which the
+/// agent's denials did not count: the run reported none, though the sandbox had refused
+/// both (newuser30's note, round thirty).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn making_a_script_held_absent_is_a_read_only_denial() {
+    let claude = real_claude();
+    let fake = Fake::new(json!([]));
+    let ws = fake.workspace();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(ws)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "alias.fmt", "!sh tools/fmt.sh"]);
+    git(&["config", "alias.lint", "!sh tools/lint.sh"]);
+    std::fs::create_dir(ws.join("tools")).unwrap();
+    let cassette = format!(
+        "replay:{}/fixtures/sandbox/held_absent.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = fake
+        .coder()
+        .claude_bin(claude)
+        .args([
+            "--backend",
+            &cassette,
+            "--return-metrics",
+            "make the scripts",
+        ])
+        .run();
+    out.assert_success("Both scripts were refused.");
+    let denials = out.envelope["metrics"]["sandbox_denials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", out.explain()))
+        .clone();
+    for (tool, name) in [("Bash", "tools/fmt.sh"), ("Write", "tools/lint.sh")] {
+        assert!(
+            denials.iter().any(|d| d["tool"] == tool
+                && d["class"] == "read_only"
+                && d["path"].as_str().is_some_and(|p| p.ends_with(name))),
+            "{tool} {name}: {denials:#?} {}",
+            out.explain()
+        );
+        assert!(
+            !ws.join(name).exists(),
+            "{name} was made: {}",
+            out.explain()
+        );
+    }
+}
+
 /// The real CLI reaches its (loopback) backend only through coder's egress proxy, and what
 /// the proxy refuses is reported like a file denial.
 #[test]

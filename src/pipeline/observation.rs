@@ -129,13 +129,16 @@ pub struct Observation {
 /// are not searched for: the tools print them with their message (Node's `EACCES:
 /// permission denied, open '…'`, `EBUSY: resource busy or locked`, Python's `[Errno 13]
 /// Permission denied`), so the messages find them, and each marker costs a search of every
-/// tool result.
-const DENIAL_MARKERS: [&[u8]; 5] = [
+/// tool result. The last two are what making a file at a name held absent answers (a
+/// denial only when the line names such a name: `sandbox::Policy::is_held_file`).
+const DENIAL_MARKERS: [&[u8]; 7] = [
     b"ermission denied",
     b"peration not permitted",
     b"ead-only file system",
     b"esource busy",
     b"ross-device link",
+    b"ot a directory",
+    b"irectory nonexistent",
 ];
 
 /// Whether `bytes` hold one of the [`DENIAL_MARKERS`].
@@ -148,7 +151,7 @@ fn has_denial_marker(bytes: &[u8]) -> bool {
         LazyLock::new(|| aho_corasick::packed::Searcher::new(DENIAL_MARKERS));
     match &*MARKERS {
         Some(markers) => markers.find(bytes).is_some(),
-        // Building the automaton of five short words cannot fail; were it to, a search
+        // Building the automaton of seven short words cannot fail; were it to, a search
         // per marker gives the same answer.
         None => DENIAL_MARKERS
             .iter()

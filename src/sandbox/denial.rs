@@ -76,6 +76,11 @@ const FILE_TOOLS: [&str; 5] = ["Read", "Write", "Edit", "MultiEdit", "NotebookEd
 /// File tools whose every refusal is of a write.
 const WRITE_TOOLS: [&str; 4] = ["Write", "Edit", "MultiEdit", "NotebookEdit"];
 
+/// What creating a file at a name held absent (a symlink to `/dev/null/coder-absent`)
+/// answers: a denial only where the line names such a name ([`Policy::is_held_file`]),
+/// an ordinary error elsewhere.
+const HELD_ABSENT_MESSAGES: [&str; 3] = ["not a directory", "directory nonexistent", "enotdir"];
+
 /// Error messages and errno names, with the class each one means.
 const MESSAGES: [(&str, DenialClass); 10] = [
     ("permission denied", DenialClass::OutsideSandbox),
@@ -139,7 +144,46 @@ pub fn detect_denials(tool: &str, text: &str, policy: Option<&Policy>) -> Vec<De
             found.push(denial);
         }
     }
+    if let Some(policy) = policy {
+        for path in held_absent_paths(tool, text) {
+            let denial = Denial {
+                tool: tool.to_string(),
+                path: Some(path),
+                host: None,
+                class: DenialClass::ReadOnly,
+            };
+            let held = denial
+                .path
+                .as_deref()
+                .is_some_and(|p| policy.is_held_file(&absolute_in(&policy.workspace, p)));
+            if held && !found.contains(&denial) {
+                found.push(denial);
+            }
+        }
+    }
     found
+}
+
+/// The paths of error lines that say what creating a file at a name held absent says
+/// ([`HELD_ABSENT_MESSAGES`]: `sh: cannot create tools/fmt.sh: Directory nonexistent`,
+/// `NotADirectoryError: [Errno 20] Not a directory: 'tools/fmt.sh'`, the Write tool's
+/// `ENOTDIR: not a directory, open '…'`).
+fn held_absent_paths(tool: &str, text: &str) -> Vec<String> {
+    if CONTENT_TOOLS.contains(&tool) {
+        return Vec::new();
+    }
+    let file_tool = FILE_TOOLS.contains(&tool);
+    text.lines()
+        .filter(|line| !file_tool || is_node_error(line) || line.contains("<tool_use_error>"))
+        .filter_map(|line| {
+            let lower = line.to_ascii_lowercase();
+            let needle = HELD_ABSENT_MESSAGES.iter().find(|needle| {
+                lower.contains(*needle) && (needle.contains(' ') || contains_word(&lower, needle))
+            })?;
+            let shaped = lower.contains(": ") || lower.contains("[errno") || is_node_error(line);
+            shaped.then(|| last_quoted(line).or_else(|| path_before(line, &lower, needle)))?
+        })
+        .collect()
 }
 
 pub(crate) fn absolute_in(workspace: &Path, path: &str) -> PathBuf {
@@ -223,12 +267,25 @@ fn path_in_line(line: &str) -> Option<String> {
         return Some(quoted);
     }
     let lower = line.to_ascii_lowercase();
-    let message_at = MESSAGES
+    let needle = MESSAGES
         .iter()
-        .filter(|(needle, _)| needle.contains(' '))
-        .find_map(|(needle, _)| lower.find(needle))?;
+        .map(|(needle, _)| *needle)
+        .filter(|needle| needle.contains(' '))
+        .find(|needle| lower.contains(needle))?;
+    path_before(line, &lower, needle)
+}
+
+/// The field before `needle` in `line` (`cat: .env: Permission denied` → `.env`), when it
+/// looks like a path; `lower` is `line` in lower case.
+fn path_before(line: &str, lower: &str, needle: &str) -> Option<String> {
+    let message_at = lower.find(needle)?;
     let before = line[..message_at].trim_end().strip_suffix(':')?;
     let field = before.rsplit(": ").next()?.trim();
+    // dash's redirection: `sh: 1: cannot create .env: Permission denied`.
+    let field = ["cannot create ", "can't create "]
+        .iter()
+        .find_map(|prefix| field.strip_prefix(prefix))
+        .unwrap_or(field);
     let looks_like_path =
         !field.is_empty() && !field.contains(' ') && (field.contains('/') || field.contains('.'));
     looks_like_path.then(|| field.trim_matches(['\'', '"', '`']).to_string())
@@ -333,6 +390,25 @@ mod tests {
         assert_eq!(
             denial_paths(text),
             vec![".env", "secrets/db.txt", "/outside/x", "/home/u/.bashrc"]
+        );
+    }
+
+    #[test]
+    fn finds_what_making_a_name_held_absent_answers() {
+        let bash = "Exit code 1\nbash: line 1: tools/fmt.sh: Not a directory";
+        assert_eq!(held_absent_paths("Bash", bash), ["tools/fmt.sh"]);
+        let dash = "sh: 1: cannot create tools/fmt.sh: Directory nonexistent";
+        assert_eq!(held_absent_paths("Bash", dash), ["tools/fmt.sh"]);
+        let write = "<tool_use_error>Error calling tool (Write): ENOTDIR: not a directory, \
+                     stat '/ws/tools/lint.sh'</tool_use_error>";
+        assert_eq!(held_absent_paths("Write", write), ["/ws/tools/lint.sh"]);
+        // What a file tool reads, and a search's hits, are content, not errors.
+        assert!(held_absent_paths("Read", "x: Not a directory").is_empty());
+        assert!(held_absent_paths("Grep", "a.rs: Not a directory").is_empty());
+        // dash names the file it could not create the same way for any denial.
+        assert_eq!(
+            denial_paths("sh: 1: cannot create .env: Permission denied"),
+            [".env"]
         );
     }
 }

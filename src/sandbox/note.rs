@@ -151,8 +151,9 @@ fn write_network_and_limits(note: &mut String, policy: &Policy) {
     let _ = writeln!(
         note,
         "If something fails with \"Permission denied\", \"Read-only file system\", \
-         \"Operation not permitted\" or \"Device or resource busy\", that is the sandbox: \
-         say so in your answer instead of looking for a way around it."
+         \"Operation not permitted\" or \"Device or resource busy\", or making a file \
+         listed read-only fails with \"Not a directory\", that is the sandbox: say so in \
+         your answer instead of looking for a way around it."
     );
 }
 

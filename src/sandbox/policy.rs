@@ -1157,6 +1157,15 @@ impl Policy {
             .any(|m| m.secret && (m.path == path || (m.is_dir && path.starts_with(&m.path))))
     }
 
+    /// Whether `path` is a file name held read-only (a protected config, a script the
+    /// user's git commands run, or such a name held absent: a symlink to
+    /// [`super::ABSENT_TARGET`], where creating the file fails with "Not a directory").
+    pub fn is_held_file(&self, path: &Path) -> bool {
+        self.masks
+            .iter()
+            .any(|m| !m.secret && m.kind == MaskKind::ReadOnly && !m.is_dir && m.path == path)
+    }
+
     /// Whether `path` lies beneath a granted root.
     pub fn is_granted(&self, path: &Path) -> bool {
         !self.mode.is_confined() || self.roots.iter().any(|r| path.starts_with(&r.path))
