@@ -90,9 +90,10 @@ fn a_script_a_held_script_runs_that_the_agent_made_is_moved_aside() {
     }
 }
 
-/// The guard says what it moved and where, and the file is kept there for the user to
-/// look at; a later run in the same workspace starts (the plant of round twenty-seven's
-/// cap ratchet no longer refuses it). Both arms.
+/// The guard says what it moved (a script the user's git runs, not a protected tool
+/// config) and where, and the file is kept there for the user to look at; a later run in
+/// the same workspace starts (the plant of round twenty-seven's cap ratchet no longer
+/// refuses it). Both arms.
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn the_moved_script_is_reported_and_kept_and_later_runs_start() {
@@ -103,9 +104,14 @@ fn the_moved_script_is_reported_and_kept_and_later_runs_start() {
         user_ci(&fx, &ws, "sh tools/gen.sh\n");
         let (rc, out) = run_text(&mut fx.sandbox_in(&ws, &[], CAP_PLANT));
         assert!(rc == 0 && out.contains("PLANTED"), "nobody={nobody}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("tool-config guard: moved") && l.contains("tools/gen.sh"))
+            .unwrap_or_else(|| panic!("nobody={nobody}: the move is reported: {out}"));
+        // Said as what it is: a script the user's git runs, not a protected tool config.
         assert!(
-            out.contains("tool-config guard: moved") && out.contains("tools/gen.sh"),
-            "nobody={nobody}: the move is reported: {out}"
+            line.contains("a script your git commands") && !line.contains("protected"),
+            "nobody={nobody}: {line}"
         );
         assert!(!ws.join("tools/gen.sh").exists(), "nobody={nobody}: moved");
         let kept = std::fs::read_dir(ws.join("tools"))

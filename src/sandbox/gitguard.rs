@@ -139,9 +139,13 @@ pub enum QuarantineKind {
     /// Config, hooks or operation state of a git dir, or a `.git` file or symlink.
     Git,
     /// A name matching a protected glob (`.claude/`, `.envrc`, `lefthook.yml`, ...) that
-    /// appeared or changed during the run, or a script a held script runs that was absent
-    /// at the start.
+    /// appeared or changed during the run.
     ToolConfig,
+    /// A script (or a directory of them) that a held script or the user's git config
+    /// runs, absent at the start and made during the run. Reported as `tool_config` too
+    /// (what callers have filtered on since the rule came); the warning says which.
+    #[serde(rename = "tool_config")]
+    MadeScript,
 }
 
 /// The protected tool configs of a run, as the end-of-run guard needs them: the globs of
@@ -161,6 +165,11 @@ pub struct ToolTree {
     #[serde(with = "super::bytes")]
     pub root: PathBuf,
     pub globs: Vec<String>,
+    /// The globs name what held scripts would run if the agent made it (the absent
+    /// scripts, the names Python imports at start), not protected tool configs: what the
+    /// guard moves aside here is a [`QuarantineKind::MadeScript`].
+    #[serde(default)]
+    pub made_scripts: bool,
     /// `globs` as the start scan compiled them, reused by the end-of-run guard.
     #[serde(skip)]
     pub compiled: CompiledGlobs,
@@ -184,7 +193,7 @@ impl Eq for CompiledGlobs {}
 
 /// [`ToolGuard`], compiled.
 struct ToolMatch {
-    trees: Vec<(PathBuf, std::sync::Arc<GlobSet>)>,
+    trees: Vec<(PathBuf, std::sync::Arc<GlobSet>, QuarantineKind)>,
     held: HashSet<(u64, u64)>,
 }
 
@@ -199,7 +208,11 @@ impl ToolMatch {
                         .map_err(|e| e.to_string())?,
                 ),
             };
-            trees.push((tree.root.clone(), set));
+            let kind = match tree.made_scripts {
+                true => QuarantineKind::MadeScript,
+                false => QuarantineKind::ToolConfig,
+            };
+            trees.push((tree.root.clone(), set, kind));
         }
         Ok(ToolMatch {
             trees,
@@ -211,14 +224,25 @@ impl ToolMatch {
         !self.trees.is_empty()
     }
 
-    /// Whether `path` matches a protected glob of a tree holding it: the name itself, or
-    /// for a directory any name below it (as the start scan decides what it holds).
-    fn protected(&self, path: &Path, is_dir: bool) -> bool {
-        self.trees.iter().any(|(root, set)| {
-            path.strip_prefix(root).is_ok_and(|rel| {
-                is_protected(set, rel) || (is_dir && is_protected(set, &rel.join(PROBE_CHILD)))
+    /// Whether `path` matches a protected glob of a tree holding it (the name itself, or
+    /// for a directory any name below it, as the start scan decides what it holds), and
+    /// as what: a protected tool config before a made script.
+    fn protected(&self, path: &Path, is_dir: bool) -> Option<QuarantineKind> {
+        let kinds: Vec<QuarantineKind> = self
+            .trees
+            .iter()
+            .filter(|(root, set, _)| {
+                path.strip_prefix(root).is_ok_and(|rel| {
+                    is_protected(set, rel) || (is_dir && is_protected(set, &rel.join(PROBE_CHILD)))
+                })
             })
-        })
+            .map(|(_, _, kind)| *kind)
+            .collect();
+        kinds
+            .iter()
+            .copied()
+            .find(|kind| *kind == QuarantineKind::ToolConfig)
+            .or(kinds.first().copied())
     }
 }
 
@@ -252,10 +276,16 @@ impl GuardReport {
                     q.to
                 ),
                 QuarantineKind::ToolConfig => format!(
-                    "tool-config guard: moved {} (a protected tool config, or a script \
-                     your git commands run, that the sandboxed command made or changed) to \
-                     {} so that the programs that read it outside the sandbox (Claude Code, \
-                     editors, direnv, git and its hooks) cannot run what it says; check it \
+                    "tool-config guard: moved {} (a protected tool config that the \
+                     sandboxed command made or changed) to {} so that the programs that read \
+                     it outside the sandbox (Claude Code, editors, direnv, git and its hooks) \
+                     cannot run what it says; check it before putting it back",
+                    q.path, q.to
+                ),
+                QuarantineKind::MadeScript => format!(
+                    "tool-config guard: moved {} (a script your git commands or tool \
+                     configs run, absent when the run started, that the sandboxed command \
+                     made) to {} so that your next git command does not run it; check it \
                      before putting it back",
                     q.path, q.to
                 ),
@@ -851,9 +881,12 @@ impl<'a> Guard<'a> {
         let here = self.root.join(rel);
         for (name, kind) in entries {
             let path = here.join(name);
-            if is_git_entry_name(name) || !self.tools.protected(&path, *kind == Kind::Dir) {
+            if is_git_entry_name(name) {
                 continue;
             }
+            let Some(quarantine) = self.tools.protected(&path, *kind == Kind::Dir) else {
+                continue;
+            };
             let child = rel.join(name);
             let st = match fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
@@ -869,7 +902,7 @@ impl<'a> Guard<'a> {
                     path: path.display().to_string(),
                     moved: vec![name.to_string_lossy().into_owned()],
                     to: here.join(&to).display().to_string(),
-                    kind: QuarantineKind::ToolConfig,
+                    kind: quarantine,
                 });
                 continue;
             }
@@ -900,7 +933,7 @@ impl<'a> Guard<'a> {
                 path: path.display().to_string(),
                 moved,
                 to: here.join(&to).display().to_string(),
-                kind: QuarantineKind::ToolConfig,
+                kind: quarantine,
             });
             made.push(OsString::from(to));
         }
@@ -2074,6 +2107,7 @@ mod tests {
                 .iter()
                 .map(|g| g.to_string())
                 .collect(),
+                made_scripts: false,
                 compiled: CompiledGlobs::default(),
             }],
             held: vec![(meta.dev(), meta.ino())],

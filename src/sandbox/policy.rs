@@ -1326,6 +1326,7 @@ fn scan_workspace(
             tool_trees.push(super::gitguard::ToolTree {
                 root: root.to_path_buf(),
                 globs: globs.to_vec(),
+                made_scripts: false,
                 compiled: super::gitguard::CompiledGlobs(Some(set.clone())),
             });
         }
@@ -1439,6 +1440,7 @@ fn add_made_aside_trees(
         tool_trees.push(super::gitguard::ToolTree {
             root: root.clone(),
             globs: mine,
+            made_scripts: true,
             compiled: super::gitguard::CompiledGlobs(Some(Arc::new(set))),
         });
     }
