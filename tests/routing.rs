@@ -547,3 +547,54 @@ fn route_explain_names_only_the_backend_the_caller_gave() {
         );
     }
 }
+
+/// `coder route --config FILE` reads what a run with `--config FILE` used: that file's
+/// `store` (stats of the runs made with it) and its `[backends.NAME]` tables (`forget
+/// NAME`). `coder route` had no `--config`: only `CODER_CONFIG` reached it, and a bare
+/// `forget mine` was refused as no such backend (newuser30's note, round thirty).
+#[test]
+fn route_takes_the_config_file_a_run_was_given() {
+    let fx = Fx::new("deepseek");
+    let config = fx.root.join("team.toml");
+    let store = fx.root.join("team.db");
+    fs::write(
+        &config,
+        format!(
+            "store = {:?}\n[backends.mine]\nbase_url = \"https://example.invalid\"\nkey_env = \"ZAI_API_KEY\"\n",
+            store.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let mut cmd = fx.command(&["--config", config, "--cd"]);
+    cmd.arg(&fx.ws)
+        .arg("--claude-bin")
+        .arg(&fx.bin)
+        .args(["--backend", "auto:deepseek", "a task"]);
+    let out = cmd.output_bounded();
+    assert!(out.status.success(), "{out:?}");
+    assert!(store.exists(), "the run used the config file's store");
+
+    let tallies = |args: &[&str]| -> Value {
+        let out = fx.route(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["tallies"].clone()
+    };
+    for args in [
+        &["--config", config, "stats", "--json"][..],
+        &["stats", "--json", "--config", config][..],
+    ] {
+        let got = tallies(args);
+        assert_eq!(got[0]["backend"], "deepseek", "{args:?}: {got}");
+    }
+    assert_eq!(
+        tallies(&["stats", "--json"]),
+        serde_json::json!([]),
+        "the default store"
+    );
+
+    let out = fx.route(&["forget", "mine"]);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let out = fx.route(&["forget", "mine", "--config", config]);
+    assert!(out.status.success(), "{out:?}");
+}

@@ -24,6 +24,11 @@ struct RouteArgs {
     command: RouteCommand,
     #[command(flatten)]
     store: StoreArgs,
+    /// Config file: its [backends.NAME] tables and its `store` [default:
+    /// $XDG_CONFIG_HOME/coder/config.toml]. As a run's: the store and the backends a run
+    /// with `--config FILE` used.
+    #[arg(long, env = "CODER_CONFIG", value_name = "FILE", global = true)]
+    config: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,12 +91,11 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
         Err(e) => return fail(&e.to_string()),
     };
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let ledger = match routing::open_store(
-        &state_dir,
-        &parsed.store,
-        &crate::config::BackendArgs::default(),
-        &env,
-    ) {
+    let config = crate::config::BackendArgs {
+        config: parsed.config.clone(),
+        ..Default::default()
+    };
+    let ledger = match routing::open_store(&state_dir, &parsed.store, &config, &env) {
         Ok(l) => l,
         Err(e) => return fail(&e.to_string()),
     };
@@ -102,7 +106,7 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
         },
         RouteCommand::Forget { backend } => {
             if let Some(name) = &backend
-                && let Err(message) = check_known(name, &ledger, &env)
+                && let Err(message) = check_known(name, &ledger, &config, &env)
             {
                 return fail(&message);
             }
@@ -126,7 +130,7 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
             }
         }
         RouteCommand::Explain { run_args, json: _ } => {
-            explain(run_args, &parsed.store, &state_dir, json)
+            explain(run_args, (&parsed.store, &config), &state_dir, json)
         }
     }
 }
@@ -136,10 +140,10 @@ pub fn route_command(args: &[OsString]) -> ExitCode {
 fn check_known(
     name: &str,
     ledger: &crate::store::Store,
+    config: &crate::config::BackendArgs,
     env: &[(OsString, OsString)],
 ) -> Result<(), String> {
-    let args = crate::config::BackendArgs::default();
-    let (_, tables) = crate::config::routing_names(&args, env).map_err(|e| e.to_string())?;
+    let (_, tables) = crate::config::routing_names(config, env).map_err(|e| e.to_string())?;
     let learnt = ledger.tallies(&[]).map_err(|e| e.to_string())?;
     let mut known: Vec<String> = crate::config::BUILTIN_NAMES
         .iter()
@@ -272,11 +276,11 @@ fn explain_command() -> clap::Command {
         )
 }
 
-/// `store`: the route-level `--store` (global, so clap takes it also when it comes first
-/// among explain's run flags).
+/// `store`, `config`: the route-level `--store` and `--config` (global, so clap takes them
+/// also when they come first among explain's run flags).
 fn explain(
     mut run_args: Vec<OsString>,
-    store: &StoreArgs,
+    (store, config): (&StoreArgs, &crate::config::BackendArgs),
     state_dir: &std::path::Path,
     output: Output,
 ) -> ExitCode {
@@ -287,7 +291,7 @@ fn explain(
         return print_explain_help(run_args.iter().any(|a| a == "--help"));
     }
     run_args.retain(|a| a != "--json");
-    let parsed = match explain_run_args(run_args, store, json) {
+    let parsed = match explain_run_args(run_args, (store, config), json) {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
@@ -349,7 +353,7 @@ fn explain(
 /// the route-level `--store` when the flags name none), or the exit of a usage error.
 fn explain_run_args(
     run_args: Vec<OsString>,
-    store: &StoreArgs,
+    (store, config): (&StoreArgs, &crate::config::BackendArgs),
     json: bool,
 ) -> Result<RunArgs, ExitCode> {
     let argv: Vec<OsString> = std::iter::once(OsString::from("coder route explain"))
@@ -390,6 +394,9 @@ fn explain_run_args(
     }
     if parsed.store.store.is_none() {
         parsed.store.store.clone_from(&store.store);
+    }
+    if parsed.backend.config.is_none() {
+        parsed.backend.config.clone_from(&config.config);
     }
     parsed.store.optional |= store.optional;
     Ok(parsed)
