@@ -1814,10 +1814,18 @@ pub(super) const MAX_INCLUDED: usize = 256;
 pub(super) const MAX_SCRIPT_BYTES: u64 = 256 * 1024;
 
 /// The text of the regular file `path` (symlinks followed: the shell follows them), when
-/// it is no larger than [`MAX_SCRIPT_BYTES`]; never waits on a FIFO.
+/// it is no larger than [`MAX_SCRIPT_BYTES`]; never waits on a FIFO. A file that says it
+/// is empty is not opened (see [`looks_like_a_script`]: a kernel file system's).
 pub(super) fn read_script(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    let before = fs::metadata(path).ok()?;
+    if !before.is_file() {
+        return None;
+    }
+    if before.len() == 0 {
+        return Some(Vec::new());
+    }
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -1888,7 +1896,12 @@ fn looks_like_a_script(path: &Path) -> bool {
     if !meta.is_file() {
         return false;
     }
-    has_script_suffix(path) || meta.mode() & 0o111 != 0 || starts_with_hash_bang(path)
+    // An empty file holds no `#!` and is not opened: a kernel file system's files say
+    // they are empty (`tracefs`' `trace_pipe`, `/proc`'s), and opening one acts (see
+    // [`read_plain_file`]).
+    has_script_suffix(path)
+        || meta.mode() & 0o111 != 0
+        || (meta.len() > 0 && starts_with_hash_bang(path))
 }
 
 /// Whether `path`'s name is one an interpreter or a program-file reader is given.
@@ -1932,8 +1945,15 @@ pub(super) fn read_config(path: &Path) -> Option<Vec<u8>> {
 /// tree too.
 pub(super) fn read_plain_file(path: &Path, cap: u64) -> Option<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
-    if !fs::symlink_metadata(path).ok()?.is_file() {
+    let before = fs::symlink_metadata(path).ok()?;
+    if !before.is_file() {
         return None;
+    }
+    // Not opened when it says it is empty: a kernel file system's file (an include made a
+    // link to `tracefs`' `trace_pipe`) would be, and the open acts: the git coder's ledger
+    // ran at that moment failed with EBUSY (round thirty's CI, `sandbox_round15_review`).
+    if before.len() == 0 {
+        return Some(Vec::new());
     }
     let file = fs::OpenOptions::new()
         .read(true)
