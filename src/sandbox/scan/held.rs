@@ -796,7 +796,13 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
         // tools/fmt.py`), read from the top as the line's is.
-        self.add_path_dirs(config_text::script_path_dirs(text), depth, walk)?;
+        let script_dir = match dir.strip_prefix(top) {
+            Ok(rel) if rel.as_os_str().is_empty() => Path::new("."),
+            Ok(rel) => rel,
+            Err(_) => dir,
+        };
+        let script_dir = script_dir.as_os_str().as_bytes();
+        self.add_path_dirs(config_text::script_path_dirs(text, script_dir), depth, walk)?;
         let python_path = config_text::script_pythonpath_dirs(text);
         self.guard_python_path(python_path, top, dir, depth, walk)?;
         // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]), its

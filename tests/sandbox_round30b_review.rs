@@ -1,0 +1,261 @@
+//! Round thirty's second review: round thirty's fixes (the git settings a held script
+//! gives its git by other spellings, the `PATH` directories a held script sets, ssh's
+//! `-F` config, suffix-less names run by `eval`/`trap`/`xargs`/`bash -lc`, the scan
+//! threads' made-aside globs), attacked by one who has read the code, through the built
+//! binary, root and uid 65534, each with an unconfined control (`--mode
+//! danger-full-access`).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round30b-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+const KNOWN_OPEN: &[&str] = &[];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
+/// when `A30B_ONLY` is unset or names it.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    if std::env::var("A30B_ONLY").is_ok_and(|o| o != name) {
+        return;
+    }
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// The agent's hook: `ci/gh/pre-commit`, a `#!` line and executable, that creates the
+/// marker `$M`.
+const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
+                          > ci/gh/pre-commit; chmod +x ci/gh/pre-commit; echo PLANTED";
+
+/// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
+fn user_ci(fx: &Fx, ws: &Path, script: &str) {
+    user_ci_in("sh", fx, ws, script);
+}
+
+/// The user's `git ci` = `!SHELL tools/ci.sh`, whose text is `script`.
+fn user_ci_in(shell: &str, fx: &Fx, ws: &Path, script: &str) {
+    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+    fx.git(
+        ws,
+        &["config", "alias.ci", &format!("!{shell} tools/ci.sh")],
+    );
+}
+
+/// `n` numbered settings of no consequence (`GIT_CONFIG_KEY_i=x.yi`), exported on lines of
+/// their own, from 0.
+fn numbered_filler(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("export GIT_CONFIG_KEY_{i}=x.y{i}\nexport GIT_CONFIG_VALUE_{i}=v\n"))
+        .collect()
+}
+
+/// Spellings of `core.hooksPath=ci/gh` for the git a held script runs past what round
+/// thirty's reader reads: (name, the held `tools/ci.sh`).
+fn hooks_path_spellings() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "a numbered setting past 64 others",
+            format!(
+                "{}export GIT_CONFIG_KEY_64=core.hooksPath\nexport GIT_CONFIG_VALUE_64=ci/gh\n\
+                 export GIT_CONFIG_COUNT=65\ngit commit -q --allow-empty -m x",
+                numbered_filler(64)
+            ),
+        ),
+        (
+            "--config-env past eight assignments on its line",
+            "A=1 B=1 C=1 D=1 E=1 F=1 G=1 H=1 HP=ci/gh git --config-env=core.hooksPath=HP \
+             commit -q --allow-empty -m x"
+                .to_string(),
+        ),
+        (
+            "a numbered value from a variable",
+            "HP=ci/gh\nexport GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath\n\
+             export GIT_CONFIG_VALUE_0=\"$HP\"\ngit commit -q --allow-empty -m x"
+                .to_string(),
+        ),
+        (
+            "numbered settings through env",
+            "env GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=ci/gh \
+             git commit -q --allow-empty -m x"
+                .to_string(),
+        ),
+    ]
+}
+
+/// Each of [`hooks_path_spellings`]: no `ci/gh` at the start; the agent makes
+/// `ci/gh/pre-commit`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hooks_path_given_by_yet_other_spellings_is_not_the_agents_to_fill() {
+    for (name, script) in hooks_path_spellings() {
+        held_file_attack(name, |fx, ws| user_ci(fx, ws, &script), PLANT_HOOK, &["ci"]);
+    }
+}
+
+/// A held script puts a directory of the tree on `PATH` by another spelling and runs a
+/// program by its bare name: (name, the held `tools/ci.sh`, run by bash, the program the
+/// agent makes).
+/// `tools/bin` holds the user's `.keep` at the start.
+const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
+    (
+        "PATH+= appended",
+        "PATH+=:$PWD/tools/bin\ncommand -v fmt-local >/dev/null && fmt-local",
+        "tools/bin/fmt-local",
+    ),
+    (
+        "PATH=$PATH:DIR",
+        "PATH=$PATH:tools/bin\ncommand -v fmt-local >/dev/null && fmt-local",
+        "tools/bin/fmt-local",
+    ),
+    (
+        "the script's directory's bin",
+        "PATH=\"$(dirname \"$0\")/bin:$PATH\"\ncommand -v fmt-local >/dev/null && fmt-local",
+        "tools/bin/fmt-local",
+    ),
+    (
+        "the directory from a variable",
+        "B=tools/bin\nPATH=\"$PWD/$B:$PATH\"\ncommand -v fmt-local >/dev/null && fmt-local",
+        "tools/bin/fmt-local",
+    ),
+    (
+        "env PATH= on the line",
+        "env PATH=tools/bin:$PATH sh -c 'command -v fmt-local >/dev/null && fmt-local'",
+        "tools/bin/fmt-local",
+    ),
+];
+
+/// Each of [`PATH_PROGRAMS`]: the agent makes the program (a `#!/bin/sh` that creates the
+/// marker), the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_found_on_a_path_set_by_other_spellings_is_not_the_agents_to_make() {
+    for (name, script, program) in PATH_PROGRAMS {
+        let plant = format!(
+            "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
+             \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
+        );
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/bin/.keep", "");
+                user_ci_in("bash", fx, ws, script);
+            },
+            &plant,
+            &["ci"],
+        );
+    }
+}
+
+/// A held script runs `tools/local`, absent at the start and without a script's suffix,
+/// by other spellings than round thirty's: (name, the held `tools/ci.sh`).
+const SUFFIXLESS_RUNS: &[(&str, &str)] = &[
+    (
+        "sh reading it on stdin",
+        "[ -f tools/local ] && sh < tools/local; true",
+    ),
+    (
+        "piped into sh",
+        "[ -f tools/local ] && cat tools/local | sh; true",
+    ),
+    ("exec sh", "[ -f tools/local ] && exec sh tools/local; true"),
+    ("command sh", "command sh tools/local; true"),
+];
+
+/// Each of [`SUFFIXLESS_RUNS`]: the agent makes `tools/local`, the user's `git ci` runs
+/// it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_made_script_without_a_suffix_run_by_yet_other_spellings_is_moved_aside() {
+    for (name, script) in SUFFIXLESS_RUNS {
+        held_file_attack(
+            name,
+            |fx, ws| user_ci(fx, ws, script),
+            &format!(
+                "mkdir -p tools; {{ {}; }} > tools/local; echo PLANTED",
+                sandbox_fixture::SCRIPT_PAYLOAD
+            ),
+            &["ci"],
+        );
+    }
+}
+
+/// The user's held `ci/ssh_config` runs a script of the tree: (name, its text, the script,
+/// there at the start, that the agent appends to). ssh never reaches a host.
+const SSH_CONFIG_SCRIPTS: &[(&str, &str, &str)] = &[
+    (
+        "a ProxyCommand's script",
+        "Host *\n  ProxyCommand sh ci/proxy.sh %h %p\n",
+        "ci/proxy.sh",
+    ),
+    (
+        "a Match exec's script",
+        "Match exec \"sh ci/vpn.sh\"\n  User git\n",
+        "ci/vpn.sh",
+    ),
+];
+
+/// Each of [`SSH_CONFIG_SCRIPTS`]: the user's `git sync` runs `ssh -F ci/ssh_config` from
+/// a held script; the agent writes the script the config runs. Both arms; control
+/// unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_script_a_held_ssh_config_runs_is_not_the_agents_to_write() {
+    for (name, config, script) in SSH_CONFIG_SCRIPTS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "ci/ssh_config", config);
+                fx.own_file(ws, script, "true\n");
+                fx.own_file(
+                    ws,
+                    "tools/sync.sh",
+                    "ssh -F ci/ssh_config -o BatchMode=yes git@example.invalid true \
+                     >/dev/null 2>&1; true\n",
+                );
+                fx.git(ws, &["config", "alias.sync", "!sh tools/sync.sh"]);
+            },
+            &sandbox_fixture::append_payload(script),
+            &["sync"],
+        );
+    }
+}
+
+/// A repository nested in the workspace (`sub`, met by the walk's threads) includes a
+/// config outside every tree that has a second name (a hard link) in the workspace: the
+/// agent writes a `core.fsmonitor` through that name, the user's `git -C sub status`
+/// runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_outside_config_a_nested_repository_includes_is_not_the_agents_to_write() {
+    held_file_attack(
+        "a nested repository's outside include with a name in the tree",
+        |fx, ws| {
+            let outside = ws.parent().unwrap().join("shared.gitconfig");
+            sandbox_fixture::write(&outside, "[user]\n\tname = u\n");
+            fx.own(&outside);
+            let sub = ws.join("sub");
+            std::fs::create_dir(&sub).unwrap();
+            fx.own(&sub);
+            fx.git(&sub, &["init", "-q"]);
+            fx.git(&sub, &["config", "include.path", outside.to_str().unwrap()]);
+            std::fs::create_dir(ws.join("notes")).unwrap();
+            fx.own(&ws.join("notes"));
+            std::fs::hard_link(&outside, ws.join("notes/shared.txt")).unwrap();
+        },
+        "printf '[core]\\n\\tfsmonitor = \"touch %s; false\"\\n' \"$M\" >> notes/shared.txt; \
+         echo PLANTED",
+        &["-C", "sub", "status"],
+    );
+}
