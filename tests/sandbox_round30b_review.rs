@@ -5,14 +5,29 @@
 //! binary, root and uid 65534, each with an unconfined control (`--mode
 //! danger-full-access`).
 //!
+//! * **Past the readers' caps**: 64 numbered git settings before the one that counts, eight
+//!   assignments before a `--config-env`'s variable on its line (closed here).
+//! * **Other spellings of a `PATH` directory**: `PATH+=`, `$(dirname "$0")/bin`, a
+//!   variable (closed here); `PATH=$PATH:DIR` and `env PATH=…` held.
+//! * **A suffix-less made script** fed by `cat FILE | sh` (closed here); `sh < FILE`,
+//!   `exec sh`, `command sh` held.
+//! * **ssh's command options**: `-o ProxyCommand='sh ci/proxy'` (closed here); a held ssh
+//!   config's `ProxyCommand`/`Match exec` script, the repository's `core.sshCommand`
+//!   naming `ssh -F`, a `GIT_SSH` wrapper running `ssh -F` held.
+//! * **Views of the home under `/opt`** by a bind of its parent or a symlink: held; what
+//!   holds no key (a bind of `~/notes`, a tmpfs) still read.
+//! * **The walk threads' dropped `outside_held`**: a nested repository's outside include
+//!   with a hard link in the tree held (the late walks see it; not a hole as tried).
+//!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+use common::sandbox_fixture::{self, Fixture, GitFx as Fx, RepoStyle};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -258,4 +273,178 @@ fn an_outside_config_a_nested_repository_includes_is_not_the_agents_to_write() {
          echo PLANTED",
         &["-C", "sub", "status"],
     );
+}
+
+/// How the host shows the home under `/opt` by other shapes than round thirty's: (name,
+/// the mount, the file read below the mount, from the home). `parent`: a bind of the
+/// fixture's root (the home's parent); `link`: `/opt/…` a symlink to the home, no mount.
+/// A bind of `/` there was tried once by hand and held (the key masked); it is not kept:
+/// while it is mounted every other run on the machine whose state `/` shows is refused.
+/// The home's block device mounted again: this container may not mount it, not tried.
+const OTHER_OPT_VIEWS: &[(&str, &str)] = &[
+    ("a bind of the home's parent", "parent"),
+    ("a symlink to the home", "link"),
+];
+
+/// A fixture whose coder state is a tmpfs of its own (the directory returned, to drop
+/// after the fixture): a view of `/` under `/opt` (this file's or another test's running
+/// beside it) reaches no state directory, which coder would refuse.
+fn fixture_with_state_apart(nobody: bool) -> (tempfile::TempDir, Fixture) {
+    let state = tempfile::Builder::new()
+        .prefix("coder-round30b-state-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let mut fx = Fixture::new("coder-round30b-opt-", nobody, &["ws", "home"])
+        .with_var("CODER_STATE_DIR", state.path());
+    fx.mount(&["-t", "tmpfs"], Path::new("tmpfs"), state.path());
+    fx.own(state.path());
+    (state, fx)
+}
+
+/// Each of [`OTHER_OPT_VIEWS`]: a `workspace-write` run with no grant must not read
+/// `~/.ssh/id_x` through `/opt`. Both arms; control unconfined. A run with no grant: the
+/// regression a user would see is a refusal, which the control's success rules out for
+/// the same tree.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_view_of_the_home_under_a_system_tree_by_other_shapes_is_not_read() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for (name, shape) in OTHER_OPT_VIEWS {
+            for confined in [true, false] {
+                let opt = tempfile::Builder::new()
+                    .prefix("coder-round30b-")
+                    .tempdir_in("/opt")
+                    .unwrap();
+                let (_state, mut fx) = fixture_with_state_apart(nobody);
+                let (root, home) = (fx.root().to_path_buf(), fx.root().join("home"));
+                sandbox_fixture::write(&home.join(".ssh/id_x"), "KEY-SECRET\n");
+                fx.own(fx.root());
+                let at = opt.path().join("v");
+                std::fs::create_dir(&at).unwrap();
+                let file = match *shape {
+                    "parent" => {
+                        fx.mount(&["--bind"], &root, &at);
+                        at.join("home/.ssh/id_x")
+                    }
+                    _ => {
+                        std::fs::remove_dir(&at).unwrap();
+                        std::os::unix::fs::symlink(&home, &at).unwrap();
+                        at.join(".ssh/id_x")
+                    }
+                };
+                let args: &[&str] = if confined {
+                    &["--mode", "workspace-write"]
+                } else {
+                    &["--mode", "danger-full-access"]
+                };
+                let script = format!("cat '{}'; echo SERVED", file.display());
+                let (rc, out) =
+                    sandbox_fixture::run_text(&mut fx.sandbox_in(&fx.ws(), args, &script));
+                let who = format!("nobody={nobody} {name} confined={confined}");
+                sandbox_fixture::judge_key(&mut broken, &who, confined, (rc, &out), "KEY-SECRET");
+                if confined && !out.contains("SERVED") {
+                    broken.push(format!("{who}: the run was refused: {out}"));
+                }
+                drop(fx);
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// What a user keeps under `/opt` beside such views stays readable: a bind of a
+/// directory of the home that holds no key (`~/notes`), a tmpfs. Both arms, confined
+/// (`workspace-write`): the file is shown.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ordinary_mount_under_a_system_tree_is_still_read() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for shape in ["notes", "tmpfs"] {
+            let opt = tempfile::Builder::new()
+                .prefix("coder-round30b-")
+                .tempdir_in("/opt")
+                .unwrap();
+            let (_state, mut fx) = fixture_with_state_apart(nobody);
+            let home = fx.root().join("home");
+            sandbox_fixture::write(&home.join(".ssh/id_x"), "KEY-SECRET\n");
+            sandbox_fixture::write(&home.join("notes/a.txt"), "NOTES-TEXT\n");
+            fx.own(fx.root());
+            let at = opt.path().to_path_buf();
+            if shape == "notes" {
+                fx.mount(&["--bind"], &home.join("notes"), &at);
+            } else {
+                fx.mount(&["-t", "tmpfs"], Path::new("tmpfs"), &at);
+                sandbox_fixture::write(&at.join("a.txt"), "NOTES-TEXT\n");
+                std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            let script = format!("cat '{}'; echo SERVED", at.join("a.txt").display());
+            let (rc, out) = sandbox_fixture::run_text(&mut fx.sandbox_in(
+                &fx.ws(),
+                &["--mode", "workspace-write"],
+                &script,
+            ));
+            if rc != 0 || !out.contains("NOTES-TEXT") {
+                broken.push(format!(
+                    "nobody={nobody} {shape}: not shown (rc {rc}): {out}"
+                ));
+            }
+            drop(fx);
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// ssh's config or command reached other ways than round thirty's: (name, setup run by
+/// `sh` in the workspace as the arm's user, the agent's plant, the user's git).
+const SSH_OTHER_WAYS: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "the repository's core.sshCommand names ssh -F",
+        "mkdir -p ci && printf 'Host *\\n  User git\\n' > ci/ssh_config && \
+         git config core.sshCommand 'ssh -F ci/ssh_config -o BatchMode=yes'",
+        "printf 'Host *\\n  ProxyCommand sh -c \"touch %s\"\\n' \"$M\" > ci/ssh_config; \
+         echo PLANTED",
+        &["ls-remote", "ssh://git@example.invalid/x"],
+    ),
+    (
+        "a held script's GIT_SSH wrapper runs ssh -F",
+        "mkdir -p ci tools && printf 'Host *\\n  User git\\n' > ci/ssh_config && \
+         printf '#!/bin/sh\\nexec ssh -F ci/ssh_config -o BatchMode=yes \"$@\"\\n' > ci/ssh-wrap && \
+         chmod +x ci/ssh-wrap && \
+         echo 'GIT_SSH=ci/ssh-wrap git ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true' \
+         > tools/sync.sh && git config alias.sync '!sh tools/sync.sh'",
+        "printf 'Host *\\n  ProxyCommand sh -c \"touch %s\"\\n' \"$M\" > ci/ssh_config; \
+         echo PLANTED",
+        &["sync"],
+    ),
+    (
+        "a held script's ssh -o ProxyCommand runs a file absent at the start",
+        "mkdir -p tools && echo \"ssh -o ProxyCommand='sh ci/proxy' -o BatchMode=yes \
+         git@example.invalid true >/dev/null 2>&1; true\" > tools/sync.sh && \
+         git config alias.sync '!sh tools/sync.sh'",
+        "mkdir -p ci; printf 'touch \"%s\"\\n' \"$M\" > ci/proxy; echo PLANTED",
+        &["sync"],
+    ),
+];
+
+/// Each of [`SSH_OTHER_WAYS`]. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_ssh_config_or_command_reached_other_ways_is_not_the_agents_to_write() {
+    for (name, setup, plant, user) in SSH_OTHER_WAYS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                let out = fx
+                    .command("sh")
+                    .args(["-c", setup])
+                    .current_dir(ws)
+                    .output();
+                assert!(out.unwrap().status.success(), "{name}: setup");
+            },
+            plant,
+            user,
+        );
+    }
 }

@@ -2354,6 +2354,9 @@ fn command_string<'a>(
     if name == b"env" {
         return split_string(words);
     }
+    if [&b"ssh"[..], b"scp", b"sftp"].contains(&name) {
+        return ssh_command_option(words);
+    }
     if ![&b"script"[..], b"su", b"runuser", b"flock"].contains(&name) {
         return None;
     }
@@ -2364,6 +2367,35 @@ fn command_string<'a>(
         let cluster = word.starts_with(b"-") && !word.starts_with(b"--") && word.ends_with(b"c");
         if cluster || word == b"--command" {
             return words.next().map(Vec::as_slice);
+        }
+    }
+    None
+}
+
+/// The command line an `-o` option of ssh's (scp's, sftp's) runs among its `words`:
+/// `-o ProxyCommand=LINE`, `-oProxyCommand LINE`, `LocalCommand`, `KnownHostsCommand`.
+/// Round thirty's second review: a held script's `ssh -o ProxyCommand='sh ci/proxy'`,
+/// `ci/proxy` absent at the start, left it the agent's to make, and the user's `git
+/// sync` ran it.
+fn ssh_command_option<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Option<&'a [u8]> {
+    const KEYS: &[&[u8]] = &[b"proxycommand", b"localcommand", b"knownhostscommand"];
+    while let Some(word) = words.next() {
+        let option = match word.strip_prefix(b"-o") {
+            Some([]) => words.next()?.as_slice(),
+            Some(attached) => attached,
+            None => continue,
+        };
+        let at = option
+            .iter()
+            .position(|b| *b == b'=' || b.is_ascii_whitespace())
+            .unwrap_or(option.len());
+        if KEYS.iter().any(|k| option[..at].eq_ignore_ascii_case(k)) {
+            let value = &option[at..];
+            let start = value
+                .iter()
+                .position(|b| *b != b'=' && !b.is_ascii_whitespace())
+                .unwrap_or(value.len());
+            return Some(&value[start..]);
         }
     }
     None
@@ -4163,5 +4195,7 @@ mod tests {
         assert!(runs("cat tools/local | sh").contains(&b"tools/local".to_vec()));
         assert!(runs("cat tools/local | bash -s").contains(&b"tools/local".to_vec()));
         assert!(!runs("cat tools/list | grep x").contains(&b"tools/list".to_vec()));
+        assert!(runs("ssh -o ProxyCommand='sh ci/proxy' h").contains(&b"ci/proxy".to_vec()));
+        assert!(runs("ssh -o'ProxyCommand sh ci/proxy' h").contains(&b"ci/proxy".to_vec()));
     }
 }
