@@ -6,7 +6,9 @@
 //! danger-full-access`).
 //!
 //! * **Past the readers' caps**: 64 numbered git settings before the one that counts, eight
-//!   assignments before a `--config-env`'s variable on its line (closed here).
+//!   assignments before a `--config-env`'s variable on its line (closed here); a
+//!   variable given seventeen values (open, a ratchet: the script's variables are read
+//!   with at most sixteen readings a line).
 //! * **Other spellings of a `PATH` directory**: `PATH+=`, `$(dirname "$0")/bin`, a
 //!   variable (closed here); `PATH=$PATH:DIR` and `env PATH=…` held.
 //! * **A suffix-less made script** fed by `cat FILE | sh` (closed here); `sh < FILE`,
@@ -38,7 +40,10 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+/// A variable given more values than a line is read with (sixteen: `export HP=x0` …
+/// `export HP=x15`, then `export HP=ci/gh`): the readings past the cap are dropped, and
+/// the value that counts with them.
+const KNOWN_OPEN: &[&str] = &["a variable given seventeen values"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
 /// when `A30B_ONLY` is unset or names it.
@@ -93,6 +98,15 @@ fn hooks_path_spellings() -> Vec<(&'static str, String)> {
             "A=1 B=1 C=1 D=1 E=1 F=1 G=1 H=1 HP=ci/gh git --config-env=core.hooksPath=HP \
              commit -q --allow-empty -m x"
                 .to_string(),
+        ),
+        (
+            "a variable given seventeen values",
+            format!(
+                "{}export HP=ci/gh\ngit --config-env=core.hooksPath=HP commit -q --allow-empty -m x",
+                (0..16)
+                    .map(|i| format!("export HP=x{i}\n"))
+                    .collect::<String>()
+            ),
         ),
         (
             "a numbered value from a variable",
