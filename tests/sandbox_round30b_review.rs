@@ -10,7 +10,8 @@
 //!   variable given seventeen values (open, a ratchet: the script's variables are read
 //!   with at most sixteen readings a line).
 //! * **Other spellings of a `PATH` directory**: `PATH+=`, `$(dirname "$0")/bin`, a
-//!   variable (closed here); `PATH=$PATH:DIR` and `env PATH=…` held.
+//!   variable, a direnv `.envrc`'s `PATH_add` (closed here); `PATH=$PATH:DIR` and `env
+//!   PATH=…` held.
 //! * **A suffix-less made script** fed by `cat FILE | sh` (closed here); `sh < FILE`,
 //!   `exec sh`, `command sh` held.
 //! * **ssh's command options**: `-o ProxyCommand='sh ci/proxy'` (closed here); a held ssh
@@ -461,4 +462,58 @@ fn an_ssh_config_or_command_reached_other_ways_is_not_the_agents_to_write() {
             user,
         );
     }
+}
+
+/// What direnv does on entering the directory, in the user's shell, outside any sandbox:
+/// its `PATH_add DIR` (`PATH=$PWD/DIR:$PATH`) then the `.envrc` sourced; then the user
+/// types `git status`.
+const DIRENV_THEN_GIT: &str =
+    "PATH_add() { PATH=\"$PWD/$1:$PATH\"; }; . ./.envrc; git status >/dev/null 2>&1; true";
+
+/// The user's `.envrc` (held: a protected name) puts `tools/bin` on `PATH`
+/// (`PATH_add tools/bin`, direnv's), absent at the start or holding the user's `.keep`;
+/// the agent makes `tools/bin/git`, which the user's next `git` in a direnv shell runs.
+/// Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_on_the_path_an_envrc_adds_is_not_the_agents_to_make() {
+    if std::env::var("A30B_ONLY").is_ok_and(|o| o != "envrc") {
+        return;
+    }
+    let open = KNOWN_OPEN.contains(&"an .envrc's PATH_add");
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        for keep in [true, false] {
+            for mode in ["workspace-write", "danger-full-access"] {
+                let fx = Fx::new(&REPO, nobody);
+                let ws = fx.ws();
+                fx.own_file(&ws, ".envrc", "PATH_add tools/bin\n");
+                if keep {
+                    fx.own_file(&ws, "tools/bin/.keep", "");
+                }
+                let plant = "mkdir -p tools/bin; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
+                             > tools/bin/git; chmod +x tools/bin/git; echo PLANTED";
+                let (rc, out) = sandbox_fixture::run_text(
+                    fx.sandbox_in(&ws, &["--mode", mode], plant)
+                        .env("M", fx.marker()),
+                );
+                assert!(rc == 0 && out.contains("PLANTED"), "{out}");
+                let _ = std::fs::remove_file(fx.marker());
+                let user = fx
+                    .command("sh")
+                    .args(["-c", DIRENV_THEN_GIT])
+                    .current_dir(&ws)
+                    .output();
+                assert!(user.is_ok());
+                let ran = fx.marker().exists();
+                let want = mode == "danger-full-access" || open;
+                if ran != want {
+                    broken.push(format!(
+                        "nobody={nobody} keep={keep} {mode} (open {open}): ran {ran}: {out}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

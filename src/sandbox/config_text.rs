@@ -1239,6 +1239,35 @@ pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
     dirs
 }
 
+/// The directories a direnv `.envrc` puts on `PATH`, relative to its directory:
+/// [`script_path_dirs`] with direnv's `PATH_add DIR…` and `path_add PATH DIR…` read as
+/// `PATH=DIR:$PATH`.
+pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut script = Vec::with_capacity(text.len());
+    for line in text.split(|b| *b == b'\n') {
+        let tokens = shell_tokens(line);
+        let dirs = match tokens.split_first() {
+            Some((first, dirs)) if first == b"PATH_add" => dirs,
+            Some((first, rest))
+                if first == b"path_add" && rest.first().is_some_and(|v| v == b"PATH") =>
+            {
+                &rest[1..]
+            }
+            _ => {
+                script.extend_from_slice(line);
+                script.push(b'\n');
+                continue;
+            }
+        };
+        for dir in dirs {
+            script.extend_from_slice(b"PATH=");
+            script.extend_from_slice(dir);
+            script.extend_from_slice(b":$PATH\n");
+        }
+    }
+    script_path_dirs(&script, b".")
+}
+
 /// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
 fn path_append_read_as_assignment(line: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
@@ -4197,5 +4226,8 @@ mod tests {
         assert!(!runs("cat tools/list | grep x").contains(&b"tools/list".to_vec()));
         assert!(runs("ssh -o ProxyCommand='sh ci/proxy' h").contains(&b"ci/proxy".to_vec()));
         assert!(runs("ssh -o'ProxyCommand sh ci/proxy' h").contains(&b"ci/proxy".to_vec()));
+        let envrc = |t: &str| -> Vec<Vec<u8>> { envrc_path_dirs(t.as_bytes()) };
+        assert!(envrc("PATH_add tools/bin\n").contains(&b"tools/bin".to_vec()));
+        assert!(envrc("path_add PATH bin\n").contains(&b"bin".to_vec()));
     }
 }
