@@ -160,6 +160,12 @@ const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
         "tools/bin/fmt-local",
     ),
     (
+        "the top from rev-parse",
+        "PATH=$(git rev-parse --show-toplevel)/tools/bin:$PATH\nexport PATH\n\
+         command -v fmt-local >/dev/null && fmt-local",
+        "tools/bin/fmt-local",
+    ),
+    (
         "env PATH= on the line",
         "env PATH=tools/bin:$PATH sh -c 'command -v fmt-local >/dev/null && fmt-local'",
         "tools/bin/fmt-local",
