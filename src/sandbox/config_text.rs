@@ -1880,13 +1880,13 @@ fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
     // The line's own assignments put in (`HP=ci/gh git --config-env=core.hooksPath=HP`).
     // At most a few, each read over the whole line.
     let mut vars = ScriptVars::default();
-    // Only those the line spells `${NAME}` (round thirty's second review: eight others
-    // before `HP=ci/gh` on the line hid it).
+    // Only those the line uses (`${NAME}`, what `--config-env` becomes, or `$NAME`):
+    // round thirty's second review put eight others before `HP=ci/gh` on the line,
+    // which hid it.
     let mentioned = |t: &Vec<u8>| {
-        t.iter().position(|b| *b == b'=').is_some_and(|eq| {
-            let name = [b"${".as_slice(), &t[..eq], b"}"].concat();
-            line.windows(name.len()).any(|w| w == name)
-        })
+        t.iter()
+            .position(|b| *b == b'=')
+            .is_some_and(|eq| mentions(line, &t[..eq]))
     };
     let tokens = shell_tokens(line);
     let assignments = tokens
