@@ -1219,15 +1219,66 @@ pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
 /// The directories a shell script puts on `PATH` (`PATH="$PWD/tools/bin:$PATH"`), each
 /// line read as a config's command line is ([`path_dirs`]): a file a command line
 /// sources sets the line's `PATH` (round twenty-three's review: `. ./env.sh &&
-/// tools/fmt.py` ran the agent's `tools/bin/python3`).
-pub(super) fn script_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+/// tools/fmt.py` ran the agent's `tools/bin/python3`). The script's variables are put
+/// in and its own directory (`$(dirname "$0")`) read as `script_dir` (relative to the
+/// top), and bash's `PATH+=X` read as `PATH=$PATH X`: round thirty's second review
+/// found `PATH="$(dirname "$0")/bin:$PATH"`, `B=tools/bin` then `PATH="$PWD/$B:$PATH"`,
+/// and `PATH+=:$PWD/tools/bin` each unread, and the agent's `tools/bin/fmt-local` ran
+/// at the user's `git ci`.
+pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
     let mut dirs = Vec::new();
-    for line in text.split(|b| *b == b'\n') {
+    if !text.windows(5).any(|w| w == b"PATH=" || w == b"PATH+") {
+        return dirs;
+    }
+    for line in script_lines(text) {
+        let line = line_with_script_dir(&path_append_read_as_assignment(&line), script_dir);
         if line.windows(5).any(|w| w == b"PATH=") {
-            line_path_dirs(&top_read_as_dot(line), NESTED_LINES, &mut dirs);
+            line_path_dirs(&line, NESTED_LINES, &mut dirs);
         }
     }
     dirs
+}
+
+/// The directories a direnv `.envrc` puts on `PATH`, relative to its directory:
+/// [`script_path_dirs`] with direnv's `PATH_add DIR…` and `path_add PATH DIR…` read as
+/// `PATH=DIR:$PATH`.
+pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut script = Vec::with_capacity(text.len());
+    for line in text.split(|b| *b == b'\n') {
+        let tokens = shell_tokens(line);
+        let dirs = match tokens.split_first() {
+            Some((first, dirs)) if first == b"PATH_add" => dirs,
+            Some((first, rest))
+                if first == b"path_add" && rest.first().is_some_and(|v| v == b"PATH") =>
+            {
+                &rest[1..]
+            }
+            _ => {
+                script.extend_from_slice(line);
+                script.push(b'\n');
+                continue;
+            }
+        };
+        for dir in dirs {
+            script.extend_from_slice(b"PATH=");
+            script.extend_from_slice(dir);
+            script.extend_from_slice(b":$PATH\n");
+        }
+    }
+    script_path_dirs(&script, b".")
+}
+
+/// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
+fn path_append_read_as_assignment(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.windows(6).position(|w| w == b"PATH+=") {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(b"PATH=$PATH");
+        rest = &rest[at + 6..];
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 /// The directories a config's command lines put on `PYTHONPATH` (`PYTHONPATH=src
@@ -1829,7 +1880,18 @@ fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
     // The line's own assignments put in (`HP=ci/gh git --config-env=core.hooksPath=HP`).
     // At most a few, each read over the whole line.
     let mut vars = ScriptVars::default();
-    let assignments = shell_tokens(line).into_iter().filter(|t| is_assignment(t));
+    // Only those the line uses (`${NAME}`, what `--config-env` becomes, or `$NAME`):
+    // round thirty's second review put eight others before `HP=ci/gh` on the line,
+    // which hid it.
+    let mentioned = |t: &Vec<u8>| {
+        t.iter()
+            .position(|b| *b == b'=')
+            .is_some_and(|eq| mentions(line, &t[..eq]))
+    };
+    let tokens = shell_tokens(line);
+    let assignments = tokens
+        .into_iter()
+        .filter(|t| is_assignment(t) && mentioned(t));
     for token in assignments.take(MAX_LINE_ASSIGNMENTS) {
         if let Some(eq) = token.iter().position(|b| *b == b'=') {
             let value = &token[eq + 1..];
@@ -1861,18 +1923,29 @@ fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
 }
 
 /// Most assignments of one line [`line_git_settings`] puts in.
-const MAX_LINE_ASSIGNMENTS: usize = 8;
+const MAX_LINE_ASSIGNMENTS: usize = 64;
 
-/// Most numbered keys, and values, [`NumberedSettings`] keeps: each key is paired with
-/// each value of its number.
-const MAX_NUMBERED: usize = 64;
+/// Most pairs [`NumberedSettings`] makes of one number's keys and values; past it, each
+/// value of that number is read as the value of each of [`FALLBACK_KEYS`] instead.
+const MAX_NUMBERED_PAIRS: usize = 256;
+
+/// What a numbered value is read as when its number has too many keys and values to
+/// pair ([`MAX_NUMBERED_PAIRS`]): a directory of hooks, an included config, a command.
+const FALLBACK_KEYS: &[&[u8]] = &[b"core.hooksPath", b"include.path", b"core.fsmonitor"];
 
 /// The `GIT_CONFIG_KEY_n=KEY` and `GIT_CONFIG_VALUE_n=VALUE` of a script's lines, paired
 /// by `n` across lines (`export GIT_CONFIG_KEY_0=core.hooksPath` on a line of its own).
+/// No cap drops one: round thirty's second review put 64 settings of no consequence
+/// before `GIT_CONFIG_KEY_64=core.hooksPath` (a cap of 64 numbered keys then), which
+/// was not read, and the agent's hook ran at the user's `git ci`.
 #[derive(Default)]
-struct NumberedSettings {
-    keys: Vec<(Vec<u8>, Vec<u8>)>,
-    values: Vec<(Vec<u8>, Vec<u8>)>,
+struct NumberedSettings(std::collections::BTreeMap<Vec<u8>, NumberedPair>);
+
+/// The distinct keys and values one number is given.
+#[derive(Default)]
+struct NumberedPair {
+    keys: std::collections::BTreeSet<Vec<u8>>,
+    values: std::collections::BTreeSet<Vec<u8>>,
 }
 
 impl NumberedSettings {
@@ -1883,27 +1956,40 @@ impl NumberedSettings {
                 continue;
             };
             let (name, value) = (&token[..eq], token[eq + 1..].to_vec());
-            let (list, n) = match (
+            let (n, is_key) = match (
                 name.strip_prefix(b"GIT_CONFIG_KEY_".as_slice()),
                 name.strip_prefix(b"GIT_CONFIG_VALUE_".as_slice()),
             ) {
-                (Some(n), _) => (&mut self.keys, n),
-                (_, Some(n)) => (&mut self.values, n),
+                (Some(n), _) => (n, true),
+                (_, Some(n)) => (n, false),
                 _ => continue,
             };
-            if list.len() < MAX_NUMBERED && !list.iter().any(|(m, v)| m == n && *v == value) {
-                list.push((n.to_vec(), value));
-            }
+            let pair = self.0.entry(n.to_vec()).or_default();
+            let list = if is_key {
+                &mut pair.keys
+            } else {
+                &mut pair.values
+            };
+            list.insert(value);
         }
     }
 
     /// Each key with each value of its number, as config lines added to `out`.
     fn push_to(&self, out: &mut Vec<u8>) {
-        for (n, key) in &self.keys {
-            for (_, value) in self.values.iter().filter(|(m, _)| m == n) {
-                let tokens = [[key.as_slice(), b"=", value].concat()];
-                if let Some((key, value)) = setting_at(&tokens, 0) {
-                    push_setting(out, &key, value);
+        for pair in self.0.values() {
+            let fallback: std::collections::BTreeSet<Vec<u8>>;
+            let keys = if pair.keys.len().saturating_mul(pair.values.len()) <= MAX_NUMBERED_PAIRS {
+                &pair.keys
+            } else {
+                fallback = FALLBACK_KEYS.iter().map(|k| k.to_vec()).collect();
+                &fallback
+            };
+            for key in keys {
+                for value in &pair.values {
+                    let tokens = [[key.as_slice(), b"=", value].concat()];
+                    if let Some((key, value)) = setting_at(&tokens, 0) {
+                        push_setting(out, &key, value);
+                    }
                 }
             }
         }
@@ -2056,7 +2142,11 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
     // is held for nothing.
     let mut entered: Option<Vec<u8>> = None;
     for line in script_lines(script) {
-        for command in pipelines(&line).into_iter().flatten() {
+        let pipelines = pipelines(&line);
+        for pipeline in &pipelines {
+            piped_into_a_shell(pipeline, found);
+        }
+        for command in pipelines.into_iter().flatten() {
             let mark = found.len();
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
@@ -2077,6 +2167,32 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
             for word in moved {
                 push_based(&word, found);
             }
+        }
+    }
+}
+
+/// The files a pipeline feeds a shell as its script (`cat tools/local | sh`, `cat a b |
+/// bash -s`): the operands of a `cat` whose output a shell of no operand reads, added
+/// to `found`. Round thirty's second review: a held script's `[ -f tools/local ] && cat
+/// tools/local | sh`, `tools/local` absent at the start, left it the agent's to make
+/// (a read list is held only when it is there), and the user's `git ci` ran it.
+fn piped_into_a_shell(pipeline: &[Vec<u8>], found: &mut Vec<(Vec<u8>, SourceBase)>) {
+    const SHELLS: &[&[u8]] = &[b"sh", b"bash", b"dash", b"zsh", b"ksh"];
+    let (Some(first), Some(last)) = (pipeline.first(), pipeline.last()) else {
+        return;
+    };
+    let last = shell_tokens(last);
+    let fed = pipeline.len() > 1
+        && last.split_first().is_some_and(|(program, rest)| {
+            SHELLS.contains(&program_name(program)) && rest.iter().all(|w| w.starts_with(b"-"))
+        });
+    let first = shell_tokens(first);
+    let Some((program, operands)) = first.split_first() else {
+        return;
+    };
+    if fed && program_name(program) == b"cat" {
+        for operand in operands.iter().filter(|w| !w.starts_with(b"-")) {
+            push_based(operand, found);
         }
     }
 }
@@ -2267,6 +2383,9 @@ fn command_string<'a>(
     if name == b"env" {
         return split_string(words);
     }
+    if [&b"ssh"[..], b"scp", b"sftp"].contains(&name) {
+        return ssh_command_option(words);
+    }
     if ![&b"script"[..], b"su", b"runuser", b"flock"].contains(&name) {
         return None;
     }
@@ -2277,6 +2396,35 @@ fn command_string<'a>(
         let cluster = word.starts_with(b"-") && !word.starts_with(b"--") && word.ends_with(b"c");
         if cluster || word == b"--command" {
             return words.next().map(Vec::as_slice);
+        }
+    }
+    None
+}
+
+/// The command line an `-o` option of ssh's (scp's, sftp's) runs among its `words`:
+/// `-o ProxyCommand=LINE`, `-oProxyCommand LINE`, `LocalCommand`, `KnownHostsCommand`.
+/// Round thirty's second review: a held script's `ssh -o ProxyCommand='sh ci/proxy'`,
+/// `ci/proxy` absent at the start, left it the agent's to make, and the user's `git
+/// sync` ran it.
+fn ssh_command_option<'a>(mut words: impl Iterator<Item = &'a Vec<u8>>) -> Option<&'a [u8]> {
+    const KEYS: &[&[u8]] = &[b"proxycommand", b"localcommand", b"knownhostscommand"];
+    while let Some(word) = words.next() {
+        let option = match word.strip_prefix(b"-o") {
+            Some([]) => words.next()?.as_slice(),
+            Some(attached) => attached,
+            None => continue,
+        };
+        let at = option
+            .iter()
+            .position(|b| *b == b'=' || b.is_ascii_whitespace())
+            .unwrap_or(option.len());
+        if KEYS.iter().any(|k| option[..at].eq_ignore_ascii_case(k)) {
+            let value = &option[at..];
+            let start = value
+                .iter()
+                .position(|b| *b != b'=' && !b.is_ascii_whitespace())
+                .unwrap_or(value.len());
+            return Some(&value[start..]);
         }
     }
     None
@@ -3381,6 +3529,22 @@ mod tests {
         assert_eq!(hooks("H=h git --config-env=core.hooksPath=H x"), ["h"]);
         assert_eq!(hooks("H=h\ngit --config-env core.hooksPath=H x"), ["h"]);
         assert!(hooks("git --config-env=core.hooksPath=H x").is_empty());
+        // Round thirty's second review: past the caps of round thirty.
+        let filler: String = (0..64)
+            .map(|i| format!("export GIT_CONFIG_KEY_{i}=x.y{i}\nexport GIT_CONFIG_VALUE_{i}=v\n"))
+            .collect();
+        let past = format!(
+            "{filler}export GIT_CONFIG_KEY_64=core.hooksPath\nexport GIT_CONFIG_VALUE_64=h\n"
+        );
+        assert_eq!(hooks(&past), ["h"]);
+        let many: String = (0..20)
+            .map(|i| format!("export GIT_CONFIG_KEY_0=x.y{i}\nexport GIT_CONFIG_VALUE_0=v{i}\n"))
+            .collect();
+        assert!(hooks(&format!("{many}export GIT_CONFIG_VALUE_0=h\n")).contains(&"h".to_string()));
+        assert_eq!(
+            hooks("A=1 B=1 C=1 D=1 E=1 F=1 G=1 H=1 HP=h git --config-env=core.hooksPath=HP x"),
+            ["h"]
+        );
     }
 
     #[test]
@@ -4038,5 +4202,32 @@ mod tests {
         let text = b"[core]\n\tworktree = ../a\n[Core]\n\tWorkTree = \"../../../x\"\n";
         assert_eq!(core_worktree(text), Some(b"../../../x".to_vec()));
         assert_eq!(core_worktree(b"[core]\n\tbare = false\n"), None);
+    }
+
+    #[test]
+    fn round30b_path_dirs_and_piped_scripts() {
+        let dirs = |script: &str| -> Vec<String> {
+            script_path_dirs(script.as_bytes(), b"tools")
+                .iter()
+                .map(|d| String::from_utf8_lossy(d).into_owned())
+                .collect()
+        };
+        assert!(dirs("PATH+=:$PWD/tools/bin\nx").contains(&"./tools/bin".to_string()));
+        assert!(dirs("PATH=\"$(dirname \"$0\")/bin:$PATH\"\nx").contains(&"tools/bin".to_string()));
+        assert!(dirs("B=tools/bin\nPATH=\"$PWD/$B:$PATH\"").contains(&"./tools/bin".to_string()));
+        let runs = |script: &str| -> Vec<Vec<u8>> {
+            run_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| w)
+                .collect()
+        };
+        assert!(runs("cat tools/local | sh").contains(&b"tools/local".to_vec()));
+        assert!(runs("cat tools/local | bash -s").contains(&b"tools/local".to_vec()));
+        assert!(!runs("cat tools/list | grep x").contains(&b"tools/list".to_vec()));
+        assert!(runs("ssh -o ProxyCommand='sh ci/proxy' h").contains(&b"ci/proxy".to_vec()));
+        assert!(runs("ssh -o'ProxyCommand sh ci/proxy' h").contains(&b"ci/proxy".to_vec()));
+        let envrc = |t: &str| -> Vec<Vec<u8>> { envrc_path_dirs(t.as_bytes()) };
+        assert!(envrc("PATH_add tools/bin\n").contains(&b"tools/bin".to_vec()));
+        assert!(envrc("path_add PATH bin\n").contains(&b"bin".to_vec()));
     }
 }

@@ -275,6 +275,31 @@ impl<'a> Walker<'a, '_> {
         Ok(())
     }
 
+    /// The directories a held `.envrc` (direnv's; a protected name, at `rel`) puts on
+    /// `PATH` (`PATH_add tools/bin`, `PATH=$PWD/bin:$PATH`), read from its directory, as
+    /// direnv does, and guarded as a held script's ([`Walker::guard_path_dir`]). Round
+    /// thirty's second review: with the user's `.envrc` of `PATH_add tools/bin`, the
+    /// agent made `tools/bin/git`, and the user's next `git status` in a direnv shell
+    /// ran it.
+    pub(super) fn guard_envrc_path(&mut self, rel: &Path) -> Result<(), SandboxError> {
+        let Some(text) = read_plain_file(&self.tree.root.join(rel), MAX_SCRIPT_BYTES) else {
+            return Ok(());
+        };
+        let base = match rel.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let mut walk = ConfigWalk::new(Some(self.tree.root.to_path_buf()));
+        for entry in config_text::envrc_path_dirs(&text) {
+            if entry.starts_with(b"/") || entry.starts_with(b"~") {
+                continue;
+            }
+            let named = [base.as_os_str().as_bytes(), b"/", &entry].concat();
+            self.guard_path_dir(&named, 0, &mut walk)?;
+        }
+        Ok(())
+    }
+
     /// A directory of a writable tree that a held line or script puts on `PATH`
     /// (`PATH="$PWD/tools/bin:$PATH"`, read from the top): held whole when it is there,
     /// moved aside at the run's end if the run made it ([`Walker::move_aside_if_made`]).
@@ -796,7 +821,13 @@ impl<'a> Walker<'a, '_> {
     ) -> Result<(), SandboxError> {
         // The `PATH` it sets is the line's when it is sourced (`. ./env.sh &&
         // tools/fmt.py`), read from the top as the line's is.
-        self.add_path_dirs(config_text::script_path_dirs(text), depth, walk)?;
+        let script_dir = match dir.strip_prefix(top) {
+            Ok(rel) if rel.as_os_str().is_empty() => Path::new("."),
+            Ok(rel) => rel,
+            Err(_) => dir,
+        };
+        let script_dir = script_dir.as_os_str().as_bytes();
+        self.add_path_dirs(config_text::script_path_dirs(text, script_dir), depth, walk)?;
         let python_path = config_text::script_pythonpath_dirs(text);
         self.guard_python_path(python_path, top, dir, depth, walk)?;
         // The `xargs` lists it runs, and what they name ([`Walker::guard_lists`]), its

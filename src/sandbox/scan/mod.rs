@@ -966,6 +966,9 @@ impl<'a> Walker<'a, '_> {
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
             let kind = file_kind(&st);
+            if protected && kind == Kind::File && name == ".envrc" && self.tree.writable {
+                self.guard_envrc_path(&rel_child)?;
+            }
             // The directories above a protected entry are pinned (not renamed nor
             // removed): its read-only mount moves with a renamed parent, and the agent
             // renamed `tools` of `--protect 'tools/ci/**'`, made a `tools/ci` of its own
