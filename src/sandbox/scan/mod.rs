@@ -267,8 +267,13 @@ pub(crate) struct ScanOutput {
     pub made_aside_globs: Vec<(PathBuf, String)>,
 }
 
-/// Scans of trees that kept changing under them before coder gives up.
-const SCAN_ATTEMPTS: usize = 3;
+/// Scans of trees that kept changing under them before coder gives up. Runs started at
+/// once in one workspace (an orchestrator's parallel calls) each make their placeholders
+/// once, and each batch another run makes during a scan costs this one a scan more: with
+/// three, one run of six started at once failed now and then after its third scan ("…
+/// appeared … in each of 3 scans"; round thirty's CI). Eight leaves room for seven at
+/// once, and a tree that really keeps changing still ends in a refusal.
+const SCAN_ATTEMPTS: usize = 8;
 
 /// Scan `trees` for secrets (`deny`), protected names and git dirs, again when a
 /// directory moved while they were read ([`super::scan_watch`]): what is returned was
