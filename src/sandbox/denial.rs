@@ -169,12 +169,7 @@ pub fn detect_denials(tool: &str, text: &str, policy: Option<&Policy>) -> Vec<De
 /// `NotADirectoryError: [Errno 20] Not a directory: 'tools/fmt.sh'`, the Write tool's
 /// `ENOTDIR: not a directory, open '…'`).
 fn held_absent_paths(tool: &str, text: &str) -> Vec<String> {
-    if CONTENT_TOOLS.contains(&tool) {
-        return Vec::new();
-    }
-    let file_tool = FILE_TOOLS.contains(&tool);
-    text.lines()
-        .filter(|line| !file_tool || is_node_error(line) || line.contains("<tool_use_error>"))
+    error_lines(tool, text)
         .filter_map(|line| {
             let lower = line.to_ascii_lowercase();
             let needle = HELD_ABSENT_MESSAGES.iter().find(|needle| {
@@ -209,12 +204,17 @@ pub(crate) fn absolute_in(workspace: &Path, path: &str) -> PathBuf {
 
 /// Lines of `text` that report a denial, with their class.
 fn denial_lines<'a>(tool: &str, text: &'a str) -> impl Iterator<Item = (&'a str, DenialClass)> {
+    error_lines(tool, text).filter_map(|line| classify_line(line).map(|class| (line, class)))
+}
+
+/// The lines of `tool`'s result `text` that may be errors: none of a tool whose output is
+/// content or search hits, only the error-shaped ones of a file tool.
+fn error_lines<'a>(tool: &str, text: &'a str) -> impl Iterator<Item = &'a str> {
     let skip = CONTENT_TOOLS.contains(&tool);
     let file_tool = FILE_TOOLS.contains(&tool);
     text.lines()
         .take(if skip { 0 } else { usize::MAX })
         .filter(move |line| !file_tool || is_node_error(line) || line.contains("<tool_use_error>"))
-        .filter_map(|line| classify_line(line).map(|class| (line, class)))
 }
 
 /// `EACCES: permission denied, open '/x'` (the shape of Node's fs errors).
