@@ -550,6 +550,39 @@ fn finish_earlier_runs(
     Ok(late_guard)
 }
 
+/// A run's directories and their locks, as the policy keeps them ([`RunDirs`] without the
+/// guards that remove the directories when the policy is not made).
+struct RunDirsHeld {
+    run_dir: PathBuf,
+    run_lock: RunLock,
+    tmp_dir: PathBuf,
+    tmp_lock: RunLock,
+    tools_tmp: PathBuf,
+}
+
+/// What [`Policy::resolve`] found before a confined run's grants: the deny globs being
+/// compiled, the home keys' places, the workspace's descriptor and what earlier runs left.
+struct EarlierFound<'a> {
+    deny: DenyGlobs,
+    keys: &'a home::KeyPlaces,
+    ws_dir: &'a WorkspaceDir,
+    late_guard: Vec<String>,
+}
+
+/// The home keys' places for a run: those the caller resolved (`opts.keys`, taken once)
+/// with every home's never-visible places added, resolved once for the run's checks (by
+/// the run mode's check of the workspace, when it made one).
+fn run_key_places(opts: &PolicyOptions, home: Option<&Path>) -> home::KeyPlaces {
+    let homes = with_account_home(home).into_iter().chain(homes_here());
+    match opts.keys.take() {
+        Some(mut keys) => {
+            keys.add(homes);
+            keys
+        }
+        None => home::KeyPlaces::of(homes),
+    }
+}
+
 /// This run's own directory and its `TMPDIR` directory (each locked, and removed on drop
 /// unless kept), and the tool commands' `TMPDIR` inside the latter.
 struct RunDirs {
@@ -771,18 +804,7 @@ impl Policy {
     pub fn resolve(opts: &PolicyOptions) -> Result<Policy, SandboxError> {
         let deny = DenyGlobs::begin(opts);
         let home = opts.home.as_deref().and_then(|h| fs::canonicalize(h).ok());
-        // Every home's never-visible places, resolved once for the run's checks (by the
-        // run mode's check of the workspace, when it made one).
-        let homes = with_account_home(home.as_deref())
-            .into_iter()
-            .chain(homes_here());
-        let keys = match opts.keys.take() {
-            Some(mut keys) => {
-                keys.add(homes);
-                keys
-            }
-            None => home::KeyPlaces::of(homes),
-        };
+        let keys = run_key_places(opts, home.as_deref());
         if let Some((var, place, system)) = home::relocated_over_system(&SYSTEM_READ, &TRUST_STORES)
         {
             return Err(SandboxError::KeyVariableOverSystem { var, place, system });
@@ -804,19 +826,57 @@ impl Policy {
             tools_tmp,
         } = RunDirs::make(&places)?;
         let config_dir = config_dir_for_run(opts.config_dir.as_deref(), &run_dir)?;
+        let mut policy = Policy::begin(
+            opts,
+            (workspace, ws_dir.id, home),
+            &places,
+            RunDirsHeld {
+                run_dir,
+                run_lock,
+                tmp_dir,
+                tmp_lock,
+                tools_tmp,
+            },
+            &config_dir,
+        );
+        if !opts.mode.is_confined() {
+            // The agent can write anything this user can, the listings caches included.
+            policy.reachable_listings = listings_dir();
+            policy.forget_reachable_listings();
+            policy.warnings = late_guard;
+        } else {
+            let earlier = EarlierFound {
+                deny,
+                keys: &keys,
+                ws_dir: &ws_dir,
+                late_guard,
+            };
+            policy.confine(opts, earlier, &places, &config_dir)?;
+        }
+        made.keep();
+        made_tmp.keep();
+        Ok(policy)
+    }
 
+    /// The policy of an unconfined run: its directories, locks and environment, no grant.
+    fn begin(
+        opts: &PolicyOptions,
+        (workspace, workspace_id, home): (PathBuf, (u64, u64), Option<PathBuf>),
+        places: &RunPlaces,
+        dirs: RunDirsHeld,
+        config_dir: &Path,
+    ) -> Policy {
         let RunEnv {
             env_set,
             env_remove,
             network,
             connect_ports,
-        } = RunEnv::for_run(opts, &config_dir, &tools_tmp, &tmp_dir);
-
-        let mut policy = Policy {
+        } = RunEnv::for_run(opts, config_dir, &dirs.tools_tmp, &dirs.tmp_dir);
+        Policy {
             mode: opts.mode,
-            workspace: workspace.clone(),
-            workspace_id: ws_dir.id,
-            home: home.clone(),
+            workspace,
+            workspace_id,
+            home,
             roots: Vec::new(),
             aliases: Vec::new(),
             masks: Vec::new(),
@@ -826,8 +886,8 @@ impl Policy {
             protect_globs: opts.protect_globs.clone(),
             placeholders: Vec::new(),
             warnings: Vec::new(),
-            run_dir: run_dir.clone(),
-            tmp_dir: tmp_dir.clone(),
+            run_dir: dirs.run_dir,
+            tmp_dir: dirs.tmp_dir,
             records_dir: places.records.clone(),
             env_set,
             env_remove,
@@ -841,82 +901,84 @@ impl Policy {
             plan_file: None,
             host_secrets: Default::default(),
             lease: Held::default(),
-            run_lock: Held(Some(Arc::new(run_lock))),
-            tmp_lock: Held(Some(Arc::new(tmp_lock))),
-        };
-        if !opts.mode.is_confined() {
-            // The agent can write anything this user can, the listings caches included.
-            policy.reachable_listings = listings_dir();
-            policy.forget_reachable_listings();
-            policy.warnings = late_guard;
-            made.keep();
-            made_tmp.keep();
-            return Ok(policy);
+            run_lock: Held(Some(Arc::new(dirs.run_lock))),
+            tmp_lock: Held(Some(Arc::new(dirs.tmp_lock))),
         }
+    }
 
+    /// A confined run's grants, refusals, lease and scan, on the policy [`Policy::begin`]
+    /// made. On an error after the scan made placeholders, they are removed again.
+    fn confine(
+        &mut self,
+        opts: &PolicyOptions,
+        earlier: EarlierFound<'_>,
+        places: &RunPlaces,
+        config_dir: &Path,
+    ) -> Result<(), SandboxError> {
+        let EarlierFound {
+            deny,
+            keys,
+            ws_dir,
+            late_guard,
+        } = earlier;
+        let home = self.home.clone();
         let mut grants = system_grants()?;
         if let Some(home) = &home {
-            add_home_grants(&mut grants, &mut policy, opts, (home, &keys))?;
+            add_home_grants(&mut grants, self, opts, (home, keys))?;
         }
-        let config_in_writable_parent =
-            add_run_grants(&mut grants, &mut policy, opts, &config_dir)?;
+        let config_in_writable_parent = add_run_grants(&mut grants, self, opts, config_dir)?;
 
-        let scanned = add_user_grants(&mut grants, &mut policy, opts, (home.as_deref(), &keys))?;
+        let scanned = add_user_grants(&mut grants, self, opts, (home.as_deref(), keys))?;
 
         if opts.mode == Mode::WorkspaceWrite {
-            policy.guard_roots.insert(0, workspace.clone());
+            self.guard_roots.insert(0, self.workspace.clone());
         }
         // Refused before any lock is taken or cache touched: an agent that can reach the
         // lock files must not get a run that relies on them.
         let state = coder_state_dir()?;
         let own = OwnDirs {
             state: &state,
-            run_dir: &run_dir,
-            tmp_dir: &tmp_dir,
-            config_dir: &config_dir,
-            workspace: &workspace,
+            run_dir: &self.run_dir,
+            tmp_dir: &self.tmp_dir,
+            config_dir,
+            workspace: &self.workspace,
         };
-        let named: Vec<&Path> = std::iter::once(workspace.as_path())
+        let named: Vec<&Path> = std::iter::once(self.workspace.as_path())
             .chain(opts.extra_write.iter().map(PathBuf::as_path))
             .chain(opts.extra_read.iter().map(PathBuf::as_path))
             .collect();
         refuse_kernel_trees(&named)?;
-        refuse_reachable_coder_state(&grants, &opts.extra_read, own, &places)?;
-        let listings = policy.listings_cache(&grants);
+        refuse_reachable_coder_state(&grants, &opts.extra_read, own, places)?;
+        let listings = self.listings_cache(&grants);
         // Held from before the scan looks at any placeholder until the run is over.
         // The writable trees are the ones the scan makes placeholders in.
-        if !policy.guard_roots.is_empty() {
-            let lease = PlaceholderLease::take(&state, &policy.guard_roots)?;
-            policy.lease = Held(Some(Arc::new(lease)));
+        if !self.guard_roots.is_empty() {
+            let lease = PlaceholderLease::take(&state, &self.guard_roots)?;
+            self.lease = Held(Some(Arc::new(lease)));
         }
         crate::phases::mark("scan.start");
         let mut created = Vec::new();
         let found = scan_workspace(
             (opts, deny),
-            (&ws_dir, &keys),
+            (ws_dir, keys),
             &scanned,
             listings.as_deref(),
             &mut created,
         );
         crate::phases::mark("scan.done");
-        policy.placeholders = created;
+        self.placeholders = created;
         let scan = ScanResult {
             found,
             scanned: &scanned,
-            keys: &keys,
+            keys,
             late_guard,
             config: ConfigDir {
-                path: &config_dir,
+                path: config_dir,
                 pin: config_in_writable_parent,
             },
         };
-        if let Err(e) = policy.take_scan(scan, grants, opts) {
-            policy.cleanup();
-            return Err(e);
-        }
-        made.keep();
-        made_tmp.keep();
-        Ok(policy)
+        self.take_scan(scan, grants, opts)
+            .inspect_err(|_| self.cleanup())
     }
 
     /// Where this workspace's listings cache is, or `None` when there is none or the
