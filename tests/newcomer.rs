@@ -2332,3 +2332,54 @@ fn a_check_the_shell_cannot_find_says_so() {
     );
     assert!(detail.get("hint").is_none(), "{detail}");
 }
+
+/// A tool config the agent made (`pkg/.envrc`, `pkg/.claude/settings.json`) is moved aside
+/// by the end-of-run guard; `changes` listed it at the name the agent gave it, which no
+/// longer existed, so a CI step that copied or committed `changes.files[].path` failed on
+/// it (round thirty's note). Each such entry now says where the file is
+/// (`quarantined_to`, relative to the workspace, a path that exists); other entries have
+/// none. In a plain workspace and in a git one.
+#[test]
+fn a_quarantined_change_says_where_the_file_is_now() {
+    for git in [false, true] {
+        let fake = Fake::new(json!([
+            steps::init(),
+            {"step": "touch", "path": "../pkg/.envrc", "text": "export X=1\n"},
+            {"step": "touch", "path": "../pkg/.claude/settings.json", "text": "{}\n"},
+            {"step": "touch", "path": "../pkg/b.txt", "text": "b\n"},
+            steps::result_ok("done"),
+        ]));
+        if git {
+            common::git_init_with_a_commit(fake.workspace());
+        }
+        let out = fake.coder().arg("task").run();
+        out.assert_success("done");
+        let files = out.envelope["changes"]["files"].as_array().unwrap();
+        let entry = |path: &str| {
+            files
+                .iter()
+                .find(|f| f["path"] == path)
+                .unwrap_or_else(|| panic!("git={git}: {path} listed: {}", out.explain()))
+        };
+        for (path, now) in [
+            ("pkg/.envrc", "pkg/.envrc.coder-quarantine-1"),
+            (
+                "pkg/.claude/settings.json",
+                "pkg/.claude.coder-quarantine-1/settings.json",
+            ),
+        ] {
+            assert_eq!(
+                entry(path)["quarantined_to"],
+                now,
+                "git={git}: {}",
+                out.explain()
+            );
+            assert!(!fake.workspace().join(path).exists(), "git={git}: {path}");
+            assert!(fake.workspace().join(now).exists(), "git={git}: {now}");
+        }
+        assert!(
+            entry("pkg/b.txt").get("quarantined_to").is_none(),
+            "git={git}"
+        );
+    }
+}

@@ -120,6 +120,7 @@ impl PreparedRun {
         }
         journal.note(Note::GitGuard(json!(report)));
         envelope.warnings.extend(report.lines());
+        super::changes::mark_quarantined(&mut envelope, &report, &policy.workspace);
         let incomplete = report.incomplete.clone();
         envelope.sandbox = Some(report);
         match incomplete {

@@ -94,6 +94,7 @@ fn file_change(
             lines_added: new.lines.unwrap_or(0),
             lines_removed: 0,
             binary: new.binary,
+            quarantined_to: None,
         },
         (old, None) => FileChange {
             path: name,
@@ -101,6 +102,7 @@ fn file_change(
             lines_added: 0,
             lines_removed: old.and_then(|o| o.lines).unwrap_or(0),
             binary: old.is_some_and(|o| o.binary),
+            quarantined_to: None,
         },
         (None, Some(new)) => FileChange {
             // Gone while the "before" walk looked: its content then is not known.
@@ -109,6 +111,7 @@ fn file_change(
             lines_added: new.lines.unwrap_or(0),
             lines_removed: 0,
             binary: new.binary,
+            quarantined_to: None,
         },
         (Some(old), Some(new)) if unknown || old.differs(new) => {
             let (added, removed) = match (old.content_bytes(key), new.content_bytes(key)) {
@@ -122,6 +125,7 @@ fn file_change(
                 lines_added: added,
                 lines_removed: removed,
                 binary: old.binary || new.binary,
+                quarantined_to: None,
             }
         }
         _ => return None,
