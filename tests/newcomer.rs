@@ -2383,3 +2383,34 @@ fn a_quarantined_change_says_where_the_file_is_now() {
         );
     }
 }
+
+/// The replay backend's notes of a cassette run out: a confined run's CLI sends its later
+/// requests through coder's egress proxy, in absolute form, and the notes named the first
+/// request as a path (`POST /v1/messages?beta=true`) and each later one as a whole URL
+/// (`POST http://127.0.0.1:PORT/v1/messages?beta=true`), one warning per request, since
+/// each message named its request number. They are now one warning, the path alone.
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn an_exhausted_cassette_is_one_note_naming_the_path() {
+    let scene = common::ReplayScene::new("plain.json", 2);
+    let out = scene
+        .coder_within(Duration::from_secs(120))
+        .args(["--verify", "false", "--no-verify-baseline", "task"])
+        .run();
+    let notes: Vec<&str> = out.envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.starts_with("replay: "))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", out.explain());
+    let note = notes[0];
+    assert!(
+        note.starts_with("replay: requests ")
+            && note.contains("(POST /v1/messages?beta=true, ")
+            && note.ends_with("exhausted after 1 turns: no turn left to answer it")
+            && !note.contains("http://"),
+        "{note}"
+    );
+}
