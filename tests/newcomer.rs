@@ -2414,3 +2414,62 @@ fn an_exhausted_cassette_is_one_note_naming_the_path() {
         "{note}"
     );
 }
+
+/// A CI job whose `HOME` is read-only (or not the job user's), with no `CODER_STATE_DIR`:
+/// the run failed with "cannot create the claude config directory
+/// $HOME/.local/state/coder/claude: Permission denied", which names neither coder's state
+/// directory nor what places it. It now says the directory lies in coder's state
+/// directory, placed by `HOME`, and to set `CODER_STATE_DIR`; set so, the run goes on.
+#[test]
+fn a_home_coder_cannot_write_says_to_set_the_state_dir() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    chmod(fake.root(), 0o755);
+    let home = fake.root().join("ro-home");
+    std::fs::create_dir(&home).unwrap();
+    chmod(&home, 0o555);
+    let state = fake.root().join("job-state");
+    std::fs::create_dir(&state).unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    let job = |coder: Coder| {
+        let coder = coder
+            .env_remove("CODER_STATE_DIR")
+            .env_remove("XDG_STATE_HOME")
+            .env("HOME", &home)
+            .arg("task");
+        match root {
+            // Permissions do not bind root: the job runs as uid 65534.
+            true => coder.through([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]),
+            false => coder,
+        }
+    };
+    if root {
+        for dir in [fake.workspace().to_path_buf(), state.clone()] {
+            Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(&dir)
+                .status_bounded();
+        }
+    }
+    let out = job(fake.coder()).deadline(Duration::from_secs(30)).run();
+    let detail = out.assert_failure("config_error", 78);
+    let message = detail["message"].as_str().unwrap();
+    assert!(
+        message.contains("Permission denied")
+            && message.contains(
+                "it lies in coder's state directory, placed by HOME ($HOME/.local/state/coder): \
+                 set CODER_STATE_DIR to a private directory you can write"
+            ),
+        "{}",
+        out.explain()
+    );
+    let out = job(fake.coder())
+        .env("CODER_STATE_DIR", &state)
+        .deadline(Duration::from_secs(30))
+        .run();
+    out.assert_success("done");
+}
