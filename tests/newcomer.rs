@@ -2473,3 +2473,31 @@ fn a_home_coder_cannot_write_says_to_set_the_state_dir() {
         .run();
     out.assert_success("done");
 }
+
+/// A check that hung until `--verify-timeout 0.5` stopped it: the resume hint's command
+/// dropped the limit, so the resumed run, pasted from a CI log, waited the default ten
+/// minutes on the same hang. The hint keeps a limit that is not the default; with the
+/// default it names none.
+#[test]
+fn the_verify_hint_keeps_the_checks_own_limit() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let hint = |args: &[&str]| {
+        let out = fake
+            .coder()
+            .args(args)
+            .args(["--no-verify-baseline", "--repair-turns", "0", "task"])
+            .run();
+        let detail = out.assert_failure("verify_failed", 3);
+        detail["resume_hint"].as_str().unwrap_or_default().to_owned()
+    };
+    let hung = hint(&["--verify", "sleep 30", "--verify-timeout", "0.5"]);
+    assert!(
+        hung.contains("--verify 'sleep 30' --verify-timeout 0.5 \"the check still fails"),
+        "{hung}"
+    );
+    let failed = hint(&["--verify", "false"]);
+    assert!(
+        failed.contains("--verify false \"the check") && !failed.contains("--verify-timeout"),
+        "{failed}"
+    );
+}
