@@ -2488,7 +2488,10 @@ fn the_verify_hint_keeps_the_checks_own_limit() {
             .args(["--no-verify-baseline", "--repair-turns", "0", "task"])
             .run();
         let detail = out.assert_failure("verify_failed", 3);
-        detail["resume_hint"].as_str().unwrap_or_default().to_owned()
+        detail["resume_hint"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     };
     let hung = hint(&["--verify", "sleep 30", "--verify-timeout", "0.5"]);
     assert!(

@@ -186,7 +186,7 @@ impl Run {
         let task = "the check still fails: fix it";
         let command = verify.command.as_str();
         let timeout = (verify.timeout != crate::pipeline::request::DEFAULT_VERIFY_TIMEOUT)
-            .then(|| verify.timeout.as_secs_f64());
+            .then_some(verify.timeout.as_secs_f64());
         if self.request_from == RequestFrom::McpTool {
             let mut extra = json!({"PROMPT": task, "verify": command});
             if let Some(secs) = timeout {
