@@ -2504,3 +2504,63 @@ fn the_verify_hint_keeps_the_checks_own_limit() {
         "{failed}"
     );
 }
+
+/// A `--claude-bin` script whose interpreter is missing, as an npm-installed claude is in
+/// a CI image without node: `#!/usr/bin/env node` exits 127 with env's "No such file or
+/// directory" and was `subprocess_error` ("claude exited with code 127 without a result",
+/// exit 1, retried with --max-retries), read as a crash of the CLI; a `#!` naming an
+/// absent path failed "cannot execute X: No such file or directory", though X exists. Both
+/// are now `command_not_found` (127), not retried, saying what is missing.
+#[test]
+fn a_claude_bin_whose_interpreter_is_missing_is_command_not_found() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let bin = fake.root().join("bin/node_modules/@coder-test/claude-code");
+    let via_env = bin.join("claude-env");
+    std::fs::write(&via_env, "#!/usr/bin/env coder-test-no-such-node\n").unwrap();
+    let absent = bin.join("claude-abs");
+    std::fs::write(&absent, "#!/no/such/node --flag\n").unwrap();
+    for script in [&via_env, &absent] {
+        chmod(script, 0o755);
+    }
+    for sandbox in ["workspace-write", "danger-full-access"] {
+        let out = fake
+            .coder()
+            .claude_bin(&via_env)
+            .args(["--sandbox", sandbox, "--max-retries", "2", "task"])
+            .run();
+        let detail = out.assert_failure("command_not_found", 127);
+        assert_eq!(
+            out.envelope["error"],
+            "the claude CLI never started: its launcher did not find a program it starts \
+             (exit 127)",
+            "{sandbox}: {}",
+            out.explain()
+        );
+        assert!(
+            detail["hint"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("needs node on PATH")
+                && out.envelope["attempts"].as_array().map(Vec::len) == Some(1),
+            "{sandbox}: {}",
+            out.explain()
+        );
+        let out = fake
+            .coder()
+            .claude_bin(&absent)
+            .args(["--sandbox", sandbox, "task"])
+            .run();
+        out.assert_failure("command_not_found", 127);
+        assert_eq!(
+            out.envelope["error"],
+            format!(
+                "cannot execute {}: it is a script whose interpreter does not exist (its first \
+                 line: #!/no/such/node --flag)",
+                absent.display()
+            ),
+            "{sandbox}: {}",
+            out.explain()
+        );
+    }
+    assert!(!fake.has_record(), "the child ran");
+}
