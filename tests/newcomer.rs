@@ -2564,3 +2564,43 @@ fn a_claude_bin_whose_interpreter_is_missing_is_command_not_found() {
     }
     assert!(!fake.has_record(), "the child ran");
 }
+
+/// `coder doctor` on a machine whose runs share a store it cannot reach: a run fails with
+/// `config_error` ("cannot reach the store …"), but the doctor said `ok` (the reason only
+/// in the `compat` line's parentheses), and refused `--store`, the flag the runs were
+/// given. It takes `--store` and `--store-optional` (and `CODER_STORE`, as before) and
+/// fails a `store` check, a warning with `--store-optional`, as a run would go on then.
+#[test]
+fn doctor_fails_a_store_a_run_cannot_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://coder@127.0.0.1:{port}/fleet");
+    let (report, code) = doctor_json(tmp.path(), &["--store", &url]);
+    let store = doctor_check(&report, "store");
+    assert!(
+        store["status"] == "fail"
+            && store["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with(&format!("cannot reach the store {url}"))
+            && store["hints"][0]
+                .as_str()
+                .unwrap_or_default()
+                .contains("--store-optional")
+            && code == Some(1),
+        "{report}"
+    );
+    let (report, _) = doctor_json(tmp.path(), &["--store", &url, "--store-optional"]);
+    assert_eq!(doctor_check(&report, "store")["status"], "warn", "{report}");
+    // A run given the same store: the config_error the doctor foretold.
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake.coder().args(["--store", &url, "task"]).run();
+    out.assert_failure("config_error", 78);
+    // Unset, the default store is fine before any run made it.
+    let (report, _) = doctor_json(tmp.path(), &[]);
+    assert_eq!(doctor_check(&report, "store")["status"], "ok", "{report}");
+}
