@@ -2604,3 +2604,51 @@ fn doctor_fails_a_store_a_run_cannot_open() {
     let (report, _) = doctor_json(tmp.path(), &[]);
     assert_eq!(doctor_check(&report, "store")["status"], "ok", "{report}");
 }
+
+/// `coder run --cd DIR "task"`, as other tools spell a run: "run" was taken as the task and
+/// the real, quoted task refused as a stray word ("the task is one argument: put it in
+/// quotes"); with the task on stdin, the run went ahead with the task "run" and stdin's
+/// ignored. Both now say there is no run subcommand (exit 2), before anything starts; the
+/// task "run" is still given after the options.
+#[test]
+fn a_run_subcommand_says_there_is_none() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let says = "coder has no run subcommand: a run is coder --cd DIR \"task\"";
+    let out = fake
+        .coder()
+        .no_cd()
+        .no_claude_bin()
+        .arg("run")
+        .arg("--cd")
+        .arg(fake.workspace())
+        .arg("--claude-bin")
+        .arg(fake.bin())
+        .arg("fix the failing test")
+        .run();
+    out.assert_failure("config_error", 2);
+    assert!(
+        out.envelope["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(says),
+        "{}",
+        out.explain()
+    );
+    let out = fake
+        .coder()
+        .no_cd()
+        .no_claude_bin()
+        .arg("run")
+        .arg("--cd")
+        .arg(fake.workspace())
+        .arg("--claude-bin")
+        .arg(fake.bin())
+        .stdin("fix the failing test")
+        .run();
+    out.assert_failure("config_error", 2);
+    assert!(!fake.has_record(), "the child ran: {}", out.explain());
+    fake.coder()
+        .args(["--", "run"])
+        .run()
+        .assert_success("done");
+}
