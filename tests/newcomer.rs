@@ -2652,3 +2652,31 @@ fn a_run_subcommand_says_there_is_none() {
         .run()
         .assert_success("done");
 }
+
+/// `--return-diff` outside git (coder's own whole-file diff): a script made executable
+/// read as its every line removed and added again, a new symbolic link as "Large files …
+/// differ", and a new empty file got the hunk `@@ -0,0 +0,0 @@`, which patch tools
+/// refuse. They are now git's `old mode`/`new mode` lines alone, "Symbolic links …
+/// differ", and no hunk.
+#[test]
+fn a_plain_diff_names_mode_changes_links_and_empty_files() {
+    let fake = Fake::new(json!([
+        steps::init(),
+        {"step": "tool_use", "name": "Bash", "input": {"command": "edit"}},
+        {"step": "run_tool", "command": "chmod +x s.sh && ln -s k link && : > empty"},
+        steps::result_ok("done"),
+    ]));
+    std::fs::write(fake.workspace().join("s.sh"), "echo a\n").unwrap();
+    std::fs::write(fake.workspace().join("k"), "k\n").unwrap();
+    let out = fake.coder().args(["--return-diff", "task"]).run();
+    out.assert_success("done");
+    let diff = out.envelope["diff"]["unified"].as_str().unwrap_or_default();
+    assert!(
+        diff.contains("diff a/s.sh b/s.sh\nold mode 100644\nnew mode 100755\n")
+            && !diff.contains("-echo a\n+echo a\n")
+            && diff.contains("diff a/link b/link\nSymbolic links /dev/null and b/link differ\n")
+            && diff.contains("diff a/empty b/empty\n--- /dev/null\n+++ b/empty\n")
+            && !diff.contains("@@ -0,0 +0,0 @@"),
+        "{diff}"
+    );
+}
