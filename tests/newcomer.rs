@@ -2680,3 +2680,26 @@ fn a_plain_diff_names_mode_changes_links_and_empty_files() {
         "{diff}"
     );
 }
+
+/// A task piped in from a file that is not UTF-8 (a Latin-1 `é` in a generated prompt):
+/// the run said only "the prompt on stdin is not valid UTF-8", leaving the user to find
+/// the byte in a file of megabytes. It now names the byte's offset, its line and its
+/// value, and how to convert the text.
+#[test]
+fn a_prompt_that_is_not_utf8_names_where() {
+    let fake = Fake::new(json!(steps::answer("should not run")));
+    let out = fake
+        .coder()
+        .arg("-")
+        .stdin(b"fix\nthe \xe9t\xe9 bug\n".to_vec())
+        .run();
+    out.assert_failure("config_error", 78);
+    assert_eq!(
+        out.envelope["error"],
+        "the prompt on stdin is not valid UTF-8: it stops being UTF-8 at byte 8 (line 2, byte \
+         0xe9); convert the text to UTF-8 (iconv -t UTF-8) or remove that byte",
+        "{}",
+        out.explain()
+    );
+    assert!(!fake.has_record(), "the child ran");
+}
