@@ -376,6 +376,24 @@ fn raw_session(
     calls: &[(&str, serde_json::Value)],
     claude: Option<&Path>,
 ) -> Vec<serde_json::Value> {
+    let requests: Vec<(&str, serde_json::Value)> = calls
+        .iter()
+        .map(|(name, arguments)| {
+            (
+                "tools/call",
+                serde_json::json!({"name": name, "arguments": arguments}),
+            )
+        })
+        .collect();
+    raw_requests(scene, &requests, claude)
+}
+
+/// [`raw_session`] of any requests (method, params): each one's `result`, in order.
+fn raw_requests(
+    scene: &Scene,
+    requests: &[(&str, serde_json::Value)],
+    claude: Option<&Path>,
+) -> Vec<serde_json::Value> {
     let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "raw", "version": "1"}}});
@@ -383,10 +401,10 @@ fn raw_session(
         init.to_string(),
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
     ];
-    for (id, (name, arguments)) in calls.iter().enumerate() {
+    for (id, (method, params)) in requests.iter().enumerate() {
         lines.push(
-            serde_json::json!({"jsonrpc": "2.0", "id": id + 1, "method": "tools/call",
-                "params": {"name": name, "arguments": arguments}})
+            serde_json::json!({"jsonrpc": "2.0", "id": id + 1, "method": method,
+                "params": params})
             .to_string(),
         );
     }
@@ -413,7 +431,7 @@ fn raw_session(
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    (1..=calls.len())
+    (1..=requests.len())
         .map(|id| {
             answers
                 .iter()
@@ -788,5 +806,71 @@ fn the_coder_tool_does_not_resume_a_plan_session_as_a_run() {
             && error.contains("leave SESSION_ID out")
             && !error.contains("--cd"),
         "{error}"
+    );
+}
+
+/// What a model reads in the tool list is enough to call a tool right the first time: the
+/// file tools' counts give their default and limit (`tree`'s depth said `minimum: 0`, no
+/// default, no limit, though 0 is refused and 50 was taken as 10 without a word), line
+/// numbers say they are 1-based, and the `coder` tool's times say they are seconds. A
+/// count over its limit is taken as the limit and the result's `notes` say so.
+#[test]
+fn tool_schemas_give_units_defaults_and_limits_and_results_say_what_was_cut() {
+    let scene = Scene::new();
+    let results = raw_requests(
+        &scene,
+        &[
+            ("tools/list", serde_json::json!({})),
+            (
+                "tools/call",
+                serde_json::json!({"name": "tree", "arguments": {"depth": 50}}),
+            ),
+            (
+                "tools/call",
+                serde_json::json!({"name": "list-folder", "arguments": {"limit": 1000}}),
+            ),
+        ],
+        None,
+    );
+    let tools = results[0]["tools"].as_array().unwrap();
+    let schema = |tool: &str, arg: &str| {
+        tools.iter().find(|t| t["name"] == tool).unwrap()["inputSchema"]["properties"][arg].clone()
+    };
+    for (tool, arg, default, max) in [
+        ("tree", "depth", 3, 10),
+        ("tree", "per_folder_limit", 50, 500),
+        ("list-folder", "limit", 200, 1000),
+        ("search", "max_results", 100, 1000),
+    ] {
+        let s = schema(tool, arg);
+        assert!(
+            s["minimum"] == 1 && s["maximum"] == max && s["default"] == default,
+            "{tool} {arg}: {s}"
+        );
+    }
+    assert_eq!(schema("read-file", "start_line")["minimum"], 1);
+    for arg in ["timeout", "max_duration", "verify_timeout", "wait_s"] {
+        let described = schema("coder", arg)["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(described.contains("seconds"), "{arg}: {described}");
+    }
+    let tree = &results[1]["structuredContent"];
+    let tree = if tree.is_null() {
+        serde_json::from_str(results[1]["content"][0]["text"].as_str().unwrap()).unwrap()
+    } else {
+        tree.clone()
+    };
+    assert_eq!(tree["depth"], 10, "{tree}");
+    assert_eq!(
+        tree["notes"],
+        serde_json::json!(["depth 50 is over its limit of 10: 10 was used"]),
+        "{tree}"
+    );
+    assert!(
+        results[2].to_string().contains("\"entries\"") && !results[2].to_string().contains("notes"),
+        "{}",
+        results[2]
     );
 }

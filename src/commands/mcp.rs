@@ -302,8 +302,10 @@ fn run_output_schema() -> Option<Arc<JsonObject>> {
 }
 
 fn tools() -> Vec<Tool> {
-    let seconds = json!({"type": "number", "minimum": 0});
-    let wait_seconds = json!({"type": "number", "minimum": 0, "maximum": MAX_WAIT_S});
+    let seconds = |what: &str| json!({"type": "number", "minimum": 0, "description": what});
+    let wait_seconds = json!({"type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
+        "description": "seconds this call waits for the run (default 50; keep it below your \
+                        own request timeout)"});
     let run_id = json!({"type": "string", "description": "the run_id a coder call returned"});
     let mut tools = vec![
         tool(
@@ -315,15 +317,16 @@ fn tools() -> Vec<Tool> {
                 "properties": {
                     "PROMPT": {"type": "string", "description": "the task"},
                     "cd": {"type": "string", "description": "workspace: a directory inside the server's base, relative to it or absolute (default: the base); resume hints give it absolute"},
-                    "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"]},
+                    "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "danger-full-access"], "description": "default workspace-write"},
                     "SESSION_ID": {"type": "string", "description": "resume this session"},
                     "return_all_messages": {"type": "boolean"},
                     "return_metrics": {"type": "boolean"},
-                    "timeout": seconds, "max_duration": seconds,
-                    "max_retries": {"type": "integer", "minimum": 0},
+                    "timeout": seconds("idle timeout in seconds: no output for this long stops the run (default 300)"),
+                    "max_duration": seconds("cap on the whole run in seconds (default 1800; 0 = none)"),
+                    "max_retries": {"type": "integer", "minimum": 0, "description": "retries of failed attempts that changed nothing (default 0)"},
                     "verify": {"type": "string", "description": "a check (sh -c) run before and after the agent, under its sandbox"},
-                    "verify_timeout": seconds,
-                    "repair_turns": {"type": "integer", "minimum": 0, "maximum": 10},
+                    "verify_timeout": seconds("limit of each verify check in seconds (default 600)"),
+                    "repair_turns": {"type": "integer", "minimum": 0, "maximum": 10, "description": "turns to fix a failing verify check (default 1)"},
                     "no_verify_baseline": {"type": "boolean"},
                     "scope": {"type": "array", "items": {"type": "string"}, "description": "globs the run may change"},
                     "return_diff": {"type": "boolean"},

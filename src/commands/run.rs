@@ -475,6 +475,19 @@ fn positional_name(command: &clap::Command, before: &[OsString]) -> Option<Strin
 }
 
 fn run_mode(args: &[OsString]) -> Output {
+    // `coder run --cd ws "task"`: as other tools spell it. "run" was taken as the task and
+    // the real task refused as a stray word ("put it in quotes"), or, alone, run as the
+    // task "run" with stdin's task ignored.
+    if args.get(1).is_some_and(|a| a == "run") {
+        return config_error(
+            "coder has no run subcommand: a run is coder --cd DIR \"task\" (its options, \
+             then the task; drop the word run); to run the task \"run\", give it after the \
+             options (coder --cd DIR -- run) or as --prompt run (see coder --help)"
+                .to_owned(),
+            USAGE_EXIT,
+            KnownLimits::default(),
+        );
+    }
     let parsed = match RunArgs::parse_from_args(args) {
         Ok(parsed) => parsed,
         Err(e) => return usage_error::<RunArgs>(&e, args, "coder --help"),

@@ -113,11 +113,13 @@ pub enum ConfigError {
     RelativeStateDir { value: String },
 
     /// The private `CLAUDE_CONFIG_DIR` cannot be created.
-    #[error("cannot create the claude config directory {}: {source}", path.display())]
+    #[error("cannot create the claude config directory {}: {source}{hint}", path.display())]
     StateDir {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+        /// What to change: the variable that placed it, or the config key.
+        hint: String,
     },
 
     /// A file given to `--contract`, `--guardrails`, `--codex` or `--plan` cannot be used.

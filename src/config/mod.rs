@@ -328,6 +328,7 @@ impl ResolvedBackend {
             .map_err(|source| ConfigError::StateDir {
                 path: self.claude_config.path.clone(),
                 source,
+                hint: claude_dir_hint(self.claude_config.mode),
             })
     }
 
@@ -555,6 +556,31 @@ pub fn state_dir_of(env: &[(OsString, OsString)]) -> Option<PathBuf> {
 pub fn state_dir() -> Result<PathBuf, ConfigError> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     state_dir_of(&env).ok_or_else(|| no_state_dir(&env))
+}
+
+/// What to change when the CLI's config directory cannot be made: in `private` mode it
+/// lies in coder's state directory, placed by a variable (a CI job's read-only or shared
+/// `HOME` is the usual cause); else it is the config file's `claude_config_dir`.
+fn claude_dir_hint(mode: &str) -> String {
+    if mode != "private" {
+        return "; it is the config file's claude_config_dir: make it writable, or name \
+                another"
+            .to_owned();
+    }
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("CODER_STATE_DIR") {
+        return "; it lies in coder's state directory, $CODER_STATE_DIR: make that \
+                writable, or set CODER_STATE_DIR to a private directory you can write"
+            .to_owned();
+    }
+    let placed_by = match set("XDG_STATE_HOME") {
+        true => "XDG_STATE_HOME ($XDG_STATE_HOME/coder)",
+        false => "HOME ($HOME/.local/state/coder)",
+    };
+    format!(
+        "; it lies in coder's state directory, placed by {placed_by}: set CODER_STATE_DIR \
+         to a private directory you can write (in CI, one in the job's own temporary space)"
+    )
 }
 
 /// Why `env` places no state directory: a relative `CODER_STATE_DIR`, or nothing set.

@@ -244,6 +244,7 @@ pub(super) fn check_model_slots(backend: &ResolvedBackend, env: &[(OsString, OsS
 /// vendor-specific clocks.
 pub(super) fn check_compat(
     backend: &ResolvedBackend,
+    store: &crate::store::StoreArgs,
     args: &BackendArgs,
     env: &[(OsString, OsString)],
 ) -> Check {
@@ -257,13 +258,14 @@ pub(super) fn check_compat(
     if !workarounds.is_empty() {
         parts.push(format!("workarounds {}", workarounds.join(", ")));
     }
-    let shape = remembered_shape(backend, args, env);
+    let shape = remembered_shape(backend, store, args, env);
     parts.push(match &shape {
         Ok(RequestShape::Compat) => {
             "request shape compat (remembered: the vendor rejected the full shape)".to_owned()
         }
         Ok(RequestShape::Full) => "request shape full".to_owned(),
-        Err(why) => format!("request shape full ({why})"),
+        // The store check says why it cannot be read.
+        Err(_) => "request shape full (the store cannot be read: see the store check)".to_owned(),
     });
     if let Some(wait) = backend.provider_wait() {
         parts.push(format!(
@@ -290,21 +292,11 @@ pub(super) fn check_compat(
 /// yet remembers nothing.
 pub(super) fn remembered_shape(
     backend: &ResolvedBackend,
+    store: &crate::store::StoreArgs,
     args: &BackendArgs,
     env: &[(OsString, OsString)],
 ) -> Result<RequestShape, String> {
-    let state_dir = config::state_dir_of(env).ok_or("no state directory")?;
-    let store_args = crate::store::StoreArgs {
-        store: env
-            .iter()
-            .find(|(k, _)| k == "CODER_STORE")
-            .map(|(_, v)| v.to_string_lossy().into_owned()),
-        optional: false,
-    };
-    let (url, file) = config::store_setting(args, env).map_err(|e| e.to_string())?;
-    let location =
-        crate::store::Location::resolve(&store_args, url.as_deref(), file.as_deref(), &state_dir)
-            .map_err(|e| e.to_string())?;
+    let location = super::store::store_location(store, args, env)?;
     if !location.may_hold_state() {
         return Ok(RequestShape::Full);
     }

@@ -27,6 +27,7 @@ mod backend;
 mod claude;
 mod kernel;
 mod network;
+mod store;
 
 use backend::{check_backend, check_compat, check_config, check_model_slots};
 use claude::check_claude;
@@ -173,6 +174,10 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub backend: BackendArgs,
 
+    /// The store a run would use (`--store`, `--store-optional`), checked as a run opens it.
+    #[command(flatten)]
+    pub store: crate::store::StoreArgs,
+
     /// The claude executable [default: `claude` on PATH].
     #[arg(long = "claude-bin", env = "CODER_CLAUDE_BIN", value_name = "PATH")]
     pub claude_bin: Option<PathBuf>,
@@ -218,15 +223,21 @@ pub fn run_checks(args: &DoctorArgs, env: &[(OsString, OsString)]) -> Report {
     checks.push(check_backend(&resolution, env));
     if let Ok(r) = &resolution {
         checks.push(check_model_slots(&r.backend, env));
-        checks.push(check_compat(&r.backend, &args.backend, env));
+        checks.push(check_compat(&r.backend, &args.store, &args.backend, env));
     }
+    let config_usable = checks.first().is_some_and(|c| c.status != Status::Fail);
+    checks.push(store::check_store(
+        &args.store,
+        &args.backend,
+        env,
+        config_usable,
+    ));
     checks.push(check_claude(args.claude_bin.as_deref(), env));
     checks.push(check_state_dir(env));
     let confined = args.sandbox.is_confined();
     let support = crate::sandbox::probe();
     checks.push(check_landlock(confined, &support));
     checks.push(check_namespaces(confined, &support));
-    let config_usable = checks.first().is_some_and(|c| c.status != Status::Fail);
     checks.push(check_sandbox_network(confined, config_usable));
     checks.push(check_seccomp(confined, &support));
     let timeout = Duration::try_from_secs_f64(args.connect_timeout)

@@ -245,6 +245,9 @@ fn no_result_failure(end: &AttemptEnd, obs: &Observation) -> Failure {
             ),
         ).hint("check that --claude-bin points at the claude CLI, not a wrapper that prints other text");
     }
+    if let Some(failure) = launch_failure(end, obs, &tail) {
+        return failure;
+    }
     if end.exit_code != Some(0) {
         return Failure::new(
             ErrorKind::SubprocessError,
@@ -276,6 +279,34 @@ fn no_result_failure(end: &AttemptEnd, obs: &Observation) -> Failure {
         ErrorKind::EmptyResult,
         "claude ended without a result",
         format!("the claude CLI exited 0 without printing a result event{tail}"),
+    )
+}
+
+/// A child that exited 127 or 126 before printing a byte on stdout: a shell's or `env`'s
+/// "not found" / "cannot execute", for a `#!/usr/bin/env node` launcher with no `node` on
+/// PATH most often. The CLI never was running: `command_not_found` (127, not retried), as
+/// for a `--claude-bin` that cannot be executed at all; it was `subprocess_error`
+/// (exit 1, retryable), which reads as a crash of the CLI.
+fn launch_failure(end: &AttemptEnd, obs: &Observation, tail: &str) -> Option<Failure> {
+    let code = end.exit_code.filter(|c| matches!(c, 126 | 127))?;
+    if obs.stdout_bytes > 0 || obs.events > 0 {
+        return None;
+    }
+    let what = match code {
+        127 => "did not find a program it starts",
+        _ => "could not execute a program it starts",
+    };
+    Some(
+        Failure::new(
+            ErrorKind::CommandNotFound,
+            format!("the claude CLI never started: its launcher {what} (exit {code})"),
+            format!("the claude executable exited {code} before printing anything{tail}"),
+        )
+        .hint(
+            "check --claude-bin (or CODER_CLAUDE_BIN, or `claude` on PATH): a claude installed \
+             by npm is a script that needs node on PATH, also inside the sandbox; coder doctor \
+             checks the CLI",
+        ),
     )
 }
 

@@ -331,10 +331,9 @@ pub fn read_task_from_stdin() -> Result<String, ConfigError> {
         StdinError::Terminal => ConfigError::EmptyTask,
         StdinError::TooLarge { .. } => stdin_too_large(),
         StdinError::Io(e) => ConfigError::Stdin(e),
-        StdinError::NotUtf8 => ConfigError::Stdin(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "stream did not contain valid UTF-8",
-        )),
+        e @ StdinError::NotUtf8 { .. } => {
+            ConfigError::Stdin(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        }
     })
 }
 

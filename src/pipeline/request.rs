@@ -1534,7 +1534,7 @@ fn read_prompt_from_stdin(stdin: &mut dyn Read) -> Result<String, ArgError> {
             }
             StdinError::TooLarge { .. } => stdin_too_large().to_string(),
             StdinError::Io(e) => format!("cannot read the prompt from stdin: {e}"),
-            StdinError::NotUtf8 => "the prompt on stdin is not valid UTF-8".into(),
+            e @ StdinError::NotUtf8 { .. } => format!("the prompt on {e}"),
         })
     })
 }

@@ -143,6 +143,23 @@ async fn read_head(
     Ok(Some(head))
 }
 
+/// A target's path and query: the absolute form a client sends through a proxy
+/// (`http://127.0.0.1:PORT/v1/messages?beta=true`, what coder's egress proxy passes on
+/// for a confined run's CLI) is the same request as its origin form (RFC 9112 §3.2.2), and
+/// the report names both alike.
+fn origin_form(target: &str) -> &str {
+    let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    else {
+        return target;
+    };
+    match rest.find(['/', '?']) {
+        Some(at) if rest[at..].starts_with('/') => &rest[at..],
+        _ => "/",
+    }
+}
+
 /// The request a head describes (its body still to be read), and whether the connection
 /// ends after it.
 fn parse_head(head: &str) -> Result<Request, ReadError> {
@@ -171,7 +188,7 @@ fn parse_head(head: &str) -> Result<Request, ReadError> {
     }
     let mut request = Request {
         method: method.to_string(),
-        target: target.to_string(),
+        target: origin_form(target).to_string(),
         headers,
         body: Vec::new(),
         close: false,

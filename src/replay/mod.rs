@@ -171,7 +171,11 @@ impl ReplayReport {
             )
         }) {
             let what = format!("{} {}", r.method, r.target);
-            let detail = r.detail.clone().unwrap_or_default();
+            // An exhausted cassette's message names the request; folded, it names none.
+            let detail = r.detail.clone().unwrap_or_default().replace(
+                &format!("request {} has no turn left", r.request),
+                "no turn left",
+            );
             match folded
                 .iter_mut()
                 .find(|(_, w, d)| *w == what && *d == detail)

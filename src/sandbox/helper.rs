@@ -453,7 +453,11 @@ fn exec_program(spec: &HelperSpec) -> Result<std::convert::Infallible, HelperFai
     Err(fail(
         HelperStage::Exec,
         Some(err as i32),
-        format!("cannot execute {}: {}", spec.program.display(), err.desc()),
+        crate::text::path::exec_failure(
+            &spec.program,
+            err.desc(),
+            err == nix::errno::Errno::ENOENT,
+        ),
     ))
 }
 

@@ -201,10 +201,10 @@ fn spawn_unconfined(spec: &ChildSpec) -> Result<Child, SpawnError> {
             ),
             errno => (
                 HelperStage::Exec,
-                format!(
-                    "cannot execute {}: {}",
-                    spec.program.display(),
-                    errno.map_or_else(|| e.to_string(), |n| Errno::from_raw(n).desc().to_owned())
+                crate::text::path::exec_failure(
+                    &spec.program,
+                    &errno.map_or_else(|| e.to_string(), |n| Errno::from_raw(n).desc().to_owned()),
+                    errno == Some(libc::ENOENT),
                 ),
             ),
         };

@@ -50,6 +50,35 @@ pub fn find_on_path(
         .find(|candidate| is_executable_file(candidate))
 }
 
+/// Why exec of an existing `program` said "No such file or directory": the interpreter its
+/// `#!` line names (`/nonexistent/node`) does not exist. `None` when `program` is not such
+/// a script (then the message as the kernel gave it is the right one).
+pub fn missing_interpreter(program: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let mut file = std::fs::File::open(program).ok()?;
+    let n = file.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let interpreter = String::from_utf8_lossy(line).trim().to_owned();
+    let first = interpreter.split_whitespace().next()?;
+    (!Path::new(first).exists()).then_some(interpreter)
+}
+
+/// The message of a failed exec of `program` with `desc` (the errno's text): an existing
+/// script whose `#!` interpreter is missing says so, where the kernel's ENOENT read as if
+/// `program` itself were missing.
+pub fn exec_failure(program: &Path, desc: &str, enoent: bool) -> String {
+    match enoent.then(|| missing_interpreter(program)).flatten() {
+        Some(interpreter) => format!(
+            "cannot execute {}: it is a script whose interpreter does not exist (its first \
+             line: #!{interpreter})",
+            program.display()
+        ),
+        None => format!("cannot execute {}: {desc}", program.display()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,8 +12,13 @@ pub enum StdinError {
     Terminal,
     #[error("cannot read stdin: {0}")]
     Io(#[source] std::io::Error),
-    #[error("stdin is not valid UTF-8")]
-    NotUtf8,
+    /// Where: the first byte of the first invalid sequence (0-based), on its 1-based
+    /// line, and that byte.
+    #[error(
+        "stdin is not valid UTF-8: it stops being UTF-8 at byte {at} (line {line}, byte \
+         {byte:#04x}); convert the text to UTF-8 (iconv -t UTF-8) or remove that byte"
+    )]
+    NotUtf8 { at: usize, line: usize, byte: u8 },
     #[error("stdin holds more than {max_bytes} bytes")]
     TooLarge { max_bytes: usize },
 }
@@ -43,7 +48,15 @@ fn read_task_unless(
     if bytes.len() > max_bytes {
         return Err(StdinError::TooLarge { max_bytes });
     }
-    String::from_utf8(bytes).map_err(|_| StdinError::NotUtf8)
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        StdinError::NotUtf8 {
+            at,
+            line: bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1,
+            byte: bytes.get(at).copied().unwrap_or_default(),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -66,7 +79,11 @@ mod tests {
         ));
         assert!(matches!(
             read_task_unless(false, &mut &b"\xff"[..], 10),
-            Err(StdinError::NotUtf8)
+            Err(StdinError::NotUtf8 {
+                at: 0,
+                line: 1,
+                byte: 0xff
+            })
         ));
     }
 }

@@ -202,3 +202,53 @@ pub(super) fn keep_the_agents_turn(cancelled: &mut Envelope, agent: Envelope) {
         cancelled.all_messages = agent.all_messages;
     }
 }
+
+/// Marks each changed file the end-of-run guard moved aside (`report`) with where it is
+/// now (`quarantined_to`): `changes` was measured before the guard ran, and listed an
+/// agent-made `pkg/.envrc` at a name that no longer existed (round thirty's note).
+pub(super) fn mark_quarantined(
+    envelope: &mut Envelope,
+    report: &crate::sandbox::gitguard::GuardReport,
+    workspace: &std::path::Path,
+) {
+    let Some(changes) = envelope.changes.as_mut() else {
+        return;
+    };
+    for file in &mut changes.files {
+        file.quarantined_to = report
+            .quarantined
+            .iter()
+            .find_map(|q| moved_to(q, workspace, &file.path));
+    }
+}
+
+/// Where `path` (relative to `workspace`) went if `q` moved it: `q.to` when `q` moved the
+/// file itself, else `q.to` joined with the rest of the path for what `q` moved out of a
+/// directory (a `.claude/` directory's entries, a git dir's hooks); only a place that
+/// exists now.
+fn moved_to(
+    q: &crate::sandbox::gitguard::Quarantined,
+    workspace: &std::path::Path,
+    path: &str,
+) -> Option<String> {
+    let from = std::path::Path::new(&q.path).strip_prefix(workspace).ok()?;
+    let to = std::path::Path::new(&q.to).strip_prefix(workspace).ok()?;
+    let rest = std::path::Path::new(path).strip_prefix(from).ok()?;
+    let candidates = if rest.as_os_str().is_empty() {
+        vec![to.to_path_buf()]
+    } else if q.moved.iter().any(|m| rest.starts_with(m)) {
+        // A directory that received the moved entries, or (a git dir's `commondir`) the
+        // one moved entry renamed.
+        let mut places = vec![to.join(rest)];
+        if q.moved.len() == 1 && rest == std::path::Path::new(&q.moved[0]) {
+            places.push(to.to_path_buf());
+        }
+        places
+    } else {
+        return None;
+    };
+    candidates
+        .into_iter()
+        .find(|place| workspace.join(place).symlink_metadata().is_ok())
+        .map(|place| place.to_string_lossy().into_owned())
+}

@@ -120,6 +120,7 @@ impl PreparedRun {
         }
         journal.note(Note::GitGuard(json!(report)));
         envelope.warnings.extend(report.lines());
+        super::changes::mark_quarantined(&mut envelope, &report, &policy.workspace);
         let incomplete = report.incomplete.clone();
         envelope.sandbox = Some(report);
         match incomplete {
@@ -639,7 +640,7 @@ fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &C
         // Only for a run whose own failure is the check's.
         .filter(|_| !check.not_started && envelope.success)
         .zip(request.checks.verify.as_ref())
-        .map(|(id, verify)| run.verify_hint(&id, &verify.command));
+        .map(|(id, verify)| run.verify_hint(&id, verify));
     run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
         detail.exit_code = check.exit_code;
         let from = check.tail.len().saturating_sub(outcome_tail_len());

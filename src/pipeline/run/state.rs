@@ -175,20 +175,34 @@ impl Run {
 
     /// How to have the agent go on after its work failed the `--verify` check (its repair
     /// turns spent): the same session, with the same check.
-    pub(super) fn verify_hint(&self, id: &str, command: &str) -> String {
+    /// The check's own limit is kept when it was not the default: a check that hung under
+    /// `--verify-timeout 5` would otherwise hang ten minutes in the resumed run.
+    pub(super) fn verify_hint(
+        &self,
+        id: &str,
+        verify: &crate::pipeline::request::VerifyConfig,
+    ) -> String {
         let what = "the check still fails after the agent's work";
         let task = "the check still fails: fix it";
+        let command = verify.command.as_str();
+        let timeout = (verify.timeout != crate::pipeline::request::DEFAULT_VERIFY_TIMEOUT)
+            .then_some(verify.timeout.as_secs_f64());
         if self.request_from == RequestFrom::McpTool {
-            let arguments = self.tool_arguments(id, json!({"PROMPT": task, "verify": command}));
+            let mut extra = json!({"PROMPT": task, "verify": command});
+            if let Some(secs) = timeout {
+                extra["verify_timeout"] = json!(secs);
+            }
+            let arguments = self.tool_arguments(id, extra);
             return format!(
                 "{what}; to have the agent go on, call the coder tool with {arguments}"
             );
         }
         format!(
-            "{what}; to have the agent go on: coder --cd {}{} --session-id {id} --verify {} \"{task}\"",
+            "{what}; to have the agent go on: coder --cd {}{} --session-id {id} --verify {}{} \"{task}\"",
             crate::text::shell_quote(&self.workspace.display().to_string()),
             self.backend_flag(),
             crate::text::shell_quote(command),
+            timeout.map_or(String::new(), |secs| format!(" --verify-timeout {secs}")),
         )
     }
 

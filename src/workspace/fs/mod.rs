@@ -173,23 +173,35 @@ impl Verb {
     pub fn input_schema(self) -> Value {
         let path = json!({"type": "string", "description": "path relative to the base"});
         let int = json!({"type": "integer", "minimum": 0});
+        let line = json!({"type": "integer", "minimum": 1, "description": "1-based"});
+        // A count: at least 1, its default, and its limit (more is taken as the limit,
+        // and the result's notes say so).
+        let count = |default: usize, max: usize, what: &str| {
+            json!({"type": "integer", "minimum": 1, "maximum": max, "default": default,
+                   "description": format!("{what} (default {default}, at most {max})")})
+        };
         match self {
             Verb::ReadFile => object(
-                json!({"path": path, "start_line": int, "end_line": int}),
+                json!({"path": path, "start_line": line, "end_line": line}),
                 &["path"],
             ),
             Verb::Search => object(
                 json!({"pattern": {"type": "string"}, "path": path,
                        "glob": {"type": "string", "description": "only file names matching"},
                        "literal": {"type": "boolean"}, "ignore_case": {"type": "boolean"},
-                       "max_results": int}),
+                       "max_results": count(100, 1000, "matches returned")}),
                 &["pattern"],
             ),
             Verb::UpdateFile => object(
                 json!({"path": path,
                        "ops": {"type": "array", "items": {"type": "object", "properties": {
-                           "op": {"type": "string", "enum": ["insert", "remove", "update_lines"]},
-                           "line": int, "start": int, "end": int, "content": {"type": "string"}},
+                           "op": {"type": "string", "enum": ["insert", "remove", "update_lines"],
+                                  "description": "insert takes line and content; remove takes \
+                                  start and end; update_lines takes start, end and content"},
+                           "line": {"type": "integer", "minimum": 1, "description":
+                                    "insert: the line the content goes before (1-based; the \
+                                     last line + 1 appends)"},
+                           "start": line, "end": line, "content": {"type": "string"}},
                            "required": ["op"]}},
                        "replace": {"type": "array", "items": {"type": "object", "properties": {
                            "pattern": {"type": "string"}, "replacement": {"type": "string"},
@@ -206,9 +218,14 @@ impl Verb {
                 json!({"path": path, "recursive": {"type": "boolean"}}),
                 &["path"],
             ),
-            Verb::ListFolder => object(json!({"path": path, "offset": int, "limit": int}), &[]),
+            Verb::ListFolder => object(
+                json!({"path": path, "offset": int,
+                       "limit": count(200, 1000, "entries returned")}),
+                &[],
+            ),
             Verb::Tree => object(
-                json!({"path": path, "depth": int, "per_folder_limit": int}),
+                json!({"path": path, "depth": count(3, 10, "levels shown"),
+                       "per_folder_limit": count(50, 500, "entries shown per folder")}),
                 &[],
             ),
         }

@@ -87,11 +87,11 @@ impl Call<'_> {
         } else {
             self.search_file(&r.real, &r.rel, &re, &mut found);
         }
-        Ok(
-            json!({"matches": found.matches, "truncated": found.truncated,
+        let mut out = json!({"matches": found.matches, "truncated": found.truncated,
                   "skipped_non_accessible": found.skipped_non_accessible,
-                  "skipped_large_or_binary": found.skipped_large_or_binary}),
-        )
+                  "skipped_large_or_binary": found.skipped_large_or_binary});
+        add_notes(&mut out, [over_limit("max_results", a.max_results, max)]);
+        Ok(out)
     }
 
     fn search_dir(
@@ -319,10 +319,10 @@ impl Call<'_> {
             .map(|(name, kind)| self.entry_json(&r.real, &r.rel, name, *kind))
             .collect();
         let next = (offset + page.len() < total).then_some(offset + page.len());
-        Ok(
-            json!({"path": input, "entries": page, "total": total, "offset": offset,
-                  "next_offset": next}),
-        )
+        let mut out = json!({"path": input, "entries": page, "total": total,
+                  "offset": offset, "next_offset": next});
+        add_notes(&mut out, [over_limit("limit", a.limit, limit)]);
+        Ok(out)
     }
 
     /// A listed entry; a file with another name that is a secret's (or whose other names
@@ -373,10 +373,16 @@ impl Call<'_> {
         let depth = count_argument("depth", a.depth, 3, 10)?;
         let limit = count_argument("per_folder_limit", a.per_folder_limit, 50, 500)?;
         let children = self.tree_level(&r.real, &r.rel, depth, limit);
-        Ok(
-            json!({"path": input, "depth": depth, "per_folder_limit": limit,
-                  "children": children.0, "omitted": children.1}),
-        )
+        let mut out = json!({"path": input, "depth": depth, "per_folder_limit": limit,
+                  "children": children.0, "omitted": children.1});
+        add_notes(
+            &mut out,
+            [
+                over_limit("depth", a.depth, depth),
+                over_limit("per_folder_limit", a.per_folder_limit, limit),
+            ],
+        );
+        Ok(out)
     }
 
     fn tree_level(
@@ -486,6 +492,22 @@ pub(super) struct TreeArgs {
 /// one is lowered, and the answer says what was used where it matters); 0 is refused,
 /// since it would ask for nothing (it was raised to 1 silently: `limit: 0` listed one
 /// entry).
+/// What a result says of a count given over its limit (`used`), which was taken as the
+/// limit: a model reading the result learns it got less than it asked for.
+fn over_limit(name: &str, given: Option<usize>, used: usize) -> Option<String> {
+    given
+        .filter(|&n| n > used)
+        .map(|n| format!("{name} {n} is over its limit of {used}: {used} was used"))
+}
+
+/// Puts `notes` (those that are some) into `out` as `"notes"`, when there are any.
+fn add_notes<const N: usize>(out: &mut Value, notes: [Option<String>; N]) {
+    let notes: Vec<String> = notes.into_iter().flatten().collect();
+    if !notes.is_empty() {
+        out["notes"] = json!(notes);
+    }
+}
+
 pub(super) fn count_argument(
     name: &str,
     given: Option<usize>,

@@ -397,6 +397,7 @@ fn file_change(letter: u8, path: Vec<u8>, count: Option<(u64, u64)>) -> FileChan
         lines_added: count.map_or(0, |c| c.0),
         lines_removed: count.map_or(0, |c| c.1),
         binary: count.is_none(),
+        quarantined_to: None,
     }
 }
 

@@ -67,6 +67,11 @@ pub struct FileChange {
     pub lines_removed: u64,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub binary: bool,
+    /// Where the file is now when the end-of-run guard moved it aside (a tool config or
+    /// script the agent made: `pkg/.envrc.coder-quarantine-1`), relative to the
+    /// workspace; `path` is the name the agent gave it, which no longer exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantined_to: Option<String>,
 }
 
 /// The envelope's `changes`.

@@ -61,9 +61,10 @@ pub(super) fn plain_changes<'a>(
             continue;
         };
         if want_diff {
+            let modes = (old.map(|e| e.mode), new.map(|e| e.mode));
             let old = old.and_then(|e| e.content_bytes(key));
             let new = new.and_then(|e| e.content_bytes(key));
-            patch.add(&change, old.as_deref(), new.as_deref());
+            patch.add(&change, old.as_deref(), new.as_deref(), modes);
         }
         list.push(change);
     }
@@ -94,6 +95,7 @@ fn file_change(
             lines_added: new.lines.unwrap_or(0),
             lines_removed: 0,
             binary: new.binary,
+            quarantined_to: None,
         },
         (old, None) => FileChange {
             path: name,
@@ -101,6 +103,7 @@ fn file_change(
             lines_added: 0,
             lines_removed: old.and_then(|o| o.lines).unwrap_or(0),
             binary: old.is_some_and(|o| o.binary),
+            quarantined_to: None,
         },
         (None, Some(new)) => FileChange {
             // Gone while the "before" walk looked: its content then is not known.
@@ -109,6 +112,7 @@ fn file_change(
             lines_added: new.lines.unwrap_or(0),
             lines_removed: 0,
             binary: new.binary,
+            quarantined_to: None,
         },
         (Some(old), Some(new)) if unknown || old.differs(new) => {
             let (added, removed) = match (old.content_bytes(key), new.content_bytes(key)) {
@@ -122,6 +126,7 @@ fn file_change(
                 lines_added: added,
                 lines_removed: removed,
                 binary: old.binary || new.binary,
+                quarantined_to: None,
             }
         }
         _ => return None,
@@ -228,7 +233,18 @@ impl Patch {
         self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 
-    fn add(&mut self, change: &FileChange, old: Option<&[u8]>, new: Option<&[u8]>) {
+    /// One file's part; `modes` are its entries' (file type and execute bits), before
+    /// and after. A symbolic link is named as one (it read as a large file), a changed
+    /// execute bit is git's `old mode`/`new mode` (it read as every line removed and
+    /// added again), and an empty file gets no hunk (it got `@@ -0,0 +0,0 @@`, which
+    /// patch tools refuse).
+    fn add(
+        &mut self,
+        change: &FileChange,
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+        modes: (Option<u32>, Option<u32>),
+    ) {
         let path = &change.path;
         let (from, to) = match change.status {
             ChangeStatus::Added => ("/dev/null".to_owned(), format!("b/{path}")),
@@ -236,6 +252,20 @@ impl Patch {
             ChangeStatus::Modified => (format!("a/{path}"), format!("b/{path}")),
         };
         self.push(format!("diff a/{path} b/{path}\n").as_bytes());
+        let link = |mode: Option<u32>| mode.is_some_and(|m| m & 0o170000 == 0o120000);
+        if link(modes.0) || link(modes.1) {
+            self.push(format!("Symbolic links {from} and {to} differ\n").as_bytes());
+            return;
+        }
+        let git_mode = |m: u32| if m & 0o111 != 0 { 100755 } else { 100644 };
+        if let (Some(a), Some(b)) = modes
+            && git_mode(a) != git_mode(b)
+        {
+            self.push(format!("old mode {}\nnew mode {}\n", git_mode(a), git_mode(b)).as_bytes());
+            if old.is_some() && old == new {
+                return;
+            }
+        }
         let old_known = old.is_some() || change.status == ChangeStatus::Added;
         let new_known = new.is_some() || change.status == ChangeStatus::Deleted;
         if change.binary || !old_known || !new_known {
@@ -247,6 +277,9 @@ impl Patch {
         let new = new.unwrap_or_default();
         self.push(format!("--- {from}\n+++ {to}\n").as_bytes());
         let (old_n, new_n) = (scan::count_lines(old), scan::count_lines(new));
+        if old_n == 0 && new_n == 0 {
+            return;
+        }
         let start = |n: u64| u64::from(n > 0);
         self.push(
             format!(
