@@ -2338,7 +2338,7 @@ fn a_check_the_shell_cannot_find_says_so() {
 /// longer existed, so a CI step that copied or committed `changes.files[].path` failed on
 /// it (round thirty's note). Each such entry now says where the file is
 /// (`quarantined_to`, relative to the workspace, a path that exists); other entries have
-/// none. In a plain workspace and in a git one.
+/// none, and `--return-diff` names it there too. In a plain workspace and in a git one.
 #[test]
 fn a_quarantined_change_says_where_the_file_is_now() {
     for git in [false, true] {
@@ -2352,9 +2352,26 @@ fn a_quarantined_change_says_where_the_file_is_now() {
         if git {
             common::git_init_with_a_commit(fake.workspace());
         }
-        let out = fake.coder().arg("task").run();
+        let out = fake.coder().args(["--return-diff", "task"]).run();
         out.assert_success("done");
         let files = out.envelope["changes"]["files"].as_array().unwrap();
+        // The diff names each moved file where it is now: applied elsewhere, it made the
+        // agent's `.envrc` there.
+        let diff = out.envelope["diff"]["unified"].as_str().unwrap_or_default();
+        for (gone, now) in [
+            (
+                "+++ b/pkg/.envrc\n",
+                "+++ b/pkg/.envrc.coder-quarantine-1\n",
+            ),
+            (
+                "+++ b/pkg/.claude/settings.json\n",
+                "+++ b/pkg/.claude.coder-quarantine-1/settings.json\n",
+            ),
+        ] {
+            assert!(!diff.contains(gone), "git={git}: {gone} in {diff}");
+            assert!(diff.contains(now), "git={git}: {now} not in {diff}");
+        }
+        assert!(diff.contains("+++ b/pkg/b.txt\n"), "git={git}: {diff}");
         let entry = |path: &str| {
             files
                 .iter()

@@ -220,6 +220,56 @@ pub(super) fn mark_quarantined(
             .iter()
             .find_map(|q| moved_to(q, workspace, &file.path));
     }
+    let moves: Vec<(&str, &str)> = changes
+        .files
+        .iter()
+        .filter_map(|f| Some((f.path.as_str(), f.quarantined_to.as_deref()?)))
+        .collect();
+    if let Some(diff) = envelope.diff.as_mut()
+        && !moves.is_empty()
+    {
+        let unified = diff_at_quarantine_names(&diff.unified, &moves);
+        diff.bytes = (diff.bytes + unified.len() as u64).saturating_sub(diff.unified.len() as u64);
+        diff.unified = unified;
+    }
+}
+
+/// `unified` with each file section of a moved file (`moves`: the agent's name, where the
+/// guard put it) naming the file where it is now: the diff was taken before the guard, and
+/// a caller applying it elsewhere recreated the agent's `pkg/.envrc` or
+/// `.claude/settings.json` there, the tool config the guard had just made inert. Only a
+/// section's header lines change (up to its first hunk), and only in a section whose
+/// first line names the file exactly (`diff --git a/P b/P`, or coder's own `diff a/P b/P`).
+fn diff_at_quarantine_names(unified: &str, moves: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(unified.len());
+    let mut rename: Option<(String, String, String, String)> = None;
+    for line in unified.split_inclusive('\n') {
+        if line.starts_with("diff ") {
+            let head = line.trim_end_matches('\n');
+            rename = moves.iter().find_map(|(from, to)| {
+                let names = format!("a/{from} b/{from}");
+                (head == format!("diff --git {names}") || head == format!("diff {names}")).then(
+                    || {
+                        (
+                            format!("a/{from}"),
+                            format!("a/{to}"),
+                            format!("b/{from}"),
+                            format!("b/{to}"),
+                        )
+                    },
+                )
+            });
+        } else if line.starts_with("@@") {
+            rename = None;
+        }
+        match &rename {
+            Some((a_from, a_to, b_from, b_to)) => {
+                out.push_str(&line.replace(a_from, a_to).replace(b_from, b_to));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// Where `path` (relative to `workspace`) went if `q` moved it: `q.to` when `q` moved the
@@ -251,4 +301,48 @@ fn moved_to(
         .into_iter()
         .find(|place| workspace.join(place).symlink_metadata().is_ok())
         .map(|place| place.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::diff_at_quarantine_names;
+
+    #[test]
+    fn a_moved_files_section_names_where_it_is_now_and_nothing_else_changes() {
+        let diff = "diff --git a/pkg/.envrc b/pkg/.envrc\nnew file mode 100644\nindex 0000000..1\n\
+--- /dev/null\n+++ b/pkg/.envrc\n@@ -0,0 +1 @@\n+b/pkg/.envrc in the text stays\n\
+diff --git a/b.txt b/b.txt\nnew file mode 100644\n--- /dev/null\n+++ b/b.txt\n@@ -0,0 +1 @@\n+b\n\
+diff a/x/.envrc b/x/.envrc\n--- /dev/null\n+++ b/x/.envrc\n@@ -0,0 +1,1 @@\n+y\n";
+        let moves = [
+            ("pkg/.envrc", "pkg/.envrc.coder-quarantine-1"),
+            ("x/.envrc", "x/.envrc.coder-quarantine-2"),
+        ];
+        let got = diff_at_quarantine_names(diff, &moves);
+        let want = diff
+            .replacen(
+                "diff --git a/pkg/.envrc b/pkg/.envrc",
+                "diff --git a/pkg/.envrc.coder-quarantine-1 b/pkg/.envrc.coder-quarantine-1",
+                1,
+            )
+            .replacen(
+                "+++ b/pkg/.envrc\n",
+                "+++ b/pkg/.envrc.coder-quarantine-1\n",
+                1,
+            )
+            .replacen(
+                "diff a/x/.envrc b/x/.envrc",
+                "diff a/x/.envrc.coder-quarantine-2 b/x/.envrc.coder-quarantine-2",
+                1,
+            )
+            .replacen("+++ b/x/.envrc\n", "+++ b/x/.envrc.coder-quarantine-2\n", 1);
+        assert_eq!(got, want);
+        assert!(got.contains("+b/pkg/.envrc in the text stays\n"));
+    }
+
+    #[test]
+    fn a_section_naming_another_file_that_starts_alike_is_left_alone() {
+        let diff = "diff --git a/pkg/.envrc.d b/pkg/.envrc.d\n--- /dev/null\n+++ b/pkg/.envrc.d\n";
+        let got = diff_at_quarantine_names(diff, &[("pkg/.envrc", "pkg/.envrc.q")]);
+        assert_eq!(got, diff);
+    }
 }
