@@ -494,7 +494,11 @@ fn malformed_config_file_names_the_line() {
         &caller_env(),
     );
     assert!(matches!(e, ConfigError::Malformed { line: 2, .. }), "{e}");
-    assert!(e.to_string().contains("unknown preset 'glmm'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("unknown preset 'glmm' (did you mean 'glm'?); presets: "),
+        "{e}"
+    );
 }
 
 #[test]
@@ -510,8 +514,8 @@ fn unknown_backend_lists_the_known_ones() {
     );
     assert_eq!(
         e.to_string(),
-        "unknown backend 'gml'; known backends: anthropic, deepseek, glm, glm-cn, inherit, \
-         minimax, minimax-cn, work (or replay:CASSETTE)"
+        "unknown backend 'gml' (did you mean 'glm'?); known backends: anthropic, deepseek, glm, \
+         glm-cn, inherit, minimax, minimax-cn, work (or replay:CASSETTE)"
     );
 }
 

@@ -257,7 +257,7 @@ fn config_problems_are_reported_in_one_line_each() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("coder doctor\n"), "{text}");
     assert!(
-        text.contains("  FAIL  backend     unknown backend 'gml'; known backends: anthropic,"),
+        text.contains("  FAIL  backend     unknown backend 'gml' (did you mean 'glm'?); known backends: anthropic,"),
         "{text}"
     );
     assert!(

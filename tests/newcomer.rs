@@ -2083,8 +2083,8 @@ fn an_unknown_backend_not_typed_says_where_it_came_from() {
     let out = fake.coder().arg("--config").arg(&config).arg("task").run();
     out.assert_failure("config_error", 78);
     let expected = format!(
-        "unknown backend 'glmm' (the default_backend of config file {}, line 2); known \
-         backends: ",
+        "unknown backend 'glmm' (the default_backend of config file {}, line 2) (did you mean \
+         'glm'?); known backends: ",
         config.display()
     );
     let error = out.envelope["error_detail"]["message"].as_str().unwrap();
@@ -2093,15 +2093,25 @@ fn an_unknown_backend_not_typed_says_where_it_came_from() {
     out.assert_failure("config_error", 78);
     let error = out.envelope["error_detail"]["message"].as_str().unwrap();
     assert!(
-        error.starts_with("unknown backend 'glmm' (CODER_BACKEND is set to it); known backends: "),
+        error.starts_with(
+            "unknown backend 'glmm' (CODER_BACKEND is set to it) (did you mean 'glm'?); known \
+             backends: "
+        ),
         "{}",
         out.explain()
     );
-    // A typed one stays as it was.
+    // A typed one says only what it likely means; a name near none, nothing.
     let out = fake.coder().args(["--backend", "glmm", "task"]).run();
     let error = out.envelope["error_detail"]["message"].as_str().unwrap();
     assert!(
-        error.starts_with("unknown backend 'glmm'; known backends: "),
+        error.starts_with("unknown backend 'glmm' (did you mean 'glm'?); known backends: "),
+        "{}",
+        out.explain()
+    );
+    let out = fake.coder().args(["--backend", "zzz", "task"]).run();
+    let error = out.envelope["error_detail"]["message"].as_str().unwrap();
+    assert!(
+        error.starts_with("unknown backend 'zzz'; known backends: "),
         "{}",
         out.explain()
     );

@@ -35,11 +35,13 @@ pub enum ConfigError {
     EmptyFlag { flag: &'static str },
 
     /// No built-in preset or config-file profile has this name; `origin` says where the
-    /// name came from when that was not `--backend` (" (CODER_BACKEND is set to it)").
-    #[error("unknown backend '{name}'{origin}; known backends: {known} (or replay:CASSETTE)")]
+    /// name came from when that was not `--backend` (" (CODER_BACKEND is set to it)"),
+    /// `near` the known name it likely means (" (did you mean 'glm'?)"), else empty.
+    #[error("unknown backend '{name}'{origin}{near}; known backends: {known} (or replay:CASSETTE)")]
     UnknownBackend {
         name: String,
         origin: String,
+        near: String,
         known: String,
     },
 

@@ -229,7 +229,10 @@ fn named_where(
     env: EnvView<'_>,
     file: Option<&ConfigFile>,
 ) -> ConfigError {
-    let ConfigError::UnknownBackend { name, known, .. } = e else {
+    let ConfigError::UnknownBackend {
+        name, near, known, ..
+    } = e
+    else {
         return e;
     };
     // clap fills `--backend` from CODER_BACKEND too: say what is true either way.
@@ -249,6 +252,7 @@ fn named_where(
     ConfigError::UnknownBackend {
         name,
         origin,
+        near,
         known,
     }
 }
@@ -282,7 +286,8 @@ fn layered_profile(name: &str, file: Option<&ConfigFile>) -> Result<Layered, Con
                     path: file.map(|f| f.path.clone()).unwrap_or_default(),
                     line: *line,
                     message: format!(
-                        "backend '{name}': unknown preset '{preset}'; presets: {}",
+                        "backend '{name}': unknown preset '{preset}'{}; presets: {}",
+                        did_you_mean(preset, &BUILTIN_NAMES),
                         BUILTIN_NAMES.join(", ")
                     ),
                 })?
@@ -316,8 +321,17 @@ fn unknown_backend(name: &str, file: Option<&ConfigFile>) -> ConfigError {
     ConfigError::UnknownBackend {
         name: name.to_owned(),
         origin: String::new(),
+        near: did_you_mean(name, &known),
         known: known.join(", "),
     }
+}
+
+/// " (did you mean 'NAME'?)" for the one name of `known` that `given` is likely a
+/// misspelling of, else empty.
+fn did_you_mean(given: &str, known: &[&str]) -> String {
+    crate::text::near_miss(given, known)
+        .map(|near| format!(" (did you mean '{near}'?)"))
+        .unwrap_or_default()
 }
 
 /// Environment < flags: `CODER_MODEL`, `--model`, `CODER_BASE_URL`, `--base-url`.
