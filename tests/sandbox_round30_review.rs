@@ -75,8 +75,7 @@ const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
 
 /// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
 fn user_ci(fx: &Fx, ws: &Path, script: &str) {
-    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
-    fx.git(ws, &["config", "alias.ci", "!sh tools/ci.sh"]);
+    sandbox_fixture::user_ci(fx, ws, "sh", script);
 }
 
 /// Spellings of `core.hooksPath=ci/gh` for the git a held script runs that round
@@ -144,19 +143,10 @@ const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_program_a_held_script_finds_on_the_path_it_sets_is_not_the_agents_to_make() {
     for (name, script, program) in PATH_PROGRAMS {
-        let plant = format!(
-            "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
-             \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
-        );
-        held_file_attack(
-            name,
-            |fx, ws| {
-                fx.own_file(ws, "tools/bin/.keep", "");
-                user_ci(fx, ws, script);
-            },
-            &plant,
-            &["ci"],
-        );
+        let attack = |name: &str, setup: &dyn Fn(&Fx, &Path), plant: &str, user: &[&str]| {
+            held_file_attack(name, setup, plant, user)
+        };
+        sandbox_fixture::path_program_attack(attack, name, ("sh", script), program);
     }
 }
 

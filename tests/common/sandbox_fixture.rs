@@ -829,6 +829,97 @@ pub fn held_file_attack(
     );
 }
 
+/// The user's `git ci` = `!SHELL tools/ci.sh`, whose text is `script` (the arm's user's).
+pub fn user_ci(fx: &GitFx, ws: &Path, shell: &str, script: &str) {
+    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+    fx.git(
+        ws,
+        &["config", "alias.ci", &format!("!{shell} tools/ci.sh")],
+    );
+}
+
+/// One attack on a program a held script finds on the `PATH` it sets (round thirty's
+/// reviews and after): the user's `tools/bin/.keep` (the directory there at the start) and
+/// `git ci` running `script` with `shell` ([`user_ci`]); the agent makes `program` (a
+/// work-tree path), a `#!/bin/sh` that creates the marker, and the user's `git ci`
+/// follows. `attack` is the suite's [`held_file_attack`] (its fixture, its ratchet).
+pub fn path_program_attack(
+    attack: impl Fn(&str, &dyn Fn(&GitFx, &Path), &str, &[&str]),
+    name: &str,
+    (shell, script): (&str, &str),
+    program: &str,
+) {
+    let plant = format!(
+        "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
+         \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
+    );
+    let setup = |fx: &GitFx, ws: &Path| {
+        fx.own_file(ws, "tools/bin/.keep", "");
+        user_ci(fx, ws, shell, script);
+    };
+    attack(name, &setup, &plant, &["ci"]);
+}
+
+/// What direnv does on entering a directory, in the user's shell (bash), outside any
+/// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
+/// from the `.envrc`'s directory), `watch_file` and `has`, then the `.envrc` sourced;
+/// then the user types `git status`.
+pub const DIRENV_THEN_GIT: &str = r#"
+PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; done; }
+path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
+watch_file() { :; }
+has() { command -v "$1" >/dev/null 2>&1; }
+. ./.envrc; git status >/dev/null 2>&1; true"#;
+
+/// One attack on the `PATH` a direnv `.envrc` sets, for each arm and mode: the user's
+/// `.envrc` at `envrc` (a work-tree path; held, a protected name) of `text`, and
+/// `tools/bin` holding the user's `.keep` when `keep` (absent otherwise); the agent makes
+/// `tools/bin/git`, which the user's next `git` in a direnv shell there runs
+/// ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
+/// unless `open` (a ratchet). What went wrong, one line each.
+pub fn envrc_attack(
+    style: &RepoStyle,
+    open: bool,
+    name: &str,
+    (envrc, text): (&str, &str),
+    keep: bool,
+) -> Vec<String> {
+    let mut broken = Vec::new();
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = GitFx::new(style, nobody);
+            let ws = fx.ws();
+            let at = fx.own_file(&ws, envrc, &format!("{text}\n"));
+            if keep {
+                fx.own_file(&ws, "tools/bin/.keep", "");
+            }
+            let plant = "mkdir -p tools/bin; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
+                         > tools/bin/git; chmod +x tools/bin/git; echo PLANTED";
+            let (rc, out) = run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], plant)
+                    .env("M", fx.marker()),
+            );
+            assert!(rc == 0 && out.contains("PLANTED"), "{name}: {out}");
+            let _ = std::fs::remove_file(fx.marker());
+            let user = fx
+                .command("bash")
+                .args(["-c", DIRENV_THEN_GIT])
+                .current_dir(at.parent().unwrap())
+                .output_bounded();
+            let ran = fx.marker().exists();
+            let want = mode == "danger-full-access" || open;
+            if ran != want {
+                broken.push(format!(
+                    "{name} nobody={nobody} keep={keep} {mode} (open {open}): ran {ran}: \
+                     {out}\n{}",
+                    printed(&user)
+                ));
+            }
+        }
+    }
+    broken
+}
+
 /// [`held_file_attack`] where the user's own `scripts` (work-tree paths, [`own_script`])
 /// are run by the alias `git fmt` = `alias`, and the agent's command is `attack`.
 pub fn alias_attack(

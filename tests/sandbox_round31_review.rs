@@ -1,0 +1,336 @@
+//! Round thirty-one's review: round thirty's second review's fixes (a held `.envrc`'s
+//! `PATH_add`, a held script's `PATH` spellings, `cat FILE | sh`, ssh's `-o
+//! ProxyCommand`, `--config-env`'s `$NAME`) and the lead's round-thirty sandbox changes,
+//! attacked by one who has read the code, through the built binary, root and uid 65534,
+//! each with an unconfined control (`--mode danger-full-access`).
+//!
+//! * **Yet other spellings of a held script's `PATH`**: the script's own directory by
+//!   `$(cd "$(dirname …)" && pwd)`, `${PATH:+:$PATH}`, an assignment continued on the
+//!   next line (closed here); a `cd` before `$PWD`, `printf -v PATH` (open, ratchets);
+//!   `${PATH}`, `declare -x`, a function's `export`, `eval "export PATH=…"`, an `if`
+//!   block held.
+//! * **A held `.envrc`'s `PATH_add` past the line's first command** (`[ -d … ] &&
+//!   PATH_add`, `watch_file x; PATH_add`), continued on the next line, and its
+//!   `export PATH=…${PATH:+:$PATH}` (closed here); `"$PWD/…"`, `./…`, two directories, a
+//!   nested `.envrc`'s `../tools/bin` held.
+//! * **A suffix-less made script as the text of a command line**: `eval "$(cat
+//!   tools/local)"`, `sh -c "$(cat tools/local)"` (closed here); `. FILE`, `source FILE`,
+//!   `bash FILE`, `${SHELL:-sh} FILE`, a here-document, `find -exec sh {}` held.
+//! * **ssh's command options inside a variable git runs**: `GIT_SSH_COMMAND="ssh -o
+//!   ProxyCommand='sh ci/proxy'"` on the line or exported (closed here); `-oProxyCommand=`
+//!   (no space), `ProxyCommand=ci/proxy` (by path), `scp -o`, the
+//!   option in a variable, `git -c core.sshCommand=…` held. (`KnownHostsCommand` not
+//!   tried: ssh looks the host up first, and no host resolves here.)
+//! * **`git -c` with its value elsewhere** (a variable on another line, quoted or in
+//!   braces, an array, a continued line, the key in a variable, `$(pwd)`): held.
+//! * Tried by hand and held, no test: `GIT_CONFIG_GLOBAL` exported to a file absent at
+//!   the start, `git config core.hooksPath "$HP"` then a commit, `GIT_CONFIG_PARAMETERS`
+//!   exported. Not tried: rsync's `-e` (no rsync here for a control), ssh's
+//!   `LocalCommand` (it runs only once connected).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use std::path::Path;
+
+use common::sandbox_fixture::{self, GitFx as Fx, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round31-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+/// A held script that enters a directory (`cd tools`) then puts `$PWD/bin` on `PATH`: the
+/// `PATH` reader reads `$PWD` as the top, not where the script went.
+/// A held script that sets `PATH` through a builtin's output (`printf -v PATH …`): not
+/// read as an assignment.
+const KNOWN_OPEN: &[&str] = &["a cd before $PWD", "printf -v PATH"];
+
+/// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
+/// when `A31_ONLY` is unset or names it.
+fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: &[&str]) {
+    if std::env::var("A31_ONLY").is_ok_and(|o| o != name) {
+        return;
+    }
+    sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
+}
+
+/// A held script (run by bash) puts `tools/bin` on `PATH` by yet another spelling and runs
+/// `fmt-local` by its bare name: (name, the held `tools/ci.sh`).
+const PATH_SPELLINGS: &[(&str, &str)] = &[
+    (
+        "the script's directory by cd and pwd",
+        "DIR=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\nPATH=\"$DIR/bin:$PATH\"",
+    ),
+    (
+        "the script's directory by cd and pwd -P",
+        "HERE=$(cd \"$(dirname \"$0\")\" >/dev/null 2>&1; pwd -P)\nexport PATH=\"$HERE/bin:$PATH\"",
+    ),
+    (
+        "PATH's default expansion",
+        "export PATH=\"$PWD/tools/bin${PATH:+:$PATH}\"",
+    ),
+    (
+        "an assignment continued on the next line",
+        "export PATH=\\\n\"$PWD/tools/bin:$PATH\"",
+    ),
+    ("a cd before $PWD", "cd tools\nPATH=$PWD/bin:$PATH"),
+    (
+        "printf -v PATH",
+        "printf -v PATH '%s:%s' \"$PWD/tools/bin\" \"$PATH\"",
+    ),
+    ("PATH in braces", "PATH=\"${PATH}:${PWD}/tools/bin\""),
+    ("declare -x", "declare -x PATH=\"$PWD/tools/bin:$PATH\""),
+    (
+        "a function's export",
+        "setup() { export PATH=\"$PWD/tools/bin:$PATH\"; }\nsetup",
+    ),
+    (
+        "eval of an export",
+        "eval \"export PATH=tools/bin:\\$PATH\"",
+    ),
+    (
+        "an if block",
+        "if [ -d tools/bin ]; then PATH=\"$PWD/tools/bin:$PATH\"; fi",
+    ),
+];
+
+/// Each of [`PATH_SPELLINGS`]: `tools/bin` holds the user's `.keep`; the agent makes
+/// `tools/bin/fmt-local`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_on_a_path_set_by_yet_other_spellings_is_not_the_agents_to_make() {
+    for (name, path) in PATH_SPELLINGS {
+        let script = format!("{path}\ncommand -v fmt-local >/dev/null && fmt-local; true");
+        let attack = |name: &str, setup: &dyn Fn(&Fx, &Path), plant: &str, user: &[&str]| {
+            held_file_attack(name, setup, plant, user)
+        };
+        let program = "tools/bin/fmt-local";
+        sandbox_fixture::path_program_attack(attack, name, ("bash", &script), program);
+    }
+}
+
+/// The user's `.envrc` puts `tools/bin` on `PATH` by spellings past round thirty's second
+/// review's reader: (name, where the `.envrc` is, its text).
+const ENVRCS: &[(&str, &str, &str)] = &[
+    (
+        "PATH_add after a test",
+        ".envrc",
+        "[ -d tools/bin ] && PATH_add tools/bin",
+    ),
+    (
+        "PATH_add after another command",
+        ".envrc",
+        "watch_file x; PATH_add tools/bin",
+    ),
+    (
+        "PATH_add in an if",
+        ".envrc",
+        "if has git; then PATH_add tools/bin; fi",
+    ),
+    ("PATH_add continued", ".envrc", "PATH_add \\\n  tools/bin"),
+    (
+        "PATH's default expansion",
+        ".envrc",
+        "export PATH=\"$PWD/tools/bin${PATH:+:$PATH}\"",
+    ),
+    ("PATH_add of $PWD", ".envrc", "PATH_add \"$PWD/tools/bin\""),
+    ("PATH_add ./", ".envrc", "PATH_add ./tools/bin"),
+    ("PATH_add of two", ".envrc", "PATH_add bin tools/bin"),
+    (
+        "a nested .envrc's ..",
+        "sub/.envrc",
+        "PATH_add ../tools/bin",
+    ),
+    (
+        "path_add PATH",
+        ".envrc",
+        "path_add PATH tools/bin # local tools",
+    ),
+];
+
+/// Each of [`ENVRCS`], `tools/bin` holding the user's `.keep`: the agent makes
+/// `tools/bin/git`, which the user's next `git` in a direnv shell runs. Both arms;
+/// control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_on_the_path_an_envrc_adds_by_other_spellings_is_not_the_agents_to_make() {
+    let mut broken = Vec::new();
+    for (name, at, text) in ENVRCS {
+        if std::env::var("A31_ONLY").is_ok_and(|o| o != *name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO,
+            open,
+            name,
+            (at, text),
+            true,
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script runs `tools/local`, absent at the start and without a script's suffix,
+/// by yet other spellings: (name, the held `tools/ci.sh`, run by bash).
+const SUFFIXLESS_RUNS: &[(&str, &str)] = &[
+    (
+        "eval of its text",
+        "[ -f tools/local ] && eval \"$(cat tools/local)\"; true",
+    ),
+    (
+        "sh -c of its text",
+        "[ -f tools/local ] && sh -c \"$(cat tools/local)\"; true",
+    ),
+    ("sourced by .", "[ -f tools/local ] && . tools/local; true"),
+    (
+        "sourced by source",
+        "[ -f tools/local ] && source tools/local; true",
+    ),
+    ("bash FILE", "[ -f tools/local ] && bash tools/local; true"),
+    (
+        "the user's SHELL",
+        "[ -f tools/local ] && ${SHELL:-sh} tools/local; true",
+    ),
+    (
+        "a here-document",
+        "sh <<EOF\n[ -f tools/local ] && . tools/local\nEOF\ntrue",
+    ),
+    (
+        "find -exec sh",
+        "find tools -name local -exec sh {} \\; ; true",
+    ),
+];
+
+/// Each of [`SUFFIXLESS_RUNS`]: the agent makes `tools/local` (executable), the user's
+/// `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_made_script_without_a_suffix_run_as_a_command_lines_text_is_moved_aside() {
+    for (name, script) in SUFFIXLESS_RUNS {
+        held_file_attack(
+            name,
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "bash", script),
+            &format!(
+                "mkdir -p tools; {{ {}; }} > tools/local; chmod +x tools/local; echo PLANTED",
+                sandbox_fixture::SCRIPT_PAYLOAD
+            ),
+            &["ci"],
+        );
+    }
+}
+
+/// A held script's ssh (or git's, through a variable) runs `ci/proxy`, absent at the
+/// start: (name, the held `tools/sync.sh`). ssh never reaches a host.
+const SSH_COMMANDS: &[(&str, &str)] = &[
+    (
+        "GIT_SSH_COMMAND on the line",
+        "GIT_SSH_COMMAND=\"ssh -o ProxyCommand='sh ci/proxy' -o BatchMode=yes\" \
+         git ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+    (
+        "GIT_SSH_COMMAND exported",
+        "export GIT_SSH_COMMAND=\"ssh -oProxyCommand='sh ci/proxy'\"\n\
+         git ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+    (
+        "-oProxyCommand= without a space",
+        "ssh -oProxyCommand='sh ci/proxy' -oBatchMode=yes git@example.invalid true \
+         >/dev/null 2>&1; true",
+    ),
+    (
+        "ProxyCommand by path",
+        "ssh -o ProxyCommand=ci/proxy -o BatchMode=yes git@example.invalid true \
+         >/dev/null 2>&1; true",
+    ),
+    (
+        "scp -o",
+        "scp -o ProxyCommand='sh ci/proxy' -o BatchMode=yes x git@example.invalid:y \
+         >/dev/null 2>&1; true",
+    ),
+    (
+        "the option in a variable",
+        "P=\"ProxyCommand=sh ci/proxy\"\nssh -o \"$P\" -o BatchMode=yes git@example.invalid \
+         true >/dev/null 2>&1; true",
+    ),
+    (
+        "git -c core.sshCommand",
+        "git -c core.sshCommand=\"ssh -o ProxyCommand='sh ci/proxy' -o BatchMode=yes\" \
+         ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+];
+
+/// Each of [`SSH_COMMANDS`]: the agent makes `ci/proxy` (executable), the user's `git
+/// sync` = `!sh tools/sync.sh` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_ssh_runs_through_a_variable_or_option_is_not_the_agents_to_make() {
+    for (name, script) in SSH_COMMANDS {
+        held_file_attack(
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/sync.sh", &format!("{script}\n"));
+                fx.git(ws, &["config", "alias.sync", "!sh tools/sync.sh"]);
+            },
+            "mkdir -p ci; printf 'touch \"%s\"\\n' \"$M\" > ci/proxy; chmod +x ci/proxy; \
+             echo PLANTED",
+            &["sync"],
+        );
+    }
+}
+
+/// A held script (run by bash) gives its git `core.hooksPath=ci/gh` with the value or key
+/// elsewhere: (name, the held `tools/ci.sh`).
+const GIT_C_SPELLINGS: &[(&str, &str)] = &[
+    (
+        "a variable on another line",
+        "HP=ci/gh\ngit -c core.hooksPath=$HP commit -q --allow-empty -m x",
+    ),
+    (
+        "a variable quoted",
+        "HP=ci/gh\ngit -c \"core.hooksPath=$HP\" commit -q --allow-empty -m x",
+    ),
+    (
+        "a variable in braces, exported",
+        "export HP=\"ci/gh\"\ngit -c core.hooksPath=\"${HP}\" commit -q --allow-empty -m x",
+    ),
+    (
+        "an array",
+        "args=(-c core.hooksPath=ci/gh)\ngit \"${args[@]}\" commit -q --allow-empty -m x",
+    ),
+    (
+        "a continued line",
+        "git \\\n  -c core.hooksPath=ci/gh \\\n  commit -q --allow-empty -m x",
+    ),
+    (
+        "the key in a variable",
+        "K=core.hooksPath\ngit -c $K=ci/gh commit -q --allow-empty -m x",
+    ),
+    (
+        "the top by pwd",
+        "git -c core.hooksPath=\"$(pwd)/ci/gh\" commit -q --allow-empty -m x",
+    ),
+];
+
+/// Each of [`GIT_C_SPELLINGS`]: no `ci/gh` at the start; the agent makes
+/// `ci/gh/pre-commit`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_hooks_path_given_with_its_value_elsewhere_is_not_the_agents_to_fill() {
+    for (name, script) in GIT_C_SPELLINGS {
+        held_file_attack(
+            name,
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "bash", script),
+            "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > ci/gh/pre-commit; \
+             chmod +x ci/gh/pre-commit; echo PLANTED",
+            &["ci"],
+        );
+    }
+}
