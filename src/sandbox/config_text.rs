@@ -1293,13 +1293,25 @@ fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
         (b"${PATH:+\"$PATH:\"}", b"$PATH:"),
         (b"${PATH:+\"${PATH}:\"}", b"$PATH:"),
     ];
-    let mut text = text.to_vec();
-    for (spelling, plain) in SPELLINGS {
-        while let Some(at) = text.windows(spelling.len()).position(|w| w == *spelling) {
-            text.splice(at..at + spelling.len(), plain.iter().copied());
+    // One pass (a script of many of them costs no search from its start for each).
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let found = (text[i] == b'$')
+            .then(|| SPELLINGS.iter().find(|(s, _)| text[i..].starts_with(s)))
+            .flatten();
+        match found {
+            Some((spelling, plain)) => {
+                out.extend_from_slice(plain);
+                i += spelling.len();
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
+            }
         }
     }
-    text
+    out
 }
 
 /// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
