@@ -467,8 +467,9 @@ fn a_program_on_the_path_an_envrc_adds_is_not_the_agents_to_make() {
     let envrc = (".envrc", "PATH_add tools/bin");
     let mut broken = Vec::new();
     for keep in [true, false] {
+        let plant = (keep, "tools/bin");
         broken.extend(sandbox_fixture::envrc_attack(
-            &REPO, open, name, envrc, keep,
+            &REPO, open, name, envrc, plant,
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));

@@ -13,6 +13,10 @@
 //!   PATH_add`, `watch_file x; PATH_add`), continued on the next line, and its
 //!   `export PATH=…${PATH:+:$PATH}` (closed here); `"$PWD/…"`, `./…`, two directories, a
 //!   nested `.envrc`'s `../tools/bin` held.
+//! * **direnv's `layout`** (`layout python`'s virtualenv `.direnv/python-VERSION/bin`,
+//!   which direnv makes only when it is not there; `layout go`'s `bin`, `layout_ruby`'s
+//!   `.direnv/bin`): the agent's `git` there ran at the user's next `git` (closed here:
+//!   `.direnv`, or `bin`, guarded as a `PATH` directory).
 //! * **A suffix-less made script as the text of a command line**: `eval "$(cat
 //!   tools/local)"`, `sh -c "$(cat tools/local)"` (closed here); `. FILE`, `source FILE`,
 //!   `bash FILE`, `${SHELL:-sh} FILE`, a here-document, `find -exec sh {}` held.
@@ -176,7 +180,49 @@ fn a_program_on_the_path_an_envrc_adds_by_other_spellings_is_not_the_agents_to_m
             open,
             name,
             (at, text),
-            true,
+            (true, "tools/bin"),
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The user's `.envrc` runs one of direnv's `layout`s, which puts a directory of the tree
+/// on `PATH`: (name, its text, where the agent makes `git`; `VERSION` is the version of
+/// the python the layout names, which names the virtualenv direnv makes, and uses when it
+/// is there: `/usr/bin/python3`, the same for both arms).
+const LAYOUTS: &[(&str, &str, &str)] = &[
+    (
+        "layout python",
+        "layout python /usr/bin/python3",
+        ".direnv/python-VERSION/bin",
+    ),
+    ("layout go", "layout go", "bin"),
+    ("layout_ruby", "layout_ruby", ".direnv/bin"),
+];
+
+/// Each of [`LAYOUTS`], no `.direnv` (nor `bin`) at the start: the agent makes its `git`
+/// there, which the user's next `git` in a direnv shell runs. Both arms; control
+/// unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_in_a_direnv_layouts_path_is_not_the_agents_to_make() {
+    use common::Bounded;
+    let version = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import platform; print(platform.python_version())"])
+        .output_bounded();
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    assert!(!version.is_empty(), "no python3");
+    let mut broken = Vec::new();
+    for (name, text, bin) in LAYOUTS {
+        if std::env::var("A31_ONLY").is_ok_and(|o| o != *name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        let bin = bin.replace("VERSION", &version);
+        let plant = (false, bin.as_str());
+        let envrc = (".envrc", *text);
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, envrc, plant,
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));

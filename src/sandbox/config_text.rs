@@ -1260,15 +1260,22 @@ pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
                 .position(|t| !KEYWORDS.contains(&t.as_slice()))
                 .unwrap_or(tokens.len());
             let dirs = match tokens[start..].split_first() {
-                Some((first, dirs)) if first == b"PATH_add" => dirs,
+                Some((first, dirs)) if first == b"PATH_add" => dirs.to_vec(),
                 Some((first, rest))
                     if first == b"path_add" && rest.first().is_some_and(|v| v == b"PATH") =>
                 {
-                    &rest[1..]
+                    rest[1..].to_vec()
                 }
-                _ => continue,
+                Some((first, rest)) if first == b"layout" => {
+                    rest.first().map(|n| layout_dirs(n)).unwrap_or_default()
+                }
+                Some((first, _)) => first
+                    .strip_prefix(b"layout_")
+                    .map(layout_dirs)
+                    .unwrap_or_default(),
+                None => continue,
             };
-            for dir in dirs {
+            for dir in &dirs {
                 script.extend_from_slice(b"PATH=");
                 script.extend_from_slice(dir);
                 script.extend_from_slice(b":$PATH\n");
@@ -1312,6 +1319,21 @@ fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The directories of the tree direnv's `layout NAME` puts on `PATH`: `layout go`'s
+/// `bin`; the layout directory `.direnv` for the others (`layout python3`'s
+/// `.direnv/python-VERSION/bin`, a virtualenv direnv makes only when it is not there;
+/// `layout ruby`'s `.direnv/bin`; perl's, julia's), held whole; none for node's and
+/// php's (`node_modules/.bin`, `vendor/bin`: the installers'). Round thirty-one's
+/// review: the agent made `.direnv/python-3.11.7/bin/git` (or `bin/git`,
+/// `.direnv/bin/git`), and the user's next `git` in a direnv shell ran it.
+fn layout_dirs(name: &[u8]) -> Vec<Vec<u8>> {
+    match name {
+        b"go" => vec![b"bin".to_vec()],
+        b"node" | b"php" => Vec::new(),
+        _ => vec![b".direnv".to_vec()],
+    }
 }
 
 /// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
@@ -4464,5 +4486,9 @@ mod tests {
         assert!(envrc("[ -d tools/bin ] && PATH_add tools/bin\n").contains(&bin));
         assert!(envrc("if true; then PATH_add tools/bin; fi\n").contains(&bin));
         assert!(envrc("PATH_add \\\n  tools/bin\n").contains(&bin));
+        assert!(envrc("layout python3\n").contains(&b".direnv".to_vec()));
+        assert!(envrc("layout_ruby\n").contains(&b".direnv".to_vec()));
+        assert!(envrc("layout go\n").contains(&b"bin".to_vec()));
+        assert!(envrc("layout node\n").is_empty());
     }
 }

@@ -862,27 +862,41 @@ pub fn path_program_attack(
 
 /// What direnv does on entering a directory, in the user's shell (bash), outside any
 /// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
-/// from the `.envrc`'s directory), `watch_file` and `has`, then the `.envrc` sourced;
-/// then the user types `git status`.
+/// from the `.envrc`'s directory), `watch_file`, `has` and `layout` (python's, which
+/// makes its virtualenv `.direnv/python-VERSION` only when it is not there, go's and
+/// ruby's, as direnv's stdlib defines them), then the `.envrc` sourced; then the user
+/// types `git status`.
 pub const DIRENV_THEN_GIT: &str = r#"
 PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; done; }
 path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
 watch_file() { :; }
 has() { command -v "$1" >/dev/null 2>&1; }
+direnv_layout_dir() { echo "$PWD/.direnv"; }
+layout() { local name=$1; shift; eval "layout_$name" "$@"; }
+layout_python() {
+  local python=${1:-python} v
+  v=$("$python" -c 'import platform; print(platform.python_version())')
+  VIRTUAL_ENV=$(direnv_layout_dir)/python-$v
+  [ -d "$VIRTUAL_ENV" ] || "$python" -m venv "$VIRTUAL_ENV" >/dev/null 2>&1
+  export VIRTUAL_ENV; PATH_add "$VIRTUAL_ENV/bin"
+}
+layout_python3() { layout_python python3 "$@"; }
+layout_go() { path_add GOPATH "$PWD"; PATH_add bin; }
+layout_ruby() { BUNDLE_BIN=$(direnv_layout_dir)/bin; PATH_add "$BUNDLE_BIN"; }
 . ./.envrc; git status >/dev/null 2>&1; true"#;
 
 /// One attack on the `PATH` a direnv `.envrc` sets, for each arm and mode: the user's
 /// `.envrc` at `envrc` (a work-tree path; held, a protected name) of `text`, and
 /// `tools/bin` holding the user's `.keep` when `keep` (absent otherwise); the agent makes
-/// `tools/bin/git`, which the user's next `git` in a direnv shell there runs
-/// ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
+/// `BIN/git` (`bin`, a work-tree path), which the user's next `git` in a direnv shell
+/// there runs ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
 /// unless `open` (a ratchet). What went wrong, one line each.
 pub fn envrc_attack(
     style: &RepoStyle,
     open: bool,
     name: &str,
     (envrc, text): (&str, &str),
-    keep: bool,
+    (keep, bin): (bool, &str),
 ) -> Vec<String> {
     let mut broken = Vec::new();
     for nobody in arms() {
@@ -893,10 +907,12 @@ pub fn envrc_attack(
             if keep {
                 fx.own_file(&ws, "tools/bin/.keep", "");
             }
-            let plant = "mkdir -p tools/bin; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
-                         > tools/bin/git; chmod +x tools/bin/git; echo PLANTED";
+            let plant = format!(
+                "mkdir -p {bin}; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > {bin}/git; \
+                 chmod +x {bin}/git; echo PLANTED"
+            );
             let (rc, out) = run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], plant)
+                fx.sandbox_in(&ws, &["--mode", mode], &plant)
                     .env("M", fx.marker()),
             );
             assert!(rc == 0 && out.contains("PLANTED"), "{name}: {out}");
