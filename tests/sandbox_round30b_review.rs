@@ -465,11 +465,11 @@ fn a_program_on_the_path_an_envrc_adds_is_not_the_agents_to_make() {
     let name = "an .envrc's PATH_add";
     let open = KNOWN_OPEN.contains(&name);
     let envrc = (".envrc", "PATH_add tools/bin");
+    let plant = sandbox_fixture::plant_git("tools/bin");
     let mut broken = Vec::new();
-    for keep in [true, false] {
-        let plant = (keep, "tools/bin");
+    for files in [&[envrc, ("tools/bin/.keep", "")][..], &[envrc]] {
         broken.extend(sandbox_fixture::envrc_attack(
-            &REPO, open, name, envrc, plant,
+            &REPO, open, name, files, &plant,
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));

@@ -17,6 +17,9 @@
 //!   which direnv makes only when it is not there; `layout go`'s `bin`, `layout_ruby`'s
 //!   `.direnv/bin`): the agent's `git` there ran at the user's next `git` (closed here:
 //!   `.direnv`, or `bin`, guarded as a `PATH` directory).
+//! * **A file a held `.envrc` has direnv source** (`source_env_if_exists .envrc.local`
+//!   absent at the start, `source_env .envrc.local` of the user's): the agent's payload
+//!   there ran at the user's next `cd` (closed here). `dotenv` not tried.
 //! * **A suffix-less made script as the text of a command line**: `eval "$(cat
 //!   tools/local)"`, `sh -c "$(cat tools/local)"` (closed here); `. FILE`, `source FILE`,
 //!   `bash FILE`, `${SHELL:-sh} FILE`, a here-document, `find -exec sh {}` held.
@@ -179,8 +182,8 @@ fn a_program_on_the_path_an_envrc_adds_by_other_spellings_is_not_the_agents_to_m
             &REPO,
             open,
             name,
-            (at, text),
-            (true, "tools/bin"),
+            &[(at, text), ("tools/bin/.keep", "")],
+            &sandbox_fixture::plant_git("tools/bin"),
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
@@ -218,11 +221,10 @@ fn a_program_in_a_direnv_layouts_path_is_not_the_agents_to_make() {
             continue;
         }
         let open = KNOWN_OPEN.contains(name);
-        let bin = bin.replace("VERSION", &version);
-        let plant = (false, bin.as_str());
-        let envrc = (".envrc", *text);
+        let plant = sandbox_fixture::plant_git(&bin.replace("VERSION", &version));
+        let envrc = [(".envrc", *text)];
         broken.extend(sandbox_fixture::envrc_attack(
-            &REPO, open, name, envrc, plant,
+            &REPO, open, name, &envrc, &plant,
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
@@ -472,6 +474,46 @@ fn a_setup_cancelled_midway_leaves_no_placeholder_behind() {
                 break;
             }
         }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The user's `.envrc` has direnv source a local file (`.envrc.local`, absent at the start,
+/// or the user's own): (name, the `.envrc`, the user's `.envrc.local` if any).
+const ENVRC_SOURCES: &[(&str, &str, Option<&str>)] = &[
+    (
+        "source_env_if_exists of a file absent at the start",
+        "source_env_if_exists .envrc.local",
+        None,
+    ),
+    (
+        "source_env of the user's file",
+        "source_env .envrc.local",
+        Some("export FOO=1\n"),
+    ),
+];
+
+/// Each of [`ENVRC_SOURCES`]: the agent appends a payload to `.envrc.local` (making it when
+/// absent), which direnv runs at the user's next `cd` there. Both arms; control
+/// unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_file_an_envrc_sources_is_not_the_agents_to_write() {
+    let mut broken = Vec::new();
+    for (name, text, local) in ENVRC_SOURCES {
+        if std::env::var("A31_ONLY").is_ok_and(|o| o != *name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        let mut files = vec![(".envrc", *text)];
+        files.extend(local.map(|local| (".envrc.local", local)));
+        let plant = format!(
+            "{} >> .envrc.local; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        );
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, &files, &plant,
+        ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -1321,6 +1321,34 @@ fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The files a direnv `.envrc` has direnv source (`source_env FILE`,
+/// `source_env_if_exists FILE`: direnv runs them as part of the `.envrc`, with no `direnv
+/// allow` of their own), relative to its directory; absolute ones and `~` left out.
+pub(super) fn envrc_sourced_files(text: &[u8]) -> Vec<Vec<u8>> {
+    const SOURCING: &[&[u8]] = &[b"source_env", b"source_env_if_exists"];
+    let mut files = Vec::new();
+    for line in continued_lines(text) {
+        if line.trim_ascii_start().starts_with(b"#") {
+            continue;
+        }
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let Some(at) = tokens.iter().position(|t| SOURCING.contains(&t.as_slice())) else {
+                continue;
+            };
+            if let Some(file) = tokens.get(at + 1)
+                && may_name_a_file(file)
+                && !file.starts_with(b"/")
+                && !file.starts_with(b"~")
+                && !files.contains(file)
+            {
+                files.push(file.clone());
+            }
+        }
+    }
+    files
+}
+
 /// The directories of the tree direnv's `layout NAME` puts on `PATH`: `layout go`'s
 /// `bin`; the layout directory `.direnv` for the others (`layout python3`'s
 /// `.direnv/python-VERSION/bin`, a virtualenv direnv makes only when it is not there;
@@ -4490,5 +4518,10 @@ mod tests {
         assert!(envrc("layout_ruby\n").contains(&b".direnv".to_vec()));
         assert!(envrc("layout go\n").contains(&b"bin".to_vec()));
         assert!(envrc("layout node\n").is_empty());
+        let sourced = |t: &str| envrc_sourced_files(t.as_bytes());
+        let local = [b".envrc.local".to_vec()];
+        assert_eq!(sourced("source_env_if_exists .envrc.local\n"), local);
+        assert_eq!(sourced("[ -f x ] && source_env .envrc.local\n"), local);
+        assert!(sourced("source_env /etc/x\n# source_env y\n").is_empty());
     }
 }

@@ -862,7 +862,8 @@ pub fn path_program_attack(
 
 /// What direnv does on entering a directory, in the user's shell (bash), outside any
 /// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
-/// from the `.envrc`'s directory), `watch_file`, `has` and `layout` (python's, which
+/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]` and
+/// `layout` (python's, which
 /// makes its virtualenv `.direnv/python-VERSION` only when it is not there, go's and
 /// ruby's, as direnv's stdlib defines them), then the `.envrc` sourced; then the user
 /// types `git status`.
@@ -871,6 +872,8 @@ PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; d
 path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
 watch_file() { :; }
 has() { command -v "$1" >/dev/null 2>&1; }
+source_env() { . "$1"; }
+source_env_if_exists() { [ -f "$1" ] && . "$1"; true; }
 direnv_layout_dir() { echo "$PWD/.direnv"; }
 layout() { local name=$1; shift; eval "layout_$name" "$@"; }
 layout_python() {
@@ -885,34 +888,38 @@ layout_go() { path_add GOPATH "$PWD"; PATH_add bin; }
 layout_ruby() { BUNDLE_BIN=$(direnv_layout_dir)/bin; PATH_add "$BUNDLE_BIN"; }
 . ./.envrc; git status >/dev/null 2>&1; true"#;
 
-/// One attack on the `PATH` a direnv `.envrc` sets, for each arm and mode: the user's
-/// `.envrc` at `envrc` (a work-tree path; held, a protected name) of `text`, and
-/// `tools/bin` holding the user's `.keep` when `keep` (absent otherwise); the agent makes
-/// `BIN/git` (`bin`, a work-tree path), which the user's next `git` in a direnv shell
-/// there runs ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
+/// The agent's plant of a `git` in `bin` (a work-tree path) that creates the marker.
+pub fn plant_git(bin: &str) -> String {
+    format!(
+        "mkdir -p {bin}; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > {bin}/git; \
+         chmod +x {bin}/git; echo PLANTED"
+    )
+}
+
+/// One attack on what a direnv `.envrc` runs, for each arm and mode: the user's `files`
+/// (work-tree path, text), the first its `.envrc` (held, a protected name); the agent's
+/// `plant` (a script that prints `PLANTED`: [`plant_git`], say) leaves what the user's
+/// next `git` in a direnv shell in the `.envrc`'s directory runs ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
 /// unless `open` (a ratchet). What went wrong, one line each.
 pub fn envrc_attack(
     style: &RepoStyle,
     open: bool,
     name: &str,
-    (envrc, text): (&str, &str),
-    (keep, bin): (bool, &str),
+    files: &[(&str, &str)],
+    plant: &str,
 ) -> Vec<String> {
     let mut broken = Vec::new();
     for nobody in arms() {
         for mode in ["workspace-write", "danger-full-access"] {
             let fx = GitFx::new(style, nobody);
             let ws = fx.ws();
+            let (envrc, text) = files[0];
             let at = fx.own_file(&ws, envrc, &format!("{text}\n"));
-            if keep {
-                fx.own_file(&ws, "tools/bin/.keep", "");
+            for (rel, text) in &files[1..] {
+                fx.own_file(&ws, rel, text);
             }
-            let plant = format!(
-                "mkdir -p {bin}; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > {bin}/git; \
-                 chmod +x {bin}/git; echo PLANTED"
-            );
             let (rc, out) = run_text(
-                fx.sandbox_in(&ws, &["--mode", mode], &plant)
+                fx.sandbox_in(&ws, &["--mode", mode], plant)
                     .env("M", fx.marker()),
             );
             assert!(rc == 0 && out.contains("PLANTED"), "{name}: {out}");
@@ -926,7 +933,7 @@ pub fn envrc_attack(
             let want = mode == "danger-full-access" || open;
             if ran != want {
                 broken.push(format!(
-                    "{name} nobody={nobody} keep={keep} {mode} (open {open}): ran {ran}: \
+                    "{name} nobody={nobody} {mode} (open {open}): ran {ran}: \
                      {out}\n{}",
                     printed(&user)
                 ));
