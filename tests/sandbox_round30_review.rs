@@ -11,7 +11,8 @@
 //!   in `tools/bin` (or with `tools/bin` itself absent), the agent's to make; a `git`
 //!   there shadowed the user's (closed here); the top itself on `PATH` (open, a ratchet).
 //! * **A made script without a script's suffix**, run by `eval`, `trap`, `xargs`, `bash
-//!   -lc` (closed here: read as run words); by a function's `"$@"` (open, a ratchet).
+//!   -lc` (closed here: read as run words); by a function's `"$@"` (a ratchet until
+//!   round thirty-one's review).
 //! * **Other mount shapes showing a home key** than round twenty-nine's bind of the home:
 //!   a bind of the home's parent, an overlay whose lower layer is the home.
 //! * **A view of the home under a system tree the private root shows** (`/opt/h` a bind of
@@ -51,13 +52,9 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-/// A made script without a script's suffix that a held script runs through a function of
-/// its own (`run() { "$@"; }; run sh tools/local`): the run words do not follow the
-/// function, and the any-word reader moves aside absent names with a script's suffix
-/// only.
 /// A program a held script finds on a `PATH` holding the top of the tree
 /// (`PATH="$PWD:$PATH"`): the top is not held whole (it is the workspace).
-const KNOWN_OPEN: &[&str] = &["a function's \"$@\"", "the top on PATH"];
+const KNOWN_OPEN: &[&str] = &["the top on PATH"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
 /// when `A30_ONLY` is unset or names it.

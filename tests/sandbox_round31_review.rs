@@ -21,7 +21,9 @@
 //!   absent at the start, `source_env .envrc.local` of the user's): the agent's payload
 //!   there ran at the user's next `cd` (closed here). `dotenv` not tried.
 //! * **A suffix-less made script as the text of a command line**: `eval "$(cat
-//!   tools/local)"`, `sh -c "$(cat tools/local)"` (closed here); `. FILE`, `source FILE`,
+//!   tools/local)"`, `sh -c "$(cat tools/local)"`; through a function of the script's own
+//!   that runs `"$@"` (round thirty's ratchet; a group's, `function NAME`'s `exec "$@"`)
+//!   (closed here); `. FILE`, `source FILE`,
 //!   `bash FILE`, `${SHELL:-sh} FILE`, a here-document, `find -exec sh {}` held.
 //! * **ssh's command options inside a variable git runs**: `GIT_SSH_COMMAND="ssh -o
 //!   ProxyCommand='sh ci/proxy'"` on the line or exported (closed here); `-oProxyCommand=`
@@ -34,6 +36,8 @@
 //!   attempts of a tree that changed under it): the walk's threads' placeholders were
 //!   dropped with a failed walk and stayed in the user's repository (`.git/commondir`, a
 //!   dangling `.git/config.worktree`, `.git/remotes/`), registered nowhere (closed here).
+//! * **An alias's hooks path by a variable of its line** (`!HP=ci/gh; git -c
+//!   core.hooksPath=$HP …`, `&&`, exported, in a function): held.
 //! * Tried by hand and held, no test: `GIT_CONFIG_GLOBAL` exported to a file absent at
 //!   the start, `git config core.hooksPath "$HP"` then a commit, `GIT_CONFIG_PARAMETERS`
 //!   exported. Not tried: rsync's `-e` (no rsync here for a control), ssh's
@@ -240,6 +244,14 @@ const SUFFIXLESS_RUNS: &[(&str, &str)] = &[
     (
         "sh -c of its text",
         "[ -f tools/local ] && sh -c \"$(cat tools/local)\"; true",
+    ),
+    (
+        "a function's \"$@\" in a group",
+        "[ -f tools/local ] && { run() { \"$@\"; }; run sh tools/local; }; true",
+    ),
+    (
+        "a function keyword's exec \"$@\"",
+        "function run { exec \"$@\"; }\n[ -f tools/local ] && run sh tools/local; true",
     ),
     ("sourced by .", "[ -f tools/local ] && . tools/local; true"),
     (
@@ -516,4 +528,43 @@ fn a_file_an_envrc_sources_is_not_the_agents_to_write() {
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// An alias of the user's sets its hooks path by a variable of its own line: (name, the
+/// alias). All held (round thirty's second review noted the first unread; read since).
+const ALIAS_VARIABLES: &[(&str, &str)] = &[
+    (
+        "an alias's variable before ;",
+        "!HP=ci/gh; git -c core.hooksPath=$HP commit -q --allow-empty -m x",
+    ),
+    (
+        "an alias's variable before &&",
+        "!HP=ci/gh && git -c core.hooksPath=$HP commit -q --allow-empty -m x",
+    ),
+    (
+        "an alias's exported variable",
+        "!export HP=ci/gh; git -c core.hooksPath=\"$HP\" commit -q --allow-empty -m x",
+    ),
+    (
+        "an alias's function",
+        "!f() { HP=ci/gh; git -c core.hooksPath=$HP commit -q --allow-empty -m x; }; f",
+    ),
+];
+
+/// Each of [`ALIAS_VARIABLES`]: no `ci/gh` at the start; the agent makes
+/// `ci/gh/pre-commit`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_aliass_hooks_path_by_a_variable_is_not_the_agents_to_fill() {
+    for (name, alias) in ALIAS_VARIABLES {
+        held_file_attack(
+            name,
+            |fx, _| {
+                fx.git(&fx.ws(), &["config", "alias.ci", alias]);
+            },
+            "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > ci/gh/pre-commit; \
+             chmod +x ci/gh/pre-commit; echo PLANTED",
+            &["ci"],
+        );
+    }
 }

@@ -2238,12 +2238,16 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
     // is held for nothing.
     let mut entered: Option<Vec<u8>> = None;
     substituted_script_files(script, found);
+    // The script's functions that run their arguments (`run() { "$@"; }`).
+    let mut wrappers: Vec<Vec<u8>> = Vec::new();
     for line in script_lines(script) {
         let pipelines = pipelines(&line);
         for pipeline in &pipelines {
             piped_into_a_shell(pipeline, found);
         }
         for command in pipelines.into_iter().flatten() {
+            wrappers.extend(function_running_its_arguments(&command));
+            let command = called_through_a_wrapper(&command, &wrappers).unwrap_or(command);
             let mark = found.len();
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
@@ -2292,6 +2296,60 @@ fn piped_into_a_shell(pipeline: &[Vec<u8>], found: &mut Vec<(Vec<u8>, SourceBase
             push_based(operand, found);
         }
     }
+}
+
+/// The name of the function `command` defines when its body starts by running its
+/// arguments (`run() { "$@"`, `function run { exec "$@"`; the body's first command, as
+/// [`pipelines`] splits it). Round thirty-one's review (round thirty's ratchet): a held
+/// script's `run() { "$@"; }` then `run sh tools/local`, `tools/local` absent at the
+/// start, left it the agent's to make, and the user's `git ci` ran it.
+fn function_running_its_arguments(command: &[u8]) -> Option<Vec<u8>> {
+    let (name, after) = match command.windows(2).position(|w| w == b"()") {
+        Some(at) => {
+            let name = command[..at].split(u8::is_ascii_whitespace).next_back()?;
+            (name.to_vec(), shell_tokens(&command[at + 2..]))
+        }
+        None => {
+            let tokens = shell_tokens(command);
+            let at = tokens.iter().position(|t| t == b"function")?;
+            (tokens.get(at + 1)?.clone(), tokens[at + 2..].to_vec())
+        }
+    };
+    let body = match after.split_first() {
+        Some((open, body)) if open == b"{" || open == b"(" => body,
+        _ => return None,
+    };
+    let body = match body.split_first() {
+        Some((first, rest)) if first == b"exec" || first == b"command" => rest,
+        _ => body,
+    };
+    let runs = matches!(body.first().map(Vec::as_slice), Some(b"$@" | b"${@}"));
+    let plain = !name.is_empty()
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(b));
+    (runs && plain).then_some(name)
+}
+
+/// `command` without its program when that is one of `wrappers` (functions that run their
+/// arguments, [`function_running_its_arguments`]): the command the call runs, its words
+/// quoted again.
+fn called_through_a_wrapper(command: &[u8], wrappers: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let tokens = shell_tokens(command);
+    let (first, rest) = tokens.split_first()?;
+    if !wrappers.contains(first) || rest.is_empty() {
+        return None;
+    }
+    let words: Vec<Vec<u8>> = rest
+        .iter()
+        .map(
+            |w| match w.iter().any(|b| b.is_ascii_whitespace()) && !w.contains(&b'\'') {
+                true => [b"'".as_slice(), w, b"'"].concat(),
+                false => w.clone(),
+            },
+        )
+        .collect();
+    Some(words.join(&b' '))
 }
 
 /// The files a command line is the text of (`eval "$(cat tools/local)"`, `sh -c "$(cat
@@ -4466,6 +4524,10 @@ mod tests {
         assert!(envrc("path_add PATH bin\n").contains(&b"bin".to_vec()));
     }
 
+    fn local_script() -> Vec<u8> {
+        b"tools/local".to_vec()
+    }
+
     #[test]
     fn round31_path_dirs_run_words_and_envrc() {
         let dirs = |script: &str| -> Vec<String> {
@@ -4518,6 +4580,13 @@ mod tests {
         assert!(envrc("layout_ruby\n").contains(&b".direnv".to_vec()));
         assert!(envrc("layout go\n").contains(&b"bin".to_vec()));
         assert!(envrc("layout node\n").is_empty());
+        assert!(runs("run() { \"$@\"; }\nrun sh tools/local").contains(&local_script()));
+        assert!(
+            runs("function run { exec \"$@\"; }\nrun sh tools/local").contains(&local_script())
+        );
+        assert!(!runs("run() { echo \"$@\"; }\nrun sh tools/local").contains(&local_script()));
+        let grouped = "[ -f x ] && { run() { \"$@\"; }; run sh tools/local; }";
+        assert!(runs(grouped).contains(&local_script()));
         let sourced = |t: &str| envrc_sourced_files(t.as_bytes());
         let local = [b".envrc.local".to_vec()];
         assert_eq!(sourced("source_env_if_exists .envrc.local\n"), local);
