@@ -19,7 +19,9 @@
 //!   `.direnv`, or `bin`, guarded as a `PATH` directory).
 //! * **A file a held `.envrc` has direnv source** (`source_env_if_exists .envrc.local`
 //!   absent at the start, `source_env .envrc.local` of the user's): the agent's payload
-//!   there ran at the user's next `cd` (closed here). `dotenv` not tried.
+//!   there ran at the user's next `cd` (closed here); the `.env` (or a named file) of its
+//!   `dotenv_if_exists`, absent at the start, with numbered git settings of a
+//!   `core.fsmonitor` (closed here).
 //! * **A suffix-less made script as the text of a command line**: `eval "$(cat
 //!   tools/local)"`, `sh -c "$(cat tools/local)"`; through a function of the script's own
 //!   that runs `"$@"` (round thirty's ratchet; a group's, `function NAME`'s `exec "$@"`)
@@ -567,4 +569,39 @@ fn an_aliass_hooks_path_by_a_variable_is_not_the_agents_to_fill() {
             &["ci"],
         );
     }
+}
+
+/// The user's `.envrc` loads variables from a file absent at the start: (name, the
+/// `.envrc`, the file).
+const DOTENVS: &[(&str, &str, &str)] = &[
+    ("dotenv_if_exists", "dotenv_if_exists", ".env"),
+    (
+        "dotenv of a named file",
+        "dotenv_if_exists .env.dev",
+        ".env.dev",
+    ),
+];
+
+/// Each of [`DOTENVS`]: the agent makes the file with numbered git settings of a
+/// `core.fsmonitor` that creates the marker, which the user's next `git status` in a
+/// direnv shell runs. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_variables_file_an_envrc_loads_is_not_the_agents_to_make() {
+    let mut broken = Vec::new();
+    for (name, text, file) in DOTENVS {
+        if std::env::var("A31_ONLY").is_ok_and(|o| o != *name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        let plant = format!(
+            "printf 'GIT_CONFIG_COUNT=1\\nGIT_CONFIG_KEY_0=core.fsmonitor\\n\
+             GIT_CONFIG_VALUE_0=\"touch %s; false\"\\n' \"$M\" > {file}; echo PLANTED"
+        );
+        let files = [(".envrc", *text)];
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, &files, &plant,
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

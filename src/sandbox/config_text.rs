@@ -1349,6 +1349,37 @@ pub(super) fn envrc_sourced_files(text: &[u8]) -> Vec<Vec<u8>> {
     files
 }
 
+/// The files a direnv `.envrc` loads variables from (`dotenv [FILE]`, `dotenv_if_exists
+/// [FILE]`; `.env` when none is named), relative to its directory; absolute ones and `~`
+/// left out.
+pub(super) fn envrc_dotenv_files(text: &[u8]) -> Vec<Vec<u8>> {
+    const LOADING: &[&[u8]] = &[b"dotenv", b"dotenv_if_exists"];
+    let mut files = Vec::new();
+    for line in continued_lines(text) {
+        if line.trim_ascii_start().starts_with(b"#") {
+            continue;
+        }
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let Some(at) = tokens.iter().position(|t| LOADING.contains(&t.as_slice())) else {
+                continue;
+            };
+            let file = tokens
+                .get(at + 1)
+                .cloned()
+                .unwrap_or_else(|| b".env".to_vec());
+            if may_name_a_file(&file)
+                && !file.starts_with(b"/")
+                && !file.starts_with(b"~")
+                && !files.contains(&file)
+            {
+                files.push(file);
+            }
+        }
+    }
+    files
+}
+
 /// The directories of the tree direnv's `layout NAME` puts on `PATH`: `layout go`'s
 /// `bin`; the layout directory `.direnv` for the others (`layout python3`'s
 /// `.direnv/python-VERSION/bin`, a virtualenv direnv makes only when it is not there;
@@ -4587,6 +4618,9 @@ mod tests {
         assert!(!runs("run() { echo \"$@\"; }\nrun sh tools/local").contains(&local_script()));
         let grouped = "[ -f x ] && { run() { \"$@\"; }; run sh tools/local; }";
         assert!(runs(grouped).contains(&local_script()));
+        let dotenv = |t: &str| envrc_dotenv_files(t.as_bytes());
+        assert_eq!(dotenv("dotenv_if_exists\n"), [b".env".to_vec()]);
+        assert_eq!(dotenv("dotenv .env.dev\n"), [b".env.dev".to_vec()]);
         let sourced = |t: &str| envrc_sourced_files(t.as_bytes());
         let local = [b".envrc.local".to_vec()];
         assert_eq!(sourced("source_env_if_exists .envrc.local\n"), local);

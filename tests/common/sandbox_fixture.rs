@@ -862,8 +862,8 @@ pub fn path_program_attack(
 
 /// What direnv does on entering a directory, in the user's shell (bash), outside any
 /// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
-/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]` and
-/// `layout` (python's, which
+/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]`,
+/// `dotenv[_if_exists]` (read as the shell reads it) and `layout` (python's, which
 /// makes its virtualenv `.direnv/python-VERSION` only when it is not there, go's and
 /// ruby's, as direnv's stdlib defines them), then the `.envrc` sourced; then the user
 /// types `git status`.
@@ -874,6 +874,8 @@ watch_file() { :; }
 has() { command -v "$1" >/dev/null 2>&1; }
 source_env() { . "$1"; }
 source_env_if_exists() { [ -f "$1" ] && . "$1"; true; }
+dotenv() { set -a; . "./${1:-.env}"; set +a; }
+dotenv_if_exists() { [ -f "${1:-.env}" ] && dotenv "$@"; true; }
 direnv_layout_dir() { echo "$PWD/.direnv"; }
 layout() { local name=$1; shift; eval "layout_$name" "$@"; }
 layout_python() {

@@ -303,7 +303,7 @@ impl<'a> Walker<'a, '_> {
     /// The files a held `.envrc` has direnv source (`source_env_if_exists .envrc.local`,
     /// [`config_text::envrc_sourced_files`]), read from its directory `base`: held, and
     /// read as a held script, when there; moved aside at the run's end if the run made
-    /// them. Round thirty-one's review: the agent made the `.envrc.local` of the common
+    /// them. And the files its `dotenv` loads, moved aside so too. Round thirty-one's review: the agent made the `.envrc.local` of the common
     /// `source_env_if_exists .envrc.local`, and direnv ran it at the user's next `cd`
     /// into the project (no `direnv allow` asked for it).
     fn guard_envrc_sourced(
@@ -324,6 +324,21 @@ impl<'a> Walker<'a, '_> {
                 self.guard_include(&path, 0, walk, NamedBy::Command)?;
                 let top = self.tree.root.to_path_buf();
                 self.guard_what_it_reads(&path, &top, 0, walk)?;
+            }
+        }
+        // The variables file `dotenv` loads, absent at the start: moved aside if the run
+        // made it. Round thirty-one's review: the agent made the `.env` of `.envrc`'s
+        // `dotenv_if_exists` with `GIT_CONFIG_COUNT=1`, `GIT_CONFIG_KEY_0=core.fsmonitor`
+        // and a command, which the user's next `git status` in a direnv shell ran. (One
+        // there at the start is a secret, masked, by the default deny globs.)
+        for file in config_text::envrc_dotenv_files(text) {
+            let rel = base.join(OsStr::from_bytes(&file));
+            let Some(rel) = self.lexical_at_start(&rel)? else {
+                continue;
+            };
+            let path = self.tree.root.join(&rel);
+            if fs::symlink_metadata(&path).is_err() {
+                self.move_aside_if_made(&path)?;
             }
         }
         Ok(())
