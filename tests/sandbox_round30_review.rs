@@ -11,7 +11,8 @@
 //!   in `tools/bin` (or with `tools/bin` itself absent), the agent's to make; a `git`
 //!   there shadowed the user's (closed here); the top itself on `PATH` (open, a ratchet).
 //! * **A made script without a script's suffix**, run by `eval`, `trap`, `xargs`, `bash
-//!   -lc` (closed here: read as run words); by a function's `"$@"` (open, a ratchet).
+//!   -lc` (closed here: read as run words); by a function's `"$@"` (a ratchet until
+//!   round thirty-one's review).
 //! * **Other mount shapes showing a home key** than round twenty-nine's bind of the home:
 //!   a bind of the home's parent, an overlay whose lower layer is the home.
 //! * **A view of the home under a system tree the private root shows** (`/opt/h` a bind of
@@ -51,13 +52,9 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-/// A made script without a script's suffix that a held script runs through a function of
-/// its own (`run() { "$@"; }; run sh tools/local`): the run words do not follow the
-/// function, and the any-word reader moves aside absent names with a script's suffix
-/// only.
 /// A program a held script finds on a `PATH` holding the top of the tree
 /// (`PATH="$PWD:$PATH"`): the top is not held whole (it is the workspace).
-const KNOWN_OPEN: &[&str] = &["a function's \"$@\"", "the top on PATH"];
+const KNOWN_OPEN: &[&str] = &["the top on PATH"];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
 /// when `A30_ONLY` is unset or names it.
@@ -75,8 +72,7 @@ const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
 
 /// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
 fn user_ci(fx: &Fx, ws: &Path, script: &str) {
-    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
-    fx.git(ws, &["config", "alias.ci", "!sh tools/ci.sh"]);
+    sandbox_fixture::user_ci(fx, ws, "sh", script);
 }
 
 /// Spellings of `core.hooksPath=ci/gh` for the git a held script runs that round
@@ -144,19 +140,10 @@ const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_program_a_held_script_finds_on_the_path_it_sets_is_not_the_agents_to_make() {
     for (name, script, program) in PATH_PROGRAMS {
-        let plant = format!(
-            "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
-             \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
-        );
-        held_file_attack(
-            name,
-            |fx, ws| {
-                fx.own_file(ws, "tools/bin/.keep", "");
-                user_ci(fx, ws, script);
-            },
-            &plant,
-            &["ci"],
-        );
+        let attack = |name: &str, setup: &dyn Fn(&Fx, &Path), plant: &str, user: &[&str]| {
+            held_file_attack(name, setup, plant, user)
+        };
+        sandbox_fixture::path_program_attack(attack, name, ("sh", script), program);
     }
 }
 

@@ -62,16 +62,7 @@ const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
 
 /// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
 fn user_ci(fx: &Fx, ws: &Path, script: &str) {
-    user_ci_in("sh", fx, ws, script);
-}
-
-/// The user's `git ci` = `!SHELL tools/ci.sh`, whose text is `script`.
-fn user_ci_in(shell: &str, fx: &Fx, ws: &Path, script: &str) {
-    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
-    fx.git(
-        ws,
-        &["config", "alias.ci", &format!("!{shell} tools/ci.sh")],
-    );
+    sandbox_fixture::user_ci(fx, ws, "sh", script);
 }
 
 /// `n` numbered settings of no consequence (`GIT_CONFIG_KEY_i=x.yi`), exported on lines of
@@ -178,19 +169,10 @@ const PATH_PROGRAMS: &[(&str, &str, &str)] = &[
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_program_found_on_a_path_set_by_other_spellings_is_not_the_agents_to_make() {
     for (name, script, program) in PATH_PROGRAMS {
-        let plant = format!(
-            "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
-             \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
-        );
-        held_file_attack(
-            name,
-            |fx, ws| {
-                fx.own_file(ws, "tools/bin/.keep", "");
-                user_ci_in("bash", fx, ws, script);
-            },
-            &plant,
-            &["ci"],
-        );
+        let attack = |name: &str, setup: &dyn Fn(&Fx, &Path), plant: &str, user: &[&str]| {
+            held_file_attack(name, setup, plant, user)
+        };
+        sandbox_fixture::path_program_attack(attack, name, ("bash", script), program);
     }
 }
 
@@ -470,12 +452,6 @@ fn an_ssh_config_or_command_reached_other_ways_is_not_the_agents_to_write() {
     }
 }
 
-/// What direnv does on entering the directory, in the user's shell, outside any sandbox:
-/// its `PATH_add DIR` (`PATH=$PWD/DIR:$PATH`) then the `.envrc` sourced; then the user
-/// types `git status`.
-const DIRENV_THEN_GIT: &str =
-    "PATH_add() { PATH=\"$PWD/$1:$PATH\"; }; . ./.envrc; git status >/dev/null 2>&1; true";
-
 /// The user's `.envrc` (held: a protected name) puts `tools/bin` on `PATH`
 /// (`PATH_add tools/bin`, direnv's), absent at the start or holding the user's `.keep`;
 /// the agent makes `tools/bin/git`, which the user's next `git` in a direnv shell runs.
@@ -486,40 +462,15 @@ fn a_program_on_the_path_an_envrc_adds_is_not_the_agents_to_make() {
     if std::env::var("A30B_ONLY").is_ok_and(|o| o != "envrc") {
         return;
     }
-    let open = KNOWN_OPEN.contains(&"an .envrc's PATH_add");
+    let name = "an .envrc's PATH_add";
+    let open = KNOWN_OPEN.contains(&name);
+    let envrc = (".envrc", "PATH_add tools/bin");
+    let plant = sandbox_fixture::plant_git("tools/bin");
     let mut broken = Vec::new();
-    for nobody in sandbox_fixture::arms() {
-        for keep in [true, false] {
-            for mode in ["workspace-write", "danger-full-access"] {
-                let fx = Fx::new(&REPO, nobody);
-                let ws = fx.ws();
-                fx.own_file(&ws, ".envrc", "PATH_add tools/bin\n");
-                if keep {
-                    fx.own_file(&ws, "tools/bin/.keep", "");
-                }
-                let plant = "mkdir -p tools/bin; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
-                             > tools/bin/git; chmod +x tools/bin/git; echo PLANTED";
-                let (rc, out) = sandbox_fixture::run_text(
-                    fx.sandbox_in(&ws, &["--mode", mode], plant)
-                        .env("M", fx.marker()),
-                );
-                assert!(rc == 0 && out.contains("PLANTED"), "{out}");
-                let _ = std::fs::remove_file(fx.marker());
-                let user = fx
-                    .command("sh")
-                    .args(["-c", DIRENV_THEN_GIT])
-                    .current_dir(&ws)
-                    .output();
-                assert!(user.is_ok());
-                let ran = fx.marker().exists();
-                let want = mode == "danger-full-access" || open;
-                if ran != want {
-                    broken.push(format!(
-                        "nobody={nobody} keep={keep} {mode} (open {open}): ran {ran}: {out}"
-                    ));
-                }
-            }
-        }
+    for files in [&[envrc, ("tools/bin/.keep", "")][..], &[envrc]] {
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, files, &plant,
+        ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -1230,7 +1230,7 @@ pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
     if !text.windows(5).any(|w| w == b"PATH=" || w == b"PATH+") {
         return dirs;
     }
-    for line in script_lines(text) {
+    for line in script_lines(&path_defaults_read_plain(text)) {
         let line = line_with_script_dir(&path_append_read_as_assignment(&line), script_dir);
         if line.windows(5).any(|w| w == b"PATH=") {
             line_path_dirs(&line, NESTED_LINES, &mut dirs);
@@ -1243,29 +1243,156 @@ pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
 /// [`script_path_dirs`] with direnv's `PATH_add DIR…` and `path_add PATH DIR…` read as
 /// `PATH=DIR:$PATH`.
 pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
+    const KEYWORDS: &[&[u8]] = &[
+        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!",
+    ];
     let mut script = Vec::with_capacity(text.len());
-    for line in text.split(|b| *b == b'\n') {
-        let tokens = shell_tokens(line);
-        let dirs = match tokens.split_first() {
-            Some((first, dirs)) if first == b"PATH_add" => dirs,
-            Some((first, rest))
-                if first == b"path_add" && rest.first().is_some_and(|v| v == b"PATH") =>
-            {
-                &rest[1..]
+    for line in continued_lines(text) {
+        script.extend_from_slice(&line);
+        script.push(b'\n');
+        // Each command of the line (`[ -d bin ] && PATH_add bin`, `watch_file x;
+        // PATH_add bin`, `then PATH_add bin`: round thirty-one's review found those after
+        // the line's first unread).
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let start = tokens
+                .iter()
+                .position(|t| !KEYWORDS.contains(&t.as_slice()))
+                .unwrap_or(tokens.len());
+            let dirs = match tokens[start..].split_first() {
+                Some((first, dirs)) if first == b"PATH_add" => dirs.to_vec(),
+                Some((first, rest))
+                    if first == b"path_add" && rest.first().is_some_and(|v| v == b"PATH") =>
+                {
+                    rest[1..].to_vec()
+                }
+                Some((first, rest)) if first == b"layout" => {
+                    rest.first().map(|n| layout_dirs(n)).unwrap_or_default()
+                }
+                Some((first, _)) => first
+                    .strip_prefix(b"layout_")
+                    .map(layout_dirs)
+                    .unwrap_or_default(),
+                None => continue,
+            };
+            for dir in &dirs {
+                script.extend_from_slice(b"PATH=");
+                script.extend_from_slice(dir);
+                script.extend_from_slice(b":$PATH\n");
             }
-            _ => {
-                script.extend_from_slice(line);
-                script.push(b'\n');
-                continue;
-            }
-        };
-        for dir in dirs {
-            script.extend_from_slice(b"PATH=");
-            script.extend_from_slice(dir);
-            script.extend_from_slice(b":$PATH\n");
         }
     }
     script_path_dirs(&script, b".")
+}
+
+/// `text` with the shell's `${PATH:+:$PATH}` (a `:` and `PATH` when it is set; and kin)
+/// spelled `:$PATH`. Round thirty-one's review: a held script's `export
+/// PATH="$PWD/tools/bin${PATH:+:$PATH}"` was read as no directory (the entry holds a
+/// `$`), and the agent's `tools/bin/fmt-local` ran at the user's `git ci`.
+fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
+    const SPELLINGS: &[(&[u8], &[u8])] = &[
+        (b"${PATH:+:$PATH}", b":$PATH"),
+        (b"${PATH:+:${PATH}}", b":$PATH"),
+        (b"${PATH:+\":$PATH\"}", b":$PATH"),
+        (b"${PATH:+\":${PATH}\"}", b":$PATH"),
+        (b"${PATH:+$PATH:}", b"$PATH:"),
+        (b"${PATH:+${PATH}:}", b"$PATH:"),
+        (b"${PATH:+\"$PATH:\"}", b"$PATH:"),
+        (b"${PATH:+\"${PATH}:\"}", b"$PATH:"),
+    ];
+    // One pass (a script of many of them costs no search from its start for each).
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let found = (text[i] == b'$')
+            .then(|| SPELLINGS.iter().find(|(s, _)| text[i..].starts_with(s)))
+            .flatten();
+        match found {
+            Some((spelling, plain)) => {
+                out.extend_from_slice(plain);
+                i += spelling.len();
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The files a direnv `.envrc` has direnv source (`source_env FILE`,
+/// `source_env_if_exists FILE`: direnv runs them as part of the `.envrc`, with no `direnv
+/// allow` of their own), relative to its directory; absolute ones and `~` left out.
+pub(super) fn envrc_sourced_files(text: &[u8]) -> Vec<Vec<u8>> {
+    const SOURCING: &[&[u8]] = &[b"source_env", b"source_env_if_exists"];
+    let mut files = Vec::new();
+    for line in continued_lines(text) {
+        if line.trim_ascii_start().starts_with(b"#") {
+            continue;
+        }
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let Some(at) = tokens.iter().position(|t| SOURCING.contains(&t.as_slice())) else {
+                continue;
+            };
+            if let Some(file) = tokens.get(at + 1)
+                && may_name_a_file(file)
+                && !file.starts_with(b"/")
+                && !file.starts_with(b"~")
+                && !files.contains(file)
+            {
+                files.push(file.clone());
+            }
+        }
+    }
+    files
+}
+
+/// The files a direnv `.envrc` loads variables from (`dotenv [FILE]`, `dotenv_if_exists
+/// [FILE]`; `.env` when none is named), relative to its directory; absolute ones and `~`
+/// left out.
+pub(super) fn envrc_dotenv_files(text: &[u8]) -> Vec<Vec<u8>> {
+    const LOADING: &[&[u8]] = &[b"dotenv", b"dotenv_if_exists"];
+    let mut files = Vec::new();
+    for line in continued_lines(text) {
+        if line.trim_ascii_start().starts_with(b"#") {
+            continue;
+        }
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            let Some(at) = tokens.iter().position(|t| LOADING.contains(&t.as_slice())) else {
+                continue;
+            };
+            let file = tokens
+                .get(at + 1)
+                .cloned()
+                .unwrap_or_else(|| b".env".to_vec());
+            if may_name_a_file(&file)
+                && !file.starts_with(b"/")
+                && !file.starts_with(b"~")
+                && !files.contains(&file)
+            {
+                files.push(file);
+            }
+        }
+    }
+    files
+}
+
+/// The directories of the tree direnv's `layout NAME` puts on `PATH`: `layout go`'s
+/// `bin`; the layout directory `.direnv` for the others (`layout python3`'s
+/// `.direnv/python-VERSION/bin`, a virtualenv direnv makes only when it is not there;
+/// `layout ruby`'s `.direnv/bin`; perl's, julia's), held whole; none for node's and
+/// php's (`node_modules/.bin`, `vendor/bin`: the installers'). Round thirty-one's
+/// review: the agent made `.direnv/python-3.11.7/bin/git` (or `bin/git`,
+/// `.direnv/bin/git`), and the user's next `git` in a direnv shell ran it.
+fn layout_dirs(name: &[u8]) -> Vec<Vec<u8>> {
+    match name {
+        b"go" => vec![b"bin".to_vec()],
+        b"node" | b"php" => Vec::new(),
+        _ => vec![b".direnv".to_vec()],
+    }
 }
 
 /// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
@@ -2141,12 +2268,17 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
     // to the script's end (a subshell's `cd` too): a word offered where it does not run
     // is held for nothing.
     let mut entered: Option<Vec<u8>> = None;
+    substituted_script_files(script, found);
+    // The script's functions that run their arguments (`run() { "$@"; }`).
+    let mut wrappers: Vec<Vec<u8>> = Vec::new();
     for line in script_lines(script) {
         let pipelines = pipelines(&line);
         for pipeline in &pipelines {
             piped_into_a_shell(pipeline, found);
         }
         for command in pipelines.into_iter().flatten() {
+            wrappers.extend(function_running_its_arguments(&command));
+            let command = called_through_a_wrapper(&command, &wrappers).unwrap_or(command);
             let mark = found.len();
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
@@ -2197,6 +2329,90 @@ fn piped_into_a_shell(pipeline: &[Vec<u8>], found: &mut Vec<(Vec<u8>, SourceBase
     }
 }
 
+/// The name of the function `command` defines when its body starts by running its
+/// arguments (`run() { "$@"`, `function run { exec "$@"`; the body's first command, as
+/// [`pipelines`] splits it). Round thirty-one's review (round thirty's ratchet): a held
+/// script's `run() { "$@"; }` then `run sh tools/local`, `tools/local` absent at the
+/// start, left it the agent's to make, and the user's `git ci` ran it.
+fn function_running_its_arguments(command: &[u8]) -> Option<Vec<u8>> {
+    let (name, after) = match command.windows(2).position(|w| w == b"()") {
+        Some(at) => {
+            let name = command[..at].split(u8::is_ascii_whitespace).next_back()?;
+            (name.to_vec(), shell_tokens(&command[at + 2..]))
+        }
+        None => {
+            let tokens = shell_tokens(command);
+            let at = tokens.iter().position(|t| t == b"function")?;
+            (tokens.get(at + 1)?.clone(), tokens[at + 2..].to_vec())
+        }
+    };
+    let body = match after.split_first() {
+        Some((open, body)) if open == b"{" || open == b"(" => body,
+        _ => return None,
+    };
+    let body = match body.split_first() {
+        Some((first, rest)) if first == b"exec" || first == b"command" => rest,
+        _ => body,
+    };
+    let runs = matches!(body.first().map(Vec::as_slice), Some(b"$@" | b"${@}"));
+    let plain = !name.is_empty()
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(b));
+    (runs && plain).then_some(name)
+}
+
+/// `command` without its program when that is one of `wrappers` (functions that run their
+/// arguments, [`function_running_its_arguments`]): the command the call runs, its words
+/// quoted again.
+fn called_through_a_wrapper(command: &[u8], wrappers: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let tokens = shell_tokens(command);
+    let (first, rest) = tokens.split_first()?;
+    if !wrappers.contains(first) || rest.is_empty() {
+        return None;
+    }
+    let words: Vec<Vec<u8>> = rest
+        .iter()
+        .map(
+            |w| match w.iter().any(|b| b.is_ascii_whitespace()) && !w.contains(&b'\'') {
+                true => [b"'".as_slice(), w, b"'"].concat(),
+                false => w.clone(),
+            },
+        )
+        .collect();
+    Some(words.join(&b' '))
+}
+
+/// The files a command line is the text of (`eval "$(cat tools/local)"`, `sh -c "$(cat
+/// tools/local)"`, `$(< FILE)`, backquotes): of `script` that is one command substitution
+/// of `cat FILE…` or `< FILE`, each file, added to `found`. Round thirty-one's review:
+/// `tools/local` absent at the start so run was the agent's to make, and the user's `git
+/// ci` ran it.
+fn substituted_script_files(script: &[u8], found: &mut Vec<(Vec<u8>, SourceBase)>) {
+    let script = script.trim_ascii();
+    let inner = script
+        .strip_prefix(b"$(")
+        .and_then(|s| s.strip_suffix(b")"))
+        .or_else(|| script.strip_prefix(b"`").and_then(|s| s.strip_suffix(b"`")));
+    let Some(inner) = inner.map(<[u8]>::trim_ascii) else {
+        return;
+    };
+    if let Some(file) = inner.strip_prefix(b"<") {
+        if let Some(word) = shell_tokens(file).first() {
+            push_based(word, found);
+        }
+        return;
+    }
+    let tokens = shell_tokens(inner);
+    if let Some((program, operands)) = tokens.split_first()
+        && program_name(program) == b"cat"
+    {
+        for operand in operands.iter().filter(|w| !w.starts_with(b"-")) {
+            push_based(operand, found);
+        }
+    }
+}
+
 /// The directory a `cd DIR` or `pushd DIR` command enters (`Some(None)`: one that cannot
 /// be read, absolute or built by the shell, so the words after it are not moved).
 fn entered_by(name: &[u8], mut words: impl Iterator<Item = Vec<u8>>) -> Option<Option<Vec<u8>>> {
@@ -2236,6 +2452,20 @@ fn command_run_words(
     // a script sources it first (round twenty-seven's review).
     for value in tokens.iter().filter_map(|t| t.strip_prefix(b"BASH_ENV=")) {
         push_based(value, found);
+    }
+    // A variable git (or another program) runs as a command line, set for a command or
+    // exported (`GIT_SSH_COMMAND="ssh -o ProxyCommand='sh ci/proxy'" git fetch`): its value
+    // read as a line of the script. Round thirty-one's review: `ci/proxy`, absent at the
+    // start, was the agent's to make, and the user's `git sync` ran it.
+    if depth > 0 {
+        for token in tokens.iter().filter(|t| is_assignment(t)) {
+            let Some(eq) = token.iter().position(|b| *b == b'=') else {
+                continue;
+            };
+            if COMMAND_VARIABLES.contains(&&token[..eq]) {
+                script_run_words(&token[eq + 1..], depth - 1, found);
+            }
+        }
     }
     let at = wrapped_program_at(&tokens);
     // `script -qec 'sh tools/x.sh' /dev/null`, `su -c '…' bob`, `flock LOCK -c
@@ -2292,6 +2522,22 @@ fn command_run_words(
     }
     None
 }
+
+/// Variables whose value a program runs as a command line (git's, ssh's, the editor and
+/// pager programs run): [`command_run_words`] reads their values as lines.
+const COMMAND_VARIABLES: &[&[u8]] = &[
+    b"GIT_SSH_COMMAND",
+    b"GIT_SSH",
+    b"GIT_EDITOR",
+    b"GIT_SEQUENCE_EDITOR",
+    b"GIT_PAGER",
+    b"GIT_EXTERNAL_DIFF",
+    b"GIT_ASKPASS",
+    b"SSH_ASKPASS",
+    b"EDITOR",
+    b"VISUAL",
+    b"PAGER",
+];
 
 /// The command line a command (`tokens`, from its program) runs of its own words, when
 /// it is one that does: `eval WORDS`, `trap 'LINE' SIGNALS`, `xargs [OPTIONS] PROGRAM
@@ -2840,14 +3086,18 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         b"${0%/*}",
         b"${BASH_SOURCE%/*}",
         b"${BASH_SOURCE[0]%/*}",
+        b"$(dirname \"$(realpath \"$0\")\")",
+        b"$(dirname \"$(readlink -f \"$0\")\")",
+        b"$(dirname \"$(realpath \"${BASH_SOURCE[0]}\")\")",
+        b"$(dirname \"$(readlink -f \"${BASH_SOURCE[0]}\")\")",
     ];
     let mut lines = Vec::new();
     let mut vars = ScriptVars::default();
-    for line in script.split(|b| *b == b'\n') {
+    for line in continued_lines(script) {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
         }
-        let mut line = top_read_as_dot(line);
+        let mut line = top_read_as_dot(&line);
         let spellings = if line.contains(&b'$') {
             SCRIPT_DIR
         } else {
@@ -2857,6 +3107,9 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
             while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
                 line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
             }
+        }
+        if line.windows(2).any(|w| w == b"$(") {
+            line = cd_pwd_read_as_dir(&line);
         }
         // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`), and
         // a `for` loop's words (`for s in fmt lint; do sh tools/$s.sh; done`: round
@@ -2868,6 +3121,77 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         lines.extend(vars.substitute(&line));
     }
     lines
+}
+
+/// The lines of a shell text, one ending in a backslash joined to the next as the shell
+/// joins them (not a comment line's). Round thirty-one's review: a held script's `export
+/// PATH=\` with `"$PWD/tools/bin:$PATH"` on the next line was read as two lines, neither
+/// setting `PATH`, and the agent's `tools/bin/fmt-local` ran at the user's `git ci`.
+fn continued_lines(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut lines = Vec::new();
+    let mut joined: Option<Vec<u8>> = None;
+    for part in text.split(|b| *b == b'\n') {
+        let mut line = joined.take().unwrap_or_default();
+        line.extend_from_slice(part);
+        let comment = line.trim_ascii_start().starts_with(b"#");
+        if !comment && line.ends_with(b"\\") && !line.ends_with(b"\\\\") {
+            line.pop();
+            joined = Some(line);
+            continue;
+        }
+        lines.push(line);
+    }
+    lines.extend(joined);
+    lines
+}
+
+/// `line` with each `$(cd DIR && pwd)` (`; pwd`, `pwd -P`, `cd -- DIR`, `CDPATH= cd`,
+/// `cd DIR >/dev/null 2>&1`) read as `DIR`, where `DIR` is the script's own directory
+/// ([`SCRIPT_DIR_MARK`]) or a literal relative one: the directory it prints. Round
+/// thirty-one's review: `DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"` then
+/// `PATH="$DIR/bin:$PATH"`, the commonest spelling of a script's own directory, left
+/// `tools/bin` the agent's, and its `fmt-local` ran at the user's `git ci`.
+fn cd_pwd_read_as_dir(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.windows(2).position(|w| w == b"$(") {
+        out.extend_from_slice(&rest[..at]);
+        let after = &rest[at + 2..];
+        let Some(close) = after.iter().position(|b| *b == b')') else {
+            out.extend_from_slice(&rest[at..]);
+            return out;
+        };
+        match cd_pwd_dir(&after[..close]) {
+            Some(dir) => out.extend_from_slice(&dir),
+            None => out.extend_from_slice(&rest[at..at + 2 + close + 1]),
+        }
+        rest = &after[close + 1..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+/// The directory `inner` (a command substitution's text) prints when it is `cd DIR &&
+/// pwd` ([`cd_pwd_read_as_dir`]).
+fn cd_pwd_dir(inner: &[u8]) -> Option<Vec<u8>> {
+    let split = inner
+        .windows(2)
+        .rposition(|w| w == b"&&")
+        .map(|at| (at, 2))
+        .or_else(|| inner.iter().rposition(|b| *b == b';').map(|at| (at, 1)))?;
+    let (cd, pwd) = (&inner[..split.0], inner[split.0 + split.1..].trim_ascii());
+    if !matches!(pwd, b"pwd" | b"pwd -P" | b"pwd -L") {
+        return None;
+    }
+    let tokens = shell_tokens(cd);
+    let mut words = tokens.iter().skip_while(|t| is_assignment(t));
+    if words.next()? != b"cd" {
+        return None;
+    }
+    let dir = words.find(|w| !w.starts_with(b"-"))?;
+    let plain =
+        !dir.is_empty() && !dir.starts_with(b"/") && !dir.iter().any(|b| b"$`~".contains(b));
+    (plain && (dir.starts_with(SCRIPT_DIR_MARK) || may_name_a_file(dir))).then(|| dir.clone())
 }
 
 /// The simple assignments of a shell script met so far (`L=tools/checks.list`, `export
@@ -4229,5 +4553,78 @@ mod tests {
         let envrc = |t: &str| -> Vec<Vec<u8>> { envrc_path_dirs(t.as_bytes()) };
         assert!(envrc("PATH_add tools/bin\n").contains(&b"tools/bin".to_vec()));
         assert!(envrc("path_add PATH bin\n").contains(&b"bin".to_vec()));
+    }
+
+    fn local_script() -> Vec<u8> {
+        b"tools/local".to_vec()
+    }
+
+    #[test]
+    fn round31_path_dirs_run_words_and_envrc() {
+        let dirs = |script: &str| -> Vec<String> {
+            script_path_dirs(script.as_bytes(), b"tools")
+                .iter()
+                .map(|d| String::from_utf8_lossy(d).into_owned())
+                .collect()
+        };
+        let has = |script: &str, dir: &str| dirs(script).contains(&dir.to_string());
+        assert!(has(
+            "export PATH=\\\n\"$PWD/tools/bin:$PATH\"\nx",
+            "./tools/bin"
+        ));
+        assert!(has(
+            "export PATH=\"$PWD/tools/bin${PATH:+:$PATH}\"",
+            "./tools/bin"
+        ));
+        assert!(has(
+            "DIR=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\nPATH=\"$DIR/bin:$PATH\"",
+            "tools/bin"
+        ));
+        assert!(has(
+            "H=$(cd \"$(dirname \"$0\")\" >/dev/null 2>&1; pwd -P)\nexport PATH=\"$H/bin:$PATH\"",
+            "tools/bin"
+        ));
+        assert!(has("PATH=\"$(cd tools/bin && pwd):$PATH\"", "tools/bin"));
+        assert!(has("# x \\\nPATH=tools/bin:$PATH", "tools/bin"));
+        let runs = |script: &str| -> Vec<Vec<u8>> {
+            run_words(script.as_bytes())
+                .into_iter()
+                .map(|(w, _)| w)
+                .collect()
+        };
+        let local = b"tools/local".to_vec();
+        assert!(runs("eval \"$(cat tools/local)\"").contains(&local));
+        assert!(runs("sh -c \"$(cat tools/local)\"").contains(&local));
+        assert!(runs("bash -c \"$(< tools/local)\"").contains(&local));
+        assert!(!runs("echo \"$(cat tools/local)\"").contains(&local));
+        let proxy = b"ci/proxy".to_vec();
+        let ssh = "\"ssh -o ProxyCommand='sh ci/proxy'\"";
+        assert!(runs(&format!("GIT_SSH_COMMAND={ssh} git fetch")).contains(&proxy));
+        assert!(runs(&format!("export GIT_SSH_COMMAND={ssh}\ngit fetch")).contains(&proxy));
+        let envrc = |t: &str| -> Vec<Vec<u8>> { envrc_path_dirs(t.as_bytes()) };
+        let bin = b"tools/bin".to_vec();
+        assert!(envrc("watch_file x; PATH_add tools/bin\n").contains(&bin));
+        assert!(envrc("[ -d tools/bin ] && PATH_add tools/bin\n").contains(&bin));
+        assert!(envrc("if true; then PATH_add tools/bin; fi\n").contains(&bin));
+        assert!(envrc("PATH_add \\\n  tools/bin\n").contains(&bin));
+        assert!(envrc("layout python3\n").contains(&b".direnv".to_vec()));
+        assert!(envrc("layout_ruby\n").contains(&b".direnv".to_vec()));
+        assert!(envrc("layout go\n").contains(&b"bin".to_vec()));
+        assert!(envrc("layout node\n").is_empty());
+        assert!(runs("run() { \"$@\"; }\nrun sh tools/local").contains(&local_script()));
+        assert!(
+            runs("function run { exec \"$@\"; }\nrun sh tools/local").contains(&local_script())
+        );
+        assert!(!runs("run() { echo \"$@\"; }\nrun sh tools/local").contains(&local_script()));
+        let grouped = "[ -f x ] && { run() { \"$@\"; }; run sh tools/local; }";
+        assert!(runs(grouped).contains(&local_script()));
+        let dotenv = |t: &str| envrc_dotenv_files(t.as_bytes());
+        assert_eq!(dotenv("dotenv_if_exists\n"), [b".env".to_vec()]);
+        assert_eq!(dotenv("dotenv .env.dev\n"), [b".env.dev".to_vec()]);
+        let sourced = |t: &str| envrc_sourced_files(t.as_bytes());
+        let local = [b".envrc.local".to_vec()];
+        assert_eq!(sourced("source_env_if_exists .envrc.local\n"), local);
+        assert_eq!(sourced("[ -f x ] && source_env .envrc.local\n"), local);
+        assert!(sourced("source_env /etc/x\n# source_env y\n").is_empty());
     }
 }

@@ -829,6 +829,122 @@ pub fn held_file_attack(
     );
 }
 
+/// The user's `git ci` = `!SHELL tools/ci.sh`, whose text is `script` (the arm's user's).
+pub fn user_ci(fx: &GitFx, ws: &Path, shell: &str, script: &str) {
+    fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
+    fx.git(
+        ws,
+        &["config", "alias.ci", &format!("!{shell} tools/ci.sh")],
+    );
+}
+
+/// One attack on a program a held script finds on the `PATH` it sets (round thirty's
+/// reviews and after): the user's `tools/bin/.keep` (the directory there at the start) and
+/// `git ci` running `script` with `shell` ([`user_ci`]); the agent makes `program` (a
+/// work-tree path), a `#!/bin/sh` that creates the marker, and the user's `git ci`
+/// follows. `attack` is the suite's [`held_file_attack`] (its fixture, its ratchet).
+pub fn path_program_attack(
+    attack: impl Fn(&str, &dyn Fn(&GitFx, &Path), &str, &[&str]),
+    name: &str,
+    (shell, script): (&str, &str),
+    program: &str,
+) {
+    let plant = format!(
+        "p={program}; mkdir -p \"$(dirname \"$p\")\"; printf '#!/bin/sh\\ntouch \"%s\"\\n' \
+         \"$M\" > \"$p\"; chmod +x \"$p\"; echo PLANTED"
+    );
+    let setup = |fx: &GitFx, ws: &Path| {
+        fx.own_file(ws, "tools/bin/.keep", "");
+        user_ci(fx, ws, shell, script);
+    };
+    attack(name, &setup, &plant, &["ci"]);
+}
+
+/// What direnv does on entering a directory, in the user's shell (bash), outside any
+/// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
+/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]`,
+/// `dotenv[_if_exists]` (read as the shell reads it) and `layout` (python's, which
+/// makes its virtualenv `.direnv/python-VERSION` only when it is not there, go's and
+/// ruby's, as direnv's stdlib defines them), then the `.envrc` sourced; then the user
+/// types `git status`.
+pub const DIRENV_THEN_GIT: &str = r#"
+PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; done; }
+path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
+watch_file() { :; }
+has() { command -v "$1" >/dev/null 2>&1; }
+source_env() { . "$1"; }
+source_env_if_exists() { [ -f "$1" ] && . "$1"; true; }
+dotenv() { set -a; . "./${1:-.env}"; set +a; }
+dotenv_if_exists() { [ -f "${1:-.env}" ] && dotenv "$@"; true; }
+direnv_layout_dir() { echo "$PWD/.direnv"; }
+layout() { local name=$1; shift; eval "layout_$name" "$@"; }
+layout_python() {
+  local python=${1:-python} v
+  v=$("$python" -c 'import platform; print(platform.python_version())')
+  VIRTUAL_ENV=$(direnv_layout_dir)/python-$v
+  [ -d "$VIRTUAL_ENV" ] || "$python" -m venv "$VIRTUAL_ENV" >/dev/null 2>&1
+  export VIRTUAL_ENV; PATH_add "$VIRTUAL_ENV/bin"
+}
+layout_python3() { layout_python python3 "$@"; }
+layout_go() { path_add GOPATH "$PWD"; PATH_add bin; }
+layout_ruby() { BUNDLE_BIN=$(direnv_layout_dir)/bin; PATH_add "$BUNDLE_BIN"; }
+. ./.envrc; git status >/dev/null 2>&1; true"#;
+
+/// The agent's plant of a `git` in `bin` (a work-tree path) that creates the marker.
+pub fn plant_git(bin: &str) -> String {
+    format!(
+        "mkdir -p {bin}; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > {bin}/git; \
+         chmod +x {bin}/git; echo PLANTED"
+    )
+}
+
+/// One attack on what a direnv `.envrc` runs, for each arm and mode: the user's `files`
+/// (work-tree path, text), the first its `.envrc` (held, a protected name); the agent's
+/// `plant` (a script that prints `PLANTED`: [`plant_git`], say) leaves what the user's
+/// next `git` in a direnv shell in the `.envrc`'s directory runs ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
+/// unless `open` (a ratchet). What went wrong, one line each.
+pub fn envrc_attack(
+    style: &RepoStyle,
+    open: bool,
+    name: &str,
+    files: &[(&str, &str)],
+    plant: &str,
+) -> Vec<String> {
+    let mut broken = Vec::new();
+    for nobody in arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = GitFx::new(style, nobody);
+            let ws = fx.ws();
+            let (envrc, text) = files[0];
+            let at = fx.own_file(&ws, envrc, &format!("{text}\n"));
+            for (rel, text) in &files[1..] {
+                fx.own_file(&ws, rel, text);
+            }
+            let (rc, out) = run_text(
+                fx.sandbox_in(&ws, &["--mode", mode], plant)
+                    .env("M", fx.marker()),
+            );
+            assert!(rc == 0 && out.contains("PLANTED"), "{name}: {out}");
+            let _ = std::fs::remove_file(fx.marker());
+            let user = fx
+                .command("bash")
+                .args(["-c", DIRENV_THEN_GIT])
+                .current_dir(at.parent().unwrap())
+                .output_bounded();
+            let ran = fx.marker().exists();
+            let want = mode == "danger-full-access" || open;
+            if ran != want {
+                broken.push(format!(
+                    "{name} nobody={nobody} {mode} (open {open}): ran {ran}: \
+                     {out}\n{}",
+                    printed(&user)
+                ));
+            }
+        }
+    }
+    broken
+}
+
 /// [`held_file_attack`] where the user's own `scripts` (work-tree paths, [`own_script`])
 /// are run by the alias `git fmt` = `alias`, and the agent's command is `attack`.
 pub fn alias_attack(

@@ -297,6 +297,50 @@ impl<'a> Walker<'a, '_> {
             let named = [base.as_os_str().as_bytes(), b"/", &entry].concat();
             self.guard_path_dir(&named, 0, &mut walk)?;
         }
+        self.guard_envrc_sourced(&text, base, &mut walk)
+    }
+
+    /// The files a held `.envrc` has direnv source (`source_env_if_exists .envrc.local`,
+    /// [`config_text::envrc_sourced_files`]), read from its directory `base`: held, and
+    /// read as a held script, when there; moved aside at the run's end if the run made
+    /// them. And the files its `dotenv` loads, moved aside so too. Round thirty-one's review: the agent made the `.envrc.local` of the common
+    /// `source_env_if_exists .envrc.local`, and direnv ran it at the user's next `cd`
+    /// into the project (no `direnv allow` asked for it).
+    fn guard_envrc_sourced(
+        &mut self,
+        text: &[u8],
+        base: &Path,
+        walk: &mut ConfigWalk,
+    ) -> Result<(), SandboxError> {
+        for file in config_text::envrc_sourced_files(text) {
+            let rel = base.join(OsStr::from_bytes(&file));
+            let Some(rel) = self.lexical_at_start(&rel)? else {
+                continue;
+            };
+            let path = self.tree.root.join(&rel);
+            if fs::symlink_metadata(&path).is_err() {
+                self.move_aside_if_made(&path)?;
+            } else if walk.commands.insert(path.clone()) {
+                self.guard_include(&path, 0, walk, NamedBy::Command)?;
+                let top = self.tree.root.to_path_buf();
+                self.guard_what_it_reads(&path, &top, 0, walk)?;
+            }
+        }
+        // The variables file `dotenv` loads, absent at the start: moved aside if the run
+        // made it. Round thirty-one's review: the agent made the `.env` of `.envrc`'s
+        // `dotenv_if_exists` with `GIT_CONFIG_COUNT=1`, `GIT_CONFIG_KEY_0=core.fsmonitor`
+        // and a command, which the user's next `git status` in a direnv shell ran. (One
+        // there at the start is a secret, masked, by the default deny globs.)
+        for file in config_text::envrc_dotenv_files(text) {
+            let rel = base.join(OsStr::from_bytes(&file));
+            let Some(rel) = self.lexical_at_start(&rel)? else {
+                continue;
+            };
+            let path = self.tree.root.join(&rel);
+            if fs::symlink_metadata(&path).is_err() {
+                self.move_aside_if_made(&path)?;
+            }
+        }
         Ok(())
     }
 

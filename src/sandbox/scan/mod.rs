@@ -408,7 +408,17 @@ fn scan_once(
     for (index, tree) in trees.iter().enumerate() {
         let watch = TreeWatch { watch, tree: index };
         let mut kept = Recorder::new(out.listings.trusted_before());
-        for part in walk_in_parallel(tree, deny, limits, &out.listings, watch)? {
+        let mut parts =
+            walk_in_parallel(tree, deny, limits, &out.listings, watch).map_err(|(e, made)| {
+                out.placeholders.extend(made);
+                e
+            })?;
+        // Every part's placeholders first: an `absorb` that fails (the cap on matches)
+        // must not drop those of the parts after it.
+        for part in &mut parts {
+            out.placeholders.append(&mut part.out.placeholders);
+        }
+        for part in parts {
             out.absorb(part.out, limits, tree.root)?;
             kept.absorb(part.recorder);
             for (id, names) in part.linked {
@@ -656,10 +666,10 @@ fn walk_in_parallel(
     limits: ScanLimits,
     listings: &ScanListings,
     watch: TreeWatch<'_>,
-) -> Result<Vec<WalkPart>, SandboxError> {
-    let top =
-        open_dir_beneath(tree.fd, Path::new(".")).map_err(|e| walk_error(tree.root, "open", e))?;
-    let st = fstat(top.as_fd()).map_err(|e| walk_error(tree.root, "inspect", e))?;
+) -> Result<Vec<WalkPart>, (SandboxError, Vec<Placeholder>)> {
+    let top = open_dir_beneath(tree.fd, Path::new("."))
+        .map_err(|e| (walk_error(tree.root, "open", e), Vec::new()))?;
+    let st = fstat(top.as_fd()).map_err(|e| (walk_error(tree.root, "inspect", e), Vec::new()))?;
     let queue = Queue::new(Task {
         dir: TaskDir::Open(top),
         st,
@@ -688,15 +698,19 @@ fn walk_in_parallel(
             recorder: Some(&mut part.recorder),
             watch: Some(watch),
         };
+        let mut walked = Ok(());
         while let Some(task) = queue.next() {
-            let result = walker.task(task);
-            queue.done(result.is_err());
-            result?;
+            walked = walker.task(task);
+            queue.done(walked.is_err());
+            if walked.is_err() {
+                break;
+            }
             help(&queue);
         }
-        Ok(part)
+        (Some(part), walked)
     };
-    let results: Vec<Result<WalkPart, SandboxError>> = std::thread::scope(|scope| {
+    type Walked = (Option<WalkPart>, Result<(), SandboxError>);
+    let results: Vec<Walked> = std::thread::scope(|scope| {
         let others = std::cell::RefCell::new(Vec::new());
         let started = std::cell::Cell::new(false);
         let help = |queue: &Queue| {
@@ -716,15 +730,44 @@ fn walk_in_parallel(
         let mut results = vec![worker(&help)];
         for handle in others.take() {
             results.push(handle.join().unwrap_or_else(|_| {
-                Err(SandboxError::io(
+                let panicked = SandboxError::io(
                     format!("scan {}", tree.root.display()),
                     std::io::Error::other("a walk thread panicked"),
-                ))
+                );
+                (None, Err(panicked))
             }));
         }
         results
     });
-    results.into_iter().collect()
+    parts_or_placeholders(results)
+}
+
+/// The walk's parts, or its first error with the placeholders every part made: the
+/// caller removes them (round thirty-one's review: a walk that failed, a signal's
+/// cancel or a race with another run's scan, dropped its threads' parts, and the
+/// placeholders they had made, `.git/commondir`, a dangling `.git/config.worktree`,
+/// `.envrc/`, stayed in the user's tree for good, registered nowhere).
+fn parts_or_placeholders(
+    results: Vec<(Option<WalkPart>, Result<(), SandboxError>)>,
+) -> Result<Vec<WalkPart>, (SandboxError, Vec<Placeholder>)> {
+    let mut parts = Vec::new();
+    let mut failed = None;
+    for (part, walked) in results {
+        parts.extend(part);
+        if let Err(e) = walked {
+            failed.get_or_insert(e);
+        }
+    }
+    match failed {
+        None => Ok(parts),
+        Some(e) => Err((
+            e,
+            parts
+                .into_iter()
+                .flat_map(|part| part.out.placeholders)
+                .collect(),
+        )),
+    }
 }
 
 /// A directory waiting to be walked.
@@ -1397,6 +1440,56 @@ mod tests {
         let json = serde_json::to_string(&out.masks[0]).unwrap();
         let back: Mask = serde_json::from_str(&json).unwrap();
         assert_eq!(back, out.masks[0]);
+    }
+
+    /// A walk that fails midway (here a directory too deep; a signal's cancel, a race with
+    /// another run's scan) hands back every placeholder its threads made, which the
+    /// caller removes: round thirty-one's review found them dropped with the failed
+    /// threads' parts, and `.git/commondir`, a dangling `.git/config.worktree` and
+    /// `.git/remotes/` left in the user's repository for good.
+    #[test]
+    fn a_failed_walk_leaves_no_placeholder_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fs::canonicalize(dir.path()).unwrap();
+        let git = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .arg(&ws)
+            .status()
+            .unwrap();
+        assert!(git.success());
+        let _ = fs::remove_dir_all(ws.join(".git/branches"));
+        fs::create_dir_all(ws.join("z/y/x/w/v")).unwrap();
+        for i in 0..40 {
+            fs::create_dir_all(ws.join(format!("d{i}/e"))).unwrap();
+        }
+        let before = listing(&ws);
+        let shallow = ScanLimits {
+            max_depth: 3,
+            max_matches: 8192,
+        };
+        let err = scan_limited(&ws, &globs(), &[".envrc".into()], true, shallow).unwrap_err();
+        assert!(matches!(err, SandboxError::ScanLimit { .. }), "{err}");
+        assert_eq!(listing(&ws), before);
+    }
+
+    /// The names below `ws` (not `.git/objects`), sorted.
+    fn listing(ws: &Path) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut dirs = vec![ws.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.ends_with(".git/objects") {
+                    continue;
+                }
+                if entry.file_type().unwrap().is_dir() {
+                    dirs.push(path.clone());
+                }
+                names.push(path.strip_prefix(ws).unwrap().display().to_string());
+            }
+        }
+        names.sort();
+        names
     }
 
     #[test]
