@@ -1325,35 +1325,19 @@ fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
 /// `source_env_if_exists FILE`: direnv runs them as part of the `.envrc`, with no `direnv
 /// allow` of their own), relative to its directory; absolute ones and `~` left out.
 pub(super) fn envrc_sourced_files(text: &[u8]) -> Vec<Vec<u8>> {
-    const SOURCING: &[&[u8]] = &[b"source_env", b"source_env_if_exists"];
-    let mut files = Vec::new();
-    for line in continued_lines(text) {
-        if line.trim_ascii_start().starts_with(b"#") {
-            continue;
-        }
-        for command in pipelines(&line).into_iter().flatten() {
-            let tokens = shell_tokens(&command);
-            let Some(at) = tokens.iter().position(|t| SOURCING.contains(&t.as_slice())) else {
-                continue;
-            };
-            if let Some(file) = tokens.get(at + 1)
-                && may_name_a_file(file)
-                && !file.starts_with(b"/")
-                && !file.starts_with(b"~")
-                && !files.contains(file)
-            {
-                files.push(file.clone());
-            }
-        }
-    }
-    files
+    envrc_files_given_to(text, &[b"source_env", b"source_env_if_exists"], None)
 }
 
 /// The files a direnv `.envrc` loads variables from (`dotenv [FILE]`, `dotenv_if_exists
 /// [FILE]`; `.env` when none is named), relative to its directory; absolute ones and `~`
 /// left out.
 pub(super) fn envrc_dotenv_files(text: &[u8]) -> Vec<Vec<u8>> {
-    const LOADING: &[&[u8]] = &[b"dotenv", b"dotenv_if_exists"];
+    envrc_files_given_to(text, &[b"dotenv", b"dotenv_if_exists"], Some(b".env"))
+}
+
+/// The word after any of `commands` in each command of `text` (or `default` when the
+/// command has none), each once, where it may name a file relative to the `.envrc`.
+fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>) -> Vec<Vec<u8>> {
     let mut files = Vec::new();
     for line in continued_lines(text) {
         if line.trim_ascii_start().starts_with(b"#") {
@@ -1361,13 +1345,12 @@ pub(super) fn envrc_dotenv_files(text: &[u8]) -> Vec<Vec<u8>> {
         }
         for command in pipelines(&line).into_iter().flatten() {
             let tokens = shell_tokens(&command);
-            let Some(at) = tokens.iter().position(|t| LOADING.contains(&t.as_slice())) else {
+            let Some(at) = tokens.iter().position(|t| commands.contains(&t.as_slice())) else {
                 continue;
             };
-            let file = tokens
-                .get(at + 1)
-                .cloned()
-                .unwrap_or_else(|| b".env".to_vec());
+            let Some(file) = tokens.get(at + 1).cloned().or(default.map(<[u8]>::to_vec)) else {
+                continue;
+            };
             if may_name_a_file(&file)
                 && !file.starts_with(b"/")
                 && !file.starts_with(b"~")

@@ -303,21 +303,17 @@ impl<'a> Walker<'a, '_> {
     /// The files a held `.envrc` has direnv source (`source_env_if_exists .envrc.local`,
     /// [`config_text::envrc_sourced_files`]), read from its directory `base`: held, and
     /// read as a held script, when there; moved aside at the run's end if the run made
-    /// them. And the files its `dotenv` loads, moved aside so too. Round thirty-one's review: the agent made the `.envrc.local` of the common
-    /// `source_env_if_exists .envrc.local`, and direnv ran it at the user's next `cd`
-    /// into the project (no `direnv allow` asked for it).
+    /// them. And the files its `dotenv` loads, moved aside so too. Round thirty-one's
+    /// review: the agent made the `.envrc.local` of the common `source_env_if_exists
+    /// .envrc.local`, and direnv ran it at the user's next `cd` into the project (no
+    /// `direnv allow` asked for it).
     fn guard_envrc_sourced(
         &mut self,
         text: &[u8],
         base: &Path,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
-        for file in config_text::envrc_sourced_files(text) {
-            let rel = base.join(OsStr::from_bytes(&file));
-            let Some(rel) = self.lexical_at_start(&rel)? else {
-                continue;
-            };
-            let path = self.tree.root.join(&rel);
+        for path in self.envrc_files(config_text::envrc_sourced_files(text), base)? {
             if fs::symlink_metadata(&path).is_err() {
                 self.move_aside_if_made(&path)?;
             } else if walk.commands.insert(path.clone()) {
@@ -331,12 +327,7 @@ impl<'a> Walker<'a, '_> {
         // `dotenv_if_exists` with `GIT_CONFIG_COUNT=1`, `GIT_CONFIG_KEY_0=core.fsmonitor`
         // and a command, which the user's next `git status` in a direnv shell ran. (One
         // there at the start is a secret, masked, by the default deny globs.)
-        for file in config_text::envrc_dotenv_files(text) {
-            let rel = base.join(OsStr::from_bytes(&file));
-            let Some(rel) = self.lexical_at_start(&rel)? else {
-                continue;
-            };
-            let path = self.tree.root.join(&rel);
+        for path in self.envrc_files(config_text::envrc_dotenv_files(text), base)? {
             if fs::symlink_metadata(&path).is_err() {
                 self.move_aside_if_made(&path)?;
             }
@@ -1783,6 +1774,22 @@ fn below_build_output(rel: &Path) -> bool {
 }
 
 impl Walker<'_, '_> {
+    /// `files` an `.envrc` in `base` names (relative to it), as paths in the tree where
+    /// they resolve lexically at the start ([`Walker::lexical_at_start`]); others left out.
+    fn envrc_files(
+        &mut self,
+        files: Vec<Vec<u8>>,
+        base: &Path,
+    ) -> Result<Vec<PathBuf>, SandboxError> {
+        let mut paths = Vec::new();
+        for file in files {
+            if let Some(rel) = self.lexical_at_start(&base.join(OsStr::from_bytes(&file)))? {
+                paths.push(self.tree.root.join(rel));
+            }
+        }
+        Ok(paths)
+    }
+
     /// `rel` (relative to the tree's root) with each `..` taken lexically, when every
     /// directory a `..` leaves was there at the start as a directory, not a link, from the
     /// root down: those are pinned, so that the kernel's walk at the user's next git
