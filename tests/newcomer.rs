@@ -2532,6 +2532,38 @@ fn the_verify_hint_keeps_the_checks_own_limit() {
     );
 }
 
+/// A resume hint pasted from a CI log ran without the run's `--config` and `--claude-bin`:
+/// the file's backend was unknown and a CLI not on `PATH` was not found. The hint names
+/// both when the run was given them (the backend too, as before).
+#[test]
+fn a_resume_hint_keeps_the_config_file_and_the_claude_bin() {
+    let fake = Fake::new(json!(steps::answer("done")));
+    let config = fake.root().join("team config.toml");
+    std::fs::write(&config, "[backends.work]\npreset = \"inherit\"\n").unwrap();
+    let out = fake
+        .coder()
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "--backend",
+            "work",
+            "--verify",
+            "false",
+            "--no-verify-baseline",
+        ])
+        .args(["--repair-turns", "0", "task"])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    let hint = detail["resume_hint"].as_str().unwrap_or_default();
+    for flag in [
+        format!(" --config '{}'", config.display()),
+        " --backend work".to_owned(),
+        format!(" --claude-bin {}", fake.bin().display()),
+    ] {
+        assert!(hint.contains(&flag), "{flag:?} not in {hint}");
+    }
+}
+
 /// A `--claude-bin` script whose interpreter is missing, as an npm-installed claude is in
 /// a CI image without node: `#!/usr/bin/env node` exits 127 with env's "No such file or
 /// directory" and was `subprocess_error` ("claude exited with code 127 without a result",

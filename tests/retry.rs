@@ -141,9 +141,11 @@ fn the_resume_hint_of_a_named_backend_resumes_on_it() {
         .map(|(_, command)| command)
         .unwrap_or_else(|| panic!("no command in the hint: {hint}"));
 
+    // The hint names the run's `--claude-bin` too: followed word for word, it needs no other.
     let resumed = fake
         .coder()
         .no_cd()
+        .no_claude_bin()
         .env("ZAI_API_KEY", "zai-test-key")
         .args(shell_words(command))
         .run();

@@ -46,6 +46,10 @@ pub(super) struct Run {
     /// The backend was named (`--backend`, `CODER_BACKEND`), not the config's default: a
     /// resume hint must name it too, or the resume would run on the default one.
     backend_named: bool,
+    /// The config file and the claude executable the run was given (`--config`,
+    /// `--claude-bin` or their variables): a resume hint names them, or a pasted resume
+    /// found neither the file's backend nor a CLI that is not on `PATH`.
+    given_files: GivenFiles,
     /// Files of failed Edit/MultiEdit calls (the fallback's trigger).
     pub(super) failed_edits: Vec<String>,
     /// Who serves the backend's API (how its errors are read, whether its cost is real).
@@ -127,6 +131,10 @@ impl Run {
             denials: Vec::new(),
             backend: requested_backend(request),
             backend_named: request.backend.backend.is_some(),
+            given_files: GivenFiles {
+                config: request.backend.config.clone(),
+                claude_bin: request.claude_bin.clone(),
+            },
             failed_edits: Vec::new(),
             provider: provider::Provider::Other,
             workarounds: Vec::new(),
@@ -163,12 +171,12 @@ impl Run {
             Some(plan) => format!(
                 "{what}; to continue where it stopped: coder plan --cd {ws}{} --plan-file {} \
                  --session-id {id} \"continue\"",
-                self.backend_flag(),
+                self.resume_flags(),
                 crate::text::shell_quote(&plan.display().to_string()),
             ),
             None => format!(
                 "{what}; to continue where it stopped: coder --cd {ws}{} --session-id {id} \"continue\"",
-                self.backend_flag(),
+                self.resume_flags(),
             ),
         }
     }
@@ -200,7 +208,7 @@ impl Run {
         format!(
             "{what}; to have the agent go on: coder --cd {}{} --session-id {id} --verify {}{} \"{task}\"",
             crate::text::shell_quote(&self.workspace.display().to_string()),
-            self.backend_flag(),
+            self.resume_flags(),
             crate::text::shell_quote(command),
             timeout.map_or(String::new(), |secs| format!(" --verify-timeout {secs}")),
         )
@@ -227,13 +235,13 @@ impl Run {
             Some(plan) => format!(
                 "coder plan --cd {}{} --plan-file {}",
                 crate::text::shell_quote(&self.workspace.display().to_string()),
-                self.backend_flag(),
+                self.resume_flags(),
                 crate::text::shell_quote(&plan.display().to_string()),
             ),
             None => format!(
                 "coder --cd {}{}",
                 crate::text::shell_quote(&self.workspace.display().to_string()),
-                self.backend_flag(),
+                self.resume_flags(),
             ),
         };
         format!(
@@ -258,14 +266,25 @@ impl Run {
         extra
     }
 
-    /// ` --backend NAME` for a command that must run on this run's backend (a resume: the
-    /// session record refuses another backend), when the run named it; else nothing.
-    fn backend_flag(&self) -> String {
-        if self.backend_named {
-            format!(" --backend {}", crate::text::shell_quote(&self.backend))
-        } else {
-            String::new()
+    /// The flags a resume of this run needs to run as it did: ` --config FILE` and
+    /// ` --claude-bin PATH` when the run was given them, ` --backend NAME` when it named
+    /// its backend (the session record refuses another backend); else nothing.
+    fn resume_flags(&self) -> String {
+        let quoted = |p: &std::path::Path| crate::text::shell_quote(&p.display().to_string());
+        let mut flags = String::new();
+        if let Some(config) = &self.given_files.config {
+            flags.push_str(&format!(" --config {}", quoted(config)));
         }
+        if self.backend_named {
+            flags.push_str(&format!(
+                " --backend {}",
+                crate::text::shell_quote(&self.backend)
+            ));
+        }
+        if let Some(bin) = &self.given_files.claude_bin {
+            flags.push_str(&format!(" --claude-bin {}", quoted(bin)));
+        }
+        flags
     }
 
     /// Applies `remedy` to every later attempt, and lists what it changed in
@@ -707,4 +726,11 @@ pub(super) fn requested_backend(request: &RunRequest) -> String {
         .backend
         .clone()
         .unwrap_or_else(|| "default".to_owned())
+}
+
+/// The files a run was given by flag or variable that a resume of it needs again.
+#[derive(Debug, Default)]
+struct GivenFiles {
+    config: Option<std::path::PathBuf>,
+    claude_bin: Option<std::path::PathBuf>,
 }
