@@ -65,16 +65,6 @@ fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: 
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
-/// The agent's hook: `ci/gh/pre-commit`, a `#!` line and executable, that creates the
-/// marker `$M`.
-const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
-                          > ci/gh/pre-commit; chmod +x ci/gh/pre-commit; echo PLANTED";
-
-/// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
-fn user_ci(fx: &Fx, ws: &Path, script: &str) {
-    sandbox_fixture::user_ci(fx, ws, "sh", script);
-}
-
 /// Spellings of `core.hooksPath=ci/gh` for the git a held script runs that round
 /// twenty-nine's reader (`KEY=VALUE`, `KEY VALUE`, a numbered key and value on one line)
 /// did not read: (name, the held `tools/ci.sh`).
@@ -104,7 +94,12 @@ const HOOKS_PATH_SPELLINGS: &[(&str, &str)] = &[
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_hooks_path_a_held_script_gives_its_git_by_other_spellings_is_not_the_agents_to_fill() {
     for (name, script) in HOOKS_PATH_SPELLINGS {
-        held_file_attack(name, |fx, ws| user_ci(fx, ws, script), PLANT_HOOK, &["ci"]);
+        held_file_attack(
+            name,
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "sh", script),
+            sandbox_fixture::PLANT_CI_GH_HOOK,
+            &["ci"],
+        );
     }
 }
 
@@ -216,7 +211,7 @@ fn a_made_script_without_a_suffix_run_by_other_spellings_is_moved_aside() {
     for (name, script) in SUFFIXLESS_RUNS {
         held_file_attack(
             name,
-            |fx, ws| user_ci(fx, ws, script),
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "sh", script),
             &format!(
                 "mkdir -p tools; {{ {}; }} > tools/local; echo PLANTED",
                 sandbox_fixture::SCRIPT_PAYLOAD

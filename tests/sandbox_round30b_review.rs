@@ -55,16 +55,6 @@ fn held_file_attack(name: &str, setup: impl Fn(&Fx, &Path), script: &str, user: 
     sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, script, user);
 }
 
-/// The agent's hook: `ci/gh/pre-commit`, a `#!` line and executable, that creates the
-/// marker `$M`.
-const PLANT_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
-                          > ci/gh/pre-commit; chmod +x ci/gh/pre-commit; echo PLANTED";
-
-/// The user's `git ci` = `!sh tools/ci.sh`, whose text is `script`.
-fn user_ci(fx: &Fx, ws: &Path, script: &str) {
-    sandbox_fixture::user_ci(fx, ws, "sh", script);
-}
-
 /// `n` numbered settings of no consequence (`GIT_CONFIG_KEY_i=x.yi`), exported on lines of
 /// their own, from 0.
 fn numbered_filler(n: usize) -> String {
@@ -121,7 +111,12 @@ fn hooks_path_spellings() -> Vec<(&'static str, String)> {
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
 fn a_hooks_path_given_by_yet_other_spellings_is_not_the_agents_to_fill() {
     for (name, script) in hooks_path_spellings() {
-        held_file_attack(name, |fx, ws| user_ci(fx, ws, &script), PLANT_HOOK, &["ci"]);
+        held_file_attack(
+            name,
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "sh", &script),
+            sandbox_fixture::PLANT_CI_GH_HOOK,
+            &["ci"],
+        );
     }
 }
 
@@ -199,7 +194,7 @@ fn a_made_script_without_a_suffix_run_by_yet_other_spellings_is_moved_aside() {
     for (name, script) in SUFFIXLESS_RUNS {
         held_file_attack(
             name,
-            |fx, ws| user_ci(fx, ws, script),
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "sh", script),
             &format!(
                 "mkdir -p tools; {{ {}; }} > tools/local; echo PLANTED",
                 sandbox_fixture::SCRIPT_PAYLOAD

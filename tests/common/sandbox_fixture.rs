@@ -829,6 +829,11 @@ pub fn held_file_attack(
     );
 }
 
+/// The agent's hook: `ci/gh/pre-commit`, a `#!` line and executable, that creates the
+/// marker `$M` (planted where a held script points git's hooks).
+pub const PLANT_CI_GH_HOOK: &str = "mkdir -p ci/gh; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" \
+                                    > ci/gh/pre-commit; chmod +x ci/gh/pre-commit; echo PLANTED";
+
 /// The user's `git ci` = `!SHELL tools/ci.sh`, whose text is `script` (the arm's user's).
 pub fn user_ci(fx: &GitFx, ws: &Path, shell: &str, script: &str) {
     fx.own_file(ws, "tools/ci.sh", &format!("{script}\n"));
