@@ -1068,6 +1068,42 @@ impl<'a> KeptDirs<'a> {
         buf: &mut Vec<u8>,
         items: &mut Vec<(std::ops::Range<usize>, Kind)>,
     ) -> bool {
+        if !self.holds_unchanged(rel, st, fd) {
+            return false;
+        }
+        let mut prefix = rel.to_vec();
+        if !prefix.is_empty() {
+            prefix.push(b'/');
+        }
+        let mut push = |name: &[u8], kind: Kind| {
+            let start = buf.len();
+            buf.extend_from_slice(name);
+            items.push((start..buf.len(), kind));
+        };
+        for name in self.subdirectories(&prefix) {
+            push(name, Kind::Dir);
+        }
+        let entries = &self.scan.entries;
+        self.entry_cursor = first_where(self.entry_cursor, entries.len(), |at| {
+            walk_order(entries.path_at(at), rel).is_gt()
+        });
+        // A file or a symlink: the walk treats both alike (their stat data decides), so
+        // which one is not looked up here.
+        for name in files_below(entries, self.entry_cursor, &prefix) {
+            push(name, Kind::File);
+        }
+        items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
+        true
+    }
+
+    /// Whether the prior scan walked the directory at `rel` whole and it is unchanged since
+    /// (`st`, `fd`: it now), moving the directory cursor to it.
+    fn holds_unchanged(
+        &mut self,
+        rel: &[u8],
+        st: &libc::stat,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> bool {
         let dirs = &self.scan.dirs;
         while self.dir_cursor < dirs.len() && walk_order(&dirs[self.dir_cursor].path, rel).is_lt() {
             self.dir_cursor += 1;
@@ -1082,72 +1118,56 @@ impl<'a> KeptDirs<'a> {
             && dir.ctime_ns == ctime
             && ctime < self.trusted_before_ns
             && st.st_dev == self.root_dev;
-        if !unchanged || crate::sandbox::is_encrypted(fd) != Ok(false) {
-            return false;
-        }
-        let mut prefix = rel.to_vec();
-        if !prefix.is_empty() {
-            prefix.push(b'/');
-        }
-        let mut push = |name: &[u8], kind: Kind| {
-            let start = buf.len();
-            buf.extend_from_slice(name);
-            items.push((start..buf.len(), kind));
-        };
-        // Its subdirectories: the prior's directories right after it, one level below.
-        for sub in &dirs[self.dir_cursor + 1..] {
-            let Some(name) = sub.path.strip_prefix(&prefix[..]) else {
-                break;
-            };
-            if !name.contains(&b'/') {
-                push(name, Kind::Dir);
-            }
-        }
-        // Its files: the prior's entries right after its path, one level below it (those
-        // of a subdirectory are passed over whole).
-        let entries = &self.scan.entries;
-        let (mut lo, mut hi) = (self.entry_cursor, entries.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if walk_order(entries.path_at(mid), rel).is_gt() {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        self.entry_cursor = lo;
-        let mut at = self.entry_cursor;
+        unchanged && crate::sandbox::is_encrypted(fd) == Ok(false)
+    }
+
+    /// The names of the prior's directories one level below `prefix` (the directory at the
+    /// cursor's path and a slash): they follow it in walk order.
+    fn subdirectories<'p>(&'p self, prefix: &'p [u8]) -> impl Iterator<Item = &'p [u8]> + 'p {
+        self.scan.dirs[self.dir_cursor + 1..]
+            .iter()
+            .map_while(move |sub| sub.path.strip_prefix(prefix))
+            .filter(|name| !name.contains(&b'/'))
+    }
+}
+
+/// The names of the prior's entries one level below `prefix` from `at` on (the first
+/// entry past the directory's own path in walk order): those of a subdirectory follow one
+/// another and are passed over whole.
+fn files_below<'e>(
+    entries: &'e Entries,
+    mut at: usize,
+    prefix: &'e [u8],
+) -> impl Iterator<Item = &'e [u8]> + 'e {
+    std::iter::from_fn(move || {
         while at < entries.len() {
             let path = entries.path_at(at);
-            let Some(name) = path.strip_prefix(&prefix[..]) else {
-                break;
+            let name = path.strip_prefix(prefix)?;
+            let Some(slash) = name.iter().position(|b| *b == b'/') else {
+                at += 1;
+                return Some(name);
             };
-            match name.iter().position(|b| *b == b'/') {
-                None => {
-                    // A file or a symlink: the walk treats both alike (their stat data
-                    // decides), so which one is not looked up here.
-                    push(name, Kind::File);
-                    at += 1;
-                }
-                Some(slash) => {
-                    // The subdirectory's entries follow one another: the first past them.
-                    let below = &path[..prefix.len() + slash + 1];
-                    let (mut lo, mut hi) = (at + 1, entries.len());
-                    while lo < hi {
-                        let mid = lo + (hi - lo) / 2;
-                        if entries.path_at(mid).starts_with(below) {
-                            lo = mid + 1;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    at = lo;
-                }
-            }
+            let below = &path[..prefix.len() + slash + 1];
+            at = first_where(at + 1, entries.len(), |i| {
+                !entries.path_at(i).starts_with(below)
+            });
         }
-        items.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
-        true
+        None
+    })
+}
+
+/// The first index in `lo..hi` where `past` holds, `hi` if none: `past` is false then
+/// true over the range (a binary search).
+fn first_where(mut lo: usize, mut hi: usize, past: impl Fn(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if past(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
     }
+    lo
 }
 
 /// The type of a listed entry.
