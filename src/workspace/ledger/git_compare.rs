@@ -5,6 +5,7 @@
 
 use crate::workspace::git::{GitRepo, Snapshot};
 use crate::workspace::git_index::Entry;
+use crate::workspace::ignored::IgnoredChanges;
 
 use std::path::Path;
 
@@ -12,6 +13,10 @@ use super::{
     ChangeStatus, Changes, DIFF_CAP, DiffText, FileChange, LedgerError, excluded, ignored_changes,
 };
 
+/// What changed in the repository's work tree since `before_snapshot` (git's view: the
+/// index's `add -A` semantics, `exclude` left out), with the unified diff when `want_diff`,
+/// and what changed under ignored paths since `ignored_since` when given. Keeps the after
+/// snapshot's index as the next run's start.
 pub(super) fn git_changes(
     repo: &GitRepo,
     before_snapshot: &Snapshot,
@@ -30,45 +35,87 @@ pub(super) fn git_changes(
     // user's index, which the agent may have written.
     repo.keep_index();
     crate::phases::mark("ledger.index_kept");
-    // What changed under ignored paths is walked meanwhile (see [`super::ignored`]).
-    let (all, (ignored, ignored_warning)) = std::thread::scope(|s| {
-        let walk = std::thread::Builder::new()
-            .name("ledger-ignored".into())
-            .spawn_scoped(s, || {
-                ignored_since.map_or((None, None), |since| {
-                    ignored_changes(repo, &after_snapshot, since, exclude)
-                })
-            });
-        let all = compare_parts(
-            repo,
-            before_snapshot,
-            &after_snapshot,
-            unknown,
-            want_diff,
-            exclude,
-        );
-        let ignored = match walk {
-            Ok(walk) => walk.join().unwrap_or_else(|_| {
-                (
-                    None,
-                    Some("the walk of the ignored paths failed".to_owned()),
-                )
-            }),
-            Err(_) => ignored_since.map_or((None, None), |since| {
-                ignored_changes(repo, &after_snapshot, since, exclude)
-            }),
-        };
-        (all, ignored)
-    });
+    let snapshots = Snapshots {
+        repo,
+        before: before_snapshot,
+        after: &after_snapshot,
+        exclude,
+    };
+    let (all, (ignored, ignored_warning)) = snapshots.compare(unknown, want_diff, ignored_since);
     let all = all?;
     let mut warnings = all.warnings;
     if !all.untrusted.is_empty() {
         warnings.push(untrusted_warning(&all.untrusted));
     }
     warnings.extend(ignored_warning);
-    let skipped = before_snapshot
-        .nested_skipped
-        .max(after_snapshot.nested_skipped);
+    let unseen = unseen_warnings(before_snapshot, &after_snapshot);
+    let mut changes = Changes::from_list(merge_sides(all.list), false);
+    changes.unseen = !unseen.is_empty();
+    warnings.extend(unseen);
+    changes.warnings.splice(0..0, warnings);
+    changes.ignored = ignored;
+    let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
+    Ok((changes, diff))
+}
+
+/// The two snapshots a run's changes are read from, and what both leave out.
+struct Snapshots<'a> {
+    repo: &'a GitRepo,
+    before: &'a Snapshot,
+    after: &'a Snapshot,
+    exclude: &'a [String],
+}
+
+/// What [`ignored_changes`] gives: the changes under ignored paths and a warning.
+type IgnoredSide = (Option<IgnoredChanges>, Option<String>);
+
+impl Snapshots<'_> {
+    /// The parts compared ([`compare_parts`]) while what changed under ignored paths is
+    /// walked on a thread of its own (see [`super::ignored`]); on this thread when none can
+    /// be started.
+    fn compare(
+        &self,
+        unknown: &std::collections::BTreeSet<Vec<u8>>,
+        want_diff: bool,
+        ignored_since: Option<(&Path, i128)>,
+    ) -> (Result<PartChanges, LedgerError>, IgnoredSide) {
+        let walk_ignored = || {
+            ignored_since.map_or((None, None), |since| {
+                ignored_changes(self.repo, self.after, since, self.exclude)
+            })
+        };
+        std::thread::scope(|s| {
+            let walk = std::thread::Builder::new()
+                .name("ledger-ignored".into())
+                .spawn_scoped(s, walk_ignored);
+            let all = compare_parts(
+                self.repo,
+                self.before,
+                self.after,
+                unknown,
+                want_diff,
+                self.exclude,
+            );
+            let ignored = match walk {
+                Ok(walk) => walk.join().unwrap_or_else(|_| {
+                    (
+                        None,
+                        Some("the walk of the ignored paths failed".to_owned()),
+                    )
+                }),
+                Err(_) => walk_ignored(),
+            };
+            (all, ignored)
+        })
+    }
+}
+
+/// Warnings for what neither snapshot looked into: nested repositories past the cap (or
+/// not the workspace's own directories) and directories without read permission. Empty
+/// when both snapshots saw everything.
+fn unseen_warnings(before: &Snapshot, after: &Snapshot) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let skipped = before.nested_skipped.max(after.nested_skipped);
     if skipped > 0 {
         warnings.push(format!(
             "{skipped} repositories nested in the workspace were not looked into (more \
@@ -77,7 +124,7 @@ pub(super) fn git_changes(
             crate::workspace::git::MAX_NESTED
         ));
     }
-    let unreadable = &after_snapshot.unreadable;
+    let unreadable = &after.unreadable;
     if !unreadable.is_empty() {
         let names: Vec<String> = unreadable
             .iter()
@@ -91,12 +138,7 @@ pub(super) fn git_changes(
             names.join(", ")
         ));
     }
-    let mut changes = Changes::from_list(merge_sides(all.list), false);
-    changes.warnings.splice(0..0, warnings);
-    changes.unseen = skipped > 0 || !unreadable.is_empty();
-    changes.ignored = ignored;
-    let diff = want_diff.then(|| DiffText::new(all.kept, all.total));
-    Ok((changes, diff))
+    warnings
 }
 
 /// The workspace, then each nested repository (see [`crate::workspace::git::Part`]), compared part
