@@ -291,33 +291,17 @@ fn linked_key_names(
         return Ok((Vec::new(), Vec::new()));
     }
     let inside = |path: &Path| new_root.join(path.strip_prefix("/").unwrap_or(path));
-    // A file mounted on a file (one granted alone; a bind mount the host had in a
-    // granted tree) shows in its directory's listing by the inode number of the file
-    // beneath: each mount point of the private root is looked at itself.
-    let table = crate::workspace::mountinfo::table()
-        .map_err(|e| SandboxError::io("read /proc/self/mountinfo", e))?;
-    let mount_points: Vec<PathBuf> = table
-        .split(|&b| b == b'\n')
-        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
-        .map(crate::workspace::mountinfo::unescape)
-        .filter(|point| point.starts_with(new_root) && point != new_root)
-        .collect();
     // The walk runs whole (see above): no link counts to account for.
     let keys: HashSet<(u64, u64)> = users.linked.iter().copied().collect();
     let skip: Vec<PathBuf> = users.scanned.iter().map(|p| inside(p)).collect();
-    let mut found = Vec::new();
-    for root in mount_points {
-        if let Ok(meta) = fs::symlink_metadata(&root)
-            && keys.contains(&(meta.dev(), meta.ino()))
-            && meta.is_file()
-            && !skip.iter().any(|s| root.starts_with(s))
-            && !found.contains(&root)
-        {
-            found.push(root);
-        }
-    }
+    let mut look = LinkLook {
+        keys,
+        skip,
+        found: Vec::new(),
+        looked: 0,
+    };
+    look.mount_points(new_root)?;
     let mut pending = vec![new_root.to_path_buf()];
-    let mut looked = 0usize;
     let mut unlisted = Vec::new();
     while let Some(dir) = pending.pop() {
         let listing = listing_of(&dir);
@@ -334,46 +318,101 @@ fn linked_key_names(
             continue;
         }
         for entry in entries.flatten() {
-            looked += 1;
-            if looked > MAX_LINK_LOOK_ENTRIES {
-                return Err(SandboxError::ScanLimit {
-                    what: "the entries the sandbox shows, looking for other names of a home key",
-                    limit: MAX_LINK_LOOK_ENTRIES,
-                    path: dir,
-                });
-            }
-            let path = entry.path();
-            let kind = entry.file_type().ok();
-            if kind.is_some_and(|k| k.is_dir()) {
-                if !skip.contains(&path) {
-                    pending.push(path);
-                }
-                continue;
-            }
-            let may_be_file = kind.is_none_or(|k| k.is_file());
-            let maybe_key =
-                listing != Listing::InodeTrusted || keys.iter().any(|&(_, ino)| ino == entry.ino());
-            if !may_be_file || !maybe_key {
-                continue;
-            }
-            let Ok(meta) = fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if meta.is_dir() && !skip.contains(&path) {
-                pending.push(path);
-            } else if keys.contains(&(meta.dev(), meta.ino()))
-                && meta.is_file()
-                && !found.contains(&path)
-            {
-                // No end once the link counts are accounted for: one name shown at two
-                // places (a directory the host bind-mounts twice, the binds here being
-                // recursive) counts twice, and the second stayed readable (round
-                // twenty-five's second review).
-                found.push(path);
-            }
+            look.entry(&dir, &entry, listing, &mut pending)?;
         }
     }
-    Ok((found, unlisted))
+    Ok((look.found, unlisted))
+}
+
+/// The look for other names of the home's keys in the private root ([`linked_key_names`]).
+struct LinkLook {
+    /// The keys' (device, inode).
+    keys: HashSet<(u64, u64)>,
+    /// The scanned trees, in the private root: not walked again.
+    skip: Vec<PathBuf>,
+    /// The names found, each once.
+    found: Vec<PathBuf>,
+    /// The entries looked at so far, against [`MAX_LINK_LOOK_ENTRIES`].
+    looked: usize,
+}
+
+impl LinkLook {
+    /// Each mount point of the private root (below `new_root`) that is a key: a file
+    /// mounted on a file (one granted alone; a bind mount the host had in a granted tree)
+    /// shows in its directory's listing by the inode number of the file beneath.
+    fn mount_points(&mut self, new_root: &Path) -> Result<(), SandboxError> {
+        let table = crate::workspace::mountinfo::table()
+            .map_err(|e| SandboxError::io("read /proc/self/mountinfo", e))?;
+        let points = table
+            .split(|&b| b == b'\n')
+            .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+            .map(crate::workspace::mountinfo::unescape)
+            .filter(|point| point.starts_with(new_root) && point != new_root);
+        for point in points {
+            if let Ok(meta) = fs::symlink_metadata(&point)
+                && !self.skip.iter().any(|s| point.starts_with(s))
+            {
+                self.found_if_key(point, &meta);
+            }
+        }
+        Ok(())
+    }
+
+    /// One entry of `dir` (listed as `listing` says): a directory to walk goes on
+    /// `pending`, a key's other name into `found`. Only an entry that may be a key is
+    /// looked up (its inode number, where the listing's can be trusted).
+    fn entry(
+        &mut self,
+        dir: &Path,
+        entry: &fs::DirEntry,
+        listing: Listing,
+        pending: &mut Vec<PathBuf>,
+    ) -> Result<(), SandboxError> {
+        self.looked += 1;
+        if self.looked > MAX_LINK_LOOK_ENTRIES {
+            return Err(SandboxError::ScanLimit {
+                what: "the entries the sandbox shows, looking for other names of a home key",
+                limit: MAX_LINK_LOOK_ENTRIES,
+                path: dir.to_path_buf(),
+            });
+        }
+        let path = entry.path();
+        let kind = entry.file_type().ok();
+        if kind.is_some_and(|k| k.is_dir()) {
+            if !self.skip.contains(&path) {
+                pending.push(path);
+            }
+            return Ok(());
+        }
+        let may_be_file = kind.is_none_or(|k| k.is_file());
+        let maybe_key = listing != Listing::InodeTrusted
+            || self.keys.iter().any(|&(_, ino)| ino == entry.ino());
+        if !may_be_file || !maybe_key {
+            return Ok(());
+        }
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            return Ok(());
+        };
+        if meta.is_dir() && !self.skip.contains(&path) {
+            pending.push(path);
+        } else {
+            self.found_if_key(path, &meta);
+        }
+        Ok(())
+    }
+
+    /// `path` into `found` when it is a key's file (`meta`: its own stat data) and not
+    /// there yet. No end once the link counts are accounted for: one name shown at two
+    /// places (a directory the host bind-mounts twice, the binds here being recursive)
+    /// counts twice, and the second stayed readable (round twenty-five's second review).
+    fn found_if_key(&mut self, path: PathBuf, meta: &fs::Metadata) {
+        if self.keys.contains(&(meta.dev(), meta.ino()))
+            && meta.is_file()
+            && !self.found.contains(&path)
+        {
+            self.found.push(path);
+        }
+    }
 }
 
 /// Whether `dir` (in the private root at `new_root`), which the look could not list, can
