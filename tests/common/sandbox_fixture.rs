@@ -386,11 +386,13 @@ impl Fixture {
     /// `program` as the arm's user under `timeout 60`, with the fixture's environment.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = as_arm(self.nobody, 60, program);
-        // `SHELL` as a login sets it, never the runner's: where the runner has none, bash
-        // takes the account's (`nobody`'s is nologin) and a held script's `$SHELL FILE`
-        // ran nothing, even unconfined (a CI run without `SHELL` failed the control).
+        // `SHELL` and `TERM` as a login at a terminal sets them, never the runner's: where
+        // the runner has no `SHELL`, bash takes the account's (`nobody`'s is nologin) and a
+        // held script's `$SHELL FILE` ran nothing, even unconfined (a CI run without
+        // `SHELL` failed the control); without `TERM`, `watch` runs nothing.
         cmd.env("HOME", self.root().join("home"))
             .env("SHELL", "/bin/sh")
+            .env("TERM", "xterm")
             .env("CODER_STATE_DIR", self.root().join("state"));
         for (k, v) in &self.env {
             match v {
