@@ -1243,9 +1243,6 @@ pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
 /// [`script_path_dirs`] with direnv's `PATH_add DIR…` and `path_add PATH DIR…` read as
 /// `PATH=DIR:$PATH`.
 pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
-    const KEYWORDS: &[&[u8]] = &[
-        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!",
-    ];
     let mut script = Vec::with_capacity(text.len());
     for line in continued_lines(text) {
         script.extend_from_slice(&line);
@@ -1255,10 +1252,7 @@ pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
         // the line's first unread).
         for command in pipelines(&line).into_iter().flatten() {
             let tokens = shell_tokens(&command);
-            let start = tokens
-                .iter()
-                .position(|t| !KEYWORDS.contains(&t.as_slice()))
-                .unwrap_or(tokens.len());
+            let start = command_start(&tokens);
             let dirs = match tokens[start..].split_first() {
                 Some((first, dirs)) if first == b"PATH_add" => dirs.to_vec(),
                 Some((first, rest))
@@ -1323,9 +1317,23 @@ fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
 
 /// The files a direnv `.envrc` has direnv source (`source_env FILE`,
 /// `source_env_if_exists FILE`: direnv runs them as part of the `.envrc`, with no `direnv
-/// allow` of their own), relative to its directory; absolute ones and `~` left out.
+/// allow` of their own), or sources itself (bash's `source FILE`, `. FILE`: bash looks for
+/// a name without a `/` in the directory too, when `PATH` has none), relative to its
+/// directory; absolute ones and `~` left out. Round thirty-two's review: `[ -f
+/// .envrc.local ] && source .envrc.local`, absent at the start, was the agent's to make,
+/// and direnv ran it at the user's next `cd` there.
 pub(super) fn envrc_sourced_files(text: &[u8]) -> Vec<Vec<u8>> {
-    envrc_files_given_to(text, &[b"source_env", b"source_env_if_exists"], None)
+    const SOURCING: &[&[u8]] = &[b"source_env", b"source_env_if_exists", b"source", b"."];
+    envrc_files_given_to(text, SOURCING, None)
+}
+
+/// The files a direnv `.envrc` has direnv look for in its parent directories and source
+/// there (`source_up [FILE]`, `source_up_if_exists [FILE]`; `.envrc` when none is named):
+/// the nearest parent's that has one. Round thirty-two's review: a nested `.envrc`'s
+/// `source_up .envrc.local`, absent at the start, was the agent's to make at the top.
+pub(super) fn envrc_up_files(text: &[u8]) -> Vec<Vec<u8>> {
+    const UP: &[&[u8]] = &[b"source_up", b"source_up_if_exists"];
+    envrc_files_given_to(text, UP, Some(b".envrc"))
 }
 
 /// The files a direnv `.envrc` loads variables from (`dotenv [FILE]`, `dotenv_if_exists
@@ -1336,16 +1344,24 @@ pub(super) fn envrc_dotenv_files(text: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// The word after any of `commands` in each command of `text` (or `default` when the
-/// command has none), each once, where it may name a file relative to the `.envrc`.
+/// command has none), each once, where it may name a file relative to the `.envrc`; the
+/// `.envrc`'s directory spelled `$PWD` (and kin) read as `.` (round thirty-two's review:
+/// `source_env_if_exists "$PWD/.envrc.local"` was not read).
 fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>) -> Vec<Vec<u8>> {
     let mut files = Vec::new();
     for line in continued_lines(text) {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
         }
-        for command in pipelines(&line).into_iter().flatten() {
+        for command in pipelines(&top_read_as_dot(&line)).into_iter().flatten() {
             let tokens = shell_tokens(&command);
-            let Some(at) = tokens.iter().position(|t| commands.contains(&t.as_slice())) else {
+            // The shell's `.` and `source` only where a command starts (`find . -name x`
+            // sources nothing); direnv's own names anywhere, as before.
+            let start = command_start(&tokens);
+            let named = |(i, t): (usize, &Vec<u8>)| {
+                commands.contains(&t.as_slice()) && (i == start || !is_shell_source(t))
+            };
+            let Some(at) = tokens.iter().enumerate().position(named) else {
                 continue;
             };
             let Some(file) = tokens.get(at + 1).cloned().or(default.map(<[u8]>::to_vec)) else {
@@ -1361,6 +1377,25 @@ fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>)
         }
     }
     files
+}
+
+/// Words that open a command without being it (`then PATH_add bin`, `! source x`).
+const COMMAND_KEYWORDS: &[&[u8]] = &[
+    b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!", b"builtin",
+    b"command",
+];
+
+/// Where the command of `tokens` starts: past [`COMMAND_KEYWORDS`].
+fn command_start(tokens: &[Vec<u8>]) -> usize {
+    tokens
+        .iter()
+        .position(|t| !COMMAND_KEYWORDS.contains(&t.as_slice()))
+        .unwrap_or(tokens.len())
+}
+
+/// The shell's own ways to source a file: `.` and `source`.
+fn is_shell_source(word: &[u8]) -> bool {
+    word == b"." || word == b"source"
 }
 
 /// The directories of the tree direnv's `layout NAME` puts on `PATH`: `layout go`'s
@@ -4609,5 +4644,26 @@ mod tests {
         assert_eq!(sourced("source_env_if_exists .envrc.local\n"), local);
         assert_eq!(sourced("[ -f x ] && source_env .envrc.local\n"), local);
         assert!(sourced("source_env /etc/x\n# source_env y\n").is_empty());
+    }
+
+    /// Round thirty-two's review: an `.envrc`'s bash `source`/`.` of a file, a `$PWD`
+    /// spelling of its directory, and `source_up FILE`.
+    #[test]
+    fn an_envrcs_shell_sources_pwd_and_source_up_are_read() {
+        let sourced = |t: &str| envrc_sourced_files(t.as_bytes());
+        let local = [b".envrc.local".to_vec()];
+        assert_eq!(
+            sourced("[ -f .envrc.local ] && source .envrc.local\n"),
+            local
+        );
+        assert_eq!(sourced("if true; then . .envrc.local; fi\n"), local);
+        assert_eq!(
+            sourced("source_env_if_exists \"$PWD/.envrc.local\"\n"),
+            [b"./.envrc.local".to_vec()]
+        );
+        assert!(sourced("find . -name x\ncd \"$PWD\"\n").is_empty());
+        let up = |t: &str| envrc_up_files(t.as_bytes());
+        assert_eq!(up("source_up\n"), [b".envrc".to_vec()]);
+        assert_eq!(up("source_up_if_exists .envrc.local\n"), local);
     }
 }

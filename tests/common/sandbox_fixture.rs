@@ -871,19 +871,22 @@ pub fn path_program_attack(
 
 /// What direnv does on entering a directory, in the user's shell (bash), outside any
 /// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
-/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]`,
-/// `dotenv[_if_exists]` (read as the shell reads it) and `layout` (python's, which
-/// makes its virtualenv `.direnv/python-VERSION` only when it is not there, go's and
-/// ruby's, as direnv's stdlib defines them), then the `.envrc` sourced; then the user
-/// types `git status`.
+/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]` (a
+/// directory's `.envrc`; the file sourced in its own directory), `source_up[_if_exists]`
+/// (the nearest parent directory's file), `dotenv[_if_exists]` (read as the shell reads
+/// it) and `layout` (python's, which makes its virtualenv `.direnv/python-VERSION` only
+/// when it is not there, go's and ruby's, as direnv's stdlib defines them), then the
+/// `.envrc` sourced; then the user types `git status`.
 pub const DIRENV_THEN_GIT: &str = r#"
 PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; done; }
 path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
 watch_file() { :; }
 has() { command -v "$1" >/dev/null 2>&1; }
-source_env() { . "$1"; }
-source_env_if_exists() { [ -f "$1" ] && . "$1"; true; }
-dotenv() { set -a; . "./${1:-.env}"; set +a; }
+source_env() { local f=$1; [ -d "$f" ] && f=$f/.envrc; pushd "$(dirname "$f")" >/dev/null || return 1; . "./$(basename "$f")"; popd >/dev/null; }
+source_env_if_exists() { [ -f "$1" ] && source_env "$1"; true; }
+source_up() { local d; d=$(cd .. && while [ "$PWD" != / ]; do [ -f "${1:-.envrc}" ] && { echo "$PWD"; break; }; cd ..; done); [ -n "$d" ] && source_env "$d/${1:-.envrc}"; true; }
+source_up_if_exists() { source_up "$@"; }
+dotenv() { local f=${1:-.env}; case $f in /*) ;; *) f=./$f;; esac; set -a; . "$f"; set +a; }
 dotenv_if_exists() { [ -f "${1:-.env}" ] && dotenv "$@"; true; }
 direnv_layout_dir() { echo "$PWD/.direnv"; }
 layout() { local name=$1; shift; eval "layout_$name" "$@"; }
