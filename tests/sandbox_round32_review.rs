@@ -12,6 +12,10 @@
 //!   it `eval`s were the agent's to write, and direnv ran them at the user's next `cd`
 //!   there (no `direnv allow` is asked for them). `source_env_if_exists
 //!   "$PWD/.envrc.local"` and a nested `.envrc`'s `source_up .envrc.local` alike.
+//! * **`--return-diff` applied elsewhere**: a quarantined file whose name git quotes
+//!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
+//!   a path's line breaks as they are, so a file's name spelled a section of the agent's
+//!   making `.envrc` (closed here: names quoted as git quotes them).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -131,6 +135,103 @@ fn what_an_envrc_runs_by_the_shells_own_means_is_not_the_agents_to_write() {
         broken.extend(sandbox_fixture::envrc_attack(
             &REPO, open, name, files, &plant,
         ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The agent's files for the `--return-diff` attacks: a directory past ASCII holding
+/// `.claude/settings.json` (git's diff quotes its name), and a file whose path holds line
+/// breaks that spell a section creating `.envrc` (each `/` of it a directory).
+const DIFF_PAYLOAD: &str = r#"mkdir -p 'é/.claude' && echo '{"hooks":{}}' > 'é/.claude/settings.json'
+p=$'y\n--- /dev/null\n+++ b/.envrc\n@@ -0,0 +1 @@\n+touch PWNED\nz'
+mkdir -p "$(dirname "$p")" && echo innocent > "$p"
+echo ok > plain.txt"#;
+
+/// What `patch -p1` makes of `diff` in a fresh directory below `root`: whether it made
+/// `.envrc` and `é/.claude/settings.json`.
+fn applied(root: &std::path::Path, diff: &str) -> (bool, bool) {
+    use std::io::Write;
+    let dir = root.join("applied");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = std::process::Command::new("patch")
+        .args(["-p1", "--batch", "--silent", "-d"])
+        .arg(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(diff.as_bytes())
+        .unwrap();
+    common::wait_within(&mut child, std::time::Duration::from_secs(60));
+    let made = |rel: &str| dir.join(rel).symlink_metadata().is_ok();
+    (made(".envrc"), made("é/.claude/settings.json"))
+}
+
+/// `--return-diff` of a run whose agent made [`DIFF_PAYLOAD`], applied elsewhere with
+/// `patch -p1` (what a caller does with it): confined, the end-of-run guard moved
+/// `é/.claude/` aside and the diff must name it there (round thirty-two's review: git's
+/// quoted `"b/\303\251/.claude/settings.json"` was left as it was, and the patch made the
+/// agent's settings); and in a workspace outside git, coder's own diff wrote the path with
+/// its line breaks, a section of the agent's making `.envrc` (both modes). Control
+/// unconfined: the settings are the agent's to keep, and the patch makes them. Both arms,
+/// in and outside git.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one() {
+    use common::Bounded;
+    use std::os::unix::fs::PermissionsExt;
+    let mut broken = Vec::new();
+    for owner in sandbox_fixture::owners() {
+        for git in [false, true] {
+            for confined in [true, false] {
+                let (_dir, root) = sandbox_fixture::temp_root("coder-round32-diff-");
+                for d in ["ws", "home", "state", "xdg"] {
+                    std::fs::create_dir_all(root.join(d)).unwrap();
+                }
+                let claude = root.join("claude");
+                sandbox_fixture::write(&claude, &sandbox_fixture::payload_claude(DIFF_PAYLOAD));
+                let exec = std::fs::Permissions::from_mode(0o755);
+                std::fs::set_permissions(&claude, exec).unwrap();
+                if git {
+                    common::git_init_with_a_commit(&root.join("ws"));
+                }
+                if let Some(uid) = owner {
+                    sandbox_fixture::chown_tree(&root, uid);
+                }
+                let mut extra = vec!["--return-diff"];
+                if !confined {
+                    extra.extend(["--sandbox", "danger-full-access"]);
+                }
+                let ws = root.join("ws");
+                let out = sandbox_fixture::coder_as(&root, owner, &ws, &claude, &extra, "go")
+                    .output_bounded();
+                let envelope: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or_default();
+                let diff = envelope["diff"]["unified"].as_str().unwrap_or_default();
+                let who = format!("{owner:?} git={git} confined={confined}");
+                if !diff.contains("+ok") {
+                    broken.push(format!(
+                        "{who}: no diff: {}",
+                        sandbox_fixture::printed(&out)
+                    ));
+                    continue;
+                }
+                let (envrc, settings) = applied(&root, diff);
+                if envrc {
+                    broken.push(format!("{who}: the diff made .envrc:\n{diff}"));
+                }
+                if settings == confined {
+                    broken.push(format!(
+                        "{who}: the diff made the settings {settings}:\n{diff}"
+                    ));
+                }
+            }
+        }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
