@@ -12,6 +12,11 @@
 //!   it `eval`s were the agent's to write, and direnv ran them at the user's next `cd`
 //!   there (no `direnv allow` is asked for them). `source_env_if_exists
 //!   "$PWD/.envrc.local"` and a nested `.envrc`'s `source_up .envrc.local` alike.
+//! * **An `.envrc` that is a link** (`ln -s config/envrc .envrc`, which direnv loads in
+//!   the link's directory): never read, its `PATH_add tools/bin` left `tools/bin/git` the
+//!   agent's (closed here); an `.envrc`'s `export PYTHONPATH="$PWD/src"` left
+//!   `src/sitecustomize.py` the agent's, run by the user's next `python3` (closed with
+//!   the `.envrc` read as a script).
 //! * **`--return-diff` applied elsewhere**: a quarantined file whose name git quotes
 //!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
 //!   a path's line breaks as they are, so a file's name spelled a section of the agent's
@@ -22,7 +27,7 @@
 
 mod common;
 
-use common::sandbox_fixture::{self, RepoStyle};
+use common::sandbox_fixture::{self, EnvrcUser, RepoStyle};
 
 /// Every fixture here: the user's repository on git's default branch.
 const REPO: RepoStyle = RepoStyle {
@@ -232,6 +237,57 @@ fn the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one() {
                 }
             }
         }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The user's `.envrc` sets up what a program they run reads, or is a link: (name, the
+/// user's side, the agent's plant).
+const ENVRC_OTHERS: &[(&str, EnvrcUser, &str)] = &[
+    (
+        "an .envrc that is a link",
+        EnvrcUser {
+            files: &[
+                ("config/envrc", "PATH_add tools/bin"),
+                ("tools/bin/.keep", ""),
+            ],
+            link: Some((".envrc", "config/envrc")),
+            then: "git status",
+        },
+        "mkdir -p tools/bin; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > tools/bin/git; \
+         chmod +x tools/bin/git; echo PLANTED",
+    ),
+    (
+        "PYTHONPATH of the tree",
+        EnvrcUser {
+            files: &[
+                (".envrc", "export PYTHONPATH=\"$PWD/src\""),
+                ("src/.keep", ""),
+            ],
+            link: None,
+            then: "python3 -c pass",
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" > src/sitecustomize.py; echo PLANTED",
+    ),
+];
+
+/// Each of [`ENVRC_OTHERS`]: the user's next command in a direnv shell there runs the
+/// agent's payload. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_an_envrc_sets_up_or_links_to_is_not_the_agents_to_write() {
+    let mut broken = Vec::new();
+    for (name, user, plant) in ENVRC_OTHERS {
+        if !chosen(name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        broken.extend(sandbox_fixture::envrc_attack_by(
+            &REPO,
+            (open, name),
+            user,
+            plant,
+        ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

@@ -282,7 +282,8 @@ impl<'a> Walker<'a, '_> {
     /// agent made `tools/bin/git`, and the user's next `git status` in a direnv shell
     /// ran it.
     pub(super) fn guard_envrc_path(&mut self, rel: &Path) -> Result<(), SandboxError> {
-        let Some(text) = read_plain_file(&self.tree.root.join(rel), MAX_SCRIPT_BYTES) else {
+        // Through a link, as direnv reads it.
+        let Some(text) = read_script(&self.tree.root.join(rel)) else {
             return Ok(());
         };
         let base = match rel.parent() {
