@@ -21,6 +21,10 @@
 //!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
 //!   a path's line breaks as they are, so a file's name spelled a section of the agent's
 //!   making `.envrc` (closed here: names quoted as git quotes them).
+//! * **Readers in time growing with the square of a script's size**: a script's lines
+//!   each read against every variable met before (94 s of setup for 24 KiB), its own
+//!   directory searched for from the line's start each time, a line's words each looked
+//!   for among the others (closed here: one pass each).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -288,6 +292,40 @@ fn what_an_envrc_sets_up_or_links_to_is_not_the_agents_to_write() {
             user,
             plant,
         ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script of shapes the readers took in time growing with the square of their size:
+/// 3,000 lines each assigning a variable of its own (each line was read against every
+/// variable known: 94 s of setup in a debug build), a line of 1,800 `x=$(dirname "$0")
+/// ;` (each one found by a search from the line's start: 10 s) and a line of 4,000
+/// assignments before a command (each word looked for among all the others: 4.5 s).
+fn slow_script() -> String {
+    let vars: Vec<String> = (0..3000).map(|i| format!("v{i}=x")).collect();
+    let dirname = "x=$(dirname \"$0\") ;".repeat(1800);
+    let words: Vec<String> = (0..4000).map(|i| format!("a{i}=x")).collect();
+    format!("{}\n{dirname}\n{} true\n", vars.join("\n"), words.join(" "))
+}
+
+/// The user's `git ci` runs [`slow_script`] (some 90 KiB): a confined run's setup reads it
+/// in a few seconds (a debug build), not minutes. Round thirty-two's review: any script
+/// the scan reads (one the agent made where a held script sources it without a `/`, say)
+/// held every later run's start for minutes. Both arms; no control (only a confined run
+/// scans).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_held_script_of_many_variables_and_long_lines_is_read_in_linear_time() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        let fx = sandbox_fixture::GitFx::new(&REPO, nobody);
+        sandbox_fixture::user_ci(&fx, &fx.ws(), "sh", &slow_script());
+        let started = std::time::Instant::now();
+        let (rc, out) = fx.sandbox("workspace-write", "echo SERVED");
+        let took = started.elapsed();
+        if rc != 0 || !out.contains("SERVED") || took > std::time::Duration::from_secs(30) {
+            broken.push(format!("nobody={nobody}: rc {rc} after {took:?}: {out}"));
+        }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
