@@ -748,9 +748,12 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
     // shell line (`sh -c 'a.sh && b.sh'`), whose words the plain split offers, but
     // only as the outer line splits them: `sh -c 'cd "my tools" && ./fmt.sh'` was
     // read in `my/` (round twenty-one's review), so such a word is read as a line too.
+    // Sets, not lists (round thirty-two's review: a line of 28,000 words took seconds,
+    // each word looked for among all the others).
+    let plain_set: std::collections::HashSet<&[u8]> = plain.iter().map(Vec::as_slice).collect();
     let tokens: Vec<Vec<u8>> = shell_tokens(line)
         .into_iter()
-        .filter(|t| !plain.contains(t))
+        .filter(|t| !plain_set.contains(t.as_slice()))
         .collect();
     let has_blank = |w: &[u8]| w.iter().any(u8::is_ascii_whitespace);
     // A bare word read in the directory keeps its bareness: held only when a file is
@@ -765,18 +768,15 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             (w, may_be_absent)
         });
     let quoted = tokens.iter().map(|w| (w.clone(), !has_blank(w)));
-    let runners = dirs_run_whole(&plain, line);
+    let runners: std::collections::HashSet<Vec<u8>> =
+        dirs_run_whole(&plain, line).into_iter().collect();
     // A glob the shell does not expand (quoted: `find . -name '*.sh'`, `git ls-files
     // '*.rs'`) reads no directory: held whole, `cd src && git ls-files '*.rs'` froze `src`.
-    let patterns: Vec<Vec<u8>> = marked_shell_tokens(line)
+    let patterns: std::collections::HashSet<Vec<u8>> = marked_shell_tokens(line)
         .into_iter()
         .filter_map(|(w, quoted_glob)| quoted_glob.then_some(w))
         .collect();
-    let is_pattern = |w: &[u8]| {
-        patterns
-            .iter()
-            .any(|p| w == p.as_slice() || w.ends_with(&[b"/", p.as_slice()].concat()))
-    };
+    let is_pattern = |w: &[u8]| ends_with_one_of(w, &patterns);
     // What a held script's reader finds in a line (`node -r ./tools/hook` loads
     // `tools/hook.js`, `perl -Itools -MHook` `tools/Hook.pm`), when there: the plain
     // words offered only `./tools/hook` and `-MHook` (round twenty-seven's review).
@@ -785,6 +785,11 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
         .filter(|(_, base)| *base == SourceBase::WorkingDir)
         .map(|(w, _)| (w, false));
     let plain = plain.iter().map(|w| (w.clone(), true));
+    // Where each word found so far is in `words`, the first of it.
+    let mut met: std::collections::HashMap<Vec<u8>, usize> = std::collections::HashMap::new();
+    for (at, found) in words.iter().enumerate() {
+        met.entry(found.word.clone()).or_insert(at);
+    }
     for (word, may_be_absent) in plain.chain(moved).chain(quoted).chain(run) {
         let word = match word.iter().rposition(|b| *b == b'=') {
             Some(at) => word[at + 1..].to_vec(),
@@ -793,11 +798,7 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
         };
         // A directory whose files a program runs, read where the line runs it
         // (`cd tools && run-parts checks`: `tools/checks`).
-        let runs_whole = |w: &[u8]| {
-            runners
-                .iter()
-                .any(|r| w == r.as_slice() || w.ends_with(&[b"/", r.as_slice()].concat()))
-        };
+        let runs_whole = |w: &[u8]| ends_with_one_of(w, &runners);
         let (word, whole_dir) = match glob_dir(&word).filter(|_| !is_pattern(&word)) {
             Some(dir) => (dir, true),
             None if runs_whole(&word) => (word, true),
@@ -809,17 +810,20 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
         let is_path = may_be_absent && word.contains(&b'/');
         // A word met before as a file (`cd ci && for f in *`: `ci`) is a glob's
         // directory all the same.
-        match words.iter_mut().find(|w| w.word == word) {
+        match met.get(&word).map(|&at| &mut words[at]) {
             Some(met) if whole_dir && !met.whole_dir => {
                 met.whole_dir = true;
                 met.is_path |= is_path;
             }
             Some(_) => {}
-            None => words.push(CommandWord {
-                word,
-                is_path,
-                whole_dir,
-            }),
+            None => {
+                met.insert(word.clone(), words.len());
+                words.push(CommandWord {
+                    word,
+                    is_path,
+                    whole_dir,
+                });
+            }
         }
     }
     if depth > 0 {
@@ -827,6 +831,16 @@ fn line_words(line: &[u8], depth: usize, words: &mut Vec<CommandWord>) {
             line_words(inner, depth - 1, words);
         }
     }
+}
+
+/// Whether `word` is one of `names`, or ends in `/` and one of them.
+fn ends_with_one_of(word: &[u8], names: &std::collections::HashSet<Vec<u8>>) -> bool {
+    names.contains(word)
+        || word
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .any(|(at, _)| names.contains(&word[at + 1..]))
 }
 
 /// The directory a word with a glob reads (`tools/checks` of `tools/checks/*.sh`, `tools`
@@ -1243,9 +1257,6 @@ pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
 /// [`script_path_dirs`] with direnv's `PATH_add DIR…` and `path_add PATH DIR…` read as
 /// `PATH=DIR:$PATH`.
 pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
-    const KEYWORDS: &[&[u8]] = &[
-        b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!",
-    ];
     let mut script = Vec::with_capacity(text.len());
     for line in continued_lines(text) {
         script.extend_from_slice(&line);
@@ -1255,10 +1266,7 @@ pub(super) fn envrc_path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
         // the line's first unread).
         for command in pipelines(&line).into_iter().flatten() {
             let tokens = shell_tokens(&command);
-            let start = tokens
-                .iter()
-                .position(|t| !KEYWORDS.contains(&t.as_slice()))
-                .unwrap_or(tokens.len());
+            let start = command_start(&tokens);
             let dirs = match tokens[start..].split_first() {
                 Some((first, dirs)) if first == b"PATH_add" => dirs.to_vec(),
                 Some((first, rest))
@@ -1301,31 +1309,28 @@ fn path_defaults_read_plain(text: &[u8]) -> Vec<u8> {
         (b"${PATH:+\"${PATH}:\"}", b"$PATH:"),
     ];
     // One pass (a script of many of them costs no search from its start for each).
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        let found = (text[i] == b'$')
-            .then(|| SPELLINGS.iter().find(|(s, _)| text[i..].starts_with(s)))
-            .flatten();
-        match found {
-            Some((spelling, plain)) => {
-                out.extend_from_slice(plain);
-                i += spelling.len();
-            }
-            None => {
-                out.push(text[i]);
-                i += 1;
-            }
-        }
-    }
-    out
+    spellings_read_as(text, SPELLINGS)
 }
 
 /// The files a direnv `.envrc` has direnv source (`source_env FILE`,
 /// `source_env_if_exists FILE`: direnv runs them as part of the `.envrc`, with no `direnv
-/// allow` of their own), relative to its directory; absolute ones and `~` left out.
+/// allow` of their own), or sources itself (bash's `source FILE`, `. FILE`: bash looks for
+/// a name without a `/` in the directory too, when `PATH` has none), relative to its
+/// directory; absolute ones and `~` left out. Round thirty-two's review: `[ -f
+/// .envrc.local ] && source .envrc.local`, absent at the start, was the agent's to make,
+/// and direnv ran it at the user's next `cd` there.
 pub(super) fn envrc_sourced_files(text: &[u8]) -> Vec<Vec<u8>> {
-    envrc_files_given_to(text, &[b"source_env", b"source_env_if_exists"], None)
+    const SOURCING: &[&[u8]] = &[b"source_env", b"source_env_if_exists", b"source", b"."];
+    envrc_files_given_to(text, SOURCING, None)
+}
+
+/// The files a direnv `.envrc` has direnv look for in its parent directories and source
+/// there (`source_up [FILE]`, `source_up_if_exists [FILE]`; `.envrc` when none is named):
+/// the nearest parent's that has one. Round thirty-two's review: a nested `.envrc`'s
+/// `source_up .envrc.local`, absent at the start, was the agent's to make at the top.
+pub(super) fn envrc_up_files(text: &[u8]) -> Vec<Vec<u8>> {
+    const UP: &[&[u8]] = &[b"source_up", b"source_up_if_exists"];
+    envrc_files_given_to(text, UP, Some(b".envrc"))
 }
 
 /// The files a direnv `.envrc` loads variables from (`dotenv [FILE]`, `dotenv_if_exists
@@ -1336,16 +1341,24 @@ pub(super) fn envrc_dotenv_files(text: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// The word after any of `commands` in each command of `text` (or `default` when the
-/// command has none), each once, where it may name a file relative to the `.envrc`.
+/// command has none), each once, where it may name a file relative to the `.envrc`; the
+/// `.envrc`'s directory spelled `$PWD` (and kin) read as `.` (round thirty-two's review:
+/// `source_env_if_exists "$PWD/.envrc.local"` was not read).
 fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>) -> Vec<Vec<u8>> {
     let mut files = Vec::new();
     for line in continued_lines(text) {
         if line.trim_ascii_start().starts_with(b"#") {
             continue;
         }
-        for command in pipelines(&line).into_iter().flatten() {
+        for command in pipelines(&top_read_as_dot(&line)).into_iter().flatten() {
             let tokens = shell_tokens(&command);
-            let Some(at) = tokens.iter().position(|t| commands.contains(&t.as_slice())) else {
+            // The shell's `.` and `source` only where a command starts (`find . -name x`
+            // sources nothing); direnv's own names anywhere, as before.
+            let start = command_start(&tokens);
+            let named = |(i, t): (usize, &Vec<u8>)| {
+                commands.contains(&t.as_slice()) && (i == start || !is_shell_source(t))
+            };
+            let Some(at) = tokens.iter().enumerate().position(named) else {
                 continue;
             };
             let Some(file) = tokens.get(at + 1).cloned().or(default.map(<[u8]>::to_vec)) else {
@@ -1361,6 +1374,25 @@ fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>)
         }
     }
     files
+}
+
+/// Words that open a command without being it (`then PATH_add bin`, `! source x`).
+const COMMAND_KEYWORDS: &[&[u8]] = &[
+    b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!", b"builtin",
+    b"command",
+];
+
+/// Where the command of `tokens` starts: past [`COMMAND_KEYWORDS`].
+fn command_start(tokens: &[Vec<u8>]) -> usize {
+    tokens
+        .iter()
+        .position(|t| !COMMAND_KEYWORDS.contains(&t.as_slice()))
+        .unwrap_or(tokens.len())
+}
+
+/// The shell's own ways to source a file: `.` and `source`.
+fn is_shell_source(word: &[u8]) -> bool {
+    word == b"." || word == b"source"
 }
 
 /// The directories of the tree direnv's `layout NAME` puts on `PATH`: `layout go`'s
@@ -1974,14 +2006,36 @@ pub(super) fn command_git_settings(text: &[u8]) -> Vec<u8> {
 
 /// `line` with [`SCRIPT_DIR_MARK`] read as `dir`.
 fn line_with_script_dir(line: &[u8], dir: &[u8]) -> Vec<u8> {
-    let mut line = line.to_vec();
-    while let Some(at) = line
-        .windows(SCRIPT_DIR_MARK.len())
-        .position(|w| w == SCRIPT_DIR_MARK)
-    {
-        line.splice(at..at + SCRIPT_DIR_MARK.len(), dir.iter().copied());
+    spellings_read_as(line, &[(SCRIPT_DIR_MARK, dir)])
+}
+
+/// `text` with each of `spellings` (each `(spelling, read as)`) read as it says, in one
+/// pass: where several start at a byte, the first listed. Round thirty-two's review: a
+/// search from the line's start for each one put in (a line of 1,800 `x=$(dirname
+/// "$0") ;` took 10 s of setup in a debug build, and the time grew with the square).
+fn spellings_read_as(text: &[u8], spellings: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let starts_one = |b: &u8| spellings.iter().any(|(s, _)| s.first() == Some(b));
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let Some(next) = text[i..].iter().position(starts_one) else {
+            out.extend_from_slice(&text[i..]);
+            break;
+        };
+        out.extend_from_slice(&text[i..i + next]);
+        i += next;
+        match spellings.iter().find(|(s, _)| text[i..].starts_with(s)) {
+            Some((spelling, read_as)) => {
+                out.extend_from_slice(read_as);
+                i += spelling.len();
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
+            }
+        }
     }
-    line
+    out
 }
 
 /// The `KEY VALUE` pairs of one shell line ([`script_git_settings`]) added to `out` as
@@ -1993,10 +2047,13 @@ fn line_git_settings(line: &[u8], depth: usize, out: &mut Vec<u8>) {
     // Only those the line uses (`${NAME}`, what `--config-env` becomes, or `$NAME`):
     // round thirty's second review put eight others before `HP=ci/gh` on the line,
     // which hid it.
+    // The names found once (round thirty-two's review: a search of the line for each
+    // assignment of it grew with the square of its length).
+    let used = mentioned_names(line);
     let mentioned = |t: &Vec<u8>| {
         t.iter()
             .position(|b| *b == b'=')
-            .is_some_and(|eq| mentions(line, &t[..eq]))
+            .is_some_and(|eq| used.contains(&t[..eq]))
     };
     let tokens = shell_tokens(line);
     let assignments = tokens
@@ -3074,6 +3131,8 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         b"$(dirname \"$(realpath \"${BASH_SOURCE[0]}\")\")",
         b"$(dirname \"$(readlink -f \"${BASH_SOURCE[0]}\")\")",
     ];
+    let script_dir: Vec<(&[u8], &[u8])> =
+        SCRIPT_DIR.iter().map(|s| (*s, SCRIPT_DIR_MARK)).collect();
     let mut lines = Vec::new();
     let mut vars = ScriptVars::default();
     for line in continued_lines(script) {
@@ -3081,15 +3140,8 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
             continue;
         }
         let mut line = top_read_as_dot(&line);
-        let spellings = if line.contains(&b'$') {
-            SCRIPT_DIR
-        } else {
-            &[]
-        };
-        for spelling in spellings {
-            while let Some(at) = line.windows(spelling.len()).position(|w| w == *spelling) {
-                line.splice(at..at + spelling.len(), SCRIPT_DIR_MARK.iter().copied());
-            }
+        if line.contains(&b'$') {
+            line = spellings_read_as(&line, &script_dir);
         }
         if line.windows(2).any(|w| w == b"$(") {
             line = cd_pwd_read_as_dir(&line);
@@ -3184,23 +3236,33 @@ fn cd_pwd_dir(inner: &[u8]) -> Option<Vec<u8>> {
 /// (round twenty-four's second review, a ratchet until round twenty-five). A value that
 /// still holds a `$` or a backquote once the variables known are put in is not known.
 #[derive(Default)]
-struct ScriptVars(Vec<(Vec<u8>, Vec<Vec<u8>>)>);
+struct ScriptVars {
+    /// Each variable with its values, in the order they were first met.
+    vars: Vec<(Vec<u8>, Vec<Vec<u8>>)>,
+    /// Where each variable is in `vars`.
+    index: std::collections::HashMap<Vec<u8>, usize>,
+}
 
 /// Most readings of one line [`ScriptVars::substitute`] makes (a variable given several
 /// values is read with each).
 const MAX_LINE_READINGS: usize = 16;
 
 impl ScriptVars {
-    /// `line` with each known variable (`$NAME`, `${NAME}`) put in, once per value.
+    /// `line` with each known variable (`$NAME`, `${NAME}`) put in, once per value. Only
+    /// the variables the line names are looked at, in the order they were met: round
+    /// thirty-two's review found each line read against every variable known, and a
+    /// script of 3,000 `vN=x` lines took 94 s of setup (6,000 more than 300 s). A value
+    /// holds no `$` ([`ScriptVars::record`]), so every reading names what the line does.
     fn substitute(&self, line: &[u8]) -> Vec<Vec<u8>> {
+        let mut named: Vec<usize> = mentioned_names(line)
+            .into_iter()
+            .filter_map(|name| self.index.get(name).copied())
+            .collect();
+        named.sort_unstable();
         let mut readings = vec![line.to_vec()];
-        for (name, values) in &self.0 {
+        for (name, values) in named.into_iter().map(|at| &self.vars[at]) {
             let mut next = Vec::new();
             for reading in &readings {
-                if !mentions(reading, name) {
-                    next.push(reading.clone());
-                    continue;
-                }
                 for value in values {
                     if next.len() < MAX_LINE_READINGS {
                         next.push(put_in(reading, name, value));
@@ -3242,14 +3304,20 @@ impl ScriptVars {
         }
     }
 
-    /// `value` recorded for the variable `name`, once.
+    /// `value` recorded for the variable `name`, once; past [`MAX_LINE_READINGS`] values
+    /// none (a line is read with that many at most, the first).
     fn add(&mut self, name: &[u8], value: &[u8]) {
-        match self.0.iter_mut().find(|(n, _)| n == name) {
-            Some((_, values)) if !values.iter().any(|v| v == value) => {
-                values.push(value.to_vec());
+        match self.index.get(name) {
+            Some(&at) => {
+                let values = &mut self.vars[at].1;
+                if values.len() < MAX_LINE_READINGS && !values.iter().any(|v| v == value) {
+                    values.push(value.to_vec());
+                }
             }
-            Some(_) => {}
-            None => self.0.push((name.to_vec(), vec![value.to_vec()])),
+            None => {
+                self.index.insert(name.to_vec(), self.vars.len());
+                self.vars.push((name.to_vec(), vec![value.to_vec()]));
+            }
         }
     }
 
@@ -3286,7 +3354,7 @@ pub(super) fn assignment_lines(script: &[u8]) -> Vec<u8> {
     for line in script.split(|b| *b == b'\n') {
         let mut vars = ScriptVars::default();
         vars.record(line);
-        if !vars.0.is_empty() {
+        if !vars.vars.is_empty() {
             out.extend_from_slice(line);
             out.push(b'\n');
         }
@@ -3294,10 +3362,24 @@ pub(super) fn assignment_lines(script: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Whether `line` names the variable `name` (`$NAME` not followed by more of a name, or
-/// `${NAME}`).
-fn mentions(line: &[u8], name: &[u8]) -> bool {
-    put_in(line, name, b"") != line
+/// The variables `line` names (`$NAME` not followed by more of a name, or `${NAME}`), as
+/// [`put_in`] puts them in, in one pass.
+fn mentioned_names(line: &[u8]) -> std::collections::HashSet<&[u8]> {
+    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let mut names = std::collections::HashSet::new();
+    let mut i = 0;
+    while let Some(at) = line[i..].iter().position(|b| *b == b'$') {
+        let start = i + at + 1;
+        let braced = line.get(start) == Some(&b'{');
+        let from = start + usize::from(braced);
+        let len = line[from..].iter().take_while(|b| is_name(b)).count();
+        let closed = !braced || line.get(from + len) == Some(&b'}');
+        if len > 0 && closed {
+            names.insert(&line[from..from + len]);
+        }
+        i = from + len;
+    }
+    names
 }
 
 /// `line` with `$NAME` (not followed by more of a name) and `${NAME}` read as `value`.
@@ -4609,5 +4691,26 @@ mod tests {
         assert_eq!(sourced("source_env_if_exists .envrc.local\n"), local);
         assert_eq!(sourced("[ -f x ] && source_env .envrc.local\n"), local);
         assert!(sourced("source_env /etc/x\n# source_env y\n").is_empty());
+    }
+
+    /// Round thirty-two's review: an `.envrc`'s bash `source`/`.` of a file, a `$PWD`
+    /// spelling of its directory, and `source_up FILE`.
+    #[test]
+    fn an_envrcs_shell_sources_pwd_and_source_up_are_read() {
+        let sourced = |t: &str| envrc_sourced_files(t.as_bytes());
+        let local = [b".envrc.local".to_vec()];
+        assert_eq!(
+            sourced("[ -f .envrc.local ] && source .envrc.local\n"),
+            local
+        );
+        assert_eq!(sourced("if true; then . .envrc.local; fi\n"), local);
+        assert_eq!(
+            sourced("source_env_if_exists \"$PWD/.envrc.local\"\n"),
+            [b"./.envrc.local".to_vec()]
+        );
+        assert!(sourced("find . -name x\ncd \"$PWD\"\n").is_empty());
+        let up = |t: &str| envrc_up_files(t.as_bytes());
+        assert_eq!(up("source_up\n"), [b".envrc".to_vec()]);
+        assert_eq!(up("source_up_if_exists .envrc.local\n"), local);
     }
 }

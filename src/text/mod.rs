@@ -9,6 +9,7 @@
 //! - [`stdin`]: reading the task from standard input;
 //! - [`one_line`]: shortening text to one line for messages;
 //! - [`shell_quote`]: a word for a copy-pasteable shell command in a hint;
+//! - [`diff_path`]: a path as a diff's header names it;
 //! - [`terminal_safe`]: text for a terminal, its control characters made visible;
 //! - [`json`]: parsing the JSON a user gives, refusing a key given twice;
 //! - [`near_miss`]: the known name a mistyped one likely means.
@@ -89,6 +90,37 @@ pub fn shell_quote(text: &str) -> String {
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
     }
+}
+
+/// `side` (`a/`, `b/`) and `path` as a diff's header names them, git's way: as they are,
+/// or in double quotes with C escapes (`\n`, `\"`, `\\`, `\303\251`) when the path holds a
+/// control character, a quote, a backslash or a byte past ASCII (`core.quotePath`'s
+/// default). Round thirty-two's review: coder's own diff wrote a path holding a line
+/// break as it is, and the agent's file named `x⏎--- /dev/null⏎+++ b/.envrc⏎@@ …` made
+/// the diff a section of its choosing for whoever applies it.
+pub fn diff_path(side: &str, path: &str) -> String {
+    let plain = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\';
+    if path.bytes().all(plain) {
+        return format!("{side}{path}");
+    }
+    let mut out = format!("\"{side}");
+    for b in path.bytes() {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x07 => out.push_str("\\a"),
+            0x08 => out.push_str("\\b"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            0x0b => out.push_str("\\v"),
+            0x0c => out.push_str("\\f"),
+            b'\r' => out.push_str("\\r"),
+            _ if plain(b) => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\{b:03o}")),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// `text` for a terminal: every control character but line feed and tab (C0, DEL, and
@@ -266,5 +298,20 @@ mod tests {
         let long = "x".repeat(81);
         assert_eq!(one_line(&long, 80), format!("{}…", "x".repeat(80)));
         assert_eq!(one_line(&long[..80], 80), long[..80]);
+    }
+}
+
+#[cfg(test)]
+mod diff_path_tests {
+    use super::diff_path;
+
+    #[test]
+    fn a_name_git_would_quote_is_quoted_as_git_quotes_it() {
+        assert_eq!(diff_path("a/", "src/x y.rs"), "a/src/x y.rs");
+        assert_eq!(diff_path("b/", "é/x"), "\"b/\\303\\251/x\"");
+        assert_eq!(
+            diff_path("a/", "x\n+++ b/\"q\"\\\t"),
+            "\"a/x\\n+++ b/\\\"q\\\"\\\\\\t\""
+        );
     }
 }

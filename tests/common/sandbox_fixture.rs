@@ -873,19 +873,22 @@ pub fn path_program_attack(
 
 /// What direnv does on entering a directory, in the user's shell (bash), outside any
 /// sandbox: its stdlib's `PATH_add DIR…` and `path_add VAR DIR…` (a relative `DIR` read
-/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]`,
-/// `dotenv[_if_exists]` (read as the shell reads it) and `layout` (python's, which
-/// makes its virtualenv `.direnv/python-VERSION` only when it is not there, go's and
-/// ruby's, as direnv's stdlib defines them), then the `.envrc` sourced; then the user
-/// types `git status`.
+/// from the `.envrc`'s directory), `watch_file`, `has`, `source_env[_if_exists]` (a
+/// directory's `.envrc`; the file sourced in its own directory), `source_up[_if_exists]`
+/// (the nearest parent directory's file), `dotenv[_if_exists]` (read as the shell reads
+/// it) and `layout` (python's, which makes its virtualenv `.direnv/python-VERSION` only
+/// when it is not there, go's and ruby's, as direnv's stdlib defines them), then the
+/// `.envrc` sourced; then the user types `git status`.
 pub const DIRENV_THEN_GIT: &str = r#"
 PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; done; }
 path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
 watch_file() { :; }
 has() { command -v "$1" >/dev/null 2>&1; }
-source_env() { . "$1"; }
-source_env_if_exists() { [ -f "$1" ] && . "$1"; true; }
-dotenv() { set -a; . "./${1:-.env}"; set +a; }
+source_env() { local f=$1; [ -d "$f" ] && f=$f/.envrc; pushd "$(dirname "$f")" >/dev/null || return 1; . "./$(basename "$f")"; popd >/dev/null; }
+source_env_if_exists() { [ -f "$1" ] && source_env "$1"; true; }
+source_up() { local d; d=$(cd .. && while [ "$PWD" != / ]; do [ -f "${1:-.envrc}" ] && { echo "$PWD"; break; }; cd ..; done); [ -n "$d" ] && source_env "$d/${1:-.envrc}"; true; }
+source_up_if_exists() { source_up "$@"; }
+dotenv() { local f=${1:-.env}; case $f in /*) ;; *) f=./$f;; esac; set -a; . "$f"; set +a; }
 dotenv_if_exists() { [ -f "${1:-.env}" ] && dotenv "$@"; true; }
 direnv_layout_dir() { echo "$PWD/.direnv"; }
 layout() { local name=$1; shift; eval "layout_$name" "$@"; }
@@ -912,8 +915,9 @@ pub fn plant_git(bin: &str) -> String {
 /// One attack on what a direnv `.envrc` runs, for each arm and mode: the user's `files`
 /// (work-tree path, text), the first its `.envrc` (held, a protected name); the agent's
 /// `plant` (a script that prints `PLANTED`: [`plant_git`], say) leaves what the user's
-/// next `git` in a direnv shell in the `.envrc`'s directory runs ([`DIRENV_THEN_GIT`]). Unconfined (the control) it must run; confined it must not,
-/// unless `open` (a ratchet). What went wrong, one line each.
+/// next `git` in a direnv shell in the `.envrc`'s directory runs ([`DIRENV_THEN_GIT`]).
+/// Unconfined (the control) it must run; confined it must not, unless `open` (a
+/// ratchet). What went wrong, one line each.
 pub fn envrc_attack(
     style: &RepoStyle,
     open: bool,
@@ -921,15 +925,45 @@ pub fn envrc_attack(
     files: &[(&str, &str)],
     plant: &str,
 ) -> Vec<String> {
+    let user = EnvrcUser {
+        files,
+        link: None,
+        then: "git status",
+    };
+    envrc_attack_by(style, (open, name), &user, plant)
+}
+
+/// The user's side of an [`envrc_attack_by`]: their `files` (work-tree path, text; the
+/// first the `.envrc` unless `link` is given), an `.envrc` that is a link (`(where, its
+/// target)`) when `link`, and the command they type in the direnv shell (`git status`).
+pub struct EnvrcUser<'a> {
+    pub files: &'a [(&'a str, &'a str)],
+    pub link: Option<(&'a str, &'a str)>,
+    pub then: &'a str,
+}
+
+/// [`envrc_attack`] of `user`'s files and command; `(open, name)` as there.
+pub fn envrc_attack_by(
+    style: &RepoStyle,
+    (open, name): (bool, &str),
+    user: &EnvrcUser,
+    plant: &str,
+) -> Vec<String> {
     let mut broken = Vec::new();
+    let direnv = DIRENV_THEN_GIT.replace("git status", user.then);
     for nobody in arms() {
         for mode in ["workspace-write", "danger-full-access"] {
             let fx = GitFx::new(style, nobody);
             let ws = fx.ws();
-            let (envrc, text) = files[0];
-            let at = fx.own_file(&ws, envrc, &format!("{text}\n"));
-            for (rel, text) in &files[1..] {
+            let (envrc, text) = user.files[0];
+            let mut at = fx.own_file(&ws, envrc, &format!("{text}\n"));
+            for (rel, text) in &user.files[1..] {
                 fx.own_file(&ws, rel, text);
+            }
+            if let Some((link, target)) = user.link {
+                at = ws.join(link);
+                std::os::unix::fs::symlink(target, &at).unwrap();
+                fx.own_entry(&at);
             }
             let (rc, out) = run_text(
                 fx.sandbox_in(&ws, &["--mode", mode], plant)
@@ -937,9 +971,9 @@ pub fn envrc_attack(
             );
             assert!(rc == 0 && out.contains("PLANTED"), "{name}: {out}");
             let _ = std::fs::remove_file(fx.marker());
-            let user = fx
+            let typed = fx
                 .command("bash")
-                .args(["-c", DIRENV_THEN_GIT])
+                .args(["-c", &direnv])
                 .current_dir(at.parent().unwrap())
                 .output_bounded();
             let ran = fx.marker().exists();
@@ -948,7 +982,7 @@ pub fn envrc_attack(
                 broken.push(format!(
                     "{name} nobody={nobody} {mode} (open {open}): ran {ran}: \
                      {out}\n{}",
-                    printed(&user)
+                    printed(&typed)
                 ));
             }
         }

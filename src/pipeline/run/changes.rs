@@ -10,6 +10,7 @@ use crate::pipeline::envelope::Envelope;
 use crate::pipeline::request::RunRequest;
 use crate::pipeline::snapshot::Snapshot;
 use crate::supervise::CancelSignals;
+use crate::text::diff_path;
 use crate::workspace::Ledger;
 use crate::workspace::verify::{Check, VerdictKind};
 
@@ -239,7 +240,9 @@ pub(super) fn mark_quarantined(
 /// a caller applying it elsewhere recreated the agent's `pkg/.envrc` or
 /// `.claude/settings.json` there, the tool config the guard had just made inert. Only a
 /// section's header lines change (up to its first hunk), and only in a section whose
-/// first line names the file exactly (`diff --git a/P b/P`, or coder's own `diff a/P b/P`).
+/// first line names the file exactly (`diff --git a/P b/P`, or coder's own `diff a/P b/P`),
+/// its names quoted as git quotes them ([`diff_path`]: round thirty-two's review found
+/// `é/.claude/settings.json`, named `"a/\303\251/…"`, left as it was).
 fn diff_at_quarantine_names(unified: &str, moves: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(unified.len());
     let mut rename: Option<(String, String, String, String)> = None;
@@ -247,17 +250,18 @@ fn diff_at_quarantine_names(unified: &str, moves: &[(&str, &str)]) -> String {
         if line.starts_with("diff ") {
             let head = line.trim_end_matches('\n');
             rename = moves.iter().find_map(|(from, to)| {
-                let names = format!("a/{from} b/{from}");
-                (head == format!("diff --git {names}") || head == format!("diff {names}")).then(
-                    || {
-                        (
-                            format!("a/{from}"),
-                            format!("a/{to}"),
-                            format!("b/{from}"),
-                            format!("b/{to}"),
-                        )
-                    },
-                )
+                // Git's spelling, or as they are (a repository's `core.quotePath = false`
+                // leaves a name past ASCII unquoted).
+                let quoted = |side: &str, p: &str| diff_path(side, p);
+                let plain = |side: &str, p: &str| format!("{side}{p}");
+                [&quoted as &dyn Fn(&str, &str) -> String, &plain]
+                    .into_iter()
+                    .find_map(|spell| {
+                        let (a_from, b_from) = (spell("a/", from), spell("b/", from));
+                        let names = format!("{a_from} {b_from}");
+                        (head == format!("diff --git {names}") || head == format!("diff {names}"))
+                            .then(|| (a_from, spell("a/", to), b_from, spell("b/", to)))
+                    })
             });
         } else if line.starts_with("@@") {
             rename = None;
@@ -337,6 +341,14 @@ diff a/x/.envrc b/x/.envrc\n--- /dev/null\n+++ b/x/.envrc\n@@ -0,0 +1,1 @@\n+y\n
             .replacen("+++ b/x/.envrc\n", "+++ b/x/.envrc.coder-quarantine-2\n", 1);
         assert_eq!(got, want);
         assert!(got.contains("+b/pkg/.envrc in the text stays\n"));
+    }
+
+    #[test]
+    fn a_quoted_name_is_renamed_in_its_quoted_spelling() {
+        let diff = "diff --git \"a/\\303\\251/.envrc\" \"b/\\303\\251/.envrc\"\n--- /dev/null\n\
++++ \"b/\\303\\251/.envrc\"\n@@ -0,0 +1 @@\n+x\n";
+        let got = diff_at_quarantine_names(diff, &[("é/.envrc", "é/.envrc.q")]);
+        assert_eq!(got, diff.replace(".envrc\"", ".envrc.q\""));
     }
 
     #[test]

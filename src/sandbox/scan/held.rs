@@ -282,7 +282,8 @@ impl<'a> Walker<'a, '_> {
     /// agent made `tools/bin/git`, and the user's next `git status` in a direnv shell
     /// ran it.
     pub(super) fn guard_envrc_path(&mut self, rel: &Path) -> Result<(), SandboxError> {
-        let Some(text) = read_plain_file(&self.tree.root.join(rel), MAX_SCRIPT_BYTES) else {
+        // Through a link, as direnv reads it.
+        let Some(text) = read_script(&self.tree.root.join(rel)) else {
             return Ok(());
         };
         let base = match rel.parent() {
@@ -297,7 +298,15 @@ impl<'a> Walker<'a, '_> {
             let named = [base.as_os_str().as_bytes(), b"/", &entry].concat();
             self.guard_path_dir(&named, 0, &mut walk)?;
         }
-        self.guard_envrc_sourced(&text, base, &mut walk)
+        self.guard_envrc_sourced(&text, base, &mut walk)?;
+        // The `.envrc` itself is a script direnv runs in its directory: what it sources,
+        // runs by path or with a shell, as a held script's (round thirty-two's review:
+        // its `source scripts/env.sh`, `bash scripts/setup.sh` and `eval "$(sh
+        // scripts/env.sh)"` left the user's script the agent's to write, and direnv ran it
+        // at the user's next `cd` there).
+        let envrc = self.tree.root.join(rel);
+        let dir = envrc.parent().unwrap_or(self.tree.root).to_path_buf();
+        self.guard_what_it_reads(&envrc, &dir, 0, &mut walk)
     }
 
     /// The files a held `.envrc` has direnv source (`source_env_if_exists .envrc.local`,
@@ -313,7 +322,9 @@ impl<'a> Walker<'a, '_> {
         base: &Path,
         walk: &mut ConfigWalk,
     ) -> Result<(), SandboxError> {
-        for path in self.envrc_files(config_text::envrc_sourced_files(text), base)? {
+        let mut sourced = self.envrc_files(config_text::envrc_sourced_files(text), base)?;
+        sourced.extend(self.envrc_up_files(text, base));
+        for path in sourced {
             if fs::symlink_metadata(&path).is_err() {
                 self.move_aside_if_made(&path)?;
             } else if walk.commands.insert(path.clone()) {
@@ -1788,6 +1799,25 @@ impl Walker<'_, '_> {
             }
         }
         Ok(paths)
+    }
+
+    /// The files a nested `.envrc` in `base` has direnv look for in its parents
+    /// ([`config_text::envrc_up_files`]), as paths in the tree: each parent's up to the
+    /// root, since direnv sources the nearest one there (the agent could make one nearer).
+    fn envrc_up_files(&self, text: &[u8], base: &Path) -> Vec<PathBuf> {
+        let files = config_text::envrc_up_files(text);
+        let parents = base.ancestors().skip(1).map(|dir| self.tree.root.join(dir));
+        let parents: Vec<PathBuf> = match base == Path::new(".") {
+            true => Vec::new(),
+            false => parents.collect(),
+        };
+        let mut paths = Vec::new();
+        for dir in parents {
+            for file in files.iter().filter(|f| !f.contains(&b'/')) {
+                paths.push(dir.join(OsStr::from_bytes(file)));
+            }
+        }
+        paths
     }
 
     /// `rel` (relative to the tree's root) with each `..` taken lexically, when every

@@ -1014,7 +1014,11 @@ impl<'a> Walker<'a, '_> {
                 Err(e) => return Err(walk_error(&path, "inspect", e)),
             };
             let kind = file_kind(&st);
-            if protected && kind == Kind::File && name == ".envrc" && self.tree.writable {
+            // A link too: direnv loads an `.envrc` that is a link (`ln -s config/envrc
+            // .envrc`) in the link's directory (round thirty-two's review: its `PATH_add
+            // tools/bin` was never read, and the agent's `tools/bin/git` ran).
+            let file_or_link = matches!(kind, Kind::File | Kind::Symlink);
+            if protected && file_or_link && name == ".envrc" && self.tree.writable {
                 self.guard_envrc_path(&rel_child)?;
             }
             // The directories above a protected entry are pinned (not renamed nor

@@ -2,6 +2,7 @@
 //! files with their line counts from the scans' kept text, the unified diff when asked for,
 //! and warnings for what either walk could not read.
 
+use crate::text::diff_path;
 use crate::workspace::scan::{self, Entry, Key, Scan};
 
 use super::{ChangeStatus, Changes, DIFF_CAP, DiffText, FileChange, excluded};
@@ -245,13 +246,14 @@ impl Patch {
         new: Option<&[u8]>,
         modes: (Option<u32>, Option<u32>),
     ) {
-        let path = &change.path;
+        // Quoted as git quotes them: a line break in a name made lines of its own.
+        let (a, b) = (diff_path("a/", &change.path), diff_path("b/", &change.path));
         let (from, to) = match change.status {
-            ChangeStatus::Added => ("/dev/null".to_owned(), format!("b/{path}")),
-            ChangeStatus::Deleted => (format!("a/{path}"), "/dev/null".to_owned()),
-            ChangeStatus::Modified => (format!("a/{path}"), format!("b/{path}")),
+            ChangeStatus::Added => ("/dev/null".to_owned(), b.clone()),
+            ChangeStatus::Deleted => (a.clone(), "/dev/null".to_owned()),
+            ChangeStatus::Modified => (a.clone(), b.clone()),
         };
-        self.push(format!("diff a/{path} b/{path}\n").as_bytes());
+        self.push(format!("diff {a} {b}\n").as_bytes());
         let link = |mode: Option<u32>| mode.is_some_and(|m| m & 0o170000 == 0o120000);
         if link(modes.0) || link(modes.1) {
             self.push(format!("Symbolic links {from} and {to} differ\n").as_bytes());

@@ -1,0 +1,331 @@
+//! Round thirty-two's review: round thirty-one's review's fixes (a held script's `PATH`
+//! spellings, a held `.envrc`'s `PATH_add`, `layout`, `source_env` and `dotenv` files,
+//! functions running `"$@"`, a failed walk's placeholders) and the lead's fold of the
+//! `.envrc` readers and `--return-diff`'s quarantine names, attacked by one who has read
+//! the code, through the built binary, root and uid 65534, each with an unconfined
+//! control (`--mode danger-full-access`).
+//!
+//! * **What a held `.envrc` runs besides direnv's own commands**: the `.envrc` was read
+//!   only for `PATH_add`, `layout`, `source_env` and `dotenv`, never as the script direnv
+//!   runs, so the user's `scripts/env.sh` it sources by bash's `source` or `.`, a
+//!   `.envrc.local` it sources when there, a script it runs with `bash` or whose output
+//!   it `eval`s were the agent's to write, and direnv ran them at the user's next `cd`
+//!   there (no `direnv allow` is asked for them). `source_env_if_exists
+//!   "$PWD/.envrc.local"` and a nested `.envrc`'s `source_up .envrc.local` alike.
+//! * **An `.envrc` that is a link** (`ln -s config/envrc .envrc`, which direnv loads in
+//!   the link's directory): never read, its `PATH_add tools/bin` left `tools/bin/git` the
+//!   agent's (closed here); an `.envrc`'s `export PYTHONPATH="$PWD/src"` left
+//!   `src/sitecustomize.py` the agent's, run by the user's next `python3` (closed with
+//!   the `.envrc` read as a script).
+//! * **`--return-diff` applied elsewhere**: a quarantined file whose name git quotes
+//!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
+//!   a path's line breaks as they are, so a file's name spelled a section of the agent's
+//!   making `.envrc` (closed here: names quoted as git quotes them).
+//! * **Readers in time growing with the square of a script's size**: a script's lines
+//!   each read against every variable met before (94 s of setup for 24 KiB), its own
+//!   directory searched for from the line's start each time, a line's words each looked
+//!   for among the others (closed here: one pass each).
+//!
+//! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
+//! lands, so the list can only shrink.
+
+mod common;
+
+use common::sandbox_fixture::{self, EnvrcUser, RepoStyle};
+
+/// Every fixture here: the user's repository on git's default branch.
+const REPO: RepoStyle = RepoStyle {
+    prefix: "coder-round32-",
+    init: &["init", "-q"],
+    readme_owned: false,
+    env: &[],
+};
+
+/// Attacks still open (a ratchet; SECURITY.md, Known limits).
+const KNOWN_OPEN: &[&str] = &[];
+
+/// Whether the case `name` runs: `A32_ONLY` unset, or naming it.
+fn chosen(name: &str) -> bool {
+    std::env::var("A32_ONLY").map_or(true, |only| only == name)
+}
+
+/// The user's files of an attack (work-tree path, text), the first the `.envrc`.
+type UserFiles = &'static [(&'static str, &'static str)];
+
+/// The user's `.envrc` runs a file of the tree by the shell's own means: (name, the user's
+/// files; where the agent appends its payload).
+const ENVRC_RUNS: &[(&str, UserFiles, &str)] = &[
+    (
+        "source of the user's script",
+        &[
+            (".envrc", "source scripts/env.sh"),
+            ("scripts/env.sh", "export A=1\n"),
+        ],
+        "scripts/env.sh",
+    ),
+    (
+        ". of the user's script",
+        &[
+            (".envrc", ". ./scripts/env.sh"),
+            ("scripts/env.sh", "export A=1\n"),
+        ],
+        "scripts/env.sh",
+    ),
+    (
+        "source of a local file absent at the start",
+        &[(".envrc", "[ -f .envrc.local ] && source .envrc.local")],
+        ".envrc.local",
+    ),
+    (
+        ". of a local file in an if, absent at the start",
+        &[(
+            ".envrc",
+            "if [ -f .envrc.local ]; then . ./.envrc.local; fi",
+        )],
+        ".envrc.local",
+    ),
+    (
+        "bash of the user's script",
+        &[
+            (".envrc", "bash scripts/setup.sh"),
+            ("scripts/setup.sh", "true\n"),
+        ],
+        "scripts/setup.sh",
+    ),
+    (
+        "eval of a script's output",
+        &[
+            (".envrc", "eval \"$(sh scripts/env.sh)\""),
+            ("scripts/env.sh", "echo export A=1\n"),
+        ],
+        "scripts/env.sh",
+    ),
+    (
+        "source_env_if_exists of $PWD",
+        &[(".envrc", "source_env_if_exists \"$PWD/.envrc.local\"")],
+        ".envrc.local",
+    ),
+    (
+        "source_up of a local file",
+        &[("sub/.envrc", "source_up .envrc.local")],
+        ".envrc.local",
+    ),
+    (
+        "source_up_if_exists of a local file two up",
+        &[
+            ("a/b/.envrc", "source_up_if_exists .envrc.local"),
+            ("a/.keep", ""),
+        ],
+        ".envrc.local",
+    ),
+    (
+        "source_env of a directory",
+        &[(".envrc", "source_env tools"), ("tools/.keep", "")],
+        "tools/.envrc",
+    ),
+];
+
+/// Each of [`ENVRC_RUNS`]: the agent appends a payload that creates the marker to the file
+/// (making it when absent); the user's next `cd` there in a direnv shell runs it. Both
+/// arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_an_envrc_runs_by_the_shells_own_means_is_not_the_agents_to_write() {
+    let mut broken = Vec::new();
+    for (name, files, target) in ENVRC_RUNS {
+        if !chosen(name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        let plant = format!(
+            "mkdir -p \"$(dirname {target})\"; {} >> {target}; echo PLANTED",
+            sandbox_fixture::SCRIPT_PAYLOAD
+        );
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, files, &plant,
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The agent's files for the `--return-diff` attacks: a directory past ASCII holding
+/// `.claude/settings.json` (git's diff quotes its name), and a file whose path holds line
+/// breaks that spell a section creating `.envrc` (each `/` of it a directory).
+const DIFF_PAYLOAD: &str = r#"mkdir -p 'é/.claude' && echo '{"hooks":{}}' > 'é/.claude/settings.json'
+p=$'y\n--- /dev/null\n+++ b/.envrc\n@@ -0,0 +1 @@\n+touch PWNED\nz'
+mkdir -p "$(dirname "$p")" && echo innocent > "$p"
+echo ok > plain.txt"#;
+
+/// What `patch -p1` makes of `diff` in a fresh directory below `root`: whether it made
+/// `.envrc` and `é/.claude/settings.json`.
+fn applied(root: &std::path::Path, diff: &str) -> (bool, bool) {
+    use std::io::Write;
+    let dir = root.join("applied");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = std::process::Command::new("patch")
+        .args(["-p1", "--batch", "--silent", "-d"])
+        .arg(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(diff.as_bytes())
+        .unwrap();
+    common::wait_within(&mut child, std::time::Duration::from_secs(60));
+    let made = |rel: &str| dir.join(rel).symlink_metadata().is_ok();
+    (made(".envrc"), made("é/.claude/settings.json"))
+}
+
+/// `--return-diff` of a run whose agent made [`DIFF_PAYLOAD`], applied elsewhere with
+/// `patch -p1` (what a caller does with it): confined, the end-of-run guard moved
+/// `é/.claude/` aside and the diff must name it there (round thirty-two's review: git's
+/// quoted `"b/\303\251/.claude/settings.json"` was left as it was, and the patch made the
+/// agent's settings); and in a workspace outside git, coder's own diff wrote the path with
+/// its line breaks, a section of the agent's making `.envrc` (both modes). Control
+/// unconfined: the settings are the agent's to keep, and the patch makes them. Both arms,
+/// in and outside git.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one() {
+    use common::Bounded;
+    use std::os::unix::fs::PermissionsExt;
+    let mut broken = Vec::new();
+    for owner in sandbox_fixture::owners() {
+        for git in [false, true] {
+            for confined in [true, false] {
+                let (_dir, root) = sandbox_fixture::temp_root("coder-round32-diff-");
+                for d in ["ws", "home", "state", "xdg"] {
+                    std::fs::create_dir_all(root.join(d)).unwrap();
+                }
+                let claude = root.join("claude");
+                sandbox_fixture::write(&claude, &sandbox_fixture::payload_claude(DIFF_PAYLOAD));
+                let exec = std::fs::Permissions::from_mode(0o755);
+                std::fs::set_permissions(&claude, exec).unwrap();
+                if git {
+                    common::git_init_with_a_commit(&root.join("ws"));
+                }
+                if let Some(uid) = owner {
+                    sandbox_fixture::chown_tree(&root, uid);
+                }
+                let mut extra = vec!["--return-diff"];
+                if !confined {
+                    extra.extend(["--sandbox", "danger-full-access"]);
+                }
+                let ws = root.join("ws");
+                let out = sandbox_fixture::coder_as(&root, owner, &ws, &claude, &extra, "go")
+                    .output_bounded();
+                let envelope: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or_default();
+                let diff = envelope["diff"]["unified"].as_str().unwrap_or_default();
+                let who = format!("{owner:?} git={git} confined={confined}");
+                if !diff.contains("+ok") {
+                    broken.push(format!(
+                        "{who}: no diff: {}",
+                        sandbox_fixture::printed(&out)
+                    ));
+                    continue;
+                }
+                let (envrc, settings) = applied(&root, diff);
+                if envrc {
+                    broken.push(format!("{who}: the diff made .envrc:\n{diff}"));
+                }
+                if settings == confined {
+                    broken.push(format!(
+                        "{who}: the diff made the settings {settings}:\n{diff}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The user's `.envrc` sets up what a program they run reads, or is a link: (name, the
+/// user's side, the agent's plant).
+const ENVRC_OTHERS: &[(&str, EnvrcUser, &str)] = &[
+    (
+        "an .envrc that is a link",
+        EnvrcUser {
+            files: &[
+                ("config/envrc", "PATH_add tools/bin"),
+                ("tools/bin/.keep", ""),
+            ],
+            link: Some((".envrc", "config/envrc")),
+            then: "git status",
+        },
+        "mkdir -p tools/bin; printf '#!/bin/sh\\ntouch \"%s\"\\n' \"$M\" > tools/bin/git; \
+         chmod +x tools/bin/git; echo PLANTED",
+    ),
+    (
+        "PYTHONPATH of the tree",
+        EnvrcUser {
+            files: &[
+                (".envrc", "export PYTHONPATH=\"$PWD/src\""),
+                ("src/.keep", ""),
+            ],
+            link: None,
+            then: "python3 -c pass",
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" > src/sitecustomize.py; echo PLANTED",
+    ),
+];
+
+/// Each of [`ENVRC_OTHERS`]: the user's next command in a direnv shell there runs the
+/// agent's payload. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_an_envrc_sets_up_or_links_to_is_not_the_agents_to_write() {
+    let mut broken = Vec::new();
+    for (name, user, plant) in ENVRC_OTHERS {
+        if !chosen(name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        broken.extend(sandbox_fixture::envrc_attack_by(
+            &REPO,
+            (open, name),
+            user,
+            plant,
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script of shapes the readers took in time growing with the square of their size:
+/// 3,000 lines each assigning a variable of its own (each line was read against every
+/// variable known: 94 s of setup in a debug build), a line of 1,800 `x=$(dirname "$0")
+/// ;` (each one found by a search from the line's start: 10 s) and a line of 4,000
+/// assignments before a command (each word looked for among all the others: 4.5 s).
+fn slow_script() -> String {
+    let vars: Vec<String> = (0..3000).map(|i| format!("v{i}=x")).collect();
+    let dirname = "x=$(dirname \"$0\") ;".repeat(1800);
+    let words: Vec<String> = (0..4000).map(|i| format!("a{i}=x")).collect();
+    format!("{}\n{dirname}\n{} true\n", vars.join("\n"), words.join(" "))
+}
+
+/// The user's `git ci` runs [`slow_script`] (some 90 KiB): a confined run's setup reads it
+/// in a few seconds (a debug build), not minutes. Round thirty-two's review: any script
+/// the scan reads (one the agent made where a held script sources it without a `/`, say)
+/// held every later run's start for minutes. Both arms; no control (only a confined run
+/// scans).
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_held_script_of_many_variables_and_long_lines_is_read_in_linear_time() {
+    let mut broken = Vec::new();
+    for nobody in sandbox_fixture::arms() {
+        let fx = sandbox_fixture::GitFx::new(&REPO, nobody);
+        sandbox_fixture::user_ci(&fx, &fx.ws(), "sh", &slow_script());
+        let started = std::time::Instant::now();
+        let (rc, out) = fx.sandbox("workspace-write", "echo SERVED");
+        let took = started.elapsed();
+        if rc != 0 || !out.contains("SERVED") || took > std::time::Duration::from_secs(30) {
+            broken.push(format!("nobody={nobody}: rc {rc} after {took:?}: {out}"));
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
