@@ -357,9 +357,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         base_ref: "HEAD".into(),
         commit: None,
         note: Some("n".into()),
+        kept: Some("/state/worktrees/x".into()),
     };
     let worktree_minimal = coder::workspace::worktree::WorktreeReport {
         note: None,
+        kept: None,
         ..worktree.clone()
     };
     assert_schema_matches(

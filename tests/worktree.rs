@@ -332,6 +332,108 @@ fn failure_and_timeout_still_commit_and_clean_up() {
     fx.assert_clean();
 }
 
+/// The branch's commit starts from the base's tree: what the checkout does not show as a
+/// file stays as the base has it, a submodule (an empty directory in the checkout) and a
+/// tracked file that `.gitignore` matches. The commit was made from an empty index, and
+/// the branch deleted both while `changes` listed neither (newuser32).
+#[test]
+fn a_submodule_and_a_tracked_ignored_file_stay_on_the_branch() {
+    let fx = Fx::new(None);
+    let head = git(&fx.repo, &["rev-parse", "HEAD"]);
+    let gitlink = format!("160000,{},lib", head.trim());
+    git(
+        &fx.repo,
+        &["update-index", "--add", "--cacheinfo", &gitlink],
+    );
+    fs::write(fx.repo.join(".gitignore"), "dist/\n").unwrap();
+    fs::create_dir_all(fx.repo.join("dist")).unwrap();
+    fs::write(fx.repo.join("dist/app.js"), "built\n").unwrap();
+    git(&fx.repo, &["add", "-f", ".gitignore", "dist/app.js"]);
+    git(&fx.repo, &["commit", "-q", "-m", "submodule and build"]);
+    let (env, out) = fx.run("echo b > b.txt", &["--worktree"], "add b");
+    assert_eq!(env["success"], true, "{out:?}");
+    let branch = branch_of(&env);
+    assert_eq!(
+        git(&fx.repo, &["diff", "--name-status", "main", &branch]),
+        "A\tb.txt\n",
+        "{env}"
+    );
+    fx.assert_clean();
+}
+
+/// A repository the agent makes in its checkout (`git init sub`, a clone, a scaffolding
+/// tool's `git init`) is committed as files of the branch. One with no commit made the
+/// whole commit fail (`commit: null`, the run's work removed with the checkout, and
+/// `success: true`); one with a commit became a gitlink to a commit the repository does
+/// not have, its files lost (newuser32).
+#[test]
+fn repositories_the_agent_makes_are_committed_as_files() {
+    let fx = Fx::new(None);
+    let (env, out) = fx.run(
+        "echo w > work.txt; git init -q sub && echo c > sub/c.txt && git init -q sub/inner \
+         && echo e > sub/inner/e.txt && git init -q cl && echo d > cl/d.txt \
+         && git -C cl add d.txt && git -C cl -c user.name=a -c user.email=a@b commit -qm x",
+        &["--worktree"],
+        "scaffold",
+    );
+    assert_eq!(env["success"], true, "{out:?}");
+    assert!(env["worktree"]["commit"].is_string(), "{env}");
+    let branch = branch_of(&env);
+    for (path, text) in [
+        ("work.txt", "w\n"),
+        ("sub/c.txt", "c\n"),
+        ("sub/inner/e.txt", "e\n"),
+        ("cl/d.txt", "d\n"),
+    ] {
+        assert_eq!(
+            git(&fx.repo, &["show", &format!("{branch}:{path}")]),
+            text,
+            "{path}: {env}"
+        );
+    }
+    let tree = git(&fx.repo, &["ls-tree", "-r", &branch]);
+    assert!(!tree.contains("160000"), "a gitlink on the branch: {tree}");
+    assert!(!tree.contains(".git/"), "{tree}");
+    fx.assert_clean();
+}
+
+/// When the run's changes cannot be committed (here: more repositories made in the
+/// checkout than the finish stages), the checkout is kept with them and the envelope
+/// says where; it was removed, and the run's work with it, behind `success: true`.
+#[test]
+fn a_checkout_whose_commit_fails_is_kept() {
+    let fx = Fx::new(None);
+    let (env, out) = fx.run(
+        "echo w > work.txt; for i in $(seq 257); do git init -q r$i; done",
+        &["--worktree"],
+        "too many",
+    );
+    assert_eq!(env["worktree"]["commit"], Value::Null, "{out:?}");
+    let kept = PathBuf::from(
+        env["worktree"]["kept"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{env}")),
+    );
+    assert_eq!(fs::read_to_string(kept.join("work.txt")).unwrap(), "w\n");
+    assert!(
+        env["worktree"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("is kept at"),
+        "{env}"
+    );
+    let warned = env["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .is_some_and(|w| w.contains("not on branch") && w.contains(kept.to_str().unwrap()))
+    });
+    assert!(warned, "{env}");
+    // A later --worktree run does not prune it (it is no dead run's leftover).
+    let (later, _) = fx.run("true", &["--worktree"], "later");
+    assert_eq!(later["success"], true, "{later}");
+    assert!(kept.join("work.txt").exists());
+    check_schema(&env);
+}
+
 /// SIGTERM to coder mid-run: the envelope says `cancelled`, and the checkout is still
 /// committed and removed.
 #[test]

@@ -101,6 +101,14 @@ impl Many {
             if let Some(ask) = &request.worktree {
                 worktree_resume_hint(envelope, &origin, &report, ask);
             }
+            if let Some(kept) = &report.kept {
+                envelope.warnings.push(format!(
+                    "the run's changes are not on branch {}: they could not be committed \
+                     (worktree.note says why); the checkout {} is kept with them",
+                    report.branch,
+                    kept.display()
+                ));
+            }
             envelope.worktree = Some(report);
         }
         if let Some(mut routed) = self.routed.take() {
