@@ -434,6 +434,50 @@ fn a_checkout_whose_commit_fails_is_kept() {
     check_schema(&env);
 }
 
+/// What the end-of-run guard moved aside in the checkout is reported at the checkout's
+/// paths, and the checkout is removed: each entry says where it is now, `in_commit`
+/// (`COMMIT:PATH` on the run's branch, under its quarantine name) or `removed` (it was in
+/// a nested repository's git dir), and a warning says how to look. Before, the report
+/// named only paths in the removed checkout (newuser32).
+#[test]
+fn quarantined_paths_of_a_worktree_run_say_where_they_are_now() {
+    let fx = Fx::new(None);
+    let (env, out) = fx.run(
+        "mkdir -p pkg && echo 'echo planted' > pkg/.envrc; git init -q sub \
+         && printf '#!/bin/sh\\necho hi\\n' > sub/.git/hooks/pre-commit \
+         && chmod +x sub/.git/hooks/pre-commit && echo c > sub/c.txt",
+        &["--worktree"],
+        "plant",
+    );
+    check_schema(&env);
+    assert_eq!(env["success"], true, "{out:?}");
+    let commit = env["worktree"]["commit"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{env}"));
+    let entries = env["sandbox"]["quarantined"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{env}"));
+    let envrc = entries
+        .iter()
+        .find(|q| q["kind"] == "tool_config")
+        .unwrap_or_else(|| panic!("{env}"));
+    let at = format!("{commit}:pkg/.envrc.coder-quarantine-1");
+    assert_eq!(envrc["in_commit"], at.as_str(), "{env}");
+    assert_eq!(git(&fx.repo, &["show", &at]), "echo planted\n");
+    let hook = entries
+        .iter()
+        .find(|q| q["kind"] == "git")
+        .unwrap_or_else(|| panic!("{env}"));
+    assert_eq!(hook["removed"], true, "{env}");
+    assert!(hook.get("in_commit").is_none(), "{env}");
+    let warned = env["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .is_some_and(|w| w.contains("which is removed") && w.contains(&format!("show {at}")))
+    });
+    assert!(warned, "{env}");
+    fx.assert_clean();
+}
+
 /// SIGTERM to coder mid-run: the envelope says `cancelled`, and the checkout is still
 /// committed and removed.
 #[test]

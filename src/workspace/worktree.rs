@@ -77,6 +77,19 @@ pub struct WorktreeReport {
     pub kept: Option<PathBuf>,
 }
 
+/// Where something the end-of-run guard moved aside inside a `--worktree` checkout is
+/// once the checkout is removed (the guard's report names the checkout's paths).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AfterCheckout {
+    /// `COMMIT:PATH`, as `git show` takes it: committed on the run's branch under its
+    /// quarantine name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_commit: Option<String>,
+    /// Not committed (it was in a git dir, or ignored) and removed with the checkout.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorktreeError {
     #[error("--worktree: {0} is not inside a git work tree")]
@@ -294,6 +307,54 @@ impl Worktree {
     /// coder's), brings the branch into the repository, removes the directory (kept, and
     /// named in the note, when the commit fails).
     pub fn finish(mut self, message: &str) -> WorktreeReport {
+        let report = self.commit(message);
+        self.remove();
+        report
+    }
+
+    /// Where `moved_to`, a path the guard moved something to, is once the checkout is
+    /// removed; `None` when it is not in the checkout or the checkout is kept.
+    pub fn after_checkout(
+        &self,
+        report: &WorktreeReport,
+        moved_to: &Path,
+    ) -> Option<AfterCheckout> {
+        if report.kept.is_some() {
+            return None;
+        }
+        let canonical = fs::canonicalize(&self.path).ok();
+        let rel = moved_to
+            .strip_prefix(&self.path)
+            .ok()
+            .or_else(|| moved_to.strip_prefix(canonical.as_ref()?).ok())?;
+        let committed = report.commit.as_deref().filter(|commit| {
+            let mut cmd = base_command(&self.program, &self.repo_top);
+            cmd.arg(dir_arg("--git-dir=", &self.repo_git_dir))
+                .args([
+                    "--literal-pathspecs",
+                    "ls-tree",
+                    "-z",
+                    "--name-only",
+                    commit,
+                    "--",
+                ])
+                .arg(rel);
+            output("ls-tree", cmd).is_ok_and(|listed| !listed.is_empty())
+        });
+        Some(match committed {
+            Some(commit) => AfterCheckout {
+                in_commit: Some(format!("{commit}:{}", rel.display())),
+                removed: false,
+            },
+            None => AfterCheckout {
+                in_commit: None,
+                removed: true,
+            },
+        })
+    }
+
+    /// [`Self::finish`] but the removal, which dropping the checkout does.
+    pub fn commit(&mut self, message: &str) -> WorktreeReport {
         let mut report = WorktreeReport {
             branch: self.branch.clone(),
             base: self.base.clone(),
@@ -321,7 +382,6 @@ impl Worktree {
                 report.kept = Some(self.path.clone());
             }
         }
-        self.remove();
         report
     }
 
