@@ -322,6 +322,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         repair_turns: 0,
         ignored_changes: Some(1),
         repair_skipped: Some(coder::workspace::verify::NOT_STARTED_NO_REPAIR.into()),
+        repair_failed: Some(coder::workspace::verify::RepairFailed {
+            turn: 1,
+            error_kind: coder::exit::ErrorKind::UpstreamError,
+            error: "API Error: 529".into(),
+        }),
     });
     full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
     full.fallback = Some(coder::pipeline::fallback::Fallback {
