@@ -269,6 +269,23 @@ fn worktree_base_and_bad_input() {
     fx.assert_clean();
 }
 
+/// A `--worktree` run that ends before its agent starts (here a cassette that does not
+/// exist; a missing key is the same) leaves no branch: each such try left one more
+/// `coder/…` branch at the base, named in an envelope whose run never began (newuser32).
+#[test]
+fn a_run_that_never_starts_leaves_no_branch() {
+    let fx = Fx::new(None);
+    let branches_before = git(&fx.repo, &["branch", "--list"]);
+    let missing = format!("replay:{}", fx.root.join("missing.json").display());
+    let (env, out) = fx.run("true", &["--worktree", "--backend", &missing], "t");
+    assert_eq!(env["error_kind"], "config_error", "{out:?}");
+    assert!(env.get("worktree").is_none(), "{env}");
+    assert_eq!(git(&fx.repo, &["branch", "--list"]), branches_before);
+    fx.assert_clean();
+    // A run that started and changed nothing keeps its branch at the base, as before
+    // (`a_run_commits_on_its_branch_and_leaves_the_checkout_alone`).
+}
+
 /// A session resumes only where it was made, and --worktree always makes a new checkout:
 /// the pair is refused before any branch or checkout is made.
 #[test]

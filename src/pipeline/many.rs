@@ -98,6 +98,17 @@ impl Many {
             };
             let origin = tree.origin();
             let report = tree.commit(&message);
+            // A run that ended before its agent started (a missing key, a bad cassette,
+            // the sandbox's setup) made nothing: its branch goes too, or every such try
+            // left one more `coder/…` branch at the base in the user's repository.
+            if envelope.attempts.is_empty()
+                && !envelope.success
+                && report.commit.is_none()
+                && report.kept.is_none()
+                && tree.discard_branch()
+            {
+                return self.finish_routing(envelope);
+            }
             locate_quarantined(envelope, &tree, &report);
             // Removes the checkout (unless `commit` kept it).
             drop(tree);
@@ -114,6 +125,11 @@ impl Many {
             }
             envelope.worktree = Some(report);
         }
+        self.finish_routing(envelope);
+    }
+
+    /// Records the routing outcome and adds it to `envelope`.
+    fn finish_routing(mut self, envelope: &mut Envelope) {
         if let Some(mut routed) = self.routed.take() {
             routed.record_outcome(verdict(envelope));
             envelope.warnings.append(&mut routed.warnings);

@@ -353,6 +353,14 @@ impl Worktree {
         })
     }
 
+    /// Deletes the run's branch from the repository while it still points at the base
+    /// (nothing was committed on it); whether it is gone.
+    pub fn discard_branch(&self) -> bool {
+        let full = format!("refs/heads/{}", self.branch);
+        self.in_repo(&["update-ref", "-d", &full, &self.base])
+            .is_ok()
+    }
+
     /// [`Self::finish`] but the removal, which dropping the checkout does.
     pub fn commit(&mut self, message: &str) -> WorktreeReport {
         let mut report = WorktreeReport {
