@@ -322,6 +322,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         repair_turns: 0,
         ignored_changes: Some(1),
         repair_skipped: Some(coder::workspace::verify::NOT_STARTED_NO_REPAIR.into()),
+        repair_failed: Some(coder::workspace::verify::RepairFailed {
+            turn: 1,
+            error_kind: coder::exit::ErrorKind::UpstreamError,
+            error: "API Error: 529".into(),
+        }),
     });
     full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
     full.fallback = Some(coder::pipeline::fallback::Fallback {
@@ -335,6 +340,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
             moved: vec!["config".into()],
             to: "/w/n/.git/coder-quarantine-1".into(),
             kind: coder::sandbox::gitguard::QuarantineKind::Git,
+            // Never both in a run; the sample names every field.
+            after_checkout: coder::workspace::worktree::AfterCheckout {
+                in_commit: Some("c0ffee:n/.envrc.coder-quarantine-1".into()),
+                removed: true,
+            },
         }],
         incomplete: Some("why".into()),
     };
@@ -347,7 +357,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
     assert_schema_matches(
         "/properties/sandbox/properties/quarantined/items",
         to_value(&guard.quarantined[0]).unwrap(),
-        to_value(&guard.quarantined[0]).unwrap(),
+        to_value(coder::sandbox::gitguard::Quarantined {
+            after_checkout: Default::default(),
+            ..guard.quarantined[0].clone()
+        })
+        .unwrap(),
         true,
     );
     full.sandbox = Some(guard);
@@ -357,9 +371,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         base_ref: "HEAD".into(),
         commit: None,
         note: Some("n".into()),
+        kept: Some("/state/worktrees/x".into()),
     };
     let worktree_minimal = coder::workspace::worktree::WorktreeReport {
         note: None,
+        kept: None,
         ..worktree.clone()
     };
     assert_schema_matches(

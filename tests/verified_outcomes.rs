@@ -284,6 +284,59 @@ fn verify_still_failing_without_repair_is_verify_failed() {
     );
 }
 
+/// A repair turn that fails on its own (here the backend: the cassette has no turn left
+/// for it) while the check after it still fails: the run is `verify_failed` (exit 3), as
+/// DESIGN §8 has a final failure, the turn's failure in `verification.repair_failed` and
+/// its provider error in `error_detail`; no further repair turn is spent on a failing
+/// backend. It ended `upstream_error` (exit 1), the verdict `still_failing` only in
+/// `verification` (newuser32).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_repair_turn_that_fails_leaves_the_run_verify_failed() {
+    let scene = Scene::new("plain.json");
+    let out = scene
+        .coder()
+        .args([
+            "--verify",
+            "test -f done.txt",
+            "--repair-turns",
+            "3",
+            "do it",
+        ])
+        .run();
+    let detail = out.assert_failure("verify_failed", 3);
+    let v = verification(&out);
+    assert_eq!(v["verdict"], "still_failing", "{}", out.explain());
+    assert_eq!(v["repair_turns"], 1, "{}", out.explain());
+    assert_eq!(v["repair_failed"]["turn"], 1, "{}", out.explain());
+    assert_eq!(v["repair_failed"]["error_kind"], "upstream_error");
+    assert!(
+        v["repair_failed"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("exhausted")),
+        "{}",
+        out.explain()
+    );
+    let error = out.envelope["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("the --verify check failed with exit code 1; the repair turn before it failed (upstream_error: "),
+        "{error}"
+    );
+    assert_eq!(
+        detail["provider_error"]["http_status"],
+        400,
+        "{}",
+        out.explain()
+    );
+    assert!(
+        detail["resume_hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("--verify 'test -f done.txt'")),
+        "{}",
+        out.explain()
+    );
+}
+
 #[test]
 #[ignore = "needs the claude CLI: scripts/test runs it"]
 fn verify_regressed_and_passed() {

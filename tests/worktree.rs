@@ -269,6 +269,23 @@ fn worktree_base_and_bad_input() {
     fx.assert_clean();
 }
 
+/// A `--worktree` run that ends before its agent starts (here a cassette that does not
+/// exist; a missing key is the same) leaves no branch: each such try left one more
+/// `coder/…` branch at the base, named in an envelope whose run never began (newuser32).
+#[test]
+fn a_run_that_never_starts_leaves_no_branch() {
+    let fx = Fx::new(None);
+    let branches_before = git(&fx.repo, &["branch", "--list"]);
+    let missing = format!("replay:{}", fx.root.join("missing.json").display());
+    let (env, out) = fx.run("true", &["--worktree", "--backend", &missing], "t");
+    assert_eq!(env["error_kind"], "config_error", "{out:?}");
+    assert!(env.get("worktree").is_none(), "{env}");
+    assert_eq!(git(&fx.repo, &["branch", "--list"]), branches_before);
+    fx.assert_clean();
+    // A run that started and changed nothing keeps its branch at the base, as before
+    // (`a_run_commits_on_its_branch_and_leaves_the_checkout_alone`).
+}
+
 /// A session resumes only where it was made, and --worktree always makes a new checkout:
 /// the pair is refused before any branch or checkout is made.
 #[test]
@@ -329,6 +346,152 @@ fn failure_and_timeout_still_commit_and_clean_up() {
         git(&fx.repo, &["show", &format!("{}:s.txt", branch_of(&env))]),
         "started\n"
     );
+    fx.assert_clean();
+}
+
+/// The branch's commit starts from the base's tree: what the checkout does not show as a
+/// file stays as the base has it, a submodule (an empty directory in the checkout) and a
+/// tracked file that `.gitignore` matches. The commit was made from an empty index, and
+/// the branch deleted both while `changes` listed neither (newuser32).
+#[test]
+fn a_submodule_and_a_tracked_ignored_file_stay_on_the_branch() {
+    let fx = Fx::new(None);
+    let head = git(&fx.repo, &["rev-parse", "HEAD"]);
+    let gitlink = format!("160000,{},lib", head.trim());
+    git(
+        &fx.repo,
+        &["update-index", "--add", "--cacheinfo", &gitlink],
+    );
+    fs::write(fx.repo.join(".gitignore"), "dist/\n").unwrap();
+    fs::create_dir_all(fx.repo.join("dist")).unwrap();
+    fs::write(fx.repo.join("dist/app.js"), "built\n").unwrap();
+    git(&fx.repo, &["add", "-f", ".gitignore", "dist/app.js"]);
+    git(&fx.repo, &["commit", "-q", "-m", "submodule and build"]);
+    let (env, out) = fx.run("echo b > b.txt", &["--worktree"], "add b");
+    assert_eq!(env["success"], true, "{out:?}");
+    let branch = branch_of(&env);
+    assert_eq!(
+        git(&fx.repo, &["diff", "--name-status", "main", &branch]),
+        "A\tb.txt\n",
+        "{env}"
+    );
+    fx.assert_clean();
+}
+
+/// A repository the agent makes in its checkout (`git init sub`, a clone, a scaffolding
+/// tool's `git init`) is committed as files of the branch. One with no commit made the
+/// whole commit fail (`commit: null`, the run's work removed with the checkout, and
+/// `success: true`); one with a commit became a gitlink to a commit the repository does
+/// not have, its files lost (newuser32).
+#[test]
+fn repositories_the_agent_makes_are_committed_as_files() {
+    let fx = Fx::new(None);
+    let (env, out) = fx.run(
+        "echo w > work.txt; git init -q sub && echo c > sub/c.txt && git init -q sub/inner \
+         && echo e > sub/inner/e.txt && git init -q cl && echo d > cl/d.txt \
+         && git -C cl add d.txt && git -C cl -c user.name=a -c user.email=a@b commit -qm x",
+        &["--worktree"],
+        "scaffold",
+    );
+    assert_eq!(env["success"], true, "{out:?}");
+    assert!(env["worktree"]["commit"].is_string(), "{env}");
+    let branch = branch_of(&env);
+    for (path, text) in [
+        ("work.txt", "w\n"),
+        ("sub/c.txt", "c\n"),
+        ("sub/inner/e.txt", "e\n"),
+        ("cl/d.txt", "d\n"),
+    ] {
+        assert_eq!(
+            git(&fx.repo, &["show", &format!("{branch}:{path}")]),
+            text,
+            "{path}: {env}"
+        );
+    }
+    let tree = git(&fx.repo, &["ls-tree", "-r", &branch]);
+    assert!(!tree.contains("160000"), "a gitlink on the branch: {tree}");
+    assert!(!tree.contains(".git/"), "{tree}");
+    fx.assert_clean();
+}
+
+/// When the run's changes cannot be committed (here: more repositories made in the
+/// checkout than the finish stages), the checkout is kept with them and the envelope
+/// says where; it was removed, and the run's work with it, behind `success: true`.
+#[test]
+fn a_checkout_whose_commit_fails_is_kept() {
+    let fx = Fx::new(None);
+    let (env, out) = fx.run(
+        "echo w > work.txt; for i in $(seq 257); do git init -q r$i; done",
+        &["--worktree"],
+        "too many",
+    );
+    assert_eq!(env["worktree"]["commit"], Value::Null, "{out:?}");
+    let kept = PathBuf::from(
+        env["worktree"]["kept"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{env}")),
+    );
+    assert_eq!(fs::read_to_string(kept.join("work.txt")).unwrap(), "w\n");
+    assert!(
+        env["worktree"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("is kept at"),
+        "{env}"
+    );
+    let warned = env["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .is_some_and(|w| w.contains("not on branch") && w.contains(kept.to_str().unwrap()))
+    });
+    assert!(warned, "{env}");
+    // A later --worktree run does not prune it (it is no dead run's leftover).
+    let (later, _) = fx.run("true", &["--worktree"], "later");
+    assert_eq!(later["success"], true, "{later}");
+    assert!(kept.join("work.txt").exists());
+    check_schema(&env);
+}
+
+/// What the end-of-run guard moved aside in the checkout is reported at the checkout's
+/// paths, and the checkout is removed: each entry says where it is now, `in_commit`
+/// (`COMMIT:PATH` on the run's branch, under its quarantine name) or `removed` (it was in
+/// a nested repository's git dir), and a warning says how to look. Before, the report
+/// named only paths in the removed checkout (newuser32).
+#[test]
+fn quarantined_paths_of_a_worktree_run_say_where_they_are_now() {
+    let fx = Fx::new(None);
+    let (env, out) = fx.run(
+        "mkdir -p pkg && echo 'echo planted' > pkg/.envrc; git init -q sub \
+         && printf '#!/bin/sh\\necho hi\\n' > sub/.git/hooks/pre-commit \
+         && chmod +x sub/.git/hooks/pre-commit && echo c > sub/c.txt",
+        &["--worktree"],
+        "plant",
+    );
+    check_schema(&env);
+    assert_eq!(env["success"], true, "{out:?}");
+    let commit = env["worktree"]["commit"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{env}"));
+    let entries = env["sandbox"]["quarantined"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{env}"));
+    let envrc = entries
+        .iter()
+        .find(|q| q["kind"] == "tool_config")
+        .unwrap_or_else(|| panic!("{env}"));
+    let at = format!("{commit}:pkg/.envrc.coder-quarantine-1");
+    assert_eq!(envrc["in_commit"], at.as_str(), "{env}");
+    assert_eq!(git(&fx.repo, &["show", &at]), "echo planted\n");
+    let hook = entries
+        .iter()
+        .find(|q| q["kind"] == "git")
+        .unwrap_or_else(|| panic!("{env}"));
+    assert_eq!(hook["removed"], true, "{env}");
+    assert!(hook.get("in_commit").is_none(), "{env}");
+    let warned = env["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .is_some_and(|w| w.contains("which is removed") && w.contains(&format!("show {at}")))
+    });
+    assert!(warned, "{env}");
     fx.assert_clean();
 }
 

@@ -530,6 +530,7 @@ mod tests {
                 moved: vec![planted.clone()],
                 to: planted.clone(),
                 kind: crate::sandbox::gitguard::QuarantineKind::ToolConfig,
+                after_checkout: Default::default(),
             }],
             incomplete: Some(planted.clone()),
         });

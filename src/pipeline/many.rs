@@ -90,24 +90,94 @@ impl Many {
     /// `secrets`: a key the caller pasted into the task must not enter the repository's
     /// history.
     pub fn finish(mut self, envelope: &mut Envelope, request: &RunRequest, secrets: &Secrets) {
-        if let Some(tree) = self.worktree.take() {
+        if let Some(mut tree) = self.worktree.take() {
             let message = if request.task_title.is_empty() {
                 format!("coder: {}", tree.branch())
             } else {
                 secrets.redact(&request.task_title).into_owned()
             };
             let origin = tree.origin();
-            let report = tree.finish(&message);
+            let report = tree.commit(&message);
+            // A run that ended before its agent started (a missing key, a bad cassette,
+            // the sandbox's setup) made nothing: its branch goes too, or every such try
+            // left one more `coder/…` branch at the base in the user's repository.
+            if envelope.attempts.is_empty()
+                && !envelope.success
+                && report.commit.is_none()
+                && report.kept.is_none()
+                && tree.discard_branch()
+            {
+                return self.finish_routing(envelope);
+            }
+            locate_quarantined(envelope, &tree, &report);
+            // Removes the checkout (unless `commit` kept it).
+            drop(tree);
             if let Some(ask) = &request.worktree {
                 worktree_resume_hint(envelope, &origin, &report, ask);
             }
+            if let Some(kept) = &report.kept {
+                envelope.warnings.push(format!(
+                    "the run's changes are not on branch {}: they could not be committed \
+                     (worktree.note says why); the checkout {} is kept with them",
+                    report.branch,
+                    kept.display()
+                ));
+            }
             envelope.worktree = Some(report);
         }
+        self.finish_routing(envelope);
+    }
+
+    /// Records the routing outcome and adds it to `envelope`.
+    fn finish_routing(mut self, envelope: &mut Envelope) {
         if let Some(mut routed) = self.routed.take() {
             routed.record_outcome(verdict(envelope));
             envelope.warnings.append(&mut routed.warnings);
             envelope.routing = Some(routed.report);
         }
+    }
+}
+
+/// What the end-of-run guard moved aside inside the checkout was reported at the
+/// checkout's paths, which are removed with it: each entry says where it is now, in the
+/// branch's commit (`in_commit`, `COMMIT:PATH`) or gone (`removed`), and one warning says
+/// how to look at them. A user following the report found nothing there.
+fn locate_quarantined(envelope: &mut Envelope, tree: &Worktree, report: &WorktreeReport) {
+    let Some(guard) = envelope.sandbox.as_mut() else {
+        return;
+    };
+    let (mut committed, mut removed) = (Vec::new(), 0);
+    for moved in &mut guard.quarantined {
+        let Some(after) = tree.after_checkout(report, Path::new(&moved.to)) else {
+            continue;
+        };
+        match &after.in_commit {
+            Some(at) => committed.push(at.clone()),
+            None => removed += 1,
+        }
+        moved.after_checkout = after;
+    }
+    let mut said = Vec::new();
+    if let Some(first) = committed.first() {
+        said.push(format!(
+            "{} of them {} committed on branch {} under the quarantine name (sandbox.quarantined[].in_commit; `git -C {} show {first}` shows the first)",
+            committed.len(),
+            if committed.len() == 1 { "is" } else { "are" },
+            report.branch,
+            crate::text::shell_quote(&tree.origin().display().to_string()),
+        ));
+    }
+    if removed > 0 {
+        said.push(format!(
+            "{removed} (in a git dir of the checkout, or ignored) {} removed with it",
+            if removed == 1 { "was" } else { "were" }
+        ));
+    }
+    if !said.is_empty() {
+        envelope.warnings.push(format!(
+            "the guard's paths above are in the --worktree checkout, which is removed: {}",
+            said.join("; ")
+        ));
     }
 }
 

@@ -130,6 +130,10 @@ pub struct Quarantined {
     pub to: String,
     /// Git metadata, or a protected tool config.
     pub kind: QuarantineKind,
+    /// A `--worktree` run's checkout is removed after the guard: where this went is now
+    /// `COMMIT:PATH` on the run's branch (`in_commit`), or gone with the checkout (`removed`).
+    #[serde(flatten)]
+    pub after_checkout: crate::workspace::worktree::AfterCheckout,
 }
 
 /// What the guard moved aside.
@@ -903,6 +907,7 @@ impl<'a> Guard<'a> {
                     moved: vec![name.to_string_lossy().into_owned()],
                     to: here.join(&to).display().to_string(),
                     kind: quarantine,
+                    after_checkout: Default::default(),
                 });
                 continue;
             }
@@ -934,6 +939,7 @@ impl<'a> Guard<'a> {
                 moved,
                 to: here.join(&to).display().to_string(),
                 kind: quarantine,
+                after_checkout: Default::default(),
             });
             made.push(OsString::from(to));
         }
@@ -1099,6 +1105,7 @@ impl<'a> Guard<'a> {
             moved: vec![label],
             to: dir.join(to).display().to_string(),
             kind: QuarantineKind::Git,
+            after_checkout: Default::default(),
         });
         Ok(())
     }
@@ -1404,6 +1411,7 @@ impl TopWalk<'_> {
             moved: vec![name.to_string_lossy().into_owned()],
             to: path.join(to).display().to_string(),
             kind: QuarantineKind::Git,
+            after_checkout: Default::default(),
         });
         Ok(true)
     }
@@ -1425,6 +1433,7 @@ impl TopWalk<'_> {
             moved: vec!["commondir".to_owned()],
             to: path.join(to).display().to_string(),
             kind: QuarantineKind::Git,
+            after_checkout: Default::default(),
         });
         Ok(())
     }
@@ -1571,6 +1580,7 @@ impl<'f> Quarantine<'f> {
                 moved: self.moved.clone(),
                 to: self.path.join(name).display().to_string(),
                 kind: QuarantineKind::Git,
+                after_checkout: Default::default(),
             });
         }
     }

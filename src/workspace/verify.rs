@@ -124,6 +124,18 @@ pub struct Verification {
     /// Why no repair turn followed a failing check although some were allowed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair_skipped: Option<String>,
+    /// A repair turn that itself failed (the backend's error, a limit): the check after
+    /// it still ran and decides the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair_failed: Option<RepairFailed>,
+}
+
+/// `verification.repair_failed`: which repair turn failed, and how.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RepairFailed {
+    pub turn: u32,
+    pub error_kind: crate::exit::ErrorKind,
+    pub error: String,
 }
 
 /// `repair_skipped` of a check that could not be started.
@@ -147,6 +159,9 @@ impl Verification {
             if let Some(error) = check.error.as_mut() {
                 secrets.redact_string(error);
             }
+        }
+        if let Some(failed) = self.repair_failed.as_mut() {
+            secrets.redact_string(&mut failed.error);
         }
     }
 }
@@ -406,6 +421,7 @@ mod tests {
             repair_turns: 0,
             ignored_changes: None,
             repair_skipped: None,
+            repair_failed: None,
         };
         verification.redact(&Secrets::default());
         let tail = &verification.final_check.as_ref().unwrap().tail;

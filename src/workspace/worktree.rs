@@ -38,6 +38,7 @@
 
 use std::ffi::OsString;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,10 @@ use super::git::{GitError, base_command, output};
 /// Commits coder makes carry this identity unless the repository's config has one.
 pub const CODER_NAME: &str = "coder";
 pub const CODER_EMAIL: &str = "coder@localhost";
+
+/// Repositories the agent may make inside its checkout (each staged as plain files at the
+/// finish, [`Worktree::stage`]); more make the commit fail, and the checkout is kept.
+const MAX_NESTED_REPOS: usize = 256;
 
 /// Where the worktrees live, under coder's state directory.
 pub const WORKTREES_DIR: &str = "worktrees";
@@ -67,6 +72,22 @@ pub struct WorktreeReport {
     /// What the user should know (uncommitted changes left out, a failed finish).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The checkout, kept with the run's work when it could not be committed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<PathBuf>,
+}
+
+/// Where something the end-of-run guard moved aside inside a `--worktree` checkout is
+/// once the checkout is removed (the guard's report names the checkout's paths).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AfterCheckout {
+    /// `COMMIT:PATH`, as `git show` takes it: committed on the run's branch under its
+    /// quarantine name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_commit: Option<String>,
+    /// Not committed (it was in a git dir, or ignored) and removed with the checkout.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -283,26 +304,92 @@ impl Worktree {
     }
 
     /// Commits every change on the branch (`message`, the repository's identity or
-    /// coder's), brings the branch into the repository, removes the directory.
+    /// coder's), brings the branch into the repository, removes the directory (kept, and
+    /// named in the note, when the commit fails).
     pub fn finish(mut self, message: &str) -> WorktreeReport {
+        let report = self.commit(message);
+        self.remove();
+        report
+    }
+
+    /// Where `moved_to`, a path the guard moved something to, is once the checkout is
+    /// removed; `None` when it is not in the checkout or the checkout is kept.
+    pub fn after_checkout(
+        &self,
+        report: &WorktreeReport,
+        moved_to: &Path,
+    ) -> Option<AfterCheckout> {
+        if report.kept.is_some() {
+            return None;
+        }
+        let canonical = fs::canonicalize(&self.path).ok();
+        let rel = moved_to
+            .strip_prefix(&self.path)
+            .ok()
+            .or_else(|| moved_to.strip_prefix(canonical.as_ref()?).ok())?;
+        let committed = report.commit.as_deref().filter(|commit| {
+            let mut cmd = base_command(&self.program, &self.repo_top);
+            cmd.arg(dir_arg("--git-dir=", &self.repo_git_dir))
+                .args([
+                    "--literal-pathspecs",
+                    "ls-tree",
+                    "-z",
+                    "--name-only",
+                    commit,
+                    "--",
+                ])
+                .arg(rel);
+            output("ls-tree", cmd).is_ok_and(|listed| !listed.is_empty())
+        });
+        Some(match committed {
+            Some(commit) => AfterCheckout {
+                in_commit: Some(format!("{commit}:{}", rel.display())),
+                removed: false,
+            },
+            None => AfterCheckout {
+                in_commit: None,
+                removed: true,
+            },
+        })
+    }
+
+    /// Deletes the run's branch from the repository while it still points at the base
+    /// (nothing was committed on it); whether it is gone.
+    pub fn discard_branch(&self) -> bool {
+        let full = format!("refs/heads/{}", self.branch);
+        self.in_repo(&["update-ref", "-d", &full, &self.base])
+            .is_ok()
+    }
+
+    /// [`Self::finish`] but the removal, which dropping the checkout does.
+    pub fn commit(&mut self, message: &str) -> WorktreeReport {
         let mut report = WorktreeReport {
             branch: self.branch.clone(),
             base: self.base.clone(),
             base_ref: self.base_ref.clone(),
             commit: None,
             note: self.note.clone(),
+            kept: None,
         };
         match self.commit_all(message) {
             Ok(commit) => report.commit = commit,
             Err(e) => {
-                let text = format!("the run's changes could not be committed: {e}");
+                // The run's work is nowhere else: the checkout stays (without its
+                // `.pid`, so no later run prunes it) and the note says where.
+                let text = format!(
+                    "the run's changes could not be committed: {e}; the checkout is kept at \
+                     {} with the run's work: copy what you need, then remove it",
+                    self.path.display()
+                );
                 report.note = Some(match report.note.take() {
                     Some(n) => format!("{n}; {text}"),
                     None => text,
                 });
+                let _ = fs::remove_file(pid_file(&self.path));
+                self.removed = true;
+                report.kept = Some(self.path.clone());
             }
         }
-        self.remove();
         report
     }
 
@@ -351,7 +438,13 @@ impl Worktree {
                 .trim()
                 .to_owned())
         };
-        git(&["add", "-A", "--", "."], &[])?;
+        // The index starts as the base's tree, so what the checkout does not show as a
+        // file stays as the base has it: a submodule (an empty directory in the checkout)
+        // and a tracked file that `.gitignore` matches. From an empty index, `add -A` left
+        // both out and the branch's commit deleted them.
+        git(&["read-tree", parent], &[])?;
+        let mut budget = MAX_NESTED_REPOS;
+        self.stage(scratch, &self.path, &scratch.join("index"), &mut budget)?;
         let tree = git(&["write-tree"], &[])?;
         let parent_tree = git(&["rev-parse", &format!("{parent}^{{tree}}")], &[])?;
         let commit = if parent_tree == tree {
@@ -373,6 +466,85 @@ impl Worktree {
         }
         self.import(scratch, full, &commit, parent)?;
         Ok(Some(commit))
+    }
+
+    /// Stages every change under `top` (the checkout, or a repository the agent made in
+    /// it) into `index`, as `git add -A` does, but for the repositories the agent made in
+    /// it (`git init sub`, a clone, a scaffolding tool's `git init`): their files are
+    /// staged as the checkout's own files. `add -A` refused one without a commit (the run's
+    /// whole work was then not committed and was removed with the checkout) and took one
+    /// with a commit as a gitlink to a commit the repository does not have (its files were
+    /// lost with the checkout).
+    fn stage(
+        &self,
+        scratch: &Path,
+        top: &Path,
+        index: &Path,
+        budget: &mut usize,
+    ) -> Result<(), WorktreeError> {
+        let git = |args: &[&std::ffi::OsStr]| -> Result<Vec<u8>, WorktreeError> {
+            let mut cmd = base_command(&self.program, top);
+            cmd.arg(dir_arg("--git-dir=", scratch))
+                .arg(dir_arg("--work-tree=", top))
+                .env("GIT_INDEX_FILE", index)
+                .args(args);
+            Ok(output("git", cmd)?)
+        };
+        let os = |s: &'static str| std::ffi::OsStr::new(s);
+        let untracked = git(&[
+            os("ls-files"),
+            os("-z"),
+            os("--others"),
+            os("--exclude-standard"),
+        ])?;
+        // An untracked repository is listed as its directory, `sub/`, never entered.
+        let nested: Vec<&[u8]> = untracked
+            .split(|b| *b == 0)
+            .filter(|p| p.ends_with(b"/"))
+            .collect();
+        let specs = scratch.join("pathspecs");
+        let mut text = b".\0".to_vec();
+        for dir in &nested {
+            text.extend_from_slice(b":(exclude,literal)");
+            text.extend_from_slice(dir);
+            text.push(0);
+        }
+        fs::write(&specs, &text).map_err(io("cannot write", &specs))?;
+        let from = dir_arg("--pathspec-from-file=", &specs);
+        git(&[os("add"), os("-A"), &from, os("--pathspec-file-nul")])?;
+        for dir in nested {
+            *budget = budget.checked_sub(1).ok_or_else(|| {
+                WorktreeError::Git(GitError::Failed {
+                    what: "add",
+                    stderr: format!(
+                        "the run made more than {MAX_NESTED_REPOS} git repositories in the checkout"
+                    ),
+                })
+            })?;
+            let name = std::ffi::OsStr::from_bytes(&dir[..dir.len() - 1]);
+            let inner = scratch.join(format!("index-{budget}"));
+            self.stage(scratch, &top.join(name), &inner, budget)?;
+            let mut write = base_command(&self.program, top);
+            write
+                .arg(dir_arg("--git-dir=", scratch))
+                .env("GIT_INDEX_FILE", &inner)
+                .arg("write-tree");
+            let tree = String::from_utf8_lossy(&output("write-tree", write)?)
+                .trim()
+                .to_owned();
+            let _ = fs::remove_file(&inner);
+            let mut read = base_command(&self.program, top);
+            let mut prefix = OsString::from("--prefix=");
+            prefix.push(std::ffi::OsStr::from_bytes(dir));
+            read.arg(dir_arg("--git-dir=", scratch))
+                .arg(dir_arg("--work-tree=", top))
+                .env("GIT_INDEX_FILE", index)
+                .arg("read-tree")
+                .arg(prefix)
+                .arg(&tree);
+            output("read-tree", read)?;
+        }
+        Ok(())
     }
 
     /// Brings `commit` (made in `scratch` on top of `parent`) into the repository as

@@ -15,7 +15,7 @@ use crate::pipeline::request::{RequestFrom, RunRequest, SessionChoice};
 use crate::pipeline::structured::{self, Answer, Judgement};
 use crate::supervise::CancelSignals;
 use crate::workspace::Ledger;
-use crate::workspace::verify::{self, Check, CheckEnd, VerdictKind, Verification};
+use crate::workspace::verify::{self, Check, CheckEnd, RepairFailed, VerdictKind, Verification};
 
 use super::attempt::PreparedRun;
 use super::changes::{attach_changes, content_changes, keep_the_agents_turn, note_ignored_changes};
@@ -40,6 +40,7 @@ struct ChecksSoFar {
     after_agent: Option<Check>,
     final_check: Option<Check>,
     repairs: u32,
+    repair_failed: Option<RepairFailed>,
 }
 
 impl ChecksSoFar {
@@ -50,6 +51,7 @@ impl ChecksSoFar {
             after_agent: None,
             final_check: None,
             repairs: 0,
+            repair_failed: None,
         }
     }
 
@@ -80,6 +82,7 @@ impl ChecksSoFar {
                 repair_turns: self.repairs,
                 ignored_changes: None,
                 repair_skipped: None,
+                repair_failed: None,
             }),
         }
     }
@@ -97,6 +100,7 @@ impl ChecksSoFar {
             repair_turns: self.repairs,
             ignored_changes: None,
             repair_skipped,
+            repair_failed: self.repair_failed,
         }
     }
 }
@@ -237,6 +241,13 @@ impl PreparedRun {
             if envelope.error_kind == Some(ErrorKind::Cancelled) {
                 checks.final_check = None;
                 break;
+            }
+            if let (false, Some(kind)) = (envelope.success, envelope.error_kind) {
+                checks.repair_failed = Some(RepairFailed {
+                    turn: checks.repairs,
+                    error_kind: kind,
+                    error: envelope.error.clone().unwrap_or_default(),
+                });
             }
             let check = self
                 .check(request, "after_repair", run, signals, journal)
@@ -620,6 +631,7 @@ fn scope_violation(
 /// `envelope` failed with `verify_failed`: the check's exit, its last lines, and how to
 /// resume for a run whose own failure is the check's.
 fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &Check) -> Envelope {
+    let (envelope, turn_failed) = repair_turn_failure_gives_way(envelope);
     let summary = match check.exit_code {
         Some(code) => format!(
             "the --verify check failed with exit code {code}{}",
@@ -641,7 +653,19 @@ fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &C
         .filter(|_| !check.not_started && envelope.success)
         .zip(request.checks.verify.as_ref())
         .map(|(id, verify)| run.verify_hint(&id, verify));
+    let summary = match &turn_failed {
+        Some(turn) => format!(
+            "{summary}; the repair turn before it failed ({}: {})",
+            turn.error_kind.as_str(),
+            crate::text::one_line(turn.error.as_deref().unwrap_or_default(), 200)
+        ),
+        None => summary,
+    };
     run.fail(envelope, ErrorKind::VerifyFailed, summary, |detail| {
+        if let Some(turn) = turn_failed {
+            detail.provider_error = turn.provider_error;
+            detail.retry_refused = turn.retry_refused;
+        }
         detail.exit_code = check.exit_code;
         let from = check.tail.len().saturating_sub(outcome_tail_len());
         detail.last_lines = check.tail[from..].to_vec();
@@ -658,6 +682,43 @@ fn verify_failure(run: &Run, envelope: Envelope, request: &RunRequest, check: &C
             ));
         }
     })
+}
+
+/// How a failed repair turn ended, kept when the failing check takes over the run.
+struct TurnFailure {
+    error_kind: ErrorKind,
+    error: Option<String>,
+    provider_error: Option<crate::pipeline::provider::ProviderError>,
+    retry_refused: Option<String>,
+}
+
+/// A run whose last repair turn failed on its own (the backend's error, a limit) while the
+/// check after it still fails ends `verify_failed`, as DESIGN §8 has a final failure: the
+/// work is not done, whatever stopped the turn. It ended with the turn's kind
+/// (`upstream_error`, exit 1) and the verdict `still_failing` only in `verification`.
+/// The turn's failure stays in `verification.repair_failed`, its provider error (retry
+/// time, cooldown) in `error_detail`. A cancelled turn is never taken over.
+fn repair_turn_failure_gives_way(mut envelope: Envelope) -> (Envelope, Option<TurnFailure>) {
+    let repair_failed = envelope
+        .verification
+        .as_ref()
+        .is_some_and(|v| v.repair_failed.is_some());
+    if envelope.success || !repair_failed || envelope.error_kind == Some(ErrorKind::Cancelled) {
+        return (envelope, None);
+    }
+    let detail = envelope.error_detail.take();
+    let turn = TurnFailure {
+        error_kind: envelope
+            .error_kind
+            .take()
+            .unwrap_or(ErrorKind::SubprocessError),
+        error: envelope.error.take(),
+        provider_error: detail.as_ref().and_then(|d| d.provider_error.clone()),
+        retry_refused: detail.and_then(|d| d.retry_refused),
+    };
+    // `Run::fail` replaces the failure of an envelope that succeeded.
+    envelope.success = true;
+    (envelope, Some(turn))
 }
 
 /// What the shell's own exit codes say of a failed check: 127 with "not found" in its

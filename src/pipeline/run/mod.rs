@@ -572,6 +572,7 @@ async fn baseline_check(
                 repair_turns: 0,
                 ignored_changes: None,
                 repair_skipped: None,
+                repair_failed: None,
             });
             let exclude = prepared.placeholders(request);
             let envelope =
