@@ -69,6 +69,35 @@ fn cancel_kills_a_tree_that_ignores_sigterm() {
     cancel_with(Signal::SIGTERM, 143, true);
 }
 
+/// Ctrl-C twice: the second signal, during the grace between SIGTERM and SIGKILL, cuts it
+/// short. A tree that ignores SIGTERM held coder for the whole `--kill-grace` however
+/// often the user pressed Ctrl-C (newuser32).
+#[test]
+fn a_second_signal_cuts_the_kill_grace_short() {
+    let fake = busy_child(true);
+    let trace = fake.root().join("phases.trace");
+    let running = fake
+        .coder()
+        .args(["--timeout", "120", "--kill-grace", "90", "task"])
+        .env("CODER_TRACE_PHASES", &trace)
+        .deadline(Duration::from_secs(80))
+        .spawn();
+    fake.wait_for_file("ready", Duration::from_secs(20));
+    running.signal(Signal::SIGINT);
+    common::wait_for_phase(&trace, "tree.grace", Duration::from_secs(20));
+    let second = std::time::Instant::now();
+    running.signal(Signal::SIGINT);
+    let out = running.wait();
+    out.assert_failure("cancelled", 130);
+    assert!(
+        second.elapsed() < Duration::from_secs(30),
+        "coder took {:?} after the second SIGINT",
+        second.elapsed()
+    );
+    fake.wait_for_file("grandchild.pid", Duration::from_secs(1));
+    common::assert_no_process_left(fake.marker());
+}
+
 #[test]
 fn cancel_before_the_child_printed_anything() {
     let fake = Fake::new(json!([steps::touch("ready"), steps::sleep(3600.0)]));

@@ -116,7 +116,8 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
-    /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3].
+    /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3]; a
+    /// second SIGINT (Ctrl-C again) during it sends SIGKILL at once.
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
 
