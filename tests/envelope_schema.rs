@@ -329,11 +329,11 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
         }),
     });
     full.applied_workarounds = vec![coder::config::Workaround::CliRetriesCapped];
-    full.fallback = Some(coder::pipeline::fallback::Fallback {
-        trigger: coder::pipeline::fallback::Trigger::EditFailed,
-        files: Vec::new(),
-        applied: false,
-    });
+    full.fallback = Some(coder::pipeline::fallback::Fallback::new(
+        coder::pipeline::fallback::Trigger::EditFailed,
+        Vec::new(),
+        false,
+    ));
     let guard = coder::sandbox::gitguard::GuardReport {
         quarantined: vec![coder::sandbox::gitguard::Quarantined {
             path: "/w/n/.git".into(),

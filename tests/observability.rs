@@ -375,6 +375,31 @@ fn progress_is_drawn_on_a_terminal_and_cleared_before_the_envelope() {
     assert_eq!(stdout.lines().count(), 1);
 }
 
+/// The token count is the run's: a repair turn (a second CLI invocation, each of whose
+/// `result` reports only its own usage, 12 in / 7 out here) adds to it. It was set to the
+/// last invocation's, and fell back to 12 / 7 as the repair turn ended (newuser32).
+#[test]
+fn progress_counts_the_tokens_of_every_turn_of_the_run() {
+    let fake = Fake::new(json!([steps::init(), steps::result_ok("done")]));
+    let (stdout, terminal) = run_on_pty(
+        &fake,
+        &[
+            "--no-verify-baseline",
+            "--verify",
+            "sleep 0.6; false",
+            "--repair-turns",
+            "1",
+            "test it",
+        ],
+    );
+    let envelope: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(envelope["verification"]["repair_turns"], 1, "{stdout}");
+    assert!(
+        terminal.contains("tokens 24 in / 14 out"),
+        "the terminal showed: {terminal:?}"
+    );
+}
+
 #[test]
 fn progress_never_appears_on_a_pipe_or_with_quiet() {
     let fake = Fake::new(slow_tool_run());

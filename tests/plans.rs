@@ -397,6 +397,31 @@ fn a_plan_is_carried_out_in_a_fresh_session_with_the_plan_in_its_prompt() {
     assert!(out.envelope.get("plan").is_none(), "{}", out.envelope);
 }
 
+/// `coder --cd ws --plan plan.md`, no task given: the plan is the task ("Carry out the
+/// plan."), as answers are with `--answers`; it was refused ("the prompt is empty"), and
+/// `coder prompt --plan plan.md` likewise (newuser32).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_plan_needs_no_task_of_its_own() {
+    let scene = Scene::new("plan_execute.json");
+    let plan = scene.plan_beside();
+    std::fs::write(&plan, "# Plan\n\nStep one: rename frobnicate to frob.\n").unwrap();
+    let out = scene.run().arg("--plan").arg(&plan).run();
+    out.assert_success("Carried out the plan.");
+    assert_eq!(out.envelope["plan_file"], json!(plan.to_str().unwrap()));
+    let printed = std::process::Command::new(common::CODER)
+        .args(["prompt", "--plan"])
+        .arg(&plan)
+        .stdin(std::process::Stdio::null())
+        .output_bounded();
+    assert!(printed.status.success(), "{printed:?}");
+    let text = String::from_utf8_lossy(&printed.stdout);
+    assert!(
+        text.contains("Carry out the plan.") && text.contains("Step one: rename frobnicate"),
+        "{text}"
+    );
+}
+
 /// A fake of the `coder plan` tests that needs no CLI: bad input is refused before any
 /// child starts (the fake child would leave a record).
 fn refused(fake: &Fake, args: &[&str], needle: &str) {

@@ -405,10 +405,44 @@ fn fallback_after_a_failed_edit() {
     assert_eq!(fallback["trigger"], "edit_failed", "{}", out.explain());
     assert_eq!(fallback["files"], json!(["a.txt"]));
     assert_eq!(fallback["applied"], true);
+    let why = fallback["why"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("an Edit call failed to apply")
+            && why.contains("(a.txt)")
+            && why.ends_with("that turn changed files: check them (changes, --return-diff)"),
+        "{why}"
+    );
     assert_eq!(
         files(&out.envelope),
         vec![("a.txt".into(), "modified".into(), 1, 0)]
     );
+}
+
+/// A fallback turn that changes no file either (here it writes what the file already
+/// holds): `fallback.why` and a warning say the work the answer describes is not in the
+/// workspace. The envelope said only `"applied": false`, beside `success: true`, and
+/// `trigger` named the cause with no sentence of what coder did (newuser32).
+#[test]
+#[ignore = "needs the claude CLI: scripts/test runs it"]
+fn a_fallback_turn_that_changes_nothing_says_so() {
+    let scene = Scene::new("edit_fails.json");
+    scene.write("a.txt", "alpha\nbeta\n");
+    let out = scene.coder().args(["update a.txt"]).run();
+    let fallback = &out.envelope["fallback"];
+    assert_eq!(fallback["trigger"], "edit_failed", "{}", out.explain());
+    assert_eq!(fallback["applied"], false, "{}", out.explain());
+    let why = fallback["why"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("one more turn asking for the complete files with the Write tool")
+            && why.ends_with("that turn changed no file either: the work the answer describes is not in the workspace"),
+        "{why}"
+    );
+    let warned = out.envelope["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|w| w.as_str() == Some(format!("weak-model fallback: {why}").as_str()));
+    assert!(warned, "{}", out.explain());
 }
 
 /// The fallback turn counts against `--max-turns`: with the budget spent by the first
@@ -478,6 +512,13 @@ fn fallback_after_a_diff_in_the_answer() {
     assert_eq!(fallback["trigger"], "diff_in_answer", "{}", out.explain());
     assert_eq!(fallback["files"], json!(["b.txt"]));
     assert_eq!(fallback["applied"], true);
+    assert!(
+        fallback["why"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("the answer showed changes (b.txt) as a diff")),
+        "{}",
+        out.explain()
+    );
     assert_eq!(
         std::fs::read_to_string(scene.ws().join("b.txt")).unwrap(),
         "new\n"

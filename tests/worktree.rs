@@ -492,6 +492,17 @@ fn quarantined_paths_of_a_worktree_run_say_where_they_are_now() {
             .is_some_and(|w| w.contains("which is removed") && w.contains(&format!("show {at}")))
     });
     assert!(warned, "{env}");
+    // `coder runs show` says it too.
+    let run_id = branch_of(&env).trim_start_matches("coder/").to_owned();
+    let mut show = Command::new(common::CODER);
+    common::sandbox_fixture::user_env(&mut show, &fx.root, PATH).args(["runs", "show", &run_id]);
+    let shown = show.output_bounded();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains(&format!("  now in the branch's commit: {at}"))
+            && text.contains("  removed with the --worktree checkout"),
+        "{shown:?}"
+    );
     fx.assert_clean();
 }
 

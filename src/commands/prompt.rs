@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::exit::ErrorKind;
-use crate::pipeline::prompt::{PromptArgs, assemble_prompt, read_task_from_stdin};
+use crate::pipeline::prompt::{PLAN_TASK, PromptArgs, assemble_prompt, read_task_from_stdin};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,6 +43,7 @@ pub fn prompt_command(args: &[OsString]) -> ExitCode {
     };
     let task = match command.task.as_deref() {
         Some(task) if task != "-" => Ok(task.to_owned()),
+        None if command.prompt.plan.is_some() => Ok(PLAN_TASK.to_owned()),
         _ => read_task_from_stdin(),
     };
     match task.and_then(|task| assemble_prompt(&task, &command.prompt)) {

@@ -26,6 +26,9 @@ pub struct Progress {
     turns: u64,
     tokens_in: u64,
     tokens_out: u64,
+    /// The tokens of the CLI's earlier ends in this run (a retry, the fallback turn, a
+    /// repair turn): each `result` reports its own invocation's usage only.
+    earlier: (u64, u64),
     /// Message ids already counted (the CLI writes one line per content block).
     messages: HashSet<String>,
     secrets: Secrets,
@@ -68,6 +71,7 @@ impl Progress {
             turns: 0,
             tokens_in: 0,
             tokens_out: 0,
+            earlier: (0, 0),
             messages: HashSet::new(),
             secrets: Secrets::default(),
         };
@@ -125,12 +129,16 @@ impl Progress {
                 );
             }
             Event::Result(result) => {
+                // The run's total: this invocation's exact usage on top of the earlier
+                // ones'. Set alone, the count fell back at every repair or fallback turn.
                 if let Some(usage) = result.usage {
-                    self.tokens_in = usage.input_tokens
+                    self.tokens_in = self.earlier.0
+                        + usage.input_tokens
                         + usage.cache_read_input_tokens
                         + usage.cache_creation_input_tokens;
-                    self.tokens_out = usage.output_tokens;
+                    self.tokens_out = self.earlier.1 + usage.output_tokens;
                 }
+                self.earlier = (self.tokens_in, self.tokens_out);
                 self.phase = "finishing".to_owned();
             }
             _ => {}

@@ -562,6 +562,12 @@ fn render_where_work_went(out: &mut String, outcome: &Value) {
         } else {
             let _ = writeln!(out, "git guard moved {} of {path} to {to}", q["moved"]);
         }
+        // A --worktree run's checkout is gone: where the moved thing is now.
+        if let Some(at) = q["in_commit"].as_str() {
+            let _ = writeln!(out, "  now in the branch's commit: {at}");
+        } else if q["removed"] == true {
+            let _ = writeln!(out, "  removed with the --worktree checkout");
+        }
     }
 }
 

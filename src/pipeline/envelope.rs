@@ -418,6 +418,7 @@ impl Envelope {
         let text = |s: &mut String| secrets.redact_string(s);
         if let Some(fallback) = self.fallback.as_mut() {
             fallback.files.iter_mut().for_each(text);
+            text(&mut fallback.why);
         }
         if let Some(guard) = self.sandbox.as_mut() {
             for moved in &mut guard.quarantined {
@@ -519,11 +520,11 @@ mod tests {
                 action: crate::pipeline::provider::ProviderAction::Fail,
             });
         }
-        env.fallback = Some(crate::pipeline::fallback::Fallback {
-            trigger: crate::pipeline::fallback::Trigger::DiffInAnswer,
-            files: vec![planted.clone()],
-            applied: false,
-        });
+        env.fallback = Some(crate::pipeline::fallback::Fallback::new(
+            crate::pipeline::fallback::Trigger::DiffInAnswer,
+            vec![planted.clone()],
+            false,
+        ));
         env.sandbox = Some(crate::sandbox::gitguard::GuardReport {
             quarantined: vec![crate::sandbox::gitguard::Quarantined {
                 path: planted.clone(),
@@ -538,7 +539,7 @@ mod tests {
         let line = env.to_json_line();
         assert!(!line.contains(&KEY[3..]), "{line}");
         assert!(!line.contains("H5jD8sF2"), "{line}");
-        assert_eq!(line.matches("[REDACTED]").count(), 14, "{line}");
+        assert_eq!(line.matches("[REDACTED]").count(), 16, "{line}");
     }
 
     #[test]

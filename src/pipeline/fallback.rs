@@ -31,6 +31,53 @@ pub struct Fallback {
     pub files: Vec<String>,
     /// Whether the extra turn changed files.
     pub applied: bool,
+    /// What happened and why, in a sentence ([`why`]).
+    pub why: String,
+}
+
+impl Fallback {
+    /// The report of a fallback turn for `trigger` on `files`, which changed files
+    /// (`applied`) or not.
+    pub fn new(trigger: Trigger, files: Vec<String>, applied: bool) -> Fallback {
+        let why = why(trigger, &files, applied);
+        Fallback {
+            trigger,
+            files,
+            applied,
+            why,
+        }
+    }
+}
+
+/// `fallback.why`: what the model did wrong, what coder did about it, and what came of
+/// it. The trigger's name alone left a user to guess what `edit_failed` or
+/// `diff_in_answer` meant for the work.
+pub fn why(trigger: Trigger, files: &[String], applied: bool) -> String {
+    let named = if files.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", crate::text::one_line(&files.join(", "), 200))
+    };
+    let what = match trigger {
+        Trigger::EditFailed => format!(
+            "an Edit call failed to apply (the text to replace was not in the file) and its \
+             file{named} ended unchanged"
+        ),
+        Trigger::DiffInAnswer => format!(
+            "the answer showed changes{named} as a diff or whole files instead of making them, \
+             and no file changed"
+        ),
+    };
+    let outcome = if applied {
+        "that turn changed files: check them (changes, --return-diff)"
+    } else {
+        "that turn changed no file either: the work the answer describes is not in the \
+         workspace"
+    };
+    format!(
+        "{what}; coder resumed the session for one more turn asking for the complete files \
+         with the Write tool, and {outcome}"
+    )
 }
 
 /// Whether the outcome calls for the fallback turn, and on which files.

@@ -28,6 +28,10 @@ const SCOPE: &str = include_str!("../../prompts/scope.md");
 const PLAN: &str = include_str!("../../prompts/plan.md");
 const PLAN_WRITE: &str = include_str!("../../prompts/plan-write.md");
 
+/// The task of a `--plan FILE` run (and `coder prompt --plan FILE`) given none: the
+/// plan, its own section of the prompt, says what to do.
+pub const PLAN_TASK: &str = "Carry out the plan.";
+
 /// The longest prompt the claude CLI takes on its stdin: 10 MiB, counted as it counts, in
 /// UTF-16 code units (measured on 2.1.330: longer, it exits with "piped stdin input exceeds
 /// 10MB" before any request).
@@ -131,7 +135,8 @@ pub struct PromptArgs {
     pub acceptance: Vec<String>,
 
     /// Carry out this plan (a file written by `coder plan`), included as its own section;
-    /// the run starts a fresh session.
+    /// the run starts a fresh session. The task may be left out: it is then "Carry out the
+    /// plan."
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
 

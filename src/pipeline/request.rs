@@ -116,7 +116,8 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
-    /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3].
+    /// Seconds between SIGTERM and SIGKILL when the child tree is stopped [default: 3]; a
+    /// second SIGINT (Ctrl-C again) during it sends SIGKILL at once.
     #[arg(long = "kill-grace", value_name = "SECS")]
     pub kill_grace: Option<String>,
 
@@ -1033,7 +1034,8 @@ impl RunArgs {
     }
 
     /// The task's text as given (the positional PROMPT, `--prompt`, the request file's, or
-    /// stdin), with the answers to a session's questions before it; refused when empty.
+    /// stdin), with the answers to a session's questions before it; refused when empty,
+    /// but with `--plan` ([`crate::pipeline::prompt::PLAN_TASK`]).
     fn task_prompt(
         &self,
         file: &RequestFile,
@@ -1050,10 +1052,13 @@ impl RunArgs {
         let given = (self.prompt.as_ref())
             .or(self.prompt_flag.as_ref())
             .or(file.prompt.as_ref());
+        // With `--plan FILE` the plan is the task: a further prompt is optional, as with
+        // answers (it was refused, and `coder --cd ws --plan plan.md` did nothing).
+        let carries_plan = self.prompt_framing.plan.is_some();
         let prompt = match given.cloned() {
             Some(text) if text != "-" => text,
             // Answers are the turn's prompt; a further prompt is optional.
-            None if answered.is_some() => String::new(),
+            None if answered.is_some() || carries_plan => String::new(),
             _ => {
                 if stdin_used {
                     return Err(ArgError::Invalid(
@@ -1070,6 +1075,9 @@ impl RunArgs {
             }
             None => prompt,
         };
+        if prompt.trim().is_empty() && carries_plan {
+            return Ok(crate::pipeline::prompt::PLAN_TASK.to_owned());
+        }
         if prompt.trim().is_empty() {
             return Err(ArgError::Invalid(
                 "the prompt is empty: give the task as an argument, with --prompt, or on stdin"

@@ -204,7 +204,7 @@ pub async fn run_attempt(
     };
     let watched = watch(&mut running, limits, observation, signals, journal).await;
     crate::phases::mark("child.drained");
-    finish(running, watched, limits, observation, journal).await
+    finish(running, watched, limits, observation, signals, journal).await
 }
 
 /// A started attempt: the child, its pipes' readers and what they share.
@@ -592,6 +592,7 @@ async fn finish(
     watched: Watched,
     limits: &Limits,
     observation: &mut Observation,
+    signals: &mut CancelSignals,
     journal: &mut dyn Journal,
 ) -> AttemptEnd {
     let Running {
@@ -614,11 +615,13 @@ async fn finish(
         });
     }
 
-    // Whatever the cause, nothing of the run may outlive it.
+    // Whatever the cause, nothing of the run may outlive it. Stopped for a signal, a
+    // second one (Ctrl-C again) cuts the grace short: the tree gets SIGKILL at once.
+    let hurry = matches!(cause, StopCause::Cancelled(_)).then_some(signals);
     let kill = if child_gone && no_child_processes() {
         KillReport::default()
     } else {
-        tree::stop_tree(Some(pid), limits.kill_grace).await
+        tree::stop_tree_or_sooner(Some(pid), limits.kill_grace, hurry).await
     };
     if kill.found > 0 {
         journal.note(Note::Kill {

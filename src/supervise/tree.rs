@@ -192,6 +192,16 @@ pub struct KillReport {
 /// wait up to `grace`, then SIGKILL until nothing is left. `child_pid` is the direct child
 /// (also its process group id); its own exit status is left for the caller to collect.
 pub async fn stop_tree(child_pid: Option<i32>, grace: Duration) -> KillReport {
+    stop_tree_or_sooner(child_pid, grace, None).await
+}
+
+/// [`stop_tree`], whose grace a cancelling signal that arrives during it (`hurry`: the
+/// user pressed Ctrl-C again) cuts short.
+pub async fn stop_tree_or_sooner(
+    child_pid: Option<i32>,
+    grace: Duration,
+    mut hurry: Option<&mut super::CancelSignals>,
+) -> KillReport {
     let mut report = KillReport::default();
     let initial = live_descendants();
     report.found = initial.len();
@@ -200,6 +210,7 @@ pub async fn stop_tree(child_pid: Option<i32>, grace: Duration) -> KillReport {
         return report;
     }
     signal_all(child_pid, &initial, Signal::SIGTERM);
+    crate::phases::mark("tree.grace");
     let deadline = Instant::now() + grace;
     loop {
         reap_orphans(child_pid);
@@ -209,7 +220,15 @@ pub async fn stop_tree(child_pid: Option<i32>, grace: Duration) -> KillReport {
         if Instant::now() >= deadline {
             break;
         }
-        tokio::time::sleep(POLL).await;
+        match hurry.as_deref_mut() {
+            Some(signals) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(POLL) => {}
+                    _ = signals.recv() => break,
+                }
+            }
+            None => tokio::time::sleep(POLL).await,
+        }
     }
     report.escalated = true;
     for _ in 0..KILL_ROUNDS {

@@ -20,7 +20,7 @@ use tokio::io::AsyncReadExt;
 use crate::pipeline::child::ChildSpec;
 use crate::supervise::CancelSignals;
 use crate::supervise::signals::signal_name;
-use crate::supervise::tree::stop_tree;
+use crate::supervise::tree::stop_tree_or_sooner;
 use crate::text::Secrets;
 
 /// Bytes of a check's output kept (the end of it).
@@ -251,8 +251,10 @@ pub async fn run_check(
         // Give the pipes a moment to deliver what the command wrote before it exited.
         let _ = tokio::time::timeout(DRAIN, join_readers(&mut readers)).await;
     }
-    // Whatever is left of the tree (a timed-out command, a background process) goes.
-    stop_tree(Some(pid), grace).await;
+    // Whatever is left of the tree (a timed-out command, a background process) goes;
+    // stopped for a signal, a second one cuts the grace short.
+    let hurry = matches!(stop, CheckStop::Signal(_)).then_some(signals);
+    stop_tree_or_sooner(Some(pid), grace, hurry).await;
     let status = match stop {
         CheckStop::Exited(ref status) => status.as_ref().ok().copied(),
         _ => child.wait().await.ok(),

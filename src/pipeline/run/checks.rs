@@ -490,11 +490,13 @@ impl PreparedRun {
         }
         let applied = content_changes(ledger, &exclude)
             .is_some_and(|c| c.files_changed > changes.files_changed);
-        Some(Fallback {
-            trigger,
-            files,
-            applied,
-        })
+        if !applied && envelope.success {
+            envelope.warnings.push(format!(
+                "weak-model fallback: {}",
+                fallback::why(trigger, &files, applied)
+            ));
+        }
+        Some(Fallback::new(trigger, files, applied))
     }
 }
 

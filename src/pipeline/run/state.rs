@@ -532,9 +532,11 @@ impl Run {
         detail.pending_tool = observation.pending_tool().map(str::to_owned);
         detail.hint = failure.hint;
         detail.retry_refused = refusal;
-        let resumable = observation.session_id.is_some()
-            && !upstream.is_some_and(|u| u.session_poisoned)
-            && failure.kind != ErrorKind::Cancelled;
+        // A cancelled run too: the user who stopped a run that had begun to change
+        // things (Ctrl-C) is told how to go on from there, as after any other stop; the
+        // CLI's session keeps every turn up to the signal.
+        let resumable =
+            observation.session_id.is_some() && !upstream.is_some_and(|u| u.session_poisoned);
         if resumable
             && !effects.mutating_tools.is_empty()
             && let Some(id) = &session_id
