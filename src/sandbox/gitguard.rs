@@ -150,6 +150,11 @@ pub enum QuarantineKind {
     /// (what callers have filtered on since the rule came); the warning says which.
     #[serde(rename = "tool_config")]
     MadeScript,
+    /// A file held read-only that was replaced outside the sandbox during the run (by a
+    /// rename), which freed it for the agent. Reported as `tool_config` too; the warning
+    /// says which.
+    #[serde(rename = "tool_config")]
+    ReplacedHeld,
 }
 
 /// The protected tool configs of a run, as the end-of-run guard needs them: the globs of
@@ -286,6 +291,13 @@ impl GuardReport {
                      cannot run what it says; check it before putting it back",
                     q.path, q.to
                 ),
+                QuarantineKind::ReplacedHeld => format!(
+                    "held-file guard: moved {} to {}: it was replaced outside the sandbox \
+                     during the run (an editor's save, sed -i), which lifted the sandbox's \
+                     read-only hold on it, so the agent could have written the new file; \
+                     your own change is in it: check it before putting it back",
+                    q.path, q.to
+                ),
                 QuarantineKind::MadeScript => format!(
                     "tool-config guard: moved {} (a script your git commands or tool \
                      configs run, absent when the run started, that the sandboxed command \
@@ -303,6 +315,72 @@ impl GuardReport {
             ));
         }
         lines
+    }
+}
+
+/// Moves aside every file held read-only (`masks`, in the guarded `roots`) that is no
+/// longer the file the start scan held: replaced by a rename while the run went on (`sed
+/// -i`, an editor's save, outside the sandbox), it took the read-only mount on its place
+/// along (the kernel detaches a mount whose place is deleted in another mount namespace),
+/// and the agent could write the new one: a held script the user's git alias runs ran
+/// what the agent appended. The user's own edit goes aside with it; the warning says
+/// where. A git dir's config is filtered instead ([`Guard::replaced_while_held`]);
+/// tool configs were moved already ([`Guard::tool_configs`]).
+pub fn move_replaced_held_files(
+    masks: &[super::scan::Mask],
+    roots: &[PathBuf],
+    report: &mut GuardReport,
+) {
+    for mask in masks {
+        if mask.kind != super::scan::MaskKind::ReadOnly || mask.is_dir {
+            continue;
+        }
+        let Some(root) = roots.iter().find(|r| mask.path.starts_with(r)) else {
+            continue;
+        };
+        let Ok(rel) = mask.path.strip_prefix(root) else {
+            continue;
+        };
+        let in_git_dir = rel
+            .components()
+            .any(|c| c.as_os_str().as_bytes().eq_ignore_ascii_case(b".git"));
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        if in_git_dir {
+            continue;
+        }
+        let moved = (|| -> Result<Option<String>, Errno> {
+            let top = nix::fcntl::open(root, dir_flags() | OFlag::O_NOFOLLOW, FileMode::empty())?;
+            let dir = if parent.as_os_str().is_empty() {
+                top
+            } else {
+                openat2(top.as_fd(), parent, beneath(dir_flags()))?
+            };
+            let Some(st) = entry_stat(dir.as_fd(), &name.to_string_lossy())? else {
+                return Ok(None);
+            };
+            if (st.st_dev, st.st_ino) == (mask.dev, mask.ino) || kind_of(&st) == Kind::Dir {
+                return Ok(None);
+            }
+            rename_aside(dir.as_fd(), name).map(Some)
+        })();
+        match moved {
+            Ok(Some(to)) => report.quarantined.push(Quarantined {
+                path: mask.path.display().to_string(),
+                moved: vec![name.to_string_lossy().into_owned()],
+                to: mask.path.with_file_name(&to).display().to_string(),
+                kind: QuarantineKind::ReplacedHeld,
+                after_checkout: Default::default(),
+            }),
+            Ok(None) | Err(Errno::ENOENT | Errno::ENOTDIR) => {}
+            Err(e) => {
+                report.incomplete.get_or_insert(format!(
+                    "a held file replaced during the run, {}: {e}",
+                    mask.path.display()
+                ));
+            }
+        }
     }
 }
 
@@ -1005,10 +1083,12 @@ impl<'a> Guard<'a> {
                 return Ok(());
             }
             // The user's own repository: its config and hooks were read-only all run, but
-            // an operation left in progress is not.
+            // an operation left in progress is not, nor one of them replaced meanwhile.
             let mut q = Quarantine::new(dir, self.root.join(rel));
-            let result = pending_commands(dir, &mut q)
-                .map_err(|e| format!("operation state in {}: {e}", self.root.join(rel).display()));
+            let result = self
+                .replaced_while_held(dir, &mut q)
+                .and_then(|()| pending_commands(dir, &mut q))
+                .map_err(|e| format!("git metadata in {}: {e}", self.root.join(rel).display()));
             q.finish(self.report);
             return result;
         }
@@ -1018,6 +1098,28 @@ impl<'a> Guard<'a> {
         let result = self.neutralise(root, dir, rel, (first, follow), &mut q);
         q.finish(self.report);
         result
+    }
+
+    /// What of a known git dir's held metadata is not what the start scan held: a file
+    /// replaced by a rename while the run went on (`git config`, `git remote add`, `git
+    /// push -u` write the config so, outside the sandbox) took the read-only mount held
+    /// over it along (the kernel detaches a mount whose place is deleted in another mount
+    /// namespace), and the agent could write the new one. Filtered as an agent-made git
+    /// dir's config is: its allow-listed keys stay (the user's own remotes and names), the
+    /// original goes to the quarantine. The other held entries (`hooks/`, `info/`, …) are
+    /// directories git does not replace; a hook written into `hooks/` stays under its
+    /// read-only mount.
+    fn replaced_while_held(&self, dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
+        let replaced = |name: &str| -> Result<bool, Errno> {
+            Ok(entry_stat(dir, name)?
+                .is_some_and(|st| !self.tools.held.contains(&(st.st_dev, st.st_ino))))
+        };
+        for name in ["config", "config.worktree"] {
+            if replaced(name)? {
+                filter_config(dir, name, q)?;
+            }
+        }
+        Ok(())
     }
 
     /// `contents`: the config, hooks and operation state; `follow`: the `commondir`.
