@@ -25,6 +25,11 @@
 //!   each read against every variable met before (94 s of setup for 24 KiB), its own
 //!   directory searched for from the line's start each time, a line's words each looked
 //!   for among the others (closed here: one pass each).
+//! * **Held, kept as tests**: `source_env tools` (a directory's `.envrc`, a protected
+//!   name), `git -c core.sshCommand="$S"` and `GIT_SSH_COMMAND` built from a variable.
+//! * Not tried: zsh's `path+=()` (not read, SECURITY.md; zsh is not on a fresh machine
+//!   for a control), rsync's `-e` (no rsync here), mise's `mise.toml` (no mise here:
+//!   Known limits), direnv's `use nix`/`use flake` (no nix: Known limits).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -328,4 +333,43 @@ fn a_held_script_of_many_variables_and_long_lines_is_read_in_linear_time() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script's ssh command for git given through a variable: (name, the held
+/// `tools/sync.sh`). Found held (kept as tests).
+const SSH_BY_VARIABLE: &[(&str, &str)] = &[
+    (
+        "git -c core.sshCommand in a variable",
+        "S=\"ssh -o ProxyCommand='sh ci/proxy' -o BatchMode=yes\"\n\
+         git -c core.sshCommand=\"$S\" ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+    (
+        "GIT_SSH_COMMAND from a variable",
+        "P=\"sh ci/proxy\"\nexport GIT_SSH_COMMAND=\"ssh -o ProxyCommand='$P' -o BatchMode=yes\"\n\
+         git ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+];
+
+/// Each of [`SSH_BY_VARIABLE`]: the agent makes `ci/proxy` (executable), the user's `git
+/// sync` = `!sh tools/sync.sh` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_ssh_runs_through_a_variable_git_is_given_is_not_the_agents_to_make() {
+    for (name, script) in SSH_BY_VARIABLE {
+        if !chosen(name) {
+            continue;
+        }
+        sandbox_fixture::held_file_attack(
+            &REPO,
+            KNOWN_OPEN,
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/sync.sh", &format!("{script}\n"));
+                fx.git(ws, &["config", "alias.sync", "!sh tools/sync.sh"]);
+            },
+            "mkdir -p ci; printf 'touch \"%s\"\\n' \"$M\" > ci/proxy; chmod +x ci/proxy; \
+             echo PLANTED",
+            &["sync"],
+        );
+    }
 }
