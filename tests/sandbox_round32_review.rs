@@ -47,7 +47,10 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+/// A quarantined file below a directory whose name is not UTF-8: `changes.files` names it
+/// by a lossy path, so neither `quarantined_to` nor the diff's renaming finds it, and the
+/// diff applied elsewhere makes the agent's settings.
+const KNOWN_OPEN: &[&str] = &["a quarantined name that is not UTF-8"];
 
 /// Whether the case `name` runs: `A32_ONLY` unset, or naming it.
 fn chosen(name: &str) -> bool {
@@ -162,8 +165,8 @@ mkdir -p "$(dirname "$p")" && echo innocent > "$p"
 echo ok > plain.txt"#;
 
 /// What `patch -p1` makes of `diff` in a fresh directory below `root`: whether it made
-/// `.envrc` and `é/.claude/settings.json`.
-fn applied(root: &std::path::Path, diff: &str) -> (bool, bool) {
+/// `.envrc` and `settings` (`é/.claude/settings.json`).
+fn applied(root: &std::path::Path, diff: &str, settings: &std::ffi::OsStr) -> (bool, bool) {
     use std::io::Write;
     let dir = root.join("applied");
     std::fs::create_dir_all(&dir).unwrap();
@@ -182,8 +185,8 @@ fn applied(root: &std::path::Path, diff: &str) -> (bool, bool) {
         .write_all(diff.as_bytes())
         .unwrap();
     common::wait_within(&mut child, std::time::Duration::from_secs(60));
-    let made = |rel: &str| dir.join(rel).symlink_metadata().is_ok();
-    (made(".envrc"), made("é/.claude/settings.json"))
+    let made = |rel: &std::ffi::OsStr| dir.join(rel).symlink_metadata().is_ok();
+    (made(".envrc".as_ref()), made(settings))
 }
 
 /// `--return-diff` of a run whose agent made [`DIFF_PAYLOAD`], applied elsewhere with
@@ -235,7 +238,7 @@ fn the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one() {
                     ));
                     continue;
                 }
-                let (envrc, settings) = applied(&root, diff);
+                let (envrc, settings) = applied(&root, diff, "é/.claude/settings.json".as_ref());
                 if envrc {
                     broken.push(format!("{who}: the diff made .envrc:\n{diff}"));
                 }
@@ -372,4 +375,53 @@ fn what_ssh_runs_through_a_variable_git_is_given_is_not_the_agents_to_make() {
             &["sync"],
         );
     }
+}
+
+/// The quarantined settings of [`the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one`]
+/// below a directory named by the byte 0xff (not UTF-8): the diff (git's `"b/\\377/…"`)
+/// still makes them when applied elsewhere. A ratchet (KNOWN_OPEN); both arms, git.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_quarantined_name_that_is_not_utf8_keeps_its_diff_section() {
+    use common::Bounded;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let name = "a quarantined name that is not UTF-8";
+    let open = KNOWN_OPEN.contains(&name);
+    let settings = std::ffi::OsStr::from_bytes(b"\xff/.claude/settings.json");
+    let mut broken = Vec::new();
+    for owner in sandbox_fixture::owners() {
+        let (_dir, root) = sandbox_fixture::temp_root("coder-round32-diff8-");
+        for d in ["ws", "home", "state", "xdg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let claude = root.join("claude");
+        let payload = "mkdir -p $'\\xff/.claude' && echo '{}' > $'\\xff/.claude/settings.json'; \
+                       echo ok > plain.txt";
+        sandbox_fixture::write(&claude, &sandbox_fixture::payload_claude(payload));
+        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+        common::git_init_with_a_commit(&root.join("ws"));
+        if let Some(uid) = owner {
+            sandbox_fixture::chown_tree(&root, uid);
+        }
+        let ws = root.join("ws");
+        let out = sandbox_fixture::coder_as(&root, owner, &ws, &claude, &["--return-diff"], "go")
+            .output_bounded();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let diff = envelope["diff"]["unified"].as_str().unwrap_or_default();
+        let moved = ws.join(std::ffi::OsStr::from_bytes(
+            b"\xff/.claude.coder-quarantine-1",
+        ));
+        if !diff.contains("+ok") || !moved.exists() {
+            broken.push(format!("{owner:?}: not moved aside, or no diff: {diff}"));
+            continue;
+        }
+        let (_, made) = applied(&root, diff, settings);
+        if made != open {
+            broken.push(format!(
+                "{owner:?} (open {open}): the diff made the settings {made}:\n{diff}"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
