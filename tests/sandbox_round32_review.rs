@@ -281,6 +281,15 @@ const ENVRC_OTHERS: &[(&str, EnvrcUser, &str)] = &[
         },
         "printf 'open(\"%s\", \"w\")\\n' \"$M\" > src/sitecustomize.py; echo PLANTED",
     ),
+    (
+        "path_add PYTHONPATH",
+        EnvrcUser {
+            files: &[(".envrc", "path_add PYTHONPATH src"), ("src/.keep", "")],
+            link: None,
+            then: "python3 -c pass",
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" > src/sitecustomize.py; echo PLANTED",
+    ),
 ];
 
 /// Each of [`ENVRC_OTHERS`]: the user's next command in a direnv shell there runs the

@@ -1376,6 +1376,31 @@ fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>)
     files
 }
 
+/// The directories a direnv `.envrc` puts on `PYTHONPATH` with direnv's `path_add
+/// PYTHONPATH DIR…`, relative to its directory (its `PYTHONPATH=` lines are read with the
+/// `.envrc` as a held script). Round thirty-two's review: `path_add PYTHONPATH src` left
+/// `src/sitecustomize.py` the agent's, and the user's next `python3` in a direnv shell
+/// ran it.
+pub(super) fn envrc_pythonpath_dirs(text: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut script = Vec::new();
+    for line in continued_lines(text) {
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            if let [first, var, dirs @ ..] = &tokens[command_start(&tokens)..]
+                && first == b"path_add"
+                && var == b"PYTHONPATH"
+            {
+                for dir in dirs {
+                    script.extend_from_slice(b"PYTHONPATH=");
+                    script.extend_from_slice(dir);
+                    script.push(b'\n');
+                }
+            }
+        }
+    }
+    script_pythonpath_dirs(&script)
+}
+
 /// Words that open a command without being it (`then PATH_add bin`, `! source x`).
 const COMMAND_KEYWORDS: &[&[u8]] = &[
     b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!", b"builtin",
@@ -4712,5 +4737,9 @@ mod tests {
         let up = |t: &str| envrc_up_files(t.as_bytes());
         assert_eq!(up("source_up\n"), [b".envrc".to_vec()]);
         assert_eq!(up("source_up_if_exists .envrc.local\n"), local);
+        let python = |t: &str| envrc_pythonpath_dirs(t.as_bytes());
+        let src = (b"src".to_vec(), SourceBase::WorkingDir);
+        assert_eq!(python("[ -d src ] && path_add PYTHONPATH src\n"), [src]);
+        assert!(python("path_add PATH src\n").is_empty());
     }
 }

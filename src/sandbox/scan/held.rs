@@ -306,6 +306,8 @@ impl<'a> Walker<'a, '_> {
         // at the user's next `cd` there).
         let envrc = self.tree.root.join(rel);
         let dir = envrc.parent().unwrap_or(self.tree.root).to_path_buf();
+        let python_path = config_text::envrc_pythonpath_dirs(&text);
+        self.guard_python_path(python_path, &dir, &dir, 0, &mut walk)?;
         self.guard_what_it_reads(&envrc, &dir, 0, &mut walk)
     }
 
