@@ -21,6 +21,10 @@
 //!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
 //!   a path's line breaks as they are, so a file's name spelled a section of the agent's
 //!   making `.envrc` (closed here: names quoted as git quotes them).
+//! * **A function that runs its arguments, as scripts write them**: a body of several
+//!   lines, or one that first says what it runs (`echo "+ $*" >&2; "$@"`): `run sh
+//!   tools/local` was not read as `sh tools/local`, and the agent's `tools/local` ran
+//!   (closed here: the function read whole).
 //! * **Readers in time growing with the square of a script's size**: a script's lines
 //!   each read against every variable met before (94 s of setup for 24 KiB), its own
 //!   directory searched for from the line's start each time, a line's words each looked
@@ -433,4 +437,45 @@ fn a_quarantined_name_that_is_not_utf8_keeps_its_diff_section() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script runs `tools/local`, absent at the start and without a script's suffix,
+/// through a function of its own that runs its arguments, written as scripts write them:
+/// (name, the held `tools/ci.sh`, run by bash).
+const WRAPPERS: &[(&str, &str)] = &[
+    (
+        "a function of several lines",
+        "run() {\n  \"$@\"\n}\n[ -f tools/local ] && run sh tools/local; true",
+    ),
+    (
+        "a function that says what it runs first",
+        "run() { echo \"+ $*\" >&2; \"$@\"; }\n[ -f tools/local ] && run sh tools/local; true",
+    ),
+    (
+        "a function of several lines that says what it runs first",
+        "run() {\n  echo \"+ $*\" >&2\n  \"$@\"\n}\n[ -f tools/local ] && run sh tools/local; true",
+    ),
+];
+
+/// Each of [`WRAPPERS`]: the agent makes `tools/local` (executable), the user's `git ci`
+/// runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_made_script_run_through_a_wrapper_as_scripts_write_them_is_moved_aside() {
+    for (name, script) in WRAPPERS {
+        if !chosen(name) {
+            continue;
+        }
+        sandbox_fixture::held_file_attack(
+            &REPO,
+            KNOWN_OPEN,
+            name,
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "bash", script),
+            &format!(
+                "mkdir -p tools; {{ {}; }} > tools/local; chmod +x tools/local; echo PLANTED",
+                sandbox_fixture::SCRIPT_PAYLOAD
+            ),
+            &["ci"],
+        );
+    }
 }

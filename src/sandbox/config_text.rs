@@ -2335,15 +2335,15 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
     let mut entered: Option<Vec<u8>> = None;
     substituted_script_files(script, found);
     // The script's functions that run their arguments (`run() { "$@"; }`).
-    let mut wrappers: Vec<Vec<u8>> = Vec::new();
+    let mut wrappers = Wrappers::default();
     for line in script_lines(script) {
         let pipelines = pipelines(&line);
         for pipeline in &pipelines {
             piped_into_a_shell(pipeline, found);
         }
         for command in pipelines.into_iter().flatten() {
-            wrappers.extend(function_running_its_arguments(&command));
-            let command = called_through_a_wrapper(&command, &wrappers).unwrap_or(command);
+            wrappers.read(&command);
+            let command = called_through_a_wrapper(&command, &wrappers.names).unwrap_or(command);
             let mark = found.len();
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
@@ -2394,12 +2394,10 @@ fn piped_into_a_shell(pipeline: &[Vec<u8>], found: &mut Vec<(Vec<u8>, SourceBase
     }
 }
 
-/// The name of the function `command` defines when its body starts by running its
-/// arguments (`run() { "$@"`, `function run { exec "$@"`; the body's first command, as
-/// [`pipelines`] splits it). Round thirty-one's review (round thirty's ratchet): a held
-/// script's `run() { "$@"; }` then `run sh tools/local`, `tools/local` absent at the
-/// start, left it the agent's to make, and the user's `git ci` ran it.
-fn function_running_its_arguments(command: &[u8]) -> Option<Vec<u8>> {
+/// The name of the function `command` starts to define (`run() {`, `function run {`) and
+/// the words of its body on the same command (as [`pipelines`] splits it: `run() {
+/// "$@"`).
+fn function_defined(command: &[u8]) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {
     let (name, after) = match command.windows(2).position(|w| w == b"()") {
         Some(at) => {
             let name = command[..at].split(u8::is_ascii_whitespace).next_back()?;
@@ -2412,23 +2410,74 @@ fn function_running_its_arguments(command: &[u8]) -> Option<Vec<u8>> {
         }
     };
     let body = match after.split_first() {
-        Some((open, body)) if open == b"{" || open == b"(" => body,
+        Some((open, body)) if open == b"{" || open == b"(" => body.to_vec(),
         _ => return None,
     };
-    let body = match body.split_first() {
-        Some((first, rest)) if first == b"exec" || first == b"command" => rest,
-        _ => body,
-    };
-    let runs = matches!(body.first().map(Vec::as_slice), Some(b"$@" | b"${@}"));
     let plain = !name.is_empty()
         && name
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(b));
-    (runs && plain).then_some(name)
+    plain.then_some((name, body))
+}
+
+/// Whether a command of a function's body (its words) runs the function's arguments:
+/// `"$@"` (or `${@}`) where the command starts, after `exec`, `command`, `time` or
+/// `eval`.
+fn runs_its_arguments(tokens: &[Vec<u8>]) -> bool {
+    const BEFORE: &[&[u8]] = &[b"exec", b"command", b"time", b"eval"];
+    let words = &tokens[command_start(tokens)..];
+    let at = words
+        .iter()
+        .position(|w| !BEFORE.contains(&w.as_slice()))
+        .unwrap_or(words.len());
+    matches!(words.get(at).map(Vec::as_slice), Some(b"$@" | b"${@}"))
+}
+
+/// The functions of a script that run their arguments ([`runs_its_arguments`] anywhere in
+/// their body), read command by command: the one being defined and the depth of its
+/// braces. Round thirty-one's review (round thirty's ratchet): a held script's `run() {
+/// "$@"; }` then `run sh tools/local`, `tools/local` absent at the start, left it the
+/// agent's to make, and the user's `git ci` ran it; round thirty-two's review found a body
+/// of several lines, or one that first says what it runs (`echo "+ $*" >&2; "$@"`), unread.
+#[derive(Default)]
+struct Wrappers {
+    /// Their names.
+    names: Vec<Vec<u8>>,
+    /// The function whose body is being read, and its braces still open.
+    open: Option<(Vec<u8>, i64)>,
+}
+
+impl Wrappers {
+    /// Reads `command`, the next command of the script.
+    fn read(&mut self, command: &[u8]) {
+        let tokens = match function_defined(command) {
+            Some((name, body)) => {
+                self.open = Some((name, 1));
+                body
+            }
+            None => shell_tokens(command),
+        };
+        let Some((name, depth)) = &mut self.open else {
+            return;
+        };
+        if runs_its_arguments(&tokens) && !self.names.contains(name) {
+            self.names.push(name.clone());
+        }
+        for token in &tokens {
+            match token.as_slice() {
+                b"{" => *depth += 1,
+                b"}" => *depth -= 1,
+                _ => {}
+            }
+        }
+        if *depth <= 0 {
+            self.open = None;
+        }
+    }
 }
 
 /// `command` without its program when that is one of `wrappers` (functions that run their
-/// arguments, [`function_running_its_arguments`]): the command the call runs, its words
+/// arguments, [`Wrappers`]): the command the call runs, its words
 /// quoted again.
 fn called_through_a_wrapper(command: &[u8], wrappers: &[Vec<u8>]) -> Option<Vec<u8>> {
     let tokens = shell_tokens(command);
@@ -4708,6 +4757,13 @@ mod tests {
         assert!(!runs("run() { echo \"$@\"; }\nrun sh tools/local").contains(&local_script()));
         let grouped = "[ -f x ] && { run() { \"$@\"; }; run sh tools/local; }";
         assert!(runs(grouped).contains(&local_script()));
+        // Round thirty-two's review: a body of several lines, a first command before.
+        let lines = "run() {\n  echo \"+ $*\" >&2\n  \"$@\"\n}\nrun sh tools/local";
+        assert!(runs(lines).contains(&local_script()));
+        let after = "run() { echo x; \"$@\"; }\nrun sh tools/local";
+        assert!(runs(after).contains(&local_script()));
+        let closed = "f() {\n  echo\n}\n\"$@\"\nf sh tools/local";
+        assert!(!runs(closed).contains(&local_script()));
         let dotenv = |t: &str| envrc_dotenv_files(t.as_bytes());
         assert_eq!(dotenv("dotenv_if_exists\n"), [b".env".to_vec()]);
         assert_eq!(dotenv("dotenv .env.dev\n"), [b".env.dev".to_vec()]);
