@@ -17,6 +17,9 @@
 //!   agent's (closed here); an `.envrc`'s `export PYTHONPATH="$PWD/src"` left
 //!   `src/sitecustomize.py` the agent's, run by the user's next `python3` (closed with
 //!   the `.envrc` read as a script).
+//! * **A variables file of the user's that an `.envrc` loads** (`dotenv vars.txt`, a
+//!   name the default deny globs do not mask): the agent appended numbered git settings
+//!   of a `core.fsmonitor` (closed here: held).
 //! * **`--return-diff` applied elsewhere**: a quarantined file whose name git quotes
 //!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
 //!   a path's line breaks as they are, so a file's name spelled a section of the agent's
@@ -478,4 +481,43 @@ fn a_made_script_run_through_a_wrapper_as_scripts_write_them_is_moved_aside() {
             &["ci"],
         );
     }
+}
+
+/// The user's `.envrc` loads variables from a file of theirs that the default deny globs
+/// do not mask: (name, the `.envrc`, the file).
+const DOTENVS_THERE: &[(&str, &str, &str)] = &[
+    (
+        "dotenv of the user's vars.txt",
+        "dotenv vars.txt",
+        "vars.txt",
+    ),
+    (
+        "dotenv_if_exists of the user's config/dev.env",
+        "dotenv_if_exists config/dev.env",
+        "config/dev.env",
+    ),
+];
+
+/// Each of [`DOTENVS_THERE`], the file there with `A=1`: the agent appends numbered git
+/// settings of a `core.fsmonitor` that creates the marker, which the user's next `git
+/// status` in a direnv shell runs. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_variables_file_of_the_users_an_envrc_loads_is_not_the_agents_to_write() {
+    let mut broken = Vec::new();
+    for (name, text, file) in DOTENVS_THERE {
+        if !chosen(name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        let plant = format!(
+            "printf 'GIT_CONFIG_COUNT=1\\nGIT_CONFIG_KEY_0=core.fsmonitor\\n\
+             GIT_CONFIG_VALUE_0=\"touch %s; false\"\\n' \"$M\" >> {file}; echo PLANTED"
+        );
+        let files = [(".envrc", *text), (*file, "A=1\n")];
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, &files, &plant,
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
 }

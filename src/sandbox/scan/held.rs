@@ -340,9 +340,14 @@ impl<'a> Walker<'a, '_> {
         // `dotenv_if_exists` with `GIT_CONFIG_COUNT=1`, `GIT_CONFIG_KEY_0=core.fsmonitor`
         // and a command, which the user's next `git status` in a direnv shell ran. (One
         // there at the start is a secret, masked, by the default deny globs.)
+        // One there at the start held: the default deny globs mask `.env` and `.env.*`,
+        // not the user's `dotenv vars.txt` (round thirty-two's review: the agent appended
+        // the same settings to it).
         for path in self.envrc_files(config_text::envrc_dotenv_files(text), base)? {
             if fs::symlink_metadata(&path).is_err() {
                 self.move_aside_if_made(&path)?;
+            } else if walk.commands.insert(path.clone()) {
+                self.guard_include(&path, 0, walk, NamedBy::Command)?;
             }
         }
         Ok(())
