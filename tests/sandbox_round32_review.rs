@@ -28,6 +28,9 @@
 //!   lines, or one that first says what it runs (`echo "+ $*" >&2; "$@"`): `run sh
 //!   tools/local` was not read as `sh tools/local`, and the agent's `tools/local` ran
 //!   (closed here: the function read whole).
+//! * **A `cd` before `$PWD`** (round thirty-one's ratchet; `cd tools || exit 1`, `cd
+//!   "$(dirname "$0")"`, `pushd` then `$(pwd)`): `$PWD` read at the top only (closed
+//!   here: read in the directories entered too).
 //! * **Readers in time growing with the square of a script's size**: a script's lines
 //!   each read against every variable met before (94 s of setup for 24 KiB), its own
 //!   directory searched for from the line's start each time, a line's words each looked
@@ -520,4 +523,46 @@ fn a_variables_file_of_the_users_an_envrc_loads_is_not_the_agents_to_write() {
         ));
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script (run by bash) enters a directory, then puts `$PWD/bin` on `PATH`: (name,
+/// the held `tools/ci.sh`). Round thirty-one's ratchet "a cd before $PWD" is one.
+const CD_THEN_PWD: &[(&str, &str)] = &[
+    (
+        "cd or exit, then export",
+        "cd tools || exit 1\nexport PATH=\"$PWD/bin:$PATH\"",
+    ),
+    (
+        "cd to the script's directory",
+        "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD/bin:$PATH\"",
+    ),
+    (
+        "pushd, then $(pwd)",
+        "pushd tools >/dev/null\nPATH=\"$(pwd)/bin:$PATH\"",
+    ),
+];
+
+/// Each of [`CD_THEN_PWD`]: `tools/bin` holds the user's `.keep`; the agent makes
+/// `tools/bin/fmt-local`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_on_a_path_set_after_a_cd_is_not_the_agents_to_make() {
+    for (name, path) in CD_THEN_PWD {
+        if !chosen(name) {
+            continue;
+        }
+        let script = format!("{path}\ncommand -v fmt-local >/dev/null && fmt-local; true");
+        let attack = |name: &str,
+                      setup: &dyn Fn(&sandbox_fixture::GitFx, &std::path::Path),
+                      plant: &str,
+                      user: &[&str]| {
+            sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, plant, user)
+        };
+        sandbox_fixture::path_program_attack(
+            attack,
+            name,
+            ("bash", &script),
+            "tools/bin/fmt-local",
+        );
+    }
 }

@@ -1069,6 +1069,12 @@ const TOP_SPELLINGS: &[(&[u8], &[u8])] = &[
 /// `line` with each of [`TOP_SPELLINGS`] read as what it names. A spelling ending in a
 /// name (`$PWD`) is one only where the name ends.
 fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
+    top_read_as(line, b".")
+}
+
+/// [`top_read_as_dot`] where the shell's own names for the directory it is in (`$PWD`,
+/// `$(pwd)`, `~+/`) name `here` (relative to the top) instead; git's for the top stay.
+fn top_read_as(line: &[u8], here: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
     let mut i = 0;
     'bytes: while i < line.len() {
@@ -1090,7 +1096,12 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
                         .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
             };
             if line[i..].starts_with(spelling) && !name_goes_on() {
-                out.extend_from_slice(read_as);
+                let is_git = spelling.windows(9).any(|w| w == b"rev-parse");
+                match *read_as {
+                    b"." if !is_git => out.extend_from_slice(here),
+                    b"./" if !is_git => out.extend_from_slice(&[here, b"/"].concat()),
+                    _ => out.extend_from_slice(read_as),
+                }
                 i += spelling.len();
                 continue 'bytes;
             }
@@ -3209,27 +3220,82 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         SCRIPT_DIR.iter().map(|s| (*s, SCRIPT_DIR_MARK)).collect();
     let mut lines = Vec::new();
     let mut vars = ScriptVars::default();
-    for line in continued_lines(script) {
-        if line.trim_ascii_start().starts_with(b"#") {
+    // The directories the script entered (`cd tools`), newest last: a line after one reads
+    // its `$PWD` at the top and there too (round thirty-two's review closed round
+    // thirty-one's ratchet: `cd tools` then `PATH=$PWD/bin:$PATH` left `tools/bin` the
+    // agent's). Which of them a line runs in cannot be told for sure (`if`, a subshell):
+    // both are read, a directory held for nothing at worst.
+    let mut entered: Vec<Vec<u8>> = Vec::new();
+    for raw in continued_lines(script) {
+        if raw.trim_ascii_start().starts_with(b"#") {
             continue;
         }
-        let mut line = top_read_as_dot(&line);
-        if line.contains(&b'$') {
-            line = spellings_read_as(&line, &script_dir);
+        let at_top = top_read_as_dot(&raw);
+        let elsewhere = entered
+            .iter()
+            .map(|dir| top_read_as(&raw, dir))
+            .filter(|reading| *reading != at_top)
+            .collect::<Vec<_>>();
+        for (n, mut line) in std::iter::once(at_top).chain(elsewhere).enumerate() {
+            if line.contains(&b'$') {
+                line = spellings_read_as(&line, &script_dir);
+            }
+            if line.windows(2).any(|w| w == b"$(") {
+                line = cd_pwd_read_as_dir(&line);
+            }
+            if n == 0 {
+                enter(&mut entered, &line);
+            }
+            // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`),
+            // and a `for` loop's words (`for s in fmt lint; do sh tools/$s.sh; done`:
+            // round twenty-eight's review found `tools/fmt.sh` the agent's).
+            for line in vars.substitute(&line) {
+                vars.record(&line);
+                vars.record_loop(&line);
+            }
+            lines.extend(vars.substitute(&line));
         }
-        if line.windows(2).any(|w| w == b"$(") {
-            line = cd_pwd_read_as_dir(&line);
-        }
-        // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`), and
-        // a `for` loop's words (`for s in fmt lint; do sh tools/$s.sh; done`: round
-        // twenty-eight's review found `tools/fmt.sh` the agent's).
-        for line in vars.substitute(&line) {
-            vars.record(&line);
-            vars.record_loop(&line);
-        }
-        lines.extend(vars.substitute(&line));
     }
     lines
+}
+
+/// Most directories [`script_lines`] reads a line's `$PWD` in besides the top.
+const MAX_ENTERED: usize = 4;
+
+/// The directory a line of a script enters by `cd DIR` or `pushd DIR` (a literal relative
+/// one, or the script's own, [`SCRIPT_DIR_MARK`]), added to `entered` (joined to the last
+/// one entered): at most [`MAX_ENTERED`], the newest kept.
+fn enter(entered: &mut Vec<Vec<u8>>, line: &[u8]) {
+    for command in pipelines(line).into_iter().flatten() {
+        let tokens = shell_tokens(&command);
+        let words = &tokens[command_start(&tokens)..];
+        let Some((first, rest)) = words.split_first() else {
+            continue;
+        };
+        if first != b"cd" && first != b"pushd" {
+            continue;
+        }
+        let Some(dir) = rest.iter().find(|w| !w.starts_with(b"-")) else {
+            continue;
+        };
+        let own = dir.starts_with(SCRIPT_DIR_MARK);
+        let plain = may_name_a_file(dir)
+            && !dir.starts_with(b"/")
+            && !dir.starts_with(b"~")
+            && !dir.split(|b| *b == b'/').any(|part| part == b"..");
+        let dir = match entered.last() {
+            _ if own => dir.clone(),
+            Some(last) if plain => [last.as_slice(), b"/", dir].concat(),
+            None if plain => dir.clone(),
+            _ => continue,
+        };
+        if !entered.contains(&dir) {
+            entered.push(dir);
+        }
+        if entered.len() > MAX_ENTERED {
+            entered.remove(0);
+        }
+    }
 }
 
 /// The lines of a shell text, one ending in a backslash joined to the next as the shell
@@ -4793,6 +4859,11 @@ mod tests {
         let up = |t: &str| envrc_up_files(t.as_bytes());
         assert_eq!(up("source_up\n"), [b".envrc".to_vec()]);
         assert_eq!(up("source_up_if_exists .envrc.local\n"), local);
+        // A `cd` before `$PWD` (round thirty-one's ratchet): read there and at the top.
+        let path = |t: &str| script_path_dirs(t.as_bytes(), b"tools");
+        let dirs = path("cd tools || exit\nPATH=$PWD/bin:$PATH\n");
+        assert!(dirs.contains(&b"tools/bin".to_vec()), "{dirs:?}");
+        assert!(dirs.contains(&b"./bin".to_vec()), "{dirs:?}");
         let python = |t: &str| envrc_pythonpath_dirs(t.as_bytes());
         let src = (b"src".to_vec(), SourceBase::WorkingDir);
         assert_eq!(python("[ -d src ] && path_add PYTHONPATH src\n"), [src]);
