@@ -30,7 +30,8 @@
 //!   (closed here: the function read whole).
 //! * **A `cd` before `$PWD`** (round thirty-one's ratchet; `cd tools || exit 1`, `cd
 //!   "$(dirname "$0")"`, `pushd` then `$(pwd)`): `$PWD` read at the top only (closed
-//!   here: read in the directories entered too).
+//!   here: read in the directories entered too); `PATH` set by a builtin (`printf -v
+//!   PATH`, round thirty-one's other ratchet; `read -r PATH <<<`), closed here.
 //! * **Readers in time growing with the square of a script's size**: a script's lines
 //!   each read against every variable met before (94 s of setup for 24 KiB), its own
 //!   directory searched for from the line's start each time, a line's words each looked
@@ -525,8 +526,9 @@ fn a_variables_file_of_the_users_an_envrc_loads_is_not_the_agents_to_write() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
-/// A held script (run by bash) enters a directory, then puts `$PWD/bin` on `PATH`: (name,
-/// the held `tools/ci.sh`). Round thirty-one's ratchet "a cd before $PWD" is one.
+/// A held script (run by bash) enters a directory, then puts `$PWD/bin` on `PATH`, or sets
+/// `PATH` with a builtin: (name, the held `tools/ci.sh`). Round thirty-one's ratchets "a
+/// cd before $PWD" and "printf -v PATH" are two more.
 const CD_THEN_PWD: &[(&str, &str)] = &[
     (
         "cd or exit, then export",
@@ -539,6 +541,10 @@ const CD_THEN_PWD: &[(&str, &str)] = &[
     (
         "pushd, then $(pwd)",
         "pushd tools >/dev/null\nPATH=\"$(pwd)/bin:$PATH\"",
+    ),
+    (
+        "read PATH from a here-string",
+        "read -r PATH <<< \"$PWD/tools/bin:$PATH\"",
     ),
 ];
 

@@ -1252,11 +1252,15 @@ pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
 /// at the user's `git ci`.
 pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
     let mut dirs = Vec::new();
-    if !text.windows(5).any(|w| w == b"PATH=" || w == b"PATH+") {
+    if !text
+        .windows(5)
+        .any(|w| w == b"PATH=" || w == b"PATH+" || w == b" PATH")
+    {
         return dirs;
     }
     for line in script_lines(&path_defaults_read_plain(text)) {
-        let line = line_with_script_dir(&path_append_read_as_assignment(&line), script_dir);
+        let line = path_set_by_a_builtin(&path_append_read_as_assignment(&line));
+        let line = line_with_script_dir(&line, script_dir);
         if line.windows(5).any(|w| w == b"PATH=") {
             line_path_dirs(&line, NESTED_LINES, &mut dirs);
         }
@@ -1444,6 +1448,38 @@ fn layout_dirs(name: &[u8]) -> Vec<Vec<u8>> {
         b"node" | b"php" => Vec::new(),
         _ => vec![b".direnv".to_vec()],
     }
+}
+
+/// `line` with a builtin that sets `PATH` from its operands read as assigning them, each
+/// an entry: `printf -v PATH FORMAT ARG…` as `PATH=ARG:…`, `read [-r] PATH <<< WORD` as
+/// `PATH=WORD`. Round thirty-one's ratchet (`printf -v PATH '%s:%s' "$PWD/tools/bin"
+/// "$PATH"` left `tools/bin/fmt-local` the agent's), closed in round thirty-two's review.
+fn path_set_by_a_builtin(line: &[u8]) -> Vec<u8> {
+    let mut out = line.to_vec();
+    for command in pipelines(line).into_iter().flatten() {
+        let tokens = shell_tokens(&command);
+        let words = &tokens[command_start(&tokens)..];
+        let values: Vec<&[u8]> = match words {
+            [printf, v, var, _format, args @ ..]
+                if printf == b"printf" && v == b"-v" && var == b"PATH" =>
+            {
+                args.iter().map(Vec::as_slice).collect()
+            }
+            [read, rest @ ..] if read == b"read" => {
+                // `<<<` is no word of [`shell_tokens`]: the command is looked at for it.
+                let here = command.windows(3).any(|w| w == b"<<<");
+                let mut rest = rest.iter().skip_while(|w| w.starts_with(b"-"));
+                match (rest.next(), rest.next()) {
+                    (Some(var), Some(word)) if var == b"PATH" && here => vec![word.as_slice()],
+                    _ => continue,
+                }
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(b"; PATH=");
+        out.extend_from_slice(&values.join(b":".as_slice()));
+    }
+    out
 }
 
 /// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
@@ -4864,6 +4900,11 @@ mod tests {
         let dirs = path("cd tools || exit\nPATH=$PWD/bin:$PATH\n");
         assert!(dirs.contains(&b"tools/bin".to_vec()), "{dirs:?}");
         assert!(dirs.contains(&b"./bin".to_vec()), "{dirs:?}");
+        // `printf -v PATH` (round thirty-one's ratchet) and `read PATH <<<`.
+        let dirs = path("printf -v PATH '%s:%s' \"$PWD/tools/bin\" \"$PATH\"\n");
+        assert!(dirs.contains(&b"./tools/bin".to_vec()), "{dirs:?}");
+        let dirs = path("read -r PATH <<< \"$PWD/tools/bin:$PATH\"\n");
+        assert!(dirs.contains(&b"./tools/bin".to_vec()), "{dirs:?}");
         let python = |t: &str| envrc_pythonpath_dirs(t.as_bytes());
         let src = (b"src".to_vec(), SourceBase::WorkingDir);
         assert_eq!(python("[ -d src ] && path_add PYTHONPATH src\n"), [src]);
