@@ -104,6 +104,14 @@ const ENVRC_RUNS: &[(&str, UserFiles, &str)] = &[
         ".envrc.local",
     ),
     (
+        "source of a virtualenv's activate absent at the start",
+        &[(
+            ".envrc",
+            "[ -f .venv/bin/activate ] && source .venv/bin/activate",
+        )],
+        ".venv/bin/activate",
+    ),
+    (
         "bash of the user's script",
         &[
             (".envrc", "bash scripts/setup.sh"),
