@@ -6,7 +6,8 @@
 //!
 //! * **Yet other spellings of a held script's `PATH`**: the script's own directory by
 //!   `$(cd "$(dirname …)" && pwd)`, `${PATH:+:$PATH}`, an assignment continued on the
-//!   next line (closed here); a `cd` before `$PWD`, `printf -v PATH` (open, ratchets);
+//!   next line (closed here); a `cd` before `$PWD`, `printf -v PATH` (ratchets, closed
+//!   in round thirty-two's review);
 //!   `${PATH}`, `declare -x`, a function's `export`, `eval "export PATH=…"`, an `if`
 //!   block held.
 //! * **A held `.envrc`'s `PATH_add` past the line's first command** (`[ -d … ] &&
@@ -62,12 +63,9 @@ const REPO: RepoStyle = RepoStyle {
     env: &[],
 };
 
-/// Attacks still open (a ratchet; SECURITY.md, Known limits).
-/// A held script that enters a directory (`cd tools`) then puts `$PWD/bin` on `PATH`: the
-/// `PATH` reader reads `$PWD` as the top, not where the script went.
-/// A held script that sets `PATH` through a builtin's output (`printf -v PATH …`): not
-/// read as an assignment.
-const KNOWN_OPEN: &[&str] = &["a cd before $PWD", "printf -v PATH"];
+/// Attacks still open (a ratchet; SECURITY.md, Known limits): none (`a cd before $PWD`
+/// and `printf -v PATH` closed in round thirty-two's review).
+const KNOWN_OPEN: &[&str] = &[];
 
 /// [`sandbox_fixture::held_file_attack`] on this file's repository and ratchet, run only
 /// when `A31_ONLY` is unset or names it.

@@ -17,14 +17,30 @@
 //!   agent's (closed here); an `.envrc`'s `export PYTHONPATH="$PWD/src"` left
 //!   `src/sitecustomize.py` the agent's, run by the user's next `python3` (closed with
 //!   the `.envrc` read as a script).
+//! * **A variables file of the user's that an `.envrc` loads** (`dotenv vars.txt`, a
+//!   name the default deny globs do not mask): the agent appended numbered git settings
+//!   of a `core.fsmonitor` (closed here: held).
 //! * **`--return-diff` applied elsewhere**: a quarantined file whose name git quotes
 //!   (`é/.claude/settings.json`) kept its section, and outside git coder's own diff wrote
 //!   a path's line breaks as they are, so a file's name spelled a section of the agent's
 //!   making `.envrc` (closed here: names quoted as git quotes them).
+//! * **A function that runs its arguments, as scripts write them**: a body of several
+//!   lines, or one that first says what it runs (`echo "+ $*" >&2; "$@"`): `run sh
+//!   tools/local` was not read as `sh tools/local`, and the agent's `tools/local` ran
+//!   (closed here: the function read whole).
+//! * **A `cd` before `$PWD`** (round thirty-one's ratchet; `cd tools || exit 1`, `cd
+//!   "$(dirname "$0")"`, `pushd` then `$(pwd)`): `$PWD` read at the top only (closed
+//!   here: read in the directories entered too); `PATH` set by a builtin (`printf -v
+//!   PATH`, round thirty-one's other ratchet; `read -r PATH <<<`), closed here.
 //! * **Readers in time growing with the square of a script's size**: a script's lines
 //!   each read against every variable met before (94 s of setup for 24 KiB), its own
 //!   directory searched for from the line's start each time, a line's words each looked
 //!   for among the others (closed here: one pass each).
+//! * **Held, kept as tests**: `source_env tools` (a directory's `.envrc`, a protected
+//!   name), `git -c core.sshCommand="$S"` and `GIT_SSH_COMMAND` built from a variable.
+//! * Not tried: zsh's `path+=()` (not read, SECURITY.md; zsh is not on a fresh machine
+//!   for a control), rsync's `-e` (no rsync here), mise's `mise.toml` (no mise here:
+//!   Known limits), direnv's `use nix`/`use flake` (no nix: Known limits).
 //!
 //! `KNOWN_OPEN` lists attacks still open: an attack on it asserts that its payload still
 //! lands, so the list can only shrink.
@@ -42,7 +58,10 @@ const REPO: RepoStyle = RepoStyle {
 };
 
 /// Attacks still open (a ratchet; SECURITY.md, Known limits).
-const KNOWN_OPEN: &[&str] = &[];
+/// A quarantined file below a directory whose name is not UTF-8: `changes.files` names it
+/// by a lossy path, so neither `quarantined_to` nor the diff's renaming finds it, and the
+/// diff applied elsewhere makes the agent's settings.
+const KNOWN_OPEN: &[&str] = &["a quarantined name that is not UTF-8"];
 
 /// Whether the case `name` runs: `A32_ONLY` unset, or naming it.
 fn chosen(name: &str) -> bool {
@@ -83,6 +102,14 @@ const ENVRC_RUNS: &[(&str, UserFiles, &str)] = &[
             "if [ -f .envrc.local ]; then . ./.envrc.local; fi",
         )],
         ".envrc.local",
+    ),
+    (
+        "source of a virtualenv's activate absent at the start",
+        &[(
+            ".envrc",
+            "[ -f .venv/bin/activate ] && source .venv/bin/activate",
+        )],
+        ".venv/bin/activate",
     ),
     (
         "bash of the user's script",
@@ -157,8 +184,8 @@ mkdir -p "$(dirname "$p")" && echo innocent > "$p"
 echo ok > plain.txt"#;
 
 /// What `patch -p1` makes of `diff` in a fresh directory below `root`: whether it made
-/// `.envrc` and `é/.claude/settings.json`.
-fn applied(root: &std::path::Path, diff: &str) -> (bool, bool) {
+/// `.envrc` and `settings` (`é/.claude/settings.json`).
+fn applied(root: &std::path::Path, diff: &str, settings: &std::ffi::OsStr) -> (bool, bool) {
     use std::io::Write;
     let dir = root.join("applied");
     std::fs::create_dir_all(&dir).unwrap();
@@ -177,8 +204,8 @@ fn applied(root: &std::path::Path, diff: &str) -> (bool, bool) {
         .write_all(diff.as_bytes())
         .unwrap();
     common::wait_within(&mut child, std::time::Duration::from_secs(60));
-    let made = |rel: &str| dir.join(rel).symlink_metadata().is_ok();
-    (made(".envrc"), made("é/.claude/settings.json"))
+    let made = |rel: &std::ffi::OsStr| dir.join(rel).symlink_metadata().is_ok();
+    (made(".envrc".as_ref()), made(settings))
 }
 
 /// `--return-diff` of a run whose agent made [`DIFF_PAYLOAD`], applied elsewhere with
@@ -230,7 +257,7 @@ fn the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one() {
                     ));
                     continue;
                 }
-                let (envrc, settings) = applied(&root, diff);
+                let (envrc, settings) = applied(&root, diff, "é/.claude/settings.json".as_ref());
                 if envrc {
                     broken.push(format!("{who}: the diff made .envrc:\n{diff}"));
                 }
@@ -268,6 +295,15 @@ const ENVRC_OTHERS: &[(&str, EnvrcUser, &str)] = &[
                 (".envrc", "export PYTHONPATH=\"$PWD/src\""),
                 ("src/.keep", ""),
             ],
+            link: None,
+            then: "python3 -c pass",
+        },
+        "printf 'open(\"%s\", \"w\")\\n' \"$M\" > src/sitecustomize.py; echo PLANTED",
+    ),
+    (
+        "path_add PYTHONPATH",
+        EnvrcUser {
+            files: &[(".envrc", "path_add PYTHONPATH src"), ("src/.keep", "")],
             link: None,
             then: "python3 -c pass",
         },
@@ -328,4 +364,219 @@ fn a_held_script_of_many_variables_and_long_lines_is_read_in_linear_time() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script's ssh command for git given through a variable: (name, the held
+/// `tools/sync.sh`). Found held (kept as tests).
+const SSH_BY_VARIABLE: &[(&str, &str)] = &[
+    (
+        "git -c core.sshCommand in a variable",
+        "S=\"ssh -o ProxyCommand='sh ci/proxy' -o BatchMode=yes\"\n\
+         git -c core.sshCommand=\"$S\" ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+    (
+        "GIT_SSH_COMMAND from a variable",
+        "P=\"sh ci/proxy\"\nexport GIT_SSH_COMMAND=\"ssh -o ProxyCommand='$P' -o BatchMode=yes\"\n\
+         git ls-remote ssh://git@example.invalid/x >/dev/null 2>&1; true",
+    ),
+];
+
+/// Each of [`SSH_BY_VARIABLE`]: the agent makes `ci/proxy` (executable), the user's `git
+/// sync` = `!sh tools/sync.sh` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn what_ssh_runs_through_a_variable_git_is_given_is_not_the_agents_to_make() {
+    for (name, script) in SSH_BY_VARIABLE {
+        if !chosen(name) {
+            continue;
+        }
+        sandbox_fixture::held_file_attack(
+            &REPO,
+            KNOWN_OPEN,
+            name,
+            |fx, ws| {
+                fx.own_file(ws, "tools/sync.sh", &format!("{script}\n"));
+                fx.git(ws, &["config", "alias.sync", "!sh tools/sync.sh"]);
+            },
+            "mkdir -p ci; printf 'touch \"%s\"\\n' \"$M\" > ci/proxy; chmod +x ci/proxy; \
+             echo PLANTED",
+            &["sync"],
+        );
+    }
+}
+
+/// The quarantined settings of [`the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one`]
+/// below a directory named by the byte 0xff (not UTF-8): the diff (git's `"b/\\377/…"`)
+/// still makes them when applied elsewhere. A ratchet (KNOWN_OPEN); both arms, git.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_quarantined_name_that_is_not_utf8_keeps_its_diff_section() {
+    use common::Bounded;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let name = "a quarantined name that is not UTF-8";
+    let open = KNOWN_OPEN.contains(&name);
+    let settings = std::ffi::OsStr::from_bytes(b"\xff/.claude/settings.json");
+    let mut broken = Vec::new();
+    for owner in sandbox_fixture::owners() {
+        let (_dir, root) = sandbox_fixture::temp_root("coder-round32-diff8-");
+        for d in ["ws", "home", "state", "xdg"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let claude = root.join("claude");
+        let payload = "mkdir -p $'\\xff/.claude' && echo '{}' > $'\\xff/.claude/settings.json'; \
+                       echo ok > plain.txt";
+        sandbox_fixture::write(&claude, &sandbox_fixture::payload_claude(payload));
+        std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+        common::git_init_with_a_commit(&root.join("ws"));
+        if let Some(uid) = owner {
+            sandbox_fixture::chown_tree(&root, uid);
+        }
+        let ws = root.join("ws");
+        let out = sandbox_fixture::coder_as(&root, owner, &ws, &claude, &["--return-diff"], "go")
+            .output_bounded();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let diff = envelope["diff"]["unified"].as_str().unwrap_or_default();
+        let moved = ws.join(std::ffi::OsStr::from_bytes(
+            b"\xff/.claude.coder-quarantine-1",
+        ));
+        if !diff.contains("+ok") || !moved.exists() {
+            broken.push(format!("{owner:?}: not moved aside, or no diff: {diff}"));
+            continue;
+        }
+        let (_, made) = applied(&root, diff, settings);
+        if made != open {
+            broken.push(format!(
+                "{owner:?} (open {open}): the diff made the settings {made}:\n{diff}"
+            ));
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script runs `tools/local`, absent at the start and without a script's suffix,
+/// through a function of its own that runs its arguments, written as scripts write them:
+/// (name, the held `tools/ci.sh`, run by bash).
+const WRAPPERS: &[(&str, &str)] = &[
+    (
+        "a function of several lines",
+        "run() {\n  \"$@\"\n}\n[ -f tools/local ] && run sh tools/local; true",
+    ),
+    (
+        "a function that says what it runs first",
+        "run() { echo \"+ $*\" >&2; \"$@\"; }\n[ -f tools/local ] && run sh tools/local; true",
+    ),
+    (
+        "a function of several lines that says what it runs first",
+        "run() {\n  echo \"+ $*\" >&2\n  \"$@\"\n}\n[ -f tools/local ] && run sh tools/local; true",
+    ),
+];
+
+/// Each of [`WRAPPERS`]: the agent makes `tools/local` (executable), the user's `git ci`
+/// runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_made_script_run_through_a_wrapper_as_scripts_write_them_is_moved_aside() {
+    for (name, script) in WRAPPERS {
+        if !chosen(name) {
+            continue;
+        }
+        sandbox_fixture::held_file_attack(
+            &REPO,
+            KNOWN_OPEN,
+            name,
+            |fx, ws| sandbox_fixture::user_ci(fx, ws, "bash", script),
+            &format!(
+                "mkdir -p tools; {{ {}; }} > tools/local; chmod +x tools/local; echo PLANTED",
+                sandbox_fixture::SCRIPT_PAYLOAD
+            ),
+            &["ci"],
+        );
+    }
+}
+
+/// The user's `.envrc` loads variables from a file of theirs that the default deny globs
+/// do not mask: (name, the `.envrc`, the file).
+const DOTENVS_THERE: &[(&str, &str, &str)] = &[
+    (
+        "dotenv of the user's vars.txt",
+        "dotenv vars.txt",
+        "vars.txt",
+    ),
+    (
+        "dotenv_if_exists of the user's config/dev.env",
+        "dotenv_if_exists config/dev.env",
+        "config/dev.env",
+    ),
+];
+
+/// Each of [`DOTENVS_THERE`], the file there with `A=1`: the agent appends numbered git
+/// settings of a `core.fsmonitor` that creates the marker, which the user's next `git
+/// status` in a direnv shell runs. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_variables_file_of_the_users_an_envrc_loads_is_not_the_agents_to_write() {
+    let mut broken = Vec::new();
+    for (name, text, file) in DOTENVS_THERE {
+        if !chosen(name) {
+            continue;
+        }
+        let open = KNOWN_OPEN.contains(name);
+        let plant = format!(
+            "printf 'GIT_CONFIG_COUNT=1\\nGIT_CONFIG_KEY_0=core.fsmonitor\\n\
+             GIT_CONFIG_VALUE_0=\"touch %s; false\"\\n' \"$M\" >> {file}; echo PLANTED"
+        );
+        let files = [(".envrc", *text), (*file, "A=1\n")];
+        broken.extend(sandbox_fixture::envrc_attack(
+            &REPO, open, name, &files, &plant,
+        ));
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// A held script (run by bash) enters a directory, then puts `$PWD/bin` on `PATH`, or sets
+/// `PATH` with a builtin: (name, the held `tools/ci.sh`). Round thirty-one's ratchets "a
+/// cd before $PWD" and "printf -v PATH" are two more.
+const CD_THEN_PWD: &[(&str, &str)] = &[
+    (
+        "cd or exit, then export",
+        "cd tools || exit 1\nexport PATH=\"$PWD/bin:$PATH\"",
+    ),
+    (
+        "cd to the script's directory",
+        "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD/bin:$PATH\"",
+    ),
+    (
+        "pushd, then $(pwd)",
+        "pushd tools >/dev/null\nPATH=\"$(pwd)/bin:$PATH\"",
+    ),
+    (
+        "read PATH from a here-string",
+        "read -r PATH <<< \"$PWD/tools/bin:$PATH\"",
+    ),
+];
+
+/// Each of [`CD_THEN_PWD`]: `tools/bin` holds the user's `.keep`; the agent makes
+/// `tools/bin/fmt-local`, the user's `git ci` runs it. Both arms; control unconfined.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_program_on_a_path_set_after_a_cd_is_not_the_agents_to_make() {
+    for (name, path) in CD_THEN_PWD {
+        if !chosen(name) {
+            continue;
+        }
+        let script = format!("{path}\ncommand -v fmt-local >/dev/null && fmt-local; true");
+        let attack = |name: &str,
+                      setup: &dyn Fn(&sandbox_fixture::GitFx, &std::path::Path),
+                      plant: &str,
+                      user: &[&str]| {
+            sandbox_fixture::held_file_attack(&REPO, KNOWN_OPEN, name, setup, plant, user)
+        };
+        sandbox_fixture::path_program_attack(
+            attack,
+            name,
+            ("bash", &script),
+            "tools/bin/fmt-local",
+        );
+    }
 }

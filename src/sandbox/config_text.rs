@@ -1069,6 +1069,12 @@ const TOP_SPELLINGS: &[(&[u8], &[u8])] = &[
 /// `line` with each of [`TOP_SPELLINGS`] read as what it names. A spelling ending in a
 /// name (`$PWD`) is one only where the name ends.
 fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
+    top_read_as(line, b".")
+}
+
+/// [`top_read_as_dot`] where the shell's own names for the directory it is in (`$PWD`,
+/// `$(pwd)`, `~+/`) name `here` (relative to the top) instead; git's for the top stay.
+fn top_read_as(line: &[u8], here: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(line.len());
     let mut i = 0;
     'bytes: while i < line.len() {
@@ -1090,7 +1096,12 @@ fn top_read_as_dot(line: &[u8]) -> Vec<u8> {
                         .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
             };
             if line[i..].starts_with(spelling) && !name_goes_on() {
-                out.extend_from_slice(read_as);
+                let is_git = spelling.windows(9).any(|w| w == b"rev-parse");
+                match *read_as {
+                    b"." if !is_git => out.extend_from_slice(here),
+                    b"./" if !is_git => out.extend_from_slice(&[here, b"/"].concat()),
+                    _ => out.extend_from_slice(read_as),
+                }
                 i += spelling.len();
                 continue 'bytes;
             }
@@ -1241,11 +1252,15 @@ pub(super) fn path_dirs(text: &[u8]) -> Vec<Vec<u8>> {
 /// at the user's `git ci`.
 pub(super) fn script_path_dirs(text: &[u8], script_dir: &[u8]) -> Vec<Vec<u8>> {
     let mut dirs = Vec::new();
-    if !text.windows(5).any(|w| w == b"PATH=" || w == b"PATH+") {
+    if !text
+        .windows(5)
+        .any(|w| w == b"PATH=" || w == b"PATH+" || w == b" PATH")
+    {
         return dirs;
     }
     for line in script_lines(&path_defaults_read_plain(text)) {
-        let line = line_with_script_dir(&path_append_read_as_assignment(&line), script_dir);
+        let line = path_set_by_a_builtin(&path_append_read_as_assignment(&line));
+        let line = line_with_script_dir(&line, script_dir);
         if line.windows(5).any(|w| w == b"PATH=") {
             line_path_dirs(&line, NESTED_LINES, &mut dirs);
         }
@@ -1376,6 +1391,31 @@ fn envrc_files_given_to(text: &[u8], commands: &[&[u8]], default: Option<&[u8]>)
     files
 }
 
+/// The directories a direnv `.envrc` puts on `PYTHONPATH` with direnv's `path_add
+/// PYTHONPATH DIR…`, relative to its directory (its `PYTHONPATH=` lines are read with the
+/// `.envrc` as a held script). Round thirty-two's review: `path_add PYTHONPATH src` left
+/// `src/sitecustomize.py` the agent's, and the user's next `python3` in a direnv shell
+/// ran it.
+pub(super) fn envrc_pythonpath_dirs(text: &[u8]) -> Vec<(Vec<u8>, SourceBase)> {
+    let mut script = Vec::new();
+    for line in continued_lines(text) {
+        for command in pipelines(&line).into_iter().flatten() {
+            let tokens = shell_tokens(&command);
+            if let [first, var, dirs @ ..] = &tokens[command_start(&tokens)..]
+                && first == b"path_add"
+                && var == b"PYTHONPATH"
+            {
+                for dir in dirs {
+                    script.extend_from_slice(b"PYTHONPATH=");
+                    script.extend_from_slice(dir);
+                    script.push(b'\n');
+                }
+            }
+        }
+    }
+    script_pythonpath_dirs(&script)
+}
+
 /// Words that open a command without being it (`then PATH_add bin`, `! source x`).
 const COMMAND_KEYWORDS: &[&[u8]] = &[
     b"if", b"then", b"else", b"elif", b"do", b"while", b"until", b"{", b"(", b"!", b"builtin",
@@ -1408,6 +1448,38 @@ fn layout_dirs(name: &[u8]) -> Vec<Vec<u8>> {
         b"node" | b"php" => Vec::new(),
         _ => vec![b".direnv".to_vec()],
     }
+}
+
+/// `line` with a builtin that sets `PATH` from its operands read as assigning them, each
+/// an entry: `printf -v PATH FORMAT ARG…` as `PATH=ARG:…`, `read [-r] PATH <<< WORD` as
+/// `PATH=WORD`. Round thirty-one's ratchet (`printf -v PATH '%s:%s' "$PWD/tools/bin"
+/// "$PATH"` left `tools/bin/fmt-local` the agent's), closed in round thirty-two's review.
+fn path_set_by_a_builtin(line: &[u8]) -> Vec<u8> {
+    let mut out = line.to_vec();
+    for command in pipelines(line).into_iter().flatten() {
+        let tokens = shell_tokens(&command);
+        let words = &tokens[command_start(&tokens)..];
+        let values: Vec<&[u8]> = match words {
+            [printf, v, var, _format, args @ ..]
+                if printf == b"printf" && v == b"-v" && var == b"PATH" =>
+            {
+                args.iter().map(Vec::as_slice).collect()
+            }
+            [read, rest @ ..] if read == b"read" => {
+                // `<<<` is no word of [`shell_tokens`]: the command is looked at for it.
+                let here = command.windows(3).any(|w| w == b"<<<");
+                let mut rest = rest.iter().skip_while(|w| w.starts_with(b"-"));
+                match (rest.next(), rest.next()) {
+                    (Some(var), Some(word)) if var == b"PATH" && here => vec![word.as_slice()],
+                    _ => continue,
+                }
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(b"; PATH=");
+        out.extend_from_slice(&values.join(b":".as_slice()));
+    }
+    out
 }
 
 /// `line` with each `PATH+=` (bash's append) spelled `PATH=$PATH`.
@@ -2310,15 +2382,15 @@ fn script_run_words(script: &[u8], depth: usize, found: &mut Vec<(Vec<u8>, Sourc
     let mut entered: Option<Vec<u8>> = None;
     substituted_script_files(script, found);
     // The script's functions that run their arguments (`run() { "$@"; }`).
-    let mut wrappers: Vec<Vec<u8>> = Vec::new();
+    let mut wrappers = Wrappers::default();
     for line in script_lines(script) {
         let pipelines = pipelines(&line);
         for pipeline in &pipelines {
             piped_into_a_shell(pipeline, found);
         }
         for command in pipelines.into_iter().flatten() {
-            wrappers.extend(function_running_its_arguments(&command));
-            let command = called_through_a_wrapper(&command, &wrappers).unwrap_or(command);
+            wrappers.read(&command);
+            let command = called_through_a_wrapper(&command, &wrappers.names).unwrap_or(command);
             let mark = found.len();
             if let Some(dir) = command_run_words(&command, depth, found) {
                 entered = match (&entered, dir) {
@@ -2369,12 +2441,10 @@ fn piped_into_a_shell(pipeline: &[Vec<u8>], found: &mut Vec<(Vec<u8>, SourceBase
     }
 }
 
-/// The name of the function `command` defines when its body starts by running its
-/// arguments (`run() { "$@"`, `function run { exec "$@"`; the body's first command, as
-/// [`pipelines`] splits it). Round thirty-one's review (round thirty's ratchet): a held
-/// script's `run() { "$@"; }` then `run sh tools/local`, `tools/local` absent at the
-/// start, left it the agent's to make, and the user's `git ci` ran it.
-fn function_running_its_arguments(command: &[u8]) -> Option<Vec<u8>> {
+/// The name of the function `command` starts to define (`run() {`, `function run {`) and
+/// the words of its body on the same command (as [`pipelines`] splits it: `run() {
+/// "$@"`).
+fn function_defined(command: &[u8]) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {
     let (name, after) = match command.windows(2).position(|w| w == b"()") {
         Some(at) => {
             let name = command[..at].split(u8::is_ascii_whitespace).next_back()?;
@@ -2387,23 +2457,74 @@ fn function_running_its_arguments(command: &[u8]) -> Option<Vec<u8>> {
         }
     };
     let body = match after.split_first() {
-        Some((open, body)) if open == b"{" || open == b"(" => body,
+        Some((open, body)) if open == b"{" || open == b"(" => body.to_vec(),
         _ => return None,
     };
-    let body = match body.split_first() {
-        Some((first, rest)) if first == b"exec" || first == b"command" => rest,
-        _ => body,
-    };
-    let runs = matches!(body.first().map(Vec::as_slice), Some(b"$@" | b"${@}"));
     let plain = !name.is_empty()
         && name
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(b));
-    (runs && plain).then_some(name)
+    plain.then_some((name, body))
+}
+
+/// Whether a command of a function's body (its words) runs the function's arguments:
+/// `"$@"` (or `${@}`) where the command starts, after `exec`, `command`, `time` or
+/// `eval`.
+fn runs_its_arguments(tokens: &[Vec<u8>]) -> bool {
+    const BEFORE: &[&[u8]] = &[b"exec", b"command", b"time", b"eval"];
+    let words = &tokens[command_start(tokens)..];
+    let at = words
+        .iter()
+        .position(|w| !BEFORE.contains(&w.as_slice()))
+        .unwrap_or(words.len());
+    matches!(words.get(at).map(Vec::as_slice), Some(b"$@" | b"${@}"))
+}
+
+/// The functions of a script that run their arguments ([`runs_its_arguments`] anywhere in
+/// their body), read command by command: the one being defined and the depth of its
+/// braces. Round thirty-one's review (round thirty's ratchet): a held script's `run() {
+/// "$@"; }` then `run sh tools/local`, `tools/local` absent at the start, left it the
+/// agent's to make, and the user's `git ci` ran it; round thirty-two's review found a body
+/// of several lines, or one that first says what it runs (`echo "+ $*" >&2; "$@"`), unread.
+#[derive(Default)]
+struct Wrappers {
+    /// Their names.
+    names: Vec<Vec<u8>>,
+    /// The function whose body is being read, and its braces still open.
+    open: Option<(Vec<u8>, i64)>,
+}
+
+impl Wrappers {
+    /// Reads `command`, the next command of the script.
+    fn read(&mut self, command: &[u8]) {
+        let tokens = match function_defined(command) {
+            Some((name, body)) => {
+                self.open = Some((name, 1));
+                body
+            }
+            None => shell_tokens(command),
+        };
+        let Some((name, depth)) = &mut self.open else {
+            return;
+        };
+        if runs_its_arguments(&tokens) && !self.names.contains(name) {
+            self.names.push(name.clone());
+        }
+        for token in &tokens {
+            match token.as_slice() {
+                b"{" => *depth += 1,
+                b"}" => *depth -= 1,
+                _ => {}
+            }
+        }
+        if *depth <= 0 {
+            self.open = None;
+        }
+    }
 }
 
 /// `command` without its program when that is one of `wrappers` (functions that run their
-/// arguments, [`function_running_its_arguments`]): the command the call runs, its words
+/// arguments, [`Wrappers`]): the command the call runs, its words
 /// quoted again.
 fn called_through_a_wrapper(command: &[u8], wrappers: &[Vec<u8>]) -> Option<Vec<u8>> {
     let tokens = shell_tokens(command);
@@ -3135,27 +3256,82 @@ fn script_lines(script: &[u8]) -> Vec<Vec<u8>> {
         SCRIPT_DIR.iter().map(|s| (*s, SCRIPT_DIR_MARK)).collect();
     let mut lines = Vec::new();
     let mut vars = ScriptVars::default();
-    for line in continued_lines(script) {
-        if line.trim_ascii_start().starts_with(b"#") {
+    // The directories the script entered (`cd tools`), newest last: a line after one reads
+    // its `$PWD` at the top and there too (round thirty-two's review closed round
+    // thirty-one's ratchet: `cd tools` then `PATH=$PWD/bin:$PATH` left `tools/bin` the
+    // agent's). Which of them a line runs in cannot be told for sure (`if`, a subshell):
+    // both are read, a directory held for nothing at worst.
+    let mut entered: Vec<Vec<u8>> = Vec::new();
+    for raw in continued_lines(script) {
+        if raw.trim_ascii_start().starts_with(b"#") {
             continue;
         }
-        let mut line = top_read_as_dot(&line);
-        if line.contains(&b'$') {
-            line = spellings_read_as(&line, &script_dir);
+        let at_top = top_read_as_dot(&raw);
+        let elsewhere = entered
+            .iter()
+            .map(|dir| top_read_as(&raw, dir))
+            .filter(|reading| *reading != at_top)
+            .collect::<Vec<_>>();
+        for (n, mut line) in std::iter::once(at_top).chain(elsewhere).enumerate() {
+            if line.contains(&b'$') {
+                line = spellings_read_as(&line, &script_dir);
+            }
+            if line.windows(2).any(|w| w == b"$(") {
+                line = cd_pwd_read_as_dir(&line);
+            }
+            if n == 0 {
+                enter(&mut entered, &line);
+            }
+            // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`),
+            // and a `for` loop's words (`for s in fmt lint; do sh tools/$s.sh; done`:
+            // round twenty-eight's review found `tools/fmt.sh` the agent's).
+            for line in vars.substitute(&line) {
+                vars.record(&line);
+                vars.record_loop(&line);
+            }
+            lines.extend(vars.substitute(&line));
         }
-        if line.windows(2).any(|w| w == b"$(") {
-            line = cd_pwd_read_as_dir(&line);
-        }
-        // Read again once its own assignments are known (`L=x; xargs -a "$L" sh`), and
-        // a `for` loop's words (`for s in fmt lint; do sh tools/$s.sh; done`: round
-        // twenty-eight's review found `tools/fmt.sh` the agent's).
-        for line in vars.substitute(&line) {
-            vars.record(&line);
-            vars.record_loop(&line);
-        }
-        lines.extend(vars.substitute(&line));
     }
     lines
+}
+
+/// Most directories [`script_lines`] reads a line's `$PWD` in besides the top.
+const MAX_ENTERED: usize = 4;
+
+/// The directory a line of a script enters by `cd DIR` or `pushd DIR` (a literal relative
+/// one, or the script's own, [`SCRIPT_DIR_MARK`]), added to `entered` (joined to the last
+/// one entered): at most [`MAX_ENTERED`], the newest kept.
+fn enter(entered: &mut Vec<Vec<u8>>, line: &[u8]) {
+    for command in pipelines(line).into_iter().flatten() {
+        let tokens = shell_tokens(&command);
+        let words = &tokens[command_start(&tokens)..];
+        let Some((first, rest)) = words.split_first() else {
+            continue;
+        };
+        if first != b"cd" && first != b"pushd" {
+            continue;
+        }
+        let Some(dir) = rest.iter().find(|w| !w.starts_with(b"-")) else {
+            continue;
+        };
+        let own = dir.starts_with(SCRIPT_DIR_MARK);
+        let plain = may_name_a_file(dir)
+            && !dir.starts_with(b"/")
+            && !dir.starts_with(b"~")
+            && !dir.split(|b| *b == b'/').any(|part| part == b"..");
+        let dir = match entered.last() {
+            _ if own => dir.clone(),
+            Some(last) if plain => [last.as_slice(), b"/", dir].concat(),
+            None if plain => dir.clone(),
+            _ => continue,
+        };
+        if !entered.contains(&dir) {
+            entered.push(dir);
+        }
+        if entered.len() > MAX_ENTERED {
+            entered.remove(0);
+        }
+    }
 }
 
 /// The lines of a shell text, one ending in a backslash joined to the next as the shell
@@ -4683,6 +4859,13 @@ mod tests {
         assert!(!runs("run() { echo \"$@\"; }\nrun sh tools/local").contains(&local_script()));
         let grouped = "[ -f x ] && { run() { \"$@\"; }; run sh tools/local; }";
         assert!(runs(grouped).contains(&local_script()));
+        // Round thirty-two's review: a body of several lines, a first command before.
+        let lines = "run() {\n  echo \"+ $*\" >&2\n  \"$@\"\n}\nrun sh tools/local";
+        assert!(runs(lines).contains(&local_script()));
+        let after = "run() { echo x; \"$@\"; }\nrun sh tools/local";
+        assert!(runs(after).contains(&local_script()));
+        let closed = "f() {\n  echo\n}\n\"$@\"\nf sh tools/local";
+        assert!(!runs(closed).contains(&local_script()));
         let dotenv = |t: &str| envrc_dotenv_files(t.as_bytes());
         assert_eq!(dotenv("dotenv_if_exists\n"), [b".env".to_vec()]);
         assert_eq!(dotenv("dotenv .env.dev\n"), [b".env.dev".to_vec()]);
@@ -4712,5 +4895,19 @@ mod tests {
         let up = |t: &str| envrc_up_files(t.as_bytes());
         assert_eq!(up("source_up\n"), [b".envrc".to_vec()]);
         assert_eq!(up("source_up_if_exists .envrc.local\n"), local);
+        // A `cd` before `$PWD` (round thirty-one's ratchet): read there and at the top.
+        let path = |t: &str| script_path_dirs(t.as_bytes(), b"tools");
+        let dirs = path("cd tools || exit\nPATH=$PWD/bin:$PATH\n");
+        assert!(dirs.contains(&b"tools/bin".to_vec()), "{dirs:?}");
+        assert!(dirs.contains(&b"./bin".to_vec()), "{dirs:?}");
+        // `printf -v PATH` (round thirty-one's ratchet) and `read PATH <<<`.
+        let dirs = path("printf -v PATH '%s:%s' \"$PWD/tools/bin\" \"$PATH\"\n");
+        assert!(dirs.contains(&b"./tools/bin".to_vec()), "{dirs:?}");
+        let dirs = path("read -r PATH <<< \"$PWD/tools/bin:$PATH\"\n");
+        assert!(dirs.contains(&b"./tools/bin".to_vec()), "{dirs:?}");
+        let python = |t: &str| envrc_pythonpath_dirs(t.as_bytes());
+        let src = (b"src".to_vec(), SourceBase::WorkingDir);
+        assert_eq!(python("[ -d src ] && path_add PYTHONPATH src\n"), [src]);
+        assert!(python("path_add PATH src\n").is_empty());
     }
 }

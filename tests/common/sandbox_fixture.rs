@@ -881,7 +881,7 @@ pub fn path_program_attack(
 /// `.envrc` sourced; then the user types `git status`.
 pub const DIRENV_THEN_GIT: &str = r#"
 PATH_add() { for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; PATH="$d:$PATH"; done; }
-path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "$v=\$d:\$$v"; done; }
+path_add() { v=$1; shift; for d; do case $d in /*) ;; *) d=$PWD/$d;; esac; eval "export $v=\$d:\$$v"; done; }
 watch_file() { :; }
 has() { command -v "$1" >/dev/null 2>&1; }
 source_env() { local f=$1; [ -d "$f" ] && f=$f/.envrc; pushd "$(dirname "$f")" >/dev/null || return 1; . "./$(basename "$f")"; popd >/dev/null; }

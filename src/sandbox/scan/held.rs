@@ -306,6 +306,8 @@ impl<'a> Walker<'a, '_> {
         // at the user's next `cd` there).
         let envrc = self.tree.root.join(rel);
         let dir = envrc.parent().unwrap_or(self.tree.root).to_path_buf();
+        let python_path = config_text::envrc_pythonpath_dirs(&text);
+        self.guard_python_path(python_path, &dir, &dir, 0, &mut walk)?;
         self.guard_what_it_reads(&envrc, &dir, 0, &mut walk)
     }
 
@@ -338,9 +340,14 @@ impl<'a> Walker<'a, '_> {
         // `dotenv_if_exists` with `GIT_CONFIG_COUNT=1`, `GIT_CONFIG_KEY_0=core.fsmonitor`
         // and a command, which the user's next `git status` in a direnv shell ran. (One
         // there at the start is a secret, masked, by the default deny globs.)
+        // One there at the start held: the default deny globs mask `.env` and `.env.*`,
+        // not the user's `dotenv vars.txt` (round thirty-two's review: the agent appended
+        // the same settings to it).
         for path in self.envrc_files(config_text::envrc_dotenv_files(text), base)? {
             if fs::symlink_metadata(&path).is_err() {
                 self.move_aside_if_made(&path)?;
+            } else if walk.commands.insert(path.clone()) {
+                self.guard_include(&path, 0, walk, NamedBy::Command)?;
             }
         }
         Ok(())
