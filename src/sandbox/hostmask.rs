@@ -212,12 +212,26 @@ fn ssh_host_keys(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Tries of [`bind_empty`] on a target replaced between its opening and the mount.
+const BIND_TRIES: usize = 4;
+
+/// Binds `empty` over `target`. A target the host replaces by a rename meanwhile (a
+/// `useradd` or `passwd` rewriting `/etc/shadow`) is deleted under the descriptor, and the
+/// mount on it fails with `ENOENT`: the new file at its path is opened and covered instead
+/// (a run on a machine whose accounts changed during its setup failed with a sandbox
+/// error).
 fn bind_empty(empty: &Path, target: &Path) -> Result<(), Bind> {
     let source = sys::open_nofollow(empty).map_err(|e| Bind::Step("open", e))?;
-    let tree = sys::clone_tree(source.as_fd()).map_err(|e| Bind::Step("open_tree", e))?;
-    sys::set_read_only(tree.as_fd()).map_err(|e| Bind::Step("mount_setattr", e))?;
-    let target_fd = sys::open_nofollow(target).map_err(Bind::Target)?;
-    sys::move_mount(tree.as_fd(), target_fd.as_fd()).map_err(|e| Bind::Step("move_mount", e))
+    let mut tries = 0;
+    loop {
+        let tree = sys::clone_tree(source.as_fd()).map_err(|e| Bind::Step("open_tree", e))?;
+        sys::set_read_only(tree.as_fd()).map_err(|e| Bind::Step("mount_setattr", e))?;
+        let target_fd = sys::open_nofollow(target).map_err(Bind::Target)?;
+        match sys::move_mount(tree.as_fd(), target_fd.as_fd()) {
+            Err(Errno::ENOENT) if tries + 1 < BIND_TRIES => tries += 1,
+            other => return other.map_err(|e| Bind::Step("move_mount", e)),
+        }
+    }
 }
 
 /// Most entries [`linked_key_names`] looks at in the private root; past it the run fails
