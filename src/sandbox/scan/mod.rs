@@ -961,6 +961,29 @@ impl<'a> Walker<'a, '_> {
         }
     }
 
+    /// Holds the directory at `path` (`rel`, `st`) whole when it is a secret's (`secret`,
+    /// or it would hold one) or protected (`protected`: it or what it would hold), unless
+    /// a directory above it is held so already; what its walk is inside of then.
+    fn hold_dir(
+        &mut self,
+        path: &Path,
+        rel: &Path,
+        st: &FileStat,
+        inside: Inside,
+        (secret, protected): (bool, bool),
+    ) -> Result<Inside, SandboxError> {
+        let mut next = inside;
+        if inside.secret {
+        } else if secret || self.deny.is_match(rel.join(PROBE_CHILD)) {
+            self.push(mask(path.to_path_buf(), MaskKind::ReadOnly, st, true))?;
+            next.secret = true;
+        } else if !inside.protected && protected {
+            self.push(mask(path.to_path_buf(), MaskKind::ReadOnly, st, false))?;
+            next.protected = true;
+        }
+        Ok(next)
+    }
+
     /// Walk the directory open as `dir` (with `O_PATH` when `path_only`).
     fn walk(
         &mut self,
@@ -1046,21 +1069,8 @@ impl<'a> Walker<'a, '_> {
                     self.out.out_of_reach.push(path);
                 }
                 Kind::Dir => {
-                    let child = || {
-                        open_dir_beneath(dir.as_fd(), Path::new(&name))
-                            .map_err(|e| walk_error(&path, "open", e))
-                    };
-                    let mut next = inside;
-                    if inside.secret {
-                    } else if secret || self.deny.is_match(rel_child.join(PROBE_CHILD)) {
-                        self.push(mask(path.clone(), MaskKind::ReadOnly, &st, true))?;
-                        next.secret = true;
-                    } else if !inside.protected
-                        && (protected || protect(&rel_child.join(PROBE_CHILD)))
-                    {
-                        self.push(mask(path.clone(), MaskKind::ReadOnly, &st, false))?;
-                        next.protected = true;
-                    }
+                    let held_whole = (secret, protected || protect(&rel_child.join(PROBE_CHILD)));
+                    let next = self.hold_dir(&path, &rel_child, &st, inside, held_whole)?;
                     match self.queue {
                         Some(queue) => queue.push(Task {
                             dir: TaskDir::Child(dir.clone(), name),
@@ -1069,7 +1079,11 @@ impl<'a> Walker<'a, '_> {
                             depth: depth + 1,
                             inside: next,
                         }),
-                        None => self.walk(child()?, false, &rel_child, depth + 1, next)?,
+                        None => {
+                            let child = open_dir_beneath(dir.as_fd(), Path::new(&name))
+                                .map_err(|e| walk_error(&path, "open", e))?;
+                            self.walk(child, false, &rel_child, depth + 1, next)?;
+                        }
                     }
                 }
                 Kind::File => self.file_entry(path, &st, secret, protected)?,
