@@ -681,10 +681,13 @@ fn a_signal_during_the_check_after_the_agent_cancels_with_the_changes() {
         out.explain()
     );
     assert_eq!(out.envelope["result"], "done", "{}", out.explain());
+    let session = out.envelope["SESSION_ID"].as_str().unwrap_or_default();
+    assert!(!session.is_empty(), "{}", out.explain());
+    // How to go on: the same session with the same check (there was no hint).
+    let hint = detail["resume_hint"].as_str().unwrap_or_default();
     assert!(
-        out.envelope["SESSION_ID"]
-            .as_str()
-            .is_some_and(|s| !s.is_empty()),
+        hint.contains(&format!("--session-id {session} --verify "))
+            && hint.contains("touch checking; sleep 300"),
         "{}",
         out.explain()
     );

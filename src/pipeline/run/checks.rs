@@ -313,6 +313,14 @@ impl PreparedRun {
                 let mut cancelled = run.cancelled_outside_attempt(signo, during);
                 cancelled.verification = verification;
                 keep_the_agents_turn(&mut cancelled, envelope);
+                // The agent's work stands unchecked: say how to check it and go on.
+                if let (Some(id), Some(verify), Some(detail)) = (
+                    cancelled.session_id.as_deref(),
+                    request.checks.verify.as_ref(),
+                    cancelled.error_detail.as_mut(),
+                ) {
+                    detail.resume_hint = Some(run.check_cancelled_hint(id, verify));
+                }
                 attach_changes(&mut cancelled, ledger, request, &exclude, journal).await;
                 return cancelled;
             }

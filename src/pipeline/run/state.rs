@@ -214,6 +214,29 @@ impl Run {
         )
     }
 
+    /// How to go on after a signal stopped the check of the agent's finished work: the
+    /// same session, with the same check, which runs first thing (`--verify` checks before
+    /// and after the turn; the agent is told to go on only where the check fails).
+    pub(super) fn check_cancelled_hint(
+        &self,
+        id: &str,
+        verify: &crate::pipeline::request::VerifyConfig,
+    ) -> String {
+        let what = "the agent's turn ended; its check was cancelled before it finished";
+        let task = "continue: make the check pass if it fails";
+        let command = verify.command.as_str();
+        if self.request_from == RequestFrom::McpTool {
+            let arguments = self.tool_arguments(id, json!({"PROMPT": task, "verify": command}));
+            return format!("{what}; to check it and go on, call the coder tool with {arguments}");
+        }
+        format!(
+            "{what}; to check it and go on: coder --cd {}{} --session-id {id} --verify {} \"{task}\"",
+            crate::text::shell_quote(&self.workspace.display().to_string()),
+            self.resume_flags(),
+            crate::text::shell_quote(command),
+        )
+    }
+
     /// How to answer the `asked` questions of a `needs_input` run (see
     /// [`Run::continue_hint`]): the answers list has one `"…"` per question, so a caller
     /// asked two sees it must give two.
