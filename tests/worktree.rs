@@ -235,6 +235,14 @@ fn worktree_base_and_bad_input() {
     let (env, _) = fx.run("ls", &["--worktree", "--worktree-base", "other"], "t");
     assert!(env["result"].as_str().unwrap().contains("b.txt"), "{env}");
     assert_eq!(env["worktree"]["base_ref"], "other");
+    // git's search of commit messages (`:/TEXT`) names the same commit; it was refused
+    // as naming none (its `^{commit}` was read as part of the text).
+    let (env, _) = fx.run("ls", &["--worktree", "--worktree-base", ":/b"], "t");
+    assert!(env["result"].as_str().unwrap().contains("b.txt"), "{env}");
+    assert_eq!(
+        env["worktree"]["base"],
+        git(&fx.repo, &["rev-parse", "other"]).trim()
+    );
 
     let (env, out) = fx.run("true", &["--worktree", "--worktree-base", "nope"], "t");
     assert_eq!(env["error_kind"], "config_error", "{out:?}");

@@ -682,16 +682,22 @@ fn resolve_commit(
     if name.starts_with('-') || name.is_empty() {
         return Err(WorktreeError::MissingRef(name.to_owned()));
     }
-    let mut cmd = base_command(program, top);
-    cmd.arg(dir_arg("--git-dir=", git_dir)).args([
-        "rev-parse",
-        "--verify",
-        "-q",
-        "--end-of-options",
-        &format!("{name}^{{commit}}"),
-    ]);
-    match output("rev-parse", cmd) {
-        Ok(text) => Ok(String::from_utf8_lossy(&text).trim().to_owned()),
+    let rev_parse = |spec: &str| {
+        let mut cmd = base_command(program, top);
+        cmd.arg(dir_arg("--git-dir=", git_dir)).args([
+            "rev-parse",
+            "--verify",
+            "-q",
+            "--end-of-options",
+            spec,
+        ]);
+        output("rev-parse", cmd).map(|text| String::from_utf8_lossy(&text).trim().to_owned())
+    };
+    // The name alone first, then its commit: `NAME^{commit}` would be read as part of a
+    // name that takes the rest of the line (`:/fix the parser` searches commit messages).
+    let commit = rev_parse(name).and_then(|object| rev_parse(&format!("{object}^{{commit}}")));
+    match commit {
+        Ok(commit) => Ok(commit),
         Err(_) if name == "HEAD" => Err(WorktreeError::Unborn(top.to_path_buf())),
         Err(_) => Err(WorktreeError::MissingRef(name.to_owned())),
     }
