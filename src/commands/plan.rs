@@ -47,8 +47,8 @@ struct PlanArgs {
     #[arg(long = "plan-file", value_name = "PATH")]
     plan_file: Option<PathBuf>,
 
-    /// Open $VISUAL or $EDITOR on the plan after the run (only when stdin and stdout are
-    /// terminals; otherwise ignored with a warning).
+    /// Open $VISUAL, else $EDITOR, else vi on the plan after the run (only when stdin and
+    /// stdout are terminals; otherwise ignored with a warning).
     #[arg(long)]
     edit: bool,
 
