@@ -168,3 +168,41 @@ fn the_replaced_config_is_kept_in_the_quarantine() {
     );
     assert!(!status.contains("touch"), "{status}");
 }
+
+/// An include file the repository's config names inside its git dir (`include.path =
+/// extra.config`, held read-only as the config is) that the user rewrites with `git
+/// config --file .git/extra.config` during the run (a rename over it); the agent then
+/// appends a `core.fsmonitor` to the new one. Confined, the guard takes it away and the
+/// user's next `git status` runs nothing of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_include_in_the_git_dir_the_user_rewrites_during_a_run_is_not_the_agents_to_write() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; printf '[core]\\n\\tfsmonitor = \"touch %s; false\"\\n' \
+                 \"$M\" >> .git/extra.config && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.own_file(
+                &ws,
+                ".git/extra.config",
+                "[user]\n\temail = me@example.com\n",
+            );
+            fx.git(&ws, &["config", "include.path", "extra.config"]);
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                fx.git(
+                    &fx.ws(),
+                    &[
+                        "config",
+                        "--file",
+                        ".git/extra.config",
+                        "user.name",
+                        "Someone Else",
+                    ],
+                );
+            });
+            user_git_runs_it_only_unconfined(&fx, mode, &out, &["status"]);
+        }
+    }
+}
