@@ -206,3 +206,36 @@ fn an_include_in_the_git_dir_the_user_rewrites_during_a_run_is_not_the_agents_to
         }
     }
 }
+
+/// A `.env` masked as a secret that the user saves during the run (an editor's save: a
+/// new file renamed over it) takes its mask along: the agent reads the new one, confined
+/// as unconfined. Still open (SECURITY.md, Known limits): this asserts the hole is still
+/// there, and that the end-of-run guard at least names the secret to treat as disclosed.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_secret_the_user_saves_during_a_run_is_readable_and_named_after_it() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; cat .env && echo && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            fx.own_file(&fx.ws(), ".env", "TOKEN=first\n");
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                fx.own_file(&fx.ws(), ".env.new", "TOKEN=second-one\n");
+                let ws = fx.ws();
+                std::fs::rename(ws.join(".env.new"), ws.join(".env")).unwrap();
+            });
+            assert!(
+                out.contains("TOKEN=second-one"),
+                "{mode} nobody={nobody}: the replaced secret is no longer readable (close \
+                 the Known limits entry): {out}"
+            );
+            let named = out.contains("secret guard:") && out.contains("/.env was replaced");
+            assert_eq!(
+                named,
+                mode != "danger-full-access",
+                "{mode} nobody={nobody}: {out}"
+            );
+        }
+    }
+}

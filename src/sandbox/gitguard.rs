@@ -264,11 +264,16 @@ pub struct GuardReport {
     /// may then hold agent-made git config that runs commands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// Secrets masked for the run that were replaced outside the sandbox while it went
+    /// on ([`note_replaced_secrets`]): the agent could read the new file. Said in the
+    /// warnings only.
+    #[serde(skip)]
+    pub secrets_replaced: Vec<String>,
 }
 
 impl GuardReport {
     pub fn is_empty(&self) -> bool {
-        self.quarantined.is_empty() && self.incomplete.is_none()
+        self.quarantined.is_empty() && self.incomplete.is_none() && self.secrets_replaced.is_empty()
     }
 
     /// One line per finding, for `coder sandbox`'s stderr and warnings.
@@ -314,7 +319,39 @@ impl GuardReport {
                  or open it in an editor or a Claude Code session before checking"
             ));
         }
+        lines.extend(self.secrets_replaced.iter().map(|path| {
+            format!(
+                "secret guard: {path} was replaced outside the sandbox during the run (an \
+                 editor's save, a tool that writes it by a rename), which lifted the mask \
+                 that hid it from the sandboxed command: it could read the new one; treat \
+                 what it holds as disclosed"
+            )
+        }));
         lines
+    }
+}
+
+/// Notes every file masked as a secret (`masks`) that is no longer the file the start
+/// scan masked: replaced by a rename outside the sandbox while the run went on (an
+/// editor's save of `.env`), it took the mask on its place along (the kernel detaches a
+/// mount whose place is deleted in another mount namespace), and the agent could read the
+/// new one. Nothing can take that back; the warning tells the user which secret to treat
+/// as disclosed. A file removed or renamed away is not noted: its mask went with it, or
+/// nothing is there to read.
+pub fn note_replaced_secrets(masks: &[super::scan::Mask], report: &mut GuardReport) {
+    use std::os::unix::fs::MetadataExt;
+    for mask in masks {
+        if mask.kind != super::scan::MaskKind::Empty || mask.is_dir {
+            continue;
+        }
+        let Ok(now) = std::fs::symlink_metadata(&mask.path) else {
+            continue;
+        };
+        if (now.dev(), now.ino()) != (mask.dev, mask.ino) {
+            report
+                .secrets_replaced
+                .push(mask.path.display().to_string());
+        }
     }
 }
 

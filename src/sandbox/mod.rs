@@ -271,6 +271,7 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
         &mut report,
     );
     gitguard::move_replaced_held_files(&policy.masks, &policy.guard_roots, &known, &mut report);
+    gitguard::note_replaced_secrets(&policy.masks, &mut report);
     // Stopped short: what it did not reach stays, and the next run's scan would take it
     // for the user's. Its record stays for the next run to check again first.
     if let Some(why) = report.incomplete.take() {
