@@ -239,3 +239,40 @@ fn a_secret_the_user_saves_during_a_run_is_readable_and_named_after_it() {
         }
     }
 }
+
+/// The user reinstalls the repository's hooks during the run (`rm -rf .git/hooks`, then a
+/// fresh `.git/hooks/pre-commit`, as a hook installer or a README's setup step does): the
+/// removal of the held directory takes its read-only mount along, and the agent appends
+/// to the new hook. Confined, the guard takes the hook away and the user's next commit
+/// runs nothing of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn hooks_the_user_reinstalls_during_a_run_are_not_the_agents_to_write() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; printf 'touch \"%s\"\\n' \"$M\" >> .git/hooks/pre-commit \
+                 && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                let reinstall = fx
+                    .command("sh")
+                    .args([
+                        "-c",
+                        "rm -rf .git/hooks && mkdir .git/hooks && printf '#!/bin/sh\\ntrue\\n' \
+                         > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+                    ])
+                    .current_dir(fx.ws())
+                    .status()
+                    .unwrap();
+                assert!(reinstall.success());
+            });
+            user_git_runs_it_only_unconfined(
+                &fx,
+                mode,
+                &out,
+                &["commit", "-q", "--allow-empty", "-m", "x"],
+            );
+        }
+    }
+}

@@ -1170,9 +1170,10 @@ impl<'a> Guard<'a> {
     /// over it along (the kernel detaches a mount whose place is deleted in another mount
     /// namespace), and the agent could write the new one. Filtered as an agent-made git
     /// dir's config is: its allow-listed keys stay (the user's own remotes and names), the
-    /// original goes to the quarantine. The other held entries (`hooks/`, `info/`, …) are
-    /// directories git does not replace; a hook written into `hooks/` stays under its
-    /// read-only mount.
+    /// original goes to the quarantine. A `hooks/` removed and made again (a hook
+    /// installer's `rm -rf .git/hooks`, a setup step's fresh copy) lost its mount the same
+    /// way, and the agent wrote the new hooks: every hook there goes to the quarantine, as
+    /// an agent-made git dir's does.
     fn replaced_while_held(&self, dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
         let replaced = |name: &str| -> Result<bool, Errno> {
             Ok(entry_stat(dir, name)?
@@ -1182,6 +1183,9 @@ impl<'a> Guard<'a> {
             if replaced(name)? {
                 filter_config(dir, name, q)?;
             }
+        }
+        if replaced("hooks")? {
+            hooks(dir, q)?;
         }
         Ok(())
     }
