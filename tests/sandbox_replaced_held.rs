@@ -276,3 +276,27 @@ fn hooks_the_user_reinstalls_during_a_run_are_not_the_agents_to_write() {
         }
     }
 }
+
+/// The user starts the repository over during the run (`rm -rf .git && git init`): every
+/// mount in the old git dir goes with it, and the agent writes a `core.fsmonitor` into
+/// the new `.git/config`. Confined, the guard takes the new git dir for an unknown one and
+/// neutralises it; the user's next `git status` runs nothing of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_repository_the_user_starts_over_during_a_run_is_not_the_agents_to_configure() {
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let out = with_the_user_between(&fx, mode, AGENT, &|fx| {
+                let again = fx
+                    .command("sh")
+                    .args(["-c", "rm -rf .git && git init -q"])
+                    .current_dir(fx.ws())
+                    .status()
+                    .unwrap();
+                assert!(again.success());
+            });
+            user_git_runs_it_only_unconfined(&fx, mode, &out, &["status"]);
+        }
+    }
+}
