@@ -300,3 +300,40 @@ fn a_repository_the_user_starts_over_during_a_run_is_not_the_agents_to_configure
         }
     }
 }
+
+/// The user's branch switch during the run removes the held `.claude/` (the other branch
+/// has none) and makes it again (back on the first): the new directory is free of the
+/// read-only mount, and the agent writes `settings.json` there (its hooks would run in
+/// the user's next Claude Code session). Confined, the guard moves it aside.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_claude_dir_the_user_makes_again_during_a_run_is_not_the_agents_to_write() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; printf '{\"agent\": \"%s\"}\\n' \"$M\" \
+                 > .claude/settings.json && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.own_file(&ws, ".claude/settings.json", "{}\n");
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                let again = fx
+                    .command("sh")
+                    .args([
+                        "-c",
+                        "rm -rf .claude && mkdir .claude && echo '{}' > .claude/settings.json",
+                    ])
+                    .current_dir(fx.ws())
+                    .status()
+                    .unwrap();
+                assert!(again.success());
+            });
+            let now = std::fs::read_to_string(ws.join(".claude/settings.json")).unwrap_or_default();
+            assert_eq!(
+                now.contains("agent"),
+                mode == "danger-full-access",
+                "{mode} nobody={nobody}: .claude/settings.json after the run: {now}\n{out}"
+            );
+        }
+    }
+}
