@@ -347,6 +347,7 @@ fn the_schema_names_exactly_the_fields_of_the_serde_types() {
             },
         }],
         incomplete: Some("why".into()),
+        secrets_replaced: Vec::new(),
     };
     assert_schema_matches(
         "/properties/sandbox",

@@ -168,3 +168,160 @@ fn the_replaced_config_is_kept_in_the_quarantine() {
     );
     assert!(!status.contains("touch"), "{status}");
 }
+
+/// An include file the repository's config names inside its git dir (`include.path =
+/// extra.config`, held read-only as the config is) that the user rewrites with `git
+/// config --file .git/extra.config` during the run (a rename over it); the agent then
+/// appends a `core.fsmonitor` to the new one. Confined, the guard takes it away and the
+/// user's next `git status` runs nothing of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn an_include_in_the_git_dir_the_user_rewrites_during_a_run_is_not_the_agents_to_write() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; printf '[core]\\n\\tfsmonitor = \"touch %s; false\"\\n' \
+                 \"$M\" >> .git/extra.config && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.own_file(
+                &ws,
+                ".git/extra.config",
+                "[user]\n\temail = me@example.com\n",
+            );
+            fx.git(&ws, &["config", "include.path", "extra.config"]);
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                fx.git(
+                    &fx.ws(),
+                    &[
+                        "config",
+                        "--file",
+                        ".git/extra.config",
+                        "user.name",
+                        "Someone Else",
+                    ],
+                );
+            });
+            user_git_runs_it_only_unconfined(&fx, mode, &out, &["status"]);
+        }
+    }
+}
+
+/// A `.env` masked as a secret that the user saves during the run (an editor's save: a
+/// new file renamed over it) takes its mask along: the agent reads the new one, confined
+/// as unconfined. Still open (SECURITY.md, Known limits): this asserts the hole is still
+/// there, and that the end-of-run guard at least names the secret to treat as disclosed.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_secret_the_user_saves_during_a_run_is_readable_and_named_after_it() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; cat .env && echo && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            fx.own_file(&fx.ws(), ".env", "TOKEN=first\n");
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                fx.own_file(&fx.ws(), ".env.new", "TOKEN=second-one\n");
+                let ws = fx.ws();
+                std::fs::rename(ws.join(".env.new"), ws.join(".env")).unwrap();
+            });
+            assert!(
+                out.contains("TOKEN=second-one"),
+                "{mode} nobody={nobody}: the replaced secret is no longer readable (close \
+                 the Known limits entry): {out}"
+            );
+            let named = out.contains("secret guard:") && out.contains("/.env was replaced");
+            assert_eq!(
+                named,
+                mode != "danger-full-access",
+                "{mode} nobody={nobody}: {out}"
+            );
+        }
+    }
+}
+
+/// The user reinstalls the repository's hooks during the run (a fresh `hooks.new/` put in
+/// place of the old with `rm -rf .git/hooks && mv`, as a hook installer or a setup step
+/// does): the removal of the held directory takes its read-only mount along, and the
+/// agent appends to the new hook. (Made ready first, the new directory cannot have the
+/// old one's inode number; a `mkdir` after the `rm` may, see below.) Confined, the guard takes the hook away and the user's next commit
+/// runs nothing of the agent's.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn hooks_the_user_reinstalls_during_a_run_are_not_the_agents_to_write() {
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; printf 'touch \"%s\"\\n' \"$M\" >> .git/hooks/pre-commit \
+                 && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                let reinstall = fx
+                    .command("sh")
+                    .args([
+                        "-c",
+                        "mkdir .git/hooks.new && printf '#!/bin/sh\\ntrue\\n' \
+                         > .git/hooks.new/pre-commit && chmod +x .git/hooks.new/pre-commit \
+                         && rm -rf .git/hooks && mv .git/hooks.new .git/hooks",
+                    ])
+                    .current_dir(fx.ws())
+                    .status()
+                    .unwrap();
+                assert!(reinstall.success());
+            });
+            user_git_runs_it_only_unconfined(
+                &fx,
+                mode,
+                &out,
+                &["commit", "-q", "--allow-empty", "-m", "x"],
+            );
+        }
+    }
+}
+
+/// The user's branch switch during the run removes the held `.claude/` (the other branch
+/// has none) and makes it again (back on the first): the new directory is free of the
+/// read-only mount, and the agent writes `settings.json` there (its hooks would run in
+/// the user's next Claude Code session). **Still open** (SECURITY.md, Known limits): the
+/// guard tells the held directory by device and inode number, and ext4 gives a directory
+/// made right after a removal the number just freed, so the agent's file stays exactly
+/// when the number came back; with another number the guard moves it aside. Both are
+/// asserted: this fails when the hole closes (the file moved aside though the number came
+/// back) and when the guard misses a new number.
+#[test]
+#[ignore = "needs root and user namespaces: scripts/test runs it"]
+fn a_claude_dir_the_user_makes_again_with_its_old_inode_number_stays_the_agents() {
+    use std::os::unix::fs::MetadataExt;
+    let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
+                 i=$((i+1)); done; printf '{\"agent\": \"%s\"}\\n' \"$M\" \
+                 > .claude/settings.json && echo WROTE; true";
+    for nobody in sandbox_fixture::arms() {
+        for mode in ["workspace-write", "danger-full-access"] {
+            let fx = Fx::new(&REPO, nobody);
+            let ws = fx.ws();
+            fx.own_file(&ws, ".claude/settings.json", "{}\n");
+            let before = std::fs::metadata(ws.join(".claude")).unwrap().ino();
+            let out = with_the_user_between(&fx, mode, agent, &|fx| {
+                let again = fx
+                    .command("sh")
+                    .args([
+                        "-c",
+                        "rm -rf .claude && mkdir .claude && echo '{}' > .claude/settings.json",
+                    ])
+                    .current_dir(fx.ws())
+                    .status()
+                    .unwrap();
+                assert!(again.success());
+            });
+            let reused = std::fs::metadata(ws.join(".claude")).unwrap().ino() == before;
+            let now = std::fs::read_to_string(ws.join(".claude/settings.json")).unwrap_or_default();
+            let stays = now.contains("agent");
+            let expected = mode == "danger-full-access" || reused;
+            assert_eq!(
+                stays, expected,
+                "{mode} nobody={nobody} inode number reused={reused}: .claude/settings.json \
+                 after the run: {now}\n{out}"
+            );
+        }
+    }
+}

@@ -534,6 +534,7 @@ mod tests {
                 after_checkout: Default::default(),
             }],
             incomplete: Some(planted.clone()),
+            secrets_replaced: Vec::new(),
         });
         env.redact(&Secrets::new([KEY]));
         let line = env.to_json_line();

@@ -264,11 +264,16 @@ pub struct GuardReport {
     /// may then hold agent-made git config that runs commands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// Secrets masked for the run that were replaced outside the sandbox while it went
+    /// on ([`note_replaced_secrets`]): the agent could read the new file. Said in the
+    /// warnings only.
+    #[serde(skip)]
+    pub secrets_replaced: Vec<String>,
 }
 
 impl GuardReport {
     pub fn is_empty(&self) -> bool {
-        self.quarantined.is_empty() && self.incomplete.is_none()
+        self.quarantined.is_empty() && self.incomplete.is_none() && self.secrets_replaced.is_empty()
     }
 
     /// One line per finding, for `coder sandbox`'s stderr and warnings.
@@ -314,21 +319,56 @@ impl GuardReport {
                  or open it in an editor or a Claude Code session before checking"
             ));
         }
+        lines.extend(self.secrets_replaced.iter().map(|path| {
+            format!(
+                "secret guard: {path} was replaced outside the sandbox during the run (an \
+                 editor's save, a tool that writes it by a rename), which lifted the mask \
+                 that hid it from the sandboxed command: it could read the new one; treat \
+                 what it holds as disclosed"
+            )
+        }));
         lines
+    }
+}
+
+/// Notes every file masked as a secret (`masks`) that is no longer the file the start
+/// scan masked: replaced by a rename outside the sandbox while the run went on (an
+/// editor's save of `.env`), it took the mask on its place along (the kernel detaches a
+/// mount whose place is deleted in another mount namespace), and the agent could read the
+/// new one. Nothing can take that back; the warning tells the user which secret to treat
+/// as disclosed. A file removed or renamed away is not noted: its mask went with it, or
+/// nothing is there to read.
+pub fn note_replaced_secrets(masks: &[super::scan::Mask], report: &mut GuardReport) {
+    use std::os::unix::fs::MetadataExt;
+    for mask in masks {
+        if mask.kind != super::scan::MaskKind::Empty || mask.is_dir {
+            continue;
+        }
+        let Ok(now) = std::fs::symlink_metadata(&mask.path) else {
+            continue;
+        };
+        if (now.dev(), now.ino()) != (mask.dev, mask.ino) {
+            report
+                .secrets_replaced
+                .push(mask.path.display().to_string());
+        }
     }
 }
 
 /// Moves aside every file held read-only (`masks`, in the guarded `roots`) that is no
 /// longer the file the start scan held: replaced by a rename while the run went on (`sed
-/// -i`, an editor's save, outside the sandbox), it took the read-only mount on its place
-/// along (the kernel detaches a mount whose place is deleted in another mount namespace),
-/// and the agent could write the new one: a held script the user's git alias runs ran
-/// what the agent appended. The user's own edit goes aside with it; the warning says
-/// where. A git dir's config is filtered instead ([`Guard::replaced_while_held`]);
-/// tool configs were moved already ([`Guard::tool_configs`]).
+/// -i`, an editor's save, `git config --file`, outside the sandbox), it took the read-only
+/// mount on its place along (the kernel detaches a mount whose place is deleted in another
+/// mount namespace), and the agent could write the new one: a held script the user's git
+/// alias runs ran what the agent appended, and so did an include file in the git dir
+/// (`include.path = extra.config`). The user's own edit goes aside with it; the warning
+/// says where. A known git dir's (`known`) config is filtered instead
+/// ([`Guard::replaced_while_held`]), a `.git` entry is the git guard's; tool configs were
+/// moved already ([`Guard::tool_configs`]).
 pub fn move_replaced_held_files(
     masks: &[super::scan::Mask],
     roots: &[PathBuf],
+    known: &HashSet<(u64, u64)>,
     report: &mut GuardReport,
 ) {
     for mask in masks {
@@ -341,31 +381,10 @@ pub fn move_replaced_held_files(
         let Ok(rel) = mask.path.strip_prefix(root) else {
             continue;
         };
-        let in_git_dir = rel
-            .components()
-            .any(|c| c.as_os_str().as_bytes().eq_ignore_ascii_case(b".git"));
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             continue;
         };
-        if in_git_dir {
-            continue;
-        }
-        let moved = (|| -> Result<Option<String>, Errno> {
-            let top = nix::fcntl::open(root, dir_flags() | OFlag::O_NOFOLLOW, FileMode::empty())?;
-            let dir = if parent.as_os_str().is_empty() {
-                top
-            } else {
-                openat2(top.as_fd(), parent, beneath(dir_flags()))?
-            };
-            let Some(st) = entry_stat(dir.as_fd(), &name.to_string_lossy())? else {
-                return Ok(None);
-            };
-            if (st.st_dev, st.st_ino) == (mask.dev, mask.ino) || kind_of(&st) == Kind::Dir {
-                return Ok(None);
-            }
-            rename_aside(dir.as_fd(), name).map(Some)
-        })();
-        match moved {
+        match move_if_replaced(root, parent, name, (mask.dev, mask.ino), known) {
             Ok(Some(to)) => report.quarantined.push(Quarantined {
                 path: mask.path.display().to_string(),
                 moved: vec![name.to_string_lossy().into_owned()],
@@ -382,6 +401,51 @@ pub fn move_replaced_held_files(
             }
         }
     }
+}
+
+/// `root/parent/name` moved aside when it is not the file `held` (device and inode) and
+/// not the git guard's ([`the_git_guards`]): the name it went to.
+fn move_if_replaced(
+    root: &Path,
+    parent: &Path,
+    name: &OsStr,
+    held: (u64, u64),
+    known: &HashSet<(u64, u64)>,
+) -> Result<Option<String>, Errno> {
+    let top = nix::fcntl::open(root, dir_flags() | OFlag::O_NOFOLLOW, FileMode::empty())?;
+    let dir = if parent.as_os_str().is_empty() {
+        top
+    } else {
+        openat2(top.as_fd(), parent, beneath(dir_flags()))?
+    };
+    if the_git_guards(dir.as_fd(), name, known)? {
+        return Ok(None);
+    }
+    let Some(st) = entry_stat(dir.as_fd(), &name.to_string_lossy())? else {
+        return Ok(None);
+    };
+    if (st.st_dev, st.st_ino) == held || kind_of(&st) == Kind::Dir {
+        return Ok(None);
+    }
+    rename_aside(dir.as_fd(), name).map(Some)
+}
+
+/// Whether `name` in `dir` is the git guard's to check: a `.git` entry, or the `config`
+/// or `config.worktree` of a git dir it knows (`known`), which it filters rather than
+/// moves. Every other held file in a git dir (an include file, a `commondir`) is not.
+fn the_git_guards(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    known: &HashSet<(u64, u64)>,
+) -> Result<bool, Errno> {
+    if name.as_bytes().eq_ignore_ascii_case(b".git") {
+        return Ok(true);
+    }
+    if name != "config" && name != "config.worktree" {
+        return Ok(false);
+    }
+    let st = fstat(dir)?;
+    Ok(known.contains(&(st.st_dev, st.st_ino)))
 }
 
 /// Neutralise every git dir under `roots` whose (device, inode) is not in `known`, and
@@ -1106,9 +1170,10 @@ impl<'a> Guard<'a> {
     /// over it along (the kernel detaches a mount whose place is deleted in another mount
     /// namespace), and the agent could write the new one. Filtered as an agent-made git
     /// dir's config is: its allow-listed keys stay (the user's own remotes and names), the
-    /// original goes to the quarantine. The other held entries (`hooks/`, `info/`, …) are
-    /// directories git does not replace; a hook written into `hooks/` stays under its
-    /// read-only mount.
+    /// original goes to the quarantine. A `hooks/` removed and made again (a hook
+    /// installer's `rm -rf .git/hooks`, a setup step's fresh copy) lost its mount the same
+    /// way, and the agent wrote the new hooks: every hook there goes to the quarantine, as
+    /// an agent-made git dir's does.
     fn replaced_while_held(&self, dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
         let replaced = |name: &str| -> Result<bool, Errno> {
             Ok(entry_stat(dir, name)?
@@ -1118,6 +1183,9 @@ impl<'a> Guard<'a> {
             if replaced(name)? {
                 filter_config(dir, name, q)?;
             }
+        }
+        if replaced("hooks")? {
+            hooks(dir, q)?;
         }
         Ok(())
     }

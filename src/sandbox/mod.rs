@@ -74,6 +74,7 @@ pub(crate) mod seccomp;
 mod sys;
 mod trash;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 pub use cancel::SetupCancel;
@@ -254,7 +255,7 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
     {
         return gitguard::GuardReport::default();
     }
-    let known = policy.git_known.iter().copied().collect();
+    let known: HashSet<(u64, u64)> = policy.git_known.iter().copied().collect();
     let mut report = gitguard::guard_trees(
         &policy.guard_roots,
         &known,
@@ -269,7 +270,8 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
         gitguard::GuardLimits::for_run(),
         &mut report,
     );
-    gitguard::move_replaced_held_files(&policy.masks, &policy.guard_roots, &mut report);
+    gitguard::move_replaced_held_files(&policy.masks, &policy.guard_roots, &known, &mut report);
+    gitguard::note_replaced_secrets(&policy.masks, &mut report);
     // Stopped short: what it did not reach stays, and the next run's scan would take it
     // for the user's. Its record stays for the next run to check again first.
     if let Some(why) = report.incomplete.take() {
