@@ -229,6 +229,12 @@ fn the_returned_diff_names_no_file_the_agent_chose_and_no_quarantined_one() {
                 for d in ["ws", "home", "state", "xdg"] {
                     std::fs::create_dir_all(root.join(d)).unwrap();
                 }
+                // Project settings of the user's: the change ledger's snapshot is taken
+                // before the child starts. This fake child writes at once, where the real
+                // CLI's first write waits on a request the proxy holds until the snapshot
+                // is done; beside the snapshot, its files were reported changed with no
+                // diff now and then (a CI run under load).
+                sandbox_fixture::write(&root.join("ws/.claude/settings.json"), "{}\n");
                 let claude = root.join("claude");
                 sandbox_fixture::write(&claude, &sandbox_fixture::payload_claude(DIFF_PAYLOAD));
                 let exec = std::fs::Permissions::from_mode(0o755);
