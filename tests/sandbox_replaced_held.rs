@@ -282,15 +282,16 @@ fn hooks_the_user_reinstalls_during_a_run_are_not_the_agents_to_write() {
 /// The user's branch switch during the run removes the held `.claude/` (the other branch
 /// has none) and makes it again (back on the first): the new directory is free of the
 /// read-only mount, and the agent writes `settings.json` there (its hooks would run in
-/// the user's next Claude Code session). **Still open** (SECURITY.md, Known limits): the
-/// guard tells the held directory by device and inode number, and ext4 gives a directory
-/// made right after a removal the number just freed, so the agent's file stays exactly
-/// when the number came back; with another number the guard moves it aside. Both are
-/// asserted: this fails when the hole closes (the file moved aside though the number came
-/// back) and when the guard misses a new number.
+/// the user's next Claude Code session). ext4 gives a directory made right after a
+/// removal the number just freed, and the guard took it for the held one by device and
+/// inode number, so the agent's file stayed exactly when the number came back (round
+/// thirty-two's second review). The guard now also asks when it was made (its birth
+/// time, after the hold began): moved aside either way, where the file system keeps
+/// birth times; where it keeps none, the reused number still passes (SECURITY.md, Known
+/// limits).
 #[test]
 #[ignore = "needs root and user namespaces: scripts/test runs it"]
-fn a_claude_dir_the_user_makes_again_with_its_old_inode_number_stays_the_agents() {
+fn a_claude_dir_the_user_makes_again_even_with_its_old_inode_number_is_not_the_agents() {
     use std::os::unix::fs::MetadataExt;
     let agent = "echo READY; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; \
                  i=$((i+1)); done; printf '{\"agent\": \"%s\"}\\n' \"$M\" \
@@ -316,10 +317,14 @@ fn a_claude_dir_the_user_makes_again_with_its_old_inode_number_stays_the_agents(
             let reused = std::fs::metadata(ws.join(".claude")).unwrap().ino() == before;
             let now = std::fs::read_to_string(ws.join(".claude/settings.json")).unwrap_or_default();
             let stays = now.contains("agent");
-            let expected = mode == "danger-full-access" || reused;
+            let births = std::fs::metadata(ws.join(".claude"))
+                .and_then(|m| m.created())
+                .is_ok();
+            let expected = mode == "danger-full-access" || (reused && !births);
             assert_eq!(
                 stays, expected,
-                "{mode} nobody={nobody} inode number reused={reused}: .claude/settings.json \
+                "{mode} nobody={nobody} inode number reused={reused}, birth times={births}: \
+                 .claude/settings.json \
                  after the run: {now}\n{out}"
             );
         }

@@ -166,6 +166,13 @@ pub struct ToolGuard {
     /// names and their placeholders, directories of secrets, git metadata): nothing below
     /// a held directory can have changed.
     pub held: Vec<(u64, u64)>,
+    /// When the hold began (ns since the epoch; 0: not recorded, in an older coder's
+    /// record): an entry made after it is not one the scan held, whatever its inode
+    /// number. ext4 gives an entry made right after a removal the number just freed, so a
+    /// held `.claude/` the user's branch switch removed and made again (which freed it of
+    /// its read-only mount) passed for the held one (round thirty-two's second review).
+    #[serde(default)]
+    pub held_since_ns: i128,
 }
 
 /// One tree and its protected globs, relative to it.
@@ -204,6 +211,7 @@ impl Eq for CompiledGlobs {}
 struct ToolMatch {
     trees: Vec<(PathBuf, std::sync::Arc<GlobSet>, QuarantineKind)>,
     held: HashSet<(u64, u64)>,
+    held_since_ns: i128,
 }
 
 impl ToolMatch {
@@ -226,7 +234,15 @@ impl ToolMatch {
         Ok(ToolMatch {
             trees,
             held: tools.held.iter().copied().collect(),
+            held_since_ns: tools.held_since_ns,
         })
+    }
+
+    /// Whether the entry `name` of `dir` (`dir` itself when `name` is empty; `st`: its
+    /// stat data) is one the start scan held: its device and inode, made before the hold
+    /// began ([`ToolGuard::held_since_ns`]).
+    fn holds(&self, dir: BorrowedFd<'_>, name: &OsStr, st: &FileStat) -> bool {
+        self.held.contains(&(st.st_dev, st.st_ino)) && made_before(dir, name, self.held_since_ns)
     }
 
     fn active(&self) -> bool {
@@ -369,6 +385,7 @@ pub fn move_replaced_held_files(
     masks: &[super::scan::Mask],
     roots: &[PathBuf],
     known: &HashSet<(u64, u64)>,
+    held_since_ns: i128,
     report: &mut GuardReport,
 ) {
     for mask in masks {
@@ -384,7 +401,8 @@ pub fn move_replaced_held_files(
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             continue;
         };
-        match move_if_replaced(root, parent, name, (mask.dev, mask.ino), known) {
+        let held = ((mask.dev, mask.ino), held_since_ns);
+        match move_if_replaced(root, parent, name, held, known) {
             Ok(Some(to)) => report.quarantined.push(Quarantined {
                 path: mask.path.display().to_string(),
                 moved: vec![name.to_string_lossy().into_owned()],
@@ -409,7 +427,7 @@ fn move_if_replaced(
     root: &Path,
     parent: &Path,
     name: &OsStr,
-    held: (u64, u64),
+    (held, held_since_ns): ((u64, u64), i128),
     known: &HashSet<(u64, u64)>,
 ) -> Result<Option<String>, Errno> {
     let top = nix::fcntl::open(root, dir_flags() | OFlag::O_NOFOLLOW, FileMode::empty())?;
@@ -424,7 +442,9 @@ fn move_if_replaced(
     let Some(st) = entry_stat(dir.as_fd(), &name.to_string_lossy())? else {
         return Ok(None);
     };
-    if (st.st_dev, st.st_ino) == held || kind_of(&st) == Kind::Dir {
+    let still_held =
+        (st.st_dev, st.st_ino) == held && made_before(dir.as_fd(), name, held_since_ns);
+    if still_held || kind_of(&st) == Kind::Dir {
         return Ok(None);
     }
     rename_aside(dir.as_fd(), name).map(Some)
@@ -967,7 +987,7 @@ impl<'a> Guard<'a> {
         let held = held
             || st
                 .as_ref()
-                .is_some_and(|st| self.tools.held.contains(&(st.st_dev, st.st_ino)));
+                .is_some_and(|st| self.tools.holds(fd.as_fd(), OsStr::new(""), st));
         let (summary, listed) = self.summary(&fd, st.as_ref(), &rel)?;
         self.count(summary.entries)?;
         let fd = Rc::new(fd);
@@ -1039,7 +1059,7 @@ impl<'a> Guard<'a> {
                 Err(Errno::ENOENT) => continue,
                 Err(e) => return Err(self.stop(&child, "inspect", e)),
             };
-            if self.tools.held.contains(&(st.st_dev, st.st_ino)) {
+            if self.tools.holds(dir, name, &st) {
                 continue;
             }
             if kind_of(&st) != Kind::Dir {
@@ -1177,7 +1197,7 @@ impl<'a> Guard<'a> {
     fn replaced_while_held(&self, dir: BorrowedFd<'_>, q: &mut Quarantine) -> Result<(), Errno> {
         let replaced = |name: &str| -> Result<bool, Errno> {
             Ok(entry_stat(dir, name)?
-                .is_some_and(|st| !self.tools.held.contains(&(st.st_dev, st.st_ino))))
+                .is_some_and(|st| !self.tools.holds(dir, OsStr::new(name), &st)))
         };
         for name in ["config", "config.worktree"] {
             if replaced(name)? {
@@ -2115,6 +2135,14 @@ fn write_new(dir: BorrowedFd<'_>, name: &str, text: &[u8], like: &FileStat) -> R
 }
 
 /// `dir/name`'s status, the entry itself (not a symlink's target); `None` when absent.
+/// Whether the entry `name` of `dir` (`dir` itself when `name` is empty) was made before
+/// `since_ns` by its birth time; true where there is none to read, or `since_ns` is 0
+/// (not recorded). File times come from the coarse clock: an entry made within a tick
+/// after `since_ns` may pass, one made before never fails.
+fn made_before(dir: BorrowedFd<'_>, name: &OsStr, since_ns: i128) -> bool {
+    since_ns == 0 || super::sys::birth_ns(dir, name).is_none_or(|born| born < since_ns)
+}
+
 fn entry_stat(dir: BorrowedFd<'_>, name: &str) -> Result<Option<FileStat>, Errno> {
     match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
@@ -2291,6 +2319,11 @@ mod tests {
                 compiled: CompiledGlobs::default(),
             }],
             held: vec![(meta.dev(), meta.ino())],
+            // As a run's: after everything above was made.
+            held_since_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as i128,
         };
         let report = guard_trees(
             std::slice::from_ref(&root),

@@ -270,7 +270,13 @@ pub fn guard_git_after_run(policy: &Policy) -> gitguard::GuardReport {
         gitguard::GuardLimits::for_run(),
         &mut report,
     );
-    gitguard::move_replaced_held_files(&policy.masks, &policy.guard_roots, &known, &mut report);
+    gitguard::move_replaced_held_files(
+        &policy.masks,
+        &policy.guard_roots,
+        &known,
+        policy.tool_guard.held_since_ns,
+        &mut report,
+    );
     gitguard::note_replaced_secrets(&policy.masks, &mut report);
     // Stopped short: what it did not reach stays, and the next run's scan would take it
     // for the user's. Its record stays for the next run to check again first.

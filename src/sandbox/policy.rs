@@ -1037,6 +1037,10 @@ impl Policy {
         self.tool_guard = super::gitguard::ToolGuard {
             held: held.collect(),
             trees: tool_trees,
+            // After the scan made its placeholders: what is made from here on is not held.
+            held_since_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i128),
         };
         self.masks = masks;
         super::gitguard::record_pending(self)?;

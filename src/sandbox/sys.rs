@@ -130,6 +130,38 @@ pub(crate) fn is_encrypted(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
     Ok(stx.stx_attributes & libc::STATX_ATTR_ENCRYPTED as u64 != 0)
 }
 
+/// When the entry `name` of `dir` (`dir` itself when `name` is empty) was made: `statx`'s
+/// birth time, ns since the epoch; `None` where the file system keeps none or it cannot be
+/// read. A symlink is not followed.
+pub(crate) fn birth_ns(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> Option<i128> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_name = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `statx` writes at most one `struct statx` into `stx`, which is that size; the
+    // name is a NUL-terminated string that outlives the call, `dir` a valid descriptor.
+    let ret = unsafe {
+        libc::statx(
+            dir.as_raw_fd(),
+            c_name.as_ptr(),
+            flags,
+            libc::STATX_BTIME,
+            stx.as_mut_ptr(),
+        )
+    };
+    if ret != 0 {
+        return None;
+    }
+    // SAFETY: the buffer started zeroed (a valid `statx`) and the call succeeded.
+    let stx = unsafe { stx.assume_init() };
+    (stx.stx_mask & libc::STATX_BTIME != 0).then(|| {
+        i128::from(stx.stx_btime.tv_sec) * 1_000_000_000 + i128::from(stx.stx_btime.tv_nsec)
+    })
+}
+
 /// The id of the mount `path` lies on (`statx`'s `STATX_MNT_ID`, the first field of its
 /// line in `/proc/self/mountinfo`); a symlink at `path` itself is not followed.
 pub(crate) fn mount_id(path: &Path) -> Result<u64, Errno> {
