@@ -2320,10 +2320,7 @@ mod tests {
             }],
             held: vec![(meta.dev(), meta.ino())],
             // As a run's: after everything above was made.
-            held_since_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as i128,
+            held_since_ns: crate::workspace::scan::now_ns(),
         };
         let report = guard_trees(
             std::slice::from_ref(&root),

@@ -157,9 +157,7 @@ impl ScanListings {
     /// Listings of a scan starting now. File times come from the coarse real-time clock,
     /// which lags this one by at most a tick: far less than the margin.
     pub fn starting_now() -> ScanListings {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i128);
+        let now = crate::workspace::scan::now_ns();
         ScanListings {
             trusted_before: now - RACY_MARGIN_NS,
             ..ScanListings::default()

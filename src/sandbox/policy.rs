@@ -326,10 +326,7 @@ pub struct Policy {
 /// Now, less two seconds (ns since the epoch): file times come from the coarse clock,
 /// a tick behind this one at most, and some file systems keep them to the second.
 fn started_ns() -> i128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-        - 2_000_000_000
+    crate::workspace::scan::now_ns() - 2_000_000_000
 }
 
 /// A hold a policy keeps for its run (its [`PlaceholderLease`], its [`RunLock`]), if it
@@ -1038,9 +1035,7 @@ impl Policy {
             held: held.collect(),
             trees: tool_trees,
             // After the scan made its placeholders: what is made from here on is not held.
-            held_since_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i128),
+            held_since_ns: crate::workspace::scan::now_ns(),
         };
         self.masks = masks;
         super::gitguard::record_pending(self)?;

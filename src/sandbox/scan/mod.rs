@@ -962,8 +962,9 @@ impl<'a> Walker<'a, '_> {
     }
 
     /// Holds the directory at `path` (`rel`, `st`) whole when it is a secret's (`secret`,
-    /// or it would hold one) or protected (`protected`: it or what it would hold), unless
-    /// a directory above it is held so already; what its walk is inside of then.
+    /// or it would hold one) or protected (`protected`, or what it would hold is), unless
+    /// a directory above it is held so already; what its walk is inside of then. The
+    /// globs are matched against what it would hold only where that decides.
     fn hold_dir(
         &mut self,
         path: &Path,
@@ -977,7 +978,10 @@ impl<'a> Walker<'a, '_> {
         } else if secret || self.deny.is_match(rel.join(PROBE_CHILD)) {
             self.push(mask(path.to_path_buf(), MaskKind::ReadOnly, st, true))?;
             next.secret = true;
-        } else if !inside.protected && protected {
+        } else if !inside.protected
+            && (protected
+                || (self.tree.protect).is_some_and(|set| is_protected(set, &rel.join(PROBE_CHILD))))
+        {
             self.push(mask(path.to_path_buf(), MaskKind::ReadOnly, st, false))?;
             next.protected = true;
         }
@@ -1069,8 +1073,8 @@ impl<'a> Walker<'a, '_> {
                     self.out.out_of_reach.push(path);
                 }
                 Kind::Dir => {
-                    let held_whole = (secret, protected || protect(&rel_child.join(PROBE_CHILD)));
-                    let next = self.hold_dir(&path, &rel_child, &st, inside, held_whole)?;
+                    let next =
+                        self.hold_dir(&path, &rel_child, &st, inside, (secret, protected))?;
                     match self.queue {
                         Some(queue) => queue.push(Task {
                             dir: TaskDir::Child(dir.clone(), name),
